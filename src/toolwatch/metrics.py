@@ -1,0 +1,86 @@
+"""The narrow metrics interface the pipeline talks to.
+
+Pipeline code never touches Prometheus: it calls these semantic methods. The Prometheus
+implementation lives in ``toolwatch.sinks.prometheus``; ``NoopMetrics`` is for tests and
+for offline replay. Implementations must be cheap and must not raise.
+
+Span accounting (the conservation law, DESIGN §4)::
+
+    received = built + rejected + dropped (all reasons) + still buffered
+
+``spans_received`` counts every span in every accepted request; ``spans_refused`` counts
+spans of requests answered with a retryable overload status (the client keeps them and
+retries, so they are outside the law). Each span then ends in exactly one of
+``spans_rejected`` (invalid at ingest), ``spans_dropped`` (valid but never evaluated:
+duplicate, late, over a bound, ...), or ``spans_built`` (part of a ToolTrace handed to the
+evaluators), unless it is still buffered.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from toolwatch.model import Finding, ToolTrace
+
+__all__ = ["NoopMetrics", "PipelineMetrics"]
+
+
+class PipelineMetrics(Protocol):
+    """Semantic counters and timings the pipeline reports. Called from the event loop."""
+
+    def spans_received(self, n: int, transport: str) -> None: ...
+    def spans_rejected(self, n: int, reason: str) -> None: ...
+    def spans_dropped(self, n: int, reason: str) -> None: ...
+    def spans_refused(self, n: int, transport: str) -> None: ...
+    def spans_built(self, n: int) -> None: ...
+    def trace_evicted(self, reason: str) -> None: ...
+    def request_handled(self, transport: str, outcome: str, seconds: float) -> None: ...
+    def tool_trace(self, trace: ToolTrace) -> None: ...
+    def evaluated(self, evaluator: str, score: float | None, seconds: float) -> None: ...
+    def evaluator_failed(self, evaluator: str) -> None: ...
+    def finding(self, finding: Finding, detection_seconds: float | None) -> None: ...
+    def stream_dropped(self, n: int) -> None: ...
+    def shadow_unpaired(self, reason: str) -> None: ...
+
+
+class NoopMetrics:
+    """Discards everything. Satisfies ``PipelineMetrics``."""
+
+    def spans_received(self, n: int, transport: str) -> None:
+        pass
+
+    def spans_rejected(self, n: int, reason: str) -> None:
+        pass
+
+    def spans_dropped(self, n: int, reason: str) -> None:
+        pass
+
+    def spans_refused(self, n: int, transport: str) -> None:
+        pass
+
+    def spans_built(self, n: int) -> None:
+        pass
+
+    def trace_evicted(self, reason: str) -> None:
+        pass
+
+    def request_handled(self, transport: str, outcome: str, seconds: float) -> None:
+        pass
+
+    def tool_trace(self, trace: ToolTrace) -> None:
+        pass
+
+    def evaluated(self, evaluator: str, score: float | None, seconds: float) -> None:
+        pass
+
+    def evaluator_failed(self, evaluator: str) -> None:
+        pass
+
+    def finding(self, finding: Finding, detection_seconds: float | None) -> None:
+        pass
+
+    def stream_dropped(self, n: int) -> None:
+        pass
+
+    def shadow_unpaired(self, reason: str) -> None:
+        pass

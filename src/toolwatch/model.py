@@ -1,0 +1,286 @@
+"""The project's records: the vocabulary every stage after ingest speaks.
+
+Protobuf types stop at ``toolwatch.ingest``; from there on spans, calls, traces and
+findings are these frozen, slotted dataclasses. Times are integer nanoseconds (Unix epoch,
+as OTLP sends them); span and trace ids are ``bytes`` on the hot path (``SpanRecord``) and
+lower-case hex strings once a ToolTrace is built.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable, Mapping
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+__all__ = [
+    "Category",
+    "CallStatus",
+    "Clock",
+    "EvalResult",
+    "ExpectedCall",
+    "Finding",
+    "GoldenCase",
+    "ManualClock",
+    "ReferenceKind",
+    "RequestedCall",
+    "Severity",
+    "SpanRecord",
+    "SpanRole",
+    "ToolCall",
+    "ToolTrace",
+    "monotonic_clock",
+]
+
+#: A clock returns "now" in integer nanoseconds. Assembly measures quiet periods and ages
+#: with it; tests inject a ``ManualClock`` instead of sleeping.
+Clock: TypeAlias = Callable[[], int]
+
+
+def monotonic_clock() -> int:
+    """The production clock: ``time.monotonic_ns``."""
+    return time.monotonic_ns()
+
+
+class ManualClock:
+    """A clock that only moves when told to. Not thread-safe; drive it from one thread."""
+
+    __slots__ = ("now_ns",)
+
+    def __init__(self, start_ns: int = 1_000_000_000) -> None:
+        self.now_ns = start_ns
+
+    def __call__(self) -> int:
+        return self.now_ns
+
+    def advance(self, seconds: float) -> int:
+        """Move forward by ``seconds`` and return the new time in nanoseconds."""
+        self.now_ns += int(seconds * 1e9)
+        return self.now_ns
+
+
+class SpanRole(enum.IntEnum):
+    """What a span is to toolwatch, whatever convention it was written in."""
+
+    OTHER = 0
+    AGENT = 1  # an agent invocation (invoke_agent, OpenInference AGENT, traceloop agent, ...)
+    TOOL = 2  # a tool execution
+    LLM = 3  # a model call whose output may request tool calls
+    WRAPPER = 4  # a span that groups tool spans but is not one (pydantic-ai "running tools")
+
+
+class CallStatus(enum.StrEnum):
+    OK = "ok"
+    ERROR = "error"
+
+
+class Category(enum.StrEnum):
+    """Regression categories. These names are the alert API: never rename one."""
+
+    TOOL_SELECTION_DRIFT = "TOOL_SELECTION_DRIFT"
+    ARGUMENT_VALUE_DRIFT = "ARGUMENT_VALUE_DRIFT"
+    TOOL_TRACE_STRUCTURE_DRIFT = "TOOL_TRACE_STRUCTURE_DRIFT"
+    TOOL_ORDER_DRIFT = "TOOL_ORDER_DRIFT"
+    DANGEROUS_ACTION_DRIFT = "DANGEROUS_ACTION_DRIFT"
+    MISSING_VERIFICATION_STEP = "MISSING_VERIFICATION_STEP"
+    UNNECESSARY_TOOL_CALL = "UNNECESSARY_TOOL_CALL"
+    REFUSAL_REGRESSION = "REFUSAL_REGRESSION"
+    INVARIANT_VIOLATION = "INVARIANT_VIOLATION"
+
+
+class Severity(enum.StrEnum):
+    """Ordered severities; compare with ``rank``."""
+
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+    CRITICAL = "critical"
+
+    @property
+    def rank(self) -> int:
+        return _SEVERITY_RANK[self]
+
+    def at_least(self, floor: Severity) -> Severity:
+        """This severity raised to ``floor`` if it is below it."""
+        return self if self.rank >= floor.rank else floor
+
+
+_SEVERITY_RANK = {Severity.LOW: 0, Severity.MEDIUM: 1, Severity.HIGH: 2, Severity.CRITICAL: 3}
+
+
+class ReferenceKind(enum.StrEnum):
+    """What a finding was judged against."""
+
+    EXPECTED = "expected"  # a golden case
+    SOURCE = "source"  # the shadow twin (source model) of a pair
+    POLICY = "policy"  # the always-on policy or a hand-written invariant
+
+
+@dataclass(frozen=True, slots=True)
+class RequestedCall:
+    """A tool call as a model requested it in an LLM span's output.
+
+    ``arguments`` is what the span carried: an already-decoded JSON value, a JSON string
+    (possibly double-encoded), or ``None`` when content capture was off. ``index`` is the
+    model's emission order within the span (the order of tool-call parts).
+    """
+
+    name: str
+    call_id: str | None
+    arguments: Any
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class SpanRecord:
+    """One span reduced to what toolwatch needs. Built once by ingest; immutable.
+
+    Role-specific fields are ``None`` (or empty) when the role does not carry them.
+    ``arguments`` and ``result`` keep the value as it arrived (decoded JSON value or raw
+    string); the timeline parses them. ``reference_keys`` holds the configured attributes
+    (golden case id, shadow pair key and role, ...) found on this span or its resource.
+    """
+
+    trace_id: bytes
+    span_id: bytes
+    parent_span_id: bytes | None
+    name: str
+    kind: int
+    start_ns: int
+    end_ns: int
+    status_code: int  # OTLP: 0 unset, 1 ok, 2 error
+    service: str | None
+    role: SpanRole
+    convention: str = ""  # which convention recognized it: genai, openinference, ...
+    tool_name: str | None = None
+    call_id: str | None = None
+    arguments: Any = None
+    result: Any = None
+    error_type: str | None = None
+    finish_reasons: tuple[str, ...] = ()
+    output_tool_calls: tuple[RequestedCall, ...] = ()
+    output_text: str | None = None
+    refusal: str | None = None  # refusal text or reason seen in the output
+    agent_name: str | None = None
+    model: str | None = None
+    conversation_id: str | None = None
+    reference_keys: tuple[tuple[str, str], ...] = ()
+    size_bytes: int = 0  # approximate payload size, for the buffer's byte bound
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One tool call of an agent run.
+
+    ``arguments`` is the parsed JSON value (usually an object). When the raw text could not be
+    parsed it is kept as the raw string and ``arguments_error`` says why; ``None`` means the
+    producer recorded no arguments. ``span_id`` is ``None`` for a call seen only in an LLM's
+    output (a hosted tool, or a producer that emits no tool spans).
+    """
+
+    tool_name: str
+    raw_name: str
+    arguments: Any
+    arguments_error: str | None
+    call_id: str | None
+    parent_call_id: str | None
+    sequence_index: int
+    parallel_group: int | None
+    status: CallStatus
+    error_type: str | None
+    agent: str | None
+    span_id: str | None
+    start_ns: int | None
+    end_ns: int | None
+    result: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class ToolTrace:
+    """One agent run: what the evaluators stand on.
+
+    ``complete`` is false when the run was evaluated before it finished;
+    ``incomplete_reason`` then says why (``timed_out``, ``evicted``, ``span_limit``,
+    ``shutdown``).
+    """
+
+    trace_id: str
+    run_span_id: str | None
+    service: str | None
+    agent: str | None
+    model: str | None
+    calls: tuple[ToolCall, ...]
+    final_text: str | None
+    refusal: bool
+    refusal_reason: str | None
+    error_count: int
+    complete: bool
+    incomplete_reason: str | None
+    start_ns: int
+    end_ns: int
+    span_count: int
+    conversation_id: str | None = None
+    reference_keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(c.tool_name for c in self.calls)
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    """One regression, with a stable category and a one-line explanation.
+
+    ``explanation`` never contains argument values; values that help a person (expected vs
+    actual) go in ``details``, which sinks redact unless configured otherwise.
+    """
+
+    category: Category
+    severity: Severity
+    evaluator: str
+    reference: ReferenceKind
+    score: float | None
+    explanation: str
+    trace_id: str
+    span_id: str | None = None
+    tool: str | None = None
+    field: str | None = None
+    agent: str | None = None
+    details: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class EvalResult:
+    """What one evaluator says of one ToolTrace: named scores in [0, 1], findings, and a
+    one-line explanation."""
+
+    evaluator: str
+    scores: Mapping[str, float]
+    findings: tuple[Finding, ...]
+    explanation: str
+
+
+@dataclass(frozen=True, slots=True)
+class ExpectedCall:
+    """One expected tool call of a golden case. ``arguments`` ``None`` means "any arguments";
+    ``match`` names the default argument strategy for this call's fields (``exact``,
+    ``subset``, ``numeric``, ``contains``, ``fuzzy``), ``None`` for the configured default."""
+
+    name: str
+    arguments: Mapping[str, Any] | None = None
+    match: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GoldenCase:
+    """An expected behaviour, matched to live runs by a configured attribute (case id)."""
+
+    case_id: str
+    expected_tools: tuple[ExpectedCall, ...] = ()
+    expected_no_tools: bool = False
+    expected_min_steps: int | None = None
+    expected_tool_count: int | None = None
+    category: str | None = None
+    selection_mode: str | None = None  # overrides the configured tool_selection mode
