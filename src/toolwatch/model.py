@@ -8,16 +8,16 @@ lower-case hex strings once a ToolTrace is built.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import time
 from collections.abc import Callable, Mapping
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 __all__ = [
-    "Category",
     "CallStatus",
+    "Category",
     "Clock",
     "EvalResult",
     "ExpectedCall",
