@@ -1,0 +1,408 @@
+"""Golden cases: the *expected* reference (DESIGN §6).
+
+A golden-case file is YAML (``examples/golden-cases.yaml`` is a commented one)::
+
+    cases:
+      - id: refund-verified                 # unique; live runs carry it in an attribute
+        category: refunds                   # optional: category, mode (selection mode)
+        expected_tools:                     # names, or {name, arguments?, match?}
+          - lookup_order
+          - {name: issue_refund, arguments: {amount_usd: 25.0}, match: numeric}
+        expected_tool_count: 2              # optional, as is expected_min_steps
+      - {id: small-talk, expected_no_tools: true}
+
+``load_golden_cases`` reads and validates the file once, at start-up, and returns an
+immutable ``GoldenCaseSet`` of ``model.GoldenCase`` records with normalized tool names.
+Every problem raises ``ReferenceFileError`` naming the file, the field path
+(``cases[3].expected_tools[1].name``) and the reason, with the YAML line and column.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, Literal, Self, TypeAlias
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+
+from toolwatch.model import ExpectedCall, GoldenCase, ToolTrace
+from toolwatch.names import NameNormalizer
+from toolwatch.references.settings import DEFAULT_CASE_ID_ATTRIBUTE
+
+__all__ = [
+    "ExpectedToolEntry",
+    "GoldenCaseEntry",
+    "GoldenCaseSet",
+    "GoldenFile",
+    "MatchStrategy",
+    "ReferenceFileError",
+    "SelectionMode",
+    "load_golden_cases",
+]
+
+#: Argument strategies of the tool_arguments evaluator (DESIGN §7).
+MatchStrategy: TypeAlias = Literal["exact", "subset", "numeric", "contains", "fuzzy"]
+#: Modes of the tool_selection evaluator (DESIGN §7).
+SelectionMode: TypeAlias = Literal["expected", "expected_set", "exact", "set", "first"]
+
+
+class ReferenceFileError(ValueError):
+    """A reference file that cannot be used.
+
+    ``problems`` holds ``(where, reason)`` pairs; ``where`` is a field path such as
+    ``cases[3].expected_tools[1].name``, a YAML position, or empty for the file as a whole.
+    The message has one line per problem: ``<path>: <where>: <reason>``.
+    """
+
+    def __init__(self, path: Path, problems: Sequence[tuple[str, str]]) -> None:
+        self.path = path
+        self.problems = tuple(problems)
+        super().__init__("\n".join(_line(path, where, why) for where, why in self.problems))
+
+
+def _line(path: Path, where: str, reason: str) -> str:
+    return f"{path}: {where}: {reason}" if where else f"{path}: {reason}"
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+def _trimmed(value: str) -> str:
+    """Case ids are compared exactly with the attribute a run carries: no stray spaces."""
+    if value != _not_blank(value).strip():
+        raise ValueError(f"{value!r} must not start or end with whitespace")
+    return value
+
+
+def _name_only(value: Any) -> Any:
+    """``- lookup_order`` is short for ``- name: lookup_order``."""
+    return {"name": value} if isinstance(value, str) else value
+
+
+_Text = Annotated[str, AfterValidator(_not_blank)]
+_Id = Annotated[str, AfterValidator(_trimmed)]
+
+
+class _Schema(BaseModel):
+    # strict: YAML typed the values already; a "2" count is a mistake to report, not coerce.
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class ExpectedToolEntry(_Schema):
+    """One expected call. ``arguments`` ``None`` means any arguments; ``match`` is the default
+    argument strategy for its fields (``None``: the evaluator's configured default)."""
+
+    name: _Text
+    arguments: dict[str, Any] | None = None
+    match: MatchStrategy | None = None
+
+
+class GoldenCaseEntry(_Schema):
+    """One case as written in the file."""
+
+    id: _Id
+    expected_tools: list[Annotated[ExpectedToolEntry, BeforeValidator(_name_only)]] = []
+    expected_no_tools: bool = False
+    expected_min_steps: int | None = Field(default=None, ge=1)
+    expected_tool_count: int | None = Field(default=None, ge=0)
+    category: _Text | None = None
+    mode: SelectionMode | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Self:
+        if self.expected_no_tools and self.expected_tools:
+            raise ValueError(
+                f"expected_no_tools is true but expected_tools lists {len(self.expected_tools)}"
+                " tool(s); a case expects either tools or no tools"
+            )
+        if self.expected_no_tools and self.expected_tool_count:
+            count = self.expected_tool_count
+            raise ValueError(f"expected_no_tools is true but expected_tool_count is {count}")
+        if self.mode is not None and not self.expected_tools:
+            raise ValueError(f"mode {self.mode!r} needs expected_tools to select against")
+        if not (self.expected_tools or self.expected_no_tools or self._counted()):
+            raise ValueError(
+                "the case expects nothing: give expected_tools, expected_no_tools,"
+                " expected_min_steps or expected_tool_count"
+            )
+        return self
+
+    def _counted(self) -> bool:
+        return self.expected_min_steps is not None or self.expected_tool_count is not None
+
+
+class GoldenFile(_Schema):
+    """The whole file: a list of cases."""
+
+    cases: list[GoldenCaseEntry]
+
+
+_FIELDS_AT_DEPTH: Mapping[int, tuple[str, ...]] = {
+    1: tuple(GoldenFile.model_fields),
+    3: tuple(GoldenCaseEntry.model_fields),
+    5: tuple(ExpectedToolEntry.model_fields),
+}
+
+
+class GoldenCaseSet:
+    """Golden cases by id, matched to live runs through one attribute.
+
+    Immutable after construction, so any thread may read it. Iteration follows file order.
+    """
+
+    __slots__ = ("_attribute", "_by_id")
+
+    def __init__(
+        self,
+        cases: Iterable[GoldenCase] = (),
+        *,
+        case_id_attribute: str = DEFAULT_CASE_ID_ATTRIBUTE,
+    ) -> None:
+        """Raises ``ValueError`` if two cases share an id."""
+        by_id: dict[str, GoldenCase] = {}
+        for case in cases:
+            if case.case_id in by_id:
+                raise ValueError(f"duplicate golden case id {case.case_id!r}")
+            by_id[case.case_id] = case
+        self._by_id = by_id
+        self._attribute = case_id_attribute
+
+    @property
+    def case_id_attribute(self) -> str:
+        """The ``ToolTrace.reference_keys`` key whose value is a case id."""
+        return self._attribute
+
+    def match(self, trace: ToolTrace) -> GoldenCase | None:
+        """The case whose id the run carries (exact match), or ``None``."""
+        case_id = trace.reference_keys.get(self._attribute)
+        return None if case_id is None else self._by_id.get(case_id)
+
+    def get(self, case_id: str) -> GoldenCase | None:
+        """The case with this id, or ``None``."""
+        return self._by_id.get(case_id)
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def __iter__(self) -> Iterator[GoldenCase]:
+        return iter(self._by_id.values())
+
+
+def load_golden_cases(
+    path: Path,
+    *,
+    normalize: NameNormalizer | None = None,
+    case_id_attribute: str = DEFAULT_CASE_ID_ATTRIBUTE,
+) -> GoldenCaseSet:
+    """Read, validate and convert a golden-case file; tool names go through ``normalize``
+    (fold only when ``None``). Raises ``ReferenceFileError`` on any problem."""
+    root, data = _read_yaml(path)
+    if data is None:
+        raise ReferenceFileError(path, [("", "the file is empty; expected a 'cases' list")])
+    try:
+        parsed = GoldenFile.model_validate(data)
+    except ValidationError as exc:
+        problems = [_problem(error, root) for error in exc.errors(include_url=False)]
+        raise ReferenceFileError(path, problems) from None
+    duplicates = _duplicate_ids(parsed, root)
+    if duplicates:
+        raise ReferenceFileError(path, duplicates)
+    names = normalize or NameNormalizer()
+    cases = (_to_case(entry, names) for entry in parsed.cases)
+    return GoldenCaseSet(cases, case_id_attribute=case_id_attribute)
+
+
+def _to_case(entry: GoldenCaseEntry, normalize: NameNormalizer) -> GoldenCase:
+    return GoldenCase(
+        case_id=entry.id,
+        expected_tools=tuple(_to_call(tool, normalize) for tool in entry.expected_tools),
+        expected_no_tools=entry.expected_no_tools,
+        expected_min_steps=entry.expected_min_steps,
+        expected_tool_count=entry.expected_tool_count,
+        category=entry.category,
+        selection_mode=entry.mode,
+    )
+
+
+def _to_call(tool: ExpectedToolEntry, normalize: NameNormalizer) -> ExpectedCall:
+    arguments = dict(tool.arguments) if tool.arguments is not None else None
+    return ExpectedCall(name=normalize(tool.name), arguments=arguments, match=tool.match)
+
+
+def _duplicate_ids(parsed: GoldenFile, root: yaml.Node | None) -> list[tuple[str, str]]:
+    first_at: dict[str, int] = {}
+    problems: list[tuple[str, str]] = []
+    for index, case in enumerate(parsed.cases):
+        first = first_at.setdefault(case.id, index)
+        if first != index:
+            reason = f"duplicate case id {case.id!r} (first used by cases[{first}])"
+            problems.append(_located(("cases", index, "id"), reason, root))
+    return problems
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """``SafeLoader`` that rejects duplicate mapping keys (PyYAML silently keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: set[tuple[str, str]] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue
+            key = (key_node.tag, key_node.value)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {key_node.value!r}",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+# Unquoted dates stay strings: live arguments arrive as JSON, where a date is a string, so a
+# YAML ``datetime.date`` would never equal one.
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, regexp) for tag, regexp in resolvers if not tag.endswith(":timestamp")]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+
+
+def _read_yaml(path: Path) -> tuple[yaml.Node | None, Any]:
+    """The document's node tree (for error positions) and its value."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ReferenceFileError(path, [("", f"cannot read: {exc.strerror or exc}")]) from None
+    except UnicodeDecodeError as exc:
+        raise ReferenceFileError(path, [("", f"not UTF-8 text: {exc.reason}")]) from None
+    loader = _StrictLoader(text)
+    try:
+        root = loader.get_single_node()
+        return root, (loader.construct_document(root) if root is not None else None)
+    except yaml.MarkedYAMLError as exc:
+        raise ReferenceFileError(path, [_yaml_problem(exc)]) from None
+    except yaml.YAMLError as exc:
+        raise ReferenceFileError(path, [("", f"invalid YAML: {exc}")]) from None
+    finally:
+        loader.dispose()
+
+
+def _yaml_problem(exc: yaml.MarkedYAMLError) -> tuple[str, str]:
+    mark = exc.problem_mark or exc.context_mark
+    where = f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    reason = exc.problem or exc.context or "unreadable"
+    context = f" ({exc.context})" if exc.context and exc.problem else ""
+    return where, f"invalid YAML: {reason}{context}"
+
+
+def _node_at(root: yaml.Node | None, loc: Sequence[int | str], key: bool) -> yaml.Node | None:
+    """The deepest node of ``root`` along ``loc`` (a missing field stops at its parent);
+    with ``key`` the last step yields the mapping key rather than its value."""
+    node = root
+    for depth, part in enumerate(loc):
+        child = _child(node, part, key and depth == len(loc) - 1)
+        if child is None:
+            break
+        node = child
+    return node
+
+
+def _child(node: yaml.Node | None, part: int | str, key: bool) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode):
+        pairs = (pair for pair in node.value if pair[0].value == str(part))
+        pair: tuple[yaml.Node, yaml.Node] | None = next(pairs, None)
+        return None if pair is None else pair[0 if key else 1]
+    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+        child: yaml.Node = node.value[part]
+        return child
+    return None
+
+
+_REASONS: Mapping[str, str] = {
+    "missing": "required field is missing",
+    "bool_type": "must be true or false",
+    "int_type": "must be a whole number",
+    "string_type": "must be a string",
+    "list_type": "must be a list",
+    "dict_type": "must be a mapping",
+    "model_type": "must be a mapping",
+}
+
+
+def _problem(error: ErrorDetails, root: yaml.Node | None) -> tuple[str, str]:
+    at_key = error["type"] == "extra_forbidden" or error["loc"][-1:] == ("[key]",)
+    return _located(error["loc"], _reason(error), root, at_key=at_key)
+
+
+def _located(
+    loc: Sequence[int | str], reason: str, root: yaml.Node | None, *, at_key: bool = False
+) -> tuple[str, str]:
+    node = _node_at(root, [part for part in loc if part != "[key]"], at_key)
+    if node is not None:
+        mark = node.start_mark
+        reason = f"{reason} (line {mark.line + 1}, column {mark.column + 1})"
+    return _field_path(loc), reason
+
+
+def _field_path(loc: Sequence[int | str]) -> str:
+    path = ""
+    for index, part in enumerate(loc):
+        is_key = loc[index + 1 : index + 2] == ("[key]",)
+        if part == "[key]":
+            path += " (key)"
+        elif isinstance(part, int) and not is_key:
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path or "(top level)"
+
+
+def _reason(error: ErrorDetails) -> str:
+    kind, loc = error["type"], error["loc"]
+    if kind == "extra_forbidden":
+        return _unknown_field(loc)
+    if kind in ("value_error", "missing"):
+        return _REASONS.get(kind) or error["msg"].removeprefix("Value error, ")
+    if kind == "model_type" and len(loc) in (0, 4):
+        wanted = "a mapping with a 'cases' list" if not loc else "a tool name or a mapping"
+        return f"must be {wanted}, got {_shown(error.get('input'))}"
+    if kind == "literal_error":
+        expected = error.get("ctx", {}).get("expected", "one of the allowed values")
+        return f"must be {expected}, got {_shown(error.get('input'))}"
+    reason = _REASONS.get(kind) or error["msg"].replace("Input should be", "must be")
+    value = error.get("input")
+    # YAML reads an unquoted 0042 as the integer 34: a string that looks like a number needs
+    # quotes.
+    hint = "; quote it" if kind == "string_type" and isinstance(value, int | float) else ""
+    return f"{reason}, got {_shown(value)}{hint}"
+
+
+def _unknown_field(loc: Sequence[int | str]) -> str:
+    allowed = _FIELDS_AT_DEPTH.get(len(loc), ())
+    close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
+    hint = f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(allowed)}"
+    return f"unknown field ({hint})"
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    shown = repr(value)
+    return shown if len(shown) <= 60 else shown[:57] + "..."

@@ -1,0 +1,130 @@
+"""Configuration of the references stage: golden cases and shadow pairs (DESIGN §6).
+
+These are the ``golden:`` and ``shadow:`` sections of the configuration file. They are
+validated once at start-up; an invalid value raises ``pydantic.ValidationError`` whose
+messages name the field and the reason (the config loader adds the file path).
+
+Each section also says which span attributes ingest must copy into
+``ToolTrace.reference_keys`` (``reference_keys()``): the case id for golden cases, the pair
+key and role for shadow pairs. Nothing here reads files; ``cases_file`` is checked when
+``references.golden.load_golden_cases`` reads it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Self
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "DEFAULT_CASE_ID_ATTRIBUTE",
+    "DEFAULT_PAIR_KEY_ATTRIBUTE",
+    "DEFAULT_ROLE_ATTRIBUTE",
+    "GoldenSettings",
+    "ReferenceSettings",
+    "ShadowSettings",
+]
+
+DEFAULT_CASE_ID_ATTRIBUTE = "toolwatch.case_id"
+DEFAULT_PAIR_KEY_ATTRIBUTE = "toolwatch.shadow.pair_id"
+DEFAULT_ROLE_ATTRIBUTE = "toolwatch.shadow.role"
+
+
+def _attribute_key(value: str) -> str:
+    """An OpenTelemetry attribute key: non-empty, no surrounding or inner whitespace."""
+    if not value:
+        raise ValueError("must be a non-empty span attribute key")
+    if any(ch.isspace() for ch in value):
+        raise ValueError(f"{value!r} is not a span attribute key: it contains whitespace")
+    return value
+
+
+def _role_value(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must be a non-empty attribute value")
+    return value
+
+
+_AttributeKey = Annotated[str, AfterValidator(_attribute_key)]
+_RoleValue = Annotated[str, AfterValidator(_role_value)]
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GoldenSettings(_Section):
+    """Golden cases (the *expected* reference): a YAML file of cases, matched to live runs
+    whose span (or resource) attribute ``case_id_attribute`` carries a case id. Off when
+    ``cases_file`` is ``None``."""
+
+    cases_file: Path | None = Field(default=None, description="YAML file of golden cases")
+    case_id_attribute: _AttributeKey = Field(
+        default=DEFAULT_CASE_ID_ATTRIBUTE, description="span attribute carrying the case id"
+    )
+
+    def reference_keys(self) -> frozenset[str]:
+        """Attribute keys ingest must capture for golden matching (none when off)."""
+        return frozenset({self.case_id_attribute}) if self.cases_file is not None else frozenset()
+
+
+class ShadowSettings(_Section):
+    """Shadow pairs (the *source* reference): runs sharing the ``pair_key_attribute`` value
+    are joined by ``role_attribute`` (``source_value`` / ``target_value``, compared
+    case-insensitively). A half waits at most ``pair_timeout_seconds``; at most
+    ``max_waiting`` halves wait at once (the oldest is dropped beyond that)."""
+
+    enabled: bool = False
+    pair_key_attribute: _AttributeKey = DEFAULT_PAIR_KEY_ATTRIBUTE
+    role_attribute: _AttributeKey = DEFAULT_ROLE_ATTRIBUTE
+    source_value: _RoleValue = "source"
+    target_value: _RoleValue = "target"
+    pair_timeout_seconds: float = Field(
+        default=60.0, gt=0, allow_inf_nan=False, description="how long a half waits"
+    )
+    max_waiting: int = Field(default=10_000, gt=0, description="bound on halves waiting at once")
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Self:
+        if self.pair_key_attribute == self.role_attribute:
+            raise ValueError(
+                f"pair_key_attribute and role_attribute are both {self.role_attribute!r};"
+                " they must be different attributes"
+            )
+        if self.source_value.strip().casefold() == self.target_value.strip().casefold():
+            raise ValueError(
+                f"source_value {self.source_value!r} and target_value {self.target_value!r}"
+                " name the same role (roles are compared case-insensitively)"
+            )
+        return self
+
+    def reference_keys(self) -> frozenset[str]:
+        """Attribute keys ingest must capture for shadow joining (none when disabled)."""
+        if not self.enabled:
+            return frozenset()
+        return frozenset({self.pair_key_attribute, self.role_attribute})
+
+
+class ReferenceSettings(_Section):
+    """Both reference sections together."""
+
+    golden: GoldenSettings = GoldenSettings()
+    shadow: ShadowSettings = ShadowSettings()
+
+    @model_validator(mode="after")
+    def _no_shared_attribute(self) -> Self:
+        # One attribute cannot be both a case id and a pair key/role: a canary run would be
+        # taken for a shadow half (or the reverse) and compared with the wrong reference.
+        shared = self.golden.reference_keys() & self.shadow.reference_keys()
+        if shared:
+            raise ValueError(
+                f"golden.case_id_attribute {min(shared)!r} is also a shadow attribute;"
+                " use a different attribute for each"
+            )
+        return self
+
+    def reference_keys(self) -> frozenset[str]:
+        """Every attribute key ingest must copy into ``reference_keys``
+        (``DecodeOptions.reference_keys``)."""
+        return self.golden.reference_keys() | self.shadow.reference_keys()

@@ -1,0 +1,155 @@
+"""Shadow pairs: the *source* reference (DESIGN §6).
+
+A candidate model serves a copy of live traffic. Both runs carry the same pair key attribute
+and a role attribute (``source`` for the serving model, ``target`` for the candidate). The
+joiner holds the first half to arrive and hands back the pair when the other half arrives;
+the caller then evaluates the target against the source.
+
+Every half that is never paired is counted once through
+``PipelineMetrics.shadow_unpaired(reason)`` with one of ``UNPAIRED_REASONS``:
+
+- ``timed_out``: it waited ``pair_timeout_seconds`` (``expire``);
+- ``evicted``: ``max_waiting`` halves were already waiting, and it was the oldest;
+- ``duplicate``: its pair key and role were already taken (waiting, or paired within the
+  timeout): the first is kept;
+- ``no_role``: it carries a pair key but no role, or an unknown one (the caller still
+  evaluates it against policy);
+- ``shutdown``: still waiting at ``drain``.
+
+Threading: not thread-safe. One thread (the engine's event loop) calls every method.
+Pure of I/O; time comes from the injected clock.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from toolwatch.metrics import PipelineMetrics
+from toolwatch.model import Clock, ToolTrace
+from toolwatch.references.settings import ShadowSettings
+
+__all__ = ["UNPAIRED_REASONS", "ShadowJoiner", "ShadowPair"]
+
+#: Every ``reason`` label ``ShadowJoiner`` reports (a bounded label set).
+UNPAIRED_REASONS = ("duplicate", "evicted", "no_role", "shutdown", "timed_out")
+
+_SOURCE = "source"
+_TARGET = "target"
+
+
+@dataclass(frozen=True, slots=True)
+class ShadowPair:
+    """A joined pair: ``source`` is the serving model's run, ``target`` the candidate's."""
+
+    source: ToolTrace
+    target: ToolTrace
+
+
+@dataclass(frozen=True, slots=True)
+class _Half:
+    trace: ToolTrace
+    role: str  # _SOURCE or _TARGET
+    arrived_ns: int
+
+
+class ShadowJoiner:
+    """Joins shadow halves by pair key, bounded in time and memory.
+
+    Waiting halves live in an insertion-ordered map; with one timeout for all, arrival order
+    is expiry order, so ``expire`` and eviction only look at the front.
+    """
+
+    __slots__ = ("_clock", "_metrics", "_paired", "_roles", "_settings", "_timeout_ns", "_waiting")
+
+    def __init__(self, settings: ShadowSettings, clock: Clock, metrics: PipelineMetrics) -> None:
+        self._settings = settings
+        self._clock = clock
+        self._metrics = metrics
+        self._timeout_ns = int(settings.pair_timeout_seconds * 1_000_000_000)
+        self._roles = {
+            _fold(settings.source_value): _SOURCE,
+            _fold(settings.target_value): _TARGET,
+        }
+        self._waiting: OrderedDict[str, _Half] = OrderedDict()
+        # Pair keys joined within the timeout (key -> when), so a late third half is a
+        # duplicate rather than a new half left to time out. Bounded like ``_waiting``.
+        self._paired: OrderedDict[str, int] = OrderedDict()
+
+    @property
+    def waiting(self) -> int:
+        """How many halves are waiting for their other half."""
+        return len(self._waiting)
+
+    def pair_key(self, trace: ToolTrace) -> str | None:
+        """The run's pair key, or ``None`` if it is not a shadow run (or shadow is off).
+        An empty value is no key."""
+        if not self._settings.enabled:
+            return None
+        return trace.reference_keys.get(self._settings.pair_key_attribute) or None
+
+    def offer(self, trace: ToolTrace) -> ShadowPair | None:
+        """Take one finished run. Returns the pair it completes, else ``None``.
+
+        A run without a pair key is ignored (nothing held, nothing counted). Expired halves
+        are dropped first, so a half never pairs after its timeout.
+        """
+        key = self.pair_key(trace)
+        if key is None:
+            return None
+        self.expire()
+        role = self._role(trace)
+        if role is None:
+            self._metrics.shadow_unpaired("no_role")
+            return None
+        waiting = self._waiting.get(key)
+        if key in self._paired or (waiting is not None and waiting.role == role):
+            self._metrics.shadow_unpaired("duplicate")
+            return None
+        if waiting is None:
+            self._hold(key, _Half(trace, role, self._clock()))
+            return None
+        return self._join(key, waiting, trace)
+
+    def expire(self) -> None:
+        """Drop halves that waited ``pair_timeout_seconds`` or longer (counted
+        ``timed_out``) and forget old joined keys. Cost is proportional to what expires."""
+        deadline = self._clock() - self._timeout_ns
+        while self._waiting:
+            key, half = next(iter(self._waiting.items()))
+            if half.arrived_ns > deadline:
+                break
+            del self._waiting[key]
+            self._metrics.shadow_unpaired("timed_out")
+        while self._paired and next(iter(self._paired.values())) <= deadline:
+            self._paired.popitem(last=False)
+
+    def drain(self) -> None:
+        """Shutdown: count every waiting half as unpaired ``shutdown`` and hold nothing."""
+        for _ in range(len(self._waiting)):
+            self._metrics.shadow_unpaired("shutdown")
+        self._waiting.clear()
+        self._paired.clear()
+
+    def _role(self, trace: ToolTrace) -> str | None:
+        value = trace.reference_keys.get(self._settings.role_attribute)
+        return None if value is None else self._roles.get(_fold(value))
+
+    def _hold(self, key: str, half: _Half) -> None:
+        if len(self._waiting) >= self._settings.max_waiting:
+            self._waiting.popitem(last=False)
+            self._metrics.shadow_unpaired("evicted")
+        self._waiting[key] = half
+
+    def _join(self, key: str, waiting: _Half, arrived: ToolTrace) -> ShadowPair:
+        del self._waiting[key]
+        if len(self._paired) >= self._settings.max_waiting:
+            self._paired.popitem(last=False)
+        self._paired[key] = self._clock()
+        if waiting.role == _SOURCE:
+            return ShadowPair(source=waiting.trace, target=arrived)
+        return ShadowPair(source=arrived, target=waiting.trace)
+
+
+def _fold(value: str) -> str:
+    return value.strip().casefold()

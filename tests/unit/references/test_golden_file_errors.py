@@ -1,0 +1,216 @@
+"""Golden-case file errors: each names the file, the field path and the reason."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolwatch.references.golden import ReferenceFileError, load_golden_cases
+
+
+def _error(tmp_path: Path, text: str) -> ReferenceFileError:
+    path = tmp_path / "cases.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(ReferenceFileError) as caught:
+        load_golden_cases(path)
+    return caught.value
+
+
+def test_yaml_syntax_error_names_line_and_column(tmp_path: Path) -> None:
+    error = _error(tmp_path, "cases:\n  - id: a\n    expected_tools: [x\n")
+
+    assert str(error) == (
+        f"{tmp_path / 'cases.yaml'}: line 4, column 1: invalid YAML: expected ',' or ']',"
+        " but got '<stream end>' (while parsing a flow sequence)"
+    )
+
+
+def test_missing_tool_name_names_the_field_path(tmp_path: Path) -> None:
+    error = _error(
+        tmp_path,
+        "cases:\n"
+        "  - id: a\n"
+        "    expected_tools:\n"
+        "      - lookup_order\n"
+        "      - arguments: {order_id: X}\n",
+    )
+
+    assert str(error) == (
+        f"{tmp_path / 'cases.yaml'}: cases[0].expected_tools[1].name:"
+        " required field is missing (line 5, column 9)"
+    )
+    assert error.path == tmp_path / "cases.yaml"
+    assert error.problems == (
+        ("cases[0].expected_tools[1].name", "required field is missing (line 5, column 9)"),
+    )
+
+
+def test_both_expected_no_tools_and_expected_tools_is_an_error(tmp_path: Path) -> None:
+    error = _error(
+        tmp_path,
+        "cases:\n  - id: a\n    expected_no_tools: true\n    expected_tools: [search_kb]\n",
+    )
+
+    assert error.problems == (
+        (
+            "cases[0]",
+            "expected_no_tools is true but expected_tools lists 1 tool(s); a case expects"
+            " either tools or no tools (line 2, column 5)",
+        ),
+    )
+
+
+def test_duplicate_case_ids_are_an_error(tmp_path: Path) -> None:
+    error = _error(
+        tmp_path,
+        "cases:\n"
+        "  - {id: refund, expected_no_tools: true}\n"
+        "  - {id: other, expected_no_tools: true}\n"
+        "  - {id: refund, expected_tool_count: 1}\n",
+    )
+
+    assert error.problems == (
+        ("cases[2].id", "duplicate case id 'refund' (first used by cases[0]) (line 4, column 10)"),
+    )
+
+
+def test_unknown_match_strategy_lists_the_allowed_ones(tmp_path: Path) -> None:
+    error = _error(
+        tmp_path,
+        "cases:\n  - id: a\n    expected_tools:\n      - {name: issue_refund, match: numerc}\n",
+    )
+
+    assert error.problems == (
+        (
+            "cases[0].expected_tools[0].match",
+            "must be 'exact', 'subset', 'numeric', 'contains' or 'fuzzy', got 'numerc'"
+            " (line 4, column 37)",
+        ),
+    )
+
+
+def test_unknown_field_suggests_the_close_one(tmp_path: Path) -> None:
+    error = _error(tmp_path, "cases:\n  - id: a\n    expected_tool: [x]\n")
+
+    assert error.problems == (
+        (
+            "cases[0].expected_tool",
+            "unknown field (did you mean 'expected_tools'?) (line 3, column 5)",
+        ),
+    )
+
+
+def test_a_tool_entry_that_is_neither_name_nor_mapping(tmp_path: Path) -> None:
+    error = _error(tmp_path, "cases:\n  - id: a\n    expected_tools: [42]\n")
+
+    assert error.problems == (
+        (
+            "cases[0].expected_tools[0]",
+            "must be a tool name or a mapping, got 42 (line 3, column 22)",
+        ),
+    )
+
+
+def test_numeric_looking_case_id_must_be_quoted(tmp_path: Path) -> None:
+    error = _error(tmp_path, "cases:\n  - {id: 0042, expected_no_tools: true}\n")
+
+    # YAML 1.1 reads 0042 as octal: the message shows the value it actually got.
+    assert error.problems == (
+        ("cases[0].id", "must be a string, got 34; quote it (line 2, column 10)"),
+    )
+
+
+def test_counts_are_bounded(tmp_path: Path) -> None:
+    error = _error(
+        tmp_path, "cases:\n  - id: a\n    expected_min_steps: 0\n    expected_tool_count: -1\n"
+    )
+
+    assert error.problems == (
+        (
+            "cases[0].expected_min_steps",
+            "must be greater than or equal to 1, got 0 (line 3, column 25)",
+        ),
+        (
+            "cases[0].expected_tool_count",
+            "must be greater than or equal to 0, got -1 (line 4, column 26)",
+        ),
+    )
+
+
+def test_a_case_that_expects_nothing_is_an_error(tmp_path: Path) -> None:
+    error = _error(tmp_path, "cases:\n  - id: a\n    category: refunds\n")
+
+    assert error.problems == (
+        (
+            "cases[0]",
+            "the case expects nothing: give expected_tools, expected_no_tools,"
+            " expected_min_steps or expected_tool_count (line 2, column 5)",
+        ),
+    )
+
+
+def test_duplicate_yaml_keys_are_an_error(tmp_path: Path) -> None:
+    error = _error(
+        tmp_path, "cases:\n  - id: a\n    expected_no_tools: true\n    expected_no_tools: false\n"
+    )
+
+    assert error.problems == (
+        (
+            "line 4, column 5",
+            "invalid YAML: found duplicate key 'expected_no_tools' (while constructing a mapping)",
+        ),
+    )
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    error = _error(tmp_path, "# nothing yet\n")
+
+    assert str(error) == f"{tmp_path / 'cases.yaml'}: the file is empty; expected a 'cases' list"
+
+
+def test_top_level_list(tmp_path: Path) -> None:
+    error = _error(tmp_path, "- id: a\n")
+
+    assert error.problems == (
+        ("(top level)", "must be a mapping with a 'cases' list, got a list (line 1, column 1)"),
+    )
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    path = tmp_path / "absent.yaml"
+
+    with pytest.raises(ReferenceFileError) as caught:
+        load_golden_cases(path)
+
+    assert str(caught.value) == f"{path}: cannot read: No such file or directory"
+
+
+def test_every_problem_is_reported_one_per_line(tmp_path: Path) -> None:
+    error = _error(
+        tmp_path,
+        "cases:\n  - {id: a, mode: sets, expected_tools: [x]}\n  - {expected_no_tools: yes}\n",
+    )
+
+    lines = str(error).splitlines()
+    assert len(lines) == 2
+    assert lines[0].startswith(f"{tmp_path / 'cases.yaml'}: cases[0].mode: must be 'expected',")
+    assert lines[1] == (
+        f"{tmp_path / 'cases.yaml'}: cases[1].id: required field is missing (line 3, column 5)"
+    )
+
+
+def test_case_id_with_surrounding_spaces_is_an_error(tmp_path: Path) -> None:
+    error = _error(tmp_path, "cases:\n  - {id: ' refund', expected_no_tools: true}\n")
+
+    assert error.problems == (
+        ("cases[0].id", "' refund' must not start or end with whitespace (line 2, column 10)"),
+    )
+
+
+def test_blank_tool_name_is_an_error(tmp_path: Path) -> None:
+    error = _error(tmp_path, "cases:\n  - id: a\n    expected_tools: ['  ']\n")
+
+    assert error.problems == (
+        ("cases[0].expected_tools[0].name", "must not be empty (line 3, column 22)"),
+    )

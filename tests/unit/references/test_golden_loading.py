@@ -1,0 +1,124 @@
+"""Loading golden-case files: the shipped example, entry shapes, normalization, YAML typing."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from toolwatch.model import ExpectedCall, GoldenCase
+from toolwatch.names import NameNormalizer
+from toolwatch.references.golden import GoldenCaseSet, load_golden_cases
+
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "golden-cases.yaml"
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "cases.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_shipped_example_loads_every_case_in_file_order() -> None:
+    cases = load_golden_cases(EXAMPLE)
+
+    assert [case.case_id for case in cases] == [
+        "refund-verified-damaged-item",
+        "kb-return-window",
+        "greeting-no-tools",
+        "escalate-chargeback-threat",
+    ]
+
+
+def test_shipped_example_refund_case_keeps_arguments_and_strategies() -> None:
+    refund = load_golden_cases(EXAMPLE).get("refund-verified-damaged-item")
+
+    assert refund == GoldenCase(
+        case_id="refund-verified-damaged-item",
+        expected_tools=(
+            ExpectedCall("lookup_order", {"order_id": "ORD-1042"}, "exact"),
+            ExpectedCall("issue_refund", {"order_id": "ORD-1042", "amount_usd": 49.99}, "numeric"),
+            ExpectedCall("send_email"),
+        ),
+        expected_min_steps=3,
+        expected_tool_count=3,
+        category="refunds",
+        selection_mode="expected",
+    )
+
+
+def test_shipped_example_no_tools_case() -> None:
+    greeting = load_golden_cases(EXAMPLE).get("greeting-no-tools")
+
+    assert greeting == GoldenCase(
+        case_id="greeting-no-tools", expected_no_tools=True, category="small_talk"
+    )
+
+
+def test_string_and_object_tool_entries_convert_alike(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "cases:\n"
+        "  - id: c1\n"
+        "    expected_tools:\n"
+        "      - lookup_order\n"
+        "      - {name: lookup_order}\n"
+        "      - name: issue_refund\n"
+        "        arguments: {amount_usd: 10}\n",
+    )
+
+    (case,) = load_golden_cases(path)
+
+    assert case.expected_tools == (
+        ExpectedCall("lookup_order"),
+        ExpectedCall("lookup_order"),
+        ExpectedCall("issue_refund", {"amount_usd": 10}, None),
+    )
+
+
+def test_tool_names_go_through_the_given_normalizer(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "cases:\n  - id: c1\n    expected_tools: ['  Lookup_Order ', {name: RefundTool}]\n",
+    )
+    normalize = NameNormalizer({"refundtool": "issue_refund"})
+
+    (case,) = load_golden_cases(path, normalize=normalize)
+
+    assert [call.name for call in case.expected_tools] == ["lookup_order", "issue_refund"]
+
+
+def test_without_a_normalizer_names_are_folded(tmp_path: Path) -> None:
+    path = _write(tmp_path, "cases:\n  - id: c1\n    expected_tools: [' Search_KB']\n")
+
+    (case,) = load_golden_cases(path)
+
+    assert case.expected_tools[0].name == "search_kb"
+
+
+def test_unquoted_dates_in_arguments_stay_strings(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "cases:\n"
+        "  - id: c1\n"
+        "    expected_tools:\n"
+        "      - {name: lookup_order, arguments: {placed_on: 2024-05-01}}\n",
+    )
+
+    (case,) = load_golden_cases(path)
+
+    assert case.expected_tools[0].arguments == {"placed_on": "2024-05-01"}
+
+
+def test_an_empty_cases_list_is_an_empty_set(tmp_path: Path) -> None:
+    cases = load_golden_cases(_write(tmp_path, "cases: []\n"))
+
+    assert len(cases) == 0
+    assert list(cases) == []
+
+
+def test_loaded_set_uses_the_configured_attribute(tmp_path: Path) -> None:
+    path = _write(tmp_path, "cases:\n  - {id: c1, expected_no_tools: true}\n")
+
+    cases = load_golden_cases(path, case_id_attribute="canary.case")
+
+    assert isinstance(cases, GoldenCaseSet)
+    assert cases.case_id_attribute == "canary.case"

@@ -1,0 +1,247 @@
+"""Joining shadow halves: both orders, timeouts, the memory bound, duplicates and roles."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from toolwatch.metrics import NoopMetrics
+from toolwatch.model import ManualClock, ToolTrace
+from toolwatch.references.settings import ShadowSettings
+from toolwatch.references.shadow import UNPAIRED_REASONS, ShadowJoiner, ShadowPair
+
+PAIR = "toolwatch.shadow.pair_id"
+ROLE = "toolwatch.shadow.role"
+
+
+class CountingMetrics(NoopMetrics):
+    """Records every ``shadow_unpaired`` reason."""
+
+    def __init__(self) -> None:
+        self.unpaired: Counter[str] = Counter()
+
+    def shadow_unpaired(self, reason: str) -> None:
+        self.unpaired[reason] += 1
+
+
+def _run(trace_id: str, keys: dict[str, str]) -> ToolTrace:
+    return ToolTrace(
+        trace_id=trace_id,
+        run_span_id=None,
+        service="support-agent",
+        agent="refunds",
+        model=None,
+        calls=(),
+        final_text=None,
+        refusal=False,
+        refusal_reason=None,
+        error_count=0,
+        complete=True,
+        incomplete_reason=None,
+        start_ns=1,
+        end_ns=2,
+        span_count=1,
+        reference_keys=keys,
+    )
+
+
+def _half(key: str, role: str, trace_id: str | None = None) -> ToolTrace:
+    return _run(trace_id or f"{key}-{role}", {PAIR: key, ROLE: role})
+
+
+def _joiner(
+    clock: ManualClock | None = None, **overrides: object
+) -> tuple[ShadowJoiner, CountingMetrics]:
+    settings = ShadowSettings.model_validate({"enabled": True, **overrides})
+    metrics = CountingMetrics()
+    return ShadowJoiner(settings, clock or ManualClock(), metrics), metrics
+
+
+def test_source_then_target_makes_a_pair() -> None:
+    joiner, metrics = _joiner()
+    source, target = _half("p1", "source"), _half("p1", "target")
+
+    assert joiner.offer(source) is None
+    assert joiner.waiting == 1
+    assert joiner.offer(target) == ShadowPair(source=source, target=target)
+    assert joiner.waiting == 0
+    assert metrics.unpaired == Counter()
+
+
+def test_target_then_source_makes_the_same_pair() -> None:
+    joiner, _ = _joiner()
+    source, target = _half("p1", "source"), _half("p1", "target")
+
+    assert joiner.offer(target) is None
+    pair = joiner.offer(source)
+
+    assert pair is not None
+    assert (pair.source, pair.target) == (source, target)
+
+
+def test_pairs_join_only_on_their_own_key() -> None:
+    joiner, _ = _joiner()
+
+    joiner.offer(_half("p1", "source"))
+    joiner.offer(_half("p2", "source"))
+    pair = joiner.offer(_half("p2", "target"))
+
+    assert pair is not None
+    assert pair.source.trace_id == "p2-source"
+    assert joiner.waiting == 1
+
+
+def test_runs_without_a_pair_key_are_neither_held_nor_counted() -> None:
+    joiner, metrics = _joiner()
+
+    assert joiner.offer(_run("plain", {ROLE: "source"})) is None
+    assert joiner.offer(_run("empty", {PAIR: "", ROLE: "source"})) is None
+    assert joiner.waiting == 0
+    assert metrics.unpaired == Counter()
+
+
+def test_disabled_joiner_ignores_shadow_runs() -> None:
+    metrics = CountingMetrics()
+    joiner = ShadowJoiner(ShadowSettings(enabled=False), ManualClock(), metrics)
+
+    assert joiner.offer(_half("p1", "source")) is None
+    assert joiner.waiting == 0
+    assert joiner.pair_key(_half("p1", "source")) is None
+
+
+def test_half_waiting_past_the_timeout_is_counted_timed_out() -> None:
+    clock = ManualClock()
+    joiner, metrics = _joiner(clock, pair_timeout_seconds=30)
+    joiner.offer(_half("p1", "source"))
+
+    clock.advance(29.9)
+    joiner.expire()
+    assert joiner.waiting == 1
+
+    clock.advance(0.1)
+    joiner.expire()
+    assert joiner.waiting == 0
+    assert metrics.unpaired == Counter({"timed_out": 1})
+
+
+def test_expire_stops_at_the_first_half_still_in_time() -> None:
+    clock = ManualClock()
+    joiner, metrics = _joiner(clock, pair_timeout_seconds=10)
+    joiner.offer(_half("old", "source"))
+    clock.advance(5)
+    joiner.offer(_half("new", "target"))
+
+    clock.advance(5)
+    joiner.expire()
+
+    assert joiner.waiting == 1
+    assert metrics.unpaired == Counter({"timed_out": 1})
+    assert joiner.offer(_half("new", "source")) is not None
+
+
+def test_a_late_other_half_does_not_pair_with_an_expired_one() -> None:
+    clock = ManualClock()
+    joiner, metrics = _joiner(clock, pair_timeout_seconds=10)
+    joiner.offer(_half("p1", "source"))
+
+    clock.advance(11)
+    result = joiner.offer(_half("p1", "target"))
+
+    assert result is None
+    assert joiner.waiting == 1
+    assert metrics.unpaired == Counter({"timed_out": 1})
+
+
+def test_over_the_bound_the_oldest_half_is_evicted() -> None:
+    joiner, metrics = _joiner(max_waiting=2)
+    joiner.offer(_half("p1", "source"))
+    joiner.offer(_half("p2", "source"))
+
+    joiner.offer(_half("p3", "source"))
+
+    assert joiner.waiting == 2
+    assert metrics.unpaired == Counter({"evicted": 1})
+    assert joiner.offer(_half("p1", "target")) is None
+    assert joiner.offer(_half("p3", "target")) is not None
+
+
+def test_a_second_half_with_the_same_role_is_a_duplicate() -> None:
+    joiner, metrics = _joiner()
+    first = _half("p1", "source", trace_id="first")
+    joiner.offer(first)
+
+    assert joiner.offer(_half("p1", "source", trace_id="second")) is None
+    pair = joiner.offer(_half("p1", "target"))
+
+    assert metrics.unpaired == Counter({"duplicate": 1})
+    assert pair is not None
+    assert pair.source is first
+
+
+def test_a_half_arriving_after_its_pair_joined_is_a_duplicate() -> None:
+    clock = ManualClock()
+    joiner, metrics = _joiner(clock, pair_timeout_seconds=10)
+    joiner.offer(_half("p1", "source"))
+    joiner.offer(_half("p1", "target"))
+
+    assert joiner.offer(_half("p1", "target", trace_id="retry")) is None
+    assert joiner.waiting == 0
+    assert metrics.unpaired == Counter({"duplicate": 1})
+
+
+def test_a_joined_key_is_forgotten_after_the_timeout() -> None:
+    clock = ManualClock()
+    joiner, metrics = _joiner(clock, pair_timeout_seconds=10)
+    joiner.offer(_half("p1", "source"))
+    joiner.offer(_half("p1", "target"))
+
+    clock.advance(10)
+    joiner.offer(_half("p1", "source", trace_id="reused"))
+
+    assert joiner.waiting == 1
+    assert metrics.unpaired == Counter()
+
+
+def test_missing_or_unknown_role_is_counted_no_role() -> None:
+    joiner, metrics = _joiner()
+
+    assert joiner.offer(_run("a", {PAIR: "p1"})) is None
+    assert joiner.offer(_run("b", {PAIR: "p1", ROLE: "canary"})) is None
+
+    assert joiner.waiting == 0
+    assert metrics.unpaired == Counter({"no_role": 2})
+
+
+def test_role_values_are_configurable_and_case_insensitive() -> None:
+    joiner, _ = _joiner(role_attribute="shadow.role", source_value="prod", target_value="candidate")
+    prod = _run("a", {PAIR: "p1", "shadow.role": " PROD"})
+    candidate = _run("b", {PAIR: "p1", "shadow.role": "Candidate"})
+
+    joiner.offer(candidate)
+
+    assert joiner.offer(prod) == ShadowPair(source=prod, target=candidate)
+
+
+def test_drain_counts_every_waiting_half_as_shutdown() -> None:
+    joiner, metrics = _joiner()
+    joiner.offer(_half("p1", "source"))
+    joiner.offer(_half("p2", "target"))
+
+    joiner.drain()
+
+    assert joiner.waiting == 0
+    assert metrics.unpaired == Counter({"shutdown": 2})
+
+
+def test_every_reported_reason_is_a_declared_label_value() -> None:
+    clock = ManualClock()
+    joiner, metrics = _joiner(clock, max_waiting=1, pair_timeout_seconds=1)
+    joiner.offer(_half("p1", "source"))
+    joiner.offer(_half("p1", "source"))
+    joiner.offer(_half("p2", "source"))
+    joiner.offer(_run("x", {PAIR: "p3"}))
+    clock.advance(1)
+    joiner.offer(_half("p4", "target"))
+    joiner.drain()
+
+    assert set(metrics.unpaired) == set(UNPAIRED_REASONS)
+    assert sum(metrics.unpaired.values()) == 5
