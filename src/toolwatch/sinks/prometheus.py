@@ -1,0 +1,388 @@
+"""Prometheus implementation of the pipeline's metrics interface.
+
+``PrometheusMetrics`` turns the semantic calls of ``toolwatch.metrics.PipelineMetrics`` into
+counters and histograms registered on a ``CollectorRegistry`` the app builds and passes in
+(never the process-global ``REGISTRY``, so tests and several pipelines in one process do not
+share series). State the pipeline already holds (buffered traces, spans and bytes; stream
+subscribers) is read at scrape time by ``StateCollector`` instead of being mirrored into gauges.
+
+Names follow the Prometheus naming practices: base units (seconds, bytes), ``_total`` on
+counters. Every label value comes from a bounded set (``LabelLimiter``): configured names are
+always kept, other values are admitted up to a per-label cap and then reported as ``_other``.
+Trace ids never become label values; they travel as exemplars, which only the OpenMetrics
+exposition carries (https://github.com/OpenObservability/OpenMetrics, "Exemplars").
+
+Threading: the ``PipelineMetrics`` methods and ``LabelLimiter`` are called from the event loop
+only. ``prometheus_client`` metrics are themselves thread-safe, so a scrape may run anywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import re
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from toolwatch import __version__
+from toolwatch.model import Category, Finding, Severity, ToolTrace
+
+__all__ = [
+    "OTHER",
+    "BufferState",
+    "LabelLimiter",
+    "PrometheusMetrics",
+    "StateCollector",
+]
+
+_log = logging.getLogger(__name__)
+
+#: The label value that stands for every value past a label's cap.
+OTHER = "_other"
+
+#: Values longer than this are free text, not names: they always map to ``_other``.
+_MAX_LABEL_VALUE_LENGTH = 128
+
+# Exemplar label sets are limited to 128 UTF-8 characters (OpenMetrics); a W3C trace id is
+# 32 hex digits, so anything else is not a trace id and gets no exemplar.
+_TRACE_ID = re.compile(r"[0-9a-fA-F]{32}")
+
+_SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
+_EVALUATION_BUCKETS = (1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.05, 0.1, 1.0)
+_REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Detection waits at least the assembly's completion wait (2 s by default) and at most the
+# maximum trace age (60 s by default), so the buckets are dense between those.
+_DETECTION_BUCKETS = (0.5, 1.0, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0)
+
+_TRANSPORTS = ("grpc", "http")
+_STATUSES = ("ok", "error")
+_OUTCOMES = ("complete", "timed_out", "evicted", "span_limit", "shutdown")
+
+
+class LabelLimiter:
+    """Bounds the values one label can take.
+
+    Configured (``known``) values and the empty string (the label does not apply) always
+    pass. Any other value is admitted the first time it is seen while fewer than ``cap``
+    such values have been admitted; after that, and for values longer than 128 characters,
+    the result is ``_other``. So a label never has more than ``len(known) + cap + 2``
+    distinct values, whatever the input. Not thread-safe: call it from the event loop.
+    """
+
+    __slots__ = ("_admitted", "_cap", "_known")
+
+    def __init__(self, known: Iterable[str] = (), cap: int = 100) -> None:
+        if cap < 0:
+            raise ValueError(f"label cap must be >= 0, got {cap}")
+        self._known = frozenset(known) | {""}
+        self._admitted: set[str] = set()
+        self._cap = cap
+
+    def __call__(self, value: str | None) -> str:
+        """The label value to report for ``value`` (``None`` reports as ``""``)."""
+        if value is None or value in self._known or value in self._admitted:
+            return value or ""
+        if len(value) > _MAX_LABEL_VALUE_LENGTH or len(self._admitted) >= self._cap:
+            return OTHER
+        self._admitted.add(value)
+        return value
+
+    @property
+    def admitted(self) -> frozenset[str]:
+        """The values admitted beyond the configured ones, so far."""
+        return frozenset(self._admitted)
+
+
+@dataclass(frozen=True, slots=True)
+class BufferState:
+    """What the trace buffer holds right now (``TraceBuffer.buffered_*``)."""
+
+    traces: int
+    spans: int
+    bytes: int
+
+
+class StateCollector(Collector):
+    """Reads pipeline state at scrape time and reports it as gauges.
+
+    ``buffer`` returns the buffer's current ``BufferState``; ``stream_subscribers`` (optional)
+    the number of open findings-stream subscriptions. Both are called on every scrape, from
+    the scraping thread, so they must be cheap reads. A callable that raises is logged and
+    its gauges are left out of that scrape rather than failing the whole exposition.
+    """
+
+    def __init__(
+        self,
+        buffer: Callable[[], BufferState],
+        stream_subscribers: Callable[[], int] | None = None,
+    ) -> None:
+        self._buffer = buffer
+        self._subscribers = stream_subscribers
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        # Lets the registry check names at registration without calling the callables.
+        families = self._families()
+        if self._subscribers is not None:
+            families.append(_subscribers_family())
+        return families
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        try:
+            state = self._buffer()
+        except Exception:
+            _log.exception("reading the trace buffer's state for a scrape failed")
+        else:
+            values = (state.traces, state.spans, state.bytes)
+            for family, value in zip(self._families(), values, strict=True):
+                family.add_metric([], value)
+                yield family
+        if self._subscribers is not None:
+            yield from self._collect_subscribers()
+
+    def _collect_subscribers(self) -> Iterator[GaugeMetricFamily]:
+        assert self._subscribers is not None
+        try:
+            count = self._subscribers()
+        except Exception:
+            _log.exception("reading the findings stream's subscriber count failed")
+            return
+        family = _subscribers_family()
+        family.add_metric([], count)
+        yield family
+
+    def _families(self) -> list[GaugeMetricFamily]:
+        return [
+            GaugeMetricFamily("toolwatch_buffered_traces", "Traces waiting in the buffer."),
+            GaugeMetricFamily("toolwatch_buffered_spans", "Spans waiting in the buffer."),
+            GaugeMetricFamily(
+                "toolwatch_buffered_bytes", "Approximate payload bytes waiting in the buffer."
+            ),
+        ]
+
+
+def _subscribers_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily("toolwatch_stream_subscribers", "Open findings-stream subscriptions.")
+
+
+class PrometheusMetrics:
+    """``PipelineMetrics`` on Prometheus counters and histograms in ``registry``.
+
+    ``agents`` and ``tools`` (configured names: policy tools, golden cases, allowed tools per
+    agent) always keep their own label values; up to ``label_value_cap`` other values per
+    label are admitted, the rest report as ``_other``. Registers
+    ``toolwatch_build_info{version}`` = 1 and, when ``buffer_state`` is given, a
+    ``StateCollector`` reading it (and ``stream_subscribers``) at scrape time; both callables
+    are only called during scrapes, so they may refer to objects built after this one.
+    Methods never raise on odd input.
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        agents: Iterable[str] = (),
+        tools: Iterable[str] = (),
+        label_value_cap: int = 100,
+        version: str = __version__,
+        buffer_state: Callable[[], BufferState] | None = None,
+        stream_subscribers: Callable[[], int] | None = None,
+    ) -> None:
+        self._agent = LabelLimiter(agents, label_value_cap)
+        self._tool = LabelLimiter(tools, label_value_cap)
+        self._evaluator = LabelLimiter((), label_value_cap)
+        # One limiter serves every ``reason`` label: reasons come from the code, and their
+        # union stays under the cap.
+        self._reason = LabelLimiter((), label_value_cap)
+        self._request_outcome = LabelLimiter((), label_value_cap)
+        self._transport = LabelLimiter(_TRANSPORTS, 0)
+        self._status = LabelLimiter(_STATUSES, 0)
+        self._trace_outcome = LabelLimiter(_OUTCOMES, 0)
+        self._register(registry)
+        Info("toolwatch_build", "toolwatch version, always 1.", registry=registry).info(
+            {"version": version}
+        )
+        if buffer_state is not None:
+            registry.register(StateCollector(buffer_state, stream_subscribers))
+
+    def _register(self, r: CollectorRegistry) -> None:
+        self._regressions = Counter(
+            "toolwatch_regressions_total",
+            "Findings: tool-call regressions detected, by category and severity.",
+            ["category", "severity", "evaluator", "agent", "tool"],
+            registry=r,
+        )
+        self._tool_calls = Counter(
+            "toolwatch_tool_calls_total",
+            "Tool calls in evaluated agent runs.",
+            ["agent", "tool", "status"],
+            registry=r,
+        )
+        self._tool_traces = Counter(
+            "toolwatch_tool_traces_total",
+            "Agent runs (ToolTraces) evaluated, by whether the run was complete.",
+            ["agent", "outcome"],
+            registry=r,
+        )
+        self._scores = Histogram(
+            "toolwatch_evaluator_score",
+            "Scores in [0, 1] given by each evaluator (1 is a perfect match).",
+            ["evaluator"],
+            buckets=_SCORE_BUCKETS,
+            registry=r,
+        )
+        self._register_ingest(r)
+        self._register_latency(r)
+        self._register_losses(r)
+
+    def _register_ingest(self, r: CollectorRegistry) -> None:
+        self._received = Counter(
+            "toolwatch_spans_received_total",
+            "Spans in accepted OTLP export requests.",
+            ["transport"],
+            registry=r,
+        )
+        self._rejected = Counter(
+            "toolwatch_spans_rejected_total",
+            "Spans rejected as invalid at ingest (reported in OTLP partial_success).",
+            ["reason"],
+            registry=r,
+        )
+        self._refused = Counter(
+            "toolwatch_spans_refused_total",
+            "Spans of requests refused with a retryable overload status.",
+            ["transport"],
+            registry=r,
+        )
+        self._built = Counter(
+            "toolwatch_spans_built_total",
+            "Spans that became part of an evaluated ToolTrace.",
+            registry=r,
+        )
+
+    def _register_latency(self, r: CollectorRegistry) -> None:
+        self._request_seconds = Histogram(
+            "toolwatch_export_request_duration_seconds",
+            "Time to handle one OTLP export request.",
+            ["transport", "outcome"],
+            buckets=_REQUEST_BUCKETS,
+            registry=r,
+        )
+        self._evaluation_seconds = Histogram(
+            "toolwatch_evaluation_duration_seconds",
+            "Time one evaluator took on one ToolTrace.",
+            ["evaluator"],
+            buckets=_EVALUATION_BUCKETS,
+            registry=r,
+        )
+        self._detection_seconds = Histogram(
+            "toolwatch_detection_latency_seconds",
+            "Time from the last span of a trace being received to a finding about it.",
+            buckets=_DETECTION_BUCKETS,
+            registry=r,
+        )
+
+    def _register_losses(self, r: CollectorRegistry) -> None:
+        self._dropped = Counter(
+            "toolwatch_spans_dropped_total",
+            "Valid spans never evaluated (duplicate, late, over a bound, ...).",
+            ["reason"],
+            registry=r,
+        )
+        self._evictions = Counter(
+            "toolwatch_trace_evictions_total",
+            "Traces evicted from the buffer and evaluated as incomplete.",
+            ["reason"],
+            registry=r,
+        )
+        self._evaluator_failures = Counter(
+            "toolwatch_evaluator_failures_total",
+            "Evaluator runs that raised (isolated; the other evaluators still ran).",
+            ["evaluator"],
+            registry=r,
+        )
+        self._stream_dropped = Counter(
+            "toolwatch_stream_dropped_findings_total",
+            "Findings not delivered to a findings-stream subscriber whose queue was full.",
+            registry=r,
+        )
+        self._shadow_unpaired = Counter(
+            "toolwatch_shadow_unpaired_total",
+            "Shadow-pair runs never compared because their twin did not arrive.",
+            ["reason"],
+            registry=r,
+        )
+
+    def spans_received(self, n: int, transport: str) -> None:
+        _add(self._received.labels(self._transport(transport)), n)
+
+    def spans_rejected(self, n: int, reason: str) -> None:
+        _add(self._rejected.labels(self._reason(reason)), n)
+
+    def spans_dropped(self, n: int, reason: str) -> None:
+        _add(self._dropped.labels(self._reason(reason)), n)
+
+    def spans_refused(self, n: int, transport: str) -> None:
+        _add(self._refused.labels(self._transport(transport)), n)
+
+    def spans_built(self, n: int) -> None:
+        _add(self._built, n)
+
+    def trace_evicted(self, reason: str) -> None:
+        self._evictions.labels(self._reason(reason)).inc()
+
+    def request_handled(self, transport: str, outcome: str, seconds: float) -> None:
+        labels = (self._transport(transport), self._request_outcome(outcome))
+        self._request_seconds.labels(*labels).observe(seconds)
+
+    def tool_trace(self, trace: ToolTrace) -> None:
+        """Counts the run by outcome and each of its calls by tool and status."""
+        reason = "complete" if trace.complete else trace.incomplete_reason or OTHER
+        self._tool_traces.labels(self._agent(trace.agent), self._trace_outcome(reason)).inc()
+        for call in trace.calls:
+            agent = self._agent(call.agent or trace.agent)
+            status = self._status(str(call.status))
+            self._tool_calls.labels(agent, self._tool(call.tool_name), status).inc()
+
+    def evaluated(self, evaluator: str, score: float | None, seconds: float) -> None:
+        name = self._evaluator(evaluator)
+        self._evaluation_seconds.labels(name).observe(seconds)
+        if score is not None and math.isfinite(score):
+            self._scores.labels(name).observe(score)
+
+    def evaluator_failed(self, evaluator: str) -> None:
+        self._evaluator_failures.labels(self._evaluator(evaluator)).inc()
+
+    def finding(self, finding: Finding, detection_seconds: float | None) -> None:
+        """Counts the finding; its trace id rides along as an exemplar."""
+        exemplar = {"trace_id": finding.trace_id} if _TRACE_ID.fullmatch(finding.trace_id) else None
+        self._regressions.labels(
+            _enum_label(finding.category, Category),
+            _enum_label(finding.severity, Severity),
+            self._evaluator(finding.evaluator),
+            self._agent(finding.agent),
+            self._tool(finding.tool),
+        ).inc(exemplar=exemplar)
+        if detection_seconds is not None:
+            self._detection_seconds.observe(detection_seconds, exemplar=exemplar)
+
+    def stream_dropped(self, n: int) -> None:
+        _add(self._stream_dropped, n)
+
+    def shadow_unpaired(self, reason: str) -> None:
+        self._shadow_unpaired.labels(self._reason(reason)).inc()
+
+
+def _add(counter: Counter, n: int) -> None:
+    """Adds ``n``; a negative count (a caller's bug) is ignored, since counters only grow
+    and metrics must never raise into the pipeline."""
+    if n > 0:
+        counter.inc(n)
+
+
+def _enum_label(value: str, kind: type[Category] | type[Severity]) -> str:
+    """``value`` if it names a member of ``kind`` (a closed set), else ``_other``."""
+    return value if value in kind._value2member_map_ else OTHER

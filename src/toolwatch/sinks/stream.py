@@ -1,0 +1,261 @@
+"""The live findings stream: ``toolwatch.v1.FindingsService/Subscribe`` over gRPC.
+
+``FindingsBroker`` is a ``FindingSink``: the pipeline publishes to it like to any sink, and it
+fans each finding out to the subscriptions whose filter matches. Every subscription has its
+own bounded queue (``queue_size`` findings, default 1000). ``publish`` never awaits: when a
+subscriber's queue is full the finding is dropped *for that subscriber* and counted
+(``PipelineMetrics.stream_dropped``, ``Subscription.dropped``), so a slow or stuck client
+never slows ingestion or the other subscribers.
+
+``FindingsStreamServicer`` is the thin grpc.aio adapter: it validates the request, subscribes,
+yields queued findings and unsubscribes when the client goes away. ``FindingsBroker.close``
+ends every stream cleanly (status OK) once the findings already queued are delivered; the
+app's ``server.stop(grace)`` bounds how long that may take.
+
+Threading: everything here runs on the event loop that runs the grpc.aio server. ``publish``
+and ``close`` must be called from that loop's thread (they wake waiting streams through
+``asyncio.Event``, which is not thread-safe).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+
+from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
+from toolwatch.metrics import PipelineMetrics
+from toolwatch.model import Category, Clock, Finding, Severity, ToolTrace
+from toolwatch.sinks.findings import Redaction, render_details
+
+__all__ = [
+    "SUBSCRIBED_METADATA",
+    "FindingsBroker",
+    "FindingsStreamServicer",
+    "StreamFilter",
+    "Subscription",
+    "add_findings_service",
+    "finding_message",
+]
+
+
+#: Initial metadata sent once a subscription is live (clients may wait for it).
+SUBSCRIBED_METADATA = (("toolwatch-subscribed", "1"),)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamFilter:
+    """Which findings a subscriber wants. Empty ``categories``/``agents`` mean "all"."""
+
+    categories: frozenset[Category] = frozenset()
+    min_severity: Severity = Severity.LOW
+    agents: frozenset[str] = frozenset()
+
+    @classmethod
+    def from_request(cls, request: findings_pb2.SubscribeRequest) -> StreamFilter:
+        """The filter a ``SubscribeRequest`` asks for. Category and severity names are
+        case-insensitive. Raises ``ValueError`` naming an unknown one."""
+        return cls(
+            categories=frozenset(_parse(Category, c.upper()) for c in request.categories),
+            min_severity=_parse(Severity, (request.min_severity or "low").lower()),
+            agents=frozenset(request.agents),
+        )
+
+    def matches(self, finding: Finding, agent: str | None) -> bool:
+        """Whether ``finding`` (of a run by ``agent``) passes this filter."""
+        return (
+            (not self.categories or finding.category in self.categories)
+            and finding.severity.rank >= self.min_severity.rank
+            and (not self.agents or agent in self.agents)
+        )
+
+
+_Name = TypeVar("_Name", Category, Severity)
+
+
+def _parse(kind: type[_Name], name: str) -> _Name:
+    try:
+        return kind(name)
+    except ValueError:
+        known = ", ".join(m.value for m in kind)
+        message = f"unknown {kind.__name__.lower()} {name!r}; expected one of: {known}"
+        raise ValueError(message) from None
+
+
+class Subscription:
+    """One subscriber: its filter and its bounded queue of findings.
+
+    ``offer`` enqueues without waiting and reports whether there was room; ``next`` waits for
+    the next finding, or returns ``None`` once the subscription is closed and drained.
+    """
+
+    __slots__ = ("_closed", "_items", "_limit", "_wakeup", "dropped", "filter")
+
+    def __init__(self, stream_filter: StreamFilter, queue_size: int) -> None:
+        self.filter = stream_filter
+        self.dropped = 0
+        self._items: deque[findings_pb2.Finding] = deque()
+        self._limit = queue_size
+        self._wakeup = asyncio.Event()
+        self._closed = False
+
+    def offer(self, message: findings_pb2.Finding) -> bool:
+        if self._closed or len(self._items) >= self._limit:
+            self.dropped += 1
+            return False
+        self._items.append(message)
+        self._wakeup.set()
+        return True
+
+    async def next(self) -> findings_pb2.Finding | None:
+        while not self._items:
+            if self._closed:
+                return None
+            self._wakeup.clear()
+            await self._wakeup.wait()
+        return self._items.popleft()
+
+    def close(self) -> None:
+        """No more findings; ``next`` returns ``None`` after the queued ones."""
+        self._closed = True
+        self._wakeup.set()
+
+
+class FindingsBroker:
+    """Fans published findings out to subscriptions. A ``FindingSink``; see the module doc.
+
+    ``redaction`` hides detail values as in the findings log; ``wall_clock`` (Unix ns) stamps
+    each publication; ``queue_size`` bounds every subscription's queue.
+    """
+
+    def __init__(
+        self,
+        metrics: PipelineMetrics,
+        redaction: Redaction | None = None,
+        wall_clock: Clock = time.time_ns,
+        queue_size: int = 1000,
+    ) -> None:
+        if queue_size < 1:
+            raise ValueError(f"queue_size must be >= 1, got {queue_size}")
+        self._metrics = metrics
+        self._redaction = redaction or Redaction()
+        self._wall_clock = wall_clock
+        self._queue_size = queue_size
+        self._subscriptions: set[Subscription] = set()
+        self._changed = asyncio.Event()
+        self._closed = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    @property
+    def subscriber_count(self) -> int:
+        """Open subscriptions (also exported as ``toolwatch_stream_subscribers``)."""
+        return len(self._subscriptions)
+
+    def subscribe(self, stream_filter: StreamFilter) -> Subscription:
+        """A new subscription. Raises ``RuntimeError`` once the broker is closed."""
+        if self._closed:
+            raise RuntimeError("the findings broker is closed")
+        subscription = Subscription(stream_filter, self._queue_size)
+        self._subscriptions.add(subscription)
+        self._changed.set()
+        return subscription
+
+    def unsubscribe(self, subscription: Subscription) -> None:
+        subscription.close()
+        self._subscriptions.discard(subscription)
+        self._changed.set()
+
+    async def wait_for_subscribers(self, count: int) -> None:
+        """Returns once exactly ``count`` subscriptions are open: for tests and tools that
+        must not publish before a client listens, or must see a client gone."""
+        while len(self._subscriptions) != count:
+            self._changed.clear()
+            await self._changed.wait()
+
+    def publish(self, trace: ToolTrace, findings: Sequence[Finding]) -> None:
+        """Offers each finding to every matching subscription; never waits."""
+        if not self._subscriptions:
+            return
+        now = self._wall_clock()
+        dropped = 0
+        for finding in findings:
+            agent = finding.agent or trace.agent
+            matching = [s for s in self._subscriptions if s.filter.matches(finding, agent)]
+            if matching:
+                message = finding_message(trace, finding, self._redaction, now)
+                dropped += sum(not s.offer(message) for s in matching)
+        if dropped:
+            self._metrics.stream_dropped(dropped)
+
+    def close(self) -> None:
+        """Ends every stream after its queued findings; refuses new subscriptions."""
+        self._closed = True
+        for subscription in self._subscriptions:
+            subscription.close()
+
+
+def finding_message(
+    trace: ToolTrace, finding: Finding, redaction: Redaction, time_ns: int
+) -> findings_pb2.Finding:
+    """``finding`` as the stream's message, details redacted and rendered as text."""
+    message = findings_pb2.Finding(
+        category=str(finding.category),
+        severity=str(finding.severity),
+        evaluator=finding.evaluator,
+        reference=str(finding.reference),
+        explanation=finding.explanation,
+        trace_id=finding.trace_id,
+        span_id=finding.span_id or "",
+        tool=finding.tool or "",
+        field=finding.field or "",
+        agent=finding.agent or trace.agent or "",
+        service=trace.service or "",
+        time_unix_nano=time_ns,
+        details=render_details(redaction.details(finding)),
+    )
+    if finding.score is not None:
+        message.score = finding.score
+    return message
+
+
+class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
+    """grpc.aio servicer of ``FindingsService`` over a ``FindingsBroker``."""
+
+    def __init__(self, broker: FindingsBroker) -> None:
+        self._broker = broker
+
+    async def Subscribe(  # noqa: N802 (the gRPC method name)
+        self, request: findings_pb2.SubscribeRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[findings_pb2.Finding]:
+        try:
+            stream_filter = StreamFilter.from_request(request)
+        except ValueError as e:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
+            return
+        if self._broker.closed:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, "toolwatch is shutting down")
+            return
+        subscription = self._broker.subscribe(stream_filter)
+        try:
+            # Headers now, so the client knows it is subscribed before any finding arrives.
+            await context.send_initial_metadata(SUBSCRIBED_METADATA)
+            while (message := await subscription.next()) is not None:
+                yield message
+        finally:
+            self._broker.unsubscribe(subscription)
+
+
+def add_findings_service(server: grpc.aio.Server, broker: FindingsBroker) -> FindingsStreamServicer:
+    """Registers ``FindingsService`` on ``server`` (before it starts), served by ``broker``."""
+    servicer = FindingsStreamServicer(broker)
+    # The generated gRPC module carries no annotations.
+    findings_pb2_grpc.add_FindingsServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    return servicer

@@ -1,0 +1,167 @@
+"""``toolwatch tail``: follow a toolwatch's live findings stream in a terminal.
+
+One line per finding, oldest first::
+
+    2026-11-29T20:31:02Z CRITICAL DANGEROUS_ACTION_DRIFT agent=refund-bot tool=issue_refund
+    trace=4bf92f3577b34da6a3ce929d0e0e4736 — <explanation>
+
+(on one line; ``agent=``, ``tool=`` and ``field=`` appear when the finding has them), or with
+``--json`` the findings-log object of each finding. The severity and category are coloured
+when ``out`` is a terminal and ``NO_COLOR`` is unset (https://no-color.org); ``color=True`` or
+``False`` forces the choice.
+
+Exit codes, for the CLI and scripts that restart tail:
+
+- 0: the server ended the stream (toolwatch shut down cleanly);
+- 1: the server could not be reached, or the connection was lost;
+- 2: the server rejected the filter (unknown category or severity);
+- 130: interrupted (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TextIO
+
+import grpc
+
+from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
+from toolwatch.sinks.findings import format_timestamp
+
+__all__ = [
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_UNAVAILABLE",
+    "EXIT_USAGE",
+    "format_finding_line",
+    "run_tail",
+    "stream_finding_record",
+]
+
+_RESET = "\x1b[0m"
+_SEVERITY_COLOURS = {
+    "critical": "\x1b[1;31m",  # bold red
+    "high": "\x1b[31m",  # red
+    "medium": "\x1b[33m",  # yellow
+    "low": "\x1b[36m",  # cyan
+}
+
+EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+
+
+def run_tail(
+    target: str,
+    *,
+    categories: Sequence[str] = (),
+    min_severity: str = "",
+    agents: Sequence[str] = (),
+    as_json: bool = False,
+    color: bool | None = None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
+) -> int:
+    """Subscribes to the findings stream at ``target`` (``host:port``) and prints findings
+    to ``out`` (default stdout) until the stream ends; messages go to ``err`` (default
+    stderr). Returns the exit code (module docstring). Blocks the calling thread."""
+    out = out or sys.stdout
+    err = err or sys.stderr
+    printer = _Printer(out, as_json, _use_colour(out) if color is None else color)
+    request = findings_pb2.SubscribeRequest(
+        categories=list(categories), min_severity=min_severity, agents=list(agents)
+    )
+    with grpc.insecure_channel(target) as channel:
+        call = findings_pb2_grpc.FindingsServiceStub(channel).Subscribe(request)  # type: ignore[no-untyped-call]
+        try:
+            return _follow(call, target, printer, err)
+        except KeyboardInterrupt:
+            call.cancel()
+            return EXIT_INTERRUPTED
+
+
+@dataclass(frozen=True, slots=True)
+class _Printer:
+    out: TextIO
+    as_json: bool
+    colour: bool
+
+    def __call__(self, message: findings_pb2.Finding) -> None:
+        if self.as_json:
+            line = json.dumps(stream_finding_record(message), ensure_ascii=False)
+        else:
+            line = format_finding_line(message, self.colour)
+        self.out.write(line + "\n")
+        self.out.flush()
+
+
+def _follow(call: Any, target: str, printer: _Printer, err: TextIO) -> int:
+    connected = False
+    try:
+        # Waits for the server's headers, sent once subscribed, or for the call to fail.
+        connected = bool(call.initial_metadata())
+        for message in call:
+            printer(message)
+    except grpc.RpcError as e:
+        return _report_error(e, target, connected, err)
+    err.write(f"toolwatch tail: {target} ended the stream (server shutting down)\n")
+    return EXIT_OK
+
+
+def _report_error(error: Any, target: str, connected: bool, err: TextIO) -> int:
+    code, details = error.code(), error.details()
+    if code == grpc.StatusCode.INVALID_ARGUMENT:
+        err.write(f"toolwatch tail: {details}\n")
+        return EXIT_USAGE
+    if connected:
+        err.write(f"toolwatch tail: lost the connection to {target}: {code.name}: {details}\n")
+    else:
+        err.write(f"toolwatch tail: cannot reach the findings stream at {target}: {details}\n")
+    return EXIT_UNAVAILABLE
+
+
+def _use_colour(out: TextIO) -> bool:
+    return out.isatty() and not os.environ.get("NO_COLOR")
+
+
+def format_finding_line(message: findings_pb2.Finding, colour: bool = False) -> str:
+    """The human-readable line of a stream finding (see the module docstring)."""
+    seconds = message.time_unix_nano // 1_000_000_000
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(seconds))
+    head = f"{message.severity.upper()} {message.category}"
+    if colour:
+        head = _SEVERITY_COLOURS.get(message.severity, "") + head + _RESET
+    labels = [f"{k}={v}" for k, v in _labels(message) if v]
+    return " ".join([stamp, head, *labels]) + f" — {message.explanation}"
+
+
+def _labels(message: findings_pb2.Finding) -> list[tuple[str, str]]:
+    return [
+        ("agent", message.agent),
+        ("tool", message.tool),
+        ("field", message.field),
+        ("trace", message.trace_id),
+    ]
+
+
+def stream_finding_record(message: findings_pb2.Finding) -> dict[str, Any]:
+    """A stream finding as the findings-log object (same keys; details as rendered text)."""
+    return {
+        "category": message.category,
+        "severity": message.severity,
+        "evaluator": message.evaluator,
+        "reference": message.reference,
+        "score": message.score if message.HasField("score") else None,
+        "tool": message.tool or None,
+        "field": message.field or None,
+        "agent": message.agent or None,
+        "explanation": message.explanation,
+        "trace_id": message.trace_id,
+        "span_id": message.span_id or None,
+        "service": message.service or None,
+        "timestamp": format_timestamp(message.time_unix_nano),
+        "details": dict(message.details),
+    }

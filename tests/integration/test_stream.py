@@ -1,0 +1,365 @@
+"""The findings stream and ``toolwatch tail`` through a real grpc.aio server on port 0."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import socket
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import grpc
+import pytest
+from prometheus_client import CollectorRegistry
+
+from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
+from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
+from toolwatch.sinks.findings import REDACTED, Redaction
+from toolwatch.sinks.prometheus import PrometheusMetrics
+from toolwatch.sinks.stream import FindingsBroker, add_findings_service
+from toolwatch.tail import run_tail
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+WALL_NS = 1_795_984_262_123_456_789  # 2026-11-29T20:31:02.123Z
+DROPPED = "toolwatch_stream_dropped_findings_total"
+
+
+def make_trace(agent: str = "refund-bot") -> ToolTrace:
+    return ToolTrace(
+        trace_id=TRACE_ID,
+        run_span_id="00f067aa0ba902b7",
+        service="support",
+        agent=agent,
+        model=None,
+        calls=(),
+        final_text=None,
+        refusal=False,
+        refusal_reason=None,
+        error_count=0,
+        complete=True,
+        incomplete_reason=None,
+        start_ns=0,
+        end_ns=1,
+        span_count=2,
+    )
+
+
+def make_finding(
+    category: Category = Category.DANGEROUS_ACTION_DRIFT,
+    severity: Severity = Severity.CRITICAL,
+    explanation: str = "issue_refund was called without an earlier lookup_order",
+) -> Finding:
+    return Finding(
+        category=category,
+        severity=severity,
+        evaluator="safety",
+        reference=ReferenceKind.POLICY,
+        score=0.0,
+        explanation=explanation,
+        trace_id=TRACE_ID,
+        span_id="b7ad6b7169203331",
+        tool="issue_refund",
+        details={"order_id": "A-17", "amount": 120},
+    )
+
+
+@dataclass
+class Harness:
+    broker: FindingsBroker
+    registry: CollectorRegistry
+    target: str
+    server: grpc.aio.Server
+
+
+@asynccontextmanager
+async def serve(
+    queue_size: int = 1000, redaction: Redaction | None = None
+) -> AsyncIterator[Harness]:
+    registry = CollectorRegistry()
+    broker = FindingsBroker(
+        PrometheusMetrics(registry), redaction, wall_clock=lambda: WALL_NS, queue_size=queue_size
+    )
+    server = grpc.aio.server()
+    add_findings_service(server, broker)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        yield Harness(broker, registry, f"127.0.0.1:{port}", server)
+    finally:
+        broker.close()
+        await server.stop(None)
+
+
+def subscribe(
+    channel: grpc.aio.Channel,
+    categories: Sequence[str] = (),
+    min_severity: str = "",
+    agents: Sequence[str] = (),
+) -> grpc.aio.UnaryStreamCall:
+    request = findings_pb2.SubscribeRequest(
+        categories=list(categories), min_severity=min_severity, agents=list(agents)
+    )
+    return findings_pb2_grpc.FindingsServiceStub(channel).Subscribe(request)
+
+
+def test_a_filtered_subscriber_receives_only_matching_findings() -> None:
+    async def scenario() -> None:
+        async with serve() as h, grpc.aio.insecure_channel(h.target) as channel:
+            call = subscribe(channel, ["dangerous_action_drift"], "high", ["refund-bot"])
+            await call.initial_metadata()
+            assert h.broker.subscriber_count == 1
+            h.broker.publish(
+                make_trace(),
+                [
+                    make_finding(explanation="first"),
+                    make_finding(Category.TOOL_ORDER_DRIFT, explanation="other category"),
+                    make_finding(severity=Severity.MEDIUM, explanation="too low"),
+                    make_finding(severity=Severity.HIGH, explanation="second"),
+                ],
+            )
+            h.broker.publish(make_trace(agent="triage"), [make_finding(explanation="other agent")])
+            h.broker.close()
+            received = [message async for message in call]
+            assert [m.explanation for m in received] == ["first", "second"]
+            assert await call.code() == grpc.StatusCode.OK
+            first = received[0]
+            assert (first.category, first.severity, first.agent) == (
+                "DANGEROUS_ACTION_DRIFT",
+                "critical",
+                "refund-bot",
+            )
+            assert (first.trace_id, first.service, first.time_unix_nano) == (
+                TRACE_ID,
+                "support",
+                WALL_NS,
+            )
+            assert first.HasField("score") and first.score == 0.0
+            assert dict(first.details) == {"order_id": REDACTED, "amount": REDACTED}
+
+    asyncio.run(scenario())
+
+
+def test_details_shown_by_configuration_are_rendered_as_text() -> None:
+    async def scenario() -> None:
+        redaction = Redaction(show_fields=frozenset({"issue_refund.amount"}))
+        async with serve(redaction=redaction) as h, grpc.aio.insecure_channel(h.target) as channel:
+            call = subscribe(channel)
+            await call.initial_metadata()
+            h.broker.publish(make_trace(), [make_finding()])
+            h.broker.close()
+            [message] = [m async for m in call]
+            assert dict(message.details) == {"order_id": REDACTED, "amount": "120"}
+
+    asyncio.run(scenario())
+
+
+def test_a_slow_subscriber_loses_findings_without_slowing_publish() -> None:
+    async def scenario() -> None:
+        async with serve(queue_size=1) as h, grpc.aio.insecure_channel(h.target) as channel:
+            slow = subscribe(channel)  # never read until the end
+            await slow.initial_metadata()
+            findings = [make_finding(explanation=f"finding {i}") for i in range(1000)]
+            for _ in range(5):
+                # publish is a plain function: it cannot wait for a subscriber.
+                assert h.broker.publish(make_trace(), findings) is None
+            assert h.registry.get_sample_value(DROPPED) == 5 * 1000 - 1
+            h.broker.close()
+            assert [m.explanation async for m in slow] == ["finding 0"]
+            assert await slow.code() == grpc.StatusCode.OK
+
+    asyncio.run(scenario())
+
+
+def test_closing_the_broker_ends_every_stream_and_refuses_new_ones() -> None:
+    async def scenario() -> None:
+        async with serve() as h, grpc.aio.insecure_channel(h.target) as channel:
+            calls = [subscribe(channel), subscribe(channel, ["TOOL_ORDER_DRIFT"])]
+            for call in calls:
+                await call.initial_metadata()
+            h.broker.close()
+            for call in calls:
+                assert [m async for m in call] == []
+                assert await call.code() == grpc.StatusCode.OK
+            late = subscribe(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await late.read()
+            assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert h.broker.subscriber_count == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_client_that_goes_away_is_unsubscribed() -> None:
+    async def scenario() -> None:
+        async with serve() as h, grpc.aio.insecure_channel(h.target) as channel:
+            call = subscribe(channel)
+            await call.initial_metadata()
+            assert h.broker.subscriber_count == 1
+            call.cancel()
+            await asyncio.wait_for(h.broker.wait_for_subscribers(0), timeout=10)
+            assert h.broker.subscriber_count == 0
+
+    asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "message"),
+    [
+        ({"categories": ["NOT_A_CATEGORY"]}, "unknown category 'NOT_A_CATEGORY'"),
+        ({"min_severity": "apocalyptic"}, "unknown severity 'apocalyptic'"),
+    ],
+)
+def test_an_unknown_filter_value_is_invalid_argument(
+    request_fields: dict[str, object], message: str
+) -> None:
+    async def scenario() -> None:
+        async with serve() as h, grpc.aio.insecure_channel(h.target) as channel:
+            stub = findings_pb2_grpc.FindingsServiceStub(channel)
+            call = stub.Subscribe(findings_pb2.SubscribeRequest(**request_fields))
+            with pytest.raises(grpc.aio.AioRpcError) as error:
+                await call.read()
+            assert error.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert message in (error.value.details() or "")
+            assert h.broker.subscriber_count == 0
+
+    asyncio.run(scenario())
+
+
+@dataclass
+class TailRun:
+    code: int
+    out: str
+    err: str
+
+
+async def tail_while(
+    h: Harness, act: Callable[[Harness], Awaitable[None]], **options: object
+) -> TailRun:
+    """Runs ``toolwatch tail`` against ``h`` in a thread, does ``act`` once it has subscribed,
+    and returns what tail printed."""
+    out = options.pop("out", None) or io.StringIO()
+    err = io.StringIO()
+    tail = asyncio.create_task(asyncio.to_thread(run_tail, h.target, out=out, err=err, **options))
+    await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=10)
+    await act(h)
+    code = await asyncio.wait_for(tail, timeout=10)
+    return TailRun(code, out.getvalue(), err.getvalue())
+
+
+async def publish_and_close(h: Harness) -> None:
+    h.broker.publish(
+        make_trace(),
+        [make_finding(), make_finding(Category.TOOL_ORDER_DRIFT, Severity.LOW, "filtered out")],
+    )
+    h.broker.close()
+
+
+def test_tail_prints_one_readable_line_per_finding() -> None:
+    async def scenario() -> TailRun:
+        async with serve() as h:
+            return await tail_while(h, publish_and_close, min_severity="high")
+
+    result = asyncio.run(scenario())
+    assert result.code == 0
+    assert result.out == (
+        "2026-11-29T20:31:02Z CRITICAL DANGEROUS_ACTION_DRIFT agent=refund-bot tool=issue_refund "
+        f"trace={TRACE_ID} — issue_refund was called without an earlier lookup_order\n"
+    )
+    assert "ended the stream" in result.err
+
+
+def test_tail_colours_by_severity_when_asked() -> None:
+    async def scenario() -> TailRun:
+        async with serve() as h:
+            return await tail_while(h, publish_and_close, min_severity="high", color=True)
+
+    result = asyncio.run(scenario())
+    assert "\x1b[1;31mCRITICAL DANGEROUS_ACTION_DRIFT\x1b[0m agent=refund-bot" in result.out
+
+
+def test_tail_json_prints_the_findings_log_object() -> None:
+    async def scenario() -> TailRun:
+        async with serve() as h:
+            return await tail_while(h, publish_and_close, as_json=True, agents=["refund-bot"])
+
+    result = asyncio.run(scenario())
+    lines = [json.loads(line) for line in result.out.splitlines()]
+    assert [line["explanation"] for line in lines] == [
+        "issue_refund was called without an earlier lookup_order",
+        "filtered out",
+    ]
+    assert lines[0] == {
+        "category": "DANGEROUS_ACTION_DRIFT",
+        "severity": "critical",
+        "evaluator": "safety",
+        "reference": "policy",
+        "score": 0.0,
+        "tool": "issue_refund",
+        "field": None,
+        "agent": "refund-bot",
+        "explanation": "issue_refund was called without an earlier lookup_order",
+        "trace_id": TRACE_ID,
+        "span_id": "b7ad6b7169203331",
+        "service": "support",
+        "timestamp": "2026-11-29T20:31:02.123Z",
+        "details": {"order_id": REDACTED, "amount": REDACTED},
+    }
+
+
+class SignallingOut(io.StringIO):
+    """An output that tells another thread when tail has printed something."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = threading.Event()
+
+    def write(self, text: str) -> int:
+        count = super().write(text)
+        self.written.set()
+        return count
+
+
+def test_tail_reports_a_server_that_goes_away() -> None:
+    out = SignallingOut()
+
+    async def stop_server(h: Harness) -> None:
+        h.broker.publish(make_trace(), [make_finding()])
+        assert await asyncio.to_thread(out.written.wait, 10)  # tail is connected and reading
+        await h.server.stop(None)
+
+    async def scenario() -> TailRun:
+        async with serve() as h:
+            return await tail_while(h, stop_server, out=out)
+
+    result = asyncio.run(scenario())
+    assert result.code == 1
+    assert result.out.count("\n") == 1
+    assert "lost the connection to 127.0.0.1:" in result.err
+
+
+def test_tail_reports_an_unreachable_server() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out, err = io.StringIO(), io.StringIO()
+    code = run_tail(f"127.0.0.1:{port}", out=out, err=err)
+    assert code == 1
+    assert out.getvalue() == ""
+    assert f"cannot reach the findings stream at 127.0.0.1:{port}" in err.getvalue()
+
+
+def test_tail_reports_a_rejected_filter_as_a_usage_error() -> None:
+    async def scenario() -> tuple[int, str]:
+        async with serve() as h:
+            out, err = io.StringIO(), io.StringIO()
+            code = await asyncio.to_thread(
+                run_tail, h.target, categories=["NOPE"], out=out, err=err
+            )
+            return code, err.getvalue()
+
+    code, err = asyncio.run(scenario())
+    assert code == 2
+    assert "unknown category 'NOPE'" in err

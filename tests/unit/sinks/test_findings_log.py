@@ -1,0 +1,221 @@
+"""The findings log, redaction, the in-memory sink and fan-out isolation."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+from collections.abc import Sequence
+
+import pytest
+
+from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
+from toolwatch.sinks.findings import (
+    REDACTED,
+    FanOutSink,
+    FindingSink,
+    InMemoryFindingSink,
+    JsonLinesFindingSink,
+    Redaction,
+    format_timestamp,
+    render_details,
+)
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+# 2026-11-29T20:31:02.123456789Z
+WALL_NS = 1_795_984_262_123_456_789
+
+
+def make_trace(agent: str | None = "refund-bot", service: str | None = "support") -> ToolTrace:
+    return ToolTrace(
+        trace_id=TRACE_ID,
+        run_span_id="00f067aa0ba902b7",
+        service=service,
+        agent=agent,
+        model="gpt-x",
+        calls=(),
+        final_text=None,
+        refusal=False,
+        refusal_reason=None,
+        error_count=0,
+        complete=True,
+        incomplete_reason=None,
+        start_ns=0,
+        end_ns=1,
+        span_count=3,
+    )
+
+
+def make_finding(
+    tool: str | None = "issue_refund",
+    field: str | None = "amount",
+    details: dict[str, object] | None = None,
+    agent: str | None = None,
+    score: float | None = 0.25,
+) -> Finding:
+    return Finding(
+        category=Category.ARGUMENT_VALUE_DRIFT,
+        severity=Severity.HIGH,
+        evaluator="tool_arguments",
+        reference=ReferenceKind.EXPECTED,
+        score=score,
+        explanation="issue_refund.amount differs from the expected value",
+        trace_id=TRACE_ID,
+        span_id="b7ad6b7169203331",
+        tool=tool,
+        field=field,
+        agent=agent,
+        details={"expected": 10, "actual": 100} if details is None else details,
+    )
+
+
+def log_lines(
+    findings: Sequence[Finding], redaction: Redaction | None = None, trace: ToolTrace | None = None
+) -> list[dict[str, object]]:
+    stream = io.StringIO()
+    sink = JsonLinesFindingSink(stream, redaction, wall_clock=lambda: WALL_NS)
+    sink.publish(trace or make_trace(), findings)
+    return [json.loads(line) for line in stream.getvalue().splitlines()]
+
+
+def test_one_json_object_per_finding_with_every_key() -> None:
+    [line] = log_lines([make_finding()])
+    assert line == {
+        "category": "ARGUMENT_VALUE_DRIFT",
+        "severity": "high",
+        "evaluator": "tool_arguments",
+        "reference": "expected",
+        "score": 0.25,
+        "tool": "issue_refund",
+        "field": "amount",
+        "agent": "refund-bot",
+        "explanation": "issue_refund.amount differs from the expected value",
+        "trace_id": TRACE_ID,
+        "span_id": "b7ad6b7169203331",
+        "service": "support",
+        "timestamp": "2026-11-29T20:31:02.123Z",
+        "details": {"expected": REDACTED, "actual": REDACTED},
+    }
+
+
+def test_several_findings_are_several_lines() -> None:
+    lines = log_lines([make_finding(), make_finding(field="currency")])
+    assert [line["field"] for line in lines] == ["amount", "currency"]
+
+
+def test_absent_values_are_null() -> None:
+    finding = make_finding(tool=None, field=None, details={}, score=None)
+    [line] = log_lines([finding], trace=make_trace(agent=None, service=None))
+    assert [line[k] for k in ("tool", "field", "agent", "service", "score")] == [None] * 5
+    assert line["details"] == {}
+
+
+def test_a_non_finite_score_is_written_as_null() -> None:
+    [line] = log_lines([make_finding(score=float("nan"))])
+    assert line["score"] is None
+
+
+def test_the_findings_own_agent_wins_over_the_runs() -> None:
+    [line] = log_lines([make_finding(agent="inner-agent")])
+    assert line["agent"] == "inner-agent"
+
+
+def test_nothing_is_written_for_no_findings() -> None:
+    stream = io.StringIO()
+    JsonLinesFindingSink(stream).publish(make_trace(), [])
+    assert stream.getvalue() == ""
+
+
+@pytest.mark.parametrize(
+    ("redaction", "shown"),
+    [
+        (Redaction(), False),
+        (Redaction(show_values=True), True),
+        (Redaction(show_fields=frozenset({"amount"})), True),
+        (Redaction(show_fields=frozenset({"issue_refund.amount"})), True),
+        (Redaction(show_fields=frozenset({"lookup_order.amount"})), False),
+        (Redaction(show_fields=frozenset({"currency"})), False),
+    ],
+)
+def test_redaction_of_the_findings_field(redaction: Redaction, shown: bool) -> None:
+    [line] = log_lines([make_finding()], redaction)
+    expected = (
+        {"expected": 10, "actual": 100} if shown else {"expected": REDACTED, "actual": REDACTED}
+    )
+    assert line["details"] == expected
+
+
+def test_a_detail_key_named_as_a_field_is_shown_alone() -> None:
+    finding = make_finding(field=None, details={"order_id": "A-1", "email": "x@example.com"})
+    redaction = Redaction(show_fields=frozenset({"issue_refund.order_id"}))
+    [line] = log_lines([finding], redaction)
+    assert line["details"] == {"order_id": "A-1", "email": REDACTED}
+
+
+def test_explanations_are_written_unredacted() -> None:
+    [line] = log_lines([make_finding()])
+    assert line["explanation"] == "issue_refund.amount differs from the expected value"
+
+
+def test_non_json_detail_values_do_not_break_the_log() -> None:
+    finding = make_finding(details={"raw": b"\x01\xff", "set": frozenset({2, 1})})
+    [line] = log_lines([finding], Redaction(show_values=True))
+    assert line["details"] == {"raw": "01ff", "set": [1, 2]}
+
+
+def test_render_details_keeps_strings_and_encodes_the_rest() -> None:
+    rendered = render_details({"s": "text", "n": 10, "o": {"a": [1, None]}, "r": REDACTED})
+    assert rendered == {"s": "text", "n": "10", "o": '{"a":[1,null]}', "r": REDACTED}
+
+
+@pytest.mark.parametrize(
+    ("time_ns", "text"),
+    [
+        (0, "1970-01-01T00:00:00.000Z"),
+        (WALL_NS, "2026-11-29T20:31:02.123Z"),
+        (1_000_000_000 - 1, "1970-01-01T00:00:00.999Z"),
+    ],
+)
+def test_format_timestamp(time_ns: int, text: str) -> None:
+    assert format_timestamp(time_ns) == text
+
+
+def test_in_memory_sink_keeps_findings_and_traces_until_cleared() -> None:
+    sink = InMemoryFindingSink()
+    trace = make_trace()
+    sink.publish(trace, [make_finding(), make_finding(field="currency")])
+    assert [f.field for f in sink.findings] == ["amount", "currency"]
+    assert sink.traces == [trace]
+    sink.clear()
+    assert (sink.findings, sink.traces) == ([], [])
+    sink.close()
+    assert sink.closed
+
+
+class ExplodingSink:
+    def publish(self, trace: ToolTrace, findings: Sequence[Finding]) -> None:
+        raise OSError("disk full")
+
+    def close(self) -> None:
+        raise OSError("disk full")
+
+
+def test_fan_out_isolates_a_failing_sink(caplog: pytest.LogCaptureFixture) -> None:
+    before, after = InMemoryFindingSink(), InMemoryFindingSink()
+    sinks: list[FindingSink] = [before, ExplodingSink(), after]
+    fan_out = FanOutSink(sinks)
+    with caplog.at_level(logging.ERROR, logger="toolwatch.sinks.findings"):
+        for _ in range(3):
+            fan_out.publish(make_trace(), [make_finding()])
+        fan_out.close()
+    assert len(before.findings) == len(after.findings) == 3
+    assert before.closed and after.closed
+    assert fan_out.failures == {
+        "0:InMemoryFindingSink": 0,
+        "1:ExplodingSink": 4,
+        "2:InMemoryFindingSink": 0,
+    }
+    # Rate-limited: failures 1, 2 and 4 are logged, the 3rd is not.
+    assert len(caplog.records) == 3
+    assert "1:ExplodingSink failed to publish" in caplog.records[0].getMessage()
+    assert "failed to close (4 failures so far)" in caplog.records[2].getMessage()

@@ -1,0 +1,134 @@
+"""Label values stay bounded: configured names, then a cap, then ``_other``."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from toolwatch.model import (
+    CallStatus,
+    Category,
+    Finding,
+    ReferenceKind,
+    Severity,
+    ToolCall,
+    ToolTrace,
+)
+from toolwatch.sinks.prometheus import OTHER, LabelLimiter, PrometheusMetrics
+
+
+def test_known_values_pass_even_past_the_cap() -> None:
+    limit = LabelLimiter(known=["issue_refund"], cap=1)
+    assert limit("first") == "first"
+    assert limit("second") == OTHER
+    assert limit("issue_refund") == "issue_refund"
+
+
+def test_admitted_values_stay_admitted() -> None:
+    limit = LabelLimiter(cap=2)
+    assert [limit(v) for v in ("a", "b", "c", "a", "b")] == ["a", "b", OTHER, "a", "b"]
+    assert limit.admitted == frozenset({"a", "b"})
+
+
+def test_none_reports_as_empty_and_does_not_use_the_cap() -> None:
+    limit = LabelLimiter(cap=1)
+    assert limit(None) == ""
+    assert limit("") == ""
+    assert limit("a") == "a"
+
+
+def test_long_values_are_free_text_and_report_other() -> None:
+    limit = LabelLimiter(cap=10)
+    assert limit("x" * 129) == OTHER
+    assert limit("x" * 128) == "x" * 128
+
+
+def test_a_negative_cap_is_refused() -> None:
+    with pytest.raises(ValueError, match="cap"):
+        LabelLimiter(cap=-1)
+
+
+def _call(tool: str) -> ToolCall:
+    return ToolCall(
+        tool_name=tool,
+        raw_name=tool,
+        arguments=None,
+        arguments_error=None,
+        call_id=None,
+        parent_call_id=None,
+        sequence_index=0,
+        parallel_group=None,
+        status=CallStatus.OK,
+        error_type=None,
+        agent=None,
+        span_id=None,
+        start_ns=None,
+        end_ns=None,
+    )
+
+
+def _trace(agent: str, tool: str) -> ToolTrace:
+    return ToolTrace(
+        trace_id="0" * 31 + "1",
+        run_span_id=None,
+        service=None,
+        agent=agent,
+        model=None,
+        calls=(_call(tool),),
+        final_text=None,
+        refusal=False,
+        refusal_reason=None,
+        error_count=0,
+        complete=True,
+        incomplete_reason=None,
+        start_ns=0,
+        end_ns=0,
+        span_count=1,
+    )
+
+
+def _label_values(registry: CollectorRegistry, metric: str, label: str) -> set[str]:
+    return {
+        sample.labels[label]
+        for family in registry.collect()
+        for sample in family.samples
+        if sample.name == metric
+    }
+
+
+def test_a_flood_of_names_keeps_every_label_bounded() -> None:
+    registry = CollectorRegistry()
+    known_agents, known_tools = ["refund-bot", "triage"], ["issue_refund", "lookup_order"]
+    cap = 100
+    metrics = PrometheusMetrics(
+        registry, agents=known_agents, tools=known_tools, label_value_cap=cap
+    )
+    for i in range(10_000):
+        metrics.tool_trace(_trace(f"agent-{i}", f"tool-{i}"))
+        finding = Finding(
+            Category.TOOL_SELECTION_DRIFT,
+            Severity.LOW,
+            f"evaluator-{i}",
+            ReferenceKind.POLICY,
+            0.5,
+            "flood",
+            "0" * 31 + "1",
+            tool=f"tool-{i}",
+            agent=f"agent-{i}",
+        )
+        metrics.finding(finding, None)
+    metrics.tool_trace(_trace("refund-bot", "issue_refund"))
+
+    calls = "toolwatch_tool_calls_total"
+    tools = _label_values(registry, calls, "tool")
+    agents = _label_values(registry, calls, "agent")
+    assert len(tools) <= cap + len(known_tools) + 1
+    assert len(agents) <= cap + len(known_agents) + 1
+    assert {OTHER, "issue_refund", "tool-0", "tool-99"} <= tools
+    assert "tool-100" not in tools
+    assert {OTHER, "refund-bot"} <= agents
+    regressions = "toolwatch_regressions_total"
+    assert len(_label_values(registry, regressions, "evaluator")) == cap + 1
+    assert len(_label_values(registry, regressions, "tool")) <= cap + len(known_tools) + 1
+    other = {"agent": OTHER, "tool": OTHER, "status": "ok"}
+    assert registry.get_sample_value(calls, other) == 10_000 - cap

@@ -1,0 +1,356 @@
+"""PrometheusMetrics: every PipelineMetrics call lands in the right series of a fresh registry."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
+
+from toolwatch import __version__
+from toolwatch.metrics import PipelineMetrics
+from toolwatch.model import (
+    CallStatus,
+    Category,
+    Finding,
+    ReferenceKind,
+    Severity,
+    ToolCall,
+    ToolTrace,
+)
+from toolwatch.sinks.prometheus import OTHER, BufferState, PrometheusMetrics, StateCollector
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+# The names the deploy helper's rules and dashboards are written against (brief).
+EXPECTED_NAMES = {
+    "toolwatch_regressions_total",
+    "toolwatch_tool_calls_total",
+    "toolwatch_tool_traces_total",
+    "toolwatch_evaluator_score",
+    "toolwatch_spans_received_total",
+    "toolwatch_spans_rejected_total",
+    "toolwatch_spans_dropped_total",
+    "toolwatch_spans_refused_total",
+    "toolwatch_spans_built_total",
+    "toolwatch_trace_evictions_total",
+    "toolwatch_buffered_traces",
+    "toolwatch_buffered_spans",
+    "toolwatch_buffered_bytes",
+    "toolwatch_export_request_duration_seconds",
+    "toolwatch_evaluation_duration_seconds",
+    "toolwatch_detection_latency_seconds",
+    "toolwatch_evaluator_failures_total",
+    "toolwatch_stream_dropped_findings_total",
+    "toolwatch_shadow_unpaired_total",
+    "toolwatch_build_info",
+}
+
+
+def make_call(tool: str, status: CallStatus = CallStatus.OK, agent: str | None = None) -> ToolCall:
+    return ToolCall(
+        tool_name=tool,
+        raw_name=tool,
+        arguments={},
+        arguments_error=None,
+        call_id=None,
+        parent_call_id=None,
+        sequence_index=0,
+        parallel_group=None,
+        status=status,
+        error_type=None,
+        agent=agent,
+        span_id=None,
+        start_ns=None,
+        end_ns=None,
+    )
+
+
+def make_trace(
+    calls: tuple[ToolCall, ...] = (),
+    agent: str | None = "refund-bot",
+    incomplete_reason: str | None = None,
+) -> ToolTrace:
+    return ToolTrace(
+        trace_id=TRACE_ID,
+        run_span_id=None,
+        service="support",
+        agent=agent,
+        model=None,
+        calls=calls,
+        final_text=None,
+        refusal=False,
+        refusal_reason=None,
+        error_count=0,
+        complete=incomplete_reason is None,
+        incomplete_reason=incomplete_reason,
+        start_ns=0,
+        end_ns=1,
+        span_count=1,
+    )
+
+
+def make_finding(trace_id: str = TRACE_ID, tool: str | None = "issue_refund") -> Finding:
+    return Finding(
+        category=Category.DANGEROUS_ACTION_DRIFT,
+        severity=Severity.CRITICAL,
+        evaluator="safety",
+        reference=ReferenceKind.POLICY,
+        score=0.0,
+        explanation="dangerous call without verification",
+        trace_id=trace_id,
+        tool=tool,
+        agent="refund-bot",
+    )
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    return CollectorRegistry()
+
+
+@pytest.fixture
+def metrics(registry: CollectorRegistry) -> PrometheusMetrics:
+    return PrometheusMetrics(registry, agents=["refund-bot"], tools=["issue_refund"])
+
+
+def test_satisfies_the_pipeline_metrics_protocol(metrics: PrometheusMetrics) -> None:
+    typed: PipelineMetrics = metrics
+    assert typed is metrics
+
+
+def test_exposes_exactly_the_agreed_metric_names(registry: CollectorRegistry) -> None:
+    PrometheusMetrics(registry)
+    registry.register(StateCollector(lambda: BufferState(0, 0, 0)))
+    text = generate_latest(registry).decode()
+    typed = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
+    assert {name for name in typed if not name.endswith("_created")} == EXPECTED_NAMES
+
+
+def test_finding_counts_by_all_labels(
+    metrics: PrometheusMetrics, registry: CollectorRegistry
+) -> None:
+    metrics.finding(make_finding(), detection_seconds=2.5)
+    metrics.finding(make_finding(), detection_seconds=None)
+    labels = {
+        "category": "DANGEROUS_ACTION_DRIFT",
+        "severity": "critical",
+        "evaluator": "safety",
+        "agent": "refund-bot",
+        "tool": "issue_refund",
+    }
+    assert registry.get_sample_value("toolwatch_regressions_total", labels) == 2.0
+    assert registry.get_sample_value("toolwatch_detection_latency_seconds_count") == 1.0
+    assert registry.get_sample_value("toolwatch_detection_latency_seconds_sum") == 2.5
+
+
+def test_finding_without_a_tool_reports_an_empty_tool_label(
+    metrics: PrometheusMetrics, registry: CollectorRegistry
+) -> None:
+    metrics.finding(make_finding(tool=None), None)
+    labels = {
+        "category": "DANGEROUS_ACTION_DRIFT",
+        "severity": "critical",
+        "evaluator": "safety",
+        "agent": "refund-bot",
+        "tool": "",
+    }
+    assert registry.get_sample_value("toolwatch_regressions_total", labels) == 1.0
+
+
+def test_openmetrics_exposition_carries_the_trace_id_exemplar(
+    metrics: PrometheusMetrics, registry: CollectorRegistry
+) -> None:
+    metrics.finding(make_finding(), detection_seconds=3.0)
+    text = generate_openmetrics(registry).decode()
+    regression_lines = [line for line in text.splitlines() if "regressions_total{" in line]
+    assert len(regression_lines) == 1
+    assert f'# {{trace_id="{TRACE_ID}"}} 1.0' in regression_lines[0]
+    latency = [line for line in text.splitlines() if "detection_latency_seconds_bucket" in line]
+    assert any(f'trace_id="{TRACE_ID}"' in line for line in latency)
+
+
+def test_text_exposition_has_no_exemplars(
+    metrics: PrometheusMetrics, registry: CollectorRegistry
+) -> None:
+    metrics.finding(make_finding(), detection_seconds=3.0)
+    assert TRACE_ID not in generate_latest(registry).decode()
+
+
+def test_a_trace_id_that_is_not_hex_gets_no_exemplar(
+    metrics: PrometheusMetrics, registry: CollectorRegistry
+) -> None:
+    metrics.finding(make_finding(trace_id="x" * 200), detection_seconds=None)
+    text = generate_openmetrics(registry).decode()
+    assert "x" * 32 not in text
+    assert "# {" not in text
+
+
+def test_tool_trace_counts_run_outcome_and_calls(
+    metrics: PrometheusMetrics, registry: CollectorRegistry
+) -> None:
+    calls = (make_call("issue_refund"), make_call("issue_refund", CallStatus.ERROR))
+    metrics.tool_trace(make_trace(calls))
+    metrics.tool_trace(make_trace(incomplete_reason="timed_out"))
+    get = registry.get_sample_value
+    runs = "toolwatch_tool_traces_total"
+    assert get(runs, {"agent": "refund-bot", "outcome": "complete"}) == 1.0
+    assert get(runs, {"agent": "refund-bot", "outcome": "timed_out"}) == 1.0
+    calls_total = "toolwatch_tool_calls_total"
+    for status in ("ok", "error"):
+        labels = {"agent": "refund-bot", "tool": "issue_refund", "status": status}
+        assert get(calls_total, labels) == 1.0
+
+
+def test_a_call_keeps_its_own_agent(
+    metrics: PrometheusMetrics, registry: CollectorRegistry
+) -> None:
+    metrics.tool_trace(make_trace((make_call("lookup", agent="inner"),)))
+    labels = {"agent": "inner", "tool": "lookup", "status": "ok"}
+    assert registry.get_sample_value("toolwatch_tool_calls_total", labels) == 1.0
+
+
+def test_an_unknown_outcome_reports_other(
+    metrics: PrometheusMetrics, registry: CollectorRegistry
+) -> None:
+    metrics.tool_trace(make_trace(incomplete_reason="something new"))
+    labels = {"agent": "refund-bot", "outcome": OTHER}
+    assert registry.get_sample_value("toolwatch_tool_traces_total", labels) == 1.0
+
+
+def test_span_accounting_counters(metrics: PrometheusMetrics, registry: CollectorRegistry) -> None:
+    metrics.spans_received(10, "grpc")
+    metrics.spans_received(5, "http")
+    metrics.spans_rejected(2, "invalid_trace_id")
+    metrics.spans_dropped(3, "duplicate")
+    metrics.spans_refused(7, "http")
+    metrics.spans_built(9)
+    metrics.trace_evicted("max_traces")
+    get = registry.get_sample_value
+    assert get("toolwatch_spans_received_total", {"transport": "grpc"}) == 10.0
+    assert get("toolwatch_spans_received_total", {"transport": "http"}) == 5.0
+    assert get("toolwatch_spans_rejected_total", {"reason": "invalid_trace_id"}) == 2.0
+    assert get("toolwatch_spans_dropped_total", {"reason": "duplicate"}) == 3.0
+    assert get("toolwatch_spans_refused_total", {"transport": "http"}) == 7.0
+    assert get("toolwatch_spans_built_total") == 9.0
+    assert get("toolwatch_trace_evictions_total", {"reason": "max_traces"}) == 1.0
+
+
+def test_an_unknown_transport_reports_other(
+    metrics: PrometheusMetrics, registry: CollectorRegistry
+) -> None:
+    metrics.spans_received(1, "carrier-pigeon")
+    labels = {"transport": OTHER}
+    assert registry.get_sample_value("toolwatch_spans_received_total", labels) == 1.0
+
+
+def test_timings_and_scores(metrics: PrometheusMetrics, registry: CollectorRegistry) -> None:
+    metrics.request_handled("grpc", "ok", 0.02)
+    metrics.evaluated("order", 0.85, 0.0003)
+    metrics.evaluated("composite", None, 0.0001)
+    metrics.evaluator_failed("invariants")
+    get = registry.get_sample_value
+    request = "toolwatch_export_request_duration_seconds_count"
+    assert get(request, {"transport": "grpc", "outcome": "ok"}) == 1.0
+    assert get("toolwatch_evaluator_score_bucket", {"evaluator": "order", "le": "0.8"}) == 0.0
+    assert get("toolwatch_evaluator_score_bucket", {"evaluator": "order", "le": "0.9"}) == 1.0
+    assert get("toolwatch_evaluator_score_count", {"evaluator": "composite"}) is None
+    duration = "toolwatch_evaluation_duration_seconds_count"
+    assert get(duration, {"evaluator": "composite"}) == 1.0
+    assert get("toolwatch_evaluator_failures_total", {"evaluator": "invariants"}) == 1.0
+
+
+def test_stream_and_shadow_counters(
+    metrics: PrometheusMetrics, registry: CollectorRegistry
+) -> None:
+    metrics.stream_dropped(4)
+    metrics.shadow_unpaired("timeout")
+    get = registry.get_sample_value
+    assert get("toolwatch_stream_dropped_findings_total") == 4.0
+    assert get("toolwatch_shadow_unpaired_total", {"reason": "timeout"}) == 1.0
+
+
+def test_build_info(registry: CollectorRegistry) -> None:
+    PrometheusMetrics(registry)
+    assert registry.get_sample_value("toolwatch_build_info", {"version": __version__}) == 1.0
+
+
+def test_buffer_state_is_read_at_scrape_time(registry: CollectorRegistry) -> None:
+    state = [BufferState(traces=1, spans=2, bytes=3)]
+    PrometheusMetrics(registry, buffer_state=lambda: state[0], stream_subscribers=lambda: 5)
+    assert registry.get_sample_value("toolwatch_buffered_spans") == 2.0
+    state[0] = BufferState(traces=4, spans=50, bytes=600)
+    get = registry.get_sample_value
+    assert (get("toolwatch_buffered_traces"), get("toolwatch_buffered_spans")) == (4.0, 50.0)
+    assert get("toolwatch_buffered_bytes") == 600.0
+    assert get("toolwatch_stream_subscribers") == 5.0
+
+
+def test_a_failing_state_callable_leaves_the_rest_of_the_scrape_intact(
+    registry: CollectorRegistry,
+) -> None:
+    def broken() -> BufferState:
+        raise RuntimeError("buffer gone")
+
+    metrics = PrometheusMetrics(registry)
+    registry.register(StateCollector(broken, lambda: 2))
+    metrics.spans_built(1)
+    assert registry.get_sample_value("toolwatch_buffered_traces") is None
+    assert registry.get_sample_value("toolwatch_stream_subscribers") == 2.0
+    assert registry.get_sample_value("toolwatch_spans_built_total") == 1.0
+
+
+def test_registering_the_state_collector_does_not_call_it(registry: CollectorRegistry) -> None:
+    calls: list[int] = []
+
+    def state() -> BufferState:
+        calls.append(1)
+        return BufferState(0, 0, 0)
+
+    registry.register(StateCollector(state))
+    assert calls == []
+
+
+def test_two_pipelines_use_separate_registries() -> None:
+    first, second = CollectorRegistry(), CollectorRegistry()
+    PrometheusMetrics(first).spans_built(3)
+    PrometheusMetrics(second)
+    assert first.get_sample_value("toolwatch_spans_built_total") == 3.0
+    assert second.get_sample_value("toolwatch_spans_built_total") == 0.0
+
+
+@pytest.mark.skipif(
+    shutil.which("promtool") is None,
+    reason="promtool is not on PATH (CI installs it: apt-get install prometheus)",
+)
+def test_promtool_accepts_the_text_exposition(
+    metrics: PrometheusMetrics, registry: CollectorRegistry
+) -> None:
+    registry.register(StateCollector(lambda: BufferState(1, 2, 3), lambda: 1))
+    metrics.finding(make_finding(), 2.0)
+    metrics.tool_trace(make_trace((make_call("issue_refund"),)))
+    metrics.spans_received(3, "grpc")
+    metrics.evaluated("order", 0.5, 0.001)
+    metrics.request_handled("http", "ok", 0.01)
+    result = subprocess.run(
+        ["promtool", "check", "metrics"],
+        input=generate_latest(registry),
+        capture_output=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout.decode() + result.stderr.decode()
+
+
+def test_odd_input_never_raises_into_the_pipeline(
+    metrics: PrometheusMetrics, registry: CollectorRegistry
+) -> None:
+    metrics.spans_received(-3, "grpc")
+    metrics.stream_dropped(-1)
+    metrics.evaluated("order", float("nan"), 0.001)
+    get = registry.get_sample_value
+    assert get("toolwatch_spans_received_total", {"transport": "grpc"}) == 0.0
+    assert get("toolwatch_stream_dropped_findings_total") == 0.0
+    assert get("toolwatch_evaluator_score_count", {"evaluator": "order"}) is None
+    assert get("toolwatch_evaluation_duration_seconds_count", {"evaluator": "order"}) == 1.0

@@ -1,0 +1,155 @@
+"""Stream filters, the broker's bookkeeping and tail's line format, without a network."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from toolwatch import tail
+from toolwatch._proto.toolwatch.v1 import findings_pb2
+from toolwatch.metrics import NoopMetrics
+from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
+from toolwatch.sinks.findings import FindingSink
+from toolwatch.sinks.prometheus import PrometheusMetrics
+from toolwatch.sinks.stream import FindingsBroker, StreamFilter, Subscription
+from toolwatch.tail import format_finding_line
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def finding(
+    category: Category = Category.TOOL_ORDER_DRIFT,
+    severity: Severity = Severity.MEDIUM,
+) -> Finding:
+    return Finding(category, severity, "order", ReferenceKind.EXPECTED, 0.5, "order", TRACE_ID)
+
+
+def test_an_empty_request_matches_everything() -> None:
+    stream_filter = StreamFilter.from_request(findings_pb2.SubscribeRequest())
+    assert stream_filter == StreamFilter()
+    assert stream_filter.matches(finding(severity=Severity.LOW), agent=None)
+
+
+def test_request_names_are_case_insensitive() -> None:
+    request = findings_pb2.SubscribeRequest(
+        categories=["tool_order_drift"], min_severity="HIGH", agents=["a"]
+    )
+    assert StreamFilter.from_request(request) == StreamFilter(
+        frozenset({Category.TOOL_ORDER_DRIFT}), Severity.HIGH, frozenset({"a"})
+    )
+
+
+@pytest.mark.parametrize(
+    ("stream_filter", "item", "agent", "matches"),
+    [
+        (StreamFilter(min_severity=Severity.HIGH), finding(severity=Severity.MEDIUM), None, False),
+        (StreamFilter(min_severity=Severity.HIGH), finding(severity=Severity.CRITICAL), None, True),
+        (StreamFilter(frozenset({Category.REFUSAL_REGRESSION})), finding(), None, False),
+        (StreamFilter(frozenset({Category.TOOL_ORDER_DRIFT})), finding(), None, True),
+        (StreamFilter(agents=frozenset({"bot"})), finding(), "bot", True),
+        (StreamFilter(agents=frozenset({"bot"})), finding(), "other", False),
+        (StreamFilter(agents=frozenset({"bot"})), finding(), None, False),
+    ],
+)
+def test_filter_matching(
+    stream_filter: StreamFilter, item: Finding, agent: str | None, matches: bool
+) -> None:
+    assert stream_filter.matches(item, agent) is matches
+
+
+def test_the_broker_is_a_finding_sink_and_validates_its_queue_size() -> None:
+    broker: FindingSink = FindingsBroker(NoopMetrics())
+    assert isinstance(broker, FindingsBroker)
+    with pytest.raises(ValueError, match="queue_size"):
+        FindingsBroker(NoopMetrics(), queue_size=0)
+
+
+def test_a_closed_broker_refuses_subscriptions() -> None:
+    broker = FindingsBroker(NoopMetrics())
+    broker.close()
+    assert broker.closed
+    with pytest.raises(RuntimeError, match="closed"):
+        broker.subscribe(StreamFilter())
+
+
+def test_a_subscription_drains_its_queue_before_ending() -> None:
+    async def scenario() -> list[str | None]:
+        subscription = Subscription(StreamFilter(), queue_size=2)
+        offers = [subscription.offer(findings_pb2.Finding(explanation=str(i))) for i in range(3)]
+        assert offers == [True, True, False]
+        assert subscription.dropped == 1
+        subscription.close()
+        assert not subscription.offer(findings_pb2.Finding())
+        received = [await subscription.next() for _ in range(3)]
+        return [m.explanation if m is not None else None for m in received]
+
+    assert asyncio.run(scenario()) == ["0", "1", None]
+
+
+def test_drops_are_counted_per_subscriber() -> None:
+    async def scenario() -> float | None:
+        registry = CollectorRegistry()
+        broker = FindingsBroker(PrometheusMetrics(registry), queue_size=1)
+        everything = broker.subscribe(StreamFilter())
+        critical_only = broker.subscribe(StreamFilter(min_severity=Severity.CRITICAL))
+        broker.publish(_trace(), [finding(), finding(), finding(severity=Severity.CRITICAL)])
+        assert (everything.dropped, critical_only.dropped) == (2, 0)
+        return registry.get_sample_value("toolwatch_stream_dropped_findings_total")
+
+    assert asyncio.run(scenario()) == 2.0
+
+
+def _trace() -> ToolTrace:
+    return ToolTrace(
+        trace_id=TRACE_ID,
+        run_span_id=None,
+        service=None,
+        agent=None,
+        model=None,
+        calls=(),
+        final_text=None,
+        refusal=False,
+        refusal_reason=None,
+        error_count=0,
+        complete=True,
+        incomplete_reason=None,
+        start_ns=0,
+        end_ns=0,
+        span_count=0,
+    )
+
+
+def test_a_line_leaves_out_labels_the_finding_does_not_have() -> None:
+    message = findings_pb2.Finding(
+        category="TOOL_ORDER_DRIFT",
+        severity="low",
+        trace_id=TRACE_ID,
+        explanation="Ordering: 50%.",
+        time_unix_nano=0,
+    )
+    assert format_finding_line(message) == (
+        f"1970-01-01T00:00:00Z LOW TOOL_ORDER_DRIFT trace={TRACE_ID} — Ordering: 50%."
+    )
+    assert format_finding_line(message, colour=True).startswith(
+        "1970-01-01T00:00:00Z \x1b[36mLOW TOOL_ORDER_DRIFT\x1b[0m "
+    )
+
+
+class Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+@pytest.mark.parametrize(("no_color", "coloured"), [(None, True), ("1", False), ("", True)])
+def test_auto_colour_follows_the_terminal_and_no_color(
+    monkeypatch: pytest.MonkeyPatch, no_color: str | None, coloured: bool
+) -> None:
+    if no_color is None:
+        monkeypatch.delenv("NO_COLOR", raising=False)
+    else:
+        monkeypatch.setenv("NO_COLOR", no_color)
+    assert tail._use_colour(Terminal()) is coloured
+    assert tail._use_colour(io.StringIO()) is False

@@ -1,0 +1,173 @@
+"""The --dump-tooltraces format: every field, stable names, exact round trip."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from toolwatch.model import CallStatus, ToolCall, ToolTrace
+from toolwatch.sinks.findings import (
+    TOOLTRACE_FORMAT,
+    ToolTraceWriter,
+    read_tooltraces,
+    tooltrace_from_dict,
+    tooltrace_to_dict,
+)
+
+hex_ids = st.binary(min_size=8, max_size=8).map(bytes.hex)
+trace_ids = st.binary(min_size=16, max_size=16).map(bytes.hex)
+texts = st.text(max_size=20)
+maybe_text = st.none() | texts
+nanos = st.integers(min_value=0, max_value=2**64 - 1)
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | texts,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(texts, inner, max_size=3),
+    max_leaves=10,
+)
+
+tool_calls = st.builds(
+    ToolCall,
+    tool_name=texts,
+    raw_name=texts,
+    arguments=json_values,
+    arguments_error=maybe_text,
+    call_id=maybe_text,
+    parent_call_id=maybe_text,
+    sequence_index=st.integers(min_value=0, max_value=1000),
+    parallel_group=st.none() | st.integers(min_value=0, max_value=100),
+    status=st.sampled_from(CallStatus),
+    error_type=maybe_text,
+    agent=maybe_text,
+    span_id=st.none() | hex_ids,
+    start_ns=st.none() | nanos,
+    end_ns=st.none() | nanos,
+    result=json_values,
+)
+
+tool_traces = st.builds(
+    ToolTrace,
+    trace_id=trace_ids,
+    run_span_id=st.none() | hex_ids,
+    service=maybe_text,
+    agent=maybe_text,
+    model=maybe_text,
+    calls=st.lists(tool_calls, max_size=4).map(tuple),
+    final_text=maybe_text,
+    refusal=st.booleans(),
+    refusal_reason=maybe_text,
+    error_count=st.integers(min_value=0, max_value=100),
+    complete=st.booleans(),
+    incomplete_reason=st.none() | st.sampled_from(["timed_out", "evicted", "span_limit"]),
+    start_ns=nanos,
+    end_ns=nanos,
+    span_count=st.integers(min_value=0, max_value=5000),
+    conversation_id=maybe_text,
+    reference_keys=st.dictionaries(texts, texts, max_size=3),
+)
+
+
+@given(tool_traces)
+def test_a_dumped_line_reads_back_as_the_same_tooltrace(trace: ToolTrace) -> None:
+    stream = io.StringIO()
+    ToolTraceWriter(stream).write(trace)
+    assert stream.getvalue().count("\n") == 1
+    # str.splitlines splits on every Unicode line break: the strictest reader there is.
+    assert list(read_tooltraces(stream.getvalue().splitlines())) == [trace]
+
+
+def sample_trace() -> ToolTrace:
+    call = ToolCall(
+        tool_name="issue_refund",
+        raw_name="Issue_Refund",
+        arguments={"order_id": "A-1", "amount": 12.5, "items": [1, 2]},
+        arguments_error=None,
+        call_id="call_1",
+        parent_call_id=None,
+        sequence_index=0,
+        parallel_group=None,
+        status=CallStatus.ERROR,
+        error_type="TimeoutError",
+        agent="refund-bot",
+        span_id="b7ad6b7169203331",
+        start_ns=1_700_000_000_000_000_000,
+        end_ns=1_700_000_000_500_000_000,
+        result=None,
+    )
+    unparsed = dataclasses.replace(
+        call, arguments="{not json", arguments_error="Expecting property name", sequence_index=1
+    )
+    return ToolTrace(
+        trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
+        run_span_id="00f067aa0ba902b7",
+        service="support",
+        agent="refund-bot",
+        model="gpt-x",
+        calls=(call, unparsed),
+        final_text="Refund issued.",
+        refusal=False,
+        refusal_reason=None,
+        error_count=1,
+        complete=False,
+        incomplete_reason="timed_out",
+        start_ns=1_700_000_000_000_000_000,
+        end_ns=1_700_000_001_000_000_000,
+        span_count=6,
+        conversation_id="conv-9",
+        reference_keys={"toolwatch.case_id": "refund-happy-path"},
+    )
+
+
+def test_the_format_names_every_field_of_the_records() -> None:
+    data = tooltrace_to_dict(sample_trace())
+    trace_fields = {f.name for f in dataclasses.fields(ToolTrace)}
+    call_fields = {f.name for f in dataclasses.fields(ToolCall)}
+    assert set(data) == trace_fields | {"format"}
+    assert all(set(call) == call_fields for call in data["calls"])
+
+
+def test_the_line_is_plain_json_with_hex_ids_and_integer_nanoseconds() -> None:
+    stream = io.StringIO()
+    ToolTraceWriter(stream).write(sample_trace())
+    data = json.loads(stream.getvalue())
+    assert data["format"] == TOOLTRACE_FORMAT == "toolwatch.tooltrace/v1"
+    assert data["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert data["start_ns"] == 1_700_000_000_000_000_000
+    first, second = data["calls"]
+    assert first["arguments"] == {"order_id": "A-1", "amount": 12.5, "items": [1, 2]}
+    assert first["status"] == "error"
+    assert first["span_id"] == "b7ad6b7169203331"
+    assert (second["arguments"], second["arguments_error"]) == (
+        "{not json",
+        "Expecting property name",
+    )
+    assert data["reference_keys"] == {"toolwatch.case_id": "refund-happy-path"}
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d.pop("trace_id"), "trace_id"),
+        (lambda d: d.pop("calls"), "missing field 'calls'"),
+        (lambda d: d.update(format="toolwatch.tooltrace/v9"), "unsupported format"),
+        (lambda d: d.update(surprise=1), "surprise"),
+        (lambda d: d["calls"][0].update(status="maybe"), "'maybe' is not a valid CallStatus"),
+    ],
+)
+def test_malformed_objects_are_refused_with_the_reason(mutate: object, message: str) -> None:
+    data = tooltrace_to_dict(sample_trace())
+    data["calls"] = [dict(c) for c in data["calls"]]
+    mutate(data)  # type: ignore[operator]
+    with pytest.raises(ValueError, match=message):
+        tooltrace_from_dict(data)
+
+
+def test_reading_names_the_bad_line_and_skips_blank_ones() -> None:
+    good = json.dumps(tooltrace_to_dict(sample_trace()))
+    assert len(list(read_tooltraces([good, "", "  ", good]))) == 2
+    with pytest.raises(ValueError, match="line 3"):
+        list(read_tooltraces([good, "", "{oops", good]))
