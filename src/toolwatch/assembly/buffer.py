@@ -1,0 +1,372 @@
+"""Assembly: buffer spans per trace until the trace is complete (DESIGN §4).
+
+A trace is *ready* when its anchor has arrived and none of its spans has arrived for
+``completion_wait_ns``. The anchor is the root span (no parent) or, when the root never comes
+(its parent lives in another service), an outermost AGENT span: one whose ancestor chain among
+the buffered spans holds no AGENT and no TOOL span and leaves the buffer. A TOOL ancestor
+disqualifies it too, because an agent invoked as a tool is nested in an outer run that has not
+finished yet (CONVENTIONS §6.5). OTLP exports only ended spans, so "arrived" means "ended".
+A trace that never becomes ready is emitted anyway at ``max_trace_age_ns`` after its first
+span arrived, flagged ``timed_out``.
+
+Every span passed to :meth:`TraceBuffer.add` ends in exactly one place (metrics.py's
+conservation law): buffered, built (``spans_built`` when its trace is emitted) or dropped
+with a reason:
+
+* ``duplicate`` — the same trace id and span id is already buffered (OTLP retries);
+* ``late`` — its trace was emitted less than ``late_span_window_ns`` ago (it is never
+  re-assembled into a second ToolTrace);
+* ``trace_span_limit`` — its trace already holds ``max_spans_per_trace`` spans;
+* ``span_too_large`` — the span alone is bigger than ``max_buffered_bytes``;
+* ``buffer_full`` — its trace alone fills the buffer, so no other trace can be evicted.
+
+The last three flag the trace incomplete (``span_limit``) when it is emitted.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from toolwatch.metrics import PipelineMetrics
+from toolwatch.model import Clock, SpanRecord, SpanRole
+
+__all__ = ["AssemblyLimits", "CompletedTrace", "TraceBuffer"]
+
+_OVERFLOW_POLICIES = frozenset({"backpressure", "evict_oldest"})
+
+
+@dataclass(frozen=True, slots=True)
+class AssemblyLimits:
+    """Completion timing (nanoseconds of the injected clock) and memory bounds.
+
+    ``overflow`` is what a receiver does when a request does not fit: ``backpressure``
+    refuses it with a retryable status (see :meth:`TraceBuffer.has_room`); ``evict_oldest``
+    accepts it and evicts the oldest traces, evaluating them as incomplete.
+    """
+
+    completion_wait_ns: int = 2_000_000_000
+    max_trace_age_ns: int = 60_000_000_000
+    late_span_window_ns: int = 300_000_000_000
+    max_traces: int = 10_000
+    max_spans_per_trace: int = 5_000
+    max_buffered_spans: int = 200_000
+    max_buffered_bytes: int = 256 * 2**20
+    max_remembered_traces: int = 100_000
+    overflow: str = "backpressure"
+
+    def __post_init__(self) -> None:
+        for name in ("completion_wait_ns", "max_trace_age_ns", "max_traces"):
+            _require(name, getattr(self, name), minimum=1)
+        for name in ("max_spans_per_trace", "max_buffered_spans", "max_buffered_bytes"):
+            _require(name, getattr(self, name), minimum=1)
+        _require("late_span_window_ns", self.late_span_window_ns, minimum=0)
+        _require("max_remembered_traces", self.max_remembered_traces, minimum=0)
+        if self.overflow not in _OVERFLOW_POLICIES:
+            allowed = ", ".join(sorted(_OVERFLOW_POLICIES))
+            raise ValueError(f"overflow: {self.overflow!r} is not one of {allowed}")
+
+
+def _require(name: str, value: int, minimum: int) -> None:
+    if value < minimum:
+        raise ValueError(f"{name}: must be at least {minimum}, got {value}")
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedTrace:
+    """A trace handed to the timeline: its distinct spans in arrival order.
+
+    ``incomplete_reason`` is ``None`` when ``complete``, else ``timed_out``, ``evicted``,
+    ``span_limit`` or ``shutdown``. Arrival times are clock readings, not span times.
+    """
+
+    trace_id: bytes
+    spans: tuple[SpanRecord, ...]
+    complete: bool
+    incomplete_reason: str | None
+    first_arrival_ns: int
+    last_arrival_ns: int
+
+
+class _Trace:
+    """The mutable state of one buffered trace."""
+
+    __slots__ = (
+        "agents",
+        "anchor_missing",
+        "first_ns",
+        "last_ns",
+        "root_seen",
+        "scheduled_ns",
+        "size_bytes",
+        "span_limited",
+        "spans",
+        "trace_id",
+    )
+
+    def __init__(self, trace_id: bytes, now: int) -> None:
+        self.trace_id = trace_id
+        self.spans: dict[bytes, SpanRecord] = {}
+        self.agents: list[SpanRecord] = []
+        self.size_bytes = 0
+        self.first_ns = now
+        self.last_ns = now
+        self.root_seen = False
+        self.span_limited = False
+        self.anchor_missing = False  # checked since the last arrival: no anchor yet
+        self.scheduled_ns: int | None = None  # when of this trace's one live heap entry
+
+    def add(self, span: SpanRecord, now: int) -> None:
+        self.spans[span.span_id] = span
+        self.size_bytes += span.size_bytes
+        self.last_ns = now
+        self.anchor_missing = False
+        self.root_seen = self.root_seen or span.parent_span_id is None
+        if span.role is SpanRole.AGENT:
+            self.agents.append(span)
+
+    def due_ns(self, limits: AssemblyLimits) -> int:
+        """The next time this trace needs a look: quiet period over, or too old."""
+        too_old = self.first_ns + limits.max_trace_age_ns
+        if self.anchor_missing:
+            return too_old
+        return min(self.last_ns + limits.completion_wait_ns, too_old)
+
+    def anchored(self) -> bool:
+        """Whether the root or an outermost agent span (module docstring) has arrived."""
+        return self.root_seen or any(self._outermost(agent) for agent in self.agents)
+
+    def _outermost(self, agent: SpanRecord) -> bool:
+        parent = agent.parent_span_id
+        for _ in range(len(self.spans)):  # bounded: a parent cycle cannot loop forever
+            ancestor = self.spans.get(parent) if parent is not None else None
+            if ancestor is None:
+                return True
+            if ancestor.role in (SpanRole.AGENT, SpanRole.TOOL):
+                return False
+            parent = ancestor.parent_span_id
+        return False
+
+
+class TraceBuffer:
+    """Buffers spans per trace id and emits each trace once, complete or flagged.
+
+    Not thread-safe: call every method from one event loop. ``add`` is O(spans) (amortized,
+    plus O(log traces) per trace touched); ``poll`` pops only due deadlines from a heap with
+    lazy deletion, so it does not scan the traces in flight. Memory is bounded by the limits:
+    traces, spans and bytes in flight, and ``max_remembered_traces`` emitted trace ids.
+    """
+
+    def __init__(self, limits: AssemblyLimits, clock: Clock, metrics: PipelineMetrics) -> None:
+        self._limits = limits
+        self._clock = clock
+        self._metrics = metrics
+        self._traces: dict[bytes, _Trace] = {}  # insertion order is first-arrival order
+        self._deadlines: list[tuple[int, int, _Trace]] = []
+        self._tiebreak = itertools.count()
+        self._emitted: dict[bytes, int] = {}  # trace id -> emitted at; oldest first
+        self._spans = 0
+        self._bytes = 0
+
+    @property
+    def buffered_traces(self) -> int:
+        return len(self._traces)
+
+    @property
+    def buffered_spans(self) -> int:
+        return self._spans
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._bytes
+
+    def has_room(self, spans: int, size_bytes: int) -> bool:
+        """Whether a request of ``spans`` spans and ``size_bytes`` bytes fits now.
+
+        Always true under ``evict_oldest``. Under ``backpressure`` a receiver answers
+        ``False`` with a retryable status. A request bigger than the whole buffer is let
+        through (``add`` evicts and drops as needed): refusing it would make the client
+        retry something that can never fit.
+        """
+        lim = self._limits
+        if lim.overflow == "evict_oldest":
+            return True
+        if spans > lim.max_buffered_spans or size_bytes > lim.max_buffered_bytes:
+            return True
+        return (
+            len(self._traces) < lim.max_traces
+            and self._spans + spans <= lim.max_buffered_spans
+            and self._bytes + size_bytes <= lim.max_buffered_bytes
+        )
+
+    def add(self, spans: Sequence[SpanRecord]) -> list[CompletedTrace]:
+        """Buffer ``spans`` (arrival time = the clock now); return the traces evicted to
+        make room, flagged ``evicted``. Never exceeds a bound."""
+        now = self._clock()
+        self._forget(now)
+        evicted: list[CompletedTrace] = []
+        dropped: Counter[str] = Counter()
+        for span in spans:
+            reason = self._drop_reason(span)
+            if reason is None and not self._make_room(span, now, evicted):
+                reason = "buffer_full"
+            if reason is None:
+                self._store(span, now)
+            else:
+                dropped[reason] += 1
+        for reason, n in dropped.items():
+            self._metrics.spans_dropped(n, reason)
+        self._compact()
+        return evicted
+
+    def poll(self) -> list[CompletedTrace]:
+        """Emit the traces that became ready or too old, in deadline order."""
+        now = self._clock()
+        self._forget(now)
+        ready: list[CompletedTrace] = []
+        while self._deadlines and self._deadlines[0][0] <= now:
+            when, _, trace = heapq.heappop(self._deadlines)
+            if self._traces.get(trace.trace_id) is not trace or trace.scheduled_ns != when:
+                continue  # stale entry: the trace was emitted or rescheduled earlier
+            trace.scheduled_ns = None
+            if trace.due_ns(self._limits) > when:
+                self._schedule(trace)  # spans arrived since: back in line at the real time
+                continue
+            completed = self._check(trace, now)
+            if completed is not None:
+                ready.append(completed)
+        self._compact()
+        return ready
+
+    def drain(self) -> list[CompletedTrace]:
+        """Emit everything (shutdown): ready traces as :meth:`poll` would, the rest flagged
+        ``shutdown``, oldest first."""
+        out = self.poll()
+        now = self._clock()
+        out.extend(self._emit(trace, now, "shutdown") for trace in list(self._traces.values()))
+        self._deadlines.clear()
+        return out
+
+    def _drop_reason(self, span: SpanRecord) -> str | None:
+        if span.trace_id in self._emitted:
+            return "late"
+        trace = self._traces.get(span.trace_id)
+        if trace is not None and span.span_id in trace.spans:
+            return "duplicate"
+        reason = None
+        if trace is not None and len(trace.spans) >= self._limits.max_spans_per_trace:
+            reason = "trace_span_limit"
+        elif span.size_bytes > self._limits.max_buffered_bytes:
+            reason = "span_too_large"
+        if reason is not None and trace is not None:
+            trace.span_limited = True
+        return reason
+
+    def _make_room(self, span: SpanRecord, now: int, evicted: list[CompletedTrace]) -> bool:
+        """Evict the oldest other traces until ``span`` fits; false if it cannot."""
+        own = self._traces.get(span.trace_id)
+        while (bound := self._exceeded(own is None, span.size_bytes)) is not None:
+            victim = self._oldest_other(span.trace_id)
+            if victim is None:
+                if own is not None:
+                    own.span_limited = True
+                return False
+            self._metrics.trace_evicted(bound)
+            evicted.append(self._emit(victim, now, "evicted"))
+        return True
+
+    def _exceeded(self, new_trace: bool, size_bytes: int) -> str | None:
+        """The bound one more span of ``size_bytes`` would break, if any."""
+        lim = self._limits
+        if new_trace and len(self._traces) >= lim.max_traces:
+            return "max_traces"
+        if self._spans + 1 > lim.max_buffered_spans:
+            return "max_buffered_spans"
+        if self._bytes + size_bytes > lim.max_buffered_bytes:
+            return "max_buffered_bytes"
+        return None
+
+    def _oldest_other(self, trace_id: bytes) -> _Trace | None:
+        oldest = iter(self._traces.values())
+        victim = next(oldest, None)
+        if victim is not None and victim.trace_id == trace_id:
+            victim = next(oldest, None)
+        return victim
+
+    def _store(self, span: SpanRecord, now: int) -> None:
+        trace = self._traces.get(span.trace_id)
+        if trace is None:
+            trace = self._traces[span.trace_id] = _Trace(span.trace_id, now)
+        trace.add(span, now)
+        self._spans += 1
+        self._bytes += span.size_bytes
+        self._schedule(trace)
+
+    def _schedule(self, trace: _Trace) -> None:
+        """Keep one live heap entry per trace, no later than its due time. A later due time
+        (more spans arrived) is picked up when the early entry pops; an earlier one needs a
+        new entry, and the old one goes stale."""
+        due = trace.due_ns(self._limits)
+        if trace.scheduled_ns is None or due < trace.scheduled_ns:
+            trace.scheduled_ns = due
+            heapq.heappush(self._deadlines, (due, next(self._tiebreak), trace))
+
+    def _check(self, trace: _Trace, now: int) -> CompletedTrace | None:
+        lim = self._limits
+        if not trace.anchor_missing and now - trace.last_ns >= lim.completion_wait_ns:
+            if trace.anchored():
+                return self._emit(trace, now, None)
+            trace.anchor_missing = True
+        if now - trace.first_ns >= lim.max_trace_age_ns:
+            return self._emit(trace, now, "timed_out")
+        self._schedule(trace)
+        return None
+
+    def _emit(self, trace: _Trace, now: int, cause: str | None) -> CompletedTrace:
+        """Remove ``trace`` and hand it out. ``cause`` (timed_out, evicted, shutdown) wins
+        over ``span_limit``, which only replaces what would otherwise be complete."""
+        del self._traces[trace.trace_id]
+        self._spans -= len(trace.spans)
+        self._bytes -= trace.size_bytes
+        self._remember(trace.trace_id, now)
+        self._metrics.spans_built(len(trace.spans))
+        reason = cause if cause is not None else ("span_limit" if trace.span_limited else None)
+        return CompletedTrace(
+            trace_id=trace.trace_id,
+            spans=tuple(trace.spans.values()),
+            complete=reason is None,
+            incomplete_reason=reason,
+            first_arrival_ns=trace.first_ns,
+            last_arrival_ns=trace.last_ns,
+        )
+
+    def _remember(self, trace_id: bytes, now: int) -> None:
+        if self._limits.late_span_window_ns == 0:
+            return
+        self._emitted[trace_id] = now
+        while len(self._emitted) > self._limits.max_remembered_traces:
+            del self._emitted[next(iter(self._emitted))]
+
+    def _forget(self, now: int) -> None:
+        """Drop emitted ids older than the late window. Emission times only grow, so the
+        oldest entries are first."""
+        window = self._limits.late_span_window_ns
+        while self._emitted:
+            trace_id, emitted_ns = next(iter(self._emitted.items()))
+            if now - emitted_ns < window:
+                return
+            del self._emitted[trace_id]
+
+    def _compact(self) -> None:
+        """Rebuild the heap when stale entries outnumber live ones (bounded memory)."""
+        if len(self._deadlines) <= 2 * len(self._traces) + 64:
+            return
+        self._deadlines = [
+            (trace.scheduled_ns, next(self._tiebreak), trace)
+            for trace in self._traces.values()
+            if trace.scheduled_ns is not None
+        ]
+        heapq.heapify(self._deadlines)

@@ -1,0 +1,370 @@
+"""Calls of one run: join requested calls with tool spans, order them, group parallel ones.
+
+A call has two sources (CONVENTIONS §6.3): the *request* in an LLM span's output (model-issued
+id, name, arguments, emission order) and the *execution* in a TOOL span (timing, status,
+result, nesting). They are joined on the call id when both carry one, otherwise on
+(enclosing agent, normalized tool name, k-th occurrence), which OpenAI Agents needs (its tool
+spans carry no id). A call seen both ways is one call; a request with no execution span
+(hosted tool, handoff) is still a call.
+
+Pure functions of the spans' content: the order spans arrived in never matters.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from toolwatch.model import CallStatus, RequestedCall, SpanRecord, SpanRole, ToolCall
+
+__all__ = ["CallSite", "build_calls", "decode_json", "parse_arguments"]
+
+_OTLP_STATUS_ERROR = 2  # OTLP Status.code ERROR
+_MAX_DECODE_DEPTH = 8  # JSON nested in JSON strings; deeper than this is not arguments
+_DECORATOR_KEYS = frozenset({"args", "kwargs", "sanitize_inputs_outputs"})
+
+
+@dataclass(frozen=True, slots=True)
+class CallSite:
+    """Where a span sits in its run's tree, as the timeline computed it.
+
+    ``agent``: nearest AGENT strict ancestor. ``tool``: nearest TOOL strict ancestor inside
+    the same run (agent-as-tool). ``parent``: parent span id after skipping WRAPPER spans
+    (``None`` for a span without parent).
+    """
+
+    agent: SpanRecord | None
+    tool: SpanRecord | None
+    parent: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    llm: SpanRecord
+    call: RequestedCall
+    name: str  # normalized
+    position: int  # emission order within the run
+
+
+@dataclass(frozen=True, slots=True)
+class _Draft:
+    """One call being built: an execution, a request, or both (never neither)."""
+
+    span: SpanRecord | None
+    request: _Request | None
+
+    @property
+    def origin(self) -> SpanRecord:
+        """The span the call is placed by: its tool span, else the requesting LLM span."""
+        if self.span is not None:
+            return self.span
+        assert self.request is not None
+        return self.request.llm
+
+    @property
+    def raw_name(self) -> str:
+        if self.span is not None:
+            return _raw_name(self.span)
+        assert self.request is not None
+        return self.request.call.name
+
+    @property
+    def start_ns(self) -> int:
+        """A request-only call starts when the model asked for it (its LLM span ended)."""
+        return self.span.start_ns if self.span is not None else self.origin.end_ns
+
+
+_SortKey = tuple[int, int, int, bytes, int, bytes]
+
+
+def decode_json(value: Any) -> tuple[Any, bool]:
+    """Decode ``value`` while it is a string holding JSON (double encoding, CONVENTIONS §0).
+
+    Returns the value and whether the *first* decode failed (the raw value was a string
+    that is not JSON). A string reached by decoding that is not JSON is a legitimate value.
+    """
+    for depth in range(_MAX_DECODE_DEPTH):
+        if not isinstance(value, str):
+            return value, False
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return value, depth == 0
+    return value, False
+
+
+def parse_arguments(value: Any) -> tuple[Any, str | None]:
+    """Parsed tool arguments and a short parse-error reason (``None`` if fine).
+
+    ``None`` and blank strings mean "not recorded". A decorator-shaped input
+    ``{"args": [], "kwargs": {...}}`` (OpenLLMetry, smolagents) becomes its kwargs.
+    """
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return None, None
+    decoded, failed = decode_json(value)
+    if failed:
+        return value, "arguments are not valid JSON"
+    return _unwrap_decorator(decoded), None
+
+
+def _unwrap_decorator(value: Any) -> Any:
+    if (
+        isinstance(value, dict)
+        and "kwargs" in value
+        and value.keys() <= _DECORATOR_KEYS
+        and value.get("args") in (None, [])
+        and isinstance(value["kwargs"], dict)
+    ):
+        return value["kwargs"]
+    return value
+
+
+def build_calls(
+    spans: Sequence[SpanRecord],
+    sites: Mapping[bytes, CallSite],
+    normalize: Callable[[Any], str],
+) -> tuple[ToolCall, ...]:
+    """The run's calls, ordered, with sequence indexes, parallel groups and parents.
+
+    ``spans`` are the run's spans sorted by (start, span id); ``sites`` holds every one.
+    """
+    drafts = _in_order(_join(spans, sites, normalize))
+    groups = _parallel_groups(drafts, sites)
+    call_ids = {d.span.span_id: _call_id(d) for d in drafts if d.span is not None}
+    return tuple(
+        _tool_call(d, i, groups[i], sites=sites, call_ids=call_ids, normalize=normalize)
+        for i, d in enumerate(drafts)
+    )
+
+
+def _join(
+    spans: Sequence[SpanRecord], sites: Mapping[bytes, CallSite], normalize: Callable[[Any], str]
+) -> list[_Draft]:
+    executions = [s for s in spans if s.role is SpanRole.TOOL]
+    requests = _requests(spans, normalize)
+    drafts, executions, requests = _join_by_id(executions, requests)
+    return drafts + _join_by_name(executions, requests, sites, normalize)
+
+
+def _requests(spans: Sequence[SpanRecord], normalize: Callable[[Any], str]) -> list[_Request]:
+    """Requested calls in emission order (LLM start, span id, part index).
+
+    A call id already requested by another LLM span that overlaps this one in time is the
+    same model call recorded by two instrumentations (a framework's chat span wrapping the
+    SDK's), so it counts once. Sequential turns reusing an id (ADK sends
+    ``"<not specified>"``) stay distinct calls.
+    """
+    requests: list[_Request] = []
+    first_llm: dict[str, SpanRecord] = {}
+    for llm in spans:
+        if llm.role is not SpanRole.LLM:
+            continue
+        for call in sorted(llm.output_tool_calls, key=lambda c: c.index):
+            if call.call_id is not None:
+                earlier = first_llm.setdefault(call.call_id, llm)
+                if earlier is not llm and _overlap(earlier, llm):
+                    continue
+            requests.append(_Request(llm, call, normalize(call.name), len(requests)))
+    return requests
+
+
+def _overlap(a: SpanRecord, b: SpanRecord) -> bool:
+    return a.start_ns <= b.end_ns and b.start_ns <= a.end_ns
+
+
+def _join_by_id(
+    executions: list[SpanRecord], requests: list[_Request]
+) -> tuple[list[_Draft], list[SpanRecord], list[_Request]]:
+    """Pair each tool span with the earliest unpaired request of its call id."""
+    by_id: dict[str, deque[_Request]] = defaultdict(deque)
+    for r in requests:
+        if r.call.call_id is not None:
+            by_id[r.call.call_id].append(r)
+    drafts: list[_Draft] = []
+    unmatched: list[SpanRecord] = []
+    for span in executions:
+        queue = by_id.get(span.call_id) if span.call_id is not None else None
+        if queue:
+            drafts.append(_Draft(span, queue.popleft()))
+        else:
+            unmatched.append(span)
+    taken = {d.request.position for d in drafts if d.request is not None}
+    return drafts, unmatched, [r for r in requests if r.position not in taken]
+
+
+def _join_by_name(
+    executions: list[SpanRecord],
+    requests: list[_Request],
+    sites: Mapping[bytes, CallSite],
+    normalize: Callable[[Any], str],
+) -> list[_Draft]:
+    """Pair the k-th execution with the k-th request of the same tool under the same agent.
+    Two different ids never pair: a span with an id only takes a request without one."""
+    with_id: dict[tuple[bytes | None, str], deque[_Request]] = defaultdict(deque)
+    without_id: dict[tuple[bytes | None, str], deque[_Request]] = defaultdict(deque)
+    for r in requests:
+        queues = with_id if r.call.call_id is not None else without_id
+        queues[(_scope(sites[r.llm.span_id]), r.name)].append(r)
+    drafts: list[_Draft] = []
+    for span in executions:
+        key = (_scope(sites[span.span_id]), normalize(_raw_name(span)))
+        only_without = span.call_id is not None
+        request = _next_request(without_id[key], None if only_without else with_id[key])
+        drafts.append(_Draft(span, request))
+    leftovers = [r for queues in (with_id, without_id) for q in queues.values() for r in q]
+    drafts.extend(_Draft(None, r) for r in leftovers)
+    return drafts
+
+
+def _next_request(first: deque[_Request], second: deque[_Request] | None) -> _Request | None:
+    """Pop the earlier-emitted head of the two queues (``second`` may be off limits)."""
+    if second and (not first or second[0].position < first[0].position):
+        return second.popleft()
+    return first.popleft() if first else None
+
+
+def _scope(site: CallSite) -> bytes | None:
+    return site.agent.span_id if site.agent is not None else None
+
+
+def _raw_name(span: SpanRecord) -> str:
+    return span.tool_name if span.tool_name is not None else span.name
+
+
+def _in_order(drafts: list[_Draft]) -> list[_Draft]:
+    """Calls by start time, ties broken by emission order; then the calls one LLM output
+    requested are put back in the model's order within the places they took, so scheduling
+    jitter between parallel tool spans never reorders them (CONVENTIONS §6.4)."""
+    drafts = sorted(drafts, key=_time_key)
+    places: dict[bytes, list[int]] = defaultdict(list)
+    for i, d in enumerate(drafts):
+        if d.request is not None:
+            places[d.request.llm.span_id].append(i)
+    ordered = list(drafts)
+    for indexes in places.values():
+        batch = sorted((drafts[i] for i in indexes), key=_emission)
+        for i, draft in zip(indexes, batch, strict=True):
+            ordered[i] = draft
+    return ordered
+
+
+def _time_key(draft: _Draft) -> _SortKey:
+    if draft.request is not None:
+        llm, index = draft.request.llm, draft.request.call.index
+        return (draft.start_ns, 0, llm.start_ns, llm.span_id, index, b"")
+    return (draft.start_ns, 1, 0, b"", 0, draft.origin.span_id)
+
+
+def _emission(draft: _Draft) -> int:
+    assert draft.request is not None
+    return draft.request.position
+
+
+def _parallel_groups(drafts: Sequence[_Draft], sites: Mapping[bytes, CallSite]) -> list[int | None]:
+    """Group number (smallest sequence index of the group) per call, or ``None``.
+
+    Executed calls of the same parent (wrappers skipped) whose intervals overlap form a
+    group, transitively. Request-only calls of one LLM output form a group when 2+.
+    """
+    executed: dict[bytes | None, list[int]] = defaultdict(list)
+    requested: dict[bytes, list[int]] = defaultdict(list)
+    for i, d in enumerate(drafts):
+        if d.span is not None:
+            executed[sites[d.span.span_id].parent].append(i)
+        elif d.request is not None:
+            requested[d.request.llm.span_id].append(i)
+    groups: list[int | None] = [None] * len(drafts)
+    components = [c for idx in executed.values() for c in _overlaps(idx, drafts)]
+    for members in [*components, *requested.values()]:
+        if len(members) > 1:
+            for i in members:
+                groups[i] = min(members)
+    return groups
+
+
+def _overlaps(indexes: Iterable[int], drafts: Sequence[_Draft]) -> list[list[int]]:
+    """Connected components of overlapping [start, end] intervals (a sweep by start).
+    Touching intervals (one ends when the next starts) are sequential, not parallel."""
+    spans = {i: drafts[i].span for i in indexes}
+    order = sorted(spans, key=lambda i: (_interval(spans[i]), i))
+    components: list[list[int]] = []
+    reach = 0
+    for i in order:
+        start, end = _interval(spans[i])
+        if components and start < reach:
+            components[-1].append(i)
+            reach = max(reach, end)
+        else:
+            components.append([i])
+            reach = end
+    return components
+
+
+def _interval(span: SpanRecord | None) -> tuple[int, int]:
+    assert span is not None
+    return span.start_ns, max(span.start_ns, span.end_ns)
+
+
+def _call_id(draft: _Draft) -> str | None:
+    if draft.span is not None and draft.span.call_id is not None:
+        return draft.span.call_id
+    return draft.request.call.call_id if draft.request is not None else None
+
+
+def _tool_call(
+    draft: _Draft,
+    index: int,
+    group: int | None,
+    *,
+    sites: Mapping[bytes, CallSite],
+    call_ids: Mapping[bytes, str | None],
+    normalize: Callable[[Any], str],
+) -> ToolCall:
+    span = draft.span
+    site = sites[draft.origin.span_id]
+    arguments, error = parse_arguments(_arguments(draft))
+    return ToolCall(
+        tool_name=normalize(draft.raw_name),
+        raw_name=draft.raw_name,
+        arguments=arguments,
+        arguments_error=error,
+        call_id=_call_id(draft),
+        parent_call_id=_parent_call_id(site, call_ids),
+        sequence_index=index,
+        parallel_group=group,
+        status=CallStatus.ERROR if span is not None and _failed(span) else CallStatus.OK,
+        error_type=span.error_type if span is not None else None,
+        agent=_agent(site, draft.origin),
+        span_id=span.span_id.hex() if span is not None else None,
+        start_ns=draft.start_ns,
+        end_ns=span.end_ns if span is not None else None,
+        result=decode_json(span.result)[0] if span is not None else None,
+    )
+
+
+def _arguments(draft: _Draft) -> Any:
+    """The executed arguments when the tool span recorded them, else the requested ones."""
+    if draft.span is not None and draft.span.arguments is not None:
+        return draft.span.arguments
+    return draft.request.call.arguments if draft.request is not None else None
+
+
+def _failed(span: SpanRecord) -> bool:
+    return span.status_code == _OTLP_STATUS_ERROR or bool(span.error_type)
+
+
+def _parent_call_id(site: CallSite, call_ids: Mapping[bytes, str | None]) -> str | None:
+    """The enclosing tool call's id, or its span id in hex when it has none."""
+    if site.tool is None:
+        return None
+    call_id = call_ids.get(site.tool.span_id, site.tool.call_id)
+    return call_id if call_id is not None else site.tool.span_id.hex()
+
+
+def _agent(site: CallSite, origin: SpanRecord) -> str | None:
+    if site.agent is not None and site.agent.agent_name is not None:
+        return site.agent.agent_name
+    return origin.agent_name

@@ -1,0 +1,108 @@
+"""Span builders and a recording metrics double for the assembly tests."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.timeline import build_tool_traces
+from toolwatch.metrics import NoopMetrics
+from toolwatch.model import RequestedCall, SpanRecord, SpanRole, ToolTrace
+from toolwatch.names import NameNormalizer
+
+MS = 1_000_000
+SECOND = 1_000_000_000
+TRACE = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
+OTHER_TRACE = bytes.fromhex("4bf92f3577b34da6a3ce929d0e0e4736")
+NORMALIZE = NameNormalizer({"refund": "issue_refund"})
+
+
+def sid(n: int) -> bytes:
+    """Span id ``n`` as 8 bytes."""
+    return n.to_bytes(8, "big")
+
+
+def hexid(n: int) -> str:
+    return sid(n).hex()
+
+
+def span(
+    n: int,
+    parent: int | None,
+    role: SpanRole,
+    start_ms: int,
+    end_ms: int,
+    trace_id: bytes = TRACE,
+    **fields: Any,
+) -> SpanRecord:
+    """A span with id ``n`` under span ``parent``; times in milliseconds."""
+    fields.setdefault("name", role.name.lower())
+    fields.setdefault("service", "refund-agent")
+    return SpanRecord(
+        trace_id=trace_id,
+        span_id=sid(n),
+        parent_span_id=sid(parent) if parent is not None else None,
+        kind=1,
+        start_ns=start_ms * MS,
+        end_ns=end_ms * MS,
+        status_code=fields.pop("status_code", 0),
+        role=role,
+        **fields,
+    )
+
+
+def agent(
+    n: int, parent: int | None, name: str, start_ms: int, end_ms: int, **kw: Any
+) -> SpanRecord:
+    return span(n, parent, SpanRole.AGENT, start_ms, end_ms, agent_name=name, **kw)
+
+
+def tool(
+    n: int, parent: int | None, name: str, start_ms: int, end_ms: int, **kw: Any
+) -> SpanRecord:
+    return span(n, parent, SpanRole.TOOL, start_ms, end_ms, tool_name=name, **kw)
+
+
+def llm(
+    n: int, parent: int | None, start_ms: int, end_ms: int, *calls: RequestedCall, **kw: Any
+) -> SpanRecord:
+    kw.setdefault("model", "gpt-4o")
+    return span(n, parent, SpanRole.LLM, start_ms, end_ms, output_tool_calls=calls, **kw)
+
+
+def ask(name: str, call_id: str | None, arguments: Any, index: int = 0) -> RequestedCall:
+    return RequestedCall(name=name, call_id=call_id, arguments=arguments, index=index)
+
+
+class RecordingMetrics(NoopMetrics):
+    """Keeps what the buffer reports, for the conservation law."""
+
+    def __init__(self) -> None:
+        self.dropped: Counter[str] = Counter()
+        self.evicted: Counter[str] = Counter()
+        self.built = 0
+
+    def spans_dropped(self, n: int, reason: str) -> None:
+        self.dropped[reason] += n
+
+    def spans_built(self, n: int) -> None:
+        self.built += n
+
+    def trace_evicted(self, reason: str) -> None:
+        self.evicted[reason] += 1
+
+
+def build(
+    spans: Sequence[SpanRecord], complete: bool = True, reason: str | None = None
+) -> list[ToolTrace]:
+    """The ToolTraces of ``spans`` as one completed trace."""
+    trace = CompletedTrace(TRACE, tuple(spans), complete, reason, 0, 0)
+    return build_tool_traces(trace, NORMALIZE)
+
+
+def only(spans: Sequence[SpanRecord]) -> ToolTrace:
+    """The one ToolTrace of ``spans``."""
+    (trace,) = build(spans)
+    return trace

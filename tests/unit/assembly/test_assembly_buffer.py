@@ -1,0 +1,359 @@
+"""TraceBuffer: completion, bounds, eviction, duplicates and late spans (DESIGN §4)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from assembly_support import (
+    OTHER_TRACE,
+    SECOND,
+    TRACE,
+    RecordingMetrics,
+    agent,
+    sid,
+    span,
+    tool,
+)
+
+from toolwatch.assembly.buffer import AssemblyLimits, CompletedTrace, TraceBuffer
+from toolwatch.model import ManualClock, SpanRecord, SpanRole
+
+WAIT = 2 * SECOND
+LIMITS = AssemblyLimits(
+    completion_wait_ns=WAIT,
+    max_trace_age_ns=60 * SECOND,
+    late_span_window_ns=300 * SECOND,
+)
+
+
+def make(limits: AssemblyLimits = LIMITS) -> tuple[TraceBuffer, ManualClock, RecordingMetrics]:
+    clock = ManualClock()
+    metrics = RecordingMetrics()
+    return TraceBuffer(limits, clock, metrics), clock, metrics
+
+
+def run_spans(trace_id: bytes = TRACE, size: int = 10) -> list[SpanRecord]:
+    """An agent run: root agent span with two tool spans, each ``size`` bytes."""
+    return [
+        agent(1, None, "refund-bot", 0, 100, trace_id=trace_id, size_bytes=size),
+        tool(2, 1, "lookup_order", 1, 10, trace_id=trace_id, size_bytes=size),
+        tool(3, 1, "issue_refund", 11, 20, trace_id=trace_id, size_bytes=size),
+    ]
+
+
+def trace_of(n: int, spans: int = 1, size: int = 10) -> list[SpanRecord]:
+    """Trace number ``n``: ``spans`` non-root spans (never ready by itself)."""
+    trace_id = n.to_bytes(16, "big")
+    return [tool(i + 2, 1, "t", 0, 1, trace_id=trace_id, size_bytes=size) for i in range(spans)]
+
+
+def summary(done: list[CompletedTrace]) -> list[tuple[bytes, int, bool, str | None]]:
+    return [(t.trace_id, len(t.spans), t.complete, t.incomplete_reason) for t in done]
+
+
+def test_trace_is_ready_after_the_quiet_period_not_before() -> None:
+    buffer, clock, metrics = make()
+    buffer.add(run_spans())
+
+    clock.advance(1.999)
+    assert buffer.poll() == []
+    clock.advance(0.001)
+    (done,) = buffer.poll()
+    assert done == CompletedTrace(
+        trace_id=TRACE,
+        spans=tuple(run_spans()),
+        complete=True,
+        incomplete_reason=None,
+        first_arrival_ns=1 * SECOND,
+        last_arrival_ns=1 * SECOND,
+    )
+    assert (metrics.built, buffer.buffered_traces, buffer.buffered_spans) == (3, 0, 0)
+
+
+def test_a_new_span_restarts_the_quiet_period() -> None:
+    buffer, clock, _ = make()
+    root, *children = run_spans()
+    buffer.add([root])
+    clock.advance(1.5)
+    buffer.add(children)
+
+    clock.advance(1.5)
+    assert buffer.poll() == []
+    clock.advance(0.5)
+    assert summary(buffer.poll()) == [(TRACE, 3, True, None)]
+
+
+def test_quiet_trace_without_its_root_is_not_ready() -> None:
+    buffer, clock, _ = make()
+    buffer.add(run_spans()[1:])
+
+    clock.advance(10)
+    assert buffer.poll() == []
+    assert buffer.buffered_spans == 2
+
+
+def test_outermost_agent_stands_in_for_a_missing_root() -> None:
+    buffer, clock, _ = make()
+    remote_parent = 99  # the root lives in an upstream service that exports elsewhere
+    buffer.add(
+        [
+            span(5, 1, SpanRole.OTHER, 0, 1, name="turn"),
+            agent(1, remote_parent, "refund-bot", 0, 100),
+            tool(2, 5, "lookup_order", 1, 10),
+        ]
+    )
+
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(TRACE, 3, True, None)]
+
+
+def test_agent_invoked_as_a_tool_does_not_stand_in_for_the_root() -> None:
+    buffer, clock, _ = make()
+    buffer.add([tool(2, 1, "ask_billing", 5, 50), agent(3, 2, "billing-bot", 6, 49)])
+
+    clock.advance(2)
+    assert buffer.poll() == []
+
+
+def test_trace_is_emitted_timed_out_at_max_age() -> None:
+    buffer, clock, _ = make()
+    buffer.add(run_spans()[1:])
+
+    clock.advance(59.999)
+    assert buffer.poll() == []
+    clock.advance(0.001)
+    assert summary(buffer.poll()) == [(TRACE, 2, False, "timed_out")]
+
+
+def test_trace_that_never_goes_quiet_times_out() -> None:
+    buffer, clock, _ = make()
+    buffer.add(run_spans())
+    for n in range(60):
+        clock.advance(1)
+        buffer.add([tool(10 + n, 1, "poll", 0, 1)])
+        done = buffer.poll()
+        if done:
+            break
+
+    assert summary(done) == [(TRACE, 63, False, "timed_out")]
+    assert clock.now_ns == 61 * SECOND
+
+
+def test_spans_over_the_per_trace_limit_are_dropped_and_flag_the_trace() -> None:
+    buffer, clock, metrics = make(dataclasses.replace(LIMITS, max_spans_per_trace=2))
+    buffer.add(run_spans())
+
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(TRACE, 2, False, "span_limit")]
+    assert metrics.dropped == {"trace_span_limit": 1}
+
+
+def test_evict_oldest_evicts_by_first_arrival_when_traces_are_full() -> None:
+    limits = dataclasses.replace(LIMITS, max_traces=2, overflow="evict_oldest")
+    buffer, clock, metrics = make(limits)
+    buffer.add(trace_of(1))
+    clock.advance(0.1)
+    buffer.add(trace_of(2))
+    buffer.add(trace_of(1, spans=2))  # more spans for trace 1 do not make it younger
+
+    assert buffer.has_room(100, 10**9) is True
+    evicted = buffer.add(trace_of(3))
+    assert summary(evicted) == [((1).to_bytes(16, "big"), 2, False, "evicted")]
+    assert metrics.evicted == {"max_traces": 1}
+    assert buffer.buffered_traces == 2
+
+
+def test_backpressure_reports_no_room_when_a_bound_would_break() -> None:
+    limits = dataclasses.replace(LIMITS, max_traces=2, max_buffered_spans=4, max_buffered_bytes=100)
+    buffer, _, _ = make(limits)
+    buffer.add(trace_of(1, spans=2, size=30))
+
+    assert buffer.has_room(2, 40) is True
+    assert buffer.has_room(3, 10) is False  # spans
+    assert buffer.has_room(1, 41) is False  # bytes
+    buffer.add(trace_of(2))
+    assert buffer.has_room(1, 1) is False  # traces
+
+
+def test_backpressure_lets_through_a_request_bigger_than_the_whole_buffer() -> None:
+    buffer, _, _ = make(dataclasses.replace(LIMITS, max_buffered_spans=4))
+    buffer.add(trace_of(1, spans=4))
+
+    assert buffer.has_room(5, 10) is True
+
+
+def test_add_without_room_under_backpressure_still_evicts_to_stay_bounded() -> None:
+    limits = dataclasses.replace(LIMITS, max_buffered_spans=3)
+    buffer, _, metrics = make(limits)
+    buffer.add(trace_of(1, spans=2))
+
+    evicted = buffer.add(trace_of(2, spans=2))
+    assert summary(evicted) == [((1).to_bytes(16, "big"), 2, False, "evicted")]
+    assert metrics.evicted == {"max_buffered_spans": 1}
+    assert buffer.buffered_spans == 2
+
+
+def test_byte_bound_evicts_the_oldest_traces() -> None:
+    buffer, _, metrics = make(dataclasses.replace(LIMITS, max_buffered_bytes=100))
+    buffer.add(trace_of(1, size=40))
+    buffer.add(trace_of(2, size=40))
+
+    evicted = buffer.add(trace_of(3, size=50))
+    assert [t.trace_id for t in evicted] == [(1).to_bytes(16, "big")]
+    assert metrics.evicted == {"max_buffered_bytes": 1}
+    assert buffer.buffered_bytes == 90
+
+
+def test_trace_filling_the_whole_buffer_drops_its_overflow() -> None:
+    buffer, clock, metrics = make(dataclasses.replace(LIMITS, max_buffered_spans=2))
+
+    assert buffer.add(run_spans()) == []
+    assert metrics.dropped == {"buffer_full": 1}
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(TRACE, 2, False, "span_limit")]
+
+
+def test_span_bigger_than_the_buffer_is_dropped_without_evicting() -> None:
+    buffer, _, metrics = make(dataclasses.replace(LIMITS, max_buffered_bytes=100))
+    buffer.add(trace_of(1, size=40))
+
+    assert buffer.add(trace_of(2, size=101)) == []
+    assert metrics.dropped == {"span_too_large": 1}
+    assert (buffer.buffered_traces, buffer.buffered_bytes) == (1, 40)
+
+
+def test_duplicate_spans_are_counted_once() -> None:
+    buffer, clock, metrics = make()
+    spans = run_spans()
+    buffer.add(spans)
+    buffer.add(spans[:2])
+
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(TRACE, 3, True, None)]
+    assert (metrics.dropped, metrics.built) == ({"duplicate": 2}, 3)
+
+
+def test_late_spans_within_the_window_are_dropped_and_never_rebuilt() -> None:
+    buffer, clock, metrics = make()
+    buffer.add(run_spans())
+    clock.advance(2)
+    buffer.poll()
+
+    clock.advance(299)
+    buffer.add([tool(7, 1, "late_tool", 30, 40), run_spans()[0]])
+    clock.advance(100)
+    assert buffer.poll() == []
+    assert metrics.dropped == {"late": 2}
+    assert buffer.buffered_spans == 0
+
+
+def test_after_the_window_a_trace_id_is_forgotten() -> None:
+    buffer, clock, metrics = make()
+    buffer.add(run_spans())
+    clock.advance(2)
+    buffer.poll()
+
+    clock.advance(300)
+    buffer.add([tool(7, 1, "late_tool", 30, 40)])
+    assert (buffer.buffered_spans, metrics.dropped) == (1, {})
+
+
+def test_remembered_trace_ids_are_bounded_oldest_forgotten_first() -> None:
+    buffer, clock, metrics = make(dataclasses.replace(LIMITS, max_remembered_traces=1))
+    buffer.add(run_spans(TRACE))
+    clock.advance(1)
+    buffer.add(run_spans(OTHER_TRACE))
+    clock.advance(2)
+    assert [t.trace_id for t in buffer.poll()] == [TRACE, OTHER_TRACE]
+
+    buffer.add([tool(7, 1, "x", 0, 1, trace_id=TRACE), tool(7, 1, "x", 0, 1, trace_id=OTHER_TRACE)])
+    assert metrics.dropped == {"late": 1}
+    assert buffer.buffered_traces == 1
+
+
+def test_drain_emits_everything_ready_first_the_rest_as_shutdown() -> None:
+    buffer, clock, metrics = make()
+    buffer.add(run_spans(TRACE))
+    clock.advance(2)
+    buffer.add(trace_of(5, spans=2))
+
+    assert summary(buffer.drain()) == [
+        (TRACE, 3, True, None),
+        ((5).to_bytes(16, "big"), 2, False, "shutdown"),
+    ]
+    assert (buffer.buffered_traces, buffer.buffered_spans, buffer.buffered_bytes) == (0, 0, 0)
+    assert metrics.built == 5
+
+
+def test_poll_emits_in_deadline_order_not_arrival_order() -> None:
+    buffer, clock, _ = make()
+    first, *rest = run_spans(TRACE)
+    buffer.add([first])
+    clock.advance(1)
+    buffer.add(run_spans(OTHER_TRACE))
+    clock.advance(0.5)
+    buffer.add(rest)  # TRACE is now due after OTHER_TRACE
+
+    clock.advance(2.5)
+    assert [t.trace_id for t in buffer.poll()] == [OTHER_TRACE, TRACE]
+
+
+def test_many_traces_complete_in_one_poll_without_leftovers() -> None:
+    buffer, clock, metrics = make()
+    for n in range(2_000):
+        buffer.add(run_spans(n.to_bytes(16, "big")))
+        clock.advance(0.001)
+
+    clock.advance(2)
+    done = buffer.poll()
+    assert (len(done), metrics.built, buffer.buffered_traces) == (2_000, 6_000, 0)
+    assert all(t.complete for t in done)
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("overflow", "drop_newest", "overflow: 'drop_newest' is not one of backpressure"),
+        ("max_traces", 0, "max_traces: must be at least 1, got 0"),
+        ("late_span_window_ns", -1, "late_span_window_ns: must be at least 0, got -1"),
+    ],
+)
+def test_invalid_limits_fail_at_construction_naming_the_field(
+    field: str, value: Any, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        dataclasses.replace(LIMITS, **{field: value})
+
+
+def test_span_ids_of_a_completed_trace_are_distinct() -> None:
+    buffer, clock, _ = make()
+    buffer.add(run_spans() + run_spans())
+    clock.advance(2)
+
+    (done,) = buffer.poll()
+    assert sorted(s.span_id for s in done.spans) == [sid(1), sid(2), sid(3)]
+
+
+def test_parent_cycle_is_not_an_anchor_and_times_out() -> None:
+    buffer, clock, _ = make()
+    buffer.add([agent(1, 2, "a", 0, 10), span(2, 1, SpanRole.OTHER, 0, 10)])
+
+    clock.advance(2)
+    assert buffer.poll() == []
+    clock.advance(58)
+    assert summary(buffer.poll()) == [(TRACE, 2, False, "timed_out")]
+
+
+def test_deadline_heap_stays_bounded_under_constant_eviction() -> None:
+    limits = dataclasses.replace(LIMITS, max_traces=10, overflow="evict_oldest")
+    buffer, clock, metrics = make(limits)
+    for n in range(5_000):
+        buffer.add(trace_of(n))
+
+    # White box: evicted traces leave stale heap entries; they must not pile up.
+    assert len(buffer._deadlines) <= 2 * limits.max_traces + 64
+    assert metrics.evicted == {"max_traces": 4_990}
+    clock.advance(60)
+    assert len(buffer.poll()) == 10

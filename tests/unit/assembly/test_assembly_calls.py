@@ -1,0 +1,243 @@
+"""Calls of a run: joining requests with executions, order, parallel groups, arguments
+(CONVENTIONS §6.3-6.4)."""
+
+from __future__ import annotations
+
+import json
+
+from assembly_support import MS, agent, ask, hexid, llm, only, span, tool
+
+from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolCall
+
+
+def parallel_spans(paris_start: int, london_start: int) -> list[SpanRecord]:
+    return [
+        agent(1, None, "weather-bot", 0, 100),
+        llm(
+            2,
+            1,
+            1,
+            10,
+            ask("get_weather", "call_p", {"city": "Paris"}, 0),
+            ask("get_weather", "call_l", {"city": "London"}, 1),
+        ),
+        tool(3, 1, "get_weather", london_start, 30, call_id="call_l", arguments={"city": "London"}),
+        tool(4, 1, "get_weather", paris_start, 25, call_id="call_p", arguments={"city": "Paris"}),
+    ]
+
+
+def test_overlapping_sibling_calls_share_a_parallel_group() -> None:
+    calls = only(parallel_spans(paris_start=11, london_start=12)).calls
+
+    assert [(c.arguments["city"], c.sequence_index, c.parallel_group) for c in calls] == [
+        ("Paris", 0, 0),
+        ("London", 1, 0),
+    ]
+
+
+def test_emission_order_breaks_equal_start_times() -> None:
+    calls = only(parallel_spans(paris_start=11, london_start=11)).calls
+
+    assert [c.arguments["city"] for c in calls] == ["Paris", "London"]
+
+
+def test_emission_order_wins_over_start_jitter_of_one_output() -> None:
+    calls = only(parallel_spans(paris_start=12, london_start=11)).calls
+
+    assert [c.arguments["city"] for c in calls] == ["Paris", "London"]
+
+
+def test_sequential_sibling_calls_have_no_parallel_group() -> None:
+    spans = [
+        agent(1, None, "a", 0, 100),
+        tool(2, 1, "first", 1, 10),
+        tool(3, 1, "second", 10, 20),  # starts exactly when the first ends
+    ]
+
+    assert [c.parallel_group for c in only(spans).calls] == [None, None]
+
+
+def test_overlap_chains_form_one_group_and_a_later_call_stays_alone() -> None:
+    spans = [
+        agent(1, None, "a", 0, 100),
+        tool(2, 1, "a1", 1, 10),
+        tool(3, 1, "a2", 9, 20),
+        tool(4, 1, "a3", 19, 30),
+        tool(5, 1, "b", 40, 50),
+    ]
+
+    assert [c.parallel_group for c in only(spans).calls] == [0, 0, 0, None]
+
+
+def test_overlapping_calls_of_different_parents_are_not_parallel() -> None:
+    spans = [
+        agent(1, None, "a", 0, 100),
+        span(2, 1, SpanRole.OTHER, 1, 50),
+        tool(3, 2, "inner", 5, 20),
+        tool(4, 1, "outer", 5, 20),
+    ]
+
+    assert [c.parallel_group for c in only(spans).calls] == [None, None]
+
+
+def test_call_seen_only_in_llm_output_is_a_call() -> None:
+    spans = [
+        agent(1, None, "refund-bot", 0, 100),
+        llm(2, 1, 1, 10, ask("web_search", "call_ws", '{"query": "refund policy"}')),
+        llm(3, 1, 11, 20, output_text="Refunds take 5 days."),
+    ]
+
+    (call,) = only(spans).calls
+    assert call == ToolCall(
+        tool_name="web_search",
+        raw_name="web_search",
+        arguments={"query": "refund policy"},
+        arguments_error=None,
+        call_id="call_ws",
+        parent_call_id=None,
+        sequence_index=0,
+        parallel_group=None,
+        status=CallStatus.OK,
+        error_type=None,
+        agent="refund-bot",
+        span_id=None,
+        start_ns=10 * MS,
+        end_ns=None,
+    )
+
+
+def test_requested_only_calls_of_one_output_form_a_parallel_group() -> None:
+    spans = [
+        agent(1, None, "a", 0, 100),
+        llm(2, 1, 1, 10, ask("web_search", "c1", {}, 0), ask("file_search", "c2", {}, 1)),
+        llm(3, 1, 11, 20, ask("web_search", "c3", {}, 0)),
+    ]
+
+    calls = only(spans).calls
+    assert [(c.tool_name, c.parallel_group) for c in calls] == [
+        ("web_search", 0),
+        ("file_search", 0),
+        ("web_search", None),
+    ]
+
+
+def test_call_id_joins_request_and_execution_into_one_call() -> None:
+    spans = [
+        agent(1, None, "a", 0, 100),
+        llm(2, 1, 1, 10, ask("lookup_order", "call_9", '{"order_id": "B-2"}')),
+        tool(3, 1, "lookup_order", 11, 20, call_id="call_9"),  # content capture off
+    ]
+
+    (call,) = only(spans).calls
+    assert (call.call_id, call.span_id, call.arguments) == (
+        "call_9",
+        hexid(3),
+        {"order_id": "B-2"},
+    )
+
+
+def test_tool_span_arguments_win_over_requested_ones() -> None:
+    spans = [
+        agent(1, None, "a", 0, 100),
+        llm(2, 1, 1, 10, ask("lookup_order", "call_9", {"order_id": "requested"})),
+        tool(3, 1, "lookup_order", 11, 20, call_id="call_9", arguments={"order_id": "run"}),
+    ]
+
+    (call,) = only(spans).calls
+    assert call.arguments == {"order_id": "run"}
+
+
+def test_different_call_ids_never_join() -> None:
+    spans = [
+        agent(1, None, "a", 0, 100),
+        llm(2, 1, 1, 10, ask("lookup_order", "call_a", {})),
+        tool(3, 1, "lookup_order", 11, 20, call_id="call_b"),
+    ]
+
+    calls = only(spans).calls
+    assert [(c.call_id, c.span_id) for c in calls] == [("call_a", None), ("call_b", hexid(3))]
+
+
+def test_spans_without_ids_join_requests_by_name_and_occurrence() -> None:
+    spans = [
+        agent(1, None, "a", 0, 100),
+        llm(
+            2,
+            1,
+            1,
+            10,
+            ask("get_weather", "call_x", {"city": "Oslo"}, 0),
+            ask("lookup_order", "call_y", {"order_id": "1"}, 1),
+            ask("get_weather", "call_z", {"city": "Rome"}, 2),
+        ),
+        tool(3, 1, "get_weather", 11, 15),
+        tool(4, 1, "lookup_order", 16, 20),
+        tool(5, 1, "Get_Weather", 21, 25),
+    ]
+
+    calls = only(spans).calls
+    assert [(c.call_id, c.span_id, c.arguments) for c in calls] == [
+        ("call_x", hexid(3), {"city": "Oslo"}),
+        ("call_y", hexid(4), {"order_id": "1"}),
+        ("call_z", hexid(5), {"city": "Rome"}),
+    ]
+
+
+def test_double_encoded_and_unparseable_arguments() -> None:
+    spans = [
+        agent(1, None, "a", 0, 100),
+        tool(2, 1, "double", 1, 10, arguments=json.dumps(json.dumps({"a": 1}))),
+        tool(3, 1, "broken", 11, 20, arguments="{not json"),
+    ]
+
+    calls = only(spans).calls
+    assert [(c.arguments, c.arguments_error) for c in calls] == [
+        ({"a": 1}, None),
+        ("{not json", "arguments are not valid JSON"),
+    ]
+
+
+def test_pydantic_ai_wrapper_is_skipped_and_its_tools_are_siblings() -> None:
+    spans = [
+        agent(1, None, "my_agent", 0, 100),
+        llm(2, 1, 1, 10, ask("a", "c1", {}, 0), ask("b", "c2", {}, 1)),
+        span(3, 1, SpanRole.WRAPPER, 11, 30, name="running tools"),
+        tool(4, 3, "a", 12, 25, call_id="c1"),
+        tool(5, 3, "b", 12, 28, call_id="c2"),
+        tool(6, 1, "c", 20, 40),  # a direct child of the agent, overlapping them
+    ]
+
+    calls = only(spans).calls
+    assert [(c.tool_name, c.sequence_index, c.parallel_group) for c in calls] == [
+        ("a", 0, 0),
+        ("b", 1, 0),
+        ("c", 2, 0),
+    ]
+
+
+def test_one_model_call_recorded_by_two_instrumentations_requests_once() -> None:
+    request = ask("lookup_order", "call_1", {"order_id": "A-1"})
+    spans = [
+        agent(1, None, "a", 0, 100),
+        llm(2, 1, 1, 10, request, name="ChatOpenAI"),
+        llm(3, 2, 2, 9, request, name="openai.chat"),
+    ]
+
+    calls = only(spans).calls
+    assert [(c.call_id, c.span_id) for c in calls] == [("call_1", None)]
+
+
+def test_sequential_turns_reusing_a_placeholder_id_are_distinct_calls() -> None:
+    spans = [
+        agent(1, None, "a", 0, 100),
+        llm(2, 1, 1, 10, ask("get_weather", "<not specified>", {"city": "Oslo"})),
+        tool(3, 1, "get_weather", 11, 20, call_id="<not specified>"),
+        llm(4, 1, 21, 30, ask("get_weather", "<not specified>", {"city": "Rome"})),
+        tool(5, 1, "get_weather", 31, 40, call_id="<not specified>"),
+    ]
+
+    calls = only(spans).calls
+    assert [(c.span_id, c.arguments) for c in calls] == [
+        (hexid(3), {"city": "Oslo"}),
+        (hexid(5), {"city": "Rome"}),
+    ]

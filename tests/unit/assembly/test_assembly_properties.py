@@ -1,0 +1,176 @@
+"""Property tests: arrival order, batching and duplication never change a ToolTrace, and
+the buffer's span accounting always balances (DESIGN §4, STYLE 15)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from itertools import pairwise
+
+from assembly_strategies import span_trees
+from assembly_support import RecordingMetrics
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolwatch.assembly.buffer import AssemblyLimits, CompletedTrace, TraceBuffer
+from toolwatch.assembly.timeline import build_tool_traces
+from toolwatch.model import ManualClock, SpanRecord, SpanRole, ToolTrace
+from toolwatch.names import NameNormalizer
+
+NORMALIZE = NameNormalizer({"issue_refund": "refund"})
+TRACE_ID = b"\x01" * 16
+WAIT = 2_000_000_000
+
+
+def canonical(spans: Sequence[SpanRecord]) -> list[ToolTrace]:
+    return build_tool_traces(CompletedTrace(TRACE_ID, tuple(spans), True, None, 0, 0), NORMALIZE)
+
+
+@st.composite
+def shuffled_with_duplicates(draw: st.DrawFn, spans: Sequence[SpanRecord]) -> list[SpanRecord]:
+    dups = draw(st.lists(st.sampled_from(list(spans)), max_size=len(spans)))
+    return draw(st.permutations([*spans, *dups]))
+
+
+@st.composite
+def batches(draw: st.DrawFn, spans: Sequence[SpanRecord]) -> list[list[SpanRecord]]:
+    cuts = sorted(draw(st.lists(st.integers(0, len(spans)), max_size=4)))
+    bounds = [0, *cuts, len(spans)]
+    return [list(spans[a:b]) for a, b in pairwise(bounds) if b > a]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), spans=span_trees(), drop_root=st.booleans())
+def test_timeline_ignores_span_order_and_duplicates(
+    data: st.DataObject, spans: tuple[SpanRecord, ...], drop_root: bool
+) -> None:
+    kept = spans[1:] if drop_root and len(spans) > 1 else spans
+    arrived = data.draw(shuffled_with_duplicates(kept))
+
+    assert canonical(arrived) == canonical(kept)
+
+
+@settings(max_examples=200, deadline=None)
+@given(data=st.data(), spans=span_trees())
+def test_any_arrival_through_the_buffer_gives_the_same_tooltraces(
+    data: st.DataObject, spans: tuple[SpanRecord, ...]
+) -> None:
+    clock = ManualClock()
+    metrics = RecordingMetrics()
+    buffer = TraceBuffer(AssemblyLimits(completion_wait_ns=WAIT), clock, metrics)
+    arrived = data.draw(shuffled_with_duplicates(spans))
+    for batch in data.draw(batches(arrived)):
+        assert buffer.add(batch) == []
+        assert buffer.poll() == []
+        clock.now_ns += data.draw(st.integers(0, WAIT - 1))
+    clock.now_ns += WAIT
+
+    (done,) = buffer.poll()
+    assert (done.complete, len(done.spans)) == (True, len(spans))
+    assert build_tool_traces(done, NORMALIZE) == canonical(spans)
+    assert (metrics.built, metrics.dropped) == (
+        len(spans),
+        Counter({"duplicate": len(arrived) - len(spans)}) - Counter(),
+    )
+
+
+@settings(max_examples=200, deadline=None)
+@given(spans=span_trees(max_spans=16))
+def test_every_tool_span_is_exactly_one_call_and_groups_are_consistent(
+    spans: tuple[SpanRecord, ...],
+) -> None:
+    traces = canonical(spans)
+
+    call_spans = [c.span_id for t in traces for c in t.calls if c.span_id is not None]
+    tool_spans = [s.span_id.hex() for s in spans if s.role is SpanRole.TOOL]
+    assert sorted(call_spans) == sorted(tool_spans)
+    for trace in traces:
+        assert [c.sequence_index for c in trace.calls] == list(range(len(trace.calls)))
+        members = Counter(c.parallel_group for c in trace.calls if c.parallel_group is not None)
+        assert all(n >= 2 for n in members.values())
+        assert all(trace.calls[g].parallel_group == g for g in members)
+
+
+# -- conservation ---------------------------------------------------------------------------
+
+limits_strategy = st.builds(
+    AssemblyLimits,
+    completion_wait_ns=st.integers(1, 5),
+    max_trace_age_ns=st.integers(1, 30),
+    late_span_window_ns=st.integers(0, 40),
+    max_traces=st.integers(1, 4),
+    max_spans_per_trace=st.integers(1, 8),
+    max_buffered_spans=st.integers(1, 16),
+    max_buffered_bytes=st.integers(1, 300),
+    max_remembered_traces=st.integers(0, 3),
+    overflow=st.sampled_from(["backpressure", "evict_oldest"]),
+)
+
+#: (operation, number, picks): add picks (span indexes, repeats allowed) of trace ``number``,
+#: poll, drain, or advance the clock by ``number`` ns.
+Operation = tuple[str, int, list[int]]
+operations = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.integers(0, 4), st.lists(st.integers(0, 11), max_size=8)),
+        st.tuples(st.sampled_from(["poll", "drain"]), st.just(0), st.just([])),
+        st.tuples(st.just("advance"), st.integers(0, 20), st.just([])),
+    ),
+    max_size=30,
+)
+
+
+def _pool_trace(n: int, root: SpanRole | None, second: SpanRole) -> tuple[SpanRecord, ...]:
+    """Trace ``n``: span 1 (``root``, or absent with a remote parent), span 2 (``second``)
+    under it, then ten tool spans under span 2, of growing sizes."""
+    trace_id = bytes([n + 1]) * 16
+
+    def make(i: int, parent: int | None, role: SpanRole) -> SpanRecord:
+        parent_id = parent.to_bytes(8, "big") if parent is not None else None
+        return SpanRecord(
+            trace_id, i.to_bytes(8, "big"), parent_id, f"s{i}", 1, i, i + 1, 0, None, role,
+            size_bytes=10 * i,
+        )  # fmt: skip
+
+    head = [make(1, None, root)] if root is not None else []
+    return (*head, make(2, 1, second), *(make(i, 2, SpanRole.TOOL) for i in range(3, 13)))
+
+
+#: Ready by root, ready by an outermost agent, never ready (no anchor, twice: a remote
+#: parent above OTHER or TOOL spans), ready by root.
+POOL = [
+    _pool_trace(0, SpanRole.AGENT, SpanRole.LLM),
+    _pool_trace(1, None, SpanRole.AGENT),
+    _pool_trace(2, None, SpanRole.OTHER),
+    _pool_trace(3, None, SpanRole.TOOL),
+    _pool_trace(4, SpanRole.OTHER, SpanRole.WRAPPER),
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(limits=limits_strategy, ops=operations)
+def test_span_accounting_balances_under_any_operations(
+    limits: AssemblyLimits, ops: list[Operation]
+) -> None:
+    clock = ManualClock(start_ns=0)
+    metrics = RecordingMetrics()
+    buffer = TraceBuffer(limits, clock, metrics)
+    received = 0
+    emitted: list[CompletedTrace] = []
+    for name, number, picks in ops:
+        if name == "add":
+            batch = [POOL[number][i % len(POOL[number])] for i in picks]
+            received += len(batch)
+            emitted += buffer.add(batch)
+        elif name == "poll":
+            emitted += buffer.poll()
+        elif name == "drain":
+            emitted += buffer.drain()
+        else:
+            clock.now_ns += number
+        assert received == metrics.built + metrics.dropped.total() + buffer.buffered_spans
+        assert buffer.buffered_traces <= limits.max_traces
+        assert buffer.buffered_spans <= limits.max_buffered_spans
+        assert buffer.buffered_bytes <= limits.max_buffered_bytes
+    assert metrics.built == sum(len(t.spans) for t in emitted)
+    assert all(len({s.span_id for s in t.spans}) == len(t.spans) for t in emitted)
+    assert all(len(t.spans) <= limits.max_spans_per_trace for t in emitted)

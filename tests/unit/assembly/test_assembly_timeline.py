@@ -1,0 +1,280 @@
+"""Timeline: completed traces become ToolTraces (DESIGN §5, CONVENTIONS §6)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+from assembly_support import MS, TRACE, agent, ask, build, hexid, llm, only, span, tool
+
+from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolCall, ToolTrace
+
+
+def refund_spans() -> list[SpanRecord]:
+    lookup = '{"order_id": "A-1001"}'
+    refund = {"order_id": "A-1001", "amount_usd": 25.0}
+    root = agent(1, None, "refund-bot", 0, 100, conversation_id="conv-7")
+    return [
+        dataclasses.replace(root, reference_keys=(("case_id", "refund-1"),)),
+        llm(2, 1, 1, 10, ask("lookup_order", "call_1", lookup), finish_reasons=("tool_calls",)),
+        tool(3, 1, "lookup_order", 11, 20, call_id="call_1", arguments=lookup, result='"{}"'),
+        llm(4, 1, 21, 30, ask("Issue_Refund", "call_2", refund)),
+        dataclasses.replace(
+            tool(5, 1, "Issue_Refund", 31, 40, call_id="call_2", arguments=json.dumps(refund)),
+            result="ok",
+            reference_keys=(("case_id", "other"), ("pair", "p-1")),
+        ),
+        llm(6, 1, 41, 50, output_text="Your refund of $25 is on its way."),
+    ]
+
+
+def test_refund_run_is_one_tooltrace_with_both_calls_in_order() -> None:
+    assert build(refund_spans()) == [
+        ToolTrace(
+            trace_id=TRACE.hex(),
+            run_span_id=hexid(1),
+            service="refund-agent",
+            agent="refund-bot",
+            model="gpt-4o",
+            calls=(
+                ToolCall(
+                    tool_name="lookup_order",
+                    raw_name="lookup_order",
+                    arguments={"order_id": "A-1001"},
+                    arguments_error=None,
+                    call_id="call_1",
+                    parent_call_id=None,
+                    sequence_index=0,
+                    parallel_group=None,
+                    status=CallStatus.OK,
+                    error_type=None,
+                    agent="refund-bot",
+                    span_id=hexid(3),
+                    start_ns=11 * MS,
+                    end_ns=20 * MS,
+                    result={},
+                ),
+                ToolCall(
+                    tool_name="issue_refund",
+                    raw_name="Issue_Refund",
+                    arguments={"order_id": "A-1001", "amount_usd": 25.0},
+                    arguments_error=None,
+                    call_id="call_2",
+                    parent_call_id=None,
+                    sequence_index=1,
+                    parallel_group=None,
+                    status=CallStatus.OK,
+                    error_type=None,
+                    agent="refund-bot",
+                    span_id=hexid(5),
+                    start_ns=31 * MS,
+                    end_ns=40 * MS,
+                    result="ok",
+                ),
+            ),
+            final_text="Your refund of $25 is on its way.",
+            refusal=False,
+            refusal_reason=None,
+            error_count=0,
+            complete=True,
+            incomplete_reason=None,
+            start_ns=0,
+            end_ns=100 * MS,
+            span_count=6,
+            conversation_id="conv-7",
+            reference_keys={"case_id": "refund-1", "pair": "p-1"},
+        )
+    ]
+
+
+def test_incomplete_trace_flags_its_tooltrace() -> None:
+    (trace,) = build(refund_spans(), complete=False, reason="timed_out")
+
+    assert (trace.complete, trace.incomplete_reason) == (False, "timed_out")
+
+
+def test_aliases_normalize_tool_names_but_raw_name_is_kept() -> None:
+    spans = [agent(1, None, "a", 0, 10), tool(2, 1, " Refund ", 1, 2)]
+
+    (call,) = only(spans).calls
+    assert (call.tool_name, call.raw_name) == ("issue_refund", " Refund ")
+
+
+def nested_spans() -> list[SpanRecord]:
+    question = {"question": "status of A-1001"}
+    return [
+        agent(1, None, "support-bot", 0, 100),
+        llm(2, 1, 1, 5, ask("ask_billing", "call_outer", question)),
+        tool(3, 1, "ask_billing", 6, 60, call_id="call_outer", arguments=question),
+        agent(4, 3, "billing-bot", 7, 59),
+        llm(5, 4, 8, 10, ask("lookup_order", "call_1", {"order_id": "A-1001"})),
+        tool(6, 4, "lookup_order", 11, 20, call_id="call_1"),
+        llm(7, 4, 21, 30, output_text="Order delivered."),
+        llm(8, 1, 61, 70, output_text="It was delivered."),
+    ]
+
+
+def test_agent_as_tool_calls_belong_to_the_outer_run() -> None:
+    (trace,) = build(nested_spans())
+
+    assert (trace.agent, trace.run_span_id, trace.span_count) == ("support-bot", hexid(1), 8)
+    assert [(c.tool_name, c.parent_call_id, c.agent) for c in trace.calls] == [
+        ("ask_billing", None, "support-bot"),
+        ("lookup_order", "call_outer", "billing-bot"),
+    ]
+
+
+def test_final_text_is_the_outer_runs_not_the_nested_agents() -> None:
+    spans = nested_spans()
+    # The nested agent's answer ends last here; it is still not the outer run's answer.
+    spans[6] = llm(7, 4, 21, 75, output_text="Order delivered.")
+
+    assert only(spans).final_text == "It was delivered."
+
+
+def test_nested_call_without_an_outer_call_id_uses_the_outer_span_id() -> None:
+    spans = [
+        agent(1, None, "outer", 0, 100),
+        tool(2, 1, "delegate", 1, 50),
+        agent(3, 2, "inner", 2, 49),
+        tool(4, 3, "lookup_order", 3, 10),
+    ]
+
+    calls = only(spans).calls
+    assert [c.parent_call_id for c in calls] == [None, hexid(2)]
+
+
+def test_outer_call_id_from_the_request_reaches_nested_calls() -> None:
+    spans = [
+        agent(1, None, "outer", 0, 100),
+        llm(2, 1, 1, 2, ask("delegate", "call_d", {})),
+        tool(3, 1, "delegate", 3, 50),  # no call id on the span (OpenAI Agents)
+        agent(4, 3, "inner", 4, 49),
+        tool(5, 4, "lookup_order", 5, 10),
+    ]
+
+    calls = only(spans).calls
+    assert [(c.call_id, c.parent_call_id) for c in calls] == [("call_d", None), (None, "call_d")]
+
+
+def test_failed_tool_call_is_an_error_with_its_type() -> None:
+    spans = [
+        agent(1, None, "refund-bot", 0, 100),
+        tool(2, 1, "lookup_order", 1, 10, status_code=2, error_type="OrderNotFound"),
+        llm(3, 1, 11, 20, status_code=2, output_text="Sorry."),
+    ]
+
+    trace = only(spans)
+    assert [(c.status, c.error_type) for c in trace.calls] == [(CallStatus.ERROR, "OrderNotFound")]
+    assert trace.error_count == 1
+
+
+def test_error_status_without_error_type_is_an_error() -> None:
+    spans = [agent(1, None, "a", 0, 100), tool(2, 1, "lookup_order", 1, 10, status_code=2)]
+
+    (call,) = only(spans).calls
+    assert (call.status, call.error_type) == (CallStatus.ERROR, None)
+
+
+def test_content_filter_finish_reason_is_a_refusal() -> None:
+    spans = [
+        agent(1, None, "refund-bot", 0, 100),
+        llm(2, 1, 1, 10, output_text="I can't help with that.", finish_reasons=("content_filter",)),
+    ]
+
+    trace = only(spans)
+    assert (trace.refusal, trace.refusal_reason) == (True, "content_filter")
+    assert trace.calls == ()
+
+
+def test_refusal_part_is_a_refusal_with_its_text() -> None:
+    spans = [agent(1, None, "a", 0, 100), llm(2, 1, 1, 10, refusal="I cannot do that")]
+
+    trace = only(spans)
+    assert (trace.refusal, trace.refusal_reason) == (True, "I cannot do that")
+
+
+def test_stop_finish_reason_is_not_a_refusal() -> None:
+    trace = only(refund_spans())
+
+    assert (trace.refusal, trace.refusal_reason) == (False, None)
+
+
+def test_two_outermost_agents_are_two_tooltraces() -> None:
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 100, name="Agent workflow"),
+        agent(2, 1, "triage", 1, 40),
+        tool(3, 2, "transfer_to_billing", 5, 10),
+        agent(4, 1, "billing", 41, 90),
+        tool(5, 4, "issue_refund", 50, 60),
+    ]
+
+    traces = build(spans)
+    assert [(t.agent, t.run_span_id, t.tool_names, t.span_count) for t in traces] == [
+        ("triage", hexid(2), ("transfer_to_billing",), 2),
+        ("billing", hexid(4), ("issue_refund",), 2),
+    ]
+
+
+def test_tool_outside_every_agent_is_kept_in_its_own_run() -> None:
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 100, name="request"),
+        agent(2, 1, "triage", 1, 40),
+        tool(3, 1, "audit_log", 50, 60),
+    ]
+
+    traces = build(spans)
+    assert [(t.agent, t.run_span_id, t.tool_names) for t in traces] == [
+        (None, hexid(1), ("audit_log",)),
+        ("triage", hexid(2), ()),
+    ]
+
+
+def test_trace_without_agent_is_one_run_rooted_at_its_root() -> None:
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 100, name="workflow", service="svc"),
+        llm(2, 1, 1, 10, ask("lookup_order", "c1", {}), model="claude"),
+        tool(3, 1, "lookup_order", 11, 20, call_id="c1", agent_name="baggage-agent"),
+    ]
+
+    trace = only(spans)
+    assert (trace.run_span_id, trace.agent, trace.model, trace.service) == (
+        hexid(1),
+        "baggage-agent",
+        "claude",
+        "svc",
+    )
+    assert trace.tool_names == ("lookup_order",)
+
+
+def test_fragments_of_a_trace_without_root_are_one_run_with_a_synthetic_root() -> None:
+    spans = [
+        llm(2, 1, 5, 10, ask("lookup_order", "c1", {})),
+        tool(3, 1, "lookup_order", 11, 20, call_id="c1"),
+        tool(4, 9, "issue_refund", 21, 30),
+    ]
+
+    trace = only(spans)
+    assert (trace.run_span_id, trace.start_ns, trace.end_ns, trace.span_count) == (
+        None,
+        5 * MS,
+        30 * MS,
+        3,
+    )
+    assert trace.tool_names == ("lookup_order", "issue_refund")
+
+
+def test_duplicate_span_records_count_once() -> None:
+    spans = refund_spans()
+
+    assert build(spans + spans[:3]) == build(spans)
+
+
+def test_parent_cycle_still_yields_each_call_once() -> None:
+    spans = [
+        span(1, 2, SpanRole.OTHER, 0, 100, name="a"),
+        span(2, 1, SpanRole.OTHER, 0, 100, name="b"),
+        tool(3, 2, "lookup_order", 1, 10),
+    ]
+
+    assert only(spans).tool_names == ("lookup_order",)
