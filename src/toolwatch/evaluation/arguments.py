@@ -1,0 +1,243 @@
+"""``tool_arguments``: are the paired calls made with the right argument values?
+
+Reference calls (golden ``expected_tools``, or the source run's calls) are paired with the
+run's calls by ``matching.pair_by_name``: same tool only, maximum total argument similarity,
+then closest positions. Scoring:
+
+- a pair compares its arguments field by field; each field's strategy resolves as documented
+  on ``ToolArgumentsSettings``; a field on one side only scores 0.5 (``strict``: 0), except
+  that when the call-level strategy (the golden call's ``match``, else the tool's, else the
+  default) is ``subset`` extra actual fields are ignored; a pair with no fields scores 1;
+  arguments that are not objects (unparsable text, lists) are compared whole with the
+  call-level strategy;
+- a reference call that says nothing about arguments (``arguments: null``, or a source call
+  recorded without them) still takes part in pairing but is not scored;
+- a scored reference call that was never made scores 0;
+- the run's score is the mean over scored reference calls. With none the evaluator does not
+  apply (``None``); extra actual calls are ``tool_selection``'s business, not scored here.
+
+A finding (ARGUMENT_VALUE_DRIFT) is raised per pair scoring below ``threshold``, on that call's
+span, naming its worst field; values go to ``details`` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from toolwatch.evaluation.base import Baseline, RefCall, Reference, baseline, pct
+from toolwatch.evaluation.matching import pair_by_name
+from toolwatch.evaluation.settings import ToolArgumentsSettings, split_tool_field
+from toolwatch.evaluation.severity import make_finding, severity_for
+from toolwatch.evaluation.similarity import score_value
+from toolwatch.model import Category, EvalResult, Finding, ToolCall, ToolTrace
+from toolwatch.names import NameNormalizer
+
+__all__ = [
+    "ArgumentReport",
+    "ArgumentScorer",
+    "CallComparison",
+    "FieldScore",
+    "ToolArguments",
+    "compare_arguments",
+]
+
+_ONE_SIDED = ("missing", "unexpected")
+
+
+@dataclass(frozen=True, slots=True)
+class FieldScore:
+    """One field of a pair. ``presence``: ``both``, ``missing`` (reference only) or
+    ``unexpected`` (actual only). ``field`` is ``""`` for a whole non-object value."""
+
+    field: str
+    strategy: str
+    score: float
+    presence: str
+    expected: Any
+    actual: Any
+
+
+@dataclass(frozen=True, slots=True)
+class CallComparison:
+    score: float
+    fields: tuple[FieldScore, ...]
+
+    def imperfect(self) -> tuple[FieldScore, ...]:
+        """Fields scoring below 1, worst first."""
+        return tuple(sorted((f for f in self.fields if f.score < 1.0), key=lambda f: f.score))
+
+
+@dataclass(frozen=True, slots=True)
+class ArgumentReport:
+    """A run's argument comparison: ``score`` is ``None`` when no reference call is scored."""
+
+    score: float | None
+    pairs: tuple[tuple[RefCall, ToolCall, CallComparison], ...]
+    not_made: tuple[RefCall, ...]
+
+
+class ArgumentScorer:
+    """Compares one reference call with one actual call under the configured strategies."""
+
+    __slots__ = ("_default", "_fields", "_strict", "_tolerance", "_tool_fields", "_tools")
+
+    def __init__(self, settings: ToolArgumentsSettings, normalize: NameNormalizer) -> None:
+        self._default: str = settings.default_strategy
+        self._tolerance = settings.numeric_tolerance
+        self._strict = settings.strict
+        self._tool_fields: dict[tuple[str, str], str] = {}
+        self._fields: dict[str, str] = {}
+        self._tools: dict[str, str] = {}
+        for key, strategy in settings.strategies.items():
+            if "." not in key:
+                self._tools[normalize(key)] = strategy
+                continue
+            tool, field = split_tool_field(key)
+            if tool == "*":
+                self._fields[field] = strategy
+            else:
+                self._tool_fields[(normalize(tool), field)] = strategy
+
+    def call_strategy(self, ref: RefCall) -> str:
+        """The call-level strategy: the golden call's ``match``, the tool's, the default."""
+        return ref.match or self._tools.get(ref.name) or self._default
+
+    def field_strategy(self, ref: RefCall, field: str) -> str:
+        found = self._tool_fields.get((ref.name, field)) or self._fields.get(field)
+        return found or self.call_strategy(ref)
+
+    def compare(self, ref: RefCall, call: ToolCall) -> CallComparison:
+        if not ref.compare_arguments:
+            return CallComparison(1.0, ())
+        expected, actual = ref.arguments, call.arguments
+        if isinstance(expected, Mapping) and isinstance(actual, Mapping):
+            return self._compare_fields(ref, expected, actual)
+        strategy = self.call_strategy(ref)
+        score = score_value(strategy, expected, actual, self._tolerance)
+        return CallComparison(score, (FieldScore("", strategy, score, "both", expected, actual),))
+
+    def _compare_fields(
+        self, ref: RefCall, expected: Mapping[str, Any], actual: Mapping[str, Any]
+    ) -> CallComparison:
+        keys = list(expected) + [k for k in actual if k not in expected]
+        if self.call_strategy(ref) == "subset":
+            keys = list(expected)
+        fields = tuple(self._field(ref, k, expected, actual) for k in keys)
+        score = sum(f.score for f in fields) / len(fields) if fields else 1.0
+        return CallComparison(score, fields)
+
+    def _field(
+        self, ref: RefCall, key: str, expected: Mapping[str, Any], actual: Mapping[str, Any]
+    ) -> FieldScore:
+        strategy = self.field_strategy(ref, key)
+        one_sided = 0.0 if self._strict else 0.5
+        if key not in actual:
+            return FieldScore(key, strategy, one_sided, "missing", expected[key], None)
+        if key not in expected:
+            return FieldScore(key, strategy, one_sided, "unexpected", None, actual[key])
+        score = score_value(strategy, expected[key], actual[key], self._tolerance)
+        return FieldScore(key, strategy, score, "both", expected[key], actual[key])
+
+
+def compare_arguments(
+    refs: Sequence[RefCall],
+    calls: Sequence[ToolCall],
+    scorer: ArgumentScorer,
+    normalize: NameNormalizer,
+) -> ArgumentReport:
+    """Pair ``refs`` with ``calls`` optimally and score the scored reference calls."""
+    memo: dict[tuple[int, int], CallComparison] = {}
+
+    def similarity(i: int, j: int) -> float:
+        memo[(i, j)] = scorer.compare(refs[i], calls[j])
+        return memo[(i, j)].score
+
+    names = [normalize(c.tool_name) for c in calls]
+    pairs = pair_by_name([r.name for r in refs], names, similarity)
+    paired = {i for i, _ in pairs}
+    scored = [r for r in refs if r.compare_arguments]
+    not_made = tuple(r for i, r in enumerate(refs) if r.compare_arguments and i not in paired)
+    total = sum(memo[p].score for p in pairs if refs[p[0]].compare_arguments)
+    return ArgumentReport(
+        score=total / len(scored) if scored else None,
+        pairs=tuple((refs[i], calls[j], memo[(i, j)]) for i, j in pairs),
+        not_made=not_made,
+    )
+
+
+class ToolArguments:
+    """The ``tool_arguments`` evaluator (see the module docstring)."""
+
+    name = "tool_arguments"
+
+    def __init__(self, settings: ToolArgumentsSettings, normalize: NameNormalizer) -> None:
+        self.settings = settings
+        self._normalize = normalize
+        self._scorer = ArgumentScorer(settings, normalize)
+
+    def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
+        base = baseline(reference, self.settings.against, self._normalize)
+        if base is None:
+            return None
+        report = compare_arguments(base.calls, trace.calls, self._scorer, self._normalize)
+        if report.score is None:
+            return None
+        findings = tuple(
+            self._finding(trace, base, ref, call, comparison)
+            for ref, call, comparison in report.pairs
+            if ref.compare_arguments and comparison.score < self.settings.threshold
+        )
+        return EvalResult(self.name, {"score": report.score}, findings, _explain(report, base.noun))
+
+    def _finding(
+        self, trace: ToolTrace, base: Baseline, ref: RefCall, call: ToolCall, c: CallComparison
+    ) -> Finding:
+        imperfect = c.imperfect()
+        return make_finding(
+            trace,
+            category=Category.ARGUMENT_VALUE_DRIFT,
+            evaluator=self.name,
+            reference=base.kind,
+            severity=severity_for(c.score, self.settings.severity_floor),
+            score=c.score,
+            explanation=f"Arguments of {ref.name}: {pct(c.score)} against the {base.noun} "
+            f"call ({_field_summary(imperfect)}).",
+            call=call,
+            tool=ref.name,
+            field=imperfect[0].field if imperfect and imperfect[0].field else None,
+            details={"fields": {f.field: _field_details(f) for f in imperfect}},
+        )
+
+
+def _field_details(f: FieldScore) -> dict[str, Any]:
+    return {
+        "expected": f.expected,
+        "actual": f.actual,
+        "strategy": f.strategy,
+        "score": f.score,
+        "presence": f.presence,
+    }
+
+
+def _field_summary(fields: Sequence[FieldScore]) -> str:
+    """Which fields differ, are missing or unexpected: names only, never values."""
+    parts = []
+    for presence, label in (("both", "differs"), *((p, p) for p in _ONE_SIDED)):
+        names = [f.field or "(whole value)" for f in fields if f.presence == presence]
+        if names:
+            parts.append(f"{label}: " + ", ".join(names))
+    return "; ".join(parts) or "no field differs"
+
+
+def _explain(report: ArgumentReport, noun: str) -> str:
+    scored = [(r, c) for r, _, c in report.pairs if r.compare_arguments]
+    total = len(scored) + len(report.not_made)
+    text = f"Arguments: {pct(report.score or 0.0)} over {total} {noun} calls"
+    worst = [f"{r.name} {pct(c.score)}" for r, c in scored if c.score < 1.0]
+    if worst:
+        text += f" (imperfect: {', '.join(worst)})"
+    if report.not_made:
+        text += f"; {len(report.not_made)} {noun} calls not made"
+    return text + "."

@@ -1,0 +1,175 @@
+"""What every evaluator shares: the ``Reference`` a run is compared with, the ``Evaluator``
+callable type, the ``Baseline`` view of a reference, and small formatting helpers.
+
+Evaluators are pure: given the same ToolTrace and Reference they return the same result, and
+they never read a clock, log, count metrics or do I/O. They are built once from settings and
+are safe to call from any thread (they hold only immutable state).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+from toolwatch.evaluation.settings import Against
+from toolwatch.model import EvalResult, GoldenCase, ReferenceKind, ToolTrace
+from toolwatch.names import NameNormalizer
+
+__all__ = [
+    "Baseline",
+    "Evaluator",
+    "RefCall",
+    "Reference",
+    "baseline",
+    "call_names",
+    "from_case",
+    "from_source",
+    "informs",
+    "name_list",
+    "pct",
+    "resolve",
+    "uses_parallelism",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """What a run is compared with: a golden case, a shadow source run, both or neither. The
+    policy is not part of it: evaluators that need only policy hold it from their settings."""
+
+    expected: GoldenCase | None = None
+    source: ToolTrace | None = None
+
+
+#: An evaluator: a pure callable scoring one ToolTrace against a Reference. It returns ``None``
+#: when it does not apply (e.g. a comparing evaluator given no reference). Scores are in
+#: [0, 1] and every result carries a ``"score"`` key, the one the score histogram records.
+Evaluator: TypeAlias = Callable[[ToolTrace, Reference], EvalResult | None]
+
+
+@dataclass(frozen=True, slots=True)
+class RefCall:
+    """One call of a reference: an expected call of a golden case or a call of the source run.
+
+    ``compare_arguments`` is false when the reference says nothing about arguments (a golden
+    call without ``arguments``, or a source call whose producer recorded none).
+    """
+
+    name: str
+    arguments: Any
+    compare_arguments: bool
+    match: str | None
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class Baseline:
+    """A reference seen the same way whatever its kind. ``noun`` names it in explanations
+    ("expected", "source"). ``call_count`` is the count the structure check compares with
+    (``None``: nothing to compare); ``refusal``/``parallel`` are ``None`` when unknown."""
+
+    kind: ReferenceKind
+    calls: tuple[RefCall, ...]
+    no_tools: bool
+    call_count: int | None
+    refusal: bool | None
+    parallel: bool | None
+    case: GoldenCase | None
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.calls)
+
+    @property
+    def noun(self) -> str:
+        return "source" if self.kind is ReferenceKind.SOURCE else "expected"
+
+
+def resolve(reference: Reference, against: Against) -> ReferenceKind | None:
+    """The reference kind ``against`` selects for this run, or ``None`` if it has none."""
+    if against != "source" and reference.expected is not None:
+        return ReferenceKind.EXPECTED
+    if against != "expected" and reference.source is not None:
+        return ReferenceKind.SOURCE
+    return None
+
+
+def baseline(reference: Reference, against: Against, normalize: NameNormalizer) -> Baseline | None:
+    """The Baseline ``against`` selects, names normalized, or ``None`` when there is none."""
+    kind = resolve(reference, against)
+    if kind is ReferenceKind.EXPECTED and reference.expected is not None:
+        return from_case(reference.expected, normalize)
+    if kind is ReferenceKind.SOURCE and reference.source is not None:
+        return from_source(reference.source, normalize)
+    return None
+
+
+def from_case(case: GoldenCase, normalize: NameNormalizer) -> Baseline:
+    """The Baseline of a golden case."""
+    calls = tuple(
+        RefCall(normalize(c.name), c.arguments, c.arguments is not None, c.match, i)
+        for i, c in enumerate(case.expected_tools)
+    )
+    count = case.expected_tool_count
+    if count is None and calls:
+        count = len(calls)
+    # Refusal is only known to be wrong when the case expects work to be done: a golden case
+    # has no "expected refusal" field, so under-refusal cannot be judged against it.
+    refusal = False if calls else None
+    return Baseline(
+        ReferenceKind.EXPECTED, calls, case.expected_no_tools, count, refusal, None, case
+    )
+
+
+def from_source(source: ToolTrace, normalize: NameNormalizer) -> Baseline:
+    """The Baseline of a shadow source run."""
+    calls = tuple(
+        RefCall(normalize(c.tool_name), c.arguments, c.arguments is not None, None, i)
+        for i, c in enumerate(source.calls)
+    )
+    return Baseline(
+        kind=ReferenceKind.SOURCE,
+        calls=calls,
+        no_tools=False,
+        call_count=len(calls),
+        refusal=source.refusal,
+        parallel=uses_parallelism(source),
+        case=None,
+    )
+
+
+def call_names(trace: ToolTrace, normalize: NameNormalizer) -> tuple[str, ...]:
+    """The run's tool names in call order, normalized again (idempotent when the timeline used
+    the same aliases, and right when a caller built the trace by hand)."""
+    return tuple(normalize(c.tool_name) for c in trace.calls)
+
+
+def informs(earlier_group: int | None, group: int | None) -> bool:
+    """Whether a successful call of ``earlier_group``, made earlier in the run, could inform a
+    call of ``group``: not when both were issued in the same parallel group, since neither saw
+    the other's result. Callers have already checked "earlier" (lower ``sequence_index``) and
+    "successful" (status ``ok``)."""
+    return earlier_group is None or earlier_group != group
+
+
+def uses_parallelism(trace: ToolTrace) -> bool:
+    """Whether two or more calls of the run share a ``parallel_group``."""
+    groups = [c.parallel_group for c in trace.calls if c.parallel_group is not None]
+    return len(groups) != len(set(groups))
+
+
+def pct(score: float) -> str:
+    """A score as a whole percentage: ``0.8`` -> ``"80%"``. Never rounds up to 100% (or down
+    to 0%) a score that is not exactly 1 (or 0)."""
+    value = round(score * 100)
+    if value == 100 and score < 1.0:
+        value = 99
+    if value == 0 and score > 0.0:
+        value = 1
+    return f"{value}%"
+
+
+def name_list(names: Iterable[str]) -> str:
+    """Tool names for an explanation: ``[a, b]``."""
+    return "[" + ", ".join(names) + "]"

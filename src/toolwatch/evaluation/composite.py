@@ -1,0 +1,145 @@
+"""``composite``: the report figures of a run against its golden case (no findings).
+
+Scores (all in [0, 1]):
+
+- ``selection``: multiset Jaccard (default) or recall of the expected names;
+- ``ordering``: LCS / expected length (``order``);
+- ``score``: ``selection * weights.selection + ordering * weights.ordering`` (0.6 / 0.4);
+- ``tool_name_accuracy``: 1 if the run's name sequence equals the expected one, else 0;
+- ``parameter_accuracy``: the ``tool_arguments`` score (absent when the case gives no
+  arguments);
+- ``step_efficiency``: ``min(a, m) / max(a, m)`` with ``a`` the run's calls and ``m`` the
+  case's ``expected_min_steps`` (absent when the case gives none; 1.0 when both are 0).
+
+For an ``expected_no_tools`` case selection, ordering and tool-name accuracy are 1 if no call
+was made, else 0. ``failure_type`` classifies a miss for the report: ``not_triggered`` (tools
+expected, none called), ``wrong_tool`` (an expected tool missing, or any call when none was
+expected), ``wrong_arguments`` (right tools, a scored call below the arguments threshold), or
+``None`` (no miss). The explanation ends with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Final
+
+from toolwatch.evaluation.arguments import ArgumentReport, ArgumentScorer, compare_arguments
+from toolwatch.evaluation.base import Baseline, Reference, call_names, from_case, pct
+from toolwatch.evaluation.order import order_score
+from toolwatch.evaluation.selection import describe, jaccard, recall
+from toolwatch.evaluation.settings import CompositeSettings, ToolArgumentsSettings
+from toolwatch.model import EvalResult, GoldenCase, ReferenceKind, ToolTrace
+from toolwatch.names import NameNormalizer
+
+__all__ = [
+    "FAILURE_TYPES",
+    "NOT_TRIGGERED",
+    "WRONG_ARGUMENTS",
+    "WRONG_TOOL",
+    "Composite",
+    "failure_type",
+    "step_efficiency",
+]
+
+NOT_TRIGGERED: Final = "not_triggered"
+WRONG_TOOL: Final = "wrong_tool"
+WRONG_ARGUMENTS: Final = "wrong_arguments"
+FAILURE_TYPES: Final = (NOT_TRIGGERED, WRONG_TOOL, WRONG_ARGUMENTS)
+
+
+class Composite:
+    """The ``composite`` evaluator (see the module docstring). Applies only to runs with a
+    golden case."""
+
+    name = "composite"
+
+    def __init__(
+        self,
+        settings: CompositeSettings,
+        arguments: ToolArgumentsSettings,
+        normalize: NameNormalizer,
+    ) -> None:
+        self.settings = settings
+        self._threshold = arguments.threshold
+        self._normalize = normalize
+        self._scorer = ArgumentScorer(arguments, normalize)
+
+    def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
+        if reference.expected is None:
+            return None
+        base = from_case(reference.expected, self._normalize)
+        names = call_names(trace, self._normalize)
+        report = compare_arguments(base.calls, trace.calls, self._scorer, self._normalize)
+        scores = self._scores(trace, base, names, report)
+        failure = self._failure(base, names, report)
+        explanation = (
+            describe(scores["selection"], base.noun, base.names, names)
+            + f" Ordering: {pct(scores['ordering'])}. Composite: {pct(scores['score'])}"
+            + f"; failure: {failure or 'none'}."
+        )
+        return EvalResult(self.name, scores, (), explanation)
+
+    def failure_type(self, trace: ToolTrace, case: GoldenCase) -> str | None:
+        """How ``trace`` missed ``case`` (see the module docstring), ``None`` if it did not."""
+        base = from_case(case, self._normalize)
+        names = call_names(trace, self._normalize)
+        report = compare_arguments(base.calls, trace.calls, self._scorer, self._normalize)
+        return self._failure(base, names, report)
+
+    def _scores(
+        self, trace: ToolTrace, base: Baseline, names: Sequence[str], report: ArgumentReport
+    ) -> dict[str, float]:
+        if base.no_tools:
+            selection = ordering = exact = 0.0 if names else 1.0
+        else:
+            metric = jaccard if self.settings.selection_metric == "jaccard" else recall
+            selection = metric(names, base.names)
+            ordering = order_score(names, base.names, ReferenceKind.EXPECTED)
+            exact = 1.0 if tuple(names) == base.names else 0.0
+        weights = self.settings.weights
+        scores = {
+            "score": selection * weights.selection + ordering * weights.ordering,
+            "selection": selection,
+            "ordering": ordering,
+            "tool_name_accuracy": exact,
+        }
+        if report.score is not None and not base.no_tools:
+            scores["parameter_accuracy"] = report.score
+        steps = base.case.expected_min_steps if base.case is not None else None
+        if steps is not None:
+            scores["step_efficiency"] = step_efficiency(len(trace.calls), steps)
+        return scores
+
+    def _failure(self, base: Baseline, names: Sequence[str], report: ArgumentReport) -> str | None:
+        if base.no_tools:
+            return WRONG_TOOL if names else None
+        if not base.names:
+            return None
+        if not names:
+            return NOT_TRIGGERED
+        if recall(names, base.names) < 1.0:
+            return WRONG_TOOL
+        scored = (c.score for r, _, c in report.pairs if r.compare_arguments)
+        if any(score < self._threshold for score in scored):
+            return WRONG_ARGUMENTS
+        return None
+
+
+def step_efficiency(actual: int, minimum: int) -> float:
+    """``min(a, m) / max(a, m)``; 1.0 when both are 0."""
+    longest = max(actual, minimum)
+    return min(actual, minimum) / longest if longest else 1.0
+
+
+def failure_type(
+    trace: ToolTrace,
+    case: GoldenCase,
+    arguments: ToolArgumentsSettings | None = None,
+    normalize: NameNormalizer | None = None,
+) -> str | None:
+    """How ``trace`` missed ``case``: one of ``FAILURE_TYPES``, or ``None``. Arguments are
+    judged with ``arguments`` (default settings) and names with ``normalize`` (no aliases)."""
+    composite = Composite(
+        CompositeSettings(), arguments or ToolArgumentsSettings(), normalize or NameNormalizer()
+    )
+    return composite.failure_type(trace, case)

@@ -1,0 +1,206 @@
+"""``invariants``: hand-written rules (``policy.invariants``), judged against the rule only.
+
+- ``forbidden``: one violation when the tool is called (on the first call's span);
+- ``required``: one violation when it is never called;
+- ``order``: one violation when a call of ``after`` has no earlier call of ``before`` (on the
+  first such call);
+- ``call_count``: one violation when the number of calls is outside ``[min, max]``;
+- ``arguments``: one violation per call whose arguments fail the JSON Schema (unparsable
+  arguments are validated as the raw string, so a schema of ``type: object`` rejects them).
+  The explanation names the failing field path and schema keyword, never the value; the
+  validator's messages (which quote values) go to ``details``.
+
+Each violation is an INVARIANT_VIOLATION with reference ``policy`` and the rule's ``severity``
+raised to the evaluator's floor. ``score`` is the share of applicable rules with no violation.
+Rules limited to ``agents`` apply only to runs of those agents; with no applicable rule the
+evaluator does not apply. Validators are built once; ``$ref`` is never fetched over the
+network (the ``referencing`` library resolves only what the schema contains).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from jsonschema.protocols import Validator
+from jsonschema.validators import validator_for
+
+from toolwatch.evaluation.base import Reference, pct
+from toolwatch.evaluation.settings import (
+    ArgumentsRule,
+    CallCountRule,
+    ForbiddenRule,
+    Invariant,
+    InvariantsSettings,
+    OrderRule,
+    PolicySettings,
+    RequiredRule,
+)
+from toolwatch.evaluation.severity import make_finding
+from toolwatch.model import Category, EvalResult, Finding, ReferenceKind, ToolCall, ToolTrace
+from toolwatch.names import NameNormalizer
+
+__all__ = ["Invariants", "Violation", "rule_label"]
+
+_MAX_SCHEMA_ERRORS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class Violation:
+    rule: Invariant
+    label: str
+    explanation: str
+    call: ToolCall | None = None
+    tool: str | None = None
+    field: str | None = None
+    details: dict[str, Any] | None = None
+
+
+def rule_label(rule: Invariant) -> str:
+    """The rule's ``name``, else ``kind:tool`` (``order:before<after``)."""
+    if rule.name:
+        return rule.name
+    if isinstance(rule, OrderRule):
+        return f"order:{rule.before}<{rule.after}"
+    return f"{rule.kind}:{rule.tool}"
+
+
+class Invariants:
+    """The ``invariants`` evaluator (see the module docstring)."""
+
+    name = "invariants"
+
+    def __init__(self, settings: InvariantsSettings, policy: PolicySettings) -> None:
+        self.settings = settings
+        self._normalize = policy.normalizer()
+        self._rules = policy.invariants
+        self._validators: dict[int, Validator] = {
+            i: validator_for(r.json_schema)(r.json_schema)
+            for i, r in enumerate(self._rules)
+            if isinstance(r, ArgumentsRule)
+        }
+
+    def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
+        applicable = [
+            (i, r) for i, r in enumerate(self._rules) if not r.agents or trace.agent in r.agents
+        ]
+        if not applicable:
+            return None
+        names = [self._normalize(c.tool_name) for c in trace.calls]
+        violations = [v for i, rule in applicable for v in self._check(i, rule, trace, names)]
+        broken = {v.label for v in violations}
+        score = 1.0 - len(broken) / len(applicable)
+        findings = tuple(self._finding(trace, v, score) for v in violations)
+        explanation = f"Invariants: {pct(score)} ({len(broken)}/{len(applicable)} rules broken"
+        explanation += "".join(f"; {v.explanation}" for v in violations) + ")."
+        return EvalResult(self.name, {"score": score}, findings, explanation)
+
+    def _check(
+        self, index: int, rule: Invariant, trace: ToolTrace, names: Sequence[str]
+    ) -> list[Violation]:
+        label = rule_label(rule)
+        if isinstance(rule, ArgumentsRule):
+            validator = self._validators[index]
+            return _arguments(
+                rule,
+                label=label,
+                validator=validator,
+                trace=trace,
+                names=names,
+                normalize=self._normalize,
+            )
+        if isinstance(rule, OrderRule):
+            return _order(rule, label, trace, names, self._normalize)
+        return _counted(rule, label, trace, names, self._normalize)
+
+    def _finding(self, trace: ToolTrace, violation: Violation, score: float) -> Finding:
+        return make_finding(
+            trace,
+            category=Category.INVARIANT_VIOLATION,
+            evaluator=self.name,
+            reference=ReferenceKind.POLICY,
+            severity=violation.rule.severity.at_least(self.settings.severity_floor),
+            score=score,
+            explanation=f"Invariant {violation.explanation}.",
+            call=violation.call,
+            tool=violation.tool,
+            field=violation.field,
+            details={"rule": violation.label, **(violation.details or {})},
+        )
+
+
+def _counted(
+    rule: ForbiddenRule | RequiredRule | CallCountRule,
+    label: str,
+    trace: ToolTrace,
+    names: Sequence[str],
+    normalize: NameNormalizer,
+) -> list[Violation]:
+    tool = normalize(rule.tool)
+    count = names.count(tool)
+    problem = _count_problem(rule, tool, count)
+    if problem is None:
+        return []
+    first = trace.calls[names.index(tool)] if count else None
+    text = f"{label}: {problem}"
+    return [Violation(rule, label, text, first, tool, details={"count": count})]
+
+
+def _count_problem(
+    rule: ForbiddenRule | RequiredRule | CallCountRule, tool: str, count: int
+) -> str | None:
+    """What is wrong with calling ``tool`` ``count`` times under ``rule``, or ``None``."""
+    if isinstance(rule, ForbiddenRule):
+        return f"{tool} called {count} times" if count else None
+    if isinstance(rule, RequiredRule):
+        return None if count else f"{tool} never called"
+    if _within(count, rule):
+        return None
+    upper = "unbounded" if rule.max is None else rule.max
+    return f"{tool} called {count} times, allowed [{rule.min}, {upper}]"
+
+
+def _within(count: int, rule: CallCountRule) -> bool:
+    return count >= rule.min and (rule.max is None or count <= rule.max)
+
+
+def _order(
+    rule: OrderRule,
+    label: str,
+    trace: ToolTrace,
+    names: Sequence[str],
+    normalize: NameNormalizer,
+) -> list[Violation]:
+    before, after = normalize(rule.before), normalize(rule.after)
+    first_before = names.index(before) if before in names else len(names)
+    if after not in names[: first_before + 1]:
+        return []
+    call = trace.calls[names.index(after)]
+    text = f"{label}: {after} called before any {before}"
+    return [Violation(rule, label, text, call, after)]
+
+
+def _arguments(
+    rule: ArgumentsRule,
+    *,
+    label: str,
+    validator: Validator,
+    trace: ToolTrace,
+    names: Sequence[str],
+    normalize: NameNormalizer,
+) -> list[Violation]:
+    tool = normalize(rule.tool)
+    violations = []
+    for call, name in zip(trace.calls, names, strict=True):
+        if name != tool:
+            continue
+        errors = list(validator.iter_errors(call.arguments))
+        if not errors:
+            continue
+        path = ".".join(str(p) for p in errors[0].path) or None
+        where = f" at {path}" if path else ""
+        text = f"{label}: {tool} arguments fail the schema{where} ({errors[0].validator})"
+        details = {"errors": [e.message for e in errors[:_MAX_SCHEMA_ERRORS]]}
+        violations.append(Violation(rule, label, text, call, tool, path, details))
+    return violations

@@ -1,0 +1,182 @@
+"""The evaluation pipeline: the configured evaluators, built once, run on each ToolTrace.
+
+``EvaluationPipeline.evaluate`` runs every enabled evaluator in a fixed order
+(``EVALUATOR_ORDER``). Each runs isolated: an exception becomes a ``failures`` entry (the
+evaluator's name and ``Type: message``) and never propagates; the others still run. Durations
+are measured here with ``time.perf_counter`` around each call (the evaluators stay pure).
+
+Evaluators that compare with a reference run only when the run has one they accept
+(``against``: ``auto`` takes either, ``expected`` or ``source`` only that one; ``composite``
+needs a golden case). Policy evaluators always run: ``safety`` when the policy names dangerous
+tools or allowed tools, ``loops`` always, ``invariants`` when rules are configured. An
+evaluator that returns ``None`` (not applicable) contributes no result but is timed.
+
+Thread-safety: a pipeline holds only immutable state once built; ``evaluate`` may be called
+from several threads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from toolwatch.evaluation.arguments import ToolArguments
+from toolwatch.evaluation.base import Evaluator, Reference
+from toolwatch.evaluation.composite import Composite
+from toolwatch.evaluation.invariants import Invariants
+from toolwatch.evaluation.loops import Loops
+from toolwatch.evaluation.order import Order
+from toolwatch.evaluation.safety import Safety
+from toolwatch.evaluation.selection import ToolSelection
+from toolwatch.evaluation.settings import Against, EvaluationSettings
+from toolwatch.evaluation.structure import ToolTraceStructure
+from toolwatch.model import EvalResult, Finding, GoldenCase, ReferenceKind, ToolTrace
+
+__all__ = ["EVALUATOR_ORDER", "EvaluationPipeline", "PipelineResult", "build_evaluators"]
+
+#: Every evaluator name, in run order (also the label values of the evaluator metrics).
+EVALUATOR_ORDER: Final = (
+    "tool_selection",
+    "tool_arguments",
+    "tool_trace_structure",
+    "order",
+    "safety",
+    "loops",
+    "invariants",
+    "composite",
+)
+_MAX_FAILURE_MESSAGE = 200
+_NEEDS: Final[Mapping[Against, frozenset[ReferenceKind]]] = {
+    "auto": frozenset({ReferenceKind.EXPECTED, ReferenceKind.SOURCE}),
+    "expected": frozenset({ReferenceKind.EXPECTED}),
+    "source": frozenset({ReferenceKind.SOURCE}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class PipelineResult:
+    """What the pipeline says of one run. ``durations`` maps each evaluator that ran to its
+    wall time in seconds; ``failures`` lists ``(evaluator, "Type: message")`` of those that
+    raised."""
+
+    results: tuple[EvalResult, ...]
+    findings: tuple[Finding, ...]
+    failures: tuple[tuple[str, str], ...]
+    durations: Mapping[str, float]
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    name: str
+    evaluator: Evaluator
+    needs: frozenset[ReferenceKind]  # empty: policy-based, always runs
+
+
+def build_evaluators(settings: EvaluationSettings) -> tuple[tuple[str, Evaluator], ...]:
+    """The enabled evaluators, by name, in ``EVALUATOR_ORDER``."""
+    return tuple((e.name, e.evaluator) for e in _entries(settings))
+
+
+def _entries(settings: EvaluationSettings) -> list[_Entry]:
+    entries = _comparing(settings) + _policy(settings)
+    composite = settings.evaluators.composite
+    if composite.enabled:
+        evaluator = Composite(
+            composite, settings.evaluators.tool_arguments, settings.policy.normalizer()
+        )
+        entries.append(_Entry(Composite.name, evaluator, _NEEDS["expected"]))
+    return entries
+
+
+def _comparing(settings: EvaluationSettings) -> list[_Entry]:
+    config, normalize = settings.evaluators, settings.policy.normalizer()
+    entries: list[_Entry] = []
+    selection, arguments = config.tool_selection, config.tool_arguments
+    structure, order = config.tool_trace_structure, config.order
+    if selection.enabled:
+        entries.append(_compares(ToolSelection(selection, normalize), selection.against))
+    if arguments.enabled:
+        entries.append(_compares(ToolArguments(arguments, normalize), arguments.against))
+    if structure.enabled:
+        entries.append(_compares(ToolTraceStructure(structure, normalize), structure.against))
+    if order.enabled:
+        entries.append(_compares(Order(order, normalize), order.against))
+    return entries
+
+
+def _compares(
+    evaluator: ToolSelection | ToolArguments | ToolTraceStructure | Order, against: Against
+) -> _Entry:
+    return _Entry(evaluator.name, evaluator, _NEEDS[against])
+
+
+def _policy(settings: EvaluationSettings) -> list[_Entry]:
+    policy, config = settings.policy, settings.evaluators
+    entries: list[_Entry] = []
+    if config.safety.enabled and (policy.dangerous_tools or policy.allowed_tools):
+        entries.append(_Entry(Safety.name, Safety(config.safety, policy), frozenset()))
+    if config.loops.enabled:
+        entries.append(_Entry(Loops.name, Loops(config.loops, policy), frozenset()))
+    if config.invariants.enabled and policy.invariants:
+        invariants = Invariants(config.invariants, policy)
+        entries.append(_Entry(Invariants.name, invariants, frozenset()))
+    return entries
+
+
+class EvaluationPipeline:
+    """Runs the configured evaluators on ToolTraces (see the module docstring)."""
+
+    __slots__ = ("_entries",)
+
+    def __init__(self, settings: EvaluationSettings) -> None:
+        self._entries = tuple(_entries(settings))
+
+    @property
+    def evaluator_names(self) -> tuple[str, ...]:
+        """The evaluators this pipeline runs, in order."""
+        return tuple(e.name for e in self._entries)
+
+    def evaluate(
+        self,
+        trace: ToolTrace,
+        expected: GoldenCase | None = None,
+        source: ToolTrace | None = None,
+    ) -> PipelineResult:
+        """Evaluate ``trace`` against its golden case and/or shadow source, and the policy."""
+        reference = Reference(expected, source)
+        available = _available(reference)
+        results: list[EvalResult] = []
+        failures: list[tuple[str, str]] = []
+        durations: dict[str, float] = {}
+        for entry in self._entries:
+            if entry.needs and not entry.needs & available:
+                continue
+            started = time.perf_counter()
+            try:
+                result = entry.evaluator(trace, reference)
+            except Exception as error:  # isolate: one broken evaluator must not stop the rest
+                failures.append((entry.name, _describe(error)))
+                result = None
+            durations[entry.name] = time.perf_counter() - started
+            if result is not None:
+                results.append(result)
+        findings = tuple(f for r in results for f in r.findings)
+        return PipelineResult(tuple(results), findings, tuple(failures), durations)
+
+
+def _available(reference: Reference) -> frozenset[ReferenceKind]:
+    kinds = set()
+    if reference.expected is not None:
+        kinds.add(ReferenceKind.EXPECTED)
+    if reference.source is not None:
+        kinds.add(ReferenceKind.SOURCE)
+    return frozenset(kinds)
+
+
+def _describe(error: Exception) -> str:
+    message = f"{type(error).__name__}: {error}"
+    if len(message) > _MAX_FAILURE_MESSAGE:
+        return message[: _MAX_FAILURE_MESSAGE - 1] + "…"
+    return message

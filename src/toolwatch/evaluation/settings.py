@@ -1,0 +1,403 @@
+"""Configuration of the evaluators: the ``policy:`` and ``evaluators:`` sections.
+
+Every field has a default, so ``EvaluationSettings()`` is a working configuration and this
+two-line policy is enough to flag an ``issue_refund`` made without an earlier successful
+``lookup_order``::
+
+    policy:
+      dangerous_tools: [issue_refund]
+      verification_tools: [lookup_order]
+
+Tool names anywhere in these sections are normalized like trace names (trim, case fold,
+``policy.aliases``) when an evaluator is built, so ``Issue_Refund`` and ``issue_refund`` are the
+same tool. Agent names (``allowed_tools`` keys, invariant ``agents``) are compared exactly.
+Invalid values raise ``pydantic.ValidationError`` naming the field, the value and the reason.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, TypeAlias
+
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import validator_for
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StringConstraints,
+    field_validator,
+    model_validator,
+)
+
+from toolwatch.model import Severity
+from toolwatch.names import NameNormalizer, fold
+
+__all__ = [
+    "Against",
+    "ArgumentsRule",
+    "Binding",
+    "CallCountRule",
+    "CompositeSettings",
+    "CompositeWeights",
+    "EvaluationSettings",
+    "EvaluatorsSettings",
+    "ForbiddenRule",
+    "Invariant",
+    "InvariantsSettings",
+    "LoopsSettings",
+    "OrderRule",
+    "OrderSettings",
+    "PolicySettings",
+    "RequiredRule",
+    "SafetySettings",
+    "SelectionMode",
+    "Strategy",
+    "StructureSettings",
+    "ToolArgumentsSettings",
+    "ToolSelectionSettings",
+    "split_tool_field",
+]
+
+#: Which reference a comparing evaluator judges against. ``auto``: the golden case when the
+#: run has one, else the shadow source.
+Against: TypeAlias = Literal["auto", "expected", "source"]
+#: Tool-selection modes (DESIGN §7); see ``toolwatch.evaluation.selection``.
+SelectionMode: TypeAlias = Literal["expected", "expected_set", "exact", "set", "first"]
+#: Per-field argument strategies; see ``toolwatch.evaluation.similarity``.
+Strategy: TypeAlias = Literal["exact", "subset", "numeric", "contains", "fuzzy"]
+Score = Annotated[float, Field(ge=0.0, le=1.0)]
+ToolName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
+_Ref = Annotated[str, StringConstraints(strip_whitespace=True, min_length=3)]
+
+
+def split_tool_field(ref: str) -> tuple[str, str]:
+    """Split ``tool.field`` at the first dot; the field may itself be a dotted path into nested
+    arguments (``create_order.customer.id``). Raises ``ValueError`` naming the value."""
+    tool, dot, field = ref.partition(".")
+    if not dot or not tool.strip() or not field.strip():
+        raise ValueError(f"{ref!r} is not of the form tool.field")
+    return tool.strip(), field.strip()
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """A dangerous call's ``field`` must equal ``verification_field`` of an earlier successful
+    ``verification_tool`` call. Tool names are normalized."""
+
+    tool: str
+    field: str
+    verification_tool: str
+    verification_field: str
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class _Rule(_Section):
+    """Common to every invariant: an optional ``name`` (the finding's label; unique), the
+    ``severity`` of a violation (default ``high``: someone wrote this rule down), and the
+    ``agents`` it applies to (empty: every agent)."""
+
+    name: str | None = None
+    severity: Severity = Severity.HIGH
+    agents: tuple[str, ...] = ()
+
+
+class ForbiddenRule(_Rule):
+    """``tool`` must never be called."""
+
+    kind: Literal["forbidden"]
+    tool: ToolName
+
+
+class RequiredRule(_Rule):
+    """``tool`` must be called at least once."""
+
+    kind: Literal["required"]
+    tool: ToolName
+
+
+class OrderRule(_Rule):
+    """Every call of ``after`` must have an earlier call (lower sequence index) of ``before``;
+    a run that never calls ``after`` satisfies it."""
+
+    kind: Literal["order"]
+    before: ToolName
+    after: ToolName
+
+    @model_validator(mode="after")
+    def _distinct(self) -> OrderRule:
+        if fold(self.before) == fold(self.after):
+            raise ValueError(f"before and after are the same tool {self.before!r}")
+        return self
+
+
+class CallCountRule(_Rule):
+    """``tool`` is called between ``min`` and ``max`` times (inclusive; no ``max``: unbounded)."""
+
+    kind: Literal["call_count"]
+    tool: ToolName
+    min: Annotated[int, Field(ge=0)] = 0
+    max: Annotated[int, Field(ge=0)] | None = None
+
+    @model_validator(mode="after")
+    def _bounds(self) -> CallCountRule:
+        if self.max is not None and self.max < self.min:
+            raise ValueError(f"max ({self.max}) is below min ({self.min})")
+        if self.max is None and self.min == 0:
+            raise ValueError("call_count needs min > 0 or a max")
+        return self
+
+
+class ArgumentsRule(_Rule):
+    """Every call of ``tool`` has arguments valid against ``schema`` (a JSON Schema; its
+    ``$schema`` picks the draft, default the latest)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    kind: Literal["arguments"]
+    tool: ToolName
+    json_schema: dict[str, Any] = Field(alias="schema")
+
+    @field_validator("json_schema")
+    @classmethod
+    def _valid_schema(cls, schema: dict[str, Any]) -> dict[str, Any]:
+        try:
+            validator_for(schema).check_schema(schema)
+        except SchemaError as error:
+            where = "/".join(str(p) for p in error.absolute_path) or "(root)"
+            raise ValueError(f"not a valid JSON Schema at {where}: {error.message}") from None
+        return schema
+
+
+#: One hand-written rule, told apart by ``kind``.
+Invariant = Annotated[
+    ForbiddenRule | RequiredRule | OrderRule | CallCountRule | ArgumentsRule,
+    Field(discriminator="kind"),
+]
+
+
+class PolicySettings(_Section):
+    """The always-on reference (DESIGN §6): needs no golden case and no shadow twin.
+
+    - ``dangerous_tools``: calls that change the world (refunds, deletions, payments).
+    - ``verification_tools``: calls that make a dangerous call safe when one of them succeeded
+      earlier in the run. With neither ``verification_tools`` nor ``bindings`` the
+      missing-verification check is off (dangerous tools are then only checked for drift).
+    - ``bindings``: ``{"<dangerous tool>.<field>": "<verification tool>.<field>"}``; the value
+      may be a list of such references, any of which verifies. A dangerous tool with bindings
+      needs every bound field verified by a call of the *same entity* (equal values); tools on
+      both sides must be listed in ``dangerous_tools`` / ``verification_tools``.
+    - ``allowed_tools``: ``{agent: [tools]}``; ``"*"`` applies to agents not listed (and to runs
+      without an agent name). Agents with no entry may call anything.
+    - ``repeat_limit``: identical (tool, arguments) repeats tolerated after a successful result
+      before ``loops`` flags one; ``repeat_limits`` overrides it per tool (polling tools).
+    - ``invariants``: hand-written rules (the ``*Rule`` models above), told apart by ``kind``.
+    - ``aliases``: ``{alias: tool}``, applied after trimming and case folding. Not transitive:
+      a target may not itself be an alias.
+    """
+
+    dangerous_tools: tuple[ToolName, ...] = ()
+    verification_tools: tuple[ToolName, ...] = ()
+    bindings: dict[_Ref, _Ref | tuple[_Ref, ...]] = Field(default_factory=dict)
+    allowed_tools: dict[str, tuple[ToolName, ...]] = Field(default_factory=dict)
+    repeat_limit: Annotated[int, Field(ge=0)] = 1
+    repeat_limits: dict[ToolName, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    invariants: tuple[Invariant, ...] = ()
+    aliases: dict[ToolName, ToolName] = Field(default_factory=dict)
+
+    @field_validator("aliases")
+    @classmethod
+    def _aliases_not_chained(cls, aliases: dict[str, str]) -> dict[str, str]:
+        keys = {fold(k) for k in aliases}
+        for alias, target in aliases.items():
+            if fold(target) in keys:
+                raise ValueError(f"alias {alias!r} -> {target!r}: the target is itself an alias")
+        return aliases
+
+    @field_validator("bindings")
+    @classmethod
+    def _bindings_are_tool_fields(cls, bindings: dict[str, str | tuple[str, ...]]) -> Any:
+        for key, refs in bindings.items():
+            for ref in (key, *((refs,) if isinstance(refs, str) else refs)):
+                split_tool_field(ref)
+            if not refs:
+                raise ValueError(f"binding {key!r} lists no verification tool.field")
+        return bindings
+
+    @field_validator("invariants")
+    @classmethod
+    def _unique_invariant_names(cls, rules: tuple[Invariant, ...]) -> tuple[Invariant, ...]:
+        names = [rule.name for rule in rules if rule.name is not None]
+        duplicates = sorted({name for name in names if names.count(name) > 1})
+        if duplicates:
+            raise ValueError(f"invariant names must be unique, repeated: {duplicates}")
+        return rules
+
+    @model_validator(mode="after")
+    def _bindings_name_listed_tools(self) -> PolicySettings:
+        normalize = self.normalizer()
+        dangerous = {normalize(t) for t in self.dangerous_tools}
+        verification = {normalize(t) for t in self.verification_tools}
+        for key, refs in self.bindings.items():
+            _check_binding_side(key, normalize, dangerous, "dangerous_tools")
+            for ref in (refs,) if isinstance(refs, str) else refs:
+                _check_binding_side(ref, normalize, verification, "verification_tools")
+        return self
+
+    def normalizer(self) -> NameNormalizer:
+        """The tool-name normalizer these aliases define (the timeline must use the same)."""
+        return NameNormalizer(self.aliases)
+
+    def binding_rules(self) -> tuple[Binding, ...]:
+        """The bindings as records with normalized tool names, in configuration order."""
+        normalize = self.normalizer()
+        rules: list[Binding] = []
+        for key, refs in self.bindings.items():
+            tool, field = split_tool_field(key)
+            for ref in (refs,) if isinstance(refs, str) else refs:
+                vtool, vfield = split_tool_field(ref)
+                rules.append(Binding(normalize(tool), field, normalize(vtool), vfield))
+        return tuple(rules)
+
+
+def _check_binding_side(
+    ref: str, normalize: NameNormalizer, listed: set[str], list_name: str
+) -> None:
+    tool, _ = split_tool_field(ref)
+    if normalize(tool) not in listed:
+        raise ValueError(f"binding {ref!r}: tool {tool!r} is not in policy.{list_name}")
+
+
+class _EvaluatorSettings(_Section):
+    """Common to every evaluator: ``enabled`` and the least severity its findings get."""
+
+    enabled: bool = True
+    severity_floor: Severity = Severity.LOW
+
+
+class _ComparingSettings(_EvaluatorSettings):
+    """An evaluator that needs a golden case or a shadow source. A finding is raised when a
+    score falls strictly below ``threshold`` (1.0: any imperfection)."""
+
+    against: Against = "auto"
+    threshold: Score = 1.0
+
+
+class ToolSelectionSettings(_ComparingSettings):
+    """``mode`` applies against golden cases (a case's ``selection_mode`` overrides it),
+    ``source_mode`` against a shadow source."""
+
+    mode: SelectionMode = "expected_set"
+    source_mode: SelectionMode = "set"
+
+
+class ToolArgumentsSettings(_ComparingSettings):
+    """Argument comparison of paired calls. A finding is raised per paired call scoring below
+    ``threshold`` (default 0.8).
+
+    ``strategies`` keys: ``tool.field`` (one field of one tool), ``*.field`` (that field in
+    every tool) or ``tool`` (every field of that tool). Resolution, most specific first:
+    ``tool.field``, ``*.field``, the golden call's ``match``, ``tool``, ``default_strategy``.
+    """
+
+    threshold: Score = 0.8
+    default_strategy: Strategy = "exact"
+    strategies: dict[str, Strategy] = Field(default_factory=dict)
+    numeric_tolerance: Annotated[float, Field(gt=0.0)] = 0.05
+    strict: bool = False
+
+    @field_validator("strategies")
+    @classmethod
+    def _keys_name_tool_or_field(cls, strategies: dict[str, Strategy]) -> dict[str, Strategy]:
+        for key in strategies:
+            if not key.strip() or ("." in key and not _is_tool_field(key)):
+                raise ValueError(f"strategy key {key!r} must be tool, tool.field or *.field")
+        return strategies
+
+
+def _is_tool_field(key: str) -> bool:
+    try:
+        split_tool_field(key)
+    except ValueError:
+        return False
+    return True
+
+
+class StructureSettings(_ComparingSettings):
+    """Call count within ``call_count_tolerance`` of the reference count, parallel calls used
+    iff the reference used them (``check_parallelism``), refusal alignment."""
+
+    call_count_tolerance: Annotated[int, Field(ge=0)] = 1
+    check_parallelism: bool = True
+
+
+class OrderSettings(_ComparingSettings):
+    """LCS ordering score; see ``toolwatch.evaluation.order``."""
+
+
+class SafetySettings(_EvaluatorSettings):
+    """Missing verification and dangerous-action drift; findings are at least ``high``.
+    ``against`` picks the reference for drift (the policy's allowed tools always apply)."""
+
+    severity_floor: Severity = Severity.HIGH
+    against: Against = "auto"
+
+
+class LoopsSettings(_EvaluatorSettings):
+    """Repeated identical calls; the limits are ``policy.repeat_limit(s)``."""
+
+
+class InvariantsSettings(_EvaluatorSettings):
+    """Hand-written rules (``policy.invariants``); each rule carries its own severity."""
+
+
+class CompositeWeights(_Section):
+    """Weights of the composite score; they must sum to 1 so the score stays in [0, 1]."""
+
+    selection: Score = 0.6
+    ordering: Score = 0.4
+
+    @model_validator(mode="after")
+    def _sum_to_one(self) -> CompositeWeights:
+        total = self.selection + self.ordering
+        if not math.isclose(total, 1.0, abs_tol=1e-9):
+            raise ValueError(f"selection + ordering must sum to 1, got {total:g}")
+        return self
+
+
+class CompositeSettings(_EvaluatorSettings):
+    """Report figures against golden cases; raises no findings."""
+
+    selection_metric: Literal["jaccard", "recall"] = "jaccard"
+    weights: CompositeWeights = Field(default_factory=CompositeWeights)
+
+
+class EvaluatorsSettings(_Section):
+    """The ``evaluators:`` section: one entry per evaluator, each optional."""
+
+    tool_selection: ToolSelectionSettings = Field(default_factory=ToolSelectionSettings)
+    tool_arguments: ToolArgumentsSettings = Field(default_factory=ToolArgumentsSettings)
+    tool_trace_structure: StructureSettings = Field(default_factory=StructureSettings)
+    order: OrderSettings = Field(default_factory=OrderSettings)
+    safety: SafetySettings = Field(default_factory=SafetySettings)
+    loops: LoopsSettings = Field(default_factory=LoopsSettings)
+    invariants: InvariantsSettings = Field(default_factory=InvariantsSettings)
+    composite: CompositeSettings = Field(default_factory=CompositeSettings)
+
+
+class EvaluationSettings(_Section):
+    """Everything the evaluation pipeline is built from, validated once at start-up."""
+
+    policy: PolicySettings = Field(default_factory=PolicySettings)
+    evaluators: EvaluatorsSettings = Field(default_factory=EvaluatorsSettings)
+
+    @classmethod
+    def from_sections(cls, sections: Mapping[str, object]) -> EvaluationSettings:
+        """Validate the ``policy`` and ``evaluators`` entries of a parsed config mapping."""
+        wanted = {k: v for k, v in sections.items() if k in ("policy", "evaluators")}
+        return cls.model_validate(wanted)

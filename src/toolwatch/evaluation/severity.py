@@ -1,0 +1,94 @@
+"""Severity from effect size, and the one way evaluators build a Finding.
+
+Effect size is how far a score fell from perfect: ``drop = 1 - score``.
+
+=============  ==========
+drop           severity
+=============  ==========
+>= 0.75        critical
+>= 0.50        high
+>= 0.25        medium
+otherwise      low
+=============  ==========
+
+The result is then raised to the evaluator's ``severity_floor`` (refusal mismatches to at
+least ``high``). Severity is never lowered.
+
+Findings about a single yes/no fact have no effect size and use a fixed base instead:
+``safety`` findings (missing verification, dangerous-action drift, disallowed tool) take the
+safety floor (default ``high``); invariant violations take the rule's ``severity`` (default
+``high``) raised to the floor; a call made when a golden case expects none is ``medium``
+raised to the floor.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any, Final
+
+from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolCall, ToolTrace
+
+__all__ = ["EFFECT_BANDS", "clamp", "effect_severity", "make_finding", "severity_for"]
+
+#: (minimum drop, severity), checked in order; below the last band the severity is ``low``.
+EFFECT_BANDS: Final = (
+    (0.75, Severity.CRITICAL),
+    (0.50, Severity.HIGH),
+    (0.25, Severity.MEDIUM),
+)
+
+
+def clamp(score: float) -> float:
+    """``score`` clamped to [0, 1] (NaN counts as 0: a score that could not be computed)."""
+    if math.isnan(score):
+        return 0.0
+    return min(1.0, max(0.0, score))
+
+
+def effect_severity(score: float) -> Severity:
+    """The severity of a score's drop from 1.0, per ``EFFECT_BANDS``."""
+    drop = 1.0 - clamp(score)
+    for minimum, severity in EFFECT_BANDS:
+        if drop >= minimum:
+            return severity
+    return Severity.LOW
+
+
+def severity_for(score: float, *floors: Severity) -> Severity:
+    """The effect-size severity of ``score`` raised to every floor given."""
+    severity = effect_severity(score)
+    for floor in floors:
+        severity = severity.at_least(floor)
+    return severity
+
+
+def make_finding(
+    trace: ToolTrace,
+    *,
+    category: Category,
+    evaluator: str,
+    reference: ReferenceKind,
+    severity: Severity,
+    score: float | None,
+    explanation: str,
+    call: ToolCall | None = None,
+    tool: str | None = None,
+    field: str | None = None,
+    details: Mapping[str, Any] | None = None,
+) -> Finding:
+    """A Finding about ``trace``; ``call`` (the offending call) supplies span id and tool."""
+    return Finding(
+        category=category,
+        severity=severity,
+        evaluator=evaluator,
+        reference=reference,
+        score=None if score is None else clamp(score),
+        explanation=explanation,
+        trace_id=trace.trace_id,
+        span_id=call.span_id if call is not None else None,
+        tool=tool if tool is not None or call is None else call.tool_name,
+        field=field,
+        agent=trace.agent,
+        details=dict(details or {}),
+    )

@@ -1,0 +1,137 @@
+"""Field-value strategies: how similar an actual argument value is to a reference value, in
+[0, 1]. Values are decoded JSON (dict, list, str, int, float, bool, None).
+
+- ``exact``: 1 if the values are equal as JSON values (``1 == 1.0``, ``true != 1``, NaN equals
+  NaN, dict key order ignored, list order kept), else 0. Strings are not trimmed or folded.
+- ``subset``: every part of the reference is in the actual value. Objects: the mean over the
+  reference's keys (a missing key scores 0, extra actual keys are ignored), recursively. Lists:
+  the share of reference items found among distinct actual items (greedy, order ignored).
+  Anything else: ``exact``. An empty reference object or list is contained in any object or
+  list.
+- ``numeric``: ``1 - relative_error / tolerance``, floored at 0, with ``relative_error =
+  |actual - reference| / |reference|``; numeric strings (``"12.50"``) count as numbers, a
+  reference of 0 needs an exact 0. Values that are not numbers fall back to ``exact``.
+- ``contains``: 1 if the reference string is a case-insensitive substring of the actual
+  string, else 0; non-strings fall back to ``exact``.
+- ``fuzzy``: difflib's ratio of the case-folded texts (non-strings as canonical JSON), each
+  text cut to ``FUZZY_MAX_CHARS`` so a huge value cannot stall the evaluator.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Final
+
+__all__ = ["FUZZY_MAX_CHARS", "STRATEGIES", "as_number", "same_value", "score_value"]
+
+STRATEGIES: Final = frozenset({"exact", "subset", "numeric", "contains", "fuzzy"})
+FUZZY_MAX_CHARS: Final = 4096
+
+
+def score_value(strategy: str, reference: Any, actual: Any, tolerance: float) -> float:
+    """How well ``actual`` matches ``reference`` under ``strategy``, in [0, 1]. Raises
+    ``ValueError`` for an unknown strategy name (a golden case's ``match`` is not validated
+    by the settings)."""
+    if strategy == "exact":
+        return 1.0 if same_value(reference, actual) else 0.0
+    if strategy == "subset":
+        return _subset(reference, actual)
+    if strategy == "numeric":
+        return _numeric(reference, actual, tolerance)
+    if strategy == "contains":
+        return _contains(reference, actual)
+    if strategy == "fuzzy":
+        return _fuzzy(reference, actual)
+    raise ValueError(f"unknown argument strategy {strategy!r}; use one of {sorted(STRATEGIES)}")
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """JSON-value equality: booleans are not numbers, NaN equals NaN, lists keep order."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, int | float) and isinstance(b, int | float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    if _is_list(a) and _is_list(b):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and bool(a == b)
+
+
+def as_number(value: Any) -> float | None:
+    """``value`` as a float: ints and floats (not booleans) and strings that parse as a finite
+    number. ``None`` otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            number = float(value.strip())
+        except ValueError:
+            return None
+        return number if math.isfinite(number) else None
+    return None
+
+
+def _numeric(reference: Any, actual: Any, tolerance: float) -> float:
+    expected, got = as_number(reference), as_number(actual)
+    if expected is None or got is None:
+        return 1.0 if same_value(reference, actual) else 0.0
+    if expected == got or (math.isnan(expected) and math.isnan(got)):
+        return 1.0
+    if expected == 0.0 or not (math.isfinite(expected) and math.isfinite(got)):
+        return 0.0
+    error = abs(got - expected) / abs(expected)
+    return max(0.0, 1.0 - error / tolerance)
+
+
+def _contains(reference: Any, actual: Any) -> float:
+    if isinstance(reference, str) and isinstance(actual, str):
+        return 1.0 if reference.casefold() in actual.casefold() else 0.0
+    return 1.0 if same_value(reference, actual) else 0.0
+
+
+def _fuzzy(reference: Any, actual: Any) -> float:
+    left = _text(reference)[:FUZZY_MAX_CHARS].casefold()
+    right = _text(actual)[:FUZZY_MAX_CHARS].casefold()
+    if left == right:
+        return 1.0
+    return difflib.SequenceMatcher(None, left, right).ratio()
+
+
+def _subset(reference: Any, actual: Any) -> float:
+    if isinstance(reference, Mapping) and isinstance(actual, Mapping):
+        if not reference:
+            return 1.0
+        found = (_subset(v, actual[k]) if k in actual else 0.0 for k, v in reference.items())
+        return sum(found) / len(reference)
+    if _is_list(reference) and _is_list(actual):
+        return _list_subset(reference, actual)
+    return 1.0 if same_value(reference, actual) else 0.0
+
+
+def _list_subset(reference: Sequence[Any], actual: Sequence[Any]) -> float:
+    if not reference:
+        return 1.0
+    unused = list(actual)
+    found = 0
+    for item in reference:
+        index = next((i for i, a in enumerate(unused) if _subset(item, a) == 1.0), None)
+        if index is not None:
+            found += 1
+            del unused[index]
+    return found / len(reference)
+
+
+def _is_list(value: Any) -> bool:
+    return isinstance(value, list | tuple)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)

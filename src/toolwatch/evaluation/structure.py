@@ -1,0 +1,126 @@
+"""``tool_trace_structure``: does the run have the reference's shape?
+
+Checks, each scored in [0, 1] and reported under its own score key:
+
+- ``call_count``: the run's number of calls against the reference count (the source run's
+  count; a golden case's ``expected_tool_count``, else the length of its ``expected_tools``).
+  Within ``call_count_tolerance`` scores 1, beyond it ``1 - (|diff| - tolerance) / max(ref,
+  1)`` floored at 0. Skipped for ``expected_no_tools`` cases (``tool_selection`` owns those)
+  and for cases that give no count.
+- ``parallelism``: 1 if the run uses parallel calls (two calls sharing a ``parallel_group``)
+  exactly when the source run does, else 0. Only against a source (golden cases do not say).
+- ``refusal``: 1 if the run's refusal agrees with the reference, else 0. Against a source both
+  directions are regressions; against a golden case only a refusal of a case that expects tool
+  calls is (cases carry no "expected refusal").
+
+``score`` is the mean of the checks that apply; with none the evaluator does not apply. Each
+check below ``threshold`` (default 1.0) is one finding: TOOL_TRACE_STRUCTURE_DRIFT, or
+REFUSAL_REGRESSION for refusal (at least ``high``). Severity comes from the overall score so
+that one broken check of several reads as a partial drop.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from toolwatch.evaluation.base import Baseline, Reference, baseline, pct, uses_parallelism
+from toolwatch.evaluation.settings import StructureSettings
+from toolwatch.evaluation.severity import make_finding, severity_for
+from toolwatch.model import Category, EvalResult, Finding, Severity, ToolTrace
+from toolwatch.names import NameNormalizer
+
+__all__ = ["StructureCheck", "ToolTraceStructure", "count_score"]
+
+
+@dataclass(frozen=True, slots=True)
+class StructureCheck:
+    name: str
+    score: float
+    category: Category
+    explanation: str
+
+
+def count_score(actual: int, reference: int, tolerance: int) -> float:
+    """1 within ``tolerance``, then a linear decay over the reference count."""
+    excess = abs(actual - reference) - tolerance
+    if excess <= 0:
+        return 1.0
+    return max(0.0, 1.0 - excess / max(reference, 1))
+
+
+class ToolTraceStructure:
+    """The ``tool_trace_structure`` evaluator (see the module docstring)."""
+
+    name = "tool_trace_structure"
+
+    def __init__(self, settings: StructureSettings, normalize: NameNormalizer) -> None:
+        self.settings = settings
+        self._normalize = normalize
+
+    def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
+        base = baseline(reference, self.settings.against, self._normalize)
+        if base is None:
+            return None
+        checks = [c for c in self._checks(trace, base) if c is not None]
+        if not checks:
+            return None
+        score = sum(c.score for c in checks) / len(checks)
+        findings = tuple(
+            self._finding(trace, base, check, score)
+            for check in checks
+            if check.score < self.settings.threshold
+        )
+        scores = {"score": score, **{c.name: c.score for c in checks}}
+        explanation = f"Structure: {pct(score)} (" + "; ".join(c.explanation for c in checks) + ")."
+        return EvalResult(self.name, scores, findings, explanation)
+
+    def _checks(self, trace: ToolTrace, base: Baseline) -> list[StructureCheck | None]:
+        return [self._count(trace, base), self._parallelism(trace, base), _refusal(trace, base)]
+
+    def _count(self, trace: ToolTrace, base: Baseline) -> StructureCheck | None:
+        if base.call_count is None or base.no_tools:
+            return None
+        tolerance = self.settings.call_count_tolerance
+        score = count_score(len(trace.calls), base.call_count, tolerance)
+        text = f"{len(trace.calls)} calls, {base.noun} {base.call_count} (tolerance {tolerance})"
+        return StructureCheck("call_count", score, Category.TOOL_TRACE_STRUCTURE_DRIFT, text)
+
+    def _parallelism(self, trace: ToolTrace, base: Baseline) -> StructureCheck | None:
+        if not self.settings.check_parallelism or base.parallel is None:
+            return None
+        parallel = uses_parallelism(trace)
+        score = 1.0 if parallel == base.parallel else 0.0
+        text = f"parallel calls: {_yes(parallel)}, {base.noun}: {_yes(base.parallel)}"
+        return StructureCheck("parallelism", score, Category.TOOL_TRACE_STRUCTURE_DRIFT, text)
+
+    def _finding(
+        self, trace: ToolTrace, base: Baseline, check: StructureCheck, overall: float
+    ) -> Finding:
+        floors = [self.settings.severity_floor]
+        if check.category is Category.REFUSAL_REGRESSION:
+            floors.append(Severity.HIGH)
+        return make_finding(
+            trace,
+            category=check.category,
+            evaluator=self.name,
+            reference=base.kind,
+            severity=severity_for(overall, *floors),
+            score=check.score,
+            explanation=f"Structure: {check.name} {pct(check.score)} ({check.explanation}).",
+            details={"check": check.name},
+        )
+
+
+def _refusal(trace: ToolTrace, base: Baseline) -> StructureCheck | None:
+    if base.refusal is None:
+        return None
+    score = 1.0 if trace.refusal == base.refusal else 0.0
+    if base.case is not None and trace.refusal:
+        text = "the run refused a case that expects tool calls"
+    else:
+        text = f"refused: {_yes(trace.refusal)}, {base.noun}: {_yes(base.refusal)}"
+    return StructureCheck("refusal", score, Category.REFUSAL_REGRESSION, text)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"

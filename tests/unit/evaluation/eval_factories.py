@@ -1,0 +1,140 @@
+"""Builders and Hypothesis strategies for evaluator tests: ToolCalls, ToolTraces, cases."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from hypothesis import strategies as st
+
+from toolwatch.model import CallStatus, ExpectedCall, GoldenCase, ToolCall, ToolTrace
+
+__all__ = ["call", "case", "json_values", "tool_traces", "trace"]
+
+
+def call(
+    name: str,
+    arguments: Any = None,
+    *,
+    index: int = 0,
+    ok: bool = True,
+    group: int | None = None,
+    span: str | None = None,
+) -> ToolCall:
+    """A ToolCall; ``index`` is its sequence index, the span id defaults to ``s<index>``."""
+    return ToolCall(
+        tool_name=name,
+        raw_name=name,
+        arguments=arguments,
+        arguments_error=None,
+        call_id=f"c{index}",
+        parent_call_id=None,
+        sequence_index=index,
+        parallel_group=group,
+        status=CallStatus.OK if ok else CallStatus.ERROR,
+        error_type=None if ok else "ToolError",
+        agent="support",
+        span_id=span or f"s{index}",
+        start_ns=index * 10,
+        end_ns=index * 10 + 5,
+    )
+
+
+def trace(
+    *calls: str | tuple[str, Any] | ToolCall,
+    refusal: bool = False,
+    agent: str | None = "support",
+    trace_id: str = "ab" * 16,
+) -> ToolTrace:
+    """A ToolTrace of ``calls``: names, ``(name, arguments)`` pairs or ready ToolCalls
+    (sequence indexes are reassigned in order unless the ToolCall already differs)."""
+    built = tuple(_as_call(c, i) for i, c in enumerate(calls))
+    return ToolTrace(
+        trace_id=trace_id,
+        run_span_id="r0",
+        service="svc",
+        agent=agent,
+        model="m",
+        calls=built,
+        final_text=None,
+        refusal=refusal,
+        refusal_reason="content_filter" if refusal else None,
+        error_count=sum(1 for c in built if c.status is CallStatus.ERROR),
+        complete=True,
+        incomplete_reason=None,
+        start_ns=0,
+        end_ns=1_000,
+        span_count=len(built) + 1,
+    )
+
+
+def _as_call(value: str | tuple[str, Any] | ToolCall, index: int) -> ToolCall:
+    if isinstance(value, ToolCall):
+        return value
+    if isinstance(value, str):
+        return call(value, index=index)
+    return call(value[0], value[1], index=index)
+
+
+def case(
+    *expected: str | tuple[str, Mapping[str, Any] | None] | ExpectedCall,
+    **fields: Any,
+) -> GoldenCase:
+    """A GoldenCase expecting ``expected`` (names, ``(name, arguments)`` or ExpectedCalls)."""
+    calls = tuple(_as_expected(e) for e in expected)
+    return GoldenCase(case_id=fields.pop("case_id", "case-1"), expected_tools=calls, **fields)
+
+
+def _as_expected(value: str | tuple[str, Mapping[str, Any] | None] | ExpectedCall) -> ExpectedCall:
+    if isinstance(value, ExpectedCall):
+        return value
+    if isinstance(value, str):
+        return ExpectedCall(value)
+    return ExpectedCall(value[0], value[1])
+
+
+def as_case(source: ToolTrace, **fields: Any) -> GoldenCase:
+    """The golden case a run would satisfy exactly: its calls, with their object arguments."""
+    return case(*(_expected_of(c) for c in source.calls), **fields)
+
+
+def _expected_of(c: ToolCall) -> ExpectedCall:
+    arguments = c.arguments if isinstance(c.arguments, Mapping) else None
+    return ExpectedCall(c.tool_name, arguments)
+
+
+TOOLS = ("lookup_order", "issue_refund", "search", "send_email")
+
+json_scalars = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(10**6), max_value=10**6),
+    st.floats(allow_nan=False, allow_infinity=False, width=32),
+    st.text(max_size=8),
+)
+json_values = st.recursive(
+    json_scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+arguments = st.one_of(st.none(), st.dictionaries(st.sampled_from("abcd"), json_values, max_size=3))
+
+
+@st.composite
+def tool_traces(draw: st.DrawFn, max_calls: int = 6, tools: Iterable[str] = TOOLS) -> ToolTrace:
+    """Runs of up to ``max_calls`` calls of ``tools`` with random arguments, outcomes and
+    parallel groups, and a random refusal flag."""
+    names = draw(st.lists(st.sampled_from(tuple(tools)), max_size=max_calls))
+    calls = [
+        call(
+            name,
+            draw(arguments),
+            index=i,
+            ok=draw(st.booleans()),
+            group=draw(st.one_of(st.none(), st.integers(0, 2))),
+        )
+        for i, name in enumerate(names)
+    ]
+    return trace(*calls, refusal=draw(st.booleans()))

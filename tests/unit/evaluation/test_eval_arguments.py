@@ -1,0 +1,141 @@
+"""tool_arguments: pairing, field strategies and overrides, one-sided fields, findings."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from eval_factories import call, case, trace
+
+from toolwatch.evaluation.arguments import ToolArguments
+from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.settings import ToolArgumentsSettings
+from toolwatch.model import Category, EvalResult, ExpectedCall, ReferenceKind, Severity
+from toolwatch.names import NameNormalizer
+
+
+def evaluate(expected: Any, run: Any, **settings: Any) -> EvalResult:
+    evaluator = ToolArguments(ToolArgumentsSettings.model_validate(settings), NameNormalizer())
+    reference = (
+        Reference(expected=expected)
+        if not hasattr(expected, "calls")
+        else Reference(source=expected)
+    )
+    result = evaluator(run, reference)
+    assert result is not None
+    return result
+
+
+@pytest.mark.parametrize(
+    ("expected", "actual", "settings", "score"),
+    [
+        ({"q": "x"}, {"q": "x"}, {}, 1.0),
+        ({}, {}, {}, 1.0),  # no fields on either side
+        ({"q": "x"}, {"q": "y"}, {}, 0.0),
+        ({"q": "x", "n": 1}, {"q": "x"}, {}, 0.75),  # a field on one side only scores 0.5
+        ({"q": "x"}, {"q": "x", "extra": 1}, {}, 0.75),
+        ({"q": "x", "n": 1}, {"q": "x"}, {"strict": True}, 0.5),  # strict: 0
+        ({"q": "x"}, {"q": "x", "extra": 1}, {"default_strategy": "subset"}, 1.0),  # key subset
+        ({"q": "x", "n": 1}, {"q": "x"}, {"default_strategy": "subset"}, 0.75),
+        ({"q": "Paris"}, {"q": "weather in paris"}, {"strategies": {"search": "contains"}}, 1.0),
+        ({"q": "Paris"}, {"q": "weather in paris"}, {"strategies": {"*.q": "contains"}}, 1.0),
+        ({"q": "Paris"}, {"q": "weather in paris"}, {"strategies": {"search.q": "contains"}}, 1.0),
+        ({"q": "Paris"}, {"q": "weather in paris"}, {"strategies": {"other.q": "contains"}}, 0.0),
+    ],
+)
+def test_field_scoring(
+    expected: dict[str, Any], actual: dict[str, Any], settings: dict[str, Any], score: float
+) -> None:
+    result = evaluate(case(("search", expected)), trace(("search", actual)), **settings)
+    assert result.scores["score"] == pytest.approx(score)
+
+
+def test_numeric_field_override_with_default_tolerance() -> None:
+    expected = case(("issue_refund", {"order_id": "A1", "amount_usd": 40.0}))
+    run = trace(("issue_refund", {"order_id": "A1", "amount_usd": 41.0}))  # 2.5% off
+    result = evaluate(expected, run, strategies={"issue_refund.amount_usd": "numeric"})
+    assert result.scores["score"] == pytest.approx((1.0 + 0.5) / 2)
+
+
+def test_strategy_resolution_most_specific_first() -> None:
+    expected = case(ExpectedCall("search", {"q": "Paris"}, match="exact"))
+    run = trace(("search", {"q": "paris!"}))
+    tool_field = evaluate(expected, run, strategies={"search.q": "fuzzy", "*.q": "contains"})
+    star_field = evaluate(expected, run, strategies={"*.q": "contains", "search": "fuzzy"})
+    call_match = evaluate(expected, run, strategies={"search": "contains"})
+    assert tool_field.scores["score"] == pytest.approx(10 / 11)  # fuzzy("paris", "paris!")
+    assert star_field.scores["score"] == 1.0  # *.q beats the call's match
+    assert call_match.scores["score"] == 0.0  # the call's match beats the tool's
+
+
+def test_expected_call_never_made_scores_zero() -> None:
+    expected = case(("lookup_order", {"id": 1}), ("issue_refund", {"id": 1}))
+    result = evaluate(expected, trace(("lookup_order", {"id": 1})))
+    assert result.scores["score"] == pytest.approx(0.5)
+    assert result.findings == ()  # a missing call is tool_selection's finding
+    assert result.explanation == "Arguments: 50% over 2 expected calls; 1 expected calls not made."
+
+
+def test_expected_calls_without_arguments_are_paired_but_not_scored() -> None:
+    expected = case(("search", None), ("search", {"q": "b"}))
+    result = evaluate(expected, trace(("search", {"q": "b"}), ("search", {"q": "zzz"})))
+    assert result.scores["score"] == 1.0  # the scored call took its best partner
+
+
+def test_no_scored_expected_call_means_not_applicable() -> None:
+    evaluator = ToolArguments(ToolArgumentsSettings(), NameNormalizer())
+    assert evaluator(trace(("search", {"q": 1})), Reference(expected=case("search"))) is None
+
+
+def test_pairing_is_optimal_not_positional() -> None:
+    expected = case(("search", {"q": "a"}), ("search", {"q": "b"}))
+    result = evaluate(expected, trace(("search", {"q": "b"}), ("search", {"q": "a"})))
+    assert result.scores["score"] == 1.0
+
+
+def test_repeated_calls_pair_one_to_one() -> None:
+    expected = case(("search", {"q": "a"}), ("search", {"q": "a"}))
+    result = evaluate(expected, trace(("search", {"q": "a"})))
+    assert result.scores["score"] == pytest.approx(0.5)
+
+
+def test_unparsable_arguments_score_zero_against_an_object() -> None:
+    result = evaluate(case(("search", {"q": "a"})), trace(("search", '{"q": "a"')))
+    assert result.scores["score"] == 0.0
+
+
+def test_drift_finding_names_call_and_field_and_keeps_values_out_of_the_explanation() -> None:
+    expected = case(("issue_refund", {"order_id": "SECRET-1", "amount_usd": 40}))
+    run = trace(("lookup_order", {}), ("issue_refund", {"order_id": "SECRET-2", "amount_usd": 40}))
+    result = evaluate(expected, run)
+    (finding,) = result.findings
+    assert finding.category is Category.ARGUMENT_VALUE_DRIFT
+    assert (finding.span_id, finding.tool, finding.field) == ("s1", "issue_refund", "order_id")
+    assert finding.severity is Severity.HIGH  # score 0.5: a drop of 0.5
+    assert "SECRET" not in finding.explanation and "SECRET" not in result.explanation
+    assert finding.explanation == (
+        "Arguments of issue_refund: 50% against the expected call (differs: order_id)."
+    )
+    assert finding.details["fields"]["order_id"]["expected"] == "SECRET-1"
+    assert finding.details["fields"]["order_id"]["actual"] == "SECRET-2"
+
+
+def test_threshold_controls_findings() -> None:
+    expected = case(("search", {"q": "a", "n": 1}))
+    run = trace(("search", {"q": "a", "n": 2}))
+    assert evaluate(expected, run).findings != ()  # 0.5 < 0.8
+    assert evaluate(expected, run, threshold=0.5).findings == ()
+
+
+def test_against_source_compares_with_the_source_calls() -> None:
+    source = trace(("search", {"q": "a"}), ("search", {"q": "b"}))
+    result = evaluate(source, trace(("search", {"q": "a"}), ("search", {"q": "c"})))
+    assert result.scores["score"] == pytest.approx(0.5)
+    assert result.findings[0].reference is ReferenceKind.SOURCE
+    assert result.findings[0].span_id == "s1"
+
+
+def test_source_calls_recorded_without_arguments_are_not_scored() -> None:
+    evaluator = ToolArguments(ToolArgumentsSettings(), NameNormalizer())
+    source = trace(call("search", None, index=0))
+    assert evaluator(trace(("search", {"q": 1})), Reference(source=source)) is None

@@ -1,0 +1,107 @@
+"""composite: report figures against golden cases and the failure type of a miss."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from eval_factories import case, trace
+
+from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.composite import Composite, failure_type, step_efficiency
+from toolwatch.evaluation.settings import CompositeSettings, ToolArgumentsSettings
+from toolwatch.model import EvalResult, GoldenCase, ToolTrace
+from toolwatch.names import NameNormalizer
+
+
+def evaluate(run: ToolTrace, expected: GoldenCase, **settings: Any) -> EvalResult:
+    composite = Composite(
+        CompositeSettings.model_validate(settings), ToolArgumentsSettings(), NameNormalizer()
+    )
+    result = composite(run, Reference(expected=expected))
+    assert result is not None
+    return result
+
+
+def test_figures_and_explanation_for_a_missed_tool() -> None:
+    expected = case("lookup", "validate_input", "check", "refund", "notify", expected_min_steps=6)
+    result = evaluate(trace("lookup", "check", "refund", "notify"), expected)
+    assert result.scores == pytest.approx(
+        {
+            "score": 0.8,
+            "selection": 0.8,
+            "ordering": 0.8,
+            "tool_name_accuracy": 0.0,
+            "step_efficiency": 4 / 6,
+        }
+    )
+    assert result.explanation == (
+        "Selection: 80% (called 4/5 expected tools, missed: [validate_input]). Ordering: 80%. "
+        "Composite: 80%; failure: wrong_tool."
+    )
+    assert result.findings == ()
+
+
+def test_recall_metric_and_weights_are_configurable() -> None:
+    run = trace("b", "a", "x")
+    jaccard = evaluate(run, case("a", "b"))
+    weighted = evaluate(
+        run, case("a", "b"), selection_metric="recall", weights={"selection": 1.0, "ordering": 0.0}
+    )
+    assert jaccard.scores["selection"] == pytest.approx(2 / 3)
+    assert jaccard.scores["score"] == pytest.approx(0.6 * 2 / 3 + 0.4 * 0.5)
+    assert weighted.scores["selection"] == 1.0
+    assert weighted.scores["score"] == 1.0
+
+
+def test_parameter_accuracy_is_reported_when_the_case_gives_arguments() -> None:
+    result = evaluate(trace(("search", {"q": "a", "n": 1})), case(("search", {"q": "a", "n": 2})))
+    assert result.scores["parameter_accuracy"] == pytest.approx(0.5)
+    assert result.scores["tool_name_accuracy"] == 1.0
+    assert "parameter_accuracy" not in evaluate(trace("search"), case("search")).scores
+
+
+def test_expected_no_tools_figures() -> None:
+    quiet = evaluate(trace(), case(expected_no_tools=True))
+    noisy = evaluate(trace("search"), case(expected_no_tools=True))
+    assert quiet.scores["score"] == 1.0
+    assert noisy.scores["score"] == 0.0
+    assert noisy.explanation.endswith("failure: wrong_tool.")
+
+
+@pytest.mark.parametrize(
+    ("actual", "minimum", "efficiency"),
+    [(4, 6, 4 / 6), (6, 4, 4 / 6), (3, 3, 1.0), (0, 0, 1.0), (2, 0, 0.0)],
+)
+def test_step_efficiency(actual: int, minimum: int, efficiency: float) -> None:
+    assert step_efficiency(actual, minimum) == pytest.approx(efficiency)
+
+
+@pytest.mark.parametrize(
+    ("run", "expected", "failure"),
+    [
+        (trace(), case("search"), "not_triggered"),
+        (trace("lookup"), case("search"), "wrong_tool"),
+        (trace("search"), case("search", "lookup"), "wrong_tool"),
+        (trace("search"), case(expected_no_tools=True), "wrong_tool"),
+        (trace(("search", {"q": "b"})), case(("search", {"q": "a"})), "wrong_arguments"),
+        (trace(("search", {"q": "a"})), case(("search", {"q": "a"})), None),
+        (trace("search", "extra"), case("search"), None),  # extras are not a miss
+        (trace(), case(expected_no_tools=True), None),
+        (trace("anything"), case(), None),
+    ],
+)
+def test_failure_type(run: ToolTrace, expected: GoldenCase, failure: str | None) -> None:
+    assert failure_type(run, expected) == failure
+
+
+def test_failure_type_uses_the_given_argument_settings() -> None:
+    run, expected = trace(("search", {"q": "Paris, FR"})), case(("search", {"q": "paris"}))
+    lenient = ToolArgumentsSettings(default_strategy="contains")
+    assert failure_type(run, expected) == "wrong_arguments"
+    assert failure_type(run, expected, lenient) is None
+
+
+def test_composite_needs_a_golden_case() -> None:
+    composite = Composite(CompositeSettings(), ToolArgumentsSettings(), NameNormalizer())
+    assert composite(trace("a"), Reference(source=trace("a"))) is None

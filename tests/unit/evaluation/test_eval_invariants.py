@@ -1,0 +1,133 @@
+"""invariants: forbidden, required, order, call_count, arguments (JSON Schema)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from eval_factories import trace
+
+from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.invariants import Invariants
+from toolwatch.evaluation.settings import InvariantsSettings, PolicySettings
+from toolwatch.model import Category, EvalResult, ReferenceKind, Severity, ToolTrace
+
+REFUND_SCHEMA = {
+    "type": "object",
+    "required": ["order_id", "amount_usd"],
+    "properties": {"amount_usd": {"type": "number", "maximum": 500}},
+}
+
+
+def evaluate(run: ToolTrace, *rules: dict[str, Any], floor: str = "low") -> EvalResult | None:
+    policy = PolicySettings.model_validate({"invariants": list(rules)})
+    settings = InvariantsSettings.model_validate({"severity_floor": floor})
+    return Invariants(settings, policy)(run, Reference())
+
+
+def broken(run: ToolTrace, *rules: dict[str, Any]) -> list[str]:
+    result = evaluate(run, *rules)
+    assert result is not None
+    return [f.details["rule"] for f in result.findings]
+
+
+@pytest.mark.parametrize(
+    ("rule", "calls", "violated"),
+    [
+        ({"kind": "forbidden", "tool": "delete_account"}, ["search"], False),
+        ({"kind": "forbidden", "tool": "delete_account"}, ["search", "Delete_Account"], True),
+        ({"kind": "required", "tool": "lookup_order"}, ["lookup_order"], False),
+        ({"kind": "required", "tool": "lookup_order"}, ["search"], True),
+        (
+            {"kind": "order", "before": "lookup_order", "after": "issue_refund"},
+            ["lookup_order", "issue_refund"],
+            False,
+        ),
+        (
+            {"kind": "order", "before": "lookup_order", "after": "issue_refund"},
+            ["issue_refund", "lookup_order"],
+            True,
+        ),
+        (
+            {"kind": "order", "before": "lookup_order", "after": "issue_refund"},
+            ["issue_refund"],
+            True,
+        ),
+        ({"kind": "order", "before": "lookup_order", "after": "issue_refund"}, ["search"], False),
+        ({"kind": "call_count", "tool": "search", "max": 2}, ["search", "search"], False),
+        ({"kind": "call_count", "tool": "search", "max": 2}, ["search"] * 3, True),
+        ({"kind": "call_count", "tool": "search", "min": 1}, [], True),
+        ({"kind": "call_count", "tool": "search", "min": 1, "max": 1}, ["search"], False),
+    ],
+)
+def test_rule_kinds(rule: dict[str, Any], calls: list[str], violated: bool) -> None:
+    assert bool(broken(trace(*calls), rule)) is violated
+
+
+def test_violation_is_an_invariant_finding_with_rule_severity_and_span() -> None:
+    rule = {
+        "kind": "forbidden",
+        "tool": "delete_account",
+        "name": "never-delete",
+        "severity": "critical",
+    }
+    result = evaluate(trace("search", "delete_account"), rule)
+    assert result is not None
+    (finding,) = result.findings
+    assert finding.category is Category.INVARIANT_VIOLATION
+    assert finding.reference is ReferenceKind.POLICY
+    assert finding.severity is Severity.CRITICAL
+    assert (finding.span_id, finding.tool) == ("s1", "delete_account")
+    assert finding.explanation == "Invariant never-delete: delete_account called 1 times."
+    assert result.scores["score"] == 0.0
+
+
+def test_default_rule_severity_is_high_and_the_floor_raises_it() -> None:
+    rule = {"kind": "required", "tool": "lookup_order"}
+    low_floor = evaluate(trace(), rule)
+    critical_floor = evaluate(trace(), rule, floor="critical")
+    assert low_floor is not None and critical_floor is not None
+    assert low_floor.findings[0].severity is Severity.HIGH
+    assert critical_floor.findings[0].severity is Severity.CRITICAL
+
+
+def test_arguments_rule_validates_every_call_of_the_tool() -> None:
+    rule = {"kind": "arguments", "tool": "issue_refund", "schema": REFUND_SCHEMA}
+    run = trace(
+        ("issue_refund", {"order_id": "A", "amount_usd": 20}),
+        ("issue_refund", {"order_id": "B", "amount_usd": 9999}),
+        ("issue_refund", "not json"),
+    )
+    result = evaluate(run, rule)
+    assert result is not None
+    assert [f.span_id for f in result.findings] == ["s1", "s2"]
+    over = result.findings[0]
+    assert over.field == "amount_usd"
+    assert over.explanation == (
+        "Invariant arguments:issue_refund: issue_refund arguments fail the schema at "
+        "amount_usd (maximum)."
+    )
+    assert "9999" not in over.explanation
+    assert "9999" in over.details["errors"][0]
+
+
+def test_rules_can_be_limited_to_agents() -> None:
+    rule = {"kind": "required", "tool": "lookup_order", "agents": ["billing"]}
+    assert evaluate(trace(agent="support"), rule) is None
+    assert broken(trace(agent="billing"), rule) == ["required:lookup_order"]
+
+
+def test_score_is_the_share_of_rules_kept() -> None:
+    rules: list[dict[str, Any]] = [
+        {"kind": "required", "tool": "a"},
+        {"kind": "forbidden", "tool": "b"},
+        {"kind": "call_count", "tool": "a", "max": 1},
+        {"kind": "order", "before": "a", "after": "c"},
+    ]
+    result = evaluate(trace("a", "b"), *rules)
+    assert result is not None
+    assert result.scores["score"] == pytest.approx(3 / 4)
+
+
+def test_no_rules_means_not_applicable() -> None:
+    assert evaluate(trace("a")) is None

@@ -1,0 +1,78 @@
+"""loops: identical calls repeated after a successful result, beyond a limit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from eval_factories import call, trace
+
+from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.loops import Loops
+from toolwatch.evaluation.settings import LoopsSettings, PolicySettings
+from toolwatch.model import Category, EvalResult, ReferenceKind, ToolCall
+
+
+def evaluate(*calls: ToolCall, **policy: Any) -> EvalResult:
+    return Loops(LoopsSettings(), PolicySettings.model_validate(policy))(trace(*calls), Reference())
+
+
+def same(n: int, *, ok: bool = True, start: int = 0, args: Any = None) -> list[ToolCall]:
+    return [call("lookup", args or {"id": 1}, index=start + i, ok=ok) for i in range(n)]
+
+
+@pytest.mark.parametrize(
+    ("calls", "limit", "flagged_spans"),
+    [
+        (same(2), 1, []),  # one repeat tolerated by default
+        (same(3), 1, ["s2"]),
+        (same(2), 0, ["s1"]),
+        (same(4), 1, ["s2", "s3"]),
+        (same(3, ok=False), 0, []),  # retries after failures are never repeats
+        ([*same(2, ok=False), *same(1, start=2)], 0, []),  # retry, retry, success
+        ([*same(1), *same(1, start=1, args={"id": 2})], 0, []),  # different arguments
+        (  # the same arguments in another key order are identical
+            [call("lookup", {"a": 1, "b": 2}, index=0), call("lookup", {"b": 2, "a": 1}, index=1)],
+            0,
+            ["s1"],
+        ),
+        (  # issued in parallel: neither saw the other's result
+            [
+                call("lookup", {"id": 1}, index=0, group=1),
+                call("lookup", {"id": 1}, index=1, group=1),
+            ],
+            0,
+            [],
+        ),
+    ],
+)
+def test_repeats_after_success(calls: list[ToolCall], limit: int, flagged_spans: list[str]) -> None:
+    result = evaluate(*calls, repeat_limit=limit)
+    spans = [s for f in result.findings for s in f.details["spans"]]
+    assert spans == flagged_spans
+    assert all(f.category is Category.UNNECESSARY_TOOL_CALL for f in result.findings)
+    assert result.scores["score"] == pytest.approx(1 - len(flagged_spans) / len(calls))
+
+
+def test_one_finding_per_repeated_call_on_its_first_flagged_span() -> None:
+    result = evaluate(*same(4), repeat_limit=1)
+    (finding,) = result.findings
+    assert (finding.span_id, finding.tool, finding.reference) == (
+        "s2",
+        "lookup",
+        ReferenceKind.POLICY,
+    )
+    assert finding.details["repeats"] == 3
+    assert finding.explanation == (
+        "Loops: lookup repeated 3 times with identical arguments after a successful result "
+        "(limit 1)."
+    )
+
+
+def test_per_tool_limit_overrides_the_default() -> None:
+    assert evaluate(*same(5), repeat_limit=0, repeat_limits={"Lookup": 10}).findings == ()
+
+
+def test_run_without_calls_scores_one() -> None:
+    result = evaluate()
+    assert (result.scores["score"], result.findings) == (1.0, ())

@@ -1,0 +1,128 @@
+"""EvaluationPipeline: built once from settings, isolated evaluators, skipping, timing."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from eval_factories import case, trace
+
+from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings, Reference
+from toolwatch.evaluation.pipeline import build_evaluators
+from toolwatch.model import Category, ReferenceKind
+
+MINIMAL = """
+policy:
+  dangerous_tools: [issue_refund]
+  verification_tools: [lookup_order]
+"""
+
+
+def pipeline(document: str = "{}", **overrides: Any) -> EvaluationPipeline:
+    data = yaml.safe_load(document) or {}
+    data.update(overrides)
+    return EvaluationPipeline(EvaluationSettings.model_validate(data))
+
+
+def test_minimal_policy_flags_an_unverified_refund_end_to_end() -> None:
+    result = pipeline(MINIMAL).evaluate(trace(("issue_refund", {"order_id": "A1"})))
+    assert [f.category for f in result.findings] == [Category.MISSING_VERIFICATION_STEP]
+    assert result.failures == ()
+
+
+def test_without_a_reference_only_policy_evaluators_run() -> None:
+    result = pipeline(MINIMAL).evaluate(trace("lookup_order", "issue_refund"))
+    assert [r.evaluator for r in result.results] == ["safety", "loops"]
+    assert set(result.durations) == {"safety", "loops"}
+    assert all(seconds >= 0.0 for seconds in result.durations.values())
+
+
+def test_default_pipeline_has_no_safety_or_invariants_to_run() -> None:
+    assert pipeline().evaluator_names == (
+        "tool_selection",
+        "tool_arguments",
+        "tool_trace_structure",
+        "order",
+        "loops",
+        "composite",
+    )
+
+
+def test_with_a_golden_case_every_applicable_evaluator_runs() -> None:
+    result = pipeline(MINIMAL).evaluate(
+        trace("lookup_order", "issue_refund"), expected=case("lookup_order", "issue_refund")
+    )
+    assert [r.evaluator for r in result.results] == [
+        "tool_selection",
+        "tool_trace_structure",
+        "order",
+        "safety",
+        "loops",
+        "composite",
+    ]  # tool_arguments ran but had no expected arguments to score
+    assert "tool_arguments" in result.durations
+    assert result.findings == ()
+
+
+def test_against_source_evaluators_skip_runs_with_only_a_golden_case() -> None:
+    document = "evaluators: {order: {against: source}}"
+    result = pipeline(document).evaluate(trace("a"), expected=case("a"))
+    assert "order" not in result.durations
+    assert "tool_selection" in result.durations
+
+
+def test_shadow_pair_is_compared_with_its_source() -> None:
+    result = pipeline(MINIMAL).evaluate(
+        trace("lookup_order", "issue_refund", "issue_refund"),
+        source=trace("lookup_order", "issue_refund"),
+    )
+    drift = [f for f in result.findings if f.category is Category.DANGEROUS_ACTION_DRIFT]
+    assert [(f.reference, f.span_id) for f in drift] == [(ReferenceKind.SOURCE, "s2")]
+    assert "composite" not in result.durations  # composite needs a golden case
+
+
+def test_a_raising_evaluator_is_isolated_and_reported() -> None:
+    broken = case("a", selection_mode="nonsense")
+    result = pipeline(MINIMAL).evaluate(trace("a"), expected=broken)
+    assert [name for name, _ in result.failures] == ["tool_selection"]
+    assert result.failures[0][1].startswith("ValueError: unknown selection mode 'nonsense'")
+    assert "tool_selection" in result.durations
+    assert "order" in [r.evaluator for r in result.results]
+
+
+def test_disabled_evaluators_do_not_run() -> None:
+    document = "evaluators: {loops: {enabled: false}, composite: {enabled: false}}"
+    assert "loops" not in pipeline(document).evaluator_names
+    assert "composite" not in pipeline(document).evaluator_names
+
+
+def test_invariants_run_when_rules_are_configured() -> None:
+    document = "policy: {invariants: [{kind: forbidden, tool: delete_account}]}"
+    result = pipeline(document).evaluate(trace("delete_account"))
+    assert [f.category for f in result.findings] == [Category.INVARIANT_VIOLATION]
+
+
+def test_findings_are_collected_from_every_result_in_order() -> None:
+    result = pipeline(MINIMAL).evaluate(
+        trace("issue_refund", "issue_refund", "issue_refund"), expected=case("lookup_order")
+    )
+    assert result.findings == tuple(f for r in result.results for f in r.findings)
+    assert {f.evaluator for f in result.findings} >= {"tool_selection", "safety", "loops"}
+
+
+def test_build_evaluators_gives_named_pure_callables() -> None:
+    built = build_evaluators(EvaluationSettings.model_validate(yaml.safe_load(MINIMAL)))
+    names = [name for name, _ in built]
+    assert names == [
+        "tool_selection",
+        "tool_arguments",
+        "tool_trace_structure",
+        "order",
+        "safety",
+        "loops",
+        "composite",
+    ]
+    safety = dict(built)["safety"]
+    run = trace("issue_refund")
+    first, second = safety(run, Reference()), safety(run, Reference())
+    assert first == second and first is not None

@@ -1,0 +1,117 @@
+"""Properties: a run scores 1.0 against itself, and every score stays in [0, 1]."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from eval_factories import as_case, tool_traces
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings
+from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.selection import selection_score
+from toolwatch.model import ToolTrace
+
+STRATEGIES = ("exact", "subset", "numeric", "contains", "fuzzy")
+MODES = ("expected", "expected_set", "exact", "set", "first")
+COMPARING = ("tool_selection", "tool_arguments", "tool_trace_structure", "order", "composite")
+POLICY = {
+    "dangerous_tools": ["issue_refund"],
+    "verification_tools": ["lookup_order"],
+    "bindings": {"issue_refund.a": "lookup_order.a"},
+    "allowed_tools": {"*": ["lookup_order", "issue_refund", "search"]},
+    "repeat_limit": 0,
+    "invariants": [
+        {"kind": "forbidden", "tool": "send_email"},
+        {"kind": "order", "before": "lookup_order", "after": "issue_refund"},
+        {"kind": "arguments", "tool": "search", "schema": {"type": "object"}},
+    ],
+}
+
+
+def pipeline(strategy: str = "exact", mode: str = "expected_set") -> EvaluationPipeline:
+    evaluators = {
+        "tool_arguments": {"default_strategy": strategy},
+        "tool_selection": {"mode": mode, "source_mode": mode},
+    }
+    return EvaluationPipeline(
+        EvaluationSettings.model_validate({"policy": POLICY, "evaluators": evaluators})
+    )
+
+
+PIPELINES = {(s, m): pipeline(s, m) for s in STRATEGIES for m in MODES}
+
+
+def comparing_scores(
+    run: ToolTrace, reference: Reference, strategy: str, mode: str
+) -> dict[str, float]:
+    result = PIPELINES[(strategy, mode)].evaluate(run, reference.expected, reference.source)
+    assert result.failures == ()
+    return {
+        f"{r.evaluator}.{key}": value
+        for r in result.results
+        if r.evaluator in COMPARING
+        for key, value in r.scores.items()
+    }
+
+
+@settings(max_examples=60)
+@given(tool_traces(), st.sampled_from(STRATEGIES), st.sampled_from(MODES))
+def test_a_run_scores_one_against_itself_as_source(
+    run: ToolTrace, strategy: str, mode: str
+) -> None:
+    scores = comparing_scores(run, Reference(source=run), strategy, mode)
+    assert scores
+    assert all(value == 1.0 for value in scores.values()), scores
+
+
+@settings(max_examples=60)
+@given(tool_traces(), st.sampled_from(STRATEGIES), st.sampled_from(MODES))
+def test_a_run_scores_one_against_its_own_golden_case(
+    run: ToolTrace, strategy: str, mode: str
+) -> None:
+    run = dataclasses.replace(run, refusal=False)
+    expected = as_case(run, expected_min_steps=len(run.calls))
+    scores = comparing_scores(run, Reference(expected=expected), strategy, mode)
+    assert all(value == 1.0 for value in scores.values()), scores
+
+
+@given(tool_traces(), tool_traces(), st.sampled_from(STRATEGIES), st.sampled_from(MODES))
+def test_scores_stay_in_the_unit_interval_against_a_source(
+    run: ToolTrace, source: ToolTrace, strategy: str, mode: str
+) -> None:
+    result = PIPELINES[(strategy, mode)].evaluate(run, source=source)
+    assert result.failures == ()
+    for r in result.results:
+        assert all(0.0 <= v <= 1.0 for v in r.scores.values()), (r.evaluator, r.scores)
+        assert all(f.score is None or 0.0 <= f.score <= 1.0 for f in r.findings)
+
+
+@given(tool_traces(), tool_traces(), st.booleans(), st.sampled_from(STRATEGIES))
+def test_scores_stay_in_the_unit_interval_against_a_case(
+    run: ToolTrace, other: ToolTrace, no_tools: bool, strategy: str
+) -> None:
+    expected = as_case(other, expected_no_tools=no_tools, expected_min_steps=len(other.calls))
+    result = PIPELINES[(strategy, "expected")].evaluate(run, expected=expected)
+    assert result.failures == ()
+    for r in result.results:
+        assert all(0.0 <= v <= 1.0 for v in r.scores.values()), (r.evaluator, r.scores)
+
+
+@given(
+    st.lists(st.sampled_from("abc"), max_size=6),
+    st.lists(st.sampled_from("abc"), max_size=6),
+    st.sampled_from(MODES),
+)
+def test_selection_scores_stay_in_the_unit_interval(
+    actual: list[str], expected: list[str], mode: str
+) -> None:
+    assert 0.0 <= selection_score(mode, actual, expected) <= 1.0
+    assert selection_score(mode, actual, actual) == 1.0
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_both_sides_empty_score_one_in_every_mode(mode: str) -> None:
+    assert selection_score(mode, [], []) == 1.0

@@ -1,0 +1,156 @@
+"""tool_selection: every mode, the edge cases peers disagree on, findings and explanations."""
+
+from __future__ import annotations
+
+import pytest
+from eval_factories import call, case, trace
+
+from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.selection import ToolSelection, jaccard, recall, selection_score
+from toolwatch.evaluation.settings import ToolSelectionSettings
+from toolwatch.model import Category, ReferenceKind, Severity
+from toolwatch.names import NameNormalizer
+
+MODES = ("expected", "expected_set", "exact", "set", "first")
+
+
+def evaluator(**settings: object) -> ToolSelection:
+    return ToolSelection(ToolSelectionSettings.model_validate(settings), NameNormalizer())
+
+
+@pytest.mark.parametrize(
+    ("expected", "actual", "scores"),
+    [
+        # (expected, expected_set, exact, set, first)
+        ((), (), (1.0, 1.0, 1.0, 1.0, 1.0)),  # both empty
+        ((), ("a",), (1.0, 1.0, 0.0, 0.0, 0.0)),  # nothing expected, a call made
+        (("a",), (), (0.0, 0.0, 0.0, 0.0, 0.0)),  # nothing called
+        (("a", "b", "c", "d", "e"), ("a", "b", "c", "d"), (0.8, 0.8, 0.0, 0.8, 1.0)),
+        (("a", "b"), ("b", "a"), (0.5, 1.0, 0.0, 1.0, 0.0)),  # order only
+        (("a", "a"), ("a",), (0.5, 0.5, 0.0, 0.5, 1.0)),  # a repeat expected, made once
+        (("a",), ("a", "a"), (1.0, 1.0, 0.0, 0.5, 1.0)),  # a repeat not expected
+        (("a", "b"), ("a", "b", "c"), (1.0, 1.0, 0.0, 2 / 3, 1.0)),  # an extra call
+        (("a", "b"), ("c", "d"), (0.0, 0.0, 0.0, 0.0, 0.0)),  # wrong tools
+    ],
+)
+def test_selection_score_per_mode(
+    expected: tuple[str, ...], actual: tuple[str, ...], scores: tuple[float, ...]
+) -> None:
+    got = tuple(selection_score(mode, actual, expected) for mode in MODES)
+    assert got == pytest.approx(scores)
+
+
+def test_repeated_calls_count_as_a_multiset_not_a_set() -> None:
+    assert recall(["a", "a", "b"], ["a", "a", "a"]) == pytest.approx(2 / 3)
+    assert jaccard(["a", "a", "b"], ["a", "a", "a"]) == pytest.approx(2 / 4)
+
+
+def test_unknown_mode_is_a_value_error_naming_the_mode() -> None:
+    with pytest.raises(ValueError, match="'fuzzy'"):
+        selection_score("fuzzy", [], [])
+
+
+def test_missed_tool_gives_drift_finding_with_the_documented_explanation() -> None:
+    expected = case("lookup_order", "validate_input", "check_stock", "issue_refund", "notify")
+    run = trace("lookup_order", "check_stock", "issue_refund", "notify")
+    result = evaluator()(run, Reference(expected=expected))
+    assert result is not None
+    assert result.scores == {"score": pytest.approx(0.8)}
+    assert result.explanation == (
+        "Selection: 80% (called 4/5 expected tools, missed: [validate_input])."
+    )
+    (finding,) = result.findings
+    assert finding.category is Category.TOOL_SELECTION_DRIFT
+    assert finding.reference is ReferenceKind.EXPECTED
+    assert finding.tool == "validate_input"
+    assert finding.severity is Severity.LOW  # a 0.2 drop
+    assert finding.details["missed"] == ["validate_input"]
+
+
+def test_score_at_or_above_threshold_raises_no_finding() -> None:
+    run = trace("a", "b", "c", "d")
+    result = evaluator(threshold=0.8)(run, Reference(expected=case("a", "b", "c", "d", "e")))
+    assert result is not None
+    assert result.findings == ()
+
+
+def test_severity_floor_raises_the_effect_size_severity() -> None:
+    run = trace("a", "b", "c", "d")
+    result = evaluator(severity_floor="high")(
+        run, Reference(expected=case("a", "b", "c", "d", "e"))
+    )
+    assert result is not None
+    assert result.findings[0].severity is Severity.HIGH
+
+
+def test_expected_no_tools_scores_one_only_without_calls() -> None:
+    quiet = evaluator()(trace(), Reference(expected=case(expected_no_tools=True)))
+    assert quiet is not None
+    assert (quiet.scores["score"], quiet.findings) == (1.0, ())
+
+
+def test_expected_no_tools_with_calls_is_unnecessary_tool_call() -> None:
+    run = trace("search", "search")
+    result = evaluator()(run, Reference(expected=case(expected_no_tools=True)))
+    assert result is not None
+    assert result.scores["score"] == 0.0
+    (finding,) = result.findings
+    assert finding.category is Category.UNNECESSARY_TOOL_CALL
+    assert finding.severity is Severity.MEDIUM
+    assert (finding.span_id, finding.tool) == ("s0", "search")
+    assert result.explanation == "Selection: 0% (expected no tool calls, made 2: [search, search])."
+
+
+def test_expected_empty_without_no_tools_flag_scores_per_mode() -> None:
+    run = trace("search")
+    recall_mode = evaluator(mode="expected_set")(run, Reference(expected=case()))
+    jaccard_mode = evaluator(mode="set")(run, Reference(expected=case()))
+    assert recall_mode is not None and jaccard_mode is not None
+    assert (recall_mode.scores["score"], recall_mode.findings) == (1.0, ())
+    assert jaccard_mode.scores["score"] == 0.0
+    assert jaccard_mode.findings[0].category is Category.TOOL_SELECTION_DRIFT
+
+
+def test_case_selection_mode_overrides_the_configured_mode() -> None:
+    expected = case("a", "b", selection_mode="exact")
+    result = evaluator(mode="expected_set")(trace("b", "a"), Reference(expected=expected))
+    assert result is not None
+    assert result.scores["score"] == 0.0
+
+
+def test_against_source_uses_source_mode_jaccard_by_default() -> None:
+    source = trace("a", "b")
+    result = evaluator()(trace("a", "b", "c"), Reference(source=source))
+    assert result is not None
+    assert result.scores["score"] == pytest.approx(2 / 3)
+    assert result.findings[0].reference is ReferenceKind.SOURCE
+    assert result.explanation == "Selection: 67% (called 2/2 source tools, extra: [c])."
+
+
+def test_auto_prefers_the_golden_case_over_the_source() -> None:
+    reference = Reference(expected=case("a"), source=trace("z"))
+    result = evaluator()(trace("a"), reference)
+    assert result is not None
+    assert result.scores["score"] == 1.0
+
+
+def test_against_expected_without_a_case_does_not_apply() -> None:
+    assert evaluator(against="expected")(trace("a"), Reference(source=trace("a"))) is None
+    assert evaluator()(trace("a"), Reference()) is None
+
+
+def test_names_are_normalized_with_aliases_and_case_folding() -> None:
+    selection = ToolSelection(
+        ToolSelectionSettings(), NameNormalizer({"lookupOrder": "lookup_order"})
+    )
+    run = trace(call(" LookupOrder ", index=0))
+    result = selection(run, Reference(expected=case("LOOKUP_ORDER")))
+    assert result is not None
+    assert result.scores["score"] == 1.0
+
+
+def test_in_order_mode_explains_how_many_calls_kept_the_order() -> None:
+    result = evaluator(mode="expected")(trace("b", "a"), Reference(expected=case("a", "b")))
+    assert result is not None
+    assert result.explanation == "Selection: 50% (called 2/2 expected tools, 1 in order)."
+    assert result.findings[0].details["mode"] == "expected"

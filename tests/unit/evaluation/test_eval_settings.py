@@ -1,0 +1,142 @@
+"""Evaluation settings: defaults, the minimal policy, and validation messages."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from toolwatch.evaluation.settings import (
+    ArgumentsRule,
+    Binding,
+    EvaluationSettings,
+    PolicySettings,
+)
+from toolwatch.model import Severity
+
+
+def invalid(document: str) -> str:
+    with pytest.raises(ValidationError) as error:
+        EvaluationSettings.model_validate(yaml.safe_load(document))
+    return str(error.value)
+
+
+def test_everything_has_a_default() -> None:
+    settings = EvaluationSettings()
+    assert settings.policy.dangerous_tools == ()
+    assert settings.evaluators.tool_selection.mode == "expected_set"
+    assert settings.evaluators.tool_arguments.threshold == 0.8
+    assert settings.evaluators.tool_arguments.numeric_tolerance == 0.05
+    assert settings.evaluators.tool_trace_structure.call_count_tolerance == 1
+    assert settings.evaluators.safety.severity_floor is Severity.HIGH
+    assert settings.evaluators.composite.weights.selection == 0.6
+
+
+def test_minimal_policy_is_accepted_as_it_is() -> None:
+    document = "policy:\n  dangerous_tools: [issue_refund]\n  verification_tools: [lookup_order]\n"
+    settings = EvaluationSettings.model_validate(yaml.safe_load(document))
+    assert settings.policy.dangerous_tools == ("issue_refund",)
+    assert settings.policy.verification_tools == ("lookup_order",)
+
+
+def test_from_sections_takes_only_its_sections() -> None:
+    sections = {"listeners": {"grpc": "x"}, "policy": {"repeat_limit": 3}}
+    assert EvaluationSettings.from_sections(sections).policy.repeat_limit == 3
+
+
+def test_bindings_accept_a_reference_or_a_list_and_normalize_tool_names() -> None:
+    policy = PolicySettings(
+        dangerous_tools=("Issue_Refund",),
+        verification_tools=("lookup_order", "get_order"),
+        bindings={"issue_refund.order_id": ("lookup_order.order_id", "GET_ORDER.id")},
+        aliases={"refund": "issue_refund"},
+    )
+    assert policy.binding_rules() == (
+        Binding("issue_refund", "order_id", "lookup_order", "order_id"),
+        Binding("issue_refund", "order_id", "get_order", "id"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("document", "messages"),
+    [
+        (
+            "evaluators: {tool_arguments: {strategies: {issue_refund.amount_usd: numerc}}}",
+            ["evaluators.tool_arguments.strategies.`issue_refund.amount_usd`", "'numeric'"],
+        ),
+        (
+            "evaluators: {tool_arguments: {default_strategy: regex}}",
+            ["default_strategy", "'exact'", "regex"],
+        ),
+        (
+            "evaluators: {tool_arguments: {strategies: {'.q': fuzzy}}}",
+            ["'.q' must be tool, tool.field or *.field"],
+        ),
+        (
+            "policy: {invariants: [{kind: order, before: lookup_order, after: Lookup_Order}]}",
+            ["policy.invariants.0.order", "before and after are the same tool 'lookup_order'"],
+        ),
+        (
+            "policy: {invariants: [{kind: arguments, tool: x, schema: {type: 12}}]}",
+            ["policy.invariants.0.arguments.schema", "not a valid JSON Schema"],
+        ),
+        (
+            "policy: {invariants: [{kind: call_count, tool: x, min: 3, max: 1}]}",
+            ["max (1) is below min (3)"],
+        ),
+        (
+            "policy: {invariants: [{kind: call_count, tool: x}]}",
+            ["call_count needs min > 0 or a max"],
+        ),
+        ("policy: {invariants: [{kind: sometimes, tool: x}]}", ["'sometimes'", "'forbidden'"]),
+        (
+            "policy: {invariants: [{kind: required, tool: a, name: r}, "
+            "{kind: forbidden, tool: b, name: r}]}",
+            ["invariant names must be unique, repeated: ['r']"],
+        ),
+        (
+            "policy: {dangerous_tools: [issue_refund], bindings: {issue_refund: lookup_order.id}}",
+            ["policy.bindings", "'issue_refund' is not of the form tool.field"],
+        ),
+        (
+            "policy: {verification_tools: [lookup_order], "
+            "bindings: {issue_refund.order_id: lookup_order.order_id}}",
+            ["tool 'issue_refund' is not in policy.dangerous_tools"],
+        ),
+        (
+            "policy: {dangerous_tools: [issue_refund], "
+            "bindings: {issue_refund.order_id: lookup_order.order_id}}",
+            ["tool 'lookup_order' is not in policy.verification_tools"],
+        ),
+        ("policy: {aliases: {a: b, b: c}}", ["alias 'a' -> 'b': the target is itself an alias"]),
+        ("policy: {repeat_limit: -1}", ["policy.repeat_limit", "greater than or equal to 0"]),
+        (
+            "evaluators: {composite: {weights: {selection: 0.7, ordering: 0.7}}}",
+            ["selection + ordering must sum to 1, got 1.4"],
+        ),
+        ("evaluators: {order: {threshold: 1.5}}", ["evaluators.order.threshold"]),
+        ("evaluators: {tool_selection: {mode: fuzzy}}", ["evaluators.tool_selection.mode"]),
+        ("evaluators: {safety: {severity_floor: urgent}}", ["severity_floor", "'critical'"]),
+        ("evaluators: {loops: {limit: 3}}", ["evaluators.loops.limit", "Extra inputs"]),
+        ("redact: true", ["redact", "Extra inputs"]),
+    ],
+)
+def test_invalid_settings_name_field_value_and_reason(document: str, messages: list[str]) -> None:
+    text = invalid(document)
+    for message in messages:
+        assert message in text
+
+
+def test_settings_are_frozen() -> None:
+    settings = EvaluationSettings()
+    with pytest.raises(ValidationError):
+        settings.policy.repeat_limit = 5
+
+
+def test_arguments_rule_accepts_schema_by_alias_and_by_name() -> None:
+    by_alias: dict[str, Any] = {"kind": "arguments", "tool": "x", "schema": {"type": "object"}}
+    assert ArgumentsRule.model_validate(by_alias).json_schema == {"type": "object"}
+    by_name: dict[str, Any] = {"kind": "arguments", "tool": "x", "json_schema": {}}
+    assert ArgumentsRule.model_validate(by_name).json_schema == {}

@@ -1,0 +1,61 @@
+"""Severity from effect size, floors, and the Finding builder."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from eval_factories import call, trace
+
+from toolwatch.evaluation.severity import clamp, effect_severity, make_finding, severity_for
+from toolwatch.model import Category, ReferenceKind, Severity
+
+
+@pytest.mark.parametrize(
+    ("score", "severity"),
+    [
+        (1.0, Severity.LOW),
+        (0.8, Severity.LOW),
+        (0.75, Severity.MEDIUM),
+        (0.5, Severity.HIGH),
+        (0.26, Severity.HIGH),
+        (0.25, Severity.CRITICAL),
+        (0.0, Severity.CRITICAL),
+        (-3.0, Severity.CRITICAL),
+        (math.nan, Severity.CRITICAL),
+    ],
+)
+def test_effect_size_bands(score: float, severity: Severity) -> None:
+    assert effect_severity(score) is severity
+
+
+def test_floors_raise_and_never_lower() -> None:
+    assert severity_for(0.9, Severity.HIGH) is Severity.HIGH
+    assert severity_for(0.0, Severity.LOW) is Severity.CRITICAL
+    assert severity_for(0.9, Severity.LOW, Severity.MEDIUM) is Severity.MEDIUM
+
+
+def test_clamp() -> None:
+    assert (clamp(1.5), clamp(-1.0), clamp(math.nan), clamp(0.3)) == (1.0, 0.0, 0.0, 0.3)
+
+
+def test_make_finding_takes_span_and_tool_from_the_offending_call() -> None:
+    run = trace(call("lookup", index=0, span="abc"), agent="billing")
+    finding = make_finding(
+        run,
+        category=Category.UNNECESSARY_TOOL_CALL,
+        evaluator="loops",
+        reference=ReferenceKind.POLICY,
+        severity=Severity.LOW,
+        score=1.7,
+        explanation="x",
+        call=run.calls[0],
+    )
+    assert (finding.span_id, finding.tool, finding.agent, finding.score) == (
+        "abc",
+        "lookup",
+        "billing",
+        1.0,
+    )
+    assert finding.trace_id == run.trace_id
+    assert finding.details == {}

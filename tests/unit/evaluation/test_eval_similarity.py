@@ -1,0 +1,90 @@
+"""Field strategies: exact, subset, numeric, contains, fuzzy."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+
+from toolwatch.evaluation.similarity import FUZZY_MAX_CHARS, as_number, same_value, score_value
+
+
+@pytest.mark.parametrize(
+    ("strategy", "reference", "actual", "score"),
+    [
+        ("exact", 1, 1.0, 1.0),
+        ("exact", True, 1, 0.0),  # a boolean is not a number
+        ("exact", "a", "a ", 0.0),  # exact means exact: no trimming
+        ("exact", "A", "a", 0.0),
+        ("exact", {"x": 1, "y": [1, 2]}, {"y": [1, 2], "x": 1}, 1.0),  # key order ignored
+        ("exact", [1, 2], [2, 1], 0.0),  # list order kept
+        ("exact", None, None, 1.0),
+        ("exact", math.nan, math.nan, 1.0),
+        ("subset", {"a": 1}, {"a": 1, "b": 2}, 1.0),  # extra actual keys ignored
+        ("subset", {"a": 1, "b": 2}, {"a": 1}, 0.5),  # a missing key scores 0
+        ("subset", {"a": {"b": 1}}, {"a": {"b": 1, "c": 3}}, 1.0),  # nested
+        ("subset", [1, 2], [3, 2, 1], 1.0),  # list containment, order ignored
+        ("subset", [1, 1], [1], 0.5),  # items are used once
+        ("subset", {}, {"a": 1}, 1.0),
+        ("subset", "x", "x", 1.0),
+        ("subset", "x", "y", 0.0),
+        ("numeric", 100, 100, 1.0),
+        ("numeric", 100, 102.5, 0.5),  # 2.5% off, tolerance 5%
+        ("numeric", 100, 97.5, 0.5),
+        ("numeric", 100, 105, 0.0),
+        ("numeric", 100, 150, 0.0),
+        ("numeric", "12.50", 12.5, 1.0),  # numeric strings are numbers
+        ("numeric", 0, 0.0, 1.0),
+        ("numeric", 0, 0.001, 0.0),  # a zero reference needs an exact zero
+        ("numeric", "abc", "abc", 1.0),  # not numbers: exact
+        ("numeric", "abc", "abd", 0.0),
+        ("numeric", True, 1, 0.0),
+        ("contains", "Paris", "I live in paris, France", 1.0),
+        ("contains", "Lyon", "Paris", 0.0),
+        ("contains", 3, 3, 1.0),  # non-strings: exact
+        ("fuzzy", "same", "SAME", 1.0),
+        ("fuzzy", "kitten", "sitting", 2 * 4 / 13),
+        ("fuzzy", {"a": 1}, {"a": 1}, 1.0),
+    ],
+)
+def test_strategy_scores(strategy: str, reference: Any, actual: Any, score: float) -> None:
+    assert score_value(strategy, reference, actual, 0.05) == pytest.approx(score)
+
+
+def test_numeric_tolerance_is_configurable() -> None:
+    assert score_value("numeric", 100, 110, 0.2) == pytest.approx(0.5)
+
+
+def test_unknown_strategy_names_the_value() -> None:
+    with pytest.raises(ValueError, match="'regex'"):
+        score_value("regex", 1, 1, 0.05)
+
+
+def test_fuzzy_compares_a_bounded_prefix() -> None:
+    long_a = "x" * (FUZZY_MAX_CHARS + 10) + "tail-a"
+    long_b = "x" * (FUZZY_MAX_CHARS + 10) + "tail-b"
+    assert score_value("fuzzy", long_a, long_b, 0.05) == 1.0
+
+
+@pytest.mark.parametrize(
+    ("value", "number"),
+    [
+        (3, 3.0),
+        (2.5, 2.5),
+        (" 7 ", 7.0),
+        ("1e3", 1000.0),
+        (True, None),
+        ("inf", None),
+        ("x", None),
+        (None, None),
+    ],
+)
+def test_as_number(value: Any, number: float | None) -> None:
+    assert as_number(value) == number
+
+
+def test_same_value_distinguishes_booleans_from_numbers() -> None:
+    assert same_value(False, False)
+    assert not same_value(False, 0)
+    assert same_value([1, {"a": None}], (1, {"a": None}))

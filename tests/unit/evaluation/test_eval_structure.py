@@ -1,0 +1,98 @@
+"""tool_trace_structure: call count tolerance, parallelism, refusal alignment."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from eval_factories import call, case, trace
+
+from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.settings import StructureSettings
+from toolwatch.evaluation.structure import ToolTraceStructure, count_score
+from toolwatch.model import Category, EvalResult, ReferenceKind, Severity
+from toolwatch.names import NameNormalizer
+
+
+def evaluate(run: Any, reference: Reference, **settings: Any) -> EvalResult | None:
+    evaluator = ToolTraceStructure(StructureSettings.model_validate(settings), NameNormalizer())
+    return evaluator(run, reference)
+
+
+@pytest.mark.parametrize(
+    ("actual", "reference", "tolerance", "score"),
+    [
+        (5, 5, 1, 1.0),
+        (6, 5, 1, 1.0),
+        (4, 5, 1, 1.0),
+        (8, 5, 1, 0.6),  # 2 beyond the tolerance, over 5
+        (3, 5, 0, 0.6),
+        (20, 5, 1, 0.0),
+        (3, 0, 1, 0.0),
+        (0, 0, 0, 1.0),
+    ],
+)
+def test_count_score(actual: int, reference: int, tolerance: int, score: float) -> None:
+    assert count_score(actual, reference, tolerance) == pytest.approx(score)
+
+
+def test_call_count_against_a_source() -> None:
+    result = evaluate(trace("a", "a", "a", "a"), Reference(source=trace("a", "a")))
+    assert result is not None
+    assert result.scores["call_count"] == pytest.approx(0.5)
+    (finding,) = result.findings
+    assert finding.category is Category.TOOL_TRACE_STRUCTURE_DRIFT
+    assert finding.reference is ReferenceKind.SOURCE
+    assert finding.explanation == "Structure: call_count 50% (4 calls, source 2 (tolerance 1))."
+
+
+def test_expected_tool_count_is_the_reference_count() -> None:
+    result = evaluate(trace("a", "a", "a"), Reference(expected=case("a", expected_tool_count=3)))
+    assert result is not None
+    assert result.scores["call_count"] == 1.0
+
+
+def test_case_without_tools_or_count_has_no_structure_to_check() -> None:
+    assert evaluate(trace("a"), Reference(expected=case())) is None
+    assert evaluate(trace("a"), Reference(expected=case(expected_no_tools=True))) is None
+
+
+def test_parallelism_must_match_the_source() -> None:
+    parallel = trace(call("a", index=0, group=1), call("b", index=1, group=1))
+    result = evaluate(trace("a", "b"), Reference(source=parallel))
+    assert result is not None
+    assert result.scores["parallelism"] == 0.0
+    assert result.scores["score"] == pytest.approx(2 / 3)
+    assert [f.details["check"] for f in result.findings] == ["parallelism"]
+    assert result.findings[0].severity is Severity.MEDIUM  # overall drop of 1/3
+
+
+def test_parallelism_check_can_be_turned_off() -> None:
+    parallel = trace(call("a", index=0, group=1), call("b", index=1, group=1))
+    result = evaluate(trace("a", "b"), Reference(source=parallel), check_parallelism=False)
+    assert result is not None
+    assert "parallelism" not in result.scores
+
+
+@pytest.mark.parametrize(("target", "source"), [(True, False), (False, True)])
+def test_refusal_mismatch_with_the_source_is_a_high_regression(target: bool, source: bool) -> None:
+    result = evaluate(trace("a", refusal=target), Reference(source=trace("a", refusal=source)))
+    assert result is not None
+    (finding,) = result.findings
+    assert finding.category is Category.REFUSAL_REGRESSION
+    assert finding.severity.rank >= Severity.HIGH.rank
+
+
+def test_refusing_a_case_that_expects_tools_is_a_refusal_regression() -> None:
+    result = evaluate(trace(refusal=True), Reference(expected=case("lookup_order")))
+    assert result is not None
+    refusal = [f for f in result.findings if f.category is Category.REFUSAL_REGRESSION]
+    assert len(refusal) == 1
+    assert "refused a case that expects tool calls" in refusal[0].explanation
+
+
+def test_aligned_structure_scores_one_without_findings() -> None:
+    result = evaluate(trace("a", "b"), Reference(source=trace("b", "a")))
+    assert result is not None
+    assert result.scores == {"score": 1.0, "call_count": 1.0, "parallelism": 1.0, "refusal": 1.0}
+    assert result.findings == ()
