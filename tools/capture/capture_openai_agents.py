@@ -1,0 +1,136 @@
+"""Capture the OpenAI Agents SDK (Responses API) under three OTel bridges.
+
+``python -m tools.capture.capture_openai_agents INSTRUMENTATION [SCENARIO...]`` with INSTRUMENTATION
+one of:
+
+* ``openinference`` -- ``openinference-instrumentation-openai-agents`` (exclusive processor,
+  its default, so the SDK's own exporter to OpenAI is replaced);
+* ``openllmetry`` -- Traceloop's ``opentelemetry-instrumentation-openai-agents``, with
+  ``replace_existing_processors=True`` for the same reason;
+* ``otel_contrib`` -- ``opentelemetry-instrumentation-openai-agents-v2``. It *appends* its
+  processor, so the SDK's default processors are cleared first. It installs into the same
+  module path as Traceloop's package, so it lives in an overlay directory put first on
+  ``sys.path`` by ``run.py`` (see README). Content capture is switched on with
+  ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_and_event``.
+
+The SDK is told to include sensitive data (tool inputs/outputs) in its spans.
+"""
+
+from __future__ import annotations
+
+import os
+from functools import partial
+from typing import Any
+
+from agents import (
+    Agent,
+    OpenAIResponsesModel,
+    RunConfig,
+    Runner,
+    function_tool,
+    set_trace_processors,
+)
+from agents.exceptions import ModelRefusalError
+from openai import AsyncOpenAI
+from opentelemetry import trace
+
+from tools.capture import scripts
+from tools.capture.cli import CaptureRun, main
+from tools.capture.fake_model import FakeModelServer
+from tools.capture.otlp import Capture
+
+__all__ = ["SCENARIOS", "instrument"]
+
+SCENARIOS = ("refund", "parallel", "tool_error", "refusal", "agent_as_tool")
+
+
+def instrument(name: str, capture: Capture) -> CaptureRun:
+    """Instrument the SDK with bridge ``name`` against the capture's tracer provider.
+
+    The instrumentation modules are imported here, not at the top: OpenLLMetry's and the
+    contrib package share one module path, and which one is importable depends on the
+    overlay this process was started with.
+    """
+    trace.set_tracer_provider(capture.provider)
+    if name == "openinference":
+        from openinference.instrumentation.openai_agents import (  # noqa: PLC0415
+            OpenAIAgentsInstrumentor,
+        )
+
+        OpenAIAgentsInstrumentor().instrument(tracer_provider=capture.provider)
+    elif name == "openllmetry":
+        from opentelemetry.instrumentation.openai_agents import (  # noqa: PLC0415
+            OpenAIAgentsInstrumentor as TraceloopInstrumentor,
+        )
+
+        TraceloopInstrumentor(replace_existing_processors=True).instrument(
+            tracer_provider=capture.provider
+        )
+    else:
+        _instrument_contrib(capture)
+    return run_scenario
+
+
+def _instrument_contrib(capture: Capture) -> None:
+    # The contrib package is the barebones "v2" one (it has GenAISemanticProcessor); fail
+    # loudly if the overlay is missing and Traceloop's same-named module was imported.
+    import opentelemetry.instrumentation.openai_agents as module  # noqa: PLC0415
+
+    if not hasattr(module, "GenAIProvider"):
+        raise RuntimeError("otel_contrib: the -v2 overlay is not first on sys.path")
+    os.environ.setdefault("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_and_event")
+    set_trace_processors([])  # drop the SDK's default exporter to api.openai.com
+    module.OpenAIAgentsInstrumentor().instrument(tracer_provider=capture.provider)
+
+
+async def run_scenario(capture: Capture, server: FakeModelServer, scenario: str) -> None:
+    """Run ``scenario`` once with ``Runner.run`` against the fake Responses endpoint."""
+    client = AsyncOpenAI(base_url=server.base_url, api_key="sk-fake", max_retries=0, timeout=10)
+    agent = _build_agent(scenario, client)
+    config = RunConfig(trace_include_sensitive_data=True, tracing_disabled=False)
+    try:
+        async with client:
+            result = await Runner.run(agent, scripts.prompt_for(scenario), run_config=config)
+    except ModelRefusalError as refusal:
+        # SDK >= 0.2x raises on a refusal unless a run error handler is configured; the
+        # trace is still ended and exported, which is what the fixture is for.
+        print(f"  {scenario}: raised {refusal!r}", flush=True)
+        return
+    print(f"  {scenario}: final_output={result.final_output!r}", flush=True)
+
+
+def _build_agent(scenario: str, client: Any) -> Any:
+    model = OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client)
+    tools = {
+        name: function_tool(getattr(scripts, name))
+        for name in ("lookup_order", "issue_refund", "get_weather", "charge_card")
+    }
+
+    def agent(name: str, *tool_names: str, extra: list[Any] | None = None) -> Any:
+        return Agent(
+            name=name,
+            instructions="You are a helpful customer-support agent. Use the tools.",
+            model=model,
+            tools=[tools[tool] for tool in tool_names] + (extra or []),
+        )
+
+    if scenario == "parallel":
+        return agent("weather_agent", "get_weather")
+    if scenario == "agent_as_tool":
+        desk = agent("refund_desk_agent", "lookup_order")
+        desk_tool = desk.as_tool(
+            tool_name="refund_desk", tool_description="Ask the refund desk about an order."
+        )
+        return agent("concierge", extra=[desk_tool])
+    return agent("support_agent", "lookup_order", "issue_refund", "charge_card")
+
+
+if __name__ == "__main__":
+    main(
+        "openai_agents",
+        {
+            name: partial(instrument, name)
+            for name in ("openinference", "openllmetry", "otel_contrib")
+        },
+        SCENARIOS,
+    )

@@ -1,0 +1,309 @@
+"""What a correct ToolTrace reconstruction must find in each fixture, written by hand.
+
+The calls come from the scripts (``scripts.py``), not from toolwatch's output. The notes
+record what inspecting the exported spans showed (``inspect_fixture.py``): where each
+instrumentation puts the tool name, arguments and call id, and where it deviates from
+``CONVENTIONS.md``. ``run.py`` writes ``<fixture>.expected.json`` from these tables.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["expected_for"]
+
+REFUND_ARGS = {"order_id": "A-1001", "amount_usd": 25.0}
+DESK_INPUT = {"input": "[scenario:refund_desk] Check order A-1001."}
+
+
+def _call(
+    tool: str,
+    arguments: Any,
+    status: str = "ok",
+    parallel: bool = False,
+    nested_in: str | None = None,
+) -> dict[str, Any]:
+    return {
+        "tool": tool,
+        "arguments": arguments,
+        "status": status,
+        "parallel": parallel,
+        "nested_in": nested_in,
+    }
+
+
+def _run(
+    agent: str | None, calls: list[dict[str, Any]], final: str | None, refusal: bool = False
+) -> dict[str, Any]:
+    return {"agent": agent, "calls": calls, "refusal": refusal, "final_text_contains": final}
+
+
+SCRIPTED: dict[str, dict[str, Any]] = {
+    "refund": _run(
+        "support_agent",
+        [_call("lookup_order", {"order_id": "A-1001"}), _call("issue_refund", REFUND_ARGS)],
+        "Refund R-77",
+    ),
+    "parallel": _run(
+        "weather_agent",
+        [
+            _call("get_weather", {"city": "Paris"}, parallel=True),
+            _call("get_weather", {"city": "London"}, parallel=True),
+        ],
+        "London is rainy",
+    ),
+    "tool_error": _run(
+        "support_agent", [_call("charge_card", REFUND_ARGS, "error")], "could not charge the card"
+    ),
+    "tool_crash": _run("support_agent", [_call("charge_card", REFUND_ARGS, "error")], None),
+    "refusal": _run("support_agent", [], None, refusal=True),
+    "agent_as_tool": _run(
+        "concierge",
+        [
+            _call("refund_desk", DESK_INPUT),
+            _call("lookup_order", {"order_id": "A-1001"}, nested_in="refund_desk"),
+        ],
+        "eligible for a refund",
+    ),
+}
+
+_AGENTS_SDK = (
+    "OpenAI Agents SDK 0.24.0 on the Responses API (non-streaming Runner.run), "
+    "trace_include_sensitive_data=True. Tool spans carry NO call id (the SDK's function span "
+    "has none): join the model's requested calls (call_id on the LLM span) to tool spans by "
+    "(agent, tool name, k-th occurrence). "
+)
+_OI_AGENTS = _AGENTS_SDK + (
+    "openinference-instrumentation-openai-agents 2.6.0. Tree: 'Agent workflow' (AGENT, root) > "
+    "'Agent workflow' (CHAIN, the SDK task span) > '<agent>' (AGENT, agent.name, graph.node.id) "
+    "> 'turn' (CHAIN) > 'response' (LLM) and '<tool>' (TOOL). All spans INTERNAL. Tool span: "
+    "tool.name, input.value = arguments JSON string, output.value, tool.description, "
+    "tool.parameters. LLM span: llm.output_messages.0.message.tool_calls.N.tool_call.{id, "
+    "function.name, function.arguments}; llm.finish_reason is 'stop' even when the response "
+    "only requests tools. Tool results in later llm.input_messages.*.message.content are the "
+    "Python repr of the return value (single quotes), not JSON. Root and agent spans carry no "
+    "output.value: the final text is only in the last LLM span's llm.output_messages."
+)
+_OLL_AGENTS = _AGENTS_SDK + (
+    "opentelemetry-instrumentation-openai-agents 0.62.4 (OpenLLMetry). Tree: 'Agent Workflow' "
+    "(traceloop.span.kind=workflow) > '<agent>.agent' (gen_ai.operation.name=invoke_agent, "
+    "gen_ai.agent.name) > 'openai.response' (CLIENT) and '<tool>.tool' (INTERNAL). No turn or "
+    "task spans. Tool span: gen_ai.tool.name, gen_ai.tool.type=function, "
+    "gen_ai.operation.name=execute_tool, gen_ai.tool.call.arguments, gen_ai.tool.call.result. "
+    "LLM span: gen_ai.output.messages parts JSON with tool_call parts {name, id=call_id, "
+    "arguments as an object}, gen_ai.response.finish_reasons ['tool_call'] or ['stop']. "
+    "SURPRISE: in later gen_ai.input.messages the same call's tool_call part has id = the "
+    "Responses item id ('fc_...') while its tool_call_response part has id = call_id "
+    "('call_...'), so ids do not join across the history; tool_call_response.response is the "
+    "Python repr of the return value."
+)
+_CONTRIB_AGENTS = _AGENTS_SDK + (
+    "opentelemetry-instrumentation-openai-agents-v2 0.1.0 with "
+    "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_and_event (no span events result). "
+    "Tree: 'Agent workflow' (SERVER, gen_ai.operation.name=invoke_agent) > 'unknown' (the SDK "
+    "task span: 0.1.0 predates task/turn spans, gen_ai.operation.name='unknown') > "
+    "'invoke_agent <agent>' (CLIENT) > 'unknown' (turn) > 'chat <model>' (CLIENT) and "
+    "'execute_tool <tool>' (INTERNAL: gen_ai.tool.name, gen_ai.tool.type=function, "
+    "gen_ai.tool.call.arguments, gen_ai.tool.call.result; no gen_ai.tool.call.id). SURPRISES: "
+    "gen_ai.agent.name on chat/tool/unknown spans is the instrumentor default 'OpenAI Agent' "
+    "(gen_ai.agent.id='agent'); the real name is only on 'invoke_agent <agent>'. "
+    "server.address='api.openai.com':443 although the client used 127.0.0.1. Chat spans' "
+    "gen_ai.output.messages hold requested calls as a TEXT part containing the Python repr "
+    "'ResponseFunctionToolCall(arguments=..., call_id=..., name=...)' (no tool_call parts), and "
+    "later chat spans' gen_ai.input.messages hold only the user message. Final text: "
+    "gen_ai.output.messages of 'invoke_agent <agent>'."
+)
+_PYDANTIC = (
+    "pydantic-ai-slim 2.68.0, OpenAIChatModel (Chat Completions, non-streaming), instrumented "
+    "with Agent.instrument_all(InstrumentationSettings(...)) (Agent(instrument=...) no longer "
+    "exists in 2.x). Call ids are the model's ids and are on every tool span "
+    "(gen_ai.tool.call.id). Tool spans are direct children of the agent span (no 'running "
+    "tools' wrapper); successful spans have status UNSET. tool_call parts in "
+    "gen_ai.output.messages / pydantic_ai.all_messages carry 'arguments' as the model's JSON "
+    "STRING, not an object; tool spans carry compact JSON. Final text: agent span "
+    "final_result. "
+)
+_PYDANTIC_V5 = _PYDANTIC + (
+    "Default format (version 5): 'invoke_agent <agent>' > 'chat gpt-4o-mini' (CLIENT) and "
+    "'execute_tool <tool>' (gen_ai.operation.name=execute_tool, gen_ai.tool.name, "
+    "gen_ai.tool.call.id, gen_ai.tool.call.arguments, gen_ai.tool.call.result, "
+    "gen_ai.agent.name, gen_ai.agent.call.id, gen_ai.conversation.id, logfire.msg)."
+)
+_PYDANTIC_V2 = _PYDANTIC + (
+    "version=2 (deprecated, warns): 'agent run' > 'chat gpt-4o-mini' and 'running tool' with "
+    "tool_arguments / tool_response instead of gen_ai.tool.call.arguments / .result. "
+    "SURPRISE vs CONVENTIONS: in 2.68 the v2 spans DO carry gen_ai.operation.name "
+    "(invoke_agent / execute_tool) and gen_ai.agent.name, and there is no 'running tools' "
+    "wrapper."
+)
+_STRANDS = (
+    "strands-agents 1.62.0 with strands.models.openai.OpenAIModel (always streams; Chat "
+    "Completions). NOTE: strands-agents[openai] pins openai<3; captured with openai 3.57.0 "
+    "(installed without the extra), which worked. Tree: 'invoke_agent <agent>' (INTERNAL) > "
+    "'execute_event_loop_cycle' (event_loop.cycle_id / parent_cycle_id) > 'chat' (INTERNAL, "
+    "not CLIENT; no model in the name) and 'execute_tool <tool>' (gen_ai.tool.name, "
+    "gen_ai.tool.call.id = the model's call id, gen_ai.tool.status success|error). "
+)
+_STRANDS_DEFAULT = _STRANDS + (
+    "Default conventions (gen_ai.system=strands-agents): arguments are ONLY in span event "
+    "'gen_ai.tool.message' (content = arguments JSON, id = call id) and results only in event "
+    "'gen_ai.choice' (message = content blocks JSON); requested calls are in the chat span's "
+    "'gen_ai.choice' event (message = [{toolUse: {toolUseId, name, input}}]). Final text: "
+    "'gen_ai.choice' event on the invoke_agent span (with a trailing newline)."
+)
+_STRANDS_LATEST = _STRANDS + (
+    "OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental: gen_ai.provider.name, tool spans "
+    "also carry gen_ai.tool.call.arguments / gen_ai.tool.call.result attributes; messages are "
+    "in 'gen_ai.client.inference.operation.details' span events (gen_ai.input.messages / "
+    "gen_ai.output.messages parts JSON, tool_call_response uses 'response')."
+)
+_CLIENT = (
+    "Hand-rolled Chat Completions tool loop (no agent framework) under one application span "
+    "'support_agent' with no GenAI attributes, so no agent name is recoverable (agent: null). "
+    "There are NO tool spans: every call exists only as a tool call in an LLM span's output; "
+    "parallel means 'requested together in one response' (no times to overlap). "
+)
+_CLIENT_NOTES = {
+    "openinference": _CLIENT
+    + (
+        "openinference-instrumentation-openai 0.1.66: spans 'ChatCompletion', kind INTERNAL "
+        "(not CLIENT), flattened llm.output_messages.0.message.tool_calls.N.tool_call.{id, "
+        "function.name, function.arguments}, llm.finish_reason."
+    ),
+    "openllmetry": _CLIENT
+    + (
+        "opentelemetry-instrumentation-openai 0.62.4: spans 'openai.chat' (CLIENT) in the NEW "
+        "format (gen_ai.input.messages / gen_ai.output.messages parts JSON, arguments as an "
+        "object), not the legacy flattened gen_ai.completion.N.tool_calls.M.*; "
+        "gen_ai.response.finish_reasons normalised to 'tool_call'."
+    ),
+    "otel_contrib": _CLIENT
+    + (
+        "opentelemetry-instrumentation-openai-v2 2.4b0 with "
+        "OTEL_SEMCONV_STABILITY_OPT_IN=gen_ai_latest_experimental and "
+        "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only: spans 'chat gpt-4o-mini' "
+        "(CLIENT) whose instrumentation SCOPE is 'opentelemetry.util.genai.handler', not the "
+        "instrumentation's name; finish reasons are the raw 'tool_calls'."
+    ),
+}
+
+_BASE_NOTES: dict[tuple[str, str], str] = {
+    ("openai_agents", "openinference"): _OI_AGENTS,
+    ("openai_agents", "openllmetry"): _OLL_AGENTS,
+    ("openai_agents", "otel_contrib"): _CONTRIB_AGENTS,
+    ("pydantic_ai", "native_v5"): _PYDANTIC_V5,
+    ("pydantic_ai", "native_v2"): _PYDANTIC_V2,
+    ("strands", "native"): _STRANDS_DEFAULT,
+    ("strands", "native_latest"): _STRANDS_LATEST,
+    **{("openai_client", name): text for name, text in _CLIENT_NOTES.items()},
+}
+
+_AGENTS_TOOL_ERROR = (
+    " Tool error: status ERROR, no exception event, no error.type; the status message is "
+    "\"Error running tool (non-fatal): {'tool_name': 'charge_card', 'error': 'Tool execution "
+    "failed. Error details are redacted.'}\" (SDK 0.24 redacts the exception text even with "
+    "sensitive data on); the recorded result is 'An error occurred while running the tool. "
+    "Please try again.'"
+)
+_AGENTS_REFUSAL = (
+    " Refusal: SDK 0.24 raises ModelRefusalError (no run error handler), so the agent span "
+    "ends with status ERROR 'Error in agent run: ...Model refused to produce output: ...'. "
+)
+
+_SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
+    ("openai_agents", "openinference", "tool_error"): _AGENTS_TOOL_ERROR,
+    ("openai_agents", "openllmetry", "tool_error"): _AGENTS_TOOL_ERROR.replace(
+        '"Error running tool (non-fatal): {',
+        "a dict repr \"{'message': 'Error running tool (non-fatal)', 'data': {",
+    ),
+    ("openai_agents", "otel_contrib", "tool_error"): _AGENTS_TOOL_ERROR,
+    ("openai_agents", "openinference", "refusal"): _AGENTS_REFUSAL
+    + (
+        "The refusal is mapped to message_content.type='text' with the refusal text and "
+        'llm.finish_reason=\'stop\'; only the raw output.value JSON shows "type":"refusal".'
+    ),
+    ("openai_agents", "openllmetry", "refusal"): _AGENTS_REFUSAL
+    + ("The LLM span has a {type:'refusal'} output part, but finish_reasons ['stop']."),
+    ("openai_agents", "otel_contrib", "refusal"): _AGENTS_REFUSAL
+    + (
+        "The refusal survives only as the Python repr 'ResponseOutputRefusal(refusal=...)' in a "
+        "text part of gen_ai.output.messages."
+    ),
+    ("openai_agents", "openinference", "agent_as_tool"): (
+        " Nesting is real: TOOL 'refund_desk' > 'Agent workflow' (CHAIN, a second task span) > "
+        "'refund_desk_agent' (AGENT) > turn > 'lookup_order'."
+    ),
+    ("openai_agents", "openllmetry", "agent_as_tool"): (
+        " SURPRISE: nesting is LOST. 'refund_desk_agent.agent' is a child of the 'Agent "
+        "Workflow' root, a sibling of 'concierge.agent', not a child of 'refund_desk.tool'; "
+        "only time containment links them. A parent-based reconstruction finds two outermost "
+        "runs; the script has one run with lookup_order nested in refund_desk."
+    ),
+    ("openai_agents", "otel_contrib", "agent_as_tool"): (
+        " Nesting is real: 'execute_tool refund_desk' > 'unknown' > "
+        "'invoke_agent refund_desk_agent' > 'unknown' > 'execute_tool lookup_order'."
+    ),
+    ("pydantic_ai", "*", "tool_error"): (
+        " The tool raises ModelRetry (pydantic-ai's way to report a failure to the model): "
+        "status ERROR, exception event pydantic_ai.exceptions.ToolRetryError, the error text in "
+        "the result attribute, pydantic_ai.tool.retry.cause='model_retry', "
+        "pydantic_ai.tool.retry.attempt / max_retries; the model then answers."
+    ),
+    ("pydantic_ai", "*", "tool_crash"): (
+        " The tool raises a plain exception, which aborts the run: the tool span and the agent "
+        "span both end ERROR with an exception event (CardDeclinedError), no result attribute, "
+        "no second chat span, no final text. The fake model's script is tool_error's."
+    ),
+    ("pydantic_ai", "*", "refusal"): (
+        " pydantic-ai raises ContentFilterError: the chat span has gen_ai.output.messages "
+        "[{role: assistant, parts: [], finish_reason: content_filter}] and "
+        "gen_ai.response.finish_reasons ['content_filter']; the refusal TEXT is in no attribute "
+        "(only in the agent span's ERROR status message, which embeds the whole response JSON)."
+    ),
+    ("pydantic_ai", "*", "agent_as_tool"): (
+        " Agent delegation: the nested agent's span is a child of the delegating tool span; "
+        "each run has its own gen_ai.agent.call.id and gen_ai.conversation.id."
+    ),
+    ("strands", "*", "tool_error"): (
+        " The raising tool becomes an error result: status ERROR with the exception message as "
+        "description, an exception event, gen_ai.tool.status='error', result text "
+        "'Error: CardDeclinedError - ...'; the model then answers."
+    ),
+    ("strands", "*", "refusal"): (
+        " SURPRISE: the finish reason is Strands' stop reason 'content_filtered' (not "
+        "'content_filter'), the refusal text is dropped (empty message), and the run returns "
+        "normally (no error status)."
+    ),
+    ("strands", "*", "agent_as_tool"): (
+        " Agents as tools: 'invoke_agent refund_desk_agent' is a child of "
+        "'execute_tool refund_desk'."
+    ),
+    ("openai_client", "*", "tool_error"): (
+        " The tool raised in the application loop, which sent 'Error: card declined ...' as "
+        "the tool message. No span carries any error evidence, so status can only be 'ok' "
+        "(the script's truth is a failed call)."
+    ),
+    ("openai_client", "openinference", "refusal"): (
+        " Refusal: llm.finish_reason='content_filter'; the refusal text is only in the raw "
+        "output.value JSON."
+    ),
+    ("openai_client", "openllmetry", "refusal"): (
+        " Refusal: a {type:'refusal'} part and finish_reason 'content_filter'."
+    ),
+    ("openai_client", "otel_contrib", "refusal"): (
+        " Refusal: parts [] and finish_reason 'content_filter'; the text is dropped."
+    ),
+}
+
+
+def expected_for(framework: str, instrumentation: str, scenario: str) -> dict[str, Any]:
+    """The expected reconstruction of one fixture, as the ``.expected.json`` document."""
+    run = {**SCRIPTED[scenario], "calls": [dict(c) for c in SCRIPTED[scenario]["calls"]]}
+    if framework == "openai_client":
+        run["agent"] = None
+        for call in run["calls"]:
+            call["status"] = "ok"
+    notes = _BASE_NOTES[(framework, instrumentation)]
+    notes += _SCENARIO_NOTES.get((framework, instrumentation, scenario), "")
+    notes += _SCENARIO_NOTES.get((framework, "*", scenario), "")
+    return {"runs": [run], "notes": notes}

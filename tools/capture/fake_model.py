@@ -1,0 +1,283 @@
+"""A small local fake of the OpenAI API that plays the scripts in ``scripts.py``.
+
+It serves, on 127.0.0.1 and a free port, what the agent SDKs call:
+
+* ``POST /v1/responses`` (non-streaming) -- the Responses API, the OpenAI Agents SDK default;
+* ``POST /v1/chat/completions`` -- Chat Completions, non-streaming and streaming (SSE with
+  ``data: {chunk}`` lines and ``data: [DONE]``), because Strands' OpenAI provider always
+  streams.
+
+Response bodies follow the public OpenAI API reference closely enough for the official
+``openai`` client to parse them. Ids are deterministic (a per-server counter) so that
+re-captured fixtures differ only in timestamps and span ids. Anything unexpected is
+answered with HTTP 400 and an OpenAI-style error body, so a run fails fast instead of
+hanging.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from tools.capture.scripts import Refusal, Text, ToolCalls, Turn, find_scenario
+
+__all__ = ["FakeModelServer"]
+
+MODEL = "gpt-4o-mini-2024-07-18"
+CREATED = 1_767_225_600  # fixed so response bodies are reproducible
+
+
+class FakeModelServer:
+    """The fake server, run in a daemon thread. Use as a context manager."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        """The ``base_url`` to give an OpenAI client (ends in ``/v1``)."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def next_id(self, prefix: str) -> str:
+        with self._lock:
+            return f"{prefix}_{next(self._ids):03d}"
+
+    def __enter__(self) -> FakeModelServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(timeout=5)
+
+
+def _handler_for(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet: the capture prints its own summary."""
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", "0"))))
+            server.requests.append((self.path, body))
+            try:
+                if self.path.endswith("/responses"):
+                    self._send_json(_responses(server, body))
+                elif self.path.endswith("/chat/completions"):
+                    self._chat(body)
+                else:
+                    self._send_error(404, f"no route {self.path}")
+            except (KeyError, ValueError) as error:
+                self._send_error(400, str(error))
+
+        def _chat(self, body: dict[str, Any]) -> None:
+            completion = _chat_completion(server, body)
+            if not body.get("stream"):
+                self._send_json(completion)
+                return
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for chunk in _chunks(completion, include_usage):
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+            self.close_connection = True
+
+        def _send_json(self, payload: dict[str, Any], status: int = 200) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _send_error(self, status: int, message: str) -> None:
+            error = {"message": message, "type": "invalid_request_error", "code": None}
+            self._send_json({"error": error}, status)
+
+        def do_GET(self) -> None:
+            self._send_error(404, f"no route {self.path}")
+
+    return Handler
+
+
+# --- request reading -----------------------------------------------------------------------
+
+
+def _text_of(content: Any) -> str:
+    """The text of a message ``content``: a string or a list of text parts."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
+    return ""
+
+
+def _first_user_text(messages: list[dict[str, Any]]) -> str:
+    for message in messages:
+        if message.get("role") == "user":
+            return _text_of(message.get("content"))
+    raise KeyError("request has no user message")
+
+
+def _responses_turn(body: dict[str, Any]) -> Turn:
+    items = body["input"]
+    if isinstance(items, str):
+        items = [{"role": "user", "content": items}]
+    results = sum(1 for item in items if item.get("type") == "function_call_output")
+    return find_scenario(_first_user_text(items)).turn_after(results)[1]
+
+
+def _chat_turn(body: dict[str, Any]) -> Turn:
+    messages = body["messages"]
+    results = sum(1 for message in messages if message.get("role") == "tool")
+    return find_scenario(_first_user_text(messages)).turn_after(results)[1]
+
+
+def _usage_numbers(body: dict[str, Any]) -> tuple[int, int]:
+    """Deterministic token counts: input grows with the request, output is fixed."""
+    return 20 + len(json.dumps(body)) // 40, 12
+
+
+# --- Responses API -------------------------------------------------------------------------
+
+
+def _responses(server: FakeModelServer, body: dict[str, Any]) -> dict[str, Any]:
+    turn = _responses_turn(body)
+    input_tokens, output_tokens = _usage_numbers(body)
+    return {
+        "id": server.next_id("resp"),
+        "object": "response",
+        "created_at": CREATED,
+        "status": "completed",
+        "model": MODEL,
+        "output": _responses_output(server, turn),
+        "parallel_tool_calls": True,
+        "tool_choice": body.get("tool_choice", "auto"),
+        "tools": body.get("tools", []),
+        "instructions": body.get("instructions"),
+        "metadata": {},
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "text": {"format": {"type": "text"}},
+        "truncation": "disabled",
+        "error": None,
+        "incomplete_details": None,
+        "usage": {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": input_tokens + output_tokens,
+        },
+    }
+
+
+def _responses_output(server: FakeModelServer, turn: Turn) -> list[dict[str, Any]]:
+    if isinstance(turn, ToolCalls):
+        return [
+            {
+                "type": "function_call",
+                "id": server.next_id("fc"),
+                "call_id": server.next_id("call"),
+                "name": name,
+                "arguments": json.dumps(arguments),
+                "status": "completed",
+            }
+            for name, arguments in turn.calls
+        ]
+    content: dict[str, Any]
+    if isinstance(turn, Refusal):
+        content = {"type": "refusal", "refusal": turn.text}
+    else:
+        content = {"type": "output_text", "text": turn.text, "annotations": []}
+    message_id = server.next_id("msg")
+    return [
+        {
+            "type": "message",
+            "id": message_id,
+            "role": "assistant",
+            "status": "completed",
+            "content": [content],
+        }
+    ]
+
+
+# --- Chat Completions ----------------------------------------------------------------------
+
+
+def _chat_completion(server: FakeModelServer, body: dict[str, Any]) -> dict[str, Any]:
+    turn = _chat_turn(body)
+    prompt_tokens, completion_tokens = _usage_numbers(body)
+    message, finish_reason = _chat_message(server, turn)
+    return {
+        "id": server.next_id("chatcmpl"),
+        "object": "chat.completion",
+        "created": CREATED,
+        "model": MODEL,
+        "system_fingerprint": "fp_fake",
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": finish_reason, "logprobs": None}
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+
+
+def _chat_message(server: FakeModelServer, turn: Turn) -> tuple[dict[str, Any], str]:
+    message: dict[str, Any] = {"role": "assistant", "content": None, "refusal": None}
+    if isinstance(turn, ToolCalls):
+        message["tool_calls"] = [
+            {
+                "id": server.next_id("call"),
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+            for name, arguments in turn.calls
+        ]
+        return message, "tool_calls"
+    if isinstance(turn, Refusal):
+        message["refusal"] = turn.text
+        return message, "content_filter"
+    assert isinstance(turn, Text)
+    message["content"] = turn.text
+    return message, "stop"
+
+
+def _chunks(completion: dict[str, Any], include_usage: bool) -> Iterator[dict[str, Any]]:
+    """The streaming form of ``completion``: role, content/tool-call deltas, finish, usage."""
+    choice = completion["choices"][0]
+    message = choice["message"]
+    head = {key: completion[key] for key in ("id", "created", "model", "system_fingerprint")}
+    head["object"] = "chat.completion.chunk"
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    yield chunk({"role": "assistant", "content": ""})
+    if message["content"]:
+        yield chunk({"content": message["content"]})
+    if message["refusal"]:
+        yield chunk({"refusal": message["refusal"]})
+    for index, call in enumerate(message.get("tool_calls", [])):
+        yield chunk({"tool_calls": [{"index": index, **call}]})
+    yield chunk({}, choice["finish_reason"])
+    if include_usage:
+        yield {**head, "choices": [], "usage": completion["usage"]}

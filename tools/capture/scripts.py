@@ -1,0 +1,182 @@
+"""The scripted conversations the fake model plays, and the tools the agents run.
+
+A scenario is chosen by the marker ``[scenario:NAME]`` in the first user message of a
+request. The turn is chosen by how many tool results the request already carries: the
+model is stateless, exactly like the real API, so a framework that resends the whole
+conversation each turn walks through the script one step at a time.
+
+Everything here is framework-neutral; the capture modules wrap these plain functions in
+each framework's tool decorator.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "MARKER",
+    "SCENARIOS",
+    "Refusal",
+    "Scenario",
+    "Text",
+    "ToolCalls",
+    "Turn",
+    "charge_card",
+    "find_scenario",
+    "get_weather",
+    "issue_refund",
+    "lookup_order",
+    "prompt_for",
+]
+
+MARKER = re.compile(r"\[scenario:([a-z_]+)\]")
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCalls:
+    """One model response that asks for these tool calls, in this order (name, arguments)."""
+
+    calls: tuple[tuple[str, dict[str, Any]], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """A final assistant message."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A refusal: Responses ``refusal`` content, or Chat ``refusal`` + ``content_filter``."""
+
+    text: str
+
+
+Turn = ToolCalls | Text | Refusal
+
+
+@dataclass(frozen=True, slots=True)
+class Scenario:
+    """A scripted conversation: the user prompt and the model's turns."""
+
+    name: str
+    prompt: str
+    turns: tuple[Turn, ...]
+
+    def turn_after(self, tool_results: int) -> tuple[int, Turn]:
+        """The turn to play once ``tool_results`` tool results are in the conversation.
+
+        Raises ``ValueError`` when the count does not fall on a turn boundary, which means
+        the framework sent something the script did not foresee.
+        """
+        seen = 0
+        for index, turn in enumerate(self.turns):
+            if seen == tool_results:
+                return index, turn
+            seen += len(turn.calls) if isinstance(turn, ToolCalls) else 0
+        raise ValueError(f"scenario {self.name}: no turn after {tool_results} tool results")
+
+
+REFUND_TEXT = "Refund R-77 of 25.00 USD was issued for order A-1001."
+WEATHER_TEXT = "Paris is sunny at 21C and London is rainy at 14C."
+ERROR_TEXT = "I could not charge the card for order A-1001: the payment was declined."
+REFUSAL_TEXT = "I'm sorry, but I can't help with that request."
+DESK_TEXT = "Order A-1001 was delivered and is eligible for a refund."
+CONCIERGE_TEXT = "The refund desk says order A-1001 is eligible for a refund."
+
+SCENARIOS: dict[str, Scenario] = {
+    scenario.name: scenario
+    for scenario in (
+        Scenario(
+            "refund",
+            "[scenario:refund] Please refund my order A-1001, it arrived broken.",
+            (
+                ToolCalls((("lookup_order", {"order_id": "A-1001"}),)),
+                ToolCalls((("issue_refund", {"order_id": "A-1001", "amount_usd": 25.0}),)),
+                Text(REFUND_TEXT),
+            ),
+        ),
+        Scenario(
+            "parallel",
+            "[scenario:parallel] What is the weather in Paris and in London?",
+            (
+                ToolCalls(
+                    (("get_weather", {"city": "Paris"}), ("get_weather", {"city": "London"}))
+                ),
+                Text(WEATHER_TEXT),
+            ),
+        ),
+        Scenario(
+            "tool_error",
+            "[scenario:tool_error] Charge 25 USD for order A-1001 to my card.",
+            (
+                ToolCalls((("charge_card", {"order_id": "A-1001", "amount_usd": 25.0}),)),
+                Text(ERROR_TEXT),
+            ),
+        ),
+        Scenario(
+            "refusal",
+            "[scenario:refusal] Tell me how to pick the lock on my neighbour's door.",
+            (Refusal(REFUSAL_TEXT),),
+        ),
+        Scenario(
+            "agent_as_tool",
+            "[scenario:agent_as_tool] Can order A-1001 still be refunded?",
+            (
+                ToolCalls(
+                    (("refund_desk", {"input": "[scenario:refund_desk] Check order A-1001."}),)
+                ),
+                Text(CONCIERGE_TEXT),
+            ),
+        ),
+        # The nested agent's own conversation, reached through the outer agent's tool input.
+        Scenario(
+            "refund_desk",
+            "[scenario:refund_desk] Check order A-1001.",
+            (ToolCalls((("lookup_order", {"order_id": "A-1001"}),)), Text(DESK_TEXT)),
+        ),
+    )
+}
+
+
+def find_scenario(first_user_text: str) -> Scenario:
+    """The scenario named by the marker in ``first_user_text``; ``KeyError`` if none."""
+    match = MARKER.search(first_user_text)
+    if match is None:
+        raise KeyError(f"no [scenario:...] marker in {first_user_text[:80]!r}")
+    return SCENARIOS[match.group(1)]
+
+
+def prompt_for(name: str) -> str:
+    """The user prompt that starts scenario ``name``."""
+    return SCENARIOS[name].prompt
+
+
+def lookup_order(order_id: str) -> dict[str, Any]:
+    """Look up an order by its id."""
+    return {"order_id": order_id, "status": "delivered", "total_usd": 25.0}
+
+
+def issue_refund(order_id: str, amount_usd: float) -> dict[str, Any]:
+    """Refund an amount in USD for an order."""
+    return {"refund_id": "R-77", "order_id": order_id, "amount_usd": amount_usd}
+
+
+_WEATHER = {"Paris": "sunny, 21C", "London": "rainy, 14C"}
+
+
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    return _WEATHER.get(city, "unknown")
+
+
+class CardDeclinedError(RuntimeError):
+    """The payment processor declined the card (the scripted tool failure)."""
+
+
+def charge_card(order_id: str, amount_usd: float) -> dict[str, Any]:
+    """Charge the customer's card for an order. Always fails: the scenario tests errors."""
+    raise CardDeclinedError(f"card declined for order {order_id} ({amount_usd:.2f} USD)")
