@@ -1,1 +1,105 @@
-"""toolwatch.conventions."""
+"""Convention recognizers: what a span is (agent run, tool execution, model call, wrapper,
+other) and its role's fields, whatever instrumentation wrote it (CONVENTIONS.md).
+
+``recognize`` classifies in Langfuse's proven priority (CONVENTIONS.md §6 step 2): an
+explicit vendor kind (``openinference.span.kind``, ``traceloop.span.kind``) >
+``gen_ai.operation.name`` > a tool-name / call-id attribute (pydantic-ai v1/v2) > legacy
+OpenLLMetry LLM attributes > span names. Ingest reads only ``ATTRIBUTE_KEYS`` (exact) and
+``ATTRIBUTE_PREFIXES`` (flattened keys) and decodes only ``EVENT_NAMES`` events, with only
+their ``EVENT_ATTRIBUTE_KEYS``. Pure functions; no protobuf here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from toolwatch.conventions import genai, openinference, openllmetry, pydantic_ai
+from toolwatch.conventions.attrs import (
+    AgentSpec,
+    Attributes,
+    Convention,
+    EventSource,
+    Recognition,
+    RoleFields,
+    SpanEvent,
+    ToolSpec,
+)
+from toolwatch.conventions.events import EVENT_ATTRIBUTE_KEYS, EVENT_NAMES
+from toolwatch.conventions.fields import FieldBuilder, agent_fields, llm_fields, tool_fields
+from toolwatch.model import SpanRole
+
+__all__ = [
+    "ATTRIBUTE_KEYS",
+    "ATTRIBUTE_PREFIXES",
+    "EVENT_ATTRIBUTE_KEYS",
+    "EVENT_NAMES",
+    "Attributes",
+    "EventSource",
+    "Recognition",
+    "RoleFields",
+    "SpanEvent",
+    "classify",
+    "recognize",
+]
+
+#: Every exact attribute key a recognizer reads (besides configured reference keys).
+ATTRIBUTE_KEYS: frozenset[str] = (
+    genai.KEYS | openinference.KEYS | openllmetry.KEYS | pydantic_ai.KEYS
+)
+#: Prefixes of the flattened, indexed keys a recognizer reads.
+ATTRIBUTE_PREFIXES: tuple[str, ...] = (
+    openinference.OUTPUT_PREFIX,
+    openllmetry.COMPLETION_PREFIX,
+)
+
+_Rule = Callable[[str, Attributes], tuple[SpanRole, Convention] | None]
+
+# Highest priority first; the first rule that decides wins. A rule with a trigger key is
+# consulted only when the span has that key (a dict lookup is cheaper than a call).
+_NAME_RULES: tuple[tuple[str | None, _Rule], ...] = (
+    (None, pydantic_ai.classify_by_name),
+    (None, genai.classify_by_name),
+)
+_RULES: tuple[tuple[str | None, _Rule], ...] = (
+    ("openinference.span.kind", openinference.classify),
+    ("traceloop.span.kind", openllmetry.classify),
+    (genai.OPERATION_NAME, genai.classify),
+    (None, pydantic_ai.classify_tool_keys),
+    (None, openllmetry.classify_legacy_llm),
+    *_NAME_RULES,
+)
+
+_FIELD_BUILDERS: dict[SpanRole, FieldBuilder] = {
+    SpanRole.TOOL: tool_fields,
+    SpanRole.LLM: llm_fields,
+    SpanRole.AGENT: agent_fields,
+}
+
+_UNRECOGNIZED = Convention(
+    name="",
+    tool=ToolSpec((), (), (), (), name_from_span=lambda name: None),
+    agent=AgentSpec((), (), name_from_span=lambda name: None),
+)
+
+
+def classify(name: str, attrs: Attributes) -> tuple[SpanRole, Convention]:
+    """The span's role and the convention that decided it (``OTHER`` and ``""`` if none)."""
+    for trigger, rule in _RULES if attrs else _NAME_RULES:
+        if trigger is None or trigger in attrs:
+            found = rule(name, attrs)
+            if found is not None:
+                return found
+    return SpanRole.OTHER, _UNRECOGNIZED
+
+
+def recognize(name: str, status_code: int, attrs: Attributes, events: EventSource) -> Recognition:
+    """Classify a span and extract its role's fields.
+
+    ``attrs`` are the span's filtered attributes (resource attributes are not included);
+    ``events`` loads its relevant events, or is ``None`` when it has none. Never raises on
+    well-typed input of any shape (values are checked, not trusted).
+    """
+    role, convention = classify(name, attrs)
+    build = _FIELD_BUILDERS.get(role)
+    fields = build(convention, name, status_code, attrs, events) if build else RoleFields()
+    return Recognition(role, convention.name, fields)

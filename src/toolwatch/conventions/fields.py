@@ -1,0 +1,184 @@
+"""Role field extraction shared by every convention.
+
+Each convention says where its keys are (``ToolSpec``, ``AgentSpec``); this module reads them
+in that priority order, then falls back to span events only for what the attributes lacked.
+Values are kept as they arrived (JSON strings stay strings); only model outputs are parsed,
+because their tool calls must be split out in emission order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from toolwatch.conventions import genai, openinference, openllmetry
+from toolwatch.conventions.attrs import (
+    REFUSAL_REASONS,
+    Attributes,
+    Convention,
+    EventSource,
+    OutputSummary,
+    RoleFields,
+    clean_id,
+    finish_reason_list,
+    first,
+    first_str,
+    merge_summaries,
+    plain_text,
+)
+from toolwatch.conventions.events import ToolEvents, output_events, tool_events
+
+__all__ = ["FieldBuilder", "agent_fields", "llm_fields", "tool_fields"]
+
+#: Extracts a role's fields: (convention, span name, status code, attributes, events).
+FieldBuilder = Callable[[Convention, str, int, Attributes, EventSource], RoleFields]
+
+_STATUS_ERROR = 2  # OTLP Status.code STATUS_CODE_ERROR
+_ERROR_TYPE = ("error.type",)
+_AGENT_NAME = ("gen_ai.agent.name",)
+_MODEL = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name")
+_CONVERSATION = ("gen_ai.conversation.id", "session.id")
+_NO_OUTPUT = OutputSummary()
+_FINISH_REASONS = (
+    "gen_ai.response.finish_reasons",
+    "gen_ai.response.finish_reason",
+    "llm.finish_reason",
+)
+
+
+def _needs_events(found: ToolEvents, failed: bool) -> bool:
+    return (
+        found.arguments is None
+        or found.result is None
+        or found.call_id is None
+        or (failed and found.error_type is None)
+    )
+
+
+def _tool_values(
+    convention: Convention, attrs: Attributes, events: EventSource, failed: bool
+) -> ToolEvents:
+    spec = convention.tool
+    found = ToolEvents(
+        first(attrs, spec.arguments),
+        first(attrs, spec.result),
+        first(attrs, spec.call_id),
+        first_str(attrs, _ERROR_TYPE),
+    )
+    if events is None or not _needs_events(found, failed):
+        return found
+    extra = tool_events(events())
+    if not failed:  # a recorded-but-handled exception does not make the call fail
+        extra = extra._replace(error_type=None)
+    return found.fill(extra)
+
+
+def tool_fields(
+    convention: Convention, name: str, status_code: int, attrs: Attributes, events: EventSource
+) -> RoleFields:
+    """A tool execution: name as emitted, call id, raw arguments and result, error type."""
+    spec = convention.tool
+    values = _tool_values(convention, attrs, events, status_code == _STATUS_ERROR)
+    fields: RoleFields = {
+        "tool_name": first_str(attrs, spec.name) or spec.name_from_span(name) or name,
+        "call_id": clean_id(values.call_id),
+        "arguments": spec.unwrap_arguments(values.arguments),
+        "result": values.result,
+        "error_type": values.error_type,
+        "agent_name": first_str(attrs, _AGENT_NAME),
+    }
+    return fields
+
+
+def _output_fields(summary: OutputSummary | None, attrs: Attributes) -> RoleFields:
+    """Finish reasons (attributes first), refusal and text of a model or agent output."""
+    if summary is None:
+        summary = _NO_OUTPUT
+    reasons: dict[str, None] = {}
+    for key in _FINISH_REASONS:
+        value = attrs.get(key)
+        if value is not None:
+            reasons.update(dict.fromkeys(finish_reason_list(value)))
+    reasons.update(dict.fromkeys(summary.finish_reasons))
+    refusal = summary.refusal
+    if refusal is None:
+        refusal = _refusal_reason(reasons)
+    fields: RoleFields = {
+        "finish_reasons": tuple(reasons),
+        "refusal": refusal,
+        "output_text": "\n".join(summary.texts) if summary.texts else None,
+        "model": first_str(attrs, _MODEL),
+    }
+    return fields
+
+
+def _refusal_reason(reasons: Iterable[str]) -> str | None:
+    for reason in reasons:
+        if reason in REFUSAL_REASONS:
+            return reason
+    return None
+
+
+def _output_messages(attrs: Attributes) -> OutputSummary | None:
+    messages = attrs.get(genai.OUTPUT_MESSAGES)
+    return None if messages is None else genai.output_summary(messages)
+
+
+# Output encodings in preference order: the parsed parts format first, then flattened keys.
+_LLM_SOURCES: tuple[Callable[[Attributes], OutputSummary | None], ...] = (
+    _output_messages,
+    openinference.output_summary,
+    openllmetry.output_summary,
+)
+
+
+def _has_content(summary: OutputSummary | None) -> bool:
+    return summary is not None and bool(summary.tool_calls or summary.texts)
+
+
+def _llm_output(attrs: Attributes, events: EventSource) -> OutputSummary | None:
+    """The first encoding with calls or text (producers in transition emit two; each call
+    must count once), finish reasons of those read; events only if attributes had none."""
+    summary = None
+    for source in _LLM_SOURCES:
+        found = source(attrs)
+        summary = found if summary is None else merge_summaries((summary, found))
+        if _has_content(summary):
+            return summary
+    if events is not None:
+        summary = merge_summaries((summary, output_events(events())))
+    return summary
+
+
+def llm_fields(
+    convention: Convention, name: str, status_code: int, attrs: Attributes, events: EventSource
+) -> RoleFields:
+    """A model call: requested tool calls in emission order, text, finish reasons, refusal."""
+    summary = _llm_output(attrs, events)
+    fields = _output_fields(summary, attrs)
+    fields["output_tool_calls"] = summary.tool_calls if summary is not None else ()
+    return fields
+
+
+def _agent_output(
+    convention: Convention, attrs: Attributes, events: EventSource
+) -> OutputSummary | None:
+    summary = _output_messages(attrs)
+    if summary is not None and summary.texts:
+        return summary
+    text = plain_text(first(attrs, convention.agent.output))
+    if text is not None:
+        return (summary or _NO_OUTPUT)._replace(texts=(text,))
+    if events is not None:
+        return merge_summaries((summary, output_events(events())))
+    return summary
+
+
+def agent_fields(
+    convention: Convention, name: str, status_code: int, attrs: Attributes, events: EventSource
+) -> RoleFields:
+    """An agent run: agent name, final output text, conversation id, model."""
+    spec = convention.agent
+    fields = _output_fields(_agent_output(convention, attrs, events), attrs)
+    fields["agent_name"] = first_str(attrs, spec.name) or spec.name_from_span(name)
+    fields["conversation_id"] = first_str(attrs, _CONVERSATION)
+    return fields

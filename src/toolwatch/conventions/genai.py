@@ -1,0 +1,213 @@
+"""OpenTelemetry GenAI semantic conventions (``gen_ai.*``), CONVENTIONS.md §1.
+
+Classification is by ``gen_ai.operation.name`` (v1.27+): ``execute_tool`` is a tool
+execution, ``chat`` / ``generate_content`` / ``text_completion`` an inference, and
+``invoke_agent`` an agent run. The same keys are emitted by pydantic-ai v3+, Strands, Google
+ADK, Semantic Kernel and OpenLLMetry's newer instrumentations. ADK's ``execute_tool
+(merged)`` span groups the tool spans of one turn and is a wrapper, not a call.
+
+Output messages (v1.37+) are a JSON array of ``{role, parts, finish_reason}``; parts of type
+``tool_call`` are the model's requested calls in emission order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from toolwatch.conventions.attrs import (
+    AgentSpec,
+    Attributes,
+    Convention,
+    OutputBuilder,
+    OutputSummary,
+    ToolSpec,
+    parse_json,
+)
+from toolwatch.model import SpanRole
+
+__all__ = [
+    "CONVENTION",
+    "KEYS",
+    "OPERATION_NAME",
+    "OUTPUT_MESSAGES",
+    "add_output_messages",
+    "agent_from_span_name",
+    "classify",
+    "classify_by_name",
+    "output_summary",
+    "tool_from_span_name",
+]
+
+OPERATION_NAME = "gen_ai.operation.name"
+OUTPUT_MESSAGES = "gen_ai.output.messages"
+_TOOL_NAME = "gen_ai.tool.name"
+_MERGED_TOOLS = "(merged tools)"  # ADK's gen_ai.tool.name on "execute_tool (merged)"
+_MERGED_SPAN = "execute_tool (merged)"
+_TOOL_PREFIX = "execute_tool "
+_AGENT_OPERATION = "invoke_agent"
+_AGENT_PREFIX = "invoke_agent "
+
+#: Attribute keys this module reads. ``gcp.vertex.agent.*`` is Google ADK's native tracer.
+KEYS = frozenset(
+    {
+        OPERATION_NAME,
+        OUTPUT_MESSAGES,
+        _TOOL_NAME,
+        "gen_ai.tool.call.id",
+        "gen_ai.tool.call.arguments",
+        "gen_ai.tool.call.result",
+        "gen_ai.agent.name",
+        "gen_ai.conversation.id",
+        "gen_ai.request.model",
+        "gen_ai.response.model",
+        "gen_ai.response.finish_reasons",
+        "gen_ai.response.finish_reason",  # Semantic Kernel's singular, non-standard key
+        "gcp.vertex.agent.tool_call_args",
+        "gcp.vertex.agent.tool_response",
+        "error.type",
+        "final_result",
+    }
+)
+
+# Operations that decide a role on their own. Operations not listed fall through to the
+# next rule (a tool-name attribute, then the span name).
+_OPERATION_ROLES = {
+    "execute_tool": SpanRole.TOOL,
+    "chat": SpanRole.LLM,
+    "generate_content": SpanRole.LLM,
+    "text_completion": SpanRole.LLM,
+    _AGENT_OPERATION: SpanRole.AGENT,
+    # Not agent runs: a trace without agent spans is rooted at its root anyway.
+    "create_agent": SpanRole.OTHER,
+    "invoke_workflow": SpanRole.OTHER,
+    "invoke_swarm": SpanRole.OTHER,  # Strands multi-agent orchestrators
+    "invoke_graph": SpanRole.OTHER,
+    "handoff": SpanRole.OTHER,
+    "embeddings": SpanRole.OTHER,
+    "retrieval": SpanRole.OTHER,
+    "apply_guardrail": SpanRole.OTHER,
+}
+
+
+def tool_from_span_name(name: str) -> str | None:
+    """``execute_tool get_weather`` -> ``get_weather``."""
+    if name.startswith(_TOOL_PREFIX):
+        return name[len(_TOOL_PREFIX) :].strip() or None
+    return None
+
+
+def agent_from_span_name(name: str) -> str | None:
+    """``invoke_agent planner`` -> ``planner`` (also ADK's older ``agent_run [planner]``)."""
+    if name.startswith(_AGENT_PREFIX):
+        return name[len(_AGENT_PREFIX) :].strip() or None
+    if name.startswith("agent_run [") and name.endswith("]"):
+        return name[len("agent_run [") : -1] or None
+    return None
+
+
+CONVENTION = Convention(
+    name="genai",
+    tool=ToolSpec(
+        name=(_TOOL_NAME,),
+        call_id=("gen_ai.tool.call.id",),
+        arguments=(
+            "gen_ai.tool.call.arguments",
+            "gcp.vertex.agent.tool_call_args",
+            "tool_arguments",
+        ),
+        result=("gen_ai.tool.call.result", "gcp.vertex.agent.tool_response", "tool_response"),
+        name_from_span=tool_from_span_name,
+    ),
+    agent=AgentSpec(
+        name=("gen_ai.agent.name", "agent_name"),
+        output=("final_result",),  # pydantic-ai v3+ puts the run's output here
+        name_from_span=agent_from_span_name,
+    ),
+)
+
+
+def _is_merged(name: str, attrs: Attributes) -> bool:
+    return name == _MERGED_SPAN or attrs.get(_TOOL_NAME) == _MERGED_TOOLS
+
+
+def classify(name: str, attrs: Attributes) -> tuple[SpanRole, Convention] | None:
+    """Role by ``gen_ai.operation.name``; ``None`` when absent or not decisive."""
+    operation = attrs.get(OPERATION_NAME)
+    if not isinstance(operation, str):
+        return None
+    role = _OPERATION_ROLES.get(operation)
+    if role is None:
+        return None
+    if role is SpanRole.TOOL and _is_merged(name, attrs):
+        role = SpanRole.WRAPPER
+    return role, CONVENTION
+
+
+def classify_by_name(name: str, attrs: Attributes) -> tuple[SpanRole, Convention] | None:
+    """Last resort: the span names the spec prescribes (``execute_tool X``, ``invoke_agent X``)."""
+    if name == _MERGED_SPAN:
+        return SpanRole.WRAPPER, CONVENTION
+    if name.startswith(_TOOL_PREFIX):
+        return SpanRole.TOOL, CONVENTION
+    if name == _AGENT_OPERATION or name.startswith(_AGENT_PREFIX):
+        return SpanRole.AGENT, CONVENTION
+    return None
+
+
+def _tool_call(builder: OutputBuilder, part: dict[str, Any]) -> None:
+    builder.call(part.get("name"), part.get("id"), part.get("arguments"))
+
+
+def _server_tool_call(builder: OutputBuilder, part: dict[str, Any]) -> None:
+    # A hosted tool (web search, code interpreter): requested and run by the provider.
+    builder.call(part.get("name"), part.get("id"), part.get("server_tool_call"))
+
+
+def _text(builder: OutputBuilder, part: dict[str, Any]) -> None:
+    builder.text(part.get("content"))
+
+
+def _refusal(builder: OutputBuilder, part: dict[str, Any]) -> None:
+    # OpenLLMetry >= 0.55 emits the provider's refusal text as {"type": "refusal"}.
+    content = part.get("content")
+    builder.refuse(content if isinstance(content, str) and content else "refusal")
+
+
+_PART_HANDLERS: dict[str, Callable[[OutputBuilder, dict[str, Any]], None]] = {
+    "tool_call": _tool_call,
+    "server_tool_call": _server_tool_call,
+    "text": _text,
+    "refusal": _refusal,
+}
+
+
+def _add_parts(builder: OutputBuilder, parts: Any) -> None:
+    if not isinstance(parts, list):
+        return
+    for part in parts:
+        if isinstance(part, dict):
+            kind = part.get("type")
+            handler = _PART_HANDLERS.get(kind) if isinstance(kind, str) else None
+            if handler is not None:
+                handler(builder, part)
+
+
+def add_output_messages(builder: OutputBuilder, value: Any) -> None:
+    """Add ``gen_ai.output.messages`` (a JSON string or an already structured array)."""
+    messages = parse_json(value)
+    if not isinstance(messages, list):
+        return
+    for message in messages:
+        if isinstance(message, dict):
+            builder.finish(message.get("finish_reason"))
+            _add_parts(builder, message.get("parts"))
+
+
+def output_summary(value: Any) -> OutputSummary | None:
+    """The output carried by a ``gen_ai.output.messages`` value (parsed once)."""
+    if value is None:
+        return None
+    builder = OutputBuilder()
+    add_output_messages(builder, value)
+    return builder.build()

@@ -1,0 +1,111 @@
+"""OTLP/gRPC receiver: ``opentelemetry.proto.collector.trace.v1.TraceService/Export``.
+
+A thin adapter: it takes the request as raw bytes (so a malformed body gets a clear
+INVALID_ARGUMENT from our decoder instead of gRPC's generic deserialization failure), decodes
+it once, hands the batch to the consumer and answers per the OTLP specification:
+
+- success, with ``partial_success.rejected_spans`` and a message when spans were invalid;
+- UNAVAILABLE with ``google.rpc.RetryInfo`` when the consumer is at capacity. RetryInfo is
+  sent both in ``grpc-status-details-bin`` (a ``google.rpc.Status``, the standard rich-error
+  form) and as ``google.rpc.retryinfo-bin``, the trailer the OpenTelemetry Python exporter
+  reads. OTLP: "the server SHOULD respond with UNAVAILABLE ... and MAY supply RetryInfo".
+
+Lifecycle (start, stop, health) belongs to the app.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import grpc
+from google.protobuf import any_pb2, duration_pb2
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+from toolwatch.engine import Admission
+from toolwatch.ingest.decode import DecodedBatch, DecodeError, DecodeOptions, decode_protobuf
+from toolwatch.metrics import PipelineMetrics
+
+__all__ = ["SERVICE_NAME", "SpanConsumer", "trace_service_handler"]
+
+SERVICE_NAME = "opentelemetry.proto.collector.trace.v1.TraceService"
+
+#: Takes a decoded request and the transport name, says whether it was admitted.
+SpanConsumer = Callable[[DecodedBatch, str], Admission]
+
+_TRANSPORT = "grpc"
+
+
+def _overload_trailers(retry_after_seconds: float) -> tuple[tuple[str, bytes], ...]:
+    seconds = int(retry_after_seconds)
+    delay = duration_pb2.Duration(
+        seconds=seconds, nanos=int((retry_after_seconds - seconds) * 1e9)
+    )
+    retry = error_details_pb2.RetryInfo(retry_delay=delay)
+    detail = any_pb2.Any()
+    detail.Pack(retry)
+    status = status_pb2.Status(
+        code=code_pb2.UNAVAILABLE, message=_OVERLOAD_MESSAGE, details=[detail]
+    )
+    return (
+        ("grpc-status-details-bin", status.SerializeToString()),
+        ("google.rpc.retryinfo-bin", retry.SerializeToString()),
+    )
+
+
+_OVERLOAD_MESSAGE = "toolwatch is at capacity; retry after the RetryInfo delay"
+
+
+class _Export:
+    def __init__(
+        self,
+        consume: SpanConsumer,
+        options: DecodeOptions,
+        metrics: PipelineMetrics,
+        retry_after_seconds: float,
+    ) -> None:
+        self._consume = consume
+        self._options = options
+        self._metrics = metrics
+        self._trailers = _overload_trailers(retry_after_seconds)
+
+    async def handle(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
+        started = time.perf_counter()
+        outcome, payload = self._export(body)
+        self._metrics.request_handled(_TRANSPORT, outcome, time.perf_counter() - started)
+        if outcome == "invalid":
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, payload.decode())
+        if outcome == "overloaded":
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, _OVERLOAD_MESSAGE, trailing_metadata=self._trailers
+            )
+        return payload
+
+    def _export(self, body: bytes) -> tuple[str, bytes]:
+        """Returns (outcome, response bytes or, for "invalid", the error message)."""
+        try:
+            batch = decode_protobuf(body, self._options)
+        except DecodeError as exc:
+            return "invalid", str(exc).encode()
+        if self._consume(batch, _TRANSPORT) is Admission.OVERLOADED:
+            return "overloaded", b""
+        response = trace_service_pb2.ExportTraceServiceResponse()
+        rejected = sum(batch.rejected.values())
+        if rejected:
+            response.partial_success.rejected_spans = rejected
+            response.partial_success.error_message = batch.error_message or ""
+        return "ok", response.SerializeToString()
+
+
+def trace_service_handler(
+    consume: SpanConsumer,
+    options: DecodeOptions,
+    metrics: PipelineMetrics,
+    retry_after_seconds: float,
+) -> grpc.GenericRpcHandler:
+    """The ``TraceService`` handler to add to a ``grpc.aio`` server. Requests and responses
+    cross it as bytes; ``consume`` runs on the server's event loop."""
+    export = _Export(consume, options, metrics, retry_after_seconds)
+    method = grpc.unary_unary_rpc_method_handler(export.handle)
+    return grpc.method_handlers_generic_handler(SERVICE_NAME, {"Export": method})

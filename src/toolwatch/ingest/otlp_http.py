@@ -1,0 +1,138 @@
+"""OTLP/HTTP receiver: ``POST /v1/traces`` with protobuf or JSON bodies, optionally gzipped.
+
+Answers per the OTLP/HTTP specification: 200 with an ``ExportTraceServiceResponse`` in the
+request's encoding (``partial_success`` when spans were rejected); 400 with a
+``google.rpc.Status`` for a body that cannot be decoded; 413 when the body exceeds the cap
+*after* decompression (so a gzip bomb is cut off, not inflated); 415 for other content types
+or encodings; 503 with ``Retry-After`` when the consumer is at capacity ("the client SHOULD
+honor the Retry-After header").
+"""
+
+from __future__ import annotations
+
+import time
+import zlib
+from dataclasses import dataclass
+
+from aiohttp import web
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from google.rpc import code_pb2, status_pb2
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
+
+from toolwatch.engine import Admission
+from toolwatch.ingest.decode import (
+    DecodedBatch,
+    DecodeError,
+    DecodeOptions,
+    decode_protobuf,
+    decode_request,
+)
+from toolwatch.ingest.otlp_grpc import SpanConsumer
+from toolwatch.ingest.otlp_json import parse_otlp_json
+from toolwatch.metrics import PipelineMetrics
+
+__all__ = ["TRACES_PATH", "HttpTraceReceiver"]
+
+TRACES_PATH = "/v1/traces"
+_PROTOBUF = "application/x-protobuf"
+_JSON = "application/json"
+_TRANSPORT = "http"
+
+
+class _RejectError(Exception):
+    """An HTTP error answer: status and message."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True, slots=True)
+class HttpTraceReceiver:
+    """The ``/v1/traces`` route. ``max_request_bytes`` caps the body after decompression;
+    the app must also set the aiohttp ``client_max_size`` to it (the cap before)."""
+
+    consume: SpanConsumer
+    options: DecodeOptions
+    metrics: PipelineMetrics
+    max_request_bytes: int
+    retry_after_seconds: float
+
+    def add_routes(self, app: web.Application) -> None:
+        app.router.add_post(TRACES_PATH, self.handle)
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        started = time.perf_counter()
+        content_type = request.content_type
+        try:
+            response = await self._handle(request, content_type)
+            outcome = "overloaded" if response.status == 503 else "ok"
+        except _RejectError as reject:
+            outcome = "invalid" if reject.status == 400 else "refused"
+            response = _status_response(reject.status, str(reject), content_type)
+        self.metrics.request_handled(_TRANSPORT, outcome, time.perf_counter() - started)
+        return response
+
+    async def _handle(self, request: web.Request, content_type: str) -> web.Response:
+        if content_type not in (_PROTOBUF, _JSON):
+            raise _RejectError(415, f"content type {content_type!r} is not {_PROTOBUF} or {_JSON}")
+        try:
+            raw = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise _RejectError(413, f"body exceeds {self.max_request_bytes} bytes") from None
+        body = self._decompress(raw, request.headers.get("Content-Encoding", "identity"))
+        batch = self._decode(body, content_type)
+        if self.consume(batch, _TRANSPORT) is Admission.OVERLOADED:
+            retry = str(max(1, round(self.retry_after_seconds)))
+            return web.Response(status=503, headers={"Retry-After": retry}, text="at capacity")
+        return _message_response(200, _export_response(batch), content_type)
+
+    def _decompress(self, raw: bytes, encoding: str) -> bytes:
+        encoding = encoding.strip().lower()
+        if encoding in ("", "identity"):
+            return raw
+        if encoding != "gzip":
+            raise _RejectError(415, f"content encoding {encoding!r} is not gzip or identity")
+        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+        try:
+            body = inflater.decompress(raw, self.max_request_bytes + 1)
+        except zlib.error as exc:
+            raise _RejectError(400, f"body is not valid gzip: {exc}") from None
+        if len(body) > self.max_request_bytes:
+            raise _RejectError(413, f"decompressed body exceeds {self.max_request_bytes} bytes")
+        if not inflater.eof:
+            raise _RejectError(400, "body is not valid gzip: the stream is truncated")
+        return body
+
+    def _decode(self, body: bytes, content_type: str) -> DecodedBatch:
+        try:
+            if content_type == _JSON:
+                return decode_request(parse_otlp_json(body), self.options)
+            return decode_protobuf(body, self.options)
+        except DecodeError as exc:
+            raise _RejectError(400, str(exc)) from None
+
+
+def _export_response(batch: DecodedBatch) -> trace_service_pb2.ExportTraceServiceResponse:
+    response = trace_service_pb2.ExportTraceServiceResponse()
+    rejected = sum(batch.rejected.values())
+    if rejected:
+        response.partial_success.rejected_spans = rejected
+        response.partial_success.error_message = batch.error_message or ""
+    return response
+
+
+def _message_response(status: int, message: Message, content_type: str) -> web.Response:
+    if content_type == _JSON:
+        text = json_format.MessageToJson(message, indent=None)
+        return web.Response(status=status, text=text, content_type=_JSON)
+    return web.Response(status=status, body=message.SerializeToString(), content_type=_PROTOBUF)
+
+
+def _status_response(status: int, message: str, content_type: str) -> web.Response:
+    """OTLP/HTTP: error bodies are a ``google.rpc.Status`` in the request's encoding."""
+    code = code_pb2.INVALID_ARGUMENT if status == 400 else code_pb2.FAILED_PRECONDITION
+    body = status_pb2.Status(code=code, message=message)
+    encoding = content_type if content_type in (_PROTOBUF, _JSON) else _PROTOBUF
+    return _message_response(status, body, encoding)

@@ -1,0 +1,150 @@
+"""Classification priority and the attribute filter, on plain attribute dictionaries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from toolwatch.conventions import (
+    ATTRIBUTE_KEYS,
+    ATTRIBUTE_PREFIXES,
+    EVENT_ATTRIBUTE_KEYS,
+    EVENT_NAMES,
+    SpanEvent,
+    classify,
+    genai,
+    openinference,
+    openllmetry,
+    pydantic_ai,
+    recognize,
+)
+from toolwatch.conventions.attrs import Convention
+from toolwatch.model import SpanRole
+
+_CONVENTIONS: Sequence[Convention] = (
+    genai.CONVENTION,
+    openinference.CONVENTION,
+    openllmetry.CONVENTION,
+    pydantic_ai.CONVENTION,
+)
+
+
+@pytest.mark.parametrize("convention", _CONVENTIONS, ids=lambda c: c.name)
+def test_every_key_a_convention_reads_passes_the_ingest_filter(convention: Convention) -> None:
+    tool, agent = convention.tool, convention.agent
+    read = {*tool.name, *tool.call_id, *tool.arguments, *tool.result, *agent.name, *agent.output}
+    assert read - ATTRIBUTE_KEYS == set()
+
+
+def test_shared_field_keys_pass_the_ingest_filter() -> None:
+    shared = {
+        "error.type",
+        "gen_ai.agent.name",
+        "gen_ai.response.model",
+        "gen_ai.request.model",
+        "llm.model_name",
+        "gen_ai.conversation.id",
+        "session.id",
+        "gen_ai.response.finish_reasons",
+        "gen_ai.response.finish_reason",
+        "llm.finish_reason",
+        "gen_ai.output.messages",
+    }
+    assert shared - ATTRIBUTE_KEYS == set()
+    assert ATTRIBUTE_PREFIXES == ("llm.output_messages.", "gen_ai.completion.")
+
+
+def test_event_filter_names_the_events_and_keys_recognizers_read() -> None:
+    assert {
+        "exception",
+        "gen_ai.tool.message",
+        "gen_ai.choice",
+        "gen_ai.client.inference.operation.details",
+    } == EVENT_NAMES
+    assert {"exception.type", "content", "id", "message", "finish_reason"} <= EVENT_ATTRIBUTE_KEYS
+    assert "exception.stacktrace" not in EVENT_ATTRIBUTE_KEYS
+
+
+@pytest.mark.parametrize(
+    ("name", "attrs", "role", "convention"),
+    [
+        # explicit vendor kind beats the operation name
+        (
+            "x",
+            {"openinference.span.kind": "LLM", "gen_ai.operation.name": "execute_tool"},
+            SpanRole.LLM,
+            "openinference",
+        ),
+        (
+            "x",
+            {"traceloop.span.kind": "tool", "gen_ai.operation.name": "chat"},
+            SpanRole.TOOL,
+            "openllmetry",
+        ),
+        # lower-case OpenInference kinds are tolerated
+        ("x", {"openinference.span.kind": "tool"}, SpanRole.TOOL, "openinference"),
+        # an unknown operation falls through to the tool-name attribute
+        (
+            "x",
+            {"gen_ai.operation.name": "something_new", "gen_ai.tool.name": "t"},
+            SpanRole.TOOL,
+            "genai",
+        ),
+        # the operation name beats the span name
+        ("running tools", {"gen_ai.operation.name": "chat"}, SpanRole.LLM, "genai"),
+        ("execute_tool t", {}, SpanRole.TOOL, "genai"),
+        ("invoke_agent", {}, SpanRole.AGENT, "genai"),
+        ("invoke_agents_later", {}, SpanRole.OTHER, ""),
+        ("execute_tool (merged)", {}, SpanRole.WRAPPER, "genai"),
+        ("running tools", {}, SpanRole.WRAPPER, "pydantic_ai"),
+        ("agent run", {}, SpanRole.AGENT, "pydantic_ai"),
+        ("openai.chat", {"gen_ai.completion.0.content": "hi"}, SpanRole.LLM, "openllmetry"),
+        ("GET /", {"case.id": "c"}, SpanRole.OTHER, ""),
+        # values of the wrong type are not trusted
+        (
+            "x",
+            {
+                "openinference.span.kind": ["TOOL"],
+                "gen_ai.operation.name": {"a": 1},
+                "traceloop.span.kind": 3,
+                "llm.request.type": ["chat"],
+            },
+            SpanRole.OTHER,
+            "",
+        ),
+    ],
+)
+def test_classification_priority(
+    name: str, attrs: dict[str, object], role: SpanRole, convention: str
+) -> None:
+    found_role, found = classify(name, attrs)
+    assert (found_role, found.name) == (role, convention)
+
+
+def test_events_are_loaded_only_when_attributes_lack_content() -> None:
+    loads: list[int] = []
+
+    def events() -> list[SpanEvent]:
+        loads.append(1)
+        return [SpanEvent("gen_ai.tool.message", {"content": '{"a": 1}', "id": "ev"})]
+
+    attrs = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "t",
+        "gen_ai.tool.call.id": "c",
+        "gen_ai.tool.call.arguments": "{}",
+        "gen_ai.tool.call.result": "r",
+    }
+    complete = recognize("execute_tool t", 0, attrs, events)
+    assert (complete.fields["arguments"], loads) == ("{}", [])
+    partial = recognize("execute_tool t", 0, {"gen_ai.operation.name": "execute_tool"}, events)
+    assert (partial.fields["arguments"], partial.fields["call_id"], loads) == (
+        '{"a": 1}',
+        "ev",
+        [1],
+    )
+
+
+def test_other_spans_have_no_fields() -> None:
+    assert recognize("GET /", 0, {}, None) == (SpanRole.OTHER, "", {})

@@ -1,0 +1,143 @@
+"""Span ids are validated per OTLP; invalid spans are rejected and counted, the rest kept."""
+
+from __future__ import annotations
+
+import pytest
+from ingest_support import ROOT_ID, TRACE_ID, decode, decode_one, request, span
+
+from toolwatch.conventions import recognize
+from toolwatch.ingest import decode as decode_module
+from toolwatch.ingest.decode import DecodeError, DecodeOptions, decode_protobuf, decode_request
+
+
+def test_valid_span_keeps_ids_times_kind_and_status() -> None:
+    record = decode_one(
+        span("work", span_id=b"\x01" * 8, parent=ROOT_ID, kind=3, status=2, start=5, end=9)
+    )
+    assert (record.trace_id, record.span_id, record.parent_span_id) == (
+        TRACE_ID,
+        b"\x01" * 8,
+        ROOT_ID,
+    )
+    assert (record.name, record.kind, record.status_code) == ("work", 3, 2)
+    assert (record.start_ns, record.end_ns) == (5, 9)
+
+
+def test_empty_parent_is_root() -> None:
+    assert decode_one(span(parent=b"")).parent_span_id is None
+
+
+def test_all_zero_parent_is_root() -> None:
+    assert decode_one(span(parent=bytes(8))).parent_span_id is None
+
+
+def test_short_trace_id_is_rejected_with_path_and_length() -> None:
+    batch = decode(span(), span(trace_id=b"abc"), span())
+    assert batch.received == 3
+    assert len(batch.spans) == 2
+    assert batch.rejected == {"invalid_trace_id": 1}
+    assert batch.error_message == (
+        "1 span rejected; resource_spans[0].scope_spans[0].spans[1]: "
+        "trace_id must be 16 bytes, got 3"
+    )
+
+
+def test_all_zero_trace_id_is_rejected() -> None:
+    batch = decode(span(trace_id=bytes(16)))
+    assert batch.rejected == {"invalid_trace_id": 1}
+    assert batch.error_message is not None
+    assert batch.error_message.endswith("trace_id must not be all zero")
+
+
+def test_span_id_of_wrong_length_is_rejected() -> None:
+    batch = decode(span(span_id=b"\x01" * 4))
+    assert batch.rejected == {"invalid_span_id": 1}
+    assert batch.error_message is not None
+    assert "span_id must be 8 bytes, got 4" in batch.error_message
+
+
+def test_missing_span_id_is_rejected() -> None:
+    batch = decode(span(span_id=b""))
+    assert batch.rejected == {"invalid_span_id": 1}
+
+
+def test_all_zero_span_id_is_rejected() -> None:
+    batch = decode(span(span_id=bytes(8)))
+    assert batch.rejected == {"invalid_span_id": 1}
+    assert batch.error_message is not None
+    assert batch.error_message.endswith("span_id must not be all zero")
+
+
+def test_parent_of_wrong_length_is_rejected() -> None:
+    batch = decode(span(parent=b"\x01" * 5))
+    assert batch.rejected == {"invalid_parent_span_id": 1}
+    assert batch.error_message is not None
+    assert "parent_span_id must be empty or 8 bytes, got 5" in batch.error_message
+
+
+def test_rejections_are_counted_by_reason_and_paths_name_scopes() -> None:
+    scopes = [[span(), span(trace_id=b"x")], [span(span_id=b""), span(trace_id=b"")]]
+    batch = decode_request(request(scopes=scopes), DecodeOptions())
+    assert batch.received == 4
+    assert len(batch.spans) == 1
+    assert batch.rejected == {"invalid_trace_id": 2, "invalid_span_id": 1}
+    assert batch.error_message == (
+        "3 spans rejected; "
+        "resource_spans[0].scope_spans[0].spans[1]: trace_id must be 16 bytes, got 1; "
+        "resource_spans[0].scope_spans[1].spans[0]: span_id must be 8 bytes, got 0; "
+        "resource_spans[0].scope_spans[1].spans[1]: trace_id must be 16 bytes, got 0"
+    )
+
+
+def test_message_names_the_first_three_offenders_only() -> None:
+    batch = decode(*(span(trace_id=b"bad") for _ in range(5)))
+    assert batch.rejected == {"invalid_trace_id": 5}
+    assert batch.error_message is not None
+    assert batch.error_message.startswith("5 spans rejected; ")
+    assert batch.error_message.count("trace_id must be") == 3
+    assert batch.error_message.endswith("; and 2 more")
+
+
+def test_no_rejection_means_no_message() -> None:
+    batch = decode(span(), span())
+    assert (batch.rejected, batch.error_message, batch.received) == ({}, None, 2)
+
+
+def test_empty_request_is_an_empty_batch() -> None:
+    batch = decode_request(request(), DecodeOptions())
+    assert (batch.spans, batch.received, batch.rejected) == ((), 0, {})
+
+
+def test_span_ending_before_it_starts_is_kept_with_end_clamped() -> None:
+    record = decode_one(span(start=5_000, end=4_000))
+    assert (record.start_ns, record.end_ns) == (5_000, 5_000)
+
+
+def test_a_recognizer_failure_costs_one_span_not_the_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def fragile(name: str, *args: object) -> object:
+        if name == "bad":
+            raise KeyError("boom")
+        return recognize(name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(decode_module, "recognize", fragile)
+    batch = decode(span("good"), span("bad"))
+    assert [record.name for record in batch.spans] == ["good"]
+    assert batch.rejected == {"malformed_attributes": 1}
+    assert batch.error_message == (
+        "1 span rejected; resource_spans[0].scope_spans[0].spans[1]: "
+        "attributes could not be read (KeyError('boom'))"
+    )
+
+
+def test_decode_protobuf_decodes_a_serialized_request() -> None:
+    body = request(span("a"), span("b", trace_id=b"short")).SerializeToString()
+    batch = decode_protobuf(body, DecodeOptions())
+    assert [record.name for record in batch.spans] == ["a"]
+    assert (batch.received, batch.rejected) == (2, {"invalid_trace_id": 1})
+
+
+def test_decode_protobuf_rejects_a_body_that_is_not_a_request() -> None:
+    with pytest.raises(DecodeError, match="body is not a valid ExportTraceServiceRequest"):
+        decode_protobuf(b"\x0a\xff\xff\xff", DecodeOptions())

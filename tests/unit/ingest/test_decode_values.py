@@ -1,0 +1,123 @@
+"""Attribute values: conversion, truncation, nesting, resource attributes, reference keys."""
+
+from __future__ import annotations
+
+import pytest
+from ingest_support import any_value, decode_one, span
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+
+from toolwatch.ingest.decode import DecodeOptions
+from toolwatch.model import SpanRole
+
+_TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t"}
+
+
+def test_service_name_comes_from_the_resource() -> None:
+    record = decode_one(span(), resource={"service.name": "checkout-agent", "host.name": "h"})
+    assert record.service == "checkout-agent"
+
+
+def test_service_is_none_without_service_name() -> None:
+    assert decode_one(span(), resource={"host.name": "h"}).service is None
+
+
+def test_reference_keys_from_span_and_resource_sorted_by_key() -> None:
+    options = DecodeOptions(reference_keys=frozenset({"case.id", "pair.key", "absent"}))
+    record = decode_one(
+        span(attrs={"pair.key": "p-1", "other": "x"}),
+        options=options,
+        resource={"case.id": "c-9"},
+    )
+    assert record.reference_keys == (("case.id", "c-9"), ("pair.key", "p-1"))
+
+
+def test_span_reference_value_overrides_the_resource_one() -> None:
+    options = DecodeOptions(reference_keys=frozenset({"case.id"}))
+    record = decode_one(
+        span(attrs={"case.id": "span"}), options=options, resource={"case.id": "res"}
+    )
+    assert record.reference_keys == (("case.id", "span"),)
+
+
+def test_non_string_reference_values_are_rendered() -> None:
+    options = DecodeOptions(reference_keys=frozenset({"case.id"}))
+    assert decode_one(span(attrs={"case.id": 42}), options=options).reference_keys == (
+        ("case.id", "42"),
+    )
+
+
+def test_reference_keys_are_empty_when_none_configured() -> None:
+    assert decode_one(span(attrs={"case.id": "c"}), resource={"case.id": "r"}).reference_keys == ()
+
+
+def test_long_string_is_truncated_to_max_value_bytes() -> None:
+    options = DecodeOptions(max_value_bytes=100)
+    record = decode_one(span(attrs={**_TOOL, "gen_ai.tool.call.arguments": "a" * 1_000}), options)
+    assert record.arguments == "a" * 100
+
+
+def test_truncation_keeps_whole_utf8_characters() -> None:
+    options = DecodeOptions(max_value_bytes=7)  # "é" is 2 bytes: 3 fit in 6, the 4th would not
+    record = decode_one(span(attrs={**_TOOL, "gen_ai.tool.call.result": "é" * 10}), options)
+    assert record.result == "é" * 3
+
+
+def test_string_within_the_limit_is_untouched() -> None:
+    options = DecodeOptions(max_value_bytes=8)
+    record = decode_one(span(attrs={**_TOOL, "gen_ai.tool.call.result": "12345678"}), options)
+    assert record.result == "12345678"
+
+
+def test_max_value_bytes_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_value_bytes must be positive, got 0"):
+        DecodeOptions(max_value_bytes=0)
+
+
+def test_structured_values_become_python_values() -> None:
+    arguments = {"n": 3, "ratio": 0.5, "ok": True, "tags": ["a", "b"], "blob": b"\x01\xff"}
+    record = decode_one(span(attrs={**_TOOL, "gen_ai.tool.call.arguments": arguments}))
+    assert record.arguments == {
+        "n": 3,
+        "ratio": 0.5,
+        "ok": True,
+        "tags": ["a", "b"],
+        "blob": "01ff",
+    }
+
+
+def _nested(depth: int) -> AnyValue:
+    value = any_value("leaf")
+    for _ in range(depth):
+        outer = AnyValue()
+        outer.array_value.values.append(value)
+        value = outer
+    return value
+
+
+def test_nesting_beyond_the_cap_is_treated_as_absent() -> None:
+    one = span(attrs=_TOOL)
+    one.attributes.append(KeyValue(key="gen_ai.tool.call.arguments", value=_nested(40)))
+    record = decode_one(one)
+    assert record.role is SpanRole.TOOL
+    depth, value = 0, record.arguments
+    while isinstance(value, list):
+        depth, value = depth + 1, value[0]
+    assert (depth, value) == (32, None)
+
+
+def test_nesting_within_the_cap_is_kept() -> None:
+    one = span(attrs=_TOOL)
+    one.attributes.append(KeyValue(key="gen_ai.tool.call.arguments", value=_nested(3)))
+    assert decode_one(one).arguments == [[["leaf"]]]
+
+
+def test_unread_attributes_do_not_count_toward_size() -> None:
+    small = decode_one(span("s", attrs=_TOOL))
+    large = decode_one(span("s", attrs={**_TOOL, "http.request.body": "x" * 10_000}))
+    assert large.size_bytes == small.size_bytes
+
+
+def test_size_grows_with_kept_payloads() -> None:
+    small = decode_one(span("s", attrs=_TOOL))
+    large = decode_one(span("s", attrs={**_TOOL, "gen_ai.tool.call.result": "x" * 10_000}))
+    assert large.size_bytes - small.size_bytes == 10_000

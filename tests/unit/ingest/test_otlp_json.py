@@ -1,0 +1,196 @@
+"""OTLP/JSON bodies: hex ids, int64 forms, field-name forms, errors with paths."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from ingest_support import ROOT_ID, TRACE_ID
+
+from toolwatch.ingest.decode import DecodeError, DecodeOptions, decode_request
+from toolwatch.ingest.otlp_json import parse_otlp_json
+from toolwatch.model import SpanRole
+
+_TRACE_HEX = TRACE_ID.hex()
+_SPAN_HEX = "00f067aa0ba902b7"
+
+
+def _body(**span_fields: Any) -> dict[str, Any]:
+    span = {
+        "traceId": _TRACE_HEX,
+        "spanId": _SPAN_HEX,
+        "parentSpanId": ROOT_ID.hex(),
+        "name": "execute_tool lookup",
+        "kind": 1,
+        "startTimeUnixNano": "1700000000000000000",
+        "endTimeUnixNano": 1700000000500000000,
+        "attributes": [
+            {"key": "gen_ai.operation.name", "value": {"stringValue": "execute_tool"}},
+            {"key": "gen_ai.tool.name", "value": {"stringValue": "lookup"}},
+        ],
+        "status": {"code": 2},
+        **span_fields,
+    }
+    return {
+        "resourceSpans": [
+            {
+                "resource": {
+                    "attributes": [{"key": "service.name", "value": {"stringValue": "svc"}}]
+                },
+                "scopeSpans": [{"scope": {"name": "pydantic-ai"}, "spans": [span]}],
+            }
+        ]
+    }
+
+
+def test_hex_ids_round_trip_to_bytes() -> None:
+    request = parse_otlp_json(json.dumps(_body()))
+    span = request.resource_spans[0].scope_spans[0].spans[0]
+    assert (span.trace_id, span.span_id, span.parent_span_id) == (
+        TRACE_ID,
+        bytes.fromhex(_SPAN_HEX),
+        ROOT_ID,
+    )
+
+
+def test_decoded_json_request_gives_records() -> None:
+    batch = decode_request(parse_otlp_json(json.dumps(_body()).encode()), DecodeOptions())
+    (record,) = batch.spans
+    assert (record.role, record.tool_name, record.service) == (SpanRole.TOOL, "lookup", "svc")
+    assert (record.status_code, record.kind) == (2, 1)
+
+
+def test_int64_as_string_and_as_number() -> None:
+    span = parse_otlp_json(json.dumps(_body())).resource_spans[0].scope_spans[0].spans[0]
+    assert span.start_time_unix_nano == 1_700_000_000_000_000_000
+    assert span.end_time_unix_nano == 1_700_000_000_500_000_000
+
+
+def test_int_value_attribute_as_string() -> None:
+    attributes = [{"key": "n", "value": {"intValue": "9007199254740993"}}]
+    span = parse_otlp_json(json.dumps(_body(attributes=attributes)))
+    value = span.resource_spans[0].scope_spans[0].spans[0].attributes[0].value
+    assert value.int_value == 9_007_199_254_740_993
+
+
+def test_snake_case_field_names_are_accepted() -> None:
+    body = {
+        "resource_spans": [
+            {
+                "scope_spans": [
+                    {
+                        "spans": [
+                            {
+                                "trace_id": _TRACE_HEX,
+                                "span_id": _SPAN_HEX,
+                                "parent_span_id": "",
+                                "start_time_unix_nano": "5",
+                            }
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
+    span = parse_otlp_json(json.dumps(body)).resource_spans[0].scope_spans[0].spans[0]
+    assert (span.trace_id, span.span_id, span.parent_span_id) == (
+        TRACE_ID,
+        bytes.fromhex(_SPAN_HEX),
+        b"",
+    )
+    assert span.start_time_unix_nano == 5
+
+
+def test_unknown_fields_are_ignored() -> None:
+    body = _body(futureField={"x": 1})
+    body["somethingNew"] = True
+    span = parse_otlp_json(json.dumps(body)).resource_spans[0].scope_spans[0].spans[0]
+    assert span.name == "execute_tool lookup"
+
+
+def test_uppercase_hex_is_accepted() -> None:
+    span = parse_otlp_json(json.dumps(_body(spanId=_SPAN_HEX.upper())))
+    assert span.resource_spans[0].scope_spans[0].spans[0].span_id == bytes.fromhex(_SPAN_HEX)
+
+
+def test_link_ids_are_hex_too() -> None:
+    links = [{"traceId": _TRACE_HEX, "spanId": _SPAN_HEX}]
+    span = parse_otlp_json(json.dumps(_body(links=links))).resource_spans[0].scope_spans[0].spans[0]
+    assert (span.links[0].trace_id, span.links[0].span_id) == (TRACE_ID, bytes.fromhex(_SPAN_HEX))
+
+
+def test_non_hex_id_is_an_error_naming_path_and_value() -> None:
+    with pytest.raises(DecodeError) as raised:
+        parse_otlp_json(json.dumps(_body(traceId="xyz")))
+    assert str(raised.value) == 'resourceSpans[0].scopeSpans[0].spans[0].traceId: "xyz" is not hex'
+
+
+def test_base64_id_is_not_hex() -> None:
+    with pytest.raises(DecodeError, match=r"spans\[0\]\.spanId: \"APBnqgupArc=\" is not hex"):
+        parse_otlp_json(json.dumps(_body(spanId="APBnqgupArc=")))
+
+
+def test_odd_length_hex_id_is_an_error() -> None:
+    with pytest.raises(DecodeError, match=r"parentSpanId: \"abc\" has an odd number of hex digits"):
+        parse_otlp_json(json.dumps(_body(parentSpanId="abc")))
+
+
+def test_non_string_id_is_an_error() -> None:
+    with pytest.raises(DecodeError, match=r"spans\[0\]\.spanId: 12 is not a hex string"):
+        parse_otlp_json(json.dumps(_body(spanId=12)))
+
+
+def test_long_bad_value_is_shortened_in_the_message() -> None:
+    with pytest.raises(DecodeError) as raised:
+        parse_otlp_json(json.dumps(_body(traceId="z" * 500)))
+    assert len(str(raised.value)) < 120
+    assert '"zzzz' in str(raised.value)
+
+
+def test_bad_link_id_names_the_link() -> None:
+    links = [{"traceId": _TRACE_HEX, "spanId": "nothex!!"}]
+    with pytest.raises(DecodeError, match=r"spans\[0\]\.links\[0\]\.spanId: "):
+        parse_otlp_json(json.dumps(_body(links=links)))
+
+
+def test_wrong_length_hex_id_flows_through_and_is_rejected_per_span() -> None:
+    body = _body(traceId="abcdef")
+    batch = decode_request(parse_otlp_json(json.dumps(body)), DecodeOptions())
+    assert (batch.received, batch.spans, batch.rejected) == (1, (), {"invalid_trace_id": 1})
+    assert batch.error_message is not None
+    assert batch.error_message.endswith("trace_id must be 16 bytes, got 3")
+
+
+def test_null_parent_id_is_the_default_empty_id() -> None:
+    span = parse_otlp_json(json.dumps(_body(parentSpanId=None)))
+    assert span.resource_spans[0].scope_spans[0].spans[0].parent_span_id == b""
+
+
+def test_invalid_json_is_an_error() -> None:
+    with pytest.raises(DecodeError, match="body is not JSON: Expecting value at line 1 column 1"):
+        parse_otlp_json(b"not json")
+
+
+def test_non_utf8_body_is_an_error() -> None:
+    with pytest.raises(DecodeError, match="body is not UTF-8: invalid byte at offset 1"):
+        parse_otlp_json(b'{\xff"resourceSpans": []}')
+
+
+def test_non_object_body_is_an_error() -> None:
+    with pytest.raises(DecodeError, match="body must be a JSON object, got list"):
+        parse_otlp_json("[]")
+
+
+def test_deeply_nested_json_is_an_error_not_a_crash() -> None:
+    with pytest.raises(DecodeError, match="nested too deeply"):
+        parse_otlp_json("[" * 100_000 + "]" * 100_000)
+
+
+def test_wrong_field_type_is_an_error_naming_the_field() -> None:
+    with pytest.raises(DecodeError, match="startTimeUnixNano"):
+        parse_otlp_json(json.dumps(_body(startTimeUnixNano="soon")))
+
+
+def test_empty_object_is_an_empty_request() -> None:
+    assert len(parse_otlp_json("{}").resource_spans) == 0
