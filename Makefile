@@ -3,7 +3,6 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-PROTO_STAMP := src/toolwatch/_proto/.generated
 
 .PHONY: serve test lint typecheck check bench proto clean
 
@@ -30,6 +29,10 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run $(ARGS)
+
+# Regenerate src/toolwatch/_proto from proto/ (the generated code is committed).
+proto: $(STAMP)
+	PYTHON=$(BIN)/python scripts/gen_proto.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

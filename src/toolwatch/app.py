@@ -1,0 +1,314 @@
+"""The server: builds the engine and sinks from the configuration and owns the lifecycle of
+every listener (OTLP/gRPC, OTLP/HTTP, metrics, findings stream).
+
+Everything runs on one asyncio event loop: receivers decode and hand batches to the engine,
+a ticker completes due traces, sinks publish. ``App.stop`` is the SIGTERM path: stop
+accepting, evaluate what is buffered, flush sinks, close the listeners.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import IO, Any
+
+import grpc
+from aiohttp import web
+from grpc_health.v1 import _async as health_async
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from prometheus_client import CollectorRegistry
+
+from toolwatch import __version__
+from toolwatch.config import Config, is_loopback, parse_listen_address
+from toolwatch.engine import DiscardToolTraces, Engine, EngineParts, ToolTraceSink
+from toolwatch.evaluation.pipeline import EvaluationPipeline
+from toolwatch.evaluation.settings import EvaluationSettings
+from toolwatch.ingest.decode import DecodeOptions
+from toolwatch.ingest.otlp_grpc import SERVICE_NAME, trace_service_handler
+from toolwatch.ingest.otlp_http import HttpTraceReceiver
+from toolwatch.model import Clock, monotonic_clock
+from toolwatch.names import NameNormalizer
+from toolwatch.references.golden import GoldenCaseSet, load_golden_cases
+from toolwatch.references.shadow import ShadowJoiner
+from toolwatch.sinks import exposition
+from toolwatch.sinks.findings import (
+    FanOutSink,
+    FindingSink,
+    JsonLinesFindingSink,
+    Redaction,
+    ToolTraceWriter,
+)
+from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
+from toolwatch.sinks.stream import FindingsBroker, add_findings_service
+
+__all__ = ["App", "build_references", "serve"]
+
+log = logging.getLogger("toolwatch")
+
+
+def build_references(config: Config) -> tuple[GoldenCaseSet | None, NameNormalizer]:
+    """Load the golden cases (if configured) and the tool-name normalizer."""
+    normalize = config.policy.normalizer()
+    cases = config.golden.cases_file
+    if cases is None:
+        return None, normalize
+    golden = load_golden_cases(
+        cases, normalize=normalize, case_id_attribute=config.golden.case_id_attribute
+    )
+    return golden, normalize
+
+
+@dataclass(frozen=True, slots=True)
+class _Outputs:
+    findings: FindingSink
+    tooltraces: ToolTraceSink
+    files: tuple[IO[str], ...]
+
+
+class App:
+    """One toolwatch server. Create, ``await start()``, later ``await stop()``.
+
+    ``clock`` drives assembly (inject a ``ManualClock`` in tests); ``wall_clock`` stamps
+    findings. ``extra_sinks`` receive every finding too (e.g. an ``InMemoryFindingSink``).
+    """
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        clock: Clock = monotonic_clock,
+        wall_clock: Callable[[], int] = time.time_ns,
+        registry: CollectorRegistry | None = None,
+        extra_sinks: tuple[FindingSink, ...] = (),
+    ) -> None:
+        self.config = config
+        self.registry = registry if registry is not None else CollectorRegistry()
+        golden, normalize = build_references(config)
+        self.metrics = PrometheusMetrics(
+            self.registry,
+            version=__version__,
+            agents=config.metrics.agents,
+            tools=_known_tools(config, golden),
+            label_value_cap=config.metrics.label_value_cap,
+            buffer_state=self._buffer_state,
+            stream_subscribers=lambda: self.broker.subscriber_count,
+        )
+        self._redaction = Redaction(
+            show_values=config.output.show_argument_values,
+            show_fields=frozenset(config.output.show_fields),
+        )
+        self.broker = FindingsBroker(self.metrics, self._redaction, wall_clock=wall_clock)
+        self._outputs = self._open_outputs(wall_clock, extra_sinks)
+        shadow = ShadowJoiner(config.shadow, clock, self.metrics) if config.shadow.enabled else None
+        parts = EngineParts(
+            limits=config.assembly.limits(),
+            evaluation=EvaluationPipeline(
+                EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
+            ),
+            normalize=normalize,
+            findings=self._outputs.findings,
+            tooltraces=self._outputs.tooltraces,
+            golden=golden,
+            shadow=shadow,
+        )
+        self.engine = Engine(parts, clock, self.metrics)
+        self.addresses: dict[str, str] = {}
+        self._decode_options = DecodeOptions(
+            reference_keys=_reference_keys(config),
+            max_value_bytes=config.ingest.max_value_bytes,
+        )
+        self._grpc: grpc.aio.Server | None = None
+        self._stream: grpc.aio.Server | None = None
+        self._runners: list[web.AppRunner] = []
+        self._ticker: asyncio.Task[None] | None = None
+        self._ready = False
+
+    def _buffer_state(self) -> BufferState:
+        buffer = self.engine.buffer
+        return BufferState(buffer.buffered_traces, buffer.buffered_spans, buffer.buffered_bytes)
+
+    def _open_outputs(
+        self, wall_clock: Callable[[], int], extra: tuple[FindingSink, ...]
+    ) -> _Outputs:
+        out = self.config.output
+        files: list[IO[str]] = []
+        sinks: list[FindingSink] = [self.broker, *extra]
+        if out.findings is not None:
+            stream = _open_text(out.findings, files)
+            sinks.insert(0, JsonLinesFindingSink(stream, self._redaction, wall_clock=wall_clock))
+        tooltraces: ToolTraceSink = DiscardToolTraces()
+        if out.dump_tooltraces is not None:
+            tooltraces = ToolTraceWriter(_open_text(out.dump_tooltraces, files))
+        return _Outputs(FanOutSink(sinks), tooltraces, tuple(files))
+
+    async def start(self) -> None:
+        """Bind every listener (port 0 picks a free one) and start the ticker. Logs the bound
+        addresses in one parseable line."""
+        listen = self.config.listen
+        self.addresses["grpc"] = await self._start_otlp_grpc(listen.grpc)
+        self.addresses["http"] = await self._start_http(listen.http, self._otlp_http_app())
+        self.addresses["metrics"] = await self._start_http(listen.metrics, self._metrics_app())
+        self.addresses["stream"] = await self._start_stream(listen.stream)
+        self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+        self._ready = True
+        _warn_if_exposed(self.addresses)
+        log.info("listening %s", " ".join(f"{k}={v}" for k, v in self.addresses.items()))
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Stop accepting, evaluate everything buffered, flush the sinks, close listeners."""
+        grace = self.config.shutdown_grace_seconds if grace is None else grace
+        self._ready = False
+        if self._grpc is not None:
+            await self._grpc.stop(grace)
+        for runner in self._runners[:1]:  # the OTLP/HTTP listener first
+            await runner.cleanup()
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        drained = self.engine.drain()
+        log.info("drained %d buffered trace(s) at shutdown", drained)
+        for stream in self._outputs.files:
+            stream.close()
+        if self._stream is not None:
+            await self._stream.stop(min(grace, 1.0))
+        for runner in self._runners[1:]:
+            await runner.cleanup()
+
+    async def _tick_forever(self) -> None:
+        period = self.config.assembly.tick_seconds
+        while True:
+            await asyncio.sleep(period)
+            self.engine.tick()
+
+    async def _start_otlp_grpc(self, address: str) -> str:
+        limit = self.config.ingest.max_request_bytes
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", limit),
+                ("grpc.max_send_message_length", 4 * 2**20),
+            ],
+        )
+        server.add_generic_rpc_handlers(
+            (
+                trace_service_handler(
+                    self.engine.offer,
+                    self._decode_options,
+                    self.metrics,
+                    self.config.ingest.retry_after_seconds,
+                ),
+            )
+        )
+        health = health_async.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(health, server)
+        bound = _bind_grpc(server, address)
+        await server.start()
+        for service in ("", SERVICE_NAME):
+            await health.set(service, health_pb2.HealthCheckResponse.SERVING)
+        self._grpc = server
+        return bound
+
+    async def _start_stream(self, address: str) -> str:
+        server = grpc.aio.server()
+        add_findings_service(server, self.broker)
+        bound = _bind_grpc(server, address)
+        await server.start()
+        self._stream = server
+        return bound
+
+    def _otlp_http_app(self) -> web.Application:
+        limit = self.config.ingest.max_request_bytes
+        app = web.Application(client_max_size=limit)
+        HttpTraceReceiver(
+            consume=self.engine.offer,
+            options=self._decode_options,
+            metrics=self.metrics,
+            max_request_bytes=limit,
+            retry_after_seconds=self.config.ingest.retry_after_seconds,
+        ).add_routes(app)
+        return app
+
+    def _metrics_app(self) -> web.Application:
+        return exposition.metrics_app(self.registry, ready=lambda: self._ready)
+
+    async def _start_http(self, address: str, app: web.Application) -> str:
+        runner = web.AppRunner(app, auto_decompress=False, access_log=None)
+        await runner.setup()
+        sock = _listening_socket(address)
+        await web.SockSite(runner, sock).start()
+        self._runners.append(runner)
+        return _format_address(sock.getsockname())
+
+
+def _bind_grpc(server: grpc.aio.Server, address: str) -> str:
+    host, _port = parse_listen_address(address)
+    port = server.add_insecure_port(address)
+    if port == 0:
+        raise OSError(f"cannot listen on {address}")
+    return _format_address((host, port))
+
+
+def _listening_socket(address: str) -> socket.socket:
+    host, port = parse_listen_address(address)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    return socket.create_server((host, port), family=family, backlog=512)
+
+
+def _format_address(sockname: Any) -> str:
+    host, port = sockname[0], sockname[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def _open_text(target: str, files: list[IO[str]]) -> IO[str]:
+    if target == "-":
+        return sys.stdout
+    stream = open(target, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed in stop()
+    files.append(stream)
+    return stream
+
+
+def _known_tools(config: Config, golden: GoldenCaseSet | None) -> tuple[str, ...]:
+    policy = config.policy
+    tools = set(config.metrics.tools) | set(policy.dangerous_tools)
+    tools |= set(policy.verification_tools) | set(policy.repeat_limits)
+    tools |= {tool for allowed in policy.allowed_tools.values() for tool in allowed}
+    if golden is not None:
+        tools |= {call.name for case in golden for call in case.expected_tools}
+    return tuple(sorted(tools))
+
+
+def _reference_keys(config: Config) -> frozenset[str]:
+    return config.golden.reference_keys() | config.shadow.reference_keys()
+
+
+def _warn_if_exposed(addresses: dict[str, str]) -> None:
+    for name, address in addresses.items():
+        host, _port = parse_listen_address(address)
+        if not is_loopback(host):
+            log.warning(
+                "%s listener %s is reachable beyond loopback without TLS or authentication",
+                name,
+                address,
+            )
+
+
+async def serve(config: Config) -> int:
+    """Run a server until SIGTERM or SIGINT, then shut down gracefully. Returns the exit
+    code."""
+    app = App(config)
+    await app.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    await app.stop()
+    return 0

@@ -1,0 +1,178 @@
+"""The ``toolwatch`` command line: ``serve``, ``check-config``, ``replay``, ``tail``.
+
+Every ``serve`` flag can also be set with a ``TOOLWATCH_*`` environment variable (flags win).
+Exit codes: 0 success, 1 a gate failed (replay), 2 bad usage or configuration, 3 runtime error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from toolwatch import __version__
+from toolwatch.app import build_references, serve
+from toolwatch.config import Config, ConfigError, load_config
+from toolwatch.model import Severity
+from toolwatch.references.golden import ReferenceFileError
+from toolwatch.replay import add_arguments, run_replay
+from toolwatch.tail import run_tail
+
+__all__ = ["main"]
+
+EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_RUNTIME = 0, 1, 2, 3
+
+_SERVE_FLAGS: tuple[tuple[str, str, str, str], ...] = (
+    # flag, environment variable, config key, help
+    ("--grpc-listen", "TOOLWATCH_GRPC_LISTEN", "listen.grpc", "OTLP/gRPC HOST:PORT (4317)"),
+    ("--http-listen", "TOOLWATCH_HTTP_LISTEN", "listen.http", "OTLP/HTTP HOST:PORT (4318)"),
+    ("--metrics-listen", "TOOLWATCH_METRICS_LISTEN", "listen.metrics", "/metrics HOST:PORT"),
+    ("--stream-listen", "TOOLWATCH_STREAM_LISTEN", "listen.stream", "findings stream HOST:PORT"),
+    ("--findings", "TOOLWATCH_FINDINGS", "output.findings", "findings JSON lines: PATH or -"),
+    (
+        "--dump-tooltraces",
+        "TOOLWATCH_DUMP_TOOLTRACES",
+        "output.dump_tooltraces",
+        "write every ToolTrace as a JSON line: PATH or -",
+    ),
+)
+
+_EXAMPLES = """\
+examples:
+  toolwatch serve                                   loopback defaults, findings on stdout
+  toolwatch serve --config examples/toolwatch.yaml --dump-tooltraces tooltraces.jsonl
+  toolwatch serve --grpc-listen 127.0.0.1:0 --http-listen 127.0.0.1:0   free ports
+  toolwatch check-config examples/toolwatch.yaml
+  toolwatch replay --config examples/toolwatch.yaml traces.otlp.jsonl --min-score selection=0.9
+  toolwatch tail --category DANGEROUS_ACTION_DRIFT --min-severity high
+"""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``toolwatch`` console script."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=os.environ.get("TOOLWATCH_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.run(args))
+    except (ConfigError, ReferenceFileError) as exc:
+        print(f"toolwatch: configuration error\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="toolwatch",
+        description="Watch AI agents' tool calls in OpenTelemetry traces; alert on regressions.",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"toolwatch {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _add_serve(commands)
+    _add_check_config(commands)
+    _add_replay(commands)
+    _add_tail(commands)
+    return parser
+
+
+def _add_serve(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="receive OTLP traces and evaluate every agent run",
+        epilog=_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    serve.add_argument("--config", type=Path, default=_env_path("TOOLWATCH_CONFIG"))
+    for flag, env, _key, help_text in _SERVE_FLAGS:
+        serve.add_argument(flag, default=os.environ.get(env), help=f"{help_text}; env {env}")
+    serve.set_defaults(run=_serve)
+
+
+def _add_check_config(commands: Any) -> None:
+    check = commands.add_parser("check-config", help="validate a configuration file and exit")
+    check.add_argument("file", type=Path)
+    check.set_defaults(run=_check_config)
+
+
+def _add_replay(commands: Any) -> None:
+    replay = commands.add_parser(
+        "replay",
+        help="evaluate recorded traces offline and gate on the results",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    replay.add_argument("--config", type=Path, default=_env_path("TOOLWATCH_CONFIG"))
+    add_arguments(replay)
+    replay.set_defaults(run=_replay)
+
+
+def _add_tail(commands: Any) -> None:
+    tail = commands.add_parser("tail", help="print live findings from a running server")
+    tail.add_argument("--target", default=os.environ.get("TOOLWATCH_STREAM", "127.0.0.1:4319"))
+    tail.add_argument("--category", action="append", default=[], help="repeatable")
+    tail.add_argument("--agent", action="append", default=[], help="repeatable")
+    severities = [str(s) for s in Severity]
+    tail.add_argument("--min-severity", default="low", choices=severities)
+    tail.add_argument("--json", action="store_true", help="one JSON object per line")
+    tail.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    tail.set_defaults(run=_tail)
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
+
+
+def serve_config(args: argparse.Namespace) -> Config:
+    """The configuration ``serve`` runs with: the file, then env/flag overrides."""
+    overrides = {
+        key: getattr(args, flag[2:].replace("-", "_"))
+        for flag, _env, key, _help in _SERVE_FLAGS
+        if getattr(args, flag[2:].replace("-", "_")) is not None
+    }
+    return load_config(args.config, overrides)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    return asyncio.run(serve(serve_config(args)))
+
+
+def _check_config(args: argparse.Namespace) -> int:
+    config = load_config(args.file)
+    golden, _shadow = build_references(config)
+    cases = f", {len(golden)} golden case(s)" if golden is not None else ""
+    print(f"{args.file}: ok{cases}")
+    return EXIT_OK
+
+
+def _replay(args: argparse.Namespace) -> int:
+    return run_replay(args, load_config(args.config))
+
+
+def _tail(args: argparse.Namespace) -> int:
+    color = {"auto": None, "always": True, "never": False}[args.color]
+    return run_tail(
+        target=args.target,
+        categories=args.category,
+        min_severity=args.min_severity,
+        agents=args.agent,
+        as_json=args.json,
+        color=color,
+        out=sys.stdout,
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())

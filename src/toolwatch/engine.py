@@ -1,0 +1,146 @@
+"""The engine: ingest batches in, findings out. Transport-free and synchronous.
+
+The receivers hand it decoded batches (``offer``); a ticker calls ``tick`` to assemble the
+traces that are due, rebuild their ToolTraces, attach references and evaluate them; ``drain``
+does the same for everything at shutdown. All of it runs on one thread (the server's event
+loop), so nothing here locks. Time comes from the injected clock.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from toolwatch.assembly.buffer import AssemblyLimits, CompletedTrace, TraceBuffer
+from toolwatch.assembly.timeline import build_tool_traces
+from toolwatch.evaluation.pipeline import EvaluationPipeline
+from toolwatch.ingest.decode import DecodedBatch
+from toolwatch.metrics import PipelineMetrics
+from toolwatch.model import Clock, Finding, GoldenCase, ReferenceKind, ToolTrace
+from toolwatch.names import NameNormalizer
+from toolwatch.references.golden import GoldenCaseSet
+from toolwatch.references.shadow import ShadowJoiner
+from toolwatch.sinks.findings import FindingSink
+
+__all__ = ["Admission", "DiscardToolTraces", "Engine", "EngineParts", "ToolTraceSink"]
+
+
+class Admission(enum.Enum):
+    """What the engine says to a receiver about one request."""
+
+    ACCEPTED = "accepted"
+    OVERLOADED = "overloaded"  # retryable: answer UNAVAILABLE + RetryInfo / 503 + Retry-After
+
+
+class ToolTraceSink(Protocol):
+    """Receives every rebuilt ToolTrace (e.g. ``--dump-tooltraces``)."""
+
+    def write(self, trace: ToolTrace) -> None: ...
+    def close(self) -> None: ...
+
+
+class DiscardToolTraces:
+    """A ``ToolTraceSink`` that keeps nothing."""
+
+    def write(self, trace: ToolTrace) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True, slots=True)
+class EngineParts:
+    """What the engine is built from; the app assembles these from the configuration."""
+
+    limits: AssemblyLimits
+    evaluation: EvaluationPipeline
+    normalize: NameNormalizer
+    findings: FindingSink
+    tooltraces: ToolTraceSink
+    golden: GoldenCaseSet | None = None
+    shadow: ShadowJoiner | None = None
+
+
+class Engine:
+    """Owns the trace buffer and drives completed traces through evaluation to the sinks."""
+
+    def __init__(self, parts: EngineParts, clock: Clock, metrics: PipelineMetrics) -> None:
+        self._parts = parts
+        self._clock = clock
+        self._metrics = metrics
+        self.buffer = TraceBuffer(parts.limits, clock, metrics)
+
+    def offer(self, batch: DecodedBatch, transport: str) -> Admission:
+        """Admit one decoded request, or refuse all of it when the buffer has no room
+        (backpressure: the client keeps the spans and retries)."""
+        size = sum(span.size_bytes for span in batch.spans)
+        if not self.buffer.has_room(len(batch.spans), size):
+            self._metrics.spans_refused(batch.received, transport)
+            return Admission.OVERLOADED
+        self._metrics.spans_received(batch.received, transport)
+        for reason, count in batch.rejected.items():
+            self._metrics.spans_rejected(count, reason)
+        if batch.spans:
+            self._process(self.buffer.add(batch.spans))
+        return Admission.ACCEPTED
+
+    def tick(self) -> int:
+        """Evaluate every trace that is due now. Returns how many traces were completed."""
+        completed = self.buffer.poll()
+        self._process(completed)
+        if self._parts.shadow is not None:
+            self._parts.shadow.expire()
+        return len(completed)
+
+    def drain(self) -> int:
+        """Shutdown: evaluate everything still buffered, flag it incomplete, flush sinks."""
+        completed = self.buffer.drain()
+        self._process(completed)
+        if self._parts.shadow is not None:
+            self._parts.shadow.drain()
+        self._parts.tooltraces.close()
+        self._parts.findings.close()
+        return len(completed)
+
+    def _process(self, completed: Iterable[CompletedTrace]) -> None:
+        for trace in completed:
+            for tool_trace in build_tool_traces(trace, self._parts.normalize):
+                self._evaluate(tool_trace, trace.last_arrival_ns)
+
+    def _evaluate(self, trace: ToolTrace, last_arrival_ns: int) -> None:
+        self._metrics.tool_trace(trace)
+        self._parts.tooltraces.write(trace)
+        golden = self._parts.golden
+        expected = golden.match(trace) if golden is not None else None
+        self._emit(trace, self._run(trace, expected, None), last_arrival_ns)
+        shadow = self._parts.shadow
+        pair = shadow.offer(trace) if shadow is not None else None
+        if pair is not None:
+            # Policy and golden findings of each half were emitted as it arrived; the pair
+            # adds only what is judged against the source.
+            paired = self._run(pair.target, None, pair.source)
+            drift = [f for f in paired if f.reference is ReferenceKind.SOURCE]
+            self._emit(pair.target, drift, last_arrival_ns)
+
+    def _run(
+        self, trace: ToolTrace, expected: GoldenCase | None, source: ToolTrace | None
+    ) -> Sequence[Finding]:
+        result = self._parts.evaluation.evaluate(trace, expected, source)
+        for evaluator, _message in result.failures:
+            self._metrics.evaluator_failed(evaluator)
+        for evaluated in result.results:
+            score = evaluated.scores.get("score")
+            seconds = result.durations.get(evaluated.evaluator, 0.0)
+            self._metrics.evaluated(evaluated.evaluator, score, seconds)
+        return result.findings
+
+    def _emit(self, trace: ToolTrace, findings: Sequence[Finding], last_arrival_ns: int) -> None:
+        if not findings:
+            return
+        detection = max(0, self._clock() - last_arrival_ns) / 1e9
+        for finding in findings:
+            self._metrics.finding(finding, detection)
+        self._parts.findings.publish(trace, findings)

@@ -1,0 +1,264 @@
+"""The offline replay report: aggregates evaluation results, renders them, applies gates.
+
+Figures: per-evaluator mean scores, the composite report figures (tool-name accuracy,
+parameter accuracy, step efficiency) over runs that matched a golden case, a per-category
+breakdown (the golden case's ``category``), the failed cases with expected vs actual tool
+names, the failure-type distribution and findings by category and severity.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from toolwatch.evaluation.composite import failure_type
+from toolwatch.evaluation.pipeline import PipelineResult
+from toolwatch.evaluation.settings import EvaluationSettings
+from toolwatch.model import Category, Finding, GoldenCase, ReferenceKind, ToolTrace
+
+__all__ = ["Gate", "Report", "ReportBuilder", "parse_gate"]
+
+_ANY = "any"
+
+
+@dataclass(frozen=True, slots=True)
+class Gate:
+    """``min``: a mean score must be at least ``limit``; ``max``: findings of a category (or
+    ``any``) must be at most ``limit``."""
+
+    kind: Literal["min", "max"]
+    target: str
+    limit: float
+
+    def describe(self) -> str:
+        sign = ">=" if self.kind == "min" else "<="
+        what = f"mean {self.target}" if self.kind == "min" else f"{self.target} findings"
+        return f"{what} {sign} {self.limit:g}"
+
+
+def parse_gate(text: str, kind: Literal["min", "max"]) -> Gate:
+    """Parse ``NAME=NUMBER``. Raises ``ValueError`` naming the problem."""
+    name, sep, number = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise ValueError(f"gate {text!r} is not NAME=NUMBER")
+    try:
+        limit = float(number)
+    except ValueError:
+        raise ValueError(f"gate {text!r}: {number!r} is not a number") from None
+    if kind == "max":
+        categories = {str(c) for c in Category}
+        if name != _ANY and name not in categories:
+            raise ValueError(f"gate {text!r}: {name!r} is not a category or {_ANY!r}")
+    elif not 0.0 <= limit <= 1.0:
+        raise ValueError(f"gate {text!r}: a minimum score is between 0 and 1")
+    return Gate(kind, name, limit)
+
+
+@dataclass(frozen=True, slots=True)
+class FailedCase:
+    case_id: str
+    trace_id: str
+    failure_type: str
+    expected: tuple[str, ...]
+    actual: tuple[str, ...]
+
+
+@dataclass
+class Report:
+    """What ``replay`` prints. ``passed`` is false when any gate failed."""
+
+    traces: int
+    scores: dict[str, dict[str, float]]
+    findings: dict[str, dict[str, int]]
+    categories: dict[str, dict[str, float]]
+    failure_types: dict[str, int]
+    failed_cases: list[FailedCase]
+    gates: list[tuple[Gate, float, bool]]
+    evaluator_failures: dict[str, int] = field(default_factory=dict)
+    finding_list: list[Finding] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(ok for _gate, _value, ok in self.gates)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "passed": self.passed,
+                "traces": self.traces,
+                "scores": self.scores,
+                "findings_by_category": self.findings,
+                "categories": self.categories,
+                "failure_types": self.failure_types,
+                "failed_cases": [_failed_dict(c) for c in self.failed_cases],
+                "gates": [
+                    {"gate": g.describe(), "value": v, "passed": ok} for g, v, ok in self.gates
+                ],
+                "evaluator_failures": self.evaluator_failures,
+                "findings": [_finding_dict(f) for f in self.finding_list],
+            },
+            indent=2,
+            sort_keys=True,
+        )
+
+    def to_text(self) -> str:
+        lines = [f"toolwatch replay: {self.traces} ToolTrace(s) evaluated", "", "Scores (mean)"]
+        for evaluator, scores in sorted(self.scores.items()):
+            shown = "  ".join(f"{k}={v:.3f}" for k, v in sorted(scores.items()) if k != "n")
+            lines.append(f"  {evaluator:<22} n={int(scores['n']):<5} {shown}")
+        lines += ["", "Findings by category"]
+        for category, by_severity in sorted(self.findings.items()):
+            shown = ", ".join(f"{s}={n}" for s, n in sorted(by_severity.items()))
+            lines.append(f"  {category:<28} {sum(by_severity.values()):>5}  ({shown})")
+        if self.categories:
+            lines += ["", "Golden cases by category"]
+            for name, figures in sorted(self.categories.items()):
+                lines.append(
+                    f"  {name:<22} runs={int(figures['runs'])} failed={int(figures['failed'])}"
+                    f" composite={figures['composite']:.3f}"
+                )
+        if self.failure_types:
+            lines += ["", "Failure types"]
+            lines += [f"  {k:<16} {v}" for k, v in sorted(self.failure_types.items())]
+        if self.failed_cases:
+            lines += ["", "Failed cases"]
+            for case in self.failed_cases:
+                lines.append(
+                    f"  {case.case_id} trace={case.trace_id} {case.failure_type}:"
+                    f" expected {list(case.expected)} got {list(case.actual)}"
+                )
+        if self.gates:
+            lines += ["", "Gates"]
+            for gate, value, ok in self.gates:
+                verdict = "PASS" if ok else "FAIL"
+                lines.append(f"  {verdict} {gate.describe()} (actual {value:g})")
+        return "\n".join(lines)
+
+
+class ReportBuilder:
+    """Accumulates results trace by trace; ``build`` computes means and applies gates."""
+
+    def __init__(self, settings: EvaluationSettings, gates: Sequence[Gate]) -> None:
+        self._settings = settings
+        self._gates = list(gates)
+        self._traces = 0
+        self._sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self._counts: Counter[str] = Counter()
+        self._findings: list[Finding] = []
+        self._categories: dict[str, list[float]] = defaultdict(list)
+        self._category_failed: Counter[str] = Counter()
+        self._failure_types: Counter[str] = Counter()
+        self._failed: list[FailedCase] = []
+        self._evaluator_failures: Counter[str] = Counter()
+
+    def add(self, trace: ToolTrace, case: GoldenCase | None, result: PipelineResult) -> None:
+        self._traces += 1
+        self._take(result, None)
+        if case is not None:
+            self._add_case(trace, case, result)
+
+    def add_pair(self, target: ToolTrace, result: PipelineResult, kind: ReferenceKind) -> None:
+        """A shadow pair: only what was judged against the source counts (the target's
+        policy findings were counted when it was added on its own)."""
+        self._take(result, kind)
+
+    def _take(self, result: PipelineResult, only: ReferenceKind | None) -> None:
+        for evaluated in result.results:
+            if only is not None and evaluated.evaluator in ("safety", "loops", "invariants"):
+                continue
+            self._counts[evaluated.evaluator] += 1
+            for key, value in evaluated.scores.items():
+                self._sums[evaluated.evaluator][key] += value
+        self._findings += [f for f in result.findings if only is None or f.reference is only]
+        for evaluator, _message in result.failures:
+            self._evaluator_failures[evaluator] += 1
+
+    def _add_case(self, trace: ToolTrace, case: GoldenCase, result: PipelineResult) -> None:
+        category = case.category or "uncategorized"
+        composite = next((r for r in result.results if r.evaluator == "composite"), None)
+        self._categories[category].append(composite.scores["score"] if composite else 0.0)
+        normalize = self._settings.policy.normalizer()
+        failure = failure_type(trace, case, self._settings.evaluators.tool_arguments, normalize)
+        if failure is None:
+            return
+        self._category_failed[category] += 1
+        self._failure_types[failure] += 1
+        expected = tuple(normalize(call.name) for call in case.expected_tools)
+        self._failed.append(
+            FailedCase(case.case_id, trace.trace_id, failure, expected, trace.tool_names)
+        )
+
+    def build(self) -> Report:
+        scores = {
+            name: {"n": float(n), **{k: v / n for k, v in self._sums[name].items()}}
+            for name, n in self._counts.items()
+        }
+        findings: dict[str, Counter[str]] = defaultdict(Counter)
+        for finding in self._findings:
+            findings[str(finding.category)][str(finding.severity)] += 1
+        categories = {
+            name: {
+                "runs": float(len(values)),
+                "failed": float(self._category_failed[name]),
+                "composite": sum(values) / len(values),
+            }
+            for name, values in self._categories.items()
+        }
+        report = Report(
+            traces=self._traces,
+            scores=scores,
+            findings={k: dict(v) for k, v in findings.items()},
+            categories=categories,
+            failure_types=dict(self._failure_types),
+            failed_cases=self._failed,
+            gates=[],
+            evaluator_failures=dict(self._evaluator_failures),
+            finding_list=self._findings,
+        )
+        report.gates = [_apply(gate, report) for gate in self._gates]
+        return report
+
+
+def _apply(gate: Gate, report: Report) -> tuple[Gate, float, bool]:
+    if gate.kind == "max":
+        counts = report.findings
+        if gate.target == _ANY:
+            total = sum(sum(v.values()) for v in counts.values())
+        else:
+            total = sum(counts.get(gate.target, {}).values())
+        return gate, float(total), total <= gate.limit
+    evaluator, _, score = gate.target.partition(".")
+    value = report.scores.get(evaluator, {}).get(score or "score")
+    if value is None:
+        return gate, float("nan"), False  # a gate on something never measured fails
+    return gate, value, value >= gate.limit
+
+
+def _failed_dict(case: FailedCase) -> dict[str, Any]:
+    return {
+        "case_id": case.case_id,
+        "trace_id": case.trace_id,
+        "failure_type": case.failure_type,
+        "expected": list(case.expected),
+        "actual": list(case.actual),
+    }
+
+
+def _finding_dict(finding: Finding) -> dict[str, Any]:
+    return {
+        "category": str(finding.category),
+        "severity": str(finding.severity),
+        "evaluator": finding.evaluator,
+        "reference": str(finding.reference),
+        "score": finding.score,
+        "tool": finding.tool,
+        "field": finding.field,
+        "agent": finding.agent,
+        "trace_id": finding.trace_id,
+        "span_id": finding.span_id,
+        "explanation": finding.explanation,
+    }

@@ -1,0 +1,105 @@
+"""A real toolwatch server on loopback port 0, run on its own event-loop thread.
+
+Time is a ``ManualClock``: a test sends spans with a real OTLP exporter (the export call
+returns once the server has answered), then moves the clock past ``completion_wait`` and
+runs one engine tick on the server's loop. Nothing sleeps to wait for the pipeline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from toolwatch.app import App
+from toolwatch.config import Config, load_config
+from toolwatch.model import ManualClock
+from toolwatch.sinks.findings import InMemoryFindingSink
+
+T = TypeVar("T")
+
+FREE_PORTS = {
+    "listen.grpc": "127.0.0.1:0",
+    "listen.http": "127.0.0.1:0",
+    "listen.metrics": "127.0.0.1:0",
+    "listen.stream": "127.0.0.1:0",
+}
+
+
+class RunningServer:
+    """An ``App`` started on a background loop; ``call`` runs code on that loop."""
+
+    def __init__(self, config: Config, tmp_path: Path) -> None:
+        self.clock = ManualClock()
+        self.findings = InMemoryFindingSink()
+        self.registry = CollectorRegistry()
+        self.tooltrace_path = tmp_path / "tooltraces.jsonl"
+        self.app = App(
+            config, clock=self.clock, registry=self.registry, extra_sinks=(self.findings,)
+        )
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self._await(self.app.start())
+
+    def _await(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self.loop).result(timeout=30)
+
+    def call(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` on the server's loop (the engine is single-threaded) and return."""
+
+        async def run() -> T:
+            return fn()
+
+        result: T = self._await(run())
+        return result
+
+    def settle(self, seconds: float | None = None) -> int:
+        """Advance the clock past completion_wait and complete what is due."""
+        wait = self.app.config.assembly.completion_wait_seconds
+        self.clock.advance(wait + 0.001 if seconds is None else seconds)
+        return self.call(self.app.engine.tick)
+
+    def address(self, name: str) -> str:
+        return self.app.addresses[name]
+
+    def sample(self, name: str, labels: dict[str, str] | None = None) -> float:
+        value = self.registry.get_sample_value(name, labels or {})
+        return 0.0 if value is None else value
+
+    def tooltraces(self) -> list[dict[str, Any]]:
+        if not self.tooltrace_path.exists():
+            return []
+        lines = self.tooltrace_path.read_text().splitlines()
+        return [json.loads(line) for line in lines]
+
+    def stop(self) -> None:
+        self._await(self.app.stop(grace=1.0))
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+@pytest.fixture
+def start_server(tmp_path: Path) -> Iterator[Callable[..., RunningServer]]:
+    """Factory: ``start_server(config_file=None, **overrides)``; stops what it started."""
+    started: list[RunningServer] = []
+
+    def start(config_file: Path | None = None, **overrides: Any) -> RunningServer:
+        settings = dict(FREE_PORTS)
+        settings["output.dump_tooltraces"] = str(tmp_path / "tooltraces.jsonl")
+        settings["output.findings"] = str(tmp_path / "findings.jsonl")
+        settings.update({k.replace("__", "."): v for k, v in overrides.items()})
+        server = RunningServer(load_config(config_file, settings), tmp_path)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
