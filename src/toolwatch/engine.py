@@ -113,22 +113,29 @@ class Engine:
     def _evaluate(self, trace: ToolTrace, last_arrival_ns: int) -> None:
         self._metrics.tool_trace(trace)
         self._parts.tooltraces.write(trace)
-        golden = self._parts.golden
-        expected = golden.match(trace) if golden is not None else None
+        # An incomplete run is judged against the policy only: the calls it is missing would
+        # read as drift against a golden case or a shadow twin.
+        golden, shadow = self._parts.golden, self._parts.shadow
+        comparable = trace.complete
+        expected = golden.match(trace) if golden is not None and comparable else None
         self._emit(trace, self._run(trace, expected, None), last_arrival_ns)
-        shadow = self._parts.shadow
-        pair = shadow.offer(trace) if shadow is not None else None
+        pair = shadow.offer(trace) if shadow is not None and comparable else None
         if pair is not None:
-            # Policy and golden findings of each half were emitted as it arrived; the pair
-            # adds only what is judged against the source.
-            paired = self._run(pair.target, None, pair.source)
+            # Each half was judged against the policy as it arrived; the pair adds only what
+            # is judged against the source.
+            paired = self._run(pair.target, None, pair.source, policy=False)
             drift = [f for f in paired if f.reference is ReferenceKind.SOURCE]
             self._emit(pair.target, drift, last_arrival_ns)
 
     def _run(
-        self, trace: ToolTrace, expected: GoldenCase | None, source: ToolTrace | None
+        self,
+        trace: ToolTrace,
+        expected: GoldenCase | None,
+        source: ToolTrace | None,
+        *,
+        policy: bool = True,
     ) -> Sequence[Finding]:
-        result = self._parts.evaluation.evaluate(trace, expected, source)
+        result = self._parts.evaluation.evaluate(trace, expected, source, policy=policy)
         for evaluator, _message in result.failures:
             self._metrics.evaluator_failed(evaluator)
         for evaluated in result.results:

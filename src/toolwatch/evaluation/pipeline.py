@@ -72,6 +72,7 @@ class _Entry:
     name: str
     evaluator: Evaluator
     needs: frozenset[ReferenceKind]  # empty: policy-based, always runs
+    policy_only: bool = False  # judges the policy alone, never a reference
 
 
 def build_evaluators(settings: EvaluationSettings) -> tuple[tuple[str, Evaluator], ...]:
@@ -118,10 +119,10 @@ def _policy(settings: EvaluationSettings) -> list[_Entry]:
     if config.safety.enabled and (policy.dangerous_tools or policy.allowed_tools):
         entries.append(_Entry(Safety.name, Safety(config.safety, policy), frozenset()))
     if config.loops.enabled:
-        entries.append(_Entry(Loops.name, Loops(config.loops, policy), frozenset()))
+        entries.append(_Entry(Loops.name, Loops(config.loops, policy), frozenset(), True))
     if config.invariants.enabled and policy.invariants:
         invariants = Invariants(config.invariants, policy)
-        entries.append(_Entry(Invariants.name, invariants, frozenset()))
+        entries.append(_Entry(Invariants.name, invariants, frozenset(), True))
     return entries
 
 
@@ -143,8 +144,14 @@ class EvaluationPipeline:
         trace: ToolTrace,
         expected: GoldenCase | None = None,
         source: ToolTrace | None = None,
+        *,
+        policy: bool = True,
     ) -> PipelineResult:
-        """Evaluate ``trace`` against its golden case and/or shadow source, and the policy."""
+        """Evaluate ``trace`` against its golden case and/or shadow source, and the policy.
+
+        ``policy=False`` skips the evaluators that judge the policy alone (``loops``,
+        ``invariants``): the server uses it when a shadow pair completes, since each half was
+        already judged against the policy when it arrived."""
         reference = Reference(expected, source)
         available = _available(reference)
         results: list[EvalResult] = []
@@ -152,6 +159,8 @@ class EvaluationPipeline:
         durations: dict[str, float] = {}
         for entry in self._entries:
             if entry.needs and not entry.needs & available:
+                continue
+            if entry.policy_only and not policy:
                 continue
             started = time.perf_counter()
             try:
