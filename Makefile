@@ -12,8 +12,10 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The quick start runs the example policy; `make serve CONFIG=my.yaml ARGS=...` for yours.
+CONFIG ?= examples/toolwatch.yaml
 serve: $(STAMP)
-	$(BIN)/toolwatch serve $(ARGS)
+	@$(BIN)/toolwatch serve --config $(CONFIG) $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/ruff check src tests bench

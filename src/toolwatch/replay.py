@@ -90,10 +90,11 @@ def evaluate_offline(traces: Sequence[ToolTrace], config: Config, gates: Sequenc
     golden = _golden(config)
     builder = ReportBuilder(settings, gates)
     for trace in traces:
-        case = golden.match(trace) if golden is not None else None
+        # As in serve: an incomplete run is judged against the policy only.
+        case = golden.match(trace) if golden is not None and trace.complete else None
         builder.add(trace, case, pipeline.evaluate(trace, case, None))
     for source, target in _shadow_pairs(traces, config):
-        result = pipeline.evaluate(target, None, source)
+        result = pipeline.evaluate(target, None, source, policy=False)
         builder.add_pair(target, result, ReferenceKind.SOURCE)
     return builder.build()
 
@@ -117,6 +118,8 @@ def _shadow_pairs(
         return
     halves: dict[str, dict[str, ToolTrace]] = {}
     for trace in traces:
+        if not trace.complete:
+            continue
         key = trace.reference_keys.get(shadow.pair_key_attribute)
         role = trace.reference_keys.get(shadow.role_attribute, "").strip().casefold()
         if key:

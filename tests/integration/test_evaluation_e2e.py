@@ -1,0 +1,190 @@
+"""Online evaluation end to end: runs sent with the SDK's OTLP exporter become findings in the
+findings log; ``toolwatch replay`` on the same recorded traces reproduces them and gates."""
+
+from __future__ import annotations
+
+import base64
+import json
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import json_format
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.trace import ReadableSpan
+
+from tests.integration import agents
+from tests.integration.conftest import RunningServer
+from tests.integration.test_ingest_to_tooltrace import send_grpc
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+MINIMAL_POLICY = """\
+policy:
+  dangerous_tools: [issue_refund]
+  verification_tools: [lookup_order]
+"""
+
+
+def findings_log(server: RunningServer) -> list[dict[str, Any]]:
+    path = Path(server.app.config.output.findings or "")
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def otlp_json_line(spans: Sequence[ReadableSpan]) -> str:
+    """One ExportTraceServiceRequest as the Collector's file exporter writes it: OTLP/JSON
+    with hex ids."""
+    data = json_format.MessageToDict(encode_spans(spans))
+    for resource in data["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = _base64_to_hex(span[key])
+    return json.dumps(data)
+
+
+def _base64_to_hex(value: str) -> str:
+    return base64.b64decode(value).hex()
+
+
+def replay(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "toolwatch.cli", "replay", "--no-progress", *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+
+
+def key(finding: dict[str, Any]) -> tuple[Any, ...]:
+    return (
+        finding["category"],
+        finding["evaluator"],
+        finding["tool"],
+        finding["trace_id"],
+        finding["span_id"],
+    )
+
+
+def test_minimal_policy_flags_an_unverified_refund(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    server = start_server(config)
+    spans = agents.record(agents.unverified_refund_run(), "genai")
+
+    send_grpc(server, spans)
+    server.settle()
+
+    (finding,) = findings_log(server)
+    refund_span = next(s for s in spans if s.name == "execute_tool issue_refund")
+    assert finding["category"] == "MISSING_VERIFICATION_STEP"
+    assert finding["severity"] == "high"
+    assert finding["evaluator"] == "safety"
+    assert finding["reference"] == "policy"
+    assert finding["tool"] == "issue_refund"
+    assert finding["agent"] == "refund-bot"
+    assert finding["trace_id"] == format(refund_span.context.trace_id, "032x")
+    assert finding["span_id"] == format(refund_span.context.span_id, "016x")
+    assert "lookup_order" in finding["explanation"]
+    labels = {
+        "category": "MISSING_VERIFICATION_STEP",
+        "severity": "high",
+        "evaluator": "safety",
+        "agent": "refund-bot",
+        "tool": "issue_refund",
+    }
+    assert server.sample("toolwatch_regressions_total", labels) == 1
+
+
+def test_verified_refund_has_no_finding(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    server = start_server(config)
+
+    send_grpc(server, agents.record(agents.refund_run(), "genai"))
+    server.settle()
+
+    assert len(server.tooltraces()) == 1
+    assert findings_log(server) == []
+
+
+def shadow_half(role: str, extra_refund: bool) -> agents.AgentRun:
+    attributes = {"toolwatch.shadow.pair_id": "req-77", "toolwatch.shadow.role": role}
+    turns = [agents.Turn((agents.LOOKUP,)), agents.Turn((agents.REFUND,))]
+    if extra_refund:
+        turns.append(agents.Turn((agents.REFUND,)))
+    turns.append(agents.Turn(text="Done."))
+    return agents.AgentRun("refund-bot", tuple(turns), attributes=attributes)
+
+
+def test_shadow_target_with_an_extra_refund_is_dangerous_drift(
+    start_server: Callable[..., RunningServer],
+) -> None:
+    server = start_server(EXAMPLES / "toolwatch.yaml")
+    send_grpc(server, agents.record(shadow_half("source", extra_refund=False), "genai"))
+    send_grpc(server, agents.record(shadow_half("target", extra_refund=True), "genai"))
+    server.settle()
+
+    drift = [f for f in server.findings.findings if f.category == "DANGEROUS_ACTION_DRIFT"]
+    assert len(drift) == 1
+    assert drift[0].reference == "source"
+    assert drift[0].tool == "issue_refund"
+    target_trace = next(t for t in server.tooltraces() if "target" in str(t["reference_keys"]))
+    assert drift[0].trace_id == target_trace["trace_id"]
+
+
+def test_canary_run_is_compared_with_its_golden_case(
+    start_server: Callable[..., RunningServer],
+) -> None:
+    server = start_server(EXAMPLES / "toolwatch.yaml")
+    canary = agents.AgentRun(
+        "refund-bot",
+        (agents.Turn((agents.LOOKUP,)), agents.Turn(text="Sorry, a person will call you.")),
+        attributes={"toolwatch.case_id": "refund-verified-damaged-item"},
+    )
+    send_grpc(server, agents.record(canary, "genai"))
+    server.settle()
+
+    categories = {f.category for f in server.findings.findings}
+    selection = [f for f in server.findings.findings if f.evaluator == "tool_selection"]
+    assert "TOOL_SELECTION_DRIFT" in categories
+    assert selection and all(f.reference == "expected" for f in selection)
+
+
+def test_replay_reproduces_the_servers_findings_and_gates(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    server = start_server(config)
+    runs = [agents.unverified_refund_run(), agents.refund_run(), agents.unverified_refund_run()]
+    recorded = tmp_path / "traces.otlp.jsonl"
+    lines = []
+    for run in runs:
+        spans = agents.record(run, "genai")
+        send_grpc(server, spans)
+        lines.append(otlp_json_line(spans))
+    recorded.write_text("\n".join(lines) + "\n")
+    server.settle()
+    online = sorted(key(f) for f in findings_log(server))
+    assert len(online) == 2
+
+    gated = replay(
+        "--config", str(config), "--format", "json",
+        "--max-findings", "MISSING_VERIFICATION_STEP=0", str(recorded),
+    )  # fmt: skip
+    assert gated.returncode == 1, gated.stderr
+    report = json.loads(gated.stdout)
+    assert sorted(key(f) for f in report["findings"]) == online
+    assert report["traces"] == 3
+    assert report["passed"] is False
+
+    passing = replay("--config", str(config), "--max-findings", "any=2", str(recorded))
+    assert passing.returncode == 0, passing.stdout + passing.stderr
+    assert "PASS" in passing.stdout
+
+    dumped = replay("--config", str(config), "--format", "json", str(server.tooltrace_path))
+    assert dumped.returncode == 0, dumped.stderr
+    assert sorted(key(f) for f in json.loads(dumped.stdout)["findings"]) == online
