@@ -18,13 +18,13 @@ serve: $(STAMP)
 	@$(BIN)/toolwatch serve --config $(CONFIG) $(ARGS)
 
 test: $(STAMP)
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check
 	$(BIN)/mypy
 	$(BIN)/pytest -q $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check
+	$(BIN)/ruff format --check
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
