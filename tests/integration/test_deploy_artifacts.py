@@ -112,11 +112,14 @@ def _dashboard_exprs() -> list[str]:
 
 
 def _sample_names(families: dict[str, str]) -> frozenset[str]:
-    """Series names a family exposes: a histogram's are its _bucket, _sum and _count."""
+    """Series names a family exposes: a histogram's are its _bucket, _sum and _count; counters
+    and histograms also expose <base>_created (prometheus_client), which the alert rules use."""
     names = set(families)
     for name, kind in families.items():
         if kind == "histogram":
-            names.update(f"{name}{suffix}" for suffix in ("_bucket", "_sum", "_count"))
+            names.update(f"{name}{suffix}" for suffix in ("_bucket", "_sum", "_count", "_created"))
+        if kind == "counter":
+            names.add(f"{name.removesuffix('_total')}_created")
     return frozenset(names)
 
 
