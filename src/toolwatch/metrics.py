@@ -14,6 +14,9 @@ retries, so they are outside the law). Each span then ends in exactly one of
 ``spans_rejected`` (invalid at ingest), ``spans_dropped`` (valid but never evaluated:
 duplicate, late, over a bound, ...), or ``spans_built`` (part of a ToolTrace handed to the
 evaluators), unless it is still buffered.
+
+``auth_failed`` counts requests refused for a missing or wrong bearer token, per listener
+(``grpc``, ``http``, ``metrics``, ``stream``).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ class PipelineMetrics(Protocol):
     def finding(self, finding: Finding, detection_seconds: float | None) -> None: ...
     def stream_dropped(self, n: int) -> None: ...
     def shadow_unpaired(self, reason: str) -> None: ...
+    def auth_failed(self, listener: str) -> None: ...
 
 
 class NoopMetrics:
@@ -83,4 +87,7 @@ class NoopMetrics:
         pass
 
     def shadow_unpaired(self, reason: str) -> None:
+        pass
+
+    def auth_failed(self, listener: str) -> None:
         pass

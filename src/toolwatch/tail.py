@@ -14,8 +14,12 @@ Exit codes, for the CLI and scripts that restart tail:
 
 - 0: the server ended the stream (toolwatch shut down cleanly);
 - 1: the server could not be reached, or the connection was lost;
-- 2: the server rejected the filter (unknown category or severity);
+- 2: the server rejected the filter (unknown category or severity) or the credentials, or
+  a credentials file cannot be used;
 - 130: interrupted (Ctrl-C).
+
+A secured stream (the server's ``security`` section) is reached with a ``StreamAccess``: TLS
+with the server's CA, a client certificate for mutual TLS, a bearer-token file.
 """
 
 from __future__ import annotations
@@ -26,11 +30,13 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
 import grpc
 
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
+from toolwatch.config import read_token_file
 from toolwatch.sinks.findings import format_timestamp
 
 __all__ = [
@@ -38,6 +44,7 @@ __all__ = [
     "EXIT_OK",
     "EXIT_UNAVAILABLE",
     "EXIT_USAGE",
+    "StreamAccess",
     "format_finding_line",
     "run_tail",
     "stream_finding_record",
@@ -54,6 +61,46 @@ _SEVERITY_COLOURS = {
 EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
+@dataclass(frozen=True, slots=True)
+class StreamAccess:
+    """How to reach a secured findings stream.
+
+    TLS is on when ``tls`` is true or a CA or client certificate is given; ``ca_file`` (PEM)
+    is the CA that signed the server's certificate (default: the system's roots).
+    ``cert_file`` and ``key_file`` (PEM, together) are the client certificate for mutual
+    TLS. The first token of ``bearer_token_file`` is sent as ``authorization: Bearer``.
+    """
+
+    tls: bool = False
+    ca_file: Path | None = None
+    cert_file: Path | None = None
+    key_file: Path | None = None
+    bearer_token_file: Path | None = None
+
+    def channel(self, target: str) -> grpc.Channel:
+        """A channel to ``target``. Raises ``OSError``/``ValueError`` for unusable files."""
+        if (self.cert_file is None) != (self.key_file is None):
+            raise ValueError("a client certificate needs both --tls-cert and --tls-key")
+        if not (self.tls or self.ca_file or self.cert_file):
+            return grpc.insecure_channel(target)
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=_read(self.ca_file),
+            private_key=_read(self.key_file),
+            certificate_chain=_read(self.cert_file),
+        )
+        return grpc.secure_channel(target, credentials)
+
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """The call metadata. Raises ``OSError``/``ValueError`` for an unusable token file."""
+        if self.bearer_token_file is None:
+            return ()
+        return (("authorization", f"Bearer {read_token_file(self.bearer_token_file)[0]}"),)
+
+
+def _read(path: Path | None) -> bytes | None:
+    return None if path is None else path.read_bytes()
+
+
 def run_tail(
     target: str,
     *,
@@ -64,18 +111,27 @@ def run_tail(
     color: bool | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
+    access: StreamAccess | None = None,
 ) -> int:
     """Subscribes to the findings stream at ``target`` (``host:port``) and prints findings
     to ``out`` (default stdout) until the stream ends; messages go to ``err`` (default
-    stderr). Returns the exit code (module docstring). Blocks the calling thread."""
+    stderr). ``access`` reaches a secured stream (default: plaintext, no token). Returns
+    the exit code (module docstring). Blocks the calling thread."""
     out = out or sys.stdout
     err = err or sys.stderr
+    access = access or StreamAccess()
     printer = _Printer(out, as_json, _use_colour(out) if color is None else color)
     request = findings_pb2.SubscribeRequest(
         categories=list(categories), min_severity=min_severity, agents=list(agents)
     )
-    with grpc.insecure_channel(target) as channel:
-        call = findings_pb2_grpc.FindingsServiceStub(channel).Subscribe(request)  # type: ignore[no-untyped-call]
+    try:
+        channel, metadata = access.channel(target), access.metadata()
+    except (OSError, ValueError) as e:
+        err.write(f"toolwatch tail: {e}\n")
+        return EXIT_USAGE
+    with channel:
+        stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
+        call = stub.Subscribe(request, metadata=metadata)
         try:
             return _follow(call, target, printer, err)
         except KeyboardInterrupt:
@@ -115,6 +171,9 @@ def _report_error(error: Any, target: str, connected: bool, err: TextIO) -> int:
     code, details = error.code(), error.details()
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         err.write(f"toolwatch tail: {details}\n")
+        return EXIT_USAGE
+    if code == grpc.StatusCode.UNAUTHENTICATED:
+        err.write(f"toolwatch tail: {target} refused the bearer token (UNAUTHENTICATED)\n")
         return EXIT_USAGE
     if connected:
         err.write(f"toolwatch tail: lost the connection to {target}: {code.name}: {details}\n")

@@ -23,6 +23,7 @@ import math
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info
 from prometheus_client.core import GaugeMetricFamily
@@ -61,6 +62,9 @@ _DETECTION_BUCKETS = (0.5, 1.0, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 30.0, 
 _TRANSPORTS = ("grpc", "http")
 _STATUSES = ("ok", "error")
 _OUTCOMES = ("complete", "timed_out", "evicted", "span_limit", "shutdown")
+_LISTENERS = ("grpc", "http", "metrics", "stream")
+
+_Metric = TypeVar("_Metric", Counter, Histogram)
 
 
 class LabelLimiter:
@@ -201,6 +205,8 @@ class PrometheusMetrics:
         self._transport = LabelLimiter(_TRANSPORTS, 0)
         self._status = LabelLimiter(_STATUSES, 0)
         self._trace_outcome = LabelLimiter(_OUTCOMES, 0)
+        self._listener = LabelLimiter(_LISTENERS, 0)
+        self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._register(registry)
         Info("toolwatch_build", "toolwatch version, always 1.", registry=registry).info(
             {"version": version}
@@ -315,15 +321,31 @@ class PrometheusMetrics:
             ["reason"],
             registry=r,
         )
+        self._auth_failures = Counter(
+            "toolwatch_auth_failures_total",
+            "Requests refused for a missing or wrong bearer token (UNAUTHENTICATED, 401).",
+            ["listener"],
+            registry=r,
+        )
+
+    def _child(self, metric: _Metric, *values: str) -> _Metric:
+        """``metric.labels(*values)``, memoized: ``labels`` validates and takes a lock on every
+        call, and the pipeline asks for several children per agent run. The cache is as
+        bounded as the label values (``LabelLimiter``)."""
+        key = (metric, values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return cast("_Metric", child)
 
     def spans_received(self, n: int, transport: str) -> None:
-        _add(self._received.labels(self._transport(transport)), n)
+        _add(self._child(self._received, self._transport(transport)), n)
 
     def spans_rejected(self, n: int, reason: str) -> None:
         _add(self._rejected.labels(self._reason(reason)), n)
 
     def spans_dropped(self, n: int, reason: str) -> None:
-        _add(self._dropped.labels(self._reason(reason)), n)
+        _add(self._child(self._dropped, self._reason(reason)), n)
 
     def spans_refused(self, n: int, transport: str) -> None:
         _add(self._refused.labels(self._transport(transport)), n)
@@ -336,22 +358,23 @@ class PrometheusMetrics:
 
     def request_handled(self, transport: str, outcome: str, seconds: float) -> None:
         labels = (self._transport(transport), self._request_outcome(outcome))
-        self._request_seconds.labels(*labels).observe(seconds)
+        self._child(self._request_seconds, *labels).observe(seconds)
 
     def tool_trace(self, trace: ToolTrace) -> None:
         """Counts the run by outcome and each of its calls by tool and status."""
         reason = "complete" if trace.complete else trace.incomplete_reason or OTHER
-        self._tool_traces.labels(self._agent(trace.agent), self._trace_outcome(reason)).inc()
+        outcome = self._trace_outcome(reason)
+        self._child(self._tool_traces, self._agent(trace.agent), outcome).inc()
         for call in trace.calls:
             agent = self._agent(call.agent or trace.agent)
             status = self._status(str(call.status))
-            self._tool_calls.labels(agent, self._tool(call.tool_name), status).inc()
+            self._child(self._tool_calls, agent, self._tool(call.tool_name), status).inc()
 
     def evaluated(self, evaluator: str, score: float | None, seconds: float) -> None:
         name = self._evaluator(evaluator)
-        self._evaluation_seconds.labels(name).observe(seconds)
+        self._child(self._evaluation_seconds, name).observe(seconds)
         if score is not None and math.isfinite(score):
-            self._scores.labels(name).observe(score)
+            self._child(self._scores, name).observe(score)
 
     def evaluator_failed(self, evaluator: str) -> None:
         self._evaluator_failures.labels(self._evaluator(evaluator)).inc()
@@ -359,7 +382,8 @@ class PrometheusMetrics:
     def finding(self, finding: Finding, detection_seconds: float | None) -> None:
         """Counts the finding; its trace id rides along as an exemplar."""
         exemplar = {"trace_id": finding.trace_id} if _TRACE_ID.fullmatch(finding.trace_id) else None
-        self._regressions.labels(
+        self._child(
+            self._regressions,
             _enum_label(finding.category, Category),
             _enum_label(finding.severity, Severity),
             self._evaluator(finding.evaluator),
@@ -374,6 +398,9 @@ class PrometheusMetrics:
 
     def shadow_unpaired(self, reason: str) -> None:
         self._shadow_unpaired.labels(self._reason(reason)).inc()
+
+    def auth_failed(self, listener: str) -> None:
+        self._auth_failures.labels(self._listener(listener)).inc()
 
 
 def _add(counter: Counter, n: int) -> None:

@@ -45,6 +45,7 @@ EXPECTED_NAMES = {
     "toolwatch_evaluator_failures_total",
     "toolwatch_stream_dropped_findings_total",
     "toolwatch_shadow_unpaired_total",
+    "toolwatch_auth_failures_total",
     "toolwatch_build_info",
 }
 

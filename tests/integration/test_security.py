@@ -1,0 +1,638 @@
+"""TLS, mutual TLS and bearer tokens on every listener, through real clients (the SDK's OTLP
+exporters, grpc, urllib, ``toolwatch tail``), with certificates made at run time (trustme).
+Also: argument values stay out of metric labels, the findings log and the stream."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import logging
+import os
+import ssl
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import trustme
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcExporter,
+)
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+    OTLPSpanExporter as HttpExporter,
+)
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from tests.integration import agents
+from tests.integration.conftest import RunningServer
+from toolwatch.config import ConfigError, load_config
+from toolwatch.sinks.findings import REDACTED
+from toolwatch.tail import StreamAccess, run_tail
+
+TOKEN = "s3cret-token"
+AUTH_FAILURES = "toolwatch_auth_failures_total"
+Start = Callable[..., RunningServer]
+
+
+@dataclass(frozen=True)
+class Pki:
+    """PEM files: a server certificate for 127.0.0.1 and two client certificates, one
+    signed by the CA the server trusts for clients and one by a stranger."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_ca: Path
+    client_cert: Path
+    client_key: Path
+    rogue_cert: Path
+    rogue_key: Path
+    token_file: Path
+
+    def read(self, name: str) -> bytes:
+        path: Path = getattr(self, name)
+        return path.read_bytes()
+
+
+def _write_leaf(cert: trustme.LeafCert, cert_path: Path, key_path: Path) -> None:
+    for pem in cert.cert_chain_pems:
+        pem.write_to_path(str(cert_path), append=True)
+    cert.private_key_pem.write_to_path(str(key_path))
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    d = tmp_path_factory.mktemp("pki")
+    server_ca, client_ca, rogue_ca = trustme.CA(), trustme.CA(), trustme.CA()
+    server_ca.cert_pem.write_to_path(str(d / "ca.pem"))
+    client_ca.cert_pem.write_to_path(str(d / "client-ca.pem"))
+    _write_leaf(server_ca.issue_cert("127.0.0.1", "localhost"), d / "server.pem", d / "server.key")
+    _write_leaf(client_ca.issue_cert("agent.example"), d / "client.pem", d / "client.key")
+    _write_leaf(rogue_ca.issue_cert("agent.example"), d / "rogue.pem", d / "rogue.key")
+    (d / "tokens").write_text(TOKEN + "\n")
+    return Pki(
+        ca=d / "ca.pem",
+        server_cert=d / "server.pem",
+        server_key=d / "server.key",
+        client_ca=d / "client-ca.pem",
+        client_cert=d / "client.pem",
+        client_key=d / "client.key",
+        rogue_cert=d / "rogue.pem",
+        rogue_key=d / "rogue.key",
+        token_file=d / "tokens",
+    )
+
+
+@pytest.fixture(autouse=True)
+def _no_ca_bundle_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    # requests lets these variables override Session.verify, where the OTLP/HTTP exporter
+    # puts certificate_file (psf/requests#3829): the test CA would be ignored.
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+    monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+
+
+def tls(pki: Pki, mutual: bool = False, **more: Any) -> dict[str, Any]:
+    """``start_server`` overrides turning TLS (and optionally mTLS) on."""
+    settings = {
+        "security__tls__cert_file": str(pki.server_cert),
+        "security__tls__key_file": str(pki.server_key),
+        **more,
+    }
+    if mutual:
+        settings["security__tls__client_ca_file"] = str(pki.client_ca)
+    return settings
+
+
+def auth(token_file: Path, **more: Any) -> dict[str, Any]:
+    return {"security__auth__bearer_token_file": str(token_file), **more}
+
+
+def bearer(token: str) -> tuple[tuple[str, str], ...]:
+    return (("authorization", f"Bearer {token}"),)
+
+
+def grpc_credentials(pki: Pki, client: str | None = None) -> grpc.ChannelCredentials:
+    """Trusts the server's CA; ``client`` ("client" or "rogue") presents that certificate."""
+    if client is None:
+        return grpc.ssl_channel_credentials(pki.read("ca"))
+    return grpc.ssl_channel_credentials(
+        pki.read("ca"), pki.read(f"{client}_key"), pki.read(f"{client}_cert")
+    )
+
+
+def send_grpc(
+    server: RunningServer,
+    spans: Sequence[ReadableSpan],
+    credentials: grpc.ChannelCredentials | None = None,
+    token: str | None = None,
+) -> SpanExportResult:
+    exporter = GrpcExporter(
+        endpoint=server.address("grpc"),
+        insecure=credentials is None,
+        credentials=credentials,
+        headers={"authorization": f"Bearer {token}"} if token else None,
+        timeout=10,
+    )
+    try:
+        return exporter.export(spans)
+    finally:
+        exporter.shutdown()
+
+
+def send_http(
+    server: RunningServer,
+    spans: Sequence[ReadableSpan],
+    pki: Pki | None = None,
+    client: bool = False,
+    token: str | None = None,
+) -> SpanExportResult:
+    scheme = "https" if pki else "http"
+    exporter = HttpExporter(
+        endpoint=f"{scheme}://{server.address('http')}/v1/traces",
+        certificate_file=str(pki.ca) if pki else None,
+        client_certificate_file=str(pki.client_cert) if pki and client else None,
+        client_key_file=str(pki.client_key) if pki and client else None,
+        headers={"authorization": f"Bearer {token}"} if token else None,
+        timeout=10,
+    )
+    try:
+        return exporter.export(spans)
+    finally:
+        exporter.shutdown()  # type: ignore[no-untyped-call]
+
+
+def raw_export(
+    server: RunningServer,
+    credentials: grpc.ChannelCredentials | None = None,
+    metadata: tuple[tuple[str, str], ...] = (),
+) -> grpc.StatusCode:
+    """One empty Export call with a plain grpc client; returns the status code. Asserts
+    that an UNAUTHENTICATED answer carries no detail."""
+    target = server.address("grpc")
+    channel = (
+        grpc.secure_channel(target, credentials)
+        if credentials is not None
+        else grpc.insecure_channel(target)
+    )
+    with channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)  # type: ignore[no-untyped-call]
+        request = trace_service_pb2.ExportTraceServiceRequest()
+        try:
+            stub.Export(request, metadata=metadata, timeout=10)
+        except grpc.RpcError as error:
+            code: grpc.StatusCode = error.code()
+            if code == grpc.StatusCode.UNAUTHENTICATED:
+                assert not error.details()
+            return code
+    return grpc.StatusCode.OK
+
+
+def health_check(target: str, credentials: grpc.ChannelCredentials | None) -> Any:
+    channel = (
+        grpc.secure_channel(target, credentials)
+        if credentials is not None
+        else grpc.insecure_channel(target)
+    )
+    with channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        return stub.Check(health_pb2.HealthCheckRequest(), timeout=10).status
+
+
+@dataclass(frozen=True)
+class HttpAnswer:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+
+def http_get(url: str, context: ssl.SSLContext | None, token: str | None = None) -> HttpAnswer:
+    request = urllib.request.Request(url)
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+            return HttpAnswer(response.status, dict(response.headers), response.read())
+    except urllib.error.HTTPError as error:
+        return HttpAnswer(error.code, dict(error.headers), error.read())
+
+
+def post_traces(server: RunningServer, context: ssl.SSLContext, token: str | None) -> HttpAnswer:
+    request = urllib.request.Request(
+        f"https://{server.address('http')}/v1/traces",
+        data=trace_service_pb2.ExportTraceServiceRequest().SerializeToString(),
+        headers={"Content-Type": "application/x-protobuf"},
+    )
+    if token is not None:
+        request.add_header("Authorization", f"Bearer {token}")
+    try:
+        with urllib.request.urlopen(request, context=context, timeout=10) as response:
+            return HttpAnswer(response.status, dict(response.headers), response.read())
+    except urllib.error.HTTPError as error:
+        return HttpAnswer(error.code, dict(error.headers), error.read())
+
+
+def client_context(pki: Pki, client: bool = False) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=str(pki.ca))
+    if client:
+        context.load_cert_chain(pki.client_cert, pki.client_key)
+    return context
+
+
+def refund_spans() -> tuple[ReadableSpan, ...]:
+    return agents.record(agents.refund_run(), "genai")
+
+
+def assert_one_refund_trace(server: RunningServer) -> None:
+    assert server.settle() == 1
+    [trace] = server.tooltraces()
+    assert [c["tool_name"] for c in trace["calls"]] == ["lookup_order", "issue_refund"]
+
+
+# -- TLS --------------------------------------------------------------------------------------
+
+
+def test_otlp_grpc_over_tls_builds_the_tooltrace(start_server: Start, pki: Pki) -> None:
+    server = start_server(**tls(pki))
+    assert send_grpc(server, refund_spans(), grpc_credentials(pki)) is SpanExportResult.SUCCESS
+    assert_one_refund_trace(server)
+
+
+def test_plaintext_to_a_tls_grpc_port_fails(start_server: Start, pki: Pki) -> None:
+    server = start_server(**tls(pki))
+    assert raw_export(server) == grpc.StatusCode.UNAVAILABLE
+    assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 0
+
+
+def test_otlp_http_over_tls_builds_the_tooltrace(start_server: Start, pki: Pki) -> None:
+    server = start_server(**tls(pki))
+    assert send_http(server, refund_spans(), pki) is SpanExportResult.SUCCESS
+    assert_one_refund_trace(server)
+
+
+def test_mutual_tls_grpc_needs_a_certificate_signed_by_the_client_ca(
+    start_server: Start, pki: Pki
+) -> None:
+    server = start_server(**tls(pki, mutual=True))
+    assert raw_export(server, grpc_credentials(pki)) == grpc.StatusCode.UNAVAILABLE
+    assert raw_export(server, grpc_credentials(pki, "rogue")) == grpc.StatusCode.UNAVAILABLE
+    result = send_grpc(server, refund_spans(), grpc_credentials(pki, "client"))
+    assert result is SpanExportResult.SUCCESS
+    assert_one_refund_trace(server)
+
+
+def test_mutual_tls_http_needs_a_client_certificate(start_server: Start, pki: Pki) -> None:
+    server = start_server(**tls(pki, mutual=True))
+    with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+        post_traces(server, client_context(pki), token=None)
+    assert post_traces(server, client_context(pki, client=True), token=None).status == 200
+    assert send_http(server, refund_spans(), pki, client=True) is SpanExportResult.SUCCESS
+    assert_one_refund_trace(server)
+
+
+def test_metrics_over_tls_and_token_while_probes_stay_open(start_server: Start, pki: Pki) -> None:
+    listeners = ["grpc", "http", "metrics", "stream"]
+    server = start_server(**tls(pki), **auth(pki.token_file, security__auth__listeners=listeners))
+    base, context = f"https://{server.address('metrics')}", client_context(pki)
+
+    refused = http_get(f"{base}/metrics", context)
+    assert (refused.status, refused.headers["WWW-Authenticate"], refused.body) == (
+        401,
+        "Bearer",
+        b"",
+    )
+    scraped = http_get(f"{base}/metrics", context, TOKEN)
+    assert scraped.status == 200
+    assert b'toolwatch_auth_failures_total{listener="metrics"} 1.0' in scraped.body
+    assert http_get(f"{base}/healthz", context).body == b"ok\n"
+    assert http_get(f"{base}/readyz", context).body == b"ready\n"
+    with pytest.raises((urllib.error.URLError, ConnectionError)):  # plaintext to a TLS port
+        http_get(f"http://{server.address('metrics')}/healthz", None)
+
+
+# -- bearer tokens ------------------------------------------------------------------------------
+
+
+def test_grpc_without_the_right_token_is_unauthenticated_and_counted(
+    start_server: Start, pki: Pki
+) -> None:
+    server = start_server(**tls(pki), **auth(pki.token_file))
+    credentials = grpc_credentials(pki)
+    assert raw_export(server, credentials) == grpc.StatusCode.UNAUTHENTICATED
+    assert raw_export(server, credentials, bearer("wrong")) == grpc.StatusCode.UNAUTHENTICATED
+    assert raw_export(server, credentials, (("authorization", TOKEN),)) == (
+        grpc.StatusCode.UNAUTHENTICATED
+    )
+    assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 3
+    assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 0
+    # kubelet gRPC probes send no token: the health service stays open.
+    status = health_check(server.address("grpc"), credentials)
+    assert status == health_pb2.HealthCheckResponse.SERVING
+
+    result = send_grpc(server, refund_spans(), credentials, token=TOKEN)
+    assert result is SpanExportResult.SUCCESS
+    assert_one_refund_trace(server)
+    assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 3
+
+
+def test_http_without_the_right_token_is_401_and_counted(start_server: Start, pki: Pki) -> None:
+    server = start_server(**tls(pki), **auth(pki.token_file))
+    context = client_context(pki)
+    for token in (None, "wrong"):
+        answer = post_traces(server, context, token)
+        assert (answer.status, answer.headers["WWW-Authenticate"], answer.body) == (
+            401,
+            "Bearer",
+            b"",
+        )
+    assert server.sample(AUTH_FAILURES, {"listener": "http"}) == 2
+    assert send_http(server, refund_spans(), pki) is SpanExportResult.FAILURE
+
+    assert send_http(server, refund_spans(), pki, token=TOKEN) is SpanExportResult.SUCCESS
+    assert_one_refund_trace(server)
+    assert server.sample(AUTH_FAILURES, {"listener": "http"}) == 3
+
+
+def test_a_rotated_token_file_applies_after_reload_seconds(
+    start_server: Start, tmp_path: Path
+) -> None:
+    token_file = tmp_path / "tokens"
+    token_file.write_text("old-token\n")
+    server = start_server(**auth(token_file, security__auth__reload_seconds=30))
+    assert raw_export(server, metadata=bearer("old-token")) == grpc.StatusCode.OK
+
+    staging = tmp_path / "tokens.new"
+    staging.write_text("new-token\n")
+    os.replace(staging, token_file)
+    server.clock.advance(29)
+    assert raw_export(server, metadata=bearer("old-token")) == grpc.StatusCode.OK
+    assert raw_export(server, metadata=bearer("new-token")) == grpc.StatusCode.UNAUTHENTICATED
+
+    server.clock.advance(1)
+    assert raw_export(server, metadata=bearer("new-token")) == grpc.StatusCode.OK
+    assert raw_export(server, metadata=bearer("old-token")) == grpc.StatusCode.UNAUTHENTICATED
+    assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 2
+
+
+# -- the findings stream, and what findings show -----------------------------------------------
+
+
+POLICY = {
+    "policy__dangerous_tools": ["issue_refund"],
+    "policy__verification_tools": ["lookup_order"],
+    "policy__bindings": {"issue_refund.order_id": "lookup_order.order_id"},
+}
+
+
+@dataclass
+class TailRun:
+    code: int
+    out: str
+    err: str
+
+
+def tail_during(
+    server: RunningServer, act: Callable[[], None], access: StreamAccess, **options: Any
+) -> TailRun:
+    """Runs ``toolwatch tail`` on the server's stream in a thread; once it has subscribed,
+    does ``act``, then ends the stream and returns what tail printed.
+    The stream is ended even when ``act`` fails, so tail never outlives the test."""
+    out, err = io.StringIO(), io.StringIO()
+    codes: list[int] = []
+
+    def tail() -> None:
+        target = server.address("stream")
+        codes.append(run_tail(target, out=out, err=err, access=access, **options))
+
+    thread = threading.Thread(target=tail, daemon=True)
+    thread.start()
+    try:
+        subscribed = server.app.broker.wait_for_subscribers(1)
+        asyncio.run_coroutine_threadsafe(subscribed, server.loop).result(timeout=10)
+        act()
+    finally:
+        server.call(server.app.broker.close)
+        thread.join(timeout=10)
+    return TailRun(codes[0], out.getvalue(), err.getvalue())
+
+
+def tail_refused(server: RunningServer, access: StreamAccess) -> TailRun:
+    """Runs ``toolwatch tail``, expecting it to give up on its own; ends the stream if it
+    subscribed after all, so a regression fails instead of hanging."""
+    out, err = io.StringIO(), io.StringIO()
+    codes: list[int] = []
+
+    def tail() -> None:
+        codes.append(run_tail(server.address("stream"), out=out, err=err, access=access))
+
+    thread = threading.Thread(target=tail, daemon=True)
+    thread.start()
+    thread.join(timeout=10)
+    if thread.is_alive():
+        server.call(server.app.broker.close)
+        thread.join(timeout=10)
+        pytest.fail(f"tail subscribed with {access}")
+    return TailRun(codes[0], out.getvalue(), err.getvalue())
+
+
+def unverified_refund(
+    server: RunningServer,
+    credentials: grpc.ChannelCredentials | None = None,
+    token: str | None = None,
+) -> Callable[[], None]:
+    """Sends a refund without a lookup (a MISSING_VERIFICATION_STEP on order_id A-1001)."""
+
+    def act() -> None:
+        spans = agents.record(agents.unverified_refund_run(), "genai")
+        assert send_grpc(server, spans, credentials, token) is SpanExportResult.SUCCESS
+        assert server.settle() == 1
+
+    return act
+
+
+def missing_verification(lines: str) -> list[dict[str, Any]]:
+    findings = [json.loads(line) for line in lines.splitlines()]
+    return [f for f in findings if f["category"] == "MISSING_VERIFICATION_STEP"]
+
+
+def test_tail_follows_a_stream_with_tls_and_a_token(start_server: Start, pki: Pki) -> None:
+    server = start_server(**tls(pki), **auth(pki.token_file), **POLICY)
+    access = StreamAccess(ca_file=pki.ca, bearer_token_file=pki.token_file)
+    act = unverified_refund(server, grpc_credentials(pki), TOKEN)
+
+    run = tail_during(server, act, access, as_json=True)
+
+    assert run.code == 0
+    [finding] = missing_verification(run.out)
+    assert (finding["agent"], finding["tool"], finding["field"]) == (
+        "refund-bot",
+        "issue_refund",
+        "order_id",
+    )
+    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 0
+
+
+def test_tail_without_tls_or_with_a_wrong_token_is_refused(
+    start_server: Start, pki: Pki, tmp_path: Path
+) -> None:
+    server = start_server(**tls(pki), **auth(pki.token_file))
+    wrong = tmp_path / "wrong-token"
+    wrong.write_text("wrong-token\n")
+    target = server.address("stream")
+
+    refused = tail_refused(server, StreamAccess(ca_file=pki.ca, bearer_token_file=wrong))
+    assert refused.code == 2
+    assert refused.err == f"toolwatch tail: {target} refused the bearer token (UNAUTHENTICATED)\n"
+    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 1
+
+    plaintext = tail_refused(server, StreamAccess(bearer_token_file=pki.token_file))
+    assert plaintext.code == 1
+    assert f"cannot reach the findings stream at {target}" in plaintext.err
+
+
+def test_tail_on_mutual_tls_needs_a_client_certificate(start_server: Start, pki: Pki) -> None:
+    server = start_server(**tls(pki, mutual=True))
+    without = tail_refused(server, StreamAccess(ca_file=pki.ca))
+    assert without.code == 1
+
+    access = StreamAccess(ca_file=pki.ca, cert_file=pki.client_cert, key_file=pki.client_key)
+    run = tail_during(server, lambda: None, access)
+    assert (run.code, run.out) == (0, "")
+    assert "ended the stream" in run.err
+
+
+def metric_label_values(server: RunningServer) -> set[str]:
+    samples = (s for metric in server.registry.collect() for s in metric.samples)
+    return {value for sample in samples for value in sample.labels.values()}
+
+
+@pytest.mark.parametrize(
+    ("show_fields", "logged", "streamed"),
+    [
+        (
+            [],
+            {"failed_verification_spans": REDACTED, "value": REDACTED},
+            {"failed_verification_spans": REDACTED, "value": REDACTED},
+        ),
+        (
+            ["issue_refund.order_id"],
+            {"failed_verification_spans": [], "value": "A-1001"},
+            {"failed_verification_spans": "[]", "value": "A-1001"},
+        ),
+    ],
+)
+def test_argument_values_are_shown_only_for_configured_fields(
+    start_server: Start,
+    tmp_path: Path,
+    show_fields: list[str],
+    logged: dict[str, Any],
+    streamed: dict[str, Any],
+) -> None:
+    server = start_server(output__show_fields=show_fields, **POLICY)
+
+    run = tail_during(server, unverified_refund(server), StreamAccess(), as_json=True)
+
+    log_text = (tmp_path / "findings.jsonl").read_text()
+    [in_log] = missing_verification(log_text)
+    [in_stream] = missing_verification(run.out)
+    assert in_log["details"] == logged
+    assert in_stream["details"] == streamed
+    if not show_fields:
+        assert "A-1001" not in log_text
+        assert "A-1001" not in run.out
+    assert (
+        server.sample(
+            "toolwatch_regressions_total",
+            {
+                "category": "MISSING_VERIFICATION_STEP",
+                "severity": in_log["severity"],
+                "evaluator": in_log["evaluator"],
+                "agent": "refund-bot",
+                "tool": "issue_refund",
+            },
+        )
+        == 1
+    )
+    assert not any("A-1001" in value for value in metric_label_values(server))
+
+
+# -- start-up --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("protection", "warned"), [("none", True), ("tls", False), ("auth", False)]
+)
+def test_a_listener_beyond_loopback_warns_only_without_tls_or_auth(
+    start_server: Start,
+    pki: Pki,
+    caplog: pytest.LogCaptureFixture,
+    protection: str,
+    warned: bool,
+) -> None:
+    overrides = {"none": {}, "tls": tls(pki), "auth": auth(pki.token_file)}[protection]
+    with caplog.at_level(logging.WARNING, logger="toolwatch"):
+        server = start_server(listen__grpc="0.0.0.0:0", **overrides)
+    address = server.address("grpc")
+    assert address.startswith("0.0.0.0:")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    expected = f"grpc listener {address} is reachable beyond loopback without TLS or authentication"
+    assert warnings == ([expected] if warned else [])
+
+
+def test_a_missing_certificate_file_fails_naming_the_file(pki: Pki, tmp_path: Path) -> None:
+    missing = tmp_path / "absent.pem"
+    overrides = {
+        "security.tls.cert_file": str(missing),
+        "security.tls.key_file": str(pki.server_key),
+    }
+    with pytest.raises(ConfigError) as error:
+        load_config(None, overrides)
+    message = str(error.value)
+    assert "security.tls.cert_file" in message
+    assert f"{missing}: cannot read: No such file or directory" in message
+
+
+def test_a_key_that_does_not_match_the_certificate_fails(pki: Pki) -> None:
+    overrides = {
+        "security.tls.cert_file": str(pki.server_cert),
+        "security.tls.key_file": str(pki.client_key),
+    }
+    with pytest.raises(ConfigError) as error:
+        load_config(None, overrides)
+    assert f"security.tls: Value error, {pki.server_cert} with key {pki.client_key}" in str(
+        error.value
+    )
+    assert "(key values mismatch)" in str(error.value)
+
+
+def test_an_empty_token_file_fails_naming_the_file(tmp_path: Path) -> None:
+    empty = tmp_path / "tokens"
+    empty.write_text("\n")
+    with pytest.raises(ConfigError) as error:
+        load_config(None, {"security.auth.bearer_token_file": str(empty)})
+    assert f"security.auth.bearer_token_file: Value error, {empty}: holds no bearer token" in str(
+        error.value
+    )
+
+
+def test_paths_in_a_config_file_are_relative_to_the_file(pki: Pki, tmp_path: Path) -> None:
+    config_file = pki.ca.parent / "toolwatch.yaml"
+    config_file.write_text(
+        "security:\n"
+        "  tls: {cert_file: server.pem, key_file: server.key, client_ca_file: client-ca.pem}\n"
+        "  auth: {bearer_token_file: tokens, listeners: [grpc]}\n"
+    )
+    config = load_config(config_file).security
+    assert config.tls is not None and config.auth is not None
+    assert (config.tls.cert_file, config.tls.client_ca_file) == (pki.server_cert, pki.client_ca)
+    assert config.auth.bearer_token_file == pki.token_file
+    assert [config.uses_auth(name) for name in ("grpc", "http")] == [True, False]
+    assert config.uses_tls("metrics")
