@@ -37,6 +37,7 @@ from toolwatch.model import Clock, monotonic_clock
 from toolwatch.names import NameNormalizer
 from toolwatch.references.golden import GoldenCaseSet, load_golden_cases
 from toolwatch.references.shadow import ShadowJoiner
+from toolwatch.security import ListenerSecurity
 from toolwatch.sinks import exposition
 from toolwatch.sinks.findings import (
     FanOutSink,
@@ -51,6 +52,9 @@ from toolwatch.sinks.stream import FindingsBroker, add_findings_service
 __all__ = ["App", "build_references", "serve"]
 
 log = logging.getLogger("toolwatch")
+
+#: Kubelet probes cannot send a bearer token: these metrics-listener paths never need one.
+_PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 
 
 def build_references(config: Config) -> tuple[GoldenCaseSet | None, NameNormalizer]:
@@ -100,6 +104,7 @@ class App:
             buffer_state=self._buffer_state,
             stream_subscribers=lambda: self.broker.subscriber_count,
         )
+        self._security = ListenerSecurity(config.security, clock, self.metrics)
         self._redaction = Redaction(
             show_values=config.output.show_argument_values,
             show_fields=frozenset(config.output.show_fields),
@@ -129,6 +134,7 @@ class App:
         self._runners: list[web.AppRunner] = []
         self._ticker: asyncio.Task[None] | None = None
         self._ready = False
+        self._stopped = False
 
     def _buffer_state(self) -> BufferState:
         buffer = self.engine.buffer
@@ -153,16 +159,22 @@ class App:
         addresses in one parseable line."""
         listen = self.config.listen
         self.addresses["grpc"] = await self._start_otlp_grpc(listen.grpc)
-        self.addresses["http"] = await self._start_http(listen.http, self._otlp_http_app())
-        self.addresses["metrics"] = await self._start_http(listen.metrics, self._metrics_app())
+        self.addresses["http"] = await self._start_http("http", listen.http, self._otlp_http_app())
+        self.addresses["metrics"] = await self._start_http(
+            "metrics", listen.metrics, self._metrics_app()
+        )
         self.addresses["stream"] = await self._start_stream(listen.stream)
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         self._ready = True
-        _warn_if_exposed(self.addresses)
+        _warn_if_exposed(self.addresses, self._security.protected)
         log.info("listening %s", " ".join(f"{k}={v}" for k, v in self.addresses.items()))
 
     async def stop(self, grace: float | None = None) -> None:
-        """Stop accepting, evaluate everything buffered, flush the sinks, close listeners."""
+        """Stop accepting, evaluate everything buffered, flush the sinks, close listeners.
+        Idempotent: a second call returns at once."""
+        if self._stopped:
+            return
+        self._stopped = True
         grace = self.config.shutdown_grace_seconds if grace is None else grace
         self._ready = False
         if self._grpc is not None:
@@ -176,7 +188,8 @@ class App:
         drained = self.engine.drain()
         log.info("drained %d buffered trace(s) at shutdown", drained)
         for stream in self._outputs.files:
-            stream.close()
+            with contextlib.suppress(OSError):  # already reported by the engine's flush
+                stream.close()
         if self._stream is not None:
             await self._stream.stop(min(grace, 1.0))
         for runner in self._runners[1:]:
@@ -186,11 +199,15 @@ class App:
         period = self.config.assembly.tick_seconds
         while True:
             await asyncio.sleep(period)
-            self.engine.tick()
+            try:
+                self.engine.tick()
+            except Exception:  # a bug met on one trace must not stop completing the others
+                log.exception("completing buffered traces failed; the next tick goes on")
 
     async def _start_otlp_grpc(self, address: str) -> str:
         limit = self.config.ingest.max_request_bytes
         server = grpc.aio.server(
+            interceptors=self._security.grpc_interceptors("grpc"),
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", 4 * 2**20),
@@ -208,7 +225,7 @@ class App:
         )
         health = health_async.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
-        bound = _bind_grpc(server, address)
+        bound = _bind_grpc(server, address, self._security.grpc_credentials("grpc"))
         await server.start()
         for service in ("", SERVICE_NAME):
             await health.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -216,16 +233,18 @@ class App:
         return bound
 
     async def _start_stream(self, address: str) -> str:
-        server = grpc.aio.server()
+        server = grpc.aio.server(interceptors=self._security.grpc_interceptors("stream"))
         add_findings_service(server, self.broker)
-        bound = _bind_grpc(server, address)
+        bound = _bind_grpc(server, address, self._security.grpc_credentials("stream"))
         await server.start()
         self._stream = server
         return bound
 
     def _otlp_http_app(self) -> web.Application:
         limit = self.config.ingest.max_request_bytes
-        app = web.Application(client_max_size=limit)
+        app = web.Application(
+            client_max_size=limit, middlewares=self._security.http_middlewares("http")
+        )
         HttpTraceReceiver(
             consume=self.engine.offer,
             options=self._decode_options,
@@ -236,20 +255,28 @@ class App:
         return app
 
     def _metrics_app(self) -> web.Application:
-        return exposition.metrics_app(self.registry, ready=lambda: self._ready)
+        app = exposition.metrics_app(self.registry, ready=lambda: self._ready)
+        app.middlewares.extend(self._security.http_middlewares("metrics", _PROBE_PATHS))
+        return app
 
-    async def _start_http(self, address: str, app: web.Application) -> str:
+    async def _start_http(self, listener: str, address: str, app: web.Application) -> str:
         runner = web.AppRunner(app, auto_decompress=False, access_log=None)
         await runner.setup()
         sock = _listening_socket(address)
-        await web.SockSite(runner, sock).start()
+        ssl_context = self._security.ssl_context(listener)
+        await web.SockSite(runner, sock, ssl_context=ssl_context).start()
         self._runners.append(runner)
         return _format_address(sock.getsockname())
 
 
-def _bind_grpc(server: grpc.aio.Server, address: str) -> str:
+def _bind_grpc(
+    server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None
+) -> str:
     host, _port = parse_listen_address(address)
-    port = server.add_insecure_port(address)
+    if credentials is None:
+        port = server.add_insecure_port(address)
+    else:
+        port = server.add_secure_port(address, credentials)
     if port == 0:
         raise OSError(f"cannot listen on {address}")
     return _format_address((host, port))
@@ -288,10 +315,11 @@ def _reference_keys(config: Config) -> frozenset[str]:
     return config.golden.reference_keys() | config.shadow.reference_keys()
 
 
-def _warn_if_exposed(addresses: dict[str, str]) -> None:
+def _warn_if_exposed(addresses: dict[str, str], protected: Callable[[str], bool]) -> None:
+    """Warns about each listener reachable beyond loopback with neither TLS nor auth."""
     for name, address in addresses.items():
         host, _port = parse_listen_address(address)
-        if not is_loopback(host):
+        if not is_loopback(host) and not protected(name):
             log.warning(
                 "%s listener %s is reachable beyond loopback without TLS or authentication",
                 name,
@@ -303,11 +331,12 @@ async def serve(config: Config) -> int:
     """Run a server until SIGTERM or SIGINT, then shut down gracefully. Returns the exit
     code."""
     app = App(config)
-    await app.start()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    # Before start(): a SIGTERM right after the "listening" line must drain, not kill.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    await app.start()
     await stop.wait()
     log.info("shutting down")
     await app.stop()

@@ -21,7 +21,7 @@ from toolwatch.config import Config, ConfigError, load_config
 from toolwatch.model import Severity
 from toolwatch.references.golden import ReferenceFileError
 from toolwatch.replay import add_arguments, run_replay
-from toolwatch.tail import run_tail
+from toolwatch.tail import StreamAccess, run_tail
 
 __all__ = ["main"]
 
@@ -40,6 +40,28 @@ _SERVE_FLAGS: tuple[tuple[str, str, str, str], ...] = (
         "output.dump_tooltraces",
         "write every ToolTrace as a JSON line: PATH or -",
     ),
+    ("--tls-cert", "TOOLWATCH_TLS_CERT", "security.tls.cert_file", "TLS certificate chain (PEM)"),
+    ("--tls-key", "TOOLWATCH_TLS_KEY", "security.tls.key_file", "TLS private key (PEM)"),
+    (
+        "--tls-client-ca",
+        "TOOLWATCH_TLS_CLIENT_CA",
+        "security.tls.client_ca_file",
+        "require client certificates signed by this CA (PEM): mutual TLS",
+    ),
+    (
+        "--bearer-token-file",
+        "TOOLWATCH_BEARER_TOKEN_FILE",
+        "security.auth.bearer_token_file",
+        "require a bearer token listed in this file (one per line)",
+    ),
+)
+
+_TAIL_ACCESS_FLAGS: tuple[tuple[str, str, str], ...] = (
+    # flag, environment variable, help
+    ("--tls-ca", "TOOLWATCH_TAIL_TLS_CA", "CA certificate (PEM) of the server; turns TLS on"),
+    ("--tls-cert", "TOOLWATCH_TAIL_TLS_CERT", "client certificate (PEM) for mutual TLS"),
+    ("--tls-key", "TOOLWATCH_TAIL_TLS_KEY", "client private key (PEM) for mutual TLS"),
+    ("--bearer-token-file", "TOOLWATCH_TAIL_BEARER_TOKEN_FILE", "send this file's first token"),
 )
 
 _EXAMPLES = """\
@@ -127,6 +149,9 @@ def _add_tail(commands: Any) -> None:
     tail.add_argument("--min-severity", default="low", choices=severities)
     tail.add_argument("--json", action="store_true", help="one JSON object per line")
     tail.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    tail.add_argument("--tls", action="store_true", help="use TLS with the system's CA roots")
+    for flag, env, help_text in _TAIL_ACCESS_FLAGS:
+        tail.add_argument(flag, type=Path, default=_env_path(env), help=f"{help_text}; env {env}")
     tail.set_defaults(run=_tail)
 
 
@@ -171,6 +196,13 @@ def _tail(args: argparse.Namespace) -> int:
         as_json=args.json,
         color=color,
         out=sys.stdout,
+        access=StreamAccess(
+            tls=args.tls,
+            ca_file=args.tls_ca,
+            cert_file=args.tls_cert,
+            key_file=args.tls_key,
+            bearer_token_file=args.bearer_token_file,
+        ),
     )
 
 

@@ -11,6 +11,8 @@ The sections of other stages are defined next to their stage (``evaluation.setti
 from __future__ import annotations
 
 import ipaddress
+import re
+import ssl
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,15 +31,21 @@ from toolwatch.evaluation.settings import EvaluatorsSettings, PolicySettings
 from toolwatch.references.settings import GoldenSettings, ShadowSettings
 
 __all__ = [
+    "LISTENERS",
     "AssemblySettings",
+    "AuthSettings",
     "Config",
     "ConfigError",
     "IngestSettings",
     "ListenSettings",
+    "Listener",
     "MetricsSettings",
     "OutputSettings",
+    "SecuritySettings",
+    "TlsSettings",
     "load_config",
     "parse_listen_address",
+    "read_token_file",
 ]
 
 _MIB = 2**20
@@ -136,6 +144,122 @@ class MetricsSettings(_Section):
     tools: tuple[str, ...] = ()
 
 
+#: A listener's name, as in ``ListenSettings`` and ``App.addresses``.
+Listener = Literal["grpc", "http", "metrics", "stream"]
+LISTENERS: tuple[Listener, ...] = ("grpc", "http", "metrics", "stream")
+
+# RFC 6750 section 2.1: b64token = 1*( ALPHA / DIGIT / "-" / "." / "_" / "~" / "+" / "/" ) *"="
+_BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
+
+
+def read_token_file(path: Path) -> tuple[str, ...]:
+    """The bearer tokens in ``path``, one per line (blank lines and surrounding whitespace
+    ignored; several tokens let clients move to a new one before the old one is removed).
+    Raises ``OSError`` when the file cannot be read and ``ValueError`` naming the file and
+    line (never the token) when it holds no token or a line is not an RFC 6750 token."""
+    tokens = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        token = line.strip()
+        if token and not _BEARER_TOKEN.fullmatch(token):
+            raise ValueError(f"{path}: line {number} is not a bearer token (RFC 6750 b64token)")
+        if token:
+            tokens.append(token)
+    if not tokens:
+        raise ValueError(f"{path}: holds no bearer token (one per line)")
+    return tuple(tokens)
+
+
+def _readable(path: Path) -> Path:
+    try:
+        with path.open("rb"):
+            return path
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
+
+
+def _ssl_reason(exc: ssl.SSLError | OSError) -> str:
+    reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None)
+    return str(reason or exc).replace("_", " ").lower()
+
+
+def _no_password() -> bytes:
+    # Without a callback OpenSSL would prompt on the terminal for an encrypted key.
+    return b""
+
+
+class TlsSettings(_Section):
+    """TLS on the listeners named in ``listeners`` (all four by default). PEM files, read at
+    start-up: restart to rotate certificates. The private key must not be encrypted.
+    ``client_ca_file`` turns on mutual TLS: those listeners then accept only clients whose
+    certificate that CA signed."""
+
+    cert_file: Path
+    key_file: Path
+    client_ca_file: Path | None = None
+    listeners: tuple[Listener, ...] = LISTENERS
+
+    @field_validator("cert_file", "key_file", "client_ca_file")
+    @classmethod
+    def _file(cls, path: Path | None) -> Path | None:
+        return None if path is None else _readable(path)
+
+    @model_validator(mode="after")
+    def _files_load(self) -> TlsSettings:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            context.load_cert_chain(self.cert_file, self.key_file, password=_no_password)
+        except (ssl.SSLError, OSError) as exc:
+            raise ValueError(
+                f"{self.cert_file} with key {self.key_file}: not a PEM certificate chain and "
+                f"its unencrypted private key ({_ssl_reason(exc)})"
+            ) from None
+        if self.client_ca_file is not None:
+            try:
+                context.load_verify_locations(cafile=self.client_ca_file)
+            except (ssl.SSLError, OSError) as exc:
+                raise ValueError(
+                    f"{self.client_ca_file}: not a PEM CA certificate ({_ssl_reason(exc)})"
+                ) from None
+        return self
+
+
+class AuthSettings(_Section):
+    """Bearer tokens (RFC 6750) required on the listeners named in ``listeners``.
+
+    ``bearer_token_file`` holds the accepted tokens, one per line; it is checked for changes
+    at most every ``reload_seconds`` and re-read when it changed. ``/metrics`` needs the
+    token only when ``metrics`` is listed; ``/healthz``, ``/readyz`` and the gRPC health
+    service never do (kubelet probes cannot send one).
+    """
+
+    bearer_token_file: Path
+    reload_seconds: float = Field(10.0, gt=0, le=3600)
+    listeners: tuple[Listener, ...] = ("grpc", "http", "stream")
+
+    @field_validator("bearer_token_file")
+    @classmethod
+    def _has_tokens(cls, path: Path) -> Path:
+        try:
+            read_token_file(path)
+        except OSError as exc:
+            raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
+        return path
+
+
+class SecuritySettings(_Section):
+    """TLS and bearer-token authentication of the listeners; both off by default (the
+    default listeners are loopback-only)."""
+
+    tls: TlsSettings | None = None
+    auth: AuthSettings | None = None
+
+    def uses_tls(self, listener: str) -> bool:
+        return self.tls is not None and listener in self.tls.listeners
+
+    def uses_auth(self, listener: str) -> bool:
+        return self.auth is not None and listener in self.auth.listeners
+
+
 class Config(_Section):
     """The whole configuration. ``Config()`` is the built-in default."""
 
@@ -148,6 +272,7 @@ class Config(_Section):
     shadow: ShadowSettings = ShadowSettings()
     output: OutputSettings = OutputSettings()
     metrics: MetricsSettings = MetricsSettings()
+    security: SecuritySettings = SecuritySettings()
     shutdown_grace_seconds: float = Field(10.0, gt=0, le=600)
 
     @model_validator(mode="after")
@@ -168,22 +293,37 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> C
     validate. Raises ``ConfigError`` naming the file, the field path and the reason."""
     source = str(path) if path else "defaults"
     data = _read_yaml(path) if path else {}
-    for dotted, value in (overrides or {}).items():
-        _set_dotted(data, dotted, value)
     if path is not None:
         _resolve_relative(data, path.parent)
+    # After resolving: paths given as overrides (flags, env) are relative to the working
+    # directory.
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(data, dotted, value)
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(source, exc)) from None
+        raise ConfigError(_format_errors(source, exc, overrides or {})) from None
+
+
+#: The file-path settings, as key paths.
+_PATH_FIELDS = (
+    ("golden", "cases_file"),
+    ("security", "tls", "cert_file"),
+    ("security", "tls", "key_file"),
+    ("security", "tls", "client_ca_file"),
+    ("security", "auth", "bearer_token_file"),
+)
 
 
 def _resolve_relative(data: dict[str, Any], base: Path) -> None:
     """Paths inside the file are relative to the file, not to the working directory."""
-    golden = data.get("golden")
-    if isinstance(golden, dict) and isinstance(golden.get("cases_file"), str):
-        cases = Path(golden["cases_file"])
-        golden["cases_file"] = str(cases if cases.is_absolute() else base / cases)
+    for *parents, leaf in _PATH_FIELDS:
+        node: Any = data
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(leaf), str):
+            path = Path(node[leaf])
+            node[leaf] = str(path if path.is_absolute() else base / path)
 
 
 def _read_yaml(path: Path) -> dict[str, Any]:
@@ -213,11 +353,17 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-def _format_errors(source: str, exc: ValidationError) -> str:
+def _format_errors(source: str, exc: ValidationError, overrides: dict[str, Any]) -> str:
+    """One line per error: where the value came from, the field path, the reason."""
     lines = [f"{source}: {exc.error_count()} configuration error(s)"]
     for error in exc.errors(include_url=False):
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        origin = "command line/environment" if _overridden(where, overrides) else source
         shown = repr(error.get("input"))
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
-        lines.append(f"  {source}: {where}: {error['msg']} (got {shown})")
+        lines.append(f"  {origin}: {where}: {error['msg']} (got {shown})")
     return "\n".join(lines)
+
+
+def _overridden(where: str, overrides: dict[str, Any]) -> bool:
+    return any(where == key or where.startswith(key + ".") for key in overrides)

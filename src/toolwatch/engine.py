@@ -9,6 +9,7 @@ loop), so nothing here locks. Time comes from the injected clock.
 from __future__ import annotations
 
 import enum
+import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -25,6 +26,8 @@ from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.sinks.findings import FindingSink
 
 __all__ = ["Admission", "DiscardToolTraces", "Engine", "EngineParts", "ToolTraceSink"]
+
+log = logging.getLogger(__name__)
 
 
 class Admission(enum.Enum):
@@ -101,14 +104,26 @@ class Engine:
         self._process(completed)
         if self._parts.shadow is not None:
             self._parts.shadow.drain()
-        self._parts.tooltraces.close()
-        self._parts.findings.close()
+        for sink in (self._parts.tooltraces, self._parts.findings):
+            try:
+                sink.close()
+            except Exception:  # a full disk at shutdown must not stop the rest of it
+                log.exception("could not flush %s at shutdown", type(sink).__name__)
         return len(completed)
 
     def _process(self, completed: Iterable[CompletedTrace]) -> None:
         for trace in completed:
-            for tool_trace in build_tool_traces(trace, self._parts.normalize):
-                self._evaluate(tool_trace, trace.last_arrival_ns)
+            try:
+                self._process_one(trace)
+            except Exception:
+                # Isolate: one trace the timeline or a sink chokes on must not cost the rest
+                # of the batch. Counted as a failure of the "engine" stage, logged with the id.
+                self._metrics.evaluator_failed("engine")
+                log.exception("could not evaluate trace %s", trace.trace_id.hex())
+
+    def _process_one(self, trace: CompletedTrace) -> None:
+        for tool_trace in build_tool_traces(trace, self._parts.normalize):
+            self._evaluate(tool_trace, trace.last_arrival_ns)
 
     def _evaluate(self, trace: ToolTrace, last_arrival_ns: int) -> None:
         self._metrics.tool_trace(trace)

@@ -54,8 +54,7 @@ def only_trace(server: RunningServer) -> dict[str, Any]:
 
 def calls(trace: dict[str, Any]) -> list[tuple[Any, ...]]:
     return [
-        (c["tool_name"], c["arguments"], c["status"], c["sequence_index"])
-        for c in trace["calls"]
+        (c["tool_name"], c["arguments"], c["status"], c["sequence_index"]) for c in trace["calls"]
     ]
 
 
@@ -180,9 +179,7 @@ def test_retried_spans_count_once(start_server: Callable[..., RunningServer]) ->
     server.settle()
 
     assert len(only_trace(server)["calls"]) == 2
-    assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 2 * len(
-        spans
-    )
+    assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 2 * len(spans)
     assert server.sample("toolwatch_spans_dropped_total", {"reason": "duplicate"}) == len(spans)
     assert server.sample("toolwatch_spans_built_total") == len(spans)
 

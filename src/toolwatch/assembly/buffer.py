@@ -136,19 +136,41 @@ class _Trace:
         return min(self.last_ns + limits.completion_wait_ns, too_old)
 
     def anchored(self) -> bool:
-        """Whether the root or an outermost agent span (module docstring) has arrived."""
-        return self.root_seen or any(self._outermost(agent) for agent in self.agents)
+        """Whether the root or an outermost agent span (module docstring) has arrived.
 
-    def _outermost(self, agent: SpanRecord) -> bool:
-        parent = agent.parent_span_id
-        for _ in range(len(self.spans)):  # bounded: a parent cycle cannot loop forever
-            ancestor = self.spans.get(parent) if parent is not None else None
-            if ancestor is None:
-                return True
-            if ancestor.role in (SpanRole.AGENT, SpanRole.TOOL):
-                return False
+        The verdict of every ancestor walked through is kept for the next agent's walk, so
+        many agents under one long chain, or a parent cycle, cost O(spans), not
+        O(agents x spans)."""
+        if self.root_seen:
+            return True
+        settled: dict[bytes, bool] = {}
+        return any(self._outermost(agent.parent_span_id, settled) for agent in self.agents)
+
+    def _outermost(self, parent: bytes | None, settled: dict[bytes, bool]) -> bool:
+        """Whether the chain from ``parent`` up holds no AGENT or TOOL span and leaves the
+        buffer; records that verdict in ``settled`` for each span it passed."""
+        passed: dict[bytes, None] = {}  # the walk so far, in order
+        while parent is not None and parent not in settled and parent not in passed:
+            ancestor = self.spans.get(parent)
+            if ancestor is None or ancestor.role in (SpanRole.AGENT, SpanRole.TOOL):
+                break
+            passed[parent] = None
             parent = ancestor.parent_span_id
-        return False
+        verdict = self._verdict(parent, settled, passed)
+        settled.update(dict.fromkeys(passed, verdict))
+        return verdict
+
+    def _verdict(
+        self, stop: bytes | None, settled: dict[bytes, bool], passed: dict[bytes, None]
+    ) -> bool:
+        """The outcome of a walk that stopped at the span id ``stop``."""
+        if stop is None:
+            return True
+        if stop in settled:
+            return settled[stop]
+        if stop in passed:
+            return False  # a parent cycle never leaves the buffer
+        return stop not in self.spans  # left the buffer, or met an AGENT or TOOL span
 
 
 class TraceBuffer:

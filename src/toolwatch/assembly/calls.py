@@ -15,8 +15,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from toolwatch.model import CallStatus, RequestedCall, SpanRecord, SpanRole, ToolCall
 
@@ -25,10 +24,13 @@ __all__ = ["CallSite", "build_calls", "decode_json", "parse_arguments"]
 _OTLP_STATUS_ERROR = 2  # OTLP Status.code ERROR
 _MAX_DECODE_DEPTH = 8  # JSON nested in JSON strings; deeper than this is not arguments
 _DECORATOR_KEYS = frozenset({"args", "kwargs", "sanitize_inputs_outputs"})
+_DECODER = json.JSONDecoder()
+
+# The records below are named tuples rather than frozen dataclasses: the timeline builds
+# one per span or call of every trace, and a named tuple is built in half the time.
 
 
-@dataclass(frozen=True, slots=True)
-class CallSite:
+class CallSite(NamedTuple):
     """Where a span sits in its run's tree, as the timeline computed it.
 
     ``agent``: nearest AGENT strict ancestor. ``tool``: nearest TOOL strict ancestor inside
@@ -41,16 +43,14 @@ class CallSite:
     parent: bytes | None
 
 
-@dataclass(frozen=True, slots=True)
-class _Request:
+class _Request(NamedTuple):
     llm: SpanRecord
     call: RequestedCall
     name: str  # normalized
     position: int  # emission order within the run
 
 
-@dataclass(frozen=True, slots=True)
-class _Draft:
+class _Draft(NamedTuple):
     """One call being built: an execution, a request, or both (never neither)."""
 
     span: SpanRecord | None
@@ -80,18 +80,30 @@ class _Draft:
 _SortKey = tuple[int, int, int, bytes, int, bytes]
 
 
+def _loads(text: str) -> Any:
+    """``json.loads(text)``, twice as fast for the usual compact document (no whitespace
+    matching): text ``raw_decode`` does not consume whole (surrounding whitespace, trailing
+    data, not JSON) takes the full ``json.loads`` path, so results and errors are its own."""
+    try:
+        value, end = _DECODER.raw_decode(text)
+    except ValueError:
+        return json.loads(text)
+    return value if end == len(text) else json.loads(text)
+
+
 def decode_json(value: Any) -> tuple[Any, bool]:
     """Decode ``value`` while it is a string holding JSON (double encoding, CONVENTIONS §0).
 
     Returns the value and whether the *first* decode failed (the raw value was a string
     that is not JSON). A string reached by decoding that is not JSON is a legitimate value.
+    JSON nested deeper than the parser's recursion limit counts as not JSON.
     """
     for depth in range(_MAX_DECODE_DEPTH):
         if not isinstance(value, str):
             return value, False
         try:
-            value = json.loads(value)
-        except ValueError:
+            value = _loads(value)
+        except (ValueError, RecursionError):  # RecursionError: "[[[[..." from a hostile span
             return value, depth == 0
     return value, False
 
@@ -280,8 +292,9 @@ def _parallel_groups(drafts: Sequence[_Draft], sites: Mapping[bytes, CallSite]) 
     components = [c for idx in executed.values() for c in _overlaps(idx, drafts)]
     for members in [*components, *requested.values()]:
         if len(members) > 1:
+            first = min(members)  # once per group: 10^5 parallel calls must stay linear
             for i in members:
-                groups[i] = min(members)
+                groups[i] = first
     return groups
 
 

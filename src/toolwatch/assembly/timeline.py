@@ -9,6 +9,24 @@ has one, else its only tree top; when the root is missing and several fragments 
 are parts of one run whose root was lost, so they form one run with a synthetic root
 (``run_span_id`` ``None``, times the min/max of its spans).
 
+Workflow spans. An AGENT span that does no work of its own (no LLM or TOOL span has it as
+nearest agent) but contains other AGENT spans is a workflow, not an agent run: OpenInference
+and the contrib openai-agents-v2 instrumentation map the OpenAI Agents SDK *trace* to such a
+root (``Agent workflow``, OpenInference kind AGENT / contrib SERVER ``invoke_agent``). It is
+treated as a plain span, so the agents inside it are the runs, as with OpenLLMetry, whose
+workflow root is not an agent span.
+
+Lost nesting. OpenLLMetry's openai-agents instrumentation (0.62) parents the agent that
+``as_tool()`` runs under the workflow root, a sibling of the calling agent, not under the
+tool span; only time says the tool ran it. An AGENT span with no TOOL ancestor is therefore
+adopted by a TOOL span when that tool belongs to another agent, has no AGENT span below it,
+lies below the agent's own parent (the agent hangs from a common ancestor, not from
+elsewhere) and contains the agent's whole interval; the innermost such tool wins. The tool is
+then the agent's parent for run membership and ``parent_call_id``. A handoff never matches:
+the next agent starts after the handing-off agent's tools have ended. What no span can tell
+apart: two agents run concurrently under one orchestrator, one wholly inside a tool call of
+the other, read as agent-as-tool.
+
 Per run: calls come from ``toolwatch.assembly.calls``; ``error_count`` counts failed tool
 calls only (an LLM or agent span in error is not a tool-call failure); ``final_text`` is the
 text of the run's own last model output that requested no tool (nested agents' outputs are
@@ -20,10 +38,11 @@ Pure: the same set of spans gives the same ToolTraces whatever their order.
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.calls import CallSite, build_calls
@@ -33,13 +52,19 @@ from toolwatch.names import NameNormalizer
 __all__ = ["REFUSAL_FINISH_REASONS", "build_tool_traces"]
 
 #: Finish reasons that mean the model refused or was filtered (OpenAI ``content_filter``,
-#: Vercel ``content-filter``, Gemini ``safety``; CONVENTIONS §5, §8). Compared case-folded.
-REFUSAL_FINISH_REASONS = frozenset({"content_filter", "content-filter", "safety", "refusal"})
+#: Vercel ``content-filter``, Gemini ``safety``, Strands ``content_filtered``; CONVENTIONS
+#: §5, §8). Compared case-folded.
+REFUSAL_FINISH_REASONS = frozenset(
+    {"content_filter", "content-filter", "content_filtered", "safety", "refusal"}
+)
+
+#: Bound on the agent-in-tool containment checks of one trace (see ``_adoptions``).
+_MAX_ADOPTION_CHECKS = 25_000
 
 
-@dataclass(frozen=True, slots=True)
-class _Frame:
-    """What a span hands down to its children while walking the tree."""
+class _Frame(NamedTuple):
+    """What a span hands down to its children while walking the tree. A named tuple, like
+    ``CallSite``: one is built per span of every trace."""
 
     run: bytes | None  # outermost AGENT span id; None outside every agent
     agent: SpanRecord | None  # nearest AGENT at or above the children
@@ -57,7 +82,10 @@ class _Run:
 def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[ToolTrace]:
     """One ToolTrace per run of ``trace``, ordered by start time then run span id."""
     spans = sorted({s.span_id: s for s in trace.spans}.values(), key=_order)
-    sites, members = _place(spans)
+    recorded = _children(spans, {})
+    adopted = _adoptions(spans, recorded)
+    children = _children(spans, adopted) if adopted else recorded
+    sites, members = _place(spans, children, _workflows(spans, children))
     runs = _runs(spans, members)
     built = [_tool_trace(trace, run, sites, normalize) for run in runs]
     return sorted(built, key=lambda t: (t.start_ns, t.run_span_id or ""))
@@ -69,12 +97,14 @@ def _order(span: SpanRecord) -> tuple[int, bytes]:
 
 def _place(
     spans: Sequence[SpanRecord],
+    children: Mapping[bytes, list[SpanRecord]],
+    workflows: frozenset[bytes],
 ) -> tuple[dict[bytes, CallSite], dict[bytes | None, list[SpanRecord]]]:
     """Walk every tree top-down: each span's call site, and the spans of each run."""
-    children = _children(spans)
     sites: dict[bytes, CallSite] = {}
     members: dict[bytes | None, list[SpanRecord]] = defaultdict(list)
-    tops = [s for s in spans if s.parent_span_id is None or s.parent_span_id not in children]
+    below = {child.span_id for kids in children.values() for child in kids}
+    tops = [s for s in spans if s.span_id not in below]
     # Spans caught in a parent cycle are reachable from no top; start from them in order.
     for top in [*tops, *spans]:
         stack = [(top, _Frame(None, None, None, top.parent_span_id))]
@@ -83,31 +113,155 @@ def _place(
             if span.span_id in sites:
                 continue
             sites[span.span_id] = CallSite(frame.agent, frame.tool, frame.parent)
-            below = _descend(span, frame)
-            members[below.run].append(span)
-            stack.extend((child, below) for child in children[span.span_id])
+            inner = _descend(span, frame, workflows)
+            members[inner.run].append(span)
+            stack.extend((child, inner) for child in children[span.span_id])
     return sites, members
 
 
-def _children(spans: Sequence[SpanRecord]) -> dict[bytes, list[SpanRecord]]:
-    """Children per span id; every span has an entry, spans with a missing parent are
-    nobody's child."""
+def _children(
+    spans: Sequence[SpanRecord], adopted: Mapping[bytes, bytes]
+) -> dict[bytes, list[SpanRecord]]:
+    """Children per span id, with adopted agents under their tool; every span has an entry,
+    spans with a missing parent are nobody's child."""
     children: dict[bytes, list[SpanRecord]] = {s.span_id: [] for s in spans}
     for s in spans:
-        if s.parent_span_id is not None and s.parent_span_id in children:
-            children[s.parent_span_id].append(s)
+        parent = adopted.get(s.span_id, s.parent_span_id)
+        if parent is not None and parent in children:
+            children[parent].append(s)
     return children
 
 
-def _descend(span: SpanRecord, frame: _Frame) -> _Frame:
-    """The frame ``span`` hands its children. An AGENT span outside every run starts one,
-    and TOOL ancestors outside that run are not its calls' parents."""
-    starts_run = frame.run is None and span.role is SpanRole.AGENT
+class _Shape:
+    """The tree as recorded: depth-first entry and exit ticks, so that ``y`` is below ``x``
+    iff ``enter[x] < enter[y] < leave[x]``, and the spans with a TOOL or AGENT above them.
+    Built in one pass; spans in a parent cycle are walked from themselves."""
+
+    __slots__ = ("agent_ticks", "enter", "leave", "under_agent", "under_tool")
+
+    def __init__(
+        self, spans: Sequence[SpanRecord], children: Mapping[bytes, list[SpanRecord]]
+    ) -> None:
+        self.enter: dict[bytes, int] = {}
+        self.leave: dict[bytes, int] = {}
+        self.under_tool: set[bytes] = set()
+        self.under_agent: set[bytes] = set()
+        below = {child.span_id for kids in children.values() for child in kids}
+        for top in [*(s for s in spans if s.span_id not in below), *spans]:
+            self._walk(top, children)
+        ticks = (self.enter[s.span_id] for s in spans if s.role is SpanRole.AGENT)
+        self.agent_ticks = sorted(ticks)
+
+    def _walk(self, top: SpanRecord, children: Mapping[bytes, list[SpanRecord]]) -> None:
+        stack: list[tuple[SpanRecord, bool, bool, bool]] = [(top, False, False, False)]
+        while stack:
+            span, leaving, tool_above, agent_above = stack.pop()
+            if leaving:
+                self.leave[span.span_id] = len(self.enter)
+                continue
+            if span.span_id in self.enter:
+                continue
+            self.enter[span.span_id] = len(self.enter)
+            if tool_above:
+                self.under_tool.add(span.span_id)
+            if agent_above:
+                self.under_agent.add(span.span_id)
+            stack.append((span, True, tool_above, agent_above))
+            tool_below = tool_above or span.role is SpanRole.TOOL
+            agent_below = agent_above or span.role is SpanRole.AGENT
+            stack.extend((c, False, tool_below, agent_below) for c in children[span.span_id])
+
+    def below(self, span_id: bytes, ancestor: bytes | None) -> bool:
+        """Whether ``span_id`` lies strictly below ``ancestor``."""
+        if ancestor is None or ancestor not in self.enter:
+            return False
+        return self.enter[ancestor] < self.enter[span_id] < self.leave[ancestor]
+
+    def holds_agent(self, span_id: bytes) -> bool:
+        """Whether an AGENT span lies strictly below ``span_id``."""
+        first = bisect.bisect_right(self.agent_ticks, self.enter[span_id])
+        return first < len(self.agent_ticks) and self.agent_ticks[first] < self.leave[span_id]
+
+
+def _adoptions(
+    spans: Sequence[SpanRecord], children: Mapping[bytes, list[SpanRecord]]
+) -> dict[bytes, bytes]:
+    """Agent span id -> the id of the TOOL span that ran it, for agents whose producer lost
+    the nesting (see the module docstring for the rule).
+
+    Linear in the spans plus one containment check per (agent with no TOOL above, candidate
+    tool) pair; a trace needing more than ``_MAX_ADOPTION_CHECKS`` (only a pathological
+    one: real traces have a few outermost agents) keeps its recorded tree.
+    """
+    if sum(s.role is SpanRole.AGENT for s in spans) < 2:
+        return {}
+    shape = _Shape(spans, children)
+    orphans = [s for s in spans if s.role is SpanRole.AGENT and s.span_id not in shape.under_tool]
+    tools = [
+        t
+        for t in spans
+        if t.role is SpanRole.TOOL
+        and t.span_id in shape.under_agent
+        and not shape.holds_agent(t.span_id)
+    ]
+    if len(orphans) * len(tools) > _MAX_ADOPTION_CHECKS:
+        return {}
+    hosts = {a.span_id: _host_tool(a, tools, shape) for a in orphans}
+    return {agent: host.span_id for agent, host in hosts.items() if host is not None}
+
+
+def _host_tool(agent: SpanRecord, tools: Sequence[SpanRecord], shape: _Shape) -> SpanRecord | None:
+    """The innermost tool whose interval holds ``agent``'s and that lies below the agent's
+    parent but not below the agent (the agent hangs from a common ancestor)."""
+    hosts = [
+        t
+        for t in tools
+        if t.start_ns <= agent.start_ns
+        and agent.end_ns <= t.end_ns
+        and shape.below(t.span_id, agent.parent_span_id)
+        and not shape.below(t.span_id, agent.span_id)
+    ]
+    return max(hosts, key=lambda t: (t.start_ns, -t.end_ns, t.span_id), default=None)
+
+
+def _workflows(
+    spans: Sequence[SpanRecord], children: Mapping[bytes, list[SpanRecord]]
+) -> frozenset[bytes]:
+    """The AGENT spans that are workflows: only agents below them, no work of their own."""
+    return frozenset(
+        s.span_id for s in spans if s.role is SpanRole.AGENT and _only_agents_below(s, children)
+    )
+
+
+def _only_agents_below(agent: SpanRecord, children: Mapping[bytes, list[SpanRecord]]) -> bool:
+    """Down to the next AGENT spans, no LLM or TOOL span, and at least one AGENT span."""
+    stack = list(children[agent.span_id])
+    seen = {agent.span_id}
+    holds_agent = False
+    while stack:
+        span = stack.pop()
+        if span.span_id in seen:
+            continue
+        seen.add(span.span_id)
+        if span.role is SpanRole.AGENT:
+            holds_agent = True
+        elif span.role in (SpanRole.LLM, SpanRole.TOOL):
+            return False
+        else:
+            stack.extend(children[span.span_id])
+    return holds_agent
+
+
+def _descend(span: SpanRecord, frame: _Frame, workflows: frozenset[bytes]) -> _Frame:
+    """The frame ``span`` hands its children. An AGENT span (not a workflow) outside every
+    run starts one, and TOOL ancestors outside that run are not its calls' parents."""
+    is_agent = span.role is SpanRole.AGENT and span.span_id not in workflows
+    starts_run = frame.run is None and is_agent
     run = span.span_id if starts_run else frame.run
     tool = None if starts_run else frame.tool
     return _Frame(
         run=run,
-        agent=span if span.role is SpanRole.AGENT else frame.agent,
+        agent=span if is_agent else frame.agent,
         tool=span if span.role is SpanRole.TOOL else tool,
         parent=frame.parent if span.role is SpanRole.WRAPPER else span.span_id,
     )

@@ -42,8 +42,11 @@ __all__ = [
 Attributes: TypeAlias = Mapping[str, Any]
 
 #: Finish reasons that mean the model refused or a filter blocked the output: OpenAI and
-#: GenAI semconv ``content_filter``, Vercel ``content-filter``, Gemini ``safety``.
-REFUSAL_REASONS = frozenset({"content_filter", "content-filter", "safety", "refusal"})
+#: GenAI semconv ``content_filter``, Vercel ``content-filter``, Gemini ``safety``, Strands'
+#: stop reason ``content_filtered`` (strands-agents 1.62, both convention modes).
+REFUSAL_REASONS = frozenset(
+    {"content_filter", "content-filter", "content_filtered", "safety", "refusal"}
+)
 
 _DECODER = json.JSONDecoder()  # json.loads without its per-call argument handling
 

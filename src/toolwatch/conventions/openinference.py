@@ -6,10 +6,17 @@ timeline parses it) and the result in ``output.value``. LLM spans flatten their 
 ``llm.output_messages.<i>.message.tool_calls.<j>.tool_call.{id,function.name,
 function.arguments}``. The openai-agents instrumentation records handoffs as TOOL spans named
 ``handoff to <agent>``: those are agent transitions, not tool calls.
+
+Refusals have no key of their own (§2.2): the openai and openai-agents instrumentations map
+a refusal to an ordinary text content. Only the raw provider response kept in the LLM span's
+``output.value`` still shows it, as a Responses ``{"type": "refusal", "refusal": ...}``
+content item or a Chat Completions ``message.refusal`` string; that raw JSON is parsed only
+when a cheap pattern scan finds such a refusal in it.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from toolwatch.conventions.attrs import (
@@ -20,14 +27,19 @@ from toolwatch.conventions.attrs import (
     OutputSummary,
     ToolSpec,
     group_indexed,
+    parse_json,
 )
 from toolwatch.model import SpanRole
 
-__all__ = ["CONVENTION", "KEYS", "OUTPUT_PREFIX", "classify", "output_summary"]
+__all__ = ["CONVENTION", "KEYS", "OUTPUT_PREFIX", "classify", "output_summary", "raw_refusal"]
 
 _SPAN_KIND = "openinference.span.kind"
 OUTPUT_PREFIX = "llm.output_messages."
 _HANDOFF_PREFIX = "handoff to "
+_RAW_OUTPUT = "output.value"
+# A Responses refusal item, or a Chat Completions refusal that is a string (it is null in
+# every ordinary answer, so a bare '"refusal"' match would parse every response).
+_RAW_REFUSAL = re.compile(r'"type"\s*:\s*"refusal"|"refusal"\s*:\s*"')
 
 #: Exact keys this module reads; flattened output keys are matched by ``OUTPUT_PREFIX``.
 KEYS = frozenset(
@@ -37,7 +49,7 @@ KEYS = frozenset(
         "tool.id",
         "tool_call.id",
         "input.value",
-        "output.value",
+        _RAW_OUTPUT,
         "llm.model_name",
         "llm.finish_reason",
         "agent.name",
@@ -86,13 +98,22 @@ def classify(name: str, attrs: Attributes) -> tuple[SpanRole, Convention] | None
     return role, CONVENTION
 
 
-def _add_message(builder: OutputBuilder, fields: dict[str, Any]) -> None:
-    builder.text(fields.get("message.content"))
+def _message_texts(fields: dict[str, Any]) -> list[Any]:
+    """The text contents, else ``message.content``: instrumentations that set both (openai,
+    openai-agents) put the same text in each, and it must count once."""
     contents = group_indexed(fields, "message.contents.")
-    for index in sorted(contents):
-        content = contents[index]
-        if content.get("message_content.type", "text") == "text":
-            builder.text(content.get("message_content.text"))
+    texts = [
+        contents[i].get("message_content.text")
+        for i in sorted(contents)
+        if contents[i].get("message_content.type", "text") == "text"
+    ]
+    return texts or [fields.get("message.content")]
+
+
+def _add_message(builder: OutputBuilder, fields: dict[str, Any], refusal: str | None) -> None:
+    for text in _message_texts(fields):
+        if text != refusal:  # the refusal mapped to a text content is not an answer
+            builder.text(text)
     calls = group_indexed(fields, "message.tool_calls.")
     for index in sorted(calls):
         call = calls[index]
@@ -109,12 +130,43 @@ def _add_message(builder: OutputBuilder, fields: dict[str, Any]) -> None:
         )
 
 
+def _items(value: Any) -> list[dict[str, Any]]:
+    return [item for item in value if isinstance(item, dict)] if isinstance(value, list) else []
+
+
+def _refusal_in(response: dict[str, Any]) -> str | None:
+    """A Responses refusal content item, else a Chat Completions choice's refusal."""
+    for item in _items(response.get("output")):
+        for part in _items(item.get("content")):
+            if part.get("type") == "refusal":
+                text = part.get("refusal")
+                return text if isinstance(text, str) and text else "refusal"
+    for choice in _items(response.get("choices")):
+        message = choice.get("message")
+        text = message.get("refusal") if isinstance(message, dict) else None
+        if isinstance(text, str) and text:
+            return text
+    return None
+
+
+def raw_refusal(attrs: Attributes) -> str | None:
+    """The refusal in the raw provider response (``output.value``), if it holds one."""
+    raw = attrs.get(_RAW_OUTPUT)
+    if not isinstance(raw, str) or _RAW_REFUSAL.search(raw) is None:
+        return None
+    response = parse_json(raw)
+    return _refusal_in(response) if isinstance(response, dict) else None
+
+
 def output_summary(attrs: Attributes) -> OutputSummary | None:
-    """The output carried by flattened ``llm.output_messages.*`` keys, if any."""
+    """The output carried by flattened ``llm.output_messages.*`` keys and the refusal in the
+    raw response, if any."""
     messages = group_indexed(attrs, OUTPUT_PREFIX)
-    if not messages:
+    refusal = raw_refusal(attrs)
+    if not messages and refusal is None:
         return None
     builder = OutputBuilder()
+    builder.refuse(refusal)
     for index in sorted(messages):
-        _add_message(builder, messages[index])
+        _add_message(builder, messages[index], refusal)
     return builder.build()

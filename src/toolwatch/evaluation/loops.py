@@ -13,6 +13,7 @@ calls that are not flagged repeats (1.0 for a run without calls).
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -33,9 +34,13 @@ from toolwatch.model import (
 __all__ = ["Loops", "Repeat", "call_key", "find_repeats"]
 
 
+# ``json.dumps(value, sort_keys=True, default=repr)``, without building an encoder per call.
+_CANONICAL = json.JSONEncoder(sort_keys=True, default=repr)
+
+
 def call_key(tool: str, arguments: Any) -> tuple[str, str]:
     """What makes two calls identical: the tool and its arguments as canonical JSON."""
-    return tool, json.dumps(arguments, sort_keys=True, default=repr)
+    return tool, _CANONICAL.encode(arguments)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +62,13 @@ def find_repeats(
     repeats."""
     succeeded: dict[tuple[str, str], set[int | None]] = {}  # parallel groups of successes
     repeats: dict[tuple[str, str], list[ToolCall]] = {}
-    for call in sorted(calls, key=lambda c: c.sequence_index):
-        key = call_key(tool_of(call), call.arguments)
+    ordered = sorted(calls, key=lambda c: c.sequence_index)
+    tools = [tool_of(call) for call in ordered]
+    per_tool = Counter(tools)
+    for call, tool in zip(ordered, tools, strict=True):
+        if per_tool[tool] < 2:
+            continue  # the only call of its tool: nothing identical before or after it
+        key = call_key(tool, call.arguments)
         groups = succeeded.get(key, set())
         if any(informs(g, call.parallel_group) for g in groups):
             repeats.setdefault(key, []).append(call)

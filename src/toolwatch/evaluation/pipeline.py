@@ -18,7 +18,7 @@ from several threads.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -127,12 +127,20 @@ def _policy(settings: EvaluationSettings) -> list[_Entry]:
 
 
 class EvaluationPipeline:
-    """Runs the configured evaluators on ToolTraces (see the module docstring)."""
+    """Runs the configured evaluators on ToolTraces (see the module docstring).
+
+    ``extra`` adds custom evaluators, ``(name, evaluator)``, run after the configured ones on
+    every run, isolated like them (an embedding's own checks; tests use it to inject one that
+    raises).
+    """
 
     __slots__ = ("_entries",)
 
-    def __init__(self, settings: EvaluationSettings) -> None:
-        self._entries = tuple(_entries(settings))
+    def __init__(
+        self, settings: EvaluationSettings, *, extra: Iterable[tuple[str, Evaluator]] = ()
+    ) -> None:
+        custom = (_Entry(name, evaluator, frozenset()) for name, evaluator in extra)
+        self._entries = (*_entries(settings), *custom)
 
     @property
     def evaluator_names(self) -> tuple[str, ...]:

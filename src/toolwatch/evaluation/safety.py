@@ -126,10 +126,10 @@ class Safety:
         self._normalize = policy.normalizer()
         self._dangerous = frozenset(self._normalize(t) for t in policy.dangerous_tools)
         self._verifiers = frozenset(self._normalize(t) for t in policy.verification_tools)
-        self._bindings: dict[str, list[Binding]] = {}
+        self._bindings: dict[str, dict[str, list[Binding]]] = {}  # tool -> field -> rules
         self._bound_fields: dict[str, set[str]] = {}  # verification tool -> its bound fields
         for rule in policy.binding_rules():
-            self._bindings.setdefault(rule.tool, []).append(rule)
+            self._bindings.setdefault(rule.tool, {}).setdefault(rule.field, []).append(rule)
             self._bound_fields.setdefault(rule.verification_tool, set()).add(
                 rule.verification_field
             )
@@ -183,8 +183,8 @@ class Safety:
         bindings = self._bindings.get(tool)
         group = call.parallel_group
         if bindings:
-            for field in dict.fromkeys(b.field for b in bindings):
-                verdict = _bound(call, field, [b for b in bindings if b.field == field], ledger)
+            for field, rules in bindings.items():
+                verdict = _bound(call, field, rules, ledger)
                 if not verdict.verified:
                     return verdict
             return _VERIFIED
@@ -194,7 +194,8 @@ class Safety:
         return Verdict(False, f"no earlier successful verification call {tools}")
 
     def _missing(self, tool: str, call: ToolCall, verdict: Verdict, ledger: _Ledger) -> _Flag:
-        verifiers = self._verifiers | {b.verification_tool for b in self._bindings.get(tool, ())}
+        rules = self._bindings.get(tool, {}).values()
+        verifiers = self._verifiers | {b.verification_tool for bound in rules for b in bound}
         failed = [span for v in sorted(verifiers) for span in ledger.failed.get(v, ())]
         details: dict[str, Any] = {"failed_verification_spans": failed[:_MAX_SPANS]}
         if verdict.field is not None:

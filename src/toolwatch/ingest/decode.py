@@ -40,6 +40,8 @@ __all__ = ["DecodeError", "DecodeOptions", "DecodedBatch", "decode_protobuf", "d
 
 _SERVICE_NAME = "service.name"
 _MAX_DEPTH = 32  # AnyValue nesting deeper than this is treated as absent
+_MIN_ITEM_BYTES = 8  # arrays and maps keep at most max_value_bytes // 8 items per level
+_ITEM_BYTES = 64  # what CPython spends on one converted item (object, list slot, dict entry)
 _MAX_REPORTED = 3  # offenders named in the partial-success message
 _SPAN_OVERHEAD_BYTES = 512  # a SpanRecord, its ids and small fields, for the buffer's bound
 _ZERO_TRACE_ID = bytes(16)
@@ -51,7 +53,7 @@ class DecodeOptions:
     """What to read besides the conventions' keys, and how much of each value to keep."""
 
     reference_keys: frozenset[str] = frozenset()  # copied into SpanRecord.reference_keys
-    max_value_bytes: int = 65_536  # longer string values are truncated (UTF-8 bytes)
+    max_value_bytes: int = 65_536  # longer strings are truncated (UTF-8 bytes), arrays cut
 
     def __post_init__(self) -> None:
         if self.max_value_bytes < 1:
@@ -86,15 +88,19 @@ def _truncate(text: str, limit: int) -> str:
 
 
 def _array(value: AnyValue, limit: int, depth: int) -> Any:
+    """Like a long string, a long array (or map, below) is cut: converting 10^5 items would
+    cost time and memory out of proportion to what any convention reads from it."""
     if depth >= _MAX_DEPTH:
         return None
-    return [_value(item, limit, depth + 1) for item in value.array_value.values]
+    items = value.array_value.values[: limit // _MIN_ITEM_BYTES]
+    return [_value(item, limit, depth + 1) for item in items]
 
 
 def _kvlist(value: AnyValue, limit: int, depth: int) -> Any:
     if depth >= _MAX_DEPTH:
         return None
-    return {pair.key: _value(pair.value, limit, depth + 1) for pair in value.kvlist_value.values}
+    pairs = value.kvlist_value.values[: limit // _MIN_ITEM_BYTES]
+    return {pair.key: _value(pair.value, limit, depth + 1) for pair in pairs}
 
 
 _CONVERTERS: dict[str, Callable[[AnyValue, int, int], Any]] = {
@@ -117,14 +123,17 @@ def _value(value: AnyValue, limit: int, depth: int) -> Any:
 
 
 def _approx_size(value: Any) -> int:
-    """Rough bytes of a converted structured value: its strings plus 8 per scalar."""
+    """Rough bytes CPython holds for a converted structured value: its strings' characters
+    plus ``_ITEM_BYTES`` per item. Counting 8 per item let 10^5 small items hold ten times
+    what the buffer's byte bound was told."""
     if isinstance(value, str):
-        return len(value)
+        return len(value) + _ITEM_BYTES
     if isinstance(value, list):
-        return sum(_approx_size(item) for item in value) + 8
+        return sum(_approx_size(item) for item in value) + _ITEM_BYTES
     if isinstance(value, dict):
-        return sum(len(key) + _approx_size(item) for key, item in value.items()) + 8
-    return 8
+        items = sum(len(key) + _ITEM_BYTES + _approx_size(item) for key, item in value.items())
+        return items + _ITEM_BYTES
+    return _ITEM_BYTES
 
 
 def _attributes(

@@ -39,9 +39,7 @@ _TRANSPORT = "grpc"
 
 def _overload_trailers(retry_after_seconds: float) -> tuple[tuple[str, bytes], ...]:
     seconds = int(retry_after_seconds)
-    delay = duration_pb2.Duration(
-        seconds=seconds, nanos=int((retry_after_seconds - seconds) * 1e9)
-    )
+    delay = duration_pb2.Duration(seconds=seconds, nanos=int((retry_after_seconds - seconds) * 1e9))
     retry = error_details_pb2.RetryInfo(retry_delay=delay)
     detail = any_pb2.Any()
     detail.Pack(retry)

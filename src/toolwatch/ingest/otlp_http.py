@@ -10,6 +10,7 @@ honor the Retry-After header").
 
 from __future__ import annotations
 
+import math
 import time
 import zlib
 from dataclasses import dataclass
@@ -38,6 +39,7 @@ TRACES_PATH = "/v1/traces"
 _PROTOBUF = "application/x-protobuf"
 _JSON = "application/json"
 _TRANSPORT = "http"
+_OVERLOAD_MESSAGE = "toolwatch is at capacity; retry after the Retry-After delay"
 
 
 class _RejectError(Exception):
@@ -84,9 +86,16 @@ class HttpTraceReceiver:
         body = self._decompress(raw, request.headers.get("Content-Encoding", "identity"))
         batch = self._decode(body, content_type)
         if self.consume(batch, _TRANSPORT) is Admission.OVERLOADED:
-            retry = str(max(1, round(self.retry_after_seconds)))
-            return web.Response(status=503, headers={"Retry-After": retry}, text="at capacity")
+            return self._overloaded(content_type)
         return _message_response(200, _export_response(batch), content_type)
+
+    def _overloaded(self, content_type: str) -> web.Response:
+        # Retry-After is whole seconds (RFC 9110 §10.2.3): round up, never ask for less than
+        # the configured delay. The body is a google.rpc.Status, as for every OTLP/HTTP 5xx.
+        status = status_pb2.Status(code=code_pb2.UNAVAILABLE, message=_OVERLOAD_MESSAGE)
+        response = _message_response(503, status, content_type)
+        response.headers["Retry-After"] = str(max(1, math.ceil(self.retry_after_seconds)))
+        return response
 
     def _decompress(self, raw: bytes, encoding: str) -> bytes:
         encoding = encoding.strip().lower()

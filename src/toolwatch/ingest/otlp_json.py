@@ -56,7 +56,7 @@ def _document(body: bytes | str) -> dict[str, Any]:
 def _items(container: dict[str, Any], *names: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """``(path segment, element)`` of the list under the first present of ``names``.
 
-    Elements that are not objects are skipped here; ``ParseDict`` reports them.
+    Elements that are not objects are skipped here; ``_check_shapes`` reports them.
     """
     for name in names:
         elements = container.get(name)
@@ -102,6 +102,42 @@ def _convert_request_ids(document: dict[str, Any]) -> None:
                     _convert_ids(link, _LINK_IDS, f"{path}.{k}")
 
 
+def _check_shapes(document: dict[str, Any]) -> None:
+    """Refuse anything but an object where the request holds a message.
+
+    ``ParseDict`` reads a message out of whatever it is given: with unknown fields ignored, a
+    string there reads as an object of unknown one-letter keys and becomes an empty message,
+    so a span or an attribute value would vanish without a word. Walks the document along
+    the request's descriptors without recursion (AnyValues nest as deep as JSON allows).
+    """
+    pending: list[tuple[dict[str, Any], Any, str]] = [
+        (document, ExportTraceServiceRequest.DESCRIPTOR, "")
+    ]
+    while pending:
+        node, descriptor, path = pending.pop()
+        for key, value in node.items():
+            field = descriptor.fields_by_camelcase_name.get(key) or descriptor.fields_by_name.get(
+                key
+            )
+            if field is None or field.message_type is None or value is None:
+                continue
+            where = f"{path}.{key}" if path else key
+            if not field.is_repeated:
+                pending.append((_object(value, where), field.message_type, where))
+                continue
+            if not isinstance(value, list):
+                raise DecodeError(f"{where}: {_shown(value)} is not an array")
+            for index, element in enumerate(value):
+                at = f"{where}[{index}]"
+                pending.append((_object(element, at), field.message_type, at))
+
+
+def _object(value: Any, path: str) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise DecodeError(f"{path}: {_shown(value)} is not an object")
+    return value
+
+
 def parse_otlp_json(body: bytes | str) -> ExportTraceServiceRequest:
     """Parse an OTLP/JSON ``ExportTraceServiceRequest``.
 
@@ -109,6 +145,7 @@ def parse_otlp_json(body: bytes | str) -> ExportTraceServiceRequest:
     ``resourceSpans[0].scopeSpans[0].spans[2].traceId: "xyz" is not hex``.
     """
     document = _document(body)
+    _check_shapes(document)
     _convert_request_ids(document)
     try:
         return json_format.ParseDict(

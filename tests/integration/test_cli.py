@@ -1,0 +1,266 @@
+"""The ``toolwatch`` console script as a user runs it: a real subprocess.
+
+``serve`` is waited for by reading its stderr line by line until the ``listening`` line,
+with a deadline (waiting for a process to start, not for the pipeline). SIGTERM drains the
+buffer, so a trace still waiting for its completion window is evaluated and dumped on
+shutdown: the tests give it a 300 s window so only the drain can build it.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcExporter,
+)
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+    OTLPSpanExporter as HttpExporter,
+)
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+import toolwatch
+from tests.integration import agents
+from toolwatch.sinks.findings import read_tooltraces
+
+LISTENING = re.compile(
+    r"listening grpc=(?P<grpc>\S+:\d+) http=(?P<http>\S+:\d+)"
+    r" metrics=(?P<metrics>\S+:\d+) stream=(?P<stream>\S+:\d+)$"
+)
+START_SECONDS = 30.0
+SLOW_COMPLETION = "assembly:\n  completion_wait_seconds: 300\n  max_trace_age_seconds: 600\n"
+
+
+def toolwatch_script() -> str:
+    beside = Path(sys.executable).with_name("toolwatch")
+    found = str(beside) if beside.exists() else shutil.which("toolwatch")
+    assert found is not None, "the toolwatch console script is not installed"
+    return found
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """This environment without any ``TOOLWATCH_*`` variable, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
+    return env | extra
+
+
+def run_cli(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [toolwatch_script(), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(env) if env is not None else clean_env(),
+        check=False,
+    )
+
+
+class Served:
+    """A ``toolwatch serve`` subprocess whose stderr is read by a pump thread."""
+
+    def __init__(self, args: Sequence[str], env: Mapping[str, str]) -> None:
+        self.process = subprocess.Popen(
+            [toolwatch_script(), "serve", *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=dict(env),
+        )
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def wait_for(self, pattern: re.Pattern[str], timeout: float = START_SECONDS) -> re.Match[str]:
+        """The first stderr line matching ``pattern``; fails at the deadline or at exit."""
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                line = self.lines.get(timeout=left)
+            except queue.Empty:
+                break
+            if line is None:
+                break
+            self.seen.append(line)
+            if (match := pattern.search(line)) is not None:
+                return match
+        raise AssertionError(f"no line matching {pattern.pattern!r} in {self.seen}")
+
+    def terminate(self) -> int:
+        """SIGTERM, then the exit code; the rest of stderr lands in ``seen``."""
+        self.process.send_signal(signal.SIGTERM)
+        code = self.process.wait(timeout=60)
+        while (line := self.lines.get(timeout=10)) is not None:
+            self.seen.append(line)
+        return code
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[..., Served]]:
+    """Factory for ``toolwatch serve`` processes; kills any still running afterwards."""
+    started: list[Served] = []
+
+    def start(*args: str, env: Mapping[str, str] | None = None) -> Served:
+        served = Served(args, env if env is not None else clean_env())
+        started.append(served)
+        return served
+
+    yield start
+    for served in started:
+        if served.process.poll() is None:
+            served.process.kill()
+            served.process.wait(timeout=10)
+
+
+def slow_config(tmp_path: Path) -> Path:
+    path = tmp_path / "slow.yaml"
+    path.write_text(SLOW_COMPLETION)
+    return path
+
+
+def export_once(exporter: SpanExporter, spans: Sequence[ReadableSpan]) -> bool:
+    """Whether the SDK exporter delivered ``spans``."""
+    try:
+        return exporter.export(spans) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+
+
+def assert_dumped_on_shutdown(dump: Path, spans: Sequence[ReadableSpan]) -> None:
+    """Exactly the trace sent, built by the shutdown drain."""
+    with dump.open(encoding="utf-8") as stream:
+        (trace,) = list(read_tooltraces(stream))
+    assert trace.trace_id == format(spans[0].context.trace_id, "032x")
+    assert [call.tool_name for call in trace.calls] == ["lookup_order", "issue_refund"]
+    assert (trace.complete, trace.incomplete_reason) == (False, "shutdown")
+
+
+# --- information ----------------------------------------------------------------------------
+
+
+def test_version_prints_the_package_version() -> None:
+    result = run_cli("--version")
+    assert (result.returncode, result.stdout.strip()) == (0, f"toolwatch {toolwatch.__version__}")
+
+
+@pytest.mark.parametrize("args", [["--help"], ["serve", "--help"]])
+def test_help_shows_examples(args: list[str]) -> None:
+    result = run_cli(*args)
+    assert result.returncode == 0
+    assert "examples:" in result.stdout
+    assert "toolwatch serve --grpc-listen 127.0.0.1:0" in result.stdout
+    assert "toolwatch check-config examples/toolwatch.yaml" in result.stdout
+
+
+# --- serve ----------------------------------------------------------------------------------
+
+
+def test_serve_with_flags_logs_addresses_and_drains_on_sigterm(
+    serve: Callable[..., Served], tmp_path: Path
+) -> None:
+    dump = tmp_path / "tooltraces.jsonl"
+    ports = [f"--{name}-listen" for name in ("grpc", "http", "metrics", "stream")]
+    served = serve(
+        *[arg for flag in ports for arg in (flag, "127.0.0.1:0")],
+        *["--config", str(slow_config(tmp_path)), "--dump-tooltraces", str(dump)],
+        *["--findings", str(tmp_path / "findings.jsonl")],
+    )
+    addresses = served.wait_for(LISTENING).groupdict()
+
+    assert all(address.startswith("127.0.0.1:") for address in addresses.values())
+    assert len({address.rsplit(":", 1)[1] for address in addresses.values()}) == 4
+    with urllib.request.urlopen(f"http://{addresses['metrics']}/readyz", timeout=10) as ready:
+        assert ready.status == 200
+    spans = agents.record(agents.refund_run(), "genai")
+    assert export_once(GrpcExporter(endpoint=addresses["grpc"], insecure=True, timeout=10), spans)
+
+    assert served.terminate() == 0
+    assert any("drained 1 buffered trace(s) at shutdown" in line for line in served.seen)
+    assert_dumped_on_shutdown(dump, spans)
+
+
+def test_serve_reads_environment_and_flags_win(
+    serve: Callable[..., Served], tmp_path: Path
+) -> None:
+    dump = tmp_path / "tooltraces.jsonl"
+    env = clean_env(
+        TOOLWATCH_CONFIG=str(slow_config(tmp_path)),
+        TOOLWATCH_GRPC_LISTEN="nonsense",  # the flag below wins, or serve would exit 2
+        TOOLWATCH_HTTP_LISTEN="127.0.0.2:0",
+        TOOLWATCH_METRICS_LISTEN="127.0.0.1:0",
+        TOOLWATCH_STREAM_LISTEN="127.0.0.1:0",
+        TOOLWATCH_DUMP_TOOLTRACES=str(dump),
+        TOOLWATCH_FINDINGS=str(tmp_path / "findings.jsonl"),
+    )
+    served = serve("--grpc-listen", "127.0.0.1:0", env=env)
+    addresses = served.wait_for(LISTENING).groupdict()
+
+    assert addresses["grpc"].startswith("127.0.0.1:")
+    assert addresses["http"].startswith("127.0.0.2:")
+    spans = agents.record(agents.refund_run(), "genai")
+    endpoint = f"http://{addresses['http']}/v1/traces"
+    assert export_once(HttpExporter(endpoint=endpoint, timeout=10), spans)
+
+    assert served.terminate() == 0
+    assert_dumped_on_shutdown(dump, spans)
+
+
+def test_serve_with_a_missing_config_file_exits_2(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.yaml"
+    result = run_cli("serve", "--config", str(missing))
+    assert result.returncode == 2
+    assert f"{missing}: cannot read: No such file or directory" in result.stderr
+
+
+def test_serve_with_an_invalid_listen_address_exits_2() -> None:
+    result = run_cli("serve", "--grpc-listen", "nonsense")
+    assert result.returncode == 2
+    assert "listen.grpc: Value error, 'nonsense' is not HOST:PORT" in result.stderr
+
+
+# --- check-config ---------------------------------------------------------------------------
+
+
+def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text("listen:\n  grpc: 127.0.0.1:14317\nassembly:\n  max_traces: 50\n")
+    result = run_cli("check-config", str(good))
+    assert (result.returncode, result.stdout.strip()) == (0, f"{good}: ok")
+
+
+@pytest.mark.parametrize(
+    ("text", "field", "reason"),
+    [
+        ("assembly:\n  max_traces: -1\n", "assembly.max_traces", "greater than 0"),
+        ("listen:\n  http: 4318\n", "listen.http", "Input should be a valid string"),
+        ("ingest:\n  max_body: 5\n", "ingest.max_body", "Extra inputs are not permitted"),
+    ],
+)
+def test_check_config_rejects_a_bad_file(
+    tmp_path: Path, text: str, field: str, reason: str
+) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    result = run_cli("check-config", str(bad))
+    assert result.returncode == 2
+    (line,) = [line for line in result.stderr.splitlines() if field in line]
+    assert line.strip().startswith(f"{bad}: {field}: ")
+    assert reason in line

@@ -1,0 +1,453 @@
+"""Faults: SIGTERM drains, SIGKILL under load then restart, an evaluator that raises.
+
+The signal tests run ``toolwatch serve`` as a real process with a configuration file and read
+its bound addresses from the start-up line (``listening grpc=... http=... metrics=...
+stream=...``) on stderr. A real process runs on the real clock, so these tests wait for real
+events (a process exit, a listener coming up) with deadlines; the configuration keeps the
+clock out of the outcome (a 1 ms completion wait, traces that never time out).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import yaml
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcExporter,
+)
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExportResult
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration import agents
+from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
+from toolwatch.assembly.buffer import AssemblyLimits
+from toolwatch.engine import Admission, Engine, EngineParts
+from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.pipeline import EvaluationPipeline
+from toolwatch.evaluation.settings import EvaluationSettings
+from toolwatch.ingest.decode import DecodeOptions, decode_request
+from toolwatch.model import EvalResult, ManualClock, ToolTrace
+from toolwatch.sinks.findings import InMemoryFindingSink
+from toolwatch.sinks.prometheus import PrometheusMetrics
+
+LISTENING = re.compile(r"listening grpc=(\S+) http=(\S+) metrics=(\S+) stream=(\S+)")
+LISTENERS = ("grpc", "http", "metrics", "stream")
+POLICY = {"dangerous_tools": ["issue_refund"], "verification_tools": ["lookup_order"]}
+START_TIMEOUT = 30.0
+
+
+def free_port() -> int:
+    """A port nobody listens on now (bound to 0, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def write_config(path: Path, ports: dict[str, int], **sections: Any) -> Path:
+    """A configuration file: loopback listeners on ``ports`` (0: any), output next to it."""
+    document: dict[str, Any] = {
+        "listen": {name: f"127.0.0.1:{ports.get(name, 0)}" for name in LISTENERS},
+        "output": {
+            "findings": str(path.with_suffix(".findings.jsonl")),
+            "dump_tooltraces": str(path.with_suffix(".tooltraces.jsonl")),
+        },
+        "policy": POLICY,
+        **sections,
+    }
+    path.write_text(yaml.safe_dump(document))
+    return path
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+class ServeProcess:
+    """``toolwatch serve --config FILE`` in a child process; stderr is read continuously."""
+
+    def __init__(self, config: Path) -> None:
+        self.config = config
+        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "toolwatch.cli", "serve", "--config", str(config)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        self.log: list[str] = []
+        self._listening = threading.Event()
+        self.addresses: dict[str, str] = {}
+        threading.Thread(target=self._read_stderr, daemon=True).start()
+        if not self._listening.wait(START_TIMEOUT):
+            self.proc.kill()
+            raise AssertionError("no start-up line:\n" + "".join(self.log))
+
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.log.append(line)
+            match = LISTENING.search(line)
+            if match is not None:
+                self.addresses = dict(zip(LISTENERS, match.groups(), strict=True))
+                self._listening.set()
+
+    @property
+    def tooltraces(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.config.with_suffix(".tooltraces.jsonl"))
+
+    @property
+    def findings(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.config.with_suffix(".findings.jsonl"))
+
+    def sample(self, name: str, labels: dict[str, str] | None = None) -> float:
+        """One sample of a ``/metrics`` scrape (0 when absent, as for an unused counter)."""
+        url = f"http://{self.addresses['metrics']}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == name and sample.labels == (labels or {}):
+                    return float(sample.value)
+        return 0.0
+
+    def terminate(self, timeout: float) -> tuple[int, float]:
+        """SIGTERM; the exit code and the seconds the process took to exit."""
+        started = time.monotonic()
+        self.proc.send_signal(signal.SIGTERM)
+        code = self.proc.wait(timeout)
+        return code, time.monotonic() - started
+
+    def kill(self) -> None:
+        self.proc.kill()  # SIGKILL: no drain, no flush
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def serve() -> Iterator[Callable[[Path], ServeProcess]]:
+    """Factory of ``ServeProcess``; kills whatever is still running at the end."""
+    started: list[ServeProcess] = []
+
+    def start(config: Path) -> ServeProcess:
+        process = ServeProcess(config)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.proc.poll() is None:
+            process.kill()
+
+
+def until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Polls ``condition`` until true or ``timeout`` seconds passed (a real process)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        threading.Event().wait(0.01)
+    return True
+
+
+def export(address: str, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    exporter = GrpcExporter(endpoint=address, insecure=True, timeout=10)
+    try:
+        return exporter.export(spans)
+    finally:
+        exporter.shutdown()
+
+
+def trace_id(spans: Sequence[ReadableSpan]) -> str:
+    return format(spans[0].context.trace_id, "032x")
+
+
+def without_root(spans: Sequence[ReadableSpan]) -> tuple[ReadableSpan, ...]:
+    """A run whose agent span has not ended yet: no anchor, never complete by itself."""
+    return tuple(span for span in spans if span.parent is not None)
+
+
+class Subscriber(threading.Thread):
+    """Reads the findings stream until the server ends it."""
+
+    def __init__(self, address: str) -> None:
+        super().__init__(daemon=True)
+        self.channel = grpc.insecure_channel(address)
+        self.received: list[tuple[str, str]] = []  # (trace id, category)
+        self.ended_with: grpc.StatusCode | None = None
+
+    def run(self) -> None:
+        stub = findings_pb2_grpc.FindingsServiceStub(self.channel)  # type: ignore[no-untyped-call]
+        try:
+            for finding in stub.Subscribe(findings_pb2.SubscribeRequest(), timeout=60):
+                self.received.append((finding.trace_id, finding.category))
+            self.ended_with = grpc.StatusCode.OK
+        except grpc.RpcError as error:
+            self.ended_with = error.code()
+        finally:
+            self.channel.close()
+
+
+# -- SIGTERM ----------------------------------------------------------------------------------
+
+GRACE_SECONDS = 3.0
+
+
+def test_sigterm_evaluates_every_buffered_trace_flushes_sinks_and_exits_in_the_grace(
+    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+) -> None:
+    config = write_config(
+        tmp_path / "toolwatch.yaml",
+        {},
+        assembly={
+            "completion_wait_seconds": 0.001,
+            "max_trace_age_seconds": 600,
+            "tick_seconds": 10,  # the drain, not the ticker, must emit what is buffered
+        },
+        shutdown_grace_seconds=GRACE_SECONDS,
+    )
+    server = serve(config)
+    complete = [
+        agents.record(agents.refund_run(), "genai"),
+        agents.record(agents.unverified_refund_run(), "openinference"),
+    ]
+    unfinished = [
+        without_root(agents.record(agents.refund_run(), "openllmetry")),
+        without_root(agents.record(agents.unverified_refund_run(), "genai")),
+    ]
+    subscriber = Subscriber(server.addresses["stream"])
+    subscriber.start()
+    assert until(lambda: server.sample("toolwatch_stream_subscribers") == 1)
+    assert export(server.addresses["grpc"], agents.spans_of(*complete, *unfinished)) is (
+        SpanExportResult.SUCCESS
+    )
+    assert server.sample("toolwatch_buffered_traces") == 4
+
+    code, seconds = server.terminate(timeout=GRACE_SECONDS + 10)
+
+    assert code == 0
+    assert seconds < GRACE_SECONDS  # an open findings stream does not hold the exit up
+    outcomes = {t["trace_id"]: (t["complete"], t["incomplete_reason"]) for t in server.tooltraces}
+    assert outcomes == {
+        **{trace_id(run): (True, None) for run in complete},
+        **{trace_id(run): (False, "shutdown") for run in unfinished},
+    }
+    unverified = {trace_id(complete[1]), trace_id(unfinished[1])}
+    flagged = {(f["trace_id"], f["category"]) for f in server.findings}
+    assert flagged == {(t, "MISSING_VERIFICATION_STEP") for t in unverified}
+    subscriber.join(timeout=10)
+    assert subscriber.ended_with is grpc.StatusCode.OK  # ended after the drained findings
+    assert set(subscriber.received) == flagged
+    assert any("drained 4 buffered trace(s) at shutdown" in line for line in server.log)
+
+
+def test_sigterm_with_nothing_buffered_exits_at_once(
+    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+) -> None:
+    """Sent as soon as the start-up line is out: the handler must already be in place."""
+    config = write_config(tmp_path / "idle.yaml", {}, shutdown_grace_seconds=GRACE_SECONDS)
+    server = serve(config)
+
+    code, seconds = server.terminate(timeout=GRACE_SECONDS + 10)
+
+    assert (code, server.tooltraces, server.findings) == (0, [], [])
+    assert seconds < GRACE_SECONDS
+
+
+# -- SIGKILL under load, then restart -------------------------------------------------------
+
+
+@dataclass
+class Export:
+    trace_id: str
+    spans: int
+    started: float
+    ended: float
+    result: SpanExportResult
+
+
+@dataclass
+class LoadClient:
+    """Exports one refund run after another with one SDK exporter until stopped."""
+
+    address: str
+    exports: list[Export] = field(default_factory=list)
+    stop: threading.Event = field(default_factory=threading.Event)
+    progress: threading.Condition = field(default_factory=threading.Condition)
+
+    def run(self) -> None:
+        # The SDK retries UNAVAILABLE with exponential backoff (1, 2, 4, 8 s) while the
+        # server is down; the deadline leaves room for all of it.
+        exporter = GrpcExporter(endpoint=self.address, insecure=True, timeout=45)
+        try:
+            while not self.stop.is_set():
+                spans = agents.record(agents.refund_run(), "genai")
+                started = time.monotonic()
+                result = exporter.export(spans)
+                done = Export(trace_id(spans), len(spans), started, time.monotonic(), result)
+                with self.progress:
+                    self.exports.append(done)
+                    self.progress.notify_all()
+        finally:
+            exporter.shutdown()
+
+    def wait_for(self, condition: Callable[[list[Export]], bool], timeout: float) -> bool:
+        with self.progress:
+            return self.progress.wait_for(lambda: condition(self.exports), timeout)
+
+
+def test_sigkill_under_load_then_restart_delivers_retries_and_restarts_counters(
+    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+) -> None:
+    ports = {name: free_port() for name in LISTENERS}
+    sections = {"assembly": {"completion_wait_seconds": 0.05, "tick_seconds": 0.05}}
+    first = serve(write_config(tmp_path / "first.yaml", ports, **sections))
+    load = LoadClient(first.addresses["grpc"])
+    sender = threading.Thread(target=load.run, daemon=True)
+    sender.start()
+    assert load.wait_for(lambda done: len(done) >= 5, timeout=30)
+
+    first.kill()  # mid-load: the export in flight, and the next ones, find no server
+    killed_at = time.monotonic()
+    second = serve(write_config(tmp_path / "second.yaml", ports, **sections))
+    up_at = time.monotonic()
+    assert second.addresses == first.addresses
+    assert load.wait_for(lambda done: sum(e.started > up_at for e in done) >= 3, timeout=60)
+    load.stop.set()
+    sender.join(timeout=60)
+    received = second.sample("toolwatch_spans_received_total", {"transport": "grpc"})
+    assert second.terminate(timeout=30)[0] == 0  # drains into the second dump file
+
+    assert [e.result for e in load.exports] == [SpanExportResult.SUCCESS] * len(load.exports)
+    by_id = {e.trace_id: e for e in load.exports}
+    delivered = {t["trace_id"] for t in second.tooltraces}
+    # The client was exporting all along, so an export met the dead server; the SDK backs
+    # off at least 0.8 s before a retry, which is how a retried export is told from the rest.
+    retried = [e for e in load.exports if e.ended > killed_at and e.ended - e.started >= 0.8]
+    assert len(retried) >= 1
+    assert all(e.trace_id in delivered for e in retried)  # the retries reached the new one
+    assert {e.trace_id for e in load.exports if e.started > killed_at} <= delivered
+    # The new process counts from zero: exactly the spans it was sent, none of the first's.
+    assert received == sum(by_id[t].spans for t in delivered)
+    assert received < sum(e.spans for e in load.exports)
+
+
+# -- an evaluator that raises -------------------------------------------------------------
+
+
+class RaisesOnOneAgent:
+    """A custom evaluator with a bug that only one agent's runs reach."""
+
+    def __init__(self, agent: str) -> None:
+        self.agent = agent
+        self.seen: list[str | None] = []
+
+    def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
+        self.seen.append(trace.agent)
+        if trace.agent == self.agent:
+            raise KeyError("order_id")
+        return EvalResult(evaluator="flaky", scores={"score": 1.0}, findings=(), explanation="ok")
+
+
+@dataclass
+class KeptToolTraces:
+    traces: list[ToolTrace] = field(default_factory=list)
+
+    def write(self, trace: ToolTrace) -> None:
+        self.traces.append(trace)
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_evaluator_that_raises_on_one_run_is_isolated_and_counted() -> None:
+    registry = CollectorRegistry()
+    settings = EvaluationSettings.model_validate({"policy": POLICY})
+    flaky = RaisesOnOneAgent("cursed-bot")
+    findings, dumped, clock = InMemoryFindingSink(), KeptToolTraces(), ManualClock()
+    parts = EngineParts(
+        limits=AssemblyLimits(),
+        evaluation=EvaluationPipeline(settings, extra=[("flaky", flaky)]),
+        normalize=settings.policy.normalizer(),
+        findings=findings,
+        tooltraces=dumped,
+    )
+    engine = Engine(parts, clock, PrometheusMetrics(registry))
+    cursed = dataclasses.replace(agents.unverified_refund_run(), agent="cursed-bot")
+    runs = [agents.record(run, "genai") for run in (cursed, agents.unverified_refund_run())]
+    batch = decode_request(encode_spans(agents.spans_of(*runs)), DecodeOptions())
+
+    assert engine.offer(batch, "grpc") is Admission.ACCEPTED
+    clock.advance(2.001)
+    assert engine.tick() == 2
+
+    assert sorted(flaky.seen, key=str) == ["cursed-bot", "refund-bot"]
+    assert sorted((f.agent, f.evaluator, str(f.category)) for f in findings.findings) == [
+        ("cursed-bot", "safety", "MISSING_VERIFICATION_STEP"),  # the others still judged it
+        ("refund-bot", "safety", "MISSING_VERIFICATION_STEP"),
+    ]
+    assert sorted(str(t.agent) for t in dumped.traces) == ["cursed-bot", "refund-bot"]
+
+    def sample(name: str, evaluator: str) -> float | None:
+        return registry.get_sample_value(name, {"evaluator": evaluator})
+
+    assert sample("toolwatch_evaluator_failures_total", "flaky") == 1.0
+    assert sample("toolwatch_evaluator_failures_total", "safety") is None
+    assert sample("toolwatch_evaluator_score_count", "flaky") == 1.0  # the other run's result
+    assert sample("toolwatch_evaluation_duration_seconds_count", "loops") == 2.0
+
+
+# -- a sink that fails ----------------------------------------------------------------------
+
+
+def test_a_dump_file_on_a_full_disk_does_not_stop_completing_later_traces(
+    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+) -> None:
+    config = write_config(
+        tmp_path / "full.yaml",
+        {},
+        assembly={"completion_wait_seconds": 0.01, "tick_seconds": 0.01},
+        shutdown_grace_seconds=GRACE_SECONDS,
+    )
+    document = yaml.safe_load(config.read_text())
+    document["output"]["dump_tooltraces"] = "/dev/full"  # every write fails: ENOSPC
+    config.write_text(yaml.safe_dump(document))
+    server = serve(config)
+
+    def runs_completed() -> float:
+        labels = {"agent": "refund-bot", "outcome": "complete"}
+        return server.sample("toolwatch_tool_traces_total", labels)
+
+    for sent in (1, 2):
+        spans = agents.record(agents.refund_run(), "genai")
+        assert export(server.addresses["grpc"], spans) is SpanExportResult.SUCCESS
+        assert until(lambda sent=sent: runs_completed() == sent)  # type: ignore[misc]
+
+    assert any("could not evaluate trace" in line for line in server.log)
+    # The final flush of the dump fails too: logged, and the shutdown still completes.
+    code, seconds = server.terminate(timeout=GRACE_SECONDS + 10)
+    assert code == 0
+    assert seconds < GRACE_SECONDS
+    assert any("could not flush" in line for line in server.log)

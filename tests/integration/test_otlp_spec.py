@@ -1,0 +1,504 @@
+"""The OTLP receivers against the OTLP specification (opentelemetry-proto
+``docs/specification.md``), through real gRPC and HTTP clients and a real server.
+
+Sections cited: OTLP/gRPC and OTLP/HTTP "Full Success", "Partial Success", "Failures",
+"Throttling", "OTLP/gRPC Request" (message size), "OTLP/HTTP Request" (size after
+decompression, gzip) and "JSON Protobuf Encoding".
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import urllib.error
+import urllib.request
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from email.message import Message
+from typing import Any
+
+import grpc
+import pytest
+from google.protobuf import duration_pb2, json_format
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from tests.integration import agents
+from tests.integration.conftest import RunningServer
+
+StartServer = Callable[..., RunningServer]
+
+EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
+PROTOBUF = "application/x-protobuf"
+JSON = "application/json"
+MIB = 2**20
+REFUND_CALLS = ["lookup_order", "issue_refund"]
+# The harness's background ticker must not race ``settle``: engine ticks only when told.
+QUIET = {"assembly__tick_seconds": 10}
+
+
+# --- clients --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HttpAnswer:
+    status: int
+    headers: Message
+    body: bytes
+
+    @property
+    def content_type(self) -> str:
+        return self.headers.get_content_type()
+
+
+def post(
+    server: RunningServer, body: bytes, content_type: str = PROTOBUF, encoding: str | None = None
+) -> HttpAnswer:
+    headers = {"Content-Type": content_type}
+    if encoding is not None:
+        headers["Content-Encoding"] = encoding
+    url = f"http://{server.address('http')}/v1/traces"
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return HttpAnswer(response.status, response.headers, response.read())
+    except urllib.error.HTTPError as error:
+        with error:
+            return HttpAnswer(error.code, error.headers, error.read())
+
+
+def error_status(answer: HttpAnswer) -> status_pb2.Status:
+    """OTLP/HTTP "Failures": every 4xx/5xx body is a ``google.rpc.Status``."""
+    if answer.content_type == JSON:
+        return json_format.Parse(answer.body, status_pb2.Status())
+    assert answer.content_type == PROTOBUF
+    return status_pb2.Status.FromString(answer.body)
+
+
+def ok_response(answer: HttpAnswer) -> ExportTraceServiceResponse:
+    """The 200 body, decoded per its Content-Type, which must be the request's."""
+    assert answer.status == 200, answer
+    if answer.content_type == JSON:
+        return json_format.Parse(answer.body, ExportTraceServiceResponse())
+    assert answer.content_type == PROTOBUF
+    return ExportTraceServiceResponse.FromString(answer.body)
+
+
+def grpc_channel(
+    server: RunningServer, compression: grpc.Compression | None = None
+) -> grpc.Channel:
+    return grpc.insecure_channel(server.address("grpc"), compression=compression)
+
+
+def export_grpc(
+    server: RunningServer,
+    request: ExportTraceServiceRequest | bytes,
+    compression: grpc.Compression | None = None,
+) -> ExportTraceServiceResponse:
+    """One unary Export; raw ``bytes`` are sent as they are (for malformed bodies)."""
+    body = request if isinstance(request, bytes) else request.SerializeToString()
+    with grpc_channel(server, compression) as channel:
+        export = channel.unary_unary(
+            EXPORT_METHOD, response_deserializer=ExportTraceServiceResponse.FromString
+        )
+        response: ExportTraceServiceResponse = export(body, timeout=10)
+        return response
+
+
+# --- requests -------------------------------------------------------------------------------
+
+
+def refund_request() -> ExportTraceServiceRequest:
+    """A fresh (new ids) six-span refund run as the SDK's OTLP encoder writes it."""
+    return encode_spans(agents.record(agents.refund_run(), "genai"))
+
+
+def spans_in(request: ExportTraceServiceRequest) -> Iterator[Span]:
+    for resource_spans in request.resource_spans:
+        for scope_spans in resource_spans.scope_spans:
+            yield from scope_spans.spans
+
+
+def trace_hex(request: ExportTraceServiceRequest) -> str:
+    return next(spans_in(request)).trace_id.hex()
+
+
+def with_bad_spans(request: ExportTraceServiceRequest) -> ExportTraceServiceRequest:
+    """``request`` plus four spans whose ids break trace.proto's rules, appended in order:
+    short trace id, short span id, all-zero trace id, all-zero span id."""
+    mixed = ExportTraceServiceRequest()
+    mixed.CopyFrom(request)
+    scope = mixed.resource_spans[0].scope_spans[0]
+    template = scope.spans[0]
+    for field, value in (
+        ("trace_id", b"\x01" * 15),
+        ("span_id", b"\x02" * 4),
+        ("trace_id", bytes(16)),
+        ("span_id", bytes(8)),
+    ):
+        bad = scope.spans.add()
+        bad.CopyFrom(template)
+        setattr(bad, field, value)
+    return mixed
+
+
+def to_otlp_json(request: ExportTraceServiceRequest, times_as_numbers: bool = False) -> Any:
+    """OTLP/JSON as the spec writes it: lowerCamelCase keys, integer enums, upper-case hex
+    ids (hex is case-insensitive), int64 as strings or, if asked, as numbers."""
+    document = json_format.MessageToDict(request, use_integers_for_enums=True)
+    for resource_spans in document["resourceSpans"]:
+        for scope_spans in resource_spans["scopeSpans"]:
+            for span in scope_spans["spans"]:
+                for key in ("traceId", "spanId", "parentSpanId"):
+                    if key in span:
+                        span[key] = base64.b64decode(span[key]).hex().upper()
+                if times_as_numbers:
+                    for key in ("startTimeUnixNano", "endTimeUnixNano"):
+                        span[key] = int(span[key])
+    return document
+
+
+def sent_calls(server: RunningServer) -> list[tuple[str, list[str], bool]]:
+    """(trace id, tool names, complete) of every ToolTrace dumped so far."""
+    return [
+        (t["trace_id"], [c["tool_name"] for c in t["calls"]], t["complete"])
+        for t in server.tooltraces()
+    ]
+
+
+# --- full success ---------------------------------------------------------------------------
+
+
+def test_empty_grpc_request_is_full_success(start_server: StartServer) -> None:
+    server = start_server()
+    with grpc_channel(server) as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)  # type: ignore[no-untyped-call]
+        response = stub.Export(ExportTraceServiceRequest(), timeout=10)
+    assert not response.HasField("partial_success")
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"), [(PROTOBUF, b""), (JSON, b"{}"), (JSON, b'{"resourceSpans": []}')]
+)
+def test_empty_http_request_is_full_success(
+    start_server: StartServer, content_type: str, body: bytes
+) -> None:
+    answer = post(start_server(), body, content_type)
+    assert answer.content_type == content_type
+    assert not ok_response(answer).HasField("partial_success")
+    if content_type == JSON:
+        assert json.loads(answer.body) == {}
+
+
+# --- partial success ------------------------------------------------------------------------
+
+
+def _send_mixed(server: RunningServer, transport: str, request: Any) -> Any:
+    if transport == "grpc":
+        return export_grpc(server, request).partial_success
+    if transport == "http-protobuf":
+        return ok_response(post(server, request.SerializeToString())).partial_success
+    answer = post(server, json.dumps(to_otlp_json(request)).encode(), JSON)
+    assert "partialSuccess" in json.loads(answer.body)  # lowerCamelCase in the answer too
+    return ok_response(answer).partial_success
+
+
+@pytest.mark.parametrize("transport", ["grpc", "http-protobuf", "http-json"])
+def test_invalid_spans_are_a_partial_success(start_server: StartServer, transport: str) -> None:
+    server = start_server(**QUIET)
+    valid = refund_request()
+
+    partial = _send_mixed(server, transport, with_bad_spans(valid))
+
+    assert partial.rejected_spans == 4
+    message = partial.error_message
+    assert message.startswith("4 spans rejected")
+    assert "resource_spans[0].scope_spans[0].spans[6]: trace_id must be 16 bytes, got 15" in message
+    assert "spans[7]: span_id must be 8 bytes, got 4" in message
+    assert "spans[8]: trace_id must not be all zero" in message
+    assert message.endswith("and 1 more")
+    assert server.sample("toolwatch_spans_rejected_total", {"reason": "invalid_trace_id"}) == 2
+    assert server.sample("toolwatch_spans_rejected_total", {"reason": "invalid_span_id"}) == 2
+    wire = "grpc" if transport == "grpc" else "http"
+    assert server.sample("toolwatch_spans_received_total", {"transport": wire}) == 10
+    server.settle()
+    assert sent_calls(server) == [(trace_hex(valid), REFUND_CALLS, True)]
+
+
+# --- size limits ----------------------------------------------------------------------------
+
+
+def test_grpc_message_over_the_limit_is_resource_exhausted(start_server: StartServer) -> None:
+    server = start_server(ingest__max_request_bytes=2048)
+    request = refund_request()
+    assert request.ByteSize() > 2048
+
+    with pytest.raises(grpc.RpcError) as raised:
+        export_grpc(server, request)
+    assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 0
+
+
+def test_grpc_limit_applies_after_decompression(start_server: StartServer) -> None:
+    server = start_server(ingest__max_request_bytes=64 * 1024)
+    request = refund_request()
+    span = next(spans_in(request))
+    span.name = "x" * (256 * 1024)  # compresses to a few hundred bytes
+    assert len(gzip.compress(request.SerializeToString())) < 64 * 1024
+
+    with pytest.raises(grpc.RpcError) as raised:
+        export_grpc(server, request, grpc.Compression.Gzip)
+    assert raised.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+def test_http_body_over_the_limit_is_413(start_server: StartServer) -> None:
+    server = start_server(ingest__max_request_bytes=MIB)
+    answer = post(server, b"\x00" * (MIB + 4096))
+    assert answer.status == 413
+    assert "exceeds 1048576 bytes" in error_status(answer).message
+    assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 0
+
+
+def _gzip_of_zeros(size: int) -> bytes:
+    """Gzip of ``size`` zero bytes, built a chunk at a time: the test never holds it whole."""
+    compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    chunk = bytes(MIB)
+    parts = [compressor.compress(chunk) for _ in range(size // MIB)]
+    return b"".join([*parts, compressor.flush()])
+
+
+def _peak_rss_kib() -> int:
+    with open("/proc/self/status", encoding="ascii") as status:
+        line = next(line for line in status if line.startswith("VmHWM:"))
+    return int(line.split()[1])
+
+
+def _peak_rss_growth_kib(action: Callable[[], object]) -> int:
+    """How far this process's peak RSS rose above its current RSS while ``action`` ran.
+    Linux proc(5), /proc/pid/clear_refs: writing 5 resets the peak (VmHWM) to the current RSS.
+    """
+    with open("/proc/self/clear_refs", "w", encoding="ascii") as refs:
+        refs.write("5")
+    before = _peak_rss_kib()
+    action()
+    return _peak_rss_kib() - before
+
+
+def test_gzip_bomb_is_413_without_inflating_it(start_server: StartServer) -> None:
+    server = start_server(ingest__max_request_bytes=MIB)
+    bomb = _gzip_of_zeros(50 * MIB)
+    assert len(bomb) < MIB  # passes the cap before decompression
+    # The probe sees a 50 MB inflation in this process (the server runs in it)...
+    assert _peak_rss_growth_kib(lambda: zlib.decompress(bomb, 16 + zlib.MAX_WBITS)) > 45 * 1024
+
+    answers: list[HttpAnswer] = []
+    grown_kib = _peak_rss_growth_kib(lambda: answers.append(post(server, bomb, encoding="gzip")))
+
+    (answer,) = answers
+    assert answer.status == 413
+    assert "decompressed body exceeds 1048576 bytes" in error_status(answer).message
+    assert grown_kib < 20 * 1024  # ...and none while the server refuses the bomb
+
+
+# --- encodings ------------------------------------------------------------------------------
+
+
+def test_grpc_gzip_request_is_accepted(start_server: StartServer) -> None:
+    server = start_server(**QUIET)
+    request = refund_request()
+    response = export_grpc(server, request, grpc.Compression.Gzip)
+    assert not response.HasField("partial_success")
+    server.settle()
+    assert sent_calls(server) == [(trace_hex(request), REFUND_CALLS, True)]
+
+
+@pytest.mark.parametrize("content_type", [PROTOBUF, JSON])
+def test_http_gzip_request_is_accepted(start_server: StartServer, content_type: str) -> None:
+    server = start_server(**QUIET)
+    request = refund_request()
+    body = request.SerializeToString()
+    if content_type == JSON:
+        body = json.dumps(to_otlp_json(request)).encode()
+    answer = post(server, gzip.compress(body), content_type, encoding="gzip")
+    assert not ok_response(answer).HasField("partial_success")
+    assert answer.content_type == content_type
+    server.settle()
+    assert sent_calls(server) == [(trace_hex(request), REFUND_CALLS, True)]
+
+
+@pytest.mark.parametrize(
+    ("content_type", "encoding", "status", "said"),
+    [
+        (PROTOBUF, "br", 415, "content encoding 'br' is not gzip or identity"),
+        ("text/plain", None, 415, "content type 'text/plain' is not"),
+        (PROTOBUF, "gzip", 400, "body is not valid gzip"),
+    ],
+)
+def test_unusable_http_body_is_refused(
+    start_server: StartServer, content_type: str, encoding: str | None, status: int, said: str
+) -> None:
+    server = start_server()
+    answer = post(server, refund_request().SerializeToString(), content_type, encoding)
+    assert answer.status == status
+    assert said in error_status(answer).message
+    assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 0
+
+
+# --- OTLP/JSON ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("times_as_numbers", [False, True])
+def test_otlp_json_request_round_trips(start_server: StartServer, times_as_numbers: bool) -> None:
+    server = start_server(**QUIET)
+    request = refund_request()
+    document = to_otlp_json(request, times_as_numbers)
+    span = document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert isinstance(span["kind"], int)
+    assert isinstance(span["startTimeUnixNano"], int if times_as_numbers else str)
+    document["futureTopLevel"] = {"x": 1}  # OTLP/JSON: unknown fields MUST be ignored
+    document["resourceSpans"][0]["futureField"] = [1, 2]
+    span["futureSpanField"] = "ignored"
+
+    answer = post(server, json.dumps(document).encode(), JSON)
+
+    assert answer.content_type == JSON
+    assert json.loads(answer.body) == {}
+    server.settle()
+    (trace,) = server.tooltraces()
+    assert trace["trace_id"] == trace_hex(request) == span["traceId"].lower()
+    assert [c["tool_name"] for c in trace["calls"]] == REFUND_CALLS
+    assert trace["start_ns"] == min(s.start_time_unix_nano for s in spans_in(request))
+
+
+def test_otlp_json_ids_are_hex_not_base64(start_server: StartServer) -> None:
+    server = start_server()
+    document = to_otlp_json(refund_request())
+    span = document["resourceSpans"][0]["scopeSpans"][0]["spans"][2]
+    span["traceId"] = base64.b64encode(bytes(range(1, 17))).decode()  # proto3 JSON's form
+
+    answer = post(server, json.dumps(document).encode(), JSON)
+
+    assert answer.status == 400
+    assert answer.content_type == JSON
+    message = error_status(answer).message
+    assert "resourceSpans[0].scopeSpans[0].spans[2].traceId" in message
+    assert "is not hex" in message
+
+
+# --- malformed bodies -----------------------------------------------------------------------
+
+GARBAGE = b"\x0a\xff\xff\xff\xff\x0f"  # field 1, length-delimited, length past the end
+
+
+def test_malformed_protobuf_over_http_is_400_then_serving(start_server: StartServer) -> None:
+    server = start_server(**QUIET)
+    answer = post(server, GARBAGE)
+
+    assert answer.status == 400
+    status = error_status(answer)
+    assert status.code == code_pb2.INVALID_ARGUMENT
+    assert status.message.startswith("body is not a valid ExportTraceServiceRequest")
+
+    request = refund_request()
+    assert ok_response(post(server, request.SerializeToString())) == ExportTraceServiceResponse()
+    server.settle()
+    assert sent_calls(server) == [(trace_hex(request), REFUND_CALLS, True)]
+
+
+def test_malformed_protobuf_over_grpc_is_invalid_argument_then_serving(
+    start_server: StartServer,
+) -> None:
+    server = start_server(**QUIET)
+    with pytest.raises(grpc.RpcError) as raised:
+        export_grpc(server, GARBAGE)
+
+    assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert raised.value.details().startswith("body is not a valid ExportTraceServiceRequest")
+
+    request = refund_request()
+    assert export_grpc(server, request) == ExportTraceServiceResponse()
+    server.settle()
+    assert sent_calls(server) == [(trace_hex(request), REFUND_CALLS, True)]
+
+
+# --- throttling -----------------------------------------------------------------------------
+
+OVERLOAD = {
+    "assembly__max_buffered_spans": 8,
+    "assembly__overflow": "backpressure",
+    "ingest__retry_after_seconds": 2.5,
+    **QUIET,
+}
+
+
+def _retry_info(error: grpc.RpcError) -> tuple[error_details_pb2.RetryInfo, ...]:
+    """RetryInfo from both trailers: the rich status and the one the Python SDK reads."""
+    trailers = dict(error.trailing_metadata())
+    status = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
+    assert status.code == code_pb2.UNAVAILABLE
+    (detail,) = status.details
+    from_status = error_details_pb2.RetryInfo()
+    assert detail.Unpack(from_status)
+    return from_status, error_details_pb2.RetryInfo.FromString(trailers["google.rpc.retryinfo-bin"])
+
+
+def test_grpc_overload_is_unavailable_with_retry_info(start_server: StartServer) -> None:
+    server = start_server(**OVERLOAD)
+    export_grpc(server, refund_request())  # 6 of 8 spans buffered
+    refused = refund_request()
+
+    with pytest.raises(grpc.RpcError) as raised:
+        export_grpc(server, refused)
+
+    assert raised.value.code() is grpc.StatusCode.UNAVAILABLE
+    delay = duration_pb2.Duration(seconds=2, nanos=500_000_000)
+    assert [info.retry_delay for info in _retry_info(raised.value)] == [delay, delay]
+    assert server.sample("toolwatch_spans_refused_total", {"transport": "grpc"}) == 6
+    assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 6
+    server.settle()
+    assert export_grpc(server, refused) == ExportTraceServiceResponse()
+    assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 12
+
+
+def test_http_overload_is_503_with_retry_after(start_server: StartServer) -> None:
+    server = start_server(**OVERLOAD)
+    ok_response(post(server, refund_request().SerializeToString()))
+    refused = refund_request().SerializeToString()
+
+    answer = post(server, refused)
+
+    assert answer.status == 503
+    assert answer.headers["Retry-After"] == "3"  # whole seconds, never shorter than 2.5 s
+    assert error_status(answer).code == code_pb2.UNAVAILABLE
+    assert server.sample("toolwatch_spans_refused_total", {"transport": "http"}) == 6
+    assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 6
+    server.settle()
+    assert ok_response(post(server, refused)) == ExportTraceServiceResponse()
+    assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 12
+
+
+# --- health ---------------------------------------------------------------------------------
+
+
+def test_grpc_health_service_answers_serving(start_server: StartServer) -> None:
+    server = start_server()
+    with grpc_channel(server) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        statuses = [
+            health.Check(health_pb2.HealthCheckRequest(service=name), timeout=10).status
+            for name in ("", TRACE_SERVICE)
+        ]
+        with pytest.raises(grpc.RpcError) as unknown:
+            health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=10)
+    assert statuses == [health_pb2.HealthCheckResponse.SERVING] * 2
+    assert unknown.value.code() is grpc.StatusCode.NOT_FOUND

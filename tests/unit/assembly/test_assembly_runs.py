@@ -1,0 +1,223 @@
+"""Which spans make a run: workflow agent spans, agents whose nesting the producer lost,
+and refusal finish reasons seen in captured traces (tests/fixtures/otlp)."""
+
+from __future__ import annotations
+
+import pytest
+from assembly_support import agent, ask, build, hexid, llm, only, span, tool
+
+from toolwatch.assembly import timeline
+from toolwatch.assembly.timeline import REFUSAL_FINISH_REASONS
+from toolwatch.model import SpanRecord, SpanRole
+
+
+def test_strands_content_filtered_finish_reason_is_a_refusal() -> None:
+    spans = [
+        agent(1, None, "support_agent", 0, 100),
+        llm(2, 1, 1, 50, finish_reasons=("content_filtered",)),
+    ]
+
+    trace = only(spans)
+    assert (trace.refusal, trace.refusal_reason) == (True, "content_filtered")
+    assert "content_filtered" in REFUSAL_FINISH_REASONS
+
+
+# --- workflow agent spans -------------------------------------------------------------
+
+
+def workflow_root(*inside: SpanRecord) -> list[SpanRecord]:
+    """OpenInference openai-agents: the SDK trace as a root AGENT span, a CHAIN task span."""
+    return [
+        span(1, None, SpanRole.AGENT, 0, 200, name="Agent workflow", agent_name="Agent workflow"),
+        span(2, 1, SpanRole.OTHER, 1, 199, name="Agent workflow"),
+        *inside,
+    ]
+
+
+def test_workflow_agent_span_is_not_the_run_its_agent_is() -> None:
+    spans = workflow_root(
+        agent(3, 2, "support_agent", 2, 190),
+        llm(4, 3, 3, 10, ask("lookup_order", "call_1", '{"order_id": "A-1"}')),
+        tool(5, 3, "lookup_order", 11, 20),
+        llm(6, 3, 21, 30, output_text="Refund issued."),
+    )
+
+    trace = only(spans)
+    assert (trace.agent, trace.run_span_id, trace.final_text) == (
+        "support_agent",
+        hexid(3),
+        "Refund issued.",
+    )
+    assert [(c.tool_name, c.call_id, c.agent) for c in trace.calls] == [
+        ("lookup_order", "call_1", "support_agent")
+    ]
+
+
+def test_agents_inside_a_workflow_after_a_handoff_are_two_runs() -> None:
+    spans = workflow_root(
+        agent(3, 2, "triage", 2, 60),
+        tool(4, 3, "transfer_to_billing", 5, 10),
+        agent(5, 2, "billing", 61, 150),
+        tool(6, 5, "issue_refund", 70, 80),
+    )
+
+    traces = build(spans)
+    assert [(t.agent, t.run_span_id, t.tool_names) for t in traces] == [
+        ("triage", hexid(3), ("transfer_to_billing",)),
+        ("billing", hexid(5), ("issue_refund",)),
+    ]
+
+
+def test_agent_that_calls_a_model_itself_is_a_run_even_with_an_agent_inside() -> None:
+    spans = [
+        agent(1, None, "router", 0, 200),
+        llm(2, 1, 1, 10, output_text="Routing."),
+        agent(3, 1, "billing", 11, 100),
+        tool(4, 3, "issue_refund", 20, 30),
+    ]
+
+    trace = only(spans)
+    assert (trace.agent, trace.run_span_id, trace.final_text) == ("router", hexid(1), "Routing.")
+    assert [(c.tool_name, c.agent) for c in trace.calls] == [("issue_refund", "billing")]
+
+
+def test_agent_without_any_work_or_agent_inside_is_still_a_run() -> None:
+    trace = only([agent(1, None, "idle", 0, 10), span(2, 1, SpanRole.OTHER, 1, 9)])
+
+    assert (trace.agent, trace.run_span_id, trace.calls) == ("idle", hexid(1), ())
+
+
+def test_workflow_inside_a_tool_is_skipped_for_the_nested_agent() -> None:
+    spans = [
+        agent(1, None, "concierge", 0, 200),
+        tool(2, 1, "refund_desk", 10, 150, call_id="call_d"),
+        agent(3, 2, "Agent workflow", 11, 149),
+        agent(4, 3, "refund_desk_agent", 12, 148),
+        tool(5, 4, "lookup_order", 20, 30),
+    ]
+
+    calls = only(spans).calls
+    assert [(c.tool_name, c.parent_call_id, c.agent) for c in calls] == [
+        ("refund_desk", None, "concierge"),
+        ("lookup_order", "call_d", "refund_desk_agent"),
+    ]
+
+
+# --- agents whose nesting the producer lost ---------------------------------------------
+
+
+def lost_nesting(nested_start: int = 18, nested_end: int = 140) -> list[SpanRecord]:
+    """OpenLLMetry openai-agents 0.62: the as_tool() agent hangs from the workflow root."""
+    return [
+        span(1, None, SpanRole.OTHER, 0, 221, name="Agent Workflow"),
+        agent(2, 1, "concierge", 1, 220),
+        llm(3, 2, 2, 14, ask("refund_desk", "call_003", {"input": "check"})),
+        tool(4, 2, "refund_desk", 16, 141),
+        llm(5, 2, 142, 213, output_text="The refund desk says yes."),
+        agent(6, 1, "refund_desk_agent", nested_start, nested_end),
+        llm(7, 6, 19, 70, ask("lookup_order", "call_006", {"order_id": "A-1"})),
+        tool(8, 6, "lookup_order", 73, 76),
+        llm(9, 6, 79, 134, output_text="Eligible."),
+    ]
+
+
+def test_agent_inside_another_agents_tool_interval_is_nested_in_that_tool() -> None:
+    trace = only(lost_nesting())
+
+    assert (trace.agent, trace.run_span_id, trace.final_text, trace.span_count) == (
+        "concierge",
+        hexid(2),
+        "The refund desk says yes.",
+        9 - 1,  # every span but the workflow root
+    )
+    assert [(c.tool_name, c.call_id, c.parent_call_id, c.agent) for c in trace.calls] == [
+        ("refund_desk", "call_003", None, "concierge"),
+        ("lookup_order", "call_006", "call_003", "refund_desk_agent"),
+    ]
+    assert [c.parallel_group for c in trace.calls] == [None, None]
+
+
+@pytest.mark.parametrize(("start", "end"), [(10, 100), (20, 150), (142, 200)])
+def test_agent_not_wholly_inside_a_tool_stays_its_own_run(start: int, end: int) -> None:
+    traces = build(lost_nesting(start, end))
+
+    assert sorted((t.agent, t.tool_names, t.calls[0].parent_call_id) for t in traces) == [
+        ("concierge", ("refund_desk",), None),
+        ("refund_desk_agent", ("lookup_order",), None),
+    ]
+
+
+def test_handoff_to_a_sibling_agent_after_the_tools_is_not_nesting() -> None:
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 100, name="Agent Workflow"),
+        agent(2, 1, "triage", 1, 40),
+        tool(3, 2, "transfer_to_billing", 5, 10),
+        agent(4, 1, "billing", 41, 90),
+        tool(5, 4, "issue_refund", 50, 60),
+    ]
+
+    traces = build(spans)
+    assert [(t.agent, t.tool_names, [c.parent_call_id for c in t.calls]) for t in traces] == [
+        ("triage", ("transfer_to_billing",), [None]),
+        ("billing", ("issue_refund",), [None]),
+    ]
+
+
+def test_tool_that_already_holds_an_agent_adopts_no_other() -> None:
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 200, name="orchestrator"),
+        agent(2, 1, "a", 1, 199),
+        tool(3, 2, "ask_b", 10, 150),
+        agent(4, 3, "b", 11, 149),
+        agent(5, 1, "c", 20, 30),
+        tool(6, 5, "lookup_order", 21, 29),
+    ]
+
+    assert [(t.agent, t.tool_names) for t in build(spans)] == [
+        ("a", ("ask_b",)),
+        ("c", ("lookup_order",)),
+    ]
+
+
+def test_agent_hanging_from_elsewhere_than_above_the_tool_is_not_adopted() -> None:
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 200, name="request A"),
+        agent(2, 1, "a", 1, 199),
+        tool(3, 2, "slow_tool", 10, 150),
+        span(4, None, SpanRole.OTHER, 0, 200, name="request B"),
+        agent(5, 4, "b", 20, 30),
+        tool(6, 5, "lookup_order", 21, 29),
+    ]
+
+    assert [(t.agent, t.tool_names) for t in build(spans)] == [
+        ("a", ("slow_tool",)),
+        ("b", ("lookup_order",)),
+    ]
+
+
+def test_innermost_holding_tool_adopts_the_agent() -> None:
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 300, name="Agent Workflow"),
+        agent(2, 1, "outer", 1, 299),
+        tool(3, 2, "long_task", 10, 250, call_id="call_long"),
+        agent(4, 1, "middle", 11, 249),
+        tool(5, 4, "ask_inner", 20, 200, call_id="call_inner"),
+        agent(6, 1, "inner", 30, 190),
+        tool(7, 6, "lookup_order", 40, 50),
+    ]
+
+    calls = only(spans).calls
+    assert [(c.tool_name, c.parent_call_id) for c in calls] == [
+        ("long_task", None),
+        ("ask_inner", "call_long"),
+        ("lookup_order", "call_inner"),
+    ]
+
+
+def test_trace_over_the_containment_check_bound_keeps_its_recorded_tree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 2 agents with no tool above x 2 candidate tools = 4 checks, over a bound of 3.
+    monkeypatch.setattr(timeline, "_MAX_ADOPTION_CHECKS", 3)
+
+    assert [t.agent for t in build(lost_nesting())] == ["concierge", "refund_desk_agent"]

@@ -1,0 +1,73 @@
+"""Refusal signals the recognizers read: finish reasons, and OpenInference's raw output."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from toolwatch.conventions import openinference
+from toolwatch.conventions.attrs import REFUSAL_REASONS
+
+
+@pytest.mark.parametrize(
+    "reason", ["content_filter", "content-filter", "content_filtered", "safety", "refusal"]
+)
+def test_refusal_finish_reasons(reason: str) -> None:
+    assert reason in REFUSAL_REASONS
+
+
+@pytest.mark.parametrize("reason", ["stop", "end_turn", "tool_call", "tool_use", "length"])
+def test_ordinary_finish_reasons_are_not_refusals(reason: str) -> None:
+    assert reason not in REFUSAL_REASONS
+
+
+def _raw(value: object) -> dict[str, str]:
+    return {"output.value": json.dumps(value)}
+
+
+def test_responses_refusal_item_gives_its_text() -> None:
+    raw = {"output": [{"type": "message", "content": [{"type": "refusal", "refusal": "No."}]}]}
+    assert openinference.raw_refusal(_raw(raw)) == "No."
+
+
+def test_responses_refusal_item_without_text_is_still_a_refusal() -> None:
+    raw = {"output": [{"type": "message", "content": [{"type": "refusal"}]}]}
+    assert openinference.raw_refusal(_raw(raw)) == "refusal"
+
+
+def test_responses_output_text_is_no_refusal() -> None:
+    raw = {"output": [{"type": "message", "content": [{"type": "output_text", "text": "Hi"}]}]}
+    assert openinference.raw_refusal(_raw(raw)) is None
+
+
+def test_chat_completions_refusal_in_a_later_choice() -> None:
+    raw = {"choices": [{"message": {"refusal": None}}, {"message": {"refusal": "Cannot."}}]}
+    assert openinference.raw_refusal(_raw(raw)) == "Cannot."
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        None,
+        42,
+        "plain text mentioning refusal",
+        '{"output": [{"content": [{"type": "refusal", "refusal": "cut off',  # truncated
+        '["refusal": "x"]',
+        json.dumps({"output": "not a list", "type": "refusal"}),
+    ],
+)
+def test_no_refusal_from_values_that_do_not_hold_one(value: object) -> None:
+    assert openinference.raw_refusal({"output.value": value}) is None
+
+
+def test_raw_refusal_wins_over_the_text_it_was_mapped_to() -> None:
+    raw = {"output": [{"type": "message", "content": [{"type": "refusal", "refusal": "No."}]}]}
+    attrs = {
+        **_raw(raw),
+        "llm.output_messages.0.message.content": "No.",
+        "llm.output_messages.1.message.content": "Anything else?",
+    }
+    summary = openinference.output_summary(attrs)
+    assert summary is not None
+    assert (summary.refusal, summary.texts) == ("No.", ("Anything else?",))
