@@ -15,6 +15,7 @@ import grpc
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tests import factories
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
 from toolwatch.sinks.findings import REDACTED, Redaction
@@ -28,20 +29,11 @@ DROPPED = "toolwatch_stream_dropped_findings_total"
 
 
 def make_trace(agent: str = "refund-bot") -> ToolTrace:
-    return ToolTrace(
+    return factories.tool_trace(
         trace_id=TRACE_ID,
         run_span_id="00f067aa0ba902b7",
         service="support",
         agent=agent,
-        model=None,
-        calls=(),
-        final_text=None,
-        refusal=False,
-        refusal_reason=None,
-        error_count=0,
-        complete=True,
-        incomplete_reason=None,
-        start_ns=0,
         end_ns=1,
         span_count=2,
     )
@@ -52,7 +44,7 @@ def make_finding(
     severity: Severity = Severity.CRITICAL,
     explanation: str = "issue_refund was called without an earlier lookup_order",
 ) -> Finding:
-    return Finding(
+    return factories.finding(
         category=category,
         severity=severity,
         evaluator="safety",

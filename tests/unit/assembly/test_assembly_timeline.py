@@ -7,7 +7,8 @@ import json
 
 from assembly_support import MS, TRACE, agent, ask, build, hexid, llm, only, span, tool
 
-from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolCall, ToolTrace
+from tests import factories
+from toolwatch.model import CallStatus, SpanRecord, SpanRole
 
 
 def refund_spans() -> list[SpanRecord]:
@@ -30,41 +31,30 @@ def refund_spans() -> list[SpanRecord]:
 
 def test_refund_run_is_one_tooltrace_with_both_calls_in_order() -> None:
     assert build(refund_spans()) == [
-        ToolTrace(
+        factories.tool_trace(
             trace_id=TRACE.hex(),
             run_span_id=hexid(1),
             service="refund-agent",
             agent="refund-bot",
             model="gpt-4o",
             calls=(
-                ToolCall(
+                factories.tool_call(
                     tool_name="lookup_order",
-                    raw_name="lookup_order",
                     arguments={"order_id": "A-1001"},
-                    arguments_error=None,
                     call_id="call_1",
-                    parent_call_id=None,
                     sequence_index=0,
-                    parallel_group=None,
-                    status=CallStatus.OK,
-                    error_type=None,
                     agent="refund-bot",
                     span_id=hexid(3),
                     start_ns=11 * MS,
                     end_ns=20 * MS,
                     result={},
                 ),
-                ToolCall(
+                factories.tool_call(
                     tool_name="issue_refund",
                     raw_name="Issue_Refund",
                     arguments={"order_id": "A-1001", "amount_usd": 25.0},
-                    arguments_error=None,
                     call_id="call_2",
-                    parent_call_id=None,
                     sequence_index=1,
-                    parallel_group=None,
-                    status=CallStatus.OK,
-                    error_type=None,
                     agent="refund-bot",
                     span_id=hexid(5),
                     start_ns=31 * MS,
@@ -73,12 +63,6 @@ def test_refund_run_is_one_tooltrace_with_both_calls_in_order() -> None:
                 ),
             ),
             final_text="Your refund of $25 is on its way.",
-            refusal=False,
-            refusal_reason=None,
-            error_count=0,
-            complete=True,
-            incomplete_reason=None,
-            start_ns=0,
             end_ns=100 * MS,
             span_count=6,
             conversation_id="conv-7",

@@ -7,6 +7,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from tests import factories
 from toolwatch.model import CallStatus, ExpectedCall, GoldenCase, ToolCall, ToolTrace
 
 __all__ = ["call", "case", "json_values", "tool_traces", "trace"]
@@ -22,13 +23,10 @@ def call(
     span: str | None = None,
 ) -> ToolCall:
     """A ToolCall; ``index`` is its sequence index, the span id defaults to ``s<index>``."""
-    return ToolCall(
+    return factories.tool_call(
         tool_name=name,
-        raw_name=name,
         arguments=arguments,
-        arguments_error=None,
         call_id=f"c{index}",
-        parent_call_id=None,
         sequence_index=index,
         parallel_group=group,
         status=CallStatus.OK if ok else CallStatus.ERROR,
@@ -49,20 +47,16 @@ def trace(
     """A ToolTrace of ``calls``: names, ``(name, arguments)`` pairs or ready ToolCalls
     (sequence indexes are reassigned in order unless the ToolCall already differs)."""
     built = tuple(_as_call(c, i) for i, c in enumerate(calls))
-    return ToolTrace(
+    return factories.tool_trace(
         trace_id=trace_id,
         run_span_id="r0",
         service="svc",
         agent=agent,
         model="m",
         calls=built,
-        final_text=None,
         refusal=refusal,
         refusal_reason="content_filter" if refusal else None,
         error_count=sum(1 for c in built if c.status is CallStatus.ERROR),
-        complete=True,
-        incomplete_reason=None,
-        start_ns=0,
         end_ns=1_000,
         span_count=len(built) + 1,
     )

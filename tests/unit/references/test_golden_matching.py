@@ -6,6 +6,7 @@ from collections.abc import Mapping
 
 import pytest
 
+from tests import factories
 from toolwatch.model import GoldenCase, ToolTrace
 from toolwatch.references.golden import GoldenCaseSet
 
@@ -14,19 +15,12 @@ GREETING = GoldenCase(case_id="greeting", expected_no_tools=True)
 
 
 def _run(keys: Mapping[str, str]) -> ToolTrace:
-    return ToolTrace(
+    return factories.tool_trace(
         trace_id="0af7651916cd43dd8448eb211c80319c",
         run_span_id="b7ad6b7169203331",
         service="support-agent",
         agent="refunds",
         model="gpt-4o",
-        calls=(),
-        final_text=None,
-        refusal=False,
-        refusal_reason=None,
-        error_count=0,
-        complete=True,
-        incomplete_reason=None,
         start_ns=1,
         end_ns=2,
         span_count=1,

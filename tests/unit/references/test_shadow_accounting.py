@@ -5,6 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests import factories
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import ManualClock, ToolTrace
 from toolwatch.references.settings import ShadowSettings
@@ -23,24 +24,7 @@ def _run(key: str, role: str | None) -> ToolTrace:
     keys = {"toolwatch.shadow.pair_id": key}
     if role is not None:
         keys["toolwatch.shadow.role"] = role
-    return ToolTrace(
-        trace_id=f"{key}-{role}",
-        run_span_id=None,
-        service=None,
-        agent=None,
-        model=None,
-        calls=(),
-        final_text=None,
-        refusal=False,
-        refusal_reason=None,
-        error_count=0,
-        complete=True,
-        incomplete_reason=None,
-        start_ns=0,
-        end_ns=0,
-        span_count=1,
-        reference_keys=keys,
-    )
+    return factories.tool_trace(trace_id=f"{key}-{role}", span_count=1, reference_keys=keys)
 
 
 _offer = st.tuples(

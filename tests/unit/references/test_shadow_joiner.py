@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
+from tests import factories
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import ManualClock, ToolTrace
 from toolwatch.references.settings import ShadowSettings
@@ -24,19 +25,10 @@ class CountingMetrics(NoopMetrics):
 
 
 def _run(trace_id: str, keys: dict[str, str]) -> ToolTrace:
-    return ToolTrace(
+    return factories.tool_trace(
         trace_id=trace_id,
-        run_span_id=None,
         service="support-agent",
         agent="refunds",
-        model=None,
-        calls=(),
-        final_text=None,
-        refusal=False,
-        refusal_reason=None,
-        error_count=0,
-        complete=True,
-        incomplete_reason=None,
         start_ns=1,
         end_ns=2,
         span_count=1,

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 
 import pytest
 
+from tests import factories
 from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
 from toolwatch.sinks.findings import (
     REDACTED,
@@ -27,20 +28,12 @@ WALL_NS = 1_795_984_262_123_456_789
 
 
 def make_trace(agent: str | None = "refund-bot", service: str | None = "support") -> ToolTrace:
-    return ToolTrace(
+    return factories.tool_trace(
         trace_id=TRACE_ID,
         run_span_id="00f067aa0ba902b7",
         service=service,
         agent=agent,
         model="gpt-x",
-        calls=(),
-        final_text=None,
-        refusal=False,
-        refusal_reason=None,
-        error_count=0,
-        complete=True,
-        incomplete_reason=None,
-        start_ns=0,
         end_ns=1,
         span_count=3,
     )
@@ -53,7 +46,7 @@ def make_finding(
     agent: str | None = None,
     score: float | None = 0.25,
 ) -> Finding:
-    return Finding(
+    return factories.finding(
         category=Category.ARGUMENT_VALUE_DRIFT,
         severity=Severity.HIGH,
         evaluator="tool_arguments",

@@ -5,15 +5,8 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry
 
-from toolwatch.model import (
-    CallStatus,
-    Category,
-    Finding,
-    ReferenceKind,
-    Severity,
-    ToolCall,
-    ToolTrace,
-)
+from tests import factories
+from toolwatch.model import Category, ReferenceKind, Severity, ToolTrace
 from toolwatch.sinks.prometheus import OTHER, LabelLimiter, PrometheusMetrics
 
 
@@ -48,41 +41,11 @@ def test_a_negative_cap_is_refused() -> None:
         LabelLimiter(cap=-1)
 
 
-def _call(tool: str) -> ToolCall:
-    return ToolCall(
-        tool_name=tool,
-        raw_name=tool,
-        arguments=None,
-        arguments_error=None,
-        call_id=None,
-        parent_call_id=None,
-        sequence_index=0,
-        parallel_group=None,
-        status=CallStatus.OK,
-        error_type=None,
-        agent=None,
-        span_id=None,
-        start_ns=None,
-        end_ns=None,
-    )
-
-
 def _trace(agent: str, tool: str) -> ToolTrace:
-    return ToolTrace(
+    return factories.tool_trace(
         trace_id="0" * 31 + "1",
-        run_span_id=None,
-        service=None,
         agent=agent,
-        model=None,
-        calls=(_call(tool),),
-        final_text=None,
-        refusal=False,
-        refusal_reason=None,
-        error_count=0,
-        complete=True,
-        incomplete_reason=None,
-        start_ns=0,
-        end_ns=0,
+        calls=(factories.tool_call(tool_name=tool),),
         span_count=1,
     )
 
@@ -105,14 +68,14 @@ def test_a_flood_of_names_keeps_every_label_bounded() -> None:
     )
     for i in range(10_000):
         metrics.tool_trace(_trace(f"agent-{i}", f"tool-{i}"))
-        finding = Finding(
-            Category.TOOL_SELECTION_DRIFT,
-            Severity.LOW,
-            f"evaluator-{i}",
-            ReferenceKind.POLICY,
-            0.5,
-            "flood",
-            "0" * 31 + "1",
+        finding = factories.finding(
+            category=Category.TOOL_SELECTION_DRIFT,
+            severity=Severity.LOW,
+            evaluator=f"evaluator-{i}",
+            reference=ReferenceKind.POLICY,
+            score=0.5,
+            explanation="flood",
+            trace_id="0" * 31 + "1",
             tool=f"tool-{i}",
             agent=f"agent-{i}",
         )

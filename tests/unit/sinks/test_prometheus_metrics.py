@@ -9,6 +9,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.openmetrics.exposition import generate_latest as generate_openmetrics
 
+from tests import factories
 from toolwatch import __version__
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import (
@@ -51,22 +52,7 @@ EXPECTED_NAMES = {
 
 
 def make_call(tool: str, status: CallStatus = CallStatus.OK, agent: str | None = None) -> ToolCall:
-    return ToolCall(
-        tool_name=tool,
-        raw_name=tool,
-        arguments={},
-        arguments_error=None,
-        call_id=None,
-        parent_call_id=None,
-        sequence_index=0,
-        parallel_group=None,
-        status=status,
-        error_type=None,
-        agent=agent,
-        span_id=None,
-        start_ns=None,
-        end_ns=None,
-    )
+    return factories.tool_call(tool_name=tool, arguments={}, status=status, agent=agent)
 
 
 def make_trace(
@@ -74,27 +60,20 @@ def make_trace(
     agent: str | None = "refund-bot",
     incomplete_reason: str | None = None,
 ) -> ToolTrace:
-    return ToolTrace(
+    return factories.tool_trace(
         trace_id=TRACE_ID,
-        run_span_id=None,
         service="support",
         agent=agent,
-        model=None,
         calls=calls,
-        final_text=None,
-        refusal=False,
-        refusal_reason=None,
-        error_count=0,
         complete=incomplete_reason is None,
         incomplete_reason=incomplete_reason,
-        start_ns=0,
         end_ns=1,
         span_count=1,
     )
 
 
 def make_finding(trace_id: str = TRACE_ID, tool: str | None = "issue_refund") -> Finding:
-    return Finding(
+    return factories.finding(
         category=Category.DANGEROUS_ACTION_DRIFT,
         severity=Severity.CRITICAL,
         evaluator="safety",

@@ -8,6 +8,7 @@ import io
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tests import factories
 from toolwatch import tail
 from toolwatch._proto.toolwatch.v1 import findings_pb2
 from toolwatch.metrics import NoopMetrics
@@ -24,7 +25,15 @@ def finding(
     category: Category = Category.TOOL_ORDER_DRIFT,
     severity: Severity = Severity.MEDIUM,
 ) -> Finding:
-    return Finding(category, severity, "order", ReferenceKind.EXPECTED, 0.5, "order", TRACE_ID)
+    return factories.finding(
+        category=category,
+        severity=severity,
+        evaluator="order",
+        reference=ReferenceKind.EXPECTED,
+        score=0.5,
+        explanation="order",
+        trace_id=TRACE_ID,
+    )
 
 
 def test_an_empty_request_matches_everything() -> None:
@@ -103,23 +112,7 @@ def test_drops_are_counted_per_subscriber() -> None:
 
 
 def _trace() -> ToolTrace:
-    return ToolTrace(
-        trace_id=TRACE_ID,
-        run_span_id=None,
-        service=None,
-        agent=None,
-        model=None,
-        calls=(),
-        final_text=None,
-        refusal=False,
-        refusal_reason=None,
-        error_count=0,
-        complete=True,
-        incomplete_reason=None,
-        start_ns=0,
-        end_ns=0,
-        span_count=0,
-    )
+    return factories.tool_trace(trace_id=TRACE_ID)
 
 
 def test_a_line_leaves_out_labels_the_finding_does_not_have() -> None:

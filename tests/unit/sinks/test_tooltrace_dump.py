@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests import factories
 from toolwatch.model import CallStatus, ToolCall, ToolTrace
 from toolwatch.sinks.findings import (
     TOOLTRACE_FORMAT,
@@ -81,27 +82,22 @@ def test_a_dumped_line_reads_back_as_the_same_tooltrace(trace: ToolTrace) -> Non
 
 
 def sample_trace() -> ToolTrace:
-    call = ToolCall(
+    call = factories.tool_call(
         tool_name="issue_refund",
         raw_name="Issue_Refund",
         arguments={"order_id": "A-1", "amount": 12.5, "items": [1, 2]},
-        arguments_error=None,
         call_id="call_1",
-        parent_call_id=None,
-        sequence_index=0,
-        parallel_group=None,
         status=CallStatus.ERROR,
         error_type="TimeoutError",
         agent="refund-bot",
         span_id="b7ad6b7169203331",
         start_ns=1_700_000_000_000_000_000,
         end_ns=1_700_000_000_500_000_000,
-        result=None,
     )
     unparsed = dataclasses.replace(
         call, arguments="{not json", arguments_error="Expecting property name", sequence_index=1
     )
-    return ToolTrace(
+    return factories.tool_trace(
         trace_id="4bf92f3577b34da6a3ce929d0e0e4736",
         run_span_id="00f067aa0ba902b7",
         service="support",
@@ -109,8 +105,6 @@ def sample_trace() -> ToolTrace:
         model="gpt-x",
         calls=(call, unparsed),
         final_text="Refund issued.",
-        refusal=False,
-        refusal_reason=None,
         error_count=1,
         complete=False,
         incomplete_reason="timed_out",
