@@ -113,7 +113,7 @@ class AssemblySettings(_Section):
     max_buffered_bytes: int = Field(256 * _MIB, gt=0)
     max_remembered_traces: int = Field(100_000, ge=0)
     overflow: Literal["backpressure", "evict_oldest"] = "backpressure"
-    tick_seconds: float = Field(0.05, gt=0, le=10, description="how often completion is checked")
+    tick_seconds: float = Field(0.01, gt=0, le=10, description="how often completion is checked")
 
     def limits(self) -> AssemblyLimits:
         return AssemblyLimits(

@@ -231,9 +231,10 @@ class TraceBuffer:
         self._forget(now)
         evicted: list[CompletedTrace] = []
         dropped: Counter[str] = Counter()
+        roomy = self._fits(spans)  # the usual case: no span of the batch needs room made
         for span in spans:
             reason = self._drop_reason(span)
-            if reason is None and not self._make_room(span, now, evicted):
+            if reason is None and not roomy and not self._make_room(span, now, evicted):
                 reason = "buffer_full"
             if reason is None:
                 self._store(span, now)
@@ -286,6 +287,16 @@ class TraceBuffer:
         if reason is not None and trace is not None:
             trace.span_limited = True
         return reason
+
+    def _fits(self, spans: Sequence[SpanRecord]) -> bool:
+        """Whether the whole batch fits under every bound even if each span started a trace
+        of its own: then no span of it can need an eviction."""
+        lim, n = self._limits, len(spans)
+        return (
+            len(self._traces) + n <= lim.max_traces
+            and self._spans + n <= lim.max_buffered_spans
+            and self._bytes + sum(span.size_bytes for span in spans) <= lim.max_buffered_bytes
+        )
 
     def _make_room(self, span: SpanRecord, now: int, evicted: list[CompletedTrace]) -> bool:
         """Evict the oldest other traces until ``span`` fits; false if it cannot."""

@@ -172,15 +172,19 @@ def _requests(spans: Sequence[SpanRecord], normalize: Callable[[Any], str]) -> l
     requests: list[_Request] = []
     first_llm: dict[str, SpanRecord] = {}
     for llm in spans:
-        if llm.role is not SpanRole.LLM:
+        if llm.role is not SpanRole.LLM or not llm.output_tool_calls:
             continue
-        for call in sorted(llm.output_tool_calls, key=lambda c: c.index):
+        for call in sorted(llm.output_tool_calls, key=_part_index):
             if call.call_id is not None:
                 earlier = first_llm.setdefault(call.call_id, llm)
                 if earlier is not llm and _overlap(earlier, llm):
                     continue
             requests.append(_Request(llm, call, normalize(call.name), len(requests)))
     return requests
+
+
+def _part_index(call: RequestedCall) -> int:
+    return call.index
 
 
 def _overlap(a: SpanRecord, b: SpanRecord) -> bool:
@@ -215,6 +219,8 @@ def _join_by_name(
 ) -> list[_Draft]:
     """Pair the k-th execution with the k-th request of the same tool under the same agent.
     Two different ids never pair: a span with an id only takes a request without one."""
+    if not executions and not requests:
+        return []  # the usual case: every call was joined on its id
     with_id: dict[tuple[bytes | None, str], deque[_Request]] = defaultdict(deque)
     without_id: dict[tuple[bytes | None, str], deque[_Request]] = defaultdict(deque)
     for r in requests:
@@ -257,6 +263,8 @@ def _in_order(drafts: list[_Draft]) -> list[_Draft]:
             places[d.request.llm.span_id].append(i)
     ordered = list(drafts)
     for indexes in places.values():
+        if len(indexes) == 1:
+            continue  # one call per model output, the usual case: nothing to reorder
         batch = sorted((drafts[i] for i in indexes), key=_emission)
         for i, draft in zip(indexes, batch, strict=True):
             ordered[i] = draft
@@ -301,12 +309,12 @@ def _parallel_groups(drafts: Sequence[_Draft], sites: Mapping[bytes, CallSite]) 
 def _overlaps(indexes: Iterable[int], drafts: Sequence[_Draft]) -> list[list[int]]:
     """Connected components of overlapping [start, end] intervals (a sweep by start).
     Touching intervals (one ends when the next starts) are sequential, not parallel."""
-    spans = {i: drafts[i].span for i in indexes}
-    order = sorted(spans, key=lambda i: (_interval(spans[i]), i))
+    intervals = {i: _interval(drafts[i].span) for i in indexes}
+    order = sorted(intervals, key=lambda i: (intervals[i], i))
     components: list[list[int]] = []
     reach = 0
     for i in order:
-        start, end = _interval(spans[i])
+        start, end = intervals[i]
         if components and start < reach:
             components[-1].append(i)
             reach = max(reach, end)
@@ -336,12 +344,12 @@ def _tool_call(
     call_ids: Mapping[bytes, str | None],
     normalize: Callable[[Any], str],
 ) -> ToolCall:
-    span = draft.span
-    site = sites[draft.origin.span_id]
+    span, origin, raw_name = draft.span, draft.origin, draft.raw_name
+    site = sites[origin.span_id]
     arguments, error = parse_arguments(_arguments(draft))
     return ToolCall(
-        tool_name=normalize(draft.raw_name),
-        raw_name=draft.raw_name,
+        tool_name=normalize(raw_name),
+        raw_name=raw_name,
         arguments=arguments,
         arguments_error=error,
         call_id=_call_id(draft),
@@ -350,7 +358,7 @@ def _tool_call(
         parallel_group=group,
         status=CallStatus.ERROR if span is not None and _failed(span) else CallStatus.OK,
         error_type=span.error_type if span is not None else None,
-        agent=_agent(site, draft.origin),
+        agent=_agent(site, origin),
         span_id=span.span_id.hex() if span is not None else None,
         start_ns=draft.start_ns,
         end_ns=span.end_ns if span is not None else None,

@@ -107,15 +107,21 @@ def _place(
     tops = [s for s in spans if s.span_id not in below]
     # Spans caught in a parent cycle are reachable from no top; start from them in order.
     for top in [*tops, *spans]:
+        if top.span_id in sites:
+            continue  # placed from an earlier top (every span is, unless in a cycle)
         stack = [(top, _Frame(None, None, None, top.parent_span_id))]
         while stack:
             span, frame = stack.pop()
             if span.span_id in sites:
                 continue
             sites[span.span_id] = CallSite(frame.agent, frame.tool, frame.parent)
+            kids = children[span.span_id]
+            if not kids and span.role is not SpanRole.AGENT:
+                members[frame.run].append(span)  # a leaf hands down nothing, starts no run
+                continue
             inner = _descend(span, frame, workflows)
             members[inner.run].append(span)
-            stack.extend((child, inner) for child in children[span.span_id])
+            stack.extend((child, inner) for child in kids)
     return sites, members
 
 

@@ -216,9 +216,19 @@ def parse_json(value: Any) -> Any:
     if not isinstance(value, str):
         return value
     try:
-        return _DECODER.decode(value)
+        return _loads(value)
     except (ValueError, RecursionError):
         return None
+
+
+def _loads(text: str) -> Any:
+    """``_DECODER.decode(text)``, faster on a compact document: ``raw_decode`` skips the two
+    whitespace regex matches; text it does not consume whole takes the full path."""
+    try:
+        value, end = _DECODER.raw_decode(text)
+    except ValueError:
+        return _DECODER.decode(text)
+    return value if end == len(text) else _DECODER.decode(text)
 
 
 def plain_text(value: Any) -> str | None:

@@ -166,7 +166,7 @@ class EvaluationPipeline:
         failures: list[tuple[str, str]] = []
         durations: dict[str, float] = {}
         for entry in self._entries:
-            if entry.needs and not entry.needs & available:
+            if entry.needs and entry.needs.isdisjoint(available):
                 continue
             if entry.policy_only and not policy:
                 continue

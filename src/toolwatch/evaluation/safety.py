@@ -154,10 +154,13 @@ class Safety:
     def _unverified(self, trace: ToolTrace) -> list[_Flag]:
         if not self._verifiers and not self._bindings:
             return []
+        calls = sorted(trace.calls, key=lambda c: c.sequence_index)
+        tools = [self._normalize(call.tool_name) for call in calls]
+        if self._dangerous.isdisjoint(tools):
+            return []  # nothing to verify: a ledger would be read by nobody
         ledger = _Ledger()
         flags = []
-        for call in sorted(trace.calls, key=lambda c: c.sequence_index):
-            tool = self._normalize(call.tool_name)
+        for call, tool in zip(calls, tools, strict=True):
             if tool in self._dangerous:
                 verdict = self._verdict(tool, call, ledger)
                 if not verdict.verified:

@@ -1,0 +1,1 @@
+"""toolwatch's benchmark: load generator, bare-decode ceiling and report (``make bench``)."""

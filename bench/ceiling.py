@@ -1,0 +1,58 @@
+"""The ceiling: a bare OTLP/gRPC server that only decodes each request.
+
+``python -m bench.ceiling PORT`` serves ``TraceService/Export`` on 127.0.0.1:PORT with the
+same ``grpc.aio`` setup as toolwatch's receiver (raw bytes in, the same message-size options);
+its handler runs ``decode_protobuf`` (parse, read the attributes the conventions need,
+recognize each span) and discards the result. Nothing is buffered, assembled, evaluated or
+counted: what it sustains is the most a server of this design could take on this machine,
+and toolwatch's throughput is reported as a fraction of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+
+import grpc
+
+from toolwatch.ingest.decode import DecodeOptions, decode_protobuf
+from toolwatch.ingest.otlp_grpc import SERVICE_NAME
+
+__all__ = ["serve"]
+
+_EMPTY_RESPONSE = b""  # an ExportTraceServiceResponse with no partial success
+_MAX_REQUEST_BYTES = 16 * 2**20  # toolwatch's ingest.max_request_bytes default
+
+
+async def _export(body: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    decode_protobuf(body, _OPTIONS)
+    return _EMPTY_RESPONSE
+
+
+_OPTIONS = DecodeOptions()
+
+
+async def serve(port: int) -> None:
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", _MAX_REQUEST_BYTES),
+            ("grpc.max_send_message_length", 4 * 2**20),
+        ],
+    )
+    method = grpc.unary_unary_rpc_method_handler(_export)
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Export": method}),)
+    )
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    await server.stop(1.0)
+
+
+if __name__ == "__main__":
+    asyncio.run(serve(int(sys.argv[1])))

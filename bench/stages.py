@@ -1,0 +1,163 @@
+"""Where a span's time goes: each pipeline stage timed in-process, in µs of CPU per span.
+
+The same requests the load generator sends go through each stage on its own: protobuf
+parse, decode (attributes, recognition, records), assembly (buffer add and poll), timeline,
+evaluation, metrics (the Prometheus implementation), findings log. ``engine`` runs the whole
+``Engine`` (offer + tick) with the server's Prometheus metrics and sinks, which is the work of
+the server minus gRPC. CPU time (``time.process_time``), best of ``repeat`` runs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from prometheus_client import CollectorRegistry
+
+from bench.traces import RequestTemplate, trace_id
+from toolwatch.app import build_references
+from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer
+from toolwatch.assembly.timeline import build_tool_traces
+from toolwatch.config import Config
+from toolwatch.engine import DiscardToolTraces, Engine, EngineParts
+from toolwatch.evaluation.pipeline import EvaluationPipeline, PipelineResult
+from toolwatch.evaluation.settings import EvaluationSettings
+from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, decode_protobuf, decode_request
+from toolwatch.metrics import NoopMetrics
+from toolwatch.model import ManualClock, ToolTrace
+from toolwatch.sinks.findings import FanOutSink, JsonLinesFindingSink, Redaction
+from toolwatch.sinks.prometheus import PrometheusMetrics
+
+__all__ = ["StageCosts", "measure_stages"]
+
+
+@dataclass(frozen=True, slots=True)
+class StageCosts:
+    """µs of CPU per span for each stage, the spans measured, and the runs they formed."""
+
+    per_span_us: dict[str, float]
+    spans: int
+    runs: int
+    findings: int
+
+
+def _best(run: Callable[[], Any], repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        began = time.process_time()
+        run()
+        best = min(best, time.process_time() - began)
+    return best
+
+
+def _bodies(templates: Sequence[RequestTemplate], copies: int) -> list[bytes]:
+    return [
+        template.render([trace_id(0, n, run) for run in range(template.runs)])
+        for n, template in enumerate(list(templates) * copies)
+    ]
+
+
+class _Pipeline:
+    """One pass over the requests, stage by stage, keeping each stage's output."""
+
+    def __init__(self, config: Config, bodies: list[bytes]) -> None:
+        self.config = config
+        self.bodies = bodies
+        self.options = DecodeOptions()
+        _golden, self.normalize = build_references(config)
+        self.evaluation = EvaluationPipeline(
+            EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
+        )
+        self.requests = [ExportTraceServiceRequest.FromString(b) for b in bodies]
+        self.batches = [decode_request(r, self.options) for r in self.requests]
+        self.completed = self._assemble()
+        self.traces = [t for c in self.completed for t in build_tool_traces(c, self.normalize)]
+        self.results = [self.evaluation.evaluate(t) for t in self.traces]
+
+    def _assemble(self) -> list[CompletedTrace]:
+        clock = ManualClock()
+        buffer = TraceBuffer(self.config.assembly.limits(), clock, NoopMetrics())
+        for batch in self.batches:
+            buffer.add(batch.spans)
+        clock.advance(self.config.assembly.completion_wait_seconds + 1)
+        return buffer.poll()
+
+    def metrics(self) -> None:
+        metrics = _prometheus(self.config)
+        for batch in self.batches:
+            metrics.request_handled("grpc", "ok", 0.001)
+            metrics.spans_received(batch.received, "grpc")
+        for completed in self.completed:
+            metrics.spans_built(len(completed.spans))
+        for trace, result in zip(self.traces, self.results, strict=True):
+            _count(metrics, trace, result)
+
+    def findings(self) -> None:
+        with open(os.devnull, "w", encoding="utf-8") as devnull:
+            sink = JsonLinesFindingSink(devnull, Redaction())
+            for trace, result in zip(self.traces, self.results, strict=True):
+                if result.findings:
+                    sink.publish(trace, result.findings)
+
+    def engine(self) -> None:
+        clock = ManualClock()
+        with open(os.devnull, "w", encoding="utf-8") as devnull:
+            parts = EngineParts(
+                limits=self.config.assembly.limits(),
+                evaluation=self.evaluation,
+                normalize=self.normalize,
+                findings=FanOutSink([JsonLinesFindingSink(devnull, Redaction())]),
+                tooltraces=DiscardToolTraces(),
+            )
+            engine = Engine(parts, clock, _prometheus(self.config))
+            for body in self.bodies:
+                engine.offer(decode_protobuf(body, self.options), "grpc")
+            clock.advance(self.config.assembly.completion_wait_seconds + 1)
+            engine.tick()
+
+
+def _prometheus(config: Config) -> PrometheusMetrics:
+    return PrometheusMetrics(
+        CollectorRegistry(),
+        agents=config.metrics.agents,
+        tools=config.metrics.tools,
+        label_value_cap=config.metrics.label_value_cap,
+    )
+
+
+def _count(metrics: PrometheusMetrics, trace: ToolTrace, result: PipelineResult) -> None:
+    metrics.tool_trace(trace)
+    for evaluated in result.results:
+        score = evaluated.scores.get("score")
+        metrics.evaluated(evaluated.evaluator, score, result.durations[evaluated.evaluator])
+    for finding in result.findings:
+        metrics.finding(finding, 0.2)
+
+
+def _decode_all(pipeline: _Pipeline) -> list[DecodedBatch]:
+    return [decode_request(r, pipeline.options) for r in pipeline.requests]
+
+
+def measure_stages(
+    config: Config, templates: Sequence[RequestTemplate], copies: int = 4, repeat: int = 5
+) -> StageCosts:
+    """Time each stage over ``copies`` renderings of ``templates`` (unique trace ids)."""
+    p = _Pipeline(config, _bodies(templates, copies))
+    stages: dict[str, Callable[[], Any]] = {
+        "parse": lambda: [ExportTraceServiceRequest.FromString(b) for b in p.bodies],
+        "decode": lambda: _decode_all(p),
+        "assemble": p._assemble,
+        "timeline": lambda: [build_tool_traces(c, p.normalize) for c in p.completed],
+        "evaluate": lambda: [p.evaluation.evaluate(t) for t in p.traces],
+        "metrics": p.metrics,
+        "findings": p.findings,
+        "engine": p.engine,
+    }
+    spans = sum(len(b.spans) for b in p.batches)
+    costs = {name: _best(run, repeat) / spans * 1e6 for name, run in stages.items()}
+    findings = sum(len(r.findings) for r in p.results)
+    return StageCosts(costs, spans, len(p.traces), findings)
