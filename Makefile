@@ -6,7 +6,8 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: serve test lint typecheck check bench proto clean
 
-$(STAMP): pyproject.toml
+# The compiled scanner is built by the editable install: rebuild when its source changes.
+$(STAMP): pyproject.toml setup.py src/toolwatch/ingest/_wire.c
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'

@@ -30,9 +30,10 @@ from toolwatch.config import Config, is_loopback, parse_listen_address
 from toolwatch.engine import DiscardToolTraces, Engine, EngineParts, ToolTraceSink
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.ingest.decode import DecodeOptions
+from toolwatch.ingest.decode import DecodeOptions, scanner
 from toolwatch.ingest.otlp_grpc import SERVICE_NAME, trace_service_handler
 from toolwatch.ingest.otlp_http import HttpTraceReceiver
+from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
 from toolwatch.model import Clock, monotonic_clock
 from toolwatch.names import NameNormalizer
 from toolwatch.references.golden import GoldenCaseSet, load_golden_cases
@@ -95,9 +96,16 @@ class App:
         self.config = config
         self.registry = registry if registry is not None else CollectorRegistry()
         golden, normalize = build_references(config)
+        self._decode_options = DecodeOptions(
+            reference_keys=_reference_keys(config),
+            max_value_bytes=config.ingest.max_value_bytes,
+            decoder=config.ingest.decoder,
+        )
+        self._compiled = scanner(self._decode_options).compiled
         self.metrics = PrometheusMetrics(
             self.registry,
             version=__version__,
+            decoder="compiled" if self._compiled else "reference",
             agents=config.metrics.agents,
             tools=_known_tools(config, golden),
             label_value_cap=config.metrics.label_value_cap,
@@ -125,10 +133,6 @@ class App:
         )
         self.engine = Engine(parts, clock, self.metrics)
         self.addresses: dict[str, str] = {}
-        self._decode_options = DecodeOptions(
-            reference_keys=_reference_keys(config),
-            max_value_bytes=config.ingest.max_value_bytes,
-        )
         self._grpc: grpc.aio.Server | None = None
         self._stream: grpc.aio.Server | None = None
         self._runners: list[web.AppRunner] = []
@@ -168,6 +172,11 @@ class App:
         self._ready = True
         _warn_if_exposed(self.addresses, self._security.protected)
         log.info("listening %s", " ".join(f"{k}={v}" for k, v in self.addresses.items()))
+        if not self._compiled and self.config.ingest.decoder == "auto":
+            log.warning(
+                "OTLP decoding runs on the reference scanner, about twice the CPU per span: %s",
+                COMPILED_UNAVAILABLE,
+            )
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop accepting, evaluate everything buffered, flush the sinks, close listeners.

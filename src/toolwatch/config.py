@@ -28,6 +28,7 @@ from pydantic import (
 
 from toolwatch.assembly.buffer import AssemblyLimits
 from toolwatch.evaluation.settings import EvaluatorsSettings, PolicySettings
+from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Decoder
 from toolwatch.references.settings import GoldenSettings, ShadowSettings
 
 __all__ = [
@@ -101,6 +102,16 @@ class IngestSettings(_Section):
     max_request_bytes: int = Field(16 * _MIB, gt=0, description="cap after decompression")
     max_value_bytes: int = Field(65_536, gt=0, description="longer attribute values are cut")
     retry_after_seconds: float = Field(1.0, gt=0, le=300)
+    decoder: Decoder = Field(
+        "auto", description="OTLP scanner: auto (compiled if built), compiled, reference"
+    )
+
+    @field_validator("decoder")
+    @classmethod
+    def _available(cls, value: Decoder) -> Decoder:
+        if value == "compiled" and COMPILED_UNAVAILABLE:
+            raise ValueError(f"the compiled OTLP scanner cannot be used: {COMPILED_UNAVAILABLE}")
+        return value
 
 
 class AssemblySettings(_Section):

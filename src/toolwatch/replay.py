@@ -205,6 +205,7 @@ class _OfflineAssembler:
         self._options = DecodeOptions(
             reference_keys=config.golden.reference_keys() | config.shadow.reference_keys(),
             max_value_bytes=config.ingest.max_value_bytes,
+            decoder=config.ingest.decoder,
         )
         self._wait_s = limits.completion_wait_ns / 1e9
 

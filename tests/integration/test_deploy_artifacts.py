@@ -484,6 +484,9 @@ def test_dockerfile_runs_toolwatch_non_root_on_the_ports_it_exposes() -> None:
     text = DOCKERFILE.read_text(encoding="utf-8")
     assert re.search(r"^FROM python:3\.1[12]-slim", text, re.MULTILINE)
     assert "pip install ." in text
+    # The image must carry the compiled OTLP scanner: setup.py builds it, the build checks it.
+    assert re.search(r"^COPY .*\bsetup\.py\b", text, re.MULTILINE)
+    assert "COMPILED_UNAVAILABLE" in text
     (user,) = re.findall(r"^USER (\S+)$", text, re.MULTILINE)
     assert user.split(":")[0].isdigit() and int(user.split(":")[0]) != 0
     exposed = {int(p) for p in re.findall(r"^EXPOSE (.+)$", text, re.MULTILINE)[0].split()}

@@ -182,7 +182,8 @@ class PrometheusMetrics:
     ``agents`` and ``tools`` (configured names: policy tools, golden cases, allowed tools per
     agent) always keep their own label values; up to ``label_value_cap`` other values per
     label are admitted, the rest report as ``_other``. Registers
-    ``toolwatch_build_info{version}`` = 1 and, when ``buffer_state`` is given, a
+    ``toolwatch_build_info{version,decoder}`` = 1 (``decoder``: which OTLP scanner runs,
+    ``compiled`` or ``reference``) and, when ``buffer_state`` is given, a
     ``StateCollector`` reading it (and ``stream_subscribers``) at scrape time; both callables
     are only called during scrapes, so they may refer to objects built after this one.
     Methods never raise on odd input.
@@ -196,6 +197,7 @@ class PrometheusMetrics:
         tools: Iterable[str] = (),
         label_value_cap: int = 100,
         version: str = __version__,
+        decoder: str = "compiled",
         buffer_state: Callable[[], BufferState] | None = None,
         stream_subscribers: Callable[[], int] | None = None,
     ) -> None:
@@ -213,7 +215,7 @@ class PrometheusMetrics:
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         self._register(registry)
         Info("toolwatch_build", "toolwatch version, always 1.", registry=registry).info(
-            {"version": version}
+            {"version": version, "decoder": decoder}
         )
         if buffer_state is not None:
             registry.register(StateCollector(buffer_state, stream_subscribers))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -11,7 +12,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, decode_request
+from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, decode_protobuf
 from toolwatch.model import SpanRecord
 
 TRACE_ID = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
@@ -91,8 +92,17 @@ def request(
     return ExportTraceServiceRequest(resource_spans=[resource_spans])
 
 
+def decode_bytes(message: ExportTraceServiceRequest, options: DecodeOptions) -> DecodedBatch:
+    """Decode ``message`` from its wire bytes, as the receivers do, with the scanner the
+    options choose; asserts that the reference scanner decodes the same bytes the same."""
+    body = message.SerializeToString()
+    batch = decode_protobuf(body, options)
+    assert batch == decode_protobuf(body, dataclasses.replace(options, decoder="reference"))
+    return batch
+
+
 def decode(*spans: Span, options: DecodeOptions | None = None, **kw: Any) -> DecodedBatch:
-    return decode_request(request(*spans, **kw), options or DecodeOptions())
+    return decode_bytes(request(*spans, **kw), options or DecodeOptions())
 
 
 def decode_one(one: Span, options: DecodeOptions | None = None, **kw: Any) -> SpanRecord:

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ingest_support import ROOT_ID, TRACE_ID, request, span
+from ingest_support import ROOT_ID, TRACE_ID, decode_bytes, request, span
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
@@ -92,7 +92,7 @@ def test_any_id_lengths_are_decoded_or_rejected_by_the_otlp_rules(
     odd = span(
         trace_id=b"\x01" * trace_len, span_id=b"\x02" * span_len, parent=b"\x03" * parent_len
     )
-    batch = decode_request(request(odd, span()), OPTIONS)
+    batch = decode_bytes(request(odd, span()), OPTIONS)
 
     expected = (
         "invalid_trace_id"
@@ -115,7 +115,7 @@ def test_any_id_lengths_are_decoded_or_rejected_by_the_otlp_rules(
 def test_a_ten_megabyte_string_is_cut_to_max_value_bytes(char: str) -> None:
     huge = char * (10 * 2**20 // len(char.encode()))
     started = time.perf_counter()
-    batch = decode_request(request(span("t", {**TOOL, ARGUMENTS: huge})), OPTIONS)
+    batch = decode_bytes(request(span("t", {**TOOL, ARGUMENTS: huge})), OPTIONS)
     seconds = time.perf_counter() - started
 
     (record,) = batch.spans
@@ -128,7 +128,7 @@ def test_a_ten_megabyte_string_is_cut_to_max_value_bytes(char: str) -> None:
 
 def test_a_ten_megabyte_bytes_value_is_cut_to_max_value_bytes_of_hex() -> None:
     raw = AnyValue(bytes_value=b"\xab" * (10 * 2**20))
-    (record,) = decode_request(request(span("t", {**TOOL, ARGUMENTS: raw})), OPTIONS).spans
+    (record,) = decode_bytes(request(span("t", {**TOOL, ARGUMENTS: raw})), OPTIONS).spans
     assert record.arguments == "ab" * (LIMIT // 2)
 
 
@@ -136,7 +136,7 @@ def test_an_array_of_a_hundred_thousand_items_is_cut_and_fully_counted() -> None
     array = AnyValue()
     array.array_value.values.extend(AnyValue(int_value=i) for i in range(100_000))
     started = time.perf_counter()
-    (record,) = decode_request(request(span("t", {**TOOL, ARGUMENTS: array})), OPTIONS).spans
+    (record,) = decode_bytes(request(span("t", {**TOOL, ARGUMENTS: array})), OPTIONS).spans
     seconds = time.perf_counter() - started
 
     assert record.arguments == list(range(LIMIT // 8))  # cut like a long string
@@ -151,7 +151,7 @@ def test_a_map_of_a_hundred_thousand_entries_is_cut() -> None:
     for i in range(100_000):
         pair = kvlist.kvlist_value.values.add()
         pair.key, pair.value.string_value = f"k{i}", "v"
-    (record,) = decode_request(request(span("t", {**TOOL, ARGUMENTS: kvlist})), OPTIONS).spans
+    (record,) = decode_bytes(request(span("t", {**TOOL, ARGUMENTS: kvlist})), OPTIONS).spans
 
     assert len(record.arguments) == LIMIT // 8
     assert record.arguments["k0"] == "v"
@@ -244,7 +244,7 @@ def only_call(record: SpanRecord) -> ToolCall:
 )
 def test_arguments_that_are_not_json_are_kept_raw_and_flagged(arguments: str) -> None:
     raw = AnyValue(string_value=arguments)
-    record = decode_request(request(span("t", {**TOOL, ARGUMENTS: raw}, parent=b"")), OPTIONS)
+    record = decode_bytes(request(span("t", {**TOOL, ARGUMENTS: raw}, parent=b"")), OPTIONS)
     call = only_call(record.spans[0])
 
     assert call.arguments == arguments[:LIMIT]
@@ -256,7 +256,7 @@ def test_a_json_string_holding_unparseable_nesting_is_that_string() -> None:
     """Double encoding (CONVENTIONS §0): the second decode failing is not an error."""
     inner = "[" * 50_000
     raw = AnyValue(string_value=json.dumps(inner))
-    record = decode_request(request(span("t", {**TOOL, ARGUMENTS: raw}, parent=b"")), OPTIONS)
+    record = decode_bytes(request(span("t", {**TOOL, ARGUMENTS: raw}, parent=b"")), OPTIONS)
     call = only_call(record.spans[0])
     assert (call.arguments, call.arguments_error) == (inner, None)
 
@@ -264,7 +264,7 @@ def test_a_json_string_holding_unparseable_nesting_is_that_string() -> None:
 def test_a_result_nested_too_deeply_for_json_is_kept_as_text() -> None:
     result = "{" + '"a":[' * 30_000
     attrs = {**TOOL, "gen_ai.tool.call.result": result}
-    call = only_call(decode_request(request(span("t", attrs, parent=b"")), OPTIONS).spans[0])
+    call = only_call(decode_bytes(request(span("t", attrs, parent=b"")), OPTIONS).spans[0])
     assert call.result == result[:LIMIT]
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
-from ingest_support import ROOT_ID, TRACE_ID, decode, decode_one, request, span
+from ingest_support import ROOT_ID, TRACE_ID, decode, decode_bytes, decode_one, request, span
 
 from toolwatch.conventions import recognize
 from toolwatch.ingest import decode as decode_module
-from toolwatch.ingest.decode import DecodeError, DecodeOptions, decode_protobuf, decode_request
+from toolwatch.ingest.decode import DecodeError, DecodeOptions, decode_protobuf
 
 
 def test_valid_span_keeps_ids_times_kind_and_status() -> None:
@@ -77,7 +77,7 @@ def test_parent_of_wrong_length_is_rejected() -> None:
 
 def test_rejections_are_counted_by_reason_and_paths_name_scopes() -> None:
     scopes = [[span(), span(trace_id=b"x")], [span(span_id=b""), span(trace_id=b"")]]
-    batch = decode_request(request(scopes=scopes), DecodeOptions())
+    batch = decode_bytes(request(scopes=scopes), DecodeOptions())
     assert batch.received == 4
     assert len(batch.spans) == 1
     assert batch.rejected == {"invalid_trace_id": 2, "invalid_span_id": 1}
@@ -104,7 +104,7 @@ def test_no_rejection_means_no_message() -> None:
 
 
 def test_empty_request_is_an_empty_batch() -> None:
-    batch = decode_request(request(), DecodeOptions())
+    batch = decode_bytes(request(), DecodeOptions())
     assert (batch.spans, batch.received, batch.rejected) == ((), 0, {})
 
 

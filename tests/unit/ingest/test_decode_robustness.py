@@ -7,11 +7,11 @@ from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ingest_support import event, request, span
+from ingest_support import decode_bytes, event, request, span
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from toolwatch.conventions import ATTRIBUTE_KEYS
-from toolwatch.ingest.decode import DecodeError, DecodeOptions, decode_protobuf, decode_request
+from toolwatch.ingest.decode import DecodeError, DecodeOptions, decode_protobuf
 from toolwatch.ingest.otlp_json import parse_otlp_json
 
 _OPTIONS = DecodeOptions(reference_keys=frozenset({"case.id"}), max_value_bytes=64)
@@ -128,7 +128,7 @@ def _spans(draw: st.DrawFn) -> Any:
 @settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(_spans(), min_size=1, max_size=4))
 def test_any_attribute_shapes_decode_without_raising(spans: list[Any]) -> None:
-    batch = decode_request(request(*spans), _OPTIONS)
+    batch = decode_bytes(request(*spans), _OPTIONS)
     assert batch.rejected == {}, batch.error_message
     assert len(batch.spans) == len(spans)
     for record in batch.spans:

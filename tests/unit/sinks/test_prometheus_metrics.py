@@ -252,9 +252,10 @@ def test_stream_and_shadow_counters(
     assert get("toolwatch_shadow_unpaired_total", {"reason": "timeout"}) == 1.0
 
 
-def test_build_info(registry: CollectorRegistry) -> None:
-    PrometheusMetrics(registry)
-    assert registry.get_sample_value("toolwatch_build_info", {"version": __version__}) == 1.0
+def test_build_info_names_the_version_and_the_otlp_scanner(registry: CollectorRegistry) -> None:
+    PrometheusMetrics(registry, decoder="reference")
+    labels = {"version": __version__, "decoder": "reference"}
+    assert registry.get_sample_value("toolwatch_build_info", labels) == 1.0
 
 
 def test_buffer_state_is_read_at_scrape_time(registry: CollectorRegistry) -> None:

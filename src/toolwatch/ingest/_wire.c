@@ -1,0 +1,1053 @@
+/* toolwatch.ingest._wire: the compiled OTLP trace scanner.
+ *
+ * One pass over the bytes of an ExportTraceServiceRequest that produces exactly what the
+ * reference scanner (toolwatch.ingest.scan, on protobuf's own messages) produces: per
+ * ResourceSpans the wanted resource attributes, per span its ids, name, kind, times, status
+ * code, wanted attributes (converted to Python values and cut to max_value_bytes) and its
+ * relevant events. Only wanted values become Python objects; everything else is walked to
+ * check it the way protobuf's parser does (wire format, UTF-8 of string fields, nesting).
+ *
+ * Contract: scan() returns the result the reference scanner would return, or None when the
+ * body is anything but a plainly encoded, valid request -- corrupt or truncated wire data,
+ * invalid UTF-8, groups, a known field with an unexpected wire type, a singular field that
+ * protobuf would merge (a repeated AnyValue member, KeyValue key or value), nesting deeper
+ * than MAX_DEPTH. The caller then runs the reference scanner, which gives protobuf's own
+ * answer (a DecodeError, or the merged message). Every SDK's output takes the fast path.
+ * Memory and exceptions: NULL with a Python exception only on MemoryError.
+ *
+ * SCHEMA below lists every field of every message (opentelemetry-proto 1.45: trace/v1,
+ * common/v1, resource/v1). The Python side compares it with protobuf's descriptors at
+ * import and uses this scanner only when they agree, so a newer opentelemetry-proto cannot
+ * silently change what is checked.
+ *
+ * Wire format: https://protobuf.dev/programming-guides/encoding/
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "toolwatch.ingest._wire reads fixed64/double fields as little-endian"
+#endif
+
+#define MAX_DEPTH 100 /* message nesting, the request itself at 1: protobuf allows 100 below it */
+#define MAX_VALUE_DEPTH 32   /* AnyValue nesting converted; deeper arrays/maps are None */
+#define MIN_ITEM_BYTES 8     /* arrays and maps keep max_value_bytes / 8 items per level */
+#define ITEM_BYTES 64        /* size estimate per converted item (see scan.approx_size) */
+
+/* Results of the walking functions. */
+#define OK 0
+#define FALLBACK 1 /* not for this scanner: the reference scanner decides */
+#define FAILED -1  /* a Python exception is set */
+#define TRY(expr)                    \
+    do {                             \
+        int rc_ = (expr);            \
+        if (rc_ != OK) return rc_;   \
+    } while (0)
+
+/* ---- the schema ------------------------------------------------------------------------ */
+
+typedef enum { K_VARINT, K_FIXED64, K_FIXED32, K_BYTES, K_STRING, K_MESSAGE } Kind;
+
+struct Message;
+typedef struct {
+    uint32_t number;
+    Kind kind;
+    const struct Message *message; /* K_MESSAGE only */
+    const char *name;
+} Field;
+
+typedef struct Message {
+    const char *name;
+    const Field *fields;
+    int count;
+} Message;
+
+static const Message AnyValue_, ArrayValue_, KeyValueList_, KeyValue_, EntityRef_, Resource_,
+    Scope_, Event_, Link_, Status_, Span_, ScopeSpans_, ResourceSpans_, Request_;
+
+#define FIELDS(name) static const Field name##fields[]
+#define MESSAGE(var, full)                                                      \
+    static const Message var = {full, var##fields,                              \
+                                (int)(sizeof(var##fields) / sizeof(Field))}
+
+FIELDS(AnyValue_) = {
+    {1, K_STRING, NULL, "string_value"},   {2, K_VARINT, NULL, "bool_value"},
+    {3, K_VARINT, NULL, "int_value"},      {4, K_FIXED64, NULL, "double_value"},
+    {5, K_MESSAGE, &ArrayValue_, "array_value"}, {6, K_MESSAGE, &KeyValueList_, "kvlist_value"},
+    {7, K_BYTES, NULL, "bytes_value"},     {8, K_VARINT, NULL, "string_value_strindex"},
+};
+MESSAGE(AnyValue_, "opentelemetry.proto.common.v1.AnyValue");
+FIELDS(ArrayValue_) = {{1, K_MESSAGE, &AnyValue_, "values"}};
+MESSAGE(ArrayValue_, "opentelemetry.proto.common.v1.ArrayValue");
+FIELDS(KeyValueList_) = {{1, K_MESSAGE, &KeyValue_, "values"}};
+MESSAGE(KeyValueList_, "opentelemetry.proto.common.v1.KeyValueList");
+FIELDS(KeyValue_) = {
+    {1, K_STRING, NULL, "key"},
+    {2, K_MESSAGE, &AnyValue_, "value"},
+    {3, K_VARINT, NULL, "key_strindex"},
+};
+MESSAGE(KeyValue_, "opentelemetry.proto.common.v1.KeyValue");
+FIELDS(EntityRef_) = {
+    {1, K_STRING, NULL, "schema_url"},
+    {2, K_STRING, NULL, "type"},
+    {3, K_STRING, NULL, "id_keys"},
+    {4, K_STRING, NULL, "description_keys"},
+};
+MESSAGE(EntityRef_, "opentelemetry.proto.common.v1.EntityRef");
+FIELDS(Resource_) = {
+    {1, K_MESSAGE, &KeyValue_, "attributes"},
+    {2, K_VARINT, NULL, "dropped_attributes_count"},
+    {3, K_MESSAGE, &EntityRef_, "entity_refs"},
+};
+MESSAGE(Resource_, "opentelemetry.proto.resource.v1.Resource");
+FIELDS(Scope_) = {
+    {1, K_STRING, NULL, "name"},
+    {2, K_STRING, NULL, "version"},
+    {3, K_MESSAGE, &KeyValue_, "attributes"},
+    {4, K_VARINT, NULL, "dropped_attributes_count"},
+};
+MESSAGE(Scope_, "opentelemetry.proto.common.v1.InstrumentationScope");
+FIELDS(Event_) = {
+    {1, K_FIXED64, NULL, "time_unix_nano"},
+    {2, K_STRING, NULL, "name"},
+    {3, K_MESSAGE, &KeyValue_, "attributes"},
+    {4, K_VARINT, NULL, "dropped_attributes_count"},
+};
+MESSAGE(Event_, "opentelemetry.proto.trace.v1.Span.Event");
+FIELDS(Link_) = {
+    {1, K_BYTES, NULL, "trace_id"},
+    {2, K_BYTES, NULL, "span_id"},
+    {3, K_STRING, NULL, "trace_state"},
+    {4, K_MESSAGE, &KeyValue_, "attributes"},
+    {5, K_VARINT, NULL, "dropped_attributes_count"},
+    {6, K_FIXED32, NULL, "flags"},
+};
+MESSAGE(Link_, "opentelemetry.proto.trace.v1.Span.Link");
+FIELDS(Status_) = {{2, K_STRING, NULL, "message"}, {3, K_VARINT, NULL, "code"}};
+MESSAGE(Status_, "opentelemetry.proto.trace.v1.Status");
+FIELDS(Span_) = {
+    {1, K_BYTES, NULL, "trace_id"},
+    {2, K_BYTES, NULL, "span_id"},
+    {3, K_STRING, NULL, "trace_state"},
+    {4, K_BYTES, NULL, "parent_span_id"},
+    {5, K_STRING, NULL, "name"},
+    {6, K_VARINT, NULL, "kind"},
+    {7, K_FIXED64, NULL, "start_time_unix_nano"},
+    {8, K_FIXED64, NULL, "end_time_unix_nano"},
+    {9, K_MESSAGE, &KeyValue_, "attributes"},
+    {10, K_VARINT, NULL, "dropped_attributes_count"},
+    {11, K_MESSAGE, &Event_, "events"},
+    {12, K_VARINT, NULL, "dropped_events_count"},
+    {13, K_MESSAGE, &Link_, "links"},
+    {14, K_VARINT, NULL, "dropped_links_count"},
+    {15, K_MESSAGE, &Status_, "status"},
+    {16, K_FIXED32, NULL, "flags"},
+};
+MESSAGE(Span_, "opentelemetry.proto.trace.v1.Span");
+FIELDS(ScopeSpans_) = {
+    {1, K_MESSAGE, &Scope_, "scope"},
+    {2, K_MESSAGE, &Span_, "spans"},
+    {3, K_STRING, NULL, "schema_url"},
+};
+MESSAGE(ScopeSpans_, "opentelemetry.proto.trace.v1.ScopeSpans");
+FIELDS(ResourceSpans_) = {
+    {1, K_MESSAGE, &Resource_, "resource"},
+    {2, K_MESSAGE, &ScopeSpans_, "scope_spans"},
+    {3, K_STRING, NULL, "schema_url"},
+};
+MESSAGE(ResourceSpans_, "opentelemetry.proto.trace.v1.ResourceSpans");
+FIELDS(Request_) = {{1, K_MESSAGE, &ResourceSpans_, "resource_spans"}};
+MESSAGE(Request_, "opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest");
+
+static const Message *const ALL_MESSAGES[] = {
+    &Request_, &ResourceSpans_, &Resource_, &EntityRef_, &ScopeSpans_, &Scope_, &Span_,
+    &Event_,   &Link_,          &Status_,   &KeyValue_,  &AnyValue_,   &ArrayValue_,
+    &KeyValueList_,
+};
+
+/* ---- wire primitives ------------------------------------------------------------------- */
+
+typedef struct {
+    const uint8_t *p;
+    const uint8_t *end;
+} Buf;
+
+static const int WIRE_TYPE[] = {
+    [K_VARINT] = 0, [K_FIXED64] = 1, [K_FIXED32] = 5,
+    [K_BYTES] = 2,  [K_STRING] = 2,  [K_MESSAGE] = 2,
+};
+
+static int read_varint(Buf *b, uint64_t *out) {
+    uint64_t value = 0;
+    for (int shift = 0; shift < 70; shift += 7) {
+        if (b->p >= b->end) return FALLBACK;
+        uint8_t byte = *b->p++;
+        value |= (uint64_t)(byte & 0x7F) << shift; /* bits past 64 are dropped, as protobuf does */
+        if (!(byte & 0x80)) {
+            *out = value;
+            return OK;
+        }
+    }
+    return FALLBACK; /* longer than 10 bytes: corrupt */
+}
+
+/* A tag: field number and wire type. Tags longer than 5 bytes, field number 0 and numbers
+ * past 2^29-1 are corrupt; groups (3, 4) and wire types 6, 7 are not for this scanner. */
+static int read_tag(Buf *b, uint32_t *number, int *wire) {
+    const uint8_t *start = b->p;
+    uint64_t tag;
+    TRY(read_varint(b, &tag));
+    if (b->p - start > 5 || tag > UINT32_MAX) return FALLBACK;
+    *number = (uint32_t)(tag >> 3);
+    *wire = (int)(tag & 7);
+    if (*number == 0 || *number > 536870911u) return FALLBACK;
+    if (*wire != 0 && *wire != 1 && *wire != 2 && *wire != 5) return FALLBACK;
+    return OK;
+}
+
+static int read_bytes(Buf *b, Buf *out) {
+    uint64_t length;
+    TRY(read_varint(b, &length));
+    if (length > (uint64_t)(b->end - b->p)) return FALLBACK;
+    out->p = b->p;
+    out->end = b->p + length;
+    b->p += length;
+    return OK;
+}
+
+static int read_fixed64(Buf *b, uint64_t *out) {
+    if (b->end - b->p < 8) return FALLBACK;
+    memcpy(out, b->p, 8);
+    b->p += 8;
+    return OK;
+}
+
+static int skip(Buf *b, int wire) {
+    uint64_t ignored;
+    Buf body;
+    switch (wire) {
+    case 0: return read_varint(b, &ignored);
+    case 1: return read_fixed64(b, &ignored);
+    case 2: return read_bytes(b, &body);
+    case 5:
+        if (b->end - b->p < 4) return FALLBACK;
+        b->p += 4;
+        return OK;
+    default: return FALLBACK;
+    }
+}
+
+static const Field *find_field(const Message *m, uint32_t number) {
+    for (int i = 0; i < m->count; i++)
+        if (m->fields[i].number == number) return &m->fields[i];
+    return NULL;
+}
+
+/* Valid UTF-8 (RFC 3629: no overlong forms, no surrogates, nothing past U+10FFFF). */
+static int utf8_valid(const uint8_t *s, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        uint8_t c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        size_t need;
+        uint8_t lo = 0x80, hi = 0xBF;
+        if (c >= 0xC2 && c <= 0xDF) need = 1;
+        else if (c == 0xE0) { need = 2; lo = 0xA0; }
+        else if (c >= 0xE1 && c <= 0xEC) need = 2;
+        else if (c == 0xED) { need = 2; hi = 0x9F; }
+        else if (c >= 0xEE && c <= 0xEF) need = 2;
+        else if (c == 0xF0) { need = 3; lo = 0x90; }
+        else if (c >= 0xF1 && c <= 0xF3) need = 3;
+        else if (c == 0xF4) { need = 3; hi = 0x8F; }
+        else return 0;
+        if (n - i <= need) return 0;
+        if (s[i + 1] < lo || s[i + 1] > hi) return 0;
+        for (size_t k = 2; k <= need; k++)
+            if ((s[i + k] & 0xC0) != 0x80) return 0;
+        i += need + 1;
+    }
+    return 1;
+}
+
+/* Check a message the way protobuf's parser would, building nothing. */
+static int validate(Buf b, const Message *m, int depth) {
+    if (depth > MAX_DEPTH) return FALLBACK;
+    while (b.p < b.end) {
+        uint32_t number;
+        int wire;
+        TRY(read_tag(&b, &number, &wire));
+        const Field *f = find_field(m, number);
+        if (f == NULL) {
+            TRY(skip(&b, wire));
+            continue;
+        }
+        if (wire != WIRE_TYPE[f->kind]) return FALLBACK;
+        Buf body;
+        switch (f->kind) {
+        case K_STRING:
+            TRY(read_bytes(&b, &body));
+            if (!utf8_valid(body.p, (size_t)(body.end - body.p))) return FALLBACK;
+            break;
+        case K_MESSAGE:
+            TRY(read_bytes(&b, &body));
+            TRY(validate(body, f->message, depth + 1));
+            break;
+        default: TRY(skip(&b, wire)); break;
+        }
+    }
+    return OK;
+}
+
+/* ---- the plan: what to keep ------------------------------------------------------------ */
+
+/* A set of keys (UTF-8 bytes -> the interned Python str), open addressing. */
+typedef struct {
+    const char *bytes;
+    Py_ssize_t length;
+    PyObject *str; /* borrowed from KeySet.owner */
+} Slot;
+
+typedef struct {
+    Slot *slots;
+    size_t mask;
+    PyObject *owner; /* a tuple holding every str */
+} KeySet;
+
+static uint64_t fnv1a(const uint8_t *s, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 1099511628211ull;
+    return h;
+}
+
+static int keyset_init(KeySet *set, PyObject *iterable) {
+    PyObject *given = PySequence_Tuple(iterable);
+    if (given == NULL) return -1;
+    Py_ssize_t n = PyTuple_GET_SIZE(given);
+    set->owner = PyTuple_New(n);
+    size_t size = 8;
+    while (size < (size_t)n * 2) size <<= 1;
+    set->slots = PyMem_Calloc(size, sizeof(Slot));
+    if (set->owner == NULL || set->slots == NULL) {
+        Py_DECREF(given);
+        if (set->slots == NULL) PyErr_NoMemory();
+        return -1;
+    }
+    set->mask = size - 1;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *key = PyTuple_GET_ITEM(given, i);
+        if (!PyUnicode_CheckExact(key)) {
+            PyErr_Format(PyExc_TypeError, "keys must be str, got %R", key);
+            Py_DECREF(given);
+            return -1;
+        }
+        Py_INCREF(key);
+        PyUnicode_InternInPlace(&key); /* dict lookups of interned keys compare by identity */
+        PyTuple_SET_ITEM(set->owner, i, key);
+        Py_ssize_t length;
+        const char *bytes = PyUnicode_AsUTF8AndSize(key, &length);
+        if (bytes == NULL) {
+            Py_DECREF(given);
+            return -1;
+        }
+        size_t at = fnv1a((const uint8_t *)bytes, (size_t)length) & set->mask;
+        while (set->slots[at].bytes != NULL) at = (at + 1) & set->mask;
+        set->slots[at] = (Slot){bytes, length, key};
+    }
+    Py_DECREF(given);
+    return 0;
+}
+
+static PyObject *keyset_get(const KeySet *set, const uint8_t *s, size_t n) {
+    size_t at = fnv1a(s, n) & set->mask;
+    while (set->slots[at].bytes != NULL) {
+        const Slot *slot = &set->slots[at];
+        if ((size_t)slot->length == n && memcmp(slot->bytes, s, n) == 0) return slot->str;
+        at = (at + 1) & set->mask;
+    }
+    return NULL;
+}
+
+static void keyset_clear(KeySet *set) {
+    PyMem_Free(set->slots);
+    set->slots = NULL;
+    Py_CLEAR(set->owner);
+}
+
+typedef struct {
+    PyObject_HEAD
+    KeySet span_keys;
+    KeySet resource_keys;
+    KeySet event_names;
+    KeySet event_keys;
+    PyObject *prefixes; /* tuple of bytes */
+    Py_ssize_t limit;   /* max_value_bytes */
+} Plan;
+
+/* Which attributes one walk keeps. */
+typedef struct {
+    const KeySet *keys;
+    PyObject *prefixes; /* tuple of bytes, or NULL */
+} Filter;
+
+/* ---- AnyValue -> Python ---------------------------------------------------------------- */
+
+/* A string field's value, cut to `limit` UTF-8 bytes on a character boundary. The whole
+ * value is checked first: protobuf rejects invalid UTF-8 anywhere in it. */
+static int make_str(Buf s, Py_ssize_t limit, PyObject **out) {
+    size_t n = (size_t)(s.end - s.p);
+    if (n > (size_t)limit) {
+        if (!utf8_valid(s.p, n)) return FALLBACK;
+        n = (size_t)limit;
+        while (n > 0 && (s.p[n] & 0xC0) == 0x80) n--; /* s.p[limit] exists: n < length */
+    }
+    PyObject *str = PyUnicode_DecodeUTF8((const char *)s.p, (Py_ssize_t)n, NULL);
+    if (str == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return FAILED;
+        PyErr_Clear();
+        return FALLBACK;
+    }
+    *out = str;
+    return OK;
+}
+
+static int make_hex(Buf s, Py_ssize_t limit, PyObject **out) {
+    static const char digits[] = "0123456789abcdef";
+    size_t n = (size_t)(s.end - s.p);
+    size_t chars = n * 2 < (size_t)limit ? n * 2 : (size_t)limit;
+    PyObject *str = PyUnicode_New((Py_ssize_t)chars, 127);
+    if (str == NULL) return FAILED;
+    Py_UCS1 *data = PyUnicode_1BYTE_DATA(str);
+    for (size_t i = 0; i < chars; i++) {
+        uint8_t byte = s.p[i / 2];
+        data[i] = (Py_UCS1)digits[i % 2 ? byte & 0x0F : byte >> 4];
+    }
+    *out = str;
+    return OK;
+}
+
+/* The one field an AnyValue carries (its oneof), or FALLBACK when it carries two. */
+typedef struct {
+    uint32_t number; /* 0: unset */
+    uint64_t scalar;
+    Buf body;
+} Member;
+
+static int any_member(Buf b, int depth, Member *member) {
+    if (depth > MAX_DEPTH) return FALLBACK;
+    member->number = 0;
+    while (b.p < b.end) {
+        uint32_t number;
+        int wire;
+        TRY(read_tag(&b, &number, &wire));
+        const Field *f = find_field(&AnyValue_, number);
+        if (f == NULL) {
+            TRY(skip(&b, wire));
+            continue;
+        }
+        if (wire != WIRE_TYPE[f->kind] || member->number != 0) return FALLBACK;
+        member->number = number;
+        if (wire == 0) TRY(read_varint(&b, &member->scalar));
+        else if (wire == 1) TRY(read_fixed64(&b, &member->scalar));
+        else TRY(read_bytes(&b, &member->body));
+    }
+    return OK;
+}
+
+static int convert(Buf b, const Plan *plan, int depth, int level, PyObject **out, Py_ssize_t *size);
+
+/* Items of an ArrayValue (field 1) or KeyValueList (field 1); the first `keep` converted. */
+static int convert_array(Buf b, const Plan *plan, int depth, int level, PyObject **out,
+                         Py_ssize_t *size) {
+    PyObject *list = PyList_New(0);
+    if (list == NULL) return FAILED;
+    Py_ssize_t keep = plan->limit / MIN_ITEM_BYTES, total = ITEM_BYTES;
+    int rc = OK;
+    while (rc == OK && b.p < b.end) {
+        uint32_t number;
+        int wire;
+        Buf item;
+        if ((rc = read_tag(&b, &number, &wire)) != OK) break;
+        if (number != 1) {
+            rc = skip(&b, wire);
+            continue;
+        }
+        if (wire != 2 || (rc = read_bytes(&b, &item)) != OK) {
+            rc = rc == OK ? FALLBACK : rc;
+            break;
+        }
+        if (PyList_GET_SIZE(list) >= keep) {
+            rc = validate(item, &AnyValue_, depth + 1);
+            continue;
+        }
+        PyObject *value;
+        Py_ssize_t item_size;
+        if ((rc = convert(item, plan, depth + 1, level + 1, &value, &item_size)) != OK) break;
+        total += item_size;
+        rc = PyList_Append(list, value) == 0 ? OK : FAILED;
+        Py_DECREF(value);
+    }
+    if (rc != OK) {
+        Py_DECREF(list);
+        return rc;
+    }
+    *out = list;
+    *size = total;
+    return OK;
+}
+
+static int keyvalue_parts(Buf b, int depth, Buf *key, Buf *value, int *has_value);
+
+static int convert_kvlist(Buf b, const Plan *plan, int depth, int level, PyObject **out,
+                          Py_ssize_t *size) {
+    PyObject *dict = PyDict_New();
+    if (dict == NULL) return FAILED;
+    Py_ssize_t keep = plan->limit / MIN_ITEM_BYTES, seen = 0, total = ITEM_BYTES;
+    int rc = OK;
+    while (rc == OK && b.p < b.end) {
+        uint32_t number;
+        int wire, has_value;
+        Buf pair, key, value;
+        if ((rc = read_tag(&b, &number, &wire)) != OK) break;
+        if (number != 1) {
+            rc = skip(&b, wire);
+            continue;
+        }
+        if (wire != 2 || (rc = read_bytes(&b, &pair)) != OK) {
+            rc = rc == OK ? FALLBACK : rc;
+            break;
+        }
+        if (seen++ >= keep) {
+            rc = validate(pair, &KeyValue_, depth + 1);
+            continue;
+        }
+        if ((rc = keyvalue_parts(pair, depth + 1, &key, &value, &has_value)) != OK) break;
+        PyObject *name = NULL, *item = NULL;
+        Py_ssize_t item_size = ITEM_BYTES;
+        /* An unset value is AnyValue's default: no member, converted to None. */
+        if ((rc = make_str(key, PY_SSIZE_T_MAX, &name)) != OK) break;
+        if (has_value) rc = convert(value, plan, depth + 2, level + 1, &item, &item_size);
+        else item = Py_NewRef(Py_None);
+        if (rc == OK) { /* a repeated key: the size estimate would count the lost value */
+            int present = PyDict_Contains(dict, name);
+            rc = present < 0 ? FAILED : present ? FALLBACK : OK;
+        }
+        if (rc == OK) {
+            total += PyUnicode_GET_LENGTH(name) + ITEM_BYTES + item_size;
+            rc = PyDict_SetItem(dict, name, item) == 0 ? OK : FAILED;
+        }
+        Py_XDECREF(name);
+        Py_XDECREF(item);
+    }
+    if (rc != OK) {
+        Py_DECREF(dict);
+        return rc;
+    }
+    *out = dict;
+    *size = total;
+    return OK;
+}
+
+/* An AnyValue as Python (str, bool, int, float, hex str, list, dict or None) and its size
+ * estimate. `level` is the value nesting (0 for an attribute's own value). */
+static int convert(Buf b, const Plan *plan, int depth, int level, PyObject **out,
+                   Py_ssize_t *size) {
+    Member m;
+    TRY(any_member(b, depth, &m));
+    *size = ITEM_BYTES;
+    switch (m.number) {
+    case 1:
+        TRY(make_str(m.body, plan->limit, out));
+        *size = PyUnicode_GET_LENGTH(*out) + ITEM_BYTES;
+        return OK;
+    case 2: *out = PyBool_FromLong(m.scalar != 0); return OK;
+    case 3: *out = PyLong_FromLongLong((long long)(int64_t)m.scalar); break;
+    case 4: {
+        double d;
+        memcpy(&d, &m.scalar, sizeof d);
+        *out = PyFloat_FromDouble(d);
+        break;
+    }
+    case 7:
+        TRY(make_hex(m.body, plan->limit, out));
+        *size = PyUnicode_GET_LENGTH(*out) + ITEM_BYTES;
+        return OK;
+    case 5:
+    case 6:
+        if (level >= MAX_VALUE_DEPTH) {
+            TRY(validate(m.body, m.number == 5 ? &ArrayValue_ : &KeyValueList_, depth + 1));
+            *out = Py_NewRef(Py_None);
+            return OK;
+        }
+        if (m.number == 5) return convert_array(m.body, plan, depth + 1, level, out, size);
+        return convert_kvlist(m.body, plan, depth + 1, level, out, size);
+    default: *out = Py_NewRef(Py_None); return OK; /* unset, or a string_value_strindex */
+    }
+    return *out == NULL ? FAILED : OK;
+}
+
+/* ---- KeyValue ---------------------------------------------------------------------------- */
+
+/* The key and value of a KeyValue, checked; FALLBACK when either appears twice. */
+static int keyvalue_parts(Buf b, int depth, Buf *key, Buf *value, int *has_value) {
+    if (depth > MAX_DEPTH) return FALLBACK;
+    int keys = 0;
+    *has_value = 0;
+    key->p = key->end = b.p;
+    while (b.p < b.end) {
+        uint32_t number;
+        int wire;
+        TRY(read_tag(&b, &number, &wire));
+        if (number == 1 || number == 2) {
+            if (wire != 2) return FALLBACK;
+            if ((number == 1 ? keys++ : (*has_value)++) > 0) return FALLBACK;
+            TRY(read_bytes(&b, number == 1 ? key : value));
+        } else if (number == 3) {
+            if (wire != 0) return FALLBACK;
+            TRY(skip(&b, wire));
+        } else {
+            TRY(skip(&b, wire));
+        }
+    }
+    if (!utf8_valid(key->p, (size_t)(key->end - key->p))) return FALLBACK;
+    return OK;
+}
+
+static int has_prefix(PyObject *prefixes, Buf key) {
+    if (prefixes == NULL) return 0;
+    size_t n = (size_t)(key.end - key.p);
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(prefixes); i++) {
+        PyObject *prefix = PyTuple_GET_ITEM(prefixes, i);
+        size_t length = (size_t)PyBytes_GET_SIZE(prefix);
+        if (n >= length && memcmp(key.p, PyBytes_AS_STRING(prefix), length) == 0) return 1;
+    }
+    return 0;
+}
+
+/* One attribute: into `attrs` when the filter wants its key (and its value is set), else only
+ * checked. `size` grows by what a kept value holds (a string's length, else its estimate). */
+static int attribute(Buf b, const Plan *plan, const Filter *filter, int depth, PyObject *attrs,
+                     Py_ssize_t *size) {
+    Buf key, value;
+    int has_value;
+    TRY(keyvalue_parts(b, depth, &key, &value, &has_value));
+    size_t n = (size_t)(key.end - key.p);
+    PyObject *name = keyset_get(filter->keys, key.p, n);
+    int wanted = name != NULL || has_prefix(filter->prefixes, key);
+    if (!wanted) return has_value ? validate(value, &AnyValue_, depth + 1) : OK;
+    if (!has_value) return OK; /* an unset value converts to None, which is not kept */
+    PyObject *converted;
+    Py_ssize_t estimate;
+    TRY(convert(value, plan, depth + 1, 0, &converted, &estimate));
+    if (converted == Py_None) {
+        Py_DECREF(converted);
+        return OK;
+    }
+    if (name == NULL) {
+        name = PyUnicode_DecodeUTF8((const char *)key.p, (Py_ssize_t)n, NULL); /* checked */
+        if (name == NULL) {
+            Py_DECREF(converted);
+            return FAILED;
+        }
+    } else {
+        Py_INCREF(name);
+    }
+    *size += PyUnicode_Check(converted) ? PyUnicode_GET_LENGTH(converted) : estimate;
+    int rc = PyDict_SetItem(attrs, name, converted) == 0 ? OK : FAILED;
+    Py_DECREF(name);
+    Py_DECREF(converted);
+    return rc;
+}
+
+/* ---- spans --------------------------------------------------------------------------------- */
+
+/* A relevant event as (name, attrs, size); *out stays NULL for an event nobody reads. */
+static int event(Buf b, const Plan *plan, int depth, PyObject **out) {
+    *out = NULL;
+    TRY(validate(b, &Event_, depth));
+    Buf scan = b, name = {b.p, b.p};
+    while (scan.p < scan.end) { /* the last name wins, wherever it stands */
+        uint32_t number;
+        int wire;
+        Buf body;
+        TRY(read_tag(&scan, &number, &wire));
+        if (number == 2) {
+            TRY(read_bytes(&scan, &body));
+            name = body;
+        } else {
+            TRY(skip(&scan, wire));
+        }
+    }
+    PyObject *key = keyset_get(&plan->event_names, name.p, (size_t)(name.end - name.p));
+    if (key == NULL) return OK;
+    PyObject *attrs = PyDict_New();
+    if (attrs == NULL) return FAILED;
+    Filter filter = {&plan->event_keys, NULL};
+    Py_ssize_t size = 0;
+    int rc = OK;
+    while (rc == OK && b.p < b.end) {
+        uint32_t number;
+        int wire;
+        Buf body;
+        if ((rc = read_tag(&b, &number, &wire)) != OK) break;
+        if (number != 3) {
+            rc = skip(&b, wire);
+            continue;
+        }
+        if ((rc = read_bytes(&b, &body)) == OK)
+            rc = attribute(body, plan, &filter, depth + 1, attrs, &size);
+    }
+    if (rc == OK) {
+        *out = Py_BuildValue("(ONn)", key, attrs, size);
+        return *out == NULL ? FAILED : OK;
+    }
+    Py_DECREF(attrs);
+    return rc;
+}
+
+typedef struct {
+    Buf trace_id, span_id, parent, name;
+    uint64_t kind, start, end, status;
+    PyObject *attrs;  /* dict */
+    PyObject *events; /* list, or NULL while the span has none */
+    Py_ssize_t size;
+} SpanParts;
+
+static int status_code(Buf b, int depth, uint64_t *code) {
+    TRY(validate(b, &Status_, depth));
+    while (b.p < b.end) {
+        uint32_t number;
+        int wire;
+        TRY(read_tag(&b, &number, &wire));
+        if (number == 3) TRY(read_varint(&b, code)); /* merged: the last one wins */
+        else TRY(skip(&b, wire));
+    }
+    return OK;
+}
+
+static int span_field(SpanParts *s, Buf *b, const Plan *plan, int depth, uint32_t number,
+                      int wire) {
+    Buf body;
+    const Field *f = find_field(&Span_, number);
+    if (f == NULL) return skip(b, wire);
+    if (wire != WIRE_TYPE[f->kind]) return FALLBACK;
+    switch (number) {
+    case 1: return read_bytes(b, &s->trace_id);
+    case 2: return read_bytes(b, &s->span_id);
+    case 4: return read_bytes(b, &s->parent);
+    case 5:
+        TRY(read_bytes(b, &s->name));
+        return utf8_valid(s->name.p, (size_t)(s->name.end - s->name.p)) ? OK : FALLBACK;
+    case 6: return read_varint(b, &s->kind);
+    case 7: return read_fixed64(b, &s->start);
+    case 8: return read_fixed64(b, &s->end);
+    case 9: {
+        Filter filter = {&plan->span_keys, plan->prefixes};
+        TRY(read_bytes(b, &body));
+        return attribute(body, plan, &filter, depth + 1, s->attrs, &s->size);
+    }
+    case 11: {
+        PyObject *found;
+        TRY(read_bytes(b, &body));
+        if (s->events == NULL && (s->events = PyList_New(0)) == NULL) return FAILED;
+        TRY(event(body, plan, depth + 1, &found));
+        if (found == NULL) return OK;
+        int rc = PyList_Append(s->events, found) == 0 ? OK : FAILED;
+        Py_DECREF(found);
+        return rc;
+    }
+    case 15:
+        TRY(read_bytes(b, &body));
+        return status_code(body, depth + 1, &s->status);
+    default:
+        if (f->kind == K_STRING) {
+            TRY(read_bytes(b, &body));
+            return utf8_valid(body.p, (size_t)(body.end - body.p)) ? OK : FALLBACK;
+        }
+        if (f->kind == K_MESSAGE) {
+            TRY(read_bytes(b, &body));
+            return validate(body, f->message, depth + 1);
+        }
+        return skip(b, wire);
+    }
+}
+
+static PyObject *bytes_of(Buf b) {
+    return PyBytes_FromStringAndSize((const char *)b.p, b.end - b.p);
+}
+
+/* The span tuple: (resource, scope, position, trace_id, span_id, parent_span_id, name, kind,
+ * start, end, status_code, attributes, attributes_size, events). */
+static int span(Buf b, const Plan *plan, int depth, Py_ssize_t resource, Py_ssize_t scope,
+                Py_ssize_t position, PyObject *spans) {
+    if (depth > MAX_DEPTH) return FALLBACK;
+    SpanParts s;
+    memset(&s, 0, sizeof s);
+    s.trace_id.p = s.trace_id.end = s.span_id.p = s.span_id.end = b.p;
+    s.parent.p = s.parent.end = s.name.p = s.name.end = b.p;
+    if ((s.attrs = PyDict_New()) == NULL) return FAILED;
+    int rc = OK;
+    while (rc == OK && b.p < b.end) {
+        uint32_t number;
+        int wire;
+        if ((rc = read_tag(&b, &number, &wire)) == OK)
+            rc = span_field(&s, &b, plan, depth, number, wire);
+    }
+    PyObject *name = NULL, *item = NULL;
+    if (rc == OK) {
+        name = PyUnicode_DecodeUTF8((const char *)s.name.p, s.name.end - s.name.p, NULL);
+        if (name == NULL) rc = FAILED; /* the bytes were checked: only memory can fail */
+    }
+    if (rc == OK) {
+        PyObject *events = s.events != NULL ? s.events : Py_None;
+        item = Py_BuildValue("(nnnNNNOlKKlOnO)", resource, scope, position, bytes_of(s.trace_id),
+                             bytes_of(s.span_id), bytes_of(s.parent), name,
+                             (long)(int32_t)s.kind, (unsigned long long)s.start,
+                             (unsigned long long)s.end, (long)(int32_t)s.status, s.attrs, s.size,
+                             events);
+        rc = item != NULL && PyList_Append(spans, item) == 0 ? OK : FAILED;
+    }
+    Py_XDECREF(item);
+    Py_XDECREF(name);
+    Py_DECREF(s.attrs);
+    Py_XDECREF(s.events);
+    return rc;
+}
+
+static int scope_spans(Buf b, const Plan *plan, int depth, Py_ssize_t resource, Py_ssize_t scope,
+                       PyObject *spans) {
+    if (depth > MAX_DEPTH) return FALLBACK;
+    Py_ssize_t position = 0;
+    while (b.p < b.end) {
+        uint32_t number;
+        int wire;
+        Buf body;
+        TRY(read_tag(&b, &number, &wire));
+        const Field *f = find_field(&ScopeSpans_, number);
+        if (f == NULL) {
+            TRY(skip(&b, wire));
+            continue;
+        }
+        if (wire != WIRE_TYPE[f->kind]) return FALLBACK;
+        TRY(read_bytes(&b, &body));
+        if (number == 2) TRY(span(body, plan, depth + 1, resource, scope, position++, spans));
+        else if (f->kind == K_MESSAGE) TRY(validate(body, f->message, depth + 1));
+        else if (!utf8_valid(body.p, (size_t)(body.end - body.p))) return FALLBACK;
+    }
+    return OK;
+}
+
+/* Resource attributes (all occurrences of the field merge, as protobuf merges them). */
+static int resource(Buf b, const Plan *plan, int depth, PyObject *attrs) {
+    if (depth > MAX_DEPTH) return FALLBACK;
+    Filter filter = {&plan->resource_keys, NULL};
+    Py_ssize_t ignored = 0;
+    while (b.p < b.end) {
+        uint32_t number;
+        int wire;
+        Buf body;
+        TRY(read_tag(&b, &number, &wire));
+        const Field *f = find_field(&Resource_, number);
+        if (f == NULL) {
+            TRY(skip(&b, wire));
+            continue;
+        }
+        if (wire != WIRE_TYPE[f->kind]) return FALLBACK;
+        if (number == 1) {
+            TRY(read_bytes(&b, &body));
+            TRY(attribute(body, plan, &filter, depth + 1, attrs, &ignored));
+        } else if (f->kind == K_MESSAGE) {
+            TRY(read_bytes(&b, &body));
+            TRY(validate(body, f->message, depth + 1));
+        } else {
+            TRY(skip(&b, wire));
+        }
+    }
+    return OK;
+}
+
+static int resource_spans(Buf b, const Plan *plan, int depth, Py_ssize_t index,
+                          PyObject *attrs, PyObject *spans) {
+    Py_ssize_t scope = 0;
+    while (b.p < b.end) {
+        uint32_t number;
+        int wire;
+        Buf body;
+        TRY(read_tag(&b, &number, &wire));
+        const Field *f = find_field(&ResourceSpans_, number);
+        if (f == NULL) {
+            TRY(skip(&b, wire));
+            continue;
+        }
+        if (wire != WIRE_TYPE[f->kind]) return FALLBACK;
+        TRY(read_bytes(&b, &body));
+        if (number == 1) TRY(resource(body, plan, depth + 1, attrs));
+        else if (number == 2) TRY(scope_spans(body, plan, depth + 1, index, scope++, spans));
+        else if (!utf8_valid(body.p, (size_t)(body.end - body.p))) return FALLBACK;
+    }
+    return OK;
+}
+
+static int request(Buf b, const Plan *plan, PyObject *resources, PyObject *spans) {
+    while (b.p < b.end) {
+        uint32_t number;
+        int wire;
+        Buf body;
+        TRY(read_tag(&b, &number, &wire));
+        if (number != 1) {
+            TRY(skip(&b, wire));
+            continue;
+        }
+        if (wire != 2) return FALLBACK;
+        TRY(read_bytes(&b, &body));
+        PyObject *attrs = PyDict_New();
+        if (attrs == NULL) return FAILED;
+        int rc = PyList_Append(resources, attrs) == 0 ? OK : FAILED;
+        Py_DECREF(attrs);
+        TRY(rc);
+        TRY(resource_spans(body, plan, 2, PyList_GET_SIZE(resources) - 1, attrs, spans));
+    }
+    return OK;
+}
+
+/* ---- the Python type ----------------------------------------------------------------------- */
+
+static PyObject *Plan_scan(Plan *self, PyObject *arg) {
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0) return NULL;
+    PyObject *resources = PyList_New(0), *spans = PyList_New(0), *result = NULL;
+    if (resources != NULL && spans != NULL) {
+        Buf b = {(const uint8_t *)view.buf, (const uint8_t *)view.buf + view.len};
+        int rc = request(b, self, resources, spans);
+        if (rc == OK) result = PyTuple_Pack(2, resources, spans);
+        else if (rc == FALLBACK) result = Py_NewRef(Py_None);
+    }
+    Py_XDECREF(resources);
+    Py_XDECREF(spans);
+    PyBuffer_Release(&view);
+    return result;
+}
+
+static int Plan_init(Plan *self, PyObject *args, PyObject *kwargs) {
+    static char *names[] = {"span_keys",  "prefixes",   "resource_keys",
+                            "event_names", "event_keys", "max_value_bytes", NULL};
+    PyObject *span_keys, *prefixes, *resource_keys, *event_names, *event_keys;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOn", names, &span_keys, &prefixes,
+                                     &resource_keys, &event_names, &event_keys, &limit))
+        return -1;
+    if (limit < 1) {
+        PyErr_Format(PyExc_ValueError, "max_value_bytes must be positive, got %zd", limit);
+        return -1;
+    }
+    if (self->prefixes != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "a Plan is initialized once");
+        return -1;
+    }
+    PyObject *encoded = PyList_New(0), *iterator = PyObject_GetIter(prefixes), *prefix;
+    if (encoded == NULL || iterator == NULL) goto failed;
+    while ((prefix = PyIter_Next(iterator)) != NULL) {
+        PyObject *bytes = PyUnicode_AsUTF8String(prefix);
+        Py_DECREF(prefix);
+        if (bytes == NULL || PyList_Append(encoded, bytes) != 0) {
+            Py_XDECREF(bytes);
+            goto failed;
+        }
+        Py_DECREF(bytes);
+    }
+    if (PyErr_Occurred()) goto failed;
+    self->prefixes = PyList_AsTuple(encoded);
+    Py_CLEAR(encoded);
+    Py_CLEAR(iterator);
+    self->limit = limit;
+    if (self->prefixes == NULL || keyset_init(&self->span_keys, span_keys) != 0 ||
+        keyset_init(&self->resource_keys, resource_keys) != 0 ||
+        keyset_init(&self->event_names, event_names) != 0 ||
+        keyset_init(&self->event_keys, event_keys) != 0)
+        return -1;
+    return 0;
+failed:
+    Py_XDECREF(encoded);
+    Py_XDECREF(iterator);
+    return -1;
+}
+
+static void Plan_dealloc(Plan *self) {
+    keyset_clear(&self->span_keys);
+    keyset_clear(&self->resource_keys);
+    keyset_clear(&self->event_names);
+    keyset_clear(&self->event_keys);
+    Py_CLEAR(self->prefixes);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Plan_methods[] = {
+    {"scan", (PyCFunction)Plan_scan, METH_O,
+     "scan(body) -> (resources, spans) | None: see toolwatch.ingest.scan"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject PlanType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "toolwatch.ingest._wire.Plan",
+    .tp_basicsize = sizeof(Plan),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "What to keep of a request: Plan(span_keys, prefixes, resource_keys, "
+              "event_names, event_keys, max_value_bytes).",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Plan_init,
+    .tp_dealloc = (destructor)Plan_dealloc,
+    .tp_methods = Plan_methods,
+};
+
+/* SCHEMA: {message full name: {field number: (field name, kind)}}. */
+static PyObject *schema(void) {
+    static const char *const KIND_NAMES[] = {"varint", "fixed64", "fixed32",
+                                             "bytes",  "string",  "message"};
+    PyObject *result = PyDict_New();
+    if (result == NULL) return NULL;
+    for (size_t i = 0; i < sizeof ALL_MESSAGES / sizeof ALL_MESSAGES[0]; i++) {
+        const Message *m = ALL_MESSAGES[i];
+        PyObject *fields = PyDict_New();
+        if (fields == NULL || PyDict_SetItemString(result, m->name, fields) != 0) goto failed;
+        Py_DECREF(fields);
+        for (int k = 0; k < m->count; k++) {
+            const Field *f = &m->fields[k];
+            PyObject *number = PyLong_FromUnsignedLong(f->number);
+            PyObject *entry = Py_BuildValue("(ss)", f->name, KIND_NAMES[f->kind]);
+            int rc = number && entry ? PyDict_SetItem(fields, number, entry) : -1;
+            Py_XDECREF(number);
+            Py_XDECREF(entry);
+            if (rc != 0) goto failed;
+        }
+    }
+    return result;
+failed:
+    Py_DECREF(result);
+    return NULL;
+}
+
+static int module_exec(PyObject *module) {
+    if (PyType_Ready(&PlanType) < 0) return -1;
+    if (PyModule_AddObjectRef(module, "Plan", (PyObject *)&PlanType) < 0) return -1;
+    PyObject *table = schema();
+    if (table == NULL) return -1;
+    int rc = PyModule_AddObjectRef(module, "SCHEMA", table);
+    Py_DECREF(table);
+    return rc;
+}
+
+static PyModuleDef_Slot module_slots[] = {{Py_mod_exec, module_exec}, {0, NULL}};
+
+static struct PyModuleDef module_def = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "toolwatch.ingest._wire",
+    .m_doc = "The compiled OTLP trace scanner (see toolwatch.ingest.scan).",
+    .m_size = 0,
+    .m_slots = module_slots,
+};
+
+PyMODINIT_FUNC PyInit__wire(void) { return PyModuleDef_Init(&module_def); }

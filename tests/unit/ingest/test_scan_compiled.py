@@ -1,0 +1,492 @@
+"""The compiled scanner against the reference: the same scan for every request, or a hand-back.
+
+``toolwatch.ingest._wire`` must give exactly the reference scanner's result (protobuf's own
+parse), or ``None`` so that the reference decides. Requests an SDK would send (any values,
+unknown fields, several resources and scopes, events) must never be handed back; corrupt and
+merged encodings may be, and where protobuf rejects a body the compiled scanner must too.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+import sysconfig
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ingest_support import any_value, event, request, span
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
+
+from toolwatch import __version__
+from toolwatch import config as config_module
+from toolwatch.app import App
+from toolwatch.config import Config, ConfigError, load_config
+from toolwatch.conventions import ATTRIBUTE_KEYS, EVENT_ATTRIBUTE_KEYS, EVENT_NAMES
+from toolwatch.ingest import _wire
+from toolwatch.ingest import scan as scan_module
+from toolwatch.ingest.decode import DecodeOptions, decode_protobuf, scanner
+from toolwatch.ingest.otlp_json import parse_otlp_json
+from toolwatch.ingest.scan import Scan, Scanner, ScanPlan, WireError, schema_mismatch
+
+FIXTURES = Path(__file__).parents[2] / "fixtures" / "otlp"
+REFERENCE_KEYS = frozenset({"toolwatch.case_id", "shadow.pair"})
+
+
+def compiled_plan(max_value_bytes: int = 65_536) -> Any:
+    if scan_module.COMPILED_UNAVAILABLE:
+        pytest.skip(f"compiled scanner unavailable: {scan_module.COMPILED_UNAVAILABLE}")
+    options = DecodeOptions(reference_keys=REFERENCE_KEYS, max_value_bytes=max_value_bytes)
+    return scanner(options)
+
+
+def reference_of(compiled: Scanner) -> Scanner:
+    return Scanner.for_plan(compiled.plan, "reference")
+
+
+def reference_outcome(body: bytes, plan: ScanPlan) -> Scan | None:
+    """The reference scan, or ``None`` where protobuf rejects the body."""
+    try:
+        return Scanner.for_plan(plan, "reference").scan_bytes(body)
+    except WireError:
+        return None
+
+
+def compiled_scan(compiled: Scanner, body: bytes) -> Scan | None:
+    found = compiled._compiled.scan(body)  # type: ignore[union-attr]
+    return None if found is None else Scan(*found)
+
+
+def assert_same(body: bytes, max_value_bytes: int = 65_536) -> Scan:
+    """The compiled scan of a body an SDK could send: taken (no hand-back), and equal."""
+    compiled = compiled_plan(max_value_bytes)
+    fast = compiled_scan(compiled, body)
+    assert fast is not None, "a plainly encoded request was handed back to the reference"
+    assert fast == reference_of(compiled).scan_bytes(body)
+    return fast
+
+
+# -- the build and the schema ---------------------------------------------------------------
+
+
+def test_the_compiled_scanner_is_built_wherever_there_is_a_c_compiler() -> None:
+    compiler = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if shutil.which(compiler) is None:
+        pytest.skip(f"no C compiler ({compiler}) on this machine: the reference scanner runs")
+    assert scan_module.COMPILED_UNAVAILABLE == ""
+    assert scanner(DecodeOptions()).compiled
+
+
+def test_the_compiled_schema_is_opentelemetry_protos_field_for_field() -> None:
+    assert schema_mismatch(_wire.SCHEMA) is None
+    assert _wire.SCHEMA["opentelemetry.proto.trace.v1.Span"][9] == ("attributes", "message")
+
+
+def test_a_schema_difference_is_named_so_the_scanner_is_not_used() -> None:
+    changed = {name: dict(fields) for name, fields in _wire.SCHEMA.items()}
+    del changed["opentelemetry.proto.trace.v1.Status"][2]
+
+    problem = schema_mismatch(changed)
+    assert problem is not None
+    assert problem.startswith("opentelemetry.proto.trace.v1.Status:")
+    assert "'message'" in problem
+
+
+def test_requiring_the_compiled_scanner_where_it_is_missing_fails_with_the_reason(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    plan = scanner(DecodeOptions()).plan
+    monkeypatch.setattr(scan_module, "_COMPILED", None)
+    monkeypatch.setattr(scan_module, "COMPILED_UNAVAILABLE", "the extension is not built")
+
+    with pytest.raises(RuntimeError, match=r"ingest.decoder is 'compiled', but the extension"):
+        Scanner.for_plan(plan, "compiled")
+    assert not Scanner.for_plan(plan, "auto").compiled
+
+
+def test_a_plan_refuses_keys_that_are_not_strings_and_a_non_positive_limit() -> None:
+    with pytest.raises(TypeError, match="keys must be str"):
+        _wire.Plan([b"gen_ai.tool.name"], [], [], [], [], 100)  # type: ignore[list-item]
+    with pytest.raises(ValueError, match="max_value_bytes must be positive, got 0"):
+        _wire.Plan([], [], [], [], [], 0)
+
+
+# -- what SDKs send: always taken, always equal ----------------------------------------------
+
+
+def fixture_bodies() -> list[tuple[str, bytes]]:
+    bodies = []
+    for path in sorted(FIXTURES.glob("*.json")):
+        if path.name.endswith(".expected.json"):
+            continue
+        bodies.append((path.name, parse_otlp_json(path.read_bytes()).SerializeToString()))
+    return bodies
+
+
+def test_every_captured_instrumentation_request_scans_the_same() -> None:
+    bodies = fixture_bodies()
+    assert len(bodies) >= 40
+    for name, body in bodies:
+        scanned = assert_same(body)
+        assert scanned.spans, name
+
+
+_KEYS = sorted(ATTRIBUTE_KEYS | REFERENCE_KEYS)
+_keys = st.one_of(
+    st.sampled_from(_KEYS),
+    st.sampled_from(["llm.output_messages.", "gen_ai.completion."]).flatmap(
+        lambda prefix: st.from_regex(r"[0-9]{1,2}\.message\.[a-z_.]{1,12}", fullmatch=True).map(
+            lambda rest: prefix + rest
+        )
+    ),
+    st.text(max_size=12),
+)
+_scalars = st.one_of(
+    st.text(max_size=40),
+    st.text(alphabet=st.characters(min_codepoint=0x80, exclude_categories=["Cs"]), max_size=30),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=False),
+    st.binary(max_size=24),
+)
+_values = st.recursive(
+    _scalars,
+    lambda inner: (
+        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@st.composite
+def _attributes(draw: st.DrawFn, keys: st.SearchStrategy[str] = _keys) -> list[KeyValue]:
+    pairs = draw(st.lists(st.tuples(keys, _values | st.just(AnyValue())), max_size=8))
+    return [KeyValue(key=key, value=any_value(value)) for key, value in pairs]
+
+
+@st.composite
+def _spans(draw: st.DrawFn) -> Span:
+    result = span(
+        draw(st.text(max_size=20)),
+        trace_id=draw(st.sampled_from([b"\x01" * 16, b"\x00" * 16, b"\x02" * 15, b""])),
+        span_id=draw(st.sampled_from([b"\x03" * 8, b"\x04" * 8, b"\x00" * 8, b"\x05"])),
+        parent=draw(st.sampled_from([b"", b"\x06" * 8, b"\x00" * 8, b"\x07" * 3])),
+        status=draw(st.integers(0, 2)),
+        kind=draw(st.integers(0, 5)),
+        start=draw(st.integers(0, 2**64 - 1)),
+        end=draw(st.integers(0, 2**64 - 1)),
+    )
+    result.attributes.extend(draw(_attributes()))
+    event_keys = st.sampled_from(sorted(EVENT_ATTRIBUTE_KEYS)) | st.text(max_size=6)
+    for _ in range(draw(st.integers(0, 3))):
+        name = draw(st.sampled_from(sorted(EVENT_NAMES)) | st.text(max_size=8))
+        added = result.events.add(name=name, time_unix_nano=draw(st.integers(0, 2**64 - 1)))
+        added.attributes.extend(draw(_attributes(event_keys)))
+    if draw(st.booleans()):
+        result.links.add(trace_id=b"\x09" * 16, span_id=b"\x0a" * 8, trace_state="k=v")
+    result.trace_state = draw(st.text(max_size=8))
+    result.flags = draw(st.integers(0, 2**32 - 1))
+    result.status.message = draw(st.text(max_size=8))
+    return result
+
+
+@st.composite
+def _requests(draw: st.DrawFn) -> ExportTraceServiceRequest:
+    message = ExportTraceServiceRequest()
+    for _ in range(draw(st.integers(1, 3))):
+        resource_spans = message.resource_spans.add(schema_url=draw(st.text(max_size=6)))
+        resource_keys = st.sampled_from(["service.name", *sorted(REFERENCE_KEYS)]) | _keys
+        resource_spans.resource.attributes.extend(draw(_attributes(resource_keys)))
+        resource_spans.resource.dropped_attributes_count = draw(st.integers(0, 3))
+        for _ in range(draw(st.integers(0, 2))):
+            scope_spans = resource_spans.scope_spans.add()
+            scope_spans.scope.name = draw(st.text(max_size=8))
+            scope_spans.scope.attributes.extend(draw(_attributes()))
+            scope_spans.spans.extend(draw(st.lists(_spans(), max_size=3)))
+    return message
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(_requests(), st.sampled_from([1, 7, 16, 61, 200, 65_536]))
+def test_any_request_an_sdk_could_send_scans_the_same(
+    message: ExportTraceServiceRequest, max_value_bytes: int
+) -> None:
+    body = message.SerializeToString()
+    assert_same(body, max_value_bytes)
+    options = DecodeOptions(reference_keys=REFERENCE_KEYS, max_value_bytes=max_value_bytes)
+    reference = DecodeOptions(REFERENCE_KEYS, max_value_bytes, decoder="reference")
+    assert decode_protobuf(body, options) == decode_protobuf(body, reference)
+
+
+def test_values_nested_past_the_conversion_depth_read_as_none_in_both() -> None:
+    value: Any = "deep"
+    for _ in range(40):
+        value = [value]
+    body = request(span("t", {"gen_ai.tool.call.arguments": value})).SerializeToString()
+    (found,) = assert_same(body).spans
+    arguments = found[11]["gen_ai.tool.call.arguments"]
+    for _ in range(32):
+        (arguments,) = arguments
+    assert arguments is None
+
+
+def nested_arrays(levels: int) -> bytes:
+    """An attribute value of ``levels`` arrays, each holding the next, around one string."""
+    value = ld(1, b"deep")
+    for _ in range(levels):
+        value = ld(5, ld(1, value))
+    return value
+
+
+@pytest.mark.parametrize("levels", range(44, 52))
+def test_nesting_near_protobufs_depth_limit_is_taken_only_where_protobuf_takes_it(
+    levels: int,
+) -> None:
+    attribute = ld(1, b"gen_ai.tool.call.arguments") + ld(2, nested_arrays(levels))
+    body = request_of(SPAN.SerializeToString() + ld(9, attribute))
+    compiled = compiled_plan()
+    fast = compiled_scan(compiled, body)
+    expected = reference_outcome(body, compiled.plan)
+    assert fast == expected  # the same scan, or both refuse it (fast None, protobuf an error)
+    assert (expected is None) == (levels >= 48)  # 4 levels above the value, 2 per array
+
+
+def test_a_nan_double_is_a_nan_in_both() -> None:
+    body = request(span("t", {"gen_ai.request.model": math.nan})).SerializeToString()
+    compiled = compiled_plan()
+    fast = compiled_scan(compiled, body)
+    assert fast is not None
+    assert math.isnan(fast.spans[0][11]["gen_ai.request.model"])
+    assert math.isnan(reference_of(compiled).scan_bytes(body).spans[0][11]["gen_ai.request.model"])
+
+
+# -- on the wire, by hand: unusual but valid encodings --------------------------------------
+
+
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def ld(number: int, payload: bytes) -> bytes:
+    """A length-delimited field."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
+
+
+def request_of(*span_bodies: bytes, resource: bytes = b"") -> bytes:
+    scope = b"".join(ld(2, body) for body in span_bodies)
+    return ld(1, ld(1, resource) + ld(2, scope))
+
+
+SPAN = span("execute_tool t", {"gen_ai.tool.name": "t", "gen_ai.operation.name": "execute_tool"})
+
+
+def unknown_fields() -> bytes:
+    """One unknown field of every wire type that protobuf skips."""
+    return (
+        varint(90 << 3 | 0)
+        + varint(2**63)
+        + varint(91 << 3 | 1)
+        + b"\xff" * 8
+        + ld(92, b"\xff\xfe not text")
+        + varint(93 << 3 | 5)
+        + b"\x00" * 4
+    )
+
+
+def test_unknown_fields_everywhere_are_skipped_alike() -> None:
+    attribute = ld(1, b"gen_ai.agent.name") + ld(2, ld(1, b"bot") + unknown_fields())
+    body = SPAN.SerializeToString() + ld(9, attribute + unknown_fields()) + unknown_fields()
+    resource = ld(1, ld(1, b"service.name") + ld(2, ld(1, b"svc"))) + unknown_fields()
+    scanned = assert_same(request_of(body, resource=resource) + unknown_fields())
+    assert scanned.spans[0][11]["gen_ai.agent.name"] == "bot"
+    assert scanned.resources == [{"service.name": "svc"}]
+
+
+def test_a_value_before_its_key_and_repeated_span_fields_read_as_protobuf_reads_them() -> None:
+    attribute = ld(2, ld(1, b"late-key")) + ld(1, b"gen_ai.agent.name")
+    renamed = ld(5, b"first") + ld(5, b"second")  # a repeated scalar field: the last one wins
+    status = ld(15, varint(3 << 3) + varint(1)) + ld(15, ld(2, b"m"))  # merged: code stays 1
+    body = SPAN.SerializeToString() + ld(9, attribute) + renamed + status
+    (found,) = assert_same(request_of(body)).spans
+    assert found[6] == "second"
+    assert found[10] == 1
+    assert found[11]["gen_ai.agent.name"] == "late-key"
+
+
+def test_resources_split_over_two_fields_merge_as_protobuf_merges_them() -> None:
+    resource = ld(1, ld(1, b"service.name") + ld(2, ld(1, b"first")))
+    body = ld(1, ld(1, resource) + ld(2, ld(2, SPAN.SerializeToString())) + ld(1, resource[:0]))
+    twice = ld(1, ld(1, resource) + ld(1, ld(1, ld(1, b"toolwatch.case_id") + ld(2, ld(1, b"c")))))
+    assert assert_same(body).resources == [{"service.name": "first"}]
+    assert assert_same(twice).resources == [{"service.name": "first", "toolwatch.case_id": "c"}]
+
+
+@pytest.mark.parametrize(
+    "attribute",
+    [
+        pytest.param(ld(1, b"gen_ai.agent.name") * 2 + ld(2, ld(1, b"x")), id="key-twice"),
+        pytest.param(ld(1, b"gen_ai.agent.name") + ld(2, ld(1, b"a")) * 2, id="value-twice"),
+        pytest.param(
+            ld(1, b"gen_ai.agent.name") + ld(2, ld(1, b"a") + varint(3 << 3) + b"\x05"),
+            id="two-members",
+        ),
+        pytest.param(
+            ld(1, b"gen_ai.agent.name") + ld(2, ld(6, ld(1, ld(1, b"k") + ld(2, ld(1, b"1"))) * 2)),
+            id="map-key-twice",
+        ),
+        pytest.param(
+            ld(1, b"gen_ai.agent.name") + varint(95 << 3 | 3) + varint(95 << 3 | 4), id="group"
+        ),
+        pytest.param(ld(1, b"gen_ai.agent.name") + varint(2 << 3 | 0) + b"\x01", id="wire-type"),
+    ],
+)
+def test_merged_and_unusual_encodings_go_to_the_reference(attribute: bytes) -> None:
+    body = request_of(SPAN.SerializeToString() + ld(9, attribute))
+    compiled = compiled_plan()
+    assert compiled_scan(compiled, body) is None
+    options = DecodeOptions(reference_keys=REFERENCE_KEYS)
+    reference = DecodeOptions(reference_keys=REFERENCE_KEYS, decoder="reference")
+    assert decode_protobuf(body, options) == decode_protobuf(body, reference)
+
+
+# -- corrupt bytes: never accepted where protobuf rejects them --------------------------------
+
+
+def realistic_body() -> bytes:
+    spans = [
+        span("invoke_agent bot", {"gen_ai.operation.name": "invoke_agent"}, parent=b""),
+        span(
+            "execute_tool t",
+            {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.call.arguments": {"a": [1, "é"]},
+            },
+            events=[event("gen_ai.tool.message", {"content": "{}", "id": "c1", "x": b"\x01"})],
+        ),
+        span(
+            "chat m", {"gen_ai.output.messages": "[]", "gen_ai.response.finish_reasons": ["stop"]}
+        ),
+    ]
+    body: bytes = request(*spans, resource={"service.name": "svc"}).SerializeToString()
+    return body
+
+
+def check_corrupt(body: bytes) -> None:
+    compiled = compiled_plan()
+    fast = compiled_scan(compiled, body)
+    expected = reference_outcome(body, compiled.plan)
+    if fast is not None:
+        assert expected is not None, "the compiled scanner took a body protobuf rejects"
+        assert fast == expected
+
+
+def test_every_truncation_is_rejected_or_scanned_alike() -> None:
+    body = realistic_body()
+    for cut in range(len(body)):
+        check_corrupt(body[:cut])
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.data())
+def test_corrupted_bytes_are_rejected_or_scanned_alike(data: st.DataObject) -> None:
+    body = bytearray(realistic_body())
+    for _ in range(data.draw(st.integers(1, 6))):
+        at = data.draw(st.integers(0, len(body) - 1))
+        action = data.draw(st.sampled_from(["flip", "insert", "delete"]))
+        if action == "flip":
+            body[at] = data.draw(st.integers(0, 255))
+        elif action == "insert":
+            body[at:at] = data.draw(st.binary(min_size=1, max_size=4))
+        else:
+            del body[at]
+    check_corrupt(bytes(body))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300))
+def test_random_bytes_are_rejected_or_scanned_alike(body: bytes) -> None:
+    check_corrupt(body)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [b"\xff", b"\xc0\xaf", b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82", b"ok\x80"],
+    ids=["ff", "overlong", "surrogate", "past-max", "cut", "stray-continuation"],
+)
+@pytest.mark.parametrize("where", ["wanted-value", "unwanted-value", "key", "scope", "name"])
+def test_invalid_utf8_anywhere_is_rejected_as_protobuf_rejects_it(bad: bytes, where: str) -> None:
+    value = ld(2, ld(1, bad))
+    fields = {
+        "wanted-value": ld(9, ld(1, b"gen_ai.agent.name") + value),
+        "unwanted-value": ld(9, ld(1, b"http.url") + value),
+        "key": ld(9, ld(1, bad) + ld(2, ld(1, b"x"))),
+        "name": ld(5, bad),
+    }
+    span_body = SPAN.SerializeToString() + fields.get(where, b"")
+    body = request_of(span_body)
+    if where == "scope":
+        body = ld(1, ld(2, ld(1, ld(1, bad)) + ld(2, span_body)))
+    compiled = compiled_plan()
+    assert reference_outcome(body, compiled.plan) is None
+    assert compiled_scan(compiled, body) is None
+
+
+# -- no leaks ---------------------------------------------------------------------------------
+
+
+def test_scanning_keeps_no_memory_behind() -> None:
+    compiled = compiled_plan(max_value_bytes=16)
+    bodies = [
+        realistic_body(),
+        realistic_body()[:-3],
+        request_of(SPAN.SerializeToString() + b"\x0b"),
+    ]
+    bodies.append(request_of(SPAN.SerializeToString() + ld(9, ld(1, b"gen_ai.agent.name") * 2)))
+    for body in bodies * 50:  # warm up interned strings and free lists
+        compiled._compiled.scan(body)  # type: ignore[union-attr]
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        for body in bodies * 2_000:
+            compiled._compiled.scan(body)  # type: ignore[union-attr]
+        grown = tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
+    assert grown < 64 * 1024  # 8,000 scans: a leak of one object each would be far more
+
+
+# -- the ingest.decoder setting ---------------------------------------------------------------
+
+
+def test_a_required_compiled_scanner_that_is_missing_stops_start_up_naming_the_field(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(config_module, "COMPILED_UNAVAILABLE", "the extension is not built")
+    path = tmp_path / "toolwatch.yaml"
+    path.write_text("ingest:\n  decoder: compiled\n")
+
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    message = str(caught.value)
+    assert str(path) in message
+    assert "ingest.decoder" in message
+    assert "the compiled OTLP scanner cannot be used: the extension is not built" in message
+
+
+@pytest.mark.parametrize("decoder", ["auto", "compiled", "reference"])
+def test_the_server_reports_the_scanner_it_runs(decoder: str) -> None:
+    config = Config.model_validate({"ingest": {"decoder": decoder}})
+    app = App(config)
+    runs = "reference" if decoder == "reference" else "compiled"
+    labels = {"version": __version__, "decoder": runs}
+    assert app.registry.get_sample_value("toolwatch_build_info", labels) == 1.0
