@@ -2,8 +2,9 @@
 
 ``python -m bench.ceiling PORT`` serves ``TraceService/Export`` on 127.0.0.1:PORT with the
 same ``grpc.aio`` setup as toolwatch's receiver (raw bytes in, the same message-size options);
-its handler runs ``decode_protobuf`` (parse, read the attributes the conventions need,
-recognize each span) and discards the result. Nothing is buffered, assembled, evaluated or
+its handler runs ``decode_protobuf`` exactly as toolwatch's does (the same scanner reads the
+attributes the conventions need, then each span is recognized and made a SpanRecord) and
+discards the result. Nothing is buffered, assembled, evaluated or
 counted: what it sustains is the most a server of this design could take on this machine,
 and toolwatch's throughput is reported as a fraction of it.
 """

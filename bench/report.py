@@ -19,6 +19,8 @@ import google.protobuf
 import grpc
 from google.protobuf.internal import api_implementation
 
+from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
+
 __all__ = [
     "check_targets",
     "histogram_quantile",
@@ -51,6 +53,7 @@ def machine() -> dict[str, Any]:
         "implementation": platform.python_implementation(),
         "grpcio": grpc.__version__,
         "protobuf": f"{google.protobuf.__version__} ({api_implementation.Type()})",
+        "otlp_scanner": "reference" if COMPILED_UNAVAILABLE else "compiled",
         "kernel": platform.release(),
     }
 
@@ -133,7 +136,7 @@ def _throughput_lines(t: Mapping[str, Any]) -> list[str]:
         f"    buffer over the window (worst round): {buffered} spans "
         f"({'steady' if t['buffer_steady'] else 'GROWING'}); refused requests "
         f"{t['refused_requests']}, failed {t['failed_requests']}",
-        f"  ceiling (decode only):       {t['ceiling_spans_per_second']:>8,.0f} spans/s at "
+        f"  ceiling (decode to records): {t['ceiling_spans_per_second']:>8,.0f} spans/s at "
         f"{t['ceiling_server_cpu_utilization']:.0%} server CPU = "
         f"{t['ceiling_spans_per_cpu_second']:,.0f} spans per CPU-second",
         f"  ratio to ceiling:            {t['ratio_to_ceiling']:>8.1%} "
@@ -176,7 +179,7 @@ def _memory_lines(mem: Mapping[str, Any]) -> list[str]:
 def _stage_lines(stages: Mapping[str, Any]) -> list[str]:
     lines = [f"  per-stage CPU, in-process ({stages['spans']} spans, {stages['runs']} runs):"]
     for name, us in stages["per_span_us"].items():
-        lines.append(f"    {name:<10} {us:7.2f} µs/span")
+        lines.append(f"    {name:<14} {us:7.2f} µs/span")
     return lines
 
 
@@ -186,7 +189,7 @@ def render(results: Mapping[str, Any]) -> str:
     lines = [
         "toolwatch benchmark",
         f"  machine: {m['nproc']} cores, {m['cpu_model']}, Python {m['python']}, "
-        f"grpcio {m['grpcio']}, protobuf {m['protobuf']}",
+        f"grpcio {m['grpcio']}, protobuf {m['protobuf']}, {m['otlp_scanner']} OTLP scanner",
         f"  load: {results['load']['describe']}",
         "",
         *_throughput_lines(results["throughput"]),

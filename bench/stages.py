@@ -1,10 +1,13 @@
 """Where a span's time goes: each pipeline stage timed in-process, in µs of CPU per span.
 
-The same requests the load generator sends go through each stage on its own: protobuf
-parse, decode (attributes, recognition, records), assembly (buffer add and poll), timeline,
-evaluation, metrics (the Prometheus implementation), findings log. ``engine`` runs the whole
-``Engine`` (offer + tick) with the server's Prometheus metrics and sinks, which is the work of
-the server minus gRPC. CPU time (``time.process_time``), best of ``repeat`` runs.
+The same requests the load generator sends go through each stage on its own: ``scan`` (the
+compiled scanner on the wire bytes), ``scan_reference`` (the same scan on protobuf's parsed
+messages, parse included: what the compiled scanner replaced), ``records`` (convention
+recognition and SpanRecords, from a scan), ``decode`` (``decode_protobuf``: scan + records),
+assembly (buffer add and poll), timeline, evaluation, metrics (the Prometheus
+implementation), findings log. ``engine`` runs the whole ``Engine`` (offer + tick) with the
+server's Prometheus metrics and sinks, which is the work of the server minus gRPC. CPU time
+(``time.process_time``), best of ``repeat`` runs.
 """
 
 from __future__ import annotations
@@ -15,7 +18,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client import CollectorRegistry
 
 from bench.traces import RequestTemplate, trace_id
@@ -26,7 +28,8 @@ from toolwatch.config import Config
 from toolwatch.engine import DiscardToolTraces, Engine, EngineParts
 from toolwatch.evaluation.pipeline import EvaluationPipeline, PipelineResult
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, decode_protobuf, decode_request
+from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, _Decoder, decode_protobuf, scanner
+from toolwatch.ingest.scan import Scan, Scanner
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import ManualClock, ToolTrace
 from toolwatch.sinks.findings import FanOutSink, JsonLinesFindingSink, Redaction
@@ -72,8 +75,10 @@ class _Pipeline:
         self.evaluation = EvaluationPipeline(
             EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
         )
-        self.requests = [ExportTraceServiceRequest.FromString(b) for b in bodies]
-        self.batches = [decode_request(r, self.options) for r in self.requests]
+        self.scanner = scanner(self.options)
+        self.reference = Scanner.for_plan(self.scanner.plan, "reference")
+        self.scans = [self.scanner.scan_bytes(b) for b in bodies]
+        self.batches = [decode_protobuf(b, self.options) for b in bodies]
         self.completed = self._assemble()
         self.traces = [t for c in self.completed for t in build_tool_traces(c, self.normalize)]
         self.results = [self.evaluation.evaluate(t) for t in self.traces]
@@ -138,8 +143,12 @@ def _count(metrics: PrometheusMetrics, trace: ToolTrace, result: PipelineResult)
         metrics.finding(finding, 0.2)
 
 
-def _decode_all(pipeline: _Pipeline) -> list[DecodedBatch]:
-    return [decode_request(r, pipeline.options) for r in pipeline.requests]
+def _records(pipeline: _Pipeline) -> list[DecodedBatch]:
+    return [_Decoder(pipeline.options).scan(scan) for scan in pipeline.scans]
+
+
+def _scan_all(scanner: Scanner, bodies: Sequence[bytes]) -> list[Scan]:
+    return [scanner.scan_bytes(body) for body in bodies]
 
 
 def measure_stages(
@@ -148,8 +157,10 @@ def measure_stages(
     """Time each stage over ``copies`` renderings of ``templates`` (unique trace ids)."""
     p = _Pipeline(config, _bodies(templates, copies))
     stages: dict[str, Callable[[], Any]] = {
-        "parse": lambda: [ExportTraceServiceRequest.FromString(b) for b in p.bodies],
-        "decode": lambda: _decode_all(p),
+        "scan": lambda: _scan_all(p.scanner, p.bodies),
+        "scan_reference": lambda: _scan_all(p.reference, p.bodies),
+        "records": lambda: _records(p),
+        "decode": lambda: [decode_protobuf(b, p.options) for b in p.bodies],
         "assemble": p._assemble,
         "timeline": lambda: [build_tool_traces(c, p.normalize) for c in p.completed],
         "evaluate": lambda: [p.evaluation.evaluate(t) for t in p.traces],

@@ -174,7 +174,7 @@ def _requests(spans: Sequence[SpanRecord], normalize: Callable[[Any], str]) -> l
     for llm in spans:
         if llm.role is not SpanRole.LLM or not llm.output_tool_calls:
             continue
-        for call in sorted(llm.output_tool_calls, key=_part_index):
+        for call in sorted(llm.output_tool_calls, key=_emitted_position):
             if call.call_id is not None:
                 earlier = first_llm.setdefault(call.call_id, llm)
                 if earlier is not llm and _overlap(earlier, llm):
@@ -183,8 +183,8 @@ def _requests(spans: Sequence[SpanRecord], normalize: Callable[[Any], str]) -> l
     return requests
 
 
-def _part_index(call: RequestedCall) -> int:
-    return call.index
+def _emitted_position(call: RequestedCall) -> int:
+    return call.position
 
 
 def _overlap(a: SpanRecord, b: SpanRecord) -> bool:
@@ -273,7 +273,7 @@ def _in_order(drafts: list[_Draft]) -> list[_Draft]:
 
 def _time_key(draft: _Draft) -> _SortKey:
     if draft.request is not None:
-        llm, index = draft.request.llm, draft.request.call.index
+        llm, index = draft.request.llm, draft.request.call.position
         return (draft.start_ns, 0, llm.start_ns, llm.span_id, index, b"")
     return (draft.start_ns, 1, 0, b"", 0, draft.origin.span_id)
 

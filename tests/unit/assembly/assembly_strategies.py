@@ -52,7 +52,7 @@ def requested_calls(draw: st.DrawFn) -> tuple[RequestedCall, ...]:
             name=draw(st.sampled_from(TOOL_NAMES)),
             call_id=draw(st.sampled_from(CALL_IDS)),
             arguments=draw(raw_arguments()),
-            index=i,
+            position=i,
         )
         for i in range(n)
     )

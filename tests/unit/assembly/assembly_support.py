@@ -73,7 +73,7 @@ def llm(
 
 
 def ask(name: str, call_id: str | None, arguments: Any, index: int = 0) -> RequestedCall:
-    return RequestedCall(name=name, call_id=call_id, arguments=arguments, index=index)
+    return RequestedCall(name=name, call_id=call_id, arguments=arguments, position=index)
 
 
 class RecordingMetrics(NoopMetrics):

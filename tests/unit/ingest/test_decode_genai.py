@@ -136,7 +136,7 @@ def test_tool_calls_across_output_messages_keep_their_order() -> None:
         {"role": "assistant", "parts": [{"type": "tool_call", "id": "b", "name": "g"}]},
     ]
     record = decode_one(span("chat", _chat(output)))
-    assert [(c.name, c.call_id, c.arguments, c.index) for c in record.output_tool_calls] == [
+    assert [(c.name, c.call_id, c.arguments, c.position) for c in record.output_tool_calls] == [
         ("f", "a", None, 0),
         ("g", "b", None, 1),
     ]

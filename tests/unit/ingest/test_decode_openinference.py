@@ -82,7 +82,7 @@ def test_llm_flattened_tool_calls_are_ordered_numerically() -> None:
         attrs.update(_flat_call(0, j, f"call_{j}", f"tool_{j}", json.dumps({"j": j})))
     record = decode_one(span("ChatCompletion", attrs))
     assert (record.role, record.model) == (SpanRole.LLM, "gpt-4o")
-    assert [(c.name, c.call_id, c.index) for c in record.output_tool_calls] == [
+    assert [(c.name, c.call_id, c.position) for c in record.output_tool_calls] == [
         ("tool_0", "call_0", 0),
         ("tool_1", "call_1", 1),
         ("tool_2", "call_2", 2),

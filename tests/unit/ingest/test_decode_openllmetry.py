@@ -108,7 +108,7 @@ def test_legacy_parallel_calls_one_per_completion_index_sort_numerically() -> No
         attrs[f"gen_ai.completion.{i}.tool_calls.0.name"] = f"t{i}"
     record = decode_one(span("openai.response", attrs))
     assert [c.name for c in record.output_tool_calls] == ["t1", "t2", "t10", "t11"]
-    assert [c.index for c in record.output_tool_calls] == [0, 1, 2, 3]
+    assert [c.position for c in record.output_tool_calls] == [0, 1, 2, 3]
 
 
 def test_legacy_completion_refusal() -> None:

@@ -133,7 +133,7 @@ def test_any_attribute_shapes_decode_without_raising(spans: list[Any]) -> None:
     assert len(batch.spans) == len(spans)
     for record in batch.spans:
         assert record.size_bytes > 0
-        assert all(c.index == i for i, c in enumerate(record.output_tool_calls))
+        assert all(c.position == i for i, c in enumerate(record.output_tool_calls))
 
 
 _json_values = st.recursive(
