@@ -264,3 +264,16 @@ def test_check_config_rejects_a_bad_file(
     (line,) = [line for line in result.stderr.splitlines() if field in line]
     assert line.strip().startswith(f"{bad}: {field}: ")
     assert reason in line
+
+
+def test_serving_freezes_the_start_up_heap_and_collects_cycles_less_often() -> None:
+    # In a fresh interpreter: the collector's state is process-wide.
+    code = (
+        "import gc; from toolwatch import app; before = gc.get_freeze_count(); app._tune_gc(); "
+        "print(before, gc.get_freeze_count(), *gc.get_threshold(), *app._GC_THRESHOLDS)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, frozen, *numbers = (int(n) for n in out.stdout.split())
+    assert before == 0
+    assert frozen > 10_000  # modules, classes and functions of everything imported
+    assert numbers[:3] == numbers[3:] == [20_000, 20, 20]

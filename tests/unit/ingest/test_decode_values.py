@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
+import sys
+from typing import Any
+
 import pytest
 from ingest_support import any_value, decode_one, span
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from toolwatch.ingest.decode import DecodeOptions
+from bench.traces import build_templates
+from toolwatch.ingest.decode import DecodeOptions, decode_protobuf
 from toolwatch.model import SpanRole
 
 _TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "t"}
@@ -121,3 +126,43 @@ def test_size_grows_with_kept_payloads() -> None:
     small = decode_one(span("s", attrs=_TOOL))
     large = decode_one(span("s", attrs={**_TOOL, "gen_ai.tool.call.result": "x" * 10_000}))
     assert large.size_bytes - small.size_bytes == 10_000
+
+
+def _held(value: Any, seen: set[int]) -> int:
+    """Bytes CPython holds for ``value`` and what it refers to, each object once (shared
+    singletons not counted)."""
+    if value is None or isinstance(value, bool) or id(value) in seen:
+        return 0
+    if isinstance(value, int) and -5 <= value <= 256:
+        return 0
+    seen.add(id(value))
+    size = sys.getsizeof(value)
+    if isinstance(value, dict):
+        size += sum(_held(k, seen) + _held(v, seen) for k, v in value.items())
+    elif isinstance(value, list | tuple):
+        size += sum(_held(item, seen) for item in value)
+    return size
+
+
+def test_the_size_estimate_covers_what_agent_runs_records_hold() -> None:
+    # The benchmark's GenAI runs: agent, chat spans with tool-call parts, tool spans.
+    spans = [
+        record
+        for template in build_templates(4, 16, 0.1)
+        for record in decode_protobuf(
+            template.render([bytes(range(1, 17))] * template.runs), DecodeOptions()
+        ).spans
+    ]
+    for role in (SpanRole.AGENT, SpanRole.LLM, SpanRole.TOOL):
+        records = [r for r in spans if r.role is role]
+        held = [
+            sys.getsizeof(r)
+            + sum(
+                _held(getattr(r, f.name), {id(r.role), id(r.convention), id(r.service)})
+                for f in dataclasses.fields(r)
+            )
+            for r in records
+        ]
+        estimated = sum(r.size_bytes for r in records)
+        assert estimated >= sum(held), role  # the buffer's byte bound is not optimistic
+        assert estimated <= 2 * sum(held), role  # nor so cautious it wastes the bound
