@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: serve test lint typecheck check bench proto clean
+.PHONY: serve test lint typecheck check bench bench-compare proto clean
 
 # The compiled scanner is built by the editable install: rebuild when its source changes.
 $(STAMP): pyproject.toml setup.py src/toolwatch/ingest/_wire.c
@@ -32,6 +32,15 @@ typecheck: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench.run $(ARGS)
+
+# `make bench-compare BASE=<git rev>`: that revision and this checkout side by side, as ratios.
+BASE ?= HEAD
+BASE_DIR = bench/results/base-$(shell git rev-parse --short $(BASE))
+bench-compare: $(STAMP)
+	test -d $(BASE_DIR) || git worktree add --detach $(BASE_DIR) $(BASE)
+	test -x $(BASE_DIR)/.venv/bin/toolwatch || \
+		($(PYTHON) -m venv $(BASE_DIR)/.venv && $(BASE_DIR)/.venv/bin/pip install --quiet -e $(BASE_DIR))
+	$(BIN)/python -m bench.compare $(BASE_DIR) . $(ARGS)
 
 # Regenerate src/toolwatch/_proto from proto/ (the generated code is committed).
 proto: $(STAMP)
