@@ -4,7 +4,7 @@
 # Installs the package from this source tree with pip, exactly as the README's install does.
 # Every dependency ships wheels for this base image; the build stage has a C compiler only for
 # toolwatch's own compiled OTLP scanner, and fails if that did not build (the image would
-# otherwise run the reference scanner, at twice the CPU per span). The runtime stage has none.
+# otherwise run the reference scanner, at a third more CPU per span). The runtime stage has none.
 
 FROM python:3.11-slim-bookworm AS build
 ENV PIP_NO_CACHE_DIR=1 \

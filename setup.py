@@ -1,7 +1,7 @@
 """The compiled OTLP scanner (``toolwatch.ingest.scan``); everything else is in pyproject.toml.
 
 The extension is optional: without a C compiler the package installs and runs on the
-reference scanner, which costs about twice the CPU per span (README, Performance).
+reference scanner, which costs about a third more CPU per span (README, Performance).
 """
 
 from setuptools import Extension, setup

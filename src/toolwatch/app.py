@@ -175,7 +175,7 @@ class App:
         log.info("listening %s", " ".join(f"{k}={v}" for k, v in self.addresses.items()))
         if not self._compiled and self.config.ingest.decoder == "auto":
             log.warning(
-                "OTLP decoding runs on the reference scanner, about twice the CPU per span: %s",
+                "OTLP decoding runs on the reference scanner, a third more CPU per span: %s",
                 COMPILED_UNAVAILABLE,
             )
 

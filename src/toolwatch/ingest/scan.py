@@ -11,7 +11,7 @@ events (name in ``event_names``, attributes in ``event_keys``).
 Two scanners give the same scan:
 
 - the **compiled** one (``toolwatch.ingest._wire``, C) reads the wire bytes directly and only
-  turns wanted values into Python objects: about ten times less work per span. It takes every
+  turns wanted values into Python objects: five to seven times less work per span. It takes every
   plainly encoded request and hands anything unusual (corrupt data, merged fields, groups,
   deep nesting) back to the reference, so protobuf stays the judge of what is valid;
 - the **reference** one reads protobuf's own parsed messages. It also serves OTLP/JSON,
