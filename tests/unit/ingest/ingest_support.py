@@ -111,3 +111,20 @@ def decode_one(one: Span, options: DecodeOptions | None = None, **kw: Any) -> Sp
     assert batch.rejected == {}, batch.error_message
     (record,) = batch.spans
     return record
+
+
+# -- the wire format, by hand (encodings protobuf's own API cannot produce) --------------------
+
+
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (wire type 2)."""
+    return varint(number << 3 | 2) + varint(len(payload)) + payload

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ingest_support import ROOT_ID, TRACE_ID, decode_bytes, request, span
+from ingest_support import ROOT_ID, TRACE_ID, decode_bytes, field, request, span
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
@@ -159,20 +159,6 @@ def test_a_map_of_a_hundred_thousand_entries_is_cut() -> None:
 
 
 # -- deep nesting and bad UTF-8, written on the wire by hand ----------------------------------
-
-
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, n = n & 0x7F, n >> 7
-        out.append(low | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field (wire type 2)."""
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def with_span_fields(*extra: bytes) -> bytes:

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ingest_support import any_value, event, request, span
+from ingest_support import any_value, event, request, span, varint
+from ingest_support import field as ld  # a length-delimited field, short in the bodies below
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
@@ -268,20 +269,6 @@ def test_a_nan_double_is_a_nan_in_both() -> None:
 # -- on the wire, by hand: unusual but valid encodings --------------------------------------
 
 
-def varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, n = n & 0x7F, n >> 7
-        out.append(low | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def ld(number: int, payload: bytes) -> bytes:
-    """A length-delimited field."""
-    return varint(number << 3 | 2) + varint(len(payload)) + payload
-
-
 def request_of(*span_bodies: bytes, resource: bytes = b"") -> bytes:
     scope = b"".join(ld(2, body) for body in span_bodies)
     return ld(1, ld(1, resource) + ld(2, scope))
@@ -325,8 +312,14 @@ def test_a_value_before_its_key_and_repeated_span_fields_read_as_protobuf_reads_
 
 def test_resources_split_over_two_fields_merge_as_protobuf_merges_them() -> None:
     resource = ld(1, ld(1, b"service.name") + ld(2, ld(1, b"first")))
-    body = ld(1, ld(1, resource) + ld(2, ld(2, SPAN.SerializeToString())) + ld(1, resource[:0]))
-    twice = ld(1, ld(1, resource) + ld(1, ld(1, ld(1, b"toolwatch.case_id") + ld(2, ld(1, b"c")))))
+    body = ld(
+        1,
+        ld(1, resource) + ld(2, ld(2, SPAN.SerializeToString())) + ld(1, resource[:0]),
+    )
+    twice = ld(
+        1,
+        ld(1, resource) + ld(1, ld(1, ld(1, b"toolwatch.case_id") + ld(2, ld(1, b"c")))),
+    )
     assert assert_same(body).resources == [{"service.name": "first"}]
     assert assert_same(twice).resources == [{"service.name": "first", "toolwatch.case_id": "c"}]
 
