@@ -23,7 +23,7 @@ from toolwatch.ingest.otlp_grpc import SERVICE_NAME
 __all__ = ["serve"]
 
 _EMPTY_RESPONSE = b""  # an ExportTraceServiceResponse with no partial success
-_MAX_REQUEST_BYTES = 16 * 2**20  # toolwatch's ingest.max_request_bytes default
+_MAX_REQUEST_BYTES = 20 * 2**20  # toolwatch's ingest.max_request_bytes default
 
 
 async def _export(body: bytes, context: grpc.aio.ServicerContext) -> bytes:

@@ -99,7 +99,8 @@ class ListenSettings(_Section):
 
 
 class IngestSettings(_Section):
-    max_request_bytes: int = Field(16 * _MIB, gt=0, description="cap after decompression")
+    # OTLP: "It is RECOMMENDED to use 20 MiB as the default limit", after decompression.
+    max_request_bytes: int = Field(20 * _MIB, gt=0, description="cap after decompression")
     max_value_bytes: int = Field(65_536, gt=0, description="longer attribute values are cut")
     retry_after_seconds: float = Field(1.0, gt=0, le=300)
     decoder: Decoder = Field(

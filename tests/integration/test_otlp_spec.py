@@ -85,6 +85,16 @@ def error_status(answer: HttpAnswer) -> status_pb2.Status:
     return status_pb2.Status.FromString(answer.body)
 
 
+def bad_data(status: status_pb2.Status) -> list[tuple[str, str]]:
+    """OTLP "Bad Data": INVALID_ARGUMENT, and a BadRequest in ``Status.details`` describing
+    the bad data; its ``(field, description)`` violations."""
+    assert status.code == code_pb2.INVALID_ARGUMENT
+    (detail,) = status.details
+    bad_request = error_details_pb2.BadRequest()
+    assert detail.Unpack(bad_request)
+    return [(v.field, v.description) for v in bad_request.field_violations]
+
+
 def ok_response(answer: HttpAnswer) -> ExportTraceServiceResponse:
     """The 200 body, decoded per its Content-Type, which must be the request's."""
     assert answer.status == 200, answer
@@ -350,7 +360,12 @@ def test_unusable_http_body_is_refused(
     server = start_server()
     answer = post(server, refund_request().SerializeToString(), content_type, encoding)
     assert answer.status == status
-    assert said in error_status(answer).message
+    body = error_status(answer)
+    assert said in body.message
+    if status == 400:
+        assert bad_data(body) == [("body", body.message)]
+    else:
+        assert not body.details
     assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 0
 
 
@@ -390,9 +405,11 @@ def test_otlp_json_ids_are_hex_not_base64(start_server: StartServer) -> None:
 
     assert answer.status == 400
     assert answer.content_type == JSON
-    message = error_status(answer).message
-    assert "resourceSpans[0].scopeSpans[0].spans[2].traceId" in message
-    assert "is not hex" in message
+    status = error_status(answer)
+    field = "resourceSpans[0].scopeSpans[0].spans[2].traceId"
+    assert field in status.message
+    assert "is not hex" in status.message
+    assert bad_data(status) == [(field, status.message)]
 
 
 # --- malformed bodies -----------------------------------------------------------------------
@@ -406,8 +423,8 @@ def test_malformed_protobuf_over_http_is_400_then_serving(start_server: StartSer
 
     assert answer.status == 400
     status = error_status(answer)
-    assert status.code == code_pb2.INVALID_ARGUMENT
     assert status.message.startswith("body is not a valid ExportTraceServiceRequest")
+    assert bad_data(status) == [("body", status.message)]
 
     request = refund_request()
     assert ok_response(post(server, request.SerializeToString())) == ExportTraceServiceResponse()
@@ -423,7 +440,12 @@ def test_malformed_protobuf_over_grpc_is_invalid_argument_then_serving(
         export_grpc(server, GARBAGE)
 
     assert raised.value.code() is grpc.StatusCode.INVALID_ARGUMENT
-    assert raised.value.details().startswith("body is not a valid ExportTraceServiceRequest")
+    message = raised.value.details()
+    assert message.startswith("body is not a valid ExportTraceServiceRequest")
+    trailers = dict(raised.value.trailing_metadata())
+    status = status_pb2.Status.FromString(trailers["grpc-status-details-bin"])
+    assert status.message == message
+    assert bad_data(status) == [("body", message)]
 
     request = refund_request()
     assert export_grpc(server, request) == ExportTraceServiceResponse()

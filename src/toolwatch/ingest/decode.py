@@ -70,7 +70,12 @@ class DecodedBatch:
 
 
 class DecodeError(ValueError):
-    """The whole body is unusable; the message names the field and the reason."""
+    """The whole body is unusable; the message names the field and the reason. ``field`` is
+    the field at fault (an OTLP/JSON path), ``"body"`` when no single field is."""
+
+    def __init__(self, message: str, field: str = "body") -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @functools.lru_cache(maxsize=16)

@@ -5,6 +5,9 @@ INVALID_ARGUMENT from our decoder instead of gRPC's generic deserialization fail
 it once, hands the batch to the consumer and answers per the OTLP specification:
 
 - success, with ``partial_success.rejected_spans`` and a message when spans were invalid;
+- INVALID_ARGUMENT for a body that cannot be decoded, with a ``google.rpc.BadRequest`` naming
+  the field and the reason in ``grpc-status-details-bin`` (OTLP: not-retryable errors use
+  InvalidArgument "and MAY supply ... BadRequest");
 - UNAVAILABLE with ``google.rpc.RetryInfo`` when the consumer is at capacity. RetryInfo is
   sent both in ``grpc-status-details-bin`` (a ``google.rpc.Status``, the standard rich-error
   form) and as ``google.rpc.retryinfo-bin``, the trailer the OpenTelemetry Python exporter
@@ -27,7 +30,7 @@ from toolwatch.engine import Admission
 from toolwatch.ingest.decode import DecodedBatch, DecodeError, DecodeOptions, decode_protobuf
 from toolwatch.metrics import PipelineMetrics
 
-__all__ = ["SERVICE_NAME", "SpanConsumer", "trace_service_handler"]
+__all__ = ["SERVICE_NAME", "SpanConsumer", "bad_request_status", "trace_service_handler"]
 
 SERVICE_NAME = "opentelemetry.proto.collector.trace.v1.TraceService"
 
@@ -47,12 +50,26 @@ def _overload_trailers(retry_after_seconds: float) -> tuple[tuple[str, bytes], .
         code=code_pb2.UNAVAILABLE, message=_OVERLOAD_MESSAGE, details=[detail]
     )
     return (
-        ("grpc-status-details-bin", status.SerializeToString()),
+        (_STATUS_DETAILS, status.SerializeToString()),
         ("google.rpc.retryinfo-bin", retry.SerializeToString()),
     )
 
 
 _OVERLOAD_MESSAGE = "toolwatch is at capacity; retry after the RetryInfo delay"
+_STATUS_DETAILS = "grpc-status-details-bin"
+
+
+def bad_request_status(error: DecodeError) -> status_pb2.Status:
+    """The ``google.rpc.Status`` of a request that cannot be decoded: INVALID_ARGUMENT, with a
+    ``BadRequest`` detail whose one field violation names the field at fault and why. The
+    OTLP/HTTP receiver sends the same in its 400 bodies ("Status.details ... SHOULD contain
+    a BadRequest that describes the bad data")."""
+    violation = error_details_pb2.BadRequest.FieldViolation(
+        field=error.field, description=str(error)
+    )
+    detail = any_pb2.Any()
+    detail.Pack(error_details_pb2.BadRequest(field_violations=[violation]))
+    return status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=str(error), details=[detail])
 
 
 class _Export:
@@ -73,7 +90,11 @@ class _Export:
         outcome, payload = self._export(body)
         self._metrics.request_handled(_TRANSPORT, outcome, time.perf_counter() - started)
         if outcome == "invalid":
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, payload.decode())
+            status = status_pb2.Status.FromString(payload)
+            trailers = ((_STATUS_DETAILS, payload),)
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, status.message, trailing_metadata=trailers
+            )
         if outcome == "overloaded":
             await context.abort(
                 grpc.StatusCode.UNAVAILABLE, _OVERLOAD_MESSAGE, trailing_metadata=self._trailers
@@ -81,11 +102,11 @@ class _Export:
         return payload
 
     def _export(self, body: bytes) -> tuple[str, bytes]:
-        """Returns (outcome, response bytes or, for "invalid", the error message)."""
+        """Returns (outcome, response bytes or, for "invalid", the error's google.rpc.Status)."""
         try:
             batch = decode_protobuf(body, self._options)
         except DecodeError as exc:
-            return "invalid", str(exc).encode()
+            return "invalid", bad_request_status(exc).SerializeToString()
         if self._consume(batch, _TRANSPORT) is Admission.OVERLOADED:
             return "overloaded", b""
         response = trace_service_pb2.ExportTraceServiceResponse()

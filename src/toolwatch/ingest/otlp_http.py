@@ -2,10 +2,10 @@
 
 Answers per the OTLP/HTTP specification: 200 with an ``ExportTraceServiceResponse`` in the
 request's encoding (``partial_success`` when spans were rejected); 400 with a
-``google.rpc.Status`` for a body that cannot be decoded; 413 when the body exceeds the cap
-*after* decompression (so a gzip bomb is cut off, not inflated); 415 for other content types
-or encodings; 503 with ``Retry-After`` when the consumer is at capacity ("the client SHOULD
-honor the Retry-After header").
+``google.rpc.Status`` holding a ``google.rpc.BadRequest`` for a body that cannot be decoded;
+413 when the body exceeds the cap *after* decompression (so a gzip bomb is cut off, not
+inflated); 415 for other content types or encodings; 503 with ``Retry-After`` when the
+consumer is at capacity ("the client SHOULD honor the Retry-After header").
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from toolwatch.ingest.decode import (
     decode_protobuf,
     decode_request,
 )
-from toolwatch.ingest.otlp_grpc import SpanConsumer
+from toolwatch.ingest.otlp_grpc import SpanConsumer, bad_request_status
 from toolwatch.ingest.otlp_json import parse_otlp_json
 from toolwatch.metrics import PipelineMetrics
 
@@ -43,11 +43,12 @@ _OVERLOAD_MESSAGE = "toolwatch is at capacity; retry after the Retry-After delay
 
 
 class _RejectError(Exception):
-    """An HTTP error answer: status and message."""
+    """An HTTP error answer: status and message; for a 400, the field at fault."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, field: str = "body") -> None:
         super().__init__(message)
         self.status = status
+        self.field = field
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +73,7 @@ class HttpTraceReceiver:
             outcome = "overloaded" if response.status == 503 else "ok"
         except _RejectError as reject:
             outcome = "invalid" if reject.status == 400 else "refused"
-            response = _status_response(reject.status, str(reject), content_type)
+            response = _status_response(reject, content_type)
         self.metrics.request_handled(_TRANSPORT, outcome, time.perf_counter() - started)
         return response
 
@@ -120,7 +121,7 @@ class HttpTraceReceiver:
                 return decode_request(parse_otlp_json(body), self.options)
             return decode_protobuf(body, self.options)
         except DecodeError as exc:
-            raise _RejectError(400, str(exc)) from None
+            raise _RejectError(400, str(exc), exc.field) from None
 
 
 def _export_response(batch: DecodedBatch) -> trace_service_pb2.ExportTraceServiceResponse:
@@ -139,9 +140,12 @@ def _message_response(status: int, message: Message, content_type: str) -> web.R
     return web.Response(status=status, body=message.SerializeToString(), content_type=_PROTOBUF)
 
 
-def _status_response(status: int, message: str, content_type: str) -> web.Response:
-    """OTLP/HTTP: error bodies are a ``google.rpc.Status`` in the request's encoding."""
-    code = code_pb2.INVALID_ARGUMENT if status == 400 else code_pb2.FAILED_PRECONDITION
-    body = status_pb2.Status(code=code, message=message)
+def _status_response(reject: _RejectError, content_type: str) -> web.Response:
+    """OTLP/HTTP: error bodies are a ``google.rpc.Status`` in the request's encoding; a 400's
+    details hold a ``BadRequest`` naming the bad data."""
+    if reject.status == 400:
+        body = bad_request_status(DecodeError(str(reject), reject.field))
+    else:
+        body = status_pb2.Status(code=code_pb2.FAILED_PRECONDITION, message=str(reject))
     encoding = content_type if content_type in (_PROTOBUF, _JSON) else _PROTOBUF
-    return _message_response(status, body, encoding)
+    return _message_response(reject.status, body, encoding)

@@ -76,11 +76,11 @@ def _shown(value: Any) -> str:
 def _hex_to_base64(value: Any, path: str) -> str:
     """A hex id as proto3 JSON bytes (base64); any length, including empty, passes."""
     if not isinstance(value, str):
-        raise DecodeError(f"{path}: {_shown(value)} is not a hex string")
+        raise DecodeError(f"{path}: {_shown(value)} is not a hex string", path)
     if not value.isascii() or value.strip(_HEX_DIGITS):
-        raise DecodeError(f"{path}: {_shown(value)} is not hex")
+        raise DecodeError(f"{path}: {_shown(value)} is not hex", path)
     if len(value) % 2:
-        raise DecodeError(f"{path}: {_shown(value)} has an odd number of hex digits")
+        raise DecodeError(f"{path}: {_shown(value)} has an odd number of hex digits", path)
     return base64.b64encode(bytes.fromhex(value)).decode("ascii")
 
 
@@ -126,7 +126,7 @@ def _check_shapes(document: dict[str, Any]) -> None:
                 pending.append((_object(value, where), field.message_type, where))
                 continue
             if not isinstance(value, list):
-                raise DecodeError(f"{where}: {_shown(value)} is not an array")
+                raise DecodeError(f"{where}: {_shown(value)} is not an array", where)
             for index, element in enumerate(value):
                 at = f"{where}[{index}]"
                 pending.append((_object(element, at), field.message_type, at))
@@ -134,7 +134,7 @@ def _check_shapes(document: dict[str, Any]) -> None:
 
 def _object(value: Any, path: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise DecodeError(f"{path}: {_shown(value)} is not an object")
+        raise DecodeError(f"{path}: {_shown(value)} is not an object", path)
     return value
 
 
