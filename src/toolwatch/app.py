@@ -205,12 +205,18 @@ class App:
         for runner in self._runners[1:]:
             await runner.cleanup()
 
+    def tick(self) -> int:
+        """What the ticker does every ``assembly.tick_seconds``: reload TLS files that
+        changed, and complete the traces that are due. Returns how many were completed."""
+        self._security.refresh()
+        return self.engine.tick()
+
     async def _tick_forever(self) -> None:
         period = self.config.assembly.tick_seconds
         while True:
             await asyncio.sleep(period)
             try:
-                self.engine.tick()
+                self.tick()
             except Exception:  # a bug met on one trace must not stop completing the others
                 log.exception("completing buffered traces failed; the next tick goes on")
 

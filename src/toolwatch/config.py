@@ -200,15 +200,17 @@ def _no_password() -> bytes:
 
 
 class TlsSettings(_Section):
-    """TLS on the listeners named in ``listeners`` (all four by default). PEM files, read at
-    start-up: restart to rotate certificates. The private key must not be encrypted.
-    ``client_ca_file`` turns on mutual TLS: those listeners then accept only clients whose
-    certificate that CA signed."""
+    """TLS on the listeners named in ``listeners`` (all four by default). PEM files, checked
+    for changes at most every ``reload_seconds`` and reloaded when they changed (new
+    connections get the new certificate; a set that does not load keeps the previous one).
+    The private key must not be encrypted. ``client_ca_file`` turns on mutual TLS: those
+    listeners then accept only clients whose certificate that CA signed."""
 
     cert_file: Path
     key_file: Path
     client_ca_file: Path | None = None
     listeners: tuple[Listener, ...] = LISTENERS
+    reload_seconds: float = Field(60.0, gt=0, le=3600)
 
     @field_validator("cert_file", "key_file", "client_ca_file")
     @classmethod

@@ -12,11 +12,14 @@ with ``PipelineMetrics.auth_failed(listener)``. The gRPC health service and the 
 listener's ``/healthz`` and ``/readyz`` stay open: kubelet probes cannot send a token.
 
 Tokens live in a file (``TokenFile``), one per line so a new token can be added before the
-old one is removed; the file is re-read when it changes, without a restart. Certificates
-are read once at start-up.
+old one is removed; the file is re-read when it changes, without a restart. So are the
+certificate, its key and the client CA (``CertificateFiles``): a rotated certificate (by
+cert-manager, say) is served on new connections — gRPC takes it at the next handshake, the
+HTTP listeners at the next ``ListenerSecurity.refresh`` (the server's tick). Connections
+already open keep the certificate they were made with.
 
 Threading: the interceptors and middlewares run on the servers' event loop; ``TokenFile``
-is not thread-safe.
+is not thread-safe; ``CertificateFiles`` is (gRPC asks for certificates from its threads).
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import hmac
 import logging
 import os
 import ssl
-from collections.abc import Awaitable, Callable, Iterable
+import threading
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +45,8 @@ from toolwatch.model import Clock
 __all__ = [
     "HEALTH_SERVICE",
     "BearerTokenInterceptor",
+    "CertificateFiles",
+    "Certificates",
     "ListenerSecurity",
     "TokenFile",
     "bearer_token",
@@ -66,24 +73,58 @@ def bearer_token(authorization: str | None) -> str | None:
     return token if scheme.lower() == "bearer" and token else None
 
 
+_Signature = tuple[tuple[int, int, int], ...]
+
+
+class _Watch:
+    """Files looked at no more than once every ``reload_seconds`` of ``clock`` time (so
+    requests cause no file I/O in between). ``changed`` returns their state when a look
+    finds that the inode, modification time or size of one of them differs from the state
+    last ``accept``-ed, else ``None``; it raises ``OSError`` when one cannot be looked at."""
+
+    __slots__ = ("_checked_ns", "_clock", "_paths", "_reload_ns", "_signature")
+
+    def __init__(self, paths: Sequence[Path], reload_seconds: float, clock: Clock) -> None:
+        self._paths = tuple(paths)
+        self._reload_ns = int(reload_seconds * 1e9)
+        self._clock = clock
+        self._signature = self._stat()
+        self._checked_ns = clock()
+
+    def changed(self) -> _Signature | None:
+        now = self._clock()
+        if now - self._checked_ns < self._reload_ns:
+            return None
+        self._checked_ns = now
+        signature = self._stat()
+        return signature if signature != self._signature else None
+
+    def accept(self, signature: _Signature) -> None:
+        self._signature = signature
+
+    def _stat(self) -> _Signature:
+        return tuple(_file_state(path) for path in self._paths)
+
+
+def _file_state(path: Path) -> tuple[int, int, int]:
+    status = os.stat(path)
+    return status.st_ino, status.st_mtime_ns, status.st_size
+
+
 class TokenFile:
     """The accepted bearer tokens, read from ``path`` (``config.read_token_file``).
 
     ``accepts`` compares a presented token with every accepted one in constant time. The
-    file's status is looked at no more than once every ``reload_seconds`` of ``clock`` time
-    (so requests cause no file I/O in between) and the file is re-read when its inode,
-    modification time or size changed. A file that cannot be read or holds no valid token
-    at a reload keeps the previous tokens, and the failure is logged: a half-written
-    rotation never locks every client out. Raises at construction when the file is unusable.
+    file is looked at no more than once every ``reload_seconds`` of ``clock`` time and
+    re-read when it changed. A file that cannot be read or holds no valid token at a reload
+    keeps the previous tokens, and the failure is logged: a half-written rotation never
+    locks every client out. Raises at construction when the file is unusable.
     """
 
     def __init__(self, path: Path, reload_seconds: float, clock: Clock) -> None:
         self._path = path
-        self._reload_ns = int(reload_seconds * 1e9)
-        self._clock = clock
-        self._signature = self._stat()
+        self._watch = _Watch((path,), reload_seconds, clock)
         self._tokens = _encode(read_token_file(path))
-        self._checked_ns = clock()
 
     def accepts(self, token: str | None) -> bool:
         """Whether ``token`` is one of the accepted tokens."""
@@ -97,24 +138,70 @@ class TokenFile:
         return matched
 
     def _refresh(self) -> None:
-        now = self._clock()
-        if now - self._checked_ns < self._reload_ns:
-            return
-        self._checked_ns = now
         try:
-            signature = self._stat()
-            if signature == self._signature:
+            signature = self._watch.changed()
+            if signature is None:
                 return
             tokens = read_token_file(self._path)
         except (OSError, ValueError) as exc:
             log.error("keeping the previous bearer tokens: %s", exc)
             return
-        self._signature, self._tokens = signature, _encode(tokens)
+        self._watch.accept(signature)
+        self._tokens = _encode(tokens)
         log.info("reloaded %d bearer token(s) from %s", len(tokens), self._path)
 
-    def _stat(self) -> tuple[int, int, int]:
-        status = os.stat(self._path)
-        return status.st_ino, status.st_mtime_ns, status.st_size
+
+@dataclass(frozen=True, slots=True)
+class Certificates:
+    """One loaded set of TLS files as PEM bytes; ``generation`` counts the sets loaded."""
+
+    cert: bytes
+    key: bytes
+    client_ca: bytes | None
+    generation: int
+
+
+class CertificateFiles:
+    """The certificate chain, its key and the client CA of ``tls``, re-read when they change.
+
+    ``refresh`` looks at the files no more than once every ``tls.reload_seconds`` of
+    ``clock`` time and reloads them when one changed. A set that does not load — a
+    half-written rotation: the new certificate with the old key — keeps the previous set
+    (``current``), and the failure is logged, as for tokens. Raises ``OSError`` or
+    ``ssl.SSLError`` at construction when the files do not load. Thread-safe.
+    """
+
+    def __init__(self, tls: TlsSettings, clock: Clock) -> None:
+        self._tls = tls
+        self._paths = [p for p in (tls.cert_file, tls.key_file, tls.client_ca_file) if p]
+        self._lock = threading.Lock()
+        self._watch = _Watch(self._paths, tls.reload_seconds, clock)
+        self.current = self._load(0)
+
+    def refresh(self) -> bool:
+        """Reload the files if they changed; whether a new set is now ``current``."""
+        with self._lock:
+            try:
+                signature = self._watch.changed()
+                if signature is None:
+                    return False
+                loaded = self._load(self.current.generation + 1)
+            except (OSError, ssl.SSLError) as exc:
+                log.error("keeping the previous TLS certificate: %s", exc)
+                return False
+            self._watch.accept(signature)
+            self.current = loaded
+        log.info("reloaded the TLS certificate %s", self._tls.cert_file)
+        return True
+
+    def _load(self, generation: int) -> Certificates:
+        """The files' bytes, once OpenSSL has loaded those very bytes as a server context."""
+        tls = self._tls
+        read = [path.read_bytes() for path in self._paths]
+        _server_context(tls)  # raises on a certificate that is not the key's, or bad PEM
+        if [path.read_bytes() for path in self._paths] != read:
+            raise OSError(f"{tls.cert_file} or its key changed while being read")
+        return Certificates(read[0], read[1], read[2] if len(read) > 2 else None, generation)
 
 
 def _encode(tokens: Iterable[str]) -> tuple[bytes, ...]:
@@ -185,27 +272,63 @@ def bearer_token_middleware(
     return require_token
 
 
-def server_credentials(tls: TlsSettings) -> grpc.ServerCredentials:
-    """gRPC server credentials from ``tls``; client certificates are required when it has a
-    ``client_ca_file``. Raises ``OSError`` when a file cannot be read."""
-    pair = (tls.key_file.read_bytes(), tls.cert_file.read_bytes())
-    client_ca = tls.client_ca_file.read_bytes() if tls.client_ca_file is not None else None
-    return grpc.ssl_server_credentials(
-        [pair], root_certificates=client_ca, require_client_auth=client_ca is not None
+def _certificate_configuration(certificates: Certificates) -> Any:
+    return grpc.ssl_server_certificate_configuration(
+        [(certificates.key, certificates.cert)], root_certificates=certificates.client_ca
     )
+
+
+class _CertificateFetcher:
+    """gRPC's ``certificate_configuration_fetcher``: called before every TLS handshake of a
+    new connection, it returns the new configuration when the files changed, else ``None``
+    (keep the current one)."""
+
+    def __init__(self, files: CertificateFiles) -> None:
+        self._files = files
+        self._served = files.current.generation
+
+    def __call__(self) -> Any:
+        self._files.refresh()
+        current = self._files.current
+        if current.generation == self._served:
+            return None
+        self._served = current.generation
+        return _certificate_configuration(current)
+
+
+def server_credentials(files: CertificateFiles) -> grpc.ServerCredentials:
+    """gRPC server credentials that follow ``files``; client certificates are required when
+    there is a client CA."""
+    current = files.current
+    return grpc.dynamic_ssl_server_credentials(
+        _certificate_configuration(current),
+        _CertificateFetcher(files),
+        require_client_authentication=current.client_ca is not None,
+    )
+
+
+def _server_context(tls: TlsSettings) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    _load_files(context, tls)
+    if tls.client_ca_file is not None:
+        context.verify_mode = ssl.CERT_REQUIRED
+    context.set_alpn_protocols(["http/1.1"])  # aiohttp serves HTTP/1.1 only
+    return context
+
+
+def _load_files(context: ssl.SSLContext, tls: TlsSettings) -> None:
+    context.load_cert_chain(tls.cert_file, tls.key_file, password=lambda: b"")
+    if tls.client_ca_file is not None:
+        context.load_verify_locations(cafile=tls.client_ca_file)
 
 
 def server_ssl_context(tls: TlsSettings) -> ssl.SSLContext:
     """A TLS 1.2+ server context from ``tls``; client certificates are required when it has
-    a ``client_ca_file``. Raises ``OSError``/``ssl.SSLError`` when the files do not load."""
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.minimum_version = ssl.TLSVersion.TLSv1_2
-    context.load_cert_chain(tls.cert_file, tls.key_file, password=lambda: b"")
-    if tls.client_ca_file is not None:
-        context.load_verify_locations(cafile=tls.client_ca_file)
-        context.verify_mode = ssl.CERT_REQUIRED
-    context.set_alpn_protocols(["http/1.1"])  # aiohttp serves HTTP/1.1 only
-    return context
+    a ``client_ca_file``. Raises ``OSError``/``ssl.SSLError`` when the files do not load.
+    Loading new files into it later (``ListenerSecurity.refresh``) changes what new
+    connections get; a new client CA is added to the trusted ones (OpenSSL keeps the old)."""
+    return _server_context(tls)
 
 
 class ListenerSecurity:
@@ -217,12 +340,30 @@ class ListenerSecurity:
         self._settings = settings
         self._metrics = metrics
         tls, auth = settings.tls, settings.auth
+        self._certificates = CertificateFiles(tls, clock) if tls is not None else None
         self._ssl_context = server_ssl_context(tls) if tls is not None else None
+        self._context_generation = 0
         self._tokens = (
             TokenFile(auth.bearer_token_file, auth.reload_seconds, clock)
             if auth is not None
             else None
         )
+
+    def refresh(self) -> None:
+        """Reload the TLS files if they changed, into the HTTP listeners' context too. Call
+        it on the event loop that serves them (the server's tick does)."""
+        files, context, tls = self._certificates, self._ssl_context, self._settings.tls
+        if files is None or context is None or tls is None:
+            return
+        files.refresh()
+        if files.current.generation == self._context_generation:
+            return
+        try:
+            _load_files(context, tls)
+        except (OSError, ssl.SSLError) as exc:  # changed again since: the next look retries
+            log.error("keeping the previous TLS certificate for HTTPS: %s", exc)
+            return
+        self._context_generation = files.current.generation
 
     def protected(self, listener: str) -> bool:
         """Whether ``listener`` has TLS or authentication."""
@@ -230,8 +371,8 @@ class ListenerSecurity:
 
     def grpc_credentials(self, listener: str) -> grpc.ServerCredentials | None:
         """Credentials for a secure port, or ``None`` for plaintext."""
-        tls = self._settings.tls
-        return server_credentials(tls) if tls and self._settings.uses_tls(listener) else None
+        files = self._certificates
+        return server_credentials(files) if files and self._settings.uses_tls(listener) else None
 
     def grpc_interceptors(self, listener: str) -> tuple[grpc.aio.ServerInterceptor, ...]:
         if self._tokens is None or not self._settings.uses_auth(listener):

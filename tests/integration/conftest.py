@@ -61,10 +61,16 @@ class RunningServer:
         return result
 
     def settle(self, seconds: float | None = None) -> int:
-        """Advance the clock past completion_wait and complete what is due."""
+        """Advance the clock past completion_wait and complete what is due: one step on the
+        server's loop, so its own ticker cannot complete the traces in between (and make
+        this tick find nothing)."""
         wait = self.app.config.assembly.completion_wait_seconds
-        self.clock.advance(wait + 0.001 if seconds is None else seconds)
-        return self.call(self.app.engine.tick)
+
+        def advance_and_tick() -> int:
+            self.clock.advance(wait + 0.001 if seconds is None else seconds)
+            return self.app.engine.tick()
+
+        return self.call(advance_and_tick)
 
     def address(self, name: str) -> str:
         return self.app.addresses[name]

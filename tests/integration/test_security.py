@@ -382,6 +382,103 @@ def test_a_rotated_token_file_applies_after_reload_seconds(
     assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 2
 
 
+def _install(ca: trustme.CA, cert_path: Path, key_path: Path, *, key: bool = True) -> None:
+    """Put a new certificate (and key) for 127.0.0.1 in place as a rotation does: written
+    beside, then renamed over the served files."""
+    issued = ca.issue_cert("127.0.0.1", "localhost")
+    staged_cert, staged_key = cert_path.with_suffix(".new"), key_path.with_suffix(".new")
+    for pem in issued.cert_chain_pems:
+        pem.write_to_path(str(staged_cert), append=True)
+    os.replace(staged_cert, cert_path)
+    if key:
+        issued.private_key_pem.write_to_path(str(staged_key))
+        os.replace(staged_key, key_path)
+
+
+def _trusted_by(server: RunningServer, ca: trustme.CA) -> tuple[bool, bool]:
+    """Whether a new gRPC connection and a new HTTPS connection trusting only ``ca`` get a
+    certificate it signed."""
+    pem = ca.cert_pem.bytes()
+    # A fresh connection every time: no subchannel shared with an earlier channel.
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    with grpc.secure_channel(
+        server.address("grpc"), grpc.ssl_channel_credentials(pem), options
+    ) as channel:
+        stub = trace_service_pb2_grpc.TraceServiceStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            stub.Export(trace_service_pb2.ExportTraceServiceRequest(), timeout=10)
+            grpc_ok = True
+        except grpc.RpcError as error:
+            assert error.code() == grpc.StatusCode.UNAVAILABLE  # the handshake failed
+            grpc_ok = False
+    context = ssl.create_default_context(cadata=pem.decode())
+    try:
+        https_ok = http_get(f"https://{server.address('metrics')}/healthz", context).status == 200
+    except urllib.error.URLError as error:
+        assert isinstance(error.reason, ssl.SSLCertVerificationError)
+        https_ok = False
+    return grpc_ok, https_ok
+
+
+def test_a_rotated_certificate_is_served_to_new_connections_without_a_restart(
+    start_server: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first, second, third = trustme.CA(), trustme.CA(), trustme.CA()
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    _install(first, cert, key)
+    server = start_server(
+        security__tls__cert_file=str(cert),
+        security__tls__key_file=str(key),
+        security__tls__reload_seconds=30,
+    )
+    assert _trusted_by(server, first) == (True, True)
+    assert _trusted_by(server, second) == (False, False)
+
+    _install(second, cert, key)
+    server.clock.advance(29)  # not looked at yet
+    server.call(server.app.tick)
+    assert _trusted_by(server, first) == (True, True)
+
+    server.clock.advance(1)
+    server.call(server.app.tick)
+    assert _trusted_by(server, second) == (True, True)
+    assert _trusted_by(server, first) == (False, False)
+
+    # Half a rotation (a new certificate, the old key) does not load: the last good set stays.
+    _install(third, cert, key, key=False)
+    server.clock.advance(30)
+    with caplog.at_level(logging.ERROR, logger="toolwatch"):
+        server.call(server.app.tick)
+    assert _trusted_by(server, second) == (True, True)
+    assert _trusted_by(server, third) == (False, False)
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors and all(e.startswith("keeping the previous TLS certificate") for e in errors)
+
+
+def test_a_rotated_client_ca_admits_the_clients_it_signed(
+    start_server: Start, pki: Pki, tmp_path: Path
+) -> None:
+    client_ca = tmp_path / "client-ca.pem"
+    client_ca.write_bytes(pki.read("client_ca"))
+    server = start_server(
+        **tls(pki),
+        security__tls__client_ca_file=str(client_ca),
+        security__tls__reload_seconds=30,
+    )
+    new_ca = trustme.CA()
+    cert, key = tmp_path / "agent.pem", tmp_path / "agent.key"
+    _write_leaf(new_ca.issue_cert("agent.example"), cert, key)
+    agent = grpc.ssl_channel_credentials(pki.read("ca"), key.read_bytes(), cert.read_bytes())
+    assert raw_export(server, agent) == grpc.StatusCode.UNAVAILABLE
+
+    staged = tmp_path / "client-ca.new"
+    new_ca.cert_pem.write_to_path(str(staged))
+    os.replace(staged, client_ca)
+    server.clock.advance(30)
+    assert raw_export(server, agent) == grpc.StatusCode.OK
+    assert raw_export(server, grpc_credentials(pki, "client")) == grpc.StatusCode.UNAVAILABLE
+
+
 # -- the findings stream, and what findings show -----------------------------------------------
 
 
