@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: serve test lint typecheck check bench bench-compare proto clean
+.PHONY: serve test lint typecheck check bench bench-compare fuzz proto clean
 
 # The compiled scanner is built by the editable install: rebuild when its source changes.
 $(STAMP): pyproject.toml setup.py src/toolwatch/ingest/_wire.c
@@ -41,6 +41,12 @@ bench-compare: $(STAMP)
 	test -x $(BASE_DIR)/.venv/bin/toolwatch || \
 		($(PYTHON) -m venv $(BASE_DIR)/.venv && $(BASE_DIR)/.venv/bin/pip install --quiet -e $(BASE_DIR))
 	$(BIN)/python -m bench.compare $(BASE_DIR) . $(ARGS)
+
+# The compiled OTLP scanner under AddressSanitizer, fuzzed against protobuf (tools/fuzz/).
+FUZZ_SECONDS ?= 300
+FUZZ_SEED ?= 1
+fuzz: $(STAMP)
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) PYTHON=$(BIN)/python tools/fuzz/run.sh
 
 # Regenerate src/toolwatch/_proto from proto/ (the generated code is committed).
 proto: $(STAMP)

@@ -1,0 +1,102 @@
+"""Differential fuzzing of the compiled OTLP scanner against protobuf, for memory safety.
+
+``make fuzz`` (``tools/fuzz/run.sh``) builds ``toolwatch.ingest._wire`` with AddressSanitizer
+and UndefinedBehaviorSanitizer into a scratch directory, preloads the sanitizers and runs this
+module: it mutates real requests (the benchmark's GenAI runs and every captured
+instrumentation fixture; bytes flipped, inserted, deleted, duplicated) and random bytes, and
+for each body and a choice of ``max_value_bytes`` checks the compiled scanner's contract
+(``toolwatch.ingest.scan``): it hands the body back, or protobuf accepts the body too and
+the reference scanner gives the same scan. A memory error stops the process with the
+sanitizer's report; a difference stops it with the body in hex.
+
+    python -m tools.fuzz.scanner SO_PATH SECONDS [SEED]   (make fuzz FUZZ_SECONDS=300 FUZZ_SEED=1)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import random
+import sys
+import time
+from pathlib import Path
+
+from bench.traces import build_templates
+from toolwatch.ingest.decode import DecodeOptions, scanner
+from toolwatch.ingest.otlp_json import parse_otlp_json
+from toolwatch.ingest.scan import Scan, Scanner, WireError
+
+_FIXTURES = Path(__file__).parents[2] / "tests" / "fixtures" / "otlp"
+_LIMITS = (1, 7, 64, 65_536)  # max_value_bytes: cuts inside keys, values, arrays and none
+
+
+def _load_extension(path: str) -> object:
+    spec = importlib.util.spec_from_file_location("toolwatch.ingest._wire", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _seeds() -> list[bytes]:
+    bodies = [t.render([bytes(range(1, 17))] * t.runs) for t in build_templates(4, 4, 0.2)]
+    for path in sorted(_FIXTURES.glob("*.json")):
+        if not path.name.endswith(".expected.json"):
+            bodies.append(parse_otlp_json(path.read_bytes()).SerializeToString())
+    return bodies
+
+
+def _mutate(body: bytes, rng: random.Random) -> bytes:
+    out = bytearray(body)
+    for _ in range(rng.randint(1, 8)):
+        if not out:
+            break
+        at, roll = rng.randrange(len(out)), rng.random()
+        if roll < 0.4:
+            out[at] = rng.randrange(256)
+        elif roll < 0.6:
+            out[at:at] = rng.randbytes(rng.randint(1, 4))
+        elif roll < 0.8:
+            del out[at : at + rng.randint(1, 4)]
+        else:  # a copy of another stretch: repeated and nested fields
+            start = rng.randrange(len(out))
+            out[at:at] = out[start : start + rng.randint(1, 32)]
+    return bytes(out)
+
+
+def main(argv: list[str]) -> int:
+    so_path, seconds, seed = argv[0], float(argv[1]), int(argv[2]) if len(argv) > 2 else 1
+    wire = _load_extension(so_path)
+    rng = random.Random(seed)
+    seeds = _seeds()
+    base = scanner(DecodeOptions(reference_keys=frozenset({"toolwatch.case_id"}))).plan
+    pairs = []
+    for limit in _LIMITS:
+        plan = dataclasses.replace(base, max_value_bytes=limit)
+        fields = (plan.span_keys, plan.prefixes, plan.resource_keys, plan.event_names)
+        compiled = wire.Plan(*fields, plan.event_keys, limit)  # type: ignore[attr-defined]
+        pairs.append((compiled, Scanner.for_plan(plan, "reference")))
+    deadline, bodies, taken = time.monotonic() + seconds, 0, 0
+    while time.monotonic() < deadline:
+        body = _mutate(rng.choice(seeds), rng) if rng.random() < 0.95 else rng.randbytes(200)
+        compiled, reference = rng.choice(pairs)
+        fast = compiled.scan(body)
+        try:
+            expected: Scan | None = reference.scan_bytes(body)
+        except WireError:
+            expected = None
+        bodies += 1
+        if fast is None:
+            continue
+        taken += 1
+        if expected is None:
+            raise SystemExit(f"took a body protobuf rejects: {body.hex()}")
+        if repr(Scan(*fast)) != repr(expected):  # repr: NaN equals NaN
+            raise SystemExit(f"scans differ: {body.hex()}")
+    print(f"{bodies:,} bodies ({taken:,} taken by the compiled scanner): same scans, no error")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
