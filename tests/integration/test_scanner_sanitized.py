@@ -1,0 +1,52 @@
+"""The compiled OTLP scanner under AddressSanitizer and UndefinedBehaviorSanitizer.
+
+The differential tests (tests/unit/ingest/test_scan_compiled.py) run the optimized build,
+where an out-of-bounds read may go unnoticed; here ``make fuzz``'s script builds the scanner
+with the sanitizers and fuzzes it against protobuf for a short while, so a memory error in
+``_wire.c`` fails CI. ``make fuzz`` runs the same for longer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+
+
+def _sanitizers_available() -> bool:
+    if shutil.which("gcc") is None:
+        return False
+    for library in ("libasan.so", "libubsan.so"):
+        found = subprocess.run(
+            ["gcc", f"-print-file-name={library}"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        if not Path(found).is_file():  # gcc echoes the bare name when it has no such library
+            return False
+    return True
+
+
+@pytest.mark.skipif(not _sanitizers_available(), reason="gcc with libasan/libubsan is needed")
+def test_fuzzing_the_sanitized_scanner_finds_no_memory_error_and_no_difference() -> None:
+    env = {**os.environ, "FUZZ_SECONDS": "15", "FUZZ_SEED": "7", "PYTHON": sys.executable}
+    run = subprocess.run(
+        [str(ROOT / "tools" / "fuzz" / "run.sh")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-2000:]
+    summary = re.search(r"([\d,]+) bodies \(([\d,]+) taken by the compiled scanner\)", run.stdout)
+    assert summary is not None, run.stdout
+    bodies, taken = (int(n.replace(",", "")) for n in summary.groups())
+    assert bodies > 10_000  # it really fuzzed
+    assert taken > 100  # and the compiled scanner really scanned
