@@ -187,6 +187,31 @@ _CLIENT_NOTES = {
     ),
 }
 
+_VERCEL = (
+    "Vercel AI SDK (ai 7.0.173, @ai-sdk/openai 4.0.118 Chat Completions, @ai-sdk/otel 1.0.173) "
+    "on Node.js 20, generateText with stopWhen stepCountIs(5) and telemetry functionId = the "
+    "agent name; the SDK's JsonTraceSerializer wrote the request. "
+)
+_VERCEL_NOTES = {
+    "otel": _VERCEL
+    + (
+        "OpenTelemetry integration (GenAI semconv): root 'invoke_agent {functionId}' (INTERNAL, "
+        "gen_ai.agent.name); per step an 'agent_step' span 'step N' (an operation name the "
+        "spec does not define) holding 'chat gpt-4o' (CLIENT, gen_ai.output.messages parts, "
+        "finish reasons 'tool-calls'/'stop' in the SDK's own spelling) and the step's "
+        "'execute_tool {name}' spans (gen_ai.tool.call.arguments/result as JSON strings). The "
+        "root's gen_ai.output.messages repeats every tool_call part of the run: not requests."
+    ),
+    "legacy": _VERCEL
+    + (
+        "LegacyOpenTelemetry (the ai.* attributes of AI SDK 3.3-6, no gen_ai.operation.name): "
+        "root 'ai.generateText' (ai.telemetry.functionId, ai.response.text), per model call "
+        "'ai.generateText.doGenerate' (ai.response.toolCalls = [{toolCallId, toolName, input}], "
+        "ai.response.finishReason), and 'ai.toolCall' spans (ai.toolCall.name/id/args/result) "
+        "nested under the model call that asked for them. Every span is INTERNAL."
+    ),
+}
+
 _BASE_NOTES: dict[tuple[str, str], str] = {
     ("openai_agents", "openinference"): _OI_AGENTS,
     ("openai_agents", "openllmetry"): _OLL_AGENTS,
@@ -196,6 +221,7 @@ _BASE_NOTES: dict[tuple[str, str], str] = {
     ("strands", "native"): _STRANDS_DEFAULT,
     ("strands", "native_latest"): _STRANDS_LATEST,
     **{("openai_client", name): text for name, text in _CLIENT_NOTES.items()},
+    **{("vercel_ai", name): text for name, text in _VERCEL_NOTES.items()},
 }
 
 _AGENTS_TOOL_ERROR = (
@@ -293,6 +319,19 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
     ("openai_client", "otel_contrib", "refusal"): (
         " Refusal: parts [] and finish_reason 'content_filter'; the text is dropped."
     ),
+    ("vercel_ai", "*", "tool_error"): (
+        " Tool error: status ERROR (message 'card declined for order A-1001 (25.00 USD)') and "
+        "an 'exception' event, exception.type 'CardDeclinedError'."
+    ),
+    ("vercel_ai", "*", "refusal"): (
+        " Refusal: the SDK turns the Chat 'refusal' field into the answer's text, so the run "
+        "has a final text (the refusal message); finish reason 'content-filter'."
+    ),
+}
+
+#: Where what the spans show differs from the script's neutral expectation.
+_FINAL_TEXT: dict[tuple[str, str], str] = {
+    ("vercel_ai", "refusal"): "can't help with that request",
 }
 
 
@@ -303,6 +342,8 @@ def expected_for(framework: str, instrumentation: str, scenario: str) -> dict[st
         run["agent"] = None
         for call in run["calls"]:
             call["status"] = "ok"
+    if (framework, scenario) in _FINAL_TEXT:
+        run["final_text_contains"] = _FINAL_TEXT[(framework, scenario)]
     notes = _BASE_NOTES[(framework, instrumentation)]
     notes += _SCENARIO_NOTES.get((framework, instrumentation, scenario), "")
     notes += _SCENARIO_NOTES.get((framework, "*", scenario), "")

@@ -105,7 +105,7 @@ def _all_spans(requests: Iterable[ExportTraceServiceRequest]) -> Iterable[Any]:
 
 
 def _looks_like_tool(name: str, keys: list[str]) -> bool:
-    markers = ("tool.name", "gen_ai.tool.name", "tool_arguments")
+    markers = ("tool.name", "gen_ai.tool.name", "tool_arguments", "ai.toolCall.name")
     return any(key in keys for key in markers) or name.startswith("execute_tool")
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from toolwatch.conventions import genai, openinference, openllmetry
+from toolwatch.conventions import genai, openinference, openllmetry, vercel_ai
 from toolwatch.conventions.attrs import (
     REFUSAL_REASONS,
     Attributes,
@@ -35,7 +35,7 @@ FieldBuilder = Callable[[Convention, str, int, Attributes, EventSource], RoleFie
 _STATUS_ERROR = 2  # OTLP Status.code STATUS_CODE_ERROR
 _ERROR_TYPE = ("error.type",)
 _AGENT_NAME = ("gen_ai.agent.name",)
-_MODEL = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name")
+_MODEL = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name", "ai.response.model")
 _CONVERSATION = ("gen_ai.conversation.id", "session.id")
 _NO_OUTPUT = OutputSummary()
 _FINISH_REASONS = (
@@ -128,6 +128,7 @@ _LLM_SOURCES: tuple[Callable[[Attributes], OutputSummary | None], ...] = (
     _output_messages,
     openinference.output_summary,
     openllmetry.output_summary,
+    vercel_ai.output_summary,
 )
 
 

@@ -18,6 +18,7 @@ from toolwatch.conventions import (
     openllmetry,
     pydantic_ai,
     recognize,
+    vercel_ai,
 )
 from toolwatch.conventions.attrs import Convention
 from toolwatch.model import SpanRole
@@ -27,6 +28,7 @@ _CONVENTIONS: Sequence[Convention] = (
     openinference.CONVENTION,
     openllmetry.CONVENTION,
     pydantic_ai.CONVENTION,
+    vercel_ai.CONVENTION,
 )
 
 
@@ -50,6 +52,7 @@ def test_shared_field_keys_pass_the_ingest_filter() -> None:
         "gen_ai.response.finish_reason",
         "llm.finish_reason",
         "gen_ai.output.messages",
+        "ai.response.model",
     }
     assert shared - ATTRIBUTE_KEYS == set()
     assert ATTRIBUTE_PREFIXES == ("llm.output_messages.", "gen_ai.completion.")
