@@ -460,7 +460,7 @@ static int any_member(Buf b, int depth, Member *member) {
 
 static int convert(Buf b, const Plan *plan, int depth, int level, PyObject **out, Py_ssize_t *size);
 
-/* Items of an ArrayValue (field 1) or KeyValueList (field 1); the first `keep` converted. */
+/* The items (field 1) of an ArrayValue as a list; the first `keep` converted, the rest checked. */
 static int convert_array(Buf b, const Plan *plan, int depth, int level, PyObject **out,
                          Py_ssize_t *size) {
     PyObject *list = PyList_New(0);
@@ -917,6 +917,10 @@ static int request(Buf b, const Plan *plan, PyObject *resources, PyObject *spans
 /* ---- the Python type ----------------------------------------------------------------------- */
 
 static PyObject *Plan_scan(Plan *self, PyObject *arg) {
+    if (self->prefixes == NULL) { /* made with Plan.__new__ alone: no key sets to look in */
+        PyErr_SetString(PyExc_RuntimeError, "Plan.__init__ was not called");
+        return NULL;
+    }
     Py_buffer view;
     if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0) return NULL;
     PyObject *resources = PyList_New(0), *spans = PyList_New(0), *result = NULL;

@@ -115,6 +115,8 @@ def test_a_plan_refuses_keys_that_are_not_strings_and_a_non_positive_limit() -> 
         _wire.Plan([b"gen_ai.tool.name"], [], [], [], [], 100)  # type: ignore[list-item]
     with pytest.raises(ValueError, match="max_value_bytes must be positive, got 0"):
         _wire.Plan([], [], [], [], [], 0)
+    with pytest.raises(RuntimeError, match=r"Plan.__init__ was not called"):
+        _wire.Plan.__new__(_wire.Plan).scan(b"")
 
 
 # -- what SDKs send: always taken, always equal ----------------------------------------------
