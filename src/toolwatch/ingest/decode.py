@@ -30,7 +30,15 @@ from toolwatch.conventions import (
     SpanEvent,
     recognize,
 )
-from toolwatch.ingest.scan import Decoder, Scan, ScannedEvent, Scanner, ScanPlan, WireError
+from toolwatch.ingest.scan import (
+    Decoder,
+    Scan,
+    ScannedEvent,
+    ScannedSpan,
+    Scanner,
+    ScanPlan,
+    WireError,
+)
 from toolwatch.model import SpanRecord
 
 __all__ = ["DecodeError", "DecodeOptions", "DecodedBatch", "decode_protobuf", "decode_request"]
@@ -192,7 +200,7 @@ class _Decoder:
             return resource.reference_items
         return tuple(sorted({**resource.references, **own}.items()))
 
-    def _span(self, found: Any, resource: _Resource) -> tuple[str, str] | None:
+    def _span(self, found: ScannedSpan, resource: _Resource) -> tuple[str, str] | None:
         """Decode one scanned span into ``self.spans``; ``(reason, detail)`` if rejected."""
         _, _, _, trace_id, span_id, parent, name, kind, start, end, code, attrs, size, scanned = (
             found

@@ -239,7 +239,10 @@ _KINDS = {
     FieldDescriptor.TYPE_FIXED64: "fixed64",
     FieldDescriptor.TYPE_DOUBLE: "fixed64",
     FieldDescriptor.TYPE_FIXED32: "fixed32",
-}
+    FieldDescriptor.TYPE_SFIXED64: "fixed64",
+    FieldDescriptor.TYPE_SFIXED32: "fixed32",
+    FieldDescriptor.TYPE_FLOAT: "fixed32",
+}  # every other field type is a varint on the wire
 
 
 def _descriptor_schema() -> dict[str, dict[int, tuple[str, str]]]:
