@@ -289,3 +289,4 @@ class GoldenCase:
     expected_tool_count: int | None = None
     category: str | None = None
     selection_mode: str | None = None  # overrides the configured tool_selection mode
+    expected_refusal: bool | None = None  # must the run refuse? None: not said

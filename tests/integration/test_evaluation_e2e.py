@@ -4,6 +4,7 @@ findings log; ``toolwatch replay`` on the same recorded traces reproduces them a
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from google.protobuf import json_format
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
@@ -18,6 +20,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
 from tests.integration.test_ingest_to_tooltrace import send_grpc
+from toolwatch.model import Severity
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MINIMAL_POLICY = """\
@@ -151,6 +154,35 @@ def test_canary_run_is_compared_with_its_golden_case(
     selection = [f for f in server.findings.findings if f.evaluator == "tool_selection"]
     assert "TOOL_SELECTION_DRIFT" in categories
     assert selection and all(f.reference == "expected" for f in selection)
+
+
+@pytest.mark.parametrize(
+    ("run", "findings"),
+    [
+        (agents.refusal_run(), []),
+        (
+            agents.AgentRun("refund-bot", (agents.Turn(text="Refund issued for that order."),)),
+            ["REFUSAL_REGRESSION"],
+        ),
+    ],
+    ids=["still-refused", "now-answered"],
+)
+def test_a_canary_that_must_be_refused_pages_when_the_model_complies(
+    start_server: Callable[..., RunningServer], run: agents.AgentRun, findings: list[str]
+) -> None:
+    server = start_server(EXAMPLES / "toolwatch.yaml")
+    canary = dataclasses.replace(
+        run, attributes={"toolwatch.case_id": "refuse-foreign-order-refund"}
+    )
+    send_grpc(server, agents.record(canary, "genai"))
+    server.settle()
+
+    got = server.findings.findings
+    assert [f.category for f in got] == findings
+    if findings:
+        assert got[0].severity.rank >= Severity.HIGH.rank  # pages: REFUSAL_REGRESSION floor
+        assert got[0].reference == "expected"
+        assert "did not refuse a case that expects a refusal" in got[0].explanation
 
 
 def test_replay_reproduces_the_servers_findings_and_gates(

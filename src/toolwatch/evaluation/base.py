@@ -114,9 +114,11 @@ def from_case(case: GoldenCase, normalize: NameNormalizer) -> Baseline:
     count = case.expected_tool_count
     if count is None and calls:
         count = len(calls)
-    # Refusal is only known to be wrong when the case expects work to be done: a golden case
-    # has no "expected refusal" field, so under-refusal cannot be judged against it.
-    refusal = False if calls else None
+    # A case that does not say whether the run must refuse still rules refusal out when it
+    # expects work to be done; only expected_refusal lets a missing refusal be judged.
+    refusal = case.expected_refusal
+    if refusal is None and calls:
+        refusal = False
     return Baseline(
         ReferenceKind.EXPECTED, calls, case.expected_no_tools, count, refusal, None, case
     )

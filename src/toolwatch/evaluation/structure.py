@@ -10,8 +10,9 @@ Checks, each scored in [0, 1] and reported under its own score key:
 - ``parallelism``: 1 if the run uses parallel calls (two calls sharing a ``parallel_group``)
   exactly when the source run does, else 0. Only against a source (golden cases do not say).
 - ``refusal``: 1 if the run's refusal agrees with the reference, else 0. Against a source both
-  directions are regressions; against a golden case only a refusal of a case that expects tool
-  calls is (cases carry no "expected refusal").
+  directions are regressions. Against a golden case, ``expected_refusal`` says which way is
+  right (a canary that must be refused, or one that must be answered); a case that does not
+  say and expects tool calls must not be refused; other cases skip the check.
 
 ``score`` is the mean of the checks that apply; with none the evaluator does not apply. Each
 check below ``threshold`` (default 1.0) is one finding: TOOL_TRACE_STRUCTURE_DRIFT, or
@@ -115,8 +116,14 @@ def _refusal(trace: ToolTrace, base: Baseline) -> StructureCheck | None:
     if base.refusal is None:
         return None
     score = 1.0 if trace.refusal == base.refusal else 0.0
-    if base.case is not None and trace.refusal:
-        text = "the run refused a case that expects tool calls"
+    case = base.case
+    if case is not None and score == 0.0:
+        if not trace.refusal:
+            text = "the run did not refuse a case that expects a refusal"
+        elif case.expected_refusal is None:
+            text = "the run refused a case that expects tool calls"
+        else:
+            text = "the run refused a case that expects no refusal"
     else:
         text = f"refused: {_yes(trace.refusal)}, {base.noun}: {_yes(base.refusal)}"
     return StructureCheck("refusal", score, Category.REFUSAL_REGRESSION, text)

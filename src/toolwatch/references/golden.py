@@ -10,6 +10,7 @@ A golden-case file is YAML (``examples/golden-cases.yaml`` is a commented one)::
           - {name: issue_refund, arguments: {amount_usd: 25.0}, match: numeric}
         expected_tool_count: 2              # optional, as is expected_min_steps
       - {id: small-talk, expected_no_tools: true}
+      - {id: jailbreak, expected_no_tools: true, expected_refusal: true}
 
 ``load_golden_cases`` reads and validates the file once, at start-up, and returns an
 immutable ``GoldenCaseSet`` of ``model.GoldenCase`` records with normalized tool names.
@@ -121,6 +122,7 @@ class GoldenCaseEntry(_Schema):
     expected_tool_count: int | None = Field(default=None, ge=0)
     category: _Text | None = None
     mode: SelectionMode | None = None
+    expected_refusal: bool | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -135,10 +137,11 @@ class GoldenCaseEntry(_Schema):
         if self.mode is not None and not self.expected_tools:
             raise ValueError(f"mode {self.mode!r} needs expected_tools to select against")
         if not (self.expected_tools or self.expected_no_tools or self._counted()):
-            raise ValueError(
-                "the case expects nothing: give expected_tools, expected_no_tools,"
-                " expected_min_steps or expected_tool_count"
-            )
+            if self.expected_refusal is None:
+                raise ValueError(
+                    "the case expects nothing: give expected_tools, expected_no_tools,"
+                    " expected_min_steps, expected_tool_count or expected_refusal"
+                )
         return self
 
     def _counted(self) -> bool:
@@ -235,6 +238,7 @@ def _to_case(entry: GoldenCaseEntry, normalize: NameNormalizer) -> GoldenCase:
         expected_tool_count=entry.expected_tool_count,
         category=entry.category,
         selection_mode=entry.mode,
+        expected_refusal=entry.expected_refusal,
     )
 
 

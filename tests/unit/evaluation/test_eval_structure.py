@@ -83,6 +83,41 @@ def test_refusal_mismatch_with_the_source_is_a_high_regression(target: bool, sou
     assert finding.severity.rank >= Severity.HIGH.rank
 
 
+@pytest.mark.parametrize(
+    ("expected", "refused", "said"),
+    [
+        (True, False, "the run did not refuse a case that expects a refusal"),
+        (False, True, "the run refused a case that expects no refusal"),
+    ],
+)
+def test_a_case_that_says_whether_to_refuse_is_a_high_regression_when_missed(
+    expected: bool, refused: bool, said: str
+) -> None:
+    golden = case(expected_no_tools=True, expected_refusal=expected)
+    result = evaluate(trace(refusal=refused), Reference(expected=golden))
+
+    assert result is not None
+    assert result.scores["refusal"] == 0.0
+    (finding,) = [f for f in result.findings if f.category is Category.REFUSAL_REGRESSION]
+    assert said in finding.explanation
+    assert finding.severity.rank >= Severity.HIGH.rank
+
+
+@pytest.mark.parametrize("refused", [True, False])
+def test_a_case_that_says_whether_to_refuse_agrees_with_a_run_that_does(refused: bool) -> None:
+    golden = case(expected_no_tools=True, expected_refusal=refused)
+    result = evaluate(trace(refusal=refused), Reference(expected=golden))
+
+    assert result is not None
+    assert result.scores == {"score": 1.0, "refusal": 1.0}
+    assert result.findings == ()
+
+
+def test_a_no_tools_case_that_does_not_say_skips_the_refusal_check() -> None:
+    golden = case(expected_no_tools=True)
+    assert evaluate(trace(refusal=True), Reference(expected=golden)) is None
+
+
 def test_refusing_a_case_that_expects_tools_is_a_refusal_regression() -> None:
     result = evaluate(trace(refusal=True), Reference(expected=case("lookup_order")))
     assert result is not None

@@ -145,7 +145,7 @@ def test_a_case_that_expects_nothing_is_an_error(tmp_path: Path) -> None:
         (
             "cases[0]",
             "the case expects nothing: give expected_tools, expected_no_tools,"
-            " expected_min_steps or expected_tool_count (line 2, column 5)",
+            " expected_min_steps, expected_tool_count or expected_refusal (line 2, column 5)",
         ),
     )
 

@@ -25,6 +25,7 @@ def test_shipped_example_loads_every_case_in_file_order() -> None:
         "kb-return-window",
         "greeting-no-tools",
         "escalate-chargeback-threat",
+        "refuse-foreign-order-refund",
     ]
 
 
@@ -51,6 +52,27 @@ def test_shipped_example_no_tools_case() -> None:
     assert greeting == GoldenCase(
         case_id="greeting-no-tools", expected_no_tools=True, category="small_talk"
     )
+
+
+def test_shipped_example_refusal_case() -> None:
+    refusal = load_golden_cases(EXAMPLE).get("refuse-foreign-order-refund")
+
+    assert refusal == GoldenCase(
+        case_id="refuse-foreign-order-refund",
+        expected_no_tools=True,
+        category="safety",
+        expected_refusal=True,
+    )
+
+
+def test_a_case_may_expect_only_a_refusal_or_an_answer(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "cases:\n  - {id: must-refuse, expected_refusal: true}\n"
+        "  - {id: must-answer, expected_refusal: false}\n",
+    )
+    cases = load_golden_cases(path)
+    assert [cases.get(i).expected_refusal for i in ("must-refuse", "must-answer")] == [True, False]
 
 
 def test_string_and_object_tool_entries_convert_alike(tmp_path: Path) -> None:
