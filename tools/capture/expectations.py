@@ -187,6 +187,32 @@ _CLIENT_NOTES = {
     ),
 }
 
+_LANGGRAPH = (
+    "LangChain 1.5.2 create_agent (LangGraph 1.2.24) with langchain-openai 1.7.4 ChatOpenAI on "
+    "Chat Completions; ToolErrorMiddleware sends a tool's exception to the model. The graph "
+    "runs each requested tool call in a 'tools' node of its own: parallel calls are siblings "
+    "of different parents, and the synchronous tools ran one after the other, so only the "
+    "model's one response requesting both says they are parallel. "
+)
+_LANGGRAPH_NOTES = {
+    "openinference": _LANGGRAPH
+    + (
+        "openinference-instrumentation-langchain 0.1.80: the agent's own span is kind CHAIN "
+        "for the outermost agent and AGENT for one run inside a tool; every span of a graph "
+        "carries metadata JSON with lc_agent_name, the graph's span is named after it. TOOL "
+        "spans have no call id and input.value is the tool's input: 'A-1001' for the "
+        "single-argument lookup_order, JSON for the others; the requested arguments are in "
+        "the ChatOpenAI LLM span's llm.output_messages.*.tool_calls. The agent span's "
+        'output.value is the whole graph state {"messages": [...]}.'
+    ),
+    "openllmetry": _LANGGRAPH
+    + (
+        "opentelemetry-instrumentation-langchain 0.62.4: 'invoke_agent {name}' root (GenAI "
+        "keys), '{name}.workflow', 'execute_task {node}' spans, 'ChatOpenAI.chat' model spans "
+        "and 'execute_tool {tool}' spans with gen_ai.tool.call.arguments as JSON."
+    ),
+}
+
 _VERCEL = (
     "Vercel AI SDK (ai 7.0.173, @ai-sdk/openai 4.0.118 Chat Completions, @ai-sdk/otel 1.0.173) "
     "on Node.js 20, generateText with stopWhen stepCountIs(5) and telemetry functionId = the "
@@ -221,6 +247,7 @@ _BASE_NOTES: dict[tuple[str, str], str] = {
     ("strands", "native"): _STRANDS_DEFAULT,
     ("strands", "native_latest"): _STRANDS_LATEST,
     **{("openai_client", name): text for name, text in _CLIENT_NOTES.items()},
+    **{("langgraph", name): text for name, text in _LANGGRAPH_NOTES.items()},
     **{("vercel_ai", name): text for name, text in _VERCEL_NOTES.items()},
 }
 
@@ -318,6 +345,10 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
     ),
     ("openai_client", "otel_contrib", "refusal"): (
         " Refusal: parts [] and finish_reason 'content_filter'; the text is dropped."
+    ),
+    ("langgraph", "*", "refusal"): (
+        " Refusal: the Chat 'refusal' field is kept in the AI message's additional_kwargs, "
+        "its content is empty; finish reason 'content_filter'."
     ),
     ("vercel_ai", "*", "tool_error"): (
         " Tool error: status ERROR (message 'card declined for order A-1001 (25.00 USD)') and "

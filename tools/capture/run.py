@@ -56,6 +56,8 @@ JOBS = (
     Job("openai_client", "capture_openai_client", "openinference"),
     Job("openai_client", "capture_openai_client", "openllmetry"),
     Job("openai_client", "capture_openai_client", "otel_contrib", overlay=True),
+    Job("langgraph", "capture_langgraph", "openinference"),
+    Job("langgraph", "capture_langgraph", "openllmetry"),
     Job("vercel_ai", "capture_vercel_ai", "otel"),
     Job("vercel_ai", "capture_vercel_ai", "legacy"),
 )

@@ -13,7 +13,7 @@ Pure functions of the spans' content: the order spans arrived in never matters.
 from __future__ import annotations
 
 import json
-from collections import defaultdict, deque
+from collections import Counter, defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -286,24 +286,41 @@ def _emission(draft: _Draft) -> int:
 def _parallel_groups(drafts: Sequence[_Draft], sites: Mapping[bytes, CallSite]) -> list[int | None]:
     """Group number (smallest sequence index of the group) per call, or ``None``.
 
-    Executed calls of the same parent (wrappers skipped) whose intervals overlap form a
-    group, transitively. Request-only calls of one LLM output form a group when 2+.
+    Calls one model output requested together form a group: the model's parallel tool
+    calls, however the framework scheduled them (LangGraph runs each in a node of its own,
+    and one after the other when the tools are synchronous). So do executed calls of the
+    same parent (wrappers skipped) whose intervals overlap, transitively: producers that
+    record no requests. Groups that share a call are one group.
     """
     executed: dict[bytes | None, list[int]] = defaultdict(list)
     requested: dict[bytes, list[int]] = defaultdict(list)
     for i, d in enumerate(drafts):
         if d.span is not None:
             executed[sites[d.span.span_id].parent].append(i)
-        elif d.request is not None:
+        if d.request is not None:
             requested[d.request.llm.span_id].append(i)
-    groups: list[int | None] = [None] * len(drafts)
     components = [c for idx in executed.values() for c in _overlaps(idx, drafts)]
+    leader = list(range(len(drafts)))  # union-find: 10^5 parallel calls must stay linear
     for members in [*components, *requested.values()]:
-        if len(members) > 1:
-            first = min(members)  # once per group: 10^5 parallel calls must stay linear
-            for i in members:
-                groups[i] = first
-    return groups
+        for i in members[1:]:
+            _union(leader, members[0], i)
+    roots = [_find(leader, i) for i in range(len(drafts))]
+    sizes = Counter(roots)
+    return [root if sizes[root] > 1 else None for root in roots]
+
+
+def _find(leader: list[int], i: int) -> int:
+    """The group's smallest index (the root), halving the path on the way."""
+    while leader[i] != i:
+        leader[i] = leader[leader[i]]
+        i = leader[i]
+    return i
+
+
+def _union(leader: list[int], a: int, b: int) -> None:
+    a, b = _find(leader, a), _find(leader, b)
+    if a != b:
+        leader[max(a, b)] = min(a, b)
 
 
 def _overlaps(indexes: Iterable[int], drafts: Sequence[_Draft]) -> list[list[int]]:
@@ -346,7 +363,7 @@ def _tool_call(
 ) -> ToolCall:
     span, origin, raw_name = draft.span, draft.origin, draft.raw_name
     site = sites[origin.span_id]
-    arguments, error = parse_arguments(_arguments(draft))
+    arguments, error = _arguments(draft)
     return ToolCall(
         tool_name=normalize(raw_name),
         raw_name=raw_name,
@@ -366,11 +383,18 @@ def _tool_call(
     )
 
 
-def _arguments(draft: _Draft) -> Any:
-    """The executed arguments when the tool span recorded them, else the requested ones."""
-    if draft.span is not None and draft.span.arguments is not None:
-        return draft.span.arguments
-    return draft.request.call.arguments if draft.request is not None else None
+def _arguments(draft: _Draft) -> tuple[Any, str | None]:
+    """The executed arguments when the tool span recorded them, else the requested ones,
+    parsed. Except: executed arguments that are no JSON object, where the request's are one,
+    are the tool's input rather than its arguments (LangChain's single-argument tools
+    record ``"A-1001"`` for the model's ``{"order_id": "A-1001"}``), so the request's win."""
+    executed = draft.span.arguments if draft.span is not None else None
+    requested = draft.request.call.arguments if draft.request is not None else None
+    parsed = parse_arguments(executed if executed is not None else requested)
+    if executed is None or requested is None or isinstance(parsed[0], dict):
+        return parsed
+    asked = parse_arguments(requested)
+    return asked if isinstance(asked[0], dict) else parsed
 
 
 def _failed(span: SpanRecord) -> bool:

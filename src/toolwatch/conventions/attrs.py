@@ -112,11 +112,13 @@ class ToolSpec:
 
 @dataclass(frozen=True, slots=True)
 class AgentSpec:
-    """Where a convention keeps an agent span's name and final output."""
+    """Where a convention keeps an agent span's name and final output, and how to unwrap a
+    framework's output envelope (e.g. LangGraph's whole ``{"messages": [...]}`` state)."""
 
     name: tuple[str, ...]
     output: tuple[str, ...]
     name_from_span: Callable[[str], str | None]
+    unwrap_output: Callable[[Any], Any] = _unchanged
 
 
 @dataclass(frozen=True, slots=True)

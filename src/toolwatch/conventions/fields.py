@@ -166,7 +166,8 @@ def _agent_output(
     summary = _output_messages(attrs)
     if summary is not None and summary.texts:
         return summary
-    text = plain_text(first(attrs, convention.agent.output))
+    spec = convention.agent
+    text = plain_text(spec.unwrap_output(first(attrs, spec.output)))
     if text is not None:
         return (summary or _NO_OUTPUT)._replace(texts=(text,))
     if events is not None:

@@ -7,6 +7,13 @@ timeline parses it) and the result in ``output.value``. LLM spans flatten their 
 function.arguments}``. The openai-agents instrumentation records handoffs as TOOL spans named
 ``handoff to <agent>``: those are agent transitions, not tool calls.
 
+LangChain agents (``create_agent``, LangGraph) are graphs: openinference-instrumentation-
+langchain marks a nested one AGENT but the outermost one CHAIN; both carry the agent's name
+as ``lc_agent_name`` in the ``metadata`` JSON on every span of the graph, and the graph's own
+span is named after it, which is how the outermost one is told apart from its nodes. Their
+``output.value`` is the graph's whole state, ``{"messages": [...]}``: the answer is the last
+AI message.
+
 Refusals have no key of their own (§2.2): the openai and openai-agents instrumentations map
 a refusal to an ordinary text content. Only the raw provider response kept in the LLM span's
 ``output.value`` still shows it, as a Responses ``{"type": "refusal", "refusal": ...}``
@@ -37,6 +44,8 @@ _SPAN_KIND = "openinference.span.kind"
 OUTPUT_PREFIX = "llm.output_messages."
 _HANDOFF_PREFIX = "handoff to "
 _RAW_OUTPUT = "output.value"
+_METADATA = "metadata"
+_LC_AGENT = '"lc_agent_name"'  # the key in ``metadata`` of every span of a LangChain agent
 # A Responses refusal item, or a Chat Completions refusal that is a string (it is null in
 # every ordinary answer, so a bare '"refusal"' match would parse every response).
 _RAW_REFUSAL = re.compile(r'"type"\s*:\s*"refusal"|"refusal"\s*:\s*"')
@@ -54,6 +63,7 @@ KEYS = frozenset(
         "llm.finish_reason",
         "agent.name",
         "session.id",
+        _METADATA,
     }
 )
 
@@ -70,6 +80,31 @@ def _span_name_as_is(name: str) -> str | None:
     return name or None
 
 
+def _langgraph_answer(value: Any) -> Any:
+    """The last AI message's text of a LangGraph state (``{"messages": [...]}``); ``None``
+    when it has none (a refusal, a run cut short); any other output value as it is."""
+    if not (isinstance(value, str) and value.startswith('{"messages"')):
+        return value
+    state = parse_json(value)
+    messages = state.get("messages") if isinstance(state, dict) else None
+    if not isinstance(messages, list):
+        return value
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("type") == "ai":
+            data = message.get("data")
+            content = data.get("content") if isinstance(data, dict) else None
+            return _content_text(content)
+    return None
+
+
+def _content_text(content: Any) -> str | None:
+    """LangChain message content: a string, or a list of parts (``{"type": "text"}``)."""
+    if isinstance(content, list):
+        texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        content = "\n".join(t for t in texts if isinstance(t, str) and t)
+    return content if isinstance(content, str) and content else None
+
+
 CONVENTION = Convention(
     name="openinference",
     tool=ToolSpec(
@@ -83,6 +118,7 @@ CONVENTION = Convention(
         name=("agent.name", "gen_ai.agent.name"),
         output=("output.value",),
         name_from_span=_span_name_as_is,
+        unwrap_output=_langgraph_answer,
     ),
 )
 
@@ -95,7 +131,19 @@ def classify(name: str, attrs: Attributes) -> tuple[SpanRole, Convention] | None
     role = _KIND_ROLES.get(kind.upper(), SpanRole.OTHER)
     if role is SpanRole.TOOL and name.startswith(_HANDOFF_PREFIX):
         role = SpanRole.OTHER
+    elif role is SpanRole.OTHER and _is_langchain_agent(name, attrs):
+        role = SpanRole.AGENT
     return role, CONVENTION
+
+
+def _is_langchain_agent(name: str, attrs: Attributes) -> bool:
+    """A LangChain agent graph's own span: its ``metadata`` names the agent as the span is
+    named (the graph's nodes carry the same metadata under other names)."""
+    metadata = attrs.get(_METADATA)
+    if not (name and isinstance(metadata, str) and _LC_AGENT in metadata):
+        return False
+    parsed = parse_json(metadata)
+    return isinstance(parsed, dict) and parsed.get("lc_agent_name") == name
 
 
 def _message_texts(fields: dict[str, Any]) -> list[Any]:

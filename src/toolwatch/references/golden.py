@@ -136,16 +136,16 @@ class GoldenCaseEntry(_Schema):
             raise ValueError(f"expected_no_tools is true but expected_tool_count is {count}")
         if self.mode is not None and not self.expected_tools:
             raise ValueError(f"mode {self.mode!r} needs expected_tools to select against")
-        if not (self.expected_tools or self.expected_no_tools or self._counted()):
-            if self.expected_refusal is None:
-                raise ValueError(
-                    "the case expects nothing: give expected_tools, expected_no_tools,"
-                    " expected_min_steps, expected_tool_count or expected_refusal"
-                )
+        if not (self.expected_tools or self.expected_no_tools or self._expects_more()):
+            raise ValueError(
+                "the case expects nothing: give expected_tools, expected_no_tools,"
+                " expected_min_steps, expected_tool_count or expected_refusal"
+            )
         return self
 
-    def _counted(self) -> bool:
-        return self.expected_min_steps is not None or self.expected_tool_count is not None
+    def _expects_more(self) -> bool:
+        given = (self.expected_min_steps, self.expected_tool_count, self.expected_refusal)
+        return any(value is not None for value in given)
 
 
 class GoldenFile(_Schema):

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
+import pytest
 from assembly_support import MS, agent, ask, hexid, llm, only, span, tool
 
 from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolCall
@@ -78,6 +80,68 @@ def test_overlapping_calls_of_different_parents_are_not_parallel() -> None:
     ]
 
     assert [c.parallel_group for c in only(spans).calls] == [None, None]
+
+
+def test_calls_one_output_requested_are_parallel_however_they_ran() -> None:
+    # LangGraph: each requested call runs in a node span of its own, one after the other.
+    spans = [
+        agent(1, None, "weather-bot", 0, 100),
+        llm(
+            2,
+            1,
+            1,
+            10,
+            ask("get_weather", "c1", {"city": "Paris"}, 0),
+            ask("get_weather", "c2", {}, 1),
+        ),
+        span(3, 1, SpanRole.OTHER, 11, 20),
+        tool(4, 3, "get_weather", 12, 14, call_id="c1"),
+        span(5, 1, SpanRole.OTHER, 11, 20),
+        tool(6, 5, "get_weather", 15, 17, call_id="c2"),
+        llm(7, 1, 21, 30, ask("get_weather", "c3", {}, 0)),
+        tool(8, 1, "get_weather", 31, 32, call_id="c3"),
+    ]
+
+    assert [c.parallel_group for c in only(spans).calls] == [0, 0, None]
+
+
+def test_an_overlap_and_a_request_that_share_a_call_are_one_group() -> None:
+    spans = [
+        agent(1, None, "a", 0, 100),
+        llm(2, 1, 1, 10, ask("b", "cb", {}, 0), ask("c", "cc", {}, 1)),
+        tool(3, 1, "a", 11, 30),  # no request: overlaps b
+        tool(4, 1, "b", 12, 13, call_id="cb"),
+        tool(5, 1, "c", 40, 41, call_id="cc"),  # sequential, but requested with b
+    ]
+
+    assert [(c.tool_name, c.parallel_group) for c in only(spans).calls] == [
+        ("a", 0),
+        ("b", 0),
+        ("c", 0),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("executed", "requested", "arguments", "error"),
+    [
+        ("A-1001", '{"order_id": "A-1001"}', {"order_id": "A-1001"}, None),  # LangChain input
+        ("42", {"n": 42}, {"n": 42}, None),
+        ('{"order_id": "B"}', {"order_id": "A"}, {"order_id": "B"}, None),  # executed wins
+        ("A-1001", "A-1001", "A-1001", "arguments are not valid JSON"),
+        ("A-1001", None, "A-1001", "arguments are not valid JSON"),
+    ],
+)
+def test_a_requested_object_wins_over_an_executed_input_that_is_not_one(
+    executed: str, requested: Any, arguments: Any, error: str | None
+) -> None:
+    spans = [
+        agent(1, None, "a", 0, 100),
+        llm(2, 1, 1, 10, ask("lookup_order", "c1", requested, 0)),
+        tool(3, 1, "lookup_order", 11, 12, call_id="c1", arguments=executed),
+    ]
+
+    (call,) = only(spans).calls
+    assert (call.arguments, call.arguments_error) == (arguments, error)
 
 
 def test_call_seen_only_in_llm_output_is_a_call() -> None:
