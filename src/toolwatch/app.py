@@ -351,9 +351,9 @@ _GC_THRESHOLDS = (20_000, 20, 20)
 
 def _tune_gc() -> None:
     """Move everything alive after start-up (modules, configuration, the gRPC and Prometheus
-    machinery) out of the collector's reach, and collect less often. Measured under the
-    benchmark's load: collections took 1.6 s of CPU per minute and paused the event loop up
-    to 56 ms (the tail of the detection latency); afterwards 0.04 s, at most 15 ms."""
+    machinery) out of the collector's reach, and collect less often. Measured in a benchmark
+    run (``make bench``): collections took 1.6 s of CPU and paused the event loop up to 56 ms
+    (the tail of the detection latency); afterwards 0.04 s, at most 15 ms."""
     gc.collect()
     gc.freeze()
     gc.set_threshold(*_GC_THRESHOLDS)
