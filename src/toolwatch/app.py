@@ -35,6 +35,7 @@ from toolwatch.ingest.decode import DecodeOptions, scanner
 from toolwatch.ingest.otlp_grpc import SERVICE_NAME, trace_service_handler
 from toolwatch.ingest.otlp_http import HttpTraceReceiver
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
+from toolwatch.ingest.slots import RequestSlots
 from toolwatch.model import Clock, monotonic_clock
 from toolwatch.names import NameNormalizer
 from toolwatch.references.golden import GoldenCaseSet, load_golden_cases
@@ -103,6 +104,7 @@ class App:
             decoder=config.ingest.decoder,
         )
         self._compiled = scanner(self._decode_options).compiled
+        self._slots = RequestSlots(config.ingest.max_concurrent_requests)
         self.metrics = PrometheusMetrics(
             self.registry,
             version=__version__,
@@ -112,6 +114,7 @@ class App:
             label_value_cap=config.metrics.label_value_cap,
             buffer_state=self._buffer_state,
             stream_subscribers=lambda: self.broker.subscriber_count,
+            requests_in_flight=lambda: self._slots.in_use,
         )
         self._security = ListenerSecurity(config.security, clock, self.metrics)
         self._redaction = Redaction(
@@ -227,6 +230,7 @@ class App:
             options=[
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", 4 * 2**20),
+                ("grpc.http2.bdp_probe", int(self.config.ingest.grpc_bdp_probe)),
             ],
         )
         server.add_generic_rpc_handlers(
@@ -236,6 +240,7 @@ class App:
                     self._decode_options,
                     self.metrics,
                     self.config.ingest.retry_after_seconds,
+                    self._slots,
                 ),
             )
         )
@@ -267,6 +272,7 @@ class App:
             metrics=self.metrics,
             max_request_bytes=limit,
             retry_after_seconds=self.config.ingest.retry_after_seconds,
+            slots=self._slots,
         ).add_routes(app)
         return app
 

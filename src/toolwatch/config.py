@@ -103,6 +103,18 @@ class IngestSettings(_Section):
     max_request_bytes: int = Field(20 * _MIB, gt=0, description="cap after decompression")
     max_value_bytes: int = Field(65_536, gt=0, description="longer attribute values are cut")
     retry_after_seconds: float = Field(1.0, gt=0, le=300)
+    # Bodies in flight stay under this times max_request_bytes (toolwatch.ingest.slots); more
+    # concurrent requests are answered as overloaded, before their bodies are read.
+    max_concurrent_requests: int = Field(
+        16, gt=0, le=10_000, description="requests read or handled at once, both receivers"
+    )
+    # gRPC's bandwidth-delay probing grows HTTP/2 windows ahead of reads, so calls waiting for
+    # a slot would still have their bodies buffered by gRPC (measured: 100 x 10 MiB held 1 GiB
+    # with 16 slots). Off, a waiting call holds one 64 KiB window; a body being read still
+    # gets the window it needs (10 MiB at 50 ms RTT: 0.64 s against 0.1-0.2 s with it on).
+    grpc_bdp_probe: bool = Field(
+        False, description="grow gRPC windows ahead of reads (WAN senders; unbounds memory)"
+    )
     decoder: Decoder = Field(
         "auto", description="OTLP scanner: auto (compiled if built), compiled, reference"
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -90,6 +91,18 @@ class RunningServer:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
         self.loop.close()
+
+
+def until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
+    """Polls ``condition`` until true or ``timeout`` seconds passed: for what only the network
+    or a real process decides (a call reaching the server, a process exiting), never for the
+    pipeline, which ticks when told."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        threading.Event().wait(0.01)
+    return True
 
 
 @pytest.fixture

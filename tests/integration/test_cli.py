@@ -252,6 +252,11 @@ def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
         ("assembly:\n  max_traces: -1\n", "assembly.max_traces", "greater than 0"),
         ("listen:\n  http: 4318\n", "listen.http", "Input should be a valid string"),
         ("ingest:\n  max_body: 5\n", "ingest.max_body", "Extra inputs are not permitted"),
+        (
+            "ingest:\n  max_concurrent_requests: 0\n",
+            "ingest.max_concurrent_requests",
+            "greater than 0",
+        ),
     ],
 )
 def test_check_config_rejects_a_bad_file(

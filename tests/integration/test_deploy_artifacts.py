@@ -404,6 +404,36 @@ def test_toolwatch_config_map_is_a_valid_configuration(path: Path, tmp_path: Pat
     assert pod["terminationGracePeriodSeconds"] > pause + config.shutdown_grace_seconds
 
 
+# Measured (README "Memory"): the process at rest, a buffered span against the buffer's
+# own estimate of it, and a request body being read against its size.
+_RESIDENT_AT_REST = 100 * 2**20
+_RESIDENT_PER_BUFFERED_BYTE = 1.1
+_RESIDENT_PER_BODY_BYTE = 2.5
+
+
+def _memory_limit(quantity: str) -> int:
+    number, unit = re.fullmatch(r"(\d+)(Mi|Gi)", quantity).groups()  # type: ignore[union-attr]
+    return int(number) * {"Mi": 2**20, "Gi": 2**30}[unit]
+
+
+@pytest.mark.parametrize("path", [SIDECAR, GATEWAY], ids=lambda p: p.name)
+def test_toolwatch_at_its_bounds_fits_its_memory_limit(path: Path, tmp_path: Path) -> None:
+    config_module = pytest.importorskip("toolwatch.config")
+    target = tmp_path / "toolwatch.yaml"
+    target.write_text(_toolwatch_config_map(path), encoding="utf-8")
+    config = config_module.load_config(target)
+    (workload,) = [w for w in _workloads(path) if _has_toolwatch(w)]
+    limit = _memory_limit(_toolwatch_container(workload)["resources"]["limits"]["memory"])
+    ingest, assembly = config.ingest, config.assembly
+    bodies = ingest.max_concurrent_requests * ingest.max_request_bytes
+    worst = (
+        _RESIDENT_AT_REST
+        + _RESIDENT_PER_BUFFERED_BYTE * assembly.max_buffered_bytes
+        + _RESIDENT_PER_BODY_BYTE * bodies
+    )
+    assert worst < 0.9 * limit, f"{worst / 2**20:.0f} MiB at the bounds, limit {limit >> 20} MiB"
+
+
 def test_sidecar_agent_exports_to_toolwatch_on_loopback() -> None:
     (workload,) = _workloads(SIDECAR)
     toolwatch = _toolwatch_container(workload)

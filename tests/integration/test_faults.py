@@ -38,6 +38,7 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration import agents
+from tests.integration.conftest import until
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.assembly.buffer import AssemblyLimits
 from toolwatch.engine import Admission, Engine, EngineParts
@@ -160,16 +161,6 @@ def serve() -> Iterator[Callable[[Path], ServeProcess]]:
     for process in started:
         if process.proc.poll() is None:
             process.kill()
-
-
-def until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
-    """Polls ``condition`` until true or ``timeout`` seconds passed (a real process)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        threading.Event().wait(0.01)
-    return True
 
 
 def export(address: str, spans: Sequence[ReadableSpan]) -> SpanExportResult:

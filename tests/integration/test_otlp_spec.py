@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import threading
 import urllib.error
 import urllib.request
 import zlib
@@ -33,7 +34,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from tests.integration import agents
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import RunningServer, until
 
 StartServer = Callable[..., RunningServer]
 
@@ -507,6 +508,92 @@ def test_http_overload_is_503_with_retry_after(start_server: StartServer) -> Non
     server.settle()
     assert ok_response(post(server, refused)) == ExportTraceServiceResponse()
     assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 12
+
+
+class HeldCall:
+    """An Export call open on the wire whose request message is not sent until ``release``:
+    the server holds a request slot for it meanwhile (``ingest.max_concurrent_requests``)."""
+
+    def __init__(self, server: RunningServer, messages: list[bytes]) -> None:
+        self._channel = grpc_channel(server)
+        self._go = threading.Event()
+        self._messages = messages
+        export = self._channel.stream_unary(
+            EXPORT_METHOD, response_deserializer=ExportTraceServiceResponse.FromString
+        )
+        self.future = export.future(self._requests(), timeout=30)
+
+    def _requests(self) -> Iterator[bytes]:
+        self._go.wait(30)
+        yield from self._messages
+
+    def release(self) -> Any:
+        """Send the messages, end the call; its response, or the error it ended with."""
+        self._go.set()
+        try:
+            return self.future.result(timeout=30)
+        except grpc.RpcError as error:
+            return error
+        finally:
+            self._channel.close()
+
+
+def in_flight(server: RunningServer) -> float:
+    return server.sample("toolwatch_requests_in_flight")
+
+
+def overloaded(server: RunningServer, transport: str) -> float:
+    labels = {"transport": transport, "outcome": "overloaded"}
+    return server.sample("toolwatch_export_request_duration_seconds_count", labels)
+
+
+def test_requests_beyond_the_slots_are_refused_unread_and_retryable(
+    start_server: StartServer,
+) -> None:
+    server = start_server(
+        ingest__max_concurrent_requests=2, ingest__retry_after_seconds=2.5, **QUIET
+    )
+    held = [refund_request() for _ in range(2)]
+    calls = [HeldCall(server, [request.SerializeToString()]) for request in held]
+    assert until(lambda: in_flight(server) == 2)
+    refused = refund_request()
+
+    with pytest.raises(grpc.RpcError) as raised:
+        export_grpc(server, refused)
+    answer = post(server, refused.SerializeToString())  # the slots are shared
+
+    assert raised.value.code() is grpc.StatusCode.UNAVAILABLE
+    delay = duration_pb2.Duration(seconds=2, nanos=500_000_000)
+    assert [info.retry_delay for info in _retry_info(raised.value)] == [delay, delay]
+    assert (answer.status, answer.headers["Retry-After"]) == (503, "3")
+    assert error_status(answer).code == code_pb2.UNAVAILABLE
+    assert (overloaded(server, "grpc"), overloaded(server, "http")) == (1, 1)
+    assert [call.release() for call in calls] == [ExportTraceServiceResponse()] * 2
+    assert in_flight(server) == 0
+    assert export_grpc(server, refused) == ExportTraceServiceResponse()
+    server.settle()
+    sent = sorted(trace_hex(r) for r in (*held, refused))
+    assert sorted(t for t, _, _ in sent_calls(server)) == sent
+    assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 18
+
+
+@pytest.mark.parametrize(
+    ("messages", "reason"),
+    [(0, "the call carried no ExportTraceServiceRequest"), (2, "a second request message")],
+)
+def test_an_export_call_must_carry_exactly_one_request(
+    start_server: StartServer, messages: int, reason: str
+) -> None:
+    server = start_server(**QUIET)
+    call = HeldCall(server, [refund_request().SerializeToString() for _ in range(messages)])
+
+    error = call.release()
+
+    assert isinstance(error, grpc.RpcError)
+    assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert reason in error.details()
+    assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 0
+    assert in_flight(server) == 0
 
 
 # --- health ---------------------------------------------------------------------------------

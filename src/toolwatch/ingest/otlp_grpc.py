@@ -8,18 +8,24 @@ it once, hands the batch to the consumer and answers per the OTLP specification:
 - INVALID_ARGUMENT for a body that cannot be decoded, with a ``google.rpc.BadRequest`` naming
   the field and the reason in ``grpc-status-details-bin`` (OTLP: not-retryable errors use
   InvalidArgument "and MAY supply ... BadRequest");
-- UNAVAILABLE with ``google.rpc.RetryInfo`` when the consumer is at capacity. RetryInfo is
+- UNAVAILABLE with ``google.rpc.RetryInfo`` when the consumer is at capacity, or when every
+  request slot is taken (``toolwatch.ingest.slots``: checked before the body is read, so a
+  burst cannot pile up bodies in memory). RetryInfo is
   sent both in ``grpc-status-details-bin`` (a ``google.rpc.Status``, the standard rich-error
   form) and as ``google.rpc.retryinfo-bin``, the trailer the OpenTelemetry Python exporter
   reads. OTLP: "the server SHOULD respond with UNAVAILABLE ... and MAY supply RetryInfo".
 
+The method is served as client-streaming on the wire, which a unary client cannot tell
+apart: a unary handler is handed its request only once gRPC has read all of it, too late to
+refuse it unread. A second request message on the call is INVALID_ARGUMENT, never ignored.
 Lifecycle (start, stop, health) belongs to the app.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from typing import Any
 
 import grpc
 from google.protobuf import any_pb2, duration_pb2
@@ -28,6 +34,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from toolwatch.engine import Admission
 from toolwatch.ingest.decode import DecodedBatch, DecodeError, DecodeOptions, decode_protobuf
+from toolwatch.ingest.slots import RequestSlots
 from toolwatch.metrics import PipelineMetrics
 
 __all__ = ["SERVICE_NAME", "SpanConsumer", "bad_request_status", "trace_service_handler"]
@@ -72,6 +79,11 @@ def bad_request_status(error: DecodeError) -> status_pb2.Status:
     return status_pb2.Status(code=code_pb2.INVALID_ARGUMENT, message=str(error), details=[detail])
 
 
+def _invalid(message: str) -> bytes:
+    status: bytes = bad_request_status(DecodeError(message)).SerializeToString()
+    return status
+
+
 class _Export:
     def __init__(
         self,
@@ -79,15 +91,26 @@ class _Export:
         options: DecodeOptions,
         metrics: PipelineMetrics,
         retry_after_seconds: float,
+        slots: RequestSlots,
     ) -> None:
         self._consume = consume
         self._options = options
         self._metrics = metrics
         self._trailers = _overload_trailers(retry_after_seconds)
+        self._slots = slots
 
-    async def handle(self, body: bytes, context: grpc.aio.ServicerContext) -> bytes:
+    async def handle(
+        self, _requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
+    ) -> bytes:
         started = time.perf_counter()
-        outcome, payload = self._export(body)
+        if not self._slots.take():
+            self._metrics.request_handled(_TRANSPORT, "overloaded", time.perf_counter() - started)
+            await self._abort_overloaded(context)  # raises
+            return b""
+        try:
+            outcome, payload = await self._receive(context)
+        finally:
+            self._slots.give()
         self._metrics.request_handled(_TRANSPORT, outcome, time.perf_counter() - started)
         if outcome == "invalid":
             status = status_pb2.Status.FromString(payload)
@@ -96,10 +119,22 @@ class _Export:
                 grpc.StatusCode.INVALID_ARGUMENT, status.message, trailing_metadata=trailers
             )
         if outcome == "overloaded":
-            await context.abort(
-                grpc.StatusCode.UNAVAILABLE, _OVERLOAD_MESSAGE, trailing_metadata=self._trailers
-            )
+            await self._abort_overloaded(context)
         return payload
+
+    async def _abort_overloaded(self, context: grpc.aio.ServicerContext) -> None:
+        await context.abort(
+            grpc.StatusCode.UNAVAILABLE, _OVERLOAD_MESSAGE, trailing_metadata=self._trailers
+        )
+
+    async def _receive(self, context: grpc.aio.ServicerContext) -> tuple[str, bytes]:
+        """The one request message, exported; a call with none or two is invalid."""
+        body = await context.read()
+        if body is grpc.aio.EOF:
+            return "invalid", _invalid("the call carried no ExportTraceServiceRequest")
+        if await context.read() is not grpc.aio.EOF:
+            return "invalid", _invalid("Export is unary: a second request message was sent")
+        return self._export(body)
 
     def _export(self, body: bytes) -> tuple[str, bytes]:
         """Returns (outcome, response bytes or, for "invalid", the error's google.rpc.Status)."""
@@ -122,9 +157,11 @@ def trace_service_handler(
     options: DecodeOptions,
     metrics: PipelineMetrics,
     retry_after_seconds: float,
+    slots: RequestSlots,
 ) -> grpc.GenericRpcHandler:
     """The ``TraceService`` handler to add to a ``grpc.aio`` server. Requests and responses
-    cross it as bytes; ``consume`` runs on the server's event loop."""
-    export = _Export(consume, options, metrics, retry_after_seconds)
-    method = grpc.unary_unary_rpc_method_handler(export.handle)
+    cross it as bytes; ``consume`` runs on the server's event loop. Each call holds one of
+    ``slots`` while it is read and handled."""
+    export = _Export(consume, options, metrics, retry_after_seconds, slots)
+    method = grpc.stream_unary_rpc_method_handler(export.handle)
     return grpc.method_handlers_generic_handler(SERVICE_NAME, {"Export": method})

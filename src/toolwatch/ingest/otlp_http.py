@@ -5,7 +5,8 @@ request's encoding (``partial_success`` when spans were rejected); 400 with a
 ``google.rpc.Status`` holding a ``google.rpc.BadRequest`` for a body that cannot be decoded;
 413 when the body exceeds the cap *after* decompression (so a gzip bomb is cut off, not
 inflated); 415 for other content types or encodings; 503 with ``Retry-After`` when the
-consumer is at capacity ("the client SHOULD honor the Retry-After header").
+consumer is at capacity or every request slot is taken (``toolwatch.ingest.slots``: checked
+before the body is read), as OTLP asks ("the client SHOULD honor the Retry-After header").
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from toolwatch.ingest.decode import (
 )
 from toolwatch.ingest.otlp_grpc import SpanConsumer, bad_request_status
 from toolwatch.ingest.otlp_json import parse_otlp_json
+from toolwatch.ingest.slots import RequestSlots
 from toolwatch.metrics import PipelineMetrics
 
 __all__ = ["TRACES_PATH", "HttpTraceReceiver"]
@@ -54,13 +56,16 @@ class _RejectError(Exception):
 @dataclass(frozen=True, slots=True)
 class HttpTraceReceiver:
     """The ``/v1/traces`` route. ``max_request_bytes`` caps the body after decompression;
-    the app must also set the aiohttp ``client_max_size`` to it (the cap before)."""
+    the app must also set the aiohttp ``client_max_size`` to it (the cap before). Each
+    request holds one of ``slots`` (shared with the gRPC receiver) while it is read and
+    handled."""
 
     consume: SpanConsumer
     options: DecodeOptions
     metrics: PipelineMetrics
     max_request_bytes: int
     retry_after_seconds: float
+    slots: RequestSlots
 
     def add_routes(self, app: web.Application) -> None:
         app.router.add_post(TRACES_PATH, self.handle)
@@ -80,15 +85,23 @@ class HttpTraceReceiver:
     async def _handle(self, request: web.Request, content_type: str) -> web.Response:
         if content_type not in (_PROTOBUF, _JSON):
             raise _RejectError(415, f"content type {content_type!r} is not {_PROTOBUF} or {_JSON}")
+        if not self.slots.take():
+            return self._overloaded(content_type)
+        try:
+            batch = await self._read(request, content_type)
+        finally:
+            self.slots.give()
+        if self.consume(batch, _TRANSPORT) is Admission.OVERLOADED:
+            return self._overloaded(content_type)
+        return _message_response(200, _export_response(batch), content_type)
+
+    async def _read(self, request: web.Request, content_type: str) -> DecodedBatch:
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise _RejectError(413, f"body exceeds {self.max_request_bytes} bytes") from None
         body = self._decompress(raw, request.headers.get("Content-Encoding", "identity"))
-        batch = self._decode(body, content_type)
-        if self.consume(batch, _TRANSPORT) is Admission.OVERLOADED:
-            return self._overloaded(content_type)
-        return _message_response(200, _export_response(batch), content_type)
+        return self._decode(body, content_type)
 
     def _overloaded(self, content_type: str) -> web.Response:
         # Retry-After is whole seconds (RFC 9110 §10.2.3): round up, never ask for less than

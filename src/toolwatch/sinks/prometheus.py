@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
@@ -118,25 +118,31 @@ class StateCollector(Collector):
     """Reads pipeline state at scrape time and reports it as gauges.
 
     ``buffer`` returns the buffer's current ``BufferState``; ``stream_subscribers`` (optional)
-    the number of open findings-stream subscriptions. Both are called on every scrape, from
-    the scraping thread, so they must be cheap reads. A callable that raises is logged and
-    its gauges are left out of that scrape rather than failing the whole exposition.
+    the number of open findings-stream subscriptions; ``requests_in_flight`` (optional) the
+    export requests being read or handled. All are called on every scrape, from the scraping
+    thread, so they must be cheap reads. A callable that raises is logged and its gauges are
+    left out of that scrape rather than failing the whole exposition.
     """
 
     def __init__(
         self,
         buffer: Callable[[], BufferState],
         stream_subscribers: Callable[[], int] | None = None,
+        requests_in_flight: Callable[[], int] | None = None,
     ) -> None:
         self._buffer = buffer
-        self._subscribers = stream_subscribers
+        self._counts = [
+            (family, read)
+            for family, read in (
+                (_subscribers_family, stream_subscribers),
+                (_in_flight_family, requests_in_flight),
+            )
+            if read is not None
+        ]
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
         # Lets the registry check names at registration without calling the callables.
-        families = self._families()
-        if self._subscribers is not None:
-            families.append(_subscribers_family())
-        return families
+        return [*self._families(), *(family() for family, _ in self._counts)]
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         try:
@@ -148,19 +154,14 @@ class StateCollector(Collector):
             for family, value in zip(self._families(), values, strict=True):
                 family.add_metric([], value)
                 yield family
-        if self._subscribers is not None:
-            yield from self._collect_subscribers()
-
-    def _collect_subscribers(self) -> Iterator[GaugeMetricFamily]:
-        assert self._subscribers is not None
-        try:
-            count = self._subscribers()
-        except Exception:
-            _log.exception("reading the findings stream's subscriber count failed")
-            return
-        family = _subscribers_family()
-        family.add_metric([], count)
-        yield family
+        for make, read in self._counts:
+            gauge = make()
+            try:
+                gauge.add_metric([], read())
+            except Exception:
+                _log.exception("reading %s for a scrape failed", gauge.name)
+                continue
+            yield gauge
 
     def _families(self) -> list[GaugeMetricFamily]:
         return [
@@ -176,6 +177,13 @@ def _subscribers_family() -> GaugeMetricFamily:
     return GaugeMetricFamily("toolwatch_stream_subscribers", "Open findings-stream subscriptions.")
 
 
+def _in_flight_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "toolwatch_requests_in_flight",
+        "OTLP export requests being read or handled (ingest.max_concurrent_requests caps it).",
+    )
+
+
 class PrometheusMetrics:
     """``PipelineMetrics`` on Prometheus counters and histograms in ``registry``.
 
@@ -184,9 +192,9 @@ class PrometheusMetrics:
     label are admitted, the rest report as ``_other``. Registers
     ``toolwatch_build_info{version,decoder}`` = 1 (``decoder``: which OTLP scanner runs,
     ``compiled`` or ``reference``) and, when ``buffer_state`` is given, a
-    ``StateCollector`` reading it (and ``stream_subscribers``) at scrape time; both callables
-    are only called during scrapes, so they may refer to objects built after this one.
-    Methods never raise on odd input.
+    ``StateCollector`` reading it (and ``stream_subscribers``, ``requests_in_flight``) at
+    scrape time; the callables are only called during scrapes, so they may refer to objects
+    built after this one. Methods never raise on odd input.
     """
 
     def __init__(
@@ -200,6 +208,7 @@ class PrometheusMetrics:
         decoder: str = "compiled",
         buffer_state: Callable[[], BufferState] | None = None,
         stream_subscribers: Callable[[], int] | None = None,
+        requests_in_flight: Callable[[], int] | None = None,
     ) -> None:
         self._agent = LabelLimiter(agents, label_value_cap)
         self._tool = LabelLimiter(tools, label_value_cap)
@@ -218,7 +227,8 @@ class PrometheusMetrics:
             {"version": version, "decoder": decoder}
         )
         if buffer_state is not None:
-            registry.register(StateCollector(buffer_state, stream_subscribers))
+            collector = StateCollector(buffer_state, stream_subscribers, requests_in_flight)
+            registry.register(collector)
 
     def _register(self, r: CollectorRegistry) -> None:
         self._regressions = Counter(

@@ -260,13 +260,21 @@ def test_build_info_names_the_version_and_the_otlp_scanner(registry: CollectorRe
 
 def test_buffer_state_is_read_at_scrape_time(registry: CollectorRegistry) -> None:
     state = [BufferState(traces=1, spans=2, bytes=3)]
-    PrometheusMetrics(registry, buffer_state=lambda: state[0], stream_subscribers=lambda: 5)
+    in_flight = [7]
+    PrometheusMetrics(
+        registry,
+        buffer_state=lambda: state[0],
+        stream_subscribers=lambda: 5,
+        requests_in_flight=lambda: in_flight[0],
+    )
     assert registry.get_sample_value("toolwatch_buffered_spans") == 2.0
     state[0] = BufferState(traces=4, spans=50, bytes=600)
+    in_flight[0] = 3
     get = registry.get_sample_value
     assert (get("toolwatch_buffered_traces"), get("toolwatch_buffered_spans")) == (4.0, 50.0)
     assert get("toolwatch_buffered_bytes") == 600.0
     assert get("toolwatch_stream_subscribers") == 5.0
+    assert get("toolwatch_requests_in_flight") == 3.0
 
 
 def test_a_failing_state_callable_leaves_the_rest_of_the_scrape_intact(
@@ -275,10 +283,14 @@ def test_a_failing_state_callable_leaves_the_rest_of_the_scrape_intact(
     def broken() -> BufferState:
         raise RuntimeError("buffer gone")
 
+    def gone() -> int:
+        raise RuntimeError("slots gone")
+
     metrics = PrometheusMetrics(registry)
-    registry.register(StateCollector(broken, lambda: 2))
+    registry.register(StateCollector(broken, lambda: 2, gone))
     metrics.spans_built(1)
     assert registry.get_sample_value("toolwatch_buffered_traces") is None
+    assert registry.get_sample_value("toolwatch_requests_in_flight") is None
     assert registry.get_sample_value("toolwatch_stream_subscribers") == 2.0
     assert registry.get_sample_value("toolwatch_spans_built_total") == 1.0
 

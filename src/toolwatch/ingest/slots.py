@@ -1,0 +1,49 @@
+"""How many export requests may be in flight at once, across both receivers.
+
+A request holds its whole body in memory from the moment it is read until the engine has
+taken its spans. The receivers read bodies concurrently (every open call or connection
+reads its own), but the engine takes them one at a time on the event loop; without a bound,
+a burst of large requests piles up as bodies waiting their turn (measured: 100 concurrent
+10 MiB gRPC requests took the server from 69 MiB to 1 GiB resident, whatever the trace
+buffer's own bound). So a receiver takes a slot *before* it reads a body, and answers as
+for a full buffer when none is free (UNAVAILABLE with RetryInfo, 503 with Retry-After): the
+client keeps the spans and retries. Bodies in flight then stay under
+``max_concurrent_requests * max_request_bytes``.
+
+Only the event loop's thread takes and gives slots, so nothing here locks.
+"""
+
+from __future__ import annotations
+
+__all__ = ["RequestSlots"]
+
+
+class RequestSlots:
+    """``limit`` slots; ``take`` one before reading a request body, ``give`` it back once
+    the request is answered."""
+
+    __slots__ = ("_in_use", "limit")
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"the request limit must be at least 1, got {limit}")
+        self.limit = limit
+        self._in_use = 0
+
+    @property
+    def in_use(self) -> int:
+        """Requests being read or handled now (``toolwatch_requests_in_flight``)."""
+        return self._in_use
+
+    def take(self) -> bool:
+        """Take a slot; ``False`` (and nothing taken) when all ``limit`` are in use."""
+        if self._in_use >= self.limit:
+            return False
+        self._in_use += 1
+        return True
+
+    def give(self) -> None:
+        """Give back a slot taken by ``take``."""
+        if self._in_use <= 0:
+            raise RuntimeError("a request slot was given back that was never taken")
+        self._in_use -= 1

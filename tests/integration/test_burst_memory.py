@@ -1,0 +1,81 @@
+"""A burst of large requests cannot take the server's memory past its bounds: request slots
+(``ingest.max_concurrent_requests``) are taken before a body is read, so bodies beyond them
+are never read (gRPC: nor buffered ahead, ``ingest.grpc_bdp_probe`` off) and their clients
+are told to retry. Measured on a real ``toolwatch serve`` process, by its peak resident set
+(``VmHWM``), with the burst sent from another process.
+
+The control case lifts the bound: the same burst must then cost what it costs unbounded,
+so the test can tell the two apart.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_faults import ServeProcess, serve, write_config
+
+__all__ = ["serve"]  # the fixture, imported for this module's tests
+
+MIB = 2**20
+REQUESTS = 24
+REQUEST_MIB = 4
+
+
+def peak_resident(pid: int) -> int:
+    """The process's peak resident set so far, bytes (``VmHWM``)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError("no VmHWM in /proc/<pid>/status")
+
+
+def burst(transport: str, address: str) -> dict[str, object]:
+    command = [sys.executable, "-m", "tests.integration.burst", transport, address]
+    done = subprocess.run(
+        [*command, str(REQUESTS), str(REQUEST_MIB)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    answers: dict[str, object] = json.loads(done.stdout)
+    return answers
+
+
+@pytest.mark.parametrize("transport", ["grpc", "http"])
+@pytest.mark.parametrize(
+    ("slots", "bounded"), [(2, True), (REQUESTS, False)], ids=["bounded", "control"]
+)
+def test_a_burst_of_large_requests_stays_within_the_request_slots(
+    serve: Callable[[Path], ServeProcess],
+    tmp_path: Path,
+    transport: str,
+    slots: int,
+    bounded: bool,
+) -> None:
+    ingest = {"max_concurrent_requests": slots, "max_request_bytes": 8 * MIB}
+    server = serve(write_config(tmp_path / "toolwatch.yaml", {}, ingest=ingest))
+    before = peak_resident(server.proc.pid)
+
+    answers = burst(transport, server.addresses[transport])
+
+    grown = peak_resident(server.proc.pid) - before
+    assert answers["failed"] == []
+    accepted = server.sample("toolwatch_spans_received_total", {"transport": transport})
+    assert accepted == answers["ok"] and answers["ok"] >= 1
+    # Each body in flight costs about 2.5 times its size (the transport's copy, ours and
+    # the allocator's slack): with two slots the peak grows by ~5 bodies (measured 20-25
+    # MiB), unbounded by ~30 (115-140 MiB).
+    body = REQUEST_MIB * MIB
+    if bounded:
+        assert answers["refused"] == REQUESTS - answers["ok"]
+        assert grown < 10 * body, f"peak grew {grown / MIB:.0f} MiB"
+    else:
+        assert answers["ok"] == REQUESTS
+        assert grown > 20 * body, f"peak grew only {grown / MIB:.0f} MiB"
