@@ -42,11 +42,13 @@ bench-compare: $(STAMP)
 		($(PYTHON) -m venv $(BASE_DIR)/.venv && $(BASE_DIR)/.venv/bin/pip install --quiet -e $(BASE_DIR))
 	$(BIN)/python -m bench.compare $(BASE_DIR) . $(ARGS)
 
-# The compiled OTLP scanner under AddressSanitizer, fuzzed against protobuf (tools/fuzz/).
+# tools/fuzz/: the compiled OTLP scanner under AddressSanitizer, fuzzed against protobuf;
+# then the whole pipeline under atheris, coverage-guided (corpus and crashes in .fuzz/).
 FUZZ_SECONDS ?= 300
 FUZZ_SEED ?= 1
 fuzz: $(STAMP)
 	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) PYTHON=$(BIN)/python tools/fuzz/run.sh
+	FUZZ_SECONDS=$(FUZZ_SECONDS) FUZZ_SEED=$(FUZZ_SEED) PYTHON=$(BIN)/python tools/fuzz/pipeline.sh
 
 # Regenerate src/toolwatch/_proto from proto/ (the generated code is committed).
 proto: $(STAMP)

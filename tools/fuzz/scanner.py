@@ -19,14 +19,11 @@ import importlib.util
 import random
 import sys
 import time
-from pathlib import Path
 
-from bench.traces import build_templates
+from tools.fuzz.corpus import protobuf_seeds
 from toolwatch.ingest.decode import DecodeOptions, scanner
-from toolwatch.ingest.otlp_json import parse_otlp_json
 from toolwatch.ingest.scan import Scan, Scanner, WireError
 
-_FIXTURES = Path(__file__).parents[2] / "tests" / "fixtures" / "otlp"
 _LIMITS = (1, 7, 64, 65_536)  # max_value_bytes: cuts inside keys, values, arrays and none
 
 
@@ -37,14 +34,6 @@ def _load_extension(path: str) -> object:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _seeds() -> list[bytes]:
-    bodies = [t.render([bytes(range(1, 17))] * t.runs) for t in build_templates(4, 4, 0.2)]
-    for path in sorted(_FIXTURES.glob("*.json")):
-        if not path.name.endswith(".expected.json"):
-            bodies.append(parse_otlp_json(path.read_bytes()).SerializeToString())
-    return bodies
 
 
 def _mutate(body: bytes, rng: random.Random) -> bytes:
@@ -69,7 +58,7 @@ def main(argv: list[str]) -> int:
     so_path, seconds, seed = argv[0], float(argv[1]), int(argv[2]) if len(argv) > 2 else 1
     wire = _load_extension(so_path)
     rng = random.Random(seed)
-    seeds = _seeds()
+    seeds = protobuf_seeds()
     base = scanner(DecodeOptions(reference_keys=frozenset({"toolwatch.case_id"}))).plan
     pairs = []
     for limit in _LIMITS:

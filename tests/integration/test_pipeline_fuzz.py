@@ -1,0 +1,47 @@
+"""The whole pipeline under coverage-guided fuzzing (atheris): ``make fuzz``'s second half,
+for a short while. Any input that makes decoding raise something other than a clear
+``DecodeError``, makes the engine or an evaluator fail on some trace, or loses a span from
+the accounting stops libFuzzer with the input saved, and fails this test
+(``tools/fuzz/pipeline.py`` states the contract). ``make fuzz`` runs the same for longer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+
+pytest.importorskip("atheris", reason="atheris has wheels for x86-64 Linux only")
+
+
+def test_fuzzing_the_pipeline_breaks_no_contract(tmp_path: Path) -> None:
+    env = {
+        **os.environ,
+        "FUZZ_SECONDS": "20",
+        "FUZZ_SEED": "7",
+        "FUZZ_DIR": str(tmp_path),
+        "PYTHON": sys.executable,
+    }
+    run = subprocess.run(
+        [str(ROOT / "tools" / "fuzz" / "pipeline.sh")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    output = run.stdout + run.stderr
+    assert run.returncode == 0, output[-4000:]
+    assert not list(tmp_path.glob("crash-*"))
+    done = re.search(r"Done (\d+) runs", output)
+    assert done is not None, output[-2000:]
+    assert int(done.group(1)) > 2_000  # it really fuzzed
+    seeds = re.search(r"(\d+) seeds in", output)
+    assert seeds is not None and int(seeds.group(1)) > 100  # from the real fixtures

@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# make fuzz [FUZZ_SECONDS=300] [FUZZ_SEED=1]: the whole pipeline under atheris (libFuzzer,
+# guided by Python coverage; tools/fuzz/pipeline.py). The corpus grows in $FUZZ_DIR between
+# runs; an input that breaks the contract is saved there as crash-<sha1> and fails the run.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+python="${PYTHON:-.venv/bin/python}"
+seconds="${FUZZ_SECONDS:-300}"
+seed="${FUZZ_SEED:-1}"
+dir="${FUZZ_DIR:-.fuzz}"
+mkdir -p "$dir/pipeline-corpus"
+"$python" -m tools.fuzz.corpus "$dir/pipeline-corpus"
+"$python" -m tools.fuzz.pipeline -max_total_time="$seconds" -seed="$seed" -timeout=30 \
+    -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$dir/" "$dir/pipeline-corpus"
