@@ -5,7 +5,10 @@ It serves, on 127.0.0.1 and a free port, what the agent SDKs call:
 * ``POST /v1/responses`` (non-streaming) -- the Responses API, the OpenAI Agents SDK default;
 * ``POST /v1/chat/completions`` -- Chat Completions, non-streaming and streaming (SSE with
   ``data: {chunk}`` lines and ``data: [DONE]``), because Strands' OpenAI provider always
-  streams.
+  streams;
+* ``POST /v1beta/models/{model}:generateContent`` -- the Gemini API, what the ``google-genai``
+  client calls (``root_url`` as its ``base_url``). A refusal is Gemini's safety block: a
+  candidate with ``finishReason: SAFETY`` and no content.
 
 Response bodies follow the public OpenAI API reference closely enough for the official
 ``openai`` client to parse them. Ids are deterministic (a per-server counter) so that
@@ -28,6 +31,7 @@ from tools.capture.scripts import Refusal, Text, ToolCalls, Turn, find_scenario
 __all__ = ["FakeModelServer"]
 
 MODEL = "gpt-4o-mini-2024-07-18"
+GEMINI_MODEL = "gemini-2.5-flash"
 CREATED = 1_767_225_600  # fixed so response bodies are reproducible
 
 
@@ -46,6 +50,12 @@ class FakeModelServer:
         """The ``base_url`` to give an OpenAI client (ends in ``/v1``)."""
         host, port = self._httpd.server_address[:2]
         return f"http://{host!s}:{port}/v1"
+
+    @property
+    def root_url(self) -> str:
+        """The server's root, for clients that add their own API version (google-genai)."""
+        host, port = self._httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
 
     def next_id(self, prefix: str) -> str:
         with self._lock:
@@ -76,6 +86,8 @@ def _handler_for(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
                     self._send_json(_responses(server, body))
                 elif self.path.endswith("/chat/completions"):
                     self._chat(body)
+                elif self.path.endswith(":generateContent"):
+                    self._send_json(_gemini(server, body))
                 else:
                     self._send_error(404, f"no route {self.path}")
             except (KeyError, ValueError) as error:
@@ -281,3 +293,40 @@ def _chunks(completion: dict[str, Any], include_usage: bool) -> Iterator[dict[st
     yield chunk({}, choice["finish_reason"])
     if include_usage:
         yield {**head, "choices": [], "usage": completion["usage"]}
+
+
+# --- Gemini API ----------------------------------------------------------------------------
+
+
+def _gemini_turn(body: dict[str, Any]) -> Turn:
+    contents = body["contents"]
+    first = next(c for c in contents if c.get("role", "user") == "user")
+    text = " ".join(str(part.get("text", "")) for part in first.get("parts", []))
+    results = sum(1 for c in contents for part in c.get("parts", []) if "functionResponse" in part)
+    return find_scenario(text).turn_after(results)[1]
+
+
+def _gemini(server: FakeModelServer, body: dict[str, Any]) -> dict[str, Any]:
+    turn = _gemini_turn(body)
+    prompt_tokens, output_tokens = _usage_numbers(body)
+    candidate: dict[str, Any] = {"index": 0, "finishReason": "STOP"}
+    if isinstance(turn, ToolCalls):
+        parts = [{"functionCall": {"name": n, "args": args}} for n, args in turn.calls]
+        candidate["content"] = {"role": "model", "parts": parts}
+    elif isinstance(turn, Refusal):
+        candidate["finishReason"] = "SAFETY"
+        candidate["safetyRatings"] = [
+            {"category": "HARM_CATEGORY_DANGEROUS_CONTENT", "probability": "HIGH", "blocked": True}
+        ]
+    else:
+        candidate["content"] = {"role": "model", "parts": [{"text": turn.text}]}
+    return {
+        "candidates": [candidate],
+        "usageMetadata": {
+            "promptTokenCount": prompt_tokens,
+            "candidatesTokenCount": output_tokens,
+            "totalTokenCount": prompt_tokens + output_tokens,
+        },
+        "modelVersion": GEMINI_MODEL,
+        "responseId": server.next_id("gemini"),
+    }

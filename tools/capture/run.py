@@ -39,6 +39,7 @@ class Job:
     module: str
     instrumentation: str
     overlay: bool = False
+    venv: str | None = None  # a virtualenv of its own, ROOT/<venv> (packages that conflict)
 
     @property
     def key(self) -> str:
@@ -60,6 +61,13 @@ JOBS = (
     Job("langgraph", "capture_langgraph", "openllmetry"),
     Job("vercel_ai", "capture_vercel_ai", "otel"),
     Job("vercel_ai", "capture_vercel_ai", "legacy"),
+    Job("google_genai", "capture_google_genai", "otel_contrib", venv=".venv-capture-google-genai"),
+    Job(
+        "google_genai",
+        "capture_google_genai",
+        "otel_contrib_v1_2",
+        venv=".venv-capture-google-genai-v1_2",
+    ),
 )
 
 
@@ -77,8 +85,9 @@ def _environment(job: Job) -> dict[str, str]:
 
 
 def _capture(job: Job, out: Path) -> None:
+    python = str(ROOT / job.venv / "bin" / "python") if job.venv else sys.executable
     command = [
-        sys.executable,
+        python,
         "-m",
         f"tools.capture.{job.module}",
         job.instrumentation,

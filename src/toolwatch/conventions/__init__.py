@@ -51,6 +51,7 @@ ATTRIBUTE_KEYS: frozenset[str] = (
 ATTRIBUTE_PREFIXES: tuple[str, ...] = (
     openinference.OUTPUT_PREFIX,
     openllmetry.COMPLETION_PREFIX,
+    genai.PARAMETERS_PREFIX,
 )
 
 _Rule = Callable[[str, Attributes], tuple[SpanRole, Convention] | None]

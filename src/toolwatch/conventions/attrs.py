@@ -99,8 +99,9 @@ def _unchanged(value: Any) -> Any:
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
     """Where a convention keeps a tool span's fields: attribute keys in priority order, how
-    to read the tool name from the span name, and how to unwrap a framework's argument
-    envelope (e.g. traceloop's ``{"args": [], "kwargs": {...}}``)."""
+    to read the tool name from the span name, how to unwrap a framework's argument envelope
+    (e.g. traceloop's ``{"args": [], "kwargs": {...}}``) and, when no key holds the arguments
+    whole, how to assemble them from per-argument attributes (``None``: not recorded)."""
 
     name: tuple[str, ...]
     call_id: tuple[str, ...]
@@ -108,6 +109,7 @@ class ToolSpec:
     result: tuple[str, ...]
     name_from_span: Callable[[str], str | None]
     unwrap_arguments: Callable[[Any], Any] = _unchanged
+    assemble_arguments: Callable[[Attributes], Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,8 +58,11 @@ def _tool_values(
     convention: Convention, attrs: Attributes, events: EventSource, failed: bool
 ) -> ToolEvents:
     spec = convention.tool
+    arguments = first(attrs, spec.arguments)
+    if arguments is None and spec.assemble_arguments is not None:
+        arguments = spec.assemble_arguments(attrs)
     found = ToolEvents(
-        first(attrs, spec.arguments),
+        arguments,
         first(attrs, spec.result),
         first(attrs, spec.call_id),
         first_str(attrs, _ERROR_TYPE),

@@ -8,11 +8,17 @@ ADK, Semantic Kernel and OpenLLMetry's newer instrumentations. ADK's ``execute_t
 
 Output messages (v1.37+) are a JSON array of ``{role, parts, finish_reason}``; parts of type
 ``tool_call`` are the model's requested calls in emission order.
+
+The OTel-contrib google-genai instrumentation flattens a call's arguments into
+``code.function.parameters.<name>.type`` / ``.value`` keys (CONVENTIONS §4.10): as span
+attributes up to 0.4b0, inside the ``gen_ai.tool.call.arguments`` JSON object in 1.0b0-1.2b0
+(captured: ``google_genai__otel_contrib_v1_2__*``). Both become the arguments object.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import json
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from toolwatch.conventions.attrs import (
@@ -31,12 +37,14 @@ __all__ = [
     "KEYS",
     "OPERATION_NAME",
     "OUTPUT_MESSAGES",
+    "PARAMETERS_PREFIX",
     "add_output_messages",
     "agent_from_span_name",
     "classify",
     "classify_by_name",
     "output_summary",
     "tool_from_span_name",
+    "unflatten_parameters",
 ]
 
 OPERATION_NAME = "gen_ai.operation.name"
@@ -47,6 +55,9 @@ _MERGED_SPAN = "execute_tool (merged)"
 _TOOL_PREFIX = "execute_tool "
 _AGENT_OPERATION = "invoke_agent"
 _AGENT_PREFIX = "invoke_agent "
+#: google-genai contrib's flattened arguments: ``<prefix><name>.type`` and ``.value``.
+PARAMETERS_PREFIX = "code.function.parameters."
+_ENCODED_TYPES = frozenset({"dict", "list", "tuple", "set"})  # JSON-encoded as attributes
 
 #: Attribute keys this module reads. ``gcp.vertex.agent.*`` is Google ADK's native tracer.
 KEYS = frozenset(
@@ -106,6 +117,49 @@ def agent_from_span_name(name: str) -> str | None:
     return None
 
 
+def unflatten_parameters(flat: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The arguments held by ``flat``'s ``code.function.parameters.<name>.value`` keys, in
+    their order, or ``None`` when it holds no value (the producer recorded types only). A
+    value whose ``.type`` is a container and that arrived as a string was JSON-encoded (an
+    attribute cannot hold a map): it is decoded when it is valid JSON."""
+    values: dict[str, Any] = {}
+    types: dict[str, Any] = {}
+    for key, value in flat.items():
+        if not key.startswith(PARAMETERS_PREFIX):
+            continue
+        name, _, field = key[len(PARAMETERS_PREFIX) :].rpartition(".")
+        if name and field == "value":
+            values[name] = value
+        elif name and field == "type":
+            types[name] = value
+    if not values:
+        return None
+    return {name: _decoded(value, types.get(name)) for name, value in values.items()}
+
+
+def _decoded(value: Any, type_name: Any) -> Any:
+    if not isinstance(value, str) or type_name not in _ENCODED_TYPES:
+        return value
+    try:
+        return json.loads(value)
+    except ValueError:
+        return value
+
+
+def _flattened_arguments(value: Any) -> Any:
+    """google-genai contrib 1.0b0-1.2b0's arguments JSON of flattened keys, as the arguments
+    object; anything else unchanged (a cheap text check first: this runs on every span)."""
+    if not isinstance(value, str) or PARAMETERS_PREFIX not in value:
+        return value
+    decoded = parse_json(value)
+    if not isinstance(decoded, dict) or not decoded:
+        return value
+    if not all(isinstance(k, str) and k.startswith(PARAMETERS_PREFIX) for k in decoded):
+        return value
+    unflattened = unflatten_parameters(decoded)
+    return value if unflattened is None else unflattened
+
+
 CONVENTION = Convention(
     name="genai",
     tool=ToolSpec(
@@ -118,6 +172,8 @@ CONVENTION = Convention(
         ),
         result=("gen_ai.tool.call.result", "gcp.vertex.agent.tool_response", "tool_response"),
         name_from_span=tool_from_span_name,
+        unwrap_arguments=_flattened_arguments,
+        assemble_arguments=unflatten_parameters,
     ),
     agent=AgentSpec(
         name=("gen_ai.agent.name", "agent_name"),

@@ -381,3 +381,65 @@ def test_semantic_kernel_choice_event_with_openai_style_message() -> None:
         RequestedCall("Weather-get", "call_1", '{"city":"Oslo"}', 0),
     )
     assert record.finish_reasons == ("tool_calls",)
+
+
+# --- google-genai contrib: arguments flattened per parameter (CONVENTIONS §4.10) -----------
+
+_GOOGLE_TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "issue_refund"}
+
+
+def test_flattened_arguments_json_of_google_genai_1_2_becomes_the_arguments_object() -> None:
+    flattened = {
+        "code.function.parameters.order_id.type": "str",
+        "code.function.parameters.order_id.value": "A-1001",
+        "code.function.parameters.amount_usd.type": "float",
+        "code.function.parameters.amount_usd.value": 25.5,
+        "code.function.parameters.items.type": "list",
+        "code.function.parameters.items.value": ["a", "b"],
+    }
+    attrs = {**_GOOGLE_TOOL, "gen_ai.tool.call.arguments": json.dumps(flattened)}
+    record = decode_one(span("execute_tool issue_refund", attrs))
+    assert record.arguments == {"order_id": "A-1001", "amount_usd": 25.5, "items": ["a", "b"]}
+
+
+def test_flattened_argument_attributes_of_google_genai_0_4_become_the_arguments_object() -> None:
+    attrs = {
+        **_GOOGLE_TOOL,
+        "code.function.name": "issue_refund",
+        "code.function.parameters.order_id.type": "str",
+        "code.function.parameters.order_id.value": "A-1001",
+        "code.function.parameters.amount_usd.type": "int",
+        "code.function.parameters.amount_usd.value": 25,
+        # a dict cannot be an attribute: the instrumentation JSON-encodes it
+        "code.function.parameters.address.type": "dict",
+        "code.function.parameters.address.value": '{"city": "Paris"}',
+        "code.function.parameters.note.type": "str",
+        "code.function.parameters.note.value": '{"kept": "a string"}',
+    }
+    record = decode_one(span("execute_tool issue_refund", attrs))
+    assert record.arguments == {
+        "order_id": "A-1001",
+        "amount_usd": 25,
+        "address": {"city": "Paris"},
+        "note": '{"kept": "a string"}',
+    }
+
+
+def test_flattened_types_without_values_mean_arguments_not_recorded() -> None:
+    attrs = {**_GOOGLE_TOOL, "code.function.parameters.order_id.type": "str"}
+    assert decode_one(span("execute_tool issue_refund", attrs)).arguments is None
+
+
+def test_an_arguments_object_only_partly_flattened_is_kept_as_it_came() -> None:
+    mixed = json.dumps({"code.function.parameters.a.value": 1, "b": 2})
+    attrs = {**_GOOGLE_TOOL, "gen_ai.tool.call.arguments": mixed}
+    assert decode_one(span("execute_tool issue_refund", attrs)).arguments == mixed
+
+
+def test_arguments_recorded_whole_win_over_flattened_attributes() -> None:
+    attrs = {
+        **_GOOGLE_TOOL,
+        "gen_ai.tool.call.arguments": '{"order_id": "A-2"}',
+        "code.function.parameters.order_id.value": "A-1",
+    }
+    assert decode_one(span("execute_tool issue_refund", attrs)).arguments == '{"order_id": "A-2"}'
