@@ -1,4 +1,4 @@
-"""Capture the OpenAI Agents SDK (Responses API) under three OTel bridges.
+"""Capture the OpenAI Agents SDK (Responses API) under four OTel bridges.
 
 ``python -m tools.capture.capture_openai_agents INSTRUMENTATION [SCENARIO...]`` with INSTRUMENTATION
 one of:
@@ -11,7 +11,11 @@ one of:
   processor, so the SDK's default processors are cleared first. It installs into the same
   module path as Traceloop's package, so it lives in an overlay directory put first on
   ``sys.path`` by ``run.py`` (see README). Content capture is switched on with
-  ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_and_event``.
+  ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_and_event``;
+* ``logfire`` -- Pydantic Logfire's ``logfire.instrument_openai_agents()``, in a virtualenv of
+  its own (``requirements-logfire.txt``), configured not to send anywhere
+  (``send_to_logfire=False``) with the capture's exporter as an extra span processor: its
+  own tracer provider is what the application would run.
 
 The SDK is told to include sensitive data (tool inputs/outputs) in its spans.
 """
@@ -66,9 +70,25 @@ def instrument(name: str, capture: Capture) -> CaptureRun:
         TraceloopInstrumentor(replace_existing_processors=True).instrument(
             tracer_provider=capture.provider
         )
+    elif name == "logfire":
+        _instrument_logfire(capture)
     else:
         _instrument_contrib(capture)
     return run_scenario
+
+
+def _instrument_logfire(capture: Capture) -> None:
+    import logfire  # noqa: PLC0415  # only in .venv-capture-logfire
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: PLC0415
+
+    logfire.configure(
+        send_to_logfire=False,
+        console=False,
+        service_name="capture-openai_agents",
+        additional_span_processors=[SimpleSpanProcessor(capture.exporter)],
+    )
+    set_trace_processors([])  # drop the SDK's default exporter to api.openai.com
+    logfire.instrument_openai_agents()
 
 
 def _instrument_contrib(capture: Capture) -> None:
@@ -130,7 +150,7 @@ if __name__ == "__main__":
         "openai_agents",
         {
             name: partial(instrument, name)
-            for name in ("openinference", "openllmetry", "otel_contrib")
+            for name in ("openinference", "openllmetry", "otel_contrib", "logfire")
         },
         SCENARIOS,
     )

@@ -113,6 +113,20 @@ _CONTRIB_AGENTS = _AGENTS_SDK + (
     "later chat spans' gen_ai.input.messages hold only the user message. Final text: "
     "gen_ai.output.messages of 'invoke_agent <agent>'."
 )
+_LOGFIRE_AGENTS = _AGENTS_SDK + (
+    "logfire 5.4.0, logfire.instrument_openai_agents() with send_to_logfire=False and the "
+    "capture's exporter as an additional span processor. Span names are the message "
+    "TEMPLATES ('Function: {name}', 'Agent run: {name!r}', 'Responses API with "
+    "{gen_ai.request.model!r}', 'Turn {turn} for agent <agent>', 'Task: Agent workflow', "
+    "'OpenAI Agents trace: {name}'), logfire.msg holds them filled in, each template field "
+    "is an attribute. Tool span: name, input (arguments JSON), output, mcp_data; no call id, "
+    "no GenAI keys. Agent span: name, handoffs, tools, output_type. LLM span: "
+    "gen_ai.operation.name=chat, gen_ai.response.finish_reasons, response (the whole "
+    "Responses API response JSON), raw_input, and 'events': a JSON array of GenAI events, the "
+    "conversation so far followed by this call's output (the trailing assistant events, "
+    "tool_calls [{id=call_id, type, function{name, arguments}}]). All spans INTERNAL, no "
+    "span events."
+)
 _PYDANTIC = (
     "pydantic-ai-slim 2.68.0, OpenAIChatModel (Chat Completions, non-streaming), instrumented "
     "with Agent.instrument_all(InstrumentationSettings(...)) (Agent(instrument=...) no longer "
@@ -271,6 +285,7 @@ _BASE_NOTES: dict[tuple[str, str], str] = {
     ("openai_agents", "openinference"): _OI_AGENTS,
     ("openai_agents", "openllmetry"): _OLL_AGENTS,
     ("openai_agents", "otel_contrib"): _CONTRIB_AGENTS,
+    ("openai_agents", "logfire"): _LOGFIRE_AGENTS,
     ("pydantic_ai", "native_v5"): _PYDANTIC_V5,
     ("pydantic_ai", "native_v2"): _PYDANTIC_V2,
     ("strands", "native"): _STRANDS_DEFAULT,
@@ -300,6 +315,22 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
         "a dict repr \"{'message': 'Error running tool (non-fatal)', 'data': {",
     ),
     ("openai_agents", "otel_contrib", "tool_error"): _AGENTS_TOOL_ERROR,
+    ("openai_agents", "logfire", "tool_error"): (
+        " Tool error: status ERROR, logfire.level_num=17, an 'error' JSON attribute "
+        "{message: 'Error running tool (non-fatal)', data: {tool_name, error}} (the SDK "
+        "redacts the exception); output is the SDK's 'An error occurred while running the "
+        "tool. Please try again.'"
+    ),
+    ("openai_agents", "logfire", "refusal"): _AGENTS_REFUSAL
+    + (
+        "The LLM span's last event is {event.name: 'gen_ai.unknown', role: assistant, "
+        "content: 'refusal\\n\\nSee JSON for details', data: {type: 'refusal', refusal: "
+        "<text>}}; finish reasons ['stop']. The agent span's 'error' attribute repeats it."
+    ),
+    ("openai_agents", "logfire", "agent_as_tool"): (
+        " Nesting is real: 'Function: {name}' (refund_desk) > 'Task: Agent workflow' > "
+        "'Agent run: {name!r}' (refund_desk_agent) > turn > 'Function: {name}' (lookup_order)."
+    ),
     ("openai_agents", "openinference", "refusal"): _AGENTS_REFUSAL
     + (
         "The refusal is mapped to message_content.type='text' with the refusal text and "

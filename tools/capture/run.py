@@ -50,6 +50,7 @@ JOBS = (
     Job("openai_agents", "capture_openai_agents", "openinference"),
     Job("openai_agents", "capture_openai_agents", "openllmetry"),
     Job("openai_agents", "capture_openai_agents", "otel_contrib", overlay=True),
+    Job("openai_agents", "capture_openai_agents", "logfire", venv=".venv-capture-logfire"),
     Job("pydantic_ai", "capture_pydantic_ai", "native_v5"),
     Job("pydantic_ai", "capture_pydantic_ai", "native_v2"),
     Job("strands", "capture_strands", "native"),

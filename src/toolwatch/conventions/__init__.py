@@ -3,8 +3,8 @@ other) and its role's fields, whatever instrumentation wrote it (CONVENTIONS.md)
 
 ``recognize`` classifies in Langfuse's proven priority (CONVENTIONS.md §6 step 2): an
 explicit vendor kind (``openinference.span.kind``, ``traceloop.span.kind``) >
-``gen_ai.operation.name`` > the Vercel AI SDK's ``ai.operationId`` > a tool-name / call-id
-attribute (pydantic-ai v1/v2) > legacy
+``gen_ai.operation.name`` > the Vercel AI SDK's ``ai.operationId`` > Logfire's message
+template > a tool-name / call-id attribute (pydantic-ai v1/v2) > legacy
 OpenLLMetry LLM attributes > span names. Ingest reads only ``ATTRIBUTE_KEYS`` (exact) and
 ``ATTRIBUTE_PREFIXES`` (flattened keys) and decodes only ``EVENT_NAMES`` events, with only
 their ``EVENT_ATTRIBUTE_KEYS``. Pure functions; no protobuf here.
@@ -14,7 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from toolwatch.conventions import genai, openinference, openllmetry, pydantic_ai, vercel_ai
+from toolwatch.conventions import (
+    genai,
+    logfire,
+    openinference,
+    openllmetry,
+    pydantic_ai,
+    vercel_ai,
+)
 from toolwatch.conventions.attrs import (
     AgentSpec,
     Attributes,
@@ -45,7 +52,12 @@ __all__ = [
 
 #: Every exact attribute key a recognizer reads (besides configured reference keys).
 ATTRIBUTE_KEYS: frozenset[str] = (
-    genai.KEYS | openinference.KEYS | openllmetry.KEYS | pydantic_ai.KEYS | vercel_ai.KEYS
+    genai.KEYS
+    | openinference.KEYS
+    | openllmetry.KEYS
+    | pydantic_ai.KEYS
+    | vercel_ai.KEYS
+    | logfire.KEYS
 )
 #: Prefixes of the flattened, indexed keys a recognizer reads.
 ATTRIBUTE_PREFIXES: tuple[str, ...] = (
@@ -67,6 +79,7 @@ _RULES: tuple[tuple[str | None, _Rule], ...] = (
     ("traceloop.span.kind", openllmetry.classify),
     (genai.OPERATION_NAME, genai.classify),
     (vercel_ai.OPERATION_ID, vercel_ai.classify),
+    (logfire.MSG_TEMPLATE, logfire.classify),
     (None, pydantic_ai.classify_tool_keys),
     (None, openllmetry.classify_legacy_llm),
     *_NAME_RULES,

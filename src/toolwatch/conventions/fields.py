@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from toolwatch.conventions import genai, openinference, openllmetry, vercel_ai
+from toolwatch.conventions import genai, logfire, openinference, openllmetry, vercel_ai
 from toolwatch.conventions.attrs import (
     REFUSAL_REASONS,
     Attributes,
@@ -132,6 +132,7 @@ _LLM_SOURCES: tuple[Callable[[Attributes], OutputSummary | None], ...] = (
     openinference.output_summary,
     openllmetry.output_summary,
     vercel_ai.output_summary,
+    logfire.output_summary,
 )
 
 
