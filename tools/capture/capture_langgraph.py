@@ -5,7 +5,10 @@ INSTRUMENTATION one of:
 
 * ``openinference`` -- ``openinference-instrumentation-langchain`` (OpenInference CHAIN /
   LLM / TOOL spans from LangChain's callback system);
-* ``openllmetry`` -- Traceloop's ``opentelemetry-instrumentation-langchain``.
+* ``openllmetry`` -- Traceloop's ``opentelemetry-instrumentation-langchain``;
+* ``langsmith`` -- LangSmith's own tracer exporting OpenTelemetry instead of LangSmith runs
+  (``LANGSMITH_TRACING=true``, ``LANGSMITH_TRACING_MODE=otel``; ``langsmith[otel]``, in a
+  virtualenv of its own, ``requirements-langsmith.txt``). It takes the global tracer provider.
 
 ``langchain.agents.create_agent`` is LangChain 1's agent (LangGraph's ``create_react_agent``
 moved there). The model is ``langchain-openai``'s ``ChatOpenAI`` on Chat Completions against
@@ -17,6 +20,7 @@ a second agent.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from langchain.agents import create_agent
@@ -40,6 +44,14 @@ _AGENTS = {"parallel": "weather_agent", "agent_as_tool": "concierge"}
 def instrument(name: str, capture: Capture) -> CaptureRun:
     """Instrument LangChain with ``name`` against the capture's provider."""
     trace.set_tracer_provider(capture.provider)
+    if name == "langsmith":
+        os.environ.update(
+            LANGSMITH_TRACING="true",
+            LANGSMITH_TRACING_MODE="otel",  # OpenTelemetry only: nothing to LangSmith
+            LANGSMITH_API_KEY="lsv2-fake",
+            LANGSMITH_PROJECT="capture-langgraph",
+        )
+        return run_scenario
     instrumentor: Any
     if name == "openinference":
         from openinference.instrumentation.langchain import (  # noqa: PLC0415
@@ -124,6 +136,7 @@ if __name__ == "__main__":
         {
             "openinference": lambda c: instrument("openinference", c),
             "openllmetry": lambda c: instrument("openllmetry", c),
+            "langsmith": lambda c: instrument("langsmith", c),
         },
         SCENARIOS,
     )

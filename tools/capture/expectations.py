@@ -225,6 +225,22 @@ _LANGGRAPH_NOTES = {
         "keys), '{name}.workflow', 'execute_task {node}' spans, 'ChatOpenAI.chat' model spans "
         "and 'execute_tool {tool}' spans with gen_ai.tool.call.arguments as JSON."
     ),
+    "langsmith": _LANGGRAPH
+    + (
+        "langsmith 0.15.1 (langsmith[otel]) with LANGSMITH_TRACING=true and "
+        "LANGSMITH_TRACING_MODE=otel: LangSmith's tracer on the global tracer provider, "
+        "instrumentation scope 'langsmith', every span INTERNAL and named after its run, "
+        "status OK but a failed tool's: ERROR with an 'exception' event. "
+        "langsmith.span.kind is the run type (chain, llm, tool) and "
+        "gen_ai.operation.name its mapping (chain, chat, execute_tool); "
+        "langsmith.metadata.* flattens the run metadata (lc_agent_name on every span of a "
+        "graph, the graph's own span named after it). gen_ai.prompt / gen_ai.completion are "
+        "the run's inputs / outputs JSON: a tool's arguments object and its ToolMessage, a "
+        "model's messages and LangChain LLMResult (generations[][].message.kwargs.tool_calls "
+        "[{name, args, id}], generation_info.finish_reason), a graph's state. Tool spans carry "
+        "gen_ai.tool.name and gen_ai.tool.call.id (the model's id) under 'tools' and "
+        "'ToolErrorMiddleware.awrap_tool_call' chain spans."
+    ),
 }
 
 _VERCEL = (

@@ -60,6 +60,7 @@ JOBS = (
     Job("openai_client", "capture_openai_client", "otel_contrib", overlay=True),
     Job("langgraph", "capture_langgraph", "openinference"),
     Job("langgraph", "capture_langgraph", "openllmetry"),
+    Job("langgraph", "capture_langgraph", "langsmith", venv=".venv-capture-langsmith"),
     Job("vercel_ai", "capture_vercel_ai", "otel"),
     Job("vercel_ai", "capture_vercel_ai", "legacy"),
     Job("google_genai", "capture_google_genai", "otel_contrib", venv=".venv-capture-google-genai"),

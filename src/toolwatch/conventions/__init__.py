@@ -2,7 +2,8 @@
 other) and its role's fields, whatever instrumentation wrote it (CONVENTIONS.md).
 
 ``recognize`` classifies in Langfuse's proven priority (CONVENTIONS.md §6 step 2): an
-explicit vendor kind (``openinference.span.kind``, ``traceloop.span.kind``) >
+explicit vendor kind (``openinference.span.kind``, ``traceloop.span.kind``,
+``langsmith.span.kind``) >
 ``gen_ai.operation.name`` > the Vercel AI SDK's ``ai.operationId`` > Logfire's message
 template > a tool-name / call-id attribute (pydantic-ai v1/v2) > legacy
 OpenLLMetry LLM attributes > span names. Ingest reads only ``ATTRIBUTE_KEYS`` (exact) and
@@ -16,6 +17,7 @@ from collections.abc import Callable
 
 from toolwatch.conventions import (
     genai,
+    langsmith,
     logfire,
     openinference,
     openllmetry,
@@ -58,6 +60,7 @@ ATTRIBUTE_KEYS: frozenset[str] = (
     | pydantic_ai.KEYS
     | vercel_ai.KEYS
     | logfire.KEYS
+    | langsmith.KEYS
 )
 #: Prefixes of the flattened, indexed keys a recognizer reads.
 ATTRIBUTE_PREFIXES: tuple[str, ...] = (
@@ -77,6 +80,7 @@ _NAME_RULES: tuple[tuple[str | None, _Rule], ...] = (
 _RULES: tuple[tuple[str | None, _Rule], ...] = (
     ("openinference.span.kind", openinference.classify),
     ("traceloop.span.kind", openllmetry.classify),
+    (langsmith.SPAN_KIND, langsmith.classify),
     (genai.OPERATION_NAME, genai.classify),
     (vercel_ai.OPERATION_ID, vercel_ai.classify),
     (logfire.MSG_TEMPLATE, logfire.classify),

@@ -30,10 +30,12 @@ __all__ = [
     "SpanEvent",
     "ToolSpec",
     "clean_id",
+    "content_text",
     "finish_reason_list",
     "first",
     "first_str",
     "group_indexed",
+    "langgraph_answer",
     "merge_summaries",
     "parse_json",
     "plain_text",
@@ -262,6 +264,32 @@ def finish_reason_list(value: Any) -> tuple[str, ...]:
     if isinstance(value, list):
         return tuple(item for item in value if isinstance(item, str) and item)
     return ()
+
+
+def langgraph_answer(value: Any) -> Any:
+    """The last AI message's text of a LangGraph state (``{"messages": [...]}``), ``None``
+    when it has none (a refusal, a run cut short); any other output value as it is. A
+    message is LangChain's ``message_to_dict`` form (``{"type": "ai", "data": {...}}``,
+    OpenInference) or its flat dump (``{"type": "ai", "content": ...}``, LangSmith)."""
+    if not (isinstance(value, str) and value.startswith('{"messages"')):
+        return value
+    state = parse_json(value)
+    messages = state.get("messages") if isinstance(state, dict) else None
+    if not isinstance(messages, list):
+        return value
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("type") == "ai":
+            data = message.get("data")
+            return content_text((data if isinstance(data, dict) else message).get("content"))
+    return None
+
+
+def content_text(content: Any) -> str | None:
+    """LangChain message content: a string, or a list of parts (``{"type": "text"}``)."""
+    if isinstance(content, list):
+        texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
+        content = "\n".join(t for t in texts if isinstance(t, str) and t)
+    return content if isinstance(content, str) and content else None
 
 
 def group_indexed(attrs: Attributes, prefix: str) -> dict[int, dict[str, Any]]:

@@ -10,7 +10,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from toolwatch.conventions import genai, logfire, openinference, openllmetry, vercel_ai
+from toolwatch.conventions import (
+    genai,
+    langsmith,
+    logfire,
+    openinference,
+    openllmetry,
+    vercel_ai,
+)
 from toolwatch.conventions.attrs import (
     REFUSAL_REASONS,
     Attributes,
@@ -133,6 +140,7 @@ _LLM_SOURCES: tuple[Callable[[Attributes], OutputSummary | None], ...] = (
     openllmetry.output_summary,
     vercel_ai.output_summary,
     logfire.output_summary,
+    langsmith.output_summary,
 )
 
 

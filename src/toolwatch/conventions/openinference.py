@@ -34,6 +34,7 @@ from toolwatch.conventions.attrs import (
     OutputSummary,
     ToolSpec,
     group_indexed,
+    langgraph_answer,
     parse_json,
 )
 from toolwatch.model import SpanRole
@@ -80,31 +81,6 @@ def _span_name_as_is(name: str) -> str | None:
     return name or None
 
 
-def _langgraph_answer(value: Any) -> Any:
-    """The last AI message's text of a LangGraph state (``{"messages": [...]}``); ``None``
-    when it has none (a refusal, a run cut short); any other output value as it is."""
-    if not (isinstance(value, str) and value.startswith('{"messages"')):
-        return value
-    state = parse_json(value)
-    messages = state.get("messages") if isinstance(state, dict) else None
-    if not isinstance(messages, list):
-        return value
-    for message in reversed(messages):
-        if isinstance(message, dict) and message.get("type") == "ai":
-            data = message.get("data")
-            content = data.get("content") if isinstance(data, dict) else None
-            return _content_text(content)
-    return None
-
-
-def _content_text(content: Any) -> str | None:
-    """LangChain message content: a string, or a list of parts (``{"type": "text"}``)."""
-    if isinstance(content, list):
-        texts = [p.get("text") for p in content if isinstance(p, dict) and p.get("type") == "text"]
-        content = "\n".join(t for t in texts if isinstance(t, str) and t)
-    return content if isinstance(content, str) and content else None
-
-
 CONVENTION = Convention(
     name="openinference",
     tool=ToolSpec(
@@ -118,7 +94,7 @@ CONVENTION = Convention(
         name=("agent.name", "gen_ai.agent.name"),
         output=("output.value",),
         name_from_span=_span_name_as_is,
-        unwrap_output=_langgraph_answer,
+        unwrap_output=langgraph_answer,
     ),
 )
 
