@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import socket
 import threading
 import urllib.error
 import urllib.request
@@ -527,6 +528,12 @@ class HeldCall:
         self._go.wait(30)
         yield from self._messages
 
+    def cancel(self) -> None:
+        """Abandon the call before sending anything, as a client that gives up does."""
+        self.future.cancel()
+        self._go.set()
+        self._channel.close()
+
     def release(self) -> Any:
         """Send the messages, end the call; its response, or the error it ended with."""
         self._go.set()
@@ -575,6 +582,32 @@ def test_requests_beyond_the_slots_are_refused_unread_and_retryable(
     sent = sorted(trace_hex(r) for r in (*held, refused))
     assert sorted(t for t, _, _ in sent_calls(server)) == sent
     assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 18
+
+
+def test_a_call_abandoned_before_its_body_gives_its_slot_back(start_server: StartServer) -> None:
+    server = start_server(ingest__max_concurrent_requests=1, **QUIET)
+    abandoned = HeldCall(server, [refund_request().SerializeToString()])
+    assert until(lambda: in_flight(server) == 1)
+
+    abandoned.cancel()
+
+    assert until(lambda: in_flight(server) == 0)  # a leaked slot would refuse all, forever
+    assert export_grpc(server, refund_request()) == ExportTraceServiceResponse()
+    assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 6
+
+
+def test_an_http_body_cut_off_mid_way_gives_its_slot_back(start_server: StartServer) -> None:
+    server = start_server(ingest__max_concurrent_requests=1, **QUIET)
+    host, _, port = server.address("http").rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=10) as client:
+        head = f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\nContent-Type: {PROTOBUF}\r\n"
+        client.sendall(f"{head}Content-Length: 100000\r\n\r\n".encode() + b"\x0a" * 10)
+        assert until(lambda: in_flight(server) == 1)
+
+    assert until(lambda: in_flight(server) == 0)
+    answer = ok_response(post(server, refund_request().SerializeToString()))
+    assert answer == ExportTraceServiceResponse()
+    assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 6
 
 
 @pytest.mark.parametrize(
