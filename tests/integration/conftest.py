@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -91,6 +94,26 @@ class RunningServer:
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)
         self.loop.close()
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_fuzzer(
+    script: str, seconds: int, seed: int, **env: str
+) -> subprocess.CompletedProcess[str]:
+    """``tools/fuzz/<script>`` (``make fuzz``'s halves) for ``seconds`` with this interpreter;
+    its output is returned, its exit status is for the test to judge."""
+    settings = {"FUZZ_SECONDS": str(seconds), "FUZZ_SEED": str(seed), "PYTHON": sys.executable}
+    return subprocess.run(
+        [str(ROOT / "tools" / "fuzz" / script)],
+        cwd=ROOT,
+        env={**os.environ, **settings, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:

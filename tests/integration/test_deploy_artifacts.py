@@ -390,13 +390,19 @@ def _has_toolwatch(workload: dict[str, Any]) -> bool:
     return any(c["name"] == "toolwatch" for c in _all_containers(pod))
 
 
-@pytest.mark.parametrize("path", [SIDECAR, GATEWAY], ids=lambda p: p.name)
-def test_toolwatch_config_map_is_a_valid_configuration(path: Path, tmp_path: Path) -> None:
+def _deployed(path: Path, tmp_path: Path) -> tuple[Any, dict[str, Any]]:
+    """The manifest's toolwatch configuration, loaded as toolwatch loads it, and the
+    workload that runs toolwatch."""
     config_module = pytest.importorskip("toolwatch.config")
     target = tmp_path / "toolwatch.yaml"
     target.write_text(_toolwatch_config_map(path), encoding="utf-8")
-    config = config_module.load_config(target)
     (workload,) = [w for w in _workloads(path) if _has_toolwatch(w)]
+    return config_module.load_config(target), workload
+
+
+@pytest.mark.parametrize("path", [SIDECAR, GATEWAY], ids=lambda p: p.name)
+def test_toolwatch_config_map_is_a_valid_configuration(path: Path, tmp_path: Path) -> None:
+    config, workload = _deployed(path, tmp_path)
     pod = workload["spec"]["template"]["spec"]
     pre_stop = _toolwatch_container(workload).get("lifecycle", {}).get("preStop", {})
     pause = int(pre_stop.get("exec", {}).get("command", ["sleep", "0"])[-1])
@@ -418,11 +424,7 @@ def _memory_limit(quantity: str) -> int:
 
 @pytest.mark.parametrize("path", [SIDECAR, GATEWAY], ids=lambda p: p.name)
 def test_toolwatch_at_its_bounds_fits_its_memory_limit(path: Path, tmp_path: Path) -> None:
-    config_module = pytest.importorskip("toolwatch.config")
-    target = tmp_path / "toolwatch.yaml"
-    target.write_text(_toolwatch_config_map(path), encoding="utf-8")
-    config = config_module.load_config(target)
-    (workload,) = [w for w in _workloads(path) if _has_toolwatch(w)]
+    config, workload = _deployed(path, tmp_path)
     limit = _memory_limit(_toolwatch_container(workload)["resources"]["limits"]["memory"])
     ingest, assembly = config.ingest, config.assembly
     bodies = ingest.max_concurrent_requests * ingest.max_request_bytes

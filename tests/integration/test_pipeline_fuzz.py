@@ -7,36 +7,18 @@ the accounting stops libFuzzer with the input saved, and fails this test
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parents[2]
+from tests.integration.conftest import run_fuzzer
 
 pytest.importorskip("atheris", reason="atheris has wheels for x86-64 Linux only")
 
 
 def test_fuzzing_the_pipeline_breaks_no_contract(tmp_path: Path) -> None:
-    env = {
-        **os.environ,
-        "FUZZ_SECONDS": "20",
-        "FUZZ_SEED": "7",
-        "FUZZ_DIR": str(tmp_path),
-        "PYTHON": sys.executable,
-    }
-    run = subprocess.run(
-        [str(ROOT / "tools" / "fuzz" / "pipeline.sh")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    run = run_fuzzer("pipeline.sh", 20, 7, FUZZ_DIR=str(tmp_path))
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-4000:]
     assert not list(tmp_path.glob("crash-*"))

@@ -8,16 +8,14 @@ with the sanitizers and fuzzes it against protobuf for a short while, so a memor
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).parents[2]
+from tests.integration.conftest import run_fuzzer
 
 
 def _sanitizers_available() -> bool:
@@ -34,16 +32,7 @@ def _sanitizers_available() -> bool:
 
 @pytest.mark.skipif(not _sanitizers_available(), reason="gcc with libasan/libubsan is needed")
 def test_fuzzing_the_sanitized_scanner_finds_no_memory_error_and_no_difference() -> None:
-    env = {**os.environ, "FUZZ_SECONDS": "15", "FUZZ_SEED": "7", "PYTHON": sys.executable}
-    run = subprocess.run(
-        [str(ROOT / "tools" / "fuzz" / "run.sh")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    run = run_fuzzer("run.sh", 15, 7)
     assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-2000:]
     summary = re.search(r"([\d,]+) bodies \(([\d,]+) taken by the compiled scanner\)", run.stdout)
     assert summary is not None, run.stdout
