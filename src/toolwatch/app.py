@@ -104,7 +104,9 @@ class App:
             decoder=config.ingest.decoder,
         )
         self._compiled = scanner(self._decode_options).compiled
-        self._slots = RequestSlots(config.ingest.max_concurrent_requests)
+        self._slots = RequestSlots(
+            config.ingest.max_concurrent_requests, config.ingest.read_timeout_seconds
+        )
         self.metrics = PrometheusMetrics(
             self.registry,
             version=__version__,

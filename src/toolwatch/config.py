@@ -108,6 +108,9 @@ class IngestSettings(_Section):
     max_concurrent_requests: int = Field(
         16, gt=0, le=10_000, description="requests read or handled at once, both receivers"
     )
+    read_timeout_seconds: float = Field(
+        30.0, gt=0, le=600, description="a body not received by then frees its slot (retryable)"
+    )
     # gRPC's bandwidth-delay probing grows HTTP/2 windows ahead of reads, so calls waiting for
     # a slot would still have their bodies buffered by gRPC (measured: 100 x 10 MiB held 1 GiB
     # with 16 slots). Off, a waiting call holds one 64 KiB window; a body being read still

@@ -610,6 +610,50 @@ def test_an_http_body_cut_off_mid_way_gives_its_slot_back(start_server: StartSer
     assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 6
 
 
+# Real network time: the read timeout is the loop's clock, so these wait a fraction of a second.
+SLOW = {"ingest__max_concurrent_requests": 1, "ingest__read_timeout_seconds": 0.2, **QUIET}
+
+
+def test_a_grpc_call_that_never_sends_its_body_times_out_retryably(
+    start_server: StartServer,
+) -> None:
+    server = start_server(**SLOW)
+    stalled = HeldCall(server, [])
+    assert until(lambda: in_flight(server) == 1)
+
+    error = stalled.future.exception(timeout=10)  # the server ends it; the client sent nothing
+
+    assert isinstance(error, grpc.RpcError)
+    assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert "not received within 0.2 s" in error.details()
+    stalled.cancel()
+    assert in_flight(server) == 0
+    assert export_grpc(server, refund_request()) == ExportTraceServiceResponse()
+    labels = {"transport": "grpc", "outcome": "timeout"}
+    assert server.sample("toolwatch_export_request_duration_seconds_count", labels) == 1
+
+
+def test_an_http_body_that_stalls_is_answered_503_and_frees_its_slot(
+    start_server: StartServer,
+) -> None:
+    server = start_server(**SLOW)
+    host, _, port = server.address("http").rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=10) as client:
+        head = f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\nContent-Type: {PROTOBUF}\r\n"
+        client.sendall(f"{head}Content-Length: 100000\r\n\r\n".encode() + b"\x0a" * 10)
+        answer = client.recv(65536).decode("latin-1")  # sent once the read timeout passed
+        client.sendall(b"\x0a" * (100_000 - 10))  # the rest, late: discarded, then closed
+        while client.recv(65536):
+            pass
+
+    status_line, _, rest = answer.partition("\r\n")
+    assert status_line == "HTTP/1.1 503 Service Unavailable"
+    assert "Retry-After: 1" in rest
+    assert until(lambda: in_flight(server) == 0)
+    answer_ok = ok_response(post(server, refund_request().SerializeToString()))
+    assert answer_ok == ExportTraceServiceResponse()
+
+
 @pytest.mark.parametrize(
     ("messages", "reason"),
     [(0, "the call carried no ExportTraceServiceRequest"), (2, "a second request message")],

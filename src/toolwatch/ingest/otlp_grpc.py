@@ -13,7 +13,9 @@ it once, hands the batch to the consumer and answers per the OTLP specification:
   burst cannot pile up bodies in memory). RetryInfo is
   sent both in ``grpc-status-details-bin`` (a ``google.rpc.Status``, the standard rich-error
   form) and as ``google.rpc.retryinfo-bin``, the trailer the OpenTelemetry Python exporter
-  reads. OTLP: "the server SHOULD respond with UNAVAILABLE ... and MAY supply RetryInfo".
+  reads. OTLP: "the server SHOULD respond with UNAVAILABLE ... and MAY supply RetryInfo";
+- DEADLINE_EXCEEDED (retryable) when a call has not sent its whole request within the request
+  slots' read timeout: its slot goes back to the other clients.
 
 The method is served as client-streaming on the wire, which a unary client cannot tell
 apart: a unary handler is handed its request only once gRPC has read all of it, too late to
@@ -23,6 +25,7 @@ Lifecycle (start, stop, health) belongs to the app.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -120,6 +123,9 @@ class _Export:
             )
         if outcome == "overloaded":
             await self._abort_overloaded(context)
+        if outcome == "timeout":
+            message = f"the request was not received within {self._slots.read_timeout:g} s"
+            await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, message)
         return payload
 
     async def _abort_overloaded(self, context: grpc.aio.ServicerContext) -> None:
@@ -128,11 +134,17 @@ class _Export:
         )
 
     async def _receive(self, context: grpc.aio.ServicerContext) -> tuple[str, bytes]:
-        """The one request message, exported; a call with none or two is invalid."""
-        body = await context.read()
+        """The one request message, exported; a call with none or two is invalid, one that
+        has not sent all of it within the slots' read timeout is cut off ("timeout")."""
+        try:
+            async with asyncio.timeout(self._slots.read_timeout):
+                body = await context.read()
+                extra = grpc.aio.EOF if body is grpc.aio.EOF else await context.read()
+        except TimeoutError:
+            return "timeout", b""
         if body is grpc.aio.EOF:
             return "invalid", _invalid("the call carried no ExportTraceServiceRequest")
-        if await context.read() is not grpc.aio.EOF:
+        if extra is not grpc.aio.EOF:
             return "invalid", _invalid("Export is unary: a second request message was sent")
         return self._export(body)
 

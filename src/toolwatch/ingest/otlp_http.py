@@ -5,12 +5,14 @@ request's encoding (``partial_success`` when spans were rejected); 400 with a
 ``google.rpc.Status`` holding a ``google.rpc.BadRequest`` for a body that cannot be decoded;
 413 when the body exceeds the cap *after* decompression (so a gzip bomb is cut off, not
 inflated); 415 for other content types or encodings; 503 with ``Retry-After`` when the
-consumer is at capacity or every request slot is taken (``toolwatch.ingest.slots``: checked
-before the body is read), as OTLP asks ("the client SHOULD honor the Retry-After header").
+consumer is at capacity, every request slot is taken (``toolwatch.ingest.slots``: checked
+before the body is read) or the body did not arrive within the slots' read timeout, as OTLP
+asks ("the client SHOULD honor the Retry-After header").
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import time
 import zlib
@@ -88,7 +90,14 @@ class HttpTraceReceiver:
         if not self.slots.take():
             return self._overloaded(content_type)
         try:
-            batch = await self._read(request, content_type)
+            async with asyncio.timeout(self.slots.read_timeout):
+                batch = await self._read(request, content_type)
+        except TimeoutError:
+            # Retryable, as OTLP/HTTP lets a client retry only 429, 502, 503 and 504. The rest
+            # of the body is not waited for: the connection closes with the answer.
+            response = self._overloaded(content_type, _read_timeout_message(self.slots))
+            response.force_close()  # what is left of the body is not a next request
+            return response
         finally:
             self.slots.give()
         if self.consume(batch, _TRANSPORT) is Admission.OVERLOADED:
@@ -103,10 +112,10 @@ class HttpTraceReceiver:
         body = self._decompress(raw, request.headers.get("Content-Encoding", "identity"))
         return self._decode(body, content_type)
 
-    def _overloaded(self, content_type: str) -> web.Response:
+    def _overloaded(self, content_type: str, message: str = _OVERLOAD_MESSAGE) -> web.Response:
         # Retry-After is whole seconds (RFC 9110 §10.2.3): round up, never ask for less than
         # the configured delay. The body is a google.rpc.Status, as for every OTLP/HTTP 5xx.
-        status = status_pb2.Status(code=code_pb2.UNAVAILABLE, message=_OVERLOAD_MESSAGE)
+        status = status_pb2.Status(code=code_pb2.UNAVAILABLE, message=message)
         response = _message_response(503, status, content_type)
         response.headers["Retry-After"] = str(max(1, math.ceil(self.retry_after_seconds)))
         return response
@@ -135,6 +144,10 @@ class HttpTraceReceiver:
             return decode_protobuf(body, self.options)
         except DecodeError as exc:
             raise _RejectError(400, str(exc), exc.field) from None
+
+
+def _read_timeout_message(slots: RequestSlots) -> str:
+    return f"the request body was not received within {slots.read_timeout:g} s; retry"
 
 
 def _export_response(batch: DecodedBatch) -> trace_service_pb2.ExportTraceServiceResponse:

@@ -10,6 +10,11 @@ for a full buffer when none is free (UNAVAILABLE with RetryInfo, 503 with Retry-
 client keeps the spans and retries. Bodies in flight then stay under
 ``max_concurrent_requests * max_request_bytes``.
 
+A slot is held at most ``read_timeout`` seconds waiting for its body: a client that opens a
+call and sends slowly or nothing (a stalled link, a bug, a slowloris) would otherwise keep it
+from every other client. Its request is answered as retryable (DEADLINE_EXCEEDED, 503) and
+the slot given back.
+
 Only the event loop's thread takes and gives slots, so nothing here locks.
 """
 
@@ -20,14 +25,17 @@ __all__ = ["RequestSlots"]
 
 class RequestSlots:
     """``limit`` slots; ``take`` one before reading a request body, ``give`` it back once
-    the request is answered."""
+    the request is answered; a body must arrive within ``read_timeout`` seconds."""
 
-    __slots__ = ("_in_use", "limit")
+    __slots__ = ("_in_use", "limit", "read_timeout")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, read_timeout: float = 30.0) -> None:
         if limit < 1:
             raise ValueError(f"the request limit must be at least 1, got {limit}")
+        if not read_timeout > 0:
+            raise ValueError(f"the read timeout must be positive, got {read_timeout}")
         self.limit = limit
+        self.read_timeout = read_timeout
         self._in_use = 0
 
     @property
