@@ -1,8 +1,10 @@
 """The ceiling: a bare OTLP/gRPC server that only decodes each request.
 
 ``python -m bench.ceiling PORT`` serves ``TraceService/Export`` on 127.0.0.1:PORT with the
-same ``grpc.aio`` setup as toolwatch's receiver (raw bytes in, the same message-size options);
-its handler runs ``decode_protobuf`` exactly as toolwatch's does (the same scanner reads the
+same ``grpc.aio`` setup as toolwatch's receiver (raw bytes in, read as toolwatch reads them:
+one request message then the end of the call, on a client-streaming handler; the same
+message-size options, BDP probing off); its handler runs ``decode_protobuf`` exactly as
+toolwatch's does (the same scanner reads the
 attributes the conventions need, then each span is recognized and made a SpanRecord) and
 discards the result. Nothing is buffered, assembled, evaluated or
 counted: what it sustains is the most a server of this design could take on this machine,
@@ -14,6 +16,8 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 
@@ -26,7 +30,9 @@ _EMPTY_RESPONSE = b""  # an ExportTraceServiceResponse with no partial success
 _MAX_REQUEST_BYTES = 20 * 2**20  # toolwatch's ingest.max_request_bytes default
 
 
-async def _export(body: bytes, context: grpc.aio.ServicerContext) -> bytes:
+async def _export(_requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> bytes:
+    body = await context.read()
+    await context.read()  # the end of the call, as toolwatch checks it
     decode_protobuf(body, _OPTIONS)
     return _EMPTY_RESPONSE
 
@@ -39,9 +45,10 @@ async def serve(port: int) -> None:
         options=[
             ("grpc.max_receive_message_length", _MAX_REQUEST_BYTES),
             ("grpc.max_send_message_length", 4 * 2**20),
+            ("grpc.http2.bdp_probe", 0),  # toolwatch's default (ingest.grpc_bdp_probe)
         ],
     )
-    method = grpc.unary_unary_rpc_method_handler(_export)
+    method = grpc.stream_unary_rpc_method_handler(_export)
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Export": method}),)
     )
