@@ -132,8 +132,14 @@ def _exposed_families() -> dict[str, str] | None:
             return None
         raise
     registry = CollectorRegistry()
-    # The gauges read at scrape time are registered only with a buffer-state callable.
-    sink.PrometheusMetrics(registry, buffer_state=lambda: sink.BufferState(0, 0, 0))
+    # The gauges read at scrape time are registered only with their callables, as the app
+    # passes them.
+    sink.PrometheusMetrics(
+        registry,
+        buffer_state=lambda: sink.BufferState(0, 0, 0),
+        stream_subscribers=lambda: 0,
+        requests_in_flight=lambda: 0,
+    )
     text = generate_latest(registry).decode()
     return dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE))
 
