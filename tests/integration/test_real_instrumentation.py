@@ -169,6 +169,6 @@ def test_fixture_rebuilds_expected_tooltraces(
 
 def test_every_fixture_has_an_expectation() -> None:
     names = _fixture_names()
-    assert len(names) == 85  # 77 Python captures and 8 of the Vercel AI SDK (TypeScript)
+    assert len(names) == 89  # 81 Python captures and 8 of the Vercel AI SDK (TypeScript)
     for name in names:
         assert (FIXTURES / f"{name}{_EXPECTED_SUFFIX}").is_file(), name

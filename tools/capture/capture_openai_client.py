@@ -61,6 +61,9 @@ def instrument(name: str, capture: Capture) -> CaptureRun:
     Imported here, not at the top: only the chosen instrumentor may patch ``openai``, and the
     contrib one is importable only from the overlay this process was started with.
     """
+    if name == "logfire":
+        _instrument_logfire(capture)
+        return run_scenario
     trace.set_tracer_provider(capture.provider)
     instrumentor: Any
     if name == "openinference":
@@ -80,6 +83,21 @@ def instrument(name: str, capture: Capture) -> CaptureRun:
         instrumentor = openai_v2.OpenAIInstrumentor()
     instrumentor.instrument(tracer_provider=capture.provider)
     return run_scenario
+
+
+def _instrument_logfire(capture: Capture) -> None:
+    import logfire  # noqa: PLC0415  # only in .venv-capture-logfire
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: PLC0415
+
+    logfire.configure(
+        send_to_logfire=False,
+        console=False,
+        service_name="capture-openai_client",
+        additional_span_processors=[SimpleSpanProcessor(capture.exporter)],
+    )
+    logfire.instrument_openai()
+    # The application span comes from Logfire's provider too, as in an app that uses it.
+    capture.provider = trace.get_tracer_provider()  # type: ignore[assignment]
 
 
 def _tool_definition(name: str) -> dict[str, Any]:
@@ -133,7 +151,7 @@ if __name__ == "__main__":
         "openai_client",
         {
             name: partial(instrument, name)
-            for name in ("openinference", "openllmetry", "otel_contrib")
+            for name in ("openinference", "openllmetry", "otel_contrib", "logfire")
         },
         SCENARIOS,
     )

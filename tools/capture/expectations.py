@@ -191,6 +191,15 @@ _CLIENT_NOTES = {
         "object), not the legacy flattened gen_ai.completion.N.tool_calls.M.*; "
         "gen_ai.response.finish_reasons normalised to 'tool_call'."
     ),
+    "logfire": _CLIENT
+    + (
+        "logfire 5.4.0 logfire.instrument_openai() (send_to_logfire=False, the capture's "
+        "exporter as an additional span processor; the application span comes from Logfire's "
+        "tracer provider): spans 'Chat Completion with {request_data[model]!r}' (the message "
+        "template; CLIENT, scope 'logfire.openai') in plain GenAI form: gen_ai.operation.name "
+        "chat, gen_ai.input.messages / gen_ai.output.messages parts JSON with tool_call parts "
+        "(arguments as an object), gen_ai.response.finish_reasons the raw 'tool_calls'."
+    ),
     "otel_contrib": _CLIENT
     + (
         "opentelemetry-instrumentation-openai-v2 2.4b0 with "
@@ -420,6 +429,10 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
     ("openai_client", "openllmetry", "refusal"): (
         " Refusal: a {type:'refusal'} part and finish_reason 'content_filter'."
     ),
+    ("openai_client", "logfire", "refusal"): (
+        " Refusal: the Chat 'refusal' field becomes a TEXT part holding the refusal message, "
+        "finish reason 'content_filter': the run has that text as its answer."
+    ),
     ("openai_client", "otel_contrib", "refusal"): (
         " Refusal: parts [] and finish_reason 'content_filter'; the text is dropped."
     ),
@@ -437,9 +450,11 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
     ),
 }
 
-#: Where what the spans show differs from the script's neutral expectation.
-_FINAL_TEXT: dict[tuple[str, str], str] = {
-    ("vercel_ai", "refusal"): "can't help with that request",
+#: Where what the spans show differs from the script's neutral expectation: the refusal
+#: message is the answer's text (framework, instrumentation or "*", scenario).
+_FINAL_TEXT: dict[tuple[str, str, str], str] = {
+    ("vercel_ai", "*", "refusal"): "can't help with that request",
+    ("openai_client", "logfire", "refusal"): "can't help with that request",
 }
 
 
@@ -454,8 +469,9 @@ def expected_for(framework: str, instrumentation: str, scenario: str) -> dict[st
         run["agent"] = None
         for call in run["calls"]:
             call["parallel"] = False  # run one after the other, requested in no span
-    if (framework, scenario) in _FINAL_TEXT:
-        run["final_text_contains"] = _FINAL_TEXT[(framework, scenario)]
+    for key in ((framework, instrumentation, scenario), (framework, "*", scenario)):
+        if key in _FINAL_TEXT:
+            run["final_text_contains"] = _FINAL_TEXT[key]
     notes = _BASE_NOTES[(framework, instrumentation)]
     notes += _SCENARIO_NOTES.get((framework, instrumentation, scenario), "")
     notes += _SCENARIO_NOTES.get((framework, "*", scenario), "")

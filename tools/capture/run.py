@@ -58,6 +58,7 @@ JOBS = (
     Job("openai_client", "capture_openai_client", "openinference"),
     Job("openai_client", "capture_openai_client", "openllmetry"),
     Job("openai_client", "capture_openai_client", "otel_contrib", overlay=True),
+    Job("openai_client", "capture_openai_client", "logfire", venv=".venv-capture-logfire"),
     Job("langgraph", "capture_langgraph", "openinference"),
     Job("langgraph", "capture_langgraph", "openllmetry"),
     Job("langgraph", "capture_langgraph", "langsmith", venv=".venv-capture-langsmith"),
