@@ -9,6 +9,11 @@ attributes the conventions need, then each span is recognized and made a SpanRec
 discards the result. Nothing is buffered, assembled, evaluated or
 counted: what it sustains is the most a server of this design could take on this machine,
 and toolwatch's throughput is reported as a fraction of it.
+
+``python -m bench.ceiling PORT reference`` decodes with protobuf's own parse instead of the
+compiled scanner (``ingest.decoder: reference``): the bare server anyone would write with the
+standard library, reported beside the strict ceiling for information (the target is on the
+strict one).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import grpc
 
 from toolwatch.ingest.decode import DecodeOptions, decode_protobuf
 from toolwatch.ingest.otlp_grpc import SERVICE_NAME
+from toolwatch.ingest.scan import Decoder
 
 __all__ = ["serve"]
 
@@ -30,17 +36,17 @@ _EMPTY_RESPONSE = b""  # an ExportTraceServiceResponse with no partial success
 _MAX_REQUEST_BYTES = 20 * 2**20  # toolwatch's ingest.max_request_bytes default
 
 
-async def _export(_requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> bytes:
-    body = await context.read()
-    await context.read()  # the end of the call, as toolwatch checks it
-    decode_protobuf(body, _OPTIONS)
-    return _EMPTY_RESPONSE
+def _handler(options: DecodeOptions) -> Any:
+    async def export(_requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> bytes:
+        body = await context.read()
+        await context.read()  # the end of the call, as toolwatch checks it
+        decode_protobuf(body, options)
+        return _EMPTY_RESPONSE
+
+    return export
 
 
-_OPTIONS = DecodeOptions()
-
-
-async def serve(port: int) -> None:
+async def serve(port: int, decoder: Decoder = "auto") -> None:
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", _MAX_REQUEST_BYTES),
@@ -48,7 +54,7 @@ async def serve(port: int) -> None:
             ("grpc.http2.bdp_probe", 0),  # toolwatch's default (ingest.grpc_bdp_probe)
         ],
     )
-    method = grpc.stream_unary_rpc_method_handler(_export)
+    method = grpc.stream_unary_rpc_method_handler(_handler(DecodeOptions(decoder=decoder)))
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Export": method}),)
     )
@@ -63,4 +69,4 @@ async def serve(port: int) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(serve(int(sys.argv[1])))
+    asyncio.run(serve(int(sys.argv[1]), "reference" if sys.argv[2:] == ["reference"] else "auto"))

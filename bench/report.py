@@ -142,6 +142,12 @@ def _throughput_lines(t: Mapping[str, Any]) -> list[str]:
         f"  ratio to ceiling:            {t['ratio_to_ceiling']:>8.1%} "
         "(median of rounds, per CPU-second)",
     ]
+    if "ratio_to_reference_ceiling" in t:
+        lines.append(
+            "  for information, the same bare server on protobuf's decoder: "
+            f"{t['reference_ceiling_spans_per_cpu_second']:,.0f} spans per CPU-second, "
+            f"ratio {t['ratio_to_reference_ceiling']:.1%}"
+        )
     for i, r in enumerate(t["rounds"], start=1):
         full, bare = r["toolwatch"], r["ceiling"]
         lines.append(

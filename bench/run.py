@@ -4,7 +4,8 @@ Phases, in one run and on the same pool of requests (``bench.traces``):
 
 1. stages — each pipeline stage timed in-process (µs of CPU per span): where time goes;
 2. throughput — ``toolwatch serve`` and the decode-only ceiling (``bench.ceiling``) under the
-   same saturating closed-loop load, in alternating rounds (``bench.throughput``);
+   same saturating closed-loop load, in alternating rounds (``bench.throughput``); also, for
+   information, the same ceiling decoding with protobuf's parse;
 3. latency — open-loop load at half the sustained rate: last span acknowledged -> finding
    logged (``bench.latency``);
 4. memory — runs that never complete fill the buffer; resident memory per buffered span
@@ -79,6 +80,16 @@ def _wait_drained(metrics_port: int, timeout: float = 30.0) -> None:
         time.sleep(0.25)
 
 
+# The strict ceiling decodes as toolwatch does; the reference one with protobuf's parse.
+_CEILINGS: dict[str, tuple[str, ...]] = {"ceiling": (), "ceiling_reference": ("reference",)}
+
+
+def _ceiling(workdir: Path, name: str, *extra: str) -> tuple[ServerProcess, int]:
+    port = free_port()
+    command = [sys.executable, "-m", "bench.ceiling", str(port), *extra]
+    return ServerProcess(command, workdir, name), port
+
+
 def _servers(settings: Settings, workdir: Path) -> dict[str, Any]:
     """Throughput (both servers up, alternating rounds), then latency on toolwatch."""
     ports = free_ports()
@@ -86,22 +97,23 @@ def _servers(settings: Settings, workdir: Path) -> dict[str, Any]:
     config = bench_config(
         ports, findings, completion_wait=settings.completion_wait, tick=settings.tick
     )
-    ceiling_port = free_port()
-    ceiling_command = [sys.executable, "-m", "bench.ceiling", str(ceiling_port)]
     clients = ClientPool(settings.clients, settings.templates())
     toolwatch = ServerProcess.toolwatch(config, workdir, "toolwatch")
-    ceiling = ServerProcess(ceiling_command, workdir, "ceiling")
+    ceilings = {name: _ceiling(workdir, name, *extra) for name, extra in _CEILINGS.items()}
     try:
         toolwatch.wait_for_port(ports["metrics"])
-        ceiling.wait_for_port(ceiling_port)
-        throughput = measure_throughput(settings, clients, toolwatch, ports, ceiling, ceiling_port)
-        ceiling.stop()
+        for server, port in ceilings.values():
+            server.wait_for_port(port)
+        throughput = measure_throughput(settings, clients, toolwatch, ports, ceilings)
+        for server, _ in ceilings.values():
+            server.stop()
         _wait_drained(ports["metrics"])
         half = throughput["spans_per_second"] / 2
         latency = measure_latency(settings, clients, ports, findings, half)
     finally:
         clients.close()
-        ceiling.stop()
+        for server, _ in ceilings.values():
+            server.stop()
         toolwatch.stop()
     return {"throughput": throughput, "latency": latency}
 

@@ -103,22 +103,39 @@ def _median(rounds: list[dict[str, Any]], server: str, key: str) -> float:
     return statistics.median(float(r[server][key]) for r in rounds)
 
 
+def _reference_ratio(rounds: list[dict[str, Any]]) -> dict[str, float]:
+    ratios = [
+        r["toolwatch"]["spans_per_cpu_second"] / r["ceiling_reference"]["spans_per_cpu_second"]
+        for r in rounds
+    ]
+    return {
+        "reference_ceiling_spans_per_cpu_second": _median(
+            rounds, "ceiling_reference", "spans_per_cpu_second"
+        ),
+        "ratio_to_reference_ceiling": statistics.median(ratios),
+    }
+
+
 def measure_throughput(
     settings: Settings,
     clients: ClientPool,
     toolwatch: ServerProcess,
     ports: dict[str, int],
-    ceiling: ServerProcess,
-    ceiling_port: int,
+    ceilings: dict[str, tuple[ServerProcess, int]],
 ) -> dict[str, Any]:
-    """Alternate ceiling and toolwatch windows for ``settings.rounds`` rounds. The ratio is
-    taken per round on the rates per CPU-second (robust to other load on the machine)."""
+    """Alternate the ceilings' and toolwatch's windows for ``settings.rounds`` rounds. The
+    ratios are taken per round on the rates per CPU-second (robust to other load on the
+    machine). ``ceilings["ceiling"]`` is the strict one; ``"ceiling_reference"``, if given,
+    the same server decoding with protobuf's parse."""
     rounds = []
     for number in range(settings.rounds):
-        bare = _ceiling_round(settings, clients, ceiling, ceiling_port)
+        bare = {
+            name: _ceiling_round(settings, clients, server, port)
+            for name, (server, port) in ceilings.items()
+        }
         full = _toolwatch_round(settings, clients, toolwatch, ports, base=10 * number)
-        ratio = full["spans_per_cpu_second"] / bare["spans_per_cpu_second"]
-        rounds.append({"ceiling": bare, "toolwatch": full, "ratio": ratio})
+        ratio = full["spans_per_cpu_second"] / bare["ceiling"]["spans_per_cpu_second"]
+        rounds.append({**bare, "toolwatch": full, "ratio": ratio})
     buffered = max(rounds, key=lambda r: r["toolwatch"]["buffered_spans"][-1])
     growth = max(
         r["toolwatch"]["buffered_spans"][-1] - r["toolwatch"]["buffered_spans"][0] for r in rounds
@@ -132,6 +149,7 @@ def measure_throughput(
         "ceiling_spans_per_cpu_second": _median(rounds, "ceiling", "spans_per_cpu_second"),
         "ceiling_server_cpu_utilization": _median(rounds, "ceiling", "server_cpu_utilization"),
         "ratio_to_ceiling": statistics.median(r["ratio"] for r in rounds),
+        **(_reference_ratio(rounds) if "ceiling_reference" in ceilings else {}),
         "buffered_spans_worst_round": buffered["toolwatch"]["buffered_spans"],
         # Steady: over any window the buffer grew by less than 5% of what was processed.
         "buffer_steady": growth < 0.05 * processed,
