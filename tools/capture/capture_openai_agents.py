@@ -41,7 +41,7 @@ from opentelemetry import trace
 from tools.capture import scripts
 from tools.capture.cli import CaptureRun, main
 from tools.capture.fake_model import FakeModelServer
-from tools.capture.otlp import Capture
+from tools.capture.otlp import Capture, configure_logfire
 
 __all__ = ["SCENARIOS", "instrument"]
 
@@ -78,15 +78,7 @@ def instrument(name: str, capture: Capture) -> CaptureRun:
 
 
 def _instrument_logfire(capture: Capture) -> None:
-    import logfire  # noqa: PLC0415  # only in .venv-capture-logfire
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: PLC0415
-
-    logfire.configure(
-        send_to_logfire=False,
-        console=False,
-        service_name="capture-openai_agents",
-        additional_span_processors=[SimpleSpanProcessor(capture.exporter)],
-    )
+    logfire = configure_logfire(capture, "capture-openai_agents")
     set_trace_processors([])  # drop the SDK's default exporter to api.openai.com
     logfire.instrument_openai_agents()
 

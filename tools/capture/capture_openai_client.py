@@ -31,7 +31,7 @@ from opentelemetry import trace
 from tools.capture import scripts
 from tools.capture.cli import CaptureRun, main
 from tools.capture.fake_model import FakeModelServer
-from tools.capture.otlp import Capture
+from tools.capture.otlp import Capture, configure_logfire
 
 __all__ = ["SCENARIOS", "instrument"]
 
@@ -86,16 +86,7 @@ def instrument(name: str, capture: Capture) -> CaptureRun:
 
 
 def _instrument_logfire(capture: Capture) -> None:
-    import logfire  # noqa: PLC0415  # only in .venv-capture-logfire
-    from opentelemetry.sdk.trace.export import SimpleSpanProcessor  # noqa: PLC0415
-
-    logfire.configure(
-        send_to_logfire=False,
-        console=False,
-        service_name="capture-openai_client",
-        additional_span_processors=[SimpleSpanProcessor(capture.exporter)],
-    )
-    logfire.instrument_openai()
+    configure_logfire(capture, "capture-openai_client").instrument_openai()
     # The application span comes from Logfire's provider too, as in an app that uses it.
     capture.provider = trace.get_tracer_provider()  # type: ignore[assignment]
 

@@ -30,6 +30,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 __all__ = [
     "Capture",
+    "configure_logfire",
     "read_fixture",
     "summarize",
     "to_json_line",
@@ -63,6 +64,21 @@ class Capture:
             raise ValueError(f"{path.name}: expected one trace, got {len(traces)}")
         path.write_text(to_json_line(spans) + "\n", encoding="utf-8")
         return len(spans)
+
+
+def configure_logfire(capture: Capture, service_name: str) -> Any:
+    """Pydantic Logfire set up to send nowhere, with ``capture``'s exporter as an extra span
+    processor: Logfire's own tracer provider is what an application using it runs. Returns
+    the ``logfire`` module (installed only in ``.venv-capture-logfire``)."""
+    import logfire  # noqa: PLC0415
+
+    logfire.configure(
+        send_to_logfire=False,
+        console=False,
+        service_name=service_name,
+        additional_span_processors=[SimpleSpanProcessor(capture.exporter)],
+    )
+    return logfire
 
 
 def to_json_line(spans: Sequence[ReadableSpan]) -> str:
