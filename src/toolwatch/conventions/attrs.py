@@ -39,6 +39,7 @@ __all__ = [
     "merge_summaries",
     "parse_json",
     "plain_text",
+    "span_name_as_is",
 ]
 
 Attributes: TypeAlias = Mapping[str, Any]
@@ -96,6 +97,12 @@ class Recognition(NamedTuple):
 
 def _unchanged(value: Any) -> Any:
     return value
+
+
+def span_name_as_is(name: str) -> str | None:
+    """``ToolSpec`` / ``AgentSpec.name_from_span`` for producers that name a tool's or an
+    agent's span after it (OpenInference's openai-agents, LangSmith's runs)."""
+    return name or None
 
 
 @dataclass(frozen=True, slots=True)

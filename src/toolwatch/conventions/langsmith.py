@@ -32,6 +32,7 @@ from toolwatch.conventions.attrs import (
     content_text,
     langgraph_answer,
     parse_json,
+    span_name_as_is,
 )
 from toolwatch.model import SpanRole
 
@@ -48,10 +49,6 @@ KEYS = frozenset({SPAN_KIND, _AGENT_NAME, _INPUTS, _OUTPUTS})
 _KIND_ROLES = {"tool": SpanRole.TOOL, "llm": SpanRole.LLM}
 
 
-def _span_name_as_is(name: str) -> str | None:
-    return name or None  # a run's span is named after the run: the tool, the agent
-
-
 CONVENTION = Convention(
     name="langsmith",
     tool=ToolSpec(
@@ -59,12 +56,12 @@ CONVENTION = Convention(
         call_id=("gen_ai.tool.call.id",),
         arguments=(_INPUTS,),
         result=(_OUTPUTS,),
-        name_from_span=_span_name_as_is,
+        name_from_span=span_name_as_is,
     ),
     agent=AgentSpec(
         name=(_AGENT_NAME,),
         output=(_OUTPUTS,),
-        name_from_span=_span_name_as_is,
+        name_from_span=span_name_as_is,
         unwrap_output=langgraph_answer,
     ),
 )

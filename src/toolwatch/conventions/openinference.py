@@ -36,6 +36,7 @@ from toolwatch.conventions.attrs import (
     group_indexed,
     langgraph_answer,
     parse_json,
+    span_name_as_is,
 )
 from toolwatch.model import SpanRole
 
@@ -76,11 +77,6 @@ _KIND_ROLES = {
 }
 
 
-def _span_name_as_is(name: str) -> str | None:
-    # openai-agents names TOOL spans after the tool and AGENT spans after the agent.
-    return name or None
-
-
 CONVENTION = Convention(
     name="openinference",
     tool=ToolSpec(
@@ -88,12 +84,12 @@ CONVENTION = Convention(
         call_id=("tool.id", "tool_call.id", "gen_ai.tool.call.id"),
         arguments=("input.value", "gen_ai.tool.call.arguments"),
         result=("output.value", "gen_ai.tool.call.result"),
-        name_from_span=_span_name_as_is,
+        name_from_span=span_name_as_is,
     ),
     agent=AgentSpec(
         name=("agent.name", "gen_ai.agent.name"),
         output=("output.value",),
-        name_from_span=_span_name_as_is,
+        name_from_span=span_name_as_is,
         unwrap_output=langgraph_answer,
     ),
 )

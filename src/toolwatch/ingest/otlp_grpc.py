@@ -40,7 +40,13 @@ from toolwatch.ingest.decode import DecodedBatch, DecodeError, DecodeOptions, de
 from toolwatch.ingest.slots import RequestSlots
 from toolwatch.metrics import PipelineMetrics
 
-__all__ = ["SERVICE_NAME", "SpanConsumer", "bad_request_status", "trace_service_handler"]
+__all__ = [
+    "SERVICE_NAME",
+    "SpanConsumer",
+    "bad_request_status",
+    "export_response",
+    "trace_service_handler",
+]
 
 SERVICE_NAME = "opentelemetry.proto.collector.trace.v1.TraceService"
 
@@ -85,6 +91,16 @@ def bad_request_status(error: DecodeError) -> status_pb2.Status:
 def _invalid(message: str) -> bytes:
     status: bytes = bad_request_status(DecodeError(message)).SerializeToString()
     return status
+
+
+def export_response(batch: DecodedBatch) -> trace_service_pb2.ExportTraceServiceResponse:
+    """The answer to an accepted request: OTLP partial success when spans were rejected."""
+    response = trace_service_pb2.ExportTraceServiceResponse()
+    rejected = sum(batch.rejected.values())
+    if rejected:
+        response.partial_success.rejected_spans = rejected
+        response.partial_success.error_message = batch.error_message or ""
+    return response
 
 
 class _Export:
@@ -156,12 +172,7 @@ class _Export:
             return "invalid", bad_request_status(exc).SerializeToString()
         if self._consume(batch, _TRANSPORT) is Admission.OVERLOADED:
             return "overloaded", b""
-        response = trace_service_pb2.ExportTraceServiceResponse()
-        rejected = sum(batch.rejected.values())
-        if rejected:
-            response.partial_success.rejected_spans = rejected
-            response.partial_success.error_message = batch.error_message or ""
-        return "ok", response.SerializeToString()
+        return "ok", export_response(batch).SerializeToString()
 
 
 def trace_service_handler(

@@ -22,7 +22,6 @@ from aiohttp import web
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from toolwatch.engine import Admission
 from toolwatch.ingest.decode import (
@@ -32,7 +31,7 @@ from toolwatch.ingest.decode import (
     decode_protobuf,
     decode_request,
 )
-from toolwatch.ingest.otlp_grpc import SpanConsumer, bad_request_status
+from toolwatch.ingest.otlp_grpc import SpanConsumer, bad_request_status, export_response
 from toolwatch.ingest.otlp_json import parse_otlp_json
 from toolwatch.ingest.slots import RequestSlots
 from toolwatch.metrics import PipelineMetrics
@@ -90,8 +89,7 @@ class HttpTraceReceiver:
         if not self.slots.take():
             return self._overloaded(content_type)
         try:
-            async with asyncio.timeout(self.slots.read_timeout):
-                batch = await self._read(request, content_type)
+            batch = await self._read(request, content_type)
         except TimeoutError:
             # Retryable, as OTLP/HTTP lets a client retry only 429, 502, 503 and 504. The rest
             # of the body is not waited for: the connection closes with the answer.
@@ -102,11 +100,14 @@ class HttpTraceReceiver:
             self.slots.give()
         if self.consume(batch, _TRANSPORT) is Admission.OVERLOADED:
             return self._overloaded(content_type)
-        return _message_response(200, _export_response(batch), content_type)
+        return _message_response(200, export_response(batch), content_type)
 
     async def _read(self, request: web.Request, content_type: str) -> DecodedBatch:
+        """The body, decoded; ``TimeoutError`` when it did not arrive within the slots' read
+        timeout (decoding is not timed: it is no longer the client's doing)."""
         try:
-            raw = await request.read()
+            async with asyncio.timeout(self.slots.read_timeout):
+                raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise _RejectError(413, f"body exceeds {self.max_request_bytes} bytes") from None
         body = self._decompress(raw, request.headers.get("Content-Encoding", "identity"))
@@ -148,15 +149,6 @@ class HttpTraceReceiver:
 
 def _read_timeout_message(slots: RequestSlots) -> str:
     return f"the request body was not received within {slots.read_timeout:g} s; retry"
-
-
-def _export_response(batch: DecodedBatch) -> trace_service_pb2.ExportTraceServiceResponse:
-    response = trace_service_pb2.ExportTraceServiceResponse()
-    rejected = sum(batch.rejected.values())
-    if rejected:
-        response.partial_success.rejected_spans = rejected
-        response.partial_success.error_message = batch.error_message or ""
-    return response
 
 
 def _message_response(status: int, message: Message, content_type: str) -> web.Response:
