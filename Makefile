@@ -6,8 +6,11 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: serve test lint typecheck check bench bench-compare fuzz proto clean
 
-# The compiled scanner is built by the editable install: rebuild when its source changes.
-$(STAMP): pyproject.toml setup.py src/toolwatch/ingest/_wire.c
+# The editable install builds the compiled scanner (C) and compiles the hot path with mypyc
+# (setup.py; src/toolwatch/compiled.py lists the modules): rebuild when their source changes.
+# TOOLWATCH_PURE_PYTHON=1 runs the source instead, without rebuilding (a debugger, coverage).
+COMPILED := $(shell $(PYTHON) src/toolwatch/compiled.py)
+$(STAMP): pyproject.toml setup.py src/toolwatch/ingest/_wire.c src/toolwatch/compiled.py $(COMPILED)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'
@@ -55,4 +58,5 @@ proto: $(STAMP)
 	PYTHON=$(BIN)/python scripts/gen_proto.sh
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build
+	find src -name '*.so' -delete

@@ -1,10 +1,46 @@
-"""The compiled OTLP scanner (``toolwatch.ingest.scan``); everything else is in pyproject.toml.
+"""The compiled parts of toolwatch; everything else is in pyproject.toml.
 
-The extension is optional: without a C compiler the package installs and runs on the
-reference scanner, which costs about a third more CPU per span (README, Performance).
+- ``toolwatch.ingest._wire``: the OTLP scanner, written in C.
+- The hot path (``toolwatch.compiled.MODULES``: recognizers, decoding, assembly, timeline,
+  evaluators, metrics), compiled from its own Python source by mypyc.
+
+Both are optional. Without a C compiler, or with ``TOOLWATCH_PURE_PYTHON=1`` when
+installing, the package installs and runs as Python, at about half the speed (README,
+Performance).
 """
 
+import os
+import runpy
+import sys
+
 from setuptools import Extension, setup
+
+try:
+    from mypyc.build import mypycify
+except ImportError:  # mypy is a build requirement: missing only without build isolation
+    mypycify = None
+
+MODULES = runpy.run_path("src/toolwatch/compiled.py")["MODULES"]
+
+# The compiled modules must type-check, but the strict check is `make typecheck`'s: here
+# only what mypyc needs, without the pydantic plugin or stubs the build does not install.
+_MYPYC_ARGS = ["--config-file=", "--ignore-missing-imports", "--follow-imports=silent"]
+
+
+def _hot_path() -> list[Extension]:
+    if os.environ.get("TOOLWATCH_PURE_PYTHON") == "1":
+        return []
+    if mypycify is None:
+        print("toolwatch: mypy is not installed; the hot path runs as Python", file=sys.stderr)
+        return []
+    extensions = mypycify(
+        [*_MYPYC_ARGS, *(f"src/toolwatch/{module}" for module in MODULES)],
+        group_name="toolwatch_native",
+    )
+    for extension in extensions:
+        extension.optional = True
+    return extensions
+
 
 setup(
     ext_modules=[
@@ -13,6 +49,7 @@ setup(
             sources=["src/toolwatch/ingest/_wire.c"],
             optional=True,
             extra_compile_args=["-O2", "-Wall", "-Wextra", "-Wno-missing-field-initializers"],
-        )
+        ),
+        *_hot_path(),
     ]
 )

@@ -3,9 +3,32 @@
 Hypothesis: its timing checks (a per-example deadline, "data generation too slow") measure the
 machine, not the code, and CI shares its machine; they are off for every test. What a test
 checks stays random: each run explores new examples, and a failure prints its seed.
+
+The compiled hot path (``toolwatch.compiled``): the suite runs what the install built, and
+refuses to start when a compiled module is older than its source, since it would then test
+code that is not the source's (``make test`` rebuilds first; ``TOOLWATCH_PURE_PYTHON=1``
+runs the source without a rebuild).
 """
 
+import pytest
 from hypothesis import HealthCheck, settings
+
+import toolwatch.app  # noqa: F401 - imports every compiled module, for the check below
+from toolwatch import compiled
 
 settings.register_profile("toolwatch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("toolwatch")
+
+
+def pytest_report_header() -> str:
+    return f"toolwatch hot path: {compiled.state().describe()}"
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    stale = compiled.state().stale
+    if stale:
+        pytest.exit(
+            f"compiled modules older than their source: {', '.join(stale)}; rebuild with "
+            f"`make test` (or run the source: {compiled.PURE_PYTHON_ENV}=1)",
+            returncode=4,
+        )

@@ -26,7 +26,7 @@ from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
-from toolwatch import __version__
+from toolwatch import __version__, compiled
 from toolwatch.config import Config, is_loopback, parse_listen_address
 from toolwatch.engine import DiscardToolTraces, Engine, EngineParts, ToolTraceSink
 from toolwatch.evaluation.pipeline import EvaluationPipeline
@@ -183,6 +183,9 @@ class App:
                 "OTLP decoding runs on the reference scanner, a third more CPU per span: %s",
                 COMPILED_UNAVAILABLE,
             )
+        hot_path = compiled.state()
+        log_hot_path = log.warning if hot_path.stale else log.info
+        log_hot_path("hot path: %s", hot_path.describe())
 
     async def stop(self, grace: float | None = None) -> None:
         """Stop accepting, evaluate everything buffered, flush the sinks, close listeners.

@@ -17,8 +17,11 @@ from tests.integration.conftest import run_fuzzer
 pytest.importorskip("atheris", reason="atheris has wheels for x86-64 Linux only")
 
 
-def test_fuzzing_the_pipeline_breaks_no_contract(tmp_path: Path) -> None:
-    run = run_fuzzer("pipeline.sh", 20, 7, FUZZ_DIR=str(tmp_path))
+@pytest.mark.parametrize("pure", ["1", "0"], ids=["source", "compiled"])
+def test_fuzzing_the_pipeline_breaks_no_contract(tmp_path: Path, pure: str) -> None:
+    """From the source (coverage reaches the whole pipeline), and the compiled build (what
+    runs in production, where a value of the wrong type would be a TypeError)."""
+    run = run_fuzzer("pipeline.sh", 15, 7, FUZZ_DIR=str(tmp_path), TOOLWATCH_PURE_PYTHON=pure)
     output = run.stdout + run.stderr
     assert run.returncode == 0, output[-4000:]
     assert not list(tmp_path.glob("crash-*"))

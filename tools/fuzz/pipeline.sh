@@ -3,6 +3,9 @@
 # guided by Python coverage; tools/fuzz/pipeline.py). The corpus grows in $FUZZ_DIR between
 # runs; an input that breaks the contract is saved there as crash-<sha1> and fails the run.
 set -euo pipefail
+# Coverage guides libFuzzer only through Python code, so by default the hot path runs from
+# its source (toolwatch.compiled); TOOLWATCH_PURE_PYTHON=0 fuzzes the compiled build instead.
+export TOOLWATCH_PURE_PYTHON="${TOOLWATCH_PURE_PYTHON:-1}"
 cd "$(dirname "$0")/../.."
 python="${PYTHON:-.venv/bin/python}"
 seconds="${FUZZ_SECONDS:-300}"

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from toolwatch.evaluation.base import Baseline, RefCall, Reference, baseline, pct
 from toolwatch.evaluation.matching import pair_by_name
@@ -170,7 +170,7 @@ def compare_arguments(
 class ToolArguments:
     """The ``tool_arguments`` evaluator (see the module docstring)."""
 
-    name = "tool_arguments"
+    name: Final = "tool_arguments"
 
     def __init__(self, settings: ToolArgumentsSettings, normalize: NameNormalizer) -> None:
         self.settings = settings

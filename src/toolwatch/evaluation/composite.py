@@ -51,7 +51,7 @@ class Composite:
     """The ``composite`` evaluator (see the module docstring). Applies only to runs with a
     golden case."""
 
-    name = "composite"
+    name: Final = "composite"
 
     def __init__(
         self,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
@@ -69,7 +69,7 @@ def rule_label(rule: Invariant) -> str:
 class Invariants:
     """The ``invariants`` evaluator (see the module docstring)."""
 
-    name = "invariants"
+    name: Final = "invariants"
 
     def __init__(self, settings: InvariantsSettings, policy: PolicySettings) -> None:
         self.settings = settings

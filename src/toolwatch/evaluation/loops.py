@@ -16,7 +16,7 @@ import json
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from toolwatch.evaluation.base import Reference, informs, pct
 from toolwatch.evaluation.settings import LoopsSettings, PolicySettings
@@ -85,7 +85,7 @@ def find_repeats(
 class Loops:
     """The ``loops`` evaluator (see the module docstring)."""
 
-    name = "loops"
+    name: Final = "loops"
 
     def __init__(self, settings: LoopsSettings, policy: PolicySettings) -> None:
         self.settings = settings

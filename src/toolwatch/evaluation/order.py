@@ -11,6 +11,7 @@ diverge.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from toolwatch.evaluation.base import Baseline, Reference, baseline, call_names, pct
 from toolwatch.evaluation.settings import OrderSettings
@@ -60,7 +61,7 @@ def first_divergence(actual: Sequence[str], reference: Sequence[str]) -> int | N
 class Order:
     """The ``order`` evaluator (see the module docstring)."""
 
-    name = "order"
+    name: Final = "order"
 
     def __init__(self, settings: OrderSettings, normalize: NameNormalizer) -> None:
         self.settings = settings

@@ -31,7 +31,7 @@ import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from toolwatch.evaluation.base import Reference, informs, name_list, pct, resolve
 from toolwatch.evaluation.settings import Binding, PolicySettings, SafetySettings
@@ -119,7 +119,7 @@ class _Flag:
 class Safety:
     """The ``safety`` evaluator (see the module docstring)."""
 
-    name = "safety"
+    name: Final = "safety"
 
     def __init__(self, settings: SafetySettings, policy: PolicySettings) -> None:
         self.settings = settings

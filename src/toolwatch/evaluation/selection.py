@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
+from typing import Final
 
 from toolwatch.evaluation.base import Baseline, Reference, baseline, call_names, name_list, pct
 from toolwatch.evaluation.order import lcs_length
@@ -97,7 +98,7 @@ def difference(left: Sequence[str], right: Sequence[str]) -> list[str]:
 class ToolSelection:
     """The ``tool_selection`` evaluator (see the module docstring)."""
 
-    name = "tool_selection"
+    name: Final = "tool_selection"
 
     def __init__(self, settings: ToolSelectionSettings, normalize: NameNormalizer) -> None:
         self.settings = settings

@@ -23,6 +23,7 @@ that one broken check of several reads as a partial drop.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from toolwatch.evaluation.base import Baseline, Reference, baseline, pct, uses_parallelism
 from toolwatch.evaluation.settings import StructureSettings
@@ -52,7 +53,7 @@ def count_score(actual: int, reference: int, tolerance: int) -> float:
 class ToolTraceStructure:
     """The ``tool_trace_structure`` evaluator (see the module docstring)."""
 
-    name = "tool_trace_structure"
+    name: Final = "tool_trace_structure"
 
     def __init__(self, settings: StructureSettings, normalize: NameNormalizer) -> None:
         self.settings = settings

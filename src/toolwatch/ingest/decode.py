@@ -16,7 +16,7 @@ start: clock skew should not cost a tool call. Pure functions; safe to call from
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -27,6 +27,9 @@ from toolwatch.conventions import (
     ATTRIBUTE_PREFIXES,
     EVENT_ATTRIBUTE_KEYS,
     EVENT_NAMES,
+    Attributes,
+    EventSource,
+    Recognition,
     SpanEvent,
     recognize,
 )
@@ -164,12 +167,17 @@ def _resource(attrs: Mapping[str, Any], references: Sequence[str]) -> _Resource:
     return _Resource(service_name, found, tuple(sorted(found.items())))
 
 
+#: ``conventions.recognize``'s signature (a decoder takes another in tests).
+Recognizer = Callable[[str, int, Attributes, EventSource], Recognition]
+
+
 class _Decoder:
     """One request's decoding state. Not shared between requests or threads."""
 
-    __slots__ = ("_references", "offenders", "rejected", "spans")
+    __slots__ = ("_recognize", "_references", "offenders", "rejected", "spans")
 
-    def __init__(self, options: DecodeOptions) -> None:
+    def __init__(self, options: DecodeOptions, recognizer: Recognizer = recognize) -> None:
+        self._recognize = recognizer
         self._references = tuple(sorted(options.reference_keys))
         self.spans: list[SpanRecord] = []
         self.rejected: dict[str, int] = {}
@@ -210,7 +218,7 @@ class _Decoder:
             return problem
         events = _Events(scanned) if scanned is not None else None
         try:
-            recognition = recognize(name, code, attrs, events)
+            recognition = self._recognize(name, code, attrs, events)
         except Exception as exc:  # a recognizer bug must cost one span, not the request
             return "malformed_attributes", f"attributes could not be read ({exc!r:.80})"
         if events is not None:

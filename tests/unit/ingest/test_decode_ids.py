@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from ingest_support import ROOT_ID, TRACE_ID, decode, decode_bytes, decode_one, request, span
 
-from toolwatch.conventions import recognize
-from toolwatch.ingest import decode as decode_module
-from toolwatch.ingest.decode import DecodeError, DecodeOptions, decode_protobuf
+from toolwatch.conventions import Recognition, recognize
+from toolwatch.ingest.decode import DecodeError, DecodeOptions, _Decoder, decode_protobuf, scanner
 
 
 def test_valid_span_keeps_ids_times_kind_and_status() -> None:
@@ -113,16 +114,14 @@ def test_span_ending_before_it_starts_is_kept_with_end_clamped() -> None:
     assert (record.start_ns, record.end_ns) == (5_000, 5_000)
 
 
-def test_a_recognizer_failure_costs_one_span_not_the_request(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    def fragile(name: str, *args: object) -> object:
+def test_a_recognizer_failure_costs_one_span_not_the_request() -> None:
+    def fragile(name: str, *args: Any) -> Recognition:
         if name == "bad":
             raise KeyError("boom")
-        return recognize(name, *args)  # type: ignore[arg-type]
+        return recognize(name, *args)
 
-    monkeypatch.setattr(decode_module, "recognize", fragile)
-    batch = decode(span("good"), span("bad"))
+    scan = scanner(DecodeOptions()).scan_message(request(span("good"), span("bad")))
+    batch = _Decoder(DecodeOptions(), fragile).scan(scan)
     assert [record.name for record in batch.spans] == ["good"]
     assert batch.rejected == {"malformed_attributes": 1}
     assert batch.error_message == (

@@ -1,0 +1,91 @@
+"""The compiled hot path (``toolwatch.compiled``): what is compiled, what runs, and the
+switch back to the source."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from toolwatch import compiled
+
+PACKAGE = Path(compiled.__file__).parent
+
+_REPORT = (
+    "import json, toolwatch.app; from toolwatch import compiled; s = compiled.state(); "
+    "print(json.dumps({'compiled': s.compiled, 'source': s.source, 'describe': s.describe()}))"
+)
+
+
+def _state_in_child(**env: str) -> dict[str, object]:
+    run = subprocess.run(
+        [sys.executable, "-c", _REPORT],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    report: dict[str, object] = json.loads(run.stdout)
+    return report
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            found.add(node.module)
+    return found
+
+
+@pytest.mark.parametrize("relative", compiled.MODULES)
+def test_each_listed_module_exists_and_defines_no_pydantic_model(relative: str) -> None:
+    """mypyc cannot compile a pydantic model; the list must name real files (the Makefile
+    rebuilds when they change)."""
+    path = PACKAGE / relative
+    assert path.is_file(), path
+    assert not any(name.split(".")[0] == "pydantic" for name in _imports(path)), relative
+
+
+def test_the_switch_runs_every_listed_module_from_its_source() -> None:
+    report = _state_in_child(**{compiled.PURE_PYTHON_ENV: "1"})
+    assert report["compiled"] == []
+    assert len(report["source"]) == len(compiled.MODULES)  # type: ignore[arg-type]
+    assert report["describe"] == "pure Python (TOOLWATCH_PURE_PYTHON=1)"
+
+
+def test_a_build_is_all_compiled_or_all_source_never_half() -> None:
+    env = {k: v for k, v in os.environ.items() if k != compiled.PURE_PYTHON_ENV}
+    run = subprocess.run(
+        [sys.executable, "-c", _REPORT], env=env, capture_output=True, text=True, check=True
+    )
+    report = json.loads(run.stdout)
+    assert {len(report["compiled"]), len(report["source"])} == {0, len(compiled.MODULES)}
+    if report["compiled"]:
+        count = len(compiled.MODULES)
+        assert report["describe"] == f"compiled by mypyc ({count} of {count} modules)"
+
+
+def test_a_source_edited_after_the_build_is_stale(tmp_path: Path) -> None:
+    source, built = tmp_path / "timeline.py", tmp_path / "timeline.so"
+    source.write_text("")
+    built.write_text("")
+    os.utime(source, (1_000, 1_000))
+    os.utime(built, (2_000, 2_000))
+    assert not compiled.is_stale(source, built)
+    os.utime(source, (3_000, 3_000))
+    assert compiled.is_stale(source, built)
+
+
+def test_a_stale_module_is_named_in_the_description() -> None:
+    state = compiled.CompiledState(("toolwatch.names",), (), ("toolwatch.names",))
+    assert state.describe().endswith(
+        "; older than their source, rebuild with `make`: toolwatch.names"
+    )
