@@ -14,6 +14,9 @@ and toolwatch's throughput is reported as a fraction of it.
 compiled scanner (``ingest.decoder: reference``): the bare server anyone would write with the
 standard library, reported beside the strict ceiling for information (the target is on the
 strict one).
+
+``python -m bench.ceiling PORT transport`` reads each request and decodes nothing: what gRPC
+alone costs on this machine, the floor under any server of this design (for information).
 """
 
 from __future__ import annotations
@@ -36,17 +39,19 @@ _EMPTY_RESPONSE = b""  # an ExportTraceServiceResponse with no partial success
 _MAX_REQUEST_BYTES = 20 * 2**20  # toolwatch's ingest.max_request_bytes default
 
 
-def _handler(options: DecodeOptions) -> Any:
+def _handler(options: DecodeOptions | None) -> Any:
     async def export(_requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> bytes:
         body = await context.read()
         await context.read()  # the end of the call, as toolwatch checks it
-        decode_protobuf(body, options)
+        if options is not None:
+            decode_protobuf(body, options)
         return _EMPTY_RESPONSE
 
     return export
 
 
-async def serve(port: int, decoder: Decoder = "auto") -> None:
+async def serve(port: int, decoder: Decoder | None = "auto") -> None:
+    """Serve until SIGTERM; ``decoder`` ``None`` decodes nothing (the transport floor)."""
     server = grpc.aio.server(
         options=[
             ("grpc.max_receive_message_length", _MAX_REQUEST_BYTES),
@@ -54,7 +59,8 @@ async def serve(port: int, decoder: Decoder = "auto") -> None:
             ("grpc.http2.bdp_probe", 0),  # toolwatch's default (ingest.grpc_bdp_probe)
         ],
     )
-    method = grpc.stream_unary_rpc_method_handler(_handler(DecodeOptions(decoder=decoder)))
+    options = None if decoder is None else DecodeOptions(decoder=decoder)
+    method = grpc.stream_unary_rpc_method_handler(_handler(options))
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler(SERVICE_NAME, {"Export": method}),)
     )
@@ -68,5 +74,7 @@ async def serve(port: int, decoder: Decoder = "auto") -> None:
     await server.stop(1.0)
 
 
+_MODES: dict[str, Decoder | None] = {"strict": "auto", "reference": "reference", "transport": None}
+
 if __name__ == "__main__":
-    asyncio.run(serve(int(sys.argv[1]), "reference" if sys.argv[2:] == ["reference"] else "auto"))
+    asyncio.run(serve(int(sys.argv[1]), _MODES[sys.argv[2] if len(sys.argv) > 2 else "strict"]))

@@ -19,6 +19,8 @@ import google.protobuf
 import grpc
 from google.protobuf.internal import api_implementation
 
+import toolwatch.app  # noqa: F401 - imports every compiled module, for compiled.state()
+from toolwatch import compiled
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
 
 __all__ = [
@@ -54,6 +56,7 @@ def machine() -> dict[str, Any]:
         "grpcio": grpc.__version__,
         "protobuf": f"{google.protobuf.__version__} ({api_implementation.Type()})",
         "otlp_scanner": "reference" if COMPILED_UNAVAILABLE else "compiled",
+        "hot_path": compiled.state().describe(),
         "kernel": platform.release(),
     }
 
@@ -148,6 +151,11 @@ def _throughput_lines(t: Mapping[str, Any]) -> list[str]:
             f"{t['reference_ceiling_spans_per_cpu_second']:,.0f} spans per CPU-second, "
             f"ratio {t['ratio_to_reference_ceiling']:.1%}"
         )
+    if "ratio_to_transport_ceiling" in t:
+        lines.append(
+            "  for information, the same bare server decoding nothing (gRPC alone): "
+            f"{t['transport_ceiling_spans_per_cpu_second']:,.0f} spans per CPU-second"
+        )
     for i, r in enumerate(t["rounds"], start=1):
         full, bare = r["toolwatch"], r["ceiling"]
         lines.append(
@@ -195,7 +203,8 @@ def render(results: Mapping[str, Any]) -> str:
     lines = [
         "toolwatch benchmark",
         f"  machine: {m['nproc']} cores, {m['cpu_model']}, Python {m['python']}, "
-        f"grpcio {m['grpcio']}, protobuf {m['protobuf']}, {m['otlp_scanner']} OTLP scanner",
+        f"grpcio {m['grpcio']}, protobuf {m['protobuf']}, {m['otlp_scanner']} OTLP scanner, "
+        f"hot path {m.get('hot_path', 'pure Python')}",
         f"  load: {results['load']['describe']}",
         "",
         *_throughput_lines(results["throughput"]),

@@ -5,7 +5,7 @@ Phases, in one run and on the same pool of requests (``bench.traces``):
 1. stages — each pipeline stage timed in-process (µs of CPU per span): where time goes;
 2. throughput — ``toolwatch serve`` and the decode-only ceiling (``bench.ceiling``) under the
    same saturating closed-loop load, in alternating rounds (``bench.throughput``); also, for
-   information, the same ceiling decoding with protobuf's parse;
+   information, the same ceiling decoding with protobuf's parse, and decoding nothing;
 3. latency — open-loop load at half the sustained rate: last span acknowledged -> finding
    logged (``bench.latency``);
 4. memory — runs that never complete fill the buffer; resident memory per buffered span
@@ -80,8 +80,13 @@ def _wait_drained(metrics_port: int, timeout: float = 30.0) -> None:
         time.sleep(0.25)
 
 
-# The strict ceiling decodes as toolwatch does; the reference one with protobuf's parse.
-_CEILINGS: dict[str, tuple[str, ...]] = {"ceiling": (), "ceiling_reference": ("reference",)}
+# The strict ceiling decodes as toolwatch does; the reference one with protobuf's parse; the
+# transport one not at all (what gRPC alone costs).
+_CEILINGS: dict[str, tuple[str, ...]] = {
+    "ceiling": (),
+    "ceiling_reference": ("reference",),
+    "ceiling_transport": ("transport",),
+}
 
 
 def _ceiling(workdir: Path, name: str, *extra: str) -> tuple[ServerProcess, int]:

@@ -103,16 +103,14 @@ def _median(rounds: list[dict[str, Any]], server: str, key: str) -> float:
     return statistics.median(float(r[server][key]) for r in rounds)
 
 
-def _reference_ratio(rounds: list[dict[str, Any]]) -> dict[str, float]:
+def _informational(rounds: list[dict[str, Any]], name: str, key: str) -> dict[str, float]:
+    """Toolwatch's ratio to one of the informational ceilings (``name``), keyed ``key``."""
     ratios = [
-        r["toolwatch"]["spans_per_cpu_second"] / r["ceiling_reference"]["spans_per_cpu_second"]
-        for r in rounds
+        r["toolwatch"]["spans_per_cpu_second"] / r[name]["spans_per_cpu_second"] for r in rounds
     ]
     return {
-        "reference_ceiling_spans_per_cpu_second": _median(
-            rounds, "ceiling_reference", "spans_per_cpu_second"
-        ),
-        "ratio_to_reference_ceiling": statistics.median(ratios),
+        f"{key}_ceiling_spans_per_cpu_second": _median(rounds, name, "spans_per_cpu_second"),
+        f"ratio_to_{key}_ceiling": statistics.median(ratios),
     }
 
 
@@ -126,7 +124,8 @@ def measure_throughput(
     """Alternate the ceilings' and toolwatch's windows for ``settings.rounds`` rounds. The
     ratios are taken per round on the rates per CPU-second (robust to other load on the
     machine). ``ceilings["ceiling"]`` is the strict one; ``"ceiling_reference"``, if given,
-    the same server decoding with protobuf's parse."""
+    the same server decoding with protobuf's parse; ``"ceiling_transport"``, if given, the same
+    server decoding nothing."""
     rounds = []
     for number in range(settings.rounds):
         bare = {
@@ -149,7 +148,16 @@ def measure_throughput(
         "ceiling_spans_per_cpu_second": _median(rounds, "ceiling", "spans_per_cpu_second"),
         "ceiling_server_cpu_utilization": _median(rounds, "ceiling", "server_cpu_utilization"),
         "ratio_to_ceiling": statistics.median(r["ratio"] for r in rounds),
-        **(_reference_ratio(rounds) if "ceiling_reference" in ceilings else {}),
+        **(
+            _informational(rounds, "ceiling_reference", "reference")
+            if "ceiling_reference" in ceilings
+            else {}
+        ),
+        **(
+            _informational(rounds, "ceiling_transport", "transport")
+            if "ceiling_transport" in ceilings
+            else {}
+        ),
         "buffered_spans_worst_round": buffered["toolwatch"]["buffered_spans"],
         # Steady: over any window the buffer grew by less than 5% of what was processed.
         "buffer_steady": growth < 0.05 * processed,
