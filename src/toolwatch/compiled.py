@@ -24,6 +24,7 @@ import importlib.machinery
 import importlib.util
 import os
 import sys
+import sysconfig
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,10 +143,19 @@ def is_stale(source: Path, built: Path) -> bool:
     return source.stat().st_mtime > built.stat().st_mtime
 
 
+def built_in_place(package: Path) -> bool:
+    """Whether ``package`` is a source tree built in place (an editable install), where an
+    edit can leave a compiled module behind its source. An installed package's files come
+    from one wheel, whatever their times say."""
+    installed = {Path(sysconfig.get_path(name)).resolve() for name in ("purelib", "platlib")}
+    return not any(package.resolve().is_relative_to(path) for path in installed)
+
+
 def state() -> CompiledState:
     """The state of the compiled modules imported so far (import ``toolwatch.app`` first to
     have them all)."""
     compiled, source, stale = [], [], []
+    check = built_in_place(_PACKAGE)
     for name, relative in _NAMES.items():
         module = sys.modules.get(name)
         origin = getattr(getattr(module, "__spec__", None), "origin", None)
@@ -155,7 +165,7 @@ def state() -> CompiledState:
             source.append(name)
             continue
         compiled.append(name)
-        if is_stale(_PACKAGE / relative, Path(origin)):
+        if check and is_stale(_PACKAGE / relative, Path(origin)):
             stale.append(name)
     switched = os.environ.get(PURE_PYTHON_ENV) == "1"
     return CompiledState(tuple(compiled), tuple(source), tuple(stale), switched)

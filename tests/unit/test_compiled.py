@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import pytest
@@ -54,6 +55,30 @@ def test_each_listed_module_exists_and_defines_no_pydantic_model(relative: str) 
     assert not any(name.split(".")[0] == "pydantic" for name in _imports(path)), relative
 
 
+def _third_party_names(tree: ast.Module) -> set[str]:
+    """Names bound by ``from X import Name`` where X is neither toolwatch nor the stdlib."""
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            top = node.module.split(".")[0]
+            if top != "toolwatch" and top not in sys.stdlib_module_names:
+                names.update(alias.asname or alias.name for alias in node.names)
+    return names
+
+
+@pytest.mark.parametrize("relative", compiled.MODULES)
+def test_no_listed_module_derives_a_class_from_a_third_party_one(relative: str) -> None:
+    """The build type-checks without the dependencies installed, so such a base is unknown to
+    mypyc, and the class it compiled from one (a prometheus_client ``Collector``) crashed the
+    interpreter at its first garbage collection."""
+    tree = ast.parse((PACKAGE / relative).read_text(encoding="utf-8"))
+    foreign = _third_party_names(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            bases = {ast.unparse(base).split(".")[0] for base in node.bases}
+            assert not bases & foreign, f"{relative}: class {node.name}({', '.join(bases)})"
+
+
 def test_the_switch_runs_every_listed_module_from_its_source() -> None:
     report = _state_in_child(**{compiled.PURE_PYTHON_ENV: "1"})
     assert report["compiled"] == []
@@ -82,6 +107,12 @@ def test_a_source_edited_after_the_build_is_stale(tmp_path: Path) -> None:
     assert not compiled.is_stale(source, built)
     os.utime(source, (3_000, 3_000))
     assert compiled.is_stale(source, built)
+
+
+def test_only_a_source_tree_built_in_place_can_be_stale(tmp_path: Path) -> None:
+    """In site-packages the files come from one wheel: their times say nothing."""
+    assert compiled.built_in_place(tmp_path / "src" / "toolwatch")
+    assert not compiled.built_in_place(Path(sysconfig.get_path("platlib")) / "toolwatch")
 
 
 def test_a_stale_module_is_named_in_the_description() -> None:

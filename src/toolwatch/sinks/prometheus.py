@@ -4,7 +4,8 @@
 counters and histograms registered on a ``CollectorRegistry`` the app builds and passes in
 (never the process-global ``REGISTRY``, so tests and several pipelines in one process do not
 share series). State the pipeline already holds (buffered traces, spans and bytes; stream
-subscribers) is read at scrape time by ``StateCollector`` instead of being mirrored into gauges.
+subscribers) is read at scrape time by ``StateCollector`` (``sinks.scrape_state``) instead of
+being mirrored into gauges.
 
 Names follow the Prometheus naming practices: base units (seconds, bytes), ``_total`` on
 counters. Every label value comes from a bounded set (``LabelLimiter``): configured names are
@@ -18,19 +19,16 @@ only. ``prometheus_client`` metrics are themselves thread-safe, so a scrape may 
 
 from __future__ import annotations
 
-import logging
 import math
 import re
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from typing import Any, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
 from toolwatch import __version__
 from toolwatch.model import Category, Finding, Severity, ToolTrace
+from toolwatch.sinks.scrape_state import BufferState, StateCollector
 
 __all__ = [
     "OTHER",
@@ -39,8 +37,6 @@ __all__ = [
     "PrometheusMetrics",
     "StateCollector",
 ]
-
-_log = logging.getLogger(__name__)
 
 #: The label value that stands for every value past a label's cap.
 OTHER = "_other"
@@ -103,85 +99,6 @@ class LabelLimiter:
     def admitted(self) -> frozenset[str]:
         """The values admitted beyond the configured ones, so far."""
         return frozenset(self._admitted)
-
-
-@dataclass(frozen=True, slots=True)
-class BufferState:
-    """What the trace buffer holds right now (``TraceBuffer.buffered_*``)."""
-
-    traces: int
-    spans: int
-    bytes: int
-
-
-class StateCollector(Collector):
-    """Reads pipeline state at scrape time and reports it as gauges.
-
-    ``buffer`` returns the buffer's current ``BufferState``; ``stream_subscribers`` (optional)
-    the number of open findings-stream subscriptions; ``requests_in_flight`` (optional) the
-    export requests being read or handled. All are called on every scrape, from the scraping
-    thread, so they must be cheap reads. A callable that raises is logged and its gauges are
-    left out of that scrape rather than failing the whole exposition.
-    """
-
-    def __init__(
-        self,
-        buffer: Callable[[], BufferState],
-        stream_subscribers: Callable[[], int] | None = None,
-        requests_in_flight: Callable[[], int] | None = None,
-    ) -> None:
-        self._buffer = buffer
-        self._counts = [
-            (family, read)
-            for family, read in (
-                (_subscribers_family, stream_subscribers),
-                (_in_flight_family, requests_in_flight),
-            )
-            if read is not None
-        ]
-
-    def describe(self) -> Iterable[GaugeMetricFamily]:
-        # Lets the registry check names at registration without calling the callables.
-        return [*self._families(), *(family() for family, _ in self._counts)]
-
-    def collect(self) -> Iterable[GaugeMetricFamily]:
-        try:
-            state = self._buffer()
-        except Exception:
-            _log.exception("reading the trace buffer's state for a scrape failed")
-        else:
-            values = (state.traces, state.spans, state.bytes)
-            for family, value in zip(self._families(), values, strict=True):
-                family.add_metric([], value)
-                yield family
-        for make, read in self._counts:
-            gauge = make()
-            try:
-                gauge.add_metric([], read())
-            except Exception:
-                _log.exception("reading %s for a scrape failed", gauge.name)
-                continue
-            yield gauge
-
-    def _families(self) -> list[GaugeMetricFamily]:
-        return [
-            GaugeMetricFamily("toolwatch_buffered_traces", "Traces waiting in the buffer."),
-            GaugeMetricFamily("toolwatch_buffered_spans", "Spans waiting in the buffer."),
-            GaugeMetricFamily(
-                "toolwatch_buffered_bytes", "Approximate payload bytes waiting in the buffer."
-            ),
-        ]
-
-
-def _subscribers_family() -> GaugeMetricFamily:
-    return GaugeMetricFamily("toolwatch_stream_subscribers", "Open findings-stream subscriptions.")
-
-
-def _in_flight_family() -> GaugeMetricFamily:
-    return GaugeMetricFamily(
-        "toolwatch_requests_in_flight",
-        "OTLP export requests being read or handled (ingest.max_concurrent_requests caps it).",
-    )
 
 
 class PrometheusMetrics:

@@ -1,0 +1,100 @@
+"""Pipeline state read at scrape time: ``StateCollector`` reports what the buffer, the
+findings stream and the receivers hold now as gauges, instead of mirroring it into gauges on
+every change.
+
+Not in ``sinks.prometheus``: that module is compiled (``toolwatch.compiled``), and a compiled
+class cannot derive from ``prometheus_client``'s ``Collector`` (the build does not see it, and
+the class it made crashed the interpreter).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+__all__ = ["BufferState", "StateCollector"]
+
+_log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class BufferState:
+    """What the trace buffer holds right now (``TraceBuffer.buffered_*``)."""
+
+    traces: int
+    spans: int
+    bytes: int
+
+
+class StateCollector(Collector):
+    """Reads pipeline state at scrape time and reports it as gauges.
+
+    ``buffer`` returns the buffer's current ``BufferState``; ``stream_subscribers`` (optional)
+    the number of open findings-stream subscriptions; ``requests_in_flight`` (optional) the
+    export requests being read or handled. All are called on every scrape, from the scraping
+    thread, so they must be cheap reads. A callable that raises is logged and its gauges are
+    left out of that scrape rather than failing the whole exposition.
+    """
+
+    def __init__(
+        self,
+        buffer: Callable[[], BufferState],
+        stream_subscribers: Callable[[], int] | None = None,
+        requests_in_flight: Callable[[], int] | None = None,
+    ) -> None:
+        self._buffer = buffer
+        self._counts = [
+            (family, read)
+            for family, read in (
+                (_subscribers_family, stream_subscribers),
+                (_in_flight_family, requests_in_flight),
+            )
+            if read is not None
+        ]
+
+    def describe(self) -> Iterable[GaugeMetricFamily]:
+        # Lets the registry check names at registration without calling the callables.
+        return [*self._families(), *(family() for family, _ in self._counts)]
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        try:
+            state = self._buffer()
+        except Exception:
+            _log.exception("reading the trace buffer's state for a scrape failed")
+        else:
+            values = (state.traces, state.spans, state.bytes)
+            for family, value in zip(self._families(), values, strict=True):
+                family.add_metric([], value)
+                yield family
+        for make, read in self._counts:
+            gauge = make()
+            try:
+                gauge.add_metric([], read())
+            except Exception:
+                _log.exception("reading %s for a scrape failed", gauge.name)
+                continue
+            yield gauge
+
+    def _families(self) -> list[GaugeMetricFamily]:
+        return [
+            GaugeMetricFamily("toolwatch_buffered_traces", "Traces waiting in the buffer."),
+            GaugeMetricFamily("toolwatch_buffered_spans", "Spans waiting in the buffer."),
+            GaugeMetricFamily(
+                "toolwatch_buffered_bytes", "Approximate payload bytes waiting in the buffer."
+            ),
+        ]
+
+
+def _subscribers_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily("toolwatch_stream_subscribers", "Open findings-stream subscriptions.")
+
+
+def _in_flight_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "toolwatch_requests_in_flight",
+        "OTLP export requests being read or handled (ingest.max_concurrent_requests caps it).",
+    )
