@@ -19,7 +19,6 @@ import google.protobuf
 import grpc
 from google.protobuf.internal import api_implementation
 
-import toolwatch.app  # noqa: F401 - imports every compiled module, for compiled.state()
 from toolwatch import compiled
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
 

@@ -13,7 +13,6 @@ runs the source without a rebuild).
 import pytest
 from hypothesis import HealthCheck, settings
 
-import toolwatch.app  # noqa: F401 - imports every compiled module, for the check below
 from toolwatch import compiled
 
 settings.register_profile("toolwatch", deadline=None, suppress_health_check=[HealthCheck.too_slow])

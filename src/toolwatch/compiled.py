@@ -19,6 +19,7 @@ At run time:
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.machinery
 import importlib.util
@@ -152,13 +153,12 @@ def built_in_place(package: Path) -> bool:
 
 
 def state() -> CompiledState:
-    """The state of the compiled modules imported so far (import ``toolwatch.app`` first to
-    have them all)."""
+    """The state of the compiled modules (imports them all)."""
     compiled, source, stale = [], [], []
     check = built_in_place(_PACKAGE)
     for name, relative in _NAMES.items():
-        module = sys.modules.get(name)
-        origin = getattr(getattr(module, "__spec__", None), "origin", None)
+        spec = importlib.import_module(name).__spec__
+        origin = spec.origin if spec is not None else None
         if origin is None:
             continue
         if origin.endswith(".py"):

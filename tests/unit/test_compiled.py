@@ -18,7 +18,7 @@ from toolwatch import compiled
 PACKAGE = Path(compiled.__file__).parent
 
 _REPORT = (
-    "import json, toolwatch.app; from toolwatch import compiled; s = compiled.state(); "
+    "import json; from toolwatch import compiled; s = compiled.state(); "
     "print(json.dumps({'compiled': s.compiled, 'source': s.source, 'describe': s.describe()}))"
 )
 
