@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: serve test lint typecheck check bench bench-compare fuzz proto clean
+.PHONY: serve test lint typecheck check bench bench-compare bench-instructions fuzz proto clean
 
 # The editable install builds the compiled scanner (C) and compiles the hot path with mypyc
 # (setup.py; src/toolwatch/compiled.py lists the modules): rebuild when their source changes.
@@ -44,6 +44,11 @@ bench-compare: $(STAMP)
 	test -x $(BASE_DIR)/.venv/bin/toolwatch || \
 		($(PYTHON) -m venv $(BASE_DIR)/.venv && $(BASE_DIR)/.venv/bin/pip install --quiet -e $(BASE_DIR))
 	$(BIN)/python -m bench.compare $(BASE_DIR) . $(ARGS)
+
+# Instructions per span, stage by stage, under valgrind's callgrind: unlike a timing, the same
+# count on every run, so a change's effect shows to a fraction of a percent (needs valgrind).
+bench-instructions: $(STAMP)
+	$(BIN)/python -m bench.instructions $(ARGS)
 
 # tools/fuzz/: the compiled OTLP scanner under AddressSanitizer, fuzzed against protobuf;
 # then the whole pipeline under atheris, coverage-guided (corpus and crashes in .fuzz/).

@@ -35,7 +35,7 @@ from toolwatch.model import ManualClock, ToolTrace
 from toolwatch.sinks.findings import FanOutSink, JsonLinesFindingSink, Redaction
 from toolwatch.sinks.prometheus import PrometheusMetrics
 
-__all__ = ["StageCosts", "measure_stages"]
+__all__ = ["StageCosts", "measure_stages", "stage_runs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +82,7 @@ class _Pipeline:
         self.completed = self._assemble()
         self.traces = [t for c in self.completed for t in build_tool_traces(c, self.normalize)]
         self.results = [self.evaluation.evaluate(t) for t in self.traces]
+        self.spans = sum(len(b.spans) for b in self.batches)
 
     def _assemble(self) -> list[CompletedTrace]:
         clock = ManualClock()
@@ -151,10 +152,11 @@ def _scan_all(scanner: Scanner, bodies: Sequence[bytes]) -> list[Scan]:
     return [scanner.scan_bytes(body) for body in bodies]
 
 
-def measure_stages(
-    config: Config, templates: Sequence[RequestTemplate], copies: int = 4, repeat: int = 5
-) -> StageCosts:
-    """Time each stage over ``copies`` renderings of ``templates`` (unique trace ids)."""
+def stage_runs(
+    config: Config, templates: Sequence[RequestTemplate], copies: int = 4
+) -> tuple[dict[str, Callable[[], Any]], _Pipeline]:
+    """Each stage as a callable over ``copies`` renderings of ``templates`` (unique trace
+    ids), in report order, and the pipeline holding their inputs."""
     p = _Pipeline(config, _bodies(templates, copies))
     stages: dict[str, Callable[[], Any]] = {
         "scan": lambda: _scan_all(p.scanner, p.bodies),
@@ -168,7 +170,14 @@ def measure_stages(
         "findings": p.findings,
         "engine": p.engine,
     }
-    spans = sum(len(b.spans) for b in p.batches)
-    costs = {name: _best(run, repeat) / spans * 1e6 for name, run in stages.items()}
+    return stages, p
+
+
+def measure_stages(
+    config: Config, templates: Sequence[RequestTemplate], copies: int = 4, repeat: int = 5
+) -> StageCosts:
+    """Time each stage over ``copies`` renderings of ``templates`` (unique trace ids)."""
+    stages, p = stage_runs(config, templates, copies)
+    costs = {name: _best(run, repeat) / p.spans * 1e6 for name, run in stages.items()}
     findings = sum(len(r.findings) for r in p.results)
-    return StageCosts(costs, spans, len(p.traces), findings)
+    return StageCosts(costs, p.spans, len(p.traces), findings)
