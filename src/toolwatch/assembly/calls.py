@@ -13,9 +13,10 @@ Pure functions of the spans' content: the order spans arrived in never matters.
 from __future__ import annotations
 
 import json
-from collections import Counter, defaultdict, deque
+from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from toolwatch.model import CallStatus, RequestedCall, SpanRecord, SpanRole, ToolCall
 
@@ -26,11 +27,14 @@ _MAX_DECODE_DEPTH = 8  # JSON nested in JSON strings; deeper than this is not ar
 _DECORATOR_KEYS = frozenset({"args", "kwargs", "sanitize_inputs_outputs"})
 _DECODER = json.JSONDecoder()
 
-# The records below are named tuples rather than frozen dataclasses: the timeline builds
-# one per span or call of every trace, and a named tuple is built in half the time.
+# The records below are built one per span or call of every trace: their constructors are
+# written out, so that compiled (``toolwatch.compiled``) they are native. A named tuple's or
+# a frozen dataclass's constructor stays interpreted Python; it cost several times the
+# instructions (``make bench-instructions``). Never mutated after construction.
 
 
-class CallSite(NamedTuple):
+@dataclass(slots=True, init=False)
+class CallSite:
     """Where a span sits in its run's tree, as the timeline computed it.
 
     ``agent``: nearest AGENT strict ancestor. ``tool``: nearest TOOL strict ancestor inside
@@ -42,19 +46,38 @@ class CallSite(NamedTuple):
     tool: SpanRecord | None
     parent: bytes | None
 
+    def __init__(
+        self, agent: SpanRecord | None, tool: SpanRecord | None, parent: bytes | None
+    ) -> None:
+        self.agent = agent
+        self.tool = tool
+        self.parent = parent
 
-class _Request(NamedTuple):
+
+@dataclass(slots=True, init=False)
+class _Request:
     llm: SpanRecord
     call: RequestedCall
     name: str  # normalized
     position: int  # emission order within the run
 
+    def __init__(self, llm: SpanRecord, call: RequestedCall, name: str, position: int) -> None:
+        self.llm = llm
+        self.call = call
+        self.name = name
+        self.position = position
 
-class _Draft(NamedTuple):
+
+@dataclass(slots=True, init=False)
+class _Draft:
     """One call being built: an execution, a request, or both (never neither)."""
 
     span: SpanRecord | None
     request: _Request | None
+
+    def __init__(self, span: SpanRecord | None, request: _Request | None) -> None:
+        self.span = span
+        self.request = request
 
     @property
     def origin(self) -> SpanRecord:
@@ -305,7 +328,9 @@ def _parallel_groups(drafts: Sequence[_Draft], sites: Mapping[bytes, CallSite]) 
         for i in members[1:]:
             _union(leader, members[0], i)
     roots = [_find(leader, i) for i in range(len(drafts))]
-    sizes = Counter(roots)
+    sizes: dict[int, int] = {}  # not a Counter: its constructor is interpreted Python
+    for root in roots:
+        sizes[root] = sizes.get(root, 0) + 1
     return [root if sizes[root] > 1 else None for root in roots]
 
 

@@ -42,7 +42,7 @@ import bisect
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.calls import CallSite, build_calls
@@ -62,14 +62,27 @@ REFUSAL_FINISH_REASONS = frozenset(
 _MAX_ADOPTION_CHECKS = 25_000
 
 
-class _Frame(NamedTuple):
-    """What a span hands down to its children while walking the tree. A named tuple, like
-    ``CallSite``: one is built per span of every trace."""
+@dataclass(slots=True, init=False)
+class _Frame:
+    """What a span hands down to its children while walking the tree. One is built per span
+    of every trace: its constructor is written out, like ``CallSite``'s."""
 
     run: bytes | None  # outermost AGENT span id; None outside every agent
     agent: SpanRecord | None  # nearest AGENT at or above the children
     tool: SpanRecord | None  # nearest TOOL at or above the children, within the run
     parent: bytes | None  # the children's call parent (wrappers skipped)
+
+    def __init__(
+        self,
+        run: bytes | None,
+        agent: SpanRecord | None,
+        tool: SpanRecord | None,
+        parent: bytes | None,
+    ) -> None:
+        self.run = run
+        self.agent = agent
+        self.tool = tool
+        self.parent = parent
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,6 @@ calls that are not flagged repeats (1.0 for a run without calls).
 from __future__ import annotations
 
 import json
-from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -64,7 +63,9 @@ def find_repeats(
     repeats: dict[tuple[str, str], list[ToolCall]] = {}
     ordered = sorted(calls, key=lambda c: c.sequence_index)
     tools = [tool_of(call) for call in ordered]
-    per_tool = Counter(tools)
+    per_tool: dict[str, int] = {}  # not a Counter: its constructor is interpreted Python
+    for tool in tools:
+        per_tool[tool] = per_tool.get(tool, 0) + 1
     for call, tool in zip(ordered, tools, strict=True):
         if per_tool[tool] < 2:
             continue  # the only call of its tool: nothing identical before or after it
