@@ -71,11 +71,13 @@ def test_a_burst_of_large_requests_stays_within_the_request_slots(
     assert accepted == answers["ok"] and answers["ok"] >= 1
     # Each body in flight costs about 2.5 times its size (the transport's copy, ours and
     # the allocator's slack): with two slots the peak grows by ~5 bodies (measured 20-25
-    # MiB), unbounded by ~30 (115-140 MiB).
+    # MiB), unbounded by 17-38 (70-150 MiB; a fresh CI clone saw 70, fewer as decoding got
+    # faster and each body is freed sooner). The control must break the bound slots keep.
     body = REQUEST_MIB * MIB
+    bound = 10 * body
     if bounded:
         assert answers["refused"] == REQUESTS - answers["ok"]
-        assert grown < 10 * body, f"peak grew {grown / MIB:.0f} MiB"
+        assert grown < bound, f"peak grew {grown / MIB:.0f} MiB"
     else:
         assert answers["ok"] == REQUESTS
-        assert grown > 20 * body, f"peak grew only {grown / MIB:.0f} MiB"
+        assert grown > bound, f"peak grew only {grown / MIB:.0f} MiB"
