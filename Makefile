@@ -45,8 +45,8 @@ bench-compare: $(STAMP)
 		($(PYTHON) -m venv $(BASE_DIR)/.venv && $(BASE_DIR)/.venv/bin/pip install --quiet -e $(BASE_DIR))
 	$(BIN)/python -m bench.compare $(BASE_DIR) . $(ARGS)
 
-# Instructions per span, stage by stage, under valgrind's callgrind: unlike a timing, the same
-# count on every run, so a change's effect shows to a fraction of a percent (needs valgrind).
+# Instructions per span, stage by stage, under valgrind's callgrind: unlike a timing, the count
+# repeats to within 0.05%, so a change's effect shows to a fraction of a percent (needs valgrind).
 bench-instructions: $(STAMP)
 	$(BIN)/python -m bench.instructions $(ARGS)
 

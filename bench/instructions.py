@@ -3,10 +3,11 @@ stage by stage, counted by valgrind's callgrind.
 
 On a shared machine timings vary by ±15% from one run to the next; instruction counts do not:
 the same code on the same requests executes the same instructions, whatever else the machine
-is doing. So this is how to see what a change to the hot path did, to a fraction of a percent
-(run it before and after; ``--out`` keeps the JSON). Instructions are not time (cache misses
-and branch mispredictions cost cycles, not instructions), so ``make bench`` stays the measure
-of speed; this is the measure of a change.
+is doing (to within 0.05% here: the child runs with a fixed hash seed, and what is left is
+address-dependent). So this is how to see what a change to the hot path did, to a fraction of
+a percent (run it before and after; ``--out`` keeps the JSON). Instructions are not time
+(cache misses and branch mispredictions cost cycles, not instructions), so ``make bench``
+stays the measure of speed; this is the measure of a change.
 
 Each stage of ``bench.stages`` (the requests ``make bench`` sends, in-process) runs once under
 callgrind. Collection is off except inside ``operator.call``, through which the child calls
@@ -108,7 +109,9 @@ def measure(copies: int, names: Sequence[str]) -> Instructions:
             str(copies),
             *(f"--stage={name}" for name in names),
         ]
-        run = subprocess.run(command, capture_output=True, text=True, check=False)
+        # A fixed hash seed: string hashes decide dict and set layouts, hence collisions.
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        run = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
         if run.returncode != 0:
             raise SystemExit(f"the measured run failed ({run.returncode}):\n{run.stderr[-2000:]}")
         record = json.loads(record_path.read_text())
