@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from ingest_support import ROOT_ID, TRACE_ID, decode, decode_bytes, decode_one, request, span
 
-from toolwatch.conventions import Recognition, recognize
+from toolwatch.conventions import Recognition, RoleFields, recognize
 from toolwatch.ingest.decode import DecodeError, DecodeOptions, _Decoder, decode_protobuf, scanner
 
 
@@ -140,3 +140,21 @@ def test_decode_protobuf_decodes_a_serialized_request() -> None:
 def test_decode_protobuf_rejects_a_body_that_is_not_a_request() -> None:
     with pytest.raises(DecodeError, match="body is not a valid ExportTraceServiceRequest"):
         decode_protobuf(b"\x0a\xff\xff\xff", DecodeOptions())
+
+
+def test_every_role_field_a_recognizer_fills_reaches_the_record() -> None:
+    # decode names the role fields one by one (a ``**`` splat is not compiled): one left out
+    # of that list would be dropped silently.
+    tuples = {"finish_reasons", "output_tool_calls"}  # compiled, the record checks types
+    filled: dict[str, object] = {
+        key: (f"value of {key}",) if key in tuples else f"value of {key}"
+        for key in RoleFields.__annotations__
+    }
+
+    def everything(name: str, *args: Any) -> Recognition:
+        role, convention, _ = recognize(name, *args)
+        return Recognition(role, convention, cast("RoleFields", filled))
+
+    scan = scanner(DecodeOptions()).scan_message(request(span("tool")))
+    (record,) = _Decoder(DecodeOptions(), everything).scan(scan).spans
+    assert {key: getattr(record, key) for key in filled} == filled
