@@ -35,10 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.plans import Settings
-from bench.server import bench_config
-from bench.stages import stage_runs
+from bench.stages import stage_config, stage_runs
 from toolwatch import compiled
-from toolwatch.config import Config
 
 __all__ = ["Instructions", "main", "measure"]
 
@@ -49,9 +47,7 @@ _TOTALS = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
 def _child(out: Path, copies: int, names: Sequence[str]) -> None:
     """Run each named stage once through ``operator.call``; record the order and spans."""
     settings = Settings()
-    ports = dict.fromkeys(("grpc", "http", "metrics", "stream"), 0)
-    mapping = bench_config(ports, Path(os.devnull), completion_wait=settings.completion_wait)
-    config = Config.model_validate(mapping)
+    config = stage_config(settings.completion_wait)
     stages, pipeline = stage_runs(config, settings.templates().build(), copies)
     unknown = sorted(set(names) - set(stages))
     if unknown:

@@ -34,9 +34,8 @@ from bench.loadgen import ClientPool
 from bench.memory import measure_memory
 from bench.plans import Settings, client_cpus, free_ports
 from bench.server import SERVER_CPU, ServerProcess, bench_config, free_port, scrape
-from bench.stages import measure_stages
+from bench.stages import measure_stages, stage_config
 from bench.throughput import BUFFERED, measure_throughput
-from toolwatch.config import Config
 
 __all__ = ["main"]
 
@@ -68,10 +67,8 @@ def _settings(args: argparse.Namespace) -> Settings:
 
 
 def _stages(settings: Settings) -> dict[str, Any]:
-    ports = dict.fromkeys(("grpc", "http", "metrics", "stream"), 0)
-    mapping = bench_config(ports, Path(os.devnull), completion_wait=settings.completion_wait)
-    costs = measure_stages(Config.model_validate(mapping), settings.templates().build())
-    return dataclasses.asdict(costs)
+    config = stage_config(settings.completion_wait)
+    return dataclasses.asdict(measure_stages(config, settings.templates().build()))
 
 
 def _wait_drained(metrics_port: int, timeout: float = 30.0) -> None:

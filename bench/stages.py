@@ -16,10 +16,12 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
 
+from bench.server import bench_config
 from bench.traces import RequestTemplate, trace_id
 from toolwatch.app import build_references
 from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer
@@ -35,7 +37,7 @@ from toolwatch.model import ManualClock, ToolTrace
 from toolwatch.sinks.findings import FanOutSink, JsonLinesFindingSink, Redaction
 from toolwatch.sinks.prometheus import PrometheusMetrics
 
-__all__ = ["StageCosts", "measure_stages", "stage_runs"]
+__all__ = ["StageCosts", "measure_stages", "stage_config", "stage_runs"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,6 +152,14 @@ def _records(pipeline: _Pipeline) -> list[DecodedBatch]:
 
 def _scan_all(scanner: Scanner, bodies: Sequence[bytes]) -> list[Scan]:
     return [scanner.scan_bytes(body) for body in bodies]
+
+
+def stage_config(completion_wait: float) -> Config:
+    """The benchmark server's configuration, for the stages run in process (no listener
+    is bound; findings go to the null device)."""
+    ports = dict.fromkeys(("grpc", "http", "metrics", "stream"), 0)
+    mapping = bench_config(ports, Path(os.devnull), completion_wait=completion_wait)
+    return Config.model_validate(mapping)
 
 
 def stage_runs(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from typing import Any
 
 from bench.loadgen import ClientPool, ClientResult
@@ -72,7 +72,13 @@ def _ceiling_round(
 ) -> dict[str, Any]:
     target = f"127.0.0.1:{port}"
     samples, results, start, end = _window(settings, clients, server, target, 0, dict)
-    return _rates(acked_rate(results, start, end), samples)
+    rates = _rates(acked_rate(results, start, end), samples)
+    if not rates["spans_per_cpu_second"]:  # every ratio divides by it
+        raise RuntimeError(
+            f"{server.name} acknowledged no request in the {settings.window:g} s window "
+            f"after {settings.warmup:g} s of warm-up: see its log, or lengthen --warmup"
+        )
+    return rates
 
 
 def _toolwatch_round(
@@ -103,15 +109,24 @@ def _median(rounds: list[dict[str, Any]], server: str, key: str) -> float:
     return statistics.median(float(r[server][key]) for r in rounds)
 
 
-def _informational(rounds: list[dict[str, Any]], name: str, key: str) -> dict[str, float]:
-    """Toolwatch's ratio to one of the informational ceilings (``name``), keyed ``key``."""
-    ratios = [
-        r["toolwatch"]["spans_per_cpu_second"] / r[name]["spans_per_cpu_second"] for r in rounds
-    ]
-    return {
-        f"{key}_ceiling_spans_per_cpu_second": _median(rounds, name, "spans_per_cpu_second"),
-        f"ratio_to_{key}_ceiling": statistics.median(ratios),
-    }
+#: The informational ceilings: server name -> the key their figures are reported under.
+_INFORMATIONAL = {"ceiling_reference": "reference", "ceiling_transport": "transport"}
+
+
+def _informational(rounds: list[dict[str, Any]], ran: Container[str]) -> dict[str, float]:
+    """Toolwatch's ratio to each informational ceiling that ran (median of rounds)."""
+    figures: dict[str, float] = {}
+    for name, key in _INFORMATIONAL.items():
+        if name not in ran:
+            continue
+        ratios = [
+            r["toolwatch"]["spans_per_cpu_second"] / r[name]["spans_per_cpu_second"] for r in rounds
+        ]
+        figures[f"{key}_ceiling_spans_per_cpu_second"] = _median(
+            rounds, name, "spans_per_cpu_second"
+        )
+        figures[f"ratio_to_{key}_ceiling"] = statistics.median(ratios)
+    return figures
 
 
 def measure_throughput(
@@ -148,16 +163,7 @@ def measure_throughput(
         "ceiling_spans_per_cpu_second": _median(rounds, "ceiling", "spans_per_cpu_second"),
         "ceiling_server_cpu_utilization": _median(rounds, "ceiling", "server_cpu_utilization"),
         "ratio_to_ceiling": statistics.median(r["ratio"] for r in rounds),
-        **(
-            _informational(rounds, "ceiling_reference", "reference")
-            if "ceiling_reference" in ceilings
-            else {}
-        ),
-        **(
-            _informational(rounds, "ceiling_transport", "transport")
-            if "ceiling_transport" in ceilings
-            else {}
-        ),
+        **_informational(rounds, ceilings),
         "buffered_spans_worst_round": buffered["toolwatch"]["buffered_spans"],
         # Steady: over any window the buffer grew by less than 5% of what was processed.
         "buffer_steady": growth < 0.05 * processed,
