@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import string
 from collections.abc import Iterator
 from typing import Any
 
 from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from toolwatch.ingest.decode import DecodeError
@@ -119,9 +121,12 @@ def _check_shapes(document: dict[str, Any]) -> None:
             field = descriptor.fields_by_camelcase_name.get(key) or descriptor.fields_by_name.get(
                 key
             )
-            if field is None or field.message_type is None or value is None:
+            if field is None or value is None:
                 continue
             where = f"{path}.{key}" if path else key
+            if field.message_type is None:
+                _check_number(value, field, where)
+                continue
             if not field.is_repeated:
                 pending.append((_object(value, where), field.message_type, where))
                 continue
@@ -130,6 +135,16 @@ def _check_shapes(document: dict[str, Any]) -> None:
             for index, element in enumerate(value):
                 at = f"{where}[{index}]"
                 pending.append((_object(element, at), field.message_type, at))
+
+
+_FLOATING = (FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT)
+
+
+def _check_number(value: Any, field: FieldDescriptor, path: str) -> None:
+    """Refuse a non-finite number (``NaN``, ``Infinity``: Python's ``json`` reads them) where
+    the field is not floating point: ``ParseDict`` would raise ``OverflowError`` on an enum."""
+    if isinstance(value, float) and not math.isfinite(value) and field.cpp_type not in _FLOATING:
+        raise DecodeError(f"{path}: {_shown(value)} is not a value this field can hold", path)
 
 
 def _object(value: Any, path: str) -> dict[str, Any]:

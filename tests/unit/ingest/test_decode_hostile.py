@@ -354,3 +354,15 @@ def test_any_node_replaced_by_any_json_value_is_an_error_or_a_request(
         return
     assert isinstance(parsed, ExportTraceServiceRequest)
     assert accounted(decode_request(parsed, OPTIONS))
+
+
+@pytest.mark.parametrize("number", ["Infinity", "-Infinity", "NaN"])
+def test_a_non_finite_number_in_an_integer_field_is_an_error_naming_it(number: str) -> None:
+    # Python's json reads these literals; ParseDict raised OverflowError on an enum.
+    document = copy.deepcopy(_VALID)
+    document["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["status"] = {"code": 0}
+    text = json.dumps(document).replace('"code": 0', f'"code": {number}')
+    with pytest.raises(DecodeError) as caught:
+        parse_otlp_json(text)
+    where = "resourceSpans[0].scopeSpans[0].spans[0].status.code"
+    assert str(caught.value) == f"{where}: {number} is not a value this field can hold"
