@@ -5,7 +5,10 @@ counters and histograms registered on a ``CollectorRegistry`` the app builds and
 (never the process-global ``REGISTRY``, so tests and several pipelines in one process do not
 share series). State the pipeline already holds (buffered traces, spans and bytes; stream
 subscribers) is read at scrape time by ``StateCollector`` (``sinks.scrape_state``) instead of
-being mirrored into gauges.
+being mirrored into gauges. The series counted per agent run (runs, calls, spans built, each
+evaluator's duration and score: a few updates per span) are counted natively in
+``sinks.tally`` and rendered at scrape time by ``TallyCollector``, identically; the rest,
+rarer (per request, per finding, per loss), stay ``prometheus_client`` metrics.
 
 Names follow the Prometheus naming practices: base units (seconds, bytes), ``_total`` on
 counters. Every label value comes from a bounded set (``LabelLimiter``): configured names are
@@ -14,7 +17,7 @@ Trace ids never become label values; they travel as exemplars, which only the Op
 exposition carries (https://github.com/OpenObservability/OpenMetrics, "Exemplars").
 
 Threading: the ``PipelineMetrics`` methods and ``LabelLimiter`` are called from the event loop
-only. ``prometheus_client`` metrics are themselves thread-safe, so a scrape may run anywhere.
+only, and the tallies are rendered there too (the metrics listener runs on the loop).
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, Info
 
 from toolwatch import __version__
 from toolwatch.model import Category, Finding, Severity, ToolTrace
-from toolwatch.sinks.scrape_state import BufferState, StateCollector
+from toolwatch.sinks.scrape_state import BufferState, StateCollector, TallyCollector
+from toolwatch.sinks.tally import CounterTally, HistogramTally
 
 __all__ = [
     "OTHER",
@@ -154,28 +158,46 @@ class PrometheusMetrics:
             ["category", "severity", "evaluator", "agent", "tool"],
             registry=r,
         )
-        self._tool_calls = Counter(
-            "toolwatch_tool_calls_total",
-            "Tool calls in evaluated agent runs.",
-            ["agent", "tool", "status"],
-            registry=r,
-        )
-        self._tool_traces = Counter(
-            "toolwatch_tool_traces_total",
-            "Agent runs (ToolTraces) evaluated, by whether the run was complete.",
-            ["agent", "outcome"],
-            registry=r,
-        )
-        self._scores = Histogram(
-            "toolwatch_evaluator_score",
-            "Scores in [0, 1] given by each evaluator (1 is a perfect match).",
-            ["evaluator"],
-            buckets=_SCORE_BUCKETS,
-            registry=r,
-        )
+        self._register_per_run(r)
         self._register_ingest(r)
         self._register_latency(r)
         self._register_losses(r)
+
+    def _register_per_run(self, r: CollectorRegistry) -> None:
+        """The series updated for every agent run (``sinks.tally``), in one collector."""
+        self._tool_calls = CounterTally(
+            "toolwatch_tool_calls_total",
+            "Tool calls in evaluated agent runs.",
+            ("agent", "tool", "status"),
+        )
+        self._tool_traces = CounterTally(
+            "toolwatch_tool_traces_total",
+            "Agent runs (ToolTraces) evaluated, by whether the run was complete.",
+            ("agent", "outcome"),
+        )
+        self._scores = HistogramTally(
+            "toolwatch_evaluator_score",
+            "Scores in [0, 1] given by each evaluator (1 is a perfect match).",
+            ("evaluator",),
+            _SCORE_BUCKETS,
+        )
+        self._built = CounterTally(
+            "toolwatch_spans_built_total", "Spans that became part of an evaluated ToolTrace."
+        )
+        self._evaluation_seconds = HistogramTally(
+            "toolwatch_evaluation_duration_seconds",
+            "Time one evaluator took on one ToolTrace.",
+            ("evaluator",),
+            _EVALUATION_BUCKETS,
+        )
+        tallies = (
+            self._tool_calls,
+            self._tool_traces,
+            self._scores,
+            self._built,
+            self._evaluation_seconds,
+        )
+        r.register(TallyCollector(tallies))
 
     def _register_ingest(self, r: CollectorRegistry) -> None:
         self._received = Counter(
@@ -196,11 +218,6 @@ class PrometheusMetrics:
             ["transport"],
             registry=r,
         )
-        self._built = Counter(
-            "toolwatch_spans_built_total",
-            "Spans that became part of an evaluated ToolTrace.",
-            registry=r,
-        )
 
     def _register_latency(self, r: CollectorRegistry) -> None:
         self._request_seconds = Histogram(
@@ -208,13 +225,6 @@ class PrometheusMetrics:
             "Time to handle one OTLP export request.",
             ["transport", "outcome"],
             buckets=_REQUEST_BUCKETS,
-            registry=r,
-        )
-        self._evaluation_seconds = Histogram(
-            "toolwatch_evaluation_duration_seconds",
-            "Time one evaluator took on one ToolTrace.",
-            ["evaluator"],
-            buckets=_EVALUATION_BUCKETS,
             registry=r,
         )
         self._detection_seconds = Histogram(
@@ -284,7 +294,7 @@ class PrometheusMetrics:
         _add(self._refused.labels(self._transport(transport)), n)
 
     def spans_built(self, n: int) -> None:
-        _add(self._built, n)
+        self._built.inc((), n)
 
     def trace_evicted(self, reason: str) -> None:
         self._evictions.labels(self._reason(reason)).inc()
@@ -297,17 +307,17 @@ class PrometheusMetrics:
         """Counts the run by outcome and each of its calls by tool and status."""
         reason = "complete" if trace.complete else trace.incomplete_reason or OTHER
         outcome = self._trace_outcome(reason)
-        self._child(self._tool_traces, self._agent(trace.agent), outcome).inc()
+        self._tool_traces.inc((self._agent(trace.agent), outcome))
         for call in trace.calls:
             agent = self._agent(call.agent or trace.agent)
             status = self._status(str(call.status))
-            self._child(self._tool_calls, agent, self._tool(call.tool_name), status).inc()
+            self._tool_calls.inc((agent, self._tool(call.tool_name), status))
 
     def evaluated(self, evaluator: str, score: float | None, seconds: float) -> None:
-        name = self._evaluator(evaluator)
-        self._child(self._evaluation_seconds, name).observe(seconds)
+        key = (self._evaluator(evaluator),)
+        self._evaluation_seconds.observe(key, seconds)
         if score is not None and math.isfinite(score):
-            self._child(self._scores, name).observe(score)
+            self._scores.observe(key, score)
 
     def evaluator_failed(self, evaluator: str) -> None:
         self._evaluator_failures.labels(self._evaluator(evaluator)).inc()

@@ -1,6 +1,7 @@
-"""Pipeline state read at scrape time: ``StateCollector`` reports what the buffer, the
-findings stream and the receivers hold now as gauges, instead of mirroring it into gauges on
-every change.
+"""What is read at scrape time: ``StateCollector`` reports what the buffer, the findings
+stream and the receivers hold now as gauges, instead of mirroring it into gauges on every
+change; ``TallyCollector`` renders the per-trace counters and histograms the pipeline counts
+natively (``sinks.tally``).
 
 Not in ``sinks.prometheus``: that module is compiled (``toolwatch.compiled``), and a compiled
 class cannot derive from ``prometheus_client``'s ``Collector`` (the build does not see it, and
@@ -9,14 +10,19 @@ the class it made crashed the interpreter).
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
-__all__ = ["BufferState", "StateCollector"]
+from toolwatch.sinks.tally import CounterTally, HistogramTally
+
+__all__ = ["BufferState", "StateCollector", "TallyCollector"]
 
 _log = logging.getLogger(__name__)
 
@@ -98,3 +104,37 @@ def _in_flight_family() -> GaugeMetricFamily:
         "toolwatch_requests_in_flight",
         "OTLP export requests being read or handled (ingest.max_concurrent_requests caps it).",
     )
+
+
+class TallyCollector(Collector):
+    """Renders ``CounterTally`` and ``HistogramTally`` families as the ``prometheus_client``
+    ``Counter`` and ``Histogram`` of the same name and labels would render them: the same
+    samples in the same order (label sets in the order first seen; ``_total`` and
+    ``_created``; cumulative ``_bucket`` with ``floatToGoString`` bounds, ``_count``,
+    ``_sum``, ``_created``), so the change is invisible to scrapers, rules and dashboards."""
+
+    def __init__(self, tallies: Iterable[CounterTally | HistogramTally]) -> None:
+        self._tallies = tuple(tallies)
+
+    def describe(self) -> Iterable[Metric]:
+        return [_render(tally, samples=False) for tally in self._tallies]
+
+    def collect(self) -> Iterable[Metric]:
+        return [_render(tally) for tally in self._tallies]
+
+
+def _render(tally: CounterTally | HistogramTally, *, samples: bool = True) -> Metric:
+    if isinstance(tally, CounterTally):
+        counter = CounterMetricFamily(tally.name, tally.documentation, labels=tally.labels)
+        for key, value in tally.values.items() if samples else ():
+            counter.add_metric(key, value, created=tally.created[key])
+        return counter
+    histogram = HistogramMetricFamily(tally.name, tally.documentation, labels=tally.labels)
+    # The ``le`` values as prometheus_client writes them ("0.1", "1.0", "+Inf").
+    bounds = [floatToGoString(bound) for bound in tally.bounds]  # type: ignore[no-untyped-call]
+    for key, counts in tally.counts.items() if samples else ():
+        cumulative = list(itertools.accumulate(float(count) for count in counts))
+        histogram.add_metric(key, list(zip(bounds, cumulative, strict=True)), tally.sums[key])
+        labels = dict(zip(tally.labels, key, strict=True))
+        histogram.add_sample(f"{histogram.name}_created", labels, tally.created[key])
+    return histogram
