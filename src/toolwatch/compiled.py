@@ -49,6 +49,7 @@ RUNTIME_LIBRARY = "toolwatch_native__mypyc"
 MODULES = (
     "model.py",
     "names.py",
+    "jsontext.py",
     "engine.py",
     "assembly/buffer.py",
     "assembly/calls.py",
@@ -81,6 +82,7 @@ MODULES = (
     "ingest/scan.py",
     "sinks/findings.py",
     "sinks/prometheus.py",
+    "sinks/tally.py",
 )
 
 _PACKAGE = Path(__file__).resolve().parent

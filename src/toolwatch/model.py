@@ -13,7 +13,7 @@ import enum
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeAlias
+from typing import Any, TypeAlias
 
 __all__ = [
     "CallStatus",
@@ -118,21 +118,29 @@ class ReferenceKind(enum.StrEnum):
     POLICY = "policy"  # the always-on policy or a hand-written invariant
 
 
-class RequestedCall(NamedTuple):
-    """A tool call as a model requested it in an LLM span's output.
+@dataclass(slots=True, init=False)
+class RequestedCall:
+    """A tool call as a model requested it in an LLM span's output. Never mutated.
 
     ``arguments`` is what the span carried: an already-decoded JSON value, a JSON string
     (possibly double-encoded), or ``None`` when content capture was off. ``position`` is the
     model's emission order within the span (the order of tool-call parts).
 
-    A named tuple (immutable, like the frozen records): one is built per requested call of
-    every model output at ingest, and a named tuple is built in half the time.
+    One is built per requested call of every model output at ingest, so its constructor is
+    written out and compiled (``toolwatch.compiled``), as ``SpanRecord``'s is: a named
+    tuple's stays interpreted, and cost about five times the instructions.
     """
 
     name: str
     call_id: str | None
     arguments: Any
     position: int
+
+    def __init__(self, name: str, call_id: str | None, arguments: Any, position: int) -> None:
+        self.name = name
+        self.call_id = call_id
+        self.arguments = arguments
+        self.position = position
 
 
 @dataclass(slots=True, init=False)

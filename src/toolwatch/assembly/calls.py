@@ -12,12 +12,12 @@ Pure functions of the spans' content: the order spans arrived in never matters.
 
 from __future__ import annotations
 
-import json
 from collections import defaultdict, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from toolwatch.jsontext import loads
 from toolwatch.model import CallStatus, RequestedCall, SpanRecord, SpanRole, ToolCall
 
 __all__ = ["CallSite", "build_calls", "decode_json", "parse_arguments"]
@@ -25,7 +25,6 @@ __all__ = ["CallSite", "build_calls", "decode_json", "parse_arguments"]
 _OTLP_STATUS_ERROR = 2  # OTLP Status.code ERROR
 _MAX_DECODE_DEPTH = 8  # JSON nested in JSON strings; deeper than this is not arguments
 _DECORATOR_KEYS = frozenset({"args", "kwargs", "sanitize_inputs_outputs"})
-_DECODER = json.JSONDecoder()
 
 # The records below are built one per span or call of every trace: their constructors are
 # written out, so that compiled (``toolwatch.compiled``) they are native. A named tuple's or
@@ -103,17 +102,6 @@ class _Draft:
 _SortKey = tuple[int, int, int, bytes, int, bytes]
 
 
-def _loads(text: str) -> Any:
-    """``json.loads(text)``, twice as fast for the usual compact document (no whitespace
-    matching): text ``raw_decode`` does not consume whole (surrounding whitespace, trailing
-    data, not JSON) takes the full ``json.loads`` path, so results and errors are its own."""
-    try:
-        value, end = _DECODER.raw_decode(text)
-    except ValueError:
-        return json.loads(text)
-    return value if end == len(text) else json.loads(text)
-
-
 def decode_json(value: Any) -> tuple[Any, bool]:
     """Decode ``value`` while it is a string holding JSON (double encoding, CONVENTIONS §0).
 
@@ -125,7 +113,7 @@ def decode_json(value: Any) -> tuple[Any, bool]:
         if not isinstance(value, str):
             return value, False
         try:
-            value = _loads(value)
+            value = loads(value)
         except (ValueError, RecursionError):  # RecursionError: "[[[[..." from a hostile span
             return value, depth == 0
     return value, False

@@ -11,10 +11,11 @@ reasons, refusal) from whichever encoding carried it (CONVENTIONS.md §0 and §6
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeAlias, TypedDict
+from typing import Any, TypeAlias, TypedDict
 
+from toolwatch.jsontext import loads
 from toolwatch.model import RequestedCall, SpanRole
 
 __all__ = [
@@ -51,7 +52,6 @@ REFUSAL_REASONS = frozenset(
     {"content_filter", "content-filter", "content_filtered", "safety", "refusal"}
 )
 
-_DECODER = json.JSONDecoder()  # json.loads without its per-call argument handling
 
 # Call ids some producers send when there is none (ADK sends "<not specified>").
 _NO_ID = frozenset({"", "<not specified>"})
@@ -87,12 +87,27 @@ class RoleFields(TypedDict, total=False):
     conversation_id: str | None
 
 
-class Recognition(NamedTuple):
+# ``Recognition`` and ``OutputSummary`` are built once per span and per model output: their
+# constructors are written out so that compiled (``toolwatch.compiled``) they are native, as
+# ``SpanRecord``'s is; a named tuple's constructor stays interpreted. Never mutated.
+
+
+@dataclass(slots=True, init=False)
+class Recognition:
     """What a span is (role), which convention said so, and the role's fields."""
 
     role: SpanRole
     convention: str
     fields: RoleFields
+
+    def __init__(self, role: SpanRole, convention: str, fields: RoleFields) -> None:
+        self.role = role
+        self.convention = convention
+        self.fields = fields
+
+    def __iter__(self) -> Iterator[Any]:
+        """``role, convention, fields = recognize(...)``."""
+        return iter((self.role, self.convention, self.fields))
 
 
 def _unchanged(value: Any) -> Any:
@@ -141,16 +156,26 @@ class Convention:
     agent: AgentSpec
 
 
-class OutputSummary(NamedTuple):
-    """A model output as one encoding carried it; calls in the model's emission order.
+@dataclass(slots=True, init=False)
+class OutputSummary:
+    """A model output as one encoding carried it; calls in the model's emission order."""
 
-    A named tuple rather than a dataclass: one is built per model span, on the hot path.
-    """
+    tool_calls: tuple[RequestedCall, ...]
+    texts: tuple[str, ...]
+    finish_reasons: tuple[str, ...]
+    refusal: str | None
 
-    tool_calls: tuple[RequestedCall, ...] = ()
-    texts: tuple[str, ...] = ()
-    finish_reasons: tuple[str, ...] = ()
-    refusal: str | None = None
+    def __init__(
+        self,
+        tool_calls: tuple[RequestedCall, ...] = (),
+        texts: tuple[str, ...] = (),
+        finish_reasons: tuple[str, ...] = (),
+        refusal: str | None = None,
+    ) -> None:
+        self.tool_calls = tool_calls
+        self.texts = texts
+        self.finish_reasons = finish_reasons
+        self.refusal = refusal
 
 
 class OutputBuilder:
@@ -229,19 +254,9 @@ def parse_json(value: Any) -> Any:
     if not isinstance(value, str):
         return value
     try:
-        return _loads(value)
+        return loads(value)
     except (ValueError, RecursionError):
         return None
-
-
-def _loads(text: str) -> Any:
-    """``_DECODER.decode(text)``, faster on a compact document: ``raw_decode`` skips the two
-    whitespace regex matches; text it does not consume whole takes the full path."""
-    try:
-        value, end = _DECODER.raw_decode(text)
-    except ValueError:
-        return _DECODER.decode(text)
-    return value if end == len(text) else _DECODER.decode(text)
 
 
 def plain_text(value: Any) -> str | None:

@@ -16,7 +16,8 @@ Read only when a span's attributes lack what the role needs:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from toolwatch.conventions import genai
 from toolwatch.conventions.attrs import OutputBuilder, OutputSummary, SpanEvent, parse_json
@@ -51,18 +52,41 @@ EVENT_ATTRIBUTE_KEYS = frozenset(
 )
 
 
-class ToolEvents(NamedTuple):
-    """What a tool span's events say; each field ``None`` when no event carried it."""
+@dataclass(slots=True, init=False)
+class ToolEvents:
+    """What a tool span's attributes or events say; each field ``None`` when none carried
+    it. Built for every tool span, so its constructor is written out and compiled
+    (``toolwatch.compiled``); a named tuple's stays interpreted. Never mutated."""
 
-    arguments: Any = None
-    result: Any = None
-    call_id: Any = None
-    error_type: str | None = None
+    arguments: Any
+    result: Any
+    call_id: Any
+    error_type: str | None
+
+    def __init__(
+        self,
+        arguments: Any = None,
+        result: Any = None,
+        call_id: Any = None,
+        error_type: str | None = None,
+    ) -> None:
+        self.arguments = arguments
+        self.result = result
+        self.call_id = call_id
+        self.error_type = error_type
 
     def fill(self, other: ToolEvents) -> ToolEvents:
         """These values, with the missing ones taken from ``other``."""
-        pairs = zip(self, other, strict=True)
-        return ToolEvents(*(mine if mine is not None else theirs for mine, theirs in pairs))
+        return ToolEvents(
+            _either(self.arguments, other.arguments),
+            _either(self.result, other.result),
+            _either(self.call_id, other.call_id),
+            _either(self.error_type, other.error_type),
+        )
+
+
+def _either(mine: Any, theirs: Any) -> Any:
+    return mine if mine is not None else theirs
 
 
 def _parts(value: Any, part_type: str) -> list[dict[str, Any]]:

@@ -78,7 +78,7 @@ def _tool_values(
         return found
     extra = tool_events(events())
     if not failed:  # a recorded-but-handled exception does not make the call fail
-        extra = extra._replace(error_type=None)
+        extra = ToolEvents(extra.arguments, extra.result, extra.call_id)
     return found.fill(extra)
 
 
@@ -181,7 +181,8 @@ def _agent_output(
     spec = convention.agent
     text = plain_text(spec.unwrap_output(first(attrs, spec.output)))
     if text is not None:
-        return (summary or _NO_OUTPUT)._replace(texts=(text,))
+        found = summary or _NO_OUTPUT
+        return OutputSummary(found.tool_calls, (text,), found.finish_reasons, found.refusal)
     if events is not None:
         return merge_summaries((summary, output_events(events())))
     return summary

@@ -17,7 +17,6 @@ attributes up to 0.4b0, inside the ``gen_ai.tool.call.arguments`` JSON object in
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -30,6 +29,7 @@ from toolwatch.conventions.attrs import (
     ToolSpec,
     parse_json,
 )
+from toolwatch.jsontext import loads
 from toolwatch.model import SpanRole
 
 __all__ = [
@@ -141,7 +141,7 @@ def _decoded(value: Any, type_name: Any) -> Any:
     if not isinstance(value, str) or type_name not in _ENCODED_TYPES:
         return value
     try:
-        return json.loads(value)
+        return loads(value)
     except ValueError:
         return value
 

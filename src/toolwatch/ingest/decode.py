@@ -223,7 +223,7 @@ class _Decoder:
             return "malformed_attributes", f"attributes could not be read ({exc!r:.80})"
         if events is not None:
             size += events.size
-        role, convention, fields = recognition
+        role, convention, fields = recognition.role, recognition.convention, recognition.fields
         self.spans.append(
             SpanRecord(
                 trace_id=trace_id,

@@ -20,7 +20,7 @@ from toolwatch.conventions import (
     recognize,
     vercel_ai,
 )
-from toolwatch.conventions.attrs import Convention
+from toolwatch.conventions.attrs import Convention, Recognition
 from toolwatch.model import SpanRole
 
 _CONVENTIONS: Sequence[Convention] = (
@@ -154,4 +154,4 @@ def test_events_are_loaded_only_when_attributes_lack_content() -> None:
 
 
 def test_other_spans_have_no_fields() -> None:
-    assert recognize("GET /", 0, {}, None) == (SpanRole.OTHER, "", {})
+    assert recognize("GET /", 0, {}, None) == Recognition(SpanRole.OTHER, "", {})
