@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 from eval_factories import call, trace
+from hypothesis import given
+from hypothesis import strategies as st
 
 from toolwatch.evaluation.base import Reference
-from toolwatch.evaluation.loops import Loops
+from toolwatch.evaluation.loops import Loops, call_key
 from toolwatch.evaluation.settings import LoopsSettings, PolicySettings
 from toolwatch.model import Category, EvalResult, ReferenceKind, ToolCall
 
@@ -76,3 +79,37 @@ def test_per_tool_limit_overrides_the_default() -> None:
 def test_run_without_calls_scores_one() -> None:
     result = evaluate()
     assert (result.scores["score"], result.findings) == (1.0, ())
+
+
+_json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-3, 3)
+    | st.floats(allow_nan=False)
+    | st.text(max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_arguments = st.one_of(
+    st.dictionaries(st.sampled_from("abc"), st.sampled_from(["x", "y", "1"]), max_size=3),
+    _json_values,
+)
+
+
+@given(_arguments, _arguments)
+def test_two_calls_have_one_key_exactly_when_their_canonical_json_is_one(a: Any, b: Any) -> None:
+    def canonical(value: Any) -> str:
+        return json.dumps(value, sort_keys=True, default=repr)
+
+    same_json = canonical(a) == canonical(b)
+    assert (call_key("lookup_order", a) == call_key("lookup_order", b)) is same_json
+    assert call_key("lookup_order", a) != call_key("issue_refund", a)
+
+
+def test_flat_string_arguments_in_another_key_order_are_identical() -> None:
+    first = call_key("t", {"order_id": "A-1", "reason": "late"})
+    assert first == call_key("t", {"reason": "late", "order_id": "A-1"})
+    assert first != call_key("t", {"order_id": "A-1", "reason": "early"})
+    assert call_key("t", {"n": "1"}) != call_key("t", {"n": 1})
