@@ -310,9 +310,14 @@ def _parallel_groups(drafts: Sequence[_Draft], sites: Mapping[bytes, CallSite]) 
             executed[sites[d.span.span_id].parent].append(i)
         if d.request is not None:
             requested[d.request.llm.span_id].append(i)
-    components = [c for idx in executed.values() for c in _overlaps(idx, drafts)]
+    # A group needs two calls: a parent with one executed call, or a model output with one
+    # request (the usual run), cannot start one.
+    components = [c for idx in executed.values() if len(idx) > 1 for c in _overlaps(idx, drafts)]
+    groups = [m for m in [*components, *requested.values()] if len(m) > 1]
+    if not groups:
+        return [None] * len(drafts)
     leader = list(range(len(drafts)))  # union-find: 10^5 parallel calls must stay linear
-    for members in [*components, *requested.values()]:
+    for members in groups:
         for i in members[1:]:
             _union(leader, members[0], i)
     roots = [_find(leader, i) for i in range(len(drafts))]
