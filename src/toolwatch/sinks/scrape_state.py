@@ -111,7 +111,8 @@ class TallyCollector(Collector):
     ``Counter`` and ``Histogram`` of the same name and labels would render them: the same
     samples in the same order (label sets in the order first seen; ``_total`` and
     ``_created``; cumulative ``_bucket`` with ``floatToGoString`` bounds, ``_count``,
-    ``_sum``, ``_created``), so the change is invisible to scrapers, rules and dashboards."""
+    ``_sum``, ``_created``), so scrapers, rules and dashboards see no difference (only the
+    order of families in the exposition can move: one collector's families come together)."""
 
     def __init__(self, tallies: Iterable[CounterTally | HistogramTally]) -> None:
         self._tallies = tuple(tallies)
