@@ -118,22 +118,23 @@ class TallyCollector(Collector):
         self._tallies = tuple(tallies)
 
     def describe(self) -> Iterable[Metric]:
-        return [_render(tally, samples=False) for tally in self._tallies]
+        # The names, for the registry's duplicate check: reading the tallies is cheap.
+        return self.collect()
 
     def collect(self) -> Iterable[Metric]:
         return [_render(tally) for tally in self._tallies]
 
 
-def _render(tally: CounterTally | HistogramTally, *, samples: bool = True) -> Metric:
+def _render(tally: CounterTally | HistogramTally) -> Metric:
     if isinstance(tally, CounterTally):
         counter = CounterMetricFamily(tally.name, tally.documentation, labels=tally.labels)
-        for key, value in tally.values.items() if samples else ():
+        for key, value in tally.values.items():
             counter.add_metric(key, value, created=tally.created[key])
         return counter
     histogram = HistogramMetricFamily(tally.name, tally.documentation, labels=tally.labels)
     # The ``le`` values as prometheus_client writes them ("0.1", "1.0", "+Inf").
     bounds = [floatToGoString(bound) for bound in tally.bounds]  # type: ignore[no-untyped-call]
-    for key, counts in tally.counts.items() if samples else ():
+    for key, counts in tally.counts.items():
         cumulative = list(itertools.accumulate(float(count) for count in counts))
         histogram.add_metric(key, list(zip(bounds, cumulative, strict=True)), tally.sums[key])
         labels = dict(zip(tally.labels, key, strict=True))
