@@ -13,14 +13,17 @@ Pure functions of the spans' content: the order spans arrived in never matters.
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from toolwatch.jsontext import loads
 from toolwatch.model import CallStatus, RequestedCall, SpanRecord, SpanRole, ToolCall
 
-__all__ = ["CallSite", "build_calls", "decode_json", "parse_arguments"]
+__all__ = ["CallSite", "append_to", "build_calls", "decode_json", "parse_arguments"]
+
+K = TypeVar("K")
+V = TypeVar("V")
 
 _OTLP_STATUS_ERROR = 2  # OTLP Status.code ERROR
 _MAX_DECODE_DEPTH = 8  # JSON nested in JSON strings; deeper than this is not arguments
@@ -185,7 +188,8 @@ def _requests(spans: Sequence[SpanRecord], normalize: Callable[[Any], str]) -> l
     for llm in spans:
         if llm.role is not SpanRole.LLM or not llm.output_tool_calls:
             continue
-        for call in sorted(llm.output_tool_calls, key=_emitted_position):
+        calls = llm.output_tool_calls
+        for call in calls if len(calls) == 1 else sorted(calls, key=_emitted_position):
             if call.call_id is not None:
                 earlier = first_llm.setdefault(call.call_id, llm)
                 if earlier is not llm and _overlap(earlier, llm):
@@ -206,18 +210,24 @@ def _join_by_id(
     executions: list[SpanRecord], requests: list[_Request]
 ) -> tuple[list[_Draft], list[SpanRecord], list[_Request]]:
     """Pair each tool span with the earliest unpaired request of its call id."""
-    by_id: dict[str, deque[_Request]] = defaultdict(deque)
-    for r in requests:
+    latest_first: dict[str, list[_Request]] = {}  # popping from the end gives the earliest
+    for r in reversed(requests):
         if r.call.call_id is not None:
-            by_id[r.call.call_id].append(r)
+            queue = latest_first.get(r.call.call_id)
+            if queue is None:
+                latest_first[r.call.call_id] = [r]
+            else:
+                queue.append(r)
     drafts: list[_Draft] = []
     unmatched: list[SpanRecord] = []
     for span in executions:
-        queue = by_id.get(span.call_id) if span.call_id is not None else None
+        queue = latest_first.get(span.call_id) if span.call_id is not None else None
         if queue:
-            drafts.append(_Draft(span, queue.popleft()))
+            drafts.append(_Draft(span, queue.pop()))
         else:
             unmatched.append(span)
+    if len(drafts) == len(requests):
+        return drafts, unmatched, []  # every request was taken (each draft took one)
     taken = {d.request.position for d in drafts if d.request is not None}
     return drafts, unmatched, [r for r in requests if r.position not in taken]
 
@@ -267,11 +277,12 @@ def _in_order(drafts: list[_Draft]) -> list[_Draft]:
     """Calls by start time, ties broken by emission order; then the calls one LLM output
     requested are put back in the model's order within the places they took, so scheduling
     jitter between parallel tool spans never reorders them (CONVENTIONS §6.4)."""
-    drafts = sorted(drafts, key=_time_key)
-    places: dict[bytes, list[int]] = defaultdict(list)
+    if not _starts_increase(drafts):  # else they are in time order already, the usual run
+        drafts = sorted(drafts, key=_time_key)
+    places: dict[bytes, list[int]] = {}
     for i, d in enumerate(drafts):
         if d.request is not None:
-            places[d.request.llm.span_id].append(i)
+            append_to(places, d.request.llm.span_id, i)
     ordered = list(drafts)
     for indexes in places.values():
         if len(indexes) == 1:
@@ -280,6 +291,21 @@ def _in_order(drafts: list[_Draft]) -> list[_Draft]:
         for i, draft in zip(indexes, batch, strict=True):
             ordered[i] = draft
     return ordered
+
+
+def _starts_increase(drafts: Sequence[_Draft]) -> bool:
+    """Whether each draft starts strictly after the one before it."""
+    return all(drafts[i - 1].start_ns < drafts[i].start_ns for i in range(1, len(drafts)))
+
+
+def append_to(lists: dict[K, list[V]], key: K, value: V) -> None:
+    """``lists[key].append(value)``, creating the list: what a ``defaultdict(list)`` does,
+    without calling its factory through the interpreter on every new key."""
+    values = lists.get(key)
+    if values is None:
+        lists[key] = [value]
+    else:
+        values.append(value)
 
 
 def _time_key(draft: _Draft) -> _SortKey:
@@ -303,13 +329,13 @@ def _parallel_groups(drafts: Sequence[_Draft], sites: Mapping[bytes, CallSite]) 
     same parent (wrappers skipped) whose intervals overlap, transitively: producers that
     record no requests. Groups that share a call are one group.
     """
-    executed: dict[bytes | None, list[int]] = defaultdict(list)
-    requested: dict[bytes, list[int]] = defaultdict(list)
+    executed: dict[bytes | None, list[int]] = {}
+    requested: dict[bytes, list[int]] = {}
     for i, d in enumerate(drafts):
         if d.span is not None:
-            executed[sites[d.span.span_id].parent].append(i)
+            append_to(executed, sites[d.span.span_id].parent, i)
         if d.request is not None:
-            requested[d.request.llm.span_id].append(i)
+            append_to(requested, d.request.llm.span_id, i)
     # A group needs two calls: a parent with one executed call, or a model output with one
     # request (the usual run), cannot start one.
     components = [c for idx in executed.values() if len(idx) > 1 for c in _overlaps(idx, drafts)]
@@ -341,11 +367,14 @@ def _union(leader: list[int], a: int, b: int) -> None:
         leader[max(a, b)] = min(a, b)
 
 
-def _overlaps(indexes: Iterable[int], drafts: Sequence[_Draft]) -> list[list[int]]:
+def _overlaps(indexes: list[int], drafts: Sequence[_Draft]) -> list[list[int]]:
     """Connected components of overlapping [start, end] intervals (a sweep by start).
-    Touching intervals (one ends when the next starts) are sequential, not parallel."""
+    Touching intervals (one ends when the next starts) are sequential, not parallel.
+    ``indexes`` are increasing; the drafts are in time order, so usually they are too."""
     intervals = {i: _interval(drafts[i].span) for i in indexes}
-    order = sorted(intervals, key=lambda i: (intervals[i], i))
+    order = indexes
+    if not all(intervals[order[k - 1]][0] < intervals[order[k]][0] for k in range(1, len(order))):
+        order = sorted(intervals, key=lambda i: (intervals[i], i))
     components: list[list[int]] = []
     reach = 0
     for i in order:

@@ -39,13 +39,12 @@ Pure: the same set of spans gives the same ToolTraces whatever their order.
 from __future__ import annotations
 
 import bisect
-from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from toolwatch.assembly.buffer import CompletedTrace
-from toolwatch.assembly.calls import CallSite, build_calls
+from toolwatch.assembly.calls import CallSite, append_to, build_calls
 from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolTrace
 from toolwatch.names import NameNormalizer
 
@@ -98,9 +97,11 @@ def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[
     recorded = _children(spans, {})
     adopted = _adoptions(spans, recorded)
     children = _children(spans, adopted) if adopted else recorded
-    sites, members = _place(spans, children, _workflows(spans, children))
-    runs = _runs(spans, members)
+    sites, run_of = _place(spans, children, _workflows(spans, children))
+    runs = _runs(spans, run_of)
     built = [_tool_trace(trace, run, sites, normalize) for run in runs]
+    if len(built) < 2:
+        return built
     return sorted(built, key=lambda t: (t.start_ns, t.run_span_id or ""))
 
 
@@ -112,10 +113,11 @@ def _place(
     spans: Sequence[SpanRecord],
     children: Mapping[bytes, list[SpanRecord]],
     workflows: frozenset[bytes],
-) -> tuple[dict[bytes, CallSite], dict[bytes | None, list[SpanRecord]]]:
-    """Walk every tree top-down: each span's call site, and the spans of each run."""
+) -> tuple[dict[bytes, CallSite], dict[bytes, bytes | None]]:
+    """Walk every tree top-down: each span's call site, and the run it belongs to (the
+    run's AGENT span id; ``None`` outside every agent)."""
     sites: dict[bytes, CallSite] = {}
-    members: dict[bytes | None, list[SpanRecord]] = defaultdict(list)
+    run_of: dict[bytes, bytes | None] = {}
     below = {child.span_id for kids in children.values() for child in kids}
     tops = [s for s in spans if s.span_id not in below]
     # Spans caught in a parent cycle are reachable from no top; start from them in order.
@@ -130,12 +132,12 @@ def _place(
             sites[span.span_id] = CallSite(frame.agent, frame.tool, frame.parent)
             kids = children[span.span_id]
             if not kids and span.role is not SpanRole.AGENT:
-                members[frame.run].append(span)  # a leaf hands down nothing, starts no run
+                run_of[span.span_id] = frame.run  # a leaf hands down nothing, starts no run
                 continue
             inner = _descend(span, frame, workflows)
-            members[inner.run].append(span)
+            run_of[span.span_id] = inner.run
             stack.extend((child, inner) for child in kids)
-    return sites, members
+    return sites, run_of
 
 
 def _children(
@@ -286,14 +288,16 @@ def _descend(span: SpanRecord, frame: _Frame, workflows: frozenset[bytes]) -> _F
     )
 
 
-def _runs(spans: Sequence[SpanRecord], members: dict[bytes | None, list[SpanRecord]]) -> list[_Run]:
+def _runs(spans: Sequence[SpanRecord], run_of: Mapping[bytes, bytes | None]) -> list[_Run]:
+    """The runs, each with its spans in the order of ``spans`` (sorted by start, span id)."""
+    members: dict[bytes | None, list[SpanRecord]] = {}
+    for span in spans:
+        append_to(members, run_of[span.span_id], span)
     by_id = {s.span_id: s for s in spans}
     runs = [
-        _Run(by_id[key], key, tuple(sorted(group, key=_order)))
-        for key, group in members.items()
-        if key is not None
+        _Run(by_id[key], key, tuple(group)) for key, group in members.items() if key is not None
     ]
-    residual = tuple(sorted(members.get(None, ()), key=_order))
+    residual = tuple(members.get(None, ()))
     if residual and (not runs or any(_holds_calls(s) for s in residual)):
         runs.append(_Run(_residual_root(residual), None, residual))
     return runs
