@@ -31,15 +31,29 @@ def extract_name(value: Any) -> str | None:
     return None
 
 
-class NameNormalizer:
-    """Normalizes tool names: fold, then map aliases. Immutable after construction."""
+#: Bound on the names one normalizer remembers: a producer inventing names cannot grow it.
+_MAX_REMEMBERED = 4096
 
-    __slots__ = ("_aliases",)
+
+class NameNormalizer:
+    """Normalizes tool names: fold, then map aliases. Its aliases never change; it remembers
+    up to ``_MAX_REMEMBERED`` names it normalized (each call is normalized several times on
+    its way through the timeline and the evaluators, and a run has few distinct tools)."""
+
+    __slots__ = ("_aliases", "_known")
 
     def __init__(self, aliases: Mapping[str, str] | None = None) -> None:
         self._aliases = {fold(k): fold(v) for k, v in (aliases or {}).items()}
+        self._known: dict[str, str] = {}
 
     def __call__(self, value: Any) -> str:
+        if isinstance(value, str):
+            known = self._known.get(value)
+            if known is not None:
+                return known
         name = extract_name(value)
         folded = fold(name) if name is not None else ""
-        return self._aliases.get(folded, folded)
+        normalized = self._aliases.get(folded, folded)
+        if isinstance(value, str) and len(self._known) < _MAX_REMEMBERED:
+            self._known[value] = normalized
+        return normalized

@@ -8,12 +8,12 @@ are safe to call from any thread (they hold only immutable state).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 from toolwatch.evaluation.settings import Against
-from toolwatch.model import EvalResult, GoldenCase, ReferenceKind, ToolTrace
+from toolwatch.model import EvalResult, GoldenCase, ReferenceKind, ToolCall, ToolTrace
 from toolwatch.names import NameNormalizer
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "call_names",
     "from_case",
     "from_source",
+    "in_sequence",
     "informs",
     "name_list",
     "pct",
@@ -145,6 +146,18 @@ def call_names(trace: ToolTrace, normalize: NameNormalizer) -> tuple[str, ...]:
     """The run's tool names in call order, normalized again (idempotent when the timeline used
     the same aliases, and right when a caller built the trace by hand)."""
     return tuple(normalize(c.tool_name) for c in trace.calls)
+
+
+def in_sequence(calls: Sequence[ToolCall]) -> Sequence[ToolCall]:
+    """``calls`` ordered by ``sequence_index``. The timeline builds them in that order, so
+    they are sorted only when a caller built the trace otherwise."""
+    if all(calls[i - 1].sequence_index <= calls[i].sequence_index for i in range(1, len(calls))):
+        return calls
+    return sorted(calls, key=_sequence_index)
+
+
+def _sequence_index(call: ToolCall) -> int:
+    return call.sequence_index
 
 
 def informs(earlier_group: int | None, group: int | None) -> bool:

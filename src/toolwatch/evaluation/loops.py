@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from toolwatch.evaluation.base import Reference, informs, pct
+from toolwatch.evaluation.base import Reference, in_sequence, informs, pct
 from toolwatch.evaluation.settings import LoopsSettings, PolicySettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.model import (
@@ -71,7 +71,7 @@ def find_repeats(
     repeats."""
     succeeded: dict[CallKey, set[int | None]] = {}  # parallel groups of successes
     repeats: dict[CallKey, list[ToolCall]] = {}
-    ordered = sorted(calls, key=lambda c: c.sequence_index)
+    ordered = in_sequence(calls)
     tools = [tool_of(call) for call in ordered]
     per_tool: dict[str, int] = {}  # not a Counter: its constructor is interpreted Python
     for tool in tools:

@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from toolwatch.evaluation.base import Reference, informs, name_list, pct, resolve
+from toolwatch.evaluation.base import Reference, in_sequence, informs, name_list, pct, resolve
 from toolwatch.evaluation.settings import Binding, PolicySettings, SafetySettings
 from toolwatch.evaluation.severity import make_finding
 from toolwatch.model import (
@@ -154,7 +154,7 @@ class Safety:
     def _unverified(self, trace: ToolTrace) -> list[_Flag]:
         if not self._verifiers and not self._bindings:
             return []
-        calls = sorted(trace.calls, key=lambda c: c.sequence_index)
+        calls = in_sequence(trace.calls)
         tools = [self._normalize(call.tool_name) for call in calls]
         if self._dangerous.isdisjoint(tools):
             return []  # nothing to verify: a ledger would be read by nobody

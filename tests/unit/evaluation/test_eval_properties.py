@@ -1,16 +1,17 @@
-"""Properties: a run scores 1.0 against itself, and every score stays in [0, 1]."""
+"""Properties: a run scores 1.0 against itself, every score stays in [0, 1], and evaluators
+read the calls in sequence order however the trace holds them."""
 
 from __future__ import annotations
 
 import dataclasses
 
 import pytest
-from eval_factories import as_case, tool_traces
+from eval_factories import as_case, call, tool_traces
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings
-from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.base import Reference, in_sequence
 from toolwatch.evaluation.selection import selection_score
 from toolwatch.model import ToolTrace
 
@@ -115,3 +116,14 @@ def test_selection_scores_stay_in_the_unit_interval(
 @pytest.mark.parametrize("mode", MODES)
 def test_both_sides_empty_score_one_in_every_mode(mode: str) -> None:
     assert selection_score(mode, [], []) == 1.0
+
+
+@given(indexes=st.lists(st.integers(0, 5), max_size=8))
+def test_in_sequence_is_the_calls_sorted_by_sequence_index(indexes: list[int]) -> None:
+    calls = tuple(call(f"t{n}", index=i) for n, i in enumerate(indexes))
+    ordered = in_sequence(calls)
+    assert [c.tool_name for c in ordered] == [
+        c.tool_name for c in sorted(calls, key=lambda c: c.sequence_index)
+    ]
+    if indexes == sorted(indexes):
+        assert ordered is calls  # already in order (what the timeline builds): not copied
