@@ -103,12 +103,14 @@ def _output_fields(summary: OutputSummary | None, attrs: Attributes) -> RoleFiel
     """Finish reasons (attributes first), refusal and text of a model or agent output."""
     if summary is None:
         summary = _NO_OUTPUT
-    reasons: dict[str, None] = {}
+    reasons: dict[str, None] = {}  # insertion-ordered, without repeats
     for key in _FINISH_REASONS:
         value = attrs.get(key)
         if value is not None:
-            reasons.update(dict.fromkeys(finish_reason_list(value)))
-    reasons.update(dict.fromkeys(summary.finish_reasons))
+            for reason in finish_reason_list(value):
+                reasons[reason] = None
+    for reason in summary.finish_reasons:
+        reasons[reason] = None
     refusal = summary.refusal
     if refusal is None:
         refusal = _refusal_reason(reasons)

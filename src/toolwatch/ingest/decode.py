@@ -160,7 +160,7 @@ def _reference_text(value: Any) -> str:
     return value if isinstance(value, str) else str(value)
 
 
-def _resource(attrs: Mapping[str, Any], references: Sequence[str]) -> _Resource:
+def _resource(attrs: dict[str, Any], references: Sequence[str]) -> _Resource:
     service = attrs.get(_SERVICE_NAME)
     found = {key: _reference_text(attrs[key]) for key in references if key in attrs}
     service_name = service if isinstance(service, str) else None
@@ -198,7 +198,7 @@ class _Decoder:
         self.offenders.append(f"{path}: {detail}")
 
     def _reference_keys(
-        self, attrs: Mapping[str, Any], resource: _Resource
+        self, attrs: dict[str, Any], resource: _Resource
     ) -> tuple[tuple[str, str], ...]:
         """Configured keys on the span, else on its resource (the span's value wins)."""
         if not self._references:
