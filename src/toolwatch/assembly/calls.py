@@ -13,7 +13,7 @@ Pure functions of the spans' content: the order spans arrived in never matters.
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -149,8 +149,8 @@ def _unwrap_decorator(value: Any) -> Any:
 
 
 def build_calls(
-    spans: Sequence[SpanRecord],
-    sites: Mapping[bytes, CallSite],
+    spans: tuple[SpanRecord, ...],
+    sites: dict[bytes, CallSite],
     normalize: Callable[[Any], str],
 ) -> tuple[ToolCall, ...]:
     """The run's calls, ordered, with sequence indexes, parallel groups and parents.
@@ -167,7 +167,7 @@ def build_calls(
 
 
 def _join(
-    spans: Sequence[SpanRecord], sites: Mapping[bytes, CallSite], normalize: Callable[[Any], str]
+    spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite], normalize: Callable[[Any], str]
 ) -> list[_Draft]:
     executions = [s for s in spans if s.role is SpanRole.TOOL]
     requests = _requests(spans, normalize)
@@ -175,7 +175,7 @@ def _join(
     return drafts + _join_by_name(executions, requests, sites, normalize)
 
 
-def _requests(spans: Sequence[SpanRecord], normalize: Callable[[Any], str]) -> list[_Request]:
+def _requests(spans: tuple[SpanRecord, ...], normalize: Callable[[Any], str]) -> list[_Request]:
     """Requested calls in emission order (LLM start, span id, part index).
 
     A call id already requested by another LLM span that overlaps this one in time is the
@@ -235,7 +235,7 @@ def _join_by_id(
 def _join_by_name(
     executions: list[SpanRecord],
     requests: list[_Request],
-    sites: Mapping[bytes, CallSite],
+    sites: dict[bytes, CallSite],
     normalize: Callable[[Any], str],
 ) -> list[_Draft]:
     """Pair the k-th execution with the k-th request of the same tool under the same agent.
@@ -320,7 +320,7 @@ def _emission(draft: _Draft) -> int:
     return draft.request.position
 
 
-def _parallel_groups(drafts: Sequence[_Draft], sites: Mapping[bytes, CallSite]) -> list[int | None]:
+def _parallel_groups(drafts: Sequence[_Draft], sites: dict[bytes, CallSite]) -> list[int | None]:
     """Group number (smallest sequence index of the group) per call, or ``None``.
 
     Calls one model output requested together form a group: the model's parallel tool
@@ -404,8 +404,8 @@ def _tool_call(
     index: int,
     group: int | None,
     *,
-    sites: Mapping[bytes, CallSite],
-    call_ids: Mapping[bytes, str | None],
+    sites: dict[bytes, CallSite],
+    call_ids: dict[bytes, str | None],
     normalize: Callable[[Any], str],
 ) -> ToolCall:
     span, origin, raw_name = draft.span, draft.origin, draft.raw_name
@@ -448,7 +448,7 @@ def _failed(span: SpanRecord) -> bool:
     return span.status_code == _OTLP_STATUS_ERROR or bool(span.error_type)
 
 
-def _parent_call_id(site: CallSite, call_ids: Mapping[bytes, str | None]) -> str | None:
+def _parent_call_id(site: CallSite, call_ids: dict[bytes, str | None]) -> str | None:
     """The enclosing tool call's id, or its span id in hex when it has none."""
     if site.tool is None:
         return None

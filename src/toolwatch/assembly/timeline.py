@@ -39,7 +39,7 @@ Pure: the same set of spans gives the same ToolTraces whatever their order.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -110,8 +110,8 @@ def _order(span: SpanRecord) -> tuple[int, bytes]:
 
 
 def _place(
-    spans: Sequence[SpanRecord],
-    children: Mapping[bytes, list[SpanRecord]],
+    spans: list[SpanRecord],
+    children: dict[bytes, list[SpanRecord]],
     workflows: frozenset[bytes],
 ) -> tuple[dict[bytes, CallSite], dict[bytes, bytes | None]]:
     """Walk every tree top-down: each span's call site, and the run it belongs to (the
@@ -141,7 +141,7 @@ def _place(
 
 
 def _children(
-    spans: Sequence[SpanRecord], adopted: Mapping[bytes, bytes]
+    spans: list[SpanRecord], adopted: dict[bytes, bytes]
 ) -> dict[bytes, list[SpanRecord]]:
     """Children per span id, with adopted agents under their tool; every span has an entry,
     spans with a missing parent are nobody's child."""
@@ -160,9 +160,7 @@ class _Shape:
 
     __slots__ = ("agent_ticks", "enter", "leave", "under_agent", "under_tool")
 
-    def __init__(
-        self, spans: Sequence[SpanRecord], children: Mapping[bytes, list[SpanRecord]]
-    ) -> None:
+    def __init__(self, spans: list[SpanRecord], children: dict[bytes, list[SpanRecord]]) -> None:
         self.enter: dict[bytes, int] = {}
         self.leave: dict[bytes, int] = {}
         self.under_tool: set[bytes] = set()
@@ -173,7 +171,7 @@ class _Shape:
         ticks = (self.enter[s.span_id] for s in spans if s.role is SpanRole.AGENT)
         self.agent_ticks = sorted(ticks)
 
-    def _walk(self, top: SpanRecord, children: Mapping[bytes, list[SpanRecord]]) -> None:
+    def _walk(self, top: SpanRecord, children: dict[bytes, list[SpanRecord]]) -> None:
         stack: list[tuple[SpanRecord, bool, bool, bool]] = [(top, False, False, False)]
         while stack:
             span, leaving, tool_above, agent_above = stack.pop()
@@ -205,7 +203,7 @@ class _Shape:
 
 
 def _adoptions(
-    spans: Sequence[SpanRecord], children: Mapping[bytes, list[SpanRecord]]
+    spans: list[SpanRecord], children: dict[bytes, list[SpanRecord]]
 ) -> dict[bytes, bytes]:
     """Agent span id -> the id of the TOOL span that ran it, for agents whose producer lost
     the nesting (see the module docstring for the rule).
@@ -246,7 +244,7 @@ def _host_tool(agent: SpanRecord, tools: Sequence[SpanRecord], shape: _Shape) ->
 
 
 def _workflows(
-    spans: Sequence[SpanRecord], children: Mapping[bytes, list[SpanRecord]]
+    spans: list[SpanRecord], children: dict[bytes, list[SpanRecord]]
 ) -> frozenset[bytes]:
     """The AGENT spans that are workflows: only agents below them, no work of their own."""
     return frozenset(
@@ -254,7 +252,7 @@ def _workflows(
     )
 
 
-def _only_agents_below(agent: SpanRecord, children: Mapping[bytes, list[SpanRecord]]) -> bool:
+def _only_agents_below(agent: SpanRecord, children: dict[bytes, list[SpanRecord]]) -> bool:
     """Down to the next AGENT spans, no LLM or TOOL span, and at least one AGENT span."""
     stack = list(children[agent.span_id])
     seen = {agent.span_id}
@@ -288,7 +286,7 @@ def _descend(span: SpanRecord, frame: _Frame, workflows: frozenset[bytes]) -> _F
     )
 
 
-def _runs(spans: Sequence[SpanRecord], run_of: Mapping[bytes, bytes | None]) -> list[_Run]:
+def _runs(spans: list[SpanRecord], run_of: dict[bytes, bytes | None]) -> list[_Run]:
     """The runs, each with its spans in the order of ``spans`` (sorted by start, span id)."""
     members: dict[bytes | None, list[SpanRecord]] = {}
     for span in spans:
@@ -309,7 +307,7 @@ def _holds_calls(span: SpanRecord) -> bool:
     )
 
 
-def _residual_root(spans: Sequence[SpanRecord]) -> SpanRecord | None:
+def _residual_root(spans: tuple[SpanRecord, ...]) -> SpanRecord | None:
     """The root (no parent), else the only tree top, else ``None`` (synthetic root)."""
     ids = {s.span_id for s in spans}
     tops = [s for s in spans if s.parent_span_id not in ids]

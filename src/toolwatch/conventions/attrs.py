@@ -219,7 +219,7 @@ class OutputBuilder:
         )
 
 
-def first(attrs: Attributes, keys: Iterable[str]) -> Any:
+def first(attrs: Attributes, keys: tuple[str, ...]) -> Any:
     """The value of the first of ``keys`` present with a non-``None`` value."""
     for key in keys:
         value = attrs.get(key)
@@ -228,7 +228,7 @@ def first(attrs: Attributes, keys: Iterable[str]) -> Any:
     return None
 
 
-def first_str(attrs: Attributes, keys: Iterable[str]) -> str | None:
+def first_str(attrs: Attributes, keys: tuple[str, ...]) -> str | None:
     """The first of ``keys`` holding a non-empty string (numbers are rendered)."""
     for key in keys:
         value = attrs.get(key)
