@@ -1,4 +1,5 @@
-"""jsontext.loads: json.loads's value or error for any text, through the short path or not."""
+"""jsontext.loads: json.loads's value or error for any text, whether msgspec reads it or
+json.loads has to."""
 
 from __future__ import annotations
 
@@ -55,10 +56,16 @@ def test_any_text_reads_or_fails_as_json_loads(text: str) -> None:
         '{"order_id": 123456789012345678901234567890}',
         "[NaN, Infinity, -Infinity]",
         "1e400",
+        "1.7976931348623159e308",  # rounds beyond the largest float: inf for json
+        "2.4703282292062328e-324",  # rounds up to the smallest subnormal
+        "1.00000000000000011102230246251565404236316680908203125",  # a halfway case
+        "9" * 4300,  # the most digits Python reads as an int
+        "9" * 4301,  # one more: json refuses it
+        '"tab\there"',  # a raw control character in a string
         '"\\ud800"',
         "[" * 5000 + "]" * 5000,
         '{"a": 1, "a": 2}',
     ],
 )
-def test_the_short_path_and_the_long_agree(text: str) -> None:
+def test_the_edges_of_both_parsers_read_as_json_loads_reads_them(text: str) -> None:
     assert outcome(text, loads) == outcome(text, json.loads)
