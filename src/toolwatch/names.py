@@ -31,14 +31,19 @@ def extract_name(value: Any) -> str | None:
     return None
 
 
-#: Bound on the names one normalizer remembers: a producer inventing names cannot grow it.
+#: Bounds on the names one normalizer remembers, so that a producer inventing names (or
+#: sending long ones) cannot grow it: at most this many, each at most this long.
 _MAX_REMEMBERED = 4096
+_MAX_REMEMBERED_LENGTH = 256
 
 
 class NameNormalizer:
     """Normalizes tool names: fold, then map aliases. Its aliases never change; it remembers
     up to ``_MAX_REMEMBERED`` names it normalized (each call is normalized several times on
-    its way through the timeline and the evaluators, and a run has few distinct tools)."""
+    its way through the timeline and the evaluators, and a run has few distinct tools).
+
+    Thread-safe: remembering is one dict read and one dict write, and what is written is the
+    name's normalization, which never changes."""
 
     __slots__ = ("_aliases", "_known")
 
@@ -54,6 +59,10 @@ class NameNormalizer:
         name = extract_name(value)
         folded = fold(name) if name is not None else ""
         normalized = self._aliases.get(folded, folded)
-        if isinstance(value, str) and len(self._known) < _MAX_REMEMBERED:
+        if (
+            isinstance(value, str)
+            and len(value) <= _MAX_REMEMBERED_LENGTH
+            and len(self._known) < _MAX_REMEMBERED
+        ):
             self._known[value] = normalized
         return normalized

@@ -35,3 +35,11 @@ def test_remembers_a_bounded_number_of_names() -> None:
         assert normalize(f"Tool{n}") == f"tool{n}"
     assert len(normalize._known) == names._MAX_REMEMBERED  # the bound itself
     assert normalize(f"Tool{names._MAX_REMEMBERED + 50}") == f"tool{names._MAX_REMEMBERED + 50}"
+
+
+def test_does_not_remember_long_names() -> None:
+    normalize = NameNormalizer()
+    long_name = "T" * (names._MAX_REMEMBERED_LENGTH + 1)
+    assert normalize(long_name) == "t" * (names._MAX_REMEMBERED_LENGTH + 1)
+    assert normalize("Short") == "short"
+    assert list(normalize._known) == ["Short"]  # a long name would hold memory for nothing

@@ -213,11 +213,7 @@ def _join_by_id(
     latest_first: dict[str, list[_Request]] = {}  # popping from the end gives the earliest
     for r in reversed(requests):
         if r.call.call_id is not None:
-            queue = latest_first.get(r.call.call_id)
-            if queue is None:
-                latest_first[r.call.call_id] = [r]
-            else:
-                queue.append(r)
+            append_to(latest_first, r.call.call_id, r)
     drafts: list[_Draft] = []
     unmatched: list[SpanRecord] = []
     for span in executions:

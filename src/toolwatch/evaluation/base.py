@@ -3,7 +3,8 @@ callable type, the ``Baseline`` view of a reference, and small formatting helper
 
 Evaluators are pure: given the same ToolTrace and Reference they return the same result, and
 they never read a clock, log, count metrics or do I/O. They are built once from settings and
-are safe to call from any thread (they hold only immutable state).
+are safe to call from any thread (they hold only immutable state, and name normalizers whose
+remembered names never change).
 """
 
 from __future__ import annotations
