@@ -369,7 +369,7 @@ def _overlaps(indexes: list[int], drafts: Sequence[_Draft]) -> list[list[int]]:
     ``indexes`` are increasing; the drafts are in time order, so usually they are too."""
     intervals = {i: _interval(drafts[i].span) for i in indexes}
     order = indexes
-    if not all(intervals[order[k - 1]][0] < intervals[order[k]][0] for k in range(1, len(order))):
+    if not _starts_increase([drafts[i] for i in indexes]):
         order = sorted(intervals, key=lambda i: (intervals[i], i))
     components: list[list[int]] = []
     reach = 0

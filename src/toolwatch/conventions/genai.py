@@ -142,7 +142,7 @@ def _decoded(value: Any, type_name: Any) -> Any:
         return value
     try:
         return loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested too deep: kept as it came
         return value
 
 

@@ -21,6 +21,7 @@ from toolwatch.conventions import (
     vercel_ai,
 )
 from toolwatch.conventions.attrs import Convention, Recognition
+from toolwatch.conventions.genai import unflatten_parameters
 from toolwatch.model import SpanRole
 
 _CONVENTIONS: Sequence[Convention] = (
@@ -155,3 +156,14 @@ def test_events_are_loaded_only_when_attributes_lack_content() -> None:
 
 def test_other_spans_have_no_fields() -> None:
     assert recognize("GET /", 0, {}, None) == Recognition(SpanRole.OTHER, "", {})
+
+
+def test_legacy_genai_parameters_nested_too_deep_stay_as_they_came() -> None:
+    deep = "[" * 100_000 + "]" * 100_000
+    flat = {
+        "code.function.parameters.ids.value": deep,
+        "code.function.parameters.ids.type": "list",
+        "code.function.parameters.order.value": '{"id": "A-1"}',
+        "code.function.parameters.order.type": "dict",
+    }
+    assert unflatten_parameters(flat) == {"ids": deep, "order": {"id": "A-1"}}
