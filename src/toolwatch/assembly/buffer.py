@@ -75,12 +75,13 @@ def _require(name: str, value: int, minimum: int) -> None:
         raise ValueError(f"{name}: must be at least {minimum}, got {value}")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class CompletedTrace:
     """A trace handed to the timeline: its distinct spans in arrival order.
 
     ``incomplete_reason`` is ``None`` when ``complete``, else ``timed_out``, ``evicted``,
     ``span_limit`` or ``shutdown``. Arrival times are clock readings, not span times.
+    Its constructor is written out, as ``ToolTrace``'s is (one is built per trace).
     """
 
     trace_id: bytes
@@ -89,6 +90,22 @@ class CompletedTrace:
     incomplete_reason: str | None
     first_arrival_ns: int
     last_arrival_ns: int
+
+    def __init__(  # noqa: PLR0917 - the fields, in the order a dataclass would take them
+        self,
+        trace_id: bytes,
+        spans: tuple[SpanRecord, ...],
+        complete: bool,
+        incomplete_reason: str | None,
+        first_arrival_ns: int,
+        last_arrival_ns: int,
+    ) -> None:
+        object.__setattr__(self, "trace_id", trace_id)
+        object.__setattr__(self, "spans", spans)
+        object.__setattr__(self, "complete", complete)
+        object.__setattr__(self, "incomplete_reason", incomplete_reason)
+        object.__setattr__(self, "first_arrival_ns", first_arrival_ns)
+        object.__setattr__(self, "last_arrival_ns", last_arrival_ns)
 
 
 class _Trace:

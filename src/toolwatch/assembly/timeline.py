@@ -84,11 +84,20 @@ class _Frame:
         self.parent = parent
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class _Run:
+    """One run of a trace. Its constructor is written out, as ``ToolTrace``'s is."""
+
     span: SpanRecord | None  # the run span; None for a synthetic root
     agent_id: bytes | None  # the run's AGENT span id; None for the residual run
     spans: tuple[SpanRecord, ...]  # sorted by (start, span id)
+
+    def __init__(
+        self, span: SpanRecord | None, agent_id: bytes | None, spans: tuple[SpanRecord, ...]
+    ) -> None:
+        object.__setattr__(self, "span", span)
+        object.__setattr__(self, "agent_id", agent_id)
+        object.__setattr__(self, "spans", spans)
 
 
 def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[ToolTrace]:

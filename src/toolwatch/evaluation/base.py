@@ -35,13 +35,19 @@ __all__ = [
 ]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class Reference:
     """What a run is compared with: a golden case, a shadow source run, both or neither. The
-    policy is not part of it: evaluators that need only policy hold it from their settings."""
+    policy is not part of it: evaluators that need only policy hold it from their settings.
+    Frozen, with a written-out constructor, for the reason ``ToolTrace`` gives (one is built
+    per run)."""
 
     expected: GoldenCase | None = None
     source: ToolTrace | None = None
+
+    def __init__(self, expected: GoldenCase | None = None, source: ToolTrace | None = None) -> None:
+        object.__setattr__(self, "expected", expected)
+        object.__setattr__(self, "source", source)
 
 
 #: An evaluator: a pure callable scoring one ToolTrace against a Reference. It returns ``None``

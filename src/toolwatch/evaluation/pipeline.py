@@ -55,16 +55,29 @@ _NEEDS: Final[Mapping[Against, frozenset[ReferenceKind]]] = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, init=False)
 class PipelineResult:
     """What the pipeline says of one run. ``durations`` maps each evaluator that ran to its
     wall time in seconds; ``failures`` lists ``(evaluator, "Type: message")`` of those that
-    raised."""
+    raised. Frozen, with a written-out constructor, for the reason ``ToolTrace`` gives (one
+    is built per run)."""
 
     results: tuple[EvalResult, ...]
     findings: tuple[Finding, ...]
     failures: tuple[tuple[str, str], ...]
     durations: Mapping[str, float]
+
+    def __init__(
+        self,
+        results: tuple[EvalResult, ...],
+        findings: tuple[Finding, ...],
+        failures: tuple[tuple[str, str], ...],
+        durations: Mapping[str, float],
+    ) -> None:
+        object.__setattr__(self, "results", results)
+        object.__setattr__(self, "findings", findings)
+        object.__setattr__(self, "failures", failures)
+        object.__setattr__(self, "durations", durations)
 
 
 @dataclass(frozen=True, slots=True)

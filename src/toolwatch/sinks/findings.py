@@ -31,6 +31,7 @@ Threading: sinks are called from the event loop; they are not thread-safe.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -312,21 +313,34 @@ def tooltrace_from_dict(data: Mapping[str, Any]) -> ToolTrace:
     fmt = data.get("format", TOOLTRACE_FORMAT)
     if fmt != TOOLTRACE_FORMAT:
         raise ValueError(f"unsupported format {fmt!r}, expected {TOOLTRACE_FORMAT!r}")
+    fields = _checked_fields(ToolTrace, {k: v for k, v in data.items() if k != "format"})
     try:
-        fields = {k: v for k, v in data.items() if k != "format"}
         fields["calls"] = tuple(_call_from_dict(c) for c in fields["calls"])
         fields["reference_keys"] = dict(fields.get("reference_keys", {}))
         return ToolTrace(**fields)
-    except KeyError as e:
-        raise ValueError(f"missing field {e.args[0]!r}") from None
     except TypeError as e:
         raise ValueError(str(e)) from None
 
 
 def _call_from_dict(data: Mapping[str, Any]) -> ToolCall:
-    fields = dict(data)
+    fields = _checked_fields(ToolCall, data, " in a call")
     fields["status"] = CallStatus(fields["status"])
     return ToolCall(**fields)
+
+
+def _checked_fields(record: type[Any], data: Mapping[str, Any], where: str = "") -> dict[str, Any]:
+    """``data`` as keyword arguments of ``record``'s constructor; ``ValueError`` naming the
+    first unknown or missing field. (The compiled constructors' own errors do not name it.)"""
+    known = dataclasses.fields(record)
+    names = {f.name for f in known}
+    unknown = sorted(k for k in data if k not in names)
+    if unknown:
+        raise ValueError(f"unknown field {unknown[0]!r}{where}")
+    for f in known:
+        required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        if required and f.name not in data:
+            raise ValueError(f"missing field {f.name!r}{where}")
+    return dict(data)
 
 
 def read_tooltraces(lines: Iterable[str]) -> Iterator[ToolTrace]:

@@ -145,10 +145,12 @@ def test_the_line_is_plain_json_with_hex_ids_and_integer_nanoseconds() -> None:
 @pytest.mark.parametrize(
     ("mutate", "message"),
     [
-        (lambda d: d.pop("trace_id"), "trace_id"),
-        (lambda d: d.pop("calls"), "missing field 'calls'"),
+        (lambda d: d.pop("trace_id"), "^missing field 'trace_id'$"),
+        (lambda d: d.pop("calls"), "^missing field 'calls'$"),
         (lambda d: d.update(format="toolwatch.tooltrace/v9"), "unsupported format"),
-        (lambda d: d.update(surprise=1), "surprise"),
+        (lambda d: d.update(surprise=1), "^unknown field 'surprise'$"),
+        (lambda d: d["calls"][0].update(surprise=1), "^unknown field 'surprise' in a call$"),
+        (lambda d: d["calls"][0].pop("raw_name"), "^missing field 'raw_name' in a call$"),
         (lambda d: d["calls"][0].update(status="maybe"), "'maybe' is not a valid CallStatus"),
     ],
 )
