@@ -665,6 +665,27 @@ static int attribute(Buf b, const Plan *plan, const Filter *filter, int depth, P
 
 /* ---- spans --------------------------------------------------------------------------------- */
 
+static PyObject *bytes_of(Buf b) {
+    return PyBytes_FromStringAndSize((const char *)b.p, b.end - b.p);
+}
+
+/* A tuple of the n new references in items, which it steals; NULL, with the exception set,
+ * when one of them is NULL (its constructor failed) or the tuple cannot be made, and then
+ * none is leaked. Py_BuildValue, which parses a format string for every span, took 2.7 times
+ * the instructions (`make bench-instructions`: 1,170 of the scan's 17,330 per span). */
+static PyObject *tuple_stealing(PyObject **items, Py_ssize_t n) {
+    PyObject *tuple = PyTuple_New(n);
+    int complete = tuple != NULL;
+    for (Py_ssize_t i = 0; i < n; i++) complete = complete && items[i] != NULL;
+    if (!complete) {
+        for (Py_ssize_t i = 0; i < n; i++) Py_XDECREF(items[i]);
+        Py_XDECREF(tuple);
+        return NULL;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(tuple, i, items[i]);
+    return tuple;
+}
+
 /* A relevant event as (name, attrs, size); *out stays NULL for an event nobody reads. */
 static int event(Buf b, const Plan *plan, int depth, PyObject **out) {
     *out = NULL;
@@ -702,7 +723,8 @@ static int event(Buf b, const Plan *plan, int depth, PyObject **out) {
             rc = attribute(body, plan, &filter, depth + 1, attrs, &size);
     }
     if (rc == OK) {
-        *out = Py_BuildValue("(ONn)", key, attrs, size);
+        PyObject *items[] = {Py_NewRef(key), attrs, PyLong_FromSsize_t(size)};
+        *out = tuple_stealing(items, 3);
         return *out == NULL ? FAILED : OK;
     }
     Py_DECREF(attrs);
@@ -776,9 +798,6 @@ static int span_field(SpanParts *s, Buf *b, const Plan *plan, int depth, uint32_
     }
 }
 
-static PyObject *bytes_of(Buf b) {
-    return PyBytes_FromStringAndSize((const char *)b.p, b.end - b.p);
-}
 
 /* The span tuple: (resource, scope, position, trace_id, span_id, parent_span_id, name, kind,
  * start, end, status_code, attributes, attributes_size, events). */
@@ -804,11 +823,23 @@ static int span(Buf b, const Plan *plan, int depth, Py_ssize_t resource, Py_ssiz
     }
     if (rc == OK) {
         PyObject *events = s.events != NULL ? s.events : Py_None;
-        item = Py_BuildValue("(nnnNNNOlKKlOnO)", resource, scope, position, bytes_of(s.trace_id),
-                             bytes_of(s.span_id), bytes_of(s.parent), name,
-                             (long)(int32_t)s.kind, (unsigned long long)s.start,
-                             (unsigned long long)s.end, (long)(int32_t)s.status, s.attrs, s.size,
-                             events);
+        PyObject *items[] = {
+            PyLong_FromSsize_t(resource),
+            PyLong_FromSsize_t(scope),
+            PyLong_FromSsize_t(position),
+            bytes_of(s.trace_id),
+            bytes_of(s.span_id),
+            bytes_of(s.parent),
+            Py_NewRef(name),
+            PyLong_FromLong((long)(int32_t)s.kind),
+            PyLong_FromUnsignedLongLong((unsigned long long)s.start),
+            PyLong_FromUnsignedLongLong((unsigned long long)s.end),
+            PyLong_FromLong((long)(int32_t)s.status),
+            Py_NewRef(s.attrs),
+            PyLong_FromSsize_t(s.size),
+            Py_NewRef(events),
+        };
+        item = tuple_stealing(items, (Py_ssize_t)(sizeof items / sizeof items[0]));
         rc = item != NULL && PyList_Append(spans, item) == 0 ? OK : FAILED;
     }
     Py_XDECREF(item);
