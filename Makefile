@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: serve test lint typecheck check bench bench-compare bench-instructions fuzz proto clean
+.PHONY: serve test lint typecheck check bench bench-compare bench-instructions bench-instructions-server fuzz proto clean
 
 # The editable install builds the compiled scanner (C) and compiles the hot path with mypyc
 # (setup.py; src/toolwatch/compiled.py lists the modules): rebuild when their source changes.
@@ -49,6 +49,10 @@ bench-compare: $(STAMP)
 # repeats to within 0.05%, so a change's effect shows to a fraction of a percent (needs valgrind).
 bench-instructions: $(STAMP)
 	$(BIN)/python -m bench.instructions $(ARGS)
+
+# The same for the whole server process (gRPC, event loop, ticker, engine) and the ceiling.
+bench-instructions-server: $(STAMP)
+	$(BIN)/python -m bench.server_instructions $(ARGS)
 
 # tools/fuzz/: the compiled OTLP scanner under AddressSanitizer, fuzzed against protobuf;
 # then the whole pipeline under atheris, coverage-guided (corpus and crashes in .fuzz/).

@@ -66,6 +66,8 @@ def entity_key(value: Any) -> str | None:
     lists as canonical JSON. ``None`` for an absent value."""
     if value is None:
         return None
+    if isinstance(value, str):  # the usual id: no need of the (interpreted) ABC check below
+        return str(value).strip()
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, Mapping | list):

@@ -202,3 +202,7 @@ def test_lookup_and_entity_key() -> None:
     assert entity_key(None) is None
     assert entity_key(5.0) == "5"
     assert entity_key({"b": 1, "a": 2}) == '{"a": 2, "b": 1}'
+    assert entity_key(["x", 1]) == '["x", 1]'
+    assert entity_key("  ord-1 \n") == "ord-1"
+    assert entity_key(7) == "7"
+    assert entity_key(2.5) == "2.5"

@@ -1,0 +1,163 @@
+"""``make bench-instructions-server`` (``python -m bench.server_instructions``): CPU
+instructions per span of the whole server process, toolwatch and the ceiling, counted by
+valgrind's callgrind.
+
+``make bench-instructions`` counts the engine's stages in process; this counts what a real
+server executes for each span it is sent: gRPC, the event loop, the request handler, the
+ticker and the engine, in every thread. Each server runs twice under callgrind, sent ``N``
+and then ``2N`` of the benchmark's requests one after the other (a blocking client; the
+server is about 50 times slower under valgrind), and the difference of the two totals,
+divided by the ``N`` requests' spans, is the cost per span: start-up and shutdown cancel out.
+
+toolwatch is stopped (SIGTERM) once the findings log holds a line for every run the requests
+meant to be flagged, so every trace is evaluated as complete, as under load. Its ticker runs
+every ``--tick`` seconds (0.5 by default): under valgrind that is about as many ticks per
+request as the 10 ms of ``make bench`` give at full load; a shorter one counts the ticks'
+own work many times over.
+
+About 8 minutes: toolwatch, the ceiling and gRPC alone (``transport``), twice each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import grpc
+import yaml
+
+from bench.plans import Settings
+from bench.server import bench_config, free_port
+from bench.traces import RequestTemplate, trace_id
+from toolwatch.ingest.otlp_grpc import SERVICE_NAME
+
+__all__ = ["KINDS", "instructions_per_span", "main", "total_instructions"]
+
+KINDS = ("toolwatch", "ceiling", "transport")
+_TOTALS = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
+_TIMEOUT = 900.0  # seconds: a server under valgrind starts in about 20
+
+
+def total_instructions(profile: Path) -> int:
+    """The instruction total of one callgrind profile (all threads: callgrind's default)."""
+    found = _TOTALS.search(profile.read_bytes())
+    if found is None:
+        raise RuntimeError(f"no totals in callgrind profile {profile}")
+    return int(found.group(1))
+
+
+def _command(kind: str, workdir: Path, ports: dict[str, int], tick: float) -> list[str]:
+    if kind == "toolwatch":
+        config = bench_config(ports, workdir / "findings.jsonl", completion_wait=0.2, tick=tick)
+        path = workdir / "toolwatch.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))
+        return [sys.executable, "-m", "toolwatch.cli", "serve", "--config", str(path)]
+    mode = [] if kind == "ceiling" else [kind]
+    return [sys.executable, "-m", "bench.ceiling", str(ports["grpc"]), *mode]
+
+
+def _findings(path: Path) -> int:
+    return path.read_bytes().count(b"\n") if path.exists() else 0
+
+
+def _run(kind: str, templates: Sequence[RequestTemplate], requests: int, tick: float) -> int:
+    """The total instructions of one run of server ``kind`` sent ``requests`` requests."""
+    valgrind = shutil.which("valgrind")
+    if valgrind is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    with tempfile.TemporaryDirectory(prefix="toolwatch-server-instructions-") as tmp:
+        workdir = Path(tmp)
+        ports = {name: free_port() for name in ("grpc", "http", "metrics", "stream")}
+        profile = workdir / "callgrind.out"
+        command = [
+            valgrind,
+            "--tool=callgrind",
+            f"--callgrind-out-file={profile}",
+            *_command(kind, workdir, ports, tick),
+        ]
+        env = {**os.environ, "PYTHONHASHSEED": "0"}
+        with (workdir / "server.log").open("wb") as log:
+            server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+            try:
+                flagged = _send(ports["grpc"], templates, requests)
+                if kind == "toolwatch":
+                    _wait_for(lambda: _findings(workdir / "findings.jsonl") >= flagged, server)
+                server.send_signal(signal.SIGTERM)
+                server.wait(_TIMEOUT)
+            finally:
+                if server.poll() is None:
+                    server.kill()
+                    server.wait()
+        if server.returncode != 0:
+            tail = (workdir / "server.log").read_text(errors="replace")[-2000:]
+            raise SystemExit(f"the {kind} server exited with {server.returncode}:\n{tail}")
+        return total_instructions(profile)
+
+
+def _send(port: int, templates: Sequence[RequestTemplate], requests: int) -> int:
+    """Sends ``requests`` requests one at a time; returns how many runs should be flagged."""
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        grpc.channel_ready_future(channel).result(timeout=_TIMEOUT)
+        export = channel.unary_unary(f"/{SERVICE_NAME}/Export")
+        flagged = 0
+        for n in range(requests):
+            template = templates[n % len(templates)]
+            export(template.render([trace_id(0, n, run) for run in range(template.runs)]))
+            flagged += len(template.unverified)
+    return flagged
+
+
+def _wait_for(done: Callable[[], bool], server: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + _TIMEOUT
+    while not done():
+        if server.poll() is not None:
+            raise SystemExit(f"the server exited early with {server.returncode}")
+        if time.monotonic() > deadline:
+            raise SystemExit("the server did not evaluate every run in time")
+        time.sleep(0.5)
+
+
+def instructions_per_span(kind: str, requests: int, tick: float) -> tuple[int, int]:
+    """(instructions per span, spans counted) of server ``kind``: runs of N and 2N requests."""
+    templates = Settings().templates().build()
+    spans = sum(templates[n % len(templates)].spans for n in range(requests, 2 * requests))
+    once = _run(kind, templates, requests, tick)
+    twice = _run(kind, templates, 2 * requests, tick)
+    return round((twice - once) / spans), spans
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.server_instructions", description=__doc__
+    )
+    parser.add_argument("--requests", type=int, default=32, help="N (default 32)")
+    parser.add_argument("--tick", type=float, default=0.5, help="toolwatch's tick_seconds")
+    parser.add_argument("--kind", action="append", choices=KINDS, help="only this (repeat)")
+    parser.add_argument("--out", type=Path, help="also write the result here as JSON")
+    args = parser.parse_args(argv)
+    result: dict[str, int] = {}
+    spans = 0
+    for kind in args.kind or KINDS:
+        result[kind], spans = instructions_per_span(kind, args.requests, args.tick)
+    print(f"instructions per span, whole server process ({spans} spans):")
+    for kind, count in result.items():
+        print(f"  {kind:<10} {count:>10,}")
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        record = {"per_span": result, "spans": spans, "tick_seconds": args.tick}
+        args.out.write_text(json.dumps(record, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
