@@ -128,7 +128,7 @@ class TallyCollector(Collector):
 def _render(tally: CounterTally | HistogramTally) -> Metric:
     if isinstance(tally, CounterTally):
         counter = CounterMetricFamily(tally.name, tally.documentation, labels=tally.labels)
-        for key, value in tally.values.items():
+        for key, (value,) in tally.values.items():
             counter.add_metric(key, value, created=tally.created[key])
         return counter
     histogram = HistogramMetricFamily(tally.name, tally.documentation, labels=tally.labels)
