@@ -310,6 +310,8 @@ def tooltrace_from_dict(data: Mapping[str, Any]) -> ToolTrace:
 
     Raises ``ValueError`` naming the problem when ``data`` is not in the format.
     """
+    if not isinstance(data, Mapping):
+        raise ValueError(f"expected a ToolTrace object, got {type(data).__name__}")
     fmt = data.get("format", TOOLTRACE_FORMAT)
     if fmt != TOOLTRACE_FORMAT:
         raise ValueError(f"unsupported format {fmt!r}, expected {TOOLTRACE_FORMAT!r}")
@@ -331,6 +333,8 @@ def _call_from_dict(data: Mapping[str, Any]) -> ToolCall:
 def _checked_fields(record: type[Any], data: Mapping[str, Any], where: str = "") -> dict[str, Any]:
     """``data`` as keyword arguments of ``record``'s constructor; ``ValueError`` naming the
     first unknown or missing field. (The compiled constructors' own errors do not name it.)"""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"expected an object{where}, got {type(data).__name__}")
     known = dataclasses.fields(record)
     names = {f.name for f in known}
     unknown = sorted(k for k in data if k not in names)

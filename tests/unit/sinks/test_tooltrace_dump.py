@@ -151,6 +151,7 @@ def test_the_line_is_plain_json_with_hex_ids_and_integer_nanoseconds() -> None:
         (lambda d: d.update(surprise=1), "^unknown field 'surprise'$"),
         (lambda d: d["calls"][0].update(surprise=1), "^unknown field 'surprise' in a call$"),
         (lambda d: d["calls"][0].pop("raw_name"), "^missing field 'raw_name' in a call$"),
+        (lambda d: d["calls"].append("lookup_order"), "^expected an object in a call, got str$"),
         (lambda d: d["calls"][0].update(status="maybe"), "'maybe' is not a valid CallStatus"),
     ],
 )
@@ -167,3 +168,9 @@ def test_reading_names_the_bad_line_and_skips_blank_ones() -> None:
     assert len(list(read_tooltraces([good, "", "  ", good]))) == 2
     with pytest.raises(ValueError, match="line 3"):
         list(read_tooltraces([good, "", "{oops", good]))
+
+
+def test_a_line_that_is_json_but_not_an_object_is_refused_naming_it() -> None:
+    good = json.dumps(tooltrace_to_dict(sample_trace()))
+    with pytest.raises(ValueError, match=r"^line 2: expected a ToolTrace object, got list$"):
+        list(read_tooltraces([good, "[1, 2]"]))
