@@ -38,7 +38,7 @@ from bench.plans import Settings
 from bench.stages import stage_config, stage_runs
 from toolwatch import compiled
 
-__all__ = ["Instructions", "main", "measure"]
+__all__ = ["Instructions", "main", "measure", "profile_total", "valgrind"]
 
 _MARKER = "_operator_call"  # the C function behind operator.call, in libpython
 _TOTALS = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
@@ -62,15 +62,25 @@ def _child(out: Path, copies: int, names: Sequence[str]) -> None:
     out.write_text(json.dumps(record))
 
 
+def profile_total(profile: Path) -> int:
+    """The instruction total of one callgrind profile (or profile part)."""
+    found = _TOTALS.search(profile.read_bytes())
+    if found is None:
+        raise RuntimeError(f"no totals in callgrind profile {profile}")
+    return int(found.group(1))
+
+
 def _parts(prefix: Path, count: int) -> list[int]:
     """The instruction totals of callgrind's parts ``prefix.1`` .. ``prefix.count``."""
-    totals = []
-    for n in range(1, count + 1):
-        found = _TOTALS.search(Path(f"{prefix}.{n}").read_bytes())
-        if found is None:
-            raise RuntimeError(f"no totals in callgrind part {prefix}.{n}")
-        totals.append(int(found.group(1)))
-    return totals
+    return [profile_total(Path(f"{prefix}.{n}")) for n in range(1, count + 1)]
+
+
+def valgrind() -> str:
+    """The valgrind executable, or exit saying how to install it."""
+    found = shutil.which("valgrind")
+    if found is None:
+        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
+    return found
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,13 +94,10 @@ class Instructions:
 
 def measure(copies: int, names: Sequence[str]) -> Instructions:
     """Instructions per span of each stage (all stages when ``names`` is empty)."""
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
     with tempfile.TemporaryDirectory(prefix="toolwatch-instructions-") as tmp:
         prefix, record_path = Path(tmp) / "callgrind.out", Path(tmp) / "record.json"
         command = [
-            valgrind,
+            valgrind(),
             "--tool=callgrind",
             "--collect-atstart=no",
             f"--toggle-collect={_MARKER}",

@@ -88,8 +88,7 @@ _CEILINGS: dict[str, tuple[str, ...]] = {
 
 def _ceiling(workdir: Path, name: str, *extra: str) -> tuple[ServerProcess, int]:
     port = free_port()
-    command = [sys.executable, "-m", "bench.ceiling", str(port), *extra]
-    return ServerProcess(command, workdir, name), port
+    return ServerProcess.ceiling(port, workdir, name, extra), port
 
 
 def _servers(settings: Settings, workdir: Path) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -84,18 +85,36 @@ def resident_bytes(pid: int) -> int:
 class ServerProcess:
     """A server child process pinned to ``SERVER_CPU``; ``stop`` sends SIGTERM."""
 
-    def __init__(self, command: list[str], workdir: Path, name: str) -> None:
+    def __init__(
+        self, command: list[str], workdir: Path, name: str, wrapper: Sequence[str] = ()
+    ) -> None:
+        """``wrapper`` runs the command (``valgrind ...``), pinned with it."""
         self.name = name
         self._log = (workdir / f"{name}.log").open("wb")
-        pinned = [sys.executable, "-m", "bench.pin", str(SERVER_CPU), "--", *command]
+        pinned = [sys.executable, "-m", "bench.pin", str(SERVER_CPU), "--", *wrapper, *command]
         self.process = subprocess.Popen(pinned, stdout=self._log, stderr=subprocess.STDOUT)
 
     @classmethod
-    def toolwatch(cls, config: dict[str, Any], workdir: Path, name: str) -> ServerProcess:
+    def toolwatch(
+        cls, config: dict[str, Any], workdir: Path, name: str, wrapper: Sequence[str] = ()
+    ) -> ServerProcess:
         path = workdir / f"{name}.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         command = [sys.executable, "-m", "toolwatch.cli", "serve", "--config", str(path)]
-        return cls(command, workdir, name)
+        return cls(command, workdir, name, wrapper)
+
+    @classmethod
+    def ceiling(
+        cls,
+        port: int,
+        workdir: Path,
+        name: str,
+        mode: Sequence[str] = (),
+        wrapper: Sequence[str] = (),
+    ) -> ServerProcess:
+        """``bench.ceiling`` on ``port``; ``mode`` ``("reference",)`` or ``("transport",)``."""
+        command = [sys.executable, "-m", "bench.ceiling", str(port), *mode]
+        return cls(command, workdir, name, wrapper)
 
     @property
     def pid(self) -> int:

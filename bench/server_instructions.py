@@ -23,10 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,36 +30,27 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import grpc
-import yaml
 
+from bench.instructions import profile_total, valgrind
 from bench.plans import Settings
-from bench.server import bench_config, free_port
+from bench.server import ServerProcess, bench_config, free_port
 from bench.traces import RequestTemplate, trace_id
 from toolwatch.ingest.otlp_grpc import SERVICE_NAME
 
-__all__ = ["KINDS", "instructions_per_span", "main", "total_instructions"]
+__all__ = ["KINDS", "instructions_per_span", "main"]
 
 KINDS = ("toolwatch", "ceiling", "transport")
-_TOTALS = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
 _TIMEOUT = 900.0  # seconds: a server under valgrind starts in about 20
 
 
-def total_instructions(profile: Path) -> int:
-    """The instruction total of one callgrind profile (all threads: callgrind's default)."""
-    found = _TOTALS.search(profile.read_bytes())
-    if found is None:
-        raise RuntimeError(f"no totals in callgrind profile {profile}")
-    return int(found.group(1))
-
-
-def _command(kind: str, workdir: Path, ports: dict[str, int], tick: float) -> list[str]:
+def _server(kind: str, workdir: Path, ports: dict[str, int], tick: float) -> ServerProcess:
+    """Server ``kind`` started under callgrind, its profile written to ``callgrind.out``."""
+    wrapper = [valgrind(), "--tool=callgrind", f"--callgrind-out-file={workdir / 'callgrind.out'}"]
     if kind == "toolwatch":
         config = bench_config(ports, workdir / "findings.jsonl", completion_wait=0.2, tick=tick)
-        path = workdir / "toolwatch.yaml"
-        path.write_text(yaml.safe_dump(config, sort_keys=False))
-        return [sys.executable, "-m", "toolwatch.cli", "serve", "--config", str(path)]
-    mode = [] if kind == "ceiling" else [kind]
-    return [sys.executable, "-m", "bench.ceiling", str(ports["grpc"]), *mode]
+        return ServerProcess.toolwatch(config, workdir, kind, wrapper)
+    mode = () if kind == "ceiling" else (kind,)
+    return ServerProcess.ceiling(ports["grpc"], workdir, kind, mode, wrapper)
 
 
 def _findings(path: Path) -> int:
@@ -72,36 +59,20 @@ def _findings(path: Path) -> int:
 
 def _run(kind: str, templates: Sequence[RequestTemplate], requests: int, tick: float) -> int:
     """The total instructions of one run of server ``kind`` sent ``requests`` requests."""
-    valgrind = shutil.which("valgrind")
-    if valgrind is None:
-        raise SystemExit("valgrind is not installed (Debian: apt-get install valgrind)")
     with tempfile.TemporaryDirectory(prefix="toolwatch-server-instructions-") as tmp:
         workdir = Path(tmp)
         ports = {name: free_port() for name in ("grpc", "http", "metrics", "stream")}
-        profile = workdir / "callgrind.out"
-        command = [
-            valgrind,
-            "--tool=callgrind",
-            f"--callgrind-out-file={profile}",
-            *_command(kind, workdir, ports, tick),
-        ]
-        env = {**os.environ, "PYTHONHASHSEED": "0"}
-        with (workdir / "server.log").open("wb") as log:
-            server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
-            try:
-                flagged = _send(ports["grpc"], templates, requests)
-                if kind == "toolwatch":
-                    _wait_for(lambda: _findings(workdir / "findings.jsonl") >= flagged, server)
-                server.send_signal(signal.SIGTERM)
-                server.wait(_TIMEOUT)
-            finally:
-                if server.poll() is None:
-                    server.kill()
-                    server.wait()
-        if server.returncode != 0:
-            tail = (workdir / "server.log").read_text(errors="replace")[-2000:]
-            raise SystemExit(f"the {kind} server exited with {server.returncode}:\n{tail}")
-        return total_instructions(profile)
+        server = _server(kind, workdir, ports, tick)
+        try:
+            flagged = _send(ports["grpc"], templates, requests)
+            if kind == "toolwatch":
+                _wait_for(lambda: _findings(workdir / "findings.jsonl") >= flagged, server)
+        finally:
+            returncode = server.stop(_TIMEOUT)
+        if returncode != 0:
+            tail = (workdir / f"{kind}.log").read_text(errors="replace")[-2000:]
+            raise SystemExit(f"the {kind} server exited with {returncode}:\n{tail}")
+        return profile_total(workdir / "callgrind.out")
 
 
 def _send(port: int, templates: Sequence[RequestTemplate], requests: int) -> int:
@@ -117,11 +88,11 @@ def _send(port: int, templates: Sequence[RequestTemplate], requests: int) -> int
     return flagged
 
 
-def _wait_for(done: Callable[[], bool], server: subprocess.Popen[bytes]) -> None:
+def _wait_for(done: Callable[[], bool], server: ServerProcess) -> None:
     deadline = time.monotonic() + _TIMEOUT
     while not done():
-        if server.poll() is not None:
-            raise SystemExit(f"the server exited early with {server.returncode}")
+        if server.process.poll() is not None:
+            raise SystemExit(f"the server exited early with {server.process.returncode}")
         if time.monotonic() > deadline:
             raise SystemExit("the server did not evaluate every run in time")
         time.sleep(0.5)
@@ -145,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kind", action="append", choices=KINDS, help="only this (repeat)")
     parser.add_argument("--out", type=Path, help="also write the result here as JSON")
     args = parser.parse_args(argv)
+    os.environ["PYTHONHASHSEED"] = "0"  # inherited by the servers: the same dict layouts
     result: dict[str, int] = {}
     spans = 0
     for kind in args.kind or KINDS:

@@ -67,7 +67,7 @@ def entity_key(value: Any) -> str | None:
     if value is None:
         return None
     if isinstance(value, str):  # the usual id: no need of the (interpreted) ABC check below
-        return str(value).strip()
+        return value.strip()
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, Mapping | list):
