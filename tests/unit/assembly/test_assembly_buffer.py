@@ -165,6 +165,24 @@ def test_evict_oldest_evicts_by_first_arrival_when_traces_are_full() -> None:
     assert buffer.buffered_traces == 2
 
 
+def test_evict_oldest_takes_the_oldest_live_trace_after_others_left() -> None:
+    limits = dataclasses.replace(
+        LIMITS, max_traces=3, overflow="evict_oldest", late_span_window_ns=0
+    )
+    buffer, clock, _ = make(limits)
+    for n in (1, 2, 3):
+        buffer.add(trace_of(n))
+    clock.advance(61)
+    assert len(buffer.poll()) == 3  # all three timed out and left
+    buffer.add(trace_of(4))
+    buffer.add(trace_of(1))  # trace 1 again (not remembered): it arrives after 4
+    buffer.add(trace_of(5))
+
+    evicted = buffer.add(trace_of(6)) + buffer.add(trace_of(7))
+    assert [t.trace_id for t in evicted] == [(4).to_bytes(16, "big"), (1).to_bytes(16, "big")]
+    assert buffer.buffered_traces == 3
+
+
 def test_backpressure_reports_no_room_when_a_bound_would_break() -> None:
     limits = dataclasses.replace(LIMITS, max_traces=2, max_buffered_spans=4, max_buffered_bytes=100)
     buffer, _, _ = make(limits)
