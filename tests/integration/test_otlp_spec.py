@@ -348,6 +348,38 @@ def test_http_gzip_request_is_accepted(start_server: StartServer, content_type: 
     assert sent_calls(server) == [(trace_hex(request), REFUND_CALLS, True)]
 
 
+def test_http_gzip_body_of_several_members_is_read_to_the_end(start_server: StartServer) -> None:
+    # RFC 1952: members follow one another; two serialized requests one after the other are
+    # one request with both runs (protobuf merges repeated fields).
+    server = start_server(**QUIET)
+    first, second = refund_request(), refund_request()
+    body = gzip.compress(first.SerializeToString()) + gzip.compress(second.SerializeToString())
+    answer = post(server, body, encoding="gzip")
+    assert not ok_response(answer).HasField("partial_success")
+    server.settle()
+    expected = [(trace_hex(r), REFUND_CALLS, True) for r in (first, second)]
+    assert sorted(sent_calls(server)) == sorted(expected)
+    assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 12
+
+
+@pytest.mark.parametrize(
+    ("tail", "status", "said"),
+    [
+        (b"\x00\x01garbage", 400, "body is not valid gzip (member 2): "),
+        (gzip.compress(bytes(600_000)), 413, "decompressed body exceeds 1048576 bytes"),
+    ],
+)
+def test_http_gzip_members_after_the_first_are_checked_too(
+    start_server: StartServer, tail: bytes, status: int, said: str
+) -> None:
+    server = start_server(ingest__max_request_bytes=MIB)
+    head = gzip.compress(bytes(600_000)) if status == 413 else gzip.compress(b"")
+    answer = post(server, head + tail, encoding="gzip")
+    assert answer.status == status
+    assert said in error_status(answer).message
+    assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 0
+
+
 @pytest.mark.parametrize(
     ("content_type", "encoding", "status", "said"),
     [

@@ -127,16 +127,27 @@ class HttpTraceReceiver:
             return raw
         if encoding != "gzip":
             raise _RejectError(415, f"content encoding {encoding!r} is not gzip or identity")
-        inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
-        try:
-            body = inflater.decompress(raw, self.max_request_bytes + 1)
-        except zlib.error as exc:
-            raise _RejectError(400, f"body is not valid gzip: {exc}") from None
-        if len(body) > self.max_request_bytes:
-            raise _RejectError(413, f"decompressed body exceeds {self.max_request_bytes} bytes")
-        if not inflater.eof:
-            raise _RejectError(400, "body is not valid gzip: the stream is truncated")
-        return body
+        # RFC 1952 §2.2: a gzip body is one or more members, decompressed one after another
+        # (what follows the first is not ignored: it may hold spans). The cap counts them all.
+        parts: list[bytes] = []
+        size, rest = 0, raw
+        while rest:
+            inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            try:
+                part = inflater.decompress(rest, self.max_request_bytes + 1 - size)
+            except zlib.error as exc:
+                where = f" (member {len(parts) + 1})" if parts else ""
+                raise _RejectError(400, f"body is not valid gzip{where}: {exc}") from None
+            size += len(part)
+            if size > self.max_request_bytes:
+                raise _RejectError(413, f"decompressed body exceeds {self.max_request_bytes} bytes")
+            if not inflater.eof:
+                raise _RejectError(400, "body is not valid gzip: the stream is truncated")
+            parts.append(part)
+            rest = inflater.unused_data
+        if not parts:
+            raise _RejectError(400, "body is not valid gzip: it is empty")
+        return b"".join(parts)
 
     def _decode(self, body: bytes, content_type: str) -> DecodedBatch:
         try:
