@@ -205,7 +205,7 @@ class TraceBuffer:
         self._metrics = metrics
         # Trace id -> live trace, in first-arrival order. An OrderedDict, as ``_emitted`` is:
         # eviction takes the oldest, and a dict would scan past every trace emitted before it
-        # (5 µs per eviction at 10,000 traces, 20 µs at 100,000; about 1 µs here).
+        # (``python -m bench.eviction``: an evicting add took 24 µs at 100,000 traces, 6 now).
         self._traces: OrderedDict[bytes, _Trace] = OrderedDict()
         self._deadlines: list[tuple[int, int, _Trace]] = []
         self._tiebreak = itertools.count()
