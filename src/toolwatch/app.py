@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import gc
 import logging
+import os
 import signal
 import socket
 import sys
@@ -52,12 +53,15 @@ from toolwatch.sinks.findings import (
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
 from toolwatch.sinks.stream import FindingsBroker, add_findings_service
 
-__all__ = ["App", "build_references", "serve"]
+__all__ = ["App", "ListenError", "build_references", "serve"]
 
 log = logging.getLogger("toolwatch")
 
 #: Kubelet probes cannot send a bearer token: these metrics-listener paths never need one.
 _PROBE_PATHS = frozenset({"/healthz", "/readyz"})
+# gRPC sets SO_REUSEPORT by default, so a second server on the same port would bind and take
+# part of the connections: spans of one trace could reach two processes. Refuse, as HTTP does.
+_NO_REUSEPORT = ("grpc.so_reuseport", 0)
 
 
 def build_references(config: Config) -> tuple[GoldenCaseSet | None, NameNormalizer]:
@@ -166,14 +170,21 @@ class App:
 
     async def start(self) -> None:
         """Bind every listener (port 0 picks a free one) and start the ticker. Logs the bound
-        addresses in one parseable line."""
+        addresses in one parseable line. A listener that cannot bind raises ``ListenError``
+        once the ones already started are closed again."""
         listen = self.config.listen
-        self.addresses["grpc"] = await self._start_otlp_grpc(listen.grpc)
-        self.addresses["http"] = await self._start_http("http", listen.http, self._otlp_http_app())
-        self.addresses["metrics"] = await self._start_http(
-            "metrics", listen.metrics, self._metrics_app()
-        )
-        self.addresses["stream"] = await self._start_stream(listen.stream)
+        try:
+            self.addresses["grpc"] = await self._start_otlp_grpc(listen.grpc)
+            self.addresses["http"] = await self._start_http(
+                "http", listen.http, self._otlp_http_app()
+            )
+            self.addresses["metrics"] = await self._start_http(
+                "metrics", listen.metrics, self._metrics_app()
+            )
+            self.addresses["stream"] = await self._start_stream(listen.stream)
+        except ListenError:
+            await self.stop(grace=0)
+            raise
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         self._ready = True
         _warn_if_exposed(self.addresses, self._security.protected)
@@ -236,6 +247,7 @@ class App:
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", 4 * 2**20),
                 ("grpc.http2.bdp_probe", int(self.config.ingest.grpc_bdp_probe)),
+                _NO_REUSEPORT,
             ],
         )
         server.add_generic_rpc_handlers(
@@ -251,7 +263,7 @@ class App:
         )
         health = health_async.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(health, server)
-        bound = _bind_grpc(server, address, self._security.grpc_credentials("grpc"))
+        bound = await _bind_grpc(server, "grpc", address, self._security.grpc_credentials("grpc"))
         await server.start()
         for service in ("", SERVICE_NAME):
             await health.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -259,9 +271,13 @@ class App:
         return bound
 
     async def _start_stream(self, address: str) -> str:
-        server = grpc.aio.server(interceptors=self._security.grpc_interceptors("stream"))
+        server = grpc.aio.server(
+            interceptors=self._security.grpc_interceptors("stream"), options=[_NO_REUSEPORT]
+        )
         add_findings_service(server, self.broker)
-        bound = _bind_grpc(server, address, self._security.grpc_credentials("stream"))
+        bound = await _bind_grpc(
+            server, "stream", address, self._security.grpc_credentials("stream")
+        )
         await server.start()
         self._stream = server
         return bound
@@ -289,23 +305,46 @@ class App:
     async def _start_http(self, listener: str, address: str, app: web.Application) -> str:
         runner = web.AppRunner(app, auto_decompress=False, access_log=None)
         await runner.setup()
-        sock = _listening_socket(address)
+        try:
+            sock = _listening_socket(address)
+        except OSError as exc:
+            await runner.cleanup()
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            raise ListenError(listener, address, reason) from exc
         ssl_context = self._security.ssl_context(listener)
         await web.SockSite(runner, sock, ssl_context=ssl_context).start()
         self._runners.append(runner)
         return _format_address(sock.getsockname())
 
 
-def _bind_grpc(
-    server: grpc.aio.Server, address: str, credentials: grpc.ServerCredentials | None
+class ListenError(Exception):
+    """A listener could not bind its address (in use, not this host's, not permitted)."""
+
+    def __init__(self, listener: str, address: str, reason: str) -> None:
+        super().__init__(f"cannot listen on {address} (listen.{listener}): {reason}")
+        self.listener = listener
+        self.address = address
+
+
+async def _bind_grpc(
+    server: grpc.aio.Server,
+    listener: str,
+    address: str,
+    credentials: grpc.ServerCredentials | None,
 ) -> str:
+    """Bind ``server`` to ``address``; on failure stop it (an unstarted server left to the
+    garbage collector schedules its shutdown on a loop that may be closed) and raise."""
     host, _port = parse_listen_address(address)
-    if credentials is None:
-        port = server.add_insecure_port(address)
-    else:
-        port = server.add_secure_port(address, credentials)
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
+    except RuntimeError:  # grpcio raises "Failed to bind to address ..."
+        port = 0
     if port == 0:
-        raise OSError(f"cannot listen on {address}")
+        await server.stop(None)
+        raise ListenError(listener, address, "gRPC could not bind it (in use, or not local)")
     return _format_address((host, port))
 
 

@@ -83,6 +83,10 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: A listener on these holds its port on every interface.
+_EVERY_INTERFACE = frozenset({"0.0.0.0", "::"})
+
+
 class ListenSettings(_Section):
     """Listener addresses. Defaults are loopback: safe for a sidecar."""
 
@@ -96,6 +100,23 @@ class ListenSettings(_Section):
     def _address(cls, value: str) -> str:
         parse_listen_address(value)
         return value
+
+    @model_validator(mode="after")
+    def _distinct(self) -> ListenSettings:
+        """Two listeners cannot share a port on the same host, or on any host where one of
+        them listens on every interface (port 0 picks a free port for each)."""
+        bound: list[tuple[str, str, int]] = []
+        for name in ("grpc", "http", "metrics", "stream"):
+            host, port = parse_listen_address(getattr(self, name))
+            for other, other_host, other_port in bound:
+                overlap = host == other_host or {host, other_host} & _EVERY_INTERFACE
+                if port != 0 and port == other_port and overlap:
+                    raise ValueError(
+                        f"listen.{other} and listen.{name} both use port {port} "
+                        f"({getattr(self, other)!r}, {getattr(self, name)!r})"
+                    )
+            bound.append((name, host, port))
+        return self
 
 
 class IngestSettings(_Section):
@@ -141,6 +162,18 @@ class AssemblySettings(_Section):
     max_remembered_traces: int = Field(100_000, ge=0)
     overflow: Literal["backpressure", "evict_oldest"] = "backpressure"
     tick_seconds: float = Field(0.01, gt=0, le=10, description="how often completion is checked")
+
+    @model_validator(mode="after")
+    def _runs_can_complete(self) -> AssemblySettings:
+        # A run is complete once quiet for the wait, and judged incomplete at the age: a wait
+        # as long as the age would flag every run incomplete (policy checks only).
+        if self.completion_wait_seconds >= self.max_trace_age_seconds:
+            raise ValueError(
+                f"completion_wait_seconds ({self.completion_wait_seconds:g}) must be shorter "
+                f"than max_trace_age_seconds ({self.max_trace_age_seconds:g}): a run still "
+                "waiting at that age is evaluated as incomplete, so no run would complete"
+            )
+        return self
 
     def limits(self) -> AssemblyLimits:
         return AssemblyLimits(

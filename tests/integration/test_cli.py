@@ -13,6 +13,7 @@ import queue
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -33,6 +34,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 import toolwatch
 from tests.integration import agents
+from tests.integration.conftest import RunningServer
 from toolwatch.sinks.findings import read_tooltraces
 
 LISTENING = re.compile(
@@ -236,6 +238,39 @@ def test_serve_with_an_invalid_listen_address_exits_2() -> None:
     assert "listen.grpc: Value error, 'nonsense' is not HOST:PORT" in result.stderr
 
 
+def _listen_config(tmp_path: Path, **addresses: str) -> Path:
+    """A config whose listeners take free ports, except those named."""
+    listen = {name: "127.0.0.1:0" for name in ("grpc", "http", "metrics", "stream")}
+    listen.update(addresses)
+    config = tmp_path / "listen.yaml"
+    config.write_text("listen:\n" + "".join(f"  {k}: '{v}'\n" for k, v in listen.items()))
+    return config
+
+
+def test_serve_that_cannot_listen_names_the_address_and_exits_3(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        config = _listen_config(tmp_path, http=f"127.0.0.1:{port}")
+        result = run_cli("serve", "--config", str(config))
+    assert result.returncode == 3
+    said = f"toolwatch: cannot listen on 127.0.0.1:{port} (listen.http): Address already in use"
+    assert said in result.stderr.splitlines()
+    assert "Traceback" not in result.stderr
+    assert "Event loop is closed" not in result.stderr  # the gRPC server it started is stopped
+
+
+def test_a_second_server_cannot_take_a_port_a_first_serves_grpc_on(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    # gRPC's default SO_REUSEPORT would let both bind and split the connections (and so the
+    # spans of a trace) between them.
+    taken = start_server().address("grpc")
+    result = run_cli("serve", "--config", str(_listen_config(tmp_path, grpc=taken)))
+    assert result.returncode == 3
+    assert f"toolwatch: cannot listen on {taken} (listen.grpc): " in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 # --- check-config ---------------------------------------------------------------------------
 
 
@@ -256,6 +291,16 @@ def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
             "ingest:\n  max_concurrent_requests: 0\n",
             "ingest.max_concurrent_requests",
             "greater than 0",
+        ),
+        (
+            "listen:\n  grpc: 127.0.0.1:14317\n  metrics: 0.0.0.0:14317\n",
+            "listen",
+            "listen.grpc and listen.metrics both use port 14317",
+        ),
+        (
+            "assembly:\n  completion_wait_seconds: 120\n",
+            "assembly",
+            "completion_wait_seconds (120) must be shorter than max_trace_age_seconds (60)",
         ),
     ],
 )
