@@ -53,7 +53,7 @@ from toolwatch.sinks.findings import (
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
 from toolwatch.sinks.stream import FindingsBroker, add_findings_service
 
-__all__ = ["App", "ListenError", "build_references", "serve"]
+__all__ = ["App", "ListenError", "StartError", "build_references", "serve"]
 
 log = logging.getLogger("toolwatch")
 
@@ -107,7 +107,10 @@ class App:
             max_value_bytes=config.ingest.max_value_bytes,
             decoder=config.ingest.decoder,
         )
-        self._compiled = scanner(self._decode_options).compiled
+        try:
+            self._compiled = scanner(self._decode_options).compiled
+        except RuntimeError as exc:  # ingest.decoder: compiled, and it cannot be used
+            raise StartError(str(exc)) from exc
         self._slots = RequestSlots(
             config.ingest.max_concurrent_requests, config.ingest.read_timeout_seconds
         )
@@ -160,18 +163,26 @@ class App:
         out = self.config.output
         files: list[IO[str]] = []
         sinks: list[FindingSink] = [self.broker, *extra]
-        if out.findings is not None:
-            stream = _open_text(out.findings, files)
-            sinks.insert(0, JsonLinesFindingSink(stream, self._redaction, wall_clock=wall_clock))
-        tooltraces: ToolTraceSink = DiscardToolTraces()
-        if out.dump_tooltraces is not None:
-            tooltraces = ToolTraceWriter(_open_text(out.dump_tooltraces, files))
+        try:
+            if out.findings is not None:
+                stream = _open_text("output.findings", out.findings, files)
+                sinks.insert(
+                    0, JsonLinesFindingSink(stream, self._redaction, wall_clock=wall_clock)
+                )
+            tooltraces: ToolTraceSink = DiscardToolTraces()
+            if out.dump_tooltraces is not None:
+                path = out.dump_tooltraces
+                tooltraces = ToolTraceWriter(_open_text("output.dump_tooltraces", path, files))
+        except StartError:
+            for opened in files:
+                opened.close()
+            raise
         return _Outputs(FanOutSink(sinks), tooltraces, tuple(files))
 
     async def start(self) -> None:
         """Bind every listener (port 0 picks a free one) and start the ticker. Logs the bound
         addresses in one parseable line. A listener that cannot bind raises ``ListenError``
-        once the ones already started are closed again."""
+        (a ``StartError``) once the ones already started are closed again."""
         listen = self.config.listen
         try:
             self.addresses["grpc"] = await self._start_otlp_grpc(listen.grpc)
@@ -309,15 +320,18 @@ class App:
             sock = _listening_socket(address)
         except OSError as exc:
             await runner.cleanup()
-            reason = os.strerror(exc.errno) if exc.errno else str(exc)
-            raise ListenError(listener, address, reason) from exc
+            raise ListenError(listener, address, _reason(exc)) from exc
         ssl_context = self._security.ssl_context(listener)
         await web.SockSite(runner, sock, ssl_context=ssl_context).start()
         self._runners.append(runner)
         return _format_address(sock.getsockname())
 
 
-class ListenError(Exception):
+class StartError(Exception):
+    """toolwatch cannot start as configured; the message says what and why."""
+
+
+class ListenError(StartError):
     """A listener could not bind its address (in use, not this host's, not permitted)."""
 
     def __init__(self, listener: str, address: str, reason: str) -> None:
@@ -354,15 +368,23 @@ def _listening_socket(address: str) -> socket.socket:
     return socket.create_server((host, port), family=family, backlog=512)
 
 
+def _reason(error: OSError) -> str:
+    """The system's words for ``error``, without the call's own decoration."""
+    return os.strerror(error.errno) if error.errno else str(error)
+
+
 def _format_address(sockname: Any) -> str:
     host, port = sockname[0], sockname[1]
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _open_text(target: str, files: list[IO[str]]) -> IO[str]:
+def _open_text(setting: str, target: str, files: list[IO[str]]) -> IO[str]:
     if target == "-":
         return sys.stdout
-    stream = open(target, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed in stop()
+    try:
+        stream = open(target, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed in stop()
+    except OSError as exc:
+        raise StartError(f"cannot open {target} ({setting}): {_reason(exc)}") from exc
     files.append(stream)
     return stream
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from toolwatch import __version__
-from toolwatch.app import ListenError, build_references, serve
+from toolwatch.app import StartError, build_references, serve
 from toolwatch.config import Config, ConfigError, load_config
 from toolwatch.model import Severity
 from toolwatch.references.golden import ReferenceFileError
@@ -92,7 +92,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ConfigError, ReferenceFileError) as exc:
         print(f"toolwatch: configuration error\n{exc}", file=sys.stderr)
         return EXIT_USAGE
-    except ListenError as exc:
+    except StartError as exc:
         print(f"toolwatch: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
 

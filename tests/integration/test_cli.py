@@ -259,6 +259,17 @@ def test_serve_that_cannot_listen_names_the_address_and_exits_3(tmp_path: Path) 
     assert "Event loop is closed" not in result.stderr  # the gRPC server it started is stopped
 
 
+def test_serve_that_cannot_open_an_output_names_it_and_exits_3(tmp_path: Path) -> None:
+    config = _listen_config(tmp_path)
+    target = tmp_path / "missing" / "tooltraces.jsonl"
+    config.write_text(config.read_text() + f"output:\n  dump_tooltraces: '{target}'\n")
+    result = run_cli("serve", "--config", str(config))
+    assert result.returncode == 3
+    said = f"toolwatch: cannot open {target} (output.dump_tooltraces): No such file or directory"
+    assert said in result.stderr.splitlines()
+    assert "Traceback" not in result.stderr
+
+
 def test_a_second_server_cannot_take_a_port_a_first_serves_grpc_on(
     start_server: Callable[..., RunningServer], tmp_path: Path
 ) -> None:
