@@ -130,7 +130,12 @@ class App:
             show_values=config.output.show_argument_values,
             show_fields=frozenset(config.output.show_fields),
         )
-        self.broker = FindingsBroker(self.metrics, self._redaction, wall_clock=wall_clock)
+        self.broker = FindingsBroker(
+            self.metrics,
+            self._redaction,
+            wall_clock=wall_clock,
+            max_subscribers=config.output.stream_max_subscribers,
+        )
         self._outputs = self._open_outputs(wall_clock, extra_sinks)
         shadow = ShadowJoiner(config.shadow, clock, self.metrics) if config.shadow.enabled else None
         parts = EngineParts(

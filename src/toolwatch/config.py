@@ -196,6 +196,9 @@ class OutputSettings(_Section):
     dump_tooltraces: str | None = None
     show_argument_values: bool = False
     show_fields: tuple[str, ...] = ()
+    stream_max_subscribers: int = Field(
+        64, gt=0, le=10_000, description="findings-stream subscriptions open at once"
+    )
 
 
 class MetricsSettings(_Section):

@@ -175,6 +175,9 @@ def _report_error(error: Any, target: str, connected: bool, err: TextIO) -> int:
     if code == grpc.StatusCode.UNAUTHENTICATED:
         err.write(f"toolwatch tail: {target} refused the bearer token (UNAUTHENTICATED)\n")
         return EXIT_USAGE
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+        err.write(f"toolwatch tail: {target} refused the subscription: {details}\n")
+        return EXIT_UNAVAILABLE
     if connected:
         err.write(f"toolwatch tail: lost the connection to {target}: {code.name}: {details}\n")
     else:

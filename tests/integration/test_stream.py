@@ -16,6 +16,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests import factories
+from tests.integration.conftest import RunningServer
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
 from toolwatch.sinks.findings import REDACTED, Redaction
@@ -68,11 +69,15 @@ class Harness:
 
 @asynccontextmanager
 async def serve(
-    queue_size: int = 1000, redaction: Redaction | None = None
+    queue_size: int = 1000, redaction: Redaction | None = None, max_subscribers: int = 64
 ) -> AsyncIterator[Harness]:
     registry = CollectorRegistry()
     broker = FindingsBroker(
-        PrometheusMetrics(registry), redaction, wall_clock=lambda: WALL_NS, queue_size=queue_size
+        PrometheusMetrics(registry),
+        redaction,
+        wall_clock=lambda: WALL_NS,
+        queue_size=queue_size,
+        max_subscribers=max_subscribers,
     )
     server = grpc.aio.server()
     add_findings_service(server, broker)
@@ -343,6 +348,28 @@ def test_tail_reports_an_unreachable_server() -> None:
     assert f"cannot reach the findings stream at 127.0.0.1:{port}" in err.getvalue()
 
 
+def test_a_subscriber_beyond_the_cap_is_refused_and_tail_says_why() -> None:
+    async def scenario() -> tuple[grpc.StatusCode, str, int, str]:
+        async with serve(max_subscribers=1) as h, grpc.aio.insecure_channel(h.target) as channel:
+            first = subscribe(channel)
+            await first.initial_metadata()
+            second = subscribe(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await asyncio.wait_for(second.read(), timeout=10)
+            out, err = io.StringIO(), io.StringIO()
+            code = await asyncio.to_thread(run_tail, h.target, out=out, err=err)
+            assert h.broker.subscriber_count == 1  # the first is still served
+            first.cancel()
+            return refused.value.code(), refused.value.details() or "", code, err.getvalue()
+
+    status, details, code, err = asyncio.run(scenario())
+    assert status == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert details.startswith("the findings stream already has 1 subscribers")
+    assert code == 1
+    assert err.startswith("toolwatch tail: 127.0.0.1:")
+    assert "refused the subscription: the findings stream already has 1 subscribers" in err
+
+
 def test_tail_reports_a_rejected_filter_as_a_usage_error() -> None:
     async def scenario() -> tuple[int, str]:
         async with serve() as h:
@@ -355,3 +382,20 @@ def test_tail_reports_a_rejected_filter_as_a_usage_error() -> None:
     code, err = asyncio.run(scenario())
     assert code == 2
     assert "unknown category 'NOPE'" in err
+
+
+def test_the_server_takes_its_subscriber_cap_from_the_configuration(
+    start_server: Callable[..., RunningServer],
+) -> None:
+    server = start_server(output__stream_max_subscribers=1)
+
+    async def scenario() -> grpc.StatusCode:
+        async with grpc.aio.insecure_channel(server.address("stream")) as channel:
+            first = subscribe(channel)
+            await first.initial_metadata()
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await asyncio.wait_for(subscribe(channel).read(), timeout=10)
+            first.cancel()
+            return refused.value.code()
+
+    assert asyncio.run(scenario()) == grpc.StatusCode.RESOURCE_EXHAUSTED

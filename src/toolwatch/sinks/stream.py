@@ -2,7 +2,9 @@
 
 ``FindingsBroker`` is a ``FindingSink``: the pipeline publishes to it like to any sink, and it
 fans each finding out to the subscriptions whose filter matches. Every subscription has its
-own bounded queue (``queue_size`` findings, default 1000). ``publish`` never awaits: when a
+own bounded queue (``queue_size`` findings, default 1000), and at most ``max_subscribers``
+(default 64) are open at once, so memory stays bounded however many clients connect (more are
+answered RESOURCE_EXHAUSTED). ``publish`` never awaits: when a
 subscriber's queue is full the finding is dropped *for that subscriber* and counted
 (``PipelineMetrics.stream_dropped``, ``Subscription.dropped``), so a slow or stuck client
 never slows ingestion or the other subscribers.
@@ -38,6 +40,7 @@ __all__ = [
     "FindingsBroker",
     "FindingsStreamServicer",
     "StreamFilter",
+    "SubscribersFullError",
     "Subscription",
     "add_findings_service",
     "finding_message",
@@ -46,6 +49,10 @@ __all__ = [
 
 #: Initial metadata sent once a subscription is live (clients may wait for it).
 SUBSCRIBED_METADATA = (("toolwatch-subscribed", "1"),)
+
+
+class SubscribersFullError(RuntimeError):
+    """Every subscription slot of the broker is taken."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +137,8 @@ class FindingsBroker:
     """Fans published findings out to subscriptions. A ``FindingSink``; see the module doc.
 
     ``redaction`` hides detail values as in the findings log; ``wall_clock`` (Unix ns) stamps
-    each publication; ``queue_size`` bounds every subscription's queue.
+    each publication; ``queue_size`` bounds every subscription's queue, ``max_subscribers``
+    the subscriptions open at once.
     """
 
     def __init__(
@@ -139,13 +147,17 @@ class FindingsBroker:
         redaction: Redaction | None = None,
         wall_clock: Clock = time.time_ns,
         queue_size: int = 1000,
+        max_subscribers: int = 64,
     ) -> None:
         if queue_size < 1:
             raise ValueError(f"queue_size must be >= 1, got {queue_size}")
+        if max_subscribers < 1:
+            raise ValueError(f"max_subscribers must be >= 1, got {max_subscribers}")
         self._metrics = metrics
         self._redaction = redaction or Redaction()
         self._wall_clock = wall_clock
         self._queue_size = queue_size
+        self._max_subscribers = max_subscribers
         self._subscriptions: set[Subscription] = set()
         self._changed = asyncio.Event()
         self._closed = False
@@ -160,9 +172,15 @@ class FindingsBroker:
         return len(self._subscriptions)
 
     def subscribe(self, stream_filter: StreamFilter) -> Subscription:
-        """A new subscription. Raises ``RuntimeError`` once the broker is closed."""
+        """A new subscription. Raises ``RuntimeError`` once the broker is closed, and
+        ``SubscribersFullError`` when ``max_subscribers`` are open."""
         if self._closed:
             raise RuntimeError("the findings broker is closed")
+        if len(self._subscriptions) >= self._max_subscribers:
+            raise SubscribersFullError(
+                f"the findings stream already has {self._max_subscribers} subscribers "
+                "(output.stream_max_subscribers); retry when one leaves"
+            )
         subscription = Subscription(stream_filter, self._queue_size)
         self._subscriptions.add(subscription)
         self._changed.set()
@@ -243,7 +261,11 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
         if self._broker.closed:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "toolwatch is shutting down")
             return
-        subscription = self._broker.subscribe(stream_filter)
+        try:
+            subscription = self._broker.subscribe(stream_filter)
+        except SubscribersFullError as e:
+            await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
+            return
         try:
             # Headers now, so the client knows it is subscribed before any finding arrives.
             await context.send_initial_metadata(SUBSCRIBED_METADATA)

@@ -15,7 +15,7 @@ from toolwatch.metrics import NoopMetrics
 from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
 from toolwatch.sinks.findings import FindingSink
 from toolwatch.sinks.prometheus import PrometheusMetrics
-from toolwatch.sinks.stream import FindingsBroker, StreamFilter, Subscription
+from toolwatch.sinks.stream import FindingsBroker, StreamFilter, SubscribersFullError, Subscription
 from toolwatch.tail import format_finding_line
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -74,6 +74,20 @@ def test_the_broker_is_a_finding_sink_and_validates_its_queue_size() -> None:
     assert isinstance(broker, FindingsBroker)
     with pytest.raises(ValueError, match="queue_size"):
         FindingsBroker(NoopMetrics(), queue_size=0)
+
+
+def test_the_broker_holds_at_most_max_subscribers_at_once() -> None:
+    broker = FindingsBroker(NoopMetrics(), max_subscribers=2)
+    first, _second = broker.subscribe(StreamFilter()), broker.subscribe(StreamFilter())
+    with pytest.raises(SubscribersFullError, match=r"already has 2 subscribers"):
+        broker.subscribe(StreamFilter())
+    assert broker.subscriber_count == 2
+
+    broker.unsubscribe(first)
+    broker.subscribe(StreamFilter())  # a slot came free
+    assert broker.subscriber_count == 2
+    with pytest.raises(ValueError, match="max_subscribers must be >= 1, got 0"):
+        FindingsBroker(NoopMetrics(), max_subscribers=0)
 
 
 def test_a_closed_broker_refuses_subscriptions() -> None:
