@@ -22,7 +22,7 @@ from typing import Any
 from bench import report
 from bench.loadgen import ClientPool, ClientResult
 from bench.plans import Settings, plans
-from bench.server import scrape
+from bench.server import ServerProcess, scrape
 from bench.traces import RequestTemplate, parse_trace_id, trace_id
 
 __all__ = ["CLIENT_BASE", "measure_latency"]
@@ -93,9 +93,18 @@ def _server_histogram(before: dict[str, float], after: dict[str, float]) -> dict
 
 
 def measure_latency(
-    settings: Settings, clients: ClientPool, ports: dict[str, int], findings: Path, rate: float
+    settings: Settings,
+    clients: ClientPool,
+    server: ServerProcess,
+    ports: dict[str, int],
+    findings: Path,
+    rate: float,
 ) -> dict[str, Any]:
-    """Open-loop load at ``rate`` spans/s on the running toolwatch server."""
+    """Open-loop load at ``rate`` spans/s on the running toolwatch ``server``.
+
+    The server's CPU utilization while the clients send (after the warm-up) says whether
+    ``rate`` really was the load meant: on a machine whose speed changed since the
+    throughput was measured, half of that throughput can be most of what it takes now."""
     templates = settings.templates().build()
     per_client = rate / statistics.mean(t.spans for t in templates) / settings.clients
     before = scrape(ports["metrics"])
@@ -103,7 +112,10 @@ def measure_latency(
     fleet = clients.start(
         plans(settings, target, "open", CLIENT_BASE, settings.latency_seconds, per_client)
     )
+    time.sleep(max(0.0, fleet.start_at + settings.warmup - time.time()))
+    cpu_before, started = server.cpu_seconds(), time.time()
     results = fleet.results()
+    utilization = (server.cpu_seconds() - cpu_before) / max(time.time() - started, 1e-9)
     time.sleep(settings.completion_wait + 1.0)  # the last runs complete and are logged
     after = scrape(ports["metrics"])
     warm = int((fleet.start_at + settings.warmup) * 1e9)
@@ -118,6 +130,7 @@ def measure_latency(
         "p50_seconds": report.percentile(latencies, 0.50),
         "p99_seconds": report.percentile(latencies, 0.99),
         "max_seconds": max(latencies, default=math.nan),
+        "server_cpu_utilization": utilization,
         "late_sends": sum(r.late_sends for r in results),
         "refused_requests": sum(r.refused for r in results),
         "timestamp_resolution_seconds": 0.001,  # the findings log writes milliseconds

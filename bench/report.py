@@ -38,6 +38,8 @@ TARGET_SPANS_PER_SECOND = 50_000
 TARGET_RATIO = 0.60
 TARGET_LATENCY_MARGIN = 0.050  # p99 detection latency within completion_wait + this
 TARGET_BYTES_PER_SPAN = 2048
+#: Server CPU above this during the latency phase means it was not measured at half load.
+HALF_LOAD_CPU_LIMIT = 0.65
 
 
 def machine() -> dict[str, Any]:
@@ -166,12 +168,25 @@ def _throughput_lines(t: Mapping[str, Any]) -> list[str]:
     return lines
 
 
+def _load_line(lat: Mapping[str, Any]) -> list[str]:
+    """The server's CPU while the latency clients sent, and a warning when it was far from
+    half: the machine's speed changed since the throughput phase."""
+    utilization = lat.get("server_cpu_utilization")
+    if utilization is None:  # results written before it was measured
+        return []
+    line = f"    server CPU while sending: {utilization:.0%}"
+    if utilization > HALF_LOAD_CPU_LIMIT:
+        line += " - not half load: the machine was slower than in the throughput phase"
+    return [line]
+
+
 def _latency_lines(lat: Mapping[str, Any]) -> list[str]:
     return [
         f"  detection latency at {lat['offered_spans_per_second']:,.0f} spans/s offered "
         f"(50%), completion_wait {lat['completion_wait_seconds']} s, tick "
         f"{lat['tick_seconds']} s; {lat['runs_detected']}/{lat['runs_expected']} "
         "unverified runs detected:",
+        *_load_line(lat),
         f"    last span acknowledged -> finding logged: p50 {lat['p50_seconds'] * 1e3:.0f} ms, "
         f"p99 {lat['p99_seconds'] * 1e3:.0f} ms, max {lat['max_seconds'] * 1e3:.0f} ms",
         f"    server's toolwatch_detection_latency_seconds: mean "

@@ -110,7 +110,7 @@ def _servers(settings: Settings, workdir: Path) -> dict[str, Any]:
             server.stop()
         _wait_drained(ports["metrics"])
         half = throughput["spans_per_second"] / 2
-        latency = measure_latency(settings, clients, ports, findings, half)
+        latency = measure_latency(settings, clients, toolwatch, ports, findings, half)
     finally:
         clients.close()
         for server, _ in ceilings.values():
