@@ -170,13 +170,14 @@ def _throughput_lines(t: Mapping[str, Any]) -> list[str]:
 
 def _load_line(lat: Mapping[str, Any]) -> list[str]:
     """The server's CPU while the latency clients sent, and a warning when it was far from
-    half: the machine's speed changed since the throughput phase."""
+    half: each span cost more than in the throughput phase (here, mostly because the shared
+    machine's speed moves within minutes)."""
     utilization = lat.get("server_cpu_utilization")
     if utilization is None:  # results written before it was measured
         return []
     line = f"    server CPU while sending: {utilization:.0%}"
     if utilization > HALF_LOAD_CPU_LIMIT:
-        line += " - not half load: the machine was slower than in the throughput phase"
+        line += " - not half load: each span took more CPU than in the throughput phase"
     return [line]
 
 
