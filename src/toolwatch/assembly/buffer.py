@@ -228,6 +228,16 @@ class TraceBuffer:
     def buffered_bytes(self) -> int:
         return self._bytes
 
+    def next_due_ns(self) -> int | None:
+        """When a buffered trace may next need a :meth:`poll` (``None``: nothing buffered).
+
+        A stale heap entry only makes it early. Spans arriving later never make it earlier:
+        a trace is due at the latest ``completion_wait`` after its last span, so a new span
+        is due no sooner than anything already buffered."""
+        if not self._traces or not self._deadlines:
+            return None
+        return self._deadlines[0][0]
+
     def has_room(self, spans: int, size_bytes: int) -> bool:
         """Whether a request of ``spans`` spans and ``size_bytes`` bytes fits now.
 

@@ -165,6 +165,23 @@ def test_evict_oldest_evicts_by_first_arrival_when_traces_are_full() -> None:
     assert buffer.buffered_traces == 2
 
 
+def test_next_due_is_the_earliest_deadline_and_none_when_nothing_is_buffered() -> None:
+    buffer, clock, _ = make()
+    assert buffer.next_due_ns() is None
+    buffer.add(run_spans())
+    first_due = clock.now_ns + WAIT
+    assert buffer.next_due_ns() == first_due
+    clock.advance(1)
+    buffer.add(run_spans(OTHER_TRACE))  # due later: the earliest stays
+    assert buffer.next_due_ns() == first_due
+    clock.advance(1)
+    assert [t.trace_id for t in buffer.poll()] == [TRACE]
+    assert buffer.next_due_ns() == first_due + SECOND  # the other trace's
+    clock.advance(1)
+    assert len(buffer.poll()) == 1
+    assert buffer.next_due_ns() is None
+
+
 def test_evict_oldest_takes_the_oldest_live_trace_after_others_left() -> None:
     limits = dataclasses.replace(
         LIMITS, max_traces=3, overflow="evict_oldest", late_span_window_ns=0
