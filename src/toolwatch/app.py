@@ -53,7 +53,7 @@ from toolwatch.sinks.findings import (
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
 from toolwatch.sinks.stream import FindingsBroker, add_findings_service
 
-__all__ = ["App", "ListenError", "StartError", "build_references", "serve"]
+__all__ = ["App", "ListenError", "StartError", "build_references", "serve", "tick_delay"]
 
 log = logging.getLogger("toolwatch")
 
