@@ -367,8 +367,6 @@ class ListenError(StartError):
 
     def __init__(self, listener: str, address: str, reason: str) -> None:
         super().__init__(f"cannot listen on {address} (listen.{listener}): {reason}")
-        self.listener = listener
-        self.address = address
 
 
 async def _bind_grpc(
@@ -406,7 +404,8 @@ def tick_delay(now_ns: int, due_ns: int, period: float, longest: float) -> float
 
 
 def _reason(error: OSError) -> str:
-    """The system's words for ``error``, without the call's own decoration."""
+    """The system's words for ``error``. Not ``error.strerror``, as elsewhere: the error
+    ``socket.create_server`` raises appends the address to it, which the message has."""
     return os.strerror(error.errno) if error.errno else str(error)
 
 

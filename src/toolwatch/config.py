@@ -106,7 +106,7 @@ class ListenSettings(_Section):
         """Two listeners cannot share a port on the same host, or on any host where one of
         them listens on every interface (port 0 picks a free port for each)."""
         bound: list[tuple[str, str, int]] = []
-        for name in ("grpc", "http", "metrics", "stream"):
+        for name in LISTENERS:
             host, port = parse_listen_address(getattr(self, name))
             for other, other_host, other_port in bound:
                 overlap = host == other_host or {host, other_host} & _EVERY_INTERFACE
