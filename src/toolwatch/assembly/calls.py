@@ -325,17 +325,7 @@ def _parallel_groups(drafts: Sequence[_Draft], sites: dict[bytes, CallSite]) -> 
     same parent (wrappers skipped) whose intervals overlap, transitively: producers that
     record no requests. Groups that share a call are one group.
     """
-    executed: dict[bytes | None, list[int]] = {}
-    requested: dict[bytes, list[int]] = {}
-    for i, d in enumerate(drafts):
-        if d.span is not None:
-            append_to(executed, sites[d.span.span_id].parent, i)
-        if d.request is not None:
-            append_to(requested, d.request.llm.span_id, i)
-    # A group needs two calls: a parent with one executed call, or a model output with one
-    # request (the usual run), cannot start one.
-    components = [c for idx in executed.values() if len(idx) > 1 for c in _overlaps(idx, drafts)]
-    groups = [m for m in [*components, *requested.values()] if len(m) > 1]
+    groups = [*_overlapping_executions(drafts, sites), *_shared_outputs(drafts)]
     if not groups:
         return [None] * len(drafts)
     leader = list(range(len(drafts)))  # union-find: 10^5 parallel calls must stay linear
@@ -347,6 +337,71 @@ def _parallel_groups(drafts: Sequence[_Draft], sites: dict[bytes, CallSite]) -> 
     for root in roots:
         sizes[root] = sizes.get(root, 0) + 1
     return [root if sizes[root] > 1 else None for root in roots]
+
+
+def _overlapping_executions(
+    drafts: Sequence[_Draft], sites: dict[bytes, CallSite]
+) -> list[list[int]]:
+    """Executed calls of one parent whose [start, end] intervals overlap, transitively: the
+    components of two or more, by a sweep in (start, end, index) order. Touching intervals
+    (one ends when the next starts) are sequential, not parallel. The drafts are in time
+    order, so usually the sweep needs no sort."""
+    executed = [i for i, d in enumerate(drafts) if d.span is not None]
+    if not _in_interval_order(executed, drafts):
+        executed.sort(key=lambda i: (_interval(drafts[i].span), i))
+    sweeps: dict[bytes | None, _Sweep] = {}  # per parent: the component being swept
+    found: list[list[int]] = []
+    for i in executed:
+        span = drafts[i].span
+        assert span is not None
+        parent = sites[span.span_id].parent
+        start, end = _interval(span)
+        sweep = sweeps.get(parent)
+        if sweep is None or start >= sweep.reach:
+            sweeps[parent] = _Sweep(i, end)
+            continue
+        if len(sweep.members) == 1:
+            found.append(sweep.members)  # its second member makes it a component
+        sweep.members.append(i)
+        sweep.reach = max(sweep.reach, end)
+    return found
+
+
+@dataclass(slots=True, init=False)
+class _Sweep:
+    members: list[int]
+    reach: int  # the latest end among the members
+
+    def __init__(self, first: int, end: int) -> None:
+        self.members = [first]
+        self.reach = end
+
+
+def _in_interval_order(indexes: list[int], drafts: Sequence[_Draft]) -> bool:
+    """Whether the executed drafts at ``indexes`` are sorted by (start, end)."""
+    previous_start = previous_end = 0
+    for i in indexes:
+        span = drafts[i].span
+        assert span is not None
+        start, end = _interval(span)
+        if start < previous_start or (start == previous_start and end < previous_end):
+            return False
+        previous_start, previous_end = start, end
+    return True
+
+
+def _shared_outputs(drafts: Sequence[_Draft]) -> list[list[int]]:
+    """The calls of each model output that requested two or more of them."""
+    for d in drafts:
+        if d.request is not None and len(d.request.llm.output_tool_calls) > 1:
+            break
+    else:
+        return []  # one call per model output, the usual run: no output can start a group
+    requested: dict[bytes, list[int]] = {}
+    for i, d in enumerate(drafts):
+        if d.request is not None:
+            append_to(requested, d.request.llm.span_id, i)
+    return [m for m in requested.values() if len(m) > 1]
 
 
 def _find(leader: list[int], i: int) -> int:
@@ -361,27 +416,6 @@ def _union(leader: list[int], a: int, b: int) -> None:
     a, b = _find(leader, a), _find(leader, b)
     if a != b:
         leader[max(a, b)] = min(a, b)
-
-
-def _overlaps(indexes: list[int], drafts: Sequence[_Draft]) -> list[list[int]]:
-    """Connected components of overlapping [start, end] intervals (a sweep by start).
-    Touching intervals (one ends when the next starts) are sequential, not parallel.
-    ``indexes`` are increasing; the drafts are in time order, so usually they are too."""
-    intervals = {i: _interval(drafts[i].span) for i in indexes}
-    order = indexes
-    if not _starts_increase([drafts[i] for i in indexes]):
-        order = sorted(intervals, key=lambda i: (intervals[i], i))
-    components: list[list[int]] = []
-    reach = 0
-    for i in order:
-        start, end = intervals[i]
-        if components and start < reach:
-            components[-1].append(i)
-            reach = max(reach, end)
-        else:
-            components.append([i])
-            reach = end
-    return components
 
 
 def _interval(span: SpanRecord | None) -> tuple[int, int]:

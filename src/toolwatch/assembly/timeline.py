@@ -39,9 +39,8 @@ Pure: the same set of spans gives the same ToolTraces whatever their order.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.calls import CallSite, append_to, build_calls
@@ -145,7 +144,8 @@ def _place(
                 continue
             inner = _descend(span, frame, workflows)
             run_of[span.span_id] = inner.run
-            stack.extend((child, inner) for child in kids)
+            for child in kids:  # not extend(generator): that is an object per span
+                stack.append((child, inner))
     return sites, run_of
 
 
@@ -156,7 +156,7 @@ def _children(
     spans with a missing parent are nobody's child."""
     children: dict[bytes, list[SpanRecord]] = {s.span_id: [] for s in spans}
     for s in spans:
-        parent = adopted.get(s.span_id, s.parent_span_id)
+        parent = adopted.get(s.span_id, s.parent_span_id) if adopted else s.parent_span_id
         if parent is not None and parent in children:
             children[parent].append(s)
     return children
@@ -334,12 +334,14 @@ def _tool_trace(
 ) -> ToolTrace:
     calls = build_calls(run.spans, sites, normalize)
     refusal = _refusal(run.spans)
+    ranked = _by_precedence(run)
+    identity = _Identity(ranked)
     return ToolTrace(
         trace_id=trace.trace_id.hex(),
         run_span_id=run.span.span_id.hex() if run.span is not None else None,
-        service=_first(run, lambda s: s.service),
-        agent=_first(run, lambda s: s.agent_name),
-        model=_first(run, lambda s: s.model if s.role is SpanRole.LLM else None),
+        service=identity.service,
+        agent=identity.agent,
+        model=identity.model,
         calls=calls,
         final_text=_final_text(run, sites),
         refusal=refusal is not None,
@@ -350,27 +352,42 @@ def _tool_trace(
         start_ns=run.span.start_ns if run.span else min(s.start_ns for s in run.spans),
         end_ns=run.span.end_ns if run.span else max(s.end_ns for s in run.spans),
         span_count=len(run.spans),
-        conversation_id=_first(run, lambda s: s.conversation_id),
-        reference_keys=_reference_keys(run),
+        conversation_id=identity.conversation_id,
+        reference_keys=_reference_keys(ranked),
     )
 
 
-def _by_precedence(run: _Run) -> Iterable[SpanRecord]:
+def _by_precedence(run: _Run) -> tuple[SpanRecord, ...]:
     """The run span first, then the run's spans from the earliest."""
-    if run.span is not None:
-        yield run.span
-    yield from run.spans
+    return run.spans if run.span is None else (run.span, *run.spans)
 
 
-def _first(run: _Run, field: Callable[[SpanRecord], Any]) -> Any:
-    """The first value of ``field`` that is not ``None``, by precedence."""
-    return next((v for v in map(field, _by_precedence(run)) if v is not None), None)
+class _Identity:
+    """Who ran the run: for each field, the first value that is not ``None`` by precedence
+    (the model from LLM spans only). One pass over the spans for the four fields."""
+
+    __slots__ = ("agent", "conversation_id", "model", "service")
+
+    def __init__(self, ranked: tuple[SpanRecord, ...]) -> None:
+        self.service: str | None = None
+        self.agent: str | None = None
+        self.model: str | None = None
+        self.conversation_id: str | None = None
+        for span in ranked:
+            if self.service is None:
+                self.service = span.service
+            if self.agent is None:
+                self.agent = span.agent_name
+            if self.model is None and span.role is SpanRole.LLM:
+                self.model = span.model
+            if self.conversation_id is None:
+                self.conversation_id = span.conversation_id
 
 
-def _reference_keys(run: _Run) -> dict[str, str]:
+def _reference_keys(ranked: tuple[SpanRecord, ...]) -> dict[str, str]:
     """Configured attributes merged over the run: the run span wins, then the earliest."""
     merged: dict[str, str] = {}
-    for span in _by_precedence(run):
+    for span in ranked:
         for key, value in span.reference_keys:
             merged.setdefault(key, value)
     return merged

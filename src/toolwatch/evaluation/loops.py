@@ -80,12 +80,16 @@ def find_repeats(
         if per_tool[tool] < 2:
             continue  # the only call of its tool: nothing identical before or after it
         key = call_key(tool, call.arguments)
-        groups = succeeded.get(key, set())
-        if any(informs(g, call.parallel_group) for g in groups):
+        groups = succeeded.get(key)
+        if groups is not None and any(informs(g, call.parallel_group) for g in groups):
             repeats.setdefault(key, []).append(call)
-        if call.status is CallStatus.OK:
-            succeeded.setdefault(key, set()).add(call.parallel_group)
-    result = []
+        if call.status is not CallStatus.OK:
+            continue
+        if groups is None:
+            succeeded[key] = {call.parallel_group}
+        else:
+            groups.add(call.parallel_group)
+    result: list[Repeat] = []
     for (tool, _), made in repeats.items():
         limit = limit_of(tool)
         if len(made) > limit:

@@ -87,6 +87,7 @@ class Verdict:
 _VERIFIED = Verdict(True)
 #: Ledger key of "a successful call of this tool", whatever its arguments.
 _ANY = ("", "")
+_NO_FIELDS: frozenset[str] = frozenset()  # a tool with no bound fields
 
 
 class _Ledger:
@@ -129,12 +130,11 @@ class Safety:
         self._dangerous = frozenset(self._normalize(t) for t in policy.dangerous_tools)
         self._verifiers = frozenset(self._normalize(t) for t in policy.verification_tools)
         self._bindings: dict[str, dict[str, list[Binding]]] = {}  # tool -> field -> rules
-        self._bound_fields: dict[str, set[str]] = {}  # verification tool -> its bound fields
+        bound: dict[str, set[str]] = {}  # verification tool -> its bound fields
         for rule in policy.binding_rules():
             self._bindings.setdefault(rule.tool, {}).setdefault(rule.field, []).append(rule)
-            self._bound_fields.setdefault(rule.verification_tool, set()).add(
-                rule.verification_field
-            )
+            bound.setdefault(rule.verification_tool, set()).add(rule.verification_field)
+        self._bound_fields = {tool: frozenset(fields) for tool, fields in bound.items()}
         self._allowed = {
             agent: frozenset(self._normalize(t) for t in tools)
             for agent, tools in policy.allowed_tools.items()
@@ -172,7 +172,7 @@ class Safety:
 
     def _record(self, tool: str, call: ToolCall, ledger: _Ledger) -> None:
         """Enter a verification call's outcome (and the values of its bound fields)."""
-        fields = self._bound_fields.get(tool, set())
+        fields = self._bound_fields.get(tool, _NO_FIELDS)
         if tool not in self._verifiers and not fields:
             return
         if call.status is not CallStatus.OK:

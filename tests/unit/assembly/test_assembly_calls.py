@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 from assembly_support import MS, agent, ask, hexid, llm, only, span, tool
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolCall
 
@@ -305,3 +307,59 @@ def test_sequential_turns_reusing_a_placeholder_id_are_distinct_calls() -> None:
         (hexid(3), {"city": "Oslo"}),
         (hexid(5), {"city": "Rome"}),
     ]
+
+
+# Parents of the generated tool spans: the agent (1), two plain spans (2, 3) and a wrapper (4)
+# under span 2, whose tools count as span 2's.
+_CALL_PARENT = {1: 1, 2: 2, 3: 3, 4: 2}
+
+
+def _groups_by_definition(calls: tuple[ToolCall, ...], parents: dict[str, int]) -> list[int | None]:
+    """Parallel groups from the definition, pair by pair: of two executed calls of one
+    parent, the one earlier by (start, end, sequence) overlaps the other when the other
+    starts before it ends; groups are the connected components, named by their first call."""
+    group = list(range(len(calls)))
+
+    def root(i: int) -> int:
+        return i if group[i] == i else root(group[i])
+
+    def order(c: ToolCall) -> tuple[int, int, int]:
+        assert c.end_ns is not None
+        return (c.start_ns, c.end_ns, c.sequence_index)
+
+    for a in calls:
+        for b in calls:
+            same_parent = parents[a.span_id or ""] == parents[b.span_id or ""]
+            if same_parent and order(a) < order(b) and b.start_ns < (a.end_ns or 0):
+                low, high = sorted((root(a.sequence_index), root(b.sequence_index)))
+                group[high] = low
+    roots = [root(i) for i in range(len(calls))]
+    return [r if roots.count(r) > 1 else None for r in roots]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(sorted(_CALL_PARENT)), st.integers(0, 20), st.integers(0, 8)),
+        min_size=1,
+        max_size=9,
+    )
+)
+def test_parallel_groups_are_the_overlap_components_of_each_parent(
+    tools: list[tuple[int, int, int]],
+) -> None:
+    spans = [
+        agent(1, None, "a", 0, 100),
+        span(2, 1, SpanRole.OTHER, 0, 100),
+        span(3, 1, SpanRole.OTHER, 0, 100),
+        span(4, 2, SpanRole.WRAPPER, 0, 100),
+    ]
+    spans += [
+        tool(10 + n, parent, f"t{n}", start, start + length)
+        for n, (parent, start, length) in enumerate(tools)
+    ]
+    parents = {hexid(10 + n): _CALL_PARENT[parent] for n, (parent, _, _) in enumerate(tools)}
+
+    calls = only(spans).calls
+
+    assert [c.parallel_group for c in calls] == _groups_by_definition(calls, parents)
