@@ -157,13 +157,21 @@ def build_calls(
 
     ``spans`` are the run's spans sorted by (start, span id); ``sites`` holds every one.
     """
-    drafts = _in_order(_join(spans, sites, normalize))
-    groups = _parallel_groups(drafts, sites)
-    call_ids = {d.span.span_id: _call_id(d) for d in drafts if d.span is not None}
+    drafts, shared = _in_order(_join(spans, sites, normalize))
+    groups = _parallel_groups(drafts, sites, shared)
+    call_ids = _nested_call_ids(drafts, sites)
     return tuple(
         _tool_call(d, i, groups[i], sites=sites, call_ids=call_ids, normalize=normalize)
         for i, d in enumerate(drafts)
     )
+
+
+def _nested_call_ids(drafts: list[_Draft], sites: dict[bytes, CallSite]) -> dict[bytes, str | None]:
+    """Each executed call's id by its span id, for the calls nested in one (agent-as-tool);
+    empty when no call is nested in another, the usual run."""
+    if not any(sites[d.origin.span_id].tool is not None for d in drafts):
+        return {}
+    return {d.span.span_id: _call_id(d) for d in drafts if d.span is not None}
 
 
 def _join(
@@ -269,24 +277,31 @@ def _raw_name(span: SpanRecord) -> str:
     return span.tool_name if span.tool_name is not None else span.name
 
 
-def _in_order(drafts: list[_Draft]) -> list[_Draft]:
+def _in_order(drafts: list[_Draft]) -> tuple[list[_Draft], list[list[int]]]:
     """Calls by start time, ties broken by emission order; then the calls one LLM output
     requested are put back in the model's order within the places they took, so scheduling
-    jitter between parallel tool spans never reorders them (CONVENTIONS §6.4)."""
+    jitter between parallel tool spans never reorders them (CONVENTIONS §6.4). Also the
+    places of each output's calls, for the outputs that requested two or more."""
     if not _starts_increase(drafts):  # else they are in time order already, the usual run
         drafts = sorted(drafts, key=_time_key)
+    if _one_call_per_output(drafts):
+        return drafts, []  # the usual run: nothing to put back in order, no output's group
     places: dict[bytes, list[int]] = {}
     for i, d in enumerate(drafts):
         if d.request is not None:
             append_to(places, d.request.llm.span_id, i)
+    shared = [indexes for indexes in places.values() if len(indexes) > 1]
     ordered = list(drafts)
-    for indexes in places.values():
-        if len(indexes) == 1:
-            continue  # one call per model output, the usual case: nothing to reorder
+    for indexes in shared:
         batch = sorted((drafts[i] for i in indexes), key=_emission)
         for i, draft in zip(indexes, batch, strict=True):
             ordered[i] = draft
-    return ordered
+    return ordered, shared
+
+
+def _one_call_per_output(drafts: Sequence[_Draft]) -> bool:
+    """Whether no model output requested more than one of the calls."""
+    return all(d.request is None or len(d.request.llm.output_tool_calls) < 2 for d in drafts)
 
 
 def _starts_increase(drafts: Sequence[_Draft]) -> bool:
@@ -316,16 +331,18 @@ def _emission(draft: _Draft) -> int:
     return draft.request.position
 
 
-def _parallel_groups(drafts: Sequence[_Draft], sites: dict[bytes, CallSite]) -> list[int | None]:
+def _parallel_groups(
+    drafts: Sequence[_Draft], sites: dict[bytes, CallSite], shared: list[list[int]]
+) -> list[int | None]:
     """Group number (smallest sequence index of the group) per call, or ``None``.
 
-    Calls one model output requested together form a group: the model's parallel tool
-    calls, however the framework scheduled them (LangGraph runs each in a node of its own,
-    and one after the other when the tools are synchronous). So do executed calls of the
-    same parent (wrappers skipped) whose intervals overlap, transitively: producers that
-    record no requests. Groups that share a call are one group.
+    Calls one model output requested together form a group (``shared``: their places): the
+    model's parallel tool calls, however the framework scheduled them (LangGraph runs each
+    in a node of its own, and one after the other when the tools are synchronous). So do
+    executed calls of the same parent (wrappers skipped) whose intervals overlap,
+    transitively: producers that record no requests. Groups that share a call are one group.
     """
-    groups = [*_overlapping_executions(drafts, sites), *_shared_outputs(drafts)]
+    groups = [*_overlapping_executions(drafts, sites), *shared]
     if not groups:
         return [None] * len(drafts)
     leader = list(range(len(drafts)))  # union-find: 10^5 parallel calls must stay linear
@@ -388,20 +405,6 @@ def _in_interval_order(indexes: list[int], drafts: Sequence[_Draft]) -> bool:
             return False
         previous_start, previous_end = start, end
     return True
-
-
-def _shared_outputs(drafts: Sequence[_Draft]) -> list[list[int]]:
-    """The calls of each model output that requested two or more of them."""
-    for d in drafts:
-        if d.request is not None and len(d.request.llm.output_tool_calls) > 1:
-            break
-    else:
-        return []  # one call per model output, the usual run: no output can start a group
-    requested: dict[bytes, list[int]] = {}
-    for i, d in enumerate(drafts):
-        if d.request is not None:
-            append_to(requested, d.request.llm.span_id, i)
-    return [m for m in requested.values() if len(m) > 1]
 
 
 def _find(leader: list[int], i: int) -> int:
