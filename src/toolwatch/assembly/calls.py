@@ -398,9 +398,7 @@ def _in_interval_order(indexes: list[int], drafts: Sequence[_Draft]) -> bool:
     """Whether the executed drafts at ``indexes`` are sorted by (start, end)."""
     previous_start = previous_end = 0
     for i in indexes:
-        span = drafts[i].span
-        assert span is not None
-        start, end = _interval(span)
+        start, end = _interval(drafts[i].span)
         if start < previous_start or (start == previous_start and end < previous_end):
             return False
         previous_start, previous_end = start, end
