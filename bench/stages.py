@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from prometheus_client import CollectorRegistry
 
@@ -34,10 +34,18 @@ from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, _Decoder, decod
 from toolwatch.ingest.scan import Scan, Scanner
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import ManualClock, ToolTrace
+from toolwatch.names import NameNormalizer
 from toolwatch.sinks.findings import FanOutSink, JsonLinesFindingSink, Redaction
 from toolwatch.sinks.prometheus import PrometheusMetrics
 
-__all__ = ["StageCosts", "measure_stages", "stage_config", "stage_runs"]
+__all__ = [
+    "StageCosts",
+    "measure_stages",
+    "request_bodies",
+    "server_engine",
+    "stage_config",
+    "stage_runs",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +67,8 @@ def _best(run: Callable[[], Any], repeat: int) -> float:
     return best
 
 
-def _bodies(templates: Sequence[RequestTemplate], copies: int) -> list[bytes]:
+def request_bodies(templates: Sequence[RequestTemplate], copies: int) -> list[bytes]:
+    """``copies`` renderings of each template, every trace id unique."""
     return [
         template.render([trace_id(0, n, run) for run in range(template.runs)])
         for n, template in enumerate(list(templates) * copies)
@@ -114,18 +123,30 @@ class _Pipeline:
     def engine(self) -> None:
         clock = ManualClock()
         with open(os.devnull, "w", encoding="utf-8") as devnull:
-            parts = EngineParts(
-                limits=self.config.assembly.limits(),
-                evaluation=self.evaluation,
-                normalize=self.normalize,
-                findings=FanOutSink([JsonLinesFindingSink(devnull, Redaction())]),
-                tooltraces=DiscardToolTraces(),
-            )
-            engine = Engine(parts, clock, _prometheus(self.config))
+            engine = server_engine(self.config, self.evaluation, self.normalize, clock, devnull)
             for body in self.bodies:
                 engine.offer(decode_protobuf(body, self.options), "grpc")
             clock.advance(self.config.assembly.completion_wait_seconds + 1)
             engine.tick()
+
+
+def server_engine(
+    config: Config,
+    evaluation: EvaluationPipeline,
+    normalize: NameNormalizer,
+    clock: ManualClock,
+    findings: TextIO,
+) -> Engine:
+    """An ``Engine`` as the server builds it from ``config`` (its Prometheus metrics, the
+    findings log written to ``findings``), on ``clock``."""
+    parts = EngineParts(
+        limits=config.assembly.limits(),
+        evaluation=evaluation,
+        normalize=normalize,
+        findings=FanOutSink([JsonLinesFindingSink(findings, Redaction())]),
+        tooltraces=DiscardToolTraces(),
+    )
+    return Engine(parts, clock, _prometheus(config))
 
 
 def _prometheus(config: Config) -> PrometheusMetrics:
@@ -167,7 +188,7 @@ def stage_runs(
 ) -> tuple[dict[str, Callable[[], Any]], _Pipeline]:
     """Each stage as a callable over ``copies`` renderings of ``templates`` (unique trace
     ids), in report order, and the pipeline holding their inputs."""
-    p = _Pipeline(config, _bodies(templates, copies))
+    p = _Pipeline(config, request_bodies(templates, copies))
     stages: dict[str, Callable[[], Any]] = {
         "scan": lambda: _scan_all(p.scanner, p.bodies),
         "scan_reference": lambda: _scan_all(p.reference, p.bodies),

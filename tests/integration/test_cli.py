@@ -330,7 +330,7 @@ def test_check_config_rejects_a_bad_file(
 def test_serving_freezes_the_start_up_heap_and_collects_cycles_less_often() -> None:
     # In a fresh interpreter: the collector's state is process-wide.
     code = (
-        "import gc; from toolwatch import app; before = gc.get_freeze_count(); app._tune_gc(); "
+        "import gc; from toolwatch import app; before = gc.get_freeze_count(); app.tune_gc(); "
         "print(before, gc.get_freeze_count(), *gc.get_threshold(), *app._GC_THRESHOLDS)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -1,0 +1,142 @@
+"""``python -m bench.held``: what holding spans until their trace is due costs.
+
+A trace is evaluated once no span of it has arrived for ``completion_wait``, so under load a
+server holds every span of the last ``completion_wait`` (at 90,000 spans/s and 0.2 s, about
+18,000 spans) and evaluates each trace when its records were made long ago and have left
+the CPU's caches. The ceiling decodes a request and drops it at once. This runs the
+benchmark's requests through the whole in-process ``Engine`` (decode, offer, tick, with the
+server's Prometheus metrics, findings log and collector settings), stepping the clock so
+that each trace falls due ``lag`` requests after its last span: the same work, holding more
+or fewer spans. Reported per span, as the median over rounds (lags alternate within a
+round), with the decode alone measured in the same rounds; the lags' ratios to the first
+are what to read on a noisy machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bench.plans import Settings
+from bench.stages import request_bodies, server_engine, stage_config
+from toolwatch.app import build_references, tune_gc
+from toolwatch.config import Config
+from toolwatch.evaluation.pipeline import EvaluationPipeline
+from toolwatch.evaluation.settings import EvaluationSettings
+from toolwatch.ingest.decode import DecodeOptions, decode_protobuf
+from toolwatch.model import ManualClock
+
+__all__ = ["Held", "hold", "main", "measure_held"]
+
+_OPTIONS = DecodeOptions()
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """One pass: CPU seconds, the spans decoded, the most spans held after a tick, and the
+    spans the engine built (every span, when the pass ends with the buffer empty)."""
+
+    seconds: float
+    spans: int
+    most_held: int
+    built: int
+
+
+def hold(config: Config, bodies: Sequence[bytes], lag: int) -> Held:
+    """Offer ``bodies`` one by one, ticking after each, with the clock stepped so that a
+    trace falls due ``lag`` requests after its last span; then let the rest fall due."""
+    wait_ns = config.assembly.limits().completion_wait_ns
+    step_ns = math.ceil(wait_ns / lag)
+    _golden, normalize = build_references(config)
+    evaluation = EvaluationPipeline(
+        EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
+    )
+    clock = ManualClock()
+    with open(os.devnull, "w", encoding="utf-8") as devnull:
+        engine = server_engine(config, evaluation, normalize, clock, devnull)
+        spans = most = 0
+        began = time.process_time()
+        for body in bodies:
+            batch = decode_protobuf(body, _OPTIONS)
+            spans += len(batch.spans)
+            engine.offer(batch, "grpc")
+            clock.now_ns += step_ns
+            engine.tick()
+            most = max(most, engine.buffer.buffered_spans)
+        clock.now_ns += wait_ns
+        engine.tick()
+        seconds = time.process_time() - began
+        built = spans - engine.buffer.buffered_spans
+    return Held(seconds, spans, most, built)
+
+
+def _decode_seconds(bodies: Sequence[bytes]) -> float:
+    began = time.process_time()
+    for body in bodies:
+        decode_protobuf(body, _OPTIONS)
+    return time.process_time() - began
+
+
+def measure_held(
+    config: Config, bodies: Sequence[bytes], lags: Sequence[int], rounds: int
+) -> list[dict[str, float]]:
+    """Per lag: the spans held (most, after a tick), and µs of CPU per span for the whole
+    engine and for what follows decoding (median over ``rounds``)."""
+    tune_gc()
+    totals: dict[int, list[float]] = {lag: [] for lag in lags}
+    held: dict[int, int] = {}
+    decode: list[float] = []
+    for _ in range(rounds):
+        decode.append(_decode_seconds(bodies))
+        for lag in lags:
+            result = hold(config, bodies, lag)
+            if result.built != result.spans:
+                raise RuntimeError(f"lag {lag}: built {result.built} of {result.spans} spans")
+            totals[lag].append(result.seconds / result.spans * 1e6)
+            held[lag] = result.most_held
+    spans = sum(len(decode_protobuf(body, _OPTIONS).spans) for body in bodies)
+    decode_us = statistics.median(decode) / spans * 1e6
+    rows = []
+    for lag in lags:
+        engine_us = statistics.median(totals[lag])
+        rows.append(
+            {
+                "lag": lag,
+                "most_held_spans": held[lag],
+                "engine_us_per_span": engine_us,
+                "after_decode_us_per_span": engine_us - decode_us,
+                "decode_us_per_span": decode_us,
+            }
+        )
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--lags", default="1,50,100,300", help="requests before a trace is due")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--copies", type=int, default=40, help="renderings of the request pool")
+    args = parser.parse_args(argv)
+    settings = Settings()
+    config = stage_config(settings.completion_wait)
+    bodies = request_bodies(settings.templates().build(), args.copies)
+    rows = measure_held(config, bodies, [int(x) for x in args.lags.split(",")], args.rounds)
+    first = rows[0]["after_decode_us_per_span"]
+    print(f"decode alone: {rows[0]['decode_us_per_span']:.2f} µs per span")
+    for row in rows:
+        after = row["after_decode_us_per_span"]
+        print(
+            f"lag {row['lag']:>4} requests, up to {row['most_held_spans']:>7,} spans held: "
+            f"{row['engine_us_per_span']:5.2f} µs per span, {after:5.2f} after decoding "
+            f"({after / first:.2f} times as much as with none held)"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
