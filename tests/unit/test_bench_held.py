@@ -4,6 +4,8 @@ before each tick, and every span is built in the end."""
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 
 from bench.held import hold, measure_held
@@ -38,8 +40,20 @@ def test_the_engine_holds_the_requests_of_the_lag_before_each_tick(
 def test_a_measurement_reports_each_lag_with_what_it_held(bodies: list[bytes]) -> None:
     config = stage_config(Settings().completion_wait)
 
+    thresholds, frozen = gc.get_threshold(), gc.get_freeze_count()
+
     rows = measure_held(config, bodies, [1, 3], rounds=1)
+
+    assert (gc.get_threshold(), gc.get_freeze_count()) == (thresholds, frozen)  # as it was
 
     assert [row["lag"] for row in rows] == [1, 3]
     assert [row["most_held_spans"] for row in rows] == [0, hold(config, bodies, 3).most_held]
     assert all(row["engine_us_per_span"] > 0 and row["decode_us_per_span"] > 0 for row in rows)
+
+
+@pytest.mark.parametrize(("lags", "rounds"), [([0], 1), ([], 1), ([1], 0)])
+def test_a_measurement_refuses_lags_or_rounds_below_one(
+    bodies: list[bytes], lags: list[int], rounds: int
+) -> None:
+    with pytest.raises(ValueError, match="need rounds >= 1 and lags >= 1"):
+        measure_held(stage_config(Settings().completion_wait), bodies, lags, rounds)
