@@ -27,6 +27,7 @@ from bench.plans import Settings
 from bench.stages import request_bodies, server_engine, stage_config
 from toolwatch.app import build_references, tune_gc
 from toolwatch.config import Config
+from toolwatch.engine import Admission
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodeOptions, decode_protobuf
@@ -39,8 +40,8 @@ _OPTIONS = DecodeOptions()
 
 @dataclass(frozen=True, slots=True)
 class Held:
-    """One pass: CPU seconds, the spans decoded, the most spans held after a tick, and the
-    spans the engine built (every span, when the pass ends with the buffer empty)."""
+    """One pass: CPU seconds, the spans decoded (every request admitted), the most spans
+    held after a tick, and the spans built (all of them, when the buffer ends empty)."""
 
     seconds: float
     spans: int
@@ -65,7 +66,10 @@ def hold(config: Config, bodies: Sequence[bytes], lag: int) -> Held:
         for body in bodies:
             batch = decode_protobuf(body, _OPTIONS)
             spans += len(batch.spans)
-            engine.offer(batch, "grpc")
+            if engine.offer(batch, "grpc") is not Admission.ACCEPTED:
+                raise RuntimeError(
+                    f"the engine refused a request at {engine.buffer.buffered_spans:,} spans held"
+                )
             clock.now_ns += step_ns
             engine.tick()
             most = max(most, engine.buffer.buffered_spans)
