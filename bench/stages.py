@@ -40,6 +40,7 @@ from toolwatch.sinks.prometheus import PrometheusMetrics
 
 __all__ = [
     "StageCosts",
+    "evaluation_parts",
     "measure_stages",
     "request_bodies",
     "server_engine",
@@ -82,10 +83,7 @@ class _Pipeline:
         self.config = config
         self.bodies = bodies
         self.options = DecodeOptions()
-        _golden, self.normalize = build_references(config)
-        self.evaluation = EvaluationPipeline(
-            EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
-        )
+        self.evaluation, self.normalize = evaluation_parts(config)
         self.scanner = scanner(self.options)
         self.reference = Scanner.for_plan(self.scanner.plan, "reference")
         self.scans = [self.scanner.scan_bytes(b) for b in bodies]
@@ -128,6 +126,13 @@ class _Pipeline:
                 engine.offer(decode_protobuf(body, self.options), "grpc")
             clock.advance(self.config.assembly.completion_wait_seconds + 1)
             engine.tick()
+
+
+def evaluation_parts(config: Config) -> tuple[EvaluationPipeline, NameNormalizer]:
+    """The evaluation pipeline and name normalizer the server builds from ``config``."""
+    _golden, normalize = build_references(config)
+    settings = EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
+    return EvaluationPipeline(settings), normalize
 
 
 def server_engine(

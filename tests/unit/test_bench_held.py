@@ -34,7 +34,7 @@ def test_the_engine_holds_the_requests_of_the_lag_before_each_tick(
     held = hold(config, bodies, lag)
 
     assert held.most_held == max(windows)  # 0 at lag 1: each tick empties the buffer
-    assert held.spans == held.built == sum(counts)
+    assert held.spans == sum(counts)  # and none left: ``hold`` raises otherwise
 
 
 def test_a_measurement_reports_each_lag_with_what_it_held(bodies: list[bytes]) -> None:
@@ -57,3 +57,10 @@ def test_a_measurement_refuses_lags_or_rounds_below_one(
 ) -> None:
     with pytest.raises(ValueError, match="need rounds >= 1 and lags >= 1"):
         measure_held(stage_config(Settings().completion_wait), bodies, lags, rounds)
+
+
+def test_a_pass_refuses_to_report_spans_that_never_fell_due() -> None:
+    orphans = request_bodies(Settings().templates(orphan=True).build(), copies=1)[:2]
+
+    with pytest.raises(RuntimeError, match="spans never fell due"):
+        hold(stage_config(Settings().completion_wait), orphans, 1)
