@@ -56,6 +56,12 @@ REFUSAL_FINISH_REASONS = frozenset(
     {"content_filter", "content-filter", "content_filtered", "safety", "refusal"}
 )
 
+# Finish reasons seen, and whether each means a refusal: ``str.casefold`` is a method call
+# in compiled code, four times the cost of this lookup, on every model span. The reasons are
+# a small vocabulary; past this bound (hostile input), new ones are folded each time.
+_REFUSES: dict[str, bool] = {}
+_MAX_REASONS = 1024
+
 #: Bound on the agent-in-tool containment checks of one trace (see ``_adoptions``).
 _MAX_ADOPTION_CHECKS = 25_000
 
@@ -419,9 +425,17 @@ def _refusal(spans: Iterable[SpanRecord]) -> str | None:
             continue
         if span.refusal is not None:
             return span.refusal or "refusal"
-        reason = next(
-            (r for r in span.finish_reasons if r.casefold() in REFUSAL_FINISH_REASONS), None
-        )
-        if reason is not None:
-            return reason
+        for reason in span.finish_reasons:
+            if _refuses(reason):
+                return reason
     return None
+
+
+def _refuses(reason: str) -> bool:
+    """Whether a finish reason means a refusal (case-folded, remembered)."""
+    known = _REFUSES.get(reason)
+    if known is None:
+        known = reason.casefold() in REFUSAL_FINISH_REASONS
+        if len(_REFUSES) < _MAX_REASONS:
+            _REFUSES[reason] = known
+    return known

@@ -192,8 +192,8 @@ def _arguments(
 ) -> list[Violation]:
     tool = normalize(rule.tool)
     violations = []
-    for call, name in zip(trace.calls, names, strict=True):
-        if name != tool:
+    for i, call in enumerate(trace.calls):  # not zip(strict=True): generic in compiled code
+        if names[i] != tool:
             continue
         errors = list(validator.iter_errors(call.arguments))
         if not errors:

@@ -13,9 +13,9 @@ calls that are not flagged repeats (1.0 for a run without calls).
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from toolwatch.evaluation.base import Reference, in_sequence, informs, pct
 from toolwatch.evaluation.settings import LoopsSettings, PolicySettings
@@ -35,21 +35,66 @@ __all__ = ["CallKey", "Loops", "Repeat", "call_key", "find_repeats"]
 
 # ``json.dumps(value, sort_keys=True, default=repr)``, without building an encoder per call.
 _CANONICAL = json.JSONEncoder(sort_keys=True, default=repr)
+# Deeper arguments go to the encoder, which raises RecursionError where Python would: a
+# compiled function calling itself has no recursion check of its own.
+_MAX_DEPTH = 32
 
 #: A call's identity: its tool, and its arguments as ``call_key`` keys them.
-CallKey = tuple[str, str | tuple[tuple[str, str], ...]]
+CallKey = tuple[str, Hashable]
+
+
+class _NotJsonError(Exception):
+    """A value ``_canonical`` leaves to the JSON encoder."""
 
 
 def call_key(tool: str, arguments: Any) -> CallKey:
-    """What makes two calls identical: the tool and its arguments as canonical JSON. A flat
-    object of strings, the usual arguments, is keyed by its sorted items instead: equal
-    exactly when the JSON is, without the encoder (which was 40% of this evaluator's
-    instructions on the benchmark). A key of one form never equals one of the other."""
-    if isinstance(arguments, dict) and all(
-        isinstance(k, str) and isinstance(v, str) for k, v in arguments.items()
-    ):
-        return tool, tuple(sorted(arguments.items()))
-    return tool, _CANONICAL.encode(arguments)
+    """What makes two calls identical: the tool and its arguments as canonical JSON (key order
+    ignored). Arguments made of what a JSON parser returns (strings, dicts with string keys,
+    lists, ints, floats, booleans, null) are keyed by ``_canonical``: equal exactly when their
+    canonical JSON is, without the encoder, whose Python wrapper took 8,000 instructions a
+    call. Anything else (a ``bytes`` value from an OTLP attribute, say) is keyed by its JSON
+    text, a ``str``, which never equals a ``_canonical`` key (tagged, a ``tuple``): so such a
+    value is never taken for the string of its ``repr``."""
+    try:
+        key = _canonical(arguments, 0)
+    except _NotJsonError:
+        return tool, _CANONICAL.encode(arguments)
+    return tool, ("s", key) if type(key) is str else key
+
+
+def _canonical(value: Any, depth: int) -> Hashable:
+    """``value`` as a hashable key, one-to-one with its canonical JSON. A string is itself;
+    every other kind is tagged, so that no two kinds compare equal (``True == 1`` in Python,
+    not in JSON). Floats are keyed by ``repr``: JSON tells ``-0.0`` from ``0.0``, and every
+    NaN is the same ``NaN``."""
+    kind = type(value)
+    if kind is str:
+        return cast(str, value)
+    if kind is dict and depth < _MAX_DEPTH:
+        return "d", _canonical_items(value, depth + 1)
+    if kind is list and depth < _MAX_DEPTH:
+        return "l", tuple([_canonical(item, depth + 1) for item in cast(list[Any], value)])
+    if kind is tuple and depth < _MAX_DEPTH:  # an array in JSON, as a list is
+        return "l", tuple([_canonical(item, depth + 1) for item in cast(tuple[Any, ...], value)])
+    if kind is int:
+        return "i", value
+    if kind is bool:
+        return "b", value
+    if value is None:
+        return "n", None
+    if kind is float:
+        return "f", repr(value)
+    raise _NotJsonError
+
+
+def _canonical_items(value: dict[Any, Any], depth: int) -> tuple[tuple[str, Hashable], ...]:
+    """A dict's items, keyed, in key order (the sort compares keys alone: they differ)."""
+    items: list[tuple[str, Hashable]] = []
+    for key, item in value.items():
+        if type(key) is not str:
+            raise _NotJsonError  # the encoder turns such keys into text
+        items.append((key, _canonical(item, depth)))
+    return tuple(sorted(items))
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,19 +109,20 @@ class Repeat:
 
 
 def find_repeats(
-    calls: Sequence[ToolCall], tool_of: Callable[[ToolCall], str], limit_of: Callable[[str], int]
+    calls: Sequence[ToolCall], tools: Sequence[str], limits: dict[str, int], limit: int
 ) -> list[Repeat]:
-    """Repeats beyond their limit, in one pass over the calls in sequence order.
-    ``tool_of(call)`` gives the normalized tool name and ``limit_of(tool)`` the tolerated
+    """Repeats beyond their limit, in one pass over ``calls`` in sequence order. ``tools[i]`` is
+    the normalized tool name of ``calls[i]``; a tool tolerates ``limits.get(tool, limit)``
     repeats."""
-    succeeded: dict[CallKey, set[int | None]] = {}  # parallel groups of successes
-    repeats: dict[CallKey, list[ToolCall]] = {}
-    ordered = in_sequence(calls)
-    tools = [tool_of(call) for call in ordered]
     per_tool: dict[str, int] = {}  # not a Counter: its constructor is interpreted Python
     for tool in tools:
         per_tool[tool] = per_tool.get(tool, 0) + 1
-    for call, tool in zip(ordered, tools, strict=True):
+    if len(per_tool) == len(tools):
+        return []  # no tool called twice: no call has an identical one
+    succeeded: dict[CallKey, set[int | None]] = {}  # parallel groups of successes
+    repeats: dict[CallKey, list[ToolCall]] = {}
+    for i, call in enumerate(calls):  # not zip(strict=True): generic in compiled code
+        tool = tools[i]
         if per_tool[tool] < 2:
             continue  # the only call of its tool: nothing identical before or after it
         key = call_key(tool, call.arguments)
@@ -91,9 +137,9 @@ def find_repeats(
             groups.add(call.parallel_group)
     result: list[Repeat] = []
     for (tool, _), made in repeats.items():
-        limit = limit_of(tool)
-        if len(made) > limit:
-            result.append(Repeat(tool, len(made), limit, tuple(made[limit:])))
+        tolerated = limits.get(tool, limit)
+        if len(made) > tolerated:
+            result.append(Repeat(tool, len(made), tolerated, tuple(made[tolerated:])))
     return result
 
 
@@ -109,11 +155,9 @@ class Loops:
         self._limits = {self._normalize(t): n for t, n in policy.repeat_limits.items()}
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult:
-        repeats = find_repeats(
-            trace.calls,
-            lambda call: self._normalize(call.tool_name),
-            lambda tool: self._limits.get(tool, self._limit),
-        )
+        calls = in_sequence(trace.calls)
+        tools = [self._normalize(call.tool_name) for call in calls]
+        repeats = find_repeats(calls, tools, self._limits, self._limit)
         flagged = sum(len(r.flagged) for r in repeats)
         score = 1.0 - flagged / len(trace.calls) if trace.calls else 1.0
         findings = tuple(self._finding(trace, r, score) for r in repeats)

@@ -162,7 +162,8 @@ class Safety:
             return []  # nothing to verify: a ledger would be read by nobody
         ledger = _Ledger()
         flags = []
-        for call, tool in zip(calls, tools, strict=True):
+        for i, call in enumerate(calls):  # not zip(strict=True): generic in compiled code
+            tool = tools[i]
             if tool in self._dangerous:
                 verdict = self._verdict(tool, call, ledger)
                 if not verdict.verified:

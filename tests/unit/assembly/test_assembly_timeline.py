@@ -171,6 +171,20 @@ def test_content_filter_finish_reason_is_a_refusal() -> None:
     assert trace.calls == ()
 
 
+def test_finish_reasons_are_compared_case_folded_however_many_distinct_ones_arrive() -> None:
+    def reason_of(*reasons: str) -> str | None:
+        spans = [agent(1, None, "a", 0, 100), llm(2, 1, 1, 10, finish_reasons=reasons)]
+        return only(spans).refusal_reason
+
+    noise = [f"stop-{i}" for i in range(3000)]  # beyond what is remembered
+    assert [reason_of(r) for r in noise[:3]] == [None, None, None]
+    assert reason_of(*noise, "Content_Filter") == "Content_Filter"
+    assert reason_of("SAFETY") == reason_of("SAFETY") == "SAFETY"
+    long_s = "\u017fafety"  # casefolds to "safety"; lower() keeps it
+    assert reason_of(*noise[-5:], long_s) == long_s
+    assert reason_of("Stop", "TOOL_CALLS") is None
+
+
 def test_refusal_part_is_a_refusal_with_its_text() -> None:
     spans = [agent(1, None, "a", 0, 100), llm(2, 1, 1, 10, refusal="I cannot do that")]
 

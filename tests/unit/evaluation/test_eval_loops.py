@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
@@ -85,10 +86,13 @@ _json_values = st.recursive(
     st.none()
     | st.booleans()
     | st.integers(-3, 3)
-    | st.floats(allow_nan=False)
+    | st.sampled_from([0.0, -0.0, 1.0, 1e16, math.inf, -math.inf, math.nan])
+    | st.floats()
     | st.text(max_size=3),
     lambda inner: (
-        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+        st.lists(inner, max_size=3)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(st.text(max_size=3), inner, max_size=3)
     ),
     max_leaves=6,
 )
@@ -106,6 +110,27 @@ def test_two_calls_have_one_key_exactly_when_their_canonical_json_is_one(a: Any,
     same_json = canonical(a) == canonical(b)
     assert (call_key("lookup_order", a) == call_key("lookup_order", b)) is same_json
     assert call_key("lookup_order", a) != call_key("issue_refund", a)
+
+
+def test_nested_arguments_in_another_key_order_are_identical() -> None:
+    first = call_key("t", {"order": {"id": 7, "lines": [1, 2.5, None, True]}, "note": "x"})
+    assert first == call_key("t", {"note": "x", "order": {"lines": [1, 2.5, None, True], "id": 7}})
+    assert first != call_key("t", {"note": "x", "order": {"lines": [1, 2.5, None, 1], "id": 7}})
+    assert call_key("t", [0.0]) != call_key("t", [-0.0])
+    assert call_key("t", [math.nan]) == call_key("t", [math.nan])
+
+
+def test_a_value_json_has_no_type_for_is_not_taken_for_the_string_of_its_repr() -> None:
+    assert call_key("t", {"blob": b"1"}) == call_key("t", {"blob": b"1"})
+    assert call_key("t", {"blob": b"1"}) != call_key("t", {"blob": "b'1'"})
+    assert call_key("t", {1: "x"}) == call_key("t", {1: "x"})  # a key JSON would make text
+
+
+def test_arguments_deeper_than_the_key_goes_are_keyed_by_their_json() -> None:
+    deep: Any = "leaf"
+    for _ in range(100):
+        deep = {"a": [deep]}
+    assert call_key("t", deep) == ("t", json.dumps(deep, sort_keys=True, default=repr))
 
 
 def test_flat_string_arguments_in_another_key_order_are_identical() -> None:
