@@ -312,6 +312,19 @@ def test_a_value_before_its_key_and_repeated_span_fields_read_as_protobuf_reads_
     assert found[11]["gen_ai.agent.name"] == "late-key"
 
 
+def test_spans_of_one_trace_next_to_each_other_share_one_trace_id_object() -> None:
+    one, other = bytes(range(1, 17)), bytes(range(2, 18))
+    ids = [one, one, other, one, one]
+    spans = [span(f"s{i}", trace_id=t, span_id=bytes([i + 1]) * 8) for i, t in enumerate(ids)]
+    body = request(*spans[:3], scopes=[spans[:3], spans[3:]]).SerializeToString()
+    scanned = assert_same(body).spans
+    assert [s[3] for s in scanned] == ids
+    assert scanned[0][3] is scanned[1][3]  # shared
+    assert scanned[2][3] is not scanned[1][3]
+    assert scanned[3][3] is scanned[4][3]  # across scopes too
+    assert scanned[3][3] is not scanned[0][3]  # only with the span just before
+
+
 def test_resources_split_over_two_fields_merge_as_protobuf_merges_them() -> None:
     resource = ld(1, ld(1, b"service.name") + ld(2, ld(1, b"first")))
     body = ld(
