@@ -72,10 +72,8 @@ def _canonical(value: Any, depth: int) -> Hashable:
         return cast(str, value)
     if kind is dict and depth < _MAX_DEPTH:
         return "d", _canonical_items(value, depth + 1)
-    if kind is list and depth < _MAX_DEPTH:
-        return "l", tuple([_canonical(item, depth + 1) for item in cast(list[Any], value)])
-    if kind is tuple and depth < _MAX_DEPTH:  # an array in JSON, as a list is
-        return "l", tuple([_canonical(item, depth + 1) for item in cast(tuple[Any, ...], value)])
+    if (kind is list or kind is tuple) and depth < _MAX_DEPTH:  # both are arrays in JSON
+        return "l", tuple([_canonical(item, depth + 1) for item in cast(Sequence[Any], value)])
     if kind is int:
         return "i", value
     if kind is bool:
@@ -118,7 +116,7 @@ def find_repeats(
     for tool in tools:
         per_tool[tool] = per_tool.get(tool, 0) + 1
     if len(per_tool) == len(tools):
-        return []  # no tool called twice: no call has an identical one
+        return []  # no tool called twice (most runs): not even the two dicts below
     succeeded: dict[CallKey, set[int | None]] = {}  # parallel groups of successes
     repeats: dict[CallKey, list[ToolCall]] = {}
     for i, call in enumerate(calls):  # not zip(strict=True): generic in compiled code
