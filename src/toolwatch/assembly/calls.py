@@ -41,19 +41,26 @@ class CallSite:
 
     ``agent``: nearest AGENT strict ancestor. ``tool``: nearest TOOL strict ancestor inside
     the same run (agent-as-tool). ``parent``: parent span id after skipping WRAPPER spans
-    (``None`` for a span without parent).
+    (``None`` for a span without parent). ``run``: the span id of the AGENT span whose run
+    the span belongs to (``None`` outside every agent).
     """
 
     agent: SpanRecord | None
     tool: SpanRecord | None
     parent: bytes | None
+    run: bytes | None
 
     def __init__(
-        self, agent: SpanRecord | None, tool: SpanRecord | None, parent: bytes | None
+        self,
+        agent: SpanRecord | None,
+        tool: SpanRecord | None,
+        parent: bytes | None,
+        run: bytes | None,
     ) -> None:
         self.agent = agent
         self.tool = tool
         self.parent = parent
+        self.run = run
 
 
 @dataclass(slots=True, init=False)

@@ -112,8 +112,8 @@ def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[
     recorded = _Tree(spans, by_id, {})
     adopted = _adoptions(spans, recorded)
     tree = _Tree(spans, by_id, adopted) if adopted else recorded
-    sites, run_of = _place(spans, tree, _workflows(spans, tree))
-    runs = _runs(spans, by_id, run_of)
+    sites = _place(spans, tree, _workflows(spans, tree))
+    runs = _runs(spans, by_id, sites)
     built = [_tool_trace(trace, run, sites, normalize) for run in runs]
     if len(built) < 2:
         return built
@@ -146,11 +146,9 @@ def _span_id(span: SpanRecord) -> bytes:
 
 def _place(
     spans: list[SpanRecord], tree: _Tree, workflows: frozenset[bytes]
-) -> tuple[dict[bytes, CallSite], dict[bytes, bytes | None]]:
-    """Walk every tree top-down: each span's call site, and the run it belongs to (the
-    run's AGENT span id; ``None`` outside every agent)."""
+) -> dict[bytes, CallSite]:
+    """Walk every tree top-down: each span's call site, with the run it belongs to."""
     sites: dict[bytes, CallSite] = {}
-    run_of: dict[bytes, bytes | None] = {}
     # Spans caught in a parent cycle are reachable from no top; start from them in order.
     for top in [*tree.tops, *spans]:
         if top.span_id in sites:
@@ -161,17 +159,17 @@ def _place(
             span, frame = stack.pop(), frames.pop()
             if span.span_id in sites:
                 continue
-            sites[span.span_id] = CallSite(frame.agent, frame.tool, frame.parent)
             kids = tree.children.get(span.span_id)
             if kids is None and span.role is not SpanRole.AGENT:
-                run_of[span.span_id] = frame.run  # a leaf hands down nothing, starts no run
+                # A leaf hands down nothing and starts no run.
+                sites[span.span_id] = CallSite(frame.agent, frame.tool, frame.parent, frame.run)
                 continue
             inner = _descend(span, frame, workflows)
-            run_of[span.span_id] = inner.run
+            sites[span.span_id] = CallSite(frame.agent, frame.tool, frame.parent, inner.run)
             for child in kids if kids is not None else _LEAF:
                 stack.append(child)
                 frames.append(inner)
-    return sites, run_of
+    return sites
 
 
 _LEAF: list[SpanRecord] = []  # the children of a span that has none; never mutated
@@ -333,12 +331,12 @@ def _descend(span: SpanRecord, frame: _Frame, workflows: frozenset[bytes]) -> _F
 
 
 def _runs(
-    spans: list[SpanRecord], by_id: dict[bytes, SpanRecord], run_of: dict[bytes, bytes | None]
+    spans: list[SpanRecord], by_id: dict[bytes, SpanRecord], sites: dict[bytes, CallSite]
 ) -> list[_Run]:
     """The runs, each with its spans in the order of ``spans`` (sorted by start, span id)."""
     members: dict[bytes | None, list[SpanRecord]] = {}
     for span in spans:
-        append_to(members, run_of[span.span_id], span)
+        append_to(members, sites[span.span_id].run, span)
     runs = [
         _Run(by_id[key], key, tuple(group)) for key, group in members.items() if key is not None
     ]
