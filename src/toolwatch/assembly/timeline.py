@@ -130,7 +130,10 @@ def _in_time_order(spans: list[SpanRecord]) -> list[SpanRecord]:
     for i in range(1, len(spans) + 1):
         if i < len(spans) and spans[i].start_ns == spans[first].start_ns:
             continue
-        if i - first > 1:
+        if i - first == 2:  # two spans started together, the usual tie: no sort call
+            if spans[first + 1].span_id < spans[first].span_id:
+                spans[first], spans[first + 1] = spans[first + 1], spans[first]
+        elif i - first > 2:
             spans[first:i] = sorted(spans[first:i], key=_span_id)
         first = i
     return spans

@@ -12,6 +12,7 @@ from assembly_support import RecordingMetrics
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from toolwatch.assembly import timeline
 from toolwatch.assembly.buffer import AssemblyLimits, CompletedTrace, TraceBuffer
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.model import ManualClock, SpanRecord, SpanRole, ToolTrace
@@ -48,6 +49,20 @@ def test_timeline_ignores_span_order_and_duplicates(
     arrived = data.draw(shuffled_with_duplicates(kept))
 
     assert canonical(arrived) == canonical(kept)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), spans=span_trees(max_spans=16))
+def test_spans_are_taken_by_start_then_span_id_whatever_their_arrival(
+    data: st.DataObject, spans: tuple[SpanRecord, ...]
+) -> None:
+    # The strategy's starts collide often: ties of two and of more are both exercised.
+    arrived = data.draw(st.permutations(spans))
+    expected = sorted(spans, key=lambda s: (s.start_ns, s.span_id))
+
+    ordered = timeline._in_time_order(list(arrived))
+
+    assert [s.span_id for s in ordered] == [s.span_id for s in expected]
 
 
 @settings(max_examples=200, deadline=None)
