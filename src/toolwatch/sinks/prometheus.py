@@ -30,7 +30,7 @@ from typing import Any, TypeVar, cast
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info
 
 from toolwatch import __version__
-from toolwatch.model import Category, Finding, Severity, ToolTrace
+from toolwatch.model import CallStatus, Category, Finding, Severity, ToolTrace
 from toolwatch.sinks.scrape_state import BufferState, StateCollector, TallyCollector
 from toolwatch.sinks.tally import CounterTally, HistogramTally
 
@@ -65,6 +65,7 @@ _DETECTION_BUCKETS = (
 
 _TRANSPORTS = ("grpc", "http")
 _STATUSES = ("ok", "error")
+_MAX_EVALUATOR_KEYS = 1024  # evaluator names whose label key is remembered
 _OUTCOMES = ("complete", "timed_out", "evicted", "span_limit", "shutdown")
 _LISTENERS = ("grpc", "http", "metrics", "stream")
 
@@ -143,6 +144,10 @@ class PrometheusMetrics:
         self._trace_outcome = LabelLimiter(_OUTCOMES, 0)
         self._listener = LabelLimiter(_LISTENERS, 0)
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
+        # Label values looked up once per run or evaluator, not worked out again: each
+        # status's, and each evaluator name's key (names come from the code and config).
+        self._status_labels = {status: self._status(str(status)) for status in CallStatus}
+        self._evaluator_keys: dict[str, tuple[str]] = {}
         self._register(registry)
         Info("toolwatch_build", "toolwatch version, always 1.", registry=registry).info(
             {"version": version, "decoder": decoder}
@@ -307,14 +312,20 @@ class PrometheusMetrics:
         """Counts the run by outcome and each of its calls by tool and status."""
         reason = "complete" if trace.complete else trace.incomplete_reason or OTHER
         outcome = self._trace_outcome(reason)
-        self._tool_traces.inc((self._agent(trace.agent), outcome))
+        run_agent = self._agent(trace.agent)
+        self._tool_traces.inc((run_agent, outcome))
         for call in trace.calls:
-            agent = self._agent(call.agent or trace.agent)
-            status = self._status(str(call.status))
+            same = not call.agent or call.agent == trace.agent  # the run's agent, usually
+            agent = run_agent if same else self._agent(call.agent)
+            status = self._status_labels.get(call.status) or self._status(str(call.status))
             self._tool_calls.inc((agent, self._tool(call.tool_name), status))
 
     def evaluated(self, evaluator: str, score: float | None, seconds: float) -> None:
-        key = (self._evaluator(evaluator),)
+        key = self._evaluator_keys.get(evaluator)
+        if key is None:
+            key = (self._evaluator(evaluator),)  # the same for this name from now on
+            if len(self._evaluator_keys) < _MAX_EVALUATOR_KEYS:
+                self._evaluator_keys[evaluator] = key
         self._evaluation_seconds.observe(key, seconds)
         if score is not None and math.isfinite(score):
             self._scores.observe(key, score)

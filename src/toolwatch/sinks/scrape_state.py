@@ -134,9 +134,9 @@ def _render(tally: CounterTally | HistogramTally) -> Metric:
     histogram = HistogramMetricFamily(tally.name, tally.documentation, labels=tally.labels)
     # The ``le`` values as prometheus_client writes them ("0.1", "1.0", "+Inf").
     bounds = [floatToGoString(bound) for bound in tally.bounds]  # type: ignore[no-untyped-call]
-    for key, counts in tally.counts.items():
-        cumulative = list(itertools.accumulate(float(count) for count in counts))
-        histogram.add_metric(key, list(zip(bounds, cumulative, strict=True)), tally.sums[key])
+    for key, series in tally.series.items():
+        cumulative = list(itertools.accumulate(float(count) for count in series.counts))
+        histogram.add_metric(key, list(zip(bounds, cumulative, strict=True)), series.total)
         labels = dict(zip(tally.labels, key, strict=True))
         histogram.add_sample(f"{histogram.name}_created", labels, tally.created[key])
     return histogram

@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Callable
 
-__all__ = ["CounterTally", "HistogramTally"]
+__all__ = ["CounterTally", "HistogramSeries", "HistogramTally"]
 
 #: Label values, in the order of the family's label names.
 Key = tuple[str, ...]
@@ -77,17 +77,17 @@ class HistogramTally:
         self.bounds: tuple[float, ...] = (
             buckets if buckets[-1] == math.inf else (*buckets, math.inf)
         )
-        self.counts: dict[Key, list[int]] = {}
-        self.sums: dict[Key, float] = {}
+        # Per label set, its buckets and sum in one record: one dict lookup per ``observe``.
+        self.series: dict[Key, HistogramSeries] = {}
         self.created: dict[Key, float] = {}
         self._clock = clock
 
     def observe(self, key: Key, value: float) -> None:
-        counts = self.counts.get(key)
-        if counts is None:
-            counts = self.counts[key] = [0] * len(self.bounds)
-            self.sums[key] = 0.0
+        series = self.series.get(key)
+        if series is None:
+            series = self.series[key] = HistogramSeries(len(self.bounds))
             self.created[key] = self._clock()
+        counts = series.counts
         last = len(counts) - 1
         index = 0
         for bound in self.bounds:
@@ -95,4 +95,14 @@ class HistogramTally:
                 break
             index += 1
         counts[index] += 1
-        self.sums[key] += value
+        series.total += value
+
+
+class HistogramSeries:
+    """One label set of a histogram: the count in each bucket (not cumulative) and the sum."""
+
+    __slots__ = ("counts", "total")
+
+    def __init__(self, buckets: int) -> None:
+        self.counts: list[int] = [0] * buckets
+        self.total = 0.0
