@@ -10,7 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolwatch.jsontext import loads
+from toolwatch import jsontext
+from toolwatch.jsontext import compact_encoder, loads
 
 scalars = st.one_of(
     st.none(),
@@ -69,3 +70,72 @@ def test_any_text_reads_or_fails_as_json_loads(text: str) -> None:
 )
 def test_the_edges_of_both_parsers_read_as_json_loads_reads_them(text: str) -> None:
     assert outcome(text, loads) == outcome(text, json.loads)
+
+
+class _Circular(list[Any]):
+    """A list that holds itself, once built."""
+
+
+def _circular() -> list[Any]:
+    value: list[Any] = _Circular()
+    value.append(value)
+    return value
+
+
+def _default(value: Any) -> Any:
+    """A ``default`` as the findings log has one: some types become JSON, others fail."""
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, frozenset):
+        return sorted(value, key=repr)
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+encodable = st.recursive(
+    scalars
+    | st.binary(max_size=4)
+    | st.frozensets(st.integers(), max_size=3)
+    | st.complex_numbers(),
+    lambda inner: (
+        st.lists(inner, max_size=4)
+        | st.lists(inner, max_size=3).map(tuple)
+        | st.dictionaries(
+            st.one_of(st.text(), st.integers(), st.floats(), st.booleans(), st.none()),
+            inner,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
+
+
+def written(encode: Any, value: Any) -> str:
+    """The text, or the error's type and message."""
+    try:
+        return "text " + encode(value)
+    except (TypeError, ValueError) as error:
+        return f"{type(error).__name__} {error}"
+
+
+@given(st.one_of(encodable, st.builds(_circular)), st.booleans())
+def test_compact_encoder_writes_what_json_dumps_writes(value: Any, ascii_only: bool) -> None:
+    expected = written(
+        lambda v: json.dumps(v, ensure_ascii=ascii_only, separators=(",", ":"), default=_default),
+        value,
+    )
+    assert written(compact_encoder(_default, ascii_only=ascii_only), value) == expected
+
+
+def test_a_failed_encoding_leaves_no_trace_in_the_next() -> None:
+    encode = compact_encoder(_default)
+    shared = ["x"]
+    with pytest.raises(TypeError):
+        encode([shared, complex(1, 2)])  # fails inside, after entering ``shared``
+    assert encode([shared, shared]) == '[["x"],["x"]]'
+
+
+def test_without_the_c_encoder_the_json_encoder_writes_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jsontext, "_C_MAKE_ENCODER", None)
+    encode = compact_encoder(_default, ascii_only=True)
+    assert type(encode).__name__ == "method"  # JSONEncoder.encode, bound
+    assert encode({"é": [b"\x01", frozenset({2, 1})]}) == '{"\\u00e9":["01",[1,2]]}'

@@ -32,6 +32,7 @@ Threading: sinks are called from the event loop; they are not thread-safe.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -40,6 +41,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
+from toolwatch.jsontext import compact_encoder
 from toolwatch.model import CallStatus, Clock, Finding, ToolCall, ToolTrace
 
 __all__ = [
@@ -114,7 +116,12 @@ class Redaction:
 def format_timestamp(time_ns: int) -> str:
     """``time_ns`` (Unix epoch) as ISO 8601 UTC with milliseconds: ``2026-11-29T20:31:02.123Z``."""
     seconds, rest = divmod(time_ns, 1_000_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rest // 1_000_000:03d}Z"
+    return _utc_second(seconds) + f".{rest // 1_000_000:03d}Z"
+
+
+@functools.lru_cache(maxsize=4)  # the findings of one second share it
+def _utc_second(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
 
 
 def finding_record(
@@ -140,10 +147,6 @@ def finding_record(
     }
 
 
-def _to_json(value: Any, ascii_only: bool = False) -> str:
-    return json.dumps(value, ensure_ascii=ascii_only, separators=(",", ":"), default=_json_default)
-
-
 def _json_default(value: Any) -> Any:
     """Encodes what JSON has no type for instead of failing on it (never crash on input)."""
     if isinstance(value, bytes | bytearray):
@@ -153,6 +156,11 @@ def _json_default(value: Any) -> Any:
     if isinstance(value, frozenset | set):
         return sorted(value, key=repr)
     return repr(value)
+
+
+#: Compact JSON, ``_json_default`` for what JSON has no type for; ASCII only for the dump.
+_to_json = compact_encoder(_json_default)
+_to_ascii_json = compact_encoder(_json_default, ascii_only=True)
 
 
 def render_details(details: Mapping[str, Any]) -> dict[str, str]:
@@ -254,7 +262,7 @@ class ToolTraceWriter:
 
     def write(self, trace: ToolTrace) -> None:
         # ASCII only: text may hold U+2028, U+0085, ... which some line splitters split on.
-        self._stream.write(_to_json(tooltrace_to_dict(trace), ascii_only=True) + "\n")
+        self._stream.write(_to_ascii_json(tooltrace_to_dict(trace)) + "\n")
         self._stream.flush()
 
     def close(self) -> None:
