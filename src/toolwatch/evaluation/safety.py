@@ -53,12 +53,23 @@ _MAX_SPANS = 10  # span ids listed in a finding's details
 
 def lookup(arguments: Any, path: str) -> Any:
     """The value at dotted ``path`` in nested argument objects, or ``None`` if absent."""
+    if "." not in path:  # the usual field: no list of parts
+        return _item(arguments, path)
     value = arguments
     for part in path.split("."):
-        if not isinstance(value, Mapping) or part not in value:
+        value = _item(value, part)
+        if value is None:
             return None
-        value = value[part]
     return value
+
+
+def _item(value: Any, key: str) -> Any:
+    """``value[key]`` if ``value`` is a mapping holding ``key``, else ``None``."""
+    if type(value) is dict:  # what JSON gives: no (interpreted) ABC check, 1,000 instructions
+        return value.get(key)
+    if isinstance(value, Mapping) and key in value:
+        return value[key]
+    return None
 
 
 def entity_key(value: Any) -> str | None:
@@ -68,6 +79,8 @@ def entity_key(value: Any) -> str | None:
         return None
     if isinstance(value, str):  # the usual id: no need of the (interpreted) ABC check below
         return value.strip()
+    if type(value) is int:  # the other usual id (bool is a subclass: not this branch)
+        return str(value)
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, Mapping | list):
@@ -101,11 +114,18 @@ class _Ledger:
         self.failed: dict[str, list[str | None]] = {}
 
     def add(self, tool: str, field_value: tuple[str, str], group: int | None) -> None:
-        self.succeeded.setdefault((tool, *field_value), set()).add(group)
+        key = (tool, field_value[0], field_value[1])  # not a * splat: generic when compiled
+        groups = self.succeeded.get(key)
+        if groups is None:
+            self.succeeded[key] = {group}
+        else:
+            groups.add(group)
 
     def informs(self, tool: str, field_value: tuple[str, str], group: int | None) -> bool:
         """Whether a recorded (so earlier) success informs a call of ``group``."""
-        groups = self.succeeded.get((tool, *field_value), ())
+        groups = self.succeeded.get((tool, field_value[0], field_value[1]))
+        if groups is None:
+            return False
         return any(informs(g, group) for g in groups)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from types import MappingProxyType
 from typing import Any
 
 import pytest
@@ -205,4 +206,16 @@ def test_lookup_and_entity_key() -> None:
     assert entity_key(["x", 1]) == '["x", 1]'
     assert entity_key("  ord-1 \n") == "ord-1"
     assert entity_key(7) == "7"
+    assert entity_key(True) == "True"
     assert entity_key(2.5) == "2.5"
+
+
+def test_lookup_reads_any_mapping_and_stops_at_what_is_absent() -> None:
+    arguments = MappingProxyType({"order": MappingProxyType({"id": "A-1"}), "none": None})
+    assert lookup(arguments, "order.id") == "A-1"
+    assert lookup(arguments, "order") == {"id": "A-1"}
+    assert lookup(arguments, "order.id.more") is None
+    assert lookup(arguments, "none.id") is None
+    assert lookup(arguments, "missing") is None
+    assert lookup({"a.b": 1}, "a.b") is None  # a dotted path is a path, never a key
+    assert lookup(["a"], "0") is None
