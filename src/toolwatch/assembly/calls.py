@@ -289,7 +289,7 @@ def _in_order(drafts: list[_Draft]) -> tuple[list[_Draft], list[list[int]]]:
     requested are put back in the model's order within the places they took, so scheduling
     jitter between parallel tool spans never reorders them (CONVENTIONS §6.4). Also the
     places of each output's calls, for the outputs that requested two or more."""
-    if not _starts_increase(drafts):  # else they are in time order already, the usual run
+    if not _in_time_order(drafts):  # they usually are: no sort, no key tuple per call
         drafts = sorted(drafts, key=_time_key)
     if _one_call_per_output(drafts):
         return drafts, []  # the usual run: nothing to put back in order, no output's group
@@ -300,6 +300,8 @@ def _in_order(drafts: list[_Draft]) -> tuple[list[_Draft], list[list[int]]]:
     shared = [indexes for indexes in places.values() if len(indexes) > 1]
     ordered = list(drafts)
     for indexes in shared:
+        if _emitted_in_order(drafts, indexes):
+            continue  # the places already hold the calls in the model's order
         batch = sorted((drafts[i] for i in indexes), key=_emission)
         for i, draft in zip(indexes, batch, strict=True):
             ordered[i] = draft
@@ -311,9 +313,24 @@ def _one_call_per_output(drafts: Sequence[_Draft]) -> bool:
     return all(d.request is None or len(d.request.llm.output_tool_calls) < 2 for d in drafts)
 
 
-def _starts_increase(drafts: Sequence[_Draft]) -> bool:
-    """Whether each draft starts strictly after the one before it."""
-    return all(drafts[i - 1].start_ns < drafts[i].start_ns for i in range(1, len(drafts)))
+def _in_time_order(drafts: list[_Draft]) -> bool:
+    """Whether the drafts are sorted by ``_time_key``: by start, and where two start
+    together (parallel calls often do), by the rest of the key."""
+    for i in range(1, len(drafts)):
+        before, start = drafts[i - 1].start_ns, drafts[i].start_ns
+        if before > start:
+            return False
+        if before == start and _time_key(drafts[i]) < _time_key(drafts[i - 1]):
+            return False
+    return True
+
+
+def _emitted_in_order(drafts: list[_Draft], indexes: list[int]) -> bool:
+    """Whether the drafts at ``indexes`` are in the order their output requested them."""
+    return all(
+        _emission(drafts[indexes[k - 1]]) < _emission(drafts[indexes[k]])
+        for k in range(1, len(indexes))
+    )
 
 
 def append_to(lists: dict[K, list[V]], key: K, value: V) -> None:

@@ -11,6 +11,7 @@ from assembly_support import MS, agent, ask, hexid, llm, only, span, tool
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from toolwatch.assembly import calls
 from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolCall
 
 
@@ -363,3 +364,27 @@ def test_parallel_groups_are_the_overlap_components_of_each_parent(
     calls = only(spans).calls
 
     assert [c.parallel_group for c in calls] == _groups_by_definition(calls, parents)
+
+
+@st.composite
+def drafts(draw: st.DrawFn) -> list[calls._Draft]:
+    """Executions and requests, with starts and requesting outputs that often coincide."""
+    made: list[calls._Draft] = []
+    for n in range(draw(st.integers(0, 8))):
+        start = draw(st.integers(0, 3))
+        if draw(st.booleans()):
+            made.append(calls._Draft(tool(n + 1, None, "t", start, start + 1), None))
+            continue
+        output = llm(100 + draw(st.integers(0, 2)), None, draw(st.integers(0, 2)), start)
+        request = calls._Request(output, ask("t", None, None, draw(st.integers(0, 3))), "t", n)
+        made.append(calls._Draft(None, request))
+    return made
+
+
+@settings(max_examples=300, deadline=None)
+@given(drafts())
+def test_calls_in_time_order_are_told_apart_from_calls_that_need_a_sort(
+    made: list[calls._Draft],
+) -> None:
+    ordered = [id(d) for d in sorted(made, key=calls._time_key)] == [id(d) for d in made]
+    assert calls._in_time_order(made) is ordered
