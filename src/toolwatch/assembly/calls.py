@@ -204,7 +204,7 @@ def _requests(spans: tuple[SpanRecord, ...], normalize: Callable[[Any], str]) ->
         if llm.role is not SpanRole.LLM or not llm.output_tool_calls:
             continue
         calls = llm.output_tool_calls
-        for call in calls if len(calls) == 1 else sorted(calls, key=_emitted_position):
+        for call in calls if _positions_increase(calls) else sorted(calls, key=_emitted_position):
             if call.call_id is not None:
                 earlier = first_llm.setdefault(call.call_id, llm)
                 if earlier is not llm and _overlap(earlier, llm):
@@ -217,6 +217,11 @@ def _emitted_position(call: RequestedCall) -> int:
     return call.position
 
 
+def _positions_increase(calls: tuple[RequestedCall, ...]) -> bool:
+    """Whether an output's calls are in emission order already (they usually are)."""
+    return all(calls[i - 1].position < calls[i].position for i in range(1, len(calls)))
+
+
 def _overlap(a: SpanRecord, b: SpanRecord) -> bool:
     return a.start_ns <= b.end_ns and b.start_ns <= a.end_ns
 
@@ -225,6 +230,9 @@ def _join_by_id(
     executions: list[SpanRecord], requests: list[_Request]
 ) -> tuple[list[_Draft], list[SpanRecord], list[_Request]]:
     """Pair each tool span with the earliest unpaired request of its call id."""
+    unique = _by_unique_id(requests)
+    if unique is not None:
+        return _join_by_unique_id(executions, requests, unique)
     latest_first: dict[str, list[_Request]] = {}  # popping from the end gives the earliest
     for r in reversed(requests):
         if r.call.call_id is not None:
@@ -237,10 +245,43 @@ def _join_by_id(
             drafts.append(_Draft(span, queue.pop()))
         else:
             unmatched.append(span)
+    return drafts, unmatched, _untaken(drafts, requests)
+
+
+def _by_unique_id(requests: list[_Request]) -> dict[str, _Request] | None:
+    """The requests by call id, or ``None`` if two share one (ADK's ``"<not specified>"``)."""
+    by_id: dict[str, _Request] = {}
+    for r in requests:
+        call_id = r.call.call_id
+        if call_id is not None:
+            if call_id in by_id:
+                return None
+            by_id[call_id] = r
+    return by_id
+
+
+def _join_by_unique_id(
+    executions: list[SpanRecord], requests: list[_Request], by_id: dict[str, _Request]
+) -> tuple[list[_Draft], list[SpanRecord], list[_Request]]:
+    """``_join_by_id`` when no two requests share a call id (the usual run): one dict, no
+    list per id."""
+    drafts: list[_Draft] = []
+    unmatched: list[SpanRecord] = []
+    for span in executions:
+        request = by_id.pop(span.call_id, None) if span.call_id is not None else None
+        if request is not None:
+            drafts.append(_Draft(span, request))
+        else:
+            unmatched.append(span)
+    return drafts, unmatched, _untaken(drafts, requests)
+
+
+def _untaken(drafts: list[_Draft], requests: list[_Request]) -> list[_Request]:
+    """The requests no draft took."""
     if len(drafts) == len(requests):
-        return drafts, unmatched, []  # every request was taken (each draft took one)
+        return []  # every request was taken (each draft took one)
     taken = {d.request.position for d in drafts if d.request is not None}
-    return drafts, unmatched, [r for r in requests if r.position not in taken]
+    return [r for r in requests if r.position not in taken]
 
 
 def _join_by_name(
