@@ -152,27 +152,36 @@ def _place(
 ) -> dict[bytes, CallSite]:
     """Walk every tree top-down: each span's call site, with the run it belongs to."""
     sites: dict[bytes, CallSite] = {}
-    # Spans caught in a parent cycle are reachable from no top; start from them in order.
-    for top in [*tree.tops, *spans]:
-        if top.span_id in sites:
-            continue  # placed from an earlier top (every span is, unless in a cycle)
-        # Two stacks, of spans and of the frames they get: no (span, frame) tuple per span.
-        stack, frames = [top], [_Frame(None, None, None, top.parent_span_id)]
-        while stack:
-            span, frame = stack.pop(), frames.pop()
-            if span.span_id in sites:
-                continue
-            kids = tree.children.get(span.span_id)
-            if kids is None and span.role is not SpanRole.AGENT:
-                # A leaf hands down nothing and starts no run.
-                sites[span.span_id] = CallSite(frame.agent, frame.tool, frame.parent, frame.run)
-                continue
-            inner = _descend(span, frame, workflows)
-            sites[span.span_id] = CallSite(frame.agent, frame.tool, frame.parent, inner.run)
-            for child in kids if kids is not None else _LEAF:
-                stack.append(child)
-                frames.append(inner)
+    for top in tree.tops:
+        _walk_placing(top, tree, workflows, sites)
+    if len(sites) < len(spans):
+        # Spans caught in a parent cycle are reachable from no top; start from them in order.
+        for span in spans:
+            if span.span_id not in sites:
+                _walk_placing(span, tree, workflows, sites)
     return sites
+
+
+def _walk_placing(
+    top: SpanRecord, tree: _Tree, workflows: frozenset[bytes], sites: dict[bytes, CallSite]
+) -> None:
+    """Place ``top`` and every span below it not placed yet."""
+    # Two stacks, of spans and of the frames they get: no (span, frame) tuple per span.
+    stack, frames = [top], [_Frame(None, None, None, top.parent_span_id)]
+    while stack:
+        span, frame = stack.pop(), frames.pop()
+        if span.span_id in sites:
+            continue
+        kids = tree.children.get(span.span_id)
+        if kids is None and span.role is not SpanRole.AGENT:
+            # A leaf hands down nothing and starts no run.
+            sites[span.span_id] = CallSite(frame.agent, frame.tool, frame.parent, frame.run)
+            continue
+        inner = _descend(span, frame, workflows)
+        sites[span.span_id] = CallSite(frame.agent, frame.tool, frame.parent, inner.run)
+        for child in kids if kids is not None else _LEAF:
+            stack.append(child)
+            frames.append(inner)
 
 
 _LEAF: list[SpanRecord] = []  # the children of a span that has none; never mutated
