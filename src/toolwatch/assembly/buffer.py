@@ -29,7 +29,7 @@ import heapq
 import itertools
 from collections import Counter, OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock, SpanRecord, SpanRole
@@ -81,6 +81,8 @@ class CompletedTrace:
 
     ``incomplete_reason`` is ``None`` when ``complete``, else ``timed_out``, ``evicted``,
     ``span_limit`` or ``shutdown``. Arrival times are clock readings, not span times.
+    ``by_id``, when given, holds ``spans`` by span id (the buffer hands over the dict it kept
+    them in, so the timeline does not build another); never mutated, and not compared.
     Its constructor is written out, as ``ToolTrace``'s is (one is built per trace).
     """
 
@@ -90,6 +92,7 @@ class CompletedTrace:
     incomplete_reason: str | None
     first_arrival_ns: int
     last_arrival_ns: int
+    by_id: dict[bytes, SpanRecord] | None = field(default=None, compare=False, repr=False)
 
     def __init__(  # noqa: PLR0917 - the fields, in the order a dataclass would take them
         self,
@@ -99,6 +102,7 @@ class CompletedTrace:
         incomplete_reason: str | None,
         first_arrival_ns: int,
         last_arrival_ns: int,
+        by_id: dict[bytes, SpanRecord] | None = None,
     ) -> None:
         object.__setattr__(self, "trace_id", trace_id)
         object.__setattr__(self, "spans", spans)
@@ -106,6 +110,7 @@ class CompletedTrace:
         object.__setattr__(self, "incomplete_reason", incomplete_reason)
         object.__setattr__(self, "first_arrival_ns", first_arrival_ns)
         object.__setattr__(self, "last_arrival_ns", last_arrival_ns)
+        object.__setattr__(self, "by_id", by_id)
 
 
 class _Trace:
@@ -407,6 +412,7 @@ class TraceBuffer:
             incomplete_reason=reason,
             first_arrival_ns=trace.first_ns,
             last_arrival_ns=trace.last_ns,
+            by_id=trace.spans,  # the trace leaves the buffer: its dict goes with it
         )
 
     def _remember(self, trace_id: bytes, now: int) -> None:

@@ -107,7 +107,9 @@ class _Run:
 
 def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[ToolTrace]:
     """One ToolTrace per run of ``trace``, ordered by start time then run span id."""
-    by_id = {s.span_id: s for s in trace.spans}  # a span sent twice counts once
+    by_id = trace.by_id  # the buffer's, when it made the trace
+    if by_id is None:
+        by_id = {s.span_id: s for s in trace.spans}  # a span sent twice counts once
     spans = _in_time_order(list(by_id.values()))
     recorded = _Tree(spans, by_id, {})
     adopted = _adoptions(spans, recorded)

@@ -85,6 +85,7 @@ def test_any_arrival_through_the_buffer_gives_the_same_tooltraces(
 
     (done,) = buffer.poll()
     assert (done.complete, len(done.spans)) == (True, len(spans))
+    assert done.by_id == {s.span_id: s for s in done.spans}  # the timeline reads it
     assert build_tool_traces(done, NORMALIZE) == canonical(spans)
     assert (metrics.built, metrics.dropped) == (
         len(spans),
