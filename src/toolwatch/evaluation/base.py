@@ -184,6 +184,8 @@ def uses_parallelism(trace: ToolTrace) -> bool:
 def pct(score: float) -> str:
     """A score as a whole percentage: ``0.8`` -> ``"80%"``. Never rounds up to 100% (or down
     to 0%) a score that is not exactly 1 (or 0)."""
+    if score == 1.0:
+        return "100%"  # most runs: no rounding, no formatting
     value = round(score * 100)
     if value == 100 and score < 1.0:
         value = 99

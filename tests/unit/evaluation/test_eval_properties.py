@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings
-from toolwatch.evaluation.base import Reference, in_sequence
+from toolwatch.evaluation.base import Reference, in_sequence, pct
 from toolwatch.evaluation.selection import selection_score
 from toolwatch.model import ToolTrace
 
@@ -127,3 +127,13 @@ def test_in_sequence_is_the_calls_sorted_by_sequence_index(indexes: list[int]) -
     ]
     if indexes == sorted(indexes):
         assert ordered is calls  # already in order (what the timeline builds): not copied
+
+
+@given(st.floats(min_value=0.0, max_value=1.0))
+def test_a_score_reads_as_a_whole_percentage_that_only_the_ends_reach(score: float) -> None:
+    text = pct(score)
+    value = int(text.removesuffix("%"))
+    assert text == f"{value}%"
+    assert abs(value - score * 100) <= 1  # rounded, or nudged off an end it does not reach
+    assert (value == 100) is (score == 1.0)
+    assert (value == 0) is (score == 0.0)
