@@ -378,6 +378,21 @@ static void keyset_clear(KeySet *set) {
     Py_CLEAR(set->owner);
 }
 
+/* Short ASCII strings made lately: span names, models, tool names, finish reasons are a few
+ * values repeated over every span, so the spans share one object of each instead of holding
+ * their own. That is fewer objects held while traces wait for completion, and fewer to free
+ * when they are emitted: the server's cost there is memory gone cold, not instructions (see
+ * docs/performance.md). Direct-mapped by FNV-1a of the bytes; a miss takes the slot, so a
+ * value seen once (an id) costs a hash and a compare. JSON documents (arguments, results)
+ * belong to one call and are left out. Only ASCII strings are kept, so a kept object's
+ * one-byte data is its UTF-8. */
+#define RECENT_SLOTS 512 /* a power of two */
+#define RECENT_MAX_BYTES 48
+
+typedef struct {
+    PyObject *slot[RECENT_SLOTS];
+} Recent;
+
 typedef struct {
     PyObject_HEAD
     KeySet span_keys;
@@ -386,7 +401,29 @@ typedef struct {
     KeySet event_keys;
     PyObject *prefixes; /* tuple of bytes */
     Py_ssize_t limit;   /* max_value_bytes */
+    Recent *recent;     /* owned; scans run one at a time, under the GIL */
 } Plan;
+
+/* The str of the n UTF-8 bytes at s (checked valid by the caller, or checked here: NULL with
+ * UnicodeDecodeError set), the one made lately for the same bytes when there is one. */
+static PyObject *recent_str(Recent *recent, const uint8_t *s, size_t n) {
+    if (n == 0 || n > RECENT_MAX_BYTES || s[0] == '{' || s[0] == '[') /* JSON: per call */
+        return PyUnicode_DecodeUTF8((const char *)s, (Py_ssize_t)n, NULL);
+    PyObject **slot = &recent->slot[fnv1a(s, n) & (RECENT_SLOTS - 1)];
+    PyObject *kept = *slot;
+    if (kept != NULL && (size_t)PyUnicode_GET_LENGTH(kept) == n
+        && memcmp(PyUnicode_1BYTE_DATA(kept), s, n) == 0)
+        return Py_NewRef(kept);
+    PyObject *str = PyUnicode_DecodeUTF8((const char *)s, (Py_ssize_t)n, NULL);
+    if (str != NULL && PyUnicode_IS_ASCII(str)) Py_XSETREF(*slot, Py_NewRef(str));
+    return str;
+}
+
+static void recent_clear(Recent *recent) {
+    if (recent == NULL) return;
+    for (size_t i = 0; i < RECENT_SLOTS; i++) Py_CLEAR(recent->slot[i]);
+    PyMem_Free(recent);
+}
 
 /* Which attributes one walk keeps. */
 typedef struct {
@@ -398,14 +435,16 @@ typedef struct {
 
 /* A string field's value, cut to `limit` UTF-8 bytes on a character boundary. The whole
  * value is checked first: protobuf rejects invalid UTF-8 anywhere in it. */
-static int make_str(Buf s, Py_ssize_t limit, PyObject **out) {
+static int make_str(Buf s, Py_ssize_t limit, Recent *recent, PyObject **out) {
     size_t n = (size_t)(s.end - s.p);
     if (n > (size_t)limit) {
         if (!utf8_valid(s.p, n)) return FALLBACK;
         n = (size_t)limit;
         while (n > 0 && (s.p[n] & 0xC0) == 0x80) n--; /* s.p[limit] exists: n < length */
     }
-    PyObject *str = PyUnicode_DecodeUTF8((const char *)s.p, (Py_ssize_t)n, NULL);
+    PyObject *str = recent != NULL
+        ? recent_str(recent, s.p, n)
+        : PyUnicode_DecodeUTF8((const char *)s.p, (Py_ssize_t)n, NULL);
     if (str == NULL) {
         if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError)) return FAILED;
         PyErr_Clear();
@@ -529,7 +568,7 @@ static int convert_kvlist(Buf b, const Plan *plan, int depth, int level, PyObjec
         PyObject *name = NULL, *item = NULL;
         Py_ssize_t item_size = ITEM_BYTES;
         /* An unset value is AnyValue's default: no member, converted to None. */
-        if ((rc = make_str(key, PY_SSIZE_T_MAX, &name)) != OK) break;
+        if ((rc = make_str(key, PY_SSIZE_T_MAX, NULL, &name)) != OK) break;
         if (has_value) rc = convert(value, plan, depth + 2, level + 1, &item, &item_size);
         else item = Py_NewRef(Py_None);
         if (rc == OK) { /* a repeated key: the size estimate would count the lost value */
@@ -561,7 +600,7 @@ static int convert(Buf b, const Plan *plan, int depth, int level, PyObject **out
     *size = ITEM_BYTES;
     switch (m.number) {
     case 1:
-        TRY(make_str(m.body, plan->limit, out));
+        TRY(make_str(m.body, plan->limit, plan->recent, out));
         *size = PyUnicode_GET_LENGTH(*out) + ITEM_BYTES;
         return OK;
     case 2: *out = PyBool_FromLong(m.scalar != 0); return OK;
@@ -683,6 +722,27 @@ static PyObject *trace_id_of(Buf b, PyObject *spans) {
         if (PyBytes_GET_SIZE(previous) == size
             && memcmp(PyBytes_AS_STRING(previous), b.p, (size_t)size) == 0)
             return Py_NewRef(previous);
+    }
+    return bytes_of(b);
+}
+
+/* Where the span and parent ids sit in a span tuple. */
+#define SPAN_SPAN_ID 4
+#define SPAN_PARENT_ID 5
+
+/* The span's parent id: the previous span's parent bytes when they are the same (siblings sit
+ * together in a request), or the previous span's own id when that is the parent, else a new
+ * object. An object less per span for most spans, held while their trace waits. */
+static PyObject *parent_id_of(Buf b, PyObject *spans) {
+    Py_ssize_t n = PyList_GET_SIZE(spans), size = b.end - b.p;
+    if (n > 0 && size > 0) {
+        PyObject *previous = PyList_GET_ITEM(spans, n - 1);
+        for (int i = 0; i < 2; i++) {
+            PyObject *id = PyTuple_GET_ITEM(previous, i == 0 ? SPAN_PARENT_ID : SPAN_SPAN_ID);
+            if (PyBytes_GET_SIZE(id) == size
+                && memcmp(PyBytes_AS_STRING(id), b.p, (size_t)size) == 0)
+                return Py_NewRef(id);
+        }
     }
     return bytes_of(b);
 }
@@ -836,7 +896,7 @@ static int span(Buf b, const Plan *plan, int depth, Py_ssize_t resource, Py_ssiz
     }
     PyObject *name = NULL, *item = NULL;
     if (rc == OK) {
-        name = PyUnicode_DecodeUTF8((const char *)s.name.p, s.name.end - s.name.p, NULL);
+        name = recent_str(plan->recent, s.name.p, (size_t)(s.name.end - s.name.p));
         if (name == NULL) rc = FAILED; /* the bytes were checked: only memory can fail */
     }
     if (rc == OK) {
@@ -847,7 +907,7 @@ static int span(Buf b, const Plan *plan, int depth, Py_ssize_t resource, Py_ssiz
             PyLong_FromSsize_t(position),
             trace_id_of(s.trace_id, spans),
             bytes_of(s.span_id),
-            bytes_of(s.parent),
+            parent_id_of(s.parent, spans),
             Py_NewRef(name),
             PyLong_FromLong((long)(int32_t)s.kind),
             PyLong_FromUnsignedLongLong((unsigned long long)s.start),
@@ -1001,6 +1061,10 @@ static int Plan_init(Plan *self, PyObject *args, PyObject *kwargs) {
         PyErr_SetString(PyExc_RuntimeError, "a Plan is initialized once");
         return -1;
     }
+    if (self->recent == NULL && (self->recent = PyMem_Calloc(1, sizeof(Recent))) == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     PyObject *encoded = PyList_New(0), *iterator = PyObject_GetIter(prefixes), *prefix;
     if (encoded == NULL || iterator == NULL) goto failed;
     while ((prefix = PyIter_Next(iterator)) != NULL) {
@@ -1035,6 +1099,8 @@ static void Plan_dealloc(Plan *self) {
     keyset_clear(&self->event_names);
     keyset_clear(&self->event_keys);
     Py_CLEAR(self->prefixes);
+    recent_clear(self->recent);
+    self->recent = NULL;
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 

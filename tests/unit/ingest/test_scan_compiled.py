@@ -325,6 +325,26 @@ def test_spans_of_one_trace_next_to_each_other_share_one_trace_id_object() -> No
     assert scanned[3][3] is not scanned[0][3]  # only with the span just before
 
 
+def test_siblings_share_a_parent_id_object_and_spans_short_repeated_strings() -> None:
+    parent, arguments = bytes([9]) * 8, '{"order_id": "A-1"}'
+    attrs = {
+        "gen_ai.request.model": "gpt-4o",
+        "gen_ai.tool.call.arguments": arguments,
+        "gen_ai.agent.name": "café-bot",
+    }
+    siblings = [span("chat gpt-4o", attrs, span_id=bytes([i]) * 8, parent=parent) for i in (1, 2)]
+    child = span("chat gpt-4o", span_id=bytes([3]) * 8, parent=bytes([2]) * 8)
+    first, second, third = assert_same(request(*siblings, child).SerializeToString()).spans
+    assert first[5] is second[5]  # siblings: one parent-id object
+    assert third[5] is second[4]  # right after its parent: the parent's own id object
+    assert first[6] is second[6] is third[6] == "chat gpt-4o"  # one name object
+    assert first[11]["gen_ai.request.model"] is second[11]["gen_ai.request.model"]
+    own = [s[11]["gen_ai.tool.call.arguments"] for s in (first, second)]
+    assert own[0] == own[1] == arguments and own[0] is not own[1]  # JSON: one per call
+    named = [s[11]["gen_ai.agent.name"] for s in (first, second)]
+    assert named[0] == named[1] == "café-bot" and named[0] is not named[1]  # ASCII only
+
+
 def test_resources_split_over_two_fields_merge_as_protobuf_merges_them() -> None:
     resource = ld(1, ld(1, b"service.name") + ld(2, ld(1, b"first")))
     body = ld(
