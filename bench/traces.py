@@ -198,8 +198,8 @@ class _RunWriter:
         agent_start = self._now
         agent_id = self._span_id()  # the root is appended last, as an SDK exports it
         steps = _steps(rng, calls)
-        for number, step in enumerate(steps):
-            self._step(agent_id, number, step)
+        for step in steps:
+            self._step(agent_id, step)
         answer = "I have taken care of your request."
         self._chat(agent_id, "stop", [{"type": "text", "content": answer}], ["stop"])
         self._root(agent_id, agent_start)
@@ -231,8 +231,11 @@ class _RunWriter:
             },
         )
 
-    def _step(self, agent_id: bytes, number: int, step: list[_Call]) -> None:
-        ids = [f"call_{number}_{i}" for i in range(len(step))]
+    def _step(self, agent_id: bytes, step: list[_Call]) -> None:
+        # Unique, as a model's call ids are (they never repeat across runs or requests).
+        ids = [
+            f"call_{_token(self._next_id * 8 + i)}{_token(self._now + i)}" for i in range(len(step))
+        ]
         parts = [
             {"type": "tool_call", "id": cid, "name": c.tool, "arguments": c.arguments}
             for cid, c in zip(ids, step, strict=True)
