@@ -230,22 +230,28 @@ def _join_by_id(
     executions: list[SpanRecord], requests: list[_Request]
 ) -> tuple[list[_Draft], list[SpanRecord], list[_Request]]:
     """Pair each tool span with the earliest unpaired request of its call id."""
+    # When no two requests share an id (the usual run) one dict holds them; otherwise (ADK's
+    # "<not specified>") a list per id, latest first, so popping gives the earliest.
     unique = _by_unique_id(requests)
-    if unique is not None:
-        return _join_by_unique_id(executions, requests, unique)
-    latest_first: dict[str, list[_Request]] = {}  # popping from the end gives the earliest
-    for r in reversed(requests):
-        if r.call.call_id is not None:
-            append_to(latest_first, r.call.call_id, r)
+    latest_first: dict[str, list[_Request]] = {}
+    if unique is None:
+        for r in reversed(requests):
+            if r.call.call_id is not None:
+                append_to(latest_first, r.call.call_id, r)
     drafts: list[_Draft] = []
     unmatched: list[SpanRecord] = []
     for span in executions:
-        queue = latest_first.get(span.call_id) if span.call_id is not None else None
-        if queue:
-            drafts.append(_Draft(span, queue.pop()))
+        request = None
+        if span.call_id is not None:
+            request = _take(span.call_id, unique, latest_first)
+        if request is not None:
+            drafts.append(_Draft(span, request))
         else:
             unmatched.append(span)
-    return drafts, unmatched, _untaken(drafts, requests)
+    if len(drafts) == len(requests):
+        return drafts, unmatched, []  # every request was taken (each draft took one)
+    taken = {d.request.position for d in drafts if d.request is not None}
+    return drafts, unmatched, [r for r in requests if r.position not in taken]
 
 
 def _by_unique_id(requests: list[_Request]) -> dict[str, _Request] | None:
@@ -260,28 +266,14 @@ def _by_unique_id(requests: list[_Request]) -> dict[str, _Request] | None:
     return by_id
 
 
-def _join_by_unique_id(
-    executions: list[SpanRecord], requests: list[_Request], by_id: dict[str, _Request]
-) -> tuple[list[_Draft], list[SpanRecord], list[_Request]]:
-    """``_join_by_id`` when no two requests share a call id (the usual run): one dict, no
-    list per id."""
-    drafts: list[_Draft] = []
-    unmatched: list[SpanRecord] = []
-    for span in executions:
-        request = by_id.pop(span.call_id, None) if span.call_id is not None else None
-        if request is not None:
-            drafts.append(_Draft(span, request))
-        else:
-            unmatched.append(span)
-    return drafts, unmatched, _untaken(drafts, requests)
-
-
-def _untaken(drafts: list[_Draft], requests: list[_Request]) -> list[_Request]:
-    """The requests no draft took."""
-    if len(drafts) == len(requests):
-        return []  # every request was taken (each draft took one)
-    taken = {d.request.position for d in drafts if d.request is not None}
-    return [r for r in requests if r.position not in taken]
+def _take(
+    call_id: str, unique: dict[str, _Request] | None, latest_first: dict[str, list[_Request]]
+) -> _Request | None:
+    """The earliest unpaired request of ``call_id``, removed from where it was kept."""
+    if unique is not None:
+        return unique.pop(call_id, None)
+    queue = latest_first.get(call_id)
+    return queue.pop() if queue else None
 
 
 def _join_by_name(
@@ -330,7 +322,7 @@ def _in_order(drafts: list[_Draft]) -> tuple[list[_Draft], list[list[int]]]:
     requested are put back in the model's order within the places they took, so scheduling
     jitter between parallel tool spans never reorders them (CONVENTIONS §6.4). Also the
     places of each output's calls, for the outputs that requested two or more."""
-    if not _in_time_order(drafts):  # they usually are: no sort, no key tuple per call
+    if not _sorted_in_time(drafts):  # they usually are: no sort, no key tuple per call
         drafts = sorted(drafts, key=_time_key)
     if _one_call_per_output(drafts):
         return drafts, []  # the usual run: nothing to put back in order, no output's group
@@ -354,7 +346,7 @@ def _one_call_per_output(drafts: Sequence[_Draft]) -> bool:
     return all(d.request is None or len(d.request.llm.output_tool_calls) < 2 for d in drafts)
 
 
-def _in_time_order(drafts: list[_Draft]) -> bool:
+def _sorted_in_time(drafts: list[_Draft]) -> bool:
     """Whether the drafts are sorted by ``_time_key``: by start, and where two start
     together (parallel calls often do), by the rest of the key."""
     for i in range(1, len(drafts)):

@@ -39,7 +39,7 @@ Pure: the same set of spans gives the same ToolTraces whatever their order.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from toolwatch.assembly.buffer import CompletedTrace
@@ -156,11 +156,9 @@ def _place(
     sites: dict[bytes, CallSite] = {}
     for top in tree.tops:
         _walk_placing(top, tree, workflows, sites)
-    if len(sites) < len(spans):
-        # Spans caught in a parent cycle are reachable from no top; start from them in order.
-        for span in spans:
-            if span.span_id not in sites:
-                _walk_placing(span, tree, workflows, sites)
+    for span in tree.unreached(spans, sites):  # each walk places more: check them all again
+        if span.span_id not in sites:
+            _walk_placing(span, tree, workflows, sites)
     return sites
 
 
@@ -210,6 +208,13 @@ class _Tree:
             else:
                 self.tops.append(s)
 
+    def unreached(self, spans: list[SpanRecord], reached: Collection[bytes]) -> list[SpanRecord]:
+        """The ``spans`` the walks from the tops left out of ``reached``, in order: those in a
+        parent cycle, where no top leads (none, usually: no pass over the spans then)."""
+        if len(reached) == len(spans):
+            return []
+        return [span for span in spans if span.span_id not in reached]
+
     def of(self, span_id: bytes) -> list[SpanRecord]:
         """The children of ``span_id`` (read only)."""
         kids = self.children.get(span_id)
@@ -228,8 +233,8 @@ class _Shape:
         self.leave: dict[bytes, int] = {}
         self.under_tool: set[bytes] = set()
         self.under_agent: set[bytes] = set()
-        for top in [*tree.tops, *spans]:
-            self._walk(top, tree)
+        for top in [*tree.tops, *tree.unreached(spans, self.enter)]:
+            self._walk(top, tree)  # skips what an earlier walk entered
         ticks = (self.enter[s.span_id] for s in spans if s.role is SpanRole.AGENT)
         self.agent_ticks = sorted(ticks)
 

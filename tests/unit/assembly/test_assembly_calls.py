@@ -387,4 +387,4 @@ def test_calls_in_time_order_are_told_apart_from_calls_that_need_a_sort(
     made: list[calls._Draft],
 ) -> None:
     ordered = [id(d) for d in sorted(made, key=calls._time_key)] == [id(d) for d in made]
-    assert calls._in_time_order(made) is ordered
+    assert calls._sorted_in_time(made) is ordered
