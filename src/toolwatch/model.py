@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias
 
 __all__ = [
+    "DETAIL_ERRORS",
+    "DETAIL_FIELDS",
     "CallStatus",
     "Category",
     "Clock",
@@ -381,12 +383,23 @@ class ToolTrace:
         return tuple(c.tool_name for c in self.calls)
 
 
+#: The ``Finding.details`` key of argument values by field path (see ``Finding``).
+DETAIL_FIELDS = "fields"
+#: The ``Finding.details`` key of messages that may quote argument values (see ``Finding``).
+DETAIL_ERRORS = "errors"
+
+
 @dataclass(frozen=True, slots=True, init=False)
 class Finding:
     """One regression, with a stable category and a one-line explanation.
 
     ``explanation`` never contains argument values; values that help a person (expected vs
-    actual) go in ``details``, which sinks redact unless configured otherwise.
+    actual) go in ``details``, in one of two keys that sinks redact entry by entry unless
+    configured otherwise. ``DETAIL_FIELDS`` maps an argument's field path (``"order_id"``,
+    ``"items.0.sku"``; ``""`` for a whole value that is no object) to what the finding says
+    of its value; ``DETAIL_ERRORS`` lists ``{"field": path or None, "message": text}`` whose
+    messages may quote values. Every other key of ``details`` must hold no argument or result
+    value (tool names, counts, span ids, rule labels): sinks show those as they are.
 
     Frozen, with a written-out constructor, for the reason ``ToolTrace`` gives.
     """

@@ -616,13 +616,18 @@ def metric_label_values(server: RunningServer) -> set[str]:
     [
         (
             [],
-            {"failed_verification_spans": REDACTED, "value": REDACTED},
-            {"failed_verification_spans": REDACTED, "value": REDACTED},
+            {"failed_verification_spans": [], "fields": {"order_id": REDACTED}},
+            {"failed_verification_spans": "[]", "fields": '{"order_id":"[redacted]"}'},
         ),
         (
             ["issue_refund.order_id"],
-            {"failed_verification_spans": [], "value": "A-1001"},
-            {"failed_verification_spans": "[]", "value": "A-1001"},
+            {"failed_verification_spans": [], "fields": {"order_id": "A-1001"}},
+            {"failed_verification_spans": "[]", "fields": '{"order_id":"A-1001"}'},
+        ),
+        (
+            ["issue_refund.value", "fields"],
+            {"failed_verification_spans": [], "fields": {"order_id": REDACTED}},
+            {"failed_verification_spans": "[]", "fields": '{"order_id":"[redacted]"}'},
         ),
     ],
 )
@@ -642,7 +647,7 @@ def test_argument_values_are_shown_only_for_configured_fields(
     [in_stream] = missing_verification(run.out)
     assert in_log["details"] == logged
     assert in_stream["details"] == streamed
-    if not show_fields:
+    if "issue_refund.order_id" not in show_fields:
         assert "A-1001" not in log_text
         assert "A-1001" not in run.out
     assert (

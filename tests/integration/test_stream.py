@@ -19,7 +19,7 @@ from tests import factories
 from tests.integration.conftest import RunningServer
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
-from toolwatch.sinks.findings import REDACTED, Redaction
+from toolwatch.sinks.findings import Redaction
 from toolwatch.sinks.prometheus import PrometheusMetrics
 from toolwatch.sinks.stream import FindingsBroker, add_findings_service
 from toolwatch.tail import run_tail
@@ -55,7 +55,7 @@ def make_finding(
         trace_id=TRACE_ID,
         span_id="b7ad6b7169203331",
         tool="issue_refund",
-        details={"order_id": "A-17", "amount": 120},
+        details={"calls": 2, "fields": {"order_id": "A-17", "amount": 120}},
     )
 
 
@@ -134,7 +134,10 @@ def test_a_filtered_subscriber_receives_only_matching_findings() -> None:
                 WALL_NS,
             )
             assert first.HasField("score") and first.score == 0.0
-            assert dict(first.details) == {"order_id": REDACTED, "amount": REDACTED}
+            assert dict(first.details) == {
+                "calls": "2",
+                "fields": '{"order_id":"[redacted]","amount":"[redacted]"}',
+            }
 
     asyncio.run(scenario())
 
@@ -148,7 +151,10 @@ def test_details_shown_by_configuration_are_rendered_as_text() -> None:
             h.broker.publish(make_trace(), [make_finding()])
             h.broker.close()
             [message] = [m async for m in call]
-            assert dict(message.details) == {"order_id": REDACTED, "amount": "120"}
+            assert dict(message.details) == {
+                "calls": "2",
+                "fields": '{"order_id":"[redacted]","amount":120}',
+            }
 
     asyncio.run(scenario())
 
@@ -302,7 +308,7 @@ def test_tail_json_prints_the_findings_log_object() -> None:
         "span_id": "b7ad6b7169203331",
         "service": "support",
         "timestamp": "2026-11-29T20:31:02.123Z",
-        "details": {"order_id": REDACTED, "amount": REDACTED},
+        "details": {"calls": "2", "fields": '{"order_id":"[redacted]","amount":"[redacted]"}'},
     }
 
 

@@ -31,7 +31,7 @@ from toolwatch.evaluation.matching import pair_by_name
 from toolwatch.evaluation.settings import ToolArgumentsSettings, split_tool_field
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.evaluation.similarity import score_value
-from toolwatch.model import Category, EvalResult, Finding, ToolCall, ToolTrace
+from toolwatch.model import DETAIL_FIELDS, Category, EvalResult, Finding, ToolCall, ToolTrace
 from toolwatch.names import NameNormalizer
 
 __all__ = [
@@ -207,7 +207,7 @@ class ToolArguments:
             call=call,
             tool=ref.name,
             field=imperfect[0].field if imperfect and imperfect[0].field else None,
-            details={"fields": {f.field: _field_details(f) for f in imperfect}},
+            details={DETAIL_FIELDS: {f.field: _field_details(f) for f in imperfect}},
         )
 
 

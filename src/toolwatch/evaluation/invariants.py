@@ -7,8 +7,9 @@
 - ``call_count``: one violation when the number of calls is outside ``[min, max]``;
 - ``arguments``: one violation per call whose arguments fail the JSON Schema (unparsable
   arguments are validated as the raw string, so a schema of ``type: object`` rejects them).
-  The explanation names the failing field path and schema keyword, never the value; the
-  validator's messages (which quote values) go to ``details``.
+  The explanation names the failing field path (as far as the schema declares it) and schema
+  keyword, never the value; the validator's messages (which quote values) go to
+  ``details[DETAIL_ERRORS]``, each with its field path, redacted by sinks as a value.
 
 Each violation is an INVARIANT_VIOLATION with reference ``policy`` and the rule's ``severity``
 raised to the evaluator's floor. ``score`` is the share of applicable rules with no violation.
@@ -19,10 +20,12 @@ network (the ``referencing`` library resolves only what the schema contains).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
@@ -38,7 +41,15 @@ from toolwatch.evaluation.settings import (
     RequiredRule,
 )
 from toolwatch.evaluation.severity import make_finding
-from toolwatch.model import Category, EvalResult, Finding, ReferenceKind, ToolCall, ToolTrace
+from toolwatch.model import (
+    DETAIL_ERRORS,
+    Category,
+    EvalResult,
+    Finding,
+    ReferenceKind,
+    ToolCall,
+    ToolTrace,
+)
 from toolwatch.names import NameNormalizer
 
 __all__ = ["Invariants", "Violation", "rule_label"]
@@ -198,9 +209,28 @@ def _arguments(
         errors = list(validator.iter_errors(call.arguments))
         if not errors:
             continue
-        path = ".".join(str(p) for p in errors[0].path) or None
+        path = _declared_path(errors[0])
         where = f" at {path}" if path else ""
         text = f"{label}: {tool} arguments fail the schema{where} ({errors[0].validator})"
-        details = {"errors": [e.message for e in errors[:_MAX_SCHEMA_ERRORS]]}
+        shown = [
+            {"field": _declared_path(e), "message": e.message} for e in errors[:_MAX_SCHEMA_ERRORS]
+        ]
+        details = {DETAIL_ERRORS: shown}
         violations.append(Violation(rule, label, text, call, tool, path, details))
     return violations
+
+
+def _declared_path(error: ValidationError) -> str | None:
+    """Where in the arguments ``error`` is, as far as the schema names it: the instance
+    path's array indexes and the property names the schema declares (each appears in the
+    schema path after ``properties``), up to the first key that comes from the data (an
+    ``additionalProperties`` or ``patternProperties`` key: a customer's e-mail address is a
+    value, not a field name). ``None`` at the top."""
+    schema_path = list(error.absolute_schema_path)
+    declared = {name for before, name in itertools.pairwise(schema_path) if before == "properties"}
+    parts: list[str] = []
+    for part in error.absolute_path:
+        if isinstance(part, str) and part not in declared:
+            break
+        parts.append(str(part))
+    return ".".join(parts) or None

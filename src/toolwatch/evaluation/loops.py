@@ -21,6 +21,7 @@ from toolwatch.evaluation.base import Reference, in_sequence, informs, pct
 from toolwatch.evaluation.settings import LoopsSettings, PolicySettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.model import (
+    DETAIL_FIELDS,
     CallStatus,
     Category,
     EvalResult,
@@ -178,9 +179,17 @@ class Loops:
                 "repeats": repeat.count,
                 "limit": repeat.limit,
                 "spans": [c.span_id for c in repeat.flagged],
-                "arguments": repeat.flagged[0].arguments,
+                DETAIL_FIELDS: _by_field(repeat.flagged[0].arguments),
             },
         )
+
+
+def _by_field(arguments: Any) -> dict[str, Any]:
+    """The repeated arguments by top-level field (``""``: a value that is no object), so
+    that sinks redact each field on its own."""
+    if isinstance(arguments, dict):
+        return {str(name): value for name, value in arguments.items()}
+    return {"": arguments}
 
 
 def _describe(repeat: Repeat) -> str:

@@ -37,6 +37,7 @@ from toolwatch.evaluation.base import Reference, in_sequence, informs, name_list
 from toolwatch.evaluation.settings import Binding, PolicySettings, SafetySettings
 from toolwatch.evaluation.severity import make_finding
 from toolwatch.model import (
+    DETAIL_FIELDS,
     CallStatus,
     Category,
     EvalResult,
@@ -225,7 +226,7 @@ class Safety:
         failed = [span for v in sorted(verifiers) for span in ledger.failed.get(v, ())]
         details: dict[str, Any] = {"failed_verification_spans": failed[:_MAX_SPANS]}
         if verdict.field is not None:
-            details["value"] = lookup(call.arguments, verdict.field)
+            details[DETAIL_FIELDS] = {verdict.field: lookup(call.arguments, verdict.field)}
         text = f"{tool}: {verdict.reason}"
         if failed:
             text += f" ({len(failed)} earlier verification calls failed)"

@@ -8,16 +8,17 @@ A ``FindingSink`` receives the findings of one ToolTrace at a time. Shipped sink
 - ``toolwatch.sinks.stream.FindingsBroker``: the live gRPC findings stream.
 
 Argument values are sensitive (customer ids, amounts, free text): ``Redaction`` decides which
-``Finding.details`` values a sink may show; the others become ``"[redacted]"``. Explanations
-never contain argument values (``Finding`` contract), so they are written as they are.
+of the argument values in ``Finding.details`` a sink may show, field by field; the others
+become ``"[redacted]"``. Explanations never contain argument values (``Finding`` contract), so
+they are written as they are.
 
 The findings log line (keys always present, ``null`` when absent)::
 
-    {"category": "DANGEROUS_ACTION_DRIFT", "severity": "critical", "evaluator": "safety",
-     "reference": "policy", "score": 0.0, "tool": "issue_refund", "field": null,
+    {"category": "MISSING_VERIFICATION_STEP", "severity": "critical", "evaluator": "safety",
+     "reference": "policy", "score": 0.0, "tool": "issue_refund", "field": "order_id",
      "agent": "refund-bot", "explanation": "...", "trace_id": "<32 hex>",
      "span_id": "<16 hex>", "service": "support", "timestamp": "2026-11-29T20:31:02.123Z",
-     "details": {"expected": "[redacted]"}}
+     "details": {"failed_verification_spans": [], "fields": {"order_id": "[redacted]"}}}
 
 ``ToolTraceWriter`` writes the ``--dump-tooltraces`` format, read back by ``read_tooltraces``:
 one ``tooltrace_to_dict`` object per line, as ASCII-only JSON. Every ``ToolTrace`` and
@@ -42,7 +43,15 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Protocol
 
 from toolwatch.jsontext import compact_encoder
-from toolwatch.model import CallStatus, Clock, Finding, ToolCall, ToolTrace
+from toolwatch.model import (
+    DETAIL_ERRORS,
+    DETAIL_FIELDS,
+    CallStatus,
+    Clock,
+    Finding,
+    ToolCall,
+    ToolTrace,
+)
 
 __all__ = [
     "REDACTED",
@@ -86,31 +95,66 @@ class FindingSink(Protocol):
 class Redaction:
     """Which ``Finding.details`` values sinks may show.
 
-    Everything is hidden by default. ``show_values`` shows all of them. ``show_fields`` names
-    argument fields whose values may be shown, as ``"tool.field"`` (normalized tool name) or
-    ``"field"`` (that field of any tool). A detail value is shown when the finding's own
-    ``tool``/``field`` is named, or when its detail key is named as a field of that tool.
+    Argument values live in two places of ``details`` (the ``Finding`` contract): ``fields``,
+    a map from an argument's field path to what the finding says about its value, and
+    ``errors``, a list of ``{"field", "message"}`` whose messages may quote values. Each entry
+    is redacted on its own: shown when ``show_values`` is set, or when ``show_fields`` names
+    its field as ``"tool.field"`` (normalized tool name) or ``"field"`` (that field of any
+    tool); otherwise its value, or its message, becomes ``REDACTED``. Every other key holds no
+    argument value (tool names, counts, span ids, rule labels) and is shown as it is.
     """
 
     show_values: bool = False
     show_fields: frozenset[str] = frozenset()
 
     def shows(self, tool: str | None, name: str | None) -> bool:
-        """Whether values of argument ``name`` of ``tool`` may be shown."""
+        """Whether values of argument ``name`` (a field path) of ``tool`` may be shown: a
+        named field shows the fields inside it (``order`` shows ``order.id``)."""
         if self.show_values:
             return True
-        if name is None:
+        if not name:
             return False
-        return name in self.show_fields or f"{tool}.{name}" in self.show_fields
+        path = name
+        while True:
+            if path in self.show_fields or f"{tool}.{path}" in self.show_fields:
+                return True
+            cut = path.rfind(".")
+            if cut < 0:
+                return False
+            path = path[:cut]
 
     def details(self, finding: Finding) -> dict[str, Any]:
         """``finding.details`` with every value it may not show replaced by ``REDACTED``."""
-        if self.shows(finding.tool, finding.field):
-            return dict(finding.details)
-        return {
-            key: value if self.shows(finding.tool, key) else REDACTED
-            for key, value in finding.details.items()
-        }
+        details = dict(finding.details)
+        if self.show_values:
+            return details
+        tool = finding.tool
+        fields = details.get(DETAIL_FIELDS)
+        if isinstance(fields, Mapping):
+            details[DETAIL_FIELDS] = {
+                name: value if self.shows(tool, _field_name(name)) else REDACTED
+                for name, value in fields.items()
+            }
+        elif fields is not None:
+            details[DETAIL_FIELDS] = REDACTED
+        errors = details.get(DETAIL_ERRORS)
+        if isinstance(errors, list):
+            details[DETAIL_ERRORS] = [self._error(tool, error) for error in errors]
+        elif errors is not None:
+            details[DETAIL_ERRORS] = REDACTED
+        return details
+
+    def _error(self, tool: str | None, error: Any) -> Any:
+        if not isinstance(error, Mapping):
+            return REDACTED
+        field = error.get("field")
+        if self.shows(tool, _field_name(field)):
+            return dict(error)
+        return {**error, "message": REDACTED}
+
+
+def _field_name(name: Any) -> str | None:
+    return name if isinstance(name, str) else None
 
 
 def format_timestamp(time_ns: int) -> str:

@@ -108,7 +108,31 @@ def test_arguments_rule_validates_every_call_of_the_tool() -> None:
         "amount_usd (maximum)."
     )
     assert "9999" not in over.explanation
-    assert "9999" in over.details["errors"][0]
+    assert over.details["errors"] == [
+        {"field": "amount_usd", "message": "9999 is greater than the maximum of 500"}
+    ]
+
+
+def test_a_path_stops_at_the_first_key_taken_from_the_data() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "recipients": {"type": "object", "additionalProperties": {"type": "boolean"}},
+            "items": {"type": "array", "items": {"properties": {"sku": {"type": "string"}}}},
+        },
+    }
+    rule = {"kind": "arguments", "tool": "send_email", "schema": schema}
+    run = trace(
+        ("send_email", {"recipients": {"jane.doe@example.com": "yes"}}),
+        ("send_email", {"items": [{"sku": "A"}, {"sku": 7}]}),
+    )
+    result = evaluate(run, rule)
+    assert result is not None
+    by_data_key, in_array = result.findings
+    assert (by_data_key.field, in_array.field) == ("recipients", "items.1.sku")
+    assert "jane" not in by_data_key.explanation
+    assert by_data_key.explanation.endswith("fail the schema at recipients (type).")
+    assert [e["field"] for e in by_data_key.details["errors"]] == ["recipients"]
 
 
 def test_rules_can_be_limited_to_agents() -> None:

@@ -117,7 +117,7 @@ def test_verification_of_a_different_order_keeps_the_value_out_of_the_explanatio
         "Safety: issue_refund: order_id not verified by an earlier successful "
         "[lookup_order] call of the same value."
     )
-    assert finding.details["value"] == "A-999"
+    assert finding.details["fields"] == {"order_id": "A-999"}
 
 
 def test_any_listed_binding_alternative_verifies() -> None:

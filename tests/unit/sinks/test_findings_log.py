@@ -39,6 +39,10 @@ def make_trace(agent: str | None = "refund-bot", service: str | None = "support"
     )
 
 
+#: An argument evaluator's details: what it says of the value of each field it scored.
+AMOUNT_DRIFT = {"fields": {"amount": {"expected": 10, "actual": 100, "score": 0.25}}}
+
+
 def make_finding(
     tool: str | None = "issue_refund",
     field: str | None = "amount",
@@ -58,7 +62,7 @@ def make_finding(
         tool=tool,
         field=field,
         agent=agent,
-        details={"expected": 10, "actual": 100} if details is None else details,
+        details=AMOUNT_DRIFT if details is None else details,
     )
 
 
@@ -87,7 +91,7 @@ def test_one_json_object_per_finding_with_every_key() -> None:
         "span_id": "b7ad6b7169203331",
         "service": "support",
         "timestamp": "2026-11-29T20:31:02.123Z",
-        "details": {"expected": REDACTED, "actual": REDACTED},
+        "details": {"fields": {"amount": REDACTED}},
     }
 
 
@@ -130,19 +134,54 @@ def test_nothing_is_written_for_no_findings() -> None:
         (Redaction(show_fields=frozenset({"currency"})), False),
     ],
 )
-def test_redaction_of_the_findings_field(redaction: Redaction, shown: bool) -> None:
+def test_redaction_of_a_field(redaction: Redaction, shown: bool) -> None:
     [line] = log_lines([make_finding()], redaction)
-    expected = (
-        {"expected": 10, "actual": 100} if shown else {"expected": REDACTED, "actual": REDACTED}
-    )
+    expected = AMOUNT_DRIFT if shown else {"fields": {"amount": REDACTED}}
     assert line["details"] == expected
 
 
-def test_a_detail_key_named_as_a_field_is_shown_alone() -> None:
-    finding = make_finding(field=None, details={"order_id": "A-1", "email": "x@example.com"})
-    redaction = Redaction(show_fields=frozenset({"issue_refund.order_id"}))
-    [line] = log_lines([finding], redaction)
-    assert line["details"] == {"order_id": "A-1", "email": REDACTED}
+def test_each_field_is_shown_or_hidden_on_its_own() -> None:
+    """The finding names its first field; that must not show the others (a card number
+    beside an allowed amount)."""
+    details = {"fields": {"amount": {"actual": 100}, "card": {"actual": "4111-1111"}}}
+    finding = make_finding(field="amount", details=details)
+    [line] = log_lines([finding], Redaction(show_fields=frozenset({"issue_refund.amount"})))
+    assert line["details"] == {"fields": {"amount": {"actual": 100}, "card": REDACTED}}
+
+
+def test_a_detail_key_is_never_read_as_a_field_name() -> None:
+    """Only ``fields`` and ``errors`` hold values; showing a field called ``value`` or
+    ``fields`` shows nothing else."""
+    details = {"failed_verification_spans": ["ab"], "fields": {"account": "DE89-3704"}}
+    finding = make_finding(field="account", details=details)
+    allowed = Redaction(show_fields=frozenset({"value", "fields", "issue_refund.fields"}))
+    [line] = log_lines([finding], allowed)
+    assert line["details"] == {"failed_verification_spans": ["ab"], "fields": {"account": REDACTED}}
+
+
+def test_a_field_shows_the_fields_inside_it() -> None:
+    details = {"fields": {"order.id": 7, "order": {"id": 7}, "orderly": 1}}
+    [line] = log_lines([make_finding(details=details)], Redaction(show_fields=frozenset({"order"})))
+    assert line["details"] == {"fields": {"order.id": 7, "order": {"id": 7}, "orderly": REDACTED}}
+
+
+def test_schema_messages_are_shown_only_for_their_field() -> None:
+    errors = [
+        {"field": "amount", "message": "900 is greater than the maximum of 500"},
+        {"field": None, "message": "{'card': '4111'} has too many properties"},
+    ]
+    finding = make_finding(details={"rule": "refund-args", "errors": errors})
+    [line] = log_lines([finding], Redaction(show_fields=frozenset({"amount"})))
+    assert line["details"] == {
+        "rule": "refund-args",
+        "errors": [errors[0], {"field": None, "message": REDACTED}],
+    }
+
+
+@pytest.mark.parametrize("shape", [{"fields": "4111"}, {"errors": "4111"}, {"errors": ["4111"]}])
+def test_value_keys_of_an_unexpected_shape_are_hidden_whole(shape: dict[str, object]) -> None:
+    [line] = log_lines([make_finding(details=shape)], Redaction(show_fields=frozenset({"amount"})))
+    assert "4111" not in json.dumps(line)
 
 
 def test_explanations_are_written_unredacted() -> None:
