@@ -131,7 +131,10 @@ class TokenFile:
         self._refresh()
         if not token:
             return False
-        presented = token.encode()
+        try:  # undecodable header bytes arrive as surrogate escapes: compare the raw bytes
+            presented = token.encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:  # a surrogate no decoder made: like no accepted token
+            return False
         matched = False
         for known in self._tokens:  # no early exit: the time spent says nothing
             matched |= hmac.compare_digest(presented, known)

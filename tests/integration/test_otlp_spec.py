@@ -27,12 +27,17 @@ from google.protobuf import duration_pb2, json_format
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+    OTLPSpanExporter as HttpExporter,
+)
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer, until
@@ -60,7 +65,8 @@ class HttpAnswer:
 
     @property
     def content_type(self) -> str:
-        return self.headers.get_content_type()
+        """The header exactly, parameters included: OTLP asks for the request's own."""
+        return str(self.headers["Content-Type"])
 
 
 def post(
@@ -348,6 +354,91 @@ def test_http_gzip_request_is_accepted(start_server: StartServer, content_type: 
     assert sent_calls(server) == [(trace_hex(request), REFUND_CALLS, True)]
 
 
+@pytest.mark.parametrize("compression", list(Compression))
+def test_the_sdks_http_exporter_delivers_with_every_compression(
+    start_server: StartServer, compression: Compression
+) -> None:
+    server = start_server(**QUIET)
+    spans = agents.record(agents.refund_run(), "genai")
+    endpoint = f"http://{server.address('http')}/v1/traces"
+    exporter = HttpExporter(endpoint=endpoint, timeout=10, compression=compression)
+    try:
+        assert exporter.export(spans) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+    server.settle()
+    assert [calls for _, calls, _ in sent_calls(server)] == [REFUND_CALLS]
+
+
+@pytest.mark.parametrize(
+    ("encoding", "compress"),
+    [
+        ("deflate", zlib.compress),  # RFC 1950, what RFC 9110 calls deflate
+        ("deflate", lambda data: zlib.compress(data, wbits=-zlib.MAX_WBITS)),  # bare RFC 1951
+        ("x-gzip", gzip.compress),
+        ("GZip", gzip.compress),
+    ],
+)
+def test_http_deflate_and_gzip_aliases_are_accepted(
+    start_server: StartServer, encoding: str, compress: Callable[[bytes], bytes]
+) -> None:
+    server = start_server(**QUIET)
+    request = refund_request()
+    answer = post(server, compress(request.SerializeToString()), encoding=encoding)
+    assert not ok_response(answer).HasField("partial_success")
+    server.settle()
+    assert sent_calls(server) == [(trace_hex(request), REFUND_CALLS, True)]
+
+
+@pytest.mark.parametrize(
+    ("body", "said"),
+    [
+        (zlib.compress(b"x" * 100)[:-6], "body is not valid deflate: the stream is truncated"),
+        (zlib.compress(b"") + b"more", "body is not valid deflate: data after the stream"),
+        (b"\x78\x9c\xff\xff", "body is not valid deflate: Error -3"),
+    ],
+)
+def test_a_bad_deflate_body_is_400(start_server: StartServer, body: bytes, said: str) -> None:
+    server = start_server()
+    answer = post(server, body, encoding="deflate")
+    assert answer.status == 400
+    assert error_status(answer).message.startswith(said)
+
+
+def test_a_deflate_bomb_is_413(start_server: StartServer) -> None:
+    server = start_server(ingest__max_request_bytes=MIB)
+    answer = post(server, zlib.compress(bytes(50 * MIB)), encoding="deflate")
+    assert answer.status == 413
+    assert error_status(answer).message == "decompressed body exceeds 1048576 bytes"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code", "allow"),
+    [
+        ("GET", "/v1/traces", 405, code_pb2.UNIMPLEMENTED, "POST"),
+        ("POST", "/v1/metrics", 404, code_pb2.NOT_FOUND, None),
+    ],
+)
+def test_other_paths_and_methods_are_answered_with_a_status(
+    start_server: StartServer, method: str, path: str, status: int, code: int, allow: str | None
+) -> None:
+    server = start_server()
+    url = f"http://{server.address('http')}{path}"
+    request = urllib.request.Request(url, data=b"" if method == "POST" else None, method=method)
+    request.add_header("Content-Type", PROTOBUF)
+    with pytest.raises(urllib.error.HTTPError) as raised:
+        urllib.request.urlopen(request, timeout=10)
+    with raised.value as error:
+        answer = HttpAnswer(error.code, error.headers, error.read())
+    assert (answer.status, answer.content_type) == (status, PROTOBUF)
+    assert answer.headers["Allow"] == allow
+    body = error_status(answer)
+    assert body.code == code
+    assert body.message == (
+        f"{method} {path}: {raised.value.reason}; OTLP traces are sent as POST /v1/traces"
+    )
+
+
 def test_http_gzip_body_of_several_members_is_read_to_the_end(start_server: StartServer) -> None:
     # RFC 1952: members follow one another; two serialized requests one after the other are
     # one request with both runs (protobuf merges repeated fields).
@@ -383,7 +474,7 @@ def test_http_gzip_members_after_the_first_are_checked_too(
 @pytest.mark.parametrize(
     ("content_type", "encoding", "status", "said"),
     [
-        (PROTOBUF, "br", 415, "content encoding 'br' is not gzip or identity"),
+        (PROTOBUF, "br", 415, "content encoding 'br' is not gzip, deflate or identity"),
         ("text/plain", None, 415, "content type 'text/plain' is not"),
         (PROTOBUF, "gzip", 400, "body is not valid gzip"),
     ],

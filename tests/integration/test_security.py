@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 import pytest
 import trustme
+from google.rpc import code_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcExporter,
@@ -346,19 +347,23 @@ def test_grpc_without_the_right_token_is_unauthenticated_and_counted(
 def test_http_without_the_right_token_is_401_and_counted(start_server: Start, pki: Pki) -> None:
     server = start_server(**tls(pki), **auth(pki.token_file))
     context = client_context(pki)
-    for token in (None, "wrong"):
+    # The last two go out as bytes that are not UTF-8 (http.client writes latin-1). OTLP:
+    # the body of every error answer is a google.rpc.Status; this one says only its code.
+    unauthenticated = status_pb2.Status(code=code_pb2.UNAUTHENTICATED).SerializeToString()
+    for token in (None, "wrong", "s3cr\xe9t", "\xff\xfe"):
         answer = post_traces(server, context, token)
         assert (answer.status, answer.headers["WWW-Authenticate"], answer.body) == (
             401,
             "Bearer",
-            b"",
+            unauthenticated,
         )
-    assert server.sample(AUTH_FAILURES, {"listener": "http"}) == 2
+        assert answer.headers["Content-Type"] == "application/x-protobuf"
+    assert server.sample(AUTH_FAILURES, {"listener": "http"}) == 4
     assert send_http(server, refund_spans(), pki) is SpanExportResult.FAILURE
 
     assert send_http(server, refund_spans(), pki, token=TOKEN) is SpanExportResult.SUCCESS
     assert_one_refund_trace(server)
-    assert server.sample(AUTH_FAILURES, {"listener": "http"}) == 3
+    assert server.sample(AUTH_FAILURES, {"listener": "http"}) == 5
 
 
 def test_a_rotated_token_file_applies_after_reload_seconds(

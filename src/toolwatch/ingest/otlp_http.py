@@ -1,4 +1,5 @@
-"""OTLP/HTTP receiver: ``POST /v1/traces`` with protobuf or JSON bodies, optionally gzipped.
+"""OTLP/HTTP receiver: ``POST /v1/traces`` with protobuf or JSON bodies, optionally gzip- or
+deflate-compressed.
 
 Answers per the OTLP/HTTP specification: 200 with an ``ExportTraceServiceResponse`` in the
 request's encoding (``partial_success`` when spans were rejected); 400 with a
@@ -7,7 +8,9 @@ request's encoding (``partial_success`` when spans were rejected); 400 with a
 inflated); 415 for other content types or encodings; 503 with ``Retry-After`` when the
 consumer is at capacity, every request slot is taken (``toolwatch.ingest.slots``: checked
 before the body is read) or the body did not arrive within the slots' read timeout, as OTLP
-asks ("the client SHOULD honor the Retry-After header").
+asks ("the client SHOULD honor the Retry-After header"). Every other 4xx and 5xx answer on the
+receiver's listener (aiohttp's 404 and 405, the bearer-token check's 401) also carries a
+``google.rpc.Status``: OTLP/HTTP asks it of all of them.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import time
 import zlib
 from dataclasses import dataclass
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.typedefs import Handler
 from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
@@ -42,6 +46,18 @@ TRACES_PATH = "/v1/traces"
 _PROTOBUF = "application/x-protobuf"
 _JSON = "application/json"
 _TRANSPORT = "http"
+_GZIP_WBITS = 16 + zlib.MAX_WBITS  # a gzip member (RFC 1952)
+_ZLIB_WBITS = zlib.MAX_WBITS  # a zlib stream (RFC 1950): what "deflate" names (RFC 9110)
+_RAW_WBITS = -zlib.MAX_WBITS  # bare deflate data (RFC 1951), which some clients send instead
+#: The google.rpc code of each HTTP error toolwatch's handler does not answer itself.
+_STATUS_CODES = {
+    401: code_pb2.UNAUTHENTICATED,
+    404: code_pb2.NOT_FOUND,
+    405: code_pb2.UNIMPLEMENTED,
+    413: code_pb2.RESOURCE_EXHAUSTED,
+}
+#: Headers of such an answer that a client acts on, kept when its body is replaced.
+_KEPT_HEADERS = (hdrs.ALLOW, hdrs.WWW_AUTHENTICATE, hdrs.RETRY_AFTER)
 _OVERLOAD_MESSAGE = "toolwatch is at capacity; retry after the Retry-After delay"
 
 
@@ -69,7 +85,10 @@ class HttpTraceReceiver:
     slots: RequestSlots
 
     def add_routes(self, app: web.Application) -> None:
+        """The route, and (outermost, so that it sees the token check's answers) the
+        middleware that gives every error answer a ``google.rpc.Status`` body."""
         app.router.add_post(TRACES_PATH, self.handle)
+        app.middlewares.insert(0, _status_bodies)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
@@ -125,28 +144,36 @@ class HttpTraceReceiver:
         encoding = encoding.strip().lower()
         if encoding in ("", "identity"):
             return raw
-        if encoding != "gzip":
-            raise _RejectError(415, f"content encoding {encoding!r} is not gzip or identity")
-        # RFC 1952 §2.2: a gzip body is one or more members, decompressed one after another
-        # (what follows the first is not ignored: it may hold spans). The cap counts them all.
+        if encoding in ("gzip", "x-gzip"):  # RFC 9110 §8.4.1.3: x-gzip is gzip
+            return self._inflate(raw, "gzip", _GZIP_WBITS, members=True)
+        if encoding == "deflate":  # the OpenTelemetry SDKs' Compression.Deflate
+            return self._inflate(raw, "deflate", _deflate_wbits(raw), members=False)
+        raise _RejectError(415, f"content encoding {encoding!r} is not gzip, deflate or identity")
+
+    def _inflate(self, raw: bytes, name: str, wbits: int, members: bool) -> bytes:
+        """``raw`` decompressed, never past the cap. RFC 1952 §2.2: a gzip body is one or
+        more members, decompressed one after another (what follows the first is not ignored:
+        it may hold spans), and the cap counts them all; a deflate body is one stream."""
         parts: list[bytes] = []
         size, rest = 0, raw
         while rest:
-            inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+            inflater = zlib.decompressobj(wbits=wbits)
             try:
                 part = inflater.decompress(rest, self.max_request_bytes + 1 - size)
             except zlib.error as exc:
                 where = f" (member {len(parts) + 1})" if parts else ""
-                raise _RejectError(400, f"body is not valid gzip{where}: {exc}") from None
+                raise _RejectError(400, f"body is not valid {name}{where}: {exc}") from None
             size += len(part)
             if size > self.max_request_bytes:
                 raise _RejectError(413, f"decompressed body exceeds {self.max_request_bytes} bytes")
             if not inflater.eof:
-                raise _RejectError(400, "body is not valid gzip: the stream is truncated")
+                raise _RejectError(400, f"body is not valid {name}: the stream is truncated")
             parts.append(part)
             rest = inflater.unused_data
+            if rest and not members:
+                raise _RejectError(400, f"body is not valid {name}: data after the stream")
         if not parts:
-            raise _RejectError(400, "body is not valid gzip: it is empty")
+            raise _RejectError(400, f"body is not valid {name}: it is empty")
         return b"".join(parts)
 
     def _decode(self, body: bytes, content_type: str) -> DecodedBatch:
@@ -158,14 +185,58 @@ class HttpTraceReceiver:
             raise _RejectError(400, str(exc), exc.field) from None
 
 
+def _deflate_wbits(raw: bytes) -> int:
+    """A zlib stream's, or bare deflate data's: a zlib header is a deflate method byte and
+    a check value that makes the first two bytes a multiple of 31 (RFC 1950 §2.2)."""
+    if len(raw) >= 2 and raw[0] & 0x0F == 8 and (raw[0] << 8 | raw[1]) % 31 == 0:
+        return _ZLIB_WBITS
+    return _RAW_WBITS
+
+
+@web.middleware
+async def _status_bodies(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Give an error answer that is not already one (aiohttp's own, a middleware's) a
+    ``google.rpc.Status`` body in the request's encoding, keeping its status and the
+    headers a client acts on. A 401's Status says nothing more than its code."""
+    try:
+        response = await handler(request)
+    except web.HTTPException as error:
+        if error.status < 400:
+            raise
+        response = web.Response(status=error.status, reason=error.reason, headers=error.headers)
+    if response.status < 400 or response.content_type in (_PROTOBUF, _JSON):
+        return response
+    code = _STATUS_CODES.get(response.status, code_pb2.UNKNOWN)
+    message = "" if response.status == 401 else _error_message(request, response)
+    encoding = _JSON if request.content_type == _JSON else _PROTOBUF
+    answer = _message_response(
+        response.status, status_pb2.Status(code=code, message=message), encoding
+    )
+    for name in _KEPT_HEADERS:
+        if name in response.headers:
+            answer.headers[name] = response.headers[name]
+    return answer
+
+
+def _error_message(request: web.Request, response: web.StreamResponse) -> str:
+    if response.status in (404, 405):
+        return (
+            f"{request.method} {request.path}: {response.reason}; "
+            f"OTLP traces are sent as POST {TRACES_PATH}"
+        )
+    return f"{request.method} {request.path}: {response.reason}"
+
+
 def _read_timeout_message(slots: RequestSlots) -> str:
     return f"the request body was not received within {slots.read_timeout:g} s; retry"
 
 
 def _message_response(status: int, message: Message, content_type: str) -> web.Response:
     if content_type == _JSON:
+        # As bytes: given text, aiohttp would add "; charset=utf-8", and OTLP asks for the
+        # request's Content-Type exactly (the Collector reads partial success only then).
         text = json_format.MessageToJson(message, indent=None)
-        return web.Response(status=status, text=text, content_type=_JSON)
+        return web.Response(status=status, body=text.encode(), content_type=_JSON)
     return web.Response(status=status, body=message.SerializeToString(), content_type=_PROTOBUF)
 
 
