@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from toolwatch import __version__, compiled
 from toolwatch.config import Config, is_loopback, parse_listen_address
-from toolwatch.engine import Admission, DiscardToolTraces, Engine, EngineParts, ToolTraceSink
+from toolwatch.engine import DiscardToolTraces, Engine, EngineParts, Receipt, ToolTraceSink
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, scanner
@@ -275,11 +275,11 @@ class App:
         if due is not None:
             await asyncio.sleep(tick_delay(self._clock(), due, period, longest))
 
-    def _offer(self, batch: DecodedBatch, transport: str) -> Admission:
+    def _offer(self, batch: DecodedBatch, transport: str) -> Receipt:
         """The receivers' consumer: the engine's, and a wake-up for an idle ticker."""
-        admission = self.engine.offer(batch, transport)
+        receipt = self.engine.admit(batch, transport)
         self._arrived.set()
-        return admission
+        return receipt
 
     async def _start_otlp_grpc(self, address: str) -> str:
         limit = self.config.ingest.max_request_bytes

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from toolwatch.assembly.buffer import AssemblyLimits, CompletedTrace, TraceBuffer
@@ -25,7 +25,7 @@ from toolwatch.references.golden import GoldenCaseSet
 from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.sinks.findings import FindingSink
 
-__all__ = ["Admission", "DiscardToolTraces", "Engine", "EngineParts", "ToolTraceSink"]
+__all__ = ["Admission", "DiscardToolTraces", "Engine", "EngineParts", "Receipt", "ToolTraceSink"]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +35,19 @@ class Admission(enum.Enum):
 
     ACCEPTED = "accepted"
     OVERLOADED = "overloaded"  # retryable: answer UNAVAILABLE + RetryInfo / 503 + Retry-After
+
+
+@dataclass(frozen=True, slots=True)
+class Receipt:
+    """The engine's answer to a receiver about one request: whether it was admitted, and
+    how many spans of an admitted one a limit refused, by reason (``assembly.buffer``'s
+    ``LIMIT_REASONS``): OTLP asks a server to report what it accepted only in part."""
+
+    admission: Admission
+    refused: Mapping[str, int] = field(default_factory=dict)
+
+
+_OVERLOADED = Receipt(Admission.OVERLOADED)
 
 
 class ToolTraceSink(Protocol):
@@ -79,16 +92,21 @@ class Engine:
     def offer(self, batch: DecodedBatch, transport: str) -> Admission:
         """Admit one decoded request, or refuse all of it when the buffer has no room
         (backpressure: the client keeps the spans and retries)."""
+        return self.admit(batch, transport).admission
+
+    def admit(self, batch: DecodedBatch, transport: str) -> Receipt:
+        """``offer``, also saying which spans of an admitted request a limit refused."""
         size = sum(span.size_bytes for span in batch.spans)
         if not self.buffer.has_room(len(batch.spans), size):
             self._metrics.spans_refused(batch.received, transport)
-            return Admission.OVERLOADED
+            return _OVERLOADED
         self._metrics.spans_received(batch.received, transport)
         for reason, count in batch.rejected.items():
             self._metrics.spans_rejected(count, reason)
+        refused: dict[str, int] = {}
         if batch.spans:
-            self._process(self.buffer.add(batch.spans))
-        return Admission.ACCEPTED
+            self._process(self.buffer.add(batch.spans, refused))
+        return Receipt(Admission.ACCEPTED, refused)
 
     def tick(self) -> int:
         """Evaluate every trace that is due now. Returns how many traces were completed."""

@@ -253,6 +253,28 @@ def test_invalid_spans_are_a_partial_success(start_server: StartServer, transpor
     assert sent_calls(server) == [(trace_hex(valid), REFUND_CALLS, True)]
 
 
+@pytest.mark.parametrize("transport", ["grpc", "http-protobuf", "http-json"])
+def test_spans_a_limit_drops_are_a_partial_success(
+    start_server: StartServer, transport: str
+) -> None:
+    """OTLP: a server that accepts only part of a request says so; spans over the trace's
+    span limit are accepted nowhere, so the sender hears of them (and they are counted)."""
+    server = start_server(assembly__max_spans_per_trace=4, **QUIET)
+    request = refund_request()
+    held = sum(1 for _ in spans_in(request))
+
+    partial = _send_mixed(server, transport, request)
+
+    assert partial.rejected_spans == held - 4
+    assert partial.error_message == (
+        f"{held - 4} span{'s' if held - 4 != 1 else ''} dropped (trace_span_limit): "
+        "over assembly.max_spans_per_trace"
+    )
+    assert server.sample("toolwatch_spans_dropped_total", {"reason": "trace_span_limit"}) == (
+        held - 4
+    )
+
+
 # --- size limits ----------------------------------------------------------------------------
 
 

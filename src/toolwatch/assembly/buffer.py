@@ -34,9 +34,17 @@ from dataclasses import dataclass, field
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock, SpanRecord, SpanRole
 
-__all__ = ["AssemblyLimits", "CompletedTrace", "TraceBuffer"]
+__all__ = ["LIMIT_REASONS", "AssemblyLimits", "CompletedTrace", "TraceBuffer"]
 
 _OVERFLOW_POLICIES = frozenset({"backpressure", "evict_oldest"})
+#: The drop reasons that are a limit refusing data the sender should hear of (OTLP partial
+#: success), each with the setting that sets the limit. ``duplicate`` (a retry of spans
+#: already held) and ``late`` (after their trace was evaluated) are not refusals.
+LIMIT_REASONS = {
+    "trace_span_limit": "assembly.max_spans_per_trace",
+    "span_too_large": "assembly.max_buffered_bytes",
+    "buffer_full": "assembly.max_buffered_spans, max_buffered_bytes or max_traces",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -262,9 +270,12 @@ class TraceBuffer:
             and self._bytes + size_bytes <= lim.max_buffered_bytes
         )
 
-    def add(self, spans: Sequence[SpanRecord]) -> list[CompletedTrace]:
+    def add(
+        self, spans: Sequence[SpanRecord], refused: dict[str, int] | None = None
+    ) -> list[CompletedTrace]:
         """Buffer ``spans`` (arrival time = the clock now); return the traces evicted to
-        make room, flagged ``evicted``. Never exceeds a bound."""
+        make room, flagged ``evicted``. Never exceeds a bound. When given, ``refused`` also
+        counts the spans dropped for a limit (``LIMIT_REASONS``), by reason."""
         now = self._clock()
         self._forget(now)
         evicted: list[CompletedTrace] = []
@@ -280,6 +291,8 @@ class TraceBuffer:
                 dropped[reason] += 1
         for reason, n in dropped.items():
             self._metrics.spans_dropped(n, reason)
+            if refused is not None and reason in LIMIT_REASONS:
+                refused[reason] = refused.get(reason, 0) + n
         self._compact()
         return evicted
 

@@ -35,7 +35,8 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from toolwatch.engine import Admission
+from toolwatch.assembly.buffer import LIMIT_REASONS
+from toolwatch.engine import Admission, Receipt
 from toolwatch.ingest.decode import DecodedBatch, DecodeError, DecodeOptions, decode_protobuf
 from toolwatch.ingest.slots import RequestSlots
 from toolwatch.metrics import PipelineMetrics
@@ -50,8 +51,9 @@ __all__ = [
 
 SERVICE_NAME = "opentelemetry.proto.collector.trace.v1.TraceService"
 
-#: Takes a decoded request and the transport name, says whether it was admitted.
-SpanConsumer = Callable[[DecodedBatch, str], Admission]
+#: Takes a decoded request and the transport name, says whether it was admitted (and what
+#: of it a limit refused).
+SpanConsumer = Callable[[DecodedBatch, str], Receipt]
 
 _TRANSPORT = "grpc"
 
@@ -93,14 +95,25 @@ def _invalid(message: str) -> bytes:
     return status
 
 
-def export_response(batch: DecodedBatch) -> trace_service_pb2.ExportTraceServiceResponse:
-    """The answer to an accepted request: OTLP partial success when spans were rejected."""
+def export_response(
+    batch: DecodedBatch, receipt: Receipt | None = None
+) -> trace_service_pb2.ExportTraceServiceResponse:
+    """The answer to an accepted request: OTLP partial success when spans were rejected as
+    invalid, or refused by a limit (``receipt``)."""
     response = trace_service_pb2.ExportTraceServiceResponse()
-    rejected = sum(batch.rejected.values())
+    refused = receipt.refused if receipt is not None else {}
+    rejected = sum(batch.rejected.values()) + sum(refused.values())
     if rejected:
+        said = [batch.error_message] if batch.error_message else []
+        said.extend(_refusal(reason, n) for reason, n in sorted(refused.items()))
         response.partial_success.rejected_spans = rejected
-        response.partial_success.error_message = batch.error_message or ""
+        response.partial_success.error_message = "; ".join(said)
     return response
+
+
+def _refusal(reason: str, count: int) -> str:
+    spans = f"{count} span{'s' if count != 1 else ''}"
+    return f"{spans} dropped ({reason}): over {LIMIT_REASONS.get(reason, 'a limit')}"
 
 
 class _Export:
@@ -170,9 +183,10 @@ class _Export:
             batch = decode_protobuf(body, self._options)
         except DecodeError as exc:
             return "invalid", bad_request_status(exc).SerializeToString()
-        if self._consume(batch, _TRANSPORT) is Admission.OVERLOADED:
+        receipt = self._consume(batch, _TRANSPORT)
+        if receipt.admission is Admission.OVERLOADED:
             return "overloaded", b""
-        return "ok", export_response(batch).SerializeToString()
+        return "ok", export_response(batch, receipt).SerializeToString()
 
 
 def trace_service_handler(

@@ -117,9 +117,10 @@ class HttpTraceReceiver:
             return response
         finally:
             self.slots.give()
-        if self.consume(batch, _TRANSPORT) is Admission.OVERLOADED:
+        receipt = self.consume(batch, _TRANSPORT)
+        if receipt.admission is Admission.OVERLOADED:
             return self._overloaded(content_type)
-        return _message_response(200, export_response(batch), content_type)
+        return _message_response(200, export_response(batch, receipt), content_type)
 
     async def _read(self, request: web.Request, content_type: str) -> DecodedBatch:
         """The body, decoded; ``TimeoutError`` when it did not arrive within the slots' read

@@ -150,6 +150,21 @@ def test_spans_over_the_per_trace_limit_are_dropped_and_flag_the_trace() -> None
     assert metrics.dropped == {"trace_span_limit": 1}
 
 
+def test_spans_refused_by_a_limit_are_counted_for_the_sender_duplicates_and_late_are_not() -> None:
+    buffer, clock, metrics = make(dataclasses.replace(LIMITS, max_spans_per_trace=2))
+    refused: dict[str, int] = {}
+    buffer.add(run_spans(), refused)
+    buffer.add(run_spans()[:1], refused)  # a retry of a held span: a duplicate
+    assert refused == {"trace_span_limit": 1}
+
+    clock.advance(2)
+    assert len(buffer.poll()) == 1
+    late: dict[str, int] = {}
+    buffer.add(run_spans(), late)
+    assert late == {}
+    assert metrics.dropped == {"trace_span_limit": 1, "duplicate": 1, "late": 3}
+
+
 def test_evict_oldest_evicts_by_first_arrival_when_traces_are_full() -> None:
     limits = dataclasses.replace(LIMITS, max_traces=2, overflow="evict_oldest")
     buffer, clock, metrics = make(limits)
