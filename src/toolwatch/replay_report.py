@@ -9,6 +9,7 @@ names, the failure-type distribution and findings by category and severity.
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -135,7 +136,8 @@ class Report:
             lines += ["", "Gates"]
             for gate, value, ok in self.gates:
                 verdict = "PASS" if ok else "FAIL"
-                lines.append(f"  {verdict} {gate.describe()} (actual {value:g})")
+                actual = "no run was scored" if math.isnan(value) else f"actual {value:g}"
+                lines.append(f"  {verdict} {gate.describe()} ({actual})")
         return "\n".join(lines)
 
 

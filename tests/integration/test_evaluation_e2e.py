@@ -213,6 +213,10 @@ def test_replay_reproduces_the_servers_findings_and_gates(
     assert report["traces"] == 3
     assert report["passed"] is False
 
+    unscored = replay("--config", str(config), "--min-score", "composite=0.9", str(recorded))
+    assert unscored.returncode == 1, unscored.stderr
+    assert "  FAIL mean composite >= 0.9 (no run was scored)" in unscored.stdout.splitlines()
+
     passing = replay("--config", str(config), "--max-findings", "any=2", str(recorded))
     assert passing.returncode == 0, passing.stdout + passing.stderr
     assert "PASS" in passing.stdout
