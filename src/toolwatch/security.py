@@ -328,9 +328,7 @@ def _load_files(context: ssl.SSLContext, tls: TlsSettings) -> None:
 
 def server_ssl_context(tls: TlsSettings) -> ssl.SSLContext:
     """A TLS 1.2+ server context from ``tls``; client certificates are required when it has
-    a ``client_ca_file``. Raises ``OSError``/``ssl.SSLError`` when the files do not load.
-    Loading new files into it later (``ListenerSecurity.refresh``) changes what new
-    connections get; a new client CA is added to the trusted ones (OpenSSL keeps the old)."""
+    a ``client_ca_file``. Raises ``OSError``/``ssl.SSLError`` when the files do not load."""
     return _server_context(tls)
 
 
@@ -344,7 +342,14 @@ class ListenerSecurity:
         self._metrics = metrics
         tls, auth = settings.tls, settings.auth
         self._certificates = CertificateFiles(tls, clock) if tls is not None else None
+        # The HTTPS listeners serve ``_ssl_context``, whose SNI callback (called for every
+        # handshake, with or without SNI) hands each new connection the live context: a
+        # reload builds a new one and never touches a context in use, since OpenSSL loading
+        # into a live context that then fails has already dropped its key.
         self._ssl_context = server_ssl_context(tls) if tls is not None else None
+        self._live_context = self._ssl_context
+        if self._ssl_context is not None:
+            self._ssl_context.sni_callback = self._select_context
         self._context_generation = 0
         self._tokens = (
             TokenFile(auth.bearer_token_file, auth.reload_seconds, clock)
@@ -353,20 +358,29 @@ class ListenerSecurity:
         )
 
     def refresh(self) -> None:
-        """Reload the TLS files if they changed, into the HTTP listeners' context too. Call
-        it on the event loop that serves them (the server's tick does)."""
-        files, context, tls = self._certificates, self._ssl_context, self._settings.tls
-        if files is None or context is None or tls is None:
+        """Reload the TLS files if they changed, for the HTTPS listeners' new connections
+        too (a removed client CA is no longer trusted there). Call it on the event loop that
+        serves them (the server's tick does)."""
+        files, tls = self._certificates, self._settings.tls
+        if files is None or self._ssl_context is None or tls is None:
             return
         files.refresh()
         if files.current.generation == self._context_generation:
             return
         try:
-            _load_files(context, tls)
+            fresh = _server_context(tls)
         except (OSError, ssl.SSLError) as exc:  # changed again since: the next look retries
             log.error("keeping the previous TLS certificate for HTTPS: %s", exc)
             return
+        self._live_context = fresh
         self._context_generation = files.current.generation
+
+    def _select_context(
+        self, connection: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, served: Any
+    ) -> None:
+        live = self._live_context
+        if live is not None and live is not served:
+            connection.context = live
 
     def protected(self, listener: str) -> bool:
         """Whether ``listener`` has TLS or authentication."""
