@@ -41,38 +41,49 @@ class Files:
             os.replace(staged, self.key)
 
 
-def security(files: Files, clock: ManualClock) -> ListenerSecurity:
-    tls = TlsSettings(cert_file=files.cert, key_file=files.key, reload_seconds=RELOAD_SECONDS)
+def security(files: Files, clock: ManualClock, client_ca: Path | None = None) -> ListenerSecurity:
+    tls = TlsSettings(
+        cert_file=files.cert,
+        key_file=files.key,
+        client_ca_file=client_ca,
+        reload_seconds=RELOAD_SECONDS,
+    )
     metrics = PrometheusMetrics(CollectorRegistry())
     return ListenerSecurity(SecuritySettings(tls=tls), clock, metrics)
 
 
-def handshake(served: ssl.SSLContext, trusting: trustme.CA) -> bool:
-    """Whether a client trusting only ``trusting`` completes a handshake with ``served``
-    (an IP address: the client sends no SNI, as with most agents' exporters)."""
+def handshake(
+    served: ssl.SSLContext, trusting: trustme.CA, identity: trustme.LeafCert | None = None
+) -> bool:
+    """Whether a client trusting only ``trusting`` (and showing ``identity``) completes a
+    handshake with ``served`` and has its byte read (an IP address: the client sends no
+    SNI, as with most agents' exporters)."""
     client = ssl.create_default_context(cadata=trusting.cert_pem.bytes().decode())
+    if identity is not None:
+        identity.configure_cert(client)
     ours, theirs = socket.socketpair()
     outcome: list[bool] = []
 
     def serve() -> None:
         try:
             with served.wrap_socket(theirs, server_side=True) as tls:
-                tls.recv(1)
+                outcome.append(tls.recv(1) == b"x")
+                tls.sendall(b"y")
         except (ssl.SSLError, OSError):
-            pass
+            outcome.append(False)
 
     server = threading.Thread(target=serve)
     server.start()
     try:
         with client.wrap_socket(ours, server_hostname="127.0.0.1") as tls:
             tls.sendall(b"x")
-            outcome.append(True)
-    except ssl.SSLError:  # not trusted, or the server could not complete it
+            tls.recv(1)  # TLS 1.3: a refused client certificate shows only after the handshake
+    except (ssl.SSLError, OSError):  # not trusted, or the server refused the client
         outcome.append(False)
     finally:
-        theirs.close()
         server.join(timeout=10)
-    return outcome[0]
+        theirs.close()
+    return all(outcome) and len(outcome) == 1
 
 
 @pytest.fixture
@@ -123,3 +134,28 @@ def test_a_half_written_set_after_a_good_one_leaves_https_serving(
     clock.advance(RELOAD_SECONDS)
     listeners.refresh()
     assert [handshake(served, ca) for ca in (first, second, third)] == [False, False, True]
+
+
+def test_a_client_ca_taken_out_is_no_longer_trusted_by_new_connections(
+    files: Files, tmp_path: Path
+) -> None:
+    server_ca, old_clients, new_clients = trustme.CA(), trustme.CA(), trustme.CA()
+    files.install(server_ca)
+    client_ca = tmp_path / "client-ca.pem"
+    old_clients.cert_pem.write_to_path(str(client_ca))
+    clock = ManualClock()
+    listeners = security(files, clock, client_ca)
+    served = listeners.ssl_context("http")
+    assert served is not None
+    old_agent, new_agent = old_clients.issue_cert("agent"), new_clients.issue_cert("agent")
+    assert handshake(served, server_ca, old_agent) is True
+    assert handshake(served, server_ca, new_agent) is False
+    assert handshake(served, server_ca) is False
+
+    staged = tmp_path / "client-ca.new"
+    new_clients.cert_pem.write_to_path(str(staged))
+    os.replace(staged, client_ca)
+    clock.advance(RELOAD_SECONDS)
+    listeners.refresh()
+    assert handshake(served, server_ca, old_agent) is False
+    assert handshake(served, server_ca, new_agent) is True
