@@ -51,6 +51,7 @@ __all__ = [
     "TokenFile",
     "bearer_token",
     "bearer_token_middleware",
+    "client_certificate_middleware",
     "server_credentials",
     "server_ssl_context",
 ]
@@ -275,6 +276,26 @@ def bearer_token_middleware(
     return require_token
 
 
+def client_certificate_middleware(
+    metrics: PipelineMetrics, listener: str, open_paths: frozenset[str]
+) -> Middleware:
+    """An aiohttp middleware for a listener whose TLS lets clients without a certificate
+    finish the handshake (one that presents a certificate the client CA did not sign never
+    does): requests on such a connection are answered 401 with an empty body and counted for
+    ``listener``, except those for ``open_paths``."""
+
+    @web.middleware
+    async def require_certificate(request: web.Request, handler: Handler) -> web.StreamResponse:
+        transport = request.transport
+        verified = transport is not None and bool(transport.get_extra_info("peercert"))
+        if verified or request.path in open_paths:
+            return await handler(request)
+        metrics.auth_failed(listener)
+        return web.Response(status=401)
+
+    return require_certificate
+
+
 def _certificate_configuration(certificates: Certificates) -> Any:
     return grpc.ssl_server_certificate_configuration(
         [(certificates.key, certificates.cert)], root_certificates=certificates.client_ca
@@ -310,12 +331,14 @@ def server_credentials(files: CertificateFiles) -> grpc.ServerCredentials:
     )
 
 
-def _server_context(tls: TlsSettings) -> ssl.SSLContext:
+def _server_context(tls: TlsSettings, verify_mode: ssl.VerifyMode | None = None) -> ssl.SSLContext:
+    """``verify_mode`` defaults to requiring client certificates when there is a client CA."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     _load_files(context, tls)
-    if tls.client_ca_file is not None:
-        context.verify_mode = ssl.CERT_REQUIRED
+    if verify_mode is None:
+        verify_mode = ssl.CERT_REQUIRED if tls.client_ca_file is not None else ssl.CERT_NONE
+    context.verify_mode = verify_mode
     context.set_alpn_protocols(["http/1.1"])  # aiohttp serves HTTP/1.1 only
     return context
 
@@ -332,6 +355,29 @@ def server_ssl_context(tls: TlsSettings) -> ssl.SSLContext:
     return _server_context(tls)
 
 
+class _ServedContext:
+    """The HTTPS context a listener serves, and the live one its SNI callback (called for
+    every handshake, with or without SNI) hands each new connection. A reload builds a new
+    live context and never loads into one in use: OpenSSL loading into a live context that
+    then fails has already dropped its key."""
+
+    def __init__(self, tls: TlsSettings, verify_mode: ssl.VerifyMode) -> None:
+        self._verify_mode = verify_mode
+        self.served = _server_context(tls, verify_mode)
+        self.live = self.served
+        self.served.sni_callback = self._select
+
+    def fresh(self, tls: TlsSettings) -> ssl.SSLContext:
+        """A new context from the files as they are now; raises when they do not load."""
+        return _server_context(tls, self._verify_mode)
+
+    def _select(
+        self, connection: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, served: Any
+    ) -> None:
+        if self.live is not served:
+            connection.context = self.live
+
+
 class ListenerSecurity:
     """What protects each listener (``grpc``, ``http``, ``metrics``, ``stream``), built once
     from ``settings``: every file is read here, so an unusable one stops start-up. Token
@@ -342,14 +388,15 @@ class ListenerSecurity:
         self._metrics = metrics
         tls, auth = settings.tls, settings.auth
         self._certificates = CertificateFiles(tls, clock) if tls is not None else None
-        # The HTTPS listeners serve ``_ssl_context``, whose SNI callback (called for every
-        # handshake, with or without SNI) hands each new connection the live context: a
-        # reload builds a new one and never touches a context in use, since OpenSSL loading
-        # into a live context that then fails has already dropped its key.
-        self._ssl_context = server_ssl_context(tls) if tls is not None else None
-        self._live_context = self._ssl_context
-        if self._ssl_context is not None:
-            self._ssl_context.sni_callback = self._select_context
+        # By verify mode. With a client CA the metrics listener lets a client without a
+        # certificate finish the handshake, so that probes (which have none) reach /healthz
+        # and /readyz; ``client_certificate_middleware`` refuses it every other path.
+        self._contexts: dict[ssl.VerifyMode, _ServedContext] = {}
+        if tls is not None:
+            for listener in tls.listeners:
+                mode = self._verify_mode(listener)
+                if mode not in self._contexts:
+                    self._contexts[mode] = _ServedContext(tls, mode)
         self._context_generation = 0
         self._tokens = (
             TokenFile(auth.bearer_token_file, auth.reload_seconds, clock)
@@ -362,25 +409,25 @@ class ListenerSecurity:
         too (a removed client CA is no longer trusted there). Call it on the event loop that
         serves them (the server's tick does)."""
         files, tls = self._certificates, self._settings.tls
-        if files is None or self._ssl_context is None or tls is None:
+        if files is None or not self._contexts or tls is None:
             return
         files.refresh()
         if files.current.generation == self._context_generation:
             return
         try:
-            fresh = _server_context(tls)
+            fresh = {mode: served.fresh(tls) for mode, served in self._contexts.items()}
         except (OSError, ssl.SSLError) as exc:  # changed again since: the next look retries
             log.error("keeping the previous TLS certificate for HTTPS: %s", exc)
             return
-        self._live_context = fresh
+        for mode, context in fresh.items():
+            self._contexts[mode].live = context
         self._context_generation = files.current.generation
 
-    def _select_context(
-        self, connection: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, served: Any
-    ) -> None:
-        live = self._live_context
-        if live is not None and live is not served:
-            connection.context = live
+    def _verify_mode(self, listener: str) -> ssl.VerifyMode:
+        tls = self._settings.tls
+        if tls is None or tls.client_ca_file is None:
+            return ssl.CERT_NONE
+        return ssl.CERT_OPTIONAL if listener == "metrics" else ssl.CERT_REQUIRED
 
     def protected(self, listener: str) -> bool:
         """Whether ``listener`` has TLS or authentication."""
@@ -397,11 +444,18 @@ class ListenerSecurity:
         return (BearerTokenInterceptor(self._tokens, self._metrics, listener),)
 
     def ssl_context(self, listener: str) -> ssl.SSLContext | None:
-        return self._ssl_context if self._settings.uses_tls(listener) else None
+        if not self._settings.uses_tls(listener):
+            return None
+        return self._contexts[self._verify_mode(listener)].served
 
     def http_middlewares(
         self, listener: str, open_paths: frozenset[str] = frozenset()
     ) -> tuple[Middleware, ...]:
-        if self._tokens is None or not self._settings.uses_auth(listener):
-            return ()
-        return (bearer_token_middleware(self._tokens, self._metrics, listener, open_paths),)
+        middlewares: list[Middleware] = []
+        if self._settings.uses_tls(listener) and self._verify_mode(listener) is ssl.CERT_OPTIONAL:
+            middlewares.append(client_certificate_middleware(self._metrics, listener, open_paths))
+        if self._tokens is not None and self._settings.uses_auth(listener):
+            middlewares.append(
+                bearer_token_middleware(self._tokens, self._metrics, listener, open_paths)
+            )
+        return tuple(middlewares)

@@ -299,6 +299,33 @@ def test_mutual_tls_http_needs_a_client_certificate(start_server: Start, pki: Pk
     assert_one_refund_trace(server)
 
 
+def test_mutual_tls_metrics_lets_probes_in_without_a_client_certificate(
+    start_server: Start, pki: Pki
+) -> None:
+    """Kubelet's HTTPS probes send no client certificate: on the metrics listener the
+    handshake succeeds without one, and only /healthz and /readyz answer."""
+    server = start_server(**tls(pki, mutual=True))
+    base = f"https://{server.address('metrics')}"
+    anonymous, agent = client_context(pki), client_context(pki, client=True)
+    assert [http_get(f"{base}{path}", anonymous).status for path in ("/healthz", "/readyz")] == [
+        200,
+        200,
+    ]
+    refused = http_get(f"{base}/metrics", anonymous)
+    assert (refused.status, refused.body) == (401, b"")
+    assert server.sample(AUTH_FAILURES, {"listener": "metrics"}) == 1
+
+    scraped = http_get(f"{base}/metrics", agent)
+    assert scraped.status == 200
+    assert b"toolwatch_build_info" in scraped.body
+    rogue = client_context(pki)
+    rogue.load_cert_chain(pki.rogue_cert, pki.rogue_key)
+    with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+        http_get(f"{base}/healthz", rogue)  # a certificate the client CA did not sign
+    with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
+        post_traces(server, anonymous, token=None)  # OTLP/HTTP still requires one
+
+
 def test_metrics_over_tls_and_token_while_probes_stay_open(start_server: Start, pki: Pki) -> None:
     listeners = ["grpc", "http", "metrics", "stream"]
     server = start_server(**tls(pki), **auth(pki.token_file, security__auth__listeners=listeners))
