@@ -79,8 +79,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``toolwatch`` console script."""
     parser = _parser()
     args = parser.parse_args(argv)
+    level = (os.environ.get("TOOLWATCH_LOG_LEVEL") or "INFO").strip().upper()
+    if level not in _LOG_LEVELS:
+        allowed = ", ".join(_LOG_LEVELS)
+        print(
+            f"toolwatch: configuration error\nTOOLWATCH_LOG_LEVEL: {level!r} is not one of "
+            f"{allowed}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
     logging.basicConfig(
-        level=os.environ.get("TOOLWATCH_LOG_LEVEL", "INFO").upper(),
+        level=level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
@@ -95,6 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StartError as exc:
         print(f"toolwatch: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
+
+
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -122,7 +134,7 @@ def _add_serve(commands: Any) -> None:
     )
     serve.add_argument("--config", type=Path, default=_env_path("TOOLWATCH_CONFIG"))
     for flag, env, _key, help_text in _SERVE_FLAGS:
-        serve.add_argument(flag, default=os.environ.get(env), help=f"{help_text}; env {env}")
+        serve.add_argument(flag, default=_env(env), help=f"{help_text}; env {env}")
     serve.set_defaults(run=_serve)
 
 
@@ -158,8 +170,13 @@ def _add_tail(commands: Any) -> None:
     tail.set_defaults(run=_tail)
 
 
+def _env(name: str) -> str | None:
+    """The variable's value; an empty one is unset, as in most tools (``VAR= cmd``)."""
+    return os.environ.get(name) or None
+
+
 def _env_path(name: str) -> Path | None:
-    value = os.environ.get(name)
+    value = _env(name)
     return Path(value) if value else None
 
 

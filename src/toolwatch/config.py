@@ -56,27 +56,46 @@ class ConfigError(ValueError):
     """Invalid configuration. The message names the source, the field path and the reason."""
 
 
+#: A host name (RFC 1123 labels; ``_`` allowed, as container names have it) or IPv4 address.
+_HOST_NAME = re.compile(
+    r"[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?"
+)
+
+
 def parse_listen_address(value: str) -> tuple[str, int]:
     """Split ``HOST:PORT`` (``[v6]:PORT`` for IPv6). Port 0 asks the OS for a free port."""
     host, sep, port_text = value.rpartition(":")
     if not sep or not host:
         raise ValueError(f"{value!r} is not HOST:PORT")
-    if host.startswith("[") and host.endswith("]"):
+    if host.startswith("[") or host.endswith("]"):
+        if not (host.startswith("[") and host.endswith("]")):
+            raise ValueError(f"{value!r}: the brackets around the host are not balanced")
         host = host[1:-1]
-        ipaddress.IPv6Address(host)
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"{value!r}: {host!r} in brackets is not an IPv6 address") from None
+    elif ":" in host:
+        raise ValueError(f"{value!r}: an IPv6 host is written in brackets: [{host}]:{port_text}")
+    elif not _HOST_NAME.fullmatch(host):
+        raise ValueError(f"{value!r}: {host!r} is not a host name or an IPv4 address")
     if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
         raise ValueError(f"{value!r}: port must be a number from 0 to 65535")
     return host, int(port_text)
 
 
 def is_loopback(host: str) -> bool:
-    """True for loopback addresses and ``localhost``."""
-    if host == "localhost":
+    """True for loopback addresses (IPv4-mapped ones too) and ``localhost``."""
+    name = host.lower().removesuffix(".")
+    if name == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host).is_loopback
+        address = ipaddress.ip_address(name)
     except ValueError:
         return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        return address.ipv4_mapped.is_loopback
+    return address.is_loopback
 
 
 class _Section(BaseModel):

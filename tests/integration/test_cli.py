@@ -52,6 +52,14 @@ def toolwatch_script() -> str:
     return found
 
 
+LISTEN_VARIABLES = (
+    "TOOLWATCH_GRPC_LISTEN",
+    "TOOLWATCH_HTTP_LISTEN",
+    "TOOLWATCH_METRICS_LISTEN",
+    "TOOLWATCH_STREAM_LISTEN",
+)
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """This environment without any ``TOOLWATCH_*`` variable, plus ``extra``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
@@ -223,6 +231,31 @@ def test_serve_reads_environment_and_flags_win(
 
     assert served.terminate() == 0
     assert_dumped_on_shutdown(dump, spans)
+
+
+def test_empty_variables_are_unset(serve: Callable[..., Served]) -> None:
+    """``VAR= toolwatch serve`` (a blanked-out variable) means the default, not the value ""."""
+    env = clean_env(
+        TOOLWATCH_CONFIG="",
+        TOOLWATCH_BEARER_TOKEN_FILE="",
+        TOOLWATCH_FINDINGS="",
+        TOOLWATCH_LOG_LEVEL="",
+        **{name: "127.0.0.1:0" for name in LISTEN_VARIABLES},
+    )
+    served = serve(env=env)
+    served.wait_for(LISTENING)
+    assert served.terminate() == 0
+
+
+def test_an_unknown_log_level_is_a_configuration_error(tmp_path: Path) -> None:
+    good = tmp_path / "good.yaml"
+    good.write_text("assembly:\n  max_traces: 50\n")
+    result = run_cli("check-config", str(good), env=clean_env(TOOLWATCH_LOG_LEVEL="verbose"))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "toolwatch: configuration error\n"
+        "TOOLWATCH_LOG_LEVEL: 'VERBOSE' is not one of DEBUG, INFO, WARNING, ERROR, CRITICAL\n"
+    )
 
 
 def test_serve_with_a_missing_config_file_exits_2(tmp_path: Path) -> None:
