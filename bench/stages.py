@@ -164,7 +164,7 @@ def _prometheus(config: Config) -> PrometheusMetrics:
 
 
 def _count(metrics: PrometheusMetrics, trace: ToolTrace, result: PipelineResult) -> None:
-    metrics.tool_trace(trace)
+    metrics.tool_trace(trace, "none")  # the benchmark runs have no golden case or shadow twin
     for evaluated in result.results:
         score = evaluated.scores.get("score")
         metrics.evaluated(evaluated.evaluator, score, result.durations[evaluated.evaluator])

@@ -144,13 +144,13 @@ class Engine:
             self._evaluate(tool_trace, trace.last_arrival_ns)
 
     def _evaluate(self, trace: ToolTrace, last_arrival_ns: int) -> None:
-        self._metrics.tool_trace(trace)
-        self._parts.tooltraces.write(trace)
         # An incomplete run is judged against the policy only: the calls it is missing would
         # read as drift against a golden case or a shadow twin.
         golden, shadow = self._parts.golden, self._parts.shadow
         comparable = trace.complete
         expected = golden.match(trace) if golden is not None and comparable else None
+        self._metrics.tool_trace(trace, _reference(expected, shadow, trace))
+        self._parts.tooltraces.write(trace)
         self._emit(trace, self._run(trace, expected, None), last_arrival_ns)
         pair = shadow.offer(trace) if shadow is not None and comparable else None
         if pair is not None:
@@ -184,3 +184,13 @@ class Engine:
         for finding in findings:
             self._metrics.finding(finding, detection)
         self._parts.findings.publish(trace, findings)
+
+
+def _reference(expected: GoldenCase | None, shadow: ShadowJoiner | None, trace: ToolTrace) -> str:
+    """What the run is compared with, for ``toolwatch_tool_traces_total{reference}``: the
+    share of compared runs is what drift alerts divide by."""
+    if expected is not None:
+        return "expected"
+    if shadow is not None and trace.complete and shadow.compares(trace):
+        return "source"
+    return "none"

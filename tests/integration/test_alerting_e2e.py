@@ -163,6 +163,35 @@ def test_an_unverified_refund_fires_the_missing_verification_alert(
     assert annotations["dashboard"].endswith("?var-agent=refund-bot&var-tool=issue_refund")
 
 
+DASHBOARD = ROOT / "deploy" / "grafana" / "toolwatch.json"
+
+
+def panel_expression(title: str, **variables: str) -> str:
+    """The first query of the dashboard panel ``title``, Grafana's variables filled in."""
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    [panel] = [p for p in dashboard["panels"] if p.get("title") == title]
+    expression: str = panel["targets"][0]["expr"]
+    for name in sorted(variables, key=len, reverse=True):  # $__range_s before $__range
+        expression = expression.replace(f"${name}", variables[name])
+    return expression
+
+
+@pytest.mark.prometheus
+@requires_prometheus
+def test_the_dashboard_counts_a_series_first_finding(
+    toolwatch: RunningServer, prometheus: PrometheusServer
+) -> None:
+    """A label set's first finding starts its counter at 1, and increase() sees no rise in
+    it: the dashboard's finding counts add a series created in the range, as the rules do."""
+    send_unverified_refund(toolwatch)
+    prometheus.wait_until(f"{REGRESSIONS} == 1", lambda: _one_series(prometheus))
+    shown = panel_expression("High findings", __range="1h", __range_s="3600", agent=".*", tool=".*")
+    assert prometheus.wait_until(
+        "two scrapes of the finding", lambda: prometheus.query(shown) or None
+    ) == {"": 1.0}
+    assert prometheus.query(f"sum(increase({REGRESSIONS}[1h])) or vector(0)") == {"": 0.0}
+
+
 def _one_series(prometheus: PrometheusServer) -> dict[str, str] | None:
     """The labels of the only MISSING_VERIFICATION_STEP series once its value is 1."""
     data = prometheus.api("query", query=REGRESSIONS)["result"]

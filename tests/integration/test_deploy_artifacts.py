@@ -67,7 +67,14 @@ DEFAULT_METRICS_PORT = 9464
 # A metric name, not part of a recording rule's level:metric:operation name.
 METRIC_NAME = re.compile(r"(?<![\w:])toolwatch_[a-z_]+(?![\w:])")
 RECORDING_RULE_NAME = re.compile(r"\b[a-z_]+:toolwatch_[a-z_]+:[a-z0-9_]+\b")
-GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__range": "1h", "$agent": ".*", "$tool": ".*"}
+# Longest first: "$__range_s" must not be read as "$__range" followed by "_s".
+GRAFANA_VARIABLES = {
+    "$__rate_interval": "5m",
+    "$__range_s": "3600",
+    "$__range": "1h",
+    "$agent": ".*",
+    "$tool": ".*",
+}
 
 requires_promtool = pytest.mark.skipif(
     shutil.which("promtool") is None,

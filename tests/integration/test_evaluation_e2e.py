@@ -113,6 +113,17 @@ def test_verified_refund_has_no_finding(
     assert findings_log(server) == []
 
 
+def runs_by_reference(server: RunningServer) -> dict[str, float]:
+    """``toolwatch_tool_traces_total`` of refund-bot's complete runs, by ``reference``."""
+    found = {}
+    for reference in ("expected", "source", "none"):
+        labels = {"agent": "refund-bot", "outcome": "complete", "reference": reference}
+        value = server.sample("toolwatch_tool_traces_total", labels)
+        if value:
+            found[reference] = value
+    return found
+
+
 def shadow_half(role: str, extra_refund: bool) -> agents.AgentRun:
     attributes = {"toolwatch.shadow.pair_id": "req-77", "toolwatch.shadow.role": role}
     turns = [agents.Turn((agents.LOOKUP,)), agents.Turn((agents.REFUND,))]
@@ -136,6 +147,8 @@ def test_shadow_target_with_an_extra_refund_is_dangerous_drift(
     assert drift[0].tool == "issue_refund"
     target_trace = next(t for t in server.tooltraces() if "target" in str(t["reference_keys"]))
     assert drift[0].trace_id == target_trace["trace_id"]
+    # Drift alerts divide by the runs that were compared: the target, not the source.
+    assert runs_by_reference(server) == {"source": 1.0, "none": 1.0}
 
 
 def test_canary_run_is_compared_with_its_golden_case(
@@ -154,6 +167,7 @@ def test_canary_run_is_compared_with_its_golden_case(
     selection = [f for f in server.findings.findings if f.evaluator == "tool_selection"]
     assert "TOOL_SELECTION_DRIFT" in categories
     assert selection and all(f.reference == "expected" for f in selection)
+    assert runs_by_reference(server) == {"expected": 1.0}
 
 
 @pytest.mark.parametrize(

@@ -428,7 +428,7 @@ def test_a_dump_file_on_a_full_disk_does_not_stop_completing_later_traces(
     server = serve(config)
 
     def runs_completed() -> float:
-        labels = {"agent": "refund-bot", "outcome": "complete"}
+        labels = {"agent": "refund-bot", "outcome": "complete", "reference": "none"}
         return server.sample("toolwatch_tool_traces_total", labels)
 
     for sent in (1, 2):

@@ -88,6 +88,11 @@ class ShadowJoiner:
             return None
         return trace.reference_keys.get(self._settings.pair_key_attribute) or None
 
+    def compares(self, trace: ToolTrace) -> bool:
+        """Whether the run is a shadow target, which is compared with its source once both
+        have arrived."""
+        return self.pair_key(trace) is not None and self._role(trace) == _TARGET
+
     def offer(self, trace: ToolTrace) -> ShadowPair | None:
         """Take one finished run. Returns the pair it completes, else ``None``.
 

@@ -67,6 +67,8 @@ _TRANSPORTS = ("grpc", "http")
 _STATUSES = ("ok", "error")
 _MAX_EVALUATOR_KEYS = 1024  # evaluator names whose label key is remembered
 _OUTCOMES = ("complete", "timed_out", "evicted", "span_limit", "shutdown")
+#: What a run was compared with: a golden case, a shadow source, or nothing but the policy.
+_REFERENCES = ("expected", "source", "none")
 _LISTENERS = ("grpc", "http", "metrics", "stream")
 
 _Metric = TypeVar("_Metric", Counter, Histogram)
@@ -142,6 +144,7 @@ class PrometheusMetrics:
         self._transport = LabelLimiter(_TRANSPORTS, 0)
         self._status = LabelLimiter(_STATUSES, 0)
         self._trace_outcome = LabelLimiter(_OUTCOMES, 0)
+        self._reference = LabelLimiter(_REFERENCES, 0)
         self._listener = LabelLimiter(_LISTENERS, 0)
         self._children: dict[tuple[Any, tuple[str, ...]], Any] = {}
         # Label values looked up once per run or evaluator, not worked out again: each
@@ -177,8 +180,9 @@ class PrometheusMetrics:
         )
         self._tool_traces = CounterTally(
             "toolwatch_tool_traces_total",
-            "Agent runs (ToolTraces) evaluated, by whether the run was complete.",
-            ("agent", "outcome"),
+            "Agent runs (ToolTraces) evaluated, by whether the run was complete and what it "
+            "was compared with (expected: a golden case; source: its shadow source; none).",
+            ("agent", "outcome", "reference"),
         )
         self._scores = HistogramTally(
             "toolwatch_evaluator_score",
@@ -308,12 +312,13 @@ class PrometheusMetrics:
         labels = (self._transport(transport), self._request_outcome(outcome))
         self._child(self._request_seconds, *labels).observe(seconds)
 
-    def tool_trace(self, trace: ToolTrace) -> None:
-        """Counts the run by outcome and each of its calls by tool and status."""
+    def tool_trace(self, trace: ToolTrace, reference: str) -> None:
+        """Counts the run by outcome and reference, and each of its calls by tool and
+        status."""
         reason = "complete" if trace.complete else trace.incomplete_reason or OTHER
         outcome = self._trace_outcome(reason)
         run_agent = self._agent(trace.agent)
-        self._tool_traces.inc((run_agent, outcome))
+        self._tool_traces.inc((run_agent, outcome, self._reference(reference)))
         for call in trace.calls:
             same = not call.agent or call.agent == trace.agent  # the run's agent, usually
             agent = run_agent if same else self._agent(call.agent)

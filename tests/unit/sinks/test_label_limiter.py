@@ -67,7 +67,7 @@ def test_a_flood_of_names_keeps_every_label_bounded() -> None:
         registry, agents=known_agents, tools=known_tools, label_value_cap=cap
     )
     for i in range(10_000):
-        metrics.tool_trace(_trace(f"agent-{i}", f"tool-{i}"))
+        metrics.tool_trace(_trace(f"agent-{i}", f"tool-{i}"), "none")
         finding = factories.finding(
             category=Category.TOOL_SELECTION_DRIFT,
             severity=Severity.LOW,
@@ -80,7 +80,7 @@ def test_a_flood_of_names_keeps_every_label_bounded() -> None:
             agent=f"agent-{i}",
         )
         metrics.finding(finding, None)
-    metrics.tool_trace(_trace("refund-bot", "issue_refund"))
+    metrics.tool_trace(_trace("refund-bot", "issue_refund"), "none")
 
     calls = "toolwatch_tool_calls_total"
     tools = _label_values(registry, calls, "tool")

@@ -172,12 +172,15 @@ def test_tool_trace_counts_run_outcome_and_calls(
     metrics: PrometheusMetrics, registry: CollectorRegistry
 ) -> None:
     calls = (make_call("issue_refund"), make_call("issue_refund", CallStatus.ERROR))
-    metrics.tool_trace(make_trace(calls))
-    metrics.tool_trace(make_trace(incomplete_reason="timed_out"))
+    metrics.tool_trace(make_trace(calls), "expected")
+    metrics.tool_trace(make_trace(incomplete_reason="timed_out"), "none")
+    metrics.tool_trace(make_trace(), "something new")
     get = registry.get_sample_value
     runs = "toolwatch_tool_traces_total"
-    assert get(runs, {"agent": "refund-bot", "outcome": "complete"}) == 1.0
-    assert get(runs, {"agent": "refund-bot", "outcome": "timed_out"}) == 1.0
+    complete = {"agent": "refund-bot", "outcome": "complete"}
+    assert get(runs, {**complete, "reference": "expected"}) == 1.0
+    assert get(runs, {**complete, "reference": OTHER}) == 1.0
+    assert get(runs, {"agent": "refund-bot", "outcome": "timed_out", "reference": "none"}) == 1.0
     calls_total = "toolwatch_tool_calls_total"
     for status in ("ok", "error"):
         labels = {"agent": "refund-bot", "tool": "issue_refund", "status": status}
@@ -187,7 +190,7 @@ def test_tool_trace_counts_run_outcome_and_calls(
 def test_a_call_keeps_its_own_agent(
     metrics: PrometheusMetrics, registry: CollectorRegistry
 ) -> None:
-    metrics.tool_trace(make_trace((make_call("lookup", agent="inner"),)))
+    metrics.tool_trace(make_trace((make_call("lookup", agent="inner"),)), "none")
     labels = {"agent": "inner", "tool": "lookup", "status": "ok"}
     assert registry.get_sample_value("toolwatch_tool_calls_total", labels) == 1.0
 
@@ -195,8 +198,8 @@ def test_a_call_keeps_its_own_agent(
 def test_an_unknown_outcome_reports_other(
     metrics: PrometheusMetrics, registry: CollectorRegistry
 ) -> None:
-    metrics.tool_trace(make_trace(incomplete_reason="something new"))
-    labels = {"agent": "refund-bot", "outcome": OTHER}
+    metrics.tool_trace(make_trace(incomplete_reason="something new"), "none")
+    labels = {"agent": "refund-bot", "outcome": OTHER, "reference": "none"}
     assert registry.get_sample_value("toolwatch_tool_traces_total", labels) == 1.0
 
 
@@ -323,7 +326,7 @@ def test_promtool_accepts_the_text_exposition(
 ) -> None:
     registry.register(StateCollector(lambda: BufferState(1, 2, 3), lambda: 1))
     metrics.finding(make_finding(), 2.0)
-    metrics.tool_trace(make_trace((make_call("issue_refund"),)))
+    metrics.tool_trace(make_trace((make_call("issue_refund"),)), "none")
     metrics.spans_received(3, "grpc")
     metrics.evaluated("order", 0.5, 0.001)
     metrics.request_handled("http", "ok", 0.01)
