@@ -235,13 +235,16 @@ _BEARER_TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 
 
 def read_token_file(path: Path) -> tuple[str, ...]:
-    """The bearer tokens in ``path``, one per line (blank lines and surrounding whitespace
-    ignored; several tokens let clients move to a new one before the old one is removed).
+    """The bearer tokens in ``path``, one per line (blank lines, ``#`` comment lines and
+    surrounding whitespace ignored: ``#`` is no token character; several tokens let clients
+    move to a new one before the old one is removed).
     Raises ``OSError`` when the file cannot be read and ``ValueError`` naming the file and
     line (never the token) when it holds no token or a line is not an RFC 6750 token."""
     tokens = []
     for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
         token = line.strip()
+        if token.startswith("#"):
+            continue
         if token and not _BEARER_TOKEN.fullmatch(token):
             raise ValueError(f"{path}: line {number} is not a bearer token (RFC 6750 b64token)")
         if token:

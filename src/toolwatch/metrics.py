@@ -16,7 +16,10 @@ duplicate, late, over a bound, ...), or ``spans_built`` (part of a ToolTrace han
 evaluators), unless it is still buffered.
 
 ``auth_failed`` counts requests refused for a missing or wrong bearer token, per listener
-(``grpc``, ``http``, ``metrics``, ``stream``).
+(``grpc``, ``http``, ``metrics``, ``stream``). ``reload_failed`` counts looks at changed
+security files that could not be used (``tokens``, ``certificate``), so the previous ones are
+still in use: a revoked token still accepted, a renewed certificate not served. It may be
+called from gRPC's threads (certificates reload at a handshake).
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ class PipelineMetrics(Protocol):
     def stream_dropped(self, n: int) -> None: ...
     def shadow_unpaired(self, reason: str) -> None: ...
     def auth_failed(self, listener: str) -> None: ...
+    def reload_failed(self, what: str) -> None: ...
 
 
 class NoopMetrics:
@@ -90,4 +94,7 @@ class NoopMetrics:
         pass
 
     def auth_failed(self, listener: str) -> None:
+        pass
+
+    def reload_failed(self, what: str) -> None:
         pass

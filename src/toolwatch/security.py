@@ -122,10 +122,17 @@ class TokenFile:
     locks every client out. Raises at construction when the file is unusable.
     """
 
-    def __init__(self, path: Path, reload_seconds: float, clock: Clock) -> None:
+    def __init__(
+        self,
+        path: Path,
+        reload_seconds: float,
+        clock: Clock,
+        on_failure: Callable[[], None] = lambda: None,
+    ) -> None:
         self._path = path
         self._watch = _Watch((path,), reload_seconds, clock)
         self._tokens = _encode(read_token_file(path))
+        self._on_failure = on_failure
 
     def accepts(self, token: str | None) -> bool:
         """Whether ``token`` is one of the accepted tokens."""
@@ -149,6 +156,7 @@ class TokenFile:
             tokens = read_token_file(self._path)
         except (OSError, ValueError) as exc:
             log.error("keeping the previous bearer tokens: %s", exc)
+            self._on_failure()
             return
         self._watch.accept(signature)
         self._tokens = _encode(tokens)
@@ -175,8 +183,11 @@ class CertificateFiles:
     ``ssl.SSLError`` at construction when the files do not load. Thread-safe.
     """
 
-    def __init__(self, tls: TlsSettings, clock: Clock) -> None:
+    def __init__(
+        self, tls: TlsSettings, clock: Clock, on_failure: Callable[[], None] = lambda: None
+    ) -> None:
         self._tls = tls
+        self._on_failure = on_failure
         self._paths = [p for p in (tls.cert_file, tls.key_file, tls.client_ca_file) if p]
         self._lock = threading.Lock()
         self._watch = _Watch(self._paths, tls.reload_seconds, clock)
@@ -192,6 +203,7 @@ class CertificateFiles:
                 loaded = self._load(self.current.generation + 1)
             except (OSError, ssl.SSLError) as exc:
                 log.error("keeping the previous TLS certificate: %s", exc)
+                self._on_failure()
                 return False
             self._watch.accept(signature)
             self.current = loaded
@@ -387,7 +399,11 @@ class ListenerSecurity:
         self._settings = settings
         self._metrics = metrics
         tls, auth = settings.tls, settings.auth
-        self._certificates = CertificateFiles(tls, clock) if tls is not None else None
+        self._certificates = (
+            CertificateFiles(tls, clock, lambda: metrics.reload_failed("certificate"))
+            if tls is not None
+            else None
+        )
         # By verify mode. With a client CA the metrics listener lets a client without a
         # certificate finish the handshake, so that probes (which have none) reach /healthz
         # and /readyz; ``client_certificate_middleware`` refuses it every other path.
@@ -399,7 +415,12 @@ class ListenerSecurity:
                     self._contexts[mode] = _ServedContext(tls, mode)
         self._context_generation = 0
         self._tokens = (
-            TokenFile(auth.bearer_token_file, auth.reload_seconds, clock)
+            TokenFile(
+                auth.bearer_token_file,
+                auth.reload_seconds,
+                clock,
+                lambda: metrics.reload_failed("tokens"),
+            )
             if auth is not None
             else None
         )
@@ -418,6 +439,7 @@ class ListenerSecurity:
             fresh = {mode: served.fresh(tls) for mode, served in self._contexts.items()}
         except (OSError, ssl.SSLError) as exc:  # changed again since: the next look retries
             log.error("keeping the previous TLS certificate for HTTPS: %s", exc)
+            self._metrics.reload_failed("certificate")
             return
         for mode, context in fresh.items():
             self._contexts[mode].live = context

@@ -60,6 +60,7 @@ DOCUMENTED_METRICS = {
     "toolwatch_evaluator_failures_total": "counter",
     "toolwatch_stream_dropped_findings_total": "counter",
     "toolwatch_shadow_unpaired_total": "counter",
+    "toolwatch_security_reload_failures_total": "counter",
     "toolwatch_build_info": "gauge",
 }
 DEFAULT_GRPC_LISTEN = "127.0.0.1:4317"

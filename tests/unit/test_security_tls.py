@@ -41,14 +41,19 @@ class Files:
             os.replace(staged, self.key)
 
 
-def security(files: Files, clock: ManualClock, client_ca: Path | None = None) -> ListenerSecurity:
+def security(
+    files: Files,
+    clock: ManualClock,
+    client_ca: Path | None = None,
+    registry: CollectorRegistry | None = None,
+) -> ListenerSecurity:
     tls = TlsSettings(
         cert_file=files.cert,
         key_file=files.key,
         client_ca_file=client_ca,
         reload_seconds=RELOAD_SECONDS,
     )
-    metrics = PrometheusMetrics(CollectorRegistry())
+    metrics = PrometheusMetrics(registry or CollectorRegistry())
     return ListenerSecurity(SecuritySettings(tls=tls), clock, metrics)
 
 
@@ -114,8 +119,8 @@ def test_a_half_written_set_after_a_good_one_leaves_https_serving(
     context would have left it the new certificate without a key, failing every handshake."""
     first, second, third = trustme.CA(), trustme.CA(), trustme.CA()
     files.install(first)
-    clock = ManualClock()
-    listeners = security(files, clock)
+    clock, registry = ManualClock(), CollectorRegistry()
+    listeners = security(files, clock, registry=registry)
     served = listeners.ssl_context("http")
     assert served is not None
 
@@ -129,6 +134,9 @@ def test_a_half_written_set_after_a_good_one_leaves_https_serving(
         listeners.refresh()
     assert [handshake(served, ca) for ca in (first, second, third)] == [True, False, False]
     assert any("for HTTPS" in record.getMessage() for record in caplog.records)
+    failures = {"file": "certificate"}
+    # Both looks failed: the files' own (gRPC's set stays) and the HTTPS context's.
+    assert registry.get_sample_value("toolwatch_security_reload_failures_total", failures) == 2
 
     files.install(third)
     clock.advance(RELOAD_SECONDS)

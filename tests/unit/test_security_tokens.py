@@ -57,6 +57,14 @@ def test_token_file_holds_one_token_per_line(tmp_path: Path) -> None:
     assert read_token_file(path) == ("first-token", "second-token")
 
 
+def test_comment_lines_are_not_tokens(tmp_path: Path) -> None:
+    """An operator revoking a token leaves a note: the note must not make the whole file
+    unusable (which would keep the revoked token accepted)."""
+    path = tmp_path / "tokens"
+    path.write_text("# ci-runner, revoked 2026-12-03 (leaked)\n  #rotate by 2027-01\nnew-token\n")
+    assert read_token_file(path) == ("new-token",)
+
+
 def test_an_empty_token_file_is_an_error_naming_the_file(tmp_path: Path) -> None:
     path = tmp_path / "tokens"
     path.write_text("\n   \n")
@@ -119,7 +127,8 @@ def test_an_unusable_file_at_reload_keeps_the_previous_tokens(
     token_path: Path, broken: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     clock = ManualClock()
-    tokens = TokenFile(token_path, RELOAD_SECONDS, clock)
+    failures: list[None] = []
+    tokens = TokenFile(token_path, RELOAD_SECONDS, clock, lambda: failures.append(None))
     if broken == "missing":
         token_path.unlink()
     else:
@@ -131,15 +140,32 @@ def test_an_unusable_file_at_reload_keeps_the_previous_tokens(
         "keeping the previous bearer tokens"
     ]
 
+    assert len(failures) == 1  # counted: toolwatch_security_reload_failures_total{file}
+    clock.advance(RELOAD_SECONDS)
+    assert tokens.accepts("old-token")
+    assert len(failures) == 2  # each look while it stays broken
+
     write_atomically(token_path, "repaired-token\n")
     clock.advance(RELOAD_SECONDS)
     assert tokens.accepts("repaired-token")
     assert not tokens.accepts("old-token")
+    assert len(failures) == 2
 
 
 def test_an_unusable_file_at_start_raises(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError):
         TokenFile(tmp_path / "absent", RELOAD_SECONDS, ManualClock())
+
+
+def test_reload_failures_are_counted_per_file_from_a_closed_set() -> None:
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry)
+    for what in ("tokens", "tokens", "certificate", "/etc/secret/path"):
+        metrics.reload_failed(what)
+    name = "toolwatch_security_reload_failures_total"
+    counts = {f: registry.get_sample_value(name, {"file": f}) for f in ("tokens", "certificate")}
+    assert counts == {"tokens": 2.0, "certificate": 1.0}
+    assert registry.get_sample_value(name, {"file": "_other"}) == 1.0
 
 
 def test_auth_failures_are_counted_per_listener_from_a_closed_set() -> None:

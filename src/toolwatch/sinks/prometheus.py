@@ -70,6 +70,7 @@ _OUTCOMES = ("complete", "timed_out", "evicted", "span_limit", "shutdown")
 #: What a run was compared with: a golden case, a shadow source, or nothing but the policy.
 _REFERENCES = ("expected", "source", "none")
 _LISTENERS = ("grpc", "http", "metrics", "stream")
+_RELOADED = ("tokens", "certificate")
 
 _Metric = TypeVar("_Metric", Counter, Histogram)
 
@@ -279,6 +280,15 @@ class PrometheusMetrics:
             ["listener"],
             registry=r,
         )
+        self._reload_failures = Counter(
+            "toolwatch_security_reload_failures_total",
+            "Changed security files that could not be used, so the previous ones still are "
+            "(tokens: the bearer token file; certificate: the TLS files).",
+            ["file"],
+            registry=r,
+        )
+        for what in _RELOADED:
+            self._reload_failures.labels(what)
 
     def _child(self, metric: _Metric, *values: str) -> _Metric:
         """``metric.labels(*values)``, memoized: ``labels`` validates and takes a lock on every
@@ -360,6 +370,10 @@ class PrometheusMetrics:
 
     def auth_failed(self, listener: str) -> None:
         self._auth_failures.labels(self._listener(listener)).inc()
+
+    def reload_failed(self, what: str) -> None:
+        """Thread-safe: prometheus_client's counters are."""
+        self._reload_failures.labels(what if what in _RELOADED else OTHER).inc()
 
 
 def _add(counter: Counter, n: int) -> None:

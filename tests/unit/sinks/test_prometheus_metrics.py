@@ -47,6 +47,7 @@ EXPECTED_NAMES = {
     "toolwatch_stream_dropped_findings_total",
     "toolwatch_shadow_unpaired_total",
     "toolwatch_auth_failures_total",
+    "toolwatch_security_reload_failures_total",
     "toolwatch_build_info",
 }
 
