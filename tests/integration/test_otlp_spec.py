@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import logging
 import socket
 import threading
 import urllib.error
@@ -729,6 +730,9 @@ def test_requests_beyond_the_slots_are_refused_unread_and_retryable(
     assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 18
 
 
+REQUESTS_COUNTED = "toolwatch_export_request_duration_seconds_count"
+
+
 def test_a_call_abandoned_before_its_body_gives_its_slot_back(start_server: StartServer) -> None:
     server = start_server(ingest__max_concurrent_requests=1, **QUIET)
     abandoned = HeldCall(server, [refund_request().SerializeToString()])
@@ -741,13 +745,19 @@ def test_a_call_abandoned_before_its_body_gives_its_slot_back(start_server: Star
     assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 6
 
 
-def test_an_http_body_cut_off_mid_way_gives_its_slot_back(start_server: StartServer) -> None:
+def test_an_http_body_cut_off_mid_way_gives_its_slot_back(
+    start_server: StartServer, caplog: pytest.LogCaptureFixture
+) -> None:
     server = start_server(ingest__max_concurrent_requests=1, **QUIET)
     host, _, port = server.address("http").rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=10) as client:
+    aborted = {"transport": "http", "outcome": "aborted"}
+    with caplog.at_level(logging.ERROR), socket.create_connection((host, int(port)), 10) as client:
         head = f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\nContent-Type: {PROTOBUF}\r\n"
         client.sendall(f"{head}Content-Length: 100000\r\n\r\n".encode() + b"\x0a" * 10)
         assert until(lambda: in_flight(server) == 1)
+        client.close()
+        assert until(lambda: server.sample(REQUESTS_COUNTED, aborted) == 1)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
     assert until(lambda: in_flight(server) == 0)
     answer = ok_response(post(server, refund_request().SerializeToString()))

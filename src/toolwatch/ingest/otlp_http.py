@@ -99,6 +99,12 @@ class HttpTraceReceiver:
         except _RejectError as reject:
             outcome = "invalid" if reject.status == 400 else "refused"
             response = _status_response(reject, content_type)
+        except ConnectionError:
+            # The client went away before its whole body arrived: nothing was taken from it,
+            # and there is no one to answer. Counted; not aiohttp's ERROR log with a traceback.
+            outcome = "aborted"
+            response = web.Response(status=400)
+            response.force_close()
         self.metrics.request_handled(_TRANSPORT, outcome, time.perf_counter() - started)
         return response
 
