@@ -207,7 +207,7 @@ class App:
             raise
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         self._ready = True
-        _warn_if_exposed(self.addresses, self._security.protected)
+        _warn_if_exposed(self.addresses, self._security.exposure)
         log.info("listening %s", " ".join(f"{k}={v}" for k, v in self.addresses.items()))
         if not self._compiled and self.config.ingest.decoder == "auto":
             log.warning(
@@ -439,16 +439,14 @@ def _reference_keys(config: Config) -> frozenset[str]:
     return config.golden.reference_keys() | config.shadow.reference_keys()
 
 
-def _warn_if_exposed(addresses: dict[str, str], protected: Callable[[str], bool]) -> None:
-    """Warns about each listener reachable beyond loopback with neither TLS nor auth."""
+def _warn_if_exposed(addresses: dict[str, str], exposure: Callable[[str], str | None]) -> None:
+    """Warns about each listener reachable beyond loopback without TLS or authentication, or
+    with bearer tokens but no TLS to keep them secret."""
     for name, address in addresses.items():
         host, _port = parse_listen_address(address)
-        if not is_loopback(host) and not protected(name):
-            log.warning(
-                "%s listener %s is reachable beyond loopback without TLS or authentication",
-                name,
-                address,
-            )
+        problem = exposure(name)
+        if not is_loopback(host) and problem is not None:
+            log.warning("%s listener %s is reachable beyond loopback %s", name, address, problem)
 
 
 #: Cyclic-GC thresholds for serving: a full collection only after 20,000 net new objects

@@ -451,9 +451,14 @@ class ListenerSecurity:
             return ssl.CERT_NONE
         return ssl.CERT_OPTIONAL if listener == "metrics" else ssl.CERT_REQUIRED
 
-    def protected(self, listener: str) -> bool:
-        """Whether ``listener`` has TLS or authentication."""
-        return self._settings.uses_tls(listener) or self._settings.uses_auth(listener)
+    def exposure(self, listener: str) -> str | None:
+        """What is wrong with ``listener`` if it is reachable beyond loopback, or ``None``."""
+        tls, auth = self._settings.uses_tls(listener), self._settings.uses_auth(listener)
+        if not tls and not auth:
+            return "without TLS or authentication"
+        if not tls:
+            return "without TLS: its bearer tokens cross the network in clear text"
+        return None
 
     def grpc_credentials(self, listener: str) -> grpc.ServerCredentials | None:
         """Credentials for a secure port, or ``None`` for plaintext."""

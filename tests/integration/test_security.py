@@ -702,23 +702,34 @@ def test_argument_values_are_shown_only_for_configured_fields(
 
 
 @pytest.mark.parametrize(
-    ("protection", "warned"), [("none", True), ("tls", False), ("auth", False)]
+    ("protection", "warning"),
+    [
+        ("none", "without TLS or authentication"),
+        ("tls", None),
+        ("auth", "without TLS: its bearer tokens cross the network in clear text"),
+        ("both", None),
+    ],
 )
-def test_a_listener_beyond_loopback_warns_only_without_tls_or_auth(
+def test_a_listener_beyond_loopback_warns_without_tls_or_auth(
     start_server: Start,
     pki: Pki,
     caplog: pytest.LogCaptureFixture,
     protection: str,
-    warned: bool,
+    warning: str | None,
 ) -> None:
-    overrides = {"none": {}, "tls": tls(pki), "auth": auth(pki.token_file)}[protection]
+    overrides = {
+        "none": {},
+        "tls": tls(pki),
+        "auth": auth(pki.token_file),
+        "both": {**tls(pki), **auth(pki.token_file)},
+    }[protection]
     with caplog.at_level(logging.WARNING, logger="toolwatch"):
         server = start_server(listen__grpc="0.0.0.0:0", **overrides)
     address = server.address("grpc")
     assert address.startswith("0.0.0.0:")
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-    expected = f"grpc listener {address} is reachable beyond loopback without TLS or authentication"
-    assert warnings == ([expected] if warned else [])
+    expected = f"grpc listener {address} is reachable beyond loopback {warning}"
+    assert warnings == ([expected] if warning else [])
 
 
 def test_a_missing_certificate_file_fails_naming_the_file(pki: Pki, tmp_path: Path) -> None:
