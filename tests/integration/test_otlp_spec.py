@@ -499,6 +499,7 @@ def test_http_gzip_members_after_the_first_are_checked_too(
     [
         (PROTOBUF, "br", 415, "content encoding 'br' is not gzip, deflate or identity"),
         ("text/plain", None, 415, "content type 'text/plain' is not"),
+        ("", None, 415, "no content type: send application/x-protobuf or application/json"),
         (PROTOBUF, "gzip", 400, "body is not valid gzip"),
     ],
 )

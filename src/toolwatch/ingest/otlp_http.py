@@ -110,7 +110,9 @@ class HttpTraceReceiver:
 
     async def _handle(self, request: web.Request, content_type: str) -> web.Response:
         if content_type not in (_PROTOBUF, _JSON):
-            raise _RejectError(415, f"content type {content_type!r} is not {_PROTOBUF} or {_JSON}")
+            sent = request.headers.get(hdrs.CONTENT_TYPE)  # aiohttp's default is not the client's
+            said = f"content type {content_type!r} is not" if sent else "no content type: send"
+            raise _RejectError(415, f"{said} {_PROTOBUF} or {_JSON}")
         if not self.slots.take():
             return self._overloaded(content_type)
         try:
