@@ -80,7 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     level = (os.environ.get("TOOLWATCH_LOG_LEVEL") or "INFO").strip().upper()
-    if level not in _LOG_LEVELS:
+    if level not in logging.getLevelNamesMapping() or level == "NOTSET":
         allowed = ", ".join(_LOG_LEVELS)
         print(
             f"toolwatch: configuration error\nTOOLWATCH_LOG_LEVEL: {level!r} is not one of "
@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_RUNTIME
 
 
-_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")  # and logging's WARN, FATAL
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -250,6 +250,9 @@ def test_empty_variables_are_unset(serve: Callable[..., Served]) -> None:
 def test_an_unknown_log_level_is_a_configuration_error(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text("assembly:\n  max_traces: 50\n")
+    for known in ("warn", " debug ", "FATAL"):  # logging's own names and aliases
+        accepted = run_cli("check-config", str(good), env=clean_env(TOOLWATCH_LOG_LEVEL=known))
+        assert (accepted.returncode, accepted.stdout) == (0, f"{good}: ok\n"), known
     result = run_cli("check-config", str(good), env=clean_env(TOOLWATCH_LOG_LEVEL="verbose"))
     assert (result.returncode, result.stdout) == (2, "")
     assert result.stderr == (

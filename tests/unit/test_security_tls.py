@@ -115,8 +115,9 @@ def test_a_half_written_set_after_a_good_one_leaves_https_serving(
     files: Files, caplog: pytest.LogCaptureFixture
 ) -> None:
     """gRPC reloads the files at a handshake, HTTPS at a tick: between the two a rotation
-    can be half written. HTTPS keeps a certificate that works; loading into its live
-    context would have left it the new certificate without a key, failing every handshake."""
+    can be half written. HTTPS takes the set gRPC loaded (made in the same load), not the
+    files as they are at the tick; loading those into its live context would have left it
+    the new certificate without a key, failing every handshake."""
     first, second, third = trustme.CA(), trustme.CA(), trustme.CA()
     files.install(first)
     clock, registry = ManualClock(), CollectorRegistry()
@@ -132,11 +133,14 @@ def test_a_half_written_set_after_a_good_one_leaves_https_serving(
     clock.advance(RELOAD_SECONDS)
     with caplog.at_level(logging.ERROR, logger="toolwatch"):
         listeners.refresh()
-    assert [handshake(served, ca) for ca in (first, second, third)] == [True, False, False]
-    assert any("for HTTPS" in record.getMessage() for record in caplog.records)
+    assert [handshake(served, ca) for ca in (first, second, third)] == [False, True, False]
+    messages = [record.getMessage() for record in caplog.records]
+    assert [m.split(":")[0] for m in messages] == ["keeping the previous TLS certificate"]
     failures = {"file": "certificate"}
-    # Both looks failed: the files' own (gRPC's set stays) and the HTTPS context's.
-    assert registry.get_sample_value("toolwatch_security_reload_failures_total", failures) == 2
+    assert registry.get_sample_value("toolwatch_security_reload_failures_total", failures) == 1
+    for _ in range(3):  # ticks until the next look retry nothing, and count nothing
+        listeners.refresh()
+    assert registry.get_sample_value("toolwatch_security_reload_failures_total", failures) == 1
 
     files.install(third)
     clock.advance(RELOAD_SECONDS)
@@ -167,3 +171,45 @@ def test_a_client_ca_taken_out_is_no_longer_trusted_by_new_connections(
     listeners.refresh()
     assert handshake(served, server_ca, old_agent) is False
     assert handshake(served, server_ca, new_agent) is True
+
+
+def test_mutual_tls_sessions_are_not_resumed(files: Files, tmp_path: Path) -> None:
+    """A resumed session skips the client certificate's check: a client whose CA was taken
+    out could resume one made before. So a mutual-TLS listener issues no session tickets."""
+    server_ca, clients = trustme.CA(), trustme.CA()
+    files.install(server_ca)
+    client_ca = tmp_path / "client-ca.pem"
+    clients.cert_pem.write_to_path(str(client_ca))
+    listeners = security(files, ManualClock(), client_ca)
+    served = listeners.ssl_context("http")
+    assert served is not None
+    assert (served.num_tickets, bool(served.options & ssl.OP_NO_TICKET)) == (0, True)
+    client = ssl.create_default_context(cadata=server_ca.cert_pem.bytes().decode())
+    clients.issue_cert("agent").configure_cert(client)
+    sessions = [_session_of(served, client, None)]
+    sessions.append(_session_of(served, client, sessions[0][0]))
+    assert [reused for _, reused in sessions] == [False, False]
+
+
+def _session_of(
+    served: ssl.SSLContext, client: ssl.SSLContext, offered: ssl.SSLSession | None
+) -> tuple[ssl.SSLSession | None, bool]:
+    """One exchange over a socket pair offering ``offered``: the client's session after it,
+    and whether the server resumed the offered one."""
+    ours, theirs = socket.socketpair()
+
+    def serve() -> None:
+        with served.wrap_socket(theirs, server_side=True) as tls:
+            tls.recv(1)
+            tls.sendall(b"y")
+
+    server = threading.Thread(target=serve)
+    server.start()
+    try:
+        with client.wrap_socket(ours, server_hostname="127.0.0.1", session=offered) as tls:
+            tls.sendall(b"x")
+            tls.recv(1)  # TLS 1.3 tickets, if any, arrive with the server's first data
+            return tls.session, tls.session_reused
+    finally:
+        server.join(timeout=10)
+        theirs.close()

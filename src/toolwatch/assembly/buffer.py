@@ -28,8 +28,10 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter, OrderedDict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Final
 
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock, SpanRecord, SpanRole
@@ -40,11 +42,13 @@ _OVERFLOW_POLICIES = frozenset({"backpressure", "evict_oldest"})
 #: The drop reasons that are a limit refusing data the sender should hear of (OTLP partial
 #: success), each with the setting that sets the limit. ``duplicate`` (a retry of spans
 #: already held) and ``late`` (after their trace was evaluated) are not refusals.
-LIMIT_REASONS = {
-    "trace_span_limit": "assembly.max_spans_per_trace",
-    "span_too_large": "assembly.max_buffered_bytes",
-    "buffer_full": "assembly.max_buffered_spans, max_buffered_bytes or max_traces",
-}
+LIMIT_REASONS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "trace_span_limit": "assembly.max_spans_per_trace",
+        "span_too_large": "assembly.max_buffered_bytes",
+        "buffer_full": "assembly.max_buffered_spans, max_buffered_bytes or max_traces",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)

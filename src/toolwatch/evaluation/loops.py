@@ -179,17 +179,10 @@ class Loops:
                 "repeats": repeat.count,
                 "limit": repeat.limit,
                 "spans": [c.span_id for c in repeat.flagged],
-                DETAIL_FIELDS: _by_field(repeat.flagged[0].arguments),
+                # Whole: top-level keys may be data themselves ({"jane@example.com": true}).
+                DETAIL_FIELDS: {"": repeat.flagged[0].arguments},
             },
         )
-
-
-def _by_field(arguments: Any) -> dict[str, Any]:
-    """The repeated arguments by top-level field (``""``: a value that is no object), so
-    that sinks redact each field on its own."""
-    if isinstance(arguments, dict):
-        return {str(name): value for name, value in arguments.items()}
-    return {"": arguments}
 
 
 def _describe(repeat: Repeat) -> str:

@@ -8,9 +8,9 @@ request's encoding (``partial_success`` when spans were rejected); 400 with a
 inflated); 415 for other content types or encodings; 503 with ``Retry-After`` when the
 consumer is at capacity, every request slot is taken (``toolwatch.ingest.slots``: checked
 before the body is read) or the body did not arrive within the slots' read timeout, as OTLP
-asks ("the client SHOULD honor the Retry-After header"). Every other 4xx and 5xx answer on the
-receiver's listener (aiohttp's 404 and 405, the bearer-token check's 401) also carries a
-``google.rpc.Status``: OTLP/HTTP asks it of all of them.
+asks ("the client SHOULD honor the Retry-After header"). The error answers aiohttp and the
+bearer-token check make on the receiver's listener (404, 405, 401) carry a
+``google.rpc.Status`` too, as OTLP/HTTP asks of every 4xx and 5xx.
 """
 
 from __future__ import annotations
@@ -224,6 +224,8 @@ async def _status_bodies(request: web.Request, handler: Handler) -> web.StreamRe
     for name in _KEPT_HEADERS:
         if name in response.headers:
             answer.headers[name] = response.headers[name]
+    if not response.keep_alive:
+        answer.force_close()
     return answer
 
 

@@ -1,0 +1,238 @@
+"""TLS for the listeners: the certificate files, reloaded when they change, and what gRPC and
+the HTTPS listeners are served from them.
+
+``CertificateFiles`` holds the current set of files (certificate chain, key, client CA) and
+re-reads them at most every ``tls.reload_seconds``. Each set is loaded once, and everything
+is made from that one load: gRPC's certificate configuration (the PEM bytes) and the HTTPS
+listeners' ``ssl.SSLContext`` per verify mode. A set that does not load (a half-written
+rotation: the new certificate with the old key) keeps the previous set, is logged and
+counted; so gRPC and HTTPS always serve the same, working set.
+
+An HTTPS listener keeps serving the context it started with (``ServedContext.served``); that
+context's SNI callback, called for every handshake (with or without SNI), hands each new
+connection the current set's context. Nothing is ever loaded into a context in use: OpenSSL
+loading into a live context that then fails has already dropped its key. Connections already
+open keep the certificate they were made with. With a client CA, session tickets are off, so
+that a client whose CA was taken out cannot resume a session made before.
+
+``FileWatch`` is the clock-driven look at files this and the token file share.
+
+Threading: ``CertificateFiles`` is thread-safe (gRPC asks for certificates from its
+threads); the SNI callback runs on the HTTPS listeners' event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import ssl
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from toolwatch.config import TlsSettings
+from toolwatch.model import Clock
+
+__all__ = [
+    "CertificateFiles",
+    "Certificates",
+    "FileWatch",
+    "ServedContext",
+    "server_credentials",
+    "server_ssl_context",
+]
+
+log = logging.getLogger(__name__)
+
+_Signature = tuple[tuple[int, int, int], ...]
+
+
+class FileWatch:
+    """Files looked at no more than once every ``reload_seconds`` of ``clock`` time (so
+    requests cause no file I/O in between). ``changed`` returns their state when a look
+    finds that the inode, modification time or size of one of them differs from the state
+    last ``accept``-ed, else ``None``; it raises ``OSError`` when one cannot be looked at."""
+
+    __slots__ = ("_checked_ns", "_clock", "_paths", "_reload_ns", "_signature")
+
+    def __init__(self, paths: Sequence[Path], reload_seconds: float, clock: Clock) -> None:
+        self._paths = tuple(paths)
+        self._reload_ns = int(reload_seconds * 1e9)
+        self._clock = clock
+        self._signature = self._stat()
+        self._checked_ns = clock()
+
+    def changed(self) -> _Signature | None:
+        now = self._clock()
+        if now - self._checked_ns < self._reload_ns:
+            return None
+        self._checked_ns = now
+        signature = self._stat()
+        return signature if signature != self._signature else None
+
+    def accept(self, signature: _Signature) -> None:
+        self._signature = signature
+
+    def _stat(self) -> _Signature:
+        return tuple(_file_state(path) for path in self._paths)
+
+
+def _file_state(path: Path) -> tuple[int, int, int]:
+    status = os.stat(path)
+    return status.st_ino, status.st_mtime_ns, status.st_size
+
+
+@dataclass(frozen=True, slots=True)
+class Certificates:
+    """One loaded set of TLS files as PEM bytes, and the HTTPS contexts made from it by
+    verify mode; ``generation`` counts the sets loaded."""
+
+    cert: bytes
+    key: bytes
+    client_ca: bytes | None
+    generation: int
+    contexts: Mapping[ssl.VerifyMode, ssl.SSLContext] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+
+class CertificateFiles:
+    """The certificate chain, its key and the client CA of ``tls``, re-read when they change.
+
+    ``refresh`` looks at the files no more than once every ``tls.reload_seconds`` of
+    ``clock`` time and reloads them when one changed, making a server context for each of
+    ``verify_modes`` (at least the default one: the check that the files load). A set that
+    does not load keeps the previous set (``current``); the failure is logged and reported
+    to ``on_failure``. Raises ``OSError`` or ``ssl.SSLError`` at construction when the files
+    do not load. Thread-safe.
+    """
+
+    def __init__(
+        self,
+        tls: TlsSettings,
+        clock: Clock,
+        on_failure: Callable[[], None] = lambda: None,
+        verify_modes: Iterable[ssl.VerifyMode] = (),
+    ) -> None:
+        self._tls = tls
+        self._on_failure = on_failure
+        self._modes = tuple(dict.fromkeys(verify_modes)) or (_default_mode(tls),)
+        self._paths = [p for p in (tls.cert_file, tls.key_file, tls.client_ca_file) if p]
+        self._lock = threading.Lock()
+        self._watch = FileWatch(self._paths, tls.reload_seconds, clock)
+        self.current = self._load(0)
+
+    def refresh(self) -> bool:
+        """Reload the files if they changed; whether a new set is now ``current``."""
+        with self._lock:
+            try:
+                signature = self._watch.changed()
+                if signature is None:
+                    return False
+                loaded = self._load(self.current.generation + 1)
+            except (OSError, ssl.SSLError) as exc:
+                log.error("keeping the previous TLS certificate: %s", exc)
+                self._on_failure()
+                return False
+            self._watch.accept(signature)
+            self.current = loaded
+        log.info("reloaded the TLS certificate %s", self._tls.cert_file)
+        return True
+
+    def _load(self, generation: int) -> Certificates:
+        """The files' bytes, once OpenSSL has loaded those very bytes as server contexts."""
+        tls = self._tls
+        read = [path.read_bytes() for path in self._paths]
+        # Raises on a certificate that is not the key's, or bad PEM.
+        contexts = {mode: _server_context(tls, mode) for mode in self._modes}
+        if [path.read_bytes() for path in self._paths] != read:
+            raise OSError(f"{tls.cert_file} or its key changed while being read")
+        client_ca = read[2] if len(read) > 2 else None
+        return Certificates(read[0], read[1], client_ca, generation, contexts)
+
+
+class ServedContext:
+    """What an HTTPS listener serves for one verify mode: ``served``, the context it started
+    with, whose SNI callback hands each new connection the context of ``files``' current
+    set. ``follow`` makes it take the current set (call it on the listener's loop)."""
+
+    def __init__(self, files: CertificateFiles, verify_mode: ssl.VerifyMode) -> None:
+        self._mode = verify_mode
+        self.served = files.current.contexts[verify_mode]
+        self._live = self.served
+        self.served.sni_callback = self._select
+
+    def follow(self, certificates: Certificates) -> None:
+        self._live = certificates.contexts[self._mode]
+
+    def _select(
+        self, connection: ssl.SSLObject | ssl.SSLSocket, server_name: str | None, served: Any
+    ) -> None:
+        if self._live is not served:
+            connection.context = self._live
+
+
+def _default_mode(tls: TlsSettings) -> ssl.VerifyMode:
+    return ssl.CERT_REQUIRED if tls.client_ca_file is not None else ssl.CERT_NONE
+
+
+def _server_context(tls: TlsSettings, verify_mode: ssl.VerifyMode | None = None) -> ssl.SSLContext:
+    """A TLS 1.2+ server context from the files; ``verify_mode`` defaults to requiring
+    client certificates when there is a client CA."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    context.load_cert_chain(tls.cert_file, tls.key_file, password=lambda: b"")
+    context.verify_mode = _default_mode(tls) if verify_mode is None else verify_mode
+    if tls.client_ca_file is not None:
+        context.load_verify_locations(cafile=tls.client_ca_file)
+        # No resumption: a resumed session skips the client certificate's check, which a
+        # client CA taken out would then not stop (TLS 1.3 tickets; TLS 1.2 tickets).
+        context.num_tickets = 0
+        context.options |= ssl.OP_NO_TICKET
+    context.set_alpn_protocols(["http/1.1"])  # aiohttp serves HTTP/1.1 only
+    return context
+
+
+def server_ssl_context(tls: TlsSettings) -> ssl.SSLContext:
+    """A TLS 1.2+ server context from ``tls``; client certificates are required when it has
+    a ``client_ca_file``. Raises ``OSError``/``ssl.SSLError`` when the files do not load."""
+    return _server_context(tls)
+
+
+def _certificate_configuration(certificates: Certificates) -> Any:
+    return grpc.ssl_server_certificate_configuration(
+        [(certificates.key, certificates.cert)], root_certificates=certificates.client_ca
+    )
+
+
+class _CertificateFetcher:
+    """gRPC's ``certificate_configuration_fetcher``: called before every TLS handshake of a
+    new connection, it returns the new configuration when the files changed, else ``None``
+    (keep the current one)."""
+
+    def __init__(self, files: CertificateFiles) -> None:
+        self._files = files
+        self._served = files.current.generation
+
+    def __call__(self) -> Any:
+        self._files.refresh()
+        current = self._files.current
+        if current.generation == self._served:
+            return None
+        self._served = current.generation
+        return _certificate_configuration(current)
+
+
+def server_credentials(files: CertificateFiles) -> grpc.ServerCredentials:
+    """gRPC server credentials that follow ``files``; client certificates are required when
+    there is a client CA."""
+    current = files.current
+    return grpc.dynamic_ssl_server_credentials(
+        _certificate_configuration(current),
+        _CertificateFetcher(files),
+        require_client_authentication=current.client_ca is not None,
+    )
