@@ -10,7 +10,21 @@ from hypothesis import strategies as st
 from tests import factories
 from toolwatch.model import CallStatus, ExpectedCall, GoldenCase, ToolCall, ToolTrace
 
-__all__ = ["call", "case", "json_values", "tool_traces", "trace"]
+__all__ = ["POLICY", "call", "case", "json_values", "tool_traces", "trace"]
+
+#: A policy under which every policy evaluator has something to judge in ``tool_traces``.
+POLICY: dict[str, Any] = {
+    "dangerous_tools": ["issue_refund"],
+    "verification_tools": ["lookup_order"],
+    "bindings": {"issue_refund.a": "lookup_order.a"},
+    "allowed_tools": {"*": ["lookup_order", "issue_refund", "search"]},
+    "repeat_limit": 0,
+    "invariants": [
+        {"kind": "forbidden", "tool": "send_email"},
+        {"kind": "order", "before": "lookup_order", "after": "issue_refund"},
+        {"kind": "arguments", "tool": "search", "schema": {"type": "object"}},
+    ],
+}
 
 
 def call(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from eval_factories import as_case, call, tool_traces
+from eval_factories import POLICY, as_case, call, tool_traces
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,18 +18,6 @@ from toolwatch.model import ToolTrace
 STRATEGIES = ("exact", "subset", "numeric", "contains", "fuzzy")
 MODES = ("expected", "expected_set", "exact", "set", "first")
 COMPARING = ("tool_selection", "tool_arguments", "tool_trace_structure", "order", "composite")
-POLICY = {
-    "dangerous_tools": ["issue_refund"],
-    "verification_tools": ["lookup_order"],
-    "bindings": {"issue_refund.a": "lookup_order.a"},
-    "allowed_tools": {"*": ["lookup_order", "issue_refund", "search"]},
-    "repeat_limit": 0,
-    "invariants": [
-        {"kind": "forbidden", "tool": "send_email"},
-        {"kind": "order", "before": "lookup_order", "after": "issue_refund"},
-        {"kind": "arguments", "tool": "search", "schema": {"type": "object"}},
-    ],
-}
 
 
 def pipeline(strategy: str = "exact", mode: str = "expected_set") -> EvaluationPipeline:

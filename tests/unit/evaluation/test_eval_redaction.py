@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import eval_factories
 from eval_factories import TOOLS, as_case, call, trace
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,12 +17,10 @@ from toolwatch.model import Finding, ToolTrace
 from toolwatch.sinks.findings import Redaction, finding_record, render_details
 
 SECRET = "S3CR3T"
+# The shared policy, with a schema whose messages quote values and keys from the data.
 POLICY = {
+    **eval_factories.POLICY,
     "dangerous_tools": ["issue_refund", "send_email"],
-    "verification_tools": ["lookup_order"],
-    "bindings": {"issue_refund.a": "lookup_order.a"},
-    "allowed_tools": {"*": ["lookup_order", "issue_refund", "search"]},
-    "repeat_limit": 0,
     "invariants": [
         {"kind": "forbidden", "tool": "send_email"},
         {
