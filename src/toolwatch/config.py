@@ -445,12 +445,19 @@ def _format_errors(source: str, exc: ValidationError, overrides: dict[str, Any])
     lines = [f"{source}: {exc.error_count()} configuration error(s)"]
     for error in exc.errors(include_url=False):
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        origin = "command line/environment" if _overridden(where, overrides) else source
+        origin = _origin(where, source, overrides)
         shown = repr(error.get("input"))
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
         lines.append(f"  {origin}: {where}: {error['msg']} (got {shown})")
     return "\n".join(lines)
 
 
-def _overridden(where: str, overrides: dict[str, Any]) -> bool:
-    return any(where == key or where.startswith(key + ".") for key in overrides)
+def _origin(where: str, source: str, overrides: dict[str, Any]) -> str:
+    """Where the failing value came from: an override (command line or environment) set it
+    or a field around it; or a section-level check failed on a section an override set
+    fields of, beside the file's."""
+    if any(where == key or where.startswith(key + ".") for key in overrides):
+        return "command line/environment"
+    if any(key.startswith(where + ".") for key in overrides):
+        return f"{source} and command line/environment"
+    return source
