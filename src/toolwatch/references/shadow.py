@@ -89,9 +89,14 @@ class ShadowJoiner:
         return trace.reference_keys.get(self._settings.pair_key_attribute) or None
 
     def compares(self, trace: ToolTrace) -> bool:
-        """Whether the run is a shadow target, which is compared with its source once both
-        have arrived."""
-        return self.pair_key(trace) is not None and self._role(trace) == _TARGET
+        """Whether ``offer`` would take the run as a shadow target, to compare with its
+        source once both have arrived: not a duplicate of a target already waiting or
+        paired. (One that waits past its timeout is not compared after all.)"""
+        key = self.pair_key(trace)
+        if key is None or self._role(trace) != _TARGET or key in self._paired:
+            return False
+        waiting = self._waiting.get(key)
+        return waiting is None or waiting.role != _TARGET
 
     def offer(self, trace: ToolTrace) -> ShadowPair | None:
         """Take one finished run. Returns the pair it completes, else ``None``.

@@ -237,3 +237,18 @@ def test_every_reported_reason_is_a_declared_label_value() -> None:
 
     assert set(metrics.unpaired) == set(UNPAIRED_REASONS)
     assert sum(metrics.unpaired.values()) == 5
+
+
+def test_compares_names_the_targets_offer_would_take_to_compare() -> None:
+    """What toolwatch_tool_traces_total{reference="source"} counts: drift alerts divide by
+    it, so a duplicate target must not count as a second compared run."""
+    joiner, _ = _joiner()
+    source, target = _half("p1", "source"), _half("p1", "target")
+    assert [joiner.compares(source), joiner.compares(target)] == [False, True]
+    assert joiner.compares(_run("plain", {})) is False
+
+    joiner.offer(target)  # waiting for its source
+    assert joiner.compares(_half("p1", "target", trace_id="retry")) is False
+    assert joiner.compares(_half("p2", "target")) is True
+    joiner.offer(source)  # paired
+    assert joiner.compares(_half("p1", "target", trace_id="late")) is False
