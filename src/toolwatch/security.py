@@ -9,9 +9,10 @@ without one finish the handshake and answers it only on ``/healthz`` and ``/read
 
 Authentication follows RFC 6750: the client sends ``authorization: Bearer <token>``
 (gRPC metadata or HTTP header). A missing or wrong token is answered UNAUTHENTICATED (gRPC)
-or 401 with ``WWW-Authenticate: Bearer`` (HTTP), with no detail saying which, and counted
-with ``PipelineMetrics.auth_failed(listener)``. The gRPC health service and the metrics
-listener's ``/healthz`` and ``/readyz`` stay open: kubelet probes cannot send a token.
+or 401 with ``WWW-Authenticate: Bearer realm="toolwatch"`` (HTTP), with no detail saying
+which, and counted with ``PipelineMetrics.auth_failed(listener)``. The gRPC health service
+and the metrics listener's ``/healthz`` and ``/readyz`` stay open: kubelet probes cannot send
+a token.
 
 Tokens live in a file (``TokenFile``), one per line so a new token can be added before the
 old one is removed; the file is re-read when it changes, without a restart. So are the
@@ -59,6 +60,8 @@ log = logging.getLogger(__name__)
 HEALTH_SERVICE = "grpc.health.v1.Health"
 
 _AUTHORIZATION = "authorization"
+#: RFC 6750 §3: the Bearer scheme followed by at least one auth-param; no error detail.
+_CHALLENGE = 'Bearer realm="toolwatch"'
 
 
 def bearer_token(authorization: str | None) -> str | None:
@@ -176,8 +179,9 @@ def bearer_token_middleware(
     open_paths: frozenset[str] = frozenset(),
 ) -> Middleware:
     """An aiohttp middleware answering requests without an accepted bearer token with 401,
-    ``WWW-Authenticate: Bearer`` and an empty body, counted for ``listener``; requests for
-    ``open_paths`` pass without a token. Runs before the handler reads the body."""
+    ``WWW-Authenticate: Bearer realm="toolwatch"`` and an empty body, counted for
+    ``listener``; requests for ``open_paths`` pass without a token. Runs before the handler
+    reads the body."""
 
     @web.middleware
     async def require_token(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -185,7 +189,7 @@ def bearer_token_middleware(
         if request.path in open_paths or tokens.accepts(bearer_token(authorization)):
             return await handler(request)
         metrics.auth_failed(listener)
-        return web.Response(status=401, headers={hdrs.WWW_AUTHENTICATE: "Bearer"})
+        return web.Response(status=401, headers={hdrs.WWW_AUTHENTICATE: _CHALLENGE})
 
     return require_token
 
@@ -264,12 +268,16 @@ class ListenerSecurity:
         return ssl.CERT_OPTIONAL if listener == "metrics" else ssl.CERT_REQUIRED
 
     def exposure(self, listener: str) -> str | None:
-        """What is wrong with ``listener`` if it is reachable beyond loopback, or ``None``."""
+        """What is wrong with ``listener`` if it is reachable beyond loopback, or ``None``.
+        The metrics listener may go without client authentication (scrapes often do)."""
         tls, auth = self._settings.uses_tls(listener), self._settings.uses_auth(listener)
         if not tls and not auth:
             return "without TLS or authentication"
         if not tls:
             return "without TLS: its bearer tokens cross the network in clear text"
+        mutual = self._settings.tls is not None and self._settings.tls.client_ca_file is not None
+        if not auth and not mutual and listener != "metrics":
+            return "with TLS but no client authentication: any client that reaches it is served"
         return None
 
     def grpc_credentials(self, listener: str) -> grpc.ServerCredentials | None:

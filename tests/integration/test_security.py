@@ -334,7 +334,7 @@ def test_metrics_over_tls_and_token_while_probes_stay_open(start_server: Start, 
     refused = http_get(f"{base}/metrics", context)
     assert (refused.status, refused.headers["WWW-Authenticate"], refused.body) == (
         401,
-        "Bearer",
+        'Bearer realm="toolwatch"',
         b"",
     )
     scraped = http_get(f"{base}/metrics", context, TOKEN)
@@ -381,7 +381,7 @@ def test_http_without_the_right_token_is_401_and_counted(start_server: Start, pk
         answer = post_traces(server, context, token)
         assert (answer.status, answer.headers["WWW-Authenticate"], answer.body) == (
             401,
-            "Bearer",
+            'Bearer realm="toolwatch"',
             unauthenticated,
         )
         assert answer.headers["Content-Type"] == "application/x-protobuf"
@@ -705,7 +705,8 @@ def test_argument_values_are_shown_only_for_configured_fields(
     ("protection", "warning"),
     [
         ("none", "without TLS or authentication"),
-        ("tls", None),
+        ("tls", "with TLS but no client authentication: any client that reaches it is served"),
+        ("mutual", None),
         ("auth", "without TLS: its bearer tokens cross the network in clear text"),
         ("both", None),
     ],
@@ -720,6 +721,7 @@ def test_a_listener_beyond_loopback_warns_without_tls_or_auth(
     overrides = {
         "none": {},
         "tls": tls(pki),
+        "mutual": tls(pki, mutual=True),
         "auth": auth(pki.token_file),
         "both": {**tls(pki), **auth(pki.token_file)},
     }[protection]
