@@ -11,7 +11,9 @@ then closest positions. Scoring:
   arguments that are not objects (unparsable text, lists) are compared whole with the
   call-level strategy;
 - a reference call that says nothing about arguments (``arguments: null``, or a source call
-  recorded without them) still takes part in pairing but is not scored;
+  recorded without them) still takes part in pairing but is not scored; nor is a pair whose
+  run call was recorded without arguments (content capture is often off, CONVENTIONS §6.6):
+  unknown arguments are not wrong ones;
 - a scored reference call that was never made scores 0;
 - the run's score is the mean over scored reference calls. With none the evaluator does not
   apply (``None``); extra actual calls are ``tool_selection``'s business, not scored here.
@@ -155,13 +157,15 @@ def compare_arguments(
         return memo[(i, j)].score
 
     names = [normalize(c.tool_name) for c in calls]
-    pairs = pair_by_name([r.name for r in refs], names, similarity)
-    paired = {i for i, _ in pairs}
-    scored = [r for r in refs if r.compare_arguments]
+    matched = pair_by_name([r.name for r in refs], names, similarity)
+    paired = {i for i, _ in matched}
+    pairs = [(i, j) for i, j in matched if calls[j].arguments is not None]  # else: unknown
     not_made = tuple(r for i, r in enumerate(refs) if r.compare_arguments and i not in paired)
-    total = sum(memo[p].score for p in pairs if refs[p[0]].compare_arguments)
+    judged = [p for p in pairs if refs[p[0]].compare_arguments]
+    total = sum(memo[p].score for p in judged)
+    count = len(judged) + len(not_made)
     return ArgumentReport(
-        score=total / len(scored) if scored else None,
+        score=total / count if count else None,
         pairs=tuple((refs[i], calls[j], memo[(i, j)]) for i, j in pairs),
         not_made=not_made,
     )

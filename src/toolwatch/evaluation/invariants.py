@@ -6,7 +6,8 @@
   first such call);
 - ``call_count``: one violation when the number of calls is outside ``[min, max]``;
 - ``arguments``: one violation per call whose arguments fail the JSON Schema (unparsable
-  arguments are validated as the raw string, so a schema of ``type: object`` rejects them).
+  arguments are validated as the raw string, so a schema of ``type: object`` rejects them;
+  a call recorded without arguments, with content capture off, is not judged).
   The explanation names the failing field path (as far as the schema declares it) and schema
   keyword, never the value; the validator's messages (which quote values) go to
   ``details[DETAIL_ERRORS]``, each with its field path, redacted by sinks as a value.
@@ -204,7 +205,7 @@ def _arguments(
     tool = normalize(rule.tool)
     violations = []
     for i, call in enumerate(trace.calls):  # not zip(strict=True): generic in compiled code
-        if names[i] != tool:
+        if names[i] != tool or call.arguments is None:
             continue
         errors = list(validator.iter_errors(call.arguments))
         if not errors:

@@ -122,8 +122,10 @@ def find_repeats(
     repeats: dict[CallKey, list[ToolCall]] = {}
     for i, call in enumerate(calls):  # not zip(strict=True): generic in compiled code
         tool = tools[i]
-        if per_tool[tool] < 2:
-            continue  # the only call of its tool: nothing identical before or after it
+        if per_tool[tool] < 2 or call.arguments is None:
+            # The only call of its tool, or one whose arguments were not recorded (content
+            # capture is often off): nothing shows it identical to another.
+            continue
         key = call_key(tool, call.arguments)
         groups = succeeded.get(key)
         if groups is not None and any(informs(g, call.parallel_group) for g in groups):

@@ -277,8 +277,11 @@ class Safety:
     ) -> Counter[str] | None:
         if kind is ReferenceKind.SOURCE and reference.source is not None:
             return Counter(self._normalize(c.tool_name) for c in reference.source.calls)
-        if kind is ReferenceKind.EXPECTED and reference.expected is not None:
-            return Counter(self._normalize(c.name) for c in reference.expected.expected_tools)
+        case = reference.expected
+        if kind is ReferenceKind.EXPECTED and case is not None:
+            if not case.expected_tools and not case.expected_no_tools:
+                return None  # the case says how many steps, or to refuse: not which tools
+            return Counter(self._normalize(c.name) for c in case.expected_tools)
         return None
 
     def _finding(self, trace: ToolTrace, flag: _Flag, score: float) -> Finding:

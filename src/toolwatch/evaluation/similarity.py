@@ -53,7 +53,9 @@ def same_value(a: Any, b: Any) -> bool:
     if isinstance(a, bool) or isinstance(b, bool):
         return type(a) is type(b) and a == b
     if isinstance(a, int | float) and isinstance(b, int | float):
-        return a == b or (math.isnan(a) and math.isnan(b))
+        # isnan only on floats: an int past the float range (JSON keeps it exact) overflows.
+        both_float = isinstance(a, float) and isinstance(b, float)
+        return a == b or (both_float and math.isnan(a) and math.isnan(b))
     if isinstance(a, Mapping) and isinstance(b, Mapping):
         return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
     if _is_list(a) and _is_list(b):
@@ -67,7 +69,10 @@ def as_number(value: Any) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
-        return float(value)
+        try:
+            return float(value)
+        except OverflowError:  # an int past the float range: not comparable as a number
+            return None
     if isinstance(value, str):
         try:
             number = float(value.strip())

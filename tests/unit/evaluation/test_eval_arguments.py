@@ -139,3 +139,37 @@ def test_source_calls_recorded_without_arguments_are_not_scored() -> None:
     evaluator = ToolArguments(ToolArgumentsSettings(), NameNormalizer())
     source = trace(call("search", None, index=0))
     assert evaluator(trace(("search", {"q": 1})), Reference(source=source)) is None
+
+
+def test_run_calls_recorded_without_arguments_are_not_scored() -> None:
+    """Unknown arguments are not wrong ones: a pair whose run call has none recorded is left
+    out of the score and raises nothing; the calls that were recorded are still judged."""
+    expected = case(("get_weather", {"city": "Paris"}), ("get_weather", {"city": "Rome"}))
+    unrecorded = trace(("get_weather", None), ("get_weather", None))
+    assert (
+        ToolArguments(ToolArgumentsSettings(), NameNormalizer())(
+            unrecorded, Reference(expected=expected)
+        )
+        is None
+    )
+    one_recorded = evaluate(
+        expected, trace(("get_weather", None), ("get_weather", {"city": "Oslo"}))
+    )
+    assert one_recorded.scores == {"score": 0.0}
+    assert [f.span_id for f in one_recorded.findings] == ["s1"]
+
+
+def test_integers_past_the_float_range_are_compared_exactly() -> None:
+    big, other = 10**400, 10**400 + 1
+    same_big = evaluate(
+        case(("lookup_order", {"order_id": big})), trace(("lookup_order", {"order_id": big}))
+    )
+    assert same_big.scores == {"score": 1.0}
+    for strategy in ("exact", "numeric", "subset", "contains"):
+        drifted = evaluate(
+            case(("lookup_order", {"order_id": big})),
+            trace(("lookup_order", {"order_id": other})),
+            default_strategy=strategy,
+        )
+        assert drifted.scores == {"score": 0.0}, strategy
+        assert [f.category for f in drifted.findings] == [Category.ARGUMENT_VALUE_DRIFT]

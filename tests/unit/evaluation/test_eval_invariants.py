@@ -155,3 +155,14 @@ def test_score_is_the_share_of_rules_kept() -> None:
 
 def test_no_rules_means_not_applicable() -> None:
     assert evaluate(trace("a")) is None
+
+
+def test_an_arguments_rule_does_not_judge_calls_recorded_without_arguments() -> None:
+    rule = {
+        "kind": "arguments",
+        "tool": "get_weather",
+        "schema": {"type": "object", "required": ["city"]},
+    }
+    result = evaluate(trace(("get_weather", None), ("get_weather", {"zip": "1"})), rule)
+    assert result is not None
+    assert [f.span_id for f in result.findings] == ["s1"]

@@ -103,8 +103,9 @@ def test_invariants_run_when_rules_are_configured() -> None:
 
 
 def test_findings_are_collected_from_every_result_in_order() -> None:
+    refund = ("issue_refund", {"order_id": "A-1"})  # recorded arguments: loops compares them
     result = pipeline(MINIMAL).evaluate(
-        trace("issue_refund", "issue_refund", "issue_refund"), expected=case("lookup_order")
+        trace(refund, refund, refund), expected=case("lookup_order")
     )
     assert result.findings == tuple(f for r in result.results for f in r.findings)
     assert {f.evaluator for f in result.findings} >= {"tool_selection", "safety", "loops"}

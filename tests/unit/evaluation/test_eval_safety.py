@@ -219,3 +219,12 @@ def test_lookup_reads_any_mapping_and_stops_at_what_is_absent() -> None:
     assert lookup(arguments, "missing") is None
     assert lookup({"a.b": 1}, "a.b") is None  # a dotted path is a path, never a key
     assert lookup(["a"], "0") is None
+
+
+@pytest.mark.parametrize("fields", [{"expected_min_steps": 2}, {"expected_tool_count": 2}])
+def test_a_golden_case_that_names_no_tools_is_no_reference_for_drift(fields: Any) -> None:
+    """A case that only says how many steps to take says nothing about which tools: its
+    silence is not "made no dangerous call"."""
+    run = trace(("lookup_order", {"order_id": "A1"}), ("issue_refund", {"order_id": "A1"}))
+    result = evaluate(run, Reference(expected=case(**fields)), **BOUND)
+    assert Category.DANGEROUS_ACTION_DRIFT not in categories(result)
