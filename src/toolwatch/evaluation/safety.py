@@ -239,19 +239,22 @@ class Safety:
         return [(tool, c) for tool, c in named if tool in self._dangerous]
 
     def _disallowed(self, trace: ToolTrace) -> list[_Flag]:
-        allowed = self._allowed.get(trace.agent if trace.agent in self._allowed else "*")
-        if allowed is None:
+        """Calls outside the allowed tools of the agent that made them: a nested agent's
+        calls (an agent used as a tool) are judged by its own list, not the outer run's."""
+        if not self._allowed:
             return []
         flags = []
         for call in trace.calls:
+            agent = call.agent or trace.agent
+            allowed = self._allowed.get(agent if agent in self._allowed else "*")
             tool = self._normalize(call.tool_name)
-            if tool in allowed:
+            if allowed is None or tool in allowed:
                 continue
             dangerous = tool in self._dangerous
             category = (
                 Category.DANGEROUS_ACTION_DRIFT if dangerous else Category.TOOL_SELECTION_DRIFT
             )
-            text = f"{tool} is not in the allowed tools of agent {trace.agent or '(unnamed)'}"
+            text = f"{tool} is not in the allowed tools of agent {agent or '(unnamed)'}"
             flags.append(_Flag(call, category, ReferenceKind.POLICY, text))
         return flags
 

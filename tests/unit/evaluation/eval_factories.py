@@ -35,6 +35,7 @@ def call(
     ok: bool = True,
     group: int | None = None,
     span: str | None = None,
+    agent: str | None = "support",
 ) -> ToolCall:
     """A ToolCall; ``index`` is its sequence index, the span id defaults to ``s<index>``."""
     return factories.tool_call(
@@ -45,7 +46,7 @@ def call(
         parallel_group=group,
         status=CallStatus.OK if ok else CallStatus.ERROR,
         error_type=None if ok else "ToolError",
-        agent="support",
+        agent=agent,
         span_id=span or f"s{index}",
         start_ns=index * 10,
         end_ns=index * 10 + 5,
@@ -60,7 +61,7 @@ def trace(
 ) -> ToolTrace:
     """A ToolTrace of ``calls``: names, ``(name, arguments)`` pairs or ready ToolCalls
     (sequence indexes are reassigned in order unless the ToolCall already differs)."""
-    built = tuple(_as_call(c, i) for i, c in enumerate(calls))
+    built = tuple(_as_call(c, i, agent) for i, c in enumerate(calls))
     return factories.tool_trace(
         trace_id=trace_id,
         run_span_id="r0",
@@ -76,12 +77,13 @@ def trace(
     )
 
 
-def _as_call(value: str | tuple[str, Any] | ToolCall, index: int) -> ToolCall:
+def _as_call(value: str | tuple[str, Any] | ToolCall, index: int, agent: str | None) -> ToolCall:
+    """Calls given by name are the run's agent's own, as the timeline sets them."""
     if isinstance(value, ToolCall):
         return value
     if isinstance(value, str):
-        return call(value, index=index)
-    return call(value[0], value[1], index=index)
+        return call(value, index=index, agent=agent)
+    return call(value[0], value[1], index=index, agent=agent)
 
 
 def case(

@@ -228,3 +228,17 @@ def test_a_golden_case_that_names_no_tools_is_no_reference_for_drift(fields: Any
     run = trace(("lookup_order", {"order_id": "A1"}), ("issue_refund", {"order_id": "A1"}))
     result = evaluate(run, Reference(expected=case(**fields)), **BOUND)
     assert Category.DANGEROUS_ACTION_DRIFT not in categories(result)
+
+
+def test_a_nested_agents_calls_are_judged_by_its_own_allowed_tools() -> None:
+    """An agent used as a tool: its calls sit in the outer run, made by the inner agent."""
+    policy: dict[str, Any] = {
+        "allowed_tools": {"orchestrator": ["research"], "researcher": ["web_search"]},
+    }
+    research = call("research", {"q": "x"}, index=0, agent="orchestrator")
+    search = call("web_search", {"q": "x"}, index=1, agent="researcher")
+    shell = call("shell", {"cmd": "ls"}, index=2, agent="researcher")
+    result = evaluate(trace(research, search, shell, agent="orchestrator"), **policy)
+    finding = only(result)
+    assert (finding.span_id, finding.category) == ("s2", Category.TOOL_SELECTION_DRIFT)
+    assert finding.explanation == "Safety: shell is not in the allowed tools of agent researcher."
