@@ -74,6 +74,13 @@ def test_bindings_accept_a_reference_or_a_list_and_normalize_tool_names() -> Non
             "evaluators: {tool_arguments: {strategies: {'.q': fuzzy}}}",
             ["'.q' must be tool, tool.field or *.field"],
         ),
+        (  # a nested field would be silently ignored: refuse it
+            "evaluators: {tool_arguments: {strategies: {create_order.customer.name: contains}}}",
+            [
+                "'create_order.customer.name': strategies apply to an argument's top-level "
+                "fields ('customer'), not to fields inside them"
+            ],
+        ),
         (
             "policy: {invariants: [{kind: order, before: lookup_order, after: Lookup_Order}]}",
             ["policy.invariants.0.order", "before and after are the same tool 'lookup_order'"],
