@@ -39,7 +39,7 @@ Pure: the same set of spans gives the same ToolTraces whatever their order.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from toolwatch.assembly.buffer import CompletedTrace
@@ -388,7 +388,7 @@ def _tool_trace(
     normalize: NameNormalizer,
 ) -> ToolTrace:
     calls = build_calls(run.spans, sites, normalize)
-    refusal = _refusal(run.spans)
+    refusal = _refusal(_own(run, sites))
     ranked = _by_precedence(run)
     identity = _Identity(ranked)
     return ToolTrace(
@@ -461,6 +461,14 @@ def _final_text(run: _Run, sites: dict[bytes, CallSite]) -> str | None:
     if answers:
         return max(answers, key=lambda s: (s.end_ns, s.start_ns, s.span_id)).output_text
     return run.span.output_text if run.span is not None else None
+
+
+def _own(run: _Run, sites: dict[bytes, CallSite]) -> Iterator[SpanRecord]:
+    """The run's own spans: not those of an agent nested in it (used as a tool), whose
+    refusal is its caller's result to handle, not the run's refusal."""
+    for span in run.spans:
+        if span is run.span or _agent_id(sites[span.span_id]) == run.agent_id:
+            yield span
 
 
 def _agent_id(site: CallSite) -> bytes | None:

@@ -116,6 +116,17 @@ def test_final_text_is_the_outer_runs_not_the_nested_agents() -> None:
     assert only(spans).final_text == "It was delivered."
 
 
+def test_a_nested_agents_refusal_is_not_the_outer_runs() -> None:
+    spans = nested_spans()
+    spans[6] = llm(7, 4, 21, 30, output_text="I can't.", finish_reasons=("content_filter",))
+    trace = only(spans)
+    assert (trace.refusal, trace.refusal_reason) == (False, None)
+    assert trace.final_text == "It was delivered."
+
+    spans[7] = llm(8, 1, 61, 70, output_text="No.", finish_reasons=("content_filter",))
+    assert (only(spans).refusal, only(spans).refusal_reason) == (True, "content_filter")
+
+
 def test_nested_call_without_an_outer_call_id_uses_the_outer_span_id() -> None:
     spans = [
         agent(1, None, "outer", 0, 100),
