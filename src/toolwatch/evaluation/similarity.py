@@ -5,7 +5,7 @@
   NaN, dict key order ignored, list order kept), else 0. Strings are not trimmed or folded.
 - ``subset``: every part of the reference is in the actual value. Objects: the mean over the
   reference's keys (a missing key scores 0, extra actual keys are ignored), recursively. Lists:
-  the share of reference items found among distinct actual items (greedy, order ignored).
+  the share of reference items found among distinct actual items (order ignored).
   Anything else: ``exact``. An empty reference object or list is contained in any object or
   list.
 - ``numeric``: ``1 - relative_error / tolerance``, floored at 0, with ``relative_error =
@@ -25,10 +25,13 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from toolwatch.evaluation.matching import max_weight_assignment
+
 __all__ = ["FUZZY_MAX_CHARS", "STRATEGIES", "as_number", "same_value", "score_value"]
 
 STRATEGIES: Final = frozenset({"exact", "subset", "numeric", "contains", "fuzzy"})
 FUZZY_MAX_CHARS: Final = 4096
+_PAIRED_ITEMS: Final = 32  # lists paired optimally up to this many items a side
 
 
 def score_value(strategy: str, reference: Any, actual: Any, tolerance: float) -> float:
@@ -120,8 +123,16 @@ def _subset(reference: Any, actual: Any) -> float:
 
 
 def _list_subset(reference: Sequence[Any], actual: Sequence[Any]) -> float:
+    """The share of reference items fully found among distinct actual items: the most that
+    can be paired (an optimal pairing up to ``_PAIRED_ITEMS`` items a side; greedy, in order,
+    beyond, where a hostile list of thousands would make the pairing itself the cost)."""
     if not reference:
         return 1.0
+    if not actual:
+        return 0.0
+    if len(reference) <= _PAIRED_ITEMS and len(actual) <= _PAIRED_ITEMS:
+        fits = [[1 if _subset(item, a) == 1.0 else 0 for a in actual] for item in reference]
+        return sum(fits[r][c] for r, c in max_weight_assignment(fits)) / len(reference)
     unused = list(actual)
     found = 0
     for item in reference:

@@ -88,3 +88,17 @@ def test_same_value_distinguishes_booleans_from_numbers() -> None:
     assert same_value(False, False)
     assert not same_value(False, 0)
     assert same_value([1, {"a": None}], (1, {"a": None}))
+
+
+def test_subset_of_lists_ignores_order_however_items_overlap() -> None:
+    """A general item listed first must not take the actual item only a specific one fits."""
+    general, specific = {"sku": "A"}, {"sku": "A", "qty": 2}
+    for actual in ([specific, general], [general, specific]):
+        assert score_value("subset", [general, specific], actual, 0.05) == 1.0
+    assert score_value("subset", [general, specific], [specific], 0.05) == 0.5
+
+
+def test_subset_of_long_lists_stays_cheap_and_counts_each_actual_item_once() -> None:
+    reference = [{"i": i % 10} for i in range(2000)]
+    actual = [{"i": i % 10, "x": 1} for i in range(1000)]
+    assert score_value("subset", reference, actual, 0.05) == 0.5
