@@ -39,7 +39,7 @@ Pure: the same set of spans gives the same ToolTraces whatever their order.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 from toolwatch.assembly.buffer import CompletedTrace
@@ -388,7 +388,7 @@ def _tool_trace(
     normalize: NameNormalizer,
 ) -> ToolTrace:
     calls = build_calls(run.spans, sites, normalize)
-    refusal = _refusal(_own(run, sites))
+    refusal = _refusal(run, sites)
     ranked = _by_precedence(run)
     identity = _Identity(ranked)
     return ToolTrace(
@@ -463,28 +463,31 @@ def _final_text(run: _Run, sites: dict[bytes, CallSite]) -> str | None:
     return run.span.output_text if run.span is not None else None
 
 
-def _own(run: _Run, sites: dict[bytes, CallSite]) -> Iterator[SpanRecord]:
-    """The run's own spans: not those of an agent nested in it (used as a tool), whose
-    refusal is its caller's result to handle, not the run's refusal."""
-    for span in run.spans:
-        if span is run.span or _agent_id(sites[span.span_id]) == run.agent_id:
-            yield span
-
-
 def _agent_id(site: CallSite) -> bytes | None:
     return site.agent.span_id if site.agent is not None else None
 
 
-def _refusal(spans: Iterable[SpanRecord]) -> str | None:
-    """The earliest refusal's reason (its text, or the finish reason), if any."""
-    for span in spans:
+def _refusal(run: _Run, sites: dict[bytes, CallSite]) -> str | None:
+    """The earliest refusal's reason (its text, or the finish reason) among the run's own
+    spans, if any: an agent nested in it (used as a tool) that refused is its caller's result
+    to handle, not the run's refusal. (Whose span it is, is asked of refusing spans only.)"""
+    for span in run.spans:
         if span.role not in (SpanRole.LLM, SpanRole.AGENT):
             continue
-        if span.refusal is not None:
-            return span.refusal or "refusal"
-        for reason in span.finish_reasons:
-            if _refuses(reason):
-                return reason
+        reason = _refusal_of(span)
+        if reason is not None and (
+            span is run.span or _agent_id(sites[span.span_id]) == run.agent_id
+        ):
+            return reason
+    return None
+
+
+def _refusal_of(span: SpanRecord) -> str | None:
+    if span.refusal is not None:
+        return span.refusal or "refusal"
+    for reason in span.finish_reasons:
+        if _refuses(reason):
+            return reason
     return None
 
 
