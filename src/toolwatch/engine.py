@@ -149,7 +149,8 @@ class Engine:
         golden, shadow = self._parts.golden, self._parts.shadow
         comparable = trace.complete
         expected = golden.match(trace) if golden is not None and comparable else None
-        self._metrics.tool_trace(trace, _reference(expected, shadow, trace))
+        joiner = shadow if comparable else None
+        self._metrics.tool_trace(trace, _reference(expected, joiner, trace))
         self._parts.tooltraces.write(trace)
         self._emit(trace, self._run(trace, expected, None), last_arrival_ns)
         pair = shadow.offer(trace) if shadow is not None and comparable else None
@@ -188,9 +189,10 @@ class Engine:
 
 def _reference(expected: GoldenCase | None, shadow: ShadowJoiner | None, trace: ToolTrace) -> str:
     """What the run is compared with, for ``toolwatch_tool_traces_total{reference}``: the
-    share of compared runs is what drift alerts divide by."""
+    share of compared runs is what drift alerts divide by. ``shadow`` is ``None`` for a run
+    that is not compared (incomplete, or shadow off)."""
     if expected is not None:
         return "expected"
-    if shadow is not None and trace.complete and shadow.compares(trace):
+    if shadow is not None and shadow.compares(trace):
         return "source"
     return "none"

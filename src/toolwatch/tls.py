@@ -43,7 +43,6 @@ __all__ = [
     "FileWatch",
     "ServedContext",
     "server_credentials",
-    "server_ssl_context",
 ]
 
 log = logging.getLogger(__name__)
@@ -180,13 +179,13 @@ def _default_mode(tls: TlsSettings) -> ssl.VerifyMode:
     return ssl.CERT_REQUIRED if tls.client_ca_file is not None else ssl.CERT_NONE
 
 
-def _server_context(tls: TlsSettings, verify_mode: ssl.VerifyMode | None = None) -> ssl.SSLContext:
-    """A TLS 1.2+ server context from the files; ``verify_mode`` defaults to requiring
-    client certificates when there is a client CA."""
+def _server_context(tls: TlsSettings, verify_mode: ssl.VerifyMode) -> ssl.SSLContext:
+    """A TLS 1.2+ server context from the files. Raises ``OSError``/``ssl.SSLError`` when
+    they do not load."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(tls.cert_file, tls.key_file, password=lambda: b"")
-    context.verify_mode = _default_mode(tls) if verify_mode is None else verify_mode
+    context.verify_mode = verify_mode
     if tls.client_ca_file is not None:
         context.load_verify_locations(cafile=tls.client_ca_file)
         # No resumption: a resumed session skips the client certificate's check, which a
@@ -195,12 +194,6 @@ def _server_context(tls: TlsSettings, verify_mode: ssl.VerifyMode | None = None)
         context.options |= ssl.OP_NO_TICKET
     context.set_alpn_protocols(["http/1.1"])  # aiohttp serves HTTP/1.1 only
     return context
-
-
-def server_ssl_context(tls: TlsSettings) -> ssl.SSLContext:
-    """A TLS 1.2+ server context from ``tls``; client certificates are required when it has
-    a ``client_ca_file``. Raises ``OSError``/``ssl.SSLError`` when the files do not load."""
-    return _server_context(tls)
 
 
 def _certificate_configuration(certificates: Certificates) -> Any:

@@ -317,8 +317,9 @@ class ToolArgumentsSettings(_ComparingSettings):
         for key in strategies:
             if not key.strip() or ("." in key and not _is_tool_field(key)):
                 raise ValueError(f"strategy key {key!r} must be tool, tool.field or *.field")
-            if "." in key and "." in split_tool_field(key)[1]:
-                top = split_tool_field(key)[1].partition(".")[0]
+            field = split_tool_field(key)[1] if "." in key else ""
+            if "." in field:
+                top = field.partition(".")[0]
                 raise ValueError(
                     f"strategy key {key!r}: strategies apply to an argument's top-level fields "
                     f"({top!r}), not to fields inside them"

@@ -96,12 +96,12 @@ def _invalid(message: str) -> bytes:
 
 
 def export_response(
-    batch: DecodedBatch, receipt: Receipt | None = None
+    batch: DecodedBatch, receipt: Receipt
 ) -> trace_service_pb2.ExportTraceServiceResponse:
     """The answer to an accepted request: OTLP partial success when spans were rejected as
     invalid, or refused by a limit (``receipt``)."""
     response = trace_service_pb2.ExportTraceServiceResponse()
-    refused = receipt.refused if receipt is not None else {}
+    refused = receipt.refused
     rejected = sum(batch.rejected.values()) + sum(refused.values())
     if rejected:
         said = [batch.error_message] if batch.error_message else []

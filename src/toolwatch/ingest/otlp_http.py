@@ -54,7 +54,6 @@ _STATUS_CODES = {
     401: code_pb2.UNAUTHENTICATED,
     404: code_pb2.NOT_FOUND,
     405: code_pb2.UNIMPLEMENTED,
-    413: code_pb2.RESOURCE_EXHAUSTED,
 }
 #: Headers of such an answer that a client acts on, kept when its body is replaced.
 _KEPT_HEADERS = (hdrs.ALLOW, hdrs.WWW_AUTHENTICATE, hdrs.RETRY_AFTER)

@@ -93,10 +93,7 @@ class ShadowJoiner:
         source once both have arrived: not a duplicate of a target already waiting or
         paired. (One that waits past its timeout is not compared after all.)"""
         key = self.pair_key(trace)
-        if key is None or self._role(trace) != _TARGET or key in self._paired:
-            return False
-        waiting = self._waiting.get(key)
-        return waiting is None or waiting.role != _TARGET
+        return key is not None and self._role(trace) == _TARGET and not self._taken(key, _TARGET)
 
     def offer(self, trace: ToolTrace) -> ShadowPair | None:
         """Take one finished run. Returns the pair it completes, else ``None``.
@@ -112,10 +109,10 @@ class ShadowJoiner:
         if role is None:
             self._metrics.shadow_unpaired("no_role")
             return None
-        waiting = self._waiting.get(key)
-        if key in self._paired or (waiting is not None and waiting.role == role):
+        if self._taken(key, role):
             self._metrics.shadow_unpaired("duplicate")
             return None
+        waiting = self._waiting.get(key)
         if waiting is None:
             self._hold(key, _Half(trace, role, self._clock()))
             return None
@@ -140,6 +137,11 @@ class ShadowJoiner:
             self._metrics.shadow_unpaired("shutdown")
         self._waiting.clear()
         self._paired.clear()
+
+    def _taken(self, key: str, role: str) -> bool:
+        """Whether a half of ``role`` for ``key`` already waits, or the pair joined."""
+        waiting = self._waiting.get(key)
+        return key in self._paired or (waiting is not None and waiting.role == role)
 
     def _role(self, trace: ToolTrace) -> str | None:
         value = trace.reference_keys.get(self._settings.role_attribute)
