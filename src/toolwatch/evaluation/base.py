@@ -22,8 +22,10 @@ __all__ = [
     "Evaluator",
     "RefCall",
     "Reference",
+    "Sequences",
     "baseline",
     "call_names",
+    "follow",
     "from_case",
     "from_source",
     "in_sequence",
@@ -31,6 +33,7 @@ __all__ = [
     "name_list",
     "pct",
     "resolve",
+    "sequences",
     "uses_parallelism",
 ]
 
@@ -61,7 +64,8 @@ class RefCall:
     """One call of a reference: an expected call of a golden case or a call of the source run.
 
     ``compare_arguments`` is false when the reference says nothing about arguments (a golden
-    call without ``arguments``, or a source call whose producer recorded none).
+    call without ``arguments``, or a source call whose producer recorded none). ``group`` is
+    a source call's ``parallel_group`` (golden calls have none).
     """
 
     name: str
@@ -69,6 +73,7 @@ class RefCall:
     compare_arguments: bool
     match: str | None
     position: int
+    group: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,7 +140,9 @@ def from_case(case: GoldenCase, normalize: NameNormalizer) -> Baseline:
 def from_source(source: ToolTrace, normalize: NameNormalizer) -> Baseline:
     """The Baseline of a shadow source run."""
     calls = tuple(
-        RefCall(normalize(c.tool_name), c.arguments, c.arguments is not None, None, i)
+        RefCall(
+            normalize(c.tool_name), c.arguments, c.arguments is not None, None, i, c.parallel_group
+        )
         for i, c in enumerate(source.calls)
     )
     return Baseline(
@@ -153,6 +160,81 @@ def call_names(trace: ToolTrace, normalize: NameNormalizer) -> tuple[str, ...]:
     """The run's tool names in call order, normalized again (idempotent when the timeline used
     the same aliases, and right when a caller built the trace by hand)."""
     return tuple(normalize(c.tool_name) for c in trace.calls)
+
+
+@dataclass(frozen=True, slots=True)
+class Sequences:
+    """A run's calls and a reference's names, lined up for the evaluators that read order.
+
+    Calls issued together (one ``parallel_group``) have no order among themselves: the model
+    asked for them at once, and their start times say only which one the framework happened
+    to start first. So each side's groups are put in the order that agrees best with the
+    other side (see ``follow``), first the reference's after the run, then the run's after
+    the reference, and two parallel calls in either order are the same sequence. ``calls``
+    and ``names`` are the run's, ``reference`` the reference's names.
+    """
+
+    calls: Sequence[ToolCall]
+    names: tuple[str, ...]
+    reference: tuple[str, ...]
+
+
+def sequences(trace: ToolTrace, base: Baseline, normalize: NameNormalizer) -> Sequences:
+    """The run and ``base`` lined up (see ``Sequences``)."""
+    names = call_names(trace, normalize)
+    reference = base.names
+    moved = follow(reference, [c.group for c in base.calls], names)
+    if moved is not None:
+        reference = tuple(reference[i] for i in moved)
+    order = follow(names, [c.parallel_group for c in trace.calls], reference)
+    if order is None:
+        return Sequences(trace.calls, names, reference)
+    return Sequences(
+        tuple(trace.calls[i] for i in order), tuple(names[i] for i in order), reference
+    )
+
+
+def follow(
+    names: Sequence[str], groups: Sequence[int | None], target: Sequence[str]
+) -> list[int] | None:
+    """The indexes of ``names`` with the members of each parallel group (two or more items
+    sharing a ``groups`` entry) moved among their own places to follow ``target``; ``None``
+    when no group has two members (nothing can move).
+
+    Each name's k-th occurrence takes the place of the k-th occurrence of that name in
+    ``target``; names ``target`` lacks go last in their group, in their own order. The
+    members of a group need not be next to each other (a nested agent's calls may come
+    between them): they take each other's places, and nothing else moves.
+    """
+    members: dict[int, list[int]] = {}
+    for i, group in enumerate(groups):
+        if group is not None:
+            members.setdefault(group, []).append(i)
+    shared = [places for places in members.values() if len(places) > 1]
+    if not shared:
+        return None
+    rank = _ranks(names, target)
+    order = list(range(len(names)))
+    for places in shared:
+        for place, i in zip(places, sorted(places, key=rank.__getitem__), strict=True):
+            order[place] = i
+    return order
+
+
+def _ranks(names: Sequence[str], target: Sequence[str]) -> list[int]:
+    """For each of ``names``, the position in ``target`` of the same occurrence of its name,
+    else past ``target``'s end, in ``names``' order."""
+    positions: dict[str, list[int]] = {}
+    for j, name in enumerate(target):
+        positions.setdefault(name, []).append(j)
+    seen: dict[str, int] = {}
+    ranks = []
+    for i, name in enumerate(names):
+        k = seen.get(name, 0)
+        seen[name] = k + 1
+        at = positions.get(name)
+        ranks.append(at[k] if at is not None and k < len(at) else len(target) + i)
+    return ranks
 
 
 def in_sequence(calls: Sequence[ToolCall]) -> Sequence[ToolCall]:

@@ -3,9 +3,10 @@
 Scores (all in [0, 1]):
 
 - ``selection``: multiset Jaccard (default) or recall of the expected names;
-- ``ordering``: LCS / expected length (``order``);
+- ``ordering``: LCS / expected length (``order``, parallel calls read as ``order`` reads them);
 - ``score``: ``selection * weights.selection + ordering * weights.ordering`` (0.6 / 0.4);
-- ``tool_name_accuracy``: 1 if the run's name sequence equals the expected one, else 0;
+- ``tool_name_accuracy``: 1 if the run's name sequence equals the expected one, else 0
+  (likewise);
 - ``parameter_accuracy``: the ``tool_arguments`` score (absent when the case gives no
   arguments);
 - ``step_efficiency``: ``min(a, m) / max(a, m)`` with ``a`` the run's calls and ``m`` the
@@ -24,7 +25,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from toolwatch.evaluation.arguments import ArgumentReport, ArgumentScorer, compare_arguments
-from toolwatch.evaluation.base import Baseline, Reference, call_names, from_case, pct
+from toolwatch.evaluation.base import Baseline, Reference, call_names, from_case, pct, sequences
 from toolwatch.evaluation.order import order_score
 from toolwatch.evaluation.selection import describe, jaccard, recall
 from toolwatch.evaluation.settings import CompositeSettings, ToolArgumentsSettings
@@ -68,7 +69,7 @@ class Composite:
         if reference.expected is None:
             return None
         base = from_case(reference.expected, self._normalize)
-        names = call_names(trace, self._normalize)
+        names = sequences(trace, base, self._normalize).names
         report = compare_arguments(base.calls, trace.calls, self._scorer, self._normalize)
         scores = self._scores(trace, base, names, report)
         failure = self._failure(base, names, report)

@@ -3,9 +3,11 @@
 The score is the length of the longest common subsequence (LCS) of the two name sequences,
 divided by the expected length against a golden case (extra calls do not lower it) or by the
 longer length against a source run (either side's extras do). Both sides empty score 1.0; an
-empty golden sequence scores 1.0 (there is no order to break). One TOOL_ORDER_DRIFT finding
-per run below ``threshold`` (default 1.0), naming the first position where the sequences
-diverge.
+empty golden sequence scores 1.0 (there is no order to break). Calls issued in one parallel
+group have no order among themselves: each group is read in the order that agrees with the
+other side (``base.sequences``), so the same parallel calls started the other way round are
+not drift. One TOOL_ORDER_DRIFT finding per run below ``threshold`` (default 1.0), naming the
+first position where the sequences diverge.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from toolwatch.evaluation.base import Baseline, Reference, baseline, call_names, pct
+from toolwatch.evaluation.base import Baseline, Reference, Sequences, baseline, pct, sequences
 from toolwatch.evaluation.settings import OrderSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.model import Category, EvalResult, Finding, ReferenceKind, ToolTrace
@@ -71,22 +73,23 @@ class Order:
         base = baseline(reference, self.settings.against, self._normalize)
         if base is None or base.no_tools:
             return None
-        names = call_names(trace, self._normalize)
-        score = order_score(names, base.names, base.kind)
-        common = lcs_length(names, base.names)
+        lined = sequences(trace, base, self._normalize)
+        score = order_score(lined.names, lined.reference, base.kind)
+        common = lcs_length(lined.names, lined.reference)
         explanation = (
             f"Ordering: {pct(score)} ({common}/{len(base.names)} {base.noun} calls in order)."
         )
         findings: tuple[Finding, ...] = ()
         if score < self.settings.threshold:
-            findings = (self._drift(trace, base, names, score, explanation),)
+            findings = (self._drift(trace, base, lined, score, explanation),)
         return EvalResult(self.name, {"score": score}, findings, explanation)
 
     def _drift(
-        self, trace: ToolTrace, base: Baseline, names: Sequence[str], score: float, text: str
+        self, trace: ToolTrace, base: Baseline, lined: Sequences, score: float, text: str
     ) -> Finding:
-        at = first_divergence(names, base.names) or 0
-        expected = base.names[at] if at < len(base.names) else None
+        names, reference = lined.names, lined.reference
+        at = first_divergence(names, reference) or 0
+        expected = reference[at] if at < len(reference) else None
         actual = names[at] if at < len(names) else None
         return make_finding(
             trace,
@@ -97,7 +100,7 @@ class Order:
             score=score,
             explanation=f"{text[:-1]}, first divergence at call {at + 1}: "
             f"{base.noun} {expected or '(none)'}, called {actual or '(none)'}.",
-            call=trace.calls[at] if actual is not None else None,
+            call=lined.calls[at] if actual is not None else None,
             tool=expected or actual,
-            details={base.noun: list(base.names), "actual": list(names)},
+            details={base.noun: list(reference), "actual": list(names)},
         )

@@ -13,7 +13,9 @@ set           common(E, A) / union(E, A): multiset Jaccard      0.0
 first         1 if the first names agree (or both are empty)    0.0
 ============  ================================================  ====================
 
-Both sides empty always score 1.0. Recall modes ignore extra calls: over-calling is judged by
+Both sides empty always score 1.0. The ordered modes (``expected``, ``exact``, ``first``) read
+calls issued in one parallel group in the order that agrees with the reference
+(``base.sequences``): the model asked for them at once. Recall modes ignore extra calls: over-calling is judged by
 ``set``/``exact``, ``loops`` and the structure's call count. A golden case with
 ``expected_no_tools`` scores 1.0 iff no call was made; otherwise 0.0 and UNNECESSARY_TOOL_CALL
 (this is the only way selection reports extra calls when nothing was expected), severity
@@ -30,7 +32,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Final
 
-from toolwatch.evaluation.base import Baseline, Reference, baseline, call_names, name_list, pct
+from toolwatch.evaluation.base import Baseline, Reference, baseline, name_list, pct, sequences
 from toolwatch.evaluation.order import lcs_length
 from toolwatch.evaluation.settings import ToolSelectionSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
@@ -114,12 +116,13 @@ class ToolSelection:
         base = baseline(reference, self.settings.against, self._normalize)
         if base is None:
             return None
-        names = call_names(trace, self._normalize)
+        lined = sequences(trace, base, self._normalize)
+        names = lined.names
         if base.no_tools:
             return self._no_tools(trace, base, names)
         mode = self.mode(base)
-        score = selection_score(mode, names, base.names)
-        in_order = lcs_length(names, base.names) if mode == "expected" else None
+        score = selection_score(mode, names, lined.reference)
+        in_order = lcs_length(names, lined.reference) if mode == "expected" else None
         explanation = describe(score, base.noun, base.names, names, in_order)
         findings: tuple[Finding, ...] = ()
         if score < self.settings.threshold:

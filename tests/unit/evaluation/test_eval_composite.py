@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from eval_factories import case, trace
+from eval_factories import call, case, trace
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.composite import Composite, failure_type, step_efficiency
@@ -105,3 +105,13 @@ def test_failure_type_uses_the_given_argument_settings() -> None:
 def test_composite_needs_a_golden_case() -> None:
     composite = Composite(CompositeSettings(), ToolArgumentsSettings(), NameNormalizer())
     assert composite(trace("a"), Reference(source=trace("a"))) is None
+
+
+def test_parallel_calls_in_either_order_are_the_expected_sequence() -> None:
+    run = trace(call("refund", index=0, group=1), call("notify", index=1, group=1))
+    result = evaluate(run, case("notify", "refund"))
+    assert (result.scores["ordering"], result.scores["tool_name_accuracy"]) == (1.0, 1.0)
+    assert (
+        evaluate(trace("refund", "notify"), case("notify", "refund")).scores["tool_name_accuracy"]
+        == 0.0
+    )

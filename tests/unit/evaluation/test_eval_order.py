@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import pytest
-from eval_factories import case, trace
+from eval_factories import call, case, trace
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.base import Reference, follow
 from toolwatch.evaluation.order import Order, first_divergence, lcs_length, order_score
 from toolwatch.evaluation.settings import OrderSettings
-from toolwatch.model import Category, ReferenceKind
+from toolwatch.model import Category, ReferenceKind, ToolTrace
 from toolwatch.names import NameNormalizer
 
 EXPECTED, SOURCE = ReferenceKind.EXPECTED, ReferenceKind.SOURCE
@@ -83,3 +83,74 @@ def test_drift_finding_points_at_the_first_divergence() -> None:
 def test_expected_no_tools_is_left_to_selection() -> None:
     evaluator = Order(OrderSettings(), NameNormalizer())
     assert evaluator(trace("a"), Reference(expected=case(expected_no_tools=True))) is None
+
+
+def order_of(run: ToolTrace, reference: Reference) -> float:
+    result = Order(OrderSettings(), NameNormalizer())(run, reference)
+    assert result is not None
+    return result.scores["score"]
+
+
+def test_parallel_calls_started_the_other_way_round_keep_the_order() -> None:
+    # The model asked for a and b at once; the framework happened to start b first.
+    run = trace(call("b", index=0, group=1), call("a", index=1, group=1), call("c", index=2))
+    assert order_of(run, Reference(expected=case("a", "b", "c"))) == 1.0
+    source = trace(call("a", index=0, group=7), call("b", index=1, group=7), call("c", index=2))
+    assert order_of(run, Reference(source=source)) == 1.0
+    # A parallel source group fits a sequential run in either order, too.
+    assert order_of(trace("b", "a", "c"), Reference(source=source)) == 1.0
+
+
+def test_sequential_calls_in_the_other_order_are_still_drift() -> None:
+    assert order_of(trace("b", "a", "c"), Reference(expected=case("a", "b", "c"))) == 2 / 3
+    # Only members of one group trade places: b (group 1) cannot move past c (group 2).
+    run = trace(
+        call("c", index=0, group=2),
+        call("x", index=1, group=2),
+        call("b", index=2, group=1),
+        call("a", index=3, group=1),
+    )
+    assert order_of(run, Reference(expected=case("a", "b", "c"))) == 2 / 3
+
+
+def test_drift_in_a_parallel_run_names_the_call_that_diverges() -> None:
+    # The group {c, a} is read as a, c: the first divergence is c where b was expected.
+    run = trace(call("c", index=0, group=1), call("a", index=1, group=1), call("b", index=2))
+    result = Order(OrderSettings(), NameNormalizer())(run, Reference(expected=case("a", "b", "c")))
+    assert result is not None
+    (finding,) = result.findings
+    assert (finding.span_id, finding.tool) == ("s0", "b")
+    assert finding.details == {"expected": ["a", "b", "c"], "actual": ["a", "c", "b"]}
+
+
+@given(
+    st.lists(st.sampled_from("abcdefgh"), unique=True, max_size=8).flatmap(
+        lambda names: st.tuples(
+            st.just(names),
+            st.lists(st.sampled_from([None, 1, 2]), min_size=len(names), max_size=len(names)),
+        )
+    ),
+    st.lists(st.sampled_from("ab"), max_size=6),
+)
+def test_follow_moves_group_members_among_their_own_places(
+    distinct: tuple[list[str], list[int | None]], repeated: list[str]
+) -> None:
+    names, groups = distinct
+    # The target: the same calls with each group's members in reverse order.
+    target = list(names)
+    for group in (1, 2):
+        places = [i for i, g in enumerate(groups) if g == group]
+        for place, i in zip(places, reversed(places), strict=True):
+            target[place] = names[i]
+    order = follow(names, groups, target)
+    if order is None:
+        assert all(groups.count(g) < 2 for g in (1, 2))
+        return
+    assert sorted(order) == list(range(len(names)))
+    assert all(groups[i] == groups[place] for place, i in enumerate(order))
+    assert [names[i] for i in order] == target
+    # Repeated names (parallel calls of one tool): one group takes any order of itself.
+    all_one_group = follow(repeated, [1] * len(repeated), repeated[::-1])
+    if len(repeated) > 1:
+        assert all_one_group is not None
+        assert [repeated[i] for i in all_one_group] == repeated[::-1]

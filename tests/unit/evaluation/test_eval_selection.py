@@ -154,3 +154,22 @@ def test_in_order_mode_explains_how_many_calls_kept_the_order() -> None:
     assert result is not None
     assert result.explanation == "Selection: 50% (called 2/2 expected tools, 1 in order)."
     assert result.findings[0].details["mode"] == "expected"
+
+
+@pytest.mark.parametrize("mode", ["expected", "exact", "first"])
+def test_ordered_modes_take_parallel_calls_in_either_order(mode: str) -> None:
+    run = trace(call("b", index=0, group=3), call("a", index=1, group=3))
+    result = evaluator(mode=mode)(run, Reference(expected=case("a", "b")))
+    assert result is not None
+    assert (result.scores["score"], result.findings) == (1.0, ())
+    # Started one after the other, b before a is a different sequence.
+    sequential = evaluator(mode=mode)(trace("b", "a"), Reference(expected=case("a", "b")))
+    assert sequential is not None
+    assert sequential.scores["score"] < 1.0
+
+
+def test_source_mode_exact_takes_a_parallel_source_group_in_either_order() -> None:
+    source = trace(call("a", index=0, group=1), call("b", index=1, group=1))
+    result = evaluator(source_mode="exact")(trace("b", "a"), Reference(source=source))
+    assert result is not None
+    assert result.scores["score"] == 1.0
