@@ -3,7 +3,8 @@
 - ``forbidden``: one violation when the tool is called (on the first call's span);
 - ``required``: one violation when it is never called;
 - ``order``: one violation when a call of ``after`` has no earlier call of ``before`` (on the
-  first such call);
+  first such call); as in ``safety``, a ``before`` issued in the same parallel group is not
+  earlier, since neither call saw the other's result;
 - ``call_count``: one violation when the number of calls is outside ``[min, max]``;
 - ``arguments``: one violation per call whose arguments fail the JSON Schema (unparsable
   arguments are validated as the raw string, so a schema of ``type: object`` rejects them;
@@ -14,8 +15,10 @@
 
 Each violation is an INVARIANT_VIOLATION with reference ``policy`` and the rule's ``severity``
 raised to the evaluator's floor. ``score`` is the share of applicable rules with no violation.
-Rules limited to ``agents`` apply only to runs of those agents; with no applicable rule the
-evaluator does not apply. Validators are built once; ``$ref`` is never fetched over the
+A rule limited to ``agents`` judges only the calls those agents made (a call's ``agent``, else
+the run's), so a nested agent's calls follow its own rules and not its caller's; it applies to
+a run whose agent is one of them or that holds a call of one of them. With no applicable rule
+the evaluator does not apply. Validators are built once; ``$ref`` is never fetched over the
 network (the ``referencing`` library resolves only what the schema contains).
 """
 
@@ -30,7 +33,7 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
-from toolwatch.evaluation.base import Reference, pct
+from toolwatch.evaluation.base import Reference, informs, pct
 from toolwatch.evaluation.settings import (
     ArgumentsRule,
     CallCountRule,
@@ -94,22 +97,30 @@ class Invariants:
         }
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
-        applicable = [
-            (i, r) for i, r in enumerate(self._rules) if not r.agents or trace.agent in r.agents
-        ]
+        names = [self._normalize(c.tool_name) for c in trace.calls]
+        violations: list[Violation] = []
+        applicable = 0
+        for i, rule in enumerate(self._rules):
+            if not rule.agents:
+                violations += self._check(i, rule, trace.calls, names)
+                applicable += 1
+                continue
+            scoped = _made_by(rule.agents, trace)
+            if scoped or trace.agent in rule.agents:
+                calls = [trace.calls[j] for j in scoped]
+                violations += self._check(i, rule, calls, [names[j] for j in scoped])
+                applicable += 1
         if not applicable:
             return None
-        names = [self._normalize(c.tool_name) for c in trace.calls]
-        violations = [v for i, rule in applicable for v in self._check(i, rule, trace, names)]
         broken = {v.label for v in violations}
-        score = 1.0 - len(broken) / len(applicable)
+        score = 1.0 - len(broken) / applicable
         findings = tuple(self._finding(trace, v, score) for v in violations)
-        explanation = f"Invariants: {pct(score)} ({len(broken)}/{len(applicable)} rules broken"
+        explanation = f"Invariants: {pct(score)} ({len(broken)}/{applicable} rules broken"
         explanation += "".join(f"; {v.explanation}" for v in violations) + ")."
         return EvalResult(self.name, {"score": score}, findings, explanation)
 
     def _check(
-        self, index: int, rule: Invariant, trace: ToolTrace, names: Sequence[str]
+        self, index: int, rule: Invariant, calls: Sequence[ToolCall], names: Sequence[str]
     ) -> list[Violation]:
         label = rule_label(rule)
         if isinstance(rule, ArgumentsRule):
@@ -118,13 +129,13 @@ class Invariants:
                 rule,
                 label=label,
                 validator=validator,
-                trace=trace,
+                calls=calls,
                 names=names,
                 normalize=self._normalize,
             )
         if isinstance(rule, OrderRule):
-            return _order(rule, label, trace, names, self._normalize)
-        return _counted(rule, label, trace, names, self._normalize)
+            return _order(rule, label, calls, names, self._normalize)
+        return _counted(rule, label, calls, names, self._normalize)
 
     def _finding(self, trace: ToolTrace, violation: Violation, score: float) -> Finding:
         return make_finding(
@@ -142,10 +153,21 @@ class Invariants:
         )
 
 
+def _made_by(agents: Sequence[str], trace: ToolTrace) -> list[int]:
+    """The indexes of the run's calls made by one of ``agents`` (a call's agent, else the
+    run's)."""
+    made = []
+    for i, call in enumerate(trace.calls):
+        agent = call.agent if call.agent is not None else trace.agent
+        if agent in agents:
+            made.append(i)
+    return made
+
+
 def _counted(
     rule: ForbiddenRule | RequiredRule | CallCountRule,
     label: str,
-    trace: ToolTrace,
+    calls: Sequence[ToolCall],
     names: Sequence[str],
     normalize: NameNormalizer,
 ) -> list[Violation]:
@@ -154,7 +176,7 @@ def _counted(
     problem = _count_problem(rule, tool, count)
     if problem is None:
         return []
-    first = trace.calls[names.index(tool)] if count else None
+    first = calls[names.index(tool)] if count else None
     text = f"{label}: {problem}"
     return [Violation(rule, label, text, first, tool, details={"count": count})]
 
@@ -180,17 +202,25 @@ def _within(count: int, rule: CallCountRule) -> bool:
 def _order(
     rule: OrderRule,
     label: str,
-    trace: ToolTrace,
+    calls: Sequence[ToolCall],
     names: Sequence[str],
     normalize: NameNormalizer,
 ) -> list[Violation]:
     before, after = normalize(rule.before), normalize(rule.after)
-    first_before = names.index(before) if before in names else len(names)
-    if after not in names[: first_before + 1]:
+    if after not in names:
         return []
-    call = trace.calls[names.index(after)]
-    text = f"{label}: {after} called before any {before}"
-    return [Violation(rule, label, text, call, after)]
+    groups: list[int | None] = []  # the parallel groups of the calls of before so far
+    for i, call in enumerate(calls):
+        name = names[i]
+        if name == after and not any(informs(g, call.parallel_group) for g in groups):
+            if groups:
+                text = f"{label}: {after} called alongside {before}, not after it"
+            else:
+                text = f"{label}: {after} called before any {before}"
+            return [Violation(rule, label, text, call, after)]
+        if name == before:
+            groups.append(call.parallel_group)
+    return []
 
 
 def _arguments(
@@ -198,13 +228,13 @@ def _arguments(
     *,
     label: str,
     validator: Validator,
-    trace: ToolTrace,
+    calls: Sequence[ToolCall],
     names: Sequence[str],
     normalize: NameNormalizer,
 ) -> list[Violation]:
     tool = normalize(rule.tool)
     violations = []
-    for i, call in enumerate(trace.calls):  # not zip(strict=True): generic in compiled code
+    for i, call in enumerate(calls):  # not zip(strict=True): generic in compiled code
         if names[i] != tool or call.arguments is None:
             continue
         errors = list(validator.iter_errors(call.arguments))

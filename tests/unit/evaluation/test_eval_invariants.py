@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from eval_factories import trace
+from eval_factories import call, trace
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.invariants import Invariants
@@ -166,3 +166,43 @@ def test_an_arguments_rule_does_not_judge_calls_recorded_without_arguments() -> 
     result = evaluate(trace(("get_weather", None), ("get_weather", {"zip": "1"})), rule)
     assert result is not None
     assert [f.span_id for f in result.findings] == ["s1"]
+
+
+def test_a_before_issued_in_the_same_parallel_group_is_not_earlier() -> None:
+    rule = {"kind": "order", "before": "lookup_order", "after": "issue_refund"}
+    together = trace(call("lookup_order", index=0, group=1), call("issue_refund", index=1, group=1))
+    result = evaluate(together, rule)
+    assert result is not None
+    (finding,) = result.findings
+    assert finding.span_id == "s1"
+    assert finding.explanation == (
+        "Invariant order:lookup_order<issue_refund: issue_refund called alongside "
+        "lookup_order, not after it."
+    )
+    # An earlier lookup outside the group still counts.
+    earlier = trace(
+        call("lookup_order", index=0),
+        call("lookup_order", index=1, group=1),
+        call("issue_refund", index=2, group=1),
+    )
+    assert broken(earlier, rule) == []
+
+
+def test_a_rule_limited_to_agents_judges_the_calls_those_agents_made() -> None:
+    # triage hands the work to a nested admin agent, whose call is its own.
+    run = trace(
+        call("transfer_to_admin", index=0, agent="triage"),
+        call("delete_account", index=1, agent="admin"),
+        agent="triage",
+    )
+    triage_rule = {"kind": "forbidden", "tool": "delete_account", "agents": ["triage"]}
+    admin_rule = {"kind": "forbidden", "tool": "delete_account", "agents": ["admin"]}
+    result = evaluate(run, triage_rule)
+    assert result is not None
+    assert (result.scores["score"], result.findings) == (1.0, ())
+    assert broken(run, admin_rule) == ["forbidden:delete_account"]
+    # A required tool counts only when its agent made the call.
+    required = {"kind": "required", "tool": "delete_account", "agents": ["triage"]}
+    assert broken(run, required) == ["required:delete_account"]
+    # An agent the run never involves leaves the rule out.
+    assert evaluate(run, {**admin_rule, "agents": ["billing"]}) is None
