@@ -36,8 +36,10 @@ def call(
     group: int | None = None,
     span: str | None = None,
     agent: str | None = "support",
+    executed: bool = True,
 ) -> ToolCall:
-    """A ToolCall; ``index`` is its sequence index, the span id defaults to ``s<index>``."""
+    """A ToolCall; ``index`` is its sequence index, the span id defaults to ``s<index>``
+    (``None`` when not ``executed``: a call seen only in the model's output)."""
     return factories.tool_call(
         tool_name=name,
         arguments=arguments,
@@ -47,7 +49,7 @@ def call(
         status=CallStatus.OK if ok else CallStatus.ERROR,
         error_type=None if ok else "ToolError",
         agent=agent,
-        span_id=span or f"s{index}",
+        span_id=(span or f"s{index}") if executed else None,
         start_ns=index * 10,
         end_ns=index * 10 + 5,
     )
