@@ -201,10 +201,12 @@ def follow(
     sharing a ``groups`` entry) moved among their own places to follow ``target``; ``None``
     when no group has two members (nothing can move).
 
-    Each name's k-th occurrence takes the place of the k-th occurrence of that name in
-    ``target``; names ``target`` lacks go last in their group, in their own order. The
-    members of a group need not be next to each other (a nested agent's calls may come
-    between them): they take each other's places, and nothing else moves.
+    A group's members are sorted by where the same occurrence of their name stands in
+    ``target`` (a name's k-th occurrence here by its k-th there); names ``target`` lacks go
+    last in their group, in their own order. The members of a group need not be next to each
+    other (a nested agent's calls may come between them): they take each other's places, and
+    nothing else moves. A heuristic, not the order that maximizes the LCS: with a name
+    repeated inside and outside a group it can pick the other occurrence.
     """
     members: dict[int, list[int]] = {}
     for i, group in enumerate(groups):
