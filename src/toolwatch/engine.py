@@ -150,11 +150,17 @@ class Engine:
         comparable = trace.complete
         expected = golden.match(trace) if golden is not None and comparable else None
         joiner = shadow if comparable else None
-        self._metrics.tool_trace(trace, _reference(expected, joiner, trace))
+        # A shadow target is counted once its outcome is known (see references.shadow):
+        # as compared when it pairs, else when the joiner drops it.
+        deferred = expected is None and joiner is not None and joiner.compares(trace)
+        if not deferred:
+            self._metrics.tool_trace(trace, "expected" if expected is not None else "none")
         self._parts.tooltraces.write(trace)
         self._emit(trace, self._run(trace, expected, None), last_arrival_ns)
-        pair = shadow.offer(trace) if shadow is not None and comparable else None
+        pair = joiner.offer(trace, deferred=deferred) if joiner is not None else None
         if pair is not None:
+            if pair.deferred:
+                self._metrics.tool_trace(pair.target, "source")
             # Each half was judged against the policy as it arrived; the pair adds only what
             # is judged against the source.
             paired = self._run(pair.target, None, pair.source, policy=False)
@@ -186,13 +192,3 @@ class Engine:
             self._metrics.finding(finding, detection)
         self._parts.findings.publish(trace, findings)
 
-
-def _reference(expected: GoldenCase | None, shadow: ShadowJoiner | None, trace: ToolTrace) -> str:
-    """What the run is compared with, for ``toolwatch_tool_traces_total{reference}``: the
-    share of compared runs is what drift alerts divide by. ``shadow`` is ``None`` for a run
-    that is not compared (incomplete, or shadow off)."""
-    if expected is not None:
-        return "expected"
-    if shadow is not None and shadow.compares(trace):
-        return "source"
-    return "none"

@@ -151,6 +151,19 @@ def test_shadow_target_with_an_extra_refund_is_dangerous_drift(
     assert runs_by_reference(server) == {"source": 1.0, "none": 1.0}
 
 
+def test_a_shadow_target_is_counted_as_compared_only_once_it_pairs(
+    start_server: Callable[..., RunningServer],
+) -> None:
+    server = start_server(EXAMPLES / "toolwatch.yaml")  # pair_timeout_seconds: 60
+    send_grpc(server, agents.record(shadow_half("target", extra_refund=False), "genai"))
+    server.settle()
+    assert len(server.tooltraces()) == 1  # evaluated against the policy, waiting for its pair
+    assert runs_by_reference(server) == {}
+    server.settle(61.0)  # its source never came
+    assert runs_by_reference(server) == {"none": 1.0}
+    assert server.sample("toolwatch_shadow_unpaired_total", {"reason": "timed_out"}) == 1.0
+
+
 def test_canary_run_is_compared_with_its_golden_case(
     start_server: Callable[..., RunningServer],
 ) -> None:

@@ -16,6 +16,11 @@ Every half that is never paired is counted once through
   evaluates it against policy);
 - ``shutdown``: still waiting at ``drain``.
 
+A target offered with ``deferred`` is one whose ``toolwatch_tool_traces_total`` count waits
+for the outcome: the engine counts it as compared (``reference="source"``) when its pair is
+formed (``ShadowPair.deferred``), and the joiner counts it with ``reference="none"`` when it
+is dropped unpaired, so the drift alerts' denominator holds only runs that were compared.
+
 Threading: not thread-safe. One thread (the engine's event loop) calls every method.
 Pure of I/O; time comes from the injected clock.
 """
@@ -44,6 +49,7 @@ class ShadowPair:
 
     source: ToolTrace
     target: ToolTrace
+    deferred: bool = False  # the target's tool-trace count waited for this pair
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +57,7 @@ class _Half:
     trace: ToolTrace
     role: str  # _SOURCE or _TARGET
     arrived_ns: int
+    deferred: bool = False
 
 
 class ShadowJoiner:
@@ -95,28 +102,30 @@ class ShadowJoiner:
         key = self.pair_key(trace)
         return key is not None and self._role(trace) == _TARGET and not self._taken(key, _TARGET)
 
-    def offer(self, trace: ToolTrace) -> ShadowPair | None:
+    def offer(self, trace: ToolTrace, *, deferred: bool = False) -> ShadowPair | None:
         """Take one finished run. Returns the pair it completes, else ``None``.
 
         A run without a pair key is ignored (nothing held, nothing counted). Expired halves
-        are dropped first, so a half never pairs after its timeout.
+        are dropped first, so a half never pairs after its timeout. ``deferred``: the run's
+        tool-trace count is left to the outcome (see the module docstring); for a run that
+        ``compares`` names.
         """
         key = self.pair_key(trace)
         if key is None:
             return None
         self.expire()
-        role = self._role(trace)
-        if role is None:
-            self._metrics.shadow_unpaired("no_role")
+        half = _Half(trace, self._role(trace) or "", self._clock(), deferred)
+        if not half.role:
+            self._drop(half, "no_role")
             return None
-        if self._taken(key, role):
-            self._metrics.shadow_unpaired("duplicate")
+        if self._taken(key, half.role):
+            self._drop(half, "duplicate")
             return None
         waiting = self._waiting.get(key)
         if waiting is None:
-            self._hold(key, _Half(trace, role, self._clock()))
+            self._hold(key, half)
             return None
-        return self._join(key, waiting, trace)
+        return self._join(key, waiting, half)
 
     def expire(self) -> None:
         """Drop halves that waited ``pair_timeout_seconds`` or longer (counted
@@ -127,14 +136,14 @@ class ShadowJoiner:
             if half.arrived_ns > deadline:
                 break
             del self._waiting[key]
-            self._metrics.shadow_unpaired("timed_out")
+            self._drop(half, "timed_out")
         while self._paired and next(iter(self._paired.values())) <= deadline:
             self._paired.popitem(last=False)
 
     def drain(self) -> None:
         """Shutdown: count every waiting half as unpaired ``shutdown`` and hold nothing."""
-        for _ in range(len(self._waiting)):
-            self._metrics.shadow_unpaired("shutdown")
+        for half in self._waiting.values():
+            self._drop(half, "shutdown")
         self._waiting.clear()
         self._paired.clear()
 
@@ -149,18 +158,23 @@ class ShadowJoiner:
 
     def _hold(self, key: str, half: _Half) -> None:
         if len(self._waiting) >= self._settings.max_waiting:
-            self._waiting.popitem(last=False)
-            self._metrics.shadow_unpaired("evicted")
+            _, oldest = self._waiting.popitem(last=False)
+            self._drop(oldest, "evicted")
         self._waiting[key] = half
 
-    def _join(self, key: str, waiting: _Half, arrived: ToolTrace) -> ShadowPair:
+    def _drop(self, half: _Half, reason: str) -> None:
+        """Count a half that will never pair; a deferred one's tool-trace count too."""
+        self._metrics.shadow_unpaired(reason)
+        if half.deferred:
+            self._metrics.tool_trace(half.trace, "none")
+
+    def _join(self, key: str, waiting: _Half, arrived: _Half) -> ShadowPair:
         del self._waiting[key]
         if len(self._paired) >= self._settings.max_waiting:
             self._paired.popitem(last=False)
         self._paired[key] = self._clock()
-        if waiting.role == _SOURCE:
-            return ShadowPair(source=waiting.trace, target=arrived)
-        return ShadowPair(source=arrived, target=waiting.trace)
+        source, target = (waiting, arrived) if waiting.role == _SOURCE else (arrived, waiting)
+        return ShadowPair(source.trace, target.trace, target.deferred)
 
 
 def _fold(value: str) -> str:

@@ -15,13 +15,17 @@ ROLE = "toolwatch.shadow.role"
 
 
 class CountingMetrics(NoopMetrics):
-    """Records every ``shadow_unpaired`` reason."""
+    """Records every ``shadow_unpaired`` reason and every tool-trace count."""
 
     def __init__(self) -> None:
         self.unpaired: Counter[str] = Counter()
+        self.counted: list[tuple[str, str]] = []  # (trace id, reference)
 
     def shadow_unpaired(self, reason: str) -> None:
         self.unpaired[reason] += 1
+
+    def tool_trace(self, trace: ToolTrace, reference: str) -> None:
+        self.counted.append((trace.trace_id, reference))
 
 
 def _run(trace_id: str, keys: dict[str, str]) -> ToolTrace:
@@ -252,3 +256,35 @@ def test_compares_names_the_targets_offer_would_take_to_compare() -> None:
     assert joiner.compares(_half("p2", "target")) is True
     joiner.offer(source)  # paired
     assert joiner.compares(_half("p1", "target", trace_id="late")) is False
+
+
+def test_a_deferred_target_is_counted_once_by_its_outcome() -> None:
+    """A deferred target's tool-trace count waits: the pair says to count it as compared,
+    and every way of never pairing counts it with reference none."""
+    clock = ManualClock()
+    joiner, metrics = _joiner(clock, pair_timeout_seconds=10, max_waiting=2)
+    assert joiner.offer(_half("p1", "target"), deferred=True) is None
+    pair = joiner.offer(_half("p1", "source"))
+    assert pair is not None
+    assert (pair.target.trace_id, pair.deferred) == ("p1-target", True)
+    # The source arriving last pairs a target that was not deferred (a golden case's).
+    joiner.offer(_half("p2", "target"))
+    assert joiner.offer(_half("p2", "source")) == ShadowPair(
+        _half("p2", "source"), _half("p2", "target"), deferred=False
+    )
+    assert metrics.counted == []  # pairing is the engine's to count
+
+    joiner.offer(_half("old", "target"), deferred=True)
+    joiner.offer(_half("p3", "target"), deferred=True)
+    joiner.offer(_half("p4", "source"))  # the third half: evicts the oldest
+    assert metrics.counted == [("old-target", "none")]
+    clock.advance(11)
+    joiner.expire()  # p3's target times out; p4's source is not a deferred run
+    joiner.offer(_half("p5", "target"), deferred=True)
+    joiner.drain()
+    assert metrics.counted == [
+        ("old-target", "none"),
+        ("p3-target", "none"),
+        ("p5-target", "none"),
+    ]
+    assert metrics.unpaired == Counter({"evicted": 1, "timed_out": 2, "shutdown": 1})
