@@ -191,4 +191,3 @@ class Engine:
         for finding in findings:
             self._metrics.finding(finding, detection)
         self._parts.findings.publish(trace, findings)
-
