@@ -97,7 +97,7 @@ class Engine:
     def admit(self, batch: DecodedBatch, transport: str) -> Receipt:
         """``offer``, also saying which spans of an admitted request a limit refused."""
         size = sum(span.size_bytes for span in batch.spans)
-        if not self.buffer.has_room(len(batch.spans), size):
+        if not self.buffer.has_room(batch.spans, size):
             self._metrics.spans_refused(batch.received, transport)
             return _OVERLOADED
         self._metrics.spans_received(batch.received, transport)

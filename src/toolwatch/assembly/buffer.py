@@ -255,24 +255,32 @@ class TraceBuffer:
             return None
         return self._deadlines[0][0]
 
-    def has_room(self, spans: int, size_bytes: int) -> bool:
-        """Whether a request of ``spans`` spans and ``size_bytes`` bytes fits now.
+    def has_room(self, spans: Sequence[SpanRecord], size_bytes: int) -> bool:
+        """Whether a request of ``spans`` (``size_bytes`` in all) fits now: its spans, its
+        bytes, and the traces it would start (its trace ids not buffered yet).
 
         Always true under ``evict_oldest``. Under ``backpressure`` a receiver answers
-        ``False`` with a retryable status. A request bigger than the whole buffer is let
-        through (``add`` evicts and drops as needed): refusing it would make the client
-        retry something that can never fit.
+        ``False`` with a retryable status. A request bigger than the whole buffer (more
+        spans, bytes or new traces than it can ever hold) is let through (``add`` evicts and
+        drops as needed): refusing it would make the client retry something that can never
+        fit.
         """
         lim = self._limits
         if lim.overflow == "evict_oldest":
             return True
-        if spans > lim.max_buffered_spans or size_bytes > lim.max_buffered_bytes:
+        count = len(spans)
+        if count > lim.max_buffered_spans or size_bytes > lim.max_buffered_bytes:
             return True
-        return (
-            len(self._traces) < lim.max_traces
-            and self._spans + spans <= lim.max_buffered_spans
-            and self._bytes + size_bytes <= lim.max_buffered_bytes
-        )
+        if (
+            self._spans + count > lim.max_buffered_spans
+            or self._bytes + size_bytes > lim.max_buffered_bytes
+        ):
+            return False
+        room = lim.max_traces - len(self._traces)
+        if count <= room:
+            return True  # even if each span started a trace of its own
+        new = len({s.trace_id for s in spans if s.trace_id not in self._traces})
+        return new <= room or new > lim.max_traces
 
     def add(
         self, spans: Sequence[SpanRecord], refused: dict[str, int] | None = None

@@ -173,7 +173,7 @@ def test_evict_oldest_evicts_by_first_arrival_when_traces_are_full() -> None:
     buffer.add(trace_of(2))
     buffer.add(trace_of(1, spans=2))  # more spans for trace 1 do not make it younger
 
-    assert buffer.has_room(100, 10**9) is True
+    assert buffer.has_room(trace_of(9, spans=100), 10**9) is True
     evicted = buffer.add(trace_of(3))
     assert summary(evicted) == [((1).to_bytes(16, "big"), 2, False, "evicted")]
     assert metrics.evicted == {"max_traces": 1}
@@ -220,18 +220,33 @@ def test_backpressure_reports_no_room_when_a_bound_would_break() -> None:
     buffer, _, _ = make(limits)
     buffer.add(trace_of(1, spans=2, size=30))
 
-    assert buffer.has_room(2, 40) is True
-    assert buffer.has_room(3, 10) is False  # spans
-    assert buffer.has_room(1, 41) is False  # bytes
+    assert buffer.has_room(trace_of(2, spans=2), 40) is True
+    assert buffer.has_room(trace_of(2, spans=3), 10) is False  # spans
+    assert buffer.has_room(trace_of(2), 41) is False  # bytes
     buffer.add(trace_of(2))
-    assert buffer.has_room(1, 1) is False  # traces
+    assert buffer.has_room(trace_of(3), 1) is False  # traces
+    assert buffer.has_room(trace_of(2), 1) is True  # a trace in flight may go on
+
+
+def test_backpressure_counts_the_traces_a_request_would_start() -> None:
+    # Room for two more traces: a request starting three is refused, not let in to evict.
+    limits = dataclasses.replace(LIMITS, max_traces=3, max_buffered_spans=100)
+    buffer, _, metrics = make(limits)
+    buffer.add(trace_of(1))
+    three_runs = trace_of(2) + trace_of(3) + trace_of(4)
+    assert buffer.has_room(three_runs, 30) is False
+    assert buffer.has_room(trace_of(2) + trace_of(3) + trace_of(1), 30) is True
+    assert buffer.has_room(trace_of(2, spans=5), 50) is True  # five spans, one new trace
+    # More new traces than the buffer can ever hold: let through, add evicts as it must.
+    assert buffer.has_room(three_runs + trace_of(5), 40) is True
+    assert metrics.evicted == {}
 
 
 def test_backpressure_lets_through_a_request_bigger_than_the_whole_buffer() -> None:
     buffer, _, _ = make(dataclasses.replace(LIMITS, max_buffered_spans=4))
     buffer.add(trace_of(1, spans=4))
 
-    assert buffer.has_room(5, 10) is True
+    assert buffer.has_room(trace_of(2, spans=5), 10) is True
 
 
 def test_add_without_room_under_backpressure_still_evicts_to_stay_bounded() -> None:
