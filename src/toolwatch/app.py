@@ -161,6 +161,8 @@ class App:
         self._arrived = asyncio.Event()  # spans offered since the ticker last went idle
         self._ready = False
         self._stopped = False
+        self._scraped = asyncio.Event()  # set by every /metrics scrape
+        self._ever_scraped = False
 
     def _buffer_state(self) -> BufferState:
         buffer = self.engine.buffer
@@ -235,14 +237,35 @@ class App:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
         drained = self.engine.drain()
+        self._scraped.clear()  # from here on a scrape reads what the drain counted
         log.info("drained %d buffered trace(s) at shutdown", drained)
         for stream in self._outputs.files:
             with contextlib.suppress(OSError):  # already reported by the engine's flush
                 stream.close()
         if self._stream is not None:
             await self._stream.stop(min(grace, 1.0))
+        await self._last_scrape()
         for runner in self._runners[1:]:
             await runner.cleanup()
+
+    async def _last_scrape(self) -> None:
+        """Keep ``/metrics`` up after the drain until it is scraped once more, at most
+        ``shutdown_metrics_linger_seconds``: the findings of the drain are counted after
+        the last regular scrape, and a restarted process counts from zero, so without it
+        their alerts would never fire. Only when something has scraped this process: one
+        nobody watches (a laptop's ``make serve``) exits at once."""
+        linger = self.config.shutdown_metrics_linger_seconds
+        if linger <= 0 or not self._ever_scraped or "metrics" not in self.addresses:
+            return
+        log.info("waiting up to %gs for a last scrape of /metrics", linger)
+        try:
+            await asyncio.wait_for(self._scraped.wait(), linger)
+        except TimeoutError:
+            log.warning("no scrape of /metrics within %gs of the drain", linger)
+
+    def _was_scraped(self) -> None:
+        self._ever_scraped = True
+        self._scraped.set()
 
     def tick(self) -> int:
         """What the ticker does every ``assembly.tick_seconds``: reload TLS files that
@@ -340,7 +363,9 @@ class App:
         return app
 
     def _metrics_app(self) -> web.Application:
-        app = exposition.metrics_app(self.registry, ready=lambda: self._ready)
+        app = exposition.metrics_app(
+            self.registry, ready=lambda: self._ready, scraped=self._was_scraped
+        )
         app.middlewares.extend(self._security.http_middlewares("metrics", _PROBE_PATHS))
         return app
 

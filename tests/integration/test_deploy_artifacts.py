@@ -94,6 +94,19 @@ def _documents(path: Path) -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")) if doc]
 
 
+def _scrape_interval_seconds() -> float:
+    """The longest scrape interval of the monitors in ``monitoring.yaml`` (``15s``)."""
+    intervals = []
+    for monitor in _documents(MONITORING):
+        if monitor["kind"].endswith("Monitor"):
+            spec = monitor["spec"]
+            for endpoint in spec.get("podMetricsEndpoints") or spec["endpoints"]:
+                value = endpoint["interval"]
+                assert value.endswith("s"), value
+                intervals.append(float(value[:-1]))
+    return max(intervals)
+
+
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         ["promtool", *args], cwd=ROOT, capture_output=True, text=True, timeout=120, check=False
@@ -420,8 +433,11 @@ def test_toolwatch_config_map_is_a_valid_configuration(path: Path, tmp_path: Pat
     pod = workload["spec"]["template"]["spec"]
     pre_stop = _toolwatch_container(workload).get("lifecycle", {}).get("preStop", {})
     pause = int(pre_stop.get("exec", {}).get("command", ["sleep", "0"])[-1])
-    # The pod's grace must cover the preStop pause and toolwatch's own drain.
-    assert pod["terminationGracePeriodSeconds"] > pause + config.shutdown_grace_seconds
+    # The pod's grace must cover the preStop pause, toolwatch's own drain and its wait for a
+    # last scrape, which must last a scrape interval.
+    linger = config.shutdown_metrics_linger_seconds
+    assert linger >= _scrape_interval_seconds()
+    assert pod["terminationGracePeriodSeconds"] > pause + config.shutdown_grace_seconds + linger
 
 
 # Measured (README "Memory"): the process at rest, a buffered span against the buffer's

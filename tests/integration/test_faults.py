@@ -135,12 +135,31 @@ class ServeProcess:
                     return float(sample.value)
         return 0.0
 
-    def terminate(self, timeout: float) -> tuple[int, float]:
-        """SIGTERM; the exit code and the seconds the process took to exit."""
+    def terminate(
+        self, timeout: float, after_drain: Callable[[], object] | None = None
+    ) -> tuple[int, float]:
+        """SIGTERM; the exit code and the seconds the process took to exit. ``after_drain``
+        runs once the drain is logged, while the process lingers for a last scrape."""
         started = time.monotonic()
         self.proc.send_signal(signal.SIGTERM)
+        if after_drain is not None:
+            assert until(lambda: any("drained" in line for line in self.log), timeout)
+            after_drain()
         code = self.proc.wait(timeout)
         return code, time.monotonic() - started
+
+    def regressions(self) -> dict[str, float]:
+        """``toolwatch_regressions_total`` of one scrape, summed by category."""
+        url = f"http://{self.addresses['metrics']}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as response:
+            text = response.read().decode()
+        found: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "toolwatch_regressions_total":
+                    category = sample.labels["category"]
+                    found[category] = found.get(category, 0.0) + sample.value
+        return found
 
     def kill(self) -> None:
         self.proc.kill()  # SIGKILL: no drain, no flush
@@ -218,6 +237,7 @@ def test_sigterm_evaluates_every_buffered_trace_flushes_sinks_and_exits_in_the_g
             "tick_seconds": 10,  # the drain, not the ticker, must emit what is buffered
         },
         shutdown_grace_seconds=GRACE_SECONDS,
+        shutdown_metrics_linger_seconds=60,  # ends at the scrape after the drain
     )
     server = serve(config)
     complete = [
@@ -235,11 +255,18 @@ def test_sigterm_evaluates_every_buffered_trace_flushes_sinks_and_exits_in_the_g
         SpanExportResult.SUCCESS
     )
     assert server.sample("toolwatch_buffered_traces") == 4
+    assert server.regressions() == {}  # nothing was due before the drain
+    last_scrape: list[dict[str, float]] = []
 
-    code, seconds = server.terminate(timeout=GRACE_SECONDS + 10)
+    code, seconds = server.terminate(
+        timeout=GRACE_SECONDS + 10, after_drain=lambda: last_scrape.append(server.regressions())
+    )
 
     assert code == 0
-    assert seconds < GRACE_SECONDS  # an open findings stream does not hold the exit up
+    # An open findings stream does not hold the exit up, and the last scrape ends the linger.
+    assert seconds < GRACE_SECONDS
+    # Prometheus scrapes the drain's findings before the process goes: they can page.
+    assert last_scrape == [{"MISSING_VERIFICATION_STEP": 2.0}]
     outcomes = {t["trace_id"]: (t["complete"], t["incomplete_reason"]) for t in server.tooltraces}
     assert outcomes == {
         **{trace_id(run): (True, None) for run in complete},
@@ -252,6 +279,28 @@ def test_sigterm_evaluates_every_buffered_trace_flushes_sinks_and_exits_in_the_g
     assert subscriber.ended_with is grpc.StatusCode.OK  # ended after the drained findings
     assert set(subscriber.received) == flagged
     assert any("drained 4 buffered trace(s) at shutdown" in line for line in server.log)
+
+
+def test_sigterm_waits_for_a_last_scrape_at_most_the_linger(
+    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+) -> None:
+    """Scraped before, never after the drain: the process exits once the linger is over."""
+    config = write_config(
+        tmp_path / "linger.yaml",
+        {},
+        shutdown_grace_seconds=GRACE_SECONDS,
+        shutdown_metrics_linger_seconds=0.5,
+    )
+    server = serve(config)
+    assert server.sample("toolwatch_buffered_traces") == 0
+
+    code, _ = server.terminate(timeout=GRACE_SECONDS + 10)
+
+    assert code == 0
+    waited = [line for line in server.log if "scrape of /metrics" in line]
+    assert len(waited) == 2, server.log
+    assert "waiting up to 0.5s for a last scrape of /metrics" in waited[0]
+    assert "no scrape of /metrics within 0.5s of the drain" in waited[1]
 
 
 def test_sigterm_with_nothing_buffered_exits_at_once(

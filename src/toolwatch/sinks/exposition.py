@@ -10,6 +10,9 @@
 - ``GET /readyz``: 200 ``ready`` while ``ready()`` is true, else 503 ``not ready``
   (readiness: listeners up and not draining).
 
+``scraped``, when given, is called after each ``/metrics`` answer is rendered (the app keeps
+the listener up at shutdown until the drain's counts have been scraped).
+
 Rendering runs on the event loop; it reads only the registry and the scrape-time collectors,
 which are cheap.
 """
@@ -25,9 +28,13 @@ from prometheus_client.exposition import choose_encoder
 __all__ = ["metrics_app"]
 
 
-def metrics_app(registry: CollectorRegistry, ready: Callable[[], bool]) -> web.Application:
+def metrics_app(
+    registry: CollectorRegistry,
+    ready: Callable[[], bool],
+    scraped: Callable[[], None] | None = None,
+) -> web.Application:
     """An aiohttp application serving ``registry`` and the health endpoints."""
-    endpoints = _Endpoints(registry, ready)
+    endpoints = _Endpoints(registry, ready, scraped)
     app = web.Application()
     app.router.add_get("/metrics", endpoints.metrics)
     app.router.add_get("/healthz", endpoints.healthz)
@@ -36,9 +43,15 @@ def metrics_app(registry: CollectorRegistry, ready: Callable[[], bool]) -> web.A
 
 
 class _Endpoints:
-    def __init__(self, registry: CollectorRegistry, ready: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        ready: Callable[[], bool],
+        scraped: Callable[[], None] | None,
+    ) -> None:
         self._registry = registry
         self._ready = ready
+        self._scraped = scraped
 
     async def metrics(self, request: web.Request) -> web.Response:
         encode, content_type = choose_encoder(request.headers.get("Accept", ""))
@@ -46,6 +59,8 @@ class _Endpoints:
         # Set verbatim: the OpenMetrics type carries version and escaping parameters.
         response.headers["Content-Type"] = content_type
         response.enable_compression()
+        if self._scraped is not None:
+            self._scraped()
         return response
 
     async def healthz(self, request: web.Request) -> web.Response:
