@@ -20,7 +20,9 @@ with a reason:
 * ``span_too_large`` — the span alone is bigger than ``max_buffered_bytes``;
 * ``buffer_full`` — its trace alone fills the buffer, so no other trace can be evicted.
 
-The last three flag the trace incomplete (``span_limit``) when it is emitted.
+The last three flag the trace incomplete (``span_limit``) when it is emitted, also when the
+dropped span came before any span of its trace was buffered (up to ``max_traces`` such trace
+ids are remembered until their trace arrives).
 """
 
 from __future__ import annotations
@@ -230,6 +232,8 @@ class TraceBuffer:
         # removed one by one, and a dict's first entry is found by scanning past every entry
         # deleted before it, so at the cap each emission cost up to 100 µs (200,000 ids).
         self._emitted: OrderedDict[bytes, int] = OrderedDict()
+        # Trace ids not buffered yet whose span a limit dropped: flagged when they arrive.
+        self._limited: OrderedDict[bytes, None] = OrderedDict()
         self._spans = 0
         self._bytes = 0
 
@@ -347,9 +351,18 @@ class TraceBuffer:
             reason = "trace_span_limit"
         elif span.size_bytes > self._limits.max_buffered_bytes:
             reason = "span_too_large"
-        if reason is not None and trace is not None:
-            trace.span_limited = True
+        if reason is not None:
+            self._flag_limited(span.trace_id, trace)
         return reason
+
+    def _flag_limited(self, trace_id: bytes, trace: _Trace | None) -> None:
+        """Flag ``trace`` incomplete for a dropped span, or remember its id until it comes."""
+        if trace is not None:
+            trace.span_limited = True
+            return
+        self._limited[trace_id] = None
+        if len(self._limited) > self._limits.max_traces:
+            self._limited.popitem(last=False)
 
     def _fits(self, spans: Sequence[SpanRecord]) -> bool:
         """Whether the whole batch fits under every bound even if each span started a trace
@@ -367,8 +380,7 @@ class TraceBuffer:
         while (bound := self._exceeded(own is None, span.size_bytes)) is not None:
             victim = self._oldest_other(span.trace_id)
             if victim is None:
-                if own is not None:
-                    own.span_limited = True
+                self._flag_limited(span.trace_id, own)
                 return False
             self._metrics.trace_evicted(bound)
             evicted.append(self._emit(victim, now, "evicted"))
@@ -396,6 +408,9 @@ class TraceBuffer:
         trace = self._traces.get(span.trace_id)
         if trace is None:
             trace = self._traces[span.trace_id] = _Trace(span.trace_id, now)
+            if self._limited and span.trace_id in self._limited:
+                del self._limited[span.trace_id]
+                trace.span_limited = True
         trace.add(span, now)
         self._spans += 1
         self._bytes += span.size_bytes

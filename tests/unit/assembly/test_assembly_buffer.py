@@ -289,6 +289,18 @@ def test_span_bigger_than_the_buffer_is_dropped_without_evicting() -> None:
     assert (buffer.buffered_traces, buffer.buffered_bytes) == (1, 40)
 
 
+def test_a_span_dropped_before_its_trace_arrived_still_flags_the_trace() -> None:
+    # The tool span is exported first and is too large; the rest of the run comes later.
+    buffer, clock, metrics = make(dataclasses.replace(LIMITS, max_buffered_bytes=100))
+    root, lookup, refund = run_spans()
+    big = dataclasses.replace(lookup, size_bytes=101)
+    assert buffer.add([big]) == []
+    assert (metrics.dropped, buffer.buffered_traces) == ({"span_too_large": 1}, 0)
+    buffer.add([root, refund])
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(TRACE, 2, False, "span_limit")]
+
+
 def test_duplicate_spans_are_counted_once() -> None:
     buffer, clock, metrics = make()
     spans = run_spans()
