@@ -40,6 +40,9 @@ class RunningServer:
     """An ``App`` started on a background loop; ``call`` runs code on that loop."""
 
     def __init__(self, config: Config, tmp_path: Path) -> None:
+        if "shutdown_metrics_linger_seconds" not in config.model_fields_set:
+            # Stop at once: a test that scraped /metrics has no Prometheus left to wait for.
+            config = config.model_copy(update={"shutdown_metrics_linger_seconds": 0.0})
         self.clock = ManualClock()
         self.findings = InMemoryFindingSink()
         self.registry = CollectorRegistry()

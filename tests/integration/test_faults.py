@@ -73,6 +73,7 @@ def write_config(path: Path, ports: dict[str, int], **sections: Any) -> Path:
             "dump_tooltraces": str(path.with_suffix(".tooltraces.jsonl")),
         },
         "policy": POLICY,
+        "shutdown_metrics_linger_seconds": 0,  # no Prometheus to wait for, unless a test says
         **sections,
     }
     path.write_text(yaml.safe_dump(document))
