@@ -55,6 +55,7 @@ _MERGED_SPAN = "execute_tool (merged)"
 _TOOL_PREFIX = "execute_tool "
 _AGENT_OPERATION = "invoke_agent"
 _AGENT_PREFIX = "invoke_agent "
+_ADK_AGENT_PREFIX = "agent_run ["  # Google ADK <= mid-2025: ``agent_run [<name>]``
 #: google-genai contrib's flattened arguments: ``<prefix><name>.type`` and ``.value``.
 PARAMETERS_PREFIX = "code.function.parameters."
 _ENCODED_TYPES = frozenset({"dict", "list", "tuple", "set"})  # JSON-encoded as attributes
@@ -112,9 +113,13 @@ def agent_from_span_name(name: str) -> str | None:
     """``invoke_agent planner`` -> ``planner`` (also ADK's older ``agent_run [planner]``)."""
     if name.startswith(_AGENT_PREFIX):
         return name[len(_AGENT_PREFIX) :].strip() or None
-    if name.startswith("agent_run [") and name.endswith("]"):
-        return name[len("agent_run [") : -1] or None
+    if _is_adk_agent_run(name):
+        return name[len(_ADK_AGENT_PREFIX) : -1] or None
     return None
+
+
+def _is_adk_agent_run(name: str) -> bool:
+    return name.startswith(_ADK_AGENT_PREFIX) and name.endswith("]")
 
 
 def unflatten_parameters(flat: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -201,12 +206,13 @@ def classify(name: str, attrs: Attributes) -> tuple[SpanRole, Convention] | None
 
 
 def classify_by_name(name: str, attrs: Attributes) -> tuple[SpanRole, Convention] | None:
-    """Last resort: the span names the spec prescribes (``execute_tool X``, ``invoke_agent X``)."""
+    """Last resort: the span names the spec prescribes (``execute_tool X``, ``invoke_agent X``)
+    and older Google ADK's agent span name (``agent_run [X]``, which carries no attributes)."""
     if name == _MERGED_SPAN:
         return SpanRole.WRAPPER, CONVENTION
     if name.startswith(_TOOL_PREFIX):
         return SpanRole.TOOL, CONVENTION
-    if name == _AGENT_OPERATION or name.startswith(_AGENT_PREFIX):
+    if name == _AGENT_OPERATION or name.startswith(_AGENT_PREFIX) or _is_adk_agent_run(name):
         return SpanRole.AGENT, CONVENTION
     return None
 

@@ -104,6 +104,8 @@ def test_event_filter_names_the_events_and_keys_recognizers_read() -> None:
         ("execute_tool t", {}, SpanRole.TOOL, "genai"),
         ("invoke_agent", {}, SpanRole.AGENT, "genai"),
         ("invoke_agents_later", {}, SpanRole.OTHER, ""),
+        ("agent_run [weather_agent]", {}, SpanRole.AGENT, "genai"),  # ADK <= mid-2025
+        ("agent_run [weather_agent", {}, SpanRole.OTHER, ""),
         ("execute_tool (merged)", {}, SpanRole.WRAPPER, "genai"),
         ("running tools", {}, SpanRole.WRAPPER, "pydantic_ai"),
         ("agent run", {}, SpanRole.AGENT, "pydantic_ai"),
@@ -151,6 +153,16 @@ def test_events_are_loaded_only_when_attributes_lack_content() -> None:
         '{"a": 1}',
         "ev",
         [1],
+    )
+
+
+def test_older_adk_agent_run_span_is_an_agent_named_by_its_span_name() -> None:
+    # google/adk-python base_agent.py (<= mid-2025): no attributes on the agent span.
+    found = recognize("agent_run [weather_agent]", 0, {}, None)
+    assert (found.role, found.convention, found.fields["agent_name"]) == (
+        SpanRole.AGENT,
+        "genai",
+        "weather_agent",
     )
 
 
