@@ -1,7 +1,8 @@
 """OpenTelemetry GenAI semantic conventions (``gen_ai.*``), CONVENTIONS.md §1.
 
 Classification is by ``gen_ai.operation.name`` (v1.27+): ``execute_tool`` is a tool
-execution, ``chat`` / ``generate_content`` / ``text_completion`` an inference, and
+execution, ``chat`` / ``generate_content`` / ``text_completion`` an inference (also Semantic
+Kernel's ``chat.completions``, ``text.completions`` and their ``*.streaming_completions``), and
 ``invoke_agent`` an agent run. The same keys are emitted by pydantic-ai v3+, Strands, Google
 ADK, Semantic Kernel and OpenLLMetry's newer instrumentations. ADK's ``execute_tool
 (merged)`` span groups the tool spans of one turn and is a wrapper, not a call.
@@ -89,6 +90,12 @@ _OPERATION_ROLES = {
     "chat": SpanRole.LLM,
     "generate_content": SpanRole.LLM,
     "text_completion": SpanRole.LLM,
+    # Semantic Kernel (Python) names its model spans' operation its own way (model_diagnostics
+    # decorators: CHAT_COMPLETION_OPERATION etc.), the span `{operation} {model}`.
+    "chat.completions": SpanRole.LLM,
+    "chat.streaming_completions": SpanRole.LLM,
+    "text.completions": SpanRole.LLM,
+    "text.streaming_completions": SpanRole.LLM,
     _AGENT_OPERATION: SpanRole.AGENT,
     # Not agent runs: a trace without agent spans is rooted at its root anyway.
     "create_agent": SpanRole.OTHER,

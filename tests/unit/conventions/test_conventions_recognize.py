@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import pytest
@@ -22,7 +23,7 @@ from toolwatch.conventions import (
 )
 from toolwatch.conventions.attrs import Convention, Recognition
 from toolwatch.conventions.genai import unflatten_parameters
-from toolwatch.model import SpanRole
+from toolwatch.model import RequestedCall, SpanRole
 
 _CONVENTIONS: Sequence[Convention] = (
     genai.CONVENTION,
@@ -164,6 +165,39 @@ def test_older_adk_agent_run_span_is_an_agent_named_by_its_span_name() -> None:
         "genai",
         "weather_agent",
     )
+
+
+@pytest.mark.parametrize(
+    "operation",
+    [
+        "chat.completions",
+        "chat.streaming_completions",
+        "text.completions",
+        "text.streaming_completions",
+    ],
+)
+def test_semantic_kernel_completion_operations_are_model_calls(operation: str) -> None:
+    # Semantic Kernel (Python) model_diagnostics: its own operation names, content on a
+    # gen_ai.choice event, the singular finish reason key.
+    function = {"name": "Orders-lookup", "arguments": "{}"}
+    call = {"id": "c1", "type": "function", "function": function}
+    message = json.dumps({"role": "assistant", "content": None, "tool_calls": [call]})
+    attrs = {
+        "gen_ai.operation.name": operation,
+        "gen_ai.request.model": "gpt-4o",
+        "gen_ai.response.finish_reason": "tool_calls",
+    }
+
+    def events() -> list[SpanEvent]:
+        return [SpanEvent("gen_ai.choice", {"finish_reason": "tool_calls", "message": message})]
+
+    found = recognize(f"{operation} gpt-4o", 0, attrs, events)
+    assert (found.role, found.convention, found.fields["model"]) == (
+        SpanRole.LLM,
+        "genai",
+        "gpt-4o",
+    )
+    assert found.fields["output_tool_calls"] == (RequestedCall("Orders-lookup", "c1", "{}", 0),)
 
 
 def test_other_spans_have_no_fields() -> None:
