@@ -8,7 +8,8 @@ Read only when a span's attributes lack what the role needs:
   ``content`` and the call id in ``id``; ``gen_ai.choice`` holds the result in ``message``.
 * Strands and Semantic Kernel on model and agent spans: ``gen_ai.choice`` with
   ``finish_reason`` and ``message`` (Strands: content blocks ``[{"text"}, {"toolUse"}]``; SK:
-  an OpenAI-style ``{"content", "tool_calls"}`` message; agent spans: plain text).
+  an OpenAI-style ``{"content", "tool_calls"}`` message; agent spans: plain text, kept as it
+  is when it is JSON but neither blocks nor a message, an agent's structured answer).
 * GenAI v1.37+ opt-in: ``gen_ai.client.inference.operation.details`` with
   ``gen_ai.input.messages`` / ``gen_ai.output.messages`` in the parts format.
 """
@@ -35,6 +36,24 @@ _TOOL_MESSAGE = "gen_ai.tool.message"
 _CHOICE = "gen_ai.choice"
 _DETAILS = "gen_ai.client.inference.operation.details"
 _INPUT_MESSAGES = "gen_ai.input.messages"
+
+# The keys of a Strands (Bedrock Converse) content block, and of an OpenAI-style message: a
+# ``gen_ai.choice`` message that decodes to neither is an answer that is itself JSON.
+_BLOCK_KEYS = frozenset(
+    {
+        "text",
+        "toolUse",
+        "toolResult",
+        "reasoningContent",
+        "image",
+        "document",
+        "video",
+        "cachePoint",
+        "guardContent",
+        "citationsContent",
+    }
+)
+_MESSAGE_KEYS = frozenset({"role", "content", "tool_calls", "refusal"})
 
 #: Events ingest decodes; others are never converted.
 EVENT_NAMES = frozenset({_EXCEPTION, _TOOL_MESSAGE, _CHOICE, _DETAILS})
@@ -156,12 +175,20 @@ def _add_chat_message(builder: OutputBuilder, message: dict[str, Any]) -> None:
             builder.call(function.get("name"), call.get("id"), function.get("arguments"))
 
 
+def _is_content(value: Any) -> bool:
+    """Whether a decoded ``message`` is content blocks (each with a block key; ``[]`` is an
+    empty reply) or an OpenAI-style message, not an answer that happens to be JSON."""
+    if isinstance(value, list):
+        return all(isinstance(b, dict) and not _BLOCK_KEYS.isdisjoint(b) for b in value)
+    return isinstance(value, dict) and not _MESSAGE_KEYS.isdisjoint(value)
+
+
 def _add_choice(builder: OutputBuilder, attrs: Any) -> None:
     builder.finish(attrs.get("finish_reason"))
     message = attrs.get("message")
     if isinstance(message, str) and message.startswith(("[", "{")):
         decoded = parse_json(message)
-        message = message if decoded is None else decoded
+        message = decoded if _is_content(decoded) else message
     if isinstance(message, str):
         builder.text(message)  # an agent's final answer, as plain text
     elif isinstance(message, list):

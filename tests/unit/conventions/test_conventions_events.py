@@ -1,0 +1,39 @@
+"""Model and agent output carried by span events (``toolwatch.conventions.events``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from toolwatch.conventions.attrs import SpanEvent
+from toolwatch.conventions.events import output_events
+from toolwatch.model import RequestedCall
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "The order ships today.",
+        '{"status": "shipped", "order_id": "A-1"}',
+        '["A-1", "A-2"]',
+        '[{"order_id": "A-1"}]\n',
+    ],
+)
+def test_strands_agent_answer_that_is_json_stays_the_answer(answer: str) -> None:
+    # Strands' invoke_agent span: gen_ai.choice message = str(AgentResult), plain text.
+    event = SpanEvent("gen_ai.choice", {"message": answer, "finish_reason": "end_turn"})
+    summary = output_events([event])
+    assert summary is not None
+    assert (summary.texts, summary.tool_calls) == ((answer,), ())
+
+
+def test_strands_content_blocks_and_an_empty_reply_are_still_read_as_blocks() -> None:
+    blocks = '[{"text": "Looking."}, {"toolUse": {"toolUseId": "t1", "name": "f", "input": {}}}]'
+    summary = output_events([SpanEvent("gen_ai.choice", {"message": blocks})])
+    assert summary is not None
+    call = RequestedCall("f", "t1", {}, 0)
+    assert (summary.texts, summary.tool_calls) == (("Looking.",), (call,))
+
+    empty = SpanEvent("gen_ai.choice", {"message": "[]", "finish_reason": "content_filtered"})
+    summary = output_events([empty])
+    assert summary is not None
+    assert (summary.texts, summary.finish_reasons) == ((), ("content_filtered",))
