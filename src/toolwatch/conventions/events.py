@@ -12,6 +12,10 @@ Read only when a span's attributes lack what the role needs:
   is when it is JSON but neither blocks nor a message, an agent's structured answer).
 * GenAI v1.37+ opt-in: ``gen_ai.client.inference.operation.details`` with
   ``gen_ai.input.messages`` / ``gen_ai.output.messages`` in the parts format.
+* GenAI v1.26-1.27 (and older Semantic Kernel) on model spans: ``gen_ai.content.completion``
+  with ``gen_ai.completion``, a JSON array of OpenAI-style messages. Those versions have no
+  tool span: the calls this event requests are the only record of them. Its companion
+  ``gen_ai.content.prompt`` holds the conversation sent, which no recognizer reads.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ _TOOL_MESSAGE = "gen_ai.tool.message"
 _CHOICE = "gen_ai.choice"
 _DETAILS = "gen_ai.client.inference.operation.details"
 _INPUT_MESSAGES = "gen_ai.input.messages"
+_COMPLETION = "gen_ai.content.completion"
+_COMPLETION_MESSAGES = "gen_ai.completion"
 
 # The keys of a Strands (Bedrock Converse) content block, and of an OpenAI-style message: a
 # ``gen_ai.choice`` message that decodes to neither is an answer that is itself JSON.
@@ -56,7 +62,7 @@ _BLOCK_KEYS = frozenset(
 _MESSAGE_KEYS = frozenset({"role", "content", "tool_calls", "refusal"})
 
 #: Events ingest decodes; others are never converted.
-EVENT_NAMES = frozenset({_EXCEPTION, _TOOL_MESSAGE, _CHOICE, _DETAILS})
+EVENT_NAMES = frozenset({_EXCEPTION, _TOOL_MESSAGE, _CHOICE, _DETAILS, _COMPLETION})
 #: Event attributes ingest converts (an exception's stack trace is never read).
 EVENT_ATTRIBUTE_KEYS = frozenset(
     {
@@ -67,6 +73,7 @@ EVENT_ATTRIBUTE_KEYS = frozenset(
         "finish_reason",
         _INPUT_MESSAGES,
         genai.OUTPUT_MESSAGES,
+        _COMPLETION_MESSAGES,
     }
 )
 
@@ -197,12 +204,24 @@ def _add_choice(builder: OutputBuilder, attrs: Any) -> None:
         _add_chat_message(builder, message)
 
 
+def _add_completion(builder: OutputBuilder, value: Any) -> None:
+    """``gen_ai.completion``: OpenAI-style messages (each may carry its finish reason)."""
+    messages = parse_json(value)
+    for message in messages if isinstance(messages, list) else ():
+        if isinstance(message, dict):
+            builder.finish(message.get("finish_reason"))
+            _add_chat_message(builder, message)
+
+
 def output_events(events: Sequence[SpanEvent]) -> OutputSummary | None:
-    """A model's or agent's output from ``gen_ai.choice`` / operation-details events."""
+    """A model's or agent's output from ``gen_ai.choice``, operation-details or
+    ``gen_ai.content.completion`` events."""
     builder = OutputBuilder()
     for event in events:
         if event.name == _CHOICE:
             _add_choice(builder, event.attributes)
         elif event.name == _DETAILS:
             genai.add_output_messages(builder, event.attributes.get(genai.OUTPUT_MESSAGES))
+        elif event.name == _COMPLETION:
+            _add_completion(builder, event.attributes.get(_COMPLETION_MESSAGES))
     return builder.build()

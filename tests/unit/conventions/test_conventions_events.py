@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from toolwatch.conventions.attrs import SpanEvent
@@ -37,3 +39,18 @@ def test_strands_content_blocks_and_an_empty_reply_are_still_read_as_blocks() ->
     summary = output_events([empty])
     assert summary is not None
     assert (summary.texts, summary.finish_reasons) == ((), ("content_filtered",))
+
+
+def test_genai_1_26_completion_event_gives_the_calls_text_and_finish_reason() -> None:
+    # GenAI v1.26-1.27: gen_ai.content.completion, gen_ai.completion = OpenAI-style messages.
+    function = {"name": "get_weather", "arguments": '{"location": "Paris"}'}
+    call = {"id": "c1", "type": "function", "function": function}
+    messages = [
+        {"role": "assistant", "content": "Checking.", "finish_reason": "tool_calls"},
+        {"role": "assistant", "tool_calls": [call]},
+    ]
+    event = SpanEvent("gen_ai.content.completion", {"gen_ai.completion": json.dumps(messages)})
+    summary = output_events([event])
+    assert summary is not None
+    assert summary.tool_calls == (RequestedCall("get_weather", "c1", '{"location": "Paris"}', 0),)
+    assert (summary.texts, summary.finish_reasons) == (("Checking.",), ("tool_calls",))

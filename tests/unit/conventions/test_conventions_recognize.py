@@ -70,8 +70,10 @@ def test_event_filter_names_the_events_and_keys_recognizers_read() -> None:
         "gen_ai.tool.message",
         "gen_ai.choice",
         "gen_ai.client.inference.operation.details",
+        "gen_ai.content.completion",  # GenAI v1.26-1.27
     } == EVENT_NAMES
-    assert {"exception.type", "content", "id", "message", "finish_reason"} <= EVENT_ATTRIBUTE_KEYS
+    keys = {"exception.type", "content", "id", "message", "finish_reason", "gen_ai.completion"}
+    assert keys <= EVENT_ATTRIBUTE_KEYS
     assert "exception.stacktrace" not in EVENT_ATTRIBUTE_KEYS
 
 
