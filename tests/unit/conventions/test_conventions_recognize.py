@@ -109,6 +109,9 @@ def test_event_filter_names_the_events_and_keys_recognizers_read() -> None:
         ("invoke_agents_later", {}, SpanRole.OTHER, ""),
         ("agent_run [weather_agent]", {}, SpanRole.AGENT, "genai"),  # ADK <= mid-2025
         ("agent_run [weather_agent", {}, SpanRole.OTHER, ""),
+        # Google ADK's native model span: no operation name
+        ("call_llm", {"gcp.vertex.agent.llm_response": "{}"}, SpanRole.LLM, "genai"),
+        ("call_llm", {}, SpanRole.OTHER, ""),
         ("execute_tool (merged)", {}, SpanRole.WRAPPER, "genai"),
         ("running tools", {}, SpanRole.WRAPPER, "pydantic_ai"),
         ("agent run", {}, SpanRole.AGENT, "pydantic_ai"),
@@ -200,6 +203,35 @@ def test_semantic_kernel_completion_operations_are_model_calls(operation: str) -
         "gpt-4o",
     )
     assert found.fields["output_tool_calls"] == (RequestedCall("Orders-lookup", "c1", "{}", 0),)
+
+
+def test_adk_call_llm_span_output_comes_from_its_llm_response() -> None:
+    # google/adk-python telemetry.py trace_call_llm: LlmResponse.model_dump_json().
+    parts = [
+        {"text": "Let me check.", "thought": True},
+        {"text": "Checking Paris."},
+        {"function_call": {"id": "adk-1", "name": "get_weather", "args": {"city": "Paris"}}},
+    ]
+    response = {"content": {"role": "model", "parts": parts}, "finish_reason": "STOP"}
+    attrs = {
+        "gen_ai.system": "gcp.vertex.agent",
+        "gen_ai.request.model": "gemini-2.0-flash",
+        "gcp.vertex.agent.llm_response": json.dumps(response),
+    }
+    found = recognize("call_llm", 0, attrs, None)
+    assert (found.role, found.fields["model"], found.fields["finish_reasons"]) == (
+        SpanRole.LLM,
+        "gemini-2.0-flash",
+        ("stop",),
+    )
+    assert found.fields["output_tool_calls"] == (
+        RequestedCall("get_weather", "adk-1", {"city": "Paris"}, 0),
+    )
+    assert found.fields["output_text"] == "Checking Paris."
+
+    blocked = {**attrs, "gcp.vertex.agent.llm_response": '{"finish_reason": "SAFETY"}'}
+    found = recognize("call_llm", 0, blocked, None)
+    assert (found.fields["refusal"], found.fields["output_text"]) == ("safety", None)
 
 
 def test_other_spans_have_no_fields() -> None:
