@@ -29,9 +29,11 @@ the other, read as agent-as-tool.
 
 Per run: calls come from ``toolwatch.assembly.calls``; ``error_count`` counts failed tool
 calls only (an LLM or agent span in error is not a tool-call failure); ``final_text`` is the
-text of the run's own last model output that requested no tool (nested agents' outputs are
-theirs, not the run's), else the run span's output text; a refusal is a ``refusal`` on any
-LLM or AGENT span of the run or a refusal finish reason, the earliest one giving the reason.
+text of the run's own last model output that requested no tool, else the run span's output
+text; a refusal is a ``refusal`` on any LLM or AGENT span of the run or a refusal finish
+reason, the earliest one giving the reason. The run's own outputs include those of an agent
+it transferred to inside its span (ADK ``transfer_to_agent``: no TOOL span between), not
+those of an agent it used as a tool (below a TOOL span): they are that tool's result.
 
 Pure: the same set of spans gives the same ToolTraces whatever their order.
 """
@@ -456,28 +458,32 @@ def _final_text(run: _Run, sites: dict[bytes, CallSite]) -> str | None:
         if s.role is SpanRole.LLM
         and s.output_text
         and not s.output_tool_calls
-        and _agent_id(sites[s.span_id]) == run.agent_id
+        and _speaks_for_run(sites[s.span_id], run)
     ]
     if answers:
         return max(answers, key=lambda s: (s.end_ns, s.start_ns, s.span_id)).output_text
     return run.span.output_text if run.span is not None else None
 
 
-def _agent_id(site: CallSite) -> bytes | None:
-    return site.agent.span_id if site.agent is not None else None
+def _speaks_for_run(site: CallSite, run: _Run) -> bool:
+    """Whether a span's output is its run's: its nearest agent is the run's, or an agent the
+    run handed over to inside itself (no TOOL span between: ADK's ``transfer_to_agent``).
+    An agent below a TOOL span is used as a tool: its output is the tool's result. (The
+    TOOL check only runs for spans of a nested agent.)"""
+    agent = site.agent
+    return (agent.span_id if agent is not None else None) == run.agent_id or site.tool is None
 
 
 def _refusal(run: _Run, sites: dict[bytes, CallSite]) -> str | None:
     """The earliest refusal's reason (its text, or the finish reason) among the run's own
-    spans, if any: an agent nested in it (used as a tool) that refused is its caller's result
-    to handle, not the run's refusal. (Whose span it is, is asked of refusing spans only.)"""
+    spans, if any: an agent nested in it under a TOOL span (used as a tool) that refused is
+    its caller's result to handle, not the run's refusal; an agent the run transferred to
+    refuses for the run. (Whose span it is, is asked of refusing spans only.)"""
     for span in run.spans:
         if span.role not in (SpanRole.LLM, SpanRole.AGENT):
             continue
         reason = _refusal_of(span)
-        if reason is not None and (
-            span is run.span or _agent_id(sites[span.span_id]) == run.agent_id
-        ):
+        if reason is not None and (span is run.span or _speaks_for_run(sites[span.span_id], run)):
             return reason
     return None
 

@@ -4,11 +4,12 @@ other) and its role's fields, whatever instrumentation wrote it (CONVENTIONS.md)
 ``recognize`` classifies in Langfuse's proven priority (CONVENTIONS.md §6 step 2): an
 explicit vendor kind (``openinference.span.kind``, ``traceloop.span.kind``,
 ``langsmith.span.kind``) >
-``gen_ai.operation.name`` > the Vercel AI SDK's ``ai.operationId`` > Logfire's message
-template > a tool-name / call-id attribute (pydantic-ai v1/v2) > legacy
-OpenLLMetry LLM attributes > span names. Ingest reads only ``ATTRIBUTE_KEYS`` (exact) and
-``ATTRIBUTE_PREFIXES`` (flattened keys) and decodes only ``EVENT_NAMES`` events, with only
-their ``EVENT_ATTRIBUTE_KEYS``. Pure functions; no protobuf here.
+``gen_ai.operation.name`` > Google ADK's ``call_llm`` span > the Vercel AI SDK's
+``ai.operationId`` > Logfire's message template > a tool-name / call-id attribute
+(pydantic-ai v1/v2) > legacy OpenLLMetry LLM attributes > span names. Ingest reads only
+``ATTRIBUTE_KEYS`` (exact) and ``ATTRIBUTE_PREFIXES`` (flattened keys) and decodes only
+``EVENT_NAMES`` events, with only their ``EVENT_ATTRIBUTE_KEYS``. Pure functions; no
+protobuf here.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ _RULES: tuple[tuple[str | None, _Rule], ...] = (
     ("traceloop.span.kind", openllmetry.classify),
     (langsmith.SPAN_KIND, langsmith.classify),
     (genai.OPERATION_NAME, genai.classify),
+    (genai.ADK_LLM_RESPONSE, genai.classify_adk_call_llm),
     (vercel_ai.OPERATION_ID, vercel_ai.classify),
     (logfire.MSG_TEMPLATE, logfire.classify),
     (None, pydantic_ai.classify_tool_keys),

@@ -8,9 +8,14 @@ Read only when a span's attributes lack what the role needs:
   ``content`` and the call id in ``id``; ``gen_ai.choice`` holds the result in ``message``.
 * Strands and Semantic Kernel on model and agent spans: ``gen_ai.choice`` with
   ``finish_reason`` and ``message`` (Strands: content blocks ``[{"text"}, {"toolUse"}]``; SK:
-  an OpenAI-style ``{"content", "tool_calls"}`` message; agent spans: plain text).
+  an OpenAI-style ``{"content", "tool_calls"}`` message; agent spans: plain text, kept as it
+  is when it is JSON but neither blocks nor a message, an agent's structured answer).
 * GenAI v1.37+ opt-in: ``gen_ai.client.inference.operation.details`` with
   ``gen_ai.input.messages`` / ``gen_ai.output.messages`` in the parts format.
+* GenAI v1.26-1.27 (and older Semantic Kernel) on model spans: ``gen_ai.content.completion``
+  with ``gen_ai.completion``, a JSON array of OpenAI-style messages. Those versions have no
+  tool span: the calls this event requests are the only record of them. Its companion
+  ``gen_ai.content.prompt`` holds the conversation sent, which no recognizer reads.
 """
 
 from __future__ import annotations
@@ -35,9 +40,29 @@ _TOOL_MESSAGE = "gen_ai.tool.message"
 _CHOICE = "gen_ai.choice"
 _DETAILS = "gen_ai.client.inference.operation.details"
 _INPUT_MESSAGES = "gen_ai.input.messages"
+_COMPLETION = "gen_ai.content.completion"
+_COMPLETION_MESSAGES = "gen_ai.completion"
+
+# The keys of a Strands (Bedrock Converse) content block, and of an OpenAI-style message: a
+# ``gen_ai.choice`` message that decodes to neither is an answer that is itself JSON.
+_BLOCK_KEYS = frozenset(
+    {
+        "text",
+        "toolUse",
+        "toolResult",
+        "reasoningContent",
+        "image",
+        "document",
+        "video",
+        "cachePoint",
+        "guardContent",
+        "citationsContent",
+    }
+)
+_MESSAGE_KEYS = frozenset({"role", "content", "tool_calls", "refusal"})
 
 #: Events ingest decodes; others are never converted.
-EVENT_NAMES = frozenset({_EXCEPTION, _TOOL_MESSAGE, _CHOICE, _DETAILS})
+EVENT_NAMES = frozenset({_EXCEPTION, _TOOL_MESSAGE, _CHOICE, _DETAILS, _COMPLETION})
 #: Event attributes ingest converts (an exception's stack trace is never read).
 EVENT_ATTRIBUTE_KEYS = frozenset(
     {
@@ -48,6 +73,7 @@ EVENT_ATTRIBUTE_KEYS = frozenset(
         "finish_reason",
         _INPUT_MESSAGES,
         genai.OUTPUT_MESSAGES,
+        _COMPLETION_MESSAGES,
     }
 )
 
@@ -156,12 +182,20 @@ def _add_chat_message(builder: OutputBuilder, message: dict[str, Any]) -> None:
             builder.call(function.get("name"), call.get("id"), function.get("arguments"))
 
 
+def _is_content(value: Any) -> bool:
+    """Whether a decoded ``message`` is content blocks (each with a block key; ``[]`` is an
+    empty reply) or an OpenAI-style message, not an answer that happens to be JSON."""
+    if isinstance(value, list):
+        return all(isinstance(b, dict) and not _BLOCK_KEYS.isdisjoint(b) for b in value)
+    return isinstance(value, dict) and not _MESSAGE_KEYS.isdisjoint(value)
+
+
 def _add_choice(builder: OutputBuilder, attrs: Any) -> None:
     builder.finish(attrs.get("finish_reason"))
     message = attrs.get("message")
     if isinstance(message, str) and message.startswith(("[", "{")):
         decoded = parse_json(message)
-        message = message if decoded is None else decoded
+        message = decoded if _is_content(decoded) else message
     if isinstance(message, str):
         builder.text(message)  # an agent's final answer, as plain text
     elif isinstance(message, list):
@@ -170,12 +204,24 @@ def _add_choice(builder: OutputBuilder, attrs: Any) -> None:
         _add_chat_message(builder, message)
 
 
+def _add_completion(builder: OutputBuilder, value: Any) -> None:
+    """``gen_ai.completion``: OpenAI-style messages (each may carry its finish reason)."""
+    messages = parse_json(value)
+    for message in messages if isinstance(messages, list) else ():
+        if isinstance(message, dict):
+            builder.finish(message.get("finish_reason"))
+            _add_chat_message(builder, message)
+
+
 def output_events(events: Sequence[SpanEvent]) -> OutputSummary | None:
-    """A model's or agent's output from ``gen_ai.choice`` / operation-details events."""
+    """A model's or agent's output from ``gen_ai.choice``, operation-details or
+    ``gen_ai.content.completion`` events."""
     builder = OutputBuilder()
     for event in events:
         if event.name == _CHOICE:
             _add_choice(builder, event.attributes)
         elif event.name == _DETAILS:
             genai.add_output_messages(builder, event.attributes.get(genai.OUTPUT_MESSAGES))
+        elif event.name == _COMPLETION:
+            _add_completion(builder, event.attributes.get(_COMPLETION_MESSAGES))
     return builder.build()

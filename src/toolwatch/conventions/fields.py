@@ -143,6 +143,7 @@ _LLM_SOURCES: tuple[Callable[[Attributes], OutputSummary | None], ...] = (
     vercel_ai.output_summary,
     logfire.output_summary,
     langsmith.output_summary,
+    genai.adk_output_summary,
 )
 
 

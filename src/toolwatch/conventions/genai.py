@@ -1,13 +1,19 @@
 """OpenTelemetry GenAI semantic conventions (``gen_ai.*``), CONVENTIONS.md §1.
 
 Classification is by ``gen_ai.operation.name`` (v1.27+): ``execute_tool`` is a tool
-execution, ``chat`` / ``generate_content`` / ``text_completion`` an inference, and
+execution, ``chat`` / ``generate_content`` / ``text_completion`` an inference (also Semantic
+Kernel's ``chat.completions``, ``text.completions`` and their ``*.streaming_completions``), and
 ``invoke_agent`` an agent run. The same keys are emitted by pydantic-ai v3+, Strands, Google
 ADK, Semantic Kernel and OpenLLMetry's newer instrumentations. ADK's ``execute_tool
 (merged)`` span groups the tool spans of one turn and is a wrapper, not a call.
 
 Output messages (v1.37+) are a JSON array of ``{role, parts, finish_reason}``; parts of type
 ``tool_call`` are the model's requested calls in emission order.
+
+Google ADK's own tracer records a model call as a ``call_llm`` span without an operation name;
+its output is ``gcp.vertex.agent.llm_response``, the ADK ``LlmResponse`` as JSON
+(``content.parts[]`` with ``function_call`` / ``text``, ``finish_reason``). Its tool spans
+carry the same key, set to ``"{}"``, but also ``execute_tool``.
 
 The OTel-contrib google-genai instrumentation flattens a call's arguments into
 ``code.function.parameters.<name>.type`` / ``.value`` keys (CONVENTIONS §4.10): as span
@@ -33,14 +39,17 @@ from toolwatch.jsontext import loads
 from toolwatch.model import SpanRole
 
 __all__ = [
+    "ADK_LLM_RESPONSE",
     "CONVENTION",
     "KEYS",
     "OPERATION_NAME",
     "OUTPUT_MESSAGES",
     "PARAMETERS_PREFIX",
     "add_output_messages",
+    "adk_output_summary",
     "agent_from_span_name",
     "classify",
+    "classify_adk_call_llm",
     "classify_by_name",
     "output_summary",
     "tool_from_span_name",
@@ -55,6 +64,16 @@ _MERGED_SPAN = "execute_tool (merged)"
 _TOOL_PREFIX = "execute_tool "
 _AGENT_OPERATION = "invoke_agent"
 _AGENT_PREFIX = "invoke_agent "
+_ADK_AGENT_PREFIX = "agent_run ["  # Google ADK <= mid-2025: ``agent_run [<name>]``
+#: Google ADK's native model span: ``call_llm``, no operation name, the response as JSON.
+ADK_LLM_RESPONSE = "gcp.vertex.agent.llm_response"
+_ADK_CALL_LLM = "call_llm"
+# ADK's own mapping of Gemini finish reasons (others are lowercased), CONVENTIONS §1.3.
+_GEMINI_FINISH_REASONS = {
+    "FINISH_REASON_UNSPECIFIED": "error",
+    "OTHER": "error",
+    "MAX_TOKENS": "length",
+}
 #: google-genai contrib's flattened arguments: ``<prefix><name>.type`` and ``.value``.
 PARAMETERS_PREFIX = "code.function.parameters."
 _ENCODED_TYPES = frozenset({"dict", "list", "tuple", "set"})  # JSON-encoded as attributes
@@ -76,6 +95,7 @@ KEYS = frozenset(
         "gen_ai.response.finish_reason",  # Semantic Kernel's singular, non-standard key
         "gcp.vertex.agent.tool_call_args",
         "gcp.vertex.agent.tool_response",
+        ADK_LLM_RESPONSE,
         "error.type",
         "final_result",
     }
@@ -88,6 +108,12 @@ _OPERATION_ROLES = {
     "chat": SpanRole.LLM,
     "generate_content": SpanRole.LLM,
     "text_completion": SpanRole.LLM,
+    # Semantic Kernel (Python) names its model spans' operation its own way (model_diagnostics
+    # decorators: CHAT_COMPLETION_OPERATION etc.), the span `{operation} {model}`.
+    "chat.completions": SpanRole.LLM,
+    "chat.streaming_completions": SpanRole.LLM,
+    "text.completions": SpanRole.LLM,
+    "text.streaming_completions": SpanRole.LLM,
     _AGENT_OPERATION: SpanRole.AGENT,
     # Not agent runs: a trace without agent spans is rooted at its root anyway.
     "create_agent": SpanRole.OTHER,
@@ -112,9 +138,13 @@ def agent_from_span_name(name: str) -> str | None:
     """``invoke_agent planner`` -> ``planner`` (also ADK's older ``agent_run [planner]``)."""
     if name.startswith(_AGENT_PREFIX):
         return name[len(_AGENT_PREFIX) :].strip() or None
-    if name.startswith("agent_run [") and name.endswith("]"):
-        return name[len("agent_run [") : -1] or None
+    if _is_adk_agent_run(name):
+        return name[len(_ADK_AGENT_PREFIX) : -1] or None
     return None
+
+
+def _is_adk_agent_run(name: str) -> bool:
+    return name.startswith(_ADK_AGENT_PREFIX) and name.endswith("]")
 
 
 def unflatten_parameters(flat: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -200,13 +230,22 @@ def classify(name: str, attrs: Attributes) -> tuple[SpanRole, Convention] | None
     return role, CONVENTION
 
 
+def classify_adk_call_llm(name: str, attrs: Attributes) -> tuple[SpanRole, Convention] | None:
+    """Google ADK's native ``call_llm`` span (``trace_call_llm``: ``gen_ai.system``
+    ``gcp.vertex.agent``, the model, ``gcp.vertex.agent.llm_response``; no operation name)."""
+    if name == _ADK_CALL_LLM and ADK_LLM_RESPONSE in attrs:
+        return SpanRole.LLM, CONVENTION
+    return None
+
+
 def classify_by_name(name: str, attrs: Attributes) -> tuple[SpanRole, Convention] | None:
-    """Last resort: the span names the spec prescribes (``execute_tool X``, ``invoke_agent X``)."""
+    """Last resort: the span names the spec prescribes (``execute_tool X``, ``invoke_agent X``)
+    and older Google ADK's agent span name (``agent_run [X]``, which carries no attributes)."""
     if name == _MERGED_SPAN:
         return SpanRole.WRAPPER, CONVENTION
     if name.startswith(_TOOL_PREFIX):
         return SpanRole.TOOL, CONVENTION
-    if name == _AGENT_OPERATION or name.startswith(_AGENT_PREFIX):
+    if name == _AGENT_OPERATION or name.startswith(_AGENT_PREFIX) or _is_adk_agent_run(name):
         return SpanRole.AGENT, CONVENTION
     return None
 
@@ -266,4 +305,32 @@ def output_summary(value: Any) -> OutputSummary | None:
         return None
     builder = OutputBuilder()
     add_output_messages(builder, value)
+    return builder.build()
+
+
+def _gemini_finish_reason(reason: Any) -> Any:
+    if not isinstance(reason, str):
+        return reason
+    return _GEMINI_FINISH_REASONS.get(reason, reason.lower())
+
+
+def adk_output_summary(attrs: Attributes) -> OutputSummary | None:
+    """The output in ADK's ``gcp.vertex.agent.llm_response`` (an ``LlmResponse`` as JSON):
+    ``content.parts[]`` ``function_call {id, name, args}`` and ``text`` (thoughts are not
+    output), and ``finish_reason`` (a Gemini enum name, mapped as ADK maps it)."""
+    response = parse_json(attrs.get(ADK_LLM_RESPONSE)) if ADK_LLM_RESPONSE in attrs else None
+    if not isinstance(response, dict):
+        return None
+    builder = OutputBuilder()
+    builder.finish(_gemini_finish_reason(response.get("finish_reason")))
+    content = response.get("content")
+    parts = content.get("parts") if isinstance(content, dict) else None
+    for part in parts if isinstance(parts, list) else ():
+        if not isinstance(part, dict):
+            continue
+        call = part.get("function_call")
+        if isinstance(call, dict):
+            builder.call(call.get("name"), call.get("id"), call.get("args"))
+        elif part.get("thought") is not True:
+            builder.text(part.get("text"))
     return builder.build()

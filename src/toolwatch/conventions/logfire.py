@@ -14,7 +14,9 @@ Agents SDK 0.24, ``docs/observed-conventions.md``) emits:
   ``chat`` (the GenAI rule classifies it). Its ``events`` attribute is a JSON array of GenAI
   events, the whole conversation so far and then this call's output: the trailing assistant
   events, whose ``tool_calls`` are ``[{id, type, function: {name, arguments}}]``. A refusal is
-  an assistant event with ``data: {type: "refusal", refusal: ...}``.
+  an assistant event with ``data: {type: "refusal", refusal: ...}``. Older Logfire, and
+  pydantic-ai's instrumentation format v1 on its chat spans, record the output as
+  ``gen_ai.choice`` events instead: the assistant message is in their ``message``.
 
 ``Task:``, ``Turn {turn} for agent …``, ``Handoff: …`` and the trace root are plain spans. A
 conversation longer than ``max_value_bytes`` cuts ``events``: its requests are then lost, the
@@ -40,6 +42,7 @@ __all__ = ["CONVENTION", "KEYS", "MSG_TEMPLATE", "classify", "output_summary"]
 
 MSG_TEMPLATE = "logfire.msg_template"
 _EVENTS = "events"
+_CHOICE = "gen_ai.choice"
 
 #: Attribute keys this module reads (the generic ones only matter on Logfire's templates).
 KEYS = frozenset({MSG_TEMPLATE, _EVENTS, "name", "input", "output"})
@@ -76,16 +79,31 @@ def output_summary(attrs: Attributes) -> OutputSummary | None:
     if not isinstance(events, list):
         return None
     start = len(events)
-    while start > 0 and _is_assistant(events[start - 1]):
+    while start > 0 and _assistant_message(events[start - 1]) is not None:
         start -= 1
     builder = OutputBuilder()
     for event in events[start:]:
-        _add_event(builder, event)
+        message = _assistant_message(event)
+        if message is not event:  # a gen_ai.choice: the finish reason is the event's
+            builder.finish(event.get("finish_reason"))
+        if message is not None:
+            _add_event(builder, message)
     return builder.build()
 
 
-def _is_assistant(event: Any) -> bool:
-    return isinstance(event, dict) and event.get("role") == "assistant"
+def _assistant_message(event: Any) -> dict[str, Any] | None:
+    """The assistant message an event holds: the event itself (``role: assistant``), or a
+    ``gen_ai.choice`` event's ``message`` (older Logfire, pydantic-ai format v1, whose choice
+    is ``{"event.name": "gen_ai.choice", "index", "message": {"role": "assistant", ...}}``);
+    ``None`` for any other event."""
+    if not isinstance(event, dict):
+        return None
+    if event.get("role") == "assistant":
+        return event
+    message = event.get("message") if event.get("event.name") == _CHOICE else None
+    if isinstance(message, dict) and message.get("role") == "assistant":
+        return message
+    return None
 
 
 def _add_event(builder: OutputBuilder, event: dict[str, Any]) -> None:

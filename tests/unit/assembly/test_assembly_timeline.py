@@ -127,6 +127,33 @@ def test_a_nested_agents_refusal_is_not_the_outer_runs() -> None:
     assert (only(spans).refusal, only(spans).refusal_reason) == (True, "content_filter")
 
 
+def transfer_spans() -> list[SpanRecord]:
+    """Google ADK transfer_to_agent: the sub-agent runs inside the coordinator's span, under
+    its call_llm span, but under no tool span."""
+    return [
+        agent(1, None, "coordinator", 0, 100),
+        span(2, 1, SpanRole.OTHER, 1, 99, name="call_llm"),
+        llm(3, 2, 2, 10, ask("transfer_to_agent", "t1", {"agent_name": "billing"})),
+        tool(4, 2, "transfer_to_agent", 11, 12, call_id="t1"),
+        agent(5, 2, "billing", 13, 98),
+        llm(6, 5, 14, 90, output_text="Your refund of $20 was issued."),
+    ]
+
+
+def test_an_agent_transferred_to_answers_and_refuses_for_the_run() -> None:
+    spans = transfer_spans()
+    trace = only(spans)
+    assert (trace.agent, trace.final_text, trace.refusal) == (
+        "coordinator",
+        "Your refund of $20 was issued.",
+        False,
+    )
+
+    spans[5] = llm(6, 5, 14, 90, finish_reasons=("safety",))
+    trace = only(spans)
+    assert (trace.refusal, trace.refusal_reason, trace.final_text) == (True, "safety", None)
+
+
 def test_nested_call_without_an_outer_call_id_uses_the_outer_span_id() -> None:
     spans = [
         agent(1, None, "outer", 0, 100),

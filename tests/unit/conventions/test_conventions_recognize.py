@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 import pytest
@@ -22,7 +23,7 @@ from toolwatch.conventions import (
 )
 from toolwatch.conventions.attrs import Convention, Recognition
 from toolwatch.conventions.genai import unflatten_parameters
-from toolwatch.model import SpanRole
+from toolwatch.model import RequestedCall, SpanRole
 
 _CONVENTIONS: Sequence[Convention] = (
     genai.CONVENTION,
@@ -69,8 +70,10 @@ def test_event_filter_names_the_events_and_keys_recognizers_read() -> None:
         "gen_ai.tool.message",
         "gen_ai.choice",
         "gen_ai.client.inference.operation.details",
+        "gen_ai.content.completion",  # GenAI v1.26-1.27
     } == EVENT_NAMES
-    assert {"exception.type", "content", "id", "message", "finish_reason"} <= EVENT_ATTRIBUTE_KEYS
+    keys = {"exception.type", "content", "id", "message", "finish_reason", "gen_ai.completion"}
+    assert keys <= EVENT_ATTRIBUTE_KEYS
     assert "exception.stacktrace" not in EVENT_ATTRIBUTE_KEYS
 
 
@@ -104,6 +107,11 @@ def test_event_filter_names_the_events_and_keys_recognizers_read() -> None:
         ("execute_tool t", {}, SpanRole.TOOL, "genai"),
         ("invoke_agent", {}, SpanRole.AGENT, "genai"),
         ("invoke_agents_later", {}, SpanRole.OTHER, ""),
+        ("agent_run [weather_agent]", {}, SpanRole.AGENT, "genai"),  # ADK <= mid-2025
+        ("agent_run [weather_agent", {}, SpanRole.OTHER, ""),
+        # Google ADK's native model span: no operation name
+        ("call_llm", {"gcp.vertex.agent.llm_response": "{}"}, SpanRole.LLM, "genai"),
+        ("call_llm", {}, SpanRole.OTHER, ""),
         ("execute_tool (merged)", {}, SpanRole.WRAPPER, "genai"),
         ("running tools", {}, SpanRole.WRAPPER, "pydantic_ai"),
         ("agent run", {}, SpanRole.AGENT, "pydantic_ai"),
@@ -152,6 +160,78 @@ def test_events_are_loaded_only_when_attributes_lack_content() -> None:
         "ev",
         [1],
     )
+
+
+def test_older_adk_agent_run_span_is_an_agent_named_by_its_span_name() -> None:
+    # google/adk-python base_agent.py (<= mid-2025): no attributes on the agent span.
+    found = recognize("agent_run [weather_agent]", 0, {}, None)
+    assert (found.role, found.convention, found.fields["agent_name"]) == (
+        SpanRole.AGENT,
+        "genai",
+        "weather_agent",
+    )
+
+
+@pytest.mark.parametrize(
+    "operation",
+    [
+        "chat.completions",
+        "chat.streaming_completions",
+        "text.completions",
+        "text.streaming_completions",
+    ],
+)
+def test_semantic_kernel_completion_operations_are_model_calls(operation: str) -> None:
+    # Semantic Kernel (Python) model_diagnostics: its own operation names, content on a
+    # gen_ai.choice event, the singular finish reason key.
+    function = {"name": "Orders-lookup", "arguments": "{}"}
+    call = {"id": "c1", "type": "function", "function": function}
+    message = json.dumps({"role": "assistant", "content": None, "tool_calls": [call]})
+    attrs = {
+        "gen_ai.operation.name": operation,
+        "gen_ai.request.model": "gpt-4o",
+        "gen_ai.response.finish_reason": "tool_calls",
+    }
+
+    def events() -> list[SpanEvent]:
+        return [SpanEvent("gen_ai.choice", {"finish_reason": "tool_calls", "message": message})]
+
+    found = recognize(f"{operation} gpt-4o", 0, attrs, events)
+    assert (found.role, found.convention, found.fields["model"]) == (
+        SpanRole.LLM,
+        "genai",
+        "gpt-4o",
+    )
+    assert found.fields["output_tool_calls"] == (RequestedCall("Orders-lookup", "c1", "{}", 0),)
+
+
+def test_adk_call_llm_span_output_comes_from_its_llm_response() -> None:
+    # google/adk-python telemetry.py trace_call_llm: LlmResponse.model_dump_json().
+    parts = [
+        {"text": "Let me check.", "thought": True},
+        {"text": "Checking Paris."},
+        {"function_call": {"id": "adk-1", "name": "get_weather", "args": {"city": "Paris"}}},
+    ]
+    response = {"content": {"role": "model", "parts": parts}, "finish_reason": "STOP"}
+    attrs = {
+        "gen_ai.system": "gcp.vertex.agent",
+        "gen_ai.request.model": "gemini-2.0-flash",
+        "gcp.vertex.agent.llm_response": json.dumps(response),
+    }
+    found = recognize("call_llm", 0, attrs, None)
+    assert (found.role, found.fields["model"], found.fields["finish_reasons"]) == (
+        SpanRole.LLM,
+        "gemini-2.0-flash",
+        ("stop",),
+    )
+    assert found.fields["output_tool_calls"] == (
+        RequestedCall("get_weather", "adk-1", {"city": "Paris"}, 0),
+    )
+    assert found.fields["output_text"] == "Checking Paris."
+
+    blocked = {**attrs, "gcp.vertex.agent.llm_response": '{"finish_reason": "SAFETY"}'}
+    found = recognize("call_llm", 0, blocked, None)
+    assert (found.fields["refusal"], found.fields["output_text"]) == ("safety", None)
 
 
 def test_other_spans_have_no_fields() -> None:
