@@ -483,7 +483,15 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite]) -> str | None:
         if span.role not in (SpanRole.LLM, SpanRole.AGENT):
             continue
         reason = _refusal_of(span)
-        if reason is not None and (span is run.span or _speaks_for_run(sites[span.span_id], run)):
+        if reason is None:
+            continue
+        if span is run.span:
+            return reason
+        site = sites[span.span_id]
+        # A nested agent's own span: its nearest agent is the run's even when a TOOL span
+        # holds it (agent-as-tool), so only the TOOL check tells.
+        own = site.tool is None if span.role is SpanRole.AGENT else _speaks_for_run(site, run)
+        if own:
             return reason
     return None
 

@@ -127,6 +127,17 @@ def test_a_nested_agents_refusal_is_not_the_outer_runs() -> None:
     assert (only(spans).refusal, only(spans).refusal_reason) == (True, "content_filter")
 
 
+def test_a_refusal_on_a_nested_agents_own_span_is_not_the_outer_runs() -> None:
+    spans = nested_spans()
+    spans[3] = agent(4, 3, "billing-bot", 7, 59, refusal="I can't share that order.")
+    assert (only(spans).refusal, only(spans).refusal_reason) == (False, None)
+    # The same agent transferred to (no tool span between) refuses for the run.
+    spans = transfer_spans()
+    spans[4] = agent(5, 2, "billing", 13, 98, refusal="I can't share that order.")
+    trace = only(spans)
+    assert (trace.refusal, trace.refusal_reason) == (True, "I can't share that order.")
+
+
 def transfer_spans() -> list[SpanRecord]:
     """Google ADK transfer_to_agent: the sub-agent runs inside the coordinator's span, under
     its call_llm span, but under no tool span."""
