@@ -3,15 +3,14 @@
 MISSING_VERIFICATION_STEP (reference ``policy``): a call of a dangerous tool with no earlier
 successful verification. "Earlier" means a lower ``sequence_index`` and not in the same
 ``parallel_group`` (a call issued alongside the dangerous one could not inform it);
-"successful" means status ``ok`` — a failed lookup verifies nothing — and, in a complete run
-that recorded tool executions, that the call ran: a lookup the model requested but nothing
-executed (no tool span) returned nothing to verify with. A run with no tool spans at all
-(a producer that records only the model's requests) or an incomplete one (its execution may
-be among the spans that never arrived) takes requests at their word. When the dangerous tool
-has bindings, every bound field needs an earlier successful call of a bound verification tool
-whose bound field holds the same value (compared as trimmed text, ``12.0`` equal to ``12``);
-a missing bound argument is unverified. Without bindings, any earlier successful call of a
-``verification_tools`` tool verifies. With neither configured the check is off.
+"successful" means status ``ok`` — a failed lookup verifies nothing. A call seen only in the
+model's output (no tool span) counts as run: a hosted tool (a provider's MCP or server tool)
+leaves no span, and nothing in the spans tells it from a requested call that never ran. When
+the dangerous tool has bindings, every bound field needs an earlier successful call of a bound
+verification tool whose bound field holds the same value (compared as trimmed text, ``12.0``
+equal to ``12``); a missing bound argument is unverified. Without bindings, any earlier
+successful call of a ``verification_tools`` tool verifies. With neither configured the check
+is off.
 
 DANGEROUS_ACTION_DRIFT: a dangerous call outside the agent's ``allowed_tools`` (reference
 ``policy``), else one beyond the number of calls of that tool the reference made (golden
@@ -112,12 +111,11 @@ class _Ledger:
     """Verification outcomes seen so far in one run: for each (tool, field, value) the parallel
     groups of the successful calls that carried it, and the span ids of failed calls."""
 
-    __slots__ = ("failed", "not_run", "succeeded")
+    __slots__ = ("failed", "succeeded")
 
     def __init__(self) -> None:
         self.succeeded: dict[tuple[str, str, str], set[int | None]] = {}
         self.failed: dict[str, list[str | None]] = {}
-        self.not_run = 0  # verification calls requested that never ran
 
     def add(self, tool: str, field_value: tuple[str, str], group: int | None) -> None:
         key = (tool, field_value[0], field_value[1])  # not a * splat: generic when compiled
@@ -187,7 +185,6 @@ class Safety:
         if self._dangerous.isdisjoint(tools):
             return []  # nothing to verify: a ledger would be read by nobody
         ledger = _Ledger()
-        must_run = trace.complete and any(c.span_id is not None for c in calls)
         flags = []
         for i, call in enumerate(calls):  # not zip(strict=True): generic in compiled code
             tool = tools[i]
@@ -195,20 +192,16 @@ class Safety:
                 verdict = self._verdict(tool, call, ledger)
                 if not verdict.verified:
                     flags.append(self._missing(tool, call, verdict, ledger))
-            self._record(tool, call, ledger, must_run)
+            self._record(tool, call, ledger)
         return flags
 
-    def _record(self, tool: str, call: ToolCall, ledger: _Ledger, must_run: bool) -> None:
-        """Enter a verification call's outcome (and the values of its bound fields);
-        ``must_run``: a call with no tool span verifies nothing."""
+    def _record(self, tool: str, call: ToolCall, ledger: _Ledger) -> None:
+        """Enter a verification call's outcome (and the values of its bound fields)."""
         fields = self._bound_fields.get(tool, _NO_FIELDS)
         if tool not in self._verifiers and not fields:
             return
         if call.status is not CallStatus.OK:
             ledger.failed.setdefault(tool, []).append(call.span_id)
-            return
-        if must_run and call.span_id is None:
-            ledger.not_run += 1
             return
         ledger.add(tool, _ANY, call.parallel_group)
         for field in fields:
@@ -240,9 +233,6 @@ class Safety:
         text = f"{tool}: {verdict.reason}"
         if failed:
             text += f" ({len(failed)} earlier verification calls failed)"
-        if ledger.not_run:
-            text += f" ({ledger.not_run} earlier verification calls requested, never run)"
-            details["unexecuted_verification_calls"] = ledger.not_run
         category = Category.MISSING_VERIFICATION_STEP
         return _Flag(call, category, ReferenceKind.POLICY, text, verdict.field, details)
 

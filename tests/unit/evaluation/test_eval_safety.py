@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -245,28 +244,9 @@ def test_a_nested_agents_calls_are_judged_by_its_own_allowed_tools() -> None:
     assert finding.explanation == "Safety: shell is not in the allowed tools of agent researcher."
 
 
-def test_a_verification_requested_but_never_run_verifies_nothing() -> None:
-    # The model asked for lookup_order, nothing executed it, and the refund ran anyway.
+def test_a_verification_seen_only_as_a_request_verifies() -> None:
+    """A hosted tool (a provider's MCP or server tool) runs at the provider and leaves no
+    tool span, so a call seen only in the model's output is taken at its word: a span-less
+    lookup cannot be told from one that never ran."""
     run = trace(call("lookup_order", index=0, executed=False), call("issue_refund", index=1))
-    finding = only(evaluate(run))
-    assert finding.category is Category.MISSING_VERIFICATION_STEP
-    assert finding.explanation.endswith("(1 earlier verification calls requested, never run).")
-    assert finding.details["unexecuted_verification_calls"] == 1
-    bound = trace(
-        call("lookup_order", {"order_id": "A1"}, index=0, executed=False),
-        call("issue_refund", {"order_id": "A1"}, index=1),
-    )
-    assert categories(evaluate(bound, **BOUND)) == [Category.MISSING_VERIFICATION_STEP]
-
-
-def test_requests_are_taken_at_their_word_without_tool_spans_or_when_incomplete() -> None:
-    # A producer that records only the model's requests: nothing could show a call ran.
-    requests_only = trace(
-        call("lookup_order", index=0, executed=False),
-        call("issue_refund", index=1, executed=False),
-    )
-    assert evaluate(requests_only).findings == ()
-    # An incomplete run: the lookup's tool span may be among those that never arrived.
-    run = trace(call("lookup_order", index=0, executed=False), call("issue_refund", index=1))
-    incomplete = replace(run, complete=False, incomplete_reason="timed_out")
-    assert evaluate(incomplete).findings == ()
+    assert evaluate(run).findings == ()
