@@ -151,7 +151,10 @@ class Engine:
         expected = golden.match(trace) if golden is not None and comparable else None
         joiner = shadow if comparable else None
         # A shadow target is counted once its outcome is known (see references.shadow):
-        # as compared when it pairs, else when the joiner drops it.
+        # as compared when it pairs, else when the joiner drops it. Expired halves and
+        # pair keys go first, as offer's own expiry would drop them before it holds this one.
+        if joiner is not None:
+            joiner.expire()
         deferred = expected is None and joiner is not None and joiner.compares(trace)
         if not deferred:
             self._metrics.tool_trace(trace, "expected" if expected is not None else "none")

@@ -164,6 +164,22 @@ def test_a_shadow_target_is_counted_as_compared_only_once_it_pairs(
     assert server.sample("toolwatch_shadow_unpaired_total", {"reason": "timed_out"}) == 1.0
 
 
+def test_a_pair_key_used_again_after_the_timeout_is_counted_when_it_pairs(
+    start_server: Callable[..., RunningServer],
+) -> None:
+    server = start_server(EXAMPLES / "toolwatch.yaml")  # pair_timeout_seconds: 60
+    send_grpc(server, agents.record(shadow_half("source", extra_refund=False), "genai"))
+    send_grpc(server, agents.record(shadow_half("target", extra_refund=False), "genai"))
+    server.settle()
+    assert runs_by_reference(server) == {"source": 1.0, "none": 1.0}
+    # The same pair id, a minute later: the first pair's key has expired, not yet forgotten.
+    send_grpc(server, agents.record(shadow_half("target", extra_refund=False), "genai"))
+    server.settle(61.0)
+    send_grpc(server, agents.record(shadow_half("source", extra_refund=False), "genai"))
+    server.settle()
+    assert runs_by_reference(server) == {"source": 2.0, "none": 2.0}
+
+
 def test_canary_run_is_compared_with_its_golden_case(
     start_server: Callable[..., RunningServer],
 ) -> None:
