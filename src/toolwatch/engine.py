@@ -178,10 +178,17 @@ class Engine:
         *,
         policy: bool = True,
     ) -> Sequence[Finding]:
-        result = self._parts.evaluation.evaluate(trace, expected, source, policy=policy)
+        evaluation = self._parts.evaluation
+        result = evaluation.evaluate(trace, expected, source, policy=policy)
+        # The pair's pass (policy=False) counts only the comparing evaluators: the others,
+        # safety among them, were counted when the run arrived.
+        counted = None if policy else evaluation.comparing
         for evaluator, _message in result.failures:
-            self._metrics.evaluator_failed(evaluator)
+            if counted is None or evaluator in counted:
+                self._metrics.evaluator_failed(evaluator)
         for evaluated in result.results:
+            if counted is not None and evaluated.evaluator not in counted:
+                continue
             score = evaluated.scores.get("score")
             seconds = result.durations.get(evaluated.evaluator, 0.0)
             self._metrics.evaluated(evaluated.evaluator, score, seconds)

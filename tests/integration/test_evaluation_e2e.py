@@ -164,6 +164,25 @@ def test_a_shadow_target_is_counted_as_compared_only_once_it_pairs(
     assert server.sample("toolwatch_shadow_unpaired_total", {"reason": "timed_out"}) == 1.0
 
 
+def test_a_paired_target_is_scored_once_by_each_evaluator(
+    start_server: Callable[..., RunningServer],
+) -> None:
+    """The pair's pass judges the target against its source; the policy evaluators (safety
+    among them) already scored it when it arrived."""
+    server = start_server(EXAMPLES / "toolwatch.yaml")
+    send_grpc(server, agents.record(shadow_half("source", extra_refund=False), "genai"))
+    send_grpc(server, agents.record(shadow_half("target", extra_refund=True), "genai"))
+    server.settle()
+
+    def scored(evaluator: str) -> float:
+        return server.sample("toolwatch_evaluator_score_count", {"evaluator": evaluator})
+
+    # Two runs: each scored once by the evaluators that judge every run ...
+    assert (scored("safety"), scored("loops")) == (2.0, 2.0)
+    # ... and the target once more by those that compare it with its source.
+    assert (scored("order"), scored("tool_selection")) == (1.0, 1.0)
+
+
 def test_a_pair_key_used_again_after_the_timeout_is_counted_when_it_pairs(
     start_server: Callable[..., RunningServer],
 ) -> None:

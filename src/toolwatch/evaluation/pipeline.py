@@ -151,13 +151,17 @@ class EvaluationPipeline:
     raises).
     """
 
-    __slots__ = ("_entries",)
+    __slots__ = ("_entries", "comparing")
 
     def __init__(
         self, settings: EvaluationSettings, *, extra: Iterable[tuple[str, Evaluator]] = ()
     ) -> None:
         custom = (_Entry(name, evaluator, frozenset()) for name, evaluator in extra)
         self._entries = (*_entries(settings), *custom)
+        #: The evaluators that run only against a reference. The others (``safety``, and
+        #: with ``policy=True`` ``loops``, ``invariants``, custom ones) also judge every
+        #: run alone, so a second pass over the same run repeats their policy verdicts.
+        self.comparing = frozenset(e.name for e in self._entries if e.needs)
 
     @property
     def evaluator_names(self) -> tuple[str, ...]:
