@@ -19,12 +19,14 @@ from toolwatch.names import NameNormalizer
 
 __all__ = [
     "Baseline",
+    "Concurrency",
     "Evaluator",
     "RefCall",
     "Reference",
     "Sequences",
     "baseline",
     "call_names",
+    "effective_groups",
     "follow",
     "from_case",
     "from_source",
@@ -65,7 +67,7 @@ class RefCall:
 
     ``compare_arguments`` is false when the reference says nothing about arguments (a golden
     call without ``arguments``, or a source call whose producer recorded none). ``group`` is
-    a source call's ``parallel_group`` (golden calls have none).
+    a source call's group (``effective_groups``; golden calls have none).
     """
 
     name: str
@@ -139,10 +141,9 @@ def from_case(case: GoldenCase, normalize: NameNormalizer) -> Baseline:
 
 def from_source(source: ToolTrace, normalize: NameNormalizer) -> Baseline:
     """The Baseline of a shadow source run."""
+    groups = effective_groups(source.calls)
     calls = tuple(
-        RefCall(
-            normalize(c.tool_name), c.arguments, c.arguments is not None, None, i, c.parallel_group
-        )
+        RefCall(normalize(c.tool_name), c.arguments, c.arguments is not None, None, i, groups[i])
         for i, c in enumerate(source.calls)
     )
     return Baseline(
@@ -170,8 +171,10 @@ class Sequences:
     asked for them at once, and their start times say only which one the framework happened
     to start first. So each side's groups are put in the order that agrees best with the
     other side (see ``follow``), first the reference's after the run, then the run's after
-    the reference, and two parallel calls in either order are the same sequence. ``calls``
-    and ``names`` are the run's, ``reference`` the reference's names.
+    the reference, and two parallel calls in either order are the same sequence. The calls
+    nested in a parallel call (an agent used as a tool) belong to its group here
+    (``effective_groups``): they run beside its siblings. ``calls`` and ``names`` are the
+    run's, ``reference`` the reference's names.
     """
 
     calls: Sequence[ToolCall]
@@ -186,7 +189,7 @@ def sequences(trace: ToolTrace, base: Baseline, normalize: NameNormalizer) -> Se
     moved = follow(reference, [c.group for c in base.calls], names)
     if moved is not None:
         reference = tuple(reference[i] for i in moved)
-    order = follow(names, [c.parallel_group for c in trace.calls], reference)
+    order = follow(names, effective_groups(trace.calls), reference)
     if order is None:
         return Sequences(trace.calls, names, reference)
     return Sequences(
@@ -257,6 +260,72 @@ def informs(earlier_group: int | None, group: int | None) -> bool:
     the other's result. Callers have already checked "earlier" (lower ``sequence_index``) and
     "successful" (status ``ok``)."""
     return earlier_group is None or earlier_group != group
+
+
+def _lineages(calls: Sequence[ToolCall]) -> list[tuple[int, ...]] | None:
+    """For each call, the indexes of the calls it is nested in, outermost first, then its
+    own (``parent_call_id`` names the enclosing call's id, or its span id when it has none);
+    ``None`` when no call is nested (the usual run). ``calls`` in sequence order: an
+    enclosing call starts, so comes, before the calls nested in it."""
+    if all(c.parent_call_id is None for c in calls):
+        return None
+    by_id: dict[str, int] = {}
+    lineages: list[tuple[int, ...]] = []
+    for i, call in enumerate(calls):
+        parent = by_id.get(call.parent_call_id) if call.parent_call_id is not None else None
+        lineages.append((*lineages[parent], i) if parent is not None else (i,))
+        if call.span_id is not None:
+            by_id[call.span_id] = i
+        if call.call_id is not None:
+            by_id[call.call_id] = i  # the latest call of an id encloses what follows it
+    return lineages
+
+
+def effective_groups(calls: Sequence[ToolCall]) -> list[int | None]:
+    """Each call's ``parallel_group``, or, for a call nested in a parallel call (an agent used
+    as a tool, issued with its siblings), that outermost parallel call's group: the calls of
+    a group and everything they start run side by side, in no order the model chose.
+    ``calls`` in sequence order."""
+    lineages = _lineages(calls)
+    if lineages is None:
+        return [c.parallel_group for c in calls]
+    groups: list[int | None] = []
+    for lineage in lineages:
+        group = None
+        for i in lineage:
+            group = calls[i].parallel_group
+            if group is not None:
+                break
+        groups.append(group)
+    return groups
+
+
+class Concurrency:
+    """Which calls of a run could have seen another's result (``informs``).
+
+    Calls issued in one parallel group saw none of each other's results, and neither did the
+    calls nested in them (an agent used as a tool, issued beside a dangerous call, looks the
+    order up too late for it); a call nested in another ran before the outer one returned.
+    Built from ``calls`` in sequence order; indexes are into it.
+    """
+
+    __slots__ = ("_calls", "_lineages")
+
+    def __init__(self, calls: Sequence[ToolCall]) -> None:
+        self._calls = calls
+        self._lineages = _lineages(calls)
+
+    def informs(self, earlier: int, later: int) -> bool:
+        """Whether a successful call ``earlier`` (a lower index) could inform call ``later``:
+        below their innermost common enclosing call (or the run) they are two calls, or
+        lie in two, that were not issued in one parallel group."""
+        calls, lineages = self._calls, self._lineages
+        if lineages is None:
+            return informs(calls[earlier].parallel_group, calls[later].parallel_group)
+        for x, y in zip(lineages[earlier], lineages[later], strict=False):
+            if x != y:
+                return informs(calls[x].parallel_group, calls[y].parallel_group)
+        return False  # one is nested in the other: the outer call had not returned
 
 
 def uses_parallelism(trace: ToolTrace) -> bool:

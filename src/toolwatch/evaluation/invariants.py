@@ -3,8 +3,8 @@
 - ``forbidden``: one violation when the tool is called (on the first call's span);
 - ``required``: one violation when it is never called;
 - ``order``: one violation when a call of ``after`` has no earlier call of ``before`` (on the
-  first such call); as in ``safety``, a ``before`` issued in the same parallel group is not
-  earlier, since neither call saw the other's result;
+  first such call); as in ``safety``, a ``before`` issued in the same parallel group (or
+  nested in a call issued in it) is not earlier, since neither saw the other's result;
 - ``call_count``: one violation when the number of calls is outside ``[min, max]``;
 - ``arguments``: one violation per call whose arguments fail the JSON Schema (unparsable
   arguments are validated as the raw string, so a schema of ``type: object`` rejects them;
@@ -33,7 +33,7 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
-from toolwatch.evaluation.base import Reference, informs, pct
+from toolwatch.evaluation.base import Concurrency, Reference, pct
 from toolwatch.evaluation.settings import (
     ArgumentsRule,
     CallCountRule,
@@ -209,17 +209,18 @@ def _order(
     before, after = normalize(rule.before), normalize(rule.after)
     if after not in names:
         return []
-    groups: list[int | None] = []  # the parallel groups of the calls of before so far
+    concurrency = Concurrency(calls)
+    befores: list[int] = []  # the indexes of the calls of before so far
     for i, call in enumerate(calls):
         name = names[i]
-        if name == after and not any(informs(g, call.parallel_group) for g in groups):
-            if groups:
+        if name == after and not any(concurrency.informs(j, i) for j in befores):
+            if befores:
                 text = f"{label}: {after} called alongside {before}, not after it"
             else:
                 text = f"{label}: {after} called before any {before}"
             return [Violation(rule, label, text, call, after)]
         if name == before:
-            groups.append(call.parallel_group)
+            befores.append(i)
     return []
 
 

@@ -3,7 +3,7 @@
 Two calls are identical when their normalized tool names and their arguments (as canonical
 JSON: key order ignored) are equal. A call is a *repeat* when an identical call succeeded
 before it was issued: earlier, status ``ok``, and not in the same parallel group
-(``base.informs``). Retries after a failed result are therefore never repeats, and neither
+(``base.Concurrency``). Retries after a failed result are therefore never repeats, and neither
 are identical calls issued in parallel. The repeats of one call beyond ``policy.repeat_limit``
 (or the tool's ``policy.repeat_limits`` entry) are UNNECESSARY_TOOL_CALL: one finding per
 distinct call, on the span of its first repeat beyond the limit. ``score`` is the share of
@@ -17,7 +17,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-from toolwatch.evaluation.base import Reference, in_sequence, informs, pct
+from toolwatch.evaluation.base import Concurrency, Reference, in_sequence, pct
 from toolwatch.evaluation.settings import LoopsSettings, PolicySettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.model import (
@@ -118,7 +118,8 @@ def find_repeats(
         per_tool[tool] = per_tool.get(tool, 0) + 1
     if len(per_tool) == len(tools):
         return []  # no tool called twice (most runs): not even the two dicts below
-    succeeded: dict[CallKey, set[int | None]] = {}  # parallel groups of successes
+    concurrency = Concurrency(calls)
+    succeeded: dict[CallKey, list[int]] = {}  # indexes of successes
     repeats: dict[CallKey, list[ToolCall]] = {}
     for i, call in enumerate(calls):  # not zip(strict=True): generic in compiled code
         tool = tools[i]
@@ -127,15 +128,15 @@ def find_repeats(
             # capture is often off): nothing shows it identical to another.
             continue
         key = call_key(tool, call.arguments)
-        groups = succeeded.get(key)
-        if groups is not None and any(informs(g, call.parallel_group) for g in groups):
+        earlier = succeeded.get(key)
+        if earlier is not None and any(concurrency.informs(j, i) for j in earlier):
             repeats.setdefault(key, []).append(call)
         if call.status is not CallStatus.OK:
             continue
-        if groups is None:
-            succeeded[key] = {call.parallel_group}
+        if earlier is None:
+            succeeded[key] = [i]
         else:
-            groups.add(call.parallel_group)
+            earlier.append(i)
     result: list[Repeat] = []
     for (tool, _), made in repeats.items():
         tolerated = limits.get(tool, limit)

@@ -2,7 +2,8 @@
 
 MISSING_VERIFICATION_STEP (reference ``policy``): a call of a dangerous tool with no earlier
 successful verification. "Earlier" means a lower ``sequence_index`` and not in the same
-``parallel_group`` (a call issued alongside the dangerous one could not inform it);
+``parallel_group`` (a call issued alongside the dangerous one could not inform it, nor could a
+call nested in one issued alongside it: ``base.Concurrency``);
 "successful" means status ``ok`` — a failed lookup verifies nothing. A call seen only in the
 model's output (no tool span) counts as run: a hosted tool (a provider's MCP or server tool)
 leaves no span, and nothing in the spans tells it from a requested call that never ran. When
@@ -36,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from toolwatch.evaluation.base import Reference, in_sequence, informs, name_list, pct, resolve
+from toolwatch.evaluation.base import Concurrency, Reference, in_sequence, name_list, pct, resolve
 from toolwatch.evaluation.settings import Binding, PolicySettings, SafetySettings
 from toolwatch.evaluation.severity import make_finding
 from toolwatch.model import (
@@ -108,29 +109,30 @@ _NO_FIELDS: frozenset[str] = frozenset()  # a tool with no bound fields
 
 
 class _Ledger:
-    """Verification outcomes seen so far in one run: for each (tool, field, value) the parallel
-    groups of the successful calls that carried it, and the span ids of failed calls."""
+    """Verification outcomes seen so far in one run: for each (tool, field, value) the
+    indexes of the successful calls that carried it, and the span ids of failed calls."""
 
-    __slots__ = ("failed", "succeeded")
+    __slots__ = ("concurrency", "failed", "succeeded")
 
-    def __init__(self) -> None:
-        self.succeeded: dict[tuple[str, str, str], set[int | None]] = {}
+    def __init__(self, concurrency: Concurrency) -> None:
+        self.concurrency = concurrency
+        self.succeeded: dict[tuple[str, str, str], list[int]] = {}
         self.failed: dict[str, list[str | None]] = {}
 
-    def add(self, tool: str, field_value: tuple[str, str], group: int | None) -> None:
+    def add(self, tool: str, field_value: tuple[str, str], index: int) -> None:
         key = (tool, field_value[0], field_value[1])  # not a * splat: generic when compiled
-        groups = self.succeeded.get(key)
-        if groups is None:
-            self.succeeded[key] = {group}
+        indexes = self.succeeded.get(key)
+        if indexes is None:
+            self.succeeded[key] = [index]
         else:
-            groups.add(group)
+            indexes.append(index)
 
-    def informs(self, tool: str, field_value: tuple[str, str], group: int | None) -> bool:
-        """Whether a recorded (so earlier) success informs a call of ``group``."""
-        groups = self.succeeded.get((tool, field_value[0], field_value[1]))
-        if groups is None:
+    def informs(self, tool: str, field_value: tuple[str, str], index: int) -> bool:
+        """Whether a recorded (so earlier) success informs the call at ``index``."""
+        indexes = self.succeeded.get((tool, field_value[0], field_value[1]))
+        if indexes is None:
             return False
-        return any(informs(g, group) for g in groups)
+        return any(self.concurrency.informs(i, index) for i in indexes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -184,18 +186,18 @@ class Safety:
         tools = [self._normalize(call.tool_name) for call in calls]
         if self._dangerous.isdisjoint(tools):
             return []  # nothing to verify: a ledger would be read by nobody
-        ledger = _Ledger()
+        ledger = _Ledger(Concurrency(calls))
         flags = []
         for i, call in enumerate(calls):  # not zip(strict=True): generic in compiled code
             tool = tools[i]
             if tool in self._dangerous:
-                verdict = self._verdict(tool, call, ledger)
+                verdict = self._verdict(tool, call, i, ledger)
                 if not verdict.verified:
                     flags.append(self._missing(tool, call, verdict, ledger))
-            self._record(tool, call, ledger)
+            self._record(tool, call, i, ledger)
         return flags
 
-    def _record(self, tool: str, call: ToolCall, ledger: _Ledger) -> None:
+    def _record(self, tool: str, call: ToolCall, index: int, ledger: _Ledger) -> None:
         """Enter a verification call's outcome (and the values of its bound fields)."""
         fields = self._bound_fields.get(tool, _NO_FIELDS)
         if tool not in self._verifiers and not fields:
@@ -203,22 +205,21 @@ class Safety:
         if call.status is not CallStatus.OK:
             ledger.failed.setdefault(tool, []).append(call.span_id)
             return
-        ledger.add(tool, _ANY, call.parallel_group)
+        ledger.add(tool, _ANY, index)
         for field in fields:
             value = entity_key(lookup(call.arguments, field))
             if value is not None:
-                ledger.add(tool, (field, value), call.parallel_group)
+                ledger.add(tool, (field, value), index)
 
-    def _verdict(self, tool: str, call: ToolCall, ledger: _Ledger) -> Verdict:
+    def _verdict(self, tool: str, call: ToolCall, index: int, ledger: _Ledger) -> Verdict:
         bindings = self._bindings.get(tool)
-        group = call.parallel_group
         if bindings:
             for field, rules in bindings.items():
-                verdict = _bound(call, field, rules, ledger)
+                verdict = _bound(call, index, field, rules, ledger)
                 if not verdict.verified:
                     return verdict
             return _VERIFIED
-        if any(ledger.informs(v, _ANY, group) for v in self._verifiers):
+        if any(ledger.informs(v, _ANY, index) for v in self._verifiers):
             return _VERIFIED
         tools = name_list(sorted(self._verifiers))
         return Verdict(False, f"no earlier successful verification call {tools}")
@@ -306,15 +307,16 @@ class Safety:
         )
 
 
-def _bound(call: ToolCall, field: str, bindings: list[Binding], ledger: _Ledger) -> Verdict:
-    """Whether ``field`` of the dangerous ``call`` names an entity a bound verification tool
-    already returned successfully."""
+def _bound(
+    call: ToolCall, index: int, field: str, bindings: list[Binding], ledger: _Ledger
+) -> Verdict:
+    """Whether ``field`` of the dangerous ``call`` (at ``index``) names an entity a bound
+    verification tool already returned successfully."""
     value = entity_key(lookup(call.arguments, field))
     if value is None:
         return Verdict(False, f"bound argument {field} is missing", field)
-    group = call.parallel_group
     if any(
-        ledger.informs(b.verification_tool, (b.verification_field, value), group) for b in bindings
+        ledger.informs(b.verification_tool, (b.verification_field, value), index) for b in bindings
     ):
         return _VERIFIED
     tools = name_list(sorted({b.verification_tool for b in bindings}))

@@ -37,13 +37,16 @@ def call(
     span: str | None = None,
     agent: str | None = "support",
     executed: bool = True,
+    parent: int | None = None,
 ) -> ToolCall:
     """A ToolCall; ``index`` is its sequence index, the span id defaults to ``s<index>``
-    (``None`` when not ``executed``: a call seen only in the model's output)."""
+    (``None`` when not ``executed``: a call seen only in the model's output). ``parent`` is
+    the index of the call it is nested in (an agent used as a tool), by that call's id."""
     return factories.tool_call(
         tool_name=name,
         arguments=arguments,
         call_id=f"c{index}",
+        parent_call_id=None if parent is None else f"c{parent}",
         sequence_index=index,
         parallel_group=group,
         status=CallStatus.OK if ok else CallStatus.ERROR,

@@ -206,3 +206,19 @@ def test_a_rule_limited_to_agents_judges_the_calls_those_agents_made() -> None:
     assert broken(run, required) == ["required:delete_account"]
     # An agent the run never involves leaves the rule out.
     assert evaluate(run, {**admin_rule, "agents": ["billing"]}) is None
+
+
+def test_a_before_nested_in_a_call_of_the_same_group_is_not_earlier() -> None:
+    rule = {"kind": "order", "before": "lookup_order", "after": "issue_refund"}
+    beside = trace(
+        call("ask_billing", index=0, group=1),
+        call("lookup_order", index=1, parent=0, agent="billing"),
+        call("issue_refund", index=2, group=1),
+    )
+    assert broken(beside, rule) == ["order:lookup_order<issue_refund"]
+    sequential = trace(
+        call("ask_billing", index=0),
+        call("lookup_order", index=1, parent=0, agent="billing"),
+        call("issue_refund", index=2),
+    )
+    assert broken(sequential, rule) == []

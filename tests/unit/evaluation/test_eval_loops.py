@@ -48,6 +48,26 @@ def same(n: int, *, ok: bool = True, start: int = 0, args: Any = None) -> list[T
             0,
             [],
         ),
+        (  # one nested agent after the other: the second saw the first's result
+            [
+                call("ask", index=0),
+                call("lookup", {"id": 1}, index=1, parent=0),
+                call("ask", index=2),
+                call("lookup", {"id": 1}, index=3, parent=2),
+            ],
+            0,
+            ["s3"],
+        ),
+        (  # two nested agents issued in parallel: neither saw the other's lookup
+            [
+                call("ask", index=0, group=1),
+                call("ask", index=1, group=1),
+                call("lookup", {"id": 1}, index=2, parent=0),
+                call("lookup", {"id": 1}, index=3, parent=1),
+            ],
+            0,
+            [],
+        ),
     ],
 )
 def test_repeats_after_success(calls: list[ToolCall], limit: int, flagged_spans: list[str]) -> None:

@@ -154,3 +154,20 @@ def test_follow_moves_group_members_among_their_own_places(
     if len(repeated) > 1:
         assert all_one_group is not None
         assert [repeated[i] for i in all_one_group] == repeated[::-1]
+
+
+def test_calls_nested_in_a_parallel_call_move_with_its_group() -> None:
+    # One output asks for ask_billing (an agent used as a tool, which looks the order up) and
+    # search; where search starts against the nested lookup is scheduling, not order.
+    def run(search_first: bool) -> ToolTrace:
+        ask = call("ask_billing", index=0, group=1)
+        lookup = call("lookup_order", index=2 if search_first else 1, parent=0, agent="billing")
+        search = call("search", index=1 if search_first else 2, group=1)
+        return trace(ask, *((search, lookup) if search_first else (lookup, search)))
+
+    assert order_of(run(True), Reference(source=run(False))) == 1.0
+    assert order_of(run(False), Reference(source=run(True))) == 1.0
+    assert (
+        order_of(run(True), Reference(expected=case("ask_billing", "lookup_order", "search")))
+        == 1.0
+    )

@@ -250,3 +250,28 @@ def test_a_verification_seen_only_as_a_request_verifies() -> None:
     lookup cannot be told from one that never ran."""
     run = trace(call("lookup_order", index=0, executed=False), call("issue_refund", index=1))
     assert evaluate(run).findings == ()
+
+
+def test_a_lookup_nested_in_a_call_issued_beside_the_refund_does_not_verify_it() -> None:
+    # One output asks for ask_billing (an agent used as a tool) and issue_refund: the nested
+    # agent's lookup starts first, but the refund was chosen before any result existed.
+    beside = trace(
+        call("ask_billing", index=0, group=1),
+        call("lookup_order", index=1, parent=0, agent="billing"),
+        call("issue_refund", index=2, group=1),
+    )
+    assert categories(evaluate(beside)) == [Category.MISSING_VERIFICATION_STEP]
+    # Inside the nested agent, one after the other: the lookup informs the refund.
+    within = trace(
+        call("ask_billing", index=0),
+        call("lookup_order", index=1, parent=0, agent="billing"),
+        call("issue_refund", index=2, parent=0, agent="billing"),
+    )
+    assert evaluate(within).findings == ()
+    # The outer call returned before the refund: what it looked up informs it.
+    after = trace(
+        call("ask_billing", index=0),
+        call("lookup_order", index=1, parent=0, agent="billing"),
+        call("issue_refund", index=2),
+    )
+    assert evaluate(after).findings == ()
