@@ -70,7 +70,7 @@ examples:
   toolwatch serve --config examples/toolwatch.yaml --dump-tooltraces tooltraces.jsonl
   toolwatch serve --grpc-listen 127.0.0.1:0 --http-listen 127.0.0.1:0   free ports
   toolwatch check-config examples/toolwatch.yaml
-  toolwatch replay --config examples/toolwatch.yaml traces.otlp.jsonl --min-score selection=0.9
+  toolwatch replay --config examples/toolwatch.yaml traces.otlp.jsonl --min-score tool_selection=0.9
   toolwatch tail --category DANGEROUS_ACTION_DRIFT --min-severity high
 """
 
@@ -98,8 +98,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return int(args.run(args))
-    except (ConfigError, ReferenceFileError) as exc:
+    except ConfigError as exc:
         print(f"toolwatch: configuration error\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ReferenceFileError as exc:  # the golden-case file the configuration names
+        origin = getattr(args, "config", None) or getattr(args, "file", None)
+        named = f" (named in {origin})" if origin else ""
+        print(f"toolwatch: configuration error in golden.cases_file{named}\n{exc}", file=sys.stderr)
         return EXIT_USAGE
     except StartError as exc:
         print(f"toolwatch: {exc}", file=sys.stderr)
@@ -157,7 +162,7 @@ def _add_replay(commands: Any) -> None:
 
 def _add_tail(commands: Any) -> None:
     tail = commands.add_parser("tail", help="print live findings from a running server")
-    tail.add_argument("--target", default=os.environ.get("TOOLWATCH_STREAM", "127.0.0.1:4319"))
+    tail.add_argument("--target", default=_env("TOOLWATCH_STREAM") or "127.0.0.1:4319")
     tail.add_argument("--category", action="append", default=[], help="repeatable")
     tail.add_argument("--agent", action="append", default=[], help="repeatable")
     severities = [str(s) for s in Severity]

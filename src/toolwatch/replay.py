@@ -6,6 +6,13 @@ Inputs, detected per line (or per file when the file is one JSON document):
   them (one per line); their spans are assembled exactly as the server assembles them;
 - ToolTrace lines, as ``toolwatch serve --dump-tooltraces`` writes them.
 
+Files may be gzip-compressed (a rotated Collector export). Spans the server would reject (an
+all-zero id, say) are left out as there, each named on stderr with its file and line.
+
+Memory: every span of the input is held until the input ends (recorded spans carry no arrival
+time to complete a trace by), about three times the size of the OTLP/JSON input; split a
+large export into files that each hold whole traces and replay them one at a time.
+
 Every ToolTrace goes through the same evaluation pipeline as in ``serve`` (policy, golden
 cases matched by attribute, shadow pairs joined by pair key — offline, with no timeout).
 Gates (``--min-score``, ``--max-findings``) make the command exit 1 when they fail.
@@ -14,9 +21,11 @@ Gates (``--min-score``, ``--max-findings``) make the command exit 1 when they fa
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import sys
-from collections.abc import Iterator, Sequence
+import zlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -73,7 +82,7 @@ def run_replay(args: argparse.Namespace, config: Config) -> int:
         return EXIT_USAGE
     progress = _Progress(sys.stderr, enabled=not args.no_progress and sys.stderr.isatty())
     try:
-        traces = list(load_tool_traces(args.files, config, progress))
+        traces = list(load_tool_traces(args.files, config, progress, _warn))
     except (ReplayInputError, OSError) as exc:
         print(f"toolwatch replay: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -81,6 +90,10 @@ def run_replay(args: argparse.Namespace, config: Config) -> int:
     out = report.to_json() if args.format == "json" else report.to_text()
     print(out)
     return EXIT_OK if report.passed else EXIT_GATE
+
+
+def _warn(message: str) -> None:
+    print(f"toolwatch replay: {message}", file=sys.stderr)
 
 
 def evaluate_offline(traces: Sequence[ToolTrace], config: Config, gates: Sequence[Gate]) -> Report:
@@ -131,10 +144,14 @@ def _shadow_pairs(
 
 
 def load_tool_traces(
-    paths: Sequence[Path], config: Config, progress: _Progress | None = None
+    paths: Sequence[Path],
+    config: Config,
+    progress: _Progress | None = None,
+    warn: Callable[[str], None] | None = None,
 ) -> Iterator[ToolTrace]:
-    """Every ToolTrace in ``paths``: dumped ToolTraces as they are, OTLP spans assembled."""
-    assembler = _OfflineAssembler(config)
+    """Every ToolTrace in ``paths``: dumped ToolTraces as they are, OTLP spans assembled.
+    ``warn`` hears of the spans left out as invalid (file:line, how many, why)."""
+    assembler = _OfflineAssembler(config, warn)
     for path in paths:
         for where, record in _records(path, progress):
             if "resourceSpans" in record or "resource_spans" in record:
@@ -151,8 +168,26 @@ def _tooltrace(record: dict[str, Any], where: str) -> ToolTrace:
         raise ReplayInputError(f"{where}: not a ToolTrace line: {exc}") from None
 
 
+def _read_text(path: Path) -> str:
+    """The file's text, gunzipped first when it is gzip; raises ``ReplayInputError`` naming
+    the line of the first byte that is not UTF-8."""
+    data = path.read_bytes()
+    if data[:2] == b"\x1f\x8b":
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise ReplayInputError(f"{path}: not a readable gzip file: {exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise ReplayInputError(
+            f"{path}:{line}: not UTF-8 text (byte {exc.start}: {exc.reason})"
+        ) from None
+
+
 def _records(path: Path, progress: _Progress | None) -> Iterator[tuple[str, dict[str, Any]]]:
-    text = path.read_text(encoding="utf-8")
+    text = _read_text(path)
     whole = _whole_document(text)
     if whole is not None:
         yield str(path), whole
@@ -189,7 +224,8 @@ def _whole_document(text: str) -> dict[str, Any] | None:
 class _OfflineAssembler:
     """Assembles recorded spans with the server's buffer; time is moved by hand."""
 
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, warn: Callable[[str], None] | None = None) -> None:
+        self._warn = warn
         self._clock = ManualClock()
         limits = config.assembly.limits()
         unbounded = AssemblyLimits(
@@ -214,7 +250,11 @@ class _OfflineAssembler:
             request = parse_otlp_json(json.dumps(record))
         except DecodeError as exc:
             raise ReplayInputError(f"{where}: {exc}") from None
-        self._buffer.add(decode_request(request, self._options).spans)
+        batch = decode_request(request, self._options)
+        if batch.rejected and self._warn is not None:
+            count = sum(batch.rejected.values())
+            self._warn(f"{where}: {count} span(s) left out as invalid: {batch.error_message}")
+        self._buffer.add(batch.spans)
 
     def finish(self) -> Iterator[ToolTrace]:
         self._clock.advance(self._wait_s + 1)

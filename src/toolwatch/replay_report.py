@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from toolwatch.evaluation.composite import failure_type
-from toolwatch.evaluation.pipeline import PipelineResult
+from toolwatch.evaluation.pipeline import EVALUATOR_ORDER, PipelineResult
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.model import Category, Finding, GoldenCase, ReferenceKind, ToolTrace
 
@@ -54,8 +54,13 @@ def parse_gate(text: str, kind: Literal["min", "max"]) -> Gate:
         categories = {str(c) for c in Category}
         if name != _ANY and name not in categories:
             raise ValueError(f"gate {text!r}: {name!r} is not a category or {_ANY!r}")
-    elif not 0.0 <= limit <= 1.0:
+        return Gate(kind, name, limit)
+    if not 0.0 <= limit <= 1.0:
         raise ValueError(f"gate {text!r}: a minimum score is between 0 and 1")
+    evaluator = name.partition(".")[0]
+    if evaluator not in EVALUATOR_ORDER:
+        known = ", ".join(EVALUATOR_ORDER)
+        raise ValueError(f"gate {text!r}: {evaluator!r} is not an evaluator ({known})")
     return Gate(kind, name, limit)
 
 
@@ -96,14 +101,16 @@ class Report:
                 "categories": self.categories,
                 "failure_types": self.failure_types,
                 "failed_cases": [_failed_dict(c) for c in self.failed_cases],
-                "gates": [
-                    {"gate": g.describe(), "value": v, "passed": ok} for g, v, ok in self.gates
+                "gates": [  # value null: nothing was measured (no run was scored)
+                    {"gate": g.describe(), "value": None if math.isnan(v) else v, "passed": ok}
+                    for g, v, ok in self.gates
                 ],
                 "evaluator_failures": self.evaluator_failures,
                 "findings": [_finding_dict(f) for f in self.finding_list],
             },
             indent=2,
             sort_keys=True,
+            allow_nan=False,  # NaN is not JSON
         )
 
     def to_text(self) -> str:

@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 import toolwatch
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
+from toolwatch import cli
 from toolwatch.sinks.findings import read_tooltraces
 
 LISTENING = re.compile(
@@ -247,6 +248,15 @@ def test_empty_variables_are_unset(serve: Callable[..., Served]) -> None:
     assert served.terminate() == 0
 
 
+@pytest.mark.parametrize(("value", "target"), [("", "127.0.0.1:4319"), ("h:1", "h:1")])
+def test_tail_takes_its_target_from_the_stream_variable_unless_empty(
+    monkeypatch: pytest.MonkeyPatch, value: str, target: str
+) -> None:
+    monkeypatch.setenv("TOOLWATCH_STREAM", value)
+    args = cli._parser().parse_args(["tail"])
+    assert args.target == target
+
+
 def test_an_unknown_log_level_is_a_configuration_error(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text("assembly:\n  max_traces: 50\n")
@@ -266,6 +276,19 @@ def test_serve_with_a_missing_config_file_exits_2(tmp_path: Path) -> None:
     result = run_cli("serve", "--config", str(missing))
     assert result.returncode == 2
     assert f"{missing}: cannot read: No such file or directory" in result.stderr
+
+
+def test_a_missing_golden_case_file_names_the_setting_and_the_configuration(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text("golden:\n  cases_file: nope.yaml\n")
+    result = run_cli("check-config", str(config))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        f"toolwatch: configuration error in golden.cases_file (named in {config})\n"
+        f"{tmp_path / 'nope.yaml'}: cannot read: No such file or directory\n"
+    )
 
 
 def test_serve_with_an_invalid_listen_address_exits_2() -> None:

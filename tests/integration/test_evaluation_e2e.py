@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import dataclasses
+import gzip
 import json
 import subprocess
 import sys
@@ -286,3 +287,58 @@ def test_replay_reproduces_the_servers_findings_and_gates(
     dumped = replay("--config", str(config), "--format", "json", str(server.tooltrace_path))
     assert dumped.returncode == 0, dumped.stderr
     assert sorted(key(f) for f in json.loads(dumped.stdout)["findings"]) == online
+
+
+def _strict_json(text: str) -> Any:
+    def refuse(constant: str) -> Any:
+        raise ValueError(f"{constant} is not JSON")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_replay_input_problems_are_named_and_its_json_is_json(tmp_path: Path) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    unverified = agents.record(agents.unverified_refund_run(), "genai")
+    line = otlp_json_line(unverified)
+    recorded = tmp_path / "traces.otlp.jsonl"
+    recorded.write_text(line + "\n")
+
+    # A rotated, gzipped Collector export reads as the plain file.
+    zipped = tmp_path / "traces.otlp.jsonl.gz"
+    zipped.write_bytes(gzip.compress(recorded.read_bytes()))
+    plain = replay("--config", str(config), "--format", "json", str(recorded))
+    unzipped = replay("--config", str(config), "--format", "json", str(zipped))
+    assert unzipped.returncode == plain.returncode == 0, unzipped.stderr
+    assert _strict_json(unzipped.stdout)["findings"] == _strict_json(plain.stdout)["findings"]
+
+    # A byte that is not UTF-8: bad input (exit 2), named by file and line.
+    broken = tmp_path / "broken.jsonl"
+    broken.write_bytes(line.encode() + b'\n{"x": "\xff"}\n')
+    result = replay("--config", str(config), str(broken))
+    assert result.returncode == 2
+    assert f"{broken}:2: not UTF-8 text" in result.stderr
+
+    # A span the server would reject is left out, said on stderr; the rest is evaluated.
+    document = json.loads(line)
+    document["resourceSpans"][0]["scopeSpans"][0]["spans"][1]["spanId"] = "0" * 16
+    rejected = tmp_path / "rejected.jsonl"
+    rejected.write_text(json.dumps(document) + "\n")
+    result = replay("--config", str(config), "--format", "json", str(rejected))
+    assert result.returncode == 0, result.stderr
+    assert f"{rejected}:1: 1 span(s) left out as invalid: " in result.stderr
+    assert "span_id must not be all zero" in result.stderr
+    assert _strict_json(result.stdout)["traces"] == 1
+
+    # A gate no run was scored for: valid JSON, its value null.
+    unscored = replay(
+        "--config", str(config), "--format", "json", "--min-score", "composite=0.9", str(recorded)
+    )
+    assert unscored.returncode == 1
+    (gate,) = _strict_json(unscored.stdout)["gates"]
+    assert gate == {"gate": "mean composite >= 0.9", "value": None, "passed": False}
+
+    # A gate on an evaluator that does not exist is bad usage, not a failed gate.
+    misnamed = replay("--config", str(config), "--min-score", "selection=0.9", str(recorded))
+    assert misnamed.returncode == 2
+    assert "'selection' is not an evaluator (tool_selection, " in misnamed.stderr
