@@ -5,7 +5,9 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import logging
 import socket
+import sys
 import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -206,6 +208,47 @@ def test_a_client_that_goes_away_is_unsubscribed() -> None:
             assert h.broker.subscriber_count == 0
 
     asyncio.run(scenario())
+
+
+_READING_CLIENT = """
+import sys, grpc
+from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
+channel = grpc.insecure_channel(sys.argv[1])
+stream = findings_pb2_grpc.FindingsServiceStub(channel).Subscribe(findings_pb2.SubscribeRequest())
+next(stream)
+print("read one", flush=True)
+for _ in stream:  # reads on until it is killed
+    pass
+"""
+
+
+def test_a_subscriber_killed_mid_stream_ends_it_quietly(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Killed while findings are being written to it: a write fails (grpc-aio logged that as
+    a servicer error with a traceback when the findings were yielded) or the call is
+    cancelled; either way the stream ends without an error and the subscription goes."""
+
+    async def scenario() -> None:
+        async with serve() as h:
+            client = await asyncio.create_subprocess_exec(
+                sys.executable, "-c", _READING_CLIENT, h.target, stdout=asyncio.subprocess.PIPE
+            )
+            assert client.stdout is not None
+            await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=30)
+            h.broker.publish(make_trace(), [make_finding()])
+            assert await asyncio.wait_for(client.stdout.readline(), timeout=30) == b"read one\n"
+            big = make_finding(explanation="x" * 20_000)
+            h.broker.publish(make_trace(), [big] * 100)
+            client.kill()
+            while h.broker.subscriber_count:  # keep writing until the server sees it gone
+                h.broker.publish(make_trace(), [big] * 10)
+                await asyncio.sleep(0)
+            await client.wait()
+
+    with caplog.at_level(logging.DEBUG):
+        asyncio.run(scenario())
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 @pytest.mark.parametrize(

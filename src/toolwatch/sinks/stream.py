@@ -10,7 +10,10 @@ subscriber's queue is full the finding is dropped *for that subscriber* and coun
 never slows ingestion or the other subscribers.
 
 ``FindingsStreamServicer`` is the thin grpc.aio adapter: it validates the request, subscribes,
-yields queued findings and unsubscribes when the client goes away. ``FindingsBroker.close``
+writes queued findings and unsubscribes when the client goes away. A write that fails ends
+the stream quietly: it fails only once the call is over (the client went away with a write
+pending, as a stuck subscriber does), and grpc-aio would log a yielded message's failure as a
+servicer error with a traceback. ``FindingsBroker.close``
 ends every stream cleanly (status OK) once the findings already queued are delivered; the
 app's ``server.stop(grace)`` bounds how long that may take.
 
@@ -22,9 +25,10 @@ and ``close`` must be called from that loop's thread (they wake waiting streams 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -45,6 +49,8 @@ __all__ = [
     "add_findings_service",
     "finding_message",
 ]
+
+log = logging.getLogger(__name__)
 
 
 #: Initial metadata sent once a subscription is live (clients may wait for it).
@@ -252,7 +258,7 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
 
     async def Subscribe(  # noqa: N802 (the gRPC method name)
         self, request: findings_pb2.SubscribeRequest, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> AsyncIterator[findings_pb2.Finding]:
+    ) -> None:
         try:
             stream_filter = StreamFilter.from_request(request)
         except ValueError as e:
@@ -270,7 +276,11 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
             # Headers now, so the client knows it is subscribed before any finding arrives.
             await context.send_initial_metadata(SUBSCRIBED_METADATA)
             while (message := await subscription.next()) is not None:
-                yield message
+                try:
+                    await context.write(message)
+                except Exception as error:  # grpc-aio's ExecuteBatchError is not public
+                    log.debug("findings stream ended by a failed write: %r", error)
+                    return
         finally:
             self._broker.unsubscribe(subscription)
 
