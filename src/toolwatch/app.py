@@ -163,6 +163,7 @@ class App:
         self._stopped = False
         self._scraped = asyncio.Event()  # set by every /metrics scrape
         self._ever_scraped = False
+        self._hurried = False  # a second signal: no wait for a last scrape
 
     def _buffer_state(self) -> BufferState:
         buffer = self.engine.buffer
@@ -257,11 +258,19 @@ class App:
         linger = self.config.shutdown_metrics_linger_seconds
         if linger <= 0 or not self._ever_scraped or "metrics" not in self.addresses:
             return
-        log.info("waiting up to %gs for a last scrape of /metrics", linger)
+        if self._hurried:
+            return
+        log.info("waiting up to %gs for a last scrape of /metrics (signal again to skip)", linger)
         try:
             await asyncio.wait_for(self._scraped.wait(), linger)
         except TimeoutError:
             log.warning("no scrape of /metrics within %gs of the drain", linger)
+
+    def hurry(self) -> None:
+        """A second SIGTERM or Ctrl-C: finish the shutdown without waiting for a scrape (the
+        drain still completes)."""
+        self._hurried = True
+        self._scraped.set()
 
     def _was_scraped(self) -> None:
         self._ever_scraped = True
@@ -503,5 +512,7 @@ async def serve(config: Config) -> int:
     tune_gc()
     await stop.wait()
     log.info("shutting down")
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, app.hurry)
     await app.stop()
     return 0

@@ -304,6 +304,29 @@ def test_sigterm_waits_for_a_last_scrape_at_most_the_linger(
     assert "no scrape of /metrics within 0.5s of the drain" in waited[1]
 
 
+def test_a_second_sigterm_skips_the_wait_for_a_last_scrape(
+    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+) -> None:
+    config = write_config(
+        tmp_path / "hurry.yaml",
+        {},
+        shutdown_grace_seconds=GRACE_SECONDS,
+        shutdown_metrics_linger_seconds=60,
+    )
+    server = serve(config)
+    assert server.sample("toolwatch_buffered_traces") == 0  # something scrapes it
+
+    def signal_again() -> None:
+        assert until(lambda: any("for a last scrape" in line for line in server.log))
+        server.proc.send_signal(signal.SIGTERM)
+
+    code, seconds = server.terminate(timeout=GRACE_SECONDS + 10, after_drain=signal_again)
+
+    assert code == 0
+    assert seconds < GRACE_SECONDS  # not the 60 s linger
+    assert not any("no scrape of /metrics" in line for line in server.log)
+
+
 def test_sigterm_with_nothing_buffered_exits_at_once(
     tmp_path: Path, serve: Callable[[Path], ServeProcess]
 ) -> None:
