@@ -293,7 +293,9 @@ def test_sigterm_waits_for_a_last_scrape_at_most_the_linger(
         shutdown_metrics_linger_seconds=0.5,
     )
     server = serve(config)
-    assert server.sample("toolwatch_buffered_traces") == 0
+    unfinished = without_root(agents.record(agents.refund_run(), "genai"))
+    assert export(server.addresses["grpc"], unfinished) is SpanExportResult.SUCCESS
+    assert server.sample("toolwatch_buffered_traces") == 1  # the drain will complete it
 
     code, _ = server.terminate(timeout=GRACE_SECONDS + 10)
 
@@ -302,6 +304,29 @@ def test_sigterm_waits_for_a_last_scrape_at_most_the_linger(
     assert len(waited) == 2, server.log
     assert "waiting up to 0.5s for a last scrape of /metrics" in waited[0]
     assert "no scrape of /metrics within 0.5s of the drain" in waited[1]
+
+
+def test_sigterm_after_a_scrape_that_read_everything_exits_at_once(
+    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+) -> None:
+    """Scraped after the last trace completed, nothing buffered: no count is left unread."""
+    config = write_config(
+        tmp_path / "read.yaml",
+        {},
+        assembly={"completion_wait_seconds": 0.01, "tick_seconds": 0.01},
+        shutdown_grace_seconds=GRACE_SECONDS,
+        shutdown_metrics_linger_seconds=60,
+    )
+    server = serve(config)
+    spans = agents.record(agents.refund_run(), "genai")
+    assert export(server.addresses["grpc"], spans) is SpanExportResult.SUCCESS
+    labels = {"agent": "refund-bot", "outcome": "complete", "reference": "none"}
+    assert until(lambda: server.sample("toolwatch_tool_traces_total", labels) == 1)
+
+    code, seconds = server.terminate(timeout=GRACE_SECONDS + 10)
+
+    assert (code, seconds < GRACE_SECONDS) == (0, True)
+    assert not any("scrape of /metrics" in line for line in server.log)
 
 
 def test_a_second_sigterm_skips_the_wait_for_a_last_scrape(
@@ -314,7 +339,9 @@ def test_a_second_sigterm_skips_the_wait_for_a_last_scrape(
         shutdown_metrics_linger_seconds=60,
     )
     server = serve(config)
-    assert server.sample("toolwatch_buffered_traces") == 0  # something scrapes it
+    unfinished = without_root(agents.record(agents.refund_run(), "genai"))
+    assert export(server.addresses["grpc"], unfinished) is SpanExportResult.SUCCESS
+    assert server.sample("toolwatch_buffered_traces") == 1  # something scrapes it
 
     def signal_again() -> None:
         assert until(lambda: any("for a last scrape" in line for line in server.log))
