@@ -273,11 +273,15 @@ def _lineages(calls: Sequence[ToolCall]) -> list[tuple[int, ...]] | None:
     lineages: list[tuple[int, ...]] = []
     for i, call in enumerate(calls):
         parent = by_id.get(call.parent_call_id) if call.parent_call_id is not None else None
-        lineages.append((*lineages[parent], i) if parent is not None else (i,))
+        lineage = (*lineages[parent], i) if parent is not None else (i,)
+        lineages.append(lineage)
         if call.span_id is not None:
             by_id[call.span_id] = i
-        if call.call_id is not None:
-            by_id[call.call_id] = i  # the latest call of an id encloses what follows it
+        # The latest call of an id encloses what follows it, unless the id is an enclosing
+        # call's (providers number ids per response: a nested agent's call_0 is not its
+        # caller's call_0, which still encloses its siblings).
+        if call.call_id is not None and all(calls[j].call_id != call.call_id for j in lineage[:-1]):
+            by_id[call.call_id] = i
     return lineages
 
 

@@ -98,17 +98,19 @@ class Invariants:
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
         names = [self._normalize(c.tool_name) for c in trace.calls]
+        run = _Calls(trace.calls, names, range(len(names)), Concurrency(trace.calls))
         violations: list[Violation] = []
         applicable = 0
         for i, rule in enumerate(self._rules):
             if not rule.agents:
-                violations += self._check(i, rule, trace.calls, names)
+                violations += self._check(i, rule, run)
                 applicable += 1
                 continue
             scoped = _made_by(rule.agents, trace)
             if scoped or trace.agent in rule.agents:
                 calls = [trace.calls[j] for j in scoped]
-                violations += self._check(i, rule, calls, [names[j] for j in scoped])
+                made = _Calls(calls, [names[j] for j in scoped], scoped, run.concurrency)
+                violations += self._check(i, rule, made)
                 applicable += 1
         if not applicable:
             return None
@@ -119,10 +121,9 @@ class Invariants:
         explanation += "".join(f"; {v.explanation}" for v in violations) + ")."
         return EvalResult(self.name, {"score": score}, findings, explanation)
 
-    def _check(
-        self, index: int, rule: Invariant, calls: Sequence[ToolCall], names: Sequence[str]
-    ) -> list[Violation]:
+    def _check(self, index: int, rule: Invariant, run: _Calls) -> list[Violation]:
         label = rule_label(rule)
+        calls, names = run.calls, run.names
         if isinstance(rule, ArgumentsRule):
             validator = self._validators[index]
             return _arguments(
@@ -134,7 +135,7 @@ class Invariants:
                 normalize=self._normalize,
             )
         if isinstance(rule, OrderRule):
-            return _order(rule, label, calls, names, self._normalize)
+            return _order(rule, label, run, self._normalize)
         return _counted(rule, label, calls, names, self._normalize)
 
     def _finding(self, trace: ToolTrace, violation: Violation, score: float) -> Finding:
@@ -151,6 +152,18 @@ class Invariants:
             field=violation.field,
             details={"rule": violation.label, **(violation.details or {})},
         )
+
+
+@dataclass(frozen=True, slots=True)
+class _Calls:
+    """The calls a rule judges (all of the run's, or those its agents made), their normalized
+    names, their places in the run, and the run's ``Concurrency`` (built from all its calls:
+    a scoped rule's calls may be nested in calls it does not judge)."""
+
+    calls: Sequence[ToolCall]
+    names: Sequence[str]
+    places: Sequence[int]
+    concurrency: Concurrency
 
 
 def _made_by(agents: Sequence[str], trace: ToolTrace) -> list[int]:
@@ -199,28 +212,23 @@ def _within(count: int, rule: CallCountRule) -> bool:
     return count >= rule.min and (rule.max is None or count <= rule.max)
 
 
-def _order(
-    rule: OrderRule,
-    label: str,
-    calls: Sequence[ToolCall],
-    names: Sequence[str],
-    normalize: NameNormalizer,
-) -> list[Violation]:
+def _order(rule: OrderRule, label: str, run: _Calls, normalize: NameNormalizer) -> list[Violation]:
     before, after = normalize(rule.before), normalize(rule.after)
+    names, places = run.names, run.places
     if after not in names:
         return []
-    concurrency = Concurrency(calls)
-    befores: list[int] = []  # the indexes of the calls of before so far
-    for i, call in enumerate(calls):
+    befores: list[int] = []  # the run places of the calls of before so far
+    for i, call in enumerate(run.calls):
         name = names[i]
-        if name == after and not any(concurrency.informs(j, i) for j in befores):
+        place = places[i]
+        if name == after and not any(run.concurrency.informs(j, place) for j in befores):
             if befores:
                 text = f"{label}: {after} called alongside {before}, not after it"
             else:
                 text = f"{label}: {after} called before any {before}"
             return [Violation(rule, label, text, call, after)]
         if name == before:
-            befores.append(i)
+            befores.append(place)
     return []
 
 

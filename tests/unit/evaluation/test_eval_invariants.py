@@ -222,3 +222,19 @@ def test_a_before_nested_in_a_call_of_the_same_group_is_not_earlier() -> None:
         call("issue_refund", index=2),
     )
     assert broken(sequential, rule) == []
+
+
+def test_a_scoped_order_rule_knows_the_calls_its_agents_ran_inside() -> None:
+    # support asks two billing agents at once; one looks the order up, the other refunds.
+    rule = {"kind": "order", "before": "lookup_order", "after": "issue_refund"}
+    run = trace(
+        call("ask_billing", index=0, group=1),
+        call("ask_billing", index=1, group=1),
+        call("lookup_order", index=2, parent=0, agent="billing"),
+        call("issue_refund", index=3, parent=1, agent="billing"),
+    )
+    assert (
+        broken(run, rule)
+        == broken(run, {**rule, "agents": ["billing"]})
+        == ["order:lookup_order<issue_refund"]
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
@@ -275,3 +276,13 @@ def test_a_lookup_nested_in_a_call_issued_beside_the_refund_does_not_verify_it()
         call("issue_refund", index=2),
     )
     assert evaluate(after).findings == ()
+
+
+def test_a_nested_call_reusing_its_callers_call_id_still_nests_its_siblings() -> None:
+    # Providers number call ids per response: the nested agent's first call is "c0" too.
+    within = trace(
+        call("ask_billing", index=0),
+        replace(call("lookup_order", index=1, parent=0, agent="billing"), call_id="c0"),
+        call("issue_refund", index=2, parent=0, agent="billing"),
+    )
+    assert evaluate(within).findings == ()
