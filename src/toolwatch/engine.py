@@ -180,14 +180,13 @@ class Engine:
     ) -> Sequence[Finding]:
         evaluation = self._parts.evaluation
         result = evaluation.evaluate(trace, expected, source, policy=policy)
-        # The pair's pass (policy=False) counts only the comparing evaluators: the others,
-        # safety among them, were counted when the run arrived.
-        counted = None if policy else evaluation.comparing
         for evaluator, _message in result.failures:
-            if counted is None or evaluator in counted:
-                self._metrics.evaluator_failed(evaluator)
+            self._metrics.evaluator_failed(evaluator)
+        # The pair's pass (policy=False) runs safety again for its drift against the source;
+        # its score was observed when the run arrived.
+        rescored = frozenset() if policy else evaluation.rescored
         for evaluated in result.results:
-            if counted is not None and evaluated.evaluator not in counted:
+            if evaluated.evaluator in rescored:
                 continue
             score = evaluated.scores.get("score")
             seconds = result.durations.get(evaluated.evaluator, 0.0)

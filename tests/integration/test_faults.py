@@ -47,6 +47,8 @@ from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodeOptions, decode_request
 from toolwatch.model import EvalResult, ManualClock, ToolTrace
+from toolwatch.references.settings import ShadowSettings
+from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.sinks.findings import InMemoryFindingSink
 from toolwatch.sinks.prometheus import PrometheusMetrics
 
@@ -508,6 +510,52 @@ def test_an_evaluator_that_raises_on_one_run_is_isolated_and_counted() -> None:
     assert sample("toolwatch_evaluator_failures_total", "safety") is None
     assert sample("toolwatch_evaluator_score_count", "flaky") == 1.0  # the other run's result
     assert sample("toolwatch_evaluation_duration_seconds_count", "loops") == 2.0
+
+
+class RaisesAgainstASource:
+    """A custom evaluator with a bug only the shadow pair's pass reaches."""
+
+    def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
+        if reference.source is not None:
+            raise KeyError("order_id")
+        return EvalResult(evaluator="drift", scores={"score": 1.0}, findings=(), explanation="ok")
+
+
+def test_an_evaluator_that_raises_on_a_shadow_pair_is_counted() -> None:
+    registry, clock = CollectorRegistry(), ManualClock()
+    metrics = PrometheusMetrics(registry)
+    settings = EvaluationSettings.model_validate({"policy": POLICY})
+    shadow = ShadowSettings(enabled=True)
+    parts = EngineParts(
+        limits=AssemblyLimits(),
+        evaluation=EvaluationPipeline(settings, extra=[("drift", RaisesAgainstASource())]),
+        normalize=settings.policy.normalizer(),
+        findings=InMemoryFindingSink(),
+        tooltraces=KeptToolTraces(),
+        shadow=ShadowJoiner(shadow, clock, metrics),
+    )
+    engine = Engine(parts, clock, metrics)
+    halves = [
+        dataclasses.replace(
+            agents.refund_run(),
+            attributes={shadow.pair_key_attribute: "p1", shadow.role_attribute: role},
+        )
+        for role in ("source", "target")
+    ]
+    spans = agents.spans_of(*(agents.record(run, "genai") for run in halves))
+    options = DecodeOptions(reference_keys=shadow.reference_keys())
+    assert engine.offer(decode_request(encode_spans(spans), options), "grpc") is (
+        Admission.ACCEPTED
+    )
+    clock.advance(2.001)
+    assert engine.tick() == 2
+
+    failures = registry.get_sample_value(
+        "toolwatch_evaluator_failures_total", {"evaluator": "drift"}
+    )
+    assert failures == 1.0  # the pair's pass; each half alone was scored
+    scored = registry.get_sample_value("toolwatch_evaluator_score_count", {"evaluator": "drift"})
+    assert scored == 2.0
 
 
 # -- a sink that fails ----------------------------------------------------------------------

@@ -151,17 +151,22 @@ class EvaluationPipeline:
     raises).
     """
 
-    __slots__ = ("_entries", "comparing")
+    __slots__ = ("_entries", "rescored")
 
     def __init__(
         self, settings: EvaluationSettings, *, extra: Iterable[tuple[str, Evaluator]] = ()
     ) -> None:
         custom = (_Entry(name, evaluator, frozenset()) for name, evaluator in extra)
         self._entries = (*_entries(settings), *custom)
-        #: The evaluators that run only against a reference. The others (``safety``, and
-        #: with ``policy=True`` ``loops``, ``invariants``, custom ones) also judge every
-        #: run alone, so a second pass over the same run repeats their policy verdicts.
-        self.comparing = frozenset(e.name for e in self._entries if e.needs)
+        #: The built-in evaluators that judge every run alone and that ``policy=False`` runs
+        #: anyway (``safety``, for its drift against the source): a second pass over a run
+        #: scores them again. Custom evaluators are not in it: the pair's pass may be their
+        #: only look at the source.
+        self.rescored = frozenset(
+            e.name
+            for e in self._entries
+            if not e.needs and not e.policy_only and e.name in EVALUATOR_ORDER
+        )
 
     @property
     def evaluator_names(self) -> tuple[str, ...]:
