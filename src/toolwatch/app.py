@@ -163,7 +163,7 @@ class App:
         self._stopped = False
         self._scraped = asyncio.Event()  # set by every /metrics scrape
         self._ever_scraped = False
-        self._unscraped = 0  # traces completed since the last scrape
+        self._scraped_activity = 0  # the engine's activity at the last scrape
         self._hurried = False  # a second signal: no wait for a last scrape
 
     def _buffer_state(self) -> BufferState:
@@ -239,7 +239,6 @@ class App:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
         drained = self.engine.drain()
-        self._unscraped += drained
         self._scraped.clear()  # from here on a scrape reads what the drain counted
         log.info("drained %d buffered trace(s) at shutdown", drained)
         for stream in self._outputs.files:
@@ -257,11 +256,12 @@ class App:
         the last regular scrape, and a restarted process counts from zero, so without it
         their alerts would never fire. Only when something has scraped this process: one
         nobody watches (a laptop's ``make serve``) exits at once, and so does one whose last
-        scrape came after its last completed trace: nothing new to read."""
+        scrape came after the engine last counted something (``Engine.activity``): nothing
+        new to read."""
         linger = self.config.shutdown_metrics_linger_seconds
         if linger <= 0 or not self._ever_scraped or "metrics" not in self.addresses:
             return
-        if self._hurried or not self._unscraped:
+        if self._hurried or self.engine.activity == self._scraped_activity:
             return
         log.info("waiting up to %gs for a last scrape of /metrics (signal again to skip)", linger)
         try:
@@ -277,16 +277,14 @@ class App:
 
     def _was_scraped(self) -> None:
         self._ever_scraped = True
-        self._unscraped = 0
+        self._scraped_activity = self.engine.activity
         self._scraped.set()
 
     def tick(self) -> int:
         """What the ticker does every ``assembly.tick_seconds``: reload TLS files that
         changed, and complete the traces that are due. Returns how many were completed."""
         self._security.refresh()
-        completed = self.engine.tick()
-        self._unscraped += completed
-        return completed
+        return self.engine.tick()
 
     async def _tick_forever(self) -> None:
         period = self.config.assembly.tick_seconds

@@ -363,7 +363,7 @@ class Config(_Section):
     shutdown_grace_seconds: float = Field(10.0, gt=0, le=600)
     # After the drain, /metrics stays up until it is scraped once more, at most this long, so
     # the findings of the drain reach Prometheus (only if something has scraped it before and
-    # traces completed since its last scrape).
+    # the engine counted something since its last scrape).
     shutdown_metrics_linger_seconds: float = Field(15.0, ge=0, le=600)
 
     @model_validator(mode="after")

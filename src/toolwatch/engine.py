@@ -88,6 +88,15 @@ class Engine:
         self._clock = clock
         self._metrics = metrics
         self.buffer = TraceBuffer(parts.limits, clock, metrics)
+        self._processed = 0  # traces taken out of the buffer and evaluated (or failed)
+
+    @property
+    def activity(self) -> int:
+        """A count that grows whenever the engine counts something after a request was
+        admitted: a trace completed (evaluated, or evicted), a shadow half dropped. Equal
+        readings mean no counter moved in between (the app's last-scrape check)."""
+        shadow = self._parts.shadow
+        return self._processed + (shadow.dropped if shadow is not None else 0)
 
     def offer(self, batch: DecodedBatch, transport: str) -> Admission:
         """Admit one decoded request, or refuse all of it when the buffer has no room
@@ -131,6 +140,7 @@ class Engine:
 
     def _process(self, completed: Iterable[CompletedTrace]) -> None:
         for trace in completed:
+            self._processed += 1
             try:
                 self._process_one(trace)
             except Exception:
@@ -153,14 +163,15 @@ class Engine:
         # A shadow target is counted once its outcome is known (see references.shadow):
         # as compared when it pairs, else when the joiner drops it. Expired halves and
         # pair keys go first, as offer's own expiry would drop them before it holds this one.
+        now = self._clock()
         if joiner is not None:
-            joiner.expire()
+            joiner.expire(now)
         deferred = expected is None and joiner is not None and joiner.compares(trace)
         if not deferred:
             self._metrics.tool_trace(trace, "expected" if expected is not None else "none")
         self._parts.tooltraces.write(trace)
         self._emit(trace, self._run(trace, expected, None), last_arrival_ns)
-        pair = joiner.offer(trace, deferred=deferred) if joiner is not None else None
+        pair = joiner.offer(trace, deferred=deferred, now=now) if joiner is not None else None
         if pair is not None:
             if pair.deferred:
                 self._metrics.tool_trace(pair.target, "source")

@@ -93,6 +93,9 @@ class RunningServer:
         return [json.loads(line) for line in lines]
 
     def stop(self) -> None:
+        """Shut the app down (idempotent: a test may stop it before the fixture does)."""
+        if self.loop.is_closed():
+            return
         self._await(self.app.stop(grace=1.0))
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(timeout=10)

@@ -7,8 +7,10 @@ import base64
 import dataclasses
 import gzip
 import json
+import logging
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -182,6 +184,26 @@ def test_a_paired_target_is_scored_once_by_each_evaluator(
     assert (scored("safety"), scored("loops")) == (2.0, 2.0)
     # ... and the target once more by those that compare it with its source.
     assert (scored("order"), scored("tool_selection")) == (1.0, 1.0)
+
+
+def test_shutdown_waits_for_a_scrape_of_what_only_the_shadow_joiner_counted(
+    start_server: Callable[..., RunningServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    server = start_server(EXAMPLES / "toolwatch.yaml", shutdown_metrics_linger_seconds=0.2)
+    send_grpc(server, agents.record(shadow_half("target", extra_refund=False), "genai"))
+    server.settle()
+    metrics = f"http://{server.address('metrics')}/metrics"
+    with urllib.request.urlopen(metrics, timeout=10) as response:  # read all there is
+        assert b"toolwatch_tool_traces_total" in response.read()
+    # The drain completes no trace, but counts the waiting target unpaired (shutdown).
+    with caplog.at_level(logging.INFO, logger="toolwatch"):
+        server.stop()
+    assert server.sample("toolwatch_shadow_unpaired_total", {"reason": "shutdown"}) == 1.0
+    waits = [r.getMessage() for r in caplog.records if "scrape of /metrics" in r.getMessage()]
+    assert waits == [
+        "waiting up to 0.2s for a last scrape of /metrics (signal again to skip)",
+        "no scrape of /metrics within 0.2s of the drain",
+    ]
 
 
 def test_a_pair_key_used_again_after_the_timeout_is_counted_when_it_pairs(

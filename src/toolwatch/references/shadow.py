@@ -67,7 +67,16 @@ class ShadowJoiner:
     is expiry order, so ``expire`` and eviction only look at the front.
     """
 
-    __slots__ = ("_clock", "_metrics", "_paired", "_roles", "_settings", "_timeout_ns", "_waiting")
+    __slots__ = (
+        "_clock",
+        "_metrics",
+        "_paired",
+        "_roles",
+        "_settings",
+        "_timeout_ns",
+        "_waiting",
+        "dropped",
+    )
 
     def __init__(self, settings: ShadowSettings, clock: Clock, metrics: PipelineMetrics) -> None:
         self._settings = settings
@@ -82,6 +91,7 @@ class ShadowJoiner:
         # Pair keys joined within the timeout (key -> when), so a late third half is a
         # duplicate rather than a new half left to time out. Bounded like ``_waiting``.
         self._paired: OrderedDict[str, int] = OrderedDict()
+        self.dropped = 0  #: halves counted unpaired so far, every reason
 
     @property
     def waiting(self) -> int:
@@ -102,19 +112,23 @@ class ShadowJoiner:
         key = self.pair_key(trace)
         return key is not None and self._role(trace) == _TARGET and not self._taken(key, _TARGET)
 
-    def offer(self, trace: ToolTrace, *, deferred: bool = False) -> ShadowPair | None:
+    def offer(
+        self, trace: ToolTrace, *, deferred: bool = False, now: int | None = None
+    ) -> ShadowPair | None:
         """Take one finished run. Returns the pair it completes, else ``None``.
 
         A run without a pair key is ignored (nothing held, nothing counted). Expired halves
         are dropped first, so a half never pairs after its timeout. ``deferred``: the run's
         tool-trace count is left to the outcome (see the module docstring); for a run that
-        ``compares`` names.
+        ``compares`` names. ``now``: the clock reading to judge expiry and arrival by (the
+        caller's, when it asked ``compares`` at that moment), else the clock's.
         """
         key = self.pair_key(trace)
         if key is None:
             return None
-        self.expire()
-        half = _Half(trace, self._role(trace) or "", self._clock(), deferred)
+        now = self._clock() if now is None else now
+        self.expire(now)
+        half = _Half(trace, self._role(trace) or "", now, deferred)
         if not half.role:
             self._drop(half, "no_role")
             return None
@@ -127,10 +141,11 @@ class ShadowJoiner:
             return None
         return self._join(key, waiting, half)
 
-    def expire(self) -> None:
-        """Drop halves that waited ``pair_timeout_seconds`` or longer (counted
-        ``timed_out``) and forget old joined keys. Cost is proportional to what expires."""
-        deadline = self._clock() - self._timeout_ns
+    def expire(self, now: int | None = None) -> None:
+        """Drop halves that waited ``pair_timeout_seconds`` or longer by ``now`` (default:
+        the clock; counted ``timed_out``) and forget old joined keys. Cost is proportional
+        to what expires."""
+        deadline = (self._clock() if now is None else now) - self._timeout_ns
         while self._waiting:
             key, half = next(iter(self._waiting.items()))
             if half.arrived_ns > deadline:
@@ -164,6 +179,7 @@ class ShadowJoiner:
 
     def _drop(self, half: _Half, reason: str) -> None:
         """Count a half that will never pair; a deferred one's tool-trace count too."""
+        self.dropped += 1
         self._metrics.shadow_unpaired(reason)
         if half.deferred:
             self._metrics.tool_trace(half.trace, "none")
