@@ -284,20 +284,25 @@ def test_sigterm_evaluates_every_buffered_trace_flushes_sinks_and_exits_in_the_g
     assert any("drained 4 buffered trace(s) at shutdown" in line for line in server.log)
 
 
-def test_sigterm_waits_for_a_last_scrape_at_most_the_linger(
-    tmp_path: Path, serve: Callable[[Path], ServeProcess]
-) -> None:
-    """Scraped before, never after the drain: the process exits once the linger is over."""
+def scraped_with_a_run_to_drain(
+    path: Path, serve: Callable[[Path], ServeProcess], linger: float
+) -> ServeProcess:
+    """A server that holds one unfinished run (the drain will complete it) and was scraped."""
     config = write_config(
-        tmp_path / "linger.yaml",
-        {},
-        shutdown_grace_seconds=GRACE_SECONDS,
-        shutdown_metrics_linger_seconds=0.5,
+        path, {}, shutdown_grace_seconds=GRACE_SECONDS, shutdown_metrics_linger_seconds=linger
     )
     server = serve(config)
     unfinished = without_root(agents.record(agents.refund_run(), "genai"))
     assert export(server.addresses["grpc"], unfinished) is SpanExportResult.SUCCESS
-    assert server.sample("toolwatch_buffered_traces") == 1  # the drain will complete it
+    assert server.sample("toolwatch_buffered_traces") == 1
+    return server
+
+
+def test_sigterm_waits_for_a_last_scrape_at_most_the_linger(
+    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+) -> None:
+    """Scraped before, never after the drain: the process exits once the linger is over."""
+    server = scraped_with_a_run_to_drain(tmp_path / "linger.yaml", serve, linger=0.5)
 
     code, _ = server.terminate(timeout=GRACE_SECONDS + 10)
 
@@ -334,16 +339,7 @@ def test_sigterm_after_a_scrape_that_read_everything_exits_at_once(
 def test_a_second_sigterm_skips_the_wait_for_a_last_scrape(
     tmp_path: Path, serve: Callable[[Path], ServeProcess]
 ) -> None:
-    config = write_config(
-        tmp_path / "hurry.yaml",
-        {},
-        shutdown_grace_seconds=GRACE_SECONDS,
-        shutdown_metrics_linger_seconds=60,
-    )
-    server = serve(config)
-    unfinished = without_root(agents.record(agents.refund_run(), "genai"))
-    assert export(server.addresses["grpc"], unfinished) is SpanExportResult.SUCCESS
-    assert server.sample("toolwatch_buffered_traces") == 1  # something scrapes it
+    server = scraped_with_a_run_to_drain(tmp_path / "hurry.yaml", serve, linger=60)
 
     def signal_again() -> None:
         assert until(lambda: any("for a last scrape" in line for line in server.log))
