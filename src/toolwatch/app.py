@@ -162,8 +162,7 @@ class App:
         self._ready = False
         self._stopped = False
         self._scraped = asyncio.Event()  # set by every /metrics scrape
-        self._ever_scraped = False
-        self._scraped_activity = 0  # the engine's activity at the last scrape
+        self._scraped_activity: int | None = None  # the engine's at the last scrape, if any
         self._hurried = False  # a second signal: no wait for a last scrape
 
     def _buffer_state(self) -> BufferState:
@@ -259,9 +258,10 @@ class App:
         scrape came after the engine last counted something (``Engine.activity``): nothing
         new to read."""
         linger = self.config.shutdown_metrics_linger_seconds
-        if linger <= 0 or not self._ever_scraped or "metrics" not in self.addresses:
+        scraped = self._scraped_activity
+        if linger <= 0 or scraped is None or "metrics" not in self.addresses:
             return
-        if self._hurried or self.engine.activity == self._scraped_activity:
+        if self._hurried or self.engine.activity == scraped:
             return
         log.info("waiting up to %gs for a last scrape of /metrics (signal again to skip)", linger)
         try:
@@ -276,7 +276,6 @@ class App:
         self._scraped.set()
 
     def _was_scraped(self) -> None:
-        self._ever_scraped = True
         self._scraped_activity = self.engine.activity
         self._scraped.set()
 

@@ -161,12 +161,10 @@ class Engine:
         expected = golden.match(trace) if golden is not None and comparable else None
         joiner = shadow if comparable else None
         # A shadow target is counted once its outcome is known (see references.shadow):
-        # as compared when it pairs, else when the joiner drops it. Expired halves and
-        # pair keys go first, as offer's own expiry would drop them before it holds this one.
-        now = self._clock()
-        if joiner is not None:
-            joiner.expire(now)
-        deferred = expected is None and joiner is not None and joiner.compares(trace)
+        # as compared when it pairs, else when the joiner drops it. Asked and offered at one
+        # clock reading, so a pair key cannot expire in between.
+        now = self._clock() if joiner is not None else 0
+        deferred = expected is None and joiner is not None and joiner.compares(trace, now)
         if not deferred:
             self._metrics.tool_trace(trace, "expected" if expected is not None else "none")
         self._parts.tooltraces.write(trace)

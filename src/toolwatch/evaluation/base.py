@@ -31,7 +31,6 @@ __all__ = [
     "from_case",
     "from_source",
     "in_sequence",
-    "informs",
     "name_list",
     "pct",
     "resolve",
@@ -254,7 +253,7 @@ def _sequence_index(call: ToolCall) -> int:
     return call.sequence_index
 
 
-def informs(earlier_group: int | None, group: int | None) -> bool:
+def _informs(earlier_group: int | None, group: int | None) -> bool:
     """Whether a successful call of ``earlier_group``, made earlier in the run, could inform a
     call of ``group``: not when both were issued in the same parallel group, since neither saw
     the other's result. Callers have already checked "earlier" (lower ``sequence_index``) and
@@ -325,10 +324,10 @@ class Concurrency:
         lie in two, that were not issued in one parallel group."""
         calls, lineages = self._calls, self._lineages
         if lineages is None:
-            return informs(calls[earlier].parallel_group, calls[later].parallel_group)
+            return _informs(calls[earlier].parallel_group, calls[later].parallel_group)
         for x, y in zip(lineages[earlier], lineages[later], strict=False):
             if x != y:
-                return informs(calls[x].parallel_group, calls[y].parallel_group)
+                return _informs(calls[x].parallel_group, calls[y].parallel_group)
         return False  # one is nested in the other: the outer call had not returned
 
 

@@ -105,10 +105,12 @@ class ShadowJoiner:
             return None
         return trace.reference_keys.get(self._settings.pair_key_attribute) or None
 
-    def compares(self, trace: ToolTrace) -> bool:
-        """Whether ``offer`` would take the run as a shadow target, to compare with its
-        source once both have arrived: not a duplicate of a target already waiting or
-        paired. (One that waits past its timeout is not compared after all.)"""
+    def compares(self, trace: ToolTrace, now: int | None = None) -> bool:
+        """Whether ``offer`` at ``now`` would take the run as a shadow target, to compare
+        with its source once both have arrived: not a duplicate of a target already waiting
+        or paired. What expired by ``now`` (default: the clock) is dropped first, as ``offer``
+        drops it. (One that waits past its timeout is not compared after all.)"""
+        self.expire(now)
         key = self.pair_key(trace)
         return key is not None and self._role(trace) == _TARGET and not self._taken(key, _TARGET)
 
