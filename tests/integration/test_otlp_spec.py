@@ -826,7 +826,33 @@ def test_an_export_call_must_carry_exactly_one_request(
     assert error.code() is grpc.StatusCode.INVALID_ARGUMENT
     assert reason in error.details()
     assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 0
+    invalid = {"transport": "grpc", "outcome": "invalid"}
+    assert server.sample(REQUESTS_COUNTED, invalid) == 1
     assert in_flight(server) == 0
+
+
+def test_a_grpc_call_the_client_cancels_is_aborted_not_invalid(
+    start_server: StartServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that gives up (its deadline, or it went away) has sent nothing wrong: counted
+    ``aborted``, as an HTTP client that goes away is, so the invalid-request count an SRE
+    alerts on stays the count of broken clients."""
+    server = start_server(**QUIET)
+    with caplog.at_level(logging.ERROR):
+        for _ in range(3):
+            call = HeldCall(server, [])
+            assert until(lambda: in_flight(server) == 1)
+            call.cancel()
+            assert until(lambda: in_flight(server) == 0)
+
+    counted = {
+        outcome: server.sample(REQUESTS_COUNTED, {"transport": "grpc", "outcome": outcome})
+        for outcome in ("aborted", "invalid", "ok")
+    }
+    assert counted == {"aborted": 3, "invalid": 0, "ok": 0}
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert export_grpc(server, refund_request()) == ExportTraceServiceResponse()
+    assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 6
 
 
 # --- health ---------------------------------------------------------------------------------

@@ -15,7 +15,10 @@ it once, hands the batch to the consumer and answers per the OTLP specification:
   form) and as ``google.rpc.retryinfo-bin``, the trailer the OpenTelemetry Python exporter
   reads. OTLP: "the server SHOULD respond with UNAVAILABLE ... and MAY supply RetryInfo";
 - DEADLINE_EXCEEDED (retryable) when a call has not sent its whole request within the request
-  slots' read timeout: its slot goes back to the other clients.
+  slots' read timeout: its slot goes back to the other clients;
+- nothing, for a call the client cancelled before its request arrived (its own deadline, or
+  it went away): the request is counted ``aborted``, not ``invalid``, and none of its spans
+  was taken, so a retry delivers them once.
 
 The method is served as client-streaming on the wire, which a unary client cannot tell
 apart: a unary handler is handed its request only once gRPC has read all of it, too late to
@@ -141,6 +144,9 @@ class _Export:
             return b""
         try:
             outcome, payload = await self._receive(context)
+        except asyncio.CancelledError:  # the client cancelled the call: nothing was taken
+            self._metrics.request_handled(_TRANSPORT, "aborted", time.perf_counter() - started)
+            raise
         finally:
             self._slots.give()
         self._metrics.request_handled(_TRANSPORT, outcome, time.perf_counter() - started)
@@ -172,6 +178,10 @@ class _Export:
         except TimeoutError:
             return "timeout", b""
         if body is grpc.aio.EOF:
+            # A cancelled call's reads end as if the client had half-closed, and gRPC cancels
+            # the handler right after: one turn of the loop lets that arrive (as
+            # CancelledError, counted "aborted" by ``handle``) before the call is judged.
+            await asyncio.sleep(0)
             return "invalid", _invalid("the call carried no ExportTraceServiceRequest")
         if extra is not grpc.aio.EOF:
             return "invalid", _invalid("Export is unary: a second request message was sent")
