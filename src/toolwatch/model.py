@@ -316,6 +316,10 @@ class ToolTrace:
     ``incomplete_reason`` then says why (``timed_out``, ``evicted``, ``span_limit``,
     ``shutdown``).
 
+    ``agents`` names every agent that ran in the run, each once: the run's own ``agent``
+    first, then, by start time, the agents it used as tools or handed over to (an agent
+    that made no call is listed too, so a rule for it still applies).
+
     Frozen, and its constructor written out: the one ``dataclass`` generates for a frozen
     class stays interpreted and took 27,000 instructions a run (a tenth of them compiled,
     ``make bench-instructions``). The fields are set with ``object.__setattr__``, as that
@@ -339,6 +343,7 @@ class ToolTrace:
     span_count: int
     conversation_id: str | None = None
     reference_keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    agents: tuple[str, ...] = ()
 
     def __init__(  # noqa: PLR0917 - the fields, in the order a dataclass would take them
         self,
@@ -359,6 +364,7 @@ class ToolTrace:
         span_count: int,
         conversation_id: str | None = None,
         reference_keys: Mapping[str, str] | None = None,
+        agents: tuple[str, ...] = (),
     ) -> None:
         object.__setattr__(self, "trace_id", trace_id)
         object.__setattr__(self, "run_span_id", run_span_id)
@@ -377,6 +383,7 @@ class ToolTrace:
         object.__setattr__(self, "span_count", span_count)
         object.__setattr__(self, "conversation_id", conversation_id)
         object.__setattr__(self, "reference_keys", {} if reference_keys is None else reference_keys)
+        object.__setattr__(self, "agents", agents)
 
     @property
     def tool_names(self) -> tuple[str, ...]:

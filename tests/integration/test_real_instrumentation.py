@@ -167,6 +167,18 @@ def test_fixture_rebuilds_expected_tooltraces(
         check_run(trace, want)
 
 
+@pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("agent_as_tool")])
+def test_a_run_names_the_agent_it_used_as_a_tool(
+    start_server: Callable[..., RunningServer], name: str
+) -> None:
+    """Every instrumentation's agent-as-tool capture: the concierge's run lists the refund
+    desk agent it ran, so a policy rule scoped to that agent applies to the run."""
+    server = start_server()
+    send_fixture(server, name)
+    server.settle()
+    assert [t["agents"] for t in server.tooltraces()] == [["concierge", "refund_desk_agent"]]
+
+
 def test_every_fixture_has_an_expectation() -> None:
     names = _fixture_names()
     assert len(names) == 89  # 81 Python captures and 8 of the Vercel AI SDK (TypeScript)

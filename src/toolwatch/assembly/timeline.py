@@ -411,7 +411,18 @@ def _tool_trace(
         span_count=len(run.spans),
         conversation_id=identity.conversation_id,
         reference_keys=_reference_keys(ranked),
+        agents=_agents(run, identity.agent),
     )
+
+
+def _agents(run: _Run, agent: str | None) -> tuple[str, ...]:
+    """The run's agent, then each other agent named by an AGENT span of the run, once."""
+    names = [agent] if agent is not None else []
+    for span in run.spans:  # in time order
+        name = span.agent_name
+        if span.role is SpanRole.AGENT and name is not None and name not in names:
+            names.append(name)
+    return tuple(names)
 
 
 def _by_precedence(run: _Run) -> tuple[SpanRecord, ...]:

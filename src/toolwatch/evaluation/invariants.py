@@ -17,9 +17,11 @@ Each violation is an INVARIANT_VIOLATION with reference ``policy`` and the rule'
 raised to the evaluator's floor. ``score`` is the share of applicable rules with no violation.
 A rule limited to ``agents`` judges only the calls those agents made (a call's ``agent``, else
 the run's), so a nested agent's calls follow its own rules and not its caller's; it applies to
-a run whose agent is one of them or that holds a call of one of them. With no applicable rule
-the evaluator does not apply. Validators are built once; ``$ref`` is never fetched over the
-network (the ``referencing`` library resolves only what the schema contains).
+a run in which one of them ran (``ToolTrace.agents``: its own agent or one nested in it, even
+one that made no call, so ``required`` catches a nested agent that skipped its tools) or that
+holds a call of one of them. With no applicable rule the evaluator does not apply.
+Validators are built once; ``$ref`` is never fetched over the network (the ``referencing``
+library resolves only what the schema contains).
 """
 
 from __future__ import annotations
@@ -107,7 +109,7 @@ class Invariants:
                 applicable += 1
                 continue
             scoped = _made_by(rule.agents, trace)
-            if scoped or trace.agent in rule.agents:
+            if scoped or _ran(rule.agents, trace):
                 calls = [trace.calls[j] for j in scoped]
                 made = _Calls(calls, [names[j] for j in scoped], scoped, run.concurrency)
                 violations += self._check(i, rule, made)
@@ -164,6 +166,11 @@ class _Calls:
     names: Sequence[str]
     places: Sequence[int]
     concurrency: Concurrency
+
+
+def _ran(agents: Sequence[str], trace: ToolTrace) -> bool:
+    """Whether one of ``agents`` ran in the run: its own agent, or one nested in it."""
+    return trace.agent in agents or any(a in agents for a in trace.agents)
 
 
 def _made_by(agents: Sequence[str], trace: ToolTrace) -> list[int]:

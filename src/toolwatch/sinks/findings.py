@@ -334,6 +334,7 @@ def tooltrace_to_dict(trace: ToolTrace) -> dict[str, Any]:
         "span_count": trace.span_count,
         "conversation_id": trace.conversation_id,
         "reference_keys": dict(trace.reference_keys),
+        "agents": list(trace.agents),
     }
 
 
@@ -371,9 +372,16 @@ def tooltrace_from_dict(data: Mapping[str, Any]) -> ToolTrace:
     try:
         fields["calls"] = tuple(_call_from_dict(c) for c in fields["calls"])
         fields["reference_keys"] = dict(fields.get("reference_keys", {}))
+        fields["agents"] = _names(fields.get("agents", []))  # absent in earlier dumps
         return ToolTrace(**fields)
     except TypeError as e:
         raise ValueError(str(e)) from None
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"agents must be a list of agent names, got {value!r:.80}")
+    return tuple(value)
 
 
 def _call_from_dict(data: Mapping[str, Any]) -> ToolCall:

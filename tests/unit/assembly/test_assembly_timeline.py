@@ -67,6 +67,7 @@ def test_refund_run_is_one_tooltrace_with_both_calls_in_order() -> None:
             span_count=6,
             conversation_id="conv-7",
             reference_keys={"case_id": "refund-1", "pair": "p-1"},
+            agents=("refund-bot",),
         )
     ]
 
@@ -106,6 +107,23 @@ def test_agent_as_tool_calls_belong_to_the_outer_run() -> None:
         ("ask_billing", None, "support-bot"),
         ("lookup_order", "call_outer", "billing-bot"),
     ]
+
+
+def test_a_run_lists_every_agent_that_ran_in_it_even_one_that_made_no_call() -> None:
+    spans = nested_spans()
+    (trace,) = build(spans)
+    assert trace.agents == ("support-bot", "billing-bot")
+    # The nested agent answers without calling lookup_order: it still ran in the run.
+    quiet = [s for s in spans if s.span_id.hex() not in {hexid(5), hexid(6)}]
+    (trace,) = build(quiet)
+    assert ([c.tool_name for c in trace.calls], trace.agents) == (
+        ["ask_billing"],
+        ("support-bot", "billing-bot"),
+    )
+    # Each agent once, however many times it ran; a run without agent spans lists none.
+    again = [*spans, agent(9, 3, "billing-bot", 40, 58)]
+    assert only(again).agents == ("support-bot", "billing-bot")
+    assert only([tool(2, None, "lookup_order", 1, 2)]).agents == ()
 
 
 def test_final_text_is_the_outer_runs_not_the_nested_agents() -> None:

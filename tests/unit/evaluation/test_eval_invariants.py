@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -206,6 +207,20 @@ def test_a_rule_limited_to_agents_judges_the_calls_those_agents_made() -> None:
     assert broken(run, required) == ["required:delete_account"]
     # An agent the run never involves leaves the rule out.
     assert evaluate(run, {**admin_rule, "agents": ["billing"]}) is None
+
+
+def test_a_rule_applies_to_a_nested_agent_that_ran_but_made_no_call() -> None:
+    # triage asks the billing agent, which answers without looking anything up.
+    run = dataclasses.replace(
+        trace(call("ask_billing", index=0, agent="triage"), agent="triage"),
+        agents=("triage", "billing"),
+    )
+    required = {"kind": "required", "tool": "lookup_order", "agents": ["billing"]}
+    assert broken(run, required) == ["required:lookup_order"]
+    at_least_one = {"kind": "call_count", "tool": "lookup_order", "min": 1, "agents": ["billing"]}
+    assert broken(run, at_least_one) == ["call_count:lookup_order"]
+    # An agent that did not run in the run still leaves the rule out.
+    assert evaluate(run, {**required, "agents": ["admin"]}) is None
 
 
 def test_a_before_nested_in_a_call_of_the_same_group_is_not_earlier() -> None:

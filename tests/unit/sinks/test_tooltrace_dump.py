@@ -69,6 +69,7 @@ tool_traces = st.builds(
     span_count=st.integers(min_value=0, max_value=5000),
     conversation_id=maybe_text,
     reference_keys=st.dictionaries(texts, texts, max_size=3),
+    agents=st.lists(texts, max_size=3, unique=True).map(tuple),
 )
 
 
@@ -113,6 +114,7 @@ def sample_trace() -> ToolTrace:
         span_count=6,
         conversation_id="conv-9",
         reference_keys={"toolwatch.case_id": "refund-happy-path"},
+        agents=("refund-bot", "billing-bot"),
     )
 
 
@@ -153,6 +155,8 @@ def test_the_line_is_plain_json_with_hex_ids_and_integer_nanoseconds() -> None:
         (lambda d: d["calls"][0].pop("raw_name"), "^missing field 'raw_name' in a call$"),
         (lambda d: d["calls"].append("lookup_order"), "^expected an object in a call, got str$"),
         (lambda d: d["calls"][0].update(status="maybe"), "'maybe' is not a valid CallStatus"),
+        (lambda d: d.update(agents="refund-bot"), "^agents must be a list of agent names"),
+        (lambda d: d.update(agents=[1]), "^agents must be a list of agent names"),
     ],
 )
 def test_malformed_objects_are_refused_with_the_reason(mutate: object, message: str) -> None:
@@ -161,6 +165,12 @@ def test_malformed_objects_are_refused_with_the_reason(mutate: object, message: 
     mutate(data)  # type: ignore[operator]
     with pytest.raises(ValueError, match=message):
         tooltrace_from_dict(data)
+
+
+def test_a_dump_written_before_agents_were_listed_reads_with_none() -> None:
+    data = tooltrace_to_dict(sample_trace())
+    del data["agents"]
+    assert tooltrace_from_dict(data) == dataclasses.replace(sample_trace(), agents=())
 
 
 def test_reading_names_the_bad_line_and_skips_blank_ones() -> None:
