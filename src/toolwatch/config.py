@@ -18,8 +18,6 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationError,
     field_validator,
@@ -30,6 +28,7 @@ from toolwatch.assembly.buffer import AssemblyLimits
 from toolwatch.evaluation.settings import EvaluatorsSettings, PolicySettings
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Decoder
 from toolwatch.references.settings import GoldenSettings, ShadowSettings
+from toolwatch.sections import Section, UniqueKeyLoader
 
 __all__ = [
     "LISTENERS",
@@ -98,8 +97,8 @@ def is_loopback(host: str) -> bool:
     return address.is_loopback
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Section(Section):
+    """A section of the configuration (``toolwatch.sections``)."""
 
 
 #: A listener on these holds its port on every interface.
@@ -170,10 +169,15 @@ class IngestSettings(_Section):
         return value
 
 
+#: Bound on assembly's durations: a run, a wait or a late-span window of more than a week is a
+#: typo (and the nanoseconds of a huge one overflow the clock's arithmetic).
+_WEEK_SECONDS = 7 * 86_400
+
+
 class AssemblySettings(_Section):
-    completion_wait_seconds: float = Field(2.0, gt=0)
-    max_trace_age_seconds: float = Field(60.0, gt=0)
-    late_span_window_seconds: float = Field(300.0, ge=0)
+    completion_wait_seconds: float = Field(2.0, gt=0, le=_WEEK_SECONDS)
+    max_trace_age_seconds: float = Field(60.0, gt=0, le=_WEEK_SECONDS)
+    late_span_window_seconds: float = Field(300.0, ge=0, le=_WEEK_SECONDS)
     max_traces: int = Field(10_000, gt=0)
     max_spans_per_trace: int = Field(5_000, gt=0)
     max_buffered_spans: int = Field(200_000, gt=0)
@@ -423,7 +427,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if data is None:

@@ -36,3 +36,68 @@ def test_a_section_check_on_overridden_fields_names_both(tmp_path: Path) -> None
     overrides = {"security.tls.cert_file": str(not_pem), "security.tls.key_file": str(not_pem)}
     lines = error_lines(None, overrides)
     assert lines[1].startswith("  defaults and command line/environment: security.tls: ")
+
+
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("ingest.max_request_bytes", True),  # YAML `yes`: pydantic's lax mode would read 1
+        ("ingest.max_concurrent_requests", False),
+        ("assembly.tick_seconds", True),
+        ("evaluators.tool_arguments.threshold", True),
+    ],
+)
+def test_a_boolean_is_not_a_number(tmp_path: Path, setting: str, value: bool) -> None:
+    section, _, key = setting.rpartition(".")
+    config = tmp_path / "toolwatch.yaml"
+    indent = ""
+    lines = []
+    for part in section.split("."):
+        lines.append(f"{indent}{part}:")
+        indent += "  "
+    lines.append(f"{indent}{key}: {'yes' if value else 'no'}")
+    config.write_text("\n".join(lines) + "\n")
+    assert error_lines(config, {})[1] == (
+        f"  {config}: {setting}: Input should be a number, not a boolean (got {value})"
+    )
+
+
+def test_numbers_given_as_text_still_convert() -> None:
+    # Environment overrides arrive as text.
+    config = load_config(None, {"ingest.max_request_bytes": "1000", "assembly.tick_seconds": "1"})
+    assert (config.ingest.max_request_bytes, config.assembly.tick_seconds) == (1000, 1.0)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "assembly.late_span_window_seconds",
+        "assembly.max_trace_age_seconds",
+        "ingest.retry_after_seconds",
+    ],
+)
+def test_an_infinite_duration_is_refused(setting: str) -> None:
+    lines = error_lines(None, {setting: float("inf")})
+    assert (
+        lines[1]
+        == f"  command line/environment: {setting}: Input should be a finite number (got inf)"
+    )
+
+
+def test_an_assembly_duration_is_at_most_a_week() -> None:
+    # 1e300 s passed every check, then overflowed where seconds become nanoseconds.
+    lines = error_lines(None, {"assembly.late_span_window_seconds": 1e300})
+    assert (
+        "assembly.late_span_window_seconds: Input should be less than or equal to 604800"
+        in (lines[1])
+    )
+    week = load_config(None, {"assembly.late_span_window_seconds": 604_800})
+    assert week.assembly.limits().late_span_window_ns == 604_800 * 10**9
+
+
+def test_a_key_given_twice_is_refused_not_silently_replaced(tmp_path: Path) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text("security:\n  auth:\n    bearer_token_file: tokens\nsecurity:\n  tls: null\n")
+    lines = error_lines(config, {})
+    assert lines[0].startswith(f"{config}: not valid YAML: ")
+    assert "found duplicate key 'security'" in lines

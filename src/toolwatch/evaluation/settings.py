@@ -24,7 +24,6 @@ from typing import Annotated, Any, Literal, TypeAlias
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     StringConstraints,
@@ -34,6 +33,7 @@ from pydantic import (
 
 from toolwatch.model import Severity
 from toolwatch.names import NameNormalizer, fold
+from toolwatch.sections import Section
 
 __all__ = [
     "Against",
@@ -93,8 +93,8 @@ class Binding:
     verification_field: str
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Section(Section):
+    """A section of the configuration (``toolwatch.sections``)."""
 
 
 class _Rule(_Section):

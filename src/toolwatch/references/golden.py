@@ -21,7 +21,7 @@ Every problem raises ``ReferenceFileError`` naming the file, the field path
 from __future__ import annotations
 
 import difflib
-from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self, TypeAlias
 
@@ -40,6 +40,7 @@ from pydantic_core import ErrorDetails
 from toolwatch.model import ExpectedCall, GoldenCase, ToolTrace
 from toolwatch.names import NameNormalizer
 from toolwatch.references.settings import DEFAULT_CASE_ID_ATTRIBUTE
+from toolwatch.sections import UniqueKeyLoader
 
 __all__ = [
     "ExpectedToolEntry",
@@ -258,24 +259,8 @@ def _duplicate_ids(parsed: GoldenFile, root: yaml.Node | None) -> list[tuple[str
     return problems
 
 
-class _StrictLoader(yaml.SafeLoader):
-    """``SafeLoader`` that rejects duplicate mapping keys (PyYAML silently keeps the last)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
-        seen: set[tuple[str, str]] = set()
-        for key_node, _ in node.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
-                continue
-            key = (key_node.tag, key_node.value)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping",
-                    node.start_mark,
-                    f"found duplicate key {key_node.value!r}",
-                    key_node.start_mark,
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+class _StrictLoader(UniqueKeyLoader):
+    """``UniqueKeyLoader`` whose unquoted dates stay strings (below)."""
 
 
 # Unquoted dates stay strings: live arguments arrive as JSON, where a date is a string, so a

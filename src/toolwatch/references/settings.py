@@ -15,7 +15,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Self
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
+
+from toolwatch.sections import Section
 
 __all__ = [
     "DEFAULT_CASE_ID_ATTRIBUTE",
@@ -50,8 +52,8 @@ _AttributeKey = Annotated[str, AfterValidator(_attribute_key)]
 _RoleValue = Annotated[str, AfterValidator(_role_value)]
 
 
-class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class _Section(Section):
+    """A section of the configuration (``toolwatch.sections``)."""
 
 
 class GoldenSettings(_Section):

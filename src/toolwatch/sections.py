@@ -1,0 +1,81 @@
+"""What configuration refuses wherever it is written.
+
+``Section``, the base of every configuration section (``config``, ``evaluation.settings``,
+``references.settings``), refuses whatever the section:
+
+- an unknown key (a typo would otherwise be a setting silently left at its default);
+- a change after loading (sections are frozen: a reload builds new ones);
+- infinity and NaN for a number (``.inf`` passes every ``gt``/``le`` check a NaN fails, then
+  overflows where seconds become nanoseconds);
+- a boolean for a number: YAML reads ``yes``/``true`` as booleans, and pydantic's lax mode
+  would take them as 1 (``max_request_bytes: true`` is a 1-byte limit). Strings still convert,
+  as environment overrides need.
+
+``UniqueKeyLoader`` reads the YAML files (the configuration, golden cases) refusing a key given
+twice in one mapping: PyYAML keeps the last silently, so a second ``security:`` block would
+drop the first's settings.
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Hashable
+from typing import Any, Union, get_args, get_origin
+
+import yaml
+from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
+
+__all__ = ["Section", "UniqueKeyLoader"]
+
+_BOOLEAN_NUMBER = PydanticCustomError("boolean_number", "Input should be a number, not a boolean")
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_boolean_numbers(cls, data: Any) -> Any:
+        # Not a field validator on "*": pydantic refuses one on a union's discriminator.
+        if not isinstance(data, dict):
+            return data
+        errors = [
+            InitErrorDetails(type=_BOOLEAN_NUMBER, loc=(name,), input=value)
+            for name, value in data.items()
+            if type(value) is bool and name in cls.model_fields
+            if _numeric(cls.model_fields[name].annotation)
+        ]
+        if errors:  # raised with each field's own location, as pydantic's own errors are
+            raise ValidationError.from_exception_data(cls.__name__, errors)
+        return data
+
+
+def _numeric(annotation: Any) -> bool:
+    """Whether ``annotation`` takes numbers and not booleans (``int``, ``float | None``)."""
+    if annotation in (int, float):
+        return True
+    if get_origin(annotation) in (Union, types.UnionType):
+        options = get_args(annotation)
+        return bool not in options and any(_numeric(a) for a in options)
+    return False
+
+
+class UniqueKeyLoader(yaml.SafeLoader):
+    """``SafeLoader`` that rejects duplicate mapping keys (PyYAML silently keeps the last)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
+        seen: set[tuple[str, str]] = set()
+        for key_node, _ in node.value:
+            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
+                continue
+            key = (key_node.tag, key_node.value)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping",
+                    node.start_mark,
+                    f"found duplicate key {key_node.value!r}",
+                    key_node.start_mark,
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
