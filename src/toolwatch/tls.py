@@ -12,8 +12,9 @@ An HTTPS listener keeps serving the context it started with (``ServedContext.ser
 context's SNI callback, called for every handshake (with or without SNI), hands each new
 connection the current set's context. Nothing is ever loaded into a context in use: OpenSSL
 loading into a live context that then fails has already dropped its key. Connections already
-open keep the certificate they were made with. With a client CA, session tickets are off, so
-that a client whose CA was taken out cannot resume a session made before.
+open keep the certificate they were made with. With a client CA, the HTTPS listeners speak
+TLS 1.3 only and issue no session tickets, so that a client whose CA was taken out cannot
+resume a session made before.
 
 ``FileWatch`` is the clock-driven look at files this and the token file share.
 
@@ -180,8 +181,8 @@ def _default_mode(tls: TlsSettings) -> ssl.VerifyMode:
 
 
 def _server_context(tls: TlsSettings, verify_mode: ssl.VerifyMode) -> ssl.SSLContext:
-    """A TLS 1.2+ server context from the files. Raises ``OSError``/``ssl.SSLError`` when
-    they do not load."""
+    """A TLS 1.2+ server context from the files (TLS 1.3 with a client CA). Raises
+    ``OSError``/``ssl.SSLError`` when they do not load."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.load_cert_chain(tls.cert_file, tls.key_file, password=lambda: b"")
@@ -189,9 +190,12 @@ def _server_context(tls: TlsSettings, verify_mode: ssl.VerifyMode) -> ssl.SSLCon
     if tls.client_ca_file is not None:
         context.load_verify_locations(cafile=tls.client_ca_file)
         # No resumption: a resumed session skips the client certificate's check, which a
-        # client CA taken out would then not stop (TLS 1.3 tickets; TLS 1.2 tickets).
+        # client CA taken out would then not stop. TLS 1.3 resumes only with tickets, and
+        # none are issued. TLS 1.2 also resumes by session id from the cache of the context
+        # the listener started with, which a reload cannot reach and Python cannot turn
+        # off: so no TLS 1.2 with a client CA.
+        context.minimum_version = ssl.TLSVersion.TLSv1_3
         context.num_tickets = 0
-        context.options |= ssl.OP_NO_TICKET
     context.set_alpn_protocols(["http/1.1"])  # aiohttp serves HTTP/1.1 only
     return context
 

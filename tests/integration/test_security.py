@@ -9,6 +9,7 @@ import io
 import json
 import logging
 import os
+import socket
 import ssl
 import threading
 import urllib.error
@@ -509,6 +510,67 @@ def test_a_rotated_client_ca_admits_the_clients_it_signed(
     server.clock.advance(30)
     assert raw_export(server, agent) == grpc.StatusCode.OK
     assert raw_export(server, grpc_credentials(pki, "client")) == grpc.StatusCode.UNAVAILABLE
+
+
+@dataclass
+class Scrape:
+    version: str | None
+    resumed: bool
+    reply: bytes
+    session: ssl.SSLSession | None
+
+
+def scrape_once(
+    server: RunningServer, context: ssl.SSLContext, session: ssl.SSLSession | None = None
+) -> Scrape:
+    """One GET /metrics on its own connection, offering ``session`` for resumption."""
+    host, _, port = server.address("metrics").rpartition(":")
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host, session=session) as conn,
+    ):
+        conn.sendall(b"GET /metrics HTTP/1.1\r\nHost: toolwatch\r\nConnection: close\r\n\r\n")
+        reply = conn.recv(12)  # TLS 1.3: a refused certificate shows here, after the handshake
+        return Scrape(conn.version(), conn.session_reused, reply, conn.session)
+
+
+def test_a_client_whose_ca_was_taken_out_cannot_resume_its_session(
+    start_server: Start, pki: Pki, tmp_path: Path
+) -> None:
+    """A resumed session skips the client certificate's check. TLS 1.2 resumed by session id
+    from the cache of the context the listener started with, which a rotation cannot reach:
+    with a client CA the HTTPS listeners speak TLS 1.3 only, and issue no tickets."""
+    client_ca = tmp_path / "client-ca.pem"
+    client_ca.write_bytes(pki.read("client_ca"))
+    server = start_server(
+        **tls(pki),
+        security__tls__client_ca_file=str(client_ca),
+        security__tls__reload_seconds=30,
+    )
+    tls12 = client_context(pki, client=True)
+    tls12.maximum_version = ssl.TLSVersion.TLSv1_2
+    with pytest.raises(ssl.SSLError):
+        scrape_once(server, tls12)
+
+    agent = client_context(pki, client=True)
+    first = scrape_once(server, agent)
+    assert (first.version, first.resumed, first.reply) == ("TLSv1.3", False, b"HTTP/1.1 200")
+    again = scrape_once(server, agent, first.session)
+    assert (again.resumed, again.reply) == (False, b"HTTP/1.1 200")  # a full handshake
+
+    staged = tmp_path / "client-ca.new"
+    trustme.CA().cert_pem.write_to_path(str(staged))
+    os.replace(staged, client_ca)
+    server.clock.advance(30)
+    server.call(server.app.tick)  # the reload
+    try:  # TLS 1.3: the client has finished its handshake when the server refuses
+        refused = scrape_once(server, agent, again.session).reply
+    except (ssl.SSLError, ConnectionError) as error:
+        refused = str(error).encode()
+    assert not refused.startswith(b"HTTP")
+    # A CA-less listener still speaks TLS 1.2 to the clients that need it.
+    plain = start_server(**tls(pki))
+    assert scrape_once(plain, tls12).reply == b"HTTP/1.1 200"
 
 
 # -- the findings stream, and what findings show -----------------------------------------------
