@@ -178,10 +178,8 @@ class _Export:
         except TimeoutError:
             return "timeout", b""
         if body is grpc.aio.EOF:
-            # A cancelled call's reads end as if the client had half-closed, and gRPC cancels
-            # the handler right after: one turn of the loop lets that arrive (as
-            # CancelledError, counted "aborted" by ``handle``) before the call is judged.
-            await asyncio.sleep(0)
+            if await _ended_by_client(context):
+                return "aborted", b""
             return "invalid", _invalid("the call carried no ExportTraceServiceRequest")
         if extra is not grpc.aio.EOF:
             return "invalid", _invalid("Export is unary: a second request message was sent")
@@ -197,6 +195,32 @@ class _Export:
         if receipt.admission is Admission.OVERLOADED:
             return "overloaded", b""
         return "ok", export_response(batch, receipt).SerializeToString()
+
+
+#: How long a call whose reads ended with no message is watched for the client's
+#: cancellation before it is judged a call that carried no request.
+_CANCEL_WAIT_SECONDS = 0.5
+
+
+async def _ended_by_client(context: grpc.aio.ServicerContext) -> bool:
+    """Whether a call whose reads ended with no message was cancelled by its client. gRPC
+    ends a cancelled call's reads as if the client had half-closed, then ends the call (or
+    cancels the handler: CancelledError, counted "aborted" by ``_Export.handle``), while a
+    client that half-closed with no message waits for the answer: so the call is watched
+    until it ends, for at most ``_CANCEL_WAIT_SECONDS``."""
+    loop = asyncio.get_running_loop()
+    ended: asyncio.Future[None] = loop.create_future()
+
+    def end(_context: object) -> None:
+        if not ended.done():
+            ended.set_result(None)
+
+    context.add_done_callback(lambda c: loop.call_soon_threadsafe(end, c))
+    try:
+        await asyncio.wait_for(ended, _CANCEL_WAIT_SECONDS)
+    except TimeoutError:
+        return bool(context.cancelled())
+    return True
 
 
 def trace_service_handler(
