@@ -19,11 +19,16 @@ then closest positions. Scoring:
   apply (``None``); extra actual calls are ``tool_selection``'s business, not scored here.
 
 A finding (ARGUMENT_VALUE_DRIFT) is raised per pair scoring below ``threshold``, on that call's
-span, naming its worst field; values go to ``details`` only.
+span, naming its worst field; values go to ``details`` only. A field name can be data itself
+(``{"jane@example.com": true}``): one that only live calls gave (an unexpected field; any
+field against a shadow source) is named only when it is an identifier (``_NAMEABLE``).
+Another is counted in the explanation, left out of ``field``, and its ``details`` entry is
+keyed ``[field N]``, which no ``output.show_fields`` entry matches.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -33,7 +38,15 @@ from toolwatch.evaluation.matching import pair_by_name
 from toolwatch.evaluation.settings import ToolArgumentsSettings, split_tool_field
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.evaluation.similarity import score_value
-from toolwatch.model import DETAIL_FIELDS, Category, EvalResult, Finding, ToolCall, ToolTrace
+from toolwatch.model import (
+    DETAIL_FIELDS,
+    Category,
+    EvalResult,
+    Finding,
+    ReferenceKind,
+    ToolCall,
+    ToolTrace,
+)
 from toolwatch.names import NameNormalizer
 
 __all__ = [
@@ -46,6 +59,10 @@ __all__ = [
 ]
 
 _ONE_SIDED = ("missing", "unexpected")
+
+#: A field name that live data alone gave is named when it is an identifier: what argument
+#: schemas are made of, and what an e-mail address, a phone number or free text is not.
+_NAMEABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +216,7 @@ class ToolArguments:
         self, trace: ToolTrace, base: Baseline, ref: RefCall, call: ToolCall, c: CallComparison
     ) -> Finding:
         imperfect = c.imperfect()
+        names = _names(imperfect, configured=base.kind is ReferenceKind.EXPECTED)
         return make_finding(
             trace,
             category=Category.ARGUMENT_VALUE_DRIFT,
@@ -207,12 +225,31 @@ class ToolArguments:
             severity=severity_for(c.score, self.settings.severity_floor),
             score=c.score,
             explanation=f"Arguments of {ref.name}: {pct(c.score)} against the {base.noun} "
-            f"call ({_field_summary(imperfect)}).",
+            f"call ({_field_summary(imperfect, names)}).",
             call=call,
             tool=ref.name,
-            field=imperfect[0].field if imperfect and imperfect[0].field else None,
-            details={DETAIL_FIELDS: {f.field: _field_details(f) for f in imperfect}},
+            field=names[0] if names and names[0] else None,
+            details={
+                DETAIL_FIELDS: {
+                    name or f"[field {i}]": _field_details(f)
+                    for i, (f, name) in enumerate(zip(imperfect, names, strict=True), start=1)
+                }
+            },
         )
+
+
+def _names(fields: Sequence[FieldScore], configured: bool) -> list[str | None]:
+    """Each field's name as a finding may show it; ``None`` where the name may be data: it
+    came from live calls only (``configured``: the reference's names are a golden case's)
+    and is not an identifier. ``""`` (a whole value) is no name and shows."""
+    return [
+        f.field
+        if not f.field
+        or (configured and f.presence != "unexpected")
+        or _NAMEABLE.fullmatch(f.field)
+        else None
+        for f in fields
+    ]
 
 
 def _field_details(f: FieldScore) -> dict[str, Any]:
@@ -225,13 +262,23 @@ def _field_details(f: FieldScore) -> dict[str, Any]:
     }
 
 
-def _field_summary(fields: Sequence[FieldScore]) -> str:
-    """Which fields differ, are missing or unexpected: names only, never values."""
+def _field_summary(fields: Sequence[FieldScore], names: Sequence[str | None]) -> str:
+    """Which fields differ, are missing or unexpected: names only (those ``_names`` shows;
+    the others counted), never values."""
     parts = []
     for presence, label in (("both", "differs"), *((p, p) for p in _ONE_SIDED)):
-        names = [f.field or "(whole value)" for f in fields if f.presence == presence]
-        if names:
-            parts.append(f"{label}: " + ", ".join(names))
+        shown = [
+            n or "(whole value)"
+            for f, n in zip(fields, names, strict=True)
+            if f.presence == presence and n is not None
+        ]
+        hidden = sum(
+            1 for f, n in zip(fields, names, strict=True) if f.presence == presence and n is None
+        )
+        if hidden:
+            shown.append(f"{hidden} field{'s' if hidden > 1 else ''} not named")
+        if shown:
+            parts.append(f"{label}: " + ", ".join(shown))
     return "; ".join(parts) or "no field differs"
 
 

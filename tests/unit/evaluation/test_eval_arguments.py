@@ -120,6 +120,31 @@ def test_drift_finding_names_call_and_field_and_keeps_values_out_of_the_explanat
     assert finding.details["fields"]["order_id"]["actual"] == "SECRET-2"
 
 
+def test_a_field_name_that_may_be_data_is_counted_not_named() -> None:
+    # The agent keyed its arguments by the customer's e-mail address: the name is data.
+    expected = case(("notify", {"message": "hi"}))
+    run = trace(("notify", {"message": "hi", "jane.doe@example.com": True, "urgent": True}))
+    (finding,) = evaluate(expected, run, strict=True).findings
+    assert finding.explanation == (
+        "Arguments of notify: 33% against the expected call "
+        "(unexpected: urgent, 1 field not named)."
+    )
+    assert finding.field is None  # the worst field (the first at 0) is the one not named
+    assert set(finding.details["fields"]) == {"[field 1]", "urgent"}
+    assert finding.details["fields"]["[field 1]"]["actual"] is True
+    assert "jane" not in repr(finding)
+
+    # Against a shadow source every name is live data; identifiers are still named.
+    source = trace(("notify", {"to": "x", "Jane Doe": 1}))
+    (finding,) = evaluate(source, trace(("notify", {"to": "y", "Jane Doe": 2}))).findings
+    assert finding.explanation.endswith("(differs: to, 1 field not named).")
+    assert "Jane" not in repr(finding)
+    # A golden case's own names are an operator's, shown whatever they look like.
+    golden = case(("notify", {"e-mail": "a@b"}))
+    (finding,) = evaluate(golden, trace(("notify", {"e-mail": "c@d"}))).findings
+    assert (finding.field, finding.explanation.endswith("(differs: e-mail).")) == ("e-mail", True)
+
+
 def test_threshold_controls_findings() -> None:
     expected = case(("search", {"q": "a", "n": 1}))
     run = trace(("search", {"q": "a", "n": 2}))
