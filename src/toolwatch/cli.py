@@ -114,6 +114,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")  # and logging's WARN, FATAL
 
 
+_CONFIG_HELP = "the configuration file (YAML; README: Configuration); env TOOLWATCH_CONFIG"
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="toolwatch",
@@ -137,7 +140,9 @@ def _add_serve(commands: Any) -> None:
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    serve.add_argument("--config", type=Path, default=_env_path("TOOLWATCH_CONFIG"))
+    serve.add_argument(
+        "--config", type=Path, default=_env_path("TOOLWATCH_CONFIG"), help=_CONFIG_HELP
+    )
     for flag, env, _key, help_text in _SERVE_FLAGS:
         serve.add_argument(flag, default=_env(env), help=f"{help_text}; env {env}")
     serve.set_defaults(run=_serve)
@@ -155,20 +160,31 @@ def _add_replay(commands: Any) -> None:
         help="evaluate recorded traces offline and gate on the results",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    replay.add_argument("--config", type=Path, default=_env_path("TOOLWATCH_CONFIG"))
+    replay.add_argument(
+        "--config", type=Path, default=_env_path("TOOLWATCH_CONFIG"), help=_CONFIG_HELP
+    )
     add_arguments(replay)
     replay.set_defaults(run=_replay)
 
 
 def _add_tail(commands: Any) -> None:
     tail = commands.add_parser("tail", help="print live findings from a running server")
-    tail.add_argument("--target", default=_env("TOOLWATCH_STREAM") or "127.0.0.1:4319")
+    tail.add_argument(
+        "--target",
+        default=_env("TOOLWATCH_STREAM") or "127.0.0.1:4319",
+        help="the findings stream HOST:PORT (127.0.0.1:4319); env TOOLWATCH_STREAM",
+    )
     tail.add_argument("--category", action="append", default=[], help="repeatable")
     tail.add_argument("--agent", action="append", default=[], help="repeatable")
     severities = [str(s) for s in Severity]
     tail.add_argument("--min-severity", default="low", choices=severities)
     tail.add_argument("--json", action="store_true", help="one JSON object per line")
-    tail.add_argument("--color", choices=["auto", "always", "never"], default="auto")
+    tail.add_argument(
+        "--color",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="colour severities and categories (auto: on a terminal unless NO_COLOR is set)",
+    )
     tail.add_argument("--tls", action="store_true", help="use TLS with the system's CA roots")
     for flag, env, help_text in _TAIL_ACCESS_FLAGS:
         tail.add_argument(flag, type=Path, default=_env_path(env), help=f"{help_text}; env {env}")
