@@ -40,8 +40,8 @@ class Admission(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class Receipt:
     """The engine's answer to a receiver about one request: whether it was admitted, and
-    how many spans of an admitted one a limit refused, by reason (``assembly.buffer``'s
-    ``LIMIT_REASONS``): OTLP asks a server to report what it accepted only in part."""
+    how many spans of an admitted one were not taken, by reason (``assembly.buffer``'s
+    ``REPORTED_DROPS``): OTLP asks a server to report what it accepted only in part."""
 
     admission: Admission
     refused: Mapping[str, int] = field(default_factory=dict)

@@ -276,6 +276,30 @@ def test_spans_a_limit_drops_are_a_partial_success(
     )
 
 
+@pytest.mark.parametrize("transport", ["grpc", "http-protobuf", "http-json"])
+def test_spans_of_a_trace_already_evaluated_are_a_partial_success(
+    start_server: StartServer, transport: str
+) -> None:
+    """A trace is evaluated once: spans that come after it are not taken, so the sender
+    hears of them, as of spans a limit drops (and they are counted late)."""
+    server = start_server(**QUIET)
+    request = refund_request()
+    assert export_grpc(server, request) == ExportTraceServiceResponse()
+    server.settle()
+    straggler = ExportTraceServiceRequest()
+    straggler.CopyFrom(request)
+    for n, span in enumerate(spans_in(straggler), start=1):
+        span.span_id = (0xA0 + n).to_bytes(8, "big")  # new spans, not a retry
+
+    partial = _send_mixed(server, transport, straggler)
+
+    assert (partial.rejected_spans, partial.error_message) == (
+        6,
+        "6 spans dropped (late): their trace was already evaluated",
+    )
+    assert server.sample("toolwatch_spans_dropped_total", {"reason": "late"}) == 6
+
+
 # --- size limits ----------------------------------------------------------------------------
 
 

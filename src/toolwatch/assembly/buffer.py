@@ -38,17 +38,20 @@ from typing import Final
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock, SpanRecord, SpanRole
 
-__all__ = ["LIMIT_REASONS", "AssemblyLimits", "CompletedTrace", "TraceBuffer"]
+__all__ = ["REPORTED_DROPS", "AssemblyLimits", "CompletedTrace", "TraceBuffer"]
 
 _OVERFLOW_POLICIES = frozenset({"backpressure", "evict_oldest"})
-#: The drop reasons that are a limit refusing data the sender should hear of (OTLP partial
-#: success), each with the setting that sets the limit. ``duplicate`` (a retry of spans
-#: already held) and ``late`` (after their trace was evaluated) are not refusals.
-LIMIT_REASONS: Final[Mapping[str, str]] = MappingProxyType(
+#: The drop reasons the sender hears of (OTLP partial success: spans the server did not
+#: accept), each with why: a limit (and the setting that sets it), or a trace already
+#: evaluated, whose spans are never assembled again (a retry of spans it held is told so
+#: too: they were evaluated, this copy was not taken). ``duplicate`` is not: a retry of spans
+#: still held, accepted the first time.
+REPORTED_DROPS: Final[Mapping[str, str]] = MappingProxyType(
     {
-        "trace_span_limit": "assembly.max_spans_per_trace",
-        "span_too_large": "assembly.max_buffered_bytes",
-        "buffer_full": "assembly.max_buffered_spans, max_buffered_bytes or max_traces",
+        "late": "their trace was already evaluated",
+        "trace_span_limit": "over assembly.max_spans_per_trace",
+        "span_too_large": "over assembly.max_buffered_bytes",
+        "buffer_full": "over assembly.max_buffered_spans, max_buffered_bytes or max_traces",
     }
 )
 
@@ -291,7 +294,7 @@ class TraceBuffer:
     ) -> list[CompletedTrace]:
         """Buffer ``spans`` (arrival time = the clock now); return the traces evicted to
         make room, flagged ``evicted``. Never exceeds a bound. When given, ``refused`` also
-        counts the spans dropped for a limit (``LIMIT_REASONS``), by reason."""
+        counts the dropped spans the sender hears of (``REPORTED_DROPS``), by reason."""
         now = self._clock()
         self._forget(now)
         evicted: list[CompletedTrace] = []
@@ -307,7 +310,7 @@ class TraceBuffer:
                 dropped[reason] += 1
         for reason, n in dropped.items():
             self._metrics.spans_dropped(n, reason)
-            if refused is not None and reason in LIMIT_REASONS:
+            if refused is not None and reason in REPORTED_DROPS:
                 refused[reason] = refused.get(reason, 0) + n
         self._compact()
         return evicted

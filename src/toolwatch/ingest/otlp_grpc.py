@@ -38,7 +38,7 @@ from google.protobuf import any_pb2, duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from toolwatch.assembly.buffer import LIMIT_REASONS
+from toolwatch.assembly.buffer import REPORTED_DROPS
 from toolwatch.engine import Admission, Receipt
 from toolwatch.ingest.decode import DecodedBatch, DecodeError, DecodeOptions, decode_protobuf
 from toolwatch.ingest.slots import RequestSlots
@@ -102,7 +102,7 @@ def export_response(
     batch: DecodedBatch, receipt: Receipt
 ) -> trace_service_pb2.ExportTraceServiceResponse:
     """The answer to an accepted request: OTLP partial success when spans were rejected as
-    invalid, or refused by a limit (``receipt``)."""
+    invalid, or dropped for a limit or as late (``receipt``)."""
     response = trace_service_pb2.ExportTraceServiceResponse()
     refused = receipt.refused
     rejected = sum(batch.rejected.values()) + sum(refused.values())
@@ -116,7 +116,7 @@ def export_response(
 
 def _refusal(reason: str, count: int) -> str:
     spans = f"{count} span{'s' if count != 1 else ''}"
-    return f"{spans} dropped ({reason}): over {LIMIT_REASONS.get(reason, 'a limit')}"
+    return f"{spans} dropped ({reason}): {REPORTED_DROPS.get(reason, 'over a limit')}"
 
 
 class _Export:
