@@ -34,7 +34,7 @@ from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, scanner
 from toolwatch.ingest.otlp_grpc import SERVICE_NAME, trace_service_handler
-from toolwatch.ingest.otlp_http import HttpTraceReceiver
+from toolwatch.ingest.otlp_http import HttpTraceReceiver, ProtocolErrorLog
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
 from toolwatch.ingest.slots import RequestSlots
 from toolwatch.model import Clock, monotonic_clock
@@ -382,7 +382,14 @@ class App:
         return app
 
     async def _start_http(self, listener: str, address: str, app: web.Application) -> str:
-        runner = web.AppRunner(app, auto_decompress=False, access_log=None)
+        refused = None
+        if listener == "http":  # a request that is not HTTP: an invalid OTLP/HTTP request
+
+            def refused() -> None:
+                self.metrics.request_handled("http", "invalid", 0.0)
+
+        server_log = ProtocolErrorLog(logging.getLogger("aiohttp.server"), refused)
+        runner = web.AppRunner(app, auto_decompress=False, access_log=None, logger=server_log)
         await runner.setup()
         try:
             sock = _listening_socket(address)

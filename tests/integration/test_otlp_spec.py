@@ -790,6 +790,35 @@ def test_an_http_body_cut_off_mid_way_gives_its_slot_back(
     assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 6
 
 
+@pytest.mark.parametrize(
+    "framing",
+    [
+        b"Content-Length: abc\r\n\r\n{}",
+        b"Transfer-Encoding: chunked\r\n\r\nzz\r\n{}\r\n0\r\n\r\n",
+    ],
+    ids=["content-length", "chunk-size"],
+)
+def test_a_request_that_is_not_http_is_400_and_counted_not_logged_as_an_error(
+    start_server: StartServer, caplog: pytest.LogCaptureFixture, framing: bytes
+) -> None:
+    """aiohttp's parser answers it before any handler runs, and logged an ERROR with a
+    traceback for each: any client could flood the log."""
+    server = start_server(**QUIET)
+    host, _, port = server.address("http").rpartition(":")
+    head = f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\nContent-Type: {JSON}\r\n".encode()
+    with caplog.at_level(logging.DEBUG, logger="aiohttp.server"):
+        for _ in range(3):
+            with socket.create_connection((host, int(port)), timeout=10) as client:
+                client.sendall(head + framing)
+                assert client.recv(65536).startswith(b"HTTP/1.0 400 Bad Request\r\n")
+        invalid = {"transport": "http", "outcome": "invalid"}
+        assert until(lambda: server.sample(REQUESTS_COUNTED, invalid) == 3)
+    assert [r.levelname for r in caplog.records if r.name == "aiohttp.server"] == ["DEBUG"] * 3
+    assert ok_response(post(server, refund_request().SerializeToString())) == (
+        ExportTraceServiceResponse()
+    )
+
+
 # Real network time: the read timeout is the loop's clock, so these wait a fraction of a second.
 SLOW = {"ingest__max_concurrent_requests": 1, "ingest__read_timeout_seconds": 0.2, **QUIET}
 

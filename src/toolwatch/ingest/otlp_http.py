@@ -11,17 +11,26 @@ before the body is read) or the body did not arrive within the slots' read timeo
 asks ("the client SHOULD honor the Retry-After header"). The error answers aiohttp and the
 bearer-token check make on the receiver's listener (404, 405, 401) carry a
 ``google.rpc.Status`` too, as OTLP/HTTP asks of every 4xx and 5xx.
+
+A request that is not well-formed HTTP (a ``Content-Length`` that is no number, a bad chunk
+size) never reaches a handler: aiohttp's parser answers it 400 in plain text and closes the
+connection, and would log an ERROR with a traceback for each, so that any client could flood
+the log. ``ProtocolErrorLog`` logs those at DEBUG and counts them as ``invalid`` requests.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 import time
 import zlib
+from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
+from typing import Any
 
 from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 from google.protobuf import json_format
 from google.protobuf.message import Message
@@ -40,7 +49,7 @@ from toolwatch.ingest.otlp_json import parse_otlp_json
 from toolwatch.ingest.slots import RequestSlots
 from toolwatch.metrics import PipelineMetrics
 
-__all__ = ["TRACES_PATH", "HttpTraceReceiver"]
+__all__ = ["TRACES_PATH", "HttpTraceReceiver", "ProtocolErrorLog"]
 
 TRACES_PATH = "/v1/traces"
 _PROTOBUF = "application/x-protobuf"
@@ -58,6 +67,28 @@ _STATUS_CODES = {
 #: Headers of such an answer that a client acts on, kept when its body is replaced.
 _KEPT_HEADERS = (hdrs.ALLOW, hdrs.WWW_AUTHENTICATE, hdrs.RETRY_AFTER)
 _OVERLOAD_MESSAGE = "toolwatch is at capacity; retry after the Retry-After delay"
+
+
+class ProtocolErrorLog(logging.LoggerAdapter[logging.Logger]):
+    """The logger to give aiohttp's request handler (``AppRunner(logger=...)``): a request
+    its parser refused (not HTTP as RFC 9112 has it) is logged at DEBUG and handed to
+    ``refused``, not logged as an ERROR with a traceback; everything else is logged as
+    aiohttp logs it."""
+
+    def __init__(self, logger: logging.Logger, refused: Callable[[], None] | None = None) -> None:
+        super().__init__(logger, {})
+        self._refused = refused
+
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
+        return msg, kwargs
+
+    def exception(self, msg: object, *args: object, **kwargs: Any) -> None:
+        if isinstance(kwargs.get("exc_info"), HttpProcessingError):
+            if self._refused is not None:
+                self._refused()
+            self.debug(msg, *args, **kwargs)
+            return
+        super().exception(msg, *args, **kwargs)
 
 
 class _RejectError(Exception):
