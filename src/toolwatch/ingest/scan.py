@@ -6,7 +6,10 @@ kind, times, status code, wanted attributes as Python values (AnyValue converted
 int, float, hex str for bytes, list, dict; strings cut to ``max_value_bytes`` UTF-8 bytes on
 a character boundary, arrays and maps to ``max_value_bytes // 8`` items per level, values
 nested deeper than 32 levels read as ``None``) with their approximate size, and its relevant
-events (name in ``event_names``, attributes in ``event_keys``).
+events (name in ``event_names``, attributes in ``event_keys``). A request nested deeper than
+protobuf's own limit (100 messages, an AnyValue about 48 arrays or maps deep, in any
+attribute) cannot be parsed at all: it is refused whole as undecodable (INVALID_ARGUMENT,
+HTTP 400), as the reference decoder and the Collector's would.
 
 Two scanners give the same scan:
 
