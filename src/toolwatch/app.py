@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import gc
 import logging
 import os
@@ -28,7 +29,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from toolwatch import __version__, compiled
-from toolwatch.config import Config, is_loopback, parse_listen_address
+from toolwatch.config import Config, is_ip_address, is_loopback, parse_listen_address
 from toolwatch.engine import DiscardToolTraces, Engine, EngineParts, Receipt, ToolTraceSink
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
@@ -422,6 +423,11 @@ async def _bind_grpc(
     """Bind ``server`` to ``address``; on failure stop it (an unstarted server left to the
     garbage collector schedules its shutdown on a loop that may be closed) and raise."""
     host, _port = parse_listen_address(address)
+    held = _held_elsewhere(address)
+    if held is not None:
+        await server.stop(None)
+        reason = f"the port is in use on {held} (gRPC would listen on the other addresses only)"
+        raise ListenError(listener, address, reason)
     try:
         if credentials is None:
             port = server.add_insecure_port(address)
@@ -433,6 +439,32 @@ async def _bind_grpc(
         await server.stop(None)
         raise ListenError(listener, address, "gRPC could not bind it (in use, or not local)")
     return _format_address((host, port))
+
+
+def _held_elsewhere(address: str) -> str | None:
+    """The address on which the port of a named host is taken, if one is. gRPC binds a
+    name's addresses one by one and reports success if any bound: ``localhost:4317`` with
+    127.0.0.1:4317 held by another process would listen on ::1 alone, and exporters sending
+    to 127.0.0.1 would reach that process. An address this host does not have (no IPv6) is
+    no conflict: gRPC skips it too; nor is a name that does not resolve: gRPC says so."""
+    host, port = parse_listen_address(address)
+    if port == 0 or is_ip_address(host):
+        return None  # an IP address: gRPC's own bind fails whole
+    hosts = ("127.0.0.1", "::1") if host.lower().removesuffix(".") == "localhost" else (host,)
+    for name in hosts:
+        try:
+            found = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)
+        except OSError:
+            continue
+        for family, kind, proto, _, sockaddr in found:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+                try:
+                    probe.bind(sockaddr)
+                except OSError as exc:
+                    if exc.errno == errno.EADDRINUSE:
+                        return str(sockaddr[0])
+    return None
 
 
 def _listening_socket(address: str) -> socket.socket:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import socket
 import ssl
 from pathlib import Path
 from typing import Any, Literal
@@ -121,20 +122,52 @@ class ListenSettings(_Section):
 
     @model_validator(mode="after")
     def _distinct(self) -> ListenSettings:
-        """Two listeners cannot share a port on the same host, or on any host where one of
-        them listens on every interface (port 0 picks a free port for each)."""
-        bound: list[tuple[str, str, int]] = []
+        """Two listeners cannot share a port on an address they both name (``localhost`` and
+        ``127.0.0.1`` name one), or anywhere when one of them listens on every interface
+        (port 0 picks a free port for each)."""
+        bound: list[tuple[str, frozenset[str], int]] = []
         for name in LISTENERS:
             host, port = parse_listen_address(getattr(self, name))
-            for other, other_host, other_port in bound:
-                overlap = host == other_host or {host, other_host} & _EVERY_INTERFACE
-                if port != 0 and port == other_port and overlap:
+            addresses = _addresses(host)
+            for other, other_addresses, other_port in bound:
+                shared = (
+                    addresses & other_addresses or (addresses | other_addresses) & _EVERY_INTERFACE
+                )
+                if port != 0 and port == other_port and shared:
                     raise ValueError(
                         f"listen.{other} and listen.{name} both use port {port} "
                         f"({getattr(self, other)!r}, {getattr(self, name)!r})"
                     )
-            bound.append((name, host, port))
+            bound.append((name, addresses, port))
         return self
+
+
+#: What gRPC listens on for ``localhost``, whatever the resolver says (it binds both).
+_LOCALHOST = frozenset({"127.0.0.1", "::1"})
+
+
+def is_ip_address(host: str) -> bool:
+    """Whether ``host`` is an IPv4 or IPv6 address, not a name."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _addresses(host: str) -> frozenset[str]:
+    """The IP addresses ``host`` names (itself for an IP address; ``localhost`` both loopback
+    addresses; another name as the resolver has it, or the name itself when it does not
+    resolve: binding will say why)."""
+    if is_ip_address(host):
+        return frozenset({str(ipaddress.ip_address(host))})
+    if host.lower().removesuffix(".") == "localhost":
+        return _LOCALHOST
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError):
+        return frozenset({host})
+    return frozenset(str(ipaddress.ip_address(info[4][0])) for info in found) or frozenset({host})
 
 
 class IngestSettings(_Section):

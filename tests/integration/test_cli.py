@@ -318,6 +318,22 @@ def test_serve_that_cannot_listen_names_the_address_and_exits_3(tmp_path: Path) 
     assert "Event loop is closed" not in result.stderr  # the gRPC server it started is stopped
 
 
+def test_serve_does_not_start_half_bound_on_a_name(tmp_path: Path) -> None:
+    """gRPC binds each address of ``localhost`` it can and reports success if one bound: with
+    127.0.0.1 held elsewhere it would listen on ::1 alone, and exporters sending to
+    127.0.0.1 would reach the other process."""
+    with socket.create_server(("127.0.0.1", 0)) as busy:
+        port = busy.getsockname()[1]
+        config = _listen_config(tmp_path, grpc=f"localhost:{port}")
+        result = run_cli("serve", "--config", str(config))
+    assert result.returncode == 3
+    said = (
+        f"toolwatch: cannot listen on localhost:{port} (listen.grpc): the port is in use on "
+        "127.0.0.1 (gRPC would listen on the other addresses only)"
+    )
+    assert said in result.stderr.splitlines()
+
+
 def test_serve_that_cannot_open_an_output_names_it_and_exits_3(tmp_path: Path) -> None:
     config = _listen_config(tmp_path)
     target = tmp_path / "missing" / "tooltraces.jsonl"

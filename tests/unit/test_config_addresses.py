@@ -74,3 +74,29 @@ def test_a_bad_address_in_the_configuration_names_the_field() -> None:
 )
 def test_loopback_hosts(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+@pytest.mark.parametrize(
+    ("grpc", "stream", "clash"),
+    [
+        ("127.0.0.1:45319", "127.0.0.1:45319", True),
+        # One address by two names: gRPC would bind what it could and start half-bound.
+        ("127.0.0.1:45319", "localhost:45319", True),
+        ("[::1]:45319", "localhost:45319", True),
+        ("0.0.0.0:45319", "10.1.2.3:45319", True),  # every interface holds the port
+        ("127.0.0.1:45319", "127.0.0.2:45319", False),
+        ("127.0.0.1:45319", "localhost:45320", False),
+        ("localhost:0", "127.0.0.1:0", False),  # port 0: a free port each
+    ],
+)
+def test_two_listeners_cannot_share_a_port_on_an_address_they_both_name(
+    grpc: str, stream: str, clash: bool
+) -> None:
+    overrides = {"listen.grpc": grpc, "listen.stream": stream}
+    if not clash:
+        assert load_config(None, overrides).listen.stream == stream
+        return
+    with pytest.raises(ConfigError) as refused:
+        load_config(None, overrides)
+    port = stream.rpartition(":")[2]
+    assert f"listen.grpc and listen.stream both use port {port}" in str(refused.value)
