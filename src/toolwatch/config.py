@@ -486,19 +486,21 @@ def _format_errors(source: str, exc: ValidationError, overrides: dict[str, Any])
     lines = [f"{source}: {exc.error_count()} configuration error(s)"]
     for error in exc.errors(include_url=False):
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        origin = _origin(where, source, overrides)
+        origin = _origin(where, source, overrides, missing=error["type"] == "missing")
         shown = repr(error.get("input"))
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
         lines.append(f"  {origin}: {where}: {error['msg']} (got {shown})")
     return "\n".join(lines)
 
 
-def _origin(where: str, source: str, overrides: dict[str, Any]) -> str:
+def _origin(where: str, source: str, overrides: dict[str, Any], missing: bool = False) -> str:
     """Where the failing value came from: an override (command line or environment) set it
     or a field around it; or a section-level check failed on a section an override set
-    fields of, beside the file's."""
+    fields of, beside the file's; or a field is ``missing`` from a section an override
+    set a field of (``TOOLWATCH_TLS_CERT`` without a key)."""
     if any(where == key or where.startswith(key + ".") for key in overrides):
         return "command line/environment"
-    if any(key.startswith(where + ".") for key in overrides):
+    section = where.rpartition(".")[0] if missing else where
+    if any(key.startswith(section + ".") for key in overrides):
         return f"{source} and command line/environment"
     return source

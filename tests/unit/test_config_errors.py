@@ -101,3 +101,12 @@ def test_a_key_given_twice_is_refused_not_silently_replaced(tmp_path: Path) -> N
     lines = error_lines(config, {})
     assert lines[0].startswith(f"{config}: not valid YAML: ")
     assert "found duplicate key 'security'" in lines
+
+
+def test_a_field_missing_beside_an_override_names_the_override_too(tmp_path: Path) -> None:
+    cert = tmp_path / "tls.crt"
+    cert.write_text("not read: the key is missing first\n")
+    lines = error_lines(None, {"security.tls.cert_file": str(cert)})
+    assert lines[1].startswith(
+        "  defaults and command line/environment: security.tls.key_file: Field required"
+    )
