@@ -29,7 +29,13 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import CollectorRegistry
 
 from toolwatch import __version__, compiled
-from toolwatch.config import Config, is_ip_address, is_loopback, parse_listen_address
+from toolwatch.config import (
+    Config,
+    host_addresses,
+    is_ip_address,
+    is_loopback,
+    parse_listen_address,
+)
 from toolwatch.engine import DiscardToolTraces, Engine, EngineParts, Receipt, ToolTraceSink
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
@@ -450,20 +456,16 @@ def _held_elsewhere(address: str) -> str | None:
     host, port = parse_listen_address(address)
     if port == 0 or is_ip_address(host):
         return None  # an IP address: gRPC's own bind fails whole
-    hosts = ("127.0.0.1", "::1") if host.lower().removesuffix(".") == "localhost" else (host,)
-    for name in hosts:
-        try:
-            found = socket.getaddrinfo(name, port, type=socket.SOCK_STREAM)
-        except OSError:
-            continue
-        for family, kind, proto, _, sockaddr in found:
-            with socket.socket(family, kind, proto) as probe:
-                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
-                try:
-                    probe.bind(sockaddr)
-                except OSError as exc:
-                    if exc.errno == errno.EADDRINUSE:
-                        return str(sockaddr[0])
+    for ip in sorted(host_addresses(host)):
+        if not is_ip_address(ip):
+            continue  # did not resolve
+        with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+            try:
+                probe.bind((ip, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return ip
     return None
 
 

@@ -44,6 +44,9 @@ __all__ = [
     "OutputSettings",
     "SecuritySettings",
     "TlsSettings",
+    "host_addresses",
+    "is_ip_address",
+    "is_loopback",
     "load_config",
     "parse_listen_address",
     "read_token_file",
@@ -128,7 +131,7 @@ class ListenSettings(_Section):
         bound: list[tuple[str, frozenset[str], int]] = []
         for name in LISTENERS:
             host, port = parse_listen_address(getattr(self, name))
-            addresses = _addresses(host)
+            addresses = host_addresses(host)
             for other, other_addresses, other_port in bound:
                 shared = (
                     addresses & other_addresses or (addresses | other_addresses) & _EVERY_INTERFACE
@@ -155,7 +158,7 @@ def is_ip_address(host: str) -> bool:
     return True
 
 
-def _addresses(host: str) -> frozenset[str]:
+def host_addresses(host: str) -> frozenset[str]:
     """The IP addresses ``host`` names (itself for an IP address; ``localhost`` both loopback
     addresses; another name as the resolver has it, or the name itself when it does not
     resolve: binding will say why)."""
