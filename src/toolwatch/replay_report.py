@@ -1,9 +1,16 @@
 """The offline replay report: aggregates evaluation results, renders them, applies gates.
 
-Figures: per-evaluator mean scores, the composite report figures (tool-name accuracy,
-parameter accuracy, step efficiency) over runs that matched a golden case, a per-category
-breakdown (the golden case's ``category``), the failed cases with expected vs actual tool
-names, the failure-type distribution and findings by category and severity.
+Figures: per-evaluator mean scores, each over the runs that have it (``n`` is the runs the
+evaluator scored; a figure such as ``composite.step_efficiency`` only some of them have is the
+mean over those), the composite report figures (tool-name accuracy, parameter accuracy, step
+efficiency) over runs that matched a golden case or a shadow source, a per-category breakdown
+(the golden case's ``category``), the failed cases with expected vs actual tool names, the
+failure-type distribution and findings by category and severity.
+
+A golden case failed when ``composite`` gives its run a failure type (``not_triggered``,
+``wrong_tool``, ``wrong_arguments``) or, the tools being right, when the run raised a finding
+against the case (a wrong order, a refusal where none was expected or the reverse, a wrong
+call count): its failure type is then that finding's category.
 """
 
 from __future__ import annotations
@@ -156,6 +163,7 @@ class ReportBuilder:
         self._gates = list(gates)
         self._traces = 0
         self._sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+        self._key_counts: dict[str, Counter[str]] = defaultdict(Counter)
         self._counts: Counter[str] = Counter()
         self._findings: list[Finding] = []
         self._categories: dict[str, list[float]] = defaultdict(list)
@@ -182,6 +190,7 @@ class ReportBuilder:
             self._counts[evaluated.evaluator] += 1
             for key, value in evaluated.scores.items():
                 self._sums[evaluated.evaluator][key] += value
+                self._key_counts[evaluated.evaluator][key] += 1
         self._findings += [f for f in result.findings if only is None or f.reference is only]
         for evaluator, _message in result.failures:
             self._evaluator_failures[evaluator] += 1
@@ -193,7 +202,10 @@ class ReportBuilder:
         normalize = self._settings.policy.normalizer()
         failure = failure_type(trace, case, self._settings.evaluators.tool_arguments, normalize)
         if failure is None:
-            return
+            against = [f for f in result.findings if f.reference is ReferenceKind.EXPECTED]
+            if not against:
+                return
+            failure = str(against[0].category)
         self._category_failed[category] += 1
         self._failure_types[failure] += 1
         expected = tuple(normalize(call.name) for call in case.expected_tools)
@@ -203,7 +215,10 @@ class ReportBuilder:
 
     def build(self) -> Report:
         scores = {
-            name: {"n": float(n), **{k: v / n for k, v in self._sums[name].items()}}
+            name: {
+                "n": float(n),
+                **{k: v / self._key_counts[name][k] for k, v in self._sums[name].items()},
+            }
             for name, n in self._counts.items()
         }
         findings: dict[str, Counter[str]] = defaultdict(Counter)

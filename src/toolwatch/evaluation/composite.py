@@ -1,22 +1,25 @@
-"""``composite``: the report figures of a run against its golden case (no findings).
+"""``composite``: the report figures of a run against its reference (no findings): its golden
+case, else its shadow source (a candidate model gated in CI against the model it replaces).
 
 Scores (all in [0, 1]):
 
-- ``selection``: multiset Jaccard (default) or recall of the expected names;
-- ``ordering``: LCS / expected length (``order``, parallel calls read as ``order`` reads them);
+- ``selection``: multiset Jaccard (default) or recall of the reference's names;
+- ``ordering``: as ``order`` scores it: LCS / expected length against a golden case, LCS /
+  longer length against a source (parallel calls read as ``order`` reads them);
 - ``score``: ``selection * weights.selection + ordering * weights.ordering`` (0.6 / 0.4);
-- ``tool_name_accuracy``: 1 if the run's name sequence equals the expected one, else 0
+- ``tool_name_accuracy``: 1 if the run's name sequence equals the reference's, else 0
   (likewise);
-- ``parameter_accuracy``: the ``tool_arguments`` score (absent when the case gives no
+- ``parameter_accuracy``: the ``tool_arguments`` score (absent when the reference gives no
   arguments);
 - ``step_efficiency``: ``min(a, m) / max(a, m)`` with ``a`` the run's calls and ``m`` the
-  case's ``expected_min_steps`` (absent when the case gives none; 1.0 when both are 0).
+  case's ``expected_min_steps`` (absent when the case gives none, and against a source;
+  1.0 when both are 0).
 
 For an ``expected_no_tools`` case selection, ordering and tool-name accuracy are 1 if no call
 was made, else 0. ``failure_type`` classifies a miss for the report: ``not_triggered`` (tools
 expected, none called), ``wrong_tool`` (an expected tool missing, or any call when none was
 expected), ``wrong_arguments`` (right tools, a scored call below the arguments threshold), or
-``None`` (no miss). The explanation ends with it.
+``None`` (no miss), against a source as against a case. The explanation ends with it.
 """
 
 from __future__ import annotations
@@ -25,11 +28,19 @@ from collections.abc import Sequence
 from typing import Final
 
 from toolwatch.evaluation.arguments import ArgumentReport, ArgumentScorer, compare_arguments
-from toolwatch.evaluation.base import Baseline, Reference, call_names, from_case, pct, sequences
+from toolwatch.evaluation.base import (
+    Baseline,
+    Reference,
+    baseline,
+    call_names,
+    from_case,
+    pct,
+    sequences,
+)
 from toolwatch.evaluation.order import order_score
 from toolwatch.evaluation.selection import describe, jaccard, recall
 from toolwatch.evaluation.settings import CompositeSettings, ToolArgumentsSettings
-from toolwatch.model import EvalResult, GoldenCase, ReferenceKind, ToolTrace
+from toolwatch.model import EvalResult, GoldenCase, ToolTrace
 from toolwatch.names import NameNormalizer
 
 __all__ = [
@@ -50,7 +61,7 @@ FAILURE_TYPES: Final = (NOT_TRIGGERED, WRONG_TOOL, WRONG_ARGUMENTS)
 
 class Composite:
     """The ``composite`` evaluator (see the module docstring). Applies only to runs with a
-    golden case."""
+    golden case or a shadow source."""
 
     name: Final = "composite"
 
@@ -66,9 +77,9 @@ class Composite:
         self._scorer = ArgumentScorer(arguments, normalize)
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
-        if reference.expected is None:
+        base = baseline(reference, "auto", self._normalize)
+        if base is None:
             return None
-        base = from_case(reference.expected, self._normalize)
         names = sequences(trace, base, self._normalize).names
         report = compare_arguments(base.calls, trace.calls, self._scorer, self._normalize)
         scores = self._scores(trace, base, names, report)
@@ -95,7 +106,7 @@ class Composite:
         else:
             metric = jaccard if self.settings.selection_metric == "jaccard" else recall
             selection = metric(names, base.names)
-            ordering = order_score(names, base.names, ReferenceKind.EXPECTED)
+            ordering = order_score(names, base.names, base.kind)
             exact = 1.0 if tuple(names) == base.names else 0.0
         weights = self.settings.weights
         scores = {

@@ -76,9 +76,14 @@ class Order:
         lined = sequences(trace, base, self._normalize)
         score = order_score(lined.names, lined.reference, base.kind)
         common = lcs_length(lined.names, lined.reference)
-        explanation = (
-            f"Ordering: {pct(score)} ({common}/{len(base.names)} {base.noun} calls in order)."
-        )
+        if base.kind is ReferenceKind.SOURCE:  # of the longer of the two, as it is scored
+            made = f"the source made {len(lined.reference)}, the run {len(lined.names)}"
+            longer = max(len(lined.names), len(lined.reference))
+            explanation = f"Ordering: {pct(score)} ({common} of {longer} calls in order; {made})."
+        else:
+            explanation = (
+                f"Ordering: {pct(score)} ({common}/{len(base.names)} {base.noun} calls in order)."
+            )
         findings: tuple[Finding, ...] = ()
         if score < self.settings.threshold:
             findings = (self._drift(trace, base, lined, score, explanation),)

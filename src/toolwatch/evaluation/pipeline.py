@@ -104,7 +104,7 @@ def _entries(settings: EvaluationSettings) -> list[_Entry]:
         evaluator = Composite(
             composite, settings.evaluators.tool_arguments, settings.policy.normalizer()
         )
-        entries.append(_Entry(Composite.name, evaluator, _NEEDS["expected"]))
+        entries.append(_Entry(Composite.name, evaluator, _NEEDS["auto"]))
     return entries
 
 

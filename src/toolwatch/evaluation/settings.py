@@ -378,7 +378,7 @@ class CompositeWeights(_Section):
 
 
 class CompositeSettings(_EvaluatorSettings):
-    """Report figures against golden cases; raises no findings."""
+    """Report figures against a golden case, else a shadow source; raises no findings."""
 
     selection_metric: Literal["jaccard", "recall"] = "jaccard"
     weights: CompositeWeights = Field(default_factory=CompositeWeights)

@@ -102,9 +102,42 @@ def test_failure_type_uses_the_given_argument_settings() -> None:
     assert failure_type(run, expected, lenient) is None
 
 
-def test_composite_needs_a_golden_case() -> None:
+def test_composite_needs_a_golden_case_or_a_shadow_source() -> None:
     composite = Composite(CompositeSettings(), ToolArgumentsSettings(), NameNormalizer())
-    assert composite(trace("a"), Reference(source=trace("a"))) is None
+    assert composite(trace("a"), Reference()) is None
+
+
+def test_against_a_shadow_source_the_run_is_scored_as_order_scores_it() -> None:
+    """A candidate model gated in CI against the model it replaces (replay --min-score)."""
+    composite = Composite(CompositeSettings(), ToolArgumentsSettings(), NameNormalizer())
+    same = composite(
+        trace(("lookup", {"id": 1}), "refund"),
+        Reference(source=trace(("lookup", {"id": 1}), "refund")),
+    )
+    assert same is not None
+    assert same.scores == {
+        "score": 1.0,
+        "selection": 1.0,
+        "ordering": 1.0,
+        "tool_name_accuracy": 1.0,
+        "parameter_accuracy": 1.0,
+    }  # no step_efficiency: a source sets no expected_min_steps
+    assert same.explanation.endswith("Composite: 100%; failure: none.")
+    # One call more than the source: Jaccard 2/3, LCS 2 / longer length 3.
+    extra = composite(
+        trace("lookup", "refund", "refund"), Reference(source=trace("lookup", "refund"))
+    )
+    assert extra is not None
+    assert extra.scores["selection"] == pytest.approx(2 / 3)
+    assert extra.scores["ordering"] == pytest.approx(2 / 3)
+    assert extra.scores["score"] == pytest.approx(2 / 3)
+    assert "source" in extra.explanation
+    missed = composite(trace(), Reference(source=trace("lookup")))
+    assert missed is not None
+    assert missed.explanation.endswith("failure: not_triggered.")
+    # A golden case, when the run has one, is what it is scored against.
+    both = composite(trace("a"), Reference(expected=case("a"), source=trace("b")))
+    assert both is not None and both.scores["score"] == 1.0
 
 
 def test_parallel_calls_in_either_order_are_the_expected_sequence() -> None:

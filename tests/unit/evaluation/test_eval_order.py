@@ -171,3 +171,20 @@ def test_calls_nested_in_a_parallel_call_move_with_its_group() -> None:
         order_of(run(True), Reference(expected=case("ask_billing", "lookup_order", "search")))
         == 1.0
     )
+
+
+def test_against_a_source_the_explanation_counts_as_the_score_does() -> None:
+    order = Order(OrderSettings(), NameNormalizer())
+    longer = order(trace("a", "b", "c", "d"), Reference(source=trace("a")))
+    assert longer is not None
+    assert longer.explanation == (
+        "Ordering: 25% (1 of 4 calls in order; the source made 1, the run 4)."
+    )
+    none_made = order(trace("a", "b"), Reference(source=trace()))
+    assert none_made is not None
+    assert none_made.explanation == (
+        "Ordering: 0% (0 of 2 calls in order; the source made 0, the run 2)."
+    )
+    golden = order(trace("a", "c"), Reference(expected=case("a", "b", "c")))
+    assert golden is not None
+    assert golden.explanation == "Ordering: 67% (2/3 expected calls in order)."

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import yaml
 from eval_factories import case, trace
 
@@ -78,7 +79,8 @@ def test_shadow_pair_is_compared_with_its_source() -> None:
     )
     drift = [f for f in result.findings if f.category is Category.DANGEROUS_ACTION_DRIFT]
     assert [(f.reference, f.span_id) for f in drift] == [(ReferenceKind.SOURCE, "s2")]
-    assert "composite" not in result.durations  # composite needs a golden case
+    (composite,) = [r for r in result.results if r.evaluator == "composite"]
+    assert composite.scores["selection"] == pytest.approx(2 / 3)  # against the source
 
 
 def test_a_raising_evaluator_is_isolated_and_reported() -> None:
