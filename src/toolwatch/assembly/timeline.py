@@ -60,9 +60,11 @@ REFUSAL_FINISH_REASONS = frozenset(
 
 # Finish reasons seen, and whether each means a refusal: ``str.casefold`` is a method call
 # in compiled code, four times the cost of this lookup, on every model span. The reasons are
-# a small vocabulary; past this bound (hostile input), new ones are folded each time.
+# a small vocabulary of short words; past these bounds (hostile input: many reasons, or long
+# ones, which would stay held for the life of the process), they are folded each time.
 _REFUSES: dict[str, bool] = {}
 _MAX_REASONS = 1024
+_MAX_REASON_LENGTH = 64
 
 #: Bound on the agent-in-tool containment checks of one trace (see ``_adoptions``).
 _MAX_ADOPTION_CHECKS = 25_000
@@ -521,6 +523,6 @@ def _refuses(reason: str) -> bool:
     known = _REFUSES.get(reason)
     if known is None:
         known = reason.casefold() in REFUSAL_FINISH_REASONS
-        if len(_REFUSES) < _MAX_REASONS:
+        if len(_REFUSES) < _MAX_REASONS and len(reason) <= _MAX_REASON_LENGTH:
             _REFUSES[reason] = known
     return known

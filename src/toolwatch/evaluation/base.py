@@ -350,6 +350,14 @@ def pct(score: float) -> str:
     return f"{value}%"
 
 
+#: Names an explanation lists; a run of thousands of calls is summed up, not spelled out.
+_MAX_NAMES = 20
+
+
 def name_list(names: Iterable[str]) -> str:
-    """Tool names for an explanation: ``[a, b]``."""
-    return "[" + ", ".join(names) + "]"
+    """Tool names for an explanation: ``[a, b]``; past ``_MAX_NAMES``, ``[a, b, … 3 more]``."""
+    listed = list(names)
+    shown = ", ".join(listed[:_MAX_NAMES])
+    if len(listed) > _MAX_NAMES:
+        shown += f", … {len(listed) - _MAX_NAMES} more"
+    return "[" + shown + "]"

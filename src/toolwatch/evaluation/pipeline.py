@@ -7,9 +7,13 @@ are measured here with ``time.perf_counter`` around each call (the evaluators st
 
 Evaluators that compare with a reference run only when the run has one they accept
 (``against``: ``auto`` takes either, ``expected`` or ``source`` only that one; ``composite``
-needs a golden case). Policy evaluators always run: ``safety`` when the policy names dangerous
-tools or allowed tools, ``loops`` always, ``invariants`` when rules are configured. An
-evaluator that returns ``None`` (not applicable) contributes no result but is timed.
+takes a golden case, else a source). Policy evaluators always run: ``safety`` when the
+policy names dangerous tools or allowed tools, ``loops`` always, ``invariants`` when rules are
+configured. An
+evaluator that returns ``None`` (not applicable) contributes no result but is timed. One
+evaluator raises at most ``MAX_FINDINGS`` findings on one run, the first in its order; its
+explanation says how many more there were (a run of thousands of unverified refunds pages as
+surely with a hundred, and each finding is held in every stream subscriber's queue).
 
 Thread-safety: a pipeline holds only immutable state once built; ``evaluate`` may be called
 from several threads.
@@ -34,7 +38,13 @@ from toolwatch.evaluation.settings import Against, EvaluationSettings
 from toolwatch.evaluation.structure import ToolTraceStructure
 from toolwatch.model import EvalResult, Finding, GoldenCase, ReferenceKind, ToolTrace
 
-__all__ = ["EVALUATOR_ORDER", "EvaluationPipeline", "PipelineResult", "build_evaluators"]
+__all__ = [
+    "EVALUATOR_ORDER",
+    "MAX_FINDINGS",
+    "EvaluationPipeline",
+    "PipelineResult",
+    "build_evaluators",
+]
 
 # Read once: ``time.perf_counter`` looked up on the module costs more than the call, twice
 # per evaluator per run.
@@ -52,6 +62,8 @@ EVALUATOR_ORDER: Final = (
     "composite",
 )
 _MAX_FAILURE_MESSAGE = 200
+#: Findings one evaluator raises on one run at most (module docstring).
+MAX_FINDINGS: Final = 100
 _NEEDS: Final[Mapping[Against, frozenset[ReferenceKind]]] = {
     "auto": frozenset({ReferenceKind.EXPECTED, ReferenceKind.SOURCE}),
     "expected": frozenset({ReferenceKind.EXPECTED}),
@@ -204,9 +216,15 @@ class EvaluationPipeline:
                 result = None
             durations[entry.name] = _PERF_COUNTER() - started
             if result is not None:
-                results.append(result)
+                results.append(result if len(result.findings) <= MAX_FINDINGS else _cut(result))
         findings = tuple(f for r in results for f in r.findings)
         return PipelineResult(tuple(results), findings, tuple(failures), durations)
+
+
+def _cut(result: EvalResult) -> EvalResult:
+    more = len(result.findings) - MAX_FINDINGS
+    explanation = f"{result.explanation} ({more} more findings on this run not raised)"
+    return EvalResult(result.evaluator, result.scores, result.findings[:MAX_FINDINGS], explanation)
 
 
 def _available(reference: Reference) -> frozenset[ReferenceKind]:

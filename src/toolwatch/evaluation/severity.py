@@ -77,7 +77,13 @@ def make_finding(
     field: str | None = None,
     details: Mapping[str, Any] | None = None,
 ) -> Finding:
-    """A Finding about ``trace``; ``call`` (the offending call) supplies span id and tool."""
+    """A Finding about ``trace``; ``call`` (the offending call) supplies span id and tool.
+
+    Bounded whatever the run (a finding is held in every stream subscriber's queue): the
+    explanation is cut at ``MAX_EXPLANATION`` characters and each list in ``details`` at
+    ``MAX_DETAIL_ITEMS`` items."""
+    if len(explanation) > MAX_EXPLANATION:
+        explanation = explanation[: MAX_EXPLANATION - 1] + "…"
     return Finding(
         category=category,
         severity=severity,
@@ -90,5 +96,14 @@ def make_finding(
         tool=tool if tool is not None or call is None else call.tool_name,
         field=field,
         agent=trace.agent,
-        details=dict(details or {}),
+        details={k: _bounded(v) for k, v in details.items()} if details else {},
     )
+
+
+#: Bounds on one finding (``make_finding``).
+MAX_EXPLANATION = 2_000
+MAX_DETAIL_ITEMS = 50
+
+
+def _bounded(value: Any) -> Any:
+    return value[:MAX_DETAIL_ITEMS] if type(value) is list else value

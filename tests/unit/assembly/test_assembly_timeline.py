@@ -8,6 +8,7 @@ import json
 from assembly_support import MS, TRACE, agent, ask, build, hexid, llm, only, span, tool
 
 from tests import factories
+from toolwatch.assembly import timeline
 from toolwatch.model import CallStatus, SpanRecord, SpanRole
 
 
@@ -343,3 +344,16 @@ def test_parent_cycle_still_yields_each_call_once() -> None:
     ]
 
     assert only(spans).tool_names == ("lookup_order",)
+
+
+def test_a_long_finish_reason_is_read_but_not_remembered() -> None:
+    """The reasons remembered between traces are short words: a hostile 64 KiB one would
+    stay held for the life of the process."""
+    long_reason = "content_filter" + "x" * 65_536
+    spans = [
+        agent(1, None, "a", 0, 10),
+        llm(2, 1, 1, 5, output_text="no", finish_reasons=(long_reason, "content_filter")),
+    ]
+    assert only(spans).refusal is True
+    assert long_reason not in timeline._REFUSES
+    assert "content_filter" in timeline._REFUSES

@@ -9,7 +9,7 @@ import yaml
 from eval_factories import case, trace
 
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings, Reference
-from toolwatch.evaluation.pipeline import build_evaluators
+from toolwatch.evaluation.pipeline import MAX_FINDINGS, build_evaluators
 from toolwatch.model import Category, ReferenceKind
 
 MINIMAL = """
@@ -129,3 +129,33 @@ def test_build_evaluators_gives_named_pure_callables() -> None:
     run = trace("issue_refund")
     first, second = safety(run, Reference()), safety(run, Reference())
     assert first == second and first is not None
+
+
+def test_one_evaluator_raises_at_most_max_findings_on_a_run() -> None:
+    # A run of 250 unverified refunds: a hundred findings page as surely, and each is held in
+    # every stream subscriber's queue.
+    run = trace(*["issue_refund"] * 250)
+    result = pipeline(MINIMAL).evaluate(run)
+    (safety,) = [r for r in result.results if r.evaluator == "safety"]
+    assert len(safety.findings) == MAX_FINDINGS == 100
+    assert [f.span_id for f in safety.findings] == [f"s{i}" for i in range(100)]
+    assert safety.explanation.endswith(" (150 more findings on this run not raised)")
+    assert result.findings == safety.findings + tuple(
+        f for r in result.results if r.evaluator != "safety" for f in r.findings
+    )
+
+
+def test_a_finding_stays_small_whatever_the_run() -> None:
+    document = "evaluators: {order: {against: source}}"
+    many = [f"tool_{i}" for i in range(5_000)]
+    result = pipeline(document).evaluate(trace(*many), source=trace(*reversed(many)))
+    (drift,) = [f for f in result.findings if f.evaluator == "order"]
+    assert len(drift.explanation) <= 2_000
+    assert (len(drift.details["source"]), len(drift.details["actual"])) == (50, 50)
+    extra = pipeline(MINIMAL).evaluate(trace(*many), source=trace("tool_0"))
+    (selection,) = [r for r in extra.results if r.evaluator == "tool_selection"]
+    assert selection.explanation.endswith(
+        "extra: [tool_1, tool_2, tool_3, tool_4, tool_5, tool_6, tool_7, tool_8, tool_9, "
+        "tool_10, tool_11, tool_12, tool_13, tool_14, tool_15, tool_16, tool_17, tool_18, "
+        "tool_19, tool_20, … 4979 more])."
+    )
