@@ -16,6 +16,7 @@ start: clock skew should not cost a tool call. Pure functions; safe to call from
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -33,6 +34,7 @@ from toolwatch.conventions import (
     SpanEvent,
     recognize,
 )
+from toolwatch.conventions.attrs import RoleFields
 from toolwatch.ingest.scan import (
     Decoder,
     Scan,
@@ -42,7 +44,7 @@ from toolwatch.ingest.scan import (
     ScanPlan,
     WireError,
 )
-from toolwatch.model import SpanRecord
+from toolwatch.model import RequestedCall, SpanRecord
 
 __all__ = ["DecodeError", "DecodeOptions", "DecodedBatch", "decode_protobuf", "decode_request"]
 
@@ -53,8 +55,78 @@ _MAX_REPORTED = 3  # offenders named in the partial-success message
 # per buffered GenAI span without argument values at first, 821 B since spans share their
 # trace id (`d89e066`); 512 had the byte bound 40% optimistic. Kept on the safe side.
 _SPAN_OVERHEAD_BYTES = 1024
+# What one requested call of a model output holds besides its name and arguments: the
+# record, its id, its slot in the span's tuple. Its arguments were parsed from the output's
+# JSON at ingest, and parsed JSON can hold far more than its text (``[{},{},...]``: about 70
+# bytes of objects per 3 characters), so they are counted as held, not as sent.
+_REQUEST_OVERHEAD_BYTES = 160
 _ZERO_TRACE_ID = bytes(16)
 _ZERO_SPAN_ID = bytes(8)
+
+
+#: The text fields of a record (``RoleFields``), counted by their length.
+_TEXT_FIELDS = (
+    "tool_name",
+    "call_id",
+    "error_type",
+    "output_text",
+    "refusal",
+    "agent_name",
+    "model",
+    "conversation_id",
+)
+
+
+def _held_size(name: str, fields: RoleFields) -> int:
+    """Rough bytes a buffered span holds: the record (``_SPAN_OVERHEAD_BYTES``) and what its
+    fields hold, parsed JSON counted as held, not as sent (see ``_REQUEST_OVERHEAD_BYTES``).
+    Counted from the record, not from the attributes it was read from: those are let go once
+    the span is recognized (while its request is decoded, the request slots bound them)."""
+    size = _SPAN_OVERHEAD_BYTES + len(name)
+    for key in _TEXT_FIELDS:
+        text = fields.get(key)
+        if type(text) is str:
+            size += _text_size(text)
+    for key in ("arguments", "result"):
+        value = fields.get(key)  # as sent: usually text; an AnyValue array or map parsed
+        size += _text_size(value) if type(value) is str else _value_size(value)
+    for reason in fields.get("finish_reasons", ()):
+        size += len(reason)
+    requested: Sequence[object] = fields.get("output_tool_calls", ())  # checked below
+    for call in requested:
+        size += _REQUEST_OVERHEAD_BYTES
+        if isinstance(call, RequestedCall):
+            arguments = call.arguments
+            size += len(call.name) + len(call.call_id or "")
+            size += _text_size(arguments) if type(arguments) is str else _value_size(arguments)
+    return size
+
+
+def _text_size(text: str) -> int:
+    """The bytes of a text's characters: one each for ASCII, up to four for other text."""
+    return len(text) if text.isascii() else sys.getsizeof(text) - _STR_BYTES
+
+
+#: What CPython spends on a parsed JSON value besides its characters (``_value_size``):
+#: measured ``sys.getsizeof`` of CPython 3.11, rounded up (a list's slack as it grows).
+_STR_BYTES = 49
+_DICT_BYTES, _ENTRY_BYTES = 64, 48
+_LIST_BYTES, _SLOT_BYTES = 56, 9
+_NUMBER_BYTES = 32
+
+
+def _value_size(value: Any) -> int:
+    """Rough bytes CPython holds for a parsed JSON (or AnyValue) value and what it holds."""
+    if value is None or value is True or value is False:
+        return 0
+    if type(value) is str:
+        return _STR_BYTES + _text_size(value)
+    if isinstance(value, Mapping):
+        items = value.items()
+        return _DICT_BYTES + sum(_ENTRY_BYTES + _value_size(k) + _value_size(v) for k, v in items)
+    if isinstance(value, list | tuple):
+        return _LIST_BYTES + sum(_SLOT_BYTES + _value_size(item) for item in value)
+    return _NUMBER_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,8 +178,8 @@ def scanner(options: DecodeOptions) -> Scanner:
 
 
 class _Events:
-    """A span's relevant events as the recognizers ask for them (``conventions.EventSource``);
-    their size counts toward the span's only once a recognizer has read them."""
+    """A span's relevant events as the recognizers ask for them (``conventions.EventSource``),
+    made only if one does."""
 
     __slots__ = ("_loaded", "_scanned")
 
@@ -119,10 +191,6 @@ class _Events:
         if self._loaded is None:
             self._loaded = tuple(SpanEvent(name, attrs) for name, attrs, _ in self._scanned)
         return self._loaded
-
-    @property
-    def size(self) -> int:
-        return sum(size for _, _, size in self._scanned) if self._loaded is not None else 0
 
 
 # --- ids ----------------------------------------------------------------------------------
@@ -211,9 +279,9 @@ class _Decoder:
 
     def _span(self, found: ScannedSpan, resource: _Resource) -> tuple[str, str] | None:
         """Decode one scanned span into ``self.spans``; ``(reason, detail)`` if rejected."""
-        _, _, _, trace_id, span_id, parent, name, kind, start, end, code, attrs, size, scanned = (
-            found
-        )
+        # The scan's sizes are what the attributes take while the request is decoded; what
+        # the buffered span holds is counted from its record (``_held_size``).
+        _, _, _, trace_id, span_id, parent, name, kind, start, end, code, attrs, _, scanned = found
         problem = _id_problem(trace_id, span_id, parent)
         if problem is not None:
             return problem
@@ -222,8 +290,6 @@ class _Decoder:
             recognition = self._recognize(name, code, attrs, events)
         except Exception as exc:  # a recognizer bug must cost one span, not the request
             return "malformed_attributes", f"attributes could not be read ({exc!r:.80})"
-        if events is not None:
-            size += events.size
         role, convention, fields = recognition.role, recognition.convention, recognition.fields
         self.spans.append(
             SpanRecord(
@@ -240,7 +306,7 @@ class _Decoder:
                 role=role,
                 convention=convention,
                 reference_keys=self._reference_keys(attrs, resource),
-                size_bytes=_SPAN_OVERHEAD_BYTES + len(name) + size,
+                size_bytes=_held_size(name, fields),
                 # Named, not ``**fields``: a call with a splat is not compiled (it builds a
                 # dict and matches 25 keywords by name), a third of the record's cost.
                 tool_name=fields.get("tool_name"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from typing import Any
 
@@ -166,3 +167,43 @@ def test_the_size_estimate_covers_what_agent_runs_records_hold() -> None:
         estimated = sum(r.size_bytes for r in records)
         assert estimated >= sum(held), role  # the buffer's byte bound is not optimistic
         assert estimated <= 2 * sum(held), role  # nor so cautious it wastes the bound
+
+
+def _record_held(record: Any) -> int:
+    """What ``record`` holds, its requested calls and their arguments included."""
+    seen = {id(record.role), id(record.convention), id(record.service)}
+    held = sys.getsizeof(record)
+    held += sum(_held(getattr(record, f.name), seen) for f in dataclasses.fields(record))
+    for call in record.output_tool_calls:
+        held += sys.getsizeof(call) + sum(
+            _held(v, seen) for v in (call.name, call.call_id, call.arguments)
+        )
+    return held
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [[{}] * 20_000, [0] * 20_000, {f"k{i}": [] for i in range(5_000)}],
+    ids=["objects", "numbers", "keys"],
+)
+def test_parsed_arguments_are_counted_as_held_not_as_sent(arguments: Any) -> None:
+    """A model output's JSON is parsed at ingest: ``[{},{},...]`` holds about 70 bytes of
+    objects per 3 characters sent, and counting the text let the byte bound hold 24 times
+    what it was told."""
+    parts = [{"type": "tool_call", "id": "c1", "name": "t", "arguments": arguments}]
+    messages = json.dumps([{"role": "assistant", "parts": parts}])
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.output.messages": messages}
+    record = decode_one(span("chat m", attrs=chat), options=DecodeOptions(max_value_bytes=2**20))
+    assert len(record.output_tool_calls) == 1
+    assert record.size_bytes >= _record_held(record)
+
+
+def test_many_flattened_tool_calls_are_counted_as_held() -> None:
+    # OpenInference flattens each requested call into attributes: a name of one character
+    # made a call object of about 80 bytes that the bound never saw.
+    prefix = "llm.output_messages.0.message.tool_calls"
+    attrs = {"openinference.span.kind": "LLM"}
+    attrs |= {f"{prefix}.{i}.tool_call.function.name": "a" for i in range(5_000)}
+    record = decode_one(span("llm", attrs=attrs))
+    assert len(record.output_tool_calls) == 5_000
+    assert record.size_bytes >= _record_held(record)
