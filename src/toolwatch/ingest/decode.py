@@ -16,7 +16,6 @@ start: clock skew should not cost a tool call. Pure functions; safe to call from
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -44,6 +43,7 @@ from toolwatch.ingest.scan import (
     ScanPlan,
     WireError,
 )
+from toolwatch.jsontext import held_size, text_size
 from toolwatch.model import RequestedCall, SpanRecord
 
 __all__ = ["DecodeError", "DecodeOptions", "DecodedBatch", "decode_protobuf", "decode_request"]
@@ -86,10 +86,10 @@ def _held_size(name: str, fields: RoleFields) -> int:
     for key in _TEXT_FIELDS:
         text = fields.get(key)
         if type(text) is str:
-            size += _text_size(text)
+            size += text_size(text)
     for key in ("arguments", "result"):
         value = fields.get(key)  # as sent: usually text; an AnyValue array or map parsed
-        size += _text_size(value) if type(value) is str else _value_size(value)
+        size += text_size(value) if type(value) is str else held_size(value)
     for reason in fields.get("finish_reasons", ()):
         size += len(reason)
     requested: Sequence[object] = fields.get("output_tool_calls", ())  # checked below
@@ -98,35 +98,8 @@ def _held_size(name: str, fields: RoleFields) -> int:
         if isinstance(call, RequestedCall):
             arguments = call.arguments
             size += len(call.name) + len(call.call_id or "")
-            size += _text_size(arguments) if type(arguments) is str else _value_size(arguments)
+            size += text_size(arguments) if type(arguments) is str else held_size(arguments)
     return size
-
-
-def _text_size(text: str) -> int:
-    """The bytes of a text's characters: one each for ASCII, up to four for other text."""
-    return len(text) if text.isascii() else sys.getsizeof(text) - _STR_BYTES
-
-
-#: What CPython spends on a parsed JSON value besides its characters (``_value_size``):
-#: measured ``sys.getsizeof`` of CPython 3.11, rounded up (a list's slack as it grows).
-_STR_BYTES = 49
-_DICT_BYTES, _ENTRY_BYTES = 64, 48
-_LIST_BYTES, _SLOT_BYTES = 56, 9
-_NUMBER_BYTES = 32
-
-
-def _value_size(value: Any) -> int:
-    """Rough bytes CPython holds for a parsed JSON (or AnyValue) value and what it holds."""
-    if value is None or value is True or value is False:
-        return 0
-    if type(value) is str:
-        return _STR_BYTES + _text_size(value)
-    if isinstance(value, Mapping):
-        items = value.items()
-        return _DICT_BYTES + sum(_ENTRY_BYTES + _value_size(k) + _value_size(v) for k, v in items)
-    if isinstance(value, list | tuple):
-        return _LIST_BYTES + sum(_SLOT_BYTES + _value_size(item) for item in value)
-    return _NUMBER_BYTES
 
 
 @dataclass(frozen=True, slots=True)

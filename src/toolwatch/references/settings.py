@@ -75,7 +75,8 @@ class ShadowSettings(_Section):
     """Shadow pairs (the *source* reference): runs sharing the ``pair_key_attribute`` value
     are joined by ``role_attribute`` (``source_value`` / ``target_value``, compared
     case-insensitively). A half waits at most ``pair_timeout_seconds``; at most
-    ``max_waiting`` halves wait at once (the oldest is dropped beyond that)."""
+    ``max_waiting`` halves, holding at most ``max_waiting_bytes``, wait at once (the oldest
+    is dropped beyond that)."""
 
     enabled: bool = False
     pair_key_attribute: _AttributeKey = DEFAULT_PAIR_KEY_ATTRIBUTE
@@ -86,6 +87,9 @@ class ShadowSettings(_Section):
         default=60.0, gt=0, allow_inf_nan=False, description="how long a half waits"
     )
     max_waiting: int = Field(default=10_000, gt=0, description="bound on halves waiting at once")
+    max_waiting_bytes: int = Field(
+        default=64 * 2**20, gt=0, description="bound on what the waiting halves hold"
+    )
 
     @model_validator(mode="after")
     def _distinct(self) -> Self:

@@ -9,7 +9,9 @@ Every half that is never paired is counted once through
 ``PipelineMetrics.shadow_unpaired(reason)`` with one of ``UNPAIRED_REASONS``:
 
 - ``timed_out``: it waited ``pair_timeout_seconds`` (``expire``);
-- ``evicted``: ``max_waiting`` halves were already waiting, and it was the oldest;
+- ``evicted``: ``max_waiting`` halves were already waiting, or they held
+  ``max_waiting_bytes`` (a half holds its whole run, arguments and results included:
+  ``half_bytes``), and it was the oldest;
 - ``duplicate``: its pair key and role were already taken (waiting, or paired within the
   timeout): the first is kept;
 - ``no_role``: it carries a pair key but no role, or an unknown one (the caller still
@@ -27,20 +29,32 @@ Pure of I/O; time comes from the injected clock.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from toolwatch.jsontext import held_size, text_size
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock, ToolTrace
 from toolwatch.references.settings import ShadowSettings
 
-__all__ = ["UNPAIRED_REASONS", "ShadowJoiner", "ShadowPair"]
+__all__ = ["UNPAIRED_REASONS", "ShadowJoiner", "ShadowPair", "half_bytes"]
 
 #: Every ``reason`` label ``ShadowJoiner`` reports (a bounded label set).
 UNPAIRED_REASONS = ("duplicate", "evicted", "no_role", "shutdown", "timed_out")
 
 _SOURCE = "source"
 _TARGET = "target"
+_TRACE_BYTES = 1024  # a ToolTrace and its small fields
+_CALL_BYTES = 256  # a ToolCall and its small fields
+
+
+def half_bytes(trace: ToolTrace) -> int:
+    """Rough bytes a waiting half holds: its run, each call's arguments and result."""
+    size = _TRACE_BYTES + text_size(trace.final_text or "")
+    for call in trace.calls:
+        size += _CALL_BYTES + held_size(call.arguments) + held_size(call.result)
+    return size
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +72,7 @@ class _Half:
     role: str  # _SOURCE or _TARGET
     arrived_ns: int
     deferred: bool = False
+    bytes: int = 0  # half_bytes
 
 
 class ShadowJoiner:
@@ -75,6 +90,7 @@ class ShadowJoiner:
         "_settings",
         "_timeout_ns",
         "_waiting",
+        "_waiting_bytes",
         "dropped",
     )
 
@@ -88,6 +104,7 @@ class ShadowJoiner:
             _fold(settings.target_value): _TARGET,
         }
         self._waiting: OrderedDict[str, _Half] = OrderedDict()
+        self._waiting_bytes = 0  # what the waiting halves hold (half_bytes)
         # Pair keys joined within the timeout (key -> when), so a late third half is a
         # duplicate rather than a new half left to time out. Bounded like ``_waiting``.
         self._paired: OrderedDict[str, int] = OrderedDict()
@@ -97,6 +114,11 @@ class ShadowJoiner:
     def waiting(self) -> int:
         """How many halves are waiting for their other half."""
         return len(self._waiting)
+
+    @property
+    def waiting_bytes(self) -> int:
+        """Roughly what the waiting halves hold (``half_bytes``)."""
+        return self._waiting_bytes
 
     def pair_key(self, trace: ToolTrace) -> str | None:
         """The run's pair key, or ``None`` if it is not a shadow run (or shadow is off).
@@ -139,7 +161,7 @@ class ShadowJoiner:
             return None
         waiting = self._waiting.get(key)
         if waiting is None:
-            self._hold(key, half)
+            self._hold(key, dataclasses.replace(half, bytes=half_bytes(trace)))
             return None
         return self._join(key, waiting, half)
 
@@ -152,7 +174,7 @@ class ShadowJoiner:
             key, half = next(iter(self._waiting.items()))
             if half.arrived_ns > deadline:
                 break
-            del self._waiting[key]
+            self._release(key)
             self._drop(half, "timed_out")
         while self._paired and next(iter(self._paired.values())) <= deadline:
             self._paired.popitem(last=False)
@@ -162,6 +184,7 @@ class ShadowJoiner:
         for half in self._waiting.values():
             self._drop(half, "shutdown")
         self._waiting.clear()
+        self._waiting_bytes = 0
         self._paired.clear()
 
     def _taken(self, key: str, role: str) -> bool:
@@ -174,10 +197,22 @@ class ShadowJoiner:
         return None if value is None else self._roles.get(_fold(value))
 
     def _hold(self, key: str, half: _Half) -> None:
-        if len(self._waiting) >= self._settings.max_waiting:
-            _, oldest = self._waiting.popitem(last=False)
-            self._drop(oldest, "evicted")
+        """Hold ``half``, evicting the oldest halves while the count or bytes would pass the
+        bounds (a half bigger than ``max_waiting_bytes`` alone is held by itself)."""
+        limits = self._settings
+        while self._waiting and (
+            len(self._waiting) >= limits.max_waiting
+            or self._waiting_bytes + half.bytes > limits.max_waiting_bytes
+        ):
+            oldest = next(iter(self._waiting))
+            self._drop(self._release(oldest), "evicted")
         self._waiting[key] = half
+        self._waiting_bytes += half.bytes
+
+    def _release(self, key: str) -> _Half:
+        half = self._waiting.pop(key)
+        self._waiting_bytes -= half.bytes
+        return half
 
     def _drop(self, half: _Half, reason: str) -> None:
         """Count a half that will never pair; a deferred one's tool-trace count too."""
@@ -187,7 +222,7 @@ class ShadowJoiner:
             self._metrics.tool_trace(half.trace, "none")
 
     def _join(self, key: str, waiting: _Half, arrived: _Half) -> ShadowPair:
-        del self._waiting[key]
+        self._release(key)
         if len(self._paired) >= self._settings.max_waiting:
             self._paired.popitem(last=False)
         self._paired[key] = self._clock()

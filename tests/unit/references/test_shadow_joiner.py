@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
 from tests import factories
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import ManualClock, ToolTrace
 from toolwatch.references.settings import ShadowSettings
-from toolwatch.references.shadow import UNPAIRED_REASONS, ShadowJoiner, ShadowPair
+from toolwatch.references.shadow import UNPAIRED_REASONS, ShadowJoiner, ShadowPair, half_bytes
 
 PAIR = "toolwatch.shadow.pair_id"
 ROLE = "toolwatch.shadow.role"
@@ -158,6 +159,32 @@ def test_over_the_bound_the_oldest_half_is_evicted() -> None:
     assert metrics.unpaired == Counter({"evicted": 1})
     assert joiner.offer(_half("p1", "target")) is None
     assert joiner.offer(_half("p3", "target")) is not None
+
+
+def _heavy(key: str, items: int) -> ToolTrace:
+    """A source half whose one call's arguments are ``items`` empty objects."""
+    call = factories.tool_call(tool_name="t", arguments=[{}] * items)
+    return dataclasses.replace(_half(key, "source"), calls=(call,))
+
+
+def test_the_waiting_halves_are_bounded_in_bytes_too() -> None:
+    """A half holds its whole run: 40 halves whose arguments were 20,000 empty objects held
+    22 MiB each, against no byte bound."""
+    heavy = _heavy("p1", 20_000)
+    assert half_bytes(heavy) >= 20_000 * 72  # an empty dict and its list slot
+    joiner, metrics = _joiner(max_waiting_bytes=3 * half_bytes(heavy))
+    for n in range(1, 6):
+        joiner.offer(_heavy(f"p{n}", 20_000))
+
+    assert (joiner.waiting, metrics.unpaired) == (3, Counter({"evicted": 2}))
+    assert joiner.waiting_bytes == 3 * half_bytes(heavy)
+    assert joiner.offer(_half("p5", "target")) is not None  # the newest still pairs
+    assert joiner.waiting_bytes == 2 * half_bytes(heavy)
+    # One half bigger than the bound alone is held by itself, the rest evicted.
+    joiner.offer(_heavy("big", 100_000))
+    assert (joiner.waiting, metrics.unpaired["evicted"]) == (1, 4)
+    joiner.drain()
+    assert joiner.waiting_bytes == 0
 
 
 def test_a_second_half_with_the_same_role_is_a_duplicate() -> None:
