@@ -334,6 +334,22 @@ def test_http_body_over_the_limit_is_413(start_server: StartServer) -> None:
     assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 0
 
 
+def test_an_otlp_json_body_may_be_a_quarter_of_the_limit(start_server: StartServer) -> None:
+    """Decoded, JSON holds several times its size (a protobuf body about 2.5): a quarter of
+    the cap keeps a JSON request within what the memory formula budgets for one."""
+    request = refund_request()
+    body = json.dumps(to_otlp_json(request)).encode()
+    server = start_server(ingest__max_request_bytes=2 * len(body), **QUIET)
+    answer = post(server, body, JSON)
+    assert answer.status == 413
+    message = error_status(answer).message
+    assert message.startswith(f"OTLP/JSON body of {len(body)} bytes exceeds {len(body) // 2} ")
+    assert "send protobuf or smaller batches" in message
+    assert ok_response(post(server, request.SerializeToString())) == ExportTraceServiceResponse()
+    roomy = start_server(ingest__max_request_bytes=4 * len(body), **QUIET)
+    assert ok_response(post(roomy, body, JSON)) == ExportTraceServiceResponse()
+
+
 def _gzip_of_zeros(size: int) -> bytes:
     """Gzip of ``size`` zero bytes, built a chunk at a time: the test never holds it whole."""
     compressor = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)

@@ -7,6 +7,12 @@ do); 64-bit integers may be strings or numbers; unknown fields are ignored. This
 rewrites the hex ids into the base64 form ``json_format`` expects and lets ``ParseDict`` do
 the rest. An id of the wrong length is not a parse error: it reaches ``decode_request`` and
 that span alone is rejected (partial success).
+
+Decoded, an OTLP/JSON document holds about four times its size in Python objects (the
+project's recorded captures), but a document of tiny objects holds far more: ``[{},{},...]``
+about a hundred times. A body with more than one JSON object or array per
+``_MIN_BYTES_PER_CONTAINER`` bytes (the captures have one per 50) is refused before it is
+parsed, so decoding one costs at most about ten times its size.
 """
 
 from __future__ import annotations
@@ -41,7 +47,25 @@ def _text(body: bytes | str) -> str:
         raise DecodeError(f"body is not UTF-8: invalid byte at offset {exc.start}") from exc
 
 
+#: See the module docstring; bodies of up to ``_FEW_CONTAINERS`` are not looked at.
+_MIN_BYTES_PER_CONTAINER = 20
+_FEW_CONTAINERS = 1_000
+
+
+def _check_density(body: bytes | str) -> None:
+    if isinstance(body, str):
+        containers = body.count("{") + body.count("[")
+    else:
+        containers = body.count(b"{") + body.count(b"[")
+    if containers > _FEW_CONTAINERS and containers * _MIN_BYTES_PER_CONTAINER > len(body):
+        raise DecodeError(
+            f"body holds {containers} JSON objects and arrays in {len(body)} bytes, more than"
+            f" one per {_MIN_BYTES_PER_CONTAINER}: decoded, it would hold many times its size"
+        )
+
+
 def _document(body: bytes | str) -> dict[str, Any]:
+    _check_density(body)
     try:
         document = json.loads(_text(body))
     except json.JSONDecodeError as exc:

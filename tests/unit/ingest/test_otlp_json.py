@@ -184,7 +184,22 @@ def test_non_object_body_is_an_error() -> None:
 
 def test_deeply_nested_json_is_an_error_not_a_crash() -> None:
     with pytest.raises(DecodeError, match="nested too deeply"):
-        parse_otlp_json("[" * 100_000 + "]" * 100_000)
+        parse_otlp_json("[" * 100_000 + " " * 2_000_000 + "]" * 100_000)
+
+
+def test_a_body_dense_in_tiny_objects_is_refused_before_it_is_parsed() -> None:
+    """``[{},{},...]`` decodes to about a hundred times its size; recorded captures hold one
+    object or array per 50 bytes."""
+    attribute = {"key": "x", "value": {"arrayValue": {"values": [{}] * 100_000}}}
+    bomb = json.dumps(_body(attributes=[attribute]))
+    with pytest.raises(DecodeError, match=r"body holds 100\d{3} JSON objects and arrays in"):
+        parse_otlp_json(bomb)
+    # As many objects in a body of ordinary density are read.
+    padded = [{"key": "x" * 30, "value": {"stringValue": "y" * 30}}] * 10_000
+    (span,) = (
+        parse_otlp_json(json.dumps(_body(attributes=padded))).resource_spans[0].scope_spans[0].spans
+    )
+    assert len(span.attributes) == 10_000
 
 
 def test_wrong_field_type_is_an_error_naming_the_field() -> None:
