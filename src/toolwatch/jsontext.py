@@ -30,7 +30,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 
@@ -84,27 +84,55 @@ class _CompactEncoder:
 
 
 def text_size(text: str) -> int:
-    """The bytes of a text's characters: one each for ASCII, up to four for other text."""
-    return len(text) if text.isascii() else sys.getsizeof(text) - _STR_BYTES
+    """The bytes of a text's characters: one each for ASCII, up to four for other text (a
+    short text is counted at one: ``isascii`` is a method call in compiled code, and on a
+    short text the width matters little)."""
+    n = len(text)
+    return n if n <= _SHORT_TEXT or text.isascii() else sys.getsizeof(text) - _STR_BYTES
+
+
+_SHORT_TEXT: Final = 256
 
 
 #: What CPython spends on a parsed JSON value besides its characters (``held_size``):
 #: measured ``sys.getsizeof`` of CPython 3.11, rounded up (a list's slack as it grows).
-_STR_BYTES = 49
-_DICT_BYTES, _ENTRY_BYTES = 64, 48
-_LIST_BYTES, _SLOT_BYTES = 56, 9
-_NUMBER_BYTES = 32
+_STR_BYTES: Final = 49
+_DICT_BYTES: Final = 64
+_ENTRY_BYTES: Final = 48
+_LIST_BYTES: Final = 56
+_SLOT_BYTES: Final = 9
+_NUMBER_BYTES: Final = 32
 
 
 def held_size(value: Any) -> int:
-    """Rough bytes CPython holds for a parsed JSON (or AnyValue) value and what it holds."""
-    if value is None or value is True or value is False:
+    """Rough bytes CPython holds for a parsed JSON (or AnyValue) value and what it holds.
+
+    Exact types first: what parsers make. ``isinstance`` with an ABC is a method lookup in
+    compiled code, about a thousand instructions, on every value of every span."""
+    kind = type(value)
+    if kind is str:
+        text: str = value
+        return _STR_BYTES + text_size(text)
+    if kind is dict:
+        mapping: dict[Any, Any] = value  # typed: iterated as a dict, not a generic object
+        size = _DICT_BYTES
+        for key, item in mapping.items():
+            size += _ENTRY_BYTES + _STR_BYTES + len(key) + held_size(item)
+        return size
+    if kind is list:
+        items: list[Any] = value
+        size = _LIST_BYTES
+        for item in items:
+            size += _SLOT_BYTES + held_size(item)
+        return size
+    if value is None or kind is bool:
         return 0
-    if type(value) is str:
-        return _STR_BYTES + text_size(value)
+    if kind is int or kind is float:
+        return _NUMBER_BYTES
     if isinstance(value, Mapping):
-        items = value.items()
-        return _DICT_BYTES + sum(_ENTRY_BYTES + held_size(k) + held_size(v) for k, v in items)
+        return _DICT_BYTES + sum(
+            _ENTRY_BYTES + held_size(k) + held_size(v) for k, v in value.items()
+        )
     if isinstance(value, list | tuple):
         return _LIST_BYTES + sum(_SLOT_BYTES + held_size(item) for item in value)
     return _NUMBER_BYTES

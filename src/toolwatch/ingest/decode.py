@@ -18,7 +18,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
@@ -33,7 +33,6 @@ from toolwatch.conventions import (
     SpanEvent,
     recognize,
 )
-from toolwatch.conventions.attrs import RoleFields
 from toolwatch.ingest.scan import (
     Decoder,
     Scan,
@@ -54,52 +53,59 @@ _MAX_REPORTED = 3  # offenders named in the partial-success message
 # its share of the buffer's bookkeeping. Measured, `make bench` (memory): 1,048 B resident
 # per buffered GenAI span without argument values at first, 821 B since spans share their
 # trace id (`d89e066`); 512 had the byte bound 40% optimistic. Kept on the safe side.
-_SPAN_OVERHEAD_BYTES = 1024
+_SPAN_OVERHEAD_BYTES: Final = 1024
 # What one requested call of a model output holds besides its name and arguments: the
 # record, its id, its slot in the span's tuple. Its arguments were parsed from the output's
 # JSON at ingest, and parsed JSON can hold far more than its text (``[{},{},...]``: about 70
 # bytes of objects per 3 characters), so they are counted as held, not as sent.
-_REQUEST_OVERHEAD_BYTES = 160
+_REQUEST_OVERHEAD_BYTES: Final = 160
 _ZERO_TRACE_ID = bytes(16)
 _ZERO_SPAN_ID = bytes(8)
 
 
-#: The text fields of a record (``RoleFields``), counted by their length.
-_TEXT_FIELDS = (
-    "tool_name",
-    "call_id",
-    "error_type",
-    "output_text",
-    "refusal",
-    "agent_name",
-    "model",
-    "conversation_id",
-)
-
-
-def _held_size(name: str, fields: RoleFields) -> int:
+def _held_size(record: SpanRecord) -> int:
     """Rough bytes a buffered span holds: the record (``_SPAN_OVERHEAD_BYTES``) and what its
     fields hold, parsed JSON counted as held, not as sent (see ``_REQUEST_OVERHEAD_BYTES``).
     Counted from the record, not from the attributes it was read from: those are let go once
-    the span is recognized (while its request is decoded, the request slots bound them)."""
-    size = _SPAN_OVERHEAD_BYTES + len(name)
-    for key in _TEXT_FIELDS:
-        text = fields.get(key)
-        if type(text) is str:
-            size += text_size(text)
-    for key in ("arguments", "result"):
-        value = fields.get(key)  # as sent: usually text; an AnyValue array or map parsed
-        size += text_size(value) if type(value) is str else held_size(value)
-    for reason in fields.get("finish_reasons", ()):
+    the span is recognized (while its request is decoded, the request slots bound them).
+    Written out field by field, with no call for a short text: it runs for every span."""
+    size = _SPAN_OVERHEAD_BYTES + len(record.name) + _value_size(record.arguments)
+    size += _value_size(record.result)
+    if record.output_text is not None:
+        size += text_size(record.output_text)  # the one long text
+    # Short texts one by one: a loop over a tuple of them is a generic iterator when compiled.
+    if record.tool_name is not None:
+        size += len(record.tool_name)
+    if record.call_id is not None:
+        size += len(record.call_id)
+    if record.error_type is not None:
+        size += len(record.error_type)
+    if record.refusal is not None:
+        size += len(record.refusal)
+    if record.agent_name is not None:
+        size += len(record.agent_name)
+    if record.model is not None:
+        size += len(record.model)
+    if record.conversation_id is not None:
+        size += len(record.conversation_id)
+    for reason in record.finish_reasons:
         size += len(reason)
-    requested: Sequence[object] = fields.get("output_tool_calls", ())  # checked below
+    requested: Sequence[object] = record.output_tool_calls  # each checked: a test's may not be
     for call in requested:
         size += _REQUEST_OVERHEAD_BYTES
         if isinstance(call, RequestedCall):
-            arguments = call.arguments
-            size += len(call.name) + len(call.call_id or "")
-            size += text_size(arguments) if type(arguments) is str else held_size(arguments)
+            size += len(call.name) + _value_size(call.arguments)
+            if call.call_id is not None:
+                size += len(call.call_id)
     return size
+
+
+def _value_size(value: Any) -> int:
+    """A value as sent (usually text: its characters) or parsed (``held_size``)."""
+    if type(value) is str:
+        text: str = value
+        return text_size(text)
+    return 0 if value is None else held_size(value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -279,7 +285,6 @@ class _Decoder:
                 role=role,
                 convention=convention,
                 reference_keys=self._reference_keys(attrs, resource),
-                size_bytes=_held_size(name, fields),
                 # Named, not ``**fields``: a call with a splat is not compiled (it builds a
                 # dict and matches 25 keywords by name), a third of the record's cost.
                 tool_name=fields.get("tool_name"),
@@ -296,6 +301,8 @@ class _Decoder:
                 conversation_id=fields.get("conversation_id"),
             )
         )
+        record = self.spans[-1]
+        record.size_bytes = _held_size(record)  # still its constructor's: no one has seen it
         return None
 
     def _message(self) -> str | None:
