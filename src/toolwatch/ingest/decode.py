@@ -68,36 +68,28 @@ def _held_size(record: SpanRecord) -> int:
     fields hold, parsed JSON counted as held, not as sent (see ``_REQUEST_OVERHEAD_BYTES``).
     Counted from the record, not from the attributes it was read from: those are let go once
     the span is recognized (while its request is decoded, the request slots bound them).
-    Written out field by field, with no call for a short text: it runs for every span."""
+    Field by field, not a loop over a tuple of them (a generic iterator when compiled): it
+    runs for every span."""
     size = _SPAN_OVERHEAD_BYTES + len(record.name) + _value_size(record.arguments)
     size += _value_size(record.result)
     if record.output_text is not None:
         size += text_size(record.output_text)  # the one long text
-    # Short texts one by one: a loop over a tuple of them is a generic iterator when compiled.
-    if record.tool_name is not None:
-        size += len(record.tool_name)
-    if record.call_id is not None:
-        size += len(record.call_id)
-    if record.error_type is not None:
-        size += len(record.error_type)
-    if record.refusal is not None:
-        size += len(record.refusal)
-    if record.agent_name is not None:
-        size += len(record.agent_name)
-    if record.model is not None:
-        size += len(record.model)
-    if record.conversation_id is not None:
-        size += len(record.conversation_id)
+    size += _length(record.tool_name) + _length(record.call_id) + _length(record.error_type)
+    size += _length(record.refusal) + _length(record.agent_name) + _length(record.model)
+    size += _length(record.conversation_id)
     for reason in record.finish_reasons:
         size += len(reason)
     requested: Sequence[object] = record.output_tool_calls  # each checked: a test's may not be
     for call in requested:
         size += _REQUEST_OVERHEAD_BYTES
         if isinstance(call, RequestedCall):
-            size += len(call.name) + _value_size(call.arguments)
-            if call.call_id is not None:
-                size += len(call.call_id)
+            size += len(call.name) + _length(call.call_id) + _value_size(call.arguments)
     return size
+
+
+def _length(text: str | None) -> int:
+    """A short text's characters (no width check: ``jsontext.text_size``)."""
+    return 0 if text is None else len(text)
 
 
 def _value_size(value: Any) -> int:
