@@ -29,7 +29,8 @@ from toolwatch.assembly.buffer import AssemblyLimits
 from toolwatch.evaluation.settings import EvaluatorsSettings, PolicySettings
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Decoder
 from toolwatch.references.settings import GoldenSettings, ShadowSettings
-from toolwatch.sections import Section, UniqueKeyLoader
+from toolwatch.sections import Section as _Section
+from toolwatch.sections import UniqueKeyLoader
 
 __all__ = [
     "LISTENERS",
@@ -99,10 +100,6 @@ def is_loopback(host: str) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
         return address.ipv4_mapped.is_loopback
     return address.is_loopback
-
-
-class _Section(Section):
-    """A section of the configuration (``toolwatch.sections``)."""
 
 
 #: A listener on these holds its port on every interface.

@@ -83,15 +83,15 @@ class _CompactEncoder:
         return "".join(encode(value, 0))
 
 
+_SHORT_TEXT: Final = 256  # a text this long or shorter is counted at a byte a character
+
+
 def text_size(text: str) -> int:
     """The bytes of a text's characters: one each for ASCII, up to four for other text (a
     short text is counted at one: ``isascii`` is a method call in compiled code, and on a
     short text the width matters little)."""
     n = len(text)
     return n if n <= _SHORT_TEXT or text.isascii() else sys.getsizeof(text) - _STR_BYTES
-
-
-_SHORT_TEXT: Final = 256
 
 
 #: What CPython spends on a parsed JSON value besides its characters (``held_size``):

@@ -267,14 +267,9 @@ def _field_summary(fields: Sequence[FieldScore], names: Sequence[str | None]) ->
     the others counted), never values."""
     parts = []
     for presence, label in (("both", "differs"), *((p, p) for p in _ONE_SIDED)):
-        shown = [
-            n or "(whole value)"
-            for f, n in zip(fields, names, strict=True)
-            if f.presence == presence and n is not None
-        ]
-        hidden = sum(
-            1 for f, n in zip(fields, names, strict=True) if f.presence == presence and n is None
-        )
+        picked = [n for f, n in zip(fields, names, strict=True) if f.presence == presence]
+        shown = [n or "(whole value)" for n in picked if n is not None]
+        hidden = len(picked) - len(shown)
         if hidden:
             shown.append(f"{hidden} field{'s' if hidden > 1 else ''} not named")
         if shown:

@@ -9,11 +9,11 @@ Evaluators that compare with a reference run only when the run has one they acce
 (``against``: ``auto`` takes either, ``expected`` or ``source`` only that one; ``composite``
 takes a golden case, else a source). Policy evaluators always run: ``safety`` when the
 policy names dangerous tools or allowed tools, ``loops`` always, ``invariants`` when rules are
-configured. An
-evaluator that returns ``None`` (not applicable) contributes no result but is timed. One
-evaluator raises at most ``MAX_FINDINGS`` findings on one run, the first in its order; its
-explanation says how many more there were (a run of thousands of unverified refunds pages as
-surely with a hundred, and each finding is held in every stream subscriber's queue).
+configured. An evaluator that returns ``None`` (not applicable) contributes no result but is
+timed. One evaluator raises at most ``MAX_FINDINGS`` findings on one run, the first in its
+order; its explanation says how many more there were (a run of thousands of unverified
+refunds pages as surely with a hundred, and each finding is held in every stream
+subscriber's queue).
 
 Thread-safety: a pipeline holds only immutable state once built; ``evaluate`` may be called
 from several threads.

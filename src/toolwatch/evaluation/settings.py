@@ -33,7 +33,7 @@ from pydantic import (
 
 from toolwatch.model import Severity
 from toolwatch.names import NameNormalizer, fold
-from toolwatch.sections import Section
+from toolwatch.sections import Section as _Section
 
 __all__ = [
     "Against",
@@ -91,10 +91,6 @@ class Binding:
     field: str
     verification_tool: str
     verification_field: str
-
-
-class _Section(Section):
-    """A section of the configuration (``toolwatch.sections``)."""
 
 
 class _Rule(_Section):

@@ -262,39 +262,37 @@ class _Decoder:
         except Exception as exc:  # a recognizer bug must cost one span, not the request
             return "malformed_attributes", f"attributes could not be read ({exc!r:.80})"
         role, convention, fields = recognition.role, recognition.convention, recognition.fields
-        self.spans.append(
-            SpanRecord(
-                trace_id=trace_id,
-                span_id=span_id,
-                # OTLP: an empty parent marks a root; an all-zero one is read the same way.
-                parent_span_id=parent if parent and parent != _ZERO_SPAN_ID else None,
-                name=name,
-                kind=kind,
-                start_ns=start,
-                end_ns=max(end, start),  # clock skew: clamp, keep the span
-                status_code=code,
-                service=resource.service,
-                role=role,
-                convention=convention,
-                reference_keys=self._reference_keys(attrs, resource),
-                # Named, not ``**fields``: a call with a splat is not compiled (it builds a
-                # dict and matches 25 keywords by name), a third of the record's cost.
-                tool_name=fields.get("tool_name"),
-                call_id=fields.get("call_id"),
-                arguments=fields.get("arguments"),
-                result=fields.get("result"),
-                error_type=fields.get("error_type"),
-                finish_reasons=fields.get("finish_reasons", ()),
-                output_tool_calls=fields.get("output_tool_calls", ()),
-                output_text=fields.get("output_text"),
-                refusal=fields.get("refusal"),
-                agent_name=fields.get("agent_name"),
-                model=fields.get("model"),
-                conversation_id=fields.get("conversation_id"),
-            )
+        record = SpanRecord(
+            trace_id=trace_id,
+            span_id=span_id,
+            # OTLP: an empty parent marks a root; an all-zero one is read the same way.
+            parent_span_id=parent if parent and parent != _ZERO_SPAN_ID else None,
+            name=name,
+            kind=kind,
+            start_ns=start,
+            end_ns=max(end, start),  # clock skew: clamp, keep the span
+            status_code=code,
+            service=resource.service,
+            role=role,
+            convention=convention,
+            reference_keys=self._reference_keys(attrs, resource),
+            # Named, not ``**fields``: a call with a splat is not compiled (it builds a
+            # dict and matches 25 keywords by name), a third of the record's cost.
+            tool_name=fields.get("tool_name"),
+            call_id=fields.get("call_id"),
+            arguments=fields.get("arguments"),
+            result=fields.get("result"),
+            error_type=fields.get("error_type"),
+            finish_reasons=fields.get("finish_reasons", ()),
+            output_tool_calls=fields.get("output_tool_calls", ()),
+            output_text=fields.get("output_text"),
+            refusal=fields.get("refusal"),
+            agent_name=fields.get("agent_name"),
+            model=fields.get("model"),
+            conversation_id=fields.get("conversation_id"),
         )
-        record = self.spans[-1]
-        record.size_bytes = _held_size(record)  # still its constructor's: no one has seen it
+        record.size_bytes = _held_size(record)  # counted from the record, before anyone sees it
+        self.spans.append(record)
         return None
 
     def _message(self) -> str | None:

@@ -17,7 +17,7 @@ from typing import Annotated, Self
 
 from pydantic import AfterValidator, Field, model_validator
 
-from toolwatch.sections import Section
+from toolwatch.sections import Section as _Section
 
 __all__ = [
     "DEFAULT_CASE_ID_ATTRIBUTE",
@@ -50,10 +50,6 @@ def _role_value(value: str) -> str:
 
 _AttributeKey = Annotated[str, AfterValidator(_attribute_key)]
 _RoleValue = Annotated[str, AfterValidator(_role_value)]
-
-
-class _Section(Section):
-    """A section of the configuration (``toolwatch.sections``)."""
 
 
 class GoldenSettings(_Section):
