@@ -173,7 +173,11 @@ def _count(metrics: PrometheusMetrics, trace: ToolTrace, result: PipelineResult)
 
 
 def _records(pipeline: _Pipeline) -> list[DecodedBatch]:
-    return [_Decoder(pipeline.options).scan(scan) for scan in pipeline.scans]
+    # A decoder consumes its scan: each round decodes copies (a list copy per request).
+    options = pipeline.options
+    return [
+        _Decoder(options).scan(Scan(scan.resources, list(scan.spans))) for scan in pipeline.scans
+    ]
 
 
 def _scan_all(scanner: Scanner, bodies: Sequence[bytes]) -> list[Scan]:

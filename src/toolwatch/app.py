@@ -39,7 +39,7 @@ from toolwatch.config import (
 from toolwatch.engine import DiscardToolTraces, Engine, EngineParts, Receipt, ToolTraceSink
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, scanner
+from toolwatch.ingest.decode import DecodedBatch, scanner
 from toolwatch.ingest.otlp_grpc import SERVICE_NAME, trace_service_handler
 from toolwatch.ingest.otlp_http import HttpTraceReceiver, ProtocolErrorLog
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
@@ -111,11 +111,7 @@ class App:
         self.config = config
         self.registry = registry if registry is not None else CollectorRegistry()
         golden, normalize = build_references(config)
-        self._decode_options = DecodeOptions(
-            reference_keys=_reference_keys(config),
-            max_value_bytes=config.ingest.max_value_bytes,
-            decoder=config.ingest.decoder,
-        )
+        self._decode_options = config.decode_options()
         try:
             self._compiled = scanner(self._decode_options).compiled
         except RuntimeError as exc:  # ingest.decoder: compiled, and it cannot be used
@@ -511,10 +507,6 @@ def _known_tools(config: Config, golden: GoldenCaseSet | None) -> tuple[str, ...
     if golden is not None:
         tools |= {call.name for case in golden for call in case.expected_tools}
     return tuple(sorted(tools))
-
-
-def _reference_keys(config: Config) -> frozenset[str]:
-    return config.golden.reference_keys() | config.shadow.reference_keys()
 
 
 def _warn_if_exposed(addresses: dict[str, str], exposure: Callable[[str], str | None]) -> None:

@@ -27,6 +27,7 @@ from pydantic import (
 
 from toolwatch.assembly.buffer import AssemblyLimits
 from toolwatch.evaluation.settings import EvaluatorsSettings, PolicySettings
+from toolwatch.ingest.decode import DecodeOptions
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Decoder
 from toolwatch.references.settings import GoldenSettings, ShadowSettings
 from toolwatch.sections import Section as _Section
@@ -174,6 +175,12 @@ class IngestSettings(_Section):
     # OTLP: "It is RECOMMENDED to use 20 MiB as the default limit", after decompression.
     max_request_bytes: int = Field(20 * _MIB, gt=0, description="cap after decompression")
     max_value_bytes: int = Field(65_536, gt=0, description="longer attribute values are cut")
+    # SDKs keep 128 attributes of every kind per span by default; one with more than this of
+    # the attributes conventions read (a model output's flattened tool calls) is rejected,
+    # counted: converting them all would hold memory out of proportion to the request.
+    max_span_attributes: int = Field(
+        1024, gt=0, le=1_000_000, description="a span with more attributes read is rejected"
+    )
     retry_after_seconds: float = Field(1.0, gt=0, le=300)
     # Bodies in flight stay under this times max_request_bytes (toolwatch.ingest.slots); more
     # concurrent requests are answered as overloaded, before their bodies are read.
@@ -410,6 +417,16 @@ class Config(_Section):
         if shared:
             raise ValueError(f"golden and shadow both use the attribute {min(shared)!r}")
         return self
+
+    def decode_options(self) -> DecodeOptions:
+        """How the receivers and replay decode requests: the ingest limits, and the keys the
+        golden cases and shadow pairs are found by."""
+        return DecodeOptions(
+            reference_keys=self.golden.reference_keys() | self.shadow.reference_keys(),
+            max_value_bytes=self.ingest.max_value_bytes,
+            max_span_attributes=self.ingest.max_span_attributes,
+            decoder=self.ingest.decoder,
+        )
 
 
 def _ns(seconds: float) -> int:

@@ -35,7 +35,7 @@ from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.ingest.decode import DecodeError, DecodeOptions, decode_request
+from toolwatch.ingest.decode import DecodeError, decode_request
 from toolwatch.ingest.otlp_json import parse_otlp_json
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import ManualClock, ReferenceKind, ToolTrace
@@ -238,11 +238,7 @@ class _OfflineAssembler:
         )
         self._buffer = TraceBuffer(unbounded, self._clock, NoopMetrics())
         self._normalize = config.policy.normalizer()
-        self._options = DecodeOptions(
-            reference_keys=config.golden.reference_keys() | config.shadow.reference_keys(),
-            max_value_bytes=config.ingest.max_value_bytes,
-            decoder=config.ingest.decoder,
-        )
+        self._options = config.decode_options()
         self._wait_s = limits.completion_wait_ns / 1e9
 
     def add(self, record: dict[str, Any], where: str) -> None:

@@ -110,3 +110,13 @@ def test_a_field_missing_beside_an_override_names_the_override_too(tmp_path: Pat
     assert lines[1].startswith(
         "  defaults and command line/environment: security.tls.key_file: Field required"
     )
+
+
+def test_the_span_attribute_cap_is_positive_and_reaches_the_decoder() -> None:
+    lines = error_lines(None, {"ingest.max_span_attributes": 0})
+    assert lines[1] == (
+        "  command line/environment: ingest.max_span_attributes: "
+        "Input should be greater than 0 (got 0)"
+    )
+    config = load_config(None, {"ingest.max_span_attributes": "64"})
+    assert config.decode_options().max_span_attributes == 64

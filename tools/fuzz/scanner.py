@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import itertools
 import random
 import sys
 import time
@@ -61,10 +62,10 @@ def main(argv: list[str]) -> int:
     seeds = protobuf_seeds()
     base = scanner(DecodeOptions(reference_keys=frozenset({"toolwatch.case_id"}))).plan
     pairs = []
-    for limit in _LIMITS:
-        plan = dataclasses.replace(base, max_value_bytes=limit)
+    for limit, cap in itertools.product(_LIMITS, (2, 1024)):  # spans over the cap, and not
+        plan = dataclasses.replace(base, max_value_bytes=limit, max_span_attributes=cap)
         fields = (plan.span_keys, plan.prefixes, plan.resource_keys, plan.event_names)
-        compiled = wire.Plan(*fields, plan.event_keys, limit)  # type: ignore[attr-defined]
+        compiled = wire.Plan(*fields, plan.event_keys, limit, cap)  # type: ignore[attr-defined]
         pairs.append((compiled, Scanner.for_plan(plan, "reference")))
     deadline, bodies, taken = time.monotonic() + seconds, 0, 0
     while time.monotonic() < deadline:

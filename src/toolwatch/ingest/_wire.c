@@ -34,7 +34,6 @@
 #define MAX_DEPTH 100 /* message nesting, the request itself at 1: protobuf allows 100 below it */
 #define MAX_VALUE_DEPTH 32   /* AnyValue nesting converted; deeper arrays/maps are None */
 #define MIN_ITEM_BYTES 8     /* arrays and maps keep max_value_bytes / 8 items per level */
-#define ITEM_BYTES 64        /* size estimate per converted item (see scan.approx_size) */
 
 /* Results of the walking functions. */
 #define OK 0
@@ -401,6 +400,7 @@ typedef struct {
     KeySet event_keys;
     PyObject *prefixes; /* tuple of bytes */
     Py_ssize_t limit;   /* max_value_bytes */
+    Py_ssize_t cap;     /* max_span_attributes */
     Recent *recent;     /* owned; scans run one at a time, under the GIL */
 } Plan;
 
@@ -425,10 +425,13 @@ static void recent_clear(Recent *recent) {
     PyMem_Free(recent);
 }
 
-/* Which attributes one walk keeps. */
+/* Which attributes one walk keeps: at most `cap`; a wanted one beyond them (new or a repeated
+ * key) is counted in `over`, not converted. */
 typedef struct {
     const KeySet *keys;
     PyObject *prefixes; /* tuple of bytes, or NULL */
+    Py_ssize_t cap;
+    Py_ssize_t over;
 } Filter;
 
 /* ---- AnyValue -> Python ---------------------------------------------------------------- */
@@ -497,14 +500,13 @@ static int any_member(Buf b, int depth, Member *member) {
     return OK;
 }
 
-static int convert(Buf b, const Plan *plan, int depth, int level, PyObject **out, Py_ssize_t *size);
+static int convert(Buf b, const Plan *plan, int depth, int level, PyObject **out);
 
 /* The items (field 1) of an ArrayValue as a list; the first `keep` converted, the rest checked. */
-static int convert_array(Buf b, const Plan *plan, int depth, int level, PyObject **out,
-                         Py_ssize_t *size) {
+static int convert_array(Buf b, const Plan *plan, int depth, int level, PyObject **out) {
     PyObject *list = PyList_New(0);
     if (list == NULL) return FAILED;
-    Py_ssize_t keep = plan->limit / MIN_ITEM_BYTES, total = ITEM_BYTES;
+    Py_ssize_t keep = plan->limit / MIN_ITEM_BYTES;
     int rc = OK;
     while (rc == OK && b.p < b.end) {
         uint32_t number;
@@ -524,9 +526,7 @@ static int convert_array(Buf b, const Plan *plan, int depth, int level, PyObject
             continue;
         }
         PyObject *value;
-        Py_ssize_t item_size;
-        if ((rc = convert(item, plan, depth + 1, level + 1, &value, &item_size)) != OK) break;
-        total += item_size;
+        if ((rc = convert(item, plan, depth + 1, level + 1, &value)) != OK) break;
         rc = PyList_Append(list, value) == 0 ? OK : FAILED;
         Py_DECREF(value);
     }
@@ -535,17 +535,17 @@ static int convert_array(Buf b, const Plan *plan, int depth, int level, PyObject
         return rc;
     }
     *out = list;
-    *size = total;
     return OK;
 }
 
 static int keyvalue_parts(Buf b, int depth, Buf *key, Buf *value, int *has_value);
 
-static int convert_kvlist(Buf b, const Plan *plan, int depth, int level, PyObject **out,
-                          Py_ssize_t *size) {
+/* The pairs (field 1) of a KeyValueList as a dict; the first `keep` converted (a repeated key
+ * keeps its first place and its last value, as a dict display does), the rest checked. */
+static int convert_kvlist(Buf b, const Plan *plan, int depth, int level, PyObject **out) {
     PyObject *dict = PyDict_New();
     if (dict == NULL) return FAILED;
-    Py_ssize_t keep = plan->limit / MIN_ITEM_BYTES, seen = 0, total = ITEM_BYTES;
+    Py_ssize_t keep = plan->limit / MIN_ITEM_BYTES, seen = 0;
     int rc = OK;
     while (rc == OK && b.p < b.end) {
         uint32_t number;
@@ -566,19 +566,11 @@ static int convert_kvlist(Buf b, const Plan *plan, int depth, int level, PyObjec
         }
         if ((rc = keyvalue_parts(pair, depth + 1, &key, &value, &has_value)) != OK) break;
         PyObject *name = NULL, *item = NULL;
-        Py_ssize_t item_size = ITEM_BYTES;
         /* An unset value is AnyValue's default: no member, converted to None. */
         if ((rc = make_str(key, PY_SSIZE_T_MAX, NULL, &name)) != OK) break;
-        if (has_value) rc = convert(value, plan, depth + 2, level + 1, &item, &item_size);
+        if (has_value) rc = convert(value, plan, depth + 2, level + 1, &item);
         else item = Py_NewRef(Py_None);
-        if (rc == OK) { /* a repeated key: the size estimate would count the lost value */
-            int present = PyDict_Contains(dict, name);
-            rc = present < 0 ? FAILED : present ? FALLBACK : OK;
-        }
-        if (rc == OK) {
-            total += PyUnicode_GET_LENGTH(name) + ITEM_BYTES + item_size;
-            rc = PyDict_SetItem(dict, name, item) == 0 ? OK : FAILED;
-        }
+        if (rc == OK) rc = PyDict_SetItem(dict, name, item) == 0 ? OK : FAILED;
         Py_XDECREF(name);
         Py_XDECREF(item);
     }
@@ -587,22 +579,16 @@ static int convert_kvlist(Buf b, const Plan *plan, int depth, int level, PyObjec
         return rc;
     }
     *out = dict;
-    *size = total;
     return OK;
 }
 
-/* An AnyValue as Python (str, bool, int, float, hex str, list, dict or None) and its size
- * estimate. `level` is the value nesting (0 for an attribute's own value). */
-static int convert(Buf b, const Plan *plan, int depth, int level, PyObject **out,
-                   Py_ssize_t *size) {
+/* An AnyValue as Python (str, bool, int, float, hex str, list, dict or None). `level` is the
+ * value nesting (0 for an attribute's own value). */
+static int convert(Buf b, const Plan *plan, int depth, int level, PyObject **out) {
     Member m;
     TRY(any_member(b, depth, &m));
-    *size = ITEM_BYTES;
     switch (m.number) {
-    case 1:
-        TRY(make_str(m.body, plan->limit, plan->recent, out));
-        *size = PyUnicode_GET_LENGTH(*out) + ITEM_BYTES;
-        return OK;
+    case 1: return make_str(m.body, plan->limit, plan->recent, out);
     case 2: *out = PyBool_FromLong(m.scalar != 0); return OK;
     case 3: *out = PyLong_FromLongLong((long long)(int64_t)m.scalar); break;
     case 4: {
@@ -611,10 +597,7 @@ static int convert(Buf b, const Plan *plan, int depth, int level, PyObject **out
         *out = PyFloat_FromDouble(d);
         break;
     }
-    case 7:
-        TRY(make_hex(m.body, plan->limit, out));
-        *size = PyUnicode_GET_LENGTH(*out) + ITEM_BYTES;
-        return OK;
+    case 7: return make_hex(m.body, plan->limit, out);
     case 5:
     case 6:
         if (level >= MAX_VALUE_DEPTH) {
@@ -622,8 +605,8 @@ static int convert(Buf b, const Plan *plan, int depth, int level, PyObject **out
             *out = Py_NewRef(Py_None);
             return OK;
         }
-        if (m.number == 5) return convert_array(m.body, plan, depth + 1, level, out, size);
-        return convert_kvlist(m.body, plan, depth + 1, level, out, size);
+        if (m.number == 5) return convert_array(m.body, plan, depth + 1, level, out);
+        return convert_kvlist(m.body, plan, depth + 1, level, out);
     default: *out = Py_NewRef(Py_None); return OK; /* unset, or a string_value_strindex */
     }
     return *out == NULL ? FAILED : OK;
@@ -667,10 +650,10 @@ static int has_prefix(PyObject *prefixes, Buf key) {
     return 0;
 }
 
-/* One attribute: into `attrs` when the filter wants its key (and its value is set), else only
- * checked. `size` grows by what a kept value holds (a string's length, else its estimate). */
-static int attribute(Buf b, const Plan *plan, const Filter *filter, int depth, PyObject *attrs,
-                     Py_ssize_t *size) {
+/* One attribute: into `attrs` when the filter wants its key, its value is set and `attrs` holds
+ * fewer than the filter's cap; counted in its `over` when wanted beyond the cap; else only
+ * checked. */
+static int attribute(Buf b, const Plan *plan, Filter *filter, int depth, PyObject *attrs) {
     Buf key, value;
     int has_value;
     TRY(keyvalue_parts(b, depth, &key, &value, &has_value));
@@ -679,9 +662,12 @@ static int attribute(Buf b, const Plan *plan, const Filter *filter, int depth, P
     int wanted = name != NULL || has_prefix(filter->prefixes, key);
     if (!wanted) return has_value ? validate(value, &AnyValue_, depth + 1) : OK;
     if (!has_value) return OK; /* an unset value converts to None, which is not kept */
+    if (PyDict_GET_SIZE(attrs) >= filter->cap) {
+        filter->over++;
+        return validate(value, &AnyValue_, depth + 1);
+    }
     PyObject *converted;
-    Py_ssize_t estimate;
-    TRY(convert(value, plan, depth + 1, 0, &converted, &estimate));
+    TRY(convert(value, plan, depth + 1, 0, &converted));
     if (converted == Py_None) {
         Py_DECREF(converted);
         return OK;
@@ -695,7 +681,6 @@ static int attribute(Buf b, const Plan *plan, const Filter *filter, int depth, P
     } else {
         Py_INCREF(name);
     }
-    *size += PyUnicode_Check(converted) ? PyUnicode_GET_LENGTH(converted) : estimate;
     int rc = PyDict_SetItem(attrs, name, converted) == 0 ? OK : FAILED;
     Py_DECREF(name);
     Py_DECREF(converted);
@@ -764,7 +749,7 @@ static PyObject *tuple_stealing(PyObject **items, Py_ssize_t n) {
     return tuple;
 }
 
-/* A relevant event as (name, attrs, size); *out stays NULL for an event nobody reads. */
+/* A relevant event as (name, attrs); *out stays NULL for an event nobody reads. */
 static int event(Buf b, const Plan *plan, int depth, PyObject **out) {
     *out = NULL;
     TRY(validate(b, &Event_, depth));
@@ -785,8 +770,7 @@ static int event(Buf b, const Plan *plan, int depth, PyObject **out) {
     if (key == NULL) return OK;
     PyObject *attrs = PyDict_New();
     if (attrs == NULL) return FAILED;
-    Filter filter = {&plan->event_keys, NULL};
-    Py_ssize_t size = 0;
+    Filter filter = {&plan->event_keys, NULL, PY_SSIZE_T_MAX, 0}; /* a few exact keys */
     int rc = OK;
     while (rc == OK && b.p < b.end) {
         uint32_t number;
@@ -798,11 +782,11 @@ static int event(Buf b, const Plan *plan, int depth, PyObject **out) {
             continue;
         }
         if ((rc = read_bytes(&b, &body)) == OK)
-            rc = attribute(body, plan, &filter, depth + 1, attrs, &size);
+            rc = attribute(body, plan, &filter, depth + 1, attrs);
     }
     if (rc == OK) {
-        PyObject *items[] = {Py_NewRef(key), attrs, PyLong_FromSsize_t(size)};
-        *out = tuple_stealing(items, 3);
+        PyObject *items[] = {Py_NewRef(key), attrs};
+        *out = tuple_stealing(items, 2);
         return *out == NULL ? FAILED : OK;
     }
     Py_DECREF(attrs);
@@ -814,7 +798,7 @@ typedef struct {
     uint64_t kind, start, end, status;
     PyObject *attrs;  /* dict */
     PyObject *events; /* list, or NULL while the span has none */
-    Py_ssize_t size;
+    Filter filter;    /* the span attributes kept, and how many were wanted beyond the cap */
 } SpanParts;
 
 static int status_code(Buf b, int depth, uint64_t *code) {
@@ -845,11 +829,9 @@ static int span_field(SpanParts *s, Buf *b, const Plan *plan, int depth, uint32_
     case 6: return read_varint(b, &s->kind);
     case 7: return read_fixed64(b, &s->start);
     case 8: return read_fixed64(b, &s->end);
-    case 9: {
-        Filter filter = {&plan->span_keys, plan->prefixes};
+    case 9:
         TRY(read_bytes(b, &body));
-        return attribute(body, plan, &filter, depth + 1, s->attrs, &s->size);
-    }
+        return attribute(body, plan, &s->filter, depth + 1, s->attrs);
     case 11: {
         PyObject *found;
         TRY(read_bytes(b, &body));
@@ -878,7 +860,7 @@ static int span_field(SpanParts *s, Buf *b, const Plan *plan, int depth, uint32_
 
 
 /* The span tuple: (resource, scope, position, trace_id, span_id, parent_span_id, name, kind,
- * start, end, status_code, attributes, attributes_size, events). */
+ * start, end, status_code, attributes, attributes_over, events). */
 static int span(Buf b, const Plan *plan, int depth, Py_ssize_t resource, Py_ssize_t scope,
                 Py_ssize_t position, PyObject *spans) {
     if (depth > MAX_DEPTH) return FALLBACK;
@@ -886,6 +868,7 @@ static int span(Buf b, const Plan *plan, int depth, Py_ssize_t resource, Py_ssiz
     memset(&s, 0, sizeof s);
     s.trace_id.p = s.trace_id.end = s.span_id.p = s.span_id.end = b.p;
     s.parent.p = s.parent.end = s.name.p = s.name.end = b.p;
+    s.filter = (Filter){&plan->span_keys, plan->prefixes, plan->cap, 0};
     if ((s.attrs = PyDict_New()) == NULL) return FAILED;
     int rc = OK;
     while (rc == OK && b.p < b.end) {
@@ -914,7 +897,7 @@ static int span(Buf b, const Plan *plan, int depth, Py_ssize_t resource, Py_ssiz
             PyLong_FromUnsignedLongLong((unsigned long long)s.end),
             PyLong_FromLong((long)(int32_t)s.status),
             Py_NewRef(s.attrs),
-            PyLong_FromSsize_t(s.size),
+            PyLong_FromSsize_t(s.filter.over),
             Py_NewRef(events),
         };
         item = tuple_stealing(items, (Py_ssize_t)(sizeof items / sizeof items[0]));
@@ -953,8 +936,7 @@ static int scope_spans(Buf b, const Plan *plan, int depth, Py_ssize_t resource, 
 /* Resource attributes (all occurrences of the field merge, as protobuf merges them). */
 static int resource(Buf b, const Plan *plan, int depth, PyObject *attrs) {
     if (depth > MAX_DEPTH) return FALLBACK;
-    Filter filter = {&plan->resource_keys, NULL};
-    Py_ssize_t ignored = 0;
+    Filter filter = {&plan->resource_keys, NULL, PY_SSIZE_T_MAX, 0}; /* a few exact keys */
     while (b.p < b.end) {
         uint32_t number;
         int wire;
@@ -968,7 +950,7 @@ static int resource(Buf b, const Plan *plan, int depth, PyObject *attrs) {
         if (wire != WIRE_TYPE[f->kind]) return FALLBACK;
         if (number == 1) {
             TRY(read_bytes(&b, &body));
-            TRY(attribute(body, plan, &filter, depth + 1, attrs, &ignored));
+            TRY(attribute(body, plan, &filter, depth + 1, attrs));
         } else if (f->kind == K_MESSAGE) {
             TRY(read_bytes(&b, &body));
             TRY(validate(body, f->message, depth + 1));
@@ -1046,15 +1028,20 @@ static PyObject *Plan_scan(Plan *self, PyObject *arg) {
 }
 
 static int Plan_init(Plan *self, PyObject *args, PyObject *kwargs) {
-    static char *names[] = {"span_keys",  "prefixes",   "resource_keys",
-                            "event_names", "event_keys", "max_value_bytes", NULL};
+    static char *names[] = {"span_keys",       "prefixes",           "resource_keys",
+                            "event_names",     "event_keys",         "max_value_bytes",
+                            "max_span_attributes", NULL};
     PyObject *span_keys, *prefixes, *resource_keys, *event_names, *event_keys;
-    Py_ssize_t limit;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOn", names, &span_keys, &prefixes,
-                                     &resource_keys, &event_names, &event_keys, &limit))
+    Py_ssize_t limit, cap;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OOOOOnn", names, &span_keys, &prefixes,
+                                     &resource_keys, &event_names, &event_keys, &limit, &cap))
         return -1;
     if (limit < 1) {
         PyErr_Format(PyExc_ValueError, "max_value_bytes must be positive, got %zd", limit);
+        return -1;
+    }
+    if (cap < 1) {
+        PyErr_Format(PyExc_ValueError, "max_span_attributes must be positive, got %zd", cap);
         return -1;
     }
     if (self->prefixes != NULL) {
@@ -1081,6 +1068,7 @@ static int Plan_init(Plan *self, PyObject *args, PyObject *kwargs) {
     Py_CLEAR(encoded);
     Py_CLEAR(iterator);
     self->limit = limit;
+    self->cap = cap;
     if (self->prefixes == NULL || keyset_init(&self->span_keys, span_keys) != 0 ||
         keyset_init(&self->resource_keys, resource_keys) != 0 ||
         keyset_init(&self->event_names, event_names) != 0 ||
@@ -1115,7 +1103,7 @@ static PyTypeObject PlanType = {
     .tp_basicsize = sizeof(Plan),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_doc = "What to keep of a request: Plan(span_keys, prefixes, resource_keys, "
-              "event_names, event_keys, max_value_bytes).",
+              "event_names, event_keys, max_value_bytes, max_span_attributes).",
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)Plan_init,
     .tp_dealloc = (destructor)Plan_dealloc,

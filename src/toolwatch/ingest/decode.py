@@ -107,11 +107,15 @@ class DecodeOptions:
 
     reference_keys: frozenset[str] = frozenset()  # copied into SpanRecord.reference_keys
     max_value_bytes: int = 65_536  # longer strings are truncated (UTF-8 bytes), arrays cut
+    max_span_attributes: int = 1024  # a span with more that a convention reads is rejected
     decoder: Decoder = "auto"
 
     def __post_init__(self) -> None:
         if self.max_value_bytes < 1:
             raise ValueError(f"max_value_bytes must be positive, got {self.max_value_bytes}")
+        if self.max_span_attributes < 1:
+            count = self.max_span_attributes
+            raise ValueError(f"max_span_attributes must be positive, got {count}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +148,7 @@ def scanner(options: DecodeOptions) -> Scanner:
         event_names=EVENT_NAMES,
         event_keys=EVENT_ATTRIBUTE_KEYS,
         max_value_bytes=options.max_value_bytes,
+        max_span_attributes=options.max_span_attributes,
     )
     return Scanner.for_plan(plan, options.decoder)
 
@@ -160,7 +165,7 @@ class _Events:
 
     def __call__(self) -> tuple[SpanEvent, ...]:
         if self._loaded is None:
-            self._loaded = tuple(SpanEvent(name, attrs) for name, attrs, _ in self._scanned)
+            self._loaded = tuple(SpanEvent(name, attrs) for name, attrs in self._scanned)
         return self._loaded
 
 
@@ -214,9 +219,10 @@ Recognizer = Callable[[str, int, Attributes, EventSource], Recognition]
 class _Decoder:
     """One request's decoding state. Not shared between requests or threads."""
 
-    __slots__ = ("_recognize", "_references", "offenders", "rejected", "spans")
+    __slots__ = ("_cap", "_recognize", "_references", "offenders", "rejected", "spans")
 
     def __init__(self, options: DecodeOptions, recognizer: Recognizer = recognize) -> None:
+        self._cap = options.max_span_attributes
         self._recognize = recognizer
         self._references = tuple(sorted(options.reference_keys))
         self.spans: list[SpanRecord] = []
@@ -224,13 +230,22 @@ class _Decoder:
         self.offenders: list[str] = []
 
     def scan(self, scan: Scan) -> DecodedBatch:
+        """Decode every scanned span. Consumes ``scan`` (its spans become ``None``): each
+        span's scanned values are let go once its record is built, so a request's scan and
+        its records are not all held at once (each costs 5 to 7 times a request of small
+        spans)."""
         resources = [_resource(attrs, self._references) for attrs in scan.resources]
-        for found in scan.spans:
+        # Typed Any: storing None in the list (not a tuple, which would be a new object).
+        found_spans: list[Any] = scan.spans
+        count = len(found_spans)
+        for index in range(count):
+            found: ScannedSpan = found_spans[index]
+            found_spans[index] = None
             problem = self._span(found, resources[found[0]])
             if problem is not None:
                 r, s, p = found[:3]
                 self._reject(problem, f"resource_spans[{r}].scope_spans[{s}].spans[{p}]")
-        return DecodedBatch(tuple(self.spans), len(scan.spans), self.rejected, self._message())
+        return DecodedBatch(tuple(self.spans), count, self.rejected, self._message())
 
     def _reject(self, problem: tuple[str, str], path: str) -> None:
         reason, detail = problem
@@ -250,12 +265,16 @@ class _Decoder:
 
     def _span(self, found: ScannedSpan, resource: _Resource) -> tuple[str, str] | None:
         """Decode one scanned span into ``self.spans``; ``(reason, detail)`` if rejected."""
-        # The scan's sizes are what the attributes take while the request is decoded; what
-        # the buffered span holds is counted from its record (``_held_size``).
-        _, _, _, trace_id, span_id, parent, name, kind, start, end, code, attrs, _, scanned = found
+        _, _, _, trace_id, span_id, parent, name, kind, start, end, code, attrs, over, scanned = (
+            found
+        )
         problem = _id_problem(trace_id, span_id, parent)
         if problem is not None:
             return problem
+        if over:  # its calls would be read in part: a model output with some of its requests
+            count = self._cap + over
+            detail = f"{count} attributes a convention reads, more than ingest.max_span_attributes"
+            return "too_many_attributes", f"{detail} ({self._cap})"
         events = _Events(scanned) if scanned is not None else None
         try:
             recognition = self._recognize(name, code, attrs, events)

@@ -5,7 +5,8 @@ resource attributes, and per span a plain tuple (``ScannedSpan``) of its positio
 kind, times, status code, wanted attributes as Python values (AnyValue converted: str, bool,
 int, float, hex str for bytes, list, dict; strings cut to ``max_value_bytes`` UTF-8 bytes on
 a character boundary, arrays and maps to ``max_value_bytes // 8`` items per level, values
-nested deeper than 32 levels read as ``None``) with their approximate size, and its relevant
+nested deeper than 32 levels read as ``None``), at most ``max_span_attributes`` of them with
+the count of those wanted beyond (not converted: the span is rejected), and its relevant
 events (name in ``event_names``, attributes in ``event_keys``). A request nested deeper than
 protobuf's own limit (100 messages, an AnyValue about 48 arrays or maps deep, in any
 attribute) cannot be parsed at all: it is refused whole as undecodable (INVALID_ARGUMENT,
@@ -54,11 +55,12 @@ log = logging.getLogger(__name__)
 #: Which scanner to use: ``auto`` (compiled if available), ``compiled`` (or fail), ``reference``.
 Decoder: TypeAlias = Literal["auto", "compiled", "reference"]
 
-#: ``(name, attributes, size)`` of a relevant span event.
-ScannedEvent: TypeAlias = tuple[str, dict[str, Any], int]
+#: ``(name, attributes)`` of a relevant span event.
+ScannedEvent: TypeAlias = tuple[str, dict[str, Any]]
 #: ``(resource, scope, position, trace_id, span_id, parent_span_id, name, kind, start_ns,
-#: end_ns, status_code, attributes, attributes_size, events)``: ``resource`` indexes
+#: end_ns, status_code, attributes, attributes_over, events)``: ``resource`` indexes
 #: ``Scan.resources``; (resource, scope, position) locate the span in the request;
+#: ``attributes_over`` counts the wanted attributes beyond ``max_span_attributes``, not kept;
 #: ``events`` is ``None`` for a span without events, else its relevant ones.
 ScannedSpan: TypeAlias = tuple[
     int,
@@ -79,7 +81,7 @@ ScannedSpan: TypeAlias = tuple[
 
 _MAX_DEPTH = 32  # AnyValue nesting deeper than this is treated as absent
 _MIN_ITEM_BYTES = 8  # arrays and maps keep at most max_value_bytes // 8 items per level
-_ITEM_BYTES = 64  # what CPython spends on one converted item (object, list slot, dict entry)
+_UNCAPPED = 1 << 62  # resources and events keep a few exact keys: no cap
 
 
 class WireError(ValueError):
@@ -89,7 +91,9 @@ class WireError(ValueError):
 @dataclass(frozen=True, slots=True)
 class ScanPlan:
     """What a scan keeps: exact span attribute keys and key prefixes, resource attribute
-    keys, event names and their attribute keys, and the size cut of values."""
+    keys, event names and their attribute keys, the size cut of values, and how many
+    attributes a span keeps (converting more would cost memory out of proportion to any
+    real span: SDKs keep 128 attributes of every kind by default)."""
 
     span_keys: frozenset[str]
     prefixes: tuple[str, ...]
@@ -97,6 +101,7 @@ class ScanPlan:
     event_names: frozenset[str]
     event_keys: frozenset[str]
     max_value_bytes: int
+    max_span_attributes: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,43 +160,34 @@ def _value(value: AnyValue, limit: int, depth: int) -> Any:
     return convert(value, limit, depth) if convert is not None else None
 
 
-def approx_size(value: Any) -> int:
-    """Rough bytes CPython holds for a converted structured value: its strings' characters
-    plus ``_ITEM_BYTES`` per item. Counting 8 per item let 10^5 small items hold ten times
-    what the buffer's byte bound was told."""
-    if isinstance(value, str):
-        return len(value) + _ITEM_BYTES
-    if isinstance(value, list):
-        return sum(approx_size(item) for item in value) + _ITEM_BYTES
-    if isinstance(value, dict):
-        items = sum(len(key) + _ITEM_BYTES + approx_size(item) for key, item in value.items())
-        return items + _ITEM_BYTES
-    return _ITEM_BYTES
-
-
 def _attributes(
-    pairs: Iterable[KeyValue], keys: frozenset[str], prefixes: tuple[str, ...], limit: int
+    pairs: Iterable[KeyValue],
+    keys: frozenset[str],
+    prefixes: tuple[str, ...],
+    limit: int,
+    cap: int = _UNCAPPED,
 ) -> tuple[dict[str, Any], int]:
-    """The wanted attributes as Python values, and the approximate bytes kept."""
+    """The wanted attributes as Python values, at most ``cap`` of them, and how many with a
+    value were wanted beyond them (new or repeated keys)."""
     attrs: dict[str, Any] = {}
-    size = 0
+    over = 0
     quarter = limit >> 2
     for pair in pairs:
         key = pair.key
         if key in keys or key.startswith(prefixes):
+            if len(attrs) >= cap:
+                over += pair.HasField("value")
+                continue
             any_value = pair.value
             # Most wanted values are non-empty strings: one field read, no WhichOneof.
             value = any_value.string_value or _value(any_value, limit, 0)
             if type(value) is str:
                 if len(value) > quarter:
                     value = _truncate(value, limit)
-                size += len(value)
             elif value is None:
                 continue
-            else:
-                size += approx_size(value)
             attrs[key] = value
-    return attrs, size
+    return attrs, over
 
 
 def _reference_scan(request: ExportTraceServiceRequest, plan: ScanPlan) -> Scan:
@@ -203,11 +199,13 @@ def _reference_scan(request: ExportTraceServiceRequest, plan: ScanPlan) -> Scan:
         resources.append(_attributes(resource, plan.resource_keys, (), limit)[0])
         for s, scope_spans in enumerate(resource_spans.scope_spans):
             for p, span in enumerate(scope_spans.spans):
-                attrs, size = _attributes(span.attributes, plan.span_keys, plan.prefixes, limit)
+                attrs, over = _attributes(
+                    span.attributes, plan.span_keys, plan.prefixes, limit, plan.max_span_attributes
+                )
                 events: list[ScannedEvent] | None = None
                 if len(span.events):
                     events = [
-                        (event.name, *_attributes(event.attributes, plan.event_keys, (), limit))
+                        (event.name, _attributes(event.attributes, plan.event_keys, (), limit)[0])
                         for event in span.events
                         if event.name in plan.event_names
                     ]
@@ -226,7 +224,7 @@ def _reference_scan(request: ExportTraceServiceRequest, plan: ScanPlan) -> Scan:
                         span.end_time_unix_nano,
                         span.status.code,
                         attrs,
-                        size,
+                        over,
                         events,
                     )
                 )
@@ -319,6 +317,7 @@ class Scanner:
             event_names=plan.event_names,
             event_keys=plan.event_keys,
             max_value_bytes=plan.max_value_bytes,
+            max_span_attributes=plan.max_span_attributes,
         )
         return cls(plan, compiled)
 
