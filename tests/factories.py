@@ -60,6 +60,7 @@ class ToolCallFields(TypedDict, total=False):
     start_ns: int | None
     end_ns: int | None
     result: Any
+    hosted: bool
 
 
 class ToolTraceFields(TypedDict, total=False):

@@ -126,7 +126,9 @@ class RequestedCall:
 
     ``arguments`` is what the span carried: an already-decoded JSON value, a JSON string
     (possibly double-encoded), or ``None`` when content capture was off. ``position`` is the
-    model's emission order within the span (the order of tool-call parts).
+    model's emission order within the span (the order of tool-call parts). ``hosted`` marks a
+    call the convention says the provider runs itself (GenAI ``server_tool_call``): it
+    leaves no tool span.
 
     One is built per requested call of every model output at ingest, so its constructor is
     written out and compiled (``toolwatch.compiled``), as ``SpanRecord``'s is: a named
@@ -138,12 +140,16 @@ class RequestedCall:
     call_id: str | None
     arguments: Any
     position: int
+    hosted: bool
 
-    def __init__(self, name: str, call_id: str | None, arguments: Any, position: int) -> None:
+    def __init__(
+        self, name: str, call_id: str | None, arguments: Any, position: int, hosted: bool = False
+    ) -> None:
         self.name = name
         self.call_id = call_id
         self.arguments = arguments
         self.position = position
+        self.hosted = hosted
 
 
 @dataclass(slots=True, init=False)
@@ -249,7 +255,8 @@ class ToolCall:
     ``arguments`` is the parsed JSON value (usually an object). When the raw text could not be
     parsed it is kept as the raw string and ``arguments_error`` says why; ``None`` means the
     producer recorded no arguments. ``span_id`` is ``None`` for a call seen only in an LLM's
-    output (a hosted tool, or a producer that emits no tool spans).
+    output: a hosted tool (``hosted``: the convention says the provider ran it), a producer
+    that emits no tool spans, or a call that was requested and never run.
 
     Like ``SpanRecord``, its constructor is written out and it is not ``frozen``: compiled,
     it executes a twentieth of the instructions of the frozen dataclass's constructor, which
@@ -272,6 +279,7 @@ class ToolCall:
     start_ns: int | None
     end_ns: int | None
     result: Any
+    hosted: bool
 
     def __init__(  # noqa: PLR0917 - the fields, in the order a dataclass would take them
         self,
@@ -290,6 +298,7 @@ class ToolCall:
         start_ns: int | None,
         end_ns: int | None,
         result: Any = None,
+        hosted: bool = False,
     ) -> None:
         self.tool_name = tool_name
         self.raw_name = raw_name
@@ -306,6 +315,7 @@ class ToolCall:
         self.start_ns = start_ns
         self.end_ns = end_ns
         self.result = result
+        self.hosted = hosted
 
 
 @dataclass(frozen=True, slots=True, init=False)

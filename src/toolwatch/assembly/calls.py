@@ -496,7 +496,7 @@ def _tool_call(
     call_ids: dict[bytes, str | None],
     normalize: Callable[[Any], str],
 ) -> ToolCall:
-    span, origin, raw_name = draft.span, draft.origin, draft.raw_name
+    span, origin, raw_name, request = draft.span, draft.origin, draft.raw_name, draft.request
     site = sites[origin.span_id]
     arguments, error = _arguments(draft)
     return ToolCall(
@@ -515,6 +515,7 @@ def _tool_call(
         start_ns=draft.start_ns,
         end_ns=span.end_ns if span is not None else None,
         result=decode_json(span.result)[0] if span is not None else None,
+        hosted=request is not None and request.call.hosted,
     )
 
 

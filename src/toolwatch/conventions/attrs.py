@@ -193,10 +193,12 @@ class OutputBuilder:
         self._reasons: list[str] = []
         self._refusal: str | None = None
 
-    def call(self, name: Any, call_id: Any, arguments: Any) -> None:
-        """Add the next requested tool call; its index is its position so far."""
+    def call(self, name: Any, call_id: Any, arguments: Any, *, hosted: bool = False) -> None:
+        """Add the next requested tool call; its index is its position so far. ``hosted``:
+        the provider runs it (no tool span will come)."""
         label = name if isinstance(name, str) else ""
-        self._calls.append(RequestedCall(label, clean_id(call_id), arguments, len(self._calls)))
+        position = len(self._calls)
+        self._calls.append(RequestedCall(label, clean_id(call_id), arguments, position, hosted))
 
     def text(self, value: Any) -> None:
         if isinstance(value, str) and value:

@@ -256,7 +256,7 @@ def _tool_call(builder: OutputBuilder, part: dict[str, Any]) -> None:
 
 def _server_tool_call(builder: OutputBuilder, part: dict[str, Any]) -> None:
     # A hosted tool (web search, code interpreter): requested and run by the provider.
-    builder.call(part.get("name"), part.get("id"), part.get("server_tool_call"))
+    builder.call(part.get("name"), part.get("id"), part.get("server_tool_call"), hosted=True)
 
 
 def _text(builder: OutputBuilder, part: dict[str, Any]) -> None:

@@ -5,8 +5,10 @@ successful verification. "Earlier" means a lower ``sequence_index`` and not in t
 ``parallel_group`` (a call issued alongside the dangerous one could not inform it, nor could a
 call nested in one issued alongside it: ``base.Concurrency``);
 "successful" means status ``ok`` — a failed lookup verifies nothing. A call seen only in the
-model's output (no tool span) counts as run: a hosted tool (a provider's MCP or server tool)
-leaves no span, and nothing in the spans tells it from a requested call that never ran. When
+model's output (no tool span) counts as run when the output marks it hosted (``ToolCall.hosted``:
+the provider ran it) or when no call of the run has a tool span (a producer that records none);
+else it was requested and never ran, and verifies nothing: in a run whose other tools left
+spans, a lookup the agent never executed is no lookup. When
 the dangerous tool has bindings, every bound field needs an earlier successful call of a bound
 verification tool whose bound field holds the same value (compared as trimmed text, ``12.0``
 equal to ``12``); a missing bound argument is unverified. Without bindings, any earlier
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -112,12 +114,14 @@ class _Ledger:
     """Verification outcomes seen so far in one run: for each (tool, field, value) the
     indexes of the successful calls that carried it, and the span ids of failed calls."""
 
-    __slots__ = ("concurrency", "failed", "succeeded")
+    __slots__ = ("concurrency", "failed", "spans_recorded", "succeeded", "unrun")
 
-    def __init__(self, concurrency: Concurrency) -> None:
+    def __init__(self, concurrency: Concurrency, spans_recorded: bool) -> None:
         self.concurrency = concurrency
+        self.spans_recorded = spans_recorded  # some call of the run has a tool span
         self.succeeded: dict[tuple[str, str, str], list[int]] = {}
         self.failed: dict[str, list[str | None]] = {}
+        self.unrun: dict[str, int] = {}  # tool -> requested calls that never ran
 
     def add(self, tool: str, field_value: tuple[str, str], index: int) -> None:
         key = (tool, field_value[0], field_value[1])  # not a * splat: generic when compiled
@@ -143,6 +147,11 @@ class _Flag:
     explanation: str
     field: str | None = None
     details: Mapping[str, Any] | None = None
+
+
+def _spans_recorded(calls: Sequence[ToolCall]) -> bool:
+    """Whether some call of the run has a tool span (its producer records them)."""
+    return any(call.span_id is not None for call in calls)
 
 
 class Safety:
@@ -186,7 +195,7 @@ class Safety:
         tools = [self._normalize(call.tool_name) for call in calls]
         if self._dangerous.isdisjoint(tools):
             return []  # nothing to verify: a ledger would be read by nobody
-        ledger = _Ledger(Concurrency(calls))
+        ledger = _Ledger(Concurrency(calls), _spans_recorded(calls))
         flags = []
         for i, call in enumerate(calls):  # not zip(strict=True): generic in compiled code
             tool = tools[i]
@@ -204,6 +213,9 @@ class Safety:
             return
         if call.status is not CallStatus.OK:
             ledger.failed.setdefault(tool, []).append(call.span_id)
+            return
+        if call.span_id is None and not call.hosted and ledger.spans_recorded:
+            ledger.unrun[tool] = ledger.unrun.get(tool, 0) + 1
             return
         ledger.add(tool, _ANY, index)
         for field in fields:
@@ -231,9 +243,14 @@ class Safety:
         details: dict[str, Any] = {"failed_verification_spans": failed[:_MAX_SPANS]}
         if verdict.field is not None:
             details[DETAIL_FIELDS] = {verdict.field: lookup(call.arguments, verdict.field)}
+        unrun = sum(ledger.unrun.get(v, 0) for v in verifiers)
+        if unrun:
+            details["unrun_verification_calls"] = unrun
         text = f"{tool}: {verdict.reason}"
         if failed:
             text += f" ({len(failed)} earlier verification calls failed)"
+        if unrun:
+            text += f" ({unrun} requested by the model, never run)"
         category = Category.MISSING_VERIFICATION_STEP
         return _Flag(call, category, ReferenceKind.POLICY, text, verdict.field, details)
 

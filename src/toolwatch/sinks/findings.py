@@ -355,6 +355,7 @@ def _call_to_dict(call: ToolCall) -> dict[str, Any]:
         "start_ns": call.start_ns,
         "end_ns": call.end_ns,
         "result": call.result,
+        "hosted": call.hosted,
     }
 
 
@@ -385,7 +386,11 @@ def _names(value: Any) -> tuple[str, ...]:
 
 
 def _call_from_dict(data: Mapping[str, Any]) -> ToolCall:
+    if isinstance(data, Mapping) and "hosted" not in data:  # earlier dumps: none marked
+        data = {**data, "hosted": False}
     fields = _checked_fields(ToolCall, data, " in a call")
+    if type(fields["hosted"]) is not bool:
+        raise ValueError(f"hosted must be true or false in a call, got {fields['hosted']!r}")
     fields["status"] = CallStatus(fields["status"])
     return ToolCall(**fields)
 

@@ -72,8 +72,10 @@ def llm(
     return span(n, parent, SpanRole.LLM, start_ms, end_ms, output_tool_calls=calls, **kw)
 
 
-def ask(name: str, call_id: str | None, arguments: Any, index: int = 0) -> RequestedCall:
-    return RequestedCall(name=name, call_id=call_id, arguments=arguments, position=index)
+def ask(
+    name: str, call_id: str | None, arguments: Any, index: int = 0, *, hosted: bool = False
+) -> RequestedCall:
+    return RequestedCall(name, call_id, arguments, index, hosted)
 
 
 class RecordingMetrics(NoopMetrics):

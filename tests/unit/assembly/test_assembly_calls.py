@@ -188,6 +188,22 @@ def test_requested_only_calls_of_one_output_form_a_parallel_group() -> None:
     ]
 
 
+def test_a_call_the_output_marks_hosted_stays_hosted_with_or_without_a_span() -> None:
+    spans = [
+        agent(1, None, "a", 0, 100),
+        llm(2, 1, 1, 10, ask("web_search", "c1", {}, 0, hosted=True), ask("lookup", "c2", {}, 1)),
+        llm(3, 1, 11, 20, ask("code_interpreter", "c3", {}, 0, hosted=True)),
+        tool(4, 1, "code_interpreter", 21, 30, call_id="c3"),
+    ]
+
+    calls = only(spans).calls
+    assert [(c.tool_name, c.hosted, c.span_id) for c in calls] == [
+        ("web_search", True, None),
+        ("lookup", False, None),
+        ("code_interpreter", True, hexid(4)),
+    ]
+
+
 def test_call_id_joins_request_and_execution_into_one_call() -> None:
     spans = [
         agent(1, None, "a", 0, 100),

@@ -247,3 +247,29 @@ def test_legacy_genai_parameters_nested_too_deep_stay_as_they_came() -> None:
         "code.function.parameters.order.type": "dict",
     }
     assert unflatten_parameters(flat) == {"ids": deep, "order": {"id": "A-1"}}
+
+
+def test_a_genai_server_tool_call_part_is_a_hosted_request_and_a_tool_call_part_is_not() -> None:
+    parts = [
+        {
+            "type": "server_tool_call",
+            "id": "ws_1",
+            "name": "web_search",
+            "server_tool_call": {"type": "web_search", "query": "refund policy"},
+        },
+        {
+            "type": "tool_call",
+            "id": "call_2",
+            "name": "lookup_order",
+            "arguments": {"order_id": "A-1"},
+        },
+    ]
+    attrs = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": parts}]),
+    }
+    requested = recognize("chat gpt-4o", 0, attrs, None).fields["output_tool_calls"]
+    assert [(c.name, c.call_id, c.hosted, c.arguments) for c in requested] == [
+        ("web_search", "ws_1", True, {"type": "web_search", "query": "refund policy"}),
+        ("lookup_order", "call_2", False, {"order_id": "A-1"}),
+    ]

@@ -38,10 +38,12 @@ def call(
     agent: str | None = "support",
     executed: bool = True,
     parent: int | None = None,
+    hosted: bool = False,
 ) -> ToolCall:
     """A ToolCall; ``index`` is its sequence index, the span id defaults to ``s<index>``
     (``None`` when not ``executed``: a call seen only in the model's output). ``parent`` is
-    the index of the call it is nested in (an agent used as a tool), by that call's id."""
+    the index of the call it is nested in (an agent used as a tool), by that call's id;
+    ``hosted``: the model output marks it as run by the provider."""
     return factories.tool_call(
         tool_name=name,
         arguments=arguments,
@@ -55,6 +57,7 @@ def call(
         span_id=(span or f"s{index}") if executed else None,
         start_ns=index * 10,
         end_ns=index * 10 + 5,
+        hosted=hosted,
     )
 
 

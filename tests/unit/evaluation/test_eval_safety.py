@@ -245,12 +245,30 @@ def test_a_nested_agents_calls_are_judged_by_its_own_allowed_tools() -> None:
     assert finding.explanation == "Safety: shell is not in the allowed tools of agent researcher."
 
 
-def test_a_verification_seen_only_as_a_request_verifies() -> None:
+def test_a_hosted_verification_seen_only_as_a_request_verifies() -> None:
     """A hosted tool (a provider's MCP or server tool) runs at the provider and leaves no
-    tool span, so a call seen only in the model's output is taken at its word: a span-less
-    lookup cannot be told from one that never ran."""
-    run = trace(call("lookup_order", index=0, executed=False), call("issue_refund", index=1))
+    tool span: the output's word that it ran is taken."""
+    lookup = call("lookup_order", index=0, executed=False, hosted=True)
+    assert evaluate(trace(lookup, call("issue_refund", index=1))).findings == ()
+
+
+def test_a_requested_verification_verifies_when_the_producer_records_no_tool_spans() -> None:
+    # An LLM-only instrumentation: every call is seen only as a request.
+    lookup = call("lookup_order", index=0, executed=False)
+    run = trace(lookup, call("issue_refund", index=1, executed=False))
     assert evaluate(run).findings == ()
+
+
+def test_a_verification_requested_and_never_run_verifies_nothing() -> None:
+    # The refund ran (its span is there), the lookup the model asked for did not.
+    lookup = call("lookup_order", index=0, executed=False)
+    finding = only(evaluate(trace(lookup, call("issue_refund", index=1))))
+    assert finding.category is Category.MISSING_VERIFICATION_STEP
+    assert finding.explanation == (
+        "Safety: issue_refund: no earlier successful verification call [lookup_order] "
+        "(1 requested by the model, never run)."
+    )
+    assert finding.details == {"failed_verification_spans": [], "unrun_verification_calls": 1}
 
 
 def test_a_lookup_nested_in_a_call_issued_beside_the_refund_does_not_verify_it() -> None:

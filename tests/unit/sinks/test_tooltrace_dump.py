@@ -48,6 +48,7 @@ tool_calls = st.builds(
     start_ns=st.none() | nanos,
     end_ns=st.none() | nanos,
     result=json_values,
+    hosted=st.booleans(),
 )
 
 tool_traces = st.builds(
@@ -155,6 +156,7 @@ def test_the_line_is_plain_json_with_hex_ids_and_integer_nanoseconds() -> None:
         (lambda d: d["calls"][0].pop("raw_name"), "^missing field 'raw_name' in a call$"),
         (lambda d: d["calls"].append("lookup_order"), "^expected an object in a call, got str$"),
         (lambda d: d["calls"][0].update(status="maybe"), "'maybe' is not a valid CallStatus"),
+        (lambda d: d["calls"][0].update(hosted="yes"), "^hosted must be true or false in a call"),
         (lambda d: d.update(agents="refund-bot"), "^agents must be a list of agent names"),
         (lambda d: d.update(agents=[1]), "^agents must be a list of agent names"),
     ],
@@ -184,3 +186,13 @@ def test_a_line_that_is_json_but_not_an_object_is_refused_naming_it() -> None:
     good = json.dumps(tooltrace_to_dict(sample_trace()))
     with pytest.raises(ValueError, match=r"^line 2: expected a ToolTrace object, got list$"):
         list(read_tooltraces([good, "[1, 2]"]))
+
+
+def test_a_dump_written_before_hosted_calls_were_marked_reads_them_as_not_hosted() -> None:
+    hosted = dataclasses.replace(sample_trace().calls[0], hosted=True, span_id=None)
+    trace = dataclasses.replace(sample_trace(), calls=(hosted,))
+    data = tooltrace_to_dict(trace)
+    assert data["calls"][0]["hosted"] is True
+    assert tooltrace_from_dict(data) == trace
+    del data["calls"][0]["hosted"]
+    assert tooltrace_from_dict(data).calls == (dataclasses.replace(hosted, hosted=False),)
