@@ -9,9 +9,13 @@ Inputs, detected per line (or per file when the file is one JSON document):
 Files may be gzip-compressed (a rotated Collector export). Spans the server would reject (an
 all-zero id, say) are left out as there, each named on stderr with its file and line.
 
-Memory: every span of the input is held until the input ends (recorded spans carry no arrival
-time to complete a trace by), about three times the size of the OTLP/JSON input; split a
-large export into files that each hold whole traces and replay them one at a time.
+Memory: files are read a line at a time and each ToolTrace is evaluated as it is read, so
+ToolTrace lines cost what one run holds, however many there are (the findings, and runs that
+carry a shadow pair key, are kept for the report). But every span of OTLP input is held until
+the input ends (recorded spans carry no arrival time to complete a trace by), about three
+times the size of the OTLP/JSON input; split a large export into files that each hold whole
+traces and replay them one at a time. A file that is one pretty-printed JSON document is read
+whole.
 
 Every ToolTrace goes through the same evaluation pipeline as in ``serve`` (policy, golden
 cases matched by attribute, shadow pairs joined by pair key — offline, with no timeout).
@@ -22,10 +26,12 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import io
 import json
+import os
 import sys
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -82,11 +88,11 @@ def run_replay(args: argparse.Namespace, config: Config) -> int:
         return EXIT_USAGE
     progress = _Progress(sys.stderr, enabled=not args.no_progress and sys.stderr.isatty())
     try:
-        traces = list(load_tool_traces(args.files, config, progress, _warn))
+        traces = load_tool_traces(args.files, config, progress, _warn)
+        report = evaluate_offline(traces, config, gates)  # as they are read
     except (ReplayInputError, OSError) as exc:
         print(f"toolwatch replay: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    report = evaluate_offline(traces, config, gates)
     out = report.to_json() if args.format == "json" else report.to_text()
     print(out)
     return EXIT_OK if report.passed else EXIT_GATE
@@ -96,17 +102,19 @@ def _warn(message: str) -> None:
     print(f"toolwatch replay: {message}", file=sys.stderr)
 
 
-def evaluate_offline(traces: Sequence[ToolTrace], config: Config, gates: Sequence[Gate]) -> Report:
-    """Evaluate ``traces`` as ``serve`` would and build the report."""
+def evaluate_offline(traces: Iterable[ToolTrace], config: Config, gates: Sequence[Gate]) -> Report:
+    """Evaluate ``traces`` as ``serve`` would, each as it comes, and build the report."""
     settings = EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
     pipeline = EvaluationPipeline(settings)
     golden = _golden(config)
     builder = ReportBuilder(settings, gates)
+    halves = _ShadowHalves(config)
     for trace in traces:
         # As in serve: an incomplete run is judged against the policy only.
         case = golden.match(trace) if golden is not None and trace.complete else None
         builder.add(trace, case, pipeline.evaluate(trace, case, None))
-    for source, target in _shadow_pairs(traces, config):
+        halves.offer(trace)
+    for source, target in halves.pairs():
         result = pipeline.evaluate(target, None, source, policy=False)
         builder.add_pair(target, result, ReferenceKind.SOURCE)
     return builder.build()
@@ -123,24 +131,29 @@ def _golden(config: Config) -> GoldenCaseSet | None:
     )
 
 
-def _shadow_pairs(
-    traces: Sequence[ToolTrace], config: Config
-) -> Iterator[tuple[ToolTrace, ToolTrace]]:
-    shadow = config.shadow
-    if not shadow.enabled:
-        return
-    halves: dict[str, dict[str, ToolTrace]] = {}
-    for trace in traces:
-        if not trace.complete:
-            continue
+class _ShadowHalves:
+    """The complete runs that carry a shadow pair key, the first of each role per key (the
+    only runs replay keeps), joined into (source, target) pairs at the end."""
+
+    def __init__(self, config: Config) -> None:
+        self._shadow = config.shadow
+        self._halves: dict[str, dict[str, ToolTrace]] = {}
+
+    def offer(self, trace: ToolTrace) -> None:
+        shadow = self._shadow
+        if not shadow.enabled or not trace.complete:
+            return
         key = trace.reference_keys.get(shadow.pair_key_attribute)
         role = trace.reference_keys.get(shadow.role_attribute, "").strip().casefold()
         if key:
-            halves.setdefault(key, {}).setdefault(role, trace)
-    source, target = shadow.source_value.casefold(), shadow.target_value.casefold()
-    for pair in halves.values():
-        if source in pair and target in pair:
-            yield pair[source], pair[target]
+            self._halves.setdefault(key, {}).setdefault(role, trace)
+
+    def pairs(self) -> Iterator[tuple[ToolTrace, ToolTrace]]:
+        source = self._shadow.source_value.casefold()
+        target = self._shadow.target_value.casefold()
+        for pair in self._halves.values():
+            if source in pair and target in pair:
+                yield pair[source], pair[target]
 
 
 def load_tool_traces(
@@ -168,57 +181,80 @@ def _tooltrace(record: dict[str, Any], where: str) -> ToolTrace:
         raise ReplayInputError(f"{where}: not a ToolTrace line: {exc}") from None
 
 
-def _read_text(path: Path) -> str:
-    """The file's text, gunzipped first when it is gzip; raises ``ReplayInputError`` naming
-    the line of the first byte that is not UTF-8."""
-    data = path.read_bytes()
-    if data[:2] == b"\x1f\x8b":
-        try:
-            data = gzip.decompress(data)
-        except (OSError, EOFError, zlib.error) as exc:
-            raise ReplayInputError(f"{path}: not a readable gzip file: {exc}") from None
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = data.count(b"\n", 0, exc.start) + 1
-        raise ReplayInputError(
-            f"{path}:{line}: not UTF-8 text (byte {exc.start}: {exc.reason})"
-        ) from None
+class _Lines:
+    """A file's lines as text, one at a time, gunzipped when it is gzip; each error names the
+    file and line (``ReplayInputError``)."""
+
+    def __init__(self, path: Path, raw: io.BufferedReader) -> None:
+        self.path = path
+        self._raw = raw  # the file as stored: its position is the progress
+        self._source: io.BufferedReader | gzip.GzipFile = raw
+        if raw.peek(2)[:2] == b"\x1f\x8b":
+            self._source = gzip.GzipFile(fileobj=raw)
+        self.number = 0  # of the last line read
+        self._offset = 0  # bytes (uncompressed) before the next line
+
+    def __iter__(self) -> Iterator[str]:
+        while True:
+            try:
+                data = self._source.readline()
+            except (OSError, EOFError, zlib.error) as exc:
+                raise ReplayInputError(f"{self.path}: not a readable gzip file: {exc}") from None
+            if not data:
+                return
+            self.number += 1
+            try:
+                line = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                where = f"{self.path}:{self.number}"
+                at = self._offset + exc.start
+                raise ReplayInputError(
+                    f"{where}: not UTF-8 text (byte {at}: {exc.reason})"
+                ) from None
+            self._offset += len(data)
+            yield line
+
+    @property
+    def position(self) -> int:
+        """Bytes of the stored file read so far."""
+        return self._raw.tell()
 
 
 def _records(path: Path, progress: _Progress | None) -> Iterator[tuple[str, dict[str, Any]]]:
-    text = _read_text(path)
-    whole = _whole_document(text)
-    if whole is not None:
-        yield str(path), whole
-        return
-    lines = text.splitlines()
-    for number, line in enumerate(lines, start=1):
-        if progress is not None:
-            progress.update(path, number, len(lines))
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ReplayInputError(f"{path}:{number}: not JSON: {exc.msg}") from None
-        if not isinstance(record, dict):
-            raise ReplayInputError(f"{path}:{number}: expected a JSON object per line")
-        yield f"{path}:{number}", record
+    """The file's JSON objects, one per line, or the one object of a file that is a single
+    (pretty-printed) JSON document, with where each is (``file:line``, or the file)."""
+    with path.open("rb") as raw:
+        size = os.fstat(raw.fileno()).st_size
+        lines = _Lines(path, raw)
+        rest = iter(lines)
+        for line in rest:
+            if not line.strip():
+                continue
+            number = lines.number
+            record, error = _json_object(line)
+            if error is not None and number == 1 and line.lstrip().startswith("{"):
+                document, _ = _json_object("".join([line, *rest]))  # one over many lines?
+                if document is not None:
+                    yield str(path), document
+                    return
+            if error is not None:
+                raise ReplayInputError(f"{path}:{number}: {error}")
+            yield f"{path}:{number}", record
+            if progress is not None:
+                progress.update(path, lines.position, size)
     if progress is not None:
         progress.done()
 
 
-def _whole_document(text: str) -> dict[str, Any] | None:
-    """A file that is one (possibly pretty-printed) JSON object rather than JSON lines."""
-    stripped = text.lstrip()
-    if not stripped.startswith("{") or "\n" not in stripped.rstrip():
-        return None
+def _json_object(text: str) -> tuple[Any, str | None]:
+    """``text`` parsed, or why it is not one JSON object."""
     try:
         value = json.loads(text)
-    except json.JSONDecodeError:
-        return None
-    return value if isinstance(value, dict) else None
+    except json.JSONDecodeError as exc:
+        return None, f"not JSON: {exc.msg}"
+    if not isinstance(value, dict):
+        return None, "expected a JSON object per line"
+    return value, None
 
 
 class _OfflineAssembler:
@@ -266,9 +302,10 @@ class _Progress:
     enabled: bool
     _last: int = -1
 
-    def update(self, path: Path, line: int, total: int) -> None:
-        percent = line * 100 // max(total, 1)
-        if not self.enabled or total < 1000 or percent == self._last:
+    def update(self, path: Path, done: int, total: int) -> None:
+        """``done`` of ``total`` bytes of ``path`` read."""
+        percent = done * 100 // max(total, 1)
+        if not self.enabled or total < 1_000_000 or percent == self._last:
             return
         self._last = percent
         bar = "#" * (percent // 4)
