@@ -107,9 +107,15 @@ def evaluate_offline(traces: Iterable[ToolTrace], config: Config, gates: Sequenc
     settings = EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
     pipeline = EvaluationPipeline(settings)
     golden = _golden(config)
-    builder = ReportBuilder(settings, gates)
+    builder = ReportBuilder(settings, gates, golden)
     halves = _ShadowHalves(config)
+    seen: set[tuple[str, str | None]] = set()  # runs read twice (overlapping files) count once
     for trace in traces:
+        run = (trace.trace_id, trace.run_span_id)
+        if run in seen:
+            builder.duplicate()
+            continue
+        seen.add(run)
         # As in serve: an incomplete run is judged against the policy only.
         case = golden.match(trace) if golden is not None and trace.complete else None
         builder.add(trace, case, pipeline.evaluate(trace, case, None))
@@ -232,13 +238,16 @@ def _records(path: Path, progress: _Progress | None) -> Iterator[tuple[str, dict
                 continue
             number = lines.number
             record, error = _json_object(line)
-            if error is not None and number == 1 and line.lstrip().startswith("{"):
-                document, _ = _json_object("".join([line, *rest]))  # one over many lines?
+            if isinstance(error, json.JSONDecodeError) and error.pos >= len(line.rstrip()):
+                # The line ends before its value does: one document over many lines.
+                document, error = _json_object("".join([line, *rest]))
                 if document is not None:
                     yield str(path), document
                     return
-            if error is not None:
-                raise ReplayInputError(f"{path}:{number}: {error}")
+                if isinstance(error, json.JSONDecodeError):
+                    number += error.lineno - 1
+            if record is None:
+                raise ReplayInputError(f"{path}:{number}: {_problem(error)}")
             yield f"{path}:{number}", record
             if progress is not None:
                 progress.update(path, lines.position, size)
@@ -246,15 +255,21 @@ def _records(path: Path, progress: _Progress | None) -> Iterator[tuple[str, dict
         progress.done()
 
 
-def _json_object(text: str) -> tuple[Any, str | None]:
-    """``text`` parsed, or why it is not one JSON object."""
+def _json_object(text: str) -> tuple[dict[str, Any] | None, ValueError | None]:
+    """``text`` parsed as one JSON object, or why it is not one."""
     try:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
-        return None, f"not JSON: {exc.msg}"
+        return None, exc
     if not isinstance(value, dict):
-        return None, "expected a JSON object per line"
+        return None, ValueError("expected a JSON object per line")
     return value, None
+
+
+def _problem(error: ValueError | None) -> str:
+    if isinstance(error, json.JSONDecodeError):
+        return f"not JSON: {error.msg} (column {error.colno})"
+    return str(error)
 
 
 class _OfflineAssembler:
@@ -275,7 +290,9 @@ class _OfflineAssembler:
         self._buffer = TraceBuffer(unbounded, self._clock, NoopMetrics())
         self._normalize = config.policy.normalizer()
         self._options = config.decode_options()
-        self._wait_s = limits.completion_wait_ns / 1e9
+        # Past every deadline: each trace is emitted as the server would have emitted it in
+        # the end, complete once its root span has been seen, else timed_out.
+        self._wait_s = (limits.completion_wait_ns + limits.max_trace_age_ns) / 1e9
 
     def add(self, record: dict[str, Any], where: str) -> None:
         try:

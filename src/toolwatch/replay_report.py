@@ -22,14 +22,23 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from toolwatch.evaluation import composite, structure
 from toolwatch.evaluation.composite import failure_type
 from toolwatch.evaluation.pipeline import EVALUATOR_ORDER, PipelineResult
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.model import Category, Finding, GoldenCase, ReferenceKind, ToolTrace
+from toolwatch.references.golden import GoldenCaseSet
 
 __all__ = ["Gate", "Report", "ReportBuilder", "parse_gate"]
 
 _ANY = "any"
+#: The score keys of each evaluator (the others have ``score`` alone).
+_SCORES: dict[str, tuple[str, ...]] = {
+    "composite": composite.SCORES,
+    "tool_trace_structure": structure.SCORES,
+}
+#: A mean this close below a minimum meets it: 4.8 / 6 is 0.7999999999999999.
+_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +70,19 @@ def parse_gate(text: str, kind: Literal["min", "max"]) -> Gate:
         categories = {str(c) for c in Category}
         if name != _ANY and name not in categories:
             raise ValueError(f"gate {text!r}: {name!r} is not a category or {_ANY!r}")
+        if not limit >= 0 or math.isinf(limit):  # NaN fails the comparison
+            raise ValueError(f"gate {text!r}: a maximum is a count of findings, 0 or more")
         return Gate(kind, name, limit)
     if not 0.0 <= limit <= 1.0:
         raise ValueError(f"gate {text!r}: a minimum score is between 0 and 1")
-    evaluator = name.partition(".")[0]
+    evaluator, _, score = name.partition(".")
     if evaluator not in EVALUATOR_ORDER:
         known = ", ".join(EVALUATOR_ORDER)
         raise ValueError(f"gate {text!r}: {evaluator!r} is not an evaluator ({known})")
+    scores = _SCORES.get(evaluator, ("score",))
+    if score and score not in scores:
+        known = ", ".join(scores)
+        raise ValueError(f"gate {text!r}: {evaluator} has no score {score!r} ({known})")
     return Gate(kind, name, limit)
 
 
@@ -93,6 +108,10 @@ class Report:
     gates: list[tuple[Gate, float, bool]]
     evaluator_failures: dict[str, int] = field(default_factory=dict)
     finding_list: list[Finding] = field(default_factory=list)
+    incomplete: dict[str, int] = field(default_factory=dict)  # reason -> runs
+    duplicates: int = 0  # runs read again (same trace and run span), skipped
+    unknown_case_ids: dict[str, int] = field(default_factory=dict)  # not in the file -> runs
+    cases_not_run: list[str] = field(default_factory=list)  # no complete run matched them
 
     @property
     def passed(self) -> bool:
@@ -114,14 +133,35 @@ class Report:
                 ],
                 "evaluator_failures": self.evaluator_failures,
                 "findings": [_finding_dict(f) for f in self.finding_list],
+                "incomplete": self.incomplete,
+                "duplicates": self.duplicates,
+                "unknown_case_ids": self.unknown_case_ids,
+                "cases_not_run": self.cases_not_run,
             },
             indent=2,
             sort_keys=True,
             allow_nan=False,  # NaN is not JSON
         )
 
+    def _input_notes(self) -> list[str]:
+        """What the figures below leave out, under the header line."""
+        notes = []
+        if not self.traces:
+            notes.append("  no run in the input: every gate fails")
+        if self.incomplete:
+            reasons = ", ".join(f"{k}={v}" for k, v in sorted(self.incomplete.items()))
+            count = sum(self.incomplete.values())
+            notes.append(
+                f"  {count} incomplete ({reasons}): judged by the policy only, not against"
+                " golden cases or shadow sources"
+            )
+        if self.duplicates:
+            notes.append(f"  {self.duplicates} run(s) read more than once, evaluated once")
+        return notes
+
     def to_text(self) -> str:
-        lines = [f"toolwatch replay: {self.traces} ToolTrace(s) evaluated", "", "Scores (mean)"]
+        lines = [f"toolwatch replay: {self.traces} ToolTrace(s) evaluated", *self._input_notes()]
+        lines += ["", "Scores (mean)"]
         for evaluator, scores in sorted(self.scores.items()):
             shown = "  ".join(f"{k}={v:.3f}" for k, v in sorted(scores.items()) if k != "n")
             lines.append(f"  {evaluator:<22} n={int(scores['n']):<5} {shown}")
@@ -136,6 +176,11 @@ class Report:
                     f"  {name:<22} runs={int(figures['runs'])} failed={int(figures['failed'])}"
                     f" composite={figures['composite']:.3f}"
                 )
+        if self.unknown_case_ids or self.cases_not_run:
+            lines += ["", "Golden cases not exercised"]
+            for case_id, runs in sorted(self.unknown_case_ids.items()):
+                lines.append(f"  {case_id}: named by {runs} run(s), not in the golden-case file")
+            lines += [f"  {case_id}: no complete run" for case_id in self.cases_not_run]
         if self.failure_types:
             lines += ["", "Failure types"]
             lines += [f"  {k:<16} {v}" for k, v in sorted(self.failure_types.items())]
@@ -150,17 +195,30 @@ class Report:
             lines += ["", "Gates"]
             for gate, value, ok in self.gates:
                 verdict = "PASS" if ok else "FAIL"
-                actual = "no run was scored" if math.isnan(value) else f"actual {value:g}"
+                unmeasured = "no run was evaluated" if not self.traces else "no run was scored"
+                actual = unmeasured if math.isnan(value) else f"actual {value:g}"
                 lines.append(f"  {verdict} {gate.describe()} ({actual})")
         return "\n".join(lines)
 
 
 class ReportBuilder:
-    """Accumulates results trace by trace; ``build`` computes means and applies gates."""
+    """Accumulates results trace by trace; ``build`` computes means and applies gates.
+    With ``golden``, it also tells which case ids runs named that the file does not hold,
+    and which cases no complete run exercised."""
 
-    def __init__(self, settings: EvaluationSettings, gates: Sequence[Gate]) -> None:
+    def __init__(
+        self,
+        settings: EvaluationSettings,
+        gates: Sequence[Gate],
+        golden: GoldenCaseSet | None = None,
+    ) -> None:
         self._settings = settings
         self._gates = list(gates)
+        self._golden = golden
+        self._incomplete: Counter[str] = Counter()
+        self._duplicates = 0
+        self._unknown: Counter[str] = Counter()
+        self._exercised: set[str] = set()
         self._traces = 0
         self._sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self._key_counts: dict[str, Counter[str]] = defaultdict(Counter)
@@ -175,8 +233,19 @@ class ReportBuilder:
     def add(self, trace: ToolTrace, case: GoldenCase | None, result: PipelineResult) -> None:
         self._traces += 1
         self._take(result, None)
+        if not trace.complete:
+            self._incomplete[trace.incomplete_reason or "unknown"] += 1
         if case is not None:
+            self._exercised.add(case.case_id)
             self._add_case(trace, case, result)
+        elif self._golden is not None and trace.complete:
+            named = trace.reference_keys.get(self._golden.case_id_attribute)
+            if named is not None:
+                self._unknown[named] += 1
+
+    def duplicate(self) -> None:
+        """A run read a second time, not evaluated again."""
+        self._duplicates += 1
 
     def add_pair(self, target: ToolTrace, result: PipelineResult, kind: ReferenceKind) -> None:
         """A shadow pair: only what was judged against the source counts (the target's
@@ -242,12 +311,20 @@ class ReportBuilder:
             gates=[],
             evaluator_failures=dict(self._evaluator_failures),
             finding_list=self._findings,
+            incomplete=dict(self._incomplete),
+            duplicates=self._duplicates,
+            unknown_case_ids=dict(self._unknown),
+            cases_not_run=[
+                case.case_id for case in self._golden or () if case.case_id not in self._exercised
+            ],
         )
         report.gates = [_apply(gate, report) for gate in self._gates]
         return report
 
 
 def _apply(gate: Gate, report: Report) -> tuple[Gate, float, bool]:
+    if report.traces == 0:
+        return gate, float("nan"), False  # an empty input proves nothing: a failed export
     if gate.kind == "max":
         counts = report.findings
         if gate.target == _ANY:
@@ -259,7 +336,7 @@ def _apply(gate: Gate, report: Report) -> tuple[Gate, float, bool]:
     value = report.scores.get(evaluator, {}).get(score or "score")
     if value is None:
         return gate, float("nan"), False  # a gate on something never measured fails
-    return gate, value, value >= gate.limit
+    return gate, value, value >= gate.limit - _TOLERANCE
 
 
 def _failed_dict(case: FailedCase) -> dict[str, Any]:

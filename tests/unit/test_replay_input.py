@@ -42,11 +42,20 @@ def test_a_pretty_printed_otlp_document_reads_as_its_one_line_form(tmp_path: Pat
     assert list(load_tool_traces([pretty], _config())) == expected
 
 
-def test_a_broken_pretty_printed_document_is_named_by_its_first_line(tmp_path: Path) -> None:
-    broken = tmp_path / "broken.json"
-    broken.write_text('{\n  "resourceSpans": [\n')
-    with pytest.raises(ReplayInputError, match=rf"^{broken}:1: not JSON: Expecting"):
-        list(load_tool_traces([broken], _config()))
+def test_a_cut_pretty_printed_document_is_named_where_it_breaks(tmp_path: Path) -> None:
+    cut = tmp_path / "cut.json"
+    cut.write_text(
+        '{\n  "resourceSpans": [\n    {\n      "resource": {"attributes": [{"key": "serv'
+    )
+    message = rf"^{cut}:4: not JSON: Unterminated string starting at \(column 43\)$"
+    with pytest.raises(ReplayInputError, match=message):
+        list(load_tool_traces([cut], _config()))
+    # A JSON-lines file whose first line is broken is named by that line.
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text(f'{{"resourceSpans": [}}\n{_dump_line(0)}\n')
+    message = rf"^{lines}:1: not JSON: Expecting value \(column 20\)$"
+    with pytest.raises(ReplayInputError, match=message):
+        list(load_tool_traces([lines], _config()))
 
 
 def test_lines_are_read_as_they_are_needed(tmp_path: Path) -> None:
@@ -55,7 +64,8 @@ def test_lines_are_read_as_they_are_needed(tmp_path: Path) -> None:
     traces = load_tool_traces([dump], _config())
     assert next(traces).trace_id == f"{1:032x}"
     assert next(traces).trace_id == f"{2:032x}"  # the blank line 2 skipped
-    with pytest.raises(ReplayInputError, match=rf"^{dump}:4: not JSON: Expecting value$"):
+    message = rf"^{dump}:4: not JSON: Expecting value \(column 1\)$"
+    with pytest.raises(ReplayInputError, match=message):
         next(traces)
 
 
@@ -103,3 +113,25 @@ def test_replaying_tooltrace_lines_holds_one_run_at_a_time(tmp_path: Path) -> No
     # The 300 runs more hold 3 MB of answers together (old code: 2.4 MB -> 9.5 MB peak); one
     # at a time, only the interpreter's free lists of small objects grow.
     assert many_peak - few_peak < 2**20, (few_peak, many_peak)
+
+
+def test_a_run_read_twice_is_evaluated_once(tmp_path: Path) -> None:
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text("".join(f"{_dump_line(i)}\n" for i in range(3)))
+    config = _config()
+    report = evaluate_offline(load_tool_traces([dump, dump], config), config, [])
+    assert (report.traces, report.duplicates) == (3, 3)
+    assert report.scores["loops"]["n"] == 3.0
+
+
+def test_spans_whose_root_never_came_make_a_run_timed_out_as_in_serve(tmp_path: Path) -> None:
+    document = json.loads(_FIXTURE.read_text())
+    for scope in document["resourceSpans"][0]["scopeSpans"]:
+        scope["spans"] = [s for s in scope["spans"] if s.get("parentSpanId")]
+    rootless = tmp_path / "rootless.jsonl"
+    rootless.write_text(json.dumps(document) + "\n")
+    config = _config()
+    (trace,) = load_tool_traces([rootless], config)
+    assert (trace.complete, trace.incomplete_reason) == (False, "timed_out")
+    report = evaluate_offline(load_tool_traces([rootless], config), config, [])
+    assert report.incomplete == {"timed_out": 1}

@@ -46,6 +46,7 @@ from toolwatch.names import NameNormalizer
 __all__ = [
     "FAILURE_TYPES",
     "NOT_TRIGGERED",
+    "SCORES",
     "WRONG_ARGUMENTS",
     "WRONG_TOOL",
     "Composite",
@@ -57,6 +58,15 @@ NOT_TRIGGERED: Final = "not_triggered"
 WRONG_TOOL: Final = "wrong_tool"
 WRONG_ARGUMENTS: Final = "wrong_arguments"
 FAILURE_TYPES: Final = (NOT_TRIGGERED, WRONG_TOOL, WRONG_ARGUMENTS)
+#: The score keys a result may carry (``replay``'s gates check names against them).
+SCORES: Final = (
+    "score",
+    "selection",
+    "ordering",
+    "tool_name_accuracy",
+    "parameter_accuracy",
+    "step_efficiency",
+)
 
 
 class Composite:

@@ -31,7 +31,10 @@ from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.model import Category, EvalResult, Finding, Severity, ToolTrace
 from toolwatch.names import NameNormalizer
 
-__all__ = ["StructureCheck", "ToolTraceStructure", "count_score"]
+__all__ = ["SCORES", "StructureCheck", "ToolTraceStructure", "count_score"]
+
+#: The score keys a result may carry (``replay``'s gates check names against them).
+SCORES: Final = ("score", "call_count", "parallelism", "refusal")
 
 
 @dataclass(frozen=True, slots=True)

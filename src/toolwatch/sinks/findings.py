@@ -37,10 +37,11 @@ import functools
 import json
 import logging
 import math
+import re
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Protocol
+from typing import IO, Any, Final, Protocol
 
 from toolwatch.jsontext import compact_encoder
 from toolwatch.model import (
@@ -370,8 +371,11 @@ def tooltrace_from_dict(data: Mapping[str, Any]) -> ToolTrace:
     if fmt != TOOLTRACE_FORMAT:
         raise ValueError(f"unsupported format {fmt!r}, expected {TOOLTRACE_FORMAT!r}")
     fields = _checked_fields(ToolTrace, {k: v for k, v in data.items() if k != "format"})
+    _check_types(fields, _TRACE_TYPES, "")
+    if not _HEX_TRACE_ID.fullmatch(fields["trace_id"]):
+        raise ValueError(f"trace_id must be 32 hex digits, got {fields['trace_id']!r:.40}")
     try:
-        fields["calls"] = tuple(_call_from_dict(c) for c in fields["calls"])
+        fields["calls"] = tuple(_call_from_dict(c, i) for i, c in enumerate(fields["calls"]))
         fields["reference_keys"] = dict(fields.get("reference_keys", {}))
         fields["agents"] = _names(fields.get("agents", []))  # absent in earlier dumps
         return ToolTrace(**fields)
@@ -385,14 +389,79 @@ def _names(value: Any) -> tuple[str, ...]:
     return tuple(value)
 
 
-def _call_from_dict(data: Mapping[str, Any]) -> ToolCall:
+def _call_from_dict(data: Mapping[str, Any], index: int) -> ToolCall:
     if isinstance(data, Mapping) and "hosted" not in data:  # earlier dumps: none marked
         data = {**data, "hosted": False}
     fields = _checked_fields(ToolCall, data, " in a call")
-    if type(fields["hosted"]) is not bool:
-        raise ValueError(f"hosted must be true or false in a call, got {fields['hosted']!r}")
+    _check_types(fields, _CALL_TYPES, f"calls[{index}].")
     fields["status"] = CallStatus(fields["status"])
     return ToolCall(**fields)
+
+
+_HEX_TRACE_ID: Final = re.compile(r"[0-9a-fA-F]{32}")
+_TEXT: Final = (str,)
+_MAYBE_TEXT: Final = (str, type(None))
+_COUNT: Final = (int,)
+_MAYBE_COUNT: Final = (int, type(None))
+_FLAG: Final = (bool,)
+#: The JSON types of the dump format's fields (``arguments`` and ``result`` take any value).
+_CALL_TYPES: Final[dict[str, tuple[type, ...]]] = {
+    "tool_name": _TEXT,
+    "raw_name": _TEXT,
+    "arguments_error": _MAYBE_TEXT,
+    "call_id": _MAYBE_TEXT,
+    "parent_call_id": _MAYBE_TEXT,
+    "sequence_index": _COUNT,
+    "parallel_group": _MAYBE_COUNT,
+    "status": _TEXT,
+    "error_type": _MAYBE_TEXT,
+    "agent": _MAYBE_TEXT,
+    "span_id": _MAYBE_TEXT,
+    "start_ns": _MAYBE_COUNT,
+    "end_ns": _MAYBE_COUNT,
+    "hosted": _FLAG,
+}
+_TRACE_TYPES: Final[dict[str, tuple[type, ...]]] = {
+    "trace_id": _TEXT,
+    "run_span_id": _MAYBE_TEXT,
+    "service": _MAYBE_TEXT,
+    "agent": _MAYBE_TEXT,
+    "model": _MAYBE_TEXT,
+    "calls": (list,),
+    "final_text": _MAYBE_TEXT,
+    "refusal": _FLAG,
+    "refusal_reason": _MAYBE_TEXT,
+    "error_count": _COUNT,
+    "complete": _FLAG,
+    "incomplete_reason": _MAYBE_TEXT,
+    "start_ns": _COUNT,
+    "end_ns": _COUNT,
+    "span_count": _COUNT,
+    "conversation_id": _MAYBE_TEXT,
+    "reference_keys": (dict,),
+    "agents": (list,),
+}
+_TYPE_NAMES: Final = {
+    str: "a string",
+    int: "an integer",
+    bool: "true or false",
+    list: "a list",
+    dict: "an object",
+    type(None): "null",
+}
+
+
+def _check_types(fields: Mapping[str, Any], types: Mapping[str, tuple[type, ...]], at: str) -> None:
+    """Raises ``ValueError`` naming the first field whose value has the wrong JSON type
+    (a boolean is no integer)."""
+    for name, allowed in types.items():
+        if name not in fields:
+            continue
+        value = fields[name]
+        kind = type(value)
+        if kind not in allowed:
+            wanted = " or ".join(_TYPE_NAMES[t] for t in allowed)
+            raise ValueError(f"{at}{name} must be {wanted}, got {value!r:.40}")
 
 
 def _checked_fields(record: type[Any], data: Mapping[str, Any], where: str = "") -> dict[str, Any]:

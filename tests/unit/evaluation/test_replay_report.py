@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
+import re
+from typing import Literal
+
 import pytest
 from eval_factories import case, trace
 
+from toolwatch import replay_report
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings
 from toolwatch.model import GoldenCase, ReferenceKind, ToolTrace
+from toolwatch.references.golden import GoldenCaseSet
 from toolwatch.replay_report import Report, ReportBuilder, parse_gate
 
 SETTINGS = EvaluationSettings()
@@ -65,3 +73,79 @@ def test_shadow_pairs_are_scored_by_composite_against_their_source() -> None:
     built = builder.build()
     assert built.scores["composite"]["score"] == pytest.approx(1.0)
     assert built.passed
+
+
+def test_a_mean_a_rounding_below_its_minimum_meets_it() -> None:
+    # Six runs scoring 1, 1, 1, 0, 1 and 0.8: the mean is 0.8, computed 0.7999999999999999.
+    mean = sum([1.0, 1.0, 1.0, 0.0, 1.0, 0.8]) / 6
+    assert mean < 0.8
+    scored = Report(6, {"composite": {"n": 6.0, "score": mean}}, {}, {}, {}, [], [])
+    gate = parse_gate("composite=0.8", "min")
+    assert replay_report._apply(gate, scored) == (gate, mean, True)
+    higher = parse_gate("composite=0.81", "min")
+    assert replay_report._apply(higher, scored) == (higher, mean, False)
+
+
+def test_an_input_without_runs_fails_every_gate_and_says_so() -> None:
+    gates = [parse_gate("any=0", "max"), parse_gate("composite=0.5", "min")]
+    empty = ReportBuilder(SETTINGS, gates).build()
+    assert not empty.passed
+    assert [(ok, math.isnan(value)) for _gate, value, ok in empty.gates] == [(False, True)] * 2
+    text = empty.to_text()
+    assert "  no run in the input: every gate fails" in text
+    assert "FAIL any findings <= 0 (no run was evaluated)" in text
+
+
+@pytest.mark.parametrize(
+    ("text", "kind", "problem"),
+    [
+        ("composite.step_efficency=0.5", "min", "composite has no score 'step_efficency' ("),
+        ("composite.n=0.5", "min", "composite has no score 'n'"),
+        ("order.ordering=0.5", "min", "order has no score 'ordering' (score)"),
+        ("any=nan", "max", "a maximum is a count of findings, 0 or more"),
+        ("any=-1", "max", "a maximum is a count of findings, 0 or more"),
+        ("TOOL_ORDER_DRIFT=inf", "max", "a maximum is a count of findings, 0 or more"),
+    ],
+)
+def test_a_gate_on_a_score_or_count_that_cannot_exist_is_refused(
+    text: str, kind: Literal["min", "max"], problem: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"gate {text!r}: {problem}")):
+        parse_gate(text, kind)
+    # Every score an evaluator really gives can be gated on.
+    for name in ("composite.step_efficiency", "tool_trace_structure.refusal", "safety.score"):
+        assert parse_gate(f"{name}=0.5", "min").target == name
+
+
+def test_incomplete_runs_unknown_case_ids_and_cases_no_run_exercised_are_reported() -> None:
+    refund = case("lookup", "refund", case_id="refund")
+    greeting = case(expected_no_tools=True, case_id="greeting")
+    golden = GoldenCaseSet([refund, greeting])
+    attribute = golden.case_id_attribute
+    named = dataclasses.replace(trace("lookup", "refund"), reference_keys={attribute: "refund"})
+    typo = dataclasses.replace(named, trace_id="cd" * 16, reference_keys={attribute: "refnud"})
+    cut = dataclasses.replace(
+        named, trace_id="ef" * 16, complete=False, incomplete_reason="timed_out"
+    )
+    pipeline = EvaluationPipeline(SETTINGS)
+    builder = ReportBuilder(SETTINGS, [], golden)
+    for run in (named, typo, cut):
+        found = golden.match(run) if run.complete else None
+        builder.add(run, found, pipeline.evaluate(run, found, None))
+    builder.duplicate()
+    built = builder.build()
+    assert (built.traces, built.incomplete, built.duplicates) == (3, {"timed_out": 1}, 1)
+    assert (built.unknown_case_ids, built.cases_not_run) == ({"refnud": 1}, ["greeting"])
+    text = built.to_text()
+    assert (
+        "  1 incomplete (timed_out=1): judged by the policy only, not against golden cases or"
+        " shadow sources" in text
+    )
+    assert "  1 run(s) read more than once, evaluated once" in text
+    assert "  refnud: named by 1 run(s), not in the golden-case file" in text
+    assert "  greeting: no complete run" in text
+    document = json.loads(built.to_json())
+    assert (document["unknown_case_ids"], document["cases_not_run"]) == (
+        {"refnud": 1},
+        ["greeting"],
+    )

@@ -156,8 +156,22 @@ def test_the_line_is_plain_json_with_hex_ids_and_integer_nanoseconds() -> None:
         (lambda d: d["calls"][0].pop("raw_name"), "^missing field 'raw_name' in a call$"),
         (lambda d: d["calls"].append("lookup_order"), "^expected an object in a call, got str$"),
         (lambda d: d["calls"][0].update(status="maybe"), "'maybe' is not a valid CallStatus"),
-        (lambda d: d["calls"][0].update(hosted="yes"), "^hosted must be true or false in a call"),
-        (lambda d: d.update(agents="refund-bot"), "^agents must be a list of agent names"),
+        (
+            lambda d: d["calls"][0].update(hosted="yes"),
+            r"^calls\[0\]\.hosted must be true or false",
+        ),
+        (
+            lambda d: d["calls"][1].update(tool_name=1),
+            r"^calls\[1\]\.tool_name must be a string, got 1$",
+        ),
+        (
+            lambda d: d["calls"][0].update(end_ns=1.5),
+            r"^calls\[0\]\.end_ns must be an integer or null",
+        ),
+        (lambda d: d.update(start_ns="x"), "^start_ns must be an integer, got 'x'$"),
+        (lambda d: d.update(complete=1), "^complete must be true or false, got 1$"),
+        (lambda d: d.update(trace_id="zz"), "^trace_id must be 32 hex digits, got 'zz'$"),
+        (lambda d: d.update(agents="refund-bot"), "^agents must be a list, got 'refund-bot'$"),
         (lambda d: d.update(agents=[1]), "^agents must be a list of agent names"),
     ],
 )
