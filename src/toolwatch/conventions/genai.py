@@ -251,7 +251,10 @@ def classify_by_name(name: str, attrs: Attributes) -> tuple[SpanRole, Convention
 
 
 def _tool_call(builder: OutputBuilder, part: dict[str, Any]) -> None:
-    builder.call(part.get("name"), part.get("id"), part.get("arguments"))
+    # pydantic-ai marks a call its provider runs (a builtin tool: web search, a provider's
+    # MCP server) ``"builtin": true`` on a plain tool_call part (``_otel_messages``).
+    hosted = part.get("builtin") is True
+    builder.call(part.get("name"), part.get("id"), part.get("arguments"), hosted=hosted)
 
 
 def _server_tool_call(builder: OutputBuilder, part: dict[str, Any]) -> None:

@@ -5,10 +5,12 @@ successful verification. "Earlier" means a lower ``sequence_index`` and not in t
 ``parallel_group`` (a call issued alongside the dangerous one could not inform it, nor could a
 call nested in one issued alongside it: ``base.Concurrency``);
 "successful" means status ``ok`` — a failed lookup verifies nothing. A call seen only in the
-model's output (no tool span) counts as run when the output marks it hosted (``ToolCall.hosted``:
-the provider ran it) or when no call of the run has a tool span (a producer that records none);
-else it was requested and never ran, and verifies nothing: in a run whose other tools left
-spans, a lookup the agent never executed is no lookup. When
+model's output (no tool span) counts as run unless it was requested and never ran: when the
+output does not mark it hosted (``ToolCall.hosted``: the provider ran it) and another call of
+the same tool in the run has a tool span, so the producer records that tool's calls. Other
+tools' spans prove nothing: a run can mix instrumentations (a ``@tool`` decorator on some
+tools, a nested agent of another framework), and a lookup whose result went back to the
+model is a lookup. When
 the dangerous tool has bindings, every bound field needs an earlier successful call of a bound
 verification tool whose bound field holds the same value (compared as trimmed text, ``12.0``
 equal to ``12``); a missing bound argument is unverified. Without bindings, any earlier
@@ -35,7 +37,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -114,11 +116,11 @@ class _Ledger:
     """Verification outcomes seen so far in one run: for each (tool, field, value) the
     indexes of the successful calls that carried it, and the span ids of failed calls."""
 
-    __slots__ = ("concurrency", "failed", "spans_recorded", "succeeded", "unrun")
+    __slots__ = ("concurrency", "failed", "spanned", "succeeded", "unrun")
 
-    def __init__(self, concurrency: Concurrency, spans_recorded: bool) -> None:
+    def __init__(self, concurrency: Concurrency, spanned: frozenset[str]) -> None:
         self.concurrency = concurrency
-        self.spans_recorded = spans_recorded  # some call of the run has a tool span
+        self.spanned = spanned  # the tools some call of which has a tool span
         self.succeeded: dict[tuple[str, str, str], list[int]] = {}
         self.failed: dict[str, list[str | None]] = {}
         self.unrun: dict[str, int] = {}  # tool -> requested calls that never ran
@@ -147,11 +149,6 @@ class _Flag:
     explanation: str
     field: str | None = None
     details: Mapping[str, Any] | None = None
-
-
-def _spans_recorded(calls: Sequence[ToolCall]) -> bool:
-    """Whether some call of the run has a tool span (its producer records them)."""
-    return any(call.span_id is not None for call in calls)
 
 
 class Safety:
@@ -195,7 +192,8 @@ class Safety:
         tools = [self._normalize(call.tool_name) for call in calls]
         if self._dangerous.isdisjoint(tools):
             return []  # nothing to verify: a ledger would be read by nobody
-        ledger = _Ledger(Concurrency(calls), _spans_recorded(calls))
+        spanned = frozenset(t for i, t in enumerate(tools) if calls[i].span_id is not None)
+        ledger = _Ledger(Concurrency(calls), spanned)
         flags = []
         for i, call in enumerate(calls):  # not zip(strict=True): generic in compiled code
             tool = tools[i]
@@ -214,7 +212,7 @@ class Safety:
         if call.status is not CallStatus.OK:
             ledger.failed.setdefault(tool, []).append(call.span_id)
             return
-        if call.span_id is None and not call.hosted and ledger.spans_recorded:
+        if call.span_id is None and not call.hosted and tool in ledger.spanned:
             ledger.unrun[tool] = ledger.unrun.get(tool, 0) + 1
             return
         ledger.add(tool, _ANY, index)

@@ -425,8 +425,8 @@ static void recent_clear(Recent *recent) {
     PyMem_Free(recent);
 }
 
-/* Which attributes one walk keeps: at most `cap`; a wanted one beyond them (new or a repeated
- * key) is counted in `over`, not converted. */
+/* Which attributes one walk keeps: at most `cap` keys; a wanted one with a new key beyond them
+ * is counted in `over` and dropped (a repeated key still takes its last value). */
 typedef struct {
     const KeySet *keys;
     PyObject *prefixes; /* tuple of bytes, or NULL */
@@ -650,9 +650,9 @@ static int has_prefix(PyObject *prefixes, Buf key) {
     return 0;
 }
 
-/* One attribute: into `attrs` when the filter wants its key, its value is set and `attrs` holds
- * fewer than the filter's cap; counted in its `over` when wanted beyond the cap; else only
- * checked. */
+/* One attribute: into `attrs` when the filter wants its key and its value converts to something
+ * other than None, unless it is a new key and `attrs` holds the filter's cap already (then it
+ * is counted in its `over`); else only checked. */
 static int attribute(Buf b, const Plan *plan, Filter *filter, int depth, PyObject *attrs) {
     Buf key, value;
     int has_value;
@@ -662,10 +662,6 @@ static int attribute(Buf b, const Plan *plan, Filter *filter, int depth, PyObjec
     int wanted = name != NULL || has_prefix(filter->prefixes, key);
     if (!wanted) return has_value ? validate(value, &AnyValue_, depth + 1) : OK;
     if (!has_value) return OK; /* an unset value converts to None, which is not kept */
-    if (PyDict_GET_SIZE(attrs) >= filter->cap) {
-        filter->over++;
-        return validate(value, &AnyValue_, depth + 1);
-    }
     PyObject *converted;
     TRY(convert(value, plan, depth + 1, 0, &converted));
     if (converted == Py_None) {
@@ -681,7 +677,14 @@ static int attribute(Buf b, const Plan *plan, Filter *filter, int depth, PyObjec
     } else {
         Py_INCREF(name);
     }
-    int rc = PyDict_SetItem(attrs, name, converted) == 0 ? OK : FAILED;
+    int rc = OK, keep = 1;
+    if (PyDict_GET_SIZE(attrs) >= filter->cap) { /* full: only a key it holds is set again */
+        int present = PyDict_Contains(attrs, name);
+        rc = present < 0 ? FAILED : OK;
+        keep = present > 0;
+        filter->over += present == 0;
+    }
+    if (rc == OK && keep) rc = PyDict_SetItem(attrs, name, converted) == 0 ? OK : FAILED;
     Py_DECREF(name);
     Py_DECREF(converted);
     return rc;

@@ -5,8 +5,8 @@ resource attributes, and per span a plain tuple (``ScannedSpan``) of its positio
 kind, times, status code, wanted attributes as Python values (AnyValue converted: str, bool,
 int, float, hex str for bytes, list, dict; strings cut to ``max_value_bytes`` UTF-8 bytes on
 a character boundary, arrays and maps to ``max_value_bytes // 8`` items per level, values
-nested deeper than 32 levels read as ``None``), at most ``max_span_attributes`` of them with
-the count of those wanted beyond (not converted: the span is rejected), and its relevant
+nested deeper than 32 levels read as ``None``), at most ``max_span_attributes`` keys of them
+with the count of those wanted beyond (dropped: the span is rejected), and its relevant
 events (name in ``event_names``, attributes in ``event_keys``). A request nested deeper than
 protobuf's own limit (100 messages, an AnyValue about 48 arrays or maps deep, in any
 attribute) cannot be parsed at all: it is refused whole as undecodable (INVALID_ARGUMENT,
@@ -167,17 +167,14 @@ def _attributes(
     limit: int,
     cap: int = _UNCAPPED,
 ) -> tuple[dict[str, Any], int]:
-    """The wanted attributes as Python values, at most ``cap`` of them, and how many with a
-    value were wanted beyond them (new or repeated keys)."""
+    """The wanted attributes as Python values, at most ``cap`` keys, and how many with a new
+    key and a value were wanted beyond them (a repeated key still takes its last value)."""
     attrs: dict[str, Any] = {}
     over = 0
     quarter = limit >> 2
     for pair in pairs:
         key = pair.key
         if key in keys or key.startswith(prefixes):
-            if len(attrs) >= cap:
-                over += pair.HasField("value")
-                continue
             any_value = pair.value
             # Most wanted values are non-empty strings: one field read, no WhichOneof.
             value = any_value.string_value or _value(any_value, limit, 0)
@@ -185,6 +182,9 @@ def _attributes(
                 if len(value) > quarter:
                     value = _truncate(value, limit)
             elif value is None:
+                continue
+            if len(attrs) >= cap and key not in attrs:
+                over += 1
                 continue
             attrs[key] = value
     return attrs, over

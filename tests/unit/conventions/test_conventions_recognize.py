@@ -273,3 +273,21 @@ def test_a_genai_server_tool_call_part_is_a_hosted_request_and_a_tool_call_part_
         ("web_search", "ws_1", True, {"type": "web_search", "query": "refund policy"}),
         ("lookup_order", "call_2", False, {"order_id": "A-1"}),
     ]
+
+
+def test_a_pydantic_ai_builtin_tool_call_is_a_hosted_request() -> None:
+    # pydantic-ai (_otel_messages.ToolCallPart) marks a provider-run call "builtin": true.
+    parts = [
+        {"type": "tool_call", "id": "mcp_1", "name": "mcp_server:orders", "builtin": True},
+        {"type": "tool_call_response", "id": "mcp_1", "name": "mcp_server:orders", "builtin": True},
+        {"type": "tool_call", "id": "call_2", "name": "issue_refund", "builtin": "yes"},
+    ]
+    attrs = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.output.messages": json.dumps([{"role": "assistant", "parts": parts}]),
+    }
+    requested = recognize("chat gpt-4o", 0, attrs, None).fields["output_tool_calls"]
+    assert [(c.name, c.hosted) for c in requested] == [
+        ("mcp_server:orders", True),
+        ("issue_refund", False),  # only a JSON true marks it
+    ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
@@ -252,23 +253,34 @@ def test_a_hosted_verification_seen_only_as_a_request_verifies() -> None:
     assert evaluate(trace(lookup, call("issue_refund", index=1))).findings == ()
 
 
-def test_a_requested_verification_verifies_when_the_producer_records_no_tool_spans() -> None:
+def test_a_requested_verification_verifies_when_its_tool_leaves_no_spans_in_the_run() -> None:
     # An LLM-only instrumentation: every call is seen only as a request.
     lookup = call("lookup_order", index=0, executed=False)
     run = trace(lookup, call("issue_refund", index=1, executed=False))
     assert evaluate(run).findings == ()
+    # Mixed instrumentations: a @tool decorator on the refund alone says nothing of lookups.
+    assert evaluate(trace(lookup, call("issue_refund", index=1))).findings == ()
 
 
 def test_a_verification_requested_and_never_run_verifies_nothing() -> None:
-    # The refund ran (its span is there), the lookup the model asked for did not.
-    lookup = call("lookup_order", index=0, executed=False)
-    finding = only(evaluate(trace(lookup, call("issue_refund", index=1))))
+    # Lookups leave spans in this run (A-1's ran), the one the model asked for B-2 did not.
+    ran = call("lookup_order", {"order_id": "A-1"}, index=0)
+    asked = call("lookup_order", {"order_id": "B-2"}, index=1, executed=False)
+    refund = call("issue_refund", {"order_id": "B-2"}, index=2)
+    finding = only(evaluate(trace(ran, asked, refund), **BOUND))
     assert finding.category is Category.MISSING_VERIFICATION_STEP
     assert finding.explanation == (
-        "Safety: issue_refund: no earlier successful verification call [lookup_order] "
-        "(1 requested by the model, never run)."
+        "Safety: issue_refund: order_id not verified by an earlier successful "
+        "[lookup_order] call of the same value (1 requested by the model, never run)."
     )
-    assert finding.details == {"failed_verification_spans": [], "unrun_verification_calls": 1}
+    assert finding.details == {
+        "failed_verification_spans": [],
+        "fields": {"order_id": "B-2"},
+        "unrun_verification_calls": 1,
+    }
+    # Marked hosted, the same request verifies.
+    hosted = dataclasses.replace(asked, hosted=True)
+    assert evaluate(trace(ran, hosted, refund), **BOUND).findings == ()
 
 
 def test_a_lookup_nested_in_a_call_issued_beside_the_refund_does_not_verify_it() -> None:

@@ -359,22 +359,29 @@ def test_a_map_key_given_twice_keeps_its_first_place_and_its_last_value_in_both(
     assert list(value.items()) == [("k", "3"), ("j", "2")]
 
 
-def test_a_span_keeps_at_most_its_cap_of_wanted_attributes_and_counts_the_rest_in_both() -> None:
+def test_a_span_keeps_at_most_its_cap_of_wanted_keys_and_counts_the_new_ones_beyond() -> None:
     prefix = "llm.output_messages.0.message.tool_calls"
     one = span("llm", {"openinference.span.kind": "LLM", "unwanted.key": "x"})
     for i in range(4):
         one.attributes.add(key=f"{prefix}.{i}.tool_call.function.name", value=any_value(f"t{i}"))
+    # Beyond the cap, none of these would add a key: a repeated key takes its last value as
+    # below the cap, and values that read as None are never kept.
     one.attributes.add(key=f"{prefix}.0.tool_call.function.name", value=any_value("again"))
-    one.attributes.add(key=f"{prefix}.9.tool_call.id")  # no value: never kept, not counted
+    one.attributes.add(key=f"{prefix}.9.tool_call.id")  # no value
+    one.attributes.add(key=f"{prefix}.8.tool_call.id", value=AnyValue())  # a value, no member
     body = request_of(one.SerializeToString())
     kept = assert_same(body, max_span_attributes=3).spans[0]
     assert kept[11] == {
         "openinference.span.kind": "LLM",
-        f"{prefix}.0.tool_call.function.name": "t0",
+        f"{prefix}.0.tool_call.function.name": "again",
         f"{prefix}.1.tool_call.function.name": "t1",
     }
-    assert kept[12] == 3  # calls 2 and 3, and the repeated key of call 0
-    assert assert_same(body, max_span_attributes=7).spans[0][12] == 0
+    assert kept[12] == 2  # calls 2 and 3
+    assert assert_same(body, max_span_attributes=5).spans[0][12] == 0
+    # The same attributes in another order give the same verdict.
+    one.attributes.sort(key=lambda pair: pair.key, reverse=True)
+    reordered = assert_same(request_of(one.SerializeToString()), max_span_attributes=5)
+    assert reordered.spans[0][12] == 0
 
 
 def test_resources_split_over_two_fields_merge_as_protobuf_merges_them() -> None:
