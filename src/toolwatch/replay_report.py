@@ -271,10 +271,13 @@ class ReportBuilder:
         normalize = self._settings.policy.normalizer()
         failure = failure_type(trace, case, self._settings.evaluators.tool_arguments, normalize)
         if failure is None:
-            against = [f for f in result.findings if f.reference is ReferenceKind.EXPECTED]
+            against = [f.category for f in result.findings if f.reference is ReferenceKind.EXPECTED]
             if not against:
                 return
-            failure = str(against[0].category)
+            # The tools were right: in an ordered mode, tool_selection's finding on the same
+            # fault (fewer expected calls in order) reads as the wrong tools; order names it.
+            order = Category.TOOL_ORDER_DRIFT
+            failure = str(order if order in against else against[0])
         self._category_failed[category] += 1
         self._failure_types[failure] += 1
         expected = tuple(normalize(call.name) for call in case.expected_tools)

@@ -149,3 +149,10 @@ def test_incomplete_runs_unknown_case_ids_and_cases_no_run_exercised_are_reporte
         {"refnud": 1},
         ["greeting"],
     )
+
+
+def test_right_tools_in_the_wrong_order_fail_as_order_in_an_ordered_selection_mode() -> None:
+    # mode expected: tool_selection scores the calls in order, so it flags the swap too.
+    swapped = (trace("refund", "lookup"), case("lookup", "refund", selection_mode="expected"))
+    built = report(swapped)
+    assert built.failure_types == {"TOOL_ORDER_DRIFT": 1}
