@@ -412,17 +412,26 @@ class Config(_Section):
 
     @model_validator(mode="after")
     def _references_agree(self) -> Config:
-        # One attribute cannot be both a case id and a shadow key (see ReferenceSettings).
+        # One attribute cannot be both a case id and a pair key/role: a canary run would be
+        # taken for a shadow half (or the reverse) and compared with the wrong reference.
         shared = self.golden.reference_keys() & self.shadow.reference_keys()
         if shared:
-            raise ValueError(f"golden and shadow both use the attribute {min(shared)!r}")
+            raise ValueError(
+                f"golden.case_id_attribute {min(shared)!r} is also a shadow attribute;"
+                " use a different attribute for each"
+            )
         return self
+
+    def reference_keys(self) -> frozenset[str]:
+        """Every attribute key ingest copies into ``SpanRecord.reference_keys``: the golden
+        cases' case id, the shadow pairs' key and role (none unless they are configured)."""
+        return self.golden.reference_keys() | self.shadow.reference_keys()
 
     def decode_options(self) -> DecodeOptions:
         """How the receivers and replay decode requests: the ingest limits, and the keys the
         golden cases and shadow pairs are found by."""
         return DecodeOptions(
-            reference_keys=self.golden.reference_keys() | self.shadow.reference_keys(),
+            reference_keys=self.reference_keys(),
             max_value_bytes=self.ingest.max_value_bytes,
             max_span_attributes=self.ingest.max_span_attributes,
             decoder=self.ingest.decoder,

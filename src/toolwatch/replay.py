@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from toolwatch.app import build_references
 from toolwatch.assembly.buffer import AssemblyLimits, TraceBuffer
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
@@ -45,11 +46,16 @@ from toolwatch.ingest.decode import DecodeError, decode_request
 from toolwatch.ingest.otlp_json import parse_otlp_json
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import ManualClock, ReferenceKind, ToolTrace
-from toolwatch.references.golden import GoldenCaseSet, load_golden_cases
 from toolwatch.replay_report import Gate, Report, ReportBuilder, parse_gate
 from toolwatch.sinks.findings import tooltrace_from_dict
 
-__all__ = ["ReplayInputError", "add_arguments", "load_tool_traces", "run_replay"]
+__all__ = [
+    "ReplayInputError",
+    "add_arguments",
+    "evaluate_offline",
+    "load_tool_traces",
+    "run_replay",
+]
 
 EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
 
@@ -106,7 +112,7 @@ def evaluate_offline(traces: Iterable[ToolTrace], config: Config, gates: Sequenc
     """Evaluate ``traces`` as ``serve`` would, each as it comes, and build the report."""
     settings = EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
     pipeline = EvaluationPipeline(settings)
-    golden = _golden(config)
+    golden = build_references(config)[0]
     builder = ReportBuilder(settings, gates, golden)
     halves = _ShadowHalves(config)
     seen: set[tuple[str, str | None]] = set()  # runs read twice (overlapping files) count once
@@ -122,19 +128,8 @@ def evaluate_offline(traces: Iterable[ToolTrace], config: Config, gates: Sequenc
         halves.offer(trace)
     for source, target in halves.pairs():
         result = pipeline.evaluate(target, None, source, policy=False)
-        builder.add_pair(target, result, ReferenceKind.SOURCE)
+        builder.add_pair(target, result, ReferenceKind.SOURCE, pipeline.rescored)
     return builder.build()
-
-
-def _golden(config: Config) -> GoldenCaseSet | None:
-    cases = config.golden.cases_file
-    if cases is None:
-        return None
-    return load_golden_cases(
-        cases,
-        normalize=config.policy.normalizer(),
-        case_id_attribute=config.golden.case_id_attribute,
-    )
 
 
 class _ShadowHalves:
@@ -150,16 +145,15 @@ class _ShadowHalves:
         if not shadow.enabled or not trace.complete:
             return
         key = trace.reference_keys.get(shadow.pair_key_attribute)
-        role = trace.reference_keys.get(shadow.role_attribute, "").strip().casefold()
-        if key:
+        named = trace.reference_keys.get(shadow.role_attribute)
+        role = None if named is None else shadow.role_of(named)  # as the server's joiner
+        if key and role is not None:
             self._halves.setdefault(key, {}).setdefault(role, trace)
 
     def pairs(self) -> Iterator[tuple[ToolTrace, ToolTrace]]:
-        source = self._shadow.source_value.casefold()
-        target = self._shadow.target_value.casefold()
         for pair in self._halves.values():
-            if source in pair and target in pair:
-                yield pair[source], pair[target]
+            if "source" in pair and "target" in pair:
+                yield pair["source"], pair["target"]
 
 
 def load_tool_traces(
@@ -209,8 +203,8 @@ class _Lines:
             if not data:
                 return
             self.number += 1
-            try:
-                line = data.decode("utf-8")
+            try:  # the first may open with a BOM, as the OTLP/JSON receiver accepts
+                line = data.decode("utf-8-sig" if self.number == 1 else "utf-8")
             except UnicodeDecodeError as exc:
                 where = f"{self.path}:{self.number}"
                 at = self._offset + exc.start
@@ -233,13 +227,15 @@ def _records(path: Path, progress: _Progress | None) -> Iterator[tuple[str, dict
         size = os.fstat(raw.fileno()).st_size
         lines = _Lines(path, raw)
         rest = iter(lines)
+        first = True
         for line in rest:
             if not line.strip():
                 continue
             number = lines.number
             record, error = _json_object(line)
-            if isinstance(error, json.JSONDecodeError) and error.pos >= len(line.rstrip()):
-                # The line ends before its value does: one document over many lines.
+            ends_early = isinstance(error, json.JSONDecodeError) and error.pos >= len(line.rstrip())
+            if first and ends_early:
+                # The first line ends before its value does: one document over many lines.
                 document, error = _json_object("".join([line, *rest]))
                 if document is not None:
                     yield str(path), document
@@ -248,6 +244,7 @@ def _records(path: Path, progress: _Progress | None) -> Iterator[tuple[str, dict
                     number += error.lineno - 1
             if record is None:
                 raise ReplayInputError(f"{path}:{number}: {_problem(error)}")
+            first = False
             yield f"{path}:{number}", record
             if progress is not None:
                 progress.update(path, lines.position, size)
@@ -261,6 +258,8 @@ def _json_object(text: str) -> tuple[dict[str, Any] | None, ValueError | None]:
         value = json.loads(text)
     except json.JSONDecodeError as exc:
         return None, exc
+    except RecursionError:
+        return None, ValueError("not usable JSON: nested too deeply")
     if not isinstance(value, dict):
         return None, ValueError("expected a JSON object per line")
     return value, None

@@ -172,9 +172,10 @@ class Report:
         if self.categories:
             lines += ["", "Golden cases by category"]
             for name, figures in sorted(self.categories.items()):
+                composite = figures.get("composite")
                 lines.append(
                     f"  {name:<22} runs={int(figures['runs'])} failed={int(figures['failed'])}"
-                    f" composite={figures['composite']:.3f}"
+                    + (f" composite={composite:.3f}" if composite is not None else "")
                 )
         if self.unknown_case_ids or self.cases_not_run:
             lines += ["", "Golden cases not exercised"]
@@ -224,7 +225,8 @@ class ReportBuilder:
         self._key_counts: dict[str, Counter[str]] = defaultdict(Counter)
         self._counts: Counter[str] = Counter()
         self._findings: list[Finding] = []
-        self._categories: dict[str, list[float]] = defaultdict(list)
+        self._category_runs: Counter[str] = Counter()
+        self._categories: dict[str, list[float]] = defaultdict(list)  # composite scores
         self._category_failed: Counter[str] = Counter()
         self._failure_types: Counter[str] = Counter()
         self._failed: list[FailedCase] = []
@@ -247,14 +249,23 @@ class ReportBuilder:
         """A run read a second time, not evaluated again."""
         self._duplicates += 1
 
-    def add_pair(self, target: ToolTrace, result: PipelineResult, kind: ReferenceKind) -> None:
-        """A shadow pair: only what was judged against the source counts (the target's
-        policy findings were counted when it was added on its own)."""
-        self._take(result, kind)
+    def add_pair(
+        self,
+        target: ToolTrace,
+        result: PipelineResult,
+        kind: ReferenceKind,
+        rescored: frozenset[str] = frozenset(),
+    ) -> None:
+        """A shadow pair: only what was judged against the source counts. The target's own
+        scores from the evaluators its pair's pass ran again (``rescored``, the pipeline's)
+        and its policy findings were counted when it was added on its own."""
+        self._take(result, kind, rescored)
 
-    def _take(self, result: PipelineResult, only: ReferenceKind | None) -> None:
+    def _take(
+        self, result: PipelineResult, only: ReferenceKind | None, skip: frozenset[str] = frozenset()
+    ) -> None:
         for evaluated in result.results:
-            if only is not None and evaluated.evaluator in ("safety", "loops", "invariants"):
+            if evaluated.evaluator in skip:
                 continue
             self._counts[evaluated.evaluator] += 1
             for key, value in evaluated.scores.items():
@@ -267,7 +278,9 @@ class ReportBuilder:
     def _add_case(self, trace: ToolTrace, case: GoldenCase, result: PipelineResult) -> None:
         category = case.category or "uncategorized"
         composite = next((r for r in result.results if r.evaluator == "composite"), None)
-        self._categories[category].append(composite.scores["score"] if composite else 0.0)
+        self._category_runs[category] += 1
+        if composite is not None:  # composite disabled: no mean to give
+            self._categories[category].append(composite.scores["score"])
         normalize = self._settings.policy.normalizer()
         failure = failure_type(trace, case, self._settings.evaluators.tool_arguments, normalize)
         if failure is None:
@@ -296,14 +309,13 @@ class ReportBuilder:
         findings: dict[str, Counter[str]] = defaultdict(Counter)
         for finding in self._findings:
             findings[str(finding.category)][str(finding.severity)] += 1
-        categories = {
-            name: {
-                "runs": float(len(values)),
-                "failed": float(self._category_failed[name]),
-                "composite": sum(values) / len(values),
-            }
-            for name, values in self._categories.items()
-        }
+        categories: dict[str, dict[str, float]] = {}
+        for name, runs in self._category_runs.items():
+            figures = {"runs": float(runs), "failed": float(self._category_failed[name])}
+            scored = self._categories.get(name)
+            if scored:
+                figures["composite"] = sum(scored) / len(scored)
+            categories[name] = figures
         report = Report(
             traces=self._traces,
             scores=scores,

@@ -135,3 +135,41 @@ def test_spans_whose_root_never_came_make_a_run_timed_out_as_in_serve(tmp_path: 
     assert (trace.complete, trace.incomplete_reason) == (False, "timed_out")
     report = evaluate_offline(load_tool_traces([rootless], config), config, [])
     assert report.incomplete == {"timed_out": 1}
+
+
+def test_a_cut_line_in_a_json_lines_file_is_named_by_its_own_line(tmp_path: Path) -> None:
+    cut = tmp_path / "cut.jsonl"
+    good = _dump_line(0)
+    cut.write_text(f"{good}\n{good[:40]}\n{_dump_line(1)}\n")
+    with pytest.raises(ReplayInputError, match=rf"^{cut}:2: not JSON: "):
+        list(load_tool_traces([cut], _config()))
+
+
+def test_a_byte_order_mark_and_deep_nesting_read_as_the_server_reads_them(tmp_path: Path) -> None:
+    marked = tmp_path / "bom.jsonl"
+    marked.write_bytes(b"\xef\xbb\xbf" + _FIXTURE.read_bytes())
+    assert [t.tool_names for t in load_tool_traces([marked], _config())] == [
+        ("lookup_order", "issue_refund")
+    ]
+    deep = tmp_path / "deep.jsonl"
+    deep.write_text('{"resourceSpans": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    with pytest.raises(ReplayInputError, match=rf"^{deep}:1: not usable JSON: nested too deeply$"):
+        list(load_tool_traces([deep], _config()))
+
+
+def test_shadow_roles_are_matched_as_the_servers_joiner_matches_them(tmp_path: Path) -> None:
+    config = load_config(
+        None,
+        {"shadow.enabled": True, "shadow.source_value": "Prod ", "shadow.target_value": "canary"},
+    )
+    lines = []
+    for number, role in enumerate(["prod", " CANARY"]):
+        trace = factories.tool_trace(
+            trace_id=f"{number + 1:032x}",
+            reference_keys={"toolwatch.shadow.pair_id": "p-1", "toolwatch.shadow.role": role},
+        )
+        lines.append(json.dumps(tooltrace_to_dict(trace)))
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("\n".join(lines) + "\n")
+    report = evaluate_offline(load_tool_traces([pairs], config), config, [])
+    assert report.scores["composite"]["n"] == 1.0  # the pair, scored against its source

@@ -273,9 +273,8 @@ class _Decoder:
         if problem is not None:
             return problem
         if over:  # its calls would be read in part: a model output with some of its requests
-            count = self._cap + over
-            detail = f"{count} attributes a convention reads, more than ingest.max_span_attributes"
-            return "too_many_attributes", f"{detail} ({self._cap})"
+            detail = f"more than {self._cap} attributes a convention reads"
+            return "too_many_attributes", f"{detail} (ingest.max_span_attributes)"
         events = _Events(scanned) if scanned is not None else None
         try:
             recognition = self._recognize(name, code, attrs, events)

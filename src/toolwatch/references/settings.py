@@ -13,7 +13,7 @@ key and role for shadow pairs. Nothing here reads files; ``cases_file`` is check
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import AfterValidator, Field, model_validator
 
@@ -24,8 +24,8 @@ __all__ = [
     "DEFAULT_PAIR_KEY_ATTRIBUTE",
     "DEFAULT_ROLE_ATTRIBUTE",
     "GoldenSettings",
-    "ReferenceSettings",
     "ShadowSettings",
+    "fold_role",
 ]
 
 DEFAULT_CASE_ID_ATTRIBUTE = "toolwatch.case_id"
@@ -67,6 +67,11 @@ class GoldenSettings(_Section):
         return frozenset({self.case_id_attribute}) if self.cases_file is not None else frozenset()
 
 
+def fold_role(value: str) -> str:
+    """A shadow role as compared: trimmed, case-folded (``Prod `` names ``prod``)."""
+    return value.strip().casefold()
+
+
 class ShadowSettings(_Section):
     """Shadow pairs (the *source* reference): runs sharing the ``pair_key_attribute`` value
     are joined by ``role_attribute`` (``source_value`` / ``target_value``, compared
@@ -94,39 +99,22 @@ class ShadowSettings(_Section):
                 f"pair_key_attribute and role_attribute are both {self.role_attribute!r};"
                 " they must be different attributes"
             )
-        if self.source_value.strip().casefold() == self.target_value.strip().casefold():
+        if fold_role(self.source_value) == fold_role(self.target_value):
             raise ValueError(
                 f"source_value {self.source_value!r} and target_value {self.target_value!r}"
                 " name the same role (roles are compared case-insensitively)"
             )
         return self
 
+    def role_of(self, value: str) -> Literal["source", "target"] | None:
+        """The half a run's ``role_attribute`` value names, compared as ``fold_role`` does."""
+        folded = fold_role(value)
+        if folded == fold_role(self.source_value):
+            return "source"
+        return "target" if folded == fold_role(self.target_value) else None
+
     def reference_keys(self) -> frozenset[str]:
         """Attribute keys ingest must capture for shadow joining (none when disabled)."""
         if not self.enabled:
             return frozenset()
         return frozenset({self.pair_key_attribute, self.role_attribute})
-
-
-class ReferenceSettings(_Section):
-    """Both reference sections together."""
-
-    golden: GoldenSettings = GoldenSettings()
-    shadow: ShadowSettings = ShadowSettings()
-
-    @model_validator(mode="after")
-    def _no_shared_attribute(self) -> Self:
-        # One attribute cannot be both a case id and a pair key/role: a canary run would be
-        # taken for a shadow half (or the reverse) and compared with the wrong reference.
-        shared = self.golden.reference_keys() & self.shadow.reference_keys()
-        if shared:
-            raise ValueError(
-                f"golden.case_id_attribute {min(shared)!r} is also a shadow attribute;"
-                " use a different attribute for each"
-            )
-        return self
-
-    def reference_keys(self) -> frozenset[str]:
-        """Every attribute key ingest must copy into ``reference_keys``
-        (``DecodeOptions.reference_keys``)."""
-        return self.golden.reference_keys() | self.shadow.reference_keys()

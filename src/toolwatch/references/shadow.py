@@ -99,10 +99,6 @@ class ShadowJoiner:
         self._clock = clock
         self._metrics = metrics
         self._timeout_ns = int(settings.pair_timeout_seconds * 1_000_000_000)
-        self._roles = {
-            _fold(settings.source_value): _SOURCE,
-            _fold(settings.target_value): _TARGET,
-        }
         self._waiting: OrderedDict[str, _Half] = OrderedDict()
         self._waiting_bytes = 0  # what the waiting halves hold (half_bytes)
         # Pair keys joined within the timeout (key -> when), so a late third half is a
@@ -194,7 +190,7 @@ class ShadowJoiner:
 
     def _role(self, trace: ToolTrace) -> str | None:
         value = trace.reference_keys.get(self._settings.role_attribute)
-        return None if value is None else self._roles.get(_fold(value))
+        return None if value is None else self._settings.role_of(value)
 
     def _hold(self, key: str, half: _Half) -> None:
         """Hold ``half``, evicting the oldest halves while the count or bytes would pass the
@@ -228,7 +224,3 @@ class ShadowJoiner:
         self._paired[key] = self._clock()
         source, target = (waiting, arrived) if waiting.role == _SOURCE else (arrived, waiting)
         return ShadowPair(source.trace, target.trace, target.deferred)
-
-
-def _fold(value: str) -> str:
-    return value.strip().casefold()

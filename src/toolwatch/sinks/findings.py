@@ -20,8 +20,9 @@ The findings log line (keys always present, ``null`` when absent)::
      "span_id": "<16 hex>", "service": "support", "timestamp": "2026-11-29T20:31:02.123Z",
      "details": {"failed_verification_spans": [], "fields": {"order_id": "[redacted]"}}}
 
-``ToolTraceWriter`` writes the ``--dump-tooltraces`` format, read back by ``read_tooltraces``:
-one ``tooltrace_to_dict`` object per line, as ASCII-only JSON. Every ``ToolTrace`` and
+``ToolTraceWriter`` writes the ``--dump-tooltraces`` format (``toolwatch replay`` reads it
+back through ``tooltrace_from_dict``, files and errors by line; ``read_tooltraces`` reads
+plain lines): one ``tooltrace_to_dict`` object per line, as ASCII-only JSON. Every ``ToolTrace`` and
 ``ToolCall`` field appears under its own name, plus ``"format": "toolwatch.tooltrace/v1"``;
 ids are hex strings, times integer nanoseconds (or ``null``), ``arguments``/``result`` the
 JSON values they hold (bytes, which JSON cannot hold, are written as hex strings).
@@ -374,6 +375,9 @@ def tooltrace_from_dict(data: Mapping[str, Any]) -> ToolTrace:
     _check_types(fields, _TRACE_TYPES, "")
     if not _HEX_TRACE_ID.fullmatch(fields["trace_id"]):
         raise ValueError(f"trace_id must be 32 hex digits, got {fields['trace_id']!r:.40}")
+    keys = fields.get("reference_keys", {})
+    if not all(type(k) is str and type(v) is str for k, v in keys.items()):
+        raise ValueError(f"reference_keys must map names to strings, got {keys!r:.60}")
     try:
         fields["calls"] = tuple(_call_from_dict(c, i) for i, c in enumerate(fields["calls"]))
         fields["reference_keys"] = dict(fields.get("reference_keys", {}))

@@ -156,3 +156,14 @@ def test_right_tools_in_the_wrong_order_fail_as_order_in_an_ordered_selection_mo
     swapped = (trace("refund", "lookup"), case("lookup", "refund", selection_mode="expected"))
     built = report(swapped)
     assert built.failure_types == {"TOOL_ORDER_DRIFT": 1}
+
+
+def test_a_category_shows_no_composite_mean_when_composite_does_not_run() -> None:
+    settings = EvaluationSettings.model_validate({"evaluators": {"composite": {"enabled": False}}})
+    pipeline = EvaluationPipeline(settings)
+    builder = ReportBuilder(settings, [])
+    run, golden = trace("lookup", "refund"), case("lookup", "refund", category="refunds")
+    builder.add(run, golden, pipeline.evaluate(run, golden, None))
+    built = builder.build()
+    assert built.categories == {"refunds": {"runs": 1.0, "failed": 0.0}}  # read 0.0 before
+    assert "  refunds                runs=1 failed=0\n" in built.to_text() + "\n"

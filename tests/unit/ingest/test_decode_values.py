@@ -230,8 +230,8 @@ def test_a_span_with_more_attributes_read_than_the_cap_is_rejected_and_named(
     assert [record.name for record in batch.spans] == ["tool"]
     assert batch.rejected == {"too_many_attributes": 1}
     assert batch.error_message == (
-        "1 span rejected; resource_spans[0].scope_spans[0].spans[0]: 7 attributes a "
-        "convention reads, more than ingest.max_span_attributes (5)"
+        "1 span rejected; resource_spans[0].scope_spans[0].spans[0]: more than 5 attributes "
+        "a convention reads (ingest.max_span_attributes)"
     )
     # At the cap exactly (the unread ones do not count), the span is kept whole.
     at_cap = decode_protobuf(body, DecodeOptions(max_span_attributes=7, decoder=decoder))

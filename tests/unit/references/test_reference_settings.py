@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from pydantic import ValidationError
 
-from toolwatch.references.settings import GoldenSettings, ReferenceSettings, ShadowSettings
+from toolwatch.config import Config, ConfigError, load_config
+from toolwatch.references.settings import GoldenSettings, ShadowSettings
 
 
 def _messages(exc: pytest.ExceptionInfo[ValidationError]) -> list[tuple[str, str]]:
@@ -18,26 +17,29 @@ def _messages(exc: pytest.ExceptionInfo[ValidationError]) -> list[tuple[str, str
 
 
 def test_defaults_need_no_reference_keys() -> None:
-    settings = ReferenceSettings()
+    config = Config()
 
-    assert settings.golden.cases_file is None
-    assert settings.shadow.enabled is False
-    assert settings.reference_keys() == frozenset()
+    assert config.golden.cases_file is None
+    assert config.shadow.enabled is False
+    assert config.reference_keys() == frozenset()
 
 
 def test_golden_cases_need_the_case_id_key() -> None:
-    settings = ReferenceSettings(golden=GoldenSettings(cases_file=Path("cases.yaml")))
+    config = Config.model_validate({"golden": {"cases_file": "cases.yaml"}})
 
-    assert settings.reference_keys() == frozenset({"toolwatch.case_id"})
+    assert config.reference_keys() == frozenset({"toolwatch.case_id"})
+    assert config.decode_options().reference_keys == config.reference_keys()
 
 
 def test_shadow_needs_pair_key_and_role() -> None:
-    settings = ReferenceSettings(
-        golden=GoldenSettings(cases_file=Path("cases.yaml"), case_id_attribute="canary.case"),
-        shadow=ShadowSettings(enabled=True),
+    config = Config.model_validate(
+        {
+            "golden": {"cases_file": "cases.yaml", "case_id_attribute": "canary.case"},
+            "shadow": {"enabled": True},
+        }
     )
 
-    assert settings.reference_keys() == frozenset(
+    assert config.reference_keys() == frozenset(
         {"canary.case", "toolwatch.shadow.pair_id", "toolwatch.shadow.role"}
     )
 
@@ -122,25 +124,27 @@ def test_pair_key_and_role_must_be_different_attributes() -> None:
 
 
 def test_case_id_cannot_double_as_a_shadow_attribute() -> None:
-    with pytest.raises(ValidationError) as caught:
-        ReferenceSettings.model_validate(
-            {
-                "golden": {"cases_file": "cases.yaml", "case_id_attribute": "run.key"},
-                "shadow": {"enabled": True, "pair_key_attribute": "run.key"},
-            }
-        )
+    overrides = {
+        "golden.cases_file": "cases.yaml",
+        "golden.case_id_attribute": "run.key",
+        "shadow.enabled": True,
+        "shadow.pair_key_attribute": "run.key",
+    }
+    with pytest.raises(ConfigError) as caught:
+        load_config(None, overrides)
 
-    assert _messages(caught) == [
-        (
-            "",
-            "Value error, golden.case_id_attribute 'run.key' is also a shadow attribute;"
-            " use a different attribute for each",
-        )
+    assert (
+        "golden.case_id_attribute 'run.key' is also a shadow attribute;"
+        " use a different attribute for each" in str(caught.value)
+    )
+
+
+def test_a_role_is_named_trimmed_and_case_insensitively() -> None:
+    shadow = ShadowSettings(enabled=True, source_value="Prod ", target_value="canary")
+
+    assert [shadow.role_of(v) for v in ("prod", " PROD", "Canary", "other")] == [
+        "source",
+        "source",
+        "target",
+        None,
     ]
-
-
-def test_settings_are_frozen() -> None:
-    settings = ShadowSettings()
-
-    with pytest.raises(ValidationError):
-        settings.enabled = True

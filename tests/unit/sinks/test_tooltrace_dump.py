@@ -171,6 +171,10 @@ def test_the_line_is_plain_json_with_hex_ids_and_integer_nanoseconds() -> None:
         (lambda d: d.update(start_ns="x"), "^start_ns must be an integer, got 'x'$"),
         (lambda d: d.update(complete=1), "^complete must be true or false, got 1$"),
         (lambda d: d.update(trace_id="zz"), "^trace_id must be 32 hex digits, got 'zz'$"),
+        (
+            lambda d: d.update(reference_keys={"toolwatch.case_id": ["a"]}),
+            "^reference_keys must map names to strings",
+        ),
         (lambda d: d.update(agents="refund-bot"), "^agents must be a list, got 'refund-bot'$"),
         (lambda d: d.update(agents=[1]), "^agents must be a list of agent names"),
     ],
