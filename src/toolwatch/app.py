@@ -139,6 +139,7 @@ class App:
             self.metrics,
             self._redaction,
             wall_clock=wall_clock,
+            queue_size=config.output.stream_queue_size,
             max_subscribers=config.output.stream_max_subscribers,
         )
         self._outputs = self._open_outputs(wall_clock, extra_sinks)

@@ -14,7 +14,8 @@ Exit codes, for the CLI and scripts that restart tail:
 
 - 0: the server ended the stream (toolwatch shut down cleanly);
 - 1: the server could not be reached, or the connection was lost;
-- 2: the server rejected the filter (unknown category or severity) or the credentials, or
+- 2: the server rejected the filter (unknown category or severity) or the credentials, the
+  target is no HOST:PORT or serves no findings stream, or
   a credentials file cannot be used;
 - 130: interrupted (Ctrl-C).
 
@@ -124,16 +125,25 @@ def run_tail(
     request = findings_pb2.SubscribeRequest(
         categories=list(categories), min_severity=min_severity, agents=list(agents)
     )
+    host, colon, port = target.rpartition(":")
+    if not colon or not host or not port.isdigit():  # gRPC would dial port 443 unasked
+        err.write(f"toolwatch tail: --target {target!r} is not HOST:PORT (listen.stream)\n")
+        return EXIT_USAGE
     try:
-        channel, metadata = access.channel(target), access.metadata()
+        channel = access.channel(target)
     except (OSError, ValueError) as e:
         err.write(f"toolwatch tail: {e}\n")
+        return EXIT_USAGE
+    try:
+        metadata = access.metadata()
+    except (OSError, ValueError) as e:
+        err.write(f"toolwatch tail: --bearer-token-file: {e}\n")
         return EXIT_USAGE
     with channel:
         stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
         call = stub.Subscribe(request, metadata=metadata)
         try:
-            return _follow(call, target, printer, err)
+            return _follow(call, target, printer, err, access)
         except KeyboardInterrupt:
             call.cancel()
             return EXIT_INTERRUPTED
@@ -154,26 +164,45 @@ class _Printer:
         self.out.flush()
 
 
-def _follow(call: Any, target: str, printer: _Printer, err: TextIO) -> int:
+def _follow(call: Any, target: str, printer: _Printer, err: TextIO, access: StreamAccess) -> int:
     connected = False
     try:
         # Waits for the server's headers, sent once subscribed, or for the call to fail.
         connected = bool(call.initial_metadata())
         for message in call:
+            if message.missed_before:
+                err.write(
+                    f"toolwatch tail: {message.missed_before} findings missed before the next:"
+                    " the server's queue for this subscriber was full (output.stream_queue_size)\n"
+                )
             printer(message)
     except grpc.RpcError as e:
-        return _report_error(e, target, connected, err)
+        return _report_error(e, target, connected, err, access)
     err.write(f"toolwatch tail: {target} ended the stream (server shutting down)\n")
     return EXIT_OK
 
 
-def _report_error(error: Any, target: str, connected: bool, err: TextIO) -> int:
+def _report_error(
+    error: Any, target: str, connected: bool, err: TextIO, access: StreamAccess
+) -> int:
     code, details = error.code(), error.details()
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         err.write(f"toolwatch tail: {details}\n")
         return EXIT_USAGE
     if code == grpc.StatusCode.UNAUTHENTICATED:
-        err.write(f"toolwatch tail: {target} refused the bearer token (UNAUTHENTICATED)\n")
+        if access.bearer_token_file is None:
+            err.write(
+                f"toolwatch tail: {target} wants a bearer token (UNAUTHENTICATED):"
+                " pass --bearer-token-file\n"
+            )
+        else:
+            err.write(f"toolwatch tail: {target} refused the bearer token (UNAUTHENTICATED)\n")
+        return EXIT_USAGE
+    if code == grpc.StatusCode.UNIMPLEMENTED:
+        err.write(
+            f"toolwatch tail: {target} answers gRPC but serves no findings stream: point"
+            " --target at the server's listen.stream address (not its OTLP port)\n"
+        )
         return EXIT_USAGE
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         err.write(f"toolwatch tail: {target} refused the subscription: {details}\n")
@@ -181,7 +210,15 @@ def _report_error(error: Any, target: str, connected: bool, err: TextIO) -> int:
     if connected:
         err.write(f"toolwatch tail: lost the connection to {target}: {code.name}: {details}\n")
     else:
-        err.write(f"toolwatch tail: cannot reach the findings stream at {target}: {details}\n")
+        tls = bool(access.tls or access.ca_file or access.cert_file)
+        hint = (
+            "is the stream plaintext? drop --tls/--tls-ca"
+            if tls
+            else "if the stream has TLS, pass --tls-ca (or --tls)"
+        )
+        err.write(
+            f"toolwatch tail: cannot reach the findings stream at {target}: {details} ({hint})\n"
+        )
     return EXIT_UNAVAILABLE
 
 

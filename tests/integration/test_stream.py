@@ -448,3 +448,87 @@ def test_the_server_takes_its_subscriber_cap_from_the_configuration(
             return refused.value.code()
 
     assert asyncio.run(scenario()) == grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class CountingOut(io.StringIO):
+    """An output another thread can wait on until tail has printed ``n`` lines."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._printed = threading.Condition()
+
+    def write(self, text: str) -> int:
+        with self._printed:
+            count = super().write(text)
+            self._printed.notify_all()
+        return count
+
+    def wait_for_lines(self, n: int, timeout: float = 10) -> bool:
+        with self._printed:
+            return self._printed.wait_for(lambda: self.getvalue().count("\n") >= n, timeout)
+
+
+def test_a_subscriber_is_told_how_many_findings_it_missed_and_the_others_are_not() -> None:
+    async def scenario() -> tuple[list[int], list[int]]:
+        async with serve(queue_size=2) as h, grpc.aio.insecure_channel(h.target) as channel:
+            burst, orders = subscribe(channel), subscribe(channel, ["TOOL_ORDER_DRIFT"])
+            await burst.initial_metadata()
+            await orders.initial_metadata()
+            findings = [make_finding(explanation=f"finding {i}") for i in range(10)]
+            h.broker.publish(make_trace(), findings)  # two queued, eight lost to `burst`
+            first = [(await burst.read()).missed_before for _ in range(2)]
+            later = make_finding(Category.TOOL_ORDER_DRIFT, Severity.LOW, "after the burst")
+            h.broker.publish(make_trace(), [later])
+            first.append((await burst.read()).missed_before)
+            other = [(await orders.read()).missed_before]
+            assert h.registry.get_sample_value(DROPPED) == 8
+            return first, other
+
+    told, other = asyncio.run(scenario())
+    assert told == [0, 0, 8]
+    assert other == [0]  # the message shared with `orders` was not changed for `burst`
+
+
+def test_tail_says_how_many_findings_it_missed() -> None:
+    out = CountingOut()
+
+    async def burst_then_one(h: Harness) -> None:
+        h.broker.publish(make_trace(), [make_finding(explanation=f"f{i}") for i in range(10)])
+        assert await asyncio.to_thread(out.wait_for_lines, 2)  # the two queued ones
+        h.broker.publish(make_trace(), [make_finding(explanation="after")])
+        assert await asyncio.to_thread(out.wait_for_lines, 3)
+        h.broker.close()
+
+    async def scenario() -> TailRun:
+        async with serve(queue_size=2) as h:
+            return await tail_while(h, burst_then_one, out=out)
+
+    result = asyncio.run(scenario())
+    assert result.code == 0
+    assert result.out.count("\n") == 3
+    assert result.err.startswith(
+        "toolwatch tail: 8 findings missed before the next: the server's queue for this"
+        " subscriber was full (output.stream_queue_size)\n"
+    )
+
+
+def test_tail_explains_a_target_that_is_no_findings_stream_or_has_no_port() -> None:
+    async def scenario() -> tuple[int, str]:
+        server = grpc.aio.server()  # a gRPC server without the findings service
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        try:
+            err = io.StringIO()
+            code = await asyncio.to_thread(run_tail, f"127.0.0.1:{port}", err=err)
+            return code, err.getvalue()
+        finally:
+            await server.stop(None)
+
+    code, err = asyncio.run(scenario())
+    assert code == 2
+    assert "serves no findings stream: point --target at the server's listen.stream" in err
+    err_stream = io.StringIO()
+    assert run_tail("localhost", err=err_stream) == 2
+    assert err_stream.getvalue() == (
+        "toolwatch tail: --target 'localhost' is not HOST:PORT (listen.stream)\n"
+    )

@@ -21,6 +21,7 @@ from several threads.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -222,9 +223,14 @@ class EvaluationPipeline:
 
 
 def _cut(result: EvalResult) -> EvalResult:
+    """The first ``MAX_FINDINGS`` findings; the result's explanation and the last one kept
+    (what the findings log, the stream and an alert show) say how many more there were."""
     more = len(result.findings) - MAX_FINDINGS
-    explanation = f"{result.explanation} ({more} more findings on this run not raised)"
-    return EvalResult(result.evaluator, result.scores, result.findings[:MAX_FINDINGS], explanation)
+    note = f" ({more} more findings on this run not raised)"
+    kept = list(result.findings[:MAX_FINDINGS])
+    last = kept[-1]
+    kept[-1] = dataclasses.replace(last, explanation=last.explanation + note)
+    return EvalResult(result.evaluator, result.scores, tuple(kept), result.explanation + note)
 
 
 def _available(reference: Reference) -> frozenset[ReferenceKind]:

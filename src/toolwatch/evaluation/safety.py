@@ -329,6 +329,14 @@ def _bound(
     """Whether ``field`` of the dangerous ``call`` (at ``index``) names an entity a bound
     verification tool already returned successfully."""
     value = entity_key(lookup(call.arguments, field))
+    if value is None and call.arguments_error is not None:
+        # Not verifiable, so still flagged, but not "missing": a value over
+        # ingest.max_value_bytes is cut, and the rest is no JSON any more.
+        reason = (
+            f"bound argument {field} cannot be read: the arguments are not JSON"
+            f" ({call.arguments_error}; values longer than ingest.max_value_bytes are cut)"
+        )
+        return Verdict(False, reason, field)
     if value is None:
         return Verdict(False, f"bound argument {field} is missing", field)
     if any(

@@ -63,7 +63,8 @@ class SubscribersFullError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class StreamFilter:
-    """Which findings a subscriber wants. Empty ``categories``/``agents`` mean "all"."""
+    """Which findings a subscriber wants. Empty ``categories``/``agents`` mean "all";
+    ``agents`` holds the names case-folded (``Refund-Bot`` follows ``refund-bot``)."""
 
     categories: frozenset[Category] = frozenset()
     min_severity: Severity = Severity.LOW
@@ -76,7 +77,7 @@ class StreamFilter:
         return cls(
             categories=frozenset(_parse(Category, c.upper()) for c in request.categories),
             min_severity=_parse(Severity, (request.min_severity or "low").lower()),
-            agents=frozenset(request.agents),
+            agents=frozenset(agent.casefold() for agent in request.agents),
         )
 
     def matches(self, finding: Finding, agent: str | None) -> bool:
@@ -84,7 +85,7 @@ class StreamFilter:
         return (
             (not self.categories or finding.category in self.categories)
             and finding.severity.rank >= self.min_severity.rank
-            and (not self.agents or agent in self.agents)
+            and (not self.agents or (agent is not None and agent.casefold() in self.agents))
         )
 
 
@@ -104,23 +105,32 @@ class Subscription:
     """One subscriber: its filter and its bounded queue of findings.
 
     ``offer`` enqueues without waiting and reports whether there was room; ``next`` waits for
-    the next finding, or returns ``None`` once the subscription is closed and drained.
+    the next finding, or returns ``None`` once the subscription is closed and drained. A
+    finding that follows lost ones carries their count (``missed_before``) in a copy made for
+    this subscriber: the message the others get is shared.
     """
 
-    __slots__ = ("_closed", "_items", "_limit", "_wakeup", "dropped", "filter")
+    __slots__ = ("_closed", "_items", "_limit", "_missed", "_wakeup", "dropped", "filter")
 
     def __init__(self, stream_filter: StreamFilter, queue_size: int) -> None:
         self.filter = stream_filter
         self.dropped = 0
         self._items: deque[findings_pb2.Finding] = deque()
         self._limit = queue_size
+        self._missed = 0  # lost since the last finding queued
         self._wakeup = asyncio.Event()
         self._closed = False
 
     def offer(self, message: findings_pb2.Finding) -> bool:
         if self._closed or len(self._items) >= self._limit:
             self.dropped += 1
+            self._missed += 1
             return False
+        if self._missed:
+            told = findings_pb2.Finding()
+            told.CopyFrom(message)
+            told.missed_before = self._missed
+            message, self._missed = told, 0
         self._items.append(message)
         self._wakeup.set()
         return True
@@ -137,6 +147,13 @@ class Subscription:
         """No more findings; ``next`` returns ``None`` after the queued ones."""
         self._closed = True
         self._wakeup.set()
+
+    def discard(self) -> int:
+        """Close and let go of the queued findings; how many there were (never delivered)."""
+        self.close()
+        lost = len(self._items)
+        self._items.clear()
+        return lost
 
 
 class FindingsBroker:
@@ -193,7 +210,16 @@ class FindingsBroker:
         return subscription
 
     def unsubscribe(self, subscription: Subscription) -> None:
-        subscription.close()
+        """End ``subscription``. Findings still queued for it (its client stopped reading and
+        the connection was lost, say) are counted as dropped and logged: never lost unseen."""
+        lost = subscription.discard()
+        if lost:
+            self._metrics.stream_dropped(lost)
+            log.warning(
+                "a findings stream subscriber left with %d findings undelivered"
+                " (counted in toolwatch_stream_dropped_findings_total)",
+                lost,
+            )
         self._subscriptions.discard(subscription)
         self._changed.set()
 

@@ -140,6 +140,10 @@ def test_one_evaluator_raises_at_most_max_findings_on_a_run() -> None:
     assert len(safety.findings) == MAX_FINDINGS == 100
     assert [f.span_id for f in safety.findings] == [f"s{i}" for i in range(100)]
     assert safety.explanation.endswith(" (150 more findings on this run not raised)")
+    # What the findings log and the stream carry says so too: on the last finding kept.
+    *others, last = safety.findings
+    assert last.explanation.endswith(" (150 more findings on this run not raised)")
+    assert not any("more findings" in f.explanation for f in others)
     assert result.findings == safety.findings + tuple(
         f for r in result.results if r.evaluator != "safety" for f in r.findings
     )

@@ -316,3 +316,19 @@ def test_a_nested_call_reusing_its_callers_call_id_still_nests_its_siblings() ->
         call("issue_refund", index=2, parent=0, agent="billing"),
     )
     assert evaluate(within).findings == ()
+
+
+def test_arguments_that_are_no_json_are_named_unreadable_not_missing() -> None:
+    # Arguments over ingest.max_value_bytes arrive cut, and the timeline keeps them raw.
+    lookup = call("lookup_order", {"order_id": "A-1"}, index=0)
+    cut = replace(
+        call("issue_refund", '{"order_id": "A-1", "note": "xx', index=1),
+        arguments_error="Unterminated string starting at: line 1 column 33 (char 32)",
+    )
+    finding = only(evaluate(trace(lookup, cut), **BOUND))
+    assert finding.category is Category.MISSING_VERIFICATION_STEP
+    assert finding.explanation == (
+        "Safety: issue_refund: bound argument order_id cannot be read: the arguments are not"
+        " JSON (Unterminated string starting at: line 1 column 33 (char 32); values longer"
+        " than ingest.max_value_bytes are cut)."
+    )

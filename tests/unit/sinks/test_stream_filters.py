@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import logging
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -160,3 +161,31 @@ def test_auto_colour_follows_the_terminal_and_no_color(
         monkeypatch.setenv("NO_COLOR", no_color)
     assert tail._use_colour(Terminal()) is coloured
     assert tail._use_colour(io.StringIO()) is False
+
+
+def test_findings_queued_for_a_subscriber_that_leaves_are_counted_and_logged(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A client stopped (SIGSTOP) until its connection is lost: what waited for it was lost
+    # without a count.
+    registry = CollectorRegistry()
+    broker = FindingsBroker(PrometheusMetrics(registry), queue_size=10)
+    gone = broker.subscribe(StreamFilter())
+    kept = broker.subscribe(StreamFilter())
+    broker.publish(factories.tool_trace(), [factories.finding()] * 3)
+    with caplog.at_level(logging.WARNING):
+        broker.unsubscribe(gone)
+    assert registry.get_sample_value("toolwatch_stream_dropped_findings_total") == 3
+    assert [r.getMessage() for r in caplog.records] == [
+        "a findings stream subscriber left with 3 findings undelivered"
+        " (counted in toolwatch_stream_dropped_findings_total)"
+    ]
+    assert broker.subscriber_count == 1 and kept.dropped == 0
+
+
+def test_an_agent_filter_ignores_case() -> None:
+    request = findings_pb2.SubscribeRequest(agents=["Refund-Bot"])
+    wanted = StreamFilter.from_request(request)
+    assert wanted.matches(factories.finding(), "refund-bot")
+    assert not wanted.matches(factories.finding(), "billing-bot")
+    assert not wanted.matches(factories.finding(), None)

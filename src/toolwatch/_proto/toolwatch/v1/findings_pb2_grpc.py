@@ -46,8 +46,10 @@ class FindingsServiceServicer:
 
     def Subscribe(self, request, context):
         """Live findings matching the request, from subscription on. A subscriber that reads too
-        slowly loses findings (counted in toolwatch_stream_dropped_findings_total); it never
-        slows the server. The stream ends with OK when the server shuts down.
+        slowly loses findings (counted in toolwatch_stream_dropped_findings_total, and told in
+        the next finding's missed_before); it never slows the server. A subscriber gone with
+        findings still queued for it has them counted as dropped too. The stream ends with OK
+        when the server shuts down.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
