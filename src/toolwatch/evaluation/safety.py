@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -117,14 +117,29 @@ class _Ledger:
     """Verification outcomes seen so far in one run: for each (tool, field, value) the
     indexes of the successful calls that carried it, and the span ids of failed calls."""
 
-    __slots__ = ("concurrency", "failed", "spanned", "succeeded", "unrun")
+    __slots__ = ("_spanned", "calls", "concurrency", "failed", "succeeded", "tools", "unrun")
 
-    def __init__(self, concurrency: Concurrency, spanned: frozenset[str]) -> None:
+    def __init__(
+        self, concurrency: Concurrency, calls: Sequence[ToolCall], tools: list[str]
+    ) -> None:
         self.concurrency = concurrency
-        self.spanned = spanned  # the tools some call of which has a tool span
+        self.calls = calls
+        self.tools = tools  # the calls' normalized names
+        self._spanned: frozenset[str] | None = None
         self.succeeded: dict[tuple[str, str, str], list[int]] = {}
         self.failed: dict[str, list[str | None]] = {}
         self.unrun: dict[str, int] = {}  # tool -> requested calls that never ran
+
+    def spanned(self, tool: str) -> bool:
+        """Whether some call of ``tool`` in the run has a tool span (worked out for all
+        tools the first time a span-less verification asks: most runs have none)."""
+        if self._spanned is None:
+            calls = self.calls
+            tools = self.tools
+            self._spanned = frozenset(
+                tools[i] for i in range(len(calls)) if calls[i].span_id is not None
+            )
+        return tool in self._spanned
 
     def add(self, tool: str, field_value: tuple[str, str], index: int) -> None:
         key = (tool, field_value[0], field_value[1])  # not a * splat: generic when compiled
@@ -193,8 +208,7 @@ class Safety:
         tools = [self._normalize(call.tool_name) for call in calls]
         if self._dangerous.isdisjoint(tools):
             return []  # nothing to verify: a ledger would be read by nobody
-        spanned = frozenset(t for i, t in enumerate(tools) if calls[i].span_id is not None)
-        ledger = _Ledger(Concurrency(calls), spanned)
+        ledger = _Ledger(Concurrency(calls), calls, tools)
         flags = []
         for i, call in enumerate(calls):  # not zip(strict=True): generic in compiled code
             tool = tools[i]
@@ -213,7 +227,7 @@ class Safety:
         if call.status is not CallStatus.OK:
             ledger.failed.setdefault(tool, []).append(call.span_id)
             return
-        if call.span_id is None and not call.hosted and tool in ledger.spanned:
+        if call.span_id is None and not call.hosted and ledger.spanned(tool):
             ledger.unrun[tool] = ledger.unrun.get(tool, 0) + 1
             return
         ledger.add(tool, _ANY, index)
