@@ -3,9 +3,10 @@
 One line per finding, oldest first::
 
     2026-11-29T20:31:02Z CRITICAL DANGEROUS_ACTION_DRIFT agent=refund-bot tool=issue_refund
-    trace=4bf92f3577b34da6a3ce929d0e0e4736 — <explanation>
+    trace=4bf92f3577b34da6a3ce929d0e0e4736 span=b7ad6b7169203331 — <explanation>
 
-(on one line; ``agent=``, ``tool=`` and ``field=`` appear when the finding has them), or with
+(on one line; ``agent=``, ``tool=``, ``field=`` and ``span=`` appear when the finding has them:
+the span tells apart the findings of one run that say the same), or with
 ``--json`` the findings-log object of each finding. The severity and category are coloured
 when ``out`` is a terminal and ``NO_COLOR`` is unset (https://no-color.org); ``color=True`` or
 ``False`` forces the choice.
@@ -243,6 +244,7 @@ def _labels(message: findings_pb2.Finding) -> list[tuple[str, str]]:
         ("tool", message.tool),
         ("field", message.field),
         ("trace", message.trace_id),
+        ("span", message.span_id),
     ]
 
 

@@ -312,7 +312,8 @@ def test_tail_prints_one_readable_line_per_finding() -> None:
     assert result.code == 0
     assert result.out == (
         "2026-11-29T20:31:02Z CRITICAL DANGEROUS_ACTION_DRIFT agent=refund-bot tool=issue_refund "
-        f"trace={TRACE_ID} — issue_refund was called without an earlier lookup_order\n"
+        f"trace={TRACE_ID} span=b7ad6b7169203331 — issue_refund was called without an earlier"
+        " lookup_order\n"
     )
     assert "ended the stream" in result.err
 

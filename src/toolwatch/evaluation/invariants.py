@@ -259,6 +259,11 @@ def _arguments(
         path = _declared_path(errors[0])
         where = f" at {path}" if path else ""
         text = f"{label}: {tool} arguments fail the schema{where} ({errors[0].validator})"
+        if call.arguments_error is not None:  # the raw text: cut at ingest, or never JSON
+            text += (
+                f": they are not JSON ({call.arguments_error}; values longer than"
+                " ingest.max_value_bytes are cut)"
+            )
         shown = [
             {"field": _declared_path(e), "message": e.message} for e in errors[:_MAX_SCHEMA_ERRORS]
         ]

@@ -253,3 +253,21 @@ def test_a_scoped_order_rule_knows_the_calls_its_agents_ran_inside() -> None:
         == broken(run, {**rule, "agents": ["billing"]})
         == ["order:lookup_order<issue_refund"]
     )
+
+
+def test_arguments_that_are_no_json_say_so_when_they_fail_the_schema() -> None:
+    # Over ingest.max_value_bytes the text is cut and no JSON any more: the finding says
+    # why, so nobody hunts for a wrong type the agent never sent.
+    rule = {"kind": "arguments", "tool": "issue_refund", "schema": REFUND_SCHEMA}
+    cut = dataclasses.replace(
+        trace(("issue_refund", '{"order_id": "A", "note": "xx')).calls[0],
+        arguments_error="Unterminated string starting at: line 1 column 27 (char 26)",
+    )
+    result = evaluate(trace(cut), rule)
+    assert result is not None
+    (finding,) = result.findings
+    assert finding.explanation == (
+        "Invariant arguments:issue_refund: issue_refund arguments fail the schema (type): they"
+        " are not JSON (Unterminated string starting at: line 1 column 27 (char 26); values"
+        " longer than ingest.max_value_bytes are cut)."
+    )
