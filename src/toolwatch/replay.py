@@ -128,7 +128,7 @@ def evaluate_offline(traces: Iterable[ToolTrace], config: Config, gates: Sequenc
         halves.offer(trace)
     for source, target in halves.pairs():
         result = pipeline.evaluate(target, None, source, policy=False)
-        builder.add_pair(target, result, ReferenceKind.SOURCE, pipeline.rescored)
+        builder.add_pair(result, ReferenceKind.SOURCE, rescored=pipeline.rescored)
     return builder.build()
 
 

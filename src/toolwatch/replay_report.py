@@ -250,11 +250,7 @@ class ReportBuilder:
         self._duplicates += 1
 
     def add_pair(
-        self,
-        target: ToolTrace,
-        result: PipelineResult,
-        kind: ReferenceKind,
-        rescored: frozenset[str] = frozenset(),
+        self, result: PipelineResult, kind: ReferenceKind, *, rescored: frozenset[str]
     ) -> None:
         """A shadow pair: only what was judged against the source counts. The target's own
         scores from the evaluators its pair's pass ran again (``rescored``, the pipeline's)

@@ -256,13 +256,12 @@ class Safety:
         details: dict[str, Any] = {"failed_verification_spans": failed[:_MAX_SPANS]}
         if verdict.field is not None:
             details[DETAIL_FIELDS] = {verdict.field: lookup(call.arguments, verdict.field)}
-        unrun = sum(ledger.unrun.get(v, 0) for v in verifiers)
-        if unrun:
-            details["unrun_verification_calls"] = unrun
         text = f"{tool}: {verdict.reason}"
         if failed:
             text += f" ({len(failed)} earlier verification calls failed)"
+        unrun = sum(ledger.unrun.get(v, 0) for v in verifiers)
         if unrun:
+            details["unrun_verification_calls"] = unrun
             text += f" ({unrun} requested by the model, never run)"
         category = Category.MISSING_VERIFICATION_STEP
         return _Flag(call, category, ReferenceKind.POLICY, text, verdict.field, details)

@@ -67,9 +67,8 @@ def test_shadow_pairs_are_scored_by_composite_against_their_source() -> None:
     builder = ReportBuilder(SETTINGS, [parse_gate("composite=0.9", "min")])
     target, source = trace("lookup", "refund"), trace("lookup", "refund")
     builder.add(target, None, pipeline.evaluate(target, None, None))
-    builder.add_pair(
-        target, pipeline.evaluate(target, None, source, policy=False), ReferenceKind.SOURCE
-    )
+    paired = pipeline.evaluate(target, None, source, policy=False)
+    builder.add_pair(paired, ReferenceKind.SOURCE, rescored=pipeline.rescored)
     built = builder.build()
     assert built.scores["composite"]["score"] == pytest.approx(1.0)
     assert built.passed
