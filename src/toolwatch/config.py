@@ -263,7 +263,8 @@ class OutputSettings(_Section):
         64, gt=0, le=10_000, description="findings-stream subscriptions open at once"
     )
     # A subscriber's findings not yet written (about 1 KB each): a burst beyond them is lost
-    # to it, counted and told (Finding.missed_before); 64 subscribers x 1,000 hold ~64 MB.
+    # to it, counted and told (Finding.missed_before, missed_after); 64 subscribers x 1,000
+    # hold ~64 MB.
     stream_queue_size: int = Field(
         1000, gt=0, le=100_000, description="findings queued per stream subscriber"
     )

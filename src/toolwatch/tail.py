@@ -9,7 +9,9 @@ One line per finding, oldest first::
 the span tells apart the findings of one run that say the same), or with
 ``--json`` the findings-log object of each finding. The severity and category are coloured
 when ``out`` is a terminal and ``NO_COLOR`` is unset (https://no-color.org); ``color=True`` or
-``False`` forces the choice.
+``False`` forces the choice. Findings the server lost for this subscriber (its queue was
+full) are told on ``err``: ``N findings missed before the next`` or ``... since the last one
+printed``.
 
 Exit codes, for the CLI and scripts that restart tail:
 
@@ -62,6 +64,12 @@ _SEVERITY_COLOURS = {
 
 EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 
+# The receive window stays at HTTP/2's 64 KiB: with BDP probing gRPC grows it to megabytes,
+# and a tail that stops reading (Ctrl-Z, a full pipe) would hold thousands of findings the
+# server has written and cannot count if the connection then drops. With 64 KiB the server's
+# writes wait, its queue for this subscriber fills, and what it loses it counts and tells.
+_CHANNEL_OPTIONS = (("grpc.http2.bdp_probe", 0),)
+
 
 @dataclass(frozen=True, slots=True)
 class StreamAccess:
@@ -84,13 +92,13 @@ class StreamAccess:
         if (self.cert_file is None) != (self.key_file is None):
             raise ValueError("a client certificate needs both --tls-cert and --tls-key")
         if not (self.tls or self.ca_file or self.cert_file):
-            return grpc.insecure_channel(target)
+            return grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
         credentials = grpc.ssl_channel_credentials(
             root_certificates=_read(self.ca_file),
             private_key=_read(self.key_file),
             certificate_chain=_read(self.cert_file),
         )
-        return grpc.secure_channel(target, credentials)
+        return grpc.secure_channel(target, credentials, options=_CHANNEL_OPTIONS)
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
         """The call metadata. Raises ``OSError``/``ValueError`` for an unusable token file."""
@@ -171,16 +179,21 @@ def _follow(call: Any, target: str, printer: _Printer, err: TextIO, access: Stre
         # Waits for the server's headers, sent once subscribed, or for the call to fail.
         connected = bool(call.initial_metadata())
         for message in call:
-            if message.missed_before:
-                err.write(
-                    f"toolwatch tail: {message.missed_before} findings missed before the next:"
-                    " the server's queue for this subscriber was full (output.stream_queue_size)\n"
-                )
+            _tell_missed(err, message.missed_before, "before the next")
             printer(message)
+            _tell_missed(err, message.missed_after, "since the last one printed")
     except grpc.RpcError as e:
         return _report_error(e, target, connected, err, access)
     err.write(f"toolwatch tail: {target} ended the stream (server shutting down)\n")
     return EXIT_OK
+
+
+def _tell_missed(err: TextIO, count: int, when: str) -> None:
+    if count:
+        err.write(
+            f"toolwatch tail: {count} findings missed {when}: the server's queue for this"
+            " subscriber was full (output.stream_queue_size)\n"
+        )
 
 
 def _report_error(

@@ -23,7 +23,7 @@ from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
 from toolwatch.sinks.findings import Redaction
 from toolwatch.sinks.prometheus import PrometheusMetrics
-from toolwatch.sinks.stream import FindingsBroker, add_findings_service
+from toolwatch.sinks.stream import FindingsBroker, add_findings_service, finding_message
 from toolwatch.tail import run_tail
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -469,25 +469,30 @@ class CountingOut(io.StringIO):
             return self._printed.wait_for(lambda: self.getvalue().count("\n") >= n, timeout)
 
 
-def test_a_subscriber_is_told_how_many_findings_it_missed_and_the_others_are_not() -> None:
-    async def scenario() -> tuple[list[int], list[int]]:
+def test_a_subscriber_is_told_each_finding_it_missed_once_and_the_others_are_not() -> None:
+    def told(message: findings_pb2.Finding) -> tuple[int, int]:
+        return message.missed_before, message.missed_after
+
+    async def scenario() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         async with serve(queue_size=2) as h, grpc.aio.insecure_channel(h.target) as channel:
             burst, orders = subscribe(channel), subscribe(channel, ["TOOL_ORDER_DRIFT"])
             await burst.initial_metadata()
             await orders.initial_metadata()
             findings = [make_finding(explanation=f"finding {i}") for i in range(10)]
             h.broker.publish(make_trace(), findings)  # two queued, eight lost to `burst`
-            first = [(await burst.read()).missed_before for _ in range(2)]
+            seen = [told(await burst.read()) for _ in range(2)]
             later = make_finding(Category.TOOL_ORDER_DRIFT, Severity.LOW, "after the burst")
             h.broker.publish(make_trace(), [later])
-            first.append((await burst.read()).missed_before)
-            other = [(await orders.read()).missed_before]
-            assert h.registry.get_sample_value(DROPPED) == 8
-            return first, other
+            seen.append(told(await burst.read()))
+            h.broker.publish(make_trace(), findings[:5])  # two queued, three lost
+            seen += [told(await burst.read()) for _ in range(2)]
+            other = [told(await orders.read())]
+            assert h.registry.get_sample_value(DROPPED) == 11
+            return seen, other
 
-    told, other = asyncio.run(scenario())
-    assert told == [0, 0, 8]
-    assert other == [0]  # the message shared with `orders` was not changed for `burst`
+    seen, other = asyncio.run(scenario())
+    assert seen == [(0, 0), (0, 8), (0, 0), (0, 0), (0, 3)]
+    assert other == [(0, 0)]  # the message shared with `orders` was not changed for `burst`
 
 
 def test_tail_says_how_many_findings_it_missed() -> None:
@@ -508,8 +513,68 @@ def test_tail_says_how_many_findings_it_missed() -> None:
     assert result.code == 0
     assert result.out.count("\n") == 3
     assert result.err.startswith(
-        "toolwatch tail: 8 findings missed before the next: the server's queue for this"
-        " subscriber was full (output.stream_queue_size)\n"
+        "toolwatch tail: 8 findings missed since the last one printed: the server's queue for"
+        " this subscriber was full (output.stream_queue_size)\n"
+    )
+
+
+class StalledOut(io.StringIO):
+    """An output whose writes wait until ``resume``: a tail that stops reading the stream."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._resumed = threading.Event()
+
+    def write(self, text: str) -> int:
+        self._resumed.wait()
+        return super().write(text)
+
+    def resume(self) -> None:
+        self._resumed.set()
+
+
+def test_a_tail_that_stops_reading_holds_one_window_and_every_loss_is_counted_and_told() -> None:
+    """gRPC clients grow their receive window to megabytes (BDP probing) unless told not to:
+    a stalled tail would then hold thousands of findings the server cannot count if the
+    connection drops. tail keeps HTTP/2's 64 KiB, so the server's queue fills instead."""
+    out = StalledOut()
+    findings = [make_finding(explanation=f"f{i} " + "x" * 1000) for i in range(2_300)]
+    size = finding_message(make_trace(), findings[0], Redaction(), WALL_NS).ByteSize()
+    seen: dict[str, int] = {}
+
+    async def stall(h: Harness) -> None:
+        (subscription,) = h.broker.subscriptions
+        loop = asyncio.get_running_loop()
+        published = 0
+        while published < 2_000:  # batches until gRPC takes no more: the queue stops draining
+            h.broker.publish(make_trace(), findings[published : published + 20])
+            published += 20
+            deadline = loop.time() + 1.0
+            while subscription.queued and loop.time() < deadline:
+                await asyncio.sleep(0.005)
+            if subscription.queued:
+                break
+        seen["written"] = published - subscription.queued
+        h.broker.publish(make_trace(), findings[published : published + 300])
+        seen["published"] = published + 300
+        seen["dropped"] = subscription.dropped
+        out.resume()
+        h.broker.close()
+
+    async def scenario() -> TailRun:
+        async with serve(queue_size=100) as h:
+            run = await tail_while(h, stall, out=out)
+            seen["counted"] = int(h.registry.get_sample_value(DROPPED) or 0)
+            return run
+
+    result = asyncio.run(scenario())
+    assert result.code == 0
+    assert seen["written"] * size <= 2 * 65_536  # a window or two (about 80), not thousands
+    assert seen["dropped"] >= 300 - 100
+    assert seen["counted"] == seen["dropped"]
+    assert result.out.count("\n") == seen["published"] - seen["dropped"]
+    assert f"toolwatch tail: {seen['dropped']} findings missed since the last one printed" in (
+        result.err
     )
 
 

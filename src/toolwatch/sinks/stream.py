@@ -105,9 +105,11 @@ class Subscription:
     """One subscriber: its filter and its bounded queue of findings.
 
     ``offer`` enqueues without waiting and reports whether there was room; ``next`` waits for
-    the next finding, or returns ``None`` once the subscription is closed and drained. A
-    finding that follows lost ones carries their count (``missed_before``) in a copy made for
-    this subscriber: the message the others get is shared.
+    the next finding, or returns ``None`` once the subscription is closed and drained. Each
+    lost finding is told once, in a copy made for this subscriber (the message the others get
+    is shared): in ``missed_before`` of the next finding queued, or, when the queue runs empty
+    first, in ``missed_after`` of the last one (a client that stops reading loses the
+    newest findings, and no next one may come for a long time).
     """
 
     __slots__ = ("_closed", "_items", "_limit", "_missed", "_wakeup", "dropped", "filter")
@@ -127,10 +129,8 @@ class Subscription:
             self._missed += 1
             return False
         if self._missed:
-            told = findings_pb2.Finding()
-            told.CopyFrom(message)
-            told.missed_before = self._missed
-            message, self._missed = told, 0
+            message = _copy(message)
+            message.missed_before, self._missed = self._missed, 0
         self._items.append(message)
         self._wakeup.set()
         return True
@@ -141,7 +141,16 @@ class Subscription:
                 return None
             self._wakeup.clear()
             await self._wakeup.wait()
-        return self._items.popleft()
+        message = self._items.popleft()
+        if self._missed and not self._items:  # every loss came after ``message`` was queued
+            message = _copy(message)
+            message.missed_after, self._missed = self._missed, 0
+        return message
+
+    @property
+    def queued(self) -> int:
+        """Findings waiting in this subscriber's queue."""
+        return len(self._items)
 
     def close(self) -> None:
         """No more findings; ``next`` returns ``None`` after the queued ones."""
@@ -154,6 +163,12 @@ class Subscription:
         lost = len(self._items)
         self._items.clear()
         return lost
+
+
+def _copy(message: findings_pb2.Finding) -> findings_pb2.Finding:
+    copy = findings_pb2.Finding()
+    copy.CopyFrom(message)
+    return copy
 
 
 class FindingsBroker:
@@ -193,6 +208,11 @@ class FindingsBroker:
     def subscriber_count(self) -> int:
         """Open subscriptions (also exported as ``toolwatch_stream_subscribers``)."""
         return len(self._subscriptions)
+
+    @property
+    def subscriptions(self) -> tuple[Subscription, ...]:
+        """The open subscriptions, in no particular order."""
+        return tuple(self._subscriptions)
 
     def subscribe(self, stream_filter: StreamFilter) -> Subscription:
         """A new subscription. Raises ``RuntimeError`` once the broker is closed, and

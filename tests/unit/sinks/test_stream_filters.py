@@ -113,6 +113,22 @@ def test_a_subscription_drains_its_queue_before_ending() -> None:
     assert asyncio.run(scenario()) == ["0", "1", None]
 
 
+def test_each_lost_finding_is_told_once_before_the_next_or_after_the_last() -> None:
+    async def scenario() -> list[tuple[str, int, int]]:
+        subscription = Subscription(StreamFilter(), queue_size=2)
+        shared = [findings_pb2.Finding(explanation=str(i)) for i in range(9)]
+        offered = [subscription.offer(m) for m in shared[:5]]  # 0 and 1 queued; 2-4 lost
+        received = [await subscription.next()]  # 0; 1 still queued
+        offered += [subscription.offer(m) for m in shared[5:7]]  # 5 queued (told of 3); 6 lost
+        received += [await subscription.next() for _ in range(2)]  # 1, then 5: told of 6
+        assert offered == [True, True, False, False, False, True, False]
+        assert all(m.missed_before == m.missed_after == 0 for m in shared)  # copies were told
+        return [(m.explanation, m.missed_before, m.missed_after) for m in received if m]
+
+    told = asyncio.run(scenario())
+    assert told == [("0", 0, 0), ("1", 0, 0), ("5", 3, 1)]
+
+
 def test_drops_are_counted_per_subscriber() -> None:
     async def scenario() -> float | None:
         registry = CollectorRegistry()

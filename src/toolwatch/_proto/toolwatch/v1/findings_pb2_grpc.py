@@ -47,9 +47,15 @@ class FindingsServiceServicer:
     def Subscribe(self, request, context):
         """Live findings matching the request, from subscription on. A subscriber that reads too
         slowly loses findings (counted in toolwatch_stream_dropped_findings_total, and told in
-        the next finding's missed_before); it never slows the server. A subscriber gone with
+        missed_before or missed_after); it never slows the server. A subscriber gone with
         findings still queued for it has them counted as dropped too. The stream ends with OK
         when the server shuts down.
+
+        The server counts what it cannot write; what it has written is beyond its knowledge.
+        A client that stops reading (stopped, swapped out) holds what its HTTP/2 flow-control
+        window lets the server send, and loses it unseen if the connection then drops. Keep
+        that window small: gRPC clients grow it by BDP probing unless the channel option
+        grpc.http2.bdp_probe is 0 (toolwatch tail sets it; the window stays 64 KiB).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
