@@ -50,15 +50,10 @@ from toolwatch.references.golden import GoldenCaseSet, load_golden_cases
 from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.security import ListenerSecurity
 from toolwatch.sinks import exposition
-from toolwatch.sinks.findings import (
-    FanOutSink,
-    FindingSink,
-    JsonLinesFindingSink,
-    Redaction,
-    ToolTraceWriter,
-)
+from toolwatch.sinks.findings import FanOutSink, FindingSink, JsonLinesFindingSink, Redaction
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
 from toolwatch.sinks.stream import FindingsBroker, add_findings_service
+from toolwatch.sinks.tooltraces import ToolTraceWriter
 
 __all__ = ["App", "ListenError", "StartError", "build_references", "serve", "tick_delay", "tune_gc"]
 

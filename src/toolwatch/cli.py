@@ -20,12 +20,12 @@ from toolwatch.app import StartError, build_references, serve
 from toolwatch.config import Config, ConfigError, load_config
 from toolwatch.model import Severity
 from toolwatch.references.golden import ReferenceFileError
-from toolwatch.replay import add_arguments, run_replay
+from toolwatch.replay import EXIT_OK, EXIT_USAGE, add_arguments, run_replay
 from toolwatch.tail import StreamAccess, run_tail
 
 __all__ = ["main"]
 
-EXIT_OK, EXIT_GATE, EXIT_USAGE, EXIT_RUNTIME = 0, 1, 2, 3
+EXIT_RUNTIME = 3  # 0, 1 (a gate failed) and 2 are replay's (toolwatch.replay)
 
 _SERVE_FLAGS: tuple[tuple[str, str, str, str], ...] = (
     # flag, environment variable, config key, help

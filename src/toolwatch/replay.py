@@ -34,7 +34,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Final
 
 from toolwatch.app import build_references
 from toolwatch.assembly.buffer import AssemblyLimits, TraceBuffer
@@ -47,7 +47,7 @@ from toolwatch.ingest.otlp_json import parse_otlp_json
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import ManualClock, ReferenceKind, ToolTrace
 from toolwatch.replay_report import Gate, Report, ReportBuilder, parse_gate
-from toolwatch.sinks.findings import tooltrace_from_dict
+from toolwatch.sinks.tooltraces import tooltrace_from_dict
 
 __all__ = [
     "ReplayInputError",
@@ -57,7 +57,12 @@ __all__ = [
     "run_replay",
 ]
 
+#: The exit codes of replay, and of every ``toolwatch`` command (``toolwatch.cli``).
 EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
+
+
+#: The path that names standard input.
+STDIN: Final = Path("-")
 
 
 class ReplayInputError(ValueError):
@@ -65,7 +70,12 @@ class ReplayInputError(ValueError):
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("files", nargs="+", type=Path, help="OTLP/JSON or ToolTrace JSON lines")
+    parser.add_argument(
+        "files",
+        nargs="+",
+        type=Path,
+        help="OTLP/JSON or ToolTrace JSON lines, gzipped or not; - reads standard input",
+    )
     parser.add_argument("--format", choices=["text", "json"], default="text")
     parser.add_argument(
         "--min-score",
@@ -91,6 +101,9 @@ def run_replay(args: argparse.Namespace, config: Config) -> int:
         gates += [parse_gate(text, "max") for text in args.max_findings]
     except ValueError as exc:
         print(f"toolwatch replay: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.files.count(STDIN) > 1:
+        print("toolwatch replay: - (standard input) can be read only once", file=sys.stderr)
         return EXIT_USAGE
     progress = _Progress(sys.stderr, enabled=not args.no_progress and sys.stderr.isatty())
     try:
@@ -185,7 +198,7 @@ class _Lines:
     """A file's lines as text, one at a time, gunzipped when it is gzip; each error names the
     file and line (``ReplayInputError``)."""
 
-    def __init__(self, path: Path, raw: io.BufferedReader) -> None:
+    def __init__(self, path: str, raw: io.BufferedReader) -> None:
         self.path = path
         self._raw = raw  # the file as stored: its position is the progress
         self._source: io.BufferedReader | gzip.GzipFile = raw
@@ -222,32 +235,45 @@ class _Lines:
 
 def _records(path: Path, progress: _Progress | None) -> Iterator[tuple[str, dict[str, Any]]]:
     """The file's JSON objects, one per line, or the one object of a file that is a single
-    (pretty-printed) JSON document, with where each is (``file:line``, or the file)."""
+    (pretty-printed) JSON document, with where each is (``file:line``, or the file).
+    ``STDIN`` reads standard input (named ``<stdin>``, without progress)."""
+    if path == STDIN:
+        stdin = sys.stdin.buffer
+        if not isinstance(stdin, io.BufferedReader):  # replaced, by an embedding application
+            stdin = io.BufferedReader(io.BytesIO(stdin.read()))
+        yield from _read_records("<stdin>", stdin, None)
+        return
     with path.open("rb") as raw:
-        size = os.fstat(raw.fileno()).st_size
-        lines = _Lines(path, raw)
-        rest = iter(lines)
-        first = True
-        for line in rest:
-            if not line.strip():
-                continue
-            number = lines.number
-            record, error = _json_object(line)
-            ends_early = isinstance(error, json.JSONDecodeError) and error.pos >= len(line.rstrip())
-            if first and ends_early:
-                # The first line ends before its value does: one document over many lines.
-                document, error = _json_object("".join([line, *rest]))
-                if document is not None:
-                    yield str(path), document
-                    return
-                if isinstance(error, json.JSONDecodeError):
-                    number += error.lineno - 1
-            if record is None:
-                raise ReplayInputError(f"{path}:{number}: {_problem(error)}")
-            first = False
-            yield f"{path}:{number}", record
-            if progress is not None:
-                progress.update(path, lines.position, size)
+        yield from _read_records(str(path), raw, progress)
+
+
+def _read_records(
+    path: str, raw: io.BufferedReader, progress: _Progress | None
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    size = os.fstat(raw.fileno()).st_size
+    lines = _Lines(path, raw)
+    rest = iter(lines)
+    first = True
+    for line in rest:
+        if not line.strip():
+            continue
+        number = lines.number
+        record, error = _json_object(line)
+        ends_early = isinstance(error, json.JSONDecodeError) and error.pos >= len(line.rstrip())
+        if first and ends_early:
+            # The first line ends before its value does: one document over many lines.
+            document, error = _json_object("".join([line, *rest]))
+            if document is not None:
+                yield path, document
+                return
+            if isinstance(error, json.JSONDecodeError):
+                number += error.lineno - 1
+        if record is None:
+            raise ReplayInputError(f"{path}:{number}: {_problem(error)}")
+        first = False
+        yield f"{path}:{number}", record
+        if progress is not None:
+            progress.update(path, lines.position, size)
     if progress is not None:
         progress.done()
 
@@ -318,14 +344,14 @@ class _Progress:
     enabled: bool
     _last: int = -1
 
-    def update(self, path: Path, done: int, total: int) -> None:
+    def update(self, path: str, done: int, total: int) -> None:
         """``done`` of ``total`` bytes of ``path`` read."""
         percent = done * 100 // max(total, 1)
         if not self.enabled or total < 1_000_000 or percent == self._last:
             return
         self._last = percent
         bar = "#" * (percent // 4)
-        self.stream.write(f"\r{path.name}: [{bar:<25}] {percent:3d}%")
+        self.stream.write(f"\r{os.path.basename(path)}: [{bar:<25}] {percent:3d}%")
         self.stream.flush()
 
     def done(self) -> None:

@@ -36,7 +36,7 @@ import toolwatch
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
 from toolwatch import cli
-from toolwatch.sinks.findings import read_tooltraces
+from toolwatch.sinks.tooltraces import read_tooltraces
 
 LISTENING = re.compile(
     r"listening grpc=(?P<grpc>\S+:\d+) http=(?P<http>\S+:\d+)"

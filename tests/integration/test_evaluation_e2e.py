@@ -55,9 +55,12 @@ def _base64_to_hex(value: str) -> str:
     return base64.b64decode(value).hex()
 
 
-def replay(*args: str) -> subprocess.CompletedProcess[str]:
+def replay(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
     command = [sys.executable, "-m", "toolwatch.cli", "replay", "--no-progress", *args]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(command, capture_output=True, input=stdin, timeout=120, check=False)
+    return subprocess.CompletedProcess(
+        done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
+    )
 
 
 def key(finding: dict[str, Any]) -> tuple[Any, ...]:
@@ -334,12 +337,26 @@ def test_replay_input_problems_are_named_and_its_json_is_json(tmp_path: Path) ->
     assert unzipped.returncode == plain.returncode == 0, unzipped.stderr
     assert _strict_json(unzipped.stdout)["findings"] == _strict_json(plain.stdout)["findings"]
 
+    # Standard input, gzipped or not, as a pipe gives it: read as the file.
+    for piped in (recorded.read_bytes(), zipped.read_bytes()):
+        stdin = replay("--config", str(config), "--format", "json", "-", stdin=piped)
+        assert stdin.returncode == 0, stdin.stderr
+        assert _strict_json(stdin.stdout)["findings"] == _strict_json(plain.stdout)["findings"]
+    twice = replay("--config", str(config), "-", str(recorded), "-")
+    assert (twice.returncode, twice.stderr) == (
+        2,
+        "toolwatch replay: - (standard input) can be read only once\n",
+    )
+
     # A byte that is not UTF-8: bad input (exit 2), named by file and line.
     broken = tmp_path / "broken.jsonl"
     broken.write_bytes(line.encode() + b'\n{"x": "\xff"}\n')
     result = replay("--config", str(config), str(broken))
     assert result.returncode == 2
     assert f"{broken}:2: not UTF-8 text" in result.stderr
+    result = replay("--config", str(config), "-", stdin=broken.read_bytes())
+    assert result.returncode == 2
+    assert "<stdin>:2: not UTF-8 text" in result.stderr
 
     # A span the server would reject is left out, said on stderr; the rest is evaluated.
     document = json.loads(line)

@@ -13,7 +13,7 @@ import pytest
 from tests import factories
 from toolwatch.config import Config, load_config
 from toolwatch.replay import ReplayInputError, evaluate_offline, load_tool_traces
-from toolwatch.sinks.findings import tooltrace_to_dict
+from toolwatch.sinks.tooltraces import tooltrace_to_dict
 
 _FIXTURE = (
     Path(__file__).parents[1] / "fixtures" / "otlp" / "google_genai__otel_contrib__refund.json"

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from tests import factories
 from toolwatch.model import CallStatus, ToolCall, ToolTrace
-from toolwatch.sinks.findings import (
+from toolwatch.sinks.tooltraces import (
     TOOLTRACE_FORMAT,
     ToolTraceWriter,
     read_tooltraces,
@@ -151,6 +151,7 @@ def test_the_line_is_plain_json_with_hex_ids_and_integer_nanoseconds() -> None:
         (lambda d: d.pop("trace_id"), "^missing field 'trace_id'$"),
         (lambda d: d.pop("calls"), "^missing field 'calls'$"),
         (lambda d: d.update(format="toolwatch.tooltrace/v9"), "unsupported format"),
+        (lambda d: d.pop("format"), '^no "format" field: every --dump-tooltraces line has'),
         (lambda d: d.update(surprise=1), "^unknown field 'surprise'$"),
         (lambda d: d["calls"][0].update(surprise=1), "^unknown field 'surprise' in a call$"),
         (lambda d: d["calls"][0].pop("raw_name"), "^missing field 'raw_name' in a call$"),
