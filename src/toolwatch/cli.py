@@ -6,10 +6,16 @@ Exit codes: 0 success, 1 a gate failed (replay), 2 bad usage or configuration, 3
 
 from __future__ import annotations
 
+import os
+
+# gRPC's core logs to stderr past Python's logging, INFO and up unless told, and read this
+# once, when grpc is imported: a refused TLS handshake, say, printed a line of its own beside
+# ours about it. Errors still show; set GRPC_VERBOSITY to see more.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
+
 import argparse
 import asyncio
 import logging
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path

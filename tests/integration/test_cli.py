@@ -8,6 +8,7 @@ shutdown: the tests give it a 300 s window so only the drain can build it.
 
 from __future__ import annotations
 
+import concurrent.futures
 import os
 import queue
 import re
@@ -22,6 +23,7 @@ import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
+import grpc
 import pytest
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcExporter,
@@ -413,3 +415,19 @@ def test_serving_freezes_the_start_up_heap_and_collects_cycles_less_often() -> N
     assert before == 0
     assert frozen > 10_000  # modules, classes and functions of everything imported
     assert numbers[:3] == numbers[3:] == [20_000, 20, 20]
+
+
+def test_tail_with_tls_against_a_plaintext_stream_prints_its_own_message_alone() -> None:
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        env = clean_env()
+        env.pop("GRPC_VERBOSITY", None)  # gRPC core's own logging as a user gets it
+        result = run_cli("tail", "--tls", "--target", f"127.0.0.1:{port}", env=env)
+    finally:
+        server.stop(None)
+    assert result.returncode == 1
+    (line,) = result.stderr.splitlines()  # no gRPC core log line about the handshake
+    assert line.startswith(f"toolwatch tail: cannot reach the findings stream at 127.0.0.1:{port}")
+    assert line.endswith("(is the stream plaintext? drop --tls/--tls-ca)")
