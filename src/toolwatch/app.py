@@ -496,11 +496,10 @@ def _open_text(setting: str, target: str, files: list[IO[str]]) -> IO[str]:
 
 
 def _known_tools(config: Config, golden: GoldenCaseSet | None) -> tuple[str, ...]:
-    policy = config.policy
-    tools = set(config.metrics.tools) | set(policy.dangerous_tools)
-    tools |= set(policy.verification_tools) | set(policy.repeat_limits)
-    tools |= {tool for allowed in policy.allowed_tools.values() for tool in allowed}
-    if golden is not None:
+    """The tool label values kept under the cap: the tools the configuration names, spelled
+    as the calls' (normalized) names are."""
+    tools = set(config.named_tools())
+    if golden is not None:  # normalized when the file was read
         tools |= {call.name for case in golden for call in case.expected_tools}
     return tuple(sorted(tools))
 

@@ -11,6 +11,7 @@ The sections of other stages are defined next to their stage (``evaluation.setti
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import socket
 import ssl
@@ -259,6 +260,38 @@ class OutputSettings(_Section):
     dump_tooltraces: str | None = None
     show_argument_values: bool = False
     show_fields: tuple[str, ...] = ()
+
+    @field_validator("findings", "dump_tooltraces")
+    @classmethod
+    def _writable(cls, target: str | None) -> str | None:
+        # What serve would fail on when it opens the file, said by check-config too.
+        if target is None or target == "-":
+            return target
+        if not target.strip():
+            raise ValueError("empty path: give a file, - for standard output, or null for off")
+        path = Path(target)
+        try:
+            if path.is_dir():
+                raise ValueError(f"{target} is a directory, not a file")
+            folder = path.parent
+            if not folder.is_dir():
+                raise ValueError(f"directory {folder} does not exist")
+            writes = path if path.exists() else folder
+        except OSError as exc:  # a name too long, a loop of links, ...
+            raise ValueError(f"{target}: {exc.strerror or exc}") from None
+        if not os.access(writes, os.W_OK):
+            raise ValueError(f"{writes} is not writable")
+        return target
+
+    @field_validator("show_fields")
+    @classmethod
+    def _field_paths(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
+        for entry in entries:
+            if not all(part.strip() for part in entry.split(".")):
+                raise ValueError(
+                    f"{entry!r} is no field path: write 'field', 'field.inner' or 'tool.field'"
+                )
+        return entries
     stream_max_subscribers: int = Field(
         64, gt=0, le=10_000, description="findings-stream subscriptions open at once"
     )
@@ -428,6 +461,29 @@ class Config(_Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _shown_fields_name_tools_as_findings_do(self) -> Config:
+        # Findings carry normalized tool names: "Issue_Refund.order_id" would never match.
+        normalize = self.policy.normalizer()
+        named = self.named_tools()
+        for entry in self.output.show_fields:
+            tool, dot, field = entry.partition(".")
+            if dot and tool != normalize(tool) and normalize(tool) in named:
+                raise ValueError(
+                    f"output.show_fields: {entry!r} names tool {tool!r}, which findings call"
+                    f" {normalize(tool)!r}: write {normalize(tool) + '.' + field!r}"
+                )
+        return self
+
+    def named_tools(self) -> frozenset[str]:
+        """The tools the policy and ``metrics.tools`` name, normalized as calls are."""
+        policy = self.policy
+        normalize = policy.normalizer()
+        tools = {*self.metrics.tools, *policy.dangerous_tools, *policy.verification_tools}
+        tools |= set(policy.repeat_limits)
+        tools |= {tool for allowed in policy.allowed_tools.values() for tool in allowed}
+        return frozenset(normalize(tool) for tool in tools)
+
     def reference_keys(self) -> frozenset[str]:
         """Every attribute key ingest copies into ``SpanRecord.reference_keys``: the golden
         cases' case id, the shadow pairs' key and role (none unless they are configured)."""
@@ -491,6 +547,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     try:
         data = yaml.load(text, Loader=UniqueKeyLoader)
     except yaml.YAMLError as exc:

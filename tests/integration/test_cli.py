@@ -336,14 +336,26 @@ def test_serve_does_not_start_half_bound_on_a_name(tmp_path: Path) -> None:
     assert said in result.stderr.splitlines()
 
 
-def test_serve_that_cannot_open_an_output_names_it_and_exits_3(tmp_path: Path) -> None:
+def test_serve_that_cannot_open_an_output_names_it(tmp_path: Path) -> None:
     config = _listen_config(tmp_path)
-    target = tmp_path / "missing" / "tooltraces.jsonl"
-    config.write_text(config.read_text() + f"output:\n  dump_tooltraces: '{target}'\n")
+    listen = config.read_text()
+    # A directory that does not exist: a configuration error, check-config says it too.
+    missing = tmp_path / "missing" / "tooltraces.jsonl"
+    config.write_text(listen + f"output:\n  dump_tooltraces: '{missing}'\n")
+    for command in ("serve", "check-config"):
+        args = ("serve", "--config", str(config)) if command == "serve" else (command, str(config))
+        result = run_cli(*args)
+        assert result.returncode == 2, command
+        assert (
+            f"output.dump_tooltraces: Value error, directory {missing.parent} does not exist"
+            in (result.stderr)
+        )
+    # A name too long for the file system: the same, with the system's reason.
+    too_long = tmp_path / ("t" * 300)
+    config.write_text(listen + f"output:\n  dump_tooltraces: '{too_long}'\n")
     result = run_cli("serve", "--config", str(config))
-    assert result.returncode == 3
-    said = f"toolwatch: cannot open {target} (output.dump_tooltraces): No such file or directory"
-    assert said in result.stderr.splitlines()
+    assert result.returncode == 2
+    assert f"output.dump_tooltraces: Value error, {too_long}: File name too long" in result.stderr
     assert "Traceback" not in result.stderr
 
 

@@ -120,3 +120,21 @@ def test_the_span_attribute_cap_is_positive_and_reaches_the_decoder() -> None:
     )
     config = load_config(None, {"ingest.max_span_attributes": "64"})
     assert config.decode_options().max_span_attributes == 64
+
+
+def test_a_file_that_is_not_utf8_is_named_with_the_byte(tmp_path: Path) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_bytes(b"assembly:\n  max_traces: 10 # \xff\n")
+    assert error_lines(config, {}) == [f"{config}: not UTF-8 text (byte 29: invalid start byte)"]
+
+
+def test_a_tool_both_dangerous_and_verifying_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(
+        "policy:\n  dangerous_tools: [issue_refund]\n"
+        "  verification_tools: [lookup_order, Issue_Refund]\n"
+    )
+    assert error_lines(config, {})[1].startswith(
+        f"  {config}: policy: Value error, 'issue_refund' is in both dangerous_tools and"
+        " verification_tools: a dangerous call cannot verify another"
+    )

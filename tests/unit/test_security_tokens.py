@@ -177,4 +177,4 @@ def test_auth_failures_are_counted_per_listener_from_a_closed_set() -> None:
         listener: registry.get_sample_value("toolwatch_auth_failures_total", {"listener": listener})
         for listener in ("grpc", "metrics", "http", "_other", "Bearer abc")
     }
-    assert counts == {"grpc": 2, "metrics": 1, "http": None, "_other": 1, "Bearer abc": None}
+    assert counts == {"grpc": 2, "metrics": 1, "http": 0, "_other": 1, "Bearer abc": None}

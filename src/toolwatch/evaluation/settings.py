@@ -235,10 +235,16 @@ class PolicySettings(_Section):
         return rules
 
     @model_validator(mode="after")
-    def _bindings_name_listed_tools(self) -> PolicySettings:
+    def _tool_lists_agree(self) -> PolicySettings:
         normalize = self.normalizer()
         dangerous = {normalize(t) for t in self.dangerous_tools}
         verification = {normalize(t) for t in self.verification_tools}
+        both = sorted(dangerous & verification)
+        if both:  # a dangerous call would verify the next one: two refunds, no lookup
+            raise ValueError(
+                f"{both[0]!r} is in both dangerous_tools and verification_tools: a dangerous"
+                " call cannot verify another"
+            )
         for key, refs in self.bindings.items():
             _check_binding_side(key, normalize, dangerous, "dangerous_tools")
             for ref in (refs,) if isinstance(refs, str) else refs:

@@ -287,8 +287,15 @@ class PrometheusMetrics:
             ["file"],
             registry=r,
         )
+        # Series whose label values are known start at 0, so rate() and increase() see
+        # their first increment (a series born at 1 shows none).
         for what in _RELOADED:
             self._reload_failures.labels(what)
+        for listener in _LISTENERS:
+            self._auth_failures.labels(listener)
+        for transport in _TRANSPORTS:
+            self._received.labels(transport)
+            self._refused.labels(transport)
 
     def _child(self, metric: _Metric, *values: str) -> _Metric:
         """``metric.labels(*values)``, memoized: ``labels`` validates and takes a lock on every

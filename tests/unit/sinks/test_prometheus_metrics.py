@@ -222,6 +222,19 @@ def test_span_accounting_counters(metrics: PrometheusMetrics, registry: Collecto
     assert get("toolwatch_trace_evictions_total", {"reason": "max_traces"}) == 1.0
 
 
+def test_counters_whose_label_values_are_known_start_at_zero(
+    metrics: PrometheusMetrics, registry: CollectorRegistry
+) -> None:
+    get = registry.get_sample_value
+    for transport in ("grpc", "http"):
+        assert get("toolwatch_spans_received_total", {"transport": transport}) == 0.0
+        assert get("toolwatch_spans_refused_total", {"transport": transport}) == 0.0
+    for listener in ("grpc", "http", "metrics", "stream"):
+        assert get("toolwatch_auth_failures_total", {"listener": listener}) == 0.0
+    metrics.auth_failed("http")
+    assert get("toolwatch_auth_failures_total", {"listener": "http"}) == 1.0
+
+
 def test_an_unknown_transport_reports_other(
     metrics: PrometheusMetrics, registry: CollectorRegistry
 ) -> None:

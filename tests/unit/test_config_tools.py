@@ -1,0 +1,75 @@
+"""Tool names the configuration gives are matched as the calls' names are: normalized."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from toolwatch.app import StartError, _known_tools, _open_text
+from toolwatch.config import Config, ConfigError, load_config
+
+
+def config(**sections: object) -> Config:
+    return Config.model_validate(sections)
+
+
+def test_the_tool_labels_kept_under_the_cap_are_spelled_as_calls_are() -> None:
+    tools = config(
+        policy={
+            "dangerous_tools": [" Issue_Refund "],
+            "verification_tools": ["LOOKUP_ORDER"],
+            "aliases": {"refund": "issue_refund"},
+            "allowed_tools": {"refund-bot": ["Refund", "search"]},
+        },
+        metrics={"tools": ["Get_Weather"]},
+    )
+    expected = ("get_weather", "issue_refund", "lookup_order", "search")
+    assert _known_tools(tools, None) == expected
+
+
+@pytest.mark.parametrize("entry", ["", "issue_refund.", ".order_id", "a..b", " "])
+def test_a_shown_field_that_is_no_field_path_is_refused(entry: str) -> None:
+    with pytest.raises(ConfigError, match="is no field path"):
+        load_config(None, {"output.show_fields": [entry]})
+
+
+def test_a_shown_field_naming_a_policy_tool_unnormalized_says_how_findings_name_it() -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config(
+            None,
+            {
+                "policy.dangerous_tools": ["issue_refund"],
+                "output.show_fields": ["order_id", "Issue_Refund.amount"],
+            },
+        )
+    assert (
+        "output.show_fields: 'Issue_Refund.amount' names tool 'Issue_Refund', which findings"
+        " call 'issue_refund': write 'issue_refund.amount'"
+    ) in str(refused.value)
+    # A field path of any tool may hold capitals: only a tool the policy names is checked.
+    shown = load_config(None, {"output.show_fields": ["Order.Id", "issue_refund.amount"]})
+    assert shown.output.show_fields == ("Order.Id", "issue_refund.amount")
+
+
+@pytest.mark.parametrize("setting", ["output.findings", "output.dump_tooltraces"])
+def test_an_output_file_serve_could_not_open_is_refused_by_check_config_too(
+    setting: str, tmp_path: Path
+) -> None:
+    refusals = {
+        "": "empty path: give a file, - for standard output, or null for off",
+        str(tmp_path): f"{tmp_path} is a directory, not a file",
+        str(tmp_path / "nope" / "f.jsonl"): f"directory {tmp_path / 'nope'} does not exist",
+    }
+    for target, reason in refusals.items():
+        with pytest.raises(ConfigError) as refused:
+            load_config(None, {setting: target})
+        assert reason in str(refused.value), target
+    for target in ("-", str(tmp_path / "f.jsonl")):
+        assert load_config(None, {setting: target}) is not None
+
+
+def test_a_file_that_passes_the_checks_but_will_not_open_is_named_with_its_setting() -> None:
+    # /proc/version exists, sits in a directory, and refuses to be written (root included).
+    with pytest.raises(StartError, match=r"^cannot open /proc/version \(output\.findings\): "):
+        _open_text("output.findings", "/proc/version", [])
