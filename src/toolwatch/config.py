@@ -260,6 +260,15 @@ class OutputSettings(_Section):
     dump_tooltraces: str | None = None
     show_argument_values: bool = False
     show_fields: tuple[str, ...] = ()
+    stream_max_subscribers: int = Field(
+        64, gt=0, le=10_000, description="findings-stream subscriptions open at once"
+    )
+    # A subscriber's findings not yet written (about 1 KB each): a burst beyond them is lost
+    # to it, counted and told (Finding.missed_before, missed_after); 64 subscribers x 1,000
+    # hold ~64 MB.
+    stream_queue_size: int = Field(
+        1000, gt=0, le=100_000, description="findings queued per stream subscriber"
+    )
 
     @field_validator("findings", "dump_tooltraces")
     @classmethod
@@ -292,15 +301,6 @@ class OutputSettings(_Section):
                     f"{entry!r} is no field path: write 'field', 'field.inner' or 'tool.field'"
                 )
         return entries
-    stream_max_subscribers: int = Field(
-        64, gt=0, le=10_000, description="findings-stream subscriptions open at once"
-    )
-    # A subscriber's findings not yet written (about 1 KB each): a burst beyond them is lost
-    # to it, counted and told (Finding.missed_before, missed_after); 64 subscribers x 1,000
-    # hold ~64 MB.
-    stream_queue_size: int = Field(
-        1000, gt=0, le=100_000, description="findings queued per stream subscriber"
-    )
 
 
 class MetricsSettings(_Section):

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from toolwatch.app import build_references
-from toolwatch.assembly.buffer import AssemblyLimits, TraceBuffer
+from toolwatch.assembly.buffer import AssemblyLimits, TraceBuffer, runs_an_agent
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
 from toolwatch.evaluation.pipeline import EvaluationPipeline
@@ -332,8 +332,17 @@ class _OfflineAssembler:
 
     def finish(self) -> Iterator[ToolTrace]:
         self._clock.advance(self._wait_s + 1)
+        skipped = 0
         for completed in [*self._buffer.poll(), *self._buffer.drain()]:
-            yield from build_tool_traces(completed, self._normalize)
+            if runs_an_agent(completed.spans):
+                yield from build_tool_traces(completed, self._normalize)
+            else:
+                skipped += 1
+        if skipped and self._warn is not None:
+            self._warn(
+                f"{skipped} trace(s) with no agent, model or tool span left out, as serve"
+                " leaves them out (not_an_agent_run)"
+            )
 
 
 @dataclass

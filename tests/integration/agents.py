@@ -310,5 +310,16 @@ def llm_only_run() -> AgentRun:
     return AgentRun("refund-bot", (Turn((search,)), Turn(text="Refunds take 5 days.")))
 
 
+def http_request_spans(service: str = "checkout") -> tuple[ReadableSpan, ...]:
+    """A trace that is no agent run: an HTTP request and its database query, as a
+    Collector forwarding every trace sends it."""
+    rec = Recorder(service)
+    root = rec.start("GET /orders", {"http.request.method": "GET"}, SpanKind.SERVER, None)
+    query = rec.start("SELECT orders", {"db.system": "postgresql"}, SpanKind.CLIENT, root)
+    rec.end(query)
+    rec.end(root)
+    return rec.spans()
+
+
 def spans_of(*runs: Sequence[ReadableSpan]) -> list[ReadableSpan]:
     return [span for run in runs for span in run]

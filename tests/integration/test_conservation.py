@@ -171,10 +171,18 @@ def test_every_span_is_accounted_for(start_server: Callable[..., RunningServer])
     assert post_protobuf(server, b"\x0a\xff\xff\xff\xff\x0f")[0] == 400
     checkpoint(server, ledger)
 
-    # A and B are built; C, rootless, waits for its maximum age.
+    # E is no agent run (an HTTP request and its query): held like any trace, then dropped.
+    e = agents.http_request_spans()
+    send_sdk(server, "grpc", e)
+    ledger.received["grpc"] += 2
+    ledger.buffered += 2
+    checkpoint(server, ledger)
+
+    # A and B are built; E is dropped; C, rootless, waits for its maximum age.
     server.settle()
     ledger.built += 6 + 5
-    ledger.buffered -= 6 + 5
+    ledger.buffered -= 6 + 5 + 2
+    ledger.dropped["not_an_agent_run"] += 2
     checkpoint(server, ledger)
 
     # Late: B's held-back child, and another retry of all of A.

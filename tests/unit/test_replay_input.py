@@ -173,3 +173,29 @@ def test_shadow_roles_are_matched_as_the_servers_joiner_matches_them(tmp_path: P
     pairs.write_text("\n".join(lines) + "\n")
     report = evaluate_offline(load_tool_traces([pairs], config), config, [])
     assert report.scores["composite"]["n"] == 1.0  # the pair, scored against its source
+
+
+def test_a_trace_with_no_agent_model_or_tool_span_is_left_out_as_in_serve(tmp_path: Path) -> None:
+    agent = json.loads(_FIXTURE.read_text())
+    plain = json.loads(_FIXTURE.read_text())
+    spans = [s for scope in plain["resourceSpans"][0]["scopeSpans"] for s in scope["spans"]]
+    plain["resourceSpans"][0]["scopeSpans"] = [{"spans": spans}]
+    for span in spans:  # the same tree, as an HTTP service's spans: no convention reads them
+        span["traceId"] = "5" * 32
+        span["name"] = "GET /orders"
+        span["attributes"] = [{"key": "http.request.method", "value": {"stringValue": "GET"}}]
+        span.pop("events", None)
+    recorded = tmp_path / "mixed.jsonl"
+    recorded.write_text(json.dumps(plain) + "\n" + json.dumps(agent) + "\n")
+    warnings: list[str] = []
+    traces = list(load_tool_traces([recorded], _config(), warn=warnings.append))
+    assert [t.trace_id for t in traces] == [agent_trace_id(agent)]
+    assert warnings == [
+        "1 trace(s) with no agent, model or tool span left out, as serve leaves them out"
+        " (not_an_agent_run)"
+    ]
+
+
+def agent_trace_id(document: dict[str, object]) -> str:
+    resource = document["resourceSpans"][0]  # type: ignore[index]
+    return str(resource["scopeSpans"][0]["spans"][0]["traceId"]).lower()

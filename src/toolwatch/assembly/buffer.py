@@ -18,7 +18,11 @@ with a reason:
   re-assembled into a second ToolTrace);
 * ``trace_span_limit`` — its trace already holds ``max_spans_per_trace`` spans;
 * ``span_too_large`` — the span alone is bigger than ``max_buffered_bytes``;
-* ``buffer_full`` — its trace alone fills the buffer, so no other trace can be evicted.
+* ``buffer_full`` — its trace alone fills the buffer, so no other trace can be evicted;
+* ``not_an_agent_run`` — counted when its trace is emitted, instead of built: no span of the
+  trace is an agent run, a model call or a tool execution (``runs_an_agent``), as in an HTTP
+  request's trace that a Collector forwarding every trace sends. Such a trace is handed out
+  like any (its spans may have waited for more), and makes no ToolTrace.
 
 The last three flag the trace incomplete (``span_limit``) when it is emitted, also when the
 dropped span came before any span of its trace was buffered (up to ``max_traces`` such trace
@@ -30,7 +34,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter, OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
@@ -38,7 +42,17 @@ from typing import Final
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock, SpanRecord, SpanRole
 
-__all__ = ["REPORTED_DROPS", "AssemblyLimits", "CompletedTrace", "TraceBuffer"]
+__all__ = [
+    "NOT_AN_AGENT_RUN",
+    "REPORTED_DROPS",
+    "AssemblyLimits",
+    "CompletedTrace",
+    "TraceBuffer",
+    "runs_an_agent",
+]
+
+#: The drop reason of the spans of a trace that ``runs_an_agent`` says is none.
+NOT_AN_AGENT_RUN: Final = "not_an_agent_run"
 
 _OVERFLOW_POLICIES = frozenset({"backpressure", "evict_oldest"})
 #: The drop reasons the sender hears of (OTLP partial success: spans the server did not
@@ -85,6 +99,11 @@ class AssemblyLimits:
         if self.overflow not in _OVERFLOW_POLICIES:
             allowed = ", ".join(sorted(_OVERFLOW_POLICIES))
             raise ValueError(f"overflow: {self.overflow!r} is not one of {allowed}")
+
+
+def runs_an_agent(spans: Iterable[SpanRecord]) -> bool:
+    """Whether some span of a trace is an agent run, a model call or a tool execution."""
+    return any(span.role is not SpanRole.OTHER for span in spans)
 
 
 def _require(name: str, value: int, minimum: int) -> None:
@@ -446,7 +465,10 @@ class TraceBuffer:
         self._spans -= len(trace.spans)
         self._bytes -= trace.size_bytes
         self._remember(trace.trace_id, now)
-        self._metrics.spans_built(len(trace.spans))
+        if runs_an_agent(trace.spans.values()):
+            self._metrics.spans_built(len(trace.spans))
+        else:
+            self._metrics.spans_dropped(len(trace.spans), NOT_AN_AGENT_RUN)
         reason = cause if cause is not None else ("span_limit" if trace.span_limited else None)
         return CompletedTrace(
             trace_id=trace.trace_id,

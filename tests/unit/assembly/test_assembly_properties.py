@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolwatch.assembly import timeline
-from toolwatch.assembly.buffer import AssemblyLimits, CompletedTrace, TraceBuffer
+from toolwatch.assembly.buffer import AssemblyLimits, CompletedTrace, TraceBuffer, runs_an_agent
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.model import ManualClock, SpanRecord, SpanRole, ToolTrace
 from toolwatch.names import NameNormalizer
@@ -87,9 +87,10 @@ def test_any_arrival_through_the_buffer_gives_the_same_tooltraces(
     assert (done.complete, len(done.spans)) == (True, len(spans))
     assert done.by_id == {s.span_id: s for s in done.spans}  # the timeline reads it
     assert build_tool_traces(done, NORMALIZE) == canonical(spans)
+    built, unbuilt = (len(spans), 0) if runs_an_agent(spans) else (0, len(spans))
     assert (metrics.built, metrics.dropped) == (
-        len(spans),
-        Counter({"duplicate": len(arrived) - len(spans)}) - Counter(),
+        built,
+        Counter({"duplicate": len(arrived) - len(spans), "not_an_agent_run": unbuilt}) - Counter(),
     )
 
 
@@ -190,6 +191,11 @@ def test_span_accounting_balances_under_any_operations(
         assert buffer.buffered_traces <= limits.max_traces
         assert buffer.buffered_spans <= limits.max_buffered_spans
         assert buffer.buffered_bytes <= limits.max_buffered_bytes
-    assert metrics.built == sum(len(t.spans) for t in emitted)
+    # Traces with no agent, model or tool span are counted dropped when emitted, not built.
+    agent_runs = [t for t in emitted if runs_an_agent(t.spans)]
+    assert metrics.built == sum(len(t.spans) for t in agent_runs)
+    assert metrics.dropped["not_an_agent_run"] == sum(len(t.spans) for t in emitted) - (
+        metrics.built
+    )
     assert all(len({s.span_id for s in t.spans}) == len(t.spans) for t in emitted)
     assert all(len(t.spans) <= limits.max_spans_per_trace for t in emitted)
