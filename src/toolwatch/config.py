@@ -366,7 +366,13 @@ class TlsSettings(_Section):
     key_file: Path
     client_ca_file: Path | None = None
     listeners: tuple[Listener, ...] = LISTENERS
-    reload_seconds: float = Field(60.0, gt=0, le=3600)
+    # At most 4 minutes: ToolwatchSecurityFilesNotReloaded needs a failing look every 5.
+    reload_seconds: float = Field(60.0, gt=0, le=240)
+
+    @field_validator("listeners")
+    @classmethod
+    def _some_listener(cls, listeners: tuple[Listener, ...]) -> tuple[Listener, ...]:
+        return _named_listeners(listeners, "TLS")
 
     @field_validator("cert_file", "key_file", "client_ca_file")
     @classmethod
@@ -393,6 +399,15 @@ class TlsSettings(_Section):
         return self
 
 
+def _named_listeners(listeners: tuple[Listener, ...], what: str) -> tuple[Listener, ...]:
+    if not listeners:
+        raise ValueError(
+            f"names no listener, so {what} would guard none: name some of"
+            f" {', '.join(LISTENERS)}, or leave the section out"
+        )
+    return listeners
+
+
 class AuthSettings(_Section):
     """Bearer tokens (RFC 6750) required on the listeners named in ``listeners``.
 
@@ -403,8 +418,13 @@ class AuthSettings(_Section):
     """
 
     bearer_token_file: Path
-    reload_seconds: float = Field(10.0, gt=0, le=3600)
+    reload_seconds: float = Field(10.0, gt=0, le=240)  # as TlsSettings.reload_seconds
     listeners: tuple[Listener, ...] = ("grpc", "http", "stream")
+
+    @field_validator("listeners")
+    @classmethod
+    def _some_listener(cls, listeners: tuple[Listener, ...]) -> tuple[Listener, ...]:
+        return _named_listeners(listeners, "bearer tokens")
 
     @field_validator("bearer_token_file")
     @classmethod
@@ -459,6 +479,21 @@ class Config(_Section):
                 f"golden.case_id_attribute {min(shared)!r} is also a shadow attribute;"
                 " use a different attribute for each"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _comparisons_have_their_reference(self) -> Config:
+        # An evaluator held to a reference that never comes would never run, unsaid.
+        missing = {"expected": self.golden.cases_file is None, "source": not self.shadow.enabled}
+        setting = {"expected": "golden.cases_file is not set", "source": "shadow is off"}
+        for name, evaluator in self.evaluators:
+            against = getattr(evaluator, "against", "auto")
+            if evaluator.enabled and against != "auto" and missing[against]:
+                raise ValueError(
+                    f"evaluators.{name}.against is {against!r} but {setting[against]}, so it"
+                    " would never run: configure that reference, use 'auto', or set"
+                    f" evaluators.{name}.enabled: false"
+                )
         return self
 
     @model_validator(mode="after")

@@ -138,3 +138,45 @@ def test_a_tool_both_dangerous_and_verifying_is_refused(tmp_path: Path) -> None:
         f"  {config}: policy: Value error, 'issue_refund' is in both dangerous_tools and"
         " verification_tools: a dangerous call cannot verify another"
     )
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        (
+            {"evaluators.order.against": "expected"},
+            "evaluators.order.against is 'expected' but golden.cases_file is not set, so it"
+            " would never run: configure that reference, use 'auto', or set"
+            " evaluators.order.enabled: false",
+        ),
+        (
+            {"evaluators.safety.against": "source"},
+            "evaluators.safety.against is 'source' but shadow is off, so it would never run",
+        ),
+    ],
+)
+def test_an_evaluator_held_to_a_reference_that_never_comes_is_refused(
+    overrides: dict[str, object], reason: str
+) -> None:
+    with pytest.raises(ConfigError) as refused:
+        load_config(None, overrides)
+    assert reason in str(refused.value)
+    name = next(iter(overrides)).split(".")[1]
+    assert load_config(None, {**overrides, f"evaluators.{name}.enabled": False}) is not None
+
+
+def test_security_that_names_no_listener_or_looks_too_rarely_is_refused(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("s3cret-token-value\n")
+    auth = {"security.auth.bearer_token_file": str(tokens)}
+    with pytest.raises(ConfigError) as refused:
+        load_config(None, {**auth, "security.auth.listeners": []})
+    assert (
+        "security.auth.listeners: Value error, names no listener, so bearer tokens would guard"
+        " none: name some of grpc, http, metrics, stream, or leave the section out"
+    ) in str(refused.value)
+    with pytest.raises(ConfigError) as refused:
+        load_config(None, {**auth, "security.auth.reload_seconds": 600})
+    assert "security.auth.reload_seconds: Input should be less than or equal to 240" in str(
+        refused.value
+    )
