@@ -26,7 +26,7 @@ import grpc
 from aiohttp import web
 from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from toolwatch import __version__, compiled
 from toolwatch.config import (
@@ -105,6 +105,11 @@ class App:
     ) -> None:
         self.config = config
         self.registry = registry if registry is not None else CollectorRegistry()
+        # What the default registry would have: process_* (resident memory, CPU, open
+        # files), python_gc_*, python_info. Read at scrape time only.
+        ProcessCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
         golden, normalize = build_references(config)
         self._decode_options = config.decode_options()
         try:

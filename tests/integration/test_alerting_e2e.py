@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import re
 import subprocess
 import threading
 import time
@@ -250,6 +251,10 @@ def test_promtool_accepts_a_live_scrape_after_a_finding(toolwatch: RunningServer
     created = [line for line in text.splitlines() if line.startswith("toolwatch_regressions_c")]
     assert [f'category="{CATEGORY}"' in line for line in created] == [True], created
     assert trace_id not in text  # exemplars exist only in OpenMetrics
+    # The process's own series, as the default registry has them, for the memory sizing.
+    resident = re.search(r"^process_resident_memory_bytes (\S+)$", text, re.MULTILINE)
+    assert resident is not None and float(resident.group(1)) > 10 * 2**20, text[:2000]
+    assert "\npython_gc_collections_total{generation=\"0\"} " in text
     result = subprocess.run(
         ["promtool", "check", "metrics"], input=text.encode(), capture_output=True, check=False
     )
