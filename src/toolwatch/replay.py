@@ -42,8 +42,8 @@ from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.ingest.decode import DecodeError, decode_request
-from toolwatch.ingest.otlp_json import parse_otlp_json
+from toolwatch.ingest.decode import DecodeError
+from toolwatch.ingest.otlp_json import decode_otlp_json
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import ManualClock, ReferenceKind, ToolTrace
 from toolwatch.replay_report import Gate, Report, ReportBuilder, parse_gate
@@ -321,10 +321,10 @@ class _OfflineAssembler:
 
     def add(self, record: dict[str, Any], where: str) -> None:
         try:
-            request = parse_otlp_json(json.dumps(record))
+            # No bound on its objects: the file is the operator's own, read a line at a time.
+            batch = decode_otlp_json(json.dumps(record), self._options, sys.maxsize)
         except DecodeError as exc:
             raise ReplayInputError(f"{where}: {exc}") from None
-        batch = decode_request(request, self._options)
         if batch.rejected and self._warn is not None:
             count = sum(batch.rejected.values())
             self._warn(f"{where}: {count} span(s) left out as invalid: {batch.error_message}")

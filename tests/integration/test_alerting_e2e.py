@@ -254,7 +254,7 @@ def test_promtool_accepts_a_live_scrape_after_a_finding(toolwatch: RunningServer
     # The process's own series, as the default registry has them, for the memory sizing.
     resident = re.search(r"^process_resident_memory_bytes (\S+)$", text, re.MULTILINE)
     assert resident is not None and float(resident.group(1)) > 10 * 2**20, text[:2000]
-    assert "\npython_gc_collections_total{generation=\"0\"} " in text
+    assert '\npython_gc_collections_total{generation="0"} ' in text
     result = subprocess.run(
         ["promtool", "check", "metrics"], input=text.encode(), capture_output=True, check=False
     )

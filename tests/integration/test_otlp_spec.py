@@ -331,7 +331,34 @@ def test_http_body_over_the_limit_is_413(start_server: StartServer) -> None:
     answer = post(server, b"\x00" * (MIB + 4096))
     assert answer.status == 413
     assert "exceeds 1048576 bytes" in error_status(answer).message
+    assert error_status(answer).code == code_pb2.RESOURCE_EXHAUSTED
     assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 0
+
+
+def test_otlp_json_dense_in_objects_is_read_unless_the_largest_body_could_not_hold_them(
+    start_server: StartServer,
+) -> None:
+    """A body may hold one JSON object or array per 20 bytes of the largest JSON body (a
+    quarter of ingest.max_request_bytes), braces in strings included: a small dense body is
+    valid and read; one past the bound is a limit (413), not bad data."""
+    request = refund_request()
+    document = to_otlp_json(request)
+    span = document["resourceSpans"][0]["scopeSpans"][0]["spans"][2]
+    result = json.dumps([[i, i] for i in range(1_100)])  # a tool result of 1,101 arrays
+    span["attributes"].append({"key": "tool.result", "value": {"stringValue": result}})
+    body = json.dumps(document).encode()
+    server = start_server(ingest__max_request_bytes=MIB, **QUIET)
+    assert ok_response(post(server, body, JSON)) == ExportTraceServiceResponse()
+    tight = start_server(ingest__max_request_bytes=4 * 20 * 1_100, **QUIET)  # 1,100 at most
+    answer = post(tight, body, JSON)
+    assert answer.status == 413
+    status = error_status(answer)
+    assert status.code == code_pb2.RESOURCE_EXHAUSTED
+    containers = body.count(b"{") + body.count(b"[")
+    assert status.message == (
+        f"body holds up to {containers} JSON objects and arrays, more than the 1100 a body may"
+        " (decoded, each holds about 100 bytes): send protobuf or smaller batches"
+    )
 
 
 def test_an_otlp_json_body_may_be_a_quarter_of_the_limit(start_server: StartServer) -> None:
@@ -554,7 +581,10 @@ def test_unusable_http_body_is_refused(
     if status == 400:
         assert bad_data(body) == [("body", body.message)]
     else:
-        assert not body.details
+        assert (body.code, body.details) == (code_pb2.INVALID_ARGUMENT, [])
+    # RFC 7694 §3: a 415 for the request's content coding says which codings are accepted.
+    accepted = answer.headers.get("Accept-Encoding")
+    assert accepted == ("gzip, deflate, identity" if encoding == "br" else None)
     assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 0
 
 
@@ -592,13 +622,15 @@ def test_otlp_json_ids_are_hex_not_base64(start_server: StartServer) -> None:
 
     answer = post(server, json.dumps(document).encode(), JSON)
 
-    assert answer.status == 400
-    assert answer.content_type == JSON
-    status = error_status(answer)
-    field = "resourceSpans[0].scopeSpans[0].spans[2].traceId"
-    assert field in status.message
-    assert "is not hex" in status.message
-    assert bad_data(status) == [(field, status.message)]
+    # That span alone is rejected (partial success), as a protobuf span with a bad id is:
+    # a 400 would lose the others, and OTLP forbids retrying it.
+    partial = ok_response(answer).partial_success
+    assert partial.rejected_spans == 1
+    assert partial.error_message == (
+        "1 span rejected; resource_spans[0].scope_spans[0].spans[2]: traceId"
+        f' "{span["traceId"]}" is not hex'
+    )
+    assert server.sample("toolwatch_spans_rejected_total", {"reason": "invalid_trace_id"}) == 1
 
 
 # --- malformed bodies -----------------------------------------------------------------------

@@ -45,7 +45,15 @@ from toolwatch.ingest.scan import (
 from toolwatch.jsontext import held_size, text_size
 from toolwatch.model import RequestedCall, SpanRecord
 
-__all__ = ["DecodeError", "DecodeOptions", "DecodedBatch", "decode_protobuf", "decode_request"]
+__all__ = [
+    "DecodeError",
+    "DecodeLimitError",
+    "DecodeOptions",
+    "DecodedBatch",
+    "IdProblems",
+    "decode_protobuf",
+    "decode_request",
+]
 
 _SERVICE_NAME = "service.name"
 _MAX_REPORTED = 3  # offenders named in the partial-success message
@@ -129,6 +137,11 @@ class DecodedBatch:
     error_message: str | None  # for OTLP partial_success.error_message
 
 
+#: Spans a parser already found at fault, by (resource, scope, span) index: the reason and
+#: what is wrong (``otlp_json``'s ids that are no hex). Their records stand in place.
+IdProblems = dict[tuple[int, int, int], tuple[str, str]]
+
+
 class DecodeError(ValueError):
     """The whole body is unusable; the message names the field and the reason. ``field`` is
     the field at fault (an OTLP/JSON path), ``"body"`` when no single field is."""
@@ -136,6 +149,10 @@ class DecodeError(ValueError):
     def __init__(self, message: str, field: str = "body") -> None:
         super().__init__(message)
         self.field = field
+
+
+class DecodeLimitError(DecodeError):
+    """The body is valid, but decoding it would cost more than a limit allows (HTTP 413)."""
 
 
 @functools.lru_cache(maxsize=16)
@@ -220,10 +237,24 @@ Recognizer = Callable[[str, int, Attributes, EventSource], Recognition]
 class _Decoder:
     """One request's decoding state. Not shared between requests or threads."""
 
-    __slots__ = ("_cap", "_recognize", "_references", "offenders", "rejected", "spans")
+    __slots__ = (
+        "_cap",
+        "_known",
+        "_recognize",
+        "_references",
+        "offenders",
+        "rejected",
+        "spans",
+    )
 
-    def __init__(self, options: DecodeOptions, recognizer: Recognizer = recognize) -> None:
+    def __init__(
+        self,
+        options: DecodeOptions,
+        recognizer: Recognizer = recognize,
+        known: IdProblems | None = None,
+    ) -> None:
         self._cap = options.max_span_attributes
+        self._known = known
         self._recognize = recognizer
         self._references = tuple(sorted(options.reference_keys))
         self.spans: list[SpanRecord] = []
@@ -245,6 +276,8 @@ class _Decoder:
             problem = self._span(found, resources[found[0]])
             if problem is not None:
                 r, s, p = found[:3]
+                if self._known is not None:  # the parser's own reason, if it had one
+                    problem = self._known.get((r, s, p), problem)
                 self._reject(problem, f"resource_spans[{r}].scope_spans[{s}].spans[{p}]")
         return DecodedBatch(tuple(self.spans), count, self.rejected, self._message())
 
@@ -323,13 +356,19 @@ class _Decoder:
         return f"{total} span{'s' if total != 1 else ''} rejected; {named}{more}"
 
 
-def decode_request(request: ExportTraceServiceRequest, options: DecodeOptions) -> DecodedBatch:
+def decode_request(
+    request: ExportTraceServiceRequest,
+    options: DecodeOptions,
+    problems: IdProblems | None = None,
+) -> DecodedBatch:
     """Decode every span of an already parsed ``request`` (OTLP/JSON, replay); invalid
-    spans are counted, never raised.
+    spans are counted, never raised. ``problems`` names spans the parser found at fault
+    (each stands in the request with an id no span has, and is rejected with that reason).
 
     ``parent_span_id`` of the records is ``None`` for roots (empty or all-zero parent).
     """
-    return _Decoder(options).scan(scanner(options).scan_message(request))
+    decoder = _Decoder(options, known=problems or None)
+    return decoder.scan(scanner(options).scan_message(request))
 
 
 def decode_protobuf(body: bytes, options: DecodeOptions) -> DecodedBatch:

@@ -41,12 +41,12 @@ from toolwatch.engine import Admission
 from toolwatch.ingest.decode import (
     DecodedBatch,
     DecodeError,
+    DecodeLimitError,
     DecodeOptions,
     decode_protobuf,
-    decode_request,
 )
 from toolwatch.ingest.otlp_grpc import SpanConsumer, bad_request_status, export_response
-from toolwatch.ingest.otlp_json import parse_otlp_json
+from toolwatch.ingest.otlp_json import MIN_BYTES_PER_CONTAINER, decode_otlp_json
 from toolwatch.ingest.slots import RequestSlots
 from toolwatch.metrics import PipelineMetrics
 
@@ -64,6 +64,8 @@ _STATUS_CODES = {
     401: code_pb2.UNAUTHENTICATED,
     404: code_pb2.NOT_FOUND,
     405: code_pb2.UNIMPLEMENTED,
+    413: code_pb2.RESOURCE_EXHAUSTED,
+    415: code_pb2.INVALID_ARGUMENT,
 }
 #: Headers of such an answer that a client acts on, kept when its body is replaced.
 _KEPT_HEADERS = (hdrs.ALLOW, hdrs.WWW_AUTHENTICATE, hdrs.RETRY_AFTER)
@@ -93,7 +95,8 @@ class ProtocolErrorLog(logging.LoggerAdapter[logging.Logger]):
 
 
 class _RejectError(Exception):
-    """An HTTP error answer: status and message; for a 400, the field at fault."""
+    """An HTTP error answer: status and message; the field at fault (a 400's body field, a
+    415's header)."""
 
     def __init__(self, status: int, message: str, field: str = "body") -> None:
         super().__init__(message)
@@ -188,7 +191,11 @@ class HttpTraceReceiver:
             return self._inflate(raw, "gzip", _GZIP_WBITS, members=True)
         if encoding == "deflate":  # the OpenTelemetry SDKs' Compression.Deflate
             return self._inflate(raw, "deflate", _deflate_wbits(raw), members=False)
-        raise _RejectError(415, f"content encoding {encoding!r} is not gzip, deflate or identity")
+        raise _RejectError(
+            415,
+            f"content encoding {encoding!r} is not gzip, deflate or identity",
+            hdrs.CONTENT_ENCODING,
+        )
 
     def _inflate(self, raw: bytes, name: str, wbits: int, members: bool) -> bytes:
         """``raw`` decompressed, never past the cap. RFC 1952 §2.2: a gzip body is one or
@@ -222,8 +229,10 @@ class HttpTraceReceiver:
                 limit = self.max_request_bytes // _JSON_SHARE
                 if len(body) > limit:
                     raise _RejectError(413, _json_too_large(len(body), limit))
-                return decode_request(parse_otlp_json(body), self.options)
+                return decode_otlp_json(body, self.options, limit // MIN_BYTES_PER_CONTAINER)
             return decode_protobuf(body, self.options)
+        except DecodeLimitError as exc:  # valid, but too costly: a limit, not bad data
+            raise _RejectError(413, str(exc)) from None
         except DecodeError as exc:
             raise _RejectError(400, str(exc), exc.field) from None
 
@@ -303,6 +312,11 @@ def _status_response(reject: _RejectError, content_type: str) -> web.Response:
     if reject.status == 400:
         body = bad_request_status(DecodeError(str(reject), reject.field))
     else:
-        body = status_pb2.Status(code=code_pb2.FAILED_PRECONDITION, message=str(reject))
+        code = _STATUS_CODES.get(reject.status, code_pb2.FAILED_PRECONDITION)
+        body = status_pb2.Status(code=code, message=str(reject))
     encoding = content_type if content_type in (_PROTOBUF, _JSON) else _PROTOBUF
-    return _message_response(reject.status, body, encoding)
+    response = _message_response(reject.status, body, encoding)
+    if reject.status == 415 and reject.field == "Content-Encoding":
+        # RFC 7694 §3: a 415 for the request's content coding names the codings accepted.
+        response.headers[hdrs.ACCEPT_ENCODING] = "gzip, deflate, identity"
+    return response

@@ -5,14 +5,15 @@ OTLP/JSON is the proto3 JSON mapping with the deviations of the OTLP specificati
 integers; field names are lowerCamelCase (snake_case is accepted too, as proto3 JSON parsers
 do); 64-bit integers may be strings or numbers; unknown fields are ignored. This module
 rewrites the hex ids into the base64 form ``json_format`` expects and lets ``ParseDict`` do
-the rest. An id of the wrong length is not a parse error: it reaches ``decode_request`` and
-that span alone is rejected (partial success).
+the rest. An id of the wrong length, or one that is no hex, is not a parse error: that span
+alone is rejected (partial success), as in a protobuf request.
 
 Decoded, an OTLP/JSON document holds about four times its size in Python objects (the
 project's recorded captures), but a document of tiny objects holds far more: ``[{},{},...]``
-about a hundred times. A body with more than one JSON object or array per
-``_MIN_BYTES_PER_CONTAINER`` bytes (the captures have one per 50) is refused before it is
-parsed, so decoding one costs at most about ten times its size.
+about a hundred times. So a body may hold at most one JSON object or array per
+``MIN_BYTES_PER_CONTAINER`` bytes of the largest body the receiver accepts (the captures
+have one per 50), counted before it is parsed: decoding one costs at most about ten times
+that largest body, however dense a smaller one is.
 """
 
 from __future__ import annotations
@@ -28,13 +29,32 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from toolwatch.ingest.decode import DecodeError
+from toolwatch.ingest.decode import (
+    DecodedBatch,
+    DecodeError,
+    DecodeLimitError,
+    DecodeOptions,
+    IdProblems,
+    decode_request,
+)
 
-__all__ = ["parse_otlp_json"]
+__all__ = [
+    "MIN_BYTES_PER_CONTAINER",
+    "decode_otlp_json",
+    "parse_otlp_json",
+]
 
 _HEX_DIGITS = string.hexdigits
-_SPAN_IDS = (("traceId", "trace_id"), ("spanId", "span_id"), ("parentSpanId", "parent_span_id"))
-_LINK_IDS = (("traceId", "trace_id"), ("spanId", "span_id"))
+_SPAN_IDS = tuple(
+    (name, f"invalid_{reason}")
+    for reason, names in (
+        ("trace_id", ("traceId", "trace_id")),
+        ("span_id", ("spanId", "span_id")),
+        ("parent_span_id", ("parentSpanId", "parent_span_id")),
+    )
+    for name in names
+)
+_LINK_IDS = ("traceId", "trace_id", "spanId", "span_id")
 _SHOWN_VALUE_CHARS = 40
 
 
@@ -47,25 +67,31 @@ def _text(body: bytes | str) -> str:
         raise DecodeError(f"body is not UTF-8: invalid byte at offset {exc.start}") from exc
 
 
-#: See the module docstring; bodies of up to ``_FEW_CONTAINERS`` are not looked at.
-_MIN_BYTES_PER_CONTAINER = 20
+#: See the module docstring: a body may hold one JSON object or array per this many bytes
+#: of the largest body accepted, and any body at least ``_FEW_CONTAINERS``.
+MIN_BYTES_PER_CONTAINER = 20
 _FEW_CONTAINERS = 1_000
+#: The bound of ``parse_otlp_json`` when none is given (the HTTP receiver's default cap).
+_DEFAULT_MAX_CONTAINERS = 5 * 2**20 // MIN_BYTES_PER_CONTAINER
 
 
-def _check_density(body: bytes | str) -> None:
+def _check_containers(body: bytes | str, limit: int) -> None:
+    # Braces inside strings count too: the bound errs on the safe side, and only bodies
+    # near the largest accepted can reach it.
     if isinstance(body, str):
         containers = body.count("{") + body.count("[")
     else:
         containers = body.count(b"{") + body.count(b"[")
-    if containers > _FEW_CONTAINERS and containers * _MIN_BYTES_PER_CONTAINER > len(body):
-        raise DecodeError(
-            f"body holds {containers} JSON objects and arrays in {len(body)} bytes, more than"
-            f" one per {_MIN_BYTES_PER_CONTAINER}: decoded, it would hold many times its size"
+    if containers > max(limit, _FEW_CONTAINERS):
+        raise DecodeLimitError(
+            f"body holds up to {containers} JSON objects and arrays, more than the"
+            f" {max(limit, _FEW_CONTAINERS)} a body may (decoded, each holds about 100 bytes):"
+            " send protobuf or smaller batches"
         )
 
 
-def _document(body: bytes | str) -> dict[str, Any]:
-    _check_density(body)
+def _document(body: bytes | str, max_containers: int) -> dict[str, Any]:
+    _check_containers(body, max_containers)
     try:
         document = json.loads(_text(body))
     except json.JSONDecodeError as exc:
@@ -79,8 +105,8 @@ def _document(body: bytes | str) -> dict[str, Any]:
     return document
 
 
-def _items(container: dict[str, Any], *names: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``(path segment, element)`` of the list under the first present of ``names``.
+def _items(container: dict[str, Any], *names: str) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(index, element)`` of the list under the first present of ``names``.
 
     Elements that are not objects are skipped here; ``_check_shapes`` reports them.
     """
@@ -90,7 +116,7 @@ def _items(container: dict[str, Any], *names: str) -> Iterator[tuple[str, dict[s
             continue
         for index, element in enumerate(elements if isinstance(elements, list) else ()):
             if isinstance(element, dict):
-                yield f"{name}[{index}]", element
+                yield index, element
         return
 
 
@@ -99,33 +125,55 @@ def _shown(value: Any) -> str:
     return text if len(text) <= _SHOWN_VALUE_CHARS else text[:_SHOWN_VALUE_CHARS] + "..."
 
 
-def _hex_to_base64(value: Any, path: str) -> str:
-    """A hex id as proto3 JSON bytes (base64); any length, including empty, passes."""
+def _hex_to_base64(value: Any) -> str:
+    """A hex id as proto3 JSON bytes (base64); any length, including empty, passes.
+    Raises ``ValueError`` saying what is wrong with ``value``."""
     if not isinstance(value, str):
-        raise DecodeError(f"{path}: {_shown(value)} is not a hex string", path)
+        raise ValueError(f"{_shown(value)} is not a hex string")
     if not value.isascii() or value.strip(_HEX_DIGITS):
-        raise DecodeError(f"{path}: {_shown(value)} is not hex", path)
+        raise ValueError(f"{_shown(value)} is not hex")
     if len(value) % 2:
-        raise DecodeError(f"{path}: {_shown(value)} has an odd number of hex digits", path)
+        raise ValueError(f"{_shown(value)} has an odd number of hex digits")
     return base64.b64encode(bytes.fromhex(value)).decode("ascii")
 
 
-def _convert_ids(element: dict[str, Any], fields: tuple[tuple[str, str], ...], path: str) -> None:
-    for names in fields:
-        for name in names:
-            value = element.get(name)
-            if value is not None:  # proto3 JSON: null is the default value
-                element[name] = _hex_to_base64(value, f"{path}.{name}")
+#: What stands for an id that is no hex: one byte, which no id is, so the decoder refuses
+#: the span (``IdProblems`` gives it the reason).
+_UNUSABLE_ID = base64.b64encode(b"\x00").decode("ascii")
 
 
-def _convert_request_ids(document: dict[str, Any]) -> None:
+def _convert_request_ids(document: dict[str, Any]) -> tuple[IdProblems, DecodeError | None]:
+    """Rewrite every hex id as base64. A span with an id that is no hex stays in place (the
+    paths of the others hold) with a placeholder id, and is named in the result, so that
+    span alone is rejected, as a wrong-length id is. A link's bad id is dropped: links are
+    not read. Also returns the first such fault as the error a strict parse raises."""
+    problems: IdProblems = {}
+    first: DecodeError | None = None
     for r, resource_spans in _items(document, "resourceSpans", "resource_spans"):
         for s, scope_spans in _items(resource_spans, "scopeSpans", "scope_spans"):
             for p, span in _items(scope_spans, "spans"):
-                path = f"{r}.{s}.{p}"
-                _convert_ids(span, _SPAN_IDS, path)
+                path = f"resourceSpans[{r}].scopeSpans[{s}].spans[{p}]"
+                for name, reason in _SPAN_IDS:
+                    value = span.get(name)
+                    if value is None:  # proto3 JSON: null is the default value
+                        continue
+                    try:
+                        span[name] = _hex_to_base64(value)
+                    except ValueError as exc:
+                        span[name] = _UNUSABLE_ID
+                        problems.setdefault((r, s, p), (reason, f"{name} {exc}"))
+                        first = first or DecodeError(f"{path}.{name}: {exc}", f"{path}.{name}")
                 for k, link in _items(span, "links"):
-                    _convert_ids(link, _LINK_IDS, f"{path}.{k}")
+                    for name in _LINK_IDS:
+                        if link.get(name) is None:
+                            continue
+                        try:
+                            link[name] = _hex_to_base64(link[name])
+                        except ValueError as exc:
+                            link[name] = None
+                            where = f"{path}.links[{k}].{name}"
+                            first = first or DecodeError(f"{where}: {exc}", where)
+    return problems, first
 
 
 def _check_shapes(document: dict[str, Any]) -> None:
@@ -177,20 +225,44 @@ def _object(value: Any, path: str) -> dict[str, Any]:
     return value
 
 
-def parse_otlp_json(body: bytes | str) -> ExportTraceServiceRequest:
-    """Parse an OTLP/JSON ``ExportTraceServiceRequest``.
+def parse_otlp_json(
+    body: bytes | str, max_containers: int = _DEFAULT_MAX_CONTAINERS
+) -> ExportTraceServiceRequest:
+    """Parse an OTLP/JSON ``ExportTraceServiceRequest``, all of it or nothing.
 
     Raises ``DecodeError`` naming the JSON path, the value and the reason, e.g.
-    ``resourceSpans[0].scopeSpans[0].spans[2].traceId: "xyz" is not hex``.
+    ``resourceSpans[0].scopeSpans[0].spans[2].traceId: "xyz" is not hex``; a
+    ``DecodeLimitError`` for a body of more than ``max_containers`` objects and arrays.
+    ``decode_otlp_json`` rejects a span whose ids are no hex alone, as the receiver does.
     """
-    document = _document(body)
+    request, _, first = _parse(body, max_containers)
+    if first is not None:
+        raise first
+    return request
+
+
+def decode_otlp_json(
+    body: bytes | str, options: DecodeOptions, max_containers: int = _DEFAULT_MAX_CONTAINERS
+) -> DecodedBatch:
+    """The valid spans of an OTLP/JSON request (``decode_request``): a span whose ids are no
+    hex is rejected alone, named in the batch's message. Raises as ``parse_otlp_json`` does
+    for the rest."""
+    request, problems, _ = _parse(body, max_containers)
+    return decode_request(request, options, problems)
+
+
+def _parse(
+    body: bytes | str, max_containers: int
+) -> tuple[ExportTraceServiceRequest, IdProblems, DecodeError | None]:
+    document = _document(body, max_containers)
     _check_shapes(document)
-    _convert_request_ids(document)
+    problems, first = _convert_request_ids(document)
     try:
-        return json_format.ParseDict(
+        request = json_format.ParseDict(
             document, ExportTraceServiceRequest(), ignore_unknown_fields=True
         )
     except json_format.ParseError as exc:
         raise DecodeError(f"invalid OTLP/JSON request: {exc}") from exc
     except RecursionError as exc:
         raise DecodeError("invalid OTLP/JSON request: nested too deeply") from exc
+    return request, problems, first

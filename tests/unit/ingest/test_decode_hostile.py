@@ -27,7 +27,7 @@ from toolwatch.ingest.decode import (
     decode_protobuf,
     decode_request,
 )
-from toolwatch.ingest.otlp_json import parse_otlp_json
+from toolwatch.ingest.otlp_json import decode_otlp_json, parse_otlp_json
 from toolwatch.model import SpanRecord, ToolCall
 from toolwatch.names import NameNormalizer
 
@@ -303,7 +303,7 @@ def test_otlp_json_of_the_wrong_type_is_an_error_naming_where(
 ) -> None:
     body = json.dumps(json_body(**span_fields))
     if names is None:
-        assert len(decode_request(parse_otlp_json(body), OPTIONS).spans) == 1
+        assert len(decode_otlp_json(body, OPTIONS).spans) == 1
         return
     with pytest.raises(DecodeError) as caught:
         parse_otlp_json(body)

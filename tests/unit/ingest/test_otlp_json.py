@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from ingest_support import ROOT_ID, TRACE_ID
 
-from toolwatch.ingest.decode import DecodeError, DecodeOptions, decode_request
-from toolwatch.ingest.otlp_json import parse_otlp_json
+from toolwatch.ingest.decode import DecodeError, DecodeLimitError, DecodeOptions, decode_request
+from toolwatch.ingest.otlp_json import decode_otlp_json, parse_otlp_json
 from toolwatch.model import SpanRole
 
 _TRACE_HEX = TRACE_ID.hex()
@@ -187,19 +187,57 @@ def test_deeply_nested_json_is_an_error_not_a_crash() -> None:
         parse_otlp_json("[" * 100_000 + " " * 2_000_000 + "]" * 100_000)
 
 
-def test_a_body_dense_in_tiny_objects_is_refused_before_it_is_parsed() -> None:
-    """``[{},{},...]`` decodes to about a hundred times its size; recorded captures hold one
-    object or array per 50 bytes."""
+def test_a_body_of_more_objects_than_the_largest_body_may_hold_is_refused_unparsed() -> None:
+    """``[{},{},...]`` decodes to about a hundred times its size: a body may hold one object
+    or array per 20 bytes of the largest body accepted (recorded captures: one per 50)."""
     attribute = {"key": "x", "value": {"arrayValue": {"values": [{}] * 100_000}}}
     bomb = json.dumps(_body(attributes=[attribute]))
-    with pytest.raises(DecodeError, match=r"body holds 100\d{3} JSON objects and arrays in"):
-        parse_otlp_json(bomb)
-    # As many objects in a body of ordinary density are read.
-    padded = [{"key": "x" * 30, "value": {"stringValue": "y" * 30}}] * 10_000
+    with pytest.raises(DecodeLimitError, match=r"^body holds up to 100\d{3} JSON objects"):
+        parse_otlp_json(bomb, max_containers=50_000)
+    # A small body dense in them is no threat, and valid: it is read (it was refused).
+    values = [{"intValue": str(i)} for i in range(1_200)]
+    dense = {"key": "ids", "value": {"arrayValue": {"values": values}}}
     (span,) = (
-        parse_otlp_json(json.dumps(_body(attributes=padded))).resource_spans[0].scope_spans[0].spans
+        parse_otlp_json(json.dumps(_body(attributes=[dense])))
+        .resource_spans[0]
+        .scope_spans[0]
+        .spans
     )
-    assert len(span.attributes) == 10_000
+    assert len(span.attributes[0].value.array_value.values) == 1_200
+
+
+def test_ids_that_are_no_hex_reject_their_span_alone_when_decoded() -> None:
+    good, bad_span, bad_parent = _body(), _body(spanId="APBnqgupArc="), _body(parentSpanId="abc")
+    spans = [good, bad_span, bad_parent, _body(traceId=12)]
+    document = good | {
+        "resourceSpans": [
+            {
+                **good["resourceSpans"][0],
+                "scopeSpans": [
+                    {"spans": [b["resourceSpans"][0]["scopeSpans"][0]["spans"][0] for b in spans]}
+                ],
+            }
+        ]
+    }
+    batch = decode_otlp_json(json.dumps(document), DecodeOptions())
+    assert (batch.received, len(batch.spans)) == (4, 1)
+    assert batch.rejected == {
+        "invalid_span_id": 1,
+        "invalid_parent_span_id": 1,
+        "invalid_trace_id": 1,
+    }
+    assert batch.error_message == (
+        "3 spans rejected; resource_spans[0].scope_spans[0].spans[1]: spanId"
+        ' "APBnqgupArc=" is not hex; resource_spans[0].scope_spans[0].spans[2]: parentSpanId'
+        ' "abc" has an odd number of hex digits; resource_spans[0].scope_spans[0].spans[3]:'
+        " traceId 12 is not a hex string"
+    )
+
+
+def test_a_link_id_that_is_no_hex_is_dropped_when_decoded() -> None:
+    links = [{"traceId": _TRACE_HEX, "spanId": "nothex!!"}]
+    batch = decode_otlp_json(json.dumps(_body(links=links)), DecodeOptions())
+    assert (len(batch.spans), batch.rejected) == (1, {})
 
 
 def test_wrong_field_type_is_an_error_naming_the_field() -> None:
