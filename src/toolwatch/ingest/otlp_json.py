@@ -12,8 +12,9 @@ Decoded, an OTLP/JSON document holds about four times its size in Python objects
 project's recorded captures), but a document of tiny objects holds far more: ``[{},{},...]``
 about a hundred times. So a body may hold at most one JSON object or array per
 ``MIN_BYTES_PER_CONTAINER`` bytes of the largest body the receiver accepts (the captures
-have one per 50), counted before it is parsed: decoding one costs at most about ten times
-that largest body, however dense a smaller one is.
+have one per 50), counted before it is parsed: decoding one costs at most about 14 times
+that largest body (measured: 70 MB for 262,000 empty objects and the 5 MiB default), 3.5
+times ``max_request_bytes``, however dense a smaller one is.
 """
 
 from __future__ import annotations
