@@ -31,6 +31,7 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from toolwatch import __version__, compiled
 from toolwatch.config import (
     Config,
+    check_outputs,
     host_addresses,
     is_ip_address,
     is_loopback,
@@ -215,6 +216,7 @@ class App:
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         self._ready = True
         _warn_if_exposed(self.addresses, self._security.exposure)
+        _warn_if_reloads_are_rare(self.config)
         log.info("listening %s", " ".join(f"{k}={v}" for k, v in self.addresses.items()))
         if not self._compiled and self.config.ingest.decoder == "auto":
             log.warning(
@@ -509,6 +511,24 @@ def _known_tools(config: Config, golden: GoldenCaseSet | None) -> tuple[str, ...
     return tuple(sorted(tools))
 
 
+#: ToolwatchSecurityFilesNotReloaded sees a failing file only if it is looked at every 5m.
+_ALERTED_RELOAD_SECONDS = 240
+
+
+def _warn_if_reloads_are_rare(config: Config) -> None:
+    security = config.security
+    for name, part in (("tls", security.tls), ("auth", security.auth)):
+        if part is not None and part.reload_seconds > _ALERTED_RELOAD_SECONDS:
+            log.warning(
+                "security.%s.reload_seconds is %g: a changed file that fails to load may not"
+                " fire ToolwatchSecurityFilesNotReloaded, which needs a look every 5 minutes"
+                " (at most %d)",
+                name,
+                part.reload_seconds,
+                _ALERTED_RELOAD_SECONDS,
+            )
+
+
 def _warn_if_exposed(addresses: dict[str, str], exposure: Callable[[str], str | None]) -> None:
     """Warns about each listener reachable beyond loopback without TLS or authentication, or
     with bearer tokens but no TLS to keep them secret."""
@@ -538,6 +558,7 @@ def tune_gc() -> None:
 async def serve(config: Config) -> int:
     """Run a server until SIGTERM or SIGINT, then shut down gracefully. Returns the exit
     code."""
+    check_outputs(config)
     app = App(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -23,7 +23,7 @@ from typing import Any
 
 from toolwatch import __version__
 from toolwatch.app import StartError, build_references, serve
-from toolwatch.config import Config, ConfigError, load_config
+from toolwatch.config import Config, ConfigError, check_outputs, load_config
 from toolwatch.model import Severity
 from toolwatch.references.golden import ReferenceFileError
 from toolwatch.replay import EXIT_OK, EXIT_USAGE, add_arguments, run_replay
@@ -223,6 +223,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _check_config(args: argparse.Namespace) -> int:
     config = load_config(args.file)
+    check_outputs(config)
     golden, _shadow = build_references(config)
     cases = f", {len(golden)} golden case(s)" if golden is not None else ""
     print(f"{args.file}: ok{cases}")

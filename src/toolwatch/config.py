@@ -27,7 +27,7 @@ from pydantic import (
 )
 
 from toolwatch.assembly.buffer import AssemblyLimits
-from toolwatch.evaluation.settings import EvaluatorsSettings, PolicySettings
+from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings, PolicySettings
 from toolwatch.ingest.decode import DecodeOptions
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Decoder
 from toolwatch.references.settings import GoldenSettings, ShadowSettings
@@ -47,6 +47,7 @@ __all__ = [
     "OutputSettings",
     "SecuritySettings",
     "TlsSettings",
+    "check_outputs",
     "host_addresses",
     "is_ip_address",
     "is_loopback",
@@ -270,28 +271,6 @@ class OutputSettings(_Section):
         1000, gt=0, le=100_000, description="findings queued per stream subscriber"
     )
 
-    @field_validator("findings", "dump_tooltraces")
-    @classmethod
-    def _writable(cls, target: str | None) -> str | None:
-        # What serve would fail on when it opens the file, said by check-config too.
-        if target is None or target == "-":
-            return target
-        if not target.strip():
-            raise ValueError("empty path: give a file, - for standard output, or null for off")
-        path = Path(target)
-        try:
-            if path.is_dir():
-                raise ValueError(f"{target} is a directory, not a file")
-            folder = path.parent
-            if not folder.is_dir():
-                raise ValueError(f"directory {folder} does not exist")
-            writes = path if path.exists() else folder
-        except OSError as exc:  # a name too long, a loop of links, ...
-            raise ValueError(f"{target}: {exc.strerror or exc}") from None
-        if not os.access(writes, os.W_OK):
-            raise ValueError(f"{writes} is not writable")
-        return target
-
     @field_validator("show_fields")
     @classmethod
     def _field_paths(cls, entries: tuple[str, ...]) -> tuple[str, ...]:
@@ -366,8 +345,8 @@ class TlsSettings(_Section):
     key_file: Path
     client_ca_file: Path | None = None
     listeners: tuple[Listener, ...] = LISTENERS
-    # At most 4 minutes: ToolwatchSecurityFilesNotReloaded needs a failing look every 5.
-    reload_seconds: float = Field(60.0, gt=0, le=240)
+    # Above 240, ToolwatchSecurityFilesNotReloaded may miss a failure (app warns).
+    reload_seconds: float = Field(60.0, gt=0, le=3600)
 
     @field_validator("listeners")
     @classmethod
@@ -418,7 +397,7 @@ class AuthSettings(_Section):
     """
 
     bearer_token_file: Path
-    reload_seconds: float = Field(10.0, gt=0, le=240)  # as TlsSettings.reload_seconds
+    reload_seconds: float = Field(10.0, gt=0, le=3600)  # as TlsSettings.reload_seconds
     listeners: tuple[Listener, ...] = ("grpc", "http", "stream")
 
     @field_validator("listeners")
@@ -487,7 +466,10 @@ class Config(_Section):
         missing = {"expected": self.golden.cases_file is None, "source": not self.shadow.enabled}
         setting = {"expected": "golden.cases_file is not set", "source": "shadow is off"}
         for name, evaluator in self.evaluators:
-            against = getattr(evaluator, "against", "auto")
+            # safety's policy checks run whatever it compares drift with: not refused.
+            if not isinstance(evaluator, ComparingSettings):
+                continue
+            against = evaluator.against
             if evaluator.enabled and against != "auto" and missing[against]:
                 raise ValueError(
                     f"evaluators.{name}.against is {against!r} but {setting[against]}, so it"
@@ -533,6 +515,36 @@ class Config(_Section):
             max_span_attributes=self.ingest.max_span_attributes,
             decoder=self.ingest.decoder,
         )
+
+
+def check_outputs(config: Config) -> None:
+    """Refuse an output file ``serve`` could not open (``serve`` and ``check-config`` call
+    this; ``replay`` writes none, so a production configuration replays anywhere). Raises
+    ``ConfigError`` naming the setting, the path and the reason."""
+    for name in ("findings", "dump_tooltraces"):
+        problem = _unwritable(getattr(config.output, name))
+        if problem is not None:
+            raise ConfigError(f"output.{name}: {problem}")
+
+
+def _unwritable(target: str | None) -> str | None:
+    if target is None or target == "-":
+        return None
+    if not target.strip():
+        return "empty path: give a file, - for standard output, or null for off"
+    path = Path(target)
+    try:
+        if path.is_dir():
+            return f"{target} is a directory, not a file"
+        folder = path.parent
+        if not folder.is_dir():
+            return f"directory {folder} does not exist"
+        writes = path if path.exists() else folder
+    except OSError as exc:  # a name too long, a loop of links, ...
+        return f"{target}: {exc.strerror or exc}"
+    if not os.access(writes, os.W_OK):
+        return f"{writes} is not writable"
+    return None
 
 
 def _ns(seconds: float) -> int:

@@ -238,7 +238,9 @@ def _records(path: Path, progress: _Progress | None) -> Iterator[tuple[str, dict
     (pretty-printed) JSON document, with where each is (``file:line``, or the file).
     ``STDIN`` reads standard input (named ``<stdin>``, without progress)."""
     if path == STDIN:
-        stdin = sys.stdin.buffer
+        stdin = getattr(sys.stdin, "buffer", None)  # None when closed; no buffer: text only
+        if stdin is None:
+            raise ReplayInputError("-: standard input is closed or not a byte stream")
         if not isinstance(stdin, io.BufferedReader):  # replaced, by an embedding application
             stdin = io.BufferedReader(io.BytesIO(stdin.read()))
         yield from _read_records("<stdin>", stdin, None)
@@ -250,7 +252,7 @@ def _records(path: Path, progress: _Progress | None) -> Iterator[tuple[str, dict
 def _read_records(
     path: str, raw: io.BufferedReader, progress: _Progress | None
 ) -> Iterator[tuple[str, dict[str, Any]]]:
-    size = os.fstat(raw.fileno()).st_size
+    size = os.fstat(raw.fileno()).st_size if progress is not None else 0
     lines = _Lines(path, raw)
     rest = iter(lines)
     first = True

@@ -132,7 +132,10 @@ def run_tail(
     access = access or StreamAccess()
     printer = _Printer(out, as_json, _use_colour(out) if color is None else color)
     request = findings_pb2.SubscribeRequest(
-        categories=list(categories), min_severity=min_severity, agents=list(agents)
+        categories=list(categories),
+        min_severity=min_severity,
+        agents=list(agents),
+        missed_after=True,
     )
     host, colon, port = target.rpartition(":")
     if not colon or not host or not port.isdigit():  # gRPC would dial port 443 unasked

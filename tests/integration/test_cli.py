@@ -346,16 +346,15 @@ def test_serve_that_cannot_open_an_output_names_it(tmp_path: Path) -> None:
         args = ("serve", "--config", str(config)) if command == "serve" else (command, str(config))
         result = run_cli(*args)
         assert result.returncode == 2, command
-        assert (
-            f"output.dump_tooltraces: Value error, directory {missing.parent} does not exist"
-            in (result.stderr)
+        assert f"output.dump_tooltraces: directory {missing.parent} does not exist" in (
+            result.stderr
         )
     # A name too long for the file system: the same, with the system's reason.
     too_long = tmp_path / ("t" * 300)
     config.write_text(listen + f"output:\n  dump_tooltraces: '{too_long}'\n")
     result = run_cli("serve", "--config", str(config))
     assert result.returncode == 2
-    assert f"output.dump_tooltraces: Value error, {too_long}: File name too long" in result.stderr
+    assert f"output.dump_tooltraces: {too_long}: File name too long" in result.stderr
     assert "Traceback" not in result.stderr
 
 

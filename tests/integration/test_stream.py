@@ -97,9 +97,13 @@ def subscribe(
     categories: Sequence[str] = (),
     min_severity: str = "",
     agents: Sequence[str] = (),
+    missed_after: bool = False,
 ) -> grpc.aio.UnaryStreamCall:
     request = findings_pb2.SubscribeRequest(
-        categories=list(categories), min_severity=min_severity, agents=list(agents)
+        categories=list(categories),
+        min_severity=min_severity,
+        agents=list(agents),
+        missed_after=missed_after,
     )
     return findings_pb2_grpc.FindingsServiceStub(channel).Subscribe(request)
 
@@ -475,7 +479,8 @@ def test_a_subscriber_is_told_each_finding_it_missed_once_and_the_others_are_not
 
     async def scenario() -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
         async with serve(queue_size=2) as h, grpc.aio.insecure_channel(h.target) as channel:
-            burst, orders = subscribe(channel), subscribe(channel, ["TOOL_ORDER_DRIFT"])
+            burst = subscribe(channel, missed_after=True)
+            orders = subscribe(channel, ["TOOL_ORDER_DRIFT"])
             await burst.initial_metadata()
             await orders.initial_metadata()
             findings = [make_finding(explanation=f"finding {i}") for i in range(10)]

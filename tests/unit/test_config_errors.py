@@ -150,8 +150,9 @@ def test_a_tool_both_dangerous_and_verifying_is_refused(tmp_path: Path) -> None:
             " evaluators.order.enabled: false",
         ),
         (
-            {"evaluators.safety.against": "source"},
-            "evaluators.safety.against is 'source' but shadow is off, so it would never run",
+            {"evaluators.tool_selection.against": "source"},
+            "evaluators.tool_selection.against is 'source' but shadow is off, so it would"
+            " never run",
         ),
     ],
 )
@@ -165,7 +166,9 @@ def test_an_evaluator_held_to_a_reference_that_never_comes_is_refused(
     assert load_config(None, {**overrides, f"evaluators.{name}.enabled": False}) is not None
 
 
-def test_security_that_names_no_listener_or_looks_too_rarely_is_refused(tmp_path: Path) -> None:
+def test_security_that_names_no_listener_is_refused_and_safety_may_name_a_reference(
+    tmp_path: Path,
+) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text("s3cret-token-value\n")
     auth = {"security.auth.bearer_token_file": str(tokens)}
@@ -175,8 +178,5 @@ def test_security_that_names_no_listener_or_looks_too_rarely_is_refused(tmp_path
         "security.auth.listeners: Value error, names no listener, so bearer tokens would guard"
         " none: name some of grpc, http, metrics, stream, or leave the section out"
     ) in str(refused.value)
-    with pytest.raises(ConfigError) as refused:
-        load_config(None, {**auth, "security.auth.reload_seconds": 600})
-    assert "security.auth.reload_seconds: Input should be less than or equal to 240" in str(
-        refused.value
-    )
+    # safety's policy checks run whatever its drift is compared with: accepted.
+    assert load_config(None, {"evaluators.safety.against": "source"}) is not None

@@ -1,9 +1,9 @@
 """Coverage-guided fuzzing (atheris, libFuzzer) of the whole pipeline, one request per input.
 
 Each input is an OTLP request body, read as protobuf or (first byte odd) as OTLP/JSON, and
-goes where a receiver would send it: ``decode_protobuf`` / ``parse_otlp_json`` +
-``decode_request``, then an ``Engine`` with the example configuration's policy, golden cases
-and shadow pairs, the Prometheus metrics and the findings log, run to the end (``drain``).
+goes where a receiver would send it: ``decode_protobuf`` / ``decode_otlp_json``, then an
+``Engine`` with the example configuration's policy, golden cases and shadow pairs, the
+Prometheus metrics and the findings log, run to the end (``drain``).
 libFuzzer mutates the seeds (the benchmark's GenAI runs and every captured instrumentation
 fixture) guided by the Python lines each input reaches: recognizers, timeline, evaluators.
 
@@ -41,9 +41,8 @@ with atheris.instrument_imports(include=["toolwatch"]):
         DecodeError,
         DecodeOptions,
         decode_protobuf,
-        decode_request,
     )
-    from toolwatch.ingest.otlp_json import parse_otlp_json
+    from toolwatch.ingest.otlp_json import decode_otlp_json
     from toolwatch.model import ManualClock
     from toolwatch.references.shadow import ShadowJoiner
     from toolwatch.sinks.findings import FanOutSink, JsonLinesFindingSink, Redaction
@@ -99,7 +98,7 @@ class _Watched:
 def _decode(data: bytes) -> DecodedBatch | None:
     try:
         if data[:1] and data[0] & 1:  # tools.fuzz.corpus: an odd first byte is OTLP/JSON
-            return decode_request(parse_otlp_json(data[1:]), _OPTIONS)
+            return decode_otlp_json(data[1:], _OPTIONS)
         return decode_protobuf(data[1:], _OPTIONS)
     except DecodeError:
         return None  # a clear refusal: the contract for a body that is not a request

@@ -24,9 +24,10 @@ with a reason:
   request's trace that a Collector forwarding every trace sends. Such a trace is handed out
   like any (its spans may have waited for more), and makes no ToolTrace.
 
-The last three flag the trace incomplete (``span_limit``) when it is emitted, also when the
-dropped span came before any span of its trace was buffered (up to ``max_traces`` such trace
-ids are remembered until their trace arrives).
+``trace_span_limit``, ``span_too_large`` and ``buffer_full`` flag the trace incomplete
+(``span_limit``) when it is emitted, also when the dropped span came before any span of its
+trace was buffered (up to ``max_traces`` such trace ids are remembered until their trace
+arrives).
 """
 
 from __future__ import annotations

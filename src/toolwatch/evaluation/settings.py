@@ -40,6 +40,7 @@ __all__ = [
     "ArgumentsRule",
     "Binding",
     "CallCountRule",
+    "ComparingSettings",
     "CompositeSettings",
     "CompositeWeights",
     "EvaluationSettings",
@@ -282,7 +283,7 @@ class _EvaluatorSettings(_Section):
     severity_floor: Severity = Severity.LOW
 
 
-class _ComparingSettings(_EvaluatorSettings):
+class ComparingSettings(_EvaluatorSettings):
     """An evaluator that needs a golden case or a shadow source. A finding is raised when a
     score falls strictly below ``threshold`` (1.0: any imperfection)."""
 
@@ -290,7 +291,7 @@ class _ComparingSettings(_EvaluatorSettings):
     threshold: Score = 1.0
 
 
-class ToolSelectionSettings(_ComparingSettings):
+class ToolSelectionSettings(ComparingSettings):
     """``mode`` applies against golden cases (a case's ``selection_mode`` overrides it),
     ``source_mode`` against a shadow source."""
 
@@ -298,7 +299,7 @@ class ToolSelectionSettings(_ComparingSettings):
     source_mode: SelectionMode = "set"
 
 
-class ToolArgumentsSettings(_ComparingSettings):
+class ToolArgumentsSettings(ComparingSettings):
     """Argument comparison of paired calls. A finding is raised per paired call scoring below
     ``threshold`` (default 0.8).
 
@@ -337,7 +338,7 @@ def _is_tool_field(key: str) -> bool:
     return True
 
 
-class StructureSettings(_ComparingSettings):
+class StructureSettings(ComparingSettings):
     """Call count within ``call_count_tolerance`` of the reference count, parallel calls used
     iff the reference used them (``check_parallelism``), refusal alignment."""
 
@@ -345,7 +346,7 @@ class StructureSettings(_ComparingSettings):
     check_parallelism: bool = True
 
 
-class OrderSettings(_ComparingSettings):
+class OrderSettings(ComparingSettings):
     """LCS ordering score; see ``toolwatch.evaluation.order``."""
 
 

@@ -69,6 +69,7 @@ class StreamFilter:
     categories: frozenset[Category] = frozenset()
     min_severity: Severity = Severity.LOW
     agents: frozenset[str] = frozenset()
+    missed_after: bool = False  # the subscriber reads Finding.missed_after
 
     @classmethod
     def from_request(cls, request: findings_pb2.SubscribeRequest) -> StreamFilter:
@@ -78,6 +79,7 @@ class StreamFilter:
             categories=frozenset(_parse(Category, c.upper()) for c in request.categories),
             min_severity=_parse(Severity, (request.min_severity or "low").lower()),
             agents=frozenset(agent.casefold() for agent in request.agents),
+            missed_after=request.missed_after,
         )
 
     def matches(self, finding: Finding, agent: str | None) -> bool:
@@ -108,8 +110,9 @@ class Subscription:
     the next finding, or returns ``None`` once the subscription is closed and drained. Each
     lost finding is told once, in a copy made for this subscriber (the message the others get
     is shared): in ``missed_before`` of the next finding queued, or, when the queue runs empty
-    first, in ``missed_after`` of the last one (a client that stops reading loses the
-    newest findings, and no next one may come for a long time).
+    first and the subscriber asked for it (``StreamFilter.missed_after``), in
+    ``missed_after`` of the last one (a client that stops reading loses the newest findings,
+    and no next one may come for a long time).
     """
 
     __slots__ = ("_closed", "_items", "_limit", "_missed", "_wakeup", "dropped", "filter")
@@ -142,7 +145,9 @@ class Subscription:
             self._wakeup.clear()
             await self._wakeup.wait()
         message = self._items.popleft()
-        if self._missed and not self._items:  # every loss came after ``message`` was queued
+        # Every loss came after ``message`` was queued; told now to a subscriber that reads
+        # missed_after, else in the next finding's missed_before.
+        if self._missed and not self._items and self.filter.missed_after:
             message = _copy(message)
             message.missed_after, self._missed = self._missed, 0
         return message

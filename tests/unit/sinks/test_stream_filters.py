@@ -115,7 +115,7 @@ def test_a_subscription_drains_its_queue_before_ending() -> None:
 
 def test_each_lost_finding_is_told_once_before_the_next_or_after_the_last() -> None:
     async def scenario() -> list[tuple[str, int, int]]:
-        subscription = Subscription(StreamFilter(), queue_size=2)
+        subscription = Subscription(StreamFilter(missed_after=True), queue_size=2)
         shared = [findings_pb2.Finding(explanation=str(i)) for i in range(9)]
         offered = [subscription.offer(m) for m in shared[:5]]  # 0 and 1 queued; 2-4 lost
         received = [await subscription.next()]  # 0; 1 still queued
@@ -127,6 +127,19 @@ def test_each_lost_finding_is_told_once_before_the_next_or_after_the_last() -> N
 
     told = asyncio.run(scenario())
     assert told == [("0", 0, 0), ("1", 0, 0), ("5", 3, 1)]
+
+
+def test_a_subscriber_that_does_not_read_missed_after_is_told_in_the_next_finding() -> None:
+    async def scenario() -> list[tuple[str, int, int]]:
+        subscription = Subscription(StreamFilter(), queue_size=1)
+        for i in range(3):  # 0 queued; 1 and 2 lost
+            subscription.offer(findings_pb2.Finding(explanation=str(i)))
+        received = [await subscription.next()]  # the queue runs empty: nothing told yet
+        subscription.offer(findings_pb2.Finding(explanation="3"))
+        received.append(await subscription.next())
+        return [(m.explanation, m.missed_before, m.missed_after) for m in received if m]
+
+    assert asyncio.run(scenario()) == [("0", 0, 0), ("3", 2, 0)]
 
 
 def test_drops_are_counted_per_subscriber() -> None:
