@@ -485,10 +485,11 @@ class Config(_Section):
         named = self.named_tools()
         for entry in self.output.show_fields:
             tool, dot, field = entry.partition(".")
-            if dot and tool != normalize(tool) and normalize(tool) in named:
+            normal = normalize(tool)
+            if dot and tool != normal and normal in named:
                 raise ValueError(
                     f"output.show_fields: {entry!r} names tool {tool!r}, which findings call"
-                    f" {normalize(tool)!r}: write {normalize(tool) + '.' + field!r}"
+                    f" {normal!r}: write {normal + '.' + field!r}"
                 )
         return self
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from toolwatch.assembly.buffer import AssemblyLimits, CompletedTrace, TraceBuffer, runs_an_agent
+from toolwatch.assembly.buffer import AssemblyLimits, CompletedTrace, TraceBuffer
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.ingest.decode import DecodedBatch
@@ -150,7 +150,7 @@ class Engine:
                 log.exception("could not evaluate trace %s", trace.trace_id.hex())
 
     def _process_one(self, trace: CompletedTrace) -> None:
-        if not runs_an_agent(trace.spans):  # its spans were counted dropped, not built
+        if not trace.agent_run:  # its spans were counted dropped, not built
             return
         for tool_trace in build_tool_traces(trace, self._parts.normalize):
             self._evaluate(tool_trace, trace.last_arrival_ns)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from toolwatch.app import build_references
-from toolwatch.assembly.buffer import AssemblyLimits, TraceBuffer, runs_an_agent
+from toolwatch.assembly.buffer import AssemblyLimits, TraceBuffer
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
 from toolwatch.evaluation.pipeline import EvaluationPipeline
@@ -336,7 +336,7 @@ class _OfflineAssembler:
         self._clock.advance(self._wait_s + 1)
         skipped = 0
         for completed in [*self._buffer.poll(), *self._buffer.drain()]:
-            if runs_an_agent(completed.spans):
+            if completed.agent_run:
                 yield from build_tool_traces(completed, self._normalize)
             else:
                 skipped += 1

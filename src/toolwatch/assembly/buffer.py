@@ -116,11 +116,13 @@ def _require(name: str, value: int, minimum: int) -> None:
 class CompletedTrace:
     """A trace handed to the timeline: its distinct spans in arrival order.
 
-    ``incomplete_reason`` is ``None`` when ``complete``, else ``timed_out``, ``evicted``,
-    ``span_limit`` or ``shutdown``. Arrival times are clock readings, not span times.
-    ``by_id``, when given, holds ``spans`` by span id (the buffer hands over the dict it kept
-    them in, so the timeline does not build another); never mutated, and not compared.
-    Its constructor is written out, as ``ToolTrace``'s is (one is built per trace).
+        ``incomplete_reason`` is ``None`` when ``complete``, else ``timed_out``, ``evicted``,
+        ``span_limit`` or ``shutdown``. Arrival times are clock readings, not span times.
+        ``agent_run`` is false for a trace with no agent, model or tool span (its spans were
+    counted dropped, ``not_an_agent_run``: it makes no ToolTrace). ``by_id``, when given, holds
+    ``spans`` by span id (the buffer hands over the dict it kept
+        them in, so the timeline does not build another); never mutated, and not compared.
+        Its constructor is written out, as ``ToolTrace``'s is (one is built per trace).
     """
 
     trace_id: bytes
@@ -130,6 +132,7 @@ class CompletedTrace:
     first_arrival_ns: int
     last_arrival_ns: int
     by_id: dict[bytes, SpanRecord] | None = field(default=None, compare=False, repr=False)
+    agent_run: bool = True  # ``runs_an_agent(spans)``, worked out once, by the buffer
 
     def __init__(  # noqa: PLR0917 - the fields, in the order a dataclass would take them
         self,
@@ -140,6 +143,7 @@ class CompletedTrace:
         first_arrival_ns: int,
         last_arrival_ns: int,
         by_id: dict[bytes, SpanRecord] | None = None,
+        agent_run: bool = True,
     ) -> None:
         object.__setattr__(self, "trace_id", trace_id)
         object.__setattr__(self, "spans", spans)
@@ -148,6 +152,7 @@ class CompletedTrace:
         object.__setattr__(self, "first_arrival_ns", first_arrival_ns)
         object.__setattr__(self, "last_arrival_ns", last_arrival_ns)
         object.__setattr__(self, "by_id", by_id)
+        object.__setattr__(self, "agent_run", agent_run)
 
 
 class _Trace:
@@ -466,7 +471,8 @@ class TraceBuffer:
         self._spans -= len(trace.spans)
         self._bytes -= trace.size_bytes
         self._remember(trace.trace_id, now)
-        if runs_an_agent(trace.spans.values()):
+        agent_run = runs_an_agent(trace.spans.values())
+        if agent_run:
             self._metrics.spans_built(len(trace.spans))
         else:
             self._metrics.spans_dropped(len(trace.spans), NOT_AN_AGENT_RUN)
@@ -479,6 +485,7 @@ class TraceBuffer:
             first_arrival_ns=trace.first_ns,
             last_arrival_ns=trace.last_ns,
             by_id=trace.spans,  # the trace leaves the buffer: its dict goes with it
+            agent_run=agent_run,
         )
 
     def _remember(self, trace_id: bytes, now: int) -> None:

@@ -46,14 +46,14 @@ __all__ = [
 ]
 
 _HEX_DIGITS = string.hexdigits
-_SPAN_IDS = tuple(
-    (name, f"invalid_{reason}")
-    for reason, names in (
-        ("trace_id", ("traceId", "trace_id")),
-        ("span_id", ("spanId", "span_id")),
-        ("parent_span_id", ("parentSpanId", "parent_span_id")),
-    )
-    for name in names
+#: A span's id fields (both spellings proto3 JSON accepts) and the reason a bad one gives.
+_SPAN_IDS = (
+    ("traceId", "invalid_trace_id"),
+    ("trace_id", "invalid_trace_id"),
+    ("spanId", "invalid_span_id"),
+    ("span_id", "invalid_span_id"),
+    ("parentSpanId", "invalid_parent_span_id"),
+    ("parent_span_id", "invalid_parent_span_id"),
 )
 _LINK_IDS = ("traceId", "trace_id", "spanId", "span_id")
 _SHOWN_VALUE_CHARS = 40
@@ -83,10 +83,11 @@ def _check_containers(body: bytes | str, limit: int) -> None:
         containers = body.count("{") + body.count("[")
     else:
         containers = body.count(b"{") + body.count(b"[")
-    if containers > max(limit, _FEW_CONTAINERS):
+    limit = max(limit, _FEW_CONTAINERS)
+    if containers > limit:
         raise DecodeLimitError(
             f"body holds up to {containers} JSON objects and arrays, more than the"
-            f" {max(limit, _FEW_CONTAINERS)} a body may (decoded, each holds about 100 bytes):"
+            f" {limit} a body may (decoded, each holds about 100 bytes):"
             " send protobuf or smaller batches"
         )
 
