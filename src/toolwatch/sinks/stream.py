@@ -28,7 +28,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -234,10 +234,11 @@ class FindingsBroker:
         self._changed.set()
         return subscription
 
-    def unsubscribe(self, subscription: Subscription) -> None:
+    def unsubscribe(self, subscription: Subscription, unsent: int = 0) -> None:
         """End ``subscription``. Findings still queued for it (its client stopped reading and
-        the connection was lost, say) are counted as dropped and logged: never lost unseen."""
-        lost = subscription.discard()
+        the connection was lost, say), and ``unsent`` ones taken from its queue whose write
+        failed, are counted as dropped and logged: never lost unseen."""
+        lost = subscription.discard() + unsent
         if lost:
             self._metrics.stream_dropped(lost)
             log.warning(
@@ -326,14 +327,29 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
         try:
             # Headers now, so the client knows it is subscribed before any finding arrives.
             await context.send_initial_metadata(SUBSCRIBED_METADATA)
-            while (message := await subscription.next()) is not None:
-                try:
-                    await context.write(message)
-                except Exception as error:  # grpc-aio's ExecuteBatchError is not public
-                    log.debug("findings stream ended by a failed write: %r", error)
-                    return
-        finally:
+        except BaseException:
             self._broker.unsubscribe(subscription)
+            raise
+        await deliver(self._broker, subscription, context.write)
+
+
+async def deliver(
+    broker: FindingsBroker,
+    subscription: Subscription,
+    write: Callable[[findings_pb2.Finding], Awaitable[None]],
+) -> None:
+    """Writes ``subscription``'s findings with ``write`` until it is closed and drained, a
+    write fails or the call is cancelled (the client went away); then unsubscribes it,
+    counting the finding whose write failed with those still queued."""
+    unsent: findings_pb2.Finding | None = None
+    try:
+        while (unsent := await subscription.next()) is not None:
+            await write(unsent)
+            unsent = None
+    except Exception as error:  # grpc-aio's ExecuteBatchError is not public
+        log.debug("findings stream ended by a failed write: %r", error)
+    finally:  # also on cancellation, a BaseException
+        broker.unsubscribe(subscription, unsent=int(unsent is not None))
 
 
 def add_findings_service(server: grpc.aio.Server, broker: FindingsBroker) -> FindingsStreamServicer:

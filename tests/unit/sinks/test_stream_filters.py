@@ -16,7 +16,13 @@ from toolwatch.metrics import NoopMetrics
 from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
 from toolwatch.sinks.findings import FindingSink
 from toolwatch.sinks.prometheus import PrometheusMetrics
-from toolwatch.sinks.stream import FindingsBroker, StreamFilter, SubscribersFullError, Subscription
+from toolwatch.sinks.stream import (
+    FindingsBroker,
+    StreamFilter,
+    SubscribersFullError,
+    Subscription,
+    deliver,
+)
 from toolwatch.tail import format_finding_line
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -210,6 +216,41 @@ def test_findings_queued_for_a_subscriber_that_leaves_are_counted_and_logged(
         " (counted in toolwatch_stream_dropped_findings_total)"
     ]
     assert broker.subscriber_count == 1 and kept.dropped == 0
+
+
+@pytest.mark.parametrize("ending", ["the write fails", "the call is cancelled"])
+def test_a_finding_taken_for_a_write_that_never_completes_is_counted_as_dropped(
+    ending: str,
+) -> None:
+    """Delivered + dropped = published, also for the finding in hand when the stream ends:
+    it had left the queue, so it was counted nowhere."""
+    written: list[str] = []
+
+    async def scenario() -> float | None:
+        registry = CollectorRegistry()
+        broker = FindingsBroker(PrometheusMetrics(registry), queue_size=10)
+        subscription = broker.subscribe(StreamFilter())
+        broker.publish(_trace(), [factories.finding(explanation=str(i)) for i in range(5)])
+        in_write = asyncio.Event()
+
+        async def write(message: findings_pb2.Finding) -> None:
+            if len(written) == 2:  # the third: 2 written, this one lost, 2 still queued
+                in_write.set()
+                if ending == "the write fails":
+                    raise RuntimeError("the client went away")
+                await asyncio.Event().wait()  # until cancelled
+            written.append(message.explanation)
+
+        task = asyncio.create_task(deliver(broker, subscription, write))
+        await in_write.wait()
+        if ending == "the call is cancelled":
+            task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        assert broker.subscriber_count == 0
+        return registry.get_sample_value("toolwatch_stream_dropped_findings_total")
+
+    assert asyncio.run(scenario()) == 3.0
+    assert written == ["0", "1"]
 
 
 def test_an_agent_filter_ignores_case() -> None:
