@@ -242,9 +242,19 @@ def test_invalid_spans_are_a_partial_success(start_server: StartServer, transpor
     assert partial.rejected_spans == 4
     message = partial.error_message
     assert message.startswith("4 spans rejected")
-    assert "resource_spans[0].scope_spans[0].spans[6]: trace_id must be 16 bytes, got 15" in message
-    assert "spans[7]: span_id must be 8 bytes, got 4" in message
-    assert "spans[8]: trace_id must not be all zero" in message
+    # Each span is named as the client's encoding names it (proto3 JSON: lowerCamelCase).
+    if transport == "http-json":
+        assert "resourceSpans[0].scopeSpans[0].spans[6]: traceId must be 16 bytes, got 15" in (
+            message
+        )
+        assert "spans[7]: spanId must be 8 bytes, got 4" in message
+        assert "spans[8]: traceId must not be all zero" in message
+    else:
+        assert "resource_spans[0].scope_spans[0].spans[6]: trace_id must be 16 bytes, got 15" in (
+            message
+        )
+        assert "spans[7]: span_id must be 8 bytes, got 4" in message
+        assert "spans[8]: trace_id must not be all zero" in message
     assert message.endswith("and 1 more")
     assert server.sample("toolwatch_spans_rejected_total", {"reason": "invalid_trace_id"}) == 2
     assert server.sample("toolwatch_spans_rejected_total", {"reason": "invalid_span_id"}) == 2
@@ -627,7 +637,7 @@ def test_otlp_json_ids_are_hex_not_base64(start_server: StartServer) -> None:
     partial = ok_response(answer).partial_success
     assert partial.rejected_spans == 1
     assert partial.error_message == (
-        "1 span rejected; resource_spans[0].scope_spans[0].spans[2]: traceId"
+        "1 span rejected; resourceSpans[0].scopeSpans[0].spans[2]: traceId"
         f' "{span["traceId"]}" is not hex'
     )
     assert server.sample("toolwatch_spans_rejected_total", {"reason": "invalid_trace_id"}) == 1

@@ -210,6 +210,14 @@ def _id_problem(trace_id: bytes, span_id: bytes, parent: bytes) -> tuple[str, st
     return None
 
 
+#: The ids' fields as OTLP/JSON names them (proto3 JSON: lowerCamelCase).
+_JSON_ID_NAMES: Final = {
+    "trace_id": "traceId",
+    "span_id": "spanId",
+    "parent_span_id": "parentSpanId",
+}
+
+
 # --- the request --------------------------------------------------------------------------
 
 
@@ -239,6 +247,7 @@ class _Decoder:
 
     __slots__ = (
         "_cap",
+        "_json_names",
         "_known",
         "_recognize",
         "_references",
@@ -252,8 +261,10 @@ class _Decoder:
         options: DecodeOptions,
         recognizer: Recognizer = recognize,
         known: IdProblems | None = None,
+        json_names: bool = False,
     ) -> None:
         self._cap = options.max_span_attributes
+        self._json_names = json_names
         self._known = known
         self._recognize = recognizer
         self._references = tuple(sorted(options.reference_keys))
@@ -278,11 +289,20 @@ class _Decoder:
                 r, s, p = found[:3]
                 if self._known is not None:  # the parser's own reason, if it had one
                     problem = self._known.get((r, s, p), problem)
-                self._reject(problem, f"resource_spans[{r}].scope_spans[{s}].spans[{p}]")
+                self._reject(problem, self._path(r, s, p))
         return DecodedBatch(tuple(self.spans), count, self.rejected, self._message())
+
+    def _path(self, r: int, s: int, p: int) -> str:
+        if self._json_names:
+            return f"resourceSpans[{r}].scopeSpans[{s}].spans[{p}]"
+        return f"resource_spans[{r}].scope_spans[{s}].spans[{p}]"
 
     def _reject(self, problem: tuple[str, str], path: str) -> None:
         reason, detail = problem
+        if self._json_names:  # an id's detail starts with its field's name
+            field, _, rest = detail.partition(" ")
+            if field in _JSON_ID_NAMES:
+                detail = f"{_JSON_ID_NAMES[field]} {rest}"
         self.rejected[reason] = self.rejected.get(reason, 0) + 1
         self.offenders.append(f"{path}: {detail}")
 
@@ -360,14 +380,17 @@ def decode_request(
     request: ExportTraceServiceRequest,
     options: DecodeOptions,
     problems: IdProblems | None = None,
+    json_names: bool = False,
 ) -> DecodedBatch:
     """Decode every span of an already parsed ``request`` (OTLP/JSON, replay); invalid
     spans are counted, never raised. ``problems`` names spans the parser found at fault
     (each stands in the request with an id no span has, and is rejected with that reason).
+    ``json_names``: the rejected spans are named as in OTLP/JSON (``resourceSpans[0]...``,
+    ``traceId``), for a client that sent JSON.
 
     ``parent_span_id`` of the records is ``None`` for roots (empty or all-zero parent).
     """
-    decoder = _Decoder(options, known=problems or None)
+    decoder = _Decoder(options, known=problems or None, json_names=json_names)
     return decoder.scan(scanner(options).scan_message(request))
 
 

@@ -250,7 +250,7 @@ def decode_otlp_json(
     hex is rejected alone, named in the batch's message. Raises as ``parse_otlp_json`` does
     for the rest."""
     request, problems, _ = _parse(body, max_containers)
-    return decode_request(request, options, problems)
+    return decode_request(request, options, problems, json_names=True)
 
 
 def _parse(

@@ -156,10 +156,17 @@ def test_bad_link_id_names_the_link() -> None:
 
 def test_wrong_length_hex_id_flows_through_and_is_rejected_per_span() -> None:
     body = _body(traceId="abcdef")
-    batch = decode_request(parse_otlp_json(json.dumps(body)), DecodeOptions())
+    batch = decode_otlp_json(json.dumps(body), DecodeOptions())
     assert (batch.received, batch.spans, batch.rejected) == (1, (), {"invalid_trace_id": 1})
-    assert batch.error_message is not None
-    assert batch.error_message.endswith("trace_id must be 16 bytes, got 3")
+    # Named as the client wrote it (proto3 JSON), not by the protobuf field names.
+    assert batch.error_message == (
+        "1 span rejected; resourceSpans[0].scopeSpans[0].spans[0]: traceId must be 16 bytes, got 3"
+    )
+    protobuf = decode_request(parse_otlp_json(json.dumps(body)), DecodeOptions())
+    assert protobuf.error_message == (
+        "1 span rejected; resource_spans[0].scope_spans[0].spans[0]: "
+        "trace_id must be 16 bytes, got 3"
+    )
 
 
 def test_null_parent_id_is_the_default_empty_id() -> None:
@@ -227,9 +234,9 @@ def test_ids_that_are_no_hex_reject_their_span_alone_when_decoded() -> None:
         "invalid_trace_id": 1,
     }
     assert batch.error_message == (
-        "3 spans rejected; resource_spans[0].scope_spans[0].spans[1]: spanId"
-        ' "APBnqgupArc=" is not hex; resource_spans[0].scope_spans[0].spans[2]: parentSpanId'
-        ' "abc" has an odd number of hex digits; resource_spans[0].scope_spans[0].spans[3]:'
+        "3 spans rejected; resourceSpans[0].scopeSpans[0].spans[1]: spanId"
+        ' "APBnqgupArc=" is not hex; resourceSpans[0].scopeSpans[0].spans[2]: parentSpanId'
+        ' "abc" has an odd number of hex digits; resourceSpans[0].scopeSpans[0].spans[3]:'
         " traceId 12 is not a hex string"
     )
 
