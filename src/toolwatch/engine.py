@@ -12,7 +12,7 @@ import enum
 import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 from toolwatch.assembly.buffer import AssemblyLimits, CompletedTrace, TraceBuffer
 from toolwatch.assembly.timeline import build_tool_traces
@@ -47,7 +47,7 @@ class Receipt:
     refused: Mapping[str, int] = field(default_factory=dict)
 
 
-_OVERLOADED = Receipt(Admission.OVERLOADED)
+_OVERLOADED: Final = Receipt(Admission.OVERLOADED)
 
 
 class ToolTraceSink(Protocol):

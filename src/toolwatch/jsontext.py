@@ -36,7 +36,7 @@ import msgspec
 
 __all__ = ["compact_encoder", "held_size", "loads", "text_size"]
 
-_DECODE: Callable[[str], Any] = msgspec.json.Decoder().decode
+_DECODE: Final[Callable[[str], Any]] = msgspec.json.Decoder().decode
 # The standard library's C encoder factory (``None`` without the ``_json`` accelerator);
 # undocumented, so looked up with a fallback, and held to ``json.dumps`` by the tests.
 _C_MAKE_ENCODER: Any = getattr(json.encoder, "c_make_encoder", None)

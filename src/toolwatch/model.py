@@ -13,7 +13,7 @@ import enum
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 __all__ = [
     "DETAIL_ERRORS",
@@ -109,7 +109,12 @@ class Severity(enum.StrEnum):
         return self if self.rank >= floor.rank else floor
 
 
-_SEVERITY_RANK = {Severity.LOW: 0, Severity.MEDIUM: 1, Severity.HIGH: 2, Severity.CRITICAL: 3}
+_SEVERITY_RANK: Final = {
+    Severity.LOW: 0,
+    Severity.MEDIUM: 1,
+    Severity.HIGH: 2,
+    Severity.CRITICAL: 3,
+}
 
 
 class ReferenceKind(enum.StrEnum):

@@ -8,7 +8,7 @@ normalized too). Names may arrive as strings or as ``{"name": ...}`` /
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 __all__ = ["NameNormalizer", "extract_name", "fold"]
 
@@ -33,8 +33,8 @@ def extract_name(value: Any) -> str | None:
 
 #: Bounds on the names one normalizer remembers, so that a producer inventing names (or
 #: sending long ones) cannot grow it: at most this many, each at most this long.
-_MAX_REMEMBERED = 4096
-_MAX_REMEMBERED_LENGTH = 256
+_MAX_REMEMBERED: Final = 4096
+_MAX_REMEMBERED_LENGTH: Final = 256
 
 
 class NameNormalizer:

@@ -55,7 +55,7 @@ __all__ = [
 #: The drop reason of the spans of a trace that ``runs_an_agent`` says is none.
 NOT_AN_AGENT_RUN: Final = "not_an_agent_run"
 
-_OVERFLOW_POLICIES = frozenset({"backpressure", "evict_oldest"})
+_OVERFLOW_POLICIES: Final = frozenset({"backpressure", "evict_oldest"})
 #: The drop reasons the sender hears of (OTLP partial success: spans the server did not
 #: accept), each with why: a limit (and the setting that sets it), or a trace already
 #: evaluated, whose spans are never assembled again (a retry of spans it held is told so

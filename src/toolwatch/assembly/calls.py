@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from toolwatch.jsontext import loads
 from toolwatch.model import CallStatus, RequestedCall, SpanRecord, SpanRole, ToolCall
@@ -25,9 +25,9 @@ __all__ = ["CallSite", "append_to", "build_calls", "decode_json", "parse_argumen
 K = TypeVar("K")
 V = TypeVar("V")
 
-_OTLP_STATUS_ERROR = 2  # OTLP Status.code ERROR
-_MAX_DECODE_DEPTH = 8  # JSON nested in JSON strings; deeper than this is not arguments
-_DECORATOR_KEYS = frozenset({"args", "kwargs", "sanitize_inputs_outputs"})
+_OTLP_STATUS_ERROR: Final = 2  # OTLP Status.code ERROR
+_MAX_DECODE_DEPTH: Final = 8  # JSON nested in JSON strings; deeper than this is not arguments
+_DECORATOR_KEYS: Final = frozenset({"args", "kwargs", "sanitize_inputs_outputs"})
 
 # The records below are built one per span or call of every trace: their constructors are
 # written out, so that compiled (``toolwatch.compiled``) they are native. A named tuple's or

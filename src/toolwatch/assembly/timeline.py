@@ -43,6 +43,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.calls import CallSite, append_to, build_calls
@@ -54,7 +55,7 @@ __all__ = ["REFUSAL_FINISH_REASONS", "build_tool_traces"]
 #: Finish reasons that mean the model refused or was filtered (OpenAI ``content_filter``,
 #: Vercel ``content-filter``, Gemini ``safety``, Strands ``content_filtered``; CONVENTIONS
 #: §5, §8). Compared case-folded.
-REFUSAL_FINISH_REASONS = frozenset(
+REFUSAL_FINISH_REASONS: Final = frozenset(
     {"content_filter", "content-filter", "content_filtered", "safety", "refusal"}
 )
 
@@ -62,9 +63,9 @@ REFUSAL_FINISH_REASONS = frozenset(
 # in compiled code, four times the cost of this lookup, on every model span. The reasons are
 # a small vocabulary of short words; past these bounds (hostile input: many reasons, or long
 # ones, which would stay held for the life of the process), they are folded each time.
-_REFUSES: dict[str, bool] = {}
-_MAX_REASONS = 1024
-_MAX_REASON_LENGTH = 64
+_REFUSES: Final[dict[str, bool]] = {}
+_MAX_REASONS: Final = 1024
+_MAX_REASON_LENGTH: Final = 64
 
 #: Bound on the agent-in-tool containment checks of one trace (see ``_adoptions``).
 _MAX_ADOPTION_CHECKS = 25_000
@@ -188,7 +189,7 @@ def _walk_placing(
             frames.append(inner)
 
 
-_LEAF: list[SpanRecord] = []  # the children of a span that has none; never mutated
+_LEAF: Final[list[SpanRecord]] = []  # the children of a span that has none; never mutated
 
 
 class _Tree:

@@ -15,6 +15,7 @@ protobuf here.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Final
 
 from toolwatch.conventions import (
     genai,
@@ -74,11 +75,11 @@ _Rule = Callable[[str, Attributes], tuple[SpanRole, Convention] | None]
 
 # Highest priority first; the first rule that decides wins. A rule with a trigger key is
 # consulted only when the span has that key (a dict lookup is cheaper than a call).
-_NAME_RULES: tuple[tuple[str | None, _Rule], ...] = (
+_NAME_RULES: Final[tuple[tuple[str | None, _Rule], ...]] = (
     (None, pydantic_ai.classify_by_name),
     (None, genai.classify_by_name),
 )
-_RULES: tuple[tuple[str | None, _Rule], ...] = (
+_RULES: Final[tuple[tuple[str | None, _Rule], ...]] = (
     ("openinference.span.kind", openinference.classify),
     ("traceloop.span.kind", openllmetry.classify),
     (langsmith.SPAN_KIND, langsmith.classify),
@@ -91,13 +92,13 @@ _RULES: tuple[tuple[str | None, _Rule], ...] = (
     *_NAME_RULES,
 )
 
-_FIELD_BUILDERS: dict[SpanRole, FieldBuilder] = {
+_FIELD_BUILDERS: Final[dict[SpanRole, FieldBuilder]] = {
     SpanRole.TOOL: tool_fields,
     SpanRole.LLM: llm_fields,
     SpanRole.AGENT: agent_fields,
 }
 
-_UNRECOGNIZED = Convention(
+_UNRECOGNIZED: Final = Convention(
     name="",
     tool=ToolSpec((), (), (), (), name_from_span=lambda name: None),
     agent=AgentSpec((), (), name_from_span=lambda name: None),

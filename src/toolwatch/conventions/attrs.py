@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias, TypedDict
+from typing import Any, Final, TypeAlias, TypedDict
 
 from toolwatch.jsontext import loads
 from toolwatch.model import RequestedCall, SpanRole
@@ -58,7 +58,7 @@ REFUSAL_REASONS = frozenset(
 
 
 # Call ids some producers send when there is none (ADK sends "<not specified>").
-_NO_ID = frozenset({"", "<not specified>"})
+_NO_ID: Final = frozenset({"", "<not specified>"})
 
 
 @dataclass(frozen=True, slots=True)

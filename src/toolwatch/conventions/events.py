@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from toolwatch.conventions import genai
 from toolwatch.conventions.attrs import OutputBuilder, OutputSummary, SpanEvent, parse_json
@@ -35,17 +35,17 @@ __all__ = [
     "tool_events",
 ]
 
-_EXCEPTION = "exception"
-_TOOL_MESSAGE = "gen_ai.tool.message"
-_CHOICE = "gen_ai.choice"
-_DETAILS = "gen_ai.client.inference.operation.details"
-_INPUT_MESSAGES = "gen_ai.input.messages"
-_COMPLETION = "gen_ai.content.completion"
-_COMPLETION_MESSAGES = "gen_ai.completion"
+_EXCEPTION: Final = "exception"
+_TOOL_MESSAGE: Final = "gen_ai.tool.message"
+_CHOICE: Final = "gen_ai.choice"
+_DETAILS: Final = "gen_ai.client.inference.operation.details"
+_INPUT_MESSAGES: Final = "gen_ai.input.messages"
+_COMPLETION: Final = "gen_ai.content.completion"
+_COMPLETION_MESSAGES: Final = "gen_ai.completion"
 
 # The keys of a Strands (Bedrock Converse) content block, and of an OpenAI-style message: a
 # ``gen_ai.choice`` message that decodes to neither is an answer that is itself JSON.
-_BLOCK_KEYS = frozenset(
+_BLOCK_KEYS: Final = frozenset(
     {
         "text",
         "toolUse",
@@ -59,7 +59,7 @@ _BLOCK_KEYS = frozenset(
         "citationsContent",
     }
 )
-_MESSAGE_KEYS = frozenset({"role", "content", "tool_calls", "refusal"})
+_MESSAGE_KEYS: Final = frozenset({"role", "content", "tool_calls", "refusal"})
 
 #: Events ingest decodes; others are never converted.
 EVENT_NAMES = frozenset({_EXCEPTION, _TOOL_MESSAGE, _CHOICE, _DETAILS, _COMPLETION})

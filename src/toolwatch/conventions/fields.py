@@ -9,6 +9,7 @@ because their tool calls must be split out in emission order.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Final
 
 from toolwatch.conventions import (
     genai,
@@ -39,13 +40,18 @@ __all__ = ["FieldBuilder", "agent_fields", "llm_fields", "tool_fields"]
 #: Extracts a role's fields: (convention, span name, status code, attributes, events).
 FieldBuilder = Callable[[Convention, str, int, Attributes, EventSource], RoleFields]
 
-_STATUS_ERROR = 2  # OTLP Status.code STATUS_CODE_ERROR
-_ERROR_TYPE = ("error.type",)
-_AGENT_NAME = ("gen_ai.agent.name",)
-_MODEL = ("gen_ai.response.model", "gen_ai.request.model", "llm.model_name", "ai.response.model")
-_CONVERSATION = ("gen_ai.conversation.id", "session.id")
-_NO_OUTPUT = OutputSummary()
-_FINISH_REASONS = (
+_STATUS_ERROR: Final = 2  # OTLP Status.code STATUS_CODE_ERROR
+_ERROR_TYPE: Final = ("error.type",)
+_AGENT_NAME: Final = ("gen_ai.agent.name",)
+_MODEL: Final = (
+    "gen_ai.response.model",
+    "gen_ai.request.model",
+    "llm.model_name",
+    "ai.response.model",
+)
+_CONVERSATION: Final = ("gen_ai.conversation.id", "session.id")
+_NO_OUTPUT: Final = OutputSummary()
+_FINISH_REASONS: Final = (
     "gen_ai.response.finish_reasons",
     "gen_ai.response.finish_reason",
     "llm.finish_reason",
@@ -136,7 +142,7 @@ def _output_messages(attrs: Attributes) -> OutputSummary | None:
 
 
 # Output encodings in preference order: the parsed parts format first, then flattened keys.
-_LLM_SOURCES: tuple[Callable[[Attributes], OutputSummary | None], ...] = (
+_LLM_SOURCES: Final[tuple[Callable[[Attributes], OutputSummary | None], ...]] = (
     _output_messages,
     openinference.output_summary,
     openllmetry.output_summary,

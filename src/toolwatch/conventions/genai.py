@@ -24,7 +24,7 @@ attributes up to 0.4b0, inside the ``gen_ai.tool.call.arguments`` JSON object in
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 from toolwatch.conventions.attrs import (
     AgentSpec,
@@ -56,27 +56,27 @@ __all__ = [
     "unflatten_parameters",
 ]
 
-OPERATION_NAME = "gen_ai.operation.name"
+OPERATION_NAME: Final = "gen_ai.operation.name"
 OUTPUT_MESSAGES = "gen_ai.output.messages"
-_TOOL_NAME = "gen_ai.tool.name"
-_MERGED_TOOLS = "(merged tools)"  # ADK's gen_ai.tool.name on "execute_tool (merged)"
-_MERGED_SPAN = "execute_tool (merged)"
-_TOOL_PREFIX = "execute_tool "
-_AGENT_OPERATION = "invoke_agent"
-_AGENT_PREFIX = "invoke_agent "
-_ADK_AGENT_PREFIX = "agent_run ["  # Google ADK <= mid-2025: ``agent_run [<name>]``
+_TOOL_NAME: Final = "gen_ai.tool.name"
+_MERGED_TOOLS: Final = "(merged tools)"  # ADK's gen_ai.tool.name on "execute_tool (merged)"
+_MERGED_SPAN: Final = "execute_tool (merged)"
+_TOOL_PREFIX: Final = "execute_tool "
+_AGENT_OPERATION: Final = "invoke_agent"
+_AGENT_PREFIX: Final = "invoke_agent "
+_ADK_AGENT_PREFIX: Final = "agent_run ["  # Google ADK <= mid-2025: ``agent_run [<name>]``
 #: Google ADK's native model span: ``call_llm``, no operation name, the response as JSON.
-ADK_LLM_RESPONSE = "gcp.vertex.agent.llm_response"
-_ADK_CALL_LLM = "call_llm"
+ADK_LLM_RESPONSE: Final = "gcp.vertex.agent.llm_response"
+_ADK_CALL_LLM: Final = "call_llm"
 # ADK's own mapping of Gemini finish reasons (others are lowercased), CONVENTIONS §1.3.
-_GEMINI_FINISH_REASONS = {
+_GEMINI_FINISH_REASONS: Final = {
     "FINISH_REASON_UNSPECIFIED": "error",
     "OTHER": "error",
     "MAX_TOKENS": "length",
 }
 #: google-genai contrib's flattened arguments: ``<prefix><name>.type`` and ``.value``.
-PARAMETERS_PREFIX = "code.function.parameters."
-_ENCODED_TYPES = frozenset({"dict", "list", "tuple", "set"})  # JSON-encoded as attributes
+PARAMETERS_PREFIX: Final = "code.function.parameters."
+_ENCODED_TYPES: Final = frozenset({"dict", "list", "tuple", "set"})  # JSON-encoded as attributes
 
 #: Attribute keys this module reads. ``gcp.vertex.agent.*`` is Google ADK's native tracer.
 KEYS = frozenset(
@@ -103,7 +103,7 @@ KEYS = frozenset(
 
 # Operations that decide a role on their own. Operations not listed fall through to the
 # next rule (a tool-name attribute, then the span name).
-_OPERATION_ROLES = {
+_OPERATION_ROLES: Final = {
     "execute_tool": SpanRole.TOOL,
     "chat": SpanRole.LLM,
     "generate_content": SpanRole.LLM,
@@ -190,7 +190,7 @@ def _flattened_arguments(value: Any) -> Any:
     return value if unflattened is None else unflattened
 
 
-CONVENTION = Convention(
+CONVENTION: Final = Convention(
     name="genai",
     tool=ToolSpec(
         name=(_TOOL_NAME,),
@@ -272,7 +272,7 @@ def _refusal(builder: OutputBuilder, part: dict[str, Any]) -> None:
     builder.refuse(content if isinstance(content, str) and content else "refusal")
 
 
-_PART_HANDLERS: dict[str, Callable[[OutputBuilder, dict[str, Any]], None]] = {
+_PART_HANDLERS: Final[dict[str, Callable[[OutputBuilder, dict[str, Any]], None]]] = {
     "tool_call": _tool_call,
     "server_tool_call": _server_tool_call,
     "text": _text,

@@ -20,7 +20,7 @@ The kind decides every span it is on, as OpenInference's does; ``gen_ai.operatio
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from toolwatch.conventions.attrs import (
     AgentSpec,
@@ -38,18 +38,18 @@ from toolwatch.model import SpanRole
 
 __all__ = ["CONVENTION", "KEYS", "SPAN_KIND", "classify", "output_summary"]
 
-SPAN_KIND = "langsmith.span.kind"
-_AGENT_NAME = "langsmith.metadata.lc_agent_name"
+SPAN_KIND: Final = "langsmith.span.kind"
+_AGENT_NAME: Final = "langsmith.metadata.lc_agent_name"
 _INPUTS = "gen_ai.prompt"
-_OUTPUTS = "gen_ai.completion"
+_OUTPUTS: Final = "gen_ai.completion"
 
 #: Attribute keys this module reads.
 KEYS = frozenset({SPAN_KIND, _AGENT_NAME, _INPUTS, _OUTPUTS})
 
-_KIND_ROLES = {"tool": SpanRole.TOOL, "llm": SpanRole.LLM}
+_KIND_ROLES: Final = {"tool": SpanRole.TOOL, "llm": SpanRole.LLM}
 
 
-CONVENTION = Convention(
+CONVENTION: Final = Convention(
     name="langsmith",
     tool=ToolSpec(
         name=("gen_ai.tool.name",),

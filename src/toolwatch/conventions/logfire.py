@@ -25,7 +25,7 @@ executions (``Function:``) still count.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from toolwatch.conventions.attrs import (
     AgentSpec,
@@ -40,19 +40,19 @@ from toolwatch.model import SpanRole
 
 __all__ = ["CONVENTION", "KEYS", "MSG_TEMPLATE", "classify", "output_summary"]
 
-MSG_TEMPLATE = "logfire.msg_template"
-_EVENTS = "events"
-_CHOICE = "gen_ai.choice"
+MSG_TEMPLATE: Final = "logfire.msg_template"
+_EVENTS: Final = "events"
+_CHOICE: Final = "gen_ai.choice"
 
 #: Attribute keys this module reads (the generic ones only matter on Logfire's templates).
 KEYS = frozenset({MSG_TEMPLATE, _EVENTS, "name", "input", "output"})
 
-_ROLES = {
+_ROLES: Final = {
     "Function: {name}": SpanRole.TOOL,
     "Agent run: {name!r}": SpanRole.AGENT,
 }
 
-CONVENTION = Convention(
+CONVENTION: Final = Convention(
     name="logfire",
     tool=ToolSpec(
         name=("name",),

@@ -24,7 +24,7 @@ when a cheap pattern scan finds such a refusal in it.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Final
 
 from toolwatch.conventions.attrs import (
     AgentSpec,
@@ -42,15 +42,15 @@ from toolwatch.model import SpanRole
 
 __all__ = ["CONVENTION", "KEYS", "OUTPUT_PREFIX", "classify", "output_summary", "raw_refusal"]
 
-_SPAN_KIND = "openinference.span.kind"
-OUTPUT_PREFIX = "llm.output_messages."
-_HANDOFF_PREFIX = "handoff to "
-_RAW_OUTPUT = "output.value"
-_METADATA = "metadata"
-_LC_AGENT = '"lc_agent_name"'  # the key in ``metadata`` of every span of a LangChain agent
+_SPAN_KIND: Final = "openinference.span.kind"
+OUTPUT_PREFIX: Final = "llm.output_messages."
+_HANDOFF_PREFIX: Final = "handoff to "
+_RAW_OUTPUT: Final = "output.value"
+_METADATA: Final = "metadata"
+_LC_AGENT: Final = '"lc_agent_name"'  # the key in ``metadata`` of every span of a LangChain agent
 # A Responses refusal item, or a Chat Completions refusal that is a string (it is null in
 # every ordinary answer, so a bare '"refusal"' match would parse every response).
-_RAW_REFUSAL = re.compile(r'"type"\s*:\s*"refusal"|"refusal"\s*:\s*"')
+_RAW_REFUSAL: Final = re.compile(r'"type"\s*:\s*"refusal"|"refusal"\s*:\s*"')
 
 #: Exact keys this module reads; flattened output keys are matched by ``OUTPUT_PREFIX``.
 KEYS = frozenset(
@@ -70,14 +70,14 @@ KEYS = frozenset(
 )
 
 # Every OpenInference kind is an explicit statement, so all of them decide the role.
-_KIND_ROLES = {
+_KIND_ROLES: Final = {
     "TOOL": SpanRole.TOOL,
     "LLM": SpanRole.LLM,
     "AGENT": SpanRole.AGENT,
 }
 
 
-CONVENTION = Convention(
+CONVENTION: Final = Convention(
     name="openinference",
     tool=ToolSpec(
         name=("tool.name", "gen_ai.tool.name"),

@@ -11,7 +11,7 @@ Legacy LLM spans (``llm.request.type``, OpenLLMetry <= 0.54) flatten the output 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 from toolwatch.conventions.attrs import (
     REFUSAL_REASONS,
@@ -36,9 +36,9 @@ __all__ = [
     "unwrap_entity_input",
 ]
 
-_SPAN_KIND = "traceloop.span.kind"
-_REQUEST_TYPE = "llm.request.type"
-COMPLETION_PREFIX = "gen_ai.completion."
+_SPAN_KIND: Final = "traceloop.span.kind"
+_REQUEST_TYPE: Final = "llm.request.type"
+COMPLETION_PREFIX: Final = "gen_ai.completion."
 
 #: Exact keys this module reads; legacy completions are matched by ``COMPLETION_PREFIX``.
 KEYS = frozenset(
@@ -53,13 +53,13 @@ KEYS = frozenset(
 
 # ``task`` and ``unknown`` say nothing about tools: such spans fall through to the
 # operation name and the other rules.
-_KIND_ROLES = {
+_KIND_ROLES: Final = {
     "tool": SpanRole.TOOL,
     "agent": SpanRole.AGENT,
     "workflow": SpanRole.OTHER,
     "handoff": SpanRole.OTHER,
 }
-_LLM_REQUEST_TYPES = frozenset({"chat", "completion"})
+_LLM_REQUEST_TYPES: Final = frozenset({"chat", "completion"})
 
 
 def _strip_suffix(suffix: str) -> Callable[[str], str | None]:
@@ -89,7 +89,7 @@ def unwrap_entity_input(value: Any) -> Any:
     return value
 
 
-CONVENTION = Convention(
+CONVENTION: Final = Convention(
     name="openllmetry",
     tool=ToolSpec(
         name=("gen_ai.tool.name", "traceloop.entity.name"),

@@ -9,20 +9,22 @@ the GenAI keys and are handled by ``genai``.
 
 from __future__ import annotations
 
+from typing import Final
+
 from toolwatch.conventions import genai
 from toolwatch.conventions.attrs import AgentSpec, Attributes, Convention, ToolSpec
 from toolwatch.model import SpanRole
 
 __all__ = ["CONVENTION", "KEYS", "classify_by_name", "classify_tool_keys"]
 
-_TOOL_NAME = "gen_ai.tool.name"
-_CALL_ID = "gen_ai.tool.call.id"
-_TOOL_SPAN = "running tool"
+_TOOL_NAME: Final = "gen_ai.tool.name"
+_CALL_ID: Final = "gen_ai.tool.call.id"
+_TOOL_SPAN: Final = "running tool"
 
 #: Attribute keys this module reads (besides the GenAI ones).
 KEYS = frozenset({"tool_arguments", "tool_response", "agent_name", "final_result"})
 
-_SPAN_NAME_ROLES = {
+_SPAN_NAME_ROLES: Final = {
     "running tools": SpanRole.WRAPPER,
     "agent run": SpanRole.AGENT,
     _TOOL_SPAN: SpanRole.TOOL,
@@ -33,7 +35,7 @@ def _no_name(name: str) -> str | None:
     return None
 
 
-CONVENTION = Convention(
+CONVENTION: Final = Convention(
     name="pydantic_ai",
     tool=ToolSpec(
         name=(_TOOL_NAME,),

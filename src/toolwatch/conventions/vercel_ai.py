@@ -20,7 +20,7 @@ texts are absent, and the calls still are.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from toolwatch.conventions.attrs import (
     AgentSpec,
@@ -35,10 +35,10 @@ from toolwatch.model import SpanRole
 
 __all__ = ["CONVENTION", "KEYS", "OPERATION_ID", "classify", "output_summary"]
 
-OPERATION_ID = "ai.operationId"
-_TOOL_CALLS = "ai.response.toolCalls"
-_TEXT = "ai.response.text"
-_FINISH_REASON = "ai.response.finishReason"
+OPERATION_ID: Final = "ai.operationId"
+_TOOL_CALLS: Final = "ai.response.toolCalls"
+_TEXT: Final = "ai.response.text"
+_FINISH_REASON: Final = "ai.response.finishReason"
 
 #: Attribute keys this module reads.
 KEYS = frozenset(
@@ -58,7 +58,7 @@ KEYS = frozenset(
 )
 
 _RUNS = ("ai.generateText", "ai.streamText", "ai.generateObject", "ai.streamObject")
-_ROLES: dict[str, SpanRole] = {
+_ROLES: Final[dict[str, SpanRole]] = {
     "ai.toolCall": SpanRole.TOOL,
     **dict.fromkeys(_RUNS, SpanRole.AGENT),
     **{f"{run}.doGenerate": SpanRole.LLM for run in _RUNS},
@@ -70,7 +70,7 @@ def _no_name(name: str) -> str | None:
     return None  # span names are the operation ids, never a tool's or an agent's name
 
 
-CONVENTION = Convention(
+CONVENTION: Final = Convention(
     name="vercel_ai",
     tool=ToolSpec(
         name=("ai.toolCall.name",),

@@ -58,11 +58,11 @@ __all__ = [
     "compare_arguments",
 ]
 
-_ONE_SIDED = ("missing", "unexpected")
+_ONE_SIDED: Final = ("missing", "unexpected")
 
 #: A field name that live data alone gave is named when it is an identifier: what argument
 #: schemas are made of, and what an e-mail address, a phone number or free text is not.
-_NAMEABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_NAMEABLE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from toolwatch.evaluation.settings import Against
 from toolwatch.model import EvalResult, GoldenCase, ReferenceKind, ToolCall, ToolTrace
@@ -351,7 +351,7 @@ def pct(score: float) -> str:
 
 
 #: Names an explanation lists; a run of thousands of calls is summed up, not spelled out.
-_MAX_NAMES = 20
+_MAX_NAMES: Final = 20
 
 
 def name_list(names: Iterable[str]) -> str:

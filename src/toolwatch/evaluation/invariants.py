@@ -60,7 +60,7 @@ from toolwatch.names import NameNormalizer
 
 __all__ = ["Invariants", "Violation", "rule_label"]
 
-_MAX_SCHEMA_ERRORS = 5
+_MAX_SCHEMA_ERRORS: Final = 5
 
 
 @dataclass(frozen=True, slots=True)

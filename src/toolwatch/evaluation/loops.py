@@ -35,10 +35,10 @@ __all__ = ["CallKey", "Loops", "Repeat", "call_key", "find_repeats"]
 
 
 # ``json.dumps(value, sort_keys=True, default=repr)``, without building an encoder per call.
-_CANONICAL = json.JSONEncoder(sort_keys=True, default=repr)
+_CANONICAL: Final = json.JSONEncoder(sort_keys=True, default=repr)
 # Deeper arguments go to the encoder, which raises RecursionError where Python would: a
 # compiled function calling itself has no recursion check of its own.
-_MAX_DEPTH = 32
+_MAX_DEPTH: Final = 32
 
 #: A call's identity: its tool, and its arguments as ``call_key`` keys them.
 CallKey = tuple[str, Hashable]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
+from typing import Final
 
 __all__ = [
     "MAX_OPTIMAL_CELLS",
@@ -29,9 +30,9 @@ __all__ = [
 ]
 
 #: Similarities are compared at this resolution (1e-9) so the objective is exact in integers.
-SIMILARITY_RESOLUTION = 10**9
+SIMILARITY_RESOLUTION: Final = 10**9
 #: Largest (reference calls x actual calls) of one tool that is paired optimally (24 x 24).
-MAX_OPTIMAL_CELLS = 576
+MAX_OPTIMAL_CELLS: Final = 576
 
 
 def max_weight_assignment(weights: Sequence[Sequence[int]]) -> list[tuple[int, int]]:

@@ -62,7 +62,7 @@ EVALUATOR_ORDER: Final = (
     "invariants",
     "composite",
 )
-_MAX_FAILURE_MESSAGE = 200
+_MAX_FAILURE_MESSAGE: Final = 200
 #: Findings one evaluator raises on one run at most (module docstring).
 MAX_FINDINGS: Final = 100
 _NEEDS: Final[Mapping[Against, frozenset[ReferenceKind]]] = {

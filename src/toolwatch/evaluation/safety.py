@@ -58,7 +58,7 @@ from toolwatch.model import (
 
 __all__ = ["Safety", "Verdict", "entity_key", "lookup"]
 
-_MAX_SPANS = 10  # span ids listed in a finding's details
+_MAX_SPANS: Final = 10  # span ids listed in a finding's details
 
 
 def lookup(arguments: Any, path: str) -> Any:
@@ -107,10 +107,10 @@ class Verdict:
     field: str | None = None
 
 
-_VERIFIED = Verdict(True)
+_VERIFIED: Final = Verdict(True)
 #: Ledger key of "a successful call of this tool", whatever its arguments.
-_ANY = ("", "")
-_NO_FIELDS: frozenset[str] = frozenset()  # a tool with no bound fields
+_ANY: Final = ("", "")
+_NO_FIELDS: Final[frozenset[str]] = frozenset()  # a tool with no bound fields
 
 
 class _Ledger:

@@ -50,7 +50,7 @@ __all__ = [
     "selection_score",
 ]
 
-MODES = frozenset({"expected", "expected_set", "exact", "set", "first"})
+MODES: Final = frozenset({"expected", "expected_set", "exact", "set", "first"})
 
 
 def recall(actual: Sequence[str], expected: Sequence[str]) -> float:

@@ -101,8 +101,8 @@ def make_finding(
 
 
 #: Bounds on one finding (``make_finding``).
-MAX_EXPLANATION = 2_000
-MAX_DETAIL_ITEMS = 50
+MAX_EXPLANATION: Final = 2_000
+MAX_DETAIL_ITEMS: Final = 50
 
 
 def _bounded(value: Any) -> Any:

@@ -55,8 +55,8 @@ __all__ = [
     "decode_request",
 ]
 
-_SERVICE_NAME = "service.name"
-_MAX_REPORTED = 3  # offenders named in the partial-success message
+_SERVICE_NAME: Final = "service.name"
+_MAX_REPORTED: Final = 3  # offenders named in the partial-success message
 # What one buffered span costs besides its values: the record, its ids and small fields, and
 # its share of the buffer's bookkeeping. Measured, `make bench` (memory): 1,048 B resident
 # per buffered GenAI span without argument values at first, 821 B since spans share their
@@ -68,8 +68,8 @@ _SPAN_OVERHEAD_BYTES: Final = 1024
 # output's JSON at ingest, and parsed JSON can hold far more than its text (``[{},{},...]``:
 # about 70 bytes of objects per 3 characters), so they are counted as held, not as sent.
 _REQUEST_OVERHEAD_BYTES: Final = 176
-_ZERO_TRACE_ID = bytes(16)
-_ZERO_SPAN_ID = bytes(8)
+_ZERO_TRACE_ID: Final = bytes(16)
+_ZERO_SPAN_ID: Final = bytes(8)
 
 
 def _held_size(record: SpanRecord) -> int:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Any, Final, Literal, Protocol, TypeAlias
 
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 from google.protobuf.message import DecodeError as ProtobufDecodeError
@@ -79,8 +79,8 @@ ScannedSpan: TypeAlias = tuple[
     list[ScannedEvent] | None,
 ]
 
-_MAX_DEPTH = 32  # AnyValue nesting deeper than this is treated as absent
-_MIN_ITEM_BYTES = 8  # arrays and maps keep at most max_value_bytes // 8 items per level
+_MAX_DEPTH: Final = 32  # AnyValue nesting deeper than this is treated as absent
+_MIN_ITEM_BYTES: Final = 8  # arrays and maps keep at most max_value_bytes // 8 items per level
 _UNCAPPED = 1 << 62  # resources and events keep a few exact keys: no cap
 
 
@@ -141,7 +141,7 @@ def _kvlist(value: AnyValue, limit: int, depth: int) -> Any:
     return {pair.key: _value(pair.value, limit, depth + 1) for pair in pairs}
 
 
-_CONVERTERS: dict[str, Callable[[AnyValue, int, int], Any]] = {
+_CONVERTERS: Final[dict[str, Callable[[AnyValue, int, int], Any]]] = {
     "bool_value": lambda value, limit, depth: value.bool_value,
     "int_value": lambda value, limit, depth: value.int_value,
     "double_value": lambda value, limit, depth: value.double_value,
@@ -233,7 +233,7 @@ def _reference_scan(request: ExportTraceServiceRequest, plan: ScanPlan) -> Scan:
 
 # --- the compiled scanner ------------------------------------------------------------------
 
-_KINDS = {
+_KINDS: Final = {
     FieldDescriptor.TYPE_STRING: "string",
     FieldDescriptor.TYPE_BYTES: "bytes",
     FieldDescriptor.TYPE_MESSAGE: "message",

@@ -33,7 +33,7 @@ import math
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Protocol
+from typing import IO, Any, Final, Protocol
 
 from toolwatch.jsontext import compact_encoder
 from toolwatch.model import (
@@ -60,7 +60,7 @@ __all__ = [
 _log = logging.getLogger(__name__)
 
 #: What a hidden detail value is replaced with.
-REDACTED = "[redacted]"
+REDACTED: Final = "[redacted]"
 
 
 class FindingSink(Protocol):
@@ -187,7 +187,7 @@ def json_default(value: Any) -> Any:
 
 
 #: Compact JSON, ``json_default`` for what JSON has no type for.
-_to_json = compact_encoder(json_default)
+_to_json: Final = compact_encoder(json_default)
 
 
 def render_details(details: Mapping[str, Any]) -> dict[str, str]:

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable
-from typing import Any, TypeVar, cast
+from typing import Any, Final, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info
 
@@ -43,10 +43,10 @@ __all__ = [
 ]
 
 #: The label value that stands for every value past a label's cap.
-OTHER = "_other"
+OTHER: Final = "_other"
 
 #: Values longer than this are free text, not names: they always map to ``_other``.
-_MAX_LABEL_VALUE_LENGTH = 128
+_MAX_LABEL_VALUE_LENGTH: Final = 128
 
 # Exemplar label sets are limited to 128 UTF-8 characters (OpenMetrics); a W3C trace id is
 # 32 hex digits, so anything else is not a trace id and gets no exemplar.
