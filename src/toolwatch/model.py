@@ -406,9 +406,9 @@ class ToolTrace:
 
 
 #: The ``Finding.details`` key of argument values by field path (see ``Finding``).
-DETAIL_FIELDS = "fields"
+DETAIL_FIELDS: Final = "fields"
 #: The ``Finding.details`` key of messages that may quote argument values (see ``Finding``).
-DETAIL_ERRORS = "errors"
+DETAIL_ERRORS: Final = "errors"
 
 
 @dataclass(frozen=True, slots=True, init=False)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 import sys
 import sysconfig
@@ -120,3 +121,60 @@ def test_a_stale_module_is_named_in_the_description() -> None:
     assert state.describe().endswith(
         "; older than their source, rebuild with `make`: toolwatch.names"
     )
+
+
+#: Constants tests replace with ``monkeypatch``: a ``Final`` one is inlined by mypyc, so
+#: compiled code would not see the test's value.
+_PATCHED_BY_TESTS = {"_MAX_ADOPTION_CHECKS", "_C_MAKE_ENCODER"}
+_CONSTANT = re.compile(r"_?[A-Z][A-Z0-9_]*")
+
+
+def _unfinal_constants(tree: ast.Module) -> list[str]:
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, annotation = node.targets[0], None
+        elif isinstance(node, ast.AnnAssign):
+            target, annotation = node.target, node.annotation
+        else:
+            continue
+        if not isinstance(target, ast.Name) or not _CONSTANT.fullmatch(target.id):
+            continue
+        if ast.unparse(node.value or ast.Constant(None)).startswith("TypeVar("):
+            continue
+        if _floats(node.value):  # mypyc 2.4 reads a Final tuple of floats back as unset
+            continue
+        if annotation is None or "Final" not in ast.unparse(annotation):
+            found.append(target.id)
+    return sorted(set(found) - _PATCHED_BY_TESTS)
+
+
+def _floats(value: ast.expr | None) -> bool:
+    """A tuple of float literals (spliced tuples included)."""
+    if not isinstance(value, ast.Tuple):
+        return False
+    items = [i.value if isinstance(i, ast.Starred) else i for i in value.elts]
+    return all(
+        _floats(i)
+        if isinstance(i, ast.Tuple)
+        else isinstance(i, ast.Constant) and type(i.value) is float
+        for i in items
+    )
+
+
+@pytest.mark.parametrize("relative", compiled.MODULES)
+def test_a_listed_module_declares_its_constants_final(relative: str) -> None:
+    """Compiled code reads a module constant that is not ``Final`` from the module's dict,
+    by name, on every read (about 70 instructions; the argument parser's depth limit was read
+    for every argument and result); a ``Final`` one is inlined or kept in a C static."""
+    tree = ast.parse((PACKAGE / relative).read_text(encoding="utf-8"))
+    assert _unfinal_constants(tree) == [], relative
+
+
+def test_the_constants_check_sees_an_unannotated_and_an_annotated_constant() -> None:
+    tree = ast.parse(
+        "from typing import Final, TypeVar\n"
+        "K = TypeVar('K')\nA = 1\n_B: int = 2\nC: Final = 3\n_D: Final[int] = 4\nname = 5\n"
+        "BUCKETS = (0.5, *(1.0, 2.0))\nMIXED = (0.5, 1)\n"
+    )
+    assert _unfinal_constants(tree) == ["A", "MIXED", "_B"]

@@ -55,7 +55,7 @@ __all__ = [
 ]
 
 #: Every exact attribute key a recognizer reads (besides configured reference keys).
-ATTRIBUTE_KEYS: frozenset[str] = (
+ATTRIBUTE_KEYS: Final[frozenset[str]] = (
     genai.KEYS
     | openinference.KEYS
     | openllmetry.KEYS
@@ -65,7 +65,7 @@ ATTRIBUTE_KEYS: frozenset[str] = (
     | langsmith.KEYS
 )
 #: Prefixes of the flattened, indexed keys a recognizer reads.
-ATTRIBUTE_PREFIXES: tuple[str, ...] = (
+ATTRIBUTE_PREFIXES: Final[tuple[str, ...]] = (
     openinference.OUTPUT_PREFIX,
     openllmetry.COMPLETION_PREFIX,
     genai.PARAMETERS_PREFIX,

@@ -52,7 +52,7 @@ Attributes: TypeAlias = dict[str, Any]
 #: Finish reasons that mean the model refused or a filter blocked the output: OpenAI and
 #: GenAI semconv ``content_filter``, Vercel ``content-filter``, Gemini ``safety``, Strands'
 #: stop reason ``content_filtered`` (strands-agents 1.62, both convention modes).
-REFUSAL_REASONS = frozenset(
+REFUSAL_REASONS: Final = frozenset(
     {"content_filter", "content-filter", "content_filtered", "safety", "refusal"}
 )
 

@@ -62,9 +62,9 @@ _BLOCK_KEYS: Final = frozenset(
 _MESSAGE_KEYS: Final = frozenset({"role", "content", "tool_calls", "refusal"})
 
 #: Events ingest decodes; others are never converted.
-EVENT_NAMES = frozenset({_EXCEPTION, _TOOL_MESSAGE, _CHOICE, _DETAILS, _COMPLETION})
+EVENT_NAMES: Final = frozenset({_EXCEPTION, _TOOL_MESSAGE, _CHOICE, _DETAILS, _COMPLETION})
 #: Event attributes ingest converts (an exception's stack trace is never read).
-EVENT_ATTRIBUTE_KEYS = frozenset(
+EVENT_ATTRIBUTE_KEYS: Final = frozenset(
     {
         "exception.type",
         "content",

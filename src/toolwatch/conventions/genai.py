@@ -57,7 +57,7 @@ __all__ = [
 ]
 
 OPERATION_NAME: Final = "gen_ai.operation.name"
-OUTPUT_MESSAGES = "gen_ai.output.messages"
+OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
 _TOOL_NAME: Final = "gen_ai.tool.name"
 _MERGED_TOOLS: Final = "(merged tools)"  # ADK's gen_ai.tool.name on "execute_tool (merged)"
 _MERGED_SPAN: Final = "execute_tool (merged)"
@@ -79,7 +79,7 @@ PARAMETERS_PREFIX: Final = "code.function.parameters."
 _ENCODED_TYPES: Final = frozenset({"dict", "list", "tuple", "set"})  # JSON-encoded as attributes
 
 #: Attribute keys this module reads. ``gcp.vertex.agent.*`` is Google ADK's native tracer.
-KEYS = frozenset(
+KEYS: Final = frozenset(
     {
         OPERATION_NAME,
         OUTPUT_MESSAGES,

@@ -40,11 +40,11 @@ __all__ = ["CONVENTION", "KEYS", "SPAN_KIND", "classify", "output_summary"]
 
 SPAN_KIND: Final = "langsmith.span.kind"
 _AGENT_NAME: Final = "langsmith.metadata.lc_agent_name"
-_INPUTS = "gen_ai.prompt"
+_INPUTS: Final = "gen_ai.prompt"
 _OUTPUTS: Final = "gen_ai.completion"
 
 #: Attribute keys this module reads.
-KEYS = frozenset({SPAN_KIND, _AGENT_NAME, _INPUTS, _OUTPUTS})
+KEYS: Final = frozenset({SPAN_KIND, _AGENT_NAME, _INPUTS, _OUTPUTS})
 
 _KIND_ROLES: Final = {"tool": SpanRole.TOOL, "llm": SpanRole.LLM}
 

@@ -53,7 +53,7 @@ _LC_AGENT: Final = '"lc_agent_name"'  # the key in ``metadata`` of every span of
 _RAW_REFUSAL: Final = re.compile(r'"type"\s*:\s*"refusal"|"refusal"\s*:\s*"')
 
 #: Exact keys this module reads; flattened output keys are matched by ``OUTPUT_PREFIX``.
-KEYS = frozenset(
+KEYS: Final = frozenset(
     {
         _SPAN_KIND,
         "tool.name",

@@ -41,7 +41,7 @@ _REQUEST_TYPE: Final = "llm.request.type"
 COMPLETION_PREFIX: Final = "gen_ai.completion."
 
 #: Exact keys this module reads; legacy completions are matched by ``COMPLETION_PREFIX``.
-KEYS = frozenset(
+KEYS: Final = frozenset(
     {
         _SPAN_KIND,
         _REQUEST_TYPE,

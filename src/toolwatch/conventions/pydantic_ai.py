@@ -22,7 +22,7 @@ _CALL_ID: Final = "gen_ai.tool.call.id"
 _TOOL_SPAN: Final = "running tool"
 
 #: Attribute keys this module reads (besides the GenAI ones).
-KEYS = frozenset({"tool_arguments", "tool_response", "agent_name", "final_result"})
+KEYS: Final = frozenset({"tool_arguments", "tool_response", "agent_name", "final_result"})
 
 _SPAN_NAME_ROLES: Final = {
     "running tools": SpanRole.WRAPPER,

@@ -41,7 +41,7 @@ _TEXT: Final = "ai.response.text"
 _FINISH_REASON: Final = "ai.response.finishReason"
 
 #: Attribute keys this module reads.
-KEYS = frozenset(
+KEYS: Final = frozenset(
     {
         OPERATION_ID,
         _TOOL_CALLS,
@@ -57,7 +57,7 @@ KEYS = frozenset(
     }
 )
 
-_RUNS = ("ai.generateText", "ai.streamText", "ai.generateObject", "ai.streamObject")
+_RUNS: Final = ("ai.generateText", "ai.streamText", "ai.generateObject", "ai.streamObject")
 _ROLES: Final[dict[str, SpanRole]] = {
     "ai.toolCall": SpanRole.TOOL,
     **dict.fromkeys(_RUNS, SpanRole.AGENT),

@@ -81,7 +81,7 @@ ScannedSpan: TypeAlias = tuple[
 
 _MAX_DEPTH: Final = 32  # AnyValue nesting deeper than this is treated as absent
 _MIN_ITEM_BYTES: Final = 8  # arrays and maps keep at most max_value_bytes // 8 items per level
-_UNCAPPED = 1 << 62  # resources and events keep a few exact keys: no cap
+_UNCAPPED: Final = 1 << 62  # resources and events keep a few exact keys: no cap
 
 
 class WireError(ValueError):

@@ -50,8 +50,10 @@ _MAX_LABEL_VALUE_LENGTH: Final = 128
 
 # Exemplar label sets are limited to 128 UTF-8 characters (OpenMetrics); a W3C trace id is
 # 32 hex digits, so anything else is not a trace id and gets no exemplar.
-_TRACE_ID = re.compile(r"[0-9a-fA-F]{32}")
+_TRACE_ID: Final = re.compile(r"[0-9a-fA-F]{32}")
 
+# Not ``Final``: mypyc 2.4 keeps a Final tuple of floats unboxed and reads it back as unset
+# (NameError).
 _SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
 _EVALUATION_BUCKETS = (1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.05, 0.1, 1.0)
 _REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -63,14 +65,14 @@ _DETECTION_BUCKETS = (
     *(1.0, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0),
 )
 
-_TRANSPORTS = ("grpc", "http")
-_STATUSES = ("ok", "error")
-_MAX_EVALUATOR_KEYS = 1024  # evaluator names whose label key is remembered
-_OUTCOMES = ("complete", "timed_out", "evicted", "span_limit", "shutdown")
+_TRANSPORTS: Final = ("grpc", "http")
+_STATUSES: Final = ("ok", "error")
+_MAX_EVALUATOR_KEYS: Final = 1024  # evaluator names whose label key is remembered
+_OUTCOMES: Final = ("complete", "timed_out", "evicted", "span_limit", "shutdown")
 #: What a run was compared with: a golden case, a shadow source, or nothing but the policy.
-_REFERENCES = ("expected", "source", "none")
-_LISTENERS = ("grpc", "http", "metrics", "stream")
-_RELOADED = ("tokens", "certificate")
+_REFERENCES: Final = ("expected", "source", "none")
+_LISTENERS: Final = ("grpc", "http", "metrics", "stream")
+_RELOADED: Final = ("tokens", "certificate")
 
 _Metric = TypeVar("_Metric", Counter, Histogram)
 
