@@ -366,7 +366,8 @@ def test_replay_input_problems_are_named_and_its_json_is_json(tmp_path: Path) ->
     result = replay("--config", str(config), "--format", "json", str(rejected))
     assert result.returncode == 0, result.stderr
     assert f"{rejected}:1: 1 span(s) left out as invalid: " in result.stderr
-    assert "span_id must not be all zero" in result.stderr
+    # Named as the OTLP/JSON file names it (the proto3 JSON names).
+    assert "scopeSpans[0].spans[1]: spanId must not be all zero" in result.stderr
     assert _strict_json(result.stdout)["traces"] == 1
 
     # A gate no run was scored for: valid JSON, its value null.
