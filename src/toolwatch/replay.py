@@ -3,7 +3,8 @@
 Inputs, detected per line (or per file when the file is one JSON document):
 
 - OTLP/JSON ``ExportTraceServiceRequest`` objects, as the Collector's file exporter writes
-  them (one per line); their spans are assembled exactly as the server assembles them;
+  them (one per line); their spans are assembled as the server assembles them, on a clock
+  of their recorded end times;
 - ToolTrace lines, as ``toolwatch serve --dump-tooltraces`` writes them.
 
 Files may be gzip-compressed (a rotated Collector export). Spans the server would reject (an
@@ -11,11 +12,10 @@ all-zero id, say) are left out as there, each named on stderr with its file and 
 
 Memory: files are read a line at a time and each ToolTrace is evaluated as it is read, so
 ToolTrace lines cost what one run holds, however many there are (the findings, and runs that
-carry a shadow pair key, are kept for the report). But every span of OTLP input is held until
-the input ends (recorded spans carry no arrival time to complete a trace by), about three
-times the size of the OTLP/JSON input; split a large export into files that each hold whole
-traces and replay them one at a time. A file that is one pretty-printed JSON document is read
-whole.
+carry a shadow pair key, are kept for the report). OTLP spans are held until their trace
+settles in the recording's own time (``_OfflineAssembler``): a capture in time order, as a
+Collector writes it, holds the traces of the last five minutes of recorded time, not the
+whole input. A file that is one pretty-printed JSON document is read whole.
 
 Every ToolTrace goes through the same evaluation pipeline as in ``serve`` (policy, golden
 cases matched by attribute, shadow pairs joined by pair key — offline, with no timeout).
@@ -31,13 +31,13 @@ import json
 import os
 import sys
 import zlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Final
 
 from toolwatch.app import build_references
-from toolwatch.assembly.buffer import AssemblyLimits, TraceBuffer
+from toolwatch.assembly.buffer import REPORTED_DROPS, AssemblyLimits, CompletedTrace, TraceBuffer
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
 from toolwatch.evaluation.pipeline import EvaluationPipeline
@@ -181,7 +181,7 @@ def load_tool_traces(
     for path in paths:
         for where, record in _records(path, progress):
             if "resourceSpans" in record or "resource_spans" in record:
-                assembler.add(record, where)
+                yield from assembler.add(record, where)
             else:
                 yield _tooltrace(record, where)
     yield from assembler.finish()
@@ -299,29 +299,52 @@ def _problem(error: ValueError | None) -> str:
     return str(error)
 
 
+#: How long replay holds a trace after its last span, in the recorded time of the spans
+#: (their end times): a span can reach a capture well after it ended (an SDK's batch, a
+#: Collector's retries, 300 s by default), so replay waits at least this long, or the
+#: configured ``completion_wait`` if longer, before it evaluates a trace.
+RECORDED_SETTLE_NS: Final = 300 * 10**9
+#: How long replay waits for the root (or outermost agent) of a trace, in recorded time
+#: since its first span, or the configured ``max_trace_age`` if longer: then it is
+#: evaluated as ``timed_out``, as a server evaluates a trace whose root never came.
+RECORDED_MAX_AGE_NS: Final = 3600 * 10**9
+
+
 class _OfflineAssembler:
-    """Assembles recorded spans with the server's buffer; time is moved by hand."""
+    """Assembles recorded spans with the server's buffer, on a clock of recorded time.
+
+    Recorded spans carry no arrival time, so replay's clock is the latest end time read so
+    far (it never goes back): a trace is evaluated once the recording has moved on past its
+    last span by ``RECORDED_SETTLE_NS``, so a capture in time order holds only the traces in
+    flight, not the whole input. What is still held when the input ends is evaluated then,
+    complete if its root came, else ``timed_out``. A span that comes after its trace was
+    evaluated is left out and named (``warn``): a capture out of time order by more than the
+    settle wait, as two captures of the same hours replayed one after the other.
+    """
 
     def __init__(self, config: Config, warn: Callable[[str], None] | None = None) -> None:
         self._warn = warn
-        self._clock = ManualClock()
+        self._clock = ManualClock(start_ns=0)
         limits = config.assembly.limits()
-        unbounded = AssemblyLimits(
-            completion_wait_ns=limits.completion_wait_ns,
-            max_trace_age_ns=limits.max_trace_age_ns,
+        max_age = max(limits.max_trace_age_ns, RECORDED_MAX_AGE_NS)
+        self.limits = AssemblyLimits(
+            completion_wait_ns=max(limits.completion_wait_ns, RECORDED_SETTLE_NS),
+            max_trace_age_ns=max_age,
+            late_span_window_ns=max_age,  # a span of an evaluated trace is named, not re-run
             max_spans_per_trace=limits.max_spans_per_trace,
-            max_traces=2**62,
+            max_remembered_traces=limits.max_remembered_traces,
+            max_traces=2**62,  # the operator's own file: held by the recorded time alone
             max_buffered_spans=2**62,
             max_buffered_bytes=2**62,
         )
-        self._buffer = TraceBuffer(unbounded, self._clock, NoopMetrics())
+        self._buffer = TraceBuffer(self.limits, self._clock, NoopMetrics())
         self._normalize = config.policy.normalizer()
         self._options = config.decode_options()
-        # Past every deadline: each trace is emitted as the server would have emitted it in
-        # the end, complete once its root span has been seen, else timed_out.
-        self._wait_s = (limits.completion_wait_ns + limits.max_trace_age_ns) / 1e9
+        self._skipped = 0  # traces of no agent run, left out
+        self.peak_buffered_spans = 0
 
-    def add(self, record: dict[str, Any], where: str) -> None:
+    def add(self, record: dict[str, Any], where: str) -> Iterator[ToolTrace]:
+        """Buffer one recorded request's spans; yield the runs of the traces it settled."""
         try:
             # No bound on its objects: the file is the operator's own, read a line at a time.
             batch = decode_otlp_json(json.dumps(record), self._options, sys.maxsize)
@@ -330,21 +353,45 @@ class _OfflineAssembler:
         if batch.rejected and self._warn is not None:
             count = sum(batch.rejected.values())
             self._warn(f"{where}: {count} span(s) left out as invalid: {batch.error_message}")
-        self._buffer.add(batch.spans)
+        recorded = max((span.end_ns for span in batch.spans), default=0)
+        self._clock.now_ns = max(self._clock.now_ns, recorded)
+        refused: dict[str, int] = {}
+        self._buffer.add(batch.spans, refused)
+        self.peak_buffered_spans = max(self.peak_buffered_spans, self._buffer.buffered_spans)
+        if refused and self._warn is not None:
+            self._warn(f"{where}: {self._refusal(refused)}")
+        yield from self._runs(self._buffer.poll())
 
     def finish(self) -> Iterator[ToolTrace]:
-        self._clock.advance(self._wait_s + 1)
-        skipped = 0
-        for completed in [*self._buffer.poll(), *self._buffer.drain()]:
-            if completed.agent_run:
-                yield from build_tool_traces(completed, self._normalize)
-            else:
-                skipped += 1
-        if skipped and self._warn is not None:
+        """The runs of every trace still held: the input has ended."""
+        self._clock.now_ns += self.limits.max_trace_age_ns
+        yield from self._runs([*self._buffer.poll(), *self._buffer.drain()])
+        if self._skipped and self._warn is not None:
             self._warn(
-                f"{skipped} trace(s) with no agent, model or tool span left out, as serve"
+                f"{self._skipped} trace(s) with no agent, model or tool span left out, as serve"
                 " leaves them out (not_an_agent_run)"
             )
+
+    def _runs(self, completed: Iterable[CompletedTrace]) -> Iterator[ToolTrace]:
+        for trace in completed:
+            if trace.agent_run:
+                yield from build_tool_traces(trace, self._normalize)
+            else:
+                self._skipped += 1
+
+    def _refusal(self, refused: Mapping[str, int]) -> str:
+        parts = []
+        for reason, count in sorted(refused.items()):
+            if reason == "late":
+                settle = self.limits.completion_wait_ns // 10**9
+                why = (
+                    f"their trace was already evaluated (they were recorded more than {settle} s"
+                    " after the rest of it, or the input is not in time order)"
+                )
+            else:
+                why = REPORTED_DROPS[reason]
+            parts.append(f"{count} span(s) left out: {why}")
+        return "; ".join(parts)
 
 
 @dataclass

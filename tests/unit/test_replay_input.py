@@ -12,7 +12,12 @@ import pytest
 
 from tests import factories
 from toolwatch.config import Config, load_config
-from toolwatch.replay import ReplayInputError, evaluate_offline, load_tool_traces
+from toolwatch.replay import (
+    ReplayInputError,
+    _OfflineAssembler,
+    evaluate_offline,
+    load_tool_traces,
+)
 from toolwatch.sinks.tooltraces import tooltrace_to_dict
 
 _FIXTURE = (
@@ -199,3 +204,92 @@ def test_a_trace_with_no_agent_model_or_tool_span_is_left_out_as_in_serve(tmp_pa
 def agent_trace_id(document: dict[str, object]) -> str:
     resource = document["resourceSpans"][0]  # type: ignore[index]
     return str(resource["scopeSpans"][0]["spans"][0]["traceId"]).lower()
+
+
+def _recorded(number: int, at_seconds: float, *, spans: str = "all") -> str:
+    """The fixture's run as trace ``number``, its spans moved to end ``at_seconds`` into the
+    recording; ``spans`` keeps ``all``, the ``children`` or the ``root`` alone."""
+    document = json.loads(_FIXTURE.read_text())
+    every = [s for scope in document["resourceSpans"][0]["scopeSpans"] for s in scope["spans"]]
+    shift = int(1_800_000_000e9 + at_seconds * 1e9) - max(int(s["endTimeUnixNano"]) for s in every)
+    for scope in document["resourceSpans"][0]["scopeSpans"]:
+        kept = []
+        for span in scope["spans"]:
+            if spans != "all" and (spans == "root") != ("parentSpanId" not in span):
+                continue
+            span["traceId"] = f"{number + 1:032x}"
+            for key in ("startTimeUnixNano", "endTimeUnixNano"):
+                span[key] = str(int(span[key]) + shift)
+            kept.append(span)
+        scope["spans"] = kept
+    return json.dumps(document)
+
+
+def test_otlp_input_in_time_order_is_evaluated_as_it_is_read(tmp_path: Path) -> None:
+    recorded = tmp_path / "capture.jsonl"  # a run a minute for 100 minutes, then a cut line
+    runs = "".join(f"{_recorded(n, 60.0 * n)}\n" for n in range(100))
+    recorded.write_text(runs + '{"resourceSpans": [\n')
+    traces = load_tool_traces([recorded], _config())
+    read = []
+    with pytest.raises(ReplayInputError, match=rf"^{recorded}:101: not JSON: "):
+        read.extend(traces)
+    # Each run was evaluated once the recording was 300 s past it (the old code held every
+    # span until the input ended, and the cut line cost them all).
+    assert [t.trace_id for t in read] == [f"{n + 1:032x}" for n in range(95)]
+    assert all(t.complete and t.tool_names == ("lookup_order", "issue_refund") for t in read)
+
+
+def test_replay_holds_at_most_the_settle_wait_of_recorded_spans() -> None:
+    assembler = _OfflineAssembler(_config())
+    runs = []
+    for n in range(200):  # a run every 10 s: the 300 s wait holds about 31 runs of 4 spans
+        runs += assembler.add(json.loads(_recorded(n, 10.0 * n)), f"capture:{n + 1}")
+    runs += assembler.finish()
+    assert len(runs) == 200
+    assert assembler.peak_buffered_spans == 4 * 31  # the old assembler held all 800
+
+
+def test_a_span_recorded_after_its_trace_settled_is_named_and_left_out(tmp_path: Path) -> None:
+    recorded = tmp_path / "capture.jsonl"
+    lines = [
+        _recorded(0, 0.0, spans="children"),
+        _recorded(0, 0.0, spans="root"),
+        _recorded(1, 301.0),  # the recording moves past the first run's settle wait
+        _recorded(0, 0.0, spans="children"),  # a second copy: already evaluated
+    ]
+    recorded.write_text("\n".join(lines) + "\n")
+    warnings: list[str] = []
+    traces = list(load_tool_traces([recorded], _config(), warn=warnings.append))
+    assert [(t.trace_id, t.complete) for t in traces] == [(f"{1:032x}", True), (f"{2:032x}", True)]
+    assert traces[0].tool_names == ("lookup_order", "issue_refund")
+    assert warnings == [
+        f"{recorded}:4: 3 span(s) left out: their trace was already evaluated (they were"
+        " recorded more than 300 s after the rest of it, or the input is not in time order)"
+    ]
+
+
+def test_spans_of_one_trace_recorded_within_the_wait_make_one_run(tmp_path: Path) -> None:
+    recorded = tmp_path / "capture.jsonl"
+    lines = [
+        _recorded(0, 0.0, spans="children"),
+        _recorded(1, 250.0),  # the recording moves on, but not past the wait
+        _recorded(0, 0.0, spans="root"),  # the root comes late, as a retried batch would
+    ]
+    recorded.write_text("\n".join(lines) + "\n")
+    warnings: list[str] = []
+    traces = list(load_tool_traces([recorded], _config(), warn=warnings.append))
+    by_id = {t.trace_id: t for t in traces}
+    assert len(traces) == 2
+    assert by_id[f"{1:032x}"].complete
+    assert by_id[f"{1:032x}"].tool_names == ("lookup_order", "issue_refund")
+    assert warnings == []
+
+
+def test_a_trace_over_the_span_limit_is_named_not_silently_cut(tmp_path: Path) -> None:
+    config = load_config(None, {"assembly.max_spans_per_trace": 3})
+    recorded = tmp_path / "capture.jsonl"
+    recorded.write_text(_recorded(0, 0.0) + "\n")
+    warnings: list[str] = []
+    (trace,) = load_tool_traces([recorded], config, warn=warnings.append)
+    assert trace.incomplete_reason == "timed_out"  # the root was the span over the limit
+    assert warnings == [f"{recorded}:1: 1 span(s) left out: over assembly.max_spans_per_trace"]
