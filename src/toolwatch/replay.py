@@ -92,6 +92,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="fail when there are more findings, e.g. DANGEROUS_ACTION_DRIFT=0 or any=10",
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    parser.add_argument(
+        "--hold-spans",
+        action="store_true",
+        help="hold every OTLP span until the input ends: for captures of the same hours from"
+        " several Collectors, whose traces are split between the files",
+    )
 
 
 def run_replay(args: argparse.Namespace, config: Config) -> int:
@@ -107,7 +113,7 @@ def run_replay(args: argparse.Namespace, config: Config) -> int:
         return EXIT_USAGE
     progress = _Progress(sys.stderr, enabled=not args.no_progress and sys.stderr.isatty())
     try:
-        traces = load_tool_traces(args.files, config, progress, _warn)
+        traces = load_tool_traces(args.files, config, progress, _warn, hold=args.hold_spans)
         report = evaluate_offline(traces, config, gates)  # as they are read
     except (ReplayInputError, OSError) as exc:
         print(f"toolwatch replay: {exc}", file=sys.stderr)
@@ -174,10 +180,13 @@ def load_tool_traces(
     config: Config,
     progress: _Progress | None = None,
     warn: Callable[[str], None] | None = None,
+    *,
+    hold: bool = False,
 ) -> Iterator[ToolTrace]:
-    """Every ToolTrace in ``paths``: dumped ToolTraces as they are, OTLP spans assembled.
-    ``warn`` hears of the spans left out as invalid (file:line, how many, why)."""
-    assembler = _OfflineAssembler(config, warn)
+    """Every ToolTrace in ``paths``: dumped ToolTraces as they are, OTLP spans assembled
+    (``hold``: every span held until the input ends, see ``_OfflineAssembler``). ``warn``
+    hears of the spans left out (file:line, how many, why)."""
+    assembler = _OfflineAssembler(config, warn, hold=hold)
     for path in paths:
         for where, record in _records(path, progress):
             if "resourceSpans" in record or "resource_spans" in record:
@@ -319,11 +328,15 @@ class _OfflineAssembler:
     flight, not the whole input. What is still held when the input ends is evaluated then,
     complete if its root came, else ``timed_out``. A span that comes after its trace was
     evaluated is left out and named (``warn``): a capture out of time order by more than the
-    settle wait, as two captures of the same hours replayed one after the other.
+    settle wait, as two captures of the same hours replayed one after the other: ``hold``
+    keeps every span until the input ends for those (the clock then never moves).
     """
 
-    def __init__(self, config: Config, warn: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, config: Config, warn: Callable[[str], None] | None = None, *, hold: bool = False
+    ) -> None:
         self._warn = warn
+        self._hold = hold
         self._clock = ManualClock(start_ns=0)
         limits = config.assembly.limits()
         max_age = max(limits.max_trace_age_ns, RECORDED_MAX_AGE_NS)
@@ -353,8 +366,9 @@ class _OfflineAssembler:
         if batch.rejected and self._warn is not None:
             count = sum(batch.rejected.values())
             self._warn(f"{where}: {count} span(s) left out as invalid: {batch.error_message}")
-        recorded = max((span.end_ns for span in batch.spans), default=0)
-        self._clock.now_ns = max(self._clock.now_ns, recorded)
+        if not self._hold:
+            recorded = max((span.end_ns for span in batch.spans), default=0)
+            self._clock.now_ns = max(self._clock.now_ns, recorded)
         refused: dict[str, int] = {}
         self._buffer.add(batch.spans, refused)
         self.peak_buffered_spans = max(self.peak_buffered_spans, self._buffer.buffered_spans)
@@ -386,7 +400,8 @@ class _OfflineAssembler:
                 settle = self.limits.completion_wait_ns // 10**9
                 why = (
                     f"their trace was already evaluated (they were recorded more than {settle} s"
-                    " after the rest of it, or the input is not in time order)"
+                    " after the rest of it, or the input is not in time order: --hold-spans"
+                    " holds every span until the input ends)"
                 )
             else:
                 why = REPORTED_DROPS[reason]

@@ -264,8 +264,36 @@ def test_a_span_recorded_after_its_trace_settled_is_named_and_left_out(tmp_path:
     assert traces[0].tool_names == ("lookup_order", "issue_refund")
     assert warnings == [
         f"{recorded}:4: 3 span(s) left out: their trace was already evaluated (they were"
-        " recorded more than 300 s after the rest of it, or the input is not in time order)"
+        " recorded more than 300 s after the rest of it, or the input is not in time order:"
+        " --hold-spans holds every span until the input ends)"
     ]
+
+
+def test_held_spans_join_captures_of_the_same_hours_into_whole_runs(tmp_path: Path) -> None:
+    # Two Collectors' captures of the same hours, each with part of every trace.
+    children, roots = tmp_path / "tools.jsonl", tmp_path / "agents.jsonl"
+    children.write_text("".join(f"{_recorded(n, 60.0 * n, spans='children')}\n" for n in range(20)))
+    roots.write_text("".join(f"{_recorded(n, 60.0 * n, spans='root')}\n" for n in range(20)))
+    # Read tools first, their traces wait for a root (an hour): whole runs, streamed.
+    warnings: list[str] = []
+    streamed = list(load_tool_traces([children, roots], _config(), warn=warnings.append))
+    assert warnings == []
+    assert all(t.tool_names == ("lookup_order", "issue_refund") for t in streamed)
+    # Read agents first, their traces settle 300 s after the root: 15 of them had settled
+    # when their tools were read, which are named and left out, unless every span is held.
+    streamed = list(load_tool_traces([roots, children], _config(), warn=warnings.append))
+    assert [w.split(": ")[0] for w in warnings[:15]] == [f"{children}:{n + 1}" for n in range(15)]
+    # (the fixture's root span alone is no agent run: those 15 traces are left out whole)
+    assert warnings[15:] == [
+        "15 trace(s) with no agent, model or tool span left out, as serve leaves them out"
+        " (not_an_agent_run)"
+    ]
+    assert sorted(t.trace_id for t in streamed) == [f"{n + 1:032x}" for n in range(15, 20)]
+    warnings.clear()
+    held = list(load_tool_traces([roots, children], _config(), warn=warnings.append, hold=True))
+    assert warnings == []
+    assert [t.trace_id for t in held] == [f"{n + 1:032x}" for n in range(20)]
+    assert all(t.complete and t.tool_names == ("lookup_order", "issue_refund") for t in held)
 
 
 def test_spans_of_one_trace_recorded_within_the_wait_make_one_run(tmp_path: Path) -> None:
