@@ -30,6 +30,7 @@ import io
 import json
 import os
 import sys
+import time
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -317,6 +318,10 @@ RECORDED_SETTLE_NS: Final = 300 * 10**9
 #: since its first span, or the configured ``max_trace_age`` if longer: then it is
 #: evaluated as ``timed_out``, as a server evaluates a trace whose root never came.
 RECORDED_MAX_AGE_NS: Final = 3600 * 10**9
+#: An end time later than this past the moment replay starts is no recorded time (a host's
+#: clock gone wrong, a zero-filled field read as years): it does not move replay's clock,
+#: which would otherwise leap past every trace in flight and settle them all at once.
+_FUTURE_SLACK_NS: Final = 86_400 * 10**9
 
 
 class _OfflineAssembler:
@@ -333,10 +338,17 @@ class _OfflineAssembler:
     """
 
     def __init__(
-        self, config: Config, warn: Callable[[str], None] | None = None, *, hold: bool = False
+        self,
+        config: Config,
+        warn: Callable[[str], None] | None = None,
+        *,
+        hold: bool = False,
+        started_ns: int | None = None,
     ) -> None:
         self._warn = warn
         self._hold = hold
+        started = time.time_ns() if started_ns is None else started_ns
+        self._latest_recorded_ns = started + _FUTURE_SLACK_NS
         self._clock = ManualClock(start_ns=0)
         limits = config.assembly.limits()
         max_age = max(limits.max_trace_age_ns, RECORDED_MAX_AGE_NS)
@@ -367,7 +379,9 @@ class _OfflineAssembler:
             count = sum(batch.rejected.values())
             self._warn(f"{where}: {count} span(s) left out as invalid: {batch.error_message}")
         if not self._hold:
-            recorded = max((span.end_ns for span in batch.spans), default=0)
+            latest = self._latest_recorded_ns
+            ends = (span.end_ns for span in batch.spans if span.end_ns <= latest)
+            recorded = max(ends, default=0)
             self._clock.now_ns = max(self._clock.now_ns, recorded)
         refused: dict[str, int] = {}
         self._buffer.add(batch.spans, refused)

@@ -211,7 +211,7 @@ def _recorded(number: int, at_seconds: float, *, spans: str = "all") -> str:
     recording; ``spans`` keeps ``all``, the ``children`` or the ``root`` alone."""
     document = json.loads(_FIXTURE.read_text())
     every = [s for scope in document["resourceSpans"][0]["scopeSpans"] for s in scope["spans"]]
-    shift = int(1_800_000_000e9 + at_seconds * 1e9) - max(int(s["endTimeUnixNano"]) for s in every)
+    shift = int(1_700_000_000e9 + at_seconds * 1e9) - max(int(s["endTimeUnixNano"]) for s in every)
     for scope in document["resourceSpans"][0]["scopeSpans"]:
         kept = []
         for span in scope["spans"]:
@@ -321,3 +321,20 @@ def test_a_trace_over_the_span_limit_is_named_not_silently_cut(tmp_path: Path) -
     (trace,) = load_tool_traces([recorded], config, warn=warnings.append)
     assert trace.incomplete_reason == "timed_out"  # the root was the span over the limit
     assert warnings == [f"{recorded}:1: 1 span(s) left out: over assembly.max_spans_per_trace"]
+
+
+def test_an_end_time_in_the_future_does_not_settle_the_traces_in_flight() -> None:
+    assembler = _OfflineAssembler(_config(), started_ns=int(1_700_100_000e9))
+    first = json.loads(_recorded(0, 0.0, spans="children"))
+    bogus = json.loads(_recorded(1, 0.0))
+    for scope in bogus["resourceSpans"][0]["scopeSpans"]:
+        for span in scope["spans"]:  # a host whose clock reads 2100
+            span["endTimeUnixNano"] = str(4_102_444_800 * 10**9)
+    assert list(assembler.add(first, "capture:1")) == []
+    # Had the clock leapt to 2100, trace 1 would be evaluated here, timed out with no root.
+    assert list(assembler.add(bogus, "capture:2")) == []
+    assert list(assembler.add(json.loads(_recorded(0, 0.0, spans="root")), "capture:3")) == []
+    settled = assembler.add(json.loads(_recorded(2, 400.0)), "capture:4")  # 300 s on
+    run = {t.trace_id: t for t in settled}[f"{1:032x}"]
+    assert run.complete
+    assert run.tool_names == ("lookup_order", "issue_refund")
