@@ -331,10 +331,12 @@ class _OfflineAssembler:
     far (it never goes back): a trace is evaluated once the recording has moved on past its
     last span by ``RECORDED_SETTLE_NS``, so a capture in time order holds only the traces in
     flight, not the whole input. What is still held when the input ends is evaluated then,
-    complete if its root came, else ``timed_out``. A span that comes after its trace was
-    evaluated is left out and named (``warn``): a capture out of time order by more than the
-    settle wait, as two captures of the same hours replayed one after the other: ``hold``
-    keeps every span until the input ends for those (the clock then never moves).
+    complete if its root came, else ``timed_out``.
+
+    A span that comes after its trace was evaluated is left out and named (``warn``). That
+    happens when the input is out of time order by more than the settle wait, as when two
+    captures of the same hours are replayed one after the other; for those, ``hold`` keeps
+    every span until the input ends (the clock never moves).
     """
 
     def __init__(
@@ -368,8 +370,8 @@ class _OfflineAssembler:
         self._skipped = 0  # traces of no agent run, left out
         self.peak_buffered_spans = 0
 
-    def add(self, record: dict[str, Any], where: str) -> Iterator[ToolTrace]:
-        """Buffer one recorded request's spans; yield the runs of the traces it settled."""
+    def add(self, record: dict[str, Any], where: str) -> list[ToolTrace]:
+        """Buffer one recorded request's spans; return the runs of the traces it settled."""
         try:
             # No bound on its objects: the file is the operator's own, read a line at a time.
             batch = decode_otlp_json(json.dumps(record), self._options, sys.maxsize)
@@ -388,24 +390,27 @@ class _OfflineAssembler:
         self.peak_buffered_spans = max(self.peak_buffered_spans, self._buffer.buffered_spans)
         if refused and self._warn is not None:
             self._warn(f"{where}: {self._refusal(refused)}")
-        yield from self._runs(self._buffer.poll())
+        return self._runs(self._buffer.poll())
 
-    def finish(self) -> Iterator[ToolTrace]:
+    def finish(self) -> list[ToolTrace]:
         """The runs of every trace still held: the input has ended."""
         self._clock.now_ns += self.limits.max_trace_age_ns
-        yield from self._runs([*self._buffer.poll(), *self._buffer.drain()])
+        runs = self._runs([*self._buffer.poll(), *self._buffer.drain()])
         if self._skipped and self._warn is not None:
             self._warn(
                 f"{self._skipped} trace(s) with no agent, model or tool span left out, as serve"
                 " leaves them out (not_an_agent_run)"
             )
+        return runs
 
-    def _runs(self, completed: Iterable[CompletedTrace]) -> Iterator[ToolTrace]:
+    def _runs(self, completed: Iterable[CompletedTrace]) -> list[ToolTrace]:
+        runs: list[ToolTrace] = []
         for trace in completed:
             if trace.agent_run:
-                yield from build_tool_traces(trace, self._normalize)
+                runs.extend(build_tool_traces(trace, self._normalize))
             else:
                 self._skipped += 1
+        return runs
 
     def _refusal(self, refused: Mapping[str, int]) -> str:
         parts = []
