@@ -34,14 +34,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "otlp"
 _EXPECTED_SUFFIX = ".expected.json"
 
 #: Fixtures whose expectation holds information no structured span field carries.
-KNOWN_GAPS: dict[str, str] = {
-    "openai_agents__otel_contrib__refusal": (
-        "opentelemetry-instrumentation-openai-agents-v2 0.1.0 records the Responses refusal "
-        "only as the Python repr 'ResponseOutputRefusal(refusal=...)' inside a text part and "
-        "in the agent span's ERROR status message: no refusal part, no content_filter finish "
-        "reason; toolwatch does not parse Python reprs or status messages"
-    ),
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _fixture_names() -> list[str]:

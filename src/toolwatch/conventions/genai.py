@@ -23,6 +23,7 @@ attributes up to 0.4b0, inside the ``gen_ai.tool.call.arguments`` JSON object in
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -262,8 +263,24 @@ def _server_tool_call(builder: OutputBuilder, part: dict[str, Any]) -> None:
     builder.call(part.get("name"), part.get("id"), part.get("server_tool_call"), hosted=True)
 
 
+#: OTel contrib ``openai-agents-v2`` 0.1.0 writes each Responses output message as its Python
+#: repr in a text part, so a refusal item survives only as ``ResponseOutputRefusal(refusal=
+#: '...', type='refusal')``: the SDK's class name, which no model writes by chance. Only its
+#: refusal text is read; every other repr stays text (calls come from the tool spans).
+_REPR_REFUSAL_MARK: Final = "ResponseOutputRefusal(refusal="
+_REPR_REFUSAL: Final = re.compile(
+    r"""ResponseOutputRefusal\(refusal=(['"])(.*?)\1, type='refusal'\)"""
+)
+
+
 def _text(builder: OutputBuilder, part: dict[str, Any]) -> None:
-    builder.text(part.get("content"))
+    content = part.get("content")
+    if isinstance(content, str) and _REPR_REFUSAL_MARK in content:
+        # The repr of a refused message, not an answer: its refusal text, and no text.
+        found = _REPR_REFUSAL.search(content)
+        builder.refuse(found.group(2) if found is not None and found.group(2) else "refusal")
+        return
+    builder.text(content)
 
 
 def _refusal(builder: OutputBuilder, part: dict[str, Any]) -> None:

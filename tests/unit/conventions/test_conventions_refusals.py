@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from toolwatch.conventions import openinference
-from toolwatch.conventions.attrs import REFUSAL_REASONS
+from toolwatch.conventions import genai, openinference
+from toolwatch.conventions.attrs import REFUSAL_REASONS, OutputBuilder
 
 
 @pytest.mark.parametrize(
@@ -71,3 +71,43 @@ def test_raw_refusal_wins_over_the_text_it_was_mapped_to() -> None:
     summary = openinference.output_summary(attrs)
     assert summary is not None
     assert (summary.refusal, summary.texts) == ("No.", ("Anything else?",))
+
+
+def _summary(text: str) -> tuple[tuple[str, ...], str | None]:
+    builder = OutputBuilder()
+    genai.add_output_messages(
+        builder, json.dumps([{"role": "assistant", "parts": [{"type": "text", "content": text}]}])
+    )
+    summary = builder.build()
+    assert summary is not None
+    return summary.texts, summary.refusal
+
+
+# As OTel contrib openai-agents-v2 0.1.0 writes a refused Responses message: its Python repr.
+_REFUSED_REPR = (
+    "ResponseOutputMessage(id='msg_002', content=[ResponseOutputRefusal(refusal=\"I'm sorry,"
+    " but I can't help with that request.\", type='refusal')], role='assistant',"
+    " status='completed', type='message', phase=None)"
+)
+
+
+def test_a_refusal_item_in_a_repr_text_part_is_a_refusal_with_its_text() -> None:
+    assert _summary(_REFUSED_REPR) == ((), "I'm sorry, but I can't help with that request.")
+    single = "ResponseOutputRefusal(refusal='No.', type='refusal')"
+    assert _summary(single) == ((), "No.")
+
+
+def test_a_repr_refusal_cut_at_the_value_limit_is_still_a_refusal() -> None:
+    assert _summary(_REFUSED_REPR[:90]) == ((), "refusal")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ResponseOutputText(annotations=[], text='Refunded.', type='output_text')",
+        "The SDK class ResponseOutputRefusal holds a refusal.",  # no repr: the name alone
+        "Your refund of $20 is on its way.",
+    ],
+)
+def test_other_text_parts_stay_text(text: str) -> None:
+    assert _summary(text) == ((text,), None)
