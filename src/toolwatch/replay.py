@@ -12,10 +12,11 @@ all-zero id, say) are left out as there, each named on stderr with its file and 
 
 Memory: files are read a line at a time and each ToolTrace is evaluated as it is read, so
 ToolTrace lines cost what one run holds, however many there are (the findings, and runs that
-carry a shadow pair key, are kept for the report). OTLP spans are held until their trace
-settles in the recording's own time (``_OfflineAssembler``): a capture in time order, as a
-Collector writes it, holds the traces of the last five minutes of recorded time, not the
-whole input. A file that is one pretty-printed JSON document is read whole.
+carry a shadow pair key, are kept for the report). Every span of OTLP input is held until
+the input ends (about three times the size of the OTLP/JSON), so spans of one trace come
+together whatever the order of the files; with ``--stream`` a trace is evaluated once the
+recording has moved on past it (``_OfflineAssembler``), for a large capture of one Collector
+in time order. A file that is one pretty-printed JSON document is read whole.
 
 Every ToolTrace goes through the same evaluation pipeline as in ``serve`` (policy, golden
 cases matched by attribute, shadow pairs joined by pair key — offline, with no timeout).
@@ -30,11 +31,12 @@ import io
 import json
 import os
 import sys
-import time
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median_low
 from typing import IO, Any, Final
 
 from toolwatch.app import build_references
@@ -94,10 +96,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     parser.add_argument(
-        "--hold-spans",
+        "--stream",
         action="store_true",
-        help="hold every OTLP span until the input ends: for captures of the same hours from"
-        " several Collectors, whose traces are split between the files",
+        help="evaluate each OTLP trace once the recording is 5 minutes past it, not when the"
+        " input ends: for a large capture of one Collector, in time order",
     )
 
 
@@ -114,7 +116,7 @@ def run_replay(args: argparse.Namespace, config: Config) -> int:
         return EXIT_USAGE
     progress = _Progress(sys.stderr, enabled=not args.no_progress and sys.stderr.isatty())
     try:
-        traces = load_tool_traces(args.files, config, progress, _warn, hold=args.hold_spans)
+        traces = load_tool_traces(args.files, config, progress, _warn, stream=args.stream)
         report = evaluate_offline(traces, config, gates)  # as they are read
     except (ReplayInputError, OSError) as exc:
         print(f"toolwatch replay: {exc}", file=sys.stderr)
@@ -182,12 +184,12 @@ def load_tool_traces(
     progress: _Progress | None = None,
     warn: Callable[[str], None] | None = None,
     *,
-    hold: bool = False,
+    stream: bool = False,
 ) -> Iterator[ToolTrace]:
     """Every ToolTrace in ``paths``: dumped ToolTraces as they are, OTLP spans assembled
-    (``hold``: every span held until the input ends, see ``_OfflineAssembler``). ``warn``
+    (held until the input ends, or with ``stream`` as ``_OfflineAssembler`` says). ``warn``
     hears of the spans left out (file:line, how many, why)."""
-    assembler = _OfflineAssembler(config, warn, hold=hold)
+    assembler = _OfflineAssembler(config, warn, stream=stream)
     for path in paths:
         for where, record in _records(path, progress):
             if "resourceSpans" in record or "resource_spans" in record:
@@ -309,55 +311,51 @@ def _problem(error: ValueError | None) -> str:
     return str(error)
 
 
-#: How long replay holds a trace after its last span, in the recorded time of the spans
-#: (their end times): a span can reach a capture well after it ended (an SDK's batch, a
-#: Collector's retries, 300 s by default), so replay waits at least this long, or the
-#: configured ``completion_wait`` if longer, before it evaluates a trace.
+#: With ``--stream``: how long replay holds a trace after its last span, in the recorded time
+#: of the spans (their end times): a span can reach a capture well after it ended (an SDK's
+#: batch, a Collector's retries, 300 s by default), so replay waits at least this long, or
+#: the configured ``completion_wait`` if longer.
 RECORDED_SETTLE_NS: Final = 300 * 10**9
-#: How long replay waits for the root (or outermost agent) of a trace, in recorded time
-#: since its first span, or the configured ``max_trace_age`` if longer: then it is
-#: evaluated as ``timed_out``, as a server evaluates a trace whose root never came.
-RECORDED_MAX_AGE_NS: Final = 3600 * 10**9
-#: An end time later than this past the moment replay starts is no recorded time (a host's
-#: clock gone wrong, a zero-filled field read as years): it does not move replay's clock,
-#: which would otherwise leap past every trace in flight and settle them all at once.
-_FUTURE_SLACK_NS: Final = 86_400 * 10**9
+#: With ``--stream``: how long replay waits for the root (or outermost agent) of a trace,
+#: in recorded time since its first span, or the configured ``max_trace_age`` if longer;
+#: then it is evaluated as ``timed_out``, as a server evaluates a trace whose root never came.
+RECORDED_MAX_AGE_NS: Final = 24 * 3600 * 10**9
+#: With ``--stream``, replay's clock is the median of the latest end times of this many
+#: recent records (until that many were read, the first record's): a host whose clock runs
+#: hours ahead, or one absurd end time, moves it only when it sent most of them.
+_CLOCK_RECORDS: Final = 63
 
 
 class _OfflineAssembler:
     """Assembles recorded spans with the server's buffer, on a clock of recorded time.
 
-    Recorded spans carry no arrival time, so replay's clock is the latest end time read so
-    far (it never goes back): a trace is evaluated once the recording has moved on past its
-    last span by ``RECORDED_SETTLE_NS``, so a capture in time order holds only the traces in
-    flight, not the whole input. What is still held when the input ends is evaluated then,
-    complete if its root came, else ``timed_out``.
+    Recorded spans carry no arrival time. By default the clock never moves: every span is
+    held until the input ends (``finish``), then each trace is evaluated, complete if its
+    root came, else ``timed_out``.
 
-    A span that comes after its trace was evaluated is left out and named (``warn``). That
-    happens when the input is out of time order by more than the settle wait, as when two
-    captures of the same hours are replayed one after the other; for those, ``hold`` keeps
-    every span until the input ends (the clock never moves).
+    With ``stream``, the clock follows the recording: the median of the latest end time of
+    each of the last ``_CLOCK_RECORDS`` records read, never going back. Spans arrive at the
+    clock's reading, as in serve, and a trace is evaluated once the clock has moved
+    ``RECORDED_SETTLE_NS`` past its last span's arrival (or ``RECORDED_MAX_AGE_NS`` past its
+    first, waiting for a root that never came), so a capture in time order holds only the
+    traces in flight. A span that comes after its trace was evaluated
+    (input out of time order by more than that wait: files given out of order, captures of
+    the same hours from several Collectors) is left out and named (``warn``); past the
+    configured ``late_span_window``, it starts a new trace, as in serve.
     """
 
     def __init__(
-        self,
-        config: Config,
-        warn: Callable[[str], None] | None = None,
-        *,
-        hold: bool = False,
-        started_ns: int | None = None,
+        self, config: Config, warn: Callable[[str], None] | None = None, *, stream: bool = False
     ) -> None:
         self._warn = warn
-        self._hold = hold
-        started = time.time_ns() if started_ns is None else started_ns
-        self._latest_recorded_ns = started + _FUTURE_SLACK_NS
+        self._stream = stream
+        self._recent: deque[int] = deque(maxlen=_CLOCK_RECORDS)
         self._clock = ManualClock(start_ns=0)
         limits = config.assembly.limits()
-        max_age = max(limits.max_trace_age_ns, RECORDED_MAX_AGE_NS)
         self.limits = AssemblyLimits(
             completion_wait_ns=max(limits.completion_wait_ns, RECORDED_SETTLE_NS),
-            max_trace_age_ns=max_age,
-            late_span_window_ns=max_age,  # a span of an evaluated trace is named, not re-run
+            max_trace_age_ns=max(limits.max_trace_age_ns, RECORDED_MAX_AGE_NS),
+            late_span_window_ns=limits.late_span_window_ns,
             max_spans_per_trace=limits.max_spans_per_trace,
             max_remembered_traces=limits.max_remembered_traces,
             max_traces=2**62,  # the operator's own file: held by the recorded time alone
@@ -380,11 +378,13 @@ class _OfflineAssembler:
         if batch.rejected and self._warn is not None:
             count = sum(batch.rejected.values())
             self._warn(f"{where}: {count} span(s) left out as invalid: {batch.error_message}")
-        if not self._hold:
-            latest = self._latest_recorded_ns
-            ends = (span.end_ns for span in batch.spans if span.end_ns <= latest)
-            recorded = max(ends, default=0)
-            self._clock.now_ns = max(self._clock.now_ns, recorded)
+        latest = max((span.end_ns for span in batch.spans), default=0)  # 0: no end time set
+        if self._stream and latest > 0:
+            if not self._recent:
+                self._clock.now_ns = latest  # where the recording starts
+            self._recent.append(latest)
+            if len(self._recent) == _CLOCK_RECORDS:
+                self._clock.now_ns = max(self._clock.now_ns, median_low(self._recent))
         refused: dict[str, int] = {}
         self._buffer.add(batch.spans, refused)
         self.peak_buffered_spans = max(self.peak_buffered_spans, self._buffer.buffered_spans)
@@ -418,9 +418,9 @@ class _OfflineAssembler:
             if reason == "late":
                 settle = self.limits.completion_wait_ns // 10**9
                 why = (
-                    f"their trace was already evaluated (they were recorded more than {settle} s"
-                    " after the rest of it, or the input is not in time order: --hold-spans"
-                    " holds every span until the input ends)"
+                    "their trace was already evaluated: the input is not in time order, or"
+                    f" they were recorded more than {settle} s after the rest of it (without"
+                    " --stream, replay holds every span until the input ends)"
                 )
             else:
                 why = REPORTED_DROPS[reason]

@@ -12,6 +12,7 @@ import pytest
 
 from tests import factories
 from toolwatch.config import Config, load_config
+from toolwatch.model import ToolTrace
 from toolwatch.replay import (
     ReplayInputError,
     _OfflineAssembler,
@@ -225,116 +226,110 @@ def _recorded(number: int, at_seconds: float, *, spans: str = "all") -> str:
     return json.dumps(document)
 
 
-def test_otlp_input_in_time_order_is_evaluated_as_it_is_read(tmp_path: Path) -> None:
+def _whole(trace: ToolTrace) -> bool:
+    return trace.complete and trace.tool_names == ("lookup_order", "issue_refund")
+
+
+def test_streamed_otlp_input_in_time_order_is_evaluated_as_it_is_read(tmp_path: Path) -> None:
     recorded = tmp_path / "capture.jsonl"  # a run a minute for 100 minutes, then a cut line
     runs = "".join(f"{_recorded(n, 60.0 * n)}\n" for n in range(100))
     recorded.write_text(runs + '{"resourceSpans": [\n')
-    traces = load_tool_traces([recorded], _config())
-    read = []
+    read: list[ToolTrace] = []
     with pytest.raises(ReplayInputError, match=rf"^{recorded}:101: not JSON: "):
-        read.extend(traces)
-    # Each run was evaluated once the recording was 300 s past it (the old code held every
-    # span until the input ended, and the cut line cost them all).
+        read.extend(load_tool_traces([recorded], _config(), stream=True))
+    # The clock is the median of the last 63 records, and a run settles once it has moved
+    # 300 s past the run's arrival: runs 0-94 were evaluated before the cut line.
     assert [t.trace_id for t in read] == [f"{n + 1:032x}" for n in range(95)]
-    assert all(t.complete and t.tool_names == ("lookup_order", "issue_refund") for t in read)
+    assert all(_whole(t) for t in read)
+    # Without --stream every span waits for the end of the input, which never came.
+    held: list[ToolTrace] = []
+    with pytest.raises(ReplayInputError, match=rf"^{recorded}:101: not JSON: "):
+        held.extend(load_tool_traces([recorded], _config()))
+    assert held == []
 
 
-def test_replay_holds_at_most_the_settle_wait_of_recorded_spans() -> None:
-    assembler = _OfflineAssembler(_config())
-    runs = []
-    for n in range(200):  # a run every 10 s: the 300 s wait holds about 31 runs of 4 spans
-        runs += assembler.add(json.loads(_recorded(n, 10.0 * n)), f"capture:{n + 1}")
+def test_streaming_holds_the_clock_window_and_the_settle_wait_of_spans() -> None:
+    assembler = _OfflineAssembler(_config(), stream=True)
+    held = _OfflineAssembler(_config())
+    runs: list[ToolTrace] = []
+    for n in range(200):  # a run of 4 spans every 10 s
+        record = json.loads(_recorded(n, 10.0 * n))
+        runs += assembler.add(record, f"capture:{n + 1}")
+        assert held.add(record, f"capture:{n + 1}") == []
     runs += assembler.finish()
-    assert len(runs) == 200
-    assert assembler.peak_buffered_spans == 4 * 31  # the old assembler held all 800
+    assert [t.trace_id for t in runs] == [f"{n + 1:032x}" for n in range(200)]
+    assert all(_whole(t) for t in runs)
+    # At most 63 runs wait: those that came before the clock's first median (63 records).
+    assert (assembler.peak_buffered_spans, held.peak_buffered_spans) == (4 * 63, 4 * 200)
+
+
+def _settled_then(*late: str) -> list[str]:
+    """Run 0 at 0 s, then 63 runs from 400 s on, which move the clock past its wait."""
+    return [_recorded(0, 0.0), *(_recorded(n, 400.0 + n) for n in range(1, 64)), *late]
 
 
 def test_a_span_recorded_after_its_trace_settled_is_named_and_left_out(tmp_path: Path) -> None:
     recorded = tmp_path / "capture.jsonl"
-    lines = [
-        _recorded(0, 0.0, spans="children"),
-        _recorded(0, 0.0, spans="root"),
-        _recorded(1, 301.0),  # the recording moves past the first run's settle wait
-        _recorded(0, 0.0, spans="children"),  # a second copy: already evaluated
-    ]
-    recorded.write_text("\n".join(lines) + "\n")
+    recorded.write_text("\n".join(_settled_then(_recorded(0, 0.0, spans="children"))) + "\n")
     warnings: list[str] = []
-    traces = list(load_tool_traces([recorded], _config(), warn=warnings.append))
-    assert [(t.trace_id, t.complete) for t in traces] == [(f"{1:032x}", True), (f"{2:032x}", True)]
-    assert traces[0].tool_names == ("lookup_order", "issue_refund")
+    traces = list(load_tool_traces([recorded], _config(), warn=warnings.append, stream=True))
+    assert [t.trace_id for t in traces] == [f"{n + 1:032x}" for n in range(64)]
+    assert all(_whole(t) for t in traces)
     assert warnings == [
-        f"{recorded}:4: 3 span(s) left out: their trace was already evaluated (they were"
-        " recorded more than 300 s after the rest of it, or the input is not in time order:"
-        " --hold-spans holds every span until the input ends)"
+        f"{recorded}:65: 3 span(s) left out: their trace was already evaluated: the input is"
+        " not in time order, or they were recorded more than 300 s after the rest of it"
+        " (without --stream, replay holds every span until the input ends)"
     ]
-
-
-def test_held_spans_join_captures_of_the_same_hours_into_whole_runs(tmp_path: Path) -> None:
-    # Two Collectors' captures of the same hours, each with part of every trace.
-    children, roots = tmp_path / "tools.jsonl", tmp_path / "agents.jsonl"
-    children.write_text("".join(f"{_recorded(n, 60.0 * n, spans='children')}\n" for n in range(20)))
-    roots.write_text("".join(f"{_recorded(n, 60.0 * n, spans='root')}\n" for n in range(20)))
-    # Read tools first, their traces wait for a root (an hour): whole runs, streamed.
-    warnings: list[str] = []
-    streamed = list(load_tool_traces([children, roots], _config(), warn=warnings.append))
-    assert warnings == []
-    assert all(t.tool_names == ("lookup_order", "issue_refund") for t in streamed)
-    # Read agents first, their traces settle 300 s after the root: 15 of them had settled
-    # when their tools were read, which are named and left out, unless every span is held.
-    streamed = list(load_tool_traces([roots, children], _config(), warn=warnings.append))
-    assert [w.split(": ")[0] for w in warnings[:15]] == [f"{children}:{n + 1}" for n in range(15)]
-    # (the fixture's root span alone is no agent run: those 15 traces are left out whole)
-    assert warnings[15:] == [
-        "15 trace(s) with no agent, model or tool span left out, as serve leaves them out"
-        " (not_an_agent_run)"
-    ]
-    assert sorted(t.trace_id for t in streamed) == [f"{n + 1:032x}" for n in range(15, 20)]
-    warnings.clear()
-    held = list(load_tool_traces([roots, children], _config(), warn=warnings.append, hold=True))
-    assert warnings == []
-    assert [t.trace_id for t in held] == [f"{n + 1:032x}" for n in range(20)]
-    assert all(t.complete and t.tool_names == ("lookup_order", "issue_refund") for t in held)
 
 
 def test_spans_of_one_trace_recorded_within_the_wait_make_one_run(tmp_path: Path) -> None:
     recorded = tmp_path / "capture.jsonl"
     lines = [
         _recorded(0, 0.0, spans="children"),
-        _recorded(1, 250.0),  # the recording moves on, but not past the wait
+        *(_recorded(n, 200.0 + n) for n in range(1, 64)),  # the clock moves, not past 300 s
         _recorded(0, 0.0, spans="root"),  # the root comes late, as a retried batch would
     ]
     recorded.write_text("\n".join(lines) + "\n")
     warnings: list[str] = []
-    traces = list(load_tool_traces([recorded], _config(), warn=warnings.append))
-    by_id = {t.trace_id: t for t in traces}
-    assert len(traces) == 2
-    assert by_id[f"{1:032x}"].complete
-    assert by_id[f"{1:032x}"].tool_names == ("lookup_order", "issue_refund")
+    traces = list(load_tool_traces([recorded], _config(), warn=warnings.append, stream=True))
+    assert len(traces) == 64
+    assert _whole({t.trace_id: t for t in traces}[f"{1:032x}"])
     assert warnings == []
 
 
-def test_a_trace_over_the_span_limit_is_named_not_silently_cut(tmp_path: Path) -> None:
-    config = load_config(None, {"assembly.max_spans_per_trace": 3})
-    recorded = tmp_path / "capture.jsonl"
-    recorded.write_text(_recorded(0, 0.0) + "\n")
+def test_captures_of_the_same_hours_make_whole_runs_unless_streamed(tmp_path: Path) -> None:
+    # Two Collectors' captures of the same hours, each with part of every trace.
+    children, roots = tmp_path / "tools.jsonl", tmp_path / "agents.jsonl"
+    children.write_text(
+        "".join(f"{_recorded(n, 60.0 * n, spans='children')}\n" for n in range(100))
+    )
+    roots.write_text("".join(f"{_recorded(n, 60.0 * n, spans='root')}\n" for n in range(100)))
     warnings: list[str] = []
-    (trace,) = load_tool_traces([recorded], config, warn=warnings.append)
-    assert trace.incomplete_reason == "timed_out"  # the root was the span over the limit
-    assert warnings == [f"{recorded}:1: 1 span(s) left out: over assembly.max_spans_per_trace"]
+    held = list(load_tool_traces([roots, children], _config(), warn=warnings.append))
+    assert warnings == []
+    assert [t.trace_id for t in held] == [f"{n + 1:032x}" for n in range(100)]
+    assert all(_whole(t) for t in held)
+    # Streamed, the agents' traces settle while agents.jsonl is read: their tools come late.
+    streamed = list(
+        load_tool_traces([roots, children], _config(), warn=warnings.append, stream=True)
+    )
+    assert sum(_whole(t) for t in streamed) < 50
+    assert any("their trace was already evaluated" in w for w in warnings)
 
 
-def test_an_end_time_in_the_future_does_not_settle_the_traces_in_flight() -> None:
-    assembler = _OfflineAssembler(_config(), started_ns=int(1_700_100_000e9))
-    first = json.loads(_recorded(0, 0.0, spans="children"))
-    bogus = json.loads(_recorded(1, 0.0))
-    for scope in bogus["resourceSpans"][0]["scopeSpans"]:
-        for span in scope["spans"]:  # a host whose clock reads 2100
-            span["endTimeUnixNano"] = str(4_102_444_800 * 10**9)
-    assert assembler.add(first, "capture:1") == []
-    # Had the clock leapt to 2100, trace 1 would be evaluated here, timed out with no root.
-    assert assembler.add(bogus, "capture:2") == []
-    assert assembler.add(json.loads(_recorded(0, 0.0, spans="root")), "capture:3") == []
-    settled = assembler.add(json.loads(_recorded(2, 400.0)), "capture:4")  # 300 s on
-    run = {t.trace_id: t for t in settled}[f"{1:032x}"]
-    assert run.complete
-    assert run.tool_names == ("lookup_order", "issue_refund")
+def test_a_host_whose_clock_runs_ahead_does_not_settle_the_traces_in_flight(
+    tmp_path: Path,
+) -> None:
+    lines = [_recorded(n, 60.0 * n) for n in range(100)]  # a run a minute
+    # Run 70's tools are exported after its root, with a run between from a host two hours
+    # fast: had that run moved the clock, run 70 would settle before its tools came.
+    lines[70] = _recorded(70, 4200.0, spans="root")
+    lines[71:71] = [_recorded(200, 4200.0 + 7200.0), _recorded(70, 4200.0, spans="children")]
+    recorded = tmp_path / "capture.jsonl"
+    recorded.write_text("\n".join(lines) + "\n")
+    warnings: list[str] = []
+    traces = list(load_tool_traces([recorded], _config(), warn=warnings.append, stream=True))
+    assert warnings == []
+    assert sorted(t.trace_id for t in traces) == sorted(f"{n + 1:032x}" for n in [*range(100), 200])
+    assert all(_whole(t) for t in traces)
+
