@@ -332,4 +332,3 @@ def test_a_host_whose_clock_runs_ahead_does_not_settle_the_traces_in_flight(
     assert warnings == []
     assert sorted(t.trace_id for t in traces) == sorted(f"{n + 1:032x}" for n in [*range(100), 200])
     assert all(_whole(t) for t in traces)
-
