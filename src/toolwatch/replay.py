@@ -390,27 +390,25 @@ class _OfflineAssembler:
         self.peak_buffered_spans = max(self.peak_buffered_spans, self._buffer.buffered_spans)
         if refused and self._warn is not None:
             self._warn(f"{where}: {self._refusal(refused)}")
-        return self._runs(self._buffer.poll())
+        return list(self._runs(self._buffer.poll()))
 
-    def finish(self) -> list[ToolTrace]:
-        """The runs of every trace still held: the input has ended."""
+    def finish(self) -> Iterator[ToolTrace]:
+        """The runs of every trace still held, built one trace at a time: the input has
+        ended."""
         self._clock.now_ns += self.limits.max_trace_age_ns
-        runs = self._runs([*self._buffer.poll(), *self._buffer.drain()])
+        yield from self._runs([*self._buffer.poll(), *self._buffer.drain()])
         if self._skipped and self._warn is not None:
             self._warn(
                 f"{self._skipped} trace(s) with no agent, model or tool span left out, as serve"
                 " leaves them out (not_an_agent_run)"
             )
-        return runs
 
-    def _runs(self, completed: Iterable[CompletedTrace]) -> list[ToolTrace]:
-        runs: list[ToolTrace] = []
+    def _runs(self, completed: Iterable[CompletedTrace]) -> Iterator[ToolTrace]:
         for trace in completed:
             if trace.agent_run:
-                runs.extend(build_tool_traces(trace, self._normalize))
+                yield from build_tool_traces(trace, self._normalize)
             else:
                 self._skipped += 1
-        return runs
 
     def _refusal(self, refused: Mapping[str, int]) -> str:
         parts = []
