@@ -35,7 +35,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, Final, TextIO
 
 import grpc
 
@@ -63,6 +63,8 @@ _SEVERITY_COLOURS = {
 }
 
 EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: What gRPC says of a peer that answered a connection in HTTP/1.x.
+_HTTP1_ANSWER: Final = "Trying to connect an http1.x server"
 
 # The receive window stays at HTTP/2's 64 KiB: with BDP probing gRPC grows it to megabytes,
 # and a tail that stops reading (Ctrl-Z, a full pipe) would hold thousands of findings the
@@ -226,6 +228,15 @@ def _report_error(
         return EXIT_UNAVAILABLE
     if connected:
         err.write(f"toolwatch tail: lost the connection to {target}: {code.name}: {details}\n")
+    elif _HTTP1_ANSWER in (details or ""):
+        # gRPC's own words for a peer that answered in HTTP/1.x: toolwatch's OTLP/HTTP or
+        # metrics port, a wrong address, not an outage.
+        err.write(
+            f"toolwatch tail: {target} answers HTTP/1.1, not gRPC, so it serves no findings"
+            " stream (an OTLP/HTTP or metrics port?): point --target at the server's"
+            " listen.stream address\n"
+        )
+        return EXIT_USAGE
     else:
         tls = bool(access.tls or access.ca_file or access.cert_file)
         hint = (

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import grpc
 import pytest
+from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from tests import factories
@@ -598,8 +599,26 @@ def test_tail_explains_a_target_that_is_no_findings_stream_or_has_no_port() -> N
     code, err = asyncio.run(scenario())
     assert code == 2
     assert "serves no findings stream: point --target at the server's listen.stream" in err
+    code, err = asyncio.run(_tail_an_http_server())
+    assert code == 2
+    assert "answers HTTP/1.1, not gRPC, so it serves no findings stream" in err
     err_stream = io.StringIO()
     assert run_tail("localhost", err=err_stream) == 2
     assert err_stream.getvalue() == (
         "toolwatch tail: --target 'localhost' is not HOST:PORT (listen.stream)\n"
     )
+
+
+async def _tail_an_http_server() -> tuple[int, str]:
+    """tail pointed at an HTTP/1.1 server, as the OTLP/HTTP receiver's aiohttp one."""
+    runner = web.AppRunner(web.Application())
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        err = io.StringIO()
+        code = await asyncio.to_thread(run_tail, f"127.0.0.1:{port}", err=err)
+        return code, err.getvalue()
+    finally:
+        await runner.cleanup()
