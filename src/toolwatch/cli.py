@@ -223,7 +223,10 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _check_config(args: argparse.Namespace) -> int:
     config = load_config(args.file)
-    check_outputs(config)
+    try:
+        check_outputs(config)
+    except ConfigError as exc:  # every value came from the file: name it, as load_config does
+        raise ConfigError(f"{args.file}: {exc}") from None
     golden, _shadow = build_references(config)
     cases = f", {len(golden)} golden case(s)" if golden is not None else ""
     print(f"{args.file}: ok{cases}")

@@ -10,6 +10,7 @@ The sections of other stages are defined next to their stage (``evaluation.setti
 
 from __future__ import annotations
 
+import io
 import ipaddress
 import os
 import re
@@ -598,7 +599,9 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
     try:
-        data = yaml.load(text, Loader=UniqueKeyLoader)
+        document = io.StringIO(text)
+        document.name = str(path)  # so the error's mark names the file, not "<unicode string>"
+        data = yaml.load(document, Loader=UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if data is None:

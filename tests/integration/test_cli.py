@@ -349,6 +349,7 @@ def test_serve_that_cannot_open_an_output_names_it(tmp_path: Path) -> None:
         assert f"output.dump_tooltraces: directory {missing.parent} does not exist" in (
             result.stderr
         )
+    assert f"\n{config}: output.dump_tooltraces: " in result.stderr  # check-config names the file
     # A name too long for the file system: the same, with the system's reason.
     too_long = tmp_path / ("t" * 300)
     config.write_text(listen + f"output:\n  dump_tooltraces: '{too_long}'\n")

@@ -101,6 +101,7 @@ def test_a_key_given_twice_is_refused_not_silently_replaced(tmp_path: Path) -> N
     lines = error_lines(config, {})
     assert lines[0].startswith(f"{config}: not valid YAML: ")
     assert "found duplicate key 'security'" in lines
+    assert f'  in "{config}", line 4, column 1' in lines  # was "<unicode string>"
 
 
 def test_a_field_missing_beside_an_override_names_the_override_too(tmp_path: Path) -> None:
