@@ -334,9 +334,9 @@ class _OfflineAssembler:
     root came, else ``timed_out``.
 
     With ``stream``, the clock follows the recording: the median of the latest end time of
-    each of the last ``_CLOCK_RECORDS`` records read, never going back. Spans arrive at the
-    clock's reading, as in serve, and a trace is evaluated once the clock has moved
-    ``RECORDED_SETTLE_NS`` past its last span's arrival (or ``RECORDED_MAX_AGE_NS`` past its
+    each of the last ``_CLOCK_RECORDS`` records read, never going back. A record's spans
+    arrive at its latest end time (or the clock, if later), and a trace is evaluated once
+    the clock has moved ``RECORDED_SETTLE_NS`` past its last span's arrival (or ``RECORDED_MAX_AGE_NS`` past its
     first, waiting for a root that never came), so a capture in time order holds only the
     traces in flight. A span that comes after its trace was evaluated
     (input out of time order by more than that wait: files given out of order, captures of
@@ -351,6 +351,8 @@ class _OfflineAssembler:
         self._stream = stream
         self._recent: deque[int] = deque(maxlen=_CLOCK_RECORDS)
         self._clock = ManualClock(start_ns=0)
+        self._now = 0  # the clock: what traces settle on
+        self._furthest = 0  # the latest arrival: past it, every held trace is due
         limits = config.assembly.limits()
         self.limits = AssemblyLimits(
             completion_wait_ns=max(limits.completion_wait_ns, RECORDED_SETTLE_NS),
@@ -381,12 +383,18 @@ class _OfflineAssembler:
         latest = max((span.end_ns for span in batch.spans), default=0)  # 0: no end time set
         if self._stream and latest > 0:
             if not self._recent:
-                self._clock.now_ns = latest  # where the recording starts
+                self._now = latest  # where the recording starts
             self._recent.append(latest)
             if len(self._recent) == _CLOCK_RECORDS:
-                self._clock.now_ns = max(self._clock.now_ns, median_low(self._recent))
+                self._now = max(self._now, median_low(self._recent))
+            # The spans arrive at their own recorded time, never before the clock: when the
+            # clock jumps (a quiet hour in the recording), a run read just before the jump
+            # still waits its full settle time for the rest of its spans.
+            self._clock.now_ns = max(self._now, latest)
+            self._furthest = max(self._furthest, self._clock.now_ns)
         refused: dict[str, int] = {}
         self._buffer.add(batch.spans, refused)
+        self._clock.now_ns = self._now  # traces settle on the clock
         self.peak_buffered_spans = max(self.peak_buffered_spans, self._buffer.buffered_spans)
         if refused and self._warn is not None:
             self._warn(f"{where}: {self._refusal(refused)}")
@@ -395,7 +403,7 @@ class _OfflineAssembler:
     def finish(self) -> Iterator[ToolTrace]:
         """The runs of every trace still held, built one trace at a time: the input has
         ended."""
-        self._clock.now_ns += self.limits.max_trace_age_ns
+        self._clock.now_ns = self._furthest + self.limits.max_trace_age_ns
         yield from self._runs([*self._buffer.poll(), *self._buffer.drain()])
         if self._skipped and self._warn is not None:
             self._warn(

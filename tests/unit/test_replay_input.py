@@ -237,9 +237,9 @@ def test_streamed_otlp_input_in_time_order_is_evaluated_as_it_is_read(tmp_path: 
     read: list[ToolTrace] = []
     with pytest.raises(ReplayInputError, match=rf"^{recorded}:101: not JSON: "):
         read.extend(load_tool_traces([recorded], _config(), stream=True))
-    # The clock is the median of the last 63 records, and a run settles once it has moved
-    # 300 s past the run's arrival: runs 0-94 were evaluated before the cut line.
-    assert [t.trace_id for t in read] == [f"{n + 1:032x}" for n in range(95)]
+    # The clock is the median of the last 63 records (minute 68 after the 100th), and a run
+    # settles 300 s after its last span: runs 0-63 were evaluated before the cut line.
+    assert [t.trace_id for t in read] == [f"{n + 1:032x}" for n in range(64)]
     assert all(_whole(t) for t in read)
     # Without --stream every span waits for the end of the input, which never came.
     held: list[ToolTrace] = []
@@ -331,4 +331,24 @@ def test_a_host_whose_clock_runs_ahead_does_not_settle_the_traces_in_flight(
     traces = list(load_tool_traces([recorded], _config(), warn=warnings.append, stream=True))
     assert warnings == []
     assert sorted(t.trace_id for t in traces) == sorted(f"{n + 1:032x}" for n in [*range(100), 200])
+    assert all(_whole(t) for t in traces)
+
+
+def test_a_quiet_hour_in_the_recording_cuts_no_run(tmp_path: Path) -> None:
+    # A run every 2 s, its tools exported after its root, and an hour with no runs:
+    # the clock leaps an hour when the window fills with runs after the gap, but the runs
+    # read just before that still wait their 300 s for their tools.
+    lines = []
+    for n in range(0, 120, 2):  # two runs' roots, then their tools
+        if n == 60:  # the first run after the gap comes whole (the clock leaps between
+            lines.append(_recorded(500, 3700.0))  # a root and its tools, as it may)
+        at = [2.0 * m + (3600.0 if m >= 60 else 0.0) for m in (n, n + 1)]
+        lines += [_recorded(m, t, spans="root") for m, t in zip((n, n + 1), at, strict=True)]
+        lines += [_recorded(m, t, spans="children") for m, t in zip((n, n + 1), at, strict=True)]
+    recorded = tmp_path / "capture.jsonl"
+    recorded.write_text("\n".join(lines) + "\n")
+    warnings: list[str] = []
+    traces = list(load_tool_traces([recorded], _config(), warn=warnings.append, stream=True))
+    assert warnings == []
+    assert sorted(t.trace_id for t in traces) == [f"{n + 1:032x}" for n in [*range(120), 500]]
     assert all(_whole(t) for t in traces)
