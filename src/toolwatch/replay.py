@@ -336,12 +336,13 @@ class _OfflineAssembler:
     With ``stream``, the clock follows the recording: the median of the latest end time of
     each of the last ``_CLOCK_RECORDS`` records read, never going back. A record's spans
     arrive at its latest end time (or the clock, if later), and a trace is evaluated once
-    the clock has moved ``RECORDED_SETTLE_NS`` past its last span's arrival (or ``RECORDED_MAX_AGE_NS`` past its
-    first, waiting for a root that never came), so a capture in time order holds only the
-    traces in flight. A span that comes after its trace was evaluated
-    (input out of time order by more than that wait: files given out of order, captures of
-    the same hours from several Collectors) is left out and named (``warn``); past the
-    configured ``late_span_window``, it starts a new trace, as in serve.
+    the clock has moved ``RECORDED_SETTLE_NS`` past its last span's arrival (or
+    ``RECORDED_MAX_AGE_NS`` past its first, waiting for a root that never came), so a
+    capture in time order holds only the traces in flight. A span that comes after its
+    trace was evaluated (input out of time order by more than that wait: files given out of
+    order, captures of the same hours from several Collectors) is left out and named
+    (``warn``); past the configured ``late_span_window``, it starts a new trace, as in
+    serve.
     """
 
     def __init__(
