@@ -23,6 +23,7 @@ attributes up to 0.4b0, inside the ``gen_ai.tool.call.arguments`` JSON object in
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -264,23 +265,40 @@ def _server_tool_call(builder: OutputBuilder, part: dict[str, Any]) -> None:
 
 
 #: OTel contrib ``openai-agents-v2`` 0.1.0 writes each Responses output message as its Python
-#: repr in a text part, so a refusal item survives only as ``ResponseOutputRefusal(refusal=
-#: '...', type='refusal')``: the SDK's class name, which no model writes by chance. Only its
-#: refusal text is read; every other repr stays text (calls come from the tool spans).
+#: repr in a text part, so a refusal item survives only inside ``ResponseOutputMessage(...,
+#: content=[ResponseOutputRefusal(refusal='...', type='refusal')], ...)``. A text part that is
+#: such a repr as a whole (it opens with the SDK's class name, which no answer does) and holds
+#: a refusal item is read as that refusal; every other text stays text.
+_REPR_OPENINGS: Final = ("ResponseOutputMessage(", "ResponseOutputRefusal(")
 _REPR_REFUSAL_MARK: Final = "ResponseOutputRefusal(refusal="
 _REPR_REFUSAL: Final = re.compile(
-    r"""ResponseOutputRefusal\(refusal=(['"])(.*?)\1, type='refusal'\)"""
+    r"""ResponseOutputRefusal\(refusal=('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")"""
 )
 
 
 def _text(builder: OutputBuilder, part: dict[str, Any]) -> None:
     content = part.get("content")
-    if isinstance(content, str) and _REPR_REFUSAL_MARK in content:
-        # The repr of a refused message, not an answer: its refusal text, and no text.
-        found = _REPR_REFUSAL.search(content)
-        builder.refuse(found.group(2) if found is not None and found.group(2) else "refusal")
+    if (
+        isinstance(content, str)
+        and content.startswith(_REPR_OPENINGS)
+        and _REPR_REFUSAL_MARK in content
+    ):
+        builder.refuse(_repr_refusal(content))  # the repr of a refused message: no answer
         return
     builder.text(content)
+
+
+def _repr_refusal(content: str) -> str:
+    """The refusal text of a ``ResponseOutputRefusal`` repr (its string literal read as
+    Python reads it), or ``refusal`` when the repr was cut before the literal ends."""
+    found = _REPR_REFUSAL.search(content)
+    if found is None:
+        return "refusal"
+    try:
+        text = ast.literal_eval(found.group(1))
+    except (ValueError, SyntaxError):
+        return "refusal"
+    return text if isinstance(text, str) and text else "refusal"
 
 
 def _refusal(builder: OutputBuilder, part: dict[str, Any]) -> None:

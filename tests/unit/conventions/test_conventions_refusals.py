@@ -95,6 +95,12 @@ def test_a_refusal_item_in_a_repr_text_part_is_a_refusal_with_its_text() -> None
     assert _summary(_REFUSED_REPR) == ((), "I'm sorry, but I can't help with that request.")
     single = "ResponseOutputRefusal(refusal='No.', type='refusal')"
     assert _summary(single) == ((), "No.")
+    # The literal read as Python reads it: escaped quotes and newlines.
+    escaped = repr('I can\'t say "that".\nSorry.')
+    assert _summary(f"ResponseOutputRefusal(refusal={escaped}, type='refusal')") == (
+        (),
+        'I can\'t say "that".\nSorry.',
+    )
 
 
 def test_a_repr_refusal_cut_at_the_value_limit_is_still_a_refusal() -> None:
@@ -106,6 +112,9 @@ def test_a_repr_refusal_cut_at_the_value_limit_is_still_a_refusal() -> None:
     [
         "ResponseOutputText(annotations=[], text='Refunded.', type='output_text')",
         "The SDK class ResponseOutputRefusal holds a refusal.",  # no repr: the name alone
+        # An answer about the SDK that quotes a repr is still an answer.
+        "A refusal reads ResponseOutputRefusal(refusal='No.', type='refusal') in the trace.",
+        "ResponseOutputText(text='ResponseOutputRefusal(refusal= is the class', type='x')",
         "Your refund of $20 is on its way.",
     ],
 )
