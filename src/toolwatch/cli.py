@@ -209,24 +209,27 @@ def _env_path(name: str) -> Path | None:
 
 def serve_config(args: argparse.Namespace) -> Config:
     """The configuration ``serve`` runs with: the file, then env/flag overrides."""
-    overrides = {
+    return load_config(args.config, _serve_overrides(args))
+
+
+def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    return {
         key: getattr(args, flag[2:].replace("-", "_"))
         for flag, _env, key, _help in _SERVE_FLAGS
         if getattr(args, flag[2:].replace("-", "_")) is not None
     }
-    return load_config(args.config, overrides)
 
 
 def _serve(args: argparse.Namespace) -> int:
-    return asyncio.run(serve(serve_config(args)))
+    config = serve_config(args)
+    # Before anything starts, naming where a bad path came from, as load_config does.
+    check_outputs(config, str(args.config or "defaults"), _serve_overrides(args))
+    return asyncio.run(serve(config))
 
 
 def _check_config(args: argparse.Namespace) -> int:
     config = load_config(args.file)
-    try:
-        check_outputs(config)
-    except ConfigError as exc:  # every value came from the file: name it, as load_config does
-        raise ConfigError(f"{args.file}: {exc}") from None
+    check_outputs(config, str(args.file))
     golden, _shadow = build_references(config)
     cases = f", {len(golden)} golden case(s)" if golden is not None else ""
     print(f"{args.file}: ok{cases}")

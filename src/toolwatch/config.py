@@ -519,14 +519,19 @@ class Config(_Section):
         )
 
 
-def check_outputs(config: Config) -> None:
+def check_outputs(
+    config: Config, source: str | None = None, overrides: dict[str, Any] | None = None
+) -> None:
     """Refuse an output file ``serve`` could not open (``serve`` and ``check-config`` call
     this; ``replay`` writes none, so a production configuration replays anywhere). Raises
-    ``ConfigError`` naming the setting, the path and the reason."""
+    ``ConfigError`` naming where the value came from (``source``, the file, unless
+    ``overrides`` set it), the setting, the path and the reason."""
     for name in ("findings", "dump_tooltraces"):
         problem = _unwritable(getattr(config.output, name))
         if problem is not None:
-            raise ConfigError(f"output.{name}: {problem}")
+            where = f"output.{name}"
+            origin = "" if source is None else f"{_origin(where, source, overrides or {})}: "
+            raise ConfigError(f"{origin}{where}: {problem}")
 
 
 def _unwritable(target: str | None) -> str | None:

@@ -346,10 +346,14 @@ def test_serve_that_cannot_open_an_output_names_it(tmp_path: Path) -> None:
         args = ("serve", "--config", str(config)) if command == "serve" else (command, str(config))
         result = run_cli(*args)
         assert result.returncode == 2, command
-        assert f"output.dump_tooltraces: directory {missing.parent} does not exist" in (
-            result.stderr
-        )
-    assert f"\n{config}: output.dump_tooltraces: " in result.stderr  # check-config names the file
+        said = f"{config}: output.dump_tooltraces: directory {missing.parent} does not exist"
+        assert said in result.stderr.splitlines(), command
+    # Given on the command line, the path is blamed on it, not on the file.
+    config.write_text(listen)
+    result = run_cli("serve", "--config", str(config), "--dump-tooltraces", str(missing))
+    assert result.returncode == 2
+    said = f"command line/environment: output.dump_tooltraces: directory {missing.parent}"
+    assert f"{said} does not exist" in result.stderr.splitlines()
     # A name too long for the file system: the same, with the system's reason.
     too_long = tmp_path / ("t" * 300)
     config.write_text(listen + f"output:\n  dump_tooltraces: '{too_long}'\n")
