@@ -31,7 +31,6 @@ from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector,
 from toolwatch import __version__, compiled
 from toolwatch.config import (
     Config,
-    check_outputs,
     host_addresses,
     is_ip_address,
     is_loopback,
@@ -557,8 +556,7 @@ def tune_gc() -> None:
 
 async def serve(config: Config) -> int:
     """Run a server until SIGTERM or SIGINT, then shut down gracefully. Returns the exit
-    code."""
-    check_outputs(config)
+    code. The CLI has checked the output files (``config.check_outputs``)."""
     app = App(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
