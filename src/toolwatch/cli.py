@@ -23,7 +23,7 @@ from typing import Any
 
 from toolwatch import __version__
 from toolwatch.app import StartError, build_references, serve
-from toolwatch.config import Config, ConfigError, check_outputs, load_config
+from toolwatch.config import ConfigError, check_outputs, load_config
 from toolwatch.model import Severity
 from toolwatch.references.golden import ReferenceFileError
 from toolwatch.replay import EXIT_OK, EXIT_USAGE, add_arguments, run_replay
@@ -207,12 +207,8 @@ def _env_path(name: str) -> Path | None:
     return Path(value) if value else None
 
 
-def serve_config(args: argparse.Namespace) -> Config:
-    """The configuration ``serve`` runs with: the file, then env/flag overrides."""
-    return load_config(args.config, _serve_overrides(args))
-
-
 def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
+    """What ``serve``'s flags and environment variables set (dotted keys)."""
     return {
         key: getattr(args, flag[2:].replace("-", "_"))
         for flag, _env, key, _help in _SERVE_FLAGS
@@ -221,15 +217,15 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    config = serve_config(args)
-    # Before anything starts, naming where a bad path came from, as load_config does.
-    check_outputs(config, str(args.config or "defaults"), _serve_overrides(args))
+    overrides = _serve_overrides(args)
+    config = load_config(args.config, overrides)
+    check_outputs(config, args.config, overrides)  # before anything starts
     return asyncio.run(serve(config))
 
 
 def _check_config(args: argparse.Namespace) -> int:
     config = load_config(args.file)
-    check_outputs(config, str(args.file))
+    check_outputs(config, args.file)
     golden, _shadow = build_references(config)
     cases = f", {len(golden)} golden case(s)" if golden is not None else ""
     print(f"{args.file}: ok{cases}")

@@ -520,18 +520,19 @@ class Config(_Section):
 
 
 def check_outputs(
-    config: Config, source: str | None = None, overrides: dict[str, Any] | None = None
+    config: Config, path: Path | None, overrides: dict[str, Any] | None = None
 ) -> None:
     """Refuse an output file ``serve`` could not open (``serve`` and ``check-config`` call
-    this; ``replay`` writes none, so a production configuration replays anywhere). Raises
-    ``ConfigError`` naming where the value came from (``source``, the file, unless
-    ``overrides`` set it), the setting, the path and the reason."""
+    this; ``replay`` writes none, so a production configuration replays anywhere).
+    ``config`` was loaded from ``path`` and ``overrides`` (``load_config``). Raises
+    ``ConfigError`` naming where the value came from, the setting, the path and the
+    reason."""
     for name in ("findings", "dump_tooltraces"):
         problem = _unwritable(getattr(config.output, name))
         if problem is not None:
             where = f"output.{name}"
-            origin = "" if source is None else f"{_origin(where, source, overrides or {})}: "
-            raise ConfigError(f"{origin}{where}: {problem}")
+            origin = _origin(where, _source(path), overrides or {})
+            raise ConfigError(f"{origin}: {where}: {problem}")
 
 
 def _unwritable(target: str | None) -> str | None:
@@ -558,10 +559,15 @@ def _ns(seconds: float) -> int:
     return int(seconds * 1_000_000_000)
 
 
+def _source(path: Path | None) -> str:
+    """How errors name where a configuration came from."""
+    return str(path) if path else "defaults"
+
+
 def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> Config:
     """Read ``path`` (YAML), apply ``overrides`` (dotted keys, e.g. ``listen.grpc``), and
     validate. Raises ``ConfigError`` naming the file, the field path and the reason."""
-    source = str(path) if path else "defaults"
+    source = _source(path)
     data = _read_yaml(path) if path else {}
     if path is not None:
         _resolve_relative(data, path.parent)
