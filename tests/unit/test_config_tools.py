@@ -63,12 +63,13 @@ def test_an_output_file_serve_could_not_open_is_refused_by_check_config_too(
         str(tmp_path / "nope" / "f.jsonl"): f"directory {tmp_path / 'nope'} does not exist",
     }
     for target, reason in refusals.items():
-        config = load_config(None, {setting: target})  # replay writes none: loads anywhere
+        overrides = {setting: target}
+        config = load_config(None, overrides)  # replay writes none: loads anywhere
         with pytest.raises(ConfigError) as refused:
-            check_outputs(config)
-        assert str(refused.value) == f"{setting}: {reason}", target
+            check_outputs(config, None, overrides)
+        assert str(refused.value) == f"command line/environment: {setting}: {reason}", target
     for target in ("-", str(tmp_path / "f.jsonl")):
-        check_outputs(load_config(None, {setting: target}))
+        check_outputs(load_config(None, {setting: target}), None, {setting: target})
 
 
 def test_reload_intervals_the_alert_cannot_follow_are_warned_of(
