@@ -160,6 +160,7 @@ def _prometheus(config: Config) -> PrometheusMetrics:
         agents=config.metrics.agents,
         tools=config.metrics.tools,
         label_value_cap=config.metrics.label_value_cap,
+        agent_tool_pair_cap=config.metrics.agent_tool_pair_cap,
     )
 
 

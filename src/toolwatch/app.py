@@ -126,6 +126,7 @@ class App:
             agents=config.metrics.agents,
             tools=_known_tools(config, golden),
             label_value_cap=config.metrics.label_value_cap,
+            agent_tool_pair_cap=config.metrics.agent_tool_pair_cap,
             buffer_state=self._buffer_state,
             stream_subscribers=lambda: self.broker.subscriber_count,
             requests_in_flight=lambda: self._slots.in_use,

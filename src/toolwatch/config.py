@@ -285,6 +285,7 @@ class OutputSettings(_Section):
 
 class MetricsSettings(_Section):
     label_value_cap: int = Field(100, gt=0, le=10_000)
+    agent_tool_pair_cap: int = Field(1000, gt=0, le=100_000)
     agents: tuple[str, ...] = ()
     tools: tuple[str, ...] = ()
 

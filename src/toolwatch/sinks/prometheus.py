@@ -38,6 +38,7 @@ __all__ = [
     "OTHER",
     "BufferState",
     "LabelLimiter",
+    "PairLimiter",
     "PrometheusMetrics",
     "StateCollector",
 ]
@@ -111,12 +112,50 @@ class LabelLimiter:
         return frozenset(self._admitted)
 
 
+class PairLimiter:
+    """Bounds the (agent, tool) pairs the per-call series take, so a family's series grow
+    with the caps, not with their product.
+
+    Each label is limited on its own first (``LabelLimiter``); that alone allows
+    ``(cap + 2)²`` pairs when agent and tool names both churn (a name per tenant, hostile
+    input). A pair passes when either side is configured, or is ``""`` or ``_other``: those
+    pairs are bounded by the configuration times one cap. Of the pairs of two unconfigured
+    names, the first ``cap`` seen are admitted; after that the tool reports as ``_other``
+    (the agent keeps its label, so per-agent rates stay whole). Not thread-safe: call it from
+    the event loop.
+    """
+
+    __slots__ = ("_admitted", "_agents", "_cap", "_tools")
+
+    def __init__(self, agents: Iterable[str] = (), tools: Iterable[str] = (), cap: int = 1000):
+        if cap < 0:
+            raise ValueError(f"pair cap must be >= 0, got {cap}")
+        self._agents = frozenset(agents) | {"", OTHER}
+        self._tools = frozenset(tools) | {"", OTHER}
+        self._admitted: set[tuple[str, str]] = set()
+        self._cap = cap
+
+    def __call__(self, agent: str, tool: str) -> str:
+        """The tool label to report beside ``agent``; both are already limited labels."""
+        if tool in self._tools or agent in self._agents:
+            return tool
+        pair = (agent, tool)
+        if pair in self._admitted:
+            return tool
+        if len(self._admitted) >= self._cap:
+            return OTHER
+        self._admitted.add(pair)
+        return tool
+
+
 class PrometheusMetrics:
     """``PipelineMetrics`` on Prometheus counters and histograms in ``registry``.
 
     ``agents`` and ``tools`` (configured names: policy tools, golden cases, allowed tools per
     agent) always keep their own label values; up to ``label_value_cap`` other values per
-    label are admitted, the rest report as ``_other``. Registers
+    label are admitted, the rest report as ``_other``; of the (agent, tool) pairs of two
+    unconfigured names, ``agent_tool_pair_cap`` are admitted, later ones report their tool
+    as ``_other`` (``PairLimiter``). Registers
     ``toolwatch_build_info{version,decoder}`` = 1 (``decoder``: which OTLP scanner runs,
     ``compiled`` or ``reference``) and, when ``buffer_state`` is given, a
     ``StateCollector`` reading it (and ``stream_subscribers``, ``requests_in_flight``) at
@@ -131,6 +170,7 @@ class PrometheusMetrics:
         agents: Iterable[str] = (),
         tools: Iterable[str] = (),
         label_value_cap: int = 100,
+        agent_tool_pair_cap: int = 1000,
         version: str = __version__,
         decoder: str = "compiled",
         buffer_state: Callable[[], BufferState] | None = None,
@@ -139,6 +179,7 @@ class PrometheusMetrics:
     ) -> None:
         self._agent = LabelLimiter(agents, label_value_cap)
         self._tool = LabelLimiter(tools, label_value_cap)
+        self._pair = PairLimiter(agents, tools, agent_tool_pair_cap)
         self._evaluator = LabelLimiter((), label_value_cap)
         # One limiter serves every ``reason`` label: reasons come from the code, and their
         # union stays under the cap.
@@ -342,7 +383,8 @@ class PrometheusMetrics:
             same = not call.agent or call.agent == trace.agent  # the run's agent, usually
             agent = run_agent if same else self._agent(call.agent)
             status = self._status_labels.get(call.status) or self._status(str(call.status))
-            self._tool_calls.inc((agent, self._tool(call.tool_name), status))
+            tool = self._pair(agent, self._tool(call.tool_name))
+            self._tool_calls.inc((agent, tool, status))
 
     def evaluated(self, evaluator: str, score: float | None, seconds: float) -> None:
         key = self._evaluator_keys.get(evaluator)
@@ -360,13 +402,14 @@ class PrometheusMetrics:
     def finding(self, finding: Finding, detection_seconds: float | None) -> None:
         """Counts the finding; its trace id rides along as an exemplar."""
         exemplar = {"trace_id": finding.trace_id} if _TRACE_ID.fullmatch(finding.trace_id) else None
+        agent = self._agent(finding.agent)
         self._child(
             self._regressions,
             _enum_label(finding.category, Category),
             _enum_label(finding.severity, Severity),
             self._evaluator(finding.evaluator),
-            self._agent(finding.agent),
-            self._tool(finding.tool),
+            agent,
+            self._pair(agent, self._tool(finding.tool)),
         ).inc(exemplar=exemplar)
         if detection_seconds is not None:
             self._detection_seconds.observe(detection_seconds, exemplar=exemplar)

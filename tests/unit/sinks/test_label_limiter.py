@@ -7,7 +7,7 @@ from prometheus_client import CollectorRegistry
 
 from tests import factories
 from toolwatch.model import Category, ReferenceKind, Severity, ToolTrace
-from toolwatch.sinks.prometheus import OTHER, LabelLimiter, PrometheusMetrics
+from toolwatch.sinks.prometheus import OTHER, LabelLimiter, PairLimiter, PrometheusMetrics
 
 
 def test_known_values_pass_even_past_the_cap() -> None:
@@ -39,6 +39,30 @@ def test_long_values_are_free_text_and_report_other() -> None:
 def test_a_negative_cap_is_refused() -> None:
     with pytest.raises(ValueError, match="cap"):
         LabelLimiter(cap=-1)
+
+
+def test_pairs_of_unconfigured_names_are_capped_the_tool_reports_other() -> None:
+    pair = PairLimiter(agents=["refund-bot"], tools=["issue_refund"], cap=2)
+    assert pair("a", "x") == "x"
+    assert pair("a", "y") == "y"
+    assert pair("b", "x") == OTHER
+    assert pair("a", "x") == "x"  # admitted pairs stay admitted
+    assert pair("a", "y") == "y"
+
+
+def test_pairs_with_a_configured_or_absent_side_do_not_use_the_cap() -> None:
+    pair = PairLimiter(agents=["refund-bot"], tools=["issue_refund"], cap=0)
+    assert pair("b", "issue_refund") == "issue_refund"
+    assert pair("refund-bot", "z") == "z"
+    assert pair("", "z") == "z"
+    assert pair(OTHER, "z") == "z"
+    assert pair("b", "") == ""
+    assert pair("b", "z") == OTHER
+
+
+def test_a_negative_pair_cap_is_refused() -> None:
+    with pytest.raises(ValueError, match="pair cap"):
+        PairLimiter(cap=-1)
 
 
 def _trace(agent: str, tool: str) -> ToolTrace:
@@ -95,3 +119,55 @@ def test_a_flood_of_names_keeps_every_label_bounded() -> None:
     assert len(_label_values(registry, regressions, "tool")) <= cap + len(known_tools) + 1
     other = {"agent": OTHER, "tool": OTHER, "status": "ok"}
     assert registry.get_sample_value(calls, other) == 10_000 - cap
+
+
+def test_churning_agent_and_tool_names_grow_the_series_linearly_not_as_a_product() -> None:
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(
+        registry, tools=["issue_refund"], label_value_cap=100, agent_tool_pair_cap=50
+    )
+    for a in range(100):
+        for t in range(100):
+            metrics.tool_trace(_trace(f"agent-{a}", f"tool-{t}"), "none")
+    metrics.tool_trace(_trace("agent-7", "issue_refund"), "none")
+
+    calls = "toolwatch_tool_calls_total"
+    series = {
+        (s.labels["agent"], s.labels["tool"]): s.value
+        for family in registry.collect()
+        for s in family.samples
+        if s.name == calls
+    }
+    # agent-0 with tool-0..49 (the 50 admitted pairs), then every agent with _other,
+    # and the configured tool whatever the agent.
+    admitted = {("agent-0", f"tool-{t}") for t in range(50)}
+    others = {(f"agent-{a}", OTHER) for a in range(100)}
+    assert set(series) == admitted | others | {("agent-7", "issue_refund")}
+    assert series[("agent-0", OTHER)] == 50
+    assert series[("agent-1", OTHER)] == 100
+    assert sum(series.values()) == 100 * 100 + 1  # every call still counted
+
+
+def test_findings_share_the_pair_cap() -> None:
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(registry, label_value_cap=100, agent_tool_pair_cap=1)
+    for agent, tool in (("a", "x"), ("a", "y"), ("b", "x")):
+        finding = factories.finding(
+            category=Category.TOOL_SELECTION_DRIFT,
+            severity=Severity.LOW,
+            evaluator="selection",
+            reference=ReferenceKind.POLICY,
+            score=0.5,
+            explanation="pair",
+            trace_id="0" * 31 + "1",
+            tool=tool,
+            agent=agent,
+        )
+        metrics.finding(finding, None)
+    tools = {
+        (s.labels["agent"], s.labels["tool"])
+        for family in registry.collect()
+        for s in family.samples
+        if s.name == "toolwatch_regressions_total"
+    }
+    assert tools == {("a", "x"), ("a", OTHER), ("b", OTHER)}
