@@ -6,7 +6,9 @@ after each one still succeeds; the process's resident memory stays bounded throu
 
 from __future__ import annotations
 
+import base64
 import gzip
+import json
 import os
 import urllib.error
 import urllib.request
@@ -15,6 +17,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import json_format
 from google.rpc import status_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -284,10 +287,60 @@ def test_an_argument_array_of_a_hundred_thousand_items_is_accepted_and_cut(
     client.assert_memory_bounded()
 
 
-def test_otlp_json_of_the_wrong_shape_is_400_naming_the_path(client: Client) -> None:
-    document = {"resourceSpans": [{"scopeSpans": [{"spans": [{"status": "ERROR"}]}]}]}
-    body = str(document).replace("'", '"').encode()
-    status, answer = client.post(body, JSON)
+def test_otlp_json_of_the_wrong_shape_in_a_span_rejects_it_naming_the_path(
+    client: Client,
+) -> None:
+    good = json_format.MessageToDict(tool_request(AnyValue(string_value="A-1"))[0])
+    spans = good["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    for span in spans:  # proto3 JSON writes ids in base64, OTLP/JSON in hex
+        for name in ("traceId", "spanId", "parentSpanId"):
+            if name in span:
+                span[name] = base64.b64decode(span[name]).hex()
+    spans.append({"status": "ERROR"})
+    status, answer = client.post(json.dumps(good).encode(), JSON)
+
+    assert status == 200
+    partial = json.loads(answer)["partialSuccess"]
+    assert partial["rejectedSpans"] == "1"  # proto3 JSON writes 64-bit integers as strings
+    at = f"resourceSpans[0].scopeSpans[0].spans[{len(spans) - 1}]"
+    assert partial["errorMessage"] == f'1 span rejected; {at}: status: "ERROR" is not an object'
+    assert client.server.sample("toolwatch_spans_rejected_total", {"reason": "malformed_span"}) == 1
+    client.still_serving()
+
+
+def test_otlp_json_of_the_wrong_shape_outside_the_spans_is_400_naming_the_path(
+    client: Client,
+) -> None:
+    document = {"resourceSpans": [{"resource": "svc", "scopeSpans": [{"spans": [{}]}]}]}
+    status, answer = client.post(json.dumps(document).encode(), JSON)
     assert status == 400
-    assert "resourceSpans[0].scopeSpans[0].spans[0].status" in answer.decode()
+    assert 'resourceSpans[0].resource: \\"svc\\" is not an object' in answer.decode()
+    client.still_serving()
+
+
+def test_a_span_nested_past_protobufs_limit_is_rejected_and_the_rest_evaluated(
+    client: Client,
+) -> None:
+    """protobuf refuses such a request whole; an exporter told INVALID_ARGUMENT would drop
+    the other spans with it."""
+    request, trace_id = tool_request(AnyValue(string_value="A-1"))
+    scope = request.resource_spans[0].scope_spans[0]
+    deep = scope.spans.add(trace_id=b"\x07" * 16, span_id=b"\x09" * 8, name="deep")
+    value = deep.attributes.add(key="gen_ai.tool.call.arguments").value
+    for _ in range(60):
+        value = value.array_value.values.add()
+    value.string_value = "leaf"
+    code, answer = client.grpc(request.SerializeToString())
+
+    assert code is grpc.StatusCode.OK
+    assert isinstance(answer, bytes)
+    partial = ExportTraceServiceResponse.FromString(answer).partial_success
+    assert partial.rejected_spans == 1
+    at = f"resource_spans[0].scope_spans[0].spans[{len(scope.spans) - 1}]"
+    assert partial.error_message.startswith(
+        f"1 span rejected; {at}: protobuf cannot parse the span"
+    )
+    assert "MaxDepth" in partial.error_message
+    assert first_arguments(client.server, trace_id) == "A-1"
+    assert client.server.sample("toolwatch_spans_rejected_total", {"reason": "malformed_span"}) == 1
     client.still_serving()

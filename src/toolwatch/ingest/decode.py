@@ -33,6 +33,7 @@ from toolwatch.conventions import (
     SpanEvent,
     recognize,
 )
+from toolwatch.ingest.salvage import salvage
 from toolwatch.ingest.scan import (
     Decoder,
     Scan,
@@ -397,10 +398,16 @@ def decode_request(
 def decode_protobuf(body: bytes, options: DecodeOptions) -> DecodedBatch:
     """Decode a binary protobuf ``ExportTraceServiceRequest``.
 
-    Raises ``DecodeError`` when ``body`` is not a valid message.
+    A request protobuf refuses whole, whose spans can still be told apart, keeps the spans it
+    can parse: the others are rejected as ``malformed_span`` (``toolwatch.ingest.salvage``).
+    Raises ``DecodeError`` when ``body`` is not a valid message and cannot be salvaged.
     """
     try:
         scan = scanner(options).scan_bytes(body)
     except WireError as exc:
-        raise DecodeError(f"body is not a valid ExportTraceServiceRequest: {exc}") from exc
+        salvaged = salvage(body)
+        if salvaged is None:
+            raise DecodeError(f"body is not a valid ExportTraceServiceRequest: {exc}") from exc
+        request, problems = salvaged
+        return decode_request(request, options, problems)
     return _Decoder(options).scan(scan)

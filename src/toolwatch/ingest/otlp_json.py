@@ -6,7 +6,9 @@ integers; field names are lowerCamelCase (snake_case is accepted too, as proto3 
 do); 64-bit integers may be strings or numbers; unknown fields are ignored. This module
 rewrites the hex ids into the base64 form ``json_format`` expects and lets ``ParseDict`` do
 the rest. An id of the wrong length, or one that is no hex, is not a parse error: that span
-alone is rejected (partial success), as in a protobuf request.
+alone is rejected (partial success), as in a protobuf request. So is a span holding a value
+of the wrong type or nested past protobuf's 100 levels (``malformed_span``); a fault outside
+the spans refuses the request.
 
 Decoded, an OTLP/JSON document holds about four times its size in Python objects (the
 project's recorded captures), but a document of tiny objects holds far more: ``[{},{},...]``
@@ -22,13 +24,16 @@ from __future__ import annotations
 import base64
 import json
 import math
+import re
 import string
 from collections.abc import Iterator
+from itertools import groupby
 from typing import Any
 
 from google.protobuf import json_format
 from google.protobuf.descriptor import FieldDescriptor
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from toolwatch.ingest.decode import (
     DecodedBatch,
@@ -38,6 +43,7 @@ from toolwatch.ingest.decode import (
     IdProblems,
     decode_request,
 )
+from toolwatch.ingest.salvage import MALFORMED
 
 __all__ = [
     "MIN_BYTES_PER_CONTAINER",
@@ -144,12 +150,11 @@ def _hex_to_base64(value: Any) -> str:
 _UNUSABLE_ID = base64.b64encode(b"\x00").decode("ascii")
 
 
-def _convert_request_ids(document: dict[str, Any]) -> tuple[IdProblems, DecodeError | None]:
+def _convert_request_ids(document: dict[str, Any], problems: IdProblems) -> DecodeError | None:
     """Rewrite every hex id as base64. A span with an id that is no hex stays in place (the
-    paths of the others hold) with a placeholder id, and is named in the result, so that
+    paths of the others hold) with a placeholder id, and is named in ``problems``, so that
     span alone is rejected, as a wrong-length id is. A link's bad id is dropped: links are
-    not read. Also returns the first such fault as the error a strict parse raises."""
-    problems: IdProblems = {}
+    not read. Returns the first such fault as the error a strict parse raises."""
     first: DecodeError | None = None
     for r, resource_spans in _items(document, "resourceSpans", "resource_spans"):
         for s, scope_spans in _items(resource_spans, "scopeSpans", "scope_spans"):
@@ -175,40 +180,80 @@ def _convert_request_ids(document: dict[str, Any]) -> tuple[IdProblems, DecodeEr
                             link[name] = None
                             where = f"{path}.links[{k}].{name}"
                             first = first or DecodeError(f"{where}: {exc}", where)
-    return problems, first
+    return first
 
 
-def _check_shapes(document: dict[str, Any]) -> None:
+#: The messages whose list elements locate a span: ``(resource, scope, span)`` indices.
+_OUTLINE = frozenset(
+    (ResourceSpans.DESCRIPTOR.full_name, ScopeSpans.DESCRIPTOR.full_name, Span.DESCRIPTOR.full_name)
+)
+#: A node to check: the object, its message type, its path, and its outline indices.
+_Node = tuple[dict[str, Any], Any, str, tuple[int, ...]]
+
+
+def _check_shapes(document: dict[str, Any], problems: IdProblems) -> DecodeError | None:
     """Refuse anything but an object where the request holds a message.
 
     ``ParseDict`` reads a message out of whatever it is given: with unknown fields ignored, a
     string there reads as an object of unknown one-letter keys and becomes an empty message,
     so a span or an attribute value would vanish without a word. Walks the document along
     the request's descriptors without recursion (AnyValues nest as deep as JSON allows).
+
+    A fault inside a span rejects that span alone: the span is emptied (so ``ParseDict``
+    reads the rest) and named in ``problems`` as ``malformed_span``. Returns the first such
+    fault, for a parse that takes all or nothing. A fault outside the spans raises it.
     """
-    pending: list[tuple[dict[str, Any], Any, str]] = [
-        (document, ExportTraceServiceRequest.DESCRIPTOR, "")
-    ]
+    pending: list[_Node] = [(document, ExportTraceServiceRequest.DESCRIPTOR, "", ())]
+    spans: dict[tuple[int, ...], tuple[dict[str, Any], str]] = {}  # each span and its path
+    first: DecodeError | None = None
+    emptied: set[tuple[int, ...]] = set()
     while pending:
-        node, descriptor, path = pending.pop()
-        for key, value in node.items():
-            field = descriptor.fields_by_camelcase_name.get(key) or descriptor.fields_by_name.get(
-                key
-            )
-            if field is None or value is None:
-                continue
-            where = f"{path}.{key}" if path else key
-            if field.message_type is None:
-                _check_number(value, field, where)
-                continue
-            if not field.is_repeated:
-                pending.append((_object(value, where), field.message_type, where))
-                continue
-            if not isinstance(value, list):
-                raise DecodeError(f"{where}: {_shown(value)} is not an array", where)
-            for index, element in enumerate(value):
-                at = f"{where}[{index}]"
-                pending.append((_object(element, at), field.message_type, at))
+        item = pending.pop()
+        outline = item[3]
+        if outline in emptied:
+            continue  # a part of a span already rejected
+        try:
+            _check_node(item, pending, spans)
+        except DecodeError as exc:
+            if len(outline) != 3:
+                raise
+            span, span_path = spans[outline]
+            detail = str(exc).removeprefix(f"{span_path}.")
+            problems.setdefault((outline[0], outline[1], outline[2]), (MALFORMED, detail))
+            first = first or exc
+            emptied.add(outline)
+            span.clear()  # an empty span: its ids are rejected, with the reason above
+    return first
+
+
+def _check_node(
+    item: _Node, pending: list[_Node], spans: dict[tuple[int, ...], tuple[dict[str, Any], str]]
+) -> None:
+    """Checks one object's fields; queues the objects it holds, and notes each span it
+    holds in ``spans`` with its path."""
+    node, descriptor, path, outline = item
+    for key, value in node.items():
+        field = descriptor.fields_by_camelcase_name.get(key) or descriptor.fields_by_name.get(key)
+        if field is None or value is None:
+            continue
+        where = f"{path}.{key}" if path else key
+        message = field.message_type
+        if message is None:
+            _check_number(value, field, where)
+            continue
+        if not field.is_repeated:
+            pending.append((_object(value, where), message, where, outline))
+            continue
+        if not isinstance(value, list):
+            raise DecodeError(f"{where}: {_shown(value)} is not an array", where)
+        locates = message.full_name in _OUTLINE and len(outline) < 3
+        for index, element in enumerate(value):
+            at = f"{where}[{index}]"
+            inner = (*outline, index) if locates else outline
+            child = _object(element, at)
+            if locates and len(inner) == 3:
+                spans[inner] = (child, at)
+            pending.append((child, message, at, inner))
 
 
 _FLOATING = (FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT)
@@ -257,14 +302,78 @@ def _parse(
     body: bytes | str, max_containers: int
 ) -> tuple[ExportTraceServiceRequest, IdProblems, DecodeError | None]:
     document = _document(body, max_containers)
-    _check_shapes(document)
-    problems, first = _convert_request_ids(document)
+    problems: IdProblems = {}
+    shape = _check_shapes(document, problems)
+    ids = _convert_request_ids(document, problems)
+    first = shape or ids
     try:
         request = json_format.ParseDict(
             document, ExportTraceServiceRequest(), ignore_unknown_fields=True
         )
-    except json_format.ParseError as exc:
-        raise DecodeError(f"invalid OTLP/JSON request: {exc}") from exc
-    except RecursionError as exc:
-        raise DecodeError("invalid OTLP/JSON request: nested too deeply") from exc
+    except (json_format.ParseError, RecursionError) as exc:
+        salvaged = _parse_each(document, problems)
+        if salvaged is None:
+            raise DecodeError(f"OTLP/JSON request cannot be parsed {_parse_error(exc)}") from exc
+        request, first = salvaged[0], first or salvaged[1]
     return request, problems, first
+
+
+def _parse_error(exc: Exception) -> str:
+    """``ParseDict``'s reason, its chain of "Failed to parse X field: " (one per level) read
+    as the field's path, a run of one name written once with its count: a value nested past
+    protobuf's 100 levels names ``values`` about fifty times."""
+    if isinstance(exc, RecursionError):
+        return "(nested too deeply)"
+    text = str(exc)
+    reason = _PARSE_CHAIN.sub("", text).strip(" .") or "unreadable"
+    runs = [(name, len(list(run))) for name, run in groupby(_PARSE_CHAIN.findall(text))]
+    path = ".".join(name if n == 1 else f"{name}(x{n})" for name, n in runs)
+    return f"at {path}: {reason}" if path else f"({reason})"
+
+
+_PARSE_CHAIN = re.compile(r"Failed to parse (\w+) field: ")
+
+
+def _parse_each(
+    document: dict[str, Any], problems: IdProblems
+) -> tuple[ExportTraceServiceRequest, DecodeError] | None:
+    """``ParseDict`` refused the request: parse each resource, scope and span on its own.
+    A span that does not parse (nested deeper than protobuf's 100 levels, a value of the
+    wrong kind), or whose resource or scope does not, stays in place as an empty span
+    named in ``problems`` (``malformed_span``), so it alone is rejected, as
+    ``toolwatch.ingest.salvage`` does for protobuf. Returns the request and the first such
+    fault, or ``None`` when every part parses (the fault is elsewhere: refuse the whole)."""
+    request = ExportTraceServiceRequest()
+    first: DecodeError | None = None
+    for r, resource_doc in _items(document, "resourceSpans", "resource_spans"):
+        resource_spans = request.resource_spans.add()
+        resource = _parse_part(resource_doc.get("resource"), resource_spans.resource)
+        for s, scope_doc in _items(resource_doc, "scopeSpans", "scope_spans"):
+            scope_spans = resource_spans.scope_spans.add()
+            scope = _parse_part(scope_doc.get("scope"), scope_spans.scope)
+            for p, span_doc in _items(scope_doc, "spans"):
+                span = scope_spans.spans.add()
+                what, problem = "its resource", resource
+                if problem is None:
+                    what, problem = "its scope", scope
+                if problem is None:
+                    what, problem = "the span", _parse_part(span_doc, span)
+                if problem is None:
+                    continue
+                span.Clear()
+                detail = f"{what} cannot be parsed {problem}"
+                problems.setdefault((r, s, p), (MALFORMED, detail))
+                path = f"resourceSpans[{r}].scopeSpans[{s}].spans[{p}]"
+                first = first or DecodeError(f"{path}: {detail}", path)
+    return None if first is None else (request, first)
+
+
+def _parse_part(document: Any, message: Any) -> str | None:
+    """Parses ``document`` into ``message``; the reason if it cannot be."""
+    if document is None:
+        return None
+    try:
+        json_format.ParseDict(document, message, ignore_unknown_fields=True)
+    except (json_format.ParseError, RecursionError) as exc:
+        return _parse_error(exc)
+    return None

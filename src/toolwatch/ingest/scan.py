@@ -9,8 +9,8 @@ nested deeper than 32 levels read as ``None``), at most ``max_span_attributes`` 
 with the count of those wanted beyond (dropped: the span is rejected), and its relevant
 events (name in ``event_names``, attributes in ``event_keys``). A request nested deeper than
 protobuf's own limit (100 messages, an AnyValue about 48 arrays or maps deep, in any
-attribute) cannot be parsed at all: it is refused whole as undecodable (INVALID_ARGUMENT,
-HTTP 400), as the reference decoder and the Collector's would.
+attribute) cannot be scanned at all: ``scan_bytes`` raises ``WireError``, and
+``toolwatch.ingest.salvage`` then keeps the spans that parse on their own.
 
 Two scanners give the same scan:
 

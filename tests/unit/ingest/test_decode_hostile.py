@@ -17,9 +17,11 @@ from hypothesis import strategies as st
 from ingest_support import ROOT_ID, TRACE_ID, decode_bytes, field, request, span
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
 
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.timeline import build_tool_traces
+from toolwatch.ingest import salvage as salvage_module
 from toolwatch.ingest.decode import (
     DecodedBatch,
     DecodeError,
@@ -173,6 +175,27 @@ def with_span_fields(*extra: bytes) -> bytes:
     return field(1, field(2, field(2, valid + b"".join(extra))))
 
 
+def beside_a_valid_span(*extra: bytes) -> bytes:
+    """Like ``with_span_fields``, after a valid sibling span named ``sibling`` in the same
+    scope, and before another one in a second resource named ``cousin``."""
+    sibling = field(2, span("sibling", TOOL, span_id=b"\x05" * 8).SerializeToString())
+    bad = field(2, span("t", TOOL).SerializeToString() + b"".join(extra))
+    cousin = field(
+        1, field(2, field(2, span("cousin", TOOL, span_id=b"\x06" * 8).SerializeToString()))
+    )
+    return field(1, field(2, sibling + bad)) + cousin
+
+
+def assert_rejected_alone(body: bytes, reason: str) -> None:
+    batch = decode_protobuf(body, OPTIONS)
+    assert [record.name for record in batch.spans] == ["sibling", "cousin"]
+    assert batch.received == 3
+    assert batch.rejected == {"malformed_span": 1}
+    message = batch.error_message or ""
+    assert message.startswith("1 span rejected; resource_spans[0].scope_spans[0].spans[1]: ")
+    assert reason in message
+
+
 def attribute(key: bytes, value: bytes) -> bytes:
     return field(9, field(1, key) + field(2, value))  # KeyValue: key = 1, value = 2
 
@@ -193,23 +216,57 @@ def test_the_hand_written_wire_form_decodes() -> None:
 
 
 @pytest.mark.parametrize("depth", [200, 10_000])
-def test_deeply_nested_any_value_is_a_decode_error_not_a_crash(depth: int) -> None:
-    body = with_span_fields(attribute(ARGUMENTS.encode(), nested_array(depth)))
-    with pytest.raises(DecodeError, match="not a valid ExportTraceServiceRequest"):
-        decode_protobuf(body, OPTIONS)
+def test_a_span_nested_too_deeply_is_rejected_alone(depth: int) -> None:
+    """protobuf refuses the whole request; the other spans are still kept (a client told
+    INVALID_ARGUMENT would drop them all)."""
+    body = beside_a_valid_span(attribute(ARGUMENTS.encode(), nested_array(depth)))
+    assert_rejected_alone(body, "MaxDepth")
 
 
-@pytest.mark.parametrize(
-    "bad",
-    [
-        field(5, b"caf\xc3"),  # Span.name cut inside a character
-        attribute(b"gen_ai.tool.name", field(1, b"\xff\xfe")),  # a string attribute value
-        attribute(b"gen_ai.\xc0\xaf", field(1, b"ok")),  # an attribute key (overlong '/')
-    ],
-)
-def test_invalid_utf8_in_a_string_field_is_a_clear_decode_error(bad: bytes) -> None:
-    with pytest.raises(DecodeError, match="UTF-8"):
-        decode_protobuf(with_span_fields(bad), OPTIONS)
+def test_a_resource_protobuf_cannot_parse_rejects_its_spans_and_keeps_the_others() -> None:
+    # ResourceSpans.resource = 1, Resource.attributes = 1, KeyValue: key = 1, value = 2
+    deep_resource = field(1, field(1, field(1, b"deep") + field(2, nested_array(200))))
+    spans = field(2, span("a", TOOL).SerializeToString()) + field(
+        2, span("b", TOOL, span_id=b"\x07" * 8).SerializeToString()
+    )
+    elsewhere = field(2, field(2, span("cousin", TOOL, span_id=b"\x06" * 8).SerializeToString()))
+    body = field(1, deep_resource + field(2, spans)) + field(1, elsewhere)
+
+    batch = decode_protobuf(body, OPTIONS)
+
+    assert [record.name for record in batch.spans] == ["cousin"]
+    assert batch.rejected == {"malformed_span": 2}
+    message = batch.error_message or ""
+    assert (
+        "resource_spans[0].scope_spans[0].spans[0]: protobuf cannot parse its resource" in message
+    )
+    assert (
+        "resource_spans[0].scope_spans[0].spans[1]: protobuf cannot parse its resource" in message
+    )
+
+
+def test_the_outline_numbers_its_fields_as_opentelemetry_proto_does() -> None:
+    outline = {
+        "Request": ExportTraceServiceRequest.DESCRIPTOR,
+        "ResourceSpans": ResourceSpans.DESCRIPTOR,
+        "ScopeSpans": ScopeSpans.DESCRIPTOR,
+    }
+    for name, fields in salvage_module._OUTLINE.items():
+        descriptor = outline[name]
+        for number, field_name in fields.items():
+            assert descriptor.fields_by_name[field_name].number == number
+
+
+BAD_UTF8 = [
+    field(5, b"caf\xc3"),  # Span.name cut inside a character
+    attribute(b"gen_ai.tool.name", field(1, b"\xff\xfe")),  # a string attribute value
+    attribute(b"gen_ai.\xc0\xaf", field(1, b"ok")),  # an attribute key (overlong '/')
+]
+
+
+@pytest.mark.parametrize("bad", BAD_UTF8)
+def test_invalid_utf8_in_one_span_rejects_that_span_alone(bad: bytes) -> None:
+    assert_rejected_alone(beside_a_valid_span(bad), "UTF-8")
 
 
 # -- arguments that are not JSON, through to the ToolTrace ------------------------------------
@@ -308,6 +365,68 @@ def test_otlp_json_of_the_wrong_type_is_an_error_naming_where(
     with pytest.raises(DecodeError) as caught:
         parse_otlp_json(body)
     assert names in str(caught.value)
+
+
+def with_a_valid_sibling(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` (from ``json_body``) with a valid span after its first, named ``sibling``."""
+    sibling = {**json_body()["resourceSpans"][0]["scopeSpans"][0]["spans"][0]}
+    sibling.update(spanId="00f067aa0ba902b8", name="sibling")
+    document["resourceSpans"][0]["scopeSpans"][0]["spans"].append(sibling)
+    return document
+
+
+def nested_json_array(depth: int) -> dict[str, Any]:
+    value: dict[str, Any] = {"stringValue": "leaf"}
+    for _ in range(depth):
+        value = {"arrayValue": {"values": [value]}}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("span_fields", "names"),
+    [
+        ({"startTimeUnixNano": "soon"}, "startTimeUnixNano"),
+        ({"attributes": {"key": "a"}}, "attributes: "),
+        ({"status": "ERROR"}, "status: "),
+        ({"attributes": [{"key": "k", "value": "v"}]}, "attributes[0].value: "),
+        ({"name": {"text": "x"}}, "name"),
+        ({"droppedAttributesCount": -1}, "droppedAttributesCount"),
+        ({"attributes": [{"key": ARGUMENTS, "value": nested_json_array(60)}]}, "values(x"),
+    ],
+)
+def test_a_wrong_or_too_deep_value_in_one_otlp_json_span_rejects_that_span_alone(
+    span_fields: dict[str, Any], names: str
+) -> None:
+    batch = decode_otlp_json(json.dumps(with_a_valid_sibling(json_body(**span_fields))), OPTIONS)
+
+    assert [record.name for record in batch.spans] == ["sibling"]
+    assert batch.rejected == {"malformed_span": 1}
+    assert (batch.error_message or "").startswith(f"1 span rejected; {SPAN}: ")
+    assert names in (batch.error_message or "")
+
+
+def test_a_wrong_value_outside_the_spans_still_refuses_the_request() -> None:
+    document = with_a_valid_sibling(json_body())
+    document["resourceSpans"][0]["resource"]["attributes"] = "service.name"
+    with pytest.raises(DecodeError, match=r"resourceSpans\[0\]\.resource\.attributes: "):
+        decode_otlp_json(json.dumps(document), OPTIONS)
+
+
+def test_a_resource_too_deep_to_parse_rejects_its_spans_and_keeps_the_others() -> None:
+    document = with_a_valid_sibling(json_body())
+    deep = {"key": "deep", "value": nested_json_array(60)}
+    document["resourceSpans"][0]["resource"]["attributes"].append(deep)
+    other = json_body()["resourceSpans"][0]
+    other["scopeSpans"][0]["spans"][0].update(spanId="00f067aa0ba902b9", name="elsewhere")
+    document["resourceSpans"].append(other)
+
+    batch = decode_otlp_json(json.dumps(document), OPTIONS)
+
+    assert [record.name for record in batch.spans] == ["elsewhere"]
+    assert batch.rejected == {"malformed_span": 2}
+    assert "its resource cannot be parsed at attributes.value.values(x" in (
+        batch.error_message or ""
+    )
 
 
 def test_a_string_where_a_span_belongs_is_an_error_not_an_empty_span() -> None:
