@@ -341,8 +341,9 @@ class _OfflineAssembler:
     capture in time order holds only the traces in flight. A span that comes after its
     trace was evaluated (input out of time order by more than that wait: files given out of
     order, captures of the same hours from several Collectors) is left out and named
-    (``warn``); past the configured ``late_span_window``, it starts a new trace, as in
-    serve.
+    (``warn``), however late it comes in recorded time: replay remembers the ids of the
+    last ``max_remembered_traces`` traces it evaluated without serve's ``late_span_window``,
+    since a span that started a second, partial run would be a finding about nothing.
     """
 
     def __init__(
@@ -358,7 +359,7 @@ class _OfflineAssembler:
         self.limits = AssemblyLimits(
             completion_wait_ns=max(limits.completion_wait_ns, RECORDED_SETTLE_NS),
             max_trace_age_ns=max(limits.max_trace_age_ns, RECORDED_MAX_AGE_NS),
-            late_span_window_ns=limits.late_span_window_ns,
+            late_span_window_ns=2**62,  # remembered as long as there is room: see above
             max_spans_per_trace=limits.max_spans_per_trace,
             max_remembered_traces=limits.max_remembered_traces,
             max_traces=2**62,  # the operator's own file: held by the recorded time alone

@@ -282,6 +282,22 @@ def test_a_span_recorded_after_its_trace_settled_is_named_and_left_out(tmp_path:
     ]
 
 
+def test_a_span_recorded_long_after_its_trace_is_still_named_not_a_second_run(
+    tmp_path: Path,
+) -> None:
+    """An hour after its trace was evaluated, far past serve's 300 s late-span window."""
+    later = [_recorded(n, 3600.0 + n) for n in range(64, 127)]  # the clock moves an hour on
+    lines = [*_settled_then(), *later, _recorded(0, 0.0, spans="children")]
+    recorded = tmp_path / "capture.jsonl"
+    recorded.write_text("\n".join(lines) + "\n")
+    warnings: list[str] = []
+    traces = list(load_tool_traces([recorded], _config(), warn=warnings.append, stream=True))
+    assert [t.trace_id for t in traces] == [f"{n + 1:032x}" for n in range(127)]
+    assert all(_whole(t) for t in traces)
+    assert len(warnings) == 1
+    assert warnings[0].startswith(f"{recorded}:128: 3 span(s) left out: their trace was already")
+
+
 def test_spans_of_one_trace_recorded_within_the_wait_make_one_run(tmp_path: Path) -> None:
     recorded = tmp_path / "capture.jsonl"
     lines = [
