@@ -359,7 +359,8 @@ class _OfflineAssembler:
         self.limits = AssemblyLimits(
             completion_wait_ns=max(limits.completion_wait_ns, RECORDED_SETTLE_NS),
             max_trace_age_ns=max(limits.max_trace_age_ns, RECORDED_MAX_AGE_NS),
-            late_span_window_ns=2**62,  # remembered as long as there is room: see above
+            # Remembered as long as there is room (see above), unless turned off (0).
+            late_span_window_ns=2**62 if limits.late_span_window_ns else 0,
             max_spans_per_trace=limits.max_spans_per_trace,
             max_remembered_traces=limits.max_remembered_traces,
             max_traces=2**62,  # the operator's own file: held by the recorded time alone

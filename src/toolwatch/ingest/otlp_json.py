@@ -232,11 +232,15 @@ def _check_node(
     """Checks one object's fields; queues the objects it holds, and notes each span it
     holds in ``spans`` with its path."""
     node, descriptor, path, outline = item
+    seen: dict[int, str] = {}  # field number -> the key that named it
     for key, value in node.items():
         field = descriptor.fields_by_camelcase_name.get(key) or descriptor.fields_by_name.get(key)
         if field is None or value is None:
             continue
         where = f"{path}.{key}" if path else key
+        if field.number in seen:  # "spanId" and "span_id": which one would ParseDict keep?
+            raise DecodeError(f"{where}: names the same field as {seen[field.number]}", where)
+        seen[field.number] = key
         message = field.message_type
         if message is None:
             _check_number(value, field, where)
@@ -307,18 +311,24 @@ def _parse(
     ids = _convert_request_ids(document, problems)
     first = shape or ids
     try:
-        request = json_format.ParseDict(
-            document, ExportTraceServiceRequest(), ignore_unknown_fields=True
-        )
+        request = _parse_dict(document)
     except (json_format.ParseError, RecursionError) as exc:
-        salvaged = _parse_each(document, problems)
-        if salvaged is None:
+        # A span that ParseDict cannot read: empty it, so it alone is rejected, and parse
+        # the rest; a fault elsewhere (in no span, resource or scope) refuses the request.
+        emptied = _empty_unparsable(document, problems)
+        if emptied is None:
             raise DecodeError(f"OTLP/JSON request cannot be parsed {_parse_error(exc)}") from exc
-        request, first = salvaged[0], first or salvaged[1]
+        try:
+            request = _parse_dict(document)
+        except (json_format.ParseError, RecursionError) as again:
+            raise DecodeError(
+                f"OTLP/JSON request cannot be parsed {_parse_error(again)}"
+            ) from again
+        first = first or emptied
     return request, problems, first
 
 
-def _parse_error(exc: Exception) -> str:
+def _parse_error(exc: Exception, skip: int = 0) -> str:
     """``ParseDict``'s reason, its chain of "Failed to parse X field: " (one per level) read
     as the field's path, a run of one name written once with its count: a value nested past
     protobuf's 100 levels names ``values`` about fifty times."""
@@ -326,7 +336,8 @@ def _parse_error(exc: Exception) -> str:
         return "(nested too deeply)"
     text = str(exc)
     reason = _PARSE_CHAIN.sub("", text).strip(" .") or "unreadable"
-    runs = [(name, len(list(run))) for name, run in groupby(_PARSE_CHAIN.findall(text))]
+    names = _PARSE_CHAIN.findall(text)[skip:]
+    runs = [(name, len(list(run))) for name, run in groupby(names)]
     path = ".".join(name if n == 1 else f"{name}(x{n})" for name, n in runs)
     return f"at {path}: {reason}" if path else f"({reason})"
 
@@ -334,46 +345,52 @@ def _parse_error(exc: Exception) -> str:
 _PARSE_CHAIN = re.compile(r"Failed to parse (\w+) field: ")
 
 
-def _parse_each(
-    document: dict[str, Any], problems: IdProblems
-) -> tuple[ExportTraceServiceRequest, DecodeError] | None:
-    """``ParseDict`` refused the request: parse each resource, scope and span on its own.
-    A span that does not parse (nested deeper than protobuf's 100 levels, a value of the
-    wrong kind), or whose resource or scope does not, stays in place as an empty span
-    named in ``problems`` (``malformed_span``), so it alone is rejected, as
-    ``toolwatch.ingest.salvage`` does for protobuf. Returns the request and the first such
-    fault, or ``None`` when every part parses (the fault is elsewhere: refuse the whole)."""
+def _parse_dict(document: dict[str, Any]) -> ExportTraceServiceRequest:
     request = ExportTraceServiceRequest()
+    json_format.ParseDict(document, request, ignore_unknown_fields=True)
+    return request
+
+
+def _empty_unparsable(document: dict[str, Any], problems: IdProblems) -> DecodeError | None:
+    """``ParseDict`` refused the request: try each resource, scope and span on its own (at
+    its own depth: protobuf's limit of 100 levels counts from the request). Each span that
+    does not parse (nested too deeply, a value of the wrong kind), or whose resource or
+    scope does not, is emptied and named in ``problems`` (``malformed_span``), as
+    ``toolwatch.ingest.salvage`` does for protobuf. Returns the first such fault, or
+    ``None`` when every part parses (the fault is elsewhere)."""
     first: DecodeError | None = None
     for r, resource_doc in _items(document, "resourceSpans", "resource_spans"):
-        resource_spans = request.resource_spans.add()
-        resource = _parse_part(resource_doc.get("resource"), resource_spans.resource)
+        resource = _parse_part({"resource": resource_doc.get("resource")}, "resource")
+        if resource is not None:
+            del resource_doc["resource"]  # its spans are rejected: the rest parses without it
         for s, scope_doc in _items(resource_doc, "scopeSpans", "scope_spans"):
-            scope_spans = resource_spans.scope_spans.add()
-            scope = _parse_part(scope_doc.get("scope"), scope_spans.scope)
+            scope = resource or _parse_part({"scope": scope_doc.get("scope")}, "scope")
+            if scope is not None and resource is None:
+                del scope_doc["scope"]
             for p, span_doc in _items(scope_doc, "spans"):
-                span = scope_spans.spans.add()
-                what, problem = "its resource", resource
-                if problem is None:
-                    what, problem = "its scope", scope
-                if problem is None:
-                    what, problem = "the span", _parse_part(span_doc, span)
-                if problem is None:
+                detail = scope or _parse_part({"spans": [span_doc]}, "the span")
+                if detail is None:
                     continue
-                span.Clear()
-                detail = f"{what} cannot be parsed {problem}"
+                span_doc.clear()  # an empty span: its ids are rejected, with this reason
                 problems.setdefault((r, s, p), (MALFORMED, detail))
                 path = f"resourceSpans[{r}].scopeSpans[{s}].spans[{p}]"
                 first = first or DecodeError(f"{path}: {detail}", path)
-    return None if first is None else (request, first)
+    return first
 
 
-def _parse_part(document: Any, message: Any) -> str | None:
-    """Parses ``document`` into ``message``; the reason if it cannot be."""
-    if document is None:
-        return None
+def _parse_part(part: dict[str, Any], what: str) -> str | None:
+    """Why ``ParseDict`` cannot read ``part`` (a resource's, a scope's or a span's fields,
+    the ``resource``/``scope`` key in an object of its own) where it sits in a request, or
+    ``None``."""
+    envelope: dict[str, Any]
+    if what == "resource":  # the path of the error starts with the envelope's: skip it
+        envelope, what, skip = {"resourceSpans": [part]}, "its resource", 2
+    elif what == "scope":
+        envelope, what, skip = {"resourceSpans": [{"scopeSpans": [part]}]}, "its scope", 3
+    else:
+        envelope, skip = {"resourceSpans": [{"scopeSpans": [part]}]}, 3
     try:
-        json_format.ParseDict(document, message, ignore_unknown_fields=True)
+        _parse_dict(envelope)
     except (json_format.ParseError, RecursionError) as exc:
-        return _parse_error(exc)
+        return f"{what} cannot be parsed {_parse_error(exc, skip)}"
     return None

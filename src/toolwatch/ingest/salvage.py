@@ -6,9 +6,10 @@ the whole request unreadable, and a client told INVALID_ARGUMENT drops every spa
 with it (the Collector's exporter batches up to thousands). The request's outline is still
 readable: OTLP nests it as ResourceSpans → ScopeSpans → Span, each a length-delimited field,
 so a view of those messages that declares their children as ``bytes`` splits the request
-without parsing any span. Each span, resource and scope is then parsed on its own, and only
-those protobuf refuses are rejected: the rest of the request is kept, as OTLP's partial
-success allows.
+without parsing any span. Each span, resource and scope is then parsed on its own, in an
+envelope that puts it at its own depth (protobuf's limit counts from the request); the
+request is rebuilt with those protobuf refuses emptied, and parsed once, so only their spans
+are rejected: the rest of the request is kept, as OTLP's partial success allows.
 
 The outline types are built at import from a descriptor (``_OUTLINE``), not generated code:
 they are three messages of one or two ``repeated bytes`` fields, wire-compatible with
@@ -23,9 +24,7 @@ from typing import Any, Final
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError as ProtobufDecodeError
-from google.protobuf.message import Message
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 __all__ = ["MALFORMED", "salvage"]
 
@@ -70,50 +69,65 @@ _ScopeSpans: Final = _TYPES["toolwatch.outline.ScopeSpans"]
 Problems = dict[tuple[int, int, int], tuple[str, str]]
 
 
-def _merged(target: Message, parts: Any) -> str | None:
-    """Merges each serialized part into ``target``; protobuf's reason if one is unreadable."""
+def _envelope(part: bytes, level: str) -> bytes:
+    """``part`` where it sits in a request (``level``: a resource, a scope or a span), so
+    that it parses at its own depth: protobuf's limit counts from the request."""
+    if level == "span":
+        part = _ScopeSpans(spans=[part]).SerializeToString()
+    elif level == "scope":
+        part = _ScopeSpans(scope=[part]).SerializeToString()
+    if level == "resource":
+        part = _ResourceSpans(resource=[part]).SerializeToString()
+    else:
+        part = _ResourceSpans(scope_spans=[part]).SerializeToString()
+    body: bytes = _Request(resource_spans=[part]).SerializeToString()
+    return body
+
+
+def _problem(parts: Any, level: str) -> str | None:
+    """Why protobuf cannot parse the serialized ``parts`` of one message, or ``None``."""
     try:
         for part in parts:
-            target.MergeFromString(part)
+            ExportTraceServiceRequest.FromString(_envelope(part, level))
     except ProtobufDecodeError as exc:
-        return str(exc) or "unreadable"
+        what = "the span" if level == "span" else f"its {level}"
+        return (
+            f"protobuf cannot parse {what} ({exc or 'unreadable'}): corrupt, a string that is"
+            " not UTF-8, or values nested deeper than protobuf's 100 levels"
+        )
     return None
-
-
-def _detail(what: str, problem: str) -> str:
-    return (
-        f"protobuf cannot parse {what} ({problem}): corrupt, a string that is not UTF-8, "
-        "or values nested deeper than protobuf's 100 levels"
-    )
 
 
 def salvage(body: bytes) -> tuple[ExportTraceServiceRequest, Problems] | None:
     """The request with each span protobuf cannot parse (or whose resource or scope it cannot)
-    replaced by an empty span, and why each was replaced; ``None`` when even the outline is
-    unreadable (a truncated or random body), so the spans cannot be told apart or counted, or
-    when every span, resource and scope reads (what protobuf refused is elsewhere, such as a
-    ``schema_url`` that is not UTF-8), so nothing could be named."""
+    left empty, and why each was; ``None`` when even the outline is unreadable (a truncated
+    or random body), so the spans cannot be told apart or counted, or when what protobuf
+    refused is not in a span, a resource or a scope (a ``schema_url`` that is not UTF-8)."""
     request = ExportTraceServiceRequest()
     problems: Problems = {}
     try:
         outline = _Request.FromString(body)
         for r, resource_part in enumerate(outline.resource_spans):
             resource_outline = _ResourceSpans.FromString(resource_part)
-            resource_spans: ResourceSpans = request.resource_spans.add()
-            resource_problem = _merged(resource_spans.resource, resource_outline.resource)
+            resource_spans = request.resource_spans.add()
+            resource_problem = _problem(resource_outline.resource, "resource")
+            if resource_problem is None:
+                for part in resource_outline.resource:  # merged, as protobuf merges
+                    resource_spans.resource.MergeFromString(part)
             for s, scope_part in enumerate(resource_outline.scope_spans):
                 scope_outline = _ScopeSpans.FromString(scope_part)
-                scope_spans: ScopeSpans = resource_spans.scope_spans.add()
-                scope_problem = _merged(scope_spans.scope, scope_outline.scope)
+                scope_spans = resource_spans.scope_spans.add()
+                problem = resource_problem or _problem(scope_outline.scope, "scope")
+                if problem is None:
+                    for part in scope_outline.scope:
+                        scope_spans.scope.MergeFromString(part)
                 for p, span_part in enumerate(scope_outline.spans):
-                    span: Span = scope_spans.spans.add()
-                    if resource_problem is not None:
-                        problems[r, s, p] = (MALFORMED, _detail("its resource", resource_problem))
-                    elif scope_problem is not None:
-                        problems[r, s, p] = (MALFORMED, _detail("its scope", scope_problem))
-                    elif (problem := _merged(span, (span_part,))) is not None:
-                        span.Clear()  # an empty span: its ids are rejected, with this reason
-                        problems[r, s, p] = (MALFORMED, _detail("the span", problem))
+                    span = scope_spans.spans.add()  # an empty span's ids are rejected
+                    span_problem = problem or _problem((span_part,), "span")
+                    if span_problem is None:
+                        span.MergeFromString(span_part)
+                    else:
+                        problems[r, s, p] = (MALFORMED, span_problem)
     except ProtobufDecodeError:
         return None
     return (request, problems) if problems else None

@@ -177,6 +177,7 @@ class PrometheusMetrics:
         stream_subscribers: Callable[[], int] | None = None,
         requests_in_flight: Callable[[], int] | None = None,
     ) -> None:
+        agents, tools = tuple(agents), tuple(tools)  # read twice: by name, then as pairs
         self._agent = LabelLimiter(agents, label_value_cap)
         self._tool = LabelLimiter(tools, label_value_cap)
         self._pair = PairLimiter(agents, tools, agent_tool_pair_cap)

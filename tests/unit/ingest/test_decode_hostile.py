@@ -215,7 +215,7 @@ def test_the_hand_written_wire_form_decodes() -> None:
     assert batch.spans[0].arguments == [[["leaf"]]]
 
 
-@pytest.mark.parametrize("depth", [200, 10_000])
+@pytest.mark.parametrize("depth", [48, 200, 10_000])
 def test_a_span_nested_too_deeply_is_rejected_alone(depth: int) -> None:
     """protobuf refuses the whole request; the other spans are still kept (a client told
     INVALID_ARGUMENT would drop them all)."""
@@ -391,7 +391,9 @@ def nested_json_array(depth: int) -> dict[str, Any]:
         ({"attributes": [{"key": "k", "value": "v"}]}, "attributes[0].value: "),
         ({"name": {"text": "x"}}, "name"),
         ({"droppedAttributesCount": -1}, "droppedAttributesCount"),
-        ({"attributes": [{"key": ARGUMENTS, "value": nested_json_array(60)}]}, "values(x"),
+        # 48 arrays: too deep only where the span sits in the request, not parsed alone
+        ({"attributes": [{"key": ARGUMENTS, "value": nested_json_array(48)}]}, "values(x"),
+        ({"traceId": TRACE_ID.hex(), "trace_id": TRACE_ID.hex()}, "trace_id: names the same"),
     ],
 )
 def test_a_wrong_or_too_deep_value_in_one_otlp_json_span_rejects_that_span_alone(
@@ -409,6 +411,23 @@ def test_a_wrong_value_outside_the_spans_still_refuses_the_request() -> None:
     document = with_a_valid_sibling(json_body())
     document["resourceSpans"][0]["resource"]["attributes"] = "service.name"
     with pytest.raises(DecodeError, match=r"resourceSpans\[0\]\.resource\.attributes: "):
+        decode_otlp_json(json.dumps(document), OPTIONS)
+
+
+def test_both_spellings_of_the_spans_list_refuse_the_request() -> None:
+    """Which would ``ParseDict`` keep? Counting the spans of one and parsing the other's
+    would lose or invent spans."""
+    document = with_a_valid_sibling(json_body())
+    document["resource_spans"] = json_body()["resourceSpans"]
+    same = r"^resource_spans: names the same field as resourceSpans"
+    with pytest.raises(DecodeError, match=same):
+        decode_otlp_json(json.dumps(document), OPTIONS)
+
+
+def test_a_wrong_value_outside_the_spans_refuses_the_request_even_beside_a_bad_span() -> None:
+    document = with_a_valid_sibling(json_body(kind=[1]))  # the first span alone would go
+    document["resourceSpans"][0]["schemaUrl"] = 5
+    with pytest.raises(DecodeError, match=r"cannot be parsed at resourceSpans\.schemaUrl: "):
         decode_otlp_json(json.dumps(document), OPTIONS)
 
 

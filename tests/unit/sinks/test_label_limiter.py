@@ -6,7 +6,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests import factories
-from toolwatch.model import Category, ReferenceKind, Severity, ToolTrace
+from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
 from toolwatch.sinks.prometheus import OTHER, LabelLimiter, PairLimiter, PrometheusMetrics
 
 
@@ -74,6 +74,20 @@ def _trace(agent: str, tool: str) -> ToolTrace:
     )
 
 
+def _finding(agent: str, tool: str, evaluator: str = "selection") -> Finding:
+    return factories.finding(
+        category=Category.TOOL_SELECTION_DRIFT,
+        severity=Severity.LOW,
+        evaluator=evaluator,
+        reference=ReferenceKind.POLICY,
+        score=0.5,
+        explanation="a finding",
+        trace_id="0" * 31 + "1",
+        tool=tool,
+        agent=agent,
+    )
+
+
 def _label_values(registry: CollectorRegistry, metric: str, label: str) -> set[str]:
     return {
         sample.labels[label]
@@ -92,18 +106,7 @@ def test_a_flood_of_names_keeps_every_label_bounded() -> None:
     )
     for i in range(10_000):
         metrics.tool_trace(_trace(f"agent-{i}", f"tool-{i}"), "none")
-        finding = factories.finding(
-            category=Category.TOOL_SELECTION_DRIFT,
-            severity=Severity.LOW,
-            evaluator=f"evaluator-{i}",
-            reference=ReferenceKind.POLICY,
-            score=0.5,
-            explanation="flood",
-            trace_id="0" * 31 + "1",
-            tool=f"tool-{i}",
-            agent=f"agent-{i}",
-        )
-        metrics.finding(finding, None)
+        metrics.finding(_finding(f"agent-{i}", f"tool-{i}", f"evaluator-{i}"), None)
     metrics.tool_trace(_trace("refund-bot", "issue_refund"), "none")
 
     calls = "toolwatch_tool_calls_total"
@@ -152,18 +155,7 @@ def test_findings_share_the_pair_cap() -> None:
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry, label_value_cap=100, agent_tool_pair_cap=1)
     for agent, tool in (("a", "x"), ("a", "y"), ("b", "x")):
-        finding = factories.finding(
-            category=Category.TOOL_SELECTION_DRIFT,
-            severity=Severity.LOW,
-            evaluator="selection",
-            reference=ReferenceKind.POLICY,
-            score=0.5,
-            explanation="pair",
-            trace_id="0" * 31 + "1",
-            tool=tool,
-            agent=agent,
-        )
-        metrics.finding(finding, None)
+        metrics.finding(_finding(agent, tool), None)
     tools = {
         (s.labels["agent"], s.labels["tool"])
         for family in registry.collect()
