@@ -7,9 +7,9 @@ with it (the Collector's exporter batches up to thousands). The request's outlin
 readable: OTLP nests it as ResourceSpans → ScopeSpans → Span, each a length-delimited field,
 so a view of those messages that declares their children as ``bytes`` splits the request
 without parsing any span. Each span, resource and scope is then parsed on its own, in an
-envelope that puts it at its own depth (protobuf's limit counts from the request); the
-request is rebuilt with those protobuf refuses emptied, and parsed once, so only their spans
-are rejected: the rest of the request is kept, as OTLP's partial success allows.
+envelope that puts it at its own depth (protobuf's limit counts from the request); those it
+accepts are merged into a new request, and the spans of those it refuses stay empty and are
+rejected: the rest of the request is kept, as OTLP's partial success allows.
 
 The outline types are built at import from a descriptor (``_OUTLINE``), not generated code:
 they are three messages of one or two ``repeated bytes`` fields, wire-compatible with
