@@ -139,7 +139,8 @@ class DecodedBatch:
 
 
 #: Spans a parser already found at fault, by (resource, scope, span) index: the reason and
-#: what is wrong (``otlp_json``'s ids that are no hex). Their records stand in place.
+#: what is wrong (``otlp_json``'s ids that are no hex, ``salvage``'s spans protobuf cannot
+#: parse). Their records stand in place.
 IdProblems = dict[tuple[int, int, int], tuple[str, str]]
 
 

@@ -184,7 +184,7 @@ def _convert_request_ids(document: dict[str, Any], problems: IdProblems) -> Deco
 
 
 #: The messages whose list elements locate a span: ``(resource, scope, span)`` indices.
-_OUTLINE = frozenset(
+_LOCATING = frozenset(
     (ResourceSpans.DESCRIPTOR.full_name, ScopeSpans.DESCRIPTOR.full_name, Span.DESCRIPTOR.full_name)
 )
 #: A node to check: the object, its message type, its path, and its outline indices.
@@ -232,15 +232,14 @@ def _check_node(
     """Checks one object's fields; queues the objects it holds, and notes each span it
     holds in ``spans`` with its path."""
     node, descriptor, path, outline = item
-    seen: dict[int, str] = {}  # field number -> the key that named it
     for key, value in node.items():
         field = descriptor.fields_by_camelcase_name.get(key) or descriptor.fields_by_name.get(key)
         if field is None or value is None:
             continue
         where = f"{path}.{key}" if path else key
-        if field.number in seen:  # "spanId" and "span_id": which one would ParseDict keep?
-            raise DecodeError(f"{where}: names the same field as {seen[field.number]}", where)
-        seen[field.number] = key
+        # "span_id" and "spanId" both: which one would ParseDict keep?
+        if key != field.json_name and node.get(field.json_name) is not None:
+            raise DecodeError(f"{where}: names the same field as {field.json_name}", where)
         message = field.message_type
         if message is None:
             _check_number(value, field, where)
@@ -250,7 +249,7 @@ def _check_node(
             continue
         if not isinstance(value, list):
             raise DecodeError(f"{where}: {_shown(value)} is not an array", where)
-        locates = message.full_name in _OUTLINE and len(outline) < 3
+        locates = message.full_name in _LOCATING and len(outline) < 3
         for index, element in enumerate(value):
             at = f"{where}[{index}]"
             inner = (*outline, index) if locates else outline

@@ -20,11 +20,14 @@ after the whole parse failed, so it costs nothing on valid requests. Pure; threa
 
 from __future__ import annotations
 
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+if TYPE_CHECKING:  # decode calls salvage: its alias is for the type checker alone
+    from toolwatch.ingest.decode import IdProblems
 
 __all__ = ["MALFORMED", "salvage"]
 
@@ -65,9 +68,6 @@ _Request: Final = _TYPES["toolwatch.outline.Request"]
 _ResourceSpans: Final = _TYPES["toolwatch.outline.ResourceSpans"]
 _ScopeSpans: Final = _TYPES["toolwatch.outline.ScopeSpans"]
 
-#: ``(reason, detail)`` by (resource, scope, span) index, as ``decode.IdProblems``.
-Problems = dict[tuple[int, int, int], tuple[str, str]]
-
 
 def _envelope(part: bytes, level: str) -> bytes:
     """``part`` where it sits in a request (``level``: a resource, a scope or a span), so
@@ -98,13 +98,13 @@ def _problem(parts: Any, level: str) -> str | None:
     return None
 
 
-def salvage(body: bytes) -> tuple[ExportTraceServiceRequest, Problems] | None:
+def salvage(body: bytes) -> tuple[ExportTraceServiceRequest, IdProblems] | None:
     """The request with each span protobuf cannot parse (or whose resource or scope it cannot)
     left empty, and why each was; ``None`` when even the outline is unreadable (a truncated
     or random body), so the spans cannot be told apart or counted, or when what protobuf
     refused is not in a span, a resource or a scope (a ``schema_url`` that is not UTF-8)."""
     request = ExportTraceServiceRequest()
-    problems: Problems = {}
+    problems: IdProblems = {}
     try:
         outline = _Request.FromString(body)
         for r, resource_part in enumerate(outline.resource_spans):
