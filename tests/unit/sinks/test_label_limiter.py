@@ -43,21 +43,21 @@ def test_a_negative_cap_is_refused() -> None:
 
 def test_pairs_of_unconfigured_names_are_capped_the_tool_reports_other() -> None:
     pair = PairLimiter(agents=["refund-bot"], tools=["issue_refund"], cap=2)
-    assert pair("a", "x") == "x"
-    assert pair("a", "y") == "y"
-    assert pair("b", "x") == OTHER
-    assert pair("a", "x") == "x"  # admitted pairs stay admitted
-    assert pair("a", "y") == "y"
+    assert pair.tool_label("a", "x") == "x"
+    assert pair.tool_label("a", "y") == "y"
+    assert pair.tool_label("b", "x") == OTHER
+    assert pair.tool_label("a", "x") == "x"  # admitted pairs stay admitted
+    assert pair.tool_label("a", "y") == "y"
 
 
 def test_pairs_with_a_configured_or_absent_side_do_not_use_the_cap() -> None:
     pair = PairLimiter(agents=["refund-bot"], tools=["issue_refund"], cap=0)
-    assert pair("b", "issue_refund") == "issue_refund"
-    assert pair("refund-bot", "z") == "z"
-    assert pair("", "z") == "z"
-    assert pair(OTHER, "z") == "z"
-    assert pair("b", "") == ""
-    assert pair("b", "z") == OTHER
+    assert pair.tool_label("b", "issue_refund") == "issue_refund"
+    assert pair.tool_label("refund-bot", "z") == "z"
+    assert pair.tool_label("", "z") == "z"
+    assert pair.tool_label(OTHER, "z") == "z"
+    assert pair.tool_label("b", "") == ""
+    assert pair.tool_label("b", "z") == OTHER
 
 
 def test_a_negative_pair_cap_is_refused() -> None:
