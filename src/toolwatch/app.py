@@ -142,6 +142,7 @@ class App:
             wall_clock=wall_clock,
             queue_size=config.output.stream_queue_size,
             max_subscribers=config.output.stream_max_subscribers,
+            replay_size=config.output.stream_replay_size,
         )
         self._outputs = self._open_outputs(wall_clock, extra_sinks)
         shadow = ShadowJoiner(config.shadow, clock, self.metrics) if config.shadow.enabled else None

@@ -186,6 +186,12 @@ def _add_tail(commands: Any) -> None:
     tail.add_argument("--min-severity", default="low", choices=severities)
     tail.add_argument("--json", action="store_true", help="one JSON object per line")
     tail.add_argument(
+        "--reconnect",
+        action="store_true",
+        help="follow the stream across lost connections and server restarts, resuming where"
+        " it left off (findings the server still holds are not lost)",
+    )
+    tail.add_argument(
         "--color",
         choices=["auto", "always", "never"],
         default="auto",
@@ -246,6 +252,7 @@ def _tail(args: argparse.Namespace) -> int:
         as_json=args.json,
         color=color,
         out=sys.stdout,
+        reconnect=args.reconnect,
         access=StreamAccess(
             tls=args.tls,
             ca_file=args.tls_ca,

@@ -13,10 +13,17 @@ when ``out`` is a terminal and ``NO_COLOR`` is unset (https://no-color.org); ``c
 full) are told on ``err``: ``N findings missed before the next`` or ``... since the last one
 printed``.
 
+With ``reconnect`` (``--reconnect``) tail follows the stream across lost connections and
+server restarts: it subscribes again, waiting 0.5 s, then twice as long after each failure up
+to 10 s, and resumes where it left off (``SubscribeRequest.resume_stream_id`` and
+``resume_after``), so the findings gRPC had written and a dropped connection lost are sent
+again while the server still holds them (``output.stream_replay_size``); what it no longer
+holds, or a restart, is told on ``err``.
+
 Exit codes, for the CLI and scripts that restart tail:
 
 - 0: the server ended the stream (toolwatch shut down cleanly);
-- 1: the server could not be reached, or the connection was lost;
+- 1: the server could not be reached, or the connection was lost (never with ``reconnect``);
 - 2: the server rejected the filter (unknown category or severity) or the credentials, the
   target is no HOST:PORT or serves no findings stream, or
   a credentials file cannot be used;
@@ -32,8 +39,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TextIO
 
@@ -42,6 +49,12 @@ import grpc
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.config import read_token_file
 from toolwatch.sinks.findings import format_timestamp
+from toolwatch.sinks.stream import (
+    RESUME_KEY,
+    RESUME_LOST_KEY,
+    STREAM_ID_KEY,
+    STREAM_SEQUENCE_KEY,
+)
 
 __all__ = [
     "EXIT_INTERRUPTED",
@@ -71,6 +84,9 @@ _HTTP1_ANSWER: Final = "Trying to connect an http1.x server"
 # server has written and cannot count if the connection then drops. With 64 KiB the server's
 # writes wait, its queue for this subscriber fills, and what it loses it counts and tells.
 _CHANNEL_OPTIONS = (("grpc.http2.bdp_probe", 0),)
+
+#: Seconds between attempts to subscribe again (``reconnect``): the first wait, the longest.
+RECONNECT_FIRST_WAIT, RECONNECT_LONGEST_WAIT = 0.5, 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,11 +140,14 @@ def run_tail(
     out: TextIO | None = None,
     err: TextIO | None = None,
     access: StreamAccess | None = None,
+    reconnect: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> int:
     """Subscribes to the findings stream at ``target`` (``host:port``) and prints findings
     to ``out`` (default stdout) until the stream ends; messages go to ``err`` (default
-    stderr). ``access`` reaches a secured stream (default: plaintext, no token). Returns
-    the exit code (module docstring). Blocks the calling thread."""
+    stderr). ``access`` reaches a secured stream (default: plaintext, no token);
+    ``reconnect`` follows it across lost connections and restarts, waiting with ``sleep``.
+    Returns the exit code (module docstring). Blocks the calling thread."""
     out = out or sys.stdout
     err = err or sys.stderr
     access = access or StreamAccess()
@@ -143,24 +162,92 @@ def run_tail(
     if not colon or not host or not port.isdigit():  # gRPC would dial port 443 unasked
         err.write(f"toolwatch tail: --target {target!r} is not HOST:PORT (listen.stream)\n")
         return EXIT_USAGE
+    session = _Session(target, printer, err, access)
     try:
-        channel = access.channel(target)
-    except (OSError, ValueError) as e:
-        err.write(f"toolwatch tail: {e}\n")
-        return EXIT_USAGE
-    try:
-        metadata = access.metadata()
-    except (OSError, ValueError) as e:
-        err.write(f"toolwatch tail: --bearer-token-file: {e}\n")
-        return EXIT_USAGE
-    with channel:
-        stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
-        call = stub.Subscribe(request, metadata=metadata)
-        try:
-            return _follow(call, target, printer, err, access)
-        except KeyboardInterrupt:
-            call.cancel()
+        return _subscriptions(session, request, reconnect, sleep)
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _subscriptions(
+    session: _Session,
+    request: findings_pb2.SubscribeRequest,
+    reconnect: bool,
+    sleep: Callable[[float], None],
+) -> int:
+    """Subscribes, and with ``reconnect`` subscribes again after each outage; the exit code."""
+    err = session.err
+    wait, said = RECONNECT_FIRST_WAIT, ""
+    while True:
+        ended = session.subscribe(request)
+        if ended.code == EXIT_INTERRUPTED:
             return EXIT_INTERRUPTED
+        if ended.connected:
+            wait, said = RECONNECT_FIRST_WAIT, ""
+            session.cursor.lost_connection = ended.code != EXIT_OK
+        if not reconnect or ended.code not in (EXIT_OK, EXIT_UNAVAILABLE):
+            err.write(f"toolwatch tail: {ended.message}\n")
+            return ended.code
+        if ended.message != said:  # an outage is told once, not at every attempt
+            err.write(f"toolwatch tail: {ended.message}; reconnecting\n")
+            said = ended.message
+        sleep(wait)
+        wait = min(2 * wait, RECONNECT_LONGEST_WAIT)
+
+
+@dataclass(frozen=True, slots=True)
+class _Ended:
+    """How one subscription ended: the exit code, what to tell, whether it had subscribed."""
+
+    code: int
+    message: str
+    connected: bool
+
+
+@dataclass(slots=True)
+class _Cursor:
+    """Where tail is in the server's stream: the stream's id and the last finding's
+    sequence (or, before any, the stream's when tail subscribed)."""
+
+    stream_id: str = ""
+    sequence: int = 0
+    lost_connection: bool = False  # the last live subscription ended by a lost connection
+
+    def resuming(self, request: findings_pb2.SubscribeRequest) -> findings_pb2.SubscribeRequest:
+        if not self.stream_id:
+            return request
+        resumed = findings_pb2.SubscribeRequest()
+        resumed.CopyFrom(request)
+        resumed.resume_stream_id, resumed.resume_after = self.stream_id, self.sequence
+        return resumed
+
+    def subscribed(self, metadata: Mapping[str, str], target: str) -> str:
+        """Takes the subscription's initial metadata; what to tell of the resume, if any."""
+        stream = metadata.get(STREAM_ID_KEY, "")  # none from a server that cannot resume
+        resumed, lost = metadata.get(RESUME_KEY), int(metadata.get(RESUME_LOST_KEY) or 0)
+        if resumed != "same":
+            # A fresh subscription starts at the stream's position; a restarted server's
+            # held findings all came after the last one printed, and are being sent.
+            start = 0 if resumed == "other" else int(metadata.get(STREAM_SEQUENCE_KEY) or 0)
+            self.stream_id, self.sequence = stream, start
+        unheld = (
+            f"; {lost} findings published since are no longer held by the server"
+            " (output.stream_replay_size): those that pass the filter are missed (they are"
+            " in its findings log)"
+            if lost
+            else ""
+        )
+        if resumed == "same":
+            return f"reconnected to {target}, resuming after the last finding printed{unheld}"
+        if resumed == "other":
+            previous = (
+                ": findings the previous one published after the last one printed, if any,"
+                " are in its findings log"
+                if self.lost_connection
+                else ""
+            )
+            return f"reconnected to {target}, a new stream (the server restarted){previous}{unheld}"
+        return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,19 +265,54 @@ class _Printer:
         self.out.flush()
 
 
-def _follow(call: Any, target: str, printer: _Printer, err: TextIO, access: StreamAccess) -> int:
-    connected = False
-    try:
-        # Waits for the server's headers, sent once subscribed, or for the call to fail.
-        connected = bool(call.initial_metadata())
-        for message in call:
-            _tell_missed(err, message.missed_before, "before the next")
-            printer(message)
-            _tell_missed(err, message.missed_after, "since the last one printed")
-    except grpc.RpcError as e:
-        return _report_error(e, target, connected, err, access)
-    err.write(f"toolwatch tail: {target} ended the stream (server shutting down)\n")
-    return EXIT_OK
+@dataclass(slots=True)
+class _Session:
+    """A tail's subscriptions to one target: where it is in the stream, and how it prints."""
+
+    target: str
+    printer: _Printer
+    err: TextIO
+    access: StreamAccess
+    cursor: _Cursor = field(default_factory=_Cursor)
+
+    def subscribe(self, request: findings_pb2.SubscribeRequest) -> _Ended:
+        """One subscription, from a new channel (so a reloaded token or certificate is
+        used), resuming where the last one ended."""
+        try:
+            channel = self.access.channel(self.target)
+        except (OSError, ValueError) as e:
+            return _Ended(EXIT_USAGE, str(e), False)
+        try:
+            metadata = self.access.metadata()
+        except (OSError, ValueError) as e:
+            return _Ended(EXIT_USAGE, f"--bearer-token-file: {e}", False)
+        with channel:
+            stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
+            call = stub.Subscribe(self.cursor.resuming(request), metadata=metadata)
+            try:
+                return self._follow(call)
+            except KeyboardInterrupt:
+                call.cancel()
+                return _Ended(EXIT_INTERRUPTED, "interrupted", True)
+
+    def _follow(self, call: Any) -> _Ended:
+        err, cursor, connected = self.err, self.cursor, False
+        try:
+            # Waits for the server's headers, sent once subscribed, or for the call to fail.
+            metadata = dict(call.initial_metadata() or ())
+            connected = bool(metadata)
+            # A call that fails before subscribing may end with no headers: no cursor news.
+            if connected and (resumed := cursor.subscribed(metadata, self.target)):
+                err.write(f"toolwatch tail: {resumed}\n")
+            for message in call:
+                _tell_missed(err, message.missed_before, "before the next")
+                self.printer(message)
+                cursor.sequence = max(cursor.sequence, message.sequence)
+                _tell_missed(err, message.missed_after, "since the last one printed")
+        except grpc.RpcError as e:
+            code, said = _report_error(e, self.target, connected, self.access)
+            return _Ended(code, said, connected)
+        return _Ended(EXIT_OK, f"{self.target} ended the stream (server shutting down)", connected)
 
 
 def _tell_missed(err: TextIO, count: int, when: str) -> None:
@@ -202,52 +324,41 @@ def _tell_missed(err: TextIO, count: int, when: str) -> None:
 
 
 def _report_error(
-    error: Any, target: str, connected: bool, err: TextIO, access: StreamAccess
-) -> int:
+    error: Any, target: str, connected: bool, access: StreamAccess
+) -> tuple[int, str]:
+    """The exit code for a failed subscription, and what to tell."""
     code, details = error.code(), error.details()
     if code == grpc.StatusCode.INVALID_ARGUMENT:
-        err.write(f"toolwatch tail: {details}\n")
-        return EXIT_USAGE
+        return EXIT_USAGE, details
     if code == grpc.StatusCode.UNAUTHENTICATED:
         if access.bearer_token_file is None:
-            err.write(
-                f"toolwatch tail: {target} wants a bearer token (UNAUTHENTICATED):"
-                " pass --bearer-token-file\n"
+            return EXIT_USAGE, (
+                f"{target} wants a bearer token (UNAUTHENTICATED): pass --bearer-token-file"
             )
-        else:
-            err.write(f"toolwatch tail: {target} refused the bearer token (UNAUTHENTICATED)\n")
-        return EXIT_USAGE
+        return EXIT_USAGE, f"{target} refused the bearer token (UNAUTHENTICATED)"
     if code == grpc.StatusCode.UNIMPLEMENTED:
-        err.write(
-            f"toolwatch tail: {target} answers gRPC but serves no findings stream: point"
-            " --target at the server's listen.stream address (not its OTLP port)\n"
+        return EXIT_USAGE, (
+            f"{target} answers gRPC but serves no findings stream: point --target at the"
+            " server's listen.stream address (not its OTLP port)"
         )
-        return EXIT_USAGE
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
-        err.write(f"toolwatch tail: {target} refused the subscription: {details}\n")
-        return EXIT_UNAVAILABLE
+        return EXIT_UNAVAILABLE, f"{target} refused the subscription: {details}"
     if connected:
-        err.write(f"toolwatch tail: lost the connection to {target}: {code.name}: {details}\n")
-    elif _HTTP1_ANSWER in (details or ""):
+        return EXIT_UNAVAILABLE, f"lost the connection to {target}: {code.name}: {details}"
+    if _HTTP1_ANSWER in (details or ""):
         # gRPC's own words for a peer that answered in HTTP/1.x: toolwatch's OTLP/HTTP or
         # metrics port, a wrong address, not an outage.
-        err.write(
-            f"toolwatch tail: {target} answers HTTP/1.1, not gRPC, so it serves no findings"
-            " stream (an OTLP/HTTP or metrics port?): point --target at the server's"
-            " listen.stream address\n"
+        return EXIT_USAGE, (
+            f"{target} answers HTTP/1.1, not gRPC, so it serves no findings stream (an"
+            " OTLP/HTTP or metrics port?): point --target at the server's listen.stream address"
         )
-        return EXIT_USAGE
-    else:
-        tls = bool(access.tls or access.ca_file or access.cert_file)
-        hint = (
-            "is the stream plaintext? drop --tls/--tls-ca"
-            if tls
-            else "if the stream has TLS, pass --tls-ca (or --tls)"
-        )
-        err.write(
-            f"toolwatch tail: cannot reach the findings stream at {target}: {details} ({hint})\n"
-        )
-    return EXIT_UNAVAILABLE
+    tls = bool(access.tls or access.ca_file or access.cert_file)
+    hint = (
+        "is the stream plaintext? drop --tls/--tls-ca"
+        if tls
+        else "if the stream has TLS, pass --tls-ca (or --tls)"
+    )
+    return EXIT_UNAVAILABLE, f"cannot reach the findings stream at {target}: {details} ({hint})"
 
 
 def _use_colour(out: TextIO) -> bool:

@@ -447,3 +447,27 @@ def test_tail_with_tls_against_a_plaintext_stream_prints_its_own_message_alone()
     (line,) = result.stderr.splitlines()  # no gRPC core log line about the handshake
     assert line.startswith(f"toolwatch tail: cannot reach the findings stream at 127.0.0.1:{port}")
     assert line.endswith("(is the stream plaintext? drop --tls/--tls-ca)")
+
+
+def test_tail_reconnect_waits_for_an_unreachable_stream_until_interrupted() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(
+        [toolwatch_script(), "tail", "--reconnect", "--target", f"127.0.0.1:{port}"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        assert process.stderr is not None
+        said = process.stderr.readline()  # tail is waiting to try again
+        process.send_signal(signal.SIGINT)
+        out, rest = process.communicate(timeout=30)
+    finally:
+        process.kill()
+    assert said.startswith(f"toolwatch tail: cannot reach the findings stream at 127.0.0.1:{port}")
+    assert said.endswith("; reconnecting\n")
+    assert (process.returncode, out, rest) == (130, "", "")

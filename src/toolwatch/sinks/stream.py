@@ -9,6 +9,14 @@ subscriber's queue is full the finding is dropped *for that subscriber* and coun
 (``PipelineMetrics.stream_dropped``, ``Subscription.dropped``), so a slow or stuck client
 never slows ingestion or the other subscribers.
 
+Resuming. Every finding published gets the next ``sequence`` of the broker's stream (whose
+random ``stream_id`` is new at every start), and the broker holds the last ``replay_size``
+(default 1000) findings published. A client whose connection dropped subscribes again with a
+``Resume``: the stream id and the sequence of the last finding it handled. It is sent the held
+findings after that one that pass its filter, then live ones, so what gRPC had written and the
+dropped connection lost is sent again; what is no longer held is told (``ResumeResult.lost``).
+On another stream's id (the server restarted) every held finding counts as after.
+
 ``FindingsStreamServicer`` is the thin grpc.aio adapter: it validates the request, subscribes,
 writes queued findings and unsubscribes when the client goes away. A write that fails ends
 the stream quietly: it fails only once the call is over (the client went away with a write
@@ -26,11 +34,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import grpc
 
@@ -40,9 +49,15 @@ from toolwatch.model import Category, Clock, Finding, Severity, ToolTrace
 from toolwatch.sinks.findings import Redaction, render_details
 
 __all__ = [
+    "RESUME_KEY",
+    "RESUME_LOST_KEY",
+    "STREAM_ID_KEY",
+    "STREAM_SEQUENCE_KEY",
     "SUBSCRIBED_METADATA",
     "FindingsBroker",
     "FindingsStreamServicer",
+    "Resume",
+    "ResumeResult",
     "StreamFilter",
     "SubscribersFullError",
     "Subscription",
@@ -55,10 +70,55 @@ log = logging.getLogger(__name__)
 
 #: Initial metadata sent once a subscription is live (clients may wait for it).
 SUBSCRIBED_METADATA = (("toolwatch-subscribed", "1"),)
+#: Initial metadata keys (findings.proto, FindingsService): the stream, the sequence a new
+#: subscriber's cursor starts at, and how a resume went.
+STREAM_ID_KEY = "toolwatch-stream-id"
+STREAM_SEQUENCE_KEY = "toolwatch-stream-sequence"
+RESUME_KEY = "toolwatch-resume"
+RESUME_LOST_KEY = "toolwatch-resume-lost"
 
 
 class SubscribersFullError(RuntimeError):
     """Every subscription slot of the broker is taken."""
+
+
+@dataclass(frozen=True, slots=True)
+class Resume:
+    """Where a subscriber left a stream: its id and the last finding's sequence handled."""
+
+    stream_id: str
+    after: int
+
+    @classmethod
+    def from_request(cls, request: findings_pb2.SubscribeRequest) -> Resume | None:
+        """The resume a ``SubscribeRequest`` asks for, ``None`` for a fresh subscription.
+        Raises ``ValueError`` for ``resume_after`` without ``resume_stream_id``."""
+        if not request.resume_stream_id:
+            if request.resume_after:
+                raise ValueError(
+                    f"resume_after {request.resume_after} needs resume_stream_id (the"
+                    f" {STREAM_ID_KEY} of the subscription it resumes)"
+                )
+            return None
+        return cls(request.resume_stream_id, request.resume_after)
+
+
+class ResumeResult(NamedTuple):
+    """How a resume went: whether the stream was this broker's (``"same"``) or another's
+    (``"other"``: a restart), and how many findings after the cursor are no longer held."""
+
+    stream: Literal["same", "other"]
+    lost: int
+
+
+class _Held(NamedTuple):
+    """A published finding as the broker keeps it for subscribers that resume."""
+
+    sequence: int
+    finding: Finding
+    agent: str | None
+    service: str | None
+    time_ns: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,21 +241,28 @@ class FindingsBroker:
 
     ``redaction`` hides detail values as in the findings log; ``wall_clock`` (Unix ns) stamps
     each publication; ``queue_size`` bounds every subscription's queue, ``max_subscribers``
-    the subscriptions open at once.
+    the subscriptions open at once, ``replay_size`` the findings held for resuming (0: none).
     """
 
     def __init__(
         self,
         metrics: PipelineMetrics,
         redaction: Redaction | None = None,
+        *,
         wall_clock: Clock = time.time_ns,
         queue_size: int = 1000,
         max_subscribers: int = 64,
+        replay_size: int = 1000,
     ) -> None:
         if queue_size < 1:
             raise ValueError(f"queue_size must be >= 1, got {queue_size}")
         if max_subscribers < 1:
             raise ValueError(f"max_subscribers must be >= 1, got {max_subscribers}")
+        if replay_size < 0:
+            raise ValueError(f"replay_size must be >= 0, got {replay_size}")
+        self.stream_id = secrets.token_hex(8)
+        self._sequence = 0  # the last finding published
+        self._held: deque[_Held] = deque(maxlen=replay_size)
         self._metrics = metrics
         self._redaction = redaction or Redaction()
         self._wall_clock = wall_clock
@@ -208,6 +275,11 @@ class FindingsBroker:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def sequence(self) -> int:
+        """The sequence of the last finding published (0: none yet)."""
+        return self._sequence
 
     @property
     def subscriber_count(self) -> int:
@@ -234,6 +306,31 @@ class FindingsBroker:
         self._changed.set()
         return subscription
 
+    def check_resume(self, resume: Resume) -> None:
+        """Raises ``ValueError`` when ``resume`` names a finding of this stream not yet
+        published (a cursor that cannot be this stream's)."""
+        if resume.stream_id == self.stream_id and resume.after > self._sequence:
+            raise ValueError(
+                f"resume_after {resume.after} is past the last finding of stream"
+                f" {self.stream_id} ({self._sequence})"
+            )
+
+    def replay(self, subscription: Subscription, resume: Resume) -> ResumeResult:
+        """Queues for ``subscription`` the held findings published after ``resume`` that
+        pass its filter (call it right after ``subscribe``, before the loop publishes again);
+        a queue too small for them loses the oldest, counted and told as any loss."""
+        same = resume.stream_id == self.stream_id
+        after = resume.after if same else 0
+        oldest = self._held[0].sequence if self._held else self._sequence + 1
+        dropped = 0
+        for held in self._held:
+            if held.sequence > after and subscription.filter.matches(held.finding, held.agent):
+                message = _message(held, self._redaction)
+                dropped += not subscription.offer(message)
+        if dropped:
+            self._metrics.stream_dropped(dropped)
+        return ResumeResult("same" if same else "other", max(0, oldest - 1 - after))
+
     def unsubscribe(self, subscription: Subscription, unsent: int = 0) -> None:
         """End ``subscription``. Findings still queued for it (its client stopped reading and
         the connection was lost, say), and ``unsent`` ones taken from its queue whose write
@@ -257,16 +354,19 @@ class FindingsBroker:
             await self._changed.wait()
 
     def publish(self, trace: ToolTrace, findings: Sequence[Finding]) -> None:
-        """Offers each finding to every matching subscription; never waits."""
-        if not self._subscriptions:
+        """Numbers and holds each finding, and offers it to every matching subscription;
+        never waits."""
+        if not findings:
             return
         now = self._wall_clock()
         dropped = 0
         for finding in findings:
-            agent = finding.agent or trace.agent
-            matching = [s for s in self._subscriptions if s.filter.matches(finding, agent)]
+            self._sequence += 1
+            held = _Held(self._sequence, finding, finding.agent or trace.agent, trace.service, now)
+            self._held.append(held)
+            matching = [s for s in self._subscriptions if s.filter.matches(finding, held.agent)]
             if matching:
-                message = finding_message(trace, finding, self._redaction, now)
+                message = _message(held, self._redaction)
                 dropped += sum(not s.offer(message) for s in matching)
         if dropped:
             self._metrics.stream_dropped(dropped)
@@ -279,9 +379,15 @@ class FindingsBroker:
 
 
 def finding_message(
-    trace: ToolTrace, finding: Finding, redaction: Redaction, time_ns: int
+    trace: ToolTrace, finding: Finding, redaction: Redaction, time_ns: int, sequence: int = 0
 ) -> findings_pb2.Finding:
     """``finding`` as the stream's message, details redacted and rendered as text."""
+    held = _Held(sequence, finding, finding.agent or trace.agent, trace.service, time_ns)
+    return _message(held, redaction)
+
+
+def _message(held: _Held, redaction: Redaction) -> findings_pb2.Finding:
+    finding = held.finding
     message = findings_pb2.Finding(
         category=str(finding.category),
         severity=str(finding.severity),
@@ -292,10 +398,11 @@ def finding_message(
         span_id=finding.span_id or "",
         tool=finding.tool or "",
         field=finding.field or "",
-        agent=finding.agent or trace.agent or "",
-        service=trace.service or "",
-        time_unix_nano=time_ns,
+        agent=held.agent or "",
+        service=held.service or "",
+        time_unix_nano=held.time_ns,
         details=render_details(redaction.details(finding)),
+        sequence=held.sequence,
     )
     if finding.score is not None:
         message.score = finding.score
@@ -311,26 +418,39 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
     async def Subscribe(  # noqa: N802 (the gRPC method name)
         self, request: findings_pb2.SubscribeRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
+        broker = self._broker
         try:
             stream_filter = StreamFilter.from_request(request)
+            resume = Resume.from_request(request)
+            if resume is not None:
+                broker.check_resume(resume)
         except ValueError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             return
-        if self._broker.closed:
+        if broker.closed:
             await context.abort(grpc.StatusCode.UNAVAILABLE, "toolwatch is shutting down")
             return
         try:
-            subscription = self._broker.subscribe(stream_filter)
+            subscription = broker.subscribe(stream_filter)
         except SubscribersFullError as e:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
             return
+        # No await between subscribing and replaying: nothing is published in between.
+        metadata: tuple[tuple[str, str], ...] = (
+            *SUBSCRIBED_METADATA,
+            (STREAM_ID_KEY, broker.stream_id),
+            (STREAM_SEQUENCE_KEY, str(broker.sequence)),
+        )
+        if resume is not None:
+            result = broker.replay(subscription, resume)
+            metadata += ((RESUME_KEY, result.stream), (RESUME_LOST_KEY, str(result.lost)))
         try:
             # Headers now, so the client knows it is subscribed before any finding arrives.
-            await context.send_initial_metadata(SUBSCRIBED_METADATA)
+            await context.send_initial_metadata(metadata)
         except BaseException:
-            self._broker.unsubscribe(subscription)
+            broker.unsubscribe(subscription)
             raise
-        await deliver(self._broker, subscription, context.write)
+        await deliver(broker, subscription, context.write)
 
 
 async def deliver(

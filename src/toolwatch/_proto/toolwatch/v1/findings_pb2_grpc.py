@@ -55,7 +55,19 @@ class FindingsServiceServicer:
         A client that stops reading (stopped, swapped out) holds what its HTTP/2 flow-control
         window lets the server send, and loses it unseen if the connection then drops. Keep
         that window small: gRPC clients grow it by BDP probing unless the channel option
-        grpc.http2.bdp_probe is 0 (toolwatch tail sets it; the window stays 64 KiB).
+        grpc.http2.bdp_probe is 0 (toolwatch tail sets it; the window stays 64 KiB). A client
+        that resumes (SubscribeRequest.resume_stream_id) gets what it held back, while the
+        server still holds it.
+
+        The initial metadata, sent once subscribed:
+        toolwatch-subscribed: 1
+        toolwatch-stream-id: this server's stream (random, new at every start)
+        toolwatch-stream-sequence: the sequence of the last finding published before this
+        subscription (0: none), where a subscriber's cursor starts
+        toolwatch-resume: "same" or "other" (the stream resumed is this one, or another's), and
+        toolwatch-resume-lost: findings published after the cursor that the server no longer
+        holds, of any category (those that pass the filter are lost to this subscriber; the
+        findings log has them). Both only when resuming.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

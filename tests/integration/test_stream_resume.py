@@ -1,0 +1,321 @@
+"""Resuming the findings stream: ``toolwatch tail --reconnect`` across a connection that
+drops with findings in flight, and across a server restart, through real gRPC servers on
+loopback (a TCP proxy in between plays the network that drops the connection)."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager, suppress
+
+import grpc
+import pytest
+
+from tests.integration.test_stream import Harness, make_finding, make_trace, serve, subscribe
+from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
+from toolwatch.metrics import NoopMetrics
+from toolwatch.sinks.stream import FindingsBroker, add_findings_service
+from toolwatch.tail import EXIT_INTERRUPTED, run_tail
+
+
+class CuttableProxy:
+    """A TCP proxy on loopback that can hold back what the server sends and then cut every
+    connection: a network that drops a connection with findings in flight, which the server
+    has written and the client never reads."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self._upstream_port = upstream_port
+        self._flowing = True
+        self._transports: list[asyncio.WriteTransport] = []
+        self.held_bytes = 0
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+
+    def hold(self) -> None:
+        """From now on, what the server sends is kept here, not passed on."""
+        self._flowing = False
+
+    def cut(self) -> None:
+        """Resets every connection (what was held is lost) and lets new ones flow."""
+        for transport in self._transports:
+            transport.abort()
+        self._transports.clear()
+        self._flowing = True
+
+    async def close(self) -> None:
+        self.cut()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._upstream_port)
+        self._transports += [writer.transport, up_writer.transport]
+        await asyncio.gather(
+            self._pump(reader, up_writer, held=False), self._pump(up_reader, writer, held=True)
+        )
+
+    async def _pump(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, held: bool
+    ) -> None:
+        with suppress(ConnectionError):
+            while data := await reader.read(65_536):
+                if held and not self._flowing:
+                    self.held_bytes += len(data)
+                    continue
+                writer.write(data)
+                await writer.drain()
+        writer.transport.abort()
+
+
+class Lines(io.StringIO):
+    """tail's output, which another thread can wait on."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._changed = threading.Condition()
+
+    def write(self, text: str) -> int:
+        with self._changed:
+            count = super().write(text)
+            self._changed.notify_all()
+        return count
+
+    def wait_for(self, count: int) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: self.getvalue().count("\n") >= count, 10)
+
+
+class Waits:
+    """tail's ``sleep``: each wait blocks until the test lets it go (or ends tail, as Ctrl-C
+    does), and is recorded."""
+
+    def __init__(self) -> None:
+        self.waited: list[float] = []
+        self.waiting = threading.Semaphore(0)
+        self._go = threading.Semaphore(0)
+        self.stop = False
+
+    def __call__(self, seconds: float) -> None:
+        self.waited.append(seconds)
+        self.waiting.release()
+        assert self._go.acquire(timeout=10)
+        if self.stop:
+            raise KeyboardInterrupt
+
+    def go(self) -> None:
+        self._go.release()
+
+    def end(self) -> None:
+        self.stop = True
+        self._go.release()
+
+
+async def until(condition: Callable[[], bool]) -> None:
+    """Waits (a bounded time) for a condition the event loop makes true."""
+    for _ in range(2_000):
+        if condition():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the condition never came true")
+
+
+async def in_thread(semaphore: threading.Semaphore) -> None:
+    assert await asyncio.to_thread(semaphore.acquire, True, 10)
+
+
+def explanations(out: str) -> list[str]:
+    return [line.rpartition(" — ")[2] for line in out.splitlines()]
+
+
+@asynccontextmanager
+async def proxied(h: Harness) -> AsyncIterator[CuttableProxy]:
+    proxy = CuttableProxy(int(h.target.rpartition(":")[2]))
+    await proxy.start()
+    try:
+        yield proxy
+    finally:
+        await proxy.close()
+
+
+def test_findings_a_dropped_connection_lost_in_flight_are_sent_again_on_reconnect() -> None:
+    """The server counts what it cannot write; what it has written and the network then
+    lost, only the client knows of. tail resumes after the last finding it printed, so the
+    findings held in the proxy when the connection was cut come again, with the ones
+    published while it was away, none twice."""
+    out, err, waits = Lines(), io.StringIO(), Waits()
+
+    async def scenario() -> tuple[int, str]:
+        async with serve() as h, proxied(h) as proxy:
+            target = f"127.0.0.1:{proxy.port}"
+            tail = asyncio.create_task(
+                asyncio.to_thread(run_tail, target, out=out, err=err, reconnect=True, sleep=waits)
+            )
+            await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=10)
+            h.broker.publish(make_trace(), [make_finding(explanation="f1")])
+            assert await asyncio.to_thread(out.wait_for, 1)
+            proxy.hold()
+            (subscription,) = h.broker.subscriptions
+            h.broker.publish(make_trace(), [make_finding(explanation=f"f{i}") for i in (2, 3)])
+            await until(lambda: subscription.queued == 0 and proxy.held_bytes > 0)
+            proxy.cut()
+            await in_thread(waits.waiting)  # tail saw the connection go
+            h.broker.publish(make_trace(), [make_finding(explanation="f4")])
+            waits.go()
+            assert await asyncio.to_thread(out.wait_for, 4)
+            h.broker.publish(make_trace(), [make_finding(explanation="f5")])
+            assert await asyncio.to_thread(out.wait_for, 5)
+            h.broker.close()
+            await in_thread(waits.waiting)
+            waits.end()
+            return await asyncio.wait_for(tail, timeout=10), target
+
+    code, target = asyncio.run(scenario())
+    assert code == EXIT_INTERRUPTED
+    assert explanations(out.getvalue()) == ["f1", "f2", "f3", "f4", "f5"]
+    lost, resumed, ended = err.getvalue().splitlines()
+    assert lost.startswith(f"toolwatch tail: lost the connection to {target}: UNAVAILABLE")
+    assert lost.endswith("; reconnecting")
+    assert resumed == (
+        f"toolwatch tail: reconnected to {target}, resuming after the last finding printed"
+    )
+    assert (
+        ended == f"toolwatch tail: {target} ended the stream (server shutting down); reconnecting"
+    )
+    assert waits.waited == [0.5, 0.5]  # the wait starts again once reconnected
+
+
+def test_tail_follows_a_restarted_server_and_gets_what_it_published_before_reconnect() -> None:
+    out, err, waits = Lines(), io.StringIO(), Waits()
+
+    async def scenario() -> tuple[int, str]:
+        async with serve() as first:
+            target = first.target
+            tail = asyncio.create_task(
+                asyncio.to_thread(run_tail, target, out=out, err=err, reconnect=True, sleep=waits)
+            )
+            await asyncio.wait_for(first.broker.wait_for_subscribers(1), timeout=10)
+            first.broker.publish(make_trace(), [make_finding(explanation="f1")])
+            first.broker.close()  # a clean shutdown: the stream ends after f1
+            await in_thread(waits.waiting)
+        waits.go()  # tail finds no server, and waits again
+        await in_thread(waits.waiting)
+        port = int(target.rpartition(":")[2])
+        broker = FindingsBroker(NoopMetrics())
+        server = grpc.aio.server()
+        add_findings_service(server, broker)
+        assert server.add_insecure_port(target) == port
+        await server.start()
+        try:
+            broker.publish(make_trace(), [make_finding(explanation="f2")])  # before tail is back
+            waits.go()
+            await asyncio.wait_for(broker.wait_for_subscribers(1), timeout=10)
+            broker.publish(make_trace(), [make_finding(explanation="f3")])
+            assert await asyncio.to_thread(out.wait_for, 3), (out.getvalue(), err.getvalue())
+            broker.close()
+            await in_thread(waits.waiting)
+            waits.end()
+            return await asyncio.wait_for(tail, timeout=10), target
+        finally:
+            await server.stop(None)
+
+    code, target = asyncio.run(scenario())
+    assert code == EXIT_INTERRUPTED
+    assert explanations(out.getvalue()) == ["f1", "f2", "f3"]
+    ended, unreachable, resumed, ended_again = err.getvalue().splitlines()
+    assert (
+        ended
+        == ended_again
+        == (f"toolwatch tail: {target} ended the stream (server shutting down); reconnecting")
+    )
+    assert unreachable.startswith(f"toolwatch tail: cannot reach the findings stream at {target}")
+    # The first server ended its stream cleanly: nothing of it is missing.
+    assert (
+        resumed == f"toolwatch tail: reconnected to {target}, a new stream (the server restarted)"
+    )
+    assert waits.waited == [0.5, 1, 0.5]
+
+
+def test_an_outage_is_told_once_and_the_waits_grow_to_the_longest() -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    attempts: list[float] = []
+
+    def sleep(seconds: float) -> None:
+        attempts.append(seconds)
+        if len(attempts) == 7:
+            raise KeyboardInterrupt
+
+    err = io.StringIO()
+    code = run_tail(f"127.0.0.1:{port}", err=err, reconnect=True, sleep=sleep)
+    assert code == EXIT_INTERRUPTED
+    assert attempts == [0.5, 1, 2, 4, 8, 10, 10]
+    (said,) = err.getvalue().splitlines()
+    assert said.startswith(f"toolwatch tail: cannot reach the findings stream at 127.0.0.1:{port}")
+    assert said.endswith("; reconnecting")
+
+
+def test_a_usage_error_ends_tail_even_when_it_reconnects() -> None:
+    async def scenario() -> tuple[int, str]:
+        async with serve() as h:
+            err = io.StringIO()
+            code = await asyncio.to_thread(
+                run_tail, h.target, err=err, min_severity="urgent", reconnect=True
+            )
+            return code, err.getvalue()
+
+    code, err = asyncio.run(scenario())
+    assert code == 2
+    assert "unknown severity 'urgent'" in err
+
+
+def test_the_initial_metadata_says_where_a_subscriber_starts_and_how_a_resume_went() -> None:
+    async def scenario() -> None:
+        async with serve() as h, grpc.aio.insecure_channel(h.target) as channel:
+            h.broker.publish(make_trace(), [make_finding(explanation=f"f{i}") for i in (1, 2)])
+            fresh = subscribe(channel)
+            assert dict(await fresh.initial_metadata()) == {
+                "toolwatch-subscribed": "1",
+                "toolwatch-stream-id": h.broker.stream_id,
+                "toolwatch-stream-sequence": "2",
+            }
+            fresh.cancel()
+            stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
+            request = findings_pb2.SubscribeRequest(
+                resume_stream_id=h.broker.stream_id, resume_after=1
+            )
+            resumed = stub.Subscribe(request)
+            metadata = dict(await resumed.initial_metadata())
+            assert (metadata["toolwatch-resume"], metadata["toolwatch-resume-lost"]) == (
+                "same",
+                "0",
+            )
+            message = await resumed.read()
+            assert (message.explanation, message.sequence) == ("f2", 2)
+            resumed.cancel()
+            for request, reason in [
+                (
+                    findings_pb2.SubscribeRequest(resume_after=1),
+                    "resume_after 1 needs resume_stream_id",
+                ),
+                (
+                    findings_pb2.SubscribeRequest(
+                        resume_stream_id=h.broker.stream_id, resume_after=3
+                    ),
+                    f"resume_after 3 is past the last finding of stream {h.broker.stream_id} (2)",
+                ),
+            ]:
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await stub.Subscribe(request).read()
+                assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+                assert (refused.value.details() or "").startswith(reason)
+
+    asyncio.run(scenario())
