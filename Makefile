@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: serve test lint typecheck check bench bench-compare bench-instructions bench-instructions-server fuzz proto clean
+.PHONY: serve alert-demo test lint typecheck check bench bench-compare bench-instructions bench-instructions-server fuzz proto clean
 
 # The editable install builds the compiled scanner (C) and compiles the hot path with mypyc
 # (setup.py; src/toolwatch/compiled.py lists the modules): rebuild when their source changes.
@@ -20,6 +20,10 @@ $(STAMP): pyproject.toml setup.py src/toolwatch/ingest/_wire.c src/toolwatch/com
 CONFIG ?= examples/toolwatch.yaml
 serve: $(STAMP)
 	@$(BIN)/toolwatch serve --config $(CONFIG) $(ARGS)
+
+# From zero to a firing alert: toolwatch and a Prometheus on free ports (needs prometheus).
+alert-demo: $(STAMP)
+	@$(BIN)/python scripts/alert_demo.py $(ARGS)
 
 test: $(STAMP)
 	$(BIN)/ruff check
