@@ -10,6 +10,7 @@ The sections of other stages are defined next to their stage (``evaluation.setti
 
 from __future__ import annotations
 
+import difflib
 import io
 import ipaddress
 import os
@@ -26,6 +27,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic_core import ErrorDetails
 
 from toolwatch.assembly.buffer import AssemblyLimits
 from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings, PolicySettings
@@ -33,7 +35,7 @@ from toolwatch.ingest.decode import DecodeOptions
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Decoder
 from toolwatch.references.settings import GoldenSettings, ShadowSettings
 from toolwatch.sections import Section as _Section
-from toolwatch.sections import UniqueKeyLoader
+from toolwatch.sections import UniqueKeyLoader, keys_at
 
 __all__ = [
     "LISTENERS",
@@ -646,10 +648,45 @@ def _format_errors(source: str, exc: ValidationError, overrides: dict[str, Any])
     for error in exc.errors(include_url=False):
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
         origin = _origin(where, source, overrides, missing=error["type"] == "missing")
-        shown = repr(error.get("input"))
+        value = error.get("input")
+        shown = repr(value)
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
-        lines.append(f"  {origin}: {where}: {error['msg']} (got {shown})")
+        # A section's own checks get the whole section: the reason names what is wrong.
+        got = (
+            ""
+            if isinstance(value, dict) and error["type"] != "extra_forbidden"
+            else f" (got {shown})"
+        )
+        lines.append(f"  {origin}: {where}: {_reason(error)}{got}")
     return "\n".join(lines)
+
+
+#: pydantic's wording of a wrong type, in the words of a YAML file.
+_TYPE_REASONS = {
+    "tuple_type": "expected a list",
+    "list_type": "expected a list",
+    "set_type": "expected a list",
+    "frozen_set_type": "expected a list",
+    "dict_type": "expected a mapping (key: value lines)",
+    "model_type": "expected a mapping (key: value lines)",
+    "model_attributes_type": "expected a mapping (key: value lines)",
+}
+
+
+def _reason(error: ErrorDetails) -> str:
+    """Why a value was refused, in a configuration file's words."""
+    kind, loc = error["type"], error["loc"]
+    if kind == "extra_forbidden":  # worded as golden-case files word it
+        known = keys_at(Config, loc[:-1])
+        meant = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+        hint = f"did you mean {meant[0]!r}?" if meant else f"allowed: {', '.join(known)}"
+        return f"unknown setting ({hint})" if known else "unknown setting"
+    if kind in _TYPE_REASONS:
+        return _TYPE_REASONS[kind]
+    message = error["msg"]
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
+    return message
 
 
 def _origin(where: str, source: str, overrides: dict[str, Any], missing: bool = False) -> str:

@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import types
 from collections.abc import Hashable
-from typing import Any, Union, get_args, get_origin
+from typing import Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
-__all__ = ["Section", "UniqueKeyLoader"]
+__all__ = ["Section", "UniqueKeyLoader", "keys_at"]
 
 _BOOLEAN_NUMBER = PydanticCustomError("boolean_number", "Input should be a number, not a boolean")
 
@@ -59,6 +59,37 @@ def _numeric(annotation: Any) -> bool:
         options = get_args(annotation)
         return bool not in options and any(_numeric(a) for a in options)
     return False
+
+
+def keys_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> tuple[str, ...]:
+    """The keys the section at ``loc`` under ``model`` takes (its fields, by the names a file
+    gives them), for telling a typo what was meant; empty when ``loc`` leads nowhere known.
+    List indices, dictionary keys and union tags on the way are stepped over."""
+    models = _models_in(model)
+    for part in loc:
+        fields = [
+            m.model_fields[part] for m in models if isinstance(part, str) and part in m.model_fields
+        ]
+        if fields:
+            models = [inner for f in fields for inner in _models_in(f.annotation)]
+        elif tagged := [m for m in models if _tagged(m, part)]:  # a tagged union's option
+            models = tagged
+    return tuple(sorted({f.alias or name for m in models for name, f in m.model_fields.items()}))
+
+
+def _tagged(model: type[BaseModel], tag: int | str) -> bool:
+    """Whether ``model`` is the option of a tagged union that ``tag`` names."""
+    return any(
+        get_origin(f.annotation) is Literal and tag in get_args(f.annotation)
+        for f in model.model_fields.values()
+    )
+
+
+def _models_in(annotation: Any) -> list[type[BaseModel]]:
+    """The sections an annotation holds: itself, or those of its options and items."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return [annotation]
+    return [model for arg in get_args(annotation) for model in _models_in(arg)]
 
 
 class UniqueKeyLoader(yaml.SafeLoader):

@@ -296,7 +296,7 @@ def test_a_missing_golden_case_file_names_the_setting_and_the_configuration(
 def test_serve_with_an_invalid_listen_address_exits_2() -> None:
     result = run_cli("serve", "--grpc-listen", "nonsense")
     assert result.returncode == 2
-    assert "listen.grpc: Value error, 'nonsense' is not HOST:PORT" in result.stderr
+    assert "listen.grpc: 'nonsense' is not HOST:PORT" in result.stderr
 
 
 def _listen_config(tmp_path: Path, **addresses: str) -> Path:
@@ -390,7 +390,7 @@ def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
     [
         ("assembly:\n  max_traces: -1\n", "assembly.max_traces", "greater than 0"),
         ("listen:\n  http: 4318\n", "listen.http", "Input should be a valid string"),
-        ("ingest:\n  max_body: 5\n", "ingest.max_body", "Extra inputs are not permitted"),
+        ("ingest:\n  max_body: 5\n", "ingest.max_body", "unknown setting (allowed: "),
         (
             "ingest:\n  max_concurrent_requests: 0\n",
             "ingest.max_concurrent_requests",

@@ -136,7 +136,7 @@ def test_a_tool_both_dangerous_and_verifying_is_refused(tmp_path: Path) -> None:
         "  verification_tools: [lookup_order, Issue_Refund]\n"
     )
     assert error_lines(config, {})[1].startswith(
-        f"  {config}: policy: Value error, 'issue_refund' is in both dangerous_tools and"
+        f"  {config}: policy: 'issue_refund' is in both dangerous_tools and"
         " verification_tools: a dangerous call cannot verify another"
     )
 
@@ -176,8 +176,34 @@ def test_security_that_names_no_listener_is_refused_and_safety_may_name_a_refere
     with pytest.raises(ConfigError) as refused:
         load_config(None, {**auth, "security.auth.listeners": []})
     assert (
-        "security.auth.listeners: Value error, names no listener, so bearer tokens would guard"
+        "security.auth.listeners: names no listener, so bearer tokens would guard"
         " none: name some of grpc, http, metrics, stream, or leave the section out"
     ) in str(refused.value)
     # safety's policy checks run whatever its drift is compared with: accepted.
     assert load_config(None, {"evaluators.safety.against": "source"}) is not None
+
+
+def test_errors_speak_of_the_file_not_of_pydantic(tmp_path: Path) -> None:
+    """A typo names the setting meant; a wrong type says what the file should hold; a
+    section's own check names the problem without printing the whole section back."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(
+        "assembly:\n  completion_wait_secs: 5\n"
+        "policy:\n  dangerous_tools: issue_refund\n"
+        "  invariants:\n    - {name: n, kind: forbidden, tool: a, befor: b}\n"
+        "ingest: 5\n"
+        "security:\n  tls: {cert_file: c.pem}\n"
+    )
+    (tmp_path / "c.pem").write_text("")
+    assert sorted(error_lines(config, {})[1:]) == sorted(
+        [
+            f"  {config}: assembly.completion_wait_secs: unknown setting (did you mean"
+            " 'completion_wait_seconds'?) (got 5)",
+            f"  {config}: policy.dangerous_tools: expected a list (got 'issue_refund')",
+            # The forbidden kind's own keys, not every kind's ("before" is the order kind's).
+            f"  {config}: policy.invariants.0.forbidden.befor: unknown setting (allowed:"
+            " agents, kind, name, severity, tool) (got 'b')",
+            f"  {config}: ingest: expected a mapping (key: value lines) (got 5)",
+            f"  {config}: security.tls.key_file: Field required",
+        ]
+    )
