@@ -16,6 +16,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 import argparse
 import asyncio
 import logging
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -32,6 +33,9 @@ from toolwatch.tail import StreamAccess, run_tail
 __all__ = ["main"]
 
 EXIT_RUNTIME = 3  # 0, 1 (a gate failed) and 2 are replay's (toolwatch.replay)
+#: The output was a pipe whose reader left: 128 + SIGPIPE, what a shell reports for a command
+#: that signal ended.
+EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 
 _SERVE_FLAGS: tuple[tuple[str, str, str, str], ...] = (
     # flag, environment variable, config key, help
@@ -115,6 +119,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StartError as exc:
         print(f"toolwatch: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
+    except BrokenPipeError:
+        # Whoever read the output stopped (`| head`): end quietly, as a command killed by
+        # SIGPIPE does. Python would write the buffer out again at exit, and fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")  # and logging's WARN, FATAL

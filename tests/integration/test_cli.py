@@ -471,3 +471,18 @@ def test_tail_reconnect_waits_for_an_unreachable_stream_until_interrupted() -> N
     assert said.startswith(f"toolwatch tail: cannot reach the findings stream at 127.0.0.1:{port}")
     assert said.endswith("; reconnecting\n")
     assert (process.returncode, out, rest) == (130, "", "")
+
+
+def test_replay_into_a_pipe_whose_reader_left_ends_quietly_as_sigpipe_would() -> None:
+    """`toolwatch replay ... | head -1`: a traceback and exit 1, which means a failed gate."""
+    example = Path(__file__).parents[2] / "examples" / "unverified-refund.otlp.json"
+    process = subprocess.Popen(
+        [toolwatch_script(), "replay", "--no-progress", str(example)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=clean_env(),
+    )
+    assert process.stdout is not None
+    process.stdout.close()  # the reader leaves before replay writes its report
+    _, err = process.communicate(timeout=60)
+    assert (process.returncode, err) == (128 + signal.SIGPIPE, b"")
