@@ -26,7 +26,13 @@ import grpc
 from aiohttp import web
 from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
+from prometheus_client import (
+    CollectorRegistry,
+    GCCollector,
+    PlatformCollector,
+    ProcessCollector,
+    enable_created_metrics,
+)
 
 from toolwatch import __version__, compiled
 from toolwatch.config import (
@@ -104,6 +110,7 @@ class App:
         extra_sinks: tuple[FindingSink, ...] = (),
     ) -> None:
         self.config = config
+        keep_created_series()
         self.registry = registry if registry is not None else CollectorRegistry()
         # What the default registry would have: process_* (resident memory, CPU, open
         # files), python_gc_*, python_info. Read at scrape time only.
@@ -544,6 +551,23 @@ def _warn_if_exposed(addresses: dict[str, str], exposure: Callable[[str], str | 
 #: (not 700), and older generations rarely. The pipeline's objects are acyclic and die by
 #: reference counting; what the collector did was walk live ones, on the event loop.
 _GC_THRESHOLDS = (20_000, 20, 20)
+
+
+def keep_created_series() -> None:
+    """Export counters' ``_created`` series whatever ``PROMETHEUS_DISABLE_CREATED_SERIES``
+    says: the page alerts read ``toolwatch_regressions_created`` to fire on a regression's
+    first finding, which ``increase()`` cannot see (deploy/prometheus/toolwatch-rules.yaml)."""
+    if os.environ.get(_DISABLE_CREATED, "").lower() in ("true", "1", "t"):
+        log.warning(
+            "%s is ignored: the alert rules need toolwatch_regressions_created to page on a"
+            " regression's first finding",
+            _DISABLE_CREATED,
+        )
+    enable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client has no annotation here
+
+
+#: prometheus_client's switch (read when it is imported) that drops ``_created`` series.
+_DISABLE_CREATED = "PROMETHEUS_DISABLE_CREATED_SERIES"
 
 
 def tune_gc() -> None:

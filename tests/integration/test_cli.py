@@ -486,3 +486,25 @@ def test_replay_into_a_pipe_whose_reader_left_ends_quietly_as_sigpipe_would() ->
     process.stdout.close()  # the reader leaves before replay writes its report
     _, err = process.communicate(timeout=60)
     assert (process.returncode, err) == (128 + signal.SIGPIPE, b"")
+
+
+def test_serve_keeps_the_created_series_the_alert_rules_read(
+    serve: Callable[..., Served],
+) -> None:
+    """PROMETHEUS_DISABLE_CREATED_SERIES (set fleet-wide to save series) would leave the page
+    alerts blind to a regression's first finding: toolwatch keeps them and says so."""
+    ports = [f"--{name}-listen" for name in ("grpc", "http", "metrics", "stream")]
+    served = serve(
+        *[arg for flag in ports for arg in (flag, "127.0.0.1:0")],
+        env=clean_env(PROMETHEUS_DISABLE_CREATED_SERIES="True"),
+    )
+    addresses = served.wait_for(LISTENING).groupdict()
+    with urllib.request.urlopen(f"http://{addresses['metrics']}/metrics", timeout=10) as page:
+        scraped = page.read().decode()
+    assert served.terminate() == 0
+    assert re.search(r"^toolwatch_spans_received_created\{.*\} 1\.\d+e\+09$", scraped, re.M)
+    assert any(
+        "WARNING toolwatch: PROMETHEUS_DISABLE_CREATED_SERIES is ignored: the alert rules need"
+        " toolwatch_regressions_created" in line
+        for line in served.seen
+    )
