@@ -224,7 +224,8 @@ class App:
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         self._ready = True
         _warn_if_exposed(self.addresses, self._security.exposure)
-        _warn_if_reloads_are_rare(self.config)
+        for warning in self.config.warnings():
+            log.warning("%s", warning)
         log.info("listening %s", " ".join(f"{k}={v}" for k, v in self.addresses.items()))
         if not self._compiled and self.config.ingest.decoder == "auto":
             log.warning(
@@ -517,24 +518,6 @@ def _known_tools(config: Config, golden: GoldenCaseSet | None) -> tuple[str, ...
     if golden is not None:  # normalized when the file was read
         tools |= {call.name for case in golden for call in case.expected_tools}
     return tuple(sorted(tools))
-
-
-#: ToolwatchSecurityFilesNotReloaded sees a failing file only if it is looked at every 5m.
-_ALERTED_RELOAD_SECONDS = 240
-
-
-def _warn_if_reloads_are_rare(config: Config) -> None:
-    security = config.security
-    for name, part in (("tls", security.tls), ("auth", security.auth)):
-        if part is not None and part.reload_seconds > _ALERTED_RELOAD_SECONDS:
-            log.warning(
-                "security.%s.reload_seconds is %g: a changed file that fails to load may not"
-                " fire ToolwatchSecurityFilesNotReloaded, which needs a look every 5 minutes"
-                " (at most %d)",
-                name,
-                part.reload_seconds,
-                _ALERTED_RELOAD_SECONDS,
-            )
 
 
 def _warn_if_exposed(addresses: dict[str, str], exposure: Callable[[str], str | None]) -> None:

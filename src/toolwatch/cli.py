@@ -242,6 +242,8 @@ def _check_config(args: argparse.Namespace) -> int:
     config = load_config(args.file)
     check_outputs(config, args.file)
     golden, _shadow = build_references(config)
+    for warning in config.warnings():
+        print(f"{args.file}: warning: {warning}", file=sys.stderr)
     cases = f", {len(golden)} golden case(s)" if golden is not None else ""
     print(f"{args.file}: ok{cases}")
     return EXIT_OK

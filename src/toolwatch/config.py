@@ -62,6 +62,10 @@ __all__ = [
 _MIB = 2**20
 
 
+#: ToolwatchSecurityFilesNotReloaded sees a failing file only if it is looked at every 5m.
+ALERTED_RELOAD_SECONDS = 240
+
+
 class ConfigError(ValueError):
     """Invalid configuration. The message names the source, the field path and the reason."""
 
@@ -355,7 +359,7 @@ class TlsSettings(_Section):
     key_file: Path
     client_ca_file: Path | None = None
     listeners: tuple[Listener, ...] = LISTENERS
-    # Above 240, ToolwatchSecurityFilesNotReloaded may miss a failure (app warns).
+    # Above 240, ToolwatchSecurityFilesNotReloaded may miss a failure (Config.warnings).
     reload_seconds: float = Field(60.0, gt=0, le=3600)
 
     @field_validator("listeners")
@@ -502,6 +506,19 @@ class Config(_Section):
                     f" {normal!r}: write {normal + '.' + field!r}"
                 )
         return self
+
+    def warnings(self) -> list[str]:
+        """Settings that are valid but defeat something (``serve`` logs them, ``check-config``
+        prints them)."""
+        said = []
+        for name, part in (("tls", self.security.tls), ("auth", self.security.auth)):
+            if part is not None and part.reload_seconds > ALERTED_RELOAD_SECONDS:
+                said.append(
+                    f"security.{name}.reload_seconds is {part.reload_seconds:g}: a changed file"
+                    " that fails to load may not fire ToolwatchSecurityFilesNotReloaded, which"
+                    f" needs a look every 5 minutes (at most {ALERTED_RELOAD_SECONDS})"
+                )
+        return said
 
     def named_tools(self) -> frozenset[str]:
         """The tools the policy and ``metrics.tools`` name, normalized as calls are."""

@@ -382,7 +382,16 @@ def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text("listen:\n  grpc: 127.0.0.1:14317\nassembly:\n  max_traces: 50\n")
     result = run_cli("check-config", str(good))
-    assert (result.returncode, result.stdout.strip()) == (0, f"{good}: ok")
+    assert (result.returncode, result.stdout.strip(), result.stderr) == (0, f"{good}: ok", "")
+
+
+def test_check_config_prints_what_serve_would_warn_of(tmp_path: Path) -> None:
+    (tmp_path / "tokens").write_text("s3cret-token-value\n")
+    rare = tmp_path / "rare.yaml"
+    rare.write_text("security:\n  auth:\n    bearer_token_file: tokens\n    reload_seconds: 600\n")
+    result = run_cli("check-config", str(rare))
+    assert (result.returncode, result.stdout.strip()) == (0, f"{rare}: ok")
+    assert result.stderr.startswith(f"{rare}: warning: security.auth.reload_seconds is 600: ")
 
 
 @pytest.mark.parametrize(

@@ -207,3 +207,14 @@ def test_errors_speak_of_the_file_not_of_pydantic(tmp_path: Path) -> None:
             f"  {config}: security.tls.key_file: Field required",
         ]
     )
+
+
+def test_reloads_too_rare_for_their_alert_are_warned_of_not_refused(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("s3cret-token-value\n")
+    auth = {"security.auth.bearer_token_file": str(tokens)}
+    assert load_config(None, {**auth, "security.auth.reload_seconds": 240}).warnings() == []
+    assert load_config(None, {**auth, "security.auth.reload_seconds": 300}).warnings() == [
+        "security.auth.reload_seconds is 300: a changed file that fails to load may not fire"
+        " ToolwatchSecurityFilesNotReloaded, which needs a look every 5 minutes (at most 240)"
+    ]
