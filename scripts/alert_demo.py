@@ -256,7 +256,7 @@ class Demo:
             print(f"alert-demo: {e}", file=sys.stderr, flush=True)
             self.diagnose()
             return EXIT_FAILED
-        self.report(alert, trace_id)
+        self.report(alert, trace_id, keep)
         if keep:
             return self.keep_running()
         print("Stopping both (`make alert-demo ARGS=--keep` keeps them running).", flush=True)
@@ -376,20 +376,27 @@ class Demo:
 
         return self.poll(f"alert {ALERT} firing", firing, ALERT_SECONDS)
 
-    def report(self, alert: dict[str, Any], trace_id: str) -> None:
+    def report(self, alert: dict[str, Any], trace_id: str, keep: bool) -> None:
+        """The alert and the finding; with ``keep``, where to look at the running pair (the
+        addresses are of no use once they are stopped)."""
         assert self.toolwatch is not None
         labels = ", ".join(f"{k}={v}" for k, v in sorted(alert["labels"].items()))
         annotations = alert["annotations"]
         finding = finding_line(self.toolwatch.output(), trace_id)
-        url = self.prometheus_url
         print(
             f"\n{ALERT} is firing:\n"
             f"  labels:      {labels}\n"
             f"  summary:     {' '.join(annotations.get('summary', '').split())}\n"
             f"  description: {' '.join(annotations.get('description', '').split())}\n"
             f"\ntoolwatch's finding (its stdout, the findings log):\n"
-            f"  {finding or '(none found in its stdout)'}\n"
-            f"\n  alerts       {url}/alerts\n"
+            f"  {finding or '(none found in its stdout)'}\n",
+            flush=True,
+        )
+        if not keep:
+            return
+        url = self.prometheus_url
+        print(
+            f"  alerts       {url}/alerts\n"
             f"  the counter  {url}/graph?g0.expr={SCRAPED}&g0.tab=0\n"
             f"  targets      {url}/targets\n"
             f"  metrics      http://{self.addresses['metrics']}/metrics\n"

@@ -80,10 +80,10 @@ def check_report(output: str) -> str:
 
 
 def urls(output: str) -> list[str]:
-    """Prometheus' and toolwatch's metrics URL, as the demo printed them."""
+    """Prometheus' alerts and toolwatch's metrics URL, from the demo's progress lines."""
     return [
-        printed(output, r"^  alerts +(http://\S+)$"),
-        printed(output, r"^  metrics +(http://\S+)$"),
+        printed(output, r"^\[.*\] prometheus ready on (http://[^,]+),") + "/alerts",
+        "http://" + printed(output, r"^\[.*\] toolwatch ready \(.*metrics ([^,]+),") + "/metrics",
     ]
 
 
@@ -148,6 +148,7 @@ def test_the_demo_fires_the_missing_verification_alert_and_stops(tmp_path: Path)
 
     assert ran.returncode == 0, ran.stdout + ran.stderr
     check_report(ran.stdout)
+    assert "/alerts" not in ran.stdout.partition(" is firing:")[2]  # no address of a stopped server
     check_cleaned_up(ran.stdout, tmp_path)
 
 
@@ -175,6 +176,7 @@ def test_keep_leaves_the_alert_firing_until_ctrl_c(tmp_path: Path) -> None:
         output = read_until(demo.stdout, "Ctrl-C stops them", DEMO_SECONDS)
         check_report(output)
         prometheus = urls(output)[0].removesuffix("/alerts")
+        assert f"  alerts       {prometheus}/alerts\n" in output
         with urllib.request.urlopen(f"{prometheus}/api/v1/alerts", timeout=10) as reply:
             alerts = json.load(reply)["data"]["alerts"]
         assert [(a["labels"]["alertname"], a["state"]) for a in alerts] == [(ALERT, "firing")]
