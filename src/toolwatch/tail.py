@@ -83,7 +83,10 @@ _HTTP1_ANSWER: Final = "Trying to connect an http1.x server"
 # and a tail that stops reading (Ctrl-Z, a full pipe) would hold thousands of findings the
 # server has written and cannot count if the connection then drops. With 64 KiB the server's
 # writes wait, its queue for this subscriber fills, and what it loses it counts and tells.
-_CHANNEL_OPTIONS = (("grpc.http2.bdp_probe", 0),)
+# Each subscription gets a new channel with subchannels of its own: in gRPC's global pool the
+# next channel would share the last one's connection backoff, so an attempt right after a
+# refused one (the server coming back) could fail at once, without trying.
+_CHANNEL_OPTIONS = (("grpc.http2.bdp_probe", 0), ("grpc.use_local_subchannel_pool", 1))
 
 #: Seconds between attempts to subscribe again (``reconnect``): the first wait, the longest.
 RECONNECT_FIRST_WAIT, RECONNECT_LONGEST_WAIT = 0.5, 10.0
