@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import pytest
 
-from toolwatch.app import StartError, _known_tools, _open_text, _warn_if_reloads_are_rare
+from toolwatch.app import StartError, _known_tools, _open_text
 from toolwatch.config import Config, ConfigError, check_outputs, load_config
 
 
@@ -70,23 +69,6 @@ def test_an_output_file_serve_could_not_open_is_refused_by_check_config_too(
         assert str(refused.value) == f"command line/environment: {setting}: {reason}", target
     for target in ("-", str(tmp_path / "f.jsonl")):
         check_outputs(load_config(None, {setting: target}), None, {setting: target})
-
-
-def test_reload_intervals_the_alert_cannot_follow_are_warned_of(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    tokens = tmp_path / "tokens"
-    tokens.write_text("s3cret-token-value\n")
-    config = load_config(
-        None,
-        {"security.auth.bearer_token_file": str(tokens), "security.auth.reload_seconds": 600},
-    )
-    with caplog.at_level(logging.WARNING, logger="toolwatch"):
-        _warn_if_reloads_are_rare(config)
-    assert caplog.messages == [
-        "security.auth.reload_seconds is 600: a changed file that fails to load may not fire"
-        " ToolwatchSecurityFilesNotReloaded, which needs a look every 5 minutes (at most 240)"
-    ]
 
 
 def test_a_file_that_passes_the_checks_but_will_not_open_is_named_with_its_setting() -> None:
