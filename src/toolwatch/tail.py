@@ -50,8 +50,10 @@ from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.config import read_token_file
 from toolwatch.sinks.findings import format_timestamp
 from toolwatch.sinks.stream import (
+    KEEPALIVE_SECONDS,
     RESUME_KEY,
     RESUME_LOST_KEY,
+    SHUTTING_DOWN,
     STREAM_ID_KEY,
     STREAM_SEQUENCE_KEY,
 )
@@ -86,7 +88,15 @@ _HTTP1_ANSWER: Final = "Trying to connect an http1.x server"
 # Each subscription gets a new channel with subchannels of its own: in gRPC's global pool the
 # next channel would share the last one's connection backoff, so an attempt right after a
 # refused one (the server coming back) could fail at once, without trying.
-_CHANNEL_OPTIONS = (("grpc.http2.bdp_probe", 0), ("grpc.use_local_subchannel_pool", 1))
+# Keepalive pings find a connection gone silent without a reset, which would otherwise leave
+# tail waiting forever (the server allows them, sinks.stream.STREAM_SERVER_OPTIONS).
+_CHANNEL_OPTIONS = (
+    ("grpc.http2.bdp_probe", 0),
+    ("grpc.use_local_subchannel_pool", 1),
+    ("grpc.keepalive_time_ms", KEEPALIVE_SECONDS * 1000),
+    ("grpc.keepalive_timeout_ms", KEEPALIVE_SECONDS * 1000 // 3),
+    ("grpc.http2.max_pings_without_data", 0),
+)
 
 #: Seconds between attempts to subscribe again (``reconnect``): the first wait, the longest.
 RECONNECT_FIRST_WAIT, RECONNECT_LONGEST_WAIT = 0.5, 10.0
@@ -178,33 +188,39 @@ def _subscriptions(
     reconnect: bool,
     sleep: Callable[[float], None],
 ) -> int:
-    """Subscribes, and with ``reconnect`` subscribes again after each outage; the exit code."""
+    """Subscribes, and with ``reconnect`` subscribes again after each outage; the exit code.
+    An outage is told once, whatever the number of attempts it takes; the wait between them
+    starts again after a subscription that delivered findings or ended cleanly (one that
+    fails right after subscribing keeps growing it)."""
     err = session.err
-    wait, said = RECONNECT_FIRST_WAIT, ""
+    wait = RECONNECT_FIRST_WAIT
     while True:
         ended = session.subscribe(request)
         if ended.code == EXIT_INTERRUPTED:
             return EXIT_INTERRUPTED
         if ended.connected:
-            wait, said = RECONNECT_FIRST_WAIT, ""
             session.cursor.lost_connection = ended.code != EXIT_OK
+            if ended.delivered or ended.code == EXIT_OK:
+                wait = RECONNECT_FIRST_WAIT
         if not reconnect or ended.code not in (EXIT_OK, EXIT_UNAVAILABLE):
             err.write(f"toolwatch tail: {ended.message}\n")
             return ended.code
-        if ended.message != said:  # an outage is told once, not at every attempt
+        if not session.outage:
             err.write(f"toolwatch tail: {ended.message}; reconnecting\n")
-            said = ended.message
+            session.outage = True
         sleep(wait)
         wait = min(2 * wait, RECONNECT_LONGEST_WAIT)
 
 
 @dataclass(frozen=True, slots=True)
 class _Ended:
-    """How one subscription ended: the exit code, what to tell, whether it had subscribed."""
+    """How one subscription ended: the exit code, what to tell, whether it had subscribed,
+    and how many findings it delivered."""
 
     code: int
     message: str
     connected: bool
+    delivered: int = 0
 
 
 @dataclass(slots=True)
@@ -228,28 +244,35 @@ class _Cursor:
         """Takes the subscription's initial metadata; what to tell of the resume, if any."""
         stream = metadata.get(STREAM_ID_KEY, "")  # none from a server that cannot resume
         resumed, lost = metadata.get(RESUME_KEY), int(metadata.get(RESUME_LOST_KEY) or 0)
-        if resumed != "same":
-            # A fresh subscription starts at the stream's position; a restarted server's
-            # held findings all came after the last one printed, and are being sent.
-            start = 0 if resumed == "other" else int(metadata.get(STREAM_SEQUENCE_KEY) or 0)
-            self.stream_id, self.sequence = stream, start
+        if resumed == "restart":  # every finding it holds came after the last one printed
+            self.stream_id, self.sequence = stream, 0
+        elif resumed != "same":  # a fresh subscription, or another server: from now on
+            self.stream_id, self.sequence = stream, int(metadata.get(STREAM_SEQUENCE_KEY) or 0)
         unheld = (
-            f"; {lost} findings published since are no longer held by the server"
-            " (output.stream_replay_size): those that pass the filter are missed (they are"
-            " in its findings log)"
+            f"; {lost} findings that pass the filter were published since and are no longer"
+            " held by the server (output.stream_replay_size): missed (its findings log has"
+            " them)"
             if lost
             else ""
         )
+        previous = (
+            "; findings the previous one published after the last one printed, if any, are in"
+            " its findings log"
+            if self.lost_connection
+            else ""
+        )
         if resumed == "same":
-            return f"reconnected to {target}, resuming after the last finding printed{unheld}"
-        if resumed == "other":
-            previous = (
-                ": findings the previous one published after the last one printed, if any,"
-                " are in its findings log"
-                if self.lost_connection
-                else ""
+            return f"reconnected to {target}, resuming where it left off{unheld}"
+        if resumed == "restart":
+            return (
+                f"reconnected to {target}, a new stream (the server restarted): what it holds"
+                f" is sent{previous}{unheld}"
             )
-            return f"reconnected to {target}, a new stream (the server restarted){previous}{unheld}"
+        if resumed == "other":
+            return (
+                f"reconnected to {target}, another server's stream (it started after the one"
+                f" left): from now on{previous}"
+            )
         return ""
 
 
@@ -270,25 +293,25 @@ class _Printer:
 
 @dataclass(slots=True)
 class _Session:
-    """A tail's subscriptions to one target: where it is in the stream, and how it prints."""
+    """A tail's subscriptions to one target: where it is in the stream, how it prints, and
+    whether an outage has been told."""
 
     target: str
     printer: _Printer
     err: TextIO
     access: StreamAccess
     cursor: _Cursor = field(default_factory=_Cursor)
+    outage: bool = False
 
     def subscribe(self, request: findings_pb2.SubscribeRequest) -> _Ended:
         """One subscription, from a new channel (so a reloaded token or certificate is
         used), resuming where the last one ended."""
         try:
             channel = self.access.channel(self.target)
-        except (OSError, ValueError) as e:
-            return _Ended(EXIT_USAGE, str(e), False)
-        try:
             metadata = self.access.metadata()
         except (OSError, ValueError) as e:
-            return _Ended(EXIT_USAGE, f"--bearer-token-file: {e}", False)
+            where = "--bearer-token-file: " if self.access.bearer_token_file else ""
+            return _Ended(EXIT_USAGE, f"{where}{e}", False)
         with channel:
             stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
             call = stub.Subscribe(self.cursor.resuming(request), metadata=metadata)
@@ -299,23 +322,30 @@ class _Session:
                 return _Ended(EXIT_INTERRUPTED, "interrupted", True)
 
     def _follow(self, call: Any) -> _Ended:
-        err, cursor, connected = self.err, self.cursor, False
+        err, cursor, connected, delivered = self.err, self.cursor, False, 0
         try:
             # Waits for the server's headers, sent once subscribed, or for the call to fail.
             metadata = dict(call.initial_metadata() or ())
             connected = bool(metadata)
             # A call that fails before subscribing may end with no headers: no cursor news.
-            if connected and (resumed := cursor.subscribed(metadata, self.target)):
-                err.write(f"toolwatch tail: {resumed}\n")
+            if connected:
+                said = cursor.subscribed(metadata, self.target)
+                if not said and self.outage:
+                    said = f"connected to {self.target}"
+                if said:
+                    err.write(f"toolwatch tail: {said}\n")
+                self.outage = False
             for message in call:
                 _tell_missed(err, message.missed_before, "before the next")
                 self.printer(message)
+                delivered += 1
                 cursor.sequence = max(cursor.sequence, message.sequence)
                 _tell_missed(err, message.missed_after, "since the last one printed")
         except grpc.RpcError as e:
             code, said = _report_error(e, self.target, connected, self.access)
-            return _Ended(code, said, connected)
-        return _Ended(EXIT_OK, f"{self.target} ended the stream (server shutting down)", connected)
+            return _Ended(code, said, connected, delivered)
+        ended = f"{self.target} ended the stream (server shutting down)"
+        return _Ended(EXIT_OK, ended, connected, delivered)
 
 
 def _tell_missed(err: TextIO, count: int, when: str) -> None:
@@ -348,6 +378,8 @@ def _report_error(
         return EXIT_UNAVAILABLE, f"{target} refused the subscription: {details}"
     if connected:
         return EXIT_UNAVAILABLE, f"lost the connection to {target}: {code.name}: {details}"
+    if code == grpc.StatusCode.UNAVAILABLE and details == SHUTTING_DOWN:
+        return EXIT_UNAVAILABLE, f"{target} is shutting down"
     if _HTTP1_ANSWER in (details or ""):
         # gRPC's own words for a peer that answered in HTTP/1.x: toolwatch's OTLP/HTTP or
         # metrics port, a wrong address, not an outage.

@@ -72,7 +72,10 @@ class Harness:
 
 @asynccontextmanager
 async def serve(
-    queue_size: int = 1000, redaction: Redaction | None = None, max_subscribers: int = 64
+    queue_size: int = 1000,
+    redaction: Redaction | None = None,
+    max_subscribers: int = 64,
+    replay_size: int = 1000,
 ) -> AsyncIterator[Harness]:
     registry = CollectorRegistry()
     broker = FindingsBroker(
@@ -81,6 +84,7 @@ async def serve(
         wall_clock=lambda: WALL_NS,
         queue_size=queue_size,
         max_subscribers=max_subscribers,
+        replay_size=replay_size,
     )
     server = grpc.aio.server()
     add_findings_service(server, broker)

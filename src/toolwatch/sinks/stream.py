@@ -10,12 +10,16 @@ subscriber's queue is full the finding is dropped *for that subscriber* and coun
 never slows ingestion or the other subscribers.
 
 Resuming. Every finding published gets the next ``sequence`` of the broker's stream (whose
-random ``stream_id`` is new at every start), and the broker holds the last ``replay_size``
-(default 1000) findings published. A client whose connection dropped subscribes again with a
-``Resume``: the stream id and the sequence of the last finding it handled. It is sent the held
-findings after that one that pass its filter, then live ones, so what gRPC had written and the
-dropped connection lost is sent again; what is no longer held is told (``ResumeResult.lost``).
-On another stream's id (the server restarted) every held finding counts as after.
+``stream_id``, new at every start, begins with its start time), and the broker holds the last
+``replay_size`` (default 1000) findings published, rendered and redacted as they were sent
+(and, for ``INDEX_FACTOR`` times as many, what filters read: category, severity, agent). A
+client whose connection dropped subscribes again with a ``Resume``: the stream id and the
+sequence of the last finding it handled. It is sent the held findings after that one that pass
+its filter, read from the held ones as it goes (not through its queue, which bounds live
+findings), then live ones: what gRPC had written and the dropped connection lost comes again.
+What passes its filter and is no longer held is told (``ResumeResult.lost``). A stream that
+started earlier is a restart: every held finding came after the cursor. One that started later
+is another server's: only live findings are sent.
 
 ``FindingsStreamServicer`` is the thin grpc.aio adapter: it validates the request, subscribes,
 writes queued findings and unsubscribes when the client goes away. A write that fails ends
@@ -33,6 +37,7 @@ and ``close`` must be called from that loop's thread (they wake waiting streams 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import secrets
 import time
@@ -49,10 +54,13 @@ from toolwatch.model import Category, Clock, Finding, Severity, ToolTrace
 from toolwatch.sinks.findings import Redaction, render_details
 
 __all__ = [
+    "KEEPALIVE_SECONDS",
     "RESUME_KEY",
     "RESUME_LOST_KEY",
+    "SHUTTING_DOWN",
     "STREAM_ID_KEY",
     "STREAM_SEQUENCE_KEY",
+    "STREAM_SERVER_OPTIONS",
     "SUBSCRIBED_METADATA",
     "FindingsBroker",
     "FindingsStreamServicer",
@@ -76,6 +84,16 @@ STREAM_ID_KEY = "toolwatch-stream-id"
 STREAM_SEQUENCE_KEY = "toolwatch-stream-sequence"
 RESUME_KEY = "toolwatch-resume"
 RESUME_LOST_KEY = "toolwatch-resume-lost"
+#: Keepalive: a subscriber's connection can go silent without a reset (a NAT or proxy that
+#: forgot it), and a client that only reads would wait on it forever. Clients ping
+#: (``toolwatch tail`` every ``KEEPALIVE_SECONDS``); the server takes pings that often even
+#: while it has no finding to send (gRPC's default refuses more than one in 5 minutes).
+KEEPALIVE_SECONDS = 30
+STREAM_SERVER_OPTIONS = (
+    ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_SECONDS * 1000 // 3),
+)
+#: The details of the UNAVAILABLE a subscription gets from a server shutting down.
+SHUTTING_DOWN = "toolwatch is shutting down"
 
 
 class SubscribersFullError(RuntimeError):
@@ -104,21 +122,31 @@ class Resume:
 
 
 class ResumeResult(NamedTuple):
-    """How a resume went: whether the stream was this broker's (``"same"``) or another's
-    (``"other"``: a restart), and how many findings after the cursor are no longer held."""
+    """How a resume went. ``stream``: ``"same"`` (this broker's), ``"restart"`` (one that
+    started earlier: every finding held came after the cursor and is sent) or ``"other"`` (one
+    that started later, another server's: only live findings are sent). ``lost``: the findings
+    after the cursor that pass the filter and are no longer held (at most: of those published
+    before the index of what was published, every one counts)."""
 
-    stream: Literal["same", "other"]
+    stream: Literal["same", "restart", "other"]
     lost: int
 
 
+#: What filters read of a published finding: its category, severity and agent.
+_Tag = tuple[Category, Severity, str | None]
+
+#: How many more findings the broker remembers the tags of than it holds: a filtered
+#: subscriber is told only of the unheld findings that pass its filter, back this far.
+INDEX_FACTOR = 16
+
+
 class _Held(NamedTuple):
-    """A published finding as the broker keeps it for subscribers that resume."""
+    """A published finding as the broker holds it for subscribers that resume: the message
+    every subscriber is sent (rendered and redacted once) and what filters read."""
 
     sequence: int
-    finding: Finding
-    agent: str | None
-    service: str | None
-    time_ns: int
+    message: findings_pb2.Finding
+    tag: _Tag
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,9 +172,14 @@ class StreamFilter:
 
     def matches(self, finding: Finding, agent: str | None) -> bool:
         """Whether ``finding`` (of a run by ``agent``) passes this filter."""
+        return self.accepts((finding.category, finding.severity, agent))
+
+    def accepts(self, tag: _Tag) -> bool:
+        """Whether a finding of this category, severity and agent passes this filter."""
+        category, severity, agent = tag
         return (
-            (not self.categories or finding.category in self.categories)
-            and finding.severity.rank >= self.min_severity.rank
+            (not self.categories or category in self.categories)
+            and severity.rank >= self.min_severity.rank
             and (not self.agents or (agent is not None and agent.casefold() in self.agents))
         )
 
@@ -173,16 +206,34 @@ class Subscription:
     first and the subscriber asked for it (``StreamFilter.missed_after``), in
     ``missed_after`` of the last one (a client that stops reading loses the newest findings,
     and no next one may come for a long time).
+
+    A resumed subscription (``resumed``) is first sent its ``replay``, then its queue.
     """
 
-    __slots__ = ("_closed", "_items", "_limit", "_missed", "_wakeup", "dropped", "filter")
+    __slots__ = (
+        "_closed",
+        "_items",
+        "_limit",
+        "_missed",
+        "_replay",
+        "_replay_missed",
+        "_wakeup",
+        "dropped",
+        "filter",
+        "resumed",
+    )
 
-    def __init__(self, stream_filter: StreamFilter, queue_size: int) -> None:
+    def __init__(
+        self, stream_filter: StreamFilter, queue_size: int, replay: _Replay | None = None
+    ) -> None:
         self.filter = stream_filter
         self.dropped = 0
+        self.resumed: ResumeResult | None = None
         self._items: deque[findings_pb2.Finding] = deque()
         self._limit = queue_size
         self._missed = 0  # lost since the last finding queued
+        self._replay = replay
+        self._replay_missed = 0  # lost from the replay, told with the next finding sent
         self._wakeup = asyncio.Event()
         self._closed = False
 
@@ -199,12 +250,18 @@ class Subscription:
         return True
 
     async def next(self) -> findings_pb2.Finding | None:
+        if self._replay is not None and (replayed := self._replayed()) is not None:
+            return replayed
         while not self._items:
             if self._closed:
                 return None
             self._wakeup.clear()
             await self._wakeup.wait()
         message = self._items.popleft()
+        if self._replay_missed:
+            message = _copy(message)
+            message.missed_before += self._replay_missed
+            self._replay_missed = 0
         # Every loss came after ``message`` was queued; told now to a subscriber that reads
         # missed_after, else in the next finding's missed_before.
         if self._missed and not self._items and self.filter.missed_after:
@@ -212,9 +269,26 @@ class Subscription:
             message.missed_after, self._missed = self._missed, 0
         return message
 
+    def _replayed(self) -> findings_pb2.Finding | None:
+        """The next finding of the replay, or ``None`` once it is done."""
+        assert self._replay is not None
+        held, lost = self._replay.take(self.filter)
+        self.dropped += lost
+        self._replay_missed += lost
+        if held is None:
+            self._replay = None
+            if not self._items:  # no next finding yet: told as any later loss is
+                self._missed, self._replay_missed = self._missed + self._replay_missed, 0
+            return None
+        message = held.message
+        if self._replay_missed:
+            message = _copy(message)
+            message.missed_before, self._replay_missed = self._replay_missed, 0
+        return message
+
     @property
     def queued(self) -> int:
-        """Findings waiting in this subscriber's queue."""
+        """Live findings waiting in this subscriber's queue (the replay aside)."""
         return len(self._items)
 
     def close(self) -> None:
@@ -222,12 +296,48 @@ class Subscription:
         self._closed = True
         self._wakeup.set()
 
-    def discard(self) -> int:
-        """Close and let go of the queued findings; how many there were (never delivered)."""
+    def discard(self) -> list[findings_pb2.Finding]:
+        """Close and let go of the queued findings (never delivered); returns them."""
         self.close()
-        lost = len(self._items)
+        self._replay = None
+        left = list(self._items)
         self._items.clear()
-        return lost
+        return left
+
+
+class _Replay:
+    """What a resumed subscription is sent before live findings: the held findings published
+    after its cursor, up to the last one published when it subscribed, read from the broker's
+    held findings as it goes. Those the broker lets go before they are read are lost."""
+
+    __slots__ = ("_broker", "_end", "_next")
+
+    def __init__(self, broker: FindingsBroker, after: int, end: int) -> None:
+        self._broker = broker
+        self._next = after + 1
+        self._end = end
+
+    def take(self, stream_filter: StreamFilter) -> tuple[_Held | None, int]:
+        """The next held finding that passes ``stream_filter`` (``None``: the replay is
+        done), and how many that pass it were let go before they were read."""
+        held = self._broker.held
+        lost = 0
+        while self._next <= self._end:
+            first = held[0].sequence if held else self._end + 1
+            if self._next < first:
+                gone_to = min(first, self._end + 1) - 1
+                lost += self._broker.unheld_passing(self._next, gone_to, stream_filter)
+                self._next = gone_to + 1
+                continue
+            item = held[self._next - first]
+            self._next += 1
+            if stream_filter.accepts(item.tag):
+                break
+        else:
+            item = None
+        if lost:
+            self._broker.count_dropped(lost)
+        return item, lost
 
 
 def _copy(message: findings_pb2.Finding) -> findings_pb2.Finding:
@@ -260,9 +370,12 @@ class FindingsBroker:
             raise ValueError(f"max_subscribers must be >= 1, got {max_subscribers}")
         if replay_size < 0:
             raise ValueError(f"replay_size must be >= 0, got {replay_size}")
-        self.stream_id = secrets.token_hex(8)
+        # The start time first, so a resume can tell an earlier stream (a restart) from a
+        # later one (another server).
+        self.stream_id = f"{wall_clock():016x}{secrets.token_hex(4)}"
         self._sequence = 0  # the last finding published
-        self._held: deque[_Held] = deque(maxlen=replay_size)
+        self.held: deque[_Held] = deque(maxlen=replay_size)  # read by resumed subscriptions
+        self._index: deque[_Tag] = deque(maxlen=INDEX_FACTOR * replay_size)
         self._metrics = metrics
         self._redaction = redaction or Redaction()
         self._wall_clock = wall_clock
@@ -291,9 +404,10 @@ class FindingsBroker:
         """The open subscriptions, in no particular order."""
         return tuple(self._subscriptions)
 
-    def subscribe(self, stream_filter: StreamFilter) -> Subscription:
-        """A new subscription. Raises ``RuntimeError`` once the broker is closed, and
-        ``SubscribersFullError`` when ``max_subscribers`` are open."""
+    def subscribe(self, stream_filter: StreamFilter, resume: Resume | None = None) -> Subscription:
+        """A new subscription, resuming ``resume`` if given (``Subscription.resumed`` says
+        how). Raises ``RuntimeError`` once the broker is closed, and ``SubscribersFullError``
+        when ``max_subscribers`` are open."""
         if self._closed:
             raise RuntimeError("the findings broker is closed")
         if len(self._subscriptions) >= self._max_subscribers:
@@ -301,7 +415,14 @@ class FindingsBroker:
                 f"the findings stream already has {self._max_subscribers} subscribers "
                 "(output.stream_max_subscribers); retry when one leaves"
             )
-        subscription = Subscription(stream_filter, self._queue_size)
+        replay, resumed = None, None
+        if resume is not None:
+            kind, after = self._resuming(resume)
+            oldest = self.held[0].sequence if self.held else self._sequence + 1
+            replay = _Replay(self, max(after, oldest - 1), self._sequence)
+            resumed = ResumeResult(kind, self.unheld_passing(after + 1, oldest - 1, stream_filter))
+        subscription = Subscription(stream_filter, self._queue_size, replay)
+        subscription.resumed = resumed
         self._subscriptions.add(subscription)
         self._changed.set()
         return subscription
@@ -315,33 +436,53 @@ class FindingsBroker:
                 f" {self.stream_id} ({self._sequence})"
             )
 
-    def replay(self, subscription: Subscription, resume: Resume) -> ResumeResult:
-        """Queues for ``subscription`` the held findings published after ``resume`` that
-        pass its filter (call it right after ``subscribe``, before the loop publishes again);
-        a queue too small for them loses the oldest, counted and told as any loss."""
-        same = resume.stream_id == self.stream_id
-        after = resume.after if same else 0
-        oldest = self._held[0].sequence if self._held else self._sequence + 1
-        dropped = 0
-        for held in self._held:
-            if held.sequence > after and subscription.filter.matches(held.finding, held.agent):
-                message = _message(held, self._redaction)
-                dropped += not subscription.offer(message)
-        if dropped:
-            self._metrics.stream_dropped(dropped)
-        return ResumeResult("same" if same else "other", max(0, oldest - 1 - after))
+    def _resuming(self, resume: Resume) -> tuple[Literal["same", "restart", "other"], int]:
+        """Whose stream ``resume`` names, and the last sequence of this one it has seen."""
+        if resume.stream_id == self.stream_id:
+            return "same", resume.after
+        if _started(resume.stream_id) <= _started(self.stream_id):
+            return "restart", 0
+        return "other", self._sequence
 
-    def unsubscribe(self, subscription: Subscription, unsent: int = 0) -> None:
+    def count_dropped(self, count: int) -> None:
+        """``count`` findings lost to a subscriber (``toolwatch_stream_dropped_findings_total``)."""
+        self._metrics.stream_dropped(count)
+
+    def unheld_passing(self, first: int, last: int, stream_filter: StreamFilter) -> int:
+        """Of the findings ``first``..``last`` (no longer held), how many pass the filter, by
+        the index of what was published; each one published before the index counts."""
+        if last < first:
+            return 0
+        indexed_from = self._sequence - len(self._index) + 1
+        unknown = max(0, min(last, indexed_from - 1) - first + 1)
+        start = max(first, indexed_from) - indexed_from
+        tags = itertools.islice(self._index, start, max(start, last - indexed_from + 1))
+        return unknown + sum(stream_filter.accepts(tag) for tag in tags)
+
+    def unsubscribe(
+        self, subscription: Subscription, unsent: findings_pb2.Finding | None = None
+    ) -> None:
         """End ``subscription``. Findings still queued for it (its client stopped reading and
-        the connection was lost, say), and ``unsent`` ones taken from its queue whose write
-        failed, are counted as dropped and logged: never lost unseen."""
-        lost = subscription.discard() + unsent
+        the connection was lost, say), and ``unsent``, taken from its queue for a write that
+        failed: those no longer held for a resume are counted as dropped and logged, never
+        lost unseen; the others are logged, and a client that resumes gets them."""
+        left = subscription.discard()
+        if unsent is not None:
+            left.append(unsent)
+        oldest = self.held[0].sequence if self.held else self._sequence + 1
+        lost = sum(message.sequence < oldest for message in left)
         if lost:
             self._metrics.stream_dropped(lost)
             log.warning(
                 "a findings stream subscriber left with %d findings undelivered"
                 " (counted in toolwatch_stream_dropped_findings_total)",
                 lost,
+            )
+        if len(left) > lost:
+            log.info(
+                "a findings stream subscriber left with %d findings undelivered, held for"
+                " it if it resumes (output.stream_replay_size)",
+                len(left) - lost,
             )
         self._subscriptions.discard(subscription)
         self._changed.set()
@@ -359,14 +500,16 @@ class FindingsBroker:
         if not findings:
             return
         now = self._wall_clock()
+        holding = self.held.maxlen != 0
         dropped = 0
         for finding in findings:
             self._sequence += 1
-            held = _Held(self._sequence, finding, finding.agent or trace.agent, trace.service, now)
-            self._held.append(held)
-            matching = [s for s in self._subscriptions if s.filter.matches(finding, held.agent)]
-            if matching:
-                message = _message(held, self._redaction)
+            tag = (finding.category, finding.severity, finding.agent or trace.agent)
+            self._index.append(tag)
+            matching = [s for s in self._subscriptions if s.filter.accepts(tag)]
+            if matching or holding:
+                message = finding_message(trace, finding, self._redaction, now, self._sequence)
+                self.held.append(_Held(self._sequence, message, tag))
                 dropped += sum(not s.offer(message) for s in matching)
         if dropped:
             self._metrics.stream_dropped(dropped)
@@ -382,12 +525,6 @@ def finding_message(
     trace: ToolTrace, finding: Finding, redaction: Redaction, time_ns: int, sequence: int = 0
 ) -> findings_pb2.Finding:
     """``finding`` as the stream's message, details redacted and rendered as text."""
-    held = _Held(sequence, finding, finding.agent or trace.agent, trace.service, time_ns)
-    return _message(held, redaction)
-
-
-def _message(held: _Held, redaction: Redaction) -> findings_pb2.Finding:
-    finding = held.finding
     message = findings_pb2.Finding(
         category=str(finding.category),
         severity=str(finding.severity),
@@ -398,11 +535,11 @@ def _message(held: _Held, redaction: Redaction) -> findings_pb2.Finding:
         span_id=finding.span_id or "",
         tool=finding.tool or "",
         field=finding.field or "",
-        agent=held.agent or "",
-        service=held.service or "",
-        time_unix_nano=held.time_ns,
+        agent=finding.agent or trace.agent or "",
+        service=trace.service or "",
+        time_unix_nano=time_ns,
         details=render_details(redaction.details(finding)),
-        sequence=held.sequence,
+        sequence=sequence,
     )
     if finding.score is not None:
         message.score = finding.score
@@ -428,22 +565,21 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             return
         if broker.closed:
-            await context.abort(grpc.StatusCode.UNAVAILABLE, "toolwatch is shutting down")
+            await context.abort(grpc.StatusCode.UNAVAILABLE, SHUTTING_DOWN)
             return
+        start = broker.sequence  # before any await: what this subscription starts after
         try:
-            subscription = broker.subscribe(stream_filter)
+            subscription = broker.subscribe(stream_filter, resume)
         except SubscribersFullError as e:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
             return
-        # No await between subscribing and replaying: nothing is published in between.
         metadata: tuple[tuple[str, str], ...] = (
             *SUBSCRIBED_METADATA,
             (STREAM_ID_KEY, broker.stream_id),
-            (STREAM_SEQUENCE_KEY, str(broker.sequence)),
+            (STREAM_SEQUENCE_KEY, str(start)),
         )
-        if resume is not None:
-            result = broker.replay(subscription, resume)
-            metadata += ((RESUME_KEY, result.stream), (RESUME_LOST_KEY, str(result.lost)))
+        if (resumed := subscription.resumed) is not None:
+            metadata += ((RESUME_KEY, resumed.stream), (RESUME_LOST_KEY, str(resumed.lost)))
         try:
             # Headers now, so the client knows it is subscribed before any finding arrives.
             await context.send_initial_metadata(metadata)
@@ -469,7 +605,15 @@ async def deliver(
     except Exception as error:  # grpc-aio's ExecuteBatchError is not public
         log.debug("findings stream ended by a failed write: %r", error)
     finally:  # also on cancellation, a BaseException
-        broker.unsubscribe(subscription, unsent=int(unsent is not None))
+        broker.unsubscribe(subscription, unsent=unsent)
+
+
+def _started(stream_id: str) -> int:
+    """When a stream started (Unix ns), from its id; 0 for an id of another form."""
+    try:
+        return int(stream_id[:16], 16) if len(stream_id) == 24 else 0
+    except ValueError:
+        return 0
 
 
 def add_findings_service(server: grpc.aio.Server, broker: FindingsBroker) -> FindingsStreamServicer:

@@ -204,7 +204,8 @@ def test_findings_queued_for_a_subscriber_that_leaves_are_counted_and_logged(
     # A client stopped (SIGSTOP) until its connection is lost: what waited for it was lost
     # without a count.
     registry = CollectorRegistry()
-    broker = FindingsBroker(PrometheusMetrics(registry), queue_size=10)
+    # Nothing held for a resume (see test_stream_resume for what is): every one is lost.
+    broker = FindingsBroker(PrometheusMetrics(registry), queue_size=10, replay_size=0)
     gone = broker.subscribe(StreamFilter())
     kept = broker.subscribe(StreamFilter())
     broker.publish(factories.tool_trace(), [factories.finding()] * 3)
@@ -228,7 +229,7 @@ def test_a_finding_taken_for_a_write_that_never_completes_is_counted_as_dropped(
 
     async def scenario() -> float | None:
         registry = CollectorRegistry()
-        broker = FindingsBroker(PrometheusMetrics(registry), queue_size=10)
+        broker = FindingsBroker(PrometheusMetrics(registry), queue_size=10, replay_size=0)
         subscription = broker.subscribe(StreamFilter())
         broker.publish(_trace(), [factories.finding(explanation=str(i)) for i in range(5)])
         in_write = asyncio.Event()
@@ -259,3 +260,21 @@ def test_an_agent_filter_ignores_case() -> None:
     assert wanted.matches(factories.finding(), "refund-bot")
     assert not wanted.matches(factories.finding(), "billing-bot")
     assert not wanted.matches(factories.finding(), None)
+
+
+@pytest.mark.parametrize(
+    ("resume", "cursor"),
+    [
+        ({}, ("s2", 7)),  # a fresh subscription starts where the stream was
+        ({"toolwatch-resume": "same", "toolwatch-resume-lost": "0"}, ("s1", 3)),
+        ({"toolwatch-resume": "restart", "toolwatch-resume-lost": "0"}, ("s2", 0)),
+        ({"toolwatch-resume": "other", "toolwatch-resume-lost": "0"}, ("s2", 7)),
+    ],
+)
+def test_tails_cursor_after_subscribing(resume: dict[str, str], cursor: tuple[str, int]) -> None:
+    """Where tail would resume from: a fresh cursor at the stream's sequence (from 0, it would
+    be sent what was published before it subscribed), a restart's from its start."""
+    state = tail._Cursor("s1", 3)
+    metadata = {"toolwatch-stream-id": "s2", "toolwatch-stream-sequence": "7", **resume}
+    state.subscribed(metadata, "host:1")
+    assert (state.stream_id, state.sequence) == cursor

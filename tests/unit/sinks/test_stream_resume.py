@@ -1,9 +1,10 @@
 """The broker's sequence numbers and what it sends a subscriber that resumes, without a
-network (the gRPC side is in tests/integration/test_stream.py)."""
+network (the gRPC side is in tests/integration/test_stream_resume.py)."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -14,6 +15,7 @@ from toolwatch.metrics import NoopMetrics
 from toolwatch.model import Category, Finding, Severity
 from toolwatch.sinks.prometheus import PrometheusMetrics
 from toolwatch.sinks.stream import (
+    INDEX_FACTOR,
     FindingsBroker,
     Resume,
     ResumeResult,
@@ -21,10 +23,16 @@ from toolwatch.sinks.stream import (
     Subscription,
 )
 
+DROPPED = "toolwatch_stream_dropped_findings_total"
+HIGH = StreamFilter(min_severity=Severity.HIGH)
 
-def finding(number: int, severity: Severity = Severity.HIGH) -> Finding:
+
+def finding(number: int, severity: Severity = Severity.HIGH, **fields: object) -> Finding:
     return factories.finding(
-        category=Category.TOOL_ORDER_DRIFT, severity=severity, explanation=f"f{number}"
+        category=Category.TOOL_ORDER_DRIFT,
+        severity=severity,
+        explanation=f"f{number}",
+        **fields,  # type: ignore[arg-type]
     )
 
 
@@ -33,7 +41,7 @@ def publish(broker: FindingsBroker, *findings: Finding) -> None:
 
 
 def drain(subscription: Subscription) -> list[tuple[str, int, int]]:
-    """(explanation, sequence, missed_before) of each queued finding."""
+    """(explanation, sequence, missed_before) of each finding it has for its client."""
 
     async def take() -> list[findings_pb2.Finding]:
         subscription.close()
@@ -47,16 +55,15 @@ def drain(subscription: Subscription) -> list[tuple[str, int, int]]:
 
 def resumed(
     broker: FindingsBroker, resume: Resume, stream_filter: StreamFilter | None = None
-) -> tuple[ResumeResult, list[tuple[str, int, int]]]:
-    subscription = broker.subscribe(stream_filter or StreamFilter())
-    result = broker.replay(subscription, resume)
-    return result, drain(subscription)
+) -> tuple[ResumeResult | None, list[tuple[str, int, int]]]:
+    subscription = broker.subscribe(stream_filter or StreamFilter(), resume)
+    return subscription.resumed, drain(subscription)
 
 
 def test_every_finding_published_is_numbered_whoever_receives_it() -> None:
     broker = FindingsBroker(NoopMetrics())
     publish(broker, finding(1))  # no subscriber yet
-    subscription = broker.subscribe(StreamFilter(min_severity=Severity.HIGH))
+    subscription = broker.subscribe(HIGH)
     publish(broker, finding(2), finding(3, Severity.LOW), finding(4))
     assert broker.sequence == 4
     assert drain(subscription) == [("f2", 2, 0), ("f4", 4, 0)]
@@ -66,9 +73,7 @@ def test_every_finding_published_is_numbered_whoever_receives_it() -> None:
 def test_a_resume_gets_the_held_findings_after_its_cursor_that_pass_its_filter() -> None:
     broker = FindingsBroker(NoopMetrics())
     publish(broker, finding(1), finding(2), finding(3, Severity.LOW), finding(4))
-    result, received = resumed(
-        broker, Resume(broker.stream_id, 1), StreamFilter(min_severity=Severity.HIGH)
-    )
+    result, received = resumed(broker, Resume(broker.stream_id, 1), HIGH)
     assert result == ResumeResult("same", 0)
     assert received == [("f2", 2, 0), ("f4", 4, 0)]
 
@@ -87,34 +92,101 @@ def test_findings_no_longer_held_are_told_as_lost() -> None:
     assert received == [("f4", 4, 0), ("f5", 5, 0)]
 
 
-def test_with_nothing_held_everything_after_the_cursor_is_lost() -> None:
+def test_only_unheld_findings_that_pass_the_filter_are_told_as_lost() -> None:
+    """A filtered subscriber's cursor stays at the last finding it was sent: the others
+    published since are no loss of its, held or not (the index of what was published says
+    which passed); past the index every one counts."""
+    broker = FindingsBroker(NoopMetrics(), replay_size=2)
+    publish(broker, finding(1), *(finding(i, Severity.LOW) for i in range(2, 30)), finding(30))
+    publish(broker, finding(31, Severity.LOW), finding(32, Severity.LOW))
+    assert resumed(broker, Resume(broker.stream_id, 1), HIGH) == (ResumeResult("same", 1), [])
+    old = FindingsBroker(NoopMetrics(), replay_size=1)
+    publish(old, *(finding(i, Severity.LOW) for i in range(1, INDEX_FACTOR + 4)))
+    # Sequences 2 and 3 are older than the index (16 tags, of 4 to 19): told, unknown.
+    assert resumed(old, Resume(old.stream_id, 1), HIGH) == (ResumeResult("same", 2), [])
+
+
+def test_with_nothing_held_everything_after_the_cursor_that_passes_is_lost() -> None:
     broker = FindingsBroker(NoopMetrics(), replay_size=0)
     publish(broker, finding(1), finding(2), finding(3))
     assert resumed(broker, Resume(broker.stream_id, 1)) == (ResumeResult("same", 2), [])
 
 
 @pytest.mark.parametrize(("replay_size", "lost"), [(10, 0), (2, 1)])
-def test_another_streams_cursor_gets_every_held_finding(replay_size: int, lost: int) -> None:
-    """The server restarted: everything the new one published came after the client's last
-    finding, however far the old stream had gone."""
+def test_an_earlier_streams_cursor_is_a_restart_and_gets_every_held_finding(
+    replay_size: int, lost: int
+) -> None:
+    """Everything a restarted server published came after the client's last finding,
+    however far the old stream had gone."""
     broker = FindingsBroker(NoopMetrics(), replay_size=replay_size)
     publish(broker, finding(1), finding(2), finding(3))
-    result, received = resumed(broker, Resume("0123456789abcdef", 500))
-    assert result == ResumeResult("other", lost)
+    earlier = f"{0:016x}abcdef01"
+    result, received = resumed(broker, Resume(earlier, 500))
+    assert result == ResumeResult("restart", lost)
     assert [sequence for _, sequence, _ in received] == [1, 2, 3][lost:]
 
 
-def test_a_replay_beyond_the_queue_loses_the_rest_counted_and_told() -> None:
+def test_a_later_streams_cursor_is_another_servers_and_gets_only_live_findings() -> None:
+    """A client moving from server B back to server A: A's held findings were sent before."""
+    broker = FindingsBroker(NoopMetrics(), wall_clock=lambda: 1_000)
+    publish(broker, finding(1), finding(2))
+    subscription = broker.subscribe(StreamFilter(), Resume(f"{2_000:016x}abcdef01", 7))
+    publish(broker, finding(3))
+    assert subscription.resumed == ResumeResult("other", 0)
+    assert drain(subscription) == [("f3", 3, 0)]
+
+
+def test_a_replay_larger_than_the_queue_loses_nothing_held() -> None:
+    """The replay is read from the held findings, not copied into the queue, which bounds
+    only the live findings."""
+    broker = FindingsBroker(NoopMetrics(), queue_size=2, replay_size=5000)
+    publish(broker, *(finding(i) for i in range(1, 1501)))
+    subscription = broker.subscribe(StreamFilter(), Resume(broker.stream_id, 0))
+    publish(broker, finding(1501), finding(1502))
+    assert [sequence for _, sequence, _ in drain(subscription)] == list(range(1, 1503))
+    assert subscription.dropped == 0
+
+
+def test_what_the_broker_lets_go_before_a_slow_replay_reads_it_is_told_and_counted() -> None:
     registry = CollectorRegistry()
-    broker = FindingsBroker(PrometheusMetrics(registry), queue_size=2)
-    publish(broker, *(finding(i) for i in range(1, 6)))
+    broker = FindingsBroker(PrometheusMetrics(registry), replay_size=3)
+    publish(broker, *(finding(i) for i in range(1, 4)))
+    subscription = broker.subscribe(StreamFilter(), Resume(broker.stream_id, 0))
+    first = asyncio.run(subscription.next())
+    assert first is not None and first.sequence == 1
+    publish(broker, finding(4), finding(5), finding(6))  # 2 and 3 are let go; 4-6 are live
+    assert drain(subscription) == [("f4", 4, 2), ("f5", 5, 0), ("f6", 6, 0)]
+    assert subscription.dropped == 2
+    assert registry.get_sample_value(DROPPED) == 2
+
+
+def test_a_subscriber_gone_with_held_findings_queued_loses_none_of_them(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client that will resume gets them again: no drop is counted, and the alert on
+    stream drops does not fire at every reconnect."""
+    registry = CollectorRegistry()
+    broker = FindingsBroker(PrometheusMetrics(registry), replay_size=2)
     subscription = broker.subscribe(StreamFilter())
-    assert broker.replay(subscription, Resume(broker.stream_id, 0)) == ResumeResult("same", 0)
-    publish(broker, finding(6))
-    # f3-f5 found the queue full, and so does f6: nothing has read the queue yet.
-    assert drain(subscription) == [("f1", 1, 0), ("f2", 2, 0)]
-    assert subscription.dropped == 4
-    assert registry.get_sample_value("toolwatch_stream_dropped_findings_total") == 4
+    publish(broker, *(finding(i) for i in range(1, 5)))
+    with caplog.at_level(logging.INFO):
+        broker.unsubscribe(subscription)
+    assert registry.get_sample_value(DROPPED) == 2  # f1 and f2, no longer held
+    assert [r.getMessage() for r in caplog.records] == [
+        "a findings stream subscriber left with 2 findings undelivered"
+        " (counted in toolwatch_stream_dropped_findings_total)",
+        "a findings stream subscriber left with 2 findings undelivered, held for it if it"
+        " resumes (output.stream_replay_size)",
+    ]
+
+
+def test_held_findings_are_kept_rendered_and_redacted() -> None:
+    """Argument values a loop finding carries are not held, only their redacted text."""
+    broker = FindingsBroker(NoopMetrics())
+    publish(broker, finding(1, details={"fields": {"": {"q": "x" * 60_000}}}))
+    (held,) = broker.held
+    assert held.message.details["fields"] == '{"":"[redacted]"}'
+    assert held.message.ByteSize() < 500
 
 
 def test_a_cursor_past_this_streams_last_finding_is_refused() -> None:

@@ -61,13 +61,20 @@ class FindingsServiceServicer:
 
         The initial metadata, sent once subscribed:
         toolwatch-subscribed: 1
-        toolwatch-stream-id: this server's stream (random, new at every start)
+        toolwatch-stream-id: this server's stream (new at every start; its first 16 hex digits
+        are the start time, in Unix ns)
         toolwatch-stream-sequence: the sequence of the last finding published before this
-        subscription (0: none), where a subscriber's cursor starts
-        toolwatch-resume: "same" or "other" (the stream resumed is this one, or another's), and
-        toolwatch-resume-lost: findings published after the cursor that the server no longer
-        holds, of any category (those that pass the filter are lost to this subscriber; the
-        findings log has them). Both only when resuming.
+        subscription (0: none): where a fresh subscription's cursor starts (a resumed one
+        keeps its own)
+        toolwatch-resume: "same" (this stream), "restart" (an earlier one: what this one holds
+        is sent) or "other" (a later one, another server's: live findings only), and
+        toolwatch-resume-lost: the findings after the cursor that pass the filter and that the
+        server no longer holds (at most: it remembers what passed for 16 times
+        output.stream_replay_size findings, and counts each one older). The findings log has
+        them. Both only when resuming.
+
+        Clients should send keepalive pings (toolwatch tail: every 30 s) so that a connection
+        gone silent without a reset is found; the server accepts them every 10 s or more.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
