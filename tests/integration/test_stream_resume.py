@@ -131,6 +131,21 @@ async def in_thread(semaphore: threading.Semaphore) -> None:
     assert await asyncio.to_thread(semaphore.acquire, True, 10)
 
 
+def tail_in_thread(target: str, out: Lines, err: io.StringIO, waits: Waits) -> asyncio.Task[int]:
+    """``toolwatch tail --reconnect`` in a thread, waiting with ``waits``."""
+    return asyncio.create_task(
+        asyncio.to_thread(run_tail, target, out=out, err=err, reconnect=True, sleep=waits)
+    )
+
+
+async def end_tail(broker: FindingsBroker, waits: Waits, tail: asyncio.Task[int]) -> int:
+    """Ends the stream, then tail while it waits to reconnect (as Ctrl-C would); its code."""
+    broker.close()
+    await in_thread(waits.waiting)
+    waits.end()
+    return await asyncio.wait_for(tail, timeout=10)
+
+
 def explanations(out: str) -> list[str]:
     return [line.rpartition(" — ")[2] for line in out.splitlines()]
 
@@ -155,9 +170,7 @@ def test_findings_a_dropped_connection_lost_in_flight_are_sent_again_on_reconnec
     async def scenario() -> tuple[int, str]:
         async with serve() as h, proxied(h) as proxy:
             target = f"127.0.0.1:{proxy.port}"
-            tail = asyncio.create_task(
-                asyncio.to_thread(run_tail, target, out=out, err=err, reconnect=True, sleep=waits)
-            )
+            tail = tail_in_thread(target, out, err, waits)
             await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=10)
             h.broker.publish(make_trace(), [make_finding(explanation="f1")])
             assert await asyncio.to_thread(out.wait_for, 1)
@@ -172,10 +185,7 @@ def test_findings_a_dropped_connection_lost_in_flight_are_sent_again_on_reconnec
             assert await asyncio.to_thread(out.wait_for, 4)
             h.broker.publish(make_trace(), [make_finding(explanation="f5")])
             assert await asyncio.to_thread(out.wait_for, 5)
-            h.broker.close()
-            await in_thread(waits.waiting)
-            waits.end()
-            return await asyncio.wait_for(tail, timeout=10), target
+            return await end_tail(h.broker, waits, tail), target
 
     code, target = asyncio.run(scenario())
     assert code == EXIT_INTERRUPTED
@@ -196,9 +206,7 @@ def test_tail_follows_a_restarted_server_and_gets_what_it_published_before_recon
     async def scenario() -> tuple[int, str]:
         async with serve() as first:
             target = first.target
-            tail = asyncio.create_task(
-                asyncio.to_thread(run_tail, target, out=out, err=err, reconnect=True, sleep=waits)
-            )
+            tail = tail_in_thread(target, out, err, waits)
             await asyncio.wait_for(first.broker.wait_for_subscribers(1), timeout=10)
             first.broker.publish(make_trace(), [make_finding(explanation="f1")])
             first.broker.close()  # a clean shutdown: the stream ends after f1
@@ -327,9 +335,7 @@ def test_findings_published_while_away_and_since_let_go_are_told() -> None:
         async with serve(replay_size=3) as h, proxied(h) as proxy:
             h.broker.publish(make_trace(), [make_finding(explanation="f1")])  # before tail
             target = f"127.0.0.1:{proxy.port}"
-            tail = asyncio.create_task(
-                asyncio.to_thread(run_tail, target, out=out, err=err, reconnect=True, sleep=waits)
-            )
+            tail = tail_in_thread(target, out, err, waits)
             await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=10)
             h.broker.publish(make_trace(), [make_finding(explanation="f2")])
             assert await asyncio.to_thread(out.wait_for, 1)
@@ -339,10 +345,7 @@ def test_findings_published_while_away_and_since_let_go_are_told() -> None:
             h.broker.publish(make_trace(), [make_finding(explanation=f"f{i}") for i in range(3, 8)])
             waits.go()
             assert await asyncio.to_thread(out.wait_for, 4)
-            h.broker.close()
-            await in_thread(waits.waiting)
-            waits.end()
-            return await asyncio.wait_for(tail, timeout=10), target
+            return await end_tail(h.broker, waits, tail), target
 
     code, target = asyncio.run(scenario())
     assert code == EXIT_INTERRUPTED
@@ -363,9 +366,7 @@ def test_after_a_crash_tail_says_where_the_lost_findings_are() -> None:
     async def scenario() -> str:
         async with serve() as first:
             target = first.target
-            tail = asyncio.create_task(
-                asyncio.to_thread(run_tail, target, out=out, err=err, reconnect=True, sleep=waits)
-            )
+            tail = tail_in_thread(target, out, err, waits)
             await asyncio.wait_for(first.broker.wait_for_subscribers(1), timeout=10)
             first.broker.publish(make_trace(), [make_finding(explanation="f1")])
             assert await asyncio.to_thread(out.wait_for, 1)
