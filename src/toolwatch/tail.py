@@ -15,8 +15,8 @@ printed``.
 
 With ``reconnect`` (``--reconnect``) tail follows the stream across lost connections and
 server restarts: it subscribes again, waiting 0.5 s, then twice as long after each failure up
-to 10 s, and resumes where it left off (``SubscribeRequest.resume_stream_id`` and
-``resume_after``), so the findings gRPC had written and a dropped connection lost are sent
+to 10 s, and resumes where it left off (``SubscribeRequest.resume``, the cursors of the streams
+it followed), so the findings gRPC had written and a dropped connection lost are sent
 again while the server still holds them (``output.stream_replay_size``); what it no longer
 holds, or a restart, is told on ``err``.
 
@@ -223,35 +223,54 @@ class _Ended:
     delivered: int = 0
 
 
+#: How many streams' cursors tail keeps (and sends when it resumes): the latest.
+KEPT_CURSORS = 16
+
+
 @dataclass(slots=True)
 class _Cursor:
-    """Where tail is in the server's stream: the stream's id and the last finding's
-    sequence (or, before any, the stream's when tail subscribed)."""
+    """Where tail is in each server stream it has followed (stream id -> the last finding's
+    sequence, or, before any, the stream's when tail subscribed), and which one it follows."""
 
+    streams: dict[str, int] = field(default_factory=dict)
     stream_id: str = ""
-    sequence: int = 0
     lost_connection: bool = False  # the last live subscription ended by a lost connection
 
+    @property
+    def sequence(self) -> int:
+        return self.streams.get(self.stream_id, 0)
+
+    def handled(self, sequence: int) -> None:
+        """A finding of the current stream was printed."""
+        if self.stream_id:
+            self.streams[self.stream_id] = max(self.sequence, sequence)
+
     def resuming(self, request: findings_pb2.SubscribeRequest) -> findings_pb2.SubscribeRequest:
-        if not self.stream_id:
+        if not self.streams:
             return request
         resumed = findings_pb2.SubscribeRequest()
         resumed.CopyFrom(request)
-        resumed.resume_stream_id, resumed.resume_after = self.stream_id, self.sequence
+        for stream_id, after in self.streams.items():
+            resumed.resume.add(stream_id=stream_id, after=after)
         return resumed
 
     def subscribed(self, metadata: Mapping[str, str], target: str) -> str:
         """Takes the subscription's initial metadata; what to tell of the resume, if any."""
         stream = metadata.get(STREAM_ID_KEY, "")  # none from a server that cannot resume
         resumed, lost = metadata.get(RESUME_KEY), int(metadata.get(RESUME_LOST_KEY) or 0)
-        if resumed == "restart":  # every finding it holds came after the last one printed
-            self.stream_id, self.sequence = stream, 0
-        elif resumed != "same":  # a fresh subscription, or another server: from now on
-            self.stream_id, self.sequence = stream, int(metadata.get(STREAM_SEQUENCE_KEY) or 0)
+        self.stream_id = stream
+        if stream and resumed != "same":
+            # New to tail: a fresh subscription starts where the stream is; a resumed one is
+            # sent everything held, all after anything tail printed.
+            start = 0 if resumed == "new" else int(metadata.get(STREAM_SEQUENCE_KEY) or 0)
+            self.streams.pop(stream, None)
+            self.streams[stream] = start
+            while len(self.streams) > KEPT_CURSORS:
+                del self.streams[next(iter(self.streams))]
         unheld = (
-            f"; {lost} findings that pass the filter were published since and are no longer"
-            " held by the server (output.stream_replay_size): missed (its findings log has"
-            " them)"
+            f"; up to {lost} findings that pass the filter were published since and are no"
+            " longer held by the server (output.stream_replay_size): missed (its findings log"
+            " has them)"
             if lost
             else ""
         )
@@ -263,15 +282,10 @@ class _Cursor:
         )
         if resumed == "same":
             return f"reconnected to {target}, resuming where it left off{unheld}"
-        if resumed == "restart":
+        if resumed == "new":
             return (
-                f"reconnected to {target}, a new stream (the server restarted): what it holds"
-                f" is sent{previous}{unheld}"
-            )
-        if resumed == "other":
-            return (
-                f"reconnected to {target}, another server's stream (it started after the one"
-                f" left): from now on{previous}"
+                f"reconnected to {target}, a stream new to tail (the server restarted, or"
+                f" another one answers): what it holds is sent{previous}{unheld}"
             )
         return ""
 
@@ -339,7 +353,7 @@ class _Session:
                 _tell_missed(err, message.missed_before, "before the next")
                 self.printer(message)
                 delivered += 1
-                cursor.sequence = max(cursor.sequence, message.sequence)
+                cursor.handled(message.sequence)
                 _tell_missed(err, message.missed_after, "since the last one printed")
         except grpc.RpcError as e:
             code, said = _report_error(e, self.target, connected, self.access)

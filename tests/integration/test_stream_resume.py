@@ -244,8 +244,8 @@ def test_tail_follows_a_restarted_server_and_gets_what_it_published_before_recon
     )
     # The first server ended its stream cleanly: nothing of it is missing.
     assert resumed == (
-        f"toolwatch tail: reconnected to {target}, a new stream (the server restarted):"
-        " what it holds is sent"
+        f"toolwatch tail: reconnected to {target}, a stream new to tail (the server restarted,"
+        " or another one answers): what it holds is sent"
     )
     assert waits.waited == [0.5, 1, 0.5]
 
@@ -296,9 +296,8 @@ def test_the_initial_metadata_says_where_a_subscriber_starts_and_how_a_resume_we
             }
             fresh.cancel()
             stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
-            request = findings_pb2.SubscribeRequest(
-                resume_stream_id=h.broker.stream_id, resume_after=1
-            )
+            cursor = findings_pb2.StreamCursor(stream_id=h.broker.stream_id, after=1)
+            request = findings_pb2.SubscribeRequest(resume=[cursor])
             resumed = stub.Subscribe(request)
             metadata = dict(await resumed.initial_metadata())
             assert (metadata["toolwatch-resume"], metadata["toolwatch-resume-lost"]) == (
@@ -310,14 +309,14 @@ def test_the_initial_metadata_says_where_a_subscriber_starts_and_how_a_resume_we
             resumed.cancel()
             for request, reason in [
                 (
-                    findings_pb2.SubscribeRequest(resume_after=1),
-                    "resume_after 1 needs resume_stream_id",
+                    findings_pb2.SubscribeRequest(resume=[{"after": 1}]),
+                    "resume[0] has no stream_id",
                 ),
                 (
                     findings_pb2.SubscribeRequest(
-                        resume_stream_id=h.broker.stream_id, resume_after=3
+                        resume=[{"stream_id": h.broker.stream_id, "after": 3}]
                     ),
-                    f"resume_after 3 is past the last finding of stream {h.broker.stream_id} (2)",
+                    f"resume cursor 3 is past the last finding of stream {h.broker.stream_id} (2)",
                 ),
             ]:
                 with pytest.raises(grpc.aio.AioRpcError) as refused:
@@ -352,8 +351,8 @@ def test_findings_published_while_away_and_since_let_go_are_told() -> None:
     assert explanations(out.getvalue()) == ["f2", "f5", "f6", "f7"]
     resumed = err.getvalue().splitlines()[1]
     assert resumed == (
-        f"toolwatch tail: reconnected to {target}, resuming where it left off; 2 findings that"
-        " pass the filter were published since and are no longer held by the server"
+        f"toolwatch tail: reconnected to {target}, resuming where it left off; up to 2 findings"
+        " that pass the filter were published since and are no longer held by the server"
         " (output.stream_replay_size): missed (its findings log has them)"
     )
 
@@ -392,7 +391,7 @@ def test_after_a_crash_tail_says_where_the_lost_findings_are() -> None:
     lost, resumed, _ended = err.getvalue().splitlines()
     assert lost.startswith(f"toolwatch tail: lost the connection to {target}: ")
     assert resumed == (
-        f"toolwatch tail: reconnected to {target}, a new stream (the server restarted): what it"
-        " holds is sent; findings the previous one published after the last one printed, if"
-        " any, are in its findings log"
+        f"toolwatch tail: reconnected to {target}, a stream new to tail (the server restarted, or"
+        " another one answers): what it holds is sent; findings the previous one published"
+        " after the last one printed, if any, are in its findings log"
     )

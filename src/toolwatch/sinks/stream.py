@@ -10,16 +10,16 @@ subscriber's queue is full the finding is dropped *for that subscriber* and coun
 never slows ingestion or the other subscribers.
 
 Resuming. Every finding published gets the next ``sequence`` of the broker's stream (whose
-``stream_id``, new at every start, begins with its start time), and the broker holds the last
+random ``stream_id`` is new at every start), and the broker holds the last
 ``replay_size`` (default 1000) findings published, rendered and redacted as they were sent
 (and, for ``INDEX_FACTOR`` times as many, what filters read: category, severity, agent). A
 client whose connection dropped subscribes again with a ``Resume``: the stream id and the
-sequence of the last finding it handled. It is sent the held findings after that one that pass
-its filter, read from the held ones as it goes (not through its queue, which bounds live
-findings), then live ones: what gRPC had written and the dropped connection lost comes again.
-What passes its filter and is no longer held is told (``ResumeResult.lost``). A stream that
-started earlier is a restart: every held finding came after the cursor. One that started later
-is another server's: only live findings are sent.
+sequence of the last finding it handled, for each stream it followed. It is sent the held
+findings after its cursor on this stream that pass its filter, read from the held ones as it
+goes (not through its queue, which bounds live findings), then live ones: what gRPC had written
+and the dropped connection lost comes again. What passes its filter and is no longer held is
+told (``ResumeResult.lost``). A client with no cursor on this stream (the server restarted, or
+it followed another) has seen none of it: every held finding is sent.
 
 ``FindingsStreamServicer`` is the thin grpc.aio adapter: it validates the request, subscribes,
 writes queued findings and unsubscribes when the client goes away. A write that fails ends
@@ -102,33 +102,34 @@ class SubscribersFullError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class Resume:
-    """Where a subscriber left a stream: its id and the last finding's sequence handled."""
+    """Where a subscriber left each stream it followed: stream id -> the last finding's
+    sequence handled there."""
 
-    stream_id: str
-    after: int
+    cursors: dict[str, int]
 
     @classmethod
     def from_request(cls, request: findings_pb2.SubscribeRequest) -> Resume | None:
         """The resume a ``SubscribeRequest`` asks for, ``None`` for a fresh subscription.
-        Raises ``ValueError`` for ``resume_after`` without ``resume_stream_id``."""
-        if not request.resume_stream_id:
-            if request.resume_after:
-                raise ValueError(
-                    f"resume_after {request.resume_after} needs resume_stream_id (the"
-                    f" {STREAM_ID_KEY} of the subscription it resumes)"
-                )
+        Raises ``ValueError`` for a cursor without a stream id."""
+        if not request.resume:
             return None
-        return cls(request.resume_stream_id, request.resume_after)
+        for index, cursor in enumerate(request.resume):
+            if not cursor.stream_id:
+                raise ValueError(
+                    f"resume[{index}] has no stream_id (the {STREAM_ID_KEY} of the"
+                    " subscription it resumes)"
+                )
+        return cls({cursor.stream_id: cursor.after for cursor in request.resume})
 
 
 class ResumeResult(NamedTuple):
-    """How a resume went. ``stream``: ``"same"`` (this broker's), ``"restart"`` (one that
-    started earlier: every finding held came after the cursor and is sent) or ``"other"`` (one
-    that started later, another server's: only live findings are sent). ``lost``: the findings
-    after the cursor that pass the filter and are no longer held (at most: of those published
-    before the index of what was published, every one counts)."""
+    """How a resume went. ``stream``: ``"same"`` (a cursor named this broker's stream) or
+    ``"new"`` (none did: the server restarted, or the client followed another one; every
+    finding held is sent). ``lost``: the findings after the cursor that pass the filter and
+    are no longer held (at most: of those published before the index of what was published,
+    every one counts)."""
 
-    stream: Literal["same", "restart", "other"]
+    stream: Literal["same", "new"]
     lost: int
 
 
@@ -238,6 +239,11 @@ class Subscription:
         self._closed = False
 
     def offer(self, message: findings_pb2.Finding) -> bool:
+        if self._replay is not None and not self._closed:
+            # Still replaying: the broker holds this one too, and the replay reads it there
+            # (the queue would only lose it to a long replay).
+            self._replay.extend(message.sequence)
+            return True
         if self._closed or len(self._items) >= self._limit:
             self.dropped += 1
             self._missed += 1
@@ -317,6 +323,10 @@ class _Replay:
         self._next = after + 1
         self._end = end
 
+    def extend(self, sequence: int) -> None:
+        """Read on to ``sequence``, published since (held, and offered to the subscription)."""
+        self._end = max(self._end, sequence)
+
     def take(self, stream_filter: StreamFilter) -> tuple[_Held | None, int]:
         """The next held finding that passes ``stream_filter`` (``None``: the replay is
         done), and how many that pass it were let go before they were read."""
@@ -370,9 +380,7 @@ class FindingsBroker:
             raise ValueError(f"max_subscribers must be >= 1, got {max_subscribers}")
         if replay_size < 0:
             raise ValueError(f"replay_size must be >= 0, got {replay_size}")
-        # The start time first, so a resume can tell an earlier stream (a restart) from a
-        # later one (another server).
-        self.stream_id = f"{wall_clock():016x}{secrets.token_hex(4)}"
+        self.stream_id = secrets.token_hex(8)
         self._sequence = 0  # the last finding published
         self.held: deque[_Held] = deque(maxlen=replay_size)  # read by resumed subscriptions
         self._index: deque[_Tag] = deque(maxlen=INDEX_FACTOR * replay_size)
@@ -417,9 +425,11 @@ class FindingsBroker:
             )
         replay, resumed = None, None
         if resume is not None:
-            kind, after = self._resuming(resume)
+            kind: Literal["same", "new"] = "same" if self.stream_id in resume.cursors else "new"
+            after = resume.cursors.get(self.stream_id, 0)
             oldest = self.held[0].sequence if self.held else self._sequence + 1
-            replay = _Replay(self, max(after, oldest - 1), self._sequence)
+            if self.held.maxlen:  # nothing to replay from when nothing is held
+                replay = _Replay(self, max(after, oldest - 1), self._sequence)
             resumed = ResumeResult(kind, self.unheld_passing(after + 1, oldest - 1, stream_filter))
         subscription = Subscription(stream_filter, self._queue_size, replay)
         subscription.resumed = resumed
@@ -430,19 +440,12 @@ class FindingsBroker:
     def check_resume(self, resume: Resume) -> None:
         """Raises ``ValueError`` when ``resume`` names a finding of this stream not yet
         published (a cursor that cannot be this stream's)."""
-        if resume.stream_id == self.stream_id and resume.after > self._sequence:
+        after = resume.cursors.get(self.stream_id, 0)
+        if after > self._sequence:
             raise ValueError(
-                f"resume_after {resume.after} is past the last finding of stream"
-                f" {self.stream_id} ({self._sequence})"
+                f"resume cursor {after} is past the last finding of stream {self.stream_id}"
+                f" ({self._sequence})"
             )
-
-    def _resuming(self, resume: Resume) -> tuple[Literal["same", "restart", "other"], int]:
-        """Whose stream ``resume`` names, and the last sequence of this one it has seen."""
-        if resume.stream_id == self.stream_id:
-            return "same", resume.after
-        if _started(resume.stream_id) <= _started(self.stream_id):
-            return "restart", 0
-        return "other", self._sequence
 
     def count_dropped(self, count: int) -> None:
         """``count`` findings lost to a subscriber (``toolwatch_stream_dropped_findings_total``)."""
@@ -606,14 +609,6 @@ async def deliver(
         log.debug("findings stream ended by a failed write: %r", error)
     finally:  # also on cancellation, a BaseException
         broker.unsubscribe(subscription, unsent=unsent)
-
-
-def _started(stream_id: str) -> int:
-    """When a stream started (Unix ns), from its id; 0 for an id of another form."""
-    try:
-        return int(stream_id[:16], 16) if len(stream_id) == 24 else 0
-    except ValueError:
-        return 0
 
 
 def add_findings_service(server: grpc.aio.Server, broker: FindingsBroker) -> FindingsStreamServicer:

@@ -263,18 +263,29 @@ def test_an_agent_filter_ignores_case() -> None:
 
 
 @pytest.mark.parametrize(
-    ("resume", "cursor"),
+    ("resume", "streams"),
     [
-        ({}, ("s2", 7)),  # a fresh subscription starts where the stream was
-        ({"toolwatch-resume": "same", "toolwatch-resume-lost": "0"}, ("s1", 3)),
-        ({"toolwatch-resume": "restart", "toolwatch-resume-lost": "0"}, ("s2", 0)),
-        ({"toolwatch-resume": "other", "toolwatch-resume-lost": "0"}, ("s2", 7)),
+        ({}, {"s1": 3, "s2": 7}),  # a fresh subscription starts where the stream was
+        ({"toolwatch-resume": "same", "toolwatch-resume-lost": "0"}, {"s1": 3, "s2": 5}),
+        ({"toolwatch-resume": "new", "toolwatch-resume-lost": "0"}, {"s1": 3, "s2": 0}),
     ],
 )
-def test_tails_cursor_after_subscribing(resume: dict[str, str], cursor: tuple[str, int]) -> None:
+def test_tails_cursors_after_subscribing(resume: dict[str, str], streams: dict[str, int]) -> None:
     """Where tail would resume from: a fresh cursor at the stream's sequence (from 0, it would
-    be sent what was published before it subscribed), a restart's from its start."""
-    state = tail._Cursor("s1", 3)
+    be sent what was published before it subscribed), a stream new to it from its start."""
+    state = tail._Cursor({"s1": 3, "s2": 5}, "s1")
     metadata = {"toolwatch-stream-id": "s2", "toolwatch-stream-sequence": "7", **resume}
     state.subscribed(metadata, "host:1")
-    assert (state.stream_id, state.sequence) == cursor
+    assert (state.streams, state.stream_id) == (streams, "s2")
+
+
+def test_tail_keeps_the_cursors_of_the_latest_streams() -> None:
+    state = tail._Cursor()
+    for number in range(tail.KEPT_CURSORS + 2):
+        state.subscribed(
+            {"toolwatch-stream-id": f"s{number}", "toolwatch-stream-sequence": "1"}, "h:1"
+        )
+    assert list(state.streams) == [f"s{n}" for n in range(2, tail.KEPT_CURSORS + 2)]
+    request = state.resuming(findings_pb2.SubscribeRequest(min_severity="high"))
+    assert request.min_severity == "high"
+    assert [(c.stream_id, c.after) for c in request.resume][-1] == (f"s{tail.KEPT_CURSORS + 1}", 1)

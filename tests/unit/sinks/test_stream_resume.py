@@ -73,7 +73,7 @@ def test_every_finding_published_is_numbered_whoever_receives_it() -> None:
 def test_a_resume_gets_the_held_findings_after_its_cursor_that_pass_its_filter() -> None:
     broker = FindingsBroker(NoopMetrics())
     publish(broker, finding(1), finding(2), finding(3, Severity.LOW), finding(4))
-    result, received = resumed(broker, Resume(broker.stream_id, 1), HIGH)
+    result, received = resumed(broker, Resume({broker.stream_id: 1}), HIGH)
     assert result == ResumeResult("same", 0)
     assert received == [("f2", 2, 0), ("f4", 4, 0)]
 
@@ -81,13 +81,13 @@ def test_a_resume_gets_the_held_findings_after_its_cursor_that_pass_its_filter()
 def test_a_resume_at_the_last_finding_gets_nothing_and_loses_nothing() -> None:
     broker = FindingsBroker(NoopMetrics())
     publish(broker, finding(1), finding(2))
-    assert resumed(broker, Resume(broker.stream_id, 2)) == (ResumeResult("same", 0), [])
+    assert resumed(broker, Resume({broker.stream_id: 2})) == (ResumeResult("same", 0), [])
 
 
 def test_findings_no_longer_held_are_told_as_lost() -> None:
     broker = FindingsBroker(NoopMetrics(), replay_size=2)
     publish(broker, *(finding(i) for i in range(1, 6)))
-    result, received = resumed(broker, Resume(broker.stream_id, 1))
+    result, received = resumed(broker, Resume({broker.stream_id: 1}))
     assert result == ResumeResult("same", 2)  # f2 and f3 are gone
     assert received == [("f4", 4, 0), ("f5", 5, 0)]
 
@@ -99,41 +99,37 @@ def test_only_unheld_findings_that_pass_the_filter_are_told_as_lost() -> None:
     broker = FindingsBroker(NoopMetrics(), replay_size=2)
     publish(broker, finding(1), *(finding(i, Severity.LOW) for i in range(2, 30)), finding(30))
     publish(broker, finding(31, Severity.LOW), finding(32, Severity.LOW))
-    assert resumed(broker, Resume(broker.stream_id, 1), HIGH) == (ResumeResult("same", 1), [])
+    assert resumed(broker, Resume({broker.stream_id: 1}), HIGH) == (ResumeResult("same", 1), [])
     old = FindingsBroker(NoopMetrics(), replay_size=1)
     publish(old, *(finding(i, Severity.LOW) for i in range(1, INDEX_FACTOR + 4)))
     # Sequences 2 and 3 are older than the index (16 tags, of 4 to 19): told, unknown.
-    assert resumed(old, Resume(old.stream_id, 1), HIGH) == (ResumeResult("same", 2), [])
+    assert resumed(old, Resume({old.stream_id: 1}), HIGH) == (ResumeResult("same", 2), [])
 
 
 def test_with_nothing_held_everything_after_the_cursor_that_passes_is_lost() -> None:
     broker = FindingsBroker(NoopMetrics(), replay_size=0)
     publish(broker, finding(1), finding(2), finding(3))
-    assert resumed(broker, Resume(broker.stream_id, 1)) == (ResumeResult("same", 2), [])
+    assert resumed(broker, Resume({broker.stream_id: 1})) == (ResumeResult("same", 2), [])
 
 
 @pytest.mark.parametrize(("replay_size", "lost"), [(10, 0), (2, 1)])
-def test_an_earlier_streams_cursor_is_a_restart_and_gets_every_held_finding(
-    replay_size: int, lost: int
-) -> None:
-    """Everything a restarted server published came after the client's last finding,
-    however far the old stream had gone."""
+def test_a_stream_new_to_the_client_sends_every_held_finding(replay_size: int, lost: int) -> None:
+    """The server restarted (or another answers): the client has seen none of its findings."""
     broker = FindingsBroker(NoopMetrics(), replay_size=replay_size)
     publish(broker, finding(1), finding(2), finding(3))
-    earlier = f"{0:016x}abcdef01"
-    result, received = resumed(broker, Resume(earlier, 500))
-    assert result == ResumeResult("restart", lost)
+    result, received = resumed(broker, Resume({"0123456789abcdef": 500}))
+    assert result == ResumeResult("new", lost)
     assert [sequence for _, sequence, _ in received] == [1, 2, 3][lost:]
 
 
-def test_a_later_streams_cursor_is_another_servers_and_gets_only_live_findings() -> None:
-    """A client moving from server B back to server A: A's held findings were sent before."""
-    broker = FindingsBroker(NoopMetrics(), wall_clock=lambda: 1_000)
-    publish(broker, finding(1), finding(2))
-    subscription = broker.subscribe(StreamFilter(), Resume(f"{2_000:016x}abcdef01", 7))
-    publish(broker, finding(3))
-    assert subscription.resumed == ResumeResult("other", 0)
-    assert drain(subscription) == [("f3", 3, 0)]
+def test_a_client_back_on_a_stream_it_followed_resumes_its_own_cursor_there() -> None:
+    """A -> B -> A (a rollback, a Service over replicas): A sends only what came after the
+    client's last finding of A, whatever it saw of B."""
+    broker = FindingsBroker(NoopMetrics())
+    publish(broker, finding(1), finding(2), finding(3), finding(4))
+    result, received = resumed(broker, Resume({broker.stream_id: 3, "0123456789abcdef": 9}))
+    assert result == ResumeResult("same", 0)
+    assert received == [("f4", 4, 0)]
 
 
 def test_a_replay_larger_than_the_queue_loses_nothing_held() -> None:
@@ -141,7 +137,7 @@ def test_a_replay_larger_than_the_queue_loses_nothing_held() -> None:
     only the live findings."""
     broker = FindingsBroker(NoopMetrics(), queue_size=2, replay_size=5000)
     publish(broker, *(finding(i) for i in range(1, 1501)))
-    subscription = broker.subscribe(StreamFilter(), Resume(broker.stream_id, 0))
+    subscription = broker.subscribe(StreamFilter(), Resume({broker.stream_id: 0}))
     publish(broker, finding(1501), finding(1502))
     assert [sequence for _, sequence, _ in drain(subscription)] == list(range(1, 1503))
     assert subscription.dropped == 0
@@ -151,7 +147,7 @@ def test_what_the_broker_lets_go_before_a_slow_replay_reads_it_is_told_and_count
     registry = CollectorRegistry()
     broker = FindingsBroker(PrometheusMetrics(registry), replay_size=3)
     publish(broker, *(finding(i) for i in range(1, 4)))
-    subscription = broker.subscribe(StreamFilter(), Resume(broker.stream_id, 0))
+    subscription = broker.subscribe(StreamFilter(), Resume({broker.stream_id: 0}))
     first = asyncio.run(subscription.next())
     assert first is not None and first.sequence == 1
     publish(broker, finding(4), finding(5), finding(6))  # 2 and 3 are let go; 4-6 are live
@@ -194,21 +190,42 @@ def test_a_cursor_past_this_streams_last_finding_is_refused() -> None:
     publish(broker, finding(1))
     with pytest.raises(
         ValueError,
-        match=rf"resume_after 2 is past the last finding of stream {broker.stream_id} \(1\)",
+        match=rf"resume cursor 2 is past the last finding of stream {broker.stream_id} \(1\)",
     ):
-        broker.check_resume(Resume(broker.stream_id, 2))
-    broker.check_resume(Resume(broker.stream_id, 1))
-    broker.check_resume(Resume("another", 2))  # another stream's cursor is no error
+        broker.check_resume(Resume({broker.stream_id: 2}))
+    broker.check_resume(Resume({broker.stream_id: 1}))
+    broker.check_resume(Resume({"another": 2}))  # another stream's cursor is no error
 
 
 def test_resume_requests() -> None:
     assert Resume.from_request(findings_pb2.SubscribeRequest()) is None
-    request = findings_pb2.SubscribeRequest(resume_stream_id="ab", resume_after=7)
-    assert Resume.from_request(request) == Resume("ab", 7)
-    with pytest.raises(ValueError, match="resume_after 7 needs resume_stream_id"):
-        Resume.from_request(findings_pb2.SubscribeRequest(resume_after=7))
+    request = findings_pb2.SubscribeRequest(
+        resume=[findings_pb2.StreamCursor(stream_id="ab", after=7), {"stream_id": "cd"}]
+    )
+    assert Resume.from_request(request) == Resume({"ab": 7, "cd": 0})
+    with pytest.raises(ValueError, match="resume\\[1\\] has no stream_id"):
+        Resume.from_request(
+            findings_pb2.SubscribeRequest(resume=[{"stream_id": "ab"}, {"after": 7}])
+        )
 
 
 def test_the_replay_size_is_validated() -> None:
     with pytest.raises(ValueError, match="replay_size must be >= 0, got -1"):
         FindingsBroker(NoopMetrics(), replay_size=-1)
+
+
+def test_findings_published_during_a_replay_join_it_rather_than_overflow_the_queue() -> None:
+    broker = FindingsBroker(NoopMetrics(), queue_size=2)
+    publish(broker, finding(1), finding(2))
+    subscription = broker.subscribe(StreamFilter(), Resume({broker.stream_id: 0}))
+    publish(broker, *(finding(i) for i in range(3, 11)))  # the replay has not been read yet
+    assert [sequence for _, sequence, _ in drain(subscription)] == list(range(1, 11))
+    assert subscription.dropped == 0
+
+
+def test_with_nothing_held_a_resumed_subscription_gets_live_findings_through_its_queue() -> None:
+    broker = FindingsBroker(NoopMetrics(), replay_size=0)
+    publish(broker, finding(1))
+    subscription = broker.subscribe(StreamFilter(), Resume({broker.stream_id: 1}))
+    publish(broker, finding(2))
+    assert drain(subscription) == [("f2", 2, 0)]

@@ -127,17 +127,23 @@ class Finding(_message.Message):
     def __init__(self, category: _Optional[str] = ..., severity: _Optional[str] = ..., evaluator: _Optional[str] = ..., reference: _Optional[str] = ..., score: _Optional[float] = ..., explanation: _Optional[str] = ..., trace_id: _Optional[str] = ..., span_id: _Optional[str] = ..., tool: _Optional[str] = ..., field: _Optional[str] = ..., agent: _Optional[str] = ..., service: _Optional[str] = ..., time_unix_nano: _Optional[int] = ..., details: _Optional[_Mapping[str, str]] = ..., missed_before: _Optional[int] = ..., missed_after: _Optional[int] = ..., sequence: _Optional[int] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
-    __slots__ = ("categories", "min_severity", "agents", "missed_after", "resume_stream_id", "resume_after")
+    __slots__ = ("categories", "min_severity", "agents", "missed_after", "resume")
     CATEGORIES_FIELD_NUMBER: _ClassVar[int]
     MIN_SEVERITY_FIELD_NUMBER: _ClassVar[int]
     AGENTS_FIELD_NUMBER: _ClassVar[int]
     MISSED_AFTER_FIELD_NUMBER: _ClassVar[int]
-    RESUME_STREAM_ID_FIELD_NUMBER: _ClassVar[int]
-    RESUME_AFTER_FIELD_NUMBER: _ClassVar[int]
+    RESUME_FIELD_NUMBER: _ClassVar[int]
     categories: _containers.RepeatedScalarFieldContainer[str]
     min_severity: str
     agents: _containers.RepeatedScalarFieldContainer[str]
     missed_after: bool
-    resume_stream_id: str
-    resume_after: int
-    def __init__(self, categories: _Optional[_Iterable[str]] = ..., min_severity: _Optional[str] = ..., agents: _Optional[_Iterable[str]] = ..., missed_after: _Optional[bool] = ..., resume_stream_id: _Optional[str] = ..., resume_after: _Optional[int] = ...) -> None: ...
+    resume: _containers.RepeatedCompositeFieldContainer[StreamCursor]
+    def __init__(self, categories: _Optional[_Iterable[str]] = ..., min_severity: _Optional[str] = ..., agents: _Optional[_Iterable[str]] = ..., missed_after: _Optional[bool] = ..., resume: _Optional[_Iterable[_Union[StreamCursor, _Mapping]]] = ...) -> None: ...
+
+class StreamCursor(_message.Message):
+    __slots__ = ("stream_id", "after")
+    STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    stream_id: str
+    after: int
+    def __init__(self, stream_id: _Optional[str] = ..., after: _Optional[int] = ...) -> None: ...

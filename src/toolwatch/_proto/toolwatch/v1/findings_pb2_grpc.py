@@ -48,8 +48,8 @@ class FindingsServiceServicer:
         """Live findings matching the request, from subscription on. A subscriber that reads too
         slowly loses findings (counted in toolwatch_stream_dropped_findings_total, and told in
         missed_before or missed_after); it never slows the server. A subscriber gone with
-        findings still queued for it has them counted as dropped too. The stream ends with OK
-        when the server shuts down.
+        findings still queued for it has those the server no longer holds for a resume counted
+        as dropped too. The stream ends with OK when the server shuts down.
 
         The server counts what it cannot write; what it has written is beyond its knowledge.
         A client that stops reading (stopped, swapped out) holds what its HTTP/2 flow-control
@@ -61,13 +61,12 @@ class FindingsServiceServicer:
 
         The initial metadata, sent once subscribed:
         toolwatch-subscribed: 1
-        toolwatch-stream-id: this server's stream (new at every start; its first 16 hex digits
-        are the start time, in Unix ns)
+        toolwatch-stream-id: this server's stream (random, new at every start)
         toolwatch-stream-sequence: the sequence of the last finding published before this
         subscription (0: none): where a fresh subscription's cursor starts (a resumed one
         keeps its own)
-        toolwatch-resume: "same" (this stream), "restart" (an earlier one: what this one holds
-        is sent) or "other" (a later one, another server's: live findings only), and
+        toolwatch-resume: "same" (a cursor named this stream) or "new" (none did: what it holds
+        is sent), and
         toolwatch-resume-lost: the findings after the cursor that pass the filter and that the
         server no longer holds (at most: it remembers what passed for 16 times
         output.stream_replay_size findings, and counts each one older). The findings log has
