@@ -155,12 +155,14 @@ def run_tail(
     access: StreamAccess | None = None,
     reconnect: bool = False,
     sleep: Callable[[float], None] = time.sleep,
+    clock: Callable[[], float] = time.monotonic,
 ) -> int:
     """Subscribes to the findings stream at ``target`` (``host:port``) and prints findings
     to ``out`` (default stdout) until the stream ends; messages go to ``err`` (default
     stderr). ``access`` reaches a secured stream (default: plaintext, no token);
-    ``reconnect`` follows it across lost connections and restarts, waiting with ``sleep``.
-    Returns the exit code (module docstring). Blocks the calling thread."""
+    ``reconnect`` follows it across lost connections and restarts, waiting with ``sleep``
+    (``clock`` says how long a subscription lasted). Returns the exit code (module
+    docstring). Blocks the calling thread."""
     out = out or sys.stdout
     err = err or sys.stderr
     access = access or StreamAccess()
@@ -177,7 +179,7 @@ def run_tail(
         return EXIT_USAGE
     session = _Session(target, printer, err, access)
     try:
-        return _subscriptions(session, request, reconnect, sleep)
+        return _subscriptions(session, request, reconnect, (sleep, clock))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 
@@ -186,21 +188,24 @@ def _subscriptions(
     session: _Session,
     request: findings_pb2.SubscribeRequest,
     reconnect: bool,
-    sleep: Callable[[float], None],
+    timing: tuple[Callable[[float], None], Callable[[], float]],
 ) -> int:
     """Subscribes, and with ``reconnect`` subscribes again after each outage; the exit code.
     An outage is told once, whatever the number of attempts it takes; the wait between them
-    starts again after a subscription that delivered findings or ended cleanly (one that
-    fails right after subscribing keeps growing it)."""
-    err = session.err
+    (``timing``: sleep, clock) starts again after a subscription that delivered findings,
+    ended cleanly or lasted the longest wait (one that fails right after subscribing keeps
+    growing it)."""
+    err, (sleep, clock) = session.err, timing
     wait = RECONNECT_FIRST_WAIT
     while True:
+        started = clock()
         ended = session.subscribe(request)
         if ended.code == EXIT_INTERRUPTED:
             return EXIT_INTERRUPTED
         if ended.connected:
             session.cursor.lost_connection = ended.code != EXIT_OK
-            if ended.delivered or ended.code == EXIT_OK:
+            lasted = clock() - started >= RECONNECT_LONGEST_WAIT
+            if ended.delivered or ended.code == EXIT_OK or lasted:
                 wait = RECONNECT_FIRST_WAIT
         if not reconnect or ended.code not in (EXIT_OK, EXIT_UNAVAILABLE):
             err.write(f"toolwatch tail: {ended.message}\n")

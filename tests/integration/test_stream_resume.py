@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import itertools
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -395,3 +396,43 @@ def test_after_a_crash_tail_says_where_the_lost_findings_are() -> None:
         " another one answers): what it holds is sent; findings the previous one published"
         " after the last one printed, if any, are in its findings log"
     )
+
+
+def test_the_wait_starts_again_after_a_subscription_that_lasted() -> None:
+    """A quiet subscription of an hour that drops is followed by the first wait, not by what
+    the attempts before it had grown to."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        target = f"127.0.0.1:{probe.getsockname()[1]}"
+    out, err, waits = Lines(), io.StringIO(), Waits()
+    hours = itertools.count(step=3600.0)  # each look at the clock is an hour later
+
+    async def scenario() -> int:
+        tail = asyncio.create_task(
+            asyncio.to_thread(
+                run_tail,
+                target,
+                out=out,
+                err=err,
+                reconnect=True,
+                sleep=waits,
+                clock=lambda: next(hours),
+            )
+        )
+        await in_thread(waits.waiting)  # no server yet: the wait grows
+        waits.go()
+        await in_thread(waits.waiting)
+        broker = FindingsBroker(NoopMetrics())
+        server = grpc.aio.server()
+        add_findings_service(server, broker)
+        server.add_insecure_port(target)
+        await server.start()
+        waits.go()
+        await asyncio.wait_for(broker.wait_for_subscribers(1), timeout=10)
+        await server.stop(None)  # the connection is lost; nothing was delivered
+        await in_thread(waits.waiting)
+        waits.end()
+        return await asyncio.wait_for(tail, timeout=10)
+
+    assert asyncio.run(scenario()) == EXIT_INTERRUPTED
+    assert waits.waited == [0.5, 1, 0.5]

@@ -54,6 +54,8 @@ from toolwatch.model import Category, Clock, Finding, Severity, ToolTrace
 from toolwatch.sinks.findings import Redaction, render_details
 
 __all__ = [
+    "INDEX_FACTOR",
+    "INDEX_MAX",
     "KEEPALIVE_SECONDS",
     "RESUME_KEY",
     "RESUME_LOST_KEY",
@@ -137,8 +139,10 @@ class ResumeResult(NamedTuple):
 _Tag = tuple[Category, Severity, str | None]
 
 #: How many more findings the broker remembers the tags of than it holds: a filtered
-#: subscriber is told only of the unheld findings that pass its filter, back this far.
+#: subscriber is told only of the unheld findings that pass its filter, back this far (and
+#: at most ``INDEX_MAX``: a resume reads them all, on the event loop, in about 5 ms).
 INDEX_FACTOR = 16
+INDEX_MAX = 65_536
 
 
 class _Held(NamedTuple):
@@ -383,7 +387,7 @@ class FindingsBroker:
         self.stream_id = secrets.token_hex(8)
         self._sequence = 0  # the last finding published
         self.held: deque[_Held] = deque(maxlen=replay_size)  # read by resumed subscriptions
-        self._index: deque[_Tag] = deque(maxlen=INDEX_FACTOR * replay_size)
+        self._index: deque[_Tag] = deque(maxlen=min(INDEX_FACTOR * replay_size, INDEX_MAX))
         self._metrics = metrics
         self._redaction = redaction or Redaction()
         self._wall_clock = wall_clock
