@@ -69,8 +69,8 @@ class FindingsServiceServicer:
         is sent), and
         toolwatch-resume-lost: the findings after the cursor that pass the filter and that the
         server no longer holds (at most: it remembers what passed for 16 times
-        output.stream_replay_size findings, and counts each one older). The findings log has
-        them. Both only when resuming.
+        output.stream_replay_size findings, at most 65,536, and counts each one older). The
+        findings log has them. Both only when resuming.
 
         Clients should send keepalive pings (toolwatch tail: every 30 s) so that a connection
         gone silent without a reset is found; the server accepts them every 10 s or more.
