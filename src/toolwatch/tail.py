@@ -7,8 +7,10 @@ One line per finding, oldest first::
 
 (on one line; ``agent=``, ``tool=``, ``field=`` and ``span=`` appear when the finding has them:
 the span tells apart the findings of one run that say the same), or with
-``--json`` the findings-log object of each finding. The severity and category are coloured
-when ``out`` is a terminal and ``NO_COLOR`` is unset (https://no-color.org); ``color=True`` or
+``--json`` the findings-log object of each finding, plus ``stream`` and ``sequence`` (its
+place in the server's stream, from a server that numbers findings). The severity and category
+are coloured when ``out`` is a terminal and ``NO_COLOR`` is unset (https://no-color.org);
+``color=True`` or
 ``False`` forces the choice. Findings the server lost for this subscriber (its queue was
 full) are told on ``err``: ``N findings missed before the next`` or ``... since the last one
 printed``.
@@ -301,9 +303,12 @@ class _Printer:
     as_json: bool
     colour: bool
 
-    def __call__(self, message: findings_pb2.Finding) -> None:
+    def __call__(self, message: findings_pb2.Finding, stream_id: str) -> None:
         if self.as_json:
-            line = json.dumps(stream_finding_record(message), ensure_ascii=False)
+            record = stream_finding_record(message)
+            if stream_id:  # where it is in the stream: a consumer that restarts can dedupe
+                record |= {"stream": stream_id, "sequence": message.sequence}
+            line = json.dumps(record, ensure_ascii=False)
         else:
             line = format_finding_line(message, self.colour)
         self.out.write(line + "\n")
@@ -356,7 +361,7 @@ class _Session:
                 self.outage = False
             for message in call:
                 _tell_missed(err, message.missed_before, "before the next")
-                self.printer(message)
+                self.printer(message, cursor.stream_id)
                 delivered += 1
                 cursor.handled(message.sequence)
                 _tell_missed(err, message.missed_after, "since the last one printed")

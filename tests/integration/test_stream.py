@@ -362,7 +362,11 @@ def test_tail_json_prints_the_findings_log_object() -> None:
         "service": "support",
         "timestamp": "2026-11-29T20:31:02.123Z",
         "details": {"calls": "2", "fields": '{"order_id":"[redacted]","amount":"[redacted]"}'},
+        "stream": lines[0]["stream"],
+        "sequence": 1,
     }
+    assert (lines[1]["stream"], lines[1]["sequence"]) == (lines[0]["stream"], 2)
+    assert len(lines[0]["stream"]) == 16
 
 
 class SignallingOut(io.StringIO):
