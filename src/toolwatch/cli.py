@@ -201,6 +201,13 @@ def _add_tail(commands: Any) -> None:
         " it left off (findings the server still holds are not lost)",
     )
     tail.add_argument(
+        "--cursor-file",
+        type=Path,
+        metavar="FILE",
+        help="keep where tail is in the stream in FILE, so the next run resumes there (findings"
+        " the server still holds are not lost between runs)",
+    )
+    tail.add_argument(
         "--color",
         choices=["auto", "always", "never"],
         default="auto",
@@ -264,6 +271,7 @@ def _tail(args: argparse.Namespace) -> int:
         color=color,
         out=sys.stdout,
         reconnect=args.reconnect,
+        cursor_file=args.cursor_file,
         access=StreamAccess(
             tls=args.tls,
             ca_file=args.tls_ca,

@@ -156,6 +156,7 @@ def run_tail(
     err: TextIO | None = None,
     access: StreamAccess | None = None,
     reconnect: bool = False,
+    cursor_file: Path | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
 ) -> int:
@@ -163,8 +164,10 @@ def run_tail(
     to ``out`` (default stdout) until the stream ends; messages go to ``err`` (default
     stderr). ``access`` reaches a secured stream (default: plaintext, no token);
     ``reconnect`` follows it across lost connections and restarts, waiting with ``sleep``
-    (``clock`` says how long a subscription lasted). Returns the exit code (module
-    docstring). Blocks the calling thread."""
+    (``clock`` says how long a subscription lasted). ``cursor_file`` keeps where tail is in
+    each stream across runs: read at start (a run resumes where the last one left off) and
+    rewritten after each finding. Returns the exit code (module docstring). Blocks the
+    calling thread."""
     out = out or sys.stdout
     err = err or sys.stderr
     access = access or StreamAccess()
@@ -179,7 +182,12 @@ def run_tail(
     if not colon or not host or not port.isdigit():  # gRPC would dial port 443 unasked
         err.write(f"toolwatch tail: --target {target!r} is not HOST:PORT (listen.stream)\n")
         return EXIT_USAGE
-    session = _Session(target, printer, err, access)
+    try:
+        cursor = _Cursor.load(cursor_file)
+    except (OSError, ValueError) as e:
+        err.write(f"toolwatch tail: --cursor-file {cursor_file}: {e}\n")
+        return EXIT_USAGE
+    session = _Session(target, printer, err, access, cursor)
     try:
         return _subscriptions(session, request, reconnect, (sleep, clock))
     except KeyboardInterrupt:
@@ -242,6 +250,32 @@ class _Cursor:
     streams: dict[str, int] = field(default_factory=dict)
     stream_id: str = ""
     lost_connection: bool = False  # the last live subscription ended by a lost connection
+    file: Path | None = None  # where the cursors are kept across runs
+
+    @classmethod
+    def load(cls, file: Path | None) -> _Cursor:
+        """The cursors kept in ``file`` (none if it does not exist yet). Raises ``OSError``
+        or ``ValueError`` for a file that cannot be read or is not a cursor file."""
+        streams: dict[str, int] = {}
+        if file is not None and file.exists():
+            try:
+                kept = json.loads(file.read_text(encoding="utf-8"))["streams"]
+                streams = {str(stream): int(after) for stream, after in kept.items()}
+            except (ValueError, KeyError, TypeError, AttributeError):
+                raise ValueError(
+                    'not a tail cursor file (expected {"streams": {"<stream id>": <sequence>}})'
+                ) from None
+        cursor = cls(streams, file=file)
+        cursor.save()  # a file that cannot be written fails now, not after the first finding
+        return cursor
+
+    def save(self) -> None:
+        """Rewrites the cursor file, if any, whole (a crash leaves the old one or the new)."""
+        if self.file is None:
+            return
+        partial = self.file.with_name(self.file.name + ".partial")
+        partial.write_text(json.dumps({"streams": self.streams}) + "\n", encoding="utf-8")
+        os.replace(partial, self.file)
 
     @property
     def sequence(self) -> int:
@@ -251,6 +285,7 @@ class _Cursor:
         """A finding of the current stream was printed."""
         if self.stream_id:
             self.streams[self.stream_id] = max(self.sequence, sequence)
+            self.save()
 
     def resuming(self, request: findings_pb2.SubscribeRequest) -> findings_pb2.SubscribeRequest:
         if not self.streams:
@@ -274,6 +309,7 @@ class _Cursor:
             self.streams[stream] = start
             while len(self.streams) > KEPT_CURSORS:
                 del self.streams[next(iter(self.streams))]
+            self.save()
         unheld = (
             f"; up to {lost} findings that pass the filter were published since and are no"
             " longer held by the server (output.stream_replay_size): missed (its findings log"

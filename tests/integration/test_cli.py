@@ -517,3 +517,11 @@ def test_serve_keeps_the_created_series_the_alert_rules_read(
         " toolwatch_regressions_created" in line
         for line in served.seen
     )
+
+
+def test_tail_takes_its_cursor_file_from_the_command_line(tmp_path: Path) -> None:
+    cursor_file = tmp_path / "tail.cursor"
+    cursor_file.write_text("[]")
+    result = run_cli("tail", "--target", "127.0.0.1:9", "--cursor-file", str(cursor_file))
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"toolwatch tail: --cursor-file {cursor_file}: not a tail")

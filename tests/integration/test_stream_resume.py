@@ -7,10 +7,12 @@ from __future__ import annotations
 import asyncio
 import io
 import itertools
+import json
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
+from pathlib import Path
 
 import grpc
 import pytest
@@ -436,3 +438,49 @@ def test_the_wait_starts_again_after_a_subscription_that_lasted() -> None:
 
     assert asyncio.run(scenario()) == EXIT_INTERRUPTED
     assert waits.waited == [0.5, 1, 0.5]
+
+
+def test_a_cursor_file_lets_the_next_run_resume_where_the_last_left_off(tmp_path: Path) -> None:
+    """A consumer that restarts tail (a bot, a shell loop) gets what was published while
+    no tail ran, while the server holds it."""
+    cursor_file = tmp_path / "tail.cursor"
+    first_out, second_out, err = Lines(), Lines(), io.StringIO()
+
+    async def scenario() -> tuple[int, int, str]:
+        async with serve() as h, proxied(h) as proxy:
+            target = f"127.0.0.1:{proxy.port}"
+            options = {"err": err, "cursor_file": cursor_file}
+            first = asyncio.create_task(
+                asyncio.to_thread(run_tail, target, out=first_out, **options)
+            )
+            await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=10)
+            h.broker.publish(make_trace(), [make_finding(explanation="f1")])
+            assert await asyncio.to_thread(first_out.wait_for, 1)
+            proxy.cut()  # without --reconnect, tail ends (exit 1)
+            first_code = await asyncio.wait_for(first, timeout=10)
+            h.broker.publish(make_trace(), [make_finding(explanation=f"f{i}") for i in (2, 3)])
+            second = asyncio.create_task(
+                asyncio.to_thread(run_tail, target, out=second_out, **options)
+            )
+            assert await asyncio.to_thread(second_out.wait_for, 2)
+            h.broker.close()
+            return first_code, await asyncio.wait_for(second, timeout=10), h.broker.stream_id
+
+    first_code, second_code, stream_id = asyncio.run(scenario())
+    assert (first_code, second_code) == (1, 0)
+    assert explanations(first_out.getvalue()) == ["f1"]
+    assert explanations(second_out.getvalue()) == ["f2", "f3"]
+    assert json.loads(cursor_file.read_text()) == {"streams": {stream_id: 3}}
+
+
+@pytest.mark.parametrize("text", ["[]", '{"streams": {"s": "x"}}', "not json"])
+def test_a_file_that_is_no_cursor_file_is_a_usage_error(tmp_path: Path, text: str) -> None:
+    cursor_file = tmp_path / "tail.cursor"
+    cursor_file.write_text(text)
+    err = io.StringIO()
+    assert run_tail("127.0.0.1:9", err=err, cursor_file=cursor_file) == 2
+    assert err.getvalue() == (
+        f"toolwatch tail: --cursor-file {cursor_file}: not a tail cursor file (expected"
+        ' {"streams": {"<stream id>": <sequence>}})\n'
+    )
+    assert cursor_file.read_text() == text  # left as it was
