@@ -261,6 +261,8 @@ class _Cursor:
             try:
                 kept = json.loads(file.read_text(encoding="utf-8"))["streams"]
                 streams = {str(stream): int(after) for stream, after in kept.items()}
+                if any(after < 0 for after in streams.values()):
+                    raise ValueError("a negative sequence")
             except (ValueError, KeyError, TypeError, AttributeError):
                 raise ValueError(
                     'not a tail cursor file (expected {"streams": {"<stream id>": <sequence>}})'
@@ -282,7 +284,8 @@ class _Cursor:
         return self.streams.get(self.stream_id, 0)
 
     def handled(self, sequence: int) -> None:
-        """A finding of the current stream was printed."""
+        """A finding of the current stream was printed (and then kept: one printed just
+        before tail is killed is printed again by the next run, never skipped)."""
         if self.stream_id:
             self.streams[self.stream_id] = max(self.sequence, sequence)
             self.save()

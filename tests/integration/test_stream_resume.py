@@ -473,7 +473,9 @@ def test_a_cursor_file_lets_the_next_run_resume_where_the_last_left_off(tmp_path
     assert json.loads(cursor_file.read_text()) == {"streams": {stream_id: 3}}
 
 
-@pytest.mark.parametrize("text", ["[]", '{"streams": {"s": "x"}}', "not json"])
+@pytest.mark.parametrize(
+    "text", ["[]", '{"streams": {"s": "x"}}', '{"streams": {"s": -1}}', "not json"]
+)
 def test_a_file_that_is_no_cursor_file_is_a_usage_error(tmp_path: Path, text: str) -> None:
     cursor_file = tmp_path / "tail.cursor"
     cursor_file.write_text(text)
