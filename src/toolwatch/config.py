@@ -10,7 +10,6 @@ The sections of other stages are defined next to their stage (``evaluation.setti
 
 from __future__ import annotations
 
-import difflib
 import io
 import ipaddress
 import os
@@ -35,7 +34,7 @@ from toolwatch.ingest.decode import DecodeOptions
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Decoder
 from toolwatch.references.settings import GoldenSettings, ShadowSettings
 from toolwatch.sections import Section as _Section
-from toolwatch.sections import UniqueKeyLoader, keys_at
+from toolwatch.sections import UniqueKeyLoader, unknown_key
 
 __all__ = [
     "LISTENERS",
@@ -693,11 +692,8 @@ _TYPE_REASONS = {
 def _reason(error: ErrorDetails) -> str:
     """Why a value was refused, in a configuration file's words."""
     kind, loc = error["type"], error["loc"]
-    if kind == "extra_forbidden":  # worded as golden-case files word it
-        known = keys_at(Config, loc[:-1])
-        meant = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
-        hint = f"did you mean {meant[0]!r}?" if meant else f"allowed: {', '.join(known)}"
-        return f"unknown setting ({hint})" if known else "unknown setting"
+    if kind == "extra_forbidden":
+        return unknown_key(Config, loc, "setting")
     if kind in _TYPE_REASONS:
         return _TYPE_REASONS[kind]
     message = error["msg"]

@@ -18,6 +18,7 @@ drop the first's settings.
 
 from __future__ import annotations
 
+import difflib
 import types
 from collections.abc import Hashable
 from typing import Any, Literal, Union, get_args, get_origin
@@ -26,7 +27,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
-__all__ = ["Section", "UniqueKeyLoader", "keys_at"]
+__all__ = ["Section", "UniqueKeyLoader", "keys_at", "unknown_key"]
 
 _BOOLEAN_NUMBER = PydanticCustomError("boolean_number", "Input should be a number, not a boolean")
 
@@ -63,7 +64,8 @@ def _numeric(annotation: Any) -> bool:
 
 def keys_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> tuple[str, ...]:
     """The keys the section at ``loc`` under ``model`` takes (its fields, by the names a file
-    gives them), for telling a typo what was meant; empty when ``loc`` leads nowhere known.
+    gives them, in the order it declares them), for telling a typo what was meant; empty
+    when ``loc`` leads nowhere known.
     List indices, dictionary keys and union tags on the way are stepped over."""
     models = _models_in(model)
     for part in loc:
@@ -74,7 +76,20 @@ def keys_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> tuple[str, ..
             models = [inner for f in fields for inner in _models_in(f.annotation)]
         elif tagged := [m for m in models if _tagged(m, part)]:  # a tagged union's option
             models = tagged
-    return tuple(sorted({f.alias or name for m in models for name, f in m.model_fields.items()}))
+    return tuple(
+        dict.fromkeys(f.alias or name for m in models for name, f in m.model_fields.items())
+    )
+
+
+def unknown_key(model: type[BaseModel], loc: tuple[int | str, ...], noun: str) -> str:
+    """Why the key at ``loc`` under ``model`` was refused: the key meant, if one is close,
+    else those the section takes (``noun`` names them: "setting", "field")."""
+    known = keys_at(model, loc[:-1])
+    if not known:
+        return f"unknown {noun}"
+    meant = difflib.get_close_matches(str(loc[-1]), known, n=1, cutoff=0.6)
+    hint = f"did you mean {meant[0]!r}?" if meant else f"allowed: {', '.join(known)}"
+    return f"unknown {noun} ({hint})"
 
 
 def _tagged(model: type[BaseModel], tag: int | str) -> bool:

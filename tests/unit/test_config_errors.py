@@ -202,7 +202,7 @@ def test_errors_speak_of_the_file_not_of_pydantic(tmp_path: Path) -> None:
             f"  {config}: policy.dangerous_tools: expected a list (got 'issue_refund')",
             # The forbidden kind's own keys, not every kind's ("before" is the order kind's).
             f"  {config}: policy.invariants.0.forbidden.befor: unknown setting (allowed:"
-            " agents, kind, name, severity, tool) (got 'b')",
+            " name, severity, agents, kind, tool) (got 'b')",
             f"  {config}: ingest: expected a mapping (key: value lines) (got 5)",
             f"  {config}: security.tls.key_file: Field required",
         ]

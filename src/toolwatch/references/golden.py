@@ -20,7 +20,6 @@ Every problem raises ``ReferenceFileError`` naming the file, the field path
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, Self, TypeAlias
@@ -40,7 +39,7 @@ from pydantic_core import ErrorDetails
 from toolwatch.model import ExpectedCall, GoldenCase, ToolTrace
 from toolwatch.names import NameNormalizer
 from toolwatch.references.settings import DEFAULT_CASE_ID_ATTRIBUTE
-from toolwatch.sections import UniqueKeyLoader
+from toolwatch.sections import UniqueKeyLoader, unknown_key
 
 __all__ = [
     "ExpectedToolEntry",
@@ -153,13 +152,6 @@ class GoldenFile(_Schema):
     """The whole file: a list of cases."""
 
     cases: list[GoldenCaseEntry]
-
-
-_FIELDS_AT_DEPTH: Mapping[int, tuple[str, ...]] = {
-    1: tuple(GoldenFile.model_fields),
-    3: tuple(GoldenCaseEntry.model_fields),
-    5: tuple(ExpectedToolEntry.model_fields),
-}
 
 
 class GoldenCaseSet:
@@ -382,10 +374,7 @@ def _reason(error: ErrorDetails) -> str:
 
 
 def _unknown_field(loc: Sequence[int | str]) -> str:
-    allowed = _FIELDS_AT_DEPTH.get(len(loc), ())
-    close = difflib.get_close_matches(str(loc[-1]), allowed, n=1, cutoff=0.6)
-    hint = f"did you mean {close[0]!r}?" if close else f"allowed: {', '.join(allowed)}"
-    return f"unknown field ({hint})"
+    return unknown_key(GoldenFile, tuple(loc), "field")
 
 
 def _shown(value: Any) -> str:
