@@ -149,8 +149,7 @@ class _Held(NamedTuple):
     """A published finding as the broker holds it for subscribers that resume: the message
     every subscriber is sent (rendered and redacted once) and what filters read."""
 
-    sequence: int
-    message: findings_pb2.Finding
+    message: findings_pb2.Finding  # its sequence is the finding's
     tag: _Tag
 
 
@@ -337,7 +336,7 @@ class _Replay:
         held = self._broker.held
         lost = 0
         while self._next <= self._end:
-            first = held[0].sequence if held else self._end + 1
+            first = self._broker.oldest_held
             if self._next < first:
                 gone_to = min(first, self._end + 1) - 1
                 lost += self._broker.unheld_passing(self._next, gone_to, stream_filter)
@@ -407,6 +406,11 @@ class FindingsBroker:
         return self._sequence
 
     @property
+    def oldest_held(self) -> int:
+        """The sequence of the oldest finding held (the next one to come when none is)."""
+        return self.held[0].message.sequence if self.held else self._sequence + 1
+
+    @property
     def subscriber_count(self) -> int:
         """Open subscriptions (also exported as ``toolwatch_stream_subscribers``)."""
         return len(self._subscriptions)
@@ -431,7 +435,7 @@ class FindingsBroker:
         if resume is not None:
             kind: Literal["same", "new"] = "same" if self.stream_id in resume.cursors else "new"
             after = resume.cursors.get(self.stream_id, 0)
-            oldest = self.held[0].sequence if self.held else self._sequence + 1
+            oldest = self.oldest_held
             if self.held.maxlen:  # nothing to replay from when nothing is held
                 replay = _Replay(self, max(after, oldest - 1), self._sequence)
             resumed = ResumeResult(kind, self.unheld_passing(after + 1, oldest - 1, stream_filter))
@@ -476,7 +480,7 @@ class FindingsBroker:
         left = subscription.discard()
         if unsent is not None:
             left.append(unsent)
-        oldest = self.held[0].sequence if self.held else self._sequence + 1
+        oldest = self.oldest_held
         lost = sum(message.sequence < oldest for message in left)
         if lost:
             self._metrics.stream_dropped(lost)
@@ -516,7 +520,7 @@ class FindingsBroker:
             matching = [s for s in self._subscriptions if s.filter.accepts(tag)]
             if matching or holding:
                 message = finding_message(trace, finding, self._redaction, now, self._sequence)
-                self.held.append(_Held(self._sequence, message, tag))
+                self.held.append(_Held(message, tag))
                 dropped += sum(not s.offer(message) for s in matching)
         if dropped:
             self._metrics.stream_dropped(dropped)
