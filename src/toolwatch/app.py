@@ -58,7 +58,7 @@ from toolwatch.security import ListenerSecurity
 from toolwatch.sinks import exposition
 from toolwatch.sinks.findings import FanOutSink, FindingSink, JsonLinesFindingSink, Redaction
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
-from toolwatch.sinks.stream import STREAM_SERVER_OPTIONS, FindingsBroker, add_findings_service
+from toolwatch.sinks.stream import FindingsBroker, add_findings_service, stream_server_options
 from toolwatch.sinks.tooltraces import ToolTraceWriter
 
 __all__ = ["App", "ListenError", "StartError", "build_references", "serve", "tick_delay", "tune_gc"]
@@ -365,7 +365,7 @@ class App:
     async def _start_stream(self, address: str) -> str:
         server = grpc.aio.server(
             interceptors=self._security.grpc_interceptors("stream"),
-            options=[_NO_REUSEPORT, *STREAM_SERVER_OPTIONS],
+            options=[_NO_REUSEPORT, *stream_server_options()],
         )
         add_findings_service(server, self.broker)
         bound = await _bind_grpc(

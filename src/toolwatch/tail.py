@@ -83,6 +83,7 @@ EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: What gRPC says of a peer that answered a connection in HTTP/1.x.
 _HTTP1_ANSWER: Final = "Trying to connect an http1.x server"
 
+
 # The receive window stays at HTTP/2's 64 KiB: with BDP probing gRPC grows it to megabytes,
 # and a tail that stops reading (Ctrl-Z, a full pipe) would hold thousands of findings the
 # server has written and cannot count if the connection then drops. With 64 KiB the server's
@@ -91,14 +92,22 @@ _HTTP1_ANSWER: Final = "Trying to connect an http1.x server"
 # next channel would share the last one's connection backoff, so an attempt right after a
 # refused one (the server coming back) could fail at once, without trying.
 # Keepalive pings find a connection gone silent without a reset, which would otherwise leave
-# tail waiting forever (the server allows them, sinks.stream.STREAM_SERVER_OPTIONS).
-_CHANNEL_OPTIONS = (
-    ("grpc.http2.bdp_probe", 0),
-    ("grpc.use_local_subchannel_pool", 1),
-    ("grpc.keepalive_time_ms", KEEPALIVE_SECONDS * 1000),
-    ("grpc.keepalive_timeout_ms", KEEPALIVE_SECONDS * 1000 // 3),
-    ("grpc.http2.max_pings_without_data", 0),
-)
+# tail waiting forever (the server allows them, sinks.stream.stream_server_options): a ping
+# every ``keepalive`` seconds, and a connection whose ping is not answered within a third of
+# that is dropped, so a silent connection is found in at most 4/3 of it. gRPC core since
+# its ping rework times a keepalive ping out by ``ping_timeout_ms`` (default a minute), no
+# longer by ``keepalive_timeout_ms``: both are set.
+def _channel_options(keepalive: float) -> tuple[tuple[str, int], ...]:
+    timeout_ms = round(keepalive * 1000 / 3)
+    return (
+        ("grpc.http2.bdp_probe", 0),
+        ("grpc.use_local_subchannel_pool", 1),
+        ("grpc.keepalive_time_ms", round(keepalive * 1000)),
+        ("grpc.keepalive_timeout_ms", timeout_ms),
+        ("grpc.http2.ping_timeout_ms", timeout_ms),
+        ("grpc.http2.max_pings_without_data", 0),
+    )
+
 
 #: Seconds between attempts to subscribe again (``reconnect``): the first wait, the longest.
 RECONNECT_FIRST_WAIT, RECONNECT_LONGEST_WAIT = 0.5, 10.0
@@ -120,18 +129,20 @@ class StreamAccess:
     key_file: Path | None = None
     bearer_token_file: Path | None = None
 
-    def channel(self, target: str) -> grpc.Channel:
-        """A channel to ``target``. Raises ``OSError``/``ValueError`` for unusable files."""
+    def channel(self, target: str, keepalive: float = KEEPALIVE_SECONDS) -> grpc.Channel:
+        """A channel to ``target`` that pings every ``keepalive`` seconds. Raises
+        ``OSError``/``ValueError`` for unusable files."""
         if (self.cert_file is None) != (self.key_file is None):
             raise ValueError("a client certificate needs both --tls-cert and --tls-key")
+        options = _channel_options(keepalive)
         if not (self.tls or self.ca_file or self.cert_file):
-            return grpc.insecure_channel(target, options=_CHANNEL_OPTIONS)
+            return grpc.insecure_channel(target, options=options)
         credentials = grpc.ssl_channel_credentials(
             root_certificates=_read(self.ca_file),
             private_key=_read(self.key_file),
             certificate_chain=_read(self.cert_file),
         )
-        return grpc.secure_channel(target, credentials, options=_CHANNEL_OPTIONS)
+        return grpc.secure_channel(target, credentials, options=options)
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
         """The call metadata. Raises ``OSError``/``ValueError`` for an unusable token file."""
@@ -159,12 +170,14 @@ def run_tail(
     cursor_file: Path | None = None,
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
+    keepalive: float = KEEPALIVE_SECONDS,
 ) -> int:
     """Subscribes to the findings stream at ``target`` (``host:port``) and prints findings
     to ``out`` (default stdout) until the stream ends; messages go to ``err`` (default
     stderr). ``access`` reaches a secured stream (default: plaintext, no token);
     ``reconnect`` follows it across lost connections and restarts, waiting with ``sleep``
-    (``clock`` says how long a subscription lasted). ``cursor_file`` keeps where tail is in
+    (``clock`` says how long a subscription lasted); it pings the server every ``keepalive``
+    seconds to find a connection gone silent. ``cursor_file`` keeps where tail is in
     each stream across runs: read at start (a run resumes where the last one left off) and
     rewritten after each finding. Returns the exit code (module docstring). Blocks the
     calling thread."""
@@ -187,7 +200,7 @@ def run_tail(
     except (OSError, ValueError) as e:
         err.write(f"toolwatch tail: --cursor-file {cursor_file}: {e}\n")
         return EXIT_USAGE
-    session = _Session(target, printer, err, access, cursor)
+    session = _Session(target, printer, err, access, cursor, keepalive)
     try:
         return _subscriptions(session, request, reconnect, (sleep, clock))
     except KeyboardInterrupt:
@@ -364,13 +377,14 @@ class _Session:
     err: TextIO
     access: StreamAccess
     cursor: _Cursor = field(default_factory=_Cursor)
+    keepalive: float = KEEPALIVE_SECONDS
     outage: bool = False
 
     def subscribe(self, request: findings_pb2.SubscribeRequest) -> _Ended:
         """One subscription, from a new channel (so a reloaded token or certificate is
         used), resuming where the last one ended."""
         try:
-            channel = self.access.channel(self.target)
+            channel = self.access.channel(self.target, self.keepalive)
             metadata = self.access.metadata()
         except (OSError, ValueError) as e:
             where = "--bearer-token-file: " if self.access.bearer_token_file else ""

@@ -76,6 +76,7 @@ async def serve(
     redaction: Redaction | None = None,
     max_subscribers: int = 64,
     replay_size: int = 1000,
+    options: Sequence[tuple[str, int]] = (),
 ) -> AsyncIterator[Harness]:
     registry = CollectorRegistry()
     broker = FindingsBroker(
@@ -86,7 +87,7 @@ async def serve(
         max_subscribers=max_subscribers,
         replay_size=replay_size,
     )
-    server = grpc.aio.server()
+    server = grpc.aio.server(options=options)
     add_findings_service(server, broker)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

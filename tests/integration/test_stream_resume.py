@@ -20,20 +20,24 @@ import pytest
 from tests.integration.test_stream import Harness, make_finding, make_trace, serve, subscribe
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.metrics import NoopMetrics
-from toolwatch.sinks.stream import FindingsBroker, add_findings_service
+from toolwatch.sinks.stream import FindingsBroker, add_findings_service, stream_server_options
 from toolwatch.tail import EXIT_INTERRUPTED, run_tail
 
 
 class CuttableProxy:
     """A TCP proxy on loopback that can hold back what the server sends and then cut every
     connection: a network that drops a connection with findings in flight, which the server
-    has written and the client never reads."""
+    has written and the client never reads. It can also silence the connections open, both
+    ways and without a reset: a NAT or proxy that forgot them."""
 
     def __init__(self, upstream_port: int) -> None:
         self._upstream_port = upstream_port
         self._flowing = True
         self._transports: list[asyncio.WriteTransport] = []
+        self._silenced: set[asyncio.StreamReader] = set()  # readers whose bytes are dropped
+        self._readers: list[asyncio.StreamReader] = []
         self.held_bytes = 0
+        self.connections = 0
         self.port = 0
         self._server: asyncio.Server | None = None
 
@@ -44,6 +48,11 @@ class CuttableProxy:
     def hold(self) -> None:
         """From now on, what the server sends is kept here, not passed on."""
         self._flowing = False
+
+    def silence(self) -> None:
+        """What passes either way on the connections open now is dropped from now on, and
+        they stay open; new connections flow."""
+        self._silenced.update(self._readers)
 
     def cut(self) -> None:
         """Resets every connection (what was held is lost) and lets new ones flow."""
@@ -60,7 +69,9 @@ class CuttableProxy:
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._upstream_port)
+        self.connections += 1
         self._transports += [writer.transport, up_writer.transport]
+        self._readers += [reader, up_reader]
         await asyncio.gather(
             self._pump(reader, up_writer, held=False), self._pump(up_reader, writer, held=True)
         )
@@ -70,12 +81,15 @@ class CuttableProxy:
     ) -> None:
         with suppress(ConnectionError):
             while data := await reader.read(65_536):
+                if reader in self._silenced:
+                    continue
                 if held and not self._flowing:
                     self.held_bytes += len(data)
                     continue
                 writer.write(data)
                 await writer.drain()
-        writer.transport.abort()
+        if reader not in self._silenced:  # a silent connection's end does not get through
+            writer.transport.abort()
 
 
 class Lines(io.StringIO):
@@ -134,10 +148,14 @@ async def in_thread(semaphore: threading.Semaphore) -> None:
     assert await asyncio.to_thread(semaphore.acquire, True, 10)
 
 
-def tail_in_thread(target: str, out: Lines, err: io.StringIO, waits: Waits) -> asyncio.Task[int]:
+def tail_in_thread(
+    target: str, out: Lines, err: io.StringIO, waits: Waits, keepalive: float = 30
+) -> asyncio.Task[int]:
     """``toolwatch tail --reconnect`` in a thread, waiting with ``waits``."""
     return asyncio.create_task(
-        asyncio.to_thread(run_tail, target, out=out, err=err, reconnect=True, sleep=waits)
+        asyncio.to_thread(
+            run_tail, target, out=out, err=err, reconnect=True, sleep=waits, keepalive=keepalive
+        )
     )
 
 
@@ -201,6 +219,75 @@ def test_findings_a_dropped_connection_lost_in_flight_are_sent_again_on_reconnec
         ended == f"toolwatch tail: {target} ended the stream (server shutting down); reconnecting"
     )
     assert waits.waited == [0.5, 0.5]  # the wait starts again once reconnected
+
+
+def test_a_connection_gone_silent_is_found_by_keepalive_on_both_ends() -> None:
+    """A connection can go silent without a reset (a NAT or proxy that forgot it): the
+    server's writes succeed and tail, which only reads, would wait forever. tail's keepalive
+    ping goes unanswered, it drops the connection and resumes on a new one, and the finding
+    the silent connection swallowed comes again. The server's own ping ends the silent
+    subscription, which would otherwise hold a subscriber slot for hours. (Pings every
+    second here, as ``stream_server_options(1)`` allows; every 30 s in ``toolwatch tail``.
+    Without keepalive tail never prints f2, nor does the server let the subscription go.)"""
+    out, err, waits = Lines(), io.StringIO(), Waits()
+
+    async def scenario() -> tuple[int, str, int]:
+        async with serve(options=stream_server_options(1)) as h, proxied(h) as proxy:
+            target = f"127.0.0.1:{proxy.port}"
+            tail = tail_in_thread(target, out, err, waits, keepalive=1)
+            await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=10)
+            h.broker.publish(make_trace(), [make_finding(explanation="f1")])
+            assert await asyncio.to_thread(out.wait_for, 1)
+            proxy.silence()
+            (silent,) = h.broker.subscriptions
+            h.broker.publish(make_trace(), [make_finding(explanation="f2")])
+            await until(lambda: silent.queued == 0)  # written into the silent connection
+            await in_thread(waits.waiting)  # tail found it silent
+            waits.go()
+            assert await asyncio.to_thread(out.wait_for, 2), (out.getvalue(), err.getvalue())
+            h.broker.publish(make_trace(), [make_finding(explanation="f3")])
+            assert await asyncio.to_thread(out.wait_for, 3)
+            await until(lambda: silent not in h.broker.subscriptions)  # the server's ping
+            assert h.broker.subscriber_count == 1
+            return await end_tail(h.broker, waits, tail), target, proxy.connections
+
+    code, target, connections = asyncio.run(scenario())
+    assert code == EXIT_INTERRUPTED
+    assert explanations(out.getvalue()) == ["f1", "f2", "f3"]
+    assert connections == 2
+    lost, resumed, _ended = err.getvalue().splitlines()
+    assert lost.startswith(f"toolwatch tail: lost the connection to {target}: UNAVAILABLE")
+    assert resumed == f"toolwatch tail: reconnected to {target}, resuming where it left off"
+    assert waits.waited == [0.5, 0.5]
+
+
+def test_an_idle_stream_with_keepalive_stays_connected() -> None:
+    """Both ends ping an idle stream (every second here, as in the test above), and neither
+    takes the other's pings for abuse: after six seconds without a finding, the
+    subscription is the same one, and tail prints its next finding."""
+    out, err, waits = Lines(), io.StringIO(), Waits()
+
+    async def scenario() -> tuple[int, str]:
+        async with serve(options=stream_server_options(1)) as h:
+            tail = tail_in_thread(h.target, out, err, waits, keepalive=1)
+            await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=10)
+            (subscription,) = h.broker.subscriptions
+            # Real time, for gRPC's timers: by default gRPC takes a client's third ping
+            # within five minutes of the last, with no data between, for abuse, and ends the
+            # connection (about 4.5 s after subscribing here).
+            await asyncio.sleep(6)
+            assert h.broker.subscriptions == (subscription,)
+            h.broker.publish(make_trace(), [make_finding(explanation="f1")])
+            assert await asyncio.to_thread(out.wait_for, 1)
+            return await end_tail(h.broker, waits, tail), h.target
+
+    code, target = asyncio.run(scenario())
+    assert code == EXIT_INTERRUPTED
+    assert explanations(out.getvalue()) == ["f1"]
+    # Never lost before the server ended the stream.
+    assert err.getvalue() == (
+        f"toolwatch tail: {target} ended the stream (server shutting down); reconnecting\n"
+    )
 
 
 def test_tail_follows_a_restarted_server_and_gets_what_it_published_before_reconnect() -> None:

@@ -62,7 +62,6 @@ __all__ = [
     "SHUTTING_DOWN",
     "STREAM_ID_KEY",
     "STREAM_SEQUENCE_KEY",
-    "STREAM_SERVER_OPTIONS",
     "SUBSCRIBED_METADATA",
     "FindingsBroker",
     "FindingsStreamServicer",
@@ -73,6 +72,7 @@ __all__ = [
     "Subscription",
     "add_findings_service",
     "finding_message",
+    "stream_server_options",
 ]
 
 log = logging.getLogger(__name__)
@@ -87,13 +87,29 @@ STREAM_SEQUENCE_KEY = "toolwatch-stream-sequence"
 RESUME_KEY = "toolwatch-resume"
 RESUME_LOST_KEY = "toolwatch-resume-lost"
 #: Keepalive: a subscriber's connection can go silent without a reset (a NAT or proxy that
-#: forgot it), and a client that only reads would wait on it forever. Clients ping
-#: (``toolwatch tail`` every ``KEEPALIVE_SECONDS``); the server takes pings that often even
-#: while it has no finding to send (gRPC's default refuses more than one in 5 minutes).
+#: forgot it). A client that only reads would wait on it forever, and the server would keep
+#: its subscription, and one of ``max_subscribers`` slots, for hours. Clients ping
+#: (``toolwatch tail`` every ``KEEPALIVE_SECONDS``); the server pings each client too.
 KEEPALIVE_SECONDS = 30
-STREAM_SERVER_OPTIONS = (
-    ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_SECONDS * 1000 // 3),
-)
+
+
+def stream_server_options(keepalive: float = KEEPALIVE_SECONDS) -> tuple[tuple[str, int], ...]:
+    """gRPC options of the findings stream's server, for clients that ping every
+    ``keepalive`` seconds: it takes their pings even while it has no finding to send (gRPC's
+    default refuses more than one in 5 minutes), and pings each client every twice that
+    itself, so the subscription of a connection gone silent ends, and its findings are
+    counted, within 2⅓ ``keepalive`` (gRPC core times a ping out by ``ping_timeout_ms`` since
+    its ping rework, by ``keepalive_timeout_ms`` before: both are set)."""
+    timeout_ms = round(keepalive * 1000 / 3)
+    return (
+        ("grpc.http2.min_ping_interval_without_data_ms", timeout_ms),
+        ("grpc.keepalive_time_ms", round(keepalive * 2000)),
+        ("grpc.keepalive_timeout_ms", timeout_ms),
+        ("grpc.http2.ping_timeout_ms", timeout_ms),
+        ("grpc.http2.max_pings_without_data", 0),  # an idle stream sends no data
+    )
+
+
 #: The details of the UNAVAILABLE a subscription gets from a server shutting down.
 SHUTTING_DOWN = "toolwatch is shutting down"
 
