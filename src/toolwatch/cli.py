@@ -36,6 +36,8 @@ EXIT_RUNTIME = 3  # 0, 1 (a gate failed) and 2 are replay's (toolwatch.replay)
 #: The output was a pipe whose reader left: 128 + SIGPIPE, what a shell reports for a command
 #: that signal ended.
 EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
+#: ``tail`` ended by SIGTERM (a service manager stopping it), after keeping its cursor.
+EXIT_TERMINATED = 128 + signal.SIGTERM
 
 _SERVE_FLAGS: tuple[tuple[str, str, str, str], ...] = (
     # flag, environment variable, config key, help
@@ -261,6 +263,24 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _tail(args: argparse.Namespace) -> int:
+    """``toolwatch tail``. SIGTERM ends it as Ctrl-C does (its cursor file kept up to the
+    last finding printed), with the exit code of a command that signal ended."""
+    terminated = False
+
+    def terminate(_signal: int, _frame: object) -> None:
+        nonlocal terminated
+        terminated = True
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        code = _run_tail(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return EXIT_TERMINATED if terminated else code
+
+
+def _run_tail(args: argparse.Namespace) -> int:
     color = {"auto": None, "always": True, "never": False}[args.color]
     return run_tail(
         target=args.target,

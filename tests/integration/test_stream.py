@@ -610,12 +610,38 @@ def test_tail_explains_a_target_that_is_no_findings_stream_or_has_no_port() -> N
     assert "serves no findings stream: point --target at the server's listen.stream" in err
     code, err = asyncio.run(_tail_an_http_server())
     assert code == 2
-    assert "answers HTTP/1.1, not gRPC, so it serves no findings stream" in err
+    assert "answers HTTP/1.x, not gRPC, so it serves no findings stream" in err
+    for greeting in (b"SSH-2.0-OpenSSH_9.2\r\n", b"220 mail.example.com ESMTP\r\n"):
+        code, err = asyncio.run(_tail_a_server_that_says(greeting))
+        assert code == 2
+        assert "answers, but not in HTTP/2, so it is no gRPC server and serves no" in err
+        assert "TLS" not in err  # the hint for a server that closes the connection
     err_stream = io.StringIO()
     assert run_tail("localhost", err=err_stream) == 2
     assert err_stream.getvalue() == (
         "toolwatch tail: --target 'localhost' is not HOST:PORT (listen.stream)\n"
     )
+
+
+async def _tail_a_server_that_says(greeting: bytes) -> tuple[int, str]:
+    """tail pointed at a server that answers any connection with ``greeting``, then closes
+    it: an SSH or a mail server."""
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(24)  # the HTTP/2 preface
+        writer.write(greeting)
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        err = io.StringIO()
+        code = await asyncio.to_thread(run_tail, f"127.0.0.1:{port}", err=err)
+        return code, err.getvalue()
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 async def _tail_an_http_server() -> tuple[int, str]:

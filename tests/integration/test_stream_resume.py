@@ -8,7 +8,9 @@ import asyncio
 import io
 import itertools
 import json
+import signal
 import socket
+import subprocess
 import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
@@ -17,6 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tests.integration.test_cli import clean_env, toolwatch_script
 from tests.integration.test_stream import Harness, make_finding, make_trace, serve, subscribe
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.metrics import NoopMetrics
@@ -558,6 +561,43 @@ def test_a_cursor_file_lets_the_next_run_resume_where_the_last_left_off(tmp_path
     assert explanations(first_out.getvalue()) == ["f1"]
     assert explanations(second_out.getvalue()) == ["f2", "f3"]
     assert json.loads(cursor_file.read_text()) == {"streams": {stream_id: 3}}
+
+
+def test_sigterm_ends_tail_with_its_cursor_file_up_to_the_last_finding_printed(
+    tmp_path: Path,
+) -> None:
+    """A service manager stops tail with SIGTERM: it ends as on Ctrl-C, keeping the cursor
+    of the last finding printed (a burst's last ones are not yet in the file: it is
+    rewritten at most ten times a second), and exits 143, as a shell reports that signal."""
+    cursor_file = tmp_path / "tail.cursor"
+
+    async def scenario() -> tuple[int, list[str], str, str]:
+        async with serve() as h:
+            command = ["tail", "--json", "--target", h.target, "--cursor-file", str(cursor_file)]
+            tail = subprocess.Popen(
+                [toolwatch_script(), *command],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=clean_env(),
+            )
+            try:
+                assert tail.stdout is not None
+                await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=30)
+                burst = [make_finding(explanation=f"f{i}") for i in range(1, 51)]
+                h.broker.publish(make_trace(), burst)
+                lines = [await asyncio.to_thread(tail.stdout.readline) for _ in burst]
+                tail.send_signal(signal.SIGTERM)
+                rest, err = await asyncio.to_thread(tail.communicate, timeout=30)
+            finally:
+                tail.kill()
+            return tail.returncode, lines + rest.splitlines(), err, h.broker.stream_id
+
+    code, lines, err, stream_id = asyncio.run(scenario())
+    assert (code, err) == (128 + signal.SIGTERM, "")
+    assert [json.loads(line)["sequence"] for line in lines] == list(range(1, 51))
+    assert json.loads(cursor_file.read_text()) == {"streams": {stream_id: 50}}
 
 
 @pytest.mark.parametrize(
