@@ -15,8 +15,9 @@ ToolTrace lines cost what one run holds, however many there are (the findings, a
 carry a shadow pair key, are kept for the report). Every span of OTLP input is held until
 the input ends (about three times the size of the OTLP/JSON), so spans of one trace come
 together whatever the order of the files; with ``--stream`` a trace is evaluated once the
-recording has moved on past it (``_OfflineAssembler``), for a large capture of one Collector
-in time order. A file that is one pretty-printed JSON document is read whole.
+recording has moved on past it (``_OfflineAssembler``), for a large capture in time order,
+and the files are read together, in recorded time (``_in_time_order``). A file that is one
+pretty-printed JSON document is read whole.
 
 Every ToolTrace goes through the same evaluation pipeline as in ``serve`` (policy, golden
 cases matched by attribute, shadow pairs joined by pair key — offline, with no timeout).
@@ -27,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import heapq
 import io
 import json
 import os
@@ -34,7 +36,7 @@ import sys
 import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median_low
 from typing import IO, Any, Final
@@ -46,7 +48,7 @@ from toolwatch.config import Config
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodeError
-from toolwatch.ingest.otlp_json import decode_otlp_json
+from toolwatch.ingest.otlp_json import decode_otlp_json, latest_end_ns
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import ManualClock, ReferenceKind, ToolTrace
 from toolwatch.replay_report import Gate, Report, ReportBuilder, parse_gate
@@ -99,7 +101,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--stream",
         action="store_true",
         help="evaluate each OTLP trace once the recording is 5 minutes past it, not when the"
-        " input ends: for a large capture of one Collector, in time order",
+        " input ends: for a large capture in time order (several files are read together,"
+        " in recorded time)",
     )
 
 
@@ -190,13 +193,37 @@ def load_tool_traces(
     (held until the input ends, or with ``stream`` as ``_OfflineAssembler`` says). ``warn``
     hears of the spans left out (file:line, how many, why)."""
     assembler = _OfflineAssembler(config, warn, stream=stream)
-    for path in paths:
-        for where, record in _records(path, progress):
-            if "resourceSpans" in record or "resource_spans" in record:
-                yield from assembler.add(record, where)
-            else:
-                yield _tooltrace(record, where)
+    if stream and len(paths) > 1:
+        records = _in_time_order(paths, progress)
+    else:
+        records = (record for path in paths for record in _records(path, progress))
+    for where, record in records:
+        if _is_otlp(record):
+            yield from assembler.add(record, where)
+        else:
+            yield _tooltrace(record, where)
     yield from assembler.finish()
+
+
+def _is_otlp(record: dict[str, Any]) -> bool:
+    return "resourceSpans" in record or "resource_spans" in record
+
+
+def _in_time_order(
+    paths: Sequence[Path], progress: _Progress | None
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The records of several files merged by recorded time, for ``--stream``: each file is
+    read in its own order, one record ahead, and of the files' next records the one whose
+    spans ended first goes first. So captures of the same hours by several Collectors, or
+    files given out of order, reach the assembler as one capture in time order would.
+    ToolTrace lines, and OTLP records without an end time, go as soon as they are read."""
+
+    def timed(path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
+        for where, record in _records(path, progress):
+            yield (latest_end_ns(record) if _is_otlp(record) else 0), where, record
+
+    for _, where, record in heapq.merge(*map(timed, paths), key=lambda item: item[0]):
+        yield where, record
 
 
 def _tooltrace(record: dict[str, Any], where: str) -> ToolTrace:
@@ -289,7 +316,7 @@ def _read_records(
         if progress is not None:
             progress.update(path, lines.position, size)
     if progress is not None:
-        progress.done()
+        progress.done(path)
 
 
 def _json_object(text: str) -> tuple[dict[str, Any] | None, ValueError | None]:
@@ -339,8 +366,9 @@ class _OfflineAssembler:
     the clock has moved ``RECORDED_SETTLE_NS`` past its last span's arrival (or
     ``RECORDED_MAX_AGE_NS`` past its first, waiting for a root that never came), so a
     capture in time order holds only the traces in flight. A span that comes after its
-    trace was evaluated (input out of time order by more than that wait: files given out of
-    order, captures of the same hours from several Collectors) is left out and named
+    trace was evaluated (input out of time order by more than that wait: a file's own
+    records, since several files are merged in time order by ``_in_time_order``) is left
+    out and named
     (``warn``), however late it comes in recorded time: replay remembers the ids of the
     last ``max_remembered_traces`` traces it evaluated without serve's ``late_span_window``,
     since a span that started a second, partial run would be a finding about nothing.
@@ -439,23 +467,35 @@ class _OfflineAssembler:
 
 @dataclass
 class _Progress:
-    """A one-line progress bar on a terminal; silent otherwise."""
+    """A one-line progress bar on a terminal; silent otherwise. Files read one after
+    another get a line each; files read together (``--stream`` merging them) share one."""
 
     stream: IO[str]
     enabled: bool
     _last: int = -1
+    _files: dict[str, tuple[int, int]] = field(default_factory=dict)  # done, total bytes
+    _ended: set[str] = field(default_factory=set)
 
     def update(self, path: str, done: int, total: int) -> None:
         """``done`` of ``total`` bytes of ``path`` read."""
+        self._files[path] = (done, total)
+        done, total = (sum(sizes) for sizes in zip(*self._files.values(), strict=True))
         percent = done * 100 // max(total, 1)
         if not self.enabled or total < 1_000_000 or percent == self._last:
             return
         self._last = percent
         bar = "#" * (percent // 4)
-        self.stream.write(f"\r{os.path.basename(path)}: [{bar:<25}] {percent:3d}%")
+        name = os.path.basename(path) if len(self._files) == 1 else f"{len(self._files)} files"
+        self.stream.write(f"\r{name}: [{bar:<25}] {percent:3d}%")
         self.stream.flush()
 
-    def done(self) -> None:
+    def done(self, path: str) -> None:
+        """``path`` is read to its end; the line ends with the last file read with it."""
+        self._ended.add(path)
+        if not self._ended.issuperset(self._files):
+            return
         if self.enabled and self._last >= 0:
             self.stream.write("\n")
         self._last = -1
+        self._files.clear()
+        self._ended.clear()

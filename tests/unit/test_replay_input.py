@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gc
 import gzip
+import io
 import json
 import tracemalloc
 from pathlib import Path
@@ -12,10 +13,12 @@ import pytest
 
 from tests import factories
 from toolwatch.config import Config, load_config
+from toolwatch.ingest.otlp_json import latest_end_ns
 from toolwatch.model import ToolTrace
 from toolwatch.replay import (
     ReplayInputError,
     _OfflineAssembler,
+    _Progress,
     evaluate_offline,
     load_tool_traces,
 )
@@ -313,7 +316,7 @@ def test_spans_of_one_trace_recorded_within_the_wait_make_one_run(tmp_path: Path
     assert warnings == []
 
 
-def test_captures_of_the_same_hours_make_whole_runs_unless_streamed(tmp_path: Path) -> None:
+def test_captures_of_the_same_hours_make_whole_runs_streamed_too(tmp_path: Path) -> None:
     # Two Collectors' captures of the same hours, each with part of every trace.
     children, roots = tmp_path / "tools.jsonl", tmp_path / "agents.jsonl"
     children.write_text(
@@ -325,12 +328,61 @@ def test_captures_of_the_same_hours_make_whole_runs_unless_streamed(tmp_path: Pa
     assert warnings == []
     assert [t.trace_id for t in held] == [f"{n + 1:032x}" for n in range(100)]
     assert all(_whole(t) for t in held)
-    # Streamed, the agents' traces settle while agents.jsonl is read: their tools come late.
+    # Streamed, the files are read together, in recorded time: the same runs, as they settle.
     streamed = list(
         load_tool_traces([roots, children], _config(), warn=warnings.append, stream=True)
     )
-    assert sum(_whole(t) for t in streamed) < 50
-    assert any("their trace was already evaluated" in w for w in warnings)
+    assert warnings == []
+    assert [t.trace_id for t in streamed] == [f"{n + 1:032x}" for n in range(100)]
+    assert all(_whole(t) for t in streamed)
+
+
+def test_streamed_files_given_out_of_order_are_read_in_recorded_time(tmp_path: Path) -> None:
+    """A capture rotated into hourly files, named on the command line newest first; each
+    file's own order is kept, so a record out of order within a file is still late."""
+    first, second = tmp_path / "00.jsonl", tmp_path / "01.jsonl"
+    first.write_text("".join(f"{_recorded(n, 60.0 * n)}\n" for n in range(60)))
+    second.write_text(
+        "".join(f"{_recorded(n, 60.0 * n)}\n" for n in range(60, 120))
+        + _recorded(0, 0.0, spans="children")  # recorded again an hour late, in this file
+        + "\n"
+    )
+    warnings: list[str] = []
+    traces = list(load_tool_traces([second, first], _config(), warn=warnings.append, stream=True))
+    assert [t.trace_id for t in traces] == [f"{n + 1:032x}" for n in range(120)]
+    assert all(_whole(t) for t in traces)
+    assert warnings == [
+        f"{second}:61: 3 span(s) left out: their trace was already evaluated: the input is"
+        " not in time order, or they were recorded more than 300 s after the rest of it"
+        " (without --stream, replay holds every span until the input ends)"
+    ]
+
+
+def test_latest_end_reads_both_spellings_and_skips_what_is_no_time() -> None:
+    document = {
+        "resourceSpans": [
+            {"scopeSpans": [{"spans": [{"endTimeUnixNano": "7"}, {"endTimeUnixNano": 9}]}]},
+            {"scope_spans": [{"spans": [{"end_time_unix_nano": "11"}]}]},
+        ]
+    }
+    assert latest_end_ns(document) == 11
+    for odd in ("soon", 1.5e9, True, None, [], "1e9"):
+        assert (
+            latest_end_ns(
+                {
+                    "resourceSpans": [
+                        {
+                            "scopeSpans": [
+                                {"spans": [{"endTimeUnixNano": odd}, {"endTimeUnixNano": "3"}]}
+                            ]
+                        }
+                    ]
+                }
+            )
+            == 3
+        )
+    assert latest_end_ns({"resourceSpans": "x"}) == 0
+    assert latest_end_ns({}) == 0
 
 
 def test_a_host_whose_clock_runs_ahead_does_not_settle_the_traces_in_flight(
@@ -368,3 +420,26 @@ def test_a_quiet_hour_in_the_recording_cuts_no_run(tmp_path: Path) -> None:
     assert warnings == []
     assert sorted(t.trace_id for t in traces) == [f"{n + 1:032x}" for n in [*range(120), 500]]
     assert all(_whole(t) for t in traces)
+
+
+def test_progress_gives_files_read_together_one_line_and_files_read_in_turn_one_each() -> None:
+    shown = io.StringIO()
+    progress = _Progress(shown, enabled=True)
+    progress.update("/in/a.jsonl", 500_000, 1_000_000)
+    progress.done("/in/a.jsonl")
+    progress.update("/in/b.jsonl", 1_000_000, 1_000_000)
+    progress.done("/in/b.jsonl")
+    assert shown.getvalue() == (f"\ra.jsonl: [{'#' * 12:<25}]  50%\n\rb.jsonl: [{'#' * 25}] 100%\n")
+    shown = io.StringIO()
+    progress = _Progress(shown, enabled=True)
+    progress.update("/in/a.jsonl", 250_000, 1_000_000)  # the merge reads both, in turn
+    progress.update("/in/b.jsonl", 250_000, 1_000_000)
+    progress.update("/in/a.jsonl", 1_000_000, 1_000_000)
+    progress.done("/in/a.jsonl")  # the line goes on while b is read
+    progress.update("/in/b.jsonl", 1_000_000, 1_000_000)
+    progress.done("/in/b.jsonl")
+    assert shown.getvalue().split("\r")[1:] == [
+        f"a.jsonl: [{'#' * 6:<25}]  25%",  # b.jsonl, at 25% too, changes nothing shown
+        f"2 files: [{'#' * 15:<25}]  62%",
+        f"2 files: [{'#' * 25}] 100%\n",
+    ]

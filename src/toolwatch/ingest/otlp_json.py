@@ -22,6 +22,7 @@ times ``max_request_bytes``, however dense a smaller one is.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import math
 import re
@@ -48,6 +49,7 @@ from toolwatch.ingest.salvage import MALFORMED
 __all__ = [
     "MIN_BYTES_PER_CONTAINER",
     "decode_otlp_json",
+    "latest_end_ns",
     "parse_otlp_json",
 ]
 
@@ -126,6 +128,22 @@ def _items(container: dict[str, Any], *names: str) -> Iterator[tuple[int, dict[s
             if isinstance(element, dict):
                 yield index, element
         return
+
+
+def latest_end_ns(document: dict[str, Any]) -> int:
+    """The latest ``endTimeUnixNano`` of the spans of an OTLP/JSON request as parsed JSON
+    (a string or a number, as proto3 JSON writes a 64-bit integer); 0 when no span has a
+    usable one. Nothing is checked: read before decoding, to order requests by time."""
+    latest = 0
+    for _, resource_spans in _items(document, "resourceSpans", "resource_spans"):
+        for _, scope_spans in _items(resource_spans, "scopeSpans", "scope_spans"):
+            for _, span in _items(scope_spans, "spans"):
+                end = span.get("endTimeUnixNano", span.get("end_time_unix_nano"))
+                if isinstance(end, bool) or not isinstance(end, str | int):
+                    continue
+                with contextlib.suppress(ValueError):
+                    latest = max(latest, int(end))
+    return latest
 
 
 def _shown(value: Any) -> str:
