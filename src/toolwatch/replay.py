@@ -35,7 +35,7 @@ import os
 import sys
 import zlib
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import median_low
@@ -214,16 +214,60 @@ def _in_time_order(
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     """The records of several files merged by recorded time, for ``--stream``: each file is
     read in its own order, one record ahead, and of the files' next records the one whose
-    spans ended first goes first. So captures of the same hours by several Collectors, or
-    files given out of order, reach the assembler as one capture in time order would.
-    ToolTrace lines, and OTLP records without an end time, go as soon as they are read."""
+    file is earliest in time goes first. So captures of the same hours by several
+    Collectors, or files given out of order, reach the assembler as one capture in time
+    order would. A file's place in time is the median of the latest end times of its last
+    ``_CLOCK_RECORDS`` records, as replay's clock is, so one batch from a host whose clock
+    runs ahead does not hold the rest of its file back (unless it is the file's first).
 
-    def timed(path: Path) -> Iterator[tuple[int, str, dict[str, Any]]]:
-        for where, record in _records(path, progress):
-            yield (latest_end_ns(record) if _is_otlp(record) else 0), where, record
+    A file is opened once the merge reaches the time of its first record (read beforehand,
+    then the file closed; standard input is read from the start): a rotated capture's files
+    are open one or two at a time, however many there are."""
+    waiting = deque(sorted((_first_time(path), index, path) for index, path in enumerate(paths)))
+    heads: list[tuple[int, int, str, dict[str, Any], Iterator[_Timed]]] = []
 
-    for _, where, record in heapq.merge(*map(timed, paths), key=lambda item: item[0]):
-        yield where, record
+    def read_on(index: int, records: Iterator[_Timed]) -> None:
+        head = next(records, None)
+        if head is not None:
+            at, where, record = head
+            heapq.heappush(heads, (at, index, where, record, records))
+
+    while waiting or heads:
+        while waiting and (not heads or waiting[0][0] <= heads[0][0]):
+            _, index, path = waiting.popleft()
+            read_on(index, _timed(path, progress))
+        if heads:
+            _, index, where, record, records = heapq.heappop(heads)
+            yield where, record
+            read_on(index, records)
+
+
+#: A record with its file's place in recorded time, and where it is.
+_Timed = tuple[int, str, dict[str, Any]]
+
+
+def _timed(path: Path, progress: _Progress | None) -> Iterator[_Timed]:
+    recent: deque[int] = deque(maxlen=_CLOCK_RECORDS)
+    at = 0
+    for where, record in _records(path, progress):
+        latest = latest_end_ns(record) if _is_otlp(record) else 0
+        if latest > 0:
+            recent.append(latest)
+            at = max(at, median_low(recent))
+        yield at, where, record
+
+
+def _first_time(path: Path) -> int:
+    """When the first record of ``path`` ends (0: it has none); -1 for standard input,
+    which cannot be read twice."""
+    if path == STDIN:
+        return -1
+    records = _records(path, None)
+    try:
+        first = next(records, None)
+    finally:
+        records.close()
+    return latest_end_ns(first[1]) if first is not None and _is_otlp(first[1]) else 0
 
 
 def _tooltrace(record: dict[str, Any], where: str) -> ToolTrace:
@@ -272,7 +316,9 @@ class _Lines:
         return self._raw.tell()
 
 
-def _records(path: Path, progress: _Progress | None) -> Iterator[tuple[str, dict[str, Any]]]:
+def _records(
+    path: Path, progress: _Progress | None
+) -> Generator[tuple[str, dict[str, Any]], None, None]:
     """The file's JSON objects, one per line, or the one object of a file that is a single
     (pretty-printed) JSON document, with where each is (``file:line``, or the file).
     ``STDIN`` reads standard input (named ``<stdin>``, without progress)."""

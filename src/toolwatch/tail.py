@@ -40,11 +40,12 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TextIO
+from typing import Any, Final, Protocol, TextIO
 
 import grpc
 
@@ -181,8 +182,8 @@ def run_tail(
     (``clock`` says how long a subscription lasted); it pings the server every ``keepalive``
     seconds to find a connection gone silent. ``cursor_file`` keeps where tail is in
     each stream across runs: read at start (a run resumes where the last one left off) and
-    rewritten after each finding. Returns the exit code (module docstring). Blocks the
-    calling thread."""
+    rewritten after the findings printed (``CURSOR_SAVE_SECONDS``). Returns the exit code
+    (module docstring). Blocks the calling thread."""
     out = out or sys.stdout
     err = err or sys.stderr
     access = access or StreamAccess()
@@ -198,12 +199,12 @@ def run_tail(
         err.write(f"toolwatch tail: --target {target!r} is not HOST:PORT (listen.stream)\n")
         return EXIT_USAGE
     try:
-        cursor = _Cursor.load(cursor_file, clock)
-    except (OSError, ValueError) as e:
-        err.write(f"toolwatch tail: --cursor-file {cursor_file}: {e}\n")
-        return EXIT_USAGE
-    session = _Session(target, printer, err, access, cursor, keepalive)
-    try:
+        try:
+            cursor = _Cursor.load(cursor_file, clock)
+        except (OSError, ValueError) as e:
+            err.write(f"toolwatch tail: --cursor-file {cursor_file}: {e}\n")
+            return EXIT_USAGE
+        session = _Session(target, printer, err, access, cursor, keepalive)
         return _subscriptions(session, request, reconnect, (sleep, clock))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -258,11 +259,23 @@ KEPT_CURSORS = 16
 #: The shortest time between two rewrites of the cursor file while findings come: a rewrite
 #: takes about 140 µs on ext4, which held tail to about 7,000 findings a second when each
 #: one was kept at once, fewer than a burst the server sends (and whatever tail cannot read
-#: in time, the server's queue for it loses). At most ten a second, and when a subscription
-#: ends: a tail killed outright (SIGKILL) prints again, on its next run, what it printed in
-#: the tenth of a second after its last rewrite; one that ends any other way (the CLI takes
-#: SIGTERM as Ctrl-C), nothing.
+#: in time, the server's queue for it loses). At most ten a second, the last of a burst a
+#: tenth of a second after it (from a timer thread), and when a subscription ends: a tail
+#: killed outright (SIGKILL) prints again, on its next run, what it printed in its last
+#: tenth of a second; one that ends any other way (the CLI takes SIGTERM as Ctrl-C), at
+#: most the finding it was printing.
 CURSOR_SAVE_SECONDS = 0.1
+
+
+class _Timer(Protocol):
+    def cancel(self) -> None: ...
+
+
+def _start_timer(delay: float, action: Callable[[], None]) -> _Timer:
+    timer = threading.Timer(delay, action)
+    timer.daemon = True  # an exit does not wait for it: flush() saves what it would
+    timer.start()
+    return timer
 
 
 @dataclass(slots=True)
@@ -275,11 +288,19 @@ class _Cursor:
     lost_connection: bool = False  # the last live subscription ended by a lost connection
     file: Path | None = None  # where the cursors are kept across runs
     clock: Callable[[], float] = time.monotonic
+    start_timer: Callable[[float, Callable[[], None]], _Timer] = _start_timer
     saved_at: float = float("-inf")
     unsaved: bool = False  # the file is behind
+    _pending: _Timer | None = None  # a rewrite to come
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # the timer's thread saves
 
     @classmethod
-    def load(cls, file: Path | None, clock: Callable[[], float] = time.monotonic) -> _Cursor:
+    def load(
+        cls,
+        file: Path | None,
+        clock: Callable[[], float] = time.monotonic,
+        start_timer: Callable[[float, Callable[[], None]], _Timer] = _start_timer,
+    ) -> _Cursor:
         """The cursors kept in ``file`` (none if it does not exist yet). Raises ``OSError``
         or ``ValueError`` for a file that cannot be read or is not a cursor file."""
         streams: dict[str, int] = {}
@@ -293,12 +314,16 @@ class _Cursor:
                 raise ValueError(
                     'not a tail cursor file (expected {"streams": {"<stream id>": <sequence>}})'
                 ) from None
-        cursor = cls(streams, file=file, clock=clock)
+        cursor = cls(streams, file=file, clock=clock, start_timer=start_timer)
         cursor.save()  # a file that cannot be written fails now, not after the first finding
         return cursor
 
     def save(self) -> None:
         """Rewrites the cursor file, if any, whole (a crash leaves the old one or the new)."""
+        with self._lock:
+            self._save()
+
+    def _save(self) -> None:
         if self.file is None:
             return
         partial = self.file.with_name(self.file.name + ".partial")
@@ -308,8 +333,19 @@ class _Cursor:
 
     def flush(self) -> None:
         """Rewrites the cursor file if it is behind (at the end of a subscription)."""
-        if self.unsaved:
-            self.save()
+        with self._lock:
+            if self._pending is not None:
+                self._pending.cancel()
+                self._pending = None
+            if self.unsaved:
+                self._save()
+
+    def _catch_up(self) -> None:
+        """The timer's: the rewrite a burst's last findings were waiting for."""
+        with self._lock:
+            self._pending = None
+            if self.unsaved:
+                self._save()
 
     @property
     def sequence(self) -> int:
@@ -319,11 +355,18 @@ class _Cursor:
         """A finding of the current stream was printed, and is then kept (in the file at most
         ``CURSOR_SAVE_SECONDS`` later, or when the subscription ends): one printed just
         before tail is killed is printed again by the next run, never skipped."""
-        if self.stream_id:
+        if not self.stream_id:
+            return
+        with self._lock:
             self.streams[self.stream_id] = max(self.sequence, sequence)
+            if self.file is None:
+                return
             self.unsaved = True
-            if self.clock() - self.saved_at >= CURSOR_SAVE_SECONDS:
-                self.save()
+            since = self.clock() - self.saved_at
+            if since >= CURSOR_SAVE_SECONDS:
+                self._save()
+            elif self._pending is None:
+                self._pending = self.start_timer(CURSOR_SAVE_SECONDS - since, self._catch_up)
 
     def resuming(self, request: findings_pb2.SubscribeRequest) -> findings_pb2.SubscribeRequest:
         if not self.streams:
@@ -343,11 +386,12 @@ class _Cursor:
             # New to tail: a fresh subscription starts where the stream is; a resumed one is
             # sent everything held, all after anything tail printed.
             start = 0 if resumed == "new" else int(metadata.get(STREAM_SEQUENCE_KEY) or 0)
-            self.streams.pop(stream, None)
-            self.streams[stream] = start
-            while len(self.streams) > KEPT_CURSORS:
-                del self.streams[next(iter(self.streams))]
-            self.save()
+            with self._lock:
+                self.streams.pop(stream, None)
+                self.streams[stream] = start
+                while len(self.streams) > KEPT_CURSORS:
+                    del self.streams[next(iter(self.streams))]
+                self._save()
         unheld = (
             f"; up to {lost} findings that pass the filter were published since and are no"
             " longer held by the server (output.stream_replay_size): missed (its findings log"

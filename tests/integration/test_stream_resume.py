@@ -600,6 +600,49 @@ def test_sigterm_ends_tail_with_its_cursor_file_up_to_the_last_finding_printed(
     assert json.loads(cursor_file.read_text()) == {"streams": {stream_id: 50}}
 
 
+def test_a_burst_s_last_findings_reach_the_cursor_file_while_tail_waits_for_more(
+    tmp_path: Path,
+) -> None:
+    """The file is rewritten at most ten times a second; the last findings of a burst are
+    written by the timer a tenth of a second later, while tail waits for the next finding:
+    a tail then killed outright (SIGKILL) prints none of them again."""
+    cursor_file = tmp_path / "tail.cursor"
+
+    def kept() -> dict[str, int]:
+        with suppress(OSError, ValueError):
+            streams: dict[str, int] = json.loads(cursor_file.read_text())["streams"]
+            return streams
+        return {}
+
+    async def scenario() -> tuple[int, dict[str, int], str]:
+        async with serve() as h:
+            command = ["tail", "--json", "--target", h.target, "--cursor-file", str(cursor_file)]
+            tail = subprocess.Popen(
+                [toolwatch_script(), *command],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                env=clean_env(),
+            )
+            try:
+                assert tail.stdout is not None
+                await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=30)
+                burst = [make_finding(explanation=f"f{i}") for i in range(1, 51)]
+                h.broker.publish(make_trace(), burst)
+                for _ in burst:
+                    await asyncio.to_thread(tail.stdout.readline)
+                await until(lambda: kept() == {h.broker.stream_id: 50})
+                tail.kill()
+                return await asyncio.to_thread(tail.wait, 30), kept(), h.broker.stream_id
+            finally:
+                tail.kill()
+
+    code, streams, stream_id = asyncio.run(scenario())
+    assert code == -signal.SIGKILL
+    assert streams == {stream_id: 50}
+
+
 @pytest.mark.parametrize(
     "text", ["[]", '{"streams": {"s": "x"}}', '{"streams": {"s": -1}}', "not json"]
 )

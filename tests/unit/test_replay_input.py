@@ -358,6 +358,36 @@ def test_streamed_files_given_out_of_order_are_read_in_recorded_time(tmp_path: P
     ]
 
 
+def test_one_batch_from_a_clock_far_ahead_does_not_hold_its_file_back(tmp_path: Path) -> None:
+    children, roots = tmp_path / "tools.jsonl", tmp_path / "agents.jsonl"
+    lines = [_recorded(n, 60.0 * n, spans="children") for n in range(100)]
+    lines.insert(5, _recorded(500, 365 * 86400.0))  # a whole run from a host a year ahead
+    children.write_text("\n".join(lines) + "\n")
+    roots.write_text("".join(f"{_recorded(n, 60.0 * n, spans='root')}\n" for n in range(100)))
+    warnings: list[str] = []
+    traces = list(load_tool_traces([roots, children], _config(), warn=warnings.append, stream=True))
+    assert warnings == []
+    assert sorted(t.trace_id for t in traces) == sorted(f"{n + 1:032x}" for n in [*range(100), 500])
+    assert all(_whole(t) for t in traces)
+
+
+def test_a_rotated_capture_s_files_are_opened_one_or_two_at_a_time(tmp_path: Path) -> None:
+    paths = []
+    for hour in range(200):  # a run an hour, a file an hour, named newest first
+        path = tmp_path / f"{hour:04d}.jsonl"
+        path.write_text(_recorded(hour, 3600.0 * hour) + "\n")
+        paths.insert(0, path)
+    fds = Path("/proc/self/fd")
+    before = len(list(fds.iterdir()))
+    most = 0
+    traces = []
+    for trace in load_tool_traces(paths, _config(), stream=True):
+        traces.append(trace)
+        most = max(most, len(list(fds.iterdir())) - before)
+    assert [t.trace_id for t in traces] == [f"{n + 1:032x}" for n in range(200)]
+    assert 1 <= most <= 2
+
+
 def test_latest_end_reads_both_spellings_and_skips_what_is_no_time() -> None:
     document = {
         "resourceSpans": [

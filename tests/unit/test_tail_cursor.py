@@ -1,8 +1,10 @@
-"""``toolwatch tail --cursor-file``: when the cursor file is rewritten (time injected)."""
+"""``toolwatch tail --cursor-file``: when the cursor file is rewritten (time and the timer
+thread injected)."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 from toolwatch.tail import CURSOR_SAVE_SECONDS, _Cursor
@@ -16,58 +18,91 @@ class Clock:
         return self.now
 
 
+class Timers:
+    """``_Cursor``'s ``start_timer``: records each timer; the test fires or cancels it."""
+
+    def __init__(self) -> None:
+        self.started: list[tuple[float, Callable[[], None]]] = []
+        self.cancelled = 0
+
+    def __call__(self, delay: float, action: Callable[[], None]) -> Timers:
+        self.started.append((delay, action))
+        return self
+
+    def cancel(self) -> None:
+        self.cancelled += 1
+
+    def fire(self) -> None:
+        _, action = self.started[-1]
+        action()
+
+
 def kept(file: Path) -> dict[str, int]:
     streams: dict[str, int] = json.loads(file.read_text(encoding="utf-8"))["streams"]
     return streams
 
 
-def test_a_burst_rewrites_the_file_at_most_once_per_interval_and_the_end_keeps_the_last(
+def cursor_at(file: Path | None) -> tuple[_Cursor, Clock, Timers]:
+    clock, timers = Clock(), Timers()
+    cursor = _Cursor.load(file, clock, timers)
+    cursor.stream_id = "s1"
+    return cursor, clock, timers
+
+
+def test_a_burst_rewrites_the_file_once_then_its_last_finding_a_tenth_of_a_second_later(
     tmp_path: Path,
 ) -> None:
-    file, clock = tmp_path / "tail.cursor", Clock()
-    cursor = _Cursor.load(file, clock)
+    file = tmp_path / "tail.cursor"
+    cursor, clock, timers = cursor_at(file)
     assert kept(file) == {}
-    cursor.stream_id = "s1"
     clock.now += CURSOR_SAVE_SECONDS  # an interval after the load's rewrite
     cursor.handled(1)
     assert kept(file) == {"s1": 1}
+    assert timers.started == []
     for sequence in range(2, 50):  # a burst, within the interval
         clock.now += CURSOR_SAVE_SECONDS / 100
         cursor.handled(sequence)
     assert kept(file) == {"s1": 1}  # behind: printed again if tail is killed now
-    clock.now += CURSOR_SAVE_SECONDS * 0.6  # the interval since the last rewrite is over
-    cursor.handled(50)
-    assert kept(file) == {"s1": 50}
-    cursor.handled(51)
-    assert kept(file) == {"s1": 50}
-    cursor.flush()  # the subscription ended
-    assert kept(file) == {"s1": 51}
+    ((delay, _),) = timers.started  # one timer for the burst, due an interval after 1
+    assert abs(delay - CURSOR_SAVE_SECONDS * 0.99) < 1e-9
+    timers.fire()  # no finding since: the timer's thread catches the file up
+    assert kept(file) == {"s1": 49}
+    clock.now += CURSOR_SAVE_SECONDS / 2
+    cursor.handled(50)  # within the interval of the timer's rewrite: a new timer
+    assert kept(file) == {"s1": 49}
+    assert len(timers.started) == 2
+    cursor.flush()  # the subscription ended first
+    assert (kept(file), timers.cancelled) == ({"s1": 50}, 1)
     assert not file.with_name("tail.cursor.partial").exists()
 
 
 def test_a_finding_after_a_quiet_spell_is_kept_at_once(tmp_path: Path) -> None:
-    file, clock = tmp_path / "tail.cursor", Clock()
-    cursor = _Cursor.load(file, clock)
-    cursor.stream_id = "s1"
+    file = tmp_path / "tail.cursor"
+    cursor, clock, timers = cursor_at(file)
     for sequence in (1, 2, 3):
         clock.now += 60
         cursor.handled(sequence)
         assert kept(file) == {"s1": sequence}
+    assert timers.started == []
 
 
-def test_flush_writes_only_when_the_file_is_behind(tmp_path: Path) -> None:
-    file, clock = tmp_path / "tail.cursor", Clock()
-    cursor = _Cursor.load(file, clock)
+def test_a_timer_that_fires_after_the_flush_writes_nothing_more(tmp_path: Path) -> None:
+    file = tmp_path / "tail.cursor"
+    cursor, _clock, timers = cursor_at(file)
+    cursor.handled(1)  # within the interval of the load's rewrite
+    cursor.flush()
+    assert kept(file) == {"s1": 1}
     file.write_text('{"streams": {"elsewhere": 7}}\n', encoding="utf-8")
-    cursor.flush()  # nothing handled since the load: the file is not rewritten
+    timers.fire()  # cancelled too late: it finds the file caught up
+    cursor.flush()  # nothing handled since: not rewritten either
     assert kept(file) == {"elsewhere": 7}
 
 
 def test_without_a_file_nothing_is_written(tmp_path: Path) -> None:
-    clock = Clock()
-    cursor = _Cursor.load(None, clock)
-    cursor.stream_id = "s1"
+    cursor, _clock, timers = cursor_at(None)
     cursor.handled(1)
+    cursor.handled(2)
     cursor.flush()
-    assert cursor.streams == {"s1": 1}
+    assert cursor.streams == {"s1": 2}
+    assert timers.started == []
     assert list(tmp_path.iterdir()) == []
