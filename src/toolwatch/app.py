@@ -61,7 +61,16 @@ from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
 from toolwatch.sinks.stream import FindingsBroker, add_findings_service, stream_server_options
 from toolwatch.sinks.tooltraces import ToolTraceWriter
 
-__all__ = ["App", "ListenError", "StartError", "build_references", "serve", "tick_delay", "tune_gc"]
+__all__ = [
+    "RELOADED_SECTIONS",
+    "App",
+    "ListenError",
+    "StartError",
+    "build_references",
+    "serve",
+    "tick_delay",
+    "tune_gc",
+]
 
 log = logging.getLogger("toolwatch")
 
@@ -72,6 +81,9 @@ _PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 _NO_REUSEPORT = ("grpc.so_reuseport", 0)
 #: The longest the ticker sleeps, busy or idle: TLS reloads and shadow expiry wait for it.
 _HOUSEKEEPING_SECONDS = 1.0
+#: What a configuration reload (SIGHUP) applies: what runs are judged by. The other sections
+#: set up listeners, buffers, outputs and label sets, and take a restart.
+RELOADED_SECTIONS = ("policy", "golden", "evaluators")
 
 
 def build_references(config: Config) -> tuple[GoldenCaseSet | None, NameNormalizer]:
@@ -283,6 +295,42 @@ class App:
             await asyncio.wait_for(self._scraped.wait(), linger)
         except TimeoutError:
             log.warning("no scrape of /metrics within %gs of the drain", linger)
+
+    def reload(self, load: Callable[[], Config]) -> bool:
+        """SIGHUP: loads the configuration again (``load``) and applies its policy, golden
+        cases (the file read again) and evaluator settings to every run evaluated from now
+        on, those already buffered included. Other sections that changed are named in a
+        warning and take a restart. A configuration or golden-case file that does not load is
+        logged, and ``toolwatch_config_last_reload_successful`` reads 0 until a reload
+        works: the running configuration stays. Returns whether it worked."""
+        try:
+            config = load()
+            golden, normalize = build_references(config)
+        except (ValueError, OSError) as exc:  # ConfigError, ReferenceFileError, a lost file
+            log.error("configuration reload failed; the running configuration stays\n%s", exc)
+            self.metrics.config_reloaded(False)
+            return False
+        evaluation = EvaluationPipeline(
+            EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
+        )
+        self.engine.reconfigure(evaluation, normalize, golden)
+        self.metrics.config_reloaded(True, _known_tools(config, golden))
+        kept = {
+            name: getattr(self.config, name)
+            for name in type(config).model_fields
+            if name not in RELOADED_SECTIONS and getattr(config, name) != getattr(self.config, name)
+        }
+        self.config = config.model_copy(update=kept)  # what runs
+        log.info(
+            "configuration reloaded: %s apply to the runs evaluated from now on",
+            ", ".join(RELOADED_SECTIONS),
+        )
+        if kept:
+            log.warning(
+                "configuration reloaded without %s, which changed: they take a restart",
+                ", ".join(kept),
+            )
+        return True
 
     def hurry(self) -> None:
         """A second SIGTERM or Ctrl-C: finish the shutdown without waiting for a scrape (the
@@ -564,15 +612,18 @@ def tune_gc() -> None:
     gc.set_threshold(*_GC_THRESHOLDS)
 
 
-async def serve(config: Config) -> int:
+async def serve(config: Config, reload: Callable[[], Config] | None = None) -> int:
     """Run a server until SIGTERM or SIGINT, then shut down gracefully. Returns the exit
-    code. The CLI has checked the output files (``config.check_outputs``)."""
+    code. The CLI has checked the output files (``config.check_outputs``). ``reload``
+    loads the configuration again, on SIGHUP (``App.reload``)."""
     app = App(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     # Before start(): a SIGTERM right after the "listening" line must drain, not kill.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if reload is not None:
+        loop.add_signal_handler(signal.SIGHUP, app.reload, reload)
     await app.start()
     tune_gc()
     await stop.wait()

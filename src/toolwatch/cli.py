@@ -28,7 +28,7 @@ from toolwatch.config import ConfigError, check_outputs, load_config
 from toolwatch.model import Severity
 from toolwatch.references.golden import ReferenceFileError
 from toolwatch.replay import EXIT_OK, EXIT_USAGE, add_arguments, run_replay
-from toolwatch.tail import StreamAccess, run_tail
+from toolwatch.tail import EXIT_INTERRUPTED, StreamAccess, run_tail
 
 __all__ = ["main"]
 
@@ -244,7 +244,7 @@ def _serve(args: argparse.Namespace) -> int:
     overrides = _serve_overrides(args)
     config = load_config(args.config, overrides)
     check_outputs(config, args.config, overrides)  # before anything starts
-    return asyncio.run(serve(config))
+    return asyncio.run(serve(config, reload=lambda: load_config(args.config, overrides)))
 
 
 def _check_config(args: argparse.Namespace) -> int:
@@ -275,6 +275,8 @@ def _tail(args: argparse.Namespace) -> int:
     previous = signal.signal(signal.SIGTERM, terminate)
     try:
         code = _run_tail(args)
+    except KeyboardInterrupt:  # one that came as run_tail returned
+        code = EXIT_INTERRUPTED
     finally:
         signal.signal(signal.SIGTERM, previous)
     return EXIT_TERMINATED if terminated else code

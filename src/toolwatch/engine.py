@@ -117,6 +117,25 @@ class Engine:
             self._process(self.buffer.add(batch.spans, refused))
         return Receipt(Admission.ACCEPTED, refused)
 
+    def reconfigure(
+        self,
+        evaluation: EvaluationPipeline,
+        normalize: NameNormalizer,
+        golden: GoldenCaseSet | None,
+    ) -> None:
+        """A reloaded configuration's evaluation, tool names and golden cases: the traces
+        completed from now on, those already buffered included, are judged by them."""
+        parts = self._parts
+        self._parts = EngineParts(
+            limits=parts.limits,
+            evaluation=evaluation,
+            normalize=normalize,
+            findings=parts.findings,
+            tooltraces=parts.tooltraces,
+            golden=golden,
+            shadow=parts.shadow,
+        )
+
     def tick(self) -> int:
         """Evaluate every trace that is due now. Returns how many traces were completed."""
         completed = self.buffer.poll()

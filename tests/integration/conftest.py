@@ -44,6 +44,7 @@ class RunningServer:
             # Stop at once: a test that scraped /metrics has no Prometheus left to wait for.
             config = config.model_copy(update={"shutdown_metrics_linger_seconds": 0.0})
         self.clock = ManualClock()
+        self.load_config: Callable[[], Config] = lambda: config  # the file again (a reload)
         self.findings = InMemoryFindingSink()
         self.registry = CollectorRegistry()
         self.tooltrace_path = tmp_path / "tooltraces.jsonl"
@@ -78,6 +79,10 @@ class RunningServer:
             return self.app.engine.tick()
 
         return self.call(advance_and_tick)
+
+    def reload(self) -> bool:
+        """What SIGHUP does: the configuration file read again, on the server's loop."""
+        return self.call(lambda: self.app.reload(self.load_config))
 
     def address(self, name: str) -> str:
         return self.app.addresses[name]
@@ -145,6 +150,7 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., RunningServer]]:
         settings["output.findings"] = str(tmp_path / "findings.jsonl")
         settings.update({k.replace("__", "."): v for k, v in overrides.items()})
         server = RunningServer(load_config(config_file, settings), tmp_path)
+        server.load_config = lambda: load_config(config_file, settings)
         started.append(server)
         return server
 

@@ -37,6 +37,8 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 import toolwatch
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
+from tests.integration.test_config_reload import OTHER_POLICY, RELOADED
+from tests.integration.test_evaluation_e2e import MINIMAL_POLICY
 from toolwatch import cli
 from toolwatch.sinks.tooltraces import read_tooltraces
 
@@ -525,3 +527,31 @@ def test_tail_takes_its_cursor_file_from_the_command_line(tmp_path: Path) -> Non
     result = run_cli("tail", "--target", "127.0.0.1:9", "--cursor-file", str(cursor_file))
     assert result.returncode == 2
     assert result.stderr.startswith(f"toolwatch tail: --cursor-file {cursor_file}: not a tail")
+
+
+def test_sighup_reloads_a_running_server(serve: Callable[..., Served], tmp_path: Path) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    ports = [f"--{name}-listen" for name in ("grpc", "http", "metrics", "stream")]
+    served = serve(
+        "--config", str(config), *[arg for flag in ports for arg in (flag, "127.0.0.1:0")]
+    )
+    metrics = served.wait_for(LISTENING)["metrics"]
+
+    def reload_gauge() -> float:
+        with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=10) as page:
+            text = page.read().decode()
+        match = re.search(rf"^{RELOADED} (\S+)$", text, re.M)
+        assert match is not None
+        return float(match[1])
+
+    assert reload_gauge() == 1
+    config.write_text("policy: [\n")
+    served.process.send_signal(signal.SIGHUP)
+    served.wait_for(re.compile("configuration reload failed; the running configuration stays"))
+    assert reload_gauge() == 0
+    config.write_text(OTHER_POLICY)
+    served.process.send_signal(signal.SIGHUP)
+    served.wait_for(re.compile("configuration reloaded: policy, golden, evaluators apply"))
+    assert reload_gauge() == 1
+    assert served.terminate() == 0

@@ -27,7 +27,7 @@ import re
 from collections.abc import Callable, Iterable
 from typing import Any, Final, TypeVar, cast
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, Info
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from toolwatch import __version__
 from toolwatch.model import CallStatus, Category, Finding, Severity, ToolTrace
@@ -111,6 +111,10 @@ class LabelLimiter:
         """The values admitted beyond the configured ones, so far."""
         return frozenset(self._admitted)
 
+    def know(self, values: Iterable[str]) -> None:
+        """Configured values added (a configuration reloaded): they always pass from now on."""
+        self._known |= frozenset(values)
+
 
 class PairLimiter:
     """Bounds the (agent, tool) pairs the per-call series take, so a family's series grow
@@ -136,6 +140,10 @@ class PairLimiter:
         self._admitted: dict[str, set[str]] = {}
         self._count = 0  # pairs admitted
         self._cap = cap
+
+    def know_tools(self, tools: Iterable[str]) -> None:
+        """Configured tools added (a configuration reloaded): their pairs always pass."""
+        self._tools |= frozenset(tools)
 
     def tool_label(self, agent: str, tool: str) -> str:
         """The tool label to report beside ``agent``; both are already limited labels. A
@@ -338,6 +346,21 @@ class PrometheusMetrics:
             ["file"],
             registry=r,
         )
+        # As Prometheus names its own: 1 at start-up, 0 after a reload that failed (the
+        # configuration running is the one before it), 1 again after one that worked.
+        self._reload_ok = Gauge(
+            "toolwatch_config_last_reload_successful",
+            "Whether the last configuration reload (SIGHUP) worked: 1, or 0 when it failed and"
+            " the configuration before it still runs.",
+            registry=r,
+        )
+        self._reload_ok.set(1)
+        self._reloaded_at = Gauge(
+            "toolwatch_config_last_reload_success_timestamp_seconds",
+            "When the configuration running was loaded (start-up or a reload), Unix seconds.",
+            registry=r,
+        )
+        self._reloaded_at.set_to_current_time()
         # Series whose label values are known start at 0, so rate() and increase() see
         # their first increment (a series born at 1 shows none).
         for what in _RELOADED:
@@ -434,6 +457,16 @@ class PrometheusMetrics:
     def reload_failed(self, what: str) -> None:
         """Thread-safe: prometheus_client's counters are."""
         self._reload_failures.labels(what if what in _RELOADED else OTHER).inc()
+
+    def config_reloaded(self, ok: bool, tools: Iterable[str] = ()) -> None:
+        """A configuration reload worked (``tools``: the tools it names, kept as label values
+        from now on) or failed."""
+        self._reload_ok.set(1 if ok else 0)
+        if ok:
+            self._reloaded_at.set_to_current_time()
+            tools = tuple(tools)
+            self._tool.know(tools)
+            self._pair.know_tools(tools)
 
 
 def _add(counter: Counter, n: int) -> None:

@@ -48,6 +48,8 @@ EXPECTED_NAMES = {
     "toolwatch_shadow_unpaired_total",
     "toolwatch_auth_failures_total",
     "toolwatch_security_reload_failures_total",
+    "toolwatch_config_last_reload_successful",
+    "toolwatch_config_last_reload_success_timestamp_seconds",
     "toolwatch_build_info",
 }
 
@@ -108,6 +110,31 @@ def test_exposes_exactly_the_agreed_metric_names(registry: CollectorRegistry) ->
     text = generate_latest(registry).decode()
     typed = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
     assert {name for name in typed if not name.endswith("_created")} == EXPECTED_NAMES
+
+
+def test_a_reload_is_told_and_the_tools_it_names_keep_their_label(
+    registry: CollectorRegistry,
+) -> None:
+    metrics = PrometheusMetrics(registry, tools=["issue_refund"], label_value_cap=0)
+    started = registry.get_sample_value("toolwatch_config_last_reload_success_timestamp_seconds")
+    assert registry.get_sample_value("toolwatch_config_last_reload_successful") == 1
+    assert started is not None and started > 1.7e9
+    labels = {"agent": "_other", "status": "ok"}
+    calls = (make_call("cancel_order"), make_call("issue_refund"))
+    metrics.tool_trace(make_trace(calls), "none")
+    assert registry.get_sample_value("toolwatch_tool_calls_total", labels | {"tool": "_other"}) == 1
+    metrics.config_reloaded(False, ["cancel_order"])  # failed: names nothing
+    assert registry.get_sample_value("toolwatch_config_last_reload_successful") == 0
+    metrics.tool_trace(make_trace(calls), "none")
+    assert registry.get_sample_value("toolwatch_tool_calls_total", labels | {"tool": "_other"}) == 2
+    metrics.config_reloaded(True, ["cancel_order"])
+    assert registry.get_sample_value("toolwatch_config_last_reload_successful") == 1
+    reloaded = registry.get_sample_value("toolwatch_config_last_reload_success_timestamp_seconds")
+    assert reloaded is not None and reloaded >= started
+    metrics.tool_trace(make_trace(calls), "none")
+    tool = {"tool": "cancel_order"}
+    assert registry.get_sample_value("toolwatch_tool_calls_total", labels | tool) == 1
+    assert registry.get_sample_value("toolwatch_tool_calls_total", labels | {"tool": "_other"}) == 2
 
 
 def test_finding_counts_by_all_labels(
