@@ -15,6 +15,7 @@ import threading
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
+from typing import NamedTuple
 
 import grpc
 import pytest
@@ -563,6 +564,36 @@ def test_a_cursor_file_lets_the_next_run_resume_where_the_last_left_off(tmp_path
     assert json.loads(cursor_file.read_text()) == {"streams": {stream_id: 3}}
 
 
+class BurstTail(NamedTuple):
+    """``toolwatch tail --json --cursor-file`` run as a command, after a burst it printed."""
+
+    process: subprocess.Popen[str]
+    lines: list[str]
+
+
+@asynccontextmanager
+async def tail_after_a_burst(h: Harness, cursor_file: Path) -> AsyncIterator[BurstTail]:
+    """Starts tail as a process on ``h``'s stream, publishes a burst of 50 findings and reads
+    the 50 lines tail prints; kills tail on the way out."""
+    command = ["tail", "--json", "--target", h.target, "--cursor-file", str(cursor_file)]
+    tail = subprocess.Popen(
+        [toolwatch_script(), *command],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+    try:
+        assert tail.stdout is not None
+        await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=30)
+        burst = [make_finding(explanation=f"f{i}") for i in range(1, 51)]
+        h.broker.publish(make_trace(), burst)
+        yield BurstTail(tail, [await asyncio.to_thread(tail.stdout.readline) for _ in burst])
+    finally:
+        tail.kill()
+
+
 def test_sigterm_ends_tail_with_its_cursor_file_up_to_the_last_finding_printed(
     tmp_path: Path,
 ) -> None:
@@ -572,27 +603,11 @@ def test_sigterm_ends_tail_with_its_cursor_file_up_to_the_last_finding_printed(
     cursor_file = tmp_path / "tail.cursor"
 
     async def scenario() -> tuple[int, list[str], str, str]:
-        async with serve() as h:
-            command = ["tail", "--json", "--target", h.target, "--cursor-file", str(cursor_file)]
-            tail = subprocess.Popen(
-                [toolwatch_script(), *command],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=clean_env(),
-            )
-            try:
-                assert tail.stdout is not None
-                await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=30)
-                burst = [make_finding(explanation=f"f{i}") for i in range(1, 51)]
-                h.broker.publish(make_trace(), burst)
-                lines = [await asyncio.to_thread(tail.stdout.readline) for _ in burst]
-                tail.send_signal(signal.SIGTERM)
-                rest, err = await asyncio.to_thread(tail.communicate, timeout=30)
-            finally:
-                tail.kill()
-            return tail.returncode, lines + rest.splitlines(), err, h.broker.stream_id
+        async with serve() as h, tail_after_a_burst(h, cursor_file) as tail:
+            tail.process.send_signal(signal.SIGTERM)
+            rest, err = await asyncio.to_thread(tail.process.communicate, timeout=30)
+            code = tail.process.returncode
+            return code, tail.lines + rest.splitlines(), err, h.broker.stream_id
 
     code, lines, err, stream_id = asyncio.run(scenario())
     assert (code, err) == (128 + signal.SIGTERM, "")
@@ -615,28 +630,11 @@ def test_a_burst_s_last_findings_reach_the_cursor_file_while_tail_waits_for_more
         return {}
 
     async def scenario() -> tuple[int, dict[str, int], str]:
-        async with serve() as h:
-            command = ["tail", "--json", "--target", h.target, "--cursor-file", str(cursor_file)]
-            tail = subprocess.Popen(
-                [toolwatch_script(), *command],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                text=True,
-                env=clean_env(),
-            )
-            try:
-                assert tail.stdout is not None
-                await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=30)
-                burst = [make_finding(explanation=f"f{i}") for i in range(1, 51)]
-                h.broker.publish(make_trace(), burst)
-                for _ in burst:
-                    await asyncio.to_thread(tail.stdout.readline)
-                await until(lambda: kept() == {h.broker.stream_id: 50})
-                tail.kill()
-                return await asyncio.to_thread(tail.wait, 30), kept(), h.broker.stream_id
-            finally:
-                tail.kill()
+        async with serve() as h, tail_after_a_burst(h, cursor_file) as tail:
+            await until(lambda: kept() == {h.broker.stream_id: 50})
+            tail.process.kill()
+            code = await asyncio.to_thread(tail.process.wait, 30)
+            return code, kept(), h.broker.stream_id
 
     code, streams, stream_id = asyncio.run(scenario())
     assert code == -signal.SIGKILL

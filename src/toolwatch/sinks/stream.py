@@ -156,7 +156,8 @@ _Tag = tuple[Category, Severity, str | None]
 
 #: How many more findings the broker remembers the tags of than it holds: a filtered
 #: subscriber is told only of the unheld findings that pass its filter, back this far (and
-#: at most ``INDEX_MAX``: a resume reads them all, on the event loop, in about 6 ms).
+#: at most ``INDEX_MAX``: a filtered subscriber's resume reads them all, on the event loop,
+#: in about 6 ms; an unfiltered one's counts them without reading).
 INDEX_FACTOR = 16
 INDEX_MAX = 65_536
 
@@ -189,6 +190,11 @@ class StreamFilter:
             agents=frozenset(agent.casefold() for agent in request.agents),
             missed_after=request.missed_after,
         )
+
+    @property
+    def passes_all(self) -> bool:
+        """Whether every finding passes (no category, severity or agent asked for)."""
+        return not self.categories and self.min_severity is Severity.LOW and not self.agents
 
     def matches(self, finding: Finding, agent: str | None) -> bool:
         """Whether ``finding`` (of a run by ``agent``) passes this filter."""
@@ -480,6 +486,8 @@ class FindingsBroker:
         the index of what was published; each one published before the index counts."""
         if last < first:
             return 0
+        if stream_filter.passes_all:
+            return last - first + 1
         indexed_from = self._sequence - len(self._index) + 1
         unknown = max(0, min(last, indexed_from - 1) - first + 1)
         start = max(first, indexed_from) - indexed_from

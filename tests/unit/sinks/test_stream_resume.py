@@ -229,3 +229,20 @@ def test_with_nothing_held_a_resumed_subscription_gets_live_findings_through_its
     subscription = broker.subscribe(StreamFilter(), Resume({broker.stream_id: 1}))
     publish(broker, finding(2))
     assert drain(subscription) == [("f2", 2, 0)]
+
+
+def test_an_unfiltered_count_of_unheld_findings_is_the_indexed_count_of_every_finding() -> None:
+    """A subscriber that asked for no filter is told its losses without the index being read:
+    the same count as a filter that every finding passes, which reads it."""
+    broker = FindingsBroker(NoopMetrics(), replay_size=4)  # indexes 64 findings' tags
+    severities = list(Severity)
+    for number in range(1, 101):
+        publish(broker, finding(number, severities[number % len(severities)]))
+    everything = StreamFilter(categories=frozenset(Category))
+    assert StreamFilter().passes_all and not everything.passes_all
+    assert not HIGH.passes_all and not StreamFilter(agents=frozenset({"bot"})).passes_all
+    for first, last in [(1, 96), (30, 60), (50, 96), (90, 80), (37, 37)]:
+        count = broker.unheld_passing(first, last, StreamFilter())
+        assert count == broker.unheld_passing(first, last, everything) == max(0, last - first + 1)
+    high = sum(severities[n % len(severities)].rank >= Severity.HIGH.rank for n in range(50, 97))
+    assert broker.unheld_passing(50, 96, HIGH) == high
