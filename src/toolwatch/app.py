@@ -300,37 +300,56 @@ class App:
         """SIGHUP: loads the configuration again (``load``) and applies its policy, golden
         cases (the file read again) and evaluator settings to every run evaluated from now
         on, those already buffered included. Other sections that changed are named in a
-        warning and take a restart. A configuration or golden-case file that does not load is
-        logged, and ``toolwatch_config_last_reload_successful`` reads 0 until a reload
-        works: the running configuration stays. Returns whether it worked."""
+        warning and take a restart (``_restart_only``). What would run, the new sections with
+        the running rest, is checked as a whole. A configuration or golden-case file that
+        does not load is logged, and ``toolwatch_config_last_reload_successful`` reads 0
+        until a reload works: the running configuration stays. Returns whether it worked."""
         try:
-            config = load()
+            loaded = load()
+            kept = self._restart_only(loaded)
+            config = Config.model_validate(loaded.model_copy(update=kept).model_dump())
             golden, normalize = build_references(config)
-        except (ValueError, OSError) as exc:  # ConfigError, ReferenceFileError, a lost file
+            evaluation = EvaluationPipeline(
+                EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
+            )
+        except Exception as exc:  # ConfigError, ReferenceFileError, OSError, RecursionError...
             log.error("configuration reload failed; the running configuration stays\n%s", exc)
             self.metrics.config_reloaded(False)
             return False
-        evaluation = EvaluationPipeline(
-            EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
-        )
         self.engine.reconfigure(evaluation, normalize, golden)
         self.metrics.config_reloaded(True, _known_tools(config, golden))
-        kept = {
-            name: getattr(self.config, name)
-            for name in type(config).model_fields
-            if name not in RELOADED_SECTIONS and getattr(config, name) != getattr(self.config, name)
-        }
-        self.config = config.model_copy(update=kept)  # what runs
+        self.config = config
         log.info(
             "configuration reloaded: %s apply to the runs evaluated from now on",
             ", ".join(RELOADED_SECTIONS),
         )
         if kept:
+            named = [
+                "golden (turned on or off, or its case_id_attribute: ingest copies that"
+                " attribute as configured at start-up)"
+                if name == "golden"
+                else name
+                for name in kept
+            ]
             log.warning(
                 "configuration reloaded without %s, which changed: they take a restart",
-                ", ".join(kept),
+                ", ".join(named),
             )
         return True
+
+    def _restart_only(self, loaded: Config) -> dict[str, Any]:
+        """The sections of ``loaded`` that changed but take a restart, with their running
+        values: every section but ``RELOADED_SECTIONS``, and ``golden`` when the attribute its
+        cases are found by changed (the receivers copy the attributes configured at start)."""
+        running = self.config
+        kept = {
+            name: getattr(running, name)
+            for name in type(loaded).model_fields
+            if name not in RELOADED_SECTIONS and getattr(loaded, name) != getattr(running, name)
+        }
+        if loaded.golden.reference_keys() != running.golden.reference_keys():
+            kept["golden"] = running.golden
+        return kept
 
     def hurry(self) -> None:
         """A second SIGTERM or Ctrl-C: finish the shutdown without waiting for a scrape (the

@@ -241,6 +241,8 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    # SIGHUP reloads once serving; until then one must not end the process (its default).
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     overrides = _serve_overrides(args)
     config = load_config(args.config, overrides)
     check_outputs(config, args.config, overrides)  # before anything starts

@@ -640,6 +640,8 @@ def _read_yaml(path: Path) -> dict[str, Any]:
         data = yaml.load(document, Loader=UniqueKeyLoader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except RecursionError:  # the YAML library reads nesting by recursion
+        raise ConfigError(f"{path}: not valid YAML: nested too deeply to read") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -32,6 +32,7 @@ import heapq
 import io
 import json
 import os
+import stat
 import sys
 import zlib
 from collections import deque
@@ -224,6 +225,8 @@ def _in_time_order(
     then the file closed; standard input is read from the start): a rotated capture's files
     are open one or two at a time, however many there are."""
     waiting = deque(sorted((_first_time(path), index, path) for index, path in enumerate(paths)))
+    if progress is not None:  # one line for them all, from the start
+        progress.expect({str(path): path.stat().st_size for at, _, path in waiting if at >= 0})
     heads: list[tuple[int, int, str, dict[str, Any], Iterator[_Timed]]] = []
 
     def read_on(index: int, records: Iterator[_Timed]) -> None:
@@ -258,16 +261,18 @@ def _timed(path: Path, progress: _Progress | None) -> Iterator[_Timed]:
 
 
 def _first_time(path: Path) -> int:
-    """When the first record of ``path`` ends (0: it has none); -1 for standard input,
-    which cannot be read twice."""
-    if path == STDIN:
+    """When the first record of ``path`` ends, read from its first line (0: it has none, or
+    the file is one JSON document over many lines); -1 for standard input and the other
+    files that are no regular file (a pipe, ``<(zcat ...)``): they cannot be read twice, and
+    are opened at once."""
+    if path == STDIN or not stat.S_ISREG(path.stat().st_mode):
         return -1
-    records = _records(path, None)
-    try:
-        first = next(records, None)
-    finally:
-        records.close()
-    return latest_end_ns(first[1]) if first is not None and _is_otlp(first[1]) else 0
+    with path.open("rb") as raw:
+        for line in _Lines(str(path), raw):
+            if line.strip():
+                record, _ = _json_object(line)
+                return latest_end_ns(record) if record is not None and _is_otlp(record) else 0
+    return 0
 
 
 def _tooltrace(record: dict[str, Any], where: str) -> ToolTrace:
@@ -352,6 +357,8 @@ def _read_records(
             document, error = _json_object("".join([line, *rest]))
             if document is not None:
                 yield path, document
+                if progress is not None:
+                    progress.done(path)
                 return
             if isinstance(error, json.JSONDecodeError):
                 number += error.lineno - 1
@@ -521,6 +528,11 @@ class _Progress:
     _last: int = -1
     _files: dict[str, tuple[int, int]] = field(default_factory=dict)  # done, total bytes
     _ended: set[str] = field(default_factory=set)
+
+    def expect(self, sizes: dict[str, int]) -> None:
+        """Files to be read together (and their sizes): one line covers them all."""
+        for path, size in sizes.items():
+            self._files.setdefault(path, (0, size))
 
     def update(self, path: str, done: int, total: int) -> None:
         """``done`` of ``total`` bytes of ``path`` read."""

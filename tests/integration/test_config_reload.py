@@ -87,16 +87,18 @@ def test_a_configuration_that_does_not_load_leaves_the_running_one(
 def test_a_golden_case_file_that_does_not_load_fails_the_reload(
     start_server: Callable[..., RunningServer], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    config = tmp_path / "toolwatch.yaml"
-    config.write_text(MINIMAL_POLICY)
+    config, golden = tmp_path / "toolwatch.yaml", tmp_path / "golden.yaml"
+    config.write_text(GOLDEN_CONFIG)
+    golden.write_text(golden_case("lookup_order"))
     server = start_server(config)
-    (tmp_path / "golden.yaml").write_text("cases: [{id: refund, expected_tools: 7}]\n")
-    config.write_text(MINIMAL_POLICY + "golden:\n  cases_file: golden.yaml\n")
+    golden.write_text("cases: [{id: canary, expected_tools: 7}]\n")
     with caplog.at_level(logging.ERROR, logger="toolwatch"):
         assert not server.reload()
     assert "golden.yaml" in caplog.text
     assert server.sample(RELOADED) == 0
-    assert server.app.config.golden.cases_file is None
+    canary(server)  # still compared with the case as it was
+    server.settle()
+    assert categories(server) == []
 
 
 def test_sections_a_reload_does_not_apply_are_named_and_kept(
@@ -124,3 +126,114 @@ def test_sections_a_reload_does_not_apply_are_named_and_kept(
     assert server.app.config.shutdown_grace_seconds == 10
     assert server.app.config.policy.dangerous_tools == ("cancel_order",)
     assert server.sample(RELOADED) == 1
+
+
+GOLDEN_CONFIG = MINIMAL_POLICY + "golden:\n  cases_file: golden.yaml\n"
+
+
+def golden_case(*tools: str) -> str:
+    names = ", ".join(tools)
+    return f"cases:\n  - id: canary\n    mode: expected_set\n    expected_tools: [{names}]\n"
+
+
+def canary(server: RunningServer) -> None:
+    run = agents.AgentRun(
+        "refund-bot",
+        (agents.Turn((agents.LOOKUP,)), agents.Turn(text="A person will call you.")),
+        attributes={"toolwatch.case_id": "canary"},
+    )
+    send_grpc(server, agents.record(run, "genai"))
+
+
+def test_an_edited_golden_case_file_is_read_again(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    config, golden = tmp_path / "toolwatch.yaml", tmp_path / "golden.yaml"
+    config.write_text(GOLDEN_CONFIG)
+    golden.write_text(golden_case("lookup_order", "issue_refund"))
+    server = start_server(config)
+    canary(server)
+    server.settle()
+    missed = ["TOOL_SELECTION_DRIFT", "TOOL_ORDER_DRIFT"]  # the refund the case expects
+    assert sorted(categories(server), reverse=True) == missed
+    golden.write_text(golden_case("lookup_order"))  # the case now expects the lookup alone
+    assert server.reload()
+    canary(server)
+    server.settle()
+    assert sorted(categories(server), reverse=True) == missed  # nothing new
+    labels = {"agent": "refund-bot", "outcome": "complete", "reference": "expected"}
+    assert server.sample("toolwatch_tool_traces_total", labels) == 2
+
+
+def test_golden_cases_turned_on_take_a_restart(
+    start_server: Callable[..., RunningServer], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The receivers copy the attribute cases are found by as configured at start-up: cases
+    turned on by a reload could never match a run, so they wait for a restart, and say so."""
+    config = tmp_path / "toolwatch.yaml"
+    linger = "shutdown_metrics_linger_seconds: 0\n"  # as the test server runs by default
+    config.write_text(MINIMAL_POLICY + linger)
+    server = start_server(config)
+    (tmp_path / "golden.yaml").write_text(golden_case("lookup_order", "issue_refund"))
+    config.write_text(GOLDEN_CONFIG + linger)
+    with caplog.at_level(logging.WARNING, logger="toolwatch"):
+        assert server.reload()
+    assert caplog.messages == [
+        "configuration reloaded without golden (turned on or off, or its case_id_attribute:"
+        " ingest copies that attribute as configured at start-up), which changed: they take a"
+        " restart"
+    ]
+    assert server.app.config.golden.cases_file is None
+    canary(server)
+    server.settle()
+    assert categories(server) == []
+
+
+def test_a_reload_is_checked_with_the_sections_that_keep_running(
+    start_server: Callable[..., RunningServer], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A comparison with shadow sources needs shadow pairing, which only a restart turns on:
+    the file is valid, what would run is not."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    server = start_server(config)
+    config.write_text(
+        MINIMAL_POLICY
+        + "shadow:\n  enabled: true\nevaluators:\n  tool_selection:\n    against: source\n"
+    )
+    with caplog.at_level(logging.ERROR, logger="toolwatch"):
+        assert not server.reload()
+    assert "evaluators.tool_selection.against is 'source'" in caplog.text
+    assert server.sample(RELOADED) == 0
+    assert server.app.config.evaluators.tool_selection.against == "auto"
+
+
+def test_a_file_nested_too_deep_to_read_fails_the_reload(
+    start_server: Callable[..., RunningServer], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    server = start_server(config)
+    config.write_text("policy: " + "[" * 3000 + "]" * 3000 + "\n")
+    with caplog.at_level(logging.ERROR, logger="toolwatch"):
+        assert not server.reload()
+    assert caplog.messages[0].startswith("configuration reload failed")
+    assert server.sample(RELOADED) == 0
+
+
+def test_tools_of_a_metrics_section_that_takes_a_restart_are_not_admitted(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY + "metrics:\n  label_value_cap: 1\n")
+    server = start_server(config)
+    send_grpc(server, agents.record(agents.nested_run(), "genai"))  # ask_billing takes the cap
+    server.settle()
+    config.write_text(MINIMAL_POLICY + "metrics:\n  label_value_cap: 1\n  tools: [get_weather]\n")
+    assert server.reload()
+    assert server.app.config.metrics.tools == ()
+    send_grpc(server, agents.record(agents.parallel_run(), "genai"))
+    server.settle()
+    labels = {"agent": "_other", "status": "ok"}
+    assert server.sample("toolwatch_tool_calls_total", labels | {"tool": "_other"}) == 2
+    assert server.sample("toolwatch_tool_calls_total", labels | {"tool": "get_weather"}) == 0

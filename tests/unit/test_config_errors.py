@@ -104,6 +104,14 @@ def test_a_key_given_twice_is_refused_not_silently_replaced(tmp_path: Path) -> N
     assert f'  in "{config}", line 4, column 1' in lines  # was "<unicode string>"
 
 
+def test_a_file_nested_deeper_than_the_yaml_reader_goes_is_an_error_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text("policy: " + "[" * 3000 + "]" * 3000 + "\n")
+    assert error_lines(config, {}) == [f"{config}: not valid YAML: nested too deeply to read"]
+
+
 def test_a_field_missing_beside_an_override_names_the_override_too(tmp_path: Path) -> None:
     cert = tmp_path / "tls.crt"
     cert.write_text("not read: the key is missing first\n")

@@ -6,6 +6,8 @@ import gc
 import gzip
 import io
 import json
+import os
+import threading
 import tracemalloc
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from toolwatch.ingest.otlp_json import latest_end_ns
 from toolwatch.model import ToolTrace
 from toolwatch.replay import (
     ReplayInputError,
+    _first_time,
     _OfflineAssembler,
     _Progress,
     evaluate_offline,
@@ -473,3 +476,54 @@ def test_progress_gives_files_read_together_one_line_and_files_read_in_turn_one_
         f"2 files: [{'#' * 15:<25}]  62%",
         f"2 files: [{'#' * 25}] 100%\n",
     ]
+
+
+def test_a_pipe_among_streamed_files_is_read_once_from_its_start(tmp_path: Path) -> None:
+    """``replay --stream <(zcat tools.jsonl.gz) agents.jsonl``: a pipe cannot be read twice,
+    so its first record is not read ahead: it is opened at once."""
+    pipe, roots = tmp_path / "tools.pipe", tmp_path / "agents.jsonl"
+    os.mkfifo(pipe)
+    tools = "".join(f"{_recorded(n, 60.0 * n, spans='children')}\n" for n in range(100))
+    roots.write_text("".join(f"{_recorded(n, 60.0 * n, spans='root')}\n" for n in range(100)))
+
+    def write() -> None:
+        with pipe.open("w") as out:
+            out.write(tools)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        warnings: list[str] = []
+        traces = list(load_tool_traces([roots, pipe], _config(), warn=warnings.append, stream=True))
+    finally:
+        writer.join(timeout=10)
+    assert warnings == []
+    assert [t.trace_id for t in traces] == [f"{n + 1:032x}" for n in range(100)]
+    assert all(_whole(t) for t in traces)
+
+
+def test_streamed_files_share_one_progress_line_from_0_to_100(tmp_path: Path) -> None:
+    paths = []
+    for hour in range(3):  # a rotated capture, read one file after another
+        path = tmp_path / f"{hour:02d}.jsonl"
+        runs = range(150 * hour, 150 * (hour + 1))
+        path.write_text("".join(f"{_recorded(n, 20.0 * n)}\n" for n in runs))
+        paths.append(path)
+    assert sum(path.stat().st_size for path in paths) > 1_000_000  # shown from 1 MB on
+    shown = io.StringIO()
+    traces = list(load_tool_traces(paths, _config(), _Progress(shown, enabled=True), stream=True))
+    assert len(traces) == 450
+    assert shown.getvalue().endswith("%\n") and shown.getvalue().count("\n") == 1
+    steps = shown.getvalue().strip().split("\r")[1:]
+    assert all(step.startswith("3 files: [") for step in steps)
+    percents = [int(step.rstrip("%").rsplit(" ", 1)[1]) for step in steps]
+    assert percents == sorted(percents) and percents[-1] >= 99
+
+
+def test_a_file_that_is_one_document_is_not_read_ahead(tmp_path: Path) -> None:
+    document = tmp_path / "one.json"
+    document.write_text(json.dumps(json.loads(_recorded(0, 0.0)), indent=2))
+    assert _first_time(document) == 0
+    line = tmp_path / "lines.jsonl"
+    line.write_text(_recorded(0, 0.0) + "\n")
+    assert _first_time(line) == int(1_700_000_000e9)

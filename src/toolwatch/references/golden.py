@@ -279,6 +279,8 @@ def _read_yaml(path: Path) -> tuple[yaml.Node | None, Any]:
         raise ReferenceFileError(path, [_yaml_problem(exc)]) from None
     except yaml.YAMLError as exc:
         raise ReferenceFileError(path, [("", f"invalid YAML: {exc}")]) from None
+    except RecursionError:  # the YAML library reads nesting by recursion
+        raise ReferenceFileError(path, [("", "nested too deeply to read")]) from None
     finally:
         loader.dispose()
 

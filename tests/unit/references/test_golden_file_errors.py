@@ -26,6 +26,14 @@ def test_yaml_syntax_error_names_line_and_column(tmp_path: Path) -> None:
     )
 
 
+def test_a_file_nested_deeper_than_the_yaml_reader_goes_is_an_error_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    error = _error(tmp_path, "cases: " + "[" * 3000 + "]" * 3000 + "\n")
+
+    assert str(error) == f"{tmp_path / 'cases.yaml'}: nested too deeply to read"
+
+
 def test_missing_tool_name_names_the_field_path(tmp_path: Path) -> None:
     error = _error(
         tmp_path,
