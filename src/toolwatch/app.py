@@ -167,9 +167,7 @@ class App:
         shadow = ShadowJoiner(config.shadow, clock, self.metrics) if config.shadow.enabled else None
         parts = EngineParts(
             limits=config.assembly.limits(),
-            evaluation=EvaluationPipeline(
-                EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
-            ),
+            evaluation=_evaluation(config),
             normalize=normalize,
             findings=self._outputs.findings,
             tooltraces=self._outputs.tooltraces,
@@ -309,9 +307,7 @@ class App:
             kept = self._restart_only(loaded)
             config = Config.model_validate(loaded.model_copy(update=kept).model_dump())
             golden, normalize = build_references(config)
-            evaluation = EvaluationPipeline(
-                EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
-            )
+            evaluation = _evaluation(config)
         except Exception as exc:  # ConfigError, ReferenceFileError, OSError, RecursionError...
             log.error("configuration reload failed; the running configuration stays\n%s", exc)
             self.metrics.config_reloaded(False)
@@ -577,6 +573,12 @@ def _open_text(setting: str, target: str, files: list[IO[str]]) -> IO[str]:
         raise StartError(f"cannot open {target} ({setting}): {_reason(exc)}") from exc
     files.append(stream)
     return stream
+
+
+def _evaluation(config: Config) -> EvaluationPipeline:
+    """The evaluators as ``config`` sets them, with its policy."""
+    settings = EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
+    return EvaluationPipeline(settings)
 
 
 def _known_tools(config: Config, golden: GoldenCaseSet | None) -> tuple[str, ...]:

@@ -222,8 +222,8 @@ def _in_time_order(
     runs ahead does not hold the rest of its file back (unless it is the file's first).
 
     A file is opened once the merge reaches the time of its first record (read beforehand,
-    then the file closed; standard input is read from the start): a rotated capture's files
-    are open one or two at a time, however many there are."""
+    then the file closed; standard input and pipes are read from the start): a rotated
+    capture's files are open one or two at a time, however many there are."""
     waiting = deque(sorted((_first_time(path), index, path) for index, path in enumerate(paths)))
     if progress is not None:  # one line for them all, from the start
         progress.expect({str(path): path.stat().st_size for at, _, path in waiting if at >= 0})

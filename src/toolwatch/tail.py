@@ -82,7 +82,7 @@ _SEVERITY_COLOURS = {
 
 EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
 #: What gRPC says of a peer that answered a connection in HTTP/1.x, and of one that answered
-#: in something else that is not HTTP/2 (an HTTP/1.0 server, SSH); a TLS server closes it.
+#: in something else that is not HTTP/2 (SSH, a mail server); a TLS server closes it.
 _HTTP1_ANSWER: Final = "Trying to connect an http1.x server"
 _NOT_HTTP2_ANSWER: Final = "Failed parsing HTTP/2"
 

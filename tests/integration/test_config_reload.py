@@ -42,13 +42,8 @@ def test_a_reload_judges_the_runs_evaluated_from_then_on_by_the_new_policy(
     unverified_refund(server)
     server.settle()
     assert categories(server) == []  # issue_refund is no dangerous tool yet
-    assert (
-        server.sample(
-            "toolwatch_tool_traces_total",
-            {"agent": "refund-bot", "outcome": "complete", "reference": "none"},
-        )
-        == 1
-    )
+    runs = {"agent": "refund-bot", "outcome": "complete", "reference": "none"}
+    assert server.sample("toolwatch_tool_traces_total", runs) == 1  # evaluated, no finding
     unverified_refund(server)  # buffered when the reload comes: judged by the new policy
     config.write_text(MINIMAL_POLICY)
     assert server.reload()
