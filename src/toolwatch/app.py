@@ -305,7 +305,12 @@ class App:
         try:
             loaded = load()
             kept = self._restart_only(loaded)
-            config = Config.model_validate(loaded.model_copy(update=kept).model_dump())
+            config = loaded.model_copy(update=kept)  # each section was validated on its own
+            try:
+                config.check_across_sections()
+            except ValueError as exc:
+                running = ", ".join(kept)
+                raise ValueError(f"{exc} ({running}: the running value until a restart)") from None
             golden, normalize = build_references(config)
             evaluation = _evaluation(config)
         except Exception as exc:  # ConfigError, ReferenceFileError, OSError, RecursionError...
@@ -321,8 +326,8 @@ class App:
         )
         if kept:
             named = [
-                "golden (turned on or off, or its case_id_attribute: ingest copies that"
-                " attribute as configured at start-up)"
+                "golden (turned on, or its case_id_attribute: ingest copies that attribute"
+                " as configured at start-up)"
                 if name == "golden"
                 else name
                 for name in kept
@@ -335,15 +340,16 @@ class App:
 
     def _restart_only(self, loaded: Config) -> dict[str, Any]:
         """The sections of ``loaded`` that changed but take a restart, with their running
-        values: every section but ``RELOADED_SECTIONS``, and ``golden`` when the attribute its
-        cases are found by changed (the receivers copy the attributes configured at start)."""
+        values: every section but ``RELOADED_SECTIONS``, and ``golden`` when its cases are found
+        by an attribute the receivers do not copy (they copy those configured at start-up:
+        cases turned on, or another ``case_id_attribute``; turned off, they just match no run)."""
         running = self.config
         kept = {
             name: getattr(running, name)
             for name in type(loaded).model_fields
             if name not in RELOADED_SECTIONS and getattr(loaded, name) != getattr(running, name)
         }
-        if loaded.golden.reference_keys() != running.golden.reference_keys():
+        if not loaded.golden.reference_keys() <= self._decode_options.reference_keys:
             kept["golden"] = running.golden
         return kept
 

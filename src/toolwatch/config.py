@@ -462,7 +462,18 @@ class Config(_Section):
     shutdown_metrics_linger_seconds: float = Field(15.0, ge=0, le=600)
 
     @model_validator(mode="after")
-    def _references_agree(self) -> Config:
+    def _sections_agree(self) -> Config:
+        self.check_across_sections()
+        return self
+
+    def check_across_sections(self) -> None:
+        """The checks that read several sections, which validation runs: for a configuration
+        put together from two, as a reload does. Raises ``ValueError`` saying what is wrong."""
+        self._references_agree()
+        self._comparisons_have_their_reference()
+        self._shown_fields_name_tools_as_findings_do()
+
+    def _references_agree(self) -> None:
         # One attribute cannot be both a case id and a pair key/role: a canary run would be
         # taken for a shadow half (or the reverse) and compared with the wrong reference.
         shared = self.golden.reference_keys() & self.shadow.reference_keys()
@@ -471,10 +482,8 @@ class Config(_Section):
                 f"golden.case_id_attribute {min(shared)!r} is also a shadow attribute;"
                 " use a different attribute for each"
             )
-        return self
 
-    @model_validator(mode="after")
-    def _comparisons_have_their_reference(self) -> Config:
+    def _comparisons_have_their_reference(self) -> None:
         # An evaluator held to a reference that never comes would never run, unsaid.
         missing = {"expected": self.golden.cases_file is None, "source": not self.shadow.enabled}
         setting = {"expected": "golden.cases_file is not set", "source": "shadow is off"}
@@ -489,10 +498,8 @@ class Config(_Section):
                     " would never run: configure that reference, use 'auto', or set"
                     f" evaluators.{name}.enabled: false"
                 )
-        return self
 
-    @model_validator(mode="after")
-    def _shown_fields_name_tools_as_findings_do(self) -> Config:
+    def _shown_fields_name_tools_as_findings_do(self) -> None:
         # Findings carry normalized tool names: "Issue_Refund.order_id" would never match.
         normalize = self.policy.normalizer()
         named = self.named_tools()
@@ -504,7 +511,6 @@ class Config(_Section):
                     f"output.show_fields: {entry!r} names tool {tool!r}, which findings call"
                     f" {normal!r}: write {normal + '.' + field!r}"
                 )
-        return self
 
     def warnings(self) -> list[str]:
         """Settings that are valid but defeat something (``serve`` logs them, ``check-config``

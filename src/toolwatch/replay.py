@@ -336,7 +336,8 @@ def _records(
         yield from _read_records("<stdin>", stdin, None)
         return
     with path.open("rb") as raw:
-        yield from _read_records(str(path), raw, progress)
+        regular = stat.S_ISREG(os.fstat(raw.fileno()).st_mode)  # a pipe has no size, no place
+        yield from _read_records(str(path), raw, progress if regular else None)
 
 
 def _read_records(
@@ -550,6 +551,9 @@ class _Progress:
     def done(self, path: str) -> None:
         """``path`` is read to its end; the line ends with the last file read with it."""
         self._ended.add(path)
+        if path in self._files:  # read whole, as a one-document file is
+            total = self._files[path][1]
+            self._files[path] = (total, total)
         if not self._ended.issuperset(self._files):
             return
         if self.enabled and self._last >= 0:

@@ -174,8 +174,8 @@ def test_golden_cases_turned_on_take_a_restart(
     with caplog.at_level(logging.WARNING, logger="toolwatch"):
         assert server.reload()
     assert caplog.messages == [
-        "configuration reloaded without golden (turned on or off, or its case_id_attribute:"
-        " ingest copies that attribute as configured at start-up), which changed: they take a"
+        "configuration reloaded without golden (turned on, or its case_id_attribute: ingest"
+        " copies that attribute as configured at start-up), which changed: they take a"
         " restart"
     ]
     assert server.app.config.golden.cases_file is None
@@ -190,15 +190,22 @@ def test_a_reload_is_checked_with_the_sections_that_keep_running(
     """A comparison with shadow sources needs shadow pairing, which only a restart turns on:
     the file is valid, what would run is not."""
     config = tmp_path / "toolwatch.yaml"
-    config.write_text(MINIMAL_POLICY)
+    linger = "shutdown_metrics_linger_seconds: 0\n"  # as the test server runs by default
+    config.write_text(MINIMAL_POLICY + linger)
     server = start_server(config)
     config.write_text(
         MINIMAL_POLICY
+        + linger
         + "shadow:\n  enabled: true\nevaluators:\n  tool_selection:\n    against: source\n"
     )
     with caplog.at_level(logging.ERROR, logger="toolwatch"):
         assert not server.reload()
-    assert "evaluators.tool_selection.against is 'source'" in caplog.text
+    assert caplog.messages == [
+        "configuration reload failed; the running configuration stays\nevaluators.tool_selection"
+        ".against is 'source' but shadow is off, so it would never run: configure that"
+        " reference, use 'auto', or set evaluators.tool_selection.enabled: false (shadow: the"
+        " running value until a restart)"
+    ]
     assert server.sample(RELOADED) == 0
     assert server.app.config.evaluators.tool_selection.against == "auto"
 
@@ -232,3 +239,21 @@ def test_tools_of_a_metrics_section_that_takes_a_restart_are_not_admitted(
     labels = {"agent": "_other", "status": "ok"}
     assert server.sample("toolwatch_tool_calls_total", labels | {"tool": "_other"}) == 2
     assert server.sample("toolwatch_tool_calls_total", labels | {"tool": "get_weather"}) == 0
+
+
+def test_golden_cases_turned_off_apply_even_when_their_file_is_gone(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    config, golden = tmp_path / "toolwatch.yaml", tmp_path / "golden.yaml"
+    config.write_text(GOLDEN_CONFIG)
+    golden.write_text(golden_case("lookup_order", "issue_refund"))
+    server = start_server(config)
+    config.write_text(MINIMAL_POLICY)
+    golden.unlink()
+    assert server.reload()
+    assert server.app.config.golden.cases_file is None
+    canary(server)  # no case to compare it with now
+    server.settle()
+    assert categories(server) == []
+    runs = {"agent": "refund-bot", "outcome": "complete", "reference": "none"}
+    assert server.sample("toolwatch_tool_traces_total", runs) == 1

@@ -8,8 +8,10 @@ import dataclasses
 import gzip
 import json
 import logging
+import os
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -382,3 +384,32 @@ def test_replay_input_problems_are_named_and_its_json_is_json(tmp_path: Path) ->
     misnamed = replay("--config", str(config), "--min-score", "selection=0.9", str(recorded))
     assert misnamed.returncode == 2
     assert "'selection' is not an evaluator (tool_selection, " in misnamed.stderr
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["held", "streamed"])
+def test_replay_reads_a_pipe_named_as_a_file(tmp_path: Path, stream: bool) -> None:
+    """`toolwatch replay <(zcat traces.jsonl.gz) other.jsonl`: the shell names a pipe, which
+    has no size or position for the progress line, and cannot be read twice."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    piped_run, filed_run = (agents.unverified_refund_run(), agents.refund_run())
+    pipe, filed = tmp_path / "piped.jsonl", tmp_path / "filed.jsonl"
+    os.mkfifo(pipe)
+    filed.write_text(otlp_json_line(agents.record(filed_run, "genai")) + "\n")
+    text = otlp_json_line(agents.record(piped_run, "genai")) + "\n"
+
+    def write() -> None:
+        with pipe.open("w") as out:
+            out.write(text)
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        flags = ["--stream"] if stream else []
+        result = replay("--config", str(config), "--format", "json", *flags, str(pipe), str(filed))
+    finally:
+        writer.join(timeout=30)
+    assert result.returncode == 0, result.stderr
+    report = _strict_json(result.stdout)
+    assert report["traces"] == 2
+    assert [f["category"] for f in report["findings"]] == ["MISSING_VERIFICATION_STEP"]

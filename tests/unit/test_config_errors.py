@@ -112,6 +112,21 @@ def test_a_file_nested_deeper_than_the_yaml_reader_goes_is_an_error_not_a_crash(
     assert error_lines(config, {}) == [f"{config}: not valid YAML: nested too deeply to read"]
 
 
+def test_a_json_schema_nested_deeper_than_its_checker_goes_is_an_error_not_a_crash(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    schema = '{"items": ' * 150 + "{}" + "}" * 150
+    config.write_text(
+        "policy:\n  invariants:\n    - kind: arguments\n      tool: issue_refund\n"
+        f"      schema: {schema}\n"
+    )
+    lines = error_lines(config, {})
+    assert lines[1].endswith(
+        "policy.invariants.0.arguments.schema: a JSON Schema nested too deeply to check"
+    )
+
+
 def test_a_field_missing_beside_an_override_names_the_override_too(tmp_path: Path) -> None:
     cert = tmp_path / "tls.crt"
     cert.write_text("not read: the key is missing first\n")

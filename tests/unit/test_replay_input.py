@@ -527,3 +527,16 @@ def test_a_file_that_is_one_document_is_not_read_ahead(tmp_path: Path) -> None:
     line = tmp_path / "lines.jsonl"
     line.write_text(_recorded(0, 0.0) + "\n")
     assert _first_time(line) == int(1_700_000_000e9)
+
+
+def test_a_one_document_file_among_streamed_files_counts_as_read_whole(tmp_path: Path) -> None:
+    lines = tmp_path / "lines.jsonl"
+    lines.write_text("".join(f"{_recorded(n, 20.0 * n)}\n" for n in range(1, 400)))
+    document = tmp_path / "one.json"
+    document.write_text(json.dumps(json.loads(_recorded(0, 0.0)), indent=2))
+    assert lines.stat().st_size + document.stat().st_size > 1_000_000
+    shown = io.StringIO()
+    progress = _Progress(shown, enabled=True)
+    traces = list(load_tool_traces([document, lines], _config(), progress, stream=True))
+    assert len(traces) == 400
+    assert shown.getvalue().endswith("] 100%\n")

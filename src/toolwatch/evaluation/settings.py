@@ -168,6 +168,8 @@ class ArgumentsRule(_Rule):
         except SchemaError as error:
             where = "/".join(str(p) for p in error.absolute_path) or "(root)"
             raise ValueError(f"not a valid JSON Schema at {where}: {error.message}") from None
+        except RecursionError:  # jsonschema checks nesting by recursion
+            raise ValueError("a JSON Schema nested too deeply to check") from None
         return schema
 
 
