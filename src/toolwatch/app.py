@@ -130,6 +130,7 @@ class App:
         GCCollector(registry=self.registry)
         PlatformCollector(registry=self.registry)
         golden, normalize = build_references(config)
+        self._golden = golden  # as loaded: kept by a reload that cannot apply golden
         self._decode_options = config.decode_options()
         try:
             self._compiled = scanner(self._decode_options).compiled
@@ -311,7 +312,10 @@ class App:
             except ValueError as exc:
                 running = ", ".join(kept)
                 raise ValueError(f"{exc} ({running}: the running value until a restart)") from None
-            golden, normalize = build_references(config)
+            if "golden" in kept:  # the cases as loaded, not the file again
+                golden, normalize = self._golden, config.policy.normalizer()
+            else:
+                golden, normalize = build_references(config)
             evaluation = _evaluation(config)
         except Exception as exc:  # ConfigError, ReferenceFileError, OSError, RecursionError...
             log.error("configuration reload failed; the running configuration stays\n%s", exc)
@@ -319,15 +323,15 @@ class App:
             return False
         self.engine.reconfigure(evaluation, normalize, golden)
         self.metrics.config_reloaded(True, _known_tools(config, golden))
-        self.config = config
+        self.config, self._golden = config, golden
         log.info(
             "configuration reloaded: %s apply to the runs evaluated from now on",
             ", ".join(RELOADED_SECTIONS),
         )
         if kept:
             named = [
-                "golden (turned on, or its case_id_attribute: ingest copies that attribute"
-                " as configured at start-up)"
+                "golden (its cases would be found by an attribute the receivers do not copy:"
+                " they copy those configured at start-up)"
                 if name == "golden"
                 else name
                 for name in kept

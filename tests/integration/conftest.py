@@ -36,13 +36,19 @@ FREE_PORTS = {
 }
 
 
+def stopping_at_once(config: Config) -> Config:
+    """``config``, with no wait for a last scrape at shutdown unless it sets one: a test that
+    scraped /metrics has no Prometheus left to wait for."""
+    if "shutdown_metrics_linger_seconds" in config.model_fields_set:
+        return config
+    return config.model_copy(update={"shutdown_metrics_linger_seconds": 0.0})
+
+
 class RunningServer:
     """An ``App`` started on a background loop; ``call`` runs code on that loop."""
 
     def __init__(self, config: Config, tmp_path: Path) -> None:
-        if "shutdown_metrics_linger_seconds" not in config.model_fields_set:
-            # Stop at once: a test that scraped /metrics has no Prometheus left to wait for.
-            config = config.model_copy(update={"shutdown_metrics_linger_seconds": 0.0})
+        config = stopping_at_once(config)
         self.clock = ManualClock()
         self.load_config: Callable[[], Config] = lambda: config  # the file again (a reload)
         self.findings = InMemoryFindingSink()
@@ -150,7 +156,7 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., RunningServer]]:
         settings["output.findings"] = str(tmp_path / "findings.jsonl")
         settings.update({k.replace("__", "."): v for k, v in overrides.items()})
         server = RunningServer(load_config(config_file, settings), tmp_path)
-        server.load_config = lambda: load_config(config_file, settings)
+        server.load_config = lambda: stopping_at_once(load_config(config_file, settings))
         started.append(server)
         return server
 

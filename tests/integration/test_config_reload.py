@@ -100,13 +100,10 @@ def test_sections_a_reload_does_not_apply_are_named_and_kept(
     start_server: Callable[..., RunningServer], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = tmp_path / "toolwatch.yaml"
-    linger = "shutdown_metrics_linger_seconds: 0\n"  # as the test server runs by default
-    config.write_text(MINIMAL_POLICY + linger)
+    config.write_text(MINIMAL_POLICY)
     server = start_server(config)
     config.write_text(
-        OTHER_POLICY
-        + linger
-        + "assembly:\n  completion_wait_seconds: 9\nshutdown_grace_seconds: 3\n"
+        OTHER_POLICY + "assembly:\n  completion_wait_seconds: 9\nshutdown_grace_seconds: 3\n"
     )
     with caplog.at_level(logging.INFO, logger="toolwatch"):
         assert server.reload()
@@ -166,17 +163,16 @@ def test_golden_cases_turned_on_take_a_restart(
     """The receivers copy the attribute cases are found by as configured at start-up: cases
     turned on by a reload could never match a run, so they wait for a restart, and say so."""
     config = tmp_path / "toolwatch.yaml"
-    linger = "shutdown_metrics_linger_seconds: 0\n"  # as the test server runs by default
-    config.write_text(MINIMAL_POLICY + linger)
+    config.write_text(MINIMAL_POLICY)
     server = start_server(config)
     (tmp_path / "golden.yaml").write_text(golden_case("lookup_order", "issue_refund"))
-    config.write_text(GOLDEN_CONFIG + linger)
+    config.write_text(GOLDEN_CONFIG)
     with caplog.at_level(logging.WARNING, logger="toolwatch"):
         assert server.reload()
     assert caplog.messages == [
-        "configuration reloaded without golden (turned on, or its case_id_attribute: ingest"
-        " copies that attribute as configured at start-up), which changed: they take a"
-        " restart"
+        "configuration reloaded without golden (its cases would be found by an attribute the"
+        " receivers do not copy: they copy those configured at start-up), which changed: they"
+        " take a restart"
     ]
     assert server.app.config.golden.cases_file is None
     canary(server)
@@ -190,12 +186,10 @@ def test_a_reload_is_checked_with_the_sections_that_keep_running(
     """A comparison with shadow sources needs shadow pairing, which only a restart turns on:
     the file is valid, what would run is not."""
     config = tmp_path / "toolwatch.yaml"
-    linger = "shutdown_metrics_linger_seconds: 0\n"  # as the test server runs by default
-    config.write_text(MINIMAL_POLICY + linger)
+    config.write_text(MINIMAL_POLICY)
     server = start_server(config)
     config.write_text(
         MINIMAL_POLICY
-        + linger
         + "shadow:\n  enabled: true\nevaluators:\n  tool_selection:\n    against: source\n"
     )
     with caplog.at_level(logging.ERROR, logger="toolwatch"):
@@ -257,3 +251,28 @@ def test_golden_cases_turned_off_apply_even_when_their_file_is_gone(
     assert categories(server) == []
     runs = {"agent": "refund-bot", "outcome": "complete", "reference": "none"}
     assert server.sample("toolwatch_tool_traces_total", runs) == 1
+
+
+def test_golden_cases_kept_by_a_reload_are_not_read_again(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """A new case_id_attribute takes a restart: the cases stay as they were loaded, even when
+    their file has moved, and the policy beside them applies."""
+    config, golden = tmp_path / "toolwatch.yaml", tmp_path / "golden.yaml"
+    config.write_text(OTHER_POLICY + "golden:\n  cases_file: golden.yaml\n")
+    golden.write_text(golden_case("lookup_order", "issue_refund"))
+    server = start_server(config)
+    golden.rename(tmp_path / "moved.yaml")
+    config.write_text(
+        MINIMAL_POLICY + "golden:\n  cases_file: moved.yaml\n  case_id_attribute: app.case\n"
+    )
+    assert server.reload()
+    assert server.app.config.golden.cases_file == golden
+    canary(server)  # still found by toolwatch.case_id, and compared with the case as loaded
+    unverified_refund(server)  # judged by the new policy
+    server.settle()
+    assert sorted(categories(server), reverse=True) == [
+        "TOOL_SELECTION_DRIFT",
+        "TOOL_ORDER_DRIFT",
+        "MISSING_VERIFICATION_STEP",
+    ]
