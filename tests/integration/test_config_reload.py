@@ -82,10 +82,7 @@ def test_a_configuration_that_does_not_load_leaves_the_running_one(
 def test_a_golden_case_file_that_does_not_load_fails_the_reload(
     start_server: Callable[..., RunningServer], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    config, golden = tmp_path / "toolwatch.yaml", tmp_path / "golden.yaml"
-    config.write_text(GOLDEN_CONFIG)
-    golden.write_text(golden_case("lookup_order"))
-    server = start_server(config)
+    server, _config, golden = golden_server(start_server, tmp_path, "lookup_order")
     golden.write_text("cases: [{id: canary, expected_tools: 7}]\n")
     with caplog.at_level(logging.ERROR, logger="toolwatch"):
         assert not server.reload()
@@ -128,6 +125,17 @@ def golden_case(*tools: str) -> str:
     return f"cases:\n  - id: canary\n    mode: expected_set\n    expected_tools: [{names}]\n"
 
 
+def golden_server(
+    start_server: Callable[..., RunningServer], tmp_path: Path, *tools: str
+) -> tuple[RunningServer, Path, Path]:
+    """A server with ``MINIMAL_POLICY`` and one golden case, ``canary``, expecting ``tools``;
+    with its configuration and golden-case files."""
+    config, golden = tmp_path / "toolwatch.yaml", tmp_path / "golden.yaml"
+    config.write_text(GOLDEN_CONFIG)
+    golden.write_text(golden_case(*tools))
+    return start_server(config), config, golden
+
+
 def canary(server: RunningServer) -> None:
     run = agents.AgentRun(
         "refund-bot",
@@ -140,10 +148,7 @@ def canary(server: RunningServer) -> None:
 def test_an_edited_golden_case_file_is_read_again(
     start_server: Callable[..., RunningServer], tmp_path: Path
 ) -> None:
-    config, golden = tmp_path / "toolwatch.yaml", tmp_path / "golden.yaml"
-    config.write_text(GOLDEN_CONFIG)
-    golden.write_text(golden_case("lookup_order", "issue_refund"))
-    server = start_server(config)
+    server, _config, golden = golden_server(start_server, tmp_path, "lookup_order", "issue_refund")
     canary(server)
     server.settle()
     missed = ["TOOL_SELECTION_DRIFT", "TOOL_ORDER_DRIFT"]  # the refund the case expects
@@ -238,10 +243,7 @@ def test_tools_of_a_metrics_section_that_takes_a_restart_are_not_admitted(
 def test_golden_cases_turned_off_apply_even_when_their_file_is_gone(
     start_server: Callable[..., RunningServer], tmp_path: Path
 ) -> None:
-    config, golden = tmp_path / "toolwatch.yaml", tmp_path / "golden.yaml"
-    config.write_text(GOLDEN_CONFIG)
-    golden.write_text(golden_case("lookup_order", "issue_refund"))
-    server = start_server(config)
+    server, config, golden = golden_server(start_server, tmp_path, "lookup_order", "issue_refund")
     config.write_text(MINIMAL_POLICY)
     golden.unlink()
     assert server.reload()

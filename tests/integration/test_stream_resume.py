@@ -163,6 +163,24 @@ def tail_in_thread(
     )
 
 
+async def tail_printing(
+    broker: FindingsBroker,
+    target: str,
+    out: Lines,
+    err: io.StringIO,
+    waits: Waits,
+    first: str,
+    keepalive: float = 30,
+) -> asyncio.Task[int]:
+    """``tail_in_thread`` once it has subscribed, and printed a finding ``first`` published
+    then."""
+    tail = tail_in_thread(target, out, err, waits, keepalive)
+    await asyncio.wait_for(broker.wait_for_subscribers(1), timeout=10)
+    broker.publish(make_trace(), [make_finding(explanation=first)])
+    assert await asyncio.to_thread(out.wait_for, 1)
+    return tail
+
+
 async def end_tail(broker: FindingsBroker, waits: Waits, tail: asyncio.Task[int]) -> int:
     """Ends the stream, then tail while it waits to reconnect (as Ctrl-C would); its code."""
     broker.close()
@@ -195,10 +213,7 @@ def test_findings_a_dropped_connection_lost_in_flight_are_sent_again_on_reconnec
     async def scenario() -> tuple[int, str]:
         async with serve() as h, proxied(h) as proxy:
             target = f"127.0.0.1:{proxy.port}"
-            tail = tail_in_thread(target, out, err, waits)
-            await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=10)
-            h.broker.publish(make_trace(), [make_finding(explanation="f1")])
-            assert await asyncio.to_thread(out.wait_for, 1)
+            tail = await tail_printing(h.broker, target, out, err, waits, "f1")
             proxy.hold()
             (subscription,) = h.broker.subscriptions
             h.broker.publish(make_trace(), [make_finding(explanation=f"f{i}") for i in (2, 3)])
@@ -238,10 +253,7 @@ def test_a_connection_gone_silent_is_found_by_keepalive_on_both_ends() -> None:
     async def scenario() -> tuple[int, str, int]:
         async with serve(options=stream_server_options(1)) as h, proxied(h) as proxy:
             target = f"127.0.0.1:{proxy.port}"
-            tail = tail_in_thread(target, out, err, waits, keepalive=1)
-            await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=10)
-            h.broker.publish(make_trace(), [make_finding(explanation="f1")])
-            assert await asyncio.to_thread(out.wait_for, 1)
+            tail = await tail_printing(h.broker, target, out, err, waits, "f1", keepalive=1)
             proxy.silence()
             (silent,) = h.broker.subscriptions
             h.broker.publish(make_trace(), [make_finding(explanation="f2")])
@@ -428,10 +440,7 @@ def test_findings_published_while_away_and_since_let_go_are_told() -> None:
         async with serve(replay_size=3) as h, proxied(h) as proxy:
             h.broker.publish(make_trace(), [make_finding(explanation="f1")])  # before tail
             target = f"127.0.0.1:{proxy.port}"
-            tail = tail_in_thread(target, out, err, waits)
-            await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=10)
-            h.broker.publish(make_trace(), [make_finding(explanation="f2")])
-            assert await asyncio.to_thread(out.wait_for, 1)
+            tail = await tail_printing(h.broker, target, out, err, waits, "f2")
             proxy.cut()
             await in_thread(waits.waiting)
             # While tail is away: f3-f7, of which the server then holds f5-f7.
@@ -459,10 +468,7 @@ def test_after_a_crash_tail_says_where_the_lost_findings_are() -> None:
     async def scenario() -> str:
         async with serve() as first:
             target = first.target
-            tail = tail_in_thread(target, out, err, waits)
-            await asyncio.wait_for(first.broker.wait_for_subscribers(1), timeout=10)
-            first.broker.publish(make_trace(), [make_finding(explanation="f1")])
-            assert await asyncio.to_thread(out.wait_for, 1)
+            tail = await tail_printing(first.broker, target, out, err, waits, "f1")
             await first.server.stop(None)  # the connection is lost, the stream never ended
             await in_thread(waits.waiting)
         broker = FindingsBroker(NoopMetrics())
@@ -598,8 +604,10 @@ def test_sigterm_ends_tail_with_its_cursor_file_up_to_the_last_finding_printed(
     tmp_path: Path,
 ) -> None:
     """A service manager stops tail with SIGTERM: it ends as on Ctrl-C, keeping the cursor
-    of the last finding printed (a burst's last ones are not yet in the file: it is
-    rewritten at most ten times a second), and exits 143, as a shell reports that signal."""
+    of the last finding printed (a burst's last ones may not be in the file yet: it is
+    rewritten at most ten times a second), and exits 143, as a shell reports that signal.
+    The signal may come between printing the last finding and keeping its cursor: that one
+    alone would be printed again."""
     cursor_file = tmp_path / "tail.cursor"
 
     async def scenario() -> tuple[int, list[str], str, str]:
@@ -612,7 +620,8 @@ def test_sigterm_ends_tail_with_its_cursor_file_up_to_the_last_finding_printed(
     code, lines, err, stream_id = asyncio.run(scenario())
     assert (code, err) == (128 + signal.SIGTERM, "")
     assert [json.loads(line)["sequence"] for line in lines] == list(range(1, 51))
-    assert json.loads(cursor_file.read_text()) == {"streams": {stream_id: 50}}
+    (kept,) = json.loads(cursor_file.read_text())["streams"].items()
+    assert kept in ((stream_id, 50), (stream_id, 49))
 
 
 def test_a_burst_s_last_findings_reach_the_cursor_file_while_tail_waits_for_more(
