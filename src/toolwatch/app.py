@@ -643,10 +643,15 @@ def tune_gc() -> None:
     gc.set_threshold(*_GC_THRESHOLDS)
 
 
-async def serve(config: Config, reload: Callable[[], Config] | None = None) -> int:
+async def serve(
+    config: Config,
+    reload: Callable[[], Config] | None = None,
+    hung_up: Callable[[], bool] = lambda: False,
+) -> int:
     """Run a server until SIGTERM or SIGINT, then shut down gracefully. Returns the exit
     code. The CLI has checked the output files (``config.check_outputs``). ``reload``
-    loads the configuration again, on SIGHUP (``App.reload``)."""
+    loads the configuration again, on SIGHUP (``App.reload``); ``hung_up`` says whether a
+    SIGHUP came while the server was starting, before its handler was in place."""
     app = App(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -656,6 +661,8 @@ async def serve(config: Config, reload: Callable[[], Config] | None = None) -> i
     if reload is not None:
         loop.add_signal_handler(signal.SIGHUP, app.reload, reload)
     await app.start()
+    if reload is not None and hung_up():
+        app.reload(reload)
     tune_gc()
     await stop.wait()
     log.info("shutting down")

@@ -14,10 +14,18 @@ import sys
 # once, when grpc is imported: a refused TLS handshake, say, printed a line of its own beside
 # ours about it. Errors still show; set GRPC_VERBOSITY to see more.
 os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
-# `serve` reloads its configuration on SIGHUP once it serves; before that, SIGHUP's default
-# would end it during the imports below (about 0.4 s): a reload sent as it starts.
+# `serve` reloads its configuration on SIGHUP once it serves. One that comes while it
+# starts (the imports below take about 0.4 s) is remembered and acted on once it serves:
+# SIGHUP's default would end it, and ignoring it would lose the edit it announced.
+_HANGUPS: list[int] = []
+
+
+def _remember_hangup(signum: int, _frame: object) -> None:
+    _HANGUPS.append(signum)
+
+
 if sys.argv[1:2] == ["serve"]:
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, _remember_hangup)
 
 import argparse
 import asyncio
@@ -28,7 +36,7 @@ from typing import Any
 
 from toolwatch import __version__
 from toolwatch.app import StartError, build_references, serve
-from toolwatch.config import ConfigError, check_outputs, load_config
+from toolwatch.config import Config, ConfigError, check_outputs, load_config
 from toolwatch.model import Severity
 from toolwatch.references.golden import ReferenceFileError
 from toolwatch.replay import EXIT_OK, EXIT_USAGE, add_arguments, run_replay
@@ -245,12 +253,15 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    # SIGHUP reloads once serving; until then one must not end the process (its default).
-    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, _remember_hangup)  # main() called with its own argv
     overrides = _serve_overrides(args)
     config = load_config(args.config, overrides)
     check_outputs(config, args.config, overrides)  # before anything starts
-    return asyncio.run(serve(config, reload=lambda: load_config(args.config, overrides)))
+
+    def reload() -> Config:
+        return load_config(args.config, overrides)
+
+    return asyncio.run(serve(config, reload, hung_up=lambda: bool(_HANGUPS)))
 
 
 def _check_config(args: argparse.Namespace) -> int:
