@@ -82,6 +82,18 @@ def run_cli(*args: str, env: Mapping[str, str] | None = None) -> subprocess.Comp
     )
 
 
+def tail_process(*args: str) -> subprocess.Popen[str]:
+    """``toolwatch tail ARGS`` as a process, its output and messages read as text."""
+    return subprocess.Popen(
+        [toolwatch_script(), "tail", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=clean_env(),
+    )
+
+
 class Served:
     """A ``toolwatch serve`` subprocess whose stderr is read by a pump thread."""
 
@@ -466,14 +478,7 @@ def test_tail_reconnect_waits_for_an_unreachable_stream_until_interrupted() -> N
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    process = subprocess.Popen(
-        [toolwatch_script(), "tail", "--reconnect", "--target", f"127.0.0.1:{port}"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-    )
+    process = tail_process("--reconnect", "--target", f"127.0.0.1:{port}")
     try:
         assert process.stderr is not None
         said = process.stderr.readline()  # tail is waiting to try again

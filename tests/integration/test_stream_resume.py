@@ -20,7 +20,7 @@ from typing import NamedTuple
 import grpc
 import pytest
 
-from tests.integration.test_cli import clean_env, toolwatch_script
+from tests.integration.test_cli import tail_process
 from tests.integration.test_stream import Harness, make_finding, make_trace, serve, subscribe
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.metrics import NoopMetrics
@@ -161,6 +161,17 @@ def tail_in_thread(
             run_tail, target, out=out, err=err, reconnect=True, sleep=waits, keepalive=keepalive
         )
     )
+
+
+async def findings_server_at(target: str) -> tuple[FindingsBroker, grpc.aio.Server]:
+    """A bare findings-stream server started on ``target`` (a server restarted where tail
+    looks for it); the caller stops it."""
+    broker = FindingsBroker(NoopMetrics())
+    server = grpc.aio.server()
+    add_findings_service(server, broker)
+    assert server.add_insecure_port(target) == int(target.rpartition(":")[2])
+    await server.start()
+    return broker, server
 
 
 async def tail_printing(
@@ -319,12 +330,7 @@ def test_tail_follows_a_restarted_server_and_gets_what_it_published_before_recon
             await in_thread(waits.waiting)
         waits.go()  # tail finds no server, and waits again
         await in_thread(waits.waiting)
-        port = int(target.rpartition(":")[2])
-        broker = FindingsBroker(NoopMetrics())
-        server = grpc.aio.server()
-        add_findings_service(server, broker)
-        assert server.add_insecure_port(target) == port
-        await server.start()
+        broker, server = await findings_server_at(target)
         try:
             broker.publish(make_trace(), [make_finding(explanation="f2")])  # before tail is back
             waits.go()
@@ -471,11 +477,7 @@ def test_after_a_crash_tail_says_where_the_lost_findings_are() -> None:
             tail = await tail_printing(first.broker, target, out, err, waits, "f1")
             await first.server.stop(None)  # the connection is lost, the stream never ended
             await in_thread(waits.waiting)
-        broker = FindingsBroker(NoopMetrics())
-        server = grpc.aio.server()
-        add_findings_service(server, broker)
-        server.add_insecure_port(target)
-        await server.start()
+        broker, server = await findings_server_at(target)
         try:
             waits.go()
             await asyncio.wait_for(broker.wait_for_subscribers(1), timeout=10)
@@ -521,11 +523,7 @@ def test_the_wait_starts_again_after_a_subscription_that_lasted() -> None:
         await in_thread(waits.waiting)  # no server yet: the wait grows
         waits.go()
         await in_thread(waits.waiting)
-        broker = FindingsBroker(NoopMetrics())
-        server = grpc.aio.server()
-        add_findings_service(server, broker)
-        server.add_insecure_port(target)
-        await server.start()
+        broker, server = await findings_server_at(target)
         waits.go()
         await asyncio.wait_for(broker.wait_for_subscribers(1), timeout=10)
         await server.stop(None)  # the connection is lost; nothing was delivered
@@ -581,15 +579,7 @@ class BurstTail(NamedTuple):
 async def tail_after_a_burst(h: Harness, cursor_file: Path) -> AsyncIterator[BurstTail]:
     """Starts tail as a process on ``h``'s stream, publishes a burst of 50 findings and reads
     the 50 lines tail prints; kills tail on the way out."""
-    command = ["tail", "--json", "--target", h.target, "--cursor-file", str(cursor_file)]
-    tail = subprocess.Popen(
-        [toolwatch_script(), *command],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-    )
+    tail = tail_process("--json", "--target", h.target, "--cursor-file", str(cursor_file))
     try:
         assert tail.stdout is not None
         await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=30)
