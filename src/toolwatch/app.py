@@ -62,6 +62,7 @@ from toolwatch.sinks.stream import FindingsBroker, add_findings_service, stream_
 from toolwatch.sinks.tooltraces import ToolTraceWriter
 
 __all__ = [
+    "RELOADED_OUTPUT",
     "RELOADED_SECTIONS",
     "App",
     "ListenError",
@@ -84,6 +85,24 @@ _HOUSEKEEPING_SECONDS = 1.0
 #: What a configuration reload (SIGHUP) applies: what runs are judged by. The other sections
 #: set up listeners, buffers, outputs and label sets, and take a restart.
 RELOADED_SECTIONS = ("policy", "golden", "evaluators")
+#: The fields of ``output`` a reload applies too: which argument values findings may show.
+RELOADED_OUTPUT = ("show_argument_values", "show_fields")
+
+
+#: How the warning of a reload names a kept section that it applies in part, or not at all.
+_KEPT_NAMES = {
+    "golden": "golden (its cases would be found by an attribute the receivers do not copy:"
+    " they copy those configured at start-up)",
+    "output": "output (but its " + " and ".join(RELOADED_OUTPUT) + ")",
+}
+
+
+def _redaction(config: Config) -> Redaction:
+    """What findings may show of argument values (``output.show_*``)."""
+    return Redaction(
+        show_values=config.output.show_argument_values,
+        show_fields=frozenset(config.output.show_fields),
+    )
 
 
 def build_references(config: Config) -> tuple[GoldenCaseSet | None, NameNormalizer]:
@@ -103,6 +122,7 @@ class _Outputs:
     findings: FindingSink
     tooltraces: ToolTraceSink
     files: tuple[IO[str], ...]
+    log: JsonLinesFindingSink | None  # the findings log, when configured
 
 
 class App:
@@ -152,10 +172,7 @@ class App:
             requests_in_flight=lambda: self._slots.in_use,
         )
         self._security = ListenerSecurity(config.security, clock, self.metrics)
-        self._redaction = Redaction(
-            show_values=config.output.show_argument_values,
-            show_fields=frozenset(config.output.show_fields),
-        )
+        self._redaction = _redaction(config)
         self.broker = FindingsBroker(
             self.metrics,
             self._redaction,
@@ -199,12 +216,12 @@ class App:
         out = self.config.output
         files: list[IO[str]] = []
         sinks: list[FindingSink] = [self.broker, *extra]
+        log_sink = None
         try:
             if out.findings is not None:
                 stream = _open_text("output.findings", out.findings, files)
-                sinks.insert(
-                    0, JsonLinesFindingSink(stream, self._redaction, wall_clock=wall_clock)
-                )
+                log_sink = JsonLinesFindingSink(stream, self._redaction, wall_clock=wall_clock)
+                sinks.insert(0, log_sink)
             tooltraces: ToolTraceSink = DiscardToolTraces()
             if out.dump_tooltraces is not None:
                 path = out.dump_tooltraces
@@ -213,7 +230,7 @@ class App:
             for opened in files:
                 opened.close()
             raise
-        return _Outputs(FanOutSink(sinks), tooltraces, tuple(files))
+        return _Outputs(FanOutSink(sinks), tooltraces, tuple(files), log_sink)
 
     async def start(self) -> None:
         """Bind every listener (port 0 picks a free one) and start the ticker. Logs the bound
@@ -298,7 +315,8 @@ class App:
     def reload(self, load: Callable[[], Config]) -> bool:
         """SIGHUP: loads the configuration again (``load``) and applies its policy, golden
         cases (the file read again) and evaluator settings to every run evaluated from now
-        on, those already buffered included. Other sections that changed are named in a
+        on, those already buffered included, and what findings may show (``RELOADED_OUTPUT``)
+        to the findings not written or sent yet. Other sections that changed are named in a
         warning and take a restart (``_restart_only``). What would run, the new sections with
         the running rest, is checked as a whole. A configuration or golden-case file that
         does not load is logged, and ``toolwatch_config_last_reload_successful`` reads 0
@@ -328,14 +346,9 @@ class App:
             "configuration reloaded: %s apply to the runs evaluated from now on",
             ", ".join(RELOADED_SECTIONS),
         )
+        self._redact_with(_redaction(config))
         if kept:
-            named = [
-                "golden (its cases would be found by an attribute the receivers do not copy:"
-                " they copy those configured at start-up)"
-                if name == "golden"
-                else name
-                for name in kept
-            ]
+            named = [_KEPT_NAMES.get(name, name) for name in kept]
             log.warning(
                 "configuration reloaded without %s, which changed: they take a restart",
                 ", ".join(named),
@@ -344,18 +357,43 @@ class App:
 
     def _restart_only(self, loaded: Config) -> dict[str, Any]:
         """The sections of ``loaded`` that changed but take a restart, with their running
-        values: every section but ``RELOADED_SECTIONS``, and ``golden`` when its cases are found
-        by an attribute the receivers do not copy (they copy those configured at start-up:
-        cases turned on, or another ``case_id_attribute``; turned off, they just match no run)."""
+        values: every section but ``RELOADED_SECTIONS``; ``output`` with its new
+        ``RELOADED_OUTPUT`` fields; and ``golden`` when its cases are found by an attribute
+        the receivers do not copy (they copy those configured at start-up: cases turned on,
+        or another ``case_id_attribute``; turned off, they just match no run)."""
         running = self.config
         kept = {
             name: getattr(running, name)
             for name in type(loaded).model_fields
             if name not in RELOADED_SECTIONS and getattr(loaded, name) != getattr(running, name)
         }
+        if "output" in kept:
+            shown = {name: getattr(loaded.output, name) for name in RELOADED_OUTPUT}
+            output = running.output.model_copy(update=shown)
+            if output == loaded.output:
+                del kept["output"]  # only what findings may show changed
+            else:
+                kept["output"] = output
         if not loaded.golden.reference_keys() <= self._decode_options.reference_keys:
             kept["golden"] = running.golden
         return kept
+
+    def _redact_with(self, redaction: Redaction) -> None:
+        """Findings written from now on show what ``redaction`` lets them; those the stream
+        holds or has queued, not sent yet, are redacted again (a value shown before is
+        hidden from then on, also from a client that resumes)."""
+        if redaction == self._redaction:
+            return
+        self._redaction = redaction
+        if self._outputs.log is not None:
+            self._outputs.log.redact_with(redaction)
+        again = self.broker.redact_with(redaction)
+        log.info(
+            "findings redaction reloaded (output.%s); redacted again, the findings the stream"
+            " holds or has queued, not sent yet: %d",
+            ", output.".join(RELOADED_OUTPUT),
+            again,
+        )
 
     def hurry(self) -> None:
         """A second SIGTERM or Ctrl-C: finish the shutdown without waiting for a scrape (the

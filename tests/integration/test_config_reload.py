@@ -278,3 +278,36 @@ def test_golden_cases_kept_by_a_reload_are_not_read_again(
         "TOOL_ORDER_DRIFT",
         "MISSING_VERIFICATION_STEP",
     ]
+
+
+BOUND_POLICY = MINIMAL_POLICY + "  bindings:\n    issue_refund.order_id: lookup_order.order_id\n"
+
+
+def test_a_reload_changes_which_argument_values_findings_show(
+    start_server: Callable[..., RunningServer], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """output.show_fields applies at once, to the findings the stream holds for clients that
+    resume too; the rest of output takes a restart."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(BOUND_POLICY + "output:\n  show_fields: [order_id]\n")
+    server = start_server(config)
+    unverified_refund(server)
+    server.settle()
+    config.write_text(BOUND_POLICY + "output:\n  stream_queue_size: 5\n")
+    with caplog.at_level(logging.INFO, logger="toolwatch"):
+        assert server.reload()
+    unverified_refund(server)
+    server.settle()
+    shown = [finding["details"]["fields"] for finding in findings_log(server)]
+    assert shown == [{"order_id": "A-1001"}, {"order_id": "[redacted]"}]
+    held = [held.message.details["fields"] for held in server.app.broker.held]
+    assert held == ['{"order_id":"[redacted]"}'] * 2
+    said = [r.getMessage() for r in caplog.records if r.name == "toolwatch"][1:]
+    assert said == [
+        "findings redaction reloaded (output.show_argument_values, output.show_fields);"
+        " redacted again, the findings the stream holds or has queued, not sent yet: 1",
+        "configuration reloaded without output (but its show_argument_values and"
+        " show_fields), which changed: they take a restart",
+    ]
+    assert server.app.config.output.stream_queue_size == 1000
+    assert server.app.config.output.show_fields == ()

@@ -28,6 +28,7 @@ Threading: sinks are called from the event loop; they are not thread-safe.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import math
 import time
@@ -109,10 +110,25 @@ class Redaction:
 
     def details(self, finding: Finding) -> dict[str, Any]:
         """``finding.details`` with every value it may not show replaced by ``REDACTED``."""
-        details = dict(finding.details)
+        return self.redact(finding.tool, finding.details)
+
+    def redact_rendered(self, tool: str | None, rendered: Mapping[str, str]) -> dict[str, str]:
+        """Details already rendered as text (``render_details``) redacted by this redaction:
+        for findings rendered under one that showed more (a reload). A value hidden when they
+        were rendered stays hidden; so does one that is no longer readable as JSON."""
+        if self.show_values:
+            return dict(rendered)
+        parsed = {
+            key: _parsed(value) if key in (DETAIL_FIELDS, DETAIL_ERRORS) else value
+            for key, value in rendered.items()
+        }
+        return render_details(self.redact(tool, parsed))
+
+    def redact(self, tool: str | None, details: Mapping[str, Any]) -> dict[str, Any]:
+        """``details`` of a finding on ``tool`` with every value it may not show replaced."""
+        details = dict(details)
         if self.show_values:
             return details
-        tool = finding.tool
         fields = details.get(DETAIL_FIELDS)
         if isinstance(fields, Mapping):
             details[DETAIL_FIELDS] = {
@@ -139,6 +155,14 @@ class Redaction:
 
 def _field_name(name: Any) -> str | None:
     return name if isinstance(name, str) else None
+
+
+def _parsed(text: str) -> Any:
+    """A rendered detail value read back (``REDACTED`` itself is no JSON: kept as text)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return text
 
 
 def format_timestamp(time_ns: int) -> str:
@@ -209,6 +233,10 @@ class JsonLinesFindingSink:
         self._stream = stream
         self._redaction = redaction or Redaction()
         self._wall_clock = wall_clock
+
+    def redact_with(self, redaction: Redaction) -> None:
+        """Redact the findings written from now on by ``redaction`` (a reload)."""
+        self._redaction = redaction
 
     def publish(self, trace: ToolTrace, findings: Sequence[Finding]) -> None:
         now = self._wall_clock()

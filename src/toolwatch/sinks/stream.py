@@ -42,7 +42,7 @@ import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeVar
 
@@ -322,6 +322,12 @@ class Subscription:
         """Live findings waiting in this subscriber's queue (the replay aside)."""
         return len(self._items)
 
+    @property
+    def waiting(self) -> Iterable[findings_pb2.Finding]:
+        """The findings queued, not yet handed to gRPC (those of its replay are held by the
+        broker)."""
+        return self._items
+
     def close(self) -> None:
         """No more findings; ``next`` returns ``None`` after the queued ones."""
         self._closed = True
@@ -548,6 +554,20 @@ class FindingsBroker:
                 dropped += sum(not s.offer(message) for s in matching)
         if dropped:
             self._metrics.stream_dropped(dropped)
+
+    def redact_with(self, redaction: Redaction) -> int:
+        """Redact the findings published from now on by ``redaction`` (a reload), and those
+        held or queued, not yet sent, again: a value it hides is no longer sent, to a client
+        that resumes either. Returns how many findings were redacted again."""
+        self._redaction = redaction
+        waiting = {id(held.message): held.message for held in self.held}
+        for subscription in self._subscriptions:
+            waiting.update((id(message), message) for message in subscription.waiting)
+        for message in waiting.values():
+            details = redaction.redact_rendered(message.tool or None, message.details)
+            message.details.clear()
+            message.details.update(details)
+        return len(waiting)
 
     def close(self) -> None:
         """Ends every stream after its queued findings; refuses new subscriptions."""

@@ -251,3 +251,49 @@ def test_fan_out_isolates_a_failing_sink(caplog: pytest.LogCaptureFixture) -> No
     assert len(caplog.records) == 3
     assert "1:ExplodingSink failed to publish" in caplog.records[0].getMessage()
     assert "failed to close (4 failures so far)" in caplog.records[2].getMessage()
+
+
+RENDERED_CASES = [
+    AMOUNT_DRIFT,
+    {"fields": {"amount": {"actual": 100}, "card": {"actual": "4111-1111"}}},
+    {"fields": {"order.id": 7, "order": {"id": 7}, "orderly": 1}, "rule": "r"},
+    {"errors": [{"field": "amount", "message": "900 > 500"}, {"field": None, "message": "x"}]},
+    {"fields": "4111", "errors": ["4111"], "failed_verification_spans": ["ab"]},
+]
+REDACTIONS = [
+    Redaction(show_values=True),
+    Redaction(show_fields=frozenset({"amount", "order"})),
+    Redaction(show_fields=frozenset({"issue_refund.amount"})),
+    Redaction(),
+]
+
+
+@pytest.mark.parametrize("details", RENDERED_CASES)
+def test_rendered_details_redacted_again_read_as_if_redacted_so_at_first(
+    details: dict[str, object],
+) -> None:
+    """A reload that shows less: details rendered under a redaction that showed more, then
+    redacted by the new one, are what the new one gives; a value hidden before stays hidden."""
+    finding = make_finding(details=details)
+    for before, looser in enumerate(REDACTIONS):
+        rendered = render_details(looser.details(finding))
+        for after in REDACTIONS[before:]:
+            again = after.redact_rendered(finding.tool, rendered)
+            assert again == render_details(after.details(finding)), (looser, after)
+        assert REDACTIONS[0].redact_rendered(finding.tool, rendered) == rendered
+
+
+def test_a_rendered_value_that_is_no_json_is_hidden_when_redacted_again() -> None:
+    rendered = {"fields": "{not json", "errors": "[" * 100_000, "rule": "{kept"}
+    again = Redaction(show_fields=frozenset({"amount"})).redact_rendered("t", rendered)
+    assert again == {"fields": REDACTED, "errors": REDACTED, "rule": "{kept"}
+
+
+def test_the_log_redacts_by_a_reloaded_redaction_from_then_on() -> None:
+    stream = io.StringIO()
+    sink = JsonLinesFindingSink(stream, Redaction(show_values=True), wall_clock=lambda: WALL_NS)
+    sink.publish(make_trace(), [make_finding()])
+    sink.redact_with(Redaction())
+    sink.publish(make_trace(), [make_finding()])
+    first, second = (json.loads(line)["details"] for line in stream.getvalue().splitlines())
+    assert (first, second) == (AMOUNT_DRIFT, {"fields": {"amount": REDACTED}})

@@ -13,6 +13,7 @@ from tests import factories
 from toolwatch._proto.toolwatch.v1 import findings_pb2
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import Category, Finding, Severity
+from toolwatch.sinks.findings import Redaction
 from toolwatch.sinks.prometheus import PrometheusMetrics
 from toolwatch.sinks.stream import (
     INDEX_FACTOR,
@@ -246,3 +247,19 @@ def test_an_unfiltered_count_of_unheld_findings_is_the_indexed_count_of_every_fi
         assert count == broker.unheld_passing(first, last, everything) == max(0, last - first + 1)
     high = sum(severities[n % len(severities)].rank >= Severity.HIGH.rank for n in range(50, 97))
     assert broker.unheld_passing(50, 96, HIGH) == high
+
+
+def test_a_reloaded_redaction_redacts_what_is_held_and_queued_again() -> None:
+    """A value shown before a reload that hides it is sent to no one after it: not from a
+    subscriber's queue, not to a client that resumes from the held findings."""
+    shown = {"fields": {"order_id": "A-7", "amount": 9}}
+    broker = FindingsBroker(NoopMetrics(), Redaction(show_values=True), replay_size=2)
+    waiting = broker.subscribe(StreamFilter())
+    publish(broker, *(finding(n, details=shown, tool="issue_refund") for n in (1, 2, 3)))
+    assert broker.redact_with(Redaction(show_fields=frozenset({"order_id"}))) == 3
+    publish(broker, finding(4, details=shown, tool="issue_refund"))
+    hidden = '{"order_id":"A-7","amount":"[redacted]"}'
+    assert [m.details["fields"] for m in waiting.waiting] == [hidden] * 4
+    _, replayed = resumed(broker, Resume({broker.stream_id: 2}))
+    assert [sequence for _, sequence, _ in replayed] == [3, 4]
+    assert {held.message.details["fields"] for held in broker.held} == {hidden}
