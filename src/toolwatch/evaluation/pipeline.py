@@ -10,10 +10,11 @@ Evaluators that compare with a reference run only when the run has one they acce
 takes a golden case, else a source). Policy evaluators always run: ``safety`` when the
 policy names dangerous tools or allowed tools, ``loops`` always, ``invariants`` when rules are
 configured. An evaluator that returns ``None`` (not applicable) contributes no result but is
-timed. One evaluator raises at most ``MAX_FINDINGS`` findings on one run, the first in its
-order; its explanation says how many more there were (a run of thousands of unverified
-refunds pages as surely with a hundred, and each finding is held in every stream
-subscriber's queue).
+timed. One evaluator raises at most ``MAX_FINDINGS`` findings on one run: the earliest of
+each category and reference, then the rest in call order; its explanation says how many more
+there were (a run of thousands of unverified refunds pages as surely with a hundred, and each
+finding is held in every stream subscriber's queue), and no kind of finding is lost behind a
+flood of another (a DANGEROUS_ACTION_DRIFT behind a hundred MISSING_VERIFICATION_STEPs).
 
 Thread-safety: a pipeline holds only immutable state once built; ``evaluate`` may be called
 from several threads.
@@ -197,8 +198,9 @@ class EvaluationPipeline:
         """Evaluate ``trace`` against its golden case and/or shadow source, and the policy.
 
         ``policy=False`` skips the evaluators that judge the policy alone (``loops``,
-        ``invariants``): the server uses it when a shadow pair completes, since each half was
-        already judged against the policy when it arrived."""
+        ``invariants``), and the findings of the others against the policy (``safety``'s):
+        the server uses it when a shadow pair completes, since each half was already judged
+        against the policy when it arrived."""
         reference = Reference(expected, source)
         available = _available(reference)
         results: list[EvalResult] = []
@@ -216,18 +218,44 @@ class EvaluationPipeline:
                 failures.append((entry.name, _describe(error)))
                 result = None
             durations[entry.name] = _PERF_COUNTER() - started
-            if result is not None:
-                results.append(result if len(result.findings) <= MAX_FINDINGS else _cut(result))
+            if result is None:
+                continue
+            if not policy:
+                result = _without_policy(result)
+            results.append(result if len(result.findings) <= MAX_FINDINGS else _cut(result, trace))
         findings = tuple(f for r in results for f in r.findings)
         return PipelineResult(tuple(results), findings, tuple(failures), durations)
 
 
-def _cut(result: EvalResult) -> EvalResult:
-    """The first ``MAX_FINDINGS`` findings; the result's explanation and the last one kept
-    (what the findings log, the stream and an alert show) say how many more there were."""
-    more = len(result.findings) - MAX_FINDINGS
+def _without_policy(result: EvalResult) -> EvalResult:
+    """``result`` without its findings against the policy (judged once, on arrival)."""
+    findings = result.findings
+    if all(f.reference is not ReferenceKind.POLICY for f in findings):
+        return result
+    kept = tuple(f for f in findings if f.reference is not ReferenceKind.POLICY)
+    return EvalResult(result.evaluator, result.scores, kept, result.explanation)
+
+
+def _cut(result: EvalResult, trace: ToolTrace) -> EvalResult:
+    """``MAX_FINDINGS`` findings, in the evaluator's order: the earliest (in call order) of
+    each category and reference, then the earliest of the rest. The result's explanation and
+    the last one kept (what the findings log, the stream and an alert show) say how many
+    more there were."""
+    findings = result.findings
+    position = {call.span_id: index for index, call in enumerate(trace.calls) if call.span_id}
+
+    def when(index: int) -> tuple[int, int]:  # run-level findings (no call) first
+        return position.get(findings[index].span_id or "", -1), index
+
+    earliest = sorted(range(len(findings)), key=when)
+    chosen: dict[tuple[str, str], int] = {}
+    for index in earliest:
+        chosen.setdefault((findings[index].category, findings[index].reference), index)
+    ranked = dict.fromkeys([*chosen.values(), *earliest])  # each kind's earliest, the rest
+    keep = set(list(ranked)[:MAX_FINDINGS])
+    more = len(findings) - MAX_FINDINGS
     note = f" ({more} more findings on this run not raised)"
-    kept = list(result.findings[:MAX_FINDINGS])
+    kept = [finding for index, finding in enumerate(findings) if index in keep]
     last = kept[-1]
     kept[-1] = dataclasses.replace(last, explanation=last.explanation + note)
     return EvalResult(result.evaluator, result.scores, tuple(kept), result.explanation + note)

@@ -149,6 +149,35 @@ def test_one_evaluator_raises_at_most_max_findings_on_a_run() -> None:
     )
 
 
+def test_no_kind_of_finding_is_cut_behind_a_flood_of_another() -> None:
+    """A dangerous call no agent may make, behind 150 unverified refunds (listed first by
+    safety), still pages: the earliest finding of each category and reference is kept."""
+    policy = {
+        "dangerous_tools": ["issue_refund", "drop_database"],
+        "verification_tools": ["lookup_order"],
+        "allowed_tools": {"support": ["lookup_order", "issue_refund"]},
+    }
+    run = trace(*["issue_refund"] * 150, "drop_database", *["issue_refund"] * 10)
+    result = pipeline(policy=policy).evaluate(run)
+    (safety,) = [r for r in result.results if r.evaluator == "safety"]
+    kinds = [(f.category, f.span_id) for f in safety.findings]
+    assert len(kinds) == MAX_FINDINGS
+    assert kinds.count((Category.DANGEROUS_ACTION_DRIFT, "s150")) == 1
+    missing = [span for category, span in kinds if category is Category.MISSING_VERIFICATION_STEP]
+    assert missing == [f"s{i}" for i in range(99)]  # then the earliest calls
+
+
+def test_a_pair_pass_cuts_the_drift_against_the_source_not_the_policy_flags() -> None:
+    """policy=False (a shadow pair's pass) leaves safety's policy findings out before the
+    cut: 120 refunds the source did not make are 100 drifts, not 100 policy flags."""
+    run = trace(*["issue_refund"] * 120)
+    result = pipeline(MINIMAL).evaluate(run, source=trace("lookup_order"), policy=False)
+    references = {f.reference for f in result.findings}
+    assert references == {ReferenceKind.SOURCE}
+    drift = [f for f in result.findings if f.category is Category.DANGEROUS_ACTION_DRIFT]
+    assert len(drift) == MAX_FINDINGS
+
+
 def test_a_finding_stays_small_whatever_the_run() -> None:
     document = "evaluators: {order: {against: source}}"
     many = [f"tool_{i}" for i in range(5_000)]
