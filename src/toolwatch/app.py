@@ -156,6 +156,12 @@ class App:
             self._compiled = scanner(self._decode_options).compiled
         except RuntimeError as exc:  # ingest.decoder: compiled, and it cannot be used
             raise StartError(str(exc)) from exc
+        self._hot_path = compiled.state()
+        if config.ingest.decoder == "compiled" and not self._hot_path.all_compiled:
+            raise StartError(
+                "ingest.decoder is 'compiled', but the hot path runs"
+                f" {self._hot_path.describe()}: about twice the CPU per span"
+            )
         self._slots = RequestSlots(
             config.ingest.max_concurrent_requests, config.ingest.read_timeout_seconds
         )
@@ -163,6 +169,7 @@ class App:
             self.registry,
             version=__version__,
             decoder="compiled" if self._compiled else "reference",
+            hot_path="compiled" if self._hot_path.all_compiled else "python",
             agents=config.metrics.agents,
             tools=_known_tools(config, golden),
             label_value_cap=config.metrics.label_value_cap,
@@ -260,8 +267,8 @@ class App:
                 "OTLP decoding runs on the reference scanner, a third more CPU per span: %s",
                 COMPILED_UNAVAILABLE,
             )
-        hot_path = compiled.state()
-        log_hot_path = log.warning if hot_path.stale else log.info
+        hot_path = self._hot_path
+        log_hot_path = log.info if hot_path.all_compiled and not hot_path.stale else log.warning
         log_hot_path("hot path: %s", hot_path.describe())
 
     async def stop(self, grace: float | None = None) -> None:

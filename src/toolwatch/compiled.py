@@ -130,6 +130,11 @@ class CompiledState:
     stale: tuple[str, ...]
     switched: bool = False
 
+    @property
+    def all_compiled(self) -> bool:
+        """Whether every module of the hot path runs compiled (stale ones too)."""
+        return not self.switched and not self.source and bool(self.compiled)
+
     def describe(self) -> str:
         if self.switched:
             return f"pure Python ({PURE_PYTHON_ENV}=1)"

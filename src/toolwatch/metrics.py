@@ -24,11 +24,47 @@ called from gRPC's threads (certificates reload at a handshake).
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Final, Protocol
 
 from toolwatch.model import Finding, ToolTrace
 
-__all__ = ["NoopMetrics", "PipelineMetrics"]
+__all__ = [
+    "DROP_REASONS",
+    "EVICTION_BOUNDS",
+    "REJECT_REASONS",
+    "REQUEST_OUTCOMES",
+    "UNPAIRED_REASONS",
+    "NoopMetrics",
+    "PipelineMetrics",
+]
+
+# The label values the pipeline reports, each set closed (they come from the code, not from
+# input): an implementation keeps every one of them, whatever its caps on other values.
+#: ``spans_rejected``: ids that break OTLP's rules, attributes over a bound or unreadable, a
+#: span the decoder could not read at all.
+REJECT_REASONS: Final = (
+    "invalid_trace_id",
+    "invalid_span_id",
+    "invalid_parent_span_id",
+    "too_many_attributes",
+    "malformed_attributes",
+    "malformed_span",
+)
+#: ``spans_dropped`` (``toolwatch.assembly.buffer`` says when each applies).
+DROP_REASONS: Final = (
+    "duplicate",
+    "late",
+    "trace_span_limit",
+    "span_too_large",
+    "buffer_full",
+    "not_an_agent_run",
+)
+#: ``trace_evicted``: the bound that made room necessary.
+EVICTION_BOUNDS: Final = ("max_traces", "max_buffered_spans", "max_buffered_bytes")
+#: ``shadow_unpaired`` (``toolwatch.references.shadow``).
+UNPAIRED_REASONS: Final = ("duplicate", "evicted", "no_role", "shutdown", "timed_out")
+#: ``request_handled``'s outcome of one export request.
+REQUEST_OUTCOMES: Final = ("ok", "invalid", "overloaded", "refused", "timeout", "aborted")
 
 
 class PipelineMetrics(Protocol):

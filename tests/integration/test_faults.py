@@ -503,7 +503,7 @@ def test_an_evaluator_that_raises_on_one_run_is_isolated_and_counted() -> None:
         return registry.get_sample_value(name, {"evaluator": evaluator})
 
     assert sample("toolwatch_evaluator_failures_total", "flaky") == 1.0
-    assert sample("toolwatch_evaluator_failures_total", "safety") is None
+    assert sample("toolwatch_evaluator_failures_total", "safety") == 0.0  # known, from 0
     assert sample("toolwatch_evaluator_score_count", "flaky") == 1.0  # the other run's result
     assert sample("toolwatch_evaluation_duration_seconds_count", "loops") == 2.0
 

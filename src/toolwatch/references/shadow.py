@@ -34,14 +34,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 
 from toolwatch.jsontext import held_size, text_size
-from toolwatch.metrics import PipelineMetrics
+from toolwatch.metrics import UNPAIRED_REASONS, PipelineMetrics
 from toolwatch.model import Clock, ToolTrace
 from toolwatch.references.settings import ShadowSettings
 
 __all__ = ["UNPAIRED_REASONS", "ShadowJoiner", "ShadowPair", "half_bytes"]
-
-#: Every ``reason`` label ``ShadowJoiner`` reports (a bounded label set).
-UNPAIRED_REASONS = ("duplicate", "evicted", "no_role", "shutdown", "timed_out")
 
 _SOURCE = "source"
 _TARGET = "target"

@@ -30,6 +30,14 @@ from typing import Any, Final, TypeVar, cast
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from toolwatch import __version__
+from toolwatch.evaluation.pipeline import EVALUATOR_ORDER
+from toolwatch.metrics import (
+    DROP_REASONS,
+    EVICTION_BOUNDS,
+    REJECT_REASONS,
+    REQUEST_OUTCOMES,
+    UNPAIRED_REASONS,
+)
 from toolwatch.model import CallStatus, Category, Finding, Severity, ToolTrace
 from toolwatch.sinks.scrape_state import BufferState, StateCollector, TallyCollector
 from toolwatch.sinks.tally import CounterTally, HistogramTally
@@ -171,8 +179,9 @@ class PrometheusMetrics:
     label are admitted, the rest report as ``_other``; of the (agent, tool) pairs of two
     unconfigured names, ``agent_tool_pair_cap`` are admitted, later ones report their tool
     as ``_other`` (``PairLimiter``). Registers
-    ``toolwatch_build_info{version,decoder}`` = 1 (``decoder``: which OTLP scanner runs,
-    ``compiled`` or ``reference``) and, when ``buffer_state`` is given, a
+    ``toolwatch_build_info{version,decoder,hot_path}`` = 1 (``decoder``: which OTLP scanner
+    runs, ``compiled`` or ``reference``; ``hot_path``: ``compiled`` when every module mypyc
+    compiles runs compiled, else ``python``) and, when ``buffer_state`` is given, a
     ``StateCollector`` reading it (and ``stream_subscribers``, ``requests_in_flight``) at
     scrape time; the callables are only called during scrapes, so they may refer to objects
     built after this one. Methods never raise on odd input.
@@ -188,6 +197,7 @@ class PrometheusMetrics:
         agent_tool_pair_cap: int = 1000,
         version: str = __version__,
         decoder: str = "compiled",
+        hot_path: str = "compiled",
         buffer_state: Callable[[], BufferState] | None = None,
         stream_subscribers: Callable[[], int] | None = None,
         requests_in_flight: Callable[[], int] | None = None,
@@ -196,11 +206,15 @@ class PrometheusMetrics:
         self._agent = LabelLimiter(agents, label_value_cap)
         self._tool = LabelLimiter(tools, label_value_cap)
         self._pair = PairLimiter(agents, tools, agent_tool_pair_cap)
-        self._evaluator = LabelLimiter((), label_value_cap)
-        # One limiter serves every ``reason`` label: reasons come from the code, and their
-        # union stays under the cap.
-        self._reason = LabelLimiter((), label_value_cap)
-        self._request_outcome = LabelLimiter((), label_value_cap)
+        # Label values that come from the code are known: always kept, whatever the cap
+        # (which then bounds only values no release of toolwatch reports, and custom
+        # evaluators' names).
+        self._evaluator = LabelLimiter(EVALUATOR_ORDER, label_value_cap)
+        self._rejected_reason = LabelLimiter(REJECT_REASONS, label_value_cap)
+        self._dropped_reason = LabelLimiter(DROP_REASONS, label_value_cap)
+        self._eviction_bound = LabelLimiter(EVICTION_BOUNDS, label_value_cap)
+        self._unpaired_reason = LabelLimiter(UNPAIRED_REASONS, label_value_cap)
+        self._request_outcome = LabelLimiter(REQUEST_OUTCOMES, label_value_cap)
         self._transport = LabelLimiter(_TRANSPORTS, 0)
         self._status = LabelLimiter(_STATUSES, 0)
         self._trace_outcome = LabelLimiter(_OUTCOMES, 0)
@@ -213,7 +227,7 @@ class PrometheusMetrics:
         self._evaluator_keys: dict[str, tuple[str]] = {}
         self._register(registry)
         Info("toolwatch_build", "toolwatch version, always 1.", registry=registry).info(
-            {"version": version, "decoder": decoder}
+            {"version": version, "decoder": decoder, "hot_path": hot_path}
         )
         if buffer_state is not None:
             collector = StateCollector(buffer_state, stream_subscribers, requests_in_flight)
@@ -365,6 +379,16 @@ class PrometheusMetrics:
         # their first increment (a series born at 1 shows none).
         for what in _RELOADED:
             self._reload_failures.labels(what)
+        for reason in REJECT_REASONS:
+            self._rejected.labels(reason)
+        for reason in DROP_REASONS:
+            self._dropped.labels(reason)
+        for bound in EVICTION_BOUNDS:
+            self._evictions.labels(bound)
+        for reason in UNPAIRED_REASONS:
+            self._shadow_unpaired.labels(reason)
+        for evaluator in EVALUATOR_ORDER:
+            self._evaluator_failures.labels(evaluator)
         for listener in _LISTENERS:
             self._auth_failures.labels(listener)
         for transport in _TRANSPORTS:
@@ -385,10 +409,10 @@ class PrometheusMetrics:
         _add(self._child(self._received, self._transport(transport)), n)
 
     def spans_rejected(self, n: int, reason: str) -> None:
-        _add(self._rejected.labels(self._reason(reason)), n)
+        _add(self._rejected.labels(self._rejected_reason(reason)), n)
 
     def spans_dropped(self, n: int, reason: str) -> None:
-        _add(self._child(self._dropped, self._reason(reason)), n)
+        _add(self._child(self._dropped, self._dropped_reason(reason)), n)
 
     def spans_refused(self, n: int, transport: str) -> None:
         _add(self._refused.labels(self._transport(transport)), n)
@@ -397,7 +421,7 @@ class PrometheusMetrics:
         self._built.inc((), n)
 
     def trace_evicted(self, reason: str) -> None:
-        self._evictions.labels(self._reason(reason)).inc()
+        self._evictions.labels(self._eviction_bound(reason)).inc()
 
     def request_handled(self, transport: str, outcome: str, seconds: float) -> None:
         labels = (self._transport(transport), self._request_outcome(outcome))
@@ -449,7 +473,7 @@ class PrometheusMetrics:
         _add(self._stream_dropped, n)
 
     def shadow_unpaired(self, reason: str) -> None:
-        self._shadow_unpaired.labels(self._reason(reason)).inc()
+        self._shadow_unpaired.labels(self._unpaired_reason(reason)).inc()
 
     def auth_failed(self, listener: str) -> None:
         self._auth_failures.labels(self._listener(listener)).inc()

@@ -24,9 +24,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from toolwatch import __version__
+from toolwatch import __version__, compiled
 from toolwatch import config as config_module
-from toolwatch.app import App
+from toolwatch.app import App, StartError
 from toolwatch.config import Config, ConfigError, load_config
 from toolwatch.conventions import ATTRIBUTE_KEYS, EVENT_ATTRIBUTE_KEYS, EVENT_NAMES
 from toolwatch.ingest import _wire
@@ -546,10 +546,24 @@ def test_a_required_compiled_scanner_that_is_missing_stops_start_up_naming_the_f
     assert "the compiled OTLP scanner cannot be used: the extension is not built" in message
 
 
-@pytest.mark.parametrize("decoder", ["auto", "compiled", "reference"])
-def test_the_server_reports_the_scanner_it_runs(decoder: str) -> None:
+@pytest.mark.parametrize("decoder", ["auto", "reference"])
+def test_the_server_reports_the_scanner_and_hot_path_it_runs(decoder: str) -> None:
     config = Config.model_validate({"ingest": {"decoder": decoder}})
     app = App(config)
     runs = "reference" if decoder == "reference" else "compiled"
-    labels = {"version": __version__, "decoder": runs}
+    hot_path = "compiled" if compiled.state().all_compiled else "python"
+    labels = {"version": __version__, "decoder": runs, "hot_path": hot_path}
     assert app.registry.get_sample_value("toolwatch_build_info", labels) == 1.0
+
+
+def test_a_required_compiled_build_runs_the_compiled_hot_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``ingest.decoder: compiled`` refuses to start a server whose mypyc-compiled modules
+    run as Python (TOOLWATCH_PURE_PYTHON=1 left set, or a build without them)."""
+    config = Config.model_validate({"ingest": {"decoder": "compiled"}})
+    if compiled.state().all_compiled:
+        App(config)  # starts
+    monkeypatch.setenv(compiled.PURE_PYTHON_ENV, "1")
+    with pytest.raises(StartError, match=r"the hot path runs pure Python \(TOOLWATCH_PURE"):
+        App(config)

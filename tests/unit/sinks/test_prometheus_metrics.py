@@ -11,7 +11,17 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 
 from tests import factories
 from toolwatch import __version__
-from toolwatch.metrics import PipelineMetrics
+from toolwatch.assembly.buffer import NOT_AN_AGENT_RUN, REPORTED_DROPS
+from toolwatch.evaluation.pipeline import EVALUATOR_ORDER
+from toolwatch.ingest.salvage import MALFORMED
+from toolwatch.metrics import (
+    DROP_REASONS,
+    EVICTION_BOUNDS,
+    REJECT_REASONS,
+    REQUEST_OUTCOMES,
+    UNPAIRED_REASONS,
+    PipelineMetrics,
+)
 from toolwatch.model import (
     CallStatus,
     Category,
@@ -260,6 +270,59 @@ def test_counters_whose_label_values_are_known_start_at_zero(
         assert get("toolwatch_auth_failures_total", {"listener": listener}) == 0.0
     metrics.auth_failed("http")
     assert get("toolwatch_auth_failures_total", {"listener": "http"}) == 1.0
+    known = {
+        "toolwatch_spans_rejected_total": REJECT_REASONS,
+        "toolwatch_spans_dropped_total": DROP_REASONS,
+        "toolwatch_trace_evictions_total": EVICTION_BOUNDS,
+        "toolwatch_shadow_unpaired_total": UNPAIRED_REASONS,
+    }
+    for name, reasons in known.items():
+        assert [get(name, {"reason": reason}) for reason in reasons] == [0.0] * len(reasons)
+    for evaluator in EVALUATOR_ORDER:
+        assert get("toolwatch_evaluator_failures_total", {"evaluator": evaluator}) == 0.0
+
+
+def test_label_values_the_code_reports_are_kept_whatever_the_cap(
+    registry: CollectorRegistry,
+) -> None:
+    """The cap bounds values from input; reasons, outcomes and evaluators come from the code,
+    and alerts select on them (a late drop read as _other would blind ToolwatchLateSpans)."""
+    metrics = PrometheusMetrics(registry, label_value_cap=1)
+    for reason in REJECT_REASONS:
+        metrics.spans_rejected(1, reason)
+    for reason in DROP_REASONS:
+        metrics.spans_dropped(1, reason)
+    for bound in EVICTION_BOUNDS:
+        metrics.trace_evicted(bound)
+    for reason in UNPAIRED_REASONS:
+        metrics.shadow_unpaired(reason)
+    for evaluator in EVALUATOR_ORDER:
+        metrics.evaluator_failed(evaluator)
+    for outcome in REQUEST_OUTCOMES:
+        metrics.request_handled("grpc", outcome, 0.01)
+    metrics.spans_dropped(1, "some_new_reason")  # admitted: under the cap
+    metrics.spans_dropped(1, "another_one")
+    get = registry.get_sample_value
+    dropped = [get("toolwatch_spans_dropped_total", {"reason": r}) for r in DROP_REASONS]
+    assert dropped == [1.0] * len(DROP_REASONS)
+    assert get("toolwatch_spans_dropped_total", {"reason": "some_new_reason"}) == 1.0
+    assert get("toolwatch_spans_dropped_total", {"reason": OTHER}) == 1.0
+    for reason in REJECT_REASONS:
+        assert get("toolwatch_spans_rejected_total", {"reason": reason}) == 1.0
+    for bound in EVICTION_BOUNDS:
+        assert get("toolwatch_trace_evictions_total", {"reason": bound}) == 1.0
+    for reason in UNPAIRED_REASONS:
+        assert get("toolwatch_shadow_unpaired_total", {"reason": reason}) == 1.0
+    for evaluator in EVALUATOR_ORDER:
+        assert get("toolwatch_evaluator_failures_total", {"evaluator": evaluator}) == 1.0
+    for outcome in REQUEST_OUTCOMES:
+        labels = {"transport": "grpc", "outcome": outcome}
+        assert get("toolwatch_export_request_duration_seconds_count", labels) == 1.0
+
+
+def test_the_known_reasons_are_those_the_pipeline_reports() -> None:
+    assert set(DROP_REASONS) == {*REPORTED_DROPS, "duplicate", NOT_AN_AGENT_RUN}
+    assert MALFORMED in REJECT_REASONS
 
 
 def test_an_unknown_transport_reports_other(
@@ -297,8 +360,8 @@ def test_stream_and_shadow_counters(
 
 
 def test_build_info_names_the_version_and_the_otlp_scanner(registry: CollectorRegistry) -> None:
-    PrometheusMetrics(registry, decoder="reference")
-    labels = {"version": __version__, "decoder": "reference"}
+    PrometheusMetrics(registry, decoder="reference", hot_path="python")
+    labels = {"version": __version__, "decoder": "reference", "hot_path": "python"}
     assert registry.get_sample_value("toolwatch_build_info", labels) == 1.0
 
 
