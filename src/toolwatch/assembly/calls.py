@@ -282,8 +282,10 @@ def _join_by_name(
     sites: dict[bytes, CallSite],
     normalize: Callable[[Any], str],
 ) -> list[_Draft]:
-    """Pair the k-th execution with the k-th request of the same tool under the same agent.
-    Two different ids never pair: a span with an id only takes a request without one."""
+    """Pair the k-th execution with the k-th request of the same tool under the same agent,
+    unless another of those requests asked for exactly the arguments it ran with (parallel
+    calls of one tool start in any order: a thread pool). Two different ids never pair: a
+    span with an id only takes a request without one."""
     if not executions and not requests:
         return []  # the usual case: every call was joined on its id
     with_id: dict[tuple[bytes | None, str], deque[_Request]] = defaultdict(deque)
@@ -295,11 +297,35 @@ def _join_by_name(
     for span in executions:
         key = (_scope(sites[span.span_id]), normalize(_raw_name(span)))
         only_without = span.call_id is not None
-        request = _next_request(without_id[key], None if only_without else with_id[key])
+        pending = (without_id[key], None if only_without else with_id[key])
+        request = _same_arguments(span, *pending) or _next_request(*pending)
         drafts.append(_Draft(span, request))
     leftovers = [r for queues in (with_id, without_id) for q in queues.values() for r in q]
     drafts.extend(_Draft(None, r) for r in leftovers)
     return drafts
+
+
+def _same_arguments(
+    span: SpanRecord, first: deque[_Request], second: deque[_Request] | None
+) -> _Request | None:
+    """The earliest-emitted request of the two queues that asked for the arguments ``span``
+    ran with, when it could be one of several (taken out of its queue); else ``None``."""
+    waiting = len(first) + (len(second) if second else 0)
+    if waiting < 2 or span.arguments is None:
+        return None
+    ran = parse_arguments(span.arguments)[0]
+    found: tuple[_Request, deque[_Request], int] | None = None
+    for queue in (first, second) if second else (first,):
+        for index, request in enumerate(queue):
+            if parse_arguments(request.call.arguments)[0] == ran:
+                if found is None or request.position < found[0].position:
+                    found = request, queue, index
+                break  # a queue is in emission order
+    if found is None:
+        return None
+    request, queue, index = found
+    del queue[index]
+    return request
 
 
 def _next_request(first: deque[_Request], second: deque[_Request] | None) -> _Request | None:

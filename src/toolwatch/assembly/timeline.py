@@ -47,17 +47,17 @@ from typing import Final
 
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.calls import CallSite, append_to, build_calls
+from toolwatch.conventions.attrs import REFUSAL_REASONS
 from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolTrace
 from toolwatch.names import NameNormalizer
 
 __all__ = ["REFUSAL_FINISH_REASONS", "build_tool_traces"]
 
 #: Finish reasons that mean the model refused or was filtered (OpenAI ``content_filter``,
-#: Vercel ``content-filter``, Gemini ``safety``, Strands ``content_filtered``; CONVENTIONS
-#: §5, §8). Compared case-folded.
-REFUSAL_FINISH_REASONS: Final = frozenset(
-    {"content_filter", "content-filter", "content_filtered", "safety", "refusal"}
-)
+#: Vercel ``content-filter``, Gemini ``safety`` and its other blocks, Bedrock and Strands
+#: ``content_filtered`` and ``guardrail_intervened``; CONVENTIONS §5, §8): the conventions'
+#: ``REFUSAL_REASONS``. Compared case-folded.
+REFUSAL_FINISH_REASONS: Final = REFUSAL_REASONS
 
 # Finish reasons seen, and whether each means a refusal: ``str.casefold`` is a method call
 # in compiled code, four times the cost of this lookup, on every model span. The reasons are

@@ -45,6 +45,7 @@ __all__ = [
     "parse_json",
     "plain_text",
     "span_name_as_is",
+    "tool_message",
 ]
 
 Attributes: TypeAlias = dict[str, Any]
@@ -53,7 +54,23 @@ Attributes: TypeAlias = dict[str, Any]
 #: GenAI semconv ``content_filter``, Vercel ``content-filter``, Gemini ``safety``, Strands'
 #: stop reason ``content_filtered`` (strands-agents 1.62, both convention modes).
 REFUSAL_REASONS: Final = frozenset(
-    {"content_filter", "content-filter", "content_filtered", "safety", "refusal"}
+    {
+        "content_filter",  # OpenAI, Azure
+        "content-filter",  # Vercel AI SDK
+        "content_filtered",  # Bedrock, Strands
+        "guardrail_intervened",  # Bedrock guardrails, Strands
+        "refusal",  # Anthropic
+        # Gemini's blocked candidates, lower-cased as google-genai's instrumentation and ADK
+        # write them (the AI SDK maps each to content-filter).
+        "safety",
+        "blocklist",
+        "prohibited_content",
+        "spii",
+        "recitation",
+        "image_safety",
+        "image_prohibited_content",
+        "image_recitation",
+    }
 )
 
 
@@ -138,6 +155,12 @@ class ToolSpec:
     name_from_span: Callable[[str], str | None]
     unwrap_arguments: Callable[[Any], Any] = _unchanged
     assemble_arguments: Callable[[Attributes], Any] | None = None
+    #: Keys of a status whose value ``error`` means the call failed though the span's
+    #: status is not ERROR (Strands' ``gen_ai.tool.status``).
+    status: tuple[str, ...] = ()
+    #: What a framework's result envelope says: ``(call id, error type)``, each ``None`` when
+    #: it says nothing (``tool_message``: LangChain's ``ToolMessage``).
+    read_result: Callable[[Any], tuple[str | None, str | None]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -283,15 +306,54 @@ def plain_text(value: Any) -> str | None:
 
 
 def finish_reason_list(value: Any) -> tuple[str, ...]:
-    """Finish reasons from an array, a JSON-array string or a comma-joined string
-    (LangSmith sends ``"stop,tool_calls"``)."""
+    """Finish reasons from an array, a JSON-array string, a comma-joined string (LangSmith
+    sends ``"stop,tool_calls"``) or one in brackets without quotes (Java and .NET tracers
+    join theirs as ``"[content_filter]"``)."""
     if isinstance(value, str):
         if not value.startswith("["):
-            return tuple(part.strip() for part in value.split(",") if part.strip())
-        value = parse_json(value)
+            return _comma_joined(value)
+        parsed = parse_json(value)
+        if parsed is None and value.endswith("]"):
+            return _comma_joined(value[1:-1])
+        value = parsed
     if isinstance(value, list):
         return tuple(item for item in value if isinstance(item, str) and item)
     return ()
+
+
+def _comma_joined(text: str) -> tuple[str, ...]:
+    return tuple(part.strip().strip("\"'") for part in text.split(",") if part.strip())
+
+
+#: In the text of every LangChain ``ToolMessage`` result, and in few other results.
+_TOOL_CALL_ID: Final = '"tool_call_id"'
+
+
+def tool_message(result: Any) -> tuple[str | None, str | None]:
+    """The call id and error of a tool result that is a LangChain ``ToolMessage``, as
+    OpenInference (``{"type": "tool", "data": {...}}``), LangSmith (``{"output": {...}}``) or
+    OpenLLMetry (``{"output": {"lc": 1, ..., "kwargs": {...}}}``) record it: a tool run by
+    LangGraph's ToolNode carries the model's call id there, not on its span, and a tool error
+    it handled (``handle_tool_error``) only there, as ``status: "error"`` (error type
+    ``error``). ``(None, None)`` for any other result."""
+    if isinstance(result, str):
+        if _TOOL_CALL_ID not in result:
+            return None, None
+        result = parse_json(result)
+    for _ in range(3):  # the envelopes above, outermost first
+        if not isinstance(result, dict):
+            return None, None
+        if "tool_call_id" in result:
+            break
+        inner = result.get("output")
+        if inner is None:
+            inner = result.get("kwargs") if result.get("lc") else result.get("data")
+        result = inner
+    if not isinstance(result, dict) or result.get("type") != "tool":
+        return None, None
+    call_id = result.get("tool_call_id")
+    error = "error" if result.get("status") == "error" else None
+    return (call_id if isinstance(call_id, str) else None), error
 
 
 def langgraph_answer(value: Any) -> Any:

@@ -42,6 +42,7 @@ FieldBuilder = Callable[[Convention, str, int, Attributes, EventSource], RoleFie
 
 _STATUS_ERROR: Final = 2  # OTLP Status.code STATUS_CODE_ERROR
 _ERROR_TYPE: Final = ("error.type",)
+_BLOCKED: Final = "BLOCKED_"
 _AGENT_NAME: Final = ("gen_ai.agent.name",)
 _MODEL: Final = (
     "gen_ai.response.model",
@@ -94,12 +95,21 @@ def tool_fields(
     """A tool execution: name as emitted, call id, raw arguments and result, error type."""
     spec = convention.tool
     values = _tool_values(convention, attrs, events, status_code == _STATUS_ERROR)
+    call_id, error_type = clean_id(values.call_id), values.error_type
+    if spec.read_result is not None and (call_id is None or error_type is None):
+        said_id, said_error = spec.read_result(values.result)
+        call_id = call_id if call_id is not None else clean_id(said_id)
+        error_type = error_type if error_type is not None else said_error
+    if error_type is None and spec.status:
+        status = first_str(attrs, spec.status)
+        if status is not None and status.lower() == "error":
+            error_type = "error"  # failed, with no exception to name its type
     fields: RoleFields = {
         "tool_name": first_str(attrs, spec.name) or spec.name_from_span(name) or name,
-        "call_id": clean_id(values.call_id),
+        "call_id": call_id,
         "arguments": spec.unwrap_arguments(values.arguments),
         "result": values.result,
-        "error_type": values.error_type,
+        "error_type": error_type,
         "agent_name": first_str(attrs, _AGENT_NAME),
     }
     return fields
@@ -120,6 +130,8 @@ def _output_fields(summary: OutputSummary | None, attrs: Attributes) -> RoleFiel
     refusal = summary.refusal
     if refusal is None:
         refusal = _refusal_reason(reasons)
+    if refusal is None:
+        refusal = _blocked_prompt(attrs)
     fields: RoleFields = {
         "finish_reasons": tuple(reasons),
         "refusal": refusal,
@@ -127,6 +139,15 @@ def _output_fields(summary: OutputSummary | None, attrs: Attributes) -> RoleFiel
         "model": first_str(attrs, _MODEL),
     }
     return fields
+
+
+def _blocked_prompt(attrs: Attributes) -> str | None:
+    """A prompt the model refused to answer at all: Gemini blocks it before any candidate,
+    which google-genai's instrumentation records as ``error.type`` ``BLOCKED_<reason>``."""
+    error = attrs.get("error.type")
+    if isinstance(error, str) and error[:8].upper() == _BLOCKED and len(error) > 8:
+        return error.lower()
+    return None
 
 
 def _refusal_reason(reasons: Iterable[str]) -> str | None:

@@ -61,6 +61,7 @@ __all__ = [
 OPERATION_NAME: Final = "gen_ai.operation.name"
 OUTPUT_MESSAGES: Final = "gen_ai.output.messages"
 _TOOL_NAME: Final = "gen_ai.tool.name"
+_TOOL_STATUS: Final = "gen_ai.tool.status"  # Strands: success or error
 _MERGED_TOOLS: Final = "(merged tools)"  # ADK's gen_ai.tool.name on "execute_tool (merged)"
 _MERGED_SPAN: Final = "execute_tool (merged)"
 _TOOL_PREFIX: Final = "execute_tool "
@@ -89,6 +90,7 @@ KEYS: Final = frozenset(
         "gen_ai.tool.call.id",
         "gen_ai.tool.call.arguments",
         "gen_ai.tool.call.result",
+        _TOOL_STATUS,
         "gen_ai.agent.name",
         "gen_ai.conversation.id",
         "gen_ai.request.model",
@@ -206,6 +208,7 @@ CONVENTION: Final = Convention(
         name_from_span=tool_from_span_name,
         unwrap_arguments=_flattened_arguments,
         assemble_arguments=unflatten_parameters,
+        status=(_TOOL_STATUS,),
     ),
     agent=AgentSpec(
         name=("gen_ai.agent.name", "agent_name"),

@@ -33,6 +33,7 @@ from toolwatch.conventions.attrs import (
     langgraph_answer,
     parse_json,
     span_name_as_is,
+    tool_message,
 )
 from toolwatch.model import SpanRole
 
@@ -57,6 +58,7 @@ CONVENTION: Final = Convention(
         arguments=(_INPUTS,),
         result=(_OUTPUTS,),
         name_from_span=span_name_as_is,
+        read_result=tool_message,
     ),
     agent=AgentSpec(
         name=(_AGENT_NAME,),

@@ -37,6 +37,7 @@ from toolwatch.conventions.attrs import (
     langgraph_answer,
     parse_json,
     span_name_as_is,
+    tool_message,
 )
 from toolwatch.model import SpanRole
 
@@ -85,6 +86,7 @@ CONVENTION: Final = Convention(
         arguments=("input.value", "gen_ai.tool.call.arguments"),
         result=("output.value", "gen_ai.tool.call.result"),
         name_from_span=span_name_as_is,
+        read_result=tool_message,
     ),
     agent=AgentSpec(
         name=("agent.name", "gen_ai.agent.name"),

@@ -23,6 +23,7 @@ from toolwatch.conventions.attrs import (
     ToolSpec,
     group_indexed,
     parse_json,
+    tool_message,
 )
 from toolwatch.model import SpanRole
 
@@ -98,6 +99,7 @@ CONVENTION: Final = Convention(
         result=("gen_ai.tool.call.result", "traceloop.entity.output"),
         name_from_span=_strip_suffix(".tool"),
         unwrap_arguments=unwrap_entity_input,
+        read_result=tool_message,
     ),
     agent=AgentSpec(
         name=("gen_ai.agent.name", "traceloop.entity.name"),

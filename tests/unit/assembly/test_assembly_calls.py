@@ -266,6 +266,48 @@ def test_spans_without_ids_join_requests_by_name_and_occurrence() -> None:
     ]
 
 
+def test_parallel_spans_without_ids_join_the_request_with_their_arguments() -> None:
+    """OpenAI Agents' tool spans carry no call id: two parallel get_weather calls whose
+    spans started in the other order than the model asked (a thread pool) still get their
+    own request's id, and keep the model's order."""
+    spans = [
+        agent(1, None, "a", 0, 100),
+        llm(
+            2,
+            1,
+            1,
+            10,
+            ask("get_weather", "call_p", {"city": "Paris"}, 0),
+            ask("get_weather", "call_l", {"city": "London"}, 1),
+        ),
+        tool(3, 1, "get_weather", 12, 30, arguments={"city": "London"}),
+        tool(4, 1, "get_weather", 13, 30, arguments='{"city": "Paris"}'),
+    ]
+    calls = only(spans).calls
+    assert [(c.call_id, c.span_id, c.arguments) for c in calls] == [
+        ("call_p", hexid(4), {"city": "Paris"}),
+        ("call_l", hexid(3), {"city": "London"}),
+    ]
+
+
+def test_spans_whose_arguments_match_no_request_join_by_occurrence() -> None:
+    spans = [
+        agent(1, None, "a", 0, 100),
+        llm(
+            2,
+            1,
+            1,
+            10,
+            ask("lookup", "call_1", {"order_id": "A-1"}, 0),
+            ask("lookup", "call_2", {"order_id": "A-2"}, 1),
+        ),
+        tool(3, 1, "lookup", 12, 30, arguments="A-2"),  # a single-argument tool's input
+        tool(4, 1, "lookup", 13, 30, arguments="A-1"),
+    ]
+    calls = only(spans).calls
+    assert [(c.call_id, c.span_id) for c in calls] == [("call_1", hexid(3)), ("call_2", hexid(4))]
+
+
 def test_double_encoded_and_unparseable_arguments() -> None:
     spans = [
         agent(1, None, "a", 0, 100),

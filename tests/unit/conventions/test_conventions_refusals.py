@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from toolwatch.conventions import genai, openinference
-from toolwatch.conventions.attrs import REFUSAL_REASONS, OutputBuilder
+from toolwatch.conventions import genai, openinference, recognize
+from toolwatch.conventions.attrs import REFUSAL_REASONS, OutputBuilder, finish_reason_list
 
 
 @pytest.mark.parametrize(
@@ -120,3 +120,53 @@ def test_a_repr_refusal_cut_at_the_value_limit_is_still_a_refusal() -> None:
 )
 def test_other_text_parts_stay_text(text: str) -> None:
     assert _summary(text) == ((text,), None)
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "prohibited_content",  # Gemini, lower-cased by google-genai's instrumentation and ADK
+        "blocklist",
+        "spii",
+        "recitation",
+        "image_safety",
+        "guardrail_intervened",  # Bedrock guardrails (Strands)
+    ],
+)
+def test_blocked_candidates_and_guardrails_are_refusals(reason: str) -> None:
+    attrs = {"gen_ai.operation.name": "chat", "gen_ai.response.finish_reasons": [reason]}
+    _, _, fields = recognize("chat gemini-2.5-flash", 0, attrs, None)
+    assert fields["refusal"] == reason
+
+
+def test_a_prompt_blocked_before_any_candidate_is_a_refusal() -> None:
+    """google-genai's instrumentation: no candidate, no finish reason, error.type
+    BLOCKED_<reason>."""
+    attrs = {
+        "gen_ai.operation.name": "generate_content",
+        "gen_ai.response.finish_reasons": [],
+        "error.type": "BLOCKED_SAFETY",
+    }
+    _, _, fields = recognize("generate_content gemini-2.5-flash", 0, attrs, None)
+    assert fields["refusal"] == "blocked_safety"
+
+
+@pytest.mark.parametrize("error", ["BLOCKED_", "TimeoutError", "blocked"])
+def test_other_model_errors_are_no_refusal(error: str) -> None:
+    attrs = {"gen_ai.operation.name": "chat", "error.type": error}
+    assert recognize("chat m", 2, attrs, None).fields["refusal"] is None
+
+
+@pytest.mark.parametrize(
+    ("value", "reasons"),
+    [
+        ("[content_filter]", ("content_filter",)),  # Azure SDK for Java, AWS ADOT Java
+        ("[stop, tool_calls]", ("stop", "tool_calls")),
+        ('["content_filter"]', ("content_filter",)),
+        ("['length']", ("length",)),
+        ("[]", ()),
+        ("stop,tool_calls", ("stop", "tool_calls")),
+    ],
+)
+def test_finish_reasons_in_every_spelling(value: str, reasons: tuple[str, ...]) -> None:
+    assert finish_reason_list(value) == reasons
