@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import RunningServer
+from tests.integration.test_evaluation_e2e import findings_log
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "otlp"
 _EXPECTED_SUFFIX = ".expected.json"
@@ -172,8 +173,34 @@ def test_a_run_names_the_agent_it_used_as_a_tool(
     assert [t["agents"] for t in server.tooltraces()] == [["concierge", "refund_desk_agent"]]
 
 
+@pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("__handoff")])
+def test_a_handoff_is_one_run_verified_across_both_agents(
+    start_server: Callable[..., RunningServer], tmp_path: Path, name: str
+) -> None:
+    """Every exporter of the OpenAI Agents SDK: the triage agent looks the order up, hands
+    off, and the refund agent refunds it. One run, led by the triage agent: the bound
+    verification holds across the handoff, so nothing pages; the refund agent's calls keep
+    its name (allowed_tools per agent still apply)."""
+    config = tmp_path / "policy.yaml"
+    config.write_text(
+        "policy:\n"
+        "  dangerous_tools: [issue_refund]\n"
+        "  verification_tools: [lookup_order]\n"
+        "  bindings:\n"
+        "    issue_refund.order_id: lookup_order.order_id\n"
+    )
+    server = start_server(config)
+    send_fixture(server, name)
+    server.settle()
+    (trace,) = server.tooltraces()
+    assert trace["agents"] == ["triage_agent", "refund_agent"]
+    refund = [c for c in trace["calls"] if c["tool_name"] == "issue_refund"]
+    assert [c["agent"] for c in refund] == ["refund_agent"]
+    assert findings_log(server) == []
+
+
 def test_every_fixture_has_an_expectation() -> None:
     names = _fixture_names()
-    assert len(names) == 89  # 81 Python captures and 8 of the Vercel AI SDK (TypeScript)
+    assert len(names) == 93  # 85 Python captures and 8 of the Vercel AI SDK (TypeScript)
     for name in names:
         assert (FIXTURES / f"{name}{_EXPECTED_SUFFIX}").is_file(), name

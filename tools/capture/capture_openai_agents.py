@@ -45,7 +45,7 @@ from tools.capture.otlp import Capture, configure_logfire
 
 __all__ = ["SCENARIOS", "instrument"]
 
-SCENARIOS = ("refund", "parallel", "tool_error", "refusal", "agent_as_tool")
+SCENARIOS = ("refund", "parallel", "tool_error", "refusal", "agent_as_tool", "handoff")
 
 
 def instrument(name: str, capture: Capture) -> CaptureRun:
@@ -118,12 +118,18 @@ def _build_agent(scenario: str, client: Any) -> Any:
         for name in ("lookup_order", "issue_refund", "get_weather", "charge_card")
     }
 
-    def agent(name: str, *tool_names: str, extra: list[Any] | None = None) -> Any:
+    def agent(
+        name: str,
+        *tool_names: str,
+        extra: list[Any] | None = None,
+        handoffs: list[Any] | None = None,
+    ) -> Any:
         return Agent(
             name=name,
             instructions="You are a helpful customer-support agent. Use the tools.",
             model=model,
             tools=[tools[tool] for tool in tool_names] + (extra or []),
+            handoffs=handoffs or [],
         )
 
     if scenario == "parallel":
@@ -134,6 +140,9 @@ def _build_agent(scenario: str, client: Any) -> Any:
             tool_name="refund_desk", tool_description="Ask the refund desk about an order."
         )
         return agent("concierge", extra=[desk_tool])
+    if scenario == "handoff":
+        refunds = agent("refund_agent", "issue_refund")
+        return agent("triage_agent", "lookup_order", handoffs=[refunds])
     return agent("support_agent", "lookup_order", "issue_refund", "charge_card")
 
 

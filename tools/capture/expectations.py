@@ -65,6 +65,17 @@ SCRIPTED: dict[str, dict[str, Any]] = {
         ],
         "eligible for a refund",
     ),
+    # One run across the handoff: the refund agent's issue_refund is verified by the triage
+    # agent's lookup_order (a run per agent would page MISSING_VERIFICATION_STEP).
+    "handoff": _run(
+        "triage_agent",
+        [
+            _call("lookup_order", {"order_id": "A-1001"}),
+            _call("transfer_to_refund_agent", None),  # "{}": not every exporter keeps it
+            _call("issue_refund", REFUND_ARGS),
+        ],
+        "which you had verified",
+    ),
 }
 
 _AGENTS_SDK = (
@@ -72,6 +83,13 @@ _AGENTS_SDK = (
     "trace_include_sensitive_data=True. Tool spans carry NO call id (the SDK's function span "
     "has none): join the model's requested calls (call_id on the LLM span) to tool spans by "
     "(agent, tool name, k-th occurrence). "
+)
+_AGENTS_HANDOFF = (
+    " Handoff: the SDK ends triage_agent's span and starts refund_agent's as its SIBLING "
+    "under the workflow root (not nested); the model's transfer_to_refund_agent call has no "
+    "tool span, its output is {'assistant': 'refund_agent'}. One run is expected, led by "
+    "triage_agent, whose lookup_order verifies refund_agent's issue_refund. The handoff "
+    "span: "
 )
 _OI_AGENTS = _AGENTS_SDK + (
     "openinference-instrumentation-openai-agents 2.6.0. Tree: 'Agent workflow' (AGENT, root) > "
@@ -382,6 +400,30 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
         " Nesting is real: 'execute_tool refund_desk' > 'unknown' > "
         "'invoke_agent refund_desk_agent' > 'unknown' > 'execute_tool lookup_order'."
     ),
+    ("openai_agents", "openinference", "handoff"): _AGENTS_HANDOFF
+    + (
+        "'handoff to refund_agent' (TOOL, input.value = from, output.value = to) under "
+        "triage_agent's turn; refund_agent's AGENT span carries graph.node.parent_id = "
+        "triage_agent."
+    ),
+    ("openai_agents", "openllmetry", "handoff"): _AGENTS_HANDOFF
+    + (
+        "'triage_agent → unknown.handoff' (traceloop.span.kind=handoff, "
+        "gen_ai.handoff.from_agent; the target is not known when the span starts) under "
+        "triage_agent.agent."
+    ),
+    ("openai_agents", "otel_contrib", "handoff"): _AGENTS_HANDOFF
+    + (
+        "'agent_handoff OpenAI Agent' (gen_ai.operation.name=agent_handoff, "
+        "gen_ai.handoff.from_agent/to_agent). The model's transfer_to_refund_agent request "
+        "is in no structured field: gen_ai.output.messages holds only the Python repr "
+        "'ResponseFunctionToolCall(...)' as a text part, so the call is not expected."
+    ),
+    ("openai_agents", "logfire", "handoff"): _AGENTS_HANDOFF
+    + (
+        "'Handoff: {from_agent} → {to_agent}' with from_agent and to_agent; each 'Agent run' "
+        "span lists its handoffs."
+    ),
     ("pydantic_ai", "*", "tool_error"): (
         " The tool raises ModelRetry (pydantic-ai's way to report a failure to the model): "
         "status ERROR, exception event pydantic_ai.exceptions.ToolRetryError, the error text in "
@@ -452,6 +494,11 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
 
 #: Where what the spans show differs from the script's neutral expectation: the refusal
 #: message is the answer's text (framework, instrumentation or "*", scenario).
+#: Scripted calls no span of a fixture records (the notes say where they went).
+_UNRECORDED: dict[tuple[str, str, str], frozenset[str]] = {
+    ("openai_agents", "otel_contrib", "handoff"): frozenset({"transfer_to_refund_agent"}),
+}
+
 _FINAL_TEXT: dict[tuple[str, str, str], str] = {
     ("vercel_ai", "*", "refusal"): "can't help with that request",
     ("openai_client", "logfire", "refusal"): "can't help with that request",
@@ -469,6 +516,8 @@ def expected_for(framework: str, instrumentation: str, scenario: str) -> dict[st
         run["agent"] = None
         for call in run["calls"]:
             call["parallel"] = False  # run one after the other, requested in no span
+    unrecorded = _UNRECORDED.get((framework, instrumentation, scenario), frozenset())
+    run["calls"] = [call for call in run["calls"] if call["tool"] not in unrecorded]
     for key in ((framework, instrumentation, scenario), (framework, "*", scenario)):
         if key in _FINAL_TEXT:
             run["final_text_contains"] = _FINAL_TEXT[key]

@@ -86,6 +86,7 @@ ERROR_TEXT = "I could not charge the card for order A-1001: the payment was decl
 REFUSAL_TEXT = "I'm sorry, but I can't help with that request."
 DESK_TEXT = "Order A-1001 was delivered and is eligible for a refund."
 CONCIERGE_TEXT = "The refund desk says order A-1001 is eligible for a refund."
+HANDOFF_TEXT = "Refund R-77 of 25.00 USD was issued for order A-1001, which you had verified."
 
 SCENARIOS: dict[str, Scenario] = {
     scenario.name: scenario
@@ -130,6 +131,18 @@ SCENARIOS: dict[str, Scenario] = {
                     (("refund_desk", {"input": "[scenario:refund_desk] Check order A-1001."}),)
                 ),
                 Text(CONCIERGE_TEXT),
+            ),
+        ),
+        # The triage agent verifies the order, then hands the conversation off to the refund
+        # agent, which refunds it: one run across two agents (OpenAI Agents SDK handoffs).
+        Scenario(
+            "handoff",
+            "[scenario:handoff] Order A-1001 arrived broken, I want my money back.",
+            (
+                ToolCalls((("lookup_order", {"order_id": "A-1001"}),)),
+                ToolCalls((("transfer_to_refund_agent", {}),)),
+                ToolCalls((("issue_refund", {"order_id": "A-1001", "amount_usd": 25.0}),)),
+                Text(HANDOFF_TEXT),
             ),
         ),
         # The nested agent's own conversation, reached through the outer agent's tool input.

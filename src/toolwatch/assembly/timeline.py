@@ -16,6 +16,13 @@ root (``Agent workflow``, OpenInference kind AGENT / contrib SERVER ``invoke_age
 treated as a plain span, so the agents inside it are the runs, as with OpenLLMetry, whose
 workflow root is not an agent span.
 
+Handoffs. The OpenAI Agents SDK ends an agent's span when it hands the conversation off and
+starts the next agent's as its sibling: the agents of one request are sibling runs. A run
+that hands off (a ``transfer_to_`` call requested, or a handoff span: every exporter names
+one) and the next sibling run to start after it are one run, led by the first agent, its
+``agents`` naming each (``_joined_at_handoffs``): a refund the second agent makes is
+verified by the first agent's lookup, as in one agent.
+
 Lost nesting. OpenLLMetry's openai-agents instrumentation (0.62) parents the agent that
 ``as_tool()`` runs under the workflow root, a sibling of the calling agent, not under the
 tool span; only time says the tool ran it. An AGENT span with no TOOL ancestor is therefore
@@ -101,13 +108,21 @@ class _Run:
     span: SpanRecord | None  # the run span; None for a synthetic root
     agent_id: bytes | None  # the run's AGENT span id; None for the residual run
     spans: tuple[SpanRecord, ...]  # sorted by (start, span id)
+    end_ns: int  # the run span's end, or the last end of the runs it handed off to
 
     def __init__(
-        self, span: SpanRecord | None, agent_id: bytes | None, spans: tuple[SpanRecord, ...]
+        self,
+        span: SpanRecord | None,
+        agent_id: bytes | None,
+        spans: tuple[SpanRecord, ...],
+        end_ns: int | None = None,
     ) -> None:
         object.__setattr__(self, "span", span)
         object.__setattr__(self, "agent_id", agent_id)
         object.__setattr__(self, "spans", spans)
+        if end_ns is None:
+            end_ns = span.end_ns if span is not None else max(s.end_ns for s in spans)
+        object.__setattr__(self, "end_ns", end_ns)
 
 
 def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[ToolTrace]:
@@ -121,6 +136,8 @@ def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[
     tree = _Tree(spans, by_id, adopted) if adopted else recorded
     sites = _place(spans, tree, _workflows(spans, tree))
     runs = _runs(spans, by_id, sites)
+    if len(runs) > 1:
+        runs = _joined_at_handoffs(runs)
     built = [_tool_trace(trace, run, sites, normalize) for run in runs]
     if len(built) < 2:
         return built
@@ -370,6 +387,69 @@ def _runs(
     return runs
 
 
+def _joined_at_handoffs(runs: list[_Run]) -> list[_Run]:
+    """Runs that hand the conversation over to the next agent, joined with it into one run.
+
+    The OpenAI Agents SDK ends agent A's span at a handoff and starts agent B's as its
+    sibling (CONVENTIONS §6.5): one user request, one run, whose checks span both agents
+    (B's refund is verified by A's lookup). So B continues A's run when A holds a handoff
+    (``_handoff_ns``) and B is the next of A's sibling runs to start after it; a chain of
+    handoffs is one run, led by the first agent. Sibling runs with no handoff stay apart."""
+    by_parent: dict[bytes | None, list[_Run]] = {}
+    for run in runs:
+        if run.span is not None and run.agent_id is not None:
+            append_to(by_parent, run.span.parent_span_id, run)
+    led_by: dict[int, _Run] = {}  # id(run) -> the run that leads its chain
+    for siblings in by_parent.values():
+        if len(siblings) < 2:
+            continue
+        siblings.sort(key=_run_start)
+        for index in range(1, len(siblings)):
+            previous, run = siblings[index - 1], siblings[index]
+            handoff = _handoff_ns(previous)
+            if handoff is not None and _run_start(run) >= handoff:
+                led_by[id(run)] = led_by.get(id(previous), previous)
+    if not led_by:
+        return runs
+    members: dict[int, list[SpanRecord]] = {}
+    ends: dict[int, int] = {}
+    for run in runs:
+        lead = id(led_by.get(id(run), run))
+        members.setdefault(lead, []).extend(run.spans)
+        ends[lead] = max(ends.get(lead, run.end_ns), run.end_ns)
+    return [
+        _Run(run.span, run.agent_id, tuple(_in_time_order(members[id(run)])), ends[id(run)])
+        for run in runs
+        if id(run) not in led_by
+    ]
+
+
+def _run_start(run: _Run) -> int:
+    return run.span.start_ns if run.span is not None else 0
+
+
+#: How the OpenAI Agents SDK's handoffs are named: the tool the model calls
+#: (``transfer_to_<agent>``), and the handoff span of each exporter (OpenInference,
+#: OpenLLMetry, the contrib instrumentation, Logfire).
+_TRANSFER_TOOL: Final = "transfer_to_"
+_HANDOFF_NAMES: Final = ("handoff to ", "agent_handoff", "Handoff: ")
+_HANDOFF_SUFFIX: Final = ".handoff"
+
+
+def _handoff_ns(run: _Run) -> int | None:
+    """When ``run`` handed the conversation over: the start of its first handoff span, or of
+    the model output that asked for a ``transfer_to_`` tool; ``None`` if it did not."""
+    for span in run.spans:  # in time order
+        if span.role is SpanRole.LLM:
+            if any(call.name.startswith(_TRANSFER_TOOL) for call in span.output_tool_calls):
+                return span.start_ns
+        elif span.role is SpanRole.OTHER and (
+            span.name.startswith(_HANDOFF_NAMES) or span.name.endswith(_HANDOFF_SUFFIX)
+        ):
+            return span.start_ns
+    return None
+
+
 def _holds_calls(span: SpanRecord) -> bool:
     return span.role is SpanRole.TOOL or (
         span.role is SpanRole.LLM and bool(span.output_tool_calls)
@@ -410,7 +490,7 @@ def _tool_trace(
         complete=trace.complete,
         incomplete_reason=trace.incomplete_reason,
         start_ns=run.span.start_ns if run.span else min(s.start_ns for s in run.spans),
-        end_ns=run.span.end_ns if run.span else max(s.end_ns for s in run.spans),
+        end_ns=run.end_ns,
         span_count=len(run.spans),
         conversation_id=identity.conversation_id,
         reference_keys=_reference_keys(ranked),

@@ -4,7 +4,7 @@ and refusal finish reasons seen in captured traces (tests/fixtures/otlp)."""
 from __future__ import annotations
 
 import pytest
-from assembly_support import agent, ask, build, hexid, llm, only, span, tool
+from assembly_support import MS, agent, ask, build, hexid, llm, only, span, tool
 
 from toolwatch.assembly import timeline
 from toolwatch.assembly.timeline import REFUSAL_FINISH_REASONS
@@ -221,3 +221,63 @@ def test_trace_over_the_containment_check_bound_keeps_its_recorded_tree(
     monkeypatch.setattr(timeline, "_MAX_ADOPTION_CHECKS", 3)
 
     assert [t.agent for t in build(lost_nesting())] == ["concierge", "refund_desk_agent"]
+
+
+def handoff_spans(*, marker: SpanRecord | None = None, second_start: int = 30) -> list[SpanRecord]:
+    """A workflow root (1) holding triage (2), which looks an order up and hands off, and
+    refunds (10), which refunds it: the OpenAI Agents SDK's sibling agent spans."""
+    handing = [] if marker is not None else [ask("transfer_to_refunds", "call_t", "{}", 0)]
+    return [
+        span(1, None, SpanRole.OTHER, 0, 100, name="Agent workflow"),
+        agent(2, 1, "triage", 1, 29),
+        llm(3, 2, 2, 5, ask("lookup_order", "call_l", {"order_id": "A-1"})),
+        tool(4, 2, "lookup_order", 6, 8, arguments={"order_id": "A-1"}),
+        llm(5, 2, 10, 12, *handing),
+        *([marker] if marker is not None else []),
+        agent(10, 1, "refunds", second_start, 99),
+        llm(11, 10, 40, 45, ask("issue_refund", "call_r", {"order_id": "A-1"})),
+        tool(12, 10, "issue_refund", 46, 50, arguments={"order_id": "A-1"}),
+        llm(13, 10, 55, 60, output_text="Refunded."),
+    ]
+
+
+def test_agents_that_hand_off_are_one_run_led_by_the_first() -> None:
+    trace = only(handoff_spans())
+    assert (trace.agent, trace.agents, trace.run_span_id) == (
+        "triage",
+        ("triage", "refunds"),
+        hexid(2),
+    )
+    assert [(c.tool_name, c.agent) for c in trace.calls] == [
+        ("lookup_order", "triage"),
+        ("transfer_to_refunds", "triage"),
+        ("issue_refund", "refunds"),
+    ]
+    assert trace.final_text == "Refunded."
+    assert (trace.start_ns, trace.end_ns, trace.span_count) == (1 * MS, 99 * MS, 8)
+
+
+@pytest.mark.parametrize(
+    "name", ["handoff to refunds", "agent_handoff OpenAI Agent", "triage → unknown.handoff"]
+)
+def test_a_handoff_span_hands_off_when_no_transfer_call_was_recorded(name: str) -> None:
+    marker = span(6, 2, SpanRole.OTHER, 13, 14, name=name)
+    assert only(handoff_spans(marker=marker)).agents == ("triage", "refunds")
+
+
+def test_sibling_runs_without_a_handoff_stay_apart() -> None:
+    marker = span(6, 2, SpanRole.OTHER, 13, 14, name="turn")
+    assert [t.agent for t in build(handoff_spans(marker=marker))] == ["triage", "refunds"]
+
+
+def test_a_sibling_that_started_before_the_handoff_is_not_its_target() -> None:
+    assert [t.agent for t in build(handoff_spans(second_start=9))] == ["triage", "refunds"]
+
+
+def test_a_chain_of_handoffs_is_one_run() -> None:
+    spans = handoff_spans()
+    spans[-1] = llm(13, 10, 55, 60, ask("transfer_to_billing", "call_b", "{}", 0))
+    spans += [agent(20, 1, "billing", 61, 90), llm(21, 20, 62, 70, output_text="Done.")]
+    (trace,) = build(spans)
+    assert trace.agents == ("triage", "refunds", "billing")
+    assert trace.final_text == "Done."
