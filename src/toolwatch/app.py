@@ -523,7 +523,14 @@ class App:
                 self.metrics.request_handled("http", "invalid", 0.0)
 
         server_log = ProtocolErrorLog(logging.getLogger("aiohttp.server"), refused)
-        runner = web.AppRunner(app, auto_decompress=False, access_log=None, logger=server_log)
+        runner = web.AppRunner(
+            app,
+            auto_decompress=False,
+            access_log=None,
+            logger=server_log,
+            # Also closes a connection whose first request never completes its headers.
+            keepalive_timeout=self.config.ingest.idle_timeout_seconds,
+        )
         await runner.setup()
         try:
             sock = _listening_socket(address)

@@ -198,6 +198,16 @@ class IngestSettings(_Section):
     read_timeout_seconds: float = Field(
         30.0, gt=0, le=600, description="a body not received by then frees its slot (retryable)"
     )
+    # aiohttp's own default is an hour: a client that opens a connection and never finishes
+    # its headers (slowloris) held a socket that long. 120 s outlasts the scrape interval and
+    # the Collector's idle connections (closed at 90 s, idle_conn_timeout), so the client
+    # closes an idle one first: no export is sent on a connection the server is closing.
+    idle_timeout_seconds: float = Field(
+        120.0,
+        gt=0,
+        le=3600,
+        description="an HTTP connection (OTLP or metrics) with no request for this long is closed",
+    )
     # gRPC's bandwidth-delay probing grows HTTP/2 windows ahead of reads, so calls waiting for
     # a slot would still have their bodies buffered by gRPC (measured: 100 x 10 MiB held 1 GiB
     # with 16 slots). Off, a waiting call holds one 64 KiB window; a body being read still

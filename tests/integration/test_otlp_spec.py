@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import gzip
+import http.client
 import json
 import logging
 import socket
@@ -981,3 +982,42 @@ def test_grpc_health_service_answers_serving(start_server: StartServer) -> None:
             health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=10)
     assert statuses == [health_pb2.HealthCheckResponse.SERVING] * 2
     assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    ("method", "path"), [("GET", "/v1/traces"), ("POST", "/v1/metrics"), ("POST", "/v1/trace")]
+)
+def test_an_error_answer_keeps_the_connection_for_the_next_export(
+    start_server: StartServer, method: str, path: str
+) -> None:
+    """OTLP clients keep their connection alive: a 404 or 405 (a mistyped path) must not
+    close it, or the next export pipelined on it is lost."""
+    server = start_server()
+    host, port = server.address("http").rsplit(":", 1)
+    connection = http.client.HTTPConnection(host, int(port), timeout=10)
+    try:
+        connection.request(method, path, body=b"" if method == "POST" else None)
+        wrong = connection.getresponse()
+        wrong.read()
+        assert (wrong.status, wrong.getheader("Connection")) in ((404, None), (405, None))
+        sock = connection.sock
+        connection.request("POST", "/v1/traces", body=b"", headers={"Content-Type": PROTOBUF})
+        right = connection.getresponse()
+        right.read()
+        assert right.status == 200
+        assert connection.sock is sock  # the same connection, not a new one
+    finally:
+        connection.close()
+
+
+def test_a_connection_that_never_finishes_its_headers_is_closed(
+    start_server: StartServer,
+) -> None:
+    """Slowloris: a client that opens connections and sends half a request head must not
+    hold their sockets (aiohttp's own limit is an hour): closed at ingest.idle_timeout_seconds.
+    Real time is the point of this test: 0.5 s."""
+    server = start_server(ingest__idle_timeout_seconds=0.5)
+    host, port = server.address("http").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as client:
+        client.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\n")
+        assert client.recv(100) == b""  # closed by the server, before the 10 s timeout

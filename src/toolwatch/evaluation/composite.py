@@ -40,7 +40,7 @@ from toolwatch.evaluation.base import (
 from toolwatch.evaluation.order import order_score
 from toolwatch.evaluation.selection import describe, jaccard, recall
 from toolwatch.evaluation.settings import CompositeSettings, ToolArgumentsSettings
-from toolwatch.model import EvalResult, GoldenCase, ToolTrace
+from toolwatch.model import EvalResult, GoldenCase, ReferenceKind, ToolTrace
 from toolwatch.names import NameNormalizer
 
 __all__ = [
@@ -90,12 +90,18 @@ class Composite:
         base = baseline(reference, "auto", self._normalize)
         if base is None:
             return None
-        names = sequences(trace, base, self._normalize).names
+        lined = sequences(trace, base, self._normalize)  # parallel calls in the other's order
+        names = lined.names
         report = compare_arguments(base.calls, trace.calls, self._scorer, self._normalize)
-        scores = self._scores(trace, base, names, report)
+        scores = self._scores(trace, base, lined.names, lined.reference, report)
         failure = self._failure(base, names, report)
+        selected = (
+            "Selection: 100% (the case names no tools)."
+            if _names_none(base)
+            else describe(scores["selection"], base.noun, base.names, names)
+        )
         explanation = (
-            describe(scores["selection"], base.noun, base.names, names)
+            selected
             + f" Ordering: {pct(scores['ordering'])}. Composite: {pct(scores['score'])}"
             + f"; failure: {failure or 'none'}."
         )
@@ -109,15 +115,24 @@ class Composite:
         return self._failure(base, names, report)
 
     def _scores(
-        self, trace: ToolTrace, base: Baseline, names: Sequence[str], report: ArgumentReport
+        self,
+        trace: ToolTrace,
+        base: Baseline,
+        names: Sequence[str],
+        reference: Sequence[str],
+        report: ArgumentReport,
     ) -> dict[str, float]:
+        """``names`` and ``reference`` (``base.names``) lined up: the members of a parallel
+        group on either side in the other's order, as ``order`` reads them."""
         if base.no_tools:
             selection = ordering = exact = 0.0 if names else 1.0
+        elif _names_none(base):
+            selection = ordering = exact = 1.0  # nothing to miss
         else:
             metric = jaccard if self.settings.selection_metric == "jaccard" else recall
             selection = metric(names, base.names)
-            ordering = order_score(names, base.names, base.kind)
-            exact = 1.0 if tuple(names) == base.names else 0.0
+            ordering = order_score(names, reference, base.kind)
+            exact = 1.0 if tuple(names) == tuple(reference) else 0.0
         weights = self.settings.weights
         scores = {
             "score": selection * weights.selection + ordering * weights.ordering,
@@ -145,6 +160,12 @@ class Composite:
         if any(score < self._threshold for score in scored):
             return WRONG_ARGUMENTS
         return None
+
+
+def _names_none(base: Baseline) -> bool:
+    """A golden case that names no tools (only a step count, a call count or a refusal):
+    it says nothing about which tools, or their order."""
+    return not base.names and not base.no_tools and base.kind is ReferenceKind.EXPECTED
 
 
 def step_efficiency(actual: int, minimum: int) -> float:

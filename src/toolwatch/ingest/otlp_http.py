@@ -279,7 +279,7 @@ async def _status_bodies(request: web.Request, handler: Handler) -> web.StreamRe
     for name in _KEPT_HEADERS:
         if name in response.headers:
             answer.headers[name] = response.headers[name]
-    if not response.keep_alive:
+    if response.keep_alive is False:  # None until prepared: closed only when it was forced
         answer.force_close()
     return answer
 

@@ -148,3 +148,29 @@ def test_parallel_calls_in_either_order_are_the_expected_sequence() -> None:
         evaluate(trace("refund", "notify"), case("notify", "refund")).scores["tool_name_accuracy"]
         == 0.0
     )
+
+
+def test_a_sources_parallel_calls_in_either_order_are_its_sequence() -> None:
+    """The source asked for b and c together; the candidate called them one after the
+    other, in the other order: ordering and the exact sequence hold, as ``order`` says."""
+    composite = Composite(CompositeSettings(), ToolArgumentsSettings(), NameNormalizer())
+    source = trace("a", call("c", index=1, group=1), call("b", index=2, group=1))
+    result = composite(trace("a", "b", "c"), Reference(source=source))
+    assert result is not None
+    assert (result.scores["ordering"], result.scores["tool_name_accuracy"]) == (1.0, 1.0)
+    assert result.scores["score"] == 1.0
+    apart = composite(trace("a", "b", "c"), Reference(source=trace("a", "c", "b")))
+    assert apart is not None and apart.scores["tool_name_accuracy"] == 0.0
+
+
+@pytest.mark.parametrize(
+    "fields", [{"expected_min_steps": 3}, {"expected_tool_count": 3}, {"expected_refusal": False}]
+)
+def test_a_case_that_names_no_tools_misses_none(fields: dict[str, Any]) -> None:
+    """A canary case that only bounds the steps, counts the calls or expects an answer says
+    nothing about which tools: a run that meets it is not scored as calling wrong ones."""
+    result = evaluate(trace("lookup", "check", "refund"), case(**fields))
+    selection = [result.scores[k] for k in ("selection", "ordering", "tool_name_accuracy")]
+    assert selection == [1.0, 1.0, 1.0]
+    assert result.explanation.endswith("failure: none.")
+    assert result.explanation.startswith("Selection: 100% (the case names no tools). ")
