@@ -201,6 +201,6 @@ def test_a_handoff_is_one_run_verified_across_both_agents(
 
 def test_every_fixture_has_an_expectation() -> None:
     names = _fixture_names()
-    assert len(names) == 93  # 85 Python captures and 8 of the Vercel AI SDK (TypeScript)
+    assert len(names) == 95  # 87 Python captures and 8 of the Vercel AI SDK (TypeScript)
     for name in names:
         assert (FIXTURES / f"{name}{_EXPECTED_SUFFIX}").is_file(), name

@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from opentelemetry import trace
+from pydantic import BaseModel
 from pydantic_ai import Agent, ModelRetry, RunContext
 from pydantic_ai.models.instrumented import InstrumentationSettings
 from pydantic_ai.models.openai import OpenAIChatModel
@@ -26,9 +27,26 @@ from tools.capture.cli import CaptureRun, main
 from tools.capture.fake_model import FakeModelServer
 from tools.capture.otlp import Capture
 
-__all__ = ["SCENARIOS", "instrument"]
+__all__ = ["SCENARIOS", "WeatherReport", "instrument"]
 
-SCENARIOS = ("refund", "parallel", "tool_error", "tool_crash", "refusal", "agent_as_tool")
+
+class WeatherReport(BaseModel):
+    """The structured answer of ``structured_output``: pydantic-ai asks the model for it
+    through an output tool, ``final_result``."""
+
+    city: str
+    summary: str
+
+
+SCENARIOS = (
+    "refund",
+    "parallel",
+    "tool_error",
+    "tool_crash",
+    "refusal",
+    "agent_as_tool",
+    "structured_output",
+)
 INSTRUCTIONS = "You are a helpful customer-support agent. Use the tools."
 
 
@@ -72,6 +90,14 @@ def _build_agent(scenario: str, server: FakeModelServer) -> Any:
 
     if scenario == "parallel":
         return agent("weather_agent", scripts.get_weather)
+    if scenario == "structured_output":
+        return Agent(
+            model,
+            name="weather_agent",
+            instructions=INSTRUCTIONS,
+            tools=[scripts.get_weather],
+            output_type=WeatherReport,
+        )
     if scenario == "tool_error":
         charge_card_retry.__name__ = "charge_card"
         return agent("support_agent", scripts.lookup_order, charge_card_retry)

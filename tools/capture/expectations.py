@@ -65,6 +65,10 @@ SCRIPTED: dict[str, dict[str, Any]] = {
         ],
         "eligible for a refund",
     ),
+    # The output tool (final_result) is the answer, not a call of the run.
+    "structured_output": _run(
+        "weather_agent", [_call("get_weather", {"city": "Paris"})], "sunny, 21C"
+    ),
     # One run across the handoff: the refund agent's issue_refund is verified by the triage
     # agent's lookup_order (a run per agent would page MISSING_VERIFICATION_STEP).
     "handoff": _run(
@@ -423,6 +427,12 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
     + (
         "'Handoff: {from_agent} → {to_agent}' with from_agent and to_agent; each 'Agent run' "
         "span lists its handoffs."
+    ),
+    ("pydantic_ai", "*", "structured_output"): (
+        " output_type=WeatherReport: the model answers by calling the output tool "
+        "final_result, which pydantic-ai runs as no tool (no span). The last chat span's "
+        "gen_ai.output.messages still holds that tool_call part; model_request_parameters "
+        "names it among output_tools, and the agent span's final_result holds the answer."
     ),
     ("pydantic_ai", "*", "tool_error"): (
         " The tool raises ModelRetry (pydantic-ai's way to report a failure to the model): "

@@ -145,6 +145,16 @@ SCENARIOS: dict[str, Scenario] = {
                 Text(HANDOFF_TEXT),
             ),
         ),
+        # A structured answer: the model returns it by calling the output tool pydantic-ai
+        # registers for the output type (final_result), which is no tool call of the run.
+        Scenario(
+            "structured_output",
+            "[scenario:structured_output] What is the weather in Paris? Answer as a report.",
+            (
+                ToolCalls((("get_weather", {"city": "Paris"}),)),
+                ToolCalls((("final_result", {"city": "Paris", "summary": "sunny, 21C"}),)),
+            ),
+        ),
         # The nested agent's own conversation, reached through the outer agent's tool input.
         Scenario(
             "refund_desk",

@@ -17,6 +17,7 @@ from toolwatch.conventions import (
     logfire,
     openinference,
     openllmetry,
+    pydantic_ai,
     vercel_ai,
 )
 from toolwatch.conventions.attrs import (
@@ -31,9 +32,11 @@ from toolwatch.conventions.attrs import (
     first,
     first_str,
     merge_summaries,
+    parse_json,
     plain_text,
 )
 from toolwatch.conventions.events import ToolEvents, output_events, tool_events
+from toolwatch.model import RequestedCall
 
 __all__ = ["FieldBuilder", "agent_fields", "llm_fields", "tool_fields"]
 
@@ -43,6 +46,7 @@ FieldBuilder = Callable[[Convention, str, int, Attributes, EventSource], RoleFie
 _STATUS_ERROR: Final = 2  # OTLP Status.code STATUS_CODE_ERROR
 _ERROR_TYPE: Final = ("error.type",)
 _BLOCKED: Final = "BLOCKED_"
+_OUTPUT_TOOLS: Final = '"output_tools"'  # in the text of pydantic-ai's request parameters
 _AGENT_NAME: Final = ("gen_ai.agent.name",)
 _MODEL: Final = (
     "gen_ai.response.model",
@@ -198,8 +202,27 @@ def llm_fields(
     """A model call: requested tool calls in emission order, text, finish reasons, refusal."""
     summary = _llm_output(attrs, events)
     fields = _output_fields(summary, attrs)
-    fields["output_tool_calls"] = summary.tool_calls if summary is not None else ()
+    calls = summary.tool_calls if summary is not None else ()
+    fields["output_tool_calls"] = _without_output_tools(calls, attrs) if calls else calls
     return fields
+
+
+def _without_output_tools(
+    calls: tuple[RequestedCall, ...], attrs: Attributes
+) -> tuple[RequestedCall, ...]:
+    """``calls`` but those of pydantic-ai's output tools (``final_result``): a structured
+    answer the model returns by calling the tool pydantic-ai offers for its output type,
+    which runs no tool (no span; the agent span's ``final_result`` holds it). They are the
+    run's answer, not its calls. ``model_request_parameters`` names them."""
+    parameters = attrs.get(pydantic_ai.REQUEST_PARAMETERS)
+    if not isinstance(parameters, str) or _OUTPUT_TOOLS not in parameters:
+        return calls
+    offered = parse_json(parameters)
+    tools = offered.get("output_tools") if isinstance(offered, dict) else None
+    if not isinstance(tools, list):
+        return calls
+    names = {tool.get("name") for tool in tools if isinstance(tool, dict)}
+    return tuple(call for call in calls if call.name not in names)
 
 
 def _agent_output(

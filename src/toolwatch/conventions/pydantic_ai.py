@@ -15,14 +15,18 @@ from toolwatch.conventions import genai
 from toolwatch.conventions.attrs import AgentSpec, Attributes, Convention, ToolSpec
 from toolwatch.model import SpanRole
 
-__all__ = ["CONVENTION", "KEYS", "classify_by_name", "classify_tool_keys"]
+__all__ = ["CONVENTION", "KEYS", "REQUEST_PARAMETERS", "classify_by_name", "classify_tool_keys"]
 
 _TOOL_NAME: Final = "gen_ai.tool.name"
 _CALL_ID: Final = "gen_ai.tool.call.id"
 _TOOL_SPAN: Final = "running tool"
 
+#: A chat span's tools offered to the model, its output tools (``final_result``) among them.
+REQUEST_PARAMETERS: Final = "model_request_parameters"
 #: Attribute keys this module reads (besides the GenAI ones).
-KEYS: Final = frozenset({"tool_arguments", "tool_response", "agent_name", "final_result"})
+KEYS: Final = frozenset(
+    {"tool_arguments", "tool_response", "agent_name", "final_result", REQUEST_PARAMETERS}
+)
 
 _SPAN_NAME_ROLES: Final = {
     "running tools": SpanRole.WRAPPER,

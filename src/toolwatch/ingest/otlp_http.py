@@ -13,10 +13,13 @@ honor the Retry-After header"). The error answers aiohttp and the
 bearer-token check make on the receiver's listener (404, 405, 401) carry a
 ``google.rpc.Status`` too, as OTLP/HTTP asks of every 4xx and 5xx.
 
-A request that is not well-formed HTTP (a ``Content-Length`` that is no number, a bad chunk
-size) never reaches a handler: aiohttp's parser answers it 400 in plain text and closes the
-connection, and would log an ERROR with a traceback for each, so that any client could flood
-the log. ``ProtocolErrorLog`` logs those at DEBUG and counts them as ``invalid`` requests.
+A request that is not well-formed HTTP (a ``Content-Length`` that is no number, a bad first
+chunk size) never reaches a handler: aiohttp's parser answers it 400 in plain text and closes
+the connection, and would log an ERROR with a traceback for each, so that any client could
+flood the log. ``ProtocolErrorLog`` logs those at DEBUG and counts them as ``invalid``
+requests. A chunked body whose framing breaks after a handler started reading it is not
+told to the handler (aiohttp's parser queues the error as a next request): it is answered at
+the read timeout, 503, like a body that stalls.
 """
 
 from __future__ import annotations

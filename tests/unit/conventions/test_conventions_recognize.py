@@ -291,3 +291,28 @@ def test_a_pydantic_ai_builtin_tool_call_is_a_hosted_request() -> None:
         ("mcp_server:orders", True),
         ("issue_refund", False),  # only a JSON true marks it
     ]
+
+
+def test_pydantic_ais_output_tool_is_the_answer_not_a_call() -> None:
+    """pydantic-ai answers a structured output_type through the output tool final_result,
+    which runs no tool: the request is left out when model_request_parameters names it."""
+    output = [
+        {
+            "role": "assistant",
+            "parts": [
+                {"type": "tool_call", "id": "c1", "name": "get_weather", "arguments": "{}"},
+                {"type": "tool_call", "id": "c2", "name": "final_result", "arguments": "{}"},
+            ],
+        }
+    ]
+    attrs = {"gen_ai.operation.name": "chat", "gen_ai.output.messages": json.dumps(output)}
+    both = recognize("chat gpt-4o", 0, attrs, None).fields["output_tool_calls"]
+    assert [call.name for call in both] == ["get_weather", "final_result"]
+    attrs["model_request_parameters"] = json.dumps(
+        {
+            "function_tools": [{"name": "get_weather", "kind": "function"}],
+            "output_tools": [{"name": "final_result", "kind": "output"}],
+        }
+    )
+    (call,) = recognize("chat gpt-4o", 0, attrs, None).fields["output_tool_calls"]
+    assert call.name == "get_weather"
