@@ -18,10 +18,10 @@ workflow root is not an agent span.
 
 Handoffs. The OpenAI Agents SDK ends an agent's span when it hands the conversation off and
 starts the next agent's as its sibling: the agents of one request are sibling runs. A run
-that hands off (a ``transfer_to_`` call requested, or a handoff span: every exporter names
-one) and the next sibling run to start after it are one run, led by the first agent, its
-``agents`` naming each (``_joined_at_handoffs``): a refund the second agent makes is
-verified by the first agent's lookup, as in one agent.
+that hands off to the next sibling run to start after it (a handoff span, every exporter
+names one; or the call of ``transfer_to_<that agent>``) is one run with it, led by the first
+agent, its ``agents`` naming each (``_joined_at_handoffs``): a refund the second agent makes
+is verified by the first agent's lookup, as in one agent.
 
 Lost nesting. OpenLLMetry's openai-agents instrumentation (0.62) parents the agent that
 ``as_tool()`` runs under the workflow root, a sibling of the calling agent, not under the
@@ -48,6 +48,7 @@ Pure: the same set of spans gives the same ToolTraces whatever their order.
 from __future__ import annotations
 
 import bisect
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Final
@@ -318,7 +319,9 @@ def _adoptions(spans: list[SpanRecord], tree: _Tree) -> dict[bytes, bytes]:
 
 def _host_tool(agent: SpanRecord, tools: Sequence[SpanRecord], shape: _Shape) -> SpanRecord | None:
     """The innermost tool whose interval holds ``agent``'s and that lies below the agent's
-    parent but not below the agent (the agent hangs from a common ancestor)."""
+    parent but not below the agent (the agent hangs from a common ancestor). Of several,
+    one named after the agent wins (``as_tool(tool_name="refund_desk")`` runs
+    ``refund_desk_agent``): two agents used as tools at once each lie inside both calls."""
     hosts = [
         t
         for t in tools
@@ -327,7 +330,19 @@ def _host_tool(agent: SpanRecord, tools: Sequence[SpanRecord], shape: _Shape) ->
         and shape.below(t.span_id, agent.parent_span_id)
         and not shape.below(t.span_id, agent.span_id)
     ]
+    if len(hosts) > 1 and agent.agent_name:
+        named = [t for t in hosts if _names_each_other(t.tool_name, agent.agent_name)]
+        hosts = named or hosts
     return max(hosts, key=lambda t: (t.start_ns, -t.end_ns, t.span_id), default=None)
+
+
+def _names_each_other(tool: str | None, agent: str) -> bool:
+    """Whether one name starts with the other, case aside: ``refund_desk`` and
+    ``Refund_Desk_Agent``."""
+    if not tool:
+        return False
+    tool, agent = tool.lower(), agent.lower()
+    return agent.startswith(tool) or tool.startswith(agent)
 
 
 def _workflows(spans: list[SpanRecord], tree: _Tree) -> frozenset[bytes]:
@@ -406,7 +421,7 @@ def _joined_at_handoffs(runs: list[_Run]) -> list[_Run]:
         siblings.sort(key=_run_start)
         for index in range(1, len(siblings)):
             previous, run = siblings[index - 1], siblings[index]
-            handoff = _handoff_ns(previous)
+            handoff = _handoff_ns(previous, run)
             if handoff is not None and _run_start(run) >= handoff:
                 led_by[id(run)] = led_by.get(id(previous), previous)
     if not led_by:
@@ -434,16 +449,27 @@ def _run_start(run: _Run) -> int:
 _TRANSFER_TOOL: Final = "transfer_to_"
 _HANDOFF_NAMES: Final = ("handoff to ", "agent_handoff", "Handoff: ")
 _HANDOFF_SUFFIX: Final = ".handoff"
+_NOT_IN_TOOL_NAMES: Final = re.compile(r"[^a-z0-9_]")
 
 
-def _handoff_ns(run: _Run) -> int | None:
-    """When ``run`` handed the conversation over: the start of its first handoff span, or of
-    the model output that asked for a ``transfer_to_`` tool; ``None`` if it did not."""
+def _handoff_ns(run: _Run, to: _Run) -> int | None:
+    """When ``run`` handed the conversation over to ``to``: the start of its first handoff
+    span, or of the model output (or tool span) of the tool that transfers to ``to``'s agent
+    (``transfer_to_`` and its name as the SDK writes it: a ``transfer_to_account`` tool is no
+    handoff to an agent called otherwise); ``None`` if it did not."""
+    name = to.span.agent_name if to.span is not None else None
+    target = _TRANSFER_TOOL + _NOT_IN_TOOL_NAMES.sub("_", name.lower()) if name else None
     for span in run.spans:  # in time order
-        if span.role is SpanRole.LLM:
-            if any(call.name.startswith(_TRANSFER_TOOL) for call in span.output_tool_calls):
+        role = span.role
+        if role is SpanRole.LLM:
+            if target is not None and any(
+                call.name.lower() == target for call in span.output_tool_calls
+            ):
                 return span.start_ns
-        elif span.role is SpanRole.OTHER and (
+        elif role is SpanRole.TOOL:
+            if target is not None and (span.tool_name or "").lower() == target:
+                return span.start_ns
+        elif role is SpanRole.OTHER and (
             span.name.startswith(_HANDOFF_NAMES) or span.name.endswith(_HANDOFF_SUFFIX)
         ):
             return span.start_ns

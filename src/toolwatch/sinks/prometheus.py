@@ -338,7 +338,9 @@ class PrometheusMetrics:
         )
         self._stream_dropped = Counter(
             "toolwatch_stream_dropped_findings_total",
-            "Findings not delivered to a findings-stream subscriber whose queue was full.",
+            "Findings a findings-stream subscription did not deliver: dropped from its full queue,"
+            " let go before its replay read them, or queued when its client left and no longer"
+            " held for a resume.",
             registry=r,
         )
         self._shadow_unpaired = Counter(
@@ -377,23 +379,20 @@ class PrometheusMetrics:
         self._reloaded_at.set_to_current_time()
         # Series whose label values are known start at 0, so rate() and increase() see
         # their first increment (a series born at 1 shows none).
-        for what in _RELOADED:
-            self._reload_failures.labels(what)
-        for reason in REJECT_REASONS:
-            self._rejected.labels(reason)
-        for reason in DROP_REASONS:
-            self._dropped.labels(reason)
-        for bound in EVICTION_BOUNDS:
-            self._evictions.labels(bound)
-        for reason in UNPAIRED_REASONS:
-            self._shadow_unpaired.labels(reason)
-        for evaluator in EVALUATOR_ORDER:
-            self._evaluator_failures.labels(evaluator)
-        for listener in _LISTENERS:
-            self._auth_failures.labels(listener)
-        for transport in _TRANSPORTS:
-            self._received.labels(transport)
-            self._refused.labels(transport)
+        known: tuple[tuple[Counter, tuple[str, ...]], ...] = (
+            (self._reload_failures, _RELOADED),
+            (self._rejected, REJECT_REASONS),
+            (self._dropped, DROP_REASONS),
+            (self._evictions, EVICTION_BOUNDS),
+            (self._shadow_unpaired, UNPAIRED_REASONS),
+            (self._evaluator_failures, EVALUATOR_ORDER),
+            (self._auth_failures, _LISTENERS),
+            (self._received, _TRANSPORTS),
+            (self._refused, _TRANSPORTS),
+        )
+        for counter, values in known:
+            for value in values:
+                counter.labels(value)
 
     def _child(self, metric: _Metric, *values: str) -> _Metric:
         """``metric.labels(*values)``, memoized: ``labels`` validates and takes a lock on every

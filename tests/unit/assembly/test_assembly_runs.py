@@ -53,7 +53,8 @@ def test_workflow_agent_span_is_not_the_run_its_agent_is() -> None:
     ]
 
 
-def test_agents_inside_a_workflow_after_a_handoff_are_two_runs() -> None:
+def test_agents_inside_a_workflow_after_a_handoff_are_one_run() -> None:
+    """A transfer run as a tool span (the GenAI spec's ``execute_tool transfer_to_X``)."""
     spans = workflow_root(
         agent(3, 2, "triage", 2, 60),
         tool(4, 3, "transfer_to_billing", 5, 10),
@@ -63,9 +64,19 @@ def test_agents_inside_a_workflow_after_a_handoff_are_two_runs() -> None:
 
     traces = build(spans)
     assert [(t.agent, t.run_span_id, t.tool_names) for t in traces] == [
-        ("triage", hexid(3), ("transfer_to_billing",)),
-        ("billing", hexid(5), ("issue_refund",)),
+        ("triage", hexid(3), ("transfer_to_billing", "issue_refund")),
     ]
+
+
+def test_a_transfer_tool_named_for_no_sibling_agent_is_no_handoff() -> None:
+    """A bank's ``transfer_to_account`` tool, then another agent's run: two runs."""
+    spans = workflow_root(
+        agent(3, 2, "teller", 2, 60),
+        tool(4, 3, "transfer_to_account", 5, 10),
+        agent(5, 2, "auditor", 61, 150),
+        tool(6, 5, "lookup_order", 70, 80),
+    )
+    assert [t.agent for t in build(spans)] == ["teller", "auditor"]
 
 
 def test_agent_that_calls_a_model_itself_is_a_run_even_with_an_agent_inside() -> None:
@@ -156,11 +167,12 @@ def test_handoff_to_a_sibling_agent_after_the_tools_is_not_nesting() -> None:
         tool(5, 4, "issue_refund", 50, 60),
     ]
 
-    traces = build(spans)
-    assert [(t.agent, t.tool_names, [c.parent_call_id for c in t.calls]) for t in traces] == [
-        ("triage", ("transfer_to_billing",), [None]),
-        ("billing", ("issue_refund",), [None]),
-    ]
+    (trace,) = build(spans)  # one run across the handoff, no call nested in another
+    assert (trace.agents, trace.tool_names, [c.parent_call_id for c in trace.calls]) == (
+        ("triage", "billing"),
+        ("transfer_to_billing", "issue_refund"),
+        [None, None],
+    )
 
 
 def test_tool_that_already_holds_an_agent_adopts_no_other() -> None:
@@ -281,3 +293,26 @@ def test_a_chain_of_handoffs_is_one_run() -> None:
     (trace,) = build(spans)
     assert trace.agents == ("triage", "refunds", "billing")
     assert trace.final_text == "Done."
+
+
+def test_agents_used_as_tools_at_once_are_adopted_by_the_tool_named_for_them() -> None:
+    """OpenLLMetry hangs each agent an ``as_tool`` call ran from the workflow root: two such
+    calls at once each hold both agents' intervals, so the tool's name tells which ran which
+    (the innermost alone gave both agents to the later call)."""
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 300, name="Agent Workflow"),
+        agent(2, 1, "concierge", 1, 299),
+        tool(3, 2, "refund_desk", 10, 200, call_id="call_r"),
+        tool(4, 2, "shipping_desk", 11, 201, call_id="call_s"),
+        agent(5, 1, "refund_desk_agent", 20, 150),
+        tool(6, 5, "lookup_order", 30, 40),
+        agent(7, 1, "Shipping_Desk_Agent", 21, 160),
+        tool(8, 7, "track_package", 50, 60),
+    ]
+    calls = only(spans).calls
+    assert [(c.tool_name, c.parent_call_id) for c in calls] == [
+        ("refund_desk", None),
+        ("shipping_desk", None),
+        ("lookup_order", "call_r"),
+        ("track_package", "call_s"),
+    ]

@@ -270,14 +270,14 @@ def test_two_outermost_agents_are_two_tooltraces() -> None:
     spans = [
         span(1, None, SpanRole.OTHER, 0, 100, name="Agent workflow"),
         agent(2, 1, "triage", 1, 40),
-        tool(3, 2, "transfer_to_billing", 5, 10),
+        tool(3, 2, "lookup_order", 5, 10),
         agent(4, 1, "billing", 41, 90),
         tool(5, 4, "issue_refund", 50, 60),
-    ]
+    ]  # no handoff between them (test_assembly_runs: those are one run)
 
     traces = build(spans)
     assert [(t.agent, t.run_span_id, t.tool_names, t.span_count) for t in traces] == [
-        ("triage", hexid(2), ("transfer_to_billing",), 2),
+        ("triage", hexid(2), ("lookup_order",), 2),
         ("billing", hexid(4), ("issue_refund",), 2),
     ]
 
