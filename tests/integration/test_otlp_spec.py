@@ -920,6 +920,12 @@ def test_an_http_body_that_stalls_is_answered_503_and_frees_its_slot(
     assert until(lambda: in_flight(server) == 0)
     answer_ok = ok_response(post(server, refund_request().SerializeToString()))
     assert answer_ok == ExportTraceServiceResponse()
+    count = "toolwatch_export_request_duration_seconds_count"
+    outcomes = {
+        o: server.sample(count, {"transport": "http", "outcome": o})
+        for o in ("timeout", "overloaded")
+    }
+    assert outcomes == {"timeout": 1, "overloaded": 0}  # as gRPC counts it
 
 
 @pytest.mark.parametrize(

@@ -502,13 +502,13 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
     ),
 }
 
-#: Where what the spans show differs from the script's neutral expectation: the refusal
-#: message is the answer's text (framework, instrumentation or "*", scenario).
 #: Scripted calls no span of a fixture records (the notes say where they went).
 _UNRECORDED: dict[tuple[str, str, str], frozenset[str]] = {
     ("openai_agents", "otel_contrib", "handoff"): frozenset({"transfer_to_refund_agent"}),
 }
 
+#: Where what the spans show differs from the script's neutral expectation: the refusal
+#: message is the answer's text (framework, instrumentation or "*", scenario).
 _FINAL_TEXT: dict[tuple[str, str, str], str] = {
     ("vercel_ai", "*", "refusal"): "can't help with that request",
     ("openai_client", "logfire", "refusal"): "can't help with that request",

@@ -28,6 +28,10 @@ V = TypeVar("V")
 _OTLP_STATUS_ERROR: Final = 2  # OTLP Status.code ERROR
 _MAX_DECODE_DEPTH: Final = 8  # JSON nested in JSON strings; deeper than this is not arguments
 _DECORATOR_KEYS: Final = frozenset({"args", "kwargs", "sanitize_inputs_outputs"})
+#: Requests of one tool an execution's arguments are compared with: a model's parallel calls
+#: are a few; beyond, the k-th occurrence alone (each comparison decodes a request's JSON,
+#: and a run of thousands of calls of one tool would take quadratic time).
+_MAX_ARGUMENT_MATCHES: Final = 32
 
 # The records below are built one per span or call of every trace: their constructors are
 # written out, so that compiled (``toolwatch.compiled``) they are native. A named tuple's or
@@ -311,7 +315,7 @@ def _same_arguments(
     """The earliest-emitted request of the two queues that asked for the arguments ``span``
     ran with, when it could be one of several (taken out of its queue); else ``None``."""
     waiting = len(first) + (len(second) if second else 0)
-    if waiting < 2 or span.arguments is None:
+    if waiting < 2 or waiting > _MAX_ARGUMENT_MATCHES or span.arguments is None:
         return None
     ran = parse_arguments(span.arguments)[0]
     found: tuple[_Request, deque[_Request], int] | None = None

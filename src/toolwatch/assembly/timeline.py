@@ -18,10 +18,10 @@ workflow root is not an agent span.
 
 Handoffs. The OpenAI Agents SDK ends an agent's span when it hands the conversation off and
 starts the next agent's as its sibling: the agents of one request are sibling runs. A run
-that hands off to the next sibling run to start after it (a handoff span, every exporter
-names one; or the call of ``transfer_to_<that agent>``) is one run with it, led by the first
-agent, its ``agents`` naming each (``_joined_at_handoffs``): a refund the second agent makes
-is verified by the first agent's lookup, as in one agent.
+that hands off (the call of ``transfer_to_<agent>``, or a handoff span: every exporter
+writes one) and the sibling run of the agent it names, started once it ended, are one run,
+led by the first agent, its ``agents`` naming each (``_joined_at_handoffs``): a refund the
+second agent makes is verified by the first agent's lookup, as in one agent.
 
 Lost nesting. OpenLLMetry's openai-agents instrumentation (0.62) parents the agent that
 ``as_tool()`` runs under the workflow root, a sibling of the calling agent, not under the
@@ -403,27 +403,23 @@ def _runs(
 
 
 def _joined_at_handoffs(runs: list[_Run]) -> list[_Run]:
-    """Runs that hand the conversation over to the next agent, joined with it into one run.
+    """Runs that hand the conversation over to another agent, joined with it into one run.
 
     The OpenAI Agents SDK ends agent A's span at a handoff and starts agent B's as its
     sibling (CONVENTIONS §6.5): one user request, one run, whose checks span both agents
-    (B's refund is verified by A's lookup). So B continues A's run when A holds a handoff
-    (``_handoff_ns``) and B is the next of A's sibling runs to start after it; a chain of
-    handoffs is one run, led by the first agent. Sibling runs with no handoff stay apart."""
+    (B's refund is verified by A's lookup). So B continues the run of the sibling A that
+    handed off to it (``_handoff``: to B's agent when it names one) and ended last before B
+    started; each A hands off once (requests run at once under one trace stay apart). A
+    chain of handoffs is one run, led by the first agent. Sibling runs with no handoff stay
+    apart."""
     by_parent: dict[bytes | None, list[_Run]] = {}
     for run in runs:
         if run.span is not None and run.agent_id is not None:
             append_to(by_parent, run.span.parent_span_id, run)
     led_by: dict[int, _Run] = {}  # id(run) -> the run that leads its chain
     for siblings in by_parent.values():
-        if len(siblings) < 2:
-            continue
-        siblings.sort(key=_run_start)
-        for index in range(1, len(siblings)):
-            previous, run = siblings[index - 1], siblings[index]
-            handoff = _handoff_ns(previous, run)
-            if handoff is not None and _run_start(run) >= handoff:
-                led_by[id(run)] = led_by.get(id(previous), previous)
+        if 2 <= len(siblings) <= _MAX_HANDOFF_SIBLINGS:
+            _chain(siblings, led_by)
     if not led_by:
         return runs
     members: dict[int, list[SpanRecord]] = {}
@@ -439,41 +435,105 @@ def _joined_at_handoffs(runs: list[_Run]) -> list[_Run]:
     ]
 
 
+#: Sibling runs looked at for handoffs (each against the earlier ones): more is no SDK run.
+_MAX_HANDOFF_SIBLINGS: Final = 256
+
+
+def _chain(siblings: list[_Run], led_by: dict[int, _Run]) -> None:
+    """For each of ``siblings`` (runs of one parent), the run that handed off to it, if any,
+    recorded in ``led_by`` as the run leading that one's chain."""
+    siblings.sort(key=_run_start)
+    handoffs = [_handoff(run) for run in siblings]
+    taken: set[int] = set()
+    for index, run in enumerate(siblings):
+        start = _run_start(run)
+        name = run.span.agent_name if run.span is not None else None
+        agent = _tool_style(name) if name else None
+        best = -1
+        for earlier in range(index):
+            handoff = handoffs[earlier]
+            previous = siblings[earlier]
+            if (
+                handoff is not None
+                and earlier not in taken
+                and handoff.at <= start
+                and previous.end_ns <= start
+                and handoff.hands_to(agent)
+                and (best < 0 or previous.end_ns > siblings[best].end_ns)
+            ):
+                best = earlier
+        if best >= 0:
+            taken.add(best)
+            previous = siblings[best]
+            led_by[id(run)] = led_by.get(id(previous), previous)
+
+
 def _run_start(run: _Run) -> int:
     return run.span.start_ns if run.span is not None else 0
 
 
 #: How the OpenAI Agents SDK's handoffs are named: the tool the model calls
-#: (``transfer_to_<agent>``), and the handoff span of each exporter (OpenInference,
-#: OpenLLMetry, the contrib instrumentation, Logfire).
+#: (``transfer_to_<agent>``), and the handoff span of each exporter (OpenInference's names
+#: its target; OpenLLMetry's, the contrib instrumentation's and Logfire's do not).
 _TRANSFER_TOOL: Final = "transfer_to_"
-_HANDOFF_NAMES: Final = ("handoff to ", "agent_handoff", "Handoff: ")
+_NAMED_HANDOFF: Final = "handoff to "
+_HANDOFF_NAMES: Final = ("agent_handoff", "Handoff: ")
 _HANDOFF_SUFFIX: Final = ".handoff"
 _NOT_IN_TOOL_NAMES: Final = re.compile(r"[^a-z0-9_]")
 
 
-def _handoff_ns(run: _Run, to: _Run) -> int | None:
-    """When ``run`` handed the conversation over to ``to``: the start of its first handoff
-    span, or of the model output (or tool span) of the tool that transfers to ``to``'s agent
-    (``transfer_to_`` and its name as the SDK writes it: a ``transfer_to_account`` tool is no
-    handoff to an agent called otherwise); ``None`` if it did not."""
-    name = to.span.agent_name if to.span is not None else None
-    target = _TRANSFER_TOOL + _NOT_IN_TOOL_NAMES.sub("_", name.lower()) if name else None
+@dataclass(frozen=True, slots=True)
+class _Handoff:
+    """Where a run handed the conversation over: when (its first sign), to whom the signs
+    name (agents as the SDK writes them in tool names), and whether a sign named no one."""
+
+    at: int
+    targets: frozenset[str]
+    unnamed: bool
+
+    def hands_to(self, agent: str | None) -> bool:
+        """Whether it may hand over to ``agent``: one it names, or any when it names none
+        (a ``transfer_to_account`` tool names an agent ``account``: no handoff to others)."""
+        if self.targets:
+            return agent is not None and agent in self.targets
+        return self.unnamed
+
+
+def _handoff(run: _Run) -> _Handoff | None:
+    """The handoff of ``run``: ``transfer_to_`` calls (requested, or run as tool spans) and
+    handoff spans; ``None`` if it has none."""
+    at: int | None = None
+    targets: set[str] = set()
+    unnamed = False
     for span in run.spans:  # in time order
         role = span.role
+        named: list[str] = []
         if role is SpanRole.LLM:
-            if target is not None and any(
-                call.name.lower() == target for call in span.output_tool_calls
-            ):
-                return span.start_ns
-        elif role is SpanRole.TOOL:
-            if target is not None and (span.tool_name or "").lower() == target:
-                return span.start_ns
-        elif role is SpanRole.OTHER and (
-            span.name.startswith(_HANDOFF_NAMES) or span.name.endswith(_HANDOFF_SUFFIX)
-        ):
-            return span.start_ns
-    return None
+            named = [c.name for c in span.output_tool_calls if _is_transfer(c.name)]
+        elif role is SpanRole.TOOL and span.tool_name is not None:
+            named = [span.tool_name] if _is_transfer(span.tool_name) else []
+        elif role is SpanRole.OTHER:
+            if span.name.startswith(_NAMED_HANDOFF):
+                targets.add(_tool_style(span.name[len(_NAMED_HANDOFF) :]))
+            elif span.name.startswith(_HANDOFF_NAMES) or span.name.endswith(_HANDOFF_SUFFIX):
+                unnamed = True
+            else:
+                continue
+            at = span.start_ns if at is None else at
+            continue
+        if named:
+            targets.update(name[len(_TRANSFER_TOOL) :].lower() for name in named)
+            at = span.start_ns if at is None else at
+    return None if at is None else _Handoff(at, frozenset(targets), unnamed)
+
+
+def _is_transfer(name: str) -> bool:
+    return name[: len(_TRANSFER_TOOL)].lower() == _TRANSFER_TOOL
+
+
+def _tool_style(name: str) -> str:
+    """An agent's name as the SDK writes it in its handoff tool's name."""
+    return _NOT_IN_TOOL_NAMES.sub("_", name.lower())
 
 
 def _holds_calls(span: SpanRecord) -> bool:

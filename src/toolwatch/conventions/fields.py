@@ -2,8 +2,10 @@
 
 Each convention says where its keys are (``ToolSpec``, ``AgentSpec``); this module reads them
 in that priority order, then falls back to span events only for what the attributes lacked.
-Values are kept as they arrived (JSON strings stay strings); only model outputs are parsed,
-because their tool calls must be split out in emission order.
+Values are kept as they arrived (JSON strings stay strings); model outputs are parsed,
+because their tool calls must be split out in emission order, and two framework envelopes
+when they may hold what no attribute does: a LangChain ``ToolMessage`` result (its call id,
+its error: ``attrs.tool_message``) and pydantic-ai's request parameters (its output tools).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ _STATUS_ERROR: Final = 2  # OTLP Status.code STATUS_CODE_ERROR
 _ERROR_TYPE: Final = ("error.type",)
 _BLOCKED: Final = "BLOCKED_"
 _OUTPUT_TOOLS: Final = '"output_tools"'  # in the text of pydantic-ai's request parameters
+_NO_OUTPUT_TOOLS: Final = '"output_tools":[]'
 _AGENT_NAME: Final = ("gen_ai.agent.name",)
 _MODEL: Final = (
     "gen_ai.response.model",
@@ -215,13 +218,17 @@ def _without_output_tools(
     which runs no tool (no span; the agent span's ``final_result`` holds it). They are the
     run's answer, not its calls. ``model_request_parameters`` names them."""
     parameters = attrs.get(pydantic_ai.REQUEST_PARAMETERS)
-    if not isinstance(parameters, str) or _OUTPUT_TOOLS not in parameters:
+    if (
+        not isinstance(parameters, str)
+        or _OUTPUT_TOOLS not in parameters
+        or _NO_OUTPUT_TOOLS in parameters  # the usual case: an output type that is text
+    ):
         return calls
     offered = parse_json(parameters)
     tools = offered.get("output_tools") if isinstance(offered, dict) else None
     if not isinstance(tools, list):
         return calls
-    names = {tool.get("name") for tool in tools if isinstance(tool, dict)}
+    names = {t.get("name") for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)}
     return tuple(call for call in calls if call.name not in names)
 
 

@@ -131,8 +131,7 @@ class HttpTraceReceiver:
         started = time.perf_counter()
         content_type = request.content_type
         try:
-            response = await self._handle(request, content_type)
-            outcome = "overloaded" if response.status == 503 else "ok"
+            outcome, response = await self._handle(request, content_type)
         except _RejectError as reject:
             outcome = "invalid" if reject.status == 400 else "refused"
             response = _status_response(reject, content_type)
@@ -145,13 +144,14 @@ class HttpTraceReceiver:
         self.metrics.request_handled(_TRANSPORT, outcome, time.perf_counter() - started)
         return response
 
-    async def _handle(self, request: web.Request, content_type: str) -> web.Response:
+    async def _handle(self, request: web.Request, content_type: str) -> tuple[str, web.Response]:
+        """The request's outcome (``ok``, ``overloaded``, ``timeout``) and its answer."""
         if content_type not in (_PROTOBUF, _JSON):
             sent = request.headers.get(hdrs.CONTENT_TYPE)  # aiohttp's default is not the client's
             said = f"content type {content_type!r} is not" if sent else "no content type: send"
             raise _RejectError(415, f"{said} {_PROTOBUF} or {_JSON}")
         if not self.slots.take():
-            return self._overloaded(content_type)
+            return "overloaded", self._overloaded(content_type)
         try:
             batch = await self._read(request, content_type)
         except TimeoutError:
@@ -159,13 +159,13 @@ class HttpTraceReceiver:
             # of the body is not waited for: the connection closes with the answer.
             response = self._overloaded(content_type, _read_timeout_message(self.slots))
             response.force_close()  # what is left of the body is not a next request
-            return response
+            return "timeout", response
         finally:
             self.slots.give()
         receipt = self.consume(batch, _TRANSPORT)
         if receipt.admission is Admission.OVERLOADED:
-            return self._overloaded(content_type)
-        return _message_response(200, export_response(batch, receipt), content_type)
+            return "overloaded", self._overloaded(content_type)
+        return "ok", _message_response(200, export_response(batch, receipt), content_type)
 
     async def _read(self, request: web.Request, content_type: str) -> DecodedBatch:
         """The body, decoded; ``TimeoutError`` when it did not arrive within the slots' read

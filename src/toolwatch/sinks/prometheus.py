@@ -82,6 +82,11 @@ _OUTCOMES: Final = ("complete", "timed_out", "evicted", "span_limit", "shutdown"
 _REFERENCES: Final = ("expected", "source", "none")
 _LISTENERS: Final = ("grpc", "http", "metrics", "stream")
 _RELOADED: Final = ("tokens", "certificate")
+#: Evaluator labels: the built-in evaluators, and the engine's own stage (an unexpected error
+#: while it evaluates a batch).
+_EVALUATORS: Final = (*EVALUATOR_ORDER, "engine")
+#: Request outcomes the shipped alerts watch: their series start at 0 (histograms, so not all).
+_ALERTED_OUTCOMES: Final = ("invalid", "refused", "overloaded", "timeout")
 
 _Metric = TypeVar("_Metric", Counter, Histogram)
 
@@ -209,7 +214,7 @@ class PrometheusMetrics:
         # Label values that come from the code are known: always kept, whatever the cap
         # (which then bounds only values no release of toolwatch reports, and custom
         # evaluators' names).
-        self._evaluator = LabelLimiter(EVALUATOR_ORDER, label_value_cap)
+        self._evaluator = LabelLimiter(_EVALUATORS, label_value_cap)
         self._rejected_reason = LabelLimiter(REJECT_REASONS, label_value_cap)
         self._dropped_reason = LabelLimiter(DROP_REASONS, label_value_cap)
         self._eviction_bound = LabelLimiter(EVICTION_BOUNDS, label_value_cap)
@@ -385,7 +390,7 @@ class PrometheusMetrics:
             (self._dropped, DROP_REASONS),
             (self._evictions, EVICTION_BOUNDS),
             (self._shadow_unpaired, UNPAIRED_REASONS),
-            (self._evaluator_failures, EVALUATOR_ORDER),
+            (self._evaluator_failures, _EVALUATORS),
             (self._auth_failures, _LISTENERS),
             (self._received, _TRANSPORTS),
             (self._refused, _TRANSPORTS),
@@ -393,6 +398,9 @@ class PrometheusMetrics:
         for counter, values in known:
             for value in values:
                 counter.labels(value)
+        for transport in _TRANSPORTS:  # what ToolwatchBackpressure and ...ExportsRejected read
+            for outcome in _ALERTED_OUTCOMES:
+                self._request_seconds.labels(transport, outcome)
 
     def _child(self, metric: _Metric, *values: str) -> _Metric:
         """``metric.labels(*values)``, memoized: ``labels`` validates and takes a lock on every

@@ -289,7 +289,7 @@ def test_a_sibling_that_started_before_the_handoff_is_not_its_target() -> None:
 def test_a_chain_of_handoffs_is_one_run() -> None:
     spans = handoff_spans()
     spans[-1] = llm(13, 10, 55, 60, ask("transfer_to_billing", "call_b", "{}", 0))
-    spans += [agent(20, 1, "billing", 61, 90), llm(21, 20, 62, 70, output_text="Done.")]
+    spans += [agent(20, 1, "billing", 100, 130), llm(21, 20, 101, 110, output_text="Done.")]
     (trace,) = build(spans)
     assert trace.agents == ("triage", "refunds", "billing")
     assert trace.final_text == "Done."
@@ -316,3 +316,36 @@ def test_agents_used_as_tools_at_once_are_adopted_by_the_tool_named_for_them() -
         ("lookup_order", "call_r"),
         ("track_package", "call_s"),
     ]
+
+
+def test_requests_run_at_once_in_one_trace_each_join_their_own_handoff() -> None:
+    """Two requests under one trace, triage then refunds each, interleaved: each refunds
+    run joins the triage run that ended last before it started, once."""
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 200, name="Agent workflow"),
+        agent(2, 1, "triage", 1, 30),
+        llm(3, 2, 2, 5, ask("transfer_to_refunds", "t1", "{}")),
+        agent(4, 1, "triage", 3, 40),
+        llm(5, 4, 4, 6, ask("transfer_to_refunds", "t2", "{}")),
+        agent(6, 1, "refunds", 31, 100),
+        tool(7, 6, "issue_refund", 50, 60, arguments={"order_id": "A-1"}),
+        agent(8, 1, "refunds", 41, 110),
+        tool(9, 8, "issue_refund", 70, 80, arguments={"order_id": "B-2"}),
+    ]
+    runs = [(t.run_span_id, [c.span_id for c in t.calls if c.span_id]) for t in build(spans)]
+    assert runs == [(hexid(2), [hexid(7)]), (hexid(4), [hexid(9)])]
+
+
+@pytest.mark.parametrize("marker", ["handoff to refunds_agent", "agent_handoff OpenAI Agent"])
+def test_a_handoff_to_one_agent_joins_no_other(marker: str) -> None:
+    """The triage agent hands off to refunds_agent, which never runs; the next request's
+    faq agent is no part of its run, whatever handoff span the exporter wrote."""
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 200, name="Agent workflow"),
+        agent(2, 1, "triage", 1, 30),
+        llm(3, 2, 2, 5, ask("transfer_to_refunds_agent", "t1", "{}")),
+        span(4, 2, SpanRole.OTHER, 6, 7, name=marker),
+        agent(5, 1, "faq", 31, 100),
+        tool(6, 5, "issue_refund", 50, 60),
+    ]
+    assert [t.agent for t in build(spans)] == ["triage", "faq"]

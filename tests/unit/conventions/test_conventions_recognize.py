@@ -316,3 +316,22 @@ def test_pydantic_ais_output_tool_is_the_answer_not_a_call() -> None:
     )
     (call,) = recognize("chat gpt-4o", 0, attrs, None).fields["output_tool_calls"]
     assert call.name == "get_weather"
+
+
+@pytest.mark.parametrize(
+    "parameters",
+    [
+        {"output_tools": [{"name": ["final_result"]}]},  # a name that is no string
+        {"output_tools": "final_result"},
+        {"output_tools": []},
+    ],
+)
+def test_odd_output_tool_lists_leave_the_calls_alone(parameters: dict[str, object]) -> None:
+    output = [{"role": "assistant", "parts": [{"type": "tool_call", "id": "c", "name": "t"}]}]
+    attrs = {
+        "gen_ai.operation.name": "chat",
+        "gen_ai.output.messages": json.dumps(output),
+        "model_request_parameters": json.dumps(parameters, separators=(",", ":")),
+    }
+    (call,) = recognize("chat m", 0, attrs, None).fields["output_tool_calls"]
+    assert call.name == "t"

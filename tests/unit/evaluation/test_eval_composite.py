@@ -174,3 +174,11 @@ def test_a_case_that_names_no_tools_misses_none(fields: dict[str, Any]) -> None:
     assert selection == [1.0, 1.0, 1.0]
     assert result.explanation.endswith("failure: none.")
     assert result.explanation.startswith("Selection: 100% (the case names no tools). ")
+
+
+def test_a_case_that_counts_no_calls_expects_none() -> None:
+    """expected_tool_count: 0 expects no call, as expected_no_tools does."""
+    made = evaluate(trace("lookup"), case(expected_tool_count=0))
+    assert (made.scores["score"], made.explanation.endswith("failure: wrong_tool.")) == (0.0, True)
+    none = evaluate(trace(), case(expected_tool_count=0))
+    assert none.scores["score"] == 1.0

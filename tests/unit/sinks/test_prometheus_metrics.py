@@ -278,8 +278,12 @@ def test_counters_whose_label_values_are_known_start_at_zero(
     }
     for name, reasons in known.items():
         assert [get(name, {"reason": reason}) for reason in reasons] == [0.0] * len(reasons)
-    for evaluator in EVALUATOR_ORDER:
+    for evaluator in (*EVALUATOR_ORDER, "engine"):
         assert get("toolwatch_evaluator_failures_total", {"evaluator": evaluator}) == 0.0
+    for outcome in ("invalid", "refused", "overloaded", "timeout"):
+        for transport in ("grpc", "http"):
+            labels = {"transport": transport, "outcome": outcome}
+            assert get("toolwatch_export_request_duration_seconds_count", labels) == 0.0
 
 
 def test_label_values_the_code_reports_are_kept_whatever_the_cap(
