@@ -28,9 +28,9 @@ V = TypeVar("V")
 _OTLP_STATUS_ERROR: Final = 2  # OTLP Status.code ERROR
 _MAX_DECODE_DEPTH: Final = 8  # JSON nested in JSON strings; deeper than this is not arguments
 _DECORATOR_KEYS: Final = frozenset({"args", "kwargs", "sanitize_inputs_outputs"})
-#: Requests of one tool an execution's arguments are compared with: a model's parallel calls
-#: are a few; beyond, the k-th occurrence alone (each comparison decodes a request's JSON,
-#: and a run of thousands of calls of one tool would take quadratic time).
+#: Requests of one tool an execution's arguments are compared with, the next in line: a
+#: model's parallel calls are a few (each comparison decodes a request's JSON, and reading
+#: every waiting request took quadratic time in a run of thousands of calls of one tool).
 _MAX_ARGUMENT_MATCHES: Final = 32
 
 # The records below are built one per span or call of every trace: their constructors are
@@ -313,14 +313,17 @@ def _same_arguments(
     span: SpanRecord, first: deque[_Request], second: deque[_Request] | None
 ) -> _Request | None:
     """The earliest-emitted request of the two queues that asked for the arguments ``span``
-    ran with, when it could be one of several (taken out of its queue); else ``None``."""
+    ran with, when it could be one of several (taken out of its queue); else ``None``. Only
+    the first ``_MAX_ARGUMENT_MATCHES`` of each queue, the requests next in line, are read."""
     waiting = len(first) + (len(second) if second else 0)
-    if waiting < 2 or waiting > _MAX_ARGUMENT_MATCHES or span.arguments is None:
+    if waiting < 2 or span.arguments is None:
         return None
     ran = parse_arguments(span.arguments)[0]
     found: tuple[_Request, deque[_Request], int] | None = None
     for queue in (first, second) if second else (first,):
         for index, request in enumerate(queue):
+            if index == _MAX_ARGUMENT_MATCHES:
+                break
             if parse_arguments(request.call.arguments)[0] == ran:
                 if found is None or request.position < found[0].position:
                     found = request, queue, index

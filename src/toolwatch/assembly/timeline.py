@@ -19,9 +19,11 @@ workflow root is not an agent span.
 Handoffs. The OpenAI Agents SDK ends an agent's span when it hands the conversation off and
 starts the next agent's as its sibling: the agents of one request are sibling runs. A run
 that hands off (the call of ``transfer_to_<agent>``, or a handoff span: every exporter
-writes one) and the sibling run of the agent it names, started once it ended, are one run,
-led by the first agent, its ``agents`` naming each (``_joined_at_handoffs``): a refund the
-second agent makes is verified by the first agent's lookup, as in one agent.
+writes one, most naming the agent) and the sibling run of the agent it names, started once
+it ended, are one run, led by the first agent, its ``agents`` naming each
+(``_joined_at_handoffs``): a refund the second agent makes is verified by the first agent's
+lookup, as in one agent. A handoff span that names no one (OpenLLMetry's) hands off to the
+next sibling when no call names one of the siblings (a renamed handoff tool).
 
 Lost nesting. OpenLLMetry's openai-agents instrumentation (0.62) parents the agent that
 ``as_tool()`` runs under the workflow root, a sibling of the calling agent, not under the
@@ -55,7 +57,7 @@ from typing import Final
 
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.calls import CallSite, append_to, build_calls
-from toolwatch.conventions.attrs import REFUSAL_REASONS
+from toolwatch.conventions.attrs import REFUSAL_REASONS, is_handoff_span
 from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolTrace
 from toolwatch.names import NameNormalizer
 
@@ -418,7 +420,7 @@ def _joined_at_handoffs(runs: list[_Run]) -> list[_Run]:
             append_to(by_parent, run.span.parent_span_id, run)
     led_by: dict[int, _Run] = {}  # id(run) -> the run that leads its chain
     for siblings in by_parent.values():
-        if 2 <= len(siblings) <= _MAX_HANDOFF_SIBLINGS:
+        if len(siblings) > 1:
             _chain(siblings, led_by)
     if not led_by:
         return runs
@@ -435,22 +437,18 @@ def _joined_at_handoffs(runs: list[_Run]) -> list[_Run]:
     ]
 
 
-#: Sibling runs looked at for handoffs (each against the earlier ones): more is no SDK run.
-_MAX_HANDOFF_SIBLINGS: Final = 256
-
-
 def _chain(siblings: list[_Run], led_by: dict[int, _Run]) -> None:
     """For each of ``siblings`` (runs of one parent), the run that handed off to it, if any,
-    recorded in ``led_by`` as the run leading that one's chain."""
+    recorded in ``led_by`` as the run leading that one's chain. Each run looks back over at
+    most ``_HANDOFF_LOOKBACK`` earlier siblings."""
     siblings.sort(key=_run_start)
     handoffs = [_handoff(run) for run in siblings]
+    named = {_agent_of(run) for run in siblings} - {None}
     taken: set[int] = set()
     for index, run in enumerate(siblings):
-        start = _run_start(run)
-        name = run.span.agent_name if run.span is not None else None
-        agent = _tool_style(name) if name else None
+        start, agent = _run_start(run), _agent_of(run)
         best = -1
-        for earlier in range(index):
+        for earlier in range(max(0, index - _HANDOFF_LOOKBACK), index):
             handoff = handoffs[earlier]
             previous = siblings[earlier]
             if (
@@ -458,7 +456,7 @@ def _chain(siblings: list[_Run], led_by: dict[int, _Run]) -> None:
                 and earlier not in taken
                 and handoff.at <= start
                 and previous.end_ns <= start
-                and handoff.hands_to(agent)
+                and handoff.hands_to(agent, named)
                 and (best < 0 or previous.end_ns > siblings[best].end_ns)
             ):
                 best = earlier
@@ -468,18 +466,23 @@ def _chain(siblings: list[_Run], led_by: dict[int, _Run]) -> None:
             led_by[id(run)] = led_by.get(id(previous), previous)
 
 
+#: Earlier sibling runs a run's handoff is looked for in: a conversation of many turns in one
+#: trace hands off turn by turn, and each turn's handoff is among the last few runs.
+_HANDOFF_LOOKBACK: Final = 16
+
+
+def _agent_of(run: _Run) -> str | None:
+    name = run.span.agent_name if run.span is not None else None
+    return _tool_style(name) if name else None
+
+
 def _run_start(run: _Run) -> int:
     return run.span.start_ns if run.span is not None else 0
 
 
-#: How the OpenAI Agents SDK's handoffs are named: the tool the model calls
-#: (``transfer_to_<agent>``), and the handoff span of each exporter (OpenInference's names
-#: its target; OpenLLMetry's, the contrib instrumentation's and Logfire's do not).
+#: The tool the OpenAI Agents SDK's model calls to hand off: ``transfer_to_<agent>``.
 _TRANSFER_TOOL: Final = "transfer_to_"
-_NAMED_HANDOFF: Final = "handoff to "
-_HANDOFF_NAMES: Final = ("agent_handoff", "Handoff: ")
-_HANDOFF_SUFFIX: Final = ".handoff"
-_NOT_IN_TOOL_NAMES: Final = re.compile(r"[^a-z0-9_]")
+_NOT_IN_TOOL_NAMES: Final = re.compile(r"[^a-zA-Z0-9_]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -491,38 +494,40 @@ class _Handoff:
     targets: frozenset[str]
     unnamed: bool
 
-    def hands_to(self, agent: str | None) -> bool:
-        """Whether it may hand over to ``agent``: one it names, or any when it names none
-        (a ``transfer_to_account`` tool names an agent ``account``: no handoff to others)."""
-        if self.targets:
-            return agent is not None and agent in self.targets
-        return self.unnamed
+    def hands_to(self, agent: str | None, siblings: set[str | None]) -> bool:
+        """Whether it may hand over to ``agent``: one it names; or, when it names none of
+        the ``siblings``' agents (a ``transfer_to_account`` tool; a handoff tool renamed) and
+        a handoff span named no one, any."""
+        if agent is not None and agent in self.targets:
+            return True
+        return self.unnamed and self.targets.isdisjoint(siblings)
 
 
 def _handoff(run: _Run) -> _Handoff | None:
     """The handoff of ``run``: ``transfer_to_`` calls (requested, or run as tool spans) and
-    handoff spans; ``None`` if it has none."""
+    handoff spans (the agent they name in ``tool_name``, see ``conventions.handoff_fields``);
+    ``None`` if it has none."""
     at: int | None = None
     targets: set[str] = set()
     unnamed = False
     for span in run.spans:  # in time order
         role = span.role
-        named: list[str] = []
         if role is SpanRole.LLM:
-            named = [c.name for c in span.output_tool_calls if _is_transfer(c.name)]
-        elif role is SpanRole.TOOL and span.tool_name is not None:
-            named = [span.tool_name] if _is_transfer(span.tool_name) else []
-        elif role is SpanRole.OTHER:
-            if span.name.startswith(_NAMED_HANDOFF):
-                targets.add(_tool_style(span.name[len(_NAMED_HANDOFF) :]))
-            elif span.name.startswith(_HANDOFF_NAMES) or span.name.endswith(_HANDOFF_SUFFIX):
-                unnamed = True
-            else:
-                continue
+            names = [
+                c.name[len(_TRANSFER_TOOL) :]
+                for c in span.output_tool_calls
+                if _is_transfer(c.name)
+            ]
+        elif role is SpanRole.TOOL and span.tool_name is not None and _is_transfer(span.tool_name):
+            names = [span.tool_name[len(_TRANSFER_TOOL) :]]
+        elif role is SpanRole.OTHER and is_handoff_span(span.name):
+            names = [span.tool_name] if span.tool_name else []
+            unnamed = unnamed or not names
             at = span.start_ns if at is None else at
+        else:
             continue
-        if named:
-            targets.update(name[len(_TRANSFER_TOOL) :].lower() for name in named)
+        if names:
+            targets.update(_tool_style(name) for name in names)
             at = span.start_ns if at is None else at
     return None if at is None else _Handoff(at, frozenset(targets), unnamed)
 
@@ -532,8 +537,9 @@ def _is_transfer(name: str) -> bool:
 
 
 def _tool_style(name: str) -> str:
-    """An agent's name as the SDK writes it in its handoff tool's name."""
-    return _NOT_IN_TOOL_NAMES.sub("_", name.lower())
+    """An agent's name as the SDK writes it in its handoff tool's name: characters other
+    than ASCII letters, digits and ``_`` replaced by ``_``, then lower case."""
+    return _NOT_IN_TOOL_NAMES.sub("_", name).lower()
 
 
 def _holds_calls(span: SpanRecord) -> bool:

@@ -37,7 +37,13 @@ from toolwatch.conventions.attrs import (
     ToolSpec,
 )
 from toolwatch.conventions.events import EVENT_ATTRIBUTE_KEYS, EVENT_NAMES
-from toolwatch.conventions.fields import FieldBuilder, agent_fields, llm_fields, tool_fields
+from toolwatch.conventions.fields import (
+    FieldBuilder,
+    agent_fields,
+    handoff_fields,
+    llm_fields,
+    tool_fields,
+)
 from toolwatch.model import SpanRole
 
 __all__ = [
@@ -124,5 +130,8 @@ def recognize(name: str, status_code: int, attrs: Attributes, events: EventSourc
     """
     role, convention = classify(name, attrs)
     build = _FIELD_BUILDERS.get(role)
-    fields = build(convention, name, status_code, attrs, events) if build else RoleFields()
+    if build is not None:
+        fields = build(convention, name, status_code, attrs, events)
+    else:
+        fields = handoff_fields(name, attrs) if role is SpanRole.OTHER else RoleFields()
     return Recognition(role, convention.name, fields)

@@ -23,6 +23,9 @@ from toolwatch.jsontext import loads
 from toolwatch.model import RequestedCall, SpanRole
 
 __all__ = [
+    "HANDOFF_SPAN_PREFIXES",
+    "HANDOFF_SPAN_SUFFIX",
+    "HANDOFF_TARGET_KEYS",
     "REFUSAL_REASONS",
     "AgentSpec",
     "Attributes",
@@ -40,6 +43,7 @@ __all__ = [
     "first",
     "first_str",
     "group_indexed",
+    "is_handoff_span",
     "langgraph_answer",
     "merge_summaries",
     "parse_json",
@@ -323,6 +327,20 @@ def finish_reason_list(value: Any) -> tuple[str, ...]:
 
 def _comma_joined(text: str) -> tuple[str, ...]:
     return tuple(part.strip().strip("\"'") for part in text.split(",") if part.strip())
+
+
+#: The OpenAI Agents SDK's handoff spans, as each exporter names them: OpenInference
+#: ``handoff to <agent>``, the contrib instrumentation ``agent_handoff …``, Logfire
+#: ``Handoff: {from_agent} → {to_agent}``, OpenLLMetry ``<agent> → <agent>.handoff``.
+HANDOFF_SPAN_PREFIXES: Final = ("handoff to ", "agent_handoff", "Handoff: ")
+HANDOFF_SPAN_SUFFIX: Final = ".handoff"
+#: Where a handoff span names the agent handed to, besides OpenInference's span name: the
+#: contrib instrumentation, Logfire. (OpenLLMetry's does not know it when it starts.)
+HANDOFF_TARGET_KEYS: Final = ("gen_ai.handoff.to_agent", "to_agent")
+
+
+def is_handoff_span(name: str) -> bool:
+    return name.startswith(HANDOFF_SPAN_PREFIXES) or name.endswith(HANDOFF_SPAN_SUFFIX)
 
 
 #: In the text of every LangChain ``ToolMessage`` result, and in few other results.

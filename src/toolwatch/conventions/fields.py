@@ -23,6 +23,7 @@ from toolwatch.conventions import (
     vercel_ai,
 )
 from toolwatch.conventions.attrs import (
+    HANDOFF_TARGET_KEYS,
     REFUSAL_REASONS,
     Attributes,
     Convention,
@@ -33,6 +34,7 @@ from toolwatch.conventions.attrs import (
     finish_reason_list,
     first,
     first_str,
+    is_handoff_span,
     merge_summaries,
     parse_json,
     plain_text,
@@ -40,7 +42,7 @@ from toolwatch.conventions.attrs import (
 from toolwatch.conventions.events import ToolEvents, output_events, tool_events
 from toolwatch.model import RequestedCall
 
-__all__ = ["FieldBuilder", "agent_fields", "llm_fields", "tool_fields"]
+__all__ = ["FieldBuilder", "agent_fields", "handoff_fields", "llm_fields", "tool_fields"]
 
 #: Extracts a role's fields: (convention, span name, status code, attributes, events).
 FieldBuilder = Callable[[Convention, str, int, Attributes, EventSource], RoleFields]
@@ -207,6 +209,21 @@ def llm_fields(
     fields = _output_fields(summary, attrs)
     calls = summary.tool_calls if summary is not None else ()
     fields["output_tool_calls"] = _without_output_tools(calls, attrs) if calls else calls
+    return fields
+
+
+_NAMED_HANDOFF: Final = "handoff to "
+
+
+def handoff_fields(name: str, attrs: Attributes) -> RoleFields:
+    """A plain span: when it is a handoff span that names the agent handed to, that agent's
+    name as ``tool_name`` (the handoff is a transfer tool's call), else nothing."""
+    if not is_handoff_span(name):
+        return RoleFields()
+    target = first_str(attrs, HANDOFF_TARGET_KEYS)
+    if target is None and name.startswith(_NAMED_HANDOFF):
+        target = name[len(_NAMED_HANDOFF) :] or None
+    fields: RoleFields = {"tool_name": target}
     return fields
 
 

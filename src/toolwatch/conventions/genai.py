@@ -91,6 +91,7 @@ KEYS: Final = frozenset(
         "gen_ai.tool.call.arguments",
         "gen_ai.tool.call.result",
         _TOOL_STATUS,
+        "gen_ai.handoff.to_agent",  # the contrib openai-agents instrumentation's handoff
         "gen_ai.agent.name",
         "gen_ai.conversation.id",
         "gen_ai.request.model",

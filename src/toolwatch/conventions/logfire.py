@@ -45,7 +45,7 @@ _EVENTS: Final = "events"
 _CHOICE: Final = "gen_ai.choice"
 
 #: Attribute keys this module reads (the generic ones only matter on Logfire's templates).
-KEYS: Final = frozenset({MSG_TEMPLATE, _EVENTS, "name", "input", "output"})
+KEYS: Final = frozenset({MSG_TEMPLATE, _EVENTS, "name", "input", "output", "to_agent"})
 
 _ROLES: Final = {
     "Function: {name}": SpanRole.TOOL,

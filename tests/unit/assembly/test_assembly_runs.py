@@ -336,16 +336,50 @@ def test_requests_run_at_once_in_one_trace_each_join_their_own_handoff() -> None
     assert runs == [(hexid(2), [hexid(7)]), (hexid(4), [hexid(9)])]
 
 
-@pytest.mark.parametrize("marker", ["handoff to refunds_agent", "agent_handoff OpenAI Agent"])
+@pytest.mark.parametrize(
+    "marker",
+    [
+        "handoff to refunds_agent",  # OpenInference
+        "agent_handoff OpenAI Agent",  # the contrib instrumentation, gen_ai.handoff.to_agent
+        "Handoff: {from_agent} → {to_agent}",  # Logfire, to_agent
+    ],
+)
 def test_a_handoff_to_one_agent_joins_no_other(marker: str) -> None:
     """The triage agent hands off to refunds_agent, which never runs; the next request's
-    faq agent is no part of its run, whatever handoff span the exporter wrote."""
+    faq agent is no part of its run: the handoff span names its target (recognition puts it
+    in tool_name)."""
     spans = [
         span(1, None, SpanRole.OTHER, 0, 200, name="Agent workflow"),
         agent(2, 1, "triage", 1, 30),
-        llm(3, 2, 2, 5, ask("transfer_to_refunds_agent", "t1", "{}")),
-        span(4, 2, SpanRole.OTHER, 6, 7, name=marker),
+        span(4, 2, SpanRole.OTHER, 6, 7, name=marker, tool_name="refunds_agent"),
         agent(5, 1, "faq", 31, 100),
         tool(6, 5, "issue_refund", 50, 60),
     ]
     assert [t.agent for t in build(spans)] == ["triage", "faq"]
+
+
+def test_a_renamed_handoff_tool_hands_off_by_its_unnamed_span() -> None:
+    """handoff(refunds, tool_name_override="transfer_to_desk") under OpenLLMetry, whose
+    handoff span names no target: the call names no sibling, so the span decides."""
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 200, name="Agent workflow"),
+        agent(2, 1, "triage", 1, 30),
+        llm(3, 2, 2, 5, ask("transfer_to_desk", "t1", "{}")),
+        span(4, 2, SpanRole.OTHER, 6, 7, name="triage → unknown.handoff"),
+        agent(5, 1, "refunds", 31, 100),
+        tool(6, 5, "issue_refund", 50, 60),
+    ]
+    assert [t.agents for t in build(spans)] == [("triage", "refunds")]
+
+
+@pytest.mark.parametrize(("name", "transfer"), [("\u0130ade Ajan\u0131", "transfer_to__ade_ajan_")])
+def test_a_transfer_names_its_agent_as_the_sdk_writes_it(name: str, transfer: str) -> None:
+    """The SDK replaces what is not an ASCII letter, digit or _ first, then lowercases."""
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 200, name="Agent workflow"),
+        agent(2, 1, "triage", 1, 30),
+        llm(3, 2, 2, 5, ask(transfer, "t1", "{}")),
+        agent(5, 1, name, 31, 100),
+        tool(6, 5, "issue_refund", 50, 60),
+    ]
+    assert [t.agents for t in build(spans)] == [("triage", name)]

@@ -335,3 +335,25 @@ def test_odd_output_tool_lists_leave_the_calls_alone(parameters: dict[str, objec
     }
     (call,) = recognize("chat m", 0, attrs, None).fields["output_tool_calls"]
     assert call.name == "t"
+
+
+@pytest.mark.parametrize(
+    ("name", "attrs", "target"),
+    [
+        ("handoff to refund_agent", {"openinference.span.kind": "TOOL"}, "refund_agent"),
+        (
+            "agent_handoff OpenAI Agent",
+            {"gen_ai.operation.name": "agent_handoff", "gen_ai.handoff.to_agent": "refunds"},
+            "refunds",
+        ),
+        ("Handoff: {from_agent} → {to_agent}", {"to_agent": "refunds"}, "refunds"),
+        ("triage → unknown.handoff", {"traceloop.span.kind": "handoff"}, None),
+        ("turn", {"to_agent": "refunds"}, None),  # no handoff span: nothing read
+    ],
+)
+def test_a_handoff_span_names_the_agent_it_hands_to(
+    name: str, attrs: dict[str, object], target: str | None
+) -> None:
+    role, _, fields = recognize(name, 0, attrs, None)
+    assert role is SpanRole.OTHER
+    assert fields.get("tool_name") == target

@@ -53,9 +53,10 @@ def test_vendor_kind_wins_over_genai_operation_name() -> None:
 
 
 def test_handoff_tool_span_is_not_a_tool_call() -> None:
+    """A plain span that names the agent it hands to (``tool_name``), for the timeline."""
     attrs = {"openinference.span.kind": "TOOL", "input.value": "agent1", "output.value": "agent2"}
     record = decode_one(span("handoff to agent2", attrs))
-    assert (record.role, record.tool_name, record.arguments) == (SpanRole.OTHER, None, None)
+    assert (record.role, record.tool_name, record.arguments) == (SpanRole.OTHER, "agent2", None)
 
 
 def test_chain_span_is_other() -> None:
