@@ -22,8 +22,10 @@ that hands off (the call of ``transfer_to_<agent>``, or a handoff span: every ex
 writes one, most naming the agent) and the sibling run of the agent it names, started once
 it ended, are one run, led by the first agent, its ``agents`` naming each
 (``_joined_at_handoffs``): a refund the second agent makes is verified by the first agent's
-lookup, as in one agent. A handoff span that names no one (OpenLLMetry's) hands off to the
-next sibling when no call names one of the siblings (a renamed handoff tool).
+lookup, as in one agent. A handoff span that names no one (OpenLLMetry's) hands off to a
+sibling started at once (within 10 ms) when no call names one of the siblings (a renamed
+handoff tool). Only the run's own agents hand off: a handoff inside an agent used as a tool
+is that tool call's.
 
 Lost nesting. OpenLLMetry's openai-agents instrumentation (0.62) parents the agent that
 ``as_tool()`` runs under the workflow root, a sibling of the calling agent, not under the
@@ -140,7 +142,7 @@ def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[
     sites = _place(spans, tree, _workflows(spans, tree))
     runs = _runs(spans, by_id, sites)
     if len(runs) > 1:
-        runs = _joined_at_handoffs(runs)
+        runs = _joined_at_handoffs(runs, sites)
     built = [_tool_trace(trace, run, sites, normalize) for run in runs]
     if len(built) < 2:
         return built
@@ -404,7 +406,7 @@ def _runs(
     return runs
 
 
-def _joined_at_handoffs(runs: list[_Run]) -> list[_Run]:
+def _joined_at_handoffs(runs: list[_Run], sites: dict[bytes, CallSite]) -> list[_Run]:
     """Runs that hand the conversation over to another agent, joined with it into one run.
 
     The OpenAI Agents SDK ends agent A's span at a handoff and starts agent B's as its
@@ -421,7 +423,7 @@ def _joined_at_handoffs(runs: list[_Run]) -> list[_Run]:
     led_by: dict[int, _Run] = {}  # id(run) -> the run that leads its chain
     for siblings in by_parent.values():
         if len(siblings) > 1:
-            _chain(siblings, led_by)
+            _chain(siblings, sites, led_by)
     if not led_by:
         return runs
     members: dict[int, list[SpanRecord]] = {}
@@ -437,38 +439,44 @@ def _joined_at_handoffs(runs: list[_Run]) -> list[_Run]:
     ]
 
 
-def _chain(siblings: list[_Run], led_by: dict[int, _Run]) -> None:
+def _chain(siblings: list[_Run], sites: dict[bytes, CallSite], led_by: dict[int, _Run]) -> None:
     """For each of ``siblings`` (runs of one parent), the run that handed off to it, if any,
-    recorded in ``led_by`` as the run leading that one's chain. Each run looks back over at
-    most ``_HANDOFF_LOOKBACK`` earlier siblings."""
+    recorded in ``led_by`` as the run leading that one's chain. A run is matched against
+    the handoffs not taken yet (the last ``_OPEN_HANDOFFS`` of them)."""
     siblings.sort(key=_run_start)
-    handoffs = [_handoff(run) for run in siblings]
     named = {_agent_of(run) for run in siblings} - {None}
-    taken: set[int] = set()
+    handoffs: dict[int, _Handoff] = {}
+    open_: list[int] = []  # indexes of runs whose handoff no run has taken yet
     for index, run in enumerate(siblings):
         start, agent = _run_start(run), _agent_of(run)
         best = -1
-        for earlier in range(max(0, index - _HANDOFF_LOOKBACK), index):
-            handoff = handoffs[earlier]
-            previous = siblings[earlier]
+        for earlier in open_:
+            handoff, previous = handoffs[earlier], siblings[earlier]
             if (
-                handoff is not None
-                and earlier not in taken
-                and handoff.at <= start
+                handoff.at <= start
                 and previous.end_ns <= start
-                and handoff.hands_to(agent, named)
+                and handoff.hands_to(agent, named, start - previous.end_ns)
                 and (best < 0 or previous.end_ns > siblings[best].end_ns)
             ):
                 best = earlier
         if best >= 0:
-            taken.add(best)
+            open_.remove(best)
             previous = siblings[best]
             led_by[id(run)] = led_by.get(id(previous), previous)
+        found = _handoff(run, sites)
+        if found is not None:
+            handoffs[index] = found
+            open_.append(index)
+            if len(open_) > _OPEN_HANDOFFS:
+                del open_[0]
 
 
-#: Earlier sibling runs a run's handoff is looked for in: a conversation of many turns in one
-#: trace hands off turn by turn, and each turn's handoff is among the last few runs.
-_HANDOFF_LOOKBACK: Final = 16
+#: Handoffs waiting for the run they hand to, at most: one per request running at once under
+#: one trace.
+_OPEN_HANDOFFS: Final = 256
+#: A handoff span that names no agent (OpenLLMetry's) hands to a sibling no call names only
+#: when it starts right as the handing-off run ends: the SDK starts the next agent at once.
+_UNNAMED_HANDOFF_GAP_NS: Final = 10_000_000
 
 
 def _agent_of(run: _Run) -> str | None:
@@ -494,24 +502,30 @@ class _Handoff:
     targets: frozenset[str]
     unnamed: bool
 
-    def hands_to(self, agent: str | None, siblings: set[str | None]) -> bool:
-        """Whether it may hand over to ``agent``: one it names; or, when it names none of
-        the ``siblings``' agents (a ``transfer_to_account`` tool; a handoff tool renamed) and
-        a handoff span named no one, any."""
+    def hands_to(self, agent: str | None, siblings: set[str | None], gap_ns: int) -> bool:
+        """Whether it may hand over to ``agent``, whose run started ``gap_ns`` after it
+        ended: one it names; or, when it names none of the ``siblings``' agents (a
+        ``transfer_to_account`` tool; a handoff tool renamed) and a handoff span named no
+        one, any that started at once."""
         if agent is not None and agent in self.targets:
             return True
-        return self.unnamed and self.targets.isdisjoint(siblings)
+        return (
+            self.unnamed and gap_ns <= _UNNAMED_HANDOFF_GAP_NS and self.targets.isdisjoint(siblings)
+        )
 
 
-def _handoff(run: _Run) -> _Handoff | None:
+def _handoff(run: _Run, sites: dict[bytes, CallSite]) -> _Handoff | None:
     """The handoff of ``run``: ``transfer_to_`` calls (requested, or run as tool spans) and
-    handoff spans (the agent they name in ``tool_name``, see ``conventions.handoff_fields``);
-    ``None`` if it has none."""
+    handoff spans (the agent they name in ``tool_name``, see ``conventions.handoff_fields``)
+    of the run's own agents, not of one it used as a tool (below a TOOL span); ``None`` if
+    it has none."""
     at: int | None = None
     targets: set[str] = set()
     unnamed = False
     for span in run.spans:  # in time order
         role = span.role
+        if sites[span.span_id].tool is not None:
+            continue  # an agent used as a tool hands off inside that tool's call
         if role is SpanRole.LLM:
             names = [
                 c.name[len(_TRANSFER_TOOL) :]

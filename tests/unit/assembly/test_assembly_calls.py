@@ -290,6 +290,32 @@ def test_parallel_spans_without_ids_join_the_request_with_their_arguments() -> N
     ]
 
 
+def test_parallel_calls_join_on_their_arguments_in_a_run_of_many_calls_of_the_tool() -> None:
+    """Only the requests next in line are read: 31 later turns of the same tool must not
+    turn the first turn's parallel calls back to the k-th occurrence."""
+    later = [ask("get_weather", f"call_{i}", {"city": f"c{i}"}, 0) for i in range(31)]
+    spans = [
+        agent(1, None, "a", 0, 1000),
+        llm(
+            2,
+            1,
+            1,
+            10,
+            ask("get_weather", "call_p", {"city": "Paris"}, 0),
+            ask("get_weather", "call_l", {"city": "London"}, 1),
+        ),
+        tool(3, 1, "get_weather", 12, 30, arguments={"city": "London"}),
+        tool(4, 1, "get_weather", 13, 30, arguments={"city": "Paris"}),
+        *(llm(100 + i, 1, 40 + 20 * i, 45 + 20 * i, call) for i, call in enumerate(later)),
+        *(
+            tool(200 + i, 1, "get_weather", 46 + 20 * i, 50 + 20 * i, arguments={"city": f"c{i}"})
+            for i in range(31)
+        ),
+    ]
+    first = only(spans).calls[:2]
+    assert [(c.call_id, c.span_id) for c in first] == [("call_p", hexid(4)), ("call_l", hexid(3))]
+
+
 def test_spans_whose_arguments_match_no_request_join_by_occurrence() -> None:
     spans = [
         agent(1, None, "a", 0, 100),

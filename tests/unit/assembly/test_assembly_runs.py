@@ -383,3 +383,51 @@ def test_a_transfer_names_its_agent_as_the_sdk_writes_it(name: str, transfer: st
         tool(6, 5, "issue_refund", 50, 60),
     ]
     assert [t.agents for t in build(spans)] == [("triage", name)]
+
+
+def test_seventeen_requests_at_once_each_join_their_own_handoff() -> None:
+    """Requests run at once under one trace (asyncio.gather in one trace()): all triage runs
+    start before any refunds run, and each refunds run still finds its handoff."""
+    count = 17
+    spans = [span(1, None, SpanRole.OTHER, 0, 10_000, name="Agent workflow")]
+    for i in range(count):
+        triage, refunds = 100 + 10 * i, 1000 + 10 * i
+        spans += [
+            agent(triage, 1, "triage", 1 + i, 100 + 10 * i),
+            llm(triage + 1, triage, 2 + i, 50 + i, ask("transfer_to_refunds", f"t{i}", "{}")),
+            agent(refunds, 1, "refunds", 100 + 10 * i, 500 + i),
+            tool(refunds + 1, refunds, "issue_refund", 200 + i, 210 + i),
+        ]
+    traces = build(spans)
+    assert len(traces) == count
+    assert all(t.agents == ("triage", "refunds") for t in traces)
+
+
+def test_an_unnamed_handoff_span_joins_no_later_turn() -> None:
+    """OpenLLMetry: transfer_to_refunds_agent, whose run never came, and a handoff span that
+    names no one; the next turn's faq agent starts a second later: no part of the run."""
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 5_000, name="Agent workflow"),
+        agent(2, 1, "triage", 1, 30),
+        llm(3, 2, 2, 5, ask("transfer_to_refunds_agent", "t1", "{}")),
+        span(4, 2, SpanRole.OTHER, 6, 7, name="triage → unknown.handoff"),
+        agent(5, 1, "faq", 1_030, 1_100),
+        tool(6, 5, "issue_refund", 1_050, 1_060),
+    ]
+    assert [t.agent for t in build(spans)] == ["triage", "faq"]
+
+
+def test_a_handoff_inside_an_agent_used_as_a_tool_is_not_the_runs() -> None:
+    """billing, called as a tool, hands off to ledger inside that call: the outer run did
+    not hand off, so the next turn's agent stays apart."""
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 5_000, name="Agent workflow"),
+        agent(2, 1, "triage", 1, 100),
+        tool(3, 2, "billing", 10, 90, call_id="call_b"),
+        agent(4, 3, "billing", 11, 50),
+        span(5, 4, SpanRole.OTHER, 20, 21, name="billing → unknown.handoff"),
+        agent(6, 3, "ledger", 51, 89),
+        agent(7, 1, "faq", 101, 200),
+        tool(8, 7, "lookup_order", 150, 160),
+    ]
+    assert [t.agent for t in build(spans)] == ["triage", "faq"]
