@@ -26,6 +26,7 @@ __all__ = [
     "HANDOFF_SPAN_PREFIXES",
     "HANDOFF_SPAN_SUFFIX",
     "HANDOFF_TARGET_KEYS",
+    "NAMED_HANDOFF_PREFIX",
     "REFUSAL_REASONS",
     "AgentSpec",
     "Attributes",
@@ -332,7 +333,8 @@ def _comma_joined(text: str) -> tuple[str, ...]:
 #: The OpenAI Agents SDK's handoff spans, as each exporter names them: OpenInference
 #: ``handoff to <agent>``, the contrib instrumentation ``agent_handoff …``, Logfire
 #: ``Handoff: {from_agent} → {to_agent}``, OpenLLMetry ``<agent> → <agent>.handoff``.
-HANDOFF_SPAN_PREFIXES: Final = ("handoff to ", "agent_handoff", "Handoff: ")
+NAMED_HANDOFF_PREFIX: Final = "handoff to "  # OpenInference's, followed by the agent's name
+HANDOFF_SPAN_PREFIXES: Final = (NAMED_HANDOFF_PREFIX, "agent_handoff", "Handoff: ")
 HANDOFF_SPAN_SUFFIX: Final = ".handoff"
 #: Where a handoff span names the agent handed to, besides OpenInference's span name: the
 #: contrib instrumentation, Logfire. (OpenLLMetry's does not know it when it starts.)

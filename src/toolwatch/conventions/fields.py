@@ -24,6 +24,7 @@ from toolwatch.conventions import (
 )
 from toolwatch.conventions.attrs import (
     HANDOFF_TARGET_KEYS,
+    NAMED_HANDOFF_PREFIX,
     REFUSAL_REASONS,
     Attributes,
     Convention,
@@ -212,17 +213,14 @@ def llm_fields(
     return fields
 
 
-_NAMED_HANDOFF: Final = "handoff to "
-
-
 def handoff_fields(name: str, attrs: Attributes) -> RoleFields:
     """A plain span: when it is a handoff span that names the agent handed to, that agent's
     name as ``tool_name`` (the handoff is a transfer tool's call), else nothing."""
     if not is_handoff_span(name):
         return RoleFields()
     target = first_str(attrs, HANDOFF_TARGET_KEYS)
-    if target is None and name.startswith(_NAMED_HANDOFF):
-        target = name[len(_NAMED_HANDOFF) :] or None
+    if target is None and name.startswith(NAMED_HANDOFF_PREFIX):
+        target = name[len(NAMED_HANDOFF_PREFIX) :] or None
     fields: RoleFields = {"tool_name": target}
     return fields
 

@@ -27,6 +27,7 @@ import re
 from typing import Any, Final
 
 from toolwatch.conventions.attrs import (
+    NAMED_HANDOFF_PREFIX,
     AgentSpec,
     Attributes,
     Convention,
@@ -45,7 +46,6 @@ __all__ = ["CONVENTION", "KEYS", "OUTPUT_PREFIX", "classify", "output_summary", 
 
 _SPAN_KIND: Final = "openinference.span.kind"
 OUTPUT_PREFIX: Final = "llm.output_messages."
-_HANDOFF_PREFIX: Final = "handoff to "
 _RAW_OUTPUT: Final = "output.value"
 _METADATA: Final = "metadata"
 _LC_AGENT: Final = '"lc_agent_name"'  # the key in ``metadata`` of every span of a LangChain agent
@@ -103,7 +103,7 @@ def classify(name: str, attrs: Attributes) -> tuple[SpanRole, Convention] | None
     if not isinstance(kind, str):
         return None
     role = _KIND_ROLES.get(kind.upper(), SpanRole.OTHER)
-    if role is SpanRole.TOOL and name.startswith(_HANDOFF_PREFIX):
+    if role is SpanRole.TOOL and name.startswith(NAMED_HANDOFF_PREFIX):
         role = SpanRole.OTHER
     elif role is SpanRole.OTHER and _is_langchain_agent(name, attrs):
         role = SpanRole.AGENT

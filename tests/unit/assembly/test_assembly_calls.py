@@ -266,12 +266,11 @@ def test_spans_without_ids_join_requests_by_name_and_occurrence() -> None:
     ]
 
 
-def test_parallel_spans_without_ids_join_the_request_with_their_arguments() -> None:
-    """OpenAI Agents' tool spans carry no call id: two parallel get_weather calls whose
-    spans started in the other order than the model asked (a thread pool) still get their
-    own request's id, and keep the model's order."""
-    spans = [
-        agent(1, None, "a", 0, 100),
+def started_out_of_order(agent_end: int) -> list[SpanRecord]:
+    """An agent whose model asked for get_weather(Paris) then (London) at once, and whose
+    tool spans, carrying no call id (OpenAI Agents), started London first (a thread pool)."""
+    return [
+        agent(1, None, "a", 0, agent_end),
         llm(
             2,
             1,
@@ -283,7 +282,11 @@ def test_parallel_spans_without_ids_join_the_request_with_their_arguments() -> N
         tool(3, 1, "get_weather", 12, 30, arguments={"city": "London"}),
         tool(4, 1, "get_weather", 13, 30, arguments='{"city": "Paris"}'),
     ]
-    calls = only(spans).calls
+
+
+def test_parallel_spans_without_ids_join_the_request_with_their_arguments() -> None:
+    """Each call still gets its own request's id, and keeps the model's order."""
+    calls = only(started_out_of_order(100)).calls
     assert [(c.call_id, c.span_id, c.arguments) for c in calls] == [
         ("call_p", hexid(4), {"city": "Paris"}),
         ("call_l", hexid(3), {"city": "London"}),
@@ -295,17 +298,7 @@ def test_parallel_calls_join_on_their_arguments_in_a_run_of_many_calls_of_the_to
     turn the first turn's parallel calls back to the k-th occurrence."""
     later = [ask("get_weather", f"call_{i}", {"city": f"c{i}"}, 0) for i in range(31)]
     spans = [
-        agent(1, None, "a", 0, 1000),
-        llm(
-            2,
-            1,
-            1,
-            10,
-            ask("get_weather", "call_p", {"city": "Paris"}, 0),
-            ask("get_weather", "call_l", {"city": "London"}, 1),
-        ),
-        tool(3, 1, "get_weather", 12, 30, arguments={"city": "London"}),
-        tool(4, 1, "get_weather", 13, 30, arguments={"city": "Paris"}),
+        *started_out_of_order(1000),
         *(llm(100 + i, 1, 40 + 20 * i, 45 + 20 * i, call) for i, call in enumerate(later)),
         *(
             tool(200 + i, 1, "get_weather", 46 + 20 * i, 50 + 20 * i, arguments={"city": f"c{i}"})
