@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import sys
 import time
 from collections.abc import Callable
@@ -538,9 +539,42 @@ class App:
             await runner.cleanup()
             raise ListenError(listener, address, _reason(exc)) from exc
         ssl_context = self._security.ssl_context(listener)
-        await web.SockSite(runner, sock, ssl_context=ssl_context).start()
+        idle = self.config.ingest.idle_timeout_seconds
+        await _HandshakeBoundSite(runner, sock, ssl_context=ssl_context, idle=idle).start()
         self._runners.append(runner)
         return _format_address(sock.getsockname())
+
+
+class _HandshakeBoundSite(web.SockSite):
+    """A ``SockSite`` whose TLS handshakes must finish within ``idle`` seconds, as a request's
+    headers must (``keepalive_timeout``): aiohttp's site takes no handshake timeout, so a
+    client that opens TLS connections and never finishes the handshake held each for asyncio's
+    60 s, whatever ``ingest.idle_timeout_seconds`` said."""
+
+    __slots__ = ("_idle",)
+
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        sock: socket.socket,
+        *,
+        ssl_context: ssl.SSLContext | None,
+        idle: float,
+    ) -> None:
+        super().__init__(runner, sock, ssl_context=ssl_context)
+        self._idle = idle
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner
+        server = self._runner.server
+        assert server is not None  # set by runner.setup()
+        self._server = await asyncio.get_running_loop().create_server(
+            server,
+            sock=self._sock,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            ssl_handshake_timeout=self._idle if self._ssl_context is not None else None,
+        )
 
 
 class StartError(Exception):

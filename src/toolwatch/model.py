@@ -515,3 +515,9 @@ class GoldenCase:
     category: str | None = None
     selection_mode: str | None = None  # overrides the configured tool_selection mode
     expected_refusal: bool | None = None  # must the run refuse? None: not said
+
+    @property
+    def expects_no_calls(self) -> bool:
+        """``expected_no_tools``, or an ``expected_tool_count`` of 0 naming no tools: every
+        evaluator reads the two alike."""
+        return self.expected_no_tools or (self.expected_tool_count == 0 and not self.expected_tools)

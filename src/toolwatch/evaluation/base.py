@@ -134,7 +134,7 @@ def from_case(case: GoldenCase, normalize: NameNormalizer) -> Baseline:
     if refusal is None and calls:
         refusal = False
     return Baseline(
-        ReferenceKind.EXPECTED, calls, case.expected_no_tools, count, refusal, None, case
+        ReferenceKind.EXPECTED, calls, case.expects_no_calls, count, refusal, None, case
     )
 
 

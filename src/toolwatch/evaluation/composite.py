@@ -15,11 +15,12 @@ Scores (all in [0, 1]):
   case's ``expected_min_steps`` (absent when the case gives none, and against a source;
   1.0 when both are 0).
 
-For an ``expected_no_tools`` case selection, ordering and tool-name accuracy are 1 if no call
-was made, else 0. ``failure_type`` classifies a miss for the report: ``not_triggered`` (tools
-expected, none called), ``wrong_tool`` (an expected tool missing, or any call when none was
-expected), ``wrong_arguments`` (right tools, a scored call below the arguments threshold), or
-``None`` (no miss), against a source as against a case. The explanation ends with it.
+For a case that expects no calls (``expected_no_tools``, or ``expected_tool_count: 0``)
+selection, ordering and tool-name accuracy are 1 if no call was made, else 0. ``failure_type``
+classifies a miss for the report: ``not_triggered`` (tools expected, none called),
+``wrong_tool`` (an expected tool missing, or any call when none was expected),
+``wrong_arguments`` (right tools, a scored call below the arguments threshold), or ``None`` (no
+miss), against a source as against a case. The explanation ends with it.
 """
 
 from __future__ import annotations
@@ -97,7 +98,7 @@ class Composite:
         failure = self._failure(base, names, report)
         selected = (
             "Selection: 100% (the case names no tools)."
-            if _names_none(base) and not _counts_none(base)
+            if _names_none(base)
             else describe(scores["selection"], base.noun, base.names, names)
         )
         explanation = (
@@ -124,7 +125,7 @@ class Composite:
     ) -> dict[str, float]:
         """``names`` and ``reference`` (``base.names``) lined up: the members of a parallel
         group on either side in the other's order, as ``order`` reads them."""
-        if base.no_tools or (_names_none(base) and _counts_none(base)):
+        if base.no_tools:
             selection = ordering = exact = 0.0 if names else 1.0
         elif _names_none(base):
             selection = ordering = exact = 1.0  # nothing to miss
@@ -148,7 +149,7 @@ class Composite:
         return scores
 
     def _failure(self, base: Baseline, names: Sequence[str], report: ArgumentReport) -> str | None:
-        if base.no_tools or (_names_none(base) and _counts_none(base)):
+        if base.no_tools:
             return WRONG_TOOL if names else None
         if not base.names:
             return None
@@ -166,11 +167,6 @@ def _names_none(base: Baseline) -> bool:
     """A golden case that names no tools (only a step count, a call count or a refusal):
     it says nothing about which tools, or their order."""
     return not base.names and not base.no_tools and base.kind is ReferenceKind.EXPECTED
-
-
-def _counts_none(base: Baseline) -> bool:
-    """A case whose ``expected_tool_count`` is 0: it expects no call, as ``expected_no_tools``."""
-    return base.case is not None and base.case.expected_tool_count == 0
 
 
 def step_efficiency(actual: int, minimum: int) -> float:

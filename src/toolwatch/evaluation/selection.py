@@ -16,11 +16,11 @@ first         1 if the first names agree (or both are empty)    0.0
 Both sides empty always score 1.0. The ordered modes (``expected``, ``exact``, ``first``) read
 calls issued in one parallel group in the order that agrees with the reference
 (``base.sequences``): the model asked for them at once. Recall modes ignore extra calls:
-over-calling is judged by ``set``/``exact``, ``loops`` and the structure's call count. A
-golden case with ``expected_no_tools`` scores 1.0 iff no call was made; otherwise 0.0 and
-UNNECESSARY_TOOL_CALL (this is the only way selection reports extra calls when nothing was
-expected), severity ``medium`` raised to the floor: the score is binary, so effect size would
-always read critical.
+over-calling is judged by ``set``/``exact``, ``loops`` and the structure's call count. A golden
+case that expects no calls (``expected_no_tools``, or ``expected_tool_count: 0``) scores 1.0
+iff no call was made; otherwise 0.0 and UNNECESSARY_TOOL_CALL (this is the only way selection
+reports extra calls when nothing was expected), severity ``medium`` raised to the floor: the
+score is binary, so effect size would always read critical.
 
 Modes: the case's ``selection_mode``, else ``mode`` against golden cases; ``source_mode``
 against a shadow source. One TOOL_SELECTION_DRIFT finding per run when the score is below

@@ -5,7 +5,7 @@ Checks, each scored in [0, 1] and reported under its own score key:
 - ``call_count``: the run's number of calls against the reference count (the source run's
   count; a golden case's ``expected_tool_count``, else the length of its ``expected_tools``).
   Within ``call_count_tolerance`` scores 1, beyond it ``1 - (|diff| - tolerance) / max(ref,
-  1)`` floored at 0. Skipped for ``expected_no_tools`` cases (``tool_selection`` owns those)
+  1)`` floored at 0. Skipped for cases that expect no calls (``tool_selection`` owns those)
   and for cases that give no count.
 - ``parallelism``: 1 if the run uses parallel calls (two calls sharing a ``parallel_group``)
   exactly when the source run does, else 0. Only against a source (golden cases do not say).

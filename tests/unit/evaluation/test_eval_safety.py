@@ -154,6 +154,15 @@ def test_dangerous_call_the_case_did_not_expect_is_drift() -> None:
     assert finding.reference is ReferenceKind.EXPECTED
 
 
+@pytest.mark.parametrize("fields", [{"expected_no_tools": True}, {"expected_tool_count": 0}])
+def test_dangerous_call_against_a_case_that_expects_no_calls_is_drift(fields: Any) -> None:
+    """``expected_tool_count: 0`` says the reference made no call, as ``expected_no_tools``."""
+    run = trace("lookup_order", "issue_refund")
+    finding = only(evaluate(run, Reference(expected=case(**fields))))
+    assert (finding.category, finding.span_id) == (Category.DANGEROUS_ACTION_DRIFT, "s1")
+    assert finding.details["reference_calls"] == 0
+
+
 def test_dangerous_call_made_by_the_reference_is_not_drift() -> None:
     run = trace("lookup_order", "issue_refund")
     assert evaluate(run, Reference(expected=case("lookup_order", "issue_refund"))).findings == ()

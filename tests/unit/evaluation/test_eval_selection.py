@@ -89,9 +89,11 @@ def test_expected_no_tools_scores_one_only_without_calls() -> None:
     assert (quiet.scores["score"], quiet.findings) == (1.0, ())
 
 
-def test_expected_no_tools_with_calls_is_unnecessary_tool_call() -> None:
+@pytest.mark.parametrize("fields", [{"expected_no_tools": True}, {"expected_tool_count": 0}])
+def test_expected_no_tools_with_calls_is_unnecessary_tool_call(fields: dict[str, object]) -> None:
+    """``expected_tool_count: 0`` naming no tools reads as ``expected_no_tools``."""
     run = trace("search", "search")
-    result = evaluator()(run, Reference(expected=case(expected_no_tools=True)))
+    result = evaluator()(run, Reference(expected=case(**fields)))
     assert result is not None
     assert result.scores["score"] == 0.0
     (finding,) = result.findings

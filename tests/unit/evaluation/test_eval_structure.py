@@ -55,6 +55,8 @@ def test_expected_tool_count_is_the_reference_count() -> None:
 def test_case_without_tools_or_count_has_no_structure_to_check() -> None:
     assert evaluate(trace("a"), Reference(expected=case())) is None
     assert evaluate(trace("a"), Reference(expected=case(expected_no_tools=True))) is None
+    # expected_tool_count: 0 expects no calls: tool_selection owns it, as expected_no_tools
+    assert evaluate(trace("a"), Reference(expected=case(expected_tool_count=0))) is None
 
 
 def test_parallelism_must_match_the_source() -> None:
