@@ -233,7 +233,9 @@ class App:
             tooltraces: ToolTraceSink = DiscardToolTraces()
             if out.dump_tooltraces is not None:
                 path = out.dump_tooltraces
-                tooltraces = ToolTraceWriter(_open_text("output.dump_tooltraces", path, files))
+                # Unredacted (arguments and results): created readable by its owner alone.
+                dump = _open_text("output.dump_tooltraces", path, files, private=True)
+                tooltraces = ToolTraceWriter(dump)
         except StartError:
             for opened in files:
                 opened.close()
@@ -486,7 +488,8 @@ class App:
             interceptors=self._security.grpc_interceptors("stream"),
             options=[_NO_REUSEPORT, *stream_server_options()],
         )
-        add_findings_service(server, self.broker)
+        security = self._security
+        add_findings_service(server, self.broker, lambda m: security.still_accepted("stream", m))
         bound = await _bind_grpc(
             server, "stream", address, self._security.grpc_credentials("stream")
         )
@@ -660,11 +663,20 @@ def _format_address(sockname: Any) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _open_text(setting: str, target: str, files: list[IO[str]]) -> IO[str]:
+def _open_text(setting: str, target: str, files: list[IO[str]], private: bool = False) -> IO[str]:
+    """``target`` opened to append lines (``-``: stdout); created with mode 0600 when
+    ``private``, else as the umask says. An existing file keeps its mode."""
     if target == "-":
         return sys.stdout
+    mode = 0o600 if private else 0o666
     try:
-        stream = open(target, "a", encoding="utf-8", buffering=1)  # noqa: SIM115 - closed in stop()
+        stream = open(  # noqa: SIM115 - closed in stop()
+            target,
+            "a",
+            encoding="utf-8",
+            buffering=1,
+            opener=lambda path, flags: os.open(path, flags, mode),
+        )
     except OSError as exc:
         raise StartError(f"cannot open {target} ({setting}): {_reason(exc)}") from exc
     files.append(stream)

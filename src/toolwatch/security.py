@@ -166,10 +166,19 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc] 
 
 
 def _metadata_token(details: Any) -> str | None:
-    for key, value in details.invocation_metadata or ():
+    return _token_in(details.invocation_metadata)
+
+
+def _token_in(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
+    for key, value in metadata or ():
         if key == _AUTHORIZATION and isinstance(value, str):
             return bearer_token(value)
     return None
+
+
+#: Asked before each message of a long-lived call: is the token it opened with still
+#: accepted? (``ListenerSecurity.still_accepted``)
+StillAccepted = Callable[[], bool]
 
 
 def bearer_token_middleware(
@@ -289,6 +298,26 @@ class ListenerSecurity:
         if self._tokens is None or not self._settings.uses_auth(listener):
             return ()
         return (BearerTokenInterceptor(self._tokens, self._metrics, listener),)
+
+    def still_accepted(
+        self, listener: str, metadata: Iterable[tuple[str, Any]] | None
+    ) -> StillAccepted | None:
+        """For a call that lasts (a findings stream): whether the token it opened with, in its
+        ``metadata``, is still accepted; a refusal is counted for ``listener``. Taking a
+        token out of the file then ends the streams it opened at their next finding, not
+        only new calls. ``None`` when ``listener`` takes no token."""
+        tokens = self._tokens
+        if tokens is None or not self._settings.uses_auth(listener):
+            return None
+        token = _token_in(metadata)
+
+        def check() -> bool:
+            if tokens.accepts(token):
+                return True
+            self._metrics.auth_failed(listener)
+            return False
+
+        return check
 
     def ssl_context(self, listener: str) -> ssl.SSLContext | None:
         if not self._settings.uses_tls(listener):

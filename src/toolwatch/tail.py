@@ -50,7 +50,7 @@ from typing import Any, Final, Protocol, TextIO
 import grpc
 
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
-from toolwatch.config import read_token_file
+from toolwatch.config import is_loopback, read_token_file
 from toolwatch.sinks.findings import format_timestamp
 from toolwatch.sinks.stream import (
     KEEPALIVE_SECONDS,
@@ -132,13 +132,18 @@ class StreamAccess:
     key_file: Path | None = None
     bearer_token_file: Path | None = None
 
+    @property
+    def secure(self) -> bool:
+        """Whether the channel has TLS."""
+        return bool(self.tls or self.ca_file or self.cert_file)
+
     def channel(self, target: str, keepalive: float = KEEPALIVE_SECONDS) -> grpc.Channel:
         """A channel to ``target`` that pings every ``keepalive`` seconds. Raises
         ``OSError``/``ValueError`` for unusable files."""
         if (self.cert_file is None) != (self.key_file is None):
             raise ValueError("a client certificate needs both --tls-cert and --tls-key")
         options = _channel_options(keepalive)
-        if not (self.tls or self.ca_file or self.cert_file):
+        if not self.secure:
             return grpc.insecure_channel(target, options=options)
         credentials = grpc.ssl_channel_credentials(
             root_certificates=_read(self.ca_file),
@@ -198,6 +203,15 @@ def run_tail(
     if not colon or not host or not port.isdigit():  # gRPC would dial port 443 unasked
         err.write(f"toolwatch tail: --target {target!r} is not HOST:PORT (listen.stream)\n")
         return EXIT_USAGE
+    if (
+        access.bearer_token_file is not None
+        and not access.secure
+        and not is_loopback(host.strip("[]"))
+    ):
+        err.write(
+            f"toolwatch tail: warning: the bearer token goes to {target} without TLS, in clear"
+            " text on the network: pass --tls-ca (or --tls) if the stream has TLS\n"
+        )
     try:
         try:
             cursor = _Cursor.load(cursor_file, clock)
@@ -509,6 +523,11 @@ def _report_error(
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return EXIT_USAGE, details
     if code == grpc.StatusCode.UNAUTHENTICATED:
+        if connected:  # reconnecting reads the token file again: a rotation loses nothing
+            return EXIT_UNAVAILABLE, (
+                f"{target} no longer accepts the bearer token (UNAUTHENTICATED): it was taken"
+                " out of the server's token file"
+            )
         if access.bearer_token_file is None:
             return EXIT_USAGE, (
                 f"{target} wants a bearer token (UNAUTHENTICATED): pass --bearer-token-file"
@@ -538,10 +557,9 @@ def _report_error(
             " findings stream (another service's port?): point --target at the server's"
             f" listen.stream address ({details})"
         )
-    tls = bool(access.tls or access.ca_file or access.cert_file)
     hint = (
         "is the stream plaintext? drop --tls/--tls-ca"
-        if tls
+        if access.secure
         else "if the stream has TLS, pass --tls-ca (or --tls)"
     )
     return EXIT_UNAVAILABLE, f"cannot reach the findings stream at {target}: {details} ({hint})"
@@ -558,8 +576,16 @@ def format_finding_line(message: findings_pb2.Finding, colour: bool = False) -> 
     head = f"{message.severity.upper()} {message.category}"
     if colour:
         head = _SEVERITY_COLOURS.get(message.severity, "") + head + _RESET
-    labels = [f"{k}={v}" for k, v in _labels(message) if v]
-    return " ".join([stamp, head, *labels]) + f" — {message.explanation}"
+    labels = [f"{k}={v.translate(_ESCAPED)}" for k, v in _labels(message) if v]
+    return " ".join([stamp, head, *labels]) + f" — {message.explanation.translate(_ESCAPED)}"
+
+
+#: Control characters written as escapes: names and explanations come from what agents sent,
+#: and a terminal must not run their escape sequences or show a line break that forges a
+#: finding. (C0, DEL, C1, and Unicode's line and paragraph separators.)
+_ESCAPED: dict[int, str] = {
+    c: ascii(chr(c))[1:-1] for c in (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)
+}
 
 
 def _labels(message: findings_pb2.Finding) -> list[tuple[str, str]]:

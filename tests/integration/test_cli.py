@@ -474,6 +474,25 @@ def test_tail_with_tls_against_a_plaintext_stream_prints_its_own_message_alone()
     assert line.endswith("(is the stream plaintext? drop --tls/--tls-ca)")
 
 
+@pytest.mark.parametrize(("host", "warned"), [("127.0.0.1", False), ("0.0.0.0", True)])
+def test_tail_warns_before_sending_a_token_beyond_loopback_in_clear_text(
+    tmp_path: Path, host: str, warned: bool
+) -> None:
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    with socket.socket() as probe:  # a port nothing listens on: tail gives up at once
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    result = run_cli("tail", "--target", f"{host}:{port}", "--bearer-token-file", str(token))
+    assert result.returncode == 1
+    warning = (
+        f"toolwatch tail: warning: the bearer token goes to {host}:{port} without TLS, in clear"
+        " text on the network: pass --tls-ca (or --tls) if the stream has TLS"
+    )
+    assert (warning in result.stderr.splitlines()) is warned
+    assert result.stderr.splitlines()[-1].startswith("toolwatch tail: cannot reach")
+
+
 def test_tail_reconnect_waits_for_an_unreachable_stream_until_interrupted() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -704,6 +704,71 @@ def test_tail_without_tls_or_with_a_wrong_token_is_refused(
     assert f"cannot reach the findings stream at {target}" in plaintext.err
 
 
+def test_a_token_taken_out_of_the_file_ends_the_streams_it_opened(
+    start_server: Start, pki: Pki, tmp_path: Path
+) -> None:
+    """Revoking a leaked token must stop the live feed it already holds, not only new calls:
+    the stream is ended UNAUTHENTICATED before its next finding is written."""
+    token_file = tmp_path / "tokens"
+    token_file.write_text("leaked-token\nkept-token\n")
+    server = start_server(
+        **tls(pki), **auth(token_file, security__auth__reload_seconds=30), **POLICY
+    )
+    leaked = tmp_path / "leaked"
+    leaked.write_text("leaked-token\n")
+    send = unverified_refund(server, grpc_credentials(pki), "kept-token")
+
+    def act() -> None:
+        send()  # delivered: the token is still accepted
+        token_file.write_text("kept-token\n")
+        server.clock.advance(30)
+        send()  # not delivered: the stream ends before it
+
+    access = StreamAccess(ca_file=pki.ca, bearer_token_file=leaked)
+    run = tail_during(server, act, access, as_json=True)
+    assert len(missing_verification(run.out)) == 1
+    assert run.code == 1
+    assert "no longer accepts the bearer token (UNAUTHENTICATED)" in run.err
+    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 1
+
+
+def test_tail_reconnecting_through_a_token_rotation_loses_no_finding(
+    start_server: Start, pki: Pki, tmp_path: Path
+) -> None:
+    """Both sides rotate: the stream ends at the old token's removal, and tail --reconnect
+    subscribes again with its file's new token, resuming where it left off."""
+    token_file = tmp_path / "tokens"
+    token_file.write_text("old-token\nnew-token\n")
+    server = start_server(
+        **tls(pki), **auth(token_file, security__auth__reload_seconds=30), **POLICY
+    )
+    tail_token = tmp_path / "tail-token"
+    tail_token.write_text("old-token\n")
+    send = unverified_refund(server, grpc_credentials(pki), "new-token")
+    rotated = threading.Event()
+
+    def wait(_seconds: float) -> None:  # tail's wait before it subscribes again
+        if rotated.is_set():
+            raise KeyboardInterrupt  # the server closed the stream at the end: stop
+        tail_token.write_text("new-token\n")
+        rotated.set()
+
+    def act() -> None:
+        send()
+        token_file.write_text("new-token\n")
+        server.clock.advance(30)
+        send()
+        assert rotated.wait(timeout=10)
+        resubscribed = server.app.broker.wait_for_subscribers(1)
+        asyncio.run_coroutine_threadsafe(resubscribed, server.loop).result(timeout=10)
+
+    access = StreamAccess(ca_file=pki.ca, bearer_token_file=tail_token)
+    run = tail_during(server, act, access, as_json=True, reconnect=True, sleep=wait)
+    assert len(missing_verification(run.out)) == 2
+    assert "no longer accepts the bearer token (UNAUTHENTICATED)" in run.err
+    assert "resuming where it left off" in run.err
+
+
 def test_tail_on_mutual_tls_needs_a_client_certificate(start_server: Start, pki: Pki) -> None:
     server = start_server(**tls(pki, mutual=True))
     without = tail_refused(server, StreamAccess(ca_file=pki.ca))
@@ -776,6 +841,20 @@ def test_argument_values_are_shown_only_for_configured_fields(
 
 
 # -- start-up --------------------------------------------------------------------------------
+
+
+def test_the_unredacted_tooltrace_dump_is_created_readable_by_its_owner_alone(
+    start_server: Start, tmp_path: Path
+) -> None:
+    """The dump holds arguments and results as agents sent them; the findings log, redacted,
+    is created as the umask says."""
+    umask = os.umask(0o022)
+    try:
+        start_server()
+    finally:
+        os.umask(umask)
+    assert (tmp_path / "tooltraces.jsonl").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "findings.jsonl").stat().st_mode & 0o777 == 0o644
 
 
 @pytest.mark.parametrize(

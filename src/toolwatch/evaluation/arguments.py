@@ -21,7 +21,7 @@ then closest positions. Scoring:
 A finding (ARGUMENT_VALUE_DRIFT) is raised per pair scoring below ``threshold``, on that call's
 span, naming its worst field; values go to ``details`` only. A field name can be data itself
 (``{"jane@example.com": true}``): one that only live calls gave (an unexpected field; any
-field against a shadow source) is named only when it is an identifier (``_NAMEABLE``).
+field against a shadow source) is named only when it is an identifier (``_nameable``).
 Another is counted in the explanation, left out of ``field``, and its ``details`` entry is
 keyed ``[field N]``, which no ``output.show_fields`` entry matches.
 """
@@ -61,8 +61,20 @@ __all__ = [
 _ONE_SIDED: Final = ("missing", "unexpected")
 
 #: A field name that live data alone gave is named when it is an identifier: what argument
-#: schemas are made of, and what an e-mail address, a phone number or free text is not.
-_NAMEABLE: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+#: schemas are made of, and what an e-mail address, a phone number or free text is not...
+_IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+#: ... nor an identifier-shaped secret or number: an API key (``sk_live_51HxYzQ2eZ``: as many
+#: capitals as a random string has) or a number (``ssn_078051120``: five digits in a row).
+_DIGIT_RUN: Final = re.compile(r"[0-9]{5}")
+
+
+def _nameable(name: str) -> bool:
+    """Whether a field name live data alone gave may be named (``_IDENTIFIER``)."""
+    if not _IDENTIFIER.fullmatch(name) or _DIGIT_RUN.search(name):
+        return False
+    upper = sum(c.isupper() for c in name)
+    lower = sum(c.islower() for c in name)
+    return not lower or 3 * upper <= upper + lower  # CONSTANT_CASE, or a capital a word
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,9 +256,7 @@ def _names(fields: Sequence[FieldScore], configured: bool) -> list[str | None]:
     and is not an identifier. ``""`` (a whole value) is no name and shows."""
     return [
         f.field
-        if not f.field
-        or (configured and f.presence != "unexpected")
-        or _NAMEABLE.fullmatch(f.field)
+        if not f.field or (configured and f.presence != "unexpected") or _nameable(f.field)
         else None
         for f in fields
     ]

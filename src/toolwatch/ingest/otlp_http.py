@@ -77,9 +77,10 @@ _OVERLOAD_MESSAGE = "toolwatch is at capacity; retry after the Retry-After delay
 
 class ProtocolErrorLog(logging.LoggerAdapter[logging.Logger]):
     """The logger to give aiohttp's request handler (``AppRunner(logger=...)``): a request
-    its parser refused (not HTTP as RFC 9112 has it) is logged at DEBUG and handed to
-    ``refused``, not logged as an ERROR with a traceback; everything else is logged as
-    aiohttp logs it."""
+    its parser refused (not HTTP as RFC 9112 has it) is logged at DEBUG by the error's kind
+    alone (aiohttp's message quotes the line at fault: an ``Authorization`` header, say) and
+    handed to ``refused``, not logged as an ERROR with a traceback; everything else is logged
+    as aiohttp logs it."""
 
     def __init__(self, logger: logging.Logger, refused: Callable[[], None] | None = None) -> None:
         super().__init__(logger, {})
@@ -89,10 +90,13 @@ class ProtocolErrorLog(logging.LoggerAdapter[logging.Logger]):
         return msg, kwargs
 
     def exception(self, msg: object, *args: object, **kwargs: Any) -> None:
-        if isinstance(kwargs.get("exc_info"), HttpProcessingError):
+        error = kwargs.get("exc_info")
+        if isinstance(error, HttpProcessingError):
             if self._refused is not None:
                 self._refused()
-            self.debug(msg, *args, **kwargs)
+            self.debug(
+                "refused a request that is not HTTP: %s (%d)", type(error).__name__, error.code
+            )
             return
         super().exception(msg, *args, **kwargs)
 

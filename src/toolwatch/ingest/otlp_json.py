@@ -146,9 +146,27 @@ def latest_end_ns(document: dict[str, Any]) -> int:
     return latest
 
 
-def _shown(value: Any) -> str:
+def _shown(value: Any, where: str = "") -> str:
+    """``value`` as an error names it: its JSON, cut to 40 characters; only its kind under
+    ``attributes`` (prompts, arguments, results), which an error answer must not echo: an
+    exporter logs it."""
+    if _HOLDS_DATA in where:
+        return _KINDS.get(type(value), "a value")
     text = json.dumps(value)
     return text if len(text) <= _SHOWN_VALUE_CHARS else text[:_SHOWN_VALUE_CHARS] + "..."
+
+
+#: Where the client's data lives: attribute values, of spans, events, links, resources and
+#: scopes.
+_HOLDS_DATA = "attributes"
+_KINDS: dict[type, str] = {
+    str: "a string",
+    int: "a number",
+    float: "a number",
+    bool: "a boolean",
+    list: "an array",
+    dict: "an object",
+}
 
 
 def _hex_to_base64(value: Any) -> str:
@@ -266,7 +284,7 @@ def _check_node(
             pending.append((_object(value, where), message, where, outline))
             continue
         if not isinstance(value, list):
-            raise DecodeError(f"{where}: {_shown(value)} is not an array", where)
+            raise DecodeError(f"{where}: {_shown(value, where)} is not an array", where)
         locates = message.full_name in _LOCATING and len(outline) < 3
         for index, element in enumerate(value):
             at = f"{where}[{index}]"
@@ -284,12 +302,12 @@ def _check_number(value: Any, field: FieldDescriptor, path: str) -> None:
     """Refuse a non-finite number (``NaN``, ``Infinity``: Python's ``json`` reads them) where
     the field is not floating point: ``ParseDict`` would raise ``OverflowError`` on an enum."""
     if isinstance(value, float) and not math.isfinite(value) and field.cpp_type not in _FLOATING:
-        raise DecodeError(f"{path}: {_shown(value)} is not a value this field can hold", path)
+        raise DecodeError(f"{path}: {_shown(value, path)} is not a value this field can hold", path)
 
 
 def _object(value: Any, path: str) -> dict[str, Any]:
     if not isinstance(value, dict):
-        raise DecodeError(f"{path}: {_shown(value)} is not an object", path)
+        raise DecodeError(f"{path}: {_shown(value, path)} is not an object", path)
     return value
 
 
@@ -356,10 +374,37 @@ def _parse_error(exc: Exception, skip: int = 0) -> str:
     names = _PARSE_CHAIN.findall(text)[skip:]
     runs = [(name, len(list(run))) for name, run in groupby(names)]
     path = ".".join(name if n == 1 else f"{name}(x{n})" for name, n in runs)
+    if _HOLDS_DATA in names or _HOLDS_DATA in reason:
+        reason = _value_free(reason)
+    elif len(reason) > _SHOWN_REASON_CHARS:
+        reason = reason[:_SHOWN_REASON_CHARS] + "..."
     return f"at {path}: {reason}" if path else f"({reason})"
 
 
 _PARSE_CHAIN = re.compile(r"Failed to parse (\w+) field: ")
+#: protobuf's reason quotes the value: long enough for the field and the kind of fault.
+_SHOWN_REASON_CHARS = 120
+#: protobuf's reasons for an attribute value it cannot read, by their first words, and what
+#: is said instead: the reasons quote the value.
+_VALUE_FREE_REASONS = (
+    ("Couldn't parse integer", "not an integer"),
+    ("Couldn't parse non-integer", "not an integer"),
+    ("invalid literal for int", "not an integer"),
+    ("expected string", "not a string"),
+    ("Bool value", "a boolean where an integer belongs"),
+    ("Couldn't parse", "not a number"),
+    ("Float value too", "a number out of range"),
+    ('Expected "true" or "false"', "not a boolean"),
+    ("Expected true or false", "not a boolean"),
+)
+
+
+def _value_free(reason: str) -> str:
+    """protobuf's ``reason`` for an attribute value, without the value."""
+    for start, said in _VALUE_FREE_REASONS:
+        if reason.startswith(start):
+            return said
+    return "a value of the wrong type"
 
 
 def _parse_dict(document: dict[str, Any]) -> ExportTraceServiceRequest:

@@ -153,6 +153,9 @@ class ResumeResult(NamedTuple):
 
 #: What filters read of a published finding: its category, severity and agent.
 _Tag = tuple[Category, Severity, str | None]
+#: From a call's metadata, what is asked before each write to it (``None``: nothing):
+#: ``ListenerSecurity.still_accepted`` for the stream listener.
+Authorize = Callable[[Any], Callable[[], bool] | None]
 
 #: How many more findings the broker remembers the tags of than it holds: a filtered
 #: subscriber is told only of the unheld findings that pass its filter, back this far (and
@@ -604,8 +607,9 @@ def finding_message(
 class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
     """grpc.aio servicer of ``FindingsService`` over a ``FindingsBroker``."""
 
-    def __init__(self, broker: FindingsBroker) -> None:
+    def __init__(self, broker: FindingsBroker, authorize: Authorize | None = None) -> None:
         self._broker = broker
+        self._authorize = authorize
 
     async def Subscribe(  # noqa: N802 (the gRPC method name)
         self, request: findings_pb2.SubscribeRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -641,31 +645,42 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
         except BaseException:
             broker.unsubscribe(subscription)
             raise
-        await deliver(broker, subscription, context.write)
+        authorize = self._authorize
+        allowed = authorize(context.invocation_metadata()) if authorize is not None else None
+        if not await deliver(broker, subscription, context.write, allowed):
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED)
 
 
 async def deliver(
     broker: FindingsBroker,
     subscription: Subscription,
     write: Callable[[findings_pb2.Finding], Awaitable[None]],
-) -> None:
+    allowed: Callable[[], bool] | None = None,
+) -> bool:
     """Writes ``subscription``'s findings with ``write`` until it is closed and drained, a
-    write fails or the call is cancelled (the client went away); then unsubscribes it,
-    counting the finding whose write failed with those still queued."""
+    write fails, the call is cancelled (the client went away) or ``allowed`` says no before
+    a write (its token was taken out); then unsubscribes it, counting the finding not
+    written with those still queued. ``False`` when ``allowed`` ended it."""
     unsent: findings_pb2.Finding | None = None
     try:
         while (unsent := await subscription.next()) is not None:
+            if allowed is not None and not allowed():
+                return False
             await write(unsent)
             unsent = None
     except Exception as error:  # grpc-aio's ExecuteBatchError is not public
         log.debug("findings stream ended by a failed write: %r", error)
     finally:  # also on cancellation, a BaseException
         broker.unsubscribe(subscription, unsent=unsent)
+    return True
 
 
-def add_findings_service(server: grpc.aio.Server, broker: FindingsBroker) -> FindingsStreamServicer:
-    """Registers ``FindingsService`` on ``server`` (before it starts), served by ``broker``."""
-    servicer = FindingsStreamServicer(broker)
+def add_findings_service(
+    server: grpc.aio.Server, broker: FindingsBroker, authorize: Authorize | None = None
+) -> FindingsStreamServicer:
+    """Registers ``FindingsService`` on ``server`` (before it starts), served by ``broker``;
+    ``authorize`` gives, from a call's metadata, what is asked before each of its writes."""
+    servicer = FindingsStreamServicer(broker, authorize)
     # The generated gRPC module carries no annotations.
     findings_pb2_grpc.add_FindingsServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     return servicer

@@ -134,6 +134,13 @@ def test_a_field_name_that_may_be_data_is_counted_not_named() -> None:
     assert finding.details["fields"]["[field 1]"]["actual"] is True
     assert "jane" not in repr(finding)
 
+    # An identifier-shaped API key or number is data too.
+    run = trace(
+        ("notify", {"message": "hi", "sk_live_51HxYzQ2eZvKYlo2C0KEY": 1, "ssn_078051120": 2})
+    )
+    (finding,) = evaluate(expected, run, strict=True).findings
+    assert finding.explanation.endswith("(unexpected: 2 fields not named).")
+
     # Against a shadow source every name is live data; identifiers are still named.
     source = trace(("notify", {"to": "x", "Jane Doe": 1}))
     (finding,) = evaluate(source, trace(("notify", {"to": "y", "Jane Doe": 2}))).findings

@@ -148,6 +148,51 @@ def test_long_bad_value_is_shortened_in_the_message() -> None:
     assert '"zzzz' in str(raised.value)
 
 
+SECRET = "SSN 078-05-1120 " * 300  # a prompt's text, sent where a number belongs
+
+
+def _rejection(body: dict[str, Any]) -> str:
+    batch = decode_otlp_json(json.dumps(body), DecodeOptions())
+    assert batch.rejected == {"malformed_span": 1}
+    assert batch.error_message is not None
+    return batch.error_message
+
+
+@pytest.mark.parametrize(
+    ("value", "said"),
+    [
+        ({"intValue": SECRET}, "the span cannot be parsed at attributes.value: not an integer"),
+        ({"intValue": "12-34"}, "parsed at attributes.value.intValue: not an integer"),
+        ({"doubleValue": SECRET}, "the span cannot be parsed at attributes.value: not a number"),
+        ({"stringValue": {"note": SECRET}}, "at attributes.value.stringValue: not a string"),
+        ({"boolValue": SECRET}, "the span cannot be parsed at attributes.value: not a boolean"),
+        ([SECRET], "spans[0]: attributes[2].value: an array is not an object"),
+    ],
+)
+def test_an_attribute_value_protobuf_cannot_read_is_not_echoed(value: Any, said: str) -> None:
+    """The answer names the attribute and the fault, never the value: an exporter logs the
+    answer's message, and attribute values hold prompts, arguments and results."""
+    attributes = [*_body()["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"]]
+    message = _rejection(_body(attributes=[*attributes, {"key": "app.note", "value": value}]))
+    assert message.endswith(said)
+    assert "078-05" not in message and "12-34" not in message
+
+
+def test_attributes_that_are_no_array_are_not_echoed() -> None:
+    message = _rejection(_body(attributes={"note": SECRET}))
+    assert message.endswith("spans[0]: attributes: an object is not an array")
+
+
+def test_a_resource_attribute_protobuf_cannot_read_is_not_echoed() -> None:
+    body = _body()
+    body["resourceSpans"][0]["resource"]["attributes"].append(
+        {"key": "region", "value": {"doubleValue": SECRET}}
+    )
+    message = _rejection(body)
+    assert "its resource cannot be parsed at attributes.value: not a number" in message
+    assert "078-05" not in message
+
+
 def test_bad_link_id_names_the_link() -> None:
     links = [{"traceId": _TRACE_HEX, "spanId": "nothex!!"}]
     with pytest.raises(DecodeError, match=r"spans\[0\]\.links\[0\]\.spanId: "):

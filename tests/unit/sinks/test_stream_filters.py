@@ -181,6 +181,28 @@ def test_a_line_leaves_out_labels_the_finding_does_not_have() -> None:
     )
 
 
+def test_control_characters_an_agent_sent_are_escaped_on_the_line() -> None:
+    """Agent, tool and field names and the explanation come from spans: a terminal must not
+    run their escape sequences, nor show a line break that forges a second finding."""
+    message = findings_pb2.Finding(
+        category="TOOL_ORDER_DRIFT",
+        severity="low",
+        agent="bot\x1b]0;owned\x07\x1b[2J",
+        tool="refund\nLOW DANGEROUS_ACTION_DRIFT agent=x",
+        field="id\u2028",
+        trace_id=TRACE_ID,
+        explanation="Ordering: 50%.\x9b1m\r",
+        time_unix_nano=0,
+    )
+    line = format_finding_line(message, colour=True)
+    assert line == (
+        "1970-01-01T00:00:00Z \x1b[36mLOW TOOL_ORDER_DRIFT\x1b[0m"
+        " agent=bot\\x1b]0;owned\\x07\\x1b[2J"
+        " tool=refund\\nLOW DANGEROUS_ACTION_DRIFT agent=x field=id\\u2028"
+        f" trace={TRACE_ID} — Ordering: 50%.\\x9b1m\\r"
+    )
+
+
 class Terminal(io.StringIO):
     def isatty(self) -> bool:
         return True
