@@ -408,16 +408,16 @@ class Demo:
 
     def keep_running(self) -> int:
         assert self.toolwatch is not None and self.prometheus is not None
-        print(
-            f"Both keep running (logs in {self.workdir}); Ctrl-C stops them. To send the run "
-            f"again, as a new trace:\n"
-            f"  sed \"s/{EXAMPLE_TRACE_ID}/$(python3 -c 'import secrets; "
-            f"print(secrets.token_hex(16))')/\" {EXAMPLE_RUN.relative_to(ROOT)} |\n"
-            f"    curl -s -X POST -H 'Content-Type: application/json' --data @- "
-            f"http://{self.addresses['http']}/v1/traces",
-            flush=True,
-        )
-        try:
+        try:  # from the line that says Ctrl-C stops them: a Ctrl-C at once is a clean stop
+            print(
+                f"Both keep running (logs in {self.workdir}); Ctrl-C stops them. To send the run "
+                f"again, as a new trace:\n"
+                f"  sed \"s/{EXAMPLE_TRACE_ID}/$(python3 -c 'import secrets; "
+                f"print(secrets.token_hex(16))')/\" {EXAMPLE_RUN.relative_to(ROOT)} |\n"
+                f"    curl -s -X POST -H 'Content-Type: application/json' --data @- "
+                f"http://{self.addresses['http']}/v1/traces",
+                flush=True,
+            )
             while self.toolwatch.alive() and self.prometheus.alive():
                 time.sleep(0.5)
         except KeyboardInterrupt:

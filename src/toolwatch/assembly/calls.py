@@ -73,12 +73,22 @@ class _Request:
     call: RequestedCall
     name: str  # normalized
     position: int  # emission order within the run
+    parsed: tuple[Any] | None  # its arguments parsed, once asked (``arguments``)
 
     def __init__(self, llm: SpanRecord, call: RequestedCall, name: str, position: int) -> None:
         self.llm = llm
         self.call = call
         self.name = name
         self.position = position
+        self.parsed = None
+
+    def arguments(self) -> Any:
+        """The requested arguments parsed, once: an execution without an id compares them
+        with up to ``_MAX_ARGUMENT_MATCHES`` requests', and each with as many executions."""
+        parsed = self.parsed
+        if parsed is None:
+            parsed = self.parsed = (parse_arguments(self.call.arguments)[0],)
+        return parsed[0]
 
 
 @dataclass(slots=True, init=False)
@@ -324,7 +334,7 @@ def _same_arguments(
         for index, request in enumerate(queue):
             if index == _MAX_ARGUMENT_MATCHES:
                 break
-            if parse_arguments(request.call.arguments)[0] == ran:
+            if request.arguments() == ran:
                 if found is None or request.position < found[0].position:
                     found = request, queue, index
                 break  # a queue is in emission order

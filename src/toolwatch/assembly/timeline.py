@@ -607,10 +607,12 @@ def _tool_trace(
 def _agents(run: _Run, agent: str | None) -> tuple[str, ...]:
     """The run's agent, then each other agent named by an AGENT span of the run, once."""
     names = [agent] if agent is not None else []
+    seen = set(names)  # a run of thousands of agents (handoffs) would search the list each time
     for span in run.spans:  # in time order
         name = span.agent_name
-        if span.role is SpanRole.AGENT and name is not None and name not in names:
+        if span.role is SpanRole.AGENT and name is not None and name not in seen:
             names.append(name)
+            seen.add(name)
     return tuple(names)
 
 

@@ -18,12 +18,14 @@ from toolwatch.model import EvalResult, GoldenCase, ReferenceKind, ToolCall, Too
 from toolwatch.names import NameNormalizer
 
 __all__ = [
+    "MAX_NESTING",
     "Baseline",
     "Concurrency",
     "Evaluator",
     "RefCall",
     "Reference",
     "Sequences",
+    "Successes",
     "baseline",
     "call_names",
     "effective_groups",
@@ -261,18 +263,30 @@ def _informs(earlier_group: int | None, group: int | None) -> bool:
     return earlier_group is None or earlier_group != group
 
 
+#: Calls nested deeper than this are read as nested in their ancestor at this depth (beside
+#: each other): agents nest a few levels, and a deeper chain would cost time and memory by
+#: its depth for every call in it.
+MAX_NESTING: Final = 32
+
+
 def _lineages(calls: Sequence[ToolCall]) -> list[tuple[int, ...]] | None:
     """For each call, the indexes of the calls it is nested in, outermost first, then its
-    own (``parent_call_id`` names the enclosing call's id, or its span id when it has none);
-    ``None`` when no call is nested (the usual run). ``calls`` in sequence order: an
-    enclosing call starts, so comes, before the calls nested in it."""
+    own (``parent_call_id`` names the enclosing call's id, or its span id when it has none),
+    at most ``MAX_NESTING`` long; ``None`` when no call is nested (the usual run). ``calls``
+    in sequence order: an enclosing call starts, so comes, before the calls nested in it."""
     if all(c.parent_call_id is None for c in calls):
         return None
     by_id: dict[str, int] = {}
     lineages: list[tuple[int, ...]] = []
     for i, call in enumerate(calls):
         parent = by_id.get(call.parent_call_id) if call.parent_call_id is not None else None
-        lineage = (*lineages[parent], i) if parent is not None else (i,)
+        if parent is None:
+            lineage: tuple[int, ...] = (i,)
+        else:
+            enclosing = lineages[parent]
+            if len(enclosing) >= MAX_NESTING:
+                enclosing = enclosing[: MAX_NESTING - 1]
+            lineage = (*enclosing, i)
         lineages.append(lineage)
         if call.span_id is not None:
             by_id[call.span_id] = i
@@ -318,6 +332,19 @@ class Concurrency:
         self._calls = calls
         self._lineages = _lineages(calls)
 
+    def lineage(self, index: int) -> tuple[int, ...]:
+        """The calls ``index`` is nested in, outermost first, then itself."""
+        lineages = self._lineages
+        return (index,) if lineages is None else lineages[index]
+
+    def group(self, index: int) -> int | None:
+        return self._calls[index].parallel_group
+
+    def successes(self) -> Successes:
+        """An empty set of earlier successes of one kind to ``add`` to, asked whether any
+        ``informs`` a later call."""
+        return Successes(self)
+
     def informs(self, earlier: int, later: int) -> bool:
         """Whether a successful call ``earlier`` (a lower index) could inform call ``later``:
         below their innermost common enclosing call (or the run) they are two calls, or
@@ -329,6 +356,60 @@ class Concurrency:
             if x != y:
                 return _informs(calls[x].parallel_group, calls[y].parallel_group)
         return False  # one is nested in the other: the outer call had not returned
+
+
+class Successes:
+    """Successful calls of one kind (a loop's identical call, a verification tool's value),
+    added in sequence order: whether any ``informs`` a later call, as
+    ``Concurrency.informs`` says, in time by the later call's nesting depth, not by how many
+    were added (a run of thousands of identical calls issued at once, or nested in one
+    another, asks each of them for every later call).
+
+    Below the run and each call on the later call's lineage, the successes that cannot
+    inform it are those in the subtree of the next call on its lineage, or of the calls
+    issued in one parallel group with that one (the same parent): so it is informed when
+    there are more there than these. Counts are kept per call and per (parent, group)."""
+
+    __slots__ = ("_concurrency", "_in_group", "_own", "_total", "_within")
+
+    def __init__(self, concurrency: Concurrency) -> None:
+        self._concurrency = concurrency
+        self._total = 0
+        self._within: dict[int, int] = {}  # call -> successes in its subtree, itself included
+        self._in_group: dict[tuple[int, int], int] = {}  # (parent, group) -> in its subtrees
+        self._own: set[int] = set()
+
+    def __bool__(self) -> bool:
+        return self._total > 0
+
+    def add(self, index: int) -> None:
+        """Add the success ``index``, a later call than any added before."""
+        concurrency = self._concurrency
+        self._total += 1
+        self._own.add(index)
+        parent = -1  # the run
+        for call in concurrency.lineage(index):
+            self._within[call] = self._within.get(call, 0) + 1
+            group = concurrency.group(call)
+            if group is not None:
+                key = (parent, group)
+                self._in_group[key] = self._in_group.get(key, 0) + 1
+            parent = call
+
+    def informs(self, later: int) -> bool:
+        """Whether a success added so far informs the call ``later`` (added after it)."""
+        concurrency = self._concurrency
+        below = self._total  # successes under the run, then under each enclosing call
+        parent = -1
+        for call in concurrency.lineage(later):
+            within = self._within.get(call, 0)
+            group = concurrency.group(call)
+            unseen = within if group is None else self._in_group.get((parent, group), 0)
+            if below > unseen:
+                return True
+            below = within - (1 if call in self._own else 0)  # an enclosing call: unreturned
+            parent = call
+        return False
 
 
 def uses_parallelism(trace: ToolTrace) -> bool:

@@ -224,18 +224,18 @@ def _order(rule: OrderRule, label: str, run: _Calls, normalize: NameNormalizer) 
     names, places = run.names, run.places
     if after not in names:
         return []
-    befores: list[int] = []  # the run places of the calls of before so far
+    befores = run.concurrency.successes()  # the run places of the calls of before so far
     for i, call in enumerate(run.calls):
         name = names[i]
         place = places[i]
-        if name == after and not any(run.concurrency.informs(j, place) for j in befores):
+        if name == after and not befores.informs(place):
             if befores:
                 text = f"{label}: {after} called alongside {before}, not after it"
             else:
                 text = f"{label}: {after} called before any {before}"
             return [Violation(rule, label, text, call, after)]
         if name == before:
-            befores.append(place)
+            befores.add(place)
     return []
 
 

@@ -17,7 +17,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-from toolwatch.evaluation.base import Concurrency, Reference, in_sequence, pct
+from toolwatch.evaluation.base import Concurrency, Reference, Successes, in_sequence, pct
 from toolwatch.evaluation.settings import LoopsSettings, PolicySettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.model import (
@@ -119,7 +119,7 @@ def find_repeats(
     if len(per_tool) == len(tools):
         return []  # no tool called twice (most runs): not even the two dicts below
     concurrency = Concurrency(calls)
-    succeeded: dict[CallKey, list[int]] = {}  # indexes of successes
+    succeeded: dict[CallKey, Successes] = {}
     repeats: dict[CallKey, list[ToolCall]] = {}
     for i, call in enumerate(calls):  # not zip(strict=True): generic in compiled code
         tool = tools[i]
@@ -129,14 +129,13 @@ def find_repeats(
             continue
         key = call_key(tool, call.arguments)
         earlier = succeeded.get(key)
-        if earlier is not None and any(concurrency.informs(j, i) for j in earlier):
+        if earlier is not None and earlier.informs(i):
             repeats.setdefault(key, []).append(call)
         if call.status is not CallStatus.OK:
             continue
         if earlier is None:
-            succeeded[key] = [i]
-        else:
-            earlier.append(i)
+            earlier = succeeded[key] = concurrency.successes()
+        earlier.add(i)
     result: list[Repeat] = []
     for (tool, _), made in repeats.items():
         tolerated = limits.get(tool, limit)

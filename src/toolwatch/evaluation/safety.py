@@ -40,9 +40,18 @@ import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import chain, islice
 from typing import Any, Final
 
-from toolwatch.evaluation.base import Concurrency, Reference, in_sequence, name_list, pct, resolve
+from toolwatch.evaluation.base import (
+    Concurrency,
+    Reference,
+    Successes,
+    in_sequence,
+    name_list,
+    pct,
+    resolve,
+)
 from toolwatch.evaluation.settings import Binding, PolicySettings, SafetySettings
 from toolwatch.evaluation.severity import make_finding
 from toolwatch.model import (
@@ -126,7 +135,7 @@ class _Ledger:
         self.calls = calls
         self.tools = tools  # the calls' normalized names
         self._spanned: frozenset[str] | None = None
-        self.succeeded: dict[tuple[str, str, str], list[int]] = {}
+        self.succeeded: dict[tuple[str, str, str], Successes] = {}
         self.failed: dict[str, list[str | None]] = {}
         self.unrun: dict[str, int] = {}  # tool -> requested calls that never ran
 
@@ -143,18 +152,15 @@ class _Ledger:
 
     def add(self, tool: str, field_value: tuple[str, str], index: int) -> None:
         key = (tool, field_value[0], field_value[1])  # not a * splat: generic when compiled
-        indexes = self.succeeded.get(key)
-        if indexes is None:
-            self.succeeded[key] = [index]
-        else:
-            indexes.append(index)
+        successes = self.succeeded.get(key)
+        if successes is None:
+            successes = self.succeeded[key] = self.concurrency.successes()
+        successes.add(index)
 
     def informs(self, tool: str, field_value: tuple[str, str], index: int) -> bool:
         """Whether a recorded (so earlier) success informs the call at ``index``."""
-        indexes = self.succeeded.get((tool, field_value[0], field_value[1]))
-        if indexes is None:
-            return False
-        return any(self.concurrency.informs(i, index) for i in indexes)
+        successes = self.succeeded.get((tool, field_value[0], field_value[1]))
+        return successes is not None and successes.informs(index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,13 +258,16 @@ class Safety:
     def _missing(self, tool: str, call: ToolCall, verdict: Verdict, ledger: _Ledger) -> _Flag:
         rules = self._bindings.get(tool, {}).values()
         verifiers = self._verifiers | {b.verification_tool for bound in rules for b in bound}
-        failed = [span for v in sorted(verifiers) for span in ledger.failed.get(v, ())]
-        details: dict[str, Any] = {"failed_verification_spans": failed[:_MAX_SPANS]}
+        # Not one list of them all: each of thousands of flagged calls would copy it.
+        failures = [ledger.failed.get(v, ()) for v in sorted(verifiers)]
+        failed = sum(len(spans) for spans in failures)
+        shown = list(islice(chain.from_iterable(failures), _MAX_SPANS))
+        details: dict[str, Any] = {"failed_verification_spans": shown}
         if verdict.field is not None:
             details[DETAIL_FIELDS] = {verdict.field: lookup(call.arguments, verdict.field)}
         text = f"{tool}: {verdict.reason}"
         if failed:
-            text += f" ({len(failed)} earlier verification calls failed)"
+            text += f" ({failed} earlier verification calls failed)"
         unrun = sum(ledger.unrun.get(v, 0) for v in verifiers)
         if unrun:
             details["unrun_verification_calls"] = unrun
