@@ -491,6 +491,28 @@ def test_gateway_toolwatch_listens_for_the_collectors_behind_a_headless_service(
     assert _flag(_toolwatch_container(workload), "--grpc-listen") == "0.0.0.0:4317"
 
 
+def test_gateway_toolwatch_admits_only_the_collectors_and_prometheus() -> None:
+    """Its listeners have no TLS or tokens there: a network policy keeps other pods out."""
+    documents = _documents(GATEWAY)
+    (workload,) = [w for w in _workloads(GATEWAY) if _has_toolwatch(w)]
+    (collector,) = [w for w in _workloads(GATEWAY) if not _has_toolwatch(w)]
+    (policy,) = [d for d in documents if d["kind"] == "NetworkPolicy"]
+    pod_labels = workload["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= pod_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    ports = {p["name"]: p["containerPort"] for p in _toolwatch_container(workload)["ports"]}
+    admitted = {}
+    for rule in policy["spec"]["ingress"]:
+        (source,) = rule["from"]
+        for port in rule["ports"]:
+            assert port["port"] in ports  # a port the container names
+            admitted[port["port"]] = source["podSelector"]["matchLabels"]
+    collector_labels = collector["spec"]["template"]["metadata"]["labels"]
+    assert admitted["otlp-grpc"].items() <= collector_labels.items()
+    assert admitted["metrics"] == {"app.kubernetes.io/name": "prometheus"}
+    assert set(admitted) == {"otlp-grpc", "metrics"}
+
+
 def test_gateway_collector_may_watch_the_endpoints_it_resolves() -> None:
     documents = _documents(GATEWAY)
     (collector,) = [w for w in _workloads(GATEWAY) if not _has_toolwatch(w)]

@@ -505,7 +505,7 @@ def test_the_wait_starts_again_after_a_subscription_that_lasted() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         target = f"127.0.0.1:{probe.getsockname()[1]}"
-    out, err, waits = Lines(), io.StringIO(), Waits()
+    out, err, waits = Lines(), Lines(), Waits()
     hours = itertools.count(step=3600.0)  # each look at the clock is an hour later
 
     async def scenario() -> int:
@@ -526,6 +526,8 @@ def test_the_wait_starts_again_after_a_subscription_that_lasted() -> None:
         broker, server = await findings_server_at(target)
         waits.go()
         await asyncio.wait_for(broker.wait_for_subscribers(1), timeout=10)
+        # tail has the answer's headers ("reconnected to"): its subscription began.
+        assert await asyncio.to_thread(err.wait_for, 2)
         await server.stop(None)  # the connection is lost; nothing was delivered
         await in_thread(waits.waiting)
         waits.end()

@@ -340,10 +340,14 @@ class Concurrency:
     def group(self, index: int) -> int | None:
         return self._calls[index].parallel_group
 
+    @property
+    def calls(self) -> Sequence[ToolCall]:
+        return self._calls
+
     def successes(self) -> Successes:
         """An empty set of earlier successes of one kind to ``add`` to, asked whether any
         ``informs`` a later call."""
-        return Successes(self)
+        return Successes(self._calls) if self._lineages is None else _NestedSuccesses(self)
 
     def informs(self, earlier: int, later: int) -> bool:
         """Whether a successful call ``earlier`` (a lower index) could inform call ``later``:
@@ -365,25 +369,57 @@ class Successes:
     were added (a run of thousands of identical calls issued at once, or nested in one
     another, asks each of them for every later call).
 
-    Below the run and each call on the later call's lineage, the successes that cannot
-    inform it are those in the subtree of the next call on its lineage, or of the calls
-    issued in one parallel group with that one (the same parent): so it is informed when
-    there are more there than these. Counts are kept per call and per (parent, group)."""
+    In a run without nesting (this class) a call is informed by any success outside its own
+    parallel group: there are more successes than in that group. With nesting
+    (``_NestedSuccesses``) the same holds below the run and below each call on the later
+    call's lineage, in turn."""
 
-    __slots__ = ("_concurrency", "_in_group", "_own", "_total", "_within")
+    __slots__ = ("_calls", "_groups", "_total")
 
-    def __init__(self, concurrency: Concurrency) -> None:
-        self._concurrency = concurrency
+    def __init__(self, calls: Sequence[ToolCall]) -> None:
+        self._calls = calls
         self._total = 0
-        self._within: dict[int, int] = {}  # call -> successes in its subtree, itself included
-        self._in_group: dict[tuple[int, int], int] = {}  # (parent, group) -> in its subtrees
-        self._own: set[int] = set()
+        self._groups: dict[int, int] | None = None  # group -> successes in it, once one is
 
     def __bool__(self) -> bool:
         return self._total > 0
 
     def add(self, index: int) -> None:
         """Add the success ``index``, a later call than any added before."""
+        self._total += 1
+        group = self._calls[index].parallel_group
+        if group is not None:
+            groups = self._groups
+            if groups is None:
+                groups = self._groups = {}
+            groups[group] = groups.get(group, 0) + 1
+
+    def informs(self, later: int) -> bool:
+        """Whether a success added so far informs the call ``later`` (added after it)."""
+        group = self._calls[later].parallel_group
+        groups = self._groups
+        if group is None or groups is None:
+            return self._total > 0
+        return self._total > groups.get(group, 0)
+
+
+class _NestedSuccesses(Successes):
+    """``Successes`` in a run with nesting. Below the run and each call on the later call's
+    lineage, the successes that cannot inform it are those in the subtree of the next call
+    on its lineage, or of the calls issued in one parallel group with that one (the same
+    parent): so it is informed when there are more there than these. Counts are kept per
+    call and per (parent, group)."""
+
+    __slots__ = ("_concurrency", "_in_group", "_own", "_within")
+
+    def __init__(self, concurrency: Concurrency) -> None:
+        super().__init__(concurrency.calls)
+        self._concurrency = concurrency
+        self._within: dict[int, int] = {}  # call -> successes in its subtree, itself included
+        self._in_group: dict[tuple[int, int], int] = {}  # (parent, group) -> in its subtrees
+        self._own: set[int] = set()
+
+    def add(self, index: int) -> None:
         concurrency = self._concurrency
         self._total += 1
         self._own.add(index)
@@ -397,7 +433,6 @@ class Successes:
             parent = call
 
     def informs(self, later: int) -> bool:
-        """Whether a success added so far informs the call ``later`` (added after it)."""
         concurrency = self._concurrency
         below = self._total  # successes under the run, then under each enclosing call
         parent = -1

@@ -17,13 +17,16 @@ def nested_runs(draw: st.DrawFn) -> tuple[list[ToolCall], list[bool]]:
     group or not (groups shared by siblings and by unrelated calls alike), and which of
     them succeeded. Deep enough, at times, to pass ``MAX_NESTING``."""
     count = draw(st.integers(1, 60))
-    chain = draw(st.booleans())  # each call in the one before: past MAX_NESTING
+    # flat: no nesting (the usual run); chain: each call in the one before, past MAX_NESTING
+    shape = draw(st.sampled_from(["flat", "tree", "chain"]))
     calls, succeeded = [], []
     for i in range(count):
-        if chain:
+        if shape == "chain":
             parent = i - 1 if i else None
+        elif shape == "tree" and i:
+            parent = draw(st.one_of(st.none(), st.integers(0, i - 1)))
         else:
-            parent = draw(st.one_of(st.none(), st.integers(0, i - 1))) if i else None
+            parent = None
         group = draw(st.one_of(st.none(), st.integers(0, 3)))
         calls.append(call("search", {"q": "x"}, index=i, group=group, parent=parent))
         succeeded.append(draw(st.booleans()))
