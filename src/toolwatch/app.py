@@ -489,7 +489,13 @@ class App:
             options=[_NO_REUSEPORT, *stream_server_options()],
         )
         security = self._security
-        add_findings_service(server, self.broker, lambda m: security.still_accepted("stream", m))
+        servicer = add_findings_service(
+            server,
+            self.broker,
+            lambda metadata: security.still_accepted("stream", metadata),
+            lambda: security.auth_failed("stream"),
+        )
+        security.on_tokens_changed(servicer.recheck)
         bound = await _bind_grpc(
             server, "stream", address, self._security.grpc_credentials("stream")
         )
@@ -548,11 +554,15 @@ class App:
         return _format_address(sock.getsockname())
 
 
+#: asyncio's own limit on a TLS handshake: a slow one is not made slower to close.
+_HANDSHAKE_SECONDS = 60.0
+
+
 class _HandshakeBoundSite(web.SockSite):
-    """A ``SockSite`` whose TLS handshakes must finish within ``idle`` seconds, as a request's
-    headers must (``keepalive_timeout``): aiohttp's site takes no handshake timeout, so a
-    client that opens TLS connections and never finishes the handshake held each for asyncio's
-    60 s, whatever ``ingest.idle_timeout_seconds`` said."""
+    """A ``SockSite`` whose TLS handshakes must finish within ``idle`` seconds (at most
+    asyncio's 60), as a request's headers must (``keepalive_timeout``): aiohttp's site takes
+    no handshake timeout, so a client that opens TLS connections and never finishes the
+    handshake held each for 60 s, whatever ``ingest.idle_timeout_seconds`` said."""
 
     __slots__ = ("_idle",)
 
@@ -576,7 +586,9 @@ class _HandshakeBoundSite(web.SockSite):
             sock=self._sock,
             ssl=self._ssl_context,
             backlog=self._backlog,
-            ssl_handshake_timeout=self._idle if self._ssl_context is not None else None,
+            ssl_handshake_timeout=(
+                min(self._idle, _HANDSHAKE_SECONDS) if self._ssl_context is not None else None
+            ),
         )
 
 
@@ -665,7 +677,8 @@ def _format_address(sockname: Any) -> str:
 
 def _open_text(setting: str, target: str, files: list[IO[str]], private: bool = False) -> IO[str]:
     """``target`` opened to append lines (``-``: stdout); created with mode 0600 when
-    ``private``, else as the umask says. An existing file keeps its mode."""
+    ``private``, else as the umask says. An existing file keeps its mode: a private one that
+    others may read is warned about."""
     if target == "-":
         return sys.stdout
     mode = 0o600 if private else 0o666
@@ -680,6 +693,15 @@ def _open_text(setting: str, target: str, files: list[IO[str]], private: bool = 
     except OSError as exc:
         raise StartError(f"cannot open {target} ({setting}): {_reason(exc)}") from exc
     files.append(stream)
+    mode = os.fstat(stream.fileno()).st_mode & 0o777
+    if private and mode & 0o077:
+        log.warning(
+            "%s (%s) may be read by others (mode %o), and it holds arguments and results"
+            " unredacted: chmod 600 it",
+            target,
+            setting,
+            mode,
+        )
     return stream
 
 

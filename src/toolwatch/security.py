@@ -95,10 +95,15 @@ class TokenFile:
         self._watch = FileWatch((path,), reload_seconds, clock)
         self._tokens = _encode(read_token_file(path))
         self._on_failure = on_failure
+        self._on_change: list[Callable[[], None]] = []
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` each time a reload changes the accepted tokens."""
+        self._on_change.append(callback)
 
     def accepts(self, token: str | None) -> bool:
         """Whether ``token`` is one of the accepted tokens."""
-        self._refresh()
+        self.refresh()
         if not token:
             return False
         try:  # undecodable header bytes arrive as surrogate escapes: compare the raw bytes
@@ -110,7 +115,8 @@ class TokenFile:
             matched |= hmac.compare_digest(presented, known)
         return matched
 
-    def _refresh(self) -> None:
+    def refresh(self) -> None:
+        """Re-read the file if ``reload_seconds`` have passed and it changed."""
         try:
             signature = self._watch.changed()
             if signature is None:
@@ -123,6 +129,8 @@ class TokenFile:
         self._watch.accept(signature)
         self._tokens = _encode(tokens)
         log.info("reloaded %d bearer token(s) from %s", len(tokens), self._path)
+        for callback in self._on_change:
+            callback()
 
 
 def _encode(tokens: Iterable[str]) -> tuple[bytes, ...]:
@@ -176,8 +184,8 @@ def _token_in(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
     return None
 
 
-#: Asked before each message of a long-lived call: is the token it opened with still
-#: accepted? (``ListenerSecurity.still_accepted``)
+#: Asked of a long-lived call: is the token it opened with still accepted?
+#: (``ListenerSecurity.still_accepted``)
 StillAccepted = Callable[[], bool]
 
 
@@ -256,9 +264,13 @@ class ListenerSecurity:
         )
 
     def refresh(self) -> None:
-        """Reload the TLS files if they changed, and have the HTTPS listeners' new
-        connections take the set gRPC serves (a removed client CA is no longer trusted
-        there). Call it on the event loop that serves them (the server's tick does)."""
+        """Reload the token file and the TLS files if they changed (a token file is also
+        looked at when a call is checked; a stream that sends nothing is not), and have the
+        HTTPS listeners' new connections take the set gRPC serves (a removed client CA is no
+        longer trusted there). Call it on the event loop that serves them (the server's tick
+        does)."""
+        if self._tokens is not None:
+            self._tokens.refresh()
         files = self._certificates
         if files is None:
             return
@@ -303,21 +315,25 @@ class ListenerSecurity:
         self, listener: str, metadata: Iterable[tuple[str, Any]] | None
     ) -> StillAccepted | None:
         """For a call that lasts (a findings stream): whether the token it opened with, in its
-        ``metadata``, is still accepted; a refusal is counted for ``listener``. Taking a
-        token out of the file then ends the streams it opened at their next finding, not
-        only new calls. ``None`` when ``listener`` takes no token."""
+        ``metadata``, is still accepted (``auth_failed`` counts what the caller ends). Asked
+        before each message and at each change of the tokens (``on_tokens_changed``),
+        taking a token out of the file ends the streams it opened, not only new calls.
+        ``None`` when ``listener`` takes no token."""
         tokens = self._tokens
         if tokens is None or not self._settings.uses_auth(listener):
             return None
         token = _token_in(metadata)
+        return lambda: tokens.accepts(token)
 
-        def check() -> bool:
-            if tokens.accepts(token):
-                return True
-            self._metrics.auth_failed(listener)
-            return False
+    def on_tokens_changed(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` when a reload changes the accepted tokens (at ``refresh``, or
+        when a call is checked)."""
+        if self._tokens is not None:
+            self._tokens.on_change(callback)
 
-        return check
+    def auth_failed(self, listener: str) -> None:
+        """Count a call ``listener`` ended for its token."""
+        self._metrics.auth_failed(listener)
 
     def ssl_context(self, listener: str) -> ssl.SSLContext | None:
         if not self._settings.uses_tls(listener):

@@ -159,6 +159,15 @@ class StreamAccess:
         return (("authorization", f"Bearer {read_token_file(self.bearer_token_file)[0]}"),)
 
 
+def _local(host: str) -> bool:
+    """Whether the host part of a gRPC target is this machine: a loopback name or address,
+    as ``dns:///localhost``, ``ipv4:127.0.0.1`` or ``[::1]`` write it too, or a unix socket."""
+    if host.startswith("unix"):
+        return True
+    name = host.rpartition("/")[2].removeprefix("ipv4:").removeprefix("ipv6:")
+    return is_loopback(name.strip("[]"))
+
+
 def _read(path: Path | None) -> bytes | None:
     return None if path is None else path.read_bytes()
 
@@ -203,11 +212,7 @@ def run_tail(
     if not colon or not host or not port.isdigit():  # gRPC would dial port 443 unasked
         err.write(f"toolwatch tail: --target {target!r} is not HOST:PORT (listen.stream)\n")
         return EXIT_USAGE
-    if (
-        access.bearer_token_file is not None
-        and not access.secure
-        and not is_loopback(host.strip("[]"))
-    ):
+    if access.bearer_token_file is not None and not access.secure and not _local(host):
         err.write(
             f"toolwatch tail: warning: the bearer token goes to {target} without TLS, in clear"
             " text on the network: pass --tls-ca (or --tls) if the stream has TLS\n"
@@ -440,7 +445,7 @@ class _Printer:
             record = stream_finding_record(message)
             if stream_id:  # where it is in the stream: a consumer that restarts can dedupe
                 record |= {"stream": stream_id, "sequence": message.sequence}
-            line = json.dumps(record, ensure_ascii=False)
+            line = json.dumps(record, ensure_ascii=False).translate(_JSON_ESCAPED)
         else:
             line = format_finding_line(message, self.colour)
         self.out.write(line + "\n")
@@ -580,12 +585,18 @@ def format_finding_line(message: findings_pb2.Finding, colour: bool = False) -> 
     return " ".join([stamp, head, *labels]) + f" — {message.explanation.translate(_ESCAPED)}"
 
 
+#: Unicode's bidirectional embeddings, overrides and isolates: they reorder what a terminal
+#: shows.
+_BIDI_CONTROLS = (*range(0x202A, 0x202F), *range(0x2066, 0x206A))
 #: Control characters written as escapes: names and explanations come from what agents sent,
 #: and a terminal must not run their escape sequences or show a line break that forges a
 #: finding. (C0, DEL, C1, and Unicode's line and paragraph separators.)
 _ESCAPED: dict[int, str] = {
-    c: ascii(chr(c))[1:-1] for c in (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029)
+    c: ascii(chr(c))[1:-1]
+    for c in (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029, *_BIDI_CONTROLS)
 }
+#: The same in a JSON line (``--json``): json.dumps escapes C0 alone.
+_JSON_ESCAPED: dict[int, str] = {c: f"\\u{c:04x}" for c in _ESCAPED if c >= 0x7F}
 
 
 def _labels(message: findings_pb2.Finding) -> list[tuple[str, str]]:

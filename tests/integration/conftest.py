@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -34,6 +35,24 @@ FREE_PORTS = {
     "listen.metrics": "127.0.0.1:0",
     "listen.stream": "127.0.0.1:0",
 }
+
+
+class _NotTheBuild(logging.Filter):
+    """Drops the start-up line on how the hot path was built: a warning when the suite runs
+    the source (``TOOLWATCH_PURE_PYTHON=1``), which tests of what toolwatch warns about would
+    otherwise read as theirs."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.getMessage().startswith("hot path: ")
+
+
+@pytest.fixture(autouse=True)
+def _build_line_left_out() -> Iterator[None]:
+    logger = logging.getLogger("toolwatch")
+    left_out = _NotTheBuild()
+    logger.addFilter(left_out)
+    yield
+    logger.removeFilter(left_out)
 
 
 def stopping_at_once(config: Config) -> Config:

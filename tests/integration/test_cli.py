@@ -474,7 +474,9 @@ def test_tail_with_tls_against_a_plaintext_stream_prints_its_own_message_alone()
     assert line.endswith("(is the stream plaintext? drop --tls/--tls-ca)")
 
 
-@pytest.mark.parametrize(("host", "warned"), [("127.0.0.1", False), ("0.0.0.0", True)])
+@pytest.mark.parametrize(
+    ("host", "warned"), [("127.0.0.1", False), ("dns:///localhost", False), ("0.0.0.0", True)]
+)
 def test_tail_warns_before_sending_a_token_beyond_loopback_in_clear_text(
     tmp_path: Path, host: str, warned: bool
 ) -> None:

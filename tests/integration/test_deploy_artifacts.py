@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import importlib
 import json
 import re
 import shutil
@@ -24,6 +23,9 @@ from typing import Any
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry, generate_latest
+
+from toolwatch.config import load_config
+from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -144,20 +146,14 @@ def _sample_names(families: dict[str, str]) -> frozenset[str]:
     return frozenset(names)
 
 
-def _exposed_families() -> dict[str, str] | None:
-    """``# TYPE`` lines of the real sink's exposition, or None if the sink does not exist."""
-    try:
-        sink = importlib.import_module("toolwatch.sinks.prometheus")
-    except ModuleNotFoundError as exc:
-        if exc.name and exc.name.startswith("toolwatch.sinks"):
-            return None
-        raise
+def _exposed_families() -> dict[str, str]:
+    """``# TYPE`` lines of the real sink's exposition."""
     registry = CollectorRegistry()
     # The gauges read at scrape time are registered only with their callables, as the app
     # passes them.
-    sink.PrometheusMetrics(
+    PrometheusMetrics(
         registry,
-        buffer_state=lambda: sink.BufferState(0, 0, 0),
+        buffer_state=lambda: BufferState(0, 0, 0),
         stream_subscribers=lambda: 0,
         requests_in_flight=lambda: 0,
     )
@@ -276,7 +272,7 @@ def test_safety_categories_page_at_once(category: str) -> None:
 
 
 def test_rules_and_dashboard_name_only_exposed_metrics() -> None:
-    families = _exposed_families() or DOCUMENTED_METRICS
+    families = _exposed_families()
     known = _sample_names(families)
     dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
     queries = [v["definition"] for v in dashboard["templating"]["list"] if "definition" in v]
@@ -288,8 +284,6 @@ def test_rules_and_dashboard_name_only_exposed_metrics() -> None:
 
 def test_the_sink_exposes_every_documented_metric() -> None:
     families = _exposed_families()
-    if families is None:
-        pytest.skip("toolwatch.sinks.prometheus does not exist yet")
     missing = {n: k for n, k in DOCUMENTED_METRICS.items() if families.get(n) != k}
     assert not missing, f"documented but not exposed with this type: {missing}"
 
@@ -420,11 +414,10 @@ def _has_toolwatch(workload: dict[str, Any]) -> bool:
 def _deployed(path: Path, tmp_path: Path) -> tuple[Any, dict[str, Any]]:
     """The manifest's toolwatch configuration, loaded as toolwatch loads it, and the
     workload that runs toolwatch."""
-    config_module = pytest.importorskip("toolwatch.config")
     target = tmp_path / "toolwatch.yaml"
     target.write_text(_toolwatch_config_map(path), encoding="utf-8")
     (workload,) = [w for w in _workloads(path) if _has_toolwatch(w)]
-    return config_module.load_config(target), workload
+    return load_config(target), workload
 
 
 @pytest.mark.parametrize("path", [SIDECAR, GATEWAY], ids=lambda p: p.name)

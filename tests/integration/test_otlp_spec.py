@@ -849,6 +849,23 @@ def test_an_http_body_cut_off_mid_way_gives_its_slot_back(
     assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 6
 
 
+def test_a_first_request_with_a_bad_method_is_counted_and_its_line_not_logged(
+    start_server: StartServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiohttp logs this one through debug, not exception: the line at fault (a token in its
+    query, here) must not reach the log either, and the request is counted invalid."""
+    server = start_server(**QUIET)
+    host, _, port = server.address("http").rpartition(":")
+    with caplog.at_level(logging.DEBUG, logger="aiohttp.server"):
+        with socket.create_connection((host, int(port)), timeout=10) as client:
+            client.sendall(b"post /v1/traces?access_token=s3cret HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert client.recv(65536).startswith(b"HTTP/1.0 400 Bad Request\r\n")
+        invalid = {"transport": "http", "outcome": "invalid"}
+        assert until(lambda: server.sample(REQUESTS_COUNTED, invalid) == 1)
+    logged = [logging.Formatter().format(r) for r in caplog.records if r.name == "aiohttp.server"]
+    assert logged == ["refused a request that is not HTTP: BadHttpMethod (400)"]
+
+
 @pytest.mark.parametrize(
     "framing",
     [

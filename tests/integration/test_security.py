@@ -37,6 +37,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
+from tests.integration.test_stream import make_finding, make_trace
 from toolwatch.config import ConfigError, load_config
 from toolwatch.sinks.findings import REDACTED
 from toolwatch.tail import StreamAccess, run_tail
@@ -732,6 +733,63 @@ def test_a_token_taken_out_of_the_file_ends_the_streams_it_opened(
     assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 1
 
 
+def test_a_revoked_stream_that_no_finding_passes_is_ended_at_the_reload(
+    start_server: Start, pki: Pki, tmp_path: Path
+) -> None:
+    """A stream whose filter matches nothing is never written to: it is ended when the
+    server's tick reloads the token file, so a leaked token cannot keep the subscriber slots."""
+    token_file = tmp_path / "tokens"
+    token_file.write_text("leaked-token\nkept-token\n")
+    server = start_server(**tls(pki), **auth(token_file, security__auth__reload_seconds=30))
+    leaked = tmp_path / "leaked"
+    leaked.write_text("leaked-token\n")
+
+    def act() -> None:
+        token_file.write_text("kept-token\n")
+        server.clock.advance(30)
+        server.call(server.app.tick)  # no call checks a token: the tick reloads the file
+        gone = server.app.broker.wait_for_subscribers(0)
+        asyncio.run_coroutine_threadsafe(gone, server.loop).result(timeout=10)
+
+    access = StreamAccess(ca_file=pki.ca, bearer_token_file=leaked)
+    run = tail_during(server, act, access, agents=["nobody"])
+    assert run.code == 1
+    assert "no longer accepts the bearer token (UNAUTHENTICATED)" in run.err
+    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 1
+
+
+def test_findings_withheld_from_a_revoked_stream_are_not_counted_lost(
+    start_server: Start, pki: Pki, tmp_path: Path
+) -> None:
+    """They are not a slow subscriber's losses (ToolwatchFindingsStreamDropping), even when
+    none is held for a resume."""
+    token_file = tmp_path / "tokens"
+    token_file.write_text("leaked-token\nkept-token\n")
+    server = start_server(
+        **tls(pki),
+        **auth(token_file, security__auth__reload_seconds=30),
+        **POLICY,
+        output__stream_replay_size=0,
+    )
+    leaked = tmp_path / "leaked"
+    leaked.write_text("leaked-token\n")
+    broker = server.app.broker
+
+    def act() -> None:
+        token_file.write_text("kept-token\n")
+        server.clock.advance(30)
+        # Published before any call reloads the tokens: the stream's own check before the
+        # write does, and the finding it took is withheld.
+        server.call(lambda: broker.publish(make_trace(), [make_finding()]))
+        gone = broker.wait_for_subscribers(0)
+        asyncio.run_coroutine_threadsafe(gone, server.loop).result(timeout=10)
+
+    run = tail_during(server, act, StreamAccess(ca_file=pki.ca, bearer_token_file=leaked))
+    assert (run.code, run.out) == (1, "")
+    assert server.sample("toolwatch_stream_dropped_findings_total") == 0
+    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 1
+
+
 def test_tail_reconnecting_through_a_token_rotation_loses_no_finding(
     start_server: Start, pki: Pki, tmp_path: Path
 ) -> None:
@@ -855,6 +913,18 @@ def test_the_unredacted_tooltrace_dump_is_created_readable_by_its_owner_alone(
         os.umask(umask)
     assert (tmp_path / "tooltraces.jsonl").stat().st_mode & 0o777 == 0o600
     assert (tmp_path / "findings.jsonl").stat().st_mode & 0o777 == 0o644
+
+
+def test_an_existing_tooltrace_dump_others_may_read_is_warned_about(
+    start_server: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    dump = tmp_path / "tooltraces.jsonl"
+    dump.touch(mode=0o644)
+    dump.chmod(0o644)
+    with caplog.at_level(logging.WARNING, logger="toolwatch"):
+        start_server()
+    assert f"{dump} (output.dump_tooltraces) may be read by others (mode 644)" in caplog.text
+    assert dump.stat().st_mode & 0o777 == 0o644  # kept: its owner decides
 
 
 @pytest.mark.parametrize(

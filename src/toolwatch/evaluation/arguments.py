@@ -63,18 +63,23 @@ _ONE_SIDED: Final = ("missing", "unexpected")
 #: A field name that live data alone gave is named when it is an identifier: what argument
 #: schemas are made of, and what an e-mail address, a phone number or free text is not...
 _IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-#: ... nor an identifier-shaped secret or number: an API key (``sk_live_51HxYzQ2eZ``: as many
-#: capitals as a random string has) or a number (``ssn_078051120``: five digits in a row).
-_DIGIT_RUN: Final = re.compile(r"[0-9]{5}")
+#: ... nor an identifier-shaped secret or number: five digits in a row (``ssn_078051120``),
+#: a letter right after a digit inside a word (``sk_live_51HxYz``, ``AKIAIOSFODNN7EXAMPLE``;
+#: ``address_2`` and ``line2`` are names) ...
+_NOT_A_NAME: Final = re.compile(r"[0-9]{5}|[0-9][A-Za-z]")
+#: ... or more runs of capitals than one per four letters (a random mixed-case key:
+#: ``HqLyjWDarjtT``; ``pageURL``, ``isOK`` and ``XMLHttpRequest`` are names).
+_CAPITALS: Final = re.compile(r"[A-Z]+")
 
 
 def _nameable(name: str) -> bool:
     """Whether a field name live data alone gave may be named (``_IDENTIFIER``)."""
-    if not _IDENTIFIER.fullmatch(name) or _DIGIT_RUN.search(name):
+    if not _IDENTIFIER.fullmatch(name) or _NOT_A_NAME.search(name):
         return False
-    upper = sum(c.isupper() for c in name)
-    lower = sum(c.islower() for c in name)
-    return not lower or 3 * upper <= upper + lower  # CONSTANT_CASE, or a capital a word
+    letters = sum(c.isalpha() for c in name)
+    if not any(c.islower() for c in name):
+        return True  # CONSTANT_CASE
+    return 4 * len(_CAPITALS.findall(name)) <= letters
 
 
 @dataclass(frozen=True, slots=True)

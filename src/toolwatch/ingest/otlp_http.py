@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import sys
 import time
 import zlib
 from collections.abc import Callable, MutableMapping
@@ -89,16 +90,19 @@ class ProtocolErrorLog(logging.LoggerAdapter[logging.Logger]):
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
         return msg, kwargs
 
-    def exception(self, msg: object, *args: object, **kwargs: Any) -> None:
+    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
+        # aiohttp logs a refused request with .exception, or (a connection's first request
+        # with a bad method) with .debug: both pass the error as exc_info.
         error = kwargs.get("exc_info")
+        if error is True:
+            error = sys.exc_info()[1]
         if isinstance(error, HttpProcessingError):
             if self._refused is not None:
                 self._refused()
-            self.debug(
-                "refused a request that is not HTTP: %s (%d)", type(error).__name__, error.code
-            )
+            name, code = type(error).__name__, error.code
+            super().log(logging.DEBUG, "refused a request that is not HTTP: %s (%d)", name, code)
             return
-        super().exception(msg, *args, **kwargs)
+        super().log(level, msg, *args, **kwargs)
 
 
 class _RejectError(Exception):

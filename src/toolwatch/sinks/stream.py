@@ -250,6 +250,7 @@ class Subscription:
         "dropped",
         "filter",
         "resumed",
+        "revoked",
     )
 
     def __init__(
@@ -265,8 +266,11 @@ class Subscription:
         self._replay_missed = 0  # lost from the replay, told with the next finding sent
         self._wakeup = asyncio.Event()
         self._closed = False
+        self.revoked = False
 
     def offer(self, message: findings_pb2.Finding) -> bool:
+        if self.revoked:
+            return True  # withheld from a client no longer allowed: not a loss to count
         if self._replay is not None and not self._closed:
             # Still replaying: the broker holds this one too, and the replay reads it there
             # (the queue would only lose it to a long replay).
@@ -335,6 +339,12 @@ class Subscription:
         """No more findings; ``next`` returns ``None`` after the queued ones."""
         self._closed = True
         self._wakeup.set()
+
+    def revoke(self) -> None:
+        """Its client's token was taken out: withhold what is queued and what comes; ``next``
+        returns ``None``."""
+        self.revoked = True
+        self.discard()
 
     def discard(self) -> list[findings_pb2.Finding]:
         """Close and let go of the queued findings (never delivered); returns them."""
@@ -504,15 +514,25 @@ class FindingsBroker:
         return unknown + sum(stream_filter.accepts(tag) for tag in tags)
 
     def unsubscribe(
-        self, subscription: Subscription, unsent: findings_pb2.Finding | None = None
+        self,
+        subscription: Subscription,
+        unsent: findings_pb2.Finding | None = None,
+        withheld: bool = False,
     ) -> None:
         """End ``subscription``. Findings still queued for it (its client stopped reading and
         the connection was lost, say), and ``unsent``, taken from its queue for a write that
         failed: those no longer held for a resume are counted as dropped and logged, never
-        lost unseen; the others are logged, and a client that resumes gets them."""
+        lost unseen; the others are logged, and a client that resumes gets them. ``withheld``:
+        the subscriber's token was taken out, so none is counted lost to a slow client."""
         left = subscription.discard()
         if unsent is not None:
             left.append(unsent)
+        if withheld:
+            if left:
+                log.info("withheld %d findings from a stream whose token was revoked", len(left))
+            self._subscriptions.discard(subscription)
+            self._changed.set()
+            return
         oldest = self.oldest_held
         lost = sum(message.sequence < oldest for message in left)
         if lost:
@@ -607,9 +627,24 @@ def finding_message(
 class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
     """grpc.aio servicer of ``FindingsService`` over a ``FindingsBroker``."""
 
-    def __init__(self, broker: FindingsBroker, authorize: Authorize | None = None) -> None:
+    def __init__(
+        self,
+        broker: FindingsBroker,
+        authorize: Authorize | None = None,
+        refused: Callable[[], None] = lambda: None,
+    ) -> None:
         self._broker = broker
         self._authorize = authorize
+        self._refused = refused
+        self._checked: dict[Subscription, Callable[[], bool]] = {}  # open, with a token
+
+    def recheck(self) -> None:
+        """End the open streams whose token is no longer accepted (the tokens changed): one
+        that no finding passes would otherwise never be asked. Each is closed, answered
+        UNAUTHENTICATED and counted by its ``Subscribe``."""
+        for subscription, allowed in list(self._checked.items()):
+            if not allowed():
+                subscription.revoke()
 
     async def Subscribe(  # noqa: N802 (the gRPC method name)
         self, request: findings_pb2.SubscribeRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -639,15 +674,22 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
         )
         if (resumed := subscription.resumed) is not None:
             metadata += ((RESUME_KEY, resumed.stream), (RESUME_LOST_KEY, str(resumed.lost)))
-        try:
-            # Headers now, so the client knows it is subscribed before any finding arrives.
-            await context.send_initial_metadata(metadata)
-        except BaseException:
-            broker.unsubscribe(subscription)
-            raise
         authorize = self._authorize
         allowed = authorize(context.invocation_metadata()) if authorize is not None else None
-        if not await deliver(broker, subscription, context.write, allowed):
+        if allowed is not None:  # before any await: a recheck from now on sees it
+            self._checked[subscription] = allowed
+        try:
+            try:
+                # Headers now, so the client knows it is subscribed before any finding arrives.
+                await context.send_initial_metadata(metadata)
+            except BaseException:
+                broker.unsubscribe(subscription)
+                raise
+            accepted = await deliver(broker, subscription, context.write, allowed)
+        finally:
+            self._checked.pop(subscription, None)
+        if not accepted:
+            self._refused()
             await context.abort(grpc.StatusCode.UNAUTHENTICATED)
 
 
@@ -658,29 +700,38 @@ async def deliver(
     allowed: Callable[[], bool] | None = None,
 ) -> bool:
     """Writes ``subscription``'s findings with ``write`` until it is closed and drained, a
-    write fails, the call is cancelled (the client went away) or ``allowed`` says no before
-    a write (its token was taken out); then unsubscribes it, counting the finding not
-    written with those still queued. ``False`` when ``allowed`` ended it."""
+    write fails, the call is cancelled (the client went away) or ``allowed`` says no (its
+    token was taken out: asked before each write and when it ends); then unsubscribes it,
+    with the finding not written and those still queued. ``False`` when ``allowed`` said
+    no."""
     unsent: findings_pb2.Finding | None = None
+    accepted = True
     try:
         while (unsent := await subscription.next()) is not None:
             if allowed is not None and not allowed():
-                return False
+                accepted = False
+                break
             await write(unsent)
             unsent = None
+        else:  # closed: by the server's shutdown, or revoked (``recheck``)
+            accepted = not subscription.revoked
     except Exception as error:  # grpc-aio's ExecuteBatchError is not public
         log.debug("findings stream ended by a failed write: %r", error)
     finally:  # also on cancellation, a BaseException
-        broker.unsubscribe(subscription, unsent=unsent)
-    return True
+        broker.unsubscribe(subscription, unsent=unsent, withheld=not accepted)
+    return accepted
 
 
 def add_findings_service(
-    server: grpc.aio.Server, broker: FindingsBroker, authorize: Authorize | None = None
+    server: grpc.aio.Server,
+    broker: FindingsBroker,
+    authorize: Authorize | None = None,
+    refused: Callable[[], None] = lambda: None,
 ) -> FindingsStreamServicer:
     """Registers ``FindingsService`` on ``server`` (before it starts), served by ``broker``;
-    ``authorize`` gives, from a call's metadata, what is asked before each of its writes."""
-    servicer = FindingsStreamServicer(broker, authorize)
+    ``authorize`` gives, from a call's metadata, whether its token is still accepted (asked
+    before each write and at ``recheck``); ``refused`` counts a stream ended for it."""
+    servicer = FindingsStreamServicer(broker, authorize, refused)
     # The generated gRPC module carries no annotations.
     findings_pb2_grpc.add_FindingsServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     return servicer

@@ -301,6 +301,23 @@ def test_a_span_dropped_before_its_trace_arrived_still_flags_the_trace() -> None
     assert summary(buffer.poll()) == [(TRACE, 2, False, "span_limit")]
 
 
+def test_ids_of_traces_whose_spans_were_dropped_first_are_remembered_boundedly() -> None:
+    """A flood of oversized spans, each of a new trace, must not grow memory: past
+    max_traces such ids the oldest is forgotten (its trace, if it comes, is not flagged)."""
+    limits = dataclasses.replace(LIMITS, max_buffered_bytes=100, max_traces=4)
+    buffer, clock, _ = make(limits)
+    for n in range(1_000):
+        buffer.add([dataclasses.replace(trace_of(n)[0], size_bytes=101)])
+    first, last = (n.to_bytes(16, "big") for n in (0, 999))
+    buffer.add(run_spans(first))
+    buffer.add(run_spans(last))
+    clock.advance(2)
+    assert sorted(summary(buffer.poll())) == [
+        (first, 3, True, None),  # forgotten: 996 ids came after it
+        (last, 3, False, "span_limit"),
+    ]
+
+
 def test_duplicate_spans_are_counted_once() -> None:
     buffer, clock, metrics = make()
     spans = run_spans()

@@ -403,6 +403,39 @@ def test_seventeen_requests_at_once_each_join_their_own_handoff() -> None:
     assert all(t.agents == ("triage", "refunds") for t in traces)
 
 
+def test_each_handing_off_run_joins_the_run_after_it_and_only_one() -> None:
+    """Two triage runs under one trace end at 10 and 20; refunds runs start at 21 and 22.
+    The handoff that ended last is the one a run that starts next was handed: each joins one."""
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 200, name="Agent workflow"),
+        agent(2, 1, "triage", 1, 10),
+        llm(3, 2, 2, 5, ask("transfer_to_refunds", "t1", "{}")),
+        agent(4, 1, "triage", 3, 20),
+        llm(5, 4, 4, 6, ask("transfer_to_refunds", "t2", "{}")),
+        agent(6, 1, "refunds", 21, 100),
+        tool(7, 6, "issue_refund", 50, 60),
+        agent(8, 1, "refunds", 22, 110),
+        tool(9, 8, "issue_refund", 70, 80),
+    ]
+    runs = sorted((t.run_span_id, [c.span_id for c in t.calls if c.span_id]) for t in build(spans))
+    assert runs == [(hexid(2), [hexid(9)]), (hexid(4), [hexid(7)])]
+
+
+def test_an_unnamed_handoff_span_does_not_join_a_sibling_when_a_call_names_another() -> None:
+    """The model asked for transfer_to_refunds: a faq run that happens to start at once is
+    not the target, refunds (started later) is."""
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 200, name="Agent workflow"),
+        agent(2, 1, "triage", 1, 30),
+        llm(3, 2, 2, 5, ask("transfer_to_refunds", "t1", "{}")),
+        span(4, 2, SpanRole.OTHER, 6, 7, name="triage → unknown.handoff"),
+        agent(5, 1, "faq", 31, 40),
+        agent(6, 1, "refunds", 45, 100),
+        tool(7, 6, "issue_refund", 50, 60),
+    ]
+    assert sorted(t.agents for t in build(spans)) == [("faq",), ("triage", "refunds")]
+
+
 def test_an_unnamed_handoff_span_joins_no_later_turn() -> None:
     """OpenLLMetry: transfer_to_refunds_agent, whose run never came, and a handoff span that
     names no one; the next turn's faq agent starts a second later: no part of the run."""

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from eval_factories import call, case, trace
 
-from toolwatch.evaluation.arguments import ToolArguments
+from toolwatch.evaluation.arguments import ToolArguments, _nameable
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.settings import ToolArgumentsSettings
 from toolwatch.model import Category, EvalResult, ExpectedCall, ReferenceKind, Severity
@@ -134,7 +134,11 @@ def test_a_field_name_that_may_be_data_is_counted_not_named() -> None:
     assert finding.details["fields"]["[field 1]"]["actual"] is True
     assert "jane" not in repr(finding)
 
-    # An identifier-shaped API key or number is data too.
+    # An identifier-shaped API key or number is data too; field names with acronyms are not.
+    for key in ("sk_live_51HxYzQ2eZ", "AKIAIOSFODNN7EXAMPLE", "HqLyjWDarjtT", "ssn_078051120"):
+        assert not _nameable(key), key
+    for name in ("order_id", "pageURL", "isOK", "XMLHttpRequest", "address_2", "line2", "MAX_N"):
+        assert _nameable(name), name
     run = trace(
         ("notify", {"message": "hi", "sk_live_51HxYzQ2eZvKYlo2C0KEY": 1, "ssn_078051120": 2})
     )

@@ -163,6 +163,33 @@ def test_dangerous_call_against_a_case_that_expects_no_calls_is_drift(fields: An
     assert finding.details["reference_calls"] == 0
 
 
+def test_a_verification_call_enclosing_the_dangerous_one_does_not_verify_it() -> None:
+    """lookup_order is an agent used as a tool, and issue_refund runs inside it: the lookup
+    had not returned when the refund was made."""
+    run = trace(
+        call("lookup_order", {"order_id": "A1"}, index=0),
+        call("issue_refund", {"order_id": "A1"}, index=1, parent=0),
+    )
+    result = evaluate(run, dangerous_tools=["issue_refund"], verification_tools=["lookup_order"])
+    assert categories(result) == [Category.MISSING_VERIFICATION_STEP]
+
+
+def test_two_fields_bound_to_one_verification_tool_are_both_verified_by_one_call() -> None:
+    policy: dict[str, Any] = {
+        "dangerous_tools": ["issue_refund"],
+        "verification_tools": ["lookup_order"],
+        "bindings": {
+            "issue_refund.order_id": "lookup_order.order_id",
+            "issue_refund.customer": "lookup_order.customer",
+        },
+    }
+    arguments = {"order_id": "A1", "customer": "C9"}
+    run = trace(("lookup_order", arguments), ("issue_refund", arguments))
+    assert evaluate(run, **policy).findings == ()
+    other = trace(("lookup_order", arguments), ("issue_refund", {**arguments, "customer": "C8"}))
+    assert only(evaluate(other, **policy)).field == "customer"
+
+
 def test_dangerous_call_made_by_the_reference_is_not_drift() -> None:
     run = trace("lookup_order", "issue_refund")
     assert evaluate(run, Reference(expected=case("lookup_order", "issue_refund"))).findings == ()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import json
 import logging
 
 import pytest
@@ -23,7 +24,7 @@ from toolwatch.sinks.stream import (
     Subscription,
     deliver,
 )
-from toolwatch.tail import format_finding_line
+from toolwatch.tail import _Printer, format_finding_line
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -191,7 +192,7 @@ def test_control_characters_an_agent_sent_are_escaped_on_the_line() -> None:
         tool="refund\nLOW DANGEROUS_ACTION_DRIFT agent=x",
         field="id\u2028",
         trace_id=TRACE_ID,
-        explanation="Ordering: 50%.\x9b1m\r",
+        explanation="Ordering: 50%.\x9b1m\r\u202e",
         time_unix_nano=0,
     )
     line = format_finding_line(message, colour=True)
@@ -199,8 +200,13 @@ def test_control_characters_an_agent_sent_are_escaped_on_the_line() -> None:
         "1970-01-01T00:00:00Z \x1b[36mLOW TOOL_ORDER_DRIFT\x1b[0m"
         " agent=bot\\x1b]0;owned\\x07\\x1b[2J"
         " tool=refund\\nLOW DANGEROUS_ACTION_DRIFT agent=x field=id\\u2028"
-        f" trace={TRACE_ID} — Ordering: 50%.\\x9b1m\\r"
+        f" trace={TRACE_ID} — Ordering: 50%.\\x9b1m\\r\\u202e"
     )
+    out = io.StringIO()
+    _Printer(out, as_json=True, colour=False)(message, "")  # --json: escaped as JSON, read back
+    (line,) = out.getvalue().splitlines()
+    assert not [c for c in line if ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c == "\u202e"]
+    assert json.loads(line)["explanation"] == message.explanation
 
 
 class Terminal(io.StringIO):
