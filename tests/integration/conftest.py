@@ -112,9 +112,16 @@ class RunningServer:
     def address(self, name: str) -> str:
         return self.app.addresses[name]
 
-    def sample(self, name: str, labels: dict[str, str] | None = None) -> float:
+    def sample(
+        self, name: str, labels: dict[str, str] | None = None, *, missing_ok: bool = False
+    ) -> float:
+        """The sample's value. A series that does not exist fails the test (a renamed metric
+        or label would otherwise read as 0), unless ``missing_ok``: then it reads 0."""
         value = self.registry.get_sample_value(name, labels or {})
-        return 0.0 if value is None else value
+        if value is None:
+            assert missing_ok, f"no series {name}{labels or {}}"
+            return 0.0
+        return value
 
     def tooltraces(self) -> list[dict[str, Any]]:
         if not self.tooltrace_path.exists():

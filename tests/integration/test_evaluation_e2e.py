@@ -126,7 +126,7 @@ def runs_by_reference(server: RunningServer) -> dict[str, float]:
     found = {}
     for reference in ("expected", "source", "none"):
         labels = {"agent": "refund-bot", "outcome": "complete", "reference": reference}
-        value = server.sample("toolwatch_tool_traces_total", labels)
+        value = server.sample("toolwatch_tool_traces_total", labels, missing_ok=True)
         if value:
             found[reference] = value
     return found

@@ -984,7 +984,9 @@ def test_a_grpc_call_the_client_cancels_is_aborted_not_invalid(
             assert until(lambda: in_flight(server) == 0)
 
     counted = {
-        outcome: server.sample(REQUESTS_COUNTED, {"transport": "grpc", "outcome": outcome})
+        outcome: server.sample(
+            REQUESTS_COUNTED, {"transport": "grpc", "outcome": outcome}, missing_ok=True
+        )
         for outcome in ("aborted", "invalid", "ok")
     }
     assert counted == {"aborted": 3, "invalid": 0, "ok": 0}
