@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import ssl
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -693,8 +694,9 @@ def _open_text(setting: str, target: str, files: list[IO[str]], private: bool = 
     except OSError as exc:
         raise StartError(f"cannot open {target} ({setting}): {_reason(exc)}") from exc
     files.append(stream)
-    mode = os.fstat(stream.fileno()).st_mode & 0o777
-    if private and mode & 0o077:
+    status = os.fstat(stream.fileno())
+    mode = status.st_mode & 0o777
+    if private and stat.S_ISREG(status.st_mode) and mode & 0o077:  # not /dev/null's
         log.warning(
             "%s (%s) may be read by others (mode %o), and it holds arguments and results"
             " unredacted: chmod 600 it",

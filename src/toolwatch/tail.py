@@ -162,7 +162,7 @@ class StreamAccess:
 def _local(host: str) -> bool:
     """Whether the host part of a gRPC target is this machine: a loopback name or address,
     as ``dns:///localhost``, ``ipv4:127.0.0.1`` or ``[::1]`` write it too, or a unix socket."""
-    if host.startswith("unix"):
+    if host.startswith(("unix:", "unix-abstract:")):
         return True
     name = host.rpartition("/")[2].removeprefix("ipv4:").removeprefix("ipv6:")
     return is_loopback(name.strip("[]"))
@@ -585,9 +585,18 @@ def format_finding_line(message: findings_pb2.Finding, colour: bool = False) -> 
     return " ".join([stamp, head, *labels]) + f" — {message.explanation.translate(_ESCAPED)}"
 
 
-#: Unicode's bidirectional embeddings, overrides and isolates: they reorder what a terminal
-#: shows.
-_BIDI_CONTROLS = (*range(0x202A, 0x202F), *range(0x2066, 0x206A))
+#: Unicode's bidirectional embeddings, overrides, isolates and marks, which reorder what a
+#: terminal shows, and its invisible characters (zero-width, word joiners, the byte-order
+#: mark, tags), which hide text.
+_BIDI_CONTROLS = (
+    *range(0x202A, 0x202F),
+    *range(0x2066, 0x206A),
+    *range(0x200B, 0x2010),
+    *range(0x2060, 0x2065),
+    0x061C,
+    0xFEFF,
+    *range(0xE0000, 0xE0080),
+)
 #: Control characters written as escapes: names and explanations come from what agents sent,
 #: and a terminal must not run their escape sequences or show a line break that forges a
 #: finding. (C0, DEL, C1, and Unicode's line and paragraph separators.)

@@ -927,6 +927,14 @@ def test_an_existing_tooltrace_dump_others_may_read_is_warned_about(
     assert dump.stat().st_mode & 0o777 == 0o644  # kept: its owner decides
 
 
+def test_a_tooltrace_dump_to_a_device_is_not_warned_about(
+    start_server: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="toolwatch"):
+        start_server(output__dump_tooltraces="/dev/null")
+    assert "may be read by others" not in caplog.text
+
+
 @pytest.mark.parametrize(
     ("protection", "warning"),
     [

@@ -24,7 +24,7 @@ from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
 from toolwatch.sinks.findings import Redaction
 from toolwatch.sinks.prometheus import PrometheusMetrics
-from toolwatch.sinks.stream import FindingsBroker, add_findings_service, finding_message
+from toolwatch.sinks.stream import Authorize, FindingsBroker, add_findings_service, finding_message
 from toolwatch.tail import run_tail
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -77,6 +77,8 @@ async def serve(
     max_subscribers: int = 64,
     replay_size: int = 1000,
     options: Sequence[tuple[str, int]] = (),
+    authorize: Authorize | None = None,
+    refused: Callable[[], None] = lambda: None,
 ) -> AsyncIterator[Harness]:
     registry = CollectorRegistry()
     broker = FindingsBroker(
@@ -88,7 +90,7 @@ async def serve(
         replay_size=replay_size,
     )
     server = grpc.aio.server(options=options)
-    add_findings_service(server, broker)
+    add_findings_service(server, broker, authorize, refused)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
@@ -659,3 +661,25 @@ async def _tail_an_http_server() -> tuple[int, str]:
         return code, err.getvalue()
     finally:
         await runner.cleanup()
+
+
+def test_a_stream_whose_token_went_before_it_subscribed_is_ended_at_once() -> None:
+    """The token was accepted when the call's headers came, and taken out (a reload) before
+    the request arrived: no recheck saw the stream then, and one that no finding passes
+    would never be asked again. It is asked as it subscribes."""
+    refusals: list[None] = []
+
+    async def scenario() -> tuple[grpc.StatusCode, int]:
+        revoked = lambda _metadata: lambda: False  # noqa: E731
+        async with (
+            serve(authorize=revoked, refused=lambda: refusals.append(None)) as h,
+            grpc.aio.insecure_channel(h.target) as channel,
+        ):
+            call = subscribe(channel, agents=["nobody"])
+            with pytest.raises(grpc.aio.AioRpcError) as ended:
+                await asyncio.wait_for(call.read(), timeout=10)
+            await asyncio.wait_for(h.broker.wait_for_subscribers(0), timeout=10)
+            return ended.value.code(), h.broker.subscriber_count
+
+    assert asyncio.run(scenario()) == (grpc.StatusCode.UNAUTHENTICATED, 0)
+    assert len(refusals) == 1

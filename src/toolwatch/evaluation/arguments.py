@@ -67,14 +67,18 @@ _IDENTIFIER: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 #: a letter right after a digit inside a word (``sk_live_51HxYz``, ``AKIAIOSFODNN7EXAMPLE``;
 #: ``address_2`` and ``line2`` are names) ...
 _NOT_A_NAME: Final = re.compile(r"[0-9]{5}|[0-9][A-Za-z]")
-#: ... or more runs of capitals than one per four letters (a random mixed-case key:
-#: ``HqLyjWDarjtT``; ``pageURL``, ``isOK`` and ``XMLHttpRequest`` are names).
+#: ... or more runs of capitals than one per four letters, or a one-letter word between
+#: capitals (a random mixed-case key: ``HqLyjWDarjtT``, ``ICGrcbxDuyBH``; ``pageURL``,
+#: ``isOK`` and ``XMLHttpRequest`` are names).
 _CAPITALS: Final = re.compile(r"[A-Z]+")
+_ONE_LETTER_WORD: Final = re.compile(r"[A-Z][a-z][A-Z]")
 
 
 def _nameable(name: str) -> bool:
     """Whether a field name live data alone gave may be named (``_IDENTIFIER``)."""
     if not _IDENTIFIER.fullmatch(name) or _NOT_A_NAME.search(name):
+        return False
+    if _ONE_LETTER_WORD.search(name):
         return False
     letters = sum(c.isalpha() for c in name)
     if not any(c.islower() for c in name):

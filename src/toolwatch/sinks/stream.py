@@ -678,6 +678,8 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
         allowed = authorize(context.invocation_metadata()) if authorize is not None else None
         if allowed is not None:  # before any await: a recheck from now on sees it
             self._checked[subscription] = allowed
+            if not allowed():  # a reload since the call's headers were checked
+                subscription.revoke()
         try:
             try:
                 # Headers now, so the client knows it is subscribed before any finding arrives.
@@ -717,6 +719,7 @@ async def deliver(
             accepted = not subscription.revoked
     except Exception as error:  # grpc-aio's ExecuteBatchError is not public
         log.debug("findings stream ended by a failed write: %r", error)
+        accepted = not subscription.revoked  # revoked while it wrote: withheld, not lost
     finally:  # also on cancellation, a BaseException
         broker.unsubscribe(subscription, unsent=unsent, withheld=not accepted)
     return accepted

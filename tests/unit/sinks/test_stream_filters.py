@@ -282,6 +282,43 @@ def test_a_finding_taken_for_a_write_that_never_completes_is_counted_as_dropped(
     assert written == ["0", "1"]
 
 
+def test_a_write_that_fails_once_its_stream_was_revoked_is_withheld_not_lost() -> None:
+    """The token went while a finding was being written, and the write then failed: what
+    the stream had is withheld from a client no longer allowed, not a slow client's loss."""
+
+    async def scenario() -> tuple[bool, float | None]:
+        registry = CollectorRegistry()
+        broker = FindingsBroker(PrometheusMetrics(registry), queue_size=10, replay_size=0)
+        subscription = broker.subscribe(StreamFilter())
+        broker.publish(_trace(), [factories.finding(explanation=str(i)) for i in range(3)])
+
+        async def write(message: findings_pb2.Finding) -> None:
+            subscription.revoke()  # a reload, while gRPC sends it
+            raise RuntimeError("the client went away")
+
+        accepted = await deliver(broker, subscription, write, allowed=lambda: True)
+        return accepted, registry.get_sample_value("toolwatch_stream_dropped_findings_total")
+
+    assert asyncio.run(scenario()) == (False, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("host", "local"),
+    [
+        ("localhost", True),
+        ("[::1]", True),
+        ("dns:///localhost", True),
+        ("ipv4:127.0.0.1", True),
+        ("unix:/run/toolwatch.sock", True),
+        ("10.0.0.7", False),
+        ("dns:///toolwatch.example", False),
+        ("unixbox.example.com", False),
+    ],
+)
+def test_tail_knows_which_targets_keep_a_token_on_this_machine(host: str, local: bool) -> None:
+    assert tail._local(host) is local
+
+
 def test_an_agent_filter_ignores_case() -> None:
     request = findings_pb2.SubscribeRequest(agents=["Refund-Bot"])
     wanted = StreamFilter.from_request(request)
