@@ -682,14 +682,14 @@ def _open_text(setting: str, target: str, files: list[IO[str]], private: bool = 
     others may read is warned about."""
     if target == "-":
         return sys.stdout
-    mode = 0o600 if private else 0o666
+    created = 0o600 if private else 0o666
     try:
         stream = open(  # noqa: SIM115 - closed in stop()
             target,
             "a",
             encoding="utf-8",
             buffering=1,
-            opener=lambda path, flags: os.open(path, flags, mode),
+            opener=lambda path, flags: os.open(path, flags, created),
         )
     except OSError as exc:
         raise StartError(f"cannot open {target} ({setting}): {_reason(exc)}") from exc

@@ -315,10 +315,10 @@ class ListenerSecurity:
         self, listener: str, metadata: Iterable[tuple[str, Any]] | None
     ) -> StillAccepted | None:
         """For a call that lasts (a findings stream): whether the token it opened with, in its
-        ``metadata``, is still accepted (``auth_failed`` counts what the caller ends). Asked
-        before each message and at each change of the tokens (``on_tokens_changed``),
-        taking a token out of the file ends the streams it opened, not only new calls.
-        ``None`` when ``listener`` takes no token."""
+        ``metadata``, is still accepted (``auth_failed`` counts what the caller ends). The
+        caller asks it before each message and whenever the tokens change
+        (``on_tokens_changed``), so taking a token out of the file ends the streams it
+        opened, not only new calls. ``None`` when ``listener`` takes no token."""
         tokens = self._tokens
         if tokens is None or not self._settings.uses_auth(listener):
             return None

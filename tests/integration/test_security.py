@@ -705,28 +705,49 @@ def test_tail_without_tls_or_with_a_wrong_token_is_refused(
     assert f"cannot reach the findings stream at {target}" in plaintext.err
 
 
+@dataclass
+class Revocable:
+    """A server's token file accepting ``leaked-token`` and ``kept-token``, and a tail
+    holding the leaked one; ``revoke`` takes it out and lets ``reload_seconds`` pass."""
+
+    tokens: Path
+    access: StreamAccess
+
+    def settings(self) -> dict[str, Any]:
+        return auth(self.tokens, security__auth__reload_seconds=30)
+
+    def revoke(self, server: RunningServer) -> None:
+        self.tokens.write_text("kept-token\n")
+        server.clock.advance(30)
+
+
+def revocable(tmp_path: Path, pki: Pki) -> Revocable:
+    tokens, leaked = tmp_path / "tokens", tmp_path / "leaked"
+    tokens.write_text("leaked-token\nkept-token\n")
+    leaked.write_text("leaked-token\n")
+    return Revocable(tokens, StreamAccess(ca_file=pki.ca, bearer_token_file=leaked))
+
+
+def until_unsubscribed(server: RunningServer) -> None:
+    gone = server.app.broker.wait_for_subscribers(0)
+    asyncio.run_coroutine_threadsafe(gone, server.loop).result(timeout=10)
+
+
 def test_a_token_taken_out_of_the_file_ends_the_streams_it_opened(
     start_server: Start, pki: Pki, tmp_path: Path
 ) -> None:
     """Revoking a leaked token must stop the live feed it already holds, not only new calls:
     the stream is ended UNAUTHENTICATED before its next finding is written."""
-    token_file = tmp_path / "tokens"
-    token_file.write_text("leaked-token\nkept-token\n")
-    server = start_server(
-        **tls(pki), **auth(token_file, security__auth__reload_seconds=30), **POLICY
-    )
-    leaked = tmp_path / "leaked"
-    leaked.write_text("leaked-token\n")
+    tokens = revocable(tmp_path, pki)
+    server = start_server(**tls(pki), **tokens.settings(), **POLICY)
     send = unverified_refund(server, grpc_credentials(pki), "kept-token")
 
     def act() -> None:
         send()  # delivered: the token is still accepted
-        token_file.write_text("kept-token\n")
-        server.clock.advance(30)
+        tokens.revoke(server)
         send()  # not delivered: the stream ends before it
 
-    access = StreamAccess(ca_file=pki.ca, bearer_token_file=leaked)
-    run = tail_during(server, act, access, as_json=True)
+    run = tail_during(server, act, tokens.access, as_json=True)
     assert len(missing_verification(run.out)) == 1
     assert run.code == 1
     assert "no longer accepts the bearer token (UNAUTHENTICATED)" in run.err
@@ -738,21 +759,15 @@ def test_a_revoked_stream_that_no_finding_passes_is_ended_at_the_reload(
 ) -> None:
     """A stream whose filter matches nothing is never written to: it is ended when the
     server's tick reloads the token file, so a leaked token cannot keep the subscriber slots."""
-    token_file = tmp_path / "tokens"
-    token_file.write_text("leaked-token\nkept-token\n")
-    server = start_server(**tls(pki), **auth(token_file, security__auth__reload_seconds=30))
-    leaked = tmp_path / "leaked"
-    leaked.write_text("leaked-token\n")
+    tokens = revocable(tmp_path, pki)
+    server = start_server(**tls(pki), **tokens.settings())
 
     def act() -> None:
-        token_file.write_text("kept-token\n")
-        server.clock.advance(30)
+        tokens.revoke(server)
         server.call(server.app.tick)  # no call checks a token: the tick reloads the file
-        gone = server.app.broker.wait_for_subscribers(0)
-        asyncio.run_coroutine_threadsafe(gone, server.loop).result(timeout=10)
+        until_unsubscribed(server)
 
-    access = StreamAccess(ca_file=pki.ca, bearer_token_file=leaked)
-    run = tail_during(server, act, access, agents=["nobody"])
+    run = tail_during(server, act, tokens.access, agents=["nobody"])
     assert run.code == 1
     assert "no longer accepts the bearer token (UNAUTHENTICATED)" in run.err
     assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 1
@@ -763,28 +778,18 @@ def test_findings_withheld_from_a_revoked_stream_are_not_counted_lost(
 ) -> None:
     """They are not a slow subscriber's losses (ToolwatchFindingsStreamDropping), even when
     none is held for a resume."""
-    token_file = tmp_path / "tokens"
-    token_file.write_text("leaked-token\nkept-token\n")
-    server = start_server(
-        **tls(pki),
-        **auth(token_file, security__auth__reload_seconds=30),
-        **POLICY,
-        output__stream_replay_size=0,
-    )
-    leaked = tmp_path / "leaked"
-    leaked.write_text("leaked-token\n")
+    tokens = revocable(tmp_path, pki)
+    server = start_server(**tls(pki), **tokens.settings(), output__stream_replay_size=0)
     broker = server.app.broker
 
     def act() -> None:
-        token_file.write_text("kept-token\n")
-        server.clock.advance(30)
+        tokens.revoke(server)
         # Published before any call reloads the tokens: the stream's own check before the
         # write does, and the finding it took is withheld.
         server.call(lambda: broker.publish(make_trace(), [make_finding()]))
-        gone = broker.wait_for_subscribers(0)
-        asyncio.run_coroutine_threadsafe(gone, server.loop).result(timeout=10)
+        until_unsubscribed(server)
 
-    run = tail_during(server, act, StreamAccess(ca_file=pki.ca, bearer_token_file=leaked))
+    run = tail_during(server, act, tokens.access)
     assert (run.code, run.out) == (1, "")
     assert server.sample("toolwatch_stream_dropped_findings_total") == 0
     assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 1

@@ -76,9 +76,7 @@ _ONE_LETTER_WORD: Final = re.compile(r"[A-Z][a-z][A-Z]")
 
 def _nameable(name: str) -> bool:
     """Whether a field name live data alone gave may be named (``_IDENTIFIER``)."""
-    if not _IDENTIFIER.fullmatch(name) or _NOT_A_NAME.search(name):
-        return False
-    if _ONE_LETTER_WORD.search(name):
+    if not _IDENTIFIER.fullmatch(name) or _NOT_A_NAME.search(name) or _ONE_LETTER_WORD.search(name):
         return False
     letters = sum(c.isalpha() for c in name)
     if not any(c.islower() for c in name):

@@ -640,8 +640,8 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
 
     def recheck(self) -> None:
         """End the open streams whose token is no longer accepted (the tokens changed): one
-        that no finding passes would otherwise never be asked. Each is closed, answered
-        UNAUTHENTICATED and counted by its ``Subscribe``."""
+        that no finding passes would otherwise never be asked. Each is revoked, then
+        answered UNAUTHENTICATED and counted by its ``Subscribe``."""
         for subscription, allowed in list(self._checked.items()):
             if not allowed():
                 subscription.revoke()
