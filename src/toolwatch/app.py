@@ -453,6 +453,16 @@ class App:
         self._arrived.set()
         return receipt
 
+    @property
+    def _handshake_seconds(self) -> float:
+        return min(self.config.ingest.idle_timeout_seconds, _HANDSHAKE_SECONDS)
+
+    @property
+    def _grpc_handshake_option(self) -> tuple[str, int]:
+        """A gRPC connection that does not finish its handshake (TLS, HTTP/2's preface) in
+        time is closed: gRPC's own limit is 120 s, a silent client's socket held as long."""
+        return ("grpc.server_handshake_timeout_ms", round(self._handshake_seconds * 1000))
+
     async def _start_otlp_grpc(self, address: str) -> str:
         limit = self.config.ingest.max_request_bytes
         server = grpc.aio.server(
@@ -461,6 +471,7 @@ class App:
                 ("grpc.max_receive_message_length", limit),
                 ("grpc.max_send_message_length", 4 * 2**20),
                 ("grpc.http2.bdp_probe", int(self.config.ingest.grpc_bdp_probe)),
+                self._grpc_handshake_option,
                 _NO_REUSEPORT,
             ],
         )
@@ -487,7 +498,7 @@ class App:
     async def _start_stream(self, address: str) -> str:
         server = grpc.aio.server(
             interceptors=self._security.grpc_interceptors("stream"),
-            options=[_NO_REUSEPORT, *stream_server_options()],
+            options=[_NO_REUSEPORT, self._grpc_handshake_option, *stream_server_options()],
         )
         security = self._security
         servicer = add_findings_service(
@@ -549,23 +560,27 @@ class App:
             await runner.cleanup()
             raise ListenError(listener, address, _reason(exc)) from exc
         ssl_context = self._security.ssl_context(listener)
-        idle = self.config.ingest.idle_timeout_seconds
-        await _HandshakeBoundSite(runner, sock, ssl_context=ssl_context, idle=idle).start()
+        handshake = self._handshake_seconds
+        await _HandshakeBoundSite(
+            runner, sock, ssl_context=ssl_context, handshake=handshake
+        ).start()
         self._runners.append(runner)
         return _format_address(sock.getsockname())
 
 
-#: asyncio's own limit on a TLS handshake: a slow one is not made slower to close.
+#: The longest a connection may take to finish its handshake (TLS; for gRPC also HTTP/2's
+#: preface): asyncio's own limit, under gRPC's 120 s. Shorter when
+#: ``ingest.idle_timeout_seconds`` is.
 _HANDSHAKE_SECONDS = 60.0
 
 
 class _HandshakeBoundSite(web.SockSite):
-    """A ``SockSite`` whose TLS handshakes must finish within ``idle`` seconds (at most
-    asyncio's 60), as a request's headers must (``keepalive_timeout``): aiohttp's site takes
-    no handshake timeout, so a client that opens TLS connections and never finishes the
-    handshake held each for 60 s, whatever ``ingest.idle_timeout_seconds`` said."""
+    """A ``SockSite`` whose TLS handshakes must finish within ``handshake`` seconds, as a
+    request's headers must (``keepalive_timeout``): aiohttp's site takes no handshake
+    timeout, so a client that opens TLS connections and never finishes the handshake held
+    each for asyncio's 60 s, whatever ``ingest.idle_timeout_seconds`` said."""
 
-    __slots__ = ("_idle",)
+    __slots__ = ("_handshake",)
 
     def __init__(
         self,
@@ -573,10 +588,10 @@ class _HandshakeBoundSite(web.SockSite):
         sock: socket.socket,
         *,
         ssl_context: ssl.SSLContext | None,
-        idle: float,
+        handshake: float,
     ) -> None:
         super().__init__(runner, sock, ssl_context=ssl_context)
-        self._idle = idle
+        self._handshake = handshake
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with its runner
@@ -587,9 +602,7 @@ class _HandshakeBoundSite(web.SockSite):
             sock=self._sock,
             ssl=self._ssl_context,
             backlog=self._backlog,
-            ssl_handshake_timeout=(
-                min(self._idle, _HANDSHAKE_SECONDS) if self._ssl_context is not None else None
-            ),
+            ssl_handshake_timeout=self._handshake if self._ssl_context is not None else None,
         )
 
 

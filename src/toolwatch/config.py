@@ -206,8 +206,8 @@ class IngestSettings(_Section):
         120.0,
         gt=0,
         le=3600,
-        description="an HTTP connection (OTLP or metrics) with no request, or a TLS handshake"
-        " not finished (at most 60 s), for this long is closed",
+        description="an HTTP connection (OTLP or metrics) with no request, or a connection's"
+        " handshake not finished (at most 60 s), for this long is closed",
     )
     # gRPC's bandwidth-delay probing grows HTTP/2 windows ahead of reads, so calls waiting for
     # a slot would still have their bodies buffered by gRPC (measured: 100 x 10 MiB held 1 GiB
