@@ -324,6 +324,10 @@ class Concurrency:
     calls nested in them (an agent used as a tool, issued beside a dangerous call, looks the
     order up too late for it); a call nested in another ran before the outer one returned.
     Built from ``calls`` in sequence order; indexes are into it.
+
+    ``informs`` is the definition, pair by pair; the evaluators ask ``successes()``, which
+    answers the same for all earlier successes of a kind at once (a property test holds the
+    two equal).
     """
 
     __slots__ = ("_calls", "_lineages")
