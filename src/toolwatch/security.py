@@ -10,9 +10,9 @@ without one finish the handshake and answers it only on ``/healthz`` and ``/read
 Authentication follows RFC 6750: the client sends ``authorization: Bearer <token>``
 (gRPC metadata or HTTP header). A missing or wrong token is answered UNAUTHENTICATED (gRPC)
 or 401 with ``WWW-Authenticate: Bearer realm="toolwatch"`` (HTTP), with no detail saying
-which, and counted with ``PipelineMetrics.auth_failed(listener)``. The gRPC health service
-and the metrics listener's ``/healthz`` and ``/readyz`` stay open: kubelet probes cannot send
-a token.
+which, and counted with ``PipelineMetrics.auth_failed(listener)``. The gRPC health check
+(``Check``; not ``Watch``, a stream) and the metrics listener's ``/healthz`` and ``/readyz``
+stay open: kubelet probes cannot send a token.
 
 Tokens live in a file (``TokenFile``), one per line so a new token can be added before the
 old one is removed; the file is re-read when it changes, without a restart. So are the
@@ -45,7 +45,7 @@ from toolwatch.model import Clock
 from toolwatch.tls import CertificateFiles, FileWatch, ServedContext, server_credentials
 
 __all__ = [
-    "HEALTH_SERVICE",
+    "HEALTH_CHECK",
     "BearerTokenInterceptor",
     "ListenerSecurity",
     "TokenFile",
@@ -56,8 +56,11 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-#: The gRPC health service (grpc.health.v1), open to clients without a token.
-HEALTH_SERVICE = "grpc.health.v1.Health"
+#: The gRPC health service's unary check (grpc.health.v1), open to clients without a token:
+#: kubelet's gRPC probes and grpc-health-probe call it. Its ``Watch`` and ``List`` are not:
+#: a ``Watch`` stream lasts as long as its client likes, so anyone who can connect could
+#: hold as many as they please.
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 
 _AUTHORIZATION = "authorization"
 #: RFC 6750 §3: the Bearer scheme followed by at least one auth-param; no error detail.
@@ -151,23 +154,23 @@ _Continuation = Callable[[Any], Awaitable[Any]]
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc is untyped
     """Refuses calls without an accepted bearer token with UNAUTHENTICATED (no detail) and
-    counts them for ``listener``. Calls to ``open_services`` pass without a token."""
+    counts them for ``listener``. Calls to ``open_methods`` (full method names) pass without
+    a token."""
 
     def __init__(
         self,
         tokens: TokenFile,
         metrics: PipelineMetrics,
         listener: str,
-        open_services: frozenset[str] = frozenset({HEALTH_SERVICE}),
+        open_methods: frozenset[str] = frozenset({HEALTH_CHECK}),
     ) -> None:
         self._tokens = tokens
         self._metrics = metrics
         self._listener = listener
-        self._open = open_services
+        self._open = open_methods
 
     async def intercept_service(self, continuation: _Continuation, details: Any) -> Any:
-        service = details.method.lstrip("/").partition("/")[0]
-        if service in self._open or self._tokens.accepts(_metadata_token(details)):
+        if details.method in self._open or self._tokens.accepts(_metadata_token(details)):
             return await continuation(details)
         self._metrics.auth_failed(self._listener)
         return _REFUSAL

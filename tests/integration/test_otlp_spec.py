@@ -23,8 +23,10 @@ from dataclasses import dataclass
 from email.message import Message
 from typing import Any
 
+import aiohttp.web_protocol
 import grpc
 import pytest
+from aiohttp.http_parser import HttpRequestParserPy
 from google.protobuf import duration_pb2, json_format
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -946,6 +948,45 @@ def test_an_http_body_that_stalls_is_answered_503_and_frees_its_slot(
         for o in ("timeout", "overloaded")
     }
     assert outcomes == {"timeout": 1, "overloaded": 0}  # as gRPC counts it
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [b"2\r\n{}XX\r\n0\r\n\r\n", b"2\r\n{}\r\nzz\r\n0\r\n\r\n"],
+    ids=["chunk-data", "chunk-size"],
+)
+def test_a_chunked_body_whose_framing_breaks_under_the_python_parser_is_400(
+    start_server: StartServer, monkeypatch: pytest.MonkeyPatch, broken: bytes
+) -> None:
+    """aiohttp's Python parser (no C extension) tells the reading handler, which answered it
+    500, a server error no OTLP client retries or reports as bad data. (The C parser does
+    not tell it: answered at the read timeout, above.)"""
+    monkeypatch.setattr(aiohttp.web_protocol, "HttpRequestParser", HttpRequestParserPy)
+    server = start_server(**QUIET)
+    host, _, port = server.address("http").rpartition(":")
+    head = f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\nContent-Type: {JSON}\r\n"
+    with socket.create_connection((host, int(port)), timeout=10) as client:
+        client.sendall(f"{head}Transfer-Encoding: chunked\r\n\r\n".encode())
+        assert until(lambda: in_flight(server) == 1)  # the handler is reading the body
+        client.sendall(broken)
+        answer = b""
+        while part := client.recv(65536):  # the server closes the connection
+            answer += part
+
+    head_lines, _, body = answer.partition(b"\r\n\r\n")
+    assert head_lines.split(b"\r\n")[0] == b"HTTP/1.1 400 Bad Request"
+    status = json_format.Parse(body, status_pb2.Status())
+    assert bad_data(status) == [
+        (
+            "Transfer-Encoding",
+            "the request body's HTTP framing is broken (TransferEncodingError); nothing was read",
+        )
+    ]
+    invalid = {"transport": "http", "outcome": "invalid"}
+    assert until(lambda: server.sample(REQUESTS_COUNTED, invalid) == 1)
+    assert ok_response(post(server, refund_request().SerializeToString())) == (
+        ExportTraceServiceResponse()
+    )
 
 
 @pytest.mark.parametrize(

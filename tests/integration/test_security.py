@@ -391,6 +391,40 @@ def test_grpc_without_the_right_token_is_unauthenticated_and_counted(
     assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 3
 
 
+def health_watch(
+    target: str, credentials: grpc.ChannelCredentials, metadata: tuple[tuple[str, str], ...] = ()
+) -> grpc.StatusCode | int:
+    """The first status a health ``Watch`` stream sends, or the code that refused it."""
+    with grpc.secure_channel(target, credentials) as channel:
+        stream = health_pb2_grpc.HealthStub(channel).Watch(
+            health_pb2.HealthCheckRequest(), metadata=metadata, timeout=10
+        )
+        try:
+            status: int = next(stream).status
+        except grpc.RpcError as error:
+            code: grpc.StatusCode = error.code()
+            return code
+        stream.cancel()
+        return status
+
+
+def test_a_health_watch_stream_needs_a_token_where_check_does_not(
+    start_server: Start, pki: Pki
+) -> None:
+    """A Watch lasts as long as its caller likes: open to anyone who can connect, any number
+    of them could be held. Probes call Check."""
+    server = start_server(**tls(pki), **auth(pki.token_file))
+    credentials, target = grpc_credentials(pki), server.address("grpc")
+
+    assert health_watch(target, credentials) == grpc.StatusCode.UNAUTHENTICATED
+    assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 1
+    assert health_watch(target, credentials, bearer(TOKEN)) == (
+        health_pb2.HealthCheckResponse.SERVING
+    )
+    assert health_check(target, credentials) == health_pb2.HealthCheckResponse.SERVING
+    assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 1
+
+
 def test_http_without_the_right_token_is_401_and_counted(start_server: Start, pki: Pki) -> None:
     server = start_server(**tls(pki), **auth(pki.token_file))
     context = client_context(pki)

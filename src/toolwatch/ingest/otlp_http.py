@@ -18,8 +18,10 @@ chunk size) never reaches a handler: aiohttp's parser answers it 400 in plain te
 the connection, and would log an ERROR with a traceback for each, so that any client could
 flood the log. ``ProtocolErrorLog`` logs those at DEBUG and counts them as ``invalid``
 requests. A chunked body whose framing breaks after a handler started reading it is not
-told to the handler (aiohttp's parser queues the error as a next request): it is answered at
-the read timeout, 503, like a body that stalls.
+told to the handler by aiohttp's C parser (it queues the error as a next request): it is
+answered at the read timeout, 503, like a body that stalls. Its Python parser
+(``AIOHTTP_NO_EXTENSIONS``, or a platform without aiohttp's wheels) tells it: answered 400,
+the connection closed, counted ``invalid``.
 """
 
 from __future__ import annotations
@@ -109,10 +111,13 @@ class _RejectError(Exception):
     """An HTTP error answer: status and message; the field at fault (a 400's body field, a
     415's header)."""
 
-    def __init__(self, status: int, message: str, field: str = "body") -> None:
+    def __init__(
+        self, status: int, message: str, field: str = "body", close: bool = False
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.field = field
+        self.close = close  # what follows on the connection cannot be read as a request
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +148,8 @@ class HttpTraceReceiver:
         except _RejectError as reject:
             outcome = "invalid" if reject.status == 400 else "refused"
             response = _status_response(reject, content_type)
+            if reject.close:
+                response.force_close()
         except ConnectionError:
             # The client went away before its whole body arrived: nothing was taken from it,
             # and there is no one to answer. Counted; not aiohttp's ERROR log with a traceback.
@@ -183,6 +190,12 @@ class HttpTraceReceiver:
                 raw = await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise _RejectError(413, f"body exceeds {self.max_request_bytes} bytes") from None
+        except (web.RequestPayloadError, HttpProcessingError) as error:
+            # The body's framing broke while it was read (aiohttp's Python parser tells the
+            # handler; its C parser does not, see the module's docstring). The message
+            # names the kind alone: aiohttp's quotes the bytes at fault.
+            message = _framing_message(error)
+            raise _RejectError(400, message, "Transfer-Encoding", close=True) from None
         body = self._decompress(raw, request.headers.get("Content-Encoding", "identity"))
         return self._decode(body, content_type)
 
@@ -302,6 +315,12 @@ def _error_message(request: web.Request, response: web.StreamResponse) -> str:
             f"OTLP traces are sent as POST {TRACES_PATH}"
         )
     return f"{request.method} {request.path}: {response.reason}"
+
+
+def _framing_message(error: Exception) -> str:
+    """Named by the parser's error kind (``RequestPayloadError`` wraps it)."""
+    kind = type(error.__cause__ or error).__name__
+    return f"the request body's HTTP framing is broken ({kind}); nothing was read"
 
 
 def _read_timeout_message(slots: RequestSlots) -> str:
