@@ -197,6 +197,9 @@ class SpanRecord:
     conversation_id: str | None
     reference_keys: tuple[tuple[str, str], ...]
     size_bytes: int  # approximate payload size, for the buffer's byte bound
+    # The span's flags say its parent is not remote: that span is on its way from the same
+    # process (it ends after its children, so it is exported after them). False when unsaid.
+    parent_local: bool
 
     def __init__(  # noqa: PLR0917 - the fields, in the order a dataclass would take them
         self,
@@ -225,6 +228,7 @@ class SpanRecord:
         conversation_id: str | None = None,
         reference_keys: tuple[tuple[str, str], ...] = (),
         size_bytes: int = 0,
+        parent_local: bool = False,
     ) -> None:
         self.trace_id = trace_id
         self.span_id = span_id
@@ -251,6 +255,7 @@ class SpanRecord:
         self.conversation_id = conversation_id
         self.reference_keys = reference_keys
         self.size_bytes = size_bytes
+        self.parent_local = parent_local
 
 
 @dataclass(slots=True, init=False)

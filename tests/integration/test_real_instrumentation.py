@@ -30,6 +30,9 @@ import pytest
 
 from tests.integration.conftest import RunningServer
 from tests.integration.test_evaluation_e2e import findings_log
+from toolwatch.ingest.decode import DecodeOptions
+from toolwatch.ingest.otlp_json import decode_otlp_json
+from toolwatch.model import SpanRole
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "otlp"
 _EXPECTED_SUFFIX = ".expected.json"
@@ -197,6 +200,43 @@ def test_a_handoff_is_one_run_verified_across_both_agents(
     refund = [c for c in trace["calls"] if c["tool_name"] == "issue_refund"]
     assert [c["agent"] for c in refund] == ["refund_agent"]
     assert findings_log(server) == []
+
+
+def split_after_the_first_agent(line: bytes) -> tuple[bytes, bytes]:
+    """The request as two exports, the first ending with the first agent span to end (its
+    spans are in end order, as a BatchSpanProcessor sends them): what a batch that fell
+    between the handoff and the end of the workflow delivers."""
+    records = decode_otlp_json(line, DecodeOptions()).spans
+    first_agent = next(r for r in records if r.role is SpanRole.AGENT)
+    earlier = {r.span_id.hex() for r in records[: records.index(first_agent) + 1]}
+
+    def keeping(keep: Callable[[dict[str, Any]], bool]) -> bytes:
+        request = json.loads(line)
+        for resource in request["resourceSpans"]:
+            for scope in resource["scopeSpans"]:
+                scope["spans"] = [span for span in scope["spans"] if keep(span)]
+        return json.dumps(request).encode()
+
+    return keeping(lambda s: s["spanId"] in earlier), keeping(lambda s: s["spanId"] not in earlier)
+
+
+@pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("__handoff")])
+def test_a_handoff_whose_first_agent_arrives_long_before_the_rest_is_one_run(
+    start_server: Callable[..., RunningServer], name: str
+) -> None:
+    """The triage agent's spans arrive, then nothing for longer than completion_wait (the
+    refund agent is still working), then the rest. The workflow span above both agents has
+    not arrived, and their flags say it is local: the trace waits for it. (It was evaluated
+    with the triage agent alone, and the refund agent's spans were dropped as late.)"""
+    server = start_server()
+    (line,) = (FIXTURES / f"{name}.json").read_bytes().splitlines()
+    first, rest = split_after_the_first_agent(line)
+    assert post_json(server, first)[0] == 200
+    assert server.settle() == 0  # nothing due: the workflow span is on its way
+    assert post_json(server, rest)[0] == 200
+    server.settle()
+    assert [t["agents"] for t in server.tooltraces()] == [["triage_agent", "refund_agent"]]
+    assert server.sample("toolwatch_spans_dropped_total", {"reason": "late"}, missing_ok=True) == 0
 
 
 def test_every_fixture_has_an_expectation() -> None:

@@ -5,9 +5,14 @@ A trace is *ready* when its anchor has arrived and none of its spans has arrived
 (its parent lives in another service), an outermost AGENT span: one whose ancestor chain among
 the buffered spans holds no AGENT and no TOOL span and leaves the buffer. A TOOL ancestor
 disqualifies it too, because an agent invoked as a tool is nested in an outer run that has not
-finished yet (CONVENTIONS §6.5). OTLP exports only ended spans, so "arrived" means "ended".
-A trace that never becomes ready is emitted anyway at ``max_trace_age_ns`` after its first
-span arrived, flagged ``timed_out``.
+finished yet (CONVENTIONS §6.5). So does a chain that leaves the buffer at a span whose flags
+say its parent is not remote (``SpanRecord.parent_local``): that parent is the same process's,
+still running, and will be exported. Without that, an agent that handed off (or a first turn)
+anchored its trace while the workflow span above it was still open, and what the next agent
+did arrived after the trace was evaluated, dropped as ``late``. A local parent that never
+comes (a Collector filtered it out) leaves the trace to ``max_trace_age_ns``. OTLP exports
+only ended spans, so "arrived" means "ended". A trace that never becomes ready is emitted
+anyway at ``max_trace_age_ns`` after its first span arrived, flagged ``timed_out``.
 
 Every span passed to :meth:`TraceBuffer.add` ends in exactly one place (metrics.py's
 conservation law): buffered, built (``spans_built`` when its trace is emitted) or dropped
@@ -208,33 +213,42 @@ class _Trace:
         if self.root_seen:
             return True
         settled: dict[bytes, bool] = {}
-        return any(self._outermost(agent.parent_span_id, settled) for agent in self.agents)
+        return any(self._outermost(agent, settled) for agent in self.agents)
 
-    def _outermost(self, parent: bytes | None, settled: dict[bytes, bool]) -> bool:
-        """Whether the chain from ``parent`` up holds no AGENT or TOOL span and leaves the
-        buffer; records that verdict in ``settled`` for each span it passed."""
+    def _outermost(self, agent: SpanRecord, settled: dict[bytes, bool]) -> bool:
+        """Whether the chain from ``agent``'s parent up holds no AGENT or TOOL span and leaves
+        the buffer for good; records that verdict in ``settled`` for each span it passed."""
         passed: dict[bytes, None] = {}  # the walk so far, in order
+        last, parent = agent, agent.parent_span_id  # last: the span whose parent is next
         while parent is not None and parent not in settled and parent not in passed:
             ancestor = self.spans.get(parent)
             if ancestor is None or ancestor.role in (SpanRole.AGENT, SpanRole.TOOL):
                 break
             passed[parent] = None
-            parent = ancestor.parent_span_id
-        verdict = self._verdict(parent, settled, passed)
+            last, parent = ancestor, ancestor.parent_span_id
+        verdict = self._verdict(parent, settled, passed, last)
         settled.update(dict.fromkeys(passed, verdict))
         return verdict
 
     def _verdict(
-        self, stop: bytes | None, settled: dict[bytes, bool], passed: dict[bytes, None]
+        self,
+        stop: bytes | None,
+        settled: dict[bytes, bool],
+        passed: dict[bytes, None],
+        last: SpanRecord,
     ) -> bool:
-        """The outcome of a walk that stopped at the span id ``stop``."""
+        """The outcome of a walk that stopped at the span id ``stop``, ``last``'s parent."""
         if stop is None:
             return True
         if stop in settled:
             return settled[stop]
         if stop in passed:
             return False  # a parent cycle never leaves the buffer
-        return stop not in self.spans  # left the buffer, or met an AGENT or TOOL span
+        if stop in self.spans:
+            return False  # an AGENT or TOOL span: the run is nested in another
+        # Not arrived: remote (another service's), or said nothing; a parent the span says
+        # is local is the same process's and still running (a handoff's workflow span).
+        return not last.parent_local
 
 
 class TraceBuffer:

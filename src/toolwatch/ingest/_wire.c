@@ -223,6 +223,13 @@ static int read_fixed64(Buf *b, uint64_t *out) {
     return OK;
 }
 
+static int read_fixed32(Buf *b, uint32_t *out) {
+    if (b->end - b->p < 4) return FALLBACK;
+    memcpy(out, b->p, 4); /* little-endian, as the wire format and every supported target */
+    b->p += 4;
+    return OK;
+}
+
 static int skip(Buf *b, int wire) {
     uint64_t ignored;
     Buf body;
@@ -799,6 +806,7 @@ static int event(Buf b, const Plan *plan, int depth, PyObject **out) {
 typedef struct {
     Buf trace_id, span_id, parent, name;
     uint64_t kind, start, end, status;
+    uint32_t flags;
     PyObject *attrs;  /* dict */
     PyObject *events; /* list, or NULL while the span has none */
     Filter filter;    /* the span attributes kept, and how many were wanted beyond the cap */
@@ -848,6 +856,7 @@ static int span_field(SpanParts *s, Buf *b, const Plan *plan, int depth, uint32_
     case 15:
         TRY(read_bytes(b, &body));
         return status_code(body, depth + 1, &s->status);
+    case 16: return read_fixed32(b, &s->flags);
     default:
         if (f->kind == K_STRING) {
             TRY(read_bytes(b, &body));
@@ -862,8 +871,12 @@ static int span_field(SpanParts *s, Buf *b, const Plan *plan, int depth, uint32_
 }
 
 
+/* SpanFlags (trace.proto): whether the parent's remoteness is known, and whether it is remote. */
+#define HAS_IS_REMOTE 0x100u
+#define IS_REMOTE 0x200u
+
 /* The span tuple: (resource, scope, position, trace_id, span_id, parent_span_id, name, kind,
- * start, end, status_code, attributes, attributes_over, events). */
+ * start, end, status_code, attributes, attributes_over, events, parent_local). */
 static int span(Buf b, const Plan *plan, int depth, Py_ssize_t resource, Py_ssize_t scope,
                 Py_ssize_t position, PyObject *spans) {
     if (depth > MAX_DEPTH) return FALLBACK;
@@ -902,6 +915,7 @@ static int span(Buf b, const Plan *plan, int depth, Py_ssize_t resource, Py_ssiz
             Py_NewRef(s.attrs),
             PyLong_FromSsize_t(s.filter.over),
             Py_NewRef(events),
+            PyBool_FromLong((s.flags & (HAS_IS_REMOTE | IS_REMOTE)) == HAS_IS_REMOTE),
         };
         item = tuple_stealing(items, (Py_ssize_t)(sizeof items / sizeof items[0]));
         rc = item != NULL && PyList_Append(spans, item) == 0 ? OK : FAILED;

@@ -321,9 +321,23 @@ class _Decoder:
 
     def _span(self, found: ScannedSpan, resource: _Resource) -> tuple[str, str] | None:
         """Decode one scanned span into ``self.spans``; ``(reason, detail)`` if rejected."""
-        _, _, _, trace_id, span_id, parent, name, kind, start, end, code, attrs, over, scanned = (
-            found
-        )
+        (
+            _,
+            _,
+            _,
+            trace_id,
+            span_id,
+            parent,
+            name,
+            kind,
+            start,
+            end,
+            code,
+            attrs,
+            over,
+            scanned,
+            local,
+        ) = found
         problem = _id_problem(trace_id, span_id, parent)
         if problem is not None:
             return problem
@@ -336,11 +350,13 @@ class _Decoder:
         except Exception as exc:  # a recognizer bug must cost one span, not the request
             return "malformed_attributes", f"attributes could not be read ({exc!r:.80})"
         role, convention, fields = recognition.role, recognition.convention, recognition.fields
+        # OTLP: an empty parent marks a root; an all-zero one is read the same way.
+        parent_id = parent if parent and parent != _ZERO_SPAN_ID else None
         record = SpanRecord(
             trace_id=trace_id,
             span_id=span_id,
-            # OTLP: an empty parent marks a root; an all-zero one is read the same way.
-            parent_span_id=parent if parent and parent != _ZERO_SPAN_ID else None,
+            parent_span_id=parent_id,
+            parent_local=local and parent_id is not None,
             name=name,
             kind=kind,
             start_ns=start,

@@ -111,9 +111,7 @@ class _RejectError(Exception):
     """An HTTP error answer: status and message; the field at fault (a 400's body field, a
     415's header)."""
 
-    def __init__(
-        self, status: int, message: str, field: str = "body", close: bool = False
-    ) -> None:
+    def __init__(self, status: int, message: str, field: str = "body", close: bool = False) -> None:
         super().__init__(message)
         self.status = status
         self.field = field

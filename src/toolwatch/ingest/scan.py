@@ -47,6 +47,7 @@ __all__ = [
     "ScannedSpan",
     "Scanner",
     "WireError",
+    "parent_local",
     "schema_mismatch",
 ]
 
@@ -58,10 +59,11 @@ Decoder: TypeAlias = Literal["auto", "compiled", "reference"]
 #: ``(name, attributes)`` of a relevant span event.
 ScannedEvent: TypeAlias = tuple[str, dict[str, Any]]
 #: ``(resource, scope, position, trace_id, span_id, parent_span_id, name, kind, start_ns,
-#: end_ns, status_code, attributes, attributes_over, events)``: ``resource`` indexes
-#: ``Scan.resources``; (resource, scope, position) locate the span in the request;
+#: end_ns, status_code, attributes, attributes_over, events, parent_local)``: ``resource``
+#: indexes ``Scan.resources``; (resource, scope, position) locate the span in the request;
 #: ``attributes_over`` counts the wanted attributes beyond ``max_span_attributes``, not kept;
-#: ``events`` is ``None`` for a span without events, else its relevant ones.
+#: ``events`` is ``None`` for a span without events, else its relevant ones;
+#: ``parent_local`` is whether the span's flags say its parent is not remote (``parent_local``).
 ScannedSpan: TypeAlias = tuple[
     int,
     int,
@@ -77,6 +79,7 @@ ScannedSpan: TypeAlias = tuple[
     dict[str, Any],
     int,
     list[ScannedEvent] | None,
+    bool,
 ]
 
 _MAX_DEPTH: Final = 32  # AnyValue nesting deeper than this is treated as absent
@@ -190,6 +193,19 @@ def _attributes(
     return attrs, over
 
 
+#: ``Span.flags`` bits (trace.proto ``SpanFlags``): the sender knows whether the span's parent
+#: is remote, and it is.
+_HAS_IS_REMOTE: Final = 0x100
+_IS_REMOTE: Final = 0x200
+
+
+def parent_local(flags: int) -> bool:
+    """Whether a span's flags say its parent is *not* remote: the same process made it, and
+    exports it (the OpenTelemetry SDKs set these bits since 2024). ``False`` when they say
+    nothing (older SDKs, other senders) or that it is remote."""
+    return flags & (_HAS_IS_REMOTE | _IS_REMOTE) == _HAS_IS_REMOTE
+
+
 def _reference_scan(request: ExportTraceServiceRequest, plan: ScanPlan) -> Scan:
     limit = plan.max_value_bytes
     resources: list[dict[str, Any]] = []
@@ -226,6 +242,7 @@ def _reference_scan(request: ExportTraceServiceRequest, plan: ScanPlan) -> Scan:
                         attrs,
                         over,
                         events,
+                        parent_local(span.flags),
                     )
                 )
     return Scan(resources, spans)

@@ -109,6 +109,56 @@ def test_outermost_agent_stands_in_for_a_missing_root() -> None:
     assert summary(buffer.poll()) == [(TRACE, 3, True, None)]
 
 
+def test_an_agent_under_a_local_parent_not_yet_arrived_waits_for_it() -> None:
+    """A handoff (openai-agents): triage ends, hands off, and the workflow span above both
+    agents ends last. Its spans say their parent is local (SpanFlags), so triage does not
+    anchor the trace: evaluated then, the refund agent's spans would arrive late."""
+    buffer, clock, metrics = make()
+    workflow = 9
+    buffer.add(
+        [
+            agent(1, workflow, "triage", 0, 100, parent_local=True),
+            tool(2, 1, "transfer_to_refund_agent", 90, 95, parent_local=True),
+        ]
+    )
+    clock.advance(30)  # a refund agent that takes its time
+    assert buffer.poll() == []
+
+    buffer.add(
+        [
+            agent(3, workflow, "refund", 100, 30_000, parent_local=True),
+            tool(4, 3, "issue_refund", 200, 300, parent_local=True),
+            span(workflow, None, SpanRole.OTHER, 0, 30_001, name="Agent workflow"),
+        ]
+    )
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(TRACE, 5, True, None)]
+    assert metrics.dropped == {}
+
+
+@pytest.mark.parametrize(
+    ("server_parent_local", "anchored"),
+    [(False, True), (True, False)],
+    ids=["server-span-under-a-remote-caller", "server-span-under-a-local-span"],
+)
+def test_a_chain_that_leaves_the_buffer_anchors_only_at_a_parent_not_said_local(
+    server_parent_local: bool, anchored: bool
+) -> None:
+    """The agent's own parent (an HTTP server span) has arrived: what counts is the parent
+    of the last span the walk reached."""
+    buffer, clock, _ = make()
+    buffer.add(
+        [
+            span(
+                5, 99, SpanRole.OTHER, 0, 200, name="POST /chat", parent_local=server_parent_local
+            ),
+            agent(1, 5, "refund-bot", 1, 100, parent_local=True),
+        ]
+    )
+    clock.advance(2)
+    assert bool(buffer.poll()) is anchored
+
+
 def test_agent_invoked_as_a_tool_does_not_stand_in_for_the_root() -> None:
     buffer, clock, _ = make()
     buffer.add([tool(2, 1, "ask_billing", 5, 50), agent(3, 2, "billing-bot", 6, 49)])

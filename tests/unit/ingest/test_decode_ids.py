@@ -32,6 +32,28 @@ def test_all_zero_parent_is_root() -> None:
     assert decode_one(span(parent=bytes(8))).parent_span_id is None
 
 
+@pytest.mark.parametrize(
+    ("flags", "local"),
+    [
+        (0x100, True),  # the parent's remoteness is known: not remote (the Python SDK's)
+        (0x101, True),  # the sampled bit beside it
+        (0x300, False),  # remote: another service's span
+        (0x200, False),  # "remote" without "known": not a claim
+        (0x001, False),  # nothing said (older SDKs, other senders)
+    ],
+)
+def test_a_parent_is_local_only_when_the_span_flags_say_so(flags: int, local: bool) -> None:
+    one = span()
+    one.flags = flags
+    assert decode_one(one).parent_local is local
+
+
+def test_a_root_has_no_local_parent_whatever_its_flags() -> None:
+    one = span(parent=b"")
+    one.flags = 0x100
+    assert decode_one(one).parent_local is False
+
+
 def test_short_trace_id_is_rejected_with_path_and_length() -> None:
     batch = decode(span(), span(trace_id=b"abc"), span())
     assert batch.received == 3
