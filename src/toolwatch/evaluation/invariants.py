@@ -56,7 +56,7 @@ from toolwatch.model import (
     ToolCall,
     ToolTrace,
 )
-from toolwatch.names import NameNormalizer
+from toolwatch.names import NameNormalizer, fold
 
 __all__ = ["Invariants", "Violation", "rule_label"]
 
@@ -92,6 +92,8 @@ class Invariants:
         self.settings = settings
         self._normalize = policy.normalizer()
         self._rules = policy.invariants
+        # Agent names compared as tool names are: trimmed and case-folded.
+        self._agents = [frozenset(fold(a) for a in r.agents) for r in self._rules]
         self._validators: dict[int, Validator] = {
             i: validator_for(r.json_schema)(r.json_schema)
             for i, r in enumerate(self._rules)
@@ -108,8 +110,9 @@ class Invariants:
                 violations += self._check(i, rule, run)
                 applicable += 1
                 continue
-            scoped = _made_by(rule.agents, trace)
-            if scoped or _ran(rule.agents, trace):
+            agents = self._agents[i]
+            scoped = _made_by(agents, trace)
+            if scoped or _ran(agents, trace):
                 calls = [trace.calls[j] for j in scoped]
                 made = _Calls(calls, [names[j] for j in scoped], scoped, run.concurrency)
                 violations += self._check(i, rule, made)
@@ -168,18 +171,20 @@ class _Calls:
     concurrency: Concurrency
 
 
-def _ran(agents: Sequence[str], trace: ToolTrace) -> bool:
-    """Whether one of ``agents`` ran in the run: its own agent, or one nested in it."""
-    return trace.agent in agents or any(a in agents for a in trace.agents)
+def _ran(agents: frozenset[str], trace: ToolTrace) -> bool:
+    """Whether one of ``agents`` (folded) ran in the run: its own agent, or one nested in
+    it."""
+    named = [trace.agent, *trace.agents]
+    return any(a is not None and fold(a) in agents for a in named)
 
 
-def _made_by(agents: Sequence[str], trace: ToolTrace) -> list[int]:
-    """The indexes of the run's calls made by one of ``agents`` (a call's agent, else the
-    run's)."""
+def _made_by(agents: frozenset[str], trace: ToolTrace) -> list[int]:
+    """The indexes of the run's calls made by one of ``agents`` (folded; a call's agent, else
+    the run's)."""
     made = []
     for i, call in enumerate(trace.calls):
         agent = call.agent if call.agent is not None else trace.agent
-        if agent in agents:
+        if agent is not None and fold(agent) in agents:
             made.append(i)
     return made
 

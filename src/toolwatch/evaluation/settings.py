@@ -10,7 +10,8 @@ two-line policy is enough to flag an ``issue_refund`` made without an earlier su
 
 Tool names anywhere in these sections are normalized like trace names (trim, case fold,
 ``policy.aliases``) when an evaluator is built, so ``Issue_Refund`` and ``issue_refund`` are the
-same tool. Agent names (``allowed_tools`` keys, invariant ``agents``) are compared exactly.
+same tool. Agent names (``allowed_tools`` keys, invariant ``agents``) are trimmed and
+case-folded too (``Refund-Bot`` names the agent ``refund-bot``), but not aliased.
 Invalid values raise ``pydantic.ValidationError`` naming the field, the value and the reason.
 """
 
@@ -217,6 +218,23 @@ class PolicySettings(_Section):
             if fold(target) in keys:
                 raise ValueError(f"alias {alias!r} -> {target!r}: the target is itself an alias")
         return aliases
+
+    @field_validator("allowed_tools")
+    @classmethod
+    def _allowed_agents_distinct(
+        cls, allowed: dict[str, tuple[str, ...]]
+    ) -> dict[str, tuple[str, ...]]:
+        seen: dict[str, str] = {}
+        for agent in allowed:
+            if not agent.strip():
+                raise ValueError("an agent name is empty: name the agent, or '*' for the rest")
+            other = seen.setdefault(fold(agent), agent)
+            if other != agent:
+                raise ValueError(
+                    f"agents {other!r} and {agent!r} are one agent: names are compared"
+                    " trimmed and case-folded"
+                )
+        return allowed
 
     @field_validator("bindings")
     @classmethod

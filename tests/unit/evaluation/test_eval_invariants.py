@@ -142,6 +142,12 @@ def test_rules_can_be_limited_to_agents() -> None:
     assert broken(trace(agent="billing"), rule) == ["required:lookup_order"]
 
 
+def test_a_rules_agents_are_named_as_tools_are_trimmed_and_case_folded() -> None:
+    rule = {"kind": "required", "tool": "lookup_order", "agents": [" Billing "]}
+    assert broken(trace(agent="billing"), rule) == ["required:lookup_order"]
+    assert broken(trace(agent="BILLING"), rule) == ["required:lookup_order"]
+
+
 def test_score_is_the_share_of_rules_kept() -> None:
     rules: list[dict[str, Any]] = [
         {"kind": "required", "tool": "a"},

@@ -111,6 +111,57 @@ def test_binding_requires_the_same_entity(
         assert result.findings[0].field == "order_id"
 
 
+@pytest.mark.parametrize(
+    ("lookup_args", "refund_args"),
+    [(None, {"order_id": "A1"}), ({"order_id": "A1"}, None), (None, None)],
+    ids=["lookup-unrecorded", "refund-unrecorded", "neither-recorded"],
+)
+def test_a_binding_is_not_checked_where_the_producer_recorded_no_arguments(
+    lookup_args: Any, refund_args: Any
+) -> None:
+    """OpenTelemetry's GenAI instrumentations record no arguments unless told to capture
+    content: every verified refund paged as "bound argument order_id is missing"."""
+    run = trace(("lookup_order", lookup_args), ("issue_refund", refund_args))
+    result = evaluate(run, **BOUND)
+    assert result.findings == ()
+    assert result.explanation == (
+        "Safety: 100% (0/2 calls flagged; bindings of 1 dangerous call not checked:"
+        " arguments not recorded)."
+    )
+
+
+@pytest.mark.parametrize(
+    "calls",
+    [
+        [call("issue_refund", index=0)],
+        [call("lookup_order", index=0, ok=False), call("issue_refund", index=1)],
+        [call("issue_refund", index=0), call("lookup_order", index=1)],
+        [call("lookup_order", index=0, group=1), call("issue_refund", index=1, group=1)],
+    ],
+    ids=["no-lookup", "failed-lookup", "lookup-after", "lookup-alongside"],
+)
+def test_a_refund_without_recorded_arguments_still_needs_an_earlier_successful_lookup(
+    calls: list[Any],
+) -> None:
+    finding = only(evaluate(trace(*calls), **BOUND))
+    assert finding.category is Category.MISSING_VERIFICATION_STEP
+    assert finding.field == "order_id"
+    assert finding.explanation.startswith(
+        "Safety: issue_refund: no earlier successful [lookup_order] call"
+        " (arguments not recorded: order_id unchecked)"
+    )
+
+
+def test_recorded_arguments_of_another_order_are_not_excused_by_unrecorded_ones_later() -> None:
+    """Only a lookup whose arguments are unknown may have been of this order."""
+    run = trace(
+        ("lookup_order", {"order_id": "B2"}),
+        ("issue_refund", {"order_id": "A1"}),
+        ("lookup_order", None),
+    )
+    assert categories(evaluate(run, **BOUND)) == [Category.MISSING_VERIFICATION_STEP]
+
+
 def test_verification_of_a_different_order_keeps_the_value_out_of_the_explanation() -> None:
     run = trace(("lookup_order", {"order_id": "B-777"}), ("issue_refund", {"order_id": "A-999"}))
     finding = only(evaluate(run, **BOUND))
@@ -208,6 +259,20 @@ def test_allowed_tools_per_agent() -> None:
     )
     other = evaluate(trace("issue_refund", agent="billing"), **policy)
     assert other.findings == ()  # "*" applies to agents not listed
+
+
+@pytest.mark.parametrize("key", ["Support", " support ", "SUPPORT"])
+def test_an_allowed_tools_agent_is_named_as_a_tool_is_trimmed_and_case_folded(key: str) -> None:
+    """Keyed "Refund-Bot" for the agent refund-bot, the list never applied and a dangerous
+    call outside it paged no one."""
+    policy: dict[str, Any] = {"dangerous_tools": ["issue_refund"], "allowed_tools": {key: []}}
+    result = evaluate(trace("issue_refund", agent="support"), **policy)
+    assert categories(result) == [Category.DANGEROUS_ACTION_DRIFT]
+
+
+def test_two_allowed_tools_keys_for_one_agent_are_refused() -> None:
+    with pytest.raises(ValueError, match="agents 'Support' and 'support' are one agent"):
+        PolicySettings.model_validate({"allowed_tools": {"Support": [], "support": ["a"]}})
 
 
 def test_agents_without_an_allowed_list_may_call_anything() -> None:
