@@ -22,7 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 import grpc
 from aiohttp import web
@@ -39,6 +39,7 @@ from prometheus_client import (
 from toolwatch import __version__, compiled
 from toolwatch.config import (
     Config,
+    OutputSettings,
     host_addresses,
     is_ip_address,
     is_loopback,
@@ -123,8 +124,54 @@ def build_references(config: Config) -> tuple[GoldenCaseSet | None, NameNormaliz
 class _Outputs:
     findings: FindingSink
     tooltraces: ToolTraceSink
-    files: tuple[IO[str], ...]
+    files: list[IO[str]]  # opened here, closed at stop; a reopened file replaces its own
     log: JsonLinesFindingSink | None  # the findings log, when configured
+
+    def reopen(self, output: OutputSettings) -> None:
+        """SIGHUP: the findings log and the ToolTrace dump opened again at their paths when
+        the file there is no longer the one written (renamed away by a log rotation, or
+        removed), so that rotation by renaming needs no ``copytruncate``. A path that cannot
+        be opened keeps the file it was, logged."""
+        writers: list[tuple[str, str | None, _Swappable | None, bool]] = [
+            ("output.findings", output.findings, self.log, False),
+            ("output.dump_tooltraces", output.dump_tooltraces, _writer(self.tooltraces), True),
+        ]
+        for setting, path, writer, private in writers:
+            if path is None or path == "-" or writer is None or _same_file(path, writer.stream):
+                continue
+            try:
+                opened = _open_text(setting, path, self.files, private)
+            except StartError as exc:
+                log.error("%s; still writing to the file it was", exc)
+                continue
+            previous = writer.swap(opened)
+            self.files.remove(previous)
+            with contextlib.suppress(OSError):
+                previous.close()
+            log.info("%s: %s opened again (the file there was rotated away)", setting, path)
+
+
+class _Swappable(Protocol):
+    """A writer whose file can be replaced (``JsonLinesFindingSink``, ``ToolTraceWriter``)."""
+
+    @property
+    def stream(self) -> IO[str]: ...
+
+    def swap(self, stream: IO[str]) -> IO[str]: ...
+
+
+def _writer(sink: ToolTraceSink) -> ToolTraceWriter | None:
+    return sink if isinstance(sink, ToolTraceWriter) else None
+
+
+def _same_file(path: str, stream: IO[str]) -> bool:
+    """Whether ``path`` names the file ``stream`` writes (not when it is gone or unreadable:
+    then it is opened again, and that says why if it cannot be)."""
+    try:
+        there, written = os.stat(path), os.fstat(stream.fileno())
+    except OSError:
+        return False
+    return (there.st_dev, there.st_ino) == (written.st_dev, written.st_ino)
 
 
 class App:
@@ -172,7 +219,7 @@ class App:
             version=__version__,
             decoder="compiled" if self._compiled else "reference",
             hot_path="compiled" if self._hot_path.all_compiled else "python",
-            agents=config.metrics.agents,
+            agents=sorted(config.named_agents()),
             tools=_known_tools(config, golden),
             label_value_cap=config.metrics.label_value_cap,
             agent_tool_pair_cap=config.metrics.agent_tool_pair_cap,
@@ -225,12 +272,14 @@ class App:
         out = self.config.output
         files: list[IO[str]] = []
         sinks: list[FindingSink] = [self.broker, *extra]
+        labels = ["stream", *("extra" for _ in extra)]  # FINDINGS_SINKS, sink by sink
         log_sink = None
         try:
             if out.findings is not None:
                 stream = _open_text("output.findings", out.findings, files)
                 log_sink = JsonLinesFindingSink(stream, self._redaction, wall_clock=wall_clock)
                 sinks.insert(0, log_sink)
+                labels.insert(0, "findings_log")
             tooltraces: ToolTraceSink = DiscardToolTraces()
             if out.dump_tooltraces is not None:
                 path = out.dump_tooltraces
@@ -241,7 +290,9 @@ class App:
             for opened in files:
                 opened.close()
             raise
-        return _Outputs(FanOutSink(sinks), tooltraces, tuple(files), log_sink)
+        metrics = self.metrics
+        fan_out = FanOutSink(sinks, failed=lambda i: metrics.findings_sink_failed(labels[i]))
+        return _Outputs(fan_out, tooltraces, files, log_sink)
 
     async def start(self) -> None:
         """Bind every listener (port 0 picks a free one) and start the ticker. Logs the bound
@@ -332,6 +383,7 @@ class App:
         the running rest, is checked as a whole. A configuration or golden-case file that
         does not load is logged, and ``toolwatch_config_last_reload_successful`` reads 0
         until a reload works: the running configuration stays. Returns whether it worked."""
+        self._outputs.reopen(self.config.output)  # logrotate's HUP, whatever the file says
         try:
             loaded = load()
             kept = self._restart_only(loaded)
@@ -351,7 +403,7 @@ class App:
             self.metrics.config_reloaded(False)
             return False
         self.engine.reconfigure(evaluation, normalize, golden)
-        self.metrics.config_reloaded(True, _known_tools(config, golden))
+        self.metrics.config_reloaded(True, _known_tools(config, golden), config.named_agents())
         self.config, self._golden = config, golden
         log.info(
             "configuration reloaded: %s apply to the runs evaluated from now on",

@@ -545,6 +545,14 @@ class Config(_Section):
         tools |= {tool for allowed in policy.allowed_tools.values() for tool in allowed}
         return frozenset(normalize(tool) for tool in tools)
 
+    def named_agents(self) -> frozenset[str]:
+        """The agents ``metrics.agents`` and the policy name (``allowed_tools`` keys other
+        than ``*``, invariants' ``agents``), as written: kept as label values under the cap."""
+        policy = self.policy
+        agents = {*self.metrics.agents, *policy.allowed_tools}
+        agents |= {agent for rule in policy.invariants for agent in rule.agents}
+        return frozenset(agent for agent in agents if agent.strip() and agent != "*")
+
     def reference_keys(self) -> frozenset[str]:
         """Every attribute key ingest copies into ``SpanRecord.reference_keys``: the golden
         cases' case id, the shadow pairs' key and role (none unless they are configured)."""

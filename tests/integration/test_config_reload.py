@@ -4,6 +4,7 @@ configuration in place, said in the log and in ``toolwatch_config_last_reload_su
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -312,3 +313,67 @@ def test_a_reload_changes_which_argument_values_findings_show(
     ]
     assert server.app.config.output.stream_queue_size == 1000
     assert server.app.config.output.show_fields == ()
+
+
+def test_a_findings_log_renamed_away_is_opened_again_at_its_path_on_sighup(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """logrotate without copytruncate renames the log and sends SIGHUP: the findings after it
+    go to a new file at the path, not on into the renamed one. The ToolTrace dump too."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    server = start_server(config)
+    log = Path(server.app.config.output.findings or "")
+    dump = server.tooltrace_path
+    unverified_refund(server)
+    server.settle()
+    log.rename(tmp_path / "findings.jsonl.1")
+    dump.rename(tmp_path / "tooltraces.jsonl.1")
+    assert server.reload()
+    unverified_refund(server)
+    server.settle()
+
+    assert categories(server) == ["MISSING_VERIFICATION_STEP"]  # the new file: one finding
+    rotated = (tmp_path / "findings.jsonl.1").read_text().splitlines()
+    assert [json.loads(line)["category"] for line in rotated] == ["MISSING_VERIFICATION_STEP"]
+    assert len(server.tooltraces()) == 1
+    assert len((tmp_path / "tooltraces.jsonl.1").read_text().splitlines()) == 1
+    assert server.reload()  # the file at the path is the one written: kept open
+    assert len(server.app._outputs.files) == 2
+
+
+def test_a_findings_log_that_cannot_be_written_is_counted(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """A full disk: the finding still counts in the metrics and reaches the stream, and the
+    log's loss shows in toolwatch_findings_sink_failures_total (ToolwatchFindingsNotWritten)."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    server = start_server(config, output__findings="/dev/full")
+    unverified_refund(server)
+    server.settle()
+    failures = "toolwatch_findings_sink_failures_total"
+    assert server.sample(failures, {"sink": "findings_log"}) == 1
+    assert server.sample(failures, {"sink": "stream"}) == 0
+    assert [f.category.value for f in server.findings.findings] == ["MISSING_VERIFICATION_STEP"]
+
+
+def test_the_agents_a_policy_names_keep_their_label_past_the_cap(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY + "  allowed_tools:\n    refund-bot: [lookup_order]\n")
+    server = start_server(config, metrics__label_value_cap=1)
+    send_grpc(server, agents.record(agents.parallel_run(), "genai"))  # weather-bot: the cap
+    send_grpc(server, agents.record(agents.failed_run(), "genai"))  # refund-bot
+    send_grpc(server, agents.record(agents.nested_run(), "genai"))  # support-bot: past it
+    server.settle()
+    runs = {"outcome": "complete", "reference": "none"}
+    counted = {
+        agent: server.sample("toolwatch_tool_traces_total", runs | {"agent": agent})
+        for agent in ("weather-bot", "refund-bot", "_other")
+    }
+    assert counted == {"weather-bot": 1, "refund-bot": 1, "_other": 1}
+    other = {"label": "agent"}
+    # support-bot's run, and the call its nested billing-bot made
+    assert server.sample("toolwatch_label_values_other_total", other) == 2

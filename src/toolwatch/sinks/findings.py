@@ -27,12 +27,13 @@ Threading: sinks are called from the event loop; they are not thread-safe.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Final, Protocol
 
@@ -238,6 +239,17 @@ class JsonLinesFindingSink:
         """Redact the findings written from now on by ``redaction`` (a reload)."""
         self._redaction = redaction
 
+    @property
+    def stream(self) -> IO[str]:
+        return self._stream
+
+    def swap(self, stream: IO[str]) -> IO[str]:
+        """Write to ``stream`` from now on (the file opened again after a log rotation);
+        returns the previous stream, flushed, for its owner to close."""
+        previous, self._stream = self._stream, stream
+        previous.flush()
+        return previous
+
     def publish(self, trace: ToolTrace, findings: Sequence[Finding]) -> None:
         now = self._wall_clock()
         lines = [_to_json(finding_record(trace, f, self._redaction, now)) for f in findings]
@@ -276,29 +288,37 @@ class InMemoryFindingSink:
 
 class FanOutSink:
     """Publishes to every sink in ``sinks``, in order; a sink that raises does not stop the
-    others. Failures are counted per sink in ``failures`` (keyed by position and class name)
-    and logged with a rate limit: the 1st, 2nd, 4th, 8th, ... failure of each sink."""
+    others. Failures are counted per sink in ``failures`` (keyed by position and class name),
+    told to ``failed`` (with the sink's position: a metric, say) and logged with a rate
+    limit: the 1st, 2nd, 4th, 8th, ... failure of each sink."""
 
-    def __init__(self, sinks: Sequence[FindingSink]) -> None:
+    def __init__(
+        self, sinks: Sequence[FindingSink], failed: Callable[[int], None] | None = None
+    ) -> None:
         self._sinks = tuple(sinks)
         self._names = tuple(f"{i}:{type(s).__name__}" for i, s in enumerate(self._sinks))
         self.failures: dict[str, int] = dict.fromkeys(self._names, 0)
+        self._failed_at = failed
 
     def publish(self, trace: ToolTrace, findings: Sequence[Finding]) -> None:
-        for name, sink in zip(self._names, self._sinks, strict=True):
+        for i, sink in enumerate(self._sinks):
             try:
                 sink.publish(trace, findings)
             except Exception:
-                self._failed(name, "publish")
+                self._failed(i, "publish")
 
     def close(self) -> None:
-        for name, sink in zip(self._names, self._sinks, strict=True):
+        for i, sink in enumerate(self._sinks):
             try:
                 sink.close()
             except Exception:
-                self._failed(name, "close")
+                self._failed(i, "close")
 
-    def _failed(self, name: str, action: str) -> None:
+    def _failed(self, index: int, action: str) -> None:
+        if self._failed_at is not None:
+            with contextlib.suppress(Exception):  # counting must not stop the others
+                self._failed_at(index)
+        name = self._names[index]
         count = self.failures[name] = self.failures[name] + 1
         if count & (count - 1) == 0:  # a power of two
             _log.exception(

@@ -22,6 +22,7 @@ only, and the tallies are rendered there too (the metrics listener runs on the l
 
 from __future__ import annotations
 
+import logging
 import math
 import re
 from collections.abc import Callable, Iterable
@@ -39,10 +40,16 @@ from toolwatch.metrics import (
     UNPAIRED_REASONS,
 )
 from toolwatch.model import CallStatus, Category, Finding, Severity, ToolTrace
-from toolwatch.sinks.scrape_state import BufferState, StateCollector, TallyCollector
+from toolwatch.sinks.scrape_state import (
+    BufferState,
+    OthersCollector,
+    StateCollector,
+    TallyCollector,
+)
 from toolwatch.sinks.tally import CounterTally, HistogramTally
 
 __all__ = [
+    "FINDINGS_SINKS",
     "OTHER",
     "BufferState",
     "LabelLimiter",
@@ -50,6 +57,8 @@ __all__ = [
     "PrometheusMetrics",
     "StateCollector",
 ]
+
+_log = logging.getLogger(__name__)
 
 #: The label value that stands for every value past a label's cap.
 OTHER: Final = "_other"
@@ -88,6 +97,10 @@ _EVALUATORS: Final = (*EVALUATOR_ORDER, "engine")
 #: Request outcomes the shipped alerts watch: their series start at 0 (histograms, so not all).
 _ALERTED_OUTCOMES: Final = ("invalid", "refused", "overloaded", "timeout")
 
+#: The ``sink`` label of ``toolwatch_findings_sink_failures_total``: the findings log
+#: (``output.findings``), the findings stream, and a sink added in code (``extra``).
+FINDINGS_SINKS: Final = ("findings_log", "stream", "extra")
+
 _Metric = TypeVar("_Metric", Counter, Histogram)
 
 
@@ -101,20 +114,25 @@ class LabelLimiter:
     distinct values, whatever the input. Not thread-safe: call it from the event loop.
     """
 
-    __slots__ = ("_admitted", "_cap", "_known")
+    __slots__ = ("_admitted", "_cap", "_known", "_name", "others")
 
-    def __init__(self, known: Iterable[str] = (), cap: int = 100) -> None:
+    def __init__(self, known: Iterable[str] = (), cap: int = 100, name: str = "") -> None:
         if cap < 0:
             raise ValueError(f"label cap must be >= 0, got {cap}")
         self._known = frozenset(known) | {""}
         self._admitted: set[str] = set()
         self._cap = cap
+        self._name = name  # named: the first value reported as _other is logged
+        self.others = 0  # values reported as _other so far
 
     def __call__(self, value: str | None) -> str:
         """The label value to report for ``value`` (``None`` reports as ``""``)."""
         if value is None or value in self._known or value in self._admitted:
             return value or ""
         if len(value) > _MAX_LABEL_VALUE_LENGTH or len(self._admitted) >= self._cap:
+            self.others += 1
+            if self.others == 1 and self._name:
+                _first_other(self._name, self._cap)
             return OTHER
         self._admitted.add(value)
         return value
@@ -142,7 +160,7 @@ class PairLimiter:
     the event loop.
     """
 
-    __slots__ = ("_admitted", "_agents", "_cap", "_count", "_tools")
+    __slots__ = ("_admitted", "_agents", "_cap", "_count", "_tools", "others")
 
     def __init__(self, agents: Iterable[str] = (), tools: Iterable[str] = (), cap: int = 1000):
         if cap < 0:
@@ -153,9 +171,11 @@ class PairLimiter:
         self._admitted: dict[str, set[str]] = {}
         self._count = 0  # pairs admitted
         self._cap = cap
+        self.others = 0  # tools reported as _other beside their agent so far
 
-    def know_tools(self, tools: Iterable[str]) -> None:
-        """Configured tools added (a configuration reloaded): their pairs always pass."""
+    def know(self, agents: Iterable[str], tools: Iterable[str]) -> None:
+        """Configured names added (a configuration reloaded): their pairs always pass."""
+        self._agents |= frozenset(agents)
         self._tools |= frozenset(tools)
 
     def tool_label(self, agent: str, tool: str) -> str:
@@ -168,12 +188,28 @@ class PairLimiter:
         if tool in self._tools or agent in self._agents:
             return tool
         if self._count >= self._cap:
+            self.others += 1
+            if self.others == 1:
+                _first_other("(agent, tool) pair", self._cap)
             return OTHER
         if admitted is None:
             admitted = self._admitted[agent] = set()
         admitted.add(tool)
         self._count += 1
         return tool
+
+
+def _first_other(label: str, cap: int) -> None:
+    """Says once per label that values now report as ``_other``: pages and dashboards then
+    name ``_other`` for them (``toolwatch_label_values_other_total`` counts them)."""
+    _log.warning(
+        "%s label: a value past the cap (%d values) or longer than %d characters reports as"
+        " _other from now on; name the agents and tools to keep in metrics.agents and"
+        " metrics.tools (always kept), or raise the metrics section's caps",
+        label,
+        cap,
+        _MAX_LABEL_VALUE_LENGTH,
+    )
 
 
 class PrometheusMetrics:
@@ -208,8 +244,8 @@ class PrometheusMetrics:
         requests_in_flight: Callable[[], int] | None = None,
     ) -> None:
         agents, tools = tuple(agents), tuple(tools)  # read twice: by name, then as pairs
-        self._agent = LabelLimiter(agents, label_value_cap)
-        self._tool = LabelLimiter(tools, label_value_cap)
+        self._agent = LabelLimiter(agents, label_value_cap, "agent")
+        self._tool = LabelLimiter(tools, label_value_cap, "tool")
         self._pair = PairLimiter(agents, tools, agent_tool_pair_cap)
         # Label values that come from the code are known: always kept, whatever the cap
         # (which then bounds only values no release of toolwatch reports, and custom
@@ -231,6 +267,8 @@ class PrometheusMetrics:
         self._status_labels = {status: self._status(str(status)) for status in CallStatus}
         self._evaluator_keys: dict[str, tuple[str]] = {}
         self._register(registry)
+        limiters = (("agent", self._agent), ("tool", self._tool), ("pair", self._pair))
+        registry.register(OthersCollector(limiters))
         Info("toolwatch_build", "toolwatch version, always 1.", registry=registry).info(
             {"version": version, "decoder": decoder, "hot_path": hot_path}
         )
@@ -249,6 +287,7 @@ class PrometheusMetrics:
         self._register_ingest(r)
         self._register_latency(r)
         self._register_losses(r)
+        self._register_sinks(r)
 
     def _register_per_run(self, r: CollectorRegistry) -> None:
         """The series updated for every agent run (``sinks.tally``), in one collector."""
@@ -321,6 +360,17 @@ class PrometheusMetrics:
             buckets=_DETECTION_BUCKETS,
             registry=r,
         )
+
+    def _register_sinks(self, r: CollectorRegistry) -> None:
+        self._sink_failures = Counter(
+            "toolwatch_findings_sink_failures_total",
+            "Publications a findings sink failed to take (the findings log on a full or"
+            " removed disk, say): their findings are counted in the metrics but missing there.",
+            ["sink"],
+            registry=r,
+        )
+        for sink in FINDINGS_SINKS:
+            self._sink_failures.labels(sink)  # from 0, so that increase() sees the first
 
     def _register_losses(self, r: CollectorRegistry) -> None:
         self._dropped = Counter(
@@ -482,6 +532,11 @@ class PrometheusMetrics:
     def shadow_unpaired(self, reason: str) -> None:
         self._shadow_unpaired.labels(self._unpaired_reason(reason)).inc()
 
+    def findings_sink_failed(self, sink: str) -> None:
+        """A findings sink (``FINDINGS_SINKS``: the findings log, the stream, one added in
+        code) failed to take a publication: those findings are missing from it."""
+        self._sink_failures.labels(sink if sink in FINDINGS_SINKS else OTHER).inc()
+
     def auth_failed(self, listener: str) -> None:
         self._auth_failures.labels(self._listener(listener)).inc()
 
@@ -489,15 +544,18 @@ class PrometheusMetrics:
         """Thread-safe: prometheus_client's counters are."""
         self._reload_failures.labels(what if what in _RELOADED else OTHER).inc()
 
-    def config_reloaded(self, ok: bool, tools: Iterable[str] = ()) -> None:
-        """A configuration reload worked (``tools``: the tools it names, kept as label values
-        from now on) or failed."""
+    def config_reloaded(
+        self, ok: bool, tools: Iterable[str] = (), agents: Iterable[str] = ()
+    ) -> None:
+        """A configuration reload worked (``tools`` and ``agents``: the names it holds, kept
+        as label values from now on) or failed."""
         self._reload_ok.set(1 if ok else 0)
         if ok:
             self._reloaded_at.set_to_current_time()
-            tools = tuple(tools)
+            tools, agents = tuple(tools), tuple(agents)
             self._tool.know(tools)
-            self._pair.know_tools(tools)
+            self._agent.know(agents)
+            self._pair.know(agents, tools)
 
 
 def _add(counter: Counter, n: int) -> None:

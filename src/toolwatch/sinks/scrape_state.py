@@ -14,6 +14,7 @@ import itertools
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.metrics_core import Metric
@@ -22,7 +23,7 @@ from prometheus_client.utils import floatToGoString
 
 from toolwatch.sinks.tally import CounterTally, HistogramTally
 
-__all__ = ["BufferState", "StateCollector", "TallyCollector"]
+__all__ = ["BufferState", "OthersCollector", "StateCollector", "TallyCollector"]
 
 _log = logging.getLogger(__name__)
 
@@ -140,3 +141,37 @@ def _render(tally: CounterTally | HistogramTally) -> Metric:
         labels = dict(zip(tally.labels, key, strict=True))
         histogram.add_sample(f"{histogram.name}_created", labels, tally.created[key])
     return histogram
+
+
+class _Limiter(Protocol):
+    """A label limit (``sinks.prometheus.LabelLimiter``, ``PairLimiter``)."""
+
+    @property
+    def others(self) -> int: ...
+
+
+class OthersCollector(Collector):
+    """``toolwatch_label_values_other_total{label}``: how many values the agent, tool and
+    (agent, tool) pair limits reported as ``_other``, read from the limiters at scrape time
+    (counting them is an integer increment on the call path)."""
+
+    def __init__(self, limiters: Iterable[tuple[str, _Limiter]]) -> None:
+        self._limiters = tuple(limiters)
+
+    def describe(self) -> Iterable[CounterMetricFamily]:
+        return [self._family()]
+
+    def collect(self) -> Iterable[CounterMetricFamily]:
+        family = self._family()
+        for label, limiter in self._limiters:
+            family.add_metric([label], limiter.others)
+        yield family
+
+    @staticmethod
+    def _family() -> CounterMetricFamily:
+        return CounterMetricFamily(
+            "toolwatch_label_values_other",
+            "Label values reported as _other: past their label's cap (metrics.label_value_cap,"
+            " metrics.agent_tool_pair_cap), or longer than 128 characters.",
+            labels=["label"],
+        )

@@ -49,6 +49,17 @@ class ToolTraceWriter:
     def __init__(self, stream: IO[str]) -> None:
         self._stream = stream
 
+    @property
+    def stream(self) -> IO[str]:
+        return self._stream
+
+    def swap(self, stream: IO[str]) -> IO[str]:
+        """Write to ``stream`` from now on (the file opened again after a log rotation);
+        returns the previous stream, flushed, for its owner to close."""
+        previous, self._stream = self._stream, stream
+        previous.flush()
+        return previous
+
     def write(self, trace: ToolTrace) -> None:
         self._stream.write(_to_ascii_json(tooltrace_to_dict(trace)) + "\n")
         self._stream.flush()

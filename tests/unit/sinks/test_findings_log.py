@@ -253,6 +253,15 @@ def test_fan_out_isolates_a_failing_sink(caplog: pytest.LogCaptureFixture) -> No
     assert "failed to close (4 failures so far)" in caplog.records[2].getMessage()
 
 
+def test_fan_out_tells_each_failure_by_the_sinks_position() -> None:
+    failed: list[int] = []
+    sinks: list[FindingSink] = [InMemoryFindingSink(), ExplodingSink()]
+    fan_out = FanOutSink(sinks, failed=failed.append)
+    fan_out.publish(make_trace(), [make_finding()])
+    fan_out.publish(make_trace(), [make_finding()])
+    assert failed == [1, 1]
+
+
 RENDERED_CASES = [
     AMOUNT_DRIFT,
     {"fields": {"amount": {"actual": 100}, "card": {"actual": "4111-1111"}}},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 from prometheus_client import CollectorRegistry
 
@@ -122,6 +124,34 @@ def test_a_flood_of_names_keeps_every_label_bounded() -> None:
     assert len(_label_values(registry, regressions, "tool")) <= cap + len(known_tools) + 1
     other = {"agent": OTHER, "tool": OTHER, "status": "ok"}
     assert registry.get_sample_value(calls, other) == 10_000 - cap
+
+
+def test_values_reported_as_other_are_counted_by_label_and_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A page whose agent reads _other names no one: the cap filling must show somewhere."""
+    registry = CollectorRegistry()
+    metrics = PrometheusMetrics(
+        registry, agents=["refund-bot"], label_value_cap=2, agent_tool_pair_cap=1
+    )
+    other = "toolwatch_label_values_other_total"
+    assert [registry.get_sample_value(other, {"label": x}) for x in ("agent", "tool", "pair")] == [
+        0,
+        0,
+        0,
+    ]
+    with caplog.at_level(logging.WARNING, logger="toolwatch.sinks.prometheus"):
+        for i in range(5):
+            metrics.tool_trace(_trace(f"agent-{i}", "t"), "none")
+        metrics.tool_trace(_trace("refund-bot", "x" * 129), "none")
+
+    # agent-2, -3, -4 past the cap of 2; the tool's 129 characters are free text; the pair
+    # (agent-1, t) is the second of two unconfigured names, past the pair cap of 1.
+    counts = [registry.get_sample_value(other, {"label": x}) for x in ("agent", "tool", "pair")]
+    assert counts == [3, 1, 1]
+    said = [r.getMessage().split(":")[0] for r in caplog.records]
+    assert said == ["(agent, tool) pair label", "agent label", "tool label"]
+    assert "metrics.agents" in caplog.records[1].getMessage()
 
 
 def test_churning_agent_and_tool_names_grow_the_series_linearly_not_as_a_product() -> None:

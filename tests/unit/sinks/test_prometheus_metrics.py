@@ -61,6 +61,8 @@ EXPECTED_NAMES = {
     "toolwatch_config_last_reload_successful",
     "toolwatch_config_last_reload_success_timestamp_seconds",
     "toolwatch_build_info",
+    "toolwatch_label_values_other_total",
+    "toolwatch_findings_sink_failures_total",
 }
 
 
@@ -145,6 +147,31 @@ def test_a_reload_is_told_and_the_tools_it_names_keep_their_label(
     tool = {"tool": "cancel_order"}
     assert registry.get_sample_value("toolwatch_tool_calls_total", labels | tool) == 1
     assert registry.get_sample_value("toolwatch_tool_calls_total", labels | {"tool": "_other"}) == 2
+
+
+def test_findings_sink_failures_start_at_zero_by_sink(
+    registry: CollectorRegistry, metrics: PrometheusMetrics
+) -> None:
+    name = "toolwatch_findings_sink_failures_total"
+    sinks = ("findings_log", "stream", "extra")
+    assert [registry.get_sample_value(name, {"sink": s}) for s in sinks] == [0, 0, 0]
+    metrics.findings_sink_failed("findings_log")
+    metrics.findings_sink_failed("findings_log")
+    metrics.findings_sink_failed("a sink no one named")
+    assert [registry.get_sample_value(name, {"sink": s}) for s in sinks] == [2, 0, 0]
+    assert registry.get_sample_value(name, {"sink": OTHER}) == 1
+
+
+def test_a_reload_keeps_the_agents_it_names_as_label_values(registry: CollectorRegistry) -> None:
+    metrics = PrometheusMetrics(registry, label_value_cap=0)
+    trace = make_trace((make_call("lookup_order"),), agent="refund-bot")
+    metrics.tool_trace(trace, "none")
+    metrics.config_reloaded(True, (), ["refund-bot"])
+    metrics.tool_trace(trace, "none")
+    runs = "toolwatch_tool_traces_total"
+    labels = {"outcome": "complete", "reference": "none"}
+    assert registry.get_sample_value(runs, labels | {"agent": OTHER}) == 1
+    assert registry.get_sample_value(runs, labels | {"agent": "refund-bot"}) == 1
 
 
 def test_finding_counts_by_all_labels(
