@@ -677,25 +677,36 @@ def _speaks_for_run(site: CallSite, run: _Run) -> bool:
 
 
 def _refusal(run: _Run, sites: dict[bytes, CallSite]) -> str | None:
-    """The earliest refusal's reason (its text, or the finish reason) among the run's own
-    spans, if any: an agent nested in it under a TOOL span (used as a tool) that refused is
-    its caller's result to handle, not the run's refusal; an agent the run transferred to
-    refuses for the run. (Whose span it is, is asked of refusing spans only.)"""
-    for span in run.spans:
-        if span.role not in (SpanRole.LLM, SpanRole.AGENT):
-            continue
-        reason = _refusal_of(span)
-        if reason is None:
-            continue
-        if span is run.span:
+    """The run's refusal reason (its text, or the finish reason), if it refused: the run
+    span's own, else that of the run's last output. Its outputs are the LLM spans that speak
+    for it (an agent it handed over to included; one used as a tool not: that refusal is its
+    caller's result to handle) and the refusals on the spans of agents it handed over to
+    (their own final word). A model call that refused and was followed by one that answered
+    (a content filter the agent retried past) is not the run's refusal."""
+    if run.span is not None:
+        reason = _refusal_of(run.span)
+        if reason is not None:
             return reason
+    last: SpanRecord | None = None
+    for span in run.spans:
+        role = span.role
+        if role is not SpanRole.LLM and role is not SpanRole.AGENT:
+            continue
+        if last is not None and _ended(span) <= _ended(last):
+            continue
         site = sites[span.span_id]
+        if role is SpanRole.LLM:
+            if _speaks_for_run(site, run):
+                last = span
         # A nested agent's own span: its nearest agent is the run's even when a TOOL span
         # holds it (agent-as-tool), so only the TOOL check tells.
-        own = site.tool is None if span.role is SpanRole.AGENT else _speaks_for_run(site, run)
-        if own:
-            return reason
-    return None
+        elif span is not run.span and site.tool is None and _refusal_of(span) is not None:
+            last = span
+    return _refusal_of(last) if last is not None else None
+
+
+def _ended(span: SpanRecord) -> tuple[int, int, bytes]:
+    return (span.end_ns, span.start_ns, span.span_id)
 
 
 def _refusal_of(span: SpanRecord) -> str | None:

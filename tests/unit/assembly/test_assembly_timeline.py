@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 
+import pytest
 from assembly_support import MS, TRACE, agent, ask, build, hexid, llm, only, span, tool
 
 from tests import factories
@@ -155,6 +156,31 @@ def test_a_refusal_on_a_nested_agents_own_span_is_not_the_outer_runs() -> None:
     spans[4] = agent(5, 2, "billing", 13, 98, refusal="I can't share that order.")
     trace = only(spans)
     assert (trace.refusal, trace.refusal_reason) == (True, "I can't share that order.")
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "refused"),
+    [
+        (("content_filter",), ("stop",), False),  # filtered once, retried, answered
+        (("stop",), ("content_filter",), True),  # answered a step, then refused
+        (("content_filter",), ("content_filter",), True),
+    ],
+)
+def test_a_run_refuses_when_its_last_model_output_does(
+    first: tuple[str, ...], then: tuple[str, ...], refused: bool
+) -> None:
+    """One model call of the run hit a content filter; the run is judged by how it ended,
+    not by the first refusal any call met (REFUSAL_REGRESSION paged high on a run that
+    answered)."""
+    spans = [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 1, 10, output_text="...", finish_reasons=first),
+        llm(3, 1, 11, 20, output_text="Here is your order.", finish_reasons=then),
+    ]
+    trace = only(spans)
+    assert (trace.refusal, trace.refusal_reason) == (
+        (True, "content_filter") if refused else (False, None)
+    )
 
 
 def transfer_spans() -> list[SpanRecord]:
