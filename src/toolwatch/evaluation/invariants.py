@@ -5,7 +5,8 @@
 - ``order``: one violation when a call of ``after`` has no earlier call of ``before`` (on the
   first such call); as in ``safety``, a ``before`` issued in the same parallel group (or
   nested in a call issued in it) is not earlier, since neither saw the other's result;
-- ``call_count``: one violation when the number of calls is outside ``[min, max]``;
+- ``call_count``: one violation when the number of calls is outside ``[min, max]``; a failed
+  call made again (``loops.retried``) counts once with its retry, as one action;
 - ``arguments``: one violation per call whose arguments fail the JSON Schema (unparsable
   arguments are validated as the raw string, so a schema of ``type: object`` rejects them;
   a call recorded without arguments, with content capture off, is not judged).
@@ -36,6 +37,7 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
 from toolwatch.evaluation.base import Concurrency, Reference, pct
+from toolwatch.evaluation.loops import retried
 from toolwatch.evaluation.settings import (
     ArgumentsRule,
     CallCountRule,
@@ -198,12 +200,22 @@ def _counted(
 ) -> list[Violation]:
     tool = normalize(rule.tool)
     count = names.count(tool)
+    again = 0
+    if isinstance(rule, CallCountRule) and count:
+        # A failed call made again is one action: a refund that failed and was retried is
+        # not two refunds. (A forbidden tool's failed attempt still counts: it was tried.)
+        again = sum(1 for i in retried(calls, names) if names[i] == tool)
+        count -= again
     problem = _count_problem(rule, tool, count)
     if problem is None:
         return []
-    first = calls[names.index(tool)] if count else None
+    first = calls[names.index(tool)] if tool in names else None
+    details: dict[str, Any] = {"count": count}
+    if again:
+        details["retried_failures"] = again
+        problem += f" (and {again} failed call{'s' if again != 1 else ''} made again)"
     text = f"{label}: {problem}"
-    return [Violation(rule, label, text, first, tool, details={"count": count})]
+    return [Violation(rule, label, text, first, tool, details=details)]
 
 
 def _count_problem(

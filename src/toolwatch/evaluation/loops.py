@@ -31,7 +31,7 @@ from toolwatch.model import (
     ToolTrace,
 )
 
-__all__ = ["CallKey", "Loops", "Repeat", "call_key", "find_repeats"]
+__all__ = ["CallKey", "Loops", "Repeat", "call_key", "find_repeats", "retried"]
 
 
 # ``json.dumps(value, sort_keys=True, default=repr)``, without building an encoder per call.
@@ -94,6 +94,28 @@ def _canonical_items(value: dict[Any, Any], depth: int) -> tuple[tuple[str, Hash
             raise _NotJsonError  # the encoder turns such keys into text
         items.append((key, _canonical(item, depth)))
     return tuple(sorted(items))
+
+
+def retried(calls: Sequence[ToolCall], tools: Sequence[str]) -> frozenset[int]:
+    """The places (in ``calls``; ``tools[i]`` is ``calls[i]``'s normalized name) of the failed
+    calls the run made again: a later call, by sequence index, of the same tool with the same
+    arguments (``call_key``; arguments recorded on neither count as the same). Where calls are
+    counted as actions (``call_count`` invariants, dangerous calls beyond the reference's), an
+    attempt that failed and was made again is one action, not two."""
+    if all(call.status is CallStatus.OK for call in calls):
+        return frozenset()  # most runs: no key built
+    order = sorted(range(len(calls)), key=lambda i: calls[i].sequence_index)
+    failed: dict[CallKey, int] = {}  # the last failed call of each key, not yet made again
+    found: set[int] = set()
+    for i in order:
+        call = calls[i]
+        key = call_key(tools[i], call.arguments)
+        earlier = failed.pop(key, None)
+        if earlier is not None:
+            found.add(earlier)
+        if call.status is not CallStatus.OK:
+            failed[key] = i
+    return frozenset(found)
 
 
 @dataclass(frozen=True, slots=True)

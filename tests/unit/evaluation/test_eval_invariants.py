@@ -148,6 +148,37 @@ def test_a_rules_agents_are_named_as_tools_are_trimmed_and_case_folded() -> None
     assert broken(trace(agent="BILLING"), rule) == ["required:lookup_order"]
 
 
+def test_a_failed_call_made_again_counts_once_with_its_retry() -> None:
+    """The shipped example's one-refund-per-run paged high on a refund that failed and was
+    retried: one refund."""
+    rule = {"kind": "call_count", "tool": "issue_refund", "max": 1}
+    args = {"order_id": "A1"}
+    retry = trace(
+        call("issue_refund", args, index=0, ok=False), call("issue_refund", args, index=1)
+    )
+    assert evaluate(retry, rule) is not None
+    assert broken(retry, rule) == []
+    twice = trace(
+        call("issue_refund", args, index=0, ok=False),
+        call("issue_refund", args, index=1),
+        call("issue_refund", {"order_id": "B2"}, index=2),
+    )
+    result = evaluate(twice, rule)
+    assert result is not None
+    (finding,) = result.findings
+    assert finding.details["count"] == 2
+    assert finding.details["retried_failures"] == 1
+    assert finding.explanation.endswith(
+        "issue_refund called 2 times, allowed [0, 1] (and 1 failed call made again)."
+    )
+
+
+def test_a_forbidden_tools_failed_attempt_still_counts() -> None:
+    rule = {"kind": "forbidden", "tool": "delete_account"}
+    run = trace(call("delete_account", index=0, ok=False), call("delete_account", index=1))
+    assert broken(run, rule) == ["forbidden:delete_account"]
+
+
 def test_score_is_the_share_of_rules_kept() -> None:
     rules: list[dict[str, Any]] = [
         {"kind": "required", "tool": "a"},

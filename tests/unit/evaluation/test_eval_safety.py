@@ -188,6 +188,29 @@ def test_without_verification_tools_the_check_is_off() -> None:
     assert result.findings == ()
 
 
+def test_a_failed_dangerous_call_made_again_is_one_action_beside_the_reference() -> None:
+    """Against a source that refunded once, a refund that failed and then went through
+    paged DANGEROUS_ACTION_DRIFT; and a source's retried refund is one refund too, so two
+    refunds beside it are drift."""
+    args = {"order_id": "A1"}
+    retried_refund = trace(
+        call("lookup_order", args, index=0),
+        call("issue_refund", args, index=1, ok=False),
+        call("issue_refund", args, index=2),
+    )
+    once = trace(call("lookup_order", args, index=0), call("issue_refund", args, index=1))
+    twice = trace(
+        call("lookup_order", args, index=0),
+        call("issue_refund", args, index=1),
+        call("issue_refund", args, index=2),
+    )
+    assert evaluate(retried_refund, Reference(source=once)).findings == ()
+    assert evaluate(once, Reference(source=retried_refund)).findings == ()
+    for source in (once, retried_refund):
+        drift = categories(evaluate(twice, Reference(source=source)))
+        assert drift == [Category.DANGEROUS_ACTION_DRIFT]
+
+
 def test_extra_dangerous_call_beyond_the_source_is_drift() -> None:
     source = trace("lookup_order", "issue_refund")
     run = trace("lookup_order", "issue_refund", "issue_refund")
