@@ -46,6 +46,7 @@ __all__ = [
     "group_indexed",
     "is_handoff_span",
     "langgraph_answer",
+    "mcp_tool_error",
     "merge_summaries",
     "parse_json",
     "plain_text",
@@ -374,6 +375,25 @@ def tool_message(result: Any) -> tuple[str | None, str | None]:
     call_id = result.get("tool_call_id")
     error = "error" if result.get("status") == "error" else None
     return (call_id if isinstance(call_id, str) else None), error
+
+
+#: In the text of an MCP ``CallToolResult`` that reports a failure, and in few other results.
+_IS_ERROR: Final = '"isError"'
+
+
+def mcp_tool_error(result: Any) -> str | None:
+    """``"tool_error"`` when a tool's result is an MCP ``CallToolResult`` reporting a failure
+    (``isError: true`` beside its ``content`` list), else ``None``. MCP servers report a
+    failed tool so, as a result the model reads rather than a protocol error, and an agent's
+    span for the call ends OK; the MCP semantic conventions ask instrumentations to set
+    ``error.type`` to ``tool_error`` then, which not all do."""
+    if isinstance(result, str):
+        if _IS_ERROR not in result:
+            return None
+        result = parse_json(result)
+    if not isinstance(result, dict) or result.get("isError") is not True:
+        return None
+    return "tool_error" if isinstance(result.get("content"), list) else None
 
 
 def langgraph_answer(value: Any) -> Any:

@@ -36,6 +36,7 @@ from toolwatch.conventions.attrs import (
     first,
     first_str,
     is_handoff_span,
+    mcp_tool_error,
     merge_summaries,
     parse_json,
     plain_text,
@@ -114,6 +115,8 @@ def tool_fields(
         status = first_str(attrs, spec.status)
         if status is not None and status.lower() == "error":
             error_type = "error"  # failed, with no exception to name its type
+    if error_type is None:
+        error_type = mcp_tool_error(values.result)  # an MCP server's failure, span OK
     fields: RoleFields = {
         "tool_name": first_str(attrs, spec.name) or spec.name_from_span(name) or name,
         "call_id": call_id,

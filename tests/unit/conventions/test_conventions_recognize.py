@@ -162,6 +162,36 @@ def test_events_are_loaded_only_when_attributes_lack_content() -> None:
     )
 
 
+_MCP_FAILED = {"content": [{"type": "text", "text": "order A-1 not found"}], "isError": True}
+
+
+@pytest.mark.parametrize(
+    ("key", "result", "error"),
+    [
+        ("gen_ai.tool.call.result", json.dumps(_MCP_FAILED), "tool_error"),
+        ("output.value", json.dumps(_MCP_FAILED), "tool_error"),  # OpenInference
+        ("gen_ai.tool.call.result", json.dumps({**_MCP_FAILED, "isError": False}), None),
+        ("gen_ai.tool.call.result", json.dumps({"isError": True}), None),  # no MCP result
+        ("gen_ai.tool.call.result", '{"isError": true, "content": "text"}', None),
+        ("gen_ai.tool.call.result", 'not json, mentions "isError"', None),
+    ],
+)
+def test_an_mcp_result_that_reports_a_failure_fails_the_call(
+    key: str, result: str, error: str | None
+) -> None:
+    """MCP servers report a failed tool as a result with isError, and the span ends OK: a
+    lookup that found nothing verified the refund after it."""
+    attrs = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": "lookup_order",
+        key: result,
+    }
+    if key == "output.value":
+        attrs = {"openinference.span.kind": "TOOL", "tool.name": "lookup_order", key: result}
+    found = recognize("lookup_order", 0, attrs, None)
+    assert (found.role, found.fields["error_type"]) == (SpanRole.TOOL, error)
+
+
 def test_older_adk_agent_run_span_is_an_agent_named_by_its_span_name() -> None:
     # google/adk-python base_agent.py (<= mid-2025): no attributes on the agent span.
     found = recognize("agent_run [weather_agent]", 0, {}, None)
