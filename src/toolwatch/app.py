@@ -137,7 +137,7 @@ class _Outputs:
             ("output.dump_tooltraces", output.dump_tooltraces, _writer(self.tooltraces), True),
         ]
         for setting, path, writer, private in writers:
-            if path is None or path == "-" or writer is None or _same_file(path, writer.stream):
+            if path is None or path == "-" or writer is None or not _rotated(path, writer.stream):
                 continue
             try:
                 opened = _open_text(setting, path, self.files, private)
@@ -146,7 +146,7 @@ class _Outputs:
                 continue
             previous = writer.swap(opened)
             self.files.remove(previous)
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # a full disk's buffer: closed all the same
                 previous.close()
             log.info("%s: %s opened again (the file there was rotated away)", setting, path)
 
@@ -164,14 +164,21 @@ def _writer(sink: ToolTraceSink) -> ToolTraceWriter | None:
     return sink if isinstance(sink, ToolTraceWriter) else None
 
 
-def _same_file(path: str, stream: IO[str]) -> bool:
-    """Whether ``path`` names the file ``stream`` writes (not when it is gone or unreadable:
-    then it is opened again, and that says why if it cannot be)."""
+def _rotated(path: str, stream: IO[str]) -> bool:
+    """Whether ``path`` no longer names the file ``stream`` writes: it is gone (or cannot be
+    looked at: opening it says why), or another regular file is there. Not when something
+    else is (a FIFO whose reader is not back yet would block the event loop's open)."""
     try:
-        there, written = os.stat(path), os.fstat(stream.fileno())
+        there = os.stat(path)
     except OSError:
+        return True
+    if not stat.S_ISREG(there.st_mode):
         return False
-    return (there.st_dev, there.st_ino) == (written.st_dev, written.st_ino)
+    try:
+        written = os.fstat(stream.fileno())
+    except (OSError, ValueError):  # closed
+        return True
+    return (there.st_dev, there.st_ino) != (written.st_dev, written.st_ino)
 
 
 class App:
@@ -272,7 +279,7 @@ class App:
         out = self.config.output
         files: list[IO[str]] = []
         sinks: list[FindingSink] = [self.broker, *extra]
-        labels = ["stream", *("extra" for _ in extra)]  # FINDINGS_SINKS, sink by sink
+        labels = ["stream", *("extra" for _ in extra)]  # OUTPUTS, sink by sink
         log_sink = None
         try:
             if out.findings is not None:
@@ -285,13 +292,13 @@ class App:
                 path = out.dump_tooltraces
                 # Unredacted (arguments and results): created readable by its owner alone.
                 dump = _open_text("output.dump_tooltraces", path, files, private=True)
-                tooltraces = ToolTraceWriter(dump)
+                tooltraces = ToolTraceWriter(dump, lambda: self.metrics.output_failed("tooltraces"))
         except StartError:
             for opened in files:
                 opened.close()
             raise
         metrics = self.metrics
-        fan_out = FanOutSink(sinks, failed=lambda i: metrics.findings_sink_failed(labels[i]))
+        fan_out = FanOutSink(sinks, failed=lambda i: metrics.output_failed(labels[i]))
         return _Outputs(fan_out, tooltraces, files, log_sink)
 
     async def start(self) -> None:
@@ -383,7 +390,10 @@ class App:
         the running rest, is checked as a whole. A configuration or golden-case file that
         does not load is logged, and ``toolwatch_config_last_reload_successful`` reads 0
         until a reload works: the running configuration stays. Returns whether it worked."""
-        self._outputs.reopen(self.config.output)  # logrotate's HUP, whatever the file says
+        try:  # logrotate's HUP, whatever the configuration file says
+            self._outputs.reopen(self.config.output)
+        except Exception:  # never the reload's undoing
+            log.exception("could not open the outputs again")
         try:
             loaded = load()
             kept = self._restart_only(loaded)

@@ -417,7 +417,7 @@ class AuthSettings(_Section):
     ``bearer_token_file`` holds the accepted tokens, one per line; it is checked for changes
     at most every ``reload_seconds`` and re-read when it changed. ``/metrics`` needs the
     token only when ``metrics`` is listed; ``/healthz``, ``/readyz`` and the gRPC health
-    service never do (kubelet probes cannot send one).
+    check (``Check``; its ``Watch`` stream does) never do (kubelet probes cannot send one).
     """
 
     bearer_token_file: Path

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable
 from pathlib import Path
 
@@ -342,20 +343,54 @@ def test_a_findings_log_renamed_away_is_opened_again_at_its_path_on_sighup(
     assert len(server.app._outputs.files) == 2
 
 
-def test_a_findings_log_that_cannot_be_written_is_counted(
-    start_server: Callable[..., RunningServer], tmp_path: Path
+@pytest.mark.parametrize("full", [("findings",), ("findings", "dump_tooltraces")])
+def test_outputs_that_cannot_be_written_are_counted_and_the_run_still_judged(
+    start_server: Callable[..., RunningServer], tmp_path: Path, full: tuple[str, ...]
 ) -> None:
-    """A full disk: the finding still counts in the metrics and reaches the stream, and the
-    log's loss shows in toolwatch_findings_sink_failures_total (ToolwatchFindingsNotWritten)."""
+    """A full disk: the finding still counts in the metrics and reaches the stream, and what
+    each output lost shows in toolwatch_output_failures_total (ToolwatchOutputFailing). A
+    ToolTrace dump that failed to write cost the run its evaluation."""
     config = tmp_path / "toolwatch.yaml"
     config.write_text(MINIMAL_POLICY)
-    server = start_server(config, output__findings="/dev/full")
+    server = start_server(config, **{f"output__{name}": "/dev/full" for name in full})
     unverified_refund(server)
     server.settle()
-    failures = "toolwatch_findings_sink_failures_total"
-    assert server.sample(failures, {"sink": "findings_log"}) == 1
-    assert server.sample(failures, {"sink": "stream"}) == 0
+    failures = "toolwatch_output_failures_total"
+    counted = {
+        output: server.sample(failures, {"output": output})
+        for output in ("findings_log", "tooltraces", "stream")
+    }
+    assert counted == {"findings_log": 1, "tooltraces": len(full) - 1, "stream": 0}
     assert [f.category.value for f in server.findings.findings] == ["MISSING_VERIFICATION_STEP"]
+    regressions = {
+        "category": "MISSING_VERIFICATION_STEP",
+        "severity": "high",
+        "evaluator": "safety",
+        "agent": "refund-bot",
+        "tool": "issue_refund",
+    }
+    assert server.sample("toolwatch_regressions_total", regressions) == 1
+    assert server.sample("toolwatch_evaluator_failures_total", {"evaluator": "engine"}) == 0
+
+
+def test_a_findings_log_path_that_is_now_a_fifo_is_left_alone_on_sighup(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """Opening a FIFO whose reader is not back blocks: on the event loop, it would stop the
+    server. The log goes on into the file it was."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    server = start_server(config)
+    log = Path(server.app.config.output.findings or "")
+    unverified_refund(server)
+    server.settle()
+    log.rename(tmp_path / "findings.jsonl.1")
+    os.mkfifo(log)
+    assert server.reload()
+    unverified_refund(server)
+    server.settle()
+    rotated = (tmp_path / "findings.jsonl.1").read_text().splitlines()
+    assert len(rotated) == 2
 
 
 def test_the_agents_a_policy_names_keep_their_label_past_the_cap(

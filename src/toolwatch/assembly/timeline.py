@@ -687,6 +687,9 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite]) -> str | None:
         reason = _refusal_of(run.span)
         if reason is not None:
             return reason
+    # A model span that holds an agent (ADK's call_llm, inside which transfer_to_agent's
+    # agent runs) ends after that agent's outputs: its own output was the transfer.
+    holders = {s.parent_span_id for s in run.spans if s.role is SpanRole.AGENT}
     last: SpanRecord | None = None
     for span in run.spans:
         role = span.role
@@ -696,7 +699,7 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite]) -> str | None:
             continue
         site = sites[span.span_id]
         if role is SpanRole.LLM:
-            if _speaks_for_run(site, run):
+            if span.span_id not in holders and _speaks_for_run(site, run):
                 last = span
         # A nested agent's own span: its nearest agent is the run's even when a TOOL span
         # holds it (agent-as-tool), so only the TOOL check tells.

@@ -39,6 +39,9 @@ _CANONICAL: Final = json.JSONEncoder(sort_keys=True, default=repr)
 # Deeper arguments go to the encoder, which raises RecursionError where Python would: a
 # compiled function calling itself has no recursion check of its own.
 _MAX_DEPTH: Final = 32
+#: Failed identical calls ``retried`` keeps waiting for a retry (each later call asks each):
+#: thousands issued at once would otherwise cost a pass each.
+_MAX_PENDING_FAILURES: Final = 32
 
 #: A call's identity: its tool, and its arguments as ``call_key`` keys them.
 CallKey = tuple[str, Hashable]
@@ -98,23 +101,31 @@ def _canonical_items(value: dict[Any, Any], depth: int) -> tuple[tuple[str, Hash
 
 def retried(calls: Sequence[ToolCall], tools: Sequence[str]) -> frozenset[int]:
     """The places (in ``calls``; ``tools[i]`` is ``calls[i]``'s normalized name) of the failed
-    calls the run made again: a later call, by sequence index, of the same tool with the same
-    arguments (``call_key``; arguments recorded on neither count as the same). Where calls are
-    counted as actions (``call_count`` invariants, dangerous calls beyond the reference's), an
-    attempt that failed and was made again is one action, not two."""
+    calls the run made again: a later call of the same tool with the same arguments
+    (``call_key``; arguments recorded on neither count as the same) that the failure could
+    have informed (``Concurrency``: not one issued beside it, which saw no result of it).
+    Where calls are counted as actions (``call_count`` invariants, dangerous calls beyond the
+    reference's), an attempt that failed and was made again is one action, not two."""
     if all(call.status is CallStatus.OK for call in calls):
         return frozenset()  # most runs: no key built
     order = sorted(range(len(calls)), key=lambda i: calls[i].sequence_index)
-    failed: dict[CallKey, int] = {}  # the last failed call of each key, not yet made again
+    ordered = [calls[i] for i in order]
+    concurrency = Concurrency(ordered)
+    failed: dict[CallKey, list[int]] = {}  # failed calls of each key not yet made again
     found: set[int] = set()
-    for i in order:
-        call = calls[i]
+    for place, call in enumerate(ordered):
+        i = order[place]
         key = call_key(tools[i], call.arguments)
-        earlier = failed.pop(key, None)
-        if earlier is not None:
-            found.add(earlier)
+        pending = failed.get(key)
+        if pending:
+            kept = [f for f in pending if not concurrency.informs(f, place)]
+            found.update(order[f] for f in pending if f not in kept)
+            pending[:] = kept
         if call.status is not CallStatus.OK:
-            failed[key] = i
+            if pending is None:
+                pending = failed[key] = []
+            if len(pending) < _MAX_PENDING_FAILURES:  # beyond: counted, as actions are
+                pending.append(place)
     return frozenset(found)
 
 

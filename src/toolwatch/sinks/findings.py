@@ -247,7 +247,8 @@ class JsonLinesFindingSink:
         """Write to ``stream`` from now on (the file opened again after a log rotation);
         returns the previous stream, flushed, for its owner to close."""
         previous, self._stream = self._stream, stream
-        previous.flush()
+        with contextlib.suppress(OSError):  # what a full disk kept in its buffer is lost
+            previous.flush()
         return previous
 
     def publish(self, trace: ToolTrace, findings: Sequence[Finding]) -> None:

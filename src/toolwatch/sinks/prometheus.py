@@ -40,6 +40,7 @@ from toolwatch.metrics import (
     UNPAIRED_REASONS,
 )
 from toolwatch.model import CallStatus, Category, Finding, Severity, ToolTrace
+from toolwatch.names import fold
 from toolwatch.sinks.scrape_state import (
     BufferState,
     OthersCollector,
@@ -49,8 +50,8 @@ from toolwatch.sinks.scrape_state import (
 from toolwatch.sinks.tally import CounterTally, HistogramTally
 
 __all__ = [
-    "FINDINGS_SINKS",
     "OTHER",
+    "OUTPUTS",
     "BufferState",
     "LabelLimiter",
     "PairLimiter",
@@ -97,9 +98,10 @@ _EVALUATORS: Final = (*EVALUATOR_ORDER, "engine")
 #: Request outcomes the shipped alerts watch: their series start at 0 (histograms, so not all).
 _ALERTED_OUTCOMES: Final = ("invalid", "refused", "overloaded", "timeout")
 
-#: The ``sink`` label of ``toolwatch_findings_sink_failures_total``: the findings log
-#: (``output.findings``), the findings stream, and a sink added in code (``extra``).
-FINDINGS_SINKS: Final = ("findings_log", "stream", "extra")
+#: The ``output`` label of ``toolwatch_output_failures_total``: the findings log
+#: (``output.findings``), the ToolTrace dump (``output.dump_tooltraces``), the findings
+#: stream, and a findings sink added in code (``extra``).
+OUTPUTS: Final = ("findings_log", "tooltraces", "stream", "extra")
 
 _Metric = TypeVar("_Metric", Counter, Histogram)
 
@@ -114,21 +116,32 @@ class LabelLimiter:
     distinct values, whatever the input. Not thread-safe: call it from the event loop.
     """
 
-    __slots__ = ("_admitted", "_cap", "_known", "_name", "others")
+    __slots__ = ("_admitted", "_cap", "_known", "_name", "_spellings", "others")
 
-    def __init__(self, known: Iterable[str] = (), cap: int = 100, name: str = "") -> None:
+    def __init__(
+        self, known: Iterable[str] = (), cap: int = 100, name: str = "", folded: bool = False
+    ) -> None:
         if cap < 0:
             raise ValueError(f"label cap must be >= 0, got {cap}")
         self._known = frozenset(known) | {""}
         self._admitted: set[str] = set()
         self._cap = cap
         self._name = name  # named: the first value reported as _other is logged
-        self.others = 0  # values reported as _other so far
+        # folded: a value that is a known one trimmed and case-folded reports as the known
+        # spelling (the policy names agents so: "Refund-Bot" is the agent refund-bot).
+        self._spellings: dict[str, str] | None = None
+        if folded:
+            self._spellings = {fold(value): value for value in sorted(self._known)}
+        self.others = 0  # values reported as _other so far (each time)
 
     def __call__(self, value: str | None) -> str:
         """The label value to report for ``value`` (``None`` reports as ``""``)."""
         if value is None or value in self._known or value in self._admitted:
             return value or ""
+        if self._spellings is not None:
+            spelled = self._spellings.get(fold(value))
+            if spelled is not None:
+                return spelled
         if len(value) > _MAX_LABEL_VALUE_LENGTH or len(self._admitted) >= self._cap:
             self.others += 1
             if self.others == 1 and self._name:
@@ -144,7 +157,11 @@ class LabelLimiter:
 
     def know(self, values: Iterable[str]) -> None:
         """Configured values added (a configuration reloaded): they always pass from now on."""
-        self._known |= frozenset(values)
+        values = frozenset(values)
+        self._known |= values
+        if self._spellings is not None:
+            for value in sorted(values):
+                self._spellings.setdefault(fold(value), value)
 
 
 class PairLimiter:
@@ -244,7 +261,7 @@ class PrometheusMetrics:
         requests_in_flight: Callable[[], int] | None = None,
     ) -> None:
         agents, tools = tuple(agents), tuple(tools)  # read twice: by name, then as pairs
-        self._agent = LabelLimiter(agents, label_value_cap, "agent")
+        self._agent = LabelLimiter(agents, label_value_cap, "agent", folded=True)
         self._tool = LabelLimiter(tools, label_value_cap, "tool")
         self._pair = PairLimiter(agents, tools, agent_tool_pair_cap)
         # Label values that come from the code are known: always kept, whatever the cap
@@ -363,14 +380,14 @@ class PrometheusMetrics:
 
     def _register_sinks(self, r: CollectorRegistry) -> None:
         self._sink_failures = Counter(
-            "toolwatch_findings_sink_failures_total",
-            "Publications a findings sink failed to take (the findings log on a full or"
-            " removed disk, say): their findings are counted in the metrics but missing there.",
-            ["sink"],
+            "toolwatch_output_failures_total",
+            "Writes an output failed (the findings log or the ToolTrace dump on a full disk,"
+            " say): what they held is counted in the metrics but missing there.",
+            ["output"],
             registry=r,
         )
-        for sink in FINDINGS_SINKS:
-            self._sink_failures.labels(sink)  # from 0, so that increase() sees the first
+        for output in OUTPUTS:
+            self._sink_failures.labels(output)  # from 0, so that increase() sees the first
 
     def _register_losses(self, r: CollectorRegistry) -> None:
         self._dropped = Counter(
@@ -532,10 +549,10 @@ class PrometheusMetrics:
     def shadow_unpaired(self, reason: str) -> None:
         self._shadow_unpaired.labels(self._unpaired_reason(reason)).inc()
 
-    def findings_sink_failed(self, sink: str) -> None:
-        """A findings sink (``FINDINGS_SINKS``: the findings log, the stream, one added in
-        code) failed to take a publication: those findings are missing from it."""
-        self._sink_failures.labels(sink if sink in FINDINGS_SINKS else OTHER).inc()
+    def output_failed(self, output: str) -> None:
+        """An output (``OUTPUTS``: the findings log, the ToolTrace dump, the stream, a sink
+        added in code) failed to take a write: what it held is missing from it."""
+        self._sink_failures.labels(output if output in OUTPUTS else OTHER).inc()
 
     def auth_failed(self, listener: str) -> None:
         self._auth_failures.labels(self._listener(listener)).inc()

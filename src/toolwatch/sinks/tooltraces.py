@@ -15,15 +15,19 @@ Not compiled: it runs once per ToolTrace, and only when a dump is configured or 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import IO, Any, Final
 
 from toolwatch.jsontext import compact_encoder
 from toolwatch.model import CallStatus, ToolCall, ToolTrace
 from toolwatch.sinks.findings import json_default
+
+_log = logging.getLogger(__name__)
 
 __all__ = [
     "TOOLTRACE_FORMAT",
@@ -46,8 +50,10 @@ class ToolTraceWriter:
     Flushes after every line so the file can be followed live; the stream's owner closes it.
     """
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], failed: Callable[[], None] | None = None) -> None:
         self._stream = stream
+        self._failed = failed  # given: a failed write is told to it and logged, not raised
+        self._failures = 0
 
     @property
     def stream(self) -> IO[str]:
@@ -57,12 +63,25 @@ class ToolTraceWriter:
         """Write to ``stream`` from now on (the file opened again after a log rotation);
         returns the previous stream, flushed, for its owner to close."""
         previous, self._stream = self._stream, stream
-        previous.flush()
+        with contextlib.suppress(OSError):  # what a full disk kept in its buffer is lost
+            previous.flush()
         return previous
 
     def write(self, trace: ToolTrace) -> None:
-        self._stream.write(_to_ascii_json(tooltrace_to_dict(trace)) + "\n")
-        self._stream.flush()
+        """One line. With ``failed``, a write that fails (a full disk) is told to it and
+        logged (the 1st, 2nd, 4th, ... time), and the run is evaluated all the same."""
+        try:
+            self._stream.write(_to_ascii_json(tooltrace_to_dict(trace)) + "\n")
+            self._stream.flush()
+        except OSError:
+            if self._failed is None:
+                raise
+            self._failed()
+            self._failures += 1
+            if self._failures & (self._failures - 1) == 0:  # a power of two
+                _log.exception(
+                    "could not write the ToolTrace dump (%d failures so far)", self._failures
+                )
 
     def close(self) -> None:
         self._stream.flush()

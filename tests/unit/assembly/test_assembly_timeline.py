@@ -183,6 +183,20 @@ def test_a_run_refuses_when_its_last_model_output_does(
     )
 
 
+def test_an_agent_transferred_to_inside_a_model_span_refuses_for_the_run() -> None:
+    """ADK: the coordinator's call_llm span (its output, the transfer) holds the sub-agent
+    and ends after the sub-agent's refusal."""
+    spans = [
+        agent(1, None, "coordinator", 0, 100),
+        llm(2, 1, 1, 99, ask("transfer_to_agent", "t1", {"agent_name": "billing"})),
+        tool(4, 2, "transfer_to_agent", 11, 12, call_id="t1"),
+        agent(5, 2, "billing", 13, 98),
+        llm(6, 5, 14, 90, finish_reasons=("safety",)),
+    ]
+    trace = only(spans)
+    assert (trace.refusal, trace.refusal_reason) == (True, "safety")
+
+
 def transfer_spans() -> list[SpanRecord]:
     """Google ADK transfer_to_agent: the sub-agent runs inside the coordinator's span, under
     its call_llm span, but under no tool span."""

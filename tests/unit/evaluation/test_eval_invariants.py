@@ -173,6 +173,18 @@ def test_a_failed_call_made_again_counts_once_with_its_retry() -> None:
     )
 
 
+@pytest.mark.parametrize("failed_first", [True, False])
+def test_identical_calls_issued_together_are_not_a_retry(failed_first: bool) -> None:
+    """Neither saw the other's result: two refunds, whichever failed."""
+    rule = {"kind": "call_count", "tool": "issue_refund", "max": 1}
+    args = {"order_id": "A1"}
+    both = [
+        call("issue_refund", args, index=0, group=1, ok=not failed_first),
+        call("issue_refund", args, index=1, group=1, ok=failed_first),
+    ]
+    assert broken(trace(*both), rule) == ["call_count:issue_refund"]
+
+
 def test_a_forbidden_tools_failed_attempt_still_counts() -> None:
     rule = {"kind": "forbidden", "tool": "delete_account"}
     run = trace(call("delete_account", index=0, ok=False), call("delete_account", index=1))

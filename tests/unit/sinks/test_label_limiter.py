@@ -19,6 +19,17 @@ def test_known_values_pass_even_past_the_cap() -> None:
     assert limit("issue_refund") == "issue_refund"
 
 
+def test_a_folded_limit_reports_a_known_names_other_spellings_as_it() -> None:
+    """The policy's "Refund-Bot" is the agent refund-bot: kept past the cap, as configured."""
+    limit = LabelLimiter(known=["Refund-Bot"], cap=1, folded=True)
+    assert limit("weather-bot") == "weather-bot"
+    assert [limit(v) for v in ("refund-bot", " REFUND-BOT ", "Refund-Bot")] == ["Refund-Bot"] * 3
+    assert limit("billing-bot") == OTHER
+    limit.know(["Billing-Bot"])
+    assert limit("billing-bot") == "Billing-Bot"
+    assert LabelLimiter(known=["Refund-Bot"], cap=0)("refund-bot") == OTHER  # not folded
+
+
 def test_admitted_values_stay_admitted() -> None:
     limit = LabelLimiter(cap=2)
     assert [limit(v) for v in ("a", "b", "c", "a", "b")] == ["a", "b", OTHER, "a", "b"]

@@ -62,7 +62,7 @@ EXPECTED_NAMES = {
     "toolwatch_config_last_reload_success_timestamp_seconds",
     "toolwatch_build_info",
     "toolwatch_label_values_other_total",
-    "toolwatch_findings_sink_failures_total",
+    "toolwatch_output_failures_total",
 }
 
 
@@ -149,17 +149,18 @@ def test_a_reload_is_told_and_the_tools_it_names_keep_their_label(
     assert registry.get_sample_value("toolwatch_tool_calls_total", labels | {"tool": "_other"}) == 2
 
 
-def test_findings_sink_failures_start_at_zero_by_sink(
+def test_output_failures_start_at_zero_by_output(
     registry: CollectorRegistry, metrics: PrometheusMetrics
 ) -> None:
-    name = "toolwatch_findings_sink_failures_total"
-    sinks = ("findings_log", "stream", "extra")
-    assert [registry.get_sample_value(name, {"sink": s}) for s in sinks] == [0, 0, 0]
-    metrics.findings_sink_failed("findings_log")
-    metrics.findings_sink_failed("findings_log")
-    metrics.findings_sink_failed("a sink no one named")
-    assert [registry.get_sample_value(name, {"sink": s}) for s in sinks] == [2, 0, 0]
-    assert registry.get_sample_value(name, {"sink": OTHER}) == 1
+    name = "toolwatch_output_failures_total"
+    outputs = ("findings_log", "tooltraces", "stream", "extra")
+    assert [registry.get_sample_value(name, {"output": o}) for o in outputs] == [0, 0, 0, 0]
+    metrics.output_failed("findings_log")
+    metrics.output_failed("findings_log")
+    metrics.output_failed("tooltraces")
+    metrics.output_failed("an output no one named")
+    assert [registry.get_sample_value(name, {"output": o}) for o in outputs] == [2, 1, 0, 0]
+    assert registry.get_sample_value(name, {"output": OTHER}) == 1
 
 
 def test_a_reload_keeps_the_agents_it_names_as_label_values(registry: CollectorRegistry) -> None:
