@@ -10,9 +10,11 @@ say its parent is not remote (``SpanRecord.parent_local``): that parent is the s
 still running, and will be exported. Without that, an agent that handed off (or a first turn)
 anchored its trace while the workflow span above it was still open, and what the next agent
 did arrived after the trace was evaluated, dropped as ``late``. A local parent that never
-comes (a Collector filtered it out) leaves the trace to ``max_trace_age_ns``. OTLP exports
-only ended spans, so "arrived" means "ended". A trace that never becomes ready is emitted
-anyway at ``max_trace_age_ns`` after its first span arrived, flagged ``timed_out``.
+comes (a second tracer provider exported it elsewhere, a Collector filtered it out) is taken
+as gone once the trace has been quiet for ``local_parent_wait_ns``: the agent anchors then.
+OTLP exports only ended spans, so "arrived" means "ended". A trace that never becomes ready
+is emitted anyway at ``max_trace_age_ns`` after its first span arrived, flagged
+``timed_out``.
 
 Every span passed to :meth:`TraceBuffer.add` ends in exactly one place (metrics.py's
 conservation law): buffered, built (``spans_built`` when its trace is emitted) or dropped
@@ -87,6 +89,7 @@ class AssemblyLimits:
 
     completion_wait_ns: int = 2_000_000_000
     max_trace_age_ns: int = 60_000_000_000
+    local_parent_wait_ns: int = 30_000_000_000
     late_span_window_ns: int = 300_000_000_000
     max_traces: int = 10_000
     max_spans_per_trace: int = 5_000
@@ -96,7 +99,12 @@ class AssemblyLimits:
     overflow: str = "backpressure"
 
     def __post_init__(self) -> None:
-        for name in ("completion_wait_ns", "max_trace_age_ns", "max_traces"):
+        for name in (
+            "completion_wait_ns",
+            "max_trace_age_ns",
+            "local_parent_wait_ns",
+            "max_traces",
+        ):
             _require(name, getattr(self, name), minimum=1)
         for name in ("max_spans_per_trace", "max_buffered_spans", "max_buffered_bytes"):
             _require(name, getattr(self, name), minimum=1)
@@ -166,6 +174,7 @@ class _Trace:
     __slots__ = (
         "agents",
         "anchor_missing",
+        "awaiting_local",
         "first_ns",
         "last_ns",
         "root_seen",
@@ -186,13 +195,15 @@ class _Trace:
         self.root_seen = False
         self.span_limited = False
         self.anchor_missing = False  # checked since the last arrival: no anchor yet
+        # ... but one, were the local parents it waits for gone: anchored at local_parent_wait
+        self.awaiting_local = False
         self.scheduled_ns: int | None = None  # when of this trace's one live heap entry
 
     def add(self, span: SpanRecord, now: int) -> None:
         self.spans[span.span_id] = span
         self.size_bytes += span.size_bytes
         self.last_ns = now
-        self.anchor_missing = False
+        self.anchor_missing = self.awaiting_local = False
         self.root_seen = self.root_seen or span.parent_span_id is None
         if span.role is SpanRole.AGENT:
             self.agents.append(span)
@@ -200,12 +211,15 @@ class _Trace:
     def due_ns(self, limits: AssemblyLimits) -> int:
         """The next time this trace needs a look: quiet period over, or too old."""
         too_old = self.first_ns + limits.max_trace_age_ns
+        if self.awaiting_local:
+            return min(self.last_ns + limits.local_parent_wait_ns, too_old)
         if self.anchor_missing:
             return too_old
         return min(self.last_ns + limits.completion_wait_ns, too_old)
 
-    def anchored(self) -> bool:
-        """Whether the root or an outermost agent span (module docstring) has arrived.
+    def anchored(self, local_gone: bool = False) -> bool:
+        """Whether the root or an outermost agent span (module docstring) has arrived;
+        ``local_gone``: counting a parent that its span says is local as gone too.
 
         The verdict of every ancestor walked through is kept for the next agent's walk, so
         many agents under one long chain, or a parent cycle, cost O(spans), not
@@ -213,9 +227,9 @@ class _Trace:
         if self.root_seen:
             return True
         settled: dict[bytes, bool] = {}
-        return any(self._outermost(agent, settled) for agent in self.agents)
+        return any(self._outermost(agent, settled, local_gone) for agent in self.agents)
 
-    def _outermost(self, agent: SpanRecord, settled: dict[bytes, bool]) -> bool:
+    def _outermost(self, agent: SpanRecord, settled: dict[bytes, bool], local_gone: bool) -> bool:
         """Whether the chain from ``agent``'s parent up holds no AGENT or TOOL span and leaves
         the buffer for good; records that verdict in ``settled`` for each span it passed."""
         passed: dict[bytes, None] = {}  # the walk so far, in order
@@ -226,7 +240,7 @@ class _Trace:
                 break
             passed[parent] = None
             last, parent = ancestor, ancestor.parent_span_id
-        verdict = self._verdict(parent, settled, passed, last)
+        verdict = self._verdict(parent, settled, passed, last, local_gone)
         settled.update(dict.fromkeys(passed, verdict))
         return verdict
 
@@ -236,6 +250,7 @@ class _Trace:
         settled: dict[bytes, bool],
         passed: dict[bytes, None],
         last: SpanRecord,
+        local_gone: bool,
     ) -> bool:
         """The outcome of a walk that stopped at the span id ``stop``, ``last``'s parent."""
         if stop is None:
@@ -248,7 +263,7 @@ class _Trace:
             return False  # an AGENT or TOOL span: the run is nested in another
         # Not arrived: remote (another service's), or said nothing; a parent the span says
         # is local is the same process's and still running (a handoff's workflow span).
-        return not last.parent_local
+        return local_gone or not last.parent_local
 
 
 class TraceBuffer:
@@ -469,10 +484,16 @@ class TraceBuffer:
 
     def _check(self, trace: _Trace, now: int) -> CompletedTrace | None:
         lim = self._limits
-        if not trace.anchor_missing and now - trace.last_ns >= lim.completion_wait_ns:
+        quiet = now - trace.last_ns
+        if not trace.anchor_missing and quiet >= lim.completion_wait_ns:
             if trace.anchored():
                 return self._emit(trace, now, None)
             trace.anchor_missing = True
+            trace.awaiting_local = trace.anchored(local_gone=True)
+        if trace.awaiting_local and quiet >= lim.local_parent_wait_ns:
+            # The local parent never came (exported elsewhere, filtered out): the agent
+            # anchors after all, as it would under a remote parent.
+            return self._emit(trace, now, None)
         if now - trace.first_ns >= lim.max_trace_age_ns:
             return self._emit(trace, now, "timed_out")
         self._schedule(trace)

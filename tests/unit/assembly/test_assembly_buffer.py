@@ -121,7 +121,7 @@ def test_an_agent_under_a_local_parent_not_yet_arrived_waits_for_it() -> None:
             tool(2, 1, "transfer_to_refund_agent", 90, 95, parent_local=True),
         ]
     )
-    clock.advance(30)  # a refund agent that takes its time
+    clock.advance(20)  # a refund agent that takes its time (under local_parent_wait)
     assert buffer.poll() == []
 
     buffer.add(
@@ -134,6 +134,30 @@ def test_an_agent_under_a_local_parent_not_yet_arrived_waits_for_it() -> None:
     clock.advance(2)
     assert summary(buffer.poll()) == [(TRACE, 5, True, None)]
     assert metrics.dropped == {}
+
+
+def test_a_local_parent_that_never_comes_is_taken_as_gone_after_its_wait() -> None:
+    """Exported elsewhere (a second tracer provider) or filtered out: the agent anchors once
+    the trace has been quiet for local_parent_wait, complete, not at max_trace_age."""
+    limits = dataclasses.replace(LIMITS, local_parent_wait_ns=10 * SECOND)
+    buffer, clock, _ = make(limits)
+    buffer.add([agent(1, 9, "refund-bot", 0, 100, parent_local=True), tool(2, 1, "t", 1, 9)])
+    clock.advance(9.999)
+    assert buffer.poll() == []
+    buffer.add([tool(3, 1, "t", 10, 20)])  # a span restarts the wait
+    clock.advance(9.999)
+    assert buffer.poll() == []
+    clock.advance(0.001)
+    assert summary(buffer.poll()) == [(TRACE, 3, True, None)]
+
+
+def test_a_trace_without_even_a_local_anchor_still_waits_for_max_age() -> None:
+    buffer, clock, _ = make(dataclasses.replace(LIMITS, local_parent_wait_ns=10 * SECOND))
+    buffer.add([tool(2, 1, "t", 1, 9, parent_local=True)])
+    clock.advance(59.999)
+    assert buffer.poll() == []
+    clock.advance(0.001)
+    assert summary(buffer.poll()) == [(TRACE, 1, False, "timed_out")]
 
 
 @pytest.mark.parametrize(
