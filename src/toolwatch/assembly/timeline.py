@@ -681,31 +681,51 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite]) -> str | None:
     span's own, else that of the run's last output. Its outputs are the LLM spans that speak
     for it (an agent it handed over to included; one used as a tool not: that refusal is its
     caller's result to handle) and the refusals on the spans of agents it handed over to
-    (their own final word). A model call that refused and was followed by one that answered
-    (a content filter the agent retried past) is not the run's refusal."""
+    (their own final word). A model span that holds an agent (ADK's call_llm, inside which
+    transfer_to_agent's agent runs) is not one: it ends after that agent's outputs, and its
+    own output was the transfer. A model call that refused and was followed by one that
+    answered (a content filter the agent retried past) is not the run's refusal."""
     if run.span is not None:
         reason = _refusal_of(run.span)
         if reason is not None:
             return reason
-    # A model span that holds an agent (ADK's call_llm, inside which transfer_to_agent's
-    # agent runs) ends after that agent's outputs: its own output was the transfer.
-    holders = {s.parent_span_id for s in run.spans if s.role is SpanRole.AGENT}
-    last: SpanRecord | None = None
+    models: list[SpanRecord] = []
+    held: set[bytes] | None = None  # the parents of nested agents' spans
+    said: list[SpanRecord] | None = None  # nested agents' own spans that refuse
     for span in run.spans:
         role = span.role
-        if role is not SpanRole.LLM and role is not SpanRole.AGENT:
-            continue
-        if last is not None and _ended(span) <= _ended(last):
-            continue
-        site = sites[span.span_id]
         if role is SpanRole.LLM:
-            if span.span_id not in holders and _speaks_for_run(site, run):
-                last = span
-        # A nested agent's own span: its nearest agent is the run's even when a TOOL span
-        # holds it (agent-as-tool), so only the TOOL check tells.
-        elif span is not run.span and site.tool is None and _refusal_of(span) is not None:
+            models.append(span)
+        elif role is SpanRole.AGENT and span is not run.span:
+            if held is None:
+                held = set()
+            if span.parent_span_id is not None:
+                held.add(span.parent_span_id)
+            # Its nearest agent is the run's even when a TOOL span holds it (agent-as-tool),
+            # so only the TOOL check tells.
+            if _refusal_of(span) is not None and sites[span.span_id].tool is None:
+                if said is None:
+                    said = []
+                said.append(span)
+    last: SpanRecord | None = None
+    for span in models:
+        if held is not None and span.span_id in held:
+            continue
+        if last is not None and not _later(span, last):
+            continue
+        if _speaks_for_run(sites[span.span_id], run):
+            last = span
+    for span in said or ():
+        if last is None or _later(span, last):
             last = span
     return _refusal_of(last) if last is not None else None
+
+
+def _later(span: SpanRecord, than: SpanRecord) -> bool:
+    """Whether ``span`` ended after ``than`` (ties: the later start, then span id)."""
+    if span.end_ns != than.end_ns:
+        return span.end_ns > than.end_ns
+    return _ended(span) > _ended(than)
 
 
 def _ended(span: SpanRecord) -> tuple[int, int, bytes]:
