@@ -144,9 +144,9 @@ class _Outputs:
             except StartError as exc:
                 log.error("%s; still writing to the file it was", exc)
                 continue
-            previous = writer.swap(opened)
+            previous, writer.stream = writer.stream, opened
             self.files.remove(previous)
-            with contextlib.suppress(OSError):  # a full disk's buffer: closed all the same
+            with contextlib.suppress(OSError):  # a full disk's buffer is lost, the file closed
                 previous.close()
             log.info("%s: %s opened again (the file there was rotated away)", setting, path)
 
@@ -154,10 +154,7 @@ class _Outputs:
 class _Swappable(Protocol):
     """A writer whose file can be replaced (``JsonLinesFindingSink``, ``ToolTraceWriter``)."""
 
-    @property
-    def stream(self) -> IO[str]: ...
-
-    def swap(self, stream: IO[str]) -> IO[str]: ...
+    stream: IO[str]
 
 
 def _writer(sink: ToolTraceSink) -> ToolTraceWriter | None:

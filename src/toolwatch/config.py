@@ -236,7 +236,7 @@ _WEEK_SECONDS = 7 * 86_400
 class AssemblySettings(_Section):
     completion_wait_seconds: float = Field(2.0, gt=0, le=_WEEK_SECONDS)
     max_trace_age_seconds: float = Field(60.0, gt=0, le=_WEEK_SECONDS)
-    local_parent_wait_seconds: float = Field(30.0, gt=0, le=_WEEK_SECONDS)
+    local_parent_wait_seconds: float | None = Field(None, gt=0, le=_WEEK_SECONDS)
     late_span_window_seconds: float = Field(300.0, ge=0, le=_WEEK_SECONDS)
     max_traces: int = Field(10_000, gt=0)
     max_spans_per_trace: int = Field(5_000, gt=0)
@@ -262,7 +262,9 @@ class AssemblySettings(_Section):
         return AssemblyLimits(
             completion_wait_ns=_ns(self.completion_wait_seconds),
             max_trace_age_ns=_ns(self.max_trace_age_seconds),
-            local_parent_wait_ns=_ns(self.local_parent_wait_seconds),
+            local_parent_wait_ns=(
+                0 if self.local_parent_wait_seconds is None else _ns(self.local_parent_wait_seconds)
+            ),
             late_span_window_ns=_ns(self.late_span_window_seconds),
             max_traces=self.max_traces,
             max_spans_per_trace=self.max_spans_per_trace,

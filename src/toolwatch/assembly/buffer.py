@@ -10,8 +10,11 @@ say its parent is not remote (``SpanRecord.parent_local``): that parent is the s
 still running, and will be exported. Without that, an agent that handed off (or a first turn)
 anchored its trace while the workflow span above it was still open, and what the next agent
 did arrived after the trace was evaluated, dropped as ``late``. A local parent that never
-comes (a second tracer provider exported it elsewhere, a Collector filtered it out) is taken
-as gone once the trace has been quiet for ``local_parent_wait_ns``: the agent anchors then.
+comes (a second tracer provider exported it elsewhere, a Collector filtered it out) leaves the
+trace to ``max_trace_age_ns``, or, where ``local_parent_wait_ns`` is set, is taken as gone
+once the trace has been quiet that long: the agent anchors it then. Not by default: a live run
+is quiet that long while one slow step (a reasoning model's call, a slow tool) runs, and it
+would be cut in two, the rest of it dropped as ``late``.
 OTLP exports only ended spans, so "arrived" means "ended". A trace that never becomes ready
 is emitted anyway at ``max_trace_age_ns`` after its first span arrived, flagged
 ``timed_out``.
@@ -89,7 +92,7 @@ class AssemblyLimits:
 
     completion_wait_ns: int = 2_000_000_000
     max_trace_age_ns: int = 60_000_000_000
-    local_parent_wait_ns: int = 30_000_000_000
+    local_parent_wait_ns: int = 0  # off: such a trace waits for max_trace_age_ns
     late_span_window_ns: int = 300_000_000_000
     max_traces: int = 10_000
     max_spans_per_trace: int = 5_000
@@ -99,16 +102,12 @@ class AssemblyLimits:
     overflow: str = "backpressure"
 
     def __post_init__(self) -> None:
-        for name in (
-            "completion_wait_ns",
-            "max_trace_age_ns",
-            "local_parent_wait_ns",
-            "max_traces",
-        ):
+        for name in ("completion_wait_ns", "max_trace_age_ns", "max_traces"):
             _require(name, getattr(self, name), minimum=1)
         for name in ("max_spans_per_trace", "max_buffered_spans", "max_buffered_bytes"):
             _require(name, getattr(self, name), minimum=1)
         _require("late_span_window_ns", self.late_span_window_ns, minimum=0)
+        _require("local_parent_wait_ns", self.local_parent_wait_ns, minimum=0)
         _require("max_remembered_traces", self.max_remembered_traces, minimum=0)
         if self.overflow not in _OVERFLOW_POLICIES:
             allowed = ", ".join(sorted(_OVERFLOW_POLICIES))
@@ -489,7 +488,7 @@ class TraceBuffer:
             if trace.anchored():
                 return self._emit(trace, now, None)
             trace.anchor_missing = True
-            trace.awaiting_local = trace.anchored(local_gone=True)
+            trace.awaiting_local = lim.local_parent_wait_ns > 0 and trace.anchored(local_gone=True)
         if trace.awaiting_local and quiet >= lim.local_parent_wait_ns:
             # The local parent never came (exported elsewhere, filtered out): the agent
             # anchors after all, as it would under a remote parent.

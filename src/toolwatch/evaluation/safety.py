@@ -369,11 +369,14 @@ class Safety:
         who = "the source run" if kind is ReferenceKind.SOURCE else "the golden case"
         seen: Counter[str] = Counter()
         flags = []
-        dangerous = self._dangerous_calls(trace)
+        calls = trace.calls
+        tools = [self._normalize(c.tool_name) for c in calls]
         # A failed call made again is one action (a refund that failed, then went through).
-        again = retried([c for _, c in dangerous], [t for t, _ in dangerous])
-        for i, (tool, call) in enumerate(dangerous):
-            if i in again:
+        # Asked of all the calls: the ones a dangerous call is nested in say what it saw.
+        again = retried(calls, tools)
+        for i, call in enumerate(calls):
+            tool = tools[i]
+            if tool not in self._dangerous or i in again:
                 continue
             seen[tool] += 1
             if seen[tool] > made[tool]:

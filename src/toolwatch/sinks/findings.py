@@ -225,13 +225,14 @@ class JsonLinesFindingSink:
     """The findings log: one JSON object per finding per line on ``stream``.
 
     ``wall_clock`` gives the ``timestamp`` (Unix ns; ``time.time_ns`` in production). The
-    stream is flushed after each publication and on ``close``; its owner closes it.
+    stream is flushed after each publication and on ``close``; its owner closes it, and may
+    put another in its place (the file opened again after a log rotation).
     """
 
     def __init__(
         self, stream: IO[str], redaction: Redaction | None = None, wall_clock: Clock = time.time_ns
     ) -> None:
-        self._stream = stream
+        self.stream = stream
         self._redaction = redaction or Redaction()
         self._wall_clock = wall_clock
 
@@ -239,27 +240,15 @@ class JsonLinesFindingSink:
         """Redact the findings written from now on by ``redaction`` (a reload)."""
         self._redaction = redaction
 
-    @property
-    def stream(self) -> IO[str]:
-        return self._stream
-
-    def swap(self, stream: IO[str]) -> IO[str]:
-        """Write to ``stream`` from now on (the file opened again after a log rotation);
-        returns the previous stream, flushed, for its owner to close."""
-        previous, self._stream = self._stream, stream
-        with contextlib.suppress(OSError):  # what a full disk kept in its buffer is lost
-            previous.flush()
-        return previous
-
     def publish(self, trace: ToolTrace, findings: Sequence[Finding]) -> None:
         now = self._wall_clock()
         lines = [_to_json(finding_record(trace, f, self._redaction, now)) for f in findings]
         if lines:
-            self._stream.write("\n".join(lines) + "\n")
-            self._stream.flush()
+            self.stream.write("\n".join(lines) + "\n")
+            self.stream.flush()
 
     def close(self) -> None:
-        self._stream.flush()
+        self.stream.flush()
 
 
 @dataclass(slots=True)

@@ -131,7 +131,8 @@ class LabelLimiter:
         # spelling (the policy names agents so: "Refund-Bot" is the agent refund-bot).
         self._spellings: dict[str, str] | None = None
         if folded:
-            self._spellings = {fold(value): value for value in sorted(self._known)}
+            self._spellings = {}
+            self.know(())  # the first spelling in sorted order, as a reload keeps
         self.others = 0  # values reported as _other so far (each time)
 
     def __call__(self, value: str | None) -> str:
@@ -157,10 +158,9 @@ class LabelLimiter:
 
     def know(self, values: Iterable[str]) -> None:
         """Configured values added (a configuration reloaded): they always pass from now on."""
-        values = frozenset(values)
-        self._known |= values
+        self._known |= frozenset(values)
         if self._spellings is not None:
-            for value in sorted(values):
+            for value in sorted(self._known):
                 self._spellings.setdefault(fold(value), value)
 
 

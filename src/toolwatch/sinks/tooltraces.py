@@ -15,7 +15,6 @@ Not compiled: it runs once per ToolTrace, and only when a dump is configured or 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import logging
@@ -47,32 +46,21 @@ _to_ascii_json = compact_encoder(json_default, ascii_only=True)
 class ToolTraceWriter:
     """Writes each ToolTrace it is given as one JSON line (``--dump-tooltraces``).
 
-    Flushes after every line so the file can be followed live; the stream's owner closes it.
+    Flushes after every line so the file can be followed live; the stream's owner closes it,
+    and may put another in its place (the file opened again after a log rotation).
     """
 
     def __init__(self, stream: IO[str], failed: Callable[[], None] | None = None) -> None:
-        self._stream = stream
+        self.stream = stream
         self._failed = failed  # given: a failed write is told to it and logged, not raised
         self._failures = 0
-
-    @property
-    def stream(self) -> IO[str]:
-        return self._stream
-
-    def swap(self, stream: IO[str]) -> IO[str]:
-        """Write to ``stream`` from now on (the file opened again after a log rotation);
-        returns the previous stream, flushed, for its owner to close."""
-        previous, self._stream = self._stream, stream
-        with contextlib.suppress(OSError):  # what a full disk kept in its buffer is lost
-            previous.flush()
-        return previous
 
     def write(self, trace: ToolTrace) -> None:
         """One line. With ``failed``, a write that fails (a full disk) is told to it and
         logged (the 1st, 2nd, 4th, ... time), and the run is evaluated all the same."""
         try:
-            self._stream.write(_to_ascii_json(tooltrace_to_dict(trace)) + "\n")
-            self._stream.flush()
+            self.stream.write(_to_ascii_json(tooltrace_to_dict(trace)) + "\n")
+            self.stream.flush()
         except OSError:
             if self._failed is None:
                 raise
@@ -84,7 +72,7 @@ class ToolTraceWriter:
                 )
 
     def close(self) -> None:
-        self._stream.flush()
+        self.stream.flush()
 
 
 def tooltrace_to_dict(trace: ToolTrace) -> dict[str, Any]:

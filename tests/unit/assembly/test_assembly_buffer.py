@@ -151,6 +151,17 @@ def test_a_local_parent_that_never_comes_is_taken_as_gone_after_its_wait() -> No
     assert summary(buffer.poll()) == [(TRACE, 3, True, None)]
 
 
+def test_by_default_a_local_parent_is_waited_for_until_max_age() -> None:
+    """A live run is quiet for as long as one slow step runs (a reasoning model's call):
+    taking its parent as gone would cut it in two, the rest dropped as late."""
+    buffer, clock, _ = make()
+    buffer.add([agent(1, 9, "refund-bot", 0, 100, parent_local=True)])
+    clock.advance(59.999)
+    assert buffer.poll() == []
+    clock.advance(0.001)
+    assert summary(buffer.poll()) == [(TRACE, 1, False, "timed_out")]
+
+
 def test_a_trace_without_even_a_local_anchor_still_waits_for_max_age() -> None:
     buffer, clock, _ = make(dataclasses.replace(LIMITS, local_parent_wait_ns=10 * SECOND))
     buffer.add([tool(2, 1, "t", 1, 9, parent_local=True)])

@@ -211,6 +211,20 @@ def test_a_failed_dangerous_call_made_again_is_one_action_beside_the_reference()
         assert drift == [Category.DANGEROUS_ACTION_DRIFT]
 
 
+def test_a_refund_beside_the_agent_that_makes_the_same_refund_is_not_its_retry() -> None:
+    """The failed refund was issued beside the agent used as a tool that refunds again:
+    neither saw the other's result, so these are two refunds, beyond the source's one."""
+    args = {"order_id": "A1"}
+    run = trace(
+        call("lookup_order", args, index=0),
+        call("refund_desk", {}, index=1, group=0),
+        call("issue_refund", args, index=2, group=0, ok=False),
+        call("issue_refund", args, index=3, parent=1),
+    )
+    once = trace(call("lookup_order", args, index=0), call("issue_refund", args, index=1))
+    assert categories(evaluate(run, Reference(source=once))) == [Category.DANGEROUS_ACTION_DRIFT]
+
+
 def test_extra_dangerous_call_beyond_the_source_is_drift() -> None:
     source = trace("lookup_order", "issue_refund")
     run = trace("lookup_order", "issue_refund", "issue_refund")

@@ -28,6 +28,12 @@ def test_a_folded_limit_reports_a_known_names_other_spellings_as_it() -> None:
     limit.know(["Billing-Bot"])
     assert limit("billing-bot") == "Billing-Bot"
     assert LabelLimiter(known=["Refund-Bot"], cap=0)("refund-bot") == OTHER  # not folded
+    # Two configured spellings of one name: the first in sorted order, before a reload and
+    # after it.
+    both = LabelLimiter(known=["refund-bot", "Refund-Bot"], cap=0, folded=True)
+    assert both("REFUND-BOT") == "Refund-Bot"
+    both.know(["REFUND-bot"])
+    assert both("Refund-BOT") == "Refund-Bot"
 
 
 def test_admitted_values_stay_admitted() -> None:
