@@ -386,7 +386,9 @@ class App:
         warning and take a restart (``_restart_only``). What would run, the new sections with
         the running rest, is checked as a whole. A configuration or golden-case file that
         does not load is logged, and ``toolwatch_config_last_reload_successful`` reads 0
-        until a reload works: the running configuration stays. Returns whether it worked."""
+        until a reload works: the running configuration stays. Returns whether it worked.
+        First, whatever the file holds, the findings log and the ToolTrace dump are opened
+        again if a log rotation renamed them away (``_Outputs.reopen``)."""
         try:  # logrotate's HUP, whatever the configuration file says
             self._outputs.reopen(self.config.output)
         except Exception:  # never the reload's undoing
