@@ -55,6 +55,7 @@ from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
 from toolwatch.ingest.slots import RequestSlots
 from toolwatch.model import Clock, monotonic_clock
 from toolwatch.names import NameNormalizer
+from toolwatch.references.conversations import ConversationScope
 from toolwatch.references.golden import GoldenCaseSet, load_golden_cases
 from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.security import ListenerSecurity
@@ -251,6 +252,7 @@ class App:
             tooltraces=self._outputs.tooltraces,
             golden=golden,
             shadow=shadow,
+            conversations=conversation_scope(config),
         )
         self.engine = Engine(parts, clock, self.metrics)
         self.addresses: dict[str, str] = {}
@@ -411,7 +413,7 @@ class App:
             log.error("configuration reload failed; the running configuration stays\n%s", exc)
             self.metrics.config_reloaded(False)
             return False
-        self.engine.reconfigure(evaluation, normalize, golden)
+        self.engine.reconfigure(evaluation, normalize, golden, conversation_scope(config))
         self.metrics.config_reloaded(True, _known_tools(config, golden), config.named_agents())
         self.config, self._golden = config, golden
         log.info(
@@ -779,6 +781,18 @@ def _open_text(setting: str, target: str, files: list[IO[str]], private: bool = 
             mode,
         )
     return stream
+
+
+def conversation_scope(config: Config) -> ConversationScope | None:
+    """``policy.verification_scope: conversation``: how long, and which tools verify."""
+    policy = config.policy
+    if policy.verification_scope != "conversation":
+        return None
+    normalize = policy.normalizer()
+    verifiers = {normalize(tool) for tool in policy.verification_tools}
+    verifiers |= {rule.verification_tool for rule in policy.binding_rules()}
+    ttl = round(policy.conversation_ttl_seconds * 1e9)
+    return ConversationScope(ttl_ns=ttl, verifiers=frozenset(verifiers))
 
 
 def _evaluation(config: Config) -> EvaluationPipeline:

@@ -19,8 +19,9 @@ from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.ingest.decode import DecodedBatch
 from toolwatch.metrics import PipelineMetrics
-from toolwatch.model import Clock, Finding, GoldenCase, ReferenceKind, ToolTrace
+from toolwatch.model import Clock, Finding, GoldenCase, ReferenceKind, ToolCall, ToolTrace
 from toolwatch.names import NameNormalizer
+from toolwatch.references.conversations import ConversationMemory, ConversationScope
 from toolwatch.references.golden import GoldenCaseSet
 from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.sinks.findings import FindingSink
@@ -78,6 +79,7 @@ class EngineParts:
     tooltraces: ToolTraceSink
     golden: GoldenCaseSet | None = None
     shadow: ShadowJoiner | None = None
+    conversations: ConversationScope | None = None  # policy.verification_scope: conversation
 
 
 class Engine:
@@ -88,6 +90,8 @@ class Engine:
         self._clock = clock
         self._metrics = metrics
         self.buffer = TraceBuffer(parts.limits, clock, metrics)
+        self._memory: ConversationMemory | None = None
+        self._remember_conversations(parts)
         self._processed = 0  # traces taken out of the buffer and evaluated (or failed)
 
     @property
@@ -122,9 +126,11 @@ class Engine:
         evaluation: EvaluationPipeline,
         normalize: NameNormalizer,
         golden: GoldenCaseSet | None,
+        conversations: ConversationScope | None = None,
     ) -> None:
-        """A reloaded configuration's evaluation, tool names and golden cases: the traces
-        completed from now on, those already buffered included, are judged by them."""
+        """A reloaded configuration's evaluation, tool names, golden cases and conversation
+        scope: the traces completed from now on, those already buffered included, are judged
+        by them. What conversations verified so far is kept while the scope stays on."""
         parts = self._parts
         self._parts = EngineParts(
             limits=parts.limits,
@@ -134,7 +140,18 @@ class Engine:
             tooltraces=parts.tooltraces,
             golden=golden,
             shadow=parts.shadow,
+            conversations=conversations,
         )
+        self._remember_conversations(self._parts)
+
+    def _remember_conversations(self, parts: EngineParts) -> None:
+        scope = parts.conversations
+        if scope is None:
+            self._memory = None
+        elif self._memory is None:
+            self._memory = ConversationMemory(scope, parts.normalize)
+        else:
+            self._memory.scope, self._memory.normalize = scope, parts.normalize
 
     def tick(self) -> int:
         """Evaluate every trace that is due now. Returns how many traces were completed."""
@@ -189,7 +206,13 @@ class Engine:
         if not deferred:
             self._metrics.tool_trace(trace, "expected" if expected is not None else "none")
         self._parts.tooltraces.write(trace)
-        self._emit(trace, self._run(trace, expected, None), last_arrival_ns)
+        memory = self._memory
+        earlier: tuple[ToolCall, ...] = ()
+        if memory is not None:
+            at = self._clock()
+            earlier = memory.earlier(trace.conversation_id, at)
+            memory.remember(trace.conversation_id, trace.calls, at)
+        self._emit(trace, self._run(trace, expected, None, earlier=earlier), last_arrival_ns)
         pair = joiner.offer(trace, deferred=deferred, now=now) if joiner is not None else None
         if pair is not None:
             if pair.deferred:
@@ -207,9 +230,10 @@ class Engine:
         source: ToolTrace | None,
         *,
         policy: bool = True,
+        earlier: tuple[ToolCall, ...] = (),
     ) -> Sequence[Finding]:
         evaluation = self._parts.evaluation
-        result = evaluation.evaluate(trace, expected, source, policy=policy)
+        result = evaluation.evaluate(trace, expected, source, policy=policy, earlier=earlier)
         for evaluator, _message in result.failures:
             self._metrics.evaluator_failed(evaluator)
         # The pair's pass (policy=False) runs safety again for its drift against the source;

@@ -42,7 +42,7 @@ from pathlib import Path
 from statistics import median_low
 from typing import IO, Any, Final
 
-from toolwatch.app import build_references
+from toolwatch.app import build_references, conversation_scope
 from toolwatch.assembly.buffer import REPORTED_DROPS, AssemblyLimits, CompletedTrace, TraceBuffer
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
@@ -51,7 +51,8 @@ from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodeError
 from toolwatch.ingest.otlp_json import decode_otlp_json, latest_end_ns
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import ManualClock, ReferenceKind, ToolTrace
+from toolwatch.model import ManualClock, ReferenceKind, ToolCall, ToolTrace
+from toolwatch.references.conversations import ConversationMemory
 from toolwatch.replay_report import Gate, Report, ReportBuilder, parse_gate
 from toolwatch.sinks.tooltraces import tooltrace_from_dict
 
@@ -142,15 +143,23 @@ def evaluate_offline(traces: Iterable[ToolTrace], config: Config, gates: Sequenc
     builder = ReportBuilder(settings, gates, golden)
     halves = _ShadowHalves(config)
     seen: set[tuple[str, str | None]] = set()  # runs read twice (overlapping files) count once
+    scope = conversation_scope(config)
+    memory = ConversationMemory(scope, config.policy.normalizer()) if scope else None
     for trace in traces:
         run = (trace.trace_id, trace.run_span_id)
         if run in seen:
             builder.duplicate()
             continue
         seen.add(run)
-        # As in serve: an incomplete run is judged against the policy only.
+        # As in serve: an incomplete run is judged against the policy only; with the
+        # conversation scope, by what its conversation's earlier runs verified (their time
+        # is the runs' own end, not the reading's).
         case = golden.match(trace) if golden is not None and trace.complete else None
-        builder.add(trace, case, pipeline.evaluate(trace, case, None))
+        earlier: tuple[ToolCall, ...] = ()
+        if memory is not None:
+            earlier = memory.earlier(trace.conversation_id, trace.end_ns)
+            memory.remember(trace.conversation_id, trace.calls, trace.end_ns)
+        builder.add(trace, case, pipeline.evaluate(trace, case, None, earlier=earlier))
         halves.offer(trace)
     for source, target in halves.pairs():
         result = pipeline.evaluate(target, None, source, policy=False)

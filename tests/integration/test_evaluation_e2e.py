@@ -121,6 +121,34 @@ def test_verified_refund_has_no_finding(
     assert findings_log(server) == []
 
 
+def turn(conversation: str, *turns: agents.Turn) -> tuple[ReadableSpan, ...]:
+    """One run (one trace) of refund-bot in ``conversation``."""
+    run = agents.AgentRun("refund-bot", turns, attributes={"gen_ai.conversation.id": conversation})
+    return agents.record(run, "genai")
+
+
+@pytest.mark.parametrize("scope", ["run", "conversation"])
+def test_a_refund_verified_in_an_earlier_turn_of_the_conversation(
+    start_server: Callable[..., RunningServer], tmp_path: Path, scope: str
+) -> None:
+    """Turn 1 looks the order up, turn 2 ("yes, refund it") refunds it: two traces. With the
+    conversation scope only the refund of another conversation pages."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY + f"  verification_scope: {scope}\n")
+    server = start_server(config)
+    send_grpc(server, turn("conv-1", agents.Turn((agents.LOOKUP,)), agents.Turn(text="Found.")))
+    server.settle()
+    refund = (agents.Turn((agents.REFUND,)), agents.Turn(text="Refunded."))
+    send_grpc(server, turn("conv-1", *refund))
+    send_grpc(server, turn("conv-2", *refund))
+    server.settle()
+
+    conversation = {trace["trace_id"]: trace["conversation_id"] for trace in server.tooltraces()}
+    assert sorted(conversation.values()) == ["conv-1", "conv-1", "conv-2"]
+    paged = [conversation[f["trace_id"]] for f in findings_log(server)]
+    assert paged == (["conv-2"] if scope == "conversation" else ["conv-1", "conv-2"])
+
+
 def runs_by_reference(server: RunningServer) -> dict[str, float]:
     """``toolwatch_tool_traces_total`` of refund-bot's complete runs, by ``reference``."""
     found = {}

@@ -45,15 +45,24 @@ __all__ = [
 class Reference:
     """What a run is compared with: a golden case, a shadow source run, both or neither. The
     policy is not part of it: evaluators that need only policy hold it from their settings.
-    Frozen, with a written-out constructor, for the reason ``ToolTrace`` gives (one is built
-    per run)."""
+    ``earlier``: successful verification calls of earlier runs of the run's conversation
+    (``policy.verification_scope: conversation``; ``references.conversations``), made before
+    every call of the run. Frozen, with a written-out constructor, for the reason
+    ``ToolTrace`` gives (one is built per run)."""
 
     expected: GoldenCase | None = None
     source: ToolTrace | None = None
+    earlier: tuple[ToolCall, ...] = ()
 
-    def __init__(self, expected: GoldenCase | None = None, source: ToolTrace | None = None) -> None:
+    def __init__(
+        self,
+        expected: GoldenCase | None = None,
+        source: ToolTrace | None = None,
+        earlier: tuple[ToolCall, ...] = (),
+    ) -> None:
         object.__setattr__(self, "expected", expected)
         object.__setattr__(self, "source", source)
+        object.__setattr__(self, "earlier", earlier)
 
 
 #: An evaluator: a pure callable scoring one ToolTrace against a Reference. It returns ``None``

@@ -38,7 +38,7 @@ from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.selection import ToolSelection
 from toolwatch.evaluation.settings import Against, EvaluationSettings
 from toolwatch.evaluation.structure import ToolTraceStructure
-from toolwatch.model import EvalResult, Finding, GoldenCase, ReferenceKind, ToolTrace
+from toolwatch.model import EvalResult, Finding, GoldenCase, ReferenceKind, ToolCall, ToolTrace
 
 __all__ = [
     "EVALUATOR_ORDER",
@@ -194,14 +194,15 @@ class EvaluationPipeline:
         source: ToolTrace | None = None,
         *,
         policy: bool = True,
+        earlier: tuple[ToolCall, ...] = (),
     ) -> PipelineResult:
         """Evaluate ``trace`` against its golden case and/or shadow source, and the policy.
 
         ``policy=False`` skips the evaluators that judge the policy alone (``loops``,
         ``invariants``), and the findings of the others against the policy (``safety``'s):
         the server uses it when a shadow pair completes, since each half was already judged
-        against the policy when it arrived."""
-        reference = Reference(expected, source)
+        against the policy when it arrived. ``earlier``: ``Reference.earlier``."""
+        reference = Reference(expected, source, earlier)
         available = _available(reference)
         results: list[EvalResult] = []
         failures: list[tuple[str, str]] = []

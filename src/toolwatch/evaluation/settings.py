@@ -199,6 +199,11 @@ class PolicySettings(_Section):
     - ``invariants``: hand-written rules (the ``*Rule`` models above), told apart by ``kind``.
     - ``aliases``: ``{alias: tool}``, applied after trimming and case folding. Not transitive:
       a target may not itself be an alias.
+    - ``verification_scope``: ``run`` (the default: a dangerous call needs a verification in
+      its own run) or ``conversation`` (a successful verification in an earlier run of the
+      same conversation, ``gen_ai.conversation.id`` or ``session.id``, made less than
+      ``conversation_ttl_seconds`` before, counts too: a lookup in one turn, the refund in the
+      next).
     """
 
     dangerous_tools: tuple[ToolName, ...] = ()
@@ -209,6 +214,8 @@ class PolicySettings(_Section):
     repeat_limits: dict[ToolName, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
     invariants: tuple[Invariant, ...] = ()
     aliases: dict[ToolName, ToolName] = Field(default_factory=dict)
+    verification_scope: Literal["run", "conversation"] = "run"
+    conversation_ttl_seconds: float = Field(3600.0, gt=0, le=7 * 86_400)
 
     @field_validator("aliases")
     @classmethod

@@ -225,6 +225,27 @@ def test_a_refund_beside_the_agent_that_makes_the_same_refund_is_not_its_retry()
     assert categories(evaluate(run, Reference(source=once))) == [Category.DANGEROUS_ACTION_DRIFT]
 
 
+@pytest.mark.parametrize(
+    ("earlier", "refund", "flagged"),
+    [
+        ([call("lookup_order", {"order_id": "A1"})], {"order_id": "A1"}, False),
+        ([call("lookup_order", {"order_id": "B2"})], {"order_id": "A1"}, True),
+        ([call("lookup_order", {"order_id": "A1"}, ok=False)], {"order_id": "A1"}, True),
+        ([call("lookup_order", None)], {"order_id": "A1"}, False),  # unrecorded: unchecked
+        ([call("search", {"order_id": "A1"})], {"order_id": "A1"}, True),  # no verifier
+        ([], {"order_id": "A1"}, True),
+    ],
+)
+def test_an_earlier_run_of_the_conversation_verifies_as_if_made_first(
+    earlier: list[Any], refund: dict[str, Any], flagged: bool
+) -> None:
+    """A lookup in one turn, the refund in the next: Reference.earlier holds what the
+    conversation's earlier runs verified (policy.verification_scope: conversation)."""
+    run = trace(("issue_refund", refund))
+    result = evaluate(run, Reference(earlier=tuple(earlier)), **BOUND)
+    assert categories(result) == ([Category.MISSING_VERIFICATION_STEP] if flagged else [])
+
+
 def test_extra_dangerous_call_beyond_the_source_is_drift() -> None:
     source = trace("lookup_order", "issue_refund")
     run = trace("lookup_order", "issue_refund", "issue_refund")
