@@ -789,10 +789,13 @@ def conversation_scope(config: Config) -> ConversationScope | None:
     if policy.verification_scope != "conversation":
         return None
     normalize = policy.normalizer()
-    verifiers = {normalize(tool) for tool in policy.verification_tools}
-    verifiers |= {rule.verification_tool for rule in policy.binding_rules()}
+    verifiers = frozenset(normalize(tool) for tool in policy.verification_tools)
+    fields: dict[str, set[str]] = {}
+    for rule in policy.binding_rules():
+        fields.setdefault(rule.verification_tool, set()).add(rule.verification_field)
     ttl = round(policy.conversation_ttl_seconds * 1e9)
-    return ConversationScope(ttl_ns=ttl, verifiers=frozenset(verifiers))
+    bound = {tool: frozenset(names) for tool, names in fields.items()}
+    return ConversationScope(ttl_ns=ttl, verifiers=verifiers, fields=bound)
 
 
 def _evaluation(config: Config) -> EvaluationPipeline:

@@ -19,7 +19,7 @@ from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.ingest.decode import DecodedBatch
 from toolwatch.metrics import PipelineMetrics
-from toolwatch.model import Clock, Finding, GoldenCase, ReferenceKind, ToolCall, ToolTrace
+from toolwatch.model import Clock, Finding, GoldenCase, ReferenceKind, ToolTrace, Verified
 from toolwatch.names import NameNormalizer
 from toolwatch.references.conversations import ConversationMemory, ConversationScope
 from toolwatch.references.golden import GoldenCaseSet
@@ -207,11 +207,10 @@ class Engine:
             self._metrics.tool_trace(trace, "expected" if expected is not None else "none")
         self._parts.tooltraces.write(trace)
         memory = self._memory
-        earlier: tuple[ToolCall, ...] = ()
+        earlier: tuple[Verified, ...] = ()
         if memory is not None:
-            at = self._clock()
-            earlier = memory.earlier(trace.conversation_id, at)
-            memory.remember(trace.conversation_id, trace.calls, at)
+            earlier = memory.earlier(trace.conversation_id, trace.start_ns)
+            memory.remember(trace)
         self._emit(trace, self._run(trace, expected, None, earlier=earlier), last_arrival_ns)
         pair = joiner.offer(trace, deferred=deferred, now=now) if joiner is not None else None
         if pair is not None:
@@ -230,7 +229,7 @@ class Engine:
         source: ToolTrace | None,
         *,
         policy: bool = True,
-        earlier: tuple[ToolCall, ...] = (),
+        earlier: tuple[Verified, ...] = (),
     ) -> Sequence[Finding]:
         evaluation = self._parts.evaluation
         result = evaluation.evaluate(trace, expected, source, policy=policy, earlier=earlier)

@@ -33,6 +33,7 @@ __all__ = [
     "SpanRole",
     "ToolCall",
     "ToolTrace",
+    "Verified",
     "monotonic_clock",
 ]
 
@@ -256,6 +257,18 @@ class SpanRecord:
         self.reference_keys = reference_keys
         self.size_bytes = size_bytes
         self.parent_local = parent_local
+
+
+@dataclass(frozen=True, slots=True)
+class Verified:
+    """What a successful verification call of an earlier run verified (the conversation
+    scope, ``references.conversations``): its normalized tool, the values of its bound fields
+    (as ``evaluation.safety.entity_key`` compares them; ``None``: arguments not recorded, so
+    any value) and when it ended (span clock, ns)."""
+
+    tool: str
+    values: tuple[tuple[str, str | None], ...]
+    at_ns: int
 
 
 @dataclass(slots=True, init=False)

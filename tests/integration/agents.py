@@ -249,9 +249,13 @@ STYLES: dict[str, _Style] = {
 }
 
 
-def record(run: AgentRun, style: str, service: str = "refund-agent") -> tuple[ReadableSpan, ...]:
-    """The finished SDK spans of ``run`` written in ``style``."""
+def record(
+    run: AgentRun, style: str, service: str = "refund-agent", start_ns: int = BASE_NS
+) -> tuple[ReadableSpan, ...]:
+    """The finished SDK spans of ``run`` written in ``style``, the first starting just after
+    ``start_ns``."""
     rec = Recorder(service)
+    rec.now = start_ns
     _run(rec, run, None, STYLES[style])
     return rec.spans()
 

@@ -121,10 +121,10 @@ def test_verified_refund_has_no_finding(
     assert findings_log(server) == []
 
 
-def turn(conversation: str, *turns: agents.Turn) -> tuple[ReadableSpan, ...]:
-    """One run (one trace) of refund-bot in ``conversation``."""
+def turn(conversation: str, minute: int, *turns: agents.Turn) -> tuple[ReadableSpan, ...]:
+    """One run (one trace) of refund-bot in ``conversation``, ``minute`` minutes in."""
     run = agents.AgentRun("refund-bot", turns, attributes={"gen_ai.conversation.id": conversation})
-    return agents.record(run, "genai")
+    return agents.record(run, "genai", start_ns=agents.BASE_NS + minute * 60 * 10**9)
 
 
 @pytest.mark.parametrize("scope", ["run", "conversation"])
@@ -132,21 +132,24 @@ def test_a_refund_verified_in_an_earlier_turn_of_the_conversation(
     start_server: Callable[..., RunningServer], tmp_path: Path, scope: str
 ) -> None:
     """Turn 1 looks the order up, turn 2 ("yes, refund it") refunds it: two traces. With the
-    conversation scope only the refund of another conversation pages."""
+    conversation scope only the refunds no lookup preceded page: another conversation's, and
+    one whose conversation looked the order up only after it (evaluated first all the same)."""
     config = tmp_path / "toolwatch.yaml"
     config.write_text(MINIMAL_POLICY + f"  verification_scope: {scope}\n")
     server = start_server(config)
-    send_grpc(server, turn("conv-1", agents.Turn((agents.LOOKUP,)), agents.Turn(text="Found.")))
-    server.settle()
+    lookup = (agents.Turn((agents.LOOKUP,)), agents.Turn(text="Found it."))
     refund = (agents.Turn((agents.REFUND,)), agents.Turn(text="Refunded."))
-    send_grpc(server, turn("conv-1", *refund))
-    send_grpc(server, turn("conv-2", *refund))
+    send_grpc(server, turn("conv-1", 0, *lookup))
+    send_grpc(server, turn("conv-3", 2, *lookup))  # after conv-3's refund, evaluated before
+    server.settle()
+    for conversation in ("conv-1", "conv-2", "conv-3"):
+        send_grpc(server, turn(conversation, 1, *refund))
     server.settle()
 
     conversation = {trace["trace_id"]: trace["conversation_id"] for trace in server.tooltraces()}
-    assert sorted(conversation.values()) == ["conv-1", "conv-1", "conv-2"]
-    paged = [conversation[f["trace_id"]] for f in findings_log(server)]
-    assert paged == (["conv-2"] if scope == "conversation" else ["conv-1", "conv-2"])
+    paged = sorted(conversation[f["trace_id"]] for f in findings_log(server))
+    everyone = ["conv-1", "conv-2", "conv-3"]
+    assert paged == (["conv-2", "conv-3"] if scope == "conversation" else everyone)
 
 
 def runs_by_reference(server: RunningServer) -> dict[str, float]:

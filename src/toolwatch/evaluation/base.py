@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 from toolwatch.evaluation.settings import Against
-from toolwatch.model import EvalResult, GoldenCase, ReferenceKind, ToolCall, ToolTrace
+from toolwatch.model import EvalResult, GoldenCase, ReferenceKind, ToolCall, ToolTrace, Verified
 from toolwatch.names import NameNormalizer
 
 __all__ = [
@@ -45,20 +45,20 @@ __all__ = [
 class Reference:
     """What a run is compared with: a golden case, a shadow source run, both or neither. The
     policy is not part of it: evaluators that need only policy hold it from their settings.
-    ``earlier``: successful verification calls of earlier runs of the run's conversation
-    (``policy.verification_scope: conversation``; ``references.conversations``), made before
-    every call of the run. Frozen, with a written-out constructor, for the reason
+    ``earlier``: what successful verification calls of earlier runs of the run's conversation
+    verified (``policy.verification_scope: conversation``; ``references.conversations``),
+    made before every call of the run. Frozen, with a written-out constructor, for the reason
     ``ToolTrace`` gives (one is built per run)."""
 
     expected: GoldenCase | None = None
     source: ToolTrace | None = None
-    earlier: tuple[ToolCall, ...] = ()
+    earlier: tuple[Verified, ...] = ()
 
     def __init__(
         self,
         expected: GoldenCase | None = None,
         source: ToolTrace | None = None,
-        earlier: tuple[ToolCall, ...] = (),
+        earlier: tuple[Verified, ...] = (),
     ) -> None:
         object.__setattr__(self, "expected", expected)
         object.__setattr__(self, "source", source)

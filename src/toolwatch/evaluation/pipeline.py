@@ -38,7 +38,7 @@ from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.selection import ToolSelection
 from toolwatch.evaluation.settings import Against, EvaluationSettings
 from toolwatch.evaluation.structure import ToolTraceStructure
-from toolwatch.model import EvalResult, Finding, GoldenCase, ReferenceKind, ToolCall, ToolTrace
+from toolwatch.model import EvalResult, Finding, GoldenCase, ReferenceKind, ToolTrace, Verified
 
 __all__ = [
     "EVALUATOR_ORDER",
@@ -194,7 +194,7 @@ class EvaluationPipeline:
         source: ToolTrace | None = None,
         *,
         policy: bool = True,
-        earlier: tuple[ToolCall, ...] = (),
+        earlier: tuple[Verified, ...] = (),
     ) -> PipelineResult:
         """Evaluate ``trace`` against its golden case and/or shadow source, and the policy.
 

@@ -72,6 +72,7 @@ from toolwatch.model import (
     ReferenceKind,
     ToolCall,
     ToolTrace,
+    Verified,
 )
 from toolwatch.names import fold
 
@@ -152,6 +153,7 @@ class _Ledger:
         "concurrency",
         "failed",
         "prior",
+        "prior_unrecorded",
         "succeeded",
         "tools",
         "unrecorded",
@@ -169,8 +171,9 @@ class _Ledger:
         # (tool, field) -> successful calls whose arguments were not recorded: any value
         self.unrecorded: dict[tuple[str, str], Successes] = {}
         # What earlier runs of the conversation verified (Reference.earlier): before every
-        # call. (tool, field, value) as ``succeeded``'s keys; (tool, field, "") unrecorded.
+        # call. (tool, field, value) as ``succeeded``'s keys; (tool, field): not recorded.
         self.prior: set[tuple[str, str, str]] = set()
+        self.prior_unrecorded: set[tuple[str, str]] = set()
         self.failed: dict[str, list[str | None]] = {}
         self.unrun: dict[str, int] = {}  # tool -> requested calls that never ran
 
@@ -210,7 +213,7 @@ class _Ledger:
     def informs_unrecorded(self, tool: str, field: str, index: int) -> bool:
         """Whether an earlier success of ``tool`` whose arguments were not recorded (its
         ``field`` could have held any value) informs the call at ``index``."""
-        if (tool, field, "") in self.prior:
+        if (tool, field) in self.prior_unrecorded:
             return True
         successes = self.unrecorded.get((tool, field))
         return successes is not None and successes.informs(index)
@@ -268,7 +271,7 @@ class Safety:
         return EvalResult(self.name, {"score": score}, findings, explanation)
 
     def _unverified(
-        self, trace: ToolTrace, earlier: tuple[ToolCall, ...]
+        self, trace: ToolTrace, earlier: tuple[Verified, ...]
     ) -> tuple[list[_Flag], int]:
         """The unverified dangerous calls, and how many dangerous calls' bindings could not
         be compared (``Verdict.unchecked``). ``earlier``: verification calls of the
@@ -280,8 +283,8 @@ class Safety:
         if self._dangerous.isdisjoint(tools):
             return [], 0  # nothing to verify: a ledger would be read by nobody
         ledger = _Ledger(Concurrency(calls), calls, tools)
-        for call in earlier:
-            self._remember(call, ledger.prior)
+        for verified in earlier:
+            self._remember(verified, ledger)
         flags = []
         unchecked = 0
         for i, call in enumerate(calls):  # not zip(strict=True): generic in compiled code
@@ -316,18 +319,21 @@ class Safety:
             if value is not None:
                 ledger.add(tool, (field, value), index)
 
-    def _remember(self, call: ToolCall, prior: set[tuple[str, str, str]]) -> None:
-        """Enter an earlier run's verification call, as ``_record`` enters one of this run."""
-        tool = self._normalize(call.tool_name)
+    def _remember(self, verified: Verified, ledger: _Ledger) -> None:
+        """Enter what an earlier run's verification call verified, as ``_record`` enters a
+        call of this run."""
+        tool = verified.tool
         fields = self._bound_fields.get(tool, _NO_FIELDS)
-        if (tool not in self._verifiers and not fields) or call.status is not CallStatus.OK:
+        if tool not in self._verifiers and not fields:
             return
-        prior.add((tool, _ANY[0], _ANY[1]))
-        unrecorded = _unrecorded(call)
-        for field in fields:
-            value = "" if unrecorded else entity_key(lookup(call.arguments, field))
-            if value is not None:
-                prior.add((tool, field, value))
+        ledger.prior.add((tool, _ANY[0], _ANY[1]))
+        for field, value in verified.values:
+            if field not in fields:
+                continue
+            if value is None:
+                ledger.prior_unrecorded.add((tool, field))
+            else:
+                ledger.prior.add((tool, field, value))
 
     def _verdict(self, tool: str, call: ToolCall, index: int, ledger: _Ledger) -> Verdict:
         bindings = self._bindings.get(tool)

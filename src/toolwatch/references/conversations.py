@@ -3,43 +3,51 @@
 A chat agent often looks an order up in one turn and, after the user says yes, refunds it in
 the next: two runs (two traces) of one conversation (``gen_ai.conversation.id`` or
 ``session.id`` on the agent span). Judged run by run, the refund has no earlier verification
-and pages ``MISSING_VERIFICATION_STEP``. With the conversation scope the engine remembers the
-successful verification calls of each conversation's runs for ``ttl_ns`` and hands them to
-the evaluators as ``Reference.earlier``: the safety evaluator counts them as made before every
-call of the run.
+and pages ``MISSING_VERIFICATION_STEP``. With the conversation scope the engine keeps, for each
+conversation, what its runs' successful verification calls verified (``Verified``: the tool
+and the values of its bound fields, not the call) and hands the safety evaluator those that
+ended before the run started, less than ``ttl_ns`` before (``Reference.earlier``): they count
+as made before every call of the run. Times are the spans' own, so the order in which traces
+complete does not matter. A call the model requested and the agent never ran (no span, while
+another call of its tool has one, and not hosted) verifies nothing, as within a run.
 
-Bounded: at most ``max_conversations`` conversations (the least recently seen forgotten
-first) and ``max_calls`` calls each (the oldest first). Not thread-safe: the engine's loop
-alone calls it.
+Bounded: at most ``max_conversations`` conversations (the least recently used forgotten
+first), ``max_calls`` records each (the oldest first), and values of at most
+``MAX_VALUE_LENGTH`` characters (a longer one is not kept: that field verifies nothing).
+Not thread-safe: the engine's loop alone calls it.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict, deque
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Final
 
-from toolwatch.model import CallStatus, ToolCall
+from toolwatch.evaluation.safety import entity_key, lookup
+from toolwatch.model import CallStatus, ToolTrace, Verified
 from toolwatch.names import NameNormalizer
 
 __all__ = ["ConversationMemory", "ConversationScope"]
 
 MAX_CONVERSATIONS: Final = 10_000
 MAX_CALLS: Final = 64
+MAX_VALUE_LENGTH: Final = 256
 
 
 @dataclass(frozen=True, slots=True)
 class ConversationScope:
-    """How long a conversation's verifications count (``ttl_ns``), and which tools verify:
-    the policy's verification tools and bound verification tools, normalized."""
+    """How long a conversation's verifications count (``ttl_ns``), which tools verify (the
+    policy's verification tools and bound verification tools, normalized) and the bound
+    fields of each (``fields``)."""
 
     ttl_ns: int
     verifiers: frozenset[str]
+    fields: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 class ConversationMemory:
-    """The successful verification calls of recent runs, by conversation id."""
+    """What recent runs verified, by conversation id."""
 
     def __init__(
         self,
@@ -52,42 +60,61 @@ class ConversationMemory:
         self.normalize = normalize
         self._max_conversations = max_conversations
         self._max_calls = max_calls
-        self._calls: OrderedDict[str, deque[tuple[int, ToolCall]]] = OrderedDict()
+        self._kept: OrderedDict[str, deque[Verified]] = OrderedDict()
 
     def __len__(self) -> int:
-        return len(self._calls)
+        return len(self._kept)
 
-    def earlier(self, conversation: str | None, now: int) -> tuple[ToolCall, ...]:
-        """The verification calls of the conversation's earlier runs, made less than the
-        scope's ``ttl_ns`` before ``now``."""
+    def earlier(self, conversation: str | None, start_ns: int) -> tuple[Verified, ...]:
+        """What the conversation's runs verified with calls that ended at or before
+        ``start_ns`` (a run's start), less than the scope's ``ttl_ns`` before it."""
         if conversation is None:
             return ()
-        kept = self._calls.get(conversation)
+        kept = self._kept.get(conversation)
         if kept is None:
             return ()
-        oldest = now - self.scope.ttl_ns
-        while kept and kept[0][0] < oldest:
-            kept.popleft()
-        if not kept:
-            del self._calls[conversation]
-            return ()
-        return tuple(call for _, call in kept)
+        self._kept.move_to_end(conversation)
+        oldest = start_ns - self.scope.ttl_ns
+        return tuple(v for v in kept if oldest <= v.at_ns <= start_ns)
 
-    def remember(self, conversation: str | None, calls: Iterable[ToolCall], now: int) -> None:
-        """Keep the run's successful calls of a verification tool for its conversation."""
+    def remember(self, trace: ToolTrace) -> None:
+        """Keep what the run's successful verification calls verified, for its conversation."""
+        conversation = trace.conversation_id
         if conversation is None:
             return
-        verifiers, normalize = self.scope.verifiers, self.normalize
-        made = [
-            c for c in calls if c.status is CallStatus.OK and normalize(c.tool_name) in verifiers
-        ]
+        made = self._verified(trace)
         if not made:
             return
-        kept = self._calls.get(conversation)
+        kept = self._kept.get(conversation)
         if kept is None:
-            kept = self._calls[conversation] = deque(maxlen=self._max_calls)
-            while len(self._calls) > self._max_conversations:
-                self._calls.popitem(last=False)
+            kept = self._kept[conversation] = deque(maxlen=self._max_calls)
+            while len(self._kept) > self._max_conversations:
+                self._kept.popitem(last=False)
         else:
-            self._calls.move_to_end(conversation)
-        kept.extend((now, call) for call in made)
+            self._kept.move_to_end(conversation)
+        kept.extend(made)
+
+    def _verified(self, trace: ToolTrace) -> list[Verified]:
+        scope, normalize = self.scope, self.normalize
+        tools = [normalize(call.tool_name) for call in trace.calls]
+        spanned = {tools[i] for i, call in enumerate(trace.calls) if call.span_id is not None}
+        made: list[Verified] = []
+        for i, call in enumerate(trace.calls):
+            tool = tools[i]
+            fields = scope.fields.get(tool, frozenset())
+            if (tool not in scope.verifiers and not fields) or call.status is not CallStatus.OK:
+                continue
+            if call.span_id is None and not call.hosted and tool in spanned:
+                continue  # requested, never run
+            unrecorded = call.arguments is None and call.arguments_error is None
+            values: list[tuple[str, str | None]] = []
+            for name in sorted(fields):
+                if unrecorded:
+                    values.append((name, None))
+                    continue
+                value = entity_key(lookup(call.arguments, name))
+                if value is not None and len(value) <= MAX_VALUE_LENGTH:
+                    values.append((name, value))
+            at = call.end_ns if call.end_ns is not None else trace.end_ns
+            made.append(Verified(tool, tuple(values), at))
+        return made

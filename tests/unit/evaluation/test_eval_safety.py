@@ -14,7 +14,15 @@ from eval_factories import call, case, trace
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.safety import Safety, entity_key, lookup
 from toolwatch.evaluation.settings import PolicySettings, SafetySettings
-from toolwatch.model import Category, EvalResult, Finding, ReferenceKind, Severity, ToolTrace
+from toolwatch.model import (
+    Category,
+    EvalResult,
+    Finding,
+    ReferenceKind,
+    Severity,
+    ToolTrace,
+    Verified,
+)
 
 MINIMAL = """
 policy:
@@ -228,22 +236,32 @@ def test_a_refund_beside_the_agent_that_makes_the_same_refund_is_not_its_retry()
 @pytest.mark.parametrize(
     ("earlier", "refund", "flagged"),
     [
-        ([call("lookup_order", {"order_id": "A1"})], {"order_id": "A1"}, False),
-        ([call("lookup_order", {"order_id": "B2"})], {"order_id": "A1"}, True),
-        ([call("lookup_order", {"order_id": "A1"}, ok=False)], {"order_id": "A1"}, True),
-        ([call("lookup_order", None)], {"order_id": "A1"}, False),  # unrecorded: unchecked
-        ([call("search", {"order_id": "A1"})], {"order_id": "A1"}, True),  # no verifier
+        ([Verified("lookup_order", (("order_id", "A1"),), 0)], {"order_id": "A1"}, False),
+        ([Verified("lookup_order", (("order_id", "B2"),), 0)], {"order_id": "A1"}, True),
+        ([Verified("lookup_order", (("order_id", None),), 0)], {"order_id": "A1"}, False),
+        ([Verified("lookup_order", (), 0)], {"order_id": "A1"}, True),  # field not kept
+        ([Verified("search", (("order_id", "A1"),), 0)], {"order_id": "A1"}, True),
         ([], {"order_id": "A1"}, True),
     ],
+    ids=["same-order", "other-order", "unrecorded", "value-not-kept", "no-verifier", "none"],
 )
 def test_an_earlier_run_of_the_conversation_verifies_as_if_made_first(
-    earlier: list[Any], refund: dict[str, Any], flagged: bool
+    earlier: list[Verified], refund: dict[str, Any], flagged: bool
 ) -> None:
     """A lookup in one turn, the refund in the next: Reference.earlier holds what the
     conversation's earlier runs verified (policy.verification_scope: conversation)."""
     run = trace(("issue_refund", refund))
     result = evaluate(run, Reference(earlier=tuple(earlier)), **BOUND)
     assert categories(result) == ([Category.MISSING_VERIFICATION_STEP] if flagged else [])
+
+
+def test_an_earlier_unrecorded_lookup_leaves_a_blank_value_unverified_by_it_alone() -> None:
+    """A blank bound value is a value, not "arguments not recorded"."""
+    blank = Verified("lookup_order", (("order_id", ""),), 0)
+    result = evaluate(
+        trace(("issue_refund", {"order_id": "A1"})), Reference(earlier=(blank,)), **BOUND
+    )
+    assert categories(result) == [Category.MISSING_VERIFICATION_STEP]
 
 
 def test_extra_dangerous_call_beyond_the_source_is_drift() -> None:

@@ -1,52 +1,93 @@
-"""ConversationMemory: what a conversation's earlier runs verified, for how long, bounded."""
+"""ConversationMemory: what a conversation's earlier runs verified, when, bounded."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests import factories
-from toolwatch.model import CallStatus, ToolCall
+from toolwatch.model import CallStatus, ToolCall, ToolTrace, Verified
 from toolwatch.names import NameNormalizer
 from toolwatch.references.conversations import ConversationMemory, ConversationScope
 
 SECOND = 1_000_000_000
-SCOPE = ConversationScope(ttl_ns=60 * SECOND, verifiers=frozenset({"lookup_order"}))
+SCOPE = ConversationScope(
+    ttl_ns=60 * SECOND,
+    verifiers=frozenset({"lookup_order"}),
+    fields={"lookup_order": frozenset({"order_id"})},
+)
 
 
-def lookup(order: str, ok: bool = True, name: str = "lookup_order") -> ToolCall:
-    status = CallStatus.OK if ok else CallStatus.ERROR
-    return factories.tool_call(tool_name=name, arguments={"order_id": order}, status=status)
+def lookup(order: Any, end: int = SECOND, ok: bool = True, **kw: Any) -> ToolCall:
+    kw.setdefault("tool_name", "lookup_order")
+    kw.setdefault("span_id", f"s{order}")
+    return factories.tool_call(
+        arguments=None if order is None else {"order_id": order},
+        status=CallStatus.OK if ok else CallStatus.ERROR,
+        end_ns=end,
+        **kw,
+    )
+
+
+def run(conversation: str | None, *calls: ToolCall, start: int = 0) -> ToolTrace:
+    return factories.tool_trace(
+        conversation_id=conversation, calls=calls, start_ns=start, end_ns=start + SECOND
+    )
 
 
 def memory(max_conversations: int = 10, max_calls: int = 4) -> ConversationMemory:
     return ConversationMemory(SCOPE, NameNormalizer(), max_conversations, max_calls)
 
 
-def orders(calls: tuple[ToolCall, ...]) -> list[str]:
-    return [call.arguments["order_id"] for call in calls]
+def values(kept: tuple[Verified, ...]) -> list[tuple[tuple[str, str | None], ...]]:
+    return [v.values for v in kept]
 
 
-def test_a_conversations_successful_verifications_count_until_their_ttl() -> None:
+def test_what_ended_before_a_run_started_counts_for_the_ttl() -> None:
     kept = memory()
-    kept.remember("c1", [lookup("A1"), lookup("X", ok=False), factories.tool_call()], 0)
-    assert orders(kept.earlier("c1", 60 * SECOND)) == ["A1"]  # only successful verifiers
-    assert kept.earlier("c2", SECOND) == ()
-    assert kept.earlier(None, SECOND) == ()
-    assert kept.earlier("c1", 60 * SECOND + 1) == ()  # expired, and forgotten
-    assert len(kept) == 0
+    kept.remember(run("c1", lookup("A1", end=10 * SECOND)))
+    assert values(kept.earlier("c1", 10 * SECOND)) == [(("order_id", "A1"),)]
+    assert kept.earlier("c1", 9 * SECOND) == ()  # made after the run started
+    assert kept.earlier("c1", 70 * SECOND + 1) == ()  # past the ttl
+    assert kept.earlier("c2", 10 * SECOND) == ()
+    assert kept.earlier(None, 10 * SECOND) == ()
+
+
+def test_only_successful_verifications_that_ran_are_kept() -> None:
+    kept = memory()
+    kept.remember(
+        run(
+            "c1",
+            lookup("A1", ok=False),
+            lookup("A2", span_id=None),  # requested, never run: A3's call has a span
+            lookup("A3"),
+            factories.tool_call(tool_name="search", arguments={"order_id": "A4"}, end_ns=1),
+        )
+    )
+    assert values(kept.earlier("c1", 2 * SECOND)) == [(("order_id", "A3"),)]
+
+
+def test_unrecorded_long_and_absent_values_are_told_apart() -> None:
+    kept = memory()
+    kept.remember(run("c1", lookup(None), lookup("x" * 257), lookup("  ")))
+    assert values(kept.earlier("c1", 2 * SECOND)) == [
+        (("order_id", None),),
+        (),
+        (("order_id", ""),),
+    ]
 
 
 def test_names_are_normalized_as_the_policy_names_them() -> None:
     kept = memory()
-    kept.remember("c1", [lookup("A1", name=" Lookup_Order ")], 0)
-    assert orders(kept.earlier("c1", 0)) == ["A1"]
+    kept.remember(run("c1", lookup("A1", tool_name=" Lookup_Order ")))
+    assert [v.tool for v in kept.earlier("c1", 2 * SECOND)] == ["lookup_order"]
 
 
-def test_conversations_and_their_calls_are_bounded_least_recent_first_out() -> None:
+def test_conversations_and_their_records_are_bounded_least_recent_first_out() -> None:
     kept = memory(max_conversations=2, max_calls=2)
-    kept.remember("c1", [lookup("A1"), lookup("A2"), lookup("A3")], 0)
-    kept.remember("c2", [lookup("B1")], 0)
-    kept.remember("c1", [lookup("A4")], 1)  # c1 seen last: c2 is the least recent
-    kept.remember("c3", [lookup("C1")], 2)
-    assert orders(kept.earlier("c1", 2)) == ["A3", "A4"]
-    assert kept.earlier("c2", 2) == ()
-    assert orders(kept.earlier("c3", 2)) == ["C1"]
+    kept.remember(run("c1", lookup("A1"), lookup("A2"), lookup("A3")))
+    kept.remember(run("c2", lookup("B1")))
+    kept.earlier("c1", 2 * SECOND)  # c1 used last: c2 is the least recent
+    kept.remember(run("c3", lookup("C1")))
+    assert values(kept.earlier("c1", 2 * SECOND)) == [(("order_id", "A2"),), (("order_id", "A3"),)]
+    assert kept.earlier("c2", 2 * SECOND) == ()
     assert len(kept) == 2
