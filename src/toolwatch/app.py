@@ -795,7 +795,7 @@ def conversation_scope(config: Config) -> ConversationScope | None:
         fields.setdefault(rule.verification_tool, set()).add(rule.verification_field)
     ttl = round(policy.conversation_ttl_seconds * 1e9)
     bound = {tool: frozenset(names) for tool, names in fields.items()}
-    return ConversationScope(ttl_ns=ttl, verifiers=verifiers, fields=bound)
+    return ConversationScope(ttl_ns=ttl, verifiers=verifiers, fields=bound, shadow=config.shadow)
 
 
 def _evaluation(config: Config) -> EvaluationPipeline:

@@ -210,7 +210,8 @@ class Engine:
         earlier: tuple[Verified, ...] = ()
         if memory is not None:
             earlier = memory.earlier(trace.conversation_id, trace.start_ns)
-            memory.remember(trace)
+            if not memory.scope.shadow.is_target(trace.reference_keys):  # a candidate's copy
+                memory.remember(trace)
         self._emit(trace, self._run(trace, expected, None, earlier=earlier), last_arrival_ns)
         pair = joiner.offer(trace, deferred=deferred, now=now) if joiner is not None else None
         if pair is not None:

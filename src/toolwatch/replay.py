@@ -158,7 +158,8 @@ def evaluate_offline(traces: Iterable[ToolTrace], config: Config, gates: Sequenc
         earlier: tuple[Verified, ...] = ()
         if memory is not None:
             earlier = memory.earlier(trace.conversation_id, trace.start_ns)
-            memory.remember(trace)
+            if not memory.scope.shadow.is_target(trace.reference_keys):  # a candidate's copy
+                memory.remember(trace)
         builder.add(trace, case, pipeline.evaluate(trace, case, None, earlier=earlier))
         halves.offer(trace)
     for source, target in halves.pairs():

@@ -121,9 +121,12 @@ def test_verified_refund_has_no_finding(
     assert findings_log(server) == []
 
 
-def turn(conversation: str, minute: int, *turns: agents.Turn) -> tuple[ReadableSpan, ...]:
+def turn(
+    conversation: str, minute: int, *turns: agents.Turn, **attributes: str
+) -> tuple[ReadableSpan, ...]:
     """One run (one trace) of refund-bot in ``conversation``, ``minute`` minutes in."""
-    run = agents.AgentRun("refund-bot", turns, attributes={"gen_ai.conversation.id": conversation})
+    attributes["gen_ai.conversation.id"] = conversation
+    run = agents.AgentRun("refund-bot", turns, attributes=attributes)
     return agents.record(run, "genai", start_ns=agents.BASE_NS + minute * 60 * 10**9)
 
 
@@ -150,6 +153,23 @@ def test_a_refund_verified_in_an_earlier_turn_of_the_conversation(
     paged = sorted(conversation[f["trace_id"]] for f in findings_log(server))
     everyone = ["conv-1", "conv-2", "conv-3"]
     assert paged == (["conv-2", "conv-3"] if scope == "conversation" else everyone)
+
+
+def test_a_shadow_targets_lookup_verifies_no_production_refund(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """The candidate model's copy of a request looked the order up; production did not."""
+    config = tmp_path / "toolwatch.yaml"
+    shadow = "shadow:\n  enabled: true\n"
+    config.write_text(MINIMAL_POLICY + "  verification_scope: conversation\n" + shadow)
+    server = start_server(config)
+    lookup = (agents.Turn((agents.LOOKUP,)), agents.Turn(text="Found it."))
+    shadowed = {"toolwatch.shadow.pair_id": "req-1", "toolwatch.shadow.role": "target"}
+    send_grpc(server, turn("conv-1", 0, *lookup, **shadowed))
+    server.settle()
+    send_grpc(server, turn("conv-1", 1, agents.Turn((agents.REFUND,)), agents.Turn(text="Done.")))
+    server.settle()
+    assert [f["category"] for f in findings_log(server)] == ["MISSING_VERIFICATION_STEP"]
 
 
 def runs_by_reference(server: RunningServer) -> dict[str, float]:

@@ -27,6 +27,7 @@ from typing import Final
 from toolwatch.evaluation.safety import entity_key, lookup
 from toolwatch.model import CallStatus, ToolTrace, Verified
 from toolwatch.names import NameNormalizer
+from toolwatch.references.settings import ShadowSettings
 
 __all__ = ["ConversationMemory", "ConversationScope"]
 
@@ -39,11 +40,13 @@ MAX_VALUE_LENGTH: Final = 256
 class ConversationScope:
     """How long a conversation's verifications count (``ttl_ns``), which tools verify (the
     policy's verification tools and bound verification tools, normalized) and the bound
-    fields of each (``fields``)."""
+    fields of each (``fields``); ``shadow``, to tell the runs of a shadow target (a candidate
+    model's copy of a request, whose lookups production never made), which are not kept."""
 
     ttl_ns: int
     verifiers: frozenset[str]
     fields: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    shadow: ShadowSettings = field(default_factory=ShadowSettings)  # its targets: not kept
 
 
 class ConversationMemory:

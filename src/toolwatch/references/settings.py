@@ -12,6 +12,7 @@ key and role for shadow pairs. Nothing here reads files; ``cases_file`` is check
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Literal, Self
 
@@ -112,6 +113,14 @@ class ShadowSettings(_Section):
         if folded == fold_role(self.source_value):
             return "source"
         return "target" if folded == fold_role(self.target_value) else None
+
+    def is_target(self, reference_keys: Mapping[str, str]) -> bool:
+        """Whether a run with these ``ToolTrace.reference_keys`` is a shadow target: the
+        candidate model's copy of a request (its actions are not production's)."""
+        if not self.enabled or not reference_keys.get(self.pair_key_attribute):
+            return False
+        role = reference_keys.get(self.role_attribute)
+        return role is not None and self.role_of(role) == "target"
 
     def reference_keys(self) -> frozenset[str]:
         """Attribute keys ingest must capture for shadow joining (none when disabled)."""
