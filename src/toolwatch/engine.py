@@ -207,11 +207,7 @@ class Engine:
             self._metrics.tool_trace(trace, "expected" if expected is not None else "none")
         self._parts.tooltraces.write(trace)
         memory = self._memory
-        earlier: tuple[Verified, ...] = ()
-        if memory is not None:
-            earlier = memory.earlier(trace.conversation_id, trace.start_ns)
-            if not memory.scope.shadow.is_target(trace.reference_keys):  # a candidate's copy
-                memory.remember(trace)
+        earlier = memory.before(trace) if memory is not None else ()
         self._emit(trace, self._run(trace, expected, None, earlier=earlier), last_arrival_ns)
         pair = joiner.offer(trace, deferred=deferred, now=now) if joiner is not None else None
         if pair is not None:

@@ -51,7 +51,7 @@ from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodeError
 from toolwatch.ingest.otlp_json import decode_otlp_json, latest_end_ns
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import ManualClock, ReferenceKind, ToolTrace, Verified
+from toolwatch.model import ManualClock, ReferenceKind, ToolTrace
 from toolwatch.references.conversations import ConversationMemory
 from toolwatch.replay_report import Gate, Report, ReportBuilder, parse_gate
 from toolwatch.sinks.tooltraces import tooltrace_from_dict
@@ -155,11 +155,7 @@ def evaluate_offline(traces: Iterable[ToolTrace], config: Config, gates: Sequenc
         # conversation scope, by what its conversation's runs verified before it started
         # (span times: the order runs are read in does not matter, once read).
         case = golden.match(trace) if golden is not None and trace.complete else None
-        earlier: tuple[Verified, ...] = ()
-        if memory is not None:
-            earlier = memory.earlier(trace.conversation_id, trace.start_ns)
-            if not memory.scope.shadow.is_target(trace.reference_keys):  # a candidate's copy
-                memory.remember(trace)
+        earlier = memory.before(trace) if memory is not None else ()
         builder.add(trace, case, pipeline.evaluate(trace, case, None, earlier=earlier))
         halves.offer(trace)
     for source, target in halves.pairs():

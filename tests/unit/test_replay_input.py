@@ -540,3 +540,32 @@ def test_a_one_document_file_among_streamed_files_counts_as_read_whole(tmp_path:
     traces = list(load_tool_traces([document, lines], _config(), progress, stream=True))
     assert len(traces) == 400
     assert shown.getvalue().endswith("] 100%\n")
+
+
+def test_replay_counts_what_a_conversation_verified_before_a_run_as_serve_does(
+    tmp_path: Path,
+) -> None:
+    policy = tmp_path / "toolwatch.yaml"
+    policy.write_text(
+        "policy:\n  dangerous_tools: [issue_refund]\n  verification_tools: [lookup_order]\n"
+        "  verification_scope: conversation\n"
+    )
+    config = load_config(policy, {})
+    early = factories.tool_call(tool_name="lookup_order", span_id="a1", end_ns=10)
+    late = factories.tool_call(tool_name="lookup_order", span_id="a2", end_ns=50)
+    refund = factories.tool_call(tool_name="issue_refund", span_id="b1", end_ns=30)
+
+    def run(n: int, conversation: str, call: object, start: int) -> ToolTrace:
+        return factories.tool_trace(
+            trace_id=f"{n:032x}", conversation_id=conversation, calls=(call,), start_ns=start
+        )
+
+    runs = [
+        run(1, "c1", early, 0),
+        run(2, "c3", late, 40),  # read before c3's refund, but made after it began
+        run(3, "c1", refund, 20),
+        run(4, "c2", refund, 20),
+        run(5, "c3", refund, 20),
+    ]
+    report = evaluate_offline(runs, config, [])
+    assert report.findings == {"MISSING_VERIFICATION_STEP": {"high": 2}}  # c2's and c3's

@@ -68,6 +68,14 @@ class ConversationMemory:
     def __len__(self) -> int:
         return len(self._kept)
 
+    def before(self, trace: ToolTrace) -> tuple[Verified, ...]:
+        """What the run's conversation verified before it started (``earlier``); then the
+        run is remembered, unless it is a shadow target's."""
+        earlier = self.earlier(trace.conversation_id, trace.start_ns)
+        if not self.scope.shadow.is_target(trace.reference_keys):  # a candidate's copy
+            self.remember(trace)
+        return earlier
+
     def earlier(self, conversation: str | None, start_ns: int) -> tuple[Verified, ...]:
         """What the conversation's runs verified with calls that ended at or before
         ``start_ns`` (a run's start), less than the scope's ``ttl_ns`` before it."""
