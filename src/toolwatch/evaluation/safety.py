@@ -76,7 +76,7 @@ from toolwatch.model import (
 )
 from toolwatch.names import fold
 
-__all__ = ["Safety", "Verdict", "entity_key", "lookup"]
+__all__ = ["Safety", "Verdict", "entity_key", "lookup", "unrecorded"]
 
 _MAX_SPANS: Final = 10  # span ids listed in a finding's details
 
@@ -132,7 +132,7 @@ _VERIFIED: Final = Verdict(True)
 _UNCHECKED: Final = Verdict(True, unchecked=True)
 
 
-def _unrecorded(call: ToolCall) -> bool:
+def unrecorded(call: ToolCall) -> bool:
     """Whether the producer recorded no arguments for ``call`` (``None``, and not because
     what it recorded could not be read)."""
     return call.arguments is None and call.arguments_error is None
@@ -310,9 +310,9 @@ class Safety:
             ledger.unrun[tool] = ledger.unrun.get(tool, 0) + 1
             return
         ledger.add(tool, _ANY, index)
-        unrecorded = _unrecorded(call)
+        not_recorded = unrecorded(call)
         for field in fields:
-            if unrecorded:
+            if not_recorded:
                 ledger.add_unrecorded(tool, field, index)
                 continue
             value = entity_key(lookup(call.arguments, field))
@@ -369,11 +369,6 @@ class Safety:
             text += f" ({unrun} requested by the model, never run)"
         category = Category.MISSING_VERIFICATION_STEP
         return _Flag(call, category, ReferenceKind.POLICY, text, verdict.field, details)
-
-    def _dangerous_calls(self, trace: ToolTrace) -> list[tuple[str, ToolCall]]:
-        """The run's dangerous calls with their normalized tool names, in call order."""
-        named = ((self._normalize(c.tool_name), c) for c in trace.calls)
-        return [(tool, c) for tool, c in named if tool in self._dangerous]
 
     def _disallowed(self, trace: ToolTrace) -> list[_Flag]:
         """Calls outside the allowed tools of the agent that made them: a nested agent's
@@ -457,7 +452,7 @@ def _bound(
 ) -> Verdict:
     """Whether ``field`` of the dangerous ``call`` (at ``index``) names an entity a bound
     verification tool already returned successfully."""
-    if _unrecorded(call):
+    if unrecorded(call):
         # The producer records no arguments (many GenAI instrumentations by default): the
         # value cannot be compared, so any earlier success of a bound tool verifies, as
         # without bindings; the run's explanation says the binding was not checked.

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from toolwatch.evaluation.safety import entity_key, lookup
+from toolwatch.evaluation.safety import entity_key, lookup, unrecorded
 from toolwatch.model import CallStatus, ToolTrace, Verified
 from toolwatch.names import NameNormalizer
 from toolwatch.references.settings import ShadowSettings
@@ -117,10 +117,10 @@ class ConversationMemory:
                 continue
             if call.span_id is None and not call.hosted and tool in spanned:
                 continue  # requested, never run
-            unrecorded = call.arguments is None and call.arguments_error is None
+            not_recorded = unrecorded(call)
             values: list[tuple[str, str | None]] = []
             for name in sorted(fields):
-                if unrecorded:
+                if not_recorded:
                     values.append((name, None))
                     continue
                 value = entity_key(lookup(call.arguments, name))
