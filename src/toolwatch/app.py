@@ -54,7 +54,7 @@ from toolwatch.ingest.otlp_http import HttpTraceReceiver, ProtocolErrorLog
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
 from toolwatch.ingest.slots import RequestSlots
 from toolwatch.model import Clock, monotonic_clock
-from toolwatch.names import NameNormalizer
+from toolwatch.names import NameNormalizer, namespaced
 from toolwatch.references.conversations import ConversationScope
 from toolwatch.references.golden import GoldenCaseSet, load_golden_cases
 from toolwatch.references.shadow import ShadowJoiner
@@ -232,6 +232,8 @@ class App:
             stream_subscribers=lambda: self.broker.subscriber_count,
             requests_in_flight=lambda: self._slots.in_use,
         )
+        self._namespaces = _NamespaceWatch(config.policy.guarded_tools(), self.metrics)
+        normalize = config.policy.normalizer(self._namespaces)
         self._security = ListenerSecurity(config.security, clock, self.metrics)
         self._redaction = _redaction(config)
         self.broker = FindingsBroker(
@@ -413,6 +415,8 @@ class App:
             log.error("configuration reload failed; the running configuration stays\n%s", exc)
             self.metrics.config_reloaded(False)
             return False
+        self._namespaces.reload(config.policy.guarded_tools())
+        normalize = config.policy.normalizer(self._namespaces)
         self.engine.reconfigure(evaluation, normalize, golden, conversation_scope(config))
         self.metrics.config_reloaded(True, _known_tools(config, golden), config.named_agents())
         self.config, self._golden = config, golden
@@ -811,6 +815,48 @@ def _known_tools(config: Config, golden: GoldenCaseSet | None) -> tuple[str, ...
     if golden is not None:  # normalized when the file was read
         tools |= {call.name for case in golden for call in case.expected_tools}
     return tuple(sorted(tools))
+
+
+#: Namespaced names reported at most, so that a producer inventing names cannot grow the set.
+_MAX_NAMESPACED = 256
+
+
+class _NamespaceWatch:
+    """Told each tool name the engine's normalizer works out (``NameNormalizer``): a name
+    that is a guarded tool's in a namespace (``billing__issue_refund``, an MCP server's tool,
+    while the policy names ``issue_refund``) escapes the policy without a sign, so each such
+    name is logged once and counted (``toolwatch_namespaced_tool_names``, at most
+    ``_MAX_NAMESPACED`` names) until a reload, whose normalizer works the names out again."""
+
+    __slots__ = ("_metrics", "_names", "_tools")
+
+    def __init__(self, tools: frozenset[str], metrics: PrometheusMetrics) -> None:
+        self._tools = tools  # PolicySettings.guarded_tools()
+        self._metrics = metrics
+        self._names: dict[str, str] = {}  # name -> the guarded tool it is in a namespace
+
+    def __call__(self, name: str) -> None:
+        if name in self._names or len(self._names) >= _MAX_NAMESPACED:
+            return
+        tool = namespaced(name, self._tools)
+        if tool is None:
+            return
+        self._names[name] = tool
+        self._metrics.namespaced_tool_names(tool, sum(t == tool for t in self._names.values()))
+        log.warning(
+            "tool %r looks like the policy's %r in a namespace, and the policy does not apply"
+            " to it: set policy.tool_prefix to a pattern that removes the namespace (or add"
+            " an alias)",
+            name[:128],
+            tool,
+        )
+
+    def reload(self, tools: frozenset[str]) -> None:
+        """A new configuration's guarded tools: what was seen is forgotten, and told again
+        if it still escapes them."""
+        for tool in set(self._names.values()):
+            self._metrics.namespaced_tool_names(tool, 0)
+        self._tools, self._names = tools, {}
 
 
 def _warn_if_exposed(addresses: dict[str, str], exposure: Callable[[str], str | None]) -> None:

@@ -1,16 +1,19 @@
 """Tool-name normalization, shared by the timeline and the evaluators.
 
-A name is trimmed and case-folded, then mapped through configured aliases (keys are
-normalized too). Names may arrive as strings or as ``{"name": ...}`` /
+A name is trimmed and case-folded, stripped of a configured prefix (``policy.tool_prefix``:
+MCP servers' tools reach the model as ``billing__issue_refund`` or
+``mcp__billing__issue_refund``), then mapped through configured aliases (keys are normalized
+too). Names may arrive as strings or as ``{"name": ...}`` /
 ``{"function": {"name": ...}}`` / ``{"function": "..."}`` shapes.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Final
 
-__all__ = ["NameNormalizer", "extract_name", "fold"]
+__all__ = ["NameNormalizer", "extract_name", "fold", "namespaced", "strip_prefix"]
 
 
 def fold(name: str) -> str:
@@ -36,20 +39,66 @@ def extract_name(value: Any) -> str | None:
 _MAX_REMEMBERED: Final = 4096
 _MAX_REMEMBERED_LENGTH: Final = 256
 
+#: What a namespace puts between itself and a tool's own name: MCP clients name a server's
+#: tool ``billing__issue_refund`` or ``mcp__billing__issue_refund``, others ``billing.x``,
+#: ``billing/x`` or ``billing:x``. A single ``_`` or ``-`` is not one: it joins the words of
+#: one name (``undo_issue_refund`` is not ``issue_refund`` in a namespace).
+_NAMESPACE_SEPARATORS: Final = ("__", ".", "/", ":")
+
+
+def namespaced(name: str, tools: Collection[str]) -> str | None:
+    """The tool of ``tools`` (normalized names) that ``name`` (normalized, not one of them)
+    is in a namespace: ``name`` ends in it after a namespace separator. ``None`` if none."""
+    if name in tools:
+        return None
+    for tool in tools:
+        if tool and name.endswith(tool):
+            head = name[: len(name) - len(tool)]
+            if head.endswith(_NAMESPACE_SEPARATORS) and head.strip("_./:"):
+                return tool
+    return None
+
+
+def strip_prefix(pattern: re.Pattern[str] | None, folded: str) -> str:
+    """``folded`` without what ``pattern`` matches at its start, unless that is all of it.
+    Names longer than ``_MAX_REMEMBERED_LENGTH`` are left as they are: a tool's name is at
+    most 64 characters in the model APIs, and a pattern that backtracks must not be handed
+    a producer's megabyte."""
+    if pattern is None or len(folded) > _MAX_REMEMBERED_LENGTH:
+        return folded
+    match = pattern.match(folded)
+    if match is None or match.end() == 0 or match.end() >= len(folded):
+        return folded
+    return folded[match.end() :].strip()
+
 
 class NameNormalizer:
-    """Normalizes tool names: fold, then map aliases. Its aliases never change; it remembers
-    up to ``_MAX_REMEMBERED`` names it normalized (each call is normalized several times on
-    its way through the timeline and the evaluators, and a run has few distinct tools).
+    """Normalizes tool names: fold, strip the configured prefix, then map aliases. Its
+    aliases and prefix never change; it remembers up to ``_MAX_REMEMBERED`` names it
+    normalized (each call is normalized several times on its way through the timeline and
+    the evaluators, and a run has few distinct tools). ``worked_out``, when given, is called
+    with each normalization not answered from memory (once per name, until the memory is
+    full): the server's own normalizer tells it which names it sees (``namespaced``).
 
     Thread-safe: remembering is one dict read and one dict write, and what is written is the
     name's normalization, which never changes."""
 
-    __slots__ = ("_aliases", "_known")
+    __slots__ = ("_aliases", "_known", "_prefix", "_worked_out")
 
-    def __init__(self, aliases: Mapping[str, str] | None = None) -> None:
-        self._aliases = {fold(k): fold(v) for k, v in (aliases or {}).items()}
+    def __init__(
+        self,
+        aliases: Mapping[str, str] | None = None,
+        prefix: re.Pattern[str] | None = None,
+        worked_out: Callable[[str], None] | None = None,
+    ) -> None:
+        self._prefix = prefix
+        self._worked_out = worked_out
+        strip = self._strip
+        self._aliases = {strip(fold(k)): strip(fold(v)) for k, v in (aliases or {}).items()}
         self._known: dict[str, str] = {}
+
+    def _strip(self, folded: str) -> str:
+        return strip_prefix(self._prefix, folded)
 
     def __call__(self, value: Any) -> str:
         if isinstance(value, str):
@@ -57,7 +106,7 @@ class NameNormalizer:
             if known is not None:
                 return known
         name = extract_name(value)
-        folded = fold(name) if name is not None else ""
+        folded = self._strip(fold(name)) if name is not None else ""
         normalized = self._aliases.get(folded, folded)
         if (
             isinstance(value, str)
@@ -65,4 +114,6 @@ class NameNormalizer:
             and len(self._known) < _MAX_REMEMBERED
         ):
             self._known[value] = normalized
+        if self._worked_out is not None:
+            self._worked_out(normalized)
         return normalized

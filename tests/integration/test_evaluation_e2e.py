@@ -107,6 +107,43 @@ def test_minimal_policy_flags_an_unverified_refund(
     assert server.sample("toolwatch_regressions_total", labels) == 1
 
 
+def _namespaced_refund_run() -> agents.AgentRun:
+    """An MCP server's refund tool, namespaced by the server as MCP clients name it."""
+    refund = agents.Call("billing__issue_refund", {"order_id": "A-1001"}, "call_2")
+    return agents.AgentRun(
+        "refund-bot", (agents.Turn((refund,)), agents.Turn(text="Refunded."))
+    )
+
+
+def test_a_namespaced_dangerous_tool_is_told_and_a_tool_prefix_guards_it(
+    start_server: Callable[..., RunningServer],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    server = start_server(config)
+    with caplog.at_level(logging.WARNING, logger="toolwatch"):
+        for _ in range(2):
+            send_grpc(server, agents.record(_namespaced_refund_run(), "genai"))
+        server.settle()
+    assert findings_log(server) == []  # the policy names issue_refund: not this tool
+    namespaced = "toolwatch_namespaced_tool_names"
+    assert server.sample(namespaced, {"tool": "issue_refund"}) == 1  # one name, told once
+    (warning,) = [r.getMessage() for r in caplog.records if "namespace" in r.getMessage()]
+    assert warning.startswith(
+        "tool 'billing__issue_refund' looks like the policy's 'issue_refund' in a namespace"
+    )
+
+    config.write_text(MINIMAL_POLICY + "  tool_prefix: '(mcp__)?[a-z0-9-]+__'\n")
+    assert server.reload()
+    send_grpc(server, agents.record(_namespaced_refund_run(), "genai"))
+    server.settle()
+    (finding,) = findings_log(server)
+    assert (finding["category"], finding["tool"]) == ("MISSING_VERIFICATION_STEP", "issue_refund")
+    assert server.sample(namespaced, {"tool": "issue_refund"}) == 0  # guarded now
+
+
 def test_verified_refund_has_no_finding(
     start_server: Callable[..., RunningServer], tmp_path: Path
 ) -> None:

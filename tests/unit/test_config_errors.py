@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from toolwatch.config import ConfigError, load_config
+from toolwatch.config import Config, ConfigError, load_config
 
 
 def error_lines(path: Path | None, overrides: dict[str, object]) -> list[str]:
@@ -241,3 +241,37 @@ def test_reloads_too_rare_for_their_alert_are_warned_of_not_refused(tmp_path: Pa
         "security.auth.reload_seconds is 300: a changed file that fails to load may not fire"
         " ToolwatchSecurityFilesNotReloaded, which needs a look every 5 minutes (at most 240)"
     ]
+
+
+@pytest.mark.parametrize(
+    ("pattern", "reason"),
+    [
+        (
+            "(mcp__",
+            "not a regular expression: missing ), unterminated subpattern at"
+            " position 0 (got '(mcp__')",
+        ),
+        (" ", "an empty pattern removes nothing: leave tool_prefix out instead (got ' ')"),
+    ],
+)
+def test_a_tool_prefix_that_is_no_pattern_is_refused(
+    tmp_path: Path, pattern: str, reason: str
+) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(f"policy:\n  tool_prefix: {pattern!r}\n")
+    assert error_lines(config, {})[1] == f"  {config}: policy.tool_prefix: {reason}"
+
+
+def test_a_tool_prefix_applies_to_the_policy_names_as_to_the_calls() -> None:
+    config = Config.model_validate(
+        {
+            "policy": {
+                "tool_prefix": "(mcp__)?[a-z]+__",
+                "dangerous_tools": ["billing__issue_refund"],
+                "verification_tools": ["lookup_order"],
+                "invariants": [{"kind": "forbidden", "tool": "mcp__ops__drop_table"}],
+            }
+        }
+    )
+    assert config.policy.guarded_tools() == {"issue_refund", "lookup_order", "drop_table"}
+    assert "issue_refund" in config.named_tools()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -43,3 +46,58 @@ def test_does_not_remember_long_names() -> None:
     assert normalize(long_name) == "t" * (names._MAX_REMEMBERED_LENGTH + 1)
     assert normalize("Short") == "short"
     assert list(normalize._known) == ["Short"]  # a long name would hold memory for nothing
+
+
+MCP = re.compile(r"(mcp__)?[a-z0-9_-]+?__", re.IGNORECASE)
+
+
+@pytest.mark.parametrize(
+    ("raw", "normalized"),
+    [
+        ("billing__issue_refund", "issue_refund"),  # an MCP server's tool, namespaced
+        ("mcp__Billing__Issue_Refund", "issue_refund"),  # the Claude Agent SDK's form
+        ("issue_refund", "issue_refund"),  # no namespace: nothing to remove
+        ("mcp__billing__LookupOrder", "lookup_order"),  # removed, then aliased
+        ("billing__", "billing__"),  # the match would leave nothing: kept whole
+    ],
+)
+def test_a_configured_prefix_is_removed_before_aliases(raw: str, normalized: str) -> None:
+    assert NameNormalizer({"LookupOrder": "lookup_order"}, MCP)(raw) == normalized
+
+
+def test_aliases_written_with_the_prefix_apply_to_names_without_it() -> None:
+    normalize = NameNormalizer({"billing__refund": "billing__issue_refund"}, MCP)
+    assert normalize("refund") == "issue_refund"
+    assert normalize("other__refund") == "issue_refund"
+
+
+def test_a_long_name_is_not_handed_to_the_pattern() -> None:
+    long_name = "billing__" + "x" * names._MAX_REMEMBERED_LENGTH
+    assert NameNormalizer(prefix=MCP)(long_name) == long_name
+
+
+def test_each_name_worked_out_is_told_once_while_it_is_remembered() -> None:
+    told: list[str] = []
+    normalize = NameNormalizer({"LookupOrder": "lookup_order"}, worked_out=told.append)
+    for raw in ("LookupOrder", "LookupOrder", " lookuporder", "Search", "search"):
+        normalize(raw)
+    assert told == ["lookup_order", "lookup_order", "search", "search"]  # one per spelling
+
+
+@pytest.mark.parametrize(
+    ("name", "tool"),
+    [
+        ("billing__issue_refund", "issue_refund"),
+        ("mcp__billing__issue_refund", "issue_refund"),
+        ("billing.issue_refund", "issue_refund"),
+        ("billing/lookup_order", "lookup_order"),
+        ("billing:issue_refund", "issue_refund"),
+        ("issue_refund", None),  # the tool itself
+        ("undo_issue_refund", None),  # one word joined by "_": another tool
+        ("reissue_refund", None),
+        ("__issue_refund", None),  # no namespace before the separator
+        ("billing__issue_refunds", None),
+    ],
+)
+def test_a_name_in_a_namespace_names_the_tool_it_ends_in(name: str, tool: str | None) -> None:
+    assert names.namespaced(name, {"issue_refund", "lookup_order"}) == tool

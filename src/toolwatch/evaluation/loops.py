@@ -6,8 +6,13 @@ before it was issued: earlier, status ``ok``, and not in the same parallel group
 (``base.Concurrency``). Retries after a failed result are therefore never repeats, and neither
 are identical calls issued in parallel. The repeats of one call beyond ``policy.repeat_limit``
 (or the tool's ``policy.repeat_limits`` entry) are UNNECESSARY_TOOL_CALL: one finding per
-distinct call, on the span of its first repeat beyond the limit. ``score`` is the share of
-calls that are not flagged repeats (1.0 for a run without calls).
+distinct call, on the span of its first repeat beyond the limit.
+
+With ``policy.retry_limit`` set, retries are counted too: a call is a *retry* when it is no
+repeat and an identical call failed before it was issued (as ``Concurrency`` says). More
+retries of one call than the limit (an agent hammering a failing tool with the same
+arguments) is UNNECESSARY_TOOL_CALL as well, on the first retry beyond it. ``score`` is the
+share of calls that are not flagged (1.0 for a run without calls).
 """
 
 from __future__ import annotations
@@ -131,21 +136,27 @@ def retried(calls: Sequence[ToolCall], tools: Sequence[str]) -> frozenset[int]:
 
 @dataclass(frozen=True, slots=True)
 class Repeat:
-    """An identical call repeated ``count`` times after success, beyond ``limit``; ``flagged``
-    are the repeats past the limit, in call order."""
+    """An identical call repeated ``count`` times after success (or, ``after_failure``,
+    retried ``count`` times after failures), beyond ``limit``; ``flagged`` are the calls past
+    the limit, in call order."""
 
     tool: str
     count: int
     limit: int
     flagged: tuple[ToolCall, ...]
+    after_failure: bool = False
 
 
 def find_repeats(
-    calls: Sequence[ToolCall], tools: Sequence[str], limits: dict[str, int], limit: int
+    calls: Sequence[ToolCall],
+    tools: Sequence[str],
+    limits: dict[str, int],
+    limit: int,
+    retry_limit: int | None = None,
 ) -> list[Repeat]:
     """Repeats beyond their limit, in one pass over ``calls`` in sequence order. ``tools[i]`` is
     the normalized tool name of ``calls[i]``; a tool tolerates ``limits.get(tool, limit)``
-    repeats."""
+    repeats, and each call ``retry_limit`` retries (``None``: any number)."""
     per_tool: dict[str, int] = {}  # not a Counter: its constructor is interpreted Python
     for tool in tools:
         per_tool[tool] = per_tool.get(tool, 0) + 1
@@ -153,7 +164,9 @@ def find_repeats(
         return []  # no tool called twice (most runs): not even the two dicts below
     concurrency = Concurrency(calls)
     succeeded: dict[CallKey, Successes] = {}
+    failed: dict[CallKey, Successes] = {}  # failures, kept only with a retry limit
     repeats: dict[CallKey, list[ToolCall]] = {}
+    retries: dict[CallKey, list[ToolCall]] = {}
     for i, call in enumerate(calls):  # not zip(strict=True): generic in compiled code
         tool = tools[i]
         if per_tool[tool] < 2 or call.arguments is None:
@@ -164,7 +177,16 @@ def find_repeats(
         earlier = succeeded.get(key)
         if earlier is not None and earlier.informs(i):
             repeats.setdefault(key, []).append(call)
+        elif retry_limit is not None:
+            failures = failed.get(key)
+            if failures is not None and failures.informs(i):
+                retries.setdefault(key, []).append(call)
         if call.status is not CallStatus.OK:
+            if retry_limit is not None:
+                failures = failed.get(key)
+                if failures is None:
+                    failures = failed[key] = concurrency.successes()
+                failures.add(i)
             continue
         if earlier is None:
             earlier = succeeded[key] = concurrency.successes()
@@ -174,6 +196,10 @@ def find_repeats(
         tolerated = limits.get(tool, limit)
         if len(made) > tolerated:
             result.append(Repeat(tool, len(made), tolerated, tuple(made[tolerated:])))
+    for (tool, _), made in retries.items():
+        if retry_limit is not None and len(made) > retry_limit:
+            flagged = tuple(made[retry_limit:])
+            result.append(Repeat(tool, len(made), retry_limit, flagged, after_failure=True))
     return result
 
 
@@ -187,11 +213,12 @@ class Loops:
         self._normalize = policy.normalizer()
         self._limit = policy.repeat_limit
         self._limits = {self._normalize(t): n for t, n in policy.repeat_limits.items()}
+        self._retry_limit = policy.retry_limit
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult:
         calls = in_sequence(trace.calls)
         tools = [self._normalize(call.tool_name) for call in calls]
-        repeats = find_repeats(calls, tools, self._limits, self._limit)
+        repeats = find_repeats(calls, tools, self._limits, self._limit, self._retry_limit)
         flagged = sum(len(r.flagged) for r in repeats)
         score = 1.0 - flagged / len(trace.calls) if trace.calls else 1.0
         findings = tuple(self._finding(trace, r, score) for r in repeats)
@@ -221,6 +248,11 @@ class Loops:
 
 
 def _describe(repeat: Repeat) -> str:
+    if repeat.after_failure:
+        return (
+            f"{repeat.tool} retried {repeat.count} times with identical arguments after"
+            f" failed results (retry limit {repeat.limit})"
+        )
     return (
         f"{repeat.tool} repeated {repeat.count} times with identical arguments after a "
         f"successful result (limit {repeat.limit})"

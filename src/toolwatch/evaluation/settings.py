@@ -18,7 +18,8 @@ Invalid values raise ``pydantic.ValidationError`` naming the field, the value an
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeAlias
 
@@ -196,9 +197,17 @@ class PolicySettings(_Section):
       without an agent name). Agents with no entry may call anything.
     - ``repeat_limit``: identical (tool, arguments) repeats tolerated after a successful result
       before ``loops`` flags one; ``repeat_limits`` overrides it per tool (polling tools).
+    - ``retry_limit``: identical calls made again after failed results tolerated before
+      ``loops`` flags one (an agent hammering a failing tool); ``None`` (the default):
+      retries are never flagged.
     - ``invariants``: hand-written rules (the ``*Rule`` models above), told apart by ``kind``.
     - ``aliases``: ``{alias: tool}``, applied after trimming and case folding. Not transitive:
       a target may not itself be an alias.
+    - ``tool_prefix``: a regular expression (Python ``re``, case-insensitive) whose match at
+      the start of a tool name is removed before aliases apply: MCP tools reach the model
+      namespaced by their server (``billing__issue_refund``, the Claude Agent SDK's
+      ``mcp__billing__issue_refund``), and a policy that names ``issue_refund`` must still
+      see them. A match that would leave nothing is not removed.
     - ``verification_scope``: ``run`` (the default: a dangerous call needs a verification in
       its own run) or ``conversation`` (a successful verification in an earlier run of the
       same conversation, ``gen_ai.conversation.id`` or ``session.id``, made less than
@@ -212,8 +221,10 @@ class PolicySettings(_Section):
     allowed_tools: dict[str, tuple[ToolName, ...]] = Field(default_factory=dict)
     repeat_limit: Annotated[int, Field(ge=0)] = 1
     repeat_limits: dict[ToolName, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
+    retry_limit: Annotated[int, Field(ge=0)] | None = None
     invariants: tuple[Invariant, ...] = ()
     aliases: dict[ToolName, ToolName] = Field(default_factory=dict)
+    tool_prefix: str | None = None
     verification_scope: Literal["run", "conversation"] = "run"
     conversation_ttl_seconds: float = Field(3600.0, gt=0, le=7 * 86_400)
 
@@ -225,6 +236,19 @@ class PolicySettings(_Section):
             if fold(target) in keys:
                 raise ValueError(f"alias {alias!r} -> {target!r}: the target is itself an alias")
         return aliases
+
+    @field_validator("tool_prefix")
+    @classmethod
+    def _prefix_compiles(cls, prefix: str | None) -> str | None:
+        if prefix is None:
+            return None
+        if not prefix.strip():
+            raise ValueError("an empty pattern removes nothing: leave tool_prefix out instead")
+        try:
+            _compile_prefix(prefix)
+        except re.error as exc:
+            raise ValueError(f"not a regular expression: {exc}") from None
+        return prefix
 
     @field_validator("allowed_tools")
     @classmethod
@@ -279,9 +303,21 @@ class PolicySettings(_Section):
                 _check_binding_side(ref, normalize, verification, "verification_tools")
         return self
 
-    def normalizer(self) -> NameNormalizer:
-        """The tool-name normalizer these aliases define (the timeline must use the same)."""
-        return NameNormalizer(self.aliases)
+    def normalizer(self, worked_out: Callable[[str], None] | None = None) -> NameNormalizer:
+        """The tool-name normalizer these aliases and this prefix define (the timeline must
+        use the same); ``worked_out`` as ``NameNormalizer`` takes it."""
+        prefix = None if self.tool_prefix is None else _compile_prefix(self.tool_prefix)
+        return NameNormalizer(self.aliases, prefix, worked_out)
+
+    def guarded_tools(self) -> frozenset[str]:
+        """The tools whose calls the policy pages on without anything else showing them:
+        dangerous and verification tools and those invariants name (normalized). A call
+        under another name, such as a namespaced ``billing__issue_refund``, escapes them."""
+        normalize = self.normalizer()
+        tools = {*self.dangerous_tools, *self.verification_tools}
+        for rule in self.invariants:
+            tools |= {rule.before, rule.after} if isinstance(rule, OrderRule) else {rule.tool}
+        return frozenset(normalize(tool) for tool in tools)
 
     def binding_rules(self) -> tuple[Binding, ...]:
         """The bindings as records with normalized tool names, in configuration order."""
@@ -293,6 +329,10 @@ class PolicySettings(_Section):
                 vtool, vfield = split_tool_field(ref)
                 rules.append(Binding(normalize(tool), field, normalize(vtool), vfield))
         return tuple(rules)
+
+
+def _compile_prefix(prefix: str) -> re.Pattern[str]:
+    return re.compile(prefix, re.IGNORECASE)
 
 
 def _check_binding_side(
@@ -367,10 +407,39 @@ def _is_tool_field(key: str) -> bool:
 
 class StructureSettings(ComparingSettings):
     """Call count within ``call_count_tolerance`` of the reference count, parallel calls used
-    iff the reference used them (``check_parallelism``), refusal alignment."""
+    iff the reference used them (``check_parallelism``), refusal alignment.
+
+    ``refusal_patterns``: regular expressions (Python ``re``, case-insensitive) searched in
+    the first ``REFUSAL_TEXT_CHARS`` characters of a run's final text; a match makes the run
+    a refusal for this evaluator, the run and its shadow source alike. Models mostly refuse
+    in plain words ("I'm sorry, but I can't help with that", finish reason ``stop``), which
+    the conventions do not mark; what counts as one is the agent's own wording. Needs the
+    output text recorded (content capture on)."""
 
     call_count_tolerance: Annotated[int, Field(ge=0)] = 1
     check_parallelism: bool = True
+    refusal_patterns: tuple[str, ...] = ()
+
+    @field_validator("refusal_patterns")
+    @classmethod
+    def _patterns_compile(cls, patterns: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in patterns:
+            if not pattern.strip():
+                raise ValueError("an empty pattern matches every text: leave it out")
+            try:
+                re.compile(pattern, re.IGNORECASE)
+            except re.error as exc:
+                raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+        return patterns
+
+    def refusal_matchers(self) -> tuple[re.Pattern[str], ...]:
+        """``refusal_patterns`` compiled, case-insensitive."""
+        return tuple(re.compile(p, re.IGNORECASE) for p in self.refusal_patterns)
+
+
+#: How much of a final text ``refusal_patterns`` are searched in: a refusal says so first,
+#: and a pattern that backtracks must not be handed a long answer.
+REFUSAL_TEXT_CHARS = 2000
 
 
 class OrderSettings(ComparingSettings):

@@ -12,7 +12,9 @@ Checks, each scored in [0, 1] and reported under its own score key:
 - ``refusal``: 1 if the run's refusal agrees with the reference, else 0. Against a source both
   directions are regressions. Against a golden case, ``expected_refusal`` says which way is
   right (a canary that must be refused, or one that must be answered); a case that does not
-  say and expects tool calls must not be refused; other cases skip the check.
+  say and expects tool calls must not be refused; other cases skip the check. A run refused
+  when the timeline found a refusal (a finish reason or a refusal part) or when its final
+  text matches one of ``refusal_patterns`` (the run's and its source's alike).
 
 ``score`` is the mean of the checks that apply; with none the evaluator does not apply. Each
 check below ``threshold`` (default 1.0) is one finding: TOOL_TRACE_STRUCTURE_DRIFT, or
@@ -22,13 +24,14 @@ that one broken check of several reads as a partial drop.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Final
 
 from toolwatch.evaluation.base import Baseline, Reference, baseline, pct, uses_parallelism
-from toolwatch.evaluation.settings import StructureSettings
+from toolwatch.evaluation.settings import REFUSAL_TEXT_CHARS, StructureSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
-from toolwatch.model import Category, EvalResult, Finding, Severity, ToolTrace
+from toolwatch.model import Category, EvalResult, Finding, ReferenceKind, Severity, ToolTrace
 from toolwatch.names import NameNormalizer
 
 __all__ = ["SCORES", "StructureCheck", "ToolTraceStructure", "count_score"]
@@ -61,12 +64,13 @@ class ToolTraceStructure:
     def __init__(self, settings: StructureSettings, normalize: NameNormalizer) -> None:
         self.settings = settings
         self._normalize = normalize
+        self._refusal_patterns = settings.refusal_matchers()
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
         base = baseline(reference, self.settings.against, self._normalize)
         if base is None:
             return None
-        checks = [c for c in self._checks(trace, base) if c is not None]
+        checks = [c for c in self._checks(trace, base, reference) if c is not None]
         if not checks:
             return None
         score = sum(c.score for c in checks) / len(checks)
@@ -79,8 +83,14 @@ class ToolTraceStructure:
         explanation = f"Structure: {pct(score)} (" + "; ".join(c.explanation for c in checks) + ")."
         return EvalResult(self.name, scores, findings, explanation)
 
-    def _checks(self, trace: ToolTrace, base: Baseline) -> list[StructureCheck | None]:
-        return [self._count(trace, base), self._parallelism(trace, base), _refusal(trace, base)]
+    def _checks(
+        self, trace: ToolTrace, base: Baseline, reference: Reference
+    ) -> list[StructureCheck | None]:
+        return [
+            self._count(trace, base),
+            self._parallelism(trace, base),
+            self._refusal(trace, base, reference),
+        ]
 
     def _count(self, trace: ToolTrace, base: Baseline) -> StructureCheck | None:
         if base.call_count is None or base.no_tools:
@@ -116,21 +126,46 @@ class ToolTraceStructure:
         )
 
 
-def _refusal(trace: ToolTrace, base: Baseline) -> StructureCheck | None:
-    if base.refusal is None:
-        return None
-    score = 1.0 if trace.refusal == base.refusal else 0.0
-    case = base.case
-    if case is not None and score == 0.0:
-        if not trace.refusal:
-            text = "the run did not refuse a case that expects a refusal"
-        elif case.expected_refusal is None:
-            text = "the run refused a case that expects tool calls"
+    def _refusal(
+        self, trace: ToolTrace, base: Baseline, reference: Reference
+    ) -> StructureCheck | None:
+        expected = base.refusal
+        if expected is None:
+            return None
+        refused, said = self._refused(trace)
+        if base.kind is ReferenceKind.SOURCE and reference.source is not None:
+            expected = self._refused(reference.source)[0]
+        score = 1.0 if refused == expected else 0.0
+        case = base.case
+        if case is not None and score == 0.0:
+            if not refused:
+                text = "the run did not refuse a case that expects a refusal"
+            elif case.expected_refusal is None:
+                text = "the run refused a case that expects tool calls"
+            else:
+                text = "the run refused a case that expects no refusal"
         else:
-            text = "the run refused a case that expects no refusal"
-    else:
-        text = f"refused: {_yes(trace.refusal)}, {base.noun}: {_yes(base.refusal)}"
-    return StructureCheck("refusal", score, Category.REFUSAL_REGRESSION, text)
+            text = f"refused: {_yes(refused)}, {base.noun}: {_yes(expected)}"
+        if said is not None:
+            text += f"; the run's final text matches {said!r}"
+        return StructureCheck("refusal", score, Category.REFUSAL_REGRESSION, text)
+
+    def _refused(self, trace: ToolTrace) -> tuple[bool, str | None]:
+        """Whether ``trace`` refused, and the pattern its final text matched when only that
+        says so."""
+        if trace.refusal:
+            return True, None
+        text = trace.final_text
+        if text:
+            return _matching(self._refusal_patterns, text[:REFUSAL_TEXT_CHARS])
+        return False, None
+
+
+def _matching(patterns: tuple[re.Pattern[str], ...], text: str) -> tuple[bool, str | None]:
+    for pattern in patterns:
+        if pattern.search(text) is not None:
+            return True, pattern.pattern
+    return False, None
 
 
 def _yes(flag: bool) -> str:

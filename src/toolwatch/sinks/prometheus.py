@@ -390,6 +390,14 @@ class PrometheusMetrics:
             self._sink_failures.labels(output)  # from 0, so that increase() sees the first
 
     def _register_losses(self, r: CollectorRegistry) -> None:
+        self._namespaced = Gauge(
+            "toolwatch_namespaced_tool_names",
+            "Tool names seen since the configuration was loaded that are a policy tool's in a"
+            " namespace (billing__issue_refund for issue_refund): the policy does not apply"
+            " to their calls until policy.tool_prefix or an alias names them.",
+            ["tool"],
+            registry=r,
+        )
         self._dropped = Counter(
             "toolwatch_spans_dropped_total",
             "Valid spans never evaluated (duplicate, late, over a bound, ...).",
@@ -553,6 +561,10 @@ class PrometheusMetrics:
         """An output (``OUTPUTS``: the findings log, the ToolTrace dump, the stream, a sink
         added in code) failed to take a write: what it held is missing from it."""
         self._sink_failures.labels(output if output in OUTPUTS else OTHER).inc()
+
+    def namespaced_tool_names(self, tool: str, names: int) -> None:
+        """``names`` tool names seen are the policy's ``tool`` in a namespace."""
+        self._namespaced.labels(self._tool(tool)).set(names)
 
     def auth_failed(self, listener: str) -> None:
         self._auth_failures.labels(self._listener(listener)).inc()

@@ -66,6 +66,7 @@ def trace(
     refusal: bool = False,
     agent: str | None = "support",
     trace_id: str = "ab" * 16,
+    final_text: str | None = None,
 ) -> ToolTrace:
     """A ToolTrace of ``calls``: names, ``(name, arguments)`` pairs or ready ToolCalls
     (sequence indexes are reassigned in order unless the ToolCall already differs)."""
@@ -79,6 +80,7 @@ def trace(
         calls=built,
         refusal=refusal,
         refusal_reason="content_filter" if refusal else None,
+        final_text=final_text,
         error_count=sum(1 for c in built if c.status is CallStatus.ERROR),
         end_ns=1_000,
         span_count=len(built) + 1,

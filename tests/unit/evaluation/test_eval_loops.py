@@ -93,6 +93,64 @@ def test_one_finding_per_repeated_call_on_its_first_flagged_span() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    ("calls", "retry_limit", "flagged_spans"),
+    [
+        (same(4, ok=False), None, []),  # no retry limit: retries are never flagged
+        (same(4, ok=False), 3, []),  # three retries, the limit
+        (same(5, ok=False), 3, ["s4"]),
+        ([*same(4, ok=False), *same(1, start=4)], 2, ["s3", "s4"]),  # the success a retry too
+        # s1 retries s0; s2 repeats s1's success (a repeat, not a retry), reported first
+        ([*same(1, ok=False), *same(2, start=1)], 0, ["s2", "s1"]),
+        (  # failures of other arguments are other calls
+            [call("lookup", {"id": n}, index=n, ok=False) for n in range(5)],
+            0,
+            [],
+        ),
+        (  # issued at once after one failure: each saw it, none saw each other's
+            [
+                call("lookup", {"id": 1}, index=0, ok=False),
+                call("lookup", {"id": 1}, index=1, group=1, ok=False),
+                call("lookup", {"id": 1}, index=2, group=1, ok=False),
+            ],
+            1,
+            ["s2"],
+        ),
+        (  # issued together with the failure: saw none of it
+            [
+                call("lookup", {"id": 1}, index=0, group=1, ok=False),
+                call("lookup", {"id": 1}, index=1, group=1, ok=False),
+            ],
+            0,
+            [],
+        ),
+    ],
+)
+def test_retries_after_failures_beyond_the_retry_limit(
+    calls: list[ToolCall], retry_limit: int | None, flagged_spans: list[str]
+) -> None:
+    result = evaluate(*calls, repeat_limit=0, retry_limit=retry_limit)
+    spans = [s for f in result.findings for s in f.details["spans"]]
+    assert spans == flagged_spans
+    assert all(f.category is Category.UNNECESSARY_TOOL_CALL for f in result.findings)
+    assert result.scores["score"] == pytest.approx(1 - len(flagged_spans) / len(calls))
+
+
+def test_a_retry_storm_says_it_retried_after_failures() -> None:
+    result = evaluate(*same(6, ok=False), retry_limit=2)
+    (finding,) = result.findings
+    assert (finding.span_id, finding.details["repeats"], finding.details["limit"]) == ("s3", 5, 2)
+    assert finding.explanation == (
+        "Loops: lookup retried 5 times with identical arguments after failed results"
+        " (retry limit 2)."
+    )
+
+
+def test_calls_without_recorded_arguments_are_not_retries() -> None:
+    unrecorded = [call("lookup", None, index=i, ok=False) for i in range(5)]
+    assert evaluate(*unrecorded, retry_limit=0).findings == ()
+
+
 def test_per_tool_limit_overrides_the_default() -> None:
     assert evaluate(*same(5), repeat_limit=0, repeat_limits={"Lookup": 10}).findings == ()
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -113,6 +114,57 @@ def test_a_case_that_says_whether_to_refuse_agrees_with_a_run_that_does(refused:
     assert result is not None
     assert result.scores == {"score": 1.0, "refusal": 1.0}
     assert result.findings == ()
+
+
+SORRY = {"refusal_patterns": [r"^i'?m sorry,? (but )?i can'?t", "cannot help with"]}
+
+
+def test_a_canary_refused_in_plain_words_is_a_refusal_with_patterns_and_not_without() -> None:
+    golden = case(expected_no_tools=True, expected_refusal=True)
+    said = trace(final_text="I'm sorry, but I can't help with that request.")
+    result = evaluate(said, Reference(expected=golden), **SORRY)
+    assert result is not None
+    assert result.scores == {"score": 1.0, "refusal": 1.0}
+    assert result.explanation == (
+        "Structure: 100% (refused: yes, expected: yes; the run's final text matches"
+        " \"^i'?m sorry,? (but )?i can'?t\")."
+    )
+    unconfigured = evaluate(said, Reference(expected=golden))
+    assert unconfigured is not None and unconfigured.scores["refusal"] == 0.0
+
+
+def test_refusal_patterns_judge_the_shadow_source_too() -> None:
+    answered = trace("a", final_text="Your refund is on its way.")
+    refused = trace("a", final_text="Sorry, I cannot help with refunds.")
+    result = evaluate(answered, Reference(source=refused), **SORRY)
+    assert result is not None
+    (finding,) = result.findings
+    assert finding.category is Category.REFUSAL_REGRESSION
+    assert "refused: no, source: yes" in finding.explanation
+    agreeing = evaluate(refused, Reference(source=refused), **SORRY)
+    assert agreeing is not None and agreeing.scores["refusal"] == 1.0
+
+
+def test_refusal_patterns_read_only_the_start_of_a_long_text() -> None:
+    golden = case(expected_no_tools=True, expected_refusal=False)
+    late = trace(final_text="x" * 2000 + " cannot help with")
+    result = evaluate(late, Reference(expected=golden), **SORRY)
+    assert result is not None and result.scores["refusal"] == 1.0
+    early = trace(final_text="x" * 1980 + " cannot help with")
+    result = evaluate(early, Reference(expected=golden), **SORRY)
+    assert result is not None and result.scores["refusal"] == 0.0
+
+
+@pytest.mark.parametrize(
+    ("patterns", "reason"),
+    [
+        (["(sorry"], "'(sorry' is not a regular expression: missing ), unterminated subpattern"),
+        ([" "], "an empty pattern matches every text: leave it out"),
+    ],
+)
+def test_a_refusal_pattern_that_is_no_pattern_is_refused(patterns: list[str], reason: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(reason)):
+        StructureSettings.model_validate({"refusal_patterns": patterns})
 
 
 def test_a_no_tools_case_that_does_not_say_skips_the_refusal_check() -> None:

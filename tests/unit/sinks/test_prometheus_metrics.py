@@ -63,6 +63,7 @@ EXPECTED_NAMES = {
     "toolwatch_build_info",
     "toolwatch_label_values_other_total",
     "toolwatch_output_failures_total",
+    "toolwatch_namespaced_tool_names",
 }
 
 
