@@ -72,6 +72,9 @@ class SpanRole(enum.IntEnum):
     TOOL = 2  # a tool execution
     LLM = 3  # a model call whose output may request tool calls
     WRAPPER = 4  # a span that groups tool spans but is not one (pydantic-ai "running tools")
+    # A guardrail check (OpenInference GUARDRAIL, the contrib openai-agents guardrail_check,
+    # Logfire's "Guardrail ..."): an agent it runs checks the run, it does not speak for it.
+    GUARDRAIL = 5
 
 
 class CallStatus(enum.StrEnum):

@@ -202,6 +202,26 @@ def test_a_handoff_is_one_run_verified_across_both_agents(
     assert findings_log(server) == []
 
 
+@pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("_guardrail")])
+def test_a_refusal_checked_by_a_guardrail_agent_is_still_the_runs(
+    start_server: Callable[..., RunningServer], name: str
+) -> None:
+    """Every exporter of the OpenAI Agents SDK: support_agent refuses, and a guardrail (on
+    its output, or on its input beside the model call) runs guardrail_agent, whose model
+    call ends after the refusal. Taken as the run's last output, that verdict made the run
+    answer: no refusal (a REFUSAL_REGRESSION never paged), the verdict JSON its final
+    text. The guardrail agent is a run of its own."""
+    server = start_server()
+    send_fixture(server, name)
+    server.settle()
+    traces = server.tooltraces()
+    (support,) = [t for t in traces if t["agent"] == "support_agent"]
+    assert (support["refusal"], support["final_text"]) == (True, None), support["final_text"]
+    assert support["agents"] == ["support_agent"]
+    (checker,) = [t for t in traces if t["agent"] == "guardrail_agent"]
+    assert (checker["refusal"], checker["agents"]) == (False, ["guardrail_agent"])
+
+
 def split_after_the_first_agent(line: bytes) -> tuple[bytes, bytes]:
     """The request as two exports, the first ending with the first agent span to end (its
     spans are in end order, as a BatchSpanProcessor sends them): what a batch that fell
@@ -241,6 +261,6 @@ def test_a_handoff_whose_first_agent_arrives_long_before_the_rest_is_one_run(
 
 def test_every_fixture_has_an_expectation() -> None:
     names = _fixture_names()
-    assert len(names) == 95  # 87 Python captures and 8 of the Vercel AI SDK (TypeScript)
+    assert len(names) == 103  # 95 Python captures and 8 of the Vercel AI SDK (TypeScript)
     for name in names:
         assert (FIXTURES / f"{name}{_EXPECTED_SUFFIX}").is_file(), name

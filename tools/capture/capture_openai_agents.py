@@ -28,15 +28,21 @@ from typing import Any
 
 from agents import (
     Agent,
+    GuardrailFunctionOutput,
     OpenAIResponsesModel,
     RunConfig,
+    RunErrorHandlerInput,
+    RunErrorHandlerResult,
     Runner,
     function_tool,
+    input_guardrail,
+    output_guardrail,
     set_trace_processors,
 )
 from agents.exceptions import ModelRefusalError
 from openai import AsyncOpenAI
 from opentelemetry import trace
+from pydantic import BaseModel
 
 from tools.capture import scripts
 from tools.capture.cli import CaptureRun, main
@@ -45,7 +51,20 @@ from tools.capture.otlp import Capture, configure_logfire
 
 __all__ = ["SCENARIOS", "instrument"]
 
-SCENARIOS = ("refund", "parallel", "tool_error", "refusal", "agent_as_tool", "handoff")
+SCENARIOS = (
+    "refund",
+    "parallel",
+    "tool_error",
+    "refusal",
+    "agent_as_tool",
+    "handoff",
+    "refusal_output_guardrail",
+    "refusal_input_guardrail",
+)
+#: Scenarios whose main agent refuses under a guardrail that runs an agent of its own: the
+#: run has a ``model_refusal`` error handler, so the refusal becomes the final output and
+#: the run goes on (without one the SDK raises and output guardrails never run).
+GUARDRAILED = ("refusal_output_guardrail", "refusal_input_guardrail")
 
 
 def instrument(name: str, capture: Capture) -> CaptureRun:
@@ -98,11 +117,14 @@ def _instrument_contrib(capture: Capture) -> None:
 async def run_scenario(capture: Capture, server: FakeModelServer, scenario: str) -> None:
     """Run ``scenario`` once with ``Runner.run`` against the fake Responses endpoint."""
     client = AsyncOpenAI(base_url=server.base_url, api_key="sk-fake", max_retries=0, timeout=10)
-    agent = _build_agent(scenario, client)
     config = RunConfig(trace_include_sensitive_data=True, tracing_disabled=False)
+    agent = _build_agent(scenario, client, config)
+    handlers: Any = {"model_refusal": _refusal_as_output} if scenario in GUARDRAILED else None
     try:
         async with client:
-            result = await Runner.run(agent, scripts.prompt_for(scenario), run_config=config)
+            result = await Runner.run(
+                agent, scripts.prompt_for(scenario), run_config=config, error_handlers=handlers
+            )
     except ModelRefusalError as refusal:
         # SDK >= 0.2x raises on a refusal unless a run error handler is configured; the
         # trace is still ended and exported, which is what the fixture is for.
@@ -111,7 +133,48 @@ async def run_scenario(capture: Capture, server: FakeModelServer, scenario: str)
     print(f"  {scenario}: final_output={result.final_output!r}", flush=True)
 
 
-def _build_agent(scenario: str, client: Any) -> Any:
+def _refusal_as_output(data: RunErrorHandlerInput[Any]) -> RunErrorHandlerResult:
+    """A run error handler: the model's refusal text is the run's final output."""
+    error = data.error
+    assert isinstance(error, ModelRefusalError)
+    return RunErrorHandlerResult(final_output=error.refusal)
+
+
+class GuardrailVerdict(BaseModel):
+    """The guardrail agent's structured answer."""
+
+    is_flagged: bool
+    reasoning: str
+
+
+def _guardrails(model: Any, config: Any) -> tuple[Any, Any]:
+    """An input and an output guardrail, each running ``guardrail_agent`` (its own model
+    call, in the same trace: the SDK's guardrail span, then the nested agent's spans)."""
+    checker = Agent(
+        name="guardrail_agent",
+        instructions="Flag text that asks for or gives unsafe help.",
+        model=model,
+        output_type=GuardrailVerdict,
+    )
+
+    async def check(text: str) -> GuardrailFunctionOutput:
+        prompt = f"{scripts.prompt_for('guardrail_check')} {text}"
+        result = await Runner.run(checker, prompt, run_config=config)
+        verdict = result.final_output
+        return GuardrailFunctionOutput(output_info=verdict, tripwire_triggered=verdict.is_flagged)
+
+    @input_guardrail(name="input_safety")  # run_in_parallel=True, the SDK default
+    async def input_safety(context: Any, agent: Any, user_input: Any) -> GuardrailFunctionOutput:
+        return await check(user_input if isinstance(user_input, str) else str(user_input))
+
+    @output_guardrail(name="output_safety")
+    async def output_safety(context: Any, agent: Any, output: Any) -> GuardrailFunctionOutput:
+        return await check(str(output))
+
+    return input_safety, output_safety
+
+
+def _build_agent(scenario: str, client: Any, config: Any) -> Any:
     model = OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client)
     tools = {
         name: function_tool(getattr(scripts, name))
@@ -143,6 +206,12 @@ def _build_agent(scenario: str, client: Any) -> Any:
     if scenario == "handoff":
         refunds = agent("refund_agent", "issue_refund")
         return agent("triage_agent", "lookup_order", handoffs=[refunds])
+    if scenario in GUARDRAILED:
+        input_safety, output_safety = _guardrails(model, config)
+        main = agent("support_agent", "lookup_order", "issue_refund", "charge_card")
+        if scenario == "refusal_input_guardrail":
+            return main.clone(input_guardrails=[input_safety])
+        return main.clone(output_guardrails=[output_safety])
     return agent("support_agent", "lookup_order", "issue_refund", "charge_card")
 
 

@@ -57,6 +57,10 @@ SCRIPTED: dict[str, dict[str, Any]] = {
     ),
     "tool_crash": _run("support_agent", [_call("charge_card", REFUND_ARGS, "error")], None),
     "refusal": _run("support_agent", [], None, refusal=True),
+    # The refusal stays the run's: the guardrail agent's verdict, whose model call ended
+    # last, is the second run's (below).
+    "refusal_output_guardrail": _run("support_agent", [], None, refusal=True),
+    "refusal_input_guardrail": _run("support_agent", [], None, refusal=True),
     "agent_as_tool": _run(
         "concierge",
         [
@@ -80,6 +84,15 @@ SCRIPTED: dict[str, dict[str, Any]] = {
         ],
         "which you had verified",
     ),
+}
+
+#: Runs after the scripted one: an agent a guardrail ran is a run of its own, which checked
+#: the first (every exporter: OpenLLMetry hangs it off the workflow root, the others under
+#: their guardrail span).
+_CHECKER = _run("guardrail_agent", [], '"is_flagged": false')
+MORE_RUNS: dict[str, list[dict[str, Any]]] = {
+    "refusal_output_guardrail": [_CHECKER],
+    "refusal_input_guardrail": [_CHECKER],
 }
 
 _AGENTS_SDK = (
@@ -355,7 +368,50 @@ _AGENTS_REFUSAL = (
     "ends with status ERROR 'Error in agent run: ...Model refused to produce output: ...'. "
 )
 
+_AGENTS_GUARDRAIL = (
+    " Guardrail: support_agent refuses; a model_refusal run error handler makes the refusal "
+    "text the final output (without one the SDK raises and output guardrails never run). "
+    "The guardrail function runs guardrail_agent with Runner.run in the same trace "
+    "(output_type GuardrailVerdict; the fake model answers it 0.3 s late, a slower model), "
+    "so its model span ends after support_agent's refusing one: taken as the run's, it "
+    "was the run's last output (refusal lost, the verdict JSON its final text). "
+)
+_AGENTS_GUARDRAIL_WHERE = {
+    "output": "The output guardrail runs after the final output, under support_agent's span. ",
+    "input": (
+        "The input guardrail (run_in_parallel, the default) runs beside the first model "
+        "call, under support_agent's turn span. "
+    ),
+}
+_AGENTS_GUARDRAIL_SPANS = {
+    "openinference": (
+        "'<guardrail name>' (openinference.span.kind GUARDRAIL) > 'Agent workflow' (CHAIN) > "
+        "'guardrail_agent' (AGENT) > turn > response."
+    ),
+    "openllmetry": (
+        "SURPRISE: no guardrail span at all, and 'guardrail_agent.agent' hangs off the "
+        "'Agent Workflow' root, a sibling of 'support_agent.agent' (as with as_tool())."
+    ),
+    "otel_contrib": (
+        "'guardrail_check' (gen_ai.operation.name=guardrail_check, gen_ai.guardrail.name, "
+        "gen_ai.guardrail.triggered) > 'unknown' > 'invoke_agent guardrail_agent' > 'unknown' "
+        "> 'chat ...'. The refusal is also on 'invoke_agent support_agent' (the repr in its "
+        "output messages), which ends OK here."
+    ),
+    "logfire": (
+        "'Guardrail {name!r} {triggered=}' (name, triggered) > 'Task: Agent workflow' > "
+        "'Agent run: {name!r}' (guardrail_agent) > turn > 'Responses API ...'."
+    ),
+}
+
 _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
+    **{
+        ("openai_agents", name, f"refusal_{where}_guardrail"): _AGENTS_GUARDRAIL
+        + _AGENTS_GUARDRAIL_WHERE[where]
+        + spans
+        for name, spans in _AGENTS_GUARDRAIL_SPANS.items()
+        for where in ("output", "input")
+    },
     ("openai_agents", "openinference", "tool_error"): _AGENTS_TOOL_ERROR,
     ("openai_agents", "openllmetry", "tool_error"): _AGENTS_TOOL_ERROR.replace(
         '"Error running tool (non-fatal): {',
@@ -534,4 +590,5 @@ def expected_for(framework: str, instrumentation: str, scenario: str) -> dict[st
     notes = _BASE_NOTES[(framework, instrumentation)]
     notes += _SCENARIO_NOTES.get((framework, instrumentation, scenario), "")
     notes += _SCENARIO_NOTES.get((framework, "*", scenario), "")
-    return {"runs": [run], "notes": notes}
+    more = [{**extra, "calls": list(extra["calls"])} for extra in MORE_RUNS.get(scenario, ())]
+    return {"runs": [run, *more], "notes": notes}

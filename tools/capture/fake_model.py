@@ -22,6 +22,7 @@ from __future__ import annotations
 import itertools
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -151,7 +152,10 @@ def _responses_turn(body: dict[str, Any]) -> Turn:
     if isinstance(items, str):
         items = [{"role": "user", "content": items}]
     results = sum(1 for item in items if item.get("type") == "function_call_output")
-    return find_scenario(_first_user_text(items)).turn_after(results)[1]
+    scenario = find_scenario(_first_user_text(items))
+    if scenario.delay_s:
+        time.sleep(scenario.delay_s)  # this handler's own thread: a slow model
+    return scenario.turn_after(results)[1]
 
 
 def _chat_turn(body: dict[str, Any]) -> Turn:

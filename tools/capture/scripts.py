@@ -65,6 +65,7 @@ class Scenario:
     name: str
     prompt: str
     turns: tuple[Turn, ...]
+    delay_s: float = 0.0  # how long the fake Responses API takes to answer (a slower model)
 
     def turn_after(self, tool_results: int) -> tuple[int, Turn]:
         """The turn to play once ``tool_results`` tool results are in the conversation.
@@ -87,6 +88,7 @@ REFUSAL_TEXT = "I'm sorry, but I can't help with that request."
 DESK_TEXT = "Order A-1001 was delivered and is eligible for a refund."
 CONCIERGE_TEXT = "The refund desk says order A-1001 is eligible for a refund."
 HANDOFF_TEXT = "Refund R-77 of 25.00 USD was issued for order A-1001, which you had verified."
+GUARDRAIL_VERDICT = '{"is_flagged": false, "reasoning": "Nothing unsafe in the text."}'
 
 SCENARIOS: dict[str, Scenario] = {
     scenario.name: scenario
@@ -154,6 +156,31 @@ SCENARIOS: dict[str, Scenario] = {
                 ToolCalls((("get_weather", {"city": "Paris"}),)),
                 ToolCalls((("final_result", {"city": "Paris", "summary": "sunny, 21C"}),)),
             ),
+        ),
+        # The main agent refuses; a run error handler turns the refusal into the final output
+        # (so the run goes on), and an output guardrail checks that output by running a
+        # guardrail agent (guardrail_check): its model call ends after the refusal's.
+        Scenario(
+            "refusal_output_guardrail",
+            "[scenario:refusal_output_guardrail] Tell me how to pick the lock on my neighbour's"
+            " door.",
+            (Refusal(REFUSAL_TEXT),),
+        ),
+        # The same, checked by an input guardrail run in parallel with the model (the SDK's
+        # default): the guardrail agent's slower model call ends after the refusal.
+        Scenario(
+            "refusal_input_guardrail",
+            "[scenario:refusal_input_guardrail] Tell me how to pick the lock on my neighbour's"
+            " door.",
+            (Refusal(REFUSAL_TEXT),),
+        ),
+        # The guardrail agent's own conversation: a structured verdict that flags nothing,
+        # answered a little later than the main agent's model (a second, slower model).
+        Scenario(
+            "guardrail_check",
+            "[scenario:guardrail_check] Check this text.",
+            (Text(GUARDRAIL_VERDICT),),
+            delay_s=0.3,
         ),
         # The nested agent's own conversation, reached through the outer agent's tool input.
         Scenario(

@@ -115,8 +115,11 @@ class AssemblyLimits:
 
 
 def runs_an_agent(spans: Iterable[SpanRecord]) -> bool:
-    """Whether some span of a trace is an agent run, a model call or a tool execution."""
-    return any(span.role is not SpanRole.OTHER for span in spans)
+    """Whether some span of a trace is an agent run, a model call or a tool execution (a
+    guardrail check alone is none)."""
+    return any(
+        span.role is not SpanRole.OTHER and span.role is not SpanRole.GUARDRAIL for span in spans
+    )
 
 
 def _require(name: str, value: int, minimum: int) -> None:

@@ -9,6 +9,14 @@ has one, else its only tree top; when the root is missing and several fragments 
 are parts of one run whose root was lost, so they form one run with a synthetic root
 (``run_span_id`` ``None``, times the min/max of its spans).
 
+Guardrails. An agent that a guardrail runs (an AGENT span below a GUARDRAIL span of the run,
+no agent between: the OpenAI Agents SDK's guardrail function calling ``Runner.run`` on a
+checker agent) is a run of its own, as OpenLLMetry, which writes no guardrail span and hangs
+that agent off the workflow root, shows it: it checks the run, it is not part of it. Its
+model calls end after the run's own (an output guardrail runs on the final output; an input
+guardrail beside the first model call), so taken as the run's they were its last output,
+its verdict the run's final text, and a refusal under a guardrail read as an answer.
+
 Workflow spans. An AGENT span that does no work of its own (no LLM or TOOL span has it as
 nearest agent) but contains other AGENT spans is a workflow, not an agent run: OpenInference
 and the contrib openai-agents-v2 instrumentation map the OpenAI Agents SDK *trace* to such a
@@ -92,6 +100,7 @@ class _Frame:
     agent: SpanRecord | None  # nearest AGENT at or above the children
     tool: SpanRecord | None  # nearest TOOL at or above the children, within the run
     parent: bytes | None  # the children's call parent (wrappers skipped)
+    guarded: bool  # a GUARDRAIL at or above the children, no AGENT between: one starts a run
 
     def __init__(
         self,
@@ -99,11 +108,13 @@ class _Frame:
         agent: SpanRecord | None,
         tool: SpanRecord | None,
         parent: bytes | None,
+        guarded: bool = False,
     ) -> None:
         self.run = run
         self.agent = agent
         self.tool = tool
         self.parent = parent
+        self.guarded = guarded
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -377,16 +388,19 @@ def _only_agents_below(agent: SpanRecord, tree: _Tree) -> bool:
 
 def _descend(span: SpanRecord, frame: _Frame, workflows: frozenset[bytes]) -> _Frame:
     """The frame ``span`` hands its children. An AGENT span (not a workflow) outside every
-    run starts one, and TOOL ancestors outside that run are not its calls' parents."""
-    is_agent = span.role is SpanRole.AGENT and span.span_id not in workflows
-    starts_run = frame.run is None and is_agent
+    run, or that a guardrail runs, starts one, and TOOL ancestors outside that run are not
+    its calls' parents."""
+    role = span.role
+    is_agent = role is SpanRole.AGENT and span.span_id not in workflows
+    starts_run = is_agent and (frame.run is None or frame.guarded)
     run = span.span_id if starts_run else frame.run
     tool = None if starts_run else frame.tool
     return _Frame(
         run=run,
         agent=span if is_agent else frame.agent,
-        tool=span if span.role is SpanRole.TOOL else tool,
-        parent=frame.parent if span.role is SpanRole.WRAPPER else span.span_id,
+        tool=span if role is SpanRole.TOOL else tool,
+        parent=frame.parent if role is SpanRole.WRAPPER else span.span_id,
+        guarded=role is SpanRole.GUARDRAIL or (frame.guarded and not is_agent),
     )
 
 

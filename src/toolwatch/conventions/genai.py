@@ -128,7 +128,9 @@ _OPERATION_ROLES: Final = {
     "handoff": SpanRole.OTHER,
     "embeddings": SpanRole.OTHER,
     "retrieval": SpanRole.OTHER,
-    "apply_guardrail": SpanRole.OTHER,
+    "apply_guardrail": SpanRole.GUARDRAIL,
+    # The contrib openai-agents-v2 instrumentation's guardrail span (gen_ai.guardrail.name).
+    "guardrail_check": SpanRole.GUARDRAIL,
 }
 
 

@@ -50,6 +50,7 @@ KEYS: Final = frozenset({MSG_TEMPLATE, _EVENTS, "name", "input", "output", "to_a
 _ROLES: Final = {
     "Function: {name}": SpanRole.TOOL,
     "Agent run: {name!r}": SpanRole.AGENT,
+    "Guardrail {name!r} {triggered=}": SpanRole.GUARDRAIL,
 }
 
 CONVENTION: Final = Convention(

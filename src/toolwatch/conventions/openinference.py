@@ -75,6 +75,7 @@ _KIND_ROLES: Final = {
     "TOOL": SpanRole.TOOL,
     "LLM": SpanRole.LLM,
     "AGENT": SpanRole.AGENT,
+    "GUARDRAIL": SpanRole.GUARDRAIL,
 }
 
 

@@ -19,7 +19,7 @@ TOOL_NAMES = ("lookup_order", "Issue_Refund", "get_weather", "web_search")
 CALL_IDS = ("call_1", "call_2", "call_3", None, None)
 AGENT_NAMES = ("refund-bot", "billing-bot", None)
 ROLES = (SpanRole.TOOL, SpanRole.TOOL, SpanRole.LLM, SpanRole.LLM, SpanRole.AGENT,
-         SpanRole.WRAPPER, SpanRole.OTHER)  # fmt: skip
+         SpanRole.WRAPPER, SpanRole.OTHER, SpanRole.GUARDRAIL)  # fmt: skip
 
 json_values = st.sampled_from(["A-1001", "Paris", 3, 25.0, True, None, [1, 2], {"k": "v"}])
 

@@ -17,7 +17,7 @@ from assembly_support import (
     tool,
 )
 
-from toolwatch.assembly.buffer import AssemblyLimits, CompletedTrace, TraceBuffer
+from toolwatch.assembly.buffer import AssemblyLimits, CompletedTrace, TraceBuffer, runs_an_agent
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
 
 WAIT = 2 * SECOND
@@ -536,3 +536,11 @@ def test_deadline_heap_stays_bounded_under_constant_eviction() -> None:
     assert metrics.evicted == {"max_traces": 4_990}
     clock.advance(60)
     assert len(buffer.poll()) == 10
+
+
+def test_a_guardrail_check_alone_is_not_an_agent_run() -> None:
+    """Guardrails AI validating a text with no model call: no ToolTrace (its spans were
+    plain spans, not_an_agent_run, before guardrail spans were told apart)."""
+    check = span(1, None, SpanRole.GUARDRAIL, 0, 10, name="Runner.step")
+    assert not runs_an_agent([check, span(2, 1, SpanRole.OTHER, 1, 9)])
+    assert runs_an_agent([check, span(2, 1, SpanRole.LLM, 1, 9)])

@@ -224,6 +224,94 @@ def test_an_agent_transferred_to_answers_and_refuses_for_the_run() -> None:
     assert (trace.refusal, trace.refusal_reason, trace.final_text) == (True, "safety", None)
 
 
+def guarded_refusal_spans(input_guardrail: bool) -> list[SpanRecord]:
+    """The OpenAI Agents SDK (OpenInference's spans): support refuses, a model_refusal
+    handler makes that the final output, and a guardrail runs a checker agent whose model
+    call, ending last, answers with a verdict. An output guardrail runs after the final
+    output, under the agent's span; an input guardrail beside the first model call, under
+    its turn span."""
+    guardrail_parent, start = (3, 2) if input_guardrail else (1, 31)
+    return [
+        agent(1, None, "support", 0, 100),
+        span(3, 1, SpanRole.OTHER, 1, 98 if input_guardrail else 30, name="turn"),
+        llm(4, 3, 3, 20, refusal="I can't help with that."),
+        span(5, guardrail_parent, SpanRole.GUARDRAIL, start, 97, name="output_safety"),
+        span(6, 5, SpanRole.OTHER, start + 1, 96, name="Agent workflow"),
+        agent(7, 6, "checker", start + 2, 95),
+        span(8, 7, SpanRole.OTHER, start + 3, 94, name="turn"),
+        llm(9, 8, start + 4, 93, output_text='{"is_flagged": false}', finish_reasons=("stop",)),
+    ]
+
+
+@pytest.mark.parametrize("input_guardrail", [False, True], ids=["output", "input"])
+def test_an_agent_a_guardrail_runs_is_a_run_of_its_own_and_keeps_the_refusal(
+    input_guardrail: bool,
+) -> None:
+    """The checker's model call ended after the refusal: taken as the run's last output,
+    the run answered (a REFUSAL_REGRESSION missed) with the checker's verdict."""
+    traces = build(guarded_refusal_spans(input_guardrail))
+    support = next(t for t in traces if t.run_span_id == hexid(1))
+    assert (support.refusal, support.refusal_reason, support.final_text) == (
+        True,
+        "I can't help with that.",
+        None,
+    )
+    assert (support.agents, support.span_count) == (("support",), 5)
+    assert len(traces) == 2
+    checker = traces[1]
+    assert (checker.run_span_id, checker.agents, checker.span_count) == (hexid(7), ("checker",), 3)
+    assert (checker.refusal, checker.final_text) == (False, '{"is_flagged": false}')
+
+
+def test_the_checker_agent_of_a_guardrail_makes_its_own_calls() -> None:
+    spans = [
+        *guarded_refusal_spans(input_guardrail=False),
+        tool(10, 7, "lookup_policy", 40, 41),
+        tool(11, 1, "lookup_order", 21, 22),
+    ]
+    support, checker = build(spans)
+    assert [(c.tool_name, c.agent, c.parent_call_id) for c in support.calls] == [
+        ("lookup_order", "support", None)
+    ]
+    assert [(c.tool_name, c.agent, c.parent_call_id) for c in checker.calls] == [
+        ("lookup_policy", "checker", None)
+    ]
+
+
+def test_a_model_call_a_guardrail_wraps_is_still_the_runs() -> None:
+    """Guardrails AI (OpenInference GUARDRAIL ``Runner.step``) wraps the model call it
+    validates: that output is the run's, refusal included. Only an agent below a guardrail
+    starts a run."""
+    spans = [
+        agent(1, None, "support", 0, 100),
+        span(2, 1, SpanRole.GUARDRAIL, 1, 90, name="Runner.step"),
+        llm(3, 2, 2, 80, output_text="No.", finish_reasons=("content_filter",)),
+    ]
+    trace = only(spans)
+    assert (trace.run_span_id, trace.span_count) == (hexid(1), 3)
+    assert (trace.refusal, trace.refusal_reason, trace.final_text) == (
+        True,
+        "content_filter",
+        "No.",
+    )
+
+
+def test_an_agent_below_the_checker_of_a_guardrail_is_the_checkers() -> None:
+    """Only the agent a guardrail runs starts a run; one that agent runs (here transferred
+    to, no tool between) speaks for the checker, as in any run."""
+    spans = [
+        *guarded_refusal_spans(input_guardrail=False),
+        agent(10, 8, "second_opinion", 60, 94),
+        llm(11, 10, 61, 94, output_text='{"is_flagged": true}'),
+    ]
+    support, checker = build(spans)
+    assert (support.refusal, support.final_text) == (True, None)
+    assert (checker.agents, checker.final_text) == (
+        ("checker", "second_opinion"),
+        '{"is_flagged": true}',
+    )
+
+
 def test_nested_call_without_an_outer_call_id_uses_the_outer_span_id() -> None:
     spans = [
         agent(1, None, "outer", 0, 100),

@@ -387,3 +387,29 @@ def test_a_handoff_span_names_the_agent_it_hands_to(
     role, _, fields = recognize(name, 0, attrs, None)
     assert role is SpanRole.OTHER
     assert fields.get("tool_name") == target
+
+
+@pytest.mark.parametrize(
+    ("name", "attrs", "convention"),
+    [
+        # the OpenAI Agents SDK's guardrail span, as each exporter that writes one names it
+        ("output_safety", {"openinference.span.kind": "GUARDRAIL"}, "openinference"),
+        (
+            "guardrail_check",
+            {"gen_ai.operation.name": "guardrail_check", "gen_ai.guardrail.name": "output_safety"},
+            "genai",
+        ),
+        (
+            "Guardrail {name!r} {triggered=}",
+            {"logfire.msg_template": "Guardrail {name!r} {triggered=}", "name": "output_safety"},
+            "logfire",
+        ),
+        ("apply_guardrail", {"gen_ai.operation.name": "apply_guardrail"}, "genai"),
+    ],
+)
+def test_a_guardrail_span_is_a_guardrail_with_no_fields(
+    name: str, attrs: dict[str, object], convention: str
+) -> None:
+    """An agent a guardrail runs is a run of its own (``assembly/timeline.py``): the
+    guardrail span has to be told from a plain span."""
+    assert recognize(name, 0, attrs, None) == Recognition(SpanRole.GUARDRAIL, convention, {})
