@@ -110,9 +110,7 @@ def test_minimal_policy_flags_an_unverified_refund(
 def _namespaced_refund_run() -> agents.AgentRun:
     """An MCP server's refund tool, namespaced by the server as MCP clients name it."""
     refund = agents.Call("billing__issue_refund", {"order_id": "A-1001"}, "call_2")
-    return agents.AgentRun(
-        "refund-bot", (agents.Turn((refund,)), agents.Turn(text="Refunded."))
-    )
+    return agents.AgentRun("refund-bot", (agents.Turn((refund,)), agents.Turn(text="Refunded.")))
 
 
 def test_a_namespaced_dangerous_tool_is_told_and_a_tool_prefix_guards_it(

@@ -77,13 +77,19 @@ def make_finding(
     field: str | None = None,
     details: Mapping[str, Any] | None = None,
 ) -> Finding:
-    """A Finding about ``trace``; ``call`` (the offending call) supplies span id and tool.
+    """A Finding about ``trace``; ``call`` (the offending call) supplies span id, tool and
+    agent: a call a nested agent made (an agent used as a tool, or one handed over to) is
+    that agent's, and ``details["run_agent"]`` names the run's agent beside it.
 
     Bounded whatever the run (a finding is held in every stream subscriber's queue): the
     explanation is cut at ``MAX_EXPLANATION`` characters and each list in ``details`` at
     ``MAX_DETAIL_ITEMS`` items."""
     if len(explanation) > MAX_EXPLANATION:
         explanation = explanation[: MAX_EXPLANATION - 1] + "…"
+    agent = trace.agent
+    if call is not None and call.agent is not None and call.agent != agent:
+        agent = call.agent
+        details = {**(details or {}), "run_agent": trace.agent}
     return Finding(
         category=category,
         severity=severity,
@@ -95,7 +101,7 @@ def make_finding(
         span_id=call.span_id if call is not None else None,
         tool=tool if tool is not None or call is None else call.tool_name,
         field=field,
-        agent=trace.agent,
+        agent=agent,
         details={k: _bounded(v) for k, v in details.items()} if details else {},
     )
 

@@ -125,7 +125,6 @@ class ToolTraceStructure:
             details={"check": check.name},
         )
 
-
     def _refusal(
         self, trace: ToolTrace, base: Baseline, reference: Reference
     ) -> StructureCheck | None:

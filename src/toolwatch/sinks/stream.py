@@ -152,7 +152,10 @@ class ResumeResult(NamedTuple):
 
 
 #: What filters read of a published finding: its category, severity and agent.
-_Tag = tuple[Category, Severity, str | None]
+#: What filters read of a finding: its category, its severity, and the agents it concerns
+#: (the agent that made the call, then the run's when another: a subscriber for the run's
+#: agent also follows what the agents it called did).
+_Tag = tuple[Category, Severity, tuple[str, ...]]
 #: From a call's metadata, what is asked before each write to it (``None``: nothing):
 #: ``ListenerSecurity.still_accepted`` for the stream listener.
 Authorize = Callable[[Any], Callable[[], bool] | None]
@@ -201,16 +204,24 @@ class StreamFilter:
 
     def matches(self, finding: Finding, agent: str | None) -> bool:
         """Whether ``finding`` (of a run by ``agent``) passes this filter."""
-        return self.accepts((finding.category, finding.severity, agent))
+        return self.accepts(tag_of(finding, agent))
 
     def accepts(self, tag: _Tag) -> bool:
-        """Whether a finding of this category, severity and agent passes this filter."""
-        category, severity, agent = tag
+        """Whether a finding of this category, severity and agents passes this filter."""
+        category, severity, agents = tag
         return (
             (not self.categories or category in self.categories)
             and severity.rank >= self.min_severity.rank
-            and (not self.agents or (agent is not None and agent.casefold() in self.agents))
+            and (not self.agents or any(a.casefold() in self.agents for a in agents))
         )
+
+
+def tag_of(finding: Finding, run_agent: str | None) -> _Tag:
+    """The tag filters read of ``finding``, of a run by ``run_agent``."""
+    agents = tuple(a for a in (finding.agent, run_agent) if a is not None)
+    if len(agents) == 2 and agents[0] == agents[1]:
+        agents = agents[:1]
+    return finding.category, finding.severity, agents
 
 
 _Name = TypeVar("_Name", Category, Severity)
@@ -568,7 +579,7 @@ class FindingsBroker:
         dropped = 0
         for finding in findings:
             self._sequence += 1
-            tag = (finding.category, finding.severity, finding.agent or trace.agent)
+            tag = tag_of(finding, trace.agent)
             self._index.append(tag)
             matching = [s for s in self._subscriptions if s.filter.accepts(tag)]
             if matching or holding:

@@ -40,7 +40,7 @@ def test_clamp() -> None:
 
 
 def test_make_finding_takes_span_and_tool_from_the_offending_call() -> None:
-    run = trace(call("lookup", index=0, span="abc"), agent="billing")
+    run = trace(call("lookup", index=0, span="abc", agent="billing"), agent="billing")
     finding = make_finding(
         run,
         category=Category.UNNECESSARY_TOOL_CALL,
@@ -59,3 +59,30 @@ def test_make_finding_takes_span_and_tool_from_the_offending_call() -> None:
     )
     assert finding.trace_id == run.trace_id
     assert finding.details == {}
+
+
+def test_a_call_a_nested_agent_made_is_that_agents_and_names_the_runs() -> None:
+    run = trace(
+        call("ask_billing", index=0, agent="support"),
+        call("issue_refund", index=1, parent=0, agent="billing"),
+        agent="support",
+    )
+    found = [
+        make_finding(
+            run,
+            category=Category.MISSING_VERIFICATION_STEP,
+            evaluator="safety",
+            reference=ReferenceKind.POLICY,
+            severity=Severity.HIGH,
+            score=0.0,
+            explanation="x",
+            call=made,
+            details={"verification_tools": ["lookup_order"]},
+        )
+        for made in (*run.calls, None)
+    ]
+    assert [(f.agent, f.details) for f in found] == [
+        ("support", {"verification_tools": ["lookup_order"]}),
+        ("billing", {"verification_tools": ["lookup_order"], "run_agent": "support"}),
+        ("support", {"verification_tools": ["lookup_order"]}),
+    ]

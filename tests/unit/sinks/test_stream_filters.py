@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import json
 import logging
@@ -75,6 +76,18 @@ def test_filter_matching(
     stream_filter: StreamFilter, item: Finding, agent: str | None, matches: bool
 ) -> None:
     assert stream_filter.matches(item, agent) is matches
+
+
+@pytest.mark.parametrize(
+    ("agents", "matches"),
+    [({"support"}, True), ({"Billing"}, True), ({"other"}, False)],
+)
+def test_a_finding_on_a_nested_agents_call_reaches_its_subscribers_and_the_runs(
+    agents: set[str], matches: bool
+) -> None:
+    nested = dataclasses.replace(finding(), agent="billing")
+    stream_filter = StreamFilter(agents=frozenset(a.casefold() for a in agents))
+    assert stream_filter.matches(nested, "support") is matches
 
 
 def test_the_broker_is_a_finding_sink_and_validates_its_queue_size() -> None:
