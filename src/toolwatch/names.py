@@ -60,16 +60,22 @@ def namespaced(name: str, tools: Collection[str]) -> str | None:
 
 
 def strip_prefix(pattern: re.Pattern[str] | None, folded: str) -> str:
-    """``folded`` without what ``pattern`` matches at its start, unless that is all of it.
-    Names longer than ``_MAX_REMEMBERED_LENGTH`` are left as they are: a tool's name is at
-    most 64 characters in the model APIs, and a pattern that backtracks must not be handed
-    a producer's megabyte."""
+    """``folded`` without what ``pattern`` matches at its start, again until it matches no
+    more (so that a name normalized twice, as the timeline and then an evaluator do, stays
+    the same), unless that would leave nothing. Names longer than
+    ``_MAX_REMEMBERED_LENGTH`` are left as they are: a tool's name is at most 64 characters
+    in the model APIs, and a pattern that backtracks must not be handed a producer's
+    megabyte."""
     if pattern is None or len(folded) > _MAX_REMEMBERED_LENGTH:
         return folded
-    match = pattern.match(folded)
-    if match is None or match.end() == 0 or match.end() >= len(folded):
-        return folded
-    return folded[match.end() :].strip()
+    while True:  # each pass removes at least one character
+        match = pattern.match(folded)
+        if match is None or match.end() == 0 or match.end() >= len(folded):
+            return folded
+        rest = folded[match.end() :].strip()
+        if not rest:
+            return folded
+        folded = rest
 
 
 class NameNormalizer:

@@ -133,7 +133,7 @@ def test_a_namespaced_dangerous_tool_is_told_and_a_tool_prefix_guards_it(
         "tool 'billing__issue_refund' looks like the policy's 'issue_refund' in a namespace"
     )
 
-    config.write_text(MINIMAL_POLICY + "  tool_prefix: '(mcp__)?[a-z0-9-]+__'\n")
+    config.write_text(MINIMAL_POLICY + "  tool_prefix: '[a-z0-9_-]+?__'\n")
     assert server.reload()
     send_grpc(server, agents.record(_namespaced_refund_run(), "genai"))
     server.settle()

@@ -262,16 +262,51 @@ def test_a_tool_prefix_that_is_no_pattern_is_refused(
     assert error_lines(config, {})[1] == f"  {config}: policy.tool_prefix: {reason}"
 
 
-def test_a_tool_prefix_applies_to_the_policy_names_as_to_the_calls() -> None:
+def test_the_guarded_tools_are_the_dangerous_verification_and_invariant_ones() -> None:
     config = Config.model_validate(
         {
             "policy": {
                 "tool_prefix": "(mcp__)?[a-z]+__",
-                "dangerous_tools": ["billing__issue_refund"],
+                "dangerous_tools": ["Issue_Refund"],
                 "verification_tools": ["lookup_order"],
-                "invariants": [{"kind": "forbidden", "tool": "mcp__ops__drop_table"}],
+                "allowed_tools": {"bot": ["search_kb"]},
+                "invariants": [{"kind": "forbidden", "tool": "drop_table"}],
             }
         }
     )
     assert config.policy.guarded_tools() == {"issue_refund", "lookup_order", "drop_table"}
-    assert "issue_refund" in config.named_tools()
+
+
+@pytest.mark.parametrize(
+    ("policy", "reason"),
+    [
+        (
+            "  allowed_tools:\n    bot: [sandbox__issue_refund]\n",
+            "policy: allowed_tools.bot names 'sandbox__issue_refund', which tool_prefix makes"
+            " 'issue_refund' in every call, whatever its namespace: write 'issue_refund'",
+        ),
+        (
+            "  invariants:\n    - {kind: order, before: lookup_order, after: mcp__x__refund}\n",
+            "policy: invariants (order) names 'mcp__x__refund', which tool_prefix makes 'refund'",
+        ),
+        (
+            "  aliases:\n    kb__search: search_kb\n    crm__search: search_crm\n",
+            "policy: aliases 'kb__search' and 'crm__search' are both 'search' once tool_prefix"
+            " removes their namespace, and map it to different tools",
+        ),
+    ],
+)
+def test_a_policy_name_the_tool_prefix_would_shorten_is_refused(
+    tmp_path: Path, policy: str, reason: str
+) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text("policy:\n  tool_prefix: '(mcp__)?[a-z0-9_-]+?__'\n" + policy)
+    assert error_lines(config, {})[1].startswith(f"  {config}: {reason}")
+
+
+def test_aliases_of_two_namespaces_to_one_tool_are_one_alias() -> None:
+    policy = {
+        "tool_prefix": "[a-z]+__",
+        "aliases": {"kb__search": "search_kb", "docs__search": "Search_KB"},
+    }
+    assert Config.model_validate({"policy": policy}).policy.normalizer()("x__search") == "search_kb"

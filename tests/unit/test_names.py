@@ -101,3 +101,16 @@ def test_each_name_worked_out_is_told_once_while_it_is_remembered() -> None:
 )
 def test_a_name_in_a_namespace_names_the_tool_it_ends_in(name: str, tool: str | None) -> None:
     assert names.namespaced(name, {"issue_refund", "lookup_order"}) == tool
+
+
+@given(st.lists(st.sampled_from(["mcp", "billing", "a", "_", "__", "-", "x1"]), max_size=8))
+def test_a_name_normalized_twice_stays_the_same(parts: list[str]) -> None:
+    """The timeline normalizes a call's name, then each evaluator normalizes that again."""
+    normalize = NameNormalizer({"refund": "issue_refund"}, re.compile(r"[a-z0-9-]+__"))
+    name = "".join(parts) + "refund"
+    assert normalize(normalize(name)) == normalize(name)
+
+
+def test_a_prefix_is_removed_as_often_as_it_matches() -> None:
+    normalize = NameNormalizer(prefix=re.compile(r"[a-z0-9-]+__"))
+    assert normalize("mcp__billing__issue_refund") == "issue_refund"

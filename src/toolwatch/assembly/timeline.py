@@ -10,12 +10,14 @@ are parts of one run whose root was lost, so they form one run with a synthetic 
 (``run_span_id`` ``None``, times the min/max of its spans).
 
 Guardrails. An agent that a guardrail runs (an AGENT span below a GUARDRAIL span of the run,
-no agent between: the OpenAI Agents SDK's guardrail function calling ``Runner.run`` on a
-checker agent) is a run of its own, as OpenLLMetry, which writes no guardrail span and hangs
-that agent off the workflow root, shows it: it checks the run, it is not part of it. Its
-model calls end after the run's own (an output guardrail runs on the final output; an input
-guardrail beside the first model call), so taken as the run's they were its last output,
-its verdict the run's final text, and a refusal under a guardrail read as an answer.
+no agent or tool between: the OpenAI Agents SDK's guardrail function calling ``Runner.run`` on
+a checker agent) is a run of its own, without reference keys (the canary case id or shadow
+pair key on the resource is the checked run's), as OpenLLMetry, which writes no guardrail
+span and hangs that agent off the workflow root, shows it: it checks the run, it is not part
+of it. Its model calls end after the run's own (an output guardrail runs on the final
+output; an input guardrail beside the first model call), so taken as the run's they were its
+last output, its verdict the run's final text, and a refusal under a guardrail read as an
+answer.
 
 Workflow spans. An AGENT span that does no work of its own (no LLM or TOOL span has it as
 nearest agent) but contains other AGENT spans is a workflow, not an agent run: OpenInference
@@ -400,7 +402,10 @@ def _descend(span: SpanRecord, frame: _Frame, workflows: frozenset[bytes]) -> _F
         agent=span if is_agent else frame.agent,
         tool=span if role is SpanRole.TOOL else tool,
         parent=frame.parent if role is SpanRole.WRAPPER else span.span_id,
-        guarded=role is SpanRole.GUARDRAIL or (frame.guarded and not is_agent),
+        # Only a guardrail on the run's own agent (no TOOL between: one wrapping an agent used
+        # as a tool guards the tool's work, which stays the caller's) runs a checker.
+        guarded=(role is SpanRole.GUARDRAIL and tool is None)
+        or (frame.guarded and not is_agent and role is not SpanRole.TOOL),
     )
 
 
@@ -596,6 +601,10 @@ def _tool_trace(
     refusal = _refusal(run, sites)
     ranked = _by_precedence(run)
     identity = _Identity(ranked)
+    # A run whose agent has an agent above it is a guardrail's checker (only a guardrail
+    # starts a run below another's): the canary case id or shadow pair key its resource
+    # carries is the checked run's, so the checker is judged by the policy alone.
+    checker = run.agent_id is not None and sites[run.agent_id].agent is not None
     return ToolTrace(
         trace_id=trace.trace_id.hex(),
         run_span_id=run.span.span_id.hex() if run.span is not None else None,
@@ -613,7 +622,7 @@ def _tool_trace(
         end_ns=run.end_ns,
         span_count=len(run.spans),
         conversation_id=identity.conversation_id,
-        reference_keys=_reference_keys(ranked),
+        reference_keys={} if checker else _reference_keys(ranked),
         agents=_agents(run, identity.agent),
     )
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeAlias
 
@@ -34,7 +34,7 @@ from pydantic import (
 )
 
 from toolwatch.model import Severity
-from toolwatch.names import NameNormalizer, fold
+from toolwatch.names import NameNormalizer, fold, strip_prefix
 from toolwatch.sections import Section as _Section
 
 __all__ = [
@@ -301,7 +301,54 @@ class PolicySettings(_Section):
             _check_binding_side(key, normalize, dangerous, "dangerous_tools")
             for ref in (refs,) if isinstance(refs, str) else refs:
                 _check_binding_side(ref, normalize, verification, "verification_tools")
+        if self.tool_prefix is not None:
+            self._prefix_keeps_names(_compile_prefix(self.tool_prefix))
         return self
+
+    def _prefix_keeps_names(self, prefix: re.Pattern[str]) -> None:
+        """Under ``tool_prefix`` every namespace's tool of one name is one tool, so a policy
+        name it would shorten (``sandbox__issue_refund`` in ``allowed_tools``) would quietly
+        stand for every server's; and two alias keys it makes one would map one name two
+        ways. Both are refused."""
+        for where, name in self._tool_names():
+            folded = fold(name)
+            stripped = strip_prefix(prefix, folded)
+            if stripped != folded:
+                raise ValueError(
+                    f"{where} names {name!r}, which tool_prefix makes {stripped!r} in every"
+                    f" call, whatever its namespace: write {stripped!r}"
+                )
+        keys: dict[str, str] = {}
+        for alias, target in self.aliases.items():
+            stripped = strip_prefix(prefix, fold(alias))
+            other = keys.setdefault(stripped, alias)
+            if other != alias and fold(self.aliases[other]) != fold(target):
+                raise ValueError(
+                    f"aliases {other!r} and {alias!r} are both {stripped!r} once tool_prefix"
+                    " removes their namespace, and map it to different tools"
+                )
+
+    def _tool_names(self) -> Iterator[tuple[str, str]]:
+        """Every tool name the policy writes, with where (alias keys aside: they are the
+        names calls arrive with)."""
+        for tool in self.dangerous_tools:
+            yield "dangerous_tools", tool
+        for tool in self.verification_tools:
+            yield "verification_tools", tool
+        for key, refs in self.bindings.items():
+            for ref in (key, *((refs,) if isinstance(refs, str) else refs)):
+                yield "bindings", split_tool_field(ref)[0]
+        for agent, tools in self.allowed_tools.items():
+            for tool in tools:
+                yield f"allowed_tools.{agent}", tool
+        for tool in self.repeat_limits:
+            yield "repeat_limits", tool
+        for rule in self.invariants:
+            names = (rule.before, rule.after) if isinstance(rule, OrderRule) else (rule.tool,)
+            for tool in names:
+                yield f"invariants ({rule.kind})", tool
+        for target in self.aliases.values():
+            yield "aliases", target
 
     def normalizer(self, worked_out: Callable[[str], None] | None = None) -> NameNormalizer:
         """The tool-name normalizer these aliases and this prefix define (the timeline must

@@ -14,7 +14,9 @@ Checks, each scored in [0, 1] and reported under its own score key:
   right (a canary that must be refused, or one that must be answered); a case that does not
   say and expects tool calls must not be refused; other cases skip the check. A run refused
   when the timeline found a refusal (a finish reason or a refusal part) or when its final
-  text matches one of ``refusal_patterns`` (the run's and its source's alike).
+  text matches one of ``refusal_patterns`` (the run's and its source's alike); against a
+  case that only expects tool calls, matching words after calls were made are not a
+  refusal (an apology for part of the work).
 
 ``score`` is the mean of the checks that apply; with none the evaluator does not apply. Each
 check below ``threshold`` (default 1.0) is one finding: TOOL_TRACE_STRUCTURE_DRIFT, or
@@ -132,10 +134,14 @@ class ToolTraceStructure:
         if expected is None:
             return None
         refused, said = self._refused(trace)
+        case = base.case
+        if said is not None and case is not None and case.expected_refusal is None and trace.calls:
+            # Words alone, after the run did work, against a case that only expects work:
+            # an apology for part of it ("sorry, I can't find that order"), not a refusal.
+            refused, said = False, None
         if base.kind is ReferenceKind.SOURCE and reference.source is not None:
             expected = self._refused(reference.source)[0]
         score = 1.0 if refused == expected else 0.0
-        case = base.case
         if case is not None and score == 0.0:
             if not refused:
                 text = "the run did not refuse a case that expects a refusal"

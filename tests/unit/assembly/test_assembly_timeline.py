@@ -278,6 +278,38 @@ def test_the_checker_agent_of_a_guardrail_makes_its_own_calls() -> None:
     ]
 
 
+def test_a_checker_run_is_matched_to_no_golden_case_or_shadow_pair() -> None:
+    """A canary's case id on the resource reaches every span, the checker's too: matched
+    to the case, the checker would page that it did not refuse what the canary must."""
+    keys = (("toolwatch.case_id", "must-refuse"),)
+    spans = [
+        dataclasses.replace(s, reference_keys=keys)
+        for s in guarded_refusal_spans(input_guardrail=False)
+    ]
+    support, checker = build(spans)
+    assert support.reference_keys == {"toolwatch.case_id": "must-refuse"}
+    assert checker.reference_keys == {}
+
+
+def test_a_guardrail_around_an_agent_used_as_a_tool_keeps_its_calls_in_the_run() -> None:
+    """Guardrails AI's Guard around the agent a tool runs: that agent's refund is the run's,
+    verified by the run's lookup, not a run of its own with an unverified refund."""
+    spans = [
+        agent(1, None, "support", 0, 100),
+        tool(2, 1, "lookup_order", 1, 5),
+        tool(3, 1, "refund_desk", 10, 90),
+        span(4, 3, SpanRole.GUARDRAIL, 11, 89, name="guard"),
+        agent(5, 4, "refund_desk_agent", 12, 88),
+        tool(6, 5, "issue_refund", 20, 30),
+    ]
+    (run,) = build(spans)
+    assert [(c.tool_name, c.parent_call_id) for c in run.calls] == [
+        ("lookup_order", None),
+        ("refund_desk", None),
+        ("issue_refund", hexid(3)),
+    ]
+
+
 def test_a_model_call_a_guardrail_wraps_is_still_the_runs() -> None:
     """Guardrails AI (OpenInference GUARDRAIL ``Runner.step``) wraps the model call it
     validates: that output is the run's, refusal included. Only an agent below a guardrail

@@ -145,6 +145,19 @@ def test_refusal_patterns_judge_the_shadow_source_too() -> None:
     assert agreeing is not None and agreeing.scores["refusal"] == 1.0
 
 
+def test_words_after_the_work_are_no_refusal_of_a_case_that_only_expects_work() -> None:
+    sorry = "I'm sorry, I can't find order A-1001; I've escalated it."
+    golden = case("lookup_order")
+    worked = trace("lookup_order", final_text=sorry)
+    did_work = evaluate(worked, Reference(expected=golden), **SORRY)
+    assert did_work is not None and did_work.scores["refusal"] == 1.0
+    no_work = evaluate(trace(final_text=sorry), Reference(expected=golden), **SORRY)
+    assert no_work is not None and no_work.scores["refusal"] == 0.0
+    must_not = case("lookup_order", expected_refusal=False)  # said outright: words count
+    told = evaluate(trace("lookup_order", final_text=sorry), Reference(expected=must_not), **SORRY)
+    assert told is not None and told.scores["refusal"] == 0.0
+
+
 def test_refusal_patterns_read_only_the_start_of_a_long_text() -> None:
     golden = case(expected_no_tools=True, expected_refusal=False)
     late = trace(final_text="x" * 2000 + " cannot help with")
