@@ -235,7 +235,7 @@ _WEEK_SECONDS = 7 * 86_400
 
 class AssemblySettings(_Section):
     completion_wait_seconds: float = Field(2.0, gt=0, le=_WEEK_SECONDS)
-    max_trace_age_seconds: float = Field(60.0, gt=0, le=_WEEK_SECONDS)
+    max_trace_age_seconds: float = Field(300.0, gt=0, le=_WEEK_SECONDS)
     local_parent_wait_seconds: float | None = Field(None, gt=0, le=_WEEK_SECONDS)
     late_span_window_seconds: float = Field(300.0, ge=0, le=_WEEK_SECONDS)
     max_traces: int = Field(10_000, gt=0)

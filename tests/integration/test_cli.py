@@ -427,9 +427,9 @@ def test_check_config_prints_what_serve_would_warn_of(tmp_path: Path) -> None:
             "listen.grpc and listen.metrics both use port 14317",
         ),
         (
-            "assembly:\n  completion_wait_seconds: 120\n",
+            "assembly:\n  completion_wait_seconds: 400\n",
             "assembly",
-            "completion_wait_seconds (120) must be shorter than max_trace_age_seconds (60)",
+            "completion_wait_seconds (400) must be shorter than max_trace_age_seconds (300)",
         ),
     ],
 )

@@ -91,7 +91,7 @@ class AssemblyLimits:
     """
 
     completion_wait_ns: int = 2_000_000_000
-    max_trace_age_ns: int = 60_000_000_000
+    max_trace_age_ns: int = 300_000_000_000
     local_parent_wait_ns: int = 0  # off: such a trace waits for max_trace_age_ns
     late_span_window_ns: int = 300_000_000_000
     max_traces: int = 10_000

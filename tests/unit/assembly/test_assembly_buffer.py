@@ -212,6 +212,22 @@ def test_trace_is_emitted_timed_out_at_max_age() -> None:
     assert summary(buffer.poll()) == [(TRACE, 2, False, "timed_out")]
 
 
+def test_by_default_a_run_of_four_minutes_is_judged_whole() -> None:
+    """A reasoning model's run of a few steps takes minutes: at a one-minute age it was cut,
+    judged on its first calls, and its refund dropped as late."""
+    buffer, clock, metrics = make(AssemblyLimits())
+    spans = run_spans()
+    buffer.add(spans[1:2])  # the lookup, at the start
+    clock.advance(230)  # a long reasoning step, then the refund
+    assert buffer.poll() == []
+    buffer.add(spans[2:])
+    clock.advance(10)
+    buffer.add(spans[:1])  # the run's agent span, ending last
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(TRACE, 3, True, None)]
+    assert metrics.dropped == {}
+
+
 def test_trace_that_never_goes_quiet_times_out() -> None:
     buffer, clock, _ = make()
     buffer.add(run_spans())
