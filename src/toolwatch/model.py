@@ -517,11 +517,13 @@ class EvalResult:
 class ExpectedCall:
     """One expected tool call of a golden case. ``arguments`` ``None`` means "any arguments";
     ``match`` names the default argument strategy for this call's fields (``exact``,
-    ``subset``, ``numeric``, ``contains``, ``fuzzy``), ``None`` for the configured default."""
+    ``subset``, ``numeric``, ``contains``, ``fuzzy``), ``None`` for the configured default;
+    ``field_match`` the strategy of single fields, which wins over every other."""
 
     name: str
     arguments: Mapping[str, Any] | None = None
     match: str | None = None
+    field_match: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)

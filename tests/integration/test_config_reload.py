@@ -124,7 +124,7 @@ GOLDEN_CONFIG = MINIMAL_POLICY + "golden:\n  cases_file: golden.yaml\n"
 
 def golden_case(*tools: str) -> str:
     names = ", ".join(tools)
-    return f"cases:\n  - id: canary\n    mode: expected_set\n    expected_tools: [{names}]\n"
+    return f"cases:\n  - id: canary\n    expected_tools: [{names}]\n"
 
 
 def golden_server(

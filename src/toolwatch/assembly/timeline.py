@@ -156,7 +156,7 @@ def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[
     runs = _runs(spans, by_id, sites)
     if len(runs) > 1:
         runs = _joined_at_handoffs(runs, sites)
-    built = [_tool_trace(trace, run, sites, normalize) for run in runs]
+    built = [_tool_trace(trace, run, sites, normalize, by_id) for run in runs]
     if len(built) < 2:
         return built
     return sorted(built, key=lambda t: (t.start_ns, t.run_span_id or ""))
@@ -596,6 +596,7 @@ def _tool_trace(
     run: _Run,
     sites: dict[bytes, CallSite],
     normalize: NameNormalizer,
+    by_id: dict[bytes, SpanRecord],
 ) -> ToolTrace:
     calls = build_calls(run.spans, sites, normalize)
     refusal = _refusal(run, sites)
@@ -622,7 +623,7 @@ def _tool_trace(
         end_ns=run.end_ns,
         span_count=len(run.spans),
         conversation_id=identity.conversation_id,
-        reference_keys={} if checker else _reference_keys(ranked),
+        reference_keys={} if checker else _reference_keys(ranked, run.span, by_id),
         agents=_agents(run, identity.agent),
     )
 
@@ -666,13 +667,30 @@ class _Identity:
                 self.conversation_id = span.conversation_id
 
 
-def _reference_keys(ranked: tuple[SpanRecord, ...]) -> dict[str, str]:
-    """Configured attributes merged over the run: the run span wins, then the earliest."""
+def _reference_keys(
+    ranked: tuple[SpanRecord, ...], top: SpanRecord | None, by_id: dict[bytes, SpanRecord]
+) -> dict[str, str]:
+    """Configured attributes merged over the run (the run span wins, then the earliest),
+    then over the spans above it, nearest first: a canary's case id or a shadow pair key set
+    on the request's span (an HTTP handler's, a workflow's) above the agent is the run's."""
     merged: dict[str, str] = {}
     for span in ranked:
         for key, value in span.reference_keys:
             merged.setdefault(key, value)
+    parent = top.parent_span_id if top is not None else None
+    for _ in range(_MAX_ANCESTORS):  # a parent cycle ends here
+        above = by_id.get(parent) if parent is not None else None
+        if above is None:
+            break
+        for key, value in above.reference_keys:
+            merged.setdefault(key, value)
+        parent = above.parent_span_id
     return merged
+
+
+#: Spans above a run read for its reference keys at most (a parent cycle, or a deep chain
+#: a producer made, costs no more).
+_MAX_ANCESTORS: Final = 64
 
 
 def _final_text(run: _Run, sites: dict[bytes, CallSite]) -> str | None:

@@ -143,7 +143,10 @@ class ArgumentScorer:
         return ref.match or self._tools.get(ref.name) or self._default
 
     def field_strategy(self, ref: RefCall, field: str) -> str:
-        found = self._tool_fields.get((ref.name, field)) or self._fields.get(field)
+        """The golden call's own strategy for the field, the configured one for the tool's
+        field or any tool's, then the call-level strategy."""
+        own = ref.field_match.get(field) if ref.field_match else None
+        found = own or self._tool_fields.get((ref.name, field)) or self._fields.get(field)
         return found or self.call_strategy(ref)
 
     def compare(self, ref: RefCall, call: ToolCall) -> CallComparison:

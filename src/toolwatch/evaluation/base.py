@@ -9,7 +9,7 @@ remembered names never change).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
@@ -77,7 +77,8 @@ class RefCall:
 
     ``compare_arguments`` is false when the reference says nothing about arguments (a golden
     call without ``arguments``, or a source call whose producer recorded none). ``group`` is
-    a source call's group (``effective_groups``; golden calls have none).
+    a source call's group (``effective_groups``; golden calls have none). ``field_match``: a
+    golden call's strategies for single fields.
     """
 
     name: str
@@ -86,6 +87,7 @@ class RefCall:
     match: str | None
     position: int
     group: int | None = None
+    field_match: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,16 @@ class Baseline:
         return "source" if self.kind is ReferenceKind.SOURCE else "expected"
 
 
+#: Selection modes that leave the order out: a golden case with one of these as its own
+#: ``mode`` is judged for which tools, not in which order (``order``, ``composite``).
+UNORDERED_MODES: Final = frozenset({"expected_set", "set", "first"})
+
+
+def unordered(base: Baseline) -> bool:
+    """Whether ``base`` is a golden case whose own mode says the order does not matter."""
+    return base.case is not None and base.case.selection_mode in UNORDERED_MODES
+
+
 def resolve(reference: Reference, against: Against) -> ReferenceKind | None:
     """The reference kind ``against`` selects for this run, or ``None`` if it has none."""
     if against != "source" and reference.expected is not None:
@@ -133,7 +145,9 @@ def baseline(reference: Reference, against: Against, normalize: NameNormalizer) 
 def from_case(case: GoldenCase, normalize: NameNormalizer) -> Baseline:
     """The Baseline of a golden case."""
     calls = tuple(
-        RefCall(normalize(c.name), c.arguments, c.arguments is not None, c.match, i)
+        RefCall(
+            normalize(c.name), c.arguments, c.arguments is not None, c.match, i, None, c.field_match
+        )
         for i, c in enumerate(case.expected_tools)
     )
     count = case.expected_tool_count

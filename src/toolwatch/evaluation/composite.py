@@ -5,7 +5,8 @@ Scores (all in [0, 1]):
 
 - ``selection``: multiset Jaccard (default) or recall of the reference's names;
 - ``ordering``: as ``order`` scores it: LCS / expected length against a golden case, LCS /
-  longer length against a source (parallel calls read as ``order`` reads them);
+  longer length against a source (parallel calls read as ``order`` reads them); 1.0 against
+  a case whose own mode is unordered (``base.UNORDERED_MODES``);
 - ``score``: ``selection * weights.selection + ordering * weights.ordering`` (0.6 / 0.4);
 - ``tool_name_accuracy``: 1 if the run's name sequence equals the reference's, else 0
   (likewise);
@@ -18,7 +19,8 @@ Scores (all in [0, 1]):
 For a case that expects no calls (``expected_no_tools``, or ``expected_tool_count: 0``)
 selection, ordering and tool-name accuracy are 1 if no call was made, else 0. ``failure_type``
 classifies a miss for the report: ``not_triggered`` (tools expected, none called),
-``wrong_tool`` (an expected tool missing, or any call when none was expected),
+``wrong_tool`` (an expected tool missing, or any call when none was expected; for a case of
+mode ``first``, a first call of another tool),
 ``wrong_arguments`` (right tools, a scored call below the arguments threshold), or ``None`` (no
 miss), against a source as against a case. The explanation ends with it.
 """
@@ -37,6 +39,7 @@ from toolwatch.evaluation.base import (
     from_case,
     pct,
     sequences,
+    unordered,
 )
 from toolwatch.evaluation.order import order_score
 from toolwatch.evaluation.selection import describe, jaccard, recall
@@ -132,7 +135,7 @@ class Composite:
         else:
             metric = jaccard if self.settings.selection_metric == "jaccard" else recall
             selection = metric(names, base.names)
-            ordering = order_score(names, reference, base.kind)
+            ordering = 1.0 if unordered(base) else order_score(names, reference, base.kind)
             exact = 1.0 if tuple(names) == tuple(reference) else 0.0
         weights = self.settings.weights
         scores = {
@@ -155,7 +158,9 @@ class Composite:
             return None
         if not names:
             return NOT_TRIGGERED
-        if recall(names, base.names) < 1.0:
+        first = base.case is not None and base.case.selection_mode == "first"
+        missed = names[0] != base.names[0] if first else recall(names, base.names) < 1.0
+        if missed:  # a case of mode first expects its first tool first, and no more
             return WRONG_TOOL
         scored = (c.score for r, _, c in report.pairs if r.compare_arguments)
         if any(score < self._threshold for score in scored):

@@ -7,7 +7,9 @@ empty golden sequence scores 1.0 (there is no order to break). Calls issued in o
 group have no order among themselves: each group is read in the order that agrees with the
 other side (``base.sequences``), so the same parallel calls started the other way round are
 not drift. One TOOL_ORDER_DRIFT finding per run below ``threshold`` (default 1.0), naming the
-first position where the sequences diverge.
+first position where the sequences diverge. A golden case whose own ``mode`` is unordered
+(``expected_set``, ``set``, ``first``: its author said the order does not matter) is not
+judged for order.
 """
 
 from __future__ import annotations
@@ -15,7 +17,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from toolwatch.evaluation.base import Baseline, Reference, Sequences, baseline, pct, sequences
+from toolwatch.evaluation.base import (
+    Baseline,
+    Reference,
+    Sequences,
+    baseline,
+    pct,
+    sequences,
+    unordered,
+)
 from toolwatch.evaluation.settings import OrderSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.model import Category, EvalResult, Finding, ReferenceKind, ToolTrace
@@ -71,7 +81,7 @@ class Order:
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
         base = baseline(reference, self.settings.against, self._normalize)
-        if base is None or base.no_tools:
+        if base is None or base.no_tools or unordered(base):
             return None
         lined = sequences(trace, base, self._normalize)
         score = order_score(lined.names, lined.reference, base.kind)

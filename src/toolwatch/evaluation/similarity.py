@@ -86,6 +86,11 @@ def as_number(value: Any) -> float | None:
 
 
 def _numeric(reference: Any, actual: Any, tolerance: float) -> float:
+    """Closeness of two numbers. The reference must be a JSON number: one written as text
+    (``"1042"``, an order id) is compared exactly, or an id one off would score 0.999; the
+    run's numeric text is read as a number (a model that sent ``"49.99"``)."""
+    if isinstance(reference, bool) or not isinstance(reference, int | float):
+        return 1.0 if same_value(reference, actual) else 0.0
     expected, got = as_number(reference), as_number(actual)
     if expected is None or got is None:
         return 1.0 if same_value(reference, actual) else 0.0

@@ -161,9 +161,15 @@ class ToolTraceStructure:
         if trace.refusal:
             return True, None
         text = trace.final_text
-        if text:
-            return _matching(self._refusal_patterns, text[:REFUSAL_TEXT_CHARS])
+        if text and self._refusal_patterns:
+            said = text[:REFUSAL_TEXT_CHARS].translate(_APOSTROPHES)
+            return _matching(self._refusal_patterns, said)
         return False, None
+
+
+#: Apostrophes models write for ``'`` (U+2019 in "I'm sorry, but I can't", U+2018, U+02BC),
+#: read as ``'`` by the patterns, which are written with the keyboard's.
+_APOSTROPHES: Final = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'"})
 
 
 def _matching(patterns: tuple[re.Pattern[str], ...], text: str) -> tuple[bool, str | None]:

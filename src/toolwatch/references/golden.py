@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, Self, TypeAlias
+from typing import Annotated, Any, Final, Literal, Self, TypeAlias, get_args
 
 import yaml
 from pydantic import (
@@ -94,6 +94,22 @@ def _name_only(value: Any) -> Any:
     return {"name": value} if isinstance(value, str) else value
 
 
+_STRATEGIES: Final = get_args(MatchStrategy)
+
+
+def _strategies(value: Any) -> Any:
+    """A call's ``match``: one strategy, or one per field."""
+    named = " or ".join([", ".join(repr(s) for s in _STRATEGIES[:-1]), repr(_STRATEGIES[-1])])
+    if value is None or value in _STRATEGIES:
+        return value
+    if isinstance(value, dict):
+        for field, strategy in value.items():
+            if strategy not in _STRATEGIES:
+                raise ValueError(f"{field}: must be {named}, got {strategy!r}")
+        return value
+    raise ValueError(f"must be {named} (or a mapping of fields to them), got {value!r}")
+
+
 _Text = Annotated[str, AfterValidator(_not_blank)]
 _Id = Annotated[str, AfterValidator(_trimmed)]
 
@@ -105,11 +121,26 @@ class _Schema(BaseModel):
 
 class ExpectedToolEntry(_Schema):
     """One expected call. ``arguments`` ``None`` means any arguments; ``match`` is the default
-    argument strategy for its fields (``None``: the evaluator's configured default)."""
+    argument strategy for its fields (``None``: the evaluator's configured default), or a
+    strategy per field (``{reason: contains}``: the fields not named are compared as
+    configured)."""
 
     name: _Text
     arguments: dict[str, Any] | None = None
-    match: MatchStrategy | None = None
+    match: Annotated[Any, AfterValidator(_strategies)] = None
+
+    @model_validator(mode="after")
+    def _matched_fields_given(self) -> Self:
+        if not isinstance(self.match, dict):
+            return self
+        given = self.arguments or {}
+        unknown = [field for field in self.match if field not in given]
+        if unknown:
+            raise ValueError(
+                f"match names {unknown[0]!r}, which the call's arguments do not give: a"
+                " strategy per field applies to the arguments listed"
+            )
+        return self
 
 
 class GoldenCaseEntry(_Schema):
@@ -131,9 +162,25 @@ class GoldenCaseEntry(_Schema):
                 f"expected_no_tools is true but expected_tools lists {len(self.expected_tools)}"
                 " tool(s); a case expects either tools or no tools"
             )
-        if self.expected_no_tools and self.expected_tool_count:
-            count = self.expected_tool_count
+        count, tools = self.expected_tool_count, len(self.expected_tools)
+        if self.expected_no_tools and count:
             raise ValueError(f"expected_no_tools is true but expected_tool_count is {count}")
+        if count is not None and count < tools:
+            raise ValueError(
+                f"expected_tool_count is {count} but expected_tools lists {tools} call(s):"
+                " a good run makes at least those"
+            )
+        steps = self.expected_min_steps
+        if steps is not None and (self.expected_no_tools or count == 0):
+            raise ValueError(
+                f"expected_min_steps is {steps} but the case expects no tool call: leave"
+                " expected_min_steps out"
+            )
+        if steps is not None and count is not None and steps > count:
+            raise ValueError(
+                f"expected_min_steps ({steps}) is above expected_tool_count ({count}): a good"
+                " run needs no more calls than it makes"
+            )
         if self.mode is not None and not self.expected_tools:
             raise ValueError(f"mode {self.mode!r} needs expected_tools to select against")
         if not (self.expected_tools or self.expected_no_tools or self._expects_more()):
@@ -237,6 +284,8 @@ def _to_case(entry: GoldenCaseEntry, normalize: NameNormalizer) -> GoldenCase:
 
 def _to_call(tool: ExpectedToolEntry, normalize: NameNormalizer) -> ExpectedCall:
     arguments = dict(tool.arguments) if tool.arguments is not None else None
+    if isinstance(tool.match, dict):
+        return ExpectedCall(normalize(tool.name), arguments, None, dict(tool.match))
     return ExpectedCall(name=normalize(tool.name), arguments=arguments, match=tool.match)
 
 

@@ -291,6 +291,37 @@ def test_a_checker_run_is_matched_to_no_golden_case_or_shadow_pair() -> None:
     assert checker.reference_keys == {}
 
 
+def test_a_case_id_on_the_request_span_above_the_agent_is_the_runs() -> None:
+    """A canary's case id set on the HTTP handler's span (or a workflow's) above the agent:
+    read from the run's own spans alone, the canary was judged by the policy only."""
+    case_id, pair = ("toolwatch.case_id", "refund-1"), ("toolwatch.shadow.pair_id", "p-9")
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 100, name="POST /chat", reference_keys=(case_id, pair)),
+        span(
+            2,
+            1,
+            SpanRole.OTHER,
+            1,
+            99,
+            name="workflow",
+            reference_keys=(("toolwatch.case_id", "near"),),
+        ),
+        agent(
+            3,
+            2,
+            "support",
+            2,
+            98,
+            reference_keys=((pair[0], "own"),),
+        ),
+        tool(4, 3, "lookup_order", 3, 4),
+    ]
+    assert only(spans).reference_keys == {
+        "toolwatch.shadow.pair_id": "own",  # the run's own first
+        "toolwatch.case_id": "near",  # then the nearest span above
+    }
+
+
 def test_a_guardrail_around_an_agent_used_as_a_tool_keeps_its_calls_in_the_run() -> None:
     """Guardrails AI's Guard around the agent a tool runs: that agent's refund is the run's,
     verified by the run's lookup, not a run of its own with an unverified refund."""

@@ -210,3 +210,20 @@ def test_integers_past_the_float_range_are_compared_exactly() -> None:
         )
         assert drifted.scores == {"score": 0.0}, strategy
         assert [f.category for f in drifted.findings] == [Category.ARGUMENT_VALUE_DRIFT]
+
+
+def test_a_strategy_per_field_of_a_golden_call_leaves_the_others_exact() -> None:
+    """``match: contains`` for the whole call let a wrong order id through as a substring
+    ("ORD-22135" contains "ORD-2213"); ``match: {reason: contains}`` does not."""
+    escalate = ExpectedCall(
+        "escalate_to_human",
+        {"order_id": "ORD-2213", "reason": "chargeback"},
+        field_match={"reason": "contains"},
+    )
+    right = ("escalate_to_human", {"order_id": "ORD-2213", "reason": "Chargeback threat"})
+    wrong = ("escalate_to_human", {"order_id": "ORD-22135", "reason": "Chargeback threat"})
+    assert evaluate(case(escalate), trace(right)).scores["score"] == 1.0
+    result = evaluate(case(escalate), trace(wrong))
+    assert result.scores["score"] == 0.5
+    (finding,) = result.findings
+    assert (finding.category, finding.field) == (Category.ARGUMENT_VALUE_DRIFT, "order_id")

@@ -89,6 +89,8 @@ def test_step_efficiency(actual: int, minimum: int, efficiency: float) -> None:
         (trace("search", "extra"), case("search"), None),  # extras are not a miss
         (trace(), case(expected_no_tools=True), None),
         (trace("anything"), case(), None),
+        (trace("search", "other"), case("search", "lookup", selection_mode="first"), None),
+        (trace("lookup", "search"), case("search", "lookup", selection_mode="first"), "wrong_tool"),
     ],
 )
 def test_failure_type(run: ToolTrace, expected: GoldenCase, failure: str | None) -> None:
@@ -182,3 +184,11 @@ def test_a_case_that_counts_no_calls_expects_none() -> None:
     assert (made.scores["score"], made.explanation.endswith("failure: wrong_tool.")) == (0.0, True)
     none = evaluate(trace(), case(expected_tool_count=0))
     assert none.scores["score"] == 1.0
+
+
+@pytest.mark.parametrize(("mode", "ordering"), [("expected_set", 1.0), ("expected", 0.5)])
+def test_a_case_whose_own_mode_leaves_order_out_is_not_scored_for_it(
+    mode: str, ordering: float
+) -> None:
+    result = evaluate(trace("b", "a"), case("a", "b", selection_mode=mode))
+    assert result.scores["ordering"] == ordering

@@ -188,3 +188,28 @@ def test_against_a_source_the_explanation_counts_as_the_score_does() -> None:
     golden = order(trace("a", "c"), Reference(expected=case("a", "b", "c")))
     assert golden is not None
     assert golden.explanation == "Ordering: 67% (2/3 expected calls in order)."
+
+
+@pytest.mark.parametrize(
+    ("mode", "judged"),
+    [
+        (None, True),
+        ("expected", True),
+        ("exact", True),
+        ("expected_set", False),
+        ("set", False),
+        ("first", False),
+    ],
+)
+def test_a_case_whose_own_mode_leaves_order_out_is_not_judged_for_it(
+    mode: str | None, judged: bool
+) -> None:
+    """Its author said which tools matter, not their order: the run calling them the other
+    way round is no TOOL_ORDER_DRIFT."""
+    expected = case("lookup_order", "send_email", selection_mode=mode)
+    result = Order(OrderSettings(), NameNormalizer())(
+        trace("send_email", "lookup_order"), Reference(expected=expected)
+    )
+    assert (result is not None) is judged
+    if result is not None:
+        assert [f.category for f in result.findings] == [Category.TOOL_ORDER_DRIFT]

@@ -34,7 +34,9 @@ from toolwatch.evaluation.similarity import FUZZY_MAX_CHARS, as_number, same_val
         ("numeric", 100, 97.5, 0.5),
         ("numeric", 100, 105, 0.0),
         ("numeric", 100, 150, 0.0),
-        ("numeric", "12.50", 12.5, 1.0),  # numeric strings are numbers
+        ("numeric", 12.5, "12.50", 1.0),  # the run's numeric strings are numbers
+        ("numeric", "12.50", 12.5, 0.0),  # a reference written as text is text: exact
+        ("numeric", "1042", "1043", 0.0),  # an id one off is another id, not 99.9% of it
         ("numeric", 0, 0.0, 1.0),
         ("numeric", 0, 0.001, 0.0),  # a zero reference needs an exact zero
         ("numeric", "abc", "abc", 1.0),  # not numbers: exact

@@ -133,6 +133,13 @@ def test_a_canary_refused_in_plain_words_is_a_refusal_with_patterns_and_not_with
     assert unconfigured is not None and unconfigured.scores["refusal"] == 0.0
 
 
+def test_a_refusal_with_typographic_apostrophes_matches_a_pattern_written_with_plain_ones() -> None:
+    golden = case(expected_no_tools=True, expected_refusal=True)
+    said = trace(final_text="I\u2019m sorry, but I can\u2019t help with that.")
+    result = evaluate(said, Reference(expected=golden), **SORRY)
+    assert result is not None and result.scores["refusal"] == 1.0
+
+
 def test_refusal_patterns_judge_the_shadow_source_too() -> None:
     answered = trace("a", final_text="Your refund is on its way.")
     refused = trace("a", final_text="Sorry, I cannot help with refunds.")

@@ -69,6 +69,32 @@ def test_both_expected_no_tools_and_expected_tools_is_an_error(tmp_path: Path) -
     )
 
 
+@pytest.mark.parametrize(
+    ("fields", "reason"),
+    [
+        (
+            "expected_tools: [a, b, c]\n    expected_tool_count: 0",
+            "expected_tool_count is 0 but expected_tools lists 3 call(s): a good run makes at"
+            " least those",
+        ),
+        (
+            "expected_no_tools: true\n    expected_min_steps: 1",
+            "expected_min_steps is 1 but the case expects no tool call: leave"
+            " expected_min_steps out",
+        ),
+        (
+            "expected_tool_count: 2\n    expected_min_steps: 3",
+            "expected_min_steps (3) is above expected_tool_count (2): a good run needs no more"
+            " calls than it makes",
+        ),
+    ],
+)
+def test_contradictory_counts_are_an_error(tmp_path: Path, fields: str, reason: str) -> None:
+    """Each would fail every good run: a structure drift, or a step efficiency of 0."""
+    error = _error(tmp_path, f"cases:\n  - id: a\n    {fields}\n")
+    assert error.problems == (("cases[0]", f"{reason} (line 2, column 5)"),)
+
+
 def test_duplicate_case_ids_are_an_error(tmp_path: Path) -> None:
     error = _error(
         tmp_path,
@@ -92,10 +118,37 @@ def test_unknown_match_strategy_lists_the_allowed_ones(tmp_path: Path) -> None:
     assert error.problems == (
         (
             "cases[0].expected_tools[0].match",
-            "must be 'exact', 'subset', 'numeric', 'contains' or 'fuzzy', got 'numerc'"
-            " (line 4, column 37)",
+            "must be 'exact', 'subset', 'numeric', 'contains' or 'fuzzy' (or a mapping of"
+            " fields to them), got 'numerc' (line 4, column 37)",
         ),
     )
+
+
+@pytest.mark.parametrize(
+    ("match", "reason"),
+    [
+        (
+            "{reason: contain}",
+            "reason: must be 'exact', 'subset', 'numeric', 'contains' or 'fuzzy', got 'contain'",
+        ),
+        (
+            "{order: exact}",
+            "match names 'order', which the call's arguments do not give: a strategy per field"
+            " applies to the arguments listed",
+        ),
+    ],
+)
+def test_a_strategy_per_field_names_strategies_and_given_fields(
+    tmp_path: Path, match: str, reason: str
+) -> None:
+    error = _error(
+        tmp_path,
+        "cases:\n  - id: a\n    expected_tools:\n"
+        f"      - {{name: x, arguments: {{order_id: A, reason: r}}, match: {match}}}\n",
+    )
+    ((where, said),) = error.problems
+    assert where.startswith("cases[0].expected_tools[0]")
+    assert said.startswith(reason)
 
 
 def test_unknown_field_suggests_the_close_one(tmp_path: Path) -> None:
