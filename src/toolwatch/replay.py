@@ -53,6 +53,7 @@ from toolwatch.ingest.otlp_json import decode_otlp_json, latest_end_ns
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import ManualClock, ReferenceKind, ToolTrace
 from toolwatch.references.conversations import ConversationMemory
+from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.replay_report import Gate, Report, ReportBuilder, parse_gate
 from toolwatch.sinks.tooltraces import tooltrace_from_dict
 
@@ -142,6 +143,7 @@ def evaluate_offline(traces: Iterable[ToolTrace], config: Config, gates: Sequenc
     golden = build_references(config)[0]
     builder = ReportBuilder(settings, gates, golden)
     halves = _ShadowHalves(config)
+    shadow = config.shadow
     seen: set[tuple[str, str | None]] = set()  # runs read twice (overlapping files) count once
     scope = conversation_scope(config)
     memory = ConversationMemory(scope, config.policy.normalizer()) if scope else None
@@ -156,36 +158,58 @@ def evaluate_offline(traces: Iterable[ToolTrace], config: Config, gates: Sequenc
         # (span times: the order runs are read in does not matter, once read).
         case = golden.match(trace) if golden is not None and trace.complete else None
         earlier = memory.before(trace) if memory is not None else ()
-        builder.add(trace, case, pipeline.evaluate(trace, case, None, earlier=earlier))
+        result = pipeline.evaluate(trace, case, None, earlier=earlier)
+        builder.add(trace, case, result, source=shadow.is_source(trace.reference_keys))
         halves.offer(trace)
     for source, target in halves.pairs():
         result = pipeline.evaluate(target, None, source, policy=False)
         builder.add_pair(result, ReferenceKind.SOURCE, rescored=pipeline.rescored)
+    builder.unpaired(halves.unpaired)
     return builder.build()
 
 
 class _ShadowHalves:
-    """The complete runs that carry a shadow pair key, the first of each role per key (the
-    only runs replay keeps), joined into (source, target) pairs at the end."""
+    """The complete runs that carry a shadow pair key, joined as the server joins them
+    (``ShadowJoiner``: a half waits ``pair_timeout_seconds`` for the other, a key joined is
+    taken for as long, a third half is a duplicate), on the runs' own clock: each half
+    arrives at its end time, in time order whatever order the input gave them in. What
+    never pairs is counted by reason (``unpaired``); halves still waiting at the end had no
+    other half in the input (``no_other_half``)."""
 
     def __init__(self, config: Config) -> None:
         self._shadow = config.shadow
-        self._halves: dict[str, dict[str, ToolTrace]] = {}
+        self._halves: list[ToolTrace] = []
+        self.unpaired: dict[str, int] = {}
 
     def offer(self, trace: ToolTrace) -> None:
-        shadow = self._shadow
-        if not shadow.enabled or not trace.complete:
-            return
-        key = trace.reference_keys.get(shadow.pair_key_attribute)
-        named = trace.reference_keys.get(shadow.role_attribute)
-        role = None if named is None else shadow.role_of(named)  # as the server's joiner
-        if key and role is not None:
-            self._halves.setdefault(key, {}).setdefault(role, trace)
+        keyed = trace.reference_keys.get(self._shadow.pair_key_attribute)
+        if self._shadow.enabled and trace.complete and keyed:
+            self._halves.append(trace)
 
     def pairs(self) -> Iterator[tuple[ToolTrace, ToolTrace]]:
-        for pair in self._halves.values():
-            if "source" in pair and "target" in pair:
-                yield pair["source"], pair["target"]
+        clock = ManualClock(0)
+        counted = _Unpaired(self.unpaired)
+        joiner = ShadowJoiner(self._shadow, clock, counted)
+        for half in sorted(self._halves, key=lambda t: (t.end_ns, t.trace_id, t.run_span_id or "")):
+            clock.now_ns = half.end_ns
+            pair = joiner.offer(half)
+            if pair is not None:
+                yield pair.source, pair.target
+        counted.at_end = True
+        joiner.drain()
+
+
+class _Unpaired(NoopMetrics):
+    """Counts the halves ``ShadowJoiner`` drops, by reason; those it still holds when the
+    input ends (``drain``'s ``shutdown``) had no other half in it."""
+
+    def __init__(self, counts: dict[str, int]) -> None:
+        self._counts = counts
+        self.at_end = False
+
+    def shadow_unpaired(self, reason: str) -> None:
+        reason = "no_other_half" if self.at_end else reason
+        self._counts[reason] = self._counts.get(reason, 0) + 1
 
 
 def load_tool_traces(

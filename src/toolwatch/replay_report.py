@@ -112,6 +112,10 @@ class Report:
     duplicates: int = 0  # runs read again (same trace and run span), skipped
     unknown_case_ids: dict[str, int] = field(default_factory=dict)  # not in the file -> runs
     cases_not_run: list[str] = field(default_factory=list)  # no complete run matched them
+    # Shadow sources (the serving model's runs): evaluated apart, their findings not gated.
+    sources: int = 0
+    source_findings: dict[str, int] = field(default_factory=dict)  # category -> findings
+    shadow_unpaired: dict[str, int] = field(default_factory=dict)  # reason -> halves
 
     @property
     def passed(self) -> bool:
@@ -135,6 +139,8 @@ class Report:
                 "findings": [_finding_dict(f) for f in self.finding_list],
                 "incomplete": self.incomplete,
                 "duplicates": self.duplicates,
+                "shadow_sources": {"runs": self.sources, "findings": self.source_findings},
+                "shadow_unpaired": self.shadow_unpaired,
                 "unknown_case_ids": self.unknown_case_ids,
                 "cases_not_run": self.cases_not_run,
             },
@@ -157,6 +163,19 @@ class Report:
             )
         if self.duplicates:
             notes.append(f"  {self.duplicates} run(s) read more than once, evaluated once")
+        if self.sources:
+            found = ", ".join(f"{k}={v}" for k, v in sorted(self.source_findings.items()))
+            notes.append(
+                f"  {self.sources} shadow source run(s) (the serving model) evaluated apart:"
+                f" {found or 'no finding'}; not in the figures or gates below"
+            )
+        if self.shadow_unpaired:
+            reasons = ", ".join(f"{k}={v}" for k, v in sorted(self.shadow_unpaired.items()))
+            count = sum(self.shadow_unpaired.values())
+            notes.append(
+                f"  {count} shadow run(s) never compared ({reasons}): a target among them is"
+                " judged by the policy only"
+            )
         return notes
 
     def to_text(self) -> str:
@@ -231,8 +250,27 @@ class ReportBuilder:
         self._failure_types: Counter[str] = Counter()
         self._failed: list[FailedCase] = []
         self._evaluator_failures: Counter[str] = Counter()
+        self._sources = 0
+        self._source_findings: Counter[str] = Counter()
+        self._unpaired: dict[str, int] = {}
 
-    def add(self, trace: ToolTrace, case: GoldenCase | None, result: PipelineResult) -> None:
+    def add(
+        self,
+        trace: ToolTrace,
+        case: GoldenCase | None,
+        result: PipelineResult,
+        *,
+        source: bool = False,
+    ) -> None:
+        """One run and its results. A shadow ``source`` (the serving model's run, the
+        reference a candidate is judged against) is counted apart: its findings are the
+        serving model's, not the candidate's, and no gate reads them."""
+        if source:
+            self._sources += 1
+            self._source_findings.update(str(f.category) for f in result.findings)
+            for evaluator, _message in result.failures:
+                self._evaluator_failures[evaluator] += 1
+            return
         self._traces += 1
         self._take(result, None)
         if not trace.complete:
@@ -248,6 +286,10 @@ class ReportBuilder:
     def duplicate(self) -> None:
         """A run read a second time, not evaluated again."""
         self._duplicates += 1
+
+    def unpaired(self, counts: dict[str, int]) -> None:
+        """Shadow halves never compared, by reason."""
+        self._unpaired = dict(counts)
 
     def add_pair(
         self, result: PipelineResult, kind: ReferenceKind, *, rescored: frozenset[str]
@@ -328,6 +370,9 @@ class ReportBuilder:
             cases_not_run=[
                 case.case_id for case in self._golden or () if case.case_id not in self._exercised
             ],
+            sources=self._sources,
+            source_findings=dict(self._source_findings),
+            shadow_unpaired=self._unpaired,
         )
         report.gates = [_apply(gate, report) for gate in self._gates]
         return report

@@ -25,6 +25,7 @@ from toolwatch.replay import (
     evaluate_offline,
     load_tool_traces,
 )
+from toolwatch.replay_report import parse_gate
 from toolwatch.sinks.tooltraces import tooltrace_to_dict
 
 _FIXTURE = (
@@ -569,3 +570,61 @@ def test_replay_counts_what_a_conversation_verified_before_a_run_as_serve_does(
     ]
     report = evaluate_offline(runs, config, [])
     assert report.findings == {"MISSING_VERIFICATION_STEP": {"high": 2}}  # c2's and c3's
+
+
+_SECOND = 1_000_000_000
+
+
+def _shadow_run(number: int, key: str, role: str, at_s: int, *tools: str) -> str:
+    calls = tuple(
+        factories.tool_call(tool_name=tool, sequence_index=i, arguments={"order_id": "A-1"})
+        for i, tool in enumerate(tools)
+    )
+    trace = factories.tool_trace(
+        trace_id=f"{number:032x}",
+        agent="refund-bot",
+        calls=calls,
+        start_ns=at_s * _SECOND,
+        end_ns=at_s * _SECOND + _SECOND,
+        reference_keys={"toolwatch.shadow.pair_id": key, "toolwatch.shadow.role": role},
+    )
+    return json.dumps(tooltrace_to_dict(trace))
+
+
+def test_shadow_pairs_are_joined_as_the_server_joins_them_and_the_rest_is_told(
+    tmp_path: Path,
+) -> None:
+    """A pair key used again after the timeout is a new pair (the first pair's halves alone
+    were kept, so the candidate's double refund was never compared); a candidate with no
+    source is said, not dropped unsaid; and the serving model's own faults are not the
+    candidate's to fail a gate on."""
+    config = load_config(
+        None,
+        {
+            "shadow.enabled": True,
+            "policy.dangerous_tools": ["issue_refund"],
+            "policy.verification_tools": ["lookup_order"],
+        },
+    )
+    verified = ("lookup_order", "issue_refund")
+    lines = [  # out of time order, as files given in any order are
+        _shadow_run(4, "k1", "target", 100, *verified, "issue_refund"),
+        _shadow_run(1, "k1", "source", 0, *verified),
+        _shadow_run(2, "k1", "target", 0, *verified),
+        _shadow_run(3, "k1", "source", 100, *verified),
+        _shadow_run(5, "k2", "target", 0, *verified),
+        _shadow_run(6, "k3", "source", 0, "issue_refund"),  # production's unverified refund
+        _shadow_run(7, "k3", "target", 0, *verified),
+    ]
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("\n".join(lines) + "\n")
+    gate = parse_gate("MISSING_VERIFICATION_STEP=0", "max")
+    report = evaluate_offline(load_tool_traces([pairs], config), config, [gate])
+    assert report.scores["composite"]["n"] == 3.0  # k1 twice, k3
+    drift = [f for f in report.finding_list if f.category == "DANGEROUS_ACTION_DRIFT"]
+    assert [f.trace_id for f in drift] == [f"{4:032x}"]
+    assert report.shadow_unpaired == {"timed_out": 1}  # k2's candidate waited in vain
+    assert (report.traces, report.sources) == (4, 3)
+    assert report.source_findings == {"MISSING_VERIFICATION_STEP": 1}
+    assert report.passed  # production's unverified refund is not the candidate's
+    assert "1 shadow run(s) never compared (timed_out=1)" in report.to_text()

@@ -117,10 +117,18 @@ class ShadowSettings(_Section):
     def is_target(self, reference_keys: Mapping[str, str]) -> bool:
         """Whether a run with these ``ToolTrace.reference_keys`` is a shadow target: the
         candidate model's copy of a request (its actions are not production's)."""
+        return self._half(reference_keys) == "target"
+
+    def is_source(self, reference_keys: Mapping[str, str]) -> bool:
+        """Whether a run with these ``ToolTrace.reference_keys`` is a shadow source: the
+        serving model's run of a request a candidate also serves."""
+        return self._half(reference_keys) == "source"
+
+    def _half(self, reference_keys: Mapping[str, str]) -> str | None:
         if not self.enabled or not reference_keys.get(self.pair_key_attribute):
-            return False
+            return None
         role = reference_keys.get(self.role_attribute)
-        return role is not None and self.role_of(role) == "target"
+        return None if role is None else self.role_of(role)
 
     def reference_keys(self) -> frozenset[str]:
         """Attribute keys ingest must capture for shadow joining (none when disabled)."""
