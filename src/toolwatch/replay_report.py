@@ -155,26 +155,22 @@ class Report:
         if not self.traces:
             notes.append("  no run in the input: every gate fails")
         if self.incomplete:
-            reasons = ", ".join(f"{k}={v}" for k, v in sorted(self.incomplete.items()))
-            count = sum(self.incomplete.values())
             notes.append(
-                f"  {count} incomplete ({reasons}): judged by the policy only, not against"
-                " golden cases or shadow sources"
+                f"  {_counted(self.incomplete, ' incomplete')}: judged by the policy only, not"
+                " against golden cases or shadow sources"
             )
         if self.duplicates:
             notes.append(f"  {self.duplicates} run(s) read more than once, evaluated once")
         if self.sources:
-            found = ", ".join(f"{k}={v}" for k, v in sorted(self.source_findings.items()))
+            found = _counted(self.source_findings, " finding(s)") if self.source_findings else ""
             notes.append(
                 f"  {self.sources} shadow source run(s) (the serving model) evaluated apart:"
                 f" {found or 'no finding'}; not in the figures or gates below"
             )
         if self.shadow_unpaired:
-            reasons = ", ".join(f"{k}={v}" for k, v in sorted(self.shadow_unpaired.items()))
-            count = sum(self.shadow_unpaired.values())
             notes.append(
-                f"  {count} shadow run(s) never compared ({reasons}): a target among them is"
-                " judged by the policy only"
+                f"  {_counted(self.shadow_unpaired, ' shadow run(s)')} never compared: a target"
+                " among them is judged by the policy only"
             )
         return notes
 
@@ -376,6 +372,12 @@ class ReportBuilder:
         )
         report.gates = [_apply(gate, report) for gate in self._gates]
         return report
+
+
+def _counted(counts: dict[str, int], noun: str) -> str:
+    """``3 things (a=1, b=2)``: the total, then each count by name."""
+    by_name = ", ".join(f"{k}={v}" for k, v in sorted(counts.items()))
+    return f"{sum(counts.values())}{noun} ({by_name})"
 
 
 def _apply(gate: Gate, report: Report) -> tuple[Gate, float, bool]:

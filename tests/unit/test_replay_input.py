@@ -627,4 +627,4 @@ def test_shadow_pairs_are_joined_as_the_server_joins_them_and_the_rest_is_told(
     assert (report.traces, report.sources) == (4, 3)
     assert report.source_findings == {"MISSING_VERIFICATION_STEP": 1}
     assert report.passed  # production's unverified refund is not the candidate's
-    assert "1 shadow run(s) never compared (timed_out=1)" in report.to_text()
+    assert "1 shadow run(s) (timed_out=1) never compared" in report.to_text()
