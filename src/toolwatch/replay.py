@@ -171,27 +171,34 @@ def evaluate_offline(traces: Iterable[ToolTrace], config: Config, gates: Sequenc
 class _ShadowHalves:
     """The complete runs that carry a shadow pair key, joined as the server joins them
     (``ShadowJoiner``: a half waits ``pair_timeout_seconds`` for the other, a key joined is
-    taken for as long, a third half is a duplicate), on the runs' own clock: each half
-    arrives at its end time, in time order whatever order the input gave them in. What
-    never pairs is counted by reason (``unpaired``); halves still waiting at the end had no
-    other half in the input (``no_other_half``)."""
+    taken for as long, a third half is a duplicate), on the runs' own clock and in the
+    server's order whatever order the input gave them in: the runs of a trace arrive
+    together when it completes (its last end), each in start order. What never pairs is
+    counted by reason (``unpaired``); halves still waiting at the end had no other half in
+    the input (``no_other_half``)."""
 
     def __init__(self, config: Config) -> None:
         self._shadow = config.shadow
         self._halves: list[ToolTrace] = []
+        self._ends: dict[str, int] = {}  # trace id -> the last end of its runs
         self.unpaired: dict[str, int] = {}
 
     def offer(self, trace: ToolTrace) -> None:
-        keyed = trace.reference_keys.get(self._shadow.pair_key_attribute)
-        if self._shadow.enabled and trace.complete and keyed:
+        if not self._shadow.enabled:
+            return
+        self._ends[trace.trace_id] = max(self._ends.get(trace.trace_id, 0), trace.end_ns)
+        if trace.complete and trace.reference_keys.get(self._shadow.pair_key_attribute):
             self._halves.append(trace)
+
+    def _arrival(self, trace: ToolTrace) -> tuple[int, str, int, str]:
+        return self._ends[trace.trace_id], trace.trace_id, trace.start_ns, trace.run_span_id or ""
 
     def pairs(self) -> Iterator[tuple[ToolTrace, ToolTrace]]:
         clock = ManualClock(0)
         counted = _Unpaired(self.unpaired)
         joiner = ShadowJoiner(self._shadow, clock, counted)
-        for half in sorted(self._halves, key=lambda t: (t.end_ns, t.trace_id, t.run_span_id or "")):
-            clock.now_ns = half.end_ns
+        for half in sorted(self._halves, key=self._arrival):
+            clock.now_ns = self._ends[half.trace_id]
             pair = joiner.offer(half)
             if pair is not None:
                 yield pair.source, pair.target

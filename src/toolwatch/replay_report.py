@@ -26,6 +26,7 @@ from toolwatch.evaluation import composite, structure
 from toolwatch.evaluation.composite import failure_type
 from toolwatch.evaluation.pipeline import EVALUATOR_ORDER, PipelineResult
 from toolwatch.evaluation.settings import EvaluationSettings
+from toolwatch.evaluation.severity import CALL_AGENT
 from toolwatch.model import Category, Finding, GoldenCase, ReferenceKind, ToolTrace
 from toolwatch.references.golden import GoldenCaseSet
 
@@ -264,6 +265,8 @@ class ReportBuilder:
         if source:
             self._sources += 1
             self._source_findings.update(str(f.category) for f in result.findings)
+            if case is not None:  # exercised, by the serving model: not a case no run had
+                self._exercised.add(case.case_id)
             for evaluator, _message in result.failures:
                 self._evaluator_failures[evaluator] += 1
             return
@@ -417,6 +420,7 @@ def _finding_dict(finding: Finding) -> dict[str, Any]:
         "tool": finding.tool,
         "field": finding.field,
         "agent": finding.agent,
+        "call_agent": finding.details.get(CALL_AGENT),  # another agent of the run made it
         "trace_id": finding.trace_id,
         "span_id": finding.span_id,
         "explanation": finding.explanation,

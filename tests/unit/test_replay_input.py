@@ -628,3 +628,37 @@ def test_shadow_pairs_are_joined_as_the_server_joins_them_and_the_rest_is_told(
     assert report.source_findings == {"MISSING_VERIFICATION_STEP": 1}
     assert report.passed  # production's unverified refund is not the candidate's
     assert "1 shadow run(s) (timed_out=1) never compared" in report.to_text()
+
+
+def test_the_runs_of_one_trace_are_offered_to_the_joiner_as_serve_offers_them(
+    tmp_path: Path,
+) -> None:
+    """A moderation run under the same pair key ends first; serve offers a trace's runs
+    together, in start order, so the main runs pair (and the candidate's double refund is
+    compared), and the moderation runs are the duplicates."""
+    config = load_config(None, {"shadow.enabled": True, "policy.dangerous_tools": ["issue_refund"]})
+    lines = []
+    for trace_id, role, refunds in ((1, "source", 1), (2, "target", 2)):
+        for span, start, end, tools in (
+            ("a1", 0, 10, ("lookup_order",) + ("issue_refund",) * refunds),
+            ("b2", 1, 3, ()),
+        ):
+            calls = tuple(
+                factories.tool_call(tool_name=tool, sequence_index=i, arguments={"order_id": "1"})
+                for i, tool in enumerate(tools)
+            )
+            run = factories.tool_trace(
+                trace_id=f"{trace_id:032x}",
+                run_span_id=span * 8,
+                calls=calls,
+                start_ns=start * _SECOND,
+                end_ns=end * _SECOND,
+                reference_keys={"toolwatch.shadow.pair_id": "k", "toolwatch.shadow.role": role},
+            )
+            lines.append(json.dumps(tooltrace_to_dict(run)))
+    recorded = tmp_path / "runs.jsonl"
+    recorded.write_text("\n".join(lines) + "\n")
+    report = evaluate_offline(load_tool_traces([recorded], config), config, [])
+    drift = [f.trace_id for f in report.finding_list if f.category == "DANGEROUS_ACTION_DRIFT"]
+    assert drift == [f"{2:032x}"]
+    assert report.shadow_unpaired == {"duplicate": 2}

@@ -156,7 +156,8 @@ def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[
     runs = _runs(spans, by_id, sites)
     if len(runs) > 1:
         runs = _joined_at_handoffs(runs, sites)
-    built = [_tool_trace(trace, run, sites, normalize, by_id) for run in runs]
+    above = _above_runs(runs, by_id, sites)
+    built = [_tool_trace(trace, run, sites, normalize, above[i]) for i, run in enumerate(runs)]
     if len(built) < 2:
         return built
     return sorted(built, key=lambda t: (t.start_ns, t.run_span_id or ""))
@@ -596,7 +597,7 @@ def _tool_trace(
     run: _Run,
     sites: dict[bytes, CallSite],
     normalize: NameNormalizer,
-    by_id: dict[bytes, SpanRecord],
+    above: list[SpanRecord],
 ) -> ToolTrace:
     calls = build_calls(run.spans, sites, normalize)
     refusal = _refusal(run, sites)
@@ -623,7 +624,7 @@ def _tool_trace(
         end_ns=run.end_ns,
         span_count=len(run.spans),
         conversation_id=identity.conversation_id,
-        reference_keys={} if checker else _reference_keys(ranked, run.span, by_id),
+        reference_keys={} if checker else _reference_keys(ranked, above),
         agents=_agents(run, identity.agent),
     )
 
@@ -667,29 +668,56 @@ class _Identity:
                 self.conversation_id = span.conversation_id
 
 
-def _reference_keys(
-    ranked: tuple[SpanRecord, ...], top: SpanRecord | None, by_id: dict[bytes, SpanRecord]
-) -> dict[str, str]:
+def _reference_keys(ranked: tuple[SpanRecord, ...], above: list[SpanRecord]) -> dict[str, str]:
     """Configured attributes merged over the run (the run span wins, then the earliest),
-    then over the spans above it, nearest first: a canary's case id or a shadow pair key set
-    on the request's span (an HTTP handler's, a workflow's) above the agent is the run's."""
+    then over the spans above it that hold no other run (``_above_runs``), nearest first: a
+    canary's case id or a shadow pair key set on the request's span (an HTTP handler's, a
+    workflow's) above the agent is the run's."""
     merged: dict[str, str] = {}
     for span in ranked:
         for key, value in span.reference_keys:
             merged.setdefault(key, value)
-    parent = top.parent_span_id if top is not None else None
-    for _ in range(_MAX_ANCESTORS):  # a parent cycle ends here
-        above = by_id.get(parent) if parent is not None else None
-        if above is None:
-            break
-        for key, value in above.reference_keys:
+    for span in above:
+        for key, value in span.reference_keys:
             merged.setdefault(key, value)
-        parent = above.parent_span_id
     return merged
 
 
-#: Spans above a run read for its reference keys at most (a parent cycle, or a deep chain
-#: a producer made, costs no more).
+def _above_runs(
+    runs: list[_Run], by_id: dict[bytes, SpanRecord], sites: dict[bytes, CallSite]
+) -> list[list[SpanRecord]]:
+    """For each run, the spans above its span that belong to no run (a request's server
+    span, a workflow's), nearest first, up to the first that also holds another run: a case
+    id on a request span that holds a title agent or a moderation agent beside the canary's
+    is not theirs, and would page that they did not do the canary's work."""
+    chains: list[list[SpanRecord]] = []
+    for run in runs:
+        chain: list[SpanRecord] = []
+        parent = run.span.parent_span_id if run.span is not None else None
+        while parent is not None and len(chain) < _MAX_ANCESTORS:  # a parent cycle ends too
+            span = by_id.get(parent)
+            if span is None or sites[span.span_id].run is not None:
+                break  # gone, or a span of a run: a guardrail's checker's, say
+            chain.append(span)
+            parent = span.parent_span_id
+        chains.append(chain)
+    if len(chains) < 2:
+        return chains
+    holding: dict[bytes, int] = {}  # span id -> the runs below it
+    for chain in chains:
+        for span in chain:
+            holding[span.span_id] = holding.get(span.span_id, 0) + 1
+    kept: list[list[SpanRecord]] = []
+    for chain in chains:
+        mine = 0
+        while mine < len(chain) and holding[chain[mine].span_id] == 1:
+            mine += 1
+        kept.append(chain[:mine])
+    return kept
+
+
+#: Spans above a run read for its reference keys at most (a deep chain a producer made
+#: costs no more).
 _MAX_ANCESTORS: Final = 64
 
 

@@ -156,7 +156,7 @@ class ArgumentScorer:
         if isinstance(expected, Mapping) and isinstance(actual, Mapping):
             return self._compare_fields(ref, expected, actual)
         strategy = self.call_strategy(ref)
-        score = score_value(strategy, expected, actual, self._tolerance)
+        score = score_value(strategy, expected, actual, self._tolerance, ref.written)
         return CallComparison(score, (FieldScore("", strategy, score, "both", expected, actual),))
 
     def _compare_fields(
@@ -178,7 +178,7 @@ class ArgumentScorer:
             return FieldScore(key, strategy, one_sided, "missing", expected[key], None)
         if key not in expected:
             return FieldScore(key, strategy, one_sided, "unexpected", None, actual[key])
-        score = score_value(strategy, expected[key], actual[key], self._tolerance)
+        score = score_value(strategy, expected[key], actual[key], self._tolerance, ref.written)
         return FieldScore(key, strategy, score, "both", expected[key], actual[key])
 
 

@@ -78,7 +78,8 @@ class RefCall:
     ``compare_arguments`` is false when the reference says nothing about arguments (a golden
     call without ``arguments``, or a source call whose producer recorded none). ``group`` is
     a source call's group (``effective_groups``; golden calls have none). ``field_match``: a
-    golden call's strategies for single fields.
+    golden call's strategies for single fields. ``written``: a golden call, whose values a
+    person typed (``similarity``'s ``numeric`` reads its text as text).
     """
 
     name: str
@@ -88,6 +89,7 @@ class RefCall:
     position: int
     group: int | None = None
     field_match: Mapping[str, str] | None = None
+    written: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +148,14 @@ def from_case(case: GoldenCase, normalize: NameNormalizer) -> Baseline:
     """The Baseline of a golden case."""
     calls = tuple(
         RefCall(
-            normalize(c.name), c.arguments, c.arguments is not None, c.match, i, None, c.field_match
+            normalize(c.name),
+            c.arguments,
+            c.arguments is not None,
+            c.match,
+            i,
+            None,
+            c.field_match,
+            written=True,
         )
         for i, c in enumerate(case.expected_tools)
     )

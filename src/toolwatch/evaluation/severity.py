@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolCall, ToolTrace
 
-__all__ = ["EFFECT_BANDS", "clamp", "effect_severity", "make_finding", "severity_for"]
+__all__ = ["CALL_AGENT", "EFFECT_BANDS", "clamp", "effect_severity", "make_finding", "severity_for"]
 
 #: (minimum drop, severity), checked in order; below the last band the severity is ``low``.
 EFFECT_BANDS: Final = (
@@ -77,19 +77,18 @@ def make_finding(
     field: str | None = None,
     details: Mapping[str, Any] | None = None,
 ) -> Finding:
-    """A Finding about ``trace``; ``call`` (the offending call) supplies span id, tool and
-    agent: a call a nested agent made (an agent used as a tool, or one handed over to) is
-    that agent's, and ``details["run_agent"]`` names the run's agent beside it.
+    """A Finding about ``trace``; ``call`` (the offending call) supplies span id and tool. Its
+    agent is the run's, as every per-agent series and alert reads it; a call another agent
+    of the run made (an agent used as a tool, or one handed over to) is named in
+    ``details["call_agent"]``.
 
     Bounded whatever the run (a finding is held in every stream subscriber's queue): the
     explanation is cut at ``MAX_EXPLANATION`` characters and each list in ``details`` at
     ``MAX_DETAIL_ITEMS`` items."""
     if len(explanation) > MAX_EXPLANATION:
         explanation = explanation[: MAX_EXPLANATION - 1] + "…"
-    agent = trace.agent
-    if call is not None and call.agent is not None and call.agent != agent:
-        agent = call.agent
-        details = {**(details or {}), "run_agent": trace.agent}
+    if call is not None and call.agent is not None and call.agent != trace.agent:
+        details = {**(details or {}), CALL_AGENT: call.agent}
     return Finding(
         category=category,
         severity=severity,
@@ -101,10 +100,13 @@ def make_finding(
         span_id=call.span_id if call is not None else None,
         tool=tool if tool is not None or call is None else call.tool_name,
         field=field,
-        agent=agent,
+        agent=trace.agent,
         details={k: _bounded(v) for k, v in details.items()} if details else {},
     )
 
+
+#: The ``details`` key naming the agent that made a finding's call, when not the run's.
+CALL_AGENT: Final = "call_agent"
 
 #: Bounds on one finding (``make_finding``).
 MAX_EXPLANATION: Final = 2_000

@@ -10,7 +10,9 @@
   list.
 - ``numeric``: ``1 - relative_error / tolerance``, floored at 0, with ``relative_error =
   |actual - reference| / |reference|``; numeric strings (``"12.50"``) count as numbers, a
-  reference of 0 needs an exact 0. Values that are not numbers fall back to ``exact``.
+  reference of 0 needs an exact 0. Values that are not numbers fall back to ``exact``. A
+  ``written`` reference (a golden case's, typed by a person) that is text is compared
+  exactly: ``"1042"`` there is an id, and one off it scored 0.999.
 - ``contains``: 1 if the reference string is a case-insensitive substring of the actual
   string, else 0; non-strings fall back to ``exact``.
 - ``fuzzy``: difflib's ratio of the case-folded texts (non-strings as canonical JSON), each
@@ -34,16 +36,18 @@ FUZZY_MAX_CHARS: Final = 4096
 _PAIRED_ITEMS: Final = 32  # lists paired optimally up to this many items a side
 
 
-def score_value(strategy: str, reference: Any, actual: Any, tolerance: float) -> float:
-    """How well ``actual`` matches ``reference`` under ``strategy``, in [0, 1]. Raises
-    ``ValueError`` for an unknown strategy name (a golden case's ``match`` is not validated
-    by the settings)."""
+def score_value(
+    strategy: str, reference: Any, actual: Any, tolerance: float, written: bool = False
+) -> float:
+    """How well ``actual`` matches ``reference`` under ``strategy``, in [0, 1]; ``written``:
+    the reference is a golden case's (see ``numeric``). Raises ``ValueError`` for an unknown
+    strategy name (a golden case's ``match`` is not validated by the settings)."""
     if strategy == "exact":
         return 1.0 if same_value(reference, actual) else 0.0
     if strategy == "subset":
         return _subset(reference, actual)
     if strategy == "numeric":
-        return _numeric(reference, actual, tolerance)
+        return _numeric(reference, actual, tolerance, written)
     if strategy == "contains":
         return _contains(reference, actual)
     if strategy == "fuzzy":
@@ -85,11 +89,11 @@ def as_number(value: Any) -> float | None:
     return None
 
 
-def _numeric(reference: Any, actual: Any, tolerance: float) -> float:
-    """Closeness of two numbers. The reference must be a JSON number: one written as text
-    (``"1042"``, an order id) is compared exactly, or an id one off would score 0.999; the
-    run's numeric text is read as a number (a model that sent ``"49.99"``)."""
-    if isinstance(reference, bool) or not isinstance(reference, int | float):
+def _numeric(reference: Any, actual: Any, tolerance: float, written: bool) -> float:
+    """Closeness of two numbers, numeric text read as numbers (a model that sent
+    ``"49.99"``, on either side of a shadow pair), but for a ``written`` reference's text:
+    ``"1042"`` in a golden case is an order id, compared exactly."""
+    if written and isinstance(reference, str):
         return 1.0 if same_value(reference, actual) else 0.0
     expected, got = as_number(reference), as_number(actual)
     if expected is None or got is None:

@@ -49,6 +49,7 @@ from typing import Any, Literal, NamedTuple, TypeVar
 import grpc
 
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
+from toolwatch.evaluation.severity import CALL_AGENT
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Category, Clock, Finding, Severity, ToolTrace
 from toolwatch.sinks.findings import Redaction, render_details
@@ -153,8 +154,8 @@ class ResumeResult(NamedTuple):
 
 #: What filters read of a published finding: its category, severity and agent.
 #: What filters read of a finding: its category, its severity, and the agents it concerns
-#: (the agent that made the call, then the run's when another: a subscriber for the run's
-#: agent also follows what the agents it called did).
+#: (the run's, then the agent that made its call when another: a subscriber for the agent
+#: used as a tool follows its calls in every run).
 _Tag = tuple[Category, Severity, tuple[str, ...]]
 #: From a call's metadata, what is asked before each write to it (``None``: nothing):
 #: ``ListenerSecurity.still_accepted`` for the stream listener.
@@ -218,9 +219,11 @@ class StreamFilter:
 
 def tag_of(finding: Finding, run_agent: str | None) -> _Tag:
     """The tag filters read of ``finding``, of a run by ``run_agent``."""
-    agents = tuple(a for a in (finding.agent, run_agent) if a is not None)
-    if len(agents) == 2 and agents[0] == agents[1]:
-        agents = agents[:1]
+    agent = finding.agent or run_agent
+    called = finding.details.get(CALL_AGENT)
+    agents: tuple[str, ...] = (agent,) if agent is not None else ()
+    if isinstance(called, str) and called != agent:
+        agents += (called,)
     return finding.category, finding.severity, agents
 
 

@@ -322,6 +322,21 @@ def test_a_case_id_on_the_request_span_above_the_agent_is_the_runs() -> None:
     }
 
 
+def test_a_case_id_above_two_runs_is_neither_runs() -> None:
+    """A title agent beside the canary's agent under the request's span: given the canary's
+    case id, it paged that it did not make the canary's calls."""
+    case_id = (("toolwatch.case_id", "kb-return-window"),)
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 100, name="POST /chat", reference_keys=case_id),
+        agent(2, 1, "refund-bot", 1, 50),
+        tool(3, 2, "search_kb", 2, 3),
+        agent(4, 1, "title-bot", 60, 99),
+    ]
+    assert [t.reference_keys for t in build(spans)] == [{}, {}]
+    alone = [spans[0], *spans[1:3]]
+    assert only(alone).reference_keys == {"toolwatch.case_id": "kb-return-window"}
+
+
 def test_a_guardrail_around_an_agent_used_as_a_tool_keeps_its_calls_in_the_run() -> None:
     """Guardrails AI's Guard around the agent a tool runs: that agent's refund is the run's,
     verified by the run's lookup, not a run of its own with an unverified refund."""

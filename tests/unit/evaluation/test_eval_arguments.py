@@ -227,3 +227,12 @@ def test_a_strategy_per_field_of_a_golden_call_leaves_the_others_exact() -> None
     assert result.scores["score"] == 0.5
     (finding,) = result.findings
     assert (finding.category, finding.field) == (Category.ARGUMENT_VALUE_DRIFT, "order_id")
+
+
+def test_a_shadow_sources_amount_sent_as_text_is_a_number_under_numeric() -> None:
+    """Models send amounts as text as often as not; only a golden case's text is text."""
+    source = trace(("issue_refund", {"order_id": "A-1", "amount_usd": "49.99"}))
+    target = trace(("issue_refund", {"order_id": "A-1", "amount_usd": 49.99}))
+    strategies = {"strategies": {"issue_refund.amount_usd": "numeric"}}
+    assert evaluate(source, target, **strategies).scores["score"] == 1.0
+    assert evaluate(target, source, **strategies).scores["score"] == 1.0

@@ -61,7 +61,9 @@ def test_make_finding_takes_span_and_tool_from_the_offending_call() -> None:
     assert finding.details == {}
 
 
-def test_a_call_a_nested_agent_made_is_that_agents_and_names_the_runs() -> None:
+def test_a_finding_on_a_call_a_nested_agent_made_names_it_beside_the_runs() -> None:
+    """The run's agent labels the finding, as every per-agent series and alert reads it
+    (a drift burst divides by the compared runs of the run's agent)."""
     run = trace(
         call("ask_billing", index=0, agent="support"),
         call("issue_refund", index=1, parent=0, agent="billing"),
@@ -83,6 +85,6 @@ def test_a_call_a_nested_agent_made_is_that_agents_and_names_the_runs() -> None:
     ]
     assert [(f.agent, f.details) for f in found] == [
         ("support", {"verification_tools": ["lookup_order"]}),
-        ("billing", {"verification_tools": ["lookup_order"], "run_agent": "support"}),
+        ("support", {"verification_tools": ["lookup_order"], "call_agent": "billing"}),
         ("support", {"verification_tools": ["lookup_order"]}),
     ]

@@ -34,9 +34,8 @@ from toolwatch.evaluation.similarity import FUZZY_MAX_CHARS, as_number, same_val
         ("numeric", 100, 97.5, 0.5),
         ("numeric", 100, 105, 0.0),
         ("numeric", 100, 150, 0.0),
-        ("numeric", 12.5, "12.50", 1.0),  # the run's numeric strings are numbers
-        ("numeric", "12.50", 12.5, 0.0),  # a reference written as text is text: exact
-        ("numeric", "1042", "1043", 0.0),  # an id one off is another id, not 99.9% of it
+        ("numeric", 12.5, "12.50", 1.0),  # numeric strings are numbers
+        ("numeric", "12.50", 12.5, 1.0),  # on both sides (a shadow source's argument)
         ("numeric", 0, 0.0, 1.0),
         ("numeric", 0, 0.001, 0.0),  # a zero reference needs an exact zero
         ("numeric", "abc", "abc", 1.0),  # not numbers: exact
@@ -104,3 +103,17 @@ def test_subset_of_long_lists_stays_cheap_and_counts_each_actual_item_once() -> 
     reference = [{"i": i % 10} for i in range(2000)]
     actual = [{"i": i % 10, "x": 1} for i in range(1000)]
     assert score_value("subset", reference, actual, 0.05) == 0.5
+
+
+@pytest.mark.parametrize(
+    ("reference", "actual", "score"),
+    [
+        ("1042", "1043", 0.0),  # an id one off is another id, not 99.9% of it
+        ("12.50", 12.5, 0.0),  # text a person wrote is text
+        (12.5, "12.50", 1.0),  # the run's numeric text is still a number
+    ],
+)
+def test_a_golden_references_text_is_text_under_numeric(
+    reference: object, actual: object, score: float
+) -> None:
+    assert score_value("numeric", reference, actual, 0.05, written=True) == score

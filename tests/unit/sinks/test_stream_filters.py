@@ -85,7 +85,7 @@ def test_filter_matching(
 def test_a_finding_on_a_nested_agents_call_reaches_its_subscribers_and_the_runs(
     agents: set[str], matches: bool
 ) -> None:
-    nested = dataclasses.replace(finding(), agent="billing")
+    nested = dataclasses.replace(finding(), agent="support", details={"call_agent": "billing"})
     stream_filter = StreamFilter(agents=frozenset(a.casefold() for a in agents))
     assert stream_filter.matches(nested, "support") is matches
 
