@@ -173,32 +173,43 @@ class _ShadowHalves:
     (``ShadowJoiner``: a half waits ``pair_timeout_seconds`` for the other, a key joined is
     taken for as long, a third half is a duplicate), on the runs' own clock and in the
     server's order whatever order the input gave them in: the runs of a trace arrive
-    together when it completes (its last end), each in start order. What never pairs is
-    counted by reason (``unpaired``); halves still waiting at the end had no other half in
-    the input (``no_other_half``)."""
+    together when it completes (the last end of its runs that end within
+    ``max_trace_age`` after the half: a trace id used again hours later, a session's, is
+    another completion), each in start order. What never pairs is counted by reason
+    (``unpaired``); halves still waiting at the end had no other half in the input
+    (``no_other_half``)."""
 
     def __init__(self, config: Config) -> None:
         self._shadow = config.shadow
+        self._age_ns = config.assembly.limits().max_trace_age_ns
         self._halves: list[ToolTrace] = []
-        self._ends: dict[str, int] = {}  # trace id -> the last end of its runs
+        self._ends: dict[str, list[int]] = {}  # trace id -> the ends of its runs
         self.unpaired: dict[str, int] = {}
 
     def offer(self, trace: ToolTrace) -> None:
         if not self._shadow.enabled:
             return
-        self._ends[trace.trace_id] = max(self._ends.get(trace.trace_id, 0), trace.end_ns)
+        self._ends.setdefault(trace.trace_id, []).append(trace.end_ns)
         if trace.complete and trace.reference_keys.get(self._shadow.pair_key_attribute):
             self._halves.append(trace)
 
-    def _arrival(self, trace: ToolTrace) -> tuple[int, str, int, str]:
-        return self._ends[trace.trace_id], trace.trace_id, trace.start_ns, trace.run_span_id or ""
+    def _completed(self, trace: ToolTrace) -> int:
+        """When ``trace``'s trace completed in serve: the last end of its runs that end
+        within ``max_trace_age`` after it."""
+        until = trace.end_ns + self._age_ns
+        return max(end for end in self._ends[trace.trace_id] if trace.end_ns <= end <= until)
 
     def pairs(self) -> Iterator[tuple[ToolTrace, ToolTrace]]:
         clock = ManualClock(0)
         counted = _Unpaired(self.unpaired)
         joiner = ShadowJoiner(self._shadow, clock, counted)
-        for half in sorted(self._halves, key=self._arrival):
-            clock.now_ns = self._ends[half.trace_id]
+        arrivals = [
+            (self._completed(h), h.trace_id, h.start_ns, h.run_span_id or "", h)
+            for h in self._halves
+        ]
+        arrivals.sort(key=lambda arrival: arrival[:4])
+        for completed, *_, half in arrivals:
+            clock.now_ns = completed
             pair = joiner.offer(half)
             if pair is not None:
                 yield pair.source, pair.target

@@ -117,6 +117,7 @@ class Report:
     sources: int = 0
     source_findings: dict[str, int] = field(default_factory=dict)  # category -> findings
     shadow_unpaired: dict[str, int] = field(default_factory=dict)  # reason -> halves
+    cases_source_only: list[str] = field(default_factory=list)  # of cases_not_run: by a source
 
     @property
     def passed(self) -> bool:
@@ -142,6 +143,7 @@ class Report:
                 "duplicates": self.duplicates,
                 "shadow_sources": {"runs": self.sources, "findings": self.source_findings},
                 "shadow_unpaired": self.shadow_unpaired,
+                "cases_source_only": self.cases_source_only,
                 "unknown_case_ids": self.unknown_case_ids,
                 "cases_not_run": self.cases_not_run,
             },
@@ -197,7 +199,15 @@ class Report:
             lines += ["", "Golden cases not exercised"]
             for case_id, runs in sorted(self.unknown_case_ids.items()):
                 lines.append(f"  {case_id}: named by {runs} run(s), not in the golden-case file")
-            lines += [f"  {case_id}: no complete run" for case_id in self.cases_not_run]
+            lines += [
+                f"  {case_id}: "
+                + (
+                    "run by a shadow source only (the serving model)"
+                    if case_id in self.cases_source_only
+                    else "no complete run"
+                )
+                for case_id in self.cases_not_run
+            ]
         if self.failure_types:
             lines += ["", "Failure types"]
             lines += [f"  {k:<16} {v}" for k, v in sorted(self.failure_types.items())]
@@ -249,6 +259,7 @@ class ReportBuilder:
         self._evaluator_failures: Counter[str] = Counter()
         self._sources = 0
         self._source_findings: Counter[str] = Counter()
+        self._source_cases: set[str] = set()
         self._unpaired: dict[str, int] = {}
 
     def add(
@@ -265,8 +276,8 @@ class ReportBuilder:
         if source:
             self._sources += 1
             self._source_findings.update(str(f.category) for f in result.findings)
-            if case is not None:  # exercised, by the serving model: not a case no run had
-                self._exercised.add(case.case_id)
+            if case is not None:  # run, but by the serving model: said apart
+                self._source_cases.add(case.case_id)
             for evaluator, _message in result.failures:
                 self._evaluator_failures[evaluator] += 1
             return
@@ -372,6 +383,7 @@ class ReportBuilder:
             sources=self._sources,
             source_findings=dict(self._source_findings),
             shadow_unpaired=self._unpaired,
+            cases_source_only=sorted(self._source_cases - self._exercised),
         )
         report.gates = [_apply(gate, report) for gate in self._gates]
         return report

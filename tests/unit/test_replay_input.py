@@ -662,3 +662,30 @@ def test_the_runs_of_one_trace_are_offered_to_the_joiner_as_serve_offers_them(
     drift = [f.trace_id for f in report.finding_list if f.category == "DANGEROUS_ACTION_DRIFT"]
     assert drift == [f"{2:032x}"]
     assert report.shadow_unpaired == {"duplicate": 2}
+
+
+def test_a_trace_id_used_again_later_does_not_hold_back_its_earlier_halves(
+    tmp_path: Path,
+) -> None:
+    """A session's trace id carries a run 15 minutes on: serve completed the first runs long
+    before it, and paired them."""
+    config = load_config(None, {"shadow.enabled": True, "policy.dangerous_tools": ["issue_refund"]})
+    lines = [
+        _shadow_run(1, "k1", "source", 0, "lookup_order", "issue_refund"),
+        _shadow_run(2, "k1", "target", 0, "lookup_order", "issue_refund", "issue_refund"),
+        json.dumps(
+            tooltrace_to_dict(
+                factories.tool_trace(
+                    trace_id=f"{1:032x}",
+                    run_span_id="c" * 16,
+                    start_ns=900 * _SECOND,
+                    end_ns=901 * _SECOND,
+                )
+            )
+        ),
+    ]
+    recorded = tmp_path / "runs.jsonl"
+    recorded.write_text("\n".join(lines) + "\n")
+    report = evaluate_offline(load_tool_traces([recorded], config), config, [])
+    drift = [f.trace_id for f in report.finding_list if f.category == "DANGEROUS_ACTION_DRIFT"]
+    assert (drift, report.shadow_unpaired) == ([f"{2:032x}"], {})

@@ -322,9 +322,10 @@ def test_a_case_id_on_the_request_span_above_the_agent_is_the_runs() -> None:
     }
 
 
-def test_a_case_id_above_two_runs_is_neither_runs() -> None:
+def test_a_case_id_above_two_runs_is_the_first_runs() -> None:
     """A title agent beside the canary's agent under the request's span: given the canary's
-    case id, it paged that it did not make the canary's calls."""
+    case id, it paged that it did not make the canary's calls. The request's own agent, the
+    first to start, keeps it (an OpenLLMetry guardrail checker beside it starts later)."""
     case_id = (("toolwatch.case_id", "kb-return-window"),)
     spans = [
         span(1, None, SpanRole.OTHER, 0, 100, name="POST /chat", reference_keys=case_id),
@@ -332,9 +333,35 @@ def test_a_case_id_above_two_runs_is_neither_runs() -> None:
         tool(3, 2, "search_kb", 2, 3),
         agent(4, 1, "title-bot", 60, 99),
     ]
-    assert [t.reference_keys for t in build(spans)] == [{}, {}]
-    alone = [spans[0], *spans[1:3]]
-    assert only(alone).reference_keys == {"toolwatch.case_id": "kb-return-window"}
+    assert [t.reference_keys for t in build(spans)] == [
+        {"toolwatch.case_id": "kb-return-window"},
+        {},
+    ]
+
+
+def test_the_residual_run_beside_agent_runs_takes_no_key() -> None:
+    """A handler's own tool call outside any agent: its residual run holds the request span
+    itself, and matched to the canary's case it paged a selection drift."""
+    case_id = (("toolwatch.case_id", "refund-1"),)
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 100, name="POST /chat", reference_keys=case_id),
+        tool(2, 1, "moderate", 1, 2),
+        agent(3, 1, "refund-bot", 3, 99),
+        tool(4, 3, "lookup_order", 4, 5),
+    ]
+    keys = {t.agent: t.reference_keys for t in build(spans)}
+    assert keys == {"refund-bot": {"toolwatch.case_id": "refund-1"}, None: {}}
+
+
+def test_a_parent_cycle_above_the_run_ends_the_walk_without_losing_the_keys() -> None:
+    case_id = (("toolwatch.case_id", "refund-1"),)
+    spans = [
+        span(1, 1, SpanRole.OTHER, 0, 100, name="POST /chat", reference_keys=case_id),
+        agent(2, 1, "refund-bot", 1, 50),
+        agent(5, None, "title-bot", 60, 99, trace_id=TRACE),
+    ]
+    keys = {t.agent: t.reference_keys for t in build(spans)}
+    assert keys["refund-bot"] == {"toolwatch.case_id": "refund-1"}
 
 
 def test_a_guardrail_around_an_agent_used_as_a_tool_keeps_its_calls_in_the_run() -> None:

@@ -150,6 +150,21 @@ def test_incomplete_runs_unknown_case_ids_and_cases_no_run_exercised_are_reporte
     )
 
 
+def test_a_case_only_a_shadow_source_ran_is_said_so_and_its_findings_are_not_gated() -> None:
+    refund = case("lookup", "refund", case_id="refund")
+    golden = GoldenCaseSet([refund])
+    run = dataclasses.replace(trace("refund"), reference_keys={golden.case_id_attribute: "refund"})
+    pipeline = EvaluationPipeline(SETTINGS)
+    builder = ReportBuilder(SETTINGS, [parse_gate("any=0", "max")], golden)
+    builder.add(run, refund, pipeline.evaluate(run, refund, None), source=True)
+    built = builder.build()
+    assert (built.traces, built.sources, built.cases_not_run) == (0, 1, ["refund"])
+    assert built.cases_source_only == ["refund"]
+    assert sum(built.source_findings.values()) > 0 and built.findings == {}
+    assert "  refund: run by a shadow source only (the serving model)" in built.to_text()
+    assert not built.passed  # no candidate run: nothing proves the candidate
+
+
 def test_right_tools_in_the_wrong_order_fail_as_order_in_an_ordered_selection_mode() -> None:
     # mode expected: tool_selection scores the calls in order, so it flags the swap too.
     swapped = (trace("refund", "lookup"), case("lookup", "refund", selection_mode="expected"))
