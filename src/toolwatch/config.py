@@ -538,6 +538,12 @@ class Config(_Section):
                     " that fails to load may not fire ToolwatchSecurityFilesNotReloaded, which"
                     f" needs a look every 5 minutes (at most {ALERTED_RELOAD_SECONDS})"
                 )
+        if self.evaluators.tool_arguments.default_strategy == "numeric":
+            said.append(
+                "evaluators.tool_arguments.default_strategy is 'numeric': order ids and other"
+                " numbers one apart score near 1 (1043 for 1042: 0.99), so a call on the wrong"
+                " entity passes; name the numeric fields in strategies instead"
+            )
         return said
 
     def named_tools(self) -> frozenset[str]:

@@ -243,6 +243,17 @@ def test_reloads_too_rare_for_their_alert_are_warned_of_not_refused(tmp_path: Pa
     ]
 
 
+def test_a_numeric_default_argument_strategy_is_warned_of() -> None:
+    """Numeric on every field scores order ids one apart as near-equal."""
+    assert (
+        load_config(None, {"evaluators.tool_arguments.default_strategy": "exact"}).warnings() == []
+    )
+    (said,) = load_config(
+        None, {"evaluators.tool_arguments.default_strategy": "numeric"}
+    ).warnings()
+    assert said.startswith("evaluators.tool_arguments.default_strategy is 'numeric': order ids")
+
+
 @pytest.mark.parametrize(
     ("pattern", "reason"),
     [

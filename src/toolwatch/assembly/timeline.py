@@ -597,7 +597,7 @@ def _tool_trace(
     run: _Run,
     sites: dict[bytes, CallSite],
     normalize: NameNormalizer,
-    above: list[SpanRecord] | None,
+    above: list[SpanRecord],
 ) -> ToolTrace:
     calls = build_calls(run.spans, sites, normalize)
     refusal = _refusal(run, sites)
@@ -668,15 +668,11 @@ class _Identity:
                 self.conversation_id = span.conversation_id
 
 
-def _reference_keys(
-    ranked: tuple[SpanRecord, ...], above: list[SpanRecord] | None
-) -> dict[str, str]:
+def _reference_keys(ranked: tuple[SpanRecord, ...], above: list[SpanRecord]) -> dict[str, str]:
     """Configured attributes merged over the run (the run span wins, then the earliest),
     then over the spans above it whose keys are its own (``_above_runs``), nearest first: a
     canary's case id or a shadow pair key set on the request's span (an HTTP handler's, a
-    workflow's) above the agent is the run's. ``above`` ``None``: none at all."""
-    if above is None:
-        return {}
+    workflow's) above the trace's one agent run is the run's."""
     merged: dict[str, str] = {}
     for span in ranked:
         for key, value in span.reference_keys:
@@ -689,52 +685,27 @@ def _reference_keys(
 
 def _above_runs(
     runs: list[_Run], by_id: dict[bytes, SpanRecord], sites: dict[bytes, CallSite]
-) -> list[list[SpanRecord] | None]:
-    """For each agent run, the spans above its span that belong to no run (a request's
-    server span, a workflow's), nearest first, whose reference keys are its own: a span that
-    holds several agent runs (a title agent, a moderation agent or a guardrail's checker
-    beside the canary's agent) gives its keys to the one that started first, the request's
-    own agent, not to every one (each would page that it did not do the canary's work).
-    ``None`` for a run that takes no key from its own spans either: the residual run of a
-    trace that has agent runs (spans outside every agent; its spans may be those very
-    request spans)."""
-    chains: list[list[SpanRecord]] = []
-    agents = 0
-    for run in runs:
-        chain: list[SpanRecord] = []
-        if run.agent_id is not None and run.span is not None:
-            agents += 1
-            seen: set[bytes] = set()
-            parent = run.span.parent_span_id
-            while parent is not None and parent not in seen and len(chain) < _MAX_ANCESTORS:
-                span = by_id.get(parent)
-                if span is None or sites[span.span_id].run is not None:
-                    break  # gone, or a span of a run: a guardrail's checker's, say
-                chain.append(span)
-                seen.add(parent)
-                parent = span.parent_span_id
-        chains.append(chain)
-    if agents < 2:  # the residual run beside an agent run takes nothing
-        return [None if r.agent_id is None and agents else chains[i] for i, r in enumerate(runs)]
-    first: dict[bytes, tuple[int, bytes]] = {}  # span id -> (start, span id) of its first run
-    for i, chain in enumerate(chains):
-        top = runs[i].span
-        if top is None:
-            continue
-        started = (top.start_ns, top.span_id)
-        for span in chain:
-            held = first.get(span.span_id)
-            if held is None or started < held:
-                first[span.span_id] = started
-    kept: list[list[SpanRecord] | None] = []
-    for i, run in enumerate(runs):
-        top = run.span
-        if run.agent_id is None or top is None:
-            kept.append(None)
-            continue
-        started = (top.start_ns, top.span_id)
-        kept.append([span for span in chains[i] if first[span.span_id] == started])
-    return kept
+) -> list[list[SpanRecord]]:
+    """For each run, the spans above its agent's span that belong to no run (a request's
+    server span, a workflow's), nearest first, whose reference keys are its own: only in a
+    trace of one run. A span above several runs (a title agent, a moderation agent, a
+    guardrail's checker, or the handler's own tool calls beside the request's agent) does
+    not say whose its keys are, and a wrong guess pages: the run given the canary's case id
+    did not do the canary's work. Such a run keeps the keys of its own spans (and their
+    resources') alone."""
+    if len(runs) != 1 or runs[0].agent_id is None or runs[0].span is None:
+        return [[] for _ in runs]
+    chain: list[SpanRecord] = []
+    seen: set[bytes] = set()
+    parent = runs[0].span.parent_span_id
+    while parent is not None and parent not in seen and len(chain) < _MAX_ANCESTORS:
+        span = by_id.get(parent)
+        if span is None or sites[span.span_id].run is not None:
+            break
+        chain.append(span)
+        seen.add(parent)
+        parent = span.parent_span_id
+    return [chain]
 
 
 #: Spans above a run read for its reference keys at most (a deep chain a producer made

@@ -9,10 +9,10 @@
   Anything else: ``exact``. An empty reference object or list is contained in any object or
   list.
 - ``numeric``: ``1 - relative_error / tolerance``, floored at 0, with ``relative_error =
-  |actual - reference| / |reference|``; numeric strings (``"12.50"``) count as numbers beside
-  a number, a reference of 0 needs an exact 0. Values that are not numbers fall back to
-  ``exact``, and so do two texts, and a ``written`` reference (a golden case's, typed by a
-  person) that is text: ``"1042"`` is an id, and one off it scored 0.999.
+  |actual - reference| / |reference|``; numeric strings (``"12.50"``) count as numbers, a
+  reference of 0 needs an exact 0. Values that are not numbers fall back to ``exact``, and
+  so does a ``written`` reference (a golden case's, typed by a person) that is text:
+  ``"1042"`` is an id, and one off it scored 0.999.
 - ``contains``: 1 if the reference string is a case-insensitive substring of the actual
   string, else 0; non-strings fall back to ``exact``.
 - ``fuzzy``: difflib's ratio of the case-folded texts (non-strings as canonical JSON), each
@@ -90,12 +90,12 @@ def as_number(value: Any) -> float | None:
 
 
 def _numeric(reference: Any, actual: Any, tolerance: float, written: bool) -> float:
-    """Closeness of two numbers, numeric text read as a number beside a JSON number (a model
-    that sent ``"49.99"``, on either side of a shadow pair). Text beside text is compared
-    exactly, and so is a ``written`` reference's text: ``"1042"`` is an order id, and
-    ``"1043"`` one off it scored 0.999."""
-    text = isinstance(reference, str)
-    if text and (written or isinstance(actual, str)):
+    """Closeness of two numbers, numeric text read as a number (a model that sent
+    ``"49.99"``, on either side of a shadow pair), but for a ``written`` reference's text:
+    ``"1042"`` in a golden case is an order id, and ``"1043"`` one off it scored 0.999.
+    (Configured on an id field, ``numeric`` scores ids one apart as near-equal: name the
+    numeric fields, ``Config.warnings`` says so of a numeric default.)"""
+    if written and isinstance(reference, str):
         return 1.0 if same_value(reference, actual) else 0.0
     expected, got = as_number(reference), as_number(actual)
     if expected is None or got is None:

@@ -34,9 +34,9 @@ from toolwatch.evaluation.similarity import FUZZY_MAX_CHARS, as_number, same_val
         ("numeric", 100, 97.5, 0.5),
         ("numeric", 100, 105, 0.0),
         ("numeric", 100, 150, 0.0),
-        ("numeric", 12.5, "12.50", 1.0),  # numeric strings are numbers beside a number
+        ("numeric", 12.5, "12.50", 1.0),  # numeric strings are numbers
         ("numeric", "12.50", 12.5, 1.0),  # on either side (a shadow source's argument)
-        ("numeric", "1042", "1043", 0.0),  # two texts are compared exactly: ids
+        ("numeric", "25.00", "25.0", 1.0),  # and on both
         ("numeric", 0, 0.0, 1.0),
         ("numeric", 0, 0.001, 0.0),  # a zero reference needs an exact zero
         ("numeric", "abc", "abc", 1.0),  # not numbers: exact
