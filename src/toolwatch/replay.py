@@ -173,7 +173,7 @@ class _ShadowHalves:
     (``ShadowJoiner``: a half waits ``pair_timeout_seconds`` for the other, a key joined is
     taken for as long, a third half is a duplicate), on the runs' own clock and in the
     server's order whatever order the input gave them in: the runs of a trace arrive
-    together when it completes (the last end of its runs that end within
+    together when it completes (the last end of its keyed runs that end within
     ``max_trace_age`` after the half: a trace id used again hours later, a session's, is
     another completion), each in start order. What never pairs is counted by reason
     (``unpaired``); halves still waiting at the end had no other half in the input
@@ -187,10 +187,12 @@ class _ShadowHalves:
         self.unpaired: dict[str, int] = {}
 
     def offer(self, trace: ToolTrace) -> None:
-        if not self._shadow.enabled:
-            return
+        if not self._shadow.enabled or not trace.reference_keys.get(
+            self._shadow.pair_key_attribute
+        ):
+            return  # what replay holds grows with the shadow runs alone
         self._ends.setdefault(trace.trace_id, []).append(trace.end_ns)
-        if trace.complete and trace.reference_keys.get(self._shadow.pair_key_attribute):
+        if trace.complete:
             self._halves.append(trace)
 
     def _completed(self, trace: ToolTrace) -> int:

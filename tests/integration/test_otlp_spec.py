@@ -842,7 +842,7 @@ def test_an_http_body_cut_off_mid_way_gives_its_slot_back(
         client.sendall(f"{head}Content-Length: 100000\r\n\r\n".encode() + b"\x0a" * 10)
         assert until(lambda: in_flight(server) == 1)
         client.close()
-        assert until(lambda: server.sample(REQUESTS_COUNTED, aborted) == 1)
+        assert until(lambda: server.sample(REQUESTS_COUNTED, aborted, missing_ok=True) == 1)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
     assert until(lambda: in_flight(server) == 0)
