@@ -153,8 +153,7 @@ def from_case(case: GoldenCase, normalize: NameNormalizer) -> Baseline:
             c.arguments is not None,
             c.match,
             i,
-            None,
-            c.field_match,
+            field_match=c.field_match,
             written=True,
         )
         for i, c in enumerate(case.expected_tools)

@@ -175,15 +175,13 @@ def find_repeats(
             continue
         key = call_key(tool, call.arguments)
         earlier = succeeded.get(key)
+        failures = failed.get(key) if retry_limit is not None else None
         if earlier is not None and earlier.informs(i):
             repeats.setdefault(key, []).append(call)
-        elif retry_limit is not None:
-            failures = failed.get(key)
-            if failures is not None and failures.informs(i):
-                retries.setdefault(key, []).append(call)
+        elif failures is not None and failures.informs(i):
+            retries.setdefault(key, []).append(call)
         if call.status is not CallStatus.OK:
             if retry_limit is not None:
-                failures = failed.get(key)
                 if failures is None:
                     failures = failed[key] = concurrency.successes()
                 failures.add(i)

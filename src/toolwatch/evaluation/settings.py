@@ -204,10 +204,11 @@ class PolicySettings(_Section):
     - ``aliases``: ``{alias: tool}``, applied after trimming and case folding. Not transitive:
       a target may not itself be an alias.
     - ``tool_prefix``: a regular expression (Python ``re``, case-insensitive) whose match at
-      the start of a tool name is removed before aliases apply: MCP tools reach the model
-      namespaced by their server (``billing__issue_refund``, the Claude Agent SDK's
-      ``mcp__billing__issue_refund``), and a policy that names ``issue_refund`` must still
-      see them. A match that would leave nothing is not removed.
+      the start of a tool name is removed, as often as it matches, before aliases apply: MCP
+      tools reach the model namespaced by their server (``billing__issue_refund``, the
+      Claude Agent SDK's ``mcp__billing__issue_refund``), and a policy that names
+      ``issue_refund`` must still see them. A match that would leave nothing is not removed;
+      a policy name the prefix would shorten is refused (``_prefix_keeps_names``).
     - ``verification_scope``: ``run`` (the default: a dangerous call needs a verification in
       its own run) or ``conversation`` (a successful verification in an earlier run of the
       same conversation, ``gen_ai.conversation.id`` or ``session.id``, made less than
@@ -344,8 +345,7 @@ class PolicySettings(_Section):
         for tool in self.repeat_limits:
             yield "repeat_limits", tool
         for rule in self.invariants:
-            names = (rule.before, rule.after) if isinstance(rule, OrderRule) else (rule.tool,)
-            for tool in names:
+            for tool in _rule_tools(rule):
                 yield f"invariants ({rule.kind})", tool
         for target in self.aliases.values():
             yield "aliases", target
@@ -363,7 +363,7 @@ class PolicySettings(_Section):
         normalize = self.normalizer()
         tools = {*self.dangerous_tools, *self.verification_tools}
         for rule in self.invariants:
-            tools |= {rule.before, rule.after} if isinstance(rule, OrderRule) else {rule.tool}
+            tools.update(_rule_tools(rule))
         return frozenset(normalize(tool) for tool in tools)
 
     def binding_rules(self) -> tuple[Binding, ...]:
@@ -376,6 +376,11 @@ class PolicySettings(_Section):
                 vtool, vfield = split_tool_field(ref)
                 rules.append(Binding(normalize(tool), field, normalize(vtool), vfield))
         return tuple(rules)
+
+
+def _rule_tools(rule: Invariant) -> tuple[str, ...]:
+    """The tools an invariant names."""
+    return (rule.before, rule.after) if isinstance(rule, OrderRule) else (rule.tool,)
 
 
 def _compile_prefix(prefix: str) -> re.Pattern[str]:
