@@ -284,6 +284,12 @@ class ToolCall:
     output: a hosted tool (``hosted``: the convention says the provider ran it), a producer
     that emits no tool spans, or a call that was requested and never run.
 
+    ``handoff``: the call handed the conversation to another agent (OpenAI Agents SDK
+    ``transfer_to_<agent>``): a handoff span is its execution (``span_id``), or, where the
+    instrumentation records the model's request in no structured field (the contrib
+    openai-agents instrumentation), the call itself, named ``transfer_to_<agent>`` as the
+    SDK names it, so every instrumentation shows the same calls.
+
     Like ``SpanRecord``, its constructor is written out and it is not ``frozen``: compiled,
     it executes a twentieth of the instructions of the frozen dataclass's constructor, which
     stays interpreted and sets each field through ``object.__setattr__`` (23,000 of them per
@@ -306,6 +312,7 @@ class ToolCall:
     end_ns: int | None
     result: Any
     hosted: bool
+    handoff: bool
 
     def __init__(  # noqa: PLR0917 - the fields, in the order a dataclass would take them
         self,
@@ -325,6 +332,7 @@ class ToolCall:
         end_ns: int | None,
         result: Any = None,
         hosted: bool = False,
+        handoff: bool = False,
     ) -> None:
         self.tool_name = tool_name
         self.raw_name = raw_name
@@ -342,6 +350,7 @@ class ToolCall:
         self.end_ns = end_ns
         self.result = result
         self.hosted = hosted
+        self.handoff = handoff
 
 
 @dataclass(frozen=True, slots=True, init=False)

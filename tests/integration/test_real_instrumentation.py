@@ -126,6 +126,7 @@ def check_calls(calls: list[dict[str, Any]], expected: list[dict[str, Any]]) -> 
             assert call["arguments"] == want["arguments"], call
             assert call["arguments_error"] is None, call
         assert call["status"] == want["status"], call
+        assert call["handoff"] is want.get("handoff", False), call
     assert [c["sequence_index"] for c in calls] == list(range(len(calls)))
     check_parallel(calls, expected)
     check_nesting(calls, expected)

@@ -7,6 +7,15 @@ result, nesting). They are joined on the call id when both carry one, otherwise 
 spans carry no id). A call seen both ways is one call; a request with no execution span
 (hosted tool, handoff) is still a call.
 
+Handoffs (OpenAI Agents SDK, CONVENTIONS §6.5): the model requests ``transfer_to_<agent>``
+and no tool span runs it, but every exporter writes a handoff span under the agent handing
+off. That span is the request's execution, joined to the latest ``transfer_to_`` request of
+its agent asked before it started, of the agent it names when it names one; with no such
+request, to the agent's latest request not run (a handoff tool renamed); and with none at all
+(the contrib instrumentation records the request in no structured field) it is a call of its
+own, ``transfer_to_<agent>``, so the calls are the same whichever instrumentation exported
+them. A call joined to a handoff span is marked ``handoff``.
+
 Pure functions of the spans' content: the order spans arrived in never matters.
 """
 
@@ -17,6 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from toolwatch.conventions.attrs import TRANSFER_TOOL_PREFIX, agent_in_tool_style, is_transfer
 from toolwatch.jsontext import loads
 from toolwatch.model import CallStatus, RequestedCall, SpanRecord, SpanRole, ToolCall
 
@@ -93,14 +103,19 @@ class _Request:
 
 @dataclass(slots=True, init=False)
 class _Draft:
-    """One call being built: an execution, a request, or both (never neither)."""
+    """One call being built: an execution, a request, or both (never neither). ``handoff``:
+    the execution is a handoff span."""
 
     span: SpanRecord | None
     request: _Request | None
+    handoff: bool
 
-    def __init__(self, span: SpanRecord | None, request: _Request | None) -> None:
+    def __init__(
+        self, span: SpanRecord | None, request: _Request | None, handoff: bool = False
+    ) -> None:
         self.span = span
         self.request = request
+        self.handoff = handoff
 
     @property
     def origin(self) -> SpanRecord:
@@ -112,10 +127,14 @@ class _Draft:
 
     @property
     def raw_name(self) -> str:
-        if self.span is not None:
+        """The tool span's name, else the request's (a handoff span's too), else, for a
+        handoff span alone, the SDK's transfer tool's for the agent it names."""
+        if self.span is not None and not self.handoff:
             return _raw_name(self.span)
-        assert self.request is not None
-        return self.request.call.name
+        if self.request is not None:
+            return self.request.call.name
+        assert self.span is not None and self.span.tool_name is not None
+        return TRANSFER_TOOL_PREFIX + agent_in_tool_style(self.span.tool_name)
 
     @property
     def start_ns(self) -> int:
@@ -201,7 +220,9 @@ def _join(
     executions = [s for s in spans if s.role is SpanRole.TOOL]
     requests = _requests(spans, normalize)
     drafts, executions, requests = _join_by_id(executions, requests)
-    return drafts + _join_by_name(executions, requests, sites, normalize)
+    drafts += _join_by_name(executions, requests, sites, normalize)
+    handoffs = [s for s in spans if s.role is SpanRole.OTHER and s.tool_name is not None]
+    return _with_handoffs(drafts, handoffs, sites) if handoffs else drafts
 
 
 def _requests(spans: tuple[SpanRecord, ...], normalize: Callable[[Any], str]) -> list[_Request]:
@@ -317,6 +338,46 @@ def _join_by_name(
     leftovers = [r for queues in (with_id, without_id) for q in queues.values() for r in q]
     drafts.extend(_Draft(None, r) for r in leftovers)
     return drafts
+
+
+def _with_handoffs(
+    drafts: list[_Draft], handoffs: list[SpanRecord], sites: dict[bytes, CallSite]
+) -> list[_Draft]:
+    """``drafts`` with each handoff span (in time order) joined to the request it carried
+    out, or added as a call of its own when its agent left none to join (see the module's
+    docstring); a handoff span that names no agent and finds no request is not a call."""
+    waiting: dict[bytes | None, list[_Draft]] = {}  # requests never run, by agent
+    for d in drafts:
+        if d.span is None and d.request is not None and not d.request.call.hosted:
+            append_to(waiting, _scope(sites[d.request.llm.span_id]), d)
+    for span in handoffs:
+        queue = waiting.get(_scope(sites[span.span_id]), [])
+        asked = sorted((d for d in queue if _asked_by(d, span.start_ns)), key=_emission)
+        draft = _handoff_request(asked, span.tool_name or None)
+        if draft is not None:
+            queue.remove(draft)
+            draft.span, draft.handoff = span, True
+        elif span.tool_name and not asked:
+            drafts.append(_Draft(span, None, handoff=True))
+    return drafts
+
+
+def _asked_by(draft: _Draft, at_ns: int) -> bool:
+    assert draft.request is not None
+    return draft.request.llm.end_ns <= at_ns
+
+
+def _handoff_request(asked: list[_Draft], target: str | None) -> _Draft | None:
+    """Of the requests an agent made before handing off (in emission order), the one the
+    handoff carried out: the latest ``transfer_to_`` request, of ``target`` when named, else
+    the latest of any name when the handoff names an agent (its tool renamed)."""
+    wanted = TRANSFER_TOOL_PREFIX + agent_in_tool_style(target) if target else None
+    for draft in reversed(asked):
+        assert draft.request is not None
+        name = draft.request.call.name
+        if is_transfer(name) and (wanted is None or agent_in_tool_style(name) == wanted):
+            return draft
+    return asked[-1] if asked and target else None
 
 
 def _same_arguments(
@@ -559,6 +620,7 @@ def _tool_call(
         end_ns=span.end_ns if span is not None else None,
         result=decode_json(span.result)[0] if span is not None else None,
         hosted=request is not None and request.call.hosted,
+        handoff=draft.handoff,
     )
 
 

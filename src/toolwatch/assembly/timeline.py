@@ -62,14 +62,18 @@ Pure: the same set of spans gives the same ToolTraces whatever their order.
 from __future__ import annotations
 
 import bisect
-import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.calls import CallSite, append_to, build_calls
-from toolwatch.conventions.attrs import REFUSAL_REASONS, is_handoff_span
+from toolwatch.conventions.attrs import (
+    REFUSAL_REASONS,
+    TRANSFER_TOOL_PREFIX,
+    agent_in_tool_style,
+    is_transfer,
+)
 from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolTrace
 from toolwatch.names import NameNormalizer
 
@@ -501,16 +505,11 @@ _UNNAMED_HANDOFF_GAP_NS: Final = 10_000_000
 
 def _agent_of(run: _Run) -> str | None:
     name = run.span.agent_name if run.span is not None else None
-    return _tool_style(name) if name else None
+    return agent_in_tool_style(name) if name else None
 
 
 def _run_start(run: _Run) -> int:
     return run.span.start_ns if run.span is not None else 0
-
-
-#: The tool the OpenAI Agents SDK's model calls to hand off: ``transfer_to_<agent>``.
-_TRANSFER_TOOL: Final = "transfer_to_"
-_NOT_IN_TOOL_NAMES: Final = re.compile(r"[^a-zA-Z0-9_]")
 
 
 @dataclass(frozen=True, slots=True)
@@ -548,32 +547,22 @@ def _handoff(run: _Run, sites: dict[bytes, CallSite]) -> _Handoff | None:
             continue  # an agent used as a tool hands off inside that tool's call
         if role is SpanRole.LLM:
             names = [
-                c.name[len(_TRANSFER_TOOL) :]
+                c.name[len(TRANSFER_TOOL_PREFIX) :]
                 for c in span.output_tool_calls
-                if _is_transfer(c.name)
+                if is_transfer(c.name)
             ]
-        elif role is SpanRole.TOOL and span.tool_name is not None and _is_transfer(span.tool_name):
-            names = [span.tool_name[len(_TRANSFER_TOOL) :]]
-        elif role is SpanRole.OTHER and is_handoff_span(span.name):
+        elif role is SpanRole.TOOL and span.tool_name is not None and is_transfer(span.tool_name):
+            names = [span.tool_name[len(TRANSFER_TOOL_PREFIX) :]]
+        elif role is SpanRole.OTHER and span.tool_name is not None:  # a handoff span
             names = [span.tool_name] if span.tool_name else []
             unnamed = unnamed or not names
             at = span.start_ns if at is None else at
         else:
             continue
         if names:
-            targets.update(_tool_style(name) for name in names)
+            targets.update(agent_in_tool_style(name) for name in names)
             at = span.start_ns if at is None else at
     return None if at is None else _Handoff(at, frozenset(targets), unnamed)
-
-
-def _is_transfer(name: str) -> bool:
-    return name[: len(_TRANSFER_TOOL)].lower() == _TRANSFER_TOOL
-
-
-def _tool_style(name: str) -> str:
-    """An agent's name as the SDK writes it in its handoff tool's name: characters other
-    than ASCII letters, digits and ``_`` replaced by ``_``, then lower case."""
-    return _NOT_IN_TOOL_NAMES.sub("_", name).lower()
 
 
 def _holds_calls(span: SpanRecord) -> bool:

@@ -15,6 +15,7 @@ instructions, and recognition reads several keys of every span.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias, TypedDict
@@ -28,6 +29,7 @@ __all__ = [
     "HANDOFF_TARGET_KEYS",
     "NAMED_HANDOFF_PREFIX",
     "REFUSAL_REASONS",
+    "TRANSFER_TOOL_PREFIX",
     "AgentSpec",
     "Attributes",
     "Convention",
@@ -38,6 +40,7 @@ __all__ = [
     "RoleFields",
     "SpanEvent",
     "ToolSpec",
+    "agent_in_tool_style",
     "clean_id",
     "content_text",
     "finish_reason_list",
@@ -45,6 +48,7 @@ __all__ = [
     "first_str",
     "group_indexed",
     "is_handoff_span",
+    "is_transfer",
     "langgraph_answer",
     "mcp_tool_error",
     "merge_summaries",
@@ -344,6 +348,23 @@ HANDOFF_TARGET_KEYS: Final = ("gen_ai.handoff.to_agent", "to_agent")
 
 def is_handoff_span(name: str) -> bool:
     return name.startswith(HANDOFF_SPAN_PREFIXES) or name.endswith(HANDOFF_SPAN_SUFFIX)
+
+
+#: The tool the OpenAI Agents SDK's model calls to hand off: ``transfer_to_<agent>``, the
+#: agent's name written as ``agent_in_tool_style`` does.
+TRANSFER_TOOL_PREFIX: Final = "transfer_to_"
+_NOT_IN_TOOL_NAMES: Final = re.compile(r"[^a-zA-Z0-9_]")
+
+
+def is_transfer(name: str) -> bool:
+    """Whether ``name`` is a handoff tool's, ``transfer_to_…`` in any case."""
+    return name[: len(TRANSFER_TOOL_PREFIX)].lower() == TRANSFER_TOOL_PREFIX
+
+
+def agent_in_tool_style(name: str) -> str:
+    """An agent's name as the SDK writes it in its handoff tool's name: characters other
+    than ASCII letters, digits and ``_`` replaced by ``_``, then lower case."""
+    return _NOT_IN_TOOL_NAMES.sub("_", name).lower()
 
 
 #: In the text of every LangChain ``ToolMessage`` result, and in few other results.

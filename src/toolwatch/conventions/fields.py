@@ -217,14 +217,15 @@ def llm_fields(
 
 
 def handoff_fields(name: str, attrs: Attributes) -> RoleFields:
-    """A plain span: when it is a handoff span that names the agent handed to, that agent's
-    name as ``tool_name`` (the handoff is a transfer tool's call), else nothing."""
+    """A plain span: when it is a handoff span, the agent it names as handed to as
+    ``tool_name`` (the handoff is a transfer tool's call), ``""`` when it names none
+    (OpenLLMetry's); else nothing. So a plain span with a ``tool_name`` is a handoff span."""
     if not is_handoff_span(name):
         return RoleFields()
     target = first_str(attrs, HANDOFF_TARGET_KEYS)
     if target is None and name.startswith(NAMED_HANDOFF_PREFIX):
-        target = name[len(NAMED_HANDOFF_PREFIX) :] or None
-    fields: RoleFields = {"tool_name": target}
+        target = name[len(NAMED_HANDOFF_PREFIX) :]
+    fields: RoleFields = {"tool_name": target or ""}
     return fields
 
 

@@ -388,6 +388,8 @@ class Safety:
                 Category.DANGEROUS_ACTION_DRIFT if dangerous else Category.TOOL_SELECTION_DRIFT
             )
             text = f"{tool} is not in the allowed tools of agent {agent or '(unnamed)'}"
+            if call.handoff:
+                text += " (a handoff: list it to allow the agent to hand off this way)"
             flags.append(_Flag(call, category, ReferenceKind.POLICY, text))
         return flags
 

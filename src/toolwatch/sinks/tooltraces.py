@@ -8,7 +8,7 @@ reading: a line of some other JSON, such as the findings log, is named as such);
 strings, times integer nanoseconds (or ``null``), ``arguments``/``result`` the JSON values
 they hold (bytes, which JSON cannot hold, are written as hex strings). ``tooltrace_from_dict``
 inverts ``tooltrace_to_dict`` exactly for JSON-valued arguments, and reads the dumps of
-earlier versions (without ``agents`` or a call's ``hosted``).
+earlier versions (without ``agents`` or a call's ``hosted`` or ``handoff``).
 
 Not compiled: it runs once per ToolTrace, and only when a dump is configured or replayed.
 """
@@ -118,6 +118,7 @@ def _call_to_dict(call: ToolCall) -> dict[str, Any]:
         "end_ns": call.end_ns,
         "result": call.result,
         "hosted": call.hosted,
+        "handoff": call.handoff,
     }
 
 
@@ -158,8 +159,8 @@ def _names(value: Any) -> tuple[str, ...]:
 
 
 def _call_from_dict(data: Mapping[str, Any], index: int) -> ToolCall:
-    if isinstance(data, Mapping) and "hosted" not in data:  # earlier dumps: none marked
-        data = {**data, "hosted": False}
+    if isinstance(data, Mapping):  # earlier dumps marked no call hosted or a handoff
+        data = {"hosted": False, "handoff": False, **data}
     fields = _checked_fields(ToolCall, data, " in a call")
     _check_types(fields, _CALL_TYPES, f"calls[{index}].")
     fields["status"] = CallStatus(fields["status"])
@@ -188,6 +189,7 @@ _CALL_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "start_ns": _MAYBE_COUNT,
     "end_ns": _MAYBE_COUNT,
     "hosted": _FLAG,
+    "handoff": _FLAG,
 }
 _TRACE_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "trace_id": _TEXT,

@@ -8,6 +8,7 @@ from typing import Any
 
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.timeline import build_tool_traces
+from toolwatch.conventions import handoff_fields
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import RequestedCall, SpanRecord, SpanRole, ToolTrace
 from toolwatch.names import NameNormalizer
@@ -63,6 +64,15 @@ def tool(
     n: int, parent: int | None, name: str, start_ms: int, end_ms: int, **kw: Any
 ) -> SpanRecord:
     return span(n, parent, SpanRole.TOOL, start_ms, end_ms, tool_name=name, **kw)
+
+
+def handoff(
+    n: int, parent: int | None, name: str, start_ms: int, end_ms: int, **attrs: Any
+) -> SpanRecord:
+    """A handoff span named ``name`` with ``attrs`` as recognition reads it (``tool_name``:
+    the agent it names as handed to, ``""`` for none)."""
+    fields = handoff_fields(name, attrs)
+    return span(n, parent, SpanRole.OTHER, start_ms, end_ms, name=name, **fields)
 
 
 def llm(

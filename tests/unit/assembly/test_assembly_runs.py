@@ -4,7 +4,7 @@ and refusal finish reasons seen in captured traces (tests/fixtures/otlp)."""
 from __future__ import annotations
 
 import pytest
-from assembly_support import MS, agent, ask, build, hexid, llm, only, span, tool
+from assembly_support import MS, agent, ask, build, handoff, hexid, llm, only, span, tool
 
 from toolwatch.assembly import timeline
 from toolwatch.assembly.timeline import REFUSAL_FINISH_REASONS
@@ -273,7 +273,7 @@ def test_agents_that_hand_off_are_one_run_led_by_the_first() -> None:
     "name", ["handoff to refunds", "agent_handoff OpenAI Agent", "triage → unknown.handoff"]
 )
 def test_a_handoff_span_hands_off_when_no_transfer_call_was_recorded(name: str) -> None:
-    marker = span(6, 2, SpanRole.OTHER, 13, 14, name=name)
+    marker = handoff(6, 2, name, 13, 14)
     assert only(handoff_spans(marker=marker)).agents == ("triage", "refunds")
 
 
@@ -365,7 +365,7 @@ def test_a_renamed_handoff_tool_hands_off_by_its_unnamed_span() -> None:
         span(1, None, SpanRole.OTHER, 0, 200, name="Agent workflow"),
         agent(2, 1, "triage", 1, 30),
         llm(3, 2, 2, 5, ask("transfer_to_desk", "t1", "{}")),
-        span(4, 2, SpanRole.OTHER, 6, 7, name="triage → unknown.handoff"),
+        handoff(4, 2, "triage → unknown.handoff", 6, 7),
         agent(5, 1, "refunds", 31, 100),
         tool(6, 5, "issue_refund", 50, 60),
     ]
@@ -428,7 +428,7 @@ def test_an_unnamed_handoff_span_does_not_join_a_sibling_when_a_call_names_anoth
         span(1, None, SpanRole.OTHER, 0, 200, name="Agent workflow"),
         agent(2, 1, "triage", 1, 30),
         llm(3, 2, 2, 5, ask("transfer_to_refunds", "t1", "{}")),
-        span(4, 2, SpanRole.OTHER, 6, 7, name="triage → unknown.handoff"),
+        handoff(4, 2, "triage → unknown.handoff", 6, 7),
         agent(5, 1, "faq", 31, 40),
         agent(6, 1, "refunds", 45, 100),
         tool(7, 6, "issue_refund", 50, 60),
@@ -443,7 +443,7 @@ def test_an_unnamed_handoff_span_joins_no_later_turn() -> None:
         span(1, None, SpanRole.OTHER, 0, 5_000, name="Agent workflow"),
         agent(2, 1, "triage", 1, 30),
         llm(3, 2, 2, 5, ask("transfer_to_refunds_agent", "t1", "{}")),
-        span(4, 2, SpanRole.OTHER, 6, 7, name="triage → unknown.handoff"),
+        handoff(4, 2, "triage → unknown.handoff", 6, 7),
         agent(5, 1, "faq", 1_030, 1_100),
         tool(6, 5, "issue_refund", 1_050, 1_060),
     ]
@@ -458,7 +458,7 @@ def test_a_handoff_inside_an_agent_used_as_a_tool_is_not_the_runs() -> None:
         agent(2, 1, "triage", 1, 100),
         tool(3, 2, "billing", 10, 90, call_id="call_b"),
         agent(4, 3, "billing", 11, 50),
-        span(5, 4, SpanRole.OTHER, 20, 21, name="billing → unknown.handoff"),
+        handoff(5, 4, "billing → unknown.handoff", 20, 21),
         agent(6, 3, "ledger", 51, 89),
         agent(7, 1, "faq", 101, 200),
         tool(8, 7, "lookup_order", 150, 160),

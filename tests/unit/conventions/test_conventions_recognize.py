@@ -377,7 +377,7 @@ def test_odd_output_tool_lists_leave_the_calls_alone(parameters: dict[str, objec
             "refunds",
         ),
         ("Handoff: {from_agent} → {to_agent}", {"to_agent": "refunds"}, "refunds"),
-        ("triage → unknown.handoff", {"traceloop.span.kind": "handoff"}, None),
+        ("triage → unknown.handoff", {"traceloop.span.kind": "handoff"}, ""),  # names none
         ("turn", {"to_agent": "refunds"}, None),  # no handoff span: nothing read
     ],
 )

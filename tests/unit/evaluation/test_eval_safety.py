@@ -423,6 +423,20 @@ def test_a_nested_agents_calls_are_judged_by_its_own_allowed_tools() -> None:
     assert finding.explanation == "Safety: shell is not in the allowed tools of agent researcher."
 
 
+def test_a_handoff_outside_the_allowed_tools_says_how_to_allow_it() -> None:
+    """A handoff is the model's call: handing to an agent not listed is drift, and the
+    explanation says the call was a handoff."""
+    policy: dict[str, Any] = {"allowed_tools": {"triage": ["lookup_order"]}}
+    lookup = call("lookup_order", {"order_id": "A1"}, index=0, agent="triage")
+    transfer = dataclasses.replace(call("transfer_to_admin", index=1, agent="triage"), handoff=True)
+    finding = only(evaluate(trace(lookup, transfer, agent="triage"), **policy))
+    assert (finding.span_id, finding.category) == ("s1", Category.TOOL_SELECTION_DRIFT)
+    assert finding.explanation == (
+        "Safety: transfer_to_admin is not in the allowed tools of agent triage (a handoff: "
+        "list it to allow the agent to hand off this way)."
+    )
+
+
 def test_a_hosted_verification_seen_only_as_a_request_verifies() -> None:
     """A hosted tool (a provider's MCP or server tool) runs at the provider and leaves no
     tool span: the output's word that it ran is taken."""

@@ -49,6 +49,7 @@ tool_calls = st.builds(
     end_ns=st.none() | nanos,
     result=json_values,
     hosted=st.booleans(),
+    handoff=st.booleans(),
 )
 
 tool_traces = st.builds(
@@ -162,6 +163,10 @@ def test_the_line_is_plain_json_with_hex_ids_and_integer_nanoseconds() -> None:
             r"^calls\[0\]\.hosted must be true or false",
         ),
         (
+            lambda d: d["calls"][1].update(handoff=None),
+            r"^calls\[1\]\.handoff must be true or false",
+        ),
+        (
             lambda d: d["calls"][1].update(tool_name=1),
             r"^calls\[1\]\.tool_name must be a string, got 1$",
         ),
@@ -215,3 +220,14 @@ def test_a_dump_written_before_hosted_calls_were_marked_reads_them_as_not_hosted
     assert tooltrace_from_dict(data) == trace
     del data["calls"][0]["hosted"]
     assert tooltrace_from_dict(data).calls == (dataclasses.replace(hosted, hosted=False),)
+
+
+def test_a_dump_written_before_handoffs_were_marked_reads_them_as_not_handoffs() -> None:
+    transfer = dataclasses.replace(sample_trace().calls[0], tool_name="transfer_to_refunds")
+    handed = dataclasses.replace(transfer, handoff=True)
+    trace = dataclasses.replace(sample_trace(), calls=(handed,))
+    data = tooltrace_to_dict(trace)
+    assert data["calls"][0]["handoff"] is True
+    assert tooltrace_from_dict(data) == trace
+    del data["calls"][0]["handoff"]
+    assert tooltrace_from_dict(data).calls == (transfer,)
