@@ -61,6 +61,7 @@ class ToolCallFields(TypedDict, total=False):
     end_ns: int | None
     result: Any
     hosted: bool
+    handoff: bool
 
 
 class ToolTraceFields(TypedDict, total=False):
@@ -83,6 +84,8 @@ class ToolTraceFields(TypedDict, total=False):
     span_count: int
     conversation_id: str | None
     reference_keys: Mapping[str, str]
+    agents: tuple[str, ...]
+    shared_keys: Mapping[str, str]
 
 
 class FindingFields(TypedDict, total=False):

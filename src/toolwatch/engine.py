@@ -49,6 +49,8 @@ class Receipt:
 
 
 _OVERLOADED: Final = Receipt(Admission.OVERLOADED)
+#: Unmatched golden case ids the engine logs, at most (each once): runs carry input's ids.
+_MAX_TOLD: Final = 256
 
 
 class ToolTraceSink(Protocol):
@@ -93,6 +95,7 @@ class Engine:
         self._memory: ConversationMemory | None = None
         self._remember_conversations(parts)
         self._processed = 0  # traces taken out of the buffer and evaluated (or failed)
+        self._told: set[tuple[str, str]] = set()  # (reason, case id) of unmatched ids logged
 
     @property
     def activity(self) -> int:
@@ -143,6 +146,7 @@ class Engine:
             conversations=conversations,
         )
         self._remember_conversations(self._parts)
+        self._told.clear()  # the cases may have changed: tell again what still fails
 
     def _remember_conversations(self, parts: EngineParts) -> None:
         scope = parts.conversations
@@ -196,7 +200,11 @@ class Engine:
         # read as drift against a golden case or a shadow twin.
         golden, shadow = self._parts.golden, self._parts.shadow
         comparable = trace.complete
-        expected = golden.match(trace) if golden is not None and comparable else None
+        expected = None
+        if golden is not None and comparable:
+            expected, unmatched = golden.lookup(trace)
+            if unmatched is not None:
+                self._unmatched(trace, golden.case_id_attribute, unmatched)
         joiner = shadow if comparable else None
         # A shadow target is counted once its outcome is known (see references.shadow):
         # as compared when it pairs, else when the joiner drops it. Asked and offered at one
@@ -218,6 +226,33 @@ class Engine:
             paired = self._run(pair.target, None, pair.source, policy=False)
             drift = [f for f in paired if f.reference is ReferenceKind.SOURCE]
             self._emit(pair.target, drift, last_arrival_ns)
+
+    def _unmatched(self, trace: ToolTrace, attribute: str, reason: str) -> None:
+        """Counts a complete run that names a case id no case judged it by, and logs each
+        (reason, case id) once (up to ``_MAX_TOLD`` of them)."""
+        self._metrics.golden_unmatched(reason)
+        case_id = trace.reference_keys.get(attribute, trace.shared_keys.get(attribute, ""))
+        told = (reason, case_id)
+        if told in self._told or len(self._told) >= _MAX_TOLD:
+            return
+        self._told.add(told)
+        if reason == "unknown_case":
+            log.warning(
+                "runs name golden case id %.80r, which no golden case has (agent %s, trace %s):"
+                " they are judged by the policy alone; check the case ids the canary sends"
+                " against the golden-case file",
+                case_id,
+                trace.agent,
+                trace.trace_id,
+            )
+        else:
+            log.warning(
+                "golden case %.80r: its id is on a span above several agent runs (trace %s),"
+                " so none of them is matched to it; name the agent whose run it is in the"
+                " case (agent: <name>)",
+                case_id,
+                trace.trace_id,
+            )
 
     def _run(
         self,

@@ -33,6 +33,7 @@ __all__ = [
     "EVICTION_BOUNDS",
     "REJECT_REASONS",
     "REQUEST_OUTCOMES",
+    "UNMATCHED_CASE_REASONS",
     "UNPAIRED_REASONS",
     "NoopMetrics",
     "PipelineMetrics",
@@ -63,6 +64,9 @@ DROP_REASONS: Final = (
 EVICTION_BOUNDS: Final = ("max_traces", "max_buffered_spans", "max_buffered_bytes")
 #: ``shadow_unpaired`` (``toolwatch.references.shadow``).
 UNPAIRED_REASONS: Final = ("duplicate", "evicted", "no_role", "shutdown", "timed_out")
+#: ``golden_unmatched``: a run names a case id no golden case has, or one on a span above
+#: several runs whose case names no agent (``toolwatch.references.golden``).
+UNMATCHED_CASE_REASONS: Final = ("unknown_case", "several_runs")
 #: ``request_handled``'s outcome of one export request.
 REQUEST_OUTCOMES: Final = ("ok", "invalid", "overloaded", "refused", "timeout", "aborted")
 
@@ -83,6 +87,7 @@ class PipelineMetrics(Protocol):
     def finding(self, finding: Finding, detection_seconds: float | None) -> None: ...
     def stream_dropped(self, n: int) -> None: ...
     def shadow_unpaired(self, reason: str) -> None: ...
+    def golden_unmatched(self, reason: str) -> None: ...
     def auth_failed(self, listener: str) -> None: ...
     def reload_failed(self, what: str) -> None: ...
 
@@ -127,6 +132,9 @@ class NoopMetrics:
         pass
 
     def shadow_unpaired(self, reason: str) -> None:
+        pass
+
+    def golden_unmatched(self, reason: str) -> None:
         pass
 
     def auth_failed(self, listener: str) -> None:

@@ -288,7 +288,7 @@ class ToolCall:
     ``transfer_to_<agent>``): a handoff span is its execution (``span_id``), or, where the
     instrumentation records the model's request in no structured field (the contrib
     openai-agents instrumentation), the call itself, named ``transfer_to_<agent>`` as the
-    SDK names it, so every instrumentation shows the same calls.
+    SDK names it, so every instrumentation shows the call.
 
     Like ``SpanRecord``, its constructor is written out and it is not ``frozen``: compiled,
     it executes a twentieth of the instructions of the frozen dataclass's constructor, which
@@ -365,6 +365,13 @@ class ToolTrace:
     first, then, by start time, the agents it used as tools or handed over to (an agent
     that made no call is listed too, so a rule for it still applies).
 
+    ``reference_keys`` are the configured attributes (a golden case id, a shadow pair key)
+    that are the run's own: on its spans (and their resources), or on the spans above its
+    agent that are above no other run. ``shared_keys`` are those of the spans above its
+    agent and another run too (a request's span above a title agent and the canary's
+    agent): no span says whose they are, so only a golden case that names its agent takes
+    its id from there.
+
     Frozen, and its constructor written out: the one ``dataclass`` generates for a frozen
     class stays interpreted and took 27,000 instructions a run (a tenth of them compiled,
     ``make bench-instructions``). The fields are set with ``object.__setattr__``, as that
@@ -389,6 +396,7 @@ class ToolTrace:
     conversation_id: str | None = None
     reference_keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
     agents: tuple[str, ...] = ()
+    shared_keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
     def __init__(  # noqa: PLR0917 - the fields, in the order a dataclass would take them
         self,
@@ -410,6 +418,7 @@ class ToolTrace:
         conversation_id: str | None = None,
         reference_keys: Mapping[str, str] | None = None,
         agents: tuple[str, ...] = (),
+        shared_keys: Mapping[str, str] | None = None,
     ) -> None:
         object.__setattr__(self, "trace_id", trace_id)
         object.__setattr__(self, "run_span_id", run_span_id)
@@ -429,6 +438,7 @@ class ToolTrace:
         object.__setattr__(self, "conversation_id", conversation_id)
         object.__setattr__(self, "reference_keys", {} if reference_keys is None else reference_keys)
         object.__setattr__(self, "agents", agents)
+        object.__setattr__(self, "shared_keys", {} if shared_keys is None else shared_keys)
 
     @property
     def tool_names(self) -> tuple[str, ...]:
@@ -547,6 +557,9 @@ class GoldenCase:
     category: str | None = None
     selection_mode: str | None = None  # overrides the configured tool_selection mode
     expected_refusal: bool | None = None  # must the run refuse? None: not said
+    #: The agent whose run does the case's work: runs of no other agent are matched to it
+    #: (see ``references.golden.GoldenCaseSet.match``). ``None``: any run carrying the id.
+    agent: str | None = None
 
     @property
     def expects_no_calls(self) -> bool:

@@ -112,6 +112,8 @@ class Report:
     incomplete: dict[str, int] = field(default_factory=dict)  # reason -> runs
     duplicates: int = 0  # runs read again (same trace and run span), skipped
     unknown_case_ids: dict[str, int] = field(default_factory=dict)  # not in the file -> runs
+    # Case ids on a span above several runs, of cases that name no agent -> runs.
+    case_ids_above_runs: dict[str, int] = field(default_factory=dict)
     cases_not_run: list[str] = field(default_factory=list)  # no complete run matched them
     # Shadow sources (the serving model's runs): evaluated apart, their findings not gated.
     sources: int = 0
@@ -145,6 +147,7 @@ class Report:
                 "shadow_unpaired": self.shadow_unpaired,
                 "cases_source_only": self.cases_source_only,
                 "unknown_case_ids": self.unknown_case_ids,
+                "case_ids_above_runs": self.case_ids_above_runs,
                 "cases_not_run": self.cases_not_run,
             },
             indent=2,
@@ -195,10 +198,15 @@ class Report:
                     f"  {name:<22} runs={int(figures['runs'])} failed={int(figures['failed'])}"
                     + (f" composite={composite:.3f}" if composite is not None else "")
                 )
-        if self.unknown_case_ids or self.cases_not_run:
+        if self.unknown_case_ids or self.case_ids_above_runs or self.cases_not_run:
             lines += ["", "Golden cases not exercised"]
             for case_id, runs in sorted(self.unknown_case_ids.items()):
                 lines.append(f"  {case_id}: named by {runs} run(s), not in the golden-case file")
+            for case_id, runs in sorted(self.case_ids_above_runs.items()):
+                lines.append(
+                    f"  {case_id}: named above {runs} run(s) of one request, none said to be"
+                    " its: name the case's agent"
+                )
             lines += [
                 f"  {case_id}: "
                 + (
@@ -245,6 +253,7 @@ class ReportBuilder:
         self._incomplete: Counter[str] = Counter()
         self._duplicates = 0
         self._unknown: Counter[str] = Counter()
+        self._above_runs: Counter[str] = Counter()
         self._exercised: set[str] = set()
         self._traces = 0
         self._sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -289,9 +298,12 @@ class ReportBuilder:
             self._exercised.add(case.case_id)
             self._add_case(trace, case, result)
         elif self._golden is not None and trace.complete:
-            named = trace.reference_keys.get(self._golden.case_id_attribute)
-            if named is not None:
-                self._unknown[named] += 1
+            _, reason = self._golden.lookup(trace)
+            if reason is not None:
+                attribute = self._golden.case_id_attribute
+                named = trace.reference_keys.get(attribute, trace.shared_keys.get(attribute))
+                counts = self._unknown if reason == "unknown_case" else self._above_runs
+                counts[named or ""] += 1
 
     def duplicate(self) -> None:
         """A run read a second time, not evaluated again."""
@@ -377,6 +389,7 @@ class ReportBuilder:
             incomplete=dict(self._incomplete),
             duplicates=self._duplicates,
             unknown_case_ids=dict(self._unknown),
+            case_ids_above_runs=dict(self._above_runs),
             cases_not_run=[
                 case.case_id for case in self._golden or () if case.case_id not in self._exercised
             ],

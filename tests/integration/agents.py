@@ -314,6 +314,21 @@ def llm_only_run() -> AgentRun:
     return AgentRun("refund-bot", (Turn((search,)), Turn(text="Refunds take 5 days.")))
 
 
+def request(
+    runs: Sequence[AgentRun], attributes: dict[str, str], style: str = "genai"
+) -> tuple[ReadableSpan, ...]:
+    """One HTTP request's trace: its server span, carrying ``attributes`` (a canary's case
+    id), with ``runs`` below it one after the other (a title agent beside the one asked)."""
+    rec = Recorder()
+    root = rec.start(
+        "POST /chat", {"http.request.method": "POST", **attributes}, SpanKind.SERVER, None
+    )
+    for run in runs:
+        _run(rec, run, root, STYLES[style])
+    rec.end(root)
+    return rec.spans()
+
+
 def http_request_spans(service: str = "checkout") -> tuple[ReadableSpan, ...]:
     """A trace that is no agent run: an HTTP request and its database query, as a
     Collector forwarding every trace sends it."""

@@ -332,6 +332,60 @@ def test_canary_run_is_compared_with_its_golden_case(
     assert runs_by_reference(server) == {"expected": 1.0}
 
 
+KB_CASES = """\
+cases:
+  - {id: kb-return-window, agent: Support-Bot, mode: exact, expected_tools: [search_kb]}
+  - {id: kb-any-agent, mode: exact, expected_tools: [search_kb]}
+"""
+
+
+def _kb_request(case_id: str) -> tuple[Any, ...]:
+    """A request whose server span carries ``case_id``, answered by support-bot, which
+    searches the knowledge base, then titled by title-bot, which calls nothing."""
+    search = agents.Call("search_kb", {"query": "return window"}, "call_kb")
+    support = agents.AgentRun("support-bot", (agents.Turn((search,)), agents.Turn(text="30 days.")))
+    title = agents.AgentRun("title-bot", (agents.Turn(text="Return window"),))
+    return agents.request([support, title], {"toolwatch.case_id": case_id})
+
+
+def test_a_case_id_above_several_runs_judges_the_run_of_the_agent_its_case_names(
+    start_server: Callable[..., RunningServer],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    (tmp_path / "cases.yaml").write_text(KB_CASES)
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY + "golden:\n  cases_file: cases.yaml\n")
+    server = start_server(config)
+    with caplog.at_level(logging.WARNING, logger="toolwatch"):
+        for case_id in ("kb-return-window", "kb-any-agent", "kb-any-agent", "kb-typo"):
+            send_grpc(server, _kb_request(case_id))
+        server.settle()
+
+    assert findings_log(server) == []  # support-bot did the case's work; title-bot not judged
+    by_agent = {
+        agent: server.sample(
+            "toolwatch_tool_traces_total",
+            {"agent": agent, "outcome": "complete", "reference": "expected"},
+            missing_ok=True,
+        )
+        for agent in ("support-bot", "title-bot")
+    }
+    assert by_agent == {"support-bot": 1.0, "title-bot": 0.0}
+    unmatched = "toolwatch_golden_unmatched_runs_total"
+    # kb-any-agent names no agent: its id above two runs is neither's, each time; and the
+    # two runs under kb-typo name a case no one wrote.
+    assert server.sample(unmatched, {"reason": "several_runs"}) == 4
+    assert server.sample(unmatched, {"reason": "unknown_case"}) == 2
+    several, unknown = [r.getMessage() for r in caplog.records if "golden case" in r.getMessage()]
+    assert several.startswith(  # each id told once
+        "golden case 'kb-any-agent': its id is on a span above several agent runs (trace "
+    )
+    assert unknown.startswith(
+        "runs name golden case id 'kb-typo', which no golden case has (agent support-bot, trace "
+    )
+
+
 @pytest.mark.parametrize(
     ("run", "findings"),
     [

@@ -5,16 +5,18 @@ id, name, arguments, emission order) and the *execution* in a TOOL span (timing,
 result, nesting). They are joined on the call id when both carry one, otherwise on
 (enclosing agent, normalized tool name, k-th occurrence), which OpenAI Agents needs (its tool
 spans carry no id). A call seen both ways is one call; a request with no execution span
-(hosted tool, handoff) is still a call.
+(a hosted tool, one never run) is still a call.
 
 Handoffs (OpenAI Agents SDK, CONVENTIONS §6.5): the model requests ``transfer_to_<agent>``
 and no tool span runs it, but every exporter writes a handoff span under the agent handing
-off. That span is the request's execution, joined to the latest ``transfer_to_`` request of
-its agent asked before it started, of the agent it names when it names one; with no such
-request, to the agent's latest request not run (a handoff tool renamed); and with none at all
-(the contrib instrumentation records the request in no structured field) it is a call of its
-own, ``transfer_to_<agent>``, so the calls are the same whichever instrumentation exported
-them. A call joined to a handoff span is marked ``handoff``.
+off. That span is the request's execution: of the requests the agent's last model output
+before it asked and nothing ran, the first ``transfer_to_`` request of the agent it names
+(the SDK runs the first handoff an output asks for), else the first ``transfer_to_`` one,
+else the first (a handoff tool renamed); with none (the contrib instrumentation records the
+request in no structured field) a span that names its agent is a call of its own,
+``transfer_to_<agent>``, so the handoff is a call whichever instrumentation exported it. A
+call joined to a handoff span is marked ``handoff``; the span's status is not the call's
+(the SDK marks the handoff it ran failed when the output asked for several).
 
 Pure functions of the spans' content: the order spans arrived in never matters.
 """
@@ -222,7 +224,7 @@ def _join(
     drafts, executions, requests = _join_by_id(executions, requests)
     drafts += _join_by_name(executions, requests, sites, normalize)
     handoffs = [s for s in spans if s.role is SpanRole.OTHER and s.tool_name is not None]
-    return _with_handoffs(drafts, handoffs, sites) if handoffs else drafts
+    return _with_handoffs(drafts, handoffs, spans, sites) if handoffs else drafts
 
 
 def _requests(spans: tuple[SpanRecord, ...], normalize: Callable[[Any], str]) -> list[_Request]:
@@ -341,43 +343,66 @@ def _join_by_name(
 
 
 def _with_handoffs(
-    drafts: list[_Draft], handoffs: list[SpanRecord], sites: dict[bytes, CallSite]
+    drafts: list[_Draft],
+    handoffs: list[SpanRecord],
+    spans: tuple[SpanRecord, ...],
+    sites: dict[bytes, CallSite],
 ) -> list[_Draft]:
     """``drafts`` with each handoff span (in time order) joined to the request it carried
-    out, or added as a call of its own when its agent left none to join (see the module's
-    docstring); a handoff span that names no agent and finds no request is not a call."""
-    waiting: dict[bytes | None, list[_Draft]] = {}  # requests never run, by agent
+    out, or added as a call of its own when its agent's output asked for none that was not
+    run (see the module's docstring); a handoff span that names no agent and finds no
+    request is not a call."""
+    waiting: dict[bytes, list[_Draft]] = {}  # requests never run, by the output asking them
     for d in drafts:
         if d.span is None and d.request is not None and not d.request.call.hosted:
-            append_to(waiting, _scope(sites[d.request.llm.span_id]), d)
+            append_to(waiting, d.request.llm.span_id, d)
     for span in handoffs:
-        queue = waiting.get(_scope(sites[span.span_id]), [])
-        asked = sorted((d for d in queue if _asked_by(d, span.start_ns)), key=_emission)
+        output = _output_before(span, spans, sites)
+        asked = waiting.get(output.span_id, []) if output is not None else []
+        asked.sort(key=_emission)
         draft = _handoff_request(asked, span.tool_name or None)
         if draft is not None:
-            queue.remove(draft)
+            asked.remove(draft)
             draft.span, draft.handoff = span, True
         elif span.tool_name and not asked:
             drafts.append(_Draft(span, None, handoff=True))
     return drafts
 
 
-def _asked_by(draft: _Draft, at_ns: int) -> bool:
-    assert draft.request is not None
-    return draft.request.llm.end_ns <= at_ns
+def _output_before(
+    handoff: SpanRecord, spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite]
+) -> SpanRecord | None:
+    """The model output a handoff carried out: the last one of its agent that ended before
+    the handoff started (the SDK hands off in the turn that asked), or ``None``."""
+    scope = _scope(sites[handoff.span_id])
+    found: SpanRecord | None = None
+    for span in spans:  # in start order
+        if span.start_ns > handoff.start_ns:
+            break
+        if (
+            span.role is SpanRole.LLM
+            and span.end_ns <= handoff.start_ns
+            and _scope(sites[span.span_id]) == scope
+            and (found is None or span.end_ns >= found.end_ns)
+        ):
+            found = span
+    return found
 
 
 def _handoff_request(asked: list[_Draft], target: str | None) -> _Draft | None:
-    """Of the requests an agent made before handing off (in emission order), the one the
-    handoff carried out: the latest ``transfer_to_`` request, of ``target`` when named, else
-    the latest of any name when the handoff names an agent (its tool renamed)."""
+    """Of the requests one output made and nothing ran, the handoff the SDK carried out: it
+    runs the first handoff an output asks for (and refuses the others). The first
+    ``transfer_to_`` request of ``target`` when the span names one, else the first
+    ``transfer_to_`` request, else the first request (a handoff tool renamed)."""
     wanted = TRANSFER_TOOL_PREFIX + agent_in_tool_style(target) if target else None
-    for draft in reversed(asked):
+    transfers = [d for d in asked if d.request is not None and is_transfer(d.request.call.name)]
+    for draft in transfers:
         assert draft.request is not None
-        name = draft.request.call.name
-        if is_transfer(name) and (wanted is None or agent_in_tool_style(name) == wanted):
+        if wanted is None or agent_in_tool_style(draft.request.call.name) == wanted:
             return draft
-    return asked[-1] if asked and target else None
+    if transfers and wanted is None:
+        return transfers[0]
+    return asked[0] if asked else None
 
 
 def _same_arguments(
@@ -601,6 +626,9 @@ def _tool_call(
     normalize: Callable[[Any], str],
 ) -> ToolCall:
     span, origin, raw_name, request = draft.span, draft.origin, draft.raw_name, draft.request
+    # A handoff span's status is not a failed call: the SDK marks the one it ran with the
+    # error "Multiple handoffs requested" when the output asked for more.
+    executed = None if draft.handoff else span
     site = sites[origin.span_id]
     arguments, error = _arguments(draft)
     return ToolCall(
@@ -612,8 +640,8 @@ def _tool_call(
         parent_call_id=_parent_call_id(site, call_ids),
         sequence_index=index,
         parallel_group=group,
-        status=CallStatus.ERROR if span is not None and _failed(span) else CallStatus.OK,
-        error_type=span.error_type if span is not None else None,
+        status=CallStatus.ERROR if executed is not None and _failed(executed) else CallStatus.OK,
+        error_type=executed.error_type if executed is not None else None,
         agent=_agent(site, origin),
         span_id=span.span_id.hex() if span is not None else None,
         start_ns=draft.start_ns,

@@ -586,9 +586,10 @@ def _tool_trace(
     run: _Run,
     sites: dict[bytes, CallSite],
     normalize: NameNormalizer,
-    above: list[SpanRecord],
+    above: _Above,
 ) -> ToolTrace:
     calls = build_calls(run.spans, sites, normalize)
+    own, shared = above
     refusal = _refusal(run, sites)
     ranked = _by_precedence(run)
     identity = _Identity(ranked)
@@ -613,8 +614,9 @@ def _tool_trace(
         end_ns=run.end_ns,
         span_count=len(run.spans),
         conversation_id=identity.conversation_id,
-        reference_keys={} if checker else _reference_keys(ranked, above),
+        reference_keys={} if checker else _reference_keys(ranked, own),
         agents=_agents(run, identity.agent),
+        shared_keys={} if checker or not shared else _reference_keys((), shared),
     )
 
 
@@ -657,11 +659,9 @@ class _Identity:
                 self.conversation_id = span.conversation_id
 
 
-def _reference_keys(ranked: tuple[SpanRecord, ...], above: list[SpanRecord]) -> dict[str, str]:
+def _reference_keys(ranked: Sequence[SpanRecord], above: Sequence[SpanRecord]) -> dict[str, str]:
     """Configured attributes merged over the run (the run span wins, then the earliest),
-    then over the spans above it whose keys are its own (``_above_runs``), nearest first: a
-    canary's case id or a shadow pair key set on the request's span (an HTTP handler's, a
-    workflow's) above the trace's one agent run is the run's."""
+    then over spans above it (``_above_runs``), nearest first."""
     merged: dict[str, str] = {}
     for span in ranked:
         for key, value in span.reference_keys:
@@ -672,29 +672,48 @@ def _reference_keys(ranked: tuple[SpanRecord, ...], above: list[SpanRecord]) -> 
     return merged
 
 
+_Above = tuple[list[SpanRecord], list[SpanRecord]]
+
+
 def _above_runs(
     runs: list[_Run], by_id: dict[bytes, SpanRecord], sites: dict[bytes, CallSite]
-) -> list[list[SpanRecord]]:
-    """For each run, the spans above its agent's span that belong to no run (a request's
-    server span, a workflow's), nearest first, whose reference keys are its own: only in a
-    trace of one run. A span above several runs (a title agent, a moderation agent, a
-    guardrail's checker, or the handler's own tool calls beside the request's agent) does
-    not say whose its keys are, and a wrong guess pages: the run given the canary's case id
-    did not do the canary's work. Such a run keeps the keys of its own spans (and their
-    resources') alone."""
-    if len(runs) != 1 or runs[0].agent_id is None or runs[0].span is None:
-        return [[] for _ in runs]
-    chain: list[SpanRecord] = []
-    seen: set[bytes] = set()
-    parent = runs[0].span.parent_span_id
-    while parent is not None and parent not in seen and len(chain) < _MAX_ANCESTORS:
-        span = by_id.get(parent)
-        if span is None or sites[span.span_id].run is not None:
-            break
-        chain.append(span)
-        seen.add(parent)
-        parent = span.parent_span_id
-    return [chain]
+) -> list[_Above]:
+    """For each run, the spans above its agent's span that belong to no agent's run (a
+    request's server span, a workflow's), nearest first, in two lists: those above no other
+    run, whose reference keys are the run's (a canary's case id on its request's span), and
+    those above several, whose keys are its shared keys. Whose those are no span says (a
+    title agent, a moderation agent, a guardrail's checker beside the canary's agent), and a
+    wrong guess pages: the run given the canary's case id did not do the canary's work. The
+    spans outside every agent are the residual run's when there is one (the handler's own
+    tool calls beside the request's agent), so then all are shared."""
+    chains: list[list[SpanRecord]] = []
+    for run in runs:
+        chain: list[SpanRecord] = []
+        if run.agent_id is not None and run.span is not None:
+            seen: set[bytes] = set()
+            parent = run.span.parent_span_id
+            while parent is not None and parent not in seen and len(chain) < _MAX_ANCESTORS:
+                span = by_id.get(parent)
+                if span is None or sites[span.span_id].run is not None:
+                    break
+                chain.append(span)
+                seen.add(parent)
+                parent = span.parent_span_id
+        chains.append(chain)
+    if len(runs) == 1:
+        return [(chains[0], [])]
+    residual = any(run.agent_id is None for run in runs)
+    holders: dict[bytes, int] = {}
+    for chain in chains:
+        for span in chain:
+            holders[span.span_id] = holders.get(span.span_id, 0) + 1
+    return [
+        (
+            [s for s in chain if not residual and holders[s.span_id] == 1],
+            [s for s in chain if residual or holders[s.span_id] > 1],
+        )
+        for chain in chains
+    ]
 
 
 #: Spans above a run read for its reference keys at most (a deep chain a producer made

@@ -11,6 +11,9 @@ A golden-case file is YAML (``examples/golden-cases.yaml`` is a commented one)::
         expected_tool_count: 2              # optional, as is expected_min_steps
       - {id: small-talk, expected_no_tools: true}
       - {id: jailbreak, expected_no_tools: true, expected_refusal: true}
+      - {id: kb-question, agent: support-bot, expected_tools: [search_kb]}
+
+A case that names its ``agent`` is matched to that agent's run alone (``GoldenCaseSet.match``).
 
 ``load_golden_cases`` reads and validates the file once, at start-up, and returns an
 immutable ``GoldenCaseSet`` of ``model.GoldenCase`` records with normalized tool names.
@@ -36,12 +39,14 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from toolwatch.metrics import UNMATCHED_CASE_REASONS
 from toolwatch.model import ExpectedCall, GoldenCase, ToolTrace
-from toolwatch.names import NameNormalizer
+from toolwatch.names import NameNormalizer, fold
 from toolwatch.references.settings import DEFAULT_CASE_ID_ATTRIBUTE
 from toolwatch.sections import UniqueKeyLoader, unknown_key
 
 __all__ = [
+    "UNMATCHED_CASE_REASONS",
     "ExpectedToolEntry",
     "GoldenCaseEntry",
     "GoldenCaseSet",
@@ -154,6 +159,7 @@ class GoldenCaseEntry(_Schema):
     category: _Text | None = None
     mode: SelectionMode | None = None
     expected_refusal: bool | None = None
+    agent: _Text | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -230,9 +236,35 @@ class GoldenCaseSet:
         return self._attribute
 
     def match(self, trace: ToolTrace) -> GoldenCase | None:
-        """The case whose id the run carries (exact match), or ``None``."""
-        case_id = trace.reference_keys.get(self._attribute)
-        return None if case_id is None else self._by_id.get(case_id)
+        """The case of the run, or ``None``: see ``lookup``."""
+        return self.lookup(trace)[0]
+
+    def lookup(self, trace: ToolTrace) -> tuple[GoldenCase | None, str | None]:
+        """The case of the run, or ``None`` and, when the run names a case id it is not
+        matched to for a reason worth telling, which (``UNMATCHED_CASE_REASONS``).
+
+        The case whose id the run carries (exact match) in its own reference keys, else in
+        its shared keys (on a span above several runs) when the case names its ``agent``.
+        A case that names its agent is matched only to a run that agent took part in (its
+        own agent or one it handed over to or used as a tool; names compared trimmed and
+        case-folded): a title or moderation agent beside the canary's, given the id by the
+        resource or the request's span, is no run of the case. ``unknown_case``: no case
+        has the id; ``several_runs``: the id is on a span above several runs and the case
+        does not name the agent that says which is its run."""
+        attribute = self._attribute
+        own = trace.reference_keys.get(attribute)
+        shared = own is None
+        case_id = trace.shared_keys.get(attribute) if own is None else own
+        if case_id is None:
+            return None, None
+        case = self._by_id.get(case_id)
+        if case is None:
+            return None, "unknown_case"
+        if case.agent is None:
+            return (None, "several_runs") if shared else (case, None)
+        agents = trace.agents or ((trace.agent,) if trace.agent is not None else ())
+        wanted = fold(case.agent)
+        return (case if any(fold(name) == wanted for name in agents) else None), None
 
     def get(self, case_id: str) -> GoldenCase | None:
         """The case with this id, or ``None``."""
@@ -279,6 +311,7 @@ def _to_case(entry: GoldenCaseEntry, normalize: NameNormalizer) -> GoldenCase:
         category=entry.category,
         selection_mode=entry.mode,
         expected_refusal=entry.expected_refusal,
+        agent=entry.agent,
     )
 
 

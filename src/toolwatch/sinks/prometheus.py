@@ -37,6 +37,7 @@ from toolwatch.metrics import (
     EVICTION_BOUNDS,
     REJECT_REASONS,
     REQUEST_OUTCOMES,
+    UNMATCHED_CASE_REASONS,
     UNPAIRED_REASONS,
 )
 from toolwatch.model import CallStatus, Category, Finding, Severity, ToolTrace
@@ -272,6 +273,7 @@ class PrometheusMetrics:
         self._dropped_reason = LabelLimiter(DROP_REASONS, label_value_cap)
         self._eviction_bound = LabelLimiter(EVICTION_BOUNDS, label_value_cap)
         self._unpaired_reason = LabelLimiter(UNPAIRED_REASONS, label_value_cap)
+        self._unmatched_reason = LabelLimiter(UNMATCHED_CASE_REASONS, label_value_cap)
         self._request_outcome = LabelLimiter(REQUEST_OUTCOMES, label_value_cap)
         self._transport = LabelLimiter(_TRANSPORTS, 0)
         self._status = LabelLimiter(_STATUSES, 0)
@@ -429,6 +431,15 @@ class PrometheusMetrics:
             ["reason"],
             registry=r,
         )
+        self._golden_unmatched = Counter(
+            "toolwatch_golden_unmatched_runs_total",
+            "Complete runs naming a golden case id that were matched to no case, so no case"
+            " judged them: unknown_case (no case has the id: a typo, an old file),"
+            " several_runs (the id is on a span above several agents' runs and the case names"
+            " no agent to say which is its run).",
+            ["reason"],
+            registry=r,
+        )
         self._auth_failures = Counter(
             "toolwatch_auth_failures_total",
             "Requests refused for a missing or wrong bearer token (UNAUTHENTICATED, 401).",
@@ -465,6 +476,7 @@ class PrometheusMetrics:
             (self._dropped, DROP_REASONS),
             (self._evictions, EVICTION_BOUNDS),
             (self._shadow_unpaired, UNPAIRED_REASONS),
+            (self._golden_unmatched, UNMATCHED_CASE_REASONS),
             (self._evaluator_failures, _EVALUATORS),
             (self._auth_failures, _LISTENERS),
             (self._received, _TRANSPORTS),
@@ -556,6 +568,9 @@ class PrometheusMetrics:
 
     def shadow_unpaired(self, reason: str) -> None:
         self._shadow_unpaired.labels(self._unpaired_reason(reason)).inc()
+
+    def golden_unmatched(self, reason: str) -> None:
+        self._golden_unmatched.labels(self._unmatched_reason(reason)).inc()
 
     def output_failed(self, output: str) -> None:
         """An output (``OUTPUTS``: the findings log, the ToolTrace dump, the stream, a sink

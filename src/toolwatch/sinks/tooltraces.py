@@ -8,7 +8,8 @@ reading: a line of some other JSON, such as the findings log, is named as such);
 strings, times integer nanoseconds (or ``null``), ``arguments``/``result`` the JSON values
 they hold (bytes, which JSON cannot hold, are written as hex strings). ``tooltrace_from_dict``
 inverts ``tooltrace_to_dict`` exactly for JSON-valued arguments, and reads the dumps of
-earlier versions (without ``agents`` or a call's ``hosted`` or ``handoff``).
+earlier versions (without ``agents``, ``shared_keys``, or a call's ``hosted`` or
+``handoff``).
 
 Not compiled: it runs once per ToolTrace, and only when a dump is configured or replayed.
 """
@@ -97,6 +98,7 @@ def tooltrace_to_dict(trace: ToolTrace) -> dict[str, Any]:
         "conversation_id": trace.conversation_id,
         "reference_keys": dict(trace.reference_keys),
         "agents": list(trace.agents),
+        "shared_keys": dict(trace.shared_keys),
     }
 
 
@@ -140,12 +142,13 @@ def tooltrace_from_dict(data: Mapping[str, Any]) -> ToolTrace:
     _check_types(fields, _TRACE_TYPES, "")
     if not _HEX_TRACE_ID.fullmatch(fields["trace_id"]):
         raise ValueError(f"trace_id must be 32 hex digits, got {fields['trace_id']!r:.40}")
-    keys = fields.get("reference_keys", {})
-    if not all(type(k) is str and type(v) is str for k, v in keys.items()):
-        raise ValueError(f"reference_keys must map names to strings, got {keys!r:.60}")
+    for name in ("reference_keys", "shared_keys"):  # shared_keys: absent in earlier dumps
+        keys = fields.get(name, {})
+        if not all(type(k) is str and type(v) is str for k, v in keys.items()):
+            raise ValueError(f"{name} must map names to strings, got {keys!r:.60}")
+        fields[name] = dict(keys)
     try:
         fields["calls"] = tuple(_call_from_dict(c, i) for i, c in enumerate(fields["calls"]))
-        fields["reference_keys"] = dict(fields.get("reference_keys", {}))
         fields["agents"] = _names(fields.get("agents", []))  # absent in earlier dumps
         return ToolTrace(**fields)
     except TypeError as e:
@@ -210,6 +213,7 @@ _TRACE_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "conversation_id": _MAYBE_TEXT,
     "reference_keys": (dict,),
     "agents": (list,),
+    "shared_keys": (dict,),
 }
 _TYPE_NAMES: Final = {
     str: "a string",

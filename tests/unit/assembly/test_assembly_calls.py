@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Any
 
@@ -265,13 +266,61 @@ def test_a_handoff_span_naming_no_agent_and_finding_no_request_is_no_call() -> N
     assert [c.tool_name for c in only(spans).calls] == ["lookup_order"]
 
 
-def test_a_renamed_handoff_tool_is_the_call_its_span_carries_out() -> None:
-    """``handoff(agent, tool_name_override="escalate")``: the span names the agent, the
-    request another tool; one call, not a request and a second transfer."""
-    mark = handoff(5, 1, "handoff to Refund Agent", 9, 10)
-    spans = handing_off(mark, asks=(ask("escalate", "c1", "{}", 0),))
+@pytest.mark.parametrize("name", ["handoff to Refund Agent", "triage → unknown.handoff"])
+def test_a_renamed_handoff_tool_is_the_call_its_span_carries_out(name: str) -> None:
+    """``handoff(agent, tool_name_override="escalate")``: the request is another tool's; one
+    call, marked alike whether the span names the agent or not, not a second transfer."""
+    spans = handing_off(handoff(5, 1, name, 9, 10), asks=(ask("escalate", "c1", "{}", 0),))
 
     assert calls_seen(spans)[1:] == [("escalate", True, hexid(5), 9 * MS)]
+
+
+@pytest.mark.parametrize(
+    ("name", "asks", "ran"),
+    [
+        # the SDK runs the first handoff an output asks for and refuses the others
+        ("triage → unknown.handoff", ("transfer_to_billing", "transfer_to_refunds"), "c0"),
+        ("handoff to billing", ("transfer_to_billing", "transfer_to_billing"), "c0"),
+        ("handoff to billing", ("transfer_to_refunds", "transfer_to_billing"), "c1"),
+        # a renamed handoff to billing asked first: the span names billing, no call does
+        ("handoff to billing", ("transfer_to_desk", "transfer_to_support"), "c0"),
+    ],
+)
+def test_of_several_handoffs_asked_at_once_the_span_carries_out_the_one_the_sdk_ran(
+    name: str, asks: tuple[str, str], ran: str
+) -> None:
+    """The SDK puts the error "Multiple handoffs requested" on the span of the one it ran:
+    that handoff happened, it is no failed call."""
+    mark = dataclasses.replace(handoff(5, 1, name, 9, 10), status_code=2, error_type="Error")
+    requests = [ask(tool, f"c{i}", "{}", i) for i, tool in enumerate(asks)]
+    trace = only(handing_off(mark, asks=tuple(requests)))
+
+    (done,) = [c for c in trace.calls if c.handoff]
+    assert (done.call_id, done.span_id, done.status, done.error_type) == (
+        ran,
+        hexid(5),
+        CallStatus.OK,
+        None,
+    )
+    assert trace.error_count == 0
+
+
+def test_a_handoff_span_carries_out_its_agents_last_output_not_an_earlier_one() -> None:
+    """A transfer asked in an earlier turn and never run is not this handoff's: the output
+    just before it asked for none, so the span is the call."""
+    early = ask("transfer_to_refund_agent", "c1", "{}", 0)
+    spans = [
+        *handing_off(asks=(early,)),
+        llm(6, 1, 11, 12, ask("lookup_order", "c2", {"order_id": "A-2"})),
+        tool(7, 1, "lookup_order", 12, 13, call_id="c2"),
+        handoff(8, 1, "agent_handoff OpenAI Agent", 14, 15, to_agent="Refund Agent"),
+    ]
+
+    assert calls_seen(spans)[1:] == [
+        ("transfer_to_refund_agent", False, None, 8 * MS),
+        ("lookup_order", False, hexid(7), 12 * MS),
+        ("transfer_to_refund_agent", True, hexid(8), 14 * MS),
+    ]
 
 
 def test_a_handoff_span_takes_the_transfer_it_names_not_a_hosted_or_a_later_request() -> None:

@@ -288,7 +288,7 @@ def test_a_checker_run_is_matched_to_no_golden_case_or_shadow_pair() -> None:
     ]
     support, checker = build(spans)
     assert support.reference_keys == {"toolwatch.case_id": "must-refuse"}
-    assert checker.reference_keys == {}
+    assert (checker.reference_keys, checker.shared_keys) == ({}, {})
 
 
 def test_a_case_id_on_the_request_span_above_the_agent_is_the_runs() -> None:
@@ -341,6 +341,23 @@ def test_a_case_id_above_several_runs_is_none_of_theirs(beside: list[SpanRecord]
         *beside,
     ]
     assert [t.reference_keys for t in build(spans)] == [{}, {}]
+    assert [t.shared_keys for t in build(spans)] == [dict(case_id), dict(case_id)]
+
+
+def test_a_request_span_above_one_of_several_runs_is_that_runs() -> None:
+    """Two requests under one trace (a batch job's root): each request's span is above its
+    own agent only, so its case id is that run's; the root's key is shared by both."""
+    batch, first, second = ("batch", "b-1"), ("toolwatch.case_id", "a"), ("toolwatch.case_id", "b")
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 100, name="batch", reference_keys=(batch,)),
+        span(2, 1, SpanRole.OTHER, 1, 40, name="POST /chat", reference_keys=(first,)),
+        agent(3, 2, "refund-bot", 2, 39),
+        span(4, 1, SpanRole.OTHER, 50, 90, name="POST /chat", reference_keys=(second,)),
+        agent(5, 4, "refund-bot", 51, 89),
+    ]
+    traces = build(spans)
+    assert [t.reference_keys for t in traces] == [dict([first]), dict([second])]
+    assert [t.shared_keys for t in traces] == [dict([batch]), dict([batch])]
 
 
 def test_the_residual_run_keeps_the_keys_of_its_own_spans() -> None:
@@ -353,8 +370,11 @@ def test_the_residual_run_keeps_the_keys_of_its_own_spans() -> None:
         tool(3, 1, "issue_refund", 3, 4),
         agent(4, 1, "title-bot", 60, 99),
     ]
-    keys = {t.agent: t.reference_keys for t in build(spans)}
-    assert keys == {None: {"toolwatch.case_id": "refund-1"}, "title-bot": {}}
+    keys = {t.agent: (t.reference_keys, t.shared_keys) for t in build(spans)}
+    assert keys == {
+        None: ({"toolwatch.case_id": "refund-1"}, {}),
+        "title-bot": ({}, {"toolwatch.case_id": "refund-1"}),  # the residual run's span too
+    }
 
 
 def test_a_parent_cycle_above_the_run_ends_the_walk_without_losing_the_keys() -> None:

@@ -150,6 +150,30 @@ def test_incomplete_runs_unknown_case_ids_and_cases_no_run_exercised_are_reporte
     )
 
 
+def test_another_agents_run_is_no_unknown_case_and_an_id_above_runs_is_told() -> None:
+    """A title agent given the canary's id by the resource: not the case's run, and no id
+    missing from the file either. An id above several runs, of a case naming no agent, is
+    told as such."""
+    kb = dataclasses.replace(case("search_kb", case_id="kb"), agent="support-bot")
+    refund = case("lookup", "refund", case_id="refund")
+    golden = GoldenCaseSet([kb, refund])
+    attribute = golden.case_id_attribute
+    title = dataclasses.replace(trace(agent="title-bot"), reference_keys={attribute: "kb"})
+    above = dataclasses.replace(trace("lookup"), shared_keys={attribute: "refund"})
+    pipeline = EvaluationPipeline(SETTINGS)
+    builder = ReportBuilder(SETTINGS, [], golden)
+    for run in (title, above, above):
+        builder.add(run, None, pipeline.evaluate(run, None, None))
+    built = builder.build()
+    assert (built.unknown_case_ids, built.case_ids_above_runs) == ({}, {"refund": 2})
+    assert built.cases_not_run == ["kb", "refund"]
+    assert (
+        "  refund: named above 2 run(s) of one request, none said to be its: name the case's"
+        " agent" in built.to_text()
+    )
+    assert json.loads(built.to_json())["case_ids_above_runs"] == {"refund": 2}
+
+
 def test_a_case_only_a_shadow_source_ran_is_said_so_and_its_findings_are_not_gated() -> None:
     refund = case("lookup", "refund", case_id="refund")
     golden = GoldenCaseSet([refund])

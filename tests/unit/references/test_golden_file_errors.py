@@ -275,3 +275,9 @@ def test_blank_tool_name_is_an_error(tmp_path: Path) -> None:
     assert error.problems == (
         ("cases[0].expected_tools[0].name", "must not be empty (line 3, column 22)"),
     )
+
+
+def test_blank_agent_is_an_error(tmp_path: Path) -> None:
+    error = _error(tmp_path, "cases:\n  - {id: a, agent: ' ', expected_no_tools: true}\n")
+
+    assert error.problems == (("cases[0].agent", "must not be empty (line 2, column 20)"),)

@@ -79,6 +79,16 @@ def test_a_case_may_expect_only_a_refusal_or_an_answer(tmp_path: Path) -> None:
     assert [cases.get(i).expected_refusal for i in ("must-refuse", "must-answer")] == [True, False]
 
 
+def test_a_case_may_name_the_agent_whose_run_it_judges(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "cases:\n  - {id: kb, agent: Support-Bot, expected_tools: [search_kb]}\n"
+        "  - {id: any, expected_tools: [search_kb]}\n",
+    )
+    cases = load_golden_cases(path)
+    assert [cases.get(i).agent for i in ("kb", "any")] == ["Support-Bot", None]
+
+
 def test_string_and_object_tool_entries_convert_alike(tmp_path: Path) -> None:
     path = _write(
         tmp_path,

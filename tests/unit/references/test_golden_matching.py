@@ -14,17 +14,24 @@ REFUND = GoldenCase(case_id="refund-1", expected_no_tools=False, expected_tool_c
 GREETING = GoldenCase(case_id="greeting", expected_no_tools=True)
 
 
-def _run(keys: Mapping[str, str]) -> ToolTrace:
+def _run(
+    keys: Mapping[str, str],
+    shared: Mapping[str, str] | None = None,
+    agent: str | None = "refunds",
+    agents: tuple[str, ...] = (),
+) -> ToolTrace:
     return factories.tool_trace(
         trace_id="0af7651916cd43dd8448eb211c80319c",
         run_span_id="b7ad6b7169203331",
         service="support-agent",
-        agent="refunds",
+        agent=agent,
         model="gpt-4o",
         start_ns=1,
         end_ns=2,
         span_count=1,
         reference_keys=keys,
+        shared_keys=shared or {},
+        agents=agents,
     )
 
 
@@ -71,3 +78,44 @@ def test_set_has_length_and_iterates_in_given_order() -> None:
 def test_duplicate_ids_are_refused() -> None:
     with pytest.raises(ValueError, match="duplicate golden case id 'refund-1'"):
         GoldenCaseSet([REFUND, GoldenCase(case_id="refund-1", expected_no_tools=True)])
+
+
+CANARY = GoldenCase(case_id="kb-1", expected_tools=(), expected_min_steps=1, agent=" Support-Bot ")
+ID = "toolwatch.case_id"
+
+
+@pytest.mark.parametrize(
+    ("run", "found"),
+    [
+        (_run({ID: "kb-1"}, agent="support-bot"), (CANARY, None)),
+        # the agent it handed over to: the case's run too (names trimmed, case-folded)
+        (_run({ID: "kb-1"}, agent="triage", agents=("triage", "SUPPORT-BOT")), (CANARY, None)),
+        # a title agent given the id by the resource: no run of the case, nothing to tell
+        (_run({ID: "kb-1"}, agent="title-bot", agents=("title-bot",)), (None, None)),
+        (_run({ID: "kb-1"}, agent=None), (None, None)),  # the handler's own calls
+        # the id on a request span above several runs: the agent says which is its run
+        (_run({}, {ID: "kb-1"}, agent="support-bot"), (CANARY, None)),
+        (_run({}, {ID: "kb-1"}, agent="title-bot"), (None, None)),
+    ],
+    ids=["own", "handed-to", "other-agent", "no-agent", "shared", "shared-other-agent"],
+)
+def test_a_case_that_names_its_agent_judges_that_agents_run_alone(
+    run: ToolTrace, found: tuple[GoldenCase | None, str | None]
+) -> None:
+    cases = GoldenCaseSet([REFUND, CANARY])
+    assert cases.lookup(run) == found
+    assert cases.match(run) is found[0]
+
+
+def test_an_id_above_several_runs_is_no_runs_when_its_case_names_no_agent() -> None:
+    cases = GoldenCaseSet([REFUND])
+    assert cases.lookup(_run({}, {ID: "refund-1"})) == (None, "several_runs")
+    assert cases.lookup(_run({ID: "greeting"}, {ID: "refund-1"})) == (None, "unknown_case")
+    assert cases.lookup(_run({ID: "refund-1"}, {ID: "greeting"})) == (REFUND, None)  # own wins
+
+
+def test_an_unknown_case_id_is_told_own_or_shared() -> None:
+    cases = GoldenCaseSet([REFUND, CANARY])
+    assert cases.lookup(_run({ID: "refund-2"})) == (None, "unknown_case")
+    assert cases.lookup(_run({}, {ID: "refund-2"})) == (None, "unknown_case")
+    assert cases.lookup(_run({"other": "refund-1"})) == (None, None)
