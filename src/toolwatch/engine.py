@@ -22,7 +22,7 @@ from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock, Finding, GoldenCase, ReferenceKind, ToolTrace, Verified
 from toolwatch.names import NameNormalizer
 from toolwatch.references.conversations import ConversationMemory, ConversationScope
-from toolwatch.references.golden import GoldenCaseSet
+from toolwatch.references.golden import CaseTally, GoldenCaseSet
 from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.sinks.findings import FindingSink
 
@@ -49,8 +49,10 @@ class Receipt:
 
 
 _OVERLOADED: Final = Receipt(Admission.OVERLOADED)
-#: Unmatched golden case ids the engine logs, at most (each once): runs carry input's ids.
+#: Unmatched golden case ids the engine logs per reason, at most (each once): runs carry
+#: input's ids. And how much of an id it keeps and shows.
 _MAX_TOLD: Final = 256
+_MAX_ID_SHOWN: Final = 80
 
 
 class ToolTraceSink(Protocol):
@@ -95,7 +97,7 @@ class Engine:
         self._memory: ConversationMemory | None = None
         self._remember_conversations(parts)
         self._processed = 0  # traces taken out of the buffer and evaluated (or failed)
-        self._told: set[tuple[str, str]] = set()  # (reason, case id) of unmatched ids logged
+        self._told: dict[str, set[str]] = {}  # unmatched case ids logged, by reason
 
     @property
     def activity(self) -> int:
@@ -192,20 +194,25 @@ class Engine:
     def _process_one(self, trace: CompletedTrace) -> None:
         if not trace.agent_run:  # its spans were counted dropped, not built
             return
+        golden = self._parts.golden
+        tally = CaseTally() if golden is not None else None
         for tool_trace in build_tool_traces(trace, self._parts.normalize):
-            self._evaluate(tool_trace, trace.last_arrival_ns)
+            # An incomplete run is judged against the policy only: the calls it is missing
+            # would read as drift against a golden case or a shadow twin.
+            expected = None
+            if golden is not None and tally is not None and tool_trace.complete:
+                found = golden.lookup(tool_trace)
+                tally.add(found, tool_trace)
+                expected = found.case
+            self._evaluate(tool_trace, expected, trace.last_arrival_ns)
+        if tally is not None:
+            for case_id, reason, agents in tally.unmatched():
+                self._unmatched(trace.trace_id.hex(), case_id, reason, agents)
 
-    def _evaluate(self, trace: ToolTrace, last_arrival_ns: int) -> None:
-        # An incomplete run is judged against the policy only: the calls it is missing would
-        # read as drift against a golden case or a shadow twin.
-        golden, shadow = self._parts.golden, self._parts.shadow
-        comparable = trace.complete
-        expected = None
-        if golden is not None and comparable:
-            expected, unmatched = golden.lookup(trace)
-            if unmatched is not None:
-                self._unmatched(trace, golden.case_id_attribute, unmatched)
-        joiner = shadow if comparable else None
+    def _evaluate(
+        self, trace: ToolTrace, expected: GoldenCase | None, last_arrival_ns: int
+    ) -> None:
+        joiner = self._parts.shadow if trace.complete else None
         # A shadow target is counted once its outcome is known (see references.shadow):
         # as compared when it pairs, else when the joiner drops it. Asked and offered at one
         # clock reading, so a pair key cannot expire in between.
@@ -227,31 +234,50 @@ class Engine:
             drift = [f for f in paired if f.reference is ReferenceKind.SOURCE]
             self._emit(pair.target, drift, last_arrival_ns)
 
-    def _unmatched(self, trace: ToolTrace, attribute: str, reason: str) -> None:
-        """Counts a complete run that names a case id no case judged it by, and logs each
-        (reason, case id) once (up to ``_MAX_TOLD`` of them)."""
+    def _unmatched(self, trace_id: str, case_id: str, reason: str, agents: list[str]) -> None:
+        """Counts a trace whose complete runs name a case id none of them was matched to, and
+        logs it once per (reason, id), up to ``_MAX_TOLD`` ids per reason (ids come from
+        input: a harness that sends a request id there must not flood the log)."""
         self._metrics.golden_unmatched(reason)
-        case_id = trace.reference_keys.get(attribute, trace.shared_keys.get(attribute, ""))
-        told = (reason, case_id)
-        if told in self._told or len(self._told) >= _MAX_TOLD:
+        told = self._told.setdefault(reason, set())
+        shown = case_id[:_MAX_ID_SHOWN]
+        if shown in told or len(told) > _MAX_TOLD:
             return
-        self._told.add(told)
+        told.add(shown)
+        if len(told) > _MAX_TOLD:
+            log.warning(
+                "%d golden case ids were logged as unmatched (%s); further ones are only"
+                " counted (toolwatch_golden_unmatched_traces_total) until a reload",
+                _MAX_TOLD,
+                reason,
+            )
+            return
         if reason == "unknown_case":
             log.warning(
-                "runs name golden case id %.80r, which no golden case has (agent %s, trace %s):"
-                " they are judged by the policy alone; check the case ids the canary sends"
-                " against the golden-case file",
-                case_id,
-                trace.agent,
-                trace.trace_id,
+                "golden case id %r, named by runs of %s (trace %s), is no golden case's: they"
+                " are judged by the policy alone; check the ids the canary sends against the"
+                " golden-case file",
+                shown,
+                ", ".join(agents) or "no agent",
+                trace_id,
+            )
+        elif reason == "several_runs":
+            log.warning(
+                "golden case %r: its id is on a span above several runs (trace %s, of %s) and"
+                " the case names no agent, so none of them is matched to it: name the agent"
+                " whose run it is in the case (agent: <name>)",
+                shown,
+                trace_id,
+                ", ".join(agents) or "no agent",
             )
         else:
             log.warning(
-                "golden case %.80r: its id is on a span above several agent runs (trace %s),"
-                " so none of them is matched to it; name the agent whose run it is in the"
-                " case (agent: <name>)",
-                case_id,
-                trace.trace_id,
+                "golden case %r names an agent none of the runs carrying its id is (trace %s,"
+                " runs of %s), so none of them is matched to it: check the case's agent"
+                " against the agent names the spans give",
+                shown,
+                trace_id,
+                ", ".join(agents) or "no agent",
             )
 
     def _run(

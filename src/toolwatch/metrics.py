@@ -64,9 +64,10 @@ DROP_REASONS: Final = (
 EVICTION_BOUNDS: Final = ("max_traces", "max_buffered_spans", "max_buffered_bytes")
 #: ``shadow_unpaired`` (``toolwatch.references.shadow``).
 UNPAIRED_REASONS: Final = ("duplicate", "evicted", "no_role", "shutdown", "timed_out")
-#: ``golden_unmatched``: a run names a case id no golden case has, or one on a span above
-#: several runs whose case names no agent (``toolwatch.references.golden``).
-UNMATCHED_CASE_REASONS: Final = ("unknown_case", "several_runs")
+#: ``golden_unmatched``: a trace's runs name a golden case id that none of them is matched
+#: to: no case has it; it is on a span above several runs and the case names no agent; or
+#: the case names an agent none of them is (``toolwatch.references.golden``).
+UNMATCHED_CASE_REASONS: Final = ("unknown_case", "several_runs", "agent_not_run")
 #: ``request_handled``'s outcome of one export request.
 REQUEST_OUTCOMES: Final = ("ok", "invalid", "overloaded", "refused", "timeout", "aborted")
 

@@ -27,8 +27,9 @@ from toolwatch.evaluation.composite import failure_type
 from toolwatch.evaluation.pipeline import EVALUATOR_ORDER, PipelineResult
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.evaluation.severity import CALL_AGENT
+from toolwatch.metrics import UNMATCHED_CASE_REASONS
 from toolwatch.model import Category, Finding, GoldenCase, ReferenceKind, ToolTrace
-from toolwatch.references.golden import GoldenCaseSet
+from toolwatch.references.golden import CaseTally, GoldenCaseSet
 
 __all__ = ["Gate", "Report", "ReportBuilder", "parse_gate"]
 
@@ -111,9 +112,12 @@ class Report:
     finding_list: list[Finding] = field(default_factory=list)
     incomplete: dict[str, int] = field(default_factory=dict)  # reason -> runs
     duplicates: int = 0  # runs read again (same trace and run span), skipped
-    unknown_case_ids: dict[str, int] = field(default_factory=dict)  # not in the file -> runs
-    # Case ids on a span above several runs, of cases that name no agent -> runs.
+    # Case ids that the runs of a trace named and none of them was matched to -> traces: not
+    # in the file; on a span above several runs, of a case naming no agent; of a case
+    # naming an agent none of those runs is.
+    unknown_case_ids: dict[str, int] = field(default_factory=dict)
     case_ids_above_runs: dict[str, int] = field(default_factory=dict)
+    case_ids_agent_not_run: dict[str, int] = field(default_factory=dict)
     cases_not_run: list[str] = field(default_factory=list)  # no complete run matched them
     # Shadow sources (the serving model's runs): evaluated apart, their findings not gated.
     sources: int = 0
@@ -148,6 +152,7 @@ class Report:
                 "cases_source_only": self.cases_source_only,
                 "unknown_case_ids": self.unknown_case_ids,
                 "case_ids_above_runs": self.case_ids_above_runs,
+                "case_ids_agent_not_run": self.case_ids_agent_not_run,
                 "cases_not_run": self.cases_not_run,
             },
             indent=2,
@@ -198,14 +203,22 @@ class Report:
                     f"  {name:<22} runs={int(figures['runs'])} failed={int(figures['failed'])}"
                     + (f" composite={composite:.3f}" if composite is not None else "")
                 )
-        if self.unknown_case_ids or self.case_ids_above_runs or self.cases_not_run:
+        unmatched = (self.unknown_case_ids, self.case_ids_above_runs, self.case_ids_agent_not_run)
+        if any(unmatched) or self.cases_not_run:
             lines += ["", "Golden cases not exercised"]
-            for case_id, runs in sorted(self.unknown_case_ids.items()):
-                lines.append(f"  {case_id}: named by {runs} run(s), not in the golden-case file")
-            for case_id, runs in sorted(self.case_ids_above_runs.items()):
+            for case_id, traces in sorted(self.unknown_case_ids.items()):
                 lines.append(
-                    f"  {case_id}: named above {runs} run(s) of one request, none said to be"
-                    " its: name the case's agent"
+                    f"  {case_id}: named in {traces} trace(s), not in the golden-case file"
+                )
+            for case_id, traces in sorted(self.case_ids_above_runs.items()):
+                lines.append(
+                    f"  {case_id}: named above several runs in {traces} trace(s), none said to"
+                    " be its: name the case's agent"
+                )
+            for case_id, traces in sorted(self.case_ids_agent_not_run.items()):
+                lines.append(
+                    f"  {case_id}: named in {traces} trace(s) by runs of other agents than the"
+                    " case's"
                 )
             lines += [
                 f"  {case_id}: "
@@ -252,8 +265,7 @@ class ReportBuilder:
         self._golden = golden
         self._incomplete: Counter[str] = Counter()
         self._duplicates = 0
-        self._unknown: Counter[str] = Counter()
-        self._above_runs: Counter[str] = Counter()
+        self._tallies: dict[str, CaseTally] = {}  # the case ids each trace's runs named
         self._exercised: set[str] = set()
         self._traces = 0
         self._sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
@@ -297,13 +309,11 @@ class ReportBuilder:
         if case is not None:
             self._exercised.add(case.case_id)
             self._add_case(trace, case, result)
-        elif self._golden is not None and trace.complete:
-            _, reason = self._golden.lookup(trace)
-            if reason is not None:
-                attribute = self._golden.case_id_attribute
-                named = trace.reference_keys.get(attribute, trace.shared_keys.get(attribute))
-                counts = self._unknown if reason == "unknown_case" else self._above_runs
-                counts[named or ""] += 1
+        if self._golden is not None and trace.complete:
+            tally = self._tallies.get(trace.trace_id)
+            if tally is None:
+                tally = self._tallies[trace.trace_id] = CaseTally()
+            tally.add(self._golden.lookup(trace), trace)
 
     def duplicate(self) -> None:
         """A run read a second time, not evaluated again."""
@@ -376,6 +386,12 @@ class ReportBuilder:
             if scored:
                 figures["composite"] = sum(scored) / len(scored)
             categories[name] = figures
+        unmatched: dict[str, Counter[str]] = {
+            reason: Counter() for reason in UNMATCHED_CASE_REASONS
+        }
+        for tally in self._tallies.values():
+            for case_id, reason, _agents in tally.unmatched():
+                unmatched[reason][case_id] += 1
         report = Report(
             traces=self._traces,
             scores=scores,
@@ -388,8 +404,9 @@ class ReportBuilder:
             finding_list=self._findings,
             incomplete=dict(self._incomplete),
             duplicates=self._duplicates,
-            unknown_case_ids=dict(self._unknown),
-            case_ids_above_runs=dict(self._above_runs),
+            unknown_case_ids=dict(unmatched["unknown_case"]),
+            case_ids_above_runs=dict(unmatched["several_runs"]),
+            case_ids_agent_not_run=dict(unmatched["agent_not_run"]),
             cases_not_run=[
                 case.case_id for case in self._golden or () if case.case_id not in self._exercised
             ],

@@ -62,7 +62,7 @@ DOCUMENTED_METRICS = {
     "toolwatch_evaluator_failures_total": "counter",
     "toolwatch_stream_dropped_findings_total": "counter",
     "toolwatch_shadow_unpaired_total": "counter",
-    "toolwatch_golden_unmatched_runs_total": "counter",
+    "toolwatch_golden_unmatched_traces_total": "counter",
     "toolwatch_security_reload_failures_total": "counter",
     "toolwatch_build_info": "gauge",
 }

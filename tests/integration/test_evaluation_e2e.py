@@ -339,11 +339,16 @@ cases:
 """
 
 
-def _kb_request(case_id: str) -> tuple[Any, ...]:
-    """A request whose server span carries ``case_id``, answered by support-bot, which
-    searches the knowledge base, then titled by title-bot, which calls nothing."""
+def _kb_request(case_id: str, *, on_agent: bool = False) -> tuple[Any, ...]:
+    """A request whose server span carries ``case_id`` (and support-bot's span too, when
+    ``on_agent``), answered by support-bot, which searches the knowledge base, then titled
+    by title-bot, which calls nothing."""
     search = agents.Call("search_kb", {"query": "return window"}, "call_kb")
-    support = agents.AgentRun("support-bot", (agents.Turn((search,)), agents.Turn(text="30 days.")))
+    support = agents.AgentRun(
+        "support-bot",
+        (agents.Turn((search,)), agents.Turn(text="30 days.")),
+        attributes={"toolwatch.case_id": case_id} if on_agent else {},
+    )
     title = agents.AgentRun("title-bot", (agents.Turn(text="Return window"),))
     return agents.request([support, title], {"toolwatch.case_id": case_id})
 
@@ -360,6 +365,7 @@ def test_a_case_id_above_several_runs_judges_the_run_of_the_agent_its_case_names
     with caplog.at_level(logging.WARNING, logger="toolwatch"):
         for case_id in ("kb-return-window", "kb-any-agent", "kb-any-agent", "kb-typo"):
             send_grpc(server, _kb_request(case_id))
+        send_grpc(server, _kb_request("kb-any-agent", on_agent=True))  # support-bot's own
         server.settle()
 
     assert findings_log(server) == []  # support-bot did the case's work; title-bot not judged
@@ -371,19 +377,55 @@ def test_a_case_id_above_several_runs_judges_the_run_of_the_agent_its_case_names
         )
         for agent in ("support-bot", "title-bot")
     }
-    assert by_agent == {"support-bot": 1.0, "title-bot": 0.0}
-    unmatched = "toolwatch_golden_unmatched_runs_total"
-    # kb-any-agent names no agent: its id above two runs is neither's, each time; and the
-    # two runs under kb-typo name a case no one wrote.
-    assert server.sample(unmatched, {"reason": "several_runs"}) == 4
-    assert server.sample(unmatched, {"reason": "unknown_case"}) == 2
+    assert by_agent == {"support-bot": 2.0, "title-bot": 0.0}
+    unmatched = "toolwatch_golden_unmatched_traces_total"
+    # kb-any-agent names no agent: its id above two runs is neither's, in two requests (in
+    # the third support-bot's span carries it too, and title-bot's run not matched is no
+    # matter); kb-typo names a case no one wrote; title-bot beside a matched run is fine.
+    assert server.sample(unmatched, {"reason": "several_runs"}) == 2
+    assert server.sample(unmatched, {"reason": "unknown_case"}) == 1
+    assert server.sample(unmatched, {"reason": "agent_not_run"}) == 0
     several, unknown = [r.getMessage() for r in caplog.records if "golden case" in r.getMessage()]
     assert several.startswith(  # each id told once
-        "golden case 'kb-any-agent': its id is on a span above several agent runs (trace "
+        "golden case 'kb-any-agent': its id is on a span above several runs (trace "
+    )
+    assert several.endswith(
+        ", of support-bot, title-bot) and the case names no agent, so none of them is matched"
+        " to it: name the agent whose run it is in the case (agent: <name>)"
     )
     assert unknown.startswith(
-        "runs name golden case id 'kb-typo', which no golden case has (agent support-bot, trace "
+        "golden case id 'kb-typo', named by runs of support-bot, title-bot (trace "
     )
+
+
+def test_unmatched_case_ids_are_logged_within_a_budget_per_reason(
+    start_server: Callable[..., RunningServer],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A harness that puts a request id in the case id attribute names thousands of ids no
+    case has: they are counted, 256 logged, then one line says the rest are not; a real
+    misconfiguration of another kind is still told."""
+    (tmp_path / "cases.yaml").write_text(KB_CASES)
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY + "golden:\n  cases_file: cases.yaml\n")
+    server = start_server(config)
+    typos = [span for n in range(300) for span in _kb_request(f"req-{n:04d}-" + "x" * 200)]
+    with caplog.at_level(logging.WARNING, logger="toolwatch"):
+        send_grpc(server, (*typos, *_kb_request("kb-any-agent")))
+        server.settle()
+    unmatched = "toolwatch_golden_unmatched_traces_total"
+    assert server.sample(unmatched, {"reason": "unknown_case"}) == 300
+    assert server.sample(unmatched, {"reason": "several_runs"}) == 1
+    told = [r.getMessage() for r in caplog.records if "golden case" in r.getMessage()]
+    unknown = [m for m in told if m.startswith("golden case id 'req-")]
+    assert len(unknown) == 256
+    assert all(len(m.split("'")[1]) == 80 for m in unknown)  # ids cut to 80 characters
+    assert [m for m in told if m.startswith("256 golden case ids were logged")] == [
+        "256 golden case ids were logged as unmatched (unknown_case); further ones are only"
+        " counted (toolwatch_golden_unmatched_traces_total) until a reload"
+    ]
+    assert [m for m in told if m.startswith("golden case 'kb-any-agent'")] != []
 
 
 @pytest.mark.parametrize(

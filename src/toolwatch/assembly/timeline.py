@@ -589,7 +589,7 @@ def _tool_trace(
     above: _Above,
 ) -> ToolTrace:
     calls = build_calls(run.spans, sites, normalize)
-    own, shared = above
+    keyed, own, shared = above
     refusal = _refusal(run, sites)
     ranked = _by_precedence(run)
     identity = _Identity(ranked)
@@ -614,7 +614,7 @@ def _tool_trace(
         end_ns=run.end_ns,
         span_count=len(run.spans),
         conversation_id=identity.conversation_id,
-        reference_keys={} if checker else _reference_keys(ranked, own),
+        reference_keys={} if checker else _reference_keys(ranked if keyed is None else keyed, own),
         agents=_agents(run, identity.agent),
         shared_keys={} if checker or not shared else _reference_keys((), shared),
     )
@@ -672,48 +672,98 @@ def _reference_keys(ranked: Sequence[SpanRecord], above: Sequence[SpanRecord]) -
     return merged
 
 
-_Above = tuple[list[SpanRecord], list[SpanRecord]]
+#: Where a run's reference keys come from (``_above_runs``): the spans whose keys are its
+#: own in their order (``None``: the run's, run span first, then the earliest), then the
+#: spans above it that are its alone, and the spans above it and another run.
+_Above = tuple[list[SpanRecord] | None, list[SpanRecord], list[SpanRecord]]
 
 
 def _above_runs(
     runs: list[_Run], by_id: dict[bytes, SpanRecord], sites: dict[bytes, CallSite]
 ) -> list[_Above]:
-    """For each run, the spans above its agent's span that belong to no agent's run (a
-    request's server span, a workflow's), nearest first, in two lists: those above no other
-    run, whose reference keys are the run's (a canary's case id on its request's span), and
-    those above several, whose keys are its shared keys. Whose those are no span says (a
-    title agent, a moderation agent, a guardrail's checker beside the canary's agent), and a
-    wrong guess pages: the run given the canary's case id did not do the canary's work. The
-    spans outside every agent are the residual run's when there is one (the handler's own
-    tool calls beside the request's agent), so then all are shared."""
+    """For each run, where its reference keys come from. Its own spans' keys are its own;
+    so are those of the spans above its agent's span that belong to no agent's run (a
+    request's server span, a workflow's) and are above no other run, nearest first (a
+    canary's case id on its request's span). Those of a span above several are the runs'
+    shared keys: whose they are no span says (a title agent, a moderation agent, a
+    guardrail's checker beside the canary's agent), and a wrong guess pages: the run given
+    the canary's case id did not do the canary's work. So when a run's place is not known
+    (its walk up stopped at a parent that never arrived, or at the bound), every span
+    above a run is shared.
+
+    The residual run (the handler's own tool calls beside the request's agent) holds the
+    spans that make calls and those above them: those are its keys, nearest first, and a
+    span above an agent run that the residual run holds is shared for that agent run. Its
+    other spans (another request's, under one batch root) are none of its business."""
     chains: list[list[SpanRecord]] = []
+    known = True
     for run in runs:
         chain: list[SpanRecord] = []
         if run.agent_id is not None and run.span is not None:
-            seen: set[bytes] = set()
-            parent = run.span.parent_span_id
-            while parent is not None and parent not in seen and len(chain) < _MAX_ANCESTORS:
-                span = by_id.get(parent)
-                if span is None or sites[span.span_id].run is not None:
-                    break
-                chain.append(span)
-                seen.add(parent)
-                parent = span.parent_span_id
+            known = _walk_up(run.span, by_id, sites, chain) and known
         chains.append(chain)
     if len(runs) == 1:
-        return [(chains[0], [])]
-    residual = any(run.agent_id is None for run in runs)
+        return [(None, chains[0], [])]
     holders: dict[bytes, int] = {}
     for chain in chains:
         for span in chain:
             holders[span.span_id] = holders.get(span.span_id, 0) + 1
-    return [
-        (
-            [s for s in chain if not residual and holders[s.span_id] == 1],
-            [s for s in chain if residual or holders[s.span_id] > 1],
-        )
-        for chain in chains
-    ]
+    residual: list[SpanRecord] | None = None
+    for run in runs:
+        if run.agent_id is None:
+            residual = _residual_keyed(run, by_id, sites)
+            for span in residual:
+                holders[span.span_id] = holders.get(span.span_id, 0) + 1
+    found: list[_Above] = []
+    for run, chain in zip(runs, chains, strict=True):
+        if run.agent_id is None:
+            found.append((residual, [], []))
+            continue
+        alone = [s for s in chain if known and holders[s.span_id] == 1]
+        found.append((None, alone, [s for s in chain if not known or holders[s.span_id] > 1]))
+    return found
+
+
+def _walk_up(
+    span: SpanRecord,
+    by_id: dict[bytes, SpanRecord],
+    sites: dict[bytes, CallSite],
+    chain: list[SpanRecord],
+) -> bool:
+    """Appends to ``chain`` the spans above ``span`` that belong to no agent's run, nearest
+    first; whether the walk ended where the tree does (a root, or an agent's run: a
+    guardrail's checker below the run it checks), not at a parent that never arrived or at
+    the bound."""
+    seen: set[bytes] = set()
+    parent = span.parent_span_id
+    while parent is not None and parent not in seen:
+        above = by_id.get(parent)
+        if above is None or len(chain) == _MAX_ANCESTORS:
+            return False
+        if sites[above.span_id].run is not None:
+            return True
+        chain.append(above)
+        seen.add(parent)
+        parent = above.parent_span_id
+    return True
+
+
+def _residual_keyed(
+    run: _Run, by_id: dict[bytes, SpanRecord], sites: dict[bytes, CallSite]
+) -> list[SpanRecord]:
+    """The residual run's spans that make calls, in time order, then the spans above each
+    (outside every agent's run), nearest first, each once."""
+    makers = [s for s in run.spans if _holds_calls(s)]
+    keyed = list(makers)
+    seen = {s.span_id for s in makers}
+    for span in makers:
+        chain: list[SpanRecord] = []
+        _walk_up(span, by_id, sites, chain)
+        for above in chain:
+            if above.span_id not in seen:
+                seen.add(above.span_id)
+                keyed.append(above)
+    return keyed
 
 
 #: Spans above a run read for its reference keys at most (a deep chain a producer made

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal, Self, TypeAlias, get_args
+from typing import Annotated, Any, Final, Literal, NamedTuple, Self, TypeAlias, get_args
 
 import yaml
 from pydantic import (
@@ -47,10 +47,12 @@ from toolwatch.sections import UniqueKeyLoader, unknown_key
 
 __all__ = [
     "UNMATCHED_CASE_REASONS",
+    "CaseTally",
     "ExpectedToolEntry",
     "GoldenCaseEntry",
     "GoldenCaseSet",
     "GoldenFile",
+    "Lookup",
     "MatchStrategy",
     "ReferenceFileError",
     "SelectionMode",
@@ -207,6 +209,45 @@ class GoldenFile(_Schema):
     cases: list[GoldenCaseEntry]
 
 
+class Lookup(NamedTuple):
+    """What ``GoldenCaseSet.lookup`` found for one run."""
+
+    case: GoldenCase | None
+    case_id: str | None  # the id the run names, matched or not
+    reason: str | None  # why a named id is matched to no case (``UNMATCHED_CASE_REASONS``)
+
+
+class CaseTally:
+    """The golden case ids the runs of one trace named, and which of them no run of the
+    trace was matched to, with why: a title agent's run under the canary's request is not
+    the case's, and that is no problem when the canary's own run is. ``agents`` names the
+    agents of the runs that named an id not matched, for the message."""
+
+    __slots__ = ("_matched", "_missed")
+
+    def __init__(self) -> None:
+        self._matched: set[str] = set()
+        self._missed: dict[str, tuple[str, list[str]]] = {}
+
+    def add(self, found: Lookup, trace: ToolTrace) -> None:
+        if found.case_id is None:
+            return
+        if found.case is not None:
+            self._matched.add(found.case_id)
+        elif found.reason is not None:
+            _, agents = self._missed.setdefault(found.case_id, (found.reason, []))
+            if trace.agent is not None and trace.agent not in agents:
+                agents.append(trace.agent)
+
+    def unmatched(self) -> list[tuple[str, str, list[str]]]:
+        """Each id named and matched by no run: (id, reason, agents of the runs naming it)."""
+        return [
+            (case_id, reason, agents)
+            for case_id, (reason, agents) in self._missed.items()
+            if case_id not in self._matched
+        ]
+
+
 class GoldenCaseSet:
     """Golden cases by id, matched to live runs through one attribute.
 
@@ -237,34 +278,38 @@ class GoldenCaseSet:
 
     def match(self, trace: ToolTrace) -> GoldenCase | None:
         """The case of the run, or ``None``: see ``lookup``."""
-        return self.lookup(trace)[0]
+        return self.lookup(trace).case
 
-    def lookup(self, trace: ToolTrace) -> tuple[GoldenCase | None, str | None]:
-        """The case of the run, or ``None`` and, when the run names a case id it is not
-        matched to for a reason worth telling, which (``UNMATCHED_CASE_REASONS``).
+    def lookup(self, trace: ToolTrace) -> Lookup:
+        """The case of the run, or ``None``; the case id it names, and when it names one it
+        is not matched to, why (one of ``UNMATCHED_CASE_REASONS``).
 
         The case whose id the run carries (exact match) in its own reference keys, else in
         its shared keys (on a span above several runs) when the case names its ``agent``.
         A case that names its agent is matched only to a run that agent took part in (its
         own agent or one it handed over to or used as a tool; names compared trimmed and
         case-folded): a title or moderation agent beside the canary's, given the id by the
-        resource or the request's span, is no run of the case. ``unknown_case``: no case
-        has the id; ``several_runs``: the id is on a span above several runs and the case
-        does not name the agent that says which is its run."""
+        resource or the request's span, is no run of the case (``agent_not_run``).
+        ``unknown_case``: no case has the id; ``several_runs``: the id is on a span above
+        several runs and the case does not name the agent that says which is its run. A run
+        not matched for a reason is not a problem when another run of its trace is matched
+        to the case (``CaseTally``)."""
         attribute = self._attribute
         own = trace.reference_keys.get(attribute)
         shared = own is None
         case_id = trace.shared_keys.get(attribute) if own is None else own
         if case_id is None:
-            return None, None
+            return Lookup(None, None, None)
         case = self._by_id.get(case_id)
         if case is None:
-            return None, "unknown_case"
+            return Lookup(None, case_id, "unknown_case")
         if case.agent is None:
-            return (None, "several_runs") if shared else (case, None)
+            return Lookup(None, case_id, "several_runs") if shared else Lookup(case, case_id, None)
         agents = trace.agents or ((trace.agent,) if trace.agent is not None else ())
         wanted = fold(case.agent)
-        return (case if any(fold(name) == wanted for name in agents) else None), None
+        if any(fold(name) == wanted for name in agents):
+            return Lookup(case, case_id, None)
+        return Lookup(None, case_id, "agent_not_run")
 
     def get(self, case_id: str) -> GoldenCase | None:
         """The case with this id, or ``None``."""

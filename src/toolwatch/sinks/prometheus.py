@@ -432,11 +432,12 @@ class PrometheusMetrics:
             registry=r,
         )
         self._golden_unmatched = Counter(
-            "toolwatch_golden_unmatched_runs_total",
-            "Complete runs naming a golden case id that were matched to no case, so no case"
-            " judged them: unknown_case (no case has the id: a typo, an old file),"
-            " several_runs (the id is on a span above several agents' runs and the case names"
-            " no agent to say which is its run).",
+            "toolwatch_golden_unmatched_traces_total",
+            "Traces whose complete runs name a golden case id none of them was matched to, so"
+            " no case judged the canary: unknown_case (no case has the id: a typo, an old"
+            " file), several_runs (the id is on a span above several runs and the case names"
+            " no agent to say which is its run), agent_not_run (the case names an agent none"
+            " of those runs is).",
             ["reason"],
             registry=r,
         )

@@ -360,6 +360,41 @@ def test_a_request_span_above_one_of_several_runs_is_that_runs() -> None:
     assert [t.shared_keys for t in traces] == [dict([batch]), dict([batch])]
 
 
+def test_a_run_whose_parent_never_arrived_leaves_no_span_above_to_another() -> None:
+    """The agent asked hangs from a hop toolwatch never received (a queue between gateway
+    and worker): the request span above the title agent may be above it too, so its case
+    id is no one's own."""
+    case_id = (("toolwatch.case_id", "kb-1"),)
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 100, name="POST /chat", reference_keys=case_id),
+        agent(2, 99, "support-bot", 1, 50),  # span 99: the hop, not received
+        tool(3, 2, "search_kb", 2, 3),
+        agent(4, 1, "title-bot", 60, 99),
+    ]
+    keys = {t.agent: (t.reference_keys, t.shared_keys) for t in build(spans)}
+    assert keys == {"support-bot": ({}, {}), "title-bot": ({}, dict(case_id))}
+
+
+def test_a_residual_run_holds_only_the_spans_above_its_own_calls() -> None:
+    """Two requests under one batch root, one handler calling a tool outside its agent:
+    the other request keeps its case id, the handler's call has its own request's."""
+    first, second = ("toolwatch.case_id", "a"), ("toolwatch.case_id", "b")
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 100, name="batch"),
+        span(2, 1, SpanRole.OTHER, 1, 40, name="POST /chat", reference_keys=(first,)),
+        agent(3, 2, "support-bot", 2, 39),
+        span(4, 1, SpanRole.OTHER, 50, 90, name="POST /chat", reference_keys=(second,)),
+        agent(5, 4, "support-bot", 51, 80),
+        tool(6, 4, "audit_log", 81, 82),  # the handler's own call, beside its agent
+    ]
+    keys = [(t.agent, t.reference_keys, t.shared_keys) for t in build(spans)]
+    assert keys == [
+        (None, dict([second]), {}),  # the handler's run, from the batch root's start
+        ("support-bot", dict([first]), {}),
+        ("support-bot", {}, dict([second])),  # the handler's run holds that request too
+    ]
+
+
 def test_the_residual_run_keeps_the_keys_of_its_own_spans() -> None:
     """A tool loop with no agent span beside a title agent: the loop's run holds the request
     span and its case id, as it always did; the title agent gets none."""

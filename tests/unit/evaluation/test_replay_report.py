@@ -141,7 +141,7 @@ def test_incomplete_runs_unknown_case_ids_and_cases_no_run_exercised_are_reporte
         " shadow sources" in text
     )
     assert "  1 run(s) read more than once, evaluated once" in text
-    assert "  refnud: named by 1 run(s), not in the golden-case file" in text
+    assert "  refnud: named in 1 trace(s), not in the golden-case file" in text
     assert "  greeting: no complete run" in text
     document = json.loads(built.to_json())
     assert (document["unknown_case_ids"], document["cases_not_run"]) == (
@@ -150,28 +150,42 @@ def test_incomplete_runs_unknown_case_ids_and_cases_no_run_exercised_are_reporte
     )
 
 
-def test_another_agents_run_is_no_unknown_case_and_an_id_above_runs_is_told() -> None:
-    """A title agent given the canary's id by the resource: not the case's run, and no id
-    missing from the file either. An id above several runs, of a case naming no agent, is
-    told as such."""
+def test_ids_no_run_of_a_trace_was_matched_to_are_told_by_reason_per_trace() -> None:
+    """A title agent given the canary's id beside the canary's matched run: nothing to tell.
+    An id above several runs of a case naming no agent, or of a case naming an agent none of
+    the trace's runs is, is told once per trace."""
     kb = dataclasses.replace(case("search_kb", case_id="kb"), agent="support-bot")
     refund = case("lookup", "refund", case_id="refund")
     golden = GoldenCaseSet([kb, refund])
     attribute = golden.case_id_attribute
-    title = dataclasses.replace(trace(agent="title-bot"), reference_keys={attribute: "kb"})
-    above = dataclasses.replace(trace("lookup"), shared_keys={attribute: "refund"})
+    own = {attribute: "kb"}
+    canary = dataclasses.replace(trace("search_kb", agent="support-bot"), reference_keys=own)
+    title = dataclasses.replace(trace(agent="title-bot"), reference_keys=own)
+    renamed = dataclasses.replace(canary, trace_id="cd" * 16, agent="Support Bot")
+    above = [
+        dataclasses.replace(trace("lookup", trace_id="ef" * 16, agent=agent), shared_keys=keys)
+        for agent, keys in (("a", {attribute: "refund"}), ("b", {attribute: "refund"}))
+    ]
     pipeline = EvaluationPipeline(SETTINGS)
     builder = ReportBuilder(SETTINGS, [], golden)
-    for run in (title, above, above):
-        builder.add(run, None, pipeline.evaluate(run, None, None))
+    for run in (canary, title, renamed, *above):
+        found = golden.match(run)
+        builder.add(run, found, pipeline.evaluate(run, found, None))
     built = builder.build()
-    assert (built.unknown_case_ids, built.case_ids_above_runs) == ({}, {"refund": 2})
-    assert built.cases_not_run == ["kb", "refund"]
+    assert (built.unknown_case_ids, built.case_ids_above_runs) == ({}, {"refund": 1})
+    assert built.case_ids_agent_not_run == {"kb": 1}
+    assert built.cases_not_run == ["refund"]
+    text = built.to_text()
     assert (
-        "  refund: named above 2 run(s) of one request, none said to be its: name the case's"
-        " agent" in built.to_text()
+        "  refund: named above several runs in 1 trace(s), none said to be its: name the"
+        " case's agent" in text
     )
-    assert json.loads(built.to_json())["case_ids_above_runs"] == {"refund": 2}
+    assert "  kb: named in 1 trace(s) by runs of other agents than the case's" in text
+    document = json.loads(built.to_json())
+    assert (document["case_ids_above_runs"], document["case_ids_agent_not_run"]) == (
+        {"refund": 1},
+        {"kb": 1},
+    )
 
 
 def test_a_case_only_a_shadow_source_ran_is_said_so_and_its_findings_are_not_gated() -> None:

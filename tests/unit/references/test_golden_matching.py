@@ -8,7 +8,7 @@ import pytest
 
 from tests import factories
 from toolwatch.model import GoldenCase, ToolTrace
-from toolwatch.references.golden import GoldenCaseSet
+from toolwatch.references.golden import CaseTally, GoldenCaseSet, Lookup
 
 REFUND = GoldenCase(case_id="refund-1", expected_no_tools=False, expected_tool_count=2)
 GREETING = GoldenCase(case_id="greeting", expected_no_tools=True)
@@ -90,12 +90,12 @@ ID = "toolwatch.case_id"
         (_run({ID: "kb-1"}, agent="support-bot"), (CANARY, None)),
         # the agent it handed over to: the case's run too (names trimmed, case-folded)
         (_run({ID: "kb-1"}, agent="triage", agents=("triage", "SUPPORT-BOT")), (CANARY, None)),
-        # a title agent given the id by the resource: no run of the case, nothing to tell
-        (_run({ID: "kb-1"}, agent="title-bot", agents=("title-bot",)), (None, None)),
-        (_run({ID: "kb-1"}, agent=None), (None, None)),  # the handler's own calls
+        # a title agent given the id by the resource: no run of the case
+        (_run({ID: "kb-1"}, agent="title-bot", agents=("title-bot",)), (None, "agent_not_run")),
+        (_run({ID: "kb-1"}, agent=None), (None, "agent_not_run")),  # the handler's own calls
         # the id on a request span above several runs: the agent says which is its run
         (_run({}, {ID: "kb-1"}, agent="support-bot"), (CANARY, None)),
-        (_run({}, {ID: "kb-1"}, agent="title-bot"), (None, None)),
+        (_run({}, {ID: "kb-1"}, agent="title-bot"), (None, "agent_not_run")),
     ],
     ids=["own", "handed-to", "other-agent", "no-agent", "shared", "shared-other-agent"],
 )
@@ -103,19 +103,40 @@ def test_a_case_that_names_its_agent_judges_that_agents_run_alone(
     run: ToolTrace, found: tuple[GoldenCase | None, str | None]
 ) -> None:
     cases = GoldenCaseSet([REFUND, CANARY])
-    assert cases.lookup(run) == found
+    assert cases.lookup(run) == Lookup(found[0], "kb-1", found[1])
     assert cases.match(run) is found[0]
 
 
 def test_an_id_above_several_runs_is_no_runs_when_its_case_names_no_agent() -> None:
     cases = GoldenCaseSet([REFUND])
-    assert cases.lookup(_run({}, {ID: "refund-1"})) == (None, "several_runs")
-    assert cases.lookup(_run({ID: "greeting"}, {ID: "refund-1"})) == (None, "unknown_case")
-    assert cases.lookup(_run({ID: "refund-1"}, {ID: "greeting"})) == (REFUND, None)  # own wins
+    assert cases.lookup(_run({}, {ID: "refund-1"})) == (None, "refund-1", "several_runs")
+    assert cases.lookup(_run({ID: "hi"}, {ID: "refund-1"})) == (None, "hi", "unknown_case")
+    assert cases.lookup(_run({ID: "refund-1"}, {ID: "hi"})) == (REFUND, "refund-1", None)
 
 
 def test_an_unknown_case_id_is_told_own_or_shared() -> None:
     cases = GoldenCaseSet([REFUND, CANARY])
-    assert cases.lookup(_run({ID: "refund-2"})) == (None, "unknown_case")
-    assert cases.lookup(_run({}, {ID: "refund-2"})) == (None, "unknown_case")
-    assert cases.lookup(_run({"other": "refund-1"})) == (None, None)
+    assert cases.lookup(_run({ID: "refund-2"})) == (None, "refund-2", "unknown_case")
+    assert cases.lookup(_run({}, {ID: "refund-2"})) == (None, "refund-2", "unknown_case")
+    assert cases.lookup(_run({"other": "refund-1"})) == (None, None, None)
+
+
+def test_a_trace_tells_the_ids_no_run_of_it_was_matched_to() -> None:
+    """A title agent's run beside the canary's is no problem when the canary's run is
+    matched; an id no run of the trace was matched to is told once, with the agents seen."""
+    cases = GoldenCaseSet([REFUND, CANARY])
+    tally = CaseTally()
+    runs = [
+        _run({}, {ID: "refund-1"}, agent="title-bot"),  # several_runs, but...
+        _run({ID: "refund-1"}, {ID: "refund-1"}, agent="refunds"),  # ...this one is matched
+        _run({ID: "kb-1"}, agent="Support Bot"),  # not the case's support-bot
+        _run({ID: "kb-1"}, agent="title-bot"),
+        _run({}, {ID: "typo"}, agent="title-bot"),
+        _run({}, {ID: "typo"}, agent=None),
+    ]
+    for run in runs:
+        tally.add(cases.lookup(run), run)
+    assert tally.unmatched() == [
+        ("kb-1", "agent_not_run", ["Support Bot", "title-bot"]),
+        ("typo", "unknown_case", ["title-bot"]),
+    ]

@@ -57,7 +57,7 @@ EXPECTED_NAMES = {
     "toolwatch_evaluator_failures_total",
     "toolwatch_stream_dropped_findings_total",
     "toolwatch_shadow_unpaired_total",
-    "toolwatch_golden_unmatched_runs_total",
+    "toolwatch_golden_unmatched_traces_total",
     "toolwatch_auth_failures_total",
     "toolwatch_security_reload_failures_total",
     "toolwatch_config_last_reload_successful",
@@ -306,7 +306,7 @@ def test_counters_whose_label_values_are_known_start_at_zero(
         "toolwatch_spans_dropped_total": DROP_REASONS,
         "toolwatch_trace_evictions_total": EVICTION_BOUNDS,
         "toolwatch_shadow_unpaired_total": UNPAIRED_REASONS,
-        "toolwatch_golden_unmatched_runs_total": UNMATCHED_CASE_REASONS,
+        "toolwatch_golden_unmatched_traces_total": UNMATCHED_CASE_REASONS,
     }
     for name, reasons in known.items():
         assert [get(name, {"reason": reason}) for reason in reasons] == [0.0] * len(reasons)
@@ -352,7 +352,7 @@ def test_label_values_the_code_reports_are_kept_whatever_the_cap(
     for reason in UNPAIRED_REASONS:
         assert get("toolwatch_shadow_unpaired_total", {"reason": reason}) == 1.0
     for reason in UNMATCHED_CASE_REASONS:
-        assert get("toolwatch_golden_unmatched_runs_total", {"reason": reason}) == 1.0
+        assert get("toolwatch_golden_unmatched_traces_total", {"reason": reason}) == 1.0
     for evaluator in EVALUATOR_ORDER:
         assert get("toolwatch_evaluator_failures_total", {"evaluator": evaluator}) == 1.0
     for outcome in REQUEST_OUTCOMES:
