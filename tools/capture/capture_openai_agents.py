@@ -23,6 +23,7 @@ The SDK is told to include sensitive data (tool inputs/outputs) in its spans.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -60,11 +61,16 @@ SCENARIOS = (
     "handoff",
     "refusal_output_guardrail",
     "refusal_input_guardrail",
+    "refusal_output_guardrail_client",
 )
-#: Scenarios whose main agent refuses under a guardrail that runs an agent of its own: the
-#: run has a ``model_refusal`` error handler, so the refusal becomes the final output and
-#: the run goes on (without one the SDK raises and output guardrails never run).
-GUARDRAILED = ("refusal_output_guardrail", "refusal_input_guardrail")
+#: The main agent refuses under an output guardrail that calls the model client itself, no
+#: agent: the client's own instrumentation (enabled beside the SDK's, as Traceloop.init()
+#: or logfire.instrument_openai() do) records that call under the guardrail span.
+CLIENT_GUARDRAIL = "refusal_output_guardrail_client"
+#: Scenarios whose main agent refuses under a guardrail: the run has a ``model_refusal``
+#: error handler, so the refusal becomes the final output and the run goes on (without one
+#: the SDK raises and output guardrails never run).
+GUARDRAILED = ("refusal_output_guardrail", "refusal_input_guardrail", CLIENT_GUARDRAIL)
 
 
 def instrument(name: str, capture: Capture) -> CaptureRun:
@@ -93,7 +99,27 @@ def instrument(name: str, capture: Capture) -> CaptureRun:
         _instrument_logfire(capture)
     else:
         _instrument_contrib(capture)
-    return run_scenario
+    return partial(run_scenario, instrumentation=name)
+
+
+def _client_instrumented(name: str, capture: Capture, client: AsyncOpenAI) -> Callable[[], None]:
+    """Instruments the OpenAI client as the family of ``name`` does beside its agents
+    instrumentation; returns the undo. Logfire instruments ``client`` alone; the others
+    patch every client of the process (the agent's model calls get a client span too)."""
+    if name == "logfire":
+        import logfire  # noqa: PLC0415
+
+        logfire.instrument_openai(client)  # a client made for this scenario alone
+        return lambda: None
+    if name == "openinference":
+        from openinference.instrumentation.openai import OpenAIInstrumentor  # noqa: PLC0415
+    elif name == "openllmetry":
+        from opentelemetry.instrumentation.openai import OpenAIInstrumentor  # noqa: PLC0415
+    else:
+        from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor  # noqa: PLC0415
+    instrumentor = OpenAIInstrumentor()
+    instrumentor.instrument(tracer_provider=capture.provider)
+    return instrumentor.uninstrument
 
 
 def _instrument_logfire(capture: Capture) -> None:
@@ -114,14 +140,20 @@ def _instrument_contrib(capture: Capture) -> None:
     module.OpenAIAgentsInstrumentor().instrument(tracer_provider=capture.provider)
 
 
-async def run_scenario(capture: Capture, server: FakeModelServer, scenario: str) -> None:
+async def run_scenario(
+    capture: Capture, server: FakeModelServer, scenario: str, *, instrumentation: str
+) -> None:
     """Run ``scenario`` once with ``Runner.run`` against the fake Responses endpoint."""
     client = AsyncOpenAI(base_url=server.base_url, api_key="sk-fake", max_retries=0, timeout=10)
+    guard = AsyncOpenAI(base_url=server.base_url, api_key="sk-fake", max_retries=0, timeout=10)
     config = RunConfig(trace_include_sensitive_data=True, tracing_disabled=False)
-    agent = _build_agent(scenario, client, config)
+    agent = _build_agent(scenario, client, config, guard)
     handlers: Any = {"model_refusal": _refusal_as_output} if scenario in GUARDRAILED else None
+    undo = None
+    if scenario == CLIENT_GUARDRAIL:
+        undo = _client_instrumented(instrumentation, capture, guard)
     try:
-        async with client:
+        async with client, guard:
             result = await Runner.run(
                 agent, scripts.prompt_for(scenario), run_config=config, error_handlers=handlers
             )
@@ -130,6 +162,9 @@ async def run_scenario(capture: Capture, server: FakeModelServer, scenario: str)
         # trace is still ended and exported, which is what the fixture is for.
         print(f"  {scenario}: raised {refusal!r}", flush=True)
         return
+    finally:
+        if undo is not None:
+            undo()  # the scenarios after this one run as the others' instrumentation alone
     print(f"  {scenario}: final_output={result.final_output!r}", flush=True)
 
 
@@ -174,7 +209,20 @@ def _guardrails(model: Any, config: Any) -> tuple[Any, Any]:
     return input_safety, output_safety
 
 
-def _build_agent(scenario: str, client: Any, config: Any) -> Any:
+def _client_guardrail(guard: AsyncOpenAI) -> Any:
+    """An output guardrail whose function calls the model client itself, no agent."""
+
+    @output_guardrail(name="output_safety")
+    async def output_safety(context: Any, agent: Any, output: Any) -> GuardrailFunctionOutput:
+        prompt = f"{scripts.prompt_for('guardrail_check')} {output}"
+        response = await guard.responses.create(model="gpt-4o-mini", input=prompt)
+        verdict = GuardrailVerdict.model_validate_json(response.output_text)
+        return GuardrailFunctionOutput(output_info=verdict, tripwire_triggered=verdict.is_flagged)
+
+    return output_safety
+
+
+def _build_agent(scenario: str, client: Any, config: Any, guard: AsyncOpenAI) -> Any:
     model = OpenAIResponsesModel(model="gpt-4o-mini", openai_client=client)
     tools = {
         name: function_tool(getattr(scripts, name))
@@ -206,6 +254,9 @@ def _build_agent(scenario: str, client: Any, config: Any) -> Any:
     if scenario == "handoff":
         refunds = agent("refund_agent", "issue_refund")
         return agent("triage_agent", "lookup_order", handoffs=[refunds])
+    if scenario == CLIENT_GUARDRAIL:
+        main = agent("support_agent", "lookup_order", "issue_refund", "charge_card")
+        return main.clone(output_guardrails=[_client_guardrail(guard)])
     if scenario in GUARDRAILED:
         input_safety, output_safety = _guardrails(model, config)
         main = agent("support_agent", "lookup_order", "issue_refund", "charge_card")

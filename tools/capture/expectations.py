@@ -64,6 +64,9 @@ SCRIPTED: dict[str, dict[str, Any]] = {
     # last, is the second run's (below).
     "refusal_output_guardrail": _run("support_agent", [], None, refusal=True),
     "refusal_input_guardrail": _run("support_agent", [], None, refusal=True),
+    # The guardrail's own model call (the client's span under the guardrail span) is no
+    # output of the run either.
+    "refusal_output_guardrail_client": _run("support_agent", [], None, refusal=True),
     "agent_as_tool": _run(
         "concierge",
         [
@@ -409,7 +412,41 @@ _AGENTS_GUARDRAIL_SPANS = {
     ),
 }
 
+_AGENTS_CLIENT_GUARDRAIL = (
+    " Guardrail: support_agent refuses; a model_refusal run error handler makes the refusal "
+    "text the final output. The output guardrail's function calls the model client itself "
+    "(client.responses.create, no agent; the fake model answers it 0.3 s late), with the "
+    "client instrumented beside the SDK as the same family does it. "
+)
+_AGENTS_CLIENT_GUARDRAIL_SPANS = {
+    "openinference": (
+        "OpenAIInstrumentor (openinference-instrumentation-openai 0.1.66) patches every "
+        "client: 'output_safety' (GUARDRAIL) > 'Response' (LLM, the guardrail's call), and "
+        "the agent's own model call twice, 'response' (the SDK's) > 'Response' (the client's)."
+    ),
+    "openllmetry": (
+        "OpenAIInstrumentor (opentelemetry-instrumentation-openai 0.62.4) patches every "
+        "client. SURPRISE: no guardrail span, so the guardrail's 'openai.response' (scope "
+        "opentelemetry.instrumentation.openai.v1) hangs directly off 'support_agent.agent' and "
+        "is read as the agent's last model output: the refusal is lost and the verdict is the "
+        "final text. No span tells it apart (the agent's own calls are 'openai.response' too, "
+        "the SDK's with the client's inside)."
+    ),
+    "otel_contrib": (
+        "opentelemetry-instrumentation-openai-v2 2.4b0 records Chat Completions only: the "
+        "guardrail's Responses call leaves no span, 'guardrail_check' has no child."
+    ),
+    "logfire": (
+        "logfire.instrument_openai(guard_client), that client alone: 'Guardrail {name!r} "
+        "{triggered=}' > 'Responses API with {gen_ai.request.model!r}' (scope logfire.openai)."
+    ),
+}
+
 _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
+    **{
+        ("openai_agents", name, "refusal_output_guardrail_client"): _AGENTS_CLIENT_GUARDRAIL + spans
+        for name, spans in _AGENTS_CLIENT_GUARDRAIL_SPANS.items()
+    },
     **{
         ("openai_agents", name, f"refusal_{where}_guardrail"): _AGENTS_GUARDRAIL
         + _AGENTS_GUARDRAIL_WHERE[where]
@@ -572,6 +609,13 @@ _FINAL_TEXT: dict[tuple[str, str, str], str] = {
 }
 
 
+#: Where the spans do not show a refusal the run made (the notes say why): the final text
+#: the run is read with instead.
+_REFUSAL_UNSEEN: dict[tuple[str, str, str], str] = {
+    ("openai_agents", "openllmetry", "refusal_output_guardrail_client"): '"is_flagged": false',
+}
+
+
 def expected_for(framework: str, instrumentation: str, scenario: str) -> dict[str, Any]:
     """The expected reconstruction of one fixture, as the ``.expected.json`` document."""
     run = {**SCRIPTED[scenario], "calls": [dict(c) for c in SCRIPTED[scenario]["calls"]]}
@@ -586,6 +630,9 @@ def expected_for(framework: str, instrumentation: str, scenario: str) -> dict[st
     for key in ((framework, instrumentation, scenario), (framework, "*", scenario)):
         if key in _FINAL_TEXT:
             run["final_text_contains"] = _FINAL_TEXT[key]
+    unseen = _REFUSAL_UNSEEN.get((framework, instrumentation, scenario))
+    if unseen is not None:
+        run["refusal"], run["final_text_contains"] = False, unseen
     notes = _BASE_NOTES[(framework, instrumentation)]
     notes += _SCENARIO_NOTES.get((framework, instrumentation, scenario), "")
     notes += _SCENARIO_NOTES.get((framework, "*", scenario), "")

@@ -174,6 +174,14 @@ SCENARIOS: dict[str, Scenario] = {
             " door.",
             (Refusal(REFUSAL_TEXT),),
         ),
+        # The same, checked by an output guardrail that calls the model client itself (no
+        # agent; the client's instrumentation records the call under the guardrail span).
+        Scenario(
+            "refusal_output_guardrail_client",
+            "[scenario:refusal_output_guardrail_client] Tell me how to pick the lock on my"
+            " neighbour's door.",
+            (Refusal(REFUSAL_TEXT),),
+        ),
         # The guardrail agent's own conversation: a structured verdict that flags nothing,
         # answered a little later than the main agent's model (a second, slower model).
         Scenario(

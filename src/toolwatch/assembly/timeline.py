@@ -590,9 +590,10 @@ def _tool_trace(
 ) -> ToolTrace:
     calls = build_calls(run.spans, sites, normalize)
     keyed, own, shared = above
-    refusal = _refusal(run, sites)
     ranked = _by_precedence(run)
     identity = _Identity(ranked)
+    checks = _guardrail_calls(run) if identity.guarded else _NO_SPANS
+    refusal = _refusal(run, sites, checks)
     # A run whose agent has an agent above it is a guardrail's checker (only a guardrail
     # starts a run below another's): the canary case id or shadow pair key its resource
     # carries is the checked run's, so the checker is judged by the policy alone.
@@ -604,7 +605,7 @@ def _tool_trace(
         agent=identity.agent,
         model=identity.model,
         calls=calls,
-        final_text=_final_text(run, sites),
+        final_text=_final_text(run, sites, checks),
         refusal=refusal is not None,
         refusal_reason=refusal,
         error_count=sum(c.status is CallStatus.ERROR for c in calls),
@@ -641,14 +642,17 @@ class _Identity:
     """Who ran the run: for each field, the first value that is not ``None`` by precedence
     (the model from LLM spans only). One pass over the spans for the four fields."""
 
-    __slots__ = ("agent", "conversation_id", "model", "service")
+    __slots__ = ("agent", "conversation_id", "guarded", "model", "service")
 
     def __init__(self, ranked: tuple[SpanRecord, ...]) -> None:
         self.service: str | None = None
         self.agent: str | None = None
         self.model: str | None = None
         self.conversation_id: str | None = None
+        self.guarded = False  # the run holds a GUARDRAIL span
         for span in ranked:
+            if span.role is SpanRole.GUARDRAIL:
+                self.guarded = True
             if self.service is None:
                 self.service = span.service
             if self.agent is None:
@@ -771,14 +775,51 @@ def _residual_keyed(
 _MAX_ANCESTORS: Final = 64
 
 
-def _final_text(run: _Run, sites: dict[bytes, CallSite]) -> str | None:
-    """The run's own last model output that requested no tool, else the run span's."""
+def _guardrail_calls(run: _Run) -> frozenset[bytes]:
+    """The model calls a guardrail of the run made itself (an LLM span below a GUARDRAIL
+    span, no AGENT between: an OpenAI Agents SDK guardrail function calling the model
+    client), when the run has model calls besides: they check its output, they are not it
+    (an output guardrail's ends after the run's answer, and read as the run's it was its
+    last output, a refusal read as an answer). A run whose every model call sits below a
+    guardrail (a guard wrapping the application's own model call) keeps them."""
+    by_id = {s.span_id: s for s in run.spans}
+    checks: list[bytes] = []
+    own = False
+    for span in run.spans:
+        if span.role is not SpanRole.LLM:
+            continue
+        if _below_guardrail(span, by_id):
+            checks.append(span.span_id)
+        else:
+            own = True
+    return frozenset(checks) if own else _NO_SPANS
+
+
+def _below_guardrail(span: SpanRecord, by_id: dict[bytes, SpanRecord]) -> bool:
+    parent = span.parent_span_id
+    for _ in range(_MAX_ANCESTORS):
+        above = by_id.get(parent) if parent is not None else None
+        if above is None or above.role is SpanRole.AGENT:
+            return False
+        if above.role is SpanRole.GUARDRAIL:
+            return True
+        parent = above.parent_span_id
+    return False
+
+
+_NO_SPANS: Final[frozenset[bytes]] = frozenset()
+
+
+def _final_text(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) -> str | None:
+    """The run's own last model output that requested no tool, else the run span's; not a
+    guardrail's check (``_guardrail_calls``)."""
     answers = [
         s
         for s in run.spans
         if s.role is SpanRole.LLM
         and s.output_text
         and not s.output_tool_calls
+        and s.span_id not in checks
         and _speaks_for_run(sites[s.span_id], run)
     ]
     if answers:
@@ -795,7 +836,7 @@ def _speaks_for_run(site: CallSite, run: _Run) -> bool:
     return (agent.span_id if agent is not None else None) == run.agent_id or site.tool is None
 
 
-def _refusal(run: _Run, sites: dict[bytes, CallSite]) -> str | None:
+def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) -> str | None:
     """The run's refusal reason (its text, or the finish reason), if it refused: the run
     span's own, else that of the run's last output. Its outputs are the LLM spans that speak
     for it (an agent it handed over to included; one used as a tool not: that refusal is its
@@ -803,7 +844,8 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite]) -> str | None:
     (their own final word). A model span that holds an agent (ADK's call_llm, inside which
     transfer_to_agent's agent runs) is not one: it ends after that agent's outputs, and its
     own output was the transfer. A model call that refused and was followed by one that
-    answered (a content filter the agent retried past) is not the run's refusal."""
+    answered (a content filter the agent retried past) is not the run's refusal. Nor is a
+    guardrail's own model call one of its outputs (``_guardrail_calls``)."""
     if run.span is not None:
         reason = _refusal_of(run.span)
         if reason is not None:
@@ -814,7 +856,8 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite]) -> str | None:
     for span in run.spans:
         role = span.role
         if role is SpanRole.LLM:
-            models.append(span)
+            if span.span_id not in checks:
+                models.append(span)
         elif role is SpanRole.AGENT and span is not run.span:
             if held is None:
                 held = set()

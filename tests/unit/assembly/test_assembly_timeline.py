@@ -243,6 +243,37 @@ def guarded_refusal_spans(input_guardrail: bool) -> list[SpanRecord]:
     ]
 
 
+def test_a_guardrails_own_model_call_is_no_output_of_the_run() -> None:
+    """An output guardrail whose function calls the model client itself: its call, ending
+    last, is a check of the run's answer, not the answer (real captures:
+    ``openai_agents__*__refusal_output_guardrail_client``)."""
+    spans = [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 1, 20, refusal="I can't help with that."),
+        span(3, 1, SpanRole.GUARDRAIL, 31, 97, name="output_safety"),
+        llm(4, 3, 32, 96, output_text='{"is_flagged": false}'),
+    ]
+    run = only(spans)
+    assert (run.refusal, run.refusal_reason, run.final_text) == (
+        True,
+        "I can't help with that.",
+        None,
+    )
+
+
+def test_a_run_whose_every_model_call_a_guard_wraps_keeps_them() -> None:
+    """A guard around the application's own model call (Guardrails AI's Guard): the call
+    inside it is the run's answer."""
+    spans = [
+        agent(1, None, "support", 0, 100),
+        span(2, 1, SpanRole.GUARDRAIL, 1, 99, name="guard"),
+        span(3, 2, SpanRole.OTHER, 2, 98, name="validate"),
+        llm(4, 3, 3, 97, output_text="Refunds take five days."),
+    ]
+    run = only(spans)
+    assert (run.refusal, run.final_text) == (False, "Refunds take five days.")
+
+
 @pytest.mark.parametrize("input_guardrail", [False, True], ids=["output", "input"])
 def test_an_agent_a_guardrail_runs_is_a_run_of_its_own_and_keeps_the_refusal(
     input_guardrail: bool,
