@@ -195,17 +195,24 @@ class Engine:
         if not trace.agent_run:  # its spans were counted dropped, not built
             return
         golden = self._parts.golden
-        tally = CaseTally() if golden is not None else None
-        for tool_trace in build_tool_traces(trace, self._parts.normalize):
-            # An incomplete run is judged against the policy only: the calls it is missing
-            # would read as drift against a golden case or a shadow twin.
-            expected = None
-            if golden is not None and tally is not None and tool_trace.complete:
-                found = golden.lookup(tool_trace)
-                tally.add(found, tool_trace)
-                expected = found.case
-            self._evaluate(tool_trace, expected, trace.last_arrival_ns)
-        if tally is not None:
+        runs = build_tool_traces(trace, self._parts.normalize)
+        # An incomplete run is judged against the policy only: the calls it is missing would
+        # read as drift against a golden case or a shadow twin.
+        if golden is None:
+            for run in runs:
+                self._evaluate(run, None, trace.last_arrival_ns)
+            return
+        expected: list[GoldenCase | None] = [None] * len(runs)
+        tally = CaseTally()
+        for i, run in enumerate(runs):
+            if run.complete:
+                found = golden.lookup(run)
+                tally.add(found, run)
+                expected[i] = found.case
+        try:
+            for run, case in zip(runs, expected, strict=True):
+                self._evaluate(run, case, trace.last_arrival_ns)
+        finally:  # a run a sink failed on does not lose what the trace's ids said
             for case_id, reason, agents in tally.unmatched():
                 self._unmatched(trace.trace_id.hex(), case_id, reason, agents)
 

@@ -310,10 +310,12 @@ class ReportBuilder:
             self._exercised.add(case.case_id)
             self._add_case(trace, case, result)
         if self._golden is not None and trace.complete:
-            tally = self._tallies.get(trace.trace_id)
-            if tally is None:
-                tally = self._tallies[trace.trace_id] = CaseTally()
-            tally.add(self._golden.lookup(trace), trace)
+            found = self._golden.lookup(trace)
+            if found.case_id is not None:  # only the traces that name an id are held
+                tally = self._tallies.get(trace.trace_id)
+                if tally is None:
+                    tally = self._tallies[trace.trace_id] = CaseTally()
+                tally.add(found, trace)
 
     def duplicate(self) -> None:
         """A run read a second time, not evaluated again."""

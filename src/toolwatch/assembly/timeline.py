@@ -160,7 +160,7 @@ def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[
     runs = _runs(spans, by_id, sites)
     if len(runs) > 1:
         runs = _joined_at_handoffs(runs, sites)
-    above = _above_runs(runs, by_id, sites)
+    above = _above_runs(runs, spans, by_id, sites)
     built = [_tool_trace(trace, run, sites, normalize, above[i]) for i, run in enumerate(runs)]
     if len(built) < 2:
         return built
@@ -683,45 +683,56 @@ _Above = tuple[list[SpanRecord] | None, list[SpanRecord], list[SpanRecord]]
 
 
 def _above_runs(
-    runs: list[_Run], by_id: dict[bytes, SpanRecord], sites: dict[bytes, CallSite]
+    runs: list[_Run],
+    spans: list[SpanRecord],
+    by_id: dict[bytes, SpanRecord],
+    sites: dict[bytes, CallSite],
 ) -> list[_Above]:
     """For each run, where its reference keys come from. Its own spans' keys are its own;
     so are those of the spans above its agent's span that belong to no agent's run (a
-    request's server span, a workflow's) and are above no other run, nearest first (a
+    request's server span, a workflow's) and hold no other run's work, nearest first (a
     canary's case id on its request's span). Those of a span above several are the runs'
     shared keys: whose they are no span says (a title agent, a moderation agent, a
-    guardrail's checker beside the canary's agent), and a wrong guess pages: the run given
-    the canary's case id did not do the canary's work. So when a run's place is not known
-    (its walk up stopped at a parent that never arrived, or at the bound), every span
-    above a run is shared.
+    guardrail's checker beside the canary's agent; the handler's own tool call beside it),
+    and a wrong guess pages: the run given the canary's case id did not do the canary's
+    work. Model work outside every agent's run counts as work under the spans above it: the
+    residual run's calls, or a model call no agent made (a client-only canary that calls no
+    tool, beside a title agent). When the runs lie in different fragments of the tree (a
+    run hangs from a parent that never arrived, below a gateway toolwatch does not hear
+    from, and another from the request's span), no span says which runs it holds, and every
+    span above a run is shared.
 
-    The residual run (the handler's own tool calls beside the request's agent) holds the
-    spans that make calls and those above them: those are its keys, nearest first, and a
-    span above an agent run that the residual run holds is shared for that agent run. Its
-    other spans (another request's, under one batch root) are none of its business."""
+    The residual run's keys are those of its spans that make calls and of the spans above
+    them, nearest first; the other spans outside every agent (another request's, under one
+    batch root) are none of its business."""
     chains: list[list[SpanRecord]] = []
-    known = True
+    tops: set[bytes] = set()
     for run in runs:
         chain: list[SpanRecord] = []
         if run.agent_id is not None and run.span is not None:
-            known = _walk_up(run.span, by_id, sites, chain) and known
+            _walk_up(run.span, by_id, sites, chain, tops)
         chains.append(chain)
-    if len(runs) == 1:
+    has_residual = any(run.agent_id is None for run in runs)
+    if not has_residual and not any(chains):
+        return [(None, [], []) for _ in runs]  # the usual trace: no span above an agent
+    outside = [
+        s
+        for s in spans
+        if sites[s.span_id].run is None and (s.role is SpanRole.LLM or _holds_calls(s))
+    ]
+    held = _with_ancestors(outside, by_id, sites, tops) if outside else []
+    if len(runs) == 1 and not held:
         return [(None, chains[0], [])]
     holders: dict[bytes, int] = {}
-    for chain in chains:
-        for span in chain:
+    for keyed in (*chains, held):
+        for span in keyed:
             holders[span.span_id] = holders.get(span.span_id, 0) + 1
-    residual: list[SpanRecord] | None = None
-    for run in runs:
-        if run.agent_id is None:
-            residual = _residual_keyed(run, by_id, sites)
-            for span in residual:
-                holders[span.span_id] = holders.get(span.span_id, 0) + 1
+    known = len(tops) <= 1
     found: list[_Above] = []
     for run, chain in zip(runs, chains, strict=True):
-        if run.agent_id is None:
-            found.append((residual, [], []))
+        if run.agent_id is None:  # its keys: its calls', then those above them
+            own = [s for s in held if holders[s.span_id] == 1]
+            found.append((own, [], [s for s in held if holders[s.span_id] > 1]))
             continue
         alone = [s for s in chain if known and holders[s.span_id] == 1]
         found.append((None, alone, [s for s in chain if not known or holders[s.span_id] > 1]))
@@ -733,41 +744,46 @@ def _walk_up(
     by_id: dict[bytes, SpanRecord],
     sites: dict[bytes, CallSite],
     chain: list[SpanRecord],
-) -> bool:
+    tops: set[bytes],
+) -> None:
     """Appends to ``chain`` the spans above ``span`` that belong to no agent's run, nearest
-    first; whether the walk ended where the tree does (a root, or an agent's run: a
-    guardrail's checker below the run it checks), not at a parent that never arrived or at
-    the bound."""
+    first, and to ``tops`` the top of its fragment of the tree (a root, or the span whose
+    parent never arrived); none when the walk ends in an agent's run (a guardrail's checker
+    below the run it checks: that run's fragment). A walk cut at the bound counts as a
+    fragment of its own."""
     seen: set[bytes] = set()
+    top = span
     parent = span.parent_span_id
     while parent is not None and parent not in seen:
         above = by_id.get(parent)
         if above is None or len(chain) == _MAX_ANCESTORS:
-            return False
+            break
         if sites[above.span_id].run is not None:
-            return True
+            return
         chain.append(above)
         seen.add(parent)
+        top = above
         parent = above.parent_span_id
-    return True
+    tops.add(top.span_id)
 
 
-def _residual_keyed(
-    run: _Run, by_id: dict[bytes, SpanRecord], sites: dict[bytes, CallSite]
+def _with_ancestors(
+    outside: list[SpanRecord],
+    by_id: dict[bytes, SpanRecord],
+    sites: dict[bytes, CallSite],
+    tops: set[bytes],
 ) -> list[SpanRecord]:
-    """The residual run's spans that make calls, in time order, then the spans above each
-    (outside every agent's run), nearest first, each once."""
-    makers = [s for s in run.spans if _holds_calls(s)]
-    keyed = list(makers)
-    seen = {s.span_id for s in makers}
-    for span in makers:
+    """``outside`` (in time order), then the spans above each, nearest first, each once."""
+    found = list(outside)
+    seen = {s.span_id for s in outside}
+    for span in outside:
         chain: list[SpanRecord] = []
-        _walk_up(span, by_id, sites, chain)
+        _walk_up(span, by_id, sites, chain, tops)
         for above in chain:
             if above.span_id not in seen:
                 seen.add(above.span_id)
-                keyed.append(above)
-    return keyed
+                found.append(above)
+    return found
 
 
 #: Spans above a run read for its reference keys at most (a deep chain a producer made

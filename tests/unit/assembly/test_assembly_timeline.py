@@ -420,27 +420,57 @@ def test_a_residual_run_holds_only_the_spans_above_its_own_calls() -> None:
     ]
     keys = [(t.agent, t.reference_keys, t.shared_keys) for t in build(spans)]
     assert keys == [
-        (None, dict([second]), {}),  # the handler's run, from the batch root's start
+        (None, {}, dict([second])),  # the handler's run, from the batch root's start
         ("support-bot", dict([first]), {}),
-        ("support-bot", {}, dict([second])),  # the handler's run holds that request too
+        ("support-bot", {}, dict([second])),  # the request span holds both runs' work
     ]
 
 
-def test_the_residual_run_keeps_the_keys_of_its_own_spans() -> None:
-    """A tool loop with no agent span beside a title agent: the loop's run holds the request
-    span and its case id, as it always did; the title agent gets none."""
+def test_a_span_above_the_residual_run_and_an_agent_is_neither_runs_own() -> None:
+    """The handler's own instrumented tool calls beside the request's agent: which of the
+    two the request span's case id is for, no span says (a wrong guess pages)."""
     case_id = (("toolwatch.case_id", "refund-1"),)
     spans = [
         span(1, None, SpanRole.OTHER, 0, 100, name="POST /chat", reference_keys=case_id),
-        tool(2, 1, "lookup_order", 1, 2),
-        tool(3, 1, "issue_refund", 3, 4),
-        agent(4, 1, "title-bot", 60, 99),
+        tool(2, 1, "audit_log", 1, 2, reference_keys=(("tool.key", "own"),)),
+        agent(4, 1, "refund-bot", 60, 99),
     ]
     keys = {t.agent: (t.reference_keys, t.shared_keys) for t in build(spans)}
     assert keys == {
-        None: ({"toolwatch.case_id": "refund-1"}, {}),
-        "title-bot": ({}, {"toolwatch.case_id": "refund-1"}),  # the residual run's span too
+        None: ({"tool.key": "own"}, dict(case_id)),
+        "refund-bot": ({}, dict(case_id)),
     }
+
+
+def test_a_model_call_no_agent_made_holds_the_spans_above_it() -> None:
+    """A client-only canary that calls no tool (so no run of its own) beside a title agent:
+    the request span's case id is not the title agent's."""
+    case_id = (("toolwatch.case_id", "jailbreak"),)
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 100, name="POST /chat", reference_keys=case_id),
+        llm(2, 1, 1, 20, refusal="I can't help with that."),
+        agent(3, 1, "title-bot", 60, 99),
+    ]
+    (title,) = build(spans)
+    assert (title.agent, title.reference_keys, title.shared_keys) == (
+        "title-bot",
+        {},
+        dict(case_id),
+    )
+
+
+def test_runs_under_a_gateway_toolwatch_does_not_hear_from_keep_their_request_keys() -> None:
+    """The request span continues a trace from a gateway that exports elsewhere: its parent
+    never arrives, but it holds both runs, so what is above one run alone is that run's."""
+    first, second = ("toolwatch.case_id", "a"), ("toolwatch.case_id", "b")
+    spans = [
+        span(1, 99, SpanRole.OTHER, 0, 100, name="batch"),  # span 99: the gateway's
+        span(2, 1, SpanRole.OTHER, 1, 40, name="POST /chat", reference_keys=(first,)),
+        agent(3, 2, "support-bot", 2, 39),
+        span(4, 1, SpanRole.OTHER, 50, 90, name="POST /chat", reference_keys=(second,)),
+        agent(5, 4, "support-bot", 51, 89),
+    ]
+    assert [t.reference_keys for t in build(spans)] == [dict([first]), dict([second])]
 
 
 def test_a_parent_cycle_above_the_run_ends_the_walk_without_losing_the_keys() -> None:
