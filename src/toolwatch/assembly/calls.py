@@ -23,6 +23,7 @@ Pure functions of the spans' content: the order spans arrived in never matters.
 
 from __future__ import annotations
 
+import bisect
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -219,11 +220,17 @@ def _nested_call_ids(drafts: list[_Draft], sites: dict[bytes, CallSite]) -> dict
 def _join(
     spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite], normalize: Callable[[Any], str]
 ) -> list[_Draft]:
-    executions = [s for s in spans if s.role is SpanRole.TOOL]
+    executions: list[SpanRecord] = []
+    handoffs: list[SpanRecord] = []  # plain spans with a tool name: handoff spans
+    for span in spans:
+        role = span.role
+        if role is SpanRole.TOOL:
+            executions.append(span)
+        elif role is SpanRole.OTHER and span.tool_name is not None:
+            handoffs.append(span)
     requests = _requests(spans, normalize)
     drafts, executions, requests = _join_by_id(executions, requests)
     drafts += _join_by_name(executions, requests, sites, normalize)
-    handoffs = [s for s in spans if s.role is SpanRole.OTHER and s.tool_name is not None]
     return _with_handoffs(drafts, handoffs, spans, sites) if handoffs else drafts
 
 
@@ -356,8 +363,9 @@ def _with_handoffs(
     for d in drafts:
         if d.span is None and d.request is not None and not d.request.call.hosted:
             append_to(waiting, d.request.llm.span_id, d)
+    outputs = _Outputs(spans, sites)
     for span in handoffs:
-        output = _output_before(span, spans, sites)
+        output = outputs.before(span, sites)
         asked = waiting.get(output.span_id, []) if output is not None else []
         asked.sort(key=_emission)
         draft = _handoff_request(asked, span.tool_name or None)
@@ -369,24 +377,34 @@ def _with_handoffs(
     return drafts
 
 
-def _output_before(
-    handoff: SpanRecord, spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite]
-) -> SpanRecord | None:
-    """The model output a handoff carried out: the last one of its agent that ended before
-    the handoff started (the SDK hands off in the turn that asked), or ``None``."""
-    scope = _scope(sites[handoff.span_id])
-    found: SpanRecord | None = None
-    for span in spans:  # in start order
-        if span.start_ns > handoff.start_ns:
-            break
-        if (
-            span.role is SpanRole.LLM
-            and span.end_ns <= handoff.start_ns
-            and _scope(sites[span.span_id]) == scope
-            and (found is None or span.end_ns >= found.end_ns)
-        ):
-            found = span
-    return found
+class _Outputs:
+    """The run's model outputs by agent, in order of their end (then start): a run of
+    thousands of handoff spans (hostile, or a long chain) finds each one's output by
+    bisection, not by reading every span again."""
+
+    __slots__ = ("_ends", "_spans")
+
+    def __init__(self, spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite]) -> None:
+        by_agent: dict[bytes | None, list[SpanRecord]] = {}
+        for span in spans:
+            if span.role is SpanRole.LLM:
+                append_to(by_agent, _scope(sites[span.span_id]), span)
+        self._spans = {agent: sorted(llms, key=_ended) for agent, llms in by_agent.items()}
+        self._ends = {agent: [s.end_ns for s in llms] for agent, llms in self._spans.items()}
+
+    def before(self, handoff: SpanRecord, sites: dict[bytes, CallSite]) -> SpanRecord | None:
+        """The model output a handoff carried out: the last one of its agent that ended
+        before the handoff started (the SDK hands off in the turn that asked), or ``None``."""
+        agent = _scope(sites[handoff.span_id])
+        ends = self._ends.get(agent)
+        if not ends:
+            return None
+        index = bisect.bisect_right(ends, handoff.start_ns)
+        return self._spans[agent][index - 1] if index else None
+
+
+def _ended(span: SpanRecord) -> tuple[int, int, bytes]:
+    return span.end_ns, span.start_ns, span.span_id
 
 
 def _handoff_request(asked: list[_Draft], target: str | None) -> _Draft | None:
