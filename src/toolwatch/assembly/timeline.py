@@ -160,7 +160,7 @@ def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[
     runs = _runs(spans, by_id, sites)
     if len(runs) > 1:
         runs = _joined_at_handoffs(runs, sites)
-    above = _above_runs(runs, spans, by_id, sites)
+    above = _above_runs(runs, by_id, sites)
     built = [_tool_trace(trace, run, sites, normalize, above[i]) for i, run in enumerate(runs)]
     if len(built) < 2:
         return built
@@ -588,11 +588,14 @@ def _tool_trace(
     normalize: NameNormalizer,
     above: _Above,
 ) -> ToolTrace:
-    calls = build_calls(run.spans, sites, normalize)
     keyed, own, shared = above
     ranked = _by_precedence(run)
     identity = _Identity(ranked)
     checks = _guardrail_calls(run) if identity.guarded else _NO_SPANS
+    # The calls a guardrail's own check asked for (a classifier by function calling) are
+    # not the agent's.
+    made = tuple(s for s in run.spans if s.span_id not in checks) if checks else run.spans
+    calls = build_calls(made, sites, normalize)
     refusal = _refusal(run, sites, checks)
     # A run whose agent has an agent above it is a guardrail's checker (only a guardrail
     # starts a run below another's): the canary case id or shadow pair key its resource
@@ -683,46 +686,46 @@ _Above = tuple[list[SpanRecord] | None, list[SpanRecord], list[SpanRecord]]
 
 
 def _above_runs(
-    runs: list[_Run],
-    spans: list[SpanRecord],
-    by_id: dict[bytes, SpanRecord],
-    sites: dict[bytes, CallSite],
+    runs: list[_Run], by_id: dict[bytes, SpanRecord], sites: dict[bytes, CallSite]
 ) -> list[_Above]:
     """For each run, where its reference keys come from. Its own spans' keys are its own;
     so are those of the spans above its agent's span that belong to no agent's run (a
     request's server span, a workflow's) and hold no other run's work, nearest first (a
     canary's case id on its request's span). Those of a span above several are the runs'
     shared keys: whose they are no span says (a title agent, a moderation agent, a
-    guardrail's checker beside the canary's agent; the handler's own tool call beside it),
-    and a wrong guess pages: the run given the canary's case id did not do the canary's
-    work. Model work outside every agent's run counts as work under the spans above it: the
-    residual run's calls, or a model call no agent made (a client-only canary that calls no
-    tool, beside a title agent). When the runs lie in different fragments of the tree (a
-    run hangs from a parent that never arrived, below a gateway toolwatch does not hear
-    from, and another from the request's span), no span says which runs it holds, and every
-    span above a run is shared.
+    guardrail's checker beside the canary's agent; the handler's own tool calls beside it,
+    the residual run), and a wrong guess pages: the run given the canary's case id did not
+    do the canary's work. When the runs lie in different fragments of the tree (a run hangs
+    from a parent that never arrived, below a gateway toolwatch does not hear from, and
+    another from the request's span), no span says which runs it holds, and every span
+    above a run is shared.
 
     The residual run's keys are those of its spans that make calls and of the spans above
     them, nearest first; the other spans outside every agent (another request's, under one
-    batch root) are none of its business."""
+    batch root) are none of its business. Alone in its trace (no agent span at all: a
+    client-only tool loop) it has every span's keys, as any run alone has its own.
+
+    What no span can tell: a model call outside every agent that calls no tool (a
+    client-only canary that refuses) is no run, so a title agent beside it takes the
+    request span's keys."""
     chains: list[list[SpanRecord]] = []
     tops: set[bytes] = set()
+    residual: _Run | None = None
     for run in runs:
         chain: list[SpanRecord] = []
-        if run.agent_id is not None and run.span is not None:
+        if run.agent_id is None:
+            residual = run
+        elif run.span is not None:
             _walk_up(run.span, by_id, sites, chain, tops)
         chains.append(chain)
-    has_residual = any(run.agent_id is None for run in runs)
-    if not has_residual and not any(chains):
+    if residual is None and not any(chains):
         return [(None, [], []) for _ in runs]  # the usual trace: no span above an agent
-    outside = [
-        s
-        for s in spans
-        if sites[s.span_id].run is None and (s.role is SpanRole.LLM or _holds_calls(s))
-    ]
-    held = _with_ancestors(outside, by_id, sites, tops) if outside else []
-    if len(runs) == 1 and not held:
-        return [(None, chains[0], [])]
+    if len(runs) == 1:
+        return [(None, chains[0], [])]  # one run: what is above it is its own
+    held: list[SpanRecord] = []  # the residual run's calls and the spans above them
+    if residual is not None:
+        makers = [s for s in residual.spans if _holds_calls(s)]
+        held = _with_ancestors(makers, by_id, sites, tops)
     holders: dict[bytes, int] = {}
     for keyed in (*chains, held):
         for span in keyed:
@@ -730,9 +733,9 @@ def _above_runs(
     known = len(tops) <= 1
     found: list[_Above] = []
     for run, chain in zip(runs, chains, strict=True):
-        if run.agent_id is None:  # its keys: its calls', then those above them
-            own = [s for s in held if holders[s.span_id] == 1]
-            found.append((own, [], [s for s in held if holders[s.span_id] > 1]))
+        if run.agent_id is None:
+            own = [s for s in held if known and holders[s.span_id] == 1]
+            found.append((own, [], [s for s in held if not known or holders[s.span_id] > 1]))
             continue
         alone = [s for s in chain if known and holders[s.span_id] == 1]
         found.append((None, alone, [s for s in chain if not known or holders[s.span_id] > 1]))
@@ -745,16 +748,21 @@ def _walk_up(
     sites: dict[bytes, CallSite],
     chain: list[SpanRecord],
     tops: set[bytes],
+    *,
+    walked: set[bytes] | None = None,
 ) -> None:
     """Appends to ``chain`` the spans above ``span`` that belong to no agent's run, nearest
     first, and to ``tops`` the top of its fragment of the tree (a root, or the span whose
     parent never arrived); none when the walk ends in an agent's run (a guardrail's checker
     below the run it checks: that run's fragment). A walk cut at the bound counts as a
-    fragment of its own."""
+    fragment of its own. A walk reaching a span in ``walked`` stops there: an earlier walk
+    went on from it."""
     seen: set[bytes] = set()
     top = span
     parent = span.parent_span_id
     while parent is not None and parent not in seen:
+        if walked is not None and parent in walked:
+            return
         above = by_id.get(parent)
         if above is None or len(chain) == _MAX_ANCESTORS:
             break
@@ -768,21 +776,21 @@ def _walk_up(
 
 
 def _with_ancestors(
-    outside: list[SpanRecord],
+    spans: list[SpanRecord],
     by_id: dict[bytes, SpanRecord],
     sites: dict[bytes, CallSite],
     tops: set[bytes],
 ) -> list[SpanRecord]:
-    """``outside`` (in time order), then the spans above each, nearest first, each once."""
-    found = list(outside)
-    seen = {s.span_id for s in outside}
-    for span in outside:
+    """``spans`` (in time order), then the spans above each, nearest first, each once. Each
+    walk stops where an earlier one went, so nested calls cost one walk up in all."""
+    found = list(spans)
+    walked = {s.span_id for s in spans}
+    for span in spans:
         chain: list[SpanRecord] = []
-        _walk_up(span, by_id, sites, chain, tops)
+        _walk_up(span, by_id, sites, chain, tops, walked=walked)
         for above in chain:
-            if above.span_id not in seen:
-                seen.add(above.span_id)
-                found.append(above)
+            walked.add(above.span_id)
+            found.append(above)
     return found
 
 
@@ -794,21 +802,23 @@ _MAX_ANCESTORS: Final = 64
 def _guardrail_calls(run: _Run) -> frozenset[bytes]:
     """The model calls a guardrail of the run made itself (an LLM span below a GUARDRAIL
     span, no AGENT between: an OpenAI Agents SDK guardrail function calling the model
-    client), when the run has model calls besides: they check its output, they are not it
-    (an output guardrail's ends after the run's answer, and read as the run's it was its
-    last output, a refusal read as an answer). A run whose every model call sits below a
-    guardrail (a guard wrapping the application's own model call) keeps them."""
+    client), when the run answered or refused outside every guardrail: they check its
+    answer, they are not it (an output guardrail's ends after the run's answer, and read
+    as the run's it was its last output, a refusal read as an answer). A guard wrapping
+    the application's own model call (Guardrails AI's ``Runner.step``) holds the run's
+    answer, even when a model call outside it asked for tools first: such a run keeps
+    them."""
     by_id = {s.span_id: s for s in run.spans}
     checks: list[bytes] = []
-    own = False
+    answered = False
     for span in run.spans:
         if span.role is not SpanRole.LLM:
             continue
         if _below_guardrail(span, by_id):
             checks.append(span.span_id)
-        else:
-            own = True
-    return frozenset(checks) if own else _NO_SPANS
+        elif span.refusal or (span.output_text and not span.output_tool_calls):
+            answered = True
+    return frozenset(checks) if answered else _NO_SPANS
 
 
 def _below_guardrail(span: SpanRecord, by_id: dict[bytes, SpanRecord]) -> bool:
@@ -872,7 +882,9 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
     for span in run.spans:
         role = span.role
         if role is SpanRole.LLM:
-            if span.span_id not in checks:
+            # A model span that recorded no output (a framework's wrapper around the
+            # client's call, ending after it) says nothing of a refusal.
+            if span.span_id not in checks and _says_something(span):
                 models.append(span)
         elif role is SpanRole.AGENT and span is not run.span:
             if held is None:
@@ -897,6 +909,10 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
         if last is None or _later(span, last):
             last = span
     return _refusal_of(last) if last is not None else None
+
+
+def _says_something(span: SpanRecord) -> bool:
+    return bool(span.output_text or span.refusal or span.finish_reasons or span.output_tool_calls)
 
 
 def _later(span: SpanRecord, than: SpanRecord) -> bool:

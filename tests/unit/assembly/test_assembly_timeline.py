@@ -261,6 +261,44 @@ def test_a_guardrails_own_model_call_is_no_output_of_the_run() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [{"output_text": "Refunds take five days."}, {"refusal": "I can't help with that."}],
+    ids=["answer", "refusal"],
+)
+def test_a_guard_around_the_answer_keeps_it_after_a_tool_step_outside(
+    answer: dict[str, str],
+) -> None:
+    """Guardrails AI's Runner.step (GUARDRAIL) wraps the application's answering model call
+    (its prompt callable, no output of its own, then the client's span); the tool-calling
+    step before it ran outside the guard. The guarded call is the run's answer."""
+    spans = [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 1, 10, ask("lookup_order", "c1", {"order_id": "A-1"})),
+        tool(3, 1, "lookup_order", 11, 12, call_id="c1"),
+        span(4, 1, SpanRole.GUARDRAIL, 13, 99, name="Runner.step"),
+        llm(5, 4, 14, 98),  # PromptCallableBase.__call__: no output recorded, ends last
+        llm(6, 5, 15, 97, **answer),
+    ]
+    run = only(spans)
+    assert (run.refusal, run.final_text) == (
+        "refusal" in answer,
+        answer.get("output_text"),
+    )
+
+
+def test_the_calls_a_guardrails_check_asks_for_are_not_the_runs() -> None:
+    """A guardrail that classifies by function calling: its request is not the agent's."""
+    spans = [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 1, 20, refusal="I can't help with that."),
+        span(3, 1, SpanRole.GUARDRAIL, 31, 97, name="output_safety"),
+        llm(4, 3, 32, 96, ask("report_verdict", "v1", {"is_flagged": False})),
+    ]
+    run = only(spans)
+    assert (run.refusal, run.calls) == (True, ())
+
+
 def test_a_run_whose_every_model_call_a_guard_wraps_keeps_them() -> None:
     """A guard around the application's own model call (Guardrails AI's Guard): the call
     inside it is the run's answer."""
@@ -442,21 +480,36 @@ def test_a_span_above_the_residual_run_and_an_agent_is_neither_runs_own() -> Non
     }
 
 
-def test_a_model_call_no_agent_made_holds_the_spans_above_it() -> None:
-    """A client-only canary that calls no tool (so no run of its own) beside a title agent:
-    the request span's case id is not the title agent's."""
-    case_id = (("toolwatch.case_id", "jailbreak"),)
+def test_a_model_call_the_handler_makes_beside_the_agent_leaves_it_the_request_keys() -> None:
+    """A query-rewrite (or router) model call outside the agent, asking for no tool, is no
+    run: the request span's case id is the one agent run's, as in any trace of one run."""
+    case_id = (("toolwatch.case_id", "kb-1"),)
     spans = [
         span(1, None, SpanRole.OTHER, 0, 100, name="POST /chat", reference_keys=case_id),
-        llm(2, 1, 1, 20, refusal="I can't help with that."),
-        agent(3, 1, "title-bot", 60, 99),
+        llm(2, 1, 1, 5, output_text="return window for opened electronics"),
+        agent(3, 1, "support-bot", 6, 99),
+        tool(4, 3, "search_kb", 7, 8),
     ]
-    (title,) = build(spans)
-    assert (title.agent, title.reference_keys, title.shared_keys) == (
-        "title-bot",
-        {},
-        dict(case_id),
-    )
+    (run,) = build(spans)
+    assert (run.agent, run.reference_keys, run.shared_keys) == ("support-bot", dict(case_id), {})
+
+
+def test_the_residual_runs_keys_are_those_above_its_own_calls_only() -> None:
+    """Three requests under one batch root: a client-only canary (b), a handler's tool call
+    (a) and an agent (c). The handler's call is request a's, not the earlier canary's."""
+    case = "toolwatch.case_id"
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 100, name="batch"),
+        span(2, 1, SpanRole.OTHER, 1, 40, name="POST /chat", reference_keys=((case, "b"),)),
+        llm(3, 2, 2, 20, refusal="I can't help with that."),
+        span(4, 1, SpanRole.OTHER, 50, 90, name="POST /chat", reference_keys=((case, "a"),)),
+        tool(5, 4, "audit_log", 51, 52),
+        span(6, 1, SpanRole.OTHER, 91, 99, name="POST /chat", reference_keys=((case, "c"),)),
+        agent(7, 6, "support", 92, 98),
+    ]
+    residual, support = build(spans)
+    assert (residual.agent, residual.reference_keys) == (None, {case: "a"})
+    assert (support.reference_keys, support.shared_keys) == ({case: "c"}, {})
 
 
 def test_runs_under_a_gateway_toolwatch_does_not_hear_from_keep_their_request_keys() -> None:
