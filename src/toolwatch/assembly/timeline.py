@@ -620,7 +620,7 @@ def _tool_trace(
         conversation_id=identity.conversation_id,
         reference_keys={} if checker else _reference_keys(ranked if keyed is None else keyed, own),
         agents=_agents(run, identity.agent),
-        shared_keys={} if checker or not shared else _reference_keys((), shared),
+        shared_keys=None if checker or not shared else _reference_keys((), shared),
     )
 
 
@@ -682,7 +682,8 @@ def _reference_keys(ranked: Sequence[SpanRecord], above: Sequence[SpanRecord]) -
 #: Where a run's reference keys come from (``_above_runs``): the spans whose keys are its
 #: own in their order (``None``: the run's, run span first, then the earliest), then the
 #: spans above it that are its alone, and the spans above it and another run.
-_Above = tuple[list[SpanRecord] | None, list[SpanRecord], list[SpanRecord]]
+_Above = tuple[Sequence[SpanRecord] | None, Sequence[SpanRecord], Sequence[SpanRecord]]
+_NOTHING_ABOVE: Final[_Above] = (None, (), ())
 
 
 def _above_runs(
@@ -708,6 +709,10 @@ def _above_runs(
     What no span can tell: a model call outside every agent that calls no tool (a
     client-only canary that refuses) is no run, so a title agent beside it takes the
     request span's keys."""
+    if len(runs) == 1:
+        only = runs[0]
+        if only.agent_id is None or only.span is None or only.span.parent_span_id is None:
+            return [_NOTHING_ABOVE]  # the usual trace: one run, its agent the root
     chains: list[list[SpanRecord]] = []
     tops: set[bytes] = set()
     residual: _Run | None = None
@@ -719,7 +724,7 @@ def _above_runs(
             _walk_up(run.span, by_id, sites, chain, tops)
         chains.append(chain)
     if residual is None and not any(chains):
-        return [(None, [], []) for _ in runs]  # the usual trace: no span above an agent
+        return [_NOTHING_ABOVE] * len(runs)  # no span above an agent
     if len(runs) == 1:
         return [(None, chains[0], [])]  # one run: what is above it is its own
     held: list[SpanRecord] = []  # the residual run's calls and the spans above them
