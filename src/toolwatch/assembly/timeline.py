@@ -807,23 +807,43 @@ _MAX_ANCESTORS: Final = 64
 def _guardrail_calls(run: _Run) -> frozenset[bytes]:
     """The model calls a guardrail of the run made itself (an LLM span below a GUARDRAIL
     span, no AGENT between: an OpenAI Agents SDK guardrail function calling the model
-    client), when the run answered or refused outside every guardrail: they check its
-    answer, they are not it (an output guardrail's ends after the run's answer, and read
-    as the run's it was its last output, a refusal read as an answer). A guard wrapping
-    the application's own model call (Guardrails AI's ``Runner.step``) holds the run's
-    answer, even when a model call outside it asked for tools first: such a run keeps
-    them."""
+    client): they check the run, they are not its output (an output guardrail's ends after
+    the run's answer, and read as the run's it was its last output, a refusal read as an
+    answer; a tripped input guardrail's verdict would be the answer the run never gave).
+    Except a guard wrapping the application's own last step (Guardrails AI's
+    ``Runner.step``): when the run did not answer or refuse outside every guardrail (an
+    answer: text, or a finish reason that is no tool call's when the text was not captured)
+    and every guarded call started after the last one outside ended, they are the run's
+    answer. A run with no model call outside a guardrail keeps them too."""
     by_id = {s.span_id: s for s in run.spans}
-    checks: list[bytes] = []
+    checks: list[SpanRecord] = []
     answered = False
+    outside_end: int | None = None  # when the last model call outside every guardrail ended
     for span in run.spans:
         if span.role is not SpanRole.LLM:
             continue
         if _below_guardrail(span, by_id):
-            checks.append(span.span_id)
-        elif span.refusal or (span.output_text and not span.output_tool_calls):
+            checks.append(span)
+            continue
+        outside_end = span.end_ns if outside_end is None else max(outside_end, span.end_ns)
+        if span.refusal or (
+            not span.output_tool_calls
+            and (span.output_text or _answer_reasons(span.finish_reasons))
+        ):
             answered = True
-    return frozenset(checks) if answered else _NO_SPANS
+    if not checks or outside_end is None:
+        return _NO_SPANS
+    if not answered and all(c.start_ns >= outside_end for c in checks):
+        return _NO_SPANS  # a guard around the run's last step (Runner.step): its answer
+    return frozenset(c.span_id for c in checks)
+
+
+_TOOL_REASONS: Final = frozenset({"tool_calls", "tool_call", "tool_use", "function_call"})
+
+
+def _answer_reasons(reasons: tuple[str, ...]) -> bool:
+    """Finish reasons of an output that asked for no tool (its text not captured)."""
+    return bool(reasons) and not any(r.casefold() in _TOOL_REASONS for r in reasons)
 
 
 def _below_guardrail(span: SpanRecord, by_id: dict[bytes, SpanRecord]) -> bool:
@@ -889,7 +909,7 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
         if role is SpanRole.LLM:
             # A model span that recorded no output (a framework's wrapper around the
             # client's call, ending after it) says nothing of a refusal.
-            if span.span_id not in checks and _says_something(span):
+            if span.span_id not in checks:
                 models.append(span)
         elif role is SpanRole.AGENT and span is not run.span:
             if held is None:
@@ -902,10 +922,13 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
                 if said is None:
                     said = []
                 said.append(span)
+    wrappers = _wrappers(models) if models else _NO_SPANS
     last: SpanRecord | None = None
     for span in models:
         if held is not None and span.span_id in held:
             continue
+        if span.span_id in wrappers and not _says_something(span):
+            continue  # a framework's wrapper around the client's call: the inner one speaks
         if last is not None and not _later(span, last):
             continue
         if _speaks_for_run(sites[span.span_id], run):
@@ -914,6 +937,13 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
         if last is None or _later(span, last):
             last = span
     return _refusal_of(last) if last is not None else None
+
+
+def _wrappers(models: list[SpanRecord]) -> frozenset[bytes]:
+    """The model spans that are the parent of another model span (a wrapper around the
+    client's call)."""
+    ids = {s.span_id for s in models}
+    return frozenset(s.parent_span_id for s in models if s.parent_span_id in ids)
 
 
 def _says_something(span: SpanRecord) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import pytest
 from assembly_support import MS, TRACE, agent, ask, build, hexid, llm, only, span, tool
@@ -297,6 +298,69 @@ def test_the_calls_a_guardrails_check_asks_for_are_not_the_runs() -> None:
     ]
     run = only(spans)
     assert (run.refusal, run.calls) == (True, ())
+
+
+@pytest.mark.parametrize(
+    "retry",
+    [{}, {"status_code": 2, "error_type": "APITimeoutError"}],
+    ids=["unrecorded", "failed"],
+)
+def test_a_filter_retried_past_is_no_refusal_whatever_the_retry_recorded(
+    retry: dict[str, Any],
+) -> None:
+    """The retry after a content filter recorded nothing (capture off, a stream cut before
+    its last chunk) or failed: the run's last model call is not the filtered one."""
+    spans = [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 1, 20, finish_reasons=("content_filter",)),
+        llm(3, 1, 21, 90, **retry),
+    ]
+    run = only(spans)
+    assert (run.refusal, run.refusal_reason) == (False, None)
+
+
+def test_a_model_span_wrapping_the_clients_that_recorded_nothing_hides_no_refusal() -> None:
+    """A framework's model span around the client's (recording no output, ending after
+    it): the client's refusal is the run's."""
+    spans = [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 1, 90),
+        llm(3, 2, 2, 80, refusal="I can't help with that."),
+    ]
+    assert only(spans).refusal_reason == "I can't help with that."
+
+
+@pytest.mark.parametrize("by_function_call", [False, True], ids=["text", "function-call"])
+def test_a_tripped_input_guardrails_check_is_no_output_of_the_run(by_function_call: bool) -> None:
+    """An input guardrail beside the first turn calls the model itself and trips the wire
+    before the agent answers (its first call asked for a tool): the verdict is neither the
+    run's final text nor a call of the run."""
+    verdict = (
+        llm(4, 3, 3, 29, ask("report_verdict", "v1", {"is_flagged": True}))
+        if by_function_call
+        else llm(4, 3, 3, 29, output_text='{"is_flagged": true}')
+    )
+    spans = [
+        agent(1, None, "support", 0, 40, status_code=2),
+        span(2, 1, SpanRole.OTHER, 1, 39, name="turn"),
+        span(3, 2, SpanRole.GUARDRAIL, 2, 30, name="input_safety"),
+        verdict,
+        llm(5, 2, 2, 25, ask("lookup_order", "c1", {"order_id": "A-1"})),
+    ]
+    run = only(spans)
+    assert (run.final_text, [c.tool_name for c in run.calls]) == (None, ["lookup_order"])
+
+
+def test_an_answer_whose_text_was_not_captured_still_sets_a_guardrails_check_aside() -> None:
+    spans = [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 1, 10, ask("lookup_order", "c1", {"order_id": "A-1"})),
+        tool(3, 1, "lookup_order", 11, 12, call_id="c1"),
+        llm(4, 1, 13, 20, finish_reasons=("stop",)),  # the answer, its text not captured
+        span(5, 1, SpanRole.GUARDRAIL, 31, 97, name="output_safety"),
+        llm(6, 5, 32, 96, output_text='{"is_flagged": false}', finish_reasons=("stop",)),
+    ]
+    assert only(spans).final_text is None
 
 
 def test_a_run_whose_every_model_call_a_guard_wraps_keeps_them() -> None:
