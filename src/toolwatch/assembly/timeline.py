@@ -922,13 +922,16 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
                 if said is None:
                     said = []
                 said.append(span)
-    wrappers = _wrappers(models) if models else _NO_SPANS
+    wrappers: frozenset[bytes] | None = None  # read once a model span says nothing
     last: SpanRecord | None = None
     for span in models:
         if held is not None and span.span_id in held:
             continue
-        if span.span_id in wrappers and not _says_something(span):
-            continue  # a framework's wrapper around the client's call: the inner one speaks
+        if not _says_something(span):
+            if wrappers is None:
+                wrappers = _wrappers(models)
+            if span.span_id in wrappers:
+                continue  # a framework's wrapper around the client's call: the inner one speaks
         if last is not None and not _later(span, last):
             continue
         if _speaks_for_run(sites[span.span_id], run):

@@ -39,14 +39,12 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from toolwatch.metrics import UNMATCHED_CASE_REASONS
 from toolwatch.model import ExpectedCall, GoldenCase, ToolTrace
 from toolwatch.names import NameNormalizer, fold
 from toolwatch.references.settings import DEFAULT_CASE_ID_ATTRIBUTE
 from toolwatch.sections import UniqueKeyLoader, unknown_key
 
 __all__ = [
-    "UNMATCHED_CASE_REASONS",
     "CaseTally",
     "ExpectedToolEntry",
     "GoldenCaseEntry",
@@ -214,7 +212,7 @@ class Lookup(NamedTuple):
 
     case: GoldenCase | None
     case_id: str | None  # the id the run names, matched or not
-    reason: str | None  # why a named id is matched to no case (``UNMATCHED_CASE_REASONS``)
+    reason: str | None  # why a named id is matched to no case (see ``lookup``)
 
 
 class CaseTally:
@@ -282,7 +280,7 @@ class GoldenCaseSet:
 
     def lookup(self, trace: ToolTrace) -> Lookup:
         """The case of the run, or ``None``; the case id it names, and when it names one it
-        is not matched to, why (one of ``UNMATCHED_CASE_REASONS``).
+        is not matched to, why (one of ``metrics.UNMATCHED_CASE_REASONS``).
 
         The case whose id the run carries (exact match) in its own reference keys, else in
         its shared keys (on a span above several runs) when the case names its ``agent``.
