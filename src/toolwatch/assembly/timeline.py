@@ -591,7 +591,7 @@ def _tool_trace(
     keyed, own, shared = above
     ranked = _by_precedence(run)
     identity = _Identity(ranked)
-    checks = _guardrail_calls(run) if identity.guarded else _NO_SPANS
+    checks = _guardrail_calls(run, sites) if identity.guarded else _NO_SPANS
     # The calls a guardrail's own check asked for (a classifier by function calling) are
     # not the agent's.
     made = tuple(s for s in run.spans if s.span_id not in checks) if checks else run.spans
@@ -804,7 +804,7 @@ def _with_ancestors(
 _MAX_ANCESTORS: Final = 64
 
 
-def _guardrail_calls(run: _Run) -> frozenset[bytes]:
+def _guardrail_calls(run: _Run, sites: dict[bytes, CallSite]) -> frozenset[bytes]:
     """The model calls a guardrail of the run made itself (an LLM span below a GUARDRAIL
     span, no AGENT between: an OpenAI Agents SDK guardrail function calling the model
     client): they check the run, they are not its output (an output guardrail's ends after
@@ -817,33 +817,56 @@ def _guardrail_calls(run: _Run) -> frozenset[bytes]:
     answer. A run with no model call outside a guardrail keeps them too."""
     by_id = {s.span_id: s for s in run.spans}
     checks: list[SpanRecord] = []
-    answered = False
-    outside_end: int | None = None  # when the last model call outside every guardrail ended
+    outside: list[SpanRecord] = []
     for span in run.spans:
-        if span.role is not SpanRole.LLM:
-            continue
-        if _below_guardrail(span, by_id):
-            checks.append(span)
-            continue
-        outside_end = span.end_ns if outside_end is None else max(outside_end, span.end_ns)
-        if span.refusal or (
-            not span.output_tool_calls
-            and (span.output_text or _answer_reasons(span.finish_reasons))
-        ):
-            answered = True
-    if not checks or outside_end is None:
+        if span.role is SpanRole.LLM:
+            (checks if _below_guardrail(span, by_id) else outside).append(span)
+    if not checks or not outside:
         return _NO_SPANS
-    if not answered and all(c.start_ns >= outside_end for c in checks):
-        return _NO_SPANS  # a guard around the run's last step (Runner.step): its answer
+    answered = any(_answers(s) and _speaks_for_run(sites[s.span_id], run) for s in outside)
+    if not answered:
+        # A framework's model span around the guard (it encloses the check) is no step of
+        # its own.
+        enclosing = {above for c in checks for above in _models_above(c, by_id)}
+        ends = [s.end_ns for s in outside if s.span_id not in enclosing]
+        if not ends or all(c.start_ns >= max(ends) for c in checks):
+            return _NO_SPANS  # a guard around the run's last step (Runner.step): its answer
     return frozenset(c.span_id for c in checks)
 
 
+def _answers(span: SpanRecord) -> bool:
+    """Whether a model output answered or refused: text, or a finish reason that is no tool
+    call's when the text was not captured."""
+    return bool(span.refusal) or (
+        not span.output_tool_calls
+        and bool(span.output_text or _answer_reasons(span.finish_reasons))
+    )
+
+
+#: Finish reasons of an output that asked for tools, folded, ``-`` read as ``_`` (Vercel's
+#: ``tool-calls``).
 _TOOL_REASONS: Final = frozenset({"tool_calls", "tool_call", "tool_use", "function_call"})
 
 
 def _answer_reasons(reasons: tuple[str, ...]) -> bool:
     """Finish reasons of an output that asked for no tool (its text not captured)."""
-    return bool(reasons) and not any(r.casefold() in _TOOL_REASONS for r in reasons)
+    return bool(reasons) and not any(
+        r.casefold().replace("-", "_") in _TOOL_REASONS for r in reasons
+    )
+
+
+def _models_above(span: SpanRecord, by_id: dict[bytes, SpanRecord]) -> list[bytes]:
+    """The model spans above ``span`` in its agent (no AGENT between), nearest first."""
+    found: list[bytes] = []
+    parent = span.parent_span_id
+    for _ in range(_MAX_ANCESTORS):
+        above = by_id.get(parent) if parent is not None else None
+        if above is None or above.role is SpanRole.AGENT:
+            break
+        if above.role is SpanRole.LLM:
+            found.append(above.span_id)
+        parent = above.parent_span_id
+    return found
 
 
 def _below_guardrail(span: SpanRecord, by_id: dict[bytes, SpanRecord]) -> bool:
@@ -929,7 +952,7 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
             continue
         if not _says_something(span):
             if wrappers is None:
-                wrappers = _wrappers(models)
+                wrappers = _wrappers(run.spans)
             if span.span_id in wrappers:
                 continue  # a framework's wrapper around the client's call: the inner one speaks
         if last is not None and not _later(span, last):
@@ -942,11 +965,17 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
     return _refusal_of(last) if last is not None else None
 
 
-def _wrappers(models: list[SpanRecord]) -> frozenset[bytes]:
-    """The model spans that are the parent of another model span (a wrapper around the
-    client's call)."""
-    ids = {s.span_id for s in models}
-    return frozenset(s.parent_span_id for s in models if s.parent_span_id in ids)
+def _wrappers(spans: tuple[SpanRecord, ...]) -> frozenset[bytes]:
+    """The model spans that hold another model span, its nearest model span above (a
+    framework's wrapper around the client's call, or around a guard that makes it)."""
+    by_id = {s.span_id: s for s in spans}
+    found: set[bytes] = set()
+    for span in spans:
+        if span.role is SpanRole.LLM:
+            above = _models_above(span, by_id)
+            if above:
+                found.add(above[0])
+    return frozenset(found)
 
 
 def _says_something(span: SpanRecord) -> bool:

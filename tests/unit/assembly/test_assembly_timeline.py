@@ -363,6 +363,59 @@ def test_an_answer_whose_text_was_not_captured_still_sets_a_guardrails_check_asi
     assert only(spans).final_text is None
 
 
+@pytest.mark.parametrize("step", [True, False], ids=["after-a-tool-step", "alone"])
+def test_a_guard_inside_a_framework_model_span_keeps_the_runs_refusal(step: bool) -> None:
+    """A framework's model span (recording nothing) around a guard around the client's call,
+    the run's last step: the wrapper is no step of its own, nor does its silence hide the
+    refusal inside it."""
+    spans = [
+        agent(1, None, "support", 0, 100),
+        *(
+            [
+                llm(2, 1, 1, 10, ask("lookup_order", "c1", {"order_id": "A-1"})),
+                tool(3, 1, "lookup_order", 11, 12, call_id="c1"),
+            ]
+            if step
+            else []
+        ),
+        llm(4, 1, 13, 99),
+        span(5, 4, SpanRole.GUARDRAIL, 14, 98, name="Runner.step"),
+        llm(6, 5, 15, 97, refusal="I can't help with that.", finish_reasons=("content_filter",)),
+    ]
+    run = only(spans)
+    assert (run.refusal, run.refusal_reason) == (True, "I can't help with that.")
+
+
+def test_a_tool_request_spelled_with_a_hyphen_is_no_answer() -> None:
+    """The Vercel AI SDK's ``tool-calls``, its calls not captured: no answer outside the
+    guard around the last step."""
+    spans = [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 1, 10, finish_reasons=("tool-calls",)),
+        tool(3, 1, "lookup_order", 11, 12, call_id="c1"),
+        span(4, 1, SpanRole.GUARDRAIL, 13, 99, name="Runner.step"),
+        llm(5, 4, 14, 98, refusal="content-filter", finish_reasons=("content-filter",)),
+    ]
+    run = only(spans)
+    assert (run.refusal, run.refusal_reason) == (True, "content-filter")
+
+
+def test_an_agent_used_as_a_tool_answers_the_tool_not_the_run() -> None:
+    """Its text is the tool's result: the guard around the run's last step holds the run's
+    answer."""
+    spans = [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 1, 10, ask("research", "c1", {"q": "refunds"})),
+        tool(3, 1, "research", 11, 40, call_id="c1"),
+        agent(4, 3, "researcher", 12, 39),
+        llm(5, 4, 13, 38, output_text="Refund policy: five days.", finish_reasons=("stop",)),
+        span(6, 1, SpanRole.GUARDRAIL, 41, 99, name="Runner.step"),
+        llm(7, 6, 42, 98, output_text="Refunds take five days.", finish_reasons=("stop",)),
+    ]
+    (run,) = build(spans)
+    assert run.final_text == "Refunds take five days."
+
+
 def test_a_run_whose_every_model_call_a_guard_wraps_keeps_them() -> None:
     """A guard around the application's own model call (Guardrails AI's Guard): the call
     inside it is the run's answer."""
