@@ -855,30 +855,27 @@ def _answer_reasons(reasons: tuple[str, ...]) -> bool:
     )
 
 
-def _models_above(span: SpanRecord, by_id: dict[bytes, SpanRecord]) -> list[bytes]:
-    """The model spans above ``span`` in its agent (no AGENT between), nearest first."""
-    found: list[bytes] = []
+def _in_agent_above(span: SpanRecord, by_id: dict[bytes, SpanRecord]) -> list[SpanRecord]:
+    """The run's spans above ``span`` up to its nearest AGENT span (not included), nearest
+    first, at most ``_MAX_ANCESTORS``."""
+    found: list[SpanRecord] = []
     parent = span.parent_span_id
-    for _ in range(_MAX_ANCESTORS):
-        above = by_id.get(parent) if parent is not None else None
+    while parent is not None and len(found) < _MAX_ANCESTORS:
+        above = by_id.get(parent)
         if above is None or above.role is SpanRole.AGENT:
             break
-        if above.role is SpanRole.LLM:
-            found.append(above.span_id)
+        found.append(above)
         parent = above.parent_span_id
     return found
 
 
+def _models_above(span: SpanRecord, by_id: dict[bytes, SpanRecord]) -> list[bytes]:
+    """The model spans above ``span`` in its agent, nearest first."""
+    return [a.span_id for a in _in_agent_above(span, by_id) if a.role is SpanRole.LLM]
+
+
 def _below_guardrail(span: SpanRecord, by_id: dict[bytes, SpanRecord]) -> bool:
-    parent = span.parent_span_id
-    for _ in range(_MAX_ANCESTORS):
-        above = by_id.get(parent) if parent is not None else None
-        if above is None or above.role is SpanRole.AGENT:
-            return False
-        if above.role is SpanRole.GUARDRAIL:
-            return True
-        parent = above.parent_span_id
-    return False
+    return any(a.role is SpanRole.GUARDRAIL for a in _in_agent_above(span, by_id))
 
 
 _NO_SPANS: Final[frozenset[bytes]] = frozenset()
