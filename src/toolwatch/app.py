@@ -183,7 +183,8 @@ class App:
     """One toolwatch server. Create, ``await start()``, later ``await stop()``.
 
     ``clock`` drives assembly (inject a ``ManualClock`` in tests); ``wall_clock`` stamps
-    findings. ``extra_sinks`` receive every finding too (e.g. an ``InMemoryFindingSink``).
+    findings and the metrics' timestamps. ``extra_sinks`` receive every finding too (e.g. an
+    ``InMemoryFindingSink``).
     """
 
     def __init__(
@@ -231,6 +232,7 @@ class App:
             buffer_state=self._buffer_state,
             stream_subscribers=lambda: self.broker.subscriber_count,
             requests_in_flight=lambda: self._slots.in_use,
+            wall_clock=lambda: wall_clock() / 1e9,
         )
         self._namespaces = _NamespaceWatch(config.policy.guarded_tools(), self.metrics)
         normalize = config.policy.normalizer(self._namespaces)

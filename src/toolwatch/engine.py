@@ -98,6 +98,7 @@ class Engine:
         self._remember_conversations(parts)
         self._processed = 0  # traces taken out of the buffer and evaluated (or failed)
         self._told: dict[str, set[str]] = {}  # unmatched case ids logged, by reason
+        self._watch(parts.golden)
 
     @property
     def activity(self) -> int:
@@ -149,6 +150,10 @@ class Engine:
         )
         self._remember_conversations(self._parts)
         self._told.clear()  # the cases may have changed: tell again what still fails
+        self._watch(golden)
+
+    def _watch(self, golden: GoldenCaseSet | None) -> None:
+        self._metrics.golden_cases_watched(golden.schedules() if golden is not None else {})
 
     def _remember_conversations(self, parts: EngineParts) -> None:
         scope = parts.conversations
@@ -208,7 +213,9 @@ class Engine:
             if run.complete:
                 found = golden.lookup(run)
                 tally.add(found, run)
-                expected[i] = found.case
+                case = expected[i] = found.case
+                if case is not None and case.expected_every_seconds is not None:
+                    self._metrics.golden_case_judged(case.case_id)
         try:
             for run, case in zip(runs, expected, strict=True):
                 self._evaluate(run, case, trace.last_arrival_ns)

@@ -15,6 +15,11 @@ retries, so they are outside the law). Each span then ends in exactly one of
 duplicate, late, over a bound, ...), or ``spans_built`` (part of a ToolTrace handed to the
 evaluators), unless it is still buffered.
 
+``golden_cases_watched`` names the golden cases whose runs are expected at least every so
+many seconds (``expected_every_seconds``), at start-up and after each reload;
+``golden_case_judged`` says a complete run was matched to one of them, so its next is due
+that long from now. Together they tell a canary that stopped arriving or being matched.
+
 ``auth_failed`` counts requests refused for a missing or wrong bearer token, per listener
 (``grpc``, ``http``, ``metrics``, ``stream``). ``reload_failed`` counts looks at changed
 security files that could not be used (``tokens``, ``certificate``), so the previous ones are
@@ -24,6 +29,7 @@ called from gRPC's threads (certificates reload at a handshake).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final, Protocol
 
 from toolwatch.model import Finding, ToolTrace
@@ -89,6 +95,8 @@ class PipelineMetrics(Protocol):
     def stream_dropped(self, n: int) -> None: ...
     def shadow_unpaired(self, reason: str) -> None: ...
     def golden_unmatched(self, reason: str) -> None: ...
+    def golden_cases_watched(self, every: Mapping[str, float]) -> None: ...
+    def golden_case_judged(self, case_id: str) -> None: ...
     def auth_failed(self, listener: str) -> None: ...
     def reload_failed(self, what: str) -> None: ...
 
@@ -136,6 +144,12 @@ class NoopMetrics:
         pass
 
     def golden_unmatched(self, reason: str) -> None:
+        pass
+
+    def golden_cases_watched(self, every: Mapping[str, float]) -> None:
+        pass
+
+    def golden_case_judged(self, case_id: str) -> None:
         pass
 
     def auth_failed(self, listener: str) -> None:

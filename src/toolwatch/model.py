@@ -560,6 +560,9 @@ class GoldenCase:
     #: The agent whose run does the case's work: runs of no other agent are matched to it
     #: (see ``references.golden.GoldenCaseSet.match``). ``None``: any run carrying the id.
     agent: str | None = None
+    #: A run matched to the case is expected at least this often (a scheduled canary's
+    #: period with slack); ``None``: not watched. See ``metrics.golden_case_judged``.
+    expected_every_seconds: float | None = None
 
     @property
     def expects_no_calls(self) -> bool:

@@ -63,18 +63,27 @@ def stopping_at_once(config: Config) -> Config:
     return config.model_copy(update={"shutdown_metrics_linger_seconds": 0.0})
 
 
+#: The servers' wall clock at start: 2026-01-01T00:00:00Z.
+WALL_START_NS = 1_767_225_600 * 10**9
+
+
 class RunningServer:
     """An ``App`` started on a background loop; ``call`` runs code on that loop."""
 
     def __init__(self, config: Config, tmp_path: Path) -> None:
         config = stopping_at_once(config)
         self.clock = ManualClock()
+        self.wall = ManualClock(WALL_START_NS)  # Unix ns: findings' and metrics' timestamps
         self.load_config: Callable[[], Config] = lambda: config  # the file again (a reload)
         self.findings = InMemoryFindingSink()
         self.registry = CollectorRegistry()
         self.tooltrace_path = tmp_path / "tooltraces.jsonl"
         self.app = App(
-            config, clock=self.clock, registry=self.registry, extra_sinks=(self.findings,)
+            config,
+            clock=self.clock,
+            wall_clock=self.wall,
+            registry=self.registry,
+            extra_sinks=(self.findings,),
         )
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)

@@ -23,7 +23,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
 
 from tests.integration import agents
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import WALL_START_NS, RunningServer
 from tests.integration.test_ingest_to_tooltrace import send_grpc
 from toolwatch.model import Severity
 
@@ -595,3 +595,47 @@ def test_replay_reads_a_pipe_named_as_a_file(tmp_path: Path, stream: bool) -> No
     report = _strict_json(result.stdout)
     assert report["traces"] == 2
     assert [f["category"] for f in report["findings"]] == ["MISSING_VERIFICATION_STEP"]
+
+
+def _every(seconds: int) -> str:
+    """``KB_CASES`` with its first case (kb-return-window) expected every ``seconds``."""
+    field = f"expected_tools: [search_kb], expected_every_seconds: {seconds}}}"
+    return KB_CASES.replace("expected_tools: [search_kb]}", field, 1)
+
+
+def test_a_canary_case_is_due_its_interval_after_its_last_matched_run(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """``expected_every_seconds``: the deadline moves on when a run is matched to the case,
+    not when a run of another agent carries its id; a reload keeps when it was last met."""
+    cases = tmp_path / "cases.yaml"
+    cases.write_text(_every(3600))
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY + "golden:\n  cases_file: cases.yaml\n")
+    server = start_server(config)
+    due = "toolwatch_golden_case_due_timestamp_seconds"
+    start = WALL_START_NS / 1e9
+    assert server.sample(due, {"case": "kb-return-window"}) == start + 3600
+    assert server.registry.get_sample_value(due, {"case": "kb-any-agent"}) is None  # unwatched
+
+    server.wall.advance(600)
+    title_only = agents.request(
+        [agents.AgentRun("title-bot", (agents.Turn(text="Return window"),))],
+        {"toolwatch.case_id": "kb-return-window"},
+    )
+    send_grpc(server, title_only)  # carries the id, but no run of support-bot: not met
+    server.settle()
+    assert server.sample(due, {"case": "kb-return-window"}) == start + 3600
+    assert (
+        server.sample("toolwatch_golden_unmatched_traces_total", {"reason": "agent_not_run"}) == 1
+    )
+
+    server.wall.advance(600)
+    send_grpc(server, _kb_request("kb-return-window"))
+    server.settle()
+    assert server.sample(due, {"case": "kb-return-window"}) == start + 1200 + 3600
+
+    cases.write_text(_every(7200))
+    server.wall.advance(600)
+    assert server.reload()
+    assert server.sample(due, {"case": "kb-return-window"}) == start + 1200 + 7200

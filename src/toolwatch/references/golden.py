@@ -12,8 +12,12 @@ A golden-case file is YAML (``examples/golden-cases.yaml`` is a commented one)::
       - {id: small-talk, expected_no_tools: true}
       - {id: jailbreak, expected_no_tools: true, expected_refusal: true}
       - {id: kb-question, agent: support-bot, expected_tools: [search_kb]}
+      - {id: hourly-canary, expected_tools: [search_kb], expected_every_seconds: 5400}
 
 A case that names its ``agent`` is matched to that agent's run alone (``GoldenCaseSet.match``).
+A case with ``expected_every_seconds`` expects a run matched to it at least that often
+(``GoldenCaseSet.schedules``): a canary that stops arriving, or stops being matched, is
+overdue (``toolwatch_golden_case_due_timestamp_seconds``).
 
 ``load_golden_cases`` reads and validates the file once, at start-up, and returns an
 immutable ``GoldenCaseSet`` of ``model.GoldenCase`` records with normalized tool names.
@@ -148,6 +152,10 @@ class ExpectedToolEntry(_Schema):
         return self
 
 
+#: The longest ``expected_every_seconds``: a monthly canary with slack.
+_MAX_EVERY_SECONDS: Final = 31 * 86_400
+
+
 class GoldenCaseEntry(_Schema):
     """One case as written in the file."""
 
@@ -160,6 +168,7 @@ class GoldenCaseEntry(_Schema):
     mode: SelectionMode | None = None
     expected_refusal: bool | None = None
     agent: _Text | None = None
+    expected_every_seconds: float | None = Field(default=None, gt=0, le=_MAX_EVERY_SECONDS)
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:
@@ -309,6 +318,15 @@ class GoldenCaseSet:
             return Lookup(case, case_id, None)
         return Lookup(None, case_id, "agent_not_run")
 
+    def schedules(self) -> dict[str, float]:
+        """How often a run matched to each case is expected (``expected_every_seconds``),
+        by case id: the cases that give it, in file order."""
+        return {
+            case.case_id: case.expected_every_seconds
+            for case in self._by_id.values()
+            if case.expected_every_seconds is not None
+        }
+
     def get(self, case_id: str) -> GoldenCase | None:
         """The case with this id, or ``None``."""
         return self._by_id.get(case_id)
@@ -355,6 +373,7 @@ def _to_case(entry: GoldenCaseEntry, normalize: NameNormalizer) -> GoldenCase:
         selection_mode=entry.mode,
         expected_refusal=entry.expected_refusal,
         agent=entry.agent,
+        expected_every_seconds=entry.expected_every_seconds,
     )
 
 
@@ -445,6 +464,8 @@ _REASONS: Mapping[str, str] = {
     "missing": "required field is missing",
     "bool_type": "must be true or false",
     "int_type": "must be a whole number",
+    "float_type": "must be a number of seconds",
+    "float_parsing": "must be a number of seconds",
     "string_type": "must be a string",
     "list_type": "must be a list",
     "dict_type": "must be a mapping",

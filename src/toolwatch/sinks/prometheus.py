@@ -25,7 +25,8 @@ from __future__ import annotations
 import logging
 import math
 import re
-from collections.abc import Callable, Iterable
+import time
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
@@ -260,7 +261,12 @@ class PrometheusMetrics:
         buffer_state: Callable[[], BufferState] | None = None,
         stream_subscribers: Callable[[], int] | None = None,
         requests_in_flight: Callable[[], int] | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
+        self._wall_clock = wall_clock
+        # Golden cases with expected_every_seconds: [every, when the last run was matched
+        # to it or, before one was, when the case was loaded], by case id.
+        self._case_watch: dict[str, list[float]] = {}
         agents, tools = tuple(agents), tuple(tools)  # read twice: by name, then as pairs
         self._agent = LabelLimiter(agents, label_value_cap, "agent", folded=True)
         self._tool = LabelLimiter(tools, label_value_cap, "tool")
@@ -441,6 +447,18 @@ class PrometheusMetrics:
             ["reason"],
             registry=r,
         )
+        # A deadline, not an age: the alert compares it with time() and takes the latest
+        # over replicas (only the one the load balancer sends the canary to sees it), and
+        # a case never matched since start-up is due its interval after it, not at once.
+        self._case_due = Gauge(
+            "toolwatch_golden_case_due_timestamp_seconds",
+            "When a run matched to the golden case is due, Unix seconds: its"
+            " expected_every_seconds after the last one, or after the case was loaded"
+            " (start-up, a reload that added it). Only cases that set expected_every_seconds."
+            " Past it, the canary stopped arriving or being matched.",
+            ["case"],
+            registry=r,
+        )
         self._auth_failures = Counter(
             "toolwatch_auth_failures_total",
             "Requests refused for a missing or wrong bearer token (UNAUTHENTICATED, 401).",
@@ -468,7 +486,7 @@ class PrometheusMetrics:
             "When the configuration running was loaded (start-up or a reload), Unix seconds.",
             registry=r,
         )
-        self._reloaded_at.set_to_current_time()
+        self._reloaded_at.set(self._wall_clock())
         # Series whose label values are known start at 0, so rate() and increase() see
         # their first increment (a series born at 1 shows none).
         known: tuple[tuple[Counter, tuple[str, ...]], ...] = (
@@ -573,6 +591,26 @@ class PrometheusMetrics:
     def golden_unmatched(self, reason: str) -> None:
         self._golden_unmatched.labels(self._unmatched_reason(reason)).inc()
 
+    def golden_cases_watched(self, every: Mapping[str, float]) -> None:
+        """The cases watched from now on (a reload may add, drop or change them): a case
+        kept keeps when it was last matched, a new one starts from now."""
+        now = self._wall_clock()
+        watch = self._case_watch
+        for case_id in [c for c in watch if c not in every]:
+            del watch[case_id]
+            self._case_due.remove(case_id)
+        for case_id, seconds in every.items():
+            since = watch[case_id][1] if case_id in watch else now
+            watch[case_id] = [seconds, since]
+            self._case_due.labels(case_id).set(since + seconds)
+
+    def golden_case_judged(self, case_id: str) -> None:
+        watched = self._case_watch.get(case_id)
+        if watched is None:  # a case the engine no longer holds
+            return
+        watched[1] = now = self._wall_clock()
+        self._case_due.labels(case_id).set(now + watched[0])
+
     def output_failed(self, output: str) -> None:
         """An output (``OUTPUTS``: the findings log, the ToolTrace dump, the stream, a sink
         added in code) failed to take a write: what it held is missing from it."""
@@ -596,7 +634,7 @@ class PrometheusMetrics:
         as label values from now on) or failed."""
         self._reload_ok.set(1 if ok else 0)
         if ok:
-            self._reloaded_at.set_to_current_time()
+            self._reloaded_at.set(self._wall_clock())
             tools, agents = tuple(tools), tuple(agents)
             self._tool.know(tools)
             self._agent.know(agents)

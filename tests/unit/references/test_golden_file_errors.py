@@ -281,3 +281,24 @@ def test_blank_agent_is_an_error(tmp_path: Path) -> None:
     error = _error(tmp_path, "cases:\n  - {id: a, agent: ' ', expected_no_tools: true}\n")
 
     assert error.problems == (("cases[0].agent", "must not be empty (line 2, column 20)"),)
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ("0", "must be greater than 0, got 0"),
+        ("-60", "must be greater than 0, got -60"),
+        ("1h", "must be a number of seconds, got '1h'"),
+        ("true", "must be a number of seconds, got True"),
+        ("2678401", "must be less than or equal to 2678400, got 2678401"),
+    ],
+)
+def test_expected_every_seconds_must_be_a_number_of_seconds_up_to_a_month(
+    tmp_path: Path, value: str, reason: str
+) -> None:
+    error = _error(
+        tmp_path,
+        f"cases:\n  - id: a\n    expected_tools: [x]\n    expected_every_seconds: {value}\n",
+    )
+
+    assert error.problems == (("cases[0].expected_every_seconds", f"{reason} (line 4, column 29)"),)

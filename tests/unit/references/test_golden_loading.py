@@ -47,6 +47,7 @@ def test_shipped_example_refund_case_keeps_arguments_and_strategies() -> None:
         expected_tool_count=3,
         category="refunds",
         selection_mode="expected",
+        expected_every_seconds=5400.0,
     )
 
 
@@ -158,3 +159,19 @@ def test_loaded_set_uses_the_configured_attribute(tmp_path: Path) -> None:
 
     assert isinstance(cases, GoldenCaseSet)
     assert cases.case_id_attribute == "canary.case"
+
+
+def test_a_case_may_say_how_often_a_run_of_it_is_expected(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path,
+        "cases:\n  - {id: hourly, expected_tools: [search_kb], expected_every_seconds: 5400}\n"
+        "  - {id: once, expected_tools: [search_kb]}\n"
+        "  - {id: fast, expected_tools: [search_kb], expected_every_seconds: 90.5}\n",
+    )
+    cases = load_golden_cases(path)
+    assert [cases.get(i).expected_every_seconds for i in ("hourly", "once", "fast")] == [
+        5400.0,
+        None,
+        90.5,
+    ]
+    assert cases.schedules() == {"hourly": 5400.0, "fast": 90.5}

@@ -58,6 +58,7 @@ EXPECTED_NAMES = {
     "toolwatch_stream_dropped_findings_total",
     "toolwatch_shadow_unpaired_total",
     "toolwatch_golden_unmatched_traces_total",
+    "toolwatch_golden_case_due_timestamp_seconds",
     "toolwatch_auth_failures_total",
     "toolwatch_security_reload_failures_total",
     "toolwatch_config_last_reload_successful",
@@ -494,3 +495,56 @@ def test_odd_input_never_raises_into_the_pipeline(
     assert get("toolwatch_stream_dropped_findings_total") == 0.0
     assert get("toolwatch_evaluator_score_count", {"evaluator": "order"}) is None
     assert get("toolwatch_evaluation_duration_seconds_count", {"evaluator": "order"}) == 1.0
+
+
+class _WallClock:
+    """Unix seconds, moved by the test."""
+
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_watched_golden_case_is_due_its_interval_after_it_was_loaded_or_last_judged(
+    registry: CollectorRegistry,
+) -> None:
+    wall = _WallClock(1_000.0)
+    metrics = PrometheusMetrics(registry, wall_clock=wall)
+    due = "toolwatch_golden_case_due_timestamp_seconds"
+    get = registry.get_sample_value
+
+    metrics.golden_cases_watched({"hourly": 3600.0, "daily": 86400.0})
+    assert [get(due, {"case": c}) for c in ("hourly", "daily")] == [4_600.0, 87_400.0]
+
+    wall.now = 2_000.0
+    metrics.golden_case_judged("hourly")
+    metrics.golden_case_judged("not-watched")  # a case without expected_every_seconds
+    assert [get(due, {"case": c}) for c in ("hourly", "daily")] == [5_600.0, 87_400.0]
+    assert get(due, {"case": "not-watched"}) is None
+
+    # A reload: a kept case keeps when it was last judged, under its new interval; a
+    # dropped one loses its series; a new one is due its interval from the reload.
+    wall.now = 3_000.0
+    metrics.golden_cases_watched({"hourly": 7200.0, "weekly": 604800.0})
+    assert [get(due, {"case": c}) for c in ("hourly", "daily", "weekly")] == [
+        9_200.0,
+        None,
+        607_800.0,
+    ]
+    metrics.golden_case_judged("daily")  # no longer watched: no series comes back
+    assert get(due, {"case": "daily"}) is None
+
+
+def test_the_reload_timestamp_comes_from_the_wall_clock(registry: CollectorRegistry) -> None:
+    wall = _WallClock(1_700_000_000.0)
+    metrics = PrometheusMetrics(registry, wall_clock=wall)
+    stamp = "toolwatch_config_last_reload_success_timestamp_seconds"
+    assert registry.get_sample_value(stamp) == 1_700_000_000.0
+    wall.now += 60
+    metrics.config_reloaded(True)
+    assert registry.get_sample_value(stamp) == 1_700_000_060.0
+    wall.now += 60
+    metrics.config_reloaded(False)
+    assert registry.get_sample_value(stamp) == 1_700_000_060.0
