@@ -59,6 +59,7 @@ MODULES = (
     "conventions/events.py",
     "conventions/fields.py",
     "conventions/genai.py",
+    "conventions/guardrails_ai.py",
     "conventions/langsmith.py",
     "conventions/logfire.py",
     "conventions/openinference.py",

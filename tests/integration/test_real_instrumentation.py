@@ -38,7 +38,13 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "otlp"
 _EXPECTED_SUFFIX = ".expected.json"
 
 #: Fixtures whose expectation holds information no structured span field carries.
-KNOWN_GAPS: dict[str, str] = {}
+KNOWN_GAPS: dict[str, str] = {
+    "openai_agents__openllmetry__tool_output_guardrail_client": (
+        "the agent's model call is recorded twice (the SDK's span and the client's inside it)"
+        " with different ids for the one requested call (call_... and the Responses item id"
+        " fc_...): lookup_order counts twice"
+    ),
+}
 
 
 def _fixture_names() -> list[str]:
@@ -262,6 +268,6 @@ def test_a_handoff_whose_first_agent_arrives_long_before_the_rest_is_one_run(
 
 def test_every_fixture_has_an_expectation() -> None:
     names = _fixture_names()
-    assert len(names) == 107  # 99 Python captures and 8 of the Vercel AI SDK (TypeScript)
+    assert len(names) == 123  # 115 Python captures and 8 of the Vercel AI SDK (TypeScript)
     for name in names:
         assert (FIXTURES / f"{name}{_EXPECTED_SUFFIX}").is_file(), name

@@ -40,7 +40,7 @@ from agents import (
     output_guardrail,
     set_trace_processors,
 )
-from agents.exceptions import ModelRefusalError
+from agents.exceptions import InputGuardrailTripwireTriggered, ModelRefusalError
 from openai import AsyncOpenAI
 from opentelemetry import trace
 from pydantic import BaseModel
@@ -62,11 +62,21 @@ SCENARIOS = (
     "refusal_output_guardrail",
     "refusal_input_guardrail",
     "refusal_output_guardrail_client",
+    "tool_output_guardrail_client",
+    "input_guardrail_blocking_client",
 )
 #: The main agent refuses under an output guardrail that calls the model client itself, no
 #: agent: the client's own instrumentation (enabled beside the SDK's, as Traceloop.init()
 #: or logfire.instrument_openai() do) records that call under the guardrail span.
 CLIENT_GUARDRAIL = "refusal_output_guardrail_client"
+#: The run's final output is its first tool's result; an output guardrail that calls the
+#: client checks it after the run's last model call.
+TOOL_OUTPUT_GUARDRAIL = "tool_output_guardrail_client"
+#: A blocking input guardrail (``run_in_parallel=False``) that calls the client and trips
+#: before any model call of the agent.
+BLOCKING_GUARDRAIL = "input_guardrail_blocking_client"
+#: Scenarios whose guardrail calls the model client itself, instrumented for them alone.
+CLIENT_GUARDRAILS = (CLIENT_GUARDRAIL, TOOL_OUTPUT_GUARDRAIL, BLOCKING_GUARDRAIL)
 #: Scenarios whose main agent refuses under a guardrail: the run has a ``model_refusal``
 #: error handler, so the refusal becomes the final output and the run goes on (without one
 #: the SDK raises and output guardrails never run).
@@ -150,13 +160,16 @@ async def run_scenario(
     agent = _build_agent(scenario, client, config, guard)
     handlers: Any = {"model_refusal": _refusal_as_output} if scenario in GUARDRAILED else None
     undo = None
-    if scenario == CLIENT_GUARDRAIL:
+    if scenario in CLIENT_GUARDRAILS:
         undo = _client_instrumented(instrumentation, capture, guard)
     try:
         async with client, guard:
             result = await Runner.run(
                 agent, scripts.prompt_for(scenario), run_config=config, error_handlers=handlers
             )
+    except InputGuardrailTripwireTriggered as tripped:
+        print(f"  {scenario}: raised {tripped!r}", flush=True)
+        return
     except ModelRefusalError as refusal:
         # SDK >= 0.2x raises on a refusal unless a run error handler is configured; the
         # trace is still ended and exported, which is what the fixture is for.
@@ -209,17 +222,33 @@ def _guardrails(model: Any, config: Any) -> tuple[Any, Any]:
     return input_safety, output_safety
 
 
+async def _client_check(guard: AsyncOpenAI, script: str, text: Any) -> GuardrailFunctionOutput:
+    """A guardrail's check by the model client itself, no agent (``script`` answers)."""
+    prompt = f"{scripts.prompt_for(script)} {text}"
+    response = await guard.responses.create(model="gpt-4o-mini", input=prompt)
+    verdict = GuardrailVerdict.model_validate_json(response.output_text)
+    return GuardrailFunctionOutput(output_info=verdict, tripwire_triggered=verdict.is_flagged)
+
+
 def _client_guardrail(guard: AsyncOpenAI) -> Any:
     """An output guardrail whose function calls the model client itself, no agent."""
 
     @output_guardrail(name="output_safety")
     async def output_safety(context: Any, agent: Any, output: Any) -> GuardrailFunctionOutput:
-        prompt = f"{scripts.prompt_for('guardrail_check')} {output}"
-        response = await guard.responses.create(model="gpt-4o-mini", input=prompt)
-        verdict = GuardrailVerdict.model_validate_json(response.output_text)
-        return GuardrailFunctionOutput(output_info=verdict, tripwire_triggered=verdict.is_flagged)
+        return await _client_check(guard, "guardrail_check", output)
 
     return output_safety
+
+
+def _blocking_client_guardrail(guard: AsyncOpenAI) -> Any:
+    """An input guardrail run before the agent's model (not beside it) that calls the
+    model client itself and flags the request."""
+
+    @input_guardrail(name="input_safety", run_in_parallel=False)
+    async def input_safety(context: Any, agent: Any, user_input: Any) -> GuardrailFunctionOutput:
+        return await _client_check(guard, "guardrail_flag", user_input)
+
+    return input_safety
 
 
 def _build_agent(scenario: str, client: Any, config: Any, guard: AsyncOpenAI) -> Any:
@@ -257,6 +286,14 @@ def _build_agent(scenario: str, client: Any, config: Any, guard: AsyncOpenAI) ->
     if scenario == CLIENT_GUARDRAIL:
         main = agent("support_agent", "lookup_order", "issue_refund", "charge_card")
         return main.clone(output_guardrails=[_client_guardrail(guard)])
+    if scenario == TOOL_OUTPUT_GUARDRAIL:
+        main = agent("support_agent", "lookup_order")
+        return main.clone(
+            output_guardrails=[_client_guardrail(guard)], tool_use_behavior="stop_on_first_tool"
+        )
+    if scenario == BLOCKING_GUARDRAIL:
+        main = agent("support_agent", "lookup_order", "issue_refund", "charge_card")
+        return main.clone(input_guardrails=[_blocking_client_guardrail(guard)])
     if scenario in GUARDRAILED:
         input_safety, output_safety = _guardrails(model, config)
         main = agent("support_agent", "lookup_order", "issue_refund", "charge_card")

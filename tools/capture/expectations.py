@@ -41,12 +41,10 @@ def _run(
     return {"agent": agent, "calls": calls, "refusal": refusal, "final_text_contains": final}
 
 
+_REFUND_CALLS = [_call("lookup_order", {"order_id": "A-1001"}), _call("issue_refund", REFUND_ARGS)]
+
 SCRIPTED: dict[str, dict[str, Any]] = {
-    "refund": _run(
-        "support_agent",
-        [_call("lookup_order", {"order_id": "A-1001"}), _call("issue_refund", REFUND_ARGS)],
-        "Refund R-77",
-    ),
+    "refund": _run("support_agent", _REFUND_CALLS, "Refund R-77"),
     "parallel": _run(
         "weather_agent",
         [
@@ -67,6 +65,21 @@ SCRIPTED: dict[str, dict[str, Any]] = {
     # The guardrail's own model call (the client's span under the guardrail span) is no
     # output of the run either.
     "refusal_output_guardrail_client": _run("support_agent", [], None, refusal=True),
+    # The run's final output is its tool's result: no text of the model's. The guardrail's
+    # own model call after the run's last is no answer of the run.
+    "tool_output_guardrail_client": _run(
+        "support_agent", [_call("lookup_order", {"order_id": "A-1001"})], None
+    ),
+    # A blocking input guardrail tripped before the agent's model was called: the request
+    # was refused, by the guardrail; its verdict is no answer of the run.
+    "input_guardrail_blocking_client": _run("support_agent", [], None, refusal=True),
+    # Guardrails AI: the guard calls the application's own model callable, whose answer is
+    # the run's (whatever the validators said of it); the LLM-as-judge validator's own
+    # model call is a check.
+    "guarded_answer": _run(None, _REFUND_CALLS, "Refund R-77"),
+    "guarded_answer_fails": _run(None, _REFUND_CALLS, "Refund R-77"),
+    "guarded_answer_raises": _run(None, _REFUND_CALLS, "Refund R-77"),
+    "llm_judge_validator": _run(None, _REFUND_CALLS, "Refund R-77"),
     "agent_as_tool": _run(
         "concierge",
         [
@@ -349,6 +362,41 @@ _GOOGLE_GENAI_NOTES = {
     ),
 }
 
+_GUARDRAILS = (
+    "Guardrails AI on a hand-rolled Chat Completions tool loop under one application span "
+    "'support_agent' (no GenAI attributes, so agent: null; no tool spans, the calls are the "
+    "requests in the ChatCompletion spans' llm.output_messages, OpenInference's "
+    "OpenAIInstrumentor). The loop's last call goes through a Guard with an llm_api callable "
+    "that sends the loop's conversation (guarded_answer*), or the answer is checked after by "
+    "guard.validate with a validator that calls the model itself (llm_judge_validator). "
+)
+_GUARDRAILS_NOTES = {
+    "native": _GUARDRAILS
+    + (
+        "guardrails-ai 0.11.0's own tracing (scope 'guardrails-ai', on the global provider): "
+        "'guard' > 'step' > 'call' > the client's 'ChatCompletion', each of the three with "
+        "guardrails.version, type 'guardrails/guard[/step[/call]]', guard.name and "
+        "openinference.span.kind GUARDRAIL ('call' also gets llm.input_messages / "
+        "llm.output_messages, the input wrong: a default system message and an empty user "
+        "one); '<validator>.validate' (GUARDRAIL, validator.name, on_fail_descriptor, no "
+        "guardrails.version) under 'step', with the judge's ChatCompletion under it. The "
+        "guard's spans are no guardrail's: the model call under them is the application's "
+        "own. Validators run in an executor without the OpenTelemetry context unless "
+        "GUARDRAILS_RUN_SYNC=true (set for the judge): else the judge's call starts a trace "
+        "of its own."
+    ),
+    "openinference": _GUARDRAILS
+    + (
+        "openinference-instrumentation-guardrails 0.1.27 on guardrails-ai 0.5.0 (the newest "
+        "it instruments): 'Runner.step' (GUARDRAIL, input.value only) > 'step' > 'call' > "
+        "'ArbitraryCallable.__call__' (LLM, input.value only) > 'ChatCompletion'; guardrails' "
+        "own 'step', 'call' and '<validator>.validate' (on_fail_descriptor, args, "
+        "instance_id, input: the metadata, not the text) carry no kind, and "
+        "'AsyncValidatorService.after_run_validator' holds validator_name, "
+        "validator_on_fail and the outcome in output.value. No guard span, no guard name."
+    ),
+}
+
 _BASE_NOTES: dict[tuple[str, str], str] = {
     ("openai_agents", "openinference"): _OI_AGENTS,
     ("openai_agents", "openllmetry"): _OLL_AGENTS,
@@ -362,6 +410,7 @@ _BASE_NOTES: dict[tuple[str, str], str] = {
     **{("langgraph", name): text for name, text in _LANGGRAPH_NOTES.items()},
     **{("vercel_ai", name): text for name, text in _VERCEL_NOTES.items()},
     **{("google_genai", name): text for name, text in _GOOGLE_GENAI_NOTES.items()},
+    **{("guardrails", name): text for name, text in _GUARDRAILS_NOTES.items()},
 }
 
 _AGENTS_TOOL_ERROR = (
@@ -442,7 +491,81 @@ _AGENTS_CLIENT_GUARDRAIL_SPANS = {
     ),
 }
 
+_AGENTS_TOOL_OUTPUT_GUARDRAIL = (
+    " tool_use_behavior='stop_on_first_tool': lookup_order's result is the run's final "
+    "output; the output guardrail's function then calls the model client itself "
+    "(guardrail_check), after the run's last model call, the client instrumented beside the "
+    "SDK as the same family does it. "
+)
+_AGENTS_TOOL_OUTPUT_GUARDRAIL_SPANS = {
+    "openinference": "'output_safety' (GUARDRAIL) > 'Response' (LLM).",
+    "openllmetry": (
+        "No guardrail span: the guardrail's 'openai.response' hangs off 'support_agent.agent' "
+        "and is read as the agent's last output (its verdict the final text). The agent's "
+        "own model call is two spans, the SDK's 'openai.response' (tool_call id 'call_...') "
+        "> the client's (id 'fc_...', the Responses item id): one request."
+    ),
+    "otel_contrib": (
+        "'guardrail_check' (gen_ai.guardrail.triggered false) has no child: openai-v2 records "
+        "Chat Completions only. The chat span's output is the function call's Python repr as "
+        "a text part, read as the run's final text."
+    ),
+    "logfire": "'Guardrail {name!r} {triggered=}' > 'Responses API with ...'.",
+}
+_AGENTS_BLOCKING_GUARDRAIL = (
+    " A blocking input guardrail (run_in_parallel=False) calls the model client itself "
+    "(guardrail_flag: is_flagged true) and trips before the agent's model is called: the SDK "
+    "raises InputGuardrailTripwireTriggered, the turn span ends ERROR 'Guardrail tripwire "
+    "triggered'. "
+)
+_AGENTS_BLOCKING_GUARDRAIL_SPANS = {
+    "openinference": (
+        "'input_safety' (GUARDRAIL, nothing else) > 'Response' (LLM, the verdict) under the "
+        "ERROR turn span; no span says the guardrail tripped but the turn's status message."
+    ),
+    "openllmetry": (
+        "Only 'Agent Workflow' > 'support_agent.agent': no guardrail span, and the client's "
+        "span for the guardrail's call is not in the trace."
+    ),
+    "otel_contrib": (
+        "'guardrail_check' (gen_ai.guardrail.name input_safety, gen_ai.guardrail.triggered "
+        "true) under the ERROR turn span ('unknown'); no span for the guardrail's call."
+    ),
+    "logfire": (
+        "'Guardrail {name!r} {triggered=}' (name input_safety, triggered true) > 'Responses "
+        "API with ...' (the verdict), under the turn span (level error)."
+    ),
+}
+_GUARDRAILS_SCENARIOS = {
+    "guarded_answer": " The validator passes.",
+    "guarded_answer_fails": (
+        " The validator fails with on_fail='noop': the answer passes through "
+        "(validation_passed false on 'guard' natively)."
+    ),
+    "guarded_answer_raises": (
+        " The validator fails with on_fail='exception': the guard raises ValidationError "
+        "(guard and step spans ERROR with an exception event) and the application shows no "
+        "answer. No structured field says the answer was withheld: the model's answer is "
+        "read as the run's."
+    ),
+    "llm_judge_validator": (
+        " The judge validator's own ChatCompletion is under '<validator>.validate': a check, "
+        "not the run's output."
+    ),
+}
+
 _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
+    **{
+        ("openai_agents", name, "tool_output_guardrail_client"): _AGENTS_TOOL_OUTPUT_GUARDRAIL
+        + spans
+        for name, spans in _AGENTS_TOOL_OUTPUT_GUARDRAIL_SPANS.items()
+    },
+    **{
+        ("openai_agents", name, "input_guardrail_blocking_client"): _AGENTS_BLOCKING_GUARDRAIL
+        + spans
+        for name, spans in _AGENTS_BLOCKING_GUARDRAIL_SPANS.items()
+    },
+    **{("guardrails", "*", scenario): text for scenario, text in _GUARDRAILS_SCENARIOS.items()},
     **{
         ("openai_agents", name, "refusal_output_guardrail_client"): _AGENTS_CLIENT_GUARDRAIL + spans
         for name, spans in _AGENTS_CLIENT_GUARDRAIL_SPANS.items()
@@ -606,20 +729,26 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
 _FINAL_TEXT: dict[tuple[str, str, str], str] = {
     ("vercel_ai", "*", "refusal"): "can't help with that request",
     ("openai_client", "logfire", "refusal"): "can't help with that request",
+    ("openai_agents", "otel_contrib", "tool_output_guardrail_client"): "ResponseFunctionToolCall",
+    ("openai_agents", "openllmetry", "tool_output_guardrail_client"): '"is_flagged": false',
 }
 
 
 #: Where the spans do not show a refusal the run made (the notes say why): the final text
 #: the run is read with instead.
-_REFUSAL_UNSEEN: dict[tuple[str, str, str], str] = {
+_REFUSAL_UNSEEN: dict[tuple[str, str, str], str | None] = {
     ("openai_agents", "openllmetry", "refusal_output_guardrail_client"): '"is_flagged": false',
+    **{
+        ("openai_agents", name, "input_guardrail_blocking_client"): None
+        for name in ("openinference", "openllmetry", "otel_contrib", "logfire")
+    },
 }
 
 
 def expected_for(framework: str, instrumentation: str, scenario: str) -> dict[str, Any]:
     """The expected reconstruction of one fixture, as the ``.expected.json`` document."""
     run = {**SCRIPTED[scenario], "calls": [dict(c) for c in SCRIPTED[scenario]["calls"]]}
-    if framework == "openai_client":
+    if framework in ("openai_client", "guardrails"):
         run["agent"] = None
         for call in run["calls"]:
             call["status"] = "ok"
@@ -630,9 +759,9 @@ def expected_for(framework: str, instrumentation: str, scenario: str) -> dict[st
     for key in ((framework, instrumentation, scenario), (framework, "*", scenario)):
         if key in _FINAL_TEXT:
             run["final_text_contains"] = _FINAL_TEXT[key]
-    unseen = _REFUSAL_UNSEEN.get((framework, instrumentation, scenario))
-    if unseen is not None:
-        run["refusal"], run["final_text_contains"] = False, unseen
+    key = (framework, instrumentation, scenario)
+    if key in _REFUSAL_UNSEEN:
+        run["refusal"], run["final_text_contains"] = False, _REFUSAL_UNSEEN[key]
     notes = _BASE_NOTES[(framework, instrumentation)]
     notes += _SCENARIO_NOTES.get((framework, instrumentation, scenario), "")
     notes += _SCENARIO_NOTES.get((framework, "*", scenario), "")

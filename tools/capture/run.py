@@ -71,6 +71,13 @@ JOBS = (
         "otel_contrib_v1_2",
         venv=".venv-capture-google-genai-v1_2",
     ),
+    Job("guardrails", "capture_guardrails", "native", venv=".venv-capture-guardrails"),
+    Job(
+        "guardrails",
+        "capture_guardrails",
+        "openinference",
+        venv=".venv-capture-guardrails-openinference",
+    ),
 )
 
 

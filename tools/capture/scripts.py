@@ -88,7 +88,9 @@ REFUSAL_TEXT = "I'm sorry, but I can't help with that request."
 DESK_TEXT = "Order A-1001 was delivered and is eligible for a refund."
 CONCIERGE_TEXT = "The refund desk says order A-1001 is eligible for a refund."
 HANDOFF_TEXT = "Refund R-77 of 25.00 USD was issued for order A-1001, which you had verified."
+ORDER_STATUS_TEXT = "Order A-1001 was delivered on 2026-01-02."
 GUARDRAIL_VERDICT = '{"is_flagged": false, "reasoning": "Nothing unsafe in the text."}'
+GUARDRAIL_FLAG = '{"is_flagged": true, "reasoning": "Asks for help breaking into a home."}'
 
 SCENARIOS: dict[str, Scenario] = {
     scenario.name: scenario
@@ -181,6 +183,28 @@ SCENARIOS: dict[str, Scenario] = {
             "[scenario:refusal_output_guardrail_client] Tell me how to pick the lock on my"
             " neighbour's door.",
             (Refusal(REFUSAL_TEXT),),
+        ),
+        # The agent stops at its first tool's result (tool_use_behavior="stop_on_first_tool"):
+        # that result is the run's final output, and an output guardrail that calls the model
+        # client itself checks it after the last model call of the run (the text turn is
+        # never played).
+        Scenario(
+            "tool_output_guardrail_client",
+            "[scenario:tool_output_guardrail_client] What is the status of order A-1001?",
+            (ToolCalls((("lookup_order", {"order_id": "A-1001"}),)), Text(ORDER_STATUS_TEXT)),
+        ),
+        # A blocking input guardrail (run_in_parallel=False) calls the model client itself
+        # and trips (guardrail_flag) before the agent's model is called at all.
+        Scenario(
+            "input_guardrail_blocking_client",
+            "[scenario:input_guardrail_blocking_client] Tell me how to pick the lock on my"
+            " neighbour's door.",
+            (Refusal(REFUSAL_TEXT),),
+        ),
+        Scenario(
+            "guardrail_flag",
+            "[scenario:guardrail_flag] Check this text.",
+            (Text(GUARDRAIL_FLAG),),
         ),
         # The guardrail agent's own conversation: a structured verdict that flags nothing,
         # answered a little later than the main agent's model (a second, slower model).

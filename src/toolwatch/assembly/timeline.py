@@ -591,7 +591,7 @@ def _tool_trace(
     keyed, own, shared = above
     ranked = _by_precedence(run)
     identity = _Identity(ranked)
-    checks = _guardrail_calls(run, sites) if identity.guarded else _NO_SPANS
+    checks = _guardrail_calls(run) if identity.guarded else _NO_SPANS
     # The calls a guardrail's own check asked for (a classifier by function calling) are
     # not the agent's.
     made = tuple(s for s in run.spans if s.span_id not in checks) if checks else run.spans
@@ -804,55 +804,24 @@ def _with_ancestors(
 _MAX_ANCESTORS: Final = 64
 
 
-def _guardrail_calls(run: _Run, sites: dict[bytes, CallSite]) -> frozenset[bytes]:
+def _guardrail_calls(run: _Run) -> frozenset[bytes]:
     """The model calls a guardrail of the run made itself (an LLM span below a GUARDRAIL
     span, no AGENT between: an OpenAI Agents SDK guardrail function calling the model
-    client): they check the run, they are not its output (an output guardrail's ends after
-    the run's answer, and read as the run's it was its last output, a refusal read as an
-    answer; a tripped input guardrail's verdict would be the answer the run never gave).
-    Except a guard wrapping the application's own last step (Guardrails AI's
-    ``Runner.step``): when the run did not answer or refuse outside every guardrail (an
-    answer: text, or a finish reason that is no tool call's when the text was not captured)
-    and every guarded call started after the last one outside ended, they are the run's
-    answer. A run with no model call outside a guardrail keeps them too."""
-    by_id = {s.span_id: s for s in run.spans}
-    checks: list[SpanRecord] = []
-    outside: list[SpanRecord] = []
+    client, a Guardrails AI validator judging by a model): they check the run, they are not
+    its output (an output guardrail's ends after the run's answer, and read as the run's it
+    was its last output, a refusal read as an answer; a tripped input guardrail's verdict
+    would be the answer the run never gave), and the calls they ask for are not the run's.
+    A Guardrails AI guard around the application's own model call is no guardrail here
+    (``conventions.guardrails_ai``): that call is the run's step."""
+    by_id: dict[bytes, SpanRecord] | None = None
+    checks: list[bytes] = []
     for span in run.spans:
         if span.role is SpanRole.LLM:
-            (checks if _below_guardrail(span, by_id) else outside).append(span)
-    if not checks or not outside:
-        return _NO_SPANS
-    answered = any(_answers(s) and _speaks_for_run(sites[s.span_id], run) for s in outside)
-    if not answered:
-        # A framework's model span around the guard (it encloses the check) is no step of
-        # its own.
-        enclosing = {above for c in checks for above in _models_above(c, by_id)}
-        ends = [s.end_ns for s in outside if s.span_id not in enclosing]
-        if not ends or all(c.start_ns >= max(ends) for c in checks):
-            return _NO_SPANS  # a guard around the run's last step (Runner.step): its answer
-    return frozenset(c.span_id for c in checks)
-
-
-def _answers(span: SpanRecord) -> bool:
-    """Whether a model output answered or refused: text, or a finish reason that is no tool
-    call's when the text was not captured."""
-    return bool(span.refusal) or (
-        not span.output_tool_calls
-        and bool(span.output_text or _answer_reasons(span.finish_reasons))
-    )
-
-
-#: Finish reasons of an output that asked for tools, folded, ``-`` read as ``_`` (Vercel's
-#: ``tool-calls``).
-_TOOL_REASONS: Final = frozenset({"tool_calls", "tool_call", "tool_use", "function_call"})
-
-
-def _answer_reasons(reasons: tuple[str, ...]) -> bool:
-    """Finish reasons of an output that asked for no tool (its text not captured)."""
-    return bool(reasons) and not any(
-        r.casefold().replace("-", "_") in _TOOL_REASONS for r in reasons
-    )
+            if by_id is None:
+                by_id = {s.span_id: s for s in run.spans}
+            if _below_guardrail(span, by_id):
+                checks.append(span.span_id)
+    return frozenset(checks) if checks else _NO_SPANS
 
 
 def _in_agent_above(span: SpanRecord, by_id: dict[bytes, SpanRecord]) -> list[SpanRecord]:
@@ -964,7 +933,7 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
 
 def _wrappers(spans: tuple[SpanRecord, ...]) -> frozenset[bytes]:
     """The model spans that hold another model span, its nearest model span above (a
-    framework's wrapper around the client's call, or around a guard that makes it)."""
+    framework's wrapper around the client's call)."""
     by_id = {s.span_id: s for s in spans}
     found: set[bytes] = set()
     for span in spans:

@@ -1,12 +1,14 @@
 """Convention recognizers: what a span is (agent run, tool execution, model call, wrapper,
 other) and its role's fields, whatever instrumentation wrote it (CONVENTIONS.md).
 
-``recognize`` classifies in Langfuse's proven priority (CONVENTIONS.md §6 step 2): an
-explicit vendor kind (``openinference.span.kind``, ``traceloop.span.kind``,
-``langsmith.span.kind``) >
+``recognize`` classifies in Langfuse's proven priority (CONVENTIONS.md §6 step 2), after
+Guardrails AI's spans around the application's own model call (``guardrails.version``,
+which also carry an OpenInference kind): an explicit vendor kind
+(``openinference.span.kind``, ``traceloop.span.kind``, ``langsmith.span.kind``) >
 ``gen_ai.operation.name`` > Google ADK's ``call_llm`` span > the Vercel AI SDK's
-``ai.operationId`` > Logfire's message template > a tool-name / call-id attribute
-(pydantic-ai v1/v2) > legacy OpenLLMetry LLM attributes > span names. Ingest reads only
+``ai.operationId`` > Logfire's message template > a Guardrails AI validator
+(``on_fail_descriptor``) > a tool-name / call-id attribute (pydantic-ai v1/v2) > legacy
+OpenLLMetry LLM attributes > span names. Ingest reads only
 ``ATTRIBUTE_KEYS`` (exact) and ``ATTRIBUTE_PREFIXES`` (flattened keys) and decodes only
 ``EVENT_NAMES`` events, with only their ``EVENT_ATTRIBUTE_KEYS``. Pure functions; no
 protobuf here.
@@ -19,6 +21,7 @@ from typing import Final
 
 from toolwatch.conventions import (
     genai,
+    guardrails_ai,
     langsmith,
     logfire,
     openinference,
@@ -69,6 +72,7 @@ ATTRIBUTE_KEYS: Final[frozenset[str]] = (
     | vercel_ai.KEYS
     | logfire.KEYS
     | langsmith.KEYS
+    | guardrails_ai.KEYS
 )
 #: Prefixes of the flattened, indexed keys a recognizer reads.
 ATTRIBUTE_PREFIXES: Final[tuple[str, ...]] = (
@@ -86,6 +90,9 @@ _NAME_RULES: Final[tuple[tuple[str | None, _Rule], ...]] = (
     (None, genai.classify_by_name),
 )
 _RULES: Final[tuple[tuple[str | None, _Rule], ...]] = (
+    # Before the OpenInference kind, which Guardrails' own tracing sets to GUARDRAIL on the
+    # spans around the application's own model call.
+    (guardrails_ai.VERSION, guardrails_ai.classify_guard),
     ("openinference.span.kind", openinference.classify),
     ("traceloop.span.kind", openllmetry.classify),
     (langsmith.SPAN_KIND, langsmith.classify),
@@ -93,6 +100,7 @@ _RULES: Final[tuple[tuple[str | None, _Rule], ...]] = (
     (genai.ADK_LLM_RESPONSE, genai.classify_adk_call_llm),
     (vercel_ai.OPERATION_ID, vercel_ai.classify),
     (logfire.MSG_TEMPLATE, logfire.classify),
+    (guardrails_ai.VALIDATOR, guardrails_ai.classify_guard),
     (None, pydantic_ai.classify_tool_keys),
     (None, openllmetry.classify_legacy_llm),
     *_NAME_RULES,

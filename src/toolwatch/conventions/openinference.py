@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
+from toolwatch.conventions import guardrails_ai
 from toolwatch.conventions.attrs import (
     NAMED_HANDOFF_PREFIX,
     AgentSpec,
@@ -107,6 +108,8 @@ def classify(name: str, attrs: Attributes) -> tuple[SpanRole, Convention] | None
     role = _KIND_ROLES.get(kind.upper(), SpanRole.OTHER)
     if role is SpanRole.TOOL and name.startswith(NAMED_HANDOFF_PREFIX):
         role = SpanRole.OTHER
+    elif role is SpanRole.GUARDRAIL and name in guardrails_ai.RUNNER_STEPS:
+        role = SpanRole.OTHER  # a Guardrails AI guard's step: the application's own call
     elif role is SpanRole.OTHER and _is_langchain_agent(name, attrs):
         role = SpanRole.AGENT
     return role, CONVENTION

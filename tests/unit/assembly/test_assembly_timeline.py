@@ -270,14 +270,15 @@ def test_a_guardrails_own_model_call_is_no_output_of_the_run() -> None:
 def test_a_guard_around_the_answer_keeps_it_after_a_tool_step_outside(
     answer: dict[str, str],
 ) -> None:
-    """Guardrails AI's Runner.step (GUARDRAIL) wraps the application's answering model call
-    (its prompt callable, no output of its own, then the client's span); the tool-calling
-    step before it ran outside the guard. The guarded call is the run's answer."""
+    """Guardrails AI's Runner.step (a plain span: ``conventions.guardrails_ai``) wraps the
+    application's answering model call (its prompt callable, no output of its own, then the
+    client's span); the tool-calling step before it ran outside the guard. The guarded call
+    is the run's answer."""
     spans = [
         agent(1, None, "support", 0, 100),
         llm(2, 1, 1, 10, ask("lookup_order", "c1", {"order_id": "A-1"})),
         tool(3, 1, "lookup_order", 11, 12, call_id="c1"),
-        span(4, 1, SpanRole.GUARDRAIL, 13, 99, name="Runner.step"),
+        span(4, 1, SpanRole.OTHER, 13, 99, name="Runner.step"),
         llm(5, 4, 14, 98),  # PromptCallableBase.__call__: no output recorded, ends last
         llm(6, 5, 15, 97, **answer),
     ]
@@ -365,9 +366,8 @@ def test_an_answer_whose_text_was_not_captured_still_sets_a_guardrails_check_asi
 
 @pytest.mark.parametrize("step", [True, False], ids=["after-a-tool-step", "alone"])
 def test_a_guard_inside_a_framework_model_span_keeps_the_runs_refusal(step: bool) -> None:
-    """A framework's model span (recording nothing) around a guard around the client's call,
-    the run's last step: the wrapper is no step of its own, nor does its silence hide the
-    refusal inside it."""
+    """A framework's model span (recording nothing) around a Guardrails AI guard around the
+    client's call, the run's last step: its silence does not hide the refusal inside it."""
     spans = [
         agent(1, None, "support", 0, 100),
         *(
@@ -379,54 +379,58 @@ def test_a_guard_inside_a_framework_model_span_keeps_the_runs_refusal(step: bool
             else []
         ),
         llm(4, 1, 13, 99),
-        span(5, 4, SpanRole.GUARDRAIL, 14, 98, name="Runner.step"),
+        span(5, 4, SpanRole.OTHER, 14, 98, name="Runner.step"),
         llm(6, 5, 15, 97, refusal="I can't help with that.", finish_reasons=("content_filter",)),
     ]
     run = only(spans)
     assert (run.refusal, run.refusal_reason) == (True, "I can't help with that.")
 
 
-def test_a_tool_request_spelled_with_a_hyphen_is_no_answer() -> None:
-    """The Vercel AI SDK's ``tool-calls``, its calls not captured: no answer outside the
-    guard around the last step."""
-    spans = [
-        agent(1, None, "support", 0, 100),
-        llm(2, 1, 1, 10, finish_reasons=("tool-calls",)),
-        tool(3, 1, "lookup_order", 11, 12, call_id="c1"),
-        span(4, 1, SpanRole.GUARDRAIL, 13, 99, name="Runner.step"),
-        llm(5, 4, 14, 98, refusal="content-filter", finish_reasons=("content-filter",)),
-    ]
-    run = only(spans)
-    assert (run.refusal, run.refusal_reason) == (True, "content-filter")
-
-
 def test_an_agent_used_as_a_tool_answers_the_tool_not_the_run() -> None:
-    """Its text is the tool's result: the guard around the run's last step holds the run's
-    answer."""
+    """Its text is the tool's result: the Guardrails AI guard around the run's last step
+    holds the run's answer."""
     spans = [
         agent(1, None, "support", 0, 100),
         llm(2, 1, 1, 10, ask("research", "c1", {"q": "refunds"})),
         tool(3, 1, "research", 11, 40, call_id="c1"),
         agent(4, 3, "researcher", 12, 39),
         llm(5, 4, 13, 38, output_text="Refund policy: five days.", finish_reasons=("stop",)),
-        span(6, 1, SpanRole.GUARDRAIL, 41, 99, name="Runner.step"),
+        span(6, 1, SpanRole.OTHER, 41, 99, name="Runner.step"),
         llm(7, 6, 42, 98, output_text="Refunds take five days.", finish_reasons=("stop",)),
     ]
     (run,) = build(spans)
     assert run.final_text == "Refunds take five days."
 
 
-def test_a_run_whose_every_model_call_a_guard_wraps_keeps_them() -> None:
-    """A guard around the application's own model call (Guardrails AI's Guard): the call
-    inside it is the run's answer."""
+def test_a_run_whose_only_model_call_a_guardrail_made_gave_no_answer() -> None:
+    """A blocking input guardrail (``run_in_parallel=False``) calls the model itself and
+    trips before the agent's model is called (real captures:
+    ``openai_agents__*__input_guardrail_blocking_client``): its verdict is no answer of the
+    run, nor are the calls it asked for."""
     spans = [
-        agent(1, None, "support", 0, 100),
-        span(2, 1, SpanRole.GUARDRAIL, 1, 99, name="guard"),
-        span(3, 2, SpanRole.OTHER, 2, 98, name="validate"),
-        llm(4, 3, 3, 97, output_text="Refunds take five days."),
+        agent(1, None, "support", 0, 100, status_code=2),
+        span(2, 1, SpanRole.OTHER, 1, 99, name="turn", status_code=2),
+        span(3, 2, SpanRole.GUARDRAIL, 2, 98, name="input_safety"),
+        llm(4, 3, 3, 97, ask("report_verdict", "v1", {"is_flagged": True})),
+        llm(5, 3, 3, 97, output_text='{"is_flagged": true}', finish_reasons=("stop",)),
     ]
     run = only(spans)
-    assert (run.refusal, run.final_text) == (False, "Refunds take five days.")
+    assert (run.final_text, run.calls) == (None, ())
+
+
+def test_a_guardrails_check_after_a_run_that_ended_on_a_tool_result_is_no_answer() -> None:
+    """``tool_use_behavior="stop_on_first_tool"``: the run's final output is its tool's
+    result, and an output guardrail then calls the model itself (real captures:
+    ``openai_agents__*__tool_output_guardrail_client``)."""
+    spans = [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 1, 10, ask("lookup_order", "c1", {"order_id": "A-1"})),
+        tool(3, 1, "lookup_order", 11, 12, call_id="c1"),
+        span(4, 1, SpanRole.GUARDRAIL, 31, 97, name="output_safety"),
+        llm(5, 4, 32, 96, output_text='{"is_flagged": false}', finish_reasons=("stop",)),
+    ]
+    run = only(spans)
+    assert (run.final_text, [c.tool_name for c in run.calls]) == (None, ["lookup_order"])
 
 
 @pytest.mark.parametrize("input_guardrail", [False, True], ids=["output", "input"])
@@ -671,13 +675,12 @@ def test_a_guardrail_around_an_agent_used_as_a_tool_keeps_its_calls_in_the_run()
     ]
 
 
-def test_a_model_call_a_guardrail_wraps_is_still_the_runs() -> None:
-    """Guardrails AI (OpenInference GUARDRAIL ``Runner.step``) wraps the model call it
-    validates: that output is the run's, refusal included. Only an agent below a guardrail
-    starts a run."""
+def test_a_model_call_a_guardrails_ai_guard_wraps_is_still_the_runs() -> None:
+    """Guardrails AI's ``Runner.step`` (a plain span: ``conventions.guardrails_ai``) wraps the
+    model call it validates: that output is the run's, refusal included."""
     spans = [
         agent(1, None, "support", 0, 100),
-        span(2, 1, SpanRole.GUARDRAIL, 1, 90, name="Runner.step"),
+        span(2, 1, SpanRole.OTHER, 1, 90, name="Runner.step"),
         llm(3, 2, 2, 80, output_text="No.", finish_reasons=("content_filter",)),
     ]
     trace = only(spans)

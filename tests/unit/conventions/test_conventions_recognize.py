@@ -405,6 +405,20 @@ def test_a_handoff_span_names_the_agent_it_hands_to(
             "logfire",
         ),
         ("apply_guardrail", {"gen_ai.operation.name": "apply_guardrail"}, "genai"),
+        # Guardrails AI's validators: its own tracing (0.5.1 on) and guardrails-ai 0.5.0's
+        # under openinference-instrumentation-guardrails, which has no kind
+        (
+            "toolwatch/llm-judge.validate",
+            {
+                "openinference.span.kind": "GUARDRAIL",
+                "validator.name": "toolwatch/llm-judge",
+                "on_fail_descriptor": "noop",
+            },
+            "openinference",
+        ),
+        ("toolwatch/llm-judge.validate", {"on_fail_descriptor": "noop"}, "guardrails_ai"),
+        # a GUARDRAIL span of the openai-agents instrumentation named like a runner's step
+        ("Runner.check", {"openinference.span.kind": "GUARDRAIL"}, "openinference"),
     ],
 )
 def test_a_guardrail_span_is_a_guardrail_with_no_fields(
@@ -413,3 +427,42 @@ def test_a_guardrail_span_is_a_guardrail_with_no_fields(
     """An agent a guardrail runs is a run of its own (``assembly/timeline.py``): the
     guardrail span has to be told from a plain span."""
     assert recognize(name, 0, attrs, None) == Recognition(SpanRole.GUARDRAIL, convention, {})
+
+
+@pytest.mark.parametrize(
+    ("name", "attrs", "convention"),
+    [
+        # guardrails-ai 0.11.0's own tracing: guard > step > call > the client's model span
+        (
+            "guard",
+            {
+                "openinference.span.kind": "GUARDRAIL",
+                "guardrails.version": "0.11.0",
+                "type": "guardrails/guard",
+            },
+            "guardrails_ai",
+        ),
+        (
+            "call",
+            {
+                "openinference.span.kind": "GUARDRAIL",
+                "guardrails.version": "0.11.0",
+                "llm.output_messages.0.message.content": "Refund R-77 was issued.",
+            },
+            "guardrails_ai",
+        ),
+        # openinference-instrumentation-guardrails' span around guardrails-ai 0.5.0's step
+        (
+            "Runner.step",
+            {"openinference.span.kind": "GUARDRAIL", "input.value": "{}"},
+            "openinference",
+        ),
+        ("StreamRunner.step", {"openinference.span.kind": "GUARDRAIL"}, "openinference"),
+    ],
+)
+def test_a_guardrails_ai_guard_around_the_applications_call_is_a_plain_span(
+    name: str, attrs: dict[str, object], convention: str
+) -> None:
+    """A Guard calls the application's own model callable: the model span below it is the
+    run's step, not a guardrail's check (``conventions.guardrails_ai``)."""
+    assert recognize(name, 0, attrs, None) == Recognition(SpanRole.OTHER, convention, {})
