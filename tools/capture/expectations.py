@@ -740,7 +740,7 @@ _REFUSAL_UNSEEN: dict[tuple[str, str, str], str | None] = {
     ("openai_agents", "openllmetry", "refusal_output_guardrail_client"): '"is_flagged": false',
     **{
         ("openai_agents", name, "input_guardrail_blocking_client"): None
-        for name in ("openinference", "openllmetry", "otel_contrib", "logfire")
+        for name in ("openinference", "openllmetry")
     },
 }
 

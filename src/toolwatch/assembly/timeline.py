@@ -885,12 +885,16 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
     transfer_to_agent's agent runs) is not one: it ends after that agent's outputs, and its
     own output was the transfer. A model call that refused and was followed by one that
     answered (a content filter the agent retried past) is not the run's refusal. Nor is a
-    guardrail's own model call one of its outputs (``_guardrail_calls``)."""
+    guardrail's own model call one of its outputs (``_guardrail_calls``). A guardrail of
+    the run that tripped (one of an agent it used as a tool not: that is the tool's failure)
+    refused the run whatever the model said: the OpenAI Agents SDK raises, before the answer
+    or withholding it; the first to trip is the reason."""
     if run.span is not None:
         reason = _refusal_of(run.span)
         if reason is not None:
             return reason
     models: list[SpanRecord] = []
+    tripped: SpanRecord | None = None
     held: set[bytes] | None = None  # the parents of nested agents' spans
     said: list[SpanRecord] | None = None  # nested agents' own spans that refuse
     for span in run.spans:
@@ -900,6 +904,13 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
             # client's call, ending after it) says nothing of a refusal.
             if span.span_id not in checks:
                 models.append(span)
+        elif (
+            role is SpanRole.GUARDRAIL
+            and span.refusal is not None
+            and (tripped is None or _later(tripped, span))
+            and _speaks_for_run(sites[span.span_id], run)
+        ):
+            tripped = span
         elif role is SpanRole.AGENT and span is not run.span:
             if held is None:
                 held = set()
@@ -911,6 +922,8 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
                 if said is None:
                     said = []
                 said.append(span)
+    if tripped is not None:
+        return _refusal_of(tripped)
     wrappers: frozenset[bytes] | None = None  # read once a model span says nothing
     last: SpanRecord | None = None
     for span in models:

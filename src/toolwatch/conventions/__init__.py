@@ -43,6 +43,7 @@ from toolwatch.conventions.events import EVENT_ATTRIBUTE_KEYS, EVENT_NAMES
 from toolwatch.conventions.fields import (
     FieldBuilder,
     agent_fields,
+    guardrail_fields,
     handoff_fields,
     llm_fields,
     tool_fields,
@@ -110,6 +111,7 @@ _FIELD_BUILDERS: Final[dict[SpanRole, FieldBuilder]] = {
     SpanRole.TOOL: tool_fields,
     SpanRole.LLM: llm_fields,
     SpanRole.AGENT: agent_fields,
+    SpanRole.GUARDRAIL: guardrail_fields,
 }
 
 _UNRECOGNIZED: Final = Convention(

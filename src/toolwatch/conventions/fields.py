@@ -44,7 +44,14 @@ from toolwatch.conventions.attrs import (
 from toolwatch.conventions.events import ToolEvents, output_events, tool_events
 from toolwatch.model import RequestedCall
 
-__all__ = ["FieldBuilder", "agent_fields", "handoff_fields", "llm_fields", "tool_fields"]
+__all__ = [
+    "FieldBuilder",
+    "agent_fields",
+    "guardrail_fields",
+    "handoff_fields",
+    "llm_fields",
+    "tool_fields",
+]
 
 #: Extracts a role's fields: (convention, span name, status code, attributes, events).
 FieldBuilder = Callable[[Convention, str, int, Attributes, EventSource], RoleFields]
@@ -62,6 +69,10 @@ _MODEL: Final = (
     "ai.response.model",
 )
 _CONVERSATION: Final = ("gen_ai.conversation.id", "session.id")
+#: A guardrail span's flag that it tripped, and its name: the contrib openai-agents
+#: instrumentation's, then Logfire's (``Guardrail {name!r} {triggered=}``).
+_TRIPPED: Final = (genai.GUARDRAIL_TRIGGERED, "triggered")
+_GUARDRAIL_NAME: Final = (genai.GUARDRAIL_NAME, "name")
 _NO_OUTPUT: Final = OutputSummary()
 _FINISH_REASONS: Final = (
     "gen_ai.response.finish_reasons",
@@ -213,6 +224,19 @@ def llm_fields(
     fields = _output_fields(summary, attrs)
     calls = summary.tool_calls if summary is not None else ()
     fields["output_tool_calls"] = _without_output_tools(calls, attrs) if calls else calls
+    return fields
+
+
+def guardrail_fields(
+    convention: Convention, name: str, status_code: int, attrs: Attributes, events: EventSource
+) -> RoleFields:
+    """A guardrail that tripped refused the run (the OpenAI Agents SDK raises: an input
+    guardrail's run gives no answer, an output guardrail's answer is withheld): ``refusal``
+    names it. One that did not trip, or does not say, has no fields."""
+    if not any(attrs.get(key) is True for key in _TRIPPED):
+        return RoleFields()
+    guard = first_str(attrs, _GUARDRAIL_NAME)
+    fields: RoleFields = {"refusal": f"guardrail {guard} tripped" if guard else "guardrail tripped"}
     return fields
 
 

@@ -43,6 +43,8 @@ from toolwatch.model import SpanRole
 __all__ = [
     "ADK_LLM_RESPONSE",
     "CONVENTION",
+    "GUARDRAIL_NAME",
+    "GUARDRAIL_TRIGGERED",
     "KEYS",
     "OPERATION_NAME",
     "OUTPUT_MESSAGES",
@@ -82,6 +84,8 @@ PARAMETERS_PREFIX: Final = "code.function.parameters."
 _ENCODED_TYPES: Final = frozenset({"dict", "list", "tuple", "set"})  # JSON-encoded as attributes
 
 #: Attribute keys this module reads. ``gcp.vertex.agent.*`` is Google ADK's native tracer.
+GUARDRAIL_TRIGGERED: Final = "gen_ai.guardrail.triggered"
+GUARDRAIL_NAME: Final = "gen_ai.guardrail.name"
 KEYS: Final = frozenset(
     {
         OPERATION_NAME,
@@ -92,6 +96,8 @@ KEYS: Final = frozenset(
         "gen_ai.tool.call.result",
         _TOOL_STATUS,
         "gen_ai.handoff.to_agent",  # the contrib openai-agents instrumentation's handoff
+        GUARDRAIL_TRIGGERED,  # and its guardrail span's
+        GUARDRAIL_NAME,
         "gen_ai.agent.name",
         "gen_ai.conversation.id",
         "gen_ai.request.model",

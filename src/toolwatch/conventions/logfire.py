@@ -18,6 +18,9 @@ Agents SDK 0.24, ``docs/observed-conventions.md``) emits:
   pydantic-ai's instrumentation format v1 on its chat spans, record the output as
   ``gen_ai.choice`` events instead: the assistant message is in their ``message``.
 
+- ``Guardrail {name!r} {triggered=}``: a guardrail, ``name`` it, ``triggered`` true when it
+  tripped (the run is refused).
+
 ``Task:``, ``Turn {turn} for agent …``, ``Handoff: …`` and the trace root are plain spans. A
 conversation longer than ``max_value_bytes`` cuts ``events``: its requests are then lost, the
 executions (``Function:``) still count.
@@ -45,7 +48,7 @@ _EVENTS: Final = "events"
 _CHOICE: Final = "gen_ai.choice"
 
 #: Attribute keys this module reads (the generic ones only matter on Logfire's templates).
-KEYS: Final = frozenset({MSG_TEMPLATE, _EVENTS, "name", "input", "output", "to_agent"})
+KEYS: Final = frozenset({MSG_TEMPLATE, _EVENTS, "name", "input", "output", "to_agent", "triggered"})
 
 _ROLES: Final = {
     "Function: {name}": SpanRole.TOOL,

@@ -881,3 +881,38 @@ def test_a_long_finish_reason_is_read_but_not_remembered() -> None:
     assert only(spans).refusal is True
     assert long_reason not in timeline._REFUSES
     assert "content_filter" in timeline._REFUSES
+
+
+@pytest.mark.parametrize("where", ["input", "output"])
+def test_a_guardrail_that_tripped_refused_the_run_whatever_the_model_said(where: str) -> None:
+    """An input guardrail that trips beside the first model call, or an output guardrail
+    after the answer: the SDK raises, the answer is never given (real captures:
+    ``openai_agents__{otel_contrib,logfire}__input_guardrail_blocking_client``)."""
+    start = 2 if where == "input" else 31
+    spans = [
+        agent(1, None, "support", 0, 100, status_code=2),
+        llm(2, 1, 1, 20, output_text="Here is how to pick that lock.", finish_reasons=("stop",)),
+        span(3, 1, SpanRole.GUARDRAIL, start, 97, refusal=f"guardrail {where}_safety tripped"),
+        llm(4, 3, start + 1, 96, output_text='{"is_flagged": true}', finish_reasons=("stop",)),
+    ]
+    run = only(spans)
+    assert (run.refusal, run.refusal_reason, run.final_text) == (
+        True,
+        f"guardrail {where}_safety tripped",
+        "Here is how to pick that lock.",
+    )
+
+
+def test_a_guardrail_that_tripped_in_an_agent_used_as_a_tool_refused_the_tool_not_the_run() -> None:
+    """The nested agent's guardrail stopped the tool: its failure is the caller's to handle,
+    and the caller answered."""
+    spans = [
+        agent(1, None, "concierge", 0, 100),
+        llm(2, 1, 1, 10, ask("refund_desk", "c1", {"input": "refund A-1"})),
+        tool(3, 1, "refund_desk", 11, 40, call_id="c1", status_code=2),
+        agent(4, 3, "refund_desk_agent", 12, 39, status_code=2),
+        span(5, 4, SpanRole.GUARDRAIL, 13, 38, refusal="guardrail input_safety tripped"),
+        llm(6, 1, 41, 60, output_text="The refund desk is unavailable.", finish_reasons=("stop",)),
+    ]
+    (run,) = build(spans)
+    assert (run.refusal, run.final_text) == (False, "The refund desk is unavailable.")

@@ -466,3 +466,49 @@ def test_a_guardrails_ai_guard_around_the_applications_call_is_a_plain_span(
     """A Guard calls the application's own model callable: the model span below it is the
     run's step, not a guardrail's check (``conventions.guardrails_ai``)."""
     assert recognize(name, 0, attrs, None) == Recognition(SpanRole.OTHER, convention, {})
+
+
+@pytest.mark.parametrize(
+    ("name", "attrs", "refusal"),
+    [
+        (
+            "guardrail_check",
+            {
+                "gen_ai.operation.name": "guardrail_check",
+                "gen_ai.guardrail.name": "input_safety",
+                "gen_ai.guardrail.triggered": True,
+            },
+            "guardrail input_safety tripped",
+        ),
+        (
+            "Guardrail {name!r} {triggered=}",
+            {
+                "logfire.msg_template": "Guardrail {name!r} {triggered=}",
+                "name": "output_safety",
+                "triggered": True,
+            },
+            "guardrail output_safety tripped",
+        ),
+        (
+            "guardrail_check",
+            {"gen_ai.operation.name": "guardrail_check", "gen_ai.guardrail.triggered": True},
+            "guardrail tripped",
+        ),
+        # not tripped, or not a boolean that says so
+        (
+            "guardrail_check",
+            {"gen_ai.operation.name": "guardrail_check", "gen_ai.guardrail.triggered": False},
+            None,
+        ),
+        (
+            "Guardrail {name!r} {triggered=}",
+            {"logfire.msg_template": "Guardrail {name!r} {triggered=}", "triggered": "yes"},
+            None,
+        ),
+    ],
+)
+def test_a_guardrail_that_tripped_carries_the_refusal_it_made(
+    name: str, attrs: dict[str, object], refusal: str | None
+) -> None:
+    role, _, fields = recognize(name, 0, attrs, None)
+    assert (role, fields.get("refusal")) == (SpanRole.GUARDRAIL, refusal)
