@@ -38,13 +38,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "otlp"
 _EXPECTED_SUFFIX = ".expected.json"
 
 #: Fixtures whose expectation holds information no structured span field carries.
-KNOWN_GAPS: dict[str, str] = {
-    "openai_agents__openllmetry__tool_output_guardrail_client": (
-        "the agent's model call is recorded twice (the SDK's span and the client's inside it)"
-        " with different ids for the one requested call (call_... and the Responses item id"
-        " fc_...): lookup_order counts twice"
-    ),
-}
+KNOWN_GAPS: dict[str, str] = {}
 
 
 def _fixture_names() -> list[str]:

@@ -240,12 +240,17 @@ def _requests(spans: tuple[SpanRecord, ...], normalize: Callable[[Any], str]) ->
     A call id already requested by another LLM span that overlaps this one in time is the
     same model call recorded by two instrumentations (a framework's chat span wrapping the
     SDK's), so it counts once. Sequential turns reusing an id (ADK sends
-    ``"<not specified>"``) stay distinct calls.
+    ``"<not specified>"``) stay distinct calls. So is a model span whose parent is a model
+    span asking for the same tools, whatever their ids: the client's span inside the
+    framework's (OpenLLMetry's client span gives a Responses call the item's id, ``fc_...``,
+    where the SDK's gives its ``call_id``).
     """
+    asking = [s for s in spans if s.role is SpanRole.LLM and s.output_tool_calls]
+    inner = _inner_records(asking) if len(asking) > 1 else _NO_IDS
     requests: list[_Request] = []
     first_llm: dict[str, SpanRecord] = {}
-    for llm in spans:
-        if llm.role is not SpanRole.LLM or not llm.output_tool_calls:
+    for llm in asking:
+        if llm.span_id in inner:
             continue
         calls = llm.output_tool_calls
         for call in calls if _positions_increase(calls) else sorted(calls, key=_emitted_position):
@@ -255,6 +260,25 @@ def _requests(spans: tuple[SpanRecord, ...], normalize: Callable[[Any], str]) ->
                     continue
             requests.append(_Request(llm, call, normalize(call.name), len(requests)))
     return requests
+
+
+_NO_IDS: Final[frozenset[bytes]] = frozenset()
+
+
+def _inner_records(asking: list[SpanRecord]) -> frozenset[bytes]:
+    """The model spans among ``asking`` (each asked for calls) whose parent is one of them
+    asking for the same tool names: a second record of the parent's model call."""
+    by_id = {s.span_id: s for s in asking}
+    inner: list[bytes] = []
+    for llm in asking:
+        parent = by_id.get(llm.parent_span_id) if llm.parent_span_id is not None else None
+        if parent is not None and _names(parent) == _names(llm):
+            inner.append(llm.span_id)
+    return frozenset(inner) if inner else _NO_IDS
+
+
+def _names(llm: SpanRecord) -> list[str]:
+    return sorted(call.name for call in llm.output_tool_calls)
 
 
 def _emitted_position(call: RequestedCall) -> int:

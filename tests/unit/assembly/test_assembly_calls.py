@@ -618,3 +618,27 @@ def test_calls_in_time_order_are_told_apart_from_calls_that_need_a_sort(
 ) -> None:
     ordered = [id(d) for d in sorted(made, key=calls._time_key)] == [id(d) for d in made]
     assert calls._sorted_in_time(made) is ordered
+
+
+def _recorded_twice(inner_calls: tuple[Any, ...]) -> list[SpanRecord]:
+    """The SDK's model span with the client's inside it (OpenLLMetry instruments both), each
+    recording the request with its own id; then the tool ran (no call id, as the SDK's)."""
+    return [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 1, 10, ask("lookup_order", "call_003", {"order_id": "A-1"})),
+        llm(3, 2, 2, 9, *inner_calls),
+        tool(4, 1, "lookup_order", 11, 12, arguments={"order_id": "A-1"}),
+    ]
+
+
+def test_a_model_call_recorded_twice_with_different_call_ids_asks_once() -> None:
+    run = only(_recorded_twice((ask("lookup_order", "fc_002", {"order_id": "A-1"}),)))
+    assert [(c.tool_name, c.call_id, c.span_id) for c in run.calls] == [
+        ("lookup_order", "call_003", hexid(4))
+    ]
+
+
+def test_a_model_span_inside_one_that_asked_for_other_tools_asks_for_its_own() -> None:
+    """Not a second record of the same output: the nested call's request counts too."""
+    run = only(_recorded_twice((ask("issue_refund", "c9", {"order_id": "A-1"}),)))
+    assert sorted(c.tool_name for c in run.calls) == ["issue_refund", "lookup_order"]
