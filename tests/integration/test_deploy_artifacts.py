@@ -63,7 +63,8 @@ DOCUMENTED_METRICS = {
     "toolwatch_stream_dropped_findings_total": "counter",
     "toolwatch_shadow_unpaired_total": "counter",
     "toolwatch_golden_unmatched_traces_total": "counter",
-    "toolwatch_golden_case_due_timestamp_seconds": "gauge",
+    "toolwatch_golden_case_expected_every_seconds": "gauge",
+    "toolwatch_golden_case_last_matched_timestamp_seconds": "gauge",
     "toolwatch_security_reload_failures_total": "counter",
     "toolwatch_build_info": "gauge",
 }

@@ -603,20 +603,23 @@ def _every(seconds: int) -> str:
     return KB_CASES.replace("expected_tools: [search_kb]}", field, 1)
 
 
-def test_a_canary_case_is_due_its_interval_after_its_last_matched_run(
+def test_a_scheduled_case_tells_its_last_matched_run(
     start_server: Callable[..., RunningServer], tmp_path: Path
 ) -> None:
-    """``expected_every_seconds``: the deadline moves on when a run is matched to the case,
-    not when a run of another agent carries its id; a reload keeps when it was last met."""
+    """``expected_every_seconds``: the last match moves when a complete run is matched to
+    the case, not when a run of another agent carries its id; a reload keeps it."""
     cases = tmp_path / "cases.yaml"
     cases.write_text(_every(3600))
     config = tmp_path / "toolwatch.yaml"
     config.write_text(MINIMAL_POLICY + "golden:\n  cases_file: cases.yaml\n")
     server = start_server(config)
-    due = "toolwatch_golden_case_due_timestamp_seconds"
+    every = "toolwatch_golden_case_expected_every_seconds"
+    matched = "toolwatch_golden_case_last_matched_timestamp_seconds"
+    case = {"case": "kb-return-window"}
     start = WALL_START_NS / 1e9
-    assert server.sample(due, {"case": "kb-return-window"}) == start + 3600
-    assert server.registry.get_sample_value(due, {"case": "kb-any-agent"}) is None  # unwatched
+    get = server.registry.get_sample_value
+    assert (get(every, case), get(matched, case)) == (3600, None)
+    assert get(every, {"case": "kb-any-agent"}) is None  # sets no expected_every_seconds
 
     server.wall.advance(600)
     title_only = agents.request(
@@ -625,7 +628,7 @@ def test_a_canary_case_is_due_its_interval_after_its_last_matched_run(
     )
     send_grpc(server, title_only)  # carries the id, but no run of support-bot: not met
     server.settle()
-    assert server.sample(due, {"case": "kb-return-window"}) == start + 3600
+    assert get(matched, case) is None
     assert (
         server.sample("toolwatch_golden_unmatched_traces_total", {"reason": "agent_not_run"}) == 1
     )
@@ -633,9 +636,9 @@ def test_a_canary_case_is_due_its_interval_after_its_last_matched_run(
     server.wall.advance(600)
     send_grpc(server, _kb_request("kb-return-window"))
     server.settle()
-    assert server.sample(due, {"case": "kb-return-window"}) == start + 1200 + 3600
+    assert get(matched, case) == start + 1200
 
     cases.write_text(_every(7200))
     server.wall.advance(600)
     assert server.reload()
-    assert server.sample(due, {"case": "kb-return-window"}) == start + 1200 + 7200
+    assert (get(every, case), get(matched, case)) == (7200, start + 1200)

@@ -17,7 +17,8 @@ A golden-case file is YAML (``examples/golden-cases.yaml`` is a commented one)::
 A case that names its ``agent`` is matched to that agent's run alone (``GoldenCaseSet.match``).
 A case with ``expected_every_seconds`` expects a run matched to it at least that often
 (``GoldenCaseSet.schedules``): a canary that stops arriving, or stops being matched, is
-overdue (``toolwatch_golden_case_due_timestamp_seconds``).
+overdue (``toolwatch_golden_case_last_matched_timestamp_seconds``, the alert
+``ToolwatchGoldenCaseOverdue``).
 
 ``load_golden_cases`` reads and validates the file once, at start-up, and returns an
 immutable ``GoldenCaseSet`` of ``model.GoldenCase`` records with normalized tool names.
@@ -152,7 +153,9 @@ class ExpectedToolEntry(_Schema):
         return self
 
 
-#: The longest ``expected_every_seconds``: a monthly canary with slack.
+#: The bounds of ``expected_every_seconds``: a canary checked more often than Prometheus
+#: evaluates alert rules (about a minute) could never be met; a monthly one with slack.
+_MIN_EVERY_SECONDS: Final = 60
 _MAX_EVERY_SECONDS: Final = 31 * 86_400
 
 
@@ -168,7 +171,9 @@ class GoldenCaseEntry(_Schema):
     mode: SelectionMode | None = None
     expected_refusal: bool | None = None
     agent: _Text | None = None
-    expected_every_seconds: float | None = Field(default=None, gt=0, le=_MAX_EVERY_SECONDS)
+    expected_every_seconds: float | None = Field(
+        default=None, ge=_MIN_EVERY_SECONDS, le=_MAX_EVERY_SECONDS, allow_inf_nan=False
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Self:

@@ -264,9 +264,7 @@ class PrometheusMetrics:
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._wall_clock = wall_clock
-        # Golden cases with expected_every_seconds: [every, when the last run was matched
-        # to it or, before one was, when the case was loaded], by case id.
-        self._case_watch: dict[str, list[float]] = {}
+        self._watched_cases: frozenset[str] = frozenset()  # with expected_every_seconds
         agents, tools = tuple(agents), tuple(tools)  # read twice: by name, then as pairs
         self._agent = LabelLimiter(agents, label_value_cap, "agent", folded=True)
         self._tool = LabelLimiter(tools, label_value_cap, "tool")
@@ -447,15 +445,20 @@ class PrometheusMetrics:
             ["reason"],
             registry=r,
         )
-        # A deadline, not an age: the alert compares it with time() and takes the latest
-        # over replicas (only the one the load balancer sends the canary to sees it), and
-        # a case never matched since start-up is due its interval after it, not at once.
-        self._case_due = Gauge(
-            "toolwatch_golden_case_due_timestamp_seconds",
-            "When a run matched to the golden case is due, Unix seconds: its"
-            " expected_every_seconds after the last one, or after the case was loaded"
-            " (start-up, a reload that added it). Only cases that set expected_every_seconds."
-            " Past it, the canary stopped arriving or being matched.",
+        # The last match alone, not a deadline: a replica that starts knows of no match, and
+        # must not say the case is fine until some time after. The alert rules keep the
+        # latest over replicas, restarts and scrape gaps (a recording rule that remembers).
+        self._case_every = Gauge(
+            "toolwatch_golden_case_expected_every_seconds",
+            "How often a run matched to the golden case is expected (its"
+            " expected_every_seconds): only the cases that set it.",
+            ["case"],
+            registry=r,
+        )
+        self._case_matched = Gauge(
+            "toolwatch_golden_case_last_matched_timestamp_seconds",
+            "When a complete run was last matched to the golden case, Unix seconds: cases"
+            " with expected_every_seconds, once one was since start-up.",
             ["case"],
             registry=r,
         )
@@ -593,23 +596,17 @@ class PrometheusMetrics:
 
     def golden_cases_watched(self, every: Mapping[str, float]) -> None:
         """The cases watched from now on (a reload may add, drop or change them): a case
-        kept keeps when it was last matched, a new one starts from now."""
-        now = self._wall_clock()
-        watch = self._case_watch
-        for case_id in [c for c in watch if c not in every]:
-            del watch[case_id]
-            self._case_due.remove(case_id)
+        kept keeps its last match; a dropped one loses its series."""
+        for case_id in self._watched_cases.difference(every):
+            self._case_every.remove(case_id)
+            self._case_matched.remove(case_id)  # nothing to remove when never matched
         for case_id, seconds in every.items():
-            since = watch[case_id][1] if case_id in watch else now
-            watch[case_id] = [seconds, since]
-            self._case_due.labels(case_id).set(since + seconds)
+            self._case_every.labels(case_id).set(seconds)
+        self._watched_cases = frozenset(every)
 
     def golden_case_judged(self, case_id: str) -> None:
-        watched = self._case_watch.get(case_id)
-        if watched is None:  # a case the engine no longer holds
-            return
-        watched[1] = now = self._wall_clock()
-        self._case_due.labels(case_id).set(now + watched[0])
+        if case_id in self._watched_cases:  # else a case the engine no longer holds
+            self._case_matched.labels(case_id).set(self._wall_clock())
 
     def output_failed(self, output: str) -> None:
         """An output (``OUTPUTS``: the findings log, the ToolTrace dump, the stream, a sink

@@ -286,8 +286,11 @@ def test_blank_agent_is_an_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("value", "reason"),
     [
-        ("0", "must be greater than 0, got 0"),
-        ("-60", "must be greater than 0, got -60"),
+        ("0", "must be greater than or equal to 60, got 0"),
+        ("59.5", "must be greater than or equal to 60, got 59.5"),
+        ("-60", "must be greater than or equal to 60, got -60"),
+        (".nan", "must be a finite number, got nan"),
+        (".inf", "must be a finite number, got inf"),
         ("1h", "must be a number of seconds, got '1h'"),
         ("true", "must be a number of seconds, got True"),
         ("2678401", "must be less than or equal to 2678400, got 2678401"),

@@ -47,7 +47,6 @@ def test_shipped_example_refund_case_keeps_arguments_and_strategies() -> None:
         expected_tool_count=3,
         category="refunds",
         selection_mode="expected",
-        expected_every_seconds=5400.0,
     )
 
 

@@ -58,7 +58,8 @@ EXPECTED_NAMES = {
     "toolwatch_stream_dropped_findings_total",
     "toolwatch_shadow_unpaired_total",
     "toolwatch_golden_unmatched_traces_total",
-    "toolwatch_golden_case_due_timestamp_seconds",
+    "toolwatch_golden_case_expected_every_seconds",
+    "toolwatch_golden_case_last_matched_timestamp_seconds",
     "toolwatch_auth_failures_total",
     "toolwatch_security_reload_failures_total",
     "toolwatch_config_last_reload_successful",
@@ -507,34 +508,45 @@ class _WallClock:
         return self.now
 
 
-def test_a_watched_golden_case_is_due_its_interval_after_it_was_loaded_or_last_judged(
+def test_a_watched_golden_case_tells_its_interval_and_its_last_match(
     registry: CollectorRegistry,
 ) -> None:
     wall = _WallClock(1_000.0)
     metrics = PrometheusMetrics(registry, wall_clock=wall)
-    due = "toolwatch_golden_case_due_timestamp_seconds"
+    every = "toolwatch_golden_case_expected_every_seconds"
+    matched = "toolwatch_golden_case_last_matched_timestamp_seconds"
     get = registry.get_sample_value
 
     metrics.golden_cases_watched({"hourly": 3600.0, "daily": 86400.0})
-    assert [get(due, {"case": c}) for c in ("hourly", "daily")] == [4_600.0, 87_400.0]
+    assert [get(every, {"case": c}) for c in ("hourly", "daily")] == [3600.0, 86400.0]
+    assert [get(matched, {"case": c}) for c in ("hourly", "daily")] == [None, None]
 
     wall.now = 2_000.0
     metrics.golden_case_judged("hourly")
     metrics.golden_case_judged("not-watched")  # a case without expected_every_seconds
-    assert [get(due, {"case": c}) for c in ("hourly", "daily")] == [5_600.0, 87_400.0]
-    assert get(due, {"case": "not-watched"}) is None
-
-    # A reload: a kept case keeps when it was last judged, under its new interval; a
-    # dropped one loses its series; a new one is due its interval from the reload.
-    wall.now = 3_000.0
-    metrics.golden_cases_watched({"hourly": 7200.0, "weekly": 604800.0})
-    assert [get(due, {"case": c}) for c in ("hourly", "daily", "weekly")] == [
-        9_200.0,
+    assert [get(matched, {"case": c}) for c in ("hourly", "daily", "not-watched")] == [
+        2_000.0,
         None,
-        607_800.0,
+        None,
+    ]
+
+    # A reload: a kept case keeps its last match under its new interval; a dropped one
+    # loses both series; a new one has no match yet.
+    wall.now = 3_000.0
+    metrics.golden_case_judged("daily")
+    metrics.golden_cases_watched({"hourly": 7200.0, "weekly": 604800.0})
+    assert [get(every, {"case": c}) for c in ("hourly", "daily", "weekly")] == [
+        7200.0,
+        None,
+        604800.0,
+    ]
+    assert [get(matched, {"case": c}) for c in ("hourly", "daily", "weekly")] == [
+        2_000.0,
+        None,
+        None,
     ]
     metrics.golden_case_judged("daily")  # no longer watched: no series comes back
-    assert get(due, {"case": "daily"}) is None
+    assert get(matched, {"case": "daily"}) is None
 
 
 def test_the_reload_timestamp_comes_from_the_wall_clock(registry: CollectorRegistry) -> None:
