@@ -33,6 +33,10 @@ under one plain application span (``support_agent``). It plays the ``refund`` sc
   ``on_fail="noop"``) that fails: the guard returns ``validation_passed=False``.
 * ``guarded_answer_raises`` -- the same validator with ``on_fail="exception"``: the guard
   raises ``ValidationError``, which the app catches.
+* ``guarded_answer_stream`` -- the answer streamed through the guard (``stream=True``; the
+  callable makes the request when called and returns the text chunks). guardrails-ai 0.11.0
+  writes a streaming guard's ``call`` span without ``guardrails.version`` (only its kind,
+  GUARDRAIL, and its ``llm.*`` input).
 * ``llm_judge_validator`` -- every model call is plain; the app then checks the answer with
   ``guard.validate(text)``, whose validator (``toolwatch/llm-judge``) asks the model itself
   through the same instrumented client (the ``guardrail_check`` script: a
@@ -85,6 +89,7 @@ SCENARIOS = (
     "guarded_answer",
     "guarded_answer_fails",
     "guarded_answer_raises",
+    "guarded_answer_stream",
     "llm_judge_validator",
 )
 SCRIPT = "refund"  # every scenario plays the refund conversation
@@ -316,6 +321,8 @@ def _guarded_answer(
         )
         return response.choices[0].message.content or ""
 
+    if scenario == "guarded_answer_stream":
+        return _streamed_answer(client, conversation, head, tools)
     if scenario == "guarded_answer":
         validator = _VALIDATORS["mentions"](on_fail="noop")
     else:
@@ -333,6 +340,31 @@ def _guarded_answer(
         flush=True,
     )
     return str(outcome.validated_output or outcome.raw_llm_output or "")
+
+
+def _streamed_answer(
+    client: OpenAI, conversation: list[Any], head: list[Any], tools: list[Any]
+) -> str:
+    """The run's last model call streamed through a Guard (``stream=True``): the callable
+    makes the request when it is called and hands guardrails the text chunks."""
+
+    def answer(*args: Any, **kwargs: Any) -> Any:
+        stream = client.chat.completions.create(
+            model=MODEL,
+            messages=conversation,
+            tools=tools,
+            tool_choice="none",
+            stream=True,
+        )
+        return (
+            c.choices[0].delta.content for c in stream if c.choices and c.choices[0].delta.content
+        )
+
+    guard = _guard("support_answer_guard", [_VALIDATORS["mentions"](on_fail="noop")])
+    outcomes = guard(answer, num_reasks=0, stream=True, **_messages_kwarg(head))
+    text = "".join(str(outcome.validated_output or "") for outcome in outcomes)
+    print(f"  guarded_answer_stream: streamed {text!r}", flush=True)
+    return text
 
 
 def _judge(client: OpenAI, text: str, scenario: str) -> None:

@@ -79,6 +79,7 @@ SCRIPTED: dict[str, dict[str, Any]] = {
     "guarded_answer": _run(None, _REFUND_CALLS, "Refund R-77"),
     "guarded_answer_fails": _run(None, _REFUND_CALLS, "Refund R-77"),
     "guarded_answer_raises": _run(None, _REFUND_CALLS, "Refund R-77"),
+    "guarded_answer_stream": _run(None, _REFUND_CALLS, "Refund R-77"),
     "llm_judge_validator": _run(None, _REFUND_CALLS, "Refund R-77"),
     "agent_as_tool": _run(
         "concierge",
@@ -544,9 +545,17 @@ _GUARDRAILS_SCENARIOS = {
     ),
     "guarded_answer_raises": (
         " The validator fails with on_fail='exception': the guard raises ValidationError "
-        "(guard and step spans ERROR with an exception event) and the application shows no "
-        "answer. No structured field says the answer was withheld: the model's answer is "
-        "read as the run's."
+        "(guard and step spans ERROR with an exception event, exception.type "
+        "guardrails.errors.ValidationError) and the application shows no answer. toolwatch "
+        "reads no status or exception event of a plain span, so the model's answer is read "
+        "as the run's, not as withheld."
+    ),
+    "guarded_answer_stream": (
+        " The answer is streamed through the guard (stream=True; the callable makes the "
+        "request when called). Natively the guard's 'call' span has no guardrails.version "
+        "(guardrails-ai writes its attributes only for a call that is no stream), only kind "
+        "GUARDRAIL and llm.* input, beside a 'stream_guard_span' (GUARDRAIL) under 'step'; "
+        "under OpenInference there is no Runner.step, and the validator runs once per chunk."
     ),
     "llm_judge_validator": (
         " The judge validator's own ChatCompletion is under '<validator>.validate': a check, "

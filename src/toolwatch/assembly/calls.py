@@ -228,25 +228,27 @@ def _join(
             executions.append(span)
         elif role is SpanRole.OTHER and span.tool_name is not None:
             handoffs.append(span)
-    requests = _requests(spans, normalize)
+    requests = _requests(spans, sites, normalize)
     drafts, executions, requests = _join_by_id(executions, requests)
     drafts += _join_by_name(executions, requests, sites, normalize)
     return _with_handoffs(drafts, handoffs, spans, sites) if handoffs else drafts
 
 
-def _requests(spans: tuple[SpanRecord, ...], normalize: Callable[[Any], str]) -> list[_Request]:
+def _requests(
+    spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite], normalize: Callable[[Any], str]
+) -> list[_Request]:
     """Requested calls in emission order (LLM start, span id, part index).
 
     A call id already requested by another LLM span that overlaps this one in time is the
     same model call recorded by two instrumentations (a framework's chat span wrapping the
     SDK's), so it counts once. Sequential turns reusing an id (ADK sends
-    ``"<not specified>"``) stay distinct calls. So is a model span whose parent is a model
-    span asking for the same tools, whatever their ids: the client's span inside the
-    framework's (OpenLLMetry's client span gives a Responses call the item's id, ``fc_...``,
-    where the SDK's gives its ``call_id``).
+    ``"<not specified>"``) stay distinct calls. So is a model span below a model span that
+    asked for the same tools (plain spans between, no agent or tool), whatever their ids:
+    the client's span inside the framework's (OpenLLMetry's client span gives a Responses
+    call the item's id, ``fc_...``, where the SDK's gives its ``call_id``).
     """
     asking = [s for s in spans if s.role is SpanRole.LLM and s.output_tool_calls]
-    inner = _inner_records(asking) if len(asking) > 1 else _NO_IDS
+    inner = _inner_records(asking, sites) if len(asking) > 1 else _NO_IDS
     requests: list[_Request] = []
     first_llm: dict[str, SpanRecord] = {}
     for llm in asking:
@@ -265,20 +267,52 @@ def _requests(spans: tuple[SpanRecord, ...], normalize: Callable[[Any], str]) ->
 _NO_IDS: Final[frozenset[bytes]] = frozenset()
 
 
-def _inner_records(asking: list[SpanRecord]) -> frozenset[bytes]:
-    """The model spans among ``asking`` (each asked for calls) whose parent is one of them
-    asking for the same tool names: a second record of the parent's model call."""
+def _inner_records(asking: list[SpanRecord], sites: dict[bytes, CallSite]) -> frozenset[bytes]:
+    """The model spans among ``asking`` (each asked for calls) below another of them that
+    asked for the same tool names: a second record of that model call."""
     by_id = {s.span_id: s for s in asking}
+    names: dict[bytes, list[str]] = {}
     inner: list[bytes] = []
     for llm in asking:
-        parent = by_id.get(llm.parent_span_id) if llm.parent_span_id is not None else None
-        if parent is not None and _names(parent) == _names(llm):
+        outer = _asking_above(llm, by_id, sites)
+        if (
+            outer is not None
+            and len(outer.output_tool_calls) == len(llm.output_tool_calls)
+            and _names(outer, names) == _names(llm, names)
+        ):
             inner.append(llm.span_id)
     return frozenset(inner) if inner else _NO_IDS
 
 
-def _names(llm: SpanRecord) -> list[str]:
-    return sorted(call.name for call in llm.output_tool_calls)
+#: How far above a model span another that asked is looked for (plain spans between).
+_MAX_HOPS: Final = 8
+
+
+def _asking_above(
+    llm: SpanRecord, by_id: dict[bytes, SpanRecord], sites: dict[bytes, CallSite]
+) -> SpanRecord | None:
+    """The nearest model span of ``by_id`` above ``llm``, not past its agent or tool."""
+    site = sites[llm.span_id]
+    agent = site.agent.span_id if site.agent is not None else None
+    tool = site.tool.span_id if site.tool is not None else None
+    parent = site.parent
+    for _ in range(_MAX_HOPS):
+        if parent is None or parent in (agent, tool):
+            return None
+        found = by_id.get(parent)
+        if found is not None:
+            return found
+        above = sites.get(parent)
+        parent = above.parent if above is not None else None
+    return None
+
+
+def _names(llm: SpanRecord, known: dict[bytes, list[str]]) -> list[str]:
+    """The tool names ``llm`` asked for, sorted (worked out once per span)."""
+    found = known.get(llm.span_id)
+    if found is None:
+        found = known[llm.span_id] = sorted(call.name for call in llm.output_tool_calls)
+    return found
 
 
 def _emitted_position(call: RequestedCall) -> int:

@@ -68,6 +68,7 @@ from typing import Final
 
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.calls import CallSite, append_to, build_calls
+from toolwatch.conventions import guardrails_ai
 from toolwatch.conventions.attrs import (
     REFUSAL_REASONS,
     TRANSFER_TOOL_PREFIX,
@@ -844,7 +845,23 @@ def _models_above(span: SpanRecord, by_id: dict[bytes, SpanRecord]) -> list[byte
 
 
 def _below_guardrail(span: SpanRecord, by_id: dict[bytes, SpanRecord]) -> bool:
-    return any(a.role is SpanRole.GUARDRAIL for a in _in_agent_above(span, by_id))
+    above = _in_agent_above(span, by_id)
+    return any(
+        a.role is SpanRole.GUARDRAIL and not _part_of_guard(a, above[i + 1 : i + 2])
+        for i, a in enumerate(above)
+    )
+
+
+def _part_of_guard(guardrail: SpanRecord, parent: list[SpanRecord]) -> bool:
+    """A GUARDRAIL span right below a Guardrails AI guard's plain spans that is no
+    validator: the guard's own ``call`` of a streaming guard, which guardrails-ai writes
+    without ``guardrails.version`` (``conventions.guardrails_ai``)."""
+    return (
+        bool(parent)
+        and parent[0].convention == guardrails_ai.NAME
+        and parent[0].role is SpanRole.OTHER
+        and guardrail.convention != guardrails_ai.NAME
+    )
 
 
 _NO_SPANS: Final[frozenset[bytes]] = frozenset()

@@ -2,13 +2,12 @@
 other) and its role's fields, whatever instrumentation wrote it (CONVENTIONS.md).
 
 ``recognize`` classifies in Langfuse's proven priority (CONVENTIONS.md §6 step 2), after
-Guardrails AI's spans around the application's own model call (``guardrails.version``,
-which also carry an OpenInference kind): an explicit vendor kind
-(``openinference.span.kind``, ``traceloop.span.kind``, ``langsmith.span.kind``) >
-``gen_ai.operation.name`` > Google ADK's ``call_llm`` span > the Vercel AI SDK's
-``ai.operationId`` > Logfire's message template > a Guardrails AI validator
-(``on_fail_descriptor``) > a tool-name / call-id attribute (pydantic-ai v1/v2) > legacy
-OpenLLMetry LLM attributes > span names. Ingest reads only
+Guardrails AI's own spans (``guardrails.version`` on those around the application's model
+call, ``on_fail_descriptor`` on its validators; both may carry an OpenInference kind too):
+an explicit vendor kind (``openinference.span.kind``, ``traceloop.span.kind``,
+``langsmith.span.kind``) > ``gen_ai.operation.name`` > Google ADK's ``call_llm`` span > the
+Vercel AI SDK's ``ai.operationId`` > Logfire's message template > a tool-name / call-id
+attribute (pydantic-ai v1/v2) > legacy OpenLLMetry LLM attributes > span names. Ingest reads only
 ``ATTRIBUTE_KEYS`` (exact) and ``ATTRIBUTE_PREFIXES`` (flattened keys) and decodes only
 ``EVENT_NAMES`` events, with only their ``EVENT_ATTRIBUTE_KEYS``. Pure functions; no
 protobuf here.
@@ -92,8 +91,9 @@ _NAME_RULES: Final[tuple[tuple[str | None, _Rule], ...]] = (
 )
 _RULES: Final[tuple[tuple[str | None, _Rule], ...]] = (
     # Before the OpenInference kind, which Guardrails' own tracing sets to GUARDRAIL on the
-    # spans around the application's own model call.
+    # spans around the application's own model call and on its validators alike.
     (guardrails_ai.VERSION, guardrails_ai.classify_guard),
+    (guardrails_ai.VALIDATOR, guardrails_ai.classify_guard),
     ("openinference.span.kind", openinference.classify),
     ("traceloop.span.kind", openllmetry.classify),
     (langsmith.SPAN_KIND, langsmith.classify),
@@ -101,7 +101,6 @@ _RULES: Final[tuple[tuple[str | None, _Rule], ...]] = (
     (genai.ADK_LLM_RESPONSE, genai.classify_adk_call_llm),
     (vercel_ai.OPERATION_ID, vercel_ai.classify),
     (logfire.MSG_TEMPLATE, logfire.classify),
-    (guardrails_ai.VALIDATOR, guardrails_ai.classify_guard),
     (None, pydantic_ai.classify_tool_keys),
     (None, openllmetry.classify_legacy_llm),
     *_NAME_RULES,

@@ -10,7 +10,10 @@ check. Observed with guardrails-ai 0.11.0 and 0.5.0 (``tools/capture/capture_gua
   client's model span, each with ``guardrails.version`` and ``openinference.span.kind``
   ``GUARDRAIL``, and a ``<validator>.validate`` span per validator (GUARDRAIL, no
   ``guardrails.version``). A span with ``guardrails.version`` is a guard, a step or a call:
-  a plain span here, so a model call below it is no guardrail's.
+  a plain span here, so a model call below it is no guardrail's. A streaming guard's
+  ``call`` has no ``guardrails.version`` (0.11.0 writes its attributes only for a call
+  that is no stream), only the kind: the timeline reads a GUARDRAIL span right below a
+  guard's plain spans that is no validator as part of the guard (``assembly.timeline``).
 - ``openinference-instrumentation-guardrails`` (guardrails-ai 0.4.5 to 0.5.0) writes
   ``Runner.step`` (GUARDRAIL) around Guardrails' own ``step`` > ``call`` spans, which carry
   no kind, and the validator spans carry none either: ``Runner.step`` is a plain span here,
@@ -24,7 +27,15 @@ from typing import Final
 from toolwatch.conventions.attrs import AgentSpec, Attributes, Convention, ToolSpec
 from toolwatch.model import SpanRole
 
-__all__ = ["CONVENTION", "KEYS", "RUNNER_STEPS", "VALIDATOR", "VERSION", "classify_guard"]
+__all__ = [
+    "CONVENTION",
+    "KEYS",
+    "NAME",
+    "RUNNER_STEPS",
+    "VALIDATOR",
+    "VERSION",
+    "classify_guard",
+]
 
 VERSION: Final = "guardrails.version"
 VALIDATOR: Final = "on_fail_descriptor"
@@ -32,8 +43,9 @@ KEYS: Final = frozenset({VERSION, VALIDATOR})
 #: The span openinference-instrumentation-guardrails names after the runner's class.
 RUNNER_STEPS: Final = frozenset({"Runner.step", "StreamRunner.step"})
 
+NAME: Final = "guardrails_ai"  # ``SpanRecord.convention`` of the spans recognized here
 CONVENTION: Final = Convention(
-    name="guardrails_ai",
+    name=NAME,
     tool=ToolSpec((), (), (), (), name_from_span=lambda name: None),
     agent=AgentSpec((), (), name_from_span=lambda name: None),
 )

@@ -642,3 +642,52 @@ def test_a_model_span_inside_one_that_asked_for_other_tools_asks_for_its_own() -
     """Not a second record of the same output: the nested call's request counts too."""
     run = only(_recorded_twice((ask("issue_refund", "c9", {"order_id": "A-1"}),)))
     assert sorted(c.tool_name for c in run.calls) == ["issue_refund", "lookup_order"]
+
+
+def test_a_model_call_recorded_twice_with_a_plain_span_between_asks_once() -> None:
+    spans = [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 1, 10, ask("lookup_order", "call_003", {"order_id": "A-1"})),
+        span(3, 2, SpanRole.OTHER, 2, 9, name="provider.get_response"),
+        llm(4, 3, 3, 8, ask("lookup_order", "fc_002", {"order_id": "A-1"})),
+        tool(5, 1, "lookup_order", 11, 12, arguments={"order_id": "A-1"}),
+    ]
+    assert [c.tool_name for c in only(spans).calls] == ["lookup_order"]
+
+
+def test_a_model_span_inside_one_that_asked_for_the_same_tool_more_often_asks_for_its_own() -> None:
+    """The same names as a multiset, not as a set: two lookups above, one inside."""
+    spans = [
+        agent(1, None, "support", 0, 100),
+        llm(
+            2,
+            1,
+            1,
+            10,
+            ask("lookup_order", "c1", {"order_id": "A-1"}, 0),
+            ask("lookup_order", "c2", {"order_id": "A-2"}, 1),
+        ),
+        llm(3, 2, 2, 9, ask("lookup_order", "c3", {"order_id": "A-3"})),
+    ]
+    assert len(only(spans).calls) == 3
+
+
+def test_looking_for_a_second_record_costs_what_the_spans_hold(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A model span asking for 1,000 calls with 2,000 one-call model spans inside it: the
+    names are not sorted again for every child (a hostile run was 9x slower)."""
+    examined = 0
+    names = calls._names
+
+    def counting(llm_span: SpanRecord, known: dict[bytes, list[str]]) -> list[str]:
+        nonlocal examined
+        examined += len(llm_span.output_tool_calls)
+        return names(llm_span, known)
+
+    monkeypatch.setattr(calls, "_names", counting)
+    parent = llm(2, 1, 1, 9_000, *[ask(f"t{i:04d}", f"c{i}", {}, i) for i in range(1_000)])
+    children = [llm(10 + j, 2, 2, 8_000, ask("t0000", f"x{j}", {})) for j in range(2_000)]
+    run = only([agent(1, None, "a", 0, 10_000), parent, *children])
+    assert len(run.calls) == 3_000
+    assert examined <= 2 * (len(parent.output_tool_calls) + len(children))

@@ -11,6 +11,7 @@ from assembly_support import MS, TRACE, agent, ask, build, hexid, llm, only, spa
 
 from tests import factories
 from toolwatch.assembly import timeline
+from toolwatch.conventions import recognize
 from toolwatch.model import CallStatus, SpanRecord, SpanRole
 
 
@@ -916,3 +917,63 @@ def test_a_guardrail_that_tripped_in_an_agent_used_as_a_tool_refused_the_tool_no
     ]
     (run,) = build(spans)
     assert (run.refusal, run.final_text) == (False, "The refund desk is unavailable.")
+
+
+def test_the_first_guardrail_to_trip_is_the_refusal_reason() -> None:
+    spans = [
+        agent(1, None, "support", 0, 100, status_code=2),
+        span(2, 1, SpanRole.GUARDRAIL, 1, 60, refusal="guardrail slow_check tripped"),
+        span(3, 1, SpanRole.GUARDRAIL, 2, 30, refusal="guardrail fast_check tripped"),
+    ]
+    assert only(spans).refusal_reason == "guardrail fast_check tripped"
+
+
+def test_a_streaming_guardrails_ai_guard_keeps_the_runs_answer() -> None:
+    """guardrails-ai 0.11.0 writes a streaming guard's ``call`` span with its kind alone, no
+    ``guardrails.version`` (real capture: ``guardrails__native__guarded_answer_stream``):
+    the application's model call inside it is still the run's answer."""
+    streaming_call = recognize(
+        "call",
+        0,
+        {
+            "openinference.span.kind": "GUARDRAIL",
+            "input.value": '{"stream": true, "temperature": 0, "messages": []}',
+        },
+        None,
+    )
+    guard = recognize(
+        "step", 0, {"openinference.span.kind": "GUARDRAIL", "guardrails.version": "0.11.0"}, None
+    )
+    answer = "Refund R-77 of 25.00 USD was issued for order A-1001."
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 100, name="support_agent"),
+        llm(2, 1, 1, 10, ask("lookup_order", "call_001", {"order_id": "A-1001"})),
+        span(4, 1, guard.role, 90, 99, name="step", convention=guard.convention),
+        span(5, 4, streaming_call.role, 90, 95, name="call", convention=streaming_call.convention),
+        llm(6, 5, 91, 98, output_text=answer, finish_reasons=("stop",)),
+        span(
+            7,
+            4,
+            SpanRole.GUARDRAIL,
+            96,
+            97,
+            name="mentions-order.validate",
+            convention="guardrails_ai",
+        ),
+        span(8, 4, SpanRole.GUARDRAIL, 98, 98, name="stream_guard_span"),
+    ]
+    assert (streaming_call.role, guard.role) == (SpanRole.GUARDRAIL, SpanRole.OTHER)
+    assert only(spans).final_text == answer
+
+
+def test_a_validators_own_model_call_is_a_check_even_right_below_the_guard() -> None:
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 100, name="support_agent"),
+        llm(2, 1, 1, 10, output_text="Refund issued.", finish_reasons=("stop",)),
+        span(3, 1, SpanRole.OTHER, 20, 99, name="step", convention="guardrails_ai"),
+        span(
+            4, 3, SpanRole.GUARDRAIL, 21, 98, name="llm-judge.validate", convention="guardrails_ai"
+        ),
+        llm(5, 4, 22, 97, output_text='{"is_flagged": false}', finish_reasons=("stop",)),
+    ]
+    assert only(spans).final_text == "Refund issued."

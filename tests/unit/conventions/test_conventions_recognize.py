@@ -414,7 +414,7 @@ def test_a_handoff_span_names_the_agent_it_hands_to(
                 "validator.name": "toolwatch/llm-judge",
                 "on_fail_descriptor": "noop",
             },
-            "openinference",
+            "guardrails_ai",
         ),
         ("toolwatch/llm-judge.validate", {"on_fail_descriptor": "noop"}, "guardrails_ai"),
         # a GUARDRAIL span of the openai-agents instrumentation named like a runner's step
