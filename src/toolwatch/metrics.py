@@ -17,8 +17,8 @@ evaluators), unless it is still buffered.
 
 ``golden_cases_watched`` names the golden cases whose runs are expected at least every so
 many seconds (``expected_every_seconds``), at start-up and after each reload;
-``golden_case_judged`` says a complete run was matched to one of them, so its next is due
-that long from now. Together they tell a canary that stopped arriving or being matched.
+``golden_case_judged`` says a complete run was matched to one of them, at that time.
+Together they tell a canary that stopped arriving or being matched.
 
 ``auth_failed`` counts requests refused for a missing or wrong bearer token, per listener
 (``grpc``, ``http``, ``metrics``, ``stream``). ``reload_failed`` counts looks at changed

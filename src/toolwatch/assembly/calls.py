@@ -248,7 +248,7 @@ def _requests(
     call the item's id, ``fc_...``, where the SDK's gives its ``call_id``).
     """
     asking = [s for s in spans if s.role is SpanRole.LLM and s.output_tool_calls]
-    inner = _inner_records(asking, sites) if len(asking) > 1 else _NO_IDS
+    inner = _inner_records(asking, sites) if _overlapping(asking) else _NO_IDS
     requests: list[_Request] = []
     first_llm: dict[str, SpanRecord] = {}
     for llm in asking:
@@ -265,6 +265,17 @@ def _requests(
 
 
 _NO_IDS: Final[frozenset[bytes]] = frozenset()
+
+
+def _overlapping(asking: list[SpanRecord]) -> bool:
+    """Whether two of ``asking`` (in start order) overlap in time: a model span inside
+    another must (the usual run's turns follow one another)."""
+    latest_end = -1
+    for llm in asking:
+        if llm.start_ns <= latest_end:
+            return True
+        latest_end = max(latest_end, llm.end_ns)
+    return False
 
 
 def _inner_records(asking: list[SpanRecord], sites: dict[bytes, CallSite]) -> frozenset[bytes]:

@@ -157,7 +157,7 @@ def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[
     recorded = _Tree(spans, by_id, {})
     adopted = _adoptions(spans, recorded)
     tree = _Tree(spans, by_id, adopted) if adopted else recorded
-    sites = _place(spans, tree, _workflows(spans, tree))
+    sites = _place(spans, tree, _workflows(spans, tree), by_id)
     runs = _runs(spans, by_id, sites)
     if len(runs) > 1:
         runs = _joined_at_handoffs(runs, sites)
@@ -196,20 +196,27 @@ def _span_id(span: SpanRecord) -> bytes:
 
 
 def _place(
-    spans: list[SpanRecord], tree: _Tree, workflows: frozenset[bytes]
+    spans: list[SpanRecord],
+    tree: _Tree,
+    workflows: frozenset[bytes],
+    by_id: dict[bytes, SpanRecord],
 ) -> dict[bytes, CallSite]:
     """Walk every tree top-down: each span's call site, with the run it belongs to."""
     sites: dict[bytes, CallSite] = {}
     for top in tree.tops:
-        _walk_placing(top, tree, workflows, sites)
+        _walk_placing(top, tree, workflows, sites, by_id)
     for span in tree.unreached(spans, sites):  # each walk places more: check them all again
         if span.span_id not in sites:
-            _walk_placing(span, tree, workflows, sites)
+            _walk_placing(span, tree, workflows, sites, by_id)
     return sites
 
 
 def _walk_placing(
-    top: SpanRecord, tree: _Tree, workflows: frozenset[bytes], sites: dict[bytes, CallSite]
+    top: SpanRecord,
+    tree: _Tree,
+    workflows: frozenset[bytes],
+    sites: dict[bytes, CallSite],
+    by_id: dict[bytes, SpanRecord],
 ) -> None:
     """Place ``top`` and every span below it not placed yet."""
     # Two stacks, of spans and of the frames they get: no (span, frame) tuple per span.
@@ -223,7 +230,7 @@ def _walk_placing(
             # A leaf hands down nothing and starts no run.
             sites[span.span_id] = CallSite(frame.agent, frame.tool, frame.parent, frame.run)
             continue
-        inner = _descend(span, frame, workflows)
+        inner = _descend(span, frame, workflows, by_id)
         sites[span.span_id] = CallSite(frame.agent, frame.tool, frame.parent, inner.run)
         for child in kids if kids is not None else _LEAF:
             stack.append(child)
@@ -394,11 +401,19 @@ def _only_agents_below(agent: SpanRecord, tree: _Tree) -> bool:
     return holds_agent
 
 
-def _descend(span: SpanRecord, frame: _Frame, workflows: frozenset[bytes]) -> _Frame:
+def _descend(
+    span: SpanRecord, frame: _Frame, workflows: frozenset[bytes], by_id: dict[bytes, SpanRecord]
+) -> _Frame:
     """The frame ``span`` hands its children. An AGENT span (not a workflow) outside every
     run, or that a guardrail runs, starts one, and TOOL ancestors outside that run are not
-    its calls' parents."""
+    its calls' parents. A Guardrails AI guard's own GUARDRAIL spans run no checker."""
     role = span.role
+    if (
+        role is SpanRole.GUARDRAIL
+        and span.parent_span_id is not None
+        and _part_of_guard(span, by_id.get(span.parent_span_id))
+    ):
+        role = SpanRole.OTHER
     is_agent = role is SpanRole.AGENT and span.span_id not in workflows
     starts_run = is_agent and (frame.run is None or frame.guarded)
     run = span.span_id if starts_run else frame.run
@@ -847,19 +862,27 @@ def _models_above(span: SpanRecord, by_id: dict[bytes, SpanRecord]) -> list[byte
 def _below_guardrail(span: SpanRecord, by_id: dict[bytes, SpanRecord]) -> bool:
     above = _in_agent_above(span, by_id)
     return any(
-        a.role is SpanRole.GUARDRAIL and not _part_of_guard(a, above[i + 1 : i + 2])
+        a.role is SpanRole.GUARDRAIL
+        and not _part_of_guard(a, above[i + 1] if i + 1 < len(above) else None)
         for i, a in enumerate(above)
     )
 
 
-def _part_of_guard(guardrail: SpanRecord, parent: list[SpanRecord]) -> bool:
-    """A GUARDRAIL span right below a Guardrails AI guard's plain spans that is no
-    validator: the guard's own ``call`` of a streaming guard, which guardrails-ai writes
-    without ``guardrails.version`` (``conventions.guardrails_ai``)."""
+#: The spans of a streaming Guardrails AI guard that carry only the kind GUARDRAIL, not
+#: ``guardrails.version`` (guardrails-ai 0.11.0 writes its attributes only for a call that
+#: is no stream), under the guard's ``step``.
+_STREAMING_GUARD_SPANS: Final = frozenset({"call", "stream_guard_span"})
+
+
+def _part_of_guard(guardrail: SpanRecord, parent: SpanRecord | None) -> bool:
+    """A streaming Guardrails AI guard's own ``call`` (or ``stream_guard_span``): kind
+    GUARDRAIL alone, right below the guard's ``step`` (``conventions.guardrails_ai``). The
+    application's model call inside it is the run's, as in a guard that does not stream."""
     return (
-        bool(parent)
-        and parent[0].convention == guardrails_ai.NAME
-        and parent[0].role is SpanRole.OTHER
+        parent is not None
+        and guardrail.name in _STREAMING_GUARD_SPANS
+        and parent.name == "step"
+        and parent.convention == guardrails_ai.NAME
         and guardrail.convention != guardrails_ai.NAME
     )
 

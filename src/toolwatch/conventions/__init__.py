@@ -1,13 +1,14 @@
 """Convention recognizers: what a span is (agent run, tool execution, model call, wrapper,
 other) and its role's fields, whatever instrumentation wrote it (CONVENTIONS.md).
 
-``recognize`` classifies in Langfuse's proven priority (CONVENTIONS.md §6 step 2), after
-Guardrails AI's own spans (``guardrails.version`` on those around the application's model
-call, ``on_fail_descriptor`` on its validators; both may carry an OpenInference kind too):
-an explicit vendor kind (``openinference.span.kind``, ``traceloop.span.kind``,
+``recognize`` classifies in Langfuse's proven priority (CONVENTIONS.md §6 step 2): an
+explicit vendor kind (``openinference.span.kind``, ``traceloop.span.kind``,
 ``langsmith.span.kind``) > ``gen_ai.operation.name`` > Google ADK's ``call_llm`` span > the
-Vercel AI SDK's ``ai.operationId`` > Logfire's message template > a tool-name / call-id
-attribute (pydantic-ai v1/v2) > legacy OpenLLMetry LLM attributes > span names. Ingest reads only
+Vercel AI SDK's ``ai.operationId`` > Logfire's message template > Guardrails AI's own spans
+(``guardrails.version`` on those around the application's model call, ``on_fail_descriptor``
+on its validators; with the OpenInference kind GUARDRAIL they are told apart by that rule)
+> a tool-name / call-id attribute (pydantic-ai v1/v2) > legacy OpenLLMetry LLM attributes >
+span names. Ingest reads only
 ``ATTRIBUTE_KEYS`` (exact) and ``ATTRIBUTE_PREFIXES`` (flattened keys) and decodes only
 ``EVENT_NAMES`` events, with only their ``EVENT_ATTRIBUTE_KEYS``. Pure functions; no
 protobuf here.
@@ -90,10 +91,7 @@ _NAME_RULES: Final[tuple[tuple[str | None, _Rule], ...]] = (
     (None, genai.classify_by_name),
 )
 _RULES: Final[tuple[tuple[str | None, _Rule], ...]] = (
-    # Before the OpenInference kind, which Guardrails' own tracing sets to GUARDRAIL on the
-    # spans around the application's own model call and on its validators alike.
-    (guardrails_ai.VERSION, guardrails_ai.classify_guard),
-    (guardrails_ai.VALIDATOR, guardrails_ai.classify_guard),
+    # (Guardrails AI's own spans with the OpenInference kind are told apart there.)
     ("openinference.span.kind", openinference.classify),
     ("traceloop.span.kind", openllmetry.classify),
     (langsmith.SPAN_KIND, langsmith.classify),
@@ -101,6 +99,9 @@ _RULES: Final[tuple[tuple[str | None, _Rule], ...]] = (
     (genai.ADK_LLM_RESPONSE, genai.classify_adk_call_llm),
     (vercel_ai.OPERATION_ID, vercel_ai.classify),
     (logfire.MSG_TEMPLATE, logfire.classify),
+    # Guardrails AI's spans without a kind: guardrails-ai 0.5.0's validators.
+    (guardrails_ai.VERSION, guardrails_ai.classify_guard),
+    (guardrails_ai.VALIDATOR, guardrails_ai.classify_guard),
     (None, pydantic_ai.classify_tool_keys),
     (None, openllmetry.classify_legacy_llm),
     *_NAME_RULES,

@@ -108,8 +108,14 @@ def classify(name: str, attrs: Attributes) -> tuple[SpanRole, Convention] | None
     role = _KIND_ROLES.get(kind.upper(), SpanRole.OTHER)
     if role is SpanRole.TOOL and name.startswith(NAMED_HANDOFF_PREFIX):
         role = SpanRole.OTHER
-    elif role is SpanRole.GUARDRAIL and name in guardrails_ai.RUNNER_STEPS:
-        role = SpanRole.OTHER  # a Guardrails AI guard's step: the application's own call
+    elif role is SpanRole.GUARDRAIL:
+        # Guardrails AI's own spans carry this kind too: its guard around the application's
+        # own model call is plain, its validators are guardrails.
+        guard = guardrails_ai.classify_guard(name, attrs)
+        if guard is not None:
+            return guard
+        if name in guardrails_ai.RUNNER_STEPS:
+            role = SpanRole.OTHER  # OpenInference's span around a guard's step
     elif role is SpanRole.OTHER and _is_langchain_agent(name, attrs):
         role = SpanRole.AGENT
     return role, CONVENTION

@@ -22,6 +22,7 @@ only, and the tallies are rendered there too (the metrics listener runs on the l
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import re
@@ -599,7 +600,9 @@ class PrometheusMetrics:
         kept keeps its last match; a dropped one loses its series."""
         for case_id in self._watched_cases.difference(every):
             self._case_every.remove(case_id)
-            self._case_matched.remove(case_id)  # nothing to remove when never matched
+            # Never matched: prometheus-client before 0.21.1 raises removing what is not there.
+            with contextlib.suppress(KeyError):
+                self._case_matched.remove(case_id)
         for case_id, seconds in every.items():
             self._case_every.labels(case_id).set(seconds)
         self._watched_cases = frozenset(every)

@@ -977,3 +977,42 @@ def test_a_validators_own_model_call_is_a_check_even_right_below_the_guard() -> 
         llm(5, 4, 22, 97, output_text='{"is_flagged": false}', finish_reasons=("stop",)),
     ]
     assert only(spans).final_text == "Refund issued."
+
+
+def test_an_applications_own_guardrail_inside_a_guards_call_is_still_a_guardrail() -> None:
+    """Only a streaming guard's own ``call`` or ``stream_guard_span`` is part of the guard: a
+    moderation check of the application's inside the guarded callable still checks."""
+    answer = "Refund R-77 was issued."
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 100, name="support_agent"),
+        span(2, 1, SpanRole.OTHER, 10, 99, name="step", convention="guardrails_ai"),
+        span(3, 2, SpanRole.OTHER, 11, 98, name="call", convention="guardrails_ai"),
+        llm(4, 3, 12, 50, output_text=answer, finish_reasons=("stop",)),
+        span(5, 3, SpanRole.GUARDRAIL, 51, 97, name="moderation", convention="openinference"),
+        llm(6, 5, 52, 96, output_text="SAFE", finish_reasons=("stop",)),
+    ]
+    assert only(spans).final_text == answer
+
+
+@pytest.mark.parametrize("streaming", [False, True], ids=["call", "streaming-call"])
+def test_an_agent_inside_a_guards_call_is_the_runs_whatever_the_guard_streams(
+    streaming: bool,
+) -> None:
+    """A guarded callable that runs an agent: its calls are the run's, not a checker's, as
+    much when the guard streams (its ``call`` has the kind GUARDRAIL alone) as when not."""
+    call = (
+        span(3, 2, SpanRole.GUARDRAIL, 11, 98, name="call", convention="openinference")
+        if streaming
+        else span(3, 2, SpanRole.OTHER, 11, 98, name="call", convention="guardrails_ai")
+    )
+    spans = [
+        agent(1, None, "support", 0, 100),
+        tool(10, 1, "lookup_order", 1, 5),
+        span(2, 1, SpanRole.OTHER, 10, 99, name="step", convention="guardrails_ai"),
+        call,
+        agent(4, 3, "refund-desk", 12, 97),
+        tool(5, 4, "issue_refund", 20, 30),
+    ]
+    assert [[c.tool_name for c in run.calls] for run in build(spans)] == [
+        ["lookup_order", "issue_refund"]
+    ]
