@@ -93,6 +93,7 @@ SCENARIOS = (
     "llm_judge_validator",
 )
 SCRIPT = "refund"  # every scenario plays the refund conversation
+TOOLS = ("lookup_order", "issue_refund")  # the tools the loop declares
 TOOL_ROUNDS = 2  # the app's budget: two tool rounds, then a forced (and guarded) answer
 MODEL = "gpt-4o-mini"
 INSTRUCTIONS = "You are a helpful customer-support agent. Use the tools."
@@ -100,15 +101,6 @@ JUDGE_INSTRUCTIONS = (
     'You review support answers. Reply with JSON: {"is_flagged": bool, "reasoning": str}.'
 )
 
-_STRING = {"type": "string"}
-_NUMBER = {"type": "number"}
-_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
-    "lookup_order": ("Look up an order by its id.", {"order_id": _STRING}),
-    "issue_refund": (
-        "Refund an amount in USD for an order.",
-        {"order_id": _STRING, "amount_usd": _NUMBER},
-    ),
-}
 
 #: The local validator classes, defined once guardrails may be imported (see ``_validators``).
 _VALIDATORS: dict[str, Any] = {}
@@ -240,15 +232,6 @@ def _messages_kwarg(messages: list[dict[str, Any]]) -> dict[str, Any]:
     )
 
 
-def _tool_definition(name: str) -> dict[str, Any]:
-    description, properties = _TOOLS[name]
-    parameters = {"type": "object", "properties": properties, "required": sorted(properties)}
-    return {
-        "type": "function",
-        "function": {"name": name, "description": description, "parameters": parameters},
-    }
-
-
 async def run_scenario(capture: Capture, server: FakeModelServer, scenario: str) -> None:
     """Run the app (synchronous, like a plain script) in a worker thread."""
     await asyncio.to_thread(_run_in_own_loop, capture, server, scenario)
@@ -268,7 +251,7 @@ def _run_in_own_loop(capture: Capture, server: FakeModelServer, scenario: str) -
 
 def _run_app(capture: Capture, server: FakeModelServer, scenario: str) -> None:
     client = OpenAI(base_url=server.base_url, api_key="sk-fake", max_retries=0, timeout=10)
-    tools: list[Any] = [_tool_definition(name) for name in _TOOLS]
+    tools: list[Any] = [scripts.chat_tool(name) for name in TOOLS]
     head: list[Any] = [
         {"role": "system", "content": INSTRUCTIONS},
         {"role": "user", "content": scripts.prompt_for(SCRIPT)},

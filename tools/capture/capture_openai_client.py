@@ -39,21 +39,6 @@ SCENARIOS = ("refund", "parallel", "tool_error", "refusal")
 INSTRUCTIONS = "You are a helpful customer-support agent. Use the tools."
 MAX_TURNS = 5
 
-_STRING = {"type": "string"}
-_NUMBER = {"type": "number"}
-_TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
-    "lookup_order": ("Look up an order by its id.", {"order_id": _STRING}),
-    "issue_refund": (
-        "Refund an amount in USD for an order.",
-        {"order_id": _STRING, "amount_usd": _NUMBER},
-    ),
-    "get_weather": ("Current weather for a city.", {"city": _STRING}),
-    "charge_card": (
-        "Charge the customer's card for an order.",
-        {"order_id": _STRING, "amount_usd": _NUMBER},
-    ),
-}
-
 
 def instrument(name: str, capture: Capture) -> CaptureRun:
     """Instrument the ``openai`` package with ``name`` against the capture's provider.
@@ -91,20 +76,11 @@ def _instrument_logfire(capture: Capture) -> None:
     capture.provider = trace.get_tracer_provider()  # type: ignore[assignment]
 
 
-def _tool_definition(name: str) -> dict[str, Any]:
-    description, properties = _TOOLS[name]
-    parameters = {"type": "object", "properties": properties, "required": sorted(properties)}
-    return {
-        "type": "function",
-        "function": {"name": name, "description": description, "parameters": parameters},
-    }
-
-
 async def run_scenario(capture: Capture, server: FakeModelServer, scenario: str) -> None:
     """Run the loop: call the model, run requested tools, repeat until it stops asking."""
     client = OpenAI(base_url=server.base_url, api_key="sk-fake", max_retries=0, timeout=10)
     # Plain dicts, as hand-rolled loops send them; the client accepts them at run time.
-    tools: list[Any] = [_tool_definition(name) for name in _TOOLS]
+    tools: list[Any] = [scripts.chat_tool(name) for name in scripts.TOOL_SCHEMAS]
     messages: list[Any] = [
         {"role": "system", "content": INSTRUCTIONS},
         {"role": "user", "content": scripts.prompt_for(scenario)},

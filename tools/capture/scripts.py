@@ -18,12 +18,14 @@ from typing import Any
 __all__ = [
     "MARKER",
     "SCENARIOS",
+    "TOOL_SCHEMAS",
     "Refusal",
     "Scenario",
     "Text",
     "ToolCalls",
     "Turn",
     "charge_card",
+    "chat_tool",
     "find_scenario",
     "get_weather",
     "issue_refund",
@@ -222,6 +224,34 @@ SCENARIOS: dict[str, Scenario] = {
         ),
     )
 }
+
+
+_STRING = {"type": "string"}
+_NUMBER = {"type": "number"}
+#: The tools' descriptions and parameters, for the hand-rolled loops that declare them to
+#: the Chat Completions API themselves.
+TOOL_SCHEMAS: dict[str, tuple[str, dict[str, Any]]] = {
+    "lookup_order": ("Look up an order by its id.", {"order_id": _STRING}),
+    "issue_refund": (
+        "Refund an amount in USD for an order.",
+        {"order_id": _STRING, "amount_usd": _NUMBER},
+    ),
+    "get_weather": ("Current weather for a city.", {"city": _STRING}),
+    "charge_card": (
+        "Charge the customer's card for an order.",
+        {"order_id": _STRING, "amount_usd": _NUMBER},
+    ),
+}
+
+
+def chat_tool(name: str) -> dict[str, Any]:
+    """Tool ``name`` as a Chat Completions ``tools`` entry."""
+    description, properties = TOOL_SCHEMAS[name]
+    parameters = {"type": "object", "properties": properties, "required": sorted(properties)}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
 
 
 def find_scenario(first_user_text: str) -> Scenario:
