@@ -242,10 +242,11 @@ def _requests(
     A call id already requested by another LLM span that overlaps this one in time is the
     same model call recorded by two instrumentations (a framework's chat span wrapping the
     SDK's), so it counts once. Sequential turns reusing an id (ADK sends
-    ``"<not specified>"``) stay distinct calls. So is a model span below a model span that
-    asked for the same tools (plain spans between, no agent or tool), whatever their ids:
-    the client's span inside the framework's (OpenLLMetry's client span gives a Responses
-    call the item's id, ``fc_...``, where the SDK's gives its ``call_id``).
+    ``"<not specified>"``) stay distinct calls. A model span below one that asked for the
+    same tools (plain spans between, no agent or tool) is a second record of that call too,
+    whatever their ids: the client's span inside the framework's (OpenLLMetry's client span
+    gives a Responses call the item's id, ``fc_...``, where the SDK's gives its
+    ``call_id``).
     """
     asking = [s for s in spans if s.role is SpanRole.LLM and s.output_tool_calls]
     inner = _inner_records(asking, sites) if _overlapping(asking) else _NO_IDS

@@ -870,8 +870,10 @@ def _below_guardrail(span: SpanRecord, by_id: dict[bytes, SpanRecord]) -> bool:
 
 #: The spans of a streaming Guardrails AI guard that carry only the kind GUARDRAIL, not
 #: ``guardrails.version`` (guardrails-ai 0.11.0 writes its attributes only for a call that
-#: is no stream), under the guard's ``step``.
-_STREAMING_GUARD_SPANS: Final = frozenset({"call", "stream_guard_span"})
+#: is no stream), under the guard's ``step``: its ``call``, and the span each chunk is
+#: validated in (``stream_guard_span``; ``async_stream_span`` for an async guard, from
+#: guardrails' source, not captured here), inside which the application's code runs.
+_STREAMING_GUARD_SPANS: Final = frozenset({"call", "stream_guard_span", "async_stream_span"})
 
 
 def _part_of_guard(guardrail: SpanRecord, parent: SpanRecord | None) -> bool:

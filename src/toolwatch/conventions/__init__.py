@@ -8,10 +8,9 @@ Vercel AI SDK's ``ai.operationId`` > Logfire's message template > Guardrails AI'
 (``guardrails.version`` on those around the application's model call, ``on_fail_descriptor``
 on its validators; with the OpenInference kind GUARDRAIL they are told apart by that rule)
 > a tool-name / call-id attribute (pydantic-ai v1/v2) > legacy OpenLLMetry LLM attributes >
-span names. Ingest reads only
-``ATTRIBUTE_KEYS`` (exact) and ``ATTRIBUTE_PREFIXES`` (flattened keys) and decodes only
-``EVENT_NAMES`` events, with only their ``EVENT_ATTRIBUTE_KEYS``. Pure functions; no
-protobuf here.
+span names. Ingest reads only ``ATTRIBUTE_KEYS`` (exact) and ``ATTRIBUTE_PREFIXES``
+(flattened keys) and decodes only ``EVENT_NAMES`` events, with only their
+``EVENT_ATTRIBUTE_KEYS``. Pure functions; no protobuf here.
 """
 
 from __future__ import annotations

@@ -12,8 +12,9 @@ check. Observed with guardrails-ai 0.11.0 and 0.5.0 (``tools/capture/capture_gua
   ``guardrails.version``). A span with ``guardrails.version`` is a guard, a step or a call:
   a plain span here, so a model call below it is no guardrail's. A streaming guard's
   ``call`` has no ``guardrails.version`` (0.11.0 writes its attributes only for a call
-  that is no stream), only the kind: the timeline reads a GUARDRAIL span right below a
-  guard's plain spans that is no validator as part of the guard (``assembly.timeline``).
+  that is no stream), only the kind, and neither has its ``stream_guard_span``
+  (``async_stream_span`` when async): the timeline reads a GUARDRAIL span of those names
+  right below the guard's ``step`` as part of the guard (``assembly.timeline``).
 - ``openinference-instrumentation-guardrails`` (guardrails-ai 0.4.5 to 0.5.0) writes
   ``Runner.step`` (GUARDRAIL) around Guardrails' own ``step`` > ``call`` spans, which carry
   no kind, and the validator spans carry none either: ``Runner.step`` is a plain span here,

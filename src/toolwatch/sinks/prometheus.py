@@ -600,7 +600,7 @@ class PrometheusMetrics:
         kept keeps its last match; a dropped one loses its series."""
         for case_id in self._watched_cases.difference(every):
             self._case_every.remove(case_id)
-            # Never matched: prometheus-client before 0.21.1 raises removing what is not there.
+            # Never matched: prometheus-client before 0.22 raises removing what is not there.
             with contextlib.suppress(KeyError):
                 self._case_matched.remove(case_id)
         for case_id, seconds in every.items():

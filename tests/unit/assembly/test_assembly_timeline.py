@@ -928,7 +928,8 @@ def test_the_first_guardrail_to_trip_is_the_refusal_reason() -> None:
     assert only(spans).refusal_reason == "guardrail fast_check tripped"
 
 
-def test_a_streaming_guardrails_ai_guard_keeps_the_runs_answer() -> None:
+@pytest.mark.parametrize("chunk_span", ["stream_guard_span", "async_stream_span"])
+def test_a_streaming_guardrails_ai_guard_keeps_the_runs_answer(chunk_span: str) -> None:
     """guardrails-ai 0.11.0 writes a streaming guard's ``call`` span with its kind alone, no
     ``guardrails.version`` (real capture: ``guardrails__native__guarded_answer_stream``):
     the application's model call inside it is still the run's answer."""
@@ -960,10 +961,12 @@ def test_a_streaming_guardrails_ai_guard_keeps_the_runs_answer() -> None:
             name="mentions-order.validate",
             convention="guardrails_ai",
         ),
-        span(8, 4, SpanRole.GUARDRAIL, 98, 98, name="stream_guard_span"),
+        # The span each chunk is validated in, with the application's next step inside.
+        span(8, 4, SpanRole.GUARDRAIL, 99, 100, name=chunk_span),
+        llm(9, 8, 99, 100, output_text="Anything else?", finish_reasons=("stop",)),
     ]
     assert (streaming_call.role, guard.role) == (SpanRole.GUARDRAIL, SpanRole.OTHER)
-    assert only(spans).final_text == answer
+    assert only(spans).final_text == "Anything else?"
 
 
 def test_a_validators_own_model_call_is_a_check_even_right_below_the_guard() -> None:

@@ -548,6 +548,9 @@ def test_a_watched_golden_case_tells_its_interval_and_its_last_match(
     metrics.golden_case_judged("daily")  # no longer watched: no series comes back
     assert get(matched, {"case": "daily"}) is None
 
+    metrics.golden_cases_watched({"hourly": 7200.0})  # weekly, never matched, dropped
+    assert [get(every, {"case": c}) for c in ("hourly", "weekly")] == [7200.0, None]
+
 
 def test_the_reload_timestamp_comes_from_the_wall_clock(registry: CollectorRegistry) -> None:
     wall = _WallClock(1_700_000_000.0)
