@@ -40,7 +40,11 @@ from agents import (
     output_guardrail,
     set_trace_processors,
 )
-from agents.exceptions import InputGuardrailTripwireTriggered, ModelRefusalError
+from agents.exceptions import (
+    InputGuardrailTripwireTriggered,
+    ModelRefusalError,
+    OutputGuardrailTripwireTriggered,
+)
 from openai import AsyncOpenAI
 from opentelemetry import trace
 from pydantic import BaseModel
@@ -64,6 +68,7 @@ SCENARIOS = (
     "refusal_output_guardrail_client",
     "tool_output_guardrail_client",
     "input_guardrail_blocking_client",
+    "output_guardrail_tripped_client",
 )
 #: The main agent refuses under an output guardrail that calls the model client itself, no
 #: agent: the client's own instrumentation (enabled beside the SDK's, as Traceloop.init()
@@ -75,8 +80,16 @@ TOOL_OUTPUT_GUARDRAIL = "tool_output_guardrail_client"
 #: A blocking input guardrail (``run_in_parallel=False``) that calls the client and trips
 #: before any model call of the agent.
 BLOCKING_GUARDRAIL = "input_guardrail_blocking_client"
+#: An output guardrail that calls the client flags the agent's answer and trips: the SDK
+#: raises and the answer is withheld.
+TRIPPED_OUTPUT_GUARDRAIL = "output_guardrail_tripped_client"
 #: Scenarios whose guardrail calls the model client itself, instrumented for them alone.
-CLIENT_GUARDRAILS = (CLIENT_GUARDRAIL, TOOL_OUTPUT_GUARDRAIL, BLOCKING_GUARDRAIL)
+CLIENT_GUARDRAILS = (
+    CLIENT_GUARDRAIL,
+    TOOL_OUTPUT_GUARDRAIL,
+    BLOCKING_GUARDRAIL,
+    TRIPPED_OUTPUT_GUARDRAIL,
+)
 #: Scenarios whose main agent refuses under a guardrail: the run has a ``model_refusal``
 #: error handler, so the refusal becomes the final output and the run goes on (without one
 #: the SDK raises and output guardrails never run).
@@ -167,7 +180,7 @@ async def run_scenario(
             result = await Runner.run(
                 agent, scripts.prompt_for(scenario), run_config=config, error_handlers=handlers
             )
-    except InputGuardrailTripwireTriggered as tripped:
+    except (InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered) as tripped:
         print(f"  {scenario}: raised {tripped!r}", flush=True)
         return
     except ModelRefusalError as refusal:
@@ -230,12 +243,14 @@ async def _client_check(guard: AsyncOpenAI, script: str, text: Any) -> Guardrail
     return GuardrailFunctionOutput(output_info=verdict, tripwire_triggered=verdict.is_flagged)
 
 
-def _client_guardrail(guard: AsyncOpenAI) -> Any:
-    """An output guardrail whose function calls the model client itself, no agent."""
+def _client_guardrail(guard: AsyncOpenAI, script: str = "guardrail_check") -> Any:
+    """An output guardrail whose function calls the model client itself, no agent
+    (``script`` is its verdict: ``guardrail_check`` flags nothing, ``guardrail_flag``
+    trips)."""
 
     @output_guardrail(name="output_safety")
     async def output_safety(context: Any, agent: Any, output: Any) -> GuardrailFunctionOutput:
-        return await _client_check(guard, "guardrail_check", output)
+        return await _client_check(guard, script, output)
 
     return output_safety
 
@@ -291,6 +306,9 @@ def _build_agent(scenario: str, client: Any, config: Any, guard: AsyncOpenAI) ->
         return main.clone(
             output_guardrails=[_client_guardrail(guard)], tool_use_behavior="stop_on_first_tool"
         )
+    if scenario == TRIPPED_OUTPUT_GUARDRAIL:
+        main = agent("support_agent", "lookup_order")
+        return main.clone(output_guardrails=[_client_guardrail(guard, "guardrail_flag")])
     if scenario == BLOCKING_GUARDRAIL:
         main = agent("support_agent", "lookup_order", "issue_refund", "charge_card")
         return main.clone(input_guardrails=[_blocking_client_guardrail(guard)])

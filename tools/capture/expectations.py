@@ -73,12 +73,23 @@ SCRIPTED: dict[str, dict[str, Any]] = {
     # A blocking input guardrail tripped before the agent's model was called: the request
     # was refused, by the guardrail; its verdict is no answer of the run.
     "input_guardrail_blocking_client": _run("support_agent", [], None, refusal=True),
+    # An output guardrail tripped on the agent's answer, which the SDK withheld (it raised):
+    # the run refused, by the guardrail, after its tool call. The withheld answer is still
+    # the model's last output, the run's final text (what the guardrail stopped).
+    "output_guardrail_tripped_client": _run(
+        "support_agent",
+        [_call("lookup_order", {"order_id": "A-1001"})],
+        "paid with the card",
+        refusal=True,
+    ),
     # Guardrails AI: the guard calls the application's own model callable, whose answer is
     # the run's (whatever the validators said of it); the LLM-as-judge validator's own
     # model call is a check.
     "guarded_answer": _run(None, _REFUND_CALLS, "Refund R-77"),
     "guarded_answer_fails": _run(None, _REFUND_CALLS, "Refund R-77"),
-    "guarded_answer_raises": _run(None, _REFUND_CALLS, "Refund R-77"),
+    # The guard raised: the application got no answer. The run refused, for the guard; the
+    # model's withheld answer is still its final text.
+    "guarded_answer_raises": _run(None, _REFUND_CALLS, "Refund R-77", refusal=True),
     "guarded_answer_stream": _run(None, _REFUND_CALLS, "Refund R-77"),
     "llm_judge_validator": _run(None, _REFUND_CALLS, "Refund R-77"),
     "agent_as_tool": _run(
@@ -522,7 +533,8 @@ _AGENTS_BLOCKING_GUARDRAIL = (
 _AGENTS_BLOCKING_GUARDRAIL_SPANS = {
     "openinference": (
         "'input_safety' (GUARDRAIL, nothing else) > 'Response' (LLM, the verdict) under the "
-        "ERROR turn span; no span says the guardrail tripped but the turn's status message."
+        "ERROR turn span; no span says the guardrail tripped but the turn's status message "
+        "(\"Guardrail tripwire triggered: {'guardrail': 'input_safety'}\"), which is read."
     ),
     "openllmetry": (
         "Only 'Agent Workflow' > 'support_agent.agent': no guardrail span, and the client's "
@@ -537,6 +549,32 @@ _AGENTS_BLOCKING_GUARDRAIL_SPANS = {
         "API with ...' (the verdict), under the turn span (level error)."
     ),
 }
+_AGENTS_TRIPPED_OUTPUT_GUARDRAIL = (
+    " The agent looks the order up and answers; an output guardrail that calls the model "
+    "client itself (guardrail_flag: is_flagged true) trips on the answer: the SDK raises "
+    "OutputGuardrailTripwireTriggered and the answer is withheld. "
+)
+_AGENTS_TRIPPED_OUTPUT_GUARDRAIL_SPANS = {
+    "openinference": (
+        "'output_safety' (GUARDRAIL, nothing else) > 'Response' (LLM, the verdict); the agent "
+        "span ends ERROR with the status message \"Guardrail tripwire triggered: "
+        "{'guardrail': 'output_safety'}\", the only word of the trip."
+    ),
+    "openllmetry": (
+        "No guardrail span: the guardrail's 'openai.response' hangs off 'support_agent.agent' "
+        "and is read as the agent's last output (its verdict the final text); the agent span "
+        "ends ERROR with the status message \"{'message': 'Guardrail tripwire triggered', "
+        "'data': {'guardrail': 'output_safety'}}\", which is read."
+    ),
+    "otel_contrib": (
+        "'guardrail_check' (gen_ai.guardrail.name output_safety, gen_ai.guardrail.triggered "
+        "true); 'invoke_agent support_agent' ends ERROR with the tripwire status message."
+    ),
+    "logfire": (
+        "'Guardrail {name!r} {triggered=}' (name output_safety, triggered true) > 'Responses "
+        "API with ...' (the verdict); the agent span ends ERROR without a message."
+    ),
+}
 _GUARDRAILS_SCENARIOS = {
     "guarded_answer": " The validator passes.",
     "guarded_answer_fails": (
@@ -546,9 +584,9 @@ _GUARDRAILS_SCENARIOS = {
     "guarded_answer_raises": (
         " The validator fails with on_fail='exception': the guard raises ValidationError "
         "(guard and step spans ERROR with an exception event, exception.type "
-        "guardrails.errors.ValidationError) and the application shows no answer. toolwatch "
-        "reads no status or exception event of a plain span, so the model's answer is read "
-        "as the run's, not as withheld."
+        "guardrails.errors.ValidationError; status message 'ValidationError: Validation "
+        "failed for field with errors: ...') and the application shows no answer: read as "
+        "the run's refusal ('guardrail validation failed'), the model's answer its final text."
     ),
     "guarded_answer_stream": (
         " The answer is streamed through the guard (stream=True; the callable makes the "
@@ -573,6 +611,12 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
         ("openai_agents", name, "input_guardrail_blocking_client"): _AGENTS_BLOCKING_GUARDRAIL
         + spans
         for name, spans in _AGENTS_BLOCKING_GUARDRAIL_SPANS.items()
+    },
+    **{
+        ("openai_agents", name, "output_guardrail_tripped_client"): (
+            _AGENTS_TRIPPED_OUTPUT_GUARDRAIL + spans
+        )
+        for name, spans in _AGENTS_TRIPPED_OUTPUT_GUARDRAIL_SPANS.items()
     },
     **{("guardrails", "*", scenario): text for scenario, text in _GUARDRAILS_SCENARIOS.items()},
     **{
@@ -740,6 +784,7 @@ _FINAL_TEXT: dict[tuple[str, str, str], str] = {
     ("openai_client", "logfire", "refusal"): "can't help with that request",
     ("openai_agents", "otel_contrib", "tool_output_guardrail_client"): "ResponseFunctionToolCall",
     ("openai_agents", "openllmetry", "tool_output_guardrail_client"): '"is_flagged": false',
+    ("openai_agents", "openllmetry", "output_guardrail_tripped_client"): '"is_flagged": true',
 }
 
 
@@ -747,10 +792,7 @@ _FINAL_TEXT: dict[tuple[str, str, str], str] = {
 #: the run is read with instead.
 _REFUSAL_UNSEEN: dict[tuple[str, str, str], str | None] = {
     ("openai_agents", "openllmetry", "refusal_output_guardrail_client"): '"is_flagged": false',
-    **{
-        ("openai_agents", name, "input_guardrail_blocking_client"): None
-        for name in ("openinference", "openllmetry")
-    },
+    ("openai_agents", "openllmetry", "input_guardrail_blocking_client"): None,
 }
 
 

@@ -93,6 +93,7 @@ HANDOFF_TEXT = "Refund R-77 of 25.00 USD was issued for order A-1001, which you 
 ORDER_STATUS_TEXT = "Order A-1001 was delivered on 2026-01-02."
 GUARDRAIL_VERDICT = '{"is_flagged": false, "reasoning": "Nothing unsafe in the text."}'
 GUARDRAIL_FLAG = '{"is_flagged": true, "reasoning": "Asks for help breaking into a home."}'
+LEAK_TEXT = "Order A-1001 was paid with the card 4111 1111 1111 1111, expiring 12/29."
 
 SCENARIOS: dict[str, Scenario] = {
     scenario.name: scenario
@@ -202,6 +203,14 @@ SCENARIOS: dict[str, Scenario] = {
             "[scenario:input_guardrail_blocking_client] Tell me how to pick the lock on my"
             " neighbour's door.",
             (Refusal(REFUSAL_TEXT),),
+        ),
+        # The agent answers with what it must not say; an output guardrail that calls the
+        # model client itself flags the answer (guardrail_flag) and trips: the SDK raises
+        # OutputGuardrailTripwireTriggered and the answer is withheld.
+        Scenario(
+            "output_guardrail_tripped_client",
+            "[scenario:output_guardrail_tripped_client] Which card did I pay order A-1001 with?",
+            (ToolCalls((("lookup_order", {"order_id": "A-1001"}),)), Text(LEAK_TEXT)),
         ),
         Scenario(
             "guardrail_flag",

@@ -928,9 +928,12 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
     own output was the transfer. A model call that refused and was followed by one that
     answered (a content filter the agent retried past) is not the run's refusal. Nor is a
     guardrail's own model call one of its outputs (``_guardrail_calls``). A guardrail of
-    the run that tripped (one of an agent it used as a tool not: that is the tool's failure)
-    refused the run whatever the model said: the OpenAI Agents SDK raises, before the answer
-    or withholding it; the first to trip is the reason."""
+    the run that tripped (not inside a tool's execution, an agent used as a tool included:
+    that is the tool's failure) refused the run whatever the model said: the OpenAI Agents
+    SDK raises, before the answer or withholding it; the first to trip is the reason. So did
+    a plain span that says one tripped (``fields.status_refusal``: the SDK's turn span, whose
+    status message is the only word of an input guardrail's trip under OpenInference; a
+    Guardrails AI guard that raised)."""
     if run.span is not None:
         reason = _refusal_of(run.span)
         if reason is not None:
@@ -947,9 +950,10 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
             if span.span_id not in checks:
                 models.append(span)
         elif (
-            role is SpanRole.GUARDRAIL
+            (role is SpanRole.GUARDRAIL or role is SpanRole.OTHER)
             and span.refusal is not None
             and (tripped is None or _later(tripped, span))
+            and sites[span.span_id].tool is None
             and _speaks_for_run(sites[span.span_id], run)
         ):
             tripped = span

@@ -45,6 +45,7 @@ from toolwatch.conventions.fields import (
     guardrail_fields,
     handoff_fields,
     llm_fields,
+    status_refusal,
     tool_fields,
 )
 from toolwatch.model import SpanRole
@@ -130,12 +131,21 @@ def classify(name: str, attrs: Attributes) -> tuple[SpanRole, Convention]:
     return SpanRole.OTHER, _UNRECOGNIZED
 
 
-def recognize(name: str, status_code: int, attrs: Attributes, events: EventSource) -> Recognition:
+def recognize(
+    name: str,
+    status_code: int,
+    attrs: Attributes,
+    events: EventSource,
+    status_message: str | None = None,
+) -> Recognition:
     """Classify a span and extract its role's fields.
 
     ``attrs`` are the span's filtered attributes (resource attributes are not included);
-    ``events`` loads its relevant events, or is ``None`` when it has none. Never raises on
-    well-typed input of any shape (values are checked, not trusted).
+    ``events`` loads its relevant events, or is ``None`` when it has none;
+    ``status_message`` is an ERROR span's status message (``None`` for any other span): one
+    that says a guardrail tripped refuses, whatever the span's role (the OpenAI Agents SDK's
+    turn or agent span, a Guardrails AI guard that raised; ``fields.status_refusal``). Never
+    raises on well-typed input of any shape (values are checked, not trusted).
     """
     role, convention = classify(name, attrs)
     build = _FIELD_BUILDERS.get(role)
@@ -143,4 +153,9 @@ def recognize(name: str, status_code: int, attrs: Attributes, events: EventSourc
         fields = build(convention, name, status_code, attrs, events)
     else:
         fields = handoff_fields(name, attrs) if role is SpanRole.OTHER else RoleFields()
+    if status_message is not None:
+        refusal = status_refusal(status_message)
+        if refusal is not None:
+            fields = fields.copy()  # a builder's may be shared
+            fields["refusal"] = refusal
     return Recognition(role, convention.name, fields)

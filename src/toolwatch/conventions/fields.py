@@ -10,6 +10,7 @@ its error: ``attrs.tool_message``) and pydantic-ai's request parameters (its out
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable
 from typing import Final
 
@@ -50,6 +51,7 @@ __all__ = [
     "guardrail_fields",
     "handoff_fields",
     "llm_fields",
+    "status_refusal",
     "tool_fields",
 ]
 
@@ -73,6 +75,18 @@ _CONVERSATION: Final = ("gen_ai.conversation.id", "session.id")
 #: instrumentation's, then Logfire's (``Guardrail {name!r} {triggered=}``).
 _TRIPPED: Final = (genai.GUARDRAIL_TRIGGERED, "triggered")
 _GUARDRAIL_NAME: Final = (genai.GUARDRAIL_NAME, "name")
+#: The OpenAI Agents SDK's error on the span a tripped guardrail stopped (its ``SpanError``:
+#: the turn's for an input guardrail, the agent's for an output one), as the instrumentations
+#: write it in the span's status message: OpenInference and the contrib one
+#: ``Guardrail tripwire triggered: {'guardrail': 'name', ...}``, OpenLLMetry
+#: ``{'message': 'Guardrail tripwire triggered', 'data': {'guardrail': 'name'}}``.
+_TRIPWIRE: Final = "Guardrail tripwire triggered"
+_TRIPWIRE_WITHIN: Final = 16  # characters before it: OpenLLMetry's "{'message': '"
+_TRIPWIRE_GUARD: Final = re.compile(r"""'guardrail': (?:'([^'\\]*)'|"([^"\\]*)")""")
+#: A Guardrails AI guard that raised (a validator's ``on_fail="exception"``): the status
+#: message the guard and step spans end with (``{type}: {message}``, as OpenTelemetry's and
+#: OpenInference's instrumentation record an exception), the application given no answer.
+_GUARD_RAISED: Final = "ValidationError: Validation failed for field with errors:"
 _NO_OUTPUT: Final = OutputSummary()
 _FINISH_REASONS: Final = (
     "gen_ai.response.finish_reasons",
@@ -238,6 +252,20 @@ def guardrail_fields(
     guard = first_str(attrs, _GUARDRAIL_NAME)
     fields: RoleFields = {"refusal": f"guardrail {guard} tripped" if guard else "guardrail tripped"}
     return fields
+
+
+def status_refusal(status_message: str) -> str | None:
+    """The refusal an ERROR span's status message says: the OpenAI Agents SDK's tripped
+    guardrail (``_TRIPWIRE``), ``guardrail <name> tripped`` as a guardrail span that says it
+    tripped (``guardrail_fields``), the only place OpenInference records a trip (its
+    guardrail span carries no verdict) and OpenLLMetry's (it writes no guardrail span); or a
+    Guardrails AI guard that raised (``_GUARD_RAISED``), ``guardrail validation failed``."""
+    at = status_message.find(_TRIPWIRE, 0, _TRIPWIRE_WITHIN + len(_TRIPWIRE))
+    if at < 0:
+        return "guardrail validation failed" if status_message.startswith(_GUARD_RAISED) else None
+    found = _TRIPWIRE_GUARD.search(status_message, at + len(_TRIPWIRE))
+    guard = (found.group(1) or found.group(2)) if found is not None else None
+    return f"guardrail {guard} tripped" if guard else "guardrail tripped"
 
 
 def handoff_fields(name: str, attrs: Attributes) -> RoleFields:

@@ -3,8 +3,8 @@
  * One pass over the bytes of an ExportTraceServiceRequest that produces exactly what the
  * reference scanner (toolwatch.ingest.scan, on protobuf's own messages) produces: per
  * ResourceSpans the wanted resource attributes, per span its ids, name, kind, times, status
- * code, wanted attributes (converted to Python values and cut to max_value_bytes) and its
- * relevant events. Only wanted values become Python objects; everything else is walked to
+ * code (and an ERROR span's message, cut), wanted attributes (converted to Python values and
+ * cut to max_value_bytes) and its relevant events. Only wanted values become Python objects; everything else is walked to
  * check it the way protobuf's parser does (wire format, UTF-8 of string fields, nesting).
  *
  * Contract: scan() returns the result the reference scanner would return, or None when the
@@ -804,7 +804,7 @@ static int event(Buf b, const Plan *plan, int depth, PyObject **out) {
 }
 
 typedef struct {
-    Buf trace_id, span_id, parent, name;
+    Buf trace_id, span_id, parent, name, message; /* message: the status's */
     uint64_t kind, start, end, status;
     uint32_t flags;
     PyObject *attrs;  /* dict */
@@ -812,16 +812,32 @@ typedef struct {
     Filter filter;    /* the span attributes kept, and how many were wanted beyond the cap */
 } SpanParts;
 
-static int status_code(Buf b, int depth, uint64_t *code) {
-    TRY(validate(b, &Status_, depth));
+static int status_fields(Buf b, int depth, uint64_t *code, Buf *message) {
+    TRY(validate(b, &Status_, depth)); /* the wire types and the message's UTF-8 checked */
     while (b.p < b.end) {
         uint32_t number;
         int wire;
         TRY(read_tag(&b, &number, &wire));
         if (number == 3) TRY(read_varint(&b, code)); /* merged: the last one wins */
+        else if (number == 2) TRY(read_bytes(&b, message));
         else TRY(skip(&b, wire));
     }
     return OK;
+}
+
+/* An ERROR span's status message, its first MAX_STATUS_MESSAGE bytes cut before a
+ * character's start (scan.status_message, the reference); None for another status or an
+ * empty message. */
+#define STATUS_ERROR 2
+#define MAX_STATUS_MESSAGE 512
+static PyObject *status_message(const SpanParts *s) {
+    size_t n = (size_t)(s->message.end - s->message.p);
+    if ((int32_t)s->status != STATUS_ERROR || n == 0) Py_RETURN_NONE;
+    if (n > MAX_STATUS_MESSAGE) {
+        n = MAX_STATUS_MESSAGE;
+        while (n > 0 && (s->message.p[n] & 0xC0) == 0x80) n--; /* a continuation byte */
+    }
+    return PyUnicode_DecodeUTF8((const char *)s->message.p, (Py_ssize_t)n, NULL);
 }
 
 static int span_field(SpanParts *s, Buf *b, const Plan *plan, int depth, uint32_t number,
@@ -855,7 +871,7 @@ static int span_field(SpanParts *s, Buf *b, const Plan *plan, int depth, uint32_
     }
     case 15:
         TRY(read_bytes(b, &body));
-        return status_code(body, depth + 1, &s->status);
+        return status_fields(body, depth + 1, &s->status, &s->message);
     case 16: return read_fixed32(b, &s->flags);
     default:
         if (f->kind == K_STRING) {
@@ -876,14 +892,15 @@ static int span_field(SpanParts *s, Buf *b, const Plan *plan, int depth, uint32_
 #define IS_REMOTE 0x200u
 
 /* The span tuple: (resource, scope, position, trace_id, span_id, parent_span_id, name, kind,
- * start, end, status_code, attributes, attributes_over, events, parent_local). */
+ * start, end, status_code, attributes, attributes_over, events, parent_local,
+ * status_message). */
 static int span(Buf b, const Plan *plan, int depth, Py_ssize_t resource, Py_ssize_t scope,
                 Py_ssize_t position, PyObject *spans) {
     if (depth > MAX_DEPTH) return FALLBACK;
     SpanParts s;
     memset(&s, 0, sizeof s);
     s.trace_id.p = s.trace_id.end = s.span_id.p = s.span_id.end = b.p;
-    s.parent.p = s.parent.end = s.name.p = s.name.end = b.p;
+    s.parent.p = s.parent.end = s.name.p = s.name.end = s.message.p = s.message.end = b.p;
     s.filter = (Filter){&plan->span_keys, plan->prefixes, plan->cap, 0};
     if ((s.attrs = PyDict_New()) == NULL) return FAILED;
     int rc = OK;
@@ -916,6 +933,7 @@ static int span(Buf b, const Plan *plan, int depth, Py_ssize_t resource, Py_ssiz
             PyLong_FromSsize_t(s.filter.over),
             Py_NewRef(events),
             PyBool_FromLong((s.flags & (HAS_IS_REMOTE | IS_REMOTE)) == HAS_IS_REMOTE),
+            status_message(&s),
         };
         item = tuple_stealing(items, (Py_ssize_t)(sizeof items / sizeof items[0]));
         rc = item != NULL && PyList_Append(spans, item) == 0 ? OK : FAILED;

@@ -241,7 +241,7 @@ def _resource(attrs: dict[str, Any], references: Sequence[str]) -> _Resource:
 
 
 #: ``conventions.recognize``'s signature (a decoder takes another in tests).
-Recognizer = Callable[[str, int, Attributes, EventSource], Recognition]
+Recognizer = Callable[[str, int, Attributes, EventSource, str | None], Recognition]
 
 
 class _Decoder:
@@ -337,6 +337,7 @@ class _Decoder:
             over,
             scanned,
             local,
+            message,
         ) = found
         problem = _id_problem(trace_id, span_id, parent)
         if problem is not None:
@@ -346,7 +347,7 @@ class _Decoder:
             return "too_many_attributes", f"{detail} (ingest.max_span_attributes)"
         events = _Events(scanned) if scanned is not None else None
         try:
-            recognition = self._recognize(name, code, attrs, events)
+            recognition = self._recognize(name, code, attrs, events, message)
         except Exception as exc:  # a recognizer bug must cost one span, not the request
             return "malformed_attributes", f"attributes could not be read ({exc!r:.80})"
         role, convention, fields = recognition.role, recognition.convention, recognition.fields

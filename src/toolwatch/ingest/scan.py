@@ -2,10 +2,11 @@
 
 A *scan* is what ``toolwatch.ingest.decode`` builds records from: per ResourceSpans the wanted
 resource attributes, and per span a plain tuple (``ScannedSpan``) of its position, ids, name,
-kind, times, status code, wanted attributes as Python values (AnyValue converted: str, bool,
-int, float, hex str for bytes, list, dict; strings cut to ``max_value_bytes`` UTF-8 bytes on
-a character boundary, arrays and maps to ``max_value_bytes // 8`` items per level, values
-nested deeper than 32 levels read as ``None``), at most ``max_span_attributes`` keys of them
+kind, times, status code (and an ERROR span's status message, cut), wanted attributes as
+Python values (AnyValue converted: str, bool, int, float, hex str for bytes, list, dict;
+strings cut to ``max_value_bytes`` UTF-8 bytes on a character boundary, arrays and maps to
+``max_value_bytes // 8`` items per level, values nested deeper than 32 levels read as
+``None``), at most ``max_span_attributes`` keys of them
 with the count of those wanted beyond (dropped: the span is rejected), and its relevant
 events (name in ``event_names``, attributes in ``event_keys``). A request nested deeper than
 protobuf's own limit (100 messages, an AnyValue about 48 arrays or maps deep, in any
@@ -40,6 +41,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 __all__ = [
     "COMPILED_UNAVAILABLE",
+    "MAX_STATUS_MESSAGE",
     "Decoder",
     "Scan",
     "ScanPlan",
@@ -49,6 +51,7 @@ __all__ = [
     "WireError",
     "parent_local",
     "schema_mismatch",
+    "status_message",
 ]
 
 log = logging.getLogger(__name__)
@@ -59,11 +62,13 @@ Decoder: TypeAlias = Literal["auto", "compiled", "reference"]
 #: ``(name, attributes)`` of a relevant span event.
 ScannedEvent: TypeAlias = tuple[str, dict[str, Any]]
 #: ``(resource, scope, position, trace_id, span_id, parent_span_id, name, kind, start_ns,
-#: end_ns, status_code, attributes, attributes_over, events, parent_local)``: ``resource``
+#: end_ns, status_code, attributes, attributes_over, events, parent_local, status_message)``:
+#: ``resource``
 #: indexes ``Scan.resources``; (resource, scope, position) locate the span in the request;
 #: ``attributes_over`` counts the wanted attributes beyond ``max_span_attributes``, not kept;
 #: ``events`` is ``None`` for a span without events, else its relevant ones;
-#: ``parent_local`` is whether the span's flags say its parent is not remote (``parent_local``).
+#: ``parent_local`` is whether the span's flags say its parent is not remote (``parent_local``);
+#: ``status_message`` is an ERROR span's status message, cut (``status_message``), else ``None``.
 ScannedSpan: TypeAlias = tuple[
     int,
     int,
@@ -80,6 +85,7 @@ ScannedSpan: TypeAlias = tuple[
     int,
     list[ScannedEvent] | None,
     bool,
+    str | None,
 ]
 
 _MAX_DEPTH: Final = 32  # AnyValue nesting deeper than this is treated as absent
@@ -206,6 +212,24 @@ def parent_local(flags: int) -> bool:
     return flags & (_HAS_IS_REMOTE | _IS_REMOTE) == _HAS_IS_REMOTE
 
 
+#: OTLP ``Status.code`` ERROR.
+_STATUS_ERROR: Final = 2
+#: The bytes of an ERROR span's status message kept: the OpenAI Agents SDK says there that a
+#: guardrail tripped; a stack trace's first lines at most.
+MAX_STATUS_MESSAGE: Final = 512
+
+
+def status_message(code: int, message: str) -> str | None:
+    """An ERROR span's status message, its first ``MAX_STATUS_MESSAGE`` bytes (cut before a
+    character's first byte); ``None`` for another status or an empty message. The compiled
+    scanner keeps the same."""
+    if code != _STATUS_ERROR or not message:
+        return None
+    if len(message) * 4 <= MAX_STATUS_MESSAGE:  # 4 bytes a character at most
+        return message
+    return message.encode()[:MAX_STATUS_MESSAGE].decode(errors="ignore")
+
+
 def _reference_scan(request: ExportTraceServiceRequest, plan: ScanPlan) -> Scan:
     limit = plan.max_value_bytes
     resources: list[dict[str, Any]] = []
@@ -243,6 +267,7 @@ def _reference_scan(request: ExportTraceServiceRequest, plan: ScanPlan) -> Scan:
                         over,
                         events,
                         parent_local(span.flags),
+                        status_message(span.status.code, span.status.message),
                     )
                 )
     return Scan(resources, spans)

@@ -419,6 +419,73 @@ def test_a_run_whose_only_model_call_a_guardrail_made_gave_no_answer() -> None:
     assert (run.final_text, run.calls) == (None, ())
 
 
+def test_a_turn_span_that_says_a_guardrail_tripped_refuses_the_run() -> None:
+    """OpenInference writes an input guardrail's trip only as the turn span's status message
+    (a plain span, read by ``fields.status_refusal``; real capture:
+    ``openai_agents__openinference__input_guardrail_blocking_client``): the run refused, for
+    the guardrail, whatever the guardrail's own model call said."""
+    spans = [
+        agent(1, None, "support", 0, 100, status_code=2),
+        span(
+            2,
+            1,
+            SpanRole.OTHER,
+            1,
+            99,
+            name="turn",
+            status_code=2,
+            refusal="guardrail input_safety tripped",
+        ),
+        span(3, 2, SpanRole.GUARDRAIL, 2, 98, name="input_safety"),
+        llm(4, 3, 3, 97, output_text='{"is_flagged": true}', finish_reasons=("stop",)),
+    ]
+    run = only(spans)
+    assert (run.refusal, run.refusal_reason) == (True, "guardrail input_safety tripped")
+
+
+def test_a_tripped_turn_of_an_agent_used_as_a_tool_is_the_tools_failure() -> None:
+    """The nested agent's turn that a guardrail stopped refuses the nested run's work, which
+    is the tool's result for its caller: the caller's run answered."""
+    spans = [
+        agent(1, None, "concierge", 0, 100),
+        llm(2, 1, 1, 10, ask("refund_desk", "c1", {"input": "check A-1"})),
+        tool(3, 1, "refund_desk", 11, 40, call_id="c1"),
+        agent(4, 3, "refund_desk_agent", 12, 39, status_code=2),
+        span(
+            5,
+            4,
+            SpanRole.OTHER,
+            13,
+            38,
+            name="turn",
+            status_code=2,
+            refusal="guardrail input_safety tripped",
+        ),
+        llm(6, 1, 41, 99, output_text="The desk could not check it.", finish_reasons=("stop",)),
+    ]
+    (run,) = build(spans)
+    assert (run.agent, run.refusal, run.final_text) == (
+        "concierge",
+        False,
+        "The desk could not check it.",
+    )
+
+
+@pytest.mark.parametrize("role", [SpanRole.OTHER, SpanRole.GUARDRAIL])
+def test_a_guard_that_raised_inside_a_tool_is_the_tools_failure(role: SpanRole) -> None:
+    """A tool that checks its own output with a Guardrails AI guard, which raised: the tool
+    failed, and the agent answered after it."""
+    spans = [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 1, 10, ask("summarize", "c1", {"doc": "d-1"})),
+        tool(3, 1, "summarize", 11, 40, call_id="c1", status_code=2),
+        span(4, 3, role, 12, 39, name="guard", refusal="guardrail validation failed"),
+        llm(5, 1, 41, 99, output_text="I could not summarize it.", finish_reasons=("stop",)),
+    ]
+    run = only(spans)
+    assert (run.refusal, run.final_text) == (False, "I could not summarize it.")
+
+
 def test_a_guardrails_check_after_a_run_that_ended_on_a_tool_result_is_no_answer() -> None:
     """``tool_use_behavior="stop_on_first_tool"``: the run's final output is its tool's
     result, and an output guardrail then calls the model itself (real captures:

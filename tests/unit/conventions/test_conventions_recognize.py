@@ -512,3 +512,65 @@ def test_a_guardrail_that_tripped_carries_the_refusal_it_made(
 ) -> None:
     role, _, fields = recognize(name, 0, attrs, None)
     assert (role, fields.get("refusal")) == (SpanRole.GUARDRAIL, refusal)
+
+
+@pytest.mark.parametrize(
+    ("message", "refusal"),
+    [
+        # OpenInference and the contrib instrumentation: "{message}: {data}"
+        (
+            "Guardrail tripwire triggered: {'guardrail': 'input_safety'}",
+            "guardrail input_safety tripped",
+        ),
+        (
+            "Guardrail tripwire triggered: {'guardrail': 'pii', 'type': 'input_guardrail'}",
+            "guardrail pii tripped",
+        ),
+        # OpenLLMetry: the SpanError's repr
+        (
+            "{'message': 'Guardrail tripwire triggered', 'data': {'guardrail': 'output_safety'}}",
+            "guardrail output_safety tripped",
+        ),
+        # a name with a quote is repr'd in double quotes
+        ("Guardrail tripwire triggered: {'guardrail': \"o'brien\"}", "guardrail o'brien tripped"),
+        ("Guardrail tripwire triggered: None", "guardrail tripped"),
+        ("Guardrail tripwire triggered", "guardrail tripped"),
+        # another error, or the words far into another message
+        ("Error running tool (non-fatal): {'tool_name': 'x'}", None),
+        ("timeout; the log says: Guardrail tripwire triggered: {'guardrail': 'g'}", None),
+        ("", None),
+    ],
+)
+def test_an_error_status_that_says_a_guardrail_tripped_refuses(
+    message: str, refusal: str | None
+) -> None:
+    """The OpenAI Agents SDK records a trip only as the stopped span's error (the turn's for
+    an input guardrail, the agent's for an output one): the message is read whatever the
+    span's role (real captures: ``openai_agents__*__output_guardrail_tripped_client``)."""
+    for name, attrs, role in (
+        ("turn", {"openinference.span.kind": "CHAIN"}, SpanRole.OTHER),
+        ("support_agent", {"openinference.span.kind": "AGENT"}, SpanRole.AGENT),
+    ):
+        found = recognize(name, 2, attrs, None, message)
+        assert (found.role, found.fields.get("refusal")) == (role, refusal)
+    assert recognize("turn", 2, {"openinference.span.kind": "CHAIN"}, None).fields == {}
+
+
+@pytest.mark.parametrize(
+    ("message", "refusal"),
+    [
+        (
+            "ValidationError: Validation failed for field with errors: The answer shows ids.",
+            "guardrail validation failed",
+        ),
+        ("ValueError: Validation failed for field with errors: x", None),
+        ("1 validation error for Verdict", None),  # pydantic's
+    ],
+)
+def test_a_guardrails_ai_guard_that_raised_refuses(message: str, refusal: str | None) -> None:
+    """``on_fail="exception"``: the guard and its step end ERROR with the ValidationError's
+    message, and the application gets no answer (real captures:
+    ``guardrails__*__guarded_answer_raises``)."""
+    attrs = {"guardrails.version": "0.11.0", "type": "guardrails/guard"}
+    found = recognize("guard", 2, attrs, None, message)
+    assert (found.role, found.fields.get("refusal")) == (SpanRole.OTHER, refusal)

@@ -316,6 +316,41 @@ def test_a_value_before_its_key_and_repeated_span_fields_read_as_protobuf_reads_
     assert found[11]["gen_ai.agent.name"] == "late-key"
 
 
+@pytest.mark.parametrize(
+    ("code", "message", "kept"),
+    [
+        (
+            2,
+            "Guardrail tripwire triggered: {'guardrail': 'g'}",
+            "Guardrail tripwire triggered: {'guardrail': 'g'}",
+        ),
+        (1, "ok, with a message it should not have", None),  # not an error: not kept
+        (0, "unset", None),
+        (2, "", None),
+        (2, "x" * 600, "x" * 512),  # the first 512 bytes
+        (2, "x" * 511 + "é" + "y", "x" * 511),  # a character across the cut: left out
+        (2, "é" * 300, "é" * 256),
+        (2, "€" * 200, "€" * 170),  # 3 bytes each: 510 kept
+    ],
+)
+def test_an_error_spans_status_message_is_kept_cut_alike(
+    code: int, message: str, kept: str | None
+) -> None:
+    one = span("turn")
+    one.status.code = code  # type: ignore[assignment]
+    one.status.message = message
+    (found,) = assert_same(request(one).SerializeToString()).spans
+    assert (found[10], found[15]) == (code, kept)
+    assert scan_module.status_message(code, message) == kept
+
+
+def test_a_status_given_twice_merges_its_message_as_protobuf_does() -> None:
+    first = ld(15, ld(2, b"first") + varint(3 << 3) + varint(2))
+    second = ld(15, ld(2, b"second"))  # merged: the code stays 2, the message is the last
+    (found,) = assert_same(request_of(SPAN.SerializeToString() + first + second)).spans
+    assert (found[10], found[15]) == (2, "second")
+
+
 def test_spans_of_one_trace_next_to_each_other_share_one_trace_id_object() -> None:
     one, other = bytes(range(1, 17)), bytes(range(2, 18))
     ids = [one, one, other, one, one]
