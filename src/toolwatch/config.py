@@ -367,11 +367,14 @@ class TlsSettings(_Section):
     for changes at most every ``reload_seconds`` and reloaded when they changed (new
     connections get the new certificate; a set that does not load keeps the previous one).
     The private key must not be encrypted. ``client_ca_file`` turns on mutual TLS: those
-    listeners then accept only clients whose certificate that CA signed."""
+    listeners then accept only clients whose certificate that CA signed. ``client_names``
+    narrows that to certificates naming one of them (``toolwatch.security.ClientNames``): a CA
+    shared with other services signs their certificates too."""
 
     cert_file: Path
     key_file: Path
     client_ca_file: Path | None = None
+    client_names: tuple[str, ...] = ()
     listeners: tuple[Listener, ...] = LISTENERS
     # Above 240, ToolwatchSecurityFilesNotReloaded may miss a failure (Config.warnings).
     reload_seconds: float = Field(60.0, gt=0, le=3600)
@@ -381,10 +384,38 @@ class TlsSettings(_Section):
     def _some_listener(cls, listeners: tuple[Listener, ...]) -> tuple[Listener, ...]:
         return _named_listeners(listeners, "TLS")
 
+    @field_validator("client_names")
+    @classmethod
+    def _client_names(cls, names: tuple[str, ...]) -> tuple[str, ...]:
+        for name in names:
+            if not name or name != name.strip():
+                raise ValueError(
+                    f"{name!r}: a client name is a certificate's common name, DNS name, URI"
+                    " or email address, written as in the certificate (no blanks around it)"
+                )
+            try:
+                ipaddress.ip_address(name)
+            except ValueError:
+                continue
+            raise ValueError(
+                f"{name!r} is an IP address: a client is named by its certificate's common"
+                " name or a DNS, URI or email subject alternative name, not by an address"
+            )
+        return tuple(dict.fromkeys(names))
+
     @field_validator("cert_file", "key_file", "client_ca_file")
     @classmethod
     def _file(cls, path: Path | None) -> Path | None:
         return None if path is None else _readable(path)
+
+    @model_validator(mode="after")
+    def _names_need_a_client_ca(self) -> TlsSettings:
+        if self.client_names and self.client_ca_file is None:
+            raise ValueError(
+                "client_names needs client_ca_file: without mutual TLS no client shows a"
+                " certificate to take a name from"
+            )
+        return self
 
     @model_validator(mode="after")
     def _files_load(self) -> TlsSettings:

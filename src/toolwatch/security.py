@@ -5,7 +5,11 @@ gRPC server credentials and an auth interceptor (OTLP/gRPC, findings stream), an
 ``ssl.SSLContext`` and an auth middleware (OTLP/HTTP, metrics); the certificates themselves
 are ``toolwatch.tls``'s. With ``tls.client_ca_file`` every listener requires a client
 certificate signed by that CA (mutual TLS), except that the metrics listener lets a client
-without one finish the handshake and answers it only on ``/healthz`` and ``/readyz``.
+without one finish the handshake and answers it only on ``/healthz`` and ``/readyz``. With
+``tls.client_names`` too, the certificate must name one of them (``ClientNames``): any other
+is answered PERMISSION_DENIED (gRPC) or 403 (HTTP), with no detail, and counted with
+``PipelineMetrics.auth_failed(listener)``; over gRPC before a request's body is read, except
+for a stream's (findings, health ``Watch``) one small request.
 
 Authentication follows RFC 6750: the client sends ``authorization: Bearer <token>``
 (gRPC metadata or HTTP header). A missing or wrong token is answered UNAUTHENTICATED (gRPC)
@@ -29,9 +33,10 @@ is not thread-safe.
 from __future__ import annotations
 
 import hmac
+import inspect
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +52,14 @@ from toolwatch.tls import CertificateFiles, FileWatch, ServedContext, server_cre
 __all__ = [
     "HEALTH_CHECK",
     "BearerTokenInterceptor",
+    "ClientNameInterceptor",
+    "ClientNames",
     "ListenerSecurity",
     "TokenFile",
     "bearer_token",
     "bearer_token_middleware",
     "client_certificate_middleware",
+    "client_name_middleware",
 ]
 
 log = logging.getLogger(__name__)
@@ -234,6 +242,123 @@ def client_certificate_middleware(
     return require_certificate
 
 
+#: Where gRPC's auth context holds the names a client certificate gives: its subject's common
+#: name and its DNS, URI and email subject alternative names (not its IP addresses).
+_GRPC_NAME_KEYS = ("x509_common_name", "peer_dns", "peer_uri", "peer_email")
+#: The same names in ``ssl.SSLSocket.getpeercert()``: the subject's ``commonName`` and these
+#: kinds of ``subjectAltName``.
+_COMMON_NAME = "commonName"
+_ALT_NAME_KINDS = frozenset({"DNS", "URI", "email"})
+
+
+class ClientNames:
+    """The client certificates a listener accepts beside the client CA's signature: those
+    whose subject common name or one of whose DNS, URI (a SPIFFE ID) or email subject
+    alternative names is one of ``names``, compared exactly, as written in the certificate."""
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self._names = frozenset(names)
+
+    def admit(self, presented: Iterable[str]) -> bool:
+        """Whether one of the ``presented`` names is accepted."""
+        return not self._names.isdisjoint(presented)
+
+    def admit_grpc(self, auth_context: Mapping[str, Iterable[bytes]]) -> bool:
+        """Whether the certificate a gRPC call's connection was verified with (its
+        ``ServicerContext.auth_context()``) names an accepted client."""
+        return self.admit(
+            value.decode("utf-8", "replace")
+            for key in _GRPC_NAME_KEYS
+            for value in auth_context.get(key, ())
+        )
+
+    def admit_http(self, peercert: Mapping[str, Any]) -> bool:
+        """Whether a verified peer certificate (``getpeercert()``'s dict) names an accepted
+        client."""
+        names = [
+            value
+            for rdn in peercert.get("subject", ())
+            for key, value in rdn
+            if key == _COMMON_NAME
+        ]
+        names += [
+            value for kind, value in peercert.get("subjectAltName", ()) if kind in _ALT_NAME_KINDS
+        ]
+        return self.admit(names)
+
+
+class ClientNameInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc is untyped
+    """Answers a call whose client certificate names no accepted client (``ClientNames``)
+    PERMISSION_DENIED, with no detail, and counts it for ``listener``.
+
+    An interceptor cannot see the connection's certificate, only the call's handler can (its
+    context's ``auth_context``): the check is put in front of the handler, before it reads
+    anything of a streamed request (OTLP ``Export``), after a unary one's single message."""
+
+    def __init__(self, names: ClientNames, metrics: PipelineMetrics, listener: str) -> None:
+        self._names = names
+        self._metrics = metrics
+        self._listener = listener
+
+    async def intercept_service(self, continuation: _Continuation, details: Any) -> Any:
+        handler = await continuation(details)
+        return None if handler is None else self._checked(handler)
+
+    async def _admit(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+        if not self._names.admit_grpc(context.auth_context()):
+            self._metrics.auth_failed(self._listener)
+            await context.abort(grpc.StatusCode.PERMISSION_DENIED)  # raises
+
+    def _checked(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+        admit = self._admit
+        shapes = {
+            "unary_unary": grpc.unary_unary_rpc_method_handler,
+            "unary_stream": grpc.unary_stream_rpc_method_handler,
+            "stream_unary": grpc.stream_unary_rpc_method_handler,
+            "stream_stream": grpc.stream_stream_rpc_method_handler,
+        }
+        for shape, make in shapes.items():
+            behaviour = getattr(handler, shape)
+            if behaviour is None:
+                continue
+
+            async def checked(request: Any, context: Any, behaviour: Any = behaviour) -> Any:
+                await admit(context)
+                result = behaviour(request, context)
+                if inspect.isasyncgen(result):  # a handler that yields its responses
+                    async for response in result:
+                        await context.write(response)
+                    return None
+                return await result
+
+            return make(
+                checked,
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        return handler
+
+
+def client_name_middleware(
+    names: ClientNames, metrics: PipelineMetrics, listener: str, open_paths: frozenset[str]
+) -> Middleware:
+    """An aiohttp middleware answering requests on a connection whose client certificate
+    names no accepted client (``ClientNames``) with 403 and an empty body, counted for
+    ``listener``, except those for ``open_paths``. A connection without a certificate (the
+    metrics listener lets one finish its handshake) is ``client_certificate_middleware``'s."""
+
+    @web.middleware
+    async def require_name(request: web.Request, handler: Handler) -> web.StreamResponse:
+        transport = request.transport
+        peercert = transport.get_extra_info("peercert") if transport is not None else None
+        if not peercert or request.path in open_paths or names.admit_http(peercert):
+            return await handler(request)
+        metrics.auth_failed(listener)
+        return web.Response(status=403)
+
+    return require_name
+
+
 class ListenerSecurity:
     """What protects each listener (``grpc``, ``http``, ``metrics``, ``stream``), built once
     from ``settings``: every file is read here, so an unusable one stops start-up. Token
@@ -254,6 +379,9 @@ class ListenerSecurity:
         )
         files = self._certificates
         self._contexts = {mode: ServedContext(files, mode) for mode in modes} if files else {}
+        self._names = (
+            ClientNames(tls.client_names) if tls is not None and tls.client_names else None
+        )
         self._context_generation = 0
         self._tokens = (
             TokenFile(
@@ -310,9 +438,12 @@ class ListenerSecurity:
         return server_credentials(files) if files and self._settings.uses_tls(listener) else None
 
     def grpc_interceptors(self, listener: str) -> tuple[grpc.aio.ServerInterceptor, ...]:
-        if self._tokens is None or not self._settings.uses_auth(listener):
-            return ()
-        return (BearerTokenInterceptor(self._tokens, self._metrics, listener),)
+        interceptors: list[grpc.aio.ServerInterceptor] = []
+        if self._tokens is not None and self._settings.uses_auth(listener):
+            interceptors.append(BearerTokenInterceptor(self._tokens, self._metrics, listener))
+        if self._names is not None and self._settings.uses_tls(listener):
+            interceptors.append(ClientNameInterceptor(self._names, self._metrics, listener))
+        return tuple(interceptors)
 
     def still_accepted(
         self, listener: str, metadata: Iterable[tuple[str, Any]] | None
@@ -347,8 +478,13 @@ class ListenerSecurity:
         self, listener: str, open_paths: frozenset[str] = frozenset()
     ) -> tuple[Middleware, ...]:
         middlewares: list[Middleware] = []
-        if self._settings.uses_tls(listener) and self._verify_mode(listener) is ssl.CERT_OPTIONAL:
+        tls = self._settings.uses_tls(listener)
+        if tls and self._verify_mode(listener) is ssl.CERT_OPTIONAL:
             middlewares.append(client_certificate_middleware(self._metrics, listener, open_paths))
+        if tls and self._names is not None:
+            middlewares.append(
+                client_name_middleware(self._names, self._metrics, listener, open_paths)
+            )
         if self._tokens is not None and self._settings.uses_auth(listener):
             middlewares.append(
                 bearer_token_middleware(self._tokens, self._metrics, listener, open_paths)

@@ -538,6 +538,11 @@ def _report_error(
                 f"{target} wants a bearer token (UNAUTHENTICATED): pass --bearer-token-file"
             )
         return EXIT_USAGE, f"{target} refused the bearer token (UNAUTHENTICATED)"
+    if code == grpc.StatusCode.PERMISSION_DENIED:
+        return EXIT_USAGE, (
+            f"{target} does not accept this client certificate (PERMISSION_DENIED): it names"
+            " no client of the server's security.tls.client_names"
+        )
     if code == grpc.StatusCode.UNIMPLEMENTED:
         return EXIT_USAGE, (
             f"{target} answers gRPC but serves no findings stream: point --target at the"

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import io
+import ipaddress
 import json
 import logging
 import os
@@ -23,6 +25,10 @@ from typing import Any
 import grpc
 import pytest
 import trustme
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from google.rpc import code_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
@@ -40,7 +46,7 @@ from tests.integration.conftest import RunningServer
 from tests.integration.test_stream import make_finding, make_trace
 from toolwatch.config import ConfigError, load_config
 from toolwatch.sinks.findings import REDACTED
-from toolwatch.tail import StreamAccess, run_tail
+from toolwatch.tail import EXIT_USAGE, StreamAccess, run_tail
 
 TOKEN = "s3cret-token"
 AUTH_FAILURES = "toolwatch_auth_failures_total"
@@ -60,6 +66,8 @@ class Pki:
     client_key: Path
     rogue_cert: Path
     rogue_key: Path
+    named_cert: Path
+    named_key: Path
     token_file: Path
 
     def read(self, name: str) -> bytes:
@@ -82,6 +90,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     _write_leaf(server_ca.issue_cert("127.0.0.1", "localhost"), d / "server.pem", d / "server.key")
     _write_leaf(client_ca.issue_cert("agent.example"), d / "client.pem", d / "client.key")
     _write_leaf(rogue_ca.issue_cert("agent.example"), d / "rogue.pem", d / "rogue.key")
+    _write_named_leaf(client_ca, d / "named.pem", d / "named.key")
     (d / "tokens").write_text(TOKEN + "\n")
     return Pki(
         ca=d / "ca.pem",
@@ -92,7 +101,54 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
         client_key=d / "client.key",
         rogue_cert=d / "rogue.pem",
         rogue_key=d / "rogue.key",
+        named_cert=d / "named.pem",
+        named_key=d / "named.key",
         token_file=d / "tokens",
+    )
+
+
+#: The names of the client certificate ``_write_named_leaf`` issues (the Collector's, as a
+#: cluster's CA would issue it, SPIFFE ID and all).
+NAMED_CN = "otel-collector"
+NAMED_DNS = "otel-collector.observability.svc"
+NAMED_SPIFFE = "spiffe://cluster.local/ns/observability/sa/otel-collector"
+NAMED_EMAIL = "collector@example.com"
+
+
+def _write_named_leaf(ca: trustme.CA, cert_path: Path, key_path: Path) -> None:
+    """A client certificate signed by ``ca`` with a common name and DNS, URI, email and IP
+    subject alternative names (trustme issues no URI name)."""
+    ca_key = serialization.load_pem_private_key(ca.private_key_pem.bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem.bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    names = [
+        x509.DNSName(NAMED_DNS),
+        x509.UniformResourceIdentifier(NAMED_SPIFFE),
+        x509.RFC822Name(NAMED_EMAIL),
+        x509.IPAddress(ipaddress.ip_address("10.1.2.3")),
+    ]
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, NAMED_CN)]))
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(
+            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
+        )
+        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    )
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
     )
 
 
@@ -125,7 +181,8 @@ def bearer(token: str) -> tuple[tuple[str, str], ...]:
 
 
 def grpc_credentials(pki: Pki, client: str | None = None) -> grpc.ChannelCredentials:
-    """Trusts the server's CA; ``client`` ("client" or "rogue") presents that certificate."""
+    """Trusts the server's CA; ``client`` ("client", "named" or "rogue") presents that
+    certificate."""
     if client is None:
         return grpc.ssl_channel_credentials(pki.read("ca"))
     return grpc.ssl_channel_credentials(
@@ -156,15 +213,17 @@ def send_http(
     server: RunningServer,
     spans: Sequence[ReadableSpan],
     pki: Pki | None = None,
-    client: bool = False,
+    client: bool | str = False,
     token: str | None = None,
 ) -> SpanExportResult:
+    """``client``: present the client certificate (``True``), or the one named ("named")."""
     scheme = "https" if pki else "http"
+    who = "client" if client is True else client
     exporter = HttpExporter(
         endpoint=f"{scheme}://{server.address('http')}/v1/traces",
         certificate_file=str(pki.ca) if pki else None,
-        client_certificate_file=str(pki.client_cert) if pki and client else None,
-        client_key_file=str(pki.client_key) if pki and client else None,
+        client_certificate_file=str(getattr(pki, f"{who}_cert")) if pki and who else None,
+        client_key_file=str(getattr(pki, f"{who}_key")) if pki and who else None,
         headers={"authorization": f"Bearer {token}"} if token else None,
         timeout=10,
     )
@@ -180,7 +239,7 @@ def raw_export(
     metadata: tuple[tuple[str, str], ...] = (),
 ) -> grpc.StatusCode:
     """One empty Export call with a plain grpc client; returns the status code. Asserts
-    that an UNAUTHENTICATED answer carries no detail."""
+    that an UNAUTHENTICATED or PERMISSION_DENIED answer carries no detail."""
     target = server.address("grpc")
     channel = (
         grpc.secure_channel(target, credentials)
@@ -194,7 +253,7 @@ def raw_export(
             stub.Export(request, metadata=metadata, timeout=10)
         except grpc.RpcError as error:
             code: grpc.StatusCode = error.code()
-            if code == grpc.StatusCode.UNAUTHENTICATED:
+            if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
                 assert not error.details()
             return code
     return grpc.StatusCode.OK
@@ -244,10 +303,13 @@ def post_traces(server: RunningServer, context: ssl.SSLContext, token: str | Non
         return HttpAnswer(error.code, dict(error.headers), error.read())
 
 
-def client_context(pki: Pki, client: bool = False) -> ssl.SSLContext:
+def client_context(pki: Pki, client: bool | str = False) -> ssl.SSLContext:
+    """Trusts the server's CA; ``client``: presents the client certificate (``True``), or
+    the one named ("named", "rogue")."""
     context = ssl.create_default_context(cafile=str(pki.ca))
     if client:
-        context.load_cert_chain(pki.client_cert, pki.client_key)
+        who = "client" if client is True else client
+        context.load_cert_chain(getattr(pki, f"{who}_cert"), getattr(pki, f"{who}_key"))
     return context
 
 
@@ -878,6 +940,102 @@ def test_tail_on_mutual_tls_needs_a_client_certificate(start_server: Start, pki:
     run = tail_during(server, lambda: None, access)
     assert (run.code, run.out) == (0, "")
     assert "ended the stream" in run.err
+
+
+def client_names(*names: str) -> dict[str, Any]:
+    return {"security__tls__client_names": list(names)}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [NAMED_CN, NAMED_DNS, NAMED_SPIFFE, NAMED_EMAIL],
+    ids=["common-name", "dns", "spiffe-uri", "email"],
+)
+def test_client_names_admit_a_certificate_by_any_of_its_names(
+    start_server: Start, pki: Pki, name: str
+) -> None:
+    server = start_server(**tls(pki, mutual=True, **client_names("someone.else", name)))
+    assert send_grpc(server, refund_spans(), grpc_credentials(pki, "named")) is (
+        SpanExportResult.SUCCESS
+    )
+    assert send_http(server, refund_spans(), pki, client="named") is SpanExportResult.SUCCESS
+    assert server.settle() == 2
+    assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 0
+    assert server.sample(AUTH_FAILURES, {"listener": "http"}) == 0
+
+
+def test_a_certificate_the_ca_signed_for_another_client_is_denied_and_counted(
+    start_server: Start, pki: Pki
+) -> None:
+    """A CA shared with other services signs their certificates too: one that names no
+    accepted client is answered PERMISSION_DENIED / 403 with no detail, counted, and none of
+    its spans are taken. Its IP address is no name (the named certificate has 10.1.2.3)."""
+    server = start_server(**tls(pki, mutual=True, **client_names(NAMED_SPIFFE)))
+    other = grpc_credentials(pki, "client")  # agent.example, signed by the client CA
+    target = server.address("grpc")
+
+    assert raw_export(server, other) == grpc.StatusCode.PERMISSION_DENIED
+    assert send_grpc(server, refund_spans(), other) is SpanExportResult.FAILURE
+    with pytest.raises(grpc.RpcError) as denied:
+        health_check(target, other)
+    assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert health_watch(target, other) == grpc.StatusCode.PERMISSION_DENIED
+    answer = post_traces(server, client_context(pki, client=True), token=None)
+    denied_status = status_pb2.Status.FromString(answer.body)
+    assert (answer.status, denied_status.code, denied_status.message) == (
+        403,
+        code_pb2.PERMISSION_DENIED,
+        "",
+    )
+    assert send_http(server, refund_spans(), pki, client=True) is SpanExportResult.FAILURE
+    assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 4
+    assert server.sample(AUTH_FAILURES, {"listener": "http"}) == 2
+    assert server.settle() == 0
+
+    named = grpc_credentials(pki, "named")
+    assert health_check(target, named) == health_pb2.HealthCheckResponse.SERVING
+    assert health_watch(target, named) == health_pb2.HealthCheckResponse.SERVING
+    assert send_grpc(server, refund_spans(), named) is SpanExportResult.SUCCESS
+    assert_one_refund_trace(server)
+
+
+def test_client_names_on_metrics_leave_probes_open(start_server: Start, pki: Pki) -> None:
+    server = start_server(**tls(pki, mutual=True, **client_names(NAMED_DNS)))
+    base = f"https://{server.address('metrics')}"
+    anonymous, other, named = (
+        client_context(pki),
+        client_context(pki, client=True),
+        client_context(pki, client="named"),
+    )
+    probes = [
+        http_get(f"{base}{path}", who).status
+        for path in ("/healthz", "/readyz")
+        for who in (anonymous, other, named)
+    ]
+    assert probes == [200] * 6
+    assert http_get(f"{base}/metrics", anonymous).status == 401  # no certificate
+    refused = http_get(f"{base}/metrics", other)
+    assert (refused.status, refused.body) == (403, b"")
+    assert server.sample(AUTH_FAILURES, {"listener": "metrics"}) == 2
+    assert http_get(f"{base}/metrics", named).status == 200
+
+
+def test_tail_with_a_certificate_naming_another_client_is_told_so(
+    start_server: Start, pki: Pki
+) -> None:
+    server = start_server(**tls(pki, mutual=True, **client_names(NAMED_CN)), **POLICY)
+    other = StreamAccess(ca_file=pki.ca, cert_file=pki.client_cert, key_file=pki.client_key)
+    refused = tail_refused(server, other)
+    assert refused.code == EXIT_USAGE  # not retried: another certificate is needed
+    assert "does not accept this client certificate (PERMISSION_DENIED)" in refused.err
+    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 1
+
+    named = StreamAccess(ca_file=pki.ca, cert_file=pki.named_cert, key_file=pki.named_key)
+    act = unverified_refund(server, grpc_credentials(pki, "named"))
+    run = tail_during(server, act, named, as_json=True)
+    assert run.code == 0
+    [finding] = missing_verification(run.out)
+    assert finding["tool"] == "issue_refund"
 
 
 def metric_label_values(server: RunningServer) -> set[str]:

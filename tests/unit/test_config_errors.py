@@ -321,3 +321,54 @@ def test_aliases_of_two_namespaces_to_one_tool_are_one_alias() -> None:
         "aliases": {"kb__search": "search_kb", "docs__search": "Search_KB"},
     }
     assert Config.model_validate({"policy": policy}).policy.normalizer()("x__search") == "search_kb"
+
+
+@pytest.fixture
+def tls_files(tmp_path: Path) -> dict[str, object]:
+    import trustme  # noqa: PLC0415 (only these tests need certificates)
+
+    ca = trustme.CA()
+    leaf = ca.issue_cert("127.0.0.1")
+    cert, key, client_ca = tmp_path / "tls.crt", tmp_path / "tls.key", tmp_path / "ca.crt"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    ca.cert_pem.write_to_path(str(client_ca))
+    return {
+        "security.tls.cert_file": str(cert),
+        "security.tls.key_file": str(key),
+        "security.tls.client_ca_file": str(client_ca),
+    }
+
+
+@pytest.mark.parametrize(
+    ("names", "reason"),
+    [
+        (["10.1.2.3"], "'10.1.2.3' is an IP address: a client is named by its certificate's"),
+        (["::1"], "'::1' is an IP address"),
+        ([""], "'': a client name is a certificate's common name, DNS name, URI or email"),
+        ([" collector "], "' collector ': a client name is a certificate's common name"),
+    ],
+)
+def test_a_client_name_that_no_certificate_field_could_match_is_refused(
+    tls_files: dict[str, object], names: list[str], reason: str
+) -> None:
+    lines = error_lines(None, {**tls_files, "security.tls.client_names": names})
+    assert lines[1].startswith("  command line/environment: security.tls.client_names: ")
+    assert reason in lines[1]
+
+
+def test_client_names_need_mutual_tls(tls_files: dict[str, object]) -> None:
+    del tls_files["security.tls.client_ca_file"]
+    lines = error_lines(None, {**tls_files, "security.tls.client_names": ["collector"]})
+    assert "security.tls: " in lines[1]
+    assert lines[1].endswith(
+        "client_names needs client_ca_file: without mutual TLS no client shows a certificate"
+        " to take a name from"
+    )
+
+
+def test_client_names_are_kept_once_each_in_order(tls_files: dict[str, object]) -> None:
+    names = ["spiffe://cluster.local/ns/o/sa/c", "collector", "collector"]
+    config = load_config(None, {**tls_files, "security.tls.client_names": names})
+    assert config.security.tls is not None
+    assert config.security.tls.client_names == ("spiffe://cluster.local/ns/o/sa/c", "collector")

@@ -68,6 +68,7 @@ _RAW_WBITS = -zlib.MAX_WBITS  # bare deflate data (RFC 1951), which some clients
 #: The google.rpc code of each HTTP error toolwatch's handler does not answer itself.
 _STATUS_CODES = {
     401: code_pb2.UNAUTHENTICATED,
+    403: code_pb2.PERMISSION_DENIED,
     404: code_pb2.NOT_FOUND,
     405: code_pb2.UNIMPLEMENTED,
     413: code_pb2.RESOURCE_EXHAUSTED,
@@ -283,7 +284,7 @@ def _deflate_wbits(raw: bytes) -> int:
 async def _status_bodies(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Give an error answer that is not already one (aiohttp's own, a middleware's) a
     ``google.rpc.Status`` body in the request's encoding, keeping its status and the
-    headers a client acts on. A 401's Status says nothing more than its code."""
+    headers a client acts on. A 401's or 403's Status says nothing more than its code."""
     try:
         response = await handler(request)
     except web.HTTPException as error:
@@ -293,7 +294,7 @@ async def _status_bodies(request: web.Request, handler: Handler) -> web.StreamRe
     if response.status < 400 or response.content_type in (_PROTOBUF, _JSON):
         return response
     code = _STATUS_CODES.get(response.status, code_pb2.UNKNOWN)
-    message = "" if response.status == 401 else _error_message(request, response)
+    message = "" if response.status in (401, 403) else _error_message(request, response)
     encoding = _JSON if request.content_type == _JSON else _PROTOBUF
     answer = _message_response(
         response.status, status_pb2.Status(code=code, message=message), encoding
