@@ -69,6 +69,8 @@ SCENARIOS = (
     "tool_output_guardrail_client",
     "input_guardrail_blocking_client",
     "output_guardrail_tripped_client",
+    "refund_stream",
+    "input_guardrail_blocking_stream",
 )
 #: The main agent refuses under an output guardrail that calls the model client itself, no
 #: agent: the client's own instrumentation (enabled beside the SDK's, as Traceloop.init()
@@ -80,6 +82,9 @@ TOOL_OUTPUT_GUARDRAIL = "tool_output_guardrail_client"
 #: A blocking input guardrail (``run_in_parallel=False``) that calls the client and trips
 #: before any model call of the agent.
 BLOCKING_GUARDRAIL = "input_guardrail_blocking_client"
+#: The same, the run streamed (``Runner.run_streamed``): the SDK runs input guardrails on
+#: another path there, and attaches the trip's error to another span.
+BLOCKING_GUARDRAIL_STREAM = "input_guardrail_blocking_stream"
 #: An output guardrail that calls the client flags the agent's answer and trips: the SDK
 #: raises and the answer is withheld.
 TRIPPED_OUTPUT_GUARDRAIL = "output_guardrail_tripped_client"
@@ -88,6 +93,7 @@ CLIENT_GUARDRAILS = (
     CLIENT_GUARDRAIL,
     TOOL_OUTPUT_GUARDRAIL,
     BLOCKING_GUARDRAIL,
+    BLOCKING_GUARDRAIL_STREAM,
     TRIPPED_OUTPUT_GUARDRAIL,
 )
 #: Scenarios whose main agent refuses under a guardrail: the run has a ``model_refusal``
@@ -175,11 +181,19 @@ async def run_scenario(
     undo = None
     if scenario in CLIENT_GUARDRAILS:
         undo = _client_instrumented(instrumentation, capture, guard)
+    prompt = scripts.prompt_for(scenario)
     try:
         async with client, guard:
-            result = await Runner.run(
-                agent, scripts.prompt_for(scenario), run_config=config, error_handlers=handlers
-            )
+            if scenario.endswith("_stream"):  # the run's events streamed as they happen
+                result = Runner.run_streamed(
+                    agent, prompt, run_config=config, error_handlers=handlers
+                )
+                async for _ in result.stream_events():
+                    pass
+            else:
+                result = await Runner.run(
+                    agent, prompt, run_config=config, error_handlers=handlers
+                )
     except (InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered) as tripped:
         print(f"  {scenario}: raised {tripped!r}", flush=True)
         return
@@ -309,7 +323,7 @@ def _build_agent(scenario: str, client: Any, config: Any, guard: AsyncOpenAI) ->
     if scenario == TRIPPED_OUTPUT_GUARDRAIL:
         main = agent("support_agent", "lookup_order")
         return main.clone(output_guardrails=[_client_guardrail(guard, "guardrail_flag")])
-    if scenario == BLOCKING_GUARDRAIL:
+    if scenario in (BLOCKING_GUARDRAIL, BLOCKING_GUARDRAIL_STREAM):
         main = agent("support_agent", "lookup_order", "issue_refund", "charge_card")
         return main.clone(input_guardrails=[_blocking_client_guardrail(guard)])
     if scenario in GUARDRAILED:

@@ -35,7 +35,7 @@ from tools.capture.otlp import Capture, configure_logfire
 
 __all__ = ["SCENARIOS", "instrument"]
 
-SCENARIOS = ("refund", "parallel", "tool_error", "refusal")
+SCENARIOS = ("refund", "refund_stream", "parallel", "tool_error", "refusal")
 INSTRUCTIONS = "You are a helpful customer-support agent. Use the tools."
 MAX_TURNS = 5
 
@@ -86,31 +86,78 @@ async def run_scenario(capture: Capture, server: FakeModelServer, scenario: str)
         {"role": "user", "content": scripts.prompt_for(scenario)},
     ]
     tracer = capture.provider.get_tracer("toolwatch.capture.app")
+    ask = _streamed if scenario.endswith("_stream") else _answered
     with tracer.start_as_current_span("support_agent"), client:
         for _ in range(MAX_TURNS):
-            response = client.chat.completions.create(
-                model="gpt-4o-mini", messages=messages, tools=tools
-            )
-            message = response.choices[0].message
-            messages.append(message.model_dump(exclude_none=True))
-            if not message.tool_calls:
+            message, finish_reason = ask(client, messages, tools)
+            messages.append(message)
+            if not message.get("tool_calls"):
                 print(
-                    f"  {scenario}: finish={response.choices[0].finish_reason} "
-                    f"content={message.content!r} refusal={message.refusal!r}",
+                    f"  {scenario}: finish={finish_reason} content={message.get('content')!r}"
+                    f" refusal={message.get('refusal')!r}",
                     flush=True,
                 )
                 return
-            messages.extend(_run_tool(call) for call in message.tool_calls)
+            messages.extend(_run_tool(call) for call in message["tool_calls"])
 
 
-def _run_tool(call: Any) -> dict[str, Any]:
-    function: Callable[..., Any] = getattr(scripts, call.function.name)
+def _answered(
+    client: OpenAI, messages: list[Any], tools: list[Any]
+) -> tuple[dict[str, Any], str | None]:
+    """The model's message (as the loop sends it back) and finish reason."""
+    response = client.chat.completions.create(model="gpt-4o-mini", messages=messages, tools=tools)
+    choice = response.choices[0]
+    return choice.message.model_dump(exclude_none=True), choice.finish_reason
+
+
+def _streamed(
+    client: OpenAI, messages: list[Any], tools: list[Any]
+) -> tuple[dict[str, Any], str | None]:
+    """The same, streamed (``stream=True``), put together from its chunks as a loop that
+    shows the answer while it is written does: text and refusal deltas joined, each tool
+    call's id and name from its first chunk and its arguments from the fragments after."""
+    stream = client.chat.completions.create(
+        model="gpt-4o-mini",
+        messages=messages,
+        tools=tools,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    text: list[str] = []
+    refusal: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    finish_reason = None
+    for chunk in stream:
+        for choice in chunk.choices:
+            delta = choice.delta
+            text.append(delta.content or "")
+            refusal.append(delta.refusal or "")
+            for part in delta.tool_calls or ():
+                call = calls.setdefault(
+                    part.index,
+                    {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                )
+                call["id"] = part.id or call["id"]
+                if part.function is not None:
+                    call["function"]["name"] += part.function.name or ""
+                    call["function"]["arguments"] += part.function.arguments or ""
+            finish_reason = choice.finish_reason or finish_reason
+    message: dict[str, Any] = {"role": "assistant", "content": "".join(text) or None}
+    if any(refusal):
+        message["refusal"] = "".join(refusal)
+    if calls:
+        message["tool_calls"] = [calls[index] for index in sorted(calls)]
+    return message, finish_reason
+
+
+def _run_tool(call: dict[str, Any]) -> dict[str, Any]:
+    function: Callable[..., Any] = getattr(scripts, call["function"]["name"])
     try:
-        output = function(**json.loads(call.function.arguments))
+        output = function(**json.loads(call["function"]["arguments"]))
     except scripts.CardDeclinedError as error:
         output = f"Error: {error}"
     content = output if isinstance(output, str) else json.dumps(output)
-    return {"role": "tool", "tool_call_id": call.id, "content": content}
+    return {"role": "tool", "tool_call_id": call["id"], "content": content}
 
 
 if __name__ == "__main__":

@@ -40,6 +40,7 @@ class WeatherReport(BaseModel):
 
 SCENARIOS = (
     "refund",
+    "refund_stream",
     "parallel",
     "tool_error",
     "tool_crash",
@@ -65,11 +66,15 @@ def instrument(version: int | None, capture: Capture) -> CaptureRun:
         agent = _build_agent(scenario, server)
         prompt = scripts.prompt_for("tool_error" if scenario == "tool_crash" else scenario)
         try:
-            result = await agent.run(prompt)
+            if scenario.endswith("_stream"):  # the answer streamed as it is generated
+                async with agent.run_stream(prompt) as streamed:
+                    output = await streamed.get_output()
+            else:
+                output = (await agent.run(prompt)).output
         except Exception as error:
             print(f"  {scenario}: raised {error!r}", flush=True)
             return
-        print(f"  {scenario}: output={result.output!r}", flush=True)
+        print(f"  {scenario}: output={output!r}", flush=True)
 
     return run
 

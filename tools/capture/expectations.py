@@ -45,6 +45,7 @@ _REFUND_CALLS = [_call("lookup_order", {"order_id": "A-1001"}), _call("issue_ref
 
 SCRIPTED: dict[str, dict[str, Any]] = {
     "refund": _run("support_agent", _REFUND_CALLS, "Refund R-77"),
+    "refund_stream": _run("support_agent", _REFUND_CALLS, "Refund R-77"),
     "parallel": _run(
         "weather_agent",
         [
@@ -73,6 +74,7 @@ SCRIPTED: dict[str, dict[str, Any]] = {
     # A blocking input guardrail tripped before the agent's model was called: the request
     # was refused, by the guardrail; its verdict is no answer of the run.
     "input_guardrail_blocking_client": _run("support_agent", [], None, refusal=True),
+    "input_guardrail_blocking_stream": _run("support_agent", [], None, refusal=True),
     # An output guardrail tripped on the agent's answer, which the SDK withheld (it raised):
     # the run refused, by the guardrail, after its tool call. The withheld answer is still
     # the model's last output, the run's final text (what the guardrail stopped).
@@ -575,6 +577,23 @@ _AGENTS_TRIPPED_OUTPUT_GUARDRAIL_SPANS = {
         "API with ...' (the verdict); the agent span ends ERROR without a message."
     ),
 }
+_AGENTS_STREAMED = (
+    " Streamed instead: Runner.run_streamed, each model response read from the Responses "
+    "API's server-sent events (text and function-call arguments in delta fragments), the events "
+    "consumed to the end. "
+)
+_AGENTS_STREAMED_NOTES = {
+    "refund_stream": "The spans are those of Runner.run.",
+    "input_guardrail_blocking_stream": (
+        "The blocking input guardrail (as *__input_guardrail_blocking_client) trips; on the "
+        "streamed path the SDK sets the trip's error on the agent span, not the turn span "
+        "(\"Guardrail tripwire triggered: {'guardrail': 'input_safety', 'type': "
+        "'input_guardrail'}\"), so OpenLLMetry records it too (its repr of the SpanError), and "
+        "no turn span is written. OpenLLMetry: the guardrail's own call hangs off the agent "
+        "span and is read as its output (the verdict the final text). Logfire: the agent "
+        "span is ERROR without a message; its guardrail span says triggered."
+    ),
+}
 _GUARDRAILS_SCENARIOS = {
     "guarded_answer": " The validator passes.",
     "guarded_answer_fails": (
@@ -619,6 +638,19 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
         for name, spans in _AGENTS_TRIPPED_OUTPUT_GUARDRAIL_SPANS.items()
     },
     **{("guardrails", "*", scenario): text for scenario, text in _GUARDRAILS_SCENARIOS.items()},
+    **{
+        ("openai_agents", "*", scenario): _AGENTS_STREAMED + text
+        for scenario, text in _AGENTS_STREAMED_NOTES.items()
+    },
+    ("openai_client", "*", "refund_stream"): (
+        " Streamed: stream=True with stream_options.include_usage, the loop joining the "
+        "chunks (text deltas; each tool call's id and name first, its arguments in fragments)."
+    ),
+    ("pydantic_ai", "*", "refund_stream"): (
+        " Streamed instead: agent.run_stream, Chat Completions chunks (text and tool-call "
+        "arguments in fragments), the output read with get_output(); the spans are those of "
+        "agent.run."
+    ),
     **{
         ("openai_agents", name, "refusal_output_guardrail_client"): _AGENTS_CLIENT_GUARDRAIL + spans
         for name, spans in _AGENTS_CLIENT_GUARDRAIL_SPANS.items()
@@ -785,6 +817,7 @@ _FINAL_TEXT: dict[tuple[str, str, str], str] = {
     ("openai_agents", "otel_contrib", "tool_output_guardrail_client"): "ResponseFunctionToolCall",
     ("openai_agents", "openllmetry", "tool_output_guardrail_client"): '"is_flagged": false',
     ("openai_agents", "openllmetry", "output_guardrail_tripped_client"): '"is_flagged": true',
+    ("openai_agents", "openllmetry", "input_guardrail_blocking_stream"): '"is_flagged": true',
 }
 
 

@@ -2,7 +2,9 @@
 
 It serves, on 127.0.0.1 and a free port, what the agent SDKs call:
 
-* ``POST /v1/responses`` (non-streaming) -- the Responses API, the OpenAI Agents SDK default;
+* ``POST /v1/responses`` -- the Responses API, the OpenAI Agents SDK default, non-streaming
+  and streaming (SSE events, ``response.created`` to ``response.completed``, text and
+  function-call arguments in delta fragments);
 * ``POST /v1/chat/completions`` -- Chat Completions, non-streaming and streaming (SSE with
   ``data: {chunk}`` lines and ``data: [DONE]``), because Strands' OpenAI provider always
   streams;
@@ -84,7 +86,11 @@ def _handler_for(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
             server.requests.append((self.path, body))
             try:
                 if self.path.endswith("/responses"):
-                    self._send_json(_responses(server, body))
+                    response = _responses(server, body)
+                    if body.get("stream"):
+                        self._send_events(_response_events(response))
+                    else:
+                        self._send_json(response)
                 elif self.path.endswith("/chat/completions"):
                     self._chat(body)
                 elif self.path.endswith(":generateContent"):
@@ -100,13 +106,21 @@ def _handler_for(server: FakeModelServer) -> type[BaseHTTPRequestHandler]:
                 self._send_json(completion)
                 return
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            self._send_events(_chunks(completion, include_usage), done=True)
+
+        def _send_events(self, events: Iterator[dict[str, Any]], done: bool = False) -> None:
+            """Server-sent events, one ``data:`` line each (with its ``event:`` name when it
+            has a ``type``, as the Responses API sends them); ``done``: end with ``[DONE]``,
+            as Chat Completions does."""
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
             self.end_headers()
-            for chunk in _chunks(completion, include_usage):
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            self.wfile.write(b"data: [DONE]\n\n")
+            for event in events:
+                name = f"event: {event['type']}\n" if "type" in event else ""
+                self.wfile.write(f"{name}data: {json.dumps(event)}\n\n".encode())
+            if done:
+                self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
             self.close_connection = True
 
@@ -233,6 +247,43 @@ def _responses_output(server: FakeModelServer, turn: Turn) -> list[dict[str, Any
     ]
 
 
+def _response_events(response: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The streaming form of ``response``: created, each output item added, its text or
+    arguments in delta fragments, done, then completed with the whole response."""
+    numbers = itertools.count()
+
+    def event(kind: str, **fields: Any) -> dict[str, Any]:
+        return {"type": f"response.{kind}", "sequence_number": next(numbers), **fields}
+
+    started = {**response, "status": "in_progress", "output": [], "usage": None}
+    yield event("created", response=started)
+    yield event("in_progress", response=started)
+    for index, item in enumerate(response["output"]):
+        where = {"item_id": item["id"], "output_index": index}
+        if item["type"] == "function_call":
+            yield event("output_item.added", output_index=index, item={**item, "arguments": ""})
+            for piece in _pieces(item["arguments"]):
+                yield event("function_call_arguments.delta", **where, delta=piece)
+            yield event("function_call_arguments.done", **where, arguments=item["arguments"])
+        else:
+            yield event("output_item.added", output_index=index, item={**item, "content": []})
+            for part_index, part in enumerate(item["content"]):
+                at = {**where, "content_index": part_index}
+                refusal = part["type"] == "refusal"
+                text = part["refusal"] if refusal else part["text"]
+                empty = {**part, "refusal": ""} if refusal else {**part, "text": ""}
+                yield event("content_part.added", **at, part=empty)
+                kind = "refusal" if refusal else "output_text"
+                extra: dict[str, Any] = {} if refusal else {"logprobs": []}
+                for piece in _pieces(text):
+                    yield event(f"{kind}.delta", **at, delta=piece, **extra)
+                finished = {"refusal": text} if refusal else {"text": text}
+                yield event(f"{kind}.done", **at, **finished, **extra)
+                yield event("content_part.done", **at, part=part)
+        yield event("output_item.done", output_index=index, item=item)
+    yield event("completed", response=response)
+
+
 # --- Chat Completions ----------------------------------------------------------------------
 
 
@@ -288,15 +339,25 @@ def _chunks(completion: dict[str, Any], include_usage: bool) -> Iterator[dict[st
         return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
 
     yield chunk({"role": "assistant", "content": ""})
-    if message["content"]:
-        yield chunk({"content": message["content"]})
-    if message["refusal"]:
-        yield chunk({"refusal": message["refusal"]})
+    for piece in _pieces(message["content"] or ""):
+        yield chunk({"content": piece})
+    for piece in _pieces(message["refusal"] or ""):
+        yield chunk({"refusal": piece})
     for index, call in enumerate(message.get("tool_calls", [])):
-        yield chunk({"tool_calls": [{"index": index, **call}]})
+        # As OpenAI streams a call: its id and name first, then its arguments in fragments.
+        function = {"name": call["function"]["name"], "arguments": ""}
+        yield chunk({"tool_calls": [{"index": index, **call, "function": function}]})
+        for piece in _pieces(call["function"]["arguments"]):
+            yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
     yield chunk({}, choice["finish_reason"])
     if include_usage:
         yield {**head, "choices": [], "usage": completion["usage"]}
+
+
+def _pieces(text: str, size: int = 8) -> Iterator[str]:
+    """``text`` in the short fragments a streamed response delivers it in."""
+    for start in range(0, len(text), size):
+        yield text[start : start + size]
 
 
 # --- Gemini API ----------------------------------------------------------------------------

@@ -107,6 +107,17 @@ SCENARIOS: dict[str, Scenario] = {
                 Text(REFUND_TEXT),
             ),
         ),
+        # The same conversation, streamed to the application (each model response arrives
+        # as server-sent events: Chat Completions chunks, Responses API events).
+        Scenario(
+            "refund_stream",
+            "[scenario:refund_stream] Please refund my order A-1001, it arrived broken.",
+            (
+                ToolCalls((("lookup_order", {"order_id": "A-1001"}),)),
+                ToolCalls((("issue_refund", {"order_id": "A-1001", "amount_usd": 25.0}),)),
+                Text(REFUND_TEXT),
+            ),
+        ),
         Scenario(
             "parallel",
             "[scenario:parallel] What is the weather in Paris and in London?",
@@ -211,6 +222,13 @@ SCENARIOS: dict[str, Scenario] = {
             "output_guardrail_tripped_client",
             "[scenario:output_guardrail_tripped_client] Which card did I pay order A-1001 with?",
             (ToolCalls((("lookup_order", {"order_id": "A-1001"}),)), Text(LEAK_TEXT)),
+        ),
+        # The blocking input guardrail's trip, the run streamed (Runner.run_streamed).
+        Scenario(
+            "input_guardrail_blocking_stream",
+            "[scenario:input_guardrail_blocking_stream] Tell me how to pick the lock on my"
+            " neighbour's door.",
+            (Refusal(REFUSAL_TEXT),),
         ),
         Scenario(
             "guardrail_flag",
