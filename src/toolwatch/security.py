@@ -7,9 +7,9 @@ are ``toolwatch.tls``'s. With ``tls.client_ca_file`` every listener requires a c
 certificate signed by that CA (mutual TLS), except that the metrics listener lets a client
 without one finish the handshake and answers it only on ``/healthz`` and ``/readyz``. With
 ``tls.client_names`` too, the certificate must name one of them (``ClientNames``): any other
-is answered PERMISSION_DENIED (gRPC) or 403 (HTTP), with no detail, and counted with
-``PipelineMetrics.auth_failed(listener)``; over gRPC before a request's body is read, except
-for a stream's (findings, health ``Watch``) one small request.
+is answered PERMISSION_DENIED (gRPC) or 403 (HTTP), with no detail, before any request
+message or body is read and before a bearer token is looked at, and counted with
+``PipelineMetrics.auth_failed(listener)``.
 
 Authentication follows RFC 6750: the client sends ``authorization: Bearer <token>``
 (gRPC metadata or HTTP header). A missing or wrong token is answered UNAUTHENTICATED (gRPC)
@@ -32,17 +32,20 @@ is not thread-safe.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import inspect
 import logging
 import ssl
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import grpc
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
+from cryptography import x509
+from cryptography.x509.oid import NameOID
 
 from toolwatch.config import SecuritySettings, read_token_file
 from toolwatch.metrics import PipelineMetrics
@@ -58,6 +61,7 @@ __all__ = [
     "TokenFile",
     "bearer_token",
     "bearer_token_middleware",
+    "certificate_names",
     "client_certificate_middleware",
     "client_name_middleware",
 ]
@@ -148,22 +152,19 @@ def _encode(tokens: Iterable[str]) -> tuple[bytes, ...]:
     return tuple(token.encode() for token in tokens)
 
 
-async def _refuse(request: Any, context: grpc.aio.ServicerContext) -> None:
-    await context.abort(grpc.StatusCode.UNAUTHENTICATED)
-
-
-# Refused calls are answered through a stream-stream handler without a deserializer: it
-# runs before any request message is read (a unary handler would receive and hold the
-# whole, possibly large, body first) and fits every method shape on the wire.
-_REFUSAL = grpc.stream_stream_rpc_method_handler(_refuse)
-
 _Continuation = Callable[[Any], Awaitable[Any]]
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc is untyped
     """Refuses calls without an accepted bearer token with UNAUTHENTICATED (no detail) and
     counts them for ``listener``. Calls to ``open_methods`` (full method names) pass without
-    a token."""
+    a token.
+
+    Refused calls are answered through a stream-stream handler without a deserializer: it
+    runs before any request message is read (a unary handler would receive and hold the
+    whole, possibly large, body first) and fits every method shape on the wire. It counts
+    the refusal when it runs, so a check in front of it that ends the call first
+    (``ClientNameInterceptor``) is the only one to count it."""
 
     def __init__(
         self,
@@ -176,12 +177,16 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc] 
         self._metrics = metrics
         self._listener = listener
         self._open = open_methods
+        self._refusal = grpc.stream_stream_rpc_method_handler(self._refuse)
 
     async def intercept_service(self, continuation: _Continuation, details: Any) -> Any:
         if details.method in self._open or self._tokens.accepts(_metadata_token(details)):
             return await continuation(details)
+        return self._refusal
+
+    async def _refuse(self, requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         self._metrics.auth_failed(self._listener)
-        return _REFUSAL
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED)
 
 
 def _metadata_token(details: Any) -> str | None:
@@ -242,49 +247,53 @@ def client_certificate_middleware(
     return require_certificate
 
 
-#: Where gRPC's auth context holds the names a client certificate gives: its subject's common
-#: name and its DNS, URI and email subject alternative names (not its IP addresses).
-_GRPC_NAME_KEYS = ("x509_common_name", "peer_dns", "peer_uri", "peer_email")
-#: The same names in ``ssl.SSLSocket.getpeercert()``: the subject's ``commonName`` and these
-#: kinds of ``subjectAltName``.
-_COMMON_NAME = "commonName"
-_ALT_NAME_KINDS = frozenset({"DNS", "URI", "email"})
-
-
 class ClientNames:
     """The client certificates a listener accepts beside the client CA's signature: those
     whose subject common name or one of whose DNS, URI (a SPIFFE ID) or email subject
-    alternative names is one of ``names``, compared exactly, as written in the certificate."""
+    alternative names is one of ``names``, compared exactly, as written in the certificate.
+
+    The names are read from the certificate itself on every listener (``certificate_names``),
+    not from gRPC's auth properties, which end a name at a NUL byte (``otel-collector\\0.evil``
+    would read ``otel-collector``), keep only one common name and read other bytes as
+    Latin-1: the same certificate is accepted or refused alike on every listener."""
 
     def __init__(self, names: Iterable[str]) -> None:
         self._names = frozenset(names)
 
-    def admit(self, presented: Iterable[str]) -> bool:
-        """Whether one of the ``presented`` names is accepted."""
-        return not self._names.isdisjoint(presented)
-
-    def admit_grpc(self, auth_context: Mapping[str, Iterable[bytes]]) -> bool:
-        """Whether the certificate a gRPC call's connection was verified with (its
-        ``ServicerContext.auth_context()``) names an accepted client."""
-        return self.admit(
-            value.decode("utf-8", "replace")
-            for key in _GRPC_NAME_KEYS
-            for value in auth_context.get(key, ())
+    def admit(self, certificate: bytes | None) -> bool:
+        """Whether ``certificate`` (DER or PEM) names an accepted client; ``False`` without
+        one, or one that cannot be read."""
+        return certificate is not None and not self._names.isdisjoint(
+            certificate_names(certificate)
         )
 
-    def admit_http(self, peercert: Mapping[str, Any]) -> bool:
-        """Whether a verified peer certificate (``getpeercert()``'s dict) names an accepted
-        client."""
-        names = [
-            value
-            for rdn in peercert.get("subject", ())
-            for key, value in rdn
-            if key == _COMMON_NAME
-        ]
-        names += [
-            value for kind, value in peercert.get("subjectAltName", ()) if kind in _ALT_NAME_KINDS
-        ]
-        return self.admit(names)
+    def admit_grpc(self, auth_context: Mapping[str, Sequence[bytes]]) -> bool:
+        """Whether the certificate a gRPC call's connection was verified with (in its
+        ``ServicerContext.auth_context()``) names an accepted client."""
+        pems = auth_context.get("x509_pem_cert", ())
+        return len(pems) == 1 and self.admit(pems[0])
+
+
+@functools.lru_cache(maxsize=256)  # a connection's calls show the same certificate
+def certificate_names(certificate: bytes) -> frozenset[str]:
+    """The names a client certificate (DER, or PEM) gives: every subject common name and its
+    DNS, URI and email subject alternative names (not its IP addresses: they name a host).
+    None when it cannot be read."""
+    try:
+        if certificate.startswith(b"-----BEGIN"):
+            cert = x509.load_pem_x509_certificate(certificate)
+        else:
+            cert = x509.load_der_x509_certificate(certificate)
+        names = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
+        try:
+            alternative = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
+        except x509.ExtensionNotFound:
+            return frozenset(names)
+        for kind in (x509.DNSName, x509.UniformResourceIdentifier, x509.RFC822Name):
+            names += alternative.value.get_values_for_type(kind)
+    except ValueError:  # a certificate cryptography cannot parse names no one
+        return frozenset()
+    return frozenset(names)
 
 
 class ClientNameInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc is untyped
@@ -292,8 +301,11 @@ class ClientNameInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  
     PERMISSION_DENIED, with no detail, and counts it for ``listener``.
 
     An interceptor cannot see the connection's certificate, only the call's handler can (its
-    context's ``auth_context``): the check is put in front of the handler, before it reads
-    anything of a streamed request (OTLP ``Export``), after a unary one's single message."""
+    context's ``auth_context``): the check is put in front of the handler. A handler that
+    takes one request message is served as one that takes a stream of undecoded messages,
+    so the check runs before any message is read (a unary request can be as large as the
+    listener's limit). Put it before the token interceptor: the name is then checked first,
+    so a client without an accepted name cannot tell a good token from a bad one."""
 
     def __init__(self, names: ClientNames, metrics: PipelineMetrics, listener: str) -> None:
         self._names = names
@@ -311,47 +323,70 @@ class ClientNameInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  
 
     def _checked(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         admit = self._admit
-        shapes = {
-            "unary_unary": grpc.unary_unary_rpc_method_handler,
-            "unary_stream": grpc.unary_stream_rpc_method_handler,
-            "stream_unary": grpc.stream_unary_rpc_method_handler,
-            "stream_stream": grpc.stream_stream_rpc_method_handler,
-        }
-        for shape, make in shapes.items():
-            behaviour = getattr(handler, shape)
-            if behaviour is None:
-                continue
+        decode = handler.request_deserializer
+        if handler.unary_unary is not None or handler.unary_stream is not None:
+            behaviour = handler.unary_unary or handler.unary_stream
 
-            async def checked(request: Any, context: Any, behaviour: Any = behaviour) -> Any:
+            async def one_request(requests: Any, context: Any) -> Any:
                 await admit(context)
-                result = behaviour(request, context)
-                if inspect.isasyncgen(result):  # a handler that yields its responses
-                    async for response in result:
-                        await context.write(response)
-                    return None
-                return await result
+                async for raw in requests:  # the one message, read once admitted
+                    request = decode(raw) if decode is not None else raw
+                    return await _finished(behaviour(request, context), context)
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no request message")
 
-            return make(
-                checked,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
+            make = (
+                grpc.stream_unary_rpc_method_handler
+                if handler.unary_unary is not None
+                else grpc.stream_stream_rpc_method_handler
             )
-        return handler
+            return make(one_request, response_serializer=handler.response_serializer)
+        streaming = handler.stream_unary or handler.stream_stream
+
+        async def requests_stream(requests: Any, context: Any) -> Any:
+            await admit(context)
+            return await _finished(streaming(requests, context), context)
+
+        make = (
+            grpc.stream_unary_rpc_method_handler
+            if handler.stream_unary is not None
+            else grpc.stream_stream_rpc_method_handler
+        )
+        return make(
+            requests_stream,
+            request_deserializer=decode,
+            response_serializer=handler.response_serializer,
+        )
+
+
+async def _finished(result: Any, context: Any) -> Any:
+    """What a handler's behaviour returned, run to its end: an awaitable awaited, responses
+    it yields (a generator, async or not) written to ``context``."""
+    if inspect.isasyncgen(result):
+        async for response in result:
+            await context.write(response)
+        return None
+    if inspect.isgenerator(result):
+        for response in result:
+            await context.write(response)
+        return None
+    return await result if inspect.isawaitable(result) else result
 
 
 def client_name_middleware(
     names: ClientNames, metrics: PipelineMetrics, listener: str, open_paths: frozenset[str]
 ) -> Middleware:
     """An aiohttp middleware answering requests on a connection whose client certificate
-    names no accepted client (``ClientNames``) with 403 and an empty body, counted for
-    ``listener``, except those for ``open_paths``. A connection without a certificate (the
-    metrics listener lets one finish its handshake) is ``client_certificate_middleware``'s."""
+    names no accepted client (``ClientNames``), or that shows none, with 403 and an empty
+    body, counted for ``listener``, except those for ``open_paths``. Put it after
+    ``client_certificate_middleware`` on a listener where a client without a certificate
+    finishes the handshake: that answers such a client 401 first."""
 
     @web.middleware
     async def require_name(request: web.Request, handler: Handler) -> web.StreamResponse:
         transport = request.transport
-        peercert = transport.get_extra_info("peercert") if transport is not None else None
-        if not peercert or request.path in open_paths or names.admit_http(peercert):
+        tls = transport.get_extra_info("ssl_object") if transport is not None else None
+        certificate = tls.getpeercert(binary_form=True) if tls is not None else None
+        if request.path in open_paths or names.admit(certificate):
             return await handler(request)
         metrics.auth_failed(listener)
         return web.Response(status=403)
@@ -438,11 +473,12 @@ class ListenerSecurity:
         return server_credentials(files) if files and self._settings.uses_tls(listener) else None
 
     def grpc_interceptors(self, listener: str) -> tuple[grpc.aio.ServerInterceptor, ...]:
+        # The name first: it wraps what the token check returns, its refusal included.
         interceptors: list[grpc.aio.ServerInterceptor] = []
-        if self._tokens is not None and self._settings.uses_auth(listener):
-            interceptors.append(BearerTokenInterceptor(self._tokens, self._metrics, listener))
         if self._names is not None and self._settings.uses_tls(listener):
             interceptors.append(ClientNameInterceptor(self._names, self._metrics, listener))
+        if self._tokens is not None and self._settings.uses_auth(listener):
+            interceptors.append(BearerTokenInterceptor(self._tokens, self._metrics, listener))
         return tuple(interceptors)
 
     def still_accepted(

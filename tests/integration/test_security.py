@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import io
-import ipaddress
 import json
 import logging
 import os
@@ -25,10 +23,6 @@ from typing import Any
 import grpc
 import pytest
 import trustme
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from google.rpc import code_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
@@ -41,6 +35,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from tests.certificates import alt_names, client_certificate, write_client_certificate
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
 from tests.integration.test_stream import make_finding, make_trace
@@ -69,6 +64,14 @@ class Pki:
     named_cert: Path
     named_key: Path
     token_file: Path
+    clients: trustme.CA  # the client CA, to issue more client certificates
+
+    def client_files(self, directory: Path, cert: bytes, key: bytes) -> tuple[Path, Path]:
+        """``cert`` and ``key`` (PEM) written to ``directory``, for clients that read files."""
+        paths = directory / "client-cert.pem", directory / "client-key.pem"
+        paths[0].write_bytes(cert)
+        paths[1].write_bytes(key)
+        return paths
 
     def read(self, name: str) -> bytes:
         path: Path = getattr(self, name)
@@ -81,6 +84,14 @@ def _write_leaf(cert: trustme.LeafCert, cert_path: Path, key_path: Path) -> None
     cert.private_key_pem.write_to_path(str(key_path))
 
 
+#: The names of the client certificate ``named`` (the Collector's, as a cluster's CA would
+#: issue it, SPIFFE ID and all; and an IP address, which names no client).
+NAMED_CN = "otel-collector"
+NAMED_DNS = "otel-collector.observability.svc"
+NAMED_SPIFFE = "spiffe://cluster.local/ns/observability/sa/otel-collector"
+NAMED_EMAIL = "collector@example.com"
+
+
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     d = tmp_path_factory.mktemp("pki")
@@ -90,7 +101,13 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
     _write_leaf(server_ca.issue_cert("127.0.0.1", "localhost"), d / "server.pem", d / "server.key")
     _write_leaf(client_ca.issue_cert("agent.example"), d / "client.pem", d / "client.key")
     _write_leaf(rogue_ca.issue_cert("agent.example"), d / "rogue.pem", d / "rogue.key")
-    _write_named_leaf(client_ca, d / "named.pem", d / "named.key")
+    write_client_certificate(
+        client_ca,
+        d / "named.pem",
+        d / "named.key",
+        [NAMED_CN],
+        alt_names(f"dns:{NAMED_DNS}", f"uri:{NAMED_SPIFFE}", f"email:{NAMED_EMAIL}", "ip:10.1.2.3"),
+    )
     (d / "tokens").write_text(TOKEN + "\n")
     return Pki(
         ca=d / "ca.pem",
@@ -104,51 +121,7 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
         named_cert=d / "named.pem",
         named_key=d / "named.key",
         token_file=d / "tokens",
-    )
-
-
-#: The names of the client certificate ``_write_named_leaf`` issues (the Collector's, as a
-#: cluster's CA would issue it, SPIFFE ID and all).
-NAMED_CN = "otel-collector"
-NAMED_DNS = "otel-collector.observability.svc"
-NAMED_SPIFFE = "spiffe://cluster.local/ns/observability/sa/otel-collector"
-NAMED_EMAIL = "collector@example.com"
-
-
-def _write_named_leaf(ca: trustme.CA, cert_path: Path, key_path: Path) -> None:
-    """A client certificate signed by ``ca`` with a common name and DNS, URI, email and IP
-    subject alternative names (trustme issues no URI name)."""
-    ca_key = serialization.load_pem_private_key(ca.private_key_pem.bytes(), password=None)
-    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem.bytes())
-    key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.datetime.now(datetime.UTC)
-    names = [
-        x509.DNSName(NAMED_DNS),
-        x509.UniformResourceIdentifier(NAMED_SPIFFE),
-        x509.RFC822Name(NAMED_EMAIL),
-        x509.IPAddress(ipaddress.ip_address("10.1.2.3")),
-    ]
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, NAMED_CN)]))
-        .issuer_name(ca_cert.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(hours=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName(names), critical=False)
-        .add_extension(
-            x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False
-        )
-        .sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
-    )
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
+        clients=client_ca,
     )
 
 
@@ -1036,6 +1009,97 @@ def test_tail_with_a_certificate_naming_another_client_is_told_so(
     assert run.code == 0
     [finding] = missing_verification(run.out)
     assert finding["tool"] == "issue_refund"
+
+
+@pytest.mark.parametrize(
+    ("common_names", "alternative"),
+    [
+        ([f"{NAMED_CN}\x00.evil.example"], []),
+        (["evil"], [f"dns:{NAMED_DNS}\x00.evil.example"]),
+        (["evil"], [f"uri:{NAMED_SPIFFE}\x00/evil"]),
+        (["evil"], [f"email:{NAMED_EMAIL}\x00.evil.example"]),
+    ],
+    ids=["common-name", "dns", "uri", "email"],
+)
+def test_a_name_cut_short_by_a_nul_byte_is_no_accepted_name(
+    start_server: Start, pki: Pki, tmp_path: Path, common_names: list[str], alternative: list[str]
+) -> None:
+    """gRPC's auth properties end a name at a NUL byte: a certificate the shared CA signed
+    for ``otel-collector\0.evil.example`` read there as ``otel-collector``. The names are read
+    from the certificate, alike on every listener."""
+    names = client_names(NAMED_CN, NAMED_DNS, NAMED_SPIFFE, NAMED_EMAIL)
+    server = start_server(**tls(pki, mutual=True, **names))
+    cert, key = client_certificate(pki.clients, common_names, alt_names(*alternative))
+    credentials = grpc.ssl_channel_credentials(pki.read("ca"), key, cert)
+    assert raw_export(server, credentials) == grpc.StatusCode.PERMISSION_DENIED
+    context = client_context(pki)
+    context.load_cert_chain(*pki.client_files(tmp_path, cert, key))
+    assert post_traces(server, context, token=None).status == 403
+    assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 1
+    assert server.sample(AUTH_FAILURES, {"listener": "http"}) == 1
+
+
+@pytest.mark.parametrize("order", ["accepted-first", "accepted-second"])
+def test_every_common_name_of_a_certificate_is_read_on_every_listener(
+    start_server: Start, pki: Pki, tmp_path: Path, order: str
+) -> None:
+    cns = [NAMED_CN, "someone-else"] if order == "accepted-first" else ["someone-else", NAMED_CN]
+    server = start_server(**tls(pki, mutual=True, **client_names(NAMED_CN)))
+    cert, key = client_certificate(pki.clients, cns)
+    credentials = grpc.ssl_channel_credentials(pki.read("ca"), key, cert)
+    assert raw_export(server, credentials) == grpc.StatusCode.OK
+    context = client_context(pki)
+    context.load_cert_chain(*pki.client_files(tmp_path, cert, key))
+    assert post_traces(server, context, token=None).status == 200
+
+
+def test_a_certificate_naming_another_client_is_refused_before_its_token_is_read(
+    start_server: Start, pki: Pki
+) -> None:
+    """Checked in the other order, a client of the shared CA could tell a good token (then
+    PERMISSION_DENIED) from a bad one (UNAUTHENTICATED). Each refusal is counted once."""
+    server = start_server(
+        **tls(pki, mutual=True, **client_names(NAMED_DNS)), **auth(pki.token_file)
+    )
+    other, named = grpc_credentials(pki, "client"), grpc_credentials(pki, "named")
+    for token in (None, "wrong", TOKEN):
+        metadata = bearer(token) if token else ()
+        assert raw_export(server, other, metadata) == grpc.StatusCode.PERMISSION_DENIED
+        answer = post_traces(server, client_context(pki, client=True), token=token)
+        assert (answer.status, status_pb2.Status.FromString(answer.body).code) == (
+            403,
+            code_pb2.PERMISSION_DENIED,
+        )
+    assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 3
+    assert server.sample(AUTH_FAILURES, {"listener": "http"}) == 3
+    assert raw_export(server, named) == grpc.StatusCode.UNAUTHENTICATED
+    assert raw_export(server, named, bearer(TOKEN)) == grpc.StatusCode.OK
+    assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 4
+
+    tail = StreamAccess(
+        ca_file=pki.ca,
+        cert_file=pki.client_cert,
+        key_file=pki.client_key,
+        bearer_token_file=pki.token_file,
+    )
+    refused = tail_refused(server, tail)
+    assert "does not accept this client certificate (PERMISSION_DENIED)" in refused.err
+
+
+def test_a_large_request_from_a_certificate_naming_another_client_is_refused_unread(
+    start_server: Start, pki: Pki
+) -> None:
+    """Over the listener's message limit, a read request would be RESOURCE_EXHAUSTED, and
+    reading it is what the check must spare: the health check takes one request message."""
+    server = start_server(**tls(pki, mutual=True, **client_names(NAMED_DNS)))
+    other = grpc_credentials(pki, "client")
+    with grpc.secure_channel(server.address("grpc"), other) as channel:
+        check = health_pb2_grpc.HealthStub(channel).Check
+        large = health_pb2.HealthCheckRequest(service="x" * (30 << 20))
+        with pytest.raises(grpc.RpcError) as refused:
+            check(large, timeout=30)
+    assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 1
 
 
 def metric_label_values(server: RunningServer) -> set[str]:

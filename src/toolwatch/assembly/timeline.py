@@ -75,6 +75,7 @@ from toolwatch.conventions.attrs import (
     agent_in_tool_style,
     is_transfer,
 )
+from toolwatch.conventions.fields import GUARD_RAISED
 from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolTrace
 from toolwatch.names import NameNormalizer
 
@@ -931,9 +932,11 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
     the run that tripped (not inside a tool's execution, an agent used as a tool included:
     that is the tool's failure) refused the run whatever the model said: the OpenAI Agents
     SDK raises, before the answer or withholding it; the first to trip is the reason. So did
-    a plain span that says one tripped (``fields.status_refusal``: the SDK's turn span, whose
-    status message is the only word of an input guardrail's trip under OpenInference; a
-    Guardrails AI guard that raised)."""
+    a plain span that says one tripped (``fields.tripwire_refusal``: the SDK's turn span,
+    whose status message is the only word of an input guardrail's trip under OpenInference).
+    A Guardrails AI guard that raised (``fields.GUARD_RAISED``) refused as a model does: it
+    is the run's refusal when nothing that speaks for the run answered after it (an
+    application may catch the error, and retry or fall back)."""
     if run.span is not None:
         reason = _refusal_of(run.span)
         if reason is not None:
@@ -941,7 +944,9 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
     models: list[SpanRecord] = []
     tripped: SpanRecord | None = None
     held: set[bytes] | None = None  # the parents of nested agents' spans
-    said: list[SpanRecord] | None = None  # nested agents' own spans that refuse
+    # Spans that refuse as outputs do (the last word counts): nested agents' own spans that
+    # refuse, and Guardrails AI guards that raised.
+    said: list[SpanRecord] | None = None
     for span in run.spans:
         role = span.role
         if role is SpanRole.LLM:
@@ -952,11 +957,15 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
         elif (
             (role is SpanRole.GUARDRAIL or role is SpanRole.OTHER)
             and span.refusal is not None
-            and (tripped is None or _later(tripped, span))
             and sites[span.span_id].tool is None
             and _speaks_for_run(sites[span.span_id], run)
         ):
-            tripped = span
+            if span.refusal == GUARD_RAISED:  # weighed against the outputs after it
+                if said is None:
+                    said = []
+                said.append(span)
+            elif tripped is None or _later(tripped, span):
+                tripped = span
         elif role is SpanRole.AGENT and span is not run.span:
             if held is None:
                 held = set()

@@ -42,11 +42,12 @@ from toolwatch.conventions.events import EVENT_ATTRIBUTE_KEYS, EVENT_NAMES
 from toolwatch.conventions.fields import (
     FieldBuilder,
     agent_fields,
+    guard_raised_refusal,
     guardrail_fields,
     handoff_fields,
     llm_fields,
-    status_refusal,
     tool_fields,
+    tripwire_refusal,
 )
 from toolwatch.model import SpanRole
 
@@ -143,9 +144,10 @@ def recognize(
     ``attrs`` are the span's filtered attributes (resource attributes are not included);
     ``events`` loads its relevant events, or is ``None`` when it has none;
     ``status_message`` is an ERROR span's status message (``None`` for any other span): one
-    that says a guardrail tripped refuses, whatever the span's role (the OpenAI Agents SDK's
-    turn or agent span, a Guardrails AI guard that raised; ``fields.status_refusal``). Never
-    raises on well-typed input of any shape (values are checked, not trusted).
+    that says a guardrail tripped refuses: the OpenAI Agents SDK's, whatever the span's role
+    (its turn or agent span; ``fields.tripwire_refusal``), or one of Guardrails AI's own spans
+    saying its guard raised (``fields.guard_raised_refusal``). Never raises on well-typed
+    input of any shape (values are checked, not trusted).
     """
     role, convention = classify(name, attrs)
     build = _FIELD_BUILDERS.get(role)
@@ -154,7 +156,11 @@ def recognize(
     else:
         fields = handoff_fields(name, attrs) if role is SpanRole.OTHER else RoleFields()
     if status_message is not None:
-        refusal = status_refusal(status_message)
+        refusal = tripwire_refusal(status_message)
+        if refusal is None and (
+            convention.name == guardrails_ai.NAME or name in guardrails_ai.RUNNER_STEPS
+        ):
+            refusal = guard_raised_refusal(status_message)
         if refusal is not None:
             fields = fields.copy()  # a builder's may be shared
             fields["refusal"] = refusal

@@ -46,13 +46,15 @@ from toolwatch.conventions.events import ToolEvents, output_events, tool_events
 from toolwatch.model import RequestedCall
 
 __all__ = [
+    "GUARD_RAISED",
     "FieldBuilder",
     "agent_fields",
+    "guard_raised_refusal",
     "guardrail_fields",
     "handoff_fields",
     "llm_fields",
-    "status_refusal",
     "tool_fields",
+    "tripwire_refusal",
 ]
 
 #: Extracts a role's fields: (convention, span name, status code, attributes, events).
@@ -83,10 +85,17 @@ _GUARDRAIL_NAME: Final = (genai.GUARDRAIL_NAME, "name")
 _TRIPWIRE: Final = "Guardrail tripwire triggered"
 _TRIPWIRE_WITHIN: Final = 16  # characters before it: OpenLLMetry's "{'message': '"
 _TRIPWIRE_GUARD: Final = re.compile(r"""'guardrail': (?:'([^'\\]*)'|"([^"\\]*)")""")
-#: A Guardrails AI guard that raised (a validator's ``on_fail="exception"``): the status
-#: message the guard and step spans end with (``{type}: {message}``, as OpenTelemetry's and
-#: OpenInference's instrumentation record an exception), the application given no answer.
-_GUARD_RAISED: Final = "ValidationError: Validation failed for field with errors:"
+#: A Guardrails AI guard that raised (a validator's ``on_fail="exception"``, on the model's
+#: output or on the messages, prompt or instructions before the model is called): the status
+#: message its own spans end with (``{type}: {message}``, as OpenTelemetry's and
+#: OpenInference's instrumentation record an exception; guardrails-ai's ``run/runner.py``).
+_GUARD_RAISED: Final = re.compile(
+    r"ValidationError: (?:Validation failed for field with errors:"
+    r"|(?:Messages|Message history|Prompt|Instructions) validation failed)"
+)
+#: The refusal of a Guardrails AI guard that raised (``guard_raised_refusal``): the
+#: application got no answer from it, unless it answered after (``assembly.timeline``).
+GUARD_RAISED: Final = "guardrail validation failed"
 _NO_OUTPUT: Final = OutputSummary()
 _FINISH_REASONS: Final = (
     "gen_ai.response.finish_reasons",
@@ -254,18 +263,26 @@ def guardrail_fields(
     return fields
 
 
-def status_refusal(status_message: str) -> str | None:
-    """The refusal an ERROR span's status message says: the OpenAI Agents SDK's tripped
-    guardrail (``_TRIPWIRE``), ``guardrail <name> tripped`` as a guardrail span that says it
-    tripped (``guardrail_fields``), the only place OpenInference records a trip (its
-    guardrail span carries no verdict) and OpenLLMetry's (it writes no guardrail span); or a
-    Guardrails AI guard that raised (``_GUARD_RAISED``), ``guardrail validation failed``."""
+def tripwire_refusal(status_message: str) -> str | None:
+    """The refusal an ERROR span's status message says when it is the OpenAI Agents SDK's
+    tripped guardrail (``_TRIPWIRE``), on whichever span the SDK stopped (the turn's, the
+    agent's): ``guardrail <name> tripped``, as a guardrail span that says it tripped
+    (``guardrail_fields``). The only place OpenInference records a trip (its guardrail span
+    carries no verdict), and OpenLLMetry's (it writes no guardrail span)."""
     at = status_message.find(_TRIPWIRE, 0, _TRIPWIRE_WITHIN + len(_TRIPWIRE))
     if at < 0:
-        return "guardrail validation failed" if status_message.startswith(_GUARD_RAISED) else None
+        return None
     found = _TRIPWIRE_GUARD.search(status_message, at + len(_TRIPWIRE))
     guard = (found.group(1) or found.group(2)) if found is not None else None
     return f"guardrail {guard} tripped" if guard else "guardrail tripped"
+
+
+def guard_raised_refusal(status_message: str) -> str | None:
+    """``GUARD_RAISED`` when the ERROR status message of one of Guardrails AI's own spans
+    (its guard or step) says the guard raised a validation error. Asked of those spans only:
+    the same exception, escaping through a tool, an agent or the application's own spans,
+    is written on each of them too."""
+    return GUARD_RAISED if _GUARD_RAISED.match(status_message) else None
 
 
 def handoff_fields(name: str, attrs: Attributes) -> RoleFields:

@@ -421,7 +421,7 @@ def test_a_run_whose_only_model_call_a_guardrail_made_gave_no_answer() -> None:
 
 def test_a_turn_span_that_says_a_guardrail_tripped_refuses_the_run() -> None:
     """OpenInference writes an input guardrail's trip only as the turn span's status message
-    (a plain span, read by ``fields.status_refusal``; real capture:
+    (a plain span, read by ``fields.tripwire_refusal``; real capture:
     ``openai_agents__openinference__input_guardrail_blocking_client``): the run refused, for
     the guardrail, whatever the guardrail's own model call said."""
     spans = [
@@ -484,6 +484,50 @@ def test_a_guard_that_raised_inside_a_tool_is_the_tools_failure(role: SpanRole) 
     ]
     run = only(spans)
     assert (run.refusal, run.final_text) == (False, "I could not summarize it.")
+
+
+@pytest.mark.parametrize("retried", [False, True], ids=["raised-last", "answered-after"])
+def test_a_guard_that_raised_refuses_unless_the_run_answered_after_it(retried: bool) -> None:
+    """A Guardrails AI guard that raised (real captures: ``guardrails__*__guarded_answer_raises``)
+    withholds the answer its model call gave; an application that catches the error and asks
+    again answered after it."""
+    raised = "guardrail validation failed"
+    spans = [
+        span(1, None, SpanRole.OTHER, 0, 100, name="support_agent"),
+        span(2, 1, SpanRole.OTHER, 1, 40, name="guard", refusal=raised, status_code=2),
+        span(3, 2, SpanRole.OTHER, 2, 39, name="step", refusal=raised, status_code=2),
+        llm(4, 3, 3, 20, output_text="Refund R-77 was issued.", finish_reasons=("stop",)),
+    ]
+    if retried:
+        spans.append(
+            llm(5, 1, 41, 60, output_text="Your refund was issued.", finish_reasons=("stop",))
+        )
+    run = only(spans)
+    assert (run.refusal, run.refusal_reason) == (
+        (False, None) if retried else (True, "guardrail validation failed")
+    )
+
+
+@pytest.mark.parametrize("trip_first", [True, False])
+def test_an_agents_sdk_trip_refuses_whatever_the_model_answered_after(trip_first: bool) -> None:
+    """An input guardrail beside the first model call trips: the SDK raises, and the model
+    call it no longer waits for may end after the turn span that says so."""
+    spans = [
+        agent(1, None, "support", 0, 100, status_code=2),
+        span(
+            2,
+            1,
+            SpanRole.OTHER,
+            1,
+            50 if trip_first else 90,
+            name="turn",
+            status_code=2,
+            refusal="guardrail input_safety tripped",
+        ),
+        llm(3, 2, 2, 70, output_text="Here is how.", finish_reasons=("stop",)),
+    ]
+    run = only(spans)
+    assert (run.refusal, run.refusal_reason) == (True, "guardrail input_safety tripped")
 
 
 def test_a_guardrails_check_after_a_run_that_ended_on_a_tool_result_is_no_answer() -> None:

@@ -563,6 +563,15 @@ def test_an_error_status_that_says_a_guardrail_tripped_refuses(
             "ValidationError: Validation failed for field with errors: The answer shows ids.",
             "guardrail validation failed",
         ),
+        # input validators: the guard raises before the model is called (guardrails-ai 0.11.0)
+        (
+            "ValidationError: Messages validation failed: incorrect_value='x'",
+            "guardrail validation failed",
+        ),
+        ("ValidationError: Messages validation failed", "guardrail validation failed"),
+        ("ValidationError: Message history validation failed", "guardrail validation failed"),
+        ("ValidationError: Prompt validation failed", "guardrail validation failed"),
+        ("ValidationError: Instructions validation failed", "guardrail validation failed"),
         ("ValueError: Validation failed for field with errors: x", None),
         ("1 validation error for Verdict", None),  # pydantic's
     ],
@@ -570,7 +579,28 @@ def test_an_error_status_that_says_a_guardrail_tripped_refuses(
 def test_a_guardrails_ai_guard_that_raised_refuses(message: str, refusal: str | None) -> None:
     """``on_fail="exception"``: the guard and its step end ERROR with the ValidationError's
     message, and the application gets no answer (real captures:
-    ``guardrails__*__guarded_answer_raises``)."""
+    ``guardrails__*__guarded_answer_raises``); OpenInference's ``Runner.step`` too."""
     attrs = {"guardrails.version": "0.11.0", "type": "guardrails/guard"}
     found = recognize("guard", 2, attrs, None, message)
     assert (found.role, found.fields.get("refusal")) == (SpanRole.OTHER, refusal)
+    runner = recognize("Runner.step", 2, {"openinference.span.kind": "GUARDRAIL"}, None, message)
+    assert (runner.role, runner.fields.get("refusal")) == (SpanRole.OTHER, refusal)
+
+
+@pytest.mark.parametrize(
+    ("name", "attrs", "role"),
+    [
+        ("invoke_agent support_agent", {"gen_ai.operation.name": "invoke_agent"}, SpanRole.AGENT),
+        ("POST /chat", {}, SpanRole.OTHER),  # the application's own span
+        ("execute_tool charge_card", {"gen_ai.tool.name": "charge_card"}, SpanRole.TOOL),
+    ],
+)
+def test_a_guards_error_escaping_through_other_spans_refuses_on_none_of_them(
+    name: str, attrs: dict[str, object], role: SpanRole
+) -> None:
+    """An exception escaping a span is written on each span it crosses (pydantic-ai's agent
+    span, OpenTelemetry's ``start_as_current_span``): a guard that raised inside a tool is the
+    tool's failure, whatever the agent and application spans above say."""
+    message = "ValidationError: Validation failed for field with errors: no card numbers."
+    found = recognize(name, 2, attrs, None, message)
+    assert (found.role, found.fields.get("refusal")) == (role, None)

@@ -198,7 +198,8 @@ def _spans(draw: st.DrawFn) -> Span:
         result.links.add(trace_id=b"\x09" * 16, span_id=b"\x0a" * 8, trace_state="k=v")
     result.trace_state = draw(st.text(max_size=8))
     result.flags = draw(st.integers(0, 2**32 - 1))
-    result.status.message = draw(st.text(max_size=8))
+    # Some past the 512 bytes an ERROR span's message keeps, characters of 1 to 4 bytes.
+    result.status.message = draw(st.text(max_size=8) | st.text(min_size=120, max_size=300))
     return result
 
 

@@ -1,0 +1,74 @@
+"""Client certificates with the names a test needs, signed by a trustme CA: trustme issues
+no URI name, no second common name and no name with a NUL byte in it."""
+
+from __future__ import annotations
+
+import datetime
+import ipaddress
+from collections.abc import Sequence
+from pathlib import Path
+
+import trustme
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+AltName = x509.DNSName | x509.UniformResourceIdentifier | x509.RFC822Name | x509.IPAddress
+
+
+def alt_names(*names: str) -> list[AltName]:
+    """Subject alternative names: ``dns:``, ``uri:``, ``email:`` or ``ip:`` and the value."""
+    made: list[AltName] = []
+    for name in names:
+        kind, _, value = name.partition(":")
+        if kind == "dns":
+            made.append(x509.DNSName(value))
+        elif kind == "uri":
+            made.append(x509.UniformResourceIdentifier(value))
+        elif kind == "email":
+            made.append(x509.RFC822Name(value))
+        else:
+            made.append(x509.IPAddress(ipaddress.ip_address(value)))
+    return made
+
+
+def client_certificate(
+    ca: trustme.CA, common_names: Sequence[str] = (), alternative: Sequence[AltName] = ()
+) -> tuple[bytes, bytes]:
+    """A client certificate signed by ``ca`` and its key, both PEM: its subject has these
+    common names in this order, and these subject alternative names."""
+    ca_key = serialization.load_pem_private_key(ca.private_key_pem.bytes(), password=None)
+    ca_cert = x509.load_pem_x509_certificate(ca.cert_pem.bytes())
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = datetime.datetime.now(datetime.UTC)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, cn) for cn in common_names])
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca_cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(hours=1))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+    )
+    if alternative:
+        builder = builder.add_extension(x509.SubjectAlternativeName(alternative), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+def write_client_certificate(
+    ca: trustme.CA,
+    cert_path: Path,
+    key_path: Path,
+    common_names: Sequence[str] = (),
+    alternative: Sequence[AltName] = (),
+) -> None:
+    cert, key = client_certificate(ca, common_names, alternative)
+    cert_path.write_bytes(cert)
+    key_path.write_bytes(key)
