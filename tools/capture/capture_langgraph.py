@@ -36,7 +36,7 @@ from tools.capture.otlp import Capture
 
 __all__ = ["SCENARIOS", "instrument"]
 
-SCENARIOS = ("refund", "parallel", "tool_error", "refusal", "agent_as_tool")
+SCENARIOS = ("refund", "refund_stream", "parallel", "tool_error", "refusal", "agent_as_tool")
 INSTRUCTIONS = "You are a helpful customer-support agent. Use the tools."
 _AGENTS = {"parallel": "weather_agent", "agent_as_tool": "concierge"}
 
@@ -123,11 +123,20 @@ async def run_scenario(capture: Capture, server: FakeModelServer, scenario: str)
     agent = _agent(server, _AGENTS.get(scenario, "support_agent"), tools)
     prompt = scripts.prompt_for(scenario)
     try:
-        result = await agent.ainvoke({"messages": [("user", prompt)]})
+        if scenario.endswith("_stream"):  # a chat UI's way: the model's tokens as they come
+            answer = ""
+            async for message, _ in agent.astream(
+                {"messages": [("user", prompt)]}, stream_mode="messages"
+            ):
+                if message.type == "AIMessageChunk" and isinstance(message.content, str):
+                    answer += message.content
+        else:
+            result = await agent.ainvoke({"messages": [("user", prompt)]})
+            answer = result["messages"][-1].content
     except Exception as error:
         print(f"  {scenario}: raised {error!r}", flush=True)
         return
-    print(f"  {scenario}: output={result['messages'][-1].content!r}", flush=True)
+    print(f"  {scenario}: output={answer!r}", flush=True)
 
 
 if __name__ == "__main__":

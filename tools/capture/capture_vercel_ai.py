@@ -28,7 +28,7 @@ from tools.capture.otlp import summarize
 
 __all__ = ["SCENARIOS", "main"]
 
-SCENARIOS = ("refund", "parallel", "tool_error", "refusal")
+SCENARIOS = ("refund", "refund_stream", "parallel", "tool_error", "refusal")
 INTEGRATIONS = ("otel", "legacy")
 AGENT_DIR = Path(__file__).resolve().parent / "vercel_ai"
 _AGENTS = {"parallel": "weather_agent"}  # the scripted agent names (expectations.py)
@@ -47,8 +47,9 @@ def capture(integration: str, scenario: str, out: Path) -> Path:
     agent = _AGENTS.get(scenario, "support_agent")
     with FakeModelServer() as server:
         command = ["node", "capture.mjs", integration, server.base_url, agent]
+        stream = ["stream"] if scenario.endswith("_stream") else []
         subprocess.run(
-            [*command, scripts.prompt_for(scenario), str(path)],
+            [*command, scripts.prompt_for(scenario), str(path), *stream],
             cwd=AGENT_DIR,
             check=True,
             timeout=120,

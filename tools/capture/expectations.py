@@ -646,6 +646,17 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
         " Streamed: stream=True with stream_options.include_usage, the loop joining the "
         "chunks (text deltas; each tool call's id and name first, its arguments in fragments)."
     ),
+    ("vercel_ai", "*", "refund_stream"): (
+        " Streamed instead: streamText, its textStream read to the end (Chat Completions "
+        "chunks). The OpenTelemetry integration writes generateText's spans; the legacy one "
+        "'ai.streamText' > 'ai.streamText.doStream' > 'ai.toolCall': a tool call is a child of "
+        "the model call that asked for it, not its sibling as under generateText."
+    ),
+    ("langgraph", "*", "refund_stream"): (
+        " Streamed instead: agent.astream(stream_mode='messages'), so ChatOpenAI calls Chat "
+        "Completions with stream=True (its llm.invocation_parameters still say stream false, "
+        "the model's setting); the spans are those of ainvoke."
+    ),
     ("pydantic_ai", "*", "refund_stream"): (
         " Streamed instead: agent.run_stream, Chat Completions chunks (text and tool-call "
         "arguments in fragments), the output read with get_output(); the spans are those of "

@@ -1,12 +1,13 @@
 // One Vercel AI SDK agent run against the fake model server, its spans written as OTLP/JSON.
 //
-//   node capture.mjs INTEGRATION BASE_URL AGENT PROMPT OUT
+//   node capture.mjs INTEGRATION BASE_URL AGENT PROMPT OUT [stream]
 //
 // INTEGRATION is "otel" (@ai-sdk/otel OpenTelemetry: GenAI semantic conventions) or "legacy"
 // (@ai-sdk/otel LegacyOpenTelemetry: the ai.* attributes of AI SDK 3.3 to 6). generateText runs
 // the tools of ../scripts.py with a Chat Completions model at BASE_URL, under the telemetry
-// function id AGENT; the finished spans are serialized by the SDK's own OTLP/JSON serializer
-// (hex ids, one ExportTraceServiceRequest) into OUT. Run by capture_vercel_ai.py.
+// function id AGENT (streamText, its text stream read to the end, with "stream"); the finished
+// spans are serialized by the SDK's own OTLP/JSON serializer (hex ids, one
+// ExportTraceServiceRequest) into OUT. Run by capture_vercel_ai.py.
 import { writeFileSync } from "node:fs";
 import { createOpenAI } from "@ai-sdk/openai";
 import { LegacyOpenTelemetry, OpenTelemetry } from "@ai-sdk/otel";
@@ -14,10 +15,10 @@ import { JsonTraceSerializer } from "@opentelemetry/otlp-transformer";
 import { resourceFromAttributes } from "@opentelemetry/resources";
 import { InMemorySpanExporter, SimpleSpanProcessor } from "@opentelemetry/sdk-trace-base";
 import { NodeTracerProvider } from "@opentelemetry/sdk-trace-node";
-import { generateText, stepCountIs, tool } from "ai";
+import { generateText, stepCountIs, streamText, tool } from "ai";
 import { z } from "zod";
 
-const [integration, baseURL, agent, prompt, out] = process.argv.slice(2);
+const [integration, baseURL, agent, prompt, out, mode] = process.argv.slice(2);
 
 const exporter = new InMemorySpanExporter();
 const provider = new NodeTracerProvider({
@@ -62,17 +63,25 @@ const tools = {
   }),
 };
 
+const call = {
+  model: createOpenAI({ baseURL, apiKey: "sk-fake" }).chat("gpt-4o"),
+  system: "You are a helpful customer-support agent. Use the tools.",
+  prompt,
+  tools,
+  stopWhen: stepCountIs(5),
+  telemetry: { isEnabled: true, functionId: agent, integrations: [telemetry] },
+};
 try {
-  await generateText({
-    model: createOpenAI({ baseURL, apiKey: "sk-fake" }).chat("gpt-4o"),
-    system: "You are a helpful customer-support agent. Use the tools.",
-    prompt,
-    tools,
-    stopWhen: stepCountIs(5),
-    telemetry: { isEnabled: true, functionId: agent, integrations: [telemetry] },
-  });
+  if (mode === "stream") {
+    const result = streamText({ ...call, onError: ({ error }) => console.error(`${error}`) });
+    let text = "";
+    for await (const piece of result.textStream) text += piece; // as a chat UI reads it
+    console.error(`streamText answered ${JSON.stringify(text)}`);
+  } else {
+    await generateText(call);
+  }
 } catch (error) {
-  console.error(`generateText ended with ${error}`); // the spans still say what happened
+  console.error(`the run ended with ${error}`); // the spans still say what happened
 }
 await provider.forceFlush();
 const spans = exporter.getFinishedSpans();
