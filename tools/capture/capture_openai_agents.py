@@ -23,6 +23,7 @@ The SDK is told to include sensitive data (tool inputs/outputs) in its spans.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -40,11 +41,13 @@ from agents import (
     output_guardrail,
     set_trace_processors,
 )
+from agents import trace as agents_trace
 from agents.exceptions import (
     InputGuardrailTripwireTriggered,
     ModelRefusalError,
     OutputGuardrailTripwireTriggered,
 )
+from agents.mcp import MCPServerStdio
 from openai import AsyncOpenAI
 from opentelemetry import trace
 from pydantic import BaseModel
@@ -71,6 +74,7 @@ SCENARIOS = (
     "output_guardrail_tripped_client",
     "refund_stream",
     "input_guardrail_blocking_stream",
+    "refund_mcp",
 )
 #: The main agent refuses under an output guardrail that calls the model client itself, no
 #: agent: the client's own instrumentation (enabled beside the SDK's, as Traceloop.init()
@@ -182,6 +186,26 @@ async def run_scenario(
     if scenario in CLIENT_GUARDRAILS:
         undo = _client_instrumented(instrumentation, capture, guard)
     prompt = scripts.prompt_for(scenario)
+    if scenario == "refund_mcp":
+        # The tools from an MCP server (a process of its own), connected for this request
+        # inside the run's trace (the SDK's trace(), which Runner.run then joins), so that
+        # an MCP client's own spans of the connection are in it too.
+        orders = MCPServerStdio(
+            {"command": sys.executable, "args": ["-m", "tools.capture.mcp_server"]},
+            name="orders",
+        )
+        if instrumentation == "openllmetry":  # Traceloop.init() instruments the MCP client too
+            from opentelemetry.instrumentation.mcp import McpInstrumentor  # noqa: PLC0415
+
+            McpInstrumentor().instrument(tracer_provider=capture.provider)
+            # Its span of the connection's initialize is a trace of its own: not the run's.
+            capture.trace_of = "Agent Workflow"
+        with agents_trace("Agent workflow"):
+            async with orders, client, guard:
+                agent = agent.clone(tools=[], mcp_servers=[orders])
+                result = await Runner.run(agent, prompt, run_config=config)
+        print(f"  {scenario}: final_output={result.final_output!r}", flush=True)
+        return
     try:
         async with client, guard:
             if scenario.endswith("_stream"):  # the run's events streamed as they happen

@@ -46,6 +46,7 @@ _REFUND_CALLS = [_call("lookup_order", {"order_id": "A-1001"}), _call("issue_ref
 SCRIPTED: dict[str, dict[str, Any]] = {
     "refund": _run("support_agent", _REFUND_CALLS, "Refund R-77"),
     "refund_stream": _run("support_agent", _REFUND_CALLS, "Refund R-77"),
+    "refund_mcp": _run("support_agent", _REFUND_CALLS, "Refund R-77"),
     "parallel": _run(
         "weather_agent",
         [
@@ -594,6 +595,27 @@ _AGENTS_STREAMED_NOTES = {
         "span is ERROR without a message; its guardrail span says triggered."
     ),
 }
+_AGENTS_MCP = (
+    " MCP: the agent's tools come from an MCP server (tools/capture/mcp_server.py, FastMCP "
+    "over stdio), connected inside the run's trace (the SDK's trace()); the SDK lists the "
+    "server's tools before each turn. "
+)
+_AGENTS_MCP_SPANS = {
+    "openinference": "'mcp_tools' (CHAIN, output.value the tool names) before each turn.",
+    "openllmetry": (
+        "With OpenLLMetry's MCP client instrumentation on too (opentelemetry-instrumentation-"
+        "mcp 0.62.4, as Traceloop.init() does): each tools/call is a second '<tool>.tool' span "
+        "(traceloop.span.kind tool, entity input {tool_name, arguments}) inside the SDK's "
+        "function span, read as one call; 'tools/list.mcp' spans; the connection's "
+        "'initialize.mcp' is a trace of its own, left out of the fixture."
+    ),
+    "otel_contrib": "'unknown' spans (gen_ai.operation.name unknown) for the SDK's MCP listings.",
+    "logfire": (
+        "'MCP: list tools from server {server}' before each turn, and the mcp 2.x client's "
+        "own spans ('MCP send tools/call lookup_order', kind CLIENT, mcp.method.name only; "
+        "'MCP send server/discover' at the connection), no tool spans."
+    ),
+}
 _GUARDRAILS_SCENARIOS = {
     "guarded_answer": " The validator passes.",
     "guarded_answer_fails": (
@@ -638,6 +660,10 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
         for name, spans in _AGENTS_TRIPPED_OUTPUT_GUARDRAIL_SPANS.items()
     },
     **{("guardrails", "*", scenario): text for scenario, text in _GUARDRAILS_SCENARIOS.items()},
+    **{
+        ("openai_agents", name, "refund_mcp"): _AGENTS_MCP + spans
+        for name, spans in _AGENTS_MCP_SPANS.items()
+    },
     **{
         ("openai_agents", "*", scenario): _AGENTS_STREAMED + text
         for scenario, text in _AGENTS_STREAMED_NOTES.items()

@@ -46,6 +46,10 @@ class Capture:
         self.exporter = InMemorySpanExporter()
         self.provider = TracerProvider(resource=Resource.create({"service.name": service_name}))
         self.provider.add_span_processor(SimpleSpanProcessor(self.exporter))
+        #: The name of the span whose trace is the fixture's when the scenario also starts
+        #: traces of its own (an MCP client's connection, before the run): the others are
+        #: left out of the fixture. ``None``: every span must be of one trace.
+        self.trace_of: str | None = None
 
     def spans(self) -> tuple[ReadableSpan, ...]:
         """The finished spans so far, after flushing the provider."""
@@ -56,9 +60,12 @@ class Capture:
         """Write the finished spans to ``path`` as one OTLP/JSON line; return the span count.
 
         Refuses (``ValueError``) when the spans belong to more than one trace: a fixture is
-        one scenario, one trace.
+        one scenario, one trace (with ``trace_of`` set, the trace of the span so named).
         """
         spans = self.spans()
+        if self.trace_of is not None:
+            kept = {s.context.trace_id for s in spans if s.name == self.trace_of and s.context}
+            spans = tuple(s for s in spans if s.context is not None and s.context.trace_id in kept)
         traces = {span.context.trace_id for span in spans if span.context is not None}
         if len(traces) != 1:
             raise ValueError(f"{path.name}: expected one trace, got {len(traces)}")

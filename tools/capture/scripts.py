@@ -107,6 +107,16 @@ SCENARIOS: dict[str, Scenario] = {
                 Text(REFUND_TEXT),
             ),
         ),
+        # The same conversation, the tools served by an MCP server (mcp_server.py, stdio).
+        Scenario(
+            "refund_mcp",
+            "[scenario:refund_mcp] Please refund my order A-1001, it arrived broken.",
+            (
+                ToolCalls((("lookup_order", {"order_id": "A-1001"}),)),
+                ToolCalls((("issue_refund", {"order_id": "A-1001", "amount_usd": 25.0}),)),
+                Text(REFUND_TEXT),
+            ),
+        ),
         # The same conversation, streamed to the application (each model response arrives
         # as server-sent events: Chat Completions chunks, Responses API events).
         Scenario(

@@ -222,16 +222,70 @@ def _join(
 ) -> list[_Draft]:
     executions: list[SpanRecord] = []
     handoffs: list[SpanRecord] = []  # plain spans with a tool name: handoff spans
+    nested = False  # whether a tool span sits inside another's execution
     for span in spans:
         role = span.role
         if role is SpanRole.TOOL:
             executions.append(span)
+            nested = nested or sites[span.span_id].tool is not None
         elif role is SpanRole.OTHER and span.tool_name is not None:
             handoffs.append(span)
+    if nested:
+        again = _second_records(executions, spans, sites, normalize)
+        if again:
+            executions = [s for s in executions if s.span_id not in again]
     requests = _requests(spans, sites, normalize)
     drafts, executions, requests = _join_by_id(executions, requests)
     drafts += _join_by_name(executions, requests, sites, normalize)
     return _with_handoffs(drafts, handoffs, spans, sites) if handoffs else drafts
+
+
+def _second_records(
+    executions: list[SpanRecord],
+    spans: tuple[SpanRecord, ...],
+    sites: dict[bytes, CallSite],
+    normalize: Callable[[Any], str],
+) -> frozenset[bytes]:
+    """The tool spans inside the execution of another of the same tool, no agent or model
+    span between (plain spans may be): a second record of that execution, not a call of its
+    own. An MCP client's instrumentation (OpenLLMetry's, which ``Traceloop.init()`` turns on)
+    records each ``tools/call`` as a tool span inside the framework's function span. A tool
+    that calls itself again does so through a model or an agent, which keep the two apart."""
+    models: set[bytes] | None = None  # read once a candidate is found
+    again: list[bytes] = []
+    for span in executions:
+        site = sites[span.span_id]
+        outer = site.tool
+        if (
+            outer is None
+            or span.tool_name is None
+            or outer.tool_name is None
+            or sites[outer.span_id].agent is not site.agent
+            or normalize(span.tool_name) != normalize(outer.tool_name)
+        ):
+            continue
+        if models is None:
+            models = {s.span_id for s in spans if s.role is SpanRole.LLM}
+        if not _model_between(site.parent, outer.span_id, models, sites):
+            again.append(span.span_id)
+    return frozenset(again) if again else _NO_IDS
+
+
+def _model_between(
+    parent: bytes | None, outer: bytes, models: set[bytes], sites: dict[bytes, CallSite]
+) -> bool:
+    """Whether a model span is on the way up from ``parent`` to ``outer`` (or the way is
+    longer than ``_MAX_HOPS``: then it is taken for one)."""
+    for _ in range(_MAX_HOPS):
+        if parent is None:
+            return True
+        if parent == outer:
+            return False
+        if parent in models:
+            return True
+        above = sites.get(parent)
+        parent = above.parent if above is not None else None
+    return True
 
 
 def _requests(

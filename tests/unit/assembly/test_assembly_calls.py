@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolwatch.assembly import calls
-from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolCall
+from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolCall, ToolTrace
 
 
 def parallel_spans(paris_start: int, london_start: int) -> list[SpanRecord]:
@@ -691,3 +691,46 @@ def test_looking_for_a_second_record_costs_what_the_spans_hold(
     run = only([agent(1, None, "a", 0, 10_000), parent, *children])
     assert len(run.calls) == 3_000
     assert examined <= 2 * (len(parent.output_tool_calls) + len(children))
+
+
+def _mcp_recorded(between: list[SpanRecord], inner_name: str = "lookup_order") -> ToolTrace:
+    """The framework's function span for an MCP tool with the MCP client's tool span inside
+    (OpenLLMetry's MCP instrumentation; real capture: ``openai_agents__openllmetry__refund_mcp``),
+    ``between`` them spans 4 to 5 under the outer, the inner under the last of them."""
+    inner_parent = between[-1].span_id[-1] if between else 3
+    return only(
+        [
+            agent(1, None, "support", 0, 100),
+            llm(2, 1, 1, 10, ask("lookup_order", "c1", {"order_id": "A-1"})),
+            tool(3, 1, "lookup_order", 11, 40, call_id="c1", arguments={"order_id": "A-1"}),
+            *between,
+            tool(9, inner_parent, inner_name, 13, 38, arguments={"order_id": "A-1"}),
+        ]
+    )
+
+
+@pytest.mark.parametrize("plain_between", [False, True])
+def test_a_tool_span_inside_another_of_the_same_tool_is_one_call(plain_between: bool) -> None:
+    between = [span(4, 3, SpanRole.OTHER, 12, 39, name="tools/call")] if plain_between else []
+    run = _mcp_recorded(between)
+    assert [(c.tool_name, c.call_id, c.span_id) for c in run.calls] == [
+        ("lookup_order", "c1", hexid(3))
+    ]
+
+
+def test_a_tool_that_calls_the_same_tool_through_a_model_makes_two_calls() -> None:
+    between = [llm(4, 3, 12, 39, ask("lookup_order", "c2", {"order_id": "A-1"}))]
+    assert [c.tool_name for c in _mcp_recorded(between).calls] == ["lookup_order"] * 2
+
+
+def test_a_tool_inside_another_tool_of_another_name_is_a_call_of_its_own() -> None:
+    assert [c.tool_name for c in _mcp_recorded([], "fetch_invoice").calls] == [
+        "lookup_order",
+        "fetch_invoice",
+    ]
+
+
+def test_an_agent_used_as_a_tool_that_calls_a_tool_of_its_name_makes_that_call() -> None:
+    between = [agent(4, 3, "lookup_order_agent", 12, 39)]
+    names = [c.tool_name for c in _mcp_recorded(between).calls]
+    assert names == ["lookup_order", "lookup_order"]
