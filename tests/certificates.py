@@ -12,7 +12,7 @@ import trustme
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from cryptography.x509.oid import ExtendedKeyUsageOID, ExtensionOID, NameOID
 
 AltName = x509.DNSName | x509.UniformResourceIdentifier | x509.RFC822Name | x509.IPAddress
 
@@ -33,11 +33,24 @@ def alt_names(*names: str) -> list[AltName]:
     return made
 
 
+def with_edi_party_name(dns_name: str) -> x509.UnrecognizedExtension:
+    """A subject alternative name extension holding ``dns_name`` and an ediPartyName, which
+    OpenSSL accepts and ``cryptography`` cannot read (nor write: the DER is put together
+    here). Pass it as ``alternative``."""
+    encoded = dns_name.encode()
+    names = b"\x82" + bytes([len(encoded)]) + encoded + bytes.fromhex("a505a1030c0178")
+    return x509.UnrecognizedExtension(
+        ExtensionOID.SUBJECT_ALTERNATIVE_NAME, b"\x30" + bytes([len(names)]) + names
+    )
+
+
 def client_certificate(
-    ca: trustme.CA, common_names: Sequence[str] = (), alternative: Sequence[AltName] = ()
+    ca: trustme.CA,
+    common_names: Sequence[str] = (),
+    alternative: Sequence[AltName] | x509.UnrecognizedExtension = (),
 ) -> tuple[bytes, bytes]:
     """A client certificate signed by ``ca`` and its key, both PEM: its subject has these
-    common names in this order, and these subject alternative names."""
+    common names in this order, and these subject alternative names (or that extension)."""
     ca_key = serialization.load_pem_private_key(ca.private_key_pem.bytes(), password=None)
     ca_cert = x509.load_pem_x509_certificate(ca.cert_pem.bytes())
     key = ec.generate_private_key(ec.SECP256R1())
@@ -53,7 +66,9 @@ def client_certificate(
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
     )
-    if alternative:
+    if isinstance(alternative, x509.UnrecognizedExtension):
+        builder = builder.add_extension(alternative, critical=False)
+    elif alternative:
         builder = builder.add_extension(x509.SubjectAlternativeName(alternative), critical=False)
     cert = builder.sign(ca_key, hashes.SHA256())  # type: ignore[arg-type]
     key_pem = key.private_bytes(
@@ -67,7 +82,7 @@ def write_client_certificate(
     cert_path: Path,
     key_path: Path,
     common_names: Sequence[str] = (),
-    alternative: Sequence[AltName] = (),
+    alternative: Sequence[AltName] | x509.UnrecognizedExtension = (),
 ) -> None:
     cert, key = client_certificate(ca, common_names, alternative)
     cert_path.write_bytes(cert)

@@ -8,8 +8,8 @@ certificate signed by that CA (mutual TLS), except that the metrics listener let
 without one finish the handshake and answers it only on ``/healthz`` and ``/readyz``. With
 ``tls.client_names`` too, the certificate must name one of them (``ClientNames``): any other
 is answered PERMISSION_DENIED (gRPC) or 403 (HTTP), with no detail, before any request
-message or body is read and before a bearer token is looked at, and counted with
-``PipelineMetrics.auth_failed(listener)``.
+message or body is read and whatever its bearer token or method (so it learns nothing of
+either), and counted with ``PipelineMetrics.auth_failed(listener)``.
 
 Authentication follows RFC 6750: the client sends ``authorization: Bearer <token>``
 (gRPC metadata or HTTP header). A missing or wrong token is answered UNAUTHENTICATED (gRPC)
@@ -278,7 +278,8 @@ class ClientNames:
 def certificate_names(certificate: bytes) -> frozenset[str]:
     """The names a client certificate (DER, or PEM) gives: every subject common name and its
     DNS, URI and email subject alternative names (not its IP addresses: they name a host).
-    None when it cannot be read."""
+    None when ``cryptography`` cannot read them all (an exotic alternative name, such as an
+    x400Address, included): such a certificate names no client."""
     try:
         if certificate.startswith(b"-----BEGIN"):
             cert = x509.load_pem_x509_certificate(certificate)
@@ -291,8 +292,8 @@ def certificate_names(certificate: bytes) -> frozenset[str]:
             return frozenset(names)
         for kind in (x509.DNSName, x509.UniformResourceIdentifier, x509.RFC822Name):
             names += alternative.value.get_values_for_type(kind)
-    except ValueError:  # a certificate cryptography cannot parse names no one
-        return frozenset()
+    except Exception:  # not only ValueError: an x400Address name raises its own error
+        return frozenset()  # a certificate it cannot read names no client
     return frozenset(names)
 
 
@@ -304,8 +305,12 @@ class ClientNameInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  
     context's ``auth_context``): the check is put in front of the handler. A handler that
     takes one request message is served as one that takes a stream of undecoded messages,
     so the check runs before any message is read (a unary request can be as large as the
-    listener's limit). Put it before the token interceptor: the name is then checked first,
-    so a client without an accepted name cannot tell a good token from a bad one."""
+    listener's limit). Put it before the token interceptor: the name is then checked before
+    the handler that interceptor chose runs, its refusal or a method that does not exist
+    included, so a client without an accepted name learns nothing of its token or of the
+    methods served. Serves ``grpc.aio`` handlers, which are coroutines or async generators;
+    a plain function is refused with ``TypeError`` (it would block the event loop, and its
+    context's ``abort`` would not stop it)."""
 
     def __init__(self, names: ClientNames, metrics: PipelineMetrics, listener: str) -> None:
         self._names = names
@@ -314,7 +319,7 @@ class ClientNameInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  
 
     async def intercept_service(self, continuation: _Continuation, details: Any) -> Any:
         handler = await continuation(details)
-        return None if handler is None else self._checked(handler)
+        return self._checked(_UNIMPLEMENTED if handler is None else handler)
 
     async def _admit(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         if not self._names.admit_grpc(context.auth_context()):
@@ -324,6 +329,10 @@ class ClientNameInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  
     def _checked(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
         admit = self._admit
         decode = handler.request_deserializer
+        for shape in (handler.unary_unary, handler.unary_stream):
+            _require_async(shape)
+        for shape in (handler.stream_unary, handler.stream_stream):
+            _require_async(shape)
         if handler.unary_unary is not None or handler.unary_stream is not None:
             behaviour = handler.unary_unary or handler.unary_stream
 
@@ -358,18 +367,29 @@ class ClientNameInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  
         )
 
 
+async def _unimplemented(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
+    await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")  # gRPC's words
+
+
+#: What a method no service serves is answered with, behind the client-name check.
+_UNIMPLEMENTED = grpc.stream_stream_rpc_method_handler(_unimplemented)
+
+
+def _require_async(behaviour: Any) -> None:
+    if behaviour is not None and not (
+        inspect.iscoroutinefunction(behaviour) or inspect.isasyncgenfunction(behaviour)
+    ):
+        raise TypeError(f"ClientNameInterceptor serves grpc.aio handlers: {behaviour!r} is sync")
+
+
 async def _finished(result: Any, context: Any) -> Any:
-    """What a handler's behaviour returned, run to its end: an awaitable awaited, responses
-    it yields (a generator, async or not) written to ``context``."""
+    """What a handler's behaviour returned, run to its end: a coroutine awaited, the
+    responses an async generator yields written to ``context``."""
     if inspect.isasyncgen(result):
         async for response in result:
             await context.write(response)
         return None
-    if inspect.isgenerator(result):
-        for response in result:
-            await context.write(response)
-        return None
-    return await result if inspect.isawaitable(result) else result
+    return await result
 
 
 def client_name_middleware(

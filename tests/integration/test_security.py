@@ -35,7 +35,12 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_serv
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from tests.certificates import alt_names, client_certificate, write_client_certificate
+from tests.certificates import (
+    alt_names,
+    client_certificate,
+    with_edi_party_name,
+    write_client_certificate,
+)
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
 from tests.integration.test_stream import make_finding, make_trace
@@ -1039,6 +1044,22 @@ def test_a_name_cut_short_by_a_nul_byte_is_no_accepted_name(
     assert server.sample(AUTH_FAILURES, {"listener": "http"}) == 1
 
 
+def test_a_certificate_whose_names_cannot_all_be_read_names_no_client(
+    start_server: Start, pki: Pki, tmp_path: Path
+) -> None:
+    """OpenSSL verifies a certificate with an ediPartyName beside the accepted DNS name;
+    ``cryptography`` cannot read that name: refused and counted, not a failed call."""
+    server = start_server(**tls(pki, mutual=True, **client_names(NAMED_DNS)))
+    cert, key = client_certificate(pki.clients, [NAMED_CN], with_edi_party_name(NAMED_DNS))
+    credentials = grpc.ssl_channel_credentials(pki.read("ca"), key, cert)
+    assert raw_export(server, credentials) == grpc.StatusCode.PERMISSION_DENIED
+    context = client_context(pki)
+    context.load_cert_chain(*pki.client_files(tmp_path, cert, key))
+    assert post_traces(server, context, token=None).status == 403
+    assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 1
+    assert server.sample(AUTH_FAILURES, {"listener": "http"}) == 1
+
+
 @pytest.mark.parametrize("order", ["accepted-first", "accepted-second"])
 def test_every_common_name_of_a_certificate_is_read_on_every_listener(
     start_server: Start, pki: Pki, tmp_path: Path, order: str
@@ -1075,6 +1096,14 @@ def test_a_certificate_naming_another_client_is_refused_before_its_token_is_read
     assert raw_export(server, named) == grpc.StatusCode.UNAUTHENTICATED
     assert raw_export(server, named, bearer(TOKEN)) == grpc.StatusCode.OK
     assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 4
+
+    # Nor through a method no service serves, which a good token reaches and a bad one not.
+    with grpc.secure_channel(server.address("grpc"), other) as channel:
+        for token in ("wrong", TOKEN):
+            with pytest.raises(grpc.RpcError) as refused:
+                channel.unary_unary("/no.Such/Method")(b"", metadata=bearer(token), timeout=10)
+            assert refused.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 6
 
     tail = StreamAccess(
         ca_file=pki.ca,
