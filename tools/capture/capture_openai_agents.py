@@ -75,6 +75,7 @@ SCENARIOS = (
     "refund_stream",
     "input_guardrail_blocking_stream",
     "refund_mcp",
+    "tool_error_mcp",
 )
 #: The main agent refuses under an output guardrail that calls the model client itself, no
 #: agent: the client's own instrumentation (enabled beside the SDK's, as Traceloop.init()
@@ -186,7 +187,7 @@ async def run_scenario(
     if scenario in CLIENT_GUARDRAILS:
         undo = _client_instrumented(instrumentation, capture, guard)
     prompt = scripts.prompt_for(scenario)
-    if scenario == "refund_mcp":
+    if scenario in ("refund_mcp", "tool_error_mcp"):
         # The tools from an MCP server (a process of its own), connected for this request
         # inside the run's trace (the SDK's trace(), which Runner.run then joins), so that
         # an MCP client's own spans of the connection are in it too.

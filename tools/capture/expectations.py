@@ -47,6 +47,9 @@ SCRIPTED: dict[str, dict[str, Any]] = {
     "refund": _run("support_agent", _REFUND_CALLS, "Refund R-77"),
     "refund_stream": _run("support_agent", _REFUND_CALLS, "Refund R-77"),
     "refund_mcp": _run("support_agent", _REFUND_CALLS, "Refund R-77"),
+    "tool_error_mcp": _run(
+        "support_agent", [_call("charge_card", REFUND_ARGS, "error")], "could not charge the card"
+    ),
     "parallel": _run(
         "weather_agent",
         [
@@ -560,7 +563,7 @@ _AGENTS_TRIPPED_OUTPUT_GUARDRAIL = (
 _AGENTS_TRIPPED_OUTPUT_GUARDRAIL_SPANS = {
     "openinference": (
         "'output_safety' (GUARDRAIL, nothing else) > 'Response' (LLM, the verdict); the agent "
-        "span ends ERROR with the status message \"Guardrail tripwire triggered: "
+        'span ends ERROR with the status message "Guardrail tripwire triggered: '
         "{'guardrail': 'output_safety'}\", the only word of the trip."
     ),
     "openllmetry": (
@@ -600,6 +603,23 @@ _AGENTS_MCP = (
     "over stdio), connected inside the run's trace (the SDK's trace()); the SDK lists the "
     "server's tools before each turn. "
 )
+_AGENTS_MCP_ERROR = (
+    " The server's charge_card raises: FastMCP answers the call isError with the text "
+    "'Error executing tool charge_card: card declined ...'. The SDK hands that text to the "
+    "model as the tool's output and ends the function span OK (it keeps no isError): "
+)
+_AGENTS_MCP_ERROR_SPANS = {
+    "openinference": "no span says the call failed; the text is the tool span's output.value.",
+    "openllmetry": (
+        "the MCP client's 'charge_card.tool' inside the SDK's says so (ERROR, error.type "
+        "tool_error, entity output is_error true): the call failed."
+    ),
+    "otel_contrib": "no span says the call failed; the text is gen_ai.tool.call.result.",
+    "logfire": (
+        "no span says the call failed (the mcp client's 'MCP send tools/call charge_card' "
+        "ends unset); the text is the function span's output."
+    ),
+}
 _AGENTS_MCP_SPANS = {
     "openinference": "'mcp_tools' (CHAIN, output.value the tool names) before each turn.",
     "openllmetry": (
@@ -662,6 +682,13 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
     **{("guardrails", "*", scenario): text for scenario, text in _GUARDRAILS_SCENARIOS.items()},
     **{
         ("openai_agents", name, "refund_mcp"): _AGENTS_MCP + spans
+        for name, spans in _AGENTS_MCP_SPANS.items()
+    },
+    **{
+        ("openai_agents", name, "tool_error_mcp"): _AGENTS_MCP
+        + spans
+        + _AGENTS_MCP_ERROR
+        + _AGENTS_MCP_ERROR_SPANS[name]
         for name, spans in _AGENTS_MCP_SPANS.items()
     },
     **{
@@ -866,6 +893,13 @@ _REFUSAL_UNSEEN: dict[tuple[str, str, str], str | None] = {
 }
 
 
+#: Where no span says that a call failed (the notes say why): its status is "ok".
+_FAILURE_UNSEEN: frozenset[tuple[str, str, str]] = frozenset(
+    ("openai_agents", name, "tool_error_mcp")
+    for name in ("openinference", "otel_contrib", "logfire")
+)
+
+
 def expected_for(framework: str, instrumentation: str, scenario: str) -> dict[str, Any]:
     """The expected reconstruction of one fixture, as the ``.expected.json`` document."""
     run = {**SCRIPTED[scenario], "calls": [dict(c) for c in SCRIPTED[scenario]["calls"]]}
@@ -881,6 +915,9 @@ def expected_for(framework: str, instrumentation: str, scenario: str) -> dict[st
         if key in _FINAL_TEXT:
             run["final_text_contains"] = _FINAL_TEXT[key]
     key = (framework, instrumentation, scenario)
+    if key in _FAILURE_UNSEEN:
+        for call in run["calls"]:
+            call["status"] = "ok"
     if key in _REFUSAL_UNSEEN:
         run["refusal"], run["final_text_contains"] = False, _REFUSAL_UNSEEN[key]
     notes = _BASE_NOTES[(framework, instrumentation)]

@@ -27,5 +27,11 @@ def issue_refund(order_id: str, amount_usd: float) -> dict[str, Any]:
     return scripts.issue_refund(order_id, amount_usd)
 
 
+@server.tool()
+def charge_card(order_id: str, amount_usd: float) -> dict[str, Any]:
+    """Charge the customer's card for an order."""
+    return scripts.charge_card(order_id, amount_usd)  # raises: the server answers isError
+
+
 if __name__ == "__main__":
     server.run("stdio")

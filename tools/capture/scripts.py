@@ -117,6 +117,15 @@ SCENARIOS: dict[str, Scenario] = {
                 Text(REFUND_TEXT),
             ),
         ),
+        # A failing tool served by the MCP server: the server answers the call isError.
+        Scenario(
+            "tool_error_mcp",
+            "[scenario:tool_error_mcp] Charge 25 USD for order A-1001 to my card.",
+            (
+                ToolCalls((("charge_card", {"order_id": "A-1001", "amount_usd": 25.0}),)),
+                Text(ERROR_TEXT),
+            ),
+        ),
         # The same conversation, streamed to the application (each model response arrives
         # as server-sent events: Chat Completions chunks, Responses API events).
         Scenario(

@@ -200,11 +200,14 @@ def build_calls(
 
     ``spans`` are the run's spans sorted by (start, span id); ``sites`` holds every one.
     """
-    drafts, shared = _in_order(_join(spans, sites, normalize))
+    again, failing = _second_records(spans, sites, normalize)
+    drafts, shared = _in_order(_join(spans, sites, normalize, again))
     groups = _parallel_groups(drafts, sites, shared)
     call_ids = _nested_call_ids(drafts, sites)
     return tuple(
-        _tool_call(d, i, groups[i], sites=sites, call_ids=call_ids, normalize=normalize)
+        _tool_call(
+            d, i, groups[i], sites=sites, call_ids=call_ids, normalize=normalize, failing=failing
+        )
         for i, d in enumerate(drafts)
     )
 
@@ -218,22 +221,22 @@ def _nested_call_ids(drafts: list[_Draft], sites: dict[bytes, CallSite]) -> dict
 
 
 def _join(
-    spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite], normalize: Callable[[Any], str]
+    spans: tuple[SpanRecord, ...],
+    sites: dict[bytes, CallSite],
+    normalize: Callable[[Any], str],
+    again: frozenset[bytes],
 ) -> list[_Draft]:
+    """The run's calls, unordered: its tool spans (but ``again``, second records of a call)
+    joined to the requests of its model spans; handoff spans added."""
     executions: list[SpanRecord] = []
     handoffs: list[SpanRecord] = []  # plain spans with a tool name: handoff spans
-    nested = False  # whether a tool span sits inside another's execution
     for span in spans:
         role = span.role
         if role is SpanRole.TOOL:
-            executions.append(span)
-            nested = nested or sites[span.span_id].tool is not None
+            if not again or span.span_id not in again:
+                executions.append(span)
         elif role is SpanRole.OTHER and span.tool_name is not None:
             handoffs.append(span)
-    if nested:
-        again = _second_records(executions, spans, sites, normalize)
-        if again:
-            executions = [s for s in executions if s.span_id not in again]
     requests = _requests(spans, sites, normalize)
     drafts, executions, requests = _join_by_id(executions, requests)
     drafts += _join_by_name(executions, requests, sites, normalize)
@@ -241,19 +244,22 @@ def _join(
 
 
 def _second_records(
-    executions: list[SpanRecord],
-    spans: tuple[SpanRecord, ...],
-    sites: dict[bytes, CallSite],
-    normalize: Callable[[Any], str],
-) -> frozenset[bytes]:
+    spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite], normalize: Callable[[Any], str]
+) -> tuple[frozenset[bytes], dict[bytes, SpanRecord]]:
     """The tool spans inside the execution of another of the same tool, no agent or model
     span between (plain spans may be): a second record of that execution, not a call of its
-    own. An MCP client's instrumentation (OpenLLMetry's, which ``Traceloop.init()`` turns on)
-    records each ``tools/call`` as a tool span inside the framework's function span. A tool
-    that calls itself again does so through a model or an agent, which keep the two apart."""
+    own; and, by the call's own record's span id, a second record that failed. An MCP
+    client's instrumentation (OpenLLMetry's, which ``Traceloop.init()`` turns on) records
+    each ``tools/call`` as a tool span inside the framework's function span, and only it says
+    that the server answered the call ``isError`` (the OpenAI Agents SDK hands the error's
+    text to the model as the tool's result). A tool that calls itself again does so through
+    a model or an agent, which keep the two apart."""
     models: set[bytes] | None = None  # read once a candidate is found
     again: list[bytes] = []
-    for span in executions:
+    failing: dict[bytes, SpanRecord] = {}
+    for span in spans:
+        if span.role is not SpanRole.TOOL:
+            continue
         site = sites[span.span_id]
         outer = site.tool
         if (
@@ -268,7 +274,20 @@ def _second_records(
             models = {s.span_id for s in spans if s.role is SpanRole.LLM}
         if not _model_between(site.parent, outer.span_id, models, sites):
             again.append(span.span_id)
-    return frozenset(again) if again else _NO_IDS
+            if _failed(span):
+                failing.setdefault(_own_record(outer, again, sites).span_id, span)
+    return (frozenset(again), failing) if again else (_NO_IDS, _NO_FAILURES)
+
+
+def _own_record(outer: SpanRecord, again: list[bytes], sites: dict[bytes, CallSite]) -> SpanRecord:
+    """The call's own record at or above ``outer``, which is a second record itself when in
+    ``again`` (the spans are in start order: an outer record was judged first)."""
+    for _ in range(_MAX_HOPS):
+        above = sites[outer.span_id].tool
+        if outer.span_id not in again or above is None:
+            return outer
+        outer = above
+    return outer
 
 
 def _model_between(
@@ -320,6 +339,7 @@ def _requests(
 
 
 _NO_IDS: Final[frozenset[bytes]] = frozenset()
+_NO_FAILURES: Final[dict[bytes, SpanRecord]] = {}  # never written to
 
 
 def _overlapping(asking: list[SpanRecord]) -> bool:
@@ -766,11 +786,14 @@ def _tool_call(
     sites: dict[bytes, CallSite],
     call_ids: dict[bytes, str | None],
     normalize: Callable[[Any], str],
+    failing: dict[bytes, SpanRecord],
 ) -> ToolCall:
     span, origin, raw_name, request = draft.span, draft.origin, draft.raw_name, draft.request
     # A handoff span's status is not a failed call: the SDK marks the one it ran with the
     # error "Multiple handoffs requested" when the output asked for more.
     executed = None if draft.handoff else span
+    if executed is not None and failing and not _failed(executed):
+        executed = failing.get(executed.span_id, executed)  # its second record says it failed
     site = sites[origin.span_id]
     arguments, error = _arguments(draft)
     return ToolCall(

@@ -734,3 +734,28 @@ def test_an_agent_used_as_a_tool_that_calls_a_tool_of_its_name_makes_that_call()
     between = [agent(4, 3, "lookup_order_agent", 12, 39)]
     names = [c.tool_name for c in _mcp_recorded(between).calls]
     assert names == ["lookup_order", "lookup_order"]
+
+
+@pytest.mark.parametrize("depth", [1, 2])
+def test_a_call_whose_second_record_failed_failed(depth: int) -> None:
+    """The OpenAI Agents SDK ends an MCP tool's function span OK when the server answered
+    isError; OpenLLMetry's MCP client span inside it says the call failed (real capture:
+    ``openai_agents__openllmetry__tool_error_mcp``). Two records deep too."""
+    inner = [
+        tool(4, 3, "charge_card", 12, 39),
+        tool(5, 4, "charge_card", 13, 38, status_code=2, error_type="tool_error"),
+    ][2 - depth :]
+    if depth == 1:
+        inner[0] = tool(4, 3, "charge_card", 12, 39, status_code=2, error_type="tool_error")
+    run = only(
+        [
+            agent(1, None, "support", 0, 100),
+            llm(2, 1, 1, 10, ask("charge_card", "c1", {"order_id": "A-1"})),
+            tool(3, 1, "charge_card", 11, 40, call_id="c1"),
+            *inner,
+        ]
+    )
+    assert [(c.tool_name, c.status, c.error_type) for c in run.calls] == [
+        ("charge_card", CallStatus.ERROR, "tool_error")
+    ]
+    assert run.error_count == 1
