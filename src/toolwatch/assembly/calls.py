@@ -200,8 +200,8 @@ def build_calls(
 
     ``spans`` are the run's spans sorted by (start, span id); ``sites`` holds every one.
     """
-    again, failing = _second_records(spans, sites, normalize)
-    drafts, shared = _in_order(_join(spans, sites, normalize, again))
+    joined, failing = _join(spans, sites, normalize)
+    drafts, shared = _in_order(joined)
     groups = _parallel_groups(drafts, sites, shared)
     call_ids = _nested_call_ids(drafts, sites)
     return tuple(
@@ -221,30 +221,38 @@ def _nested_call_ids(drafts: list[_Draft], sites: dict[bytes, CallSite]) -> dict
 
 
 def _join(
-    spans: tuple[SpanRecord, ...],
-    sites: dict[bytes, CallSite],
-    normalize: Callable[[Any], str],
-    again: frozenset[bytes],
-) -> list[_Draft]:
-    """The run's calls, unordered: its tool spans (but ``again``, second records of a call)
-    joined to the requests of its model spans; handoff spans added."""
+    spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite], normalize: Callable[[Any], str]
+) -> tuple[list[_Draft], dict[bytes, SpanRecord]]:
+    """The run's calls, unordered: its tool spans, but second records of a call
+    (``_second_records``), joined to the requests of its model spans, handoff spans added;
+    and the second records that failed, by their call's span id."""
     executions: list[SpanRecord] = []
     handoffs: list[SpanRecord] = []  # plain spans with a tool name: handoff spans
     for span in spans:
         role = span.role
         if role is SpanRole.TOOL:
-            if not again or span.span_id not in again:
-                executions.append(span)
+            executions.append(span)
         elif role is SpanRole.OTHER and span.tool_name is not None:
             handoffs.append(span)
+    failing = _NO_FAILURES
+    # Whether a tool span sits inside another's execution (rarely; never with one tool span).
+    if len(executions) > 1 and any(sites[s.span_id].tool is not None for s in executions):
+        again, failing = _second_records(executions, spans, sites, normalize)
+        if again:
+            executions = [s for s in executions if s.span_id not in again]
     requests = _requests(spans, sites, normalize)
     drafts, executions, requests = _join_by_id(executions, requests)
     drafts += _join_by_name(executions, requests, sites, normalize)
-    return _with_handoffs(drafts, handoffs, spans, sites) if handoffs else drafts
+    if handoffs:
+        drafts = _with_handoffs(drafts, handoffs, spans, sites)
+    return drafts, failing
 
 
 def _second_records(
-    spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite], normalize: Callable[[Any], str]
+    executions: list[SpanRecord],
+    spans: tuple[SpanRecord, ...],
+    sites: dict[bytes, CallSite],
+    normalize: Callable[[Any], str],
 ) -> tuple[frozenset[bytes], dict[bytes, SpanRecord]]:
     """The tool spans inside the execution of another of the same tool, no agent or model
     span between (plain spans may be): a second record of that execution, not a call of its
@@ -257,9 +265,7 @@ def _second_records(
     models: set[bytes] | None = None  # read once a candidate is found
     again: list[bytes] = []
     failing: dict[bytes, SpanRecord] = {}
-    for span in spans:
-        if span.role is not SpanRole.TOOL:
-            continue
+    for span in executions:  # in start order, as the run's spans
         site = sites[span.span_id]
         outer = site.tool
         if (
