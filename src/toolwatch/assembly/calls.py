@@ -200,13 +200,13 @@ def build_calls(
 
     ``spans`` are the run's spans sorted by (start, span id); ``sites`` holds every one.
     """
-    joined, failing = _join(spans, sites, normalize)
+    joined, records = _join(spans, sites, normalize)
     drafts, shared = _in_order(joined)
     groups = _parallel_groups(drafts, sites, shared)
     call_ids = _nested_call_ids(drafts, sites)
     return tuple(
         _tool_call(
-            d, i, groups[i], sites=sites, call_ids=call_ids, normalize=normalize, failing=failing
+            d, i, groups[i], sites=sites, call_ids=call_ids, normalize=normalize, records=records
         )
         for i, d in enumerate(drafts)
     )
@@ -222,10 +222,10 @@ def _nested_call_ids(drafts: list[_Draft], sites: dict[bytes, CallSite]) -> dict
 
 def _join(
     spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite], normalize: Callable[[Any], str]
-) -> tuple[list[_Draft], dict[bytes, SpanRecord]]:
+) -> tuple[list[_Draft], _Records]:
     """The run's calls, unordered: its tool spans, but second records of a call
     (``_second_records``), joined to the requests of its model spans, handoff spans added;
-    and the second records that failed, by their call's span id."""
+    and the second records."""
     executions: list[SpanRecord] = []
     handoffs: list[SpanRecord] = []  # plain spans with a tool name: handoff spans
     for span in spans:
@@ -234,18 +234,34 @@ def _join(
             executions.append(span)
         elif role is SpanRole.OTHER and span.tool_name is not None:
             handoffs.append(span)
-    failing = _NO_FAILURES
+    records = _NO_RECORDS
     # Whether a tool span sits inside another's execution (rarely; never with one tool span).
     if len(executions) > 1 and any(sites[s.span_id].tool is not None for s in executions):
-        again, failing = _second_records(executions, spans, sites, normalize)
-        if again:
-            executions = [s for s in executions if s.span_id not in again]
+        records = _second_records(executions, spans, sites, normalize)
+        if records.own:
+            executions = [s for s in executions if s.span_id not in records.own]
     requests = _requests(spans, sites, normalize)
     drafts, executions, requests = _join_by_id(executions, requests)
     drafts += _join_by_name(executions, requests, sites, normalize)
     if handoffs:
         drafts = _with_handoffs(drafts, handoffs, spans, sites)
-    return drafts, failing
+    return drafts, records
+
+
+class _Records:
+    """A run's second records of its calls (``_second_records``): ``own`` maps each to its
+    call's own record; ``last`` maps a call's own record's span id to its second record that
+    ended last (the last attempt of a call retried, the client's record around the server's):
+    how the call ended."""
+
+    __slots__ = ("last", "own")
+
+    def __init__(self, own: dict[bytes, SpanRecord], last: dict[bytes, SpanRecord]) -> None:
+        self.own = own
+        self.last = last
+
+
+_NO_RECORDS: Final = _Records({}, {})  # never written to
 
 
 def _second_records(
@@ -253,19 +269,19 @@ def _second_records(
     spans: tuple[SpanRecord, ...],
     sites: dict[bytes, CallSite],
     normalize: Callable[[Any], str],
-) -> tuple[frozenset[bytes], dict[bytes, SpanRecord]]:
+) -> _Records:
     """The tool spans inside the execution of another of the same tool, no agent or model
-    span between (plain spans may be): a second record of that execution, not a call of its
-    own; and, by the call's own record's span id, a second record that failed. An MCP
-    client's instrumentation (OpenLLMetry's, which ``Traceloop.init()`` turns on) records
-    each ``tools/call`` as a tool span inside the framework's function span, and only it says
-    that the server answered the call ``isError`` (the OpenAI Agents SDK hands the error's
-    text to the model as the tool's result). A tool that calls itself again does so through
-    a model or an agent, which keep the two apart."""
+    span between (plain spans may be) and no other call id: second records of that call, not
+    calls of their own. An MCP client's instrumentation (OpenLLMetry's, which
+    ``Traceloop.init()`` turns on) records each ``tools/call`` as a tool span inside the
+    framework's function span (one per attempt when the SDK retries), and only it says that
+    the server answered the call ``isError`` (the OpenAI Agents SDK hands the error's text to
+    the model as the tool's result); an instrumented server's record sits inside the
+    client's. A tool that calls itself again does so through a model or an agent, which keep
+    the two apart, or with a call id of its own."""
     models: set[bytes] | None = None  # read once a candidate is found
-    again: list[bytes] = []
-    failing: dict[bytes, SpanRecord] = {}
-    for span in executions:  # in start order, as the run's spans
+    outer_of: dict[bytes, SpanRecord] = {}
+    for span in executions:
         site = sites[span.span_id]
         outer = site.tool
         if (
@@ -273,26 +289,47 @@ def _second_records(
             or span.tool_name is None
             or outer.tool_name is None
             or sites[outer.span_id].agent is not site.agent
+            or (span.call_id is not None and outer.call_id not in (None, span.call_id))
             or normalize(span.tool_name) != normalize(outer.tool_name)
         ):
             continue
         if models is None:
             models = {s.span_id for s in spans if s.role is SpanRole.LLM}
         if not _model_between(site.parent, outer.span_id, models, sites):
-            again.append(span.span_id)
-            if _failed(span):
-                failing.setdefault(_own_record(outer, again, sites).span_id, span)
-    return (frozenset(again), failing) if again else (_NO_IDS, _NO_FAILURES)
+            outer_of[span.span_id] = outer
+    if not outer_of:
+        return _NO_RECORDS
+    own: dict[bytes, SpanRecord] = {}
+    last: dict[bytes, SpanRecord] = {}
+    for span in executions:
+        if span.span_id in outer_of:
+            call = _own_record(span.span_id, outer_of, own).span_id
+            seen = last.get(call)
+            if seen is None or _ended(span) > _ended(seen):
+                last[call] = span
+    return _Records(own, last)
 
 
-def _own_record(outer: SpanRecord, again: list[bytes], sites: dict[bytes, CallSite]) -> SpanRecord:
-    """The call's own record at or above ``outer``, which is a second record itself when in
-    ``again`` (the spans are in start order: an outer record was judged first)."""
-    for _ in range(_MAX_HOPS):
-        above = sites[outer.span_id].tool
-        if outer.span_id not in again or above is None:
-            return outer
+def _own_record(
+    record: bytes, outer_of: dict[bytes, SpanRecord], own: dict[bytes, SpanRecord]
+) -> SpanRecord:
+    """The call's own record above second record ``record``: up ``outer_of`` until a record
+    that is none (each step to a strict ancestor), remembered in ``own`` for every record on
+    the way, so a chain is walked once whatever the order records are asked in."""
+    way = [record]
+    outer = outer_of[record]
+    while True:
+        known = own.get(outer.span_id)
+        if known is not None:
+            outer = known
+            break
+        above = outer_of.get(outer.span_id)
+        if above is None:
+            break
+        way.append(outer.span_id)
         outer = above
+    for span_id in way:
+        own[span_id] = outer
     return outer
 
 
@@ -345,7 +382,6 @@ def _requests(
 
 
 _NO_IDS: Final[frozenset[bytes]] = frozenset()
-_NO_FAILURES: Final[dict[bytes, SpanRecord]] = {}  # never written to
 
 
 def _overlapping(asking: list[SpanRecord]) -> bool:
@@ -792,14 +828,18 @@ def _tool_call(
     sites: dict[bytes, CallSite],
     call_ids: dict[bytes, str | None],
     normalize: Callable[[Any], str],
-    failing: dict[bytes, SpanRecord],
+    records: _Records,
 ) -> ToolCall:
     span, origin, raw_name, request = draft.span, draft.origin, draft.raw_name, draft.request
     # A handoff span's status is not a failed call: the SDK marks the one it ran with the
     # error "Multiple handoffs requested" when the output asked for more.
     executed = None if draft.handoff else span
-    if executed is not None and failing and not _failed(executed):
-        executed = failing.get(executed.span_id, executed)  # its second record says it failed
+    failed = executed is not None and _failed(executed)
+    error_type = executed.error_type if executed is not None else None
+    if executed is not None and records.last:
+        final = records.last.get(executed.span_id)  # its last second record: how it ended
+        if final is not None and _failed(final):
+            failed, error_type = True, error_type or final.error_type
     site = sites[origin.span_id]
     arguments, error = _arguments(draft)
     return ToolCall(
@@ -808,11 +848,11 @@ def _tool_call(
         arguments=arguments,
         arguments_error=error,
         call_id=_call_id(draft),
-        parent_call_id=_parent_call_id(site, call_ids),
+        parent_call_id=_parent_call_id(site, call_ids, records),
         sequence_index=index,
         parallel_group=group,
-        status=CallStatus.ERROR if executed is not None and _failed(executed) else CallStatus.OK,
-        error_type=executed.error_type if executed is not None else None,
+        status=CallStatus.ERROR if failed else CallStatus.OK,
+        error_type=error_type,
         agent=_agent(site, origin),
         span_id=span.span_id.hex() if span is not None else None,
         start_ns=draft.start_ns,
@@ -841,12 +881,18 @@ def _failed(span: SpanRecord) -> bool:
     return span.status_code == _OTLP_STATUS_ERROR or bool(span.error_type)
 
 
-def _parent_call_id(site: CallSite, call_ids: dict[bytes, str | None]) -> str | None:
-    """The enclosing tool call's id, or its span id in hex when it has none."""
-    if site.tool is None:
+def _parent_call_id(
+    site: CallSite, call_ids: dict[bytes, str | None], records: _Records
+) -> str | None:
+    """The enclosing tool call's id, or its span id in hex when it has none (the call's own
+    record's, when the nearest tool span is a second record of it)."""
+    tool = site.tool
+    if tool is None:
         return None
-    call_id = call_ids.get(site.tool.span_id, site.tool.call_id)
-    return call_id if call_id is not None else site.tool.span_id.hex()
+    if records.own:
+        tool = records.own.get(tool.span_id, tool)
+    call_id = call_ids.get(tool.span_id, tool.call_id)
+    return call_id if call_id is not None else tool.span_id.hex()
 
 
 def _agent(site: CallSite, origin: SpanRecord) -> str | None:

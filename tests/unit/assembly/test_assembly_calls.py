@@ -741,12 +741,13 @@ def test_a_call_whose_second_record_failed_failed(depth: int) -> None:
     """The OpenAI Agents SDK ends an MCP tool's function span OK when the server answered
     isError; OpenLLMetry's MCP client span inside it says the call failed (real capture:
     ``openai_agents__openllmetry__tool_error_mcp``). Two records deep too."""
+    failed: dict[str, Any] = {"status_code": 2, "error_type": "tool_error"}
+    # depth 2: the client's record, and the instrumented server's inside it (both failed)
     inner = [
-        tool(4, 3, "charge_card", 12, 39),
-        tool(5, 4, "charge_card", 13, 38, status_code=2, error_type="tool_error"),
-    ][2 - depth :]
-    if depth == 1:
-        inner[0] = tool(4, 3, "charge_card", 12, 39, status_code=2, error_type="tool_error")
+        tool(4, 3, "charge_card", 12, 39, **failed),
+        tool(5, 4, "charge_card", 13, 38, **failed),
+    ]
+    inner = inner[:depth]
     run = only(
         [
             agent(1, None, "support", 0, 100),
@@ -759,3 +760,138 @@ def test_a_call_whose_second_record_failed_failed(depth: int) -> None:
         ("charge_card", CallStatus.ERROR, "tool_error")
     ]
     assert run.error_count == 1
+
+
+def _attempts(outcomes: list[bool]) -> ToolTrace:
+    """An MCP call the SDK retried (``max_retry_attempts``): one function span, one client
+    span per attempt inside it, ``outcomes`` saying which failed; then a refund."""
+    attempts = [
+        tool(
+            4 + n,
+            3,
+            "lookup_order",
+            12 + 10 * n,
+            20 + 10 * n,
+            **({"status_code": 2, "error_type": "McpError"} if failed else {}),
+        )
+        for n, failed in enumerate(outcomes)
+    ]
+    return only(
+        [
+            agent(1, None, "support", 0, 100),
+            llm(2, 1, 1, 10, ask("lookup_order", "c1", {"order_id": "A-1"})),
+            tool(3, 1, "lookup_order", 11, 60, call_id="c1"),
+            *attempts,
+        ]
+    )
+
+
+@pytest.mark.parametrize(
+    ("outcomes", "status", "error_type"),
+    [
+        ([True, False], CallStatus.OK, None),  # failed, then retried and answered
+        ([False, True], CallStatus.ERROR, "McpError"),
+        ([True, True], CallStatus.ERROR, "McpError"),
+    ],
+)
+def test_a_retried_call_ended_as_its_last_attempt(
+    outcomes: list[bool], status: CallStatus, error_type: str | None
+) -> None:
+    (call,) = _attempts(outcomes).calls
+    assert (call.status, call.error_type) == (status, error_type)
+
+
+def test_a_call_that_failed_on_its_own_record_failed_whatever_its_second_records_say() -> None:
+    run = only(
+        [
+            agent(1, None, "support", 0, 100),
+            llm(2, 1, 1, 10, ask("charge_card", "c1", {"order_id": "A-1"})),
+            tool(3, 1, "charge_card", 11, 40, call_id="c1", status_code=2),
+            tool(4, 3, "charge_card", 12, 39, error_type="tool_error", status_code=2),
+        ]
+    )
+    assert [(c.status, c.error_type) for c in run.calls] == [(CallStatus.ERROR, "tool_error")]
+
+
+def test_tool_spans_of_the_same_tool_with_other_call_ids_are_two_calls() -> None:
+    """A tool that runs an agent of the same name whose spans sit beside its work (OpenLLMetry
+    under LangGraph): the inner span joins another request of the model's."""
+    run = only(
+        [
+            agent(1, None, "support", 0, 100),
+            llm(2, 1, 1, 10, ask("delegate", "c1", {"task": "a"})),
+            tool(3, 1, "delegate", 11, 60, call_id="c1"),
+            span(4, 3, SpanRole.OTHER, 12, 59, name="graph step"),
+            tool(5, 4, "delegate", 13, 58, call_id="c2"),
+        ]
+    )
+    assert [(c.tool_name, c.call_id) for c in run.calls] == [("delegate", "c1"), ("delegate", "c2")]
+
+
+def test_a_call_nested_under_a_second_record_is_nested_in_its_call() -> None:
+    """An MCP server instrumented too: the client's and the server's records inside the
+    function span, and an agent the tool runs inside those: its calls are the tool call's."""
+    run = only(
+        [
+            agent(1, None, "support", 0, 100),
+            llm(2, 1, 1, 10, ask("ask_expert", "c1", {"q": "A-1"})),
+            tool(3, 1, "ask_expert", 11, 60, call_id="c1"),
+            tool(4, 3, "ask_expert", 12, 59),  # the MCP client's
+            span(5, 4, SpanRole.OTHER, 13, 58, name="mcp.server"),
+            tool(6, 5, "ask_expert", 14, 57),  # the MCP server's
+            agent(7, 6, "expert", 15, 56),
+            llm(8, 7, 16, 20, ask("lookup_order", "e1", {"order_id": "A-1"})),
+            tool(9, 7, "lookup_order", 21, 22, call_id="e1"),
+        ]
+    )
+    assert [(c.tool_name, c.call_id, c.parent_call_id) for c in run.calls] == [
+        ("ask_expert", "c1", None),
+        ("lookup_order", "e1", "c1"),
+    ]
+
+
+@pytest.mark.parametrize("depth", [3, 12])
+@pytest.mark.parametrize("ids", ["outer-first", "inner-first"])
+def test_a_chain_of_records_is_one_call_ended_as_its_last_record_whatever_the_order(
+    depth: int, ids: str
+) -> None:
+    """Records of one call nested ``depth`` deep (past the 8 hops a model span is looked for
+    in), all started at once, their span ids sorting outer first or inner first; the one
+    ending last (a server's clock ahead) failed."""
+    ends_last = 1 if ids == "outer-first" else depth - 1
+    records = []
+    for n in range(depth):
+        own, parent = (10 + n, 9 + n) if ids == "outer-first" else (60 - n, 61 - n)
+        if n == 0:
+            parent = 3
+        failed: dict[str, Any] = (
+            {"status_code": 2, "error_type": "tool_error"} if n == ends_last else {}
+        )
+        records.append(tool(own, parent, "charge_card", 12, 80 if n == ends_last else 39, **failed))
+    run = only(
+        [
+            agent(1, None, "support", 0, 100),
+            llm(2, 1, 1, 10, ask("charge_card", "c1", {"order_id": "A-1"})),
+            tool(3, 1, "charge_card", 11, 90, call_id="c1"),
+            *records,
+        ]
+    )
+    assert [(c.tool_name, c.status, c.error_type) for c in run.calls] == [
+        ("charge_card", CallStatus.ERROR, "tool_error")
+    ]
+
+
+def test_a_long_chain_of_records_is_walked_once() -> None:
+    """5,000 records of one call nested in each other (hostile), asked innermost first: one
+    walk remembers the call's own record for every record on the way, so the chain costs
+    what it holds (a first version walked it again for each record: 607 ms)."""
+    call = tool(3, 1, "t", 11, 9_500, call_id="c1")
+    chain = [tool(4 + n, 3 + n, "t", 12, 9_000 - n) for n in range(5_000)]
+    outer_of = {
+        record.span_id: above for above, record in zip([call, *chain[:-1]], chain, strict=True)
+    }
+    own: dict[bytes, SpanRecord] = {}
+    assert calls._own_record(chain[-1].span_id, outer_of, own) is call
+    assert len(own) == len(chain) and all(record is call for record in own.values())
+    run = only([agent(1, None, "a", 0, 10_000), llm(2, 1, 1, 10, ask("t", "c1", {})), call, *chain])
+    assert [(c.call_id, c.span_id) for c in run.calls] == [("c1", hexid(3))]

@@ -122,6 +122,9 @@ def test_every_tool_span_is_exactly_one_call_and_groups_are_consistent(
         assert (outer.span_id.hex() in call_spans, outer.tool_name) == (True, name)
     for trace in traces:
         assert [c.sequence_index for c in trace.calls] == list(range(len(trace.calls)))
+        # A nested call names a call of its trace: by its call id, or its span id.
+        named = {c.call_id or c.span_id for c in trace.calls}
+        assert {c.parent_call_id for c in trace.calls} - {None} <= named
         members = Counter(c.parallel_group for c in trace.calls if c.parallel_group is not None)
         assert all(n >= 2 for n in members.values())
         assert all(trace.calls[g].parallel_group == g for g in members)
