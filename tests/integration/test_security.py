@@ -1016,6 +1016,17 @@ def test_tail_with_a_certificate_naming_another_client_is_told_so(
     assert finding["tool"] == "issue_refund"
 
 
+def answers_to(
+    server: RunningServer, pki: Pki, tmp_path: Path, cert: bytes, key: bytes
+) -> tuple[grpc.StatusCode, int]:
+    """What an empty export over gRPC and over HTTP is answered with, from a client showing
+    ``cert`` (with ``key``)."""
+    credentials = grpc.ssl_channel_credentials(pki.read("ca"), key, cert)
+    context = client_context(pki)
+    context.load_cert_chain(*pki.client_files(tmp_path, cert, key))
+    return raw_export(server, credentials), post_traces(server, context, token=None).status
+
+
 @pytest.mark.parametrize(
     ("common_names", "alternative"),
     [
@@ -1035,11 +1046,7 @@ def test_a_name_cut_short_by_a_nul_byte_is_no_accepted_name(
     names = client_names(NAMED_CN, NAMED_DNS, NAMED_SPIFFE, NAMED_EMAIL)
     server = start_server(**tls(pki, mutual=True, **names))
     cert, key = client_certificate(pki.clients, common_names, alt_names(*alternative))
-    credentials = grpc.ssl_channel_credentials(pki.read("ca"), key, cert)
-    assert raw_export(server, credentials) == grpc.StatusCode.PERMISSION_DENIED
-    context = client_context(pki)
-    context.load_cert_chain(*pki.client_files(tmp_path, cert, key))
-    assert post_traces(server, context, token=None).status == 403
+    assert answers_to(server, pki, tmp_path, cert, key) == (grpc.StatusCode.PERMISSION_DENIED, 403)
     assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 1
     assert server.sample(AUTH_FAILURES, {"listener": "http"}) == 1
 
@@ -1051,11 +1058,7 @@ def test_a_certificate_whose_names_cannot_all_be_read_names_no_client(
     ``cryptography`` cannot read that name: refused and counted, not a failed call."""
     server = start_server(**tls(pki, mutual=True, **client_names(NAMED_DNS)))
     cert, key = client_certificate(pki.clients, [NAMED_CN], with_edi_party_name(NAMED_DNS))
-    credentials = grpc.ssl_channel_credentials(pki.read("ca"), key, cert)
-    assert raw_export(server, credentials) == grpc.StatusCode.PERMISSION_DENIED
-    context = client_context(pki)
-    context.load_cert_chain(*pki.client_files(tmp_path, cert, key))
-    assert post_traces(server, context, token=None).status == 403
+    assert answers_to(server, pki, tmp_path, cert, key) == (grpc.StatusCode.PERMISSION_DENIED, 403)
     assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 1
     assert server.sample(AUTH_FAILURES, {"listener": "http"}) == 1
 
@@ -1067,11 +1070,7 @@ def test_every_common_name_of_a_certificate_is_read_on_every_listener(
     cns = [NAMED_CN, "someone-else"] if order == "accepted-first" else ["someone-else", NAMED_CN]
     server = start_server(**tls(pki, mutual=True, **client_names(NAMED_CN)))
     cert, key = client_certificate(pki.clients, cns)
-    credentials = grpc.ssl_channel_credentials(pki.read("ca"), key, cert)
-    assert raw_export(server, credentials) == grpc.StatusCode.OK
-    context = client_context(pki)
-    context.load_cert_chain(*pki.client_files(tmp_path, cert, key))
-    assert post_traces(server, context, token=None).status == 200
+    assert answers_to(server, pki, tmp_path, cert, key) == (grpc.StatusCode.OK, 200)
 
 
 def test_a_certificate_naming_another_client_is_refused_before_its_token_is_read(

@@ -95,27 +95,26 @@ GUARDRAIL_VERDICT = '{"is_flagged": false, "reasoning": "Nothing unsafe in the t
 GUARDRAIL_FLAG = '{"is_flagged": true, "reasoning": "Asks for help breaking into a home."}'
 LEAK_TEXT = "Order A-1001 was paid with the card 4111 1111 1111 1111, expiring 12/29."
 
+#: The refund conversation: look the order up, refund it, say so.
+REFUND_TURNS: tuple[Turn, ...] = (
+    ToolCalls((("lookup_order", {"order_id": "A-1001"}),)),
+    ToolCalls((("issue_refund", {"order_id": "A-1001", "amount_usd": 25.0}),)),
+    Text(REFUND_TEXT),
+)
+
 SCENARIOS: dict[str, Scenario] = {
     scenario.name: scenario
     for scenario in (
         Scenario(
             "refund",
             "[scenario:refund] Please refund my order A-1001, it arrived broken.",
-            (
-                ToolCalls((("lookup_order", {"order_id": "A-1001"}),)),
-                ToolCalls((("issue_refund", {"order_id": "A-1001", "amount_usd": 25.0}),)),
-                Text(REFUND_TEXT),
-            ),
+            REFUND_TURNS,
         ),
         # The same conversation, the tools served by an MCP server (mcp_server.py, stdio).
         Scenario(
             "refund_mcp",
             "[scenario:refund_mcp] Please refund my order A-1001, it arrived broken.",
-            (
-                ToolCalls((("lookup_order", {"order_id": "A-1001"}),)),
-                ToolCalls((("issue_refund", {"order_id": "A-1001", "amount_usd": 25.0}),)),
-                Text(REFUND_TEXT),
-            ),
+            REFUND_TURNS,
         ),
         # A failing tool served by the MCP server: the server answers the call isError.
         Scenario(
@@ -131,11 +130,7 @@ SCENARIOS: dict[str, Scenario] = {
         Scenario(
             "refund_stream",
             "[scenario:refund_stream] Please refund my order A-1001, it arrived broken.",
-            (
-                ToolCalls((("lookup_order", {"order_id": "A-1001"}),)),
-                ToolCalls((("issue_refund", {"order_id": "A-1001", "amount_usd": 25.0}),)),
-                Text(REFUND_TEXT),
-            ),
+            REFUND_TURNS,
         ),
         Scenario(
             "parallel",

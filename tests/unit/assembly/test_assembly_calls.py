@@ -736,6 +736,21 @@ def test_an_agent_used_as_a_tool_that_calls_a_tool_of_its_name_makes_that_call()
     assert names == ["lookup_order", "lookup_order"]
 
 
+def charged(own: SpanRecord, records: list[SpanRecord]) -> list[tuple[str, CallStatus, Any]]:
+    """The calls of a run asking for charge_card once: ``own`` the call's span (id 3), with
+    ``records`` inside it; name, status and error type each."""
+    run = only(
+        [
+            agent(1, None, "support", 0, 100),
+            llm(2, 1, 1, 10, ask("charge_card", "c1", {"order_id": "A-1"})),
+            own,
+            *records,
+        ]
+    )
+    assert run.error_count == sum(c.status is CallStatus.ERROR for c in run.calls)
+    return [(c.tool_name, c.status, c.error_type) for c in run.calls]
+
+
 @pytest.mark.parametrize("depth", [1, 2])
 def test_a_call_whose_second_record_failed_failed(depth: int) -> None:
     """The OpenAI Agents SDK ends an MCP tool's function span OK when the server answered
@@ -747,19 +762,9 @@ def test_a_call_whose_second_record_failed_failed(depth: int) -> None:
         tool(4, 3, "charge_card", 12, 39, **failed),
         tool(5, 4, "charge_card", 13, 38, **failed),
     ]
-    inner = inner[:depth]
-    run = only(
-        [
-            agent(1, None, "support", 0, 100),
-            llm(2, 1, 1, 10, ask("charge_card", "c1", {"order_id": "A-1"})),
-            tool(3, 1, "charge_card", 11, 40, call_id="c1"),
-            *inner,
-        ]
-    )
-    assert [(c.tool_name, c.status, c.error_type) for c in run.calls] == [
+    assert charged(tool(3, 1, "charge_card", 11, 40, call_id="c1"), inner[:depth]) == [
         ("charge_card", CallStatus.ERROR, "tool_error")
     ]
-    assert run.error_count == 1
 
 
 def _attempts(outcomes: list[bool]) -> ToolTrace:
@@ -802,15 +807,9 @@ def test_a_retried_call_ended_as_its_last_attempt(
 
 
 def test_a_call_that_failed_on_its_own_record_failed_whatever_its_second_records_say() -> None:
-    run = only(
-        [
-            agent(1, None, "support", 0, 100),
-            llm(2, 1, 1, 10, ask("charge_card", "c1", {"order_id": "A-1"})),
-            tool(3, 1, "charge_card", 11, 40, call_id="c1", status_code=2),
-            tool(4, 3, "charge_card", 12, 39, error_type="tool_error", status_code=2),
-        ]
-    )
-    assert [(c.status, c.error_type) for c in run.calls] == [(CallStatus.ERROR, "tool_error")]
+    own = tool(3, 1, "charge_card", 11, 40, call_id="c1", status_code=2)
+    second = tool(4, 3, "charge_card", 12, 39, error_type="tool_error", status_code=2)
+    assert charged(own, [second]) == [("charge_card", CallStatus.ERROR, "tool_error")]
 
 
 def test_tool_spans_of_the_same_tool_with_other_call_ids_are_two_calls() -> None:
@@ -868,15 +867,7 @@ def test_a_chain_of_records_is_one_call_ended_as_its_last_record_whatever_the_or
             {"status_code": 2, "error_type": "tool_error"} if n == ends_last else {}
         )
         records.append(tool(own, parent, "charge_card", 12, 80 if n == ends_last else 39, **failed))
-    run = only(
-        [
-            agent(1, None, "support", 0, 100),
-            llm(2, 1, 1, 10, ask("charge_card", "c1", {"order_id": "A-1"})),
-            tool(3, 1, "charge_card", 11, 90, call_id="c1"),
-            *records,
-        ]
-    )
-    assert [(c.tool_name, c.status, c.error_type) for c in run.calls] == [
+    assert charged(tool(3, 1, "charge_card", 11, 90, call_id="c1"), records) == [
         ("charge_card", CallStatus.ERROR, "tool_error")
     ]
 
