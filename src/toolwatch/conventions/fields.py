@@ -10,6 +10,7 @@ its error: ``attrs.tool_message``) and pydantic-ai's request parameters (its out
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Callable, Iterable
 from typing import Final
@@ -84,7 +85,11 @@ _GUARDRAIL_NAME: Final = (genai.GUARDRAIL_NAME, "name")
 #: ``{'message': 'Guardrail tripwire triggered', 'data': {'guardrail': 'name'}}``.
 _TRIPWIRE: Final = "Guardrail tripwire triggered"
 _TRIPWIRE_WITHIN: Final = 16  # characters before it: OpenLLMetry's "{'message': '"
-_TRIPWIRE_GUARD: Final = re.compile(r"""'guardrail': (?:'([^'\\]*)'|"([^"\\]*)")""")
+#: The name as Python writes a string (``repr``): in single quotes, or in double quotes when it
+#: holds a single quote and no double one, with backslash escapes.
+_TRIPWIRE_GUARD: Final = re.compile(
+    r"""'guardrail': ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""", re.DOTALL
+)
 #: A Guardrails AI guard that raised (a validator's ``on_fail="exception"``, on the model's
 #: output or on the messages, prompt or instructions before the model is called): the status
 #: message its own spans end with (``{type}: {message}``, as OpenTelemetry's and
@@ -273,8 +278,18 @@ def tripwire_refusal(status_message: str) -> str | None:
     if at < 0:
         return None
     found = _TRIPWIRE_GUARD.search(status_message, at + len(_TRIPWIRE))
-    guard = (found.group(1) or found.group(2)) if found is not None else None
+    guard = _string_literal(found.group(1)) if found is not None else None
     return f"guardrail {guard} tripped" if guard else "guardrail tripped"
+
+
+def _string_literal(text: str) -> str | None:
+    """The string a Python string literal (a ``repr``) spells, escapes undone; ``None`` when it
+    spells none (an escape it does not know: ``\\N{no such name}``)."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, str) else None
 
 
 def guard_raised_refusal(status_message: str) -> str | None:

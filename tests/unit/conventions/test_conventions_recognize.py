@@ -6,6 +6,8 @@ import json
 from collections.abc import Sequence
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from toolwatch.conventions import (
     ATTRIBUTE_KEYS,
@@ -533,6 +535,18 @@ def test_a_guardrail_that_tripped_carries_the_refusal_it_made(
         ),
         # a name with a quote is repr'd in double quotes
         ("Guardrail tripwire triggered: {'guardrail': \"o'brien\"}", "guardrail o'brien tripped"),
+        # with both quote kinds, or a backslash, Python escapes them
+        (
+            "Guardrail tripwire triggered: {'guardrail': 'say \"no\" to o\\'brien'}",
+            'guardrail say "no" to o\'brien tripped',
+        ),
+        (
+            r"Guardrail tripwire triggered: {'guardrail': 'C:\\rules\\pii'}",
+            r"guardrail C:\rules\pii tripped",
+        ),
+        # a name cut off by the message's limit, or an escape Python does not know
+        ("Guardrail tripwire triggered: {'guardrail': 'long name cut", "guardrail tripped"),
+        (r"Guardrail tripwire triggered: {'guardrail': '\N{no such name}'}", "guardrail tripped"),
         ("Guardrail tripwire triggered: None", "guardrail tripped"),
         ("Guardrail tripwire triggered", "guardrail tripped"),
         # another error, or the words far into another message
@@ -554,6 +568,19 @@ def test_an_error_status_that_says_a_guardrail_tripped_refuses(
         found = recognize(name, 2, attrs, None, message)
         assert (found.role, found.fields.get("refusal")) == (role, refusal)
     assert recognize("turn", 2, {"openinference.span.kind": "CHAIN"}, None).fields == {}
+
+
+@given(st.text(min_size=1, max_size=40))
+def test_any_guardrail_name_reads_back_from_the_sdk_messages(guard: str) -> None:
+    """Whatever the name (quotes, backslashes, control characters), as each exporter writes
+    the error: OpenInference and contrib ``{message}: {data}``, OpenLLMetry the error's repr."""
+    data = {"guardrail": guard, "type": "input_guardrail"}
+    for message in (
+        f"Guardrail tripwire triggered: {data!r}",
+        repr({"message": "Guardrail tripwire triggered", "data": data}),
+    ):
+        found = recognize("turn", 2, {"openinference.span.kind": "CHAIN"}, None, message)
+        assert found.fields.get("refusal") == f"guardrail {guard} tripped"
 
 
 @pytest.mark.parametrize(
