@@ -186,10 +186,15 @@ def test_the_dashboard_counts_a_series_first_finding(
     it: the dashboard's finding counts add a series created in the range, as the rules do."""
     send_unverified_refund(toolwatch)
     prometheus.wait_until(f"{REGRESSIONS} == 1", lambda: _one_series(prometheus))
-    shown = panel_expression("High findings", __range="1h", __range_s="3600", agent=".*", tool=".*")
+    variables = {"__range": "1h", "__range_s": "3600", "agent": ".*", "tool": ".*"}
+    paging = panel_expression("Findings that page", **variables)
     assert prometheus.wait_until(
-        "two scrapes of the finding", lambda: prometheus.query(shown) or None
+        "two scrapes of the finding", lambda: prometheus.query(paging) or None
     ) == {"": 1.0}
+    # the finding is of severity high: counted there too
+    assert prometheus.query(panel_expression("Critical and high findings", **variables)) == {
+        "": 1.0
+    }
     assert prometheus.query(f"sum(increase({REGRESSIONS}[1h])) or vector(0)") == {"": 0.0}
 
 

@@ -268,9 +268,16 @@ def _check_node(
     """Checks one object's fields; queues the objects it holds, and notes each span it
     holds in ``spans`` with its path."""
     node, descriptor, path, outline = item
+    unreadable: list[str] = []
     for key, value in node.items():
+        if not key.isascii():  # no field's name; protobuf's maps fail on a lone surrogate
+            unreadable.append(key)
+            continue
         field = descriptor.fields_by_camelcase_name.get(key) or descriptor.fields_by_name.get(key)
         if field is None or value is None:
+            continue
+        if field.enum_type is not None and isinstance(value, str) and not value.isascii():
+            unreadable.append(key)  # no value's name: ignored, as any unknown enum name is
             continue
         where = f"{path}.{key}" if path else key
         # "span_id" and "spanId" both: which one would ParseDict keep?
@@ -293,6 +300,8 @@ def _check_node(
             if locates and len(inner) == 3:
                 spans[inner] = (child, at)
             pending.append((child, message, at, inner))
+    for key in unreadable:  # unknown fields, ignored (the OTLP specification says so)
+        del node[key]
 
 
 _FLOATING = (FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT)
