@@ -216,9 +216,7 @@ async def run_scenario(
                 async for _ in result.stream_events():
                     pass
             else:
-                result = await Runner.run(
-                    agent, prompt, run_config=config, error_handlers=handlers
-                )
+                result = await Runner.run(agent, prompt, run_config=config, error_handlers=handlers)
     except (InputGuardrailTripwireTriggered, OutputGuardrailTripwireTriggered) as tripped:
         print(f"  {scenario}: raised {tripped!r}", flush=True)
         return
