@@ -78,13 +78,18 @@ _TRACE_ID: Final = re.compile(r"[0-9a-fA-F]{32}")
 # (NameError).
 _SCORE_BUCKETS = (0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 0.99, 1.0)
 _EVALUATION_BUCKETS = (1e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 0.01, 0.05, 0.1, 1.0)
-_REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+# Up to the default read timeout (ingest.read_timeout_seconds, 30 s): a timed-out read is seen.
+_REQUEST_BUCKETS = (
+    *(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
+    *(1.0, 2.5, 5.0, 10.0, 30.0),
+)
 # Detection waits at least the assembly's completion wait (2 s by default) and at most the
-# maximum trace age (60 s by default), so the buckets are dense between those; the first
-# ones resolve the sub-second waits latency-sensitive deployments (and the benchmark) use.
+# maximum trace age (300 s by default), so the buckets are dense between those: the ones just
+# above 2 s show what toolwatch adds to the default wait; the first ones resolve the
+# sub-second waits latency-sensitive deployments (and the benchmark) use.
 _DETECTION_BUCKETS = (
     *(0.1, 0.2, 0.25, 0.3, 0.5),
-    *(1.0, 2.0, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0),
+    *(1.0, 2.0, 2.05, 2.1, 2.25, 2.5, 3.0, 4.0, 5.0, 7.5, 10.0, 15.0, 30.0, 60.0, 120.0, 300.0),
 )
 
 _TRANSPORTS: Final = ("grpc", "http")
@@ -303,7 +308,8 @@ class PrometheusMetrics:
     def _register(self, r: CollectorRegistry) -> None:
         self._regressions = Counter(
             "toolwatch_regressions_total",
-            "Findings: tool-call regressions detected, by category and severity.",
+            "Findings: tool-call regressions detected, by category, severity, evaluator, agent"
+            " and tool.",
             ["category", "severity", "evaluator", "agent", "tool"],
             registry=r,
         )
@@ -465,7 +471,9 @@ class PrometheusMetrics:
         )
         self._auth_failures = Counter(
             "toolwatch_auth_failures_total",
-            "Requests refused for a missing or wrong bearer token (UNAUTHENTICATED, 401).",
+            "Requests refused for their credentials: a missing or wrong bearer token or client"
+            " certificate (UNAUTHENTICATED, 401), or a client certificate whose name is not"
+            " allowed (PERMISSION_DENIED, 403).",
             ["listener"],
             registry=r,
         )
