@@ -262,6 +262,6 @@ def test_a_handoff_whose_first_agent_arrives_long_before_the_rest_is_one_run(
 
 def test_every_fixture_has_an_expectation() -> None:
     names = _fixture_names()
-    assert len(names) == 155  # 145 Python captures and 10 of the Vercel AI SDK (TypeScript)
+    assert len(names) == 157  # 147 Python captures and 10 of the Vercel AI SDK (TypeScript)
     for name in names:
         assert (FIXTURES / f"{name}{_EXPECTED_SUFFIX}").is_file(), name

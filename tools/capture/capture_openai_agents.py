@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import Callable
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 from agents import (
@@ -52,7 +54,7 @@ from openai import AsyncOpenAI
 from opentelemetry import trace
 from pydantic import BaseModel
 
-from tools.capture import scripts
+from tools.capture import mcp_server, scripts
 from tools.capture.cli import CaptureRun, main
 from tools.capture.fake_model import FakeModelServer
 from tools.capture.otlp import Capture, configure_logfire
@@ -76,7 +78,17 @@ SCENARIOS = (
     "input_guardrail_blocking_stream",
     "refund_mcp",
     "tool_error_mcp",
+    "refund_mcp_traced",
+    "tool_error_mcp_traced",
 )
+#: The tools from an MCP server (a process of its own).
+MCP_SCENARIOS = ("refund_mcp", "tool_error_mcp", "refund_mcp_traced", "tool_error_mcp_traced")
+#: The MCP server traced too, as OpenLLMetry's MCP instrumentation traces a server: its
+#: client half (under openllmetry alone, as Traceloop.init() sets it up) puts the trace in
+#: each request's _meta, so the server's spans join the run's trace.
+TRACED_MCP_SCENARIOS = ("refund_mcp_traced", "tool_error_mcp_traced")
+#: Where the traced server runs (requirements-mcp-server.txt; see README).
+MCP_SERVER_PYTHON = Path(__file__).resolve().parents[2] / ".venv-capture-mcp-server/bin/python"
 #: The main agent refuses under an output guardrail that calls the model client itself, no
 #: agent: the client's own instrumentation (enabled beside the SDK's, as Traceloop.init()
 #: or logfire.instrument_openai() do) records that call under the guardrail span.
@@ -187,14 +199,11 @@ async def run_scenario(
     if scenario in CLIENT_GUARDRAILS:
         undo = _client_instrumented(instrumentation, capture, guard)
     prompt = scripts.prompt_for(scenario)
-    if scenario in ("refund_mcp", "tool_error_mcp"):
+    if scenario in MCP_SCENARIOS:
         # The tools from an MCP server (a process of its own), connected for this request
         # inside the run's trace (the SDK's trace(), which Runner.run then joins), so that
         # an MCP client's own spans of the connection are in it too.
-        orders = MCPServerStdio(
-            {"command": sys.executable, "args": ["-m", "tools.capture.mcp_server"]},
-            name="orders",
-        )
+        orders = MCPServerStdio(_mcp_server(capture, scenario), name="orders")
         if instrumentation == "openllmetry":  # Traceloop.init() instruments the MCP client too
             from opentelemetry.instrumentation.mcp import McpInstrumentor  # noqa: PLC0415
 
@@ -229,6 +238,22 @@ async def run_scenario(
         if undo is not None:
             undo()  # the scenarios after this one run as the others' instrumentation alone
     print(f"  {scenario}: final_output={result.final_output!r}", flush=True)
+
+
+def _mcp_server(capture: Capture, scenario: str) -> Any:
+    """How to start the MCP server: traced for the traced scenarios, its spans merged into
+    the fixture (``Capture.foreign``)."""
+    if scenario not in TRACED_MCP_SCENARIOS:
+        return {"command": sys.executable, "args": ["-m", "tools.capture.mcp_server"]}
+    if not MCP_SERVER_PYTHON.exists():
+        raise RuntimeError(f"{scenario}: create {MCP_SERVER_PYTHON.parents[1]} (README)")
+    spans_file = Path(tempfile.mkdtemp(prefix="mcp-server-")) / "spans.json"
+    capture.foreign.append(spans_file)
+    return {
+        "command": str(MCP_SERVER_PYTHON),
+        "args": ["-m", "tools.capture.mcp_server"],
+        "env": {mcp_server.SPANS_FILE: str(spans_file)},
+    }
 
 
 def _refusal_as_output(data: RunErrorHandlerInput[Any]) -> RunErrorHandlerResult:
@@ -366,4 +391,5 @@ if __name__ == "__main__":
             for name in ("openinference", "openllmetry", "otel_contrib", "logfire")
         },
         SCENARIOS,
+        only={scenario: ("openllmetry",) for scenario in TRACED_MCP_SCENARIOS},
     )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,7 @@ def main(
     instrumentations: dict[str, Callable[[Capture], CaptureRun]],
     scenarios: Sequence[str],
     argv: Sequence[str] | None = None,
+    only: Mapping[str, Sequence[str]] | None = None,
 ) -> None:
     """Parse ``INSTRUMENTATION [SCENARIO...]`` and capture each scenario to its fixture.
 
@@ -40,10 +41,18 @@ def main(
     parser.add_argument("scenario", nargs="*", help=f"default: all of {', '.join(scenarios)}")
     parser.add_argument("--out", type=Path, default=FIXTURES)
     args = parser.parse_args(argv)
-    chosen = args.scenario or list(scenarios)
+    limited = only or {}  # scenario -> the instrumentations it is captured under
+
+    def captured(scenario: str) -> bool:
+        return args.instrumentation in limited.get(scenario, (args.instrumentation,))
+
+    chosen = args.scenario or [scenario for scenario in scenarios if captured(scenario)]
     unknown = set(chosen) - set(scenarios)
     if unknown:
         parser.error(f"unknown scenarios: {sorted(unknown)}")
+    elsewhere = sorted(scenario for scenario in chosen if not captured(scenario))
+    if elsewhere:
+        parser.error(f"{elsewhere} are captured only under {[limited[s] for s in elsewhere]}")
     args.out.mkdir(parents=True, exist_ok=True)
     capture = Capture(f"capture-{framework}")
     run = instrumentations[args.instrumentation](capture)

@@ -50,6 +50,10 @@ SCRIPTED: dict[str, dict[str, Any]] = {
     "tool_error_mcp": _run(
         "support_agent", [_call("charge_card", REFUND_ARGS, "error")], "could not charge the card"
     ),
+    "refund_mcp_traced": _run("support_agent", _REFUND_CALLS, "Refund R-77"),
+    "tool_error_mcp_traced": _run(
+        "support_agent", [_call("charge_card", REFUND_ARGS, "error")], "could not charge the card"
+    ),
     "parallel": _run(
         "weather_agent",
         [
@@ -636,6 +640,22 @@ _AGENTS_MCP_SPANS = {
         "'MCP send server/discover' at the connection), no tool spans."
     ),
 }
+#: The MCP server traced too (OpenLLMetry's MCP instrumentation on both sides).
+_AGENTS_MCP_TRACED = (
+    " The server is traced as well, in a process of its own: the standalone fastmcp 2.12 "
+    "under OpenLLMetry's McpInstrumentor (tools/capture/mcp_server.py with CAPTURE_MCP_SPANS, "
+    "requirements-mcp-server.txt), service capture-mcp-server. The client's instrumentation "
+    "writes the traceparent in each request's _meta and the server's joins that trace: per "
+    "tools/call, 'mcp.server' (traceloop.span.kind server) holding the server's own "
+    "'<tool>.tool' (entity input and output), and 'ResponseStreamWriter' (the response), "
+    "all inside the SDK's function span beside the client's '<tool>.tool': three records "
+    "of one call, read as one."
+)
+_AGENTS_MCP_TRACED_ERROR = (
+    " The tool raises on the server: the server's 'charge_card.tool', its 'mcp.server' and "
+    "'ResponseStreamWriter' end ERROR ('Error calling tool ...: card declined ...'), as the "
+    "client's does: the call failed."
+)
 _GUARDRAILS_SCENARIOS = {
     "guarded_answer": " The validator passes.",
     "guarded_answer_fails": (
@@ -684,6 +704,13 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
         ("openai_agents", name, "refund_mcp"): _AGENTS_MCP + spans
         for name, spans in _AGENTS_MCP_SPANS.items()
     },
+    ("openai_agents", "openllmetry", "refund_mcp_traced"): _AGENTS_MCP
+    + _AGENTS_MCP_SPANS["openllmetry"]
+    + _AGENTS_MCP_TRACED,
+    ("openai_agents", "openllmetry", "tool_error_mcp_traced"): _AGENTS_MCP
+    + _AGENTS_MCP_SPANS["openllmetry"]
+    + _AGENTS_MCP_TRACED
+    + _AGENTS_MCP_TRACED_ERROR,
     **{
         ("openai_agents", name, "tool_error_mcp"): _AGENTS_MCP
         + spans

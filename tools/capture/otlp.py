@@ -23,6 +23,7 @@ from google.protobuf.json_format import (  # type: ignore[import-untyped]
 )
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -50,6 +51,10 @@ class Capture:
         #: traces of its own (an MCP client's connection, before the run): the others are
         #: left out of the fixture. ``None``: every span must be of one trace.
         self.trace_of: str | None = None
+        #: OTLP/JSON files of another process's spans (an instrumented MCP server's), merged
+        #: into the fixture as resources of their own: their spans of the fixture's trace,
+        #: at least one. Cleared by ``write``.
+        self.foreign: list[Path] = []
 
     def spans(self) -> tuple[ReadableSpan, ...]:
         """The finished spans so far, after flushing the provider."""
@@ -69,8 +74,18 @@ class Capture:
         traces = {span.context.trace_id for span in spans if span.context is not None}
         if len(traces) != 1:
             raise ValueError(f"{path.name}: expected one trace, got {len(traces)}")
-        path.write_text(to_json_line(spans) + "\n", encoding="utf-8")
-        return len(spans)
+        request = encode_spans(spans)
+        count = len(spans)
+        [trace_id] = traces
+        for other in self.foreign:
+            joined = _spans_of_trace(read_fixture(other), trace_id.to_bytes(16, "big"))
+            if not joined:
+                raise ValueError(f"{path.name}: no span of {other.name} is of the run's trace")
+            request.resource_spans.extend(joined)
+            count += sum(len(scope.spans) for part in joined for scope in part.scope_spans)
+        self.foreign.clear()
+        path.write_text(_json_line(request) + "\n", encoding="utf-8")
+        return count
 
 
 def configure_logfire(capture: Capture, service_name: str) -> Any:
@@ -90,8 +105,31 @@ def configure_logfire(capture: Capture, service_name: str) -> Any:
 
 def to_json_line(spans: Sequence[ReadableSpan]) -> str:
     """``spans`` as one OTLP/JSON ``ExportTraceServiceRequest`` (hex ids, no newline)."""
-    as_dict = MessageToDict(encode_spans(spans))
+    return _json_line(encode_spans(spans))
+
+
+def _json_line(request: ExportTraceServiceRequest) -> str:
+    as_dict = MessageToDict(request)
     return json.dumps(_map_ids(as_dict, _b64_to_hex), separators=(",", ":"), sort_keys=False)
+
+
+def _spans_of_trace(
+    requests: Iterable[ExportTraceServiceRequest], trace_id: bytes
+) -> list[ResourceSpans]:
+    """The requests' resources with only their spans of ``trace_id`` (none: left out)."""
+    joined = []
+    for request in requests:
+        for resource_spans in request.resource_spans:
+            for scope_spans in resource_spans.scope_spans:
+                kept = [span for span in scope_spans.spans if span.trace_id == trace_id]
+                del scope_spans.spans[:]
+                scope_spans.spans.extend(kept)
+            scopes = [scope for scope in resource_spans.scope_spans if scope.spans]
+            if scopes:
+                del resource_spans.scope_spans[:]
+                resource_spans.scope_spans.extend(scopes)
+                joined.append(resource_spans)
+    return joined
 
 
 def read_fixture(path: Path) -> list[ExportTraceServiceRequest]:

@@ -125,6 +125,21 @@ SCENARIOS: dict[str, Scenario] = {
                 Text(ERROR_TEXT),
             ),
         ),
+        # Both again, the server traced (OpenLLMetry's MCP instrumentation on both sides):
+        # its spans join the run's trace through the request's _meta.
+        Scenario(
+            "refund_mcp_traced",
+            "[scenario:refund_mcp_traced] Please refund my order A-1001, it arrived broken.",
+            REFUND_TURNS,
+        ),
+        Scenario(
+            "tool_error_mcp_traced",
+            "[scenario:tool_error_mcp_traced] Charge 25 USD for order A-1001 to my card.",
+            (
+                ToolCalls((("charge_card", {"order_id": "A-1001", "amount_usd": 25.0}),)),
+                Text(ERROR_TEXT),
+            ),
+        ),
         # The same conversation, streamed to the application (each model response arrives
         # as server-sent events: Chat Completions chunks, Responses API events).
         Scenario(
