@@ -610,7 +610,9 @@ _ESCAPED: dict[int, str] = {
     for c in (*range(0x20), *range(0x7F, 0xA0), 0x2028, 0x2029, *_BIDI_CONTROLS)
 }
 #: The same in a JSON line (``--json``): json.dumps escapes C0 alone.
-_JSON_ESCAPED: dict[int, str] = {c: f"\\u{c:04x}" for c in _ESCAPED if c >= 0x7F}
+#: json.dumps writes it as JSON does: a character beyond U+FFFF (the tag characters) as its
+#: UTF-16 surrogate pair of escapes.
+_JSON_ESCAPED: dict[int, str] = {c: json.dumps(chr(c))[1:-1] for c in _ESCAPED if c >= 0x7F}
 
 
 def _labels(message: findings_pb2.Finding) -> list[tuple[str, str]]:

@@ -1,9 +1,11 @@
 """jsontext.loads: json.loads's value or error for any text, whether msgspec reads it or
-json.loads has to."""
+json.loads has to; but a non-finite number is kept as its text and a lone surrogate reads as
+U+FFFD (``reference``)."""
 
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import pytest
@@ -27,6 +29,23 @@ values = st.recursive(
 )
 
 
+def reference(text: str) -> Any:
+    """json.loads, its non-finite numbers as their text, its lone surrogates as U+FFFD."""
+    value = json.loads(text, parse_constant=str, parse_float=_finite)
+    return json.loads(
+        json.dumps(value, ensure_ascii=False)
+        .encode("utf-8", "surrogatepass")
+        .decode("utf-8", "surrogatepass")
+        .encode("utf-16", "surrogatepass")
+        .decode("utf-16", "replace")
+    )
+
+
+def _finite(text: str) -> float | str:
+    number = float(text)
+    return number if math.isfinite(number) else text
+
+
 def outcome(text: str, parse: Any) -> str:
     """repr of the value (tells 1 from 1.0, keeps NaN comparable) or the error's type."""
     try:
@@ -38,12 +57,12 @@ def outcome(text: str, parse: Any) -> str:
 @given(values, st.booleans())
 def test_json_text_reads_as_json_loads_reads_it(value: Any, ascii_only: bool) -> None:
     text = json.dumps(value, ensure_ascii=ascii_only)
-    assert outcome(text, loads) == outcome(text, json.loads)
+    assert outcome(text, loads) == outcome(text, reference)
 
 
 @given(st.text(alphabet=st.sampled_from('{}[],:"0123456789.eE+-\\ untrfalsNIiy'), max_size=40))
 def test_any_text_reads_or_fails_as_json_loads(text: str) -> None:
-    assert outcome(text, loads) == outcome(text, json.loads)
+    assert outcome(text, loads) == outcome(text, reference)
 
 
 @pytest.mark.parametrize(
@@ -69,7 +88,24 @@ def test_any_text_reads_or_fails_as_json_loads(text: str) -> None:
     ],
 )
 def test_the_edges_of_both_parsers_read_as_json_loads_reads_them(text: str) -> None:
-    assert outcome(text, loads) == outcome(text, json.loads)
+    assert outcome(text, loads) == outcome(text, reference)
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("[NaN, Infinity, -Infinity]", ["NaN", "Infinity", "-Infinity"]),
+        ('{"amount_usd": 1e999, "n": -1e400}', {"amount_usd": "1e999", "n": "-1e400"}),
+        ('{"tool\\ud800": "a\\udc00b"}', {"tool\ufffd": "a\ufffdb"}),
+        ('["\\ud83d\\ude00", "\\ud83d"]', ["\U0001f600", "\ufffd"]),  # a pair stays one
+    ],
+)
+def test_what_no_json_reader_could_take_back_is_mended(text: str, value: Any) -> None:
+    """Written out again, the value is JSON and UTF-8: the findings log, stream and dump."""
+    read = loads(text)
+    assert read == value
+    compact_encoder(str)(read).encode("utf-8")
+    json.dumps(read, allow_nan=False)
 
 
 class _Circular(list[Any]):

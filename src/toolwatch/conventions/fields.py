@@ -106,6 +106,7 @@ _FINISH_REASONS: Final = (
     "gen_ai.response.finish_reasons",
     "gen_ai.response.finish_reason",
     "llm.finish_reason",
+    "llm.stop_reason",  # OpenInference's JavaScript Bedrock instrumentation
 )
 
 

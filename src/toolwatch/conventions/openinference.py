@@ -51,9 +51,15 @@ OUTPUT_PREFIX: Final = "llm.output_messages."
 _RAW_OUTPUT: Final = "output.value"
 _METADATA: Final = "metadata"
 _LC_AGENT: Final = '"lc_agent_name"'  # the key in ``metadata`` of every span of a LangChain agent
-# A Responses refusal item, or a Chat Completions refusal that is a string (it is null in
-# every ordinary answer, so a bare '"refusal"' match would parse every response).
-_RAW_REFUSAL: Final = re.compile(r'"type"\s*:\s*"refusal"|"refusal"\s*:\s*"')
+# A Responses refusal item, a Chat Completions refusal that is a string (it is null in every
+# ordinary answer, so a bare '"refusal"' match would parse every response), or an Anthropic
+# Messages response that stopped for a refusal.
+_RAW_REFUSAL: Final = re.compile(
+    r'"type"\s*:\s*"refusal"|"refusal"\s*:\s*"|"stop_reason"\s*:\s*"refusal"'
+)
+#: The role a thinking block's output message is given (Anthropic's, by instrumentations that
+#: record it as a message of its own): private reasoning, not output.
+_THINKING: Final = "thinking"
 
 #: Exact keys this module reads; flattened output keys are matched by ``OUTPUT_PREFIX``.
 KEYS: Final = frozenset(
@@ -66,6 +72,7 @@ KEYS: Final = frozenset(
         _RAW_OUTPUT,
         "llm.model_name",
         "llm.finish_reason",
+        "llm.stop_reason",  # the JavaScript Bedrock instrumentation's (Converse stopReason)
         "agent.name",
         "session.id",
         _METADATA,
@@ -144,6 +151,8 @@ def _message_texts(fields: dict[str, Any]) -> list[Any]:
 
 
 def _add_message(builder: OutputBuilder, fields: dict[str, Any], refusal: str | None) -> None:
+    if fields.get("message.role") == _THINKING:
+        return
     for text in _message_texts(fields):
         if text != refusal:  # the refusal mapped to a text content is not an answer
             builder.text(text)
@@ -168,7 +177,12 @@ def _items(value: Any) -> list[dict[str, Any]]:
 
 
 def _refusal_in(response: dict[str, Any]) -> str | None:
-    """A Responses refusal content item, else a Chat Completions choice's refusal."""
+    """A Responses refusal content item, else a Chat Completions choice's refusal, else an
+    Anthropic Messages response's (``stop_reason`` refusal: its text blocks say it)."""
+    if response.get("stop_reason") == "refusal":
+        texts = [p.get("text") for p in _items(response.get("content")) if p.get("type") == "text"]
+        said = " ".join(text for text in texts if isinstance(text, str) and text)
+        return said or "refusal"
     for item in _items(response.get("output")):
         for part in _items(item.get("content")):
             if part.get("type") == "refusal":

@@ -126,7 +126,14 @@ def classify_legacy_llm(name: str, attrs: Attributes) -> tuple[SpanRole, Convent
     return None
 
 
+#: The role OpenLLMetry's Anthropic instrumentation gives a thinking block's completion (the
+#: answer and its calls follow at the next index): private reasoning, not output.
+_THINKING: Final = "thinking"
+
+
 def _add_completion(builder: OutputBuilder, fields: dict[str, Any]) -> None:
+    if fields.get("role") == _THINKING:
+        return
     reason = fields.get("finish_reason")
     builder.finish(reason)
     builder.refuse(fields.get("refusal"))

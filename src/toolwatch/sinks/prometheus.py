@@ -114,14 +114,23 @@ OUTPUTS: Final = ("findings_log", "tooltraces", "stream", "extra")
 _Metric = TypeVar("_Metric", Counter, Histogram)
 
 
+def _utf8(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class LabelLimiter:
     """Bounds the values one label can take.
 
     Configured (``known``) values and the empty string (the label does not apply) always
     pass. Any other value is admitted the first time it is seen while fewer than ``cap``
-    such values have been admitted; after that, and for values longer than 128 characters,
-    the result is ``_other``. So a label never has more than ``len(known) + cap + 2``
-    distinct values, whatever the input. Not thread-safe: call it from the event loop.
+    such values have been admitted; after that, and for values longer than 128 characters or
+    not encodable as UTF-8, the result is ``_other``. So a label never has more than
+    ``len(known) + cap + 2`` distinct values, whatever the input. Not thread-safe: call it
+    from the event loop.
     """
 
     __slots__ = ("_admitted", "_cap", "_known", "_name", "_spellings", "others")
@@ -151,7 +160,11 @@ class LabelLimiter:
             spelled = self._spellings.get(fold(value))
             if spelled is not None:
                 return spelled
-        if len(value) > _MAX_LABEL_VALUE_LENGTH or len(self._admitted) >= self._cap:
+        if (
+            len(value) > _MAX_LABEL_VALUE_LENGTH
+            or len(self._admitted) >= self._cap
+            or not _utf8(value)  # a lone surrogate: no exposition could carry it
+        ):
             self.others += 1
             if self.others == 1 and self._name:
                 _first_other(self._name, self._cap)

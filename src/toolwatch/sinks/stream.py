@@ -581,12 +581,17 @@ class FindingsBroker:
         holding = self.held.maxlen != 0
         dropped = 0
         for finding in findings:
-            self._sequence += 1
             tag = tag_of(finding, trace.agent)
-            self._index.append(tag)
             matching = [s for s in self._subscriptions if s.filter.accepts(tag)]
+            # Rendered before it is numbered: one that fails to render (an output failure,
+            # counted by the caller) takes no number, and the held stay numbered without a
+            # gap, as a resume reads them.
+            message = None
             if matching or holding:
-                message = finding_message(trace, finding, self._redaction, now, self._sequence)
+                message = finding_message(trace, finding, self._redaction, now, self._sequence + 1)
+            self._sequence += 1
+            self._index.append(tag)
+            if message is not None:
                 self.held.append(_Held(message, tag))
                 dropped += sum(not s.offer(message) for s in matching)
         if dropped:

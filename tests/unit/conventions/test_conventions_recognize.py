@@ -631,3 +631,74 @@ def test_a_guards_error_escaping_through_other_spans_refuses_on_none_of_them(
     message = "ValidationError: Validation failed for field with errors: no card numbers."
     found = recognize(name, 2, attrs, None, message)
     assert (found.role, found.fields.get("refusal")) == (role, None)
+
+
+_BLOCKED = "Sorry, the model cannot answer this question."
+
+
+@pytest.mark.parametrize(
+    ("attrs", "refusal", "output_text"),
+    [
+        # OpenInference's JavaScript Bedrock instrumentation: the Converse stopReason in
+        # llm.stop_reason, the guardrail's canned text as the message
+        (
+            {
+                "openinference.span.kind": "LLM",
+                "llm.stop_reason": "guardrail_intervened",
+                "llm.output_messages.0.message.role": "assistant",
+                "llm.output_messages.0.message.content": _BLOCKED,
+            },
+            "guardrail_intervened",
+            _BLOCKED,
+        ),
+        # OpenInference's Anthropic instrumentation: the raw Messages response stopped for a
+        # refusal (no finish-reason key), its text block the refusal's words
+        (
+            {
+                "openinference.span.kind": "LLM",
+                "output.value": json.dumps(
+                    {
+                        "type": "message",
+                        "content": [{"type": "text", "text": "I can't help with that."}],
+                        "stop_reason": "refusal",
+                    }
+                ),
+                "llm.output_messages.0.message.role": "assistant",
+                "llm.output_messages.0.message.content": "I can't help with that.",
+            },
+            "I can't help with that.",
+            None,
+        ),
+        # a thinking block recorded as a message of its own: reasoning, not the answer
+        (
+            {
+                "openinference.span.kind": "LLM",
+                "llm.output_messages.0.message.role": "thinking",
+                "llm.output_messages.0.message.content": "The fraud score is 0.93...",
+                "llm.output_messages.1.message.role": "assistant",
+                "llm.output_messages.1.message.content": "Your refund was issued.",
+            },
+            None,
+            "Your refund was issued.",
+        ),
+        # OpenLLMetry's Anthropic instrumentation: the thinking block a completion of its own
+        (
+            {
+                "llm.request.type": "chat",
+                "gen_ai.system": "Anthropic",
+                "gen_ai.completion.0.role": "thinking",
+                "gen_ai.completion.0.content": "The fraud score is 0.93...",
+                "gen_ai.completion.1.role": "assistant",
+                "gen_ai.completion.1.content": "Your refund was issued.",
+            },
+            None,
+            "Your refund was issued.",
+        ),
+    ],
+)
+def test_provider_specific_refusals_and_reasoning_read_as_they_mean(
+    attrs: dict[str, object], refusal: str | None, output_text: str | None
+) -> None:
+    found = recognize("chat", 3, attrs, None)
+    assert found.role == SpanRole.LLM
+    assert (found.fields.get("refusal"), found.fields.get("output_text")) == (refusal, output_text)

@@ -210,3 +210,10 @@ def test_findings_share_the_pair_cap() -> None:
         if s.name == "toolwatch_regressions_total"
     }
     assert tools == {("a", "x"), ("a", OTHER), ("b", OTHER)}
+
+
+def test_a_value_no_exposition_can_write_reports_as_other() -> None:
+    """A lone surrogate cannot be written as UTF-8: admitted, it failed every scrape."""
+    limit = LabelLimiter(cap=5)
+    assert limit("web\ud800search") == OTHER
+    assert (limit.others, limit("websearch")) == (1, "websearch")

@@ -367,3 +367,18 @@ def test_tail_keeps_the_cursors_of_the_latest_streams() -> None:
     request = state.resuming(findings_pb2.SubscribeRequest(min_severity="high"))
     assert request.min_severity == "high"
     assert [(c.stream_id, c.after) for c in request.resume][-1] == (f"s{tail.KEPT_CURSORS + 1}", 1)
+
+
+def test_tail_json_writes_a_character_beyond_the_bmp_as_a_pair_of_escapes() -> None:
+    """Unicode tag characters (escaped: they hide text) are written as JSON writes them, a
+    surrogate pair of ``\\u`` escapes: a single escape of five hex digits read back as another
+    character followed by a digit."""
+    text = "refund\U000e0041ed"
+    message = findings_pb2.Finding(
+        category="TOOL_SELECTION_DRIFT", severity="high", explanation=text, tool="t"
+    )
+    out = io.StringIO()
+    _Printer(out, as_json=True, colour=False)(message, "")
+    (line,) = out.getvalue().splitlines()
+    assert "\\udb40\\udc41" in line
+    assert json.loads(line)["explanation"] == text

@@ -263,3 +263,21 @@ def test_a_reloaded_redaction_redacts_what_is_held_and_queued_again() -> None:
     _, replayed = resumed(broker, Resume({broker.stream_id: 2}))
     assert [sequence for _, sequence, _ in replayed] == [3, 4]
     assert {held.message.details["fields"] for held in broker.held} == {hidden}
+
+
+def test_a_finding_that_cannot_be_rendered_takes_no_number() -> None:
+    """Its publication fails (an output failure, counted by the caller), and the findings
+    held stay numbered without a gap, as a resume reads them: one rendered after its number
+    was taken made a resume skip a finding it never sent, or fail with an IndexError."""
+    broker = FindingsBroker(NoopMetrics())
+    publish(broker, finding(1), finding(2))
+    with pytest.raises(ValueError, match="surrogates not allowed"):
+        publish(broker, finding(3, tool="x\ud800"))  # no protobuf string can hold it
+    publish(broker, finding(4), finding(5))
+    assert broker.sequence == 4
+    assert [held.message.sequence for held in broker.held] == [1, 2, 3, 4]
+    assert resumed(broker, Resume({broker.stream_id: 1})) == (
+        ResumeResult("same", 0),
+        [("f2", 2, 0), ("f4", 3, 0), ("f5", 4, 0)],
+    )
+    assert resumed(broker, Resume({broker.stream_id: 3}))[1] == [("f5", 4, 0)]

@@ -1,0 +1,50 @@
+"""The buffer's byte estimate stays on the safe side for parsed arguments of short non-ASCII
+strings. ``jsontext.text_size`` counted a text of up to 256 characters at one byte a
+character, but CPython holds CJK text at two bytes a character and emoji at four: a
+conversation in Chinese or with emoji was held at 1.4 to 2.4 times what the buffer counted,
+and ``max_buffered_bytes`` no longer bounded memory (README "Memory")."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+import pytest
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from tests.integration import agents
+from toolwatch.ingest.decode import DecodeOptions, decode_request
+
+
+def _held_and_estimated(char: str, keys: int) -> tuple[int, int]:
+    value = char * 250  # a short text: at most 256 characters
+    args = {f"k{i}": value for i in range(keys)}
+    calls = tuple(agents.Call("lookup_order", args, f"call_{i}", executed=False) for i in range(5))
+    run = agents.AgentRun(
+        "refund-bot", (*(agents.Turn((c,)) for c in calls), agents.Turn(text="ok"))
+    )
+    spans = agents.spans_of(
+        *(agents.record(run, "genai", start_ns=agents.BASE_NS + k * 10**12) for k in range(10))
+    )
+    body = encode_spans(spans).SerializeToString()
+    gc.collect()
+    tracemalloc.start()
+    try:
+        request = ExportTraceServiceRequest.FromString(body)
+        batch = decode_request(request, DecodeOptions())
+        del request
+        gc.collect()
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return held, sum(s.size_bytes for s in batch.spans)
+
+
+@pytest.mark.parametrize(("char", "keys"), [("a", 200), ("中", 40), ("😀", 20)])
+def test_the_byte_estimate_is_on_the_safe_side_whatever_the_script(char: str, keys: int) -> None:
+    held, estimated = _held_and_estimated(char, keys)
+    # the README budgets 1.1 x max_buffered_bytes for what the buffer's bytes hold
+    assert held <= 1.1 * estimated, (
+        f"held {held} B, counted {estimated} B ({held / estimated:.2f}x)"
+    )
