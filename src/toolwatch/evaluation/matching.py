@@ -18,7 +18,6 @@ bipartite graph a maximum-weight assignment can always be completed without loss
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import Final
 
@@ -57,8 +56,8 @@ class _Hungarian:
     def __init__(self, cost: list[list[int]]) -> None:
         self.cost = cost
         self.m = len(cost[0])
-        self.u: list[float] = [0] * (len(cost) + 1)
-        self.v: list[float] = [0] * (self.m + 1)
+        self.u = [0] * (len(cost) + 1)
+        self.v = [0] * (self.m + 1)
         self.owner = [0] * (self.m + 1)  # owner[j]: the row holding column j, 0 if none
 
     def solve(self) -> list[int]:
@@ -74,30 +73,41 @@ class _Hungarian:
         """Grow a shortest augmenting path from ``row`` along reduced costs, then flip it."""
         self.owner[0] = row
         way = [0] * (self.m + 1)
-        slack: list[float] = [math.inf] * (self.m + 1)
+        slack = [0] * (self.m + 1)  # set by the first step: no float infinity, see _step
         used = [False] * (self.m + 1)
         column = 0
+        first = True
         while self.owner[column]:
             used[column] = True
-            column = self._step(self.owner[column], column, used, slack, way)
+            column = self._step(self.owner[column], column, used, slack, way, first=first)
+            first = False
         while column:
             previous = way[column]
             self.owner[column] = self.owner[previous]
             column = previous
 
     def _step(
-        self, row: int, from_column: int, used: list[bool], slack: list[float], way: list[int]
+        self,
+        row: int,
+        from_column: int,
+        used: list[bool],
+        slack: list[int],
+        way: list[int],
+        *,
+        first: bool,
     ) -> int:
-        """Relax the free columns from ``row``, move the potentials by the least slack and
-        return the column reached."""
-        delta, target = math.inf, 0
+        """Relax the free columns from ``row`` (the ``first`` step of a row sets every
+        column's slack), move the potentials by the least slack and return the column
+        reached. Integers only: compiled, a float would hold a weight past 2**53 inexactly
+        (mypyc makes ``float`` a C double), and pick a worse pairing."""
+        delta, target = 0, 0
         for j in range(1, self.m + 1):
             if used[j]:
                 continue
             reduced = self.cost[row - 1][j - 1] - self.u[row] - self.v[j]
-            if reduced < slack[j]:
+            if first or reduced < slack[j]:
                 slack[j], way[j] = reduced, from_column
-            if slack[j] < delta:
+            if not target or slack[j] < delta:
                 delta, target = slack[j], j
         for j in range(self.m + 1):
             if used[j]:
