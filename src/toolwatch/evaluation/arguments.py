@@ -1,8 +1,11 @@
 """``tool_arguments``: are the paired calls made with the right argument values?
 
 Reference calls (golden ``expected_tools``, or the source run's calls) are paired with the
-run's calls by ``matching.pair_by_name``: same tool only, maximum total argument similarity,
-then closest positions. Scoring:
+run's calls by ``matching.pair_by_name``: same tool only, as many pairs judged as can be (a
+reference call that gives arguments with a run call recorded with them), then maximum total
+argument similarity, then closest positions. So a run call recorded without arguments never
+takes a scored reference call from one whose arguments are known and wrong, whichever comes
+first. Scoring:
 
 - a pair compares its arguments field by field; each field's strategy resolves as documented
   on ``ToolArgumentsSettings``; a field on one side only scores 0.5 (``strict``: 0), except
@@ -107,6 +110,10 @@ class CallComparison:
         return tuple(sorted((f for f in self.fields if f.score < 1.0), key=lambda f: f.score))
 
 
+#: The comparison of a reference call that says nothing about arguments: not scored.
+_UNSCORED: Final = CallComparison(1.0, ())
+
+
 @dataclass(frozen=True, slots=True)
 class ArgumentReport:
     """A run's argument comparison: ``score`` is ``None`` when no reference call is scored."""
@@ -151,7 +158,7 @@ class ArgumentScorer:
 
     def compare(self, ref: RefCall, call: ToolCall) -> CallComparison:
         if not ref.compare_arguments:
-            return CallComparison(1.0, ())
+            return _UNSCORED
         expected, actual = ref.arguments, call.arguments
         if isinstance(expected, Mapping) and isinstance(actual, Mapping):
             return self._compare_fields(ref, expected, actual)
@@ -188,7 +195,9 @@ def compare_arguments(
     scorer: ArgumentScorer,
     normalize: NameNormalizer,
 ) -> ArgumentReport:
-    """Pair ``refs`` with ``calls`` optimally and score the scored reference calls."""
+    """Pair ``refs`` with ``calls`` optimally and score the scored reference calls. A pair
+    is judged when its reference call is scored and its run call's arguments were recorded
+    (unknown arguments are not wrong ones); the pairing judges as many as it can."""
     memo: dict[tuple[int, int], CallComparison] = {}
 
     def similarity(i: int, j: int) -> float:
@@ -196,16 +205,18 @@ def compare_arguments(
         return memo[(i, j)].score
 
     names = [normalize(c.tool_name) for c in calls]
-    matched = pair_by_name([r.name for r in refs], names, similarity)
+    unscored = frozenset(i for i, r in enumerate(refs) if not r.compare_arguments)
+    unrecorded = frozenset(j for j, c in enumerate(calls) if c.arguments is None)
+    matched = pair_by_name([r.name for r in refs], names, similarity, unscored, unrecorded)
     paired = {i for i, _ in matched}
-    pairs = [(i, j) for i, j in matched if calls[j].arguments is not None]  # else: unknown
+    pairs = [(i, j) for i, j in matched if j not in unrecorded]  # else: unknown
     not_made = tuple(r for i, r in enumerate(refs) if r.compare_arguments and i not in paired)
-    judged = [p for p in pairs if refs[p[0]].compare_arguments]
+    judged = [p for p in pairs if p[0] not in unscored]
     total = sum(memo[p].score for p in judged)
     count = len(judged) + len(not_made)
     return ArgumentReport(
         score=total / count if count else None,
-        pairs=tuple((refs[i], calls[j], memo[(i, j)]) for i, j in pairs),
+        pairs=tuple((refs[i], calls[j], memo.get((i, j), _UNSCORED)) for i, j in pairs),
         not_made=not_made,
     )
 

@@ -10,15 +10,20 @@ candidate pairs (a run looping on one tool) is paired in order instead (k-th wit
 pathological run costs O(n) comparisons rather than O(n^2) comparisons and O(n^3) steps.
 
 Pairing rule (``pair_by_name``): a reference call pairs only with an actual call of the same
-tool; within each tool the pairs maximize total argument similarity first and closeness of
-positions second (a lexicographic objective, encoded exactly in integer weights), and every
-tool gets ``min(#reference, #actual)`` pairs, because with non-negative weights on a complete
-bipartite graph a maximum-weight assignment can always be completed without loss.
+tool; within each tool the pairs maximize the number of *judged* pairs first (a pair whose
+two sides both have something to compare: a reference call that gives arguments, an actual
+call recorded with them), their total argument similarity second and closeness of positions
+third (a lexicographic objective, encoded exactly in integer weights), and every tool gets
+``min(#reference, #actual)`` pairs, because with non-negative weights on a complete
+bipartite graph a maximum-weight assignment can always be completed without loss. So an
+actual call whose arguments are unknown never takes, by its position, the place of one that
+can be judged: a wrong call is judged wherever the unknown one stands.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from typing import Final
 
 __all__ = [
@@ -32,6 +37,7 @@ __all__ = [
 SIMILARITY_RESOLUTION: Final = 10**9
 #: Largest (reference calls x actual calls) of one tool that is paired optimally (24 x 24).
 MAX_OPTIMAL_CELLS: Final = 576
+_NONE: Final[frozenset[int]] = frozenset()  # no index with nothing to compare: the usual
 
 
 def max_weight_assignment(weights: Sequence[Sequence[int]]) -> list[tuple[int, int]]:
@@ -119,23 +125,40 @@ class _Hungarian:
 
 
 def pair_by_name(
-    left: Sequence[str], right: Sequence[str], similarity: Callable[[int, int], float]
+    left: Sequence[str],
+    right: Sequence[str],
+    similarity: Callable[[int, int], float],
+    unknown_left: AbstractSet[int] = _NONE,
+    unknown_right: AbstractSet[int] = _NONE,
 ) -> list[tuple[int, int]]:
     """Optimal same-name pairs ``(i, j)`` of ``left[i]`` with ``right[j]`` (see the module
-    docstring), sorted. ``similarity(i, j)`` is in [0, 1]; it is called at most once per
-    same-name pair, and for every pair returned."""
+    docstring), sorted. ``unknown_left`` / ``unknown_right``: the indexes with nothing to
+    compare; a pair with neither is judged. ``similarity(i, j)`` is in [0, 1]; it is called
+    at most once per judged same-name pair, and for every judged pair returned.
+
+    Past ``MAX_OPTIMAL_CELLS`` a tool's judged sides are paired in order, then the rest."""
     span = max(len(left), len(right))
     columns_of = _indexes(right)
     pairs: list[tuple[int, int]] = []
     for name, rows in _indexes(left).items():
         columns = columns_of.get(name, [])
         if len(rows) * len(columns) > MAX_OPTIMAL_CELLS:
-            in_order = list(zip(rows, columns, strict=False))
+            in_order = _in_order(rows, columns, unknown_left, unknown_right)
             for i, j in in_order:
-                similarity(i, j)
+                if i not in unknown_left and j not in unknown_right:
+                    similarity(i, j)
             pairs.extend(in_order)
         elif columns:
-            pairs.extend(_pair_group(rows, columns, span, similarity))
+            pairs.extend(
+                _pair_group(
+                    rows,
+                    columns,
+                    span,
+                    similarity,
+                    unknown_left=unknown_left,
+                    unknown_right=unknown_right,
+                )
+            )
     return sorted(pairs)
 
 
@@ -146,14 +169,53 @@ def _indexes(names: Sequence[str]) -> dict[str, list[int]]:
     return indexes
 
 
-def _pair_group(
-    rows: list[int], columns: list[int], span: int, similarity: Callable[[int, int], float]
+def _in_order(
+    rows: list[int],
+    columns: list[int],
+    unknown_left: AbstractSet[int],
+    unknown_right: AbstractSet[int],
 ) -> list[tuple[int, int]]:
-    """Maximum similarity first, closest positions second, as one integer weight."""
+    """k-th with k-th: the judged rows with the judged columns first, then what is left."""
+    if not unknown_left and not unknown_right:
+        return list(zip(rows, columns, strict=False))
+    known_rows = [i for i in rows if i not in unknown_left]
+    known_columns = [j for j in columns if j not in unknown_right]
+    pairs = list(zip(known_rows, known_columns, strict=False))
+    rows_left = known_rows[len(pairs) :] + [i for i in rows if i in unknown_left]
+    columns_left = known_columns[len(pairs) :] + [j for j in columns if j in unknown_right]
+    pairs.extend(zip(sorted(rows_left), sorted(columns_left), strict=False))
+    return pairs
+
+
+def _pair_group(
+    rows: list[int],
+    columns: list[int],
+    span: int,
+    similarity: Callable[[int, int], float],
+    *,
+    unknown_left: AbstractSet[int],
+    unknown_right: AbstractSet[int],
+) -> list[tuple[int, int]]:
+    """Most judged pairs first, maximum similarity second, closest positions third, as one
+    integer weight."""
     position_base = span * span + 1  # exceeds any total of per-pair closeness values
-    weights = [
-        [_weight(similarity(i, j), span - abs(i - j), position_base) for j in columns] for i in rows
-    ]
+    if not unknown_left and not unknown_right:  # the usual: every pair is judged
+        weights = [
+            [_weight(similarity(i, j), span - abs(i - j), position_base) for j in columns]
+            for i in rows
+        ]
+    else:
+        # Exceeds any total of the lower tiers over the pairs one assignment makes.
+        judged = min(len(rows), len(columns)) * (SIMILARITY_RESOLUTION * position_base + span) + 1
+        weights = [
+            [
+                span - abs(i - j)
+                if i in unknown_left or j in unknown_right
+                else judged + _weight(similarity(i, j), span - abs(i - j), position_base)
+                for j in columns
+            ]
+            for i in rows
+        ]
     return [(rows[r], columns[c]) for r, c in max_weight_assignment(weights)]
 
 

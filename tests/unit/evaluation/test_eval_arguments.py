@@ -196,6 +196,33 @@ def test_run_calls_recorded_without_arguments_are_not_scored() -> None:
     assert [f.span_id for f in one_recorded.findings] == ["s1"]
 
 
+@pytest.mark.parametrize("unknown_first", [True, False])
+def test_a_call_recorded_without_arguments_does_not_hide_a_wrong_one(unknown_first: bool) -> None:
+    """Its similarity read 0, tied with the wrong call's, and its place won it the expected
+    call: then it was dropped as unknown and the wrong refund never judged. The pairing
+    judges the call whose arguments are known, wherever the unknown one stands."""
+    expected = case(("issue_refund", {"order_id": "A1", "amount": 10}))
+    wrong = ("issue_refund", {"order_id": "B7", "amount": 999})
+    unknown = ("issue_refund", None)
+    result = evaluate(expected, trace(unknown, wrong) if unknown_first else trace(wrong, unknown))
+    assert result.scores == {"score": 0.0}
+    (finding,) = result.findings
+    assert finding.category is Category.ARGUMENT_VALUE_DRIFT
+    assert finding.span_id == ("s1" if unknown_first else "s0")
+
+
+def test_a_call_without_arguments_on_either_side_does_not_hide_a_wrong_one() -> None:
+    """An expected call naming no arguments matched any call at 1.0: it tied for the wrong
+    refund with the scored one, and its place won it."""
+    expected = case(("issue_refund", None), ("issue_refund", {"order_id": "A1"}))
+    run = trace(("issue_refund", {"order_id": "B7"}), ("issue_refund", None))
+    result = evaluate(expected, run)
+    assert result.scores == {"score": 0.0}
+    assert [(f.category, f.span_id) for f in result.findings] == [
+        (Category.ARGUMENT_VALUE_DRIFT, "s0")
+    ]
+
+
 def test_integers_past_the_float_range_are_compared_exactly() -> None:
     big, other = 10**400, 10**400 + 1
     same_big = evaluate(

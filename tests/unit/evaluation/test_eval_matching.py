@@ -122,3 +122,46 @@ def test_a_tool_with_too_many_calls_is_paired_in_order_with_few_comparisons() ->
     pairs = pair_by_name(["a"] * n, ["a"] * (n + 5), similarity)
     assert pairs == [(i, i) for i in range(n)]
     assert sorted(asked) == pairs
+
+
+def complete_matchings(rows: int, columns: int) -> list[list[tuple[int, int]]]:
+    if rows <= columns:
+        return [list(enumerate(p)) for p in itertools.permutations(range(columns), rows)]
+    return [[(i, j) for j, i in enumerate(p)] for p in itertools.permutations(range(rows), columns)]
+
+
+@given(st.integers(1, 4), st.integers(1, 4), st.data())
+def test_pairs_judge_as_many_as_they_can_then_the_most_similar(
+    rows: int, columns: int, data: st.DataObject
+) -> None:
+    """A side with nothing to compare (arguments unknown) makes its pairs unjudged: the
+    pairing judges as many pairs as it can, then maximizes their similarity, and never asks
+    the similarity of an unjudged pair."""
+    sim = [[data.draw(st.floats(0.0, 1.0)) for _ in range(columns)] for _ in range(rows)]
+    unknown_left = data.draw(st.frozensets(st.integers(0, rows - 1)))
+    unknown_right = data.draw(st.frozensets(st.integers(0, columns - 1)))
+    asked: list[tuple[int, int]] = []
+
+    def similarity(i: int, j: int) -> float:
+        asked.append((i, j))
+        return sim[i][j]
+
+    def value(pairs: list[tuple[int, int]]) -> tuple[int, int]:
+        judged = [(i, j) for i, j in pairs if i not in unknown_left and j not in unknown_right]
+        return len(judged), sum(round(sim[i][j] * 10**9) for i, j in judged)
+
+    pairs = pair_by_name(["a"] * rows, ["a"] * columns, similarity, unknown_left, unknown_right)
+    assert len(pairs) == min(rows, columns)
+    assert value(pairs) == max(value(m) for m in complete_matchings(rows, columns))
+    assert not any(i in unknown_left or j in unknown_right for i, j in asked)
+
+
+def test_an_unknown_call_never_takes_a_judged_pairs_place_even_when_closer() -> None:
+    assert pair_by_name(["a"], ["a", "a"], lambda i, j: 0.0, unknown_right={0}) == [(0, 1)]
+
+
+def test_past_the_bound_judged_sides_are_paired_in_order_before_the_rest() -> None:
+    n = 30
+    assert n * n > MAX_OPTIMAL_CELLS
+    pairs = pair_by_name(["a"] * n, ["a"] * n, lambda i, j: 1.0, unknown_right={0})
+    assert pairs == sorted([(i, i + 1) for i in range(n - 1)] + [(n - 1, 0)])
