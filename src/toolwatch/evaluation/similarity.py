@@ -1,5 +1,6 @@
 """Field-value strategies: how similar an actual argument value is to a reference value, in
-[0, 1]. Values are decoded JSON (dict, list, str, int, float, bool, None).
+[0, 1]. Values are decoded JSON (dict, list, str, int, float, bool, None). Values equal as
+JSON values (what ``exact`` calls equal: ``5`` and ``5.0``) score 1 under every strategy.
 
 - ``exact``: 1 if the values are equal as JSON values (``1 == 1.0``, ``true != 1``, NaN equals
   NaN, dict key order ignored, list order kept), else 0. Strings are not trimmed or folded.
@@ -15,8 +16,9 @@
   ``"1042"`` is an id, and one off it scored 0.999.
 - ``contains``: 1 if the reference string is a case-insensitive substring of the actual
   string, else 0; non-strings fall back to ``exact``.
-- ``fuzzy``: difflib's ratio of the case-folded texts (non-strings as canonical JSON), each
-  text cut to ``FUZZY_MAX_CHARS`` so a huge value cannot stall the evaluator.
+- ``fuzzy``: 1 for values equal as JSON values, else difflib's ratio of the case-folded
+  texts (non-strings as canonical JSON, where ``5`` and ``5.0`` differ), each text cut to
+  ``FUZZY_MAX_CHARS`` so a huge value cannot stall the evaluator.
 """
 
 from __future__ import annotations
@@ -115,6 +117,8 @@ def _contains(reference: Any, actual: Any) -> float:
 
 
 def _fuzzy(reference: Any, actual: Any) -> float:
+    if same_value(reference, actual):  # 5 and 5.0: equal values, though not equal text
+        return 1.0
     left = _text(reference)[:FUZZY_MAX_CHARS].casefold()
     right = _text(actual)[:FUZZY_MAX_CHARS].casefold()
     if left == right:

@@ -41,6 +41,7 @@ def evaluate(expected: Any, run: Any, **settings: Any) -> EvalResult:
         ({"q": "Paris"}, {"q": "weather in paris"}, {"strategies": {"*.q": "contains"}}, 1.0),
         ({"q": "Paris"}, {"q": "weather in paris"}, {"strategies": {"search.q": "contains"}}, 1.0),
         ({"q": "Paris"}, {"q": "weather in paris"}, {"strategies": {"other.q": "contains"}}, 0.0),
+        ({"n": 5}, {"n": 5.0}, {"default_strategy": "fuzzy"}, 1.0),  # equal, as exact says
     ],
 )
 def test_field_scoring(

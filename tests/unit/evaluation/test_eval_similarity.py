@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 
-from toolwatch.evaluation.similarity import FUZZY_MAX_CHARS, as_number, same_value, score_value
+from toolwatch.evaluation.similarity import (
+    FUZZY_MAX_CHARS,
+    STRATEGIES,
+    as_number,
+    same_value,
+    score_value,
+)
 
 
 @pytest.mark.parametrize(
@@ -52,6 +58,28 @@ from toolwatch.evaluation.similarity import FUZZY_MAX_CHARS, as_number, same_val
 )
 def test_strategy_scores(strategy: str, reference: Any, actual: Any, score: float) -> None:
     assert score_value(strategy, reference, actual, 0.05) == pytest.approx(score)
+
+
+@pytest.mark.parametrize("written", [False, True])
+@pytest.mark.parametrize("strategy", sorted(STRATEGIES))
+@pytest.mark.parametrize(
+    ("reference", "actual"),
+    [
+        (5, 5.0),  # fuzzy compared the texts "5" and "5.0": 0.5
+        ({"qty": 5}, {"qty": 5.0}),
+        ([1, {"a": 2.0}], (1.0, {"a": 2})),
+        ({"b": [1, 1], "a": None}, {"a": None, "b": [1.0, 1]}),
+        ("Paris", "Paris"),
+        (None, None),
+        (math.nan, math.nan),
+        (10**400, 10**400),
+    ],
+)
+def test_values_equal_as_json_values_score_one_under_every_strategy(
+    strategy: str, reference: Any, actual: Any, written: bool
+) -> None:
+    assert same_value(reference, actual)
+    assert score_value(strategy, reference, actual, 0.05, written) == 1.0
 
 
 def test_numeric_tolerance_is_configurable() -> None:
