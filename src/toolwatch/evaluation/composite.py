@@ -22,7 +22,9 @@ classifies a miss for the report: ``not_triggered`` (tools expected, none called
 ``wrong_tool`` (an expected tool missing, or any call when none was expected; for a case of
 mode ``first``, a first call of another tool),
 ``wrong_arguments`` (right tools, a scored call below the arguments threshold), or ``None`` (no
-miss), against a source as against a case. The explanation ends with it.
+miss), against a source as against a case; the calls of a parallel group read in the
+reference's order, as the scores read them (``replay`` counts these for its report). The
+explanation ends with it.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ from toolwatch.evaluation.base import (
     Baseline,
     Reference,
     baseline,
-    call_names,
     from_case,
     pct,
     sequences,
@@ -114,7 +115,7 @@ class Composite:
     def failure_type(self, trace: ToolTrace, case: GoldenCase) -> str | None:
         """How ``trace`` missed ``case`` (see the module docstring), ``None`` if it did not."""
         base = from_case(case, self._normalize)
-        names = call_names(trace, self._normalize)
+        names = sequences(trace, base, self._normalize).names  # as __call__ reads them
         report = compare_arguments(base.calls, trace.calls, self._scorer, self._normalize)
         return self._failure(base, names, report)
 

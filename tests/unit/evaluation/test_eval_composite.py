@@ -91,6 +91,13 @@ def test_step_efficiency(actual: int, minimum: int, efficiency: float) -> None:
         (trace("anything"), case(), None),
         (trace("search", "other"), case("search", "lookup", selection_mode="first"), None),
         (trace("lookup", "search"), case("search", "lookup", selection_mode="first"), "wrong_tool"),
+        # Issued together, the two calls have no first: read in the case's order, as the
+        # composite and tool_selection read them (this was wrong_tool in replay's report).
+        (
+            trace(call("lookup", index=0, group=0), call("search", index=1, group=0)),
+            case("search", "lookup", selection_mode="first"),
+            None,
+        ),
     ],
 )
 def test_failure_type(run: ToolTrace, expected: GoldenCase, failure: str | None) -> None:

@@ -9,7 +9,7 @@ import re
 from typing import Literal
 
 import pytest
-from eval_factories import case, trace
+from eval_factories import call, case, trace
 
 from toolwatch import replay_report
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings
@@ -208,6 +208,14 @@ def test_right_tools_in_the_wrong_order_fail_as_order_in_an_ordered_selection_mo
     swapped = (trace("refund", "lookup"), case("lookup", "refund", selection_mode="expected"))
     built = report(swapped)
     assert built.failure_types == {"TOOL_ORDER_DRIFT": 1}
+
+
+def test_a_case_of_mode_first_kept_by_calls_issued_together_is_no_failure() -> None:
+    """The run asked for both tools at once: no call of the group came first. The evaluators
+    said 100%; the report's failure type read the start order and counted wrong_tool."""
+    together = trace(call("search", index=0, group=0), call("lookup", index=1, group=0))
+    built = report((together, case("lookup", "search", selection_mode="first")))
+    assert (built.failed_cases, built.failure_types) == ([], {})
 
 
 def test_a_category_shows_no_composite_mean_when_composite_does_not_run() -> None:
