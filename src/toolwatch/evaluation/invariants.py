@@ -15,7 +15,8 @@
   ``details[DETAIL_ERRORS]``, each with its field path, redacted by sinks as a value.
 
 Each violation is an INVARIANT_VIOLATION with reference ``policy`` and the rule's ``severity``
-raised to the evaluator's floor. ``score`` is the share of applicable rules with no violation.
+raised to the evaluator's floor. ``score`` is the share of applicable rules with no violation
+(rules counted one by one: two unnamed rules on one tool share a label, not a verdict).
 A rule limited to ``agents`` judges only the calls those agents made (a call's ``agent``, else
 the run's), so a nested agent's calls follow its own rules and not its caller's; it applies to
 a run in which one of them ran (``ToolTrace.agents``: its own agent or one nested in it, even
@@ -106,25 +107,27 @@ class Invariants:
         names = [self._normalize(c.tool_name) for c in trace.calls]
         run = _Calls(trace.calls, names, range(len(names)), Concurrency(trace.calls))
         violations: list[Violation] = []
-        applicable = 0
+        applicable = broken = 0  # rules, not labels: two unnamed rules may share one
         for i, rule in enumerate(self._rules):
             if not rule.agents:
-                violations += self._check(i, rule, run)
-                applicable += 1
-                continue
-            agents = self._agents[i]
-            scoped = _made_by(agents, trace)
-            if scoped or _ran(agents, trace):
+                found = self._check(i, rule, run)
+            else:
+                agents = self._agents[i]
+                scoped = _made_by(agents, trace)
+                if not scoped and not _ran(agents, trace):
+                    continue
                 calls = [trace.calls[j] for j in scoped]
                 made = _Calls(calls, [names[j] for j in scoped], scoped, run.concurrency)
-                violations += self._check(i, rule, made)
-                applicable += 1
+                found = self._check(i, rule, made)
+            applicable += 1
+            if found:
+                broken += 1
+                violations += found
         if not applicable:
             return None
-        broken = {v.label for v in violations}
-        score = 1.0 - len(broken) / applicable
+        score = 1.0 - broken / applicable
         findings = tuple(self._finding(trace, v, score) for v in violations)
-        explanation = f"Invariants: {pct(score)} ({len(broken)}/{applicable} rules broken"
+        explanation = f"Invariants: {pct(score)} ({broken}/{applicable} rules broken"
         explanation += "".join(f"; {v.explanation}" for v in violations) + ")."
         return EvalResult(self.name, {"score": score}, findings, explanation)
 

@@ -203,6 +203,36 @@ def test_score_is_the_share_of_rules_kept() -> None:
     assert result.scores["score"] == pytest.approx(3 / 4)
 
 
+def test_rules_that_share_a_label_are_each_counted_when_broken() -> None:
+    """Two unnamed rules on one tool are both ``call_count:search``: counted by label, two
+    broken rules read as one (50%, "1/2 rules broken")."""
+    rules: list[dict[str, Any]] = [
+        {"kind": "call_count", "tool": "search", "max": 1},
+        {"kind": "call_count", "tool": "search", "max": 2},
+    ]
+    result = evaluate(trace("search", "search", "search"), *rules)
+    assert result is not None
+    assert [f.details["rule"] for f in result.findings] == ["call_count:search"] * 2
+    assert result.scores == {"score": 0.0}
+    assert result.explanation.startswith("Invariants: 0% (2/2 rules broken; ")
+    # The same rule written once per agent, broken by both agents: two rules broken.
+    per_agent = [
+        {"kind": "forbidden", "tool": "send_email", "agents": ["billing"]},
+        {"kind": "forbidden", "tool": "send_email", "agents": ["support"]},
+    ]
+    run = trace(
+        call("send_email", {}, index=0, agent="billing"),
+        call("send_email", {}, index=1, agent="support"),
+    )
+    both = evaluate(run, *per_agent)
+    assert both is not None
+    assert (len(both.findings), both.scores["score"]) == (2, 0.0)
+    alone = trace(call("send_email", {}, index=0, agent="billing"), agent="billing")
+    one = evaluate(alone, *per_agent)
+    assert one is not None
+    assert (len(one.findings), one.scores["score"]) == (1, 0.0)  # support's rule: no run
+
+
 def test_no_rules_means_not_applicable() -> None:
     assert evaluate(trace("a")) is None
 
