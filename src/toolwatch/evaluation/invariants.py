@@ -2,9 +2,10 @@
 
 - ``forbidden``: one violation when the tool is called (on the first call's span);
 - ``required``: one violation when it is never called;
-- ``order``: one violation when a call of ``after`` has no earlier call of ``before`` (on the
-  first such call); as in ``safety``, a ``before`` issued in the same parallel group (or
-  nested in a call issued in it) is not earlier, since neither saw the other's result;
+- ``order``: one violation when a call of ``after`` has no earlier call (lower
+  ``sequence_index``, whatever the order of ``ToolTrace.calls``) of ``before`` (on the first
+  such call); as in ``safety``, a ``before`` issued in the same parallel group (or nested in a
+  call issued in it) is not earlier, since neither saw the other's result;
 - ``call_count``: one violation when the number of calls is outside ``[min, max]``; a failed
   call made again (``loops.retried``) counts once with its retry, as one action;
 - ``arguments``: one violation per call whose arguments fail the JSON Schema (unparsable
@@ -37,7 +38,7 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
-from toolwatch.evaluation.base import Concurrency, Reference, pct
+from toolwatch.evaluation.base import Concurrency, Reference, in_sequence, pct
 from toolwatch.evaluation.loops import retried
 from toolwatch.evaluation.settings import (
     ArgumentsRule,
@@ -104,8 +105,9 @@ class Invariants:
         }
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
-        names = [self._normalize(c.tool_name) for c in trace.calls]
-        run = _Calls(trace.calls, names, range(len(names)), Concurrency(trace.calls))
+        calls = in_sequence(trace.calls)  # "earlier" is a lower sequence index
+        names = [self._normalize(c.tool_name) for c in calls]
+        run = _Calls(calls, names, range(len(names)), Concurrency(calls))
         violations: list[Violation] = []
         applicable = broken = 0  # rules, not labels: two unnamed rules may share one
         for i, rule in enumerate(self._rules):
@@ -113,11 +115,12 @@ class Invariants:
                 found = self._check(i, rule, run)
             else:
                 agents = self._agents[i]
-                scoped = _made_by(agents, trace)
+                scoped = _made_by(agents, calls, trace.agent)
                 if not scoped and not _ran(agents, trace):
                     continue
-                calls = [trace.calls[j] for j in scoped]
-                made = _Calls(calls, [names[j] for j in scoped], scoped, run.concurrency)
+                made = _Calls(
+                    [calls[j] for j in scoped], [names[j] for j in scoped], scoped, run.concurrency
+                )
                 found = self._check(i, rule, made)
             applicable += 1
             if found:
@@ -183,12 +186,12 @@ def _ran(agents: frozenset[str], trace: ToolTrace) -> bool:
     return any(a is not None and fold(a) in agents for a in named)
 
 
-def _made_by(agents: frozenset[str], trace: ToolTrace) -> list[int]:
-    """The indexes of the run's calls made by one of ``agents`` (folded; a call's agent, else
-    the run's)."""
+def _made_by(agents: frozenset[str], calls: Sequence[ToolCall], run: str | None) -> list[int]:
+    """The indexes in ``calls`` of those made by one of ``agents`` (folded; a call's agent,
+    else the ``run``'s)."""
     made = []
-    for i, call in enumerate(trace.calls):
-        agent = call.agent if call.agent is not None else trace.agent
+    for i, call in enumerate(calls):
+        agent = call.agent if call.agent is not None else run
         if agent is not None and fold(agent) in agents:
             made.append(i)
     return made

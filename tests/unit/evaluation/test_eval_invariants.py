@@ -302,6 +302,22 @@ def test_a_rule_applies_to_a_nested_agent_that_ran_but_made_no_call() -> None:
     assert evaluate(run, {**required, "agents": ["admin"]}) is None
 
 
+def test_earlier_means_a_lower_sequence_index_however_the_calls_are_listed() -> None:
+    """A trace built by hand, or replayed from another producer, may list its calls out of
+    sequence: the lookup (index 0) listed after the refund (index 1) is still earlier, as
+    safety reads it."""
+    rule = {"kind": "order", "before": "lookup_order", "after": "issue_refund"}
+    listed_late = trace(
+        call("issue_refund", {"order_id": "A1"}, index=1),
+        call("lookup_order", {"order_id": "A1"}, index=0),
+    )
+    result = evaluate(listed_late, rule)
+    assert result is not None
+    assert (result.scores["score"], result.findings) == (1.0, ())
+    refund_first = trace(call("lookup_order", index=1), call("issue_refund", index=0))
+    assert broken(refund_first, rule) == ["order:lookup_order<issue_refund"]
+
+
 def test_a_before_nested_in_a_call_of_the_same_group_is_not_earlier() -> None:
     rule = {"kind": "order", "before": "lookup_order", "after": "issue_refund"}
     beside = trace(
