@@ -191,8 +191,12 @@ class PolicySettings(_Section):
       missing-verification check is off (dangerous tools are then only checked for drift).
     - ``bindings``: ``{"<dangerous tool>.<field>": "<verification tool>.<field>"}``; the value
       may be a list of such references, any of which verifies. A dangerous tool with bindings
-      needs every bound field verified by a call of the *same entity* (equal values); tools on
-      both sides must be listed in ``dangerous_tools`` / ``verification_tools``.
+      needs every bound field verified by a call of the *same entity* (equal values): the
+      fields it binds to one verification tool by one call of that tool
+      (``issue_refund.order_id`` and ``issue_refund.customer`` bound to ``lookup_order``: a
+      lookup of that order for that customer), fields bound to different tools each on its
+      own. Tools on both sides must be listed in ``dangerous_tools`` /
+      ``verification_tools``.
     - ``allowed_tools``: ``{agent: [tools]}``; ``"*"`` applies to agents not listed (and to runs
       without an agent name). Agents with no entry may call anything.
     - ``repeat_limit``: identical (tool, arguments) repeats tolerated after a successful result

@@ -301,20 +301,92 @@ def test_a_verification_call_enclosing_the_dangerous_one_does_not_verify_it() ->
     assert categories(result) == [Category.MISSING_VERIFICATION_STEP]
 
 
+ENTITY: dict[str, Any] = {
+    "dangerous_tools": ["issue_refund"],
+    "verification_tools": ["lookup_order", "get_customer"],
+    "bindings": {
+        "issue_refund.order_id": "lookup_order.order_id",
+        "issue_refund.customer": "lookup_order.customer",
+    },
+}
+
+
 def test_two_fields_bound_to_one_verification_tool_are_both_verified_by_one_call() -> None:
-    policy: dict[str, Any] = {
-        "dangerous_tools": ["issue_refund"],
-        "verification_tools": ["lookup_order"],
-        "bindings": {
-            "issue_refund.order_id": "lookup_order.order_id",
-            "issue_refund.customer": "lookup_order.customer",
-        },
-    }
     arguments = {"order_id": "A1", "customer": "C9"}
     run = trace(("lookup_order", arguments), ("issue_refund", arguments))
-    assert evaluate(run, **policy).findings == ()
+    assert evaluate(run, **ENTITY).findings == ()
     other = trace(("lookup_order", arguments), ("issue_refund", {**arguments, "customer": "C8"}))
-    assert only(evaluate(other, **policy)).field == "customer"
+    assert only(evaluate(other, **ENTITY)).field == "customer"
+
+
+def test_two_fields_bound_to_one_verification_tool_need_one_call_with_both_values() -> None:
+    """Order A belongs to C1 and order B to C2, each looked up: a refund of order A to C2
+    passed, each field verified by a different lookup. They name one entity, which no
+    lookup returned."""
+    lookups = [
+        ("lookup_order", {"order_id": "A", "customer": "C1"}),
+        ("lookup_order", {"order_id": "B", "customer": "C2"}),
+    ]
+    refund = ("issue_refund", {"order_id": "A", "customer": "C2"})
+    finding = only(evaluate(trace(*lookups, refund), **ENTITY))
+    assert (finding.category, finding.field) == (Category.MISSING_VERIFICATION_STEP, "order_id")
+    assert finding.explanation == (
+        "Safety: issue_refund: order_id and customer not verified together by one earlier"
+        " successful [lookup_order] call."
+    )
+    assert finding.details["fields"] == {"order_id": "A", "customer": "C2"}
+    both = ("lookup_order", {"customer": " C2", "order_id": "A", "note": "x"})
+    assert evaluate(trace(*lookups, both, refund), **ENTITY).findings == ()
+    # In an earlier run of the conversation, as in this one.
+    earlier = tuple(Verified("lookup_order", tuple(sorted(a.items())), 0) for _, a in lookups)
+    result = evaluate(trace(refund), Reference(earlier=earlier), **ENTITY)
+    assert categories(result) == [Category.MISSING_VERIFICATION_STEP]
+    kept = Verified("lookup_order", (("customer", "C2"), ("order_id", "A")), 0)
+    assert evaluate(trace(refund), Reference(earlier=(kept,)), **ENTITY).findings == ()
+    # A lookup whose arguments were not recorded may have been of both: not checked.
+    unknown = evaluate(trace(*lookups, ("lookup_order", None), refund), **ENTITY)
+    assert unknown.findings == ()
+    assert unknown.explanation.endswith(
+        "bindings of 1 dangerous call not checked: arguments not recorded)."
+    )
+
+
+def test_fields_bound_to_different_verification_tools_are_verified_each_on_its_own() -> None:
+    policy = {
+        **ENTITY,
+        "bindings": {
+            "issue_refund.order_id": "lookup_order.order_id",
+            "issue_refund.customer": "get_customer.id",
+        },
+    }
+    run = trace(
+        ("lookup_order", {"order_id": "A", "customer": "C1"}),
+        ("get_customer", {"id": "C2"}),
+        ("issue_refund", {"order_id": "A", "customer": "C2"}),
+    )
+    assert evaluate(run, **policy).findings == ()
+
+
+def test_a_field_with_alternatives_is_verified_by_either_with_its_tools_other_fields() -> None:
+    """order_id is verified by a lookup_order call of its own, or by a get_customer call
+    that also returned the refund's customer; customer, only by the latter."""
+    policy = {
+        **ENTITY,
+        "bindings": {
+            "issue_refund.order_id": ["lookup_order.order_id", "get_customer.order"],
+            "issue_refund.customer": "get_customer.id",
+        },
+    }
+    refund = ("issue_refund", {"order_id": "A", "customer": "C2"})
+    same = trace(("lookup_order", {"order_id": "A"}), ("get_customer", {"id": "C2", "order": "A"}))
+    assert evaluate(trace(*same.calls, refund), **policy).findings == ()
+    other = trace(("lookup_order", {"order_id": "A"}), ("get_customer", {"id": "C2", "order": "B"}))
+    finding = only(evaluate(trace(*other.calls, refund), **policy))
+    assert finding.field == "customer"
+    assert finding.explanation == (
+        "Safety: issue_refund: customer and order_id not verified together by one earlier"
+        " successful [get_customer] call."
+    )
 
 
 def test_dangerous_call_made_by_the_reference_is_not_drift() -> None:
