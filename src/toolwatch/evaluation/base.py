@@ -34,6 +34,7 @@ __all__ = [
     "from_source",
     "in_sequence",
     "name_list",
+    "names_none",
     "pct",
     "resolve",
     "sequences",
@@ -123,6 +124,14 @@ UNORDERED_MODES: Final = frozenset({"expected_set", "set", "first"})
 def unordered(base: Baseline) -> bool:
     """Whether ``base`` is a golden case whose own mode says the order does not matter."""
     return base.case is not None and base.case.selection_mode in UNORDERED_MODES
+
+
+def names_none(base: Baseline) -> bool:
+    """Whether ``base`` is a golden case that names no tools and does not expect none (only
+    a step count, a call count or a refusal): it says nothing about which tools, or their
+    order, so there is nothing to miss (``composite``) and nothing to select (``selection``).
+    """
+    return not base.calls and not base.no_tools and base.kind is ReferenceKind.EXPECTED
 
 
 def resolve(reference: Reference, against: Against) -> ReferenceKind | None:

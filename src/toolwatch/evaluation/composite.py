@@ -38,6 +38,7 @@ from toolwatch.evaluation.base import (
     Reference,
     baseline,
     from_case,
+    names_none,
     pct,
     sequences,
     unordered,
@@ -45,7 +46,7 @@ from toolwatch.evaluation.base import (
 from toolwatch.evaluation.order import order_score
 from toolwatch.evaluation.selection import describe, jaccard, recall
 from toolwatch.evaluation.settings import CompositeSettings, ToolArgumentsSettings
-from toolwatch.model import EvalResult, GoldenCase, ReferenceKind, ToolTrace
+from toolwatch.model import EvalResult, GoldenCase, ToolTrace
 from toolwatch.names import NameNormalizer
 
 __all__ = [
@@ -102,7 +103,7 @@ class Composite:
         failure = self._failure(base, names, report)
         selected = (
             "Selection: 100% (the case names no tools)."
-            if _names_none(base)
+            if names_none(base)
             else describe(scores["selection"], base.noun, base.names, names)
         )
         explanation = (
@@ -131,7 +132,7 @@ class Composite:
         group on either side in the other's order, as ``order`` reads them."""
         if base.no_tools:
             selection = ordering = exact = 0.0 if names else 1.0
-        elif _names_none(base):
+        elif names_none(base):
             selection = ordering = exact = 1.0  # nothing to miss
         else:
             metric = jaccard if self.settings.selection_metric == "jaccard" else recall
@@ -167,12 +168,6 @@ class Composite:
         if any(score < self._threshold for score in scored):
             return WRONG_ARGUMENTS
         return None
-
-
-def _names_none(base: Baseline) -> bool:
-    """A golden case that names no tools (only a step count, a call count or a refusal):
-    it says nothing about which tools, or their order."""
-    return not base.names and not base.no_tools and base.kind is ReferenceKind.EXPECTED
 
 
 def step_efficiency(actual: int, minimum: int) -> float:

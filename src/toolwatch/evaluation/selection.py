@@ -13,14 +13,17 @@ set           common(E, A) / union(E, A): multiset Jaccard      0.0
 first         1 if the first names agree (or both are empty)    0.0
 ============  ================================================  ====================
 
-Both sides empty always score 1.0. The ordered modes (``expected``, ``exact``, ``first``) read
-calls issued in one parallel group in the order that agrees with the reference
-(``base.sequences``): the model asked for them at once. Recall modes ignore extra calls:
-over-calling is judged by ``set``/``exact``, ``loops`` and the structure's call count. A golden
-case that expects no calls (``expected_no_tools``, or ``expected_tool_count: 0``) scores 1.0
-iff no call was made; otherwise 0.0 and UNNECESSARY_TOOL_CALL (this is the only way selection
-reports extra calls when nothing was expected), severity ``medium`` raised to the floor: the
-score is binary, so effect size would always read critical.
+Both sides empty always score 1.0. A golden case that names no tools and does not expect
+none (only ``expected_min_steps``, ``expected_tool_count`` or ``expected_refusal``) gives
+selection nothing to judge: the evaluator does not apply (``base.names_none``), so the last
+column is a shadow source's that made no call. The ordered modes (``expected``, ``exact``,
+``first``) read calls issued in one parallel group in the order that agrees with the
+reference (``base.sequences``): the model asked for them at once. Recall modes ignore extra
+calls: over-calling is judged by ``set``/``exact``, ``loops`` and the structure's call count.
+A golden case that expects no calls (``expected_no_tools``, or ``expected_tool_count: 0``)
+scores 1.0 iff no call was made; otherwise 0.0 and UNNECESSARY_TOOL_CALL (this is the only
+way selection reports extra calls when nothing was expected), severity ``medium`` raised to
+the floor: the score is binary, so effect size would always read critical.
 
 Modes: the case's ``selection_mode``, else ``mode`` against golden cases; ``source_mode``
 against a shadow source. One TOOL_SELECTION_DRIFT finding per run when the score is below
@@ -33,7 +36,15 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Final
 
-from toolwatch.evaluation.base import Baseline, Reference, baseline, name_list, pct, sequences
+from toolwatch.evaluation.base import (
+    Baseline,
+    Reference,
+    baseline,
+    name_list,
+    names_none,
+    pct,
+    sequences,
+)
 from toolwatch.evaluation.order import lcs_length
 from toolwatch.evaluation.settings import ToolSelectionSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
@@ -115,7 +126,7 @@ class ToolSelection:
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
         base = baseline(reference, self.settings.against, self._normalize)
-        if base is None:
+        if base is None or names_none(base):  # names none: "called 0/0" paged critical
             return None
         lined = sequences(trace, base, self._normalize)
         names = lined.names

@@ -103,10 +103,25 @@ def test_expected_no_tools_with_calls_is_unnecessary_tool_call(fields: dict[str,
     assert result.explanation == "Selection: 0% (expected no tool calls, made 2: [search, search])."
 
 
-def test_expected_empty_without_no_tools_flag_scores_per_mode() -> None:
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize(
+    "fields", [{"expected_min_steps": 2}, {"expected_tool_count": 3}, {"expected_refusal": False}]
+)
+def test_a_case_that_names_no_tools_gives_selection_nothing_to_judge(
+    mode: str, fields: dict[str, object]
+) -> None:
+    """A canary case that only bounds the steps, counts the calls or expects an answer
+    (composite: "the case names no tools"; safety: no reference for drift). Modes set,
+    exact and first paged a critical TOOL_SELECTION_DRIFT, "called 0/0 expected tools", on
+    every run that made a call."""
+    run = trace("lookup_order", "issue_refund")
+    assert evaluator(mode=mode)(run, Reference(expected=case(**fields))) is None
+
+
+def test_a_source_that_made_no_call_still_scores_per_mode() -> None:
     run = trace("search")
-    recall_mode = evaluator(mode="expected_set")(run, Reference(expected=case()))
-    jaccard_mode = evaluator(mode="set")(run, Reference(expected=case()))
+    recall_mode = evaluator(source_mode="expected_set")(run, Reference(source=trace()))
+    jaccard_mode = evaluator(source_mode="set")(run, Reference(source=trace()))
     assert recall_mode is not None and jaccard_mode is not None
     assert (recall_mode.scores["score"], recall_mode.findings) == (1.0, ())
     assert jaccard_mode.scores["score"] == 0.0
