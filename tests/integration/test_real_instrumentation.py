@@ -203,6 +203,37 @@ def test_a_handoff_is_one_run_verified_across_both_agents(
     assert findings_log(server) == []
 
 
+@pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("__refund_crew")])
+def test_a_crew_is_one_run_verified_across_its_tasks(
+    start_server: Callable[..., RunningServer], tmp_path: Path, name: str
+) -> None:
+    """Every CrewAI instrumentation: triage_agent's task looks the order up, refund_agent's
+    task refunds it. One run for the crew's kickoff, named by the crew: the bound
+    verification holds across the tasks, so nothing pages (a run per task paged
+    MISSING_VERIFICATION_STEP); each call keeps its task's agent."""
+    config = tmp_path / "policy.yaml"
+    config.write_text(
+        "policy:\n"
+        "  dangerous_tools: [issue_refund]\n"
+        "  verification_tools: [lookup_order]\n"
+        "  bindings:\n"
+        "    issue_refund.order_id: lookup_order.order_id\n"
+    )
+    server = start_server(config)
+    send_fixture(server, name)
+    server.settle()
+    (trace,) = server.tooltraces()
+    assert (trace["agent"], trace["agents"]) == (
+        "support_crew",
+        ["support_crew", "triage_agent", "refund_agent"],
+    )
+    assert [(c["tool_name"], c["agent"]) for c in trace["calls"]] == [
+        ("lookup_order", "triage_agent"),
+        ("issue_refund", "refund_agent"),
+    ]
+    assert findings_log(server) == []
+
+
 @pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("_guardrail")])
 def test_a_refusal_checked_by_a_guardrail_agent_is_still_the_runs(
     start_server: Callable[..., RunningServer], name: str
@@ -262,6 +293,6 @@ def test_a_handoff_whose_first_agent_arrives_long_before_the_rest_is_one_run(
 
 def test_every_fixture_has_an_expectation() -> None:
     names = _fixture_names()
-    assert len(names) == 157  # 147 Python captures and 10 of the Vercel AI SDK (TypeScript)
+    assert len(names) == 163  # 153 Python captures and 10 of the Vercel AI SDK (TypeScript)
     for name in names:
         assert (FIXTURES / f"{name}{_EXPECTED_SUFFIX}").is_file(), name

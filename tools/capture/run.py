@@ -78,6 +78,8 @@ JOBS = (
         "openinference",
         venv=".venv-capture-guardrails-openinference",
     ),
+    Job("crewai", "capture_crewai", "openinference", venv=".venv-capture-crewai"),
+    Job("crewai", "capture_crewai", "openllmetry", venv=".venv-capture-crewai"),
 )
 
 

@@ -272,6 +272,23 @@ SCENARIOS: dict[str, Scenario] = {
             (Text(GUARDRAIL_VERDICT),),
             delay_s=0.3,
         ),
+        # A CrewAI crew of two agents and two sequential tasks: the first agent looks the
+        # order up (this task), the second refunds it (crew_refund_task, its own
+        # conversation: each task's agent starts one, with the first task's answer as
+        # context). One run across both tasks, as with the handoff.
+        Scenario(
+            "refund_crew",
+            "[scenario:refund_crew] Look up order A-1001 and say whether it can be refunded.",
+            (ToolCalls((("lookup_order", {"order_id": "A-1001"}),)), Text(DESK_TEXT)),
+        ),
+        Scenario(
+            "crew_refund_task",
+            "[scenario:crew_refund_task] Refund the 25.00 USD of order A-1001.",
+            (
+                ToolCalls((("issue_refund", {"order_id": "A-1001", "amount_usd": 25.0}),)),
+                Text(REFUND_TEXT),
+            ),
+        ),
         # The nested agent's own conversation, reached through the outer agent's tool input.
         Scenario(
             "refund_desk",

@@ -68,7 +68,7 @@ from typing import Final
 
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.calls import CallSite, append_to, build_calls
-from toolwatch.conventions import guardrails_ai
+from toolwatch.conventions import crewai, guardrails_ai
 from toolwatch.conventions.attrs import (
     REFUSAL_REASONS,
     TRANSFER_TOOL_PREFIX,
@@ -377,9 +377,12 @@ def _names_each_other(tool: str | None, agent: str) -> bool:
 
 
 def _workflows(spans: list[SpanRecord], tree: _Tree) -> frozenset[bytes]:
-    """The AGENT spans that are workflows: only agents below them, no work of their own."""
+    """The AGENT spans that are workflows: only agents below them, no work of their own. A
+    CrewAI crew's span never is: its agents work its tasks, one request (``crewai``)."""
     return frozenset(
-        s.span_id for s in spans if s.role is SpanRole.AGENT and _only_agents_below(s, tree)
+        s.span_id
+        for s in spans
+        if s.role is SpanRole.AGENT and s.convention != crewai.NAME and _only_agents_below(s, tree)
     )
 
 

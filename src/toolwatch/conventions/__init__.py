@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Final
 
 from toolwatch.conventions import (
+    crewai,
     genai,
     guardrails_ai,
     langsmith,
@@ -68,6 +69,7 @@ __all__ = [
 #: Every exact attribute key a recognizer reads (besides configured reference keys).
 ATTRIBUTE_KEYS: Final[frozenset[str]] = (
     genai.KEYS
+    | crewai.KEYS
     | openinference.KEYS
     | openllmetry.KEYS
     | pydantic_ai.KEYS
@@ -93,6 +95,10 @@ _NAME_RULES: Final[tuple[tuple[str | None, _Rule], ...]] = (
 )
 _RULES: Final[tuple[tuple[str | None, _Rule], ...]] = (
     # (Guardrails AI's own spans with the OpenInference kind are told apart there.)
+    # A CrewAI crew's own span: a run, whose agents work its tasks (its OpenInference kind
+    # says CHAIN; OpenLLMetry's is an agent span with no name).
+    (crewai.CREW_NAME, crewai.classify_crew),
+    (crewai.CREW_KEY, crewai.classify_crew),
     ("openinference.span.kind", openinference.classify),
     ("traceloop.span.kind", openllmetry.classify),
     (langsmith.SPAN_KIND, langsmith.classify),

@@ -43,6 +43,7 @@ __all__ = [
     "agent_in_tool_style",
     "clean_id",
     "content_text",
+    "crew_answer",
     "finish_reason_list",
     "first",
     "first_str",
@@ -433,6 +434,19 @@ def langgraph_answer(value: Any) -> Any:
             data = message.get("data")
             return content_text((data if isinstance(data, dict) else message).get("content"))
     return None
+
+
+def crew_answer(value: Any) -> Any:
+    """The answer of a CrewAI ``CrewOutput`` or ``TaskOutput`` as OpenInference writes them
+    (JSON: ``raw`` the answer beside ``tasks_output`` or the task's ``description``); any
+    other output value as it is."""
+    if not (isinstance(value, str) and value.startswith("{") and '"raw"' in value):
+        return value
+    output = parse_json(value)
+    if not isinstance(output, dict) or not ("tasks_output" in output or "description" in output):
+        return value
+    raw = output.get("raw")
+    return raw if isinstance(raw, str) else None
 
 
 def content_text(content: Any) -> str | None:

@@ -702,3 +702,56 @@ def test_provider_specific_refusals_and_reasoning_read_as_they_mean(
     found = recognize("chat", 3, attrs, None)
     assert found.role == SpanRole.LLM
     assert (found.fields.get("refusal"), found.fields.get("output_text")) == (refusal, output_text)
+
+
+@pytest.mark.parametrize(
+    ("name", "attrs", "expected"),
+    [
+        # OpenInference: the crew's kickoff (CHAIN) is the run, its CrewOutput's raw the answer
+        (
+            "support_crew.kickoff",
+            {
+                "openinference.span.kind": "CHAIN",
+                "crew_key": "55e3",
+                "output.value": json.dumps({"raw": "Refund R-77 issued.", "tasks_output": []}),
+            },
+            (SpanRole.AGENT, "crewai", "support_crew", "Refund R-77 issued."),
+        ),
+        # ...a task's agent: named by graph.node.id (no agent.name), its TaskOutput's raw
+        (
+            "triage_agent.refund_crew._execute_core",
+            {
+                "openinference.span.kind": "AGENT",
+                "crew_key": "55e3",
+                "graph.node.id": "triage_agent",
+                "output.value": json.dumps({"description": "Look up", "raw": "Delivered."}),
+            },
+            (SpanRole.AGENT, "openinference", "triage_agent", "Delivered."),
+        ),
+        # ...another span of the crew's is no run
+        (
+            "support_crew.train",
+            {"openinference.span.kind": "CHAIN", "crew_key": "55e3"},
+            (SpanRole.OTHER, "openinference", None, None),
+        ),
+        # OpenLLMetry: the crew's workflow span, an invoke_agent span with no agent name
+        (
+            "crewai.workflow",
+            {
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.provider.name": "crewai",
+                "crewai.crew.name": "support_crew",
+                "crewai.crew.result": "Refund R-77 issued.",
+            },
+            (SpanRole.AGENT, "crewai", "support_crew", "Refund R-77 issued."),
+        ),
+    ],
+)
+def test_a_crewai_crew_is_an_agent_run_named_by_the_crew(
+    name: str, attrs: dict[str, object], expected: tuple[object, ...]
+) -> None:
+    found = recognize(name, 0, attrs, None)
+    fields = found.fields
+    assert (found.role, found.convention, fields.get("agent_name"), fields.get("output_text")) == (
+        expected
+    )
