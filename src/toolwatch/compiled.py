@@ -56,6 +56,7 @@ MODULES = (
     "assembly/timeline.py",
     "conventions/__init__.py",
     "conventions/attrs.py",
+    "conventions/crewai.py",
     "conventions/events.py",
     "conventions/fields.py",
     "conventions/genai.py",
