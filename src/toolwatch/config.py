@@ -33,8 +33,8 @@ from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings,
 from toolwatch.ingest.decode import DecodeOptions
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Decoder
 from toolwatch.references.settings import GoldenSettings, ShadowSettings
+from toolwatch.sections import WEEK_SECONDS, UniqueKeyLoader, unknown_key
 from toolwatch.sections import Section as _Section
-from toolwatch.sections import UniqueKeyLoader, unknown_key
 
 __all__ = [
     "LISTENERS",
@@ -59,6 +59,8 @@ __all__ = [
 ]
 
 _MIB = 2**20
+#: gRPC takes its channel options (``grpc.max_receive_message_length``) as C ints.
+_MAX_REQUEST_BYTES = 2**31 - 1
 
 
 #: ToolwatchSecurityFilesNotReloaded sees a failing file only if it is looked at every 5m.
@@ -181,8 +183,13 @@ def host_addresses(host: str) -> frozenset[str]:
 
 class IngestSettings(_Section):
     # OTLP: "It is RECOMMENDED to use 20 MiB as the default limit", after decompression.
-    max_request_bytes: int = Field(20 * _MIB, gt=0, description="cap after decompression")
-    max_value_bytes: int = Field(65_536, gt=0, description="longer attribute values are cut")
+    max_request_bytes: int = Field(
+        20 * _MIB, gt=0, le=_MAX_REQUEST_BYTES, description="cap after decompression"
+    )
+    # A value is part of a request; the compiled scanner takes the cap as a C ssize_t.
+    max_value_bytes: int = Field(
+        65_536, gt=0, le=_MAX_REQUEST_BYTES, description="longer attribute values are cut"
+    )
     # SDKs keep 128 attributes of every kind per span by default; one with more than this of
     # the attributes conventions read (a model output's flattened tool calls) is rejected,
     # counted: converting them all would hold memory out of proportion to the request.
@@ -228,16 +235,11 @@ class IngestSettings(_Section):
         return value
 
 
-#: Bound on assembly's durations: a run, a wait or a late-span window of more than a week is a
-#: typo (and the nanoseconds of a huge one overflow the clock's arithmetic).
-_WEEK_SECONDS = 7 * 86_400
-
-
 class AssemblySettings(_Section):
-    completion_wait_seconds: float = Field(2.0, gt=0, le=_WEEK_SECONDS)
-    max_trace_age_seconds: float = Field(300.0, gt=0, le=_WEEK_SECONDS)
-    local_parent_wait_seconds: float | None = Field(None, gt=0, le=_WEEK_SECONDS)
-    late_span_window_seconds: float = Field(300.0, ge=0, le=_WEEK_SECONDS)
+    completion_wait_seconds: float = Field(2.0, gt=0, le=WEEK_SECONDS)
+    max_trace_age_seconds: float = Field(300.0, gt=0, le=WEEK_SECONDS)
+    local_parent_wait_seconds: float | None = Field(None, gt=0, le=WEEK_SECONDS)
+    late_span_window_seconds: float = Field(300.0, ge=0, le=WEEK_SECONDS)
     max_traces: int = Field(10_000, gt=0)
     max_spans_per_trace: int = Field(5_000, gt=0)
     max_buffered_spans: int = Field(200_000, gt=0)

@@ -11,6 +11,8 @@
   would take them as 1 (``max_request_bytes: true`` is a 1-byte limit). Strings still convert,
   as environment overrides need.
 
+Durations that become nanoseconds are at most ``WEEK_SECONDS``.
+
 ``UniqueKeyLoader`` reads the YAML files (the configuration, golden cases) refusing a key given
 twice in one mapping: PyYAML keeps the last silently, so a second ``security:`` block would
 drop the first's settings.
@@ -27,7 +29,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
-__all__ = ["Section", "UniqueKeyLoader", "keys_at", "unknown_key"]
+__all__ = ["WEEK_SECONDS", "Section", "UniqueKeyLoader", "keys_at", "unknown_key"]
+
+#: Bound on durations (assembly's waits and windows, a shadow half's wait, a conversation's
+#: verifications): more than a week is a typo, and the nanoseconds of a huge one overflow
+#: the clock's arithmetic.
+WEEK_SECONDS = 7 * 86_400
 
 _BOOLEAN_NUMBER = PydanticCustomError("boolean_number", "Input should be a number, not a boolean")
 

@@ -3,11 +3,17 @@ environment, or both when a section-level check fails on a section they share.""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
+import grpc
 import pytest
 
 from toolwatch.config import Config, ConfigError, load_config
+from toolwatch.ingest.decode import scanner
+from toolwatch.metrics import NoopMetrics
+from toolwatch.model import ManualClock
+from toolwatch.references.shadow import ShadowJoiner
 
 
 def error_lines(path: Path | None, overrides: dict[str, object]) -> list[str]:
@@ -372,3 +378,34 @@ def test_client_names_are_kept_once_each_in_order(tls_files: dict[str, object]) 
     config = load_config(None, {**tls_files, "security.tls.client_names": names})
     assert config.security.tls is not None
     assert config.security.tls.client_names == ("spiffe://cluster.local/ns/o/sa/c", "collector")
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "bound"),
+    [
+        # gRPC takes its channel options as C ints: serve died with an OverflowError.
+        ("ingest.max_request_bytes", 3_000_000_000, 2_147_483_647),
+        # The compiled scanner takes a C ssize_t: serve and replay died building it.
+        ("ingest.max_value_bytes", 2**63, 2_147_483_647),
+        # A half's wait becomes nanoseconds: 1e300 s overflowed when serve or replay began.
+        ("shadow.pair_timeout_seconds", 1e300, 604_800),
+    ],
+)
+def test_a_value_too_large_for_where_it_goes_is_refused_not_a_crash(
+    setting: str, value: float, bound: int
+) -> None:
+    lines = error_lines(None, {setting: value})
+    assert lines[1] == (
+        f"  command line/environment: {setting}: Input should be less than or equal to"
+        f" {bound} (got {value!r})"
+    )
+    largest = load_config(None, {"shadow.enabled": True, setting: bound})
+    scanner(largest.decode_options())  # the compiled one where it is built
+    ShadowJoiner(largest.shadow, ManualClock(), NoopMetrics())
+    asyncio.run(grpc_server(largest.ingest.max_request_bytes))
+
+
+async def grpc_server(max_request_bytes: int) -> None:
+    """Builds the gRPC server as serve does with this request cap (its options are C ints)."""
+    options = [("grpc.max_receive_message_length", max_request_bytes)]
+    await grpc.aio.server(options=options).stop(None)

@@ -18,6 +18,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import AfterValidator, Field, model_validator
 
+from toolwatch.sections import WEEK_SECONDS
 from toolwatch.sections import Section as _Section
 
 __all__ = [
@@ -76,7 +77,7 @@ def fold_role(value: str) -> str:
 class ShadowSettings(_Section):
     """Shadow pairs (the *source* reference): runs sharing the ``pair_key_attribute`` value
     are joined by ``role_attribute`` (``source_value`` / ``target_value``, compared
-    case-insensitively). A half waits at most ``pair_timeout_seconds``; at most
+    case-insensitively). A half waits at most ``pair_timeout_seconds`` (at most a week); at most
     ``max_waiting`` halves, holding at most ``max_waiting_bytes``, wait at once (the oldest
     is dropped beyond that)."""
 
@@ -86,7 +87,11 @@ class ShadowSettings(_Section):
     source_value: _RoleValue = "source"
     target_value: _RoleValue = "target"
     pair_timeout_seconds: float = Field(
-        default=60.0, gt=0, allow_inf_nan=False, description="how long a half waits"
+        default=60.0,
+        gt=0,
+        le=WEEK_SECONDS,
+        allow_inf_nan=False,
+        description="how long a half waits",
     )
     max_waiting: int = Field(default=10_000, gt=0, description="bound on halves waiting at once")
     max_waiting_bytes: int = Field(
