@@ -520,6 +520,7 @@ class Config(_Section):
         self._references_agree()
         self._comparisons_have_their_reference()
         self._shown_fields_name_tools_as_findings_do()
+        self.evaluators.tool_arguments.refuse_keys_of_one_target(self.policy.normalizer())
 
     def _references_agree(self) -> None:
         # One attribute cannot be both a case id and a pair key/role: a canary run would be

@@ -75,3 +75,63 @@ def test_a_file_that_passes_the_checks_but_will_not_open_is_named_with_its_setti
     # /proc/version exists, sits in a directory, and refuses to be written (root included).
     with pytest.raises(StartError, match=r"^cannot open /proc/version \(output\.findings\): "):
         _open_text("output.findings", "/proc/version", [])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "reason"),
+    [
+        (
+            {"policy.aliases": {"LookupOrder": "lookup_order", "lookuporder": "search_kb"}},
+            "policy.aliases: aliases 'LookupOrder' and 'lookuporder' are one alias: names are"
+            " compared trimmed and case-folded",
+        ),
+        (
+            {"policy.repeat_limits": {"Poll": 1, "poll": 5}},
+            "policy: repeat_limits 'Poll' and 'poll' are one tool: tool names are compared as"
+            " calls' are (trimmed, case-folded, tool_prefix removed, aliased)",
+        ),
+        (  # one through an alias: loops keys its limits on the normalized name
+            {
+                "policy.aliases": {"refund": "issue_refund"},
+                "policy.repeat_limits": {"issue_refund": 1, "Refund": 5},
+            },
+            "policy: repeat_limits 'issue_refund' and 'Refund' are one tool",
+        ),
+        (
+            {
+                "evaluators.tool_arguments.strategies": {
+                    "Issue_Refund.amount_usd": "numeric",
+                    "issue_refund.amount_usd": "exact",
+                }
+            },
+            "(top level): evaluators.tool_arguments.strategies 'Issue_Refund.amount_usd' and"
+            " 'issue_refund.amount_usd' are one tool.field: tool names are compared as calls'"
+            " are (trimmed, case-folded, tool_prefix removed, aliased)",
+        ),
+        (
+            {
+                "policy.aliases": {"refund": "issue_refund"},
+                "evaluators.tool_arguments.strategies": {
+                    "REFUND": "fuzzy",
+                    "issue_refund": "exact",
+                },
+            },
+            "evaluators.tool_arguments.strategies 'REFUND' and 'issue_refund' are one tool",
+        ),
+    ],
+)
+def test_two_keys_for_one_normalized_name_are_refused_naming_both(
+    overrides: dict[str, object], reason: str
+) -> None:
+    """Keyed by the normalized name, one entry silently replaced the other."""
+    with pytest.raises(ConfigError) as refused:
+        load_config(None, overrides)
+    assert f": {reason}" in str(refused.value)
+    # A tool's strategy, its field's and every tool's field are three keys, not one.
+    strategies = {
+        "Issue_Refund": "fuzzy",
+        "issue_refund.amount_usd": "numeric",
+        "*.amount_usd": "exact",
+    }
+    config = load_config(None, {"evaluators.tool_arguments.strategies": strategies})
+    assert config.evaluators.tool_arguments.strategies == strategies

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, TypeAlias
 
@@ -84,6 +84,29 @@ def split_tool_field(ref: str) -> tuple[str, str]:
     if not dot or not tool.strip() or not field.strip():
         raise ValueError(f"{ref!r} is not of the form tool.field")
     return tool.strip(), field.strip()
+
+
+#: How names are compared where the policy's normalizer compares them, as refusals say it.
+_AS_CALLS = (
+    "tool names are compared as calls' are (trimmed, case-folded, tool_prefix removed, aliased)"
+)
+
+
+def _refuse_one_name_twice(
+    names: Iterable[str],
+    what: str,
+    noun: str,
+    same: Callable[[str], Hashable] = fold,
+    compared: str = "names are compared trimmed and case-folded",
+) -> None:
+    """Refuse two of ``names`` that ``same`` makes one ``noun``: what is keyed by them would
+    keep one and silently drop the other. Raises ``ValueError`` naming both as written, as
+    ``what`` ("agents") and saying how they are ``compared``."""
+    seen: dict[Hashable, str] = {}
+    for name in names:
+        other = seen.setdefault(same(name), name)
+        if other != name:
+            raise ValueError(f"{what} {other!r} and {name!r} are one {noun}: {compared}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,6 +260,7 @@ class PolicySettings(_Section):
     @field_validator("aliases")
     @classmethod
     def _aliases_not_chained(cls, aliases: dict[str, str]) -> dict[str, str]:
+        _refuse_one_name_twice(aliases, "aliases", "alias")
         keys = {fold(k) for k in aliases}
         for alias, target in aliases.items():
             if fold(target) in keys:
@@ -261,16 +285,9 @@ class PolicySettings(_Section):
     def _allowed_agents_distinct(
         cls, allowed: dict[str, tuple[str, ...]]
     ) -> dict[str, tuple[str, ...]]:
-        seen: dict[str, str] = {}
-        for agent in allowed:
-            if not agent.strip():
-                raise ValueError("an agent name is empty: name the agent, or '*' for the rest")
-            other = seen.setdefault(fold(agent), agent)
-            if other != agent:
-                raise ValueError(
-                    f"agents {other!r} and {agent!r} are one agent: names are compared"
-                    " trimmed and case-folded"
-                )
+        if any(not agent.strip() for agent in allowed):
+            raise ValueError("an agent name is empty: name the agent, or '*' for the rest")
+        _refuse_one_name_twice(allowed, "agents", "agent")
         return allowed
 
     @field_validator("bindings")
@@ -309,6 +326,8 @@ class PolicySettings(_Section):
                 _check_binding_side(ref, normalize, verification, "verification_tools")
         if self.tool_prefix is not None:
             self._prefix_keeps_names(_compile_prefix(self.tool_prefix))
+        # loops keys its limits on the normalized name.
+        _refuse_one_name_twice(self.repeat_limits, "repeat_limits", "tool", normalize, _AS_CALLS)
         return self
 
     def _prefix_keeps_names(self, prefix: re.Pattern[str]) -> None:
@@ -452,6 +471,21 @@ class ToolArgumentsSettings(ComparingSettings):
                     f"({top!r}), not to fields inside them"
                 )
         return strategies
+
+    def refuse_keys_of_one_target(self, normalize: NameNormalizer) -> None:
+        """Refuse two ``strategies`` keys that name one tool, or one tool's field, once their
+        tool names are normalized by ``normalize`` (the policy's): the scorer keys on those,
+        so one strategy would silently replace the other."""
+
+        def tool_field(key: str) -> tuple[str, str]:
+            tool, field = split_tool_field(key)
+            return (tool if tool == "*" else normalize(tool)), field
+
+        what = "evaluators.tool_arguments.strategies"
+        tools = [key for key in self.strategies if "." not in key]
+        _refuse_one_name_twice(tools, what, "tool", normalize, _AS_CALLS)
+        fields = [key for key in self.strategies if "." in key]
+        _refuse_one_name_twice(fields, what, "tool.field", tool_field, _AS_CALLS)
 
 
 def _is_tool_field(key: str) -> bool:
