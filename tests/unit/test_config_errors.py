@@ -409,3 +409,20 @@ async def grpc_server(max_request_bytes: int) -> None:
     """Builds the gRPC server as serve does with this request cap (its options are C ints)."""
     options = [("grpc.max_receive_message_length", max_request_bytes)]
     await grpc.aio.server(options=options).stop(None)
+
+
+@pytest.mark.parametrize("pattern", [".*", "sorry|", "^", "(i can't)?", "(?i)x*"])
+def test_a_refusal_pattern_that_matches_an_empty_text_is_refused(
+    tmp_path: Path, pattern: str
+) -> None:
+    """It finds a match in every text: every run would be a refusal, and every canary that
+    expects tools a REFUSAL_REGRESSION, paging at least high."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(
+        f"evaluators:\n  tool_trace_structure:\n    refusal_patterns: [{pattern!r}, 'sorry']\n"
+    )
+    assert error_lines(config, {})[1] == (
+        f"  {config}: evaluators.tool_trace_structure.refusal_patterns: {pattern!r} matches an"
+        " empty text, so it matches every text: make it require some text"
+        f" (got [{pattern!r}, 'sorry'])"
+    )

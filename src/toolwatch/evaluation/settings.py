@@ -518,9 +518,14 @@ class StructureSettings(ComparingSettings):
             if not pattern.strip():
                 raise ValueError("an empty pattern matches every text: leave it out")
             try:
-                re.compile(pattern, re.IGNORECASE)
+                compiled = re.compile(pattern, re.IGNORECASE)
             except re.error as exc:
                 raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
+            if compiled.search("") is not None:  # ".*", "sorry|", "^", "(i can't)?"
+                raise ValueError(
+                    f"{pattern!r} matches an empty text, so it matches every text: make it"
+                    " require some text"
+                )
         return patterns
 
     def refusal_matchers(self) -> tuple[re.Pattern[str], ...]:
