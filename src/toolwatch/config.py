@@ -33,7 +33,7 @@ from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings,
 from toolwatch.ingest.decode import DecodeOptions
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Decoder
 from toolwatch.references.settings import GoldenSettings, ShadowSettings
-from toolwatch.sections import WEEK_SECONDS, UniqueKeyLoader, unknown_key
+from toolwatch.sections import WEEK_SECONDS, UniqueKeyLoader, takes_null, unknown_key
 from toolwatch.sections import Section as _Section
 
 __all__ = [
@@ -719,12 +719,18 @@ def _read_yaml(path: Path) -> dict[str, Any]:
 
 
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``dotted`` in ``data``, adding the sections on the way that are not there (or are
+    null where a section may be: off, which the override turns on). A section the file gives
+    as anything else stays as the file has it, so validation refuses it: an override cannot
+    say what the file meant by it."""
     *parents, leaf = dotted.split(".")
     node = data
-    for key in parents:
-        child = node.get(key)
+    for depth, key in enumerate(parents, start=1):
+        if key not in node or (node[key] is None and takes_null(Config, tuple(parents[:depth]))):
+            node[key] = {}
+        child = node[key]
         if not isinstance(child, dict):
-            child = node[key] = {}
+            return
         node = child
     node[leaf] = value
 

@@ -29,7 +29,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
-__all__ = ["WEEK_SECONDS", "Section", "UniqueKeyLoader", "keys_at", "unknown_key"]
+__all__ = ["WEEK_SECONDS", "Section", "UniqueKeyLoader", "keys_at", "takes_null", "unknown_key"]
 
 #: Bound on durations (assembly's waits and windows, a shadow half's wait, a conversation's
 #: verifications): more than a week is a typo, and the nanoseconds of a huge one overflow
@@ -86,6 +86,19 @@ def keys_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> tuple[str, ..
     return tuple(
         dict.fromkeys(f.alias or name for m in models for name, f in m.model_fields.items())
     )
+
+
+def takes_null(model: type[BaseModel], loc: tuple[str, ...]) -> bool:
+    """Whether the value at ``loc`` under ``model`` may be null (a section that is off, such
+    as ``security.tls``); false when ``loc`` leads nowhere known."""
+    models, annotation = [model], None
+    for part in loc:
+        fields = [m.model_fields[part] for m in models if part in m.model_fields]
+        if not fields:
+            return False
+        annotation = fields[0].annotation
+        models = _models_in(annotation)
+    return type(None) in get_args(annotation)
 
 
 def unknown_key(model: type[BaseModel], loc: tuple[int | str, ...], noun: str) -> str:

@@ -426,3 +426,31 @@ def test_a_refusal_pattern_that_matches_an_empty_text_is_refused(
         " empty text, so it matches every text: make it require some text"
         f" (got [{pattern!r}, 'sorry'])"
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "override", "where", "got"),
+    [
+        ('listen: "0.0.0.0:4317"\n', "listen.grpc", "listen", "'0.0.0.0:4317'"),
+        ("listen:\n", "listen.grpc", "listen", "None"),
+        ("security: [tls]\n", "security.tls.cert_file", "security", "['tls']"),
+    ],
+)
+def test_an_override_does_not_hide_a_malformed_section_of_the_file(
+    tmp_path: Path, text: str, override: str, where: str, got: str
+) -> None:
+    """check-config refused the file, serve with a flag into the section took it: the
+    override replaced the file's value, and what the file meant was gone unsaid."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(text)
+    lines = error_lines(config, {override: "127.0.0.1:0"})
+    assert lines[1] == (
+        f"  {config} and command line/environment: {where}: expected a mapping (key: value"
+        f" lines) (got {got})"
+    )
+    # A section that may be null is off when null: an override into it turns it on.
+    tokens = tmp_path / "tokens"
+    tokens.write_text("s3cret-token-value\n")
+    config.write_text("security:\n  auth: null\n")
+    loaded = load_config(config, {"security.auth.bearer_token_file": str(tokens)})
+    assert loaded.security.auth is not None
