@@ -94,8 +94,10 @@ def parse_listen_address(value: str) -> tuple[str, int]:
         raise ValueError(f"{value!r}: an IPv6 host is written in brackets: [{host}]:{port_text}")
     elif not _HOST_NAME.fullmatch(host):
         raise ValueError(f"{value!r}: {host!r} is not a host name or an IPv4 address")
-    if not port_text.isdigit() or not 0 <= int(port_text) <= 65535:
-        raise ValueError(f"{value!r}: port must be a number from 0 to 65535")
+    # str.isdigit() takes digits of any script ("\u0663", "\u00b2"), which gRPC does not.
+    if not (port_text.isascii() and port_text.isdigit()) or not 0 <= int(port_text) <= 65535:
+        hint = "" if port_text.isascii() else ", in the ASCII digits 0-9"
+        raise ValueError(f"{value!r}: port must be a number from 0 to 65535{hint}")
     return host, int(port_text)
 
 

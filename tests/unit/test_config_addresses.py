@@ -40,6 +40,21 @@ def test_addresses_that_parse(value: str, parsed: tuple[str, int]) -> None:
         ("-x:1", "'-x:1': '-x' is not a host name or an IPv4 address"),
         ("127.0.0.1:65536", "'127.0.0.1:65536': port must be a number from 0 to 65535"),
         ("127.0.0.1:http", "'127.0.0.1:http': port must be a number from 0 to 65535"),
+        # Digits Python reads as numbers, gRPC does not: serve failed to bind, said why not.
+        (
+            "127.0.0.1:\u0663\u0663\u0663\u0663",
+            "'127.0.0.1:\u0663\u0663\u0663\u0663': port must be a number from 0 to 65535,"
+            " in the ASCII digits 0-9",
+        ),
+        (
+            "127.0.0.1:\uff14\uff13",
+            "'127.0.0.1:\uff14\uff13': port must be a number from 0 to 65535, in the ASCII"
+            " digits 0-9",
+        ),
+        (  # "invalid literal for int() with base 10: '4\u00b2'"
+            "127.0.0.1:4\u00b2",
+            "'127.0.0.1:4\u00b2': port must be a number from 0 to 65535, in the ASCII digits 0-9",
+        ),
     ],
 )
 def test_addresses_that_are_refused_say_why(value: str, reason: str) -> None:
