@@ -28,6 +28,8 @@ Every problem raises ``ReferenceFileError`` naming the file, the field path
 
 from __future__ import annotations
 
+import datetime
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, NamedTuple, Self, TypeAlias, get_args
@@ -359,9 +361,9 @@ def load_golden_cases(
     except ValidationError as exc:
         problems = [_problem(error, root) for error in exc.errors(include_url=False)]
         raise ReferenceFileError(path, problems) from None
-    duplicates = _duplicate_ids(parsed, root)
-    if duplicates:
-        raise ReferenceFileError(path, duplicates)
+    problems = _duplicate_ids(parsed, root) + _arguments_not_json(parsed, root)
+    if problems:
+        raise ReferenceFileError(path, problems)
     names = normalize or NameNormalizer()
     cases = (_to_case(entry, names) for entry in parsed.cases)
     return GoldenCaseSet(cases, case_id_attribute=case_id_attribute)
@@ -400,12 +402,64 @@ def _duplicate_ids(parsed: GoldenFile, root: yaml.Node | None) -> list[tuple[str
     return problems
 
 
+def _arguments_not_json(parsed: GoldenFile, root: yaml.Node | None) -> list[tuple[str, str]]:
+    """Expected argument values no call can have: a call's arguments are JSON, and YAML
+    writes values JSON has not (``!!binary``, ``!!set``, ``!!timestamp``, ``.nan``, ``.inf``,
+    a key that is no string), which would fail every run of the case."""
+    problems: list[tuple[str, str]] = []
+    for index, case in enumerate(parsed.cases):
+        for number, tool in enumerate(case.expected_tools):
+            loc = ("cases", index, "expected_tools", number, "arguments")
+            for at, reason in _not_json(tool.arguments, loc):
+                problems.append(_located(at, f"case {case.id!r}: {reason}", root))
+    return problems
+
+
+def _not_json(
+    value: Any, loc: tuple[int | str, ...]
+) -> Iterator[tuple[tuple[int | str, ...], str]]:
+    """Where in ``value`` (at ``loc``) something is no JSON value, and why."""
+    if isinstance(value, Mapping):
+        for key, item in value.items():
+            if isinstance(key, str):
+                yield from _not_json(item, (*loc, key))
+            else:
+                yield loc, f"the key {key!r} is no string, as a JSON object's keys are: quote it"
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _not_json(item, (*loc, index))
+    elif (written := _yaml_only(value)) is not None:
+        yield (
+            loc,
+            (
+                f"{written} is no JSON value, so no call's arguments hold it: write a string,"
+                " number, true/false, null, list or mapping"
+            ),
+        )
+
+
+def _yaml_only(value: Any) -> str | None:
+    """How the file wrote ``value`` if JSON has no such value, else ``None``."""
+    if isinstance(value, bytes):
+        return "binary data (!!binary)"
+    if isinstance(value, set):
+        return "a set (!!set)"
+    if isinstance(value, datetime.date):  # a datetime is one too
+        return "a timestamp (!!timestamp)"
+    if isinstance(value, tuple):
+        return "an ordered pair (!!omap, !!pairs)"
+    if isinstance(value, float) and not math.isfinite(value):
+        return ".nan" if math.isnan(value) else f"{'-' if value < 0 else ''}.inf"
+    return None
+
+
 class _StrictLoader(UniqueKeyLoader):
     """``UniqueKeyLoader`` whose unquoted dates stay strings (below)."""
 
 
 # Unquoted dates stay strings: live arguments arrive as JSON, where a date is a string, so a
-# YAML ``datetime.date`` would never equal one.
+# YAML ``datetime.date`` would never equal one (an explicit ``!!timestamp`` is refused, with
+# the other values JSON has not: ``_arguments_not_json``).
 _StrictLoader.yaml_implicit_resolvers = {
     first: [(tag, regexp) for tag, regexp in resolvers if not tag.endswith(":timestamp")]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()

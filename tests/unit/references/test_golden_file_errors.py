@@ -305,3 +305,59 @@ def test_expected_every_seconds_must_be_a_number_of_seconds_up_to_a_month(
     )
 
     assert error.problems == (("cases[0].expected_every_seconds", f"{reason} (line 4, column 29)"),)
+
+
+_NOT_JSON = (
+    "is no JSON value, so no call's arguments hold it: write a string, number, true/false,"
+    " null, list or mapping"
+)
+
+
+@pytest.mark.parametrize(
+    ("value", "written"),
+    [
+        ("!!binary aGVsbG8=", "binary data (!!binary)"),
+        ("!!set {a, b}", "a set (!!set)"),
+        ("!!timestamp 2024-01-01T10:00:00Z", "a timestamp (!!timestamp)"),
+        ("!!timestamp 2024-01-01", "a timestamp (!!timestamp)"),
+        (".nan", ".nan"),
+        ("-.inf", "-.inf"),
+    ],
+)
+def test_an_expected_argument_no_call_can_have_is_refused(
+    tmp_path: Path, value: str, written: str
+) -> None:
+    """A call's arguments are JSON: a case expecting bytes, a set, a datetime or NaN failed
+    every run of it (ARGUMENT_VALUE_DRIFT; replay: wrong_arguments), whatever the agent did."""
+    error = _error(
+        tmp_path,
+        "cases:\n  - id: refund\n    expected_tools:\n      - name: issue_refund\n"
+        f"        arguments:\n          order_id: A-1\n          amount: {value}\n",
+    )
+
+    assert error.problems == (
+        (
+            "cases[0].expected_tools[0].arguments.amount",
+            f"case 'refund': {written} {_NOT_JSON} (line 7, column 19)",
+        ),
+    )
+
+
+def test_a_nested_value_or_key_no_call_can_have_is_refused_where_it_is(tmp_path: Path) -> None:
+    error = _error(
+        tmp_path,
+        "cases:\n  - id: search\n    expected_tools:\n      - name: search_kb\n"
+        "        arguments:\n          filters: {tags: [x, !!omap [a: 1]], 7: seven}\n",
+    )
+
+    assert error.problems == (
+        (
+            "cases[0].expected_tools[0].arguments.filters.tags[1][0]",
+            f"case 'search': an ordered pair (!!omap, !!pairs) {_NOT_JSON} (line 6, column 39)",
+        ),
+        (
+            "cases[0].expected_tools[0].arguments.filters",
+            "case 'search': the key 7 is no string, as a JSON object's keys are: quote it"
+            " (line 6, column 20)",
+        ),
+    )
