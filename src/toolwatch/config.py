@@ -33,7 +33,7 @@ from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings,
 from toolwatch.ingest.decode import DecodeOptions
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Decoder
 from toolwatch.references.settings import GoldenSettings, ShadowSettings
-from toolwatch.sections import WEEK_SECONDS, UniqueKeyLoader, takes_null, unknown_key
+from toolwatch.sections import WEEK_SECONDS, FilePath, UniqueKeyLoader, takes_null, unknown_key
 from toolwatch.sections import Section as _Section
 
 __all__ = [
@@ -334,8 +334,12 @@ def read_token_file(path: Path) -> tuple[str, ...]:
     move to a new one before the old one is removed).
     Raises ``OSError`` when the file cannot be read and ``ValueError`` naming the file and
     line (never the token) when it holds no token or a line is not an RFC 6750 token."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ValueError(_not_utf8(path, exc)) from None
     tokens = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    for number, line in enumerate(text.splitlines(), start=1):
         token = line.strip()
         if token.startswith("#"):
             continue
@@ -375,9 +379,9 @@ class TlsSettings(_Section):
     narrows that to certificates naming one of them (``toolwatch.security.ClientNames``): a CA
     shared with other services signs their certificates too."""
 
-    cert_file: Path
-    key_file: Path
-    client_ca_file: Path | None = None
+    cert_file: FilePath
+    key_file: FilePath
+    client_ca_file: FilePath | None = None
     client_names: tuple[str, ...] = ()
     listeners: tuple[Listener, ...] = LISTENERS
     # Above 240, ToolwatchSecurityFilesNotReloaded may miss a failure (Config.warnings).
@@ -459,7 +463,7 @@ class AuthSettings(_Section):
     check (``Check``; its ``Watch`` stream does) never do (kubelet probes cannot send one).
     """
 
-    bearer_token_file: Path
+    bearer_token_file: FilePath
     reload_seconds: float = Field(10.0, gt=0, le=3600)  # as TlsSettings.reload_seconds
     listeners: tuple[Listener, ...] = ("grpc", "http", "stream")
 
@@ -636,6 +640,8 @@ def _unwritable(target: str | None) -> str | None:
         return None
     if not target.strip():
         return "empty path: give a file, - for standard output, or null for off"
+    if os.path.basename(target) in ("", ".", ".."):  # Path("new.jsonl/") drops the "/"
+        return f"{target} names a directory, not a file"
     path = Path(target)
     try:
         if path.is_dir():
@@ -693,7 +699,7 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> None:
         node: Any = data
         for key in parents:
             node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, dict) and isinstance(node.get(leaf), str):
+        if isinstance(node, dict) and isinstance(node.get(leaf), str) and node[leaf].strip():
             path = Path(node[leaf])
             node[leaf] = str(path if path.is_absolute() else base / path)
 
@@ -704,7 +710,7 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})") from None
+        raise ConfigError(_not_utf8(path, exc)) from None
     try:
         document = io.StringIO(text)
         document.name = str(path)  # so the error's mark names the file, not "<unicode string>"
@@ -718,6 +724,10 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
     return data
+
+
+def _not_utf8(path: Path, exc: UnicodeDecodeError) -> str:
+    return f"{path}: not UTF-8 text (byte {exc.start}: {exc.reason})"
 
 
 def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
@@ -741,7 +751,10 @@ def _format_errors(source: str, exc: ValidationError, overrides: dict[str, Any])
     """One line per error: where the value came from, the field path, the reason."""
     lines = [f"{source}: {exc.error_count()} configuration error(s)"]
     for error in exc.errors(include_url=False):
-        where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        loc = error["loc"]
+        # pydantic locates a refused key as (..., mapping, key, "[key]").
+        key = loc[-2:-1] if loc[-1:] == ("[key]",) else ()
+        where = ".".join(str(part) for part in loc[: -2 if key else None]) or "(top level)"
         origin = _origin(where, source, overrides, missing=error["type"] == "missing")
         value = error.get("input")
         shown = repr(value)
@@ -749,10 +762,11 @@ def _format_errors(source: str, exc: ValidationError, overrides: dict[str, Any])
         # A section's own checks get the whole section: the reason names what is wrong.
         got = (
             ""
-            if isinstance(value, dict) and error["type"] != "extra_forbidden"
+            if key or (isinstance(value, dict) and error["type"] != "extra_forbidden")
             else f" (got {shown})"
         )
-        lines.append(f"  {origin}: {where}: {_reason(error)}{got}")
+        named = f" (key {key[0]!r})" if key else ""
+        lines.append(f"  {origin}: {where}{named}: {_reason(error)}{got}")
     return "\n".join(lines)
 
 
@@ -765,6 +779,7 @@ _TYPE_REASONS = {
     "dict_type": "expected a mapping (key: value lines)",
     "model_type": "expected a mapping (key: value lines)",
     "model_attributes_type": "expected a mapping (key: value lines)",
+    "path_type": "expected a file path",
 }
 
 
@@ -775,6 +790,8 @@ def _reason(error: ErrorDetails) -> str:
         return unknown_key(Config, loc, "setting")
     if kind in _TYPE_REASONS:
         return _TYPE_REASONS[kind]
+    if kind == "string_too_short" and error.get("ctx", {}).get("min_length") == 1:
+        return "empty"  # a name, trimmed
     message = error["msg"]
     for prefix in ("Value error, ", "Assertion failed, "):
         message = message.removeprefix(prefix)

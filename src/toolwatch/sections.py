@@ -11,7 +11,8 @@
   would take them as 1 (``max_request_bytes: true`` is a 1-byte limit). Strings still convert,
   as environment overrides need.
 
-Durations that become nanoseconds are at most ``WEEK_SECONDS``.
+Durations that become nanoseconds are at most ``WEEK_SECONDS``. A file a setting names
+(``FilePath``) is not an empty path: read as a path, that is the directory it is relative to.
 
 ``UniqueKeyLoader`` reads the YAML files (the configuration, golden cases) refusing a key given
 twice in one mapping: PyYAML keeps the last silently, so a second ``security:`` block would
@@ -23,18 +24,37 @@ from __future__ import annotations
 import difflib
 import types
 from collections.abc import Hashable
-from typing import Any, Literal, Union, get_args, get_origin
+from pathlib import Path
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
-__all__ = ["WEEK_SECONDS", "Section", "UniqueKeyLoader", "keys_at", "takes_null", "unknown_key"]
+__all__ = [
+    "WEEK_SECONDS",
+    "FilePath",
+    "Section",
+    "UniqueKeyLoader",
+    "keys_at",
+    "takes_null",
+    "unknown_key",
+]
 
 #: Bound on durations (assembly's waits and windows, a shadow half's wait, a conversation's
 #: verifications): more than a week is a typo, and the nanoseconds of a huge one overflow
 #: the clock's arithmetic.
 WEEK_SECONDS = 7 * 86_400
+
+
+def _not_empty_path(path: Any) -> Any:
+    if isinstance(path, str) and not path.strip():
+        raise ValueError("empty path: name a file")
+    return path
+
+
+#: A file a setting names.
+FilePath = Annotated[Path, BeforeValidator(_not_empty_path)]
 
 _BOOLEAN_NUMBER = PydanticCustomError("boolean_number", "Input should be a number, not a boolean")
 

@@ -454,3 +454,93 @@ def test_an_override_does_not_hide_a_malformed_section_of_the_file(
     config.write_text("security:\n  auth: null\n")
     loaded = load_config(config, {"security.auth.bearer_token_file": str(tokens)})
     assert loaded.security.auth is not None
+
+
+@pytest.mark.parametrize(
+    ("value", "line"),
+    [
+        (
+            "5",
+            "policy.bindings.issue_refund.order_id: expected a verification tool.field, or a"
+            " list of them (got 5)",
+        ),
+        (
+            "[lookup_order.order_id, 5]",
+            "policy.bindings.issue_refund.order_id: expected a verification tool.field, or a"
+            " list of them (got ['lookup_order.order_id', 5])",
+        ),
+        ("x", "policy.bindings: 'x' is not of the form tool.field"),
+    ],
+)
+def test_a_binding_that_is_no_tool_field_is_one_line_naming_the_binding(
+    tmp_path: Path, value: str, line: str
+) -> None:
+    """Not pydantic's two tries of the union, each a line: "...order_id.constrained-str: Input
+    should be a valid string" and "...order_id.tuple[constrained-str, ...]: expected a list"."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(
+        "policy:\n  dangerous_tools: [issue_refund]\n  verification_tools: [lookup_order]\n"
+        f"  bindings:\n    issue_refund.order_id: {value}\n"
+    )
+    assert error_lines(config, {})[1:] == [f"  {config}: {line}"]
+
+
+@pytest.mark.parametrize(
+    ("policy", "line"),
+    [
+        ('  aliases:\n    "": lookup_order\n', "policy.aliases (key ''): empty"),
+        ('  repeat_limits:\n    " ": 3\n', "policy.repeat_limits (key ' '): empty"),
+        (
+            "  bindings:\n    5: lookup_order.id\n",
+            "policy.bindings (key 5): Input should be a valid string",
+        ),
+    ],
+)
+def test_a_refused_key_is_named_after_its_mapping(tmp_path: Path, policy: str, line: str) -> None:
+    """Not "policy.aliases..[key]: String should have at least 1 character (got '')"."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text("policy:\n" + policy)
+    assert error_lines(config, {})[1:] == [f"  {config}: {line}"]
+
+
+def test_a_path_of_the_wrong_type_says_a_file_path_is_expected() -> None:
+    lines = error_lines(None, {"golden.cases_file": 5})
+    # Not "Input is not a valid path for <class 'pathlib.Path'>".
+    assert lines[1:] == [
+        "  command line/environment: golden.cases_file: expected a file path (got 5)"
+    ]
+
+
+@pytest.mark.parametrize("empty", ["", " "])
+@pytest.mark.parametrize(
+    "setting",
+    ["golden.cases_file", "security.tls.cert_file", "security.auth.bearer_token_file"],
+)
+def test_an_empty_file_path_is_refused_not_read_as_the_directory(
+    tmp_path: Path, setting: str, empty: str
+) -> None:
+    """ "" was resolved against the configuration's directory: "<dir>: cannot read: Is a
+    directory", a path the file never gave, or for golden cases, an error only once read."""
+    section, _, key = setting.rpartition(".")
+    config = tmp_path / "toolwatch.yaml"
+    indent, lines = "", []
+    for part in section.split("."):
+        lines.append(f"{indent}{part}:")
+        indent += "  "
+    lines.append(f'{indent}{key}: "{empty}"')
+    if key == "cert_file":
+        lines.append(f"{indent}key_file: key.pem")
+    config.write_text("\n".join(lines) + "\n")
+    refused = f"  {config}: {setting}: empty path: name a file (got {empty!r})"
+    assert refused in error_lines(config, {})
+
+
+def test_a_token_file_that_is_not_utf8_is_named_with_the_byte(tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_bytes(b"good-token\n\xff\n")
+    lines = error_lines(None, {"security.auth.bearer_token_file": str(tokens)})
+    # As the configuration file's own check says it, not "'utf-8' codec can't decode ...".
+    assert lines[1] == (
+        f"  command line/environment: security.auth.bearer_token_file: {tokens}: not UTF-8 text"
+        f" (byte 11: invalid start byte) (got {str(tokens)!r})"
+    )

@@ -60,6 +60,9 @@ def test_an_output_file_serve_could_not_open_is_refused_by_check_config_too(
         "": "empty path: give a file, - for standard output, or null for off",
         str(tmp_path): f"{tmp_path} is a directory, not a file",
         str(tmp_path / "nope" / "f.jsonl"): f"directory {tmp_path / 'nope'} does not exist",
+        # A path that ends in /: open() refused it at serve ("Is a directory").
+        f"{tmp_path}/new.jsonl/": f"{tmp_path}/new.jsonl/ names a directory, not a file",
+        f"{tmp_path}/new/.": f"{tmp_path}/new/. names a directory, not a file",
     }
     for target, reason in refusals.items():
         overrides = {setting: target}

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Literal, TypeAlias
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 from pydantic import (
+    BeforeValidator,
     ConfigDict,
     Field,
     StringConstraints,
@@ -75,6 +76,19 @@ Strategy: TypeAlias = Literal["exact", "subset", "numeric", "contains", "fuzzy"]
 Score = Annotated[float, Field(ge=0.0, le=1.0)]
 ToolName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 _Ref = Annotated[str, StringConstraints(strip_whitespace=True, min_length=3)]
+
+
+def _one_or_more(refs: Any) -> Any:
+    """Refuses a binding's value that is neither a string nor a list of them in one error
+    (the union would give one per type it tried, in pydantic's names for them); the
+    ``bindings`` validator checks each is a ``tool.field``."""
+    many = refs if isinstance(refs, list | tuple) else (refs,)
+    if not all(isinstance(ref, str) for ref in many):
+        raise ValueError("expected a verification tool.field, or a list of them")
+    return refs
+
+
+_Refs = Annotated[str | tuple[str, ...], BeforeValidator(_one_or_more)]
 
 
 def split_tool_field(ref: str) -> tuple[str, str]:
@@ -246,7 +260,7 @@ class PolicySettings(_Section):
 
     dangerous_tools: tuple[ToolName, ...] = ()
     verification_tools: tuple[ToolName, ...] = ()
-    bindings: dict[_Ref, _Ref | tuple[_Ref, ...]] = Field(default_factory=dict)
+    bindings: dict[_Ref, _Refs] = Field(default_factory=dict)
     allowed_tools: dict[str, tuple[ToolName, ...]] = Field(default_factory=dict)
     repeat_limit: Annotated[int, Field(ge=0)] = 1
     repeat_limits: dict[ToolName, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)

@@ -13,12 +13,11 @@ key and role for shadow pairs. Nothing here reads files; ``cases_file`` is check
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Annotated, Literal, Self
 
 from pydantic import AfterValidator, Field, model_validator
 
-from toolwatch.sections import WEEK_SECONDS
+from toolwatch.sections import WEEK_SECONDS, FilePath
 from toolwatch.sections import Section as _Section
 
 __all__ = [
@@ -59,7 +58,7 @@ class GoldenSettings(_Section):
     whose span (or resource) attribute ``case_id_attribute`` carries a case id. Off when
     ``cases_file`` is ``None``."""
 
-    cases_file: Path | None = Field(default=None, description="YAML file of golden cases")
+    cases_file: FilePath | None = Field(default=None, description="YAML file of golden cases")
     case_id_attribute: _AttributeKey = Field(
         default=DEFAULT_CASE_ID_ATTRIBUTE, description="span attribute carrying the case id"
     )
