@@ -354,7 +354,8 @@ class App:
                 await self._ticker
         drained = self.engine.drain()
         self._scraped.clear()  # from here on a scrape reads what the drain counted
-        log.info("drained %d buffered trace(s) at shutdown", drained)
+        if drained or self._ticker is not None:  # not when a listener failed to start
+            log.info("drained %d buffered trace(s) at shutdown", drained)
         for stream in self._outputs.files:
             with contextlib.suppress(OSError):  # already reported by the engine's flush
                 stream.close()
@@ -684,6 +685,7 @@ class ListenError(StartError):
 
     def __init__(self, listener: str, address: str, reason: str) -> None:
         super().__init__(f"cannot listen on {address} (listen.{listener}): {reason}")
+        self.listener = listener
 
 
 async def _bind_grpc(
@@ -709,8 +711,18 @@ async def _bind_grpc(
         port = 0
     if port == 0:
         await server.stop(None)
-        raise ListenError(listener, address, "gRPC could not bind it (in use, or not local)")
+        raise ListenError(listener, address, _why_not_bound(address))
     return _format_address((host, port))
+
+
+def _why_not_bound(address: str) -> str:
+    """Why gRPC could not bind ``address``, which it does not say: the system's reason for a
+    plain socket on it (in use, not this host's address), else gRPC's silence."""
+    try:
+        _listening_socket(address).close()
+    except OSError as exc:
+        return _reason(exc)
+    return "gRPC could not bind it (in use, or not local)"
 
 
 def _held_elsewhere(address: str) -> str | None:
@@ -908,17 +920,21 @@ async def serve(
     config: Config,
     reload: Callable[[], Config] | None = None,
     hung_up: Callable[[], bool] = lambda: False,
+    terminated: Callable[[], bool] = lambda: False,
 ) -> int:
     """Run a server until SIGTERM or SIGINT, then shut down gracefully. Returns the exit
     code. The CLI has checked the output files (``config.check_outputs``). ``reload``
     loads the configuration again, on SIGHUP (``App.reload``); ``hung_up`` says whether a
-    SIGHUP came while the server was starting, before its handler was in place."""
+    SIGHUP came while the server was starting, before its handler was in place, and
+    ``terminated`` whether a SIGTERM or SIGINT did."""
     app = App(config)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     # Before start(): a SIGTERM right after the "listening" line must drain, not kill.
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    if terminated():
+        stop.set()
     if reload is not None:
         loop.add_signal_handler(signal.SIGHUP, app.reload, reload)
     await app.start()

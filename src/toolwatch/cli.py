@@ -17,15 +17,28 @@ os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 # `serve` reloads its configuration on SIGHUP once it serves. One that comes while it
 # starts (the imports below take about 0.4 s) is remembered and acted on once it serves:
 # SIGHUP's default would end it, and ignoring it would lose the edit it announced.
+# A SIGTERM or SIGINT then is remembered too, and the server stops as soon as it serves,
+# draining nothing, exiting 0: their defaults would end it with 143 or a traceback.
 _HANGUPS: list[int] = []
+_TERMINATIONS: list[int] = []
 
 
 def _remember_hangup(signum: int, _frame: object) -> None:
     _HANGUPS.append(signum)
 
 
-if sys.argv[1:2] == ["serve"]:
+def _remember_termination(signum: int, _frame: object) -> None:
+    _TERMINATIONS.append(signum)
+
+
+def _remember_signals() -> None:
     signal.signal(signal.SIGHUP, _remember_hangup)
+    signal.signal(signal.SIGTERM, _remember_termination)
+    signal.signal(signal.SIGINT, _remember_termination)
+
+
+if sys.argv[1:2] == ["serve"]:
+    _remember_signals()
 
 import argparse
 import asyncio
@@ -35,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from toolwatch import __version__
-from toolwatch.app import StartError, build_references, serve
+from toolwatch.app import ListenError, StartError, build_references, serve
 from toolwatch.config import Config, ConfigError, check_outputs, load_config
 from toolwatch.model import Severity
 from toolwatch.references.golden import ReferenceFileError
@@ -53,10 +66,30 @@ EXIT_TERMINATED = 128 + signal.SIGTERM
 
 _SERVE_FLAGS: tuple[tuple[str, str, str, str], ...] = (
     # flag, environment variable, config key, help
-    ("--grpc-listen", "TOOLWATCH_GRPC_LISTEN", "listen.grpc", "OTLP/gRPC HOST:PORT (4317)"),
-    ("--http-listen", "TOOLWATCH_HTTP_LISTEN", "listen.http", "OTLP/HTTP HOST:PORT (4318)"),
-    ("--metrics-listen", "TOOLWATCH_METRICS_LISTEN", "listen.metrics", "/metrics HOST:PORT"),
-    ("--stream-listen", "TOOLWATCH_STREAM_LISTEN", "listen.stream", "findings stream HOST:PORT"),
+    (
+        "--grpc-listen",
+        "TOOLWATCH_GRPC_LISTEN",
+        "listen.grpc",
+        "OTLP/gRPC HOST:PORT (127.0.0.1:4317)",
+    ),
+    (
+        "--http-listen",
+        "TOOLWATCH_HTTP_LISTEN",
+        "listen.http",
+        "OTLP/HTTP HOST:PORT (127.0.0.1:4318)",
+    ),
+    (
+        "--metrics-listen",
+        "TOOLWATCH_METRICS_LISTEN",
+        "listen.metrics",
+        "/metrics, /healthz, /readyz HOST:PORT (127.0.0.1:9464)",
+    ),
+    (
+        "--stream-listen",
+        "TOOLWATCH_STREAM_LISTEN",
+        "listen.stream",
+        "findings stream HOST:PORT (127.0.0.1:4319)",
+    ),
     ("--findings", "TOOLWATCH_FINDINGS", "output.findings", "findings JSON lines: PATH or -"),
     (
         "--dump-tooltraces",
@@ -99,6 +132,15 @@ examples:
 """
 
 
+def _another_address(listener: str) -> str:
+    """How to give ``listener`` another address: its flag, its variable, its key."""
+    key = f"listen.{listener}"
+    for flag, variable, setting, _help in _SERVE_FLAGS:
+        if setting == key:
+            return f"  choose another with {flag} HOST:PORT, {variable} or {key} in the file"
+    return f"  choose another with {key} in the configuration file"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``toolwatch`` console script."""
     parser = _parser()
@@ -130,6 +172,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         named = f" (named in {origin})" if origin else ""
         print(f"toolwatch: configuration error in golden.cases_file{named}\n{exc}", file=sys.stderr)
         return EXIT_USAGE
+    except ListenError as exc:
+        print(f"toolwatch: {exc}\n{_another_address(exc.listener)}", file=sys.stderr)
+        return EXIT_RUNTIME
     except StartError as exc:
         print(f"toolwatch: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
@@ -253,7 +298,7 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _serve(args: argparse.Namespace) -> int:
-    signal.signal(signal.SIGHUP, _remember_hangup)  # main() called with its own argv
+    _remember_signals()  # main() called with its own argv
     overrides = _serve_overrides(args)
     config = load_config(args.config, overrides)
     check_outputs(config, args.config, overrides)  # before anything starts
@@ -261,7 +306,14 @@ def _serve(args: argparse.Namespace) -> int:
     def reload() -> Config:
         return load_config(args.config, overrides)
 
-    return asyncio.run(serve(config, reload, hung_up=lambda: bool(_HANGUPS)))
+    return asyncio.run(
+        serve(
+            config,
+            reload,
+            hung_up=lambda: bool(_HANGUPS),
+            terminated=lambda: bool(_TERMINATIONS),
+        )
+    )
 
 
 def _check_config(args: argparse.Namespace) -> int:

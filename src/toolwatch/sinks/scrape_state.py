@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Protocol
@@ -157,6 +158,7 @@ class OthersCollector(Collector):
 
     def __init__(self, limiters: Iterable[tuple[str, _Limiter]]) -> None:
         self._limiters = tuple(limiters)
+        self._created = time.time()  # the limiters count from now: the series' _created
 
     def describe(self) -> Iterable[CounterMetricFamily]:
         return [self._family()]
@@ -164,7 +166,7 @@ class OthersCollector(Collector):
     def collect(self) -> Iterable[CounterMetricFamily]:
         family = self._family()
         for label, limiter in self._limiters:
-            family.add_metric([label], limiter.others)
+            family.add_metric([label], limiter.others, created=self._created)
         yield family
 
     @staticmethod
@@ -172,6 +174,7 @@ class OthersCollector(Collector):
         return CounterMetricFamily(
             "toolwatch_label_values_other",
             "Label values reported as _other: past their label's cap (metrics.label_value_cap,"
-            " metrics.agent_tool_pair_cap), or longer than 128 characters.",
+            " metrics.agent_tool_pair_cap), longer than 128 characters, or not writable as"
+            " UTF-8.",
             labels=["label"],
         )

@@ -129,6 +129,27 @@ def test_exposes_exactly_the_agreed_metric_names(registry: CollectorRegistry) ->
     assert {name for name in typed if not name.endswith("_created")} == EXPECTED_NAMES
 
 
+def test_every_counter_and_histogram_series_has_its_created_series(
+    metrics: PrometheusMetrics, registry: CollectorRegistry
+) -> None:
+    """The README says so, and the alerts read ``_created`` to count a series' first rise."""
+    metrics.tool_trace(make_trace(calls=(make_call("issue_refund"),)), "none")
+    metrics.finding(make_finding(), 0.5)
+    samples = {
+        (sample.name, tuple(sorted(sample.labels.items())))
+        for family in registry.collect()
+        for sample in family.samples
+    }
+    for family in registry.collect():
+        if family.type not in ("counter", "histogram") or not family.name.startswith("toolwatch"):
+            continue
+        counted = "_total" if family.type == "counter" else "_count"
+        for sample in family.samples:
+            if sample.name == family.name + counted:
+                created = (family.name + "_created", tuple(sorted(sample.labels.items())))
+                assert created in samples, sample
+
+
 def test_a_reload_is_told_and_the_tools_it_names_keep_their_label(
     registry: CollectorRegistry,
 ) -> None:
