@@ -299,21 +299,26 @@ def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
 
 def _serve(args: argparse.Namespace) -> int:
     _remember_signals()  # main() called with its own argv
-    overrides = _serve_overrides(args)
-    config = load_config(args.config, overrides)
-    check_outputs(config, args.config, overrides)  # before anything starts
+    try:
+        overrides = _serve_overrides(args)
+        config = load_config(args.config, overrides)
+        check_outputs(config, args.config, overrides)  # before anything starts
 
-    def reload() -> Config:
-        return load_config(args.config, overrides)
+        def reload() -> Config:
+            return load_config(args.config, overrides)
 
-    return asyncio.run(
-        serve(
-            config,
-            reload,
-            hung_up=lambda: bool(_HANGUPS),
-            terminated=lambda: bool(_TERMINATIONS),
+        return asyncio.run(
+            serve(
+                config,
+                reload,
+                hung_up=lambda: bool(_HANGUPS),
+                terminated=lambda: bool(_TERMINATIONS),
+            )
         )
-    )
+    finally:  # serve is done, or never started: the signals act as they did before
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        _TERMINATIONS.clear()
 
 
 def _check_config(args: argparse.Namespace) -> int:

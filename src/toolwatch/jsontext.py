@@ -41,7 +41,7 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["compact_encoder", "held_size", "loads", "text_size"]
+__all__ = ["compact_encoder", "held_size", "loads", "text_size", "writable_text"]
 
 _DECODE: Final[Callable[[str], Any]] = msgspec.json.Decoder().decode
 # The standard library's C encoder factory (``None`` without the ``_json`` accelerator);
@@ -76,22 +76,24 @@ def _mended(value: Any) -> Any:
     """``value`` with each lone surrogate in its strings (keys too) read as U+FFFD."""
     kind = type(value)
     if kind is str:
-        return _mended_text(value)
+        return writable_text(value)
     if kind is list:
         items: list[Any] = value
         return [_mended(item) for item in items]
     if kind is dict:
         mapping: dict[str, Any] = value
-        return {_mended_text(key): _mended(item) for key, item in mapping.items()}
+        return {writable_text(key): _mended(item) for key, item in mapping.items()}
     return value
 
 
-def _mended_text(text: str) -> str:
+def writable_text(text: str) -> str:
+    """``text`` with each lone surrogate (no Unicode character: nothing can write it as UTF-8)
+    read as U+FFFD; ``text`` itself when it has none."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        # UTF-16 pairs what pairs (none: json.loads joined them) and has no place for the
-        # rest: one U+FFFD each.
+        # UTF-16 joins a high and a low surrogate into their character and has no place
+        # for a lone one: one U+FFFD each.
         return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return text
 

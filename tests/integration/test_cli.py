@@ -647,3 +647,22 @@ def test_a_sigterm_that_came_while_serve_started_stops_it_once_it_serves(
         assert served.process.wait(timeout=30) == 0
     finally:
         served.process.kill()
+
+
+def test_serve_that_does_not_start_leaves_sigterm_and_sigint_as_they_were(
+    tmp_path: Path,
+) -> None:
+    """While serve starts it only remembers a SIGTERM or SIGINT; one that never served (a
+    configuration error here) gives them back: a later Ctrl-C in the process interrupts."""
+    from toolwatch import cli  # noqa: PLC0415  (in process: its handlers are this process's)
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("listen: 5\n", encoding="utf-8")
+    before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    try:
+        assert cli.main(["serve", "--config", str(bad)]) == 2
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGINT, before[0])
+        signal.signal(signal.SIGTERM, before[1])

@@ -41,7 +41,9 @@ def _traced_server(spans_file: Path) -> Any:
 
         def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
             self.spans.extend(spans)
-            spans_file.write_text(to_json_line(self.spans) + "\n", encoding="utf-8")
+            written = spans_file.with_suffix(".tmp")  # then renamed: never read half written
+            written.write_text(to_json_line(self.spans) + "\n", encoding="utf-8")
+            written.replace(spans_file)
             return SpanExportResult.SUCCESS
 
     provider = TracerProvider(resource=Resource.create({"service.name": "capture-mcp-server"}))

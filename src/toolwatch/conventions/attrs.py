@@ -439,14 +439,14 @@ def langgraph_answer(value: Any) -> Any:
 def crew_answer(value: Any) -> Any:
     """The answer of a CrewAI ``CrewOutput`` or ``TaskOutput`` as OpenInference writes them
     (JSON: ``raw`` the answer beside ``tasks_output`` or the task's ``description``); any
-    other output value as it is."""
+    other output value as it is. Asked of CrewAI's own spans alone."""
     if not (isinstance(value, str) and value.startswith("{") and '"raw"' in value):
         return value
     output = parse_json(value)
     if not isinstance(output, dict) or not ("tasks_output" in output or "description" in output):
         return value
     raw = output.get("raw")
-    return raw if isinstance(raw, str) else None
+    return raw if isinstance(raw, str) else value
 
 
 def content_text(content: Any) -> str | None:

@@ -21,6 +21,7 @@ by the crew. Observed with crewai 1.15 (``tools/capture/capture_crewai.py``,
 
 from __future__ import annotations
 
+import re
 from typing import Final
 
 from toolwatch.conventions.attrs import (
@@ -29,6 +30,7 @@ from toolwatch.conventions.attrs import (
     Convention,
     ToolSpec,
     crew_answer,
+    span_name_as_is,
 )
 from toolwatch.model import SpanRole
 
@@ -37,20 +39,31 @@ __all__ = ["CONVENTION", "CREW_KEY", "CREW_NAME", "KEYS", "NAME", "classify_crew
 CREW_KEY: Final = "crew_key"  # OpenInference: on the kickoff span and its task spans
 CREW_NAME: Final = "crewai.crew.name"  # OpenLLMetry: on the crew's workflow span
 _CREW_RESULT: Final = "crewai.crew.result"
+_NODE_ID: Final = "graph.node.id"  # OpenInference: a task's agent, by its role
 _KICKOFF: Final = ".kickoff"
 _OPENINFERENCE_KIND: Final = "openinference.span.kind"
-KEYS: Final = frozenset({CREW_KEY, CREW_NAME, _CREW_RESULT})
+KEYS: Final = frozenset({CREW_KEY, CREW_NAME, _CREW_RESULT, _NODE_ID})
+#: The crew's span name OpenInference writes for a crew left with CrewAI's default name
+#: (``crew``): ``Crew_<the crew's id>``, a new uuid for every crew built.
+_UNNAMED_CREW: Final = re.compile(
+    r"Crew_[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+)
+_DEFAULT_NAME: Final = "crew"
 
-NAME: Final = "crewai"  # ``SpanRecord.convention`` of a crew's span: a run, never a workflow
+NAME: Final = "crewai"  # ``SpanRecord.convention`` of CrewAI's spans; a crew's is never a workflow
 
 
 def _crew_from_span(name: str) -> str | None:
-    return name[: -len(_KICKOFF)] or None if name.endswith(_KICKOFF) else None
+    if not name.endswith(_KICKOFF):
+        return None
+    crew = name[: -len(_KICKOFF)]
+    return _DEFAULT_NAME if _UNNAMED_CREW.fullmatch(crew) else crew or None
 
 
+_NO_TOOL: Final = ToolSpec((), (), (), (), name_from_span=lambda name: None)
 CONVENTION: Final = Convention(
     name=NAME,
-    tool=ToolSpec((), (), (), (), name_from_span=lambda name: None),
+    tool=_NO_TOOL,
     agent=AgentSpec(
         name=(CREW_NAME,),
         output=("output.value", _CREW_RESULT),
@@ -58,15 +71,31 @@ CONVENTION: Final = Convention(
         unwrap_output=crew_answer,
     ),
 )
+#: OpenInference's span of a task's agent: named by its role, its output the TaskOutput.
+_TASK_AGENT: Final = Convention(
+    name=NAME,
+    tool=_NO_TOOL,
+    agent=AgentSpec(
+        name=("agent.name", _NODE_ID),
+        output=("output.value",),
+        name_from_span=span_name_as_is,
+        unwrap_output=crew_answer,
+    ),
+)
 
 
 def classify_crew(name: str, attrs: Attributes) -> tuple[SpanRole, Convention] | None:
     """A crew's own span: OpenLLMetry's (``crewai.crew.name``), or OpenInference's kickoff
-    (CHAIN, ``crew_key``; its task spans carry ``crew_key`` too, and are agents of their own
-    kind): an agent run."""
+    (CHAIN, ``crew_key``): an agent run; OpenInference's span of a task's agent (AGENT,
+    ``crew_key``): an agent named by its role. Any other span of a crew: not decided here."""
     if CREW_NAME in attrs:
         return SpanRole.AGENT, CONVENTION
     kind = attrs.get(_OPENINFERENCE_KIND)
-    if isinstance(kind, str) and kind.upper() == "CHAIN" and name.endswith(_KICKOFF):
+    if not isinstance(kind, str):
+        return None
+    kind = kind.upper()
+    if kind == "CHAIN" and name.endswith(_KICKOFF):
         return SpanRole.AGENT, CONVENTION
+    if kind == "AGENT":
+        return SpanRole.AGENT, _TASK_AGENT
     return None

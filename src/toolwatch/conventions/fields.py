@@ -44,6 +44,7 @@ from toolwatch.conventions.attrs import (
     plain_text,
 )
 from toolwatch.conventions.events import ToolEvents, output_events, tool_events
+from toolwatch.jsontext import writable_text
 from toolwatch.model import RequestedCall
 
 __all__ = [
@@ -290,7 +291,8 @@ def _string_literal(text: str) -> str | None:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return None
-    return value if isinstance(value, str) else None
+    # An escape may spell a lone surrogate ('\\ud800'), which no output could carry.
+    return writable_text(value) if isinstance(value, str) else None
 
 
 def guard_raised_refusal(status_message: str) -> str | None:

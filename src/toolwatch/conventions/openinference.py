@@ -36,7 +36,6 @@ from toolwatch.conventions.attrs import (
     OutputBuilder,
     OutputSummary,
     ToolSpec,
-    crew_answer,
     group_indexed,
     langgraph_answer,
     parse_json,
@@ -62,14 +61,6 @@ _RAW_REFUSAL: Final = re.compile(
 #: record it as a message of its own): private reasoning, not output.
 _THINKING: Final = "thinking"
 
-_NODE_ID: Final = "graph.node.id"
-
-
-def _framework_answer(value: Any) -> Any:
-    """The answer in a framework's output envelope: LangGraph's state, CrewAI's task output."""
-    return crew_answer(langgraph_answer(value))
-
-
 #: Exact keys this module reads; flattened output keys are matched by ``OUTPUT_PREFIX``.
 KEYS: Final = frozenset(
     {
@@ -83,7 +74,6 @@ KEYS: Final = frozenset(
         "llm.finish_reason",
         "llm.stop_reason",  # the JavaScript Bedrock instrumentation's (Converse stopReason)
         "agent.name",
-        _NODE_ID,
         "session.id",
         _METADATA,
     }
@@ -109,11 +99,10 @@ CONVENTION: Final = Convention(
         read_result=tool_message,
     ),
     agent=AgentSpec(
-        # graph.node.id: CrewAI's task agent spans name the agent (its role) there alone
-        name=("agent.name", "gen_ai.agent.name", _NODE_ID),
+        name=("agent.name", "gen_ai.agent.name"),
         output=("output.value",),
         name_from_span=span_name_as_is,
-        unwrap_output=_framework_answer,
+        unwrap_output=langgraph_answer,
     ),
 )
 

@@ -127,19 +127,19 @@ def classify_legacy_llm(name: str, attrs: Attributes) -> tuple[SpanRole, Convent
 
 
 #: The role OpenLLMetry's Anthropic instrumentation gives a thinking block's completion (the
-#: answer and its calls follow at the next index): private reasoning, not output.
+#: answer and its calls follow at the next index): private reasoning, not output. Its
+#: finish reason is the response's (``refusal``, ``tool_use``), written on the first
+#: completion whatever its role.
 _THINKING: Final = "thinking"
 
 
 def _add_completion(builder: OutputBuilder, fields: dict[str, Any]) -> None:
-    if fields.get("role") == _THINKING:
-        return
     reason = fields.get("finish_reason")
-    builder.finish(reason)
+    builder.finish(reason)  # the response's: written on the first completion, thinking or not
     builder.refuse(fields.get("refusal"))
     if isinstance(reason, str) and reason in REFUSAL_REASONS:
         builder.refuse(reason)  # content is the placeholder "FILTERED", not an answer
-    else:
+    elif fields.get("role") != _THINKING:
         builder.text(fields.get("content"))
     calls = group_indexed(fields, "tool_calls.")
     for index in sorted(calls):

@@ -547,6 +547,8 @@ def test_a_guardrail_that_tripped_carries_the_refusal_it_made(
         # a name cut off by the message's limit, or an escape Python does not know
         ("Guardrail tripwire triggered: {'guardrail': 'long name cut", "guardrail tripped"),
         (r"Guardrail tripwire triggered: {'guardrail': '\N{no such name}'}", "guardrail tripped"),
+        # an escape that spells a lone surrogate: no output could carry it
+        (r"Guardrail tripwire triggered: {'guardrail': 'a\ud800b'}", "guardrail a\ufffdb tripped"),
         ("Guardrail tripwire triggered: None", "guardrail tripped"),
         ("Guardrail tripwire triggered", "guardrail tripped"),
         # another error, or the words far into another message
@@ -681,6 +683,20 @@ _BLOCKED = "Sorry, the model cannot answer this question."
             None,
             "Your refund was issued.",
         ),
+        # ...the response's stop reason is on the first completion, the thinking one
+        (
+            {
+                "llm.request.type": "chat",
+                "gen_ai.system": "Anthropic",
+                "gen_ai.completion.0.role": "thinking",
+                "gen_ai.completion.0.finish_reason": "refusal",
+                "gen_ai.completion.0.content": "This asks for something unsafe...",
+                "gen_ai.completion.1.role": "assistant",
+                "gen_ai.completion.1.content": "I can't help with that.",
+            },
+            "refusal",
+            "I can't help with that.",
+        ),
         # OpenLLMetry's Anthropic instrumentation: the thinking block a completion of its own
         (
             {
@@ -726,7 +742,30 @@ def test_provider_specific_refusals_and_reasoning_read_as_they_mean(
                 "graph.node.id": "triage_agent",
                 "output.value": json.dumps({"description": "Look up", "raw": "Delivered."}),
             },
-            (SpanRole.AGENT, "openinference", "triage_agent", "Delivered."),
+            (SpanRole.AGENT, "crewai", "triage_agent", "Delivered."),
+        ),
+        # ...a crew left with CrewAI's default name: its span is named by its id, new for
+        # every crew built; the run is named as the crew is, "crew"
+        (
+            "Crew_2f1c9a4e-5b7d-4e0a-9c3e-1a2b3c4d5e6f.kickoff",
+            {"openinference.span.kind": "CHAIN", "crew_key": "55e3"},
+            (SpanRole.AGENT, "crewai", "crew", None),
+        ),
+        # another instrumentation's agent span with a graph.node.id (Agno's: a random id per
+        # run) is named as OpenInference names agents, and its output is not unwrapped
+        (
+            "Agent.run",
+            {
+                "openinference.span.kind": "AGENT",
+                "graph.node.id": "9f8e7d6c5b4a3f2e",
+                "output.value": json.dumps({"description": "d", "raw": "not CrewAI's"}),
+            },
+            (
+                SpanRole.AGENT,
+                "openinference",
+                "Agent.run",
+                json.dumps({"description": "d", "raw": "not CrewAI's"}),
+            ),
         ),
         # ...another span of the crew's is no run
         (
