@@ -428,6 +428,18 @@ def test_a_refusal_pattern_that_matches_an_empty_text_is_refused(
     )
 
 
+@pytest.mark.parametrize("pattern", [r"^\W*$", r"^(?!.*\w)"])
+def test_a_refusal_pattern_that_matches_only_an_answer_of_no_words_stays(
+    tmp_path: Path, pattern: str
+) -> None:
+    """It matches an empty text, but not every text: an answer of no words ("...") only."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(
+        f"evaluators:\n  tool_trace_structure:\n    refusal_patterns: ['{pattern}']\n"
+    )
+    assert load_config(config, {}).evaluators.tool_trace_structure.refusal_patterns == (pattern,)
+
+
 @pytest.mark.parametrize(
     ("text", "override", "where", "got"),
     [

@@ -19,12 +19,14 @@ bound verification tool whose bound field holds the same value (compared as trim
 tool bound to one verification tool name one entity, which one call of that tool must have
 returned: with ``issue_refund.order_id`` and ``issue_refund.customer`` bound to
 ``lookup_order``, a refund of order A to customer C2 needs a lookup of A and C2 together,
-not a lookup of A (for customer C1) and another of order B (for C2). Fields bound to
-different verification tools are verified each on its own. A field bound to several tools
-(a list of alternatives) is verified through any of them, each with the other fields bound
-to that tool. Where the producer recorded no arguments (``None``: many GenAI
-instrumentations leave them out unless told to capture content), a value cannot be
-compared, so the binding is not checked: the dangerous call is verified by any earlier
+not a lookup of A (for customer C1) and another of order B (for C2); a call that recorded
+only some of those fields counts for them, contradicting none of the others. Fields bound to
+different verification tools are verified each on its own, and so are fields bound to one
+verification field (a transfer's from and to accounts, each an ``account_id``). A field
+bound to several tools (a list of alternatives) is verified through any of them, each with
+the other fields bound to that tool. Where the producer recorded no arguments (``None``:
+many GenAI instrumentations leave them out unless told to capture content), a value cannot
+be compared, so the binding is not checked: the dangerous call is verified by any earlier
 successful call of a bound tool, and a bound tool's success without recorded arguments
 verifies any value (all of an entity's). The run's explanation counts those unchecked calls.
 Without bindings, any earlier successful call of a ``verification_tools`` tool verifies. With
@@ -160,8 +162,9 @@ def unrecorded(call: ToolCall) -> bool:
 
 #: Ledger key of "a successful call of this tool", whatever its arguments.
 _ANY: Final = ("", "")
-#: Ledger key of an entity: (verification tool, its fields, their values).
-_EntityKey = tuple[str, tuple[str, ...], tuple[str, ...]]
+#: Ledger key of an entity: (verification tool, its fields, their values; ``None`` for a
+#: field the call did not record).
+_EntityKey = tuple[str, tuple[str, ...], tuple[str | None, ...]]
 _NO_FIELDS: Final[frozenset[str]] = frozenset()  # a tool with no bound fields
 
 
@@ -238,8 +241,8 @@ class _Ledger:
         successes.add(index)
 
     def informs_entity(self, key: _EntityKey, index: int) -> bool:
-        """Whether a recorded success that carried all of the key's values informs the call
-        at ``index``."""
+        """Whether a recorded success that carried the key's values (``None``: one it did not
+        record) informs the call at ``index``."""
         if key in self.prior_entities:
             return True
         successes = self.entities.get(key)
@@ -373,9 +376,9 @@ class Safety:
         keys = self._entity_keys.get(tool)
         if keys is not None and not not_recorded:
             for key in keys:
-                values = _values(call.arguments, key)
-                if values is not None:
-                    ledger.add_entity((tool, key, values), index)
+                recorded = _recorded(call.arguments, key)
+                if recorded is not None:
+                    ledger.add_entity((tool, key, recorded), index)
 
     def _remember(self, verified: Verified, ledger: _Ledger) -> None:
         """Enter what an earlier run's verification call verified, as ``_record`` enters a
@@ -396,10 +399,9 @@ class Safety:
         if keys is not None:
             kept = dict(verified.values)
             for key in keys:
-                values = [kept.get(field) for field in key]
-                known = [value for value in values if value is not None]
-                if len(known) == len(key):  # else: not recorded (any), or not kept (none)
-                    ledger.prior_entities.add((tool, key, tuple(known)))
+                values = tuple(kept.get(field) for field in key)  # None: not recorded
+                if any(value is not None for value in values):
+                    ledger.prior_entities.add((tool, key, values))
 
     def _verdict(self, tool: str, call: ToolCall, index: int, ledger: _Ledger) -> Verdict:
         bindings = self._bindings.get(tool)
@@ -575,7 +577,10 @@ def _entities(fields: Mapping[str, list[Binding]]) -> dict[str, _Entity]:
             bound.setdefault(field, []).append(rule.verification_field)
     entities = {}
     for verifier, bound in by_tool.items():
-        if len(bound) > 1:
+        named = [field for alternatives in bound.values() for field in alternatives]
+        # Two fields bound to one verification field are two entities (a transfer's from
+        # and to accounts, each an account_id of its own lookup): verified each on its own.
+        if len(bound) > 1 and len(named) == len(set(named)):
             keys: list[tuple[str, ...]] = [()]
             for alternatives in bound.values():
                 keys = [(*key, alternative) for key in keys for alternative in alternatives]
@@ -593,6 +598,22 @@ def _values(arguments: Any, fields: tuple[str, ...]) -> tuple[str, ...] | None:
             return None
         values.append(value)
     return tuple(values)
+
+
+def _recorded(arguments: Any, fields: tuple[str, ...]) -> tuple[str | None, ...] | None:
+    """The compared values of ``fields`` in a verification call's ``arguments``, ``None`` for
+    one it did not record; ``None`` when it recorded none of them."""
+    values = tuple(entity_key(lookup(arguments, field)) for field in fields)
+    return values if any(value is not None for value in values) else None
+
+
+def _agreeing(values: tuple[str, ...]) -> list[tuple[str | None, ...]]:
+    """What a verification call that agrees with ``values`` recorded of them: each value,
+    or not recorded (``None``), at least one recorded (2**n - 1 of them, for n fields)."""
+    patterns: list[tuple[str | None, ...]] = [()]
+    for value in values:
+        patterns = [(*pattern, known) for pattern in patterns for known in (value, None)]
+    return patterns[:-1]  # the last is all None
 
 
 def _together(
@@ -622,8 +643,9 @@ def _together(
         values = _values(call.arguments, entity.fields)
         if values is not None:
             for key in entity.keys:
-                if ledger.informs_entity((verifier, key, values), index):
-                    return _VERIFIED
+                for pattern in _agreeing(values):
+                    if ledger.informs_entity((verifier, key, pattern), index):
+                        return _VERIFIED
         others += [f for f in entity.fields if f != field and f not in others]
     if any(
         ledger.informs_unrecorded(b.verification_tool, b.verification_field, index)

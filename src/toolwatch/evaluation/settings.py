@@ -21,7 +21,7 @@ import math
 import re
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, TypeAlias
+from typing import Annotated, Any, Final, Literal, TypeAlias
 
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
@@ -232,8 +232,9 @@ class PolicySettings(_Section):
       needs every bound field verified by a call of the *same entity* (equal values): the
       fields it binds to one verification tool by one call of that tool
       (``issue_refund.order_id`` and ``issue_refund.customer`` bound to ``lookup_order``: a
-      lookup of that order for that customer), fields bound to different tools each on its
-      own. Tools on both sides must be listed in ``dangerous_tools`` /
+      lookup of that order for that customer; one that recorded only one of them counts for
+      it), fields bound to different tools, or to one field of a tool, each on its own.
+      Tools on both sides must be listed in ``dangerous_tools`` /
       ``verification_tools``.
     - ``allowed_tools``: ``{agent: [tools]}``; ``"*"`` applies to agents not listed (and to runs
       without an agent name). Agents with no entry may call anything.
@@ -510,6 +511,11 @@ def _is_tool_field(key: str) -> bool:
     return True
 
 
+#: An answer with no refusal in it: a refusal pattern that matches an empty text and this
+#: matches every answer.
+_ORDINARY_ANSWER: Final = "Refund R-77 of 25.00 USD was issued for order A-1001."
+
+
 class StructureSettings(ComparingSettings):
     """Call count within ``call_count_tolerance`` of the reference count, parallel calls used
     iff the reference used them (``check_parallelism``), refusal alignment.
@@ -535,7 +541,9 @@ class StructureSettings(ComparingSettings):
                 compiled = re.compile(pattern, re.IGNORECASE)
             except re.error as exc:
                 raise ValueError(f"{pattern!r} is not a regular expression: {exc}") from None
-            if compiled.search("") is not None:  # ".*", "sorry|", "^", "(i can't)?"
+            # ".*", "sorry|", "^", "(i can't)?": they match anywhere, in any answer. One that
+            # matches an empty text only ("^\W*$": an answer of no words) may stay.
+            if compiled.search("") is not None and compiled.search(_ORDINARY_ANSWER):
                 raise ValueError(
                     f"{pattern!r} matches an empty text, so it matches every text: make it"
                     " require some text"

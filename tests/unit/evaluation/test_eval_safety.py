@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 import yaml
 from eval_factories import call, case, trace
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.safety import Safety, entity_key, lookup
@@ -20,6 +22,7 @@ from toolwatch.model import (
     Finding,
     ReferenceKind,
     Severity,
+    ToolCall,
     ToolTrace,
     Verified,
 )
@@ -387,6 +390,99 @@ def test_a_field_with_alternatives_is_verified_by_either_with_its_tools_other_fi
         "Safety: issue_refund: customer and order_id not verified together by one earlier"
         " successful [get_customer] call."
     )
+
+
+def test_a_verification_call_counts_for_the_fields_it_recorded() -> None:
+    """A call that recorded some of an entity's fields contradicts none of the others: adding
+    an alternative (get_customer.order for order_id) never makes a verified refund
+    unverified (get_customer, asked no order, verified the customer as before)."""
+    policy = {
+        **ENTITY,
+        "bindings": {
+            "issue_refund.order_id": ["lookup_order.order_id", "get_customer.order"],
+            "issue_refund.customer": "get_customer.id",
+        },
+    }
+    run = trace(
+        ("lookup_order", {"order_id": "A"}),
+        ("get_customer", {"id": "C2"}),
+        ("issue_refund", {"order_id": "A", "customer": "C2"}),
+    )
+    assert evaluate(run, **policy).findings == ()
+    earlier = (Verified("get_customer", (("id", "C2"), ("order", None)), 0),)
+    again = trace(("lookup_order", {"order_id": "A"}), run.calls[-1])
+    assert evaluate(again, Reference(earlier=earlier), **policy).findings == ()
+
+
+TRANSFER: dict[str, Any] = {
+    "dangerous_tools": ["transfer_funds"],
+    "verification_tools": ["lookup_account"],
+    "bindings": {
+        "transfer_funds.from_account": "lookup_account.account_id",
+        "transfer_funds.to_account": "lookup_account.account_id",
+    },
+}
+
+
+def test_two_fields_bound_to_one_verification_field_are_two_entities() -> None:
+    """A transfer from A to B, each account looked up: one lookup has one account_id, so
+    the two fields cannot name one entity (taken for one, every transfer between two
+    accounts paged)."""
+    transfer = ("transfer_funds", {"from_account": "A", "to_account": "B"})
+    run = trace(("lookup_account", {"account_id": "A"}), ("lookup_account", {"account_id": "B"}))
+    assert evaluate(trace(*run.calls, transfer), **TRANSFER).findings == ()
+    earlier = tuple(Verified("lookup_account", (("account_id", a),), 0) for a in "AB")
+    assert evaluate(trace(transfer), Reference(earlier=earlier), **TRANSFER).findings == ()
+    one = trace(("lookup_account", {"account_id": "A"}), transfer)
+    assert only(evaluate(one, **TRANSFER)).field == "to_account"
+
+
+_VALUES = st.sampled_from(["A", "B", " A", 7, 7.0, "7"])
+
+
+@st.composite
+def _entity_runs(draw: st.DrawFn) -> ToolTrace:
+    calls = []
+    for index in range(draw(st.integers(1, 6))):
+        name = draw(st.sampled_from(["lookup_order", "issue_refund"]))
+        arguments = None
+        if draw(st.integers(0, 6)):
+            arguments = {
+                key: draw(_VALUES) for key in ("order_id", "customer") if draw(st.integers(0, 5))
+            }
+        calls.append(call(name, arguments, index=index, ok=draw(st.integers(0, 4)) > 0))
+    return trace(*calls)
+
+
+def _verified_by_brute_force(calls: tuple[ToolCall, ...], at: int) -> bool:
+    """The entity rule, spelled out: every bound argument given, each value recorded by an
+    earlier successful lookup, and one such lookup that recorded at least one of them and
+    contradicts none (a lookup without recorded arguments verifies any values)."""
+    earlier = [c for c in calls[:at] if c.tool_name == "lookup_order" and c.status.value == "ok"]
+    refund = calls[at].arguments
+    if refund is None:
+        return bool(earlier)
+    want = {f: entity_key(refund.get(f)) for f in ("order_id", "customer")}
+    if None in want.values():
+        return False  # a bound argument missing from the dangerous call
+    if any(c.arguments is None for c in earlier):
+        return True
+    seen = [{f: entity_key(c.arguments.get(f)) for f in want} for c in earlier if c.arguments]
+    each = all(any(s[f] == v for s in seen) for f, v in want.items())
+    agreeing = any(
+        any(s[f] is not None for f in want) and all(s[f] in (None, v) for f, v in want.items())
+        for s in seen
+    )
+    return each and agreeing
+
+
+@settings(max_examples=500, deadline=None)
+@given(_entity_runs())
+def test_the_entity_rule_matches_its_brute_force_statement(run: ToolTrace) -> None:
+    flagged = {f.span_id for f in evaluate(run, **ENTITY).findings}
+    for at, made in enumerate(run.calls):
+        if made.tool_name == "issue_refund":
+            assert (made.span_id not in flagged) == _verified_by_brute_force(run.calls, at)
 
 
 def test_dangerous_call_made_by_the_reference_is_not_drift() -> None:
