@@ -177,14 +177,11 @@ def test_a_run_names_the_agent_it_used_as_a_tool(
     assert [t["agents"] for t in server.tooltraces()] == [["concierge", "refund_desk_agent"]]
 
 
-@pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("__handoff")])
-def test_a_handoff_is_one_run_verified_across_both_agents(
+def _one_verified_run(
     start_server: Callable[..., RunningServer], tmp_path: Path, name: str
-) -> None:
-    """Every exporter of the OpenAI Agents SDK: the triage agent looks the order up, hands
-    off, and the refund agent refunds it. One run, led by the triage agent: the bound
-    verification holds across the handoff, so nothing pages; the refund agent's calls keep
-    its name (allowed_tools per agent still apply)."""
+) -> dict[str, Any]:
+    """The fixture's one ToolTrace, under a policy binding issue_refund's order to an
+    earlier lookup_order's; it raised no finding."""
     config = tmp_path / "policy.yaml"
     config.write_text(
         "policy:\n"
@@ -197,10 +194,22 @@ def test_a_handoff_is_one_run_verified_across_both_agents(
     send_fixture(server, name)
     server.settle()
     (trace,) = server.tooltraces()
+    assert findings_log(server) == []
+    return trace
+
+
+@pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("__handoff")])
+def test_a_handoff_is_one_run_verified_across_both_agents(
+    start_server: Callable[..., RunningServer], tmp_path: Path, name: str
+) -> None:
+    """Every exporter of the OpenAI Agents SDK: the triage agent looks the order up, hands
+    off, and the refund agent refunds it. One run, led by the triage agent: the bound
+    verification holds across the handoff, so nothing pages; the refund agent's calls keep
+    its name (allowed_tools per agent still apply)."""
+    trace = _one_verified_run(start_server, tmp_path, name)
     assert trace["agents"] == ["triage_agent", "refund_agent"]
     refund = [c for c in trace["calls"] if c["tool_name"] == "issue_refund"]
     assert [c["agent"] for c in refund] == ["refund_agent"]
-    assert findings_log(server) == []
 
 
 @pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("__refund_crew")])
@@ -211,18 +220,7 @@ def test_a_crew_is_one_run_verified_across_its_tasks(
     task refunds it. One run for the crew's kickoff, named by the crew: the bound
     verification holds across the tasks, so nothing pages (a run per task paged
     MISSING_VERIFICATION_STEP); each call keeps its task's agent."""
-    config = tmp_path / "policy.yaml"
-    config.write_text(
-        "policy:\n"
-        "  dangerous_tools: [issue_refund]\n"
-        "  verification_tools: [lookup_order]\n"
-        "  bindings:\n"
-        "    issue_refund.order_id: lookup_order.order_id\n"
-    )
-    server = start_server(config)
-    send_fixture(server, name)
-    server.settle()
-    (trace,) = server.tooltraces()
+    trace = _one_verified_run(start_server, tmp_path, name)
     assert (trace["agent"], trace["agents"]) == (
         "support_crew",
         ["support_crew", "triage_agent", "refund_agent"],
@@ -231,7 +229,6 @@ def test_a_crew_is_one_run_verified_across_its_tasks(
         ("lookup_order", "triage_agent"),
         ("issue_refund", "refund_agent"),
     ]
-    assert findings_log(server) == []
 
 
 @pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("_guardrail")])
