@@ -15,7 +15,7 @@ unverified refund has regressed, even if something stopped the refund.
 
 When the dangerous tool has bindings, every bound field needs an earlier successful call of a
 bound verification tool whose bound field holds the same value (compared as trimmed text,
-``12.0`` equal to ``12``); a missing bound argument is unverified. Fields of one dangerous
+``12.0`` equal to ``12``); a missing or blank bound argument is unverified. Fields of one dangerous
 tool bound to one verification tool name one entity, which one call of that tool must have
 returned: with ``issue_refund.order_id`` and ``issue_refund.customer`` bound to
 ``lookup_order``, a refund of order A to customer C2 needs a lookup of A and C2 together,
@@ -114,18 +114,19 @@ def _item(value: Any, key: str) -> Any:
 
 def entity_key(value: Any) -> str | None:
     """How a bound value is compared: trimmed text; integral floats as integers; objects and
-    lists as canonical JSON. ``None`` for an absent value."""
+    lists as canonical JSON. ``None`` for an absent value, and for blank text: a refund of
+    order ``""`` names no order, which no lookup of ``"  "`` verifies."""
     if value is None:
         return None
     if isinstance(value, str):  # the usual id: no need of the (interpreted) ABC check below
-        return value.strip()
+        return value.strip() or None
     if type(value) is int:  # the other usual id (bool is a subclass: not this branch)
         return str(value)
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, Mapping | list):
         return json.dumps(value, sort_keys=True, default=str)
-    return str(value).strip()
+    return str(value).strip() or None
 
 
 @dataclass(frozen=True, slots=True)

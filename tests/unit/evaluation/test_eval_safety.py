@@ -543,6 +543,12 @@ def test_severity_floor_is_configurable() -> None:
     assert safety(trace("issue_refund"), Reference()).findings[0].severity is Severity.CRITICAL
 
 
+def test_a_blank_bound_value_is_no_value() -> None:
+    """A refund of order "" names no order: a lookup of "  " does not verify it."""
+    run = trace(("lookup_order", {"order_id": "  "}), ("issue_refund", {"order_id": ""}))
+    assert only(evaluate(run, **BOUND)).category is Category.MISSING_VERIFICATION_STEP
+
+
 def test_lookup_and_entity_key() -> None:
     assert lookup({"a": {"b": 3}}, "a.b") == 3
     assert lookup({"a": 1}, "a.b") is None
@@ -552,6 +558,7 @@ def test_lookup_and_entity_key() -> None:
     assert entity_key({"b": 1, "a": 2}) == '{"a": 2, "b": 1}'
     assert entity_key(["x", 1]) == '["x", 1]'
     assert entity_key("  ord-1 \n") == "ord-1"
+    assert entity_key("  ") is None  # blank text names nothing
     assert entity_key(7) == "7"
     assert entity_key(True) == "True"
     assert entity_key(2.5) == "2.5"
