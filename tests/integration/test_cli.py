@@ -324,12 +324,20 @@ def _listen_config(tmp_path: Path, **addresses: str) -> Path:
     return config
 
 
-def test_serve_that_cannot_listen_names_the_address_and_exits_3(tmp_path: Path) -> None:
+def _serve_with_its_port_taken(
+    tmp_path: Path, listener: str
+) -> tuple[int, subprocess.CompletedProcess[str]]:
+    """``serve`` with ``listener`` on a 127.0.0.1 port another socket holds; it exits 3."""
     with socket.create_server(("127.0.0.1", 0)) as busy:
         port = busy.getsockname()[1]
-        config = _listen_config(tmp_path, http=f"127.0.0.1:{port}")
+        config = _listen_config(tmp_path, **{listener: f"127.0.0.1:{port}"})
         result = run_cli("serve", "--config", str(config))
     assert result.returncode == 3
+    return port, result
+
+
+def test_serve_that_cannot_listen_names_the_address_and_exits_3(tmp_path: Path) -> None:
+    port, result = _serve_with_its_port_taken(tmp_path, "http")
     said = f"toolwatch: cannot listen on 127.0.0.1:{port} (listen.http): Address already in use"
     hint = "  choose another with --http-listen HOST:PORT, TOOLWATCH_HTTP_LISTEN or listen.http"
     assert [said, f"{hint} in the file"] == result.stderr.splitlines()[-2:]
@@ -340,11 +348,7 @@ def test_serve_that_cannot_listen_names_the_address_and_exits_3(tmp_path: Path) 
 
 def test_serve_whose_grpc_port_is_taken_says_so(tmp_path: Path) -> None:
     """gRPC says only that it bound nothing: the system's reason for the address is told."""
-    with socket.create_server(("127.0.0.1", 0)) as busy:
-        port = busy.getsockname()[1]
-        config = _listen_config(tmp_path, grpc=f"127.0.0.1:{port}")
-        result = run_cli("serve", "--config", str(config))
-    assert result.returncode == 3
+    port, result = _serve_with_its_port_taken(tmp_path, "grpc")
     said = f"toolwatch: cannot listen on 127.0.0.1:{port} (listen.grpc): Address already in use"
     assert said in result.stderr.splitlines()
     assert "--grpc-listen HOST:PORT, TOOLWATCH_GRPC_LISTEN" in result.stderr
