@@ -620,18 +620,21 @@ class Config(_Section):
 
 
 def check_outputs(
-    config: Config, path: Path | None, overrides: dict[str, Any] | None = None
+    config: Config,
+    path: Path | None,
+    overrides: dict[str, Any] | None = None,
+    origins: dict[str, str] | None = None,
 ) -> None:
     """Refuse an output file ``serve`` could not open (``serve`` and ``check-config`` call
     this; ``replay`` writes none, so a production configuration replays anywhere).
-    ``config`` was loaded from ``path`` and ``overrides`` (``load_config``). Raises
-    ``ConfigError`` naming where the value came from, the setting, the path and the
+    ``config`` was loaded from ``path``, ``overrides`` and ``origins`` (``load_config``).
+    Raises ``ConfigError`` naming where the value came from, the setting, the path and the
     reason."""
     for name in ("findings", "dump_tooltraces"):
         problem = _unwritable(getattr(config.output, name))
         if problem is not None:
             where = f"output.{name}"
-            origin = _origin(where, _source(path), overrides or {})
+            origin = _origin(where, _source(path), overrides or {}, origins or {})
             raise ConfigError(f"{origin}: {where}: {problem}")
 
 
@@ -666,9 +669,15 @@ def _source(path: Path | None) -> str:
     return str(path) if path else "defaults"
 
 
-def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> Config:
+def load_config(
+    path: Path | None,
+    overrides: dict[str, Any] | None = None,
+    origins: dict[str, str] | None = None,
+) -> Config:
     """Read ``path`` (YAML), apply ``overrides`` (dotted keys, e.g. ``listen.grpc``), and
-    validate. Raises ``ConfigError`` naming the file, the field path and the reason."""
+    validate. Raises ``ConfigError`` naming the file, the field path and the reason.
+    ``origins`` says where an override was given (its flag or variable, by key), for the
+    errors to blame it; one not named there is blamed on the command line/environment."""
     source = _source(path)
     data = _read_yaml(path) if path else {}
     if path is not None:
@@ -680,7 +689,7 @@ def load_config(path: Path | None, overrides: dict[str, Any] | None = None) -> C
     try:
         return Config.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_format_errors(source, exc, overrides or {})) from None
+        raise ConfigError(_format_errors(source, exc, overrides or {}, origins or {})) from None
 
 
 #: The file-path settings, as key paths.
@@ -747,7 +756,9 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
     node[leaf] = value
 
 
-def _format_errors(source: str, exc: ValidationError, overrides: dict[str, Any]) -> str:
+def _format_errors(
+    source: str, exc: ValidationError, overrides: dict[str, Any], origins: dict[str, str]
+) -> str:
     """One line per error: where the value came from, the field path, the reason."""
     lines = [f"{source}: {exc.error_count()} configuration error(s)"]
     for error in exc.errors(include_url=False):
@@ -755,7 +766,7 @@ def _format_errors(source: str, exc: ValidationError, overrides: dict[str, Any])
         # pydantic locates a refused key as (..., mapping, key, "[key]").
         key = loc[-2:-1] if loc[-1:] == ("[key]",) else ()
         where = ".".join(str(part) for part in loc[: -2 if key else None]) or "(top level)"
-        origin = _origin(where, source, overrides, missing=error["type"] == "missing")
+        origin = _origin(where, source, overrides, origins, missing=error["type"] == "missing")
         value = error.get("input")
         shown = repr(value)
         shown = shown if len(shown) <= 80 else shown[:77] + "..."
@@ -798,14 +809,26 @@ def _reason(error: ErrorDetails) -> str:
     return message
 
 
-def _origin(where: str, source: str, overrides: dict[str, Any], missing: bool = False) -> str:
-    """Where the failing value came from: an override (command line or environment) set it
-    or a field around it; or a section-level check failed on a section an override set
-    fields of, beside the file's; or a field is ``missing`` from a section an override
-    set a field of (``TOOLWATCH_TLS_CERT`` without a key)."""
-    if any(where == key or where.startswith(key + ".") for key in overrides):
-        return "command line/environment"
+#: Where an override came from when ``origins`` does not say.
+_OVERRIDDEN = "command line/environment"
+
+
+def _origin(
+    where: str,
+    source: str,
+    overrides: dict[str, Any],
+    origins: dict[str, str],
+    missing: bool = False,
+) -> str:
+    """Where the failing value came from: an override (its flag or variable, as ``origins``
+    names it) set it or a field around it; or a section-level check failed on a section
+    overrides set fields of, beside the file's; or a field is ``missing`` from a section an
+    override set a field of (``TOOLWATCH_TLS_CERT`` without a key)."""
+    for key in overrides:
+        if where == key or where.startswith(key + "."):
+            return origins.get(key, _OVERRIDDEN)
     section = where.rpartition(".")[0] if missing else where
-    if any(key.startswith(section + ".") for key in overrides):
-        return f"{source} and command line/environment"
+    inside = [origins.get(key, _OVERRIDDEN) for key in overrides if key.startswith(section + ".")]
+    if inside:
+        return " and ".join((source, *dict.fromkeys(inside)))
     return source

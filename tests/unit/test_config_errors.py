@@ -44,6 +44,36 @@ def test_a_section_check_on_overridden_fields_names_both(tmp_path: Path) -> None
     assert lines[1].startswith("  defaults and command line/environment: security.tls: ")
 
 
+def test_an_override_is_blamed_on_the_flag_or_variable_that_gave_it(tmp_path: Path) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text("assembly:\n  max_traces: 10\n")
+    origins = {"listen.http": "--http-listen", "listen.grpc": "TOOLWATCH_GRPC_LISTEN"}
+    with pytest.raises(ConfigError) as refused:
+        load_config(config, {"listen.http": "127.0.0.1:0", "listen.grpc": "nope"}, origins)
+    assert str(refused.value).splitlines()[1] == (
+        "  TOOLWATCH_GRPC_LISTEN: listen.grpc: 'nope' is not HOST:PORT (got 'nope')"
+    )
+    # A section's own check names the file and every override into the section, once each.
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("hello\n")
+    overrides = {"security.tls.cert_file": str(not_pem), "security.tls.key_file": str(not_pem)}
+    origins = {"security.tls.cert_file": "--tls-cert", "security.tls.key_file": "--tls-key"}
+    with pytest.raises(ConfigError) as refused:
+        load_config(config, overrides, origins)
+    said = str(refused.value).splitlines()[1]
+    assert said.startswith(f"  {config} and --tls-cert and --tls-key: security.tls: {not_pem}")
+    # A field missing from a section an override set a field of: blamed on both.
+    with pytest.raises(ConfigError) as refused:
+        load_config(
+            None,
+            {"security.tls.cert_file": str(not_pem)},
+            {"security.tls.cert_file": "TOOLWATCH_TLS_CERT"},
+        )
+    assert str(refused.value).splitlines()[1] == (
+        "  defaults and TOOLWATCH_TLS_CERT: security.tls.key_file: Field required"
+    )
+
+
 @pytest.mark.parametrize(
     ("setting", "value"),
     [
