@@ -1,6 +1,7 @@
 """The ``toolwatch`` command line: ``serve``, ``check-config``, ``replay``, ``tail``.
 
-Every ``serve`` flag can also be set with a ``TOOLWATCH_*`` environment variable (flags win).
+Every ``serve`` flag can also be set with a ``TOOLWATCH_*`` environment variable (flags win);
+``check-config`` takes the same flags and variables, and checks what ``serve`` would run.
 Exit codes: 0 success, 1 a gate failed (replay), 2 bad usage or configuration, 3 runtime error.
 """
 
@@ -44,6 +45,7 @@ import argparse
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,7 @@ EXIT_BROKEN_PIPE = 128 + signal.SIGPIPE
 #: ``tail`` ended by SIGTERM (a service manager stopping it), after keeping its cursor.
 EXIT_TERMINATED = 128 + signal.SIGTERM
 
+#: The flags that set a configuration key over the file's (``serve`` and ``check-config``).
 _SERVE_FLAGS: tuple[tuple[str, str, str, str], ...] = (
     # flag, environment variable, config key, help
     (
@@ -127,6 +130,7 @@ examples:
   toolwatch serve --config examples/toolwatch.yaml --dump-tooltraces tooltraces.jsonl
   toolwatch serve --grpc-listen 127.0.0.1:0 --http-listen 127.0.0.1:0   free ports
   toolwatch check-config examples/toolwatch.yaml
+  toolwatch check-config --config examples/toolwatch.yaml --grpc-listen 0.0.0.0:4317   as serve
   toolwatch replay --config examples/toolwatch.yaml traces.otlp.jsonl --min-score tool_selection=0.9
   toolwatch tail --category DANGEROUS_ACTION_DRIFT --min-severity high
 """
@@ -168,7 +172,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"toolwatch: configuration error\n{exc}", file=sys.stderr)
         return EXIT_USAGE
     except ReferenceFileError as exc:  # the golden-case file the configuration names
-        origin = getattr(args, "config", None) or getattr(args, "file", None)
+        origin = _config_file(args)
         named = f" (named in {origin})" if origin else ""
         print(f"toolwatch: configuration error in golden.cases_file{named}\n{exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -189,6 +193,13 @@ _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")  # and logging's
 
 
 _CONFIG_HELP = "the configuration file (YAML; README: Configuration); env TOOLWATCH_CONFIG"
+_CHECK_CONFIG_DESCRIPTION = """\
+Validate the configuration serve would run with, as serve does before it binds its
+listeners (which check-config never does): FILE (else --config, else TOOLWATCH_CONFIG,
+else the built-in defaults), with the keys serve's flags and TOOLWATCH_* variables set
+over it (a flag wins over its variable). Give it serve's command line and environment.
+The "ok" line names the keys a flag or variable set; an error names where its value came
+from (the file, a flag or a variable), the field and the reason. Exit 0 ok, 2 refused."""
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -214,18 +225,35 @@ def _add_serve(commands: Any) -> None:
         epilog=_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    serve.add_argument(
-        "--config", type=Path, default=_env_path("TOOLWATCH_CONFIG"), help=_CONFIG_HELP
-    )
-    for flag, env, _key, help_text in _SERVE_FLAGS:
-        serve.add_argument(flag, default=_env(env), help=f"{help_text}; env {env}")
+    _add_config_option(serve)
+    _add_override_flags(serve)
     serve.set_defaults(run=_serve)
 
 
 def _add_check_config(commands: Any) -> None:
-    check = commands.add_parser("check-config", help="validate a configuration file and exit")
-    check.add_argument("file", type=Path)
+    check = commands.add_parser(
+        "check-config",
+        help="validate the configuration serve would run with (file, flags, env) and exit",
+        description=_CHECK_CONFIG_DESCRIPTION,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    file = check.add_mutually_exclusive_group()
+    file.add_argument("file", type=Path, nargs="?", metavar="FILE", help="the file to check")
+    _add_config_option(file)
+    _add_override_flags(check)
     check.set_defaults(run=_check_config)
+
+
+def _add_config_option(parser: Any) -> None:
+    """``--config`` (``serve``, ``check-config``, ``replay``); ``_config_file`` reads it."""
+    parser.add_argument("--config", type=Path, help=_CONFIG_HELP)
+
+
+def _add_override_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``_SERVE_FLAGS`` (``serve``, ``check-config``). Their variables are read
+    by ``_sources``, so that a value is known to come from one or the other."""
+    for flag, env, _key, help_text in _SERVE_FLAGS:
+        parser.add_argument(flag, help=f"{help_text}; env {env}")
 
 
 def _add_replay(commands: Any) -> None:
@@ -234,9 +262,7 @@ def _add_replay(commands: Any) -> None:
         help="evaluate recorded traces offline and gate on the results",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    replay.add_argument(
-        "--config", type=Path, default=_env_path("TOOLWATCH_CONFIG"), help=_CONFIG_HELP
-    )
+    _add_config_option(replay)
     add_arguments(replay)
     replay.set_defaults(run=_replay)
 
@@ -288,29 +314,60 @@ def _env_path(name: str) -> Path | None:
     return Path(value) if value else None
 
 
-def _serve_overrides(args: argparse.Namespace) -> dict[str, Any]:
-    """What ``serve``'s flags and environment variables set (dotted keys)."""
-    return {
-        key: getattr(args, flag[2:].replace("-", "_"))
-        for flag, _env, key, _help in _SERVE_FLAGS
-        if getattr(args, flag[2:].replace("-", "_")) is not None
-    }
+def _config_file(args: argparse.Namespace) -> Path | None:
+    """The configuration file a command reads: ``check-config``'s FILE, else ``--config``,
+    else ``TOOLWATCH_CONFIG``; none (the built-in defaults) without them."""
+    named: Path | None = getattr(args, "file", None) or getattr(args, "config", None)
+    return named or _env_path("TOOLWATCH_CONFIG")
+
+
+@dataclass(frozen=True, slots=True)
+class _Sources:
+    """What ``serve`` builds its configuration from: the file (``None``: the defaults), and
+    the keys the flags and variables of ``_SERVE_FLAGS`` set over it (``overrides``), each
+    with the flag or variable that gave it (``origins``: a flag wins over its variable)."""
+
+    path: Path | None
+    overrides: dict[str, Any]
+    origins: dict[str, str]
+
+    @property
+    def name(self) -> str:
+        """The file as messages name it, or ``defaults``."""
+        return str(self.path) if self.path is not None else "defaults"
+
+    def load(self) -> Config:
+        """The configuration, validated; also what ``serve`` reloads on SIGHUP."""
+        return load_config(self.path, self.overrides, self.origins)
+
+    def load_checked(self) -> Config:
+        """``load``, and the output files refused that ``serve`` could not open."""
+        config = self.load()
+        check_outputs(config, self.path, self.overrides, self.origins)
+        return config
+
+
+def _sources(args: argparse.Namespace) -> _Sources:
+    """Where the command line and environment say ``serve``'s configuration comes from."""
+    overrides: dict[str, Any] = {}
+    origins: dict[str, str] = {}
+    for flag, variable, key, _help in _SERVE_FLAGS:
+        given: str | None = getattr(args, flag[2:].replace("-", "_"))
+        value, origin = (given, flag) if given is not None else (_env(variable), variable)
+        if value is not None:
+            overrides[key], origins[key] = value, origin
+    return _Sources(_config_file(args), overrides, origins)
 
 
 def _serve(args: argparse.Namespace) -> int:
     _remember_signals()  # main() called with its own argv
     try:
-        overrides = _serve_overrides(args)
-        config = load_config(args.config, overrides)
-        check_outputs(config, args.config, overrides)  # before anything starts
-
-        def reload() -> Config:
-            return load_config(args.config, overrides)
-
+        sources = _sources(args)
+        config = sources.load_checked()  # before anything starts
         return asyncio.run(
             serve(
                 config,
-                reload,
+                sources.load,
                 hung_up=lambda: bool(_HANGUPS),
                 terminated=lambda: bool(_TERMINATIONS),
             )
@@ -322,18 +379,20 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _check_config(args: argparse.Namespace) -> int:
-    config = load_config(args.file)
-    check_outputs(config, args.file)
+    """``toolwatch check-config``: what ``serve`` checks before it binds its listeners."""
+    sources = _sources(args)
+    config = sources.load_checked()
     golden, _shadow = build_references(config)
     for warning in config.warnings():
-        print(f"{args.file}: warning: {warning}", file=sys.stderr)
+        print(f"{sources.name}: warning: {warning}", file=sys.stderr)
     cases = f", {len(golden)} golden case(s)" if golden is not None else ""
-    print(f"{args.file}: ok{cases}")
+    given = ", ".join(f"{key} from {origin}" for key, origin in sources.origins.items())
+    print(f"{sources.name}: ok{cases}" + (f"; overrides: {given}" if given else ""))
     return EXIT_OK
 
 
 def _replay(args: argparse.Namespace) -> int:
-    return run_replay(args, load_config(args.config))
+    return run_replay(args, load_config(_config_file(args)))
 
 
 def _tail(args: argparse.Namespace) -> int:

@@ -382,11 +382,11 @@ def test_serve_that_cannot_open_an_output_names_it(tmp_path: Path) -> None:
         assert result.returncode == 2, command
         said = f"{config}: output.dump_tooltraces: directory {missing.parent} does not exist"
         assert said in result.stderr.splitlines(), command
-    # Given on the command line, the path is blamed on it, not on the file.
+    # Given on the command line, the path is blamed on its flag, not on the file.
     config.write_text(listen)
     result = run_cli("serve", "--config", str(config), "--dump-tooltraces", str(missing))
     assert result.returncode == 2
-    said = f"command line/environment: output.dump_tooltraces: directory {missing.parent}"
+    said = f"--dump-tooltraces: output.dump_tooltraces: directory {missing.parent}"
     assert f"{said} does not exist" in result.stderr.splitlines()
     # A name too long for the file system: the same, with the system's reason.
     too_long = tmp_path / ("t" * 300)
@@ -461,6 +461,33 @@ def test_check_config_rejects_a_bad_file(
     (line,) = [line for line in result.stderr.splitlines() if field in line]
     assert line.strip().startswith(f"{bad}: {field}: ")
     assert reason in line
+
+
+@pytest.mark.parametrize(
+    ("args", "variables"),
+    [
+        ((), {"TOOLWATCH_GRPC_LISTEN": "nonsense"}),
+        (("--http-listen", "127.0.0.1:70000"), {}),
+        (("--tls-cert", "{missing}"), {"TOOLWATCH_TLS_KEY": "{missing}"}),
+        ((), {"TOOLWATCH_FINDINGS": "{missing}/findings.jsonl"}),
+    ],
+)
+def test_check_config_refuses_what_serve_refuses_in_its_words(
+    tmp_path: Path, args: tuple[str, ...], variables: dict[str, str]
+) -> None:
+    """The command line and environment of a Deployment, ``serve`` replaced by
+    ``check-config``: the same refusal, before serve would bind anything."""
+    missing = str(tmp_path / "missing")
+    args = tuple(arg.format(missing=missing) for arg in args)
+    env = clean_env(
+        TOOLWATCH_CONFIG=str(_listen_config(tmp_path)),
+        **{name: value.format(missing=missing) for name, value in variables.items()},
+    )
+    served = run_cli("serve", *args, env=env)
+    checked = run_cli("check-config", *args, env=env)
+    assert (served.returncode, checked.returncode, checked.stdout) == (2, 2, "")
+    assert checked.stderr == served.stderr
+    assert checked.stderr.startswith("toolwatch: configuration error\n")
 
 
 def test_serving_freezes_the_start_up_heap_and_collects_cycles_less_often() -> None:
