@@ -274,7 +274,12 @@ class App:
 
     def _buffer_state(self) -> BufferState:
         buffer = self.engine.buffer
-        return BufferState(buffer.buffered_traces, buffer.buffered_spans, buffer.buffered_bytes)
+        return BufferState(
+            buffer.buffered_traces,
+            buffer.buffered_spans,
+            buffer.buffered_bytes,
+            buffer.overdue_ns() / 1e9,
+        )
 
     def _open_outputs(
         self, wall_clock: Callable[[], int], extra: tuple[FindingSink, ...]

@@ -318,6 +318,16 @@ class TraceBuffer:
             return None
         return self._deadlines[0][0]
 
+    def overdue_ns(self) -> int:
+        """How long ago, by the clock now, the earliest completion check still to make fell
+        due (:meth:`next_due_ns`); 0 when none has. Each trace's check falls due no later
+        than its quiet period's end or its ``max_trace_age_ns``, and every :meth:`poll` makes
+        the checks due, so between polls this stays under the ticker's period: it grows only
+        while nothing polls (assembly stuck). Long runs do not raise it: a trace whose anchor
+        has not arrived is next due at ``max_trace_age_ns``."""
+        due = self.next_due_ns()
+        return 0 if due is None else max(0, self._clock() - due)
+
     def has_room(self, spans: Sequence[SpanRecord], size_bytes: int) -> bool:
         """Whether a request of ``spans`` (``size_bytes`` in all) fits now: its spans, its
         bytes, and the traces it would start (its trace ids not buffered yet).

@@ -31,11 +31,14 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class BufferState:
-    """What the trace buffer holds right now (``TraceBuffer.buffered_*``)."""
+    """What the trace buffer holds right now (``TraceBuffer.buffered_*``), and how long its
+    earliest completion check has been due without being made (``TraceBuffer.overdue_ns``,
+    in seconds)."""
 
     traces: int
     spans: int
     bytes: int
+    overdue_seconds: float = 0.0
 
 
 class StateCollector(Collector):
@@ -74,7 +77,7 @@ class StateCollector(Collector):
         except Exception:
             _log.exception("reading the trace buffer's state for a scrape failed")
         else:
-            values = (state.traces, state.spans, state.bytes)
+            values = (state.traces, state.spans, state.bytes, state.overdue_seconds)
             for family, value in zip(self._families(), values, strict=True):
                 family.add_metric([], value)
                 yield family
@@ -93,6 +96,11 @@ class StateCollector(Collector):
             GaugeMetricFamily("toolwatch_buffered_spans", "Spans waiting in the buffer."),
             GaugeMetricFamily(
                 "toolwatch_buffered_bytes", "Approximate payload bytes waiting in the buffer."
+            ),
+            GaugeMetricFamily(
+                "toolwatch_assembly_overdue_seconds",
+                "How long the buffer's earliest completion check has been due without being"
+                " made: near 0 while assembly keeps up, growing while nothing completes traces.",
             ),
         ]
 

@@ -298,6 +298,26 @@ def test_next_due_is_the_earliest_deadline_and_none_when_nothing_is_buffered() -
     assert buffer.next_due_ns() is None
 
 
+def test_overdue_is_how_long_the_earliest_check_waited_past_its_time() -> None:
+    buffer, clock, _ = make()
+    assert buffer.overdue_ns() == 0  # nothing buffered
+    buffer.add(run_spans())
+    buffer.add(run_spans(OTHER_TRACE)[1:])  # no root: a run still going
+    clock.advance(2)
+    assert buffer.overdue_ns() == 0  # due now
+    clock.advance(3)
+    assert buffer.overdue_ns() == 3 * SECOND  # no poll came
+    assert [t.trace_id for t in buffer.poll()] == [TRACE]
+    assert buffer.overdue_ns() == 0
+    # The rootless run waits for its maximum age (60 s), not overdue while it does.
+    clock.advance(50)
+    assert buffer.overdue_ns() == 0
+    clock.advance(10)  # 65 s after it arrived
+    assert buffer.overdue_ns() == 5 * SECOND
+    assert summary(buffer.poll()) == [(OTHER_TRACE, 2, False, "timed_out")]
+    assert buffer.overdue_ns() == 0
+
+
 def test_evict_oldest_takes_the_oldest_live_trace_after_others_left() -> None:
     limits = dataclasses.replace(
         LIMITS, max_traces=3, overflow="evict_oldest", late_span_window_ns=0

@@ -51,6 +51,7 @@ EXPECTED_NAMES = {
     "toolwatch_buffered_traces",
     "toolwatch_buffered_spans",
     "toolwatch_buffered_bytes",
+    "toolwatch_assembly_overdue_seconds",
     "toolwatch_export_request_duration_seconds",
     "toolwatch_evaluation_duration_seconds",
     "toolwatch_detection_latency_seconds",
@@ -438,11 +439,13 @@ def test_buffer_state_is_read_at_scrape_time(registry: CollectorRegistry) -> Non
         requests_in_flight=lambda: in_flight[0],
     )
     assert registry.get_sample_value("toolwatch_buffered_spans") == 2.0
-    state[0] = BufferState(traces=4, spans=50, bytes=600)
+    assert registry.get_sample_value("toolwatch_assembly_overdue_seconds") == 0.0
+    state[0] = BufferState(traces=4, spans=50, bytes=600, overdue_seconds=90.5)
     in_flight[0] = 3
     get = registry.get_sample_value
     assert (get("toolwatch_buffered_traces"), get("toolwatch_buffered_spans")) == (4.0, 50.0)
     assert get("toolwatch_buffered_bytes") == 600.0
+    assert get("toolwatch_assembly_overdue_seconds") == 90.5
     assert get("toolwatch_stream_subscribers") == 5.0
     assert get("toolwatch_requests_in_flight") == 3.0
 
