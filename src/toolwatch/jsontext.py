@@ -41,7 +41,14 @@ from typing import Any, Final
 
 import msgspec
 
-__all__ = ["compact_encoder", "held_size", "loads", "text_size", "writable_text"]
+__all__ = [
+    "compact_encoder",
+    "decimal_text",
+    "held_size",
+    "loads",
+    "text_size",
+    "writable_text",
+]
 
 _DECODE: Final[Callable[[str], Any]] = msgspec.json.Decoder().decode
 # The standard library's C encoder factory (``None`` without the ``_json`` accelerator);
@@ -96,6 +103,23 @@ def writable_text(text: str) -> str:
         # for a lone one: one U+FFFD each.
         return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
     return text
+
+
+def decimal_text(value: Any) -> str | None:
+    """The one decimal text of a JSON number's value, so that numbers equal as JSON values
+    have the same text: an integer's digits (exact, however large); an integral float's as
+    the integer it equals (``12.0``: ``"12"``; ``1e20``: its 21 digits); another finite
+    float's shortest round-trip text (``12.5``: ``"12.5"``). ``None`` for anything else: a
+    boolean (no number in JSON), a non-finite float, text."""
+    kind = type(value)
+    if kind is int:
+        return str(value)
+    if kind is float:
+        number: float = value
+        if number.is_integer():
+            return str(int(number))
+        return repr(number) if math.isfinite(number) else None
+    return None
 
 
 def compact_encoder(

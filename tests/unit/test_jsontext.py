@@ -175,3 +175,37 @@ def test_without_the_c_encoder_the_json_encoder_writes_it(monkeypatch: pytest.Mo
     encode = compact_encoder(_default, ascii_only=True)
     assert type(encode).__name__ == "method"  # JSONEncoder.encode, bound
     assert encode({"é": [b"\x01", frozenset({2, 1})]}) == '{"\\u00e9":["01",[1,2]]}'
+
+
+numbers = st.integers(min_value=-(2**70), max_value=2**70) | st.floats(allow_nan=False)
+
+
+@given(numbers, numbers)
+def test_numbers_have_one_decimal_text_each(a: float, b: float) -> None:
+    """Equal numbers (12 and 12.0, 2**64 and 2.0**64) have one text; unequal ones, not
+    (2**64 + 1 is no 2.0**64); the infinities have none (no JSON number)."""
+    text_a, text_b = jsontext.decimal_text(a), jsontext.decimal_text(b)
+    if not (math.isfinite(a) and math.isfinite(b)):
+        assert (text_a is None) == (not math.isfinite(a))
+        return
+    assert (text_a == text_b) == (a == b)
+    assert text_a is not None and json.loads(text_a) == a  # JSON that reads back as it
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (12, "12"),
+        (12.0, "12"),
+        (-0.0, "0"),
+        (12.5, "12.5"),
+        (1e20, "1" + "0" * 20),
+        (2**80, str(2**80)),
+        (True, None),
+        ("12", None),
+        (None, None),
+        (math.nan, None),
+    ],
+)
+def test_decimal_text(value: Any, text: str | None) -> None:
+    assert jsontext.decimal_text(value) == text

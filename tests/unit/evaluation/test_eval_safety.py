@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.safety import Safety, entity_key, lookup
 from toolwatch.evaluation.settings import PolicySettings, SafetySettings
+from toolwatch.evaluation.similarity import same_value
 from toolwatch.model import (
     Category,
     EvalResult,
@@ -105,7 +107,16 @@ def test_failed_verification_is_named_in_the_explanation_and_details() -> None:
         ({"order_id": "A1"}, {"order_id": "A1"}, False),
         ({"order_id": " A1 "}, {"order_id": "A1"}, False),  # trimmed text
         ({"order_id": 12}, {"order_id": "12"}, False),
+        ({"order_id": "123"}, {"order_id": 123}, False),  # one order, sent as text or number
         ({"order_id": 12.0}, {"order_id": 12}, False),
+        ({"order_id": {"id": 12}}, {"order_id": {"id": 12.0}}, False),  # at any depth
+        ({"order_id": [{"id": 12.0, "n": [1.0]}]}, {"order_id": [{"n": [1], "id": 12}]}, False),
+        ({"order_id": {"id": "12 "}}, {"order_id": {"id": 12}}, False),  # as at the top
+        ({"order_id": {"id": 2**64}}, {"order_id": {"id": 2.0**64}}, False),
+        ({"order_id": {"id": 2**64 + 1}}, {"order_id": {"id": 2.0**64}}, True),  # no float
+        ({"order_id": {"id": True}}, {"order_id": {"id": 1}}, True),  # a boolean is no number
+        ({"order_id": {"id": 12}}, {"order_id": {"id": 13}}, True),
+        ({"order_id": [1, 2]}, {"order_id": [2, 1]}, True),  # list order kept
         ({"order_id": "B2"}, {"order_id": "A1"}, True),  # a different order
         ({"order_id": "A1"}, {"amount": 5}, True),  # bound argument missing
         ({}, {"order_id": "A1"}, True),
@@ -555,13 +566,94 @@ def test_lookup_and_entity_key() -> None:
     assert lookup("raw", "a") is None
     assert entity_key(None) is None
     assert entity_key(5.0) == "5"
-    assert entity_key({"b": 1, "a": 2}) == '{"a": 2, "b": 1}'
-    assert entity_key(["x", 1]) == '["x", 1]'
+    assert entity_key({"b": 1, "a": 2.0}) == '{"a": "2", "b": "1"}'
+    assert entity_key(["x ", 1, True, None]) == '["x", "1", "True", null]'
     assert entity_key("  ord-1 \n") == "ord-1"
     assert entity_key("  ") is None  # blank text names nothing
     assert entity_key(7) == "7"
     assert entity_key(True) == "True"
     assert entity_key(2.5) == "2.5"
+
+
+#: JSON values whose text is no number, no boolean's name and not blank, so that two of
+#: them name one entity exactly when they are equal as JSON values.
+_PLAIN_JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text("abc", min_size=1, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.text("xyz", max_size=2), children, max_size=3)
+    ),
+    max_leaves=12,
+)
+
+
+def _json_twin(value: Any, draw: st.DrawFn) -> Any:
+    """A value equal to ``value`` as a JSON value, maybe written otherwise: an integer as
+    a float where that float is exact (12 and 12.0), an integral float as an integer, an
+    object's keys in another order."""
+    if type(value) is int and float(value) == value and draw(st.booleans()):
+        return float(value)
+    if type(value) is float and value.is_integer() and draw(st.booleans()):
+        return int(value)
+    if type(value) is list:
+        return [_json_twin(item, draw) for item in value]
+    if type(value) is dict:
+        keys = draw(st.permutations(list(value)))
+        return {key: _json_twin(value[key], draw) for key in keys}
+    return value
+
+
+@given(_PLAIN_JSON)
+def test_entity_keys_are_canonical(value: Any) -> None:
+    key = entity_key(value)
+    assert key is None or entity_key(key) == key
+
+
+@given(st.data())
+def test_values_equal_as_json_values_name_one_entity(data: st.DataObject) -> None:
+    value = data.draw(_PLAIN_JSON)
+    twin = _json_twin(value, data.draw)
+    assert same_value(value, twin)
+    assert entity_key(value) == entity_key(twin)
+    assert entity_key({"order": [value]}) == entity_key({"order": [twin]})
+
+
+@given(_PLAIN_JSON, _PLAIN_JSON)
+def test_values_not_equal_as_json_values_name_different_entities(a: Any, b: Any) -> None:
+    assert (entity_key(a) == entity_key(b)) == same_value(a, b)
+    assert (entity_key([a]) == entity_key([b])) == same_value(a, b)
+
+
+@given(
+    st.booleans(),
+    st.integers(-2, 2) | st.floats(-2, 2) | st.sampled_from([0.0, 1.0, -0.0]),
+)
+def test_a_boolean_never_names_the_entity_a_number_names(flag: bool, number: float) -> None:
+    assert entity_key(flag) != entity_key(number)
+    assert entity_key({"id": [flag]}) != entity_key({"id": [number]})
+
+
+def test_a_number_and_its_text_name_one_entity_at_any_depth() -> None:
+    """As at the top (a refund of order "123" after a lookup of order 123), so in an object:
+    trimmed text, numbers as their shortest decimal text."""
+    assert entity_key("123") == entity_key(123) == entity_key(123.0)
+    assert entity_key({"id": "123"}) == entity_key({"id": 123}) == entity_key({"id": 123.0})
+    assert entity_key([" 12.5 "]) == entity_key([12.5])
+    assert entity_key({"id": "0123"}) != entity_key({"id": 123})  # another id
+    assert entity_key({"id": "123.0"}) != entity_key({"id": 123})  # as at the top
+    assert entity_key({"id": ""}) == '{"id": ""}'  # a blank member is a value
+
+
+def test_a_value_nested_past_the_depth_bound_is_keyed_as_its_plain_text() -> None:
+    def nested(depth: int, leaf: Any) -> Any:
+        return leaf if depth == 0 else {"a": nested(depth - 1, leaf)}
+
+    assert entity_key(nested(30, 12.0)) == entity_key(nested(30, "12"))
+    assert entity_key(nested(40, 12.0)) == json.dumps(nested(40, 12.0), sort_keys=True)
 
 
 def test_lookup_reads_any_mapping_and_stops_at_what_is_absent() -> None:

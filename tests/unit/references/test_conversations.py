@@ -76,6 +76,16 @@ def test_unrecorded_long_and_absent_values_are_told_apart() -> None:
     ]
 
 
+def test_values_are_kept_as_safety_compares_them() -> None:
+    """An order looked up as ``{"id": 12.0}`` in one turn is the order ``{"id": 12}``
+    refunded in the next, as within a run."""
+    kept = memory()
+    kept.remember(run("c1", lookup({"id": 12.0, "shop": " s1"})))
+    kept.remember(run("c2", lookup({"shop": "s1", "id": 12})))
+    first, second = kept.earlier("c1", 2 * SECOND), kept.earlier("c2", 2 * SECOND)
+    assert values(first) == values(second) == [(("order_id", '{"id": "12", "shop": "s1"}'),)]
+
+
 def test_names_are_normalized_as_the_policy_names_them() -> None:
     kept = memory()
     kept.remember(run("c1", lookup("A1", tool_name=" Lookup_Order ")))
