@@ -145,12 +145,17 @@ class _TooDeepError(Exception):
     """A bound value nested past ``_MAX_DEPTH``."""
 
 
+#: ``json.dumps(value, sort_keys=True, default=str)``, without building an encoder per call.
+_SORTED_JSON: Final = json.JSONEncoder(sort_keys=True, default=str)
+
+
 def _container_key(value: Any) -> str:
     """``entity_key`` of an object or array."""
     try:
-        return json.dumps(_keyed(value, 0), sort_keys=True)
+        keyed = _keyed(value, 0)
     except _TooDeepError:
-        return json.dumps(value, sort_keys=True, default=str)
+        return _SORTED_JSON.encode(value)
+    return _SORTED_JSON.encode(keyed)
 
 
 def _keyed(value: Any, depth: int) -> Any:
