@@ -22,7 +22,9 @@ first. Scoring:
   apply (``None``); extra actual calls are ``tool_selection``'s business, not scored here.
 
 A finding (ARGUMENT_VALUE_DRIFT) is raised per pair scoring below ``threshold``, on that call's
-span, naming its worst field; values go to ``details`` only. A field name can be data itself
+span, naming its worst field; values go to ``details`` only. Its explanation names the fields
+that differ, differ in type only (``similarity.TYPE_ONLY``: a reference's text sent as the
+number it spells), are missing or unexpected. A field name can be data itself
 (``{"jane@example.com": true}``): one that only live calls gave (an unexpected field; any
 field against a shadow source) is named only when it is an identifier (``_nameable``).
 Another is counted in the explanation, left out of ``field``, and its ``details`` entry is
@@ -40,7 +42,7 @@ from toolwatch.evaluation.base import Baseline, RefCall, Reference, baseline, pc
 from toolwatch.evaluation.matching import pair_by_name
 from toolwatch.evaluation.settings import ToolArgumentsSettings, split_tool_field
 from toolwatch.evaluation.severity import make_finding, severity_for
-from toolwatch.evaluation.similarity import score_value
+from toolwatch.evaluation.similarity import TYPE_ONLY, exact, score_value
 from toolwatch.model import (
     DETAIL_FIELDS,
     Category,
@@ -61,7 +63,6 @@ __all__ = [
     "compare_arguments",
 ]
 
-_ONE_SIDED: Final = ("missing", "unexpected")
 
 #: A field name that live data alone gave is named when it is an identifier: what argument
 #: schemas are made of, and what an e-mail address, a phone number or free text is not...
@@ -294,11 +295,13 @@ def _field_details(f: FieldScore) -> dict[str, Any]:
 
 
 def _field_summary(fields: Sequence[FieldScore], names: Sequence[str | None]) -> str:
-    """Which fields differ, are missing or unexpected: names only (those ``_names`` shows;
-    the others counted), never values."""
+    """Which fields differ (in type only: a reference's text sent as the number it spells),
+    are missing or unexpected: names only (those ``_names`` shows; the others counted),
+    never values."""
+    kinds = [_TYPE if _type_only(f) else f.presence for f in fields]
     parts = []
-    for presence, label in (("both", "differs"), *((p, p) for p in _ONE_SIDED)):
-        picked = [n for f, n in zip(fields, names, strict=True) if f.presence == presence]
+    for kind, label in _LABELS:
+        picked = [n for k, n in zip(kinds, names, strict=True) if k == kind]
         shown = [n or "(whole value)" for n in picked if n is not None]
         hidden = len(picked) - len(shown)
         if hidden:
@@ -306,6 +309,21 @@ def _field_summary(fields: Sequence[FieldScore], names: Sequence[str | None]) ->
         if shown:
             parts.append(f"{label}: " + ", ".join(shown))
     return "; ".join(parts) or "no field differs"
+
+
+_TYPE: Final = "type"
+#: What ``_field_summary`` calls each kind of imperfect field, in the order it lists them.
+_LABELS: Final = (
+    ("both", "differs"),
+    (_TYPE, "type differs"),
+    ("missing", "missing"),
+    ("unexpected", "unexpected"),
+)
+
+
+def _type_only(f: FieldScore) -> bool:
+    """Whether the field's values are the same but for their type (``similarity.exact``)."""
+    return f.presence == "both" and exact(f.expected, f.actual) == TYPE_ONLY
 
 
 def _explain(report: ArgumentReport, noun: str) -> str:

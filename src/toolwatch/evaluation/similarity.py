@@ -1,14 +1,22 @@
 """Field-value strategies: how similar an actual argument value is to a reference value, in
-[0, 1]. Values are decoded JSON (dict, list, str, int, float, bool, None). Values equal as
-JSON values (what ``exact`` calls equal: ``5`` and ``5.0``) score 1 under every strategy.
+[0, 1]. Values are decoded JSON (dict, list, str, int, float, bool, None). Values ``exact``
+matches (equal as JSON values, ``5`` and ``5.0``; a reference number sent as its text,
+``5`` and ``"5"``) score 1 under every strategy.
 
 - ``exact``: 1 if the values are equal as JSON values (``1 == 1.0``, ``true != 1``, NaN equals
-  NaN, dict key order ignored, list order kept), else 0. Strings are not trimmed or folded.
+  NaN, dict key order ignored, list order kept), or if where the reference has a number the
+  actual value has its decimal text (``jsontext.decimal_text``: ``123`` and ``"123"``,
+  ``12.0`` and ``"12"``; not ``"0123"``, ``" 123"`` or ``"123.0"``), at any depth: tools
+  take a number sent as text, and models often send one so. Where the reference has text and
+  the actual value the number it spells (``"1042"`` and ``1042``), only the type differs:
+  ``TYPE_ONLY`` (0.5), a schema that wants text may refuse the number, but it is the same
+  value, and a one-field call so scored is a ``high`` finding, never ``critical``. Else 0.
+  Strings are not trimmed or folded.
 - ``subset``: every part of the reference is in the actual value. Objects: the mean over the
   reference's keys (a missing key scores 0, extra actual keys are ignored), recursively. Lists:
-  the share of reference items found among distinct actual items (order ignored).
-  Anything else: ``exact``. An empty reference object or list is contained in any object or
-  list.
+  the share of reference items found among distinct actual items (order ignored; an item
+  found but for ``TYPE_ONLY`` differences counts half). Anything else: ``exact``. An empty
+  reference object or list is contained in any object or list.
 - ``numeric``: ``1 - relative_error / tolerance``, floored at 0, with ``relative_error =
   |actual - reference| / |reference|``; numeric strings (``"12.50"``) count as numbers, a
   reference of 0 needs an exact 0. Values that are not numbers fall back to ``exact``, and
@@ -16,9 +24,10 @@ JSON values (what ``exact`` calls equal: ``5`` and ``5.0``) score 1 under every 
   ``"1042"`` is an id, and one off it scored 0.999.
 - ``contains``: 1 if the reference string is a case-insensitive substring of the actual
   string, else 0; non-strings fall back to ``exact``.
-- ``fuzzy``: 1 for values equal as JSON values, else difflib's ratio of the case-folded
-  texts (non-strings as canonical JSON, where ``5`` and ``5.0`` differ), each text cut to
-  ``FUZZY_MAX_CHARS`` so a huge value cannot stall the evaluator.
+- ``fuzzy``: 1 for values ``exact`` matches, else difflib's ratio of the case-folded texts
+  (non-strings as canonical JSON, where ``5`` and ``5.0`` differ), each text cut to
+  ``FUZZY_MAX_CHARS`` so a huge value cannot stall the evaluator, or ``exact``'s score if
+  higher (``TYPE_ONLY``).
 """
 
 from __future__ import annotations
@@ -30,12 +39,24 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from toolwatch.evaluation.matching import max_weight_assignment
+from toolwatch.jsontext import decimal_text
 
-__all__ = ["FUZZY_MAX_CHARS", "STRATEGIES", "as_number", "same_value", "score_value"]
+__all__ = [
+    "FUZZY_MAX_CHARS",
+    "STRATEGIES",
+    "TYPE_ONLY",
+    "as_number",
+    "exact",
+    "same_value",
+    "score_value",
+]
 
 STRATEGIES: Final = frozenset({"exact", "subset", "numeric", "contains", "fuzzy"})
 FUZZY_MAX_CHARS: Final = 4096
 _PAIRED_ITEMS: Final = 32  # lists paired optimally up to this many items a side
+#: ``exact``'s score for a reference's text sent as the number it spells: the type alone
+#: differs (as a field on one side only scores 0.5: half right).
+TYPE_ONLY: Final = 0.5
 
 
 def score_value(
@@ -45,7 +66,7 @@ def score_value(
     the reference is a golden case's (see ``numeric``). Raises ``ValueError`` for an unknown
     strategy name (a golden case's ``match`` is not validated by the settings)."""
     if strategy == "exact":
-        return 1.0 if same_value(reference, actual) else 0.0
+        return exact(reference, actual)
     if strategy == "subset":
         return _subset(reference, actual)
     if strategy == "numeric":
@@ -55,6 +76,43 @@ def score_value(
     if strategy == "fuzzy":
         return _fuzzy(reference, actual)
     raise ValueError(f"unknown argument strategy {strategy!r}; use one of {sorted(STRATEGIES)}")
+
+
+def exact(reference: Any, actual: Any) -> float:
+    """The ``exact`` score: 1, ``TYPE_ONLY`` or 0 (see the module docstring). Objects and
+    arrays score their worst member: equal but for types is ``TYPE_ONLY``, a member that
+    differs is 0. Exact types first: what parsers make, without the ABC checks of
+    ``same_value``."""
+    kind = type(reference)
+    if kind is str:
+        if type(actual) is str:
+            return 1.0 if reference == actual else 0.0
+        spelled = decimal_text(actual)
+        return TYPE_ONLY if spelled is not None and spelled == reference else 0.0
+    if type(actual) is str:
+        spelled = decimal_text(reference)
+        return 1.0 if spelled is not None and spelled == actual else 0.0
+    if kind is int and type(actual) is int:
+        return 1.0 if reference == actual else 0.0
+    if (kind is int or kind is float) and (type(actual) is int or type(actual) is float):
+        if reference == actual:
+            return 1.0
+        # NaN is NaN; isnan only on floats: an int past the float range overflows it.
+        both_nan = kind is float and type(actual) is float and math.isnan(reference)
+        return 1.0 if both_nan and math.isnan(actual) else 0.0
+    if isinstance(reference, Mapping) and isinstance(actual, Mapping):
+        if reference.keys() != actual.keys():
+            return 0.0
+        return _worst([exact(reference[key], actual[key]) for key in reference])
+    if _is_list(reference) and _is_list(actual):
+        if len(reference) != len(actual):
+            return 0.0
+        return _worst([exact(reference[i], actual[i]) for i in range(len(reference))])
+    return 1.0 if same_value(reference, actual) else 0.0
+
+
+def _worst(scores: list[float]) -> float:
+    return min(scores) if scores else 1.0
 
 
 def same_value(a: Any, b: Any) -> bool:
@@ -98,10 +156,10 @@ def _numeric(reference: Any, actual: Any, tolerance: float, written: bool) -> fl
     (Configured on an id field, ``numeric`` scores ids one apart as near-equal: name the
     numeric fields, ``Config.warnings`` says so of a numeric default.)"""
     if written and isinstance(reference, str):
-        return 1.0 if same_value(reference, actual) else 0.0
+        return exact(reference, actual)
     expected, got = as_number(reference), as_number(actual)
     if expected is None or got is None:
-        return 1.0 if same_value(reference, actual) else 0.0
+        return exact(reference, actual)
     if expected == got or (math.isnan(expected) and math.isnan(got)):
         return 1.0
     if expected == 0.0 or not (math.isfinite(expected) and math.isfinite(got)):
@@ -113,49 +171,76 @@ def _numeric(reference: Any, actual: Any, tolerance: float, written: bool) -> fl
 def _contains(reference: Any, actual: Any) -> float:
     if isinstance(reference, str) and isinstance(actual, str):
         return 1.0 if reference.casefold() in actual.casefold() else 0.0
-    return 1.0 if same_value(reference, actual) else 0.0
+    return exact(reference, actual)
 
 
 def _fuzzy(reference: Any, actual: Any) -> float:
-    if same_value(reference, actual):  # 5 and 5.0: equal values, though not equal text
+    agreement = exact(reference, actual)
+    if agreement == 1.0:  # 5 and 5.0: equal values, though not equal text
         return 1.0
     left = _text(reference)[:FUZZY_MAX_CHARS].casefold()
     right = _text(actual)[:FUZZY_MAX_CHARS].casefold()
     if left == right:
         return 1.0
-    return difflib.SequenceMatcher(None, left, right).ratio()
+    # Never below exact: the text of 1e+53 is not much like its 54 digits.
+    return max(agreement, difflib.SequenceMatcher(None, left, right).ratio())
 
 
-def _subset(reference: Any, actual: Any) -> float:
+def _subset(reference: Any, actual: Any, lenient: bool = False) -> float:
+    """``subset``'s score; ``lenient``: a ``TYPE_ONLY`` difference counts as none (to tell
+    a list item found but for types from one half found)."""
     if isinstance(reference, Mapping) and isinstance(actual, Mapping):
         if not reference:
             return 1.0
-        found = (_subset(v, actual[k]) if k in actual else 0.0 for k, v in reference.items())
-        return sum(found) / len(reference)
+        total = 0.0
+        for key, value in reference.items():
+            total += _subset(value, actual[key], lenient) if key in actual else 0.0
+        return total / len(reference)
     if _is_list(reference) and _is_list(actual):
-        return _list_subset(reference, actual)
-    return 1.0 if same_value(reference, actual) else 0.0
+        return _list_subset(reference, actual, lenient)
+    score = exact(reference, actual)
+    return 1.0 if lenient and score > 0.0 else score
 
 
-def _list_subset(reference: Sequence[Any], actual: Sequence[Any]) -> float:
-    """The share of reference items fully found among distinct actual items: the most that
-    can be paired (an optimal pairing up to ``_PAIRED_ITEMS`` items a side; greedy, in order,
-    beyond, where a hostile list of thousands would make the pairing itself the cost)."""
+def _list_subset(reference: Sequence[Any], actual: Sequence[Any], lenient: bool) -> float:
+    """The share of reference items fully found among distinct actual items, one found but
+    for ``TYPE_ONLY`` differences counting half: the most that can be paired (an optimal
+    pairing up to ``_PAIRED_ITEMS`` items a side; greedy, in order, beyond, where a hostile
+    list of thousands would make the pairing itself the cost)."""
     if not reference:
         return 1.0
     if not actual:
         return 0.0
     if len(reference) <= _PAIRED_ITEMS and len(actual) <= _PAIRED_ITEMS:
-        fits = [[1 if _subset(item, a) == 1.0 else 0 for a in actual] for item in reference]
-        return sum(fits[r][c] for r, c in max_weight_assignment(fits)) / len(reference)
+        fits = [[_fit(item, a, lenient) for a in actual] for item in reference]
+        found = sum(fits[r][c] for r, c in max_weight_assignment(fits))
+        return found / (2 * len(reference))
     unused = list(actual)
     found = 0
     for item in reference:
-        index = next((i for i, a in enumerate(unused) if _subset(item, a) == 1.0), None)
-        if index is not None:
-            found += 1
+        best, index = 0, -1
+        for i, a in enumerate(unused):
+            fit = _fit(item, a, lenient)
+            if fit > best:
+                best, index = fit, i
+                if fit == 2:
+                    break
+        if best:
+            found += best
             del unused[index]
-    return found / len(reference)
+    return found / (2 * len(reference))
+
+
+def _fit(item: Any, actual: Any, lenient: bool) -> int:
+    """How a reference list item is found in an actual item: 2 fully, 1 but for
+    ``TYPE_ONLY`` differences, else 0 (a partial match is no match)."""
+    score = _subset(item, actual, lenient)
+    if score == 1.0:
+        return 2
+    # An item found but for types scores at least TYPE_ONLY: no second look below it.
+    if not lenient and score >= TYPE_ONLY and _subset(item, actual, True) == 1.0:
+        return 1
+    return 0
 
 
 def _is_list(value: Any) -> bool:

@@ -42,6 +42,12 @@ def evaluate(expected: Any, run: Any, **settings: Any) -> EvalResult:
         ({"q": "Paris"}, {"q": "weather in paris"}, {"strategies": {"search.q": "contains"}}, 1.0),
         ({"q": "Paris"}, {"q": "weather in paris"}, {"strategies": {"other.q": "contains"}}, 0.0),
         ({"n": 5}, {"n": 5.0}, {"default_strategy": "fuzzy"}, 1.0),  # equal, as exact says
+        ({"order_id": 123}, {"order_id": "123"}, {}, 1.0),  # the number sent as its text
+        ({"amount": 12.0}, {"amount": "12"}, {}, 1.0),
+        ({"order_id": 123}, {"order_id": "0123"}, {}, 0.0),  # not its text: another id
+        ({"order_id": "123"}, {"order_id": 123}, {}, 0.5),  # the case's text: type differs
+        ({"order": {"id": "7", "qty": 1}}, {"order": {"id": 7, "qty": 1.0}}, {}, 0.5),
+        ({"ids": ["7", "8"]}, {"ids": [8, 7]}, {"default_strategy": "subset"}, 0.5),
     ],
 )
 def test_field_scoring(
@@ -119,6 +125,30 @@ def test_drift_finding_names_call_and_field_and_keeps_values_out_of_the_explanat
     )
     assert finding.details["fields"]["order_id"]["expected"] == "SECRET-1"
     assert finding.details["fields"]["order_id"]["actual"] == "SECRET-2"
+
+
+def test_a_case_number_sent_as_its_text_raises_no_finding() -> None:
+    """Many tool schemas take "1042" for 1042 (pydantic does): the same order."""
+    result = evaluate(
+        case(("lookup_order", {"order_id": 1042})), trace(("lookup_order", {"order_id": "1042"}))
+    )
+    assert (result.scores, result.findings) == ({"score": 1.0}, ())
+
+
+def test_a_case_text_sent_as_a_number_differs_in_type_only_and_is_no_page() -> None:
+    """The case says text; the model sent the number it spells. A schema that wants text may
+    refuse it, so it is a finding, but of the same order: never critical (was: 0%)."""
+    expected = case(("lookup_order", {"order_id": "1042"}))
+    result = evaluate(expected, trace(("lookup_order", {"order_id": 1042})))
+    (finding,) = result.findings
+    assert (finding.score, finding.severity) == (0.5, Severity.HIGH)
+    assert finding.field == "order_id"
+    assert finding.explanation == (
+        "Arguments of lookup_order: 50% against the expected call (type differs: order_id)."
+    )
+    other = evaluate(expected, trace(("lookup_order", {"order_id": 1043})))
+    assert other.findings[0].severity is Severity.CRITICAL  # another order
+    assert other.findings[0].explanation.endswith("(differs: order_id).")
 
 
 def test_a_field_name_that_may_be_data_is_counted_not_named() -> None:
