@@ -1,12 +1,13 @@
 """``loops``: the same call made again after it already succeeded. Always runs (policy).
 
 Two calls are identical when their normalized tool names and their arguments (as canonical
-JSON: key order ignored) are equal. A call is a *repeat* when an identical call succeeded
-before it was issued: earlier, status ``ok``, and not in the same parallel group
-(``base.Concurrency``). Retries after a failed result are therefore never repeats, and neither
-are identical calls issued in parallel. The repeats of one call beyond ``policy.repeat_limit``
-(or the tool's ``policy.repeat_limits`` entry) are UNNECESSARY_TOOL_CALL: one finding per
-distinct call, on the span of its first repeat beyond the limit.
+JSON: key order ignored, numbers equal as JSON values equal, ``12.0`` and ``12``) are equal.
+A call is a *repeat* when an identical call succeeded before it was issued: earlier, status
+``ok``, and not in the same parallel group (``base.Concurrency``). Retries after a failed
+result are therefore never repeats, and neither are identical calls issued in parallel. The
+repeats of one call beyond ``policy.repeat_limit`` (or the tool's ``policy.repeat_limits``
+entry) are UNNECESSARY_TOOL_CALL: one finding per distinct call, on the span of its first
+repeat beyond the limit.
 
 With ``policy.retry_limit`` set, retries are counted too: a call is a *retry* when it is no
 repeat and an identical call failed before it was issued (as ``Concurrency`` says). More
@@ -75,7 +76,9 @@ def _canonical(value: Any, depth: int) -> Hashable:
     """``value`` as a hashable key, one-to-one with its canonical JSON. A string is itself;
     every other kind is tagged, so that no two kinds compare equal (``True == 1`` in Python,
     not in JSON). Floats are keyed by ``repr``: JSON tells ``-0.0`` from ``0.0``, and every
-    NaN is the same ``NaN``."""
+    NaN is the same ``NaN``. An integral float is keyed as the integer it equals: ``12.0`` and
+    ``12`` are one value in JSON (a model that writes ``12.0`` on its retry retries the same
+    call), and ``-0.0`` is ``0``."""
     kind = type(value)
     if kind is str:
         return cast(str, value)
@@ -90,7 +93,8 @@ def _canonical(value: Any, depth: int) -> Hashable:
     if value is None:
         return "n", None
     if kind is float:
-        return "f", repr(value)
+        number = cast(float, value)
+        return ("i", int(number)) if number.is_integer() else ("f", repr(number))
     raise _NotJsonError
 
 

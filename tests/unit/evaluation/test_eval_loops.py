@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolwatch.evaluation.base import Reference
-from toolwatch.evaluation.loops import Loops, call_key
+from toolwatch.evaluation.loops import Loops, call_key, retried
 from toolwatch.evaluation.settings import LoopsSettings, PolicySettings
 from toolwatch.model import Category, EvalResult, ReferenceKind, ToolCall
 
@@ -182,8 +182,17 @@ _arguments = st.one_of(
 
 @given(_arguments, _arguments)
 def test_two_calls_have_one_key_exactly_when_their_canonical_json_is_one(a: Any, b: Any) -> None:
+    def integral(value: Any) -> Any:  # numbers equal as JSON values are one value
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, dict):
+            return {key: integral(item) for key, item in value.items()}
+        if isinstance(value, list | tuple):
+            return [integral(item) for item in value]
+        return value
+
     def canonical(value: Any) -> str:
-        return json.dumps(value, sort_keys=True, default=repr)
+        return json.dumps(integral(value), sort_keys=True, default=repr)
 
     same_json = canonical(a) == canonical(b)
     assert (call_key("lookup_order", a) == call_key("lookup_order", b)) is same_json
@@ -194,8 +203,27 @@ def test_nested_arguments_in_another_key_order_are_identical() -> None:
     first = call_key("t", {"order": {"id": 7, "lines": [1, 2.5, None, True]}, "note": "x"})
     assert first == call_key("t", {"note": "x", "order": {"lines": [1, 2.5, None, True], "id": 7}})
     assert first != call_key("t", {"note": "x", "order": {"lines": [1, 2.5, None, 1], "id": 7}})
-    assert call_key("t", [0.0]) != call_key("t", [-0.0])
+    assert call_key("t", [0.5]) != call_key("t", [-0.5])
+    assert call_key("t", [0.0]) == call_key("t", [-0.0]) == call_key("t", [0])
     assert call_key("t", [math.nan]) == call_key("t", [math.nan])
+
+
+def test_numbers_equal_as_json_values_make_one_call() -> None:
+    assert call_key("t", {"order": {"id": 12.0}}) == call_key("t", {"order": {"id": 12}})
+    assert call_key("t", {"amount": 1e20}) == call_key("t", {"amount": 10**20})
+    assert call_key("t", {"id": 12.5}) != call_key("t", {"id": 12})
+    assert call_key("t", {"id": True}) != call_key("t", {"id": 1.0})
+    assert call_key("t", {"id": "12"}) != call_key("t", {"id": 12.0})  # text is not a number
+
+
+def test_a_failed_call_made_again_with_its_number_written_as_a_float_is_a_retry() -> None:
+    # A refund that failed with 12 and was made again with 12.0 is one action, not two.
+    calls = [
+        call("issue_refund", {"order_id": 12}, index=0, ok=False),
+        call("issue_refund", {"order_id": 12.0}, index=1),
+    ]
+    assert retried(calls, ["issue_refund", "issue_refund"]) == frozenset({0})
+    assert evaluate(*calls, retry_limit=0).findings[0].span_id == "s1"
 
 
 def test_a_value_json_has_no_type_for_is_not_taken_for_the_string_of_its_repr() -> None:
