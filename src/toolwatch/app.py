@@ -27,7 +27,7 @@ from typing import IO, Any, Protocol
 import grpc
 from aiohttp import web
 from grpc_health.v1 import _async as health_async
-from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_health.v1 import health_pb2
 from prometheus_client import (
     CollectorRegistry,
     GCCollector,
@@ -49,6 +49,7 @@ from toolwatch.engine import DiscardToolTraces, Engine, EngineParts, Receipt, To
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodedBatch, scanner
+from toolwatch.ingest.grpc_health import health_handler
 from toolwatch.ingest.otlp_grpc import SERVICE_NAME, trace_service_handler
 from toolwatch.ingest.otlp_http import HttpTraceReceiver, ProtocolErrorLog
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
@@ -562,7 +563,9 @@ class App:
             )
         )
         health = health_async.HealthServicer()
-        health_pb2_grpc.add_HealthServicer_to_server(health, server)
+        server.add_generic_rpc_handlers(
+            (health_handler(health, self.config.ingest.read_timeout_seconds),)
+        )
         bound = await _bind_grpc(server, "grpc", address, self._security.grpc_credentials("grpc"))
         await server.start()
         for service in ("", SERVICE_NAME):

@@ -69,9 +69,10 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 #: The gRPC health service's unary check (grpc.health.v1), open to clients without a token:
-#: kubelet's gRPC probes and grpc-health-probe call it. Its ``Watch`` and ``List`` are not:
-#: a ``Watch`` stream lasts as long as its client likes, so anyone who can connect could
-#: hold as many as they please.
+#: kubelet's gRPC probes and grpc-health-probe call it; ``toolwatch.ingest.grpc_health``
+#: reads its requests one at a time, so that they cannot take memory. Its ``Watch`` and
+#: ``List`` are not: a ``Watch`` stream lasts as long as its client likes, so anyone who can
+#: connect could hold as many as they please.
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
 
 _AUTHORIZATION = "authorization"

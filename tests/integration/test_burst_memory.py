@@ -2,7 +2,8 @@
 (``ingest.max_concurrent_requests``) are taken before a body is read, so bodies beyond them
 are never read (gRPC: nor buffered ahead, ``ingest.grpc_bdp_probe`` off) and their clients
 are told to retry. Measured on a real ``toolwatch serve`` process, by its peak resident set
-(``VmHWM``), with the burst sent from another process.
+(``VmHWM``), with the burst sent from another process. The open gRPC health check, which
+takes no slot, reads its requests one at a time.
 
 The control case lifts the bound: the same burst must then cost what it costs unbounded,
 so the test can tell the two apart.
@@ -10,15 +11,19 @@ so the test can tell the two apart.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
+import grpc
 import pytest
+from grpc_health.v1 import health_pb2
 
 from tests.integration.test_faults import ServeProcess, serve, write_config
+from toolwatch.security import HEALTH_CHECK
 
 __all__ = ["serve"]  # the fixture, imported for this module's tests
 
@@ -81,3 +86,43 @@ def test_a_burst_of_large_requests_stays_within_the_request_slots(
     else:
         assert answers["ok"] == REQUESTS
         assert grown > bound, f"peak grew only {grown / MIB:.0f} MiB"
+
+
+def test_a_burst_of_large_health_checks_without_a_token_is_read_one_at_a_time(
+    serve: Callable[[Path], ServeProcess], tmp_path: Path
+) -> None:
+    """The health check is open to callers without a token, on the listener whose messages
+    may be ``max_request_bytes`` long. Served as a unary handler, gRPC read every concurrent
+    check's request whole (the burst below grew the peak by 120-160 MiB, 30-40 bodies);
+    read in turn and refused past a service name's size, 20-25 MiB."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("good-token\n")
+    ingest = {"max_concurrent_requests": 1, "max_request_bytes": 8 * MIB}
+    security = {"auth": {"bearer_token_file": str(tokens)}}
+    server = serve(write_config(tmp_path / "toolwatch.yaml", {}, ingest=ingest, security=security))
+    body = REQUEST_MIB * MIB
+    request = health_pb2.HealthCheckRequest(service="x" * (body - 64)).SerializeToString()
+    before = peak_resident(server.proc.pid)
+
+    answers = asyncio.run(health_checks(server.addresses["grpc"], request, REQUESTS))
+
+    grown = peak_resident(server.proc.pid) - before
+    assert grown < 10 * body, f"peak grew {grown / MIB:.0f} MiB for {sorted(set(answers))}"
+    assert set(answers) <= {"RESOURCE_EXHAUSTED", "UNAVAILABLE"}  # too large; too many at once
+    assert "RESOURCE_EXHAUSTED" in answers
+
+
+async def health_checks(address: str, request: bytes, calls: int) -> list[str]:
+    """``calls`` concurrent health checks of ``request`` without a token: the codes answered."""
+    options = [("grpc.max_send_message_length", 2**30)]
+    async with grpc.aio.insecure_channel(address, options) as channel:
+        check = channel.unary_unary(HEALTH_CHECK)
+
+        async def one() -> str:
+            try:
+                await check(request, timeout=120)
+            except grpc.aio.AioRpcError as error:
+                return str(error.code().name)
+            return "OK"
+
+        return list(await asyncio.gather(*(one() for _ in range(calls))))

@@ -45,6 +45,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer, until
+from toolwatch.security import HEALTH_CHECK
 
 StartServer = Callable[..., RunningServer]
 
@@ -744,17 +745,22 @@ def test_http_overload_is_503_with_retry_after(start_server: StartServer) -> Non
 
 
 class HeldCall:
-    """An Export call open on the wire whose request message is not sent until ``release``:
-    the server holds a request slot for it meanwhile (``ingest.max_concurrent_requests``)."""
+    """An Export call (or a call of ``method``, answered with ``response``) open on the wire
+    whose request message is not sent until ``release``: the server holds a request slot for
+    it meanwhile (``ingest.max_concurrent_requests``)."""
 
-    def __init__(self, server: RunningServer, messages: list[bytes]) -> None:
+    def __init__(
+        self,
+        server: RunningServer,
+        messages: list[bytes],
+        method: str = EXPORT_METHOD,
+        response: Callable[[bytes], Any] = ExportTraceServiceResponse.FromString,
+    ) -> None:
         self._channel = grpc_channel(server)
         self._go = threading.Event()
         self._messages = messages
-        export = self._channel.stream_unary(
-            EXPORT_METHOD, response_deserializer=ExportTraceServiceResponse.FromString
-        )
-        self.future = export.future(self._requests(), timeout=30)
+        call = self._channel.stream_unary(method, response_deserializer=response)
+        self.future = call.future(self._requests(), timeout=30)
 
     def _requests(self) -> Iterator[bytes]:
         self._go.wait(30)
@@ -1051,6 +1057,45 @@ def test_grpc_health_service_answers_serving(start_server: StartServer) -> None:
             health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=10)
     assert statuses == [health_pb2.HealthCheckResponse.SERVING] * 2
     assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
+
+
+def health_status(server: RunningServer) -> Any:
+    with grpc_channel(server) as channel:
+        check = health_pb2_grpc.HealthStub(channel).Check
+        return check(health_pb2.HealthCheckRequest(), timeout=10).status
+
+
+def test_a_health_check_larger_than_a_service_name_is_refused_undecoded(
+    start_server: StartServer,
+) -> None:
+    """The listener takes Export bodies of ``max_request_bytes``; a HealthCheckRequest is a
+    service name (grpc_health.MAX_REQUEST_BYTES)."""
+    server = start_server(**QUIET)
+    with grpc_channel(server) as channel:
+        check = health_pb2_grpc.HealthStub(channel).Check
+        with pytest.raises(grpc.RpcError) as refused:
+            check(health_pb2.HealthCheckRequest(service="x" * 2048), timeout=10)
+    assert refused.value.code() is grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert refused.value.details() == "a HealthCheckRequest is at most 1024 bytes"
+    assert health_status(server) == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_health_check_that_never_sends_its_request_gives_its_turn_back(
+    start_server: StartServer,
+) -> None:
+    """Health requests are read one at a time: a check whose request does not come is
+    answered at the read timeout, as an Export is, and the checks after it are read."""
+    server = start_server(**SLOW)
+    stalled = HeldCall(server, [], HEALTH_CHECK, health_pb2.HealthCheckResponse.FromString)
+
+    status = health_status(server)  # waits for its turn, then is read and answered
+
+    error = stalled.future.exception(timeout=10)  # the server ends it; the client sent nothing
+    stalled.cancel()
+    assert isinstance(error, grpc.RpcError)
+    assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    assert error.details() == "the request was not received within 0.2 s"
+    assert status == health_pb2.HealthCheckResponse.SERVING
 
 
 @pytest.mark.parametrize(
