@@ -10,6 +10,7 @@ The sections of other stages are defined next to their stage (``evaluation.setti
 
 from __future__ import annotations
 
+import datetime
 import io
 import ipaddress
 import os
@@ -29,6 +30,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from toolwatch.assembly.buffer import AssemblyLimits
+from toolwatch.certificate_dates import CertificateDates, certificate_dates
 from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings, PolicySettings
 from toolwatch.ingest.decode import DecodeOptions
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Decoder
@@ -360,6 +362,13 @@ def _readable(path: Path) -> Path:
         raise ValueError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
+def _dates(path: Path) -> CertificateDates | None:
+    try:
+        return certificate_dates(path.read_bytes())
+    except OSError:  # said by the check that the files load
+        return None
+
+
 def _ssl_reason(exc: ssl.SSLError | OSError) -> str:
     reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None)
     return str(reason or exc).replace("_", " ").lower()
@@ -373,7 +382,9 @@ def _no_password() -> bytes:
 class TlsSettings(_Section):
     """TLS on the listeners named in ``listeners`` (all four by default). PEM files, checked
     for changes at most every ``reload_seconds`` and reloaded when they changed (new
-    connections get the new certificate; a set that does not load keeps the previous one).
+    connections get the new certificate; a set that does not load, or whose certificate is
+    not valid then, keeps the previous one). An expired certificate is refused here; one not
+    valid yet is warned of (``Config.warnings``).
     The private key must not be encrypted. ``client_ca_file`` turns on mutual TLS: those
     listeners then accept only clients whose certificate that CA signed. ``client_names``
     narrows that to certificates naming one of them (``toolwatch.security.ClientNames``): a CA
@@ -415,6 +426,30 @@ class TlsSettings(_Section):
     @classmethod
     def _file(cls, path: Path | None) -> Path | None:
         return None if path is None else _readable(path)
+
+    @field_validator("cert_file")
+    @classmethod
+    def _not_expired(cls, path: Path) -> Path:
+        # Refused: every client would refuse it. One not valid yet is only warned of
+        # (``not_valid_yet``): a clock a little behind the CA's must not stop start-up.
+        now = datetime.datetime.now(datetime.UTC)
+        dates = _dates(path)
+        if dates is not None and now > dates.not_after:
+            raise ValueError(
+                f"{path}: {dates.problem(now)}: every client would refuse it; install a"
+                " renewed certificate"
+            )
+        return path
+
+    def not_valid_yet(self, now: datetime.datetime) -> str | None:
+        """What to warn of when the certificate is not valid yet at ``now``, else ``None``."""
+        dates = _dates(self.cert_file)
+        if dates is None or now >= dates.not_before:
+            return None
+        return (
+            f"security.tls.cert_file {self.cert_file}: {dates.problem(now)}: until then clients"
+            " whose clocks agree with this machine's refuse it"
+        )
 
     @model_validator(mode="after")
     def _names_need_a_client_ca(self) -> TlsSettings:
@@ -567,10 +602,14 @@ class Config(_Section):
                     f" {normal!r}: write {normal + '.' + field!r}"
                 )
 
-    def warnings(self) -> list[str]:
+    def warnings(self, now: datetime.datetime | None = None) -> list[str]:
         """Settings that are valid but defeat something (``serve`` logs them, ``check-config``
-        prints them)."""
+        prints them), with the files as they are at ``now`` (default: the current time)."""
         said = []
+        tls = self.security.tls
+        early = tls.not_valid_yet(now or datetime.datetime.now(datetime.UTC)) if tls else None
+        if early is not None:
+            said.append(early)
         for name, part in (("tls", self.security.tls), ("auth", self.security.auth)):
             if part is not None and part.reload_seconds > ALERTED_RELOAD_SECONDS:
                 said.append(

@@ -23,8 +23,8 @@ old one is removed; the file is re-read when it changes, without a restart. So a
 certificate, its key and the client CA (``toolwatch.tls.CertificateFiles``): a rotated
 certificate (by cert-manager, say) is served on new connections — gRPC takes it at the next
 handshake, the HTTPS listeners at the next ``ListenerSecurity.refresh`` (the server's tick).
-A file that changed and cannot be used keeps the previous one and is counted with
-``PipelineMetrics.reload_failed``.
+A file that changed and cannot be used (a certificate that is not valid now included) keeps
+the previous one and is counted with ``PipelineMetrics.reload_failed``.
 
 Threading: the interceptors and middlewares run on the servers' event loop; ``TokenFile``
 is not thread-safe.
@@ -37,6 +37,7 @@ import hmac
 import inspect
 import logging
 import ssl
+import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -417,10 +418,17 @@ def client_name_middleware(
 
 class ListenerSecurity:
     """What protects each listener (``grpc``, ``http``, ``metrics``, ``stream``), built once
-    from ``settings``: every file is read here, so an unusable one stops start-up. Token
-    reloads are timed with ``clock``; refusals are counted on ``metrics``."""
+    from ``settings``: every file is read here, so an unusable one stops start-up. Reloads
+    are timed with ``clock``, a reloaded certificate's dates judged at ``wall_clock`` (Unix
+    ns) time; refusals are counted on ``metrics``."""
 
-    def __init__(self, settings: SecuritySettings, clock: Clock, metrics: PipelineMetrics) -> None:
+    def __init__(
+        self,
+        settings: SecuritySettings,
+        clock: Clock,
+        metrics: PipelineMetrics,
+        wall_clock: Callable[[], int] = time.time_ns,
+    ) -> None:
         self._settings = settings
         self._metrics = metrics
         tls, auth = settings.tls, settings.auth
@@ -429,7 +437,9 @@ class ListenerSecurity:
         # /healthz and /readyz; ``client_certificate_middleware`` refuses it every other path.
         modes = [self._verify_mode(listener) for listener in tls.listeners] if tls else []
         self._certificates = (
-            CertificateFiles(tls, clock, lambda: metrics.reload_failed("certificate"), modes)
+            CertificateFiles(
+                tls, clock, lambda: metrics.reload_failed("certificate"), modes, wall_clock
+            )
             if tls is not None
             else None
         )

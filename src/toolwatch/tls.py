@@ -5,8 +5,10 @@ the HTTPS listeners are served from them.
 re-reads them at most every ``tls.reload_seconds``. Each set is loaded once, and everything
 is made from that one load: gRPC's certificate configuration (the PEM bytes) and the HTTPS
 listeners' ``ssl.SSLContext`` per verify mode. A set that does not load (a half-written
-rotation: the new certificate with the old key) keeps the previous set, is logged and
-counted; so gRPC and HTTPS always serve the same, working set.
+rotation: the new certificate with the old key), or whose certificate is not valid now
+(expired: a restored backup, a renewal job that wrote the old file; not valid yet: it is
+taken at the first look once it is), keeps the previous set, is logged and counted; so gRPC
+and HTTPS always serve the same, working set.
 
 An HTTPS listener keeps serving the context it started with (``ServedContext.served``); that
 context's SNI callback, called for every handshake (with or without SNI), hands each new
@@ -28,6 +30,7 @@ import logging
 import os
 import ssl
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,6 +38,7 @@ from typing import Any
 
 import grpc
 
+from toolwatch.certificate_dates import certificate_dates, utc_from_ns
 from toolwatch.config import TlsSettings
 from toolwatch.model import Clock
 
@@ -106,9 +110,11 @@ class CertificateFiles:
     ``refresh`` looks at the files no more than once every ``tls.reload_seconds`` of
     ``clock`` time and reloads them when one changed, making a server context for each of
     ``verify_modes`` (at least the default one: the check that the files load). A set that
-    does not load keeps the previous set (``current``); the failure is logged and reported
-    to ``on_failure``. Raises ``OSError`` or ``ssl.SSLError`` at construction when the files
-    do not load. Thread-safe.
+    does not load, or whose certificate is not valid at ``wall_clock`` (Unix ns) time, keeps
+    the previous set (``current``); the failure is logged and reported to ``on_failure``, and
+    the set is tried again at the next look. Raises ``OSError`` or ``ssl.SSLError`` at
+    construction when the files do not load (their dates are the configuration's to check
+    then: ``TlsSettings``). Thread-safe.
     """
 
     def __init__(
@@ -117,9 +123,11 @@ class CertificateFiles:
         clock: Clock,
         on_failure: Callable[[], None] = lambda: None,
         verify_modes: Iterable[ssl.VerifyMode] = (),
+        wall_clock: Callable[[], int] = time.time_ns,
     ) -> None:
         self._tls = tls
         self._on_failure = on_failure
+        self._wall_clock = wall_clock
         self._modes = tuple(dict.fromkeys(verify_modes)) or (_default_mode(tls),)
         self._paths = [p for p in (tls.cert_file, tls.key_file, tls.client_ca_file) if p]
         self._lock = threading.Lock()
@@ -134,7 +142,8 @@ class CertificateFiles:
                 if signature is None:
                     return False
                 loaded = self._load(self.current.generation + 1)
-            except (OSError, ssl.SSLError) as exc:
+                self._check_dates(loaded.cert)
+            except (OSError, ssl.SSLError, ValueError) as exc:
                 log.error("keeping the previous TLS certificate: %s", exc)
                 self._on_failure()
                 return False
@@ -153,6 +162,14 @@ class CertificateFiles:
             raise OSError(f"{tls.cert_file} or its key changed while being read")
         client_ca = read[2] if len(read) > 2 else None
         return Certificates(read[0], read[1], client_ca, generation, contexts)
+
+    def _check_dates(self, cert: bytes) -> None:
+        """Raises ``ValueError`` naming the file and the dates when the certificate is not
+        valid now: every client would refuse it."""
+        dates = certificate_dates(cert)
+        problem = dates.problem(utc_from_ns(self._wall_clock())) if dates else None
+        if problem is not None:
+            raise ValueError(f"{self._tls.cert_file}: {problem}")
 
 
 class ServedContext:

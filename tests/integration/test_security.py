@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import datetime
 import io
 import json
 import logging
@@ -50,6 +51,8 @@ from toolwatch.tail import EXIT_USAGE, StreamAccess, run_tail
 
 TOKEN = "s3cret-token"
 AUTH_FAILURES = "toolwatch_auth_failures_total"
+RELOAD_FAILURES = "toolwatch_security_reload_failures_total"
+DAY = datetime.timedelta(days=1)
 Start = Callable[..., RunningServer]
 
 
@@ -508,10 +511,18 @@ def test_a_rotated_token_file_applies_after_reload_seconds(
     assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 2
 
 
-def _install(ca: trustme.CA, cert_path: Path, key_path: Path, *, key: bool = True) -> None:
+def _install(
+    ca: trustme.CA,
+    cert_path: Path,
+    key_path: Path,
+    *,
+    key: bool = True,
+    not_before: datetime.datetime | None = None,
+    not_after: datetime.datetime | None = None,
+) -> None:
     """Put a new certificate (and key) for 127.0.0.1 in place as a rotation does: written
     beside, then renamed over the served files."""
-    issued = ca.issue_cert("127.0.0.1", "localhost")
+    issued = ca.issue_cert("127.0.0.1", "localhost", not_before=not_before, not_after=not_after)
     staged_cert, staged_key = cert_path.with_suffix(".new"), key_path.with_suffix(".new")
     for pem in issued.cert_chain_pems:
         pem.write_to_path(str(staged_cert), append=True)
@@ -579,6 +590,36 @@ def test_a_rotated_certificate_is_served_to_new_connections_without_a_restart(
     assert _trusted_by(server, third) == (False, False)
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors and all(e.startswith("keeping the previous TLS certificate") for e in errors)
+
+
+def test_a_rotation_to_an_expired_certificate_keeps_the_valid_one(
+    start_server: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """OpenSSL loads an expired certificate (a restored backup, a renewal job that wrote the
+    old file): taken, it failed every new OTLP, metrics and stream handshake, while the log
+    said "reloaded" and no reload failure was counted. Judged on the real clock."""
+    ca = trustme.CA()
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    _install(ca, cert, key)
+    server = start_server(
+        security__tls__cert_file=str(cert),
+        security__tls__key_file=str(key),
+        security__tls__reload_seconds=30,
+    )
+    now = datetime.datetime.now(datetime.UTC)
+    _install(ca, cert, key, not_before=now - 30 * DAY, not_after=now - DAY)
+    server.clock.advance(30)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="toolwatch"):
+        server.call(server.app.tick)  # the look at the files (gRPC's next handshake looks too)
+
+    assert _trusted_by(server, ca) == (True, True)
+    assert server.sample(RELOAD_FAILURES, {"file": "certificate"}) == 1
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert len(said) == 1 and said[0][0] == "ERROR"
+    assert said[0][1].startswith(
+        f"keeping the previous TLS certificate: {cert}: the certificate expired at"
+    )
 
 
 def test_a_rotated_client_ca_admits_the_clients_it_signed(

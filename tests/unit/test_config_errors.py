@@ -4,6 +4,7 @@ environment, or both when a section-level check fails on a section they share.""
 from __future__ import annotations
 
 import asyncio
+import datetime
 from pathlib import Path
 
 import grpc
@@ -408,6 +409,52 @@ def test_client_names_are_kept_once_each_in_order(tls_files: dict[str, object]) 
     config = load_config(None, {**tls_files, "security.tls.client_names": names})
     assert config.security.tls is not None
     assert config.security.tls.client_names == ("spiffe://cluster.local/ns/o/sa/c", "collector")
+
+
+def certificate_files(
+    tmp_path: Path,
+    not_before: datetime.datetime | None = None,
+    not_after: datetime.datetime | None = None,
+) -> tuple[Path, dict[str, object]]:
+    """A certificate for 127.0.0.1 valid between those dates (trustme's defaults: 2000 to
+    3000), and the overrides serving it."""
+    import trustme  # noqa: PLC0415 (only these tests need certificates)
+
+    leaf = trustme.CA().issue_cert("127.0.0.1", not_before=not_before, not_after=not_after)
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    leaf.cert_chain_pems[0].write_to_path(str(cert))
+    leaf.private_key_pem.write_to_path(str(key))
+    return cert, {"security.tls.cert_file": str(cert), "security.tls.key_file": str(key)}
+
+
+def test_an_expired_certificate_stops_start_up_naming_the_file_and_its_dates(
+    tmp_path: Path,
+) -> None:
+    """Every client would refuse it: nothing could connect."""
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    begun, ended = now - datetime.timedelta(days=30), now - datetime.timedelta(days=1)
+    cert, overrides = certificate_files(tmp_path, begun, ended)
+    lines = error_lines(None, overrides)
+    assert lines[1] == (
+        f"  command line/environment: security.tls.cert_file: {cert}: the certificate expired"
+        f" at {ended:%Y-%m-%d %H:%M:%S} UTC (valid from {begun:%Y-%m-%d %H:%M:%S} UTC to"
+        f" {ended:%Y-%m-%d %H:%M:%S} UTC): every client would refuse it; install a renewed"
+        f" certificate (got {str(cert)!r})"
+    )
+
+
+def test_a_certificate_not_valid_yet_is_warned_of_not_refused(tmp_path: Path) -> None:
+    """Refusing it would be a trap for a clock a little behind the CA's: a certificate just
+    issued would stop start-up until the clocks agree."""
+    cert, overrides = certificate_files(tmp_path)
+    config = load_config(None, overrides)
+    early = datetime.datetime(1999, 12, 31, 23, 59, 59, tzinfo=datetime.UTC)
+    assert config.warnings(now=early) == [
+        f"security.tls.cert_file {cert}: the certificate is not valid until 2000-01-01 00:00:00"
+        " UTC (valid from 2000-01-01 00:00:00 UTC to 3000-01-01 00:00:00 UTC): until then"
+        " clients whose clocks agree with this machine's refuse it"
+    ]
+    assert config.warnings(now=early + datetime.timedelta(seconds=1)) == []
 
 
 @pytest.mark.parametrize(

@@ -3,6 +3,7 @@ context the HTTP listeners serve, with the files rotated on an injected clock.""
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import socket
@@ -29,8 +30,15 @@ class Files:
     def __init__(self, tmp_path: Path) -> None:
         self.cert, self.key = tmp_path / "tls.crt", tmp_path / "tls.key"
 
-    def install(self, ca: trustme.CA, *, key: bool = True) -> None:
-        issued = ca.issue_cert("127.0.0.1")
+    def install(
+        self,
+        ca: trustme.CA,
+        *,
+        key: bool = True,
+        not_before: datetime.datetime | None = None,
+        not_after: datetime.datetime | None = None,
+    ) -> None:
+        issued = ca.issue_cert("127.0.0.1", not_before=not_before, not_after=not_after)
         staged = self.cert.with_suffix(".new")
         for pem in issued.cert_chain_pems:
             pem.write_to_path(str(staged), append=True)
@@ -46,6 +54,7 @@ def security(
     clock: ManualClock,
     client_ca: Path | None = None,
     registry: CollectorRegistry | None = None,
+    wall: ManualClock | None = None,
 ) -> ListenerSecurity:
     tls = TlsSettings(
         cert_file=files.cert,
@@ -54,7 +63,9 @@ def security(
         reload_seconds=RELOAD_SECONDS,
     )
     metrics = PrometheusMetrics(registry or CollectorRegistry())
-    return ListenerSecurity(SecuritySettings(tls=tls), clock, metrics)
+    if wall is None:
+        return ListenerSecurity(SecuritySettings(tls=tls), clock, metrics)
+    return ListenerSecurity(SecuritySettings(tls=tls), clock, metrics, wall)
 
 
 def handshake(
@@ -146,6 +157,76 @@ def test_a_half_written_set_after_a_good_one_leaves_https_serving(
     clock.advance(RELOAD_SECONDS)
     listeners.refresh()
     assert [handshake(served, ca) for ca in (first, second, third)] == [False, False, True]
+
+
+DAY = datetime.timedelta(days=1)
+
+
+def unix_ns(moment: datetime.datetime) -> int:
+    return int(moment.timestamp()) * 10**9
+
+
+def test_a_rotation_to_an_expired_certificate_keeps_the_valid_one(
+    files: Files, caplog: pytest.LogCaptureFixture
+) -> None:
+    """OpenSSL loads an expired certificate, and every client refuses it: a restored backup
+    or a renewal job that wrote the old file would have stopped every new connection."""
+    first, second = trustme.CA(), trustme.CA()
+    files.install(first)
+    now = datetime.datetime(2031, 5, 1, 12, tzinfo=datetime.UTC)
+    clock, wall, registry = ManualClock(), ManualClock(unix_ns(now)), CollectorRegistry()
+    listeners = security(files, clock, registry=registry, wall=wall)
+    served = listeners.ssl_context("http")
+    assert served is not None
+
+    files.install(second, not_before=now - 30 * DAY, not_after=now - DAY)
+    clock.advance(RELOAD_SECONDS)
+    with caplog.at_level(logging.INFO, logger="toolwatch"):
+        listeners.refresh()
+
+    assert (handshake(served, first), handshake(served, second)) == (True, False)
+    assert [(r.levelname, r.getMessage()) for r in caplog.records] == [
+        (
+            "ERROR",
+            f"keeping the previous TLS certificate: {files.cert}: the certificate expired at"
+            " 2031-04-30 12:00:00 UTC (valid from 2031-04-01 12:00:00 UTC to"
+            " 2031-04-30 12:00:00 UTC)",
+        )
+    ]
+    failures = {"file": "certificate"}
+    assert registry.get_sample_value("toolwatch_security_reload_failures_total", failures) == 1
+
+
+def test_a_certificate_not_valid_yet_is_taken_at_the_first_look_once_it_is(
+    files: Files, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Judged by the injected wall clock, two days behind the real one: the handshakes
+    (OpenSSL's client, on the real clock) see the second certificate valid."""
+    first, second = trustme.CA(), trustme.CA()
+    files.install(first)
+    real = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    clock, wall, registry = ManualClock(), ManualClock(unix_ns(real - 2 * DAY)), CollectorRegistry()
+    listeners = security(files, clock, registry=registry, wall=wall)
+    served = listeners.ssl_context("http")
+    assert served is not None
+
+    files.install(second, not_before=real - DAY)
+    clock.advance(RELOAD_SECONDS)
+    with caplog.at_level(logging.ERROR, logger="toolwatch"):
+        listeners.refresh()
+    assert (handshake(served, first), handshake(served, second)) == (True, False)
+    [said] = [record.getMessage() for record in caplog.records]
+    assert (
+        f"{files.cert}: the certificate is not valid until {real - DAY:%Y-%m-%d %H:%M:%S} UTC"
+        in said
+    )
+
+    wall.advance(DAY.total_seconds())  # valid now; the files have not changed since
+    clock.advance(RELOAD_SECONDS)
+    listeners.refresh()
+    assert (handshake(served, first), handshake(served, second)) == (False, True)
+    failures = {"file": "certificate"}
+    assert registry.get_sample_value("toolwatch_security_reload_failures_total", failures) == 1
 
 
 def test_a_client_ca_taken_out_is_no_longer_trusted_by_new_connections(
