@@ -282,8 +282,8 @@ def _add_tail(commands: Any) -> None:
     tail.add_argument(
         "--reconnect",
         action="store_true",
-        help="follow the stream across lost connections and server restarts, resuming where"
-        " it left off (findings the server still holds are not lost)",
+        help="follow the stream across lost connections, server restarts and token rotations,"
+        " resuming where it left off (findings the server still holds are not lost)",
     )
     tail.add_argument(
         "--cursor-file",

@@ -20,7 +20,10 @@ server restarts: it subscribes again, waiting 0.5 s, then twice as long after ea
 to 10 s, and resumes where it left off (``SubscribeRequest.resume``, the cursors of the streams
 it followed), so the findings gRPC had written and a dropped connection lost are sent
 again while the server still holds them (``output.stream_replay_size``); what it no longer
-holds, or a restart, is told on ``err``.
+holds, or a restart, is told on ``err``. Once it has subscribed, a refused bearer token or a
+token file it cannot use is an outage too, not a usage error: the server's and tail's token
+files are rotated apart (two Secrets, each synced on its own), so tail reads its file again
+at each attempt and subscribes once the file holds a token the server accepts.
 
 Exit codes, for the CLI and scripts that restart tail:
 
@@ -28,7 +31,8 @@ Exit codes, for the CLI and scripts that restart tail:
 - 1: the server could not be reached, or the connection was lost (never with ``reconnect``);
 - 2: the server rejected the filter (unknown category or severity) or the credentials, the
   target is no HOST:PORT or serves no findings stream, or
-  a credentials file cannot be used;
+  a credentials file cannot be used (with ``reconnect``, only before the first subscription:
+  a token refused, or a token file unusable, after it is an outage);
 - 130: interrupted (Ctrl-C).
 
 A secured stream (the server's ``security`` section) is reached with a ``StreamAccess``: TLS
@@ -252,12 +256,22 @@ def _subscriptions(
             lasted = clock() - started >= RECONNECT_LONGEST_WAIT
             if ended.delivered or ended.code == EXIT_OK or lasted:
                 wait = RECONNECT_FIRST_WAIT
-        if not reconnect or ended.code not in (EXIT_OK, EXIT_UNAVAILABLE):
+        # Credentials that worked in this run and fail now are being rotated: an outage.
+        outage = ended.code in (EXIT_OK, EXIT_UNAVAILABLE) or (
+            ended.credentials and session.subscribed
+        )
+        if not reconnect or not outage:
             err.write(f"toolwatch tail: {ended.message}\n")
             return ended.code
-        if not session.outage:
-            err.write(f"toolwatch tail: {ended.message}; reconnecting\n")
+        if not session.outage or (ended.credentials and not session.outage_credentials):
+            reading = (
+                f", reading {session.access.bearer_token_file} again at each attempt"
+                if ended.credentials and session.access.bearer_token_file is not None
+                else ""
+            )
+            err.write(f"toolwatch tail: {ended.message}; reconnecting{reading}\n")
             session.outage = True
+            session.outage_credentials |= ended.credentials
         sleep(wait)
         wait = min(2 * wait, RECONNECT_LONGEST_WAIT)
 
@@ -265,12 +279,14 @@ def _subscriptions(
 @dataclass(frozen=True, slots=True)
 class _Ended:
     """How one subscription ended: the exit code, what to tell, whether it had subscribed,
-    and how many findings it delivered."""
+    how many findings it delivered, and whether it failed for its credentials (a refused
+    bearer token, a credentials file that cannot be used)."""
 
     code: int
     message: str
     connected: bool
     delivered: int = 0
+    credentials: bool = False
 
 
 #: How many streams' cursors tail keeps (and sends when it resumes): the latest.
@@ -454,8 +470,9 @@ class _Printer:
 
 @dataclass(slots=True)
 class _Session:
-    """A tail's subscriptions to one target: where it is in the stream, how it prints, and
-    whether an outage has been told."""
+    """A tail's subscriptions to one target: where it is in the stream, how it prints,
+    whether one has subscribed, and whether an outage has been told (and as one of the
+    credentials)."""
 
     target: str
     printer: _Printer
@@ -463,7 +480,9 @@ class _Session:
     access: StreamAccess
     cursor: _Cursor = field(default_factory=_Cursor)
     keepalive: float = KEEPALIVE_SECONDS
+    subscribed: bool = False
     outage: bool = False
+    outage_credentials: bool = False
 
     def subscribe(self, request: findings_pb2.SubscribeRequest) -> _Ended:
         """One subscription, from a new channel (so a reloaded token or certificate is
@@ -473,7 +492,7 @@ class _Session:
             metadata = self.access.metadata()
         except (OSError, ValueError) as e:
             where = "--bearer-token-file: " if self.access.bearer_token_file else ""
-            return _Ended(EXIT_USAGE, f"{where}{e}", False)
+            return _Ended(EXIT_USAGE, f"{where}{e}", False, credentials=True)
         with channel:
             stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
             call = stub.Subscribe(self.cursor.resuming(request), metadata=metadata)
@@ -498,7 +517,7 @@ class _Session:
                     said = f"connected to {self.target}"
                 if said:
                     err.write(f"toolwatch tail: {said}\n")
-                self.outage = False
+                self.subscribed, self.outage, self.outage_credentials = True, False, False
             for message in call:
                 _tell_missed(err, message.missed_before, "before the next")
                 self.printer(message, cursor.stream_id)
@@ -507,7 +526,9 @@ class _Session:
                 _tell_missed(err, message.missed_after, "since the last one printed")
         except grpc.RpcError as e:
             code, said = _report_error(e, self.target, connected, self.access)
-            return _Ended(code, said, connected, delivered)
+            refused = e.code() == grpc.StatusCode.UNAUTHENTICATED
+            credentials = refused and self.access.bearer_token_file is not None
+            return _Ended(code, said, connected, delivered, credentials)
         ended = f"{self.target} ended the stream (server shutting down)"
         return _Ended(EXIT_OK, ended, connected, delivered)
 

@@ -749,14 +749,15 @@ def tail_during(
     return TailRun(codes[0], out.getvalue(), err.getvalue())
 
 
-def tail_refused(server: RunningServer, access: StreamAccess) -> TailRun:
+def tail_refused(server: RunningServer, access: StreamAccess, **options: Any) -> TailRun:
     """Runs ``toolwatch tail``, expecting it to give up on its own; ends the stream if it
     subscribed after all, so a regression fails instead of hanging."""
     out, err = io.StringIO(), io.StringIO()
     codes: list[int] = []
 
     def tail() -> None:
-        codes.append(run_tail(server.address("stream"), out=out, err=err, access=access))
+        target = server.address("stream")
+        codes.append(run_tail(target, out=out, err=err, access=access, **options))
 
     thread = threading.Thread(target=tail, daemon=True)
     thread.start()
@@ -813,10 +814,13 @@ def test_tail_without_tls_or_with_a_wrong_token_is_refused(
     wrong.write_text("wrong-token\n")
     target = server.address("stream")
 
-    refused = tail_refused(server, StreamAccess(ca_file=pki.ca, bearer_token_file=wrong))
-    assert refused.code == 2
-    assert refused.err == f"toolwatch tail: {target} refused the bearer token (UNAUTHENTICATED)\n"
-    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 1
+    access = StreamAccess(ca_file=pki.ca, bearer_token_file=wrong)
+    for reconnect in (False, True):  # never subscribed in this run: the token is wrong
+        refused = tail_refused(server, access, reconnect=reconnect)
+        assert refused.code == 2
+        said = f"toolwatch tail: {target} refused the bearer token (UNAUTHENTICATED)\n"
+        assert refused.err == said
+    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 2
 
     plaintext = tail_refused(server, StreamAccess(bearer_token_file=pki.token_file))
     assert plaintext.code == 1
@@ -948,6 +952,56 @@ def test_tail_reconnecting_through_a_token_rotation_loses_no_finding(
     assert len(missing_verification(run.out)) == 2
     assert "no longer accepts the bearer token (UNAUTHENTICATED)" in run.err
     assert "resuming where it left off" in run.err
+
+
+def test_tail_reconnecting_rides_out_a_rotation_whose_client_side_comes_later(
+    start_server: Start, tmp_path: Path
+) -> None:
+    """The server's and tail's token files are separate mounts (a Secret in each pod), each
+    updated on its own sync, often a minute apart: until tail's catches up, its attempts are
+    refused, or find the file half written. tail exited 2 at the first refusal; having
+    subscribed in this run, it reads its file again at each attempt, with the usual
+    back-off, and resumes."""
+    token_file = tmp_path / "tokens"
+    token_file.write_text("old-token\n")
+    server = start_server(**auth(token_file, security__auth__reload_seconds=30), **POLICY)
+    tail_token = tmp_path / "tail-token"
+    tail_token.write_text("old-token\n")
+    target = server.address("stream")
+    waits: list[float] = []
+    client_side = {1: "", 2: "old-token\n", 3: "new-token\n"}  # empty: half written
+
+    def wait(seconds: float) -> None:  # tail's wait before it subscribes again
+        waits.append(seconds)
+        if len(waits) in client_side:
+            tail_token.write_text(client_side[len(waits)])
+        if len(waits) > 20:
+            raise KeyboardInterrupt  # the server closed the stream at the end: stop
+
+    def subscribers(count: int) -> None:
+        waiting = server.app.broker.wait_for_subscribers(count)
+        asyncio.run_coroutine_threadsafe(waiting, server.loop).result(timeout=10)
+
+    def act() -> None:
+        unverified_refund(server, token="old-token")()
+        token_file.write_text("new-token\n")  # the server side of the rotation
+        server.clock.advance(30)
+        server.call(server.app.tick)  # the reload ends the stream opened with old-token
+        subscribers(0)
+        unverified_refund(server, token="new-token")()
+        subscribers(1)
+
+    access = StreamAccess(bearer_token_file=tail_token)
+    run = tail_during(server, act, access, as_json=True, reconnect=True, sleep=wait)
+    assert len(missing_verification(run.out)) == 2  # the second one after the resume
+    assert waits[:3] == [0.5, 1.0, 2.0]
+    assert run.err.splitlines()[:2] == [
+        f"toolwatch tail: {target} no longer accepts the bearer token (UNAUTHENTICATED): it"
+        f" was taken out of the server's token file; reconnecting, reading {tail_token} again"
+        " at each attempt",
+        f"toolwatch tail: reconnected to {target}, resuming where it left off",
+    ]
+    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 2  # the end, one refusal
 
 
 def test_tail_on_mutual_tls_needs_a_client_certificate(start_server: Start, pki: Pki) -> None:
