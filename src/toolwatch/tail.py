@@ -337,17 +337,18 @@ class _Cursor:
         start_timer: Callable[[float, Callable[[], None]], _Timer] = _start_timer,
     ) -> _Cursor:
         """The cursors kept in ``file`` (none if it does not exist yet). Raises ``OSError``
-        or ``ValueError`` for a file that cannot be read or is not a cursor file."""
+        or ``ValueError`` for a file that cannot be read or is not a cursor file: one whose
+        stream ids are not all non-empty strings, or whose sequences are not all integers a
+        ``SubscribeRequest`` can carry (uint64), so that a damaged file is told, naming it,
+        before tail subscribes."""
         streams: dict[str, int] = {}
         if file is not None and file.exists():
             try:
-                kept = json.loads(file.read_text(encoding="utf-8"))["streams"]
-                streams = {str(stream): int(after) for stream, after in kept.items()}
-                if any(after < 0 for after in streams.values()):
-                    raise ValueError("a negative sequence")
-            except (ValueError, KeyError, TypeError, AttributeError):
+                streams = _kept_streams(json.loads(file.read_text(encoding="utf-8"))["streams"])
+            except (ValueError, KeyError, TypeError):
                 raise ValueError(
-                    'not a tail cursor file (expected {"streams": {"<stream id>": <sequence>}})'
+                    'not a tail cursor file (expected {"streams": {"<stream id>": <sequence>}},'
+                    " each sequence an integer from 0 to 2**64-1)"
                 ) from None
         cursor = cls(streams, file=file, clock=clock, start_timer=start_timer)
         cursor.save()  # a file that cannot be written fails now, not after the first finding
@@ -448,6 +449,22 @@ class _Cursor:
                 f" another one answers): what it holds is sent{previous}{unheld}"
             )
         return ""
+
+
+#: The largest sequence a cursor can hold: ``ResumeFrom.after`` is a uint64.
+_LAST_SEQUENCE = 2**64 - 1
+
+
+def _kept_streams(kept: object) -> dict[str, int]:
+    """The ``streams`` of a cursor file; raises ``ValueError`` unless every stream id is a
+    non-empty string and every sequence an integer from 0 to ``_LAST_SEQUENCE`` (a bool is
+    none here, nor is a float: JSON's ``1e30`` or ``3.0``)."""
+    if not isinstance(kept, dict) or not all(
+        stream and type(after) is int and 0 <= after <= _LAST_SEQUENCE
+        for stream, after in kept.items()
+    ):
+        raise ValueError("not a mapping of stream ids to sequences")
+    return dict(kept)
 
 
 @dataclass(frozen=True, slots=True)

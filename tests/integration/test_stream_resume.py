@@ -643,7 +643,23 @@ def test_a_burst_s_last_findings_reach_the_cursor_file_while_tail_waits_for_more
 
 
 @pytest.mark.parametrize(
-    "text", ["[]", '{"streams": {"s": "x"}}', '{"streams": {"s": -1}}', "not json"]
+    "text",
+    [
+        "[]",
+        '{"streams": {"s": "x"}}',
+        '{"streams": {"s": -1}}',
+        "not json",
+        '{"streams": []}',
+        # What a SubscribeRequest cannot carry: protobuf raised ValueError as tail built it,
+        # outside every handler (a traceback, exit 1; a crash loop under a service manager),
+        # and the server refused an empty stream id (INVALID_ARGUMENT), not naming the file.
+        '{"streams": {"0123456789abcdef": 18446744073709551616}}',
+        '{"streams": {"0123456789abcdef": 1e30}}',
+        '{"streams": {"0123456789abcdef": 3.0}}',
+        '{"streams": {"0123456789abcdef": true}}',
+        '{"streams": {"0123456789abcdef": "3"}}',
+        '{"streams": {"": 3}}',
+    ],
 )
 def test_a_file_that_is_no_cursor_file_is_a_usage_error(tmp_path: Path, text: str) -> None:
     cursor_file = tmp_path / "tail.cursor"
@@ -652,6 +668,7 @@ def test_a_file_that_is_no_cursor_file_is_a_usage_error(tmp_path: Path, text: st
     assert run_tail("127.0.0.1:9", err=err, cursor_file=cursor_file) == 2
     assert err.getvalue() == (
         f"toolwatch tail: --cursor-file {cursor_file}: not a tail cursor file (expected"
-        ' {"streams": {"<stream id>": <sequence>}})\n'
+        ' {"streams": {"<stream id>": <sequence>}}, each sequence an integer from 0 to'
+        " 2**64-1)\n"
     )
     assert cursor_file.read_text() == text  # left as it was

@@ -7,6 +7,7 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+from toolwatch._proto.toolwatch.v1 import findings_pb2
 from toolwatch.tail import CURSOR_SAVE_SECONDS, _Cursor
 
 
@@ -106,3 +107,13 @@ def test_without_a_file_nothing_is_written(tmp_path: Path) -> None:
     assert cursor.streams == {"s1": 2}
     assert timers.started == []
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_kept_sequence_up_to_the_largest_a_request_carries_is_resumed(tmp_path: Path) -> None:
+    """``ResumeFrom.after`` is a uint64: 2**64-1 is kept (one more is no cursor file)."""
+    file = tmp_path / "tail.cursor"
+    file.write_text('{"streams": {"s0": 0, "s1": 18446744073709551615}}')
+    cursor, _clock, _timers = cursor_at(file)
+    resumed = cursor.resuming(findings_pb2.SubscribeRequest(min_severity="high"))
+    assert [(r.stream_id, r.after) for r in resumed.resume] == [("s0", 0), ("s1", 2**64 - 1)]
+    assert resumed.min_severity == "high"
