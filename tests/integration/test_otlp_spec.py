@@ -45,6 +45,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer, until
+from toolwatch.ingest.grpc_health import MAX_READ_SECONDS
 from toolwatch.security import HEALTH_CHECK
 
 StartServer = Callable[..., RunningServer]
@@ -1095,6 +1096,21 @@ def test_a_health_check_that_never_sends_its_request_gives_its_turn_back(
     assert isinstance(error, grpc.RpcError)
     assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED
     assert error.details() == "the request was not received within 0.2 s"
+    assert status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_health_check_is_waited_for_a_probes_timeout_at_most(start_server: StartServer) -> None:
+    """With the default 30 s read timeout, a check that sends nothing holds the turn (and
+    delays every other check) for 1 s, what kubelet's gRPC probe waits, not 30."""
+    server = start_server()
+    stalled = HeldCall(server, [], HEALTH_CHECK, health_pb2.HealthCheckResponse.FromString)
+
+    status = health_status(server)
+
+    error = stalled.future.exception(timeout=10)
+    stalled.cancel()
+    assert isinstance(error, grpc.RpcError)
+    assert error.details() == f"the request was not received within {MAX_READ_SECONDS:g} s"
     assert status == health_pb2.HealthCheckResponse.SERVING
 
 

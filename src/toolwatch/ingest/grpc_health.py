@@ -12,9 +12,10 @@ with undecoded messages, which a unary client cannot tell apart: a call's reques
 only in the service's one read turn, so one health request at most is being read or held,
 whatever the number of calls. At most ``MAX_WAITING`` calls wait for the turn, each holding
 no more of its request than gRPC's 64 KiB window (``ingest.grpc_bdp_probe`` off); more are
-answered UNAVAILABLE. In its turn a request must arrive within ``read_timeout`` seconds, else
-the call is answered DEADLINE_EXCEEDED and the turn passes on: a client that sends slowly or
-nothing, or a flood of checks, can delay the others, not take memory. A request larger than
+answered UNAVAILABLE. In its turn a request must arrive within ``read_timeout`` seconds (at
+most ``MAX_READ_SECONDS``), else the call is answered DEADLINE_EXCEEDED and the turn passes
+on: a client that sends slowly or nothing, or a flood of checks, can delay the others, not
+take memory. A request larger than
 ``MAX_REQUEST_BYTES`` (a ``HealthCheckRequest`` is a service name) is answered
 RESOURCE_EXHAUSTED undecoded; one that is no ``HealthCheckRequest``, or a call with no
 request or two, INVALID_ARGUMENT.
@@ -35,12 +36,17 @@ from grpc_health.v1._async import HealthServicer
 
 from toolwatch.ingest.slots import RequestSlots
 
-__all__ = ["MAX_REQUEST_BYTES", "MAX_WAITING", "SERVICE_NAME", "health_handler"]
+__all__ = ["MAX_READ_SECONDS", "MAX_REQUEST_BYTES", "MAX_WAITING", "SERVICE_NAME", "health_handler"]
 
 SERVICE_NAME = "grpc.health.v1.Health"
 
 #: The largest ``HealthCheckRequest`` read: a service name, ours are under 60 bytes.
 MAX_REQUEST_BYTES = 1024
+
+#: The longest a request is waited for in its turn (``read_timeout`` when shorter): a check's
+#: request follows its headers at once, and kubelet's gRPC probe gives up after 1 s by
+#: default; a client that holds the turn sending nothing delays every other check this long.
+MAX_READ_SECONDS = 1.0
 
 #: Calls being read or waiting for their turn at once; more are answered UNAVAILABLE. A call
 #: waiting holds at most gRPC's 64 KiB window of its request (``ingest.grpc_bdp_probe`` off).
@@ -114,8 +120,9 @@ def _parsed(raw: Any, extra: Any) -> _Parsed:
 
 def health_handler(servicer: HealthServicer, read_timeout: float) -> grpc.GenericRpcHandler:
     """The health service to add to a ``grpc.aio`` server, answering from ``servicer``
-    (whose statuses the app sets); each request is read within ``read_timeout`` seconds."""
-    health = _Health(servicer, read_timeout)
+    (whose statuses the app sets); each request is read within ``read_timeout`` seconds,
+    ``MAX_READ_SECONDS`` at most."""
+    health = _Health(servicer, min(read_timeout, MAX_READ_SECONDS))
     serialize = health_pb2.HealthCheckResponse.SerializeToString
     methods = {
         "Check": grpc.stream_unary_rpc_method_handler(health.check, response_serializer=serialize),
