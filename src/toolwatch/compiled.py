@@ -71,6 +71,8 @@ MODULES = (
     "evaluation/base.py",
     "evaluation/composite.py",
     "evaluation/invariants.py",
+    "evaluation/lcs.py",
+    "evaluation/lineup.py",
     "evaluation/loops.py",
     "evaluation/matching.py",
     "evaluation/order.py",

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
+from toolwatch.evaluation.lcs import lcs_length
+from toolwatch.evaluation.lineup import line_up
 from toolwatch.evaluation.settings import Against
 from toolwatch.model import EvalResult, GoldenCase, ReferenceKind, ToolCall, ToolTrace, Verified
 from toolwatch.names import NameNormalizer
@@ -29,7 +31,6 @@ __all__ = [
     "baseline",
     "call_names",
     "effective_groups",
-    "follow",
     "from_case",
     "from_source",
     "in_sequence",
@@ -210,77 +211,41 @@ class Sequences:
 
     Calls issued together (one ``parallel_group``) have no order among themselves: the model
     asked for them at once, and their start times say only which one the framework happened
-    to start first. So each side's groups are put in the order that agrees best with the
-    other side (see ``follow``), first the reference's after the run, then the run's after
-    the reference, and two parallel calls in either order are the same sequence. The calls
-    nested in a parallel call (an agent used as a tool) belong to its group here
-    (``effective_groups``): they run beside its siblings. ``calls`` and ``names`` are the
-    run's, ``reference`` the reference's names.
+    to start first. So each side's groups are read in the orders that keep the most of the
+    two sequences in common (``lineup``), and two parallel calls in either order are the same
+    sequence. The calls nested in a parallel call (an agent used as a tool) belong to its
+    group here (``effective_groups``): they run beside its siblings. ``calls`` and ``names``
+    are the run's, ``reference`` the reference's names; ``lined`` the longest common
+    subsequence ``line_up`` found, ``None`` when neither side has a group (``common``).
     """
 
     calls: Sequence[ToolCall]
     names: tuple[str, ...]
     reference: tuple[str, ...]
+    lined: int | None = None
+
+    def common(self) -> int:
+        """The length of the longest common subsequence of ``names`` and ``reference`` over
+        every order of each side's groups: what ``order`` scores (an upper bound where
+        ``lineup`` says so, never below it)."""
+        lined = self.lined
+        return lcs_length(self.names, self.reference) if lined is None else lined
 
 
 def sequences(trace: ToolTrace, base: Baseline, normalize: NameNormalizer) -> Sequences:
     """The run and ``base`` lined up (see ``Sequences``)."""
     names = call_names(trace, normalize)
     reference = base.names
-    moved = follow(reference, [c.group for c in base.calls], names)
-    if moved is not None:
-        reference = tuple(reference[i] for i in moved)
-    order = follow(names, effective_groups(trace.calls), reference)
-    if order is None:
+    lined = line_up(names, effective_groups(trace.calls), reference, [c.group for c in base.calls])
+    if lined is None:
         return Sequences(trace.calls, names, reference)
+    calls = trace.calls
     return Sequences(
-        tuple(trace.calls[i] for i in order), tuple(names[i] for i in order), reference
+        tuple(calls[i] for i in lined.actual),
+        tuple(names[i] for i in lined.actual),
+        tuple(reference[i] for i in lined.reference),
+        lined.common,
     )
-
-
-def follow(
-    names: Sequence[str], groups: Sequence[int | None], target: Sequence[str]
-) -> list[int] | None:
-    """The indexes of ``names`` with the members of each parallel group (two or more items
-    sharing a ``groups`` entry) moved among their own places to follow ``target``; ``None``
-    when no group has two members (nothing can move).
-
-    A group's members are sorted by where the same occurrence of their name stands in
-    ``target`` (a name's k-th occurrence here by its k-th there); names ``target`` lacks go
-    last in their group, in their own order. The members of a group need not be next to each
-    other (a nested agent's calls may come between them): they take each other's places, and
-    nothing else moves. A heuristic, not the order that maximizes the LCS: with a name
-    repeated inside and outside a group it can pick the other occurrence.
-    """
-    members: dict[int, list[int]] = {}
-    for i, group in enumerate(groups):
-        if group is not None:
-            members.setdefault(group, []).append(i)
-    shared = [places for places in members.values() if len(places) > 1]
-    if not shared:
-        return None
-    rank = _ranks(names, target)
-    order = list(range(len(names)))
-    for places in shared:
-        for place, i in zip(places, sorted(places, key=rank.__getitem__), strict=True):
-            order[place] = i
-    return order
-
-
-def _ranks(names: Sequence[str], target: Sequence[str]) -> list[int]:
-    """For each of ``names``, the position in ``target`` of the same occurrence of its name,
-    else past ``target``'s end, in ``names``' order."""
-    positions: dict[str, list[int]] = {}
-    for j, name in enumerate(target):
-        positions.setdefault(name, []).append(j)
-    seen: dict[str, int] = {}
-    ranks = []
-    for i, name in enumerate(names):
-        k = seen.get(name, 0)
-        seen[name] = k + 1
-        at = positions.get(name)
-        ranks.append(at[k] if at is not None and k < len(at) else len(target) + i)
-    return ranks
 
 
 def in_sequence(calls: Sequence[ToolCall]) -> Sequence[ToolCall]:

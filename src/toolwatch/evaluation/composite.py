@@ -5,11 +5,11 @@ Scores (all in [0, 1]):
 
 - ``selection``: multiset Jaccard (default) or recall of the reference's names;
 - ``ordering``: as ``order`` scores it: LCS / expected length against a golden case, LCS /
-  longer length against a source (parallel calls read as ``order`` reads them); 1.0 against
-  a case whose own mode is unordered (``base.UNORDERED_MODES``);
+  longer length against a source, the LCS over every order of each parallel group's members
+  (``lineup``); 1.0 against a case whose own mode is unordered (``base.UNORDERED_MODES``);
 - ``score``: ``selection * weights.selection + ordering * weights.ordering`` (0.6 / 0.4);
-- ``tool_name_accuracy``: 1 if the run's name sequence equals the reference's, else 0
-  (likewise);
+- ``tool_name_accuracy``: 1 if the run's name sequence equals the reference's, in some order
+  of each parallel group's members, else 0;
 - ``parameter_accuracy``: the ``tool_arguments`` score (absent when the reference gives no
   arguments);
 - ``step_efficiency``: ``min(a, m) / max(a, m)`` with ``a`` the run's calls and ``m`` the
@@ -22,8 +22,8 @@ classifies a miss for the report: ``not_triggered`` (tools expected, none called
 ``wrong_tool`` (an expected tool missing, or any call when none was expected; for a case of
 mode ``first``, a first call of another tool),
 ``wrong_arguments`` (right tools, a scored call below the arguments threshold), or ``None`` (no
-miss), against a source as against a case; the calls of a parallel group read in the
-reference's order, as the scores read them (``replay`` counts these for its report). The
+miss), against a source as against a case; the calls of a parallel group read in the order
+the scores read them in (``replay`` counts these for its report). The
 explanation ends with it.
 """
 
@@ -36,6 +36,7 @@ from toolwatch.evaluation.arguments import ArgumentReport, ArgumentScorer, compa
 from toolwatch.evaluation.base import (
     Baseline,
     Reference,
+    Sequences,
     baseline,
     from_case,
     names_none,
@@ -96,10 +97,10 @@ class Composite:
         base = baseline(reference, "auto", self._normalize)
         if base is None:
             return None
-        lined = sequences(trace, base, self._normalize)  # parallel calls in the other's order
+        lined = sequences(trace, base, self._normalize)  # parallel calls in either order
         names = lined.names
         report = compare_arguments(base.calls, trace.calls, self._scorer, self._normalize)
-        scores = self._scores(trace, base, lined.names, lined.reference, report)
+        scores = self._scores(trace, base, lined, report)
         failure = self._failure(base, names, report)
         selected = (
             "Selection: 100% (the case names no tools)."
@@ -121,15 +122,10 @@ class Composite:
         return self._failure(base, names, report)
 
     def _scores(
-        self,
-        trace: ToolTrace,
-        base: Baseline,
-        names: Sequence[str],
-        reference: Sequence[str],
-        report: ArgumentReport,
+        self, trace: ToolTrace, base: Baseline, lined: Sequences, report: ArgumentReport
     ) -> dict[str, float]:
-        """``names`` and ``reference`` (``base.names``) lined up: the members of a parallel
-        group on either side in the other's order, as ``order`` reads them."""
+        """The scores of the run and ``base`` lined up as ``order`` reads them."""
+        names, reference = lined.names, lined.reference
         if base.no_tools:
             selection = ordering = exact = 0.0 if names else 1.0
         elif names_none(base):
@@ -137,7 +133,10 @@ class Composite:
         else:
             metric = jaccard if self.settings.selection_metric == "jaccard" else recall
             selection = metric(names, base.names)
-            ordering = 1.0 if unordered(base) else order_score(names, reference, base.kind)
+            if unordered(base):
+                ordering = 1.0
+            else:
+                ordering = order_score(names, reference, base.kind, lined.common())
             exact = 1.0 if tuple(names) == tuple(reference) else 0.0
         weights = self.settings.weights
         scores = {

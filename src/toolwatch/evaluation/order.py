@@ -3,13 +3,19 @@
 The score is the length of the longest common subsequence (LCS) of the two name sequences,
 divided by the expected length against a golden case (extra calls do not lower it) or by the
 longer length against a source run (either side's extras do). Both sides empty score 1.0; an
-empty golden sequence scores 1.0 (there is no order to break). Calls issued in one parallel
-group have no order among themselves: each group is read in the order that agrees with the
-other side (``base.sequences``), so the same parallel calls started the other way round are
-not drift. One TOOL_ORDER_DRIFT finding per run below ``threshold`` (default 1.0), naming the
-first position where the sequences diverge. A golden case whose own ``mode`` is unordered
-(``expected_set``, ``set``, ``first``: its author said the order does not matter) is not
-judged for order.
+empty golden sequence scores 1.0 (there is no order to break).
+
+Calls issued in one parallel group have no order among themselves, so the LCS is the best
+over every order of each group's members, on either side: ``max over those orders of
+LCS(run, reference)``. ``lineup`` computes it exactly, and says where, past a bound, it takes
+an upper bound instead: a score that errs, errs high, and never pages a run that kept its
+order. So the same parallel calls started the other way round are not drift, nor is a tool
+called before its group and again in it.
+
+One TOOL_ORDER_DRIFT finding per run below ``threshold`` (default 1.0), naming the first
+position where the sequences, so lined up, diverge. A golden case whose own ``mode`` is
+unordered (``expected_set``, ``set``, ``first``: its author said the order does not matter)
+is not judged for order.
 """
 
 from __future__ import annotations
@@ -26,40 +32,28 @@ from toolwatch.evaluation.base import (
     sequences,
     unordered,
 )
+from toolwatch.evaluation.lcs import lcs_length
 from toolwatch.evaluation.settings import OrderSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.model import Category, EvalResult, Finding, ReferenceKind, ToolTrace
 from toolwatch.names import NameNormalizer
 
-__all__ = ["Order", "first_divergence", "lcs_length", "order_score"]
+__all__ = ["Order", "first_divergence", "order_score"]
 
 
-def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
-    """Length of the longest common subsequence.
-
-    Bit-parallel (Hyyro's form of the Allison-Dix recurrence): bit ``i`` of ``row`` is 0 where
-    the LCS of ``a[:i + 1]`` against the prefix of ``b`` seen so far grows; one big-integer
-    step per item of ``b`` makes it O(len(b) * len(a) / 64), so a 5,000-call run costs
-    milliseconds where the quadratic table would cost seconds.
-    """
-    positions: dict[str, int] = {}
-    for i, name in enumerate(a):
-        positions[name] = positions.get(name, 0) | (1 << i)
-    full = (1 << len(a)) - 1
-    row = full
-    for name in b:
-        matched = row & positions.get(name, 0)
-        row = ((row + matched) | (row - matched)) & full
-    return len(a) - row.bit_count()
-
-
-def order_score(actual: Sequence[str], reference: Sequence[str], kind: ReferenceKind) -> float:
-    """LCS / |reference| against a golden case, LCS / longer length against a source."""
+def order_score(
+    actual: Sequence[str], reference: Sequence[str], kind: ReferenceKind, common: int | None = None
+) -> float:
+    """LCS / |reference| against a golden case, LCS / longer length against a source.
+    ``common``: the LCS when the caller has it (``Sequences.common``: over every order of
+    each side's parallel groups); else that of the two sequences as given."""
     if kind is ReferenceKind.SOURCE:
         denominator = max(len(actual), len(reference))
     else:
         denominator = len(reference)
-    return lcs_length(actual, reference) / denominator if denominator else 1.0
+    if not denominator:
+        return 1.0
+    return (lcs_length(actual, reference) if common is None else common) / denominator
 
 
 def first_divergence(actual: Sequence[str], reference: Sequence[str]) -> int | None:
@@ -84,8 +78,8 @@ class Order:
         if base is None or base.no_tools or unordered(base):
             return None
         lined = sequences(trace, base, self._normalize)
-        score = order_score(lined.names, lined.reference, base.kind)
-        common = lcs_length(lined.names, lined.reference)
+        common = lined.common()
+        score = order_score(lined.names, lined.reference, base.kind, common)
         if base.kind is ReferenceKind.SOURCE:  # of the longer of the two, as it is scored
             made = f"the source made {len(lined.reference)}, the run {len(lined.names)}"
             longer = max(len(lined.names), len(lined.reference))

@@ -17,13 +17,15 @@ Both sides empty always score 1.0. A golden case that names no tools and does no
 none (only ``expected_min_steps``, ``expected_tool_count`` or ``expected_refusal``) gives
 selection nothing to judge: the evaluator does not apply (``base.names_none``), so the last
 column is a shadow source's that made no call. The ordered modes (``expected``, ``exact``,
-``first``) read calls issued in one parallel group in the order that agrees with the
-reference (``base.sequences``): the model asked for them at once. Recall modes ignore extra
-calls: over-calling is judged by ``set``/``exact``, ``loops`` and the structure's call count.
-A golden case that expects no calls (``expected_no_tools``, or ``expected_tool_count: 0``)
-scores 1.0 iff no call was made; otherwise 0.0 and UNNECESSARY_TOOL_CALL (this is the only
-way selection reports extra calls when nothing was expected), severity ``medium`` raised to
-the floor: the score is binary, so effect size would always read critical.
+``first``) read the calls issued in one parallel group, the run's or a source's, in any order
+(the model asked for them at once): ``expected`` takes the LCS over every order, as ``order``
+does, and ``exact`` and ``first`` agree when some order makes them (``base.sequences``).
+Recall modes ignore extra calls: over-calling is judged by ``set``/``exact``, ``loops`` and
+the structure's call count. A golden case that expects no calls (``expected_no_tools``, or
+``expected_tool_count: 0``) scores 1.0 iff no call was made; otherwise 0.0 and
+UNNECESSARY_TOOL_CALL (this is the only way selection reports extra calls when nothing was
+expected), severity ``medium`` raised to the floor: the score is binary, so effect size
+would always read critical.
 
 Modes: the case's ``selection_mode``, else ``mode`` against golden cases; ``source_mode``
 against a shadow source. One TOOL_SELECTION_DRIFT finding per run when the score is below
@@ -45,7 +47,7 @@ from toolwatch.evaluation.base import (
     pct,
     sequences,
 )
-from toolwatch.evaluation.order import lcs_length
+from toolwatch.evaluation.lcs import lcs_length
 from toolwatch.evaluation.settings import ToolSelectionSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.model import Category, EvalResult, Finding, Severity, ToolTrace
@@ -77,11 +79,17 @@ def jaccard(actual: Sequence[str], expected: Sequence[str]) -> float:
     return _overlap(actual, expected) / union if union else 1.0
 
 
-def selection_score(mode: str, actual: Sequence[str], expected: Sequence[str]) -> float:
-    """The score of ``mode`` (see the module table). Raises ``ValueError`` for an unknown
-    mode (a golden case's ``selection_mode`` is validated by whoever loads it)."""
+def selection_score(
+    mode: str, actual: Sequence[str], expected: Sequence[str], common: int | None = None
+) -> float:
+    """The score of ``mode`` (see the module table). ``common``: the LCS of the two for mode
+    ``expected`` when the caller has it (``Sequences.common``); else that of the sequences
+    as given. Raises ``ValueError`` for an unknown mode (a golden case's ``selection_mode``
+    is validated by whoever loads it)."""
     if mode == "expected":
-        return lcs_length(actual, expected) / len(expected) if expected else 1.0
+        if not expected:
+            return 1.0
+        return (lcs_length(actual, expected) if common is None else common) / len(expected)
     if mode == "expected_set":
         return recall(actual, expected)
     if mode == "exact":
@@ -133,8 +141,8 @@ class ToolSelection:
         if base.no_tools:
             return self._no_tools(trace, base, names)
         mode = self.mode(base)
-        score = selection_score(mode, names, lined.reference)
-        in_order = lcs_length(names, lined.reference) if mode == "expected" else None
+        in_order = lined.common() if mode == "expected" else None
+        score = selection_score(mode, names, lined.reference, in_order)
         explanation = describe(score, base.noun, base.names, names, in_order)
         findings: tuple[Finding, ...] = ()
         if score < self.settings.threshold:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import itertools
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hypothesis import strategies as st
@@ -10,7 +11,17 @@ from hypothesis import strategies as st
 from tests import factories
 from toolwatch.model import CallStatus, ExpectedCall, GoldenCase, ToolCall, ToolTrace
 
-__all__ = ["POLICY", "call", "case", "json_values", "tool_traces", "trace"]
+__all__ = [
+    "POLICY",
+    "call",
+    "case",
+    "every_order",
+    "grouped",
+    "json_values",
+    "quadratic_lcs",
+    "tool_traces",
+    "trace",
+]
 
 #: A policy under which every policy evaluator has something to judge in ``tool_traces``.
 POLICY: dict[str, Any] = {
@@ -87,6 +98,17 @@ def trace(
     )
 
 
+def grouped(*parts: str | tuple[str, ...]) -> ToolTrace:
+    """A ToolTrace of named calls in which each tuple is one parallel group (the model asked
+    for its calls at once), started in the order written: ``grouped("a", ("b", "c"))``."""
+    calls: list[ToolCall] = []
+    for number, part in enumerate(parts):
+        names, group = (part, number) if isinstance(part, tuple) else ((part,), None)
+        start = len(calls)
+        calls.extend(call(name, index=start + k, group=group) for k, name in enumerate(names))
+    return trace(*calls)
+
+
 def _as_call(value: str | tuple[str, Any] | ToolCall, index: int, agent: str | None) -> ToolCall:
     """Calls given by name are the run's agent's own, as the timeline sets them."""
     if isinstance(value, ToolCall):
@@ -158,3 +180,31 @@ def tool_traces(draw: st.DrawFn, max_calls: int = 6, tools: Iterable[str] = TOOL
         for i, name in enumerate(names)
     ]
     return trace(*calls, refusal=draw(st.booleans()))
+
+
+def quadratic_lcs(a: Sequence[str], b: Sequence[str]) -> int:
+    """The textbook quadratic table, to check the bit-parallel LCS against."""
+    table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i, x in enumerate(a):
+        for j, y in enumerate(b):
+            table[i + 1][j + 1] = (
+                table[i][j] + 1 if x == y else max(table[i][j + 1], table[i + 1][j])
+            )
+    return table[-1][-1]
+
+
+def every_order(names: Sequence[str], groups: Sequence[int | None]) -> set[tuple[str, ...]]:
+    """Every sequence ``names`` reads as, by brute force: each group's members in any order
+    among the places they hold (the order rule's statement)."""
+    places: dict[int, list[int]] = {}
+    for i, group in enumerate(groups):
+        if group is not None:
+            places.setdefault(group, []).append(i)
+    found = set()
+    for moves in itertools.product(*(itertools.permutations(p) for p in places.values())):
+        order = list(range(len(names)))
+        for held, moved in zip(places.values(), moves, strict=True):
+            for place, i in zip(held, moved, strict=True):
+                order[place] = i
+        found.add(tuple(names[i] for i in order))
+    return found

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from eval_factories import call, case, trace
+from eval_factories import call, case, grouped, trace
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.composite import Composite, failure_type, step_efficiency
@@ -157,6 +157,15 @@ def test_parallel_calls_in_either_order_are_the_expected_sequence() -> None:
         evaluate(trace("refund", "notify"), case("notify", "refund")).scores["tool_name_accuracy"]
         == 0.0
     )
+
+
+def test_ordering_takes_a_group_in_the_order_that_keeps_the_most_in_order() -> None:
+    """As ``order`` scores it: get_customer before the group and in it holds the expected
+    search, get_customer, search (the extra call costs selection, not ordering)."""
+    run = grouped("get_customer", "search", ("get_customer", "search"))
+    result = evaluate(run, case("search", "get_customer", "search"))
+    assert result.scores["ordering"] == 1.0
+    assert result.scores["score"] == pytest.approx(0.6 * 3 / 4 + 0.4)
 
 
 def test_a_sources_parallel_calls_in_either_order_are_its_sequence() -> None:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from eval_factories import call, case, trace
-from hypothesis import given
+from eval_factories import call, case, every_order, grouped, quadratic_lcs, trace
+from hypothesis import example, given
 from hypothesis import strategies as st
 
-from toolwatch.evaluation.base import Reference, follow
-from toolwatch.evaluation.order import Order, first_divergence, lcs_length, order_score
+from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.order import Order, first_divergence, order_score
 from toolwatch.evaluation.settings import OrderSettings
 from toolwatch.model import Category, ReferenceKind, ToolTrace
 from toolwatch.names import NameNormalizer
@@ -35,29 +35,6 @@ def test_order_score(
     actual: tuple[str, ...], reference: tuple[str, ...], kind: ReferenceKind, score: float
 ) -> None:
     assert order_score(actual, reference, kind) == pytest.approx(score)
-
-
-def reference_lcs(a: list[str], b: list[str]) -> int:
-    """The textbook quadratic table, to check the bit-parallel version against."""
-    table = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
-    for i, x in enumerate(a):
-        for j, y in enumerate(b):
-            table[i + 1][j + 1] = (
-                table[i][j] + 1 if x == y else max(table[i][j + 1], table[i + 1][j])
-            )
-    return table[-1][-1]
-
-
-@given(
-    st.lists(st.sampled_from("abcd"), max_size=12), st.lists(st.sampled_from("abcd"), max_size=12)
-)
-def test_lcs_length_matches_the_quadratic_table(a: list[str], b: list[str]) -> None:
-    assert lcs_length(a, b) == reference_lcs(a, b) == lcs_length(b, a)
-
-
-def test_lcs_length() -> None:
-    assert lcs_length("ABCBDAB", "BDCABA") == 4
-    assert lcs_length([], ["a"]) == 0
 
 
 def test_first_divergence() -> None:
@@ -123,39 +100,6 @@ def test_drift_in_a_parallel_run_names_the_call_that_diverges() -> None:
     assert finding.details == {"expected": ["a", "b", "c"], "actual": ["a", "c", "b"]}
 
 
-@given(
-    st.lists(st.sampled_from("abcdefgh"), unique=True, max_size=8).flatmap(
-        lambda names: st.tuples(
-            st.just(names),
-            st.lists(st.sampled_from([None, 1, 2]), min_size=len(names), max_size=len(names)),
-        )
-    ),
-    st.lists(st.sampled_from("ab"), max_size=6),
-)
-def test_follow_moves_group_members_among_their_own_places(
-    distinct: tuple[list[str], list[int | None]], repeated: list[str]
-) -> None:
-    names, groups = distinct
-    # The target: the same calls with each group's members in reverse order.
-    target = list(names)
-    for group in (1, 2):
-        places = [i for i, g in enumerate(groups) if g == group]
-        for place, i in zip(places, reversed(places), strict=True):
-            target[place] = names[i]
-    order = follow(names, groups, target)
-    if order is None:
-        assert all(groups.count(g) < 2 for g in (1, 2))
-        return
-    assert sorted(order) == list(range(len(names)))
-    assert all(groups[i] == groups[place] for place, i in enumerate(order))
-    assert [names[i] for i in order] == target
-    # Repeated names (parallel calls of one tool): one group takes any order of itself.
-    all_one_group = follow(repeated, [1] * len(repeated), repeated[::-1])
-    if len(repeated) > 1:
-        assert all_one_group is not None
-        assert [repeated[i] for i in all_one_group] == repeated[::-1]
-
-
 def test_calls_nested_in_a_parallel_call_move_with_its_group() -> None:
     # One output asks for ask_billing (an agent used as a tool, which looks the order up) and
     # search; where search starts against the nested lookup is scheduling, not order.
@@ -213,3 +157,133 @@ def test_a_case_whose_own_mode_leaves_order_out_is_not_judged_for_it(
     assert (result is not None) is judged
     if result is not None:
         assert [f.category for f in result.findings] == [Category.TOOL_ORDER_DRIFT]
+
+
+def test_a_tool_called_before_its_parallel_group_and_in_it_is_not_drift() -> None:
+    """get_customer and search are called one after the other, then again together: read as
+    get_customer, search, get_customer, search, the run holds the expected search,
+    get_customer, search. Pairing each name's k-th occurrence with the reference's k-th put
+    the group's get_customer last, and paged at 67%."""
+    expected = Reference(expected=case("search", "get_customer", "search"))
+    for started in (("get_customer", "search"), ("search", "get_customer")):
+        run = grouped("get_customer", "search", started)
+        result = Order(OrderSettings(), NameNormalizer())(run, expected)
+        assert result is not None
+        assert (result.scores["score"], result.findings) == (1.0, ())
+        assert result.explanation == "Ordering: 100% (3/3 expected calls in order)."
+
+
+L, G, S = "lookup_order", "get_customer", "search"
+
+
+@pytest.mark.parametrize(
+    ("run", "reference", "score"),
+    [
+        # lookup_order, then lookup_order and get_customer at once, read as L L G: 3 of the
+        # 4 expected calls in order (read as L G L, 2).
+        (grouped(L, (L, G)), Reference(expected=case(G, L, L, G)), 3 / 4),
+        (grouped(L, (G, L)), Reference(expected=case(G, L, L, G)), 3 / 4),
+        # The source's group read as S G L: 3 of the run's 4 calls in order (as S L G, 2).
+        (grouped(L, S, G, L), Reference(source=grouped(S, (G, L))), 3 / 4),
+        # Groups on both sides: L G S L against G S L, G L G L against L G L.
+        (grouped(L, (S, G, L)), Reference(source=grouped(G, (S, L))), 3 / 4),
+        (grouped(G, (L, L, G)), Reference(source=grouped(L, (G, L))), 3 / 4),
+    ],
+)
+def test_the_score_is_the_best_over_every_order_of_each_group(
+    run: ToolTrace, reference: Reference, score: float
+) -> None:
+    assert order_of(run, reference) == pytest.approx(score)
+
+
+def test_a_threshold_below_one_pages_no_source_run_that_keeps_its_order() -> None:
+    """At 75% the run is above a 70% threshold: read as S G L, the source's parallel pair
+    leaves one of the run's four calls out of order, not two."""
+    settings = OrderSettings.model_validate({"threshold": 0.7})
+    run, source = grouped(L, S, G, L), grouped(S, (G, L))
+    result = Order(settings, NameNormalizer())(run, Reference(source=source))
+    assert result is not None
+    assert (result.scores["score"], result.findings) == (0.75, ())
+
+
+def best_common(run: ToolTrace, reference: Reference) -> int:
+    """The longest common subsequence over every order of each side's groups."""
+    names = [c.tool_name for c in run.calls]
+    groups = [c.parallel_group for c in run.calls]
+    if reference.source is not None:
+        other = [c.tool_name for c in reference.source.calls]
+        other_groups = [c.parallel_group for c in reference.source.calls]
+    else:
+        assert reference.expected is not None
+        other = [c.name for c in reference.expected.expected_tools]
+        other_groups = [None] * len(other)
+    return max(
+        quadratic_lcs(a, b)
+        for a in every_order(names, groups)
+        for b in every_order(other, other_groups)
+    )
+
+
+def the_score(run: ToolTrace, reference: Reference, common: int) -> float:
+    """The rule's score: ``common`` over the expected length, or the longer one (a source)."""
+    made = len(run.calls)
+    if reference.source is not None:
+        longest = max(made, len(reference.source.calls))
+        return common / longest if longest else 1.0
+    assert reference.expected is not None
+    expected = len(reference.expected.expected_tools)
+    return common / expected if expected else 1.0
+
+
+@st.composite
+def runs_in_groups(draw: st.DrawFn) -> ToolTrace:
+    """Up to 3 steps of 1 to 3 calls of a, b or c; a step of two or more is a parallel group
+    (its calls next to each other, as the timeline gives them)."""
+    steps = draw(st.lists(st.lists(st.sampled_from("abc"), min_size=1, max_size=3), max_size=3))
+    return grouped(*(tuple(step) if len(step) > 1 else step[0] for step in steps))
+
+
+@st.composite
+def runs_interleaved(draw: st.DrawFn) -> ToolTrace:
+    """Up to 6 calls of a, b or c, each in group 1, group 2 or none: a group's members need
+    not be next to each other (calls of another agent, running meanwhile, between them)."""
+    names = draw(st.lists(st.sampled_from("abc"), max_size=6))
+    groups = draw(st.lists(st.sampled_from([None, 1, 2]), min_size=len(names), max_size=len(names)))
+    return trace(
+        *(call(n, index=i, group=g) for i, (n, g) in enumerate(zip(names, groups, strict=True)))
+    )
+
+
+references = st.one_of(
+    st.lists(st.sampled_from("abc"), max_size=5).map(
+        lambda names: Reference(expected=case(*names))
+    ),
+    runs_in_groups().map(lambda run: Reference(source=run)),
+)
+
+
+@given(runs_in_groups(), references)
+@example(grouped("a", "b", ("a", "b")), Reference(expected=case("b", "a", "b")))  # a, b in and out
+@example(grouped("a", "b", "c", "a"), Reference(source=grouped("b", ("c", "a"))))  # a source's
+def test_the_score_is_the_best_lcs_over_every_order_of_each_group(
+    run: ToolTrace, reference: Reference
+) -> None:
+    assert order_of(run, reference) == pytest.approx(
+        the_score(run, reference, best_common(run, reference))
+    )
+
+
+@given(
+    runs_interleaved(), st.one_of(references, runs_interleaved().map(lambda r: Reference(source=r)))
+)
+@example(  # the source's a and its last b, issued together, read as b, a: the run's b, a
+    trace("b", "a"),
+    Reference(
+        source=trace(call("a", index=0, group=7), call("b", index=1), call("b", index=2, group=7))
+    ),
+)
+def test_the_score_is_never_below_the_best_lcs_whatever_the_groups(
+    run: ToolTrace, reference: Reference
+) -> None:
+    """Groups whose members lie apart: the score may err high (no page), never low."""
+    assert order_of(run, reference) >= the_score(run, reference, best_common(run, reference)) - 1e-9

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from eval_factories import call, case, trace
+from eval_factories import call, case, grouped, trace
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.selection import ToolSelection, jaccard, recall, selection_score
@@ -183,6 +183,19 @@ def test_ordered_modes_take_parallel_calls_in_either_order(mode: str) -> None:
     sequential = evaluator(mode=mode)(trace("b", "a"), Reference(expected=case("a", "b")))
     assert sequential is not None
     assert sequential.scores["score"] < 1.0
+
+
+def test_in_order_mode_takes_a_group_in_the_order_that_keeps_the_most_in_order() -> None:
+    """get_customer is called before the group and in it: read as get_customer, search,
+    get_customer, search, the run holds the expected search, get_customer, search."""
+    run = grouped("get_customer", "search", ("get_customer", "search"))
+    expected = Reference(expected=case("search", "get_customer", "search"))
+    result = evaluator(mode="expected")(run, expected)
+    assert result is not None
+    assert (result.scores["score"], result.findings) == (1.0, ())
+    assert result.explanation == (
+        "Selection: 100% (called 3/3 expected tools, 3 in order, extra: [get_customer])."
+    )
 
 
 def test_source_mode_exact_takes_a_parallel_source_group_in_either_order() -> None:

@@ -1,0 +1,175 @@
+"""lineup: the LCS over every order of each side's parallel groups, and the orders shown."""
+
+from __future__ import annotations
+
+import pytest
+from eval_factories import every_order, quadratic_lcs
+from hypothesis import given
+from hypothesis import strategies as st
+
+from toolwatch.evaluation.lcs import MAX_MEETS, MAX_WORK, lcs_length
+from toolwatch.evaluation.lineup import Lineup, line_up
+
+Side = tuple[list[str], list[int | None]]
+
+
+@given(
+    st.lists(st.sampled_from("abcd"), max_size=12), st.lists(st.sampled_from("abcd"), max_size=12)
+)
+def test_lcs_length_matches_the_quadratic_table(a: list[str], b: list[str]) -> None:
+    assert lcs_length(a, b) == quadratic_lcs(a, b) == lcs_length(b, a)
+
+
+def test_lcs_length() -> None:
+    assert lcs_length("ABCBDAB", "BDCABA") == 4
+    assert lcs_length([], ["a"]) == 0
+
+
+@pytest.mark.parametrize(
+    "groups", [[None, None, None], [1, None, 2], [None, 5, None]], ids=["none", "one each", "one"]
+)
+def test_without_a_group_of_two_nothing_moves(groups: list[int | None]) -> None:
+    """The usual run: the caller takes the plain LCS of the sequences as given."""
+    assert line_up(["a", "b", "c"], groups, ["c", "b"], [None, None]) is None
+
+
+def test_a_tool_called_before_its_group_and_in_it() -> None:
+    """get_customer, search, then both at once, against search, get_customer, search: the
+    group read as get_customer, search keeps all three in order."""
+    lined = line_up(["g", "s", "s", "g"], [None, None, 1, 1], ["s", "g", "s"], [None] * 3)
+    assert lined == Lineup((0, 1, 3, 2), (0, 1, 2), 3, True)
+
+
+def test_equal_leading_and_trailing_blocks_pair_whole() -> None:
+    """A shadow pair that issued the same groups, each started in another order: the
+    reference's members are read in the run's order, and nothing else is searched."""
+    run = (["a", "b", "c", "d", "c"], [1, 1, None, 2, 2])
+    source = (["b", "a", "c", "c", "d"], [7, 7, None, 8, 8])
+    lined = line_up(*run, *source, meets=0, work=0)  # nothing to spend: the ends only
+    assert lined == Lineup((0, 1, 2, 3, 4), (1, 0, 2, 4, 3), 5, True)
+
+
+@st.composite
+def sides(draw: st.DrawFn, base: int = 10, apart: bool = False, steps: int = 4) -> Side:
+    """Calls of a, b or c in up to ``steps`` steps of one to three calls (at most 7 calls when
+    ``steps`` is 4, for brute force); a step of two or more is a parallel group. ``apart``:
+    up to 6 calls, each in group ``base``, ``base + 1`` or none, wherever it stands (a
+    group's members with other calls between them)."""
+    if apart:
+        names = draw(st.lists(st.sampled_from("abc"), max_size=6))
+        choices = [None, base, base + 1]
+        groups = draw(st.lists(st.sampled_from(choices), min_size=len(names), max_size=len(names)))
+        return names, groups
+    drawn = draw(st.lists(st.lists(st.sampled_from("abc"), min_size=1, max_size=3), max_size=steps))
+    names: list[str] = []
+    groups: list[int | None] = []
+    for number, step in enumerate(drawn):
+        names.extend(step)
+        groups.extend([base + number if len(step) > 1 else None] * len(step))
+    most = 7 if steps == 4 else len(names)
+    return names[:most], groups[:most]
+
+
+def shown(names: list[str], order: tuple[int, ...]) -> tuple[str, ...]:
+    return tuple(names[i] for i in order)
+
+
+def best(a: Side, b: Side) -> int:
+    """The rule, by brute force: the best LCS over every order of each side's groups."""
+    return max(quadratic_lcs(x, y) for x in every_order(*a) for y in every_order(*b))
+
+
+def lined_up(a: Side, b: Side, budget: int | None = None) -> tuple[Lineup, int]:
+    """``line_up``'s answer (the sides as given when it has none) and the LCS of the orders
+    it shows; ``budget``: both budgets, else the defaults."""
+    meets, work = (MAX_MEETS, MAX_WORK) if budget is None else (budget, budget)
+    lined = line_up(*a, *b, meets=meets, work=work)
+    if lined is None:
+        every = tuple(range(len(a[0]))), tuple(range(len(b[0])))
+        lined = Lineup(*every, lcs_length(a[0], b[0]), True)
+    return lined, quadratic_lcs(shown(a[0], lined.actual), shown(b[0], lined.reference))
+
+
+@given(sides(), sides(base=20))
+def test_the_common_length_is_the_best_over_every_order_of_each_group(a: Side, b: Side) -> None:
+    lined, common = lined_up(a, b)
+    assert lined.exact
+    assert lined.common == best(a, b) == common
+    assert shown(a[0], lined.actual) in every_order(*a)
+    assert shown(b[0], lined.reference) in every_order(*b)
+
+
+@given(sides(), sides(base=20), st.sampled_from([0, 3, None]))
+def test_the_orders_shown_agree_when_some_orders_make_them(
+    a: Side, b: Side, budget: int | None
+) -> None:
+    """Whatever the budget: equal sequences (``exact`` selection, tool-name accuracy), and
+    first calls (selection's ``first``), when some orders of the groups make them so."""
+    lined, _ = lined_up(a, b, budget)
+    run, reference = shown(a[0], lined.actual), shown(b[0], lined.reference)
+    if every_order(*a) & every_order(*b):
+        assert run == reference
+    if {x[:1] for x in every_order(*a)} & {y[:1] for y in every_order(*b)}:
+        assert run[:1] == reference[:1]
+
+
+@given(sides(), sides(base=20), st.sampled_from([0, 1, 3, 20]))
+def test_past_the_budgets_the_common_length_is_a_bound_never_below_the_best(
+    a: Side, b: Side, budget: int
+) -> None:
+    """Never below: a run that kept its order is never paged. ``exact`` only when it is the
+    best; the orders shown are the rule's, and keep no more than the best in common."""
+    lined, common = lined_up(a, b, budget)
+    most = best(a, b)
+    assert lined.common >= most >= common
+    if lined.exact:
+        assert lined.common == most == common
+    assert shown(a[0], lined.actual) in every_order(*a)
+    assert shown(b[0], lined.reference) in every_order(*b)
+
+
+@given(sides(apart=True), sides(base=20, apart=True))
+def test_groups_whose_members_lie_apart_give_a_bound_never_below_the_best(a: Side, b: Side) -> None:
+    lined, common = lined_up(a, b)
+    assert lined.common >= best(a, b)
+    assert common == lined.common  # the orders shown keep what it counts
+
+
+def test_a_group_with_another_call_among_its_members_is_read_as_a_bound() -> None:
+    """a and b issued together, x (another agent's) started between them: read as one block
+    a, x, b in any order, more orders than the rule allows, so the result is a bound."""
+    lined = line_up(["a", "x", "b"], [1, None, 1], ["x", "b", "a"], [None] * 3)
+    assert lined is not None
+    assert (lined.common, lined.exact) == (3, False)  # the rule's best is 2: b, a keep order
+    assert best((["a", "x", "b"], [1, None, 1]), (["x", "b", "a"], [None] * 3)) == 2
+
+
+def test_a_long_group_past_the_budgets_is_still_read_exactly_when_it_can_be() -> None:
+    """5,000 calls of a and b issued at once against a source that made them one by one: far
+    past the budget of the rows (a step per call per occurrence), so the walk is the linear
+    one, which pairs every call, and the bound (the overlap) meets it."""
+    run = ["a", "b"] * 2_500
+    source = ["b", "a"] * 2_500
+    lined = line_up(run, [0] * len(run), source, [None] * len(source))
+    assert lined is not None
+    assert (lined.common, lined.exact) == (5_000, True)
+    assert shown(run, lined.actual) == tuple(source)
+
+
+@given(sides(steps=15), sides(base=20, steps=15), st.booleans())
+def test_past_the_budgets_the_bound_is_never_below_the_exact_walk(
+    a: Side, b: Side, sequential: bool
+) -> None:
+    """Sides longer than brute force reaches: the bound against the exact programs, with
+    groups on one side (the rows) or both (the cells)."""
+    if sequential:
+        b = (b[0], [None] * len(b[0]))
+    exact = line_up(*a, *b, meets=10**9, work=10**9)
+    bounded = line_up(*a, *b, meets=0, work=0)
+    if exact is None or bounded is None:
+        assert exact is bounded is None
+        return
+    assert exact.exact
+    assert bounded.common >= exact.common
+    if bounded.exact:
+        assert bounded.common == exact.common
