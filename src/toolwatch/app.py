@@ -280,6 +280,7 @@ class App:
             buffer.buffered_spans,
             buffer.buffered_bytes,
             buffer.overdue_ns() / 1e9,
+            buffer.remembered_traces,
         )
 
     def _open_outputs(

@@ -63,6 +63,9 @@ __all__ = [
 _MIB = 2**20
 #: gRPC takes its channel options (``grpc.max_receive_message_length``) as C ints.
 _MAX_REQUEST_BYTES = 2**31 - 1
+#: About 33 bytes each at most (``toolwatch.assembly.remembered``): 1.65 GB; 15,000,000 is
+#: a replica's most spans a second (50,000), each a trace of its own, for 300 s.
+_MAX_REMEMBERED_TRACES = 50_000_000
 
 
 #: ToolwatchSecurityFilesNotReloaded sees a failing file only if it is looked at every 5m.
@@ -248,7 +251,7 @@ class AssemblySettings(_Section):
     max_spans_per_trace: int = Field(5_000, gt=0)
     max_buffered_spans: int = Field(200_000, gt=0)
     max_buffered_bytes: int = Field(256 * _MIB, gt=0)
-    max_remembered_traces: int = Field(100_000, ge=0)
+    max_remembered_traces: int = Field(2_000_000, ge=0, le=_MAX_REMEMBERED_TRACES)
     overflow: Literal["backpressure", "evict_oldest"] = "backpressure"
     tick_seconds: float = Field(0.01, gt=0, le=10, description="how often completion is checked")
 

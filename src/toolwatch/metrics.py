@@ -15,6 +15,11 @@ retries, so they are outside the law). Each span then ends in exactly one of
 duplicate, late, over a bound, ...), or ``spans_built`` (part of a ToolTrace handed to the
 evaluators), unless it is still buffered.
 
+``remembered_traces_evicted`` counts the ids of evaluated traces the buffer forgot before
+``assembly.late_span_window_seconds`` passed, because it remembered
+``assembly.max_remembered_traces`` of them: a span of such a trace that comes later starts a
+second, partial trace instead of being dropped as late.
+
 ``golden_cases_watched`` names the golden cases whose runs are expected at least every so
 many seconds (``expected_every_seconds``), at start-up and after each reload;
 ``golden_case_judged`` says a complete run was matched to one of them, at that time.
@@ -87,6 +92,7 @@ class PipelineMetrics(Protocol):
     def spans_refused(self, n: int, transport: str) -> None: ...
     def spans_built(self, n: int) -> None: ...
     def trace_evicted(self, reason: str) -> None: ...
+    def remembered_traces_evicted(self, n: int) -> None: ...
     def request_handled(self, transport: str, outcome: str, seconds: float) -> None: ...
     def tool_trace(self, trace: ToolTrace, reference: str) -> None: ...
     def evaluated(self, evaluator: str, score: float | None, seconds: float) -> None: ...
@@ -120,6 +126,9 @@ class NoopMetrics:
         pass
 
     def trace_evicted(self, reason: str) -> None:
+        pass
+
+    def remembered_traces_evicted(self, n: int) -> None:
         pass
 
     def request_handled(self, transport: str, outcome: str, seconds: float) -> None:

@@ -437,10 +437,12 @@ def test_toolwatch_config_map_is_a_valid_configuration(path: Path, tmp_path: Pat
 
 
 # Measured (README "Memory"): the process at rest, a buffered span against the buffer's
-# own estimate of it, and a request body being read against its size.
+# own estimate of it, a request body being read against its size, and the most a
+# remembered trace id takes (bench.remembered).
 _RESIDENT_AT_REST = 100 * 2**20
 _RESIDENT_PER_BUFFERED_BYTE = 1.1
 _RESIDENT_PER_BODY_BYTE = 2.5
+_RESIDENT_PER_REMEMBERED_ID = 33
 
 
 def _memory_limit(quantity: str) -> int:
@@ -458,6 +460,7 @@ def test_toolwatch_at_its_bounds_fits_its_memory_limit(path: Path, tmp_path: Pat
         _RESIDENT_AT_REST
         + _RESIDENT_PER_BUFFERED_BYTE * assembly.max_buffered_bytes
         + _RESIDENT_PER_BODY_BYTE * bodies
+        + _RESIDENT_PER_REMEMBERED_ID * assembly.max_remembered_traces
     )
     assert worst < 0.9 * limit, f"{worst / 2**20:.0f} MiB at the bounds, limit {limit >> 20} MiB"
 

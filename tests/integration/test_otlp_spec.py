@@ -315,6 +315,30 @@ def test_spans_of_a_trace_already_evaluated_are_a_partial_success(
     assert server.sample("toolwatch_spans_dropped_total", {"reason": "late"}) == 6
 
 
+def test_a_trace_forgotten_for_the_remembered_cap_is_counted_and_no_longer_late(
+    start_server: StartServer,
+) -> None:
+    """Past assembly.max_remembered_traces the oldest evaluated trace's id is forgotten
+    before its late window passed: /metrics says so, and a straggler of that trace is taken
+    as a new trace (no longer late), while one of the trace remembered still is."""
+    server = start_server(assembly__max_remembered_traces=1, **QUIET)
+    first, second = refund_request(), refund_request()
+    assert server.sample("toolwatch_remembered_trace_evictions_total") == 0
+    for request in (first, second):
+        assert export_grpc(server, request) == ExportTraceServiceResponse()
+        server.settle()
+    assert server.sample("toolwatch_remembered_trace_evictions_total") == 1
+    assert server.sample("toolwatch_remembered_traces") == 1
+
+    for request in (first, second):
+        for n, span in enumerate(spans_in(request), start=1):
+            span.span_id = (0xA0 + n).to_bytes(8, "big")
+    assert export_grpc(server, first) == ExportTraceServiceResponse()
+    assert export_grpc(server, second).partial_success.rejected_spans == 6
+    assert server.sample("toolwatch_spans_dropped_total", {"reason": "late"}) == 6
+    assert server.sample("toolwatch_buffered_spans") == 6
+
+
 # --- size limits ----------------------------------------------------------------------------
 
 

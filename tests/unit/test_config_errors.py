@@ -132,6 +132,16 @@ def test_an_assembly_duration_is_at_most_a_week() -> None:
     assert week.assembly.limits().late_span_window_ns == 604_800 * 10**9
 
 
+def test_remembered_trace_ids_are_bounded() -> None:
+    lines = error_lines(None, {"assembly.max_remembered_traces": 10**12})
+    assert (
+        "assembly.max_remembered_traces: Input should be less than or equal to 50000000" in lines[1]
+    )
+    most = load_config(None, {"assembly.max_remembered_traces": 50_000_000})
+    assert most.assembly.limits().max_remembered_traces == 50_000_000
+    assert load_config(None, {}).assembly.limits().max_remembered_traces == 2_000_000
+
+
 def test_a_key_given_twice_is_refused_not_silently_replaced(tmp_path: Path) -> None:
     config = tmp_path / "toolwatch.yaml"
     config.write_text("security:\n  auth:\n    bearer_token_file: tokens\nsecurity:\n  tls: null\n")

@@ -24,8 +24,11 @@ conservation law): buffered, built (``spans_built`` when its trace is emitted) o
 with a reason:
 
 * ``duplicate`` — the same trace id and span id is already buffered (OTLP retries);
-* ``late`` — its trace was emitted less than ``late_span_window_ns`` ago (it is never
-  re-assembled into a second ToolTrace);
+* ``late`` — its trace was emitted less than ``late_span_window_ns`` ago, or up to 1/256 of
+  that more (ids are forgotten in time buckets: 1.17 s of 300 s): it is never re-assembled
+  into a second ToolTrace. Up to ``max_remembered_traces`` emitted trace ids are remembered
+  (``toolwatch.assembly.remembered``); past that the oldest are forgotten before their
+  window passed, and counted (``PipelineMetrics.remembered_traces_evicted``);
 * ``trace_span_limit`` — its trace already holds ``max_spans_per_trace`` spans;
 * ``span_too_large`` — the span alone is bigger than ``max_buffered_bytes``;
 * ``buffer_full`` — its trace alone fills the buffer, so no other trace can be evicted;
@@ -50,6 +53,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Final
 
+from toolwatch.assembly.remembered import RememberedTraces
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock, SpanRecord, SpanRole
 
@@ -98,7 +102,7 @@ class AssemblyLimits:
     max_spans_per_trace: int = 5_000
     max_buffered_spans: int = 200_000
     max_buffered_bytes: int = 256 * 2**20
-    max_remembered_traces: int = 100_000
+    max_remembered_traces: int = 2_000_000
     overflow: str = "backpressure"
 
     def __post_init__(self) -> None:
@@ -274,23 +278,23 @@ class TraceBuffer:
     Not thread-safe: call every method from one event loop. ``add`` is O(spans) (amortized,
     plus O(log traces) per trace touched); ``poll`` pops only due deadlines from a heap with
     lazy deletion, so it does not scan the traces in flight. Memory is bounded by the limits:
-    traces, spans and bytes in flight, and ``max_remembered_traces`` emitted trace ids.
+    traces, spans and bytes in flight, and ``max_remembered_traces`` emitted trace ids (about
+    33 bytes each at most).
     """
 
     def __init__(self, limits: AssemblyLimits, clock: Clock, metrics: PipelineMetrics) -> None:
         self._limits = limits
         self._clock = clock
         self._metrics = metrics
-        # Trace id -> live trace, in first-arrival order. An OrderedDict, as ``_emitted`` is:
+        # Trace id -> live trace, in first-arrival order. An OrderedDict, not a dict:
         # eviction takes the oldest, and a dict would scan past every trace emitted before it
         # (``python -m bench.eviction``: an evicting add took 24 µs at 100,000 traces, 6 now).
         self._traces: OrderedDict[bytes, _Trace] = OrderedDict()
         self._deadlines: list[tuple[int, int, _Trace]] = []
         self._tiebreak = itertools.count()
-        # Trace id -> emitted at, oldest first. An OrderedDict, not a dict: the oldest are
-        # removed one by one, and a dict's first entry is found by scanning past every entry
-        # deleted before it, so at the cap each emission cost up to 100 µs (200,000 ids).
-        self._emitted: OrderedDict[bytes, int] = OrderedDict()
+        # The ids of emitted traces, for the late window: 23-32 bytes each compiled, where
+        # an OrderedDict of the ids took 166-191 (``python -m bench.remembered``).
+        self._emitted = RememberedTraces(limits.late_span_window_ns, limits.max_remembered_traces)
         # Trace ids not buffered yet whose span a limit dropped: flagged when they arrive.
         self._limited: OrderedDict[bytes, None] = OrderedDict()
         self._spans = 0
@@ -307,6 +311,11 @@ class TraceBuffer:
     @property
     def buffered_bytes(self) -> int:
         return self._bytes
+
+    @property
+    def remembered_traces(self) -> int:
+        """Emitted trace ids remembered for the late window."""
+        return len(self._emitted)
 
     def next_due_ns(self) -> int | None:
         """When a buffered trace may next need a :meth:`poll` (``None``: nothing buffered).
@@ -362,7 +371,7 @@ class TraceBuffer:
         make room, flagged ``evicted``. Never exceeds a bound. When given, ``refused`` also
         counts the dropped spans the sender hears of (``REPORTED_DROPS``), by reason."""
         now = self._clock()
-        self._forget(now)
+        self._emitted.forget(now)
         evicted: list[CompletedTrace] = []
         dropped: Counter[str] = Counter()
         roomy = self._fits(spans)  # the usual case: no span of the batch needs room made
@@ -384,7 +393,7 @@ class TraceBuffer:
     def poll(self) -> list[CompletedTrace]:
         """Emit the traces that became ready or too old, in deadline order."""
         now = self._clock()
-        self._forget(now)
+        self._emitted.forget(now)
         ready: list[CompletedTrace] = []
         while self._deadlines and self._deadlines[0][0] <= now:
             when, _, trace = heapq.heappop(self._deadlines)
@@ -410,9 +419,11 @@ class TraceBuffer:
         return out
 
     def _drop_reason(self, span: SpanRecord) -> str | None:
-        if span.trace_id in self._emitted:
-            return "late"
         trace = self._traces.get(span.trace_id)
+        # A buffered trace's id is not remembered (a span of a remembered trace is dropped,
+        # not stored), so only a trace's first span, or a late one, is looked up there.
+        if trace is None and span.trace_id in self._emitted:
+            return "late"
         if trace is not None and span.span_id in trace.spans:
             return "duplicate"
         reason = None
@@ -536,21 +547,9 @@ class TraceBuffer:
         )
 
     def _remember(self, trace_id: bytes, now: int) -> None:
-        if self._limits.late_span_window_ns == 0:
-            return
-        self._emitted[trace_id] = now
-        while len(self._emitted) > self._limits.max_remembered_traces:
-            self._emitted.popitem(last=False)
-
-    def _forget(self, now: int) -> None:
-        """Drop emitted ids older than the late window. Emission times only grow, so the
-        oldest entries are first."""
-        window = self._limits.late_span_window_ns
-        while self._emitted:
-            emitted_ns = next(iter(self._emitted.values()))
-            if now - emitted_ns < window:
-                return
-            self._emitted.popitem(last=False)
+        forgotten = self._emitted.add(trace_id, now)
+        if forgotten:
+            self._metrics.remembered_traces_evicted(forgotten)
 
     def _compact(self) -> None:
         """Rebuild the heap when stale entries outnumber live ones (bounded memory)."""

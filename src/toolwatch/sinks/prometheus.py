@@ -436,6 +436,13 @@ class PrometheusMetrics:
             ["reason"],
             registry=r,
         )
+        self._remembered_evictions = Counter(
+            "toolwatch_remembered_trace_evictions_total",
+            "Ids of evaluated traces forgotten before assembly.late_span_window_seconds passed,"
+            " because assembly.max_remembered_traces were remembered: a span of such a trace"
+            " that comes later starts a second, partial trace instead of being dropped as late.",
+            registry=r,
+        )
         self._evaluator_failures = Counter(
             "toolwatch_evaluator_failures_total",
             "Evaluator runs that raised (isolated; the other evaluators still ran).",
@@ -560,6 +567,9 @@ class PrometheusMetrics:
 
     def trace_evicted(self, reason: str) -> None:
         self._evictions.labels(self._eviction_bound(reason)).inc()
+
+    def remembered_traces_evicted(self, n: int) -> None:
+        _add(self._remembered_evictions, n)
 
     def request_handled(self, transport: str, outcome: str, seconds: float) -> None:
         labels = (self._transport(transport), self._request_outcome(outcome))

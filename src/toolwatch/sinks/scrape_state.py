@@ -31,14 +31,15 @@ _log = logging.getLogger(__name__)
 
 @dataclass(frozen=True, slots=True)
 class BufferState:
-    """What the trace buffer holds right now (``TraceBuffer.buffered_*``), and how long its
-    earliest completion check has been due without being made (``TraceBuffer.overdue_ns``,
-    in seconds)."""
+    """What the trace buffer holds right now (``TraceBuffer.buffered_*``, and
+    ``remembered_traces``), and how long its earliest completion check has been due without
+    being made (``TraceBuffer.overdue_ns``, in seconds)."""
 
     traces: int
     spans: int
     bytes: int
     overdue_seconds: float = 0.0
+    remembered: int = 0
 
 
 class StateCollector(Collector):
@@ -77,7 +78,13 @@ class StateCollector(Collector):
         except Exception:
             _log.exception("reading the trace buffer's state for a scrape failed")
         else:
-            values = (state.traces, state.spans, state.bytes, state.overdue_seconds)
+            values = (
+                state.traces,
+                state.spans,
+                state.bytes,
+                state.overdue_seconds,
+                state.remembered,
+            )
             for family, value in zip(self._families(), values, strict=True):
                 family.add_metric([], value)
                 yield family
@@ -101,6 +108,11 @@ class StateCollector(Collector):
                 "toolwatch_assembly_overdue_seconds",
                 "How long the buffer's earliest completion check has been due without being"
                 " made: near 0 while assembly keeps up, growing while nothing completes traces.",
+            ),
+            GaugeMetricFamily(
+                "toolwatch_remembered_traces",
+                "Ids of evaluated traces remembered, so that their late spans are dropped"
+                " (at most assembly.max_remembered_traces).",
             ),
         ]
 

@@ -95,6 +95,7 @@ class RecordingMetrics(NoopMetrics):
         self.dropped: Counter[str] = Counter()
         self.evicted: Counter[str] = Counter()
         self.built = 0
+        self.remembered_evicted = 0
 
     def spans_dropped(self, n: int, reason: str) -> None:
         self.dropped[reason] += n
@@ -104,6 +105,9 @@ class RecordingMetrics(NoopMetrics):
 
     def trace_evicted(self, reason: str) -> None:
         self.evicted[reason] += 1
+
+    def remembered_traces_evicted(self, n: int) -> None:
+        self.remembered_evicted += n
 
 
 def build(

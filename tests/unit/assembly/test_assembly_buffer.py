@@ -464,28 +464,51 @@ def test_late_spans_within_the_window_are_dropped_and_never_rebuilt() -> None:
     assert buffer.buffered_spans == 0
 
 
-def test_after_the_window_a_trace_id_is_forgotten() -> None:
-    buffer, clock, metrics = make()
+def test_a_trace_id_is_forgotten_when_the_window_has_passed_since_its_bucket_ended() -> None:
+    """Ids are forgotten by whole buckets of 1/256 of the window (1 s of 256 s here): never
+    before the window has passed, at most a bucket after. Emitted at 3.5 s, the id is
+    forgotten at 4 s + 256 s."""
+    buffer, clock, metrics = make(dataclasses.replace(LIMITS, late_span_window_ns=256 * SECOND))
     buffer.add(run_spans())
-    clock.advance(2)
-    buffer.poll()
+    clock.advance(2.5)
+    assert len(buffer.poll()) == 1
+    emitted = clock()
+    assert emitted == 3_500_000_000
 
-    clock.advance(300)
-    buffer.add([tool(7, 1, "late_tool", 30, 40)])
-    assert (buffer.buffered_spans, metrics.dropped) == (1, {})
+    for n, now in enumerate([emitted + 256 * SECOND, 260 * SECOND - 1], start=7):
+        clock.now_ns = now
+        buffer.add([tool(n, 1, "late_tool", 30, 40)])
+    assert (buffer.buffered_spans, metrics.dropped, buffer.remembered_traces) == (0, {"late": 2}, 1)
+
+    clock.now_ns = 260 * SECOND
+    buffer.add([tool(9, 1, "late_tool", 30, 40)])
+    assert (buffer.buffered_spans, metrics.dropped, buffer.remembered_traces) == (1, {"late": 2}, 0)
 
 
-def test_remembered_trace_ids_are_bounded_oldest_forgotten_first() -> None:
+def test_remembered_trace_ids_are_bounded_oldest_forgotten_first_and_counted() -> None:
     buffer, clock, metrics = make(dataclasses.replace(LIMITS, max_remembered_traces=1))
     buffer.add(run_spans(TRACE))
     clock.advance(1)
     buffer.add(run_spans(OTHER_TRACE))
     clock.advance(2)
     assert [t.trace_id for t in buffer.poll()] == [TRACE, OTHER_TRACE]
+    assert (buffer.remembered_traces, metrics.remembered_evicted) == (1, 1)
 
     buffer.add([tool(7, 1, "x", 0, 1, trace_id=TRACE), tool(7, 1, "x", 0, 1, trace_id=OTHER_TRACE)])
     assert metrics.dropped == {"late": 1}
     assert buffer.buffered_traces == 1
+
+
+def test_ids_forgotten_when_their_window_passed_are_not_counted_as_evicted() -> None:
+    buffer, clock, metrics = make(dataclasses.replace(LIMITS, max_remembered_traces=1))
+    buffer.add(run_spans(TRACE))
+    clock.advance(2)
+    buffer.poll()
+    clock.advance(301)
+    buffer.add(run_spans(OTHER_TRACE))
+    clock.advance(2)
+    assert [t.trace_id for t in buffer.poll()] == [OTHER_TRACE]
+    assert (buffer.remembered_traces, metrics.remembered_evicted) == (1, 0)
 
 
 def test_drain_emits_everything_ready_first_the_rest_as_shutdown() -> None:

@@ -210,6 +210,7 @@ def test_span_accounting_balances_under_any_operations(
         assert buffer.buffered_traces <= limits.max_traces
         assert buffer.buffered_spans <= limits.max_buffered_spans
         assert buffer.buffered_bytes <= limits.max_buffered_bytes
+        assert buffer.remembered_traces <= limits.max_remembered_traces
     # Traces with no agent, model or tool span are counted dropped when emitted, not built.
     agent_runs = [t for t in emitted if runs_an_agent(t.spans)]
     assert metrics.built == sum(len(t.spans) for t in agent_runs)

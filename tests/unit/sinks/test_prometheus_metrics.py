@@ -48,10 +48,12 @@ EXPECTED_NAMES = {
     "toolwatch_spans_refused_total",
     "toolwatch_spans_built_total",
     "toolwatch_trace_evictions_total",
+    "toolwatch_remembered_trace_evictions_total",
     "toolwatch_buffered_traces",
     "toolwatch_buffered_spans",
     "toolwatch_buffered_bytes",
     "toolwatch_assembly_overdue_seconds",
+    "toolwatch_remembered_traces",
     "toolwatch_export_request_duration_seconds",
     "toolwatch_evaluation_duration_seconds",
     "toolwatch_detection_latency_seconds",
@@ -304,6 +306,7 @@ def test_span_accounting_counters(metrics: PrometheusMetrics, registry: Collecto
     metrics.spans_refused(7, "http")
     metrics.spans_built(9)
     metrics.trace_evicted("max_traces")
+    metrics.remembered_traces_evicted(4)
     get = registry.get_sample_value
     assert get("toolwatch_spans_received_total", {"transport": "grpc"}) == 10.0
     assert get("toolwatch_spans_received_total", {"transport": "http"}) == 5.0
@@ -312,6 +315,7 @@ def test_span_accounting_counters(metrics: PrometheusMetrics, registry: Collecto
     assert get("toolwatch_spans_refused_total", {"transport": "http"}) == 7.0
     assert get("toolwatch_spans_built_total") == 9.0
     assert get("toolwatch_trace_evictions_total", {"reason": "max_traces"}) == 1.0
+    assert get("toolwatch_remembered_trace_evictions_total") == 4.0
 
 
 def test_counters_whose_label_values_are_known_start_at_zero(
@@ -334,6 +338,7 @@ def test_counters_whose_label_values_are_known_start_at_zero(
     }
     for name, reasons in known.items():
         assert [get(name, {"reason": reason}) for reason in reasons] == [0.0] * len(reasons)
+    assert get("toolwatch_remembered_trace_evictions_total") == 0.0
     for evaluator in (*EVALUATOR_ORDER, "engine"):
         assert get("toolwatch_evaluator_failures_total", {"evaluator": evaluator}) == 0.0
     for outcome in ("invalid", "refused", "overloaded", "timeout"):
@@ -430,7 +435,7 @@ def test_build_info_names_the_version_and_the_otlp_scanner(registry: CollectorRe
 
 
 def test_buffer_state_is_read_at_scrape_time(registry: CollectorRegistry) -> None:
-    state = [BufferState(traces=1, spans=2, bytes=3)]
+    state = [BufferState(traces=1, spans=2, bytes=3, remembered=4)]
     in_flight = [7]
     PrometheusMetrics(
         registry,
@@ -440,12 +445,14 @@ def test_buffer_state_is_read_at_scrape_time(registry: CollectorRegistry) -> Non
     )
     assert registry.get_sample_value("toolwatch_buffered_spans") == 2.0
     assert registry.get_sample_value("toolwatch_assembly_overdue_seconds") == 0.0
-    state[0] = BufferState(traces=4, spans=50, bytes=600, overdue_seconds=90.5)
+    assert registry.get_sample_value("toolwatch_remembered_traces") == 4.0
+    state[0] = BufferState(traces=4, spans=50, bytes=600, overdue_seconds=90.5, remembered=70_000)
     in_flight[0] = 3
     get = registry.get_sample_value
     assert (get("toolwatch_buffered_traces"), get("toolwatch_buffered_spans")) == (4.0, 50.0)
     assert get("toolwatch_buffered_bytes") == 600.0
     assert get("toolwatch_assembly_overdue_seconds") == 90.5
+    assert get("toolwatch_remembered_traces") == 70_000.0
     assert get("toolwatch_stream_subscribers") == 5.0
     assert get("toolwatch_requests_in_flight") == 3.0
 
@@ -514,10 +521,12 @@ def test_odd_input_never_raises_into_the_pipeline(
 ) -> None:
     metrics.spans_received(-3, "grpc")
     metrics.stream_dropped(-1)
+    metrics.remembered_traces_evicted(-2)
     metrics.evaluated("order", float("nan"), 0.001)
     get = registry.get_sample_value
     assert get("toolwatch_spans_received_total", {"transport": "grpc"}) == 0.0
     assert get("toolwatch_stream_dropped_findings_total") == 0.0
+    assert get("toolwatch_remembered_trace_evictions_total") == 0.0
     assert get("toolwatch_evaluator_score_count", {"evaluator": "order"}) is None
     assert get("toolwatch_evaluation_duration_seconds_count", {"evaluator": "order"}) == 1.0
 
