@@ -87,3 +87,28 @@ def write_client_certificate(
     cert, key = client_certificate(ca, common_names, alternative)
     cert_path.write_bytes(cert)
     key_path.write_bytes(key)
+
+
+def ca_certificate(name: str, not_after: datetime.datetime) -> bytes:
+    """A self-signed CA certificate (PEM) named ``name`` that expires at ``not_after``:
+    trustme's CAs all expire in the year 3000."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(not_after - datetime.timedelta(days=365))
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def not_after(pem: bytes) -> float:
+    """The notAfter of the first certificate in ``pem``, Unix seconds, as ``cryptography``
+    reads it."""
+    return x509.load_pem_x509_certificate(pem).not_valid_after_utc.timestamp()

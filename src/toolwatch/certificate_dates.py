@@ -5,6 +5,10 @@ is not valid yet: every handshake then fails. So the configuration refuses to st
 expired certificate (``config.TlsSettings``), and a reload keeps the previous set rather than
 take a certificate that is not valid now (``tls.CertificateFiles``). Only the server's own
 certificate, the first of its chain, is read: the rest of the chain is the clients' to judge.
+
+The certificate and the client CA are also warned of two weeks before they expire
+(``EXPIRY_WARNING``, ``expiry_warning``): at start-up, by ``check-config``, and by the alerts
+on ``toolwatch_tls_certificate_expiry_timestamp_seconds``.
 """
 
 from __future__ import annotations
@@ -14,7 +18,18 @@ from dataclasses import dataclass
 
 from cryptography import x509
 
-__all__ = ["CertificateDates", "certificate_dates", "utc_from_ns"]
+__all__ = [
+    "EXPIRY_WARNING",
+    "CertificateDates",
+    "certificate_dates",
+    "earliest_expiry",
+    "expiry_warning",
+    "utc_from_ns",
+]
+
+#: How long before it expires a certificate is warned of: ToolwatchCertificateExpiresSoon's
+#: threshold (deploy/prometheus/toolwatch-rules.yaml).
+EXPIRY_WARNING = datetime.timedelta(days=14)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +59,28 @@ def certificate_dates(pem: bytes) -> CertificateDates | None:
         return CertificateDates(certificate.not_valid_before_utc, certificate.not_valid_after_utc)
     except ValueError:
         return None
+
+
+def earliest_expiry(pem: bytes) -> datetime.datetime | None:
+    """The earliest notAfter of the certificates in ``pem`` (a client CA file may hold several
+    CAs: the first to expire is the first whose clients are refused), or ``None`` when
+    ``cryptography`` reads none there."""
+    try:
+        certificates = x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        return None
+    return min(certificate.not_valid_after_utc for certificate in certificates)
+
+
+def expiry_warning(not_after: datetime.datetime, now: datetime.datetime) -> str | None:
+    """When ``not_after`` is less than ``EXPIRY_WARNING`` after ``now``: "expires at <date>, in
+    <time left>" (or "expired at <date>"), else ``None``."""
+    left = not_after - now
+    if left >= EXPIRY_WARNING:
+        return None
+    if left < datetime.timedelta(0):
+        return f"expired at {_shown(not_after)}"
+    return f"expires at {_shown(not_after)}, in {left.days} days {left.seconds // 3600} hours"
 
 
 def utc_from_ns(unix_ns: int) -> datetime.datetime:

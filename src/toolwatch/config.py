@@ -30,7 +30,12 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from toolwatch.assembly.buffer import AssemblyLimits
-from toolwatch.certificate_dates import CertificateDates, certificate_dates
+from toolwatch.certificate_dates import (
+    CertificateDates,
+    certificate_dates,
+    earliest_expiry,
+    expiry_warning,
+)
 from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings, PolicySettings
 from toolwatch.ingest.decode import DecodeOptions
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Decoder
@@ -372,6 +377,13 @@ def _dates(path: Path) -> CertificateDates | None:
         return None
 
 
+def _earliest_expiry(path: Path) -> datetime.datetime | None:
+    try:
+        return earliest_expiry(path.read_bytes())
+    except OSError:  # as _dates
+        return None
+
+
 def _ssl_reason(exc: ssl.SSLError | OSError) -> str:
     reason = getattr(exc, "reason", None) or getattr(exc, "strerror", None)
     return str(reason or exc).replace("_", " ").lower()
@@ -387,7 +399,8 @@ class TlsSettings(_Section):
     for changes at most every ``reload_seconds`` and reloaded when they changed (new
     connections get the new certificate; a set that does not load, or whose certificate is
     not valid then, keeps the previous one). An expired certificate is refused here; one not
-    valid yet is warned of (``Config.warnings``).
+    valid yet, or one or a client CA that expires within 14 days, is warned of
+    (``Config.warnings``).
     The private key must not be encrypted. ``client_ca_file`` turns on mutual TLS: those
     listeners then accept only clients whose certificate that CA signed. ``client_names``
     narrows that to certificates naming one of them (``toolwatch.security.ClientNames``): a CA
@@ -453,6 +466,28 @@ class TlsSettings(_Section):
             f"security.tls.cert_file {self.cert_file}: {dates.problem(now)}: until then clients"
             " whose clocks agree with this machine's refuse it"
         )
+
+    def expiring(self, now: datetime.datetime) -> list[str]:
+        """What to warn of when the certificate, or the first CA of the client CA file to
+        expire, expires less than ``EXPIRY_WARNING`` (14 days) after ``now``."""
+        said = []
+        dates = _dates(self.cert_file)
+        when = expiry_warning(dates.not_after, now) if dates is not None else None
+        if when is not None:
+            said.append(
+                f"security.tls.cert_file {self.cert_file}: the certificate {when}: every client"
+                " refuses it from then on; renew it (toolwatch takes the renewed file within"
+                " tls.reload_seconds, without a restart)"
+            )
+        ca = self.client_ca_file
+        not_after = _earliest_expiry(ca) if ca is not None else None
+        when = expiry_warning(not_after, now) if not_after is not None else None
+        if when is not None:
+            said.append(
+                f"security.tls.client_ca_file {ca}: a CA certificate in it {when}: the client"
+                " certificates it signed are refused from then on; renew it, and them"
+            )
+        return said
 
     @model_validator(mode="after")
     def _names_need_a_client_ca(self) -> TlsSettings:
@@ -610,9 +645,11 @@ class Config(_Section):
         prints them), with the files as they are at ``now`` (default: the current time)."""
         said = []
         tls = self.security.tls
-        early = tls.not_valid_yet(now or datetime.datetime.now(datetime.UTC)) if tls else None
+        now = now or datetime.datetime.now(datetime.UTC)
+        early = tls.not_valid_yet(now) if tls else None
         if early is not None:
             said.append(early)
+        said += tls.expiring(now) if tls else []
         for name, part in (("tls", self.security.tls), ("auth", self.security.auth)):
             if part is not None and part.reload_seconds > ALERTED_RELOAD_SECONDS:
                 said.append(

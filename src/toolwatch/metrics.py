@@ -28,7 +28,9 @@ Together they tell a canary that stopped arriving or being matched.
 ``auth_failed`` counts requests refused for a missing or wrong bearer token, per listener
 (``grpc``, ``http``, ``metrics``, ``stream``). ``reload_failed`` counts looks at changed
 security files that could not be used (``tokens``, ``certificate``), so the previous ones are
-still in use: a revoked token still accepted, a renewed certificate not served. It may be
+still in use: a revoked token still accepted, a renewed certificate not served.
+``certificates_served`` says when the TLS files now served expire (at start-up and after each
+reload that took a new set), so their expiry is alerted on before handshakes fail. Both may be
 called from gRPC's threads (certificates reload at a handshake).
 """
 
@@ -105,6 +107,7 @@ class PipelineMetrics(Protocol):
     def golden_case_judged(self, case_id: str) -> None: ...
     def auth_failed(self, listener: str) -> None: ...
     def reload_failed(self, what: str) -> None: ...
+    def certificates_served(self, expiry: Mapping[str, float]) -> None: ...
 
 
 class NoopMetrics:
@@ -165,4 +168,7 @@ class NoopMetrics:
         pass
 
     def reload_failed(self, what: str) -> None:
+        pass
+
+    def certificates_served(self, expiry: Mapping[str, float]) -> None:
         pass

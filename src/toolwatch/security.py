@@ -24,7 +24,9 @@ certificate, its key and the client CA (``toolwatch.tls.CertificateFiles``): a r
 certificate (by cert-manager, say) is served on new connections — gRPC takes it at the next
 handshake, the HTTPS listeners at the next ``ListenerSecurity.refresh`` (the server's tick).
 A file that changed and cannot be used (a certificate that is not valid now included) keeps
-the previous one and is counted with ``PipelineMetrics.reload_failed``.
+the previous one and is counted with ``PipelineMetrics.reload_failed``; when the certificate
+and client CA served expire is reported at start-up and at each reload that took a new set
+(``PipelineMetrics.certificates_served``).
 
 Threading: the interceptors and middlewares run on the servers' event loop; ``TokenFile``
 is not thread-safe.
@@ -438,7 +440,12 @@ class ListenerSecurity:
         modes = [self._verify_mode(listener) for listener in tls.listeners] if tls else []
         self._certificates = (
             CertificateFiles(
-                tls, clock, lambda: metrics.reload_failed("certificate"), modes, wall_clock
+                tls,
+                clock,
+                lambda: metrics.reload_failed("certificate"),
+                modes,
+                wall_clock,
+                on_served=lambda served: metrics.certificates_served(served.expiry()),
             )
             if tls is not None
             else None

@@ -8,7 +8,9 @@ listeners' ``ssl.SSLContext`` per verify mode. A set that does not load (a half-
 rotation: the new certificate with the old key), or whose certificate is not valid now
 (expired: a restored backup, a renewal job that wrote the old file; not valid yet: it is
 taken at the first look once it is), keeps the previous set, is logged and counted; so gRPC
-and HTTPS always serve the same, working set.
+and HTTPS always serve the same, working set. Each set that becomes current is reported with
+when its certificate and client CA expire (``Certificates.expiry``: the
+``toolwatch_tls_certificate_expiry_timestamp_seconds`` gauge).
 
 An HTTPS listener keeps serving the context it started with (``ServedContext.served``); that
 context's SNI callback, called for every handshake (with or without SNI), hands each new
@@ -38,7 +40,7 @@ from typing import Any
 
 import grpc
 
-from toolwatch.certificate_dates import certificate_dates, utc_from_ns
+from toolwatch.certificate_dates import certificate_dates, earliest_expiry, utc_from_ns
 from toolwatch.config import TlsSettings
 from toolwatch.model import Clock
 
@@ -103,6 +105,20 @@ class Certificates:
         default_factory=dict, compare=False, repr=False
     )
 
+    def expiry(self) -> dict[str, float]:
+        """When the set stops working, in Unix seconds, by file: ``certificate``, the notAfter
+        of the served (leaf) certificate; ``client_ca``, the earliest notAfter of the client
+        CA file's certificates (the first CA to expire, whose clients are then refused).
+        A file ``cryptography`` cannot read dates from, or no client CA, has none."""
+        expiry = {}
+        dates = certificate_dates(self.cert)
+        if dates is not None:
+            expiry["certificate"] = dates.not_after.timestamp()
+        ca = earliest_expiry(self.client_ca) if self.client_ca is not None else None
+        if ca is not None:
+            expiry["client_ca"] = ca.timestamp()
+        return expiry
+
 
 class CertificateFiles:
     """The certificate chain, its key and the client CA of ``tls``, re-read when they change.
@@ -112,9 +128,11 @@ class CertificateFiles:
     ``verify_modes`` (at least the default one: the check that the files load). A set that
     does not load, or whose certificate is not valid at ``wall_clock`` (Unix ns) time, keeps
     the previous set (``current``); the failure is logged and reported to ``on_failure``, and
-    the set is tried again at the next look. Raises ``OSError`` or ``ssl.SSLError`` at
-    construction when the files do not load (their dates are the configuration's to check
-    then: ``TlsSettings``). Thread-safe.
+    the set is tried again at the next look. Each set that becomes ``current``, the first at
+    construction, is handed to ``on_served`` (under the lock: calls come in order, from
+    whichever thread refreshed). Raises ``OSError`` or ``ssl.SSLError`` at construction when
+    the files do not load (their dates are the configuration's to check then:
+    ``TlsSettings``). Thread-safe.
     """
 
     def __init__(
@@ -124,15 +142,19 @@ class CertificateFiles:
         on_failure: Callable[[], None] = lambda: None,
         verify_modes: Iterable[ssl.VerifyMode] = (),
         wall_clock: Callable[[], int] = time.time_ns,
+        *,
+        on_served: Callable[[Certificates], None] = lambda _: None,
     ) -> None:
         self._tls = tls
         self._on_failure = on_failure
+        self._on_served = on_served
         self._wall_clock = wall_clock
         self._modes = tuple(dict.fromkeys(verify_modes)) or (_default_mode(tls),)
         self._paths = [p for p in (tls.cert_file, tls.key_file, tls.client_ca_file) if p]
         self._lock = threading.Lock()
         self._watch = FileWatch(self._paths, tls.reload_seconds, clock)
         self.current = self._load(0)
+        on_served(self.current)
 
     def refresh(self) -> bool:
         """Reload the files if they changed; whether a new set is now ``current``."""
@@ -149,6 +171,7 @@ class CertificateFiles:
                 return False
             self._watch.accept(signature)
             self.current = loaded
+            self._on_served(loaded)
         log.info("reloaded the TLS certificate %s", self._tls.cert_file)
         return True
 

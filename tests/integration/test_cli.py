@@ -9,6 +9,7 @@ shutdown: the tests give it a 300 s window so only the drain can build it.
 from __future__ import annotations
 
 import concurrent.futures
+import datetime
 import os
 import queue
 import re
@@ -25,6 +26,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+import trustme
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcExporter,
 )
@@ -426,6 +428,24 @@ def test_check_config_prints_what_serve_would_warn_of(tmp_path: Path) -> None:
     result = run_cli("check-config", str(rare))
     assert (result.returncode, result.stdout.strip()) == (0, f"{rare}: ok")
     assert result.stderr.startswith(f"{rare}: warning: security.auth.reload_seconds is 600: ")
+
+
+def test_check_config_warns_of_a_certificate_expiring_within_14_days(tmp_path: Path) -> None:
+    """As serve warns at start-up: the file and the date, on the real clock."""
+    ends = datetime.datetime.now(datetime.UTC).replace(microsecond=0) + datetime.timedelta(days=3)
+    leaf = trustme.CA().issue_cert("127.0.0.1", not_after=ends)
+    leaf.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
+    leaf.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
+    config = tmp_path / "tls.yaml"
+    config.write_text("security:\n  tls:\n    cert_file: tls.crt\n    key_file: tls.key\n")
+    result = run_cli("check-config", str(config))
+    assert (result.returncode, result.stdout.strip()) == (0, f"{config}: ok")
+    assert result.stderr == (
+        f"{config}: warning: security.tls.cert_file {tmp_path / 'tls.crt'}: the certificate"
+        f" expires at {ends:%Y-%m-%d %H:%M:%S} UTC, in 2 days 23 hours: every client refuses"
+        " it from then on; renew it (toolwatch takes the renewed file within"
+        " tls.reload_seconds, without a restart)\n"
+    )
 
 
 @pytest.mark.parametrize(

@@ -35,10 +35,12 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.certificates import (
     alt_names,
     client_certificate,
+    not_after,
     with_edi_party_name,
     write_client_certificate,
 )
@@ -52,6 +54,7 @@ from toolwatch.tail import EXIT_USAGE, StreamAccess, run_tail
 TOKEN = "s3cret-token"
 AUTH_FAILURES = "toolwatch_auth_failures_total"
 RELOAD_FAILURES = "toolwatch_security_reload_failures_total"
+CERTIFICATE_EXPIRY = "toolwatch_tls_certificate_expiry_timestamp_seconds"
 DAY = datetime.timedelta(days=1)
 Start = Callable[..., RunningServer]
 
@@ -620,6 +623,73 @@ def test_a_rotation_to_an_expired_certificate_keeps_the_valid_one(
     assert said[0][1].startswith(
         f"keeping the previous TLS certificate: {cert}: the certificate expired at"
     )
+
+
+def _scraped_expiry(server: RunningServer, ca: trustme.CA, pki: Pki) -> dict[str, float]:
+    """``toolwatch_tls_certificate_expiry_timestamp_seconds`` by file, read from a scrape of
+    the real /metrics over mutual TLS (a new connection: the certificate served now)."""
+    context = ssl.create_default_context(cadata=ca.cert_pem.bytes().decode())
+    context.load_cert_chain(pki.client_cert, pki.client_key)
+    scraped = http_get(f"https://{server.address('metrics')}/metrics", context)
+    assert scraped.status == 200
+    families = text_string_to_metric_families(scraped.body.decode())
+    [family] = [f for f in families if f.name == CERTIFICATE_EXPIRY]
+    return {sample.labels["file"]: sample.value for sample in family.samples}
+
+
+def test_metrics_say_when_the_served_certificate_and_client_ca_expire(
+    start_server: Start, pki: Pki, tmp_path: Path
+) -> None:
+    """The notAfter of the certificate served now, as the real exposition reads, at start-up
+    and after a rotation; the client CA's beside it."""
+    ca = trustme.CA()
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    _install(ca, cert, key, not_after=now + 60 * DAY)
+    server = start_server(
+        security__tls__cert_file=str(cert),
+        security__tls__key_file=str(key),
+        security__tls__client_ca_file=str(pki.client_ca),
+        security__tls__reload_seconds=30,
+    )
+    client_ca = not_after(pki.read("client_ca"))
+    started = not_after(cert.read_bytes())
+    assert started == (now + 60 * DAY).timestamp()
+    assert _scraped_expiry(server, ca, pki) == {"certificate": started, "client_ca": client_ca}
+
+    _install(ca, cert, key, not_after=now + 150 * DAY)  # renewed
+    server.clock.advance(30)
+    server.call(server.app.tick)
+    renewed = not_after(cert.read_bytes())
+    assert renewed == (now + 150 * DAY).timestamp()
+    assert _scraped_expiry(server, ca, pki) == {"certificate": renewed, "client_ca": client_ca}
+
+
+def test_plaintext_metrics_have_no_certificate_expiry(start_server: Start) -> None:
+    server = start_server()
+    with urllib.request.urlopen(f"http://{server.address('metrics')}/metrics", timeout=10) as r:
+        text = r.read().decode()
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families[CERTIFICATE_EXPIRY].samples == []  # declared, no series
+
+
+def test_a_certificate_expiring_within_14_days_is_warned_of_at_start_up(
+    start_server: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    ends = datetime.datetime.now(datetime.UTC).replace(microsecond=0) + 10 * DAY
+    _install(trustme.CA(), cert, key, not_after=ends)
+    with caplog.at_level(logging.WARNING, logger="toolwatch"):
+        start_server(security__tls__cert_file=str(cert), security__tls__key_file=str(key))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    expected = (
+        f"security.tls.cert_file {cert}: the certificate expires at"
+        f" {ends:%Y-%m-%d %H:%M:%S} UTC, in 9 days 23 hours"
+    )
+    assert [w for w in warnings if w.startswith(expected)] == [
+        f"{expected}: every client refuses it from then on; renew it (toolwatch takes the"
+        " renewed file within tls.reload_seconds, without a restart)"
+    ]
 
 
 def test_a_rotated_client_ca_admits_the_clients_it_signed(

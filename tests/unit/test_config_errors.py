@@ -10,6 +10,7 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tests.certificates import ca_certificate
 from toolwatch.config import Config, ConfigError, load_config
 from toolwatch.ingest.decode import scanner
 from toolwatch.metrics import NoopMetrics
@@ -421,6 +422,11 @@ def test_client_names_are_kept_once_each_in_order(tls_files: dict[str, object]) 
     assert config.security.tls.client_names == ("spiffe://cluster.local/ns/o/sa/c", "collector")
 
 
+DAY, SECOND = datetime.timedelta(days=1), datetime.timedelta(seconds=1)
+#: A certificate's end a year after the real time, to the second.
+LATER = datetime.datetime.now(datetime.UTC).replace(microsecond=0) + 365 * DAY
+
+
 def certificate_files(
     tmp_path: Path,
     not_before: datetime.datetime | None = None,
@@ -465,6 +471,45 @@ def test_a_certificate_not_valid_yet_is_warned_of_not_refused(tmp_path: Path) ->
         " clients whose clocks agree with this machine's refuse it"
     ]
     assert config.warnings(now=early + datetime.timedelta(seconds=1)) == []
+
+
+def test_a_certificate_expiring_within_14_days_is_warned_of_with_its_date(
+    tmp_path: Path,
+) -> None:
+    """ToolwatchCertificateExpiresSoon's threshold: 14 days left is not warned of, less is.
+    (Later than the real time, which the configuration refuses an expired one at.)"""
+    ends = LATER
+    cert, overrides = certificate_files(tmp_path, not_after=ends)
+    config = load_config(None, overrides)
+    assert config.warnings(now=ends - 14 * DAY) == []
+    assert config.warnings(now=ends - 14 * DAY + SECOND) == [
+        f"security.tls.cert_file {cert}: the certificate expires at {ends:%Y-%m-%d %H:%M:%S} UTC,"
+        " in 13 days 23 hours: every client refuses it from then on; renew it (toolwatch takes"
+        " the renewed file within tls.reload_seconds, without a restart)"
+    ]
+
+
+def test_a_client_ca_expiring_within_14_days_is_warned_of_with_its_date(
+    tmp_path: Path,
+) -> None:
+    """The first CA of the file to expire: its clients are refused from then on."""
+    ends = LATER
+    _cert, overrides = certificate_files(tmp_path)
+    client_ca = tmp_path / "client-ca.pem"
+    old = ca_certificate("old", ends)
+    client_ca.write_bytes(ca_certificate("new", ends + 400 * DAY) + old)
+    config = load_config(None, {**overrides, "security.tls.client_ca_file": str(client_ca)})
+    assert config.warnings(now=ends - 14 * DAY) == []
+    assert config.warnings(now=ends - 2 * DAY) == [
+        f"security.tls.client_ca_file {client_ca}: a CA certificate in it expires at"
+        f" {ends:%Y-%m-%d %H:%M:%S} UTC, in 2 days 0 hours: the client certificates it signed are"
+        " refused from then on; renew it, and them"
+    ]
+    assert config.warnings(now=ends + SECOND) == [
+        f"security.tls.client_ca_file {client_ca}: a CA certificate in it expired at"
+        f" {ends:%Y-%m-%d %H:%M:%S} UTC: the client certificates it signed are refused from then"
+        " on; renew it, and them"
+    ]
 
 
 @pytest.mark.parametrize(

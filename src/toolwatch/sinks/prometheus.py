@@ -100,6 +100,8 @@ _OUTCOMES: Final = ("complete", "timed_out", "evicted", "span_limit", "shutdown"
 _REFERENCES: Final = ("expected", "source", "none")
 _LISTENERS: Final = ("grpc", "http", "metrics", "stream")
 _RELOADED: Final = ("tokens", "certificate")
+#: ``toolwatch_tls_certificate_expiry_timestamp_seconds``: the served certificate, the client CA.
+_CERTIFICATE_FILES: Final = ("certificate", "client_ca")
 #: Evaluator labels: the built-in evaluators, and the engine's own stage (an unexpected error
 #: while it evaluates a batch).
 _EVALUATORS: Final = (*EVALUATOR_ORDER, "engine")
@@ -331,6 +333,19 @@ class PrometheusMetrics:
         self._register_latency(r)
         self._register_losses(r)
         self._register_sinks(r)
+        self._register_certificates(r)
+
+    def _register_certificates(self, r: CollectorRegistry) -> None:
+        # One series per file, not per listener: every TLS listener serves the one set.
+        self._certificate_expiry = Gauge(
+            "toolwatch_tls_certificate_expiry_timestamp_seconds",
+            "When the TLS files served now expire, Unix seconds: certificate, the notAfter of"
+            " the served (leaf) certificate; client_ca, the earliest notAfter of the client CA"
+            " file's certificates. Absent without TLS.",
+            ["file"],
+            registry=r,
+        )
+        self._certificate_files: frozenset[str] = frozenset()
 
     def _register_per_run(self, r: CollectorRegistry) -> None:
         """The series updated for every agent run (``sinks.tally``), in one collector."""
@@ -657,6 +672,16 @@ class PrometheusMetrics:
     def reload_failed(self, what: str) -> None:
         """Thread-safe: prometheus_client's counters are."""
         self._reload_failures.labels(what if what in _RELOADED else OTHER).inc()
+
+    def certificates_served(self, expiry: Mapping[str, float]) -> None:
+        """Thread-safe: prometheus_client's gauges are, and the callers take turns
+        (``tls.CertificateFiles`` reports under its lock)."""
+        files = {name if name in _CERTIFICATE_FILES else OTHER: at for name, at in expiry.items()}
+        for name in self._certificate_files.difference(files):
+            self._certificate_expiry.remove(name)
+        for name, at in files.items():
+            self._certificate_expiry.labels(name).set(at)
+        self._certificate_files = frozenset(files)
 
     def config_reloaded(
         self, ok: bool, tools: Iterable[str] = (), agents: Iterable[str] = ()

@@ -65,6 +65,7 @@ EXPECTED_NAMES = {
     "toolwatch_golden_case_last_matched_timestamp_seconds",
     "toolwatch_auth_failures_total",
     "toolwatch_security_reload_failures_total",
+    "toolwatch_tls_certificate_expiry_timestamp_seconds",
     "toolwatch_config_last_reload_successful",
     "toolwatch_config_last_reload_success_timestamp_seconds",
     "toolwatch_build_info",
@@ -596,3 +597,19 @@ def test_the_reload_timestamp_comes_from_the_wall_clock(registry: CollectorRegis
     wall.now += 60
     metrics.config_reloaded(False)
     assert registry.get_sample_value(stamp) == 1_700_000_060.0
+
+
+def test_certificate_expiry_is_one_series_per_file_served(registry: CollectorRegistry) -> None:
+    """Each call says the whole set served: a file it no longer names loses its series, a
+    name it does not know reports as ``_other``."""
+    metrics = PrometheusMetrics(registry)
+    expiry = "toolwatch_tls_certificate_expiry_timestamp_seconds"
+    files = ("certificate", "client_ca", OTHER)
+    get = registry.get_sample_value
+    assert [get(expiry, {"file": f}) for f in files] == [None, None, None]  # no TLS yet
+
+    metrics.certificates_served({"certificate": 1_800_000_000.0, "client_ca": 1_900_000_000.0})
+    assert [get(expiry, {"file": f}) for f in files] == [1_800_000_000.0, 1_900_000_000.0, None]
+
+    metrics.certificates_served({"certificate": 1_810_000_000.0, "key": 1.0})
+    assert [get(expiry, {"file": f}) for f in files] == [1_810_000_000.0, None, 1.0]
