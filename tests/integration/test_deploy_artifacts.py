@@ -66,6 +66,7 @@ DOCUMENTED_METRICS = {
     "toolwatch_golden_case_expected_every_seconds": "gauge",
     "toolwatch_golden_case_last_matched_timestamp_seconds": "gauge",
     "toolwatch_security_reload_failures_total": "counter",
+    "toolwatch_tls_certificate_expiry_timestamp_seconds": "gauge",
     "toolwatch_build_info": "gauge",
 }
 DEFAULT_GRPC_LISTEN = "127.0.0.1:4317"
