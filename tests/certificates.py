@@ -89,9 +89,11 @@ def write_client_certificate(
     key_path.write_bytes(key)
 
 
-def ca_certificate(name: str, not_after: datetime.datetime) -> bytes:
-    """A self-signed CA certificate (PEM) named ``name`` that expires at ``not_after``:
-    trustme's CAs all expire in the year 3000."""
+def ca_certificate(
+    name: str, not_after: datetime.datetime, not_before: datetime.datetime | None = None
+) -> bytes:
+    """A self-signed CA certificate (PEM) named ``name`` valid from ``not_before`` (default:
+    a year before ``not_after``) to ``not_after``: trustme's CAs all expire in the year 3000."""
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     cert = (
@@ -100,7 +102,7 @@ def ca_certificate(name: str, not_after: datetime.datetime) -> bytes:
         .issuer_name(subject)
         .public_key(key.public_key())
         .serial_number(x509.random_serial_number())
-        .not_valid_before(not_after - datetime.timedelta(days=365))
+        .not_valid_before(not_before or not_after - datetime.timedelta(days=365))
         .not_valid_after(not_after)
         .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
         .sign(key, hashes.SHA256())
@@ -112,3 +114,9 @@ def not_after(pem: bytes) -> float:
     """The notAfter of the first certificate in ``pem``, Unix seconds, as ``cryptography``
     reads it."""
     return x509.load_pem_x509_certificate(pem).not_valid_after_utc.timestamp()
+
+
+def not_before(pem: bytes) -> float:
+    """The notBefore of the first certificate in ``pem``, Unix seconds, as ``cryptography``
+    reads it."""
+    return x509.load_pem_x509_certificate(pem).not_valid_before_utc.timestamp()

@@ -6,9 +6,13 @@ expired certificate (``config.TlsSettings``), and a reload keeps the previous se
 take a certificate that is not valid now (``tls.CertificateFiles``). Only the server's own
 certificate, the first of its chain, is read: the rest of the chain is the clients' to judge.
 
-The certificate and the client CA are also warned of two weeks before they expire
-(``EXPIRY_WARNING``, ``expiry_warning``): at start-up, by ``check-config``, and by the alerts
-on ``toolwatch_tls_certificate_expiry_timestamp_seconds``.
+The certificate and the client CA are also warned of before they expire (``expiry_warning``):
+at start-up, by ``check-config``, and by the alerts on
+``toolwatch_tls_certificate_expiry_timestamp_seconds`` and
+``toolwatch_tls_certificate_not_before_timestamp_seconds``. The warning comes when less than
+``EXPIRY_WARNING`` (14 days) and less than ``EXPIRY_WARNING_SHARE`` (a third) of the lifetime
+is left: cert-manager renews at 2/3 of the lifetime by default, so a certificate past that
+point was not renewed, while a short-lived one (a mesh's, for a day) is always under 14 days.
 """
 
 from __future__ import annotations
@@ -20,16 +24,20 @@ from cryptography import x509
 
 __all__ = [
     "EXPIRY_WARNING",
+    "EXPIRY_WARNING_SHARE",
     "CertificateDates",
     "certificate_dates",
-    "earliest_expiry",
     "expiry_warning",
+    "first_to_expire",
     "utc_from_ns",
 ]
 
-#: How long before it expires a certificate is warned of: ToolwatchCertificateExpiresSoon's
-#: threshold (deploy/prometheus/toolwatch-rules.yaml).
+#: How long before it expires a certificate is warned of at most: ToolwatchCertificateExpiresSoon's
+#: threshold (deploy/prometheus/toolwatch-rules.yaml) is the smaller of this ...
 EXPIRY_WARNING = datetime.timedelta(days=14)
+#: ... and this share of its lifetime (notBefore to notAfter): what is left when cert-manager
+#: renews, by default.
+EXPIRY_WARNING_SHARE = 1 / 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +55,11 @@ class CertificateDates:
             return f"the certificate is not valid until {_shown(self.not_before)} ({self})"
         return None
 
+    def warned_within(self) -> datetime.timedelta:
+        """How long before ``not_after`` the certificate is warned of: ``EXPIRY_WARNING``, or
+        ``EXPIRY_WARNING_SHARE`` of its lifetime when that is shorter."""
+        return min(EXPIRY_WARNING, (self.not_after - self.not_before) * EXPIRY_WARNING_SHARE)
+
     def __str__(self) -> str:
         return f"valid from {_shown(self.not_before)} to {_shown(self.not_after)}"
 
@@ -61,26 +74,28 @@ def certificate_dates(pem: bytes) -> CertificateDates | None:
         return None
 
 
-def earliest_expiry(pem: bytes) -> datetime.datetime | None:
-    """The earliest notAfter of the certificates in ``pem`` (a client CA file may hold several
-    CAs: the first to expire is the first whose clients are refused), or ``None`` when
-    ``cryptography`` reads none there."""
+def first_to_expire(pem: bytes) -> CertificateDates | None:
+    """The dates of the certificate in ``pem`` with the earliest notAfter (a client CA file may
+    hold several CAs: the first to expire is the first whose clients are refused), or ``None``
+    when ``cryptography`` reads none there."""
     try:
         certificates = x509.load_pem_x509_certificates(pem)
     except ValueError:
         return None
-    return min(certificate.not_valid_after_utc for certificate in certificates)
+    first = min(certificates, key=lambda certificate: certificate.not_valid_after_utc)
+    return CertificateDates(first.not_valid_before_utc, first.not_valid_after_utc)
 
 
-def expiry_warning(not_after: datetime.datetime, now: datetime.datetime) -> str | None:
-    """When ``not_after`` is less than ``EXPIRY_WARNING`` after ``now``: "expires at <date>, in
+def expiry_warning(dates: CertificateDates, now: datetime.datetime) -> str | None:
+    """When less than ``dates.warned_within()`` is left after ``now``: "expires at <date>, in
     <time left>" (or "expired at <date>"), else ``None``."""
+    not_after = dates.not_after
     left = not_after - now
-    if left >= EXPIRY_WARNING:
+    if left >= dates.warned_within():
         return None
     if left < datetime.timedelta(0):
         return f"expired at {_shown(not_after)}"
-    return f"expires at {_shown(not_after)}, in {left.days} days {left.seconds // 3600} hours"
+    return f"expires at {_shown(not_after)}, in {_time_left(left)}"
 
 
 def utc_from_ns(unix_ns: int) -> datetime.datetime:
@@ -90,3 +105,9 @@ def utc_from_ns(unix_ns: int) -> datetime.datetime:
 
 def _shown(moment: datetime.datetime) -> str:
     return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _time_left(left: datetime.timedelta) -> str:
+    # Hours and minutes under a day: a certificate issued for an hour is warned of at 20 minutes.
+    hours, minutes = left.seconds // 3600, left.seconds // 60 % 60
+    return f"{left.days} days {hours} hours" if left.days else f"{hours} hours {minutes} minutes"

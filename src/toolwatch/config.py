@@ -33,8 +33,8 @@ from toolwatch.assembly.buffer import AssemblyLimits
 from toolwatch.certificate_dates import (
     CertificateDates,
     certificate_dates,
-    earliest_expiry,
     expiry_warning,
+    first_to_expire,
 )
 from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings, PolicySettings
 from toolwatch.ingest.decode import DecodeOptions
@@ -377,9 +377,9 @@ def _dates(path: Path) -> CertificateDates | None:
         return None
 
 
-def _earliest_expiry(path: Path) -> datetime.datetime | None:
+def _first_to_expire(path: Path) -> CertificateDates | None:
     try:
-        return earliest_expiry(path.read_bytes())
+        return first_to_expire(path.read_bytes())
     except OSError:  # as _dates
         return None
 
@@ -399,8 +399,8 @@ class TlsSettings(_Section):
     for changes at most every ``reload_seconds`` and reloaded when they changed (new
     connections get the new certificate; a set that does not load, or whose certificate is
     not valid then, keeps the previous one). An expired certificate is refused here; one not
-    valid yet, or one or a client CA that expires within 14 days, is warned of
-    (``Config.warnings``).
+    valid yet, or one or a client CA with less than 14 days and less than a third of its
+    lifetime left, is warned of (``Config.warnings``).
     The private key must not be encrypted. ``client_ca_file`` turns on mutual TLS: those
     listeners then accept only clients whose certificate that CA signed. ``client_names``
     narrows that to certificates naming one of them (``toolwatch.security.ClientNames``): a CA
@@ -469,10 +469,11 @@ class TlsSettings(_Section):
 
     def expiring(self, now: datetime.datetime) -> list[str]:
         """What to warn of when the certificate, or the first CA of the client CA file to
-        expire, expires less than ``EXPIRY_WARNING`` (14 days) after ``now``."""
+        expire, has less than 14 days and less than a third of its lifetime left at ``now``
+        (``certificate_dates.expiry_warning``)."""
         said = []
         dates = _dates(self.cert_file)
-        when = expiry_warning(dates.not_after, now) if dates is not None else None
+        when = expiry_warning(dates, now) if dates is not None else None
         if when is not None:
             said.append(
                 f"security.tls.cert_file {self.cert_file}: the certificate {when}: every client"
@@ -480,8 +481,8 @@ class TlsSettings(_Section):
                 " tls.reload_seconds, without a restart)"
             )
         ca = self.client_ca_file
-        not_after = _earliest_expiry(ca) if ca is not None else None
-        when = expiry_warning(not_after, now) if not_after is not None else None
+        first = _first_to_expire(ca) if ca is not None else None
+        when = expiry_warning(first, now) if first is not None else None
         if when is not None:
             said.append(
                 f"security.tls.client_ca_file {ca}: a CA certificate in it {when}: the client"

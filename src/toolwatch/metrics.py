@@ -29,9 +29,9 @@ Together they tell a canary that stopped arriving or being matched.
 (``grpc``, ``http``, ``metrics``, ``stream``). ``reload_failed`` counts looks at changed
 security files that could not be used (``tokens``, ``certificate``), so the previous ones are
 still in use: a revoked token still accepted, a renewed certificate not served.
-``certificates_served`` says when the TLS files now served expire (at start-up and after each
-reload that took a new set), so their expiry is alerted on before handshakes fail. Both may be
-called from gRPC's threads (certificates reload at a handshake).
+``certificates_served`` gives the dates of the TLS files now served (at start-up and after each
+reload that took a new set), so their expiry is alerted on before handshakes fail, relative to
+their lifetime. Both may be called from gRPC's threads (certificates reload at a handshake).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final, Protocol
 
+from toolwatch.certificate_dates import CertificateDates
 from toolwatch.model import Finding, ToolTrace
 
 __all__ = [
@@ -107,7 +108,7 @@ class PipelineMetrics(Protocol):
     def golden_case_judged(self, case_id: str) -> None: ...
     def auth_failed(self, listener: str) -> None: ...
     def reload_failed(self, what: str) -> None: ...
-    def certificates_served(self, expiry: Mapping[str, float]) -> None: ...
+    def certificates_served(self, dates: Mapping[str, CertificateDates]) -> None: ...
 
 
 class NoopMetrics:
@@ -170,5 +171,5 @@ class NoopMetrics:
     def reload_failed(self, what: str) -> None:
         pass
 
-    def certificates_served(self, expiry: Mapping[str, float]) -> None:
+    def certificates_served(self, dates: Mapping[str, CertificateDates]) -> None:
         pass

@@ -24,9 +24,9 @@ certificate, its key and the client CA (``toolwatch.tls.CertificateFiles``): a r
 certificate (by cert-manager, say) is served on new connections — gRPC takes it at the next
 handshake, the HTTPS listeners at the next ``ListenerSecurity.refresh`` (the server's tick).
 A file that changed and cannot be used (a certificate that is not valid now included) keeps
-the previous one and is counted with ``PipelineMetrics.reload_failed``; when the certificate
-and client CA served expire is reported at start-up and at each reload that took a new set
-(``PipelineMetrics.certificates_served``).
+the previous one and is counted with ``PipelineMetrics.reload_failed``; the dates of the
+certificate and client CA served (since when they are valid, when they expire) are reported at
+start-up and at each reload that took a new set (``PipelineMetrics.certificates_served``).
 
 Threading: the interceptors and middlewares run on the servers' event loop; ``TokenFile``
 is not thread-safe.
@@ -445,7 +445,7 @@ class ListenerSecurity:
                 lambda: metrics.reload_failed("certificate"),
                 modes,
                 wall_clock,
-                on_served=lambda served: metrics.certificates_served(served.expiry()),
+                on_served=lambda served: metrics.certificates_served(served.dates()),
             )
             if tls is not None
             else None

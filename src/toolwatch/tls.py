@@ -9,8 +9,9 @@ rotation: the new certificate with the old key), or whose certificate is not val
 (expired: a restored backup, a renewal job that wrote the old file; not valid yet: it is
 taken at the first look once it is), keeps the previous set, is logged and counted; so gRPC
 and HTTPS always serve the same, working set. Each set that becomes current is reported with
-when its certificate and client CA expire (``Certificates.expiry``: the
-``toolwatch_tls_certificate_expiry_timestamp_seconds`` gauge).
+its certificate's and client CA's dates (``Certificates.dates``: the
+``toolwatch_tls_certificate_expiry_timestamp_seconds`` and
+``toolwatch_tls_certificate_not_before_timestamp_seconds`` gauges).
 
 An HTTPS listener keeps serving the context it started with (``ServedContext.served``); that
 context's SNI callback, called for every handshake (with or without SNI), hands each new
@@ -40,7 +41,12 @@ from typing import Any
 
 import grpc
 
-from toolwatch.certificate_dates import certificate_dates, earliest_expiry, utc_from_ns
+from toolwatch.certificate_dates import (
+    CertificateDates,
+    certificate_dates,
+    first_to_expire,
+    utc_from_ns,
+)
 from toolwatch.config import TlsSettings
 from toolwatch.model import Clock
 
@@ -105,19 +111,20 @@ class Certificates:
         default_factory=dict, compare=False, repr=False
     )
 
-    def expiry(self) -> dict[str, float]:
-        """When the set stops working, in Unix seconds, by file: ``certificate``, the notAfter
-        of the served (leaf) certificate; ``client_ca``, the earliest notAfter of the client
-        CA file's certificates (the first CA to expire, whose clients are then refused).
-        A file ``cryptography`` cannot read dates from, or no client CA, has none."""
-        expiry = {}
-        dates = certificate_dates(self.cert)
-        if dates is not None:
-            expiry["certificate"] = dates.not_after.timestamp()
-        ca = earliest_expiry(self.client_ca) if self.client_ca is not None else None
+    def dates(self) -> dict[str, CertificateDates]:
+        """When the set stops working, and since when its certificates are valid, by file:
+        ``certificate``, the served (leaf) certificate's; ``client_ca``, those of the client CA
+        file's certificate with the earliest notAfter (the first CA to expire, whose clients
+        are then refused). A file ``cryptography`` cannot read dates from, or no client CA,
+        has none."""
+        dates = {}
+        served = certificate_dates(self.cert)
+        if served is not None:
+            dates["certificate"] = served
+        ca = first_to_expire(self.client_ca) if self.client_ca is not None else None
         if ca is not None:
-            expiry["client_ca"] = ca.timestamp()
-        return expiry
+            dates["client_ca"] = ca
+        return dates
 
 
 class CertificateFiles:

@@ -41,6 +41,7 @@ from tests.certificates import (
     alt_names,
     client_certificate,
     not_after,
+    not_before,
     with_edi_party_name,
     write_client_certificate,
 )
@@ -55,6 +56,7 @@ TOKEN = "s3cret-token"
 AUTH_FAILURES = "toolwatch_auth_failures_total"
 RELOAD_FAILURES = "toolwatch_security_reload_failures_total"
 CERTIFICATE_EXPIRY = "toolwatch_tls_certificate_expiry_timestamp_seconds"
+CERTIFICATE_NOT_BEFORE = "toolwatch_tls_certificate_not_before_timestamp_seconds"
 DAY = datetime.timedelta(days=1)
 Start = Callable[..., RunningServer]
 
@@ -625,52 +627,63 @@ def test_a_rotation_to_an_expired_certificate_keeps_the_valid_one(
     )
 
 
-def _scraped_expiry(server: RunningServer, ca: trustme.CA, pki: Pki) -> dict[str, float]:
-    """``toolwatch_tls_certificate_expiry_timestamp_seconds`` by file, read from a scrape of
-    the real /metrics over mutual TLS (a new connection: the certificate served now)."""
+def _scraped_dates(
+    server: RunningServer, ca: trustme.CA, pki: Pki
+) -> dict[str, tuple[float | None, float]]:
+    """``toolwatch_tls_certificate_{not_before,expiry}_timestamp_seconds`` by file, as
+    (notBefore, notAfter), read from a scrape of the real /metrics over mutual TLS (a new
+    connection: the certificate served now)."""
     context = ssl.create_default_context(cadata=ca.cert_pem.bytes().decode())
     context.load_cert_chain(pki.client_cert, pki.client_key)
     scraped = http_get(f"https://{server.address('metrics')}/metrics", context)
     assert scraped.status == 200
-    families = text_string_to_metric_families(scraped.body.decode())
-    [family] = [f for f in families if f.name == CERTIFICATE_EXPIRY]
-    return {sample.labels["file"]: sample.value for sample in family.samples}
+    families = {f.name: f for f in text_string_to_metric_families(scraped.body.decode())}
+    by_file = [
+        {sample.labels["file"]: sample.value for sample in families[name].samples}
+        for name in (CERTIFICATE_NOT_BEFORE, CERTIFICATE_EXPIRY)
+    ]
+    return {file: (by_file[0].get(file), at) for file, at in by_file[1].items()}
 
 
-def test_metrics_say_when_the_served_certificate_and_client_ca_expire(
+def _dates(pem: bytes) -> tuple[float, float]:
+    return not_before(pem), not_after(pem)
+
+
+def test_metrics_say_when_the_served_certificate_and_client_ca_are_valid(
     start_server: Start, pki: Pki, tmp_path: Path
 ) -> None:
-    """The notAfter of the certificate served now, as the real exposition reads, at start-up
-    and after a rotation; the client CA's beside it."""
+    """The notBefore and notAfter of the certificate served now, as the real exposition reads,
+    at start-up and after a rotation; the client CA's beside them."""
     ca = trustme.CA()
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-    _install(ca, cert, key, not_after=now + 60 * DAY)
+    _install(ca, cert, key, not_before=now - 30 * DAY, not_after=now + 60 * DAY)
     server = start_server(
         security__tls__cert_file=str(cert),
         security__tls__key_file=str(key),
         security__tls__client_ca_file=str(pki.client_ca),
         security__tls__reload_seconds=30,
     )
-    client_ca = not_after(pki.read("client_ca"))
-    started = not_after(cert.read_bytes())
-    assert started == (now + 60 * DAY).timestamp()
-    assert _scraped_expiry(server, ca, pki) == {"certificate": started, "client_ca": client_ca}
+    client_ca = _dates(pki.read("client_ca"))
+    started = _dates(cert.read_bytes())
+    assert started == ((now - 30 * DAY).timestamp(), (now + 60 * DAY).timestamp())
+    assert _scraped_dates(server, ca, pki) == {"certificate": started, "client_ca": client_ca}
 
-    _install(ca, cert, key, not_after=now + 150 * DAY)  # renewed
+    _install(ca, cert, key, not_before=now, not_after=now + 90 * DAY)  # renewed
     server.clock.advance(30)
     server.call(server.app.tick)
-    renewed = not_after(cert.read_bytes())
-    assert renewed == (now + 150 * DAY).timestamp()
-    assert _scraped_expiry(server, ca, pki) == {"certificate": renewed, "client_ca": client_ca}
+    renewed = _dates(cert.read_bytes())
+    assert renewed == (now.timestamp(), (now + 90 * DAY).timestamp())
+    assert _scraped_dates(server, ca, pki) == {"certificate": renewed, "client_ca": client_ca}
 
 
-def test_plaintext_metrics_have_no_certificate_expiry(start_server: Start) -> None:
+def test_plaintext_metrics_have_no_certificate_dates(start_server: Start) -> None:
     server = start_server()
     with urllib.request.urlopen(f"http://{server.address('metrics')}/metrics", timeout=10) as r:
         text = r.read().decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
-    assert families[CERTIFICATE_EXPIRY].samples == []  # declared, no series
+    declared = [families[name].samples for name in (CERTIFICATE_EXPIRY, CERTIFICATE_NOT_BEFORE)]
+    assert declared == [[], []]  # declared, no series
 
 
 def test_a_certificate_expiring_within_14_days_is_warned_of_at_start_up(
@@ -690,6 +703,21 @@ def test_a_certificate_expiring_within_14_days_is_warned_of_at_start_up(
         f"{expected}: every client refuses it from then on; renew it (toolwatch takes the"
         " renewed file within tls.reload_seconds, without a restart)"
     ]
+
+
+def test_a_fresh_day_long_certificate_is_not_warned_of_at_start_up(
+    start_server: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A mesh's certificate, for a day: under 14 days from the start, warned of only with less
+    than a third of its lifetime left."""
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
+    hour = datetime.timedelta(hours=1)
+    _install(trustme.CA(), cert, key, not_before=now - hour, not_after=now + 23 * hour)
+    with caplog.at_level(logging.WARNING, logger="toolwatch"):
+        start_server(security__tls__cert_file=str(cert), security__tls__key_file=str(key))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert [w for w in warnings if w.startswith("security.tls.cert_file")] == []
 
 
 def test_a_rotated_client_ca_admits_the_clients_it_signed(

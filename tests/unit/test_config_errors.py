@@ -422,7 +422,8 @@ def test_client_names_are_kept_once_each_in_order(tls_files: dict[str, object]) 
     assert config.security.tls.client_names == ("spiffe://cluster.local/ns/o/sa/c", "collector")
 
 
-DAY, SECOND = datetime.timedelta(days=1), datetime.timedelta(seconds=1)
+DAY, HOUR = datetime.timedelta(days=1), datetime.timedelta(hours=1)
+MINUTE, SECOND = datetime.timedelta(minutes=1), datetime.timedelta(seconds=1)
 #: A certificate's end a year after the real time, to the second.
 LATER = datetime.datetime.now(datetime.UTC).replace(microsecond=0) + 365 * DAY
 
@@ -476,10 +477,11 @@ def test_a_certificate_not_valid_yet_is_warned_of_not_refused(tmp_path: Path) ->
 def test_a_certificate_expiring_within_14_days_is_warned_of_with_its_date(
     tmp_path: Path,
 ) -> None:
-    """ToolwatchCertificateExpiresSoon's threshold: 14 days left is not warned of, less is.
-    (Later than the real time, which the configuration refuses an expired one at.)"""
+    """ToolwatchCertificateExpiresSoon's threshold for a 90-day certificate (a third of its
+    lifetime is 30 days): 14 days left is not warned of, less is. (Later than the real time,
+    which the configuration refuses an expired one at.)"""
     ends = LATER
-    cert, overrides = certificate_files(tmp_path, not_after=ends)
+    cert, overrides = certificate_files(tmp_path, not_before=ends - 90 * DAY, not_after=ends)
     config = load_config(None, overrides)
     assert config.warnings(now=ends - 14 * DAY) == []
     assert config.warnings(now=ends - 14 * DAY + SECOND) == [
@@ -489,21 +491,47 @@ def test_a_certificate_expiring_within_14_days_is_warned_of_with_its_date(
     ]
 
 
+@pytest.mark.parametrize(
+    ("lifetime", "warned_within", "left"),
+    [
+        (DAY, 8 * HOUR, "7 hours 59 minutes"),  # a mesh's certificate
+        (HOUR, 20 * MINUTE, "0 hours 19 minutes"),  # a SPIFFE SVID's
+        (7 * DAY, 2 * DAY + 8 * HOUR, "2 days 7 hours"),  # some internal CAs'
+    ],
+)
+def test_a_short_lived_certificate_is_warned_of_with_a_third_of_its_lifetime_left(
+    tmp_path: Path, lifetime: datetime.timedelta, warned_within: datetime.timedelta, left: str
+) -> None:
+    """Always under 14 days, so warned of only past 2/3 of its lifetime, where cert-manager
+    renews: fresh, or with exactly a third left, it is not."""
+    ends = LATER
+    cert, overrides = certificate_files(tmp_path, not_before=ends - lifetime, not_after=ends)
+    config = load_config(None, overrides)
+    assert config.warnings(now=ends - lifetime) == []  # just issued
+    assert config.warnings(now=ends - warned_within) == []
+    assert config.warnings(now=ends - warned_within + SECOND) == [
+        f"security.tls.cert_file {cert}: the certificate expires at {ends:%Y-%m-%d %H:%M:%S} UTC,"
+        f" in {left}: every client refuses it from then on; renew it (toolwatch takes the"
+        " renewed file within tls.reload_seconds, without a restart)"
+    ]
+
+
 def test_a_client_ca_expiring_within_14_days_is_warned_of_with_its_date(
     tmp_path: Path,
 ) -> None:
-    """The first CA of the file to expire: its clients are refused from then on."""
+    """The first CA of the file to expire: its clients are refused from then on. Its own
+    lifetime counts (6 days: warned of under 2 days left), not the other CA's (14 days)."""
     ends = LATER
     _cert, overrides = certificate_files(tmp_path)
     client_ca = tmp_path / "client-ca.pem"
-    old = ca_certificate("old", ends)
+    old = ca_certificate("old", ends, not_before=ends - 6 * DAY)
     client_ca.write_bytes(ca_certificate("new", ends + 400 * DAY) + old)
     config = load_config(None, {**overrides, "security.tls.client_ca_file": str(client_ca)})
-    assert config.warnings(now=ends - 14 * DAY) == []
-    assert config.warnings(now=ends - 2 * DAY) == [
+    assert config.warnings(now=ends - 2 * DAY) == []
+    assert config.warnings(now=ends - 2 * DAY + SECOND) == [
         f"security.tls.client_ca_file {client_ca}: a CA certificate in it expires at"
-        f" {ends:%Y-%m-%d %H:%M:%S} UTC, in 2 days 0 hours: the client certificates it signed are"
-        " refused from then on; renew it, and them"
+        f" {ends:%Y-%m-%d %H:%M:%S} UTC, in 1 days 23 hours: the client certificates it signed"
+        " are refused from then on; renew it, and them"
     ]
     assert config.warnings(now=ends + SECOND) == [
         f"security.tls.client_ca_file {client_ca}: a CA certificate in it expired at"

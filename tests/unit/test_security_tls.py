@@ -231,80 +231,91 @@ def test_a_certificate_not_valid_yet_is_taken_at_the_first_look_once_it_is(
 
 
 EXPIRY = "toolwatch_tls_certificate_expiry_timestamp_seconds"
+NOT_BEFORE = "toolwatch_tls_certificate_not_before_timestamp_seconds"
 FILES = ("certificate", "client_ca")
+NOW = datetime.datetime(2031, 5, 1, 12, tzinfo=datetime.UTC)
 
 
-def test_the_expiry_gauge_reads_the_served_certificate_and_follows_its_reloads(
+def reported(registry: CollectorRegistry, file: str) -> tuple[float | None, float | None]:
+    """The (notBefore, notAfter) gauges of ``file``, Unix seconds."""
+    labels = {"file": file}
+    return registry.get_sample_value(NOT_BEFORE, labels), registry.get_sample_value(EXPIRY, labels)
+
+
+def dates(not_before: datetime.datetime, not_after: datetime.datetime) -> tuple[float, float]:
+    return not_before.timestamp(), not_after.timestamp()
+
+
+def test_the_date_gauges_read_the_served_certificate_and_follow_its_reloads(
     files: Files,
 ) -> None:
     """Set at start-up, changed only when a new set is taken: not before the look, and not by
-    a set refused for its dates (the one still served expires as before)."""
-    now = datetime.datetime(2031, 5, 1, 12, tzinfo=datetime.UTC)
+    a set refused for its dates (the one still served is valid as before)."""
     ca = trustme.CA()
-    files.install(ca, not_after=now + 10 * DAY)
-    clock, wall, registry = ManualClock(), ManualClock(unix_ns(now)), CollectorRegistry()
+    files.install(ca, not_before=NOW - 80 * DAY, not_after=NOW + 10 * DAY)
+    clock, wall, registry = ManualClock(), ManualClock(unix_ns(NOW)), CollectorRegistry()
     listeners = security(files, clock, registry=registry, wall=wall)
-    served = {"file": "certificate"}
-    assert registry.get_sample_value(EXPIRY, served) == (now + 10 * DAY).timestamp()
-    assert registry.get_sample_value(EXPIRY, {"file": "client_ca"}) is None
+    first = dates(NOW - 80 * DAY, NOW + 10 * DAY)
+    assert reported(registry, "certificate") == first
+    assert reported(registry, "client_ca") == (None, None)
 
-    files.install(ca, not_after=now + 90 * DAY)  # renewed
+    files.install(ca, not_before=NOW, not_after=NOW + 90 * DAY)  # renewed
     clock.advance(RELOAD_SECONDS - 1)
     listeners.refresh()  # not looked at yet
-    assert registry.get_sample_value(EXPIRY, served) == (now + 10 * DAY).timestamp()
+    assert reported(registry, "certificate") == first
     clock.advance(1)
     listeners.refresh()
-    assert registry.get_sample_value(EXPIRY, served) == (now + 90 * DAY).timestamp()
+    assert reported(registry, "certificate") == dates(NOW, NOW + 90 * DAY)
 
-    files.install(ca, not_before=now - 30 * DAY, not_after=now - DAY)  # an old backup
+    files.install(ca, not_before=NOW - 30 * DAY, not_after=NOW - DAY)  # an old backup
     clock.advance(RELOAD_SECONDS)
     listeners.refresh()
-    assert registry.get_sample_value(EXPIRY, served) == (now + 90 * DAY).timestamp()
+    assert reported(registry, "certificate") == dates(NOW, NOW + 90 * DAY)
     failures = {"file": "certificate"}
     assert registry.get_sample_value("toolwatch_security_reload_failures_total", failures) == 1
 
 
 def test_a_set_grpc_took_at_a_handshake_is_reported_before_any_tick(files: Files) -> None:
-    """gRPC's fetcher reloads the files from its own threads: the gauge follows at once."""
-    now = datetime.datetime(2031, 5, 1, 12, tzinfo=datetime.UTC)
+    """gRPC's fetcher reloads the files from its own threads: the gauges follow at once."""
     ca = trustme.CA()
-    files.install(ca, not_after=now + 10 * DAY)
+    files.install(ca, not_before=NOW - 80 * DAY, not_after=NOW + 10 * DAY)
     clock, registry = ManualClock(), CollectorRegistry()
-    listeners = security(files, clock, registry=registry, wall=ManualClock(unix_ns(now)))
-    files.install(ca, not_after=now + 20 * DAY)
+    listeners = security(files, clock, registry=registry, wall=ManualClock(unix_ns(NOW)))
+    files.install(ca, not_before=NOW - DAY, not_after=NOW + 20 * DAY)
     clock.advance(RELOAD_SECONDS)
     assert listeners._certificates is not None
     assert listeners._certificates.refresh() is True  # what gRPC's fetcher does
-    expiry = registry.get_sample_value(EXPIRY, {"file": "certificate"})
-    assert expiry == (now + 20 * DAY).timestamp()
+    assert reported(registry, "certificate") == dates(NOW - DAY, NOW + 20 * DAY)
 
 
-def test_the_client_ca_expires_with_its_first_ca_to_expire(files: Files, tmp_path: Path) -> None:
+def test_the_client_ca_is_reported_by_its_first_ca_to_expire(files: Files, tmp_path: Path) -> None:
     """A CA file may hold the old CA beside the new one: the old one's clients are refused
-    when it expires."""
-    now = datetime.datetime(2031, 5, 1, 12, tzinfo=datetime.UTC)
+    when it expires. Its notBefore is that same CA's, not the file's earliest: here the CA to
+    expire first was issued last."""
     files.install(trustme.CA())
     client_ca = tmp_path / "client-ca.pem"
-    later, sooner = ca_certificate("new", now + 400 * DAY), ca_certificate("old", now + 5 * DAY)
+    later = ca_certificate("new", NOW + 400 * DAY, not_before=NOW - 300 * DAY)
+    sooner = ca_certificate("old", NOW + 5 * DAY, not_before=NOW - 5 * DAY)
     client_ca.write_bytes(later + sooner)
     clock, registry = ManualClock(), CollectorRegistry()
-    listeners = security(files, clock, client_ca, registry, ManualClock(unix_ns(now)))
-    expiry = {file: registry.get_sample_value(EXPIRY, {"file": file}) for file in FILES}
-    assert expiry == {"certificate": 32503680000.0, "client_ca": (now + 5 * DAY).timestamp()}
+    listeners = security(files, clock, client_ca, registry, ManualClock(unix_ns(NOW)))
+    assert {file: reported(registry, file) for file in FILES} == {
+        "certificate": (946684800.0, 32503680000.0),  # trustme's: 2000 to 3000
+        "client_ca": dates(NOW - 5 * DAY, NOW + 5 * DAY),
+    }
 
     staged = tmp_path / "client-ca.new"
     staged.write_bytes(later)  # the old CA taken out
     os.replace(staged, client_ca)
     clock.advance(RELOAD_SECONDS)
     listeners.refresh()
-    renewed = registry.get_sample_value(EXPIRY, {"file": "client_ca"})
-    assert renewed == (now + 400 * DAY).timestamp()
+    assert reported(registry, "client_ca") == dates(NOW - 300 * DAY, NOW + 400 * DAY)
 
 
-def test_no_expiry_is_reported_without_tls() -> None:
+def test_no_dates_are_reported_without_tls() -> None:
     registry = CollectorRegistry()
     ListenerSecurity(SecuritySettings(), ManualClock(), PrometheusMetrics(registry))
-    assert [registry.get_sample_value(EXPIRY, {"file": file}) for file in FILES] == [None, None]
+    assert [reported(registry, file) for file in FILES] == [(None, None), (None, None)]
 
 
 def test_a_client_ca_taken_out_is_no_longer_trusted_by_new_connections(

@@ -33,6 +33,7 @@ from typing import Any, Final, TypeVar, cast
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from toolwatch import __version__
+from toolwatch.certificate_dates import CertificateDates
 from toolwatch.evaluation.pipeline import EVALUATOR_ORDER
 from toolwatch.metrics import (
     DROP_REASONS,
@@ -100,7 +101,8 @@ _OUTCOMES: Final = ("complete", "timed_out", "evicted", "span_limit", "shutdown"
 _REFERENCES: Final = ("expected", "source", "none")
 _LISTENERS: Final = ("grpc", "http", "metrics", "stream")
 _RELOADED: Final = ("tokens", "certificate")
-#: ``toolwatch_tls_certificate_expiry_timestamp_seconds``: the served certificate, the client CA.
+#: ``toolwatch_tls_certificate_{expiry,not_before}_timestamp_seconds``: the served certificate,
+#: the client CA.
 _CERTIFICATE_FILES: Final = ("certificate", "client_ca")
 #: Evaluator labels: the built-in evaluators, and the engine's own stage (an unexpected error
 #: while it evaluates a batch).
@@ -342,6 +344,15 @@ class PrometheusMetrics:
             "When the TLS files served now expire, Unix seconds: certificate, the notAfter of"
             " the served (leaf) certificate; client_ca, the earliest notAfter of the client CA"
             " file's certificates. Absent without TLS.",
+            ["file"],
+            registry=r,
+        )
+        # With the expiry, the lifetime the alerts' thresholds are a share of.
+        self._certificate_not_before = Gauge(
+            "toolwatch_tls_certificate_not_before_timestamp_seconds",
+            "Since when the TLS files served now are valid, Unix seconds: the notBefore of the"
+            " certificate whose notAfter toolwatch_tls_certificate_expiry_timestamp_seconds"
+            " reports for the same file. Absent without TLS.",
             ["file"],
             registry=r,
         )
@@ -673,14 +684,16 @@ class PrometheusMetrics:
         """Thread-safe: prometheus_client's counters are."""
         self._reload_failures.labels(what if what in _RELOADED else OTHER).inc()
 
-    def certificates_served(self, expiry: Mapping[str, float]) -> None:
+    def certificates_served(self, dates: Mapping[str, CertificateDates]) -> None:
         """Thread-safe: prometheus_client's gauges are, and the callers take turns
         (``tls.CertificateFiles`` reports under its lock)."""
-        files = {name if name in _CERTIFICATE_FILES else OTHER: at for name, at in expiry.items()}
+        files = {name if name in _CERTIFICATE_FILES else OTHER: d for name, d in dates.items()}
         for name in self._certificate_files.difference(files):
             self._certificate_expiry.remove(name)
-        for name, at in files.items():
-            self._certificate_expiry.labels(name).set(at)
+            self._certificate_not_before.remove(name)
+        for name, served in files.items():
+            self._certificate_expiry.labels(name).set(served.not_after.timestamp())
+            self._certificate_not_before.labels(name).set(served.not_before.timestamp())
         self._certificate_files = frozenset(files)
 
     def config_reloaded(

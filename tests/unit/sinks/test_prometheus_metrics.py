@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import shutil
 import subprocess
 
@@ -12,6 +13,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as generate
 from tests import factories
 from toolwatch import __version__
 from toolwatch.assembly.buffer import NOT_AN_AGENT_RUN, REPORTED_DROPS
+from toolwatch.certificate_dates import CertificateDates
 from toolwatch.evaluation.pipeline import EVALUATOR_ORDER
 from toolwatch.ingest.salvage import MALFORMED
 from toolwatch.metrics import (
@@ -66,6 +68,7 @@ EXPECTED_NAMES = {
     "toolwatch_auth_failures_total",
     "toolwatch_security_reload_failures_total",
     "toolwatch_tls_certificate_expiry_timestamp_seconds",
+    "toolwatch_tls_certificate_not_before_timestamp_seconds",
     "toolwatch_config_last_reload_successful",
     "toolwatch_config_last_reload_success_timestamp_seconds",
     "toolwatch_build_info",
@@ -599,17 +602,42 @@ def test_the_reload_timestamp_comes_from_the_wall_clock(registry: CollectorRegis
     assert registry.get_sample_value(stamp) == 1_700_000_060.0
 
 
-def test_certificate_expiry_is_one_series_per_file_served(registry: CollectorRegistry) -> None:
-    """Each call says the whole set served: a file it no longer names loses its series, a
-    name it does not know reports as ``_other``."""
+def _dates(not_before: int, not_after: int) -> CertificateDates:
+    return CertificateDates(
+        datetime.datetime.fromtimestamp(not_before, datetime.UTC),
+        datetime.datetime.fromtimestamp(not_after, datetime.UTC),
+    )
+
+
+def test_certificate_dates_are_one_series_per_file_served(registry: CollectorRegistry) -> None:
+    """Each call says the whole set served: a file it no longer names loses both series, a
+    name it does not know reports as ``_other``. The notBefore beside the notAfter of the
+    same certificate."""
     metrics = PrometheusMetrics(registry)
     expiry = "toolwatch_tls_certificate_expiry_timestamp_seconds"
+    not_before = "toolwatch_tls_certificate_not_before_timestamp_seconds"
     files = ("certificate", "client_ca", OTHER)
     get = registry.get_sample_value
-    assert [get(expiry, {"file": f}) for f in files] == [None, None, None]  # no TLS yet
 
-    metrics.certificates_served({"certificate": 1_800_000_000.0, "client_ca": 1_900_000_000.0})
-    assert [get(expiry, {"file": f}) for f in files] == [1_800_000_000.0, 1_900_000_000.0, None]
+    def served() -> list[tuple[float | None, float | None]]:
+        """(notBefore, notAfter) by file."""
+        return [(get(not_before, {"file": f}), get(expiry, {"file": f})) for f in files]
 
-    metrics.certificates_served({"certificate": 1_810_000_000.0, "key": 1.0})
-    assert [get(expiry, {"file": f}) for f in files] == [1_810_000_000.0, None, 1.0]
+    assert served() == [(None, None)] * 3  # no TLS yet
+
+    metrics.certificates_served(
+        {
+            "certificate": _dates(1_700_000_000, 1_800_000_000),
+            "client_ca": _dates(1_600_000_000, 1_900_000_000),
+        }
+    )
+    assert served() == [
+        (1_700_000_000.0, 1_800_000_000.0),
+        (1_600_000_000.0, 1_900_000_000.0),
+        (None, None),
+    ]
+
+    metrics.certificates_served(
+        {"certificate": _dates(1_800_000_000, 1_810_000_000), "key": _dates(0, 1)}
+    )
+    assert served() == [(1_800_000_000.0, 1_810_000_000.0), (None, None), (0.0, 1.0)]
