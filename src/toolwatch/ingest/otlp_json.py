@@ -21,20 +21,12 @@ times ``max_request_bytes``, however dense a smaller one is.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import json
-import math
-import re
-import string
-from collections.abc import Iterator
-from itertools import groupby
 from typing import Any
 
 from google.protobuf import json_format
-from google.protobuf.descriptor import FieldDescriptor
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from toolwatch.ingest.decode import (
     DecodedBatch,
@@ -44,7 +36,14 @@ from toolwatch.ingest.decode import (
     IdProblems,
     decode_request,
 )
-from toolwatch.ingest.salvage import MALFORMED
+from toolwatch.ingest.otlp_json_checks import (
+    check_shapes,
+    convert_request_ids,
+    empty_unparsable,
+    items,
+    parse_dict,
+    parse_error,
+)
 
 __all__ = [
     "MIN_BYTES_PER_CONTAINER",
@@ -52,19 +51,6 @@ __all__ = [
     "latest_end_ns",
     "parse_otlp_json",
 ]
-
-_HEX_DIGITS = string.hexdigits
-#: A span's id fields (both spellings proto3 JSON accepts) and the reason a bad one gives.
-_SPAN_IDS = (
-    ("traceId", "invalid_trace_id"),
-    ("trace_id", "invalid_trace_id"),
-    ("spanId", "invalid_span_id"),
-    ("span_id", "invalid_span_id"),
-    ("parentSpanId", "invalid_parent_span_id"),
-    ("parent_span_id", "invalid_parent_span_id"),
-)
-_LINK_IDS = ("traceId", "trace_id", "spanId", "span_id")
-_SHOWN_VALUE_CHARS = 40
 
 
 def _text(body: bytes | str) -> str:
@@ -115,209 +101,20 @@ def _document(body: bytes | str, max_containers: int) -> dict[str, Any]:
     return document
 
 
-def _items(container: dict[str, Any], *names: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """``(index, element)`` of the list under the first present of ``names``.
-
-    Elements that are not objects are skipped here; ``_check_shapes`` reports them.
-    """
-    for name in names:
-        elements = container.get(name)
-        if elements is None:
-            continue
-        for index, element in enumerate(elements if isinstance(elements, list) else ()):
-            if isinstance(element, dict):
-                yield index, element
-        return
-
-
 def latest_end_ns(document: dict[str, Any]) -> int:
     """The latest ``endTimeUnixNano`` of the spans of an OTLP/JSON request as parsed JSON
     (a string or a number, as proto3 JSON writes a 64-bit integer); 0 when no span has a
     usable one. Nothing is checked: read before decoding, to order requests by time."""
     latest = 0
-    for _, resource_spans in _items(document, "resourceSpans", "resource_spans"):
-        for _, scope_spans in _items(resource_spans, "scopeSpans", "scope_spans"):
-            for _, span in _items(scope_spans, "spans"):
+    for _, resource_spans in items(document, "resourceSpans", "resource_spans"):
+        for _, scope_spans in items(resource_spans, "scopeSpans", "scope_spans"):
+            for _, span in items(scope_spans, "spans"):
                 end = span.get("endTimeUnixNano", span.get("end_time_unix_nano"))
                 if isinstance(end, bool) or not isinstance(end, str | int):
                     continue
                 with contextlib.suppress(ValueError):
                     latest = max(latest, int(end))
     return latest
-
-
-def _shown(value: Any, where: str = "") -> str:
-    """``value`` as an error names it: its JSON, cut to 40 characters; only its kind under
-    ``attributes`` (prompts, arguments, results), which an error answer must not echo: an
-    exporter logs it."""
-    if _HOLDS_DATA in where:
-        return _KINDS.get(type(value), "a value")
-    text = json.dumps(value)
-    return text if len(text) <= _SHOWN_VALUE_CHARS else text[:_SHOWN_VALUE_CHARS] + "..."
-
-
-#: Where the client's data lives: attribute values, of spans, events, links, resources and
-#: scopes.
-_HOLDS_DATA = "attributes"
-_KINDS: dict[type, str] = {
-    str: "a string",
-    int: "a number",
-    float: "a number",
-    bool: "a boolean",
-    list: "an array",
-    dict: "an object",
-}
-
-
-def _hex_to_base64(value: Any) -> str:
-    """A hex id as proto3 JSON bytes (base64); any length, including empty, passes.
-    Raises ``ValueError`` saying what is wrong with ``value``."""
-    if not isinstance(value, str):
-        raise ValueError(f"{_shown(value)} is not a hex string")
-    if not value.isascii() or value.strip(_HEX_DIGITS):
-        raise ValueError(f"{_shown(value)} is not hex")
-    if len(value) % 2:
-        raise ValueError(f"{_shown(value)} has an odd number of hex digits")
-    return base64.b64encode(bytes.fromhex(value)).decode("ascii")
-
-
-#: What stands for an id that is no hex: one byte, which no id is, so the decoder refuses
-#: the span (``IdProblems`` gives it the reason).
-_UNUSABLE_ID = base64.b64encode(b"\x00").decode("ascii")
-
-
-def _convert_request_ids(document: dict[str, Any], problems: IdProblems) -> DecodeError | None:
-    """Rewrite every hex id as base64. A span with an id that is no hex stays in place (the
-    paths of the others hold) with a placeholder id, and is named in ``problems``, so that
-    span alone is rejected, as a wrong-length id is. A link's bad id is dropped: links are
-    not read. Returns the first such fault as the error a strict parse raises."""
-    first: DecodeError | None = None
-    for r, resource_spans in _items(document, "resourceSpans", "resource_spans"):
-        for s, scope_spans in _items(resource_spans, "scopeSpans", "scope_spans"):
-            for p, span in _items(scope_spans, "spans"):
-                path = f"resourceSpans[{r}].scopeSpans[{s}].spans[{p}]"
-                for name, reason in _SPAN_IDS:
-                    value = span.get(name)
-                    if value is None:  # proto3 JSON: null is the default value
-                        continue
-                    try:
-                        span[name] = _hex_to_base64(value)
-                    except ValueError as exc:
-                        span[name] = _UNUSABLE_ID
-                        problems.setdefault((r, s, p), (reason, f"{name} {exc}"))
-                        first = first or DecodeError(f"{path}.{name}: {exc}", f"{path}.{name}")
-                for k, link in _items(span, "links"):
-                    for name in _LINK_IDS:
-                        if link.get(name) is None:
-                            continue
-                        try:
-                            link[name] = _hex_to_base64(link[name])
-                        except ValueError as exc:
-                            link[name] = None
-                            where = f"{path}.links[{k}].{name}"
-                            first = first or DecodeError(f"{where}: {exc}", where)
-    return first
-
-
-#: The messages whose list elements locate a span: ``(resource, scope, span)`` indices.
-_LOCATING = frozenset(
-    (ResourceSpans.DESCRIPTOR.full_name, ScopeSpans.DESCRIPTOR.full_name, Span.DESCRIPTOR.full_name)
-)
-#: A node to check: the object, its message type, its path, and its outline indices.
-_Node = tuple[dict[str, Any], Any, str, tuple[int, ...]]
-
-
-def _check_shapes(document: dict[str, Any], problems: IdProblems) -> DecodeError | None:
-    """Refuse anything but an object where the request holds a message.
-
-    ``ParseDict`` reads a message out of whatever it is given: with unknown fields ignored, a
-    string there reads as an object of unknown one-letter keys and becomes an empty message,
-    so a span or an attribute value would vanish without a word. Walks the document along
-    the request's descriptors without recursion (AnyValues nest as deep as JSON allows).
-
-    A fault inside a span rejects that span alone: the span is emptied (so ``ParseDict``
-    reads the rest) and named in ``problems`` as ``malformed_span``. Returns the first such
-    fault, for a parse that takes all or nothing. A fault outside the spans raises it.
-    """
-    pending: list[_Node] = [(document, ExportTraceServiceRequest.DESCRIPTOR, "", ())]
-    spans: dict[tuple[int, ...], tuple[dict[str, Any], str]] = {}  # each span and its path
-    first: DecodeError | None = None
-    emptied: set[tuple[int, ...]] = set()
-    while pending:
-        item = pending.pop()
-        outline = item[3]
-        if outline in emptied:
-            continue  # a part of a span already rejected
-        try:
-            _check_node(item, pending, spans)
-        except DecodeError as exc:
-            if len(outline) != 3:
-                raise
-            span, span_path = spans[outline]
-            detail = str(exc).removeprefix(f"{span_path}.")
-            problems.setdefault((outline[0], outline[1], outline[2]), (MALFORMED, detail))
-            first = first or exc
-            emptied.add(outline)
-            span.clear()  # an empty span: its ids are rejected, with the reason above
-    return first
-
-
-def _check_node(
-    item: _Node, pending: list[_Node], spans: dict[tuple[int, ...], tuple[dict[str, Any], str]]
-) -> None:
-    """Checks one object's fields; queues the objects it holds, and notes each span it
-    holds in ``spans`` with its path."""
-    node, descriptor, path, outline = item
-    unreadable: list[str] = []
-    for key, value in node.items():
-        if not key.isascii():  # no field's name; protobuf's maps fail on a lone surrogate
-            unreadable.append(key)
-            continue
-        field = descriptor.fields_by_camelcase_name.get(key) or descriptor.fields_by_name.get(key)
-        if field is None or value is None:
-            continue
-        if field.enum_type is not None and isinstance(value, str) and not value.isascii():
-            unreadable.append(key)  # no value's name: ignored, as any unknown enum name is
-            continue
-        where = f"{path}.{key}" if path else key
-        # "span_id" and "spanId" both: which one would ParseDict keep?
-        if key != field.json_name and node.get(field.json_name) is not None:
-            raise DecodeError(f"{where}: names the same field as {field.json_name}", where)
-        message = field.message_type
-        if message is None:
-            _check_number(value, field, where)
-            continue
-        if not field.is_repeated:
-            pending.append((_object(value, where), message, where, outline))
-            continue
-        if not isinstance(value, list):
-            raise DecodeError(f"{where}: {_shown(value, where)} is not an array", where)
-        locates = message.full_name in _LOCATING and len(outline) < 3
-        for index, element in enumerate(value):
-            at = f"{where}[{index}]"
-            inner = (*outline, index) if locates else outline
-            child = _object(element, at)
-            if locates and len(inner) == 3:
-                spans[inner] = (child, at)
-            pending.append((child, message, at, inner))
-    for key in unreadable:  # unknown fields, ignored (the OTLP specification says so)
-        del node[key]
-
-
-_FLOATING = (FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT)
-
-
-def _check_number(value: Any, field: FieldDescriptor, path: str) -> None:
-    """Refuse a non-finite number (``NaN``, ``Infinity``: Python's ``json`` reads them) where
-    the field is not floating point: ``ParseDict`` would raise ``OverflowError`` on an enum."""
-    if isinstance(value, float) and not math.isfinite(value) and field.cpp_type not in _FLOATING:
-        raise DecodeError(f"{path}: {_shown(value, path)} is not a value this field can hold", path)
-
-
-def _object(value: Any, path: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise DecodeError(f"{path}: {_shown(value, path)} is not an object", path)
-    return value
 
 
 def parse_otlp_json(
@@ -351,117 +148,20 @@ def _parse(
 ) -> tuple[ExportTraceServiceRequest, IdProblems, DecodeError | None]:
     document = _document(body, max_containers)
     problems: IdProblems = {}
-    shape = _check_shapes(document, problems)
-    ids = _convert_request_ids(document, problems)
+    shape = check_shapes(document, problems)
+    ids = convert_request_ids(document, problems)
     first = shape or ids
     try:
-        request = _parse_dict(document)
+        request = parse_dict(document)
     except (json_format.ParseError, RecursionError) as exc:
         # A span that ParseDict cannot read: empty it, so it alone is rejected, and parse
         # the rest; a fault elsewhere (in no span, resource or scope) refuses the request.
-        emptied = _empty_unparsable(document, problems)
+        emptied = empty_unparsable(document, problems)
         if emptied is None:
-            raise DecodeError(f"OTLP/JSON request cannot be parsed {_parse_error(exc)}") from exc
+            raise DecodeError(f"OTLP/JSON request cannot be parsed {parse_error(exc)}") from exc
         try:
-            request = _parse_dict(document)
+            request = parse_dict(document)
         except (json_format.ParseError, RecursionError) as again:
-            raise DecodeError(
-                f"OTLP/JSON request cannot be parsed {_parse_error(again)}"
-            ) from again
+            raise DecodeError(f"OTLP/JSON request cannot be parsed {parse_error(again)}") from again
         first = first or emptied
     return request, problems, first
-
-
-def _parse_error(exc: Exception, skip: int = 0) -> str:
-    """``ParseDict``'s reason, its chain of "Failed to parse X field: " (one per level) read
-    as the field's path, a run of one name written once with its count: a value nested past
-    protobuf's 100 levels names ``values`` about fifty times."""
-    if isinstance(exc, RecursionError):
-        return "(nested too deeply)"
-    text = str(exc)
-    reason = _PARSE_CHAIN.sub("", text).strip(" .") or "unreadable"
-    names = _PARSE_CHAIN.findall(text)[skip:]
-    runs = [(name, len(list(run))) for name, run in groupby(names)]
-    path = ".".join(name if n == 1 else f"{name}(x{n})" for name, n in runs)
-    if _HOLDS_DATA in names or _HOLDS_DATA in reason:
-        reason = _value_free(reason)
-    elif len(reason) > _SHOWN_REASON_CHARS:
-        reason = reason[:_SHOWN_REASON_CHARS] + "..."
-    return f"at {path}: {reason}" if path else f"({reason})"
-
-
-_PARSE_CHAIN = re.compile(r"Failed to parse (\w+) field: ")
-#: protobuf's reason quotes the value: long enough for the field and the kind of fault.
-_SHOWN_REASON_CHARS = 120
-#: protobuf's reasons for an attribute value it cannot read, by their first words, and what
-#: is said instead: the reasons quote the value.
-_VALUE_FREE_REASONS = (
-    ("Couldn't parse integer", "not an integer"),
-    ("Couldn't parse non-integer", "not an integer"),
-    ("invalid literal for int", "not an integer"),
-    ("expected string", "not a string"),
-    ("Bool value", "a boolean where an integer belongs"),
-    ("Couldn't parse", "not a number"),
-    ("Float value too", "a number out of range"),
-    ('Expected "true" or "false"', "not a boolean"),
-    ("Expected true or false", "not a boolean"),
-)
-
-
-def _value_free(reason: str) -> str:
-    """protobuf's ``reason`` for an attribute value, without the value."""
-    for start, said in _VALUE_FREE_REASONS:
-        if reason.startswith(start):
-            return said
-    return "a value of the wrong type"
-
-
-def _parse_dict(document: dict[str, Any]) -> ExportTraceServiceRequest:
-    request = ExportTraceServiceRequest()
-    json_format.ParseDict(document, request, ignore_unknown_fields=True)
-    return request
-
-
-def _empty_unparsable(document: dict[str, Any], problems: IdProblems) -> DecodeError | None:
-    """``ParseDict`` refused the request: try each resource, scope and span on its own (at
-    its own depth: protobuf's limit of 100 levels counts from the request). Each span that
-    does not parse (nested too deeply, a value of the wrong kind), or whose resource or
-    scope does not, is emptied and named in ``problems`` (``malformed_span``), as
-    ``toolwatch.ingest.salvage`` does for protobuf. Returns the first such fault, or
-    ``None`` when every part parses (the fault is elsewhere)."""
-    first: DecodeError | None = None
-    for r, resource_doc in _items(document, "resourceSpans", "resource_spans"):
-        resource = _parse_part({"resource": resource_doc.get("resource")}, "resource")
-        if resource is not None:
-            del resource_doc["resource"]  # its spans are rejected: the rest parses without it
-        for s, scope_doc in _items(resource_doc, "scopeSpans", "scope_spans"):
-            scope = resource or _parse_part({"scope": scope_doc.get("scope")}, "scope")
-            if scope is not None and resource is None:
-                del scope_doc["scope"]
-            for p, span_doc in _items(scope_doc, "spans"):
-                detail = scope or _parse_part({"spans": [span_doc]}, "the span")
-                if detail is None:
-                    continue
-                span_doc.clear()  # an empty span: its ids are rejected, with this reason
-                problems.setdefault((r, s, p), (MALFORMED, detail))
-                path = f"resourceSpans[{r}].scopeSpans[{s}].spans[{p}]"
-                first = first or DecodeError(f"{path}: {detail}", path)
-    return first
-
-
-def _parse_part(part: dict[str, Any], what: str) -> str | None:
-    """Why ``ParseDict`` cannot read ``part`` (a resource's, a scope's or a span's fields,
-    the ``resource``/``scope`` key in an object of its own) where it sits in a request, or
-    ``None``."""
-    envelope: dict[str, Any]
-    if what == "resource":  # the path of the error starts with the envelope's: skip it
-        envelope, what, skip = {"resourceSpans": [part]}, "its resource", 2
-    elif what == "scope":
-        envelope, what, skip = {"resourceSpans": [{"scopeSpans": [part]}]}, "its scope", 3
-    else:
-        envelope, skip = {"resourceSpans": [{"scopeSpans": [part]}]}, 3
-    try:
-        _parse_dict(envelope)
-    except (json_format.ParseError, RecursionError) as exc:
-        return f"{what} cannot be parsed {_parse_error(exc, skip)}"
-    return None
