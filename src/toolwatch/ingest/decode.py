@@ -52,6 +52,7 @@ __all__ = [
     "DecodeOptions",
     "DecodedBatch",
     "IdProblems",
+    "PieceDecoder",
     "decode_protobuf",
     "decode_request",
 ]
@@ -254,6 +255,7 @@ class _Decoder:
         "_recognize",
         "_references",
         "offenders",
+        "received",
         "rejected",
         "spans",
     )
@@ -271,42 +273,58 @@ class _Decoder:
         self._recognize = recognizer
         self._references = tuple(sorted(options.reference_keys))
         self.spans: list[SpanRecord] = []
+        self.received = 0
         self.rejected: dict[str, int] = {}
-        self.offenders: list[str] = []
+        self.offenders: list[str] = []  # the first _MAX_REPORTED rejected, for the message
 
     def scan(self, scan: Scan) -> DecodedBatch:
+        """Decode every scanned span of a request (``add``), and the batch."""
+        self.add(scan)
+        return self.batch()
+
+    def add(self, scan: Scan, at: tuple[int, int, int] = (0, 0, 0)) -> None:
         """Decode every scanned span. Consumes ``scan`` (its spans become ``None``): each
         span's scanned values are let go once its record is built, so a request's scan and
         its records are not all held at once (each costs 5 to 7 times a request of small
-        spans)."""
-        resources = [_resource(attrs, self._references) for attrs in scan.resources]
+        spans). ``at``: what to add to a scanned span's ``(resource, scope, span)`` indices
+        for its place in the request, when the scan is of a piece of it (``PieceDecoder``):
+        a rejected span is named by that place."""
         # Typed Any: storing None in the list (not a tuple, which would be a new object).
         found_spans: list[Any] = scan.spans
         count = len(found_spans)
+        if not count:
+            return
+        resources = [_resource(attrs, self._references) for attrs in scan.resources]
         for index in range(count):
             found: ScannedSpan = found_spans[index]
             found_spans[index] = None
             problem = self._span(found, resources[found[0]])
             if problem is not None:
-                r, s, p = found[:3]
+                r, s, p = found[0] + at[0], found[1] + at[1], found[2] + at[2]
                 if self._known is not None:  # the parser's own reason, if it had one
                     problem = self._known.get((r, s, p), problem)
-                self._reject(problem, self._path(r, s, p))
-        return DecodedBatch(tuple(self.spans), count, self.rejected, self._message())
+                self._reject(problem, r, s, p)
+        self.received += count
+
+    def batch(self) -> DecodedBatch:
+        """The spans decoded so far and the accounting of the rest."""
+        return DecodedBatch(tuple(self.spans), self.received, self.rejected, self._message())
 
     def _path(self, r: int, s: int, p: int) -> str:
         if self._json_names:
             return f"resourceSpans[{r}].scopeSpans[{s}].spans[{p}]"
         return f"resource_spans[{r}].scope_spans[{s}].spans[{p}]"
 
-    def _reject(self, problem: tuple[str, str], path: str) -> None:
+    def _reject(self, problem: tuple[str, str], r: int, s: int, p: int) -> None:
         reason, detail = problem
+        self.rejected[reason] = self.rejected.get(reason, 0) + 1
+        if len(self.offenders) >= _MAX_REPORTED:
+            return  # counted; only the first are named (a text each, for any number)
         if self._json_names:  # an id's detail starts with its field's name
             field, _, rest = detail.partition(" ")
             if field in _JSON_ID_NAMES:
                 detail = f"{_JSON_ID_NAMES[field]} {rest}"
-        self.rejected[reason] = self.rejected.get(reason, 0) + 1
-        self.offenders.append(f"{path}: {detail}")
+        self.offenders.append(f"{self._path(r, s, p)}: {detail}")
 
     def _reference_keys(
         self, attrs: dict[str, Any], resource: _Resource
@@ -390,7 +408,7 @@ class _Decoder:
         total = sum(self.rejected.values())
         if not total:
             return None
-        named = "; ".join(self.offenders[:_MAX_REPORTED])
+        named = "; ".join(self.offenders)
         more = f"; and {total - _MAX_REPORTED} more" if total > _MAX_REPORTED else ""
         return f"{total} span{'s' if total != 1 else ''} rejected; {named}{more}"
 
@@ -411,6 +429,40 @@ def decode_request(
     """
     decoder = _Decoder(options, known=problems or None, json_names=json_names)
     return decoder.scan(scanner(options).scan_message(request))
+
+
+class PieceDecoder:
+    """Decodes a request given piece by piece into one batch: OTLP/JSON, whose parsed pieces
+    are let go as they are decoded. A piece is a request of whole resources, of whole scopes
+    of one resource, or of a run of one scope's spans; ``problems`` and ``json_names`` as for
+    ``decode_request`` (``problems`` need only hold the piece's spans when it is added). Not
+    shared between requests or threads."""
+
+    __slots__ = ("_decoder", "_scanner")
+
+    def __init__(self, options: DecodeOptions, problems: IdProblems, json_names: bool) -> None:
+        self._decoder = _Decoder(options, known=problems, json_names=json_names)
+        self._scanner = scanner(options)
+
+    def add(
+        self,
+        piece: ExportTraceServiceRequest,
+        at: tuple[int, int, int],
+        resource: dict[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
+        """Decode the piece's spans; ``at``: where its first span sits in the request,
+        ``(resource, scope, span)``. ``resource``: what the scan of an earlier piece kept of
+        the piece's one resource (sent with that piece only). Returns what the scan kept of
+        each of the piece's resources."""
+        scan = self._scanner.scan_message(piece)
+        if resource is not None and scan.resources:  # none: a later null cleared the list
+            scan.resources[0] = resource
+        self._decoder.add(scan, at)
+        return scan.resources
+
+    def batch(self) -> DecodedBatch:
+        """The spans of the pieces added, and the accounting of the rest."""
+        return self._decoder.batch()
 
 
 def decode_protobuf(body: bytes, options: DecodeOptions) -> DecodedBatch:

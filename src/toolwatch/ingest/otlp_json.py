@@ -10,20 +10,30 @@ alone is rejected (partial success), as in a protobuf request. So is a span hold
 of the wrong type or nested past protobuf's 100 levels (``malformed_span``); a fault outside
 the spans refuses the request.
 
-Decoded, an OTLP/JSON document holds about four times its size in Python objects (the
-project's recorded captures), but a document of tiny objects holds far more: ``[{},{},...]``
-about a hundred times. So a body may hold at most one JSON object or array per
-``MIN_BYTES_PER_CONTAINER`` bytes of the largest body the receiver accepts (the captures
-have one per 50), counted before it is parsed: decoding one costs at most about 14 times
-that largest body (measured: 70 MB for 262,000 empty objects and the 5 MiB default), 3.5
-times ``max_request_bytes``, however dense a smaller one is.
+``decode_otlp_json`` decodes a body piece by piece (``otlp_json_pieces``), holding its text
+(1 to 4 bytes a character, as Python holds text), its outline (its resources and scopes,
+16 bytes a span), one piece's spans (parsed, converted to protobuf and scanned) and the
+records made. Measured (``python -m bench.json_memory``, pure Python), its peak is 1.2 to
+1.6 times the body for exports of the recorded captures, agent spans of 10-40 KB prompts
+and small spans of many attributes; 3.8 times for attribute-less spans (their records);
+4.6 times for agent spans holding an emoji (their text, 4 bytes a character). Holding the
+whole parsed document, its protobuf message and its scan, it was 2 to 9.5 times, and the
+receiver's ``_JSON_SHARE`` of ``max_request_bytes`` (a quarter) kept a body within what it
+budgets. ``parse_otlp_json`` still parses a body whole: it returns the whole message.
+
+A body may hold at most one JSON object or array per ``MIN_BYTES_PER_CONTAINER`` bytes of
+the largest body the receiver accepts (the captures have one per 50), counted before it is
+parsed: ``[{},{},...]`` parsed whole holds about a hundred times its size, and whatever is
+parsed at once (a span, a resource or a field toolwatch does not read) still holds up to
+about 270 bytes for each JSON value in it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
@@ -34,7 +44,6 @@ from toolwatch.ingest.decode import (
     DecodeLimitError,
     DecodeOptions,
     IdProblems,
-    decode_request,
 )
 from toolwatch.ingest.otlp_json_checks import (
     check_shapes,
@@ -44,6 +53,7 @@ from toolwatch.ingest.otlp_json_checks import (
     parse_dict,
     parse_error,
 )
+from toolwatch.ingest.otlp_json_pieces import Outline, decode_pieces
 
 __all__ = [
     "MIN_BYTES_PER_CONTAINER",
@@ -68,6 +78,7 @@ MIN_BYTES_PER_CONTAINER = 20
 _FEW_CONTAINERS = 1_000
 #: The bound of ``parse_otlp_json`` when none is given (the HTTP receiver's default cap).
 _DEFAULT_MAX_CONTAINERS = 5 * 2**20 // MIN_BYTES_PER_CONTAINER
+_Parsed = TypeVar("_Parsed")
 
 
 def _check_containers(body: bytes | str, limit: int) -> None:
@@ -88,17 +99,28 @@ def _check_containers(body: bytes | str, limit: int) -> None:
 
 def _document(body: bytes | str, max_containers: int) -> dict[str, Any]:
     _check_containers(body, max_containers)
+    return _parsed(json.loads, _text(body))
+
+
+def _outline(body: bytes | str) -> Outline:
+    """The body parsed but for its spans (``otlp_json_pieces``), its text held until they
+    are read."""
+    return _parsed(Outline, _text(body))
+
+
+def _parsed(parse: Callable[[str], _Parsed], text: str) -> _Parsed:
     try:
-        document = json.loads(_text(body))
+        parsed = parse(text)
     except json.JSONDecodeError as exc:
         raise DecodeError(
             f"body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from exc
     except RecursionError as exc:
         raise DecodeError("body is not usable JSON: nested too deeply") from exc
+    document = parsed.document if isinstance(parsed, Outline) else parsed
     if not isinstance(document, dict):
         raise DecodeError(f"body must be a JSON object, got {type(document).__name__}")
-    return document
+    return parsed
 
 
 def latest_end_ns(document: dict[str, Any]) -> int:
@@ -138,9 +160,10 @@ def decode_otlp_json(
 ) -> DecodedBatch:
     """The valid spans of an OTLP/JSON request (``decode_request``): a span whose ids are no
     hex is rejected alone, named in the batch's message. Raises as ``parse_otlp_json`` does
-    for the rest."""
-    request, problems, _ = _parse(body, max_containers)
-    return decode_request(request, options, problems, json_names=True)
+    for the rest. Decoded a piece at a time (``_Pieces``): the same batch, or the same
+    error, as parsing the request whole and decoding it."""
+    _check_containers(body, max_containers)
+    return decode_pieces(_outline(body), options)
 
 
 def _parse(

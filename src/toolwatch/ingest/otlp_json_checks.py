@@ -27,8 +27,11 @@ from toolwatch.ingest.decode import DecodeError, IdProblems
 from toolwatch.ingest.salvage import MALFORMED
 
 __all__ = [
+    "check_outline",
     "check_shapes",
+    "check_span",
     "convert_request_ids",
+    "convert_span_ids",
     "empty_unparsable",
     "items",
     "parse_dict",
@@ -106,35 +109,47 @@ _UNUSABLE_ID = base64.b64encode(b"\x00").decode("ascii")
 
 
 def convert_request_ids(document: dict[str, Any], problems: IdProblems) -> DecodeError | None:
-    """Rewrite every hex id as base64. A span with an id that is no hex stays in place (the
-    paths of the others hold) with a placeholder id, and is named in ``problems``, so that
-    span alone is rejected, as a wrong-length id is. A link's bad id is dropped: links are
-    not read. Returns the first such fault as the error a strict parse raises."""
+    """Rewrite every hex id as base64 (``convert_span_ids``). Returns the first fault, as
+    the error a strict parse raises."""
     first: DecodeError | None = None
     for r, resource_spans in items(document, "resourceSpans", "resource_spans"):
         for s, scope_spans in items(resource_spans, "scopeSpans", "scope_spans"):
             for p, span in items(scope_spans, "spans"):
-                path = f"resourceSpans[{r}].scopeSpans[{s}].spans[{p}]"
-                for name, reason in _SPAN_IDS:
-                    value = span.get(name)
-                    if value is None:  # proto3 JSON: null is the default value
-                        continue
-                    try:
-                        span[name] = _hex_to_base64(value)
-                    except ValueError as exc:
-                        span[name] = _UNUSABLE_ID
-                        problems.setdefault((r, s, p), (reason, f"{name} {exc}"))
-                        first = first or DecodeError(f"{path}.{name}: {exc}", f"{path}.{name}")
-                for k, link in items(span, "links"):
-                    for name in _LINK_IDS:
-                        if link.get(name) is None:
-                            continue
-                        try:
-                            link[name] = _hex_to_base64(link[name])
-                        except ValueError as exc:
-                            link[name] = None
-                            where = f"{path}.links[{k}].{name}"
-                            first = first or DecodeError(f"{where}: {exc}", where)
+                fault = convert_span_ids(span, (r, s, p), problems)
+                first = first or fault
+    return first
+
+
+def convert_span_ids(
+    span: dict[str, Any], where: tuple[int, int, int], problems: IdProblems
+) -> DecodeError | None:
+    """Rewrite the span's hex ids, and its links', as base64. A span with an id that is no
+    hex stays in place (the paths of the others hold) with a placeholder id, and is named in
+    ``problems`` at ``where`` (its resource, scope and span indices), so that span alone is
+    rejected, as a wrong-length id is. A link's bad id is dropped: links are not read.
+    Returns the first such fault as the error a strict parse raises."""
+    first: DecodeError | None = None
+    path = "resourceSpans[{}].scopeSpans[{}].spans[{}]".format(*where)
+    for name, reason in _SPAN_IDS:
+        value = span.get(name)
+        if value is None:  # proto3 JSON: null is the default value
+            continue
+        try:
+            span[name] = _hex_to_base64(value)
+        except ValueError as exc:
+            span[name] = _UNUSABLE_ID
+            problems.setdefault(where, (reason, f"{name} {exc}"))
+            first = first or DecodeError(f"{path}.{name}: {exc}", f"{path}.{name}")
+    for k, link in items(span, "links"):
+        for name in _LINK_IDS:
+            if link.get(name) is None:
+                continue
+            try:
+                link[name] = _hex_to_base64(link[name])
+            except ValueError as exc:
+                link[name] = None
+                at = f"{path}.links[{k}].{name}"
+                first = first or DecodeError(f"{at}: {exc}", at)
     return first
 
 
@@ -144,6 +159,9 @@ _LOCATING = frozenset(
 )
 #: A node to check: the object, its message type, its path, and its outline indices.
 _Node = tuple[dict[str, Any], Any, str, tuple[int, ...]]
+#: A list of nodes to check: the list, its elements' message type, its path, its outline
+#: indices, whether its elements' indices join them, and the indices left, last first.
+_Run = tuple[list[Any], Any, str, tuple[int, ...], bool, Iterator[int]]
 
 
 def check_shapes(document: dict[str, Any], problems: IdProblems) -> DecodeError | None:
@@ -158,17 +176,40 @@ def check_shapes(document: dict[str, Any], problems: IdProblems) -> DecodeError 
     reads the rest) and named in ``problems`` as ``malformed_span``. Returns the first such
     fault, for a parse that takes all or nothing. A fault outside the spans raises it.
     """
-    pending: list[_Node] = [(document, ExportTraceServiceRequest.DESCRIPTOR, "", ())]
-    spans: dict[tuple[int, ...], tuple[dict[str, Any], str]] = {}  # each span and its path
+    return _check([(document, ExportTraceServiceRequest.DESCRIPTOR, "", ())], {}, problems)
+
+
+def check_outline(document: dict[str, Any]) -> None:
+    """``check_shapes`` outside the spans: raises the fault it would raise, in the same order,
+    without looking into a span (each is checked on its own, ``check_span``)."""
+    _check([(document, ExportTraceServiceRequest.DESCRIPTOR, "", ())], {}, {}, descend=False)
+
+
+def check_span(
+    span: dict[str, Any], path: str, where: tuple[int, int, int], problems: IdProblems
+) -> DecodeError | None:
+    """``check_shapes`` of one span, at ``path`` (as the document spells its lists) and
+    ``where`` (its indices)."""
+    return _check([(span, Span.DESCRIPTOR, path, where)], {where: (span, path)}, problems)
+
+
+def _check(
+    pending: list[_Node | _Run],
+    spans: dict[tuple[int, ...], tuple[dict[str, Any], str]],  # each span and its path
+    problems: IdProblems,
+    descend: bool = True,
+) -> DecodeError | None:
     first: DecodeError | None = None
     emptied: set[tuple[int, ...]] = set()
     while pending:
-        item = pending.pop()
+        item = _next(pending, spans)
+        if item is None:
+            continue
         outline = item[3]
         if outline in emptied:
             continue  # a part of a span already rejected
         try:
-            _check_node(item, pending, spans)
+            _check_node(item, pending, descend)
         except DecodeError as exc:
             if len(outline) != 3:
                 raise
@@ -181,11 +222,33 @@ def check_shapes(document: dict[str, Any], problems: IdProblems) -> DecodeError 
     return first
 
 
-def _check_node(
-    item: _Node, pending: list[_Node], spans: dict[tuple[int, ...], tuple[dict[str, Any], str]]
-) -> None:
-    """Checks one object's fields; queues the objects it holds, and notes each span it
-    holds in ``spans`` with its path."""
+def _next(
+    pending: list[_Node | _Run], spans: dict[tuple[int, ...], tuple[dict[str, Any], str]]
+) -> _Node | None:
+    """The next object to check: the last queued, or the last element not yet checked of the
+    last list queued (``None`` once there is none left: the list is dropped). A list's
+    elements are taken one at a time, from its end, as if each had been queued in its
+    place; a span's is noted in ``spans`` with its path."""
+    item = pending[-1]
+    if len(item) == 4:
+        pending.pop()
+        return item
+    elements, message, where, outline, locates, indices = item
+    index = next(indices, None)
+    if index is None:
+        pending.pop()
+        return None
+    at = f"{where}[{index}]"
+    inner = (*outline, index) if locates else outline
+    if locates and len(inner) == 3:
+        spans[inner] = (elements[index], at)
+    return (elements[index], message, at, inner)
+
+
+def _check_node(item: _Node, pending: list[_Node | _Run], descend: bool) -> None:
+    """Checks one object's fields; queues the objects it holds (a list's elements once each
+    is seen to be an object). ``descend``: and its spans; else a span is only seen to be an
+    object."""
     node, descriptor, path, outline = item
     unreadable: list[str] = []
     for key, value in node.items():
@@ -211,14 +274,13 @@ def _check_node(
             continue
         if not isinstance(value, list):
             raise DecodeError(f"{where}: {_shown(value, where)} is not an array", where)
-        locates = message.full_name in _LOCATING and len(outline) < 3
         for index, element in enumerate(value):
-            at = f"{where}[{index}]"
-            inner = (*outline, index) if locates else outline
-            child = _object(element, at)
-            if locates and len(inner) == 3:
-                spans[inner] = (child, at)
-            pending.append((child, message, at, inner))
+            if not isinstance(element, dict):
+                _object(element, f"{where}[{index}]")
+        locates = message.full_name in _LOCATING and len(outline) < 3
+        if value and (descend or not locates or len(outline) < 2):
+            indices = iter(range(len(value) - 1, -1, -1))
+            pending.append((value, message, where, outline, locates, indices))
     for key in unreadable:  # unknown fields, ignored (the OTLP specification says so)
         del node[key]
 
