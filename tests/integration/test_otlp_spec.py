@@ -43,6 +43,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from bench import json_memory
 from tests.integration import agents
 from tests.integration.conftest import RunningServer, until
 from toolwatch.ingest.grpc_health import MAX_READ_SECONDS
@@ -374,46 +375,84 @@ def test_http_body_over_the_limit_is_413(start_server: StartServer) -> None:
     assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 0
 
 
-def test_otlp_json_dense_in_objects_is_read_unless_the_largest_body_could_not_hold_them(
+def test_otlp_json_dense_in_values_is_read_unless_the_largest_body_could_not_hold_them(
     start_server: StartServer,
 ) -> None:
-    """A body may hold one JSON object or array per 20 bytes of the largest JSON body (a
-    quarter of ingest.max_request_bytes), braces in strings included: a small dense body is
-    valid and read; one past the bound is a limit (413), not bad data."""
+    """A body may hold one comma (a JSON value after an object's or array's first) per 40
+    bytes of the largest body (ingest.max_request_bytes), commas in strings included: a small
+    dense body is valid and read; one past the bound is a limit (413), not bad data."""
     request = refund_request()
     document = to_otlp_json(request)
     span = document["resourceSpans"][0]["scopeSpans"][0]["spans"][2]
-    result = json.dumps([[i, i] for i in range(1_100)])  # a tool result of 1,101 arrays
+    result = json.dumps([[i, i] for i in range(1_100)])  # a tool result of 2,199 commas
     span["attributes"].append({"key": "tool.result", "value": {"stringValue": result}})
     body = json.dumps(document).encode()
     server = start_server(ingest__max_request_bytes=MIB, **QUIET)
     assert ok_response(post(server, body, JSON)) == ExportTraceServiceResponse()
-    tight = start_server(ingest__max_request_bytes=4 * 20 * 1_100, **QUIET)  # 1,100 at most
+    tight = start_server(ingest__max_request_bytes=40 * 2_200, **QUIET)  # 2,200 at most
     answer = post(tight, body, JSON)
     assert answer.status == 413
     status = error_status(answer)
     assert status.code == code_pb2.RESOURCE_EXHAUSTED
-    containers = body.count(b"{") + body.count(b"[")
     assert status.message == (
-        f"body holds up to {containers} JSON objects and arrays, more than the 1100 a body may"
-        " (decoded, each holds about 100 bytes): send protobuf or smaller batches"
+        f"body holds up to {body.count(b',')} JSON values after the first of an object or"
+        " array (commas), more than the 2200 a body may (one per 40 bytes of the largest body:"
+        " decoded, each holds up to 270 bytes): send protobuf or smaller batches"
     )
 
 
-def test_an_otlp_json_body_may_be_a_quarter_of_the_limit(start_server: StartServer) -> None:
-    """Decoded, JSON holds several times its size (a protobuf body about 2.5): a quarter of
-    the cap keeps a JSON request within what the memory formula budgets for one."""
+def test_an_otlp_json_body_may_be_as_large_as_the_limit(start_server: StartServer) -> None:
+    """Decoded a piece at a time, a JSON body of any size up to ingest.max_request_bytes fits
+    what the memory formula budgets for the request being decoded: that is its cap, as
+    protobuf's (it was a quarter of it)."""
     request = refund_request()
     body = json.dumps(to_otlp_json(request)).encode()
-    server = start_server(ingest__max_request_bytes=2 * len(body), **QUIET)
-    answer = post(server, body, JSON)
+    server = start_server(ingest__max_request_bytes=len(body), **QUIET)
+    assert ok_response(post(server, body, JSON)) == ExportTraceServiceResponse()
+    assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 6
+    smaller = start_server(ingest__max_request_bytes=len(body) - 1, **QUIET)
+    answer = post(smaller, body, JSON)
     assert answer.status == 413
-    message = error_status(answer).message
-    assert message.startswith(f"OTLP/JSON body of {len(body)} bytes exceeds {len(body) // 2} ")
-    assert "send protobuf or smaller batches" in message
-    assert ok_response(post(server, request.SerializeToString())) == ExportTraceServiceResponse()
-    roomy = start_server(ingest__max_request_bytes=4 * len(body), **QUIET)
-    assert ok_response(post(roomy, body, JSON)) == ExportTraceServiceResponse()
+    assert error_status(answer).message.endswith(f"exceeds {len(body) - 1} bytes")
+
+
+def test_a_json_batch_of_agent_spans_beyond_the_old_quarter_is_accepted_whole(
+    start_server: StartServer,
+) -> None:
+    """The OpenTelemetry JavaScript SDK exports OTLP/JSON, up to 512 spans a batch, and agent
+    spans carry prompts, messages and tool results of 10-40 KB: an 8 MiB batch (the recorded
+    captures' spans, each grown so) was answered 413 past 5 MiB, a quarter of the default
+    cap, and lost (OTLP clients do not retry a 413). With the default configuration every
+    span is now received, and every one built into its run."""
+    body = json_memory.agent(8 * MIB)
+    runs = json.loads(body)["resourceSpans"]
+    spans = sum(len(scope["spans"]) for run in runs for scope in run["scopeSpans"])
+    assert len(body) > 8 * MIB and spans > 250
+    server = start_server(**QUIET)
+
+    assert ok_response(post(server, body, JSON)) == ExportTraceServiceResponse()
+    assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == spans
+    server.settle()
+    assert server.sample("toolwatch_spans_built_total") == spans
+
+
+@pytest.mark.parametrize("builder", ["empty_resources", "strings", "keys"])
+def test_a_json_body_dense_in_values_is_still_refused_at_that_size(
+    start_server: StartServer, builder: str
+) -> None:
+    """The same 8 MiB, of empty objects, short strings or keys where toolwatch reads none,
+    would decode to 15 to 25 times its size: refused unparsed, 413."""
+    body = json_memory.BUILDERS[builder](8 * MIB)
+    server = start_server(**QUIET)
+
+    answer = post(server, body, JSON)
+
+    assert answer.status == 413
+    status = error_status(answer)
+    assert status.code == code_pb2.RESOURCE_EXHAUSTED
+    assert status.message.startswith(f"body holds up to {body.count(b',')} JSON values ")
+    assert "more than the 524288 a body may" in status.message
+    assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 0
 
 
 def _gzip_of_zeros(size: int) -> bytes:

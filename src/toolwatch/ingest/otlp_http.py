@@ -5,7 +5,8 @@ Answers per the OTLP/HTTP specification: 200 with an ``ExportTraceServiceRespons
 request's encoding (``partial_success`` when spans were rejected); 400 with a
 ``google.rpc.Status`` holding a ``google.rpc.BadRequest`` for a body that cannot be decoded;
 413 when the body exceeds the cap *after* decompression (so a gzip bomb is cut off, not
-inflated; an OTLP/JSON body's cap is a quarter of it, ``_JSON_SHARE``); 415 for other
+inflated), or when an OTLP/JSON body holds more JSON values than a body of that cap may
+(``otlp_json.MIN_BYTES_PER_VALUE``); 415 for other
 content types or encodings; 503 with ``Retry-After`` when the consumer is at capacity,
 every request slot is taken (``toolwatch.ingest.slots``: checked before the body is read) or
 the body did not arrive within the slots' read timeout, as OTLP asks ("the client SHOULD
@@ -52,7 +53,7 @@ from toolwatch.ingest.decode import (
     decode_protobuf,
 )
 from toolwatch.ingest.otlp_grpc import SpanConsumer, bad_request_status, export_response
-from toolwatch.ingest.otlp_json import MIN_BYTES_PER_CONTAINER, decode_otlp_json
+from toolwatch.ingest.otlp_json import MIN_BYTES_PER_VALUE, decode_otlp_json
 from toolwatch.ingest.slots import RequestSlots
 from toolwatch.metrics import PipelineMetrics
 
@@ -249,27 +250,13 @@ class HttpTraceReceiver:
     def _decode(self, body: bytes, content_type: str) -> DecodedBatch:
         try:
             if content_type == _JSON:
-                limit = self.max_request_bytes // _JSON_SHARE
-                if len(body) > limit:
-                    raise _RejectError(413, _json_too_large(len(body), limit))
-                return decode_otlp_json(body, self.options, limit // MIN_BYTES_PER_CONTAINER)
+                limit = self.max_request_bytes // MIN_BYTES_PER_VALUE
+                return decode_otlp_json(body, self.options, limit)
             return decode_protobuf(body, self.options)
         except DecodeLimitError as exc:  # valid, but too costly: a limit, not bad data
             raise _RejectError(413, str(exc)) from None
         except DecodeError as exc:
             raise _RejectError(400, str(exc), exc.field) from None
-
-
-#: An OTLP/JSON body may be this fraction of ``max_request_bytes``: decoding one holds up to
-#: about ten times its size (``otlp_json``), a protobuf body 2.5 times (README: Memory).
-_JSON_SHARE = 4
-
-
-def _json_too_large(size: int, limit: int) -> str:
-    return (
-        f"OTLP/JSON body of {size} bytes exceeds {limit} (a quarter of ingest.max_request_bytes:"
-        " decoded, JSON holds several times its size); send protobuf or smaller batches"
-    )
 
 
 def _deflate_wbits(raw: bytes) -> int:

@@ -18,14 +18,19 @@ records made. Measured (``python -m bench.json_memory``, pure Python), its peak 
 and small spans of many attributes; 3.8 times for attribute-less spans (their records);
 4.6 times for agent spans holding an emoji (their text, 4 bytes a character). Holding the
 whole parsed document, its protobuf message and its scan, it was 2 to 9.5 times, and the
-receiver's ``_JSON_SHARE`` of ``max_request_bytes`` (a quarter) kept a body within what it
-budgets. ``parse_otlp_json`` still parses a body whole: it returns the whole message.
+receiver refused a body beyond a quarter of ``max_request_bytes``. ``parse_otlp_json``
+still parses a body whole: it returns the whole message.
 
-A body may hold at most one JSON object or array per ``MIN_BYTES_PER_CONTAINER`` bytes of
-the largest body the receiver accepts (the captures have one per 50), counted before it is
-parsed: ``[{},{},...]`` parsed whole holds about a hundred times its size, and whatever is
-parsed at once (a span, a resource or a field toolwatch does not read) still holds up to
-about 270 bytes for each JSON value in it.
+What is parsed at once still costs up to about 270 bytes for each JSON value it holds (a
+one-key object in an array; an empty object or a short string about 75): a span, a resource
+or a field toolwatch does not read is parsed whole, however many tiny values it holds. So
+a body may hold at most one comma (each value after the first of an object or array) per
+``MIN_BYTES_PER_VALUE`` bytes of the largest body the receiver accepts, counted before it
+is parsed (commas in strings too): decoding any body so bounded peaks at about 7 times that
+largest body (measured: 138 MiB for 524,000 one-key objects and the 20 MiB default).
+Exports of the captures hold one per 36 bytes, agent spans with long prompts one per 50,
+attribute-less or many-attribute small spans one per 31: a body of those is accepted up to
+the largest, 90% of it, and 77% of it.
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from toolwatch.ingest.otlp_json_checks import (
 from toolwatch.ingest.otlp_json_pieces import Outline, decode_pieces
 
 __all__ = [
-    "MIN_BYTES_PER_CONTAINER",
+    "MIN_BYTES_PER_VALUE",
     "decode_otlp_json",
     "latest_end_ns",
     "parse_otlp_json",
@@ -72,33 +77,32 @@ def _text(body: bytes | str) -> str:
         raise DecodeError(f"body is not UTF-8: invalid byte at offset {exc.start}") from exc
 
 
-#: See the module docstring: a body may hold one JSON object or array per this many bytes
-#: of the largest body accepted, and any body at least ``_FEW_CONTAINERS``.
-MIN_BYTES_PER_CONTAINER = 20
-_FEW_CONTAINERS = 1_000
+#: See the module docstring: a body may hold one comma per this many bytes of the largest
+#: body accepted, and any body at least ``_FEW_VALUES``.
+MIN_BYTES_PER_VALUE = 40
+_FEW_VALUES = 1_000
 #: The bound of ``parse_otlp_json`` when none is given (the HTTP receiver's default cap).
-_DEFAULT_MAX_CONTAINERS = 5 * 2**20 // MIN_BYTES_PER_CONTAINER
+_DEFAULT_MAX_VALUES = 20 * 2**20 // MIN_BYTES_PER_VALUE
 _Parsed = TypeVar("_Parsed")
 
 
-def _check_containers(body: bytes | str, limit: int) -> None:
-    # Braces inside strings count too: the bound errs on the safe side, and only bodies
-    # near the largest accepted can reach it.
-    if isinstance(body, str):
-        containers = body.count("{") + body.count("[")
-    else:
-        containers = body.count(b"{") + body.count(b"[")
-    limit = max(limit, _FEW_CONTAINERS)
-    if containers > limit:
+def _check_values(body: bytes | str, limit: int) -> None:
+    # Commas inside strings count too: the bound errs on the safe side, and only bodies
+    # near the largest accepted can reach it. A container without a comma holds one value
+    # at most: nesting them is bounded by json's recursion limit.
+    values = body.count(",") if isinstance(body, str) else body.count(b",")
+    limit = max(limit, _FEW_VALUES)
+    if values > limit:
         raise DecodeLimitError(
-            f"body holds up to {containers} JSON objects and arrays, more than the"
-            f" {limit} a body may (decoded, each holds about 100 bytes):"
+            f"body holds up to {values} JSON values after the first of an object or array"
+            f" (commas), more than the {limit} a body may (one per {MIN_BYTES_PER_VALUE} bytes"
+            " of the largest body: decoded, each holds up to 270 bytes):"
             " send protobuf or smaller batches"
         )
 
 
-def _document(body: bytes | str, max_containers: int) -> dict[str, Any]:
-    _check_containers(body, max_containers)
+def _document(body: bytes | str, max_values: int) -> dict[str, Any]:
+    _check_values(body, max_values)
     return _parsed(json.loads, _text(body))
 
 
@@ -140,36 +144,37 @@ def latest_end_ns(document: dict[str, Any]) -> int:
 
 
 def parse_otlp_json(
-    body: bytes | str, max_containers: int = _DEFAULT_MAX_CONTAINERS
+    body: bytes | str, max_values: int = _DEFAULT_MAX_VALUES
 ) -> ExportTraceServiceRequest:
     """Parse an OTLP/JSON ``ExportTraceServiceRequest``, all of it or nothing.
 
     Raises ``DecodeError`` naming the JSON path, the value and the reason, e.g.
     ``resourceSpans[0].scopeSpans[0].spans[2].traceId: "xyz" is not hex``; a
-    ``DecodeLimitError`` for a body of more than ``max_containers`` objects and arrays.
+    ``DecodeLimitError`` for a body of more than ``max_values`` commas (the module's
+    docstring).
     ``decode_otlp_json`` rejects a span whose ids are no hex alone, as the receiver does.
     """
-    request, _, first = _parse(body, max_containers)
+    request, _, first = _parse(body, max_values)
     if first is not None:
         raise first
     return request
 
 
 def decode_otlp_json(
-    body: bytes | str, options: DecodeOptions, max_containers: int = _DEFAULT_MAX_CONTAINERS
+    body: bytes | str, options: DecodeOptions, max_values: int = _DEFAULT_MAX_VALUES
 ) -> DecodedBatch:
     """The valid spans of an OTLP/JSON request (``decode_request``): a span whose ids are no
     hex is rejected alone, named in the batch's message. Raises as ``parse_otlp_json`` does
     for the rest. Decoded a piece at a time (``_Pieces``): the same batch, or the same
     error, as parsing the request whole and decoding it."""
-    _check_containers(body, max_containers)
+    _check_values(body, max_values)
     return decode_pieces(_outline(body), options)
 
 
 def _parse(
-    body: bytes | str, max_containers: int
+    body: bytes | str, max_values: int
 ) -> tuple[ExportTraceServiceRequest, IdProblems, DecodeError | None]:
-    document = _document(body, max_containers)
+    document = _document(body, max_values)
     problems: IdProblems = {}
     shape = check_shapes(document, problems)
     ids = convert_request_ids(document, problems)

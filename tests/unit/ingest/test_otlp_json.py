@@ -239,13 +239,16 @@ def test_deeply_nested_json_is_an_error_not_a_crash() -> None:
         parse_otlp_json("[" * 100_000 + " " * 2_000_000 + "]" * 100_000)
 
 
-def test_a_body_of_more_objects_than_the_largest_body_may_hold_is_refused_unparsed() -> None:
-    """``[{},{},...]`` decodes to about a hundred times its size: a body may hold one object
-    or array per 20 bytes of the largest body accepted (recorded captures: one per 50)."""
+def test_a_body_of_more_values_than_the_largest_body_may_hold_is_refused_unparsed() -> None:
+    """``[{},{},...]`` decodes to about 25 times its size: a body may hold one comma (a value
+    after an object's or array's first) per 40 bytes of the largest body accepted (recorded
+    captures: one per 36 of theirs)."""
     attribute = {"key": "x", "value": {"arrayValue": {"values": [{}] * 100_000}}}
     bomb = json.dumps(_body(attributes=[attribute]))
-    with pytest.raises(DecodeLimitError, match=r"^body holds up to 100\d{3} JSON objects"):
-        parse_otlp_json(bomb, max_containers=50_000)
+    with pytest.raises(DecodeLimitError, match=r"^body holds up to 100\d{3} JSON values "):
+        parse_otlp_json(bomb, max_values=50_000)
+    with pytest.raises(DecodeLimitError, match=r"^body holds up to 100\d{3} JSON values "):
+        decode_otlp_json(bomb, DecodeOptions(), max_values=50_000)
     # A small body dense in them is no threat, and valid: it is read (it was refused).
     values = [{"intValue": str(i)} for i in range(1_200)]
     dense = {"key": "ids", "value": {"arrayValue": {"values": values}}}
