@@ -107,19 +107,35 @@ def writable_text(text: str) -> str:
 
 def decimal_text(value: Any) -> str | None:
     """The one decimal text of a JSON number's value, so that numbers equal as JSON values
-    have the same text: an integer's digits (exact, however large); an integral float's as
-    the integer it equals (``12.0``: ``"12"``; ``1e20``: its 21 digits); another finite
-    float's shortest round-trip text (``12.5``: ``"12.5"``). ``None`` for anything else: a
-    boolean (no number in JSON), a non-finite float, text."""
+    have the same text: an integer's digits (exact); an integral float's as the integer it
+    equals (``12.0``: ``"12"``); another finite float's shortest round-trip text (``12.5``:
+    ``"12.5"``). From ``1e21`` on (where JavaScript's ``JSON.stringify`` does too), a number
+    a float holds exactly is written in the float's exponent form, an integer equal to it
+    too (``1e+21``): ``1e308`` is 6 characters, not its 309 digits (an argument of such
+    numbers made keys fifty times its size). ``None`` for anything else: a boolean (no
+    number in JSON), a non-finite float, text."""
     kind = type(value)
     if kind is int:
-        return str(value)
+        integer: int = value
+        if -_EXPONENT_FROM < integer < _EXPONENT_FROM:
+            return str(integer)
+        try:
+            near = float(integer)
+        except OverflowError:  # beyond every float: its digits, which no float equals
+            return str(integer)
+        return repr(near) if int(near) == integer else str(integer)
     if kind is float:
         number: float = value
-        if number.is_integer():
+        if not math.isfinite(number):
+            return None
+        if number.is_integer() and -_EXPONENT_FROM < number < _EXPONENT_FROM:
             return str(int(number))
-        return repr(number) if math.isfinite(number) else None
+        return repr(number)
     return None
+
+
+#: Where ``decimal_text`` writes numbers in exponent form.
+_EXPONENT_FROM: Final = 10**21
 
 
 def compact_encoder(

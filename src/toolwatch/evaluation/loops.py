@@ -1,13 +1,13 @@
 """``loops``: the same call made again after it already succeeded. Always runs (policy).
 
 Two calls are identical when their normalized tool names and their arguments (as canonical
-JSON: key order ignored, numbers equal as JSON values equal, ``12.0`` and ``12``) are equal.
-A call is a *repeat* when an identical call succeeded before it was issued: earlier, status
-``ok``, and not in the same parallel group (``base.Concurrency``). Retries after a failed
-result are therefore never repeats, and neither are identical calls issued in parallel. The
-repeats of one call beyond ``policy.repeat_limit`` (or the tool's ``policy.repeat_limits``
-entry) are UNNECESSARY_TOOL_CALL: one finding per distinct call, on the span of its first
-repeat beyond the limit.
+JSON: key order ignored, text trimmed, a number the same as its decimal text, ``12.0``,
+``12`` and ``"12"``) are equal. A call is a *repeat* when an identical call succeeded before it was
+issued: earlier, status ``ok``, and not in the same parallel group (``base.Concurrency``).
+Retries after a failed result are therefore never repeats, and neither are identical calls
+issued in parallel. The repeats of one call beyond ``policy.repeat_limit`` (or the tool's
+``policy.repeat_limits`` entry) are UNNECESSARY_TOOL_CALL: one finding per distinct call, on
+the span of its first repeat beyond the limit.
 
 With ``policy.retry_limit`` set, retries are counted too: a call is a *retry* when it is no
 repeat and an identical call failed before it was issued (as ``Concurrency`` says). More
@@ -26,6 +26,7 @@ from typing import Any, Final, cast
 from toolwatch.evaluation.base import Concurrency, Reference, Successes, in_sequence, pct
 from toolwatch.evaluation.settings import LoopsSettings, PolicySettings
 from toolwatch.evaluation.severity import make_finding, severity_for
+from toolwatch.jsontext import decimal_text
 from toolwatch.model import (
     DETAIL_FIELDS,
     CallStatus,
@@ -73,28 +74,29 @@ def call_key(tool: str, arguments: Any) -> CallKey:
 
 
 def _canonical(value: Any, depth: int) -> Hashable:
-    """``value`` as a hashable key, one-to-one with its canonical JSON. A string is itself;
-    every other kind is tagged, so that no two kinds compare equal (``True == 1`` in Python,
-    not in JSON). Floats are keyed by ``repr``: JSON tells ``-0.0`` from ``0.0``, and every
-    NaN is the same ``NaN``. An integral float is keyed as the integer it equals: ``12.0`` and
-    ``12`` are one value in JSON (a model that writes ``12.0`` on its retry retries the same
-    call), and ``-0.0`` is ``0``."""
+    """``value`` as a hashable key, one-to-one with its canonical JSON but for numbers and
+    blanks. A string is itself, trimmed (``" 12"`` is ``"12"``, as ``safety``'s
+    ``entity_key`` has it); every other kind but a number is tagged, so that no two kinds compare
+    equal (``True == 1`` in Python, not in JSON; every NaN is the same ``NaN``). A finite
+    number is keyed as the string of its decimal text (``jsontext.decimal_text``): ``12.0``
+    and ``12`` are one value in JSON, and ``"12"`` is the value most tools' schemas make of
+    it (a model that retries a refund of order ``12`` as ``"12"`` or ``12.0`` after a schema
+    error retries the same call, as ``safety``'s ``entity_key`` has it the same order);
+    ``-0.0`` is ``0``."""
     kind = type(value)
     if kind is str:
-        return cast(str, value)
+        return cast(str, value).strip()
     if kind is dict and depth < _MAX_DEPTH:
         return "d", _canonical_items(value, depth + 1)
     if (kind is list or kind is tuple) and depth < _MAX_DEPTH:  # both are arrays in JSON
         return "l", tuple([_canonical(item, depth + 1) for item in cast(Sequence[Any], value)])
-    if kind is int:
-        return "i", value
+    if kind is int or kind is float:
+        text = decimal_text(value)
+        return ("f", repr(value)) if text is None else text  # None: NaN or an infinity
     if kind is bool:
         return "b", value
     if value is None:
         return "n", None
-    if kind is float:
-        number = cast(float, value)
-        return ("i", int(number)) if number.is_integer() else ("f", repr(number))
     raise _NotJsonError
 
 

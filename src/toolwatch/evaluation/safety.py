@@ -126,9 +126,7 @@ def entity_key(value: Any) -> str | None:
         return None
     if isinstance(value, str):  # the usual id: no need of the (interpreted) ABC check below
         return value.strip() or None
-    if type(value) is int:  # the other usual id (bool is a subclass: not this branch)
-        return str(value)
-    text = decimal_text(value)
+    text = decimal_text(value)  # the other usual id, an int (a bool is none: None)
     if text is not None:
         return text
     if isinstance(value, Mapping | list | tuple):

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.loops import Loops, call_key, retried
 from toolwatch.evaluation.settings import LoopsSettings, PolicySettings
+from toolwatch.jsontext import decimal_text
 from toolwatch.model import Category, EvalResult, ReferenceKind, ToolCall
 
 
@@ -182,9 +183,11 @@ _arguments = st.one_of(
 
 @given(_arguments, _arguments)
 def test_two_calls_have_one_key_exactly_when_their_canonical_json_is_one(a: Any, b: Any) -> None:
-    def integral(value: Any) -> Any:  # numbers equal as JSON values are one value
-        if isinstance(value, float) and value.is_integer():
-            return int(value)
+    def integral(value: Any) -> Any:  # a number is its decimal text; text is trimmed
+        if type(value) in (int, float) and math.isfinite(value):
+            return decimal_text(value)
+        if isinstance(value, str):
+            return value.strip()
         if isinstance(value, dict):
             return {key: integral(item) for key, item in value.items()}
         if isinstance(value, list | tuple):
@@ -213,14 +216,19 @@ def test_numbers_equal_as_json_values_make_one_call() -> None:
     assert call_key("t", {"amount": 1e20}) == call_key("t", {"amount": 10**20})
     assert call_key("t", {"id": 12.5}) != call_key("t", {"id": 12})
     assert call_key("t", {"id": True}) != call_key("t", {"id": 1.0})
-    assert call_key("t", {"id": "12"}) != call_key("t", {"id": 12.0})  # text is not a number
+    assert call_key("t", {"id": "12"}) == call_key("t", {"id": 12.0})  # what schemas make of it
+    assert call_key("t", {"id": " 12"}) == call_key("t", {"id": 12})  # trimmed, as entity_key
+    assert call_key("t", {"id": "1 2"}) != call_key("t", {"id": 12})
+    assert call_key("t", {"id": 1e308}) == ("t", ("d", (("id", "1e+308"),)))  # not 309 digits
 
 
-def test_a_failed_call_made_again_with_its_number_written_as_a_float_is_a_retry() -> None:
-    # A refund that failed with 12 and was made again with 12.0 is one action, not two.
+@pytest.mark.parametrize("again", [12.0, "12"])
+def test_a_failed_call_made_again_with_its_number_written_otherwise_is_a_retry(again: Any) -> None:
+    # A refund that failed with 12 and was made again with 12.0, or "12" after a schema
+    # error, is one action, not two.
     calls = [
         call("issue_refund", {"order_id": 12}, index=0, ok=False),
-        call("issue_refund", {"order_id": 12.0}, index=1),
+        call("issue_refund", {"order_id": again}, index=1),
     ]
     assert retried(calls, ["issue_refund", "issue_refund"]) == frozenset({0})
     assert evaluate(*calls, retry_limit=0).findings[0].span_id == "s1"
@@ -243,7 +251,8 @@ def test_flat_string_arguments_in_another_key_order_are_identical() -> None:
     first = call_key("t", {"order_id": "A-1", "reason": "late"})
     assert first == call_key("t", {"reason": "late", "order_id": "A-1"})
     assert first != call_key("t", {"order_id": "A-1", "reason": "early"})
-    assert call_key("t", {"n": "1"}) != call_key("t", {"n": 1})
+    assert call_key("t", {"n": "1"}) == call_key("t", {"n": 1})  # a number is its text
+    assert call_key("t", {"n": "true"}) != call_key("t", {"n": True})
 
 
 def test_calls_recorded_without_arguments_are_not_repeats() -> None:

@@ -18,6 +18,7 @@ from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.safety import Safety, entity_key, lookup
 from toolwatch.evaluation.settings import PolicySettings, SafetySettings
 from toolwatch.evaluation.similarity import same_value
+from toolwatch.jsontext import loads
 from toolwatch.model import (
     Category,
     EvalResult,
@@ -790,3 +791,61 @@ def test_arguments_that_are_no_json_are_named_unreadable_not_missing() -> None:
         " JSON (Unterminated string starting at: line 1 column 33 (char 32); values longer"
         " than ingest.max_value_bytes are cut)."
     )
+
+
+_RETRY_BOUND: dict[str, Any] = {
+    "dangerous_tools": ["issue_refund"],
+    "verification_tools": ["lookup_order"],
+    "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
+}
+
+
+@pytest.mark.parametrize(
+    "reference",
+    [
+        Reference(
+            source=trace(
+                call("lookup_order", {"order_id": "12"}, index=0),
+                call("issue_refund", {"order_id": "12"}, index=1),
+            )
+        ),
+        Reference(expected=case("lookup_order", "issue_refund")),
+    ],
+    ids=["source", "golden-case"],
+)
+def test_a_refund_retried_with_its_order_id_as_text_is_one_refund(reference: Reference) -> None:
+    """The refund of order 12 failed (the
+    tool wants its id as text) and the model made it again with "12", which went through:
+    one refund, verified by the lookup of "12" (``entity_key``: a number and its text name
+    one entity, as this change says). ``loops.retried`` keys the two calls apart
+    (``_canonical``: ``("i", 12)`` against ``"12"``), so ``Safety._drift`` counts two
+    refunds against the reference's one: DANGEROUS_ACTION_DRIFT "issue_refund call #2".
+    43ed7c7 fixed this for 12 / 12.0 only; the commonest retry of a dangerous call (its id's
+    type corrected after a schema error) still pages. Likewise "12" then " 12".
+
+    A failed dangerous call made again on the same entity (as ``entity_key`` compares bound
+    values) is one action: no finding."""
+    policy = PolicySettings.model_validate(_RETRY_BOUND)
+    for failed, retry in ((12, "12"), ("12", " 12")):
+        run = trace(
+            call("lookup_order", {"order_id": "12"}, index=0),
+            call("issue_refund", {"order_id": failed}, index=1, ok=False),
+            call("issue_refund", {"order_id": retry}, index=2),
+        )
+        result = Safety(SafetySettings(), policy)(run, reference)
+        assert result.findings == (), (failed, retry)
+
+
+def test_the_key_of_a_bound_array_of_large_floats_stays_near_the_size_of_its_text() -> None:
+    """``_keyed`` wrote every integral float
+    of a bound object or array as all the digits of the integer it equals
+    (``decimal_text(1e308)`` is 309 characters), where ``json.dumps`` wrote ``1e+308``. A
+    1 MB span argument ``{"order_id": [1e308, ...]}`` gives a 53 MB key and takes 1.4 s
+    compiled per ``entity_key`` (196 MB peak); three such lookups in one run held the safety
+    evaluator ~2 s (217 ms before 4cb45ac), and each key is kept in the run's ledger.
+
+    From 1e21 on, numbers are keyed in one exponent form, as JSON.stringify writes them."""
+    value = loads("[" + ",".join(["1e308"] * 1000) + "]")
+    key = entity_key(value)
+    assert key is not None
+    assert len(key) <= 10 * len(json.dumps(value))
