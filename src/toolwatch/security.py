@@ -73,7 +73,7 @@ log = logging.getLogger(__name__)
 
 #: The gRPC health service's unary check (grpc.health.v1), open to clients without a token:
 #: kubelet's gRPC probes and grpc-health-probe call it; ``toolwatch.ingest.grpc_health``
-#: reads its requests one at a time, so that they cannot take memory. Its ``Watch`` and
+#: reads its requests a few at a time, so that they cannot take memory. Its ``Watch`` and
 #: ``List`` are not: a ``Watch`` stream lasts as long as its client likes, so anyone who can
 #: connect could hold as many as they please.
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"

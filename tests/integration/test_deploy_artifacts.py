@@ -25,6 +25,7 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
 from toolwatch.config import load_config
+from toolwatch.ingest.grpc_health import READ_TURNS
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -456,7 +457,8 @@ def test_toolwatch_at_its_bounds_fits_its_memory_limit(path: Path, tmp_path: Pat
     config, workload = _deployed(path, tmp_path)
     limit = _memory_limit(_toolwatch_container(workload)["resources"]["limits"]["memory"])
     ingest, assembly = config.ingest, config.assembly
-    bodies = ingest.max_concurrent_requests * ingest.max_request_bytes
+    # The request slots' bodies, and the gRPC health check's read turns (README's `+ 4`).
+    bodies = (ingest.max_concurrent_requests + READ_TURNS) * ingest.max_request_bytes
     worst = (
         _RESIDENT_AT_REST
         + _RESIDENT_PER_BUFFERED_BYTE * assembly.max_buffered_bytes

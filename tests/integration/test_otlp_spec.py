@@ -15,6 +15,7 @@ import json
 import logging
 import socket
 import threading
+import time
 import urllib.error
 import urllib.request
 import zlib
@@ -46,7 +47,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from bench import json_memory
 from tests.integration import agents
 from tests.integration.conftest import RunningServer, until
-from toolwatch.ingest.grpc_health import MAX_READ_SECONDS
+from toolwatch.ingest.grpc_health import MAX_READ_SECONDS, MAX_WAITING, READ_TURNS
 from toolwatch.security import HEALTH_CHECK
 
 StartServer = Callable[..., RunningServer]
@@ -1147,12 +1148,12 @@ def test_a_health_check_larger_than_a_service_name_is_refused_undecoded(
 def test_a_health_check_that_never_sends_its_request_gives_its_turn_back(
     start_server: StartServer,
 ) -> None:
-    """Health requests are read one at a time: a check whose request does not come is
-    answered at the read timeout, as an Export is, and the checks after it are read."""
+    """Health requests are read in a few turns: a check whose request does not come is
+    answered at the read timeout, as an Export is, and its turn given back."""
     server = start_server(**SLOW)
     stalled = HeldCall(server, [], HEALTH_CHECK, health_pb2.HealthCheckResponse.FromString)
 
-    status = health_status(server)  # waits for its turn, then is read and answered
+    status = health_status(server)  # read in another turn and answered
 
     error = stalled.future.exception(timeout=10)  # the server ends it; the client sent nothing
     stalled.cancel()
@@ -1162,9 +1163,11 @@ def test_a_health_check_that_never_sends_its_request_gives_its_turn_back(
     assert status == health_pb2.HealthCheckResponse.SERVING
 
 
-def test_a_health_check_is_waited_for_a_probes_timeout_at_most(start_server: StartServer) -> None:
-    """With the default 30 s read timeout, a check that sends nothing holds the turn (and
-    delays every other check) for 1 s, what kubelet's gRPC probe waits, not 30."""
+def test_a_health_check_is_waited_for_a_fraction_of_a_probes_timeout_at_most(
+    start_server: StartServer,
+) -> None:
+    """With the default 30 s read timeout, a check that sends nothing holds its turn (and
+    delays the checks queued behind it) for 0.2 s, not 30."""
     server = start_server()
     stalled = HeldCall(server, [], HEALTH_CHECK, health_pb2.HealthCheckResponse.FromString)
 
@@ -1174,6 +1177,49 @@ def test_a_health_check_is_waited_for_a_probes_timeout_at_most(start_server: Sta
     stalled.cancel()
     assert isinstance(error, grpc.RpcError)
     assert error.details() == f"the request was not received within {MAX_READ_SECONDS:g} s"
+    assert status == health_pb2.HealthCheckResponse.SERVING
+
+
+KUBELET_PROBE_TIMEOUT = 1.0  # a gRPC probe's default timeoutSeconds
+
+
+def probe_behind_idle_checks(server: RunningServer, idle_calls: int) -> Any:
+    """A kubelet-like probe (its request sent at once, 1 s deadline) made while
+    ``idle_calls`` checks are open without sending their request: its status or error code."""
+    idle = [
+        HeldCall(server, [], HEALTH_CHECK, health_pb2.HealthCheckResponse.FromString)
+        for _ in range(idle_calls)
+    ]
+    time.sleep(0.05)  # the calls reached the server: in a turn, or waiting for one
+    try:
+        with grpc_channel(server) as channel:
+            check = health_pb2_grpc.HealthStub(channel).Check
+            try:
+                return check(health_pb2.HealthCheckRequest(), timeout=KUBELET_PROBE_TIMEOUT).status
+            except grpc.RpcError as error:
+                return error.code()
+    finally:
+        for call in idle:
+            call.cancel()
+
+
+def test_two_idle_health_calls_do_not_fail_a_kubelet_probe(start_server: StartServer) -> None:
+    """With one read turn held up to 1 s, two checks sending nothing made the probe queued
+    behind them miss kubelet's 1 s timeout (DEADLINE_EXCEEDED)."""
+    server = start_server()
+    status = probe_behind_idle_checks(server, 2)
+    assert status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_a_health_probe_behind_as_many_idle_checks_as_may_wait_is_answered_in_time(
+    start_server: StartServer,
+) -> None:
+    """The most calls that may wait besides the probe, all sending nothing, hold the turns
+    for (MAX_WAITING - READ_TURNS) / READ_TURNS * MAX_READ_SECONDS (0.6 s) before the probe
+    is read: under kubelet's timeout."""
+    assert (MAX_WAITING - READ_TURNS) / READ_TURNS * MAX_READ_SECONDS < KUBELET_PROBE_TIMEOUT
+    server = start_server()
+    status = probe_behind_idle_checks(server, MAX_WAITING - 1)
     assert status == health_pb2.HealthCheckResponse.SERVING
 
 

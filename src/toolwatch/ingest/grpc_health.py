@@ -9,16 +9,20 @@ the server hold one body of that size per concurrent call (40 calls of 19 MiB: 2
 
 So, as ``otlp_grpc`` serves Export, each method is served on the wire as client-streaming
 with undecoded messages, which a unary client cannot tell apart: a call's request is read
-only in the service's one read turn, so one health request at most is being read or held,
-whatever the number of calls. At most ``MAX_WAITING`` calls wait for the turn, each holding
-no more of its request than gRPC's 64 KiB window (``ingest.grpc_bdp_probe`` off); more are
-answered UNAVAILABLE. In its turn a request must arrive within ``read_timeout`` seconds (at
-most ``MAX_READ_SECONDS``), else the call is answered DEADLINE_EXCEEDED and the turn passes
-on: a client that sends slowly or nothing, or a flood of checks, can delay the others, not
-take memory. A request larger than
-``MAX_REQUEST_BYTES`` (a ``HealthCheckRequest`` is a service name) is answered
-RESOURCE_EXHAUSTED undecoded; one that is no ``HealthCheckRequest``, or a call with no
-request or two, INVALID_ARGUMENT.
+only in one of the service's ``READ_TURNS`` read turns, so at most that many health requests
+are being read or held, whatever the number of calls. At most ``MAX_WAITING`` calls are in a
+turn or wait for one (in the order they came), each waiting holding no more of its request
+than gRPC's 64 KiB window (``ingest.grpc_bdp_probe`` off); more are answered UNAVAILABLE. In
+its turn a request must arrive within ``read_timeout`` seconds (at most
+``MAX_READ_SECONDS``), else the call is answered DEADLINE_EXCEEDED and the turn passes on: a
+client that sends slowly or nothing, or a flood of checks, can delay the others, not take
+memory. grpc.aio cannot tell a call whose request has started to arrive from one that sends
+nothing, so the hold is kept short and the turns several: a check's request follows its
+headers at once, and a probe behind ``MAX_WAITING - 1`` calls that send nothing is read
+within ``(MAX_WAITING - READ_TURNS) / READ_TURNS * MAX_READ_SECONDS`` (0.6 s), under the 1 s
+kubelet's gRPC probe waits. A request larger than ``MAX_REQUEST_BYTES`` (a
+``HealthCheckRequest`` is a service name) is answered RESOURCE_EXHAUSTED undecoded; one that
+is no ``HealthCheckRequest``, or a call with no request or two, INVALID_ARGUMENT.
 
 What is answered is gRPC's own ``HealthServicer``'s (``Check`` and ``Watch``; ``List`` is
 not served). Runs on the server's event loop.
@@ -36,7 +40,14 @@ from grpc_health.v1._async import HealthServicer
 
 from toolwatch.ingest.slots import RequestSlots
 
-__all__ = ["MAX_READ_SECONDS", "MAX_REQUEST_BYTES", "MAX_WAITING", "SERVICE_NAME", "health_handler"]
+__all__ = [
+    "MAX_READ_SECONDS",
+    "MAX_REQUEST_BYTES",
+    "MAX_WAITING",
+    "READ_TURNS",
+    "SERVICE_NAME",
+    "health_handler",
+]
 
 SERVICE_NAME = "grpc.health.v1.Health"
 
@@ -44,12 +55,19 @@ SERVICE_NAME = "grpc.health.v1.Health"
 MAX_REQUEST_BYTES = 1024
 
 #: The longest a request is waited for in its turn (``read_timeout`` when shorter): a check's
-#: request follows its headers at once, and kubelet's gRPC probe gives up after 1 s by
-#: default; a client that holds the turn sending nothing delays every other check this long.
-MAX_READ_SECONDS = 1.0
+#: request follows its headers at once; a client that holds a turn sending nothing delays
+#: the calls queued behind it this long.
+MAX_READ_SECONDS = 0.2
+
+#: Requests read at once, each up to ``ingest.max_request_bytes`` (gRPC reads a message whole
+#: before a size can be checked): the service's share of memory, README's ``+ 4``.
+READ_TURNS = 4
 
 #: Calls being read or waiting for their turn at once; more are answered UNAVAILABLE. A call
 #: waiting holds at most gRPC's 64 KiB window of its request (``ingest.grpc_bdp_probe`` off).
+#: With ``READ_TURNS`` and ``MAX_READ_SECONDS``, it bounds how long calls sending nothing
+#: delay a probe: ``(MAX_WAITING - READ_TURNS) / READ_TURNS * MAX_READ_SECONDS`` = 0.6 s,
+#: under kubelet's 1 s gRPC probe timeout.
 MAX_WAITING = 16
 
 #: A call's request, or the status to refuse the call with.
@@ -62,7 +80,7 @@ class _Health:
     def __init__(self, servicer: HealthServicer, read_timeout: float) -> None:
         self._servicer = servicer
         self._calls = RequestSlots(MAX_WAITING, read_timeout)  # in turn or waiting for it
-        self._turn = asyncio.Lock()  # fair: waiters take it in the order they came
+        self._turns = asyncio.Semaphore(READ_TURNS)  # fair: waiters take them as they came
 
     async def check(
         self, _requests: Any, context: grpc.aio.ServicerContext[Any, Any]
@@ -92,7 +110,7 @@ class _Health:
         raise AssertionError("ServicerContext.abort returned")
 
     async def _read(self, context: grpc.aio.ServicerContext[Any, Any]) -> _Parsed:
-        async with self._turn:
+        async with self._turns:
             try:
                 async with asyncio.timeout(self._calls.read_timeout):
                     raw = await context.read()
