@@ -24,8 +24,12 @@ bench.remembered`` measures it):
   remembered while ``now < t + window_ns + d``, where ``0 < d <= bucket_ns`` is the time
   from ``t`` to the end of its bucket: never shorter than the window, at most one bucket
   longer. About 257 buckets are held, whatever the rate.
-* **The cap.** Past ``capacity`` ids the oldest are forgotten one by one, before their
-  window has passed; ``add`` returns how many, for the buffer to count.
+* **The cap.** Past ``capacity`` ids the oldest are forgotten one by one; ``add`` returns
+  how many of them were forgotten before their window passed, for the buffer to count. An
+  id's bucket outlives its window by up to a bucket, so a cap of rate times window forgets ids
+  just as their window ends: those are not counted. Which are is judged by the start of the
+  id's bucket (its emission time is not kept), so an id forgotten less than a bucket early
+  may go uncounted, and no id is counted that was not forgotten early.
 
 Memory: 8 bytes per id in its bucket, and 12 to 24 in its table (a third to two thirds full
 as ids come; emptier, down to an eighth, only once ids were forgotten, and then it is
@@ -175,7 +179,8 @@ class RememberedTraces:
 
     def add(self, trace_id: bytes, now: int) -> int:
         """Remember ``trace_id`` from ``now``; return how many ids the cap made it forget
-        before their window passed: 0 or 1 (at ``capacity`` 0, 1: this id itself)."""
+        before their window passed (module docstring, "The cap"): 0 or 1 (at ``capacity``
+        0, 1: this id itself)."""
         if self._window == 0:
             return 0
         if self._capacity == 0:
@@ -188,8 +193,8 @@ class RememberedTraces:
         self._count += 1
         forgotten = 0
         while self._count > self._capacity:
-            self._forget_oldest()
-            forgotten += 1
+            if self._forget_oldest(now):
+                forgotten += 1
         return forgotten
 
     def forget(self, now: int) -> None:
@@ -203,8 +208,11 @@ class RememberedTraces:
                 self._tables[key & _TABLE_MASK].remove(key)
             self._count -= len(keys) - bucket.first
 
-    def _forget_oldest(self) -> None:
+    def _forget_oldest(self, now: int) -> bool:
+        """Forget the oldest id; return whether its window had not passed at ``now``: its
+        bucket began less than ``window_ns`` before (it was emitted then or later)."""
         bucket = self._buckets[0]
+        early = now - (bucket.end_ns - self.bucket_ns) < self._window
         keys = bucket.keys
         key = keys[bucket.first]
         self._tables[key & _TABLE_MASK].remove(key)
@@ -215,3 +223,4 @@ class RememberedTraces:
         elif bucket.first >= _COMPACT_AFTER and 2 * bucket.first >= len(keys):
             del keys[: bucket.first]
             bucket.first = 0
+        return early

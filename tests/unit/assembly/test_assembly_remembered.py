@@ -72,6 +72,38 @@ def test_the_cap_forgets_the_oldest_ids_one_by_one_and_says_how_many() -> None:
     assert (len(remembered), any(trace_id in remembered for trace_id in ids)) == (0, False)
 
 
+def test_a_cap_of_rate_times_window_counts_no_id_forgotten_early() -> None:
+    """The cap the README tells operators to set (traces a second times the window) forgets ids
+    just as their window ends, before their bucket would: none is counted, and every id
+    younger than the window is still remembered."""
+    rate = 200
+    remembered = RememberedTraces(WINDOW, capacity=rate * 300)
+    emitted: list[tuple[bytes, int]] = []
+    counted = 0
+    for n in range(rate * 900):  # three windows at a steady rate, as the server's ticker emits
+        now = n * SECOND // rate
+        if n % 2 == 0:
+            remembered.forget(now)
+        trace_id = n.to_bytes(16, "big")
+        emitted.append((trace_id, now))
+        counted += remembered.add(trace_id, now)
+
+    younger = [trace_id for trace_id, at in emitted if now - at < WINDOW]
+    assert all(trace_id in remembered for trace_id in younger)
+    assert counted == 0
+
+
+def test_an_id_the_cap_forgets_after_its_window_is_not_counted() -> None:
+    """Emitted at 0, the id's window ends at 300 s, its bucket at 301.17 s: a second id at
+    300.5 s with room for one forgets it by the cap, after its window."""
+    remembered = RememberedTraces(WINDOW, capacity=1)
+    remembered.add(b"a" * 16, 0)
+    now = WINDOW + SECOND // 2
+    remembered.forget(now)  # as the buffer does before it emits
+    assert remembered.add(b"b" * 16, now) == 0
+    assert (b"a" * 16 in remembered, b"b" * 16 in remembered) == (False, True)
+
+
 def test_a_bucket_that_never_ends_holds_no_more_than_the_cap_and_a_bit() -> None:
     """Replay's window never passes, so its one bucket is emptied by the cap alone: the ids
     it forgot are let go of, not kept behind the live ones."""
@@ -178,7 +210,8 @@ def test_remembered_ids_follow_the_model(
     window: int, capacity: int, ops: list[tuple[str, int]]
 ) -> None:
     """Model: an id added at ``t`` is forgotten by the first ``forget`` at or after the end
-    of its bucket plus the window; past the capacity the oldest go first, counted."""
+    of its bucket plus the window; past the capacity the oldest go first, counted when their
+    bucket began less than the window ago."""
     remembered = RememberedTraces(window, capacity)
     bucket = remembered.bucket_ns
     held: list[tuple[bytes, int]] = []  # (id, end of its bucket), oldest first
@@ -193,8 +226,10 @@ def test_remembered_ids_follow_the_model(
             trace_id = number.to_bytes(16, "big")
             held.append((trace_id, now - now % bucket + bucket))
             over = max(0, len(held) - capacity)
+            # Counted: those whose bucket began less than the window ago.
+            early = sum(now - (end - bucket) < window for _, end in held[:over])
             del held[:over]
-            assert remembered.add(trace_id, now) == over
+            assert remembered.add(trace_id, now) == early
         assert len(remembered) == len(held)
         ids = {trace_id for trace_id, _ in held}
         assert [n.to_bytes(16, "big") in remembered for n in range(10)] == [
