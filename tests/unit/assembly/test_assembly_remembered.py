@@ -187,9 +187,54 @@ def test_a_table_holds_what_was_added_and_not_removed(ops: list[tuple[str, int]]
         elif model[key]:
             table.remove(key)
             model[key] -= 1
+            if table.sparse():
+                table.shrink()
+                assert not table.sparse()
         assert table.count == model.total()
         assert [table.has(k) for k in _KEYS] == [model[k] > 0 for k in _KEYS]
         assert 3 * table.count <= 2 * len(table.slots)
+
+
+def test_one_forget_rehashes_one_table_at_most() -> None:
+    """Keys spread evenly over the tables, so all turn sparse at about the same total: one
+    ``forget`` shrinks one of them (they once halved 36 tables of 2,048 slots in one call)."""
+    remembered = RememberedTraces(WINDOW, capacity=2_000_000)
+    bucket = remembered.bucket_ns
+    total = 300_000  # 1,170 a table: 2,048 slots each, sparse below 256 keys
+    for n in range(total):
+        remembered.add(n.to_bytes(16, "big"), 2 * bucket + n * (WINDOW - 4 * bucket) // total)
+
+    resized: list[int] = []
+    resize = _Table._resize
+
+    def counting(table: _Table, size: int) -> None:
+        resized.append(len(table.slots))
+        resize(table, size)
+
+    _Table._resize = counting  # type: ignore[method-assign]
+    try:
+        most = 0
+        now = WINDOW
+        while len(remembered) > 20_000:  # ordinary buckets (the tail ends in tiny tables)
+            now += bucket
+            resized.clear()
+            remembered.forget(now)
+            most = max(most, sum(resized))
+    finally:
+        _Table._resize = resize  # type: ignore[method-assign]
+    assert most <= 2_048
+
+
+def test_tables_left_sparse_are_all_shrunk_in_time() -> None:
+    """Shrinks wait their turn, one a ``forget``, but none is left behind: memory comes back."""
+    remembered = RememberedTraces(WINDOW, capacity=2_000_000)
+    for n in range(100_000):
+        remembered.add(n.to_bytes(16, "big"), SECOND)
+    remembered.forget(2 * SECOND + WINDOW)
+    assert len(remembered) == 0
+    for tick in range(256):
+        remembered.forget(3 * SECOND + WINDOW + tick)
+    assert {len(table.slots) for table in remembered._tables} == {8}  # white box: the memory
 
 
 # -- the whole, against a model --------------------------------------------------------------
