@@ -74,16 +74,26 @@ def certificate_dates(pem: bytes) -> CertificateDates | None:
         return None
 
 
-def first_to_expire(pem: bytes) -> CertificateDates | None:
-    """The dates of the certificate in ``pem`` with the earliest notAfter (a client CA file may
-    hold several CAs: the first to expire is the first whose clients are refused), or ``None``
-    when ``cryptography`` reads none there."""
+def first_to_expire(pem: bytes, now: datetime.datetime) -> CertificateDates | None:
+    """The dates of the certificate in ``pem`` that stops working first after ``now``: of
+    those valid at ``now``, the one with the earliest notAfter (a client CA file may hold
+    several CAs: the first to expire is the first whose clients are refused). A CA that has
+    expired beside a valid one verifies no one and is left out: a rotation keeps the old CA in
+    the file. With none valid, the first to expire of those not valid yet, else the one that
+    expired last. ``None`` when ``cryptography`` reads none there."""
     try:
         certificates = x509.load_pem_x509_certificates(pem)
     except ValueError:
         return None
-    first = min(certificates, key=lambda certificate: certificate.not_valid_after_utc)
-    return CertificateDates(first.not_valid_before_utc, first.not_valid_after_utc)
+    dates = [
+        CertificateDates(certificate.not_valid_before_utc, certificate.not_valid_after_utc)
+        for certificate in certificates
+    ]
+    valid = [d for d in dates if d.problem(now) is None]
+    not_yet = [d for d in dates if now < d.not_before and now <= d.not_after]
+    if valid or not_yet:
+        return min(valid or not_yet, key=lambda d: d.not_after)
+    return max(dates, key=lambda d: d.not_after)
 
 
 def expiry_warning(dates: CertificateDates, now: datetime.datetime) -> str | None:

@@ -377,11 +377,22 @@ def _dates(path: Path) -> CertificateDates | None:
         return None
 
 
-def _first_to_expire(path: Path) -> CertificateDates | None:
+def _first_to_expire(path: Path, now: datetime.datetime) -> CertificateDates | None:
     try:
-        return first_to_expire(path.read_bytes())
+        return first_to_expire(path.read_bytes(), now)
     except OSError:  # as _dates
         return None
+
+
+def _dates_unread(field: str, path: Path) -> str:
+    # OpenSSL loads PEM that ``cryptography`` does not read, e.g. "TRUSTED CERTIFICATE".
+    return (
+        f"security.tls.{field} {path}: no certificate dates can be read from it (PEM that"
+        " OpenSSL loads but cryptography does not, such as a TRUSTED CERTIFICATE block): it"
+        " is served, but neither warned of before it expires nor reported in"
+        " toolwatch_tls_certificate_expiry_timestamp_seconds; write it as plain CERTIFICATE"
+        " blocks"
+    )
 
 
 def _ssl_reason(exc: ssl.SSLError | OSError) -> str:
@@ -470,9 +481,11 @@ class TlsSettings(_Section):
     def expiring(self, now: datetime.datetime) -> list[str]:
         """What to warn of when the certificate, or the first CA of the client CA file to
         expire, has less than 14 days and less than a third of its lifetime left at ``now``
-        (``certificate_dates.expiry_warning``)."""
+        (``certificate_dates.expiry_warning``); or when the dates of either cannot be read."""
         said = []
         dates = _dates(self.cert_file)
+        if dates is None:
+            said.append(_dates_unread("cert_file", self.cert_file))
         when = expiry_warning(dates, now) if dates is not None else None
         if when is not None:
             said.append(
@@ -481,7 +494,9 @@ class TlsSettings(_Section):
                 " tls.reload_seconds, without a restart)"
             )
         ca = self.client_ca_file
-        first = _first_to_expire(ca) if ca is not None else None
+        first = _first_to_expire(ca, now) if ca is not None else None
+        if ca is not None and first is None:
+            said.append(_dates_unread("client_ca_file", ca))
         when = expiry_warning(first, now) if first is not None else None
         if when is not None:
             said.append(

@@ -50,6 +50,7 @@ from aiohttp.typedefs import Handler, Middleware
 from cryptography import x509
 from cryptography.x509.oid import NameOID
 
+from toolwatch.certificate_dates import utc_from_ns
 from toolwatch.config import SecuritySettings, read_token_file
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock
@@ -445,7 +446,9 @@ class ListenerSecurity:
                 lambda: metrics.reload_failed("certificate"),
                 modes,
                 wall_clock,
-                on_served=lambda served: metrics.certificates_served(served.dates()),
+                on_served=lambda served: metrics.certificates_served(
+                    served.dates(utc_from_ns(wall_clock()))
+                ),
             )
             if tls is not None
             else None

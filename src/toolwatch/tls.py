@@ -29,6 +29,7 @@ threads); the SNI callback runs on the HTTPS listeners' event loop.
 
 from __future__ import annotations
 
+import datetime
 import logging
 import os
 import ssl
@@ -111,17 +112,18 @@ class Certificates:
         default_factory=dict, compare=False, repr=False
     )
 
-    def dates(self) -> dict[str, CertificateDates]:
+    def dates(self, now: datetime.datetime | None = None) -> dict[str, CertificateDates]:
         """When the set stops working, and since when its certificates are valid, by file:
         ``certificate``, the served (leaf) certificate's; ``client_ca``, those of the client CA
-        file's certificate with the earliest notAfter (the first CA to expire, whose clients
-        are then refused). A file ``cryptography`` cannot read dates from, or no client CA,
-        has none."""
+        file's first CA to expire among those valid at ``now`` (the wall clock by default:
+        ``certificate_dates.first_to_expire``). A file ``cryptography`` cannot read dates
+        from, or no client CA, has none."""
+        now = now or datetime.datetime.now(datetime.UTC)
         dates = {}
         served = certificate_dates(self.cert)
         if served is not None:
             dates["certificate"] = served
-        ca = first_to_expire(self.client_ca) if self.client_ca is not None else None
+        ca = first_to_expire(self.client_ca, now) if self.client_ca is not None else None
         if ca is not None:
             dates["client_ca"] = ca
         return dates

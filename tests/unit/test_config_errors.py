@@ -533,10 +533,43 @@ def test_a_client_ca_expiring_within_14_days_is_warned_of_with_its_date(
         f" {ends:%Y-%m-%d %H:%M:%S} UTC, in 1 days 23 hours: the client certificates it signed"
         " are refused from then on; renew it, and them"
     ]
+    # Expired beside a valid one, the old CA verifies no one and no one needs it: the new one
+    # is the file's first to expire (a rotation keeps the old CA in the file).
+    assert config.warnings(now=ends + SECOND) == []
+
+
+def test_a_client_ca_file_whose_cas_have_all_expired_is_warned_of_by_the_last(
+    tmp_path: Path,
+) -> None:
+    ends = LATER
+    _cert, overrides = certificate_files(tmp_path)
+    client_ca = tmp_path / "client-ca.pem"
+    client_ca.write_bytes(
+        ca_certificate("older", ends - 10 * DAY, not_before=ends - 90 * DAY)
+        + ca_certificate("old", ends, not_before=ends - 90 * DAY)
+    )
+    config = load_config(None, {**overrides, "security.tls.client_ca_file": str(client_ca)})
     assert config.warnings(now=ends + SECOND) == [
         f"security.tls.client_ca_file {client_ca}: a CA certificate in it expired at"
         f" {ends:%Y-%m-%d %H:%M:%S} UTC: the client certificates it signed are refused from then"
         " on; renew it, and them"
+    ]
+
+
+def test_a_client_ca_whose_dates_cannot_be_read_is_warned_of_not_refused(
+    tmp_path: Path, tls_files: dict[str, object]
+) -> None:
+    """OpenSSL loads a TRUSTED CERTIFICATE block, ``cryptography`` reads no dates from it:
+    served, but with no expiry warning or gauge, which start-up says."""
+    client_ca = Path(str(tls_files["security.tls.client_ca_file"]))
+    client_ca.write_bytes(client_ca.read_bytes().replace(b"CERTIFICATE", b"TRUSTED CERTIFICATE"))
+    config = load_config(None, tls_files)
+    assert config.warnings() == [
+        f"security.tls.client_ca_file {client_ca}: no certificate dates can be read from it"
+        " (PEM that OpenSSL loads but cryptography does not, such as a TRUSTED CERTIFICATE"
+        " block): it is served, but neither warned of before it expires nor reported in"
+        " toolwatch_tls_certificate_expiry_timestamp_seconds; write it as plain CERTIFICATE"
+        " blocks"
     ]
 
 

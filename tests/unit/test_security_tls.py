@@ -312,6 +312,36 @@ def test_the_client_ca_is_reported_by_its_first_ca_to_expire(files: Files, tmp_p
     assert reported(registry, "client_ca") == dates(NOW - 300 * DAY, NOW + 400 * DAY)
 
 
+def test_an_expired_ca_beside_a_valid_one_is_not_the_client_cas_expiry(
+    files: Files, tmp_path: Path
+) -> None:
+    """A rotation keeps the old CA beside the new one: once expired it verifies no one, and
+    reporting its notAfter paged ToolwatchCertificateExpiresVerySoon until the file changed.
+    The first to expire of the CAs valid now is reported."""
+    files.install(trustme.CA())
+    client_ca = tmp_path / "client-ca.pem"
+    old = ca_certificate("old", NOW - DAY, not_before=NOW - 730 * DAY)
+    new = ca_certificate("new", NOW + 5 * 365 * DAY, not_before=NOW - 60 * DAY)
+    client_ca.write_bytes(old + new)
+    registry = CollectorRegistry()
+    security(files, ManualClock(), client_ca, registry, ManualClock(unix_ns(NOW)))
+    assert reported(registry, "client_ca") == dates(NOW - 60 * DAY, NOW + 5 * 365 * DAY)
+
+
+def test_a_client_ca_file_of_expired_cas_is_reported_by_the_last_to_expire(
+    files: Files, tmp_path: Path
+) -> None:
+    """None valid: every mTLS client is refused, and the gauge says since when."""
+    files.install(trustme.CA())
+    client_ca = tmp_path / "client-ca.pem"
+    older = ca_certificate("older", NOW - 9 * DAY, not_before=NOW - 730 * DAY)
+    old = ca_certificate("old", NOW - DAY, not_before=NOW - 365 * DAY)
+    client_ca.write_bytes(old + older)
+    registry = CollectorRegistry()
+    security(files, ManualClock(), client_ca, registry, ManualClock(unix_ns(NOW)))
+    assert reported(registry, "client_ca") == dates(NOW - 365 * DAY, NOW - DAY)
+
+
 def test_no_dates_are_reported_without_tls() -> None:
     registry = CollectorRegistry()
     ListenerSecurity(SecuritySettings(), ManualClock(), PrometheusMetrics(registry))

@@ -343,7 +343,8 @@ class PrometheusMetrics:
             "toolwatch_tls_certificate_expiry_timestamp_seconds",
             "When the TLS files served now expire, Unix seconds: certificate, the notAfter of"
             " the served (leaf) certificate; client_ca, the earliest notAfter of the client CA"
-            " file's certificates. Absent without TLS.",
+            " file's certificates valid when the set was taken (the latest, when none is)."
+            " Absent without TLS.",
             ["file"],
             registry=r,
         )
