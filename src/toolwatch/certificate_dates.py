@@ -1,10 +1,11 @@
 """When the served certificate is valid: its notBefore and notAfter dates.
 
 OpenSSL loads a certificate whatever its dates, and clients refuse one that has expired or
-is not valid yet: every handshake then fails. So the configuration refuses to start with an
-expired certificate (``config.TlsSettings``), and a reload keeps the previous set rather than
-take a certificate that is not valid now (``tls.CertificateFiles``). Only the server's own
-certificate, the first of its chain, is read: the rest of the chain is the clients' to judge.
+is not valid yet: every handshake then fails. So ``serve`` refuses to start with an expired
+certificate (``config.check_certificate``, also ``check-config``'s), and a reload of the
+files keeps the previous set rather than take a certificate that is not valid now
+(``tls.CertificateFiles``). Only the server's own certificate, the first of its chain, is
+read: the rest of the chain is the clients' to judge.
 
 The certificate and the client CA are also warned of before they expire (``expiry_warning``):
 at start-up, by ``check-config``, and by the alerts on

@@ -51,7 +51,7 @@ from typing import Any
 
 from toolwatch import __version__
 from toolwatch.app import ListenError, StartError, build_references, serve
-from toolwatch.config import Config, ConfigError, check_outputs, load_config
+from toolwatch.config import Config, ConfigError, check_certificate, check_outputs, load_config
 from toolwatch.model import Severity
 from toolwatch.references.golden import ReferenceFileError
 from toolwatch.replay import EXIT_OK, EXIT_USAGE, add_arguments, run_replay
@@ -341,9 +341,11 @@ class _Sources:
         return load_config(self.path, self.overrides, self.origins)
 
     def load_checked(self) -> Config:
-        """``load``, and the output files refused that ``serve`` could not open."""
+        """``load``, and the output files refused that ``serve`` could not open and an
+        expired certificate (checked at start-up only: a SIGHUP ``load``s)."""
         config = self.load()
         check_outputs(config, self.path, self.overrides, self.origins)
+        check_certificate(config, self.path, self.overrides, self.origins)
         return config
 
 

@@ -56,6 +56,7 @@ __all__ = [
     "OutputSettings",
     "SecuritySettings",
     "TlsSettings",
+    "check_certificate",
     "check_outputs",
     "host_addresses",
     "is_ip_address",
@@ -409,9 +410,12 @@ class TlsSettings(_Section):
     """TLS on the listeners named in ``listeners`` (all four by default). PEM files, checked
     for changes at most every ``reload_seconds`` and reloaded when they changed (new
     connections get the new certificate; a set that does not load, or whose certificate is
-    not valid then, keeps the previous one). An expired certificate is refused here; one not
-    valid yet, or one or a client CA with less than 14 days and less than a third of its
-    lifetime left, is warned of (``Config.warnings``).
+    not valid then, keeps the previous one). An expired certificate is refused at start-up
+    and by check-config (``check_certificate``), not when a reload validates the file again:
+    security is restart-only, and the running set is kept whatever the file's dates
+    (``tls.CertificateFiles`` refuses an expired one itself). One not valid yet, or one or a
+    client CA with less than 14 days and less than a third of its lifetime left, is warned of
+    (``Config.warnings``).
     The private key must not be encrypted. ``client_ca_file`` turns on mutual TLS: those
     listeners then accept only clients whose certificate that CA signed. ``client_names``
     narrows that to certificates naming one of them (``toolwatch.security.ClientNames``): a CA
@@ -454,19 +458,17 @@ class TlsSettings(_Section):
     def _file(cls, path: Path | None) -> Path | None:
         return None if path is None else _readable(path)
 
-    @field_validator("cert_file")
-    @classmethod
-    def _not_expired(cls, path: Path) -> Path:
-        # Refused: every client would refuse it. One not valid yet is only warned of
-        # (``not_valid_yet``): a clock a little behind the CA's must not stop start-up.
-        now = datetime.datetime.now(datetime.UTC)
-        dates = _dates(path)
-        if dates is not None and now > dates.not_after:
-            raise ValueError(
-                f"{path}: {dates.problem(now)}: every client would refuse it; install a"
-                " renewed certificate"
-            )
-        return path
+    def expired(self, now: datetime.datetime) -> str | None:
+        """Why the certificate cannot start a server at ``now``: it has expired, and every
+        client would refuse it; else ``None``. One not valid yet is only warned of
+        (``not_valid_yet``): a clock a little behind the CA's must not stop start-up."""
+        dates = _dates(self.cert_file)
+        if dates is None or now <= dates.not_after:
+            return None
+        return (
+            f"{self.cert_file}: {dates.problem(now)}: every client would refuse it; install a"
+            " renewed certificate"
+        )
 
     def not_valid_yet(self, now: datetime.datetime) -> str | None:
         """What to warn of when the certificate is not valid yet at ``now``, else ``None``."""
@@ -731,6 +733,24 @@ def check_outputs(
             where = f"output.{name}"
             origin = _origin(where, _source(path), overrides or {}, origins or {})
             raise ConfigError(f"{origin}: {where}: {problem}")
+
+
+def check_certificate(
+    config: Config,
+    path: Path | None,
+    overrides: dict[str, Any] | None = None,
+    origins: dict[str, str] | None = None,
+    now: datetime.datetime | None = None,
+) -> None:
+    """Refuse an expired TLS certificate (``TlsSettings.expired``) at ``now`` (the wall
+    clock by default): ``serve`` at start-up and ``check-config`` call this, a reload does not
+    (``TlsSettings``). Arguments and ``ConfigError`` as ``check_outputs``."""
+    tls = config.security.tls
+    problem = tls.expired(now or datetime.datetime.now(datetime.UTC)) if tls else None
+    if problem is not None:
+        where = "security.tls.cert_file"
+        origin = _origin(where, _source(path), overrides or {}, origins or {})
+        raise ConfigError(f"{origin}: {where}: {problem}")
 
 
 def _unwritable(target: str | None) -> str | None:

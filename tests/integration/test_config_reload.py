@@ -4,6 +4,7 @@ configuration in place, said in the log and in ``toolwatch_config_last_reload_su
 
 from __future__ import annotations
 
+import datetime
 import json
 import logging
 import os
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+import trustme
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
@@ -412,3 +414,44 @@ def test_the_agents_a_policy_names_keep_their_label_past_the_cap(
     other = {"label": "agent"}
     # support-bot's run, and the call its nested billing-bot made
     assert server.sample("toolwatch_label_values_other_total", other) == 2
+
+
+def _install_certificate(
+    ca: trustme.CA,
+    cert_path: Path,
+    key_path: Path,
+    not_before: datetime.datetime | None = None,
+    not_after: datetime.datetime | None = None,
+) -> None:
+    issued = ca.issue_cert("127.0.0.1", "localhost", not_before=not_before, not_after=not_after)
+    staged_cert, staged_key = cert_path.with_suffix(".crt.new"), key_path.with_suffix(".key.new")
+    for pem in issued.cert_chain_pems:
+        pem.write_to_path(str(staged_cert), append=True)
+    issued.private_key_pem.write_to_path(str(staged_key))
+    os.replace(staged_cert, cert_path)
+    os.replace(staged_key, key_path)
+
+
+def test_a_policy_reload_is_not_refused_for_an_expired_certificate_file_not_served(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """An old backup written over the certificate: TLS keeps serving the valid set, and a
+    SIGHUP (a policy fix) still applies: security is restart-only, its files' dates are not
+    the reload's to judge (they refused every reload, toolwatch_config_last_reload_successful
+    0)."""
+    ca = trustme.CA()
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    _install_certificate(ca, cert, key)
+    server = start_server(
+        security__tls__cert_file=str(cert),
+        security__tls__key_file=str(key),
+        security__tls__reload_seconds=30,
+    )
+    now = datetime.datetime.now(datetime.UTC)
+    day = datetime.timedelta(days=1)
+    _install_certificate(ca, cert, key, not_before=now - 30 * day, not_after=now - day)
+    server.clock.advance(30)
+    server.call(server.app.tick)  # the look at the files: the valid set is kept
+
+    assert server.reload() is True
+    assert server.sample(RELOADED) == 1

@@ -5,12 +5,15 @@
 
 from __future__ import annotations
 
+import datetime
 import os
 from pathlib import Path
 
 import pytest
 
 from toolwatch import cli
+
+DAY = datetime.timedelta(days=1)
 
 GOOD = "listen:\n  grpc: 127.0.0.1:14317\n"
 
@@ -180,3 +183,24 @@ def test_help_lists_the_flags_serve_takes(capsys: pytest.CaptureFixture[str]) ->
         assert flag in shown
         assert variable in shown
     assert "--config" in shown
+
+
+def test_an_expired_certificate_is_refused_as_serve_refuses_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``serve`` checks it at start-up only (a SIGHUP does not: security is restart-only)."""
+    import trustme  # noqa: PLC0415 (only this test needs certificates)
+
+    now = datetime.datetime.now(datetime.UTC)
+    issued = trustme.CA().issue_cert("127.0.0.1", not_before=now - 30 * DAY, not_after=now - DAY)
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    issued.cert_chain_pems[0].write_to_path(str(cert))
+    issued.private_key_pem.write_to_path(str(key))
+    config = good_file(tmp_path)
+    code, out, err = check_config(
+        capsys, str(config), "--tls-cert", str(cert), "--tls-key", str(key)
+    )
+    assert (code, out) == (2, "")
+    assert err.splitlines()[1].startswith(
+        f"--tls-cert: security.tls.cert_file: {cert}: the certificate expired at"
+    )
