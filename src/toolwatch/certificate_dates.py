@@ -97,6 +97,24 @@ def first_to_expire(pem: bytes, now: datetime.datetime) -> CertificateDates | No
     return max(dates, key=lambda d: d.not_after)
 
 
+def next_choice(pem: bytes, now: datetime.datetime) -> datetime.datetime | None:
+    """The first moment after ``now`` at which ``first_to_expire`` may choose another of the
+    certificates in ``pem``: the earliest of their notBefore and notAfter dates still to
+    come (an old CA beside its successor expires, a new one becomes valid). ``None`` when no
+    date is to come, or ``cryptography`` reads none."""
+    try:
+        certificates = x509.load_pem_x509_certificates(pem)
+    except ValueError:
+        return None
+    coming = [
+        moment
+        for certificate in certificates
+        for moment in (certificate.not_valid_before_utc, certificate.not_valid_after_utc)
+        if moment > now
+    ]
+    return min(coming, default=None)
+
+
 def expiry_warning(dates: CertificateDates, now: datetime.datetime) -> str | None:
     """When less than ``dates.warned_within()`` is left after ``now``: "expires at <date>, in
     <time left>" (or "expired at <date>"), else ``None``."""

@@ -46,6 +46,7 @@ from toolwatch.certificate_dates import (
     CertificateDates,
     certificate_dates,
     first_to_expire,
+    next_choice,
     utc_from_ns,
 )
 from toolwatch.config import TlsSettings
@@ -139,9 +140,10 @@ class CertificateFiles:
     the previous set (``current``); the failure is logged and reported to ``on_failure``, and
     the set is tried again at the next look. Each set that becomes ``current``, the first at
     construction, is handed to ``on_served`` (under the lock: calls come in order, from
-    whichever thread refreshed). Raises ``OSError`` or ``ssl.SSLError`` at construction when
-    the files do not load (their dates are the configuration's to check then:
-    ``TlsSettings``). Thread-safe.
+    whichever thread refreshed), and handed again at the first ``refresh`` after one of its
+    client CAs expires or becomes valid, which changes its dates without changing a file.
+    Raises ``OSError`` or ``ssl.SSLError`` at construction when the files do not load (their
+    dates are the configuration's to check then: ``TlsSettings``). Thread-safe.
     """
 
     def __init__(
@@ -163,7 +165,8 @@ class CertificateFiles:
         self._lock = threading.Lock()
         self._watch = FileWatch(self._paths, tls.reload_seconds, clock)
         self.current = self._load(0)
-        on_served(self.current)
+        self._choice_changes_ns: int | None = None
+        self._serve(self.current)
 
     def refresh(self) -> bool:
         """Reload the files if they changed; whether a new set is now ``current``."""
@@ -171,6 +174,7 @@ class CertificateFiles:
             try:
                 signature = self._watch.changed()
                 if signature is None:
+                    self._serve_again_when_due()
                     return False
                 loaded = self._load(self.current.generation + 1)
                 self._check_dates(loaded.cert)
@@ -180,9 +184,30 @@ class CertificateFiles:
                 return False
             self._watch.accept(signature)
             self.current = loaded
-            self._on_served(loaded)
+            self._serve(loaded)
         log.info("reloaded the TLS certificate %s", self._tls.cert_file)
         return True
+
+    def _serve(self, served: Certificates) -> None:
+        """Hand ``served`` to ``on_served``, and note when the client CA its dates name may
+        change without the files changing (``certificate_dates.next_choice``)."""
+        self._on_served(served)
+        changes = (
+            next_choice(served.client_ca, utc_from_ns(self._wall_clock()))
+            if served.client_ca is not None
+            else None
+        )
+        # A second after it: certificates are dated to the second, and valid through notAfter.
+        due = None if changes is None else (int(changes.timestamp()) + 1) * 10**9
+        self._choice_changes_ns = due
+
+    def _serve_again_when_due(self) -> None:
+        """Hand the current set to ``on_served`` again once the client CA its dates named may
+        have changed: an old CA kept beside its successor expires while the files stay as
+        they are, and its date would be reported (and page) until they changed."""
+        due = self._choice_changes_ns
+        if due is not None and self._wall_clock() >= due:
+            self._serve(self.current)
 
     def _load(self, generation: int) -> Certificates:
         """The files' bytes, once OpenSSL has loaded those very bytes as server contexts."""

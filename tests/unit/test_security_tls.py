@@ -328,6 +328,32 @@ def test_an_expired_ca_beside_a_valid_one_is_not_the_client_cas_expiry(
     assert reported(registry, "client_ca") == dates(NOW - 60 * DAY, NOW + 5 * 365 * DAY)
 
 
+def test_an_old_ca_that_expires_while_served_hands_the_report_to_its_successor(
+    files: Files, tmp_path: Path
+) -> None:
+    """The rotation the alert advises: the old CA kept beside the new one until it expires.
+    The file does not change when it does, and its past notAfter paged until the file
+    changed; the report moves to the new CA at the first look after the old one expired."""
+    files.install(trustme.CA())
+    client_ca = tmp_path / "client-ca.pem"
+    old = ca_certificate("old", NOW + DAY, not_before=NOW - 730 * DAY)
+    new = ca_certificate("new", NOW + 5 * 365 * DAY, not_before=NOW - 60 * DAY)
+    client_ca.write_bytes(old + new)
+    clock, wall, registry = ManualClock(), ManualClock(unix_ns(NOW)), CollectorRegistry()
+    listeners = security(files, clock, client_ca, registry, wall)
+    assert reported(registry, "client_ca") == dates(NOW - 730 * DAY, NOW + DAY)
+
+    wall.advance(DAY.total_seconds())  # the old CA's last second: still valid
+    clock.advance(RELOAD_SECONDS)
+    listeners.refresh()
+    assert reported(registry, "client_ca") == dates(NOW - 730 * DAY, NOW + DAY)
+
+    wall.advance(1)
+    clock.advance(RELOAD_SECONDS)
+    listeners.refresh()
+    assert reported(registry, "client_ca") == dates(NOW - 60 * DAY, NOW + 5 * 365 * DAY)
+
+
 def test_a_client_ca_file_of_expired_cas_is_reported_by_the_last_to_expire(
     files: Files, tmp_path: Path
 ) -> None:
