@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime
 import ipaddress
+import os
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -120,3 +121,24 @@ def not_before(pem: bytes) -> float:
     """The notBefore of the first certificate in ``pem``, Unix seconds, as ``cryptography``
     reads it."""
     return x509.load_pem_x509_certificate(pem).not_valid_before_utc.timestamp()
+
+
+def install_certificate(
+    ca: trustme.CA,
+    cert_path: Path,
+    key_path: Path,
+    *,
+    key: bool = True,
+    not_before: datetime.datetime | None = None,
+    not_after: datetime.datetime | None = None,
+) -> None:
+    """Put a new certificate (and, with ``key``, its key) for 127.0.0.1 in place as a
+    rotation does: written beside, then renamed over the served files."""
+    issued = ca.issue_cert("127.0.0.1", "localhost", not_before=not_before, not_after=not_after)
+    staged_cert, staged_key = cert_path.with_suffix(".new"), key_path.with_suffix(".new")
+    for pem in issued.cert_chain_pems:
+        pem.write_to_path(str(staged_cert), append=True)
+    os.replace(staged_cert, cert_path)
+    if key:
+        issued.private_key_pem.write_to_path(str(staged_key))
+        os.replace(staged_key, key_path)

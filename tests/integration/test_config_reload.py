@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import trustme
 
+from tests.certificates import install_certificate
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
 from tests.integration.test_evaluation_e2e import MINIMAL_POLICY, findings_log
@@ -416,22 +417,6 @@ def test_the_agents_a_policy_names_keep_their_label_past_the_cap(
     assert server.sample("toolwatch_label_values_other_total", other) == 2
 
 
-def _install_certificate(
-    ca: trustme.CA,
-    cert_path: Path,
-    key_path: Path,
-    not_before: datetime.datetime | None = None,
-    not_after: datetime.datetime | None = None,
-) -> None:
-    issued = ca.issue_cert("127.0.0.1", "localhost", not_before=not_before, not_after=not_after)
-    staged_cert, staged_key = cert_path.with_suffix(".crt.new"), key_path.with_suffix(".key.new")
-    for pem in issued.cert_chain_pems:
-        pem.write_to_path(str(staged_cert), append=True)
-    issued.private_key_pem.write_to_path(str(staged_key))
-    os.replace(staged_cert, cert_path)
-    os.replace(staged_key, key_path)
-
-
 def test_a_policy_reload_is_not_refused_for_an_expired_certificate_file_not_served(
     start_server: Callable[..., RunningServer], tmp_path: Path
 ) -> None:
@@ -441,7 +426,7 @@ def test_a_policy_reload_is_not_refused_for_an_expired_certificate_file_not_serv
     0)."""
     ca = trustme.CA()
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    _install_certificate(ca, cert, key)
+    install_certificate(ca, cert, key)
     server = start_server(
         security__tls__cert_file=str(cert),
         security__tls__key_file=str(key),
@@ -449,7 +434,7 @@ def test_a_policy_reload_is_not_refused_for_an_expired_certificate_file_not_serv
     )
     now = datetime.datetime.now(datetime.UTC)
     day = datetime.timedelta(days=1)
-    _install_certificate(ca, cert, key, not_before=now - 30 * day, not_after=now - day)
+    install_certificate(ca, cert, key, not_before=now - 30 * day, not_after=now - day)
     server.clock.advance(30)
     server.call(server.app.tick)  # the look at the files: the valid set is kept
 

@@ -40,6 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.certificates import (
     alt_names,
     client_certificate,
+    install_certificate,
     not_after,
     not_before,
     with_edi_party_name,
@@ -516,27 +517,6 @@ def test_a_rotated_token_file_applies_after_reload_seconds(
     assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 2
 
 
-def _install(
-    ca: trustme.CA,
-    cert_path: Path,
-    key_path: Path,
-    *,
-    key: bool = True,
-    not_before: datetime.datetime | None = None,
-    not_after: datetime.datetime | None = None,
-) -> None:
-    """Put a new certificate (and key) for 127.0.0.1 in place as a rotation does: written
-    beside, then renamed over the served files."""
-    issued = ca.issue_cert("127.0.0.1", "localhost", not_before=not_before, not_after=not_after)
-    staged_cert, staged_key = cert_path.with_suffix(".new"), key_path.with_suffix(".new")
-    for pem in issued.cert_chain_pems:
-        pem.write_to_path(str(staged_cert), append=True)
-    os.replace(staged_cert, cert_path)
-    if key:
-        issued.private_key_pem.write_to_path(str(staged_key))
-        os.replace(staged_key, key_path)
-
-
 def _trusted_by(server: RunningServer, ca: trustme.CA) -> tuple[bool, bool]:
     """Whether a new gRPC connection and a new HTTPS connection trusting only ``ca`` get a
     certificate it signed."""
@@ -567,7 +547,7 @@ def test_a_rotated_certificate_is_served_to_new_connections_without_a_restart(
 ) -> None:
     first, second, third = trustme.CA(), trustme.CA(), trustme.CA()
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    _install(first, cert, key)
+    install_certificate(first, cert, key)
     server = start_server(
         security__tls__cert_file=str(cert),
         security__tls__key_file=str(key),
@@ -576,7 +556,7 @@ def test_a_rotated_certificate_is_served_to_new_connections_without_a_restart(
     assert _trusted_by(server, first) == (True, True)
     assert _trusted_by(server, second) == (False, False)
 
-    _install(second, cert, key)
+    install_certificate(second, cert, key)
     server.clock.advance(29)  # not looked at yet
     server.call(server.app.tick)
     assert _trusted_by(server, first) == (True, True)
@@ -587,7 +567,7 @@ def test_a_rotated_certificate_is_served_to_new_connections_without_a_restart(
     assert _trusted_by(server, first) == (False, False)
 
     # Half a rotation (a new certificate, the old key) does not load: the last good set stays.
-    _install(third, cert, key, key=False)
+    install_certificate(third, cert, key, key=False)
     server.clock.advance(30)
     with caplog.at_level(logging.ERROR, logger="toolwatch"):
         server.call(server.app.tick)
@@ -605,14 +585,14 @@ def test_a_rotation_to_an_expired_certificate_keeps_the_valid_one(
     said "reloaded" and no reload failure was counted. Judged on the real clock."""
     ca = trustme.CA()
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    _install(ca, cert, key)
+    install_certificate(ca, cert, key)
     server = start_server(
         security__tls__cert_file=str(cert),
         security__tls__key_file=str(key),
         security__tls__reload_seconds=30,
     )
     now = datetime.datetime.now(datetime.UTC)
-    _install(ca, cert, key, not_before=now - 30 * DAY, not_after=now - DAY)
+    install_certificate(ca, cert, key, not_before=now - 30 * DAY, not_after=now - DAY)
     server.clock.advance(30)
     caplog.clear()
     with caplog.at_level(logging.INFO, logger="toolwatch"):
@@ -657,7 +637,7 @@ def test_metrics_say_when_the_served_certificate_and_client_ca_are_valid(
     ca = trustme.CA()
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
-    _install(ca, cert, key, not_before=now - 30 * DAY, not_after=now + 60 * DAY)
+    install_certificate(ca, cert, key, not_before=now - 30 * DAY, not_after=now + 60 * DAY)
     server = start_server(
         security__tls__cert_file=str(cert),
         security__tls__key_file=str(key),
@@ -669,7 +649,7 @@ def test_metrics_say_when_the_served_certificate_and_client_ca_are_valid(
     assert started == ((now - 30 * DAY).timestamp(), (now + 60 * DAY).timestamp())
     assert _scraped_dates(server, ca, pki) == {"certificate": started, "client_ca": client_ca}
 
-    _install(ca, cert, key, not_before=now, not_after=now + 90 * DAY)  # renewed
+    install_certificate(ca, cert, key, not_before=now, not_after=now + 90 * DAY)  # renewed
     server.clock.advance(30)
     server.call(server.app.tick)
     renewed = _dates(cert.read_bytes())
@@ -691,7 +671,7 @@ def test_a_certificate_expiring_within_14_days_is_warned_of_at_start_up(
 ) -> None:
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     ends = datetime.datetime.now(datetime.UTC).replace(microsecond=0) + 10 * DAY
-    _install(trustme.CA(), cert, key, not_after=ends)
+    install_certificate(trustme.CA(), cert, key, not_after=ends)
     with caplog.at_level(logging.WARNING, logger="toolwatch"):
         start_server(security__tls__cert_file=str(cert), security__tls__key_file=str(key))
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
@@ -713,7 +693,7 @@ def test_a_fresh_day_long_certificate_is_not_warned_of_at_start_up(
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     now = datetime.datetime.now(datetime.UTC).replace(microsecond=0)
     hour = datetime.timedelta(hours=1)
-    _install(trustme.CA(), cert, key, not_before=now - hour, not_after=now + 23 * hour)
+    install_certificate(trustme.CA(), cert, key, not_before=now - hour, not_after=now + 23 * hour)
     with caplog.at_level(logging.WARNING, logger="toolwatch"):
         start_server(security__tls__cert_file=str(cert), security__tls__key_file=str(key))
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
