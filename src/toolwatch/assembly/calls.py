@@ -45,6 +45,7 @@ _DECORATOR_KEYS: Final = frozenset({"args", "kwargs", "sanitize_inputs_outputs"}
 #: model's parallel calls are a few (each comparison decodes a request's JSON, and reading
 #: every waiting request took quadratic time in a run of thousands of calls of one tool).
 _MAX_ARGUMENT_MATCHES: Final = 32
+_NO_IDS: Final[frozenset[bytes]] = frozenset()
 
 # The records below are built one per span or call of every trace: their constructors are
 # written out, so that compiled (``toolwatch.compiled``) they are native. A named tuple's or
@@ -195,12 +196,16 @@ def build_calls(
     spans: tuple[SpanRecord, ...],
     sites: dict[bytes, CallSite],
     normalize: Callable[[Any], str],
+    checks: frozenset[bytes] = _NO_IDS,
 ) -> tuple[ToolCall, ...]:
     """The run's calls, ordered, with sequence indexes, parallel groups and parents.
 
-    ``spans`` are the run's spans sorted by (start, span id); ``sites`` holds every one.
+    ``spans`` are the run's spans sorted by (start, span id), but ``checks``: the run's model
+    spans left out because their requests are not its calls (a guardrail's own model calls);
+    they are model spans still, so a tool span below one is never a second record of a call
+    above it (``_second_records``). ``sites`` holds every span.
     """
-    joined, records = _join(spans, sites, normalize)
+    joined, records = _join(spans, sites, normalize, checks)
     drafts, shared = _in_order(joined)
     groups = _parallel_groups(drafts, sites, shared)
     call_ids = _nested_call_ids(drafts, sites)
@@ -221,7 +226,10 @@ def _nested_call_ids(drafts: list[_Draft], sites: dict[bytes, CallSite]) -> dict
 
 
 def _join(
-    spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite], normalize: Callable[[Any], str]
+    spans: tuple[SpanRecord, ...],
+    sites: dict[bytes, CallSite],
+    normalize: Callable[[Any], str],
+    checks: frozenset[bytes],
 ) -> tuple[list[_Draft], _Records]:
     """The run's calls, unordered: its tool spans, but second records of a call
     (``_second_records``), joined to the requests of its model spans, handoff spans added;
@@ -237,7 +245,7 @@ def _join(
     records = _NO_RECORDS
     # Whether a tool span sits inside another's execution (rarely; never with one tool span).
     if len(executions) > 1 and any(sites[s.span_id].tool is not None for s in executions):
-        records = _second_records(executions, spans, sites, normalize)
+        records = _second_records(executions, spans, sites, normalize, checks)
         if records.own:
             executions = [s for s in executions if s.span_id not in records.own]
     requests = _requests(spans, sites, normalize)
@@ -269,16 +277,18 @@ def _second_records(
     spans: tuple[SpanRecord, ...],
     sites: dict[bytes, CallSite],
     normalize: Callable[[Any], str],
+    checks: frozenset[bytes],
 ) -> _Records:
     """The tool spans inside the execution of another of the same tool, no agent or model
-    span between (plain spans may be) and no other call id: second records of that call, not
-    calls of their own. An MCP client's instrumentation (OpenLLMetry's, which
-    ``Traceloop.init()`` turns on) records each ``tools/call`` as a tool span inside the
-    framework's function span (one per attempt when the SDK retries), and only it says that
-    the server answered the call ``isError`` (the OpenAI Agents SDK hands the error's text to
-    the model as the tool's result); an instrumented server's record sits inside the
-    client's. A tool that calls itself again does so through a model or an agent, which keep
-    the two apart, or with a call id of its own."""
+    span between (plain spans may be; ``checks`` are model spans too, though not in
+    ``spans``) and no other call id: second records of that call, not calls of their own.
+    An MCP client's instrumentation (OpenLLMetry's, which ``Traceloop.init()`` turns on)
+    records each ``tools/call`` as a tool span inside the framework's function span (one
+    per attempt when the SDK retries), and only it says that the server answered the call
+    ``isError`` (the OpenAI Agents SDK hands the error's text to the model as the tool's
+    result); an instrumented server's record sits inside the client's. A tool that calls
+    itself again does so through a model or an agent, which keep the two apart, or with a
+    call id of its own."""
     models: set[bytes] | None = None  # read once a candidate is found
     outer_of: dict[bytes, SpanRecord] = {}
     for span in executions:
@@ -295,6 +305,7 @@ def _second_records(
             continue
         if models is None:
             models = {s.span_id for s in spans if s.role is SpanRole.LLM}
+            models.update(checks)
         if not _model_between(site.parent, outer.span_id, models, sites):
             outer_of[span.span_id] = outer
     if not outer_of:
@@ -379,9 +390,6 @@ def _requests(
                     continue
             requests.append(_Request(llm, call, normalize(call.name), len(requests)))
     return requests
-
-
-_NO_IDS: Final[frozenset[bytes]] = frozenset()
 
 
 def _overlapping(asking: list[SpanRecord]) -> bool:

@@ -615,7 +615,7 @@ def _tool_trace(
     # The calls a guardrail's own check asked for (a classifier by function calling) are
     # not the agent's.
     made = tuple(s for s in run.spans if s.span_id not in checks) if checks else run.spans
-    calls = build_calls(made, sites, normalize)
+    calls = build_calls(made, sites, normalize, checks)
     refusal = _refusal(run, sites, checks)
     # A run whose agent has an agent above it is a guardrail's checker (only a guardrail
     # starts a run below another's): the canary case id or shadow pair key its resource

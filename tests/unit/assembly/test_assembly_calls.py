@@ -723,6 +723,17 @@ def test_a_tool_that_calls_the_same_tool_through_a_model_makes_two_calls() -> No
     assert [c.tool_name for c in _mcp_recorded(between).calls] == ["lookup_order"] * 2
 
 
+def test_a_tool_that_calls_the_same_tool_through_a_guardrails_model_makes_two_calls() -> None:
+    """The guardrail's own model call is left out of the run's requests, but it is a model
+    between the two tool spans all the same: the inner one is no second record."""
+    between = [span(4, 3, SpanRole.GUARDRAIL, 12, 39, name="check"), llm(5, 4, 13, 38)]
+    run = _mcp_recorded(between)
+    assert [(c.tool_name, c.span_id, c.parent_call_id) for c in run.calls] == [
+        ("lookup_order", hexid(3), None),
+        ("lookup_order", hexid(9), "c1"),
+    ]
+
+
 def test_a_tool_inside_another_tool_of_another_name_is_a_call_of_its_own() -> None:
     assert [c.tool_name for c in _mcp_recorded([], "fetch_invoice").calls] == [
         "lookup_order",

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from itertools import pairwise
 
 from assembly_strategies import span_trees
-from assembly_support import RecordingMetrics
-from hypothesis import given, settings
+from assembly_support import RecordingMetrics, agent, llm, span, tool
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from toolwatch.assembly import timeline
@@ -96,6 +96,17 @@ def test_any_arrival_through_the_buffer_gives_the_same_tooltraces(
 
 @settings(max_examples=200, deadline=None)
 @given(spans=span_trees(max_spans=16))
+# A tool span below a guardrail's own model call, inside a call of its tool: the model
+# between keeps it a call of its own (it was taken for a second record of the outer call).
+@example(
+    spans=(
+        agent(1, None, "refund-bot", 0, 0),
+        tool(2, 1, "web_search", 0, 0),
+        span(3, 2, SpanRole.GUARDRAIL, 0, 0),
+        llm(4, 3, 0, 0),
+        tool(5, 4, "web_search", 0, 0),
+    )
+)
 def test_every_tool_span_is_exactly_one_call_and_groups_are_consistent(
     spans: tuple[SpanRecord, ...],
 ) -> None:
