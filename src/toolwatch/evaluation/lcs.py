@@ -10,54 +10,64 @@ right or down at a time, and a best matching pairs in each cell as many equal na
 two blocks have left: a name left unpaired where it could pair could pair at most once
 later, so pairing it now is never worse (the exchange argument). ``best_walk`` finds one.
 
-Two exact programs, by the shape of the sides:
+Exact, by the shape of the sides:
 
 - one side's blocks each hold one name (calls in sequence, or a group of one tool: golden
-  cases, and most shadow pairs): rows over that side, kept bit-parallel as ``lcs_length``
-  keeps them; a block of one name steps as its calls in sequence, and a block of several
-  raises the row to the best, over where the stretch it pairs with starts, of the LCS
-  before it plus what it shares with the stretch. That is exact, and costs a few steps per
-  occurrence of a group's names on the other side (``MAX_WORK`` of them at most);
-- both sides hold groups: a dynamic program over the cells, whose state is the side whose
-  block goes on and the multiset left of it (a sub-multiset of one block; a cell holds one
-  or two), at most ``MAX_MEETS`` names met.
+  cases, and most shadow pairs): ``rows`` over that side, bit-parallel, at most
+  ``MAX_WORK`` steps (``rows.work``);
+- both sides hold groups: first one walk, in time linear in the calls, pairing what it can
+  in each cell and going on with the bigger remainder (``_greedy``): when it pairs as many
+  names as the two sides share, it is a best walk (two sides that some orders make equal,
+  or that differ by calls only one side made); else the program over the cells
+  (``staircase``), when it meets at most ``MAX_MEETS`` names (``staircase.meets`` foresees
+  it from the block sizes, never below).
 
-Bound. Past either budget (long runs in groups against long references: some tens of
-blocks a side for the cells, a few hundred calls for the rows; the programs would hold the
-event loop), ``common`` is an upper bound instead, never below the best, so it never pages a
-run that kept its order (a missed TOOL_ORDER_DRIFT, low or medium, does less harm than a
-false page): the least of the multiset overlap and the best walk of one side against the
-other's blocks written out, each block as its distinct names once per call (every order of
-the block is a subsequence of that: the written-out side can only pair more), by the rows
-within the budget, else of both sides written out. The steps are then one walk, in time
-linear in the calls, pairing what it can in each cell and going on with the bigger
-remainder: that pairs every name of two sides that some orders make equal, and the first
-blocks as much as they can. Where the bound meets that walk, the walk is a best one
-(``Walk.exact``).
+Bound. Past the budgets (long runs in groups against long references: a few hundred calls
+a side or more, by their groups; the programs would hold the event loop), ``common`` is an
+upper bound instead, never below the best, so it never pages a run that kept its order (a
+missed TOOL_ORDER_DRIFT, low or medium, does less harm than a false page). With ``x`` and
+``y`` any order of each side, the best is the most ``LCS(x, y)``, and each of these is at
+least that:
+
+- the multiset overlap: a common subsequence pairs equal names, each call once;
+- the best of one side's blocks against the other side written out, each block as its
+  distinct names once per call (``_spread``), by ``rows``, within ``MAX_WORK``. Every order
+  ``y`` of a side is a subsequence of it written out (its ``t``-th call from the ``t``-th
+  copy of the block's names), and an LCS only grows with a supersequence, so ``LCS(x, y)``
+  is at most ``LCS(x, written(B))``, at most the best over ``x`` of that, which is what
+  ``rows`` computes; likewise with the sides swapped;
+- the LCS of both sides written out (``LCS(x, y) <= LCS(written(A), written(B))``); at
+  least each of the last two, so worked out only when neither fits the budget.
+
+``common`` is the least of them. The steps are then the best of walks some orders keep:
+the linear one, and, within the same budget, ``rows`` of each side's blocks against the
+other side in one order (``_fixed``), each made to pair the first blocks when they share a
+name (``_first_pair``: the first calls agree when some orders make them). Where the bound
+meets the best of them, it is a best walk (``Walk.exact``).
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Final
+
+from toolwatch.evaluation import rows, staircase
+from toolwatch.evaluation.staircase import Step
 
 __all__ = ["MAX_MEETS", "MAX_WORK", "Step", "Walk", "best_walk", "lcs_length"]
 
-#: Names the program over cells may meet (each state, a cell and what is left of the block
-#: going on, meets that and the other block's names); past it, a bound.
-MAX_MEETS: Final = 6_000
-#: Steps of the program over rows (per occurrence of a group's name, one per call of the
-#: group and a bisection's); past it, a bound.
-MAX_WORK: Final = 10_000
-
-#: A step of a walk: block of one side, block of the other, the name ids paired there.
-Step: TypeAlias = tuple[int, int, tuple[int, ...]]
-#: A cell's state: 0 when the first side's block goes on (its remainder given) and the
-#: other's is whole, 1 for the reverse; the remainder as sorted name ids.
-_Key: TypeAlias = tuple[int, tuple[int, ...]]
-_NONE: Final[tuple[int, ...]] = ()
+#: Names the program over cells may meet, each cell counted as ``staircase.CELL`` more
+#: (``staircase.meets``, foreseen); past it, a bound. Compiled, at most about 30 ms: some
+#: 400 calls a side in groups of 2 to 8, or 300 in groups of 2 among calls alone.
+MAX_MEETS: Final = 1_000_000
+#: Steps of ``rows`` (per occurrence of a group's name, one per call of the group and a
+#: bisection's); past it, a bound, whose rows spend as much again at most. Compiled, 0.2 to
+#: 0.4 us a step: some 200 calls in groups against as many in sequence, 300 with few
+#: repeated tools.
+MAX_WORK: Final = 80_000
+#: Longest a side's blocks are written out for the bound, per call of the two sides.
+_SPREAD: Final = 2
 
 
 def lcs_length(a: Sequence[str], b: Sequence[str]) -> int:
@@ -92,22 +102,29 @@ class Walk:
 
 def best_walk(a: list[tuple[int, ...]], b: list[tuple[int, ...]], meets: int, work: int) -> Walk:
     """A best walk over the blocks ``a`` and ``b`` (each a sorted tuple of name ids, none
-    empty), within the budgets ``meets`` and ``work`` (see the module docstring)."""
+    empty), within the budgets ``meets`` (``MAX_MEETS``) and ``work`` (``MAX_WORK``); past
+    them, the best walk found and a bound (see the module docstring)."""
     if not _grouped(b):
-        steps = _against_sequence(a, b, work)
+        found = _against(a, b, work)
+        if found is not None:
+            return Walk(found, _paired(found), True)
     elif not _grouped(a):
-        swapped = _against_sequence(b, a, work)
-        steps = None if swapped is None else [(i, j, paired) for j, i, paired in swapped]
+        found = _against(b, a, work)
+        if found is not None:
+            steps = [(i, j, names) for j, i, names in found]
+            return Walk(steps, _paired(steps), True)
     else:
-        steps = _staircase(a, b, meets)
-    if steps is not None:
-        return Walk(steps, sum(len(step[2]) for step in steps), True)
-    steps = _greedy(a, b)
-    found = sum(len(step[2]) for step in steps)
-    # With one side in sequence the rows of the other's groups went past ``work``: the bound
-    # writes those out (rows over them cost none), rather than spend it again.
-    bound = _bound(a, b, work if _grouped(a) and _grouped(b) else 0)
-    return Walk(steps, max(bound, found), bound <= found)
+        steps = _greedy(a, b)
+        if _paired(steps) == _overlap(a, b):
+            return Walk(steps, _paired(steps), True)
+        if staircase.meets(a, b) <= meets:
+            steps = staircase.staircase(a, b)[0]
+            return Walk(steps, _paired(steps), True)
+    return _bounded(a, b, work)
+
+
+def _paired(steps: list[Step]) -> int:
+    return sum(len(step[2]) for step in steps)
 
 
 def _grouped(blocks: list[tuple[int, ...]]) -> bool:
@@ -115,109 +132,108 @@ def _grouped(blocks: list[tuple[int, ...]]) -> bool:
     return any(block[0] != block[-1] for block in blocks)
 
 
-def _meet(
-    left: tuple[int, ...], right: tuple[int, ...]
-) -> tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]:
-    """The names two sorted multisets share, and what is left of each."""
-    if len(left) == 1 and len(right) == 1:  # two calls alone: most cells
-        return (left, _NONE, _NONE) if left[0] == right[0] else (_NONE, left, right)
-    shared: list[int] = []
-    rest_left: list[int] = []
-    rest_right: list[int] = []
-    i = j = 0
-    while i < len(left) and j < len(right):
-        x, y = left[i], right[j]
-        if x == y:
-            shared.append(x)
-            i += 1
-            j += 1
-        elif x < y:
-            rest_left.append(x)
-            i += 1
-        else:
-            rest_right.append(y)
-            j += 1
-    rest_left.extend(left[i:])
-    rest_right.extend(right[j:])
-    return tuple(shared), tuple(rest_left), tuple(rest_right)
-
-
-def _staircase(
-    a: list[tuple[int, ...]], b: list[tuple[int, ...]], budget: int
+def _against(
+    blocks: list[tuple[int, ...]], sequence: list[tuple[int, ...]], work: int
 ) -> list[Step] | None:
-    """A best walk over the cells of blocks ``a`` and ``b`` (see the module docstring), or
-    ``None`` past ``budget`` names met."""
-    width = len(b)
-    if not a or not b:
-        return []
-    # A cell holds about two states, each meeting the names left of its two blocks.
-    if 2 * (width * sum(len(x) for x in a) + len(a) * sum(len(y) for y in b)) > budget:
+    """A best walk of ``blocks`` against ``sequence``, whose blocks hold one name each (read
+    as their calls one after another), a step per pair; ``None`` past ``work``."""
+    plain: list[int] = []
+    block_of: list[int] = []
+    for j, block in enumerate(sequence):
+        plain.extend(block)
+        block_of.extend([j] * len(block))
+    if rows.work(blocks, plain) > work:
         return None
-    spent = 0
-    # The walk's steps, by number: cell, names paired, the step before (-1: none).
-    cells: list[int] = []
-    paired: list[tuple[int, ...]] = []
-    before: list[int] = []
-    waiting: dict[int, dict[_Key, tuple[int, int]]] = {0: {(0, a[0]): (0, -1)}}
-    best, best_step = -1, -1
-    for cell in range(len(a) * width):
-        arrivals = waiting.pop(cell, None)
-        if arrivals is None:
-            continue
-        i, j = cell // width, cell % width
-        for (side, rest), (value, previous) in arrivals.items():
-            whole = b[j] if side == 0 else a[i]
-            spent += len(rest) + len(whole)
-            if spent > budget:
-                return None
-            shared, left, right = _meet(rest, whole) if side == 0 else _meet(whole, rest)
-            step = len(cells)
-            cells.append(cell)
-            paired.append(shared)
-            before.append(previous)
-            total = value + len(shared)
-            for target, key in _moves(a, b, i, j, left=left, right=right):
-                if target < 0:
-                    if total > best:
-                        best, best_step = total, step
-                    continue
-                arrived = waiting.get(target)
-                if arrived is None:
-                    arrived = waiting[target] = {}
-                held = arrived.get(key)
-                if held is None or held[0] < total:
-                    arrived[key] = (total, step)
-    walk: list[Step] = []
-    while best_step >= 0:
-        cell = cells[best_step]
-        walk.append((cell // width, cell % width, paired[best_step]))
-        best_step = before[best_step]
-    walk.reverse()
-    return walk
+    return _walk_of(blocks, plain, block_of, sequence)
 
 
-def _moves(
-    a: list[tuple[int, ...]],
-    b: list[tuple[int, ...]],
-    i: int,
-    j: int,
-    *,
-    left: tuple[int, ...],
-    right: tuple[int, ...],
-) -> list[tuple[int, _Key]]:
-    """Where a walk goes from cell ``(i, j)`` with ``left`` of ``a[i]`` and ``right`` of
-    ``b[j]`` unpaired: right keeping ``left``, down keeping ``right`` (only a block with names
-    left goes on), or on to both next blocks; as (cell, state), cell -1 past the last."""
-    width = len(b)
-    if not left and not right:
-        inside = i + 1 < len(a) and j + 1 < width
-        return [((i + 1) * width + j + 1 if inside else -1, (0, a[i + 1] if inside else _NONE))]
-    moves: list[tuple[int, _Key]] = []
-    if left:
-        moves.append((i * width + j + 1 if j + 1 < width else -1, (0, left)))
-    if right:
-        moves.append(((i + 1) * width + j if i + 1 < len(a) else -1, (1, right)))
-    return moves
+def _walk_of(
+    blocks: list[tuple[int, ...]],
+    plain: list[int],
+    block_of: list[int],
+    other: list[tuple[int, ...]],
+) -> list[Step]:
+    """The best walk ``rows`` finds of ``blocks`` against ``plain``, one order of the blocks
+    ``other`` (``block_of``: the block of each place), its first blocks paired when they
+    share a name."""
+    if not blocks or not other:
+        return []
+    kept = rows.rows(blocks, plain)
+    steps = [(i, block_of[p], names) for i, p, names in rows.trace(blocks, plain, kept)]
+    return _first_pair(steps, blocks[0], other[0])
+
+
+def _first_pair(
+    steps: list[Step], first_a: tuple[int, ...], first_b: tuple[int, ...]
+) -> list[Step]:
+    """``steps``, pairing the first blocks when they share a name: if the walk pairs
+    nothing there, one of their shared names is paired there, taken from the step that
+    pairs it with the other's first block (the walk then pairs none of this side's first
+    block: nothing crosses), else added. That never pairs fewer."""
+    shared = sorted(set(first_a) & set(first_b))
+    paired = [step for step in steps if step[2]]
+    if not shared or (paired and paired[0][0] == 0 and paired[0][1] == 0):
+        return steps
+    x = shared[0]
+    at = paired[0] if paired else (1, 1, ())
+    if at[0] == 0 or at[1] == 0:  # one first block pairs: take a shared name from it
+        column = at[1] == 0  # the other side's first block pairs down its column
+        for k, (i, j, names) in enumerate(steps):
+            if (j == 0 if column else i == 0) and any(y in names for y in shared):
+                x = next(y for y in shared if y in names)
+                rest = list(names)
+                rest.remove(x)
+                moved = [*steps[:k], (i, j, tuple(rest)), *steps[k + 1 :]]
+                return [(0, 0, (x,)), *moved]
+    return [(0, 0, (x,)), *steps]
+
+
+def _bounded(a: list[tuple[int, ...]], b: list[tuple[int, ...]], work: int) -> Walk:
+    """Past the budgets: the best walk found of those the module docstring names, and the
+    least of its bounds, worked out within ``work`` more steps of ``rows``."""
+    bound = _overlap(a, b)
+    most = _SPREAD * (sum(len(block) for block in a) + sum(len(block) for block in b))
+    spread_a, spread_b = _spread(a, most), _spread(b, most)
+    left = work
+    either = False
+    for blocks, written in ((a, spread_b), (b, spread_a)):
+        if written is not None:
+            cost = rows.work(blocks, written)
+            if cost <= left:
+                left -= cost
+                bound = min(bound, rows.best(blocks, written))
+                either = True
+    if not either and spread_a is not None and spread_b is not None:
+        bound = min(bound, rows.best([(x,) for x in spread_a], spread_b))
+    best = _greedy(a, b)
+    found = _paired(best)
+    for blocks, other, swap in ((a, b, False), (b, a, True)):
+        if found >= bound:
+            break
+        plain, block_of = _fixed(other, blocks[0])
+        cost = rows.work(blocks, plain)
+        if cost <= left:
+            left -= cost
+            steps = _walk_of(blocks, plain, block_of, other)
+            if _paired(steps) > found:
+                best = [(j, i, names) for i, j, names in steps] if swap else steps
+                found = _paired(best)
+    return Walk(best, max(bound, found), found >= bound)
+
+
+def _fixed(blocks: list[tuple[int, ...]], lead: tuple[int, ...]) -> tuple[list[int], list[int]]:
+    """The blocks' names in one order (each block's as sorted, the first block's names
+    ``lead`` holds first), and the block of each place."""
+    plain: list[int] = []
+    block_of: list[int] = []
+    for j, block in enumerate(blocks):
+        if j == 0:
+            plain.extend(x for x in block if x in lead)
+            plain.extend(x for x in block if x not in lead)
+        else:
+            plain.extend(block)
+        block_of.extend([j] * len(block))
+    return plain, block_of
 
 
 def _greedy(a: list[tuple[int, ...]], b: list[tuple[int, ...]]) -> list[Step]:
@@ -259,212 +275,6 @@ def _counts(names: Sequence[int]) -> dict[int, int]:
     for x in names:
         counts[x] = counts.get(x, 0) + 1
     return counts
-
-
-def _against_sequence(
-    blocks: list[tuple[int, ...]], sequence: list[tuple[int, ...]], work: int
-) -> list[Step] | None:
-    """A best walk of ``blocks`` against ``sequence``, whose blocks hold one name each (read
-    as their calls one after another), a step per pair; ``None`` past ``work``."""
-    plain: list[int] = []
-    block_of: list[int] = []
-    for j, block in enumerate(sequence):
-        plain.extend(block)
-        block_of.extend([j] * len(block))
-    if _work(blocks, plain) > work:
-        return None
-    rows = _rows(blocks, plain)
-    return [(i, block_of[p], paired) for i, p, paired in _trace(blocks, plain, rows)]
-
-
-def _work(blocks: list[tuple[int, ...]], plain: list[int]) -> int:
-    """What ``_rows`` spends on the blocks of several names: per occurrence in ``plain`` of
-    one of their names, a step per call of the block and a bisection."""
-    counts: dict[int, int] = {}
-    for x in plain:
-        counts[x] = counts.get(x, 0) + 1
-    steps = len(plain).bit_length()
-    spent = 0
-    for block in blocks:
-        if block[0] != block[-1]:
-            spent += sum(counts.get(x, 0) for x in set(block)) * (len(block) + steps)
-    return spent
-
-
-def _rows(blocks: list[tuple[int, ...]], plain: list[int], keep: bool = True) -> list[int]:
-    """The LCS of ``blocks`` against ``plain`` row by row, as ``lcs_length`` keeps it (bit
-    ``p`` clear where the LCS grows at ``plain[p]``): before any block, then after each
-    (``keep``), or only the last. A block of one name steps as its calls in sequence,
-    bit-parallel; one of several by ``_group_row`` (its cost: ``_work``)."""
-    masks: dict[int, int] = {}
-    where: dict[int, list[int]] = {}
-    for p, x in enumerate(plain):
-        masks[x] = masks.get(x, 0) | (1 << p)
-        where.setdefault(x, []).append(p)
-    full = (1 << len(plain)) - 1
-    row = full
-    rows = [row]
-    for block in blocks:
-        if block[0] == block[-1]:
-            mask = masks.get(block[0], 0)
-            for _ in block:
-                matched = row & mask
-                row = ((row + matched) | (row - matched)) & full
-        else:
-            stops = sorted(p for x in set(block) for p in where.get(x, ()))
-            row = _group_row(row, block, plain, stops)
-        if keep:
-            rows.append(row)
-    return rows if keep else [row]
-
-
-def _prefix(row: int, end: int) -> int:
-    """The LCS a row holds against ``plain[:end]``."""
-    return end - (row & ((1 << end) - 1)).bit_count()
-
-
-def _group_row(row: int, block: tuple[int, ...], plain: list[int], stops: list[int]) -> int:
-    """The row after a block in any order. Against ``plain[:end]`` that is the best, over
-    where the stretch the block pairs with starts, of the LCS before it plus what the block
-    shares with the stretch; that grows only at a name's last occurrences (as many as the
-    block holds), so only stretches starting at one of these are tried, and the best of them
-    (``level``) changes only at the occurrences of the block's names (``stops``). The new
-    LCS is the old one raised to ``level``: between two stops it grows where the old one
-    grows, except while the old one is still below ``level``."""
-    wanted: dict[int, int] = {}
-    for x in block:
-        wanted[x] = wanted.get(x, 0) + 1
-    last: dict[int, list[tuple[int, int]]] = {}
-    starts: list[tuple[int, int]] = []  # (last occurrence, LCS before it), latest first
-    new = row
-    level = 0
-    for t, p in enumerate(stops):
-        before = _prefix(row, p)
-        start = (p, before)
-        seen = last.get(plain[p])
-        if seen is None:
-            seen = last[plain[p]] = []
-        seen.append(start)
-        starts.insert(0, start)
-        if len(seen) > wanted[plain[p]]:
-            starts.remove(seen.pop(0))
-        here = max(before, level)
-        level = max(value + shared for shared, (_, value) in enumerate(starts, 1))
-        after = before + (0 if row >> p & 1 else 1)
-        if max(after, level) > here:
-            new &= ~(1 << p)
-        else:
-            new |= 1 << p
-        if after < level:  # the old LCS is below level from p + 1 until it reaches it
-            until = stops[t + 1] if t + 1 < len(stops) else len(plain)
-            below = _reaching(row, level, p + 1, until)
-            new |= ((1 << below) - 1) ^ ((1 << (p + 1)) - 1)
-    return new
-
-
-def _reaching(row: int, value: int, low: int, high: int) -> int:
-    """The first ``end`` in ``[low, high]`` where the row's LCS reaches ``value`` (``high``
-    if none before it): by steps doubling from ``low`` (it is usually near), then
-    bisection; the LCS only grows with ``end``."""
-    step = 1
-    while low + step < high and _prefix(row, low + step) < value:
-        low += step
-        step *= 2
-    high = min(high, low + step)
-    while low < high:
-        middle = (low + high) // 2
-        if _prefix(row, middle) >= value:
-            high = middle
-        else:
-            low = middle + 1
-    return low
-
-
-def _trace(blocks: list[tuple[int, ...]], plain: list[int], rows: list[int]) -> list[Step]:
-    """The pairs of a best walk, back from the end: a block pairs nothing when the LCS before
-    it is as long, else with the fewest last occurrences that make up the difference, so
-    the most of ``plain`` is left to the blocks before it; the first block pairs the earliest
-    it can (the first calls agree when they can)."""
-    where: dict[int, list[int]] = {}
-    for p, x in enumerate(plain):
-        where.setdefault(x, []).append(p)
-    end = len(plain)
-    value = _prefix(rows[-1], end)
-    steps: list[Step] = []
-    for i in range(len(blocks) - 1, -1, -1):
-        if value == 0:
-            break
-        if _prefix(rows[i], end) == value:
-            continue
-        if i == 0:
-            taken = _earliest(blocks[0], plain, value)
-        else:
-            starts = _starts(blocks[i], where, end)
-            count = 1
-            while _prefix(rows[i], starts[count - 1]) + count != value:
-                count += 1
-            taken = starts[:count]
-        steps.extend((i, p, (plain[p],)) for p in sorted(taken, reverse=True))
-        end = min(taken)
-        value -= len(taken)
-    steps.reverse()
-    return steps
-
-
-def _starts(block: tuple[int, ...], where: dict[int, list[int]], end: int) -> list[int]:
-    """The last occurrences before ``end`` of the block's names (as many of each as it
-    holds), latest first."""
-    wanted: dict[int, int] = {}
-    for x in block:
-        wanted[x] = wanted.get(x, 0) + 1
-    starts: list[int] = []
-    for x, count in wanted.items():
-        occurrences = where.get(x)
-        if occurrences is not None:
-            k = bisect_left(occurrences, end)
-            starts.extend(occurrences[max(0, k - count) : k])
-    starts.sort(reverse=True)
-    return starts
-
-
-def _earliest(block: tuple[int, ...], plain: list[int], count: int) -> list[int]:
-    """The first ``count`` places of ``plain`` the block's names can pair with."""
-    wanted: dict[int, int] = {}
-    for x in block:
-        wanted[x] = wanted.get(x, 0) + 1
-    taken: list[int] = []
-    for p, x in enumerate(plain):
-        if len(taken) == count:
-            break
-        left = wanted.get(x, 0)
-        if left:
-            wanted[x] = left - 1
-            taken.append(p)
-    return taken
-
-
-#: Longest a side's blocks are written out for the bound, per call of the two sides.
-_SPREAD: Final = 2
-
-
-def _bound(a: list[tuple[int, ...]], b: list[tuple[int, ...]], work: int) -> int:
-    """An upper bound of the best walk: the least of the multiset overlap and the best walk
-    of either side against the other's blocks written out (each as its distinct names once
-    per call: every order of the block is a subsequence of that), within ``work``, else of
-    the two written out."""
-    bound = _overlap(a, b)
-    most = _SPREAD * (sum(len(block) for block in a) + sum(len(block) for block in b))
-    spread_a, spread_b = _spread(a, most), _spread(b, most)
-    kept = False
-    for blocks, written in ((a, spread_b), (b, spread_a)):
-        if written is not None and _work(blocks, written) <= work // 2:
-            last = _rows(blocks, written, keep=False)[0]
-            bound = min(bound, len(written) - last.bit_count())
-            kept = True
-    if not kept and spread_a is not None and spread_b is not None:
-        last = _rows([(x,) for x in spread_a], spread_b, keep=False)[0]
-        bound = min(bound, len(spread_b) - last.bit_count())
-    return bound
 
 
 def _overlap(a: list[tuple[int, ...]], b: list[tuple[int, ...]]) -> int:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
-from eval_factories import every_order, quadratic_lcs
+from eval_factories import block_lcs, every_order, quadratic_lcs
 from hypothesis import given
 from hypothesis import strategies as st
 
 from toolwatch.evaluation.lcs import MAX_MEETS, MAX_WORK, lcs_length
 from toolwatch.evaluation.lineup import Lineup, line_up
+from toolwatch.evaluation.staircase import meets, staircase
 
 Side = tuple[list[str], list[int | None]]
 
@@ -173,3 +176,56 @@ def test_past_the_budgets_the_bound_is_never_below_the_exact_walk(
     assert bounded.common >= exact.common
     if bounded.exact:
         assert bounded.common == exact.common
+
+
+def _blocks_of(groups: list[list[str]], base: int) -> Side:
+    names = [name for group in groups for name in group]
+    return names, [base + k for k, group in enumerate(groups) for _ in group]
+
+
+def test_a_few_dozen_parallel_groups_on_both_sides_are_read_exactly() -> None:
+    """18 groups of 4 calls over 8 tools, issued shuffled against the same groups in order:
+    within the budget of the program over the cells, the rule's 39 of 72 (a bound of 72, every
+    call, when that budget was 6,000 names)."""
+    rng = random.Random(5)
+    fours = [[rng.choice([f"t{i}" for i in range(8)]) for _ in range(4)] for _ in range(18)]
+    shuffled = fours[:]
+    rng.shuffle(shuffled)
+    a, b = _blocks_of(shuffled, 0), _blocks_of(fours, 1000)
+    lined = line_up(*a, *b)
+    assert lined is not None
+    assert (lined.common, lined.exact) == (block_lcs(shuffled, fours), True) == (39, True)
+    assert quadratic_lcs(shown(a[0], lined.actual), shown(b[0], lined.reference)) == 39
+
+
+def test_past_the_budgets_the_bound_reads_one_side_written_out() -> None:
+    """23 pairs of a search and a tool, issued in reverse: with no budget for the cells, the
+    run's blocks against the source's written out bound it at 24, which the orders meet (the
+    two sides written out would give 46, every call)."""
+    pairs = [["search", f"tool_{k}"] for k in range(23)]
+    lined = line_up(*_blocks_of(pairs[::-1], 0), *_blocks_of(pairs, 1000), meets=0)
+    assert lined is not None
+    assert (lined.common, lined.exact) == (24, True)
+
+
+@st.composite
+def blocks(draw: st.DrawFn, most: int = 6) -> list[tuple[int, ...]]:
+    """Up to ``most`` blocks of 1 to 6 calls of up to 3 names (names repeat: more states)."""
+    return [
+        tuple(sorted(block))
+        for block in draw(
+            st.lists(st.lists(st.integers(0, 2), min_size=1, max_size=6), min_size=1, max_size=most)
+        )
+    ]
+
+
+@given(blocks(), blocks())
+def test_the_program_over_cells_meets_no_more_names_than_foreseen(
+    a: list[tuple[int, ...]], b: list[tuple[int, ...]]
+) -> None:
+    """What it keeps per cell is a chain (``staircase``): the budget is checked beforehand."""
+    steps, met = staircase(a, b)
+    assert met <= meets(a, b)
+    assert sum(len(names) for _, _, names in steps) == block_lcs(
+        [[str(x) for x in block] for block in a], [[str(y) for y in block] for block in b]
+    )
