@@ -70,6 +70,7 @@ MODULES = (
     "conventions/vercel_ai.py",
     "evaluation/arguments.py",
     "evaluation/base.py",
+    "evaluation/blocks.py",
     "evaluation/composite.py",
     "evaluation/invariants.py",
     "evaluation/lcs.py",

@@ -5,38 +5,64 @@ The rule. The calls of one parallel group (two or more calls sharing a group: th
 for them at once; ``base.effective_groups``) have no order among themselves: their start
 times say only which one the framework started first. So a run keeps a reference's order as
 far as the longest common subsequence (LCS) of the two name sequences goes, taken over every
-order of each side's groups, a group's members trading places among the places they hold::
+order of each side's groups, a group's members trading places among the places they hold
+(no other call moves)::
 
     common = max over the orders of both sides' groups of LCS(run, reference)
 
-``line_up`` computes it, and one order of each side that reaches it: the order a finding
+``line_up`` computes it, and one order of each side that the rule allows: the order a finding
 shows, and the one the exact comparisons read (two sides that some orders make equal are
-equal as lined up, and their first calls agree when some orders make them agree).
+equal as lined up, but for the limit on split groups below, and their first calls agree
+when some orders make them agree).
 
 How. With no group of two or more on either side (the usual run) nothing can move:
 ``line_up`` says so, and the caller takes the plain LCS (``lcs.lcs_length``). Otherwise each
-side is cut into blocks, a group or one call alone, and ``lcs.best_walk`` pairs them (exact
-within its budgets, an upper bound past them: it says how, and why a bound never pages a
-run that kept its order). Before it, equal leading and trailing blocks are paired whole (a
-shadow pair that issued the same calls costs nothing: pairing them is never worse, by the
-exchange ``lcs`` gives), and calls of a name the other side never made are left out (they
-pair with nothing).
+side is cut into blocks, a group whose members stand next to each other or one call alone,
+and ``lcs.best_walk`` pairs them (exact within its budgets, an upper bound past them: it says
+how, and why a bound never pages a run that kept its order). Before it, equal leading and
+trailing blocks are paired whole (a shadow pair that issued the same calls costs nothing:
+pairing them is never worse, by the exchange ``lcs`` gives), and calls of a name the other
+side never made are left out (they pair with nothing).
 
-Groups whose members are not next to each other (calls of another agent, running meanwhile,
-between them) are read as one block from their first member to their last, merged with the
-groups they overlap: that allows more orders than the rule does (the orders shown may be
-such), so ``common`` is an upper bound there (``Lineup.exact`` is false), never below the
-rule's value, and errs the same way as past the budgets.
+Split groups. A group whose members are not next to each other (calls of another agent,
+running meanwhile, between them) is not a block: its members trade places among their own
+places only. Each assignment of them to those places (distinct by names), on both sides
+together, is lined up with those places as calls alone, and the best taken: exact, up to
+``MAX_ARRANGEMENTS`` assignments (fewer for long runs), the budgets shared among them. The
+orders shown are those of an assignment whose first calls agree when some do, keeping the
+most in common among those: where no assignment does both, they keep fewer than
+``common`` (mode ``first`` reads them, and a ``first`` missed where the rule allows it
+pages critical). Past that limit ``common`` is a bound, the least of the multiset overlap,
+the line-up of the sides with each place of a split group written out as the group's
+distinct names (every assignment is a subsequence of that, which can only pair more), and
+the line-up with each split group read as one block from its first member to its last,
+merged with what it overlaps (every order the rule allows is one of that block's). The
+orders shown then start from the calls as given, the first place of a split group taking
+a member that agrees with the other side's first call when one can, and try the
+assignments of one split group at a time, the others held, within the limit: their first
+calls agree when some orders make them; sides that some orders make equal are found equal
+in practice, not always.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
-from toolwatch.evaluation.lcs import MAX_MEETS, MAX_WORK, Step, best_walk
+from toolwatch.evaluation.blocks import Lined, Side, line_blocks
+from toolwatch.evaluation.lcs import MAX_MEETS, MAX_WORK
 
-__all__ = ["Lineup", "line_up"]
+__all__ = ["MAX_ARRANGEMENTS", "Lineup", "line_up"]
+
+#: Assignments of the split groups' members to their places tried, both sides together
+#: (each a line-up with its share of the budgets), for runs of up to 60 calls a side (fewer
+#: for longer runs: ``_ARRANGED_CALLS``); past it, a bound. 48: a split group of four tools
+#: and a split pair, or up to five split pairs, or two split groups of three.
+MAX_ARRANGEMENTS: Final = 48
+#: Calls lined up at most over the assignments tried (each line-up costs a few
+#: microseconds a call beyond its budgets): fewer assignments for long runs.
+_ARRANGED_CALLS: Final = 6_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +70,8 @@ class Lineup:
     """Two sides lined up: ``actual`` and ``reference`` are each side's indexes in the order
     read (each group's members among their own places), ``common`` the LCS over every order
     of each side's groups; ``exact`` is false where it is an upper bound instead (see the
-    module docstring). The orders shown keep ``common`` names in common when ``exact``."""
+    module docstring). The orders shown keep ``common`` names in common when ``exact``,
+    unless a split group makes that and agreeing first calls exclude each other."""
 
     actual: tuple[int, ...]
     reference: tuple[int, ...]
@@ -60,188 +87,280 @@ def line_up(
     *,
     meets: int = MAX_MEETS,
     work: int = MAX_WORK,
+    arrangements: int = MAX_ARRANGEMENTS,
 ) -> Lineup | None:
     """``actual`` and ``reference`` lined up (see the module docstring); ``None`` when neither
     side has a group of two or more (both as given, their plain LCS). ``meets`` and
-    ``work``: the budgets of ``lcs.best_walk``."""
-    cut_actual = _blocks(actual_groups)
-    cut_reference = _blocks(reference_groups)
-    if cut_actual is None and cut_reference is None:
+    ``work``: the budgets of ``lcs.best_walk``; ``arrangements``: of split groups."""
+    if not _any_group(actual_groups) and not _any_group(reference_groups):
         return None
-    pure = (cut_actual is None or cut_actual[1]) and (cut_reference is None or cut_reference[1])
-    blocks_a = _singles(len(actual)) if cut_actual is None else cut_actual[0]
-    blocks_b = _singles(len(reference)) if cut_reference is None else cut_reference[0]
     ids: dict[str, int] = {}
-    ids_a = [ids.setdefault(name, len(ids)) for name in actual]
-    ids_b = [ids.setdefault(name, len(ids)) for name in reference]
-    held_a = [tuple(sorted(ids_a[i] for i in block)) for block in blocks_a]
-    held_b = [tuple(sorted(ids_b[i] for i in block)) for block in blocks_b]
-    head, tail = _equal_ends(held_a, held_b)
-    middle_a = range(head, len(held_a) - tail)
-    middle_b = range(head, len(held_b) - tail)
-    core_a, at_a = _cores(held_a, middle_a, held_b, middle_b)
-    core_b, at_b = _cores(held_b, middle_b, held_a, middle_a)
-    walk = best_walk(core_a, core_b, meets, work)
-    ends = sum(len(held_a[k]) for k in range(head)) + sum(
-        len(held_a[k]) for k in range(len(held_a) - tail, len(held_a))
-    )
-    steps = [(at_a[i], at_b[j], paired) for i, j, paired in walk.steps]
-    order_a, order_b = _arrange(blocks_a, ids_a, blocks_b, ids_b, steps, head=head, tail=tail)
-    return Lineup(tuple(order_a), tuple(order_b), ends + walk.common, pure and walk.exact)
+    a = _cut([ids.setdefault(name, len(ids)) for name in actual], actual_groups)
+    b = _cut([ids.setdefault(name, len(ids)) for name in reference], reference_groups)
+    tries = max(1, min(arrangements, _ARRANGED_CALLS // (len(a.ids) + len(b.ids))))
+    count = _count(a, tries + 1) * _count(b, tries + 1)
+    if count > tries:
+        return _past_arrangements(a, b, meets=meets, work=work, tries=tries)
+    best = _Best()
+    arranged_b = _arrangements(b)
+    for places_a in _arrangements(a):
+        for places_b in arranged_b:
+            lined = line_blocks(a, places_a, b, places_b, meets=meets // count, work=work // count)
+            best.offer(a, places_a, b, places_b, lined)
+    return Lineup(best.actual, best.reference, best.common, best.exact)
 
 
-def _singles(count: int) -> list[list[int]]:
-    return [[i] for i in range(count)]
+class _Best:
+    """Of the line-ups tried, the one to show: first calls agreeing if any line-up's do, and
+    keeping the most in common among those; and the most ``common`` of all, exact if all
+    are."""
+
+    __slots__ = ("actual", "agree", "common", "exact", "found", "reference")
+
+    def __init__(self) -> None:
+        self.actual: tuple[int, ...] = ()
+        self.reference: tuple[int, ...] = ()
+        self.agree = False
+        self.found = -1
+        self.common = 0
+        self.exact = True
+
+    def offer(
+        self, a: Side, places_a: list[int], b: Side, places_b: list[int], lined: Lined
+    ) -> bool:
+        """Take ``lined`` (of sides ``a`` and ``b`` so arranged) in; whether it is shown."""
+        self.common = max(self.common, lined.common)
+        self.exact = self.exact and lined.exact
+        actual = tuple(places_a[p] for p in lined.order_a)
+        reference = tuple(places_b[p] for p in lined.order_b)
+        agree = _agree(a.ids, actual, b.ids, reference)
+        if (agree, lined.found) <= (self.agree, self.found):
+            return False
+        self.actual, self.reference, self.agree, self.found = actual, reference, agree, lined.found
+        return True
 
 
-def _blocks(groups: Sequence[int | None]) -> tuple[list[list[int]], bool] | None:
-    """The places cut into blocks: a group (from its first member to its last, merged with the
-    groups that overlap it) or one call alone; and whether every block holds one group and
-    nothing else. ``None`` when no group has two members."""
-    last: dict[int, int] = {}
-    size: dict[int, int] = {}
+def _any_group(groups: Sequence[int | None]) -> bool:
+    """Whether a group has two members."""
+    seen: set[int] = set()
+    for group in groups:
+        if group is not None:
+            if group in seen:
+                return True
+            seen.add(group)
+    return False
+
+
+def _cut(ids: list[int], groups: Sequence[int | None]) -> Side:
+    """A side cut into blocks: a group of two or more members standing together, or one
+    call; and the groups whose members do not (split)."""
+    places: dict[int, list[int]] = {}
     for i, group in enumerate(groups):
         if group is not None:
-            last[group] = i
-            size[group] = size.get(group, 0) + 1
-    if all(count < 2 for count in size.values()):
-        return None
+            places.setdefault(group, []).append(i)
     blocks: list[list[int]] = []
-    pure = True
+    split = [held for held in places.values() if len(held) > 1 and held[-1] - held[0] >= len(held)]
     i = 0
-    while i < len(groups):
+    while i < len(ids):
         group = groups[i]
-        if group is None or size[group] < 2:
+        held = places.get(group) if group is not None else None
+        if held is not None and len(held) > 1 and held[-1] - held[0] < len(held):
+            blocks.append(held)
+            i = held[-1] + 1
+        else:
             blocks.append([i])
             i += 1
+    return Side(ids, blocks, split)
+
+
+def _count(side: Side, most: int) -> int:
+    """How many assignments of its split groups' members to their places a side has
+    (distinct by names), counted up to ``most``."""
+    count = 1
+    for held in side.split:
+        count = min(most, count * _assignments(side, held))
+    return count
+
+
+def _assignments(side: Side, held: list[int]) -> int:
+    """How many distinct sequences of names the members at places ``held`` make."""
+    names: dict[int, int] = {}
+    total = 1
+    for k, place in enumerate(held, 1):
+        x = side.ids[place]
+        names[x] = names.get(x, 0) + 1
+        total = total * k // names[x]  # the multinomial, one member at a time
+    return total
+
+
+def _arrangements(side: Side) -> list[list[int]]:
+    """Every assignment of the split groups' members to their places (distinct by names):
+    for each, the call at each place."""
+    found = [list(range(len(side.ids)))]
+    for held in side.split:
+        sequences = _sequences(side, held)
+        found = [_assigned(side, places, held, names) for places in found for names in sequences]
+    return found
+
+
+def _sequences(side: Side, held: list[int]) -> list[list[int]]:
+    """The distinct sequences of names of the members at places ``held``."""
+    counts: dict[int, int] = {}
+    for place in held:
+        counts[side.ids[place]] = counts.get(side.ids[place], 0) + 1
+    return _distinct_orders(sorted(counts), counts)
+
+
+def _assigned(side: Side, places: list[int], held: list[int], names: list[int]) -> list[int]:
+    """``places`` with the members at places ``held`` making the sequence ``names``, the
+    members of each name in the order they were called."""
+    members: dict[int, list[int]] = {}
+    for call in sorted(places[place] for place in held):
+        members.setdefault(side.ids[call], []).append(call)
+    moved = places[:]
+    taken: dict[int, int] = {}
+    for place, x in zip(held, names, strict=True):
+        k = taken.get(x, 0)
+        moved[place] = members[x][k]
+        taken[x] = k + 1
+    return moved
+
+
+def _distinct_orders(names: list[int], counts: dict[int, int]) -> list[list[int]]:
+    """Every distinct sequence holding each of ``names`` as often as ``counts`` says."""
+    if sum(counts.values()) == 0:
+        return [[]]
+    orders: list[list[int]] = []
+    for x in names:
+        if counts[x]:
+            counts[x] -= 1
+            orders.extend([x, *rest] for rest in _distinct_orders(names, counts))
+            counts[x] += 1
+    return orders
+
+
+def _agree(
+    ids_a: list[int], order_a: tuple[int, ...], ids_b: list[int], order_b: tuple[int, ...]
+) -> bool:
+    """Whether the first calls of two orders agree (or both sides are empty)."""
+    if not order_a or not order_b:
+        return not order_a and not order_b
+    return ids_a[order_a[0]] == ids_b[order_b[0]]
+
+
+def _past_arrangements(a: Side, b: Side, *, meets: int, work: int, tries: int) -> Lineup:
+    """Past ``tries`` assignments: the bound (half the budgets for the sides written out, a
+    quarter for them merged) and the orders shown (see the module docstring), found by
+    trying the assignments of one split group at a time, the others held, ``tries``
+    line-ups at most, sharing the last quarter."""
+    bound = _overlap(a.ids, b.ids)
+    for wider_a, wider_b, share in ((_written(a), _written(b), 2), (_merged(a), _merged(b), 4)):
+        whole_a, whole_b = list(range(len(wider_a.ids))), list(range(len(wider_b.ids)))
+        lined = line_blocks(
+            wider_a, whole_a, wider_b, whole_b, meets=meets // share, work=work // share
+        )
+        bound = min(bound, lined.common)
+    meets, work = meets // (4 * tries), work // (4 * tries)
+    sides = (a, b)
+    places = [_leading(a, b), _leading(b, a)]
+    best = _Best()
+    lined = line_blocks(a, places[0], b, places[1], meets=meets, work=work)
+    best.offer(a, places[0], b, places[1], lined)
+    tries -= 1
+    split = [(0, held) for held in a.split] + [(1, held) for held in b.split]
+    for which, held in split * 2:  # twice round
+        side = sides[which]
+        if best.found >= bound or _assignments(side, held) > tries:
             continue
-        end = last[group]
-        for j in range(i + 1, len(groups)):
-            if j > end:
-                break
-            other = groups[j]
-            if other != group:
-                pure = False  # a call of another group, or of none, among the members
-                if other is not None and last[other] > end:
-                    end = last[other]
-        blocks.append(list(range(i, end + 1)))
-        i = end + 1
-    return blocks, pure
+        for names in _sequences(side, held):
+            tried = places[:]
+            tried[which] = _assigned(side, places[which], held, names)
+            lined = line_blocks(a, tried[0], b, tried[1], meets=meets, work=work)
+            tries -= 1
+            if best.offer(a, tried[0], b, tried[1], lined):
+                places = tried
+    return Lineup(best.actual, best.reference, max(bound, best.found), best.found >= bound)
 
 
-def _equal_ends(a: list[tuple[int, ...]], b: list[tuple[int, ...]]) -> tuple[int, int]:
-    """How many leading and trailing blocks hold the same names on both sides. Unless the
-    first blocks are equal, the trailing ones leave both first blocks to the walk, whose
-    first cell pairs what they share: the first calls agree when some orders make them."""
-    most = min(len(a), len(b))
-    head = 0
-    while head < most and a[head] == b[head]:
-        head += 1
-    tail = 0
-    rest = most - head if head else most - 1
-    while tail < rest and a[len(a) - 1 - tail] == b[len(b) - 1 - tail]:
-        tail += 1
-    return head, tail
+def _leading(side: Side, other: Side) -> list[int]:
+    """The calls as given, but for the first place of a split group: a member with the least
+    name both sides can start with, when they can (both sides choose the same)."""
+    places = list(range(len(side.ids)))
+    wanted = _firsts(side) & _firsts(other)
+    if not wanted:
+        return places
+    x = min(wanted)
+    for held in side.split:
+        if held[0] == 0:
+            k = next(place for place in held if side.ids[place] == x)
+            places[0], places[k] = k, 0
+    return places
 
 
-def _cores(
-    held: list[tuple[int, ...]], middle: range, other: list[tuple[int, ...]], other_middle: range
-) -> tuple[list[tuple[int, ...]], list[int]]:
-    """The blocks of ``middle`` without the names ``other_middle`` lacks (they pair with
-    nothing), empty ones dropped; and each kept block's index."""
-    present: set[int] = set()
-    for k in other_middle:
-        present.update(other[k])
-    cores: list[tuple[int, ...]] = []
-    at: list[int] = []
-    for k in middle:
-        core = tuple(x for x in held[k] if x in present)
-        if core:
-            cores.append(core)
-            at.append(k)
-    return cores, at
+def _firsts(side: Side) -> set[int]:
+    """The names a side's first call can have: any of its group's."""
+    if not side.ids:
+        return set()
+    for held in side.split:
+        if held[0] == 0:
+            return {side.ids[place] for place in held}
+    return {side.ids[place] for place in side.blocks[0]}
 
 
-def _arrange(
-    blocks_a: list[list[int]],
-    ids_a: list[int],
-    blocks_b: list[list[int]],
-    ids_b: list[int],
-    walk: list[Step],
-    *,
-    head: int,
-    tail: int,
-) -> tuple[list[int], list[int]]:
-    """Both sides' indexes in the order ``walk`` pairs them: in each block the calls paired,
-    in the walk's order (within a cell, the run's), then the others in their own order. The
-    ``head`` and ``tail`` blocks are paired whole, the reference's after the run's."""
-    paired_a: dict[int, list[int]] = {}
-    paired_b: dict[int, list[int]] = {}
-    unpaired_a: dict[int, dict[int, list[int]]] = {}
-    unpaired_b: dict[int, dict[int, list[int]]] = {}
-    used_a: set[int] = set()
-    used_b: set[int] = set()
-    for i, j, names in walk:
-        if not names:
-            continue
-        taken_a = _take(unpaired_a, blocks_a, i, ids_a, names)
-        taken_b = _take(unpaired_b, blocks_b, j, ids_b, names)
-        used_a.update(taken_a)
-        used_b.update(taken_b)
-        paired_a.setdefault(i, []).extend(taken_a)
-        paired_b.setdefault(j, []).extend(_follow(taken_a, ids_a, taken_b, ids_b))
-    order_a: list[int] = []
-    order_b: list[int] = []
-    for k in range(head):
-        order_a.extend(blocks_a[k])
-        order_b.extend(_follow(blocks_a[k], ids_a, blocks_b[k], ids_b))
-    for k in range(head, len(blocks_a) - tail):
-        _append_block(order_a, blocks_a[k], paired_a.get(k), used_a)
-    for k in range(head, len(blocks_b) - tail):
-        _append_block(order_b, blocks_b[k], paired_b.get(k), used_b)
-    for k in range(tail, 0, -1):
-        order_a.extend(blocks_a[-k])
-        order_b.extend(_follow(blocks_a[-k], ids_a, blocks_b[-k], ids_b))
-    return order_a, order_b
+def _written(side: Side) -> Side:
+    """The side with each place of a split group written out as the group's distinct names,
+    in sequence (every assignment of the group is a subsequence of that)."""
+    names: dict[int, list[int]] = {}
+    for held in side.split:
+        distinct = sorted({side.ids[place] for place in held})
+        for place in held:
+            names[place] = distinct
+    ids: list[int] = []
+    blocks: list[list[int]] = []
+    for block in side.blocks:
+        written = names.get(block[0]) if len(block) == 1 else None
+        if written is None:
+            blocks.append(list(range(len(ids), len(ids) + len(block))))
+            ids.extend(side.ids[place] for place in block)
+        else:
+            for x in written:
+                blocks.append([len(ids)])
+                ids.append(x)
+    return Side(ids, blocks, [])
 
 
-def _take(
-    unpaired: dict[int, dict[int, list[int]]],
-    blocks: list[list[int]],
-    index: int,
-    ids: list[int],
-    names: tuple[int, ...],
-) -> list[int]:
-    """The first calls of block ``index`` not yet paired with ``names`` (ids, repeated as
-    often as wanted), in the block's order. ``unpaired``: each block's calls left, by name,
-    last first, built the first time the block pairs."""
-    left = unpaired.get(index)
-    if left is None:
-        left = unpaired[index] = {}
-        for k in reversed(blocks[index]):
-            left.setdefault(ids[k], []).append(k)
-    taken = [left[x].pop() for x in names]
-    taken.sort()
-    return taken
+def _merged(side: Side) -> Side:
+    """The side with each split group read as one block from its first member to its last,
+    merged with the blocks and groups it overlaps (every order the rule allows is an order
+    of that block)."""
+    reach = list(range(len(side.ids)))  # the last place a place's block or group reaches
+    for block in side.blocks:
+        for place in block:
+            reach[place] = block[-1]
+    for held in side.split:
+        for place in held:
+            reach[place] = max(reach[place], held[-1])
+    blocks: list[list[int]] = []
+    start = 0
+    while start < len(reach):
+        end, place = reach[start], start
+        while place <= end:
+            end = max(end, reach[place])
+            place += 1
+        blocks.append(list(range(start, end + 1)))
+        start = end + 1
+    return Side(side.ids, blocks, [])
 
 
-def _follow(lead: list[int], ids_lead: list[int], block: list[int], ids: list[int]) -> list[int]:
-    """``block`` (the same names as ``lead``) in ``lead``'s order of names; each name's calls
-    in their own order."""
-    if len(block) == 1:
-        return block
-    by_name: dict[int, list[int]] = {}
-    for k in reversed(block):
-        by_name.setdefault(ids[k], []).append(k)
-    return [by_name[ids_lead[k]].pop() for k in lead]
-
-
-def _append_block(
-    order: list[int], block: list[int], paired: list[int] | None, used: set[int]
-) -> None:
-    """``block``'s paired calls, then its others in their own order."""
-    if paired is None:
-        order.extend(block)
-        return
-    order.extend(paired)
-    order.extend(k for k in block if k not in used)
+def _overlap(a: list[int], b: list[int]) -> int:
+    """How many names two sides share, as multisets."""
+    counts: dict[int, int] = {}
+    for x in a:
+        counts[x] = counts.get(x, 0) + 1
+    shared = 0
+    for x in b:
+        left = counts.get(x, 0)
+        if left:
+            counts[x] = left - 1
+            shared += 1
+    return shared

@@ -98,6 +98,26 @@ def test_step_efficiency(actual: int, minimum: int, efficiency: float) -> None:
             case("search", "lookup", selection_mode="first"),
             None,
         ),
+        # Issued together with search, another agent's call between them: the call between
+        # stays second, so the run's first call is lookup or search, never it.
+        (
+            trace(
+                call("lookup", index=0, group=0),
+                call("check", index=1, agent="billing"),
+                call("search", index=2, group=0),
+            ),
+            case("check", "lookup", "search", selection_mode="first"),
+            "wrong_tool",
+        ),
+        (
+            trace(
+                call("lookup", index=0, group=0),
+                call("check", index=1, agent="billing"),
+                call("search", index=2, group=0),
+            ),
+            case("search", "check", "lookup", selection_mode="first"),
+            None,
+        ),
     ],
 )
 def test_failure_type(run: ToolTrace, expected: GoldenCase, failure: str | None) -> None:

@@ -6,7 +6,7 @@ import random
 
 import pytest
 from eval_factories import block_lcs, every_order, quadratic_lcs
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from toolwatch.evaluation.lcs import MAX_MEETS, MAX_WORK, lcs_length
@@ -132,19 +132,91 @@ def test_past_the_budgets_the_common_length_is_a_bound_never_below_the_best(
 
 
 @given(sides(apart=True), sides(base=20, apart=True))
-def test_groups_whose_members_lie_apart_give_a_bound_never_below_the_best(a: Side, b: Side) -> None:
-    lined, common = lined_up(a, b)
-    assert lined.common >= best(a, b)
-    assert common == lined.common  # the orders shown keep what it counts
+def test_groups_whose_members_lie_apart_trade_only_their_own_places(a: Side, b: Side) -> None:
+    """Another agent's calls between a group's members: the members trade places among the
+    places they hold, nothing else moves; exact, as brute force over those orders, when
+    every assignment of the members to their places is tried. The orders shown agree when
+    some orders make them, as with groups whose members stand together."""
+    lined = line_up(*a, *b, arrangements=10_000)
+    if lined is None:
+        return
+    run, reference = shown(a[0], lined.actual), shown(b[0], lined.reference)
+    assert lined.exact
+    assert lined.common == best(a, b)
+    assert_keeps_the_best(a, b, lined.common, run, reference)
+    assert run in every_order(*a)
+    assert reference in every_order(*b)
+    if every_order(*a) & every_order(*b):
+        assert run == reference
+    if {x[:1] for x in every_order(*a)} & {y[:1] for y in every_order(*b)}:
+        assert run[:1] == reference[:1]
 
 
-def test_a_group_with_another_call_among_its_members_is_read_as_a_bound() -> None:
-    """a and b issued together, x (another agent's) started between them: read as one block
-    a, x, b in any order, more orders than the rule allows, so the result is a bound."""
+@given(sides(apart=True), sides(base=20, apart=True), st.sampled_from([0, 3, None]))
+@example(  # 36 assignments a side: one split group at a time finds the equal orders
+    (["a", "a", "a", "a", "b", "c"], [None, None, 10, None, 10, 10]),
+    (["b", "a", "a", "a", "c", "a"], [21, None, None, None, 21, 21]),
+    None,
+)
+def test_past_the_arrangements_the_common_length_is_a_bound_never_below_the_best(
+    a: Side, b: Side, budget: int | None
+) -> None:
+    """Past ``MAX_ARRANGEMENTS`` (here 2): ``common`` a bound, never below the best; the
+    orders shown the rule's, their first calls agreeing when some orders make them."""
+    meets_, work = (MAX_MEETS, MAX_WORK) if budget is None else (budget, budget)
+    lined = line_up(*a, *b, meets=meets_, work=work, arrangements=2)
+    if lined is None:
+        return
+    run, reference = shown(a[0], lined.actual), shown(b[0], lined.reference)
+    most = best(a, b)
+    assert lined.common >= most >= quadratic_lcs(run, reference)
+    if lined.exact:
+        assert lined.common == most
+        assert_keeps_the_best(a, b, most, run, reference)
+    assert run in every_order(*a)
+    assert reference in every_order(*b)
+    if {x[:1] for x in every_order(*a)} & {y[:1] for y in every_order(*b)}:
+        assert run[:1] == reference[:1]
+
+
+def assert_keeps_the_best(
+    a: Side, b: Side, most: int, run: tuple[str, ...], reference: tuple[str, ...]
+) -> None:
+    """The orders shown keep the best in common, unless no orders that do have agreeing
+    first calls and these have (what ``first`` reads wins)."""
+    if quadratic_lcs(run, reference) < most:
+        assert run[:1] == reference[:1]
+        pairs = ((x, y) for x in every_order(*a) for y in every_order(*b))
+        assert all(x[:1] != y[:1] for x, y in pairs if quadratic_lcs(x, y) == most)
+
+
+def test_a_group_with_another_call_among_its_members_moves_only_its_members() -> None:
+    """a and b issued together, x (another agent's) started between them: x stays second,
+    so against x, b, a the best is 2 (b, a in that order)."""
     lined = line_up(["a", "x", "b"], [1, None, 1], ["x", "b", "a"], [None] * 3)
     assert lined is not None
-    assert (lined.common, lined.exact) == (3, False)  # the rule's best is 2: b, a keep order
-    assert best((["a", "x", "b"], [1, None, 1]), (["x", "b", "a"], [None] * 3)) == 2
+    assert (lined.common, lined.exact) == (2, True)
+    assert shown(["a", "x", "b"], lined.actual) in {("a", "x", "b"), ("b", "x", "a")}
+
+
+def test_first_calls_that_can_agree_agree_though_the_best_orders_would_not() -> None:
+    """a and b issued together, a and b between them: read b, a, b, a the first calls agree
+    with the reference's (what mode ``first`` reads), keeping 3 of its 5 in order; read
+    a, a, b, b it would keep 4, which ``common`` says."""
+    lined = line_up(["a", "a", "b", "b"], [1, None, None, 1], ["b", "a", "a", "b", "b"], [None] * 5)
+    assert lined == Lineup((3, 1, 2, 0), (0, 1, 2, 3, 4), 4, True)
+
+
+def test_a_split_group_past_the_arrangements_is_written_out_for_the_bound() -> None:
+    """Five distinct members split by another call: 120 assignments, past 24. The bound
+    writes each member's place out as the five names; the run as given meets it here."""
+    run = ["a", "b", "x", "c", "d", "e"]
+    lined = line_up(run, [1, 1, None, 1, 1, 1], ["a", "b", "x", "c", "d", "e"], [None] * 6)
+    assert lined == Lineup((0, 1, 2, 3, 4, 5), (0, 1, 2, 3, 4, 5), 6, True)
+    lined = line_up(run, [1, 1, None, 1, 1, 1], ["x", "a", "b", "c", "d", "e"], [None] * 6)
+    assert lined is not None
+    assert lined.common >= 5
+    assert shown(run, lined.actual)[2] == "x"
 
 
 def test_a_long_group_past_the_budgets_is_still_read_exactly_when_it_can_be() -> None:
@@ -176,6 +248,17 @@ def test_past_the_budgets_the_bound_is_never_below_the_exact_walk(
     assert bounded.common >= exact.common
     if bounded.exact:
         assert bounded.common == exact.common
+
+
+def test_past_the_arrangements_the_group_read_as_one_block_bounds_too() -> None:
+    """c and a issued together, b between them, against c c a c x: written out, the places
+    of the group pair c c a c (4), as does the multiset overlap; read as one block from c
+    to a, at most 3, the best, which the calls as given keep: exact."""
+    run = (["x", "c", "c", "b", "a"], [None, None, 2, None, 2])
+    reference = (["c", "c", "a", "c", "x"], [None] * 5)
+    assert best(run, reference) == 3
+    lined = line_up(*run, *reference, arrangements=1)
+    assert lined == Lineup((0, 1, 2, 3, 4), (0, 1, 2, 3, 4), 3, True)
 
 
 def _blocks_of(groups: list[list[str]], base: int) -> Side:

@@ -285,11 +285,36 @@ def test_the_score_is_the_best_lcs_over_every_order_of_each_group(
         source=trace(call("a", index=0, group=7), call("b", index=1), call("b", index=2, group=7))
     ),
 )
-def test_the_score_is_never_below_the_best_lcs_whatever_the_groups(
+@example(  # a and b issued together, c between them: c stays second, 2 of c, b, a kept
+    trace(call("a", index=0, group=1), call("c", index=1), call("b", index=2, group=1)),
+    Reference(expected=case("c", "b", "a")),
+)
+def test_the_score_is_the_best_lcs_whatever_the_groups(
     run: ToolTrace, reference: Reference
 ) -> None:
-    """Groups whose members lie apart: the score may err high (no page), never low."""
-    assert order_of(run, reference) >= the_score(run, reference, best_common(run, reference)) - 1e-9
+    """Groups whose members lie apart (another agent's calls between them): the members trade
+    places among their own places, nothing else moves."""
+    assert order_of(run, reference) == pytest.approx(
+        the_score(run, reference, best_common(run, reference))
+    )
+
+
+def test_a_group_split_by_another_agents_call_moves_only_its_members() -> None:
+    """issue_refund and notify issued together, the billing agent's lookup_order started
+    between them: the lookup stays second, so against lookup_order, issue_refund, notify
+    the best order keeps two of three (the refund group was issued before the lookup)."""
+    run = trace(
+        call("issue_refund", index=0, group=1),
+        call("lookup_order", index=1, agent="billing"),
+        call("notify", index=2, group=1),
+    )
+    result = Order(OrderSettings(), NameNormalizer())(
+        run, Reference(expected=case("lookup_order", "issue_refund", "notify"))
+    )
+    assert result is not None
+    assert result.scores["score"] == pytest.approx(2 / 3)
+    assert [f.category for f in result.findings] == [Category.TOOL_ORDER_DRIFT]
+    assert result.findings[0].details["actual"][1] == "lookup_order"
 
 
 def _in_groups(groups: list[list[str]], base: int) -> ToolTrace:

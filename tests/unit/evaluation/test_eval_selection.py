@@ -185,6 +185,28 @@ def test_ordered_modes_take_parallel_calls_in_either_order(mode: str) -> None:
     assert sequential.scores["score"] < 1.0
 
 
+@pytest.mark.parametrize("mode", ["exact", "first"])
+def test_a_group_split_by_another_agents_call_moves_only_its_members(mode: str) -> None:
+    """issue_refund and notify issued together, the billing agent's lookup_order started
+    between them: the run's first call is issue_refund or notify in every order the rule
+    allows, so against lookup_order, issue_refund, notify it is a miss (critical); against
+    notify, lookup_order, issue_refund the group reads as that."""
+    run = trace(
+        call("issue_refund", index=0, group=1),
+        call("lookup_order", index=1, agent="billing"),
+        call("notify", index=2, group=1),
+    )
+    missed = case("lookup_order", "issue_refund", "notify", selection_mode=mode)
+    result = evaluator()(run, Reference(expected=missed))
+    assert result is not None
+    assert result.scores["score"] == 0.0
+    assert [f.severity for f in result.findings] == [Severity.CRITICAL]
+    kept = case("notify", "lookup_order", "issue_refund", selection_mode=mode)
+    result = evaluator()(run, Reference(expected=kept))
+    assert result is not None
+    assert (result.scores["score"], result.findings) == (1.0, ())
+
+
 def test_in_order_mode_takes_a_group_in_the_order_that_keeps_the_most_in_order() -> None:
     """get_customer is called before the group and in it: read as get_customer, search,
     get_customer, search, the run holds the expected search, get_customer, search."""
