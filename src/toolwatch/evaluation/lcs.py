@@ -55,7 +55,7 @@ from typing import Final
 from toolwatch.evaluation import rows, staircase
 from toolwatch.evaluation.staircase import Step
 
-__all__ = ["MAX_MEETS", "MAX_WORK", "Step", "Walk", "best_walk", "lcs_length"]
+__all__ = ["MAX_MEETS", "MAX_WORK", "Step", "Walk", "best_walk", "lcs_length", "overlap"]
 
 #: Names the program over cells may meet, each cell counted as ``staircase.CELL`` more
 #: (``staircase.meets``, foreseen); past it, a bound. Compiled, at most about 30 ms: some
@@ -277,19 +277,24 @@ def _counts(names: Sequence[int]) -> dict[int, int]:
     return counts
 
 
-def _overlap(a: list[tuple[int, ...]], b: list[tuple[int, ...]]) -> int:
+def overlap(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many names two sides share, as multisets: the LCS of any orders of them is at most
+    this."""
     counts: dict[int, int] = {}
-    for block in a:
-        for x in block:
-            counts[x] = counts.get(x, 0) + 1
-    overlap = 0
-    for block in b:
-        for x in block:
-            left = counts.get(x, 0)
-            if left:
-                counts[x] = left - 1
-                overlap += 1
-    return overlap
+    for x in a:
+        counts[x] = counts.get(x, 0) + 1
+    shared = 0
+    for x in b:
+        left = counts.get(x, 0)
+        if left:
+            counts[x] = left - 1
+            shared += 1
+    return shared
+
+
+def _overlap(a: list[tuple[int, ...]], b: list[tuple[int, ...]]) -> int:
+    """``overlap`` of two sides in blocks."""
+    return overlap([x for block in a for x in block], [x for block in b for x in block])
 
 
 def _spread(blocks: list[tuple[int, ...]], most: int) -> list[int] | None:

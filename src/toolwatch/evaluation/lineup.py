@@ -51,7 +51,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from toolwatch.evaluation.blocks import Lined, Side, line_blocks
-from toolwatch.evaluation.lcs import MAX_MEETS, MAX_WORK
+from toolwatch.evaluation.lcs import MAX_MEETS, MAX_WORK, overlap
 
 __all__ = ["MAX_ARRANGEMENTS", "Lineup", "line_up"]
 
@@ -253,7 +253,7 @@ def _past_arrangements(a: Side, b: Side, *, meets: int, work: int, tries: int) -
     quarter for them merged) and the orders shown (see the module docstring), found by
     trying the assignments of one split group at a time, the others held, ``tries``
     line-ups at most, sharing the last quarter."""
-    bound = _overlap(a.ids, b.ids)
+    bound = overlap(a.ids, b.ids)
     for wider_a, wider_b, share in ((_written(a), _written(b), 2), (_merged(a), _merged(b), 4)):
         whole_a, whole_b = list(range(len(wider_a.ids))), list(range(len(wider_b.ids)))
         lined = line_blocks(
@@ -350,17 +350,3 @@ def _merged(side: Side) -> Side:
         blocks.append(list(range(start, end + 1)))
         start = end + 1
     return Side(side.ids, blocks, [])
-
-
-def _overlap(a: list[int], b: list[int]) -> int:
-    """How many names two sides share, as multisets."""
-    counts: dict[int, int] = {}
-    for x in a:
-        counts[x] = counts.get(x, 0) + 1
-    shared = 0
-    for x in b:
-        left = counts.get(x, 0)
-        if left:
-            counts[x] = left - 1
-            shared += 1
-    return shared
