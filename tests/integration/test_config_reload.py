@@ -19,6 +19,7 @@ from tests.integration import agents
 from tests.integration.conftest import RunningServer
 from tests.integration.test_evaluation_e2e import MINIMAL_POLICY, findings_log
 from tests.integration.test_ingest_to_tooltrace import send_grpc
+from tests.integration.test_security import serving_certificate
 
 OTHER_POLICY = """\
 policy:
@@ -425,13 +426,7 @@ def test_a_policy_reload_is_not_refused_for_an_expired_certificate_file_not_serv
     the reload's to judge (they refused every reload, toolwatch_config_last_reload_successful
     0)."""
     ca = trustme.CA()
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    install_certificate(ca, cert, key)
-    server = start_server(
-        security__tls__cert_file=str(cert),
-        security__tls__key_file=str(key),
-        security__tls__reload_seconds=30,
-    )
+    server, cert, key = serving_certificate(start_server, tmp_path, ca)
     now = datetime.datetime.now(datetime.UTC)
     day = datetime.timedelta(days=1)
     install_certificate(ca, cert, key, not_before=now - 30 * day, not_after=now - day)

@@ -542,17 +542,26 @@ def _trusted_by(server: RunningServer, ca: trustme.CA) -> tuple[bool, bool]:
     return grpc_ok, https_ok
 
 
-def test_a_rotated_certificate_is_served_to_new_connections_without_a_restart(
-    start_server: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    first, second, third = trustme.CA(), trustme.CA(), trustme.CA()
+def serving_certificate(
+    start_server: Start, tmp_path: Path, ca: trustme.CA
+) -> tuple[RunningServer, Path, Path]:
+    """A server serving TLS from files ``ca`` issued, looked at every 30 s of its clock, and
+    the certificate's and key's paths for a rotation."""
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    install_certificate(first, cert, key)
+    install_certificate(ca, cert, key)
     server = start_server(
         security__tls__cert_file=str(cert),
         security__tls__key_file=str(key),
         security__tls__reload_seconds=30,
     )
+    return server, cert, key
+
+
+def test_a_rotated_certificate_is_served_to_new_connections_without_a_restart(
+    start_server: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    first, second, third = trustme.CA(), trustme.CA(), trustme.CA()
+    server, cert, key = serving_certificate(start_server, tmp_path, first)
     assert _trusted_by(server, first) == (True, True)
     assert _trusted_by(server, second) == (False, False)
 
@@ -584,13 +593,7 @@ def test_a_rotation_to_an_expired_certificate_keeps_the_valid_one(
     old file): taken, it failed every new OTLP, metrics and stream handshake, while the log
     said "reloaded" and no reload failure was counted. Judged on the real clock."""
     ca = trustme.CA()
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
-    install_certificate(ca, cert, key)
-    server = start_server(
-        security__tls__cert_file=str(cert),
-        security__tls__key_file=str(key),
-        security__tls__reload_seconds=30,
-    )
+    server, cert, key = serving_certificate(start_server, tmp_path, ca)
     now = datetime.datetime.now(datetime.UTC)
     install_certificate(ca, cert, key, not_before=now - 30 * DAY, not_after=now - DAY)
     server.clock.advance(30)
