@@ -10,11 +10,11 @@ remembered names never change).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
 from toolwatch.evaluation.lcs import lcs_length
-from toolwatch.evaluation.lineup import line_up
+from toolwatch.evaluation.lineup import Lineup, line_up
 from toolwatch.evaluation.settings import Against
 from toolwatch.model import EvalResult, GoldenCase, ReferenceKind, ToolCall, ToolTrace, Verified
 from toolwatch.names import NameNormalizer
@@ -43,6 +43,12 @@ __all__ = [
 ]
 
 
+#: Two sides to line up: the run's names and groups, the reference's names and groups.
+_Sides: TypeAlias = tuple[
+    tuple[str, ...], tuple[int | None, ...], tuple[str, ...], tuple[int | None, ...]
+]
+
+
 @dataclass(frozen=True, slots=True, init=False)
 class Reference:
     """What a run is compared with: a golden case, a shadow source run, both or neither. The
@@ -55,6 +61,10 @@ class Reference:
     expected: GoldenCase | None = None
     source: ToolTrace | None = None
     earlier: tuple[Verified, ...] = ()
+    #: The line-ups ``sequences`` made against this reference, by the sides they lined up:
+    #: ``order``, ``tool_selection`` and ``composite`` read one run against it the same way,
+    #: and a long run's line-up is the costly part of their work. Not part of its value.
+    lineups: dict[_Sides, Lineup | None] = field(default_factory=dict, compare=False, repr=False)
 
     def __init__(
         self,
@@ -65,6 +75,7 @@ class Reference:
         object.__setattr__(self, "expected", expected)
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "earlier", earlier)
+        object.__setattr__(self, "lineups", {})
 
 
 #: An evaluator: a pure callable scoring one ToolTrace against a Reference. It returns ``None``
@@ -232,11 +243,21 @@ class Sequences:
         return lcs_length(self.names, self.reference) if lined is None else lined
 
 
-def sequences(trace: ToolTrace, base: Baseline, normalize: NameNormalizer) -> Sequences:
-    """The run and ``base`` lined up (see ``Sequences``)."""
+def sequences(
+    trace: ToolTrace, base: Baseline, normalize: NameNormalizer, against: Reference | None = None
+) -> Sequences:
+    """The run and ``base`` lined up (see ``Sequences``). ``against``: the ``Reference``
+    ``base`` was read from, which keeps the line-up for the next evaluator to ask."""
     names = call_names(trace, normalize)
     reference = base.names
-    lined = line_up(names, effective_groups(trace.calls), reference, [c.group for c in base.calls])
+    groups = tuple(effective_groups(trace.calls))
+    reference_groups = tuple(c.group for c in base.calls)
+    sides = (names, groups, reference, reference_groups)
+    known = against.lineups if against is not None else {}
+    if sides in known:
+        lined = known[sides]
+    else:
+        lined = known[sides] = line_up(names, groups, reference, reference_groups)
     if lined is None:
         return Sequences(trace.calls, names, reference)
     calls = trace.calls

@@ -97,7 +97,7 @@ class Composite:
         base = baseline(reference, "auto", self._normalize)
         if base is None:
             return None
-        lined = sequences(trace, base, self._normalize)  # parallel calls in either order
+        lined = sequences(trace, base, self._normalize, reference)  # parallel calls in either order
         names = lined.names
         report = compare_arguments(base.calls, trace.calls, self._scorer, self._normalize)
         scores = self._scores(trace, base, lined, report)

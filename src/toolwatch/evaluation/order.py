@@ -77,7 +77,7 @@ class Order:
         base = baseline(reference, self.settings.against, self._normalize)
         if base is None or base.no_tools or unordered(base):
             return None
-        lined = sequences(trace, base, self._normalize)
+        lined = sequences(trace, base, self._normalize, reference)
         common = lined.common()
         score = order_score(lined.names, lined.reference, base.kind, common)
         if base.kind is ReferenceKind.SOURCE:  # of the longer of the two, as it is scored

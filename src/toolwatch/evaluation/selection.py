@@ -136,7 +136,7 @@ class ToolSelection:
         base = baseline(reference, self.settings.against, self._normalize)
         if base is None or names_none(base):  # names none: "called 0/0" paged critical
             return None
-        lined = sequences(trace, base, self._normalize)
+        lined = sequences(trace, base, self._normalize, reference)
         names = lined.names
         if base.no_tools:
             return self._no_tools(trace, base, names)

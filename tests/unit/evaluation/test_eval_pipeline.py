@@ -6,9 +6,10 @@ from typing import Any
 
 import pytest
 import yaml
-from eval_factories import case, trace
+from eval_factories import case, grouped, trace
 
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings, Reference
+from toolwatch.evaluation.lineup import line_up
 from toolwatch.evaluation.pipeline import MAX_FINDINGS, build_evaluators
 from toolwatch.model import Category, ReferenceKind
 
@@ -192,3 +193,20 @@ def test_a_finding_stays_small_whatever_the_run() -> None:
         "tool_10, tool_11, tool_12, tool_13, tool_14, tool_15, tool_16, tool_17, tool_18, "
         "tool_19, tool_20, … 4979 more])."
     )
+
+
+def test_the_evaluators_that_read_order_line_a_run_up_once() -> None:
+    """order, tool_selection and composite read one run against one source the same way:
+    the line-up of their parallel groups is made once, for the first to ask, and is the one
+    ``line_up`` makes of the two sides."""
+    run = grouped("lookup_order", ("search", "get_customer"), "issue_refund")
+    source = grouped(("get_customer", "search"), "lookup_order", "issue_refund")
+    reference = Reference(source=source)
+    built = dict(build_evaluators(EvaluationSettings.model_validate(yaml.safe_load(MINIMAL))))
+    results = [built[name](run, reference) for name in ("order", "tool_selection", "composite")]
+    assert [r.scores["score"] for r in results if r is not None][:2] == [0.75, 1.0]
+    names = ("lookup_order", "search", "get_customer", "issue_refund")
+    source_names = ("get_customer", "search", "lookup_order", "issue_refund")
+    sides = (names, (None, 1, 1, None), source_names, (0, 0, None, None))
+    assert reference.lineups == {sides: line_up(*sides)}
+    assert reference == Reference(source=source)  # the line-ups kept are not its value
