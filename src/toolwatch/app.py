@@ -42,7 +42,6 @@ from toolwatch.config import (
     OutputSettings,
     host_addresses,
     is_ip_address,
-    is_loopback,
     parse_listen_address,
 )
 from toolwatch.engine import DiscardToolTraces, Engine, EngineParts, Receipt, ToolTraceSink
@@ -330,8 +329,7 @@ class App:
             raise
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         self._ready = True
-        _warn_if_exposed(self.addresses, self._security.exposure)
-        for warning in self.config.warnings():
+        for warning in self.config.warnings(addresses=self.addresses):
             log.warning("%s", warning)
         log.info("listening %s", " ".join(f"{k}={v}" for k, v in self.addresses.items()))
         if not self._compiled and self.config.ingest.decoder == "auto":
@@ -880,16 +878,6 @@ class _NamespaceWatch:
         for tool in set(self._names.values()):
             self._metrics.namespaced_tool_names(tool, 0)
         self._tools, self._names = tools, {}
-
-
-def _warn_if_exposed(addresses: dict[str, str], exposure: Callable[[str], str | None]) -> None:
-    """Warns about each listener reachable beyond loopback without TLS or authentication, or
-    with bearer tokens but no TLS to keep them secret."""
-    for name, address in addresses.items():
-        host, _port = parse_listen_address(address)
-        problem = exposure(name)
-        if not is_loopback(host) and problem is not None:
-            log.warning("%s listener %s is reachable beyond loopback %s", name, address, problem)
 
 
 #: Cyclic-GC thresholds for serving: a full collection only after 20,000 net new objects

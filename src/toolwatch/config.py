@@ -17,6 +17,7 @@ import os
 import re
 import socket
 import ssl
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -586,6 +587,19 @@ class SecuritySettings(_Section):
     def uses_auth(self, listener: str) -> bool:
         return self.auth is not None and listener in self.auth.listeners
 
+    def exposure(self, listener: str) -> str | None:
+        """What is wrong with ``listener`` if it is reachable beyond loopback, or ``None``.
+        The metrics listener may go without client authentication (scrapes often do)."""
+        tls, auth = self.uses_tls(listener), self.uses_auth(listener)
+        if not tls and not auth:
+            return "without TLS or authentication"
+        if not tls:
+            return "without TLS: its bearer tokens cross the network in clear text"
+        mutual = self.tls is not None and self.tls.client_ca_file is not None
+        if not auth and not mutual and listener != "metrics":
+            return "with TLS but no client authentication: any client that reaches it is served"
+        return None
+
 
 class Config(_Section):
     """The whole configuration. ``Config()`` is the built-in default."""
@@ -658,10 +672,28 @@ class Config(_Section):
                     f" {normal!r}: write {normal + '.' + field!r}"
                 )
 
-    def warnings(self, now: datetime.datetime | None = None) -> list[str]:
+    def warnings(
+        self, now: datetime.datetime | None = None, addresses: Mapping[str, str] | None = None
+    ) -> list[str]:
         """Settings that are valid but defeat something (``serve`` logs them, ``check-config``
-        prints them), with the files as they are at ``now`` (default: the current time)."""
+        prints them), with the files as they are at ``now`` (default: the current time).
+        ``addresses``: the listeners' (``serve`` gives the bound ones; default: ``listen``'s),
+        each warned about when it is reachable beyond loopback without TLS or authentication,
+        or with bearer tokens but no TLS to keep them secret."""
+        listen = self.listen
+        if addresses is None:
+            addresses = {
+                "grpc": listen.grpc,
+                "http": listen.http,
+                "metrics": listen.metrics,
+                "stream": listen.stream,
+            }
         said = []
+        for name, address in addresses.items():
+            host, _port = parse_listen_address(address)
+            problem = self.security.exposure(name)
+            if not is_loopback(host) and problem is not None:
+                said.append(f"{name} listener {address} is reachable beyond loopback {problem}")
         tls = self.security.tls
         now = now or datetime.datetime.now(datetime.UTC)
         early = tls.not_valid_yet(now) if tls else None

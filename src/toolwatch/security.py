@@ -495,19 +495,6 @@ class ListenerSecurity:
             return ssl.CERT_NONE
         return ssl.CERT_OPTIONAL if listener == "metrics" else ssl.CERT_REQUIRED
 
-    def exposure(self, listener: str) -> str | None:
-        """What is wrong with ``listener`` if it is reachable beyond loopback, or ``None``.
-        The metrics listener may go without client authentication (scrapes often do)."""
-        tls, auth = self._settings.uses_tls(listener), self._settings.uses_auth(listener)
-        if not tls and not auth:
-            return "without TLS or authentication"
-        if not tls:
-            return "without TLS: its bearer tokens cross the network in clear text"
-        mutual = self._settings.tls is not None and self._settings.tls.client_ca_file is not None
-        if not auth and not mutual and listener != "metrics":
-            return "with TLS but no client authentication: any client that reaches it is served"
-        return None
-
     def grpc_credentials(self, listener: str) -> grpc.ServerCredentials | None:
         """Credentials for a secure port, or ``None`` for plaintext."""
         files = self._certificates

@@ -97,7 +97,7 @@ def test_a_file_value_an_override_replaces_is_not_refused_and_the_ok_line_says_s
 ) -> None:
     """serve takes this file with the variable set: its listen.grpc is never used."""
     config = good_file(tmp_path, "listen:\n  grpc: nonsense\n")
-    monkeypatch.setenv("TOOLWATCH_GRPC_LISTEN", "0.0.0.0:4317")
+    monkeypatch.setenv("TOOLWATCH_GRPC_LISTEN", "127.0.0.1:4317")
     monkeypatch.setenv("TOOLWATCH_FINDINGS", str(tmp_path / "findings.jsonl"))
     assert check_config(capsys, str(config)) == (
         0,
@@ -204,3 +204,25 @@ def test_an_expired_certificate_is_refused_as_serve_refuses_it(
     assert err.splitlines()[1].startswith(
         f"--tls-cert: security.tls.cert_file: {cert}: the certificate expired at"
     )
+
+
+@pytest.mark.parametrize(
+    ("listen", "said"),
+    [
+        ("--grpc-listen=0.0.0.0:4317", "grpc listener 0.0.0.0:4317"),
+        ("--metrics-listen=[::]:9464", "metrics listener [::]:9464"),
+        ("--http-listen=localhost:4318", None),
+        ("--stream-listen=[::1]:4319", None),
+    ],
+)
+def test_a_listener_serve_would_warn_about_is_warned_about(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], listen: str, said: str | None
+) -> None:
+    """Beyond loopback without TLS or authentication, as ``serve`` warns once it listens."""
+    config = good_file(tmp_path)
+    code, out, err = check_config(capsys, str(config), listen)
+    assert (code, out.startswith(f"{config}: ok")) == (0, True)
+    warned = (
+        f"{config}: warning: {said} is reachable beyond loopback without TLS or authentication\n"
+    )
+    assert err == (warned if said else "")
