@@ -63,7 +63,8 @@ class Reference:
     earlier: tuple[Verified, ...] = ()
     #: The line-ups ``sequences`` made against this reference, by the sides they lined up:
     #: ``order``, ``tool_selection`` and ``composite`` read one run against it the same way,
-    #: and a long run's line-up is the costly part of their work. Not part of its value.
+    #: and a long run's line-up is the costly part of their work. Not part of its value; a
+    #: line-up depends on its sides alone, so references may share them (``replace`` does).
     lineups: dict[_Sides, Lineup | None] = field(default_factory=dict, compare=False, repr=False)
 
     def __init__(
@@ -71,11 +72,12 @@ class Reference:
         expected: GoldenCase | None = None,
         source: ToolTrace | None = None,
         earlier: tuple[Verified, ...] = (),
+        lineups: dict[_Sides, Lineup | None] | None = None,
     ) -> None:
         object.__setattr__(self, "expected", expected)
         object.__setattr__(self, "source", source)
         object.__setattr__(self, "earlier", earlier)
-        object.__setattr__(self, "lineups", {})
+        object.__setattr__(self, "lineups", {} if lineups is None else lineups)
 
 
 #: An evaluator: a pure callable scoring one ToolTrace against a Reference. It returns ``None``
