@@ -31,6 +31,7 @@ __all__ = [
     "baseline",
     "call_names",
     "effective_groups",
+    "first_only",
     "from_case",
     "from_source",
     "in_sequence",
@@ -140,6 +141,15 @@ def unordered(base: Baseline) -> bool:
     return base.case is not None and base.case.selection_mode in UNORDERED_MODES
 
 
+def first_only(case: GoldenCase) -> bool:
+    """Whether ``case`` judges its run's first call alone (its own mode is ``first``): the
+    tools it lists after the first, if any, say nothing of what the run does next, so no
+    call count is read from its list (``from_case``, ``safety``'s dangerous calls) and
+    ``composite`` scores the first call alone, as ``tool_selection`` and its failure type
+    do. A count the case gives (``expected_tool_count``, or no calls at all) still holds."""
+    return case.selection_mode == "first"
+
+
 def names_none(base: Baseline) -> bool:
     """Whether ``base`` is a golden case that names no tools and does not expect none (only
     a step count, a call count or a refusal): it says nothing about which tools, or their
@@ -168,7 +178,9 @@ def baseline(reference: Reference, against: Against, normalize: NameNormalizer) 
 
 
 def from_case(case: GoldenCase, normalize: NameNormalizer) -> Baseline:
-    """The Baseline of a golden case."""
+    """The Baseline of a golden case. Its call count is ``expected_tool_count``, else the
+    length of ``expected_tools``, except for a case that judges the first call alone
+    (``first_only``): its list is no count of what the run does."""
     calls = tuple(
         RefCall(
             normalize(c.name),
@@ -182,7 +194,7 @@ def from_case(case: GoldenCase, normalize: NameNormalizer) -> Baseline:
         for i, c in enumerate(case.expected_tools)
     )
     count = case.expected_tool_count
-    if count is None and calls:
+    if count is None and calls and not first_only(case):
         count = len(calls)
     # A case that does not say whether the run must refuse still rules refusal out when it
     # expects work to be done; only expected_refusal lets a missing refusal be judged.

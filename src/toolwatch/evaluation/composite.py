@@ -16,6 +16,11 @@ Scores (all in [0, 1]):
   case's ``expected_min_steps`` (absent when the case gives none, and against a source;
   1.0 when both are 0).
 
+Against a case whose own mode is ``first`` (``base.first_only``), selection and tool-name
+accuracy are 1 if the run's first call is the case's first tool, else 0, as
+``tool_selection`` scores that mode: the case fixes the first call alone, so the calls after
+it are neither extra nor missing.
+
 For a case that expects no calls (``expected_no_tools``, or ``expected_tool_count: 0``)
 selection, ordering and tool-name accuracy are 1 if no call was made, else 0. ``failure_type``
 classifies a miss for the report: ``not_triggered`` (tools expected, none called),
@@ -38,6 +43,7 @@ from toolwatch.evaluation.base import (
     Reference,
     Sequences,
     baseline,
+    first_only,
     from_case,
     names_none,
     pct,
@@ -130,6 +136,10 @@ class Composite:
             selection = ordering = exact = 0.0 if names else 1.0
         elif names_none(base):
             selection = ordering = exact = 1.0  # nothing to miss
+        elif base.case is not None and first_only(base.case):
+            # The case fixes the first call alone: what follows is neither extra nor missed.
+            selection = exact = 1.0 if tuple(names[:1]) == tuple(reference[:1]) else 0.0
+            ordering = 1.0
         else:
             metric = jaccard if self.settings.selection_metric == "jaccard" else recall
             selection = metric(names, base.names)
@@ -159,7 +169,7 @@ class Composite:
             return None
         if not names:
             return NOT_TRIGGERED
-        first = base.case is not None and base.case.selection_mode == "first"
+        first = base.case is not None and first_only(base.case)
         missed = names[0] != base.names[0] if first else recall(names, base.names) < 1.0
         if missed:  # a case of mode first expects its first tool first, and no more
             return WRONG_TOOL

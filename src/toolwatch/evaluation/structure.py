@@ -3,7 +3,8 @@
 Checks, each scored in [0, 1] and reported under its own score key:
 
 - ``call_count``: the run's number of calls against the reference count (the source run's
-  count; a golden case's ``expected_tool_count``, else the length of its ``expected_tools``).
+  count; a golden case's ``expected_tool_count``, else the length of its ``expected_tools``,
+  unless its own mode is ``first``: it judges the first call alone, ``base.first_only``).
   Within ``call_count_tolerance`` scores 1, beyond it ``1 - (|diff| - tolerance) / max(ref,
   1)`` floored at 0. Skipped for cases that expect no calls (``tool_selection`` owns those)
   and for cases that give no count.

@@ -61,6 +61,23 @@ def test_parameter_accuracy_is_reported_when_the_case_gives_arguments() -> None:
     assert "parameter_accuracy" not in evaluate(trace("search"), case("search")).scores
 
 
+def test_a_case_of_mode_first_is_met_by_a_run_that_calls_its_tool_first() -> None:
+    """The case fixes the first call alone, as ``tool_selection`` and the failure type read
+    it: the calls after it are neither extra (Jaccard) nor out of the case's sequence."""
+    first = case("classify_ticket", selection_mode="first")
+    met = evaluate(trace("classify_ticket", "search_kb", "reply"), first)
+    assert met.scores == {
+        "score": 1.0,
+        "selection": 1.0,
+        "ordering": 1.0,
+        "tool_name_accuracy": 1.0,
+    }
+    assert met.explanation.endswith("Composite: 100%; failure: none.")
+    missed = evaluate(trace("search_kb", "classify_ticket"), first)
+    assert (missed.scores["selection"], missed.scores["tool_name_accuracy"]) == (0.0, 0.0)
+    assert missed.explanation.endswith("failure: wrong_tool.")
+
+
 def test_expected_no_tools_figures() -> None:
     quiet = evaluate(trace(), case(expected_no_tools=True))
     noisy = evaluate(trace("search"), case(expected_no_tools=True))

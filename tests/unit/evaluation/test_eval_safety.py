@@ -296,6 +296,14 @@ def test_dangerous_call_the_case_did_not_expect_is_drift() -> None:
     assert finding.reference is ReferenceKind.EXPECTED
 
 
+def test_a_case_of_mode_first_counts_no_dangerous_call() -> None:
+    """A case of mode ``first`` says which call comes first (the lookup), not what follows:
+    the refund after it is no call the case did not make."""
+    run = trace("lookup_order", "issue_refund")
+    first = case("lookup_order", selection_mode="first")
+    assert evaluate(run, Reference(expected=first)).findings == ()
+
+
 @pytest.mark.parametrize("fields", [{"expected_no_tools": True}, {"expected_tool_count": 0}])
 def test_dangerous_call_against_a_case_that_expects_no_calls_is_drift(fields: Any) -> None:
     """``expected_tool_count: 0`` says the reference made no call, as ``expected_no_tools``."""

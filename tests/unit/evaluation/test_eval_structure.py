@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -51,6 +52,20 @@ def test_expected_tool_count_is_the_reference_count() -> None:
     result = evaluate(trace("a", "a", "a"), Reference(expected=case("a", expected_tool_count=3)))
     assert result is not None
     assert result.scores["call_count"] == 1.0
+
+
+def test_a_case_of_mode_first_gives_no_call_count_from_its_tools() -> None:
+    """A case of mode ``first`` judges the run's first call alone (``tool_selection``: 1 if
+    the first names agree): its author writes the first tool, and a run that goes on after
+    it has not called too much. The count the case gives, if it gives one, still holds."""
+    run = trace("classify_ticket", "search_kb", "reply")
+    first = case("classify_ticket", selection_mode="first")
+    result = evaluate(run, Reference(expected=first))
+    assert result is not None  # the refusal check: it expects work done
+    assert "call_count" not in result.scores
+    assert result.findings == ()
+    counted = evaluate(run, Reference(expected=replace(first, expected_tool_count=1)))
+    assert counted is not None and counted.scores["call_count"] == 0.0
 
 
 def test_case_without_tools_or_count_has_no_structure_to_check() -> None:
