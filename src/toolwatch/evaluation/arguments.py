@@ -17,7 +17,9 @@ first. Scoring:
   recorded without them) still takes part in pairing but is not scored; nor is a pair whose
   run call was recorded without arguments (content capture is often off, CONVENTIONS §6.6):
   unknown arguments are not wrong ones;
-- a scored reference call that was never made scores 0;
+- a scored reference call that was never made scores 0; a failed call made again
+  (``loops.acted``), the run's or a source's, is not a call of its own: its retry stands for
+  it (a source's lookup that failed and was retried is one lookup, not one the run missed);
 - the run's score is the mean over scored reference calls. With none the evaluator does not
   apply (``None``); extra actual calls are ``tool_selection``'s business, not scored here.
 
@@ -39,6 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from toolwatch.evaluation.base import Baseline, RefCall, Reference, baseline, pct
+from toolwatch.evaluation.loops import acted, acted_reference
 from toolwatch.evaluation.matching import pair_by_name
 from toolwatch.evaluation.settings import ToolArgumentsSettings, split_tool_field
 from toolwatch.evaluation.severity import make_finding, severity_for
@@ -233,10 +236,12 @@ class ToolArguments:
         self._scorer = ArgumentScorer(settings, normalize)
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
+        reference = acted_reference(reference, self._normalize)
         base = baseline(reference, self.settings.against, self._normalize)
         if base is None:
             return None
-        report = compare_arguments(base.calls, trace.calls, self._scorer, self._normalize)
+        calls = acted(trace, self._normalize).calls
+        report = compare_arguments(base.calls, calls, self._scorer, self._normalize)
         if report.score is None:
             return None
         findings = tuple(

@@ -16,6 +16,10 @@ Scores (all in [0, 1]):
   case's ``expected_min_steps`` (absent when the case gives none, and against a source;
   1.0 when both are 0).
 
+The run's calls and a source's are read as actions (``loops.acted``): a failed call the agent
+made again is one call with its retry, in every figure, as ``tool_selection`` and ``order``
+read them.
+
 Against a case whose own mode is ``first`` (``base.first_only``), selection and tool-name
 accuracy are 1 if the run's first call is the case's first tool, else 0, as
 ``tool_selection`` scores that mode: the case fixes the first call alone, so the calls after
@@ -50,6 +54,7 @@ from toolwatch.evaluation.base import (
     sequences,
     unordered,
 )
+from toolwatch.evaluation.loops import acted, acted_reference
 from toolwatch.evaluation.order import order_score
 from toolwatch.evaluation.selection import describe, jaccard, recall
 from toolwatch.evaluation.settings import CompositeSettings, ToolArgumentsSettings
@@ -100,9 +105,11 @@ class Composite:
         self._scorer = ArgumentScorer(arguments, normalize)
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
+        reference = acted_reference(reference, self._normalize)
         base = baseline(reference, "auto", self._normalize)
         if base is None:
             return None
+        trace = acted(trace, self._normalize)  # a failed call made again: one call
         lined = sequences(trace, base, self._normalize, reference)  # parallel calls in either order
         names = lined.names
         report = compare_arguments(base.calls, trace.calls, self._scorer, self._normalize)
@@ -123,7 +130,8 @@ class Composite:
     def failure_type(self, trace: ToolTrace, case: GoldenCase) -> str | None:
         """How ``trace`` missed ``case`` (see the module docstring), ``None`` if it did not."""
         base = from_case(case, self._normalize)
-        names = sequences(trace, base, self._normalize).names  # as __call__ reads them
+        trace = acted(trace, self._normalize)  # as __call__ reads it
+        names = sequences(trace, base, self._normalize).names
         report = compare_arguments(base.calls, trace.calls, self._scorer, self._normalize)
         return self._failure(base, names, report)
 

@@ -18,6 +18,7 @@ share of calls that are not flagged (1.0 for a run without calls).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -37,8 +38,18 @@ from toolwatch.model import (
     ToolCall,
     ToolTrace,
 )
+from toolwatch.names import NameNormalizer
 
-__all__ = ["CallKey", "Loops", "Repeat", "call_key", "find_repeats", "retried"]
+__all__ = [
+    "CallKey",
+    "Loops",
+    "Repeat",
+    "acted",
+    "acted_reference",
+    "call_key",
+    "find_repeats",
+    "retried",
+]
 
 
 # ``json.dumps(value, sort_keys=True, default=repr)``, without building an encoder per call.
@@ -138,6 +149,35 @@ def retried(calls: Sequence[ToolCall], tools: Sequence[str]) -> frozenset[int]:
             if len(pending) < _MAX_PENDING_FAILURES:  # beyond: counted, as actions are
                 pending.append(place)
     return frozenset(found)
+
+
+def acted(trace: ToolTrace, normalize: NameNormalizer) -> ToolTrace:
+    """The run as the actions it took: its calls without the failed ones it made again
+    (``retried``), each of which is one action with its retry. What the comparing evaluators
+    count and line up (``tool_selection``, ``tool_arguments``, ``tool_trace_structure``'s
+    call count, ``order``, ``composite``), as ``call_count`` invariants and ``safety`` count
+    actions: a run that did what its reference did, but had to ask a flaky tool twice, has
+    not called more, nor in another order. ``trace`` itself when no call failed (most runs:
+    nothing more is read) or none that failed was made again."""
+    calls = trace.calls
+    if all(call.status is CallStatus.OK for call in calls):
+        return trace
+    again = retried(calls, [normalize(call.tool_name) for call in calls])
+    if not again:
+        return trace
+    kept = tuple(call for i, call in enumerate(calls) if i not in again)
+    return dataclasses.replace(trace, calls=kept)
+
+
+def acted_reference(reference: Reference, normalize: NameNormalizer) -> Reference:
+    """``reference`` with its shadow source read as ``acted`` (the source's retries are no
+    more calls than the run's), sharing its line-ups; ``reference`` itself when that changes
+    nothing. A golden case lists what to do, not attempts: it is read as written."""
+    source = reference.source
+    if source is None:
+        return reference
+    made = acted(source, normalize)
+    return reference if made is source else dataclasses.replace(reference, source=made)
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,10 @@
 The score is the length of the longest common subsequence (LCS) of the two name sequences,
 divided by the expected length against a golden case (extra calls do not lower it) or by the
 longer length against a source run (either side's extras do). Both sides empty score 1.0; an
-empty golden sequence scores 1.0 (there is no order to break).
+empty golden sequence scores 1.0 (there is no order to break). A failed call the agent made
+again (``loops.acted``) is one call with its retry, on the run's side and a source's: against
+a source a retry would otherwise lengthen the longer side, so a flaky tool read as drift
+(against a case, the run's extra calls never lower the score).
 
 Calls issued in one parallel group have no order among themselves, so the LCS is the best
 over every order of each group's members, on either side: ``max over those orders of
@@ -33,6 +36,7 @@ from toolwatch.evaluation.base import (
     unordered,
 )
 from toolwatch.evaluation.lcs import lcs_length
+from toolwatch.evaluation.loops import acted, acted_reference
 from toolwatch.evaluation.settings import OrderSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.model import Category, EvalResult, Finding, ReferenceKind, ToolTrace
@@ -74,9 +78,11 @@ class Order:
         self._normalize = normalize
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
+        reference = acted_reference(reference, self._normalize)
         base = baseline(reference, self.settings.against, self._normalize)
         if base is None or base.no_tools or unordered(base):
             return None
+        trace = acted(trace, self._normalize)  # a failed call made again: one call
         lined = sequences(trace, base, self._normalize, reference)
         common = lined.common()
         score = order_score(lined.names, lined.reference, base.kind, common)

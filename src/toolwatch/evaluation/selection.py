@@ -21,11 +21,15 @@ column is a shadow source's that made no call. The ordered modes (``expected``, 
 (the model asked for them at once): ``expected`` takes the LCS over every order, as ``order``
 does, and ``exact`` and ``first`` agree when some order makes them (``base.sequences``).
 Recall modes ignore extra calls: over-calling is judged by ``set``/``exact``, ``loops`` and
-the structure's call count. A golden case that expects no calls (``expected_no_tools``, or
-``expected_tool_count: 0``) scores 1.0 iff no call was made; otherwise 0.0 and
-UNNECESSARY_TOOL_CALL (this is the only way selection reports extra calls when nothing was
-expected), severity ``medium`` raised to the floor: the score is binary, so effect size
-would always read critical.
+the structure's call count. A failed call the agent made again (``loops.acted``: the same
+tool and arguments, after the failure) is one call with its retry, on the run's side and a
+source's alike, so a flaky tool is no extra selection (the recall modes and ``first`` are
+not lowered by a retry anyway; ``set`` and ``exact`` would be).
+
+A golden case that expects no calls (``expected_no_tools``, or ``expected_tool_count: 0``)
+scores 1.0 iff no call was made; otherwise 0.0 and UNNECESSARY_TOOL_CALL (this is the only
+way selection reports extra calls when nothing was expected), severity ``medium`` raised
+to the floor: the score is binary, so effect size would always read critical.
 
 Modes: the case's ``selection_mode``, else ``mode`` against golden cases; ``source_mode``
 against a shadow source. One TOOL_SELECTION_DRIFT finding per run when the score is below
@@ -48,6 +52,7 @@ from toolwatch.evaluation.base import (
     sequences,
 )
 from toolwatch.evaluation.lcs import lcs_length
+from toolwatch.evaluation.loops import acted, acted_reference
 from toolwatch.evaluation.settings import ToolSelectionSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.model import Category, EvalResult, Finding, Severity, ToolTrace
@@ -133,9 +138,11 @@ class ToolSelection:
         return base.case.selection_mode or self.settings.mode
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
+        reference = acted_reference(reference, self._normalize)
         base = baseline(reference, self.settings.against, self._normalize)
         if base is None or names_none(base):  # names none: "called 0/0" paged critical
             return None
+        trace = acted(trace, self._normalize)  # a failed call made again: one call
         lined = sequences(trace, base, self._normalize, reference)
         names = lined.names
         if base.no_tools:

@@ -6,8 +6,10 @@ Checks, each scored in [0, 1] and reported under its own score key:
   count; a golden case's ``expected_tool_count``, else the length of its ``expected_tools``,
   unless its own mode is ``first``: it judges the first call alone, ``base.first_only``).
   Within ``call_count_tolerance`` scores 1, beyond it ``1 - (|diff| - tolerance) / max(ref,
-  1)`` floored at 0. Skipped for cases that expect no calls (``tool_selection`` owns those)
-  and for cases that give no count.
+  1)`` floored at 0. Calls are counted as actions (``loops.acted``): a failed call the agent
+  made again is one call with its retry, the run's and a source's, so a flaky tool does not
+  read as the agent calling more. Skipped for cases that expect no calls (``tool_selection``
+  owns those) and for cases that give no count.
 - ``parallelism``: 1 if the run uses parallel calls (two calls sharing a ``parallel_group``)
   exactly when the source run does, else 0. Only against a source (golden cases do not say).
 - ``refusal``: 1 if the run's refusal agrees with the reference, else 0. Against a source both
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from toolwatch.evaluation.base import Baseline, Reference, baseline, pct, uses_parallelism
+from toolwatch.evaluation.loops import acted
 from toolwatch.evaluation.settings import REFUSAL_TEXT_CHARS, StructureSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.model import Category, EvalResult, Finding, ReferenceKind, Severity, ToolTrace
@@ -90,17 +93,27 @@ class ToolTraceStructure:
         self, trace: ToolTrace, base: Baseline, reference: Reference
     ) -> list[StructureCheck | None]:
         return [
-            self._count(trace, base),
+            self._count(trace, base, reference),
             self._parallelism(trace, base),
             self._refusal(trace, base, reference),
         ]
 
-    def _count(self, trace: ToolTrace, base: Baseline) -> StructureCheck | None:
+    def _count(
+        self, trace: ToolTrace, base: Baseline, reference: Reference
+    ) -> StructureCheck | None:
         if base.call_count is None or base.no_tools:
             return None
+        count = base.call_count
+        if base.kind is ReferenceKind.SOURCE and reference.source is not None:
+            count = len(acted(reference.source, self._normalize).calls)
+        made = len(acted(trace, self._normalize).calls)
         tolerance = self.settings.call_count_tolerance
-        score = count_score(len(trace.calls), base.call_count, tolerance)
-        text = f"{len(trace.calls)} calls, {base.noun} {base.call_count} (tolerance {tolerance})"
+        score = count_score(made, count, tolerance)
+        text = f"{made} calls"
+        again = len(trace.calls) - made
+        if again:
+            text += f" (and {again} failed call{'s' if again != 1 else ''} made again)"
+        text += f", {base.noun} {count} (tolerance {tolerance})"
         return StructureCheck("call_count", score, Category.TOOL_TRACE_STRUCTURE_DRIFT, text)
 
     def _parallelism(self, trace: ToolTrace, base: Baseline) -> StructureCheck | None:

@@ -294,3 +294,15 @@ def test_a_shadow_sources_amount_sent_as_text_is_a_number_under_numeric() -> Non
     strategies = {"strategies": {"issue_refund.amount_usd": "numeric"}}
     assert evaluate(source, target, **strategies).scores["score"] == 1.0
     assert evaluate(target, source, **strategies).scores["score"] == 1.0
+
+
+def test_a_sources_failed_call_made_again_is_no_call_the_run_left_out() -> None:
+    """The source asked for order A-1 twice, the first time failing: one lookup, which the
+    run made once with the same arguments, not a second one it never made (scored 0)."""
+    order = {"order_id": "A-1"}
+    source = trace(
+        call("lookup_order", order, index=0, ok=False),
+        call("lookup_order", order, index=1),
+    )
+    result = evaluate(source, trace(("lookup_order", order)))
+    assert (result.scores["score"], result.findings) == (1.0, ())

@@ -153,6 +153,25 @@ def test_composite_needs_a_golden_case_or_a_shadow_source() -> None:
     assert composite(trace("a"), Reference()) is None
 
 
+def test_failed_calls_made_again_are_one_call_in_every_figure() -> None:
+    """As ``tool_selection`` and ``order`` read them: a lookup that failed and was asked
+    again is one lookup, so the run meets the source that looked up once, and the case."""
+    composite = Composite(CompositeSettings(), ToolArgumentsSettings(), NameNormalizer())
+    flaky = trace(
+        call("lookup", {"id": 1}, index=0, ok=False),
+        call("lookup", {"id": 1}, index=1),
+        call("refund", {"id": 1}, index=2),
+    )
+    steady = trace(("lookup", {"id": 1}), ("refund", {"id": 1}))
+    for reference in (Reference(source=steady), Reference(expected=case("lookup", "refund"))):
+        result = composite(flaky, reference)
+        assert result is not None
+        assert result.scores["score"] == result.scores["tool_name_accuracy"] == 1.0
+    assert failure_type(flaky, case("lookup", "refund", expected_min_steps=2)) is None
+    stepped = evaluate(flaky, case("lookup", "refund", expected_min_steps=2))
+    assert stepped.scores["step_efficiency"] == 1.0
+
+
 def test_against_a_shadow_source_the_run_is_scored_as_order_scores_it() -> None:
     """A candidate model gated in CI against the model it replaces (replay --min-score)."""
     composite = Composite(CompositeSettings(), ToolArgumentsSettings(), NameNormalizer())

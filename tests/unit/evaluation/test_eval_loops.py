@@ -12,10 +12,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolwatch.evaluation.base import Reference
-from toolwatch.evaluation.loops import Loops, call_key, retried
+from toolwatch.evaluation.loops import Loops, acted, acted_reference, call_key, retried
 from toolwatch.evaluation.settings import LoopsSettings, PolicySettings
 from toolwatch.jsontext import decimal_text
 from toolwatch.model import Category, EvalResult, ReferenceKind, ToolCall
+from toolwatch.names import NameNormalizer
 
 
 def evaluate(*calls: ToolCall, **policy: Any) -> EvalResult:
@@ -232,6 +233,25 @@ def test_a_failed_call_made_again_with_its_number_written_otherwise_is_a_retry(a
     ]
     assert retried(calls, ["issue_refund", "issue_refund"]) == frozenset({0})
     assert evaluate(*calls, retry_limit=0).findings[0].span_id == "s1"
+
+
+def test_a_run_read_as_actions_leaves_out_the_failed_calls_it_made_again() -> None:
+    """What the comparing evaluators count (``acted``): the retry stands for the failures
+    before it; a failure not made again is an action of its own, and a run with nothing to
+    leave out is itself, not a copy (the usual run costs no more)."""
+    normalize = NameNormalizer()
+    flaky = trace(
+        call("lookup_order", {"id": 1}, index=0, ok=False),
+        call("lookup_order", {"id": 1}, index=1),
+        call("issue_refund", {"id": 1}, index=2, ok=False),
+    )
+    assert [c.span_id for c in acted(flaky, normalize).calls] == ["s1", "s2"]
+    steady = trace(call("lookup_order", {"id": 1}, index=0), call("issue_refund", index=1))
+    assert acted(steady, normalize) is steady
+    reference = Reference(source=steady)
+    assert acted_reference(reference, normalize) is reference
+    shared = acted_reference(Reference(source=flaky), normalize)
+    assert shared.source is not None and len(shared.source.calls) == 2
 
 
 def test_a_value_json_has_no_type_for_is_not_taken_for_the_string_of_its_repr() -> None:

@@ -17,6 +17,7 @@ from toolwatch.model import Category, ReferenceKind, ToolCall, ToolTrace
 from toolwatch.names import NameNormalizer
 
 EXPECTED, SOURCE = ReferenceKind.EXPECTED, ReferenceKind.SOURCE
+ORDER = {"order_id": "A-1"}
 
 
 @pytest.mark.parametrize(
@@ -358,3 +359,20 @@ def test_a_shadow_run_issuing_its_parallel_groups_in_another_order_is_drift(
     scored = composite(run, Reference(source=source))
     assert scored is not None
     assert scored.scores["ordering"] == pytest.approx(common / calls)
+
+
+def test_failed_calls_made_again_do_not_lengthen_a_side_against_a_source() -> None:
+    """Against a source the LCS is over the longer side, so a lookup asked again after it
+    failed would lower the score; it is one call with its retry, either side's (against a
+    case the run's extra calls never lowered it)."""
+    flaky = trace(
+        call("lookup_order", ORDER, index=0, ok=False),
+        call("lookup_order", ORDER, index=1),
+        call("issue_refund", ORDER, index=2),
+    )
+    steady = trace(call("lookup_order", ORDER, index=0), call("issue_refund", ORDER, index=1))
+    order = Order(OrderSettings(), NameNormalizer())
+    for run, source in [(flaky, steady), (steady, flaky)]:
+        result = order(run, Reference(source=source))
+        assert result is not None
+        assert (result.scores["score"], result.findings) == (1.0, ())

@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings
 from toolwatch.evaluation.base import Reference, in_sequence, pct
+from toolwatch.evaluation.loops import acted
 from toolwatch.evaluation.selection import selection_score
 from toolwatch.model import ToolTrace
+from toolwatch.names import NameNormalizer
 
 STRATEGIES = ("exact", "subset", "numeric", "contains", "fuzzy")
 MODES = ("expected", "expected_set", "exact", "set", "first")
@@ -62,7 +64,8 @@ def test_a_run_scores_one_against_its_own_golden_case(
     run: ToolTrace, strategy: str, mode: str
 ) -> None:
     run = dataclasses.replace(run, refusal=False)
-    expected = as_case(run, expected_min_steps=len(run.calls))
+    actions = acted(run, NameNormalizer())  # a case lists what to do, not failed attempts
+    expected = as_case(actions, expected_min_steps=len(actions.calls))
     scores = comparing_scores(run, Reference(expected=expected), strategy, mode)
     assert all(value == 1.0 for value in scores.values()), scores
 

@@ -14,6 +14,18 @@ from toolwatch.names import NameNormalizer
 MODES = ("expected", "expected_set", "exact", "set", "first")
 
 
+#: A run that did what its reference does (look order A-1 up, refund it), but had to ask the
+#: order service three times: twice it failed and was asked again with the same arguments.
+ORDER = {"order_id": "A-1"}
+FLAKY = trace(
+    call("lookup_order", ORDER, index=0, ok=False),
+    call("lookup_order", ORDER, index=1, ok=False),
+    call("lookup_order", ORDER, index=2),
+    call("issue_refund", ORDER, index=3),
+)
+STEADY = trace(call("lookup_order", ORDER, index=0), call("issue_refund", ORDER, index=1))
+
+
 def evaluator(**settings: object) -> ToolSelection:
     return ToolSelection(ToolSelectionSettings.model_validate(settings), NameNormalizer())
 
@@ -225,3 +237,19 @@ def test_source_mode_exact_takes_a_parallel_source_group_in_either_order() -> No
     result = evaluator(source_mode="exact")(trace("b", "a"), Reference(source=source))
     assert result is not None
     assert result.scores["score"] == 1.0
+
+
+@pytest.mark.parametrize("mode", ["set", "exact"])
+def test_failed_calls_made_again_are_no_extra_selection(mode: str) -> None:
+    """The multiset modes read a retry after a failure as one call with it, as the policy
+    counts actions: a flaky order service is not the agent selecting more lookups, on the
+    run's side or the source's."""
+    select = evaluator(source_mode=mode, mode=mode)
+    for run, reference in [
+        (FLAKY, Reference(source=STEADY)),
+        (STEADY, Reference(source=FLAKY)),
+        (FLAKY, Reference(expected=case("lookup_order", "issue_refund"))),
+    ]:
+        result = select(run, reference)
+        assert result is not None
+        assert (result.scores["score"], result.findings) == (1.0, ())

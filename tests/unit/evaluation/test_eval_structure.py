@@ -15,6 +15,17 @@ from toolwatch.evaluation.structure import ToolTraceStructure, count_score
 from toolwatch.model import Category, EvalResult, ReferenceKind, Severity
 from toolwatch.names import NameNormalizer
 
+#: A run that did what its reference does (look order A-1 up, refund it), but had to ask the
+#: order service three times: twice it failed and was asked again with the same arguments.
+ORDER = {"order_id": "A-1"}
+FLAKY = trace(
+    call("lookup_order", ORDER, index=0, ok=False),
+    call("lookup_order", ORDER, index=1, ok=False),
+    call("lookup_order", ORDER, index=2),
+    call("issue_refund", ORDER, index=3),
+)
+STEADY = trace(call("lookup_order", ORDER, index=0), call("issue_refund", ORDER, index=1))
+
 
 def evaluate(run: Any, reference: Reference, **settings: Any) -> EvalResult | None:
     evaluator = ToolTraceStructure(StructureSettings.model_validate(settings), NameNormalizer())
@@ -46,6 +57,21 @@ def test_call_count_against_a_source() -> None:
     assert finding.category is Category.TOOL_TRACE_STRUCTURE_DRIFT
     assert finding.reference is ReferenceKind.SOURCE
     assert finding.explanation == "Structure: call_count 50% (4 calls, source 2 (tolerance 1))."
+
+
+def test_failed_calls_made_again_are_one_call_with_their_retry() -> None:
+    """As ``loops``, ``call_count`` invariants and ``safety`` count actions: an order service
+    that failed twice is no call-count drift against the case, nor against a source, and a
+    source's own retries are not calls the run left out."""
+    result = evaluate(FLAKY, Reference(expected=case("lookup_order", "issue_refund")))
+    assert result is not None and result.findings == ()
+    assert "Structure: 100% (2 calls (and 2 failed calls made again), expected 2" in (
+        result.explanation
+    )
+    against_source = evaluate(FLAKY, Reference(source=STEADY))
+    assert against_source is not None and against_source.findings == ()
+    source_retried = evaluate(STEADY, Reference(source=FLAKY), call_count_tolerance=0)
+    assert source_retried is not None and source_retried.scores["call_count"] == 1.0
 
 
 def test_expected_tool_count_is_the_reference_count() -> None:
