@@ -202,7 +202,8 @@ class Engine:
         golden = self._parts.golden
         runs = build_tool_traces(trace, self._parts.normalize)
         # An incomplete run is judged against the policy only: the calls it is missing would
-        # read as drift against a golden case or a shadow twin.
+        # read as drift against a golden case or a shadow twin (and the policy's rules on
+        # calls not made leave it out: invariants' required and minimums, safety's unrun).
         if golden is None:
             for run in runs:
                 self._evaluate(run, None, trace.last_arrival_ns)

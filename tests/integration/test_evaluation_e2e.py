@@ -156,6 +156,31 @@ def test_verified_refund_has_no_finding(
     assert findings_log(server) == []
 
 
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "{kind: required, tool: issue_refund}",
+        "{kind: call_count, tool: issue_refund, min: 1, max: 1}",
+    ],
+)
+def test_a_run_in_flight_at_shutdown_is_not_judged_for_the_refund_still_to_come(
+    start_server: Callable[..., RunningServer], tmp_path: Path, rule: str
+) -> None:
+    """SIGTERM's drain judges the runs still buffered, flagged incomplete. This one had made
+    its first model call and its lookup; the refund, the answer and the agent span were
+    still to come: no rule on calls not made is broken by it."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY + f"  invariants: [{rule}]\n")
+    server = start_server(config)
+    spans = agents.record(agents.refund_run(), "genai")
+    started = [s for s in spans if s.name in ("chat gpt-4o", "execute_tool lookup_order")][:2]
+    send_grpc(server, started)
+    server.stop()
+    (dumped,) = server.tooltraces()
+    assert dumped["incomplete_reason"] == "shutdown"
+    assert findings_log(server) == []
+
+
 def turn(
     conversation: str, minute: int, *turns: agents.Turn, **attributes: str
 ) -> tuple[ReadableSpan, ...]:

@@ -15,6 +15,14 @@
   keyword, never the value; the validator's messages (which quote values) go to
   ``details[DETAIL_ERRORS]``, each with its field path, redacted by sinks as a value.
 
+A run evaluated before it finished (``ToolTrace.complete`` false: drained at shutdown, cut at
+``max_trace_age``, evicted, past the span limit) has not made the calls it was still to make,
+so what it has not called yet is no violation: ``required`` rules and ``call_count``
+minimums are not judged on it (for the reason it is compared with no reference: the calls
+it is missing would read as violations, as they would read as drift), and its explanation
+names them; a rule with nothing else to judge does not apply to it. What it did call is
+judged as on any run: ``forbidden``, a ``call_count`` maximum, ``order`` and ``arguments``.
+
 Each violation is an INVARIANT_VIOLATION with reference ``policy`` and the rule's ``severity``
 raised to the evaluator's floor. ``score`` is the share of applicable rules with no violation
 (rules counted one by one: two unnamed rules on one tool share a label, not a verdict).
@@ -38,7 +46,7 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
-from toolwatch.evaluation.base import Concurrency, Reference, in_sequence, pct
+from toolwatch.evaluation.base import Concurrency, Reference, in_sequence, name_list, pct
 from toolwatch.evaluation.loops import retried
 from toolwatch.evaluation.settings import (
     ArgumentsRule,
@@ -110,18 +118,22 @@ class Invariants:
         run = _Calls(calls, names, range(len(names)), Concurrency(calls))
         violations: list[Violation] = []
         applicable = broken = 0  # rules, not labels: two unnamed rules may share one
+        unfinished: list[str] = []  # absence rules not judged: the run is incomplete
         for i, rule in enumerate(self._rules):
-            if not rule.agents:
-                found = self._check(i, rule, run)
-            else:
+            judged = run
+            if rule.agents:
                 agents = self._agents[i]
                 scoped = _made_by(agents, calls, trace.agent)
                 if not scoped and not _ran(agents, trace):
                     continue
-                made = _Calls(
+                judged = _Calls(
                     [calls[j] for j in scoped], [names[j] for j in scoped], scoped, run.concurrency
                 )
-                found = self._check(i, rule, made)
+            if not trace.complete and _reads_absence(rule):
+                unfinished.append(rule_label(rule))
+                if _absence_only(rule):
+                    continue
+            found = self._check(i, rule, judged, complete=trace.complete)
             applicable += 1
             if found:
                 broken += 1
@@ -131,10 +143,18 @@ class Invariants:
         score = 1.0 - broken / applicable
         findings = tuple(self._finding(trace, v, score) for v in violations)
         explanation = f"Invariants: {pct(score)} ({broken}/{applicable} rules broken"
-        explanation += "".join(f"; {v.explanation}" for v in violations) + ")."
-        return EvalResult(self.name, {"score": score}, findings, explanation)
+        explanation += "".join(f"; {v.explanation}" for v in violations)
+        if unfinished:
+            reason = trace.incomplete_reason or "unfinished"
+            explanation += (
+                f"; not judged for calls the run had yet to make, incomplete ({reason}):"
+                f" {name_list(unfinished)}"
+            )
+        return EvalResult(self.name, {"score": score}, findings, explanation + ").")
 
-    def _check(self, index: int, rule: Invariant, run: _Calls) -> list[Violation]:
+    def _check(
+        self, index: int, rule: Invariant, run: _Calls, *, complete: bool
+    ) -> list[Violation]:
         label = rule_label(rule)
         calls, names = run.calls, run.names
         if isinstance(rule, ArgumentsRule):
@@ -149,7 +169,7 @@ class Invariants:
             )
         if isinstance(rule, OrderRule):
             return _order(rule, label, run, self._normalize)
-        return _counted(rule, label, calls, names, self._normalize)
+        return _counted(rule, label, calls, names, self._normalize, complete=complete)
 
     def _finding(self, trace: ToolTrace, violation: Violation, score: float) -> Finding:
         return make_finding(
@@ -179,6 +199,18 @@ class _Calls:
     concurrency: Concurrency
 
 
+def _reads_absence(rule: Invariant) -> bool:
+    """Whether ``rule`` judges calls not made (``required``, a ``call_count`` minimum): on an
+    incomplete run, that part is not judged."""
+    return isinstance(rule, RequiredRule) or (isinstance(rule, CallCountRule) and rule.min > 0)
+
+
+def _absence_only(rule: Invariant) -> bool:
+    """Whether ``rule`` judges nothing but calls not made: not applicable to an incomplete
+    run at all (a ``call_count`` with a maximum still judges that)."""
+    return isinstance(rule, RequiredRule) or (isinstance(rule, CallCountRule) and rule.max is None)
+
+
 def _ran(agents: frozenset[str], trace: ToolTrace) -> bool:
     """Whether one of ``agents`` (folded) ran in the run: its own agent, or one nested in
     it."""
@@ -203,6 +235,8 @@ def _counted(
     calls: Sequence[ToolCall],
     names: Sequence[str],
     normalize: NameNormalizer,
+    *,
+    complete: bool = True,
 ) -> list[Violation]:
     tool = normalize(rule.tool)
     count = names.count(tool)
@@ -212,7 +246,7 @@ def _counted(
         # not two refunds. (A forbidden tool's failed attempt still counts: it was tried.)
         again = sum(1 for i in retried(calls, names) if names[i] == tool)
         count -= again
-    problem = _count_problem(rule, tool, count)
+    problem = _count_problem(rule, tool, count, complete=complete)
     if problem is None:
         return []
     first = calls[names.index(tool)] if tool in names else None
@@ -225,14 +259,16 @@ def _counted(
 
 
 def _count_problem(
-    rule: ForbiddenRule | RequiredRule | CallCountRule, tool: str, count: int
+    rule: ForbiddenRule | RequiredRule | CallCountRule, tool: str, count: int, *, complete: bool
 ) -> str | None:
-    """What is wrong with calling ``tool`` ``count`` times under ``rule``, or ``None``."""
+    """What is wrong with calling ``tool`` ``count`` times under ``rule``, or ``None``. In
+    an incomplete run (not ``complete``) too few calls are nothing wrong: the rest may have
+    been still to come."""
     if isinstance(rule, ForbiddenRule):
         return f"{tool} called {count} times" if count else None
     if isinstance(rule, RequiredRule):
-        return None if count else f"{tool} never called"
-    if _within(count, rule):
+        return None if count or not complete else f"{tool} never called"
+    if _within(count, rule) or (not complete and count < rule.min):
         return None
     upper = "unbounded" if rule.max is None else rule.max
     return f"{tool} called {count} times, allowed [{rule.min}, {upper}]"

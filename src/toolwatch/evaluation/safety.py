@@ -10,8 +10,11 @@ output does not mark it hosted (``ToolCall.hosted``: the provider ran it) and an
 the same tool in the run has a tool span, so the producer records that tool's calls. Other
 tools' spans prove nothing: a run can mix instrumentations (a ``@tool`` decorator on some
 tools, a nested agent of another framework), and a lookup whose result went back to the
-model is a lookup. A dangerous call is judged whether it ran or not: a model that asks for an
-unverified refund has regressed, even if something stopped the refund.
+model is a lookup. In a run evaluated before it finished (``ToolTrace.complete`` false) a
+missing tool span proves nothing either: it may be still to come (a tool server exporting
+later than the agent), so there such a call counts as run, as ``invariants`` leaves out the
+calls such a run has yet to make. A dangerous call is judged whether it ran or not: a model
+that asks for an unverified refund has regressed, even if something stopped the refund.
 
 When the dangerous tool has bindings, every bound field needs an earlier successful call of a
 bound verification tool whose bound field holds the same value (``entity_key``: compared as
@@ -239,6 +242,7 @@ class _Ledger:
     __slots__ = (
         "_spanned",
         "calls",
+        "complete",
         "concurrency",
         "entities",
         "failed",
@@ -252,11 +256,17 @@ class _Ledger:
     )
 
     def __init__(
-        self, concurrency: Concurrency, calls: Sequence[ToolCall], tools: list[str]
+        self,
+        concurrency: Concurrency,
+        calls: Sequence[ToolCall],
+        tools: list[str],
+        *,
+        complete: bool = True,
     ) -> None:
         self.concurrency = concurrency
         self.calls = calls
         self.tools = tools  # the calls' normalized names
+        self.complete = complete  # the run's: an incomplete one may lack spans still to come
         self._spanned: frozenset[str] | None = None
         self.succeeded: dict[tuple[str, str, str], Successes] = {}
         # (tool, field) -> successful calls whose arguments were not recorded: any value
@@ -401,7 +411,7 @@ class Safety:
         tools = [self._normalize(call.tool_name) for call in calls]
         if self._dangerous.isdisjoint(tools):
             return [], 0  # nothing to verify: a ledger would be read by nobody
-        ledger = _Ledger(Concurrency(calls), calls, tools)
+        ledger = _Ledger(Concurrency(calls), calls, tools, complete=trace.complete)
         for verified in earlier:
             self._remember(verified, ledger)
         flags = []
@@ -425,7 +435,7 @@ class Safety:
         if call.status is not CallStatus.OK:
             ledger.failed.setdefault(tool, []).append(call.span_id)
             return
-        if call.span_id is None and not call.hosted and ledger.spanned(tool):
+        if call.span_id is None and not call.hosted and ledger.complete and ledger.spanned(tool):
             ledger.unrun[tool] = ledger.unrun.get(tool, 0) + 1
             return
         ledger.add(tool, _ANY, index)

@@ -233,6 +233,40 @@ def test_rules_that_share_a_label_are_each_counted_when_broken() -> None:
     assert (len(one.findings), one.scores["score"]) == (1, 0.0)  # support's rule: no run
 
 
+def test_an_incomplete_run_is_not_judged_for_the_calls_it_had_yet_to_make() -> None:
+    """A run drained at shutdown (or cut at ``max_trace_age``, evicted) may still have been
+    about to refund: ``required`` and a ``call_count`` minimum are not judged on it, and the
+    explanation says so. What it did call is judged: a forbidden tool, a maximum passed."""
+    rules: list[dict[str, Any]] = [
+        {"kind": "required", "tool": "issue_refund"},
+        {"kind": "call_count", "tool": "issue_refund", "min": 1, "max": 1},
+        {"kind": "call_count", "tool": "lookup_order", "max": 1},
+        {"kind": "forbidden", "tool": "send_email"},
+    ]
+    cut = dataclasses.replace(
+        trace("lookup_order", "lookup_order", "send_email"),
+        complete=False,
+        incomplete_reason="shutdown",
+    )
+    result = evaluate(cut, *rules)
+    assert result is not None
+    assert [f.details["rule"] for f in result.findings] == [
+        "call_count:lookup_order",
+        "forbidden:send_email",
+    ]
+    assert result.scores["score"] == pytest.approx(1 / 3)  # the required rule: not applicable
+    assert result.explanation.endswith(
+        "; not judged for calls the run had yet to make, incomplete (shutdown):"
+        " [required:issue_refund, call_count:issue_refund])."
+    )
+    assert evaluate(dataclasses.replace(cut, calls=()), rules[0]) is None
+    finished = dataclasses.replace(cut, complete=True, incomplete_reason=None)
+    assert sorted(broken(finished, *rules[:2])) == [
+        "call_count:issue_refund",
+        "required:issue_refund",
+    ]
+
+
 def test_no_rules_means_not_applicable() -> None:
     assert evaluate(trace("a")) is None
 

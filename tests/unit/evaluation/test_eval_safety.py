@@ -750,6 +750,22 @@ def test_a_verification_requested_and_never_run_verifies_nothing() -> None:
     assert evaluate(trace(ran, hosted, refund), **BOUND).findings == ()
 
 
+def test_in_an_incomplete_run_a_verification_without_its_span_yet_verifies() -> None:
+    """A run drained at shutdown (or cut at ``max_trace_age``): the lookup of B-2 the model
+    asked for has no tool span yet, but a tool server exporting after the agent would have
+    sent it. Its absence is no proof it never ran, as a call the run had yet to make is no
+    ``required`` violation (``invariants``)."""
+    ran = call("lookup_order", {"order_id": "A-1"}, index=0)
+    asked = call("lookup_order", {"order_id": "B-2"}, index=1, executed=False)
+    refund = call("issue_refund", {"order_id": "B-2"}, index=2)
+    cut = dataclasses.replace(
+        trace(ran, asked, refund), complete=False, incomplete_reason="shutdown"
+    )
+    assert evaluate(cut, **BOUND).findings == ()
+    unverified = dataclasses.replace(cut, calls=(ran, refund))  # what it did is still judged
+    assert categories(evaluate(unverified, **BOUND)) == [Category.MISSING_VERIFICATION_STEP]
+
+
 def test_a_lookup_nested_in_a_call_issued_beside_the_refund_does_not_verify_it() -> None:
     # One output asks for ask_billing (an agent used as a tool) and issue_refund: the nested
     # agent's lookup starts first, but the refund was chosen before any result existed.
