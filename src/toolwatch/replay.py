@@ -20,7 +20,7 @@ and the files are read together, in recorded time (``_in_time_order``). A file t
 pretty-printed JSON document is read whole.
 
 Every ToolTrace goes through the same evaluation pipeline as in ``serve`` (policy, golden
-cases matched by attribute, shadow pairs joined by pair key — offline, with no timeout).
+cases matched by attribute, shadow pairs joined by pair key and agent — offline, with no timeout).
 Gates (``--min-score``, ``--max-findings``) make the command exit 1 when they fail.
 """
 

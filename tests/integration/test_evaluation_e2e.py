@@ -270,6 +270,37 @@ def test_shadow_target_with_an_extra_refund_is_dangerous_drift(
     assert runs_by_reference(server) == {"source": 1.0, "none": 1.0}
 
 
+def test_a_candidate_is_compared_with_the_source_run_of_its_own_agent(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """Production's request runs a triage agent, then the refund agent, each run carrying
+    the pair key; the candidate model serves the refund agent alone. Its run is the copy of
+    production's refund run, not of triage's (against which it paged TOOL_SELECTION_DRIFT,
+    TOOL_ORDER_DRIFT and DANGEROUS_ACTION_DRIFT, "the source run made 0")."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY + "shadow:\n  enabled: true\n")
+    server = start_server(config)
+    source = {"toolwatch.shadow.pair_id": "req-1", "toolwatch.shadow.role": "source"}
+    classify = agents.Call("classify", {"text": "where is my refund"}, "call_t")
+    triage = agents.AgentRun(
+        "triage-bot",
+        (agents.Turn((classify,)), agents.Turn(text="refunds")),
+        attributes=source,
+    )
+    send_grpc(server, agents.request([triage, agents.refund_run(source)], {}))
+    server.settle()
+    target = {**source, "toolwatch.shadow.role": "target"}
+    send_grpc(server, agents.request([agents.refund_run(target)], {}))
+    server.settle()
+
+    assert [f for f in server.findings.findings if f.reference == "source"] == []
+    assert runs_by_reference(server) == {"source": 1.0, "none": 1.0}  # compared: the target
+    duplicate = {"reason": "duplicate"}
+    assert server.sample("toolwatch_shadow_unpaired_total", duplicate) == 0.0
+    server.settle(60.0)  # triage's run: no candidate serves it
+    assert server.sample("toolwatch_shadow_unpaired_total", {"reason": "timed_out"}) == 1.0
+
+
 def test_a_shadow_target_is_counted_as_compared_only_once_it_pairs(
     start_server: Callable[..., RunningServer],
 ) -> None:

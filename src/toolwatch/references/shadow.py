@@ -5,6 +5,18 @@ and a role attribute (``source`` for the serving model, ``target`` for the candi
 joiner holds the first half to arrive and hands back the pair when the other half arrives;
 the caller then evaluates the target against the source.
 
+Halves are joined by pair key *and agent* (``ToolTrace.agent``, trimmed and case-folded as
+agent names are everywhere; a run that names none is joined with another that names none):
+a request may run several agents, each a run with the request's pair key (set on each
+agent's span, or carried by baggage), while the candidate serves one of them. Joined on the
+key alone, the candidate's refund run would be compared with whichever of production's runs
+came first (the triage agent's), and production's refund run would be dropped as a
+duplicate. The runs of an agent the candidate does not serve wait for a partner that never
+comes, as any unpaired half does, and are counted ``timed_out``; they are held meanwhile,
+within ``max_waiting`` and ``max_waiting_bytes`` (waiting longest, they are mostly the
+oldest halves, the ones evicted first), so size those for every run with a pair key that
+arrives within ``pair_timeout_seconds``.
+
 Every half that is never paired is counted once through
 ``PipelineMetrics.shadow_unpaired(reason)`` with one of ``UNPAIRED_REASONS``:
 
@@ -12,8 +24,8 @@ Every half that is never paired is counted once through
 - ``evicted``: ``max_waiting`` halves were already waiting, or they held
   ``max_waiting_bytes`` (a half holds its whole run, arguments and results included:
   ``half_bytes``), and it was the oldest;
-- ``duplicate``: its pair key and role were already taken (waiting, or paired within the
-  timeout): the first is kept;
+- ``duplicate``: its pair key, agent and role were already taken (waiting, or paired within
+  the timeout): the first is kept;
 - ``no_role``: it carries a pair key but no role, or an unknown one (the caller still
   evaluates it against policy);
 - ``shutdown``: still waiting at ``drain``.
@@ -36,6 +48,7 @@ from dataclasses import dataclass
 from toolwatch.jsontext import held_size, text_size
 from toolwatch.metrics import UNPAIRED_REASONS, PipelineMetrics
 from toolwatch.model import Clock, ToolTrace
+from toolwatch.names import fold
 from toolwatch.references.settings import ShadowSettings
 
 __all__ = ["UNPAIRED_REASONS", "ShadowJoiner", "ShadowPair", "half_bytes"]
@@ -44,6 +57,8 @@ _SOURCE = "source"
 _TARGET = "target"
 _TRACE_BYTES = 1024  # a ToolTrace and its small fields
 _CALL_BYTES = 256  # a ToolCall and its small fields
+#: What joins two halves: the pair key, and the agent folded ("" for a run naming none).
+_Key = tuple[str, str]
 
 
 def half_bytes(trace: ToolTrace) -> int:
@@ -73,7 +88,7 @@ class _Half:
 
 
 class ShadowJoiner:
-    """Joins shadow halves by pair key, bounded in time and memory.
+    """Joins shadow halves by pair key and agent, bounded in time and memory.
 
     Waiting halves live in an insertion-ordered map; with one timeout for all, arrival order
     is expiry order, so ``expire`` and eviction only look at the front.
@@ -96,11 +111,11 @@ class ShadowJoiner:
         self._clock = clock
         self._metrics = metrics
         self._timeout_ns = int(settings.pair_timeout_seconds * 1_000_000_000)
-        self._waiting: OrderedDict[str, _Half] = OrderedDict()
+        self._waiting: OrderedDict[_Key, _Half] = OrderedDict()
         self._waiting_bytes = 0  # what the waiting halves hold (half_bytes)
-        # Pair keys joined within the timeout (key -> when), so a late third half is a
-        # duplicate rather than a new half left to time out. Bounded like ``_waiting``.
-        self._paired: OrderedDict[str, int] = OrderedDict()
+        # Keys joined within the timeout (key -> when), so a late third half is a duplicate
+        # rather than a new half left to time out. Bounded like ``_waiting``.
+        self._paired: OrderedDict[_Key, int] = OrderedDict()
         self.dropped = 0  #: halves counted unpaired so far, every reason
 
     @property
@@ -126,7 +141,7 @@ class ShadowJoiner:
         or paired. What expired by ``now`` (default: the clock) is dropped first, as ``offer``
         drops it. (One that waits past its timeout is not compared after all.)"""
         self.expire(now)
-        key = self.pair_key(trace)
+        key = self._key(trace)
         return key is not None and self._role(trace) == _TARGET and not self._taken(key, _TARGET)
 
     def offer(
@@ -140,7 +155,7 @@ class ShadowJoiner:
         ``compares`` names. ``now``: the clock reading to judge expiry and arrival by (the
         caller's, when it asked ``compares`` at that moment), else the clock's.
         """
-        key = self.pair_key(trace)
+        key = self._key(trace)
         if key is None:
             return None
         now = self._clock() if now is None else now
@@ -180,7 +195,16 @@ class ShadowJoiner:
         self._waiting_bytes = 0
         self._paired.clear()
 
-    def _taken(self, key: str, role: str) -> bool:
+    def _key(self, trace: ToolTrace) -> _Key | None:
+        """What joins the run with its other half: its pair key and its agent (see the
+        module docstring), or ``None`` if it is not a shadow run."""
+        key = self.pair_key(trace)
+        if key is None:
+            return None
+        agent = trace.agent
+        return key, "" if agent is None else fold(agent)
+
+    def _taken(self, key: _Key, role: str) -> bool:
         """Whether a half of ``role`` for ``key`` already waits, or the pair joined."""
         waiting = self._waiting.get(key)
         return key in self._paired or (waiting is not None and waiting.role == role)
@@ -189,7 +213,7 @@ class ShadowJoiner:
         value = trace.reference_keys.get(self._settings.role_attribute)
         return None if value is None else self._settings.role_of(value)
 
-    def _hold(self, key: str, half: _Half) -> None:
+    def _hold(self, key: _Key, half: _Half) -> None:
         """Hold ``half``, evicting the oldest halves while the count or bytes would pass the
         bounds (a half bigger than ``max_waiting_bytes`` alone is held by itself)."""
         limits = self._settings
@@ -202,7 +226,7 @@ class ShadowJoiner:
         self._waiting[key] = half
         self._waiting_bytes += half.bytes
 
-    def _release(self, key: str) -> _Half:
+    def _release(self, key: _Key) -> _Half:
         half = self._waiting.pop(key)
         self._waiting_bytes -= half.bytes
         return half
@@ -214,7 +238,7 @@ class ShadowJoiner:
         if half.deferred:
             self._metrics.tool_trace(half.trace, "none")
 
-    def _join(self, key: str, waiting: _Half, arrived: _Half) -> ShadowPair:
+    def _join(self, key: _Key, waiting: _Half, arrived: _Half) -> ShadowPair:
         self._release(key)
         if len(self._paired) >= self._settings.max_waiting:
             self._paired.popitem(last=False)

@@ -87,6 +87,29 @@ def test_pairs_join_only_on_their_own_key() -> None:
     assert joiner.waiting == 1
 
 
+def test_a_target_is_joined_with_the_source_run_of_its_own_agent() -> None:
+    """A request that runs a triage agent, then the refund agent, each run with the pair
+    key; the candidate serves the refund agent alone. Its run pairs with production's refund
+    run (not the first half under the key, triage's), which is no duplicate; triage's run
+    waits for a partner that never comes, and times out as any unpaired half does. Agent
+    names are folded, as everywhere (``Refund-Bot`` names ``refund-bot``)."""
+    clock = ManualClock()
+    joiner, metrics = _joiner(clock, pair_timeout_seconds=30)
+
+    def half(agent: str, role: str) -> ToolTrace:
+        return dataclasses.replace(_half("req-1", role, f"{agent}-{role}"), agent=agent)
+
+    assert joiner.offer(half("triage-bot", "source")) is None
+    assert joiner.offer(half("refund-bot", "source")) is None
+    pair = joiner.offer(half(" Refund-Bot", "target"))
+    assert pair is not None
+    assert pair.source.trace_id == "refund-bot-source"
+    assert (joiner.waiting, metrics.unpaired) == (1, Counter())
+    clock.advance(30)
+    joiner.expire()
+    assert (joiner.waiting, metrics.unpaired) == (0, Counter({"timed_out": 1}))
+
+
 def test_runs_without_a_pair_key_are_neither_held_nor_counted() -> None:
     joiner, metrics = _joiner()
 
