@@ -239,13 +239,16 @@ class Engine:
         memory = self._memory
         earlier = memory.before(trace) if memory is not None else ()
         self._emit(trace, self._run(trace, expected, None, earlier=earlier), last_arrival_ns)
-        pair = joiner.offer(trace, deferred=deferred, now=now) if joiner is not None else None
+        pair = None
+        if joiner is not None:
+            pair = joiner.offer(trace, deferred=deferred, now=now, case=expected)
         if pair is not None:
             if pair.deferred:
                 self._metrics.tool_trace(pair.target, "source")
-            # Each half was judged against the policy as it arrived; the pair adds only what
-            # is judged against the source.
-            paired = self._run(pair.target, None, pair.source, policy=False)
+            # Each half was judged against the policy, and the target against its golden case,
+            # as it arrived; the pair adds only what is judged against the source, by the
+            # evaluators that take it: with the case passed again, `auto` still reads the case.
+            paired = self._run(pair.target, pair.case, pair.source, policy=False)
             drift = [f for f in paired if f.reference is ReferenceKind.SOURCE]
             self._emit(pair.target, drift, last_arrival_ns)
 
@@ -308,8 +311,9 @@ class Engine:
         result = evaluation.evaluate(trace, expected, source, policy=policy, earlier=earlier)
         for evaluator, _message in result.failures:
             self._metrics.evaluator_failed(evaluator)
-        # The pair's pass (policy=False) runs safety again for its drift against the source;
-        # its score was observed when the run arrived.
+        # The pair's pass (policy=False) runs only the evaluators that compare the run with
+        # its source, and safety again for its drift against it, whose score was observed
+        # when the run arrived.
         rescored = frozenset() if policy else evaluation.rescored
         for evaluated in result.results:
             if evaluated.evaluator in rescored:

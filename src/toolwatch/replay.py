@@ -51,9 +51,9 @@ from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodeError
 from toolwatch.ingest.otlp_json import decode_otlp_json, latest_end_ns
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import ManualClock, ReferenceKind, ToolTrace
+from toolwatch.model import GoldenCase, ManualClock, ReferenceKind, ToolTrace
 from toolwatch.references.conversations import ConversationMemory
-from toolwatch.references.shadow import ShadowJoiner
+from toolwatch.references.shadow import ShadowJoiner, ShadowPair
 from toolwatch.replay_report import Gate, Report, ReportBuilder, parse_gate
 from toolwatch.sinks.tooltraces import tooltrace_from_dict
 
@@ -160,9 +160,11 @@ def evaluate_offline(traces: Iterable[ToolTrace], config: Config, gates: Sequenc
         earlier = memory.before(trace) if memory is not None else ()
         result = pipeline.evaluate(trace, case, None, earlier=earlier)
         builder.add(trace, case, result, source=shadow.is_source(trace.reference_keys))
-        halves.offer(trace)
-    for source, target in halves.pairs():
-        result = pipeline.evaluate(target, None, source, policy=False)
+        halves.offer(trace, case)
+    for pair in halves.pairs():
+        # As in serve: the target was judged against its golden case, if it had one; its
+        # evaluators that take the case (``auto``) do not read the source in the pair's pass.
+        result = pipeline.evaluate(pair.target, pair.case, pair.source, policy=False)
         builder.add_pair(result, ReferenceKind.SOURCE, rescored=pipeline.rescored)
     builder.unpaired(halves.unpaired)
     return builder.build()
@@ -177,23 +179,24 @@ class _ShadowHalves:
     ``max_trace_age`` after the half: a trace id used again hours later, a session's, is
     another completion), each in start order. What never pairs is counted by reason
     (``unpaired``); halves still waiting at the end had no other half in the input
-    (``no_other_half``)."""
+    (``no_other_half``). Each half keeps the golden case it was matched to (``ShadowPair``'s
+    ``case``)."""
 
     def __init__(self, config: Config) -> None:
         self._shadow = config.shadow
         self._age_ns = config.assembly.limits().max_trace_age_ns
-        self._halves: list[ToolTrace] = []
+        self._halves: list[tuple[ToolTrace, GoldenCase | None]] = []
         self._ends: dict[str, list[int]] = {}  # trace id -> the ends of its runs
         self.unpaired: dict[str, int] = {}
 
-    def offer(self, trace: ToolTrace) -> None:
+    def offer(self, trace: ToolTrace, case: GoldenCase | None = None) -> None:
         if not self._shadow.enabled or not trace.reference_keys.get(
             self._shadow.pair_key_attribute
         ):
             return  # what replay holds grows with the shadow runs alone
         self._ends.setdefault(trace.trace_id, []).append(trace.end_ns)
         if trace.complete:
-            self._halves.append(trace)
+            self._halves.append((trace, case))
 
     def _completed(self, trace: ToolTrace) -> int:
         """When ``trace``'s trace completed in serve: the last end of its runs that end
@@ -201,20 +204,20 @@ class _ShadowHalves:
         until = trace.end_ns + self._age_ns
         return max(end for end in self._ends[trace.trace_id] if trace.end_ns <= end <= until)
 
-    def pairs(self) -> Iterator[tuple[ToolTrace, ToolTrace]]:
+    def pairs(self) -> Iterator[ShadowPair]:
         clock = ManualClock(0)
         counted = _Unpaired(self.unpaired)
         joiner = ShadowJoiner(self._shadow, clock, counted)
         arrivals = [
-            (self._completed(h), h.trace_id, h.start_ns, h.run_span_id or "", h)
-            for h in self._halves
+            (self._completed(h), h.trace_id, h.start_ns, h.run_span_id or "", h, case)
+            for h, case in self._halves
         ]
         arrivals.sort(key=lambda arrival: arrival[:4])
-        for completed, *_, half in arrivals:
+        for completed, *_, half, case in arrivals:
             clock.now_ns = completed
-            pair = joiner.offer(half)
+            pair = joiner.offer(half, case=case)
             if pair is not None:
-                yield pair.source, pair.target
+                yield pair
         counted.at_end = True
         joiner.drain()
 

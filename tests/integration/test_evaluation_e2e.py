@@ -333,6 +333,76 @@ def test_a_paired_target_is_scored_once_by_each_evaluator(
     assert (scored("order"), scored("tool_selection")) == (1.0, 1.0)
 
 
+REFUND_CANARY = """\
+cases:
+  - id: refund-canary
+    expected_tools: [lookup_order, issue_refund]
+"""
+
+
+def canary_half(role: str, run: agents.AgentRun | None = None) -> tuple[ReadableSpan, ...]:
+    """A canary request's run that the candidate serves too: it carries a golden case id and
+    a pair key. Without ``run``, the refund run its case expects."""
+    attributes = {
+        "toolwatch.case_id": "refund-canary",
+        "toolwatch.shadow.pair_id": "req-1",
+        "toolwatch.shadow.role": role,
+    }
+    run = dataclasses.replace(run or agents.refund_run(), attributes=attributes)
+    return agents.record(run, "genai")
+
+
+def canary_server(
+    start_server: Callable[..., RunningServer], tmp_path: Path, extra: str = ""
+) -> RunningServer:
+    (tmp_path / "cases.yaml").write_text(REFUND_CANARY)
+    config = tmp_path / "toolwatch.yaml"
+    golden = "golden:\n  cases_file: cases.yaml\nshadow:\n  enabled: true\n"
+    config.write_text(MINIMAL_POLICY + golden + extra)
+    return start_server(config)
+
+
+#: Production's run of the canary, which stopped short of the refund its case expects.
+SHORT = agents.AgentRun(
+    "refund-bot", (agents.Turn((agents.LOOKUP,)), agents.Turn(text="A person will call you."))
+)
+
+
+def test_a_target_that_meets_its_golden_case_is_not_paged_against_its_source(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """``against: auto`` is the run's golden case, else its shadow source: a target with a
+    case was judged against it when it arrived, and the pair's pass reads that case again,
+    not the source (it paged TOOL_SELECTION_DRIFT, TOOL_ORDER_DRIFT and DANGEROUS_ACTION_DRIFT
+    against production's run, and scored the target twice)."""
+    server = canary_server(start_server, tmp_path)
+    send_grpc(server, canary_half("source", SHORT))
+    send_grpc(server, canary_half("target"))
+    server.settle()
+
+    assert [f for f in server.findings.findings if f.reference == "source"] == []
+    assert runs_by_reference(server) == {"expected": 2.0}
+    scored = {"evaluator": "tool_selection"}
+    assert server.sample("toolwatch_evaluator_score_count", scored) == 2.0  # each run, once
+
+
+def test_an_evaluator_set_against_the_source_compares_a_target_with_a_golden_case(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """Set ``against: source``, ``order`` compares the target with production's run, once,
+    in the pair's pass; the evaluators left at ``auto`` keep to the golden case."""
+    server = canary_server(start_server, tmp_path, "evaluators:\n  order: {against: source}\n")
+    send_grpc(server, canary_half("source", SHORT))
+    send_grpc(server, canary_half("target"))
+    server.settle()
+
+    against_source = [
+        (f.evaluator, f.category) for f in server.findings.findings if f.reference == "source"
+    ]
+    assert against_source == [("order", "TOOL_ORDER_DRIFT")]
+    assert server.sample("toolwatch_evaluator_score_count", {"evaluator": "order"}) == 1.0
+
+
 def test_shutdown_waits_for_a_scrape_of_what_only_the_shadow_joiner_counted(
     start_server: Callable[..., RunningServer], caplog: pytest.LogCaptureFixture
 ) -> None:

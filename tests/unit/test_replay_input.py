@@ -575,20 +575,58 @@ def test_replay_counts_what_a_conversation_verified_before_a_run_as_serve_does(
 _SECOND = 1_000_000_000
 
 
-def _shadow_run(number: int, key: str, role: str, at_s: int, *tools: str) -> str:
+def _shadow_run(
+    number: int, key: str, role: str, at_s: int, *tools: str, case: str | None = None
+) -> str:
     calls = tuple(
         factories.tool_call(tool_name=tool, sequence_index=i, arguments={"order_id": "A-1"})
         for i, tool in enumerate(tools)
     )
+    keys = {"toolwatch.shadow.pair_id": key, "toolwatch.shadow.role": role}
+    if case is not None:
+        keys["toolwatch.case_id"] = case
     trace = factories.tool_trace(
         trace_id=f"{number:032x}",
         agent="refund-bot",
         calls=calls,
         start_ns=at_s * _SECOND,
         end_ns=at_s * _SECOND + _SECOND,
-        reference_keys={"toolwatch.shadow.pair_id": key, "toolwatch.shadow.role": role},
+        reference_keys=keys,
     )
     return json.dumps(tooltrace_to_dict(trace))
+
+
+def test_a_target_with_a_golden_case_is_compared_with_its_source_as_in_serve(
+    tmp_path: Path,
+) -> None:
+    """A canary run the candidate serves too is judged against its golden case; the pair's
+    pass compares it with production's run only where an evaluator is set ``against:
+    source`` (``order`` here), as serve does: the target that met its case gates nothing
+    against production's run, which stopped short of the refund, and is scored once."""
+    (tmp_path / "cases.yaml").write_text(
+        "cases:\n  - {id: refund-canary, expected_tools: [lookup_order, issue_refund]}\n"
+    )
+    config_file = tmp_path / "toolwatch.yaml"
+    config_file.write_text(
+        "policy: {dangerous_tools: [issue_refund], verification_tools: [lookup_order]}\n"
+        "golden: {cases_file: cases.yaml}\nshadow: {enabled: true}\n"
+        "evaluators: {order: {against: source}}\n"
+    )
+    config = load_config(config_file, {})
+    lines = [
+        _shadow_run(1, "k1", "source", 0, "lookup_order", case="refund-canary"),
+        _shadow_run(2, "k1", "target", 0, "lookup_order", "issue_refund", case="refund-canary"),
+    ]
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text("\n".join(lines) + "\n")
+    report = evaluate_offline(load_tool_traces([pairs], config), config, [])
+    against_source = [
+        (f.evaluator, str(f.category)) for f in report.finding_list if f.reference == "source"
+    ]
+    assert against_source == [("order", "TOOL_ORDER_DRIFT")]
+    assert report.scores["tool_selection"]["n"] == 1.0  # the target, against its case alone
+    assert report.scores["composite"]["n"] == 1.0
+    assert report.scores["order"] == {"n": 1.0, "score": 0.5}
 
 
 def test_shadow_pairs_are_joined_as_the_server_joins_them_and_the_rest_is_told(

@@ -104,6 +104,9 @@ class _Entry:
     evaluator: Evaluator
     needs: frozenset[ReferenceKind]  # empty: policy-based, always runs
     policy_only: bool = False  # judges the policy alone, never a reference
+    #: The references it compares with when it has them (its ``against``; ``safety``'s
+    #: drift check's); ``None`` for a custom evaluator, which may read any.
+    reads: frozenset[ReferenceKind] | None = frozenset()
 
 
 def build_evaluators(settings: EvaluationSettings) -> tuple[tuple[str, Evaluator], ...]:
@@ -118,7 +121,7 @@ def _entries(settings: EvaluationSettings) -> list[_Entry]:
         evaluator = Composite(
             composite, settings.evaluators.tool_arguments, settings.policy.normalizer()
         )
-        entries.append(_Entry(Composite.name, evaluator, _NEEDS["auto"]))
+        entries.append(_Entry(Composite.name, evaluator, _NEEDS["auto"], reads=_NEEDS["auto"]))
     return entries
 
 
@@ -141,14 +144,15 @@ def _comparing(settings: EvaluationSettings) -> list[_Entry]:
 def _compares(
     evaluator: ToolSelection | ToolArguments | ToolTraceStructure | Order, against: Against
 ) -> _Entry:
-    return _Entry(evaluator.name, evaluator, _NEEDS[against])
+    return _Entry(evaluator.name, evaluator, _NEEDS[against], reads=_NEEDS[against])
 
 
 def _policy(settings: EvaluationSettings) -> list[_Entry]:
     policy, config = settings.policy, settings.evaluators
     entries: list[_Entry] = []
     if config.safety.enabled and (policy.dangerous_tools or policy.allowed_tools):
-        entries.append(_Entry(Safety.name, Safety(config.safety, policy), frozenset()))
+        reads = _NEEDS[config.safety.against]  # its drift check's
+        entries.append(_Entry(Safety.name, Safety(config.safety, policy), frozenset(), reads=reads))
     if config.loops.enabled:
         entries.append(_Entry(Loops.name, Loops(config.loops, policy), frozenset(), True))
     if config.invariants.enabled and policy.invariants:
@@ -170,10 +174,10 @@ class EvaluationPipeline:
     def __init__(
         self, settings: EvaluationSettings, *, extra: Iterable[tuple[str, Evaluator]] = ()
     ) -> None:
-        custom = (_Entry(name, evaluator, frozenset()) for name, evaluator in extra)
+        custom = (_Entry(name, evaluator, frozenset(), reads=None) for name, evaluator in extra)
         self._entries = (*_entries(settings), *custom)
-        #: The built-in evaluators that judge every run alone and that ``policy=False`` runs
-        #: anyway (``safety``, for its drift against the source): a second pass over a run
+        #: The built-in evaluators that judge every run alone and that ``policy=False`` may run
+        #: again (``safety``, for its drift against the source): a second pass over a run
         #: scores them again. Custom evaluators are not in it: the pair's pass may be their
         #: only look at the source.
         self.rescored = frozenset(
@@ -198,10 +202,11 @@ class EvaluationPipeline:
     ) -> PipelineResult:
         """Evaluate ``trace`` against its golden case and/or shadow source, and the policy.
 
-        ``policy=False`` skips the evaluators that judge the policy alone (``loops``,
-        ``invariants``), and the findings of the others against the policy (``safety``'s):
-        the server uses it when a shadow pair completes, since each half was already judged
-        against the policy when it arrived. ``earlier``: ``Reference.earlier``."""
+        ``policy=False`` is a shadow pair's pass (the server's and ``replay``'s) over a
+        target judged when it arrived against the policy, and against its golden case if it
+        had one (passed again as ``expected``): only the evaluators that compare it with its
+        source there run (``_compares_with_source``), and their findings against the policy
+        (``safety``'s) are left out. ``earlier``: ``Reference.earlier``."""
         reference = Reference(expected, source, earlier)
         available = _available(reference)
         results: list[EvalResult] = []
@@ -210,7 +215,7 @@ class EvaluationPipeline:
         for entry in self._entries:
             if entry.needs and entry.needs.isdisjoint(available):
                 continue
-            if entry.policy_only and not policy:
+            if not policy and not _compares_with_source(entry, reference):
                 continue
             started = _PERF_COUNTER()
             try:
@@ -226,6 +231,21 @@ class EvaluationPipeline:
             results.append(result if len(result.findings) <= MAX_FINDINGS else _cut(result, trace))
         findings = tuple(f for r in results for f in r.findings)
         return PipelineResult(tuple(results), findings, tuple(failures), durations)
+
+
+def _compares_with_source(entry: _Entry, reference: Reference) -> bool:
+    """Whether ``entry`` runs in a shadow pair's pass (``policy=False``): whether it may
+    compare the run with its source there. One that judges the policy alone judged the run
+    when it arrived. So did one that takes the golden case when the run has one (``against``
+    ``auto`` or ``expected``), and it would read that case again, not the source: ``auto``
+    is the run's golden case, else its source. A custom evaluator runs: the pair's pass may
+    be its only look at the source."""
+    reads = entry.reads
+    if reads is None:
+        return True
+    if ReferenceKind.SOURCE not in reads:
+        return False
+    return ReferenceKind.EXPECTED not in reads or reference.expected is None
 
 
 def _without_policy(result: EvalResult) -> EvalResult:

@@ -30,6 +30,12 @@ Every half that is never paired is counted once through
   evaluates it against policy);
 - ``shutdown``: still waiting at ``drain``.
 
+A half is offered with the golden case it was matched to, if any (``case``): a target's
+is handed back with its pair (``ShadowPair.case``), so that the pair's evaluation reads the
+reference the run's ``against: auto`` evaluators already took (README: "the run's golden
+case, else its shadow source"), and only those set ``against: source`` compare it with its
+source. It is a reference to a case of the loaded set: a half holds no copy.
+
 A target offered with ``deferred`` is one whose ``toolwatch_tool_traces_total`` count waits
 for the outcome: the engine counts it as compared (``reference="source"``) when its pair is
 formed (``ShadowPair.deferred``), and the joiner counts it with ``reference="none"`` when it
@@ -47,7 +53,7 @@ from dataclasses import dataclass
 
 from toolwatch.jsontext import held_size, text_size
 from toolwatch.metrics import UNPAIRED_REASONS, PipelineMetrics
-from toolwatch.model import Clock, ToolTrace
+from toolwatch.model import Clock, GoldenCase, ToolTrace
 from toolwatch.names import fold
 from toolwatch.references.settings import ShadowSettings
 
@@ -71,11 +77,13 @@ def half_bytes(trace: ToolTrace) -> int:
 
 @dataclass(frozen=True, slots=True)
 class ShadowPair:
-    """A joined pair: ``source`` is the serving model's run, ``target`` the candidate's."""
+    """A joined pair: ``source`` is the serving model's run, ``target`` the candidate's;
+    ``case``, the golden case the target was matched to (see the module docstring)."""
 
     source: ToolTrace
     target: ToolTrace
     deferred: bool = False  # the target's tool-trace count waited for this pair
+    case: GoldenCase | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +93,7 @@ class _Half:
     arrived_ns: int
     deferred: bool = False
     bytes: int = 0  # half_bytes
+    case: GoldenCase | None = None  # the golden case the run was matched to
 
 
 class ShadowJoiner:
@@ -145,7 +154,12 @@ class ShadowJoiner:
         return key is not None and self._role(trace) == _TARGET and not self._taken(key, _TARGET)
 
     def offer(
-        self, trace: ToolTrace, *, deferred: bool = False, now: int | None = None
+        self,
+        trace: ToolTrace,
+        *,
+        deferred: bool = False,
+        now: int | None = None,
+        case: GoldenCase | None = None,
     ) -> ShadowPair | None:
         """Take one finished run. Returns the pair it completes, else ``None``.
 
@@ -153,14 +167,15 @@ class ShadowJoiner:
         are dropped first, so a half never pairs after its timeout. ``deferred``: the run's
         tool-trace count is left to the outcome (see the module docstring); for a run that
         ``compares`` names. ``now``: the clock reading to judge expiry and arrival by (the
-        caller's, when it asked ``compares`` at that moment), else the clock's.
+        caller's, when it asked ``compares`` at that moment), else the clock's. ``case``:
+        the golden case the run was matched to, handed back with a target's pair.
         """
         key = self._key(trace)
         if key is None:
             return None
         now = self._clock() if now is None else now
         self.expire(now)
-        half = _Half(trace, self._role(trace) or "", now, deferred)
+        half = _Half(trace, self._role(trace) or "", now, deferred, case=case)
         if not half.role:
             self._drop(half, "no_role")
             return None
@@ -244,4 +259,4 @@ class ShadowJoiner:
             self._paired.popitem(last=False)
         self._paired[key] = self._clock()
         source, target = (waiting, arrived) if waiting.role == _SOURCE else (arrived, waiting)
-        return ShadowPair(source.trace, target.trace, target.deferred)
+        return ShadowPair(source.trace, target.trace, target.deferred, target.case)

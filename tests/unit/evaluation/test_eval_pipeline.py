@@ -179,6 +179,23 @@ def test_a_pair_pass_cuts_the_drift_against_the_source_not_the_policy_flags() ->
     assert len(drift) == MAX_FINDINGS
 
 
+def test_a_pair_pass_runs_the_evaluators_that_compare_with_the_source() -> None:
+    """A target matched to a golden case was judged against it when it arrived; ``auto`` is
+    that case, not the source, so the pair's pass, given the case again, runs only what is
+    set ``against: source`` (and a custom evaluator, which may read anything; ``safety``'s
+    drift is ``auto`` too). Without a case, every evaluator that compares does."""
+    document = MINIMAL + "evaluators: {order: {against: source}}"
+    settings = EvaluationSettings.model_validate(yaml.safe_load(document))
+    own = EvaluationPipeline(settings, extra=[("own", lambda run, reference: None)])
+    run, source = trace("lookup_order", "issue_refund"), trace("lookup_order")
+    expected = case("lookup_order", "issue_refund")
+    with_case = own.evaluate(run, expected, source, policy=False)
+    assert list(with_case.durations) == ["order", "own"]
+    alone = own.evaluate(run, None, source, policy=False)
+    comparing = ["tool_selection", "tool_arguments", "tool_trace_structure", "order"]
+    assert list(alone.durations) == [*comparing, "safety", "composite", "own"]
+
+
 def test_a_finding_stays_small_whatever_the_run() -> None:
     document = "evaluators: {order: {against: source}}"
     many = [f"tool_{i}" for i in range(5_000)]

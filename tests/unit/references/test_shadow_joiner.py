@@ -7,7 +7,7 @@ from collections import Counter
 
 from tests import factories
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import ManualClock, ToolTrace
+from toolwatch.model import GoldenCase, ManualClock, ToolTrace
 from toolwatch.references.settings import ShadowSettings
 from toolwatch.references.shadow import UNPAIRED_REASONS, ShadowJoiner, ShadowPair, half_bytes
 
@@ -73,6 +73,18 @@ def test_target_then_source_makes_the_same_pair() -> None:
 
     assert pair is not None
     assert (pair.source, pair.target) == (source, target)
+
+
+def test_a_pair_hands_back_the_golden_case_of_its_target() -> None:
+    """Whichever half waited: the target's case is what its pair is judged with again, not
+    the source's (the case of another run)."""
+    canary, other = GoldenCase("canary"), GoldenCase("other")
+    for first, then in (("target", "source"), ("source", "target")):
+        joiner, _ = _joiner()
+        cases = {"target": canary, "source": other}
+        assert joiner.offer(_half("p1", first), case=cases[first]) is None
+        pair = joiner.offer(_half("p1", then), case=cases[then])
+        assert pair is not None and pair.case is canary
 
 
 def test_pairs_join_only_on_their_own_key() -> None:
