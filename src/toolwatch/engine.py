@@ -329,4 +329,5 @@ class Engine:
         detection = max(0, self._clock() - last_arrival_ns) / 1e9
         for finding in findings:
             self._metrics.finding(finding, detection)
+        self._metrics.run_findings(findings)
         self._parts.findings.publish(trace, findings)

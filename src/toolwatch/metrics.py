@@ -25,6 +25,13 @@ many seconds (``expected_every_seconds``), at start-up and after each reload;
 ``golden_case_judged`` says a complete run was matched to one of them, at that time.
 Together they tell a canary that stopped arriving or being matched.
 
+``run_findings`` is given the findings of one evaluation of a run, all at once (``finding``
+is then told each of them): a run is evaluated once, and a shadow target once more against
+its source, with findings that are all ``ReferenceKind.SOURCE``. It counts the run once in
+each (category, evaluator, reference, agent, tool) its findings fall in, however many
+findings it has there: ``tool_arguments`` raises one per drifting call and ``loops`` one per
+repeated call, so ratios of runs (the burst alerts) must not divide findings by runs.
+
 ``auth_failed`` counts requests refused for a missing or wrong bearer token, per listener
 (``grpc``, ``http``, ``metrics``, ``stream``). ``reload_failed`` counts looks at changed
 security files that could not be used (``tokens``, ``certificate``), so the previous ones are
@@ -36,7 +43,7 @@ their lifetime. Both may be called from gRPC's threads (certificates reload at a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Final, Protocol
 
 from toolwatch.certificate_dates import CertificateDates
@@ -101,6 +108,7 @@ class PipelineMetrics(Protocol):
     def evaluated(self, evaluator: str, score: float | None, seconds: float) -> None: ...
     def evaluator_failed(self, evaluator: str) -> None: ...
     def finding(self, finding: Finding, detection_seconds: float | None) -> None: ...
+    def run_findings(self, findings: Sequence[Finding]) -> None: ...
     def stream_dropped(self, n: int) -> None: ...
     def shadow_unpaired(self, reason: str) -> None: ...
     def golden_unmatched(self, reason: str) -> None: ...
@@ -148,6 +156,9 @@ class NoopMetrics:
         pass
 
     def finding(self, finding: Finding, detection_seconds: float | None) -> None:
+        pass
+
+    def run_findings(self, findings: Sequence[Finding]) -> None:
         pass
 
     def stream_dropped(self, n: int) -> None:

@@ -27,7 +27,7 @@ import logging
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, TypeVar, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
@@ -43,7 +43,7 @@ from toolwatch.metrics import (
     UNMATCHED_CASE_REASONS,
     UNPAIRED_REASONS,
 )
-from toolwatch.model import CallStatus, Category, Finding, Severity, ToolTrace
+from toolwatch.model import CallStatus, Category, Finding, ReferenceKind, Severity, ToolTrace
 from toolwatch.names import fold
 from toolwatch.sinks.scrape_state import (
     BufferState,
@@ -328,6 +328,14 @@ class PrometheusMetrics:
             "Findings: tool-call regressions detected, by category, severity, evaluator, agent"
             " and tool.",
             ["category", "severity", "evaluator", "agent", "tool"],
+            registry=r,
+        )
+        # No severity: a run whose findings of one kind differ in severity is still one run.
+        self._runs_with_findings = Counter(
+            "toolwatch_runs_with_findings_total",
+            "Agent runs with findings, by category, evaluator, reference, agent and tool: a run"
+            " counts once in each, however many findings it has there.",
+            ["category", "evaluator", "reference", "agent", "tool"],
             registry=r,
         )
         self._register_per_run(r)
@@ -644,6 +652,28 @@ class PrometheusMetrics:
         if detection_seconds is not None:
             self._detection_seconds.observe(detection_seconds, exemplar=exemplar)
 
+    def run_findings(self, findings: Sequence[Finding]) -> None:
+        """Counts the run once in each label set its findings fall in (labels as ``finding``
+        reports them, less the severity, plus the reference judged against). Each distinct
+        set of names is limited once, so a name past its cap is reported as ``_other`` once
+        for the run, not once per finding."""
+        named = dict.fromkeys(
+            (f.category, f.evaluator, f.reference, f.agent, f.tool) for f in findings
+        )
+        counted: set[tuple[str, str, str, str, str]] = set()
+        for category, evaluator, reference, agent_name, tool in named:
+            agent = self._agent(agent_name)
+            labels = (
+                _enum_label(category, Category),
+                self._evaluator(evaluator),
+                _enum_label(reference, ReferenceKind),
+                agent,
+                self._pair.tool_label(agent, self._tool(tool)),
+            )
+            if labels not in counted:  # two names past a cap are both _other
+                counted.add(labels)
+                self._child(self._runs_with_findings, *labels).inc()
+
     def stream_dropped(self, n: int) -> None:
         _add(self._stream_dropped, n)
 
@@ -718,6 +748,6 @@ def _add(counter: Counter, n: int) -> None:
         counter.inc(n)
 
 
-def _enum_label(value: str, kind: type[Category] | type[Severity]) -> str:
+def _enum_label(value: str, kind: type[Category] | type[Severity] | type[ReferenceKind]) -> str:
     """``value`` if it names a member of ``kind`` (a closed set), else ``_other``."""
     return value if value in kind._value2member_map_ else OTHER

@@ -41,6 +41,7 @@ TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 # The names the deploy helper's rules and dashboards are written against (brief).
 EXPECTED_NAMES = {
     "toolwatch_regressions_total",
+    "toolwatch_runs_with_findings_total",
     "toolwatch_tool_calls_total",
     "toolwatch_tool_traces_total",
     "toolwatch_evaluator_score",
@@ -223,6 +224,53 @@ def test_finding_counts_by_all_labels(
     assert registry.get_sample_value("toolwatch_regressions_total", labels) == 2.0
     assert registry.get_sample_value("toolwatch_detection_latency_seconds_count") == 1.0
     assert registry.get_sample_value("toolwatch_detection_latency_seconds_sum") == 2.5
+
+
+def test_a_run_counts_once_in_each_label_set_of_its_findings(
+    metrics: PrometheusMetrics, registry: CollectorRegistry
+) -> None:
+    """tool_arguments raises a finding per drifting call: three of one tool, in two
+    severities, are one run with findings on it; the burst alerts divide these by runs."""
+
+    def drift(severity: Severity, tool: str) -> Finding:
+        return factories.finding(
+            category=Category.ARGUMENT_VALUE_DRIFT,
+            severity=severity,
+            evaluator="tool_arguments",
+            reference=ReferenceKind.EXPECTED,
+            agent="refund-bot",
+            tool=tool,
+        )
+
+    run = [
+        drift(Severity.MEDIUM, "lookup_order"),
+        drift(Severity.HIGH, "lookup_order"),
+        drift(Severity.MEDIUM, "lookup_order"),
+        drift(Severity.MEDIUM, "issue_refund"),
+    ]
+    metrics.run_findings(run)
+    metrics.run_findings(run[:1])  # another run
+    name = "toolwatch_runs_with_findings_total"
+    labels = {
+        "category": "ARGUMENT_VALUE_DRIFT",
+        "evaluator": "tool_arguments",
+        "reference": "expected",
+        "agent": "refund-bot",
+    }
+    assert registry.get_sample_value(name, labels | {"tool": "lookup_order"}) == 2.0
+    assert registry.get_sample_value(name, labels | {"tool": "issue_refund"}) == 1.0
+
+
+def test_a_run_reports_a_name_past_its_cap_as_other_once(registry: CollectorRegistry) -> None:
+    metrics = PrometheusMetrics(registry, label_value_cap=0)
+    run = [make_finding(tool="issue_refund"), make_finding(tool="issue_refund")]
+    metrics.run_findings(run)
+    others = "toolwatch_label_values_other_total"
+    assert registry.get_sample_value(others, {"label": "agent"}) == 1.0
+    assert registry.get_sample_value(others, {"label": "tool"}) == 1.0
+    labels = {"category": "DANGEROUS_ACTION_DRIFT", "evaluator": "safety", "reference": "policy"}
+    runs = labels | {"agent": OTHER, "tool": OTHER}
+    assert registry.get_sample_value("toolwatch_runs_with_findings_total", runs) == 1.0
 
 
 def test_finding_without_a_tool_reports_an_empty_tool_label(
