@@ -26,6 +26,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from toolwatch.config import load_config
 from toolwatch.ingest.grpc_health import READ_TURNS
+from toolwatch.metrics import REQUEST_OUTCOMES
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -263,6 +264,26 @@ def test_every_alert_can_be_routed_and_says_what_to_do() -> None:
             text = annotations["description"] + annotations["dashboard"]
             assert "$labels.agent" in text and "$labels.tool" in text, alert["alert"]
             assert "exemplar" in annotations["description"], alert["alert"]
+
+
+def test_every_export_toolwatch_did_not_take_is_alerted_on() -> None:
+    """Each outcome of a request whose spans toolwatch did not take, on each transport, is
+    read by some alert. An OTLP/gRPC export over ingest.max_request_bytes is refused by gRPC
+    before toolwatch reads it and counted ``aborted`` (test_otlp_spec), in no span counter:
+    without ToolwatchExportsAborted its loss told no one. Over HTTP, ``aborted`` is only a
+    client that went away, which knows it failed (a body too large is a 413, ``refused``)."""
+    watched = set()
+    selector = re.compile(r"toolwatch_export_request_duration_seconds_count\{([^}]*)\}")
+    for alert in _alerts():
+        for labels in selector.findall(alert["expr"]):
+            outcomes = re.search(r'outcome=~?"([^"]+)"', labels)
+            transport = re.search(r'transport="([^"]+)"', labels)
+            assert outcomes, alert["alert"]
+            for outcome in outcomes.group(1).split("|"):
+                for on in [transport.group(1)] if transport else ["grpc", "http"]:
+                    watched.add((on, outcome))
+    failed = {(on, o) for on in ("grpc", "http") for o in REQUEST_OUTCOMES if o != "ok"}
+    assert failed - watched == {("http", "aborted")}
 
 
 @pytest.mark.parametrize("category", ["DANGEROUS_ACTION_DRIFT", "MISSING_VERIFICATION_STEP"])

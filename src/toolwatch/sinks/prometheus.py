@@ -108,7 +108,7 @@ _CERTIFICATE_FILES: Final = ("certificate", "client_ca")
 #: while it evaluates a batch).
 _EVALUATORS: Final = (*EVALUATOR_ORDER, "engine")
 #: Request outcomes the shipped alerts watch: their series start at 0 (histograms, so not all).
-_ALERTED_OUTCOMES: Final = ("invalid", "refused", "overloaded", "timeout")
+_ALERTED_OUTCOMES: Final = ("invalid", "refused", "overloaded", "timeout", "aborted")
 
 #: The ``output`` label of ``toolwatch_output_failures_total``: the findings log
 #: (``output.findings``), the ToolTrace dump (``output.dump_tooltraces``), the findings
@@ -571,7 +571,8 @@ class PrometheusMetrics:
         for counter, values in known:
             for value in values:
                 counter.labels(value)
-        for transport in _TRANSPORTS:  # what ToolwatchBackpressure and ...ExportsRejected read
+        # What ToolwatchBackpressure, ToolwatchExportsRejected and ToolwatchExportsAborted read.
+        for transport in _TRANSPORTS:
             for outcome in _ALERTED_OUTCOMES:
                 self._request_seconds.labels(transport, outcome)
 

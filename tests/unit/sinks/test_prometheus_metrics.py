@@ -393,7 +393,7 @@ def test_counters_whose_label_values_are_known_start_at_zero(
     assert get("toolwatch_remembered_trace_evictions_total") == 0.0
     for evaluator in (*EVALUATOR_ORDER, "engine"):
         assert get("toolwatch_evaluator_failures_total", {"evaluator": evaluator}) == 0.0
-    for outcome in ("invalid", "refused", "overloaded", "timeout"):
+    for outcome in ("invalid", "refused", "overloaded", "timeout", "aborted"):
         for transport in ("grpc", "http"):
             labels = {"transport": transport, "outcome": outcome}
             assert get("toolwatch_export_request_duration_seconds_count", labels) == 0.0
