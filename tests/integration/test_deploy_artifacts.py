@@ -22,6 +22,8 @@ from typing import Any
 
 import pytest
 import yaml
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from toolwatch.config import load_config
@@ -392,6 +394,67 @@ def test_gateway_collector_balances_by_trace_id_over_the_headless_service() -> N
     ports = {p["name"]: p["port"] for p in service["spec"]["ports"]}
     grpc_listen = _flag(_toolwatch_container(_workloads(GATEWAY)[0]), "--grpc-listen")
     assert resolver["ports"] == [ports["otlp-grpc"]] == [_port(grpc_listen or "")]
+
+
+# A request over ingest.max_request_bytes is lost: over gRPC, refused RESOURCE_EXHAUSTED,
+# which exporters do not retry. A Collector's batch processor (0.120, the version pinned)
+# and an SDK's batch span processor bound a batch's spans, not its bytes; the captured
+# instrumentation spans carry toy prompts, and real prompts and histories make model spans
+# several times larger: a batch must fit spans this many times the largest captured one.
+_SPAN_MARGIN = 3
+
+
+def _largest_captured_span() -> tuple[str, float]:
+    """The fixture request (tests/fixtures/otlp: real instrumentations, captured) with the
+    most OTLP/protobuf bytes per span, and that size."""
+    sizes: dict[str, float] = {}
+    for path in sorted((ROOT / "tests" / "fixtures" / "otlp").glob("*.json")):
+        if path.name.endswith(".expected.json"):
+            continue
+        for line in path.read_text(encoding="utf-8").splitlines():
+            if not line.strip():
+                continue
+            request = json_format.Parse(line, ExportTraceServiceRequest())
+            spans = sum(len(s.spans) for r in request.resource_spans for s in r.scope_spans)
+            if spans:
+                sizes[path.name] = max(sizes.get(path.name, 0.0), request.ByteSize() / spans)
+    largest = max(sizes, key=sizes.__getitem__)
+    return largest, sizes[largest]
+
+
+def _fits(spans: int, cap: int, what: str) -> None:
+    name, size = _largest_captured_span()
+    assert size > 8000, name  # the captures still hold model spans with their prompts
+    needed = spans * size * _SPAN_MARGIN
+    assert needed <= cap, (
+        f"{what}: {spans} spans {_SPAN_MARGIN} times the size of {name}'s ({size:.0f} B) make"
+        f" {needed / 2**20:.1f} MiB, over ingest.max_request_bytes ({cap / 2**20:.0f} MiB)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("collector", "manifest"),
+    [(COLLECTOR, SIDECAR), (GATEWAY_COLLECTOR, GATEWAY)],
+    ids=["otel-collector.yaml to the sidecar", "gateway collector to the gateway"],
+)
+def test_collector_batches_fit_the_toolwatch_they_send_to(
+    collector: Path, manifest: Path, tmp_path: Path
+) -> None:
+    """otel-collector.yaml goes with the sidecar (its header: "run a collector container
+    with otel-collector.yaml in the pod"); the gateway Collector sends to the gateway."""
+    batch = _yaml(collector)["processors"]["batch"]
+    config, _ = _deployed(manifest, tmp_path)
+    assert batch["send_batch_size"] <= batch["send_batch_max_size"]  # else it will not start
+    _fits(batch["send_batch_max_size"], config.ingest.max_request_bytes, collector.name)
+
+
+def test_sidecar_agent_batches_fit_toolwatch(tmp_path: Path) -> None:
+    """The agent exports straight to the sidecar: its SDK's batches (512 spans by default)."""
+    config, workload = _deployed(SIDECAR, tmp_path)
+    (agent,) = workload["spec"]["template"]["spec"]["containers"]
+    env = {e["name"]: e["value"] for e in agent["env"]}
+    spans = int(env.get("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512))
+    _fits(spans, config.ingest.max_request_bytes, "the sidecar's agent")
 
 
 # --- Kubernetes manifests -------------------------------------------------------------------
