@@ -35,9 +35,11 @@ USER 10001:10001
 # OTLP gRPC, OTLP HTTP, Prometheus /metrics (+ /healthz, /readyz).
 EXPOSE 4317 4318 9464
 
-# The slim image has no curl: ask Python. Follows the default --metrics-listen port below.
+# Asks /healthz over plain HTTP, or over TLS when the metrics listener has it (--tls-cert and
+# security.tls put TLS on it by default): toolwatch.healthcheck finds out which. Follows the
+# default --metrics-listen port below; give the check another port as its argument.
 HEALTHCHECK --interval=30s --timeout=3s --start-period=10s --retries=3 \
-  CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9464/healthz', timeout=2)"]
+  CMD ["python", "-m", "toolwatch.healthcheck", "127.0.0.1:9464"]
 
 ENTRYPOINT ["toolwatch"]
 # In a container the listeners must bind every interface to be reachable; toolwatch's own

@@ -11,8 +11,11 @@ import io
 import json
 import logging
 import os
+import re
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 import urllib.error
 import urllib.request
@@ -53,6 +56,7 @@ from toolwatch.config import ConfigError, load_config
 from toolwatch.sinks.findings import REDACTED
 from toolwatch.tail import EXIT_USAGE, StreamAccess, run_tail
 
+ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "s3cret-token"
 AUTH_FAILURES = "toolwatch_auth_failures_total"
 RELOAD_FAILURES = "toolwatch_security_reload_failures_total"
@@ -413,6 +417,43 @@ def test_metrics_over_tls_and_token_while_probes_stay_open(start_server: Start, 
     assert http_get(f"{base}/readyz", context).body == b"ready\n"
     with pytest.raises((urllib.error.URLError, ConnectionError)):  # plaintext to a TLS port
         http_get(f"http://{server.address('metrics')}/healthz", None)
+
+
+def _image_health_check(address: str) -> subprocess.CompletedProcess[str]:
+    """The Dockerfile's HEALTHCHECK command, run as the image runs it, against ``address``
+    instead of its port 9464 (which may be taken here)."""
+    text = (ROOT / "Dockerfile").read_text(encoding="utf-8")
+    healthcheck = text.partition("\nHEALTHCHECK ")[2]
+    command = json.loads(re.findall(r"^\s*CMD (\[.*\])$", healthcheck, re.MULTILINE)[0])
+    assert command[0] == "python" and any("127.0.0.1:9464" in arg for arg in command), command
+    args = [arg.replace("127.0.0.1:9464", address) for arg in command[1:]]
+    return subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=30, check=False
+    )
+
+
+@pytest.mark.parametrize("security", ["none", "tls", "mutual tls"])
+def test_the_image_health_check_passes_with_and_without_tls_on_metrics(
+    start_server: Start, pki: Pki, caplog: pytest.LogCaptureFixture, security: str
+) -> None:
+    """--tls-cert puts TLS on the metrics listener too: a check asking plain HTTP left a
+    correctly configured container unhealthy. With a client CA, probes need no certificate."""
+    overrides = tls(pki, mutual=security == "mutual tls") if security != "none" else {}
+    server = start_server(**overrides)
+    assert server.app.config.security.uses_tls("metrics") is (security != "none")
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG):
+        done = _image_health_check(server.address("metrics"))
+    assert done.returncode == 0, done.stderr
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.INFO] == []
+
+
+def test_the_image_health_check_fails_where_nothing_listens() -> None:
+    with socket.socket() as bound:  # bound, not listening: connections are refused
+        bound.bind(("127.0.0.1", 0))
+        done = _image_health_check(f"127.0.0.1:{bound.getsockname()[1]}")
+    assert done.returncode == 1
+    assert "ConnectionRefusedError" in done.stderr
 
 
 # -- bearer tokens ------------------------------------------------------------------------------
