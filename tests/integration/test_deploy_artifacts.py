@@ -522,12 +522,22 @@ def test_toolwatch_config_map_is_a_valid_configuration(path: Path, tmp_path: Pat
     assert pod["terminationGracePeriodSeconds"] > pause + config.shutdown_grace_seconds + linger
 
 
-# Measured (README "Memory"): the process at rest, a buffered span against the buffer's
-# own estimate of it, a request body being read against its size, and the most a
-# remembered trace id takes (bench.remembered).
+# README "Memory", the sum the layouts are sized by, as it is written there (its "\u00d7" as
+# "x"): the process at rest, a buffered span against the buffer's own estimate of it, a
+# request body being read against its size (the request slots' and the gRPC health check's
+# read turns), the request being decoded, and the most a remembered trace id takes
+# (bench.remembered).
+README_SUM = (
+    "resident ≈ 100 MiB + 1.1 x assembly.max_buffered_bytes",
+    "+ 2.5 x (ingest.max_concurrent_requests + 4) x ingest.max_request_bytes",
+    "+ 7 x ingest.max_request_bytes (the request being decoded)",
+    "+ 33 B x assembly.max_remembered_traces (ids of evaluated traces)",
+    "(+ shadow.max_waiting_bytes, when shadow is enabled)",
+)
 _RESIDENT_AT_REST = 100 * 2**20
 _RESIDENT_PER_BUFFERED_BYTE = 1.1
 _RESIDENT_PER_BODY_BYTE = 2.5
+_RESIDENT_PER_DECODED_BYTE = 7
 _RESIDENT_PER_REMEMBERED_ID = 33
 
 
@@ -536,18 +546,29 @@ def _memory_limit(quantity: str) -> int:
     return int(number) * {"Mi": 2**20, "Gi": 2**30}[unit]
 
 
+def test_the_memory_sum_is_the_readmes() -> None:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    memory = readme.partition("### Memory")[2].replace("\u00d7", "x")
+    written = [line.strip() for line in memory.splitlines()]
+    start = written.index(README_SUM[0])
+    assert tuple(written[start : start + len(README_SUM)]) == README_SUM
+    assert READ_TURNS == 4  # the sum's `+ 4`
+
+
 @pytest.mark.parametrize("path", [SIDECAR, GATEWAY], ids=lambda p: p.name)
 def test_toolwatch_at_its_bounds_fits_its_memory_limit(path: Path, tmp_path: Path) -> None:
+    """By README_SUM, with a tenth of the limit to spare."""
     config, workload = _deployed(path, tmp_path)
     limit = _memory_limit(_toolwatch_container(workload)["resources"]["limits"]["memory"])
     ingest, assembly = config.ingest, config.assembly
-    # The request slots' bodies, and the gRPC health check's read turns (README's `+ 4`).
     bodies = (ingest.max_concurrent_requests + READ_TURNS) * ingest.max_request_bytes
     worst = (
         _RESIDENT_AT_REST
         + _RESIDENT_PER_BUFFERED_BYTE * assembly.max_buffered_bytes
         + _RESIDENT_PER_BODY_BYTE * bodies
+        + _RESIDENT_PER_DECODED_BYTE * ingest.max_request_bytes
         + _RESIDENT_PER_REMEMBERED_ID * assembly.max_remembered_traces
+        + (config.shadow.max_waiting_bytes if config.shadow.enabled else 0)
     )
     assert worst < 0.9 * limit, f"{worst / 2**20:.0f} MiB at the bounds, limit {limit >> 20} MiB"
 
