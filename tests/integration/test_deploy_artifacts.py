@@ -268,6 +268,17 @@ def test_every_alert_can_be_routed_and_says_what_to_do() -> None:
             assert "exemplar" in annotations["description"], alert["alert"]
 
 
+def test_the_deploy_readme_lists_every_alert_with_its_severity() -> None:
+    """deploy/README.md's table of alerts is what an on-call reads first: one row per alert
+    of the rules file, none of an alert that is gone, each with the rule's severity."""
+    table = (DEPLOY / "README.md").read_text(encoding="utf-8").partition("\n## Alerts\n")[2]
+    rows = re.findall(r"^\| (Toolwatch\w+) \| (\w+)", table, re.MULTILINE)
+    listed = dict(rows)
+    assert len(listed) == len(rows), "an alert listed twice"
+    severities = {alert["alert"]: alert["labels"]["severity"] for alert in _alerts()}
+    assert listed == severities
+
+
 def test_every_export_toolwatch_did_not_take_is_alerted_on() -> None:
     """Each outcome of a request whose spans toolwatch did not take, on each transport, is
     read by some alert. An OTLP/gRPC export over ingest.max_request_bytes is refused by gRPC
