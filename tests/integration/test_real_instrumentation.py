@@ -288,6 +288,51 @@ def test_a_handoff_whose_first_agent_arrives_long_before_the_rest_is_one_run(
     assert server.sample("toolwatch_spans_dropped_total", {"reason": "late"}, missing_ok=True) == 0
 
 
+CALLER_SPAN = "00f067aa0ba902b7"  # the calling service's span (the W3C example's id)
+REMOTE_PARENT = 0x100 | 0x200  # SpanFlags: whether the parent is remote is known, and it is
+
+
+def under_a_remote_caller(line: bytes) -> bytes:
+    """The request with its root span made the child of a caller's span in another
+    service, its flags saying so: what a service called with a ``traceparent`` exports."""
+    request = json.loads(line)
+    for resource in request["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                if not span.get("parentSpanId"):
+                    span["parentSpanId"] = CALLER_SPAN
+                    span["flags"] = span.get("flags", 0) & 0xFF | REMOTE_PARENT
+    return json.dumps(request).encode()
+
+
+#: The captures of runs that write no AGENT span: an own loop on the ``openai`` client, and
+#: google-genai's automatic function calling.
+AGENTLESS_REFUNDS = [
+    n
+    for n in _fixture_names()
+    if n.startswith(("openai_client__", "google_genai__")) and n.endswith("__refund")
+]
+
+
+@pytest.mark.parametrize("name", AGENTLESS_REFUNDS)
+def test_a_run_without_an_agent_span_below_a_remote_caller_completes_after_the_wait(
+    start_server: Callable[..., RunningServer], name: str
+) -> None:
+    """A loop on a plain model client writes no AGENT span: its trace was anchored only by
+    a root, and below a caller there is none. It waited max_trace_age (300 s), was judged
+    timed_out against the policy only, and held a place of max_traces all that time. Now
+    the span that encloses its model calls, its parent said remote, anchors it."""
+    (want,) = json.loads((FIXTURES / f"{name}{_EXPECTED_SUFFIX}").read_text())["runs"]
+    server = start_server()
+    for line in (FIXTURES / f"{name}.json").read_bytes().splitlines():
+        if line.strip():
+            assert post_json(server, under_a_remote_caller(line))[0] == 200
+    assert server.settle() == 1  # completion_wait after the last span
+    (trace,) = server.tooltraces()
+    assert (trace["complete"], trace["incomplete_reason"]) == (True, None)
+    check_run(trace, want)
+
+
 def test_every_fixture_has_an_expectation() -> None:
     names = _fixture_names()
     assert len(names) == 163  # 153 Python captures and 10 of the Vercel AI SDK (TypeScript)

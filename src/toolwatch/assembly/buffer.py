@@ -15,6 +15,19 @@ trace to ``max_trace_age_ns``, or, where ``local_parent_wait_ns`` is set, is tak
 once the trace has been quiet that long: the agent anchors it then. Not by default: a live run
 is quiet that long while one slow step (a reasoning model's call, a slow tool) runs, and it
 would be cut in two, the rest of it dropped as ``late``.
+
+A trace with no AGENT span (a loop on a plain model client: the ``openai`` client's own,
+google-genai's automatic function calling) is anchored by the same walk up from its model
+(LLM) spans, when its root is in the calling service: by the span that encloses the calls (the
+loop's own, the request's server span), once it has arrived and its parent is known to be
+remote: its flags say the parent is not local, and its sender is one that sets the flags (a
+span of the trace says the enclosing span is its local parent). Older SDKs set none, and there
+the span above the model calls is as often a step of an agent run whose AGENT span, ending
+last, has not come (Strands' event loop cycle, Vercel's ``ai.generateText``): anchoring on it
+would drop the agent span as ``late``. A chain that leaves the buffer at the model call itself
+does not anchor either: a call is one step of its run, never its end. Both are waited for as
+a local parent is (``local_parent_wait_ns``, else ``max_trace_age_ns``).
+
 OTLP exports only ended spans, so "arrived" means "ended". A trace that never becomes ready
 is emitted anyway at ``max_trace_age_ns`` after its first span arrived, flagged
 ``timed_out``.
@@ -183,6 +196,7 @@ class _Trace:
         "awaiting_local",
         "first_ns",
         "last_ns",
+        "models",
         "root_seen",
         "scheduled_ns",
         "size_bytes",
@@ -195,6 +209,7 @@ class _Trace:
         self.trace_id = trace_id
         self.spans: dict[bytes, SpanRecord] = {}
         self.agents: list[SpanRecord] = []
+        self.models: list[SpanRecord] = []  # LLM spans: what anchors a trace of no agent
         self.size_bytes = 0
         self.first_ns = now
         self.last_ns = now
@@ -213,6 +228,8 @@ class _Trace:
         self.root_seen = self.root_seen or span.parent_span_id is None
         if span.role is SpanRole.AGENT:
             self.agents.append(span)
+        elif span.role is SpanRole.LLM:
+            self.models.append(span)
 
     def due_ns(self, limits: AssemblyLimits) -> int:
         """The next time this trace needs a look: quiet period over, or too old."""
@@ -224,41 +241,59 @@ class _Trace:
         return min(self.last_ns + limits.completion_wait_ns, too_old)
 
     def anchored(self, local_gone: bool = False) -> bool:
-        """Whether the root or an outermost agent span (module docstring) has arrived;
-        ``local_gone``: counting a parent that its span says is local as gone too.
+        """Whether the root, an outermost agent span or, in a trace of no agent span, what
+        encloses a model call (module docstring) has arrived; ``local_gone``: counting a
+        parent that its span says is local as gone too.
 
-        The verdict of every ancestor walked through is kept for the next agent's walk, so
-        many agents under one long chain, or a parent cycle, cost O(spans), not
+        The verdict of every ancestor walked through is kept for the next walk, so many
+        agents (or model calls) under one long chain, or a parent cycle, cost O(spans), not
         O(agents x spans)."""
         if self.root_seen:
             return True
         settled: dict[bytes, bool] = {}
-        return any(self._outermost(agent, settled, local_gone) for agent in self.agents)
+        if self.agents:
+            return any(self._outermost(agent, settled, local_gone) for agent in self.agents)
+        if not self.models:
+            return False
+        # The spans some span says are its local parent: their sender says where parents are.
+        said = {span.parent_span_id for span in self.spans.values() if span.parent_local}
+        return any(self._outermost(model, settled, local_gone, said) for model in self.models)
 
-    def _outermost(self, agent: SpanRecord, settled: dict[bytes, bool], local_gone: bool) -> bool:
-        """Whether the chain from ``agent``'s parent up holds no AGENT or TOOL span and leaves
-        the buffer for good; records that verdict in ``settled`` for each span it passed."""
+    def _outermost(
+        self,
+        start: SpanRecord,
+        settled: dict[bytes, bool],
+        local_gone: bool,
+        said: set[bytes | None] | None = None,
+    ) -> bool:
+        """Whether the chain from ``start``'s parent up holds no AGENT or TOOL span and leaves
+        the buffer for good (``said``: from a model call, see ``_verdict``); records that
+        verdict in ``settled`` for each span it passed."""
         passed: dict[bytes, None] = {}  # the walk so far, in order
-        last, parent = agent, agent.parent_span_id  # last: the span whose parent is next
+        last, parent = start, start.parent_span_id  # last: the span whose parent is next
         while parent is not None and parent not in settled and parent not in passed:
             ancestor = self.spans.get(parent)
             if ancestor is None or ancestor.role in (SpanRole.AGENT, SpanRole.TOOL):
                 break
             passed[parent] = None
             last, parent = ancestor, ancestor.parent_span_id
-        verdict = self._verdict(parent, settled, passed, last, local_gone)
+        verdict = self._verdict(parent, settled, passed, last, local_gone, said)
         settled.update(dict.fromkeys(passed, verdict))
         return verdict
 
-    def _verdict(
+    def _verdict(  # noqa: PLR0917 - the walk's state, passed on
         self,
         stop: bytes | None,
         settled: dict[bytes, bool],
         passed: dict[bytes, None],
         last: SpanRecord,
         local_gone: bool,
+        said: set[bytes | None] | None,
     ) -> bool:
-        """The outcome of a walk that stopped at the span id ``stop``, ``last``'s parent."""
+        """The outcome of a walk that stopped at the span id ``stop``, ``last``'s parent.
+        ``said`` (a walk from a model call): the span ids that spans say are their local
+        parent; such a walk leaves at a parent known to be remote, or waits as for a local
+        one (module docstring)."""
         if stop is None:
             return True
         if stop in settled:
@@ -267,6 +302,11 @@ class _Trace:
             return False  # a parent cycle never leaves the buffer
         if stop in self.spans:
             return False  # an AGENT or TOOL span: the run is nested in another
+        if said is not None:
+            # Not the model call itself, and flags that say remote from a sender that sets
+            # them: unsaid, the span may be a step of an agent run not all here yet.
+            remote = last.role is not SpanRole.LLM and not last.parent_local
+            return local_gone or (remote and last.span_id in said)
         # Not arrived: remote (another service's), or said nothing; a parent the span says
         # is local is the same process's and still running (a handoff's workflow span).
         return local_gone or not last.parent_local

@@ -12,6 +12,7 @@ from assembly_support import (
     TRACE,
     RecordingMetrics,
     agent,
+    llm,
     sid,
     span,
     tool,
@@ -192,6 +193,68 @@ def test_a_chain_that_leaves_the_buffer_anchors_only_at_a_parent_not_said_local(
     )
     clock.advance(2)
     assert bool(buffer.poll()) is anchored
+
+
+CALLER = 99  # a span of the calling service, which exports elsewhere
+
+
+def model_loop(flags: bool = True) -> list[SpanRecord]:
+    """A run that writes no AGENT span (a loop on a plain model client): two model calls and
+    a tool execution, then their loop's span, below the caller's. ``flags``: its calls say
+    their parent is local (the SDKs since 2024), else they say nothing."""
+    return [
+        llm(2, 1, 1, 10, parent_local=flags),
+        tool(3, 1, "lookup_order", 11, 20, parent_local=flags),
+        llm(4, 1, 21, 30, parent_local=flags),
+        span(1, CALLER, SpanRole.OTHER, 0, 31, name="support_agent"),  # parent not said local
+    ]
+
+
+def test_a_run_without_an_agent_span_is_anchored_by_what_encloses_its_model_calls() -> None:
+    buffer, clock, _ = make()
+    *calls, loop = model_loop()
+    buffer.add(calls)
+    clock.advance(2)
+    assert buffer.poll() == []  # the loop's span, said local, is on its way
+    buffer.add([loop])
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(TRACE, 4, True, None)]
+
+
+def test_a_model_call_alone_does_not_anchor_under_a_parent_said_remote() -> None:
+    """A model call is one step of its run, never its end: the next may come after a quiet
+    longer than completion_wait (a slow tool)."""
+    buffer, clock, _ = make()
+    buffer.add([llm(2, CALLER, 1, 10, parent_local=False), llm(4, CALLER, 21, 30)])
+    clock.advance(59.999)
+    assert buffer.poll() == []
+    clock.advance(0.001)
+    assert summary(buffer.poll()) == [(TRACE, 2, False, "timed_out")]
+
+
+def test_a_model_calls_parent_not_here_is_taken_as_gone_after_local_parent_wait() -> None:
+    buffer, clock, _ = make(dataclasses.replace(LIMITS, local_parent_wait_ns=10 * SECOND))
+    buffer.add(model_loop()[:3])
+    clock.advance(9.999)
+    assert buffer.poll() == []
+    clock.advance(0.001)
+    assert summary(buffer.poll()) == [(TRACE, 3, True, None)]
+
+
+def test_without_flags_the_span_above_model_calls_does_not_anchor() -> None:
+    """Older SDKs say nothing of a parent's place. The span above model calls is then as often
+    a step of an agent run whose AGENT span ends last (Strands' event loop cycle, Vercel's
+    ai.generateText) as a loop's own span: taken as the anchor, the agent span would come
+    after its run was evaluated, and be dropped as late."""
+    buffer, clock, metrics = make()
+    *calls, cycle = model_loop(flags=False)
+    buffer.add([*calls, dataclasses.replace(cycle, parent_span_id=sid(7), name="cycle")])
+    clock.advance(2)
+    assert buffer.poll() == []
+    buffer.add([agent(7, None, "refund-bot", 0, 40)])
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(TRACE, 5, True, None)]
+    assert metrics.dropped == {}
 
 
 def test_agent_invoked_as_a_tool_does_not_stand_in_for_the_root() -> None:

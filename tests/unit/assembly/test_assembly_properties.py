@@ -3,13 +3,14 @@ the buffer's span accounting always balances (DESIGN §4, STYLE 15)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Sequence
 from itertools import pairwise
 
 from assembly_strategies import span_trees
 from assembly_support import RecordingMetrics, agent, llm, span, tool
-from hypothesis import example, given, settings
+from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from toolwatch.assembly import timeline
@@ -139,6 +140,27 @@ def test_every_tool_span_is_exactly_one_call_and_groups_are_consistent(
         members = Counter(c.parallel_group for c in trace.calls if c.parallel_group is not None)
         assert all(n >= 2 for n in members.values())
         assert all(trace.calls[g].parallel_group == g for g in members)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), spans=span_trees(), flags_said=st.booleans())
+def test_a_run_below_a_caller_is_never_ready_before_its_top_span_arrived(
+    data: st.DataObject, spans: tuple[SpanRecord, ...], flags_said: bool
+) -> None:
+    """Below a remote caller, the run's top span (span 1) ends last. Any part of the run
+    without it must wait: with the SDKs' flags (each span's parent said local, the top's
+    remote), whatever arrived; without flags (older SDKs), as long as no AGENT span came
+    (an agent span under a parent said nothing of anchors, as a remote one does)."""
+    below = [dataclasses.replace(s, parent_local=flags_said) for s in spans[1:]]
+    picked = data.draw(st.sets(st.integers(0, len(below) - 1))) if below else set()
+    arrived = [below[i] for i in sorted(picked)]
+    assume(flags_said or all(s.role is not SpanRole.AGENT for s in arrived))
+    clock = ManualClock()
+    buffer = TraceBuffer(AssemblyLimits(completion_wait_ns=WAIT), clock, RecordingMetrics())
+    buffer.add(arrived)
+    clock.now_ns += WAIT
+
+    assert buffer.poll() == []
 
 
 # -- conservation ---------------------------------------------------------------------------
