@@ -260,6 +260,29 @@ def record(
     return rec.spans()
 
 
+def behind_a_gateway(
+    run: AgentRun, style: str
+) -> tuple[tuple[ReadableSpan, ...], tuple[ReadableSpan, ...]]:
+    """One trace of two services, each as its own SDK exports it: a gateway's spans (its
+    server span, its client call to the agent service) and the agent service's spans of
+    ``run`` below that call, whose parent is remote to them (propagated ``traceparent``)."""
+    gateway = Recorder("gateway")
+    method = {"http.request.method": "POST"}
+    server = gateway.start("POST /support", method, SpanKind.SERVER, None)
+    client = gateway.start("POST", method, SpanKind.CLIENT, server)
+    called = client.get_span_context()
+    caller = trace.NonRecordingSpan(
+        trace.SpanContext(called.trace_id, called.span_id, True, called.trace_flags)
+    )
+    service = Recorder()
+    service.now = gateway.now
+    _run(service, run, caller, STYLES[style])
+    gateway.now = service.now
+    gateway.end(client)
+    gateway.end(server)
+    return gateway.spans(), service.spans()
+
+
 # -- scenarios used across the integration tests ------------------------------------------
 
 LOOKUP = Call("lookup_order", {"order_id": "A-1001"}, "call_1", result='{"status": "delivered"}')

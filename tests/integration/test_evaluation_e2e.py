@@ -107,6 +107,37 @@ def test_minimal_policy_flags_an_unverified_refund(
     assert server.sample("toolwatch_regressions_total", labels) == 1
 
 
+def test_an_agent_run_arriving_after_its_gateways_part_is_evaluated(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """A gateway calls the agent service, each exporting through its own batch processor
+    (5 s apart at the default delay), so the gateway's part of the trace, which holds no
+    agent, model or tool span, can arrive first although its root ends last. It is dropped
+    as not_an_agent_run; its id was remembered for the late window too, and the agent's
+    spans that followed were all dropped as late, the sender told the trace "was already
+    evaluated": the unverified refund never paged."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    server = start_server(config)
+    gateway, agent = agents.behind_a_gateway(agents.unverified_refund_run(), "genai")
+
+    send_grpc(server, gateway)
+    assert server.settle() == 1  # the gateway's part: no run, nothing evaluated
+    send_grpc(server, agent)
+    server.settle()
+
+    assert [f["category"] for f in findings_log(server)] == ["MISSING_VERIFICATION_STEP"]
+    dropped = "toolwatch_spans_dropped_total"
+    assert server.sample(dropped, {"reason": "late"}, missing_ok=True) == 0
+    assert server.sample(dropped, {"reason": "not_an_agent_run"}) == len(gateway)
+    # The agent run's id is remembered: a retry of the gateway's spans is late, not a run.
+    send_grpc(server, gateway)
+    server.settle()
+    assert server.sample(dropped, {"reason": "late"}) == len(gateway)
+    assert server.sample("toolwatch_spans_built_total") == len(agent)
+    assert len(server.tooltraces()) == 1
+
+
 def _namespaced_refund_run() -> agents.AgentRun:
     """An MCP server's refund tool, namespaced by the server as MCP clients name it."""
     refund = agents.Call("billing__issue_refund", {"order_id": "A-1001"}, "call_2")

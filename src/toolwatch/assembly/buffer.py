@@ -37,18 +37,21 @@ conservation law): buffered, built (``spans_built`` when its trace is emitted) o
 with a reason:
 
 * ``duplicate`` — the same trace id and span id is already buffered (OTLP retries);
-* ``late`` — its trace was emitted less than ``late_span_window_ns`` ago, or up to 1/256 of
-  that more (ids are forgotten in time buckets: 1.17 s of 300 s): it is never re-assembled
-  into a second ToolTrace. Up to ``max_remembered_traces`` emitted trace ids are remembered
-  (``toolwatch.assembly.remembered``); past that the oldest are forgotten before their
-  window passed, and counted (``PipelineMetrics.remembered_traces_evicted``);
+* ``late`` — its trace was emitted as an agent run less than ``late_span_window_ns`` ago, or
+  up to 1/256 of that more (ids are forgotten in time buckets: 1.17 s of 300 s): it is never
+  re-assembled into a second ToolTrace. Up to ``max_remembered_traces`` emitted trace ids are
+  remembered (``toolwatch.assembly.remembered``); past that the oldest are forgotten before
+  their window passed, and counted (``PipelineMetrics.remembered_traces_evicted``);
 * ``trace_span_limit`` — its trace already holds ``max_spans_per_trace`` spans;
 * ``span_too_large`` — the span alone is bigger than ``max_buffered_bytes``;
 * ``buffer_full`` — its trace alone fills the buffer, so no other trace can be evicted;
 * ``not_an_agent_run`` — counted when its trace is emitted, instead of built: no span of the
   trace is an agent run, a model call or a tool execution (``runs_an_agent``), as in an HTTP
   request's trace that a Collector forwarding every trace sends. Such a trace is handed out
-  like any (its spans may have waited for more), and makes no ToolTrace.
+  like any (its spans may have waited for more), and makes no ToolTrace. Its id is not
+  remembered: spans of it that come later are buffered as a trace again, an agent run if an
+  agent service's part of it came after the gateway's, else dropped ``not_an_agent_run`` in
+  their turn (each span counted once, where it ended).
 
 ``trace_span_limit``, ``span_too_large`` and ``buffer_full`` flag the trace incomplete
 (``span_limit``) when it is emitted, also when the dropped span came before any span of its
@@ -332,7 +335,7 @@ class TraceBuffer:
         self._traces: OrderedDict[bytes, _Trace] = OrderedDict()
         self._deadlines: list[tuple[int, int, _Trace]] = []
         self._tiebreak = itertools.count()
-        # The ids of emitted traces, for the late window: 23-32 bytes each compiled, where
+        # The ids of emitted agent runs, for the late window: 23-32 bytes each compiled, where
         # an OrderedDict of the ids took 166-191 (``python -m bench.remembered``).
         self._emitted = RememberedTraces(limits.late_span_window_ns, limits.max_remembered_traces)
         # Trace ids not buffered yet whose span a limit dropped: flagged when they arrive.
@@ -354,7 +357,7 @@ class TraceBuffer:
 
     @property
     def remembered_traces(self) -> int:
-        """Emitted trace ids remembered for the late window."""
+        """Ids of emitted agent runs remembered for the late window."""
         return len(self._emitted)
 
     def next_due_ns(self) -> int | None:
@@ -564,13 +567,17 @@ class TraceBuffer:
 
     def _emit(self, trace: _Trace, now: int, cause: str | None) -> CompletedTrace:
         """Remove ``trace`` and hand it out. ``cause`` (timed_out, evicted, shutdown) wins
-        over ``span_limit``, which only replaces what would otherwise be complete."""
+        over ``span_limit``, which only replaces what would otherwise be complete.
+
+        Only the id of an agent run is remembered (``late``): a trace that makes no ToolTrace
+        can make no second one, and its id, remembered, dropped the agent service's part of
+        the trace that came after the gateway's (a batch processor's delay apart) as late."""
         del self._traces[trace.trace_id]
         self._spans -= len(trace.spans)
         self._bytes -= trace.size_bytes
-        self._remember(trace.trace_id, now)
         agent_run = runs_an_agent(trace.spans.values())
         if agent_run:
+            self._remember(trace.trace_id, now)
             self._metrics.spans_built(len(trace.spans))
         else:
             self._metrics.spans_dropped(len(trace.spans), NOT_AN_AGENT_RUN)

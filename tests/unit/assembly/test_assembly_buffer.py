@@ -527,6 +527,25 @@ def test_late_spans_within_the_window_are_dropped_and_never_rebuilt() -> None:
     assert buffer.buffered_spans == 0
 
 
+def test_a_trace_that_is_no_agent_run_is_not_remembered_its_agent_part_is_built() -> None:
+    """A gateway's part of a trace comes first (no agent, model or tool span), the agent
+    service's part of it later: each span ends once, the agent's built, nothing late."""
+    buffer, clock, metrics = make()
+    gateway = [span(8, None, SpanRole.OTHER, 0, 200), span(9, 8, SpanRole.OTHER, 1, 199)]
+    buffer.add(gateway)
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(TRACE, 2, True, None)]
+    assert buffer.remembered_traces == 0
+
+    agent_span, *calls = run_spans()
+    buffer.add([dataclasses.replace(agent_span, parent_span_id=sid(9)), *calls])  # below span 9
+    clock.advance(2)
+    (done,) = buffer.poll()
+    assert (done.agent_run, done.complete, len(done.spans)) == (True, True, 3)
+    buffer.add(gateway)  # a retry: the agent run's id is remembered now
+    assert (metrics.built, metrics.dropped) == (3, {"not_an_agent_run": 2, "late": 2})
+
+
 def test_a_trace_id_is_forgotten_when_the_window_has_passed_since_its_bucket_ended() -> None:
     """Ids are forgotten by whole buckets of 1/256 of the window (1 s of 256 s here): never
     before the window has passed, at most a bucket after. Emitted at 3.5 s, the id is
