@@ -173,7 +173,8 @@ class Engine:
         return len(completed)
 
     def drain(self) -> int:
-        """Shutdown: evaluate everything still buffered, flag it incomplete, flush sinks."""
+        """Shutdown: evaluate everything still buffered (a run whose anchor arrived as
+        complete, the others flagged incomplete, ``shutdown``), flush sinks."""
         completed = self.buffer.drain()
         self._process(completed)
         if self._parts.shadow is not None:

@@ -153,15 +153,21 @@ class ServeProcess:
 
     def regressions(self) -> dict[str, float]:
         """``toolwatch_regressions_total`` of one scrape, summed by category."""
+        return self.summed({"toolwatch_regressions_total": "category"})["category"]
+
+    def summed(self, names: dict[str, str]) -> dict[str, dict[str, float]]:
+        """Of one scrape, each sample named as a key of ``names``, summed by its value of
+        the label ``names`` gives, by that label."""
         url = f"http://{self.addresses['metrics']}/metrics"
         with urllib.request.urlopen(url, timeout=10) as response:
             text = response.read().decode()
-        found: dict[str, float] = {}
+        found: dict[str, dict[str, float]] = {label: {} for label in names.values()}
         for family in text_string_to_metric_families(text):
             for sample in family.samples:
-                if sample.name == "toolwatch_regressions_total":
-                    category = sample.labels["category"]
-                    found[category] = found.get(category, 0.0) + sample.value
+                if sample.name in names:
+                    sums = found[names[sample.name]]
+                    value = sample.labels[names[sample.name]]
+                    sums[value] = sums.get(value, 0.0) + sample.value
         return found
 
     def kill(self) -> None:
@@ -235,7 +241,8 @@ def test_sigterm_evaluates_every_buffered_trace_flushes_sinks_and_exits_in_the_g
         tmp_path / "toolwatch.yaml",
         {},
         assembly={
-            "completion_wait_seconds": 0.001,
+            # None is due at the drain: it must judge the runs whose root arrived complete.
+            "completion_wait_seconds": 300,
             "max_trace_age_seconds": 600,
             "tick_seconds": 10,  # the drain, not the ticker, must emit what is buffered
         },
@@ -259,17 +266,24 @@ def test_sigterm_evaluates_every_buffered_trace_flushes_sinks_and_exits_in_the_g
     )
     assert server.sample("toolwatch_buffered_traces") == 4
     assert server.regressions() == {}  # nothing was due before the drain
-    last_scrape: list[dict[str, float]] = []
+    last_scrape: list[dict[str, dict[str, float]]] = []
+    counted = {"toolwatch_regressions_total": "category", "toolwatch_tool_traces_total": "outcome"}
 
     code, seconds = server.terminate(
-        timeout=GRACE_SECONDS + 10, after_drain=lambda: last_scrape.append(server.regressions())
+        timeout=GRACE_SECONDS + 10, after_drain=lambda: last_scrape.append(server.summed(counted))
     )
 
     assert code == 0
     # An open findings stream does not hold the exit up, and the last scrape ends the linger.
     assert seconds < GRACE_SECONDS
     # Prometheus scrapes the drain's findings before the process goes: they can page.
-    assert last_scrape == [{"MISSING_VERIFICATION_STEP": 2.0}]
+    # Those whose root had come are complete, though not quiet for completion_wait.
+    assert last_scrape == [
+        {
+            "category": {"MISSING_VERIFICATION_STEP": 2.0},
+            "outcome": {"complete": 2.0, "shutdown": 2.0},
+        }
+    ]
     outcomes = {t["trace_id"]: (t["complete"], t["incomplete_reason"]) for t in server.tooltraces}
     assert outcomes == {
         **{trace_id(run): (True, None) for run in complete},

@@ -453,11 +453,16 @@ class TraceBuffer:
         return ready
 
     def drain(self) -> list[CompletedTrace]:
-        """Emit everything (shutdown): ready traces as :meth:`poll` would, the rest flagged
-        ``shutdown``, oldest first."""
+        """Emit everything (shutdown): ready traces as :meth:`poll` would, then the rest,
+        oldest first: a trace whose anchor has arrived as ready (``complete``, or
+        ``span_limit``), though not quiet for ``completion_wait_ns`` yet, and only the others
+        flagged ``shutdown``. Nothing more can arrive, so the wait for stragglers buys
+        nothing; a run that ended just before a SIGTERM (any rolling restart) was judged
+        incomplete, against the policy only, without its golden case or shadow source."""
         out = self.poll()
         now = self._clock()
-        out.extend(self._emit(trace, now, "shutdown") for trace in list(self._traces.values()))
+        for trace in list(self._traces.values()):
+            out.append(self._emit(trace, now, None if trace.anchored() else "shutdown"))
         self._deadlines.clear()
         return out
 

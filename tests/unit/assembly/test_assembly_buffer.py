@@ -607,6 +607,24 @@ def test_drain_emits_everything_ready_first_the_rest_as_shutdown() -> None:
     assert metrics.built == 5
 
 
+def test_drain_judges_a_trace_whose_anchor_arrived_as_ready_however_recently() -> None:
+    """SIGTERM a second after a run ended (a rolling restart): nothing more can come, so
+    the wait for stragglers buys nothing, and the run is judged whole (shutdown, it lost
+    its golden case and shadow comparison). Only a trace still without its anchor is
+    unfinished."""
+    buffer, clock, _ = make()
+    buffer.add(run_spans(TRACE))
+    buffer.add([agent(1, 99, "refund-bot", 0, 100, trace_id=OTHER_TRACE)])  # a remote parent
+    buffer.add(trace_of(5, spans=2))
+    clock.advance(1)
+
+    assert summary(buffer.drain()) == [
+        (TRACE, 3, True, None),
+        (OTHER_TRACE, 1, True, None),
+        ((5).to_bytes(16, "big"), 2, False, "shutdown"),
+    ]
+
+
 def test_poll_emits_in_deadline_order_not_arrival_order() -> None:
     buffer, clock, _ = make()
     first, *rest = run_spans(TRACE)
