@@ -138,6 +138,30 @@ def test_an_agent_run_arriving_after_its_gateways_part_is_evaluated(
     assert len(server.tooltraces()) == 1
 
 
+def test_a_run_over_the_span_limit_is_judged_span_limit_after_the_wait(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """Exporters send spans as they end, and a run's own span ends last: when a run has
+    more spans than max_spans_per_trace, that span comes past the cap. It was dropped with
+    the rest, so the trace had no anchor: held for max_trace_age (300 s) and judged
+    timed_out. The unverified refund paged 5 minutes late, and span_limit, which the
+    ToolwatchRunsEvaluatedIncomplete text explains, never counted it."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    spans = agents.record(agents.unverified_refund_run(), "genai")
+    assert spans[-1].parent is None  # the agent span, last
+    server = start_server(config, assembly__max_spans_per_trace=len(spans) - 2)
+    dropped = "toolwatch_spans_dropped_total"
+
+    send_grpc(server, spans)
+    assert server.sample(dropped, {"reason": "trace_span_limit"}) == 1  # its last answer
+    assert server.settle() == 1  # completion_wait, not max_trace_age
+
+    assert [f["category"] for f in findings_log(server)] == ["MISSING_VERIFICATION_STEP"]
+    labels = {"agent": "refund-bot", "outcome": "span_limit", "reference": "none"}
+    assert server.sample("toolwatch_tool_traces_total", labels) == 1
+
+
 def _namespaced_refund_run() -> agents.AgentRun:
     """An MCP server's refund tool, namespaced by the server as MCP clients name it."""
     refund = agents.Call("billing__issue_refund", {"order_id": "A-1001"}, "call_2")

@@ -42,7 +42,17 @@ with a reason:
   re-assembled into a second ToolTrace. Up to ``max_remembered_traces`` emitted trace ids are
   remembered (``toolwatch.assembly.remembered``); past that the oldest are forgotten before
   their window passed, and counted (``PipelineMetrics.remembered_traces_evicted``);
-* ``trace_span_limit`` — its trace already holds ``max_spans_per_trace`` spans;
+* ``trace_span_limit`` — its trace already holds ``max_spans_per_trace`` spans, and the span
+  encloses none of them, or ``ENCLOSING_SPANS`` (64) more already. A run's own span (its
+  root, its outermost agent's, and those between, up to the span that encloses its model
+  calls) ends after everything in it, so when a run is too long, these are among the spans
+  that come past the cap; dropped, the trace was never anchored: held for
+  ``max_trace_age_ns`` and judged ``timed_out``, its agent name lost with its agent span.
+  So a root, and a span that some span the trace holds names as its parent, is still held,
+  up to 64 of them: a trace holds at most ``max_spans_per_trace + ENCLOSING_SPANS`` spans
+  (all within the buffer's own bounds), and is ready as any once anchored, flagged
+  ``span_limit`` if a span of it was dropped. What comes after, inside the run, is dropped;
+  a root dropped all the same (past those 64, or for a byte bound) still anchors its trace;
 * ``span_too_large`` — the span alone is bigger than ``max_buffered_bytes``;
 * ``buffer_full`` — its trace alone fills the buffer, so no other trace can be evicted;
 * ``not_an_agent_run`` — counted when its trace is emitted, instead of built: no span of the
@@ -74,6 +84,7 @@ from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock, SpanRecord, SpanRole
 
 __all__ = [
+    "ENCLOSING_SPANS",
     "NOT_AN_AGENT_RUN",
     "REPORTED_DROPS",
     "AssemblyLimits",
@@ -85,6 +96,10 @@ __all__ = [
 #: The drop reason of the spans of a trace that ``runs_an_agent`` says is none.
 NOT_AN_AGENT_RUN: Final = "not_an_agent_run"
 
+#: How many spans over ``max_spans_per_trace`` a trace still takes when they enclose what it
+#: holds (module docstring): its open ancestors when it filled, a few in a run of steps one
+#: after another, more where many ran in parallel.
+ENCLOSING_SPANS: Final = 64
 _OVERFLOW_POLICIES: Final = frozenset({"backpressure", "evict_oldest"})
 #: The drop reasons the sender hears of (OTLP partial success: spans the server did not
 #: accept), each with why: a limit (and the setting that sets it), or a trace already
@@ -200,6 +215,7 @@ class _Trace:
         "first_ns",
         "last_ns",
         "models",
+        "open_parents",
         "root_seen",
         "scheduled_ns",
         "size_bytes",
@@ -222,6 +238,8 @@ class _Trace:
         # ... but one, were the local parents it waits for gone: anchored at local_parent_wait
         self.awaiting_local = False
         self.scheduled_ns: int | None = None  # when of this trace's one live heap entry
+        # Once full: the parent ids of its spans that it does not hold (``encloses``).
+        self.open_parents: set[bytes | None] | None = None
 
     def add(self, span: SpanRecord, now: int) -> None:
         self.spans[span.span_id] = span
@@ -233,6 +251,27 @@ class _Trace:
             self.agents.append(span)
         elif span.role is SpanRole.LLM:
             self.models.append(span)
+        if self.open_parents is not None:
+            self.open_parents.discard(span.span_id)
+            if span.parent_span_id not in self.spans:
+                self.open_parents.add(span.parent_span_id)
+
+    def encloses(self, span: SpanRecord) -> bool:
+        """Whether ``span`` is a root, or the parent of a span this trace holds. Asked of a
+        full trace only: the first time, it notes its spans' parents that it does not hold
+        (O(spans), once; a few ids, its open ancestors), kept up to date by ``add``."""
+        if span.parent_span_id is None:
+            return True
+        if self.open_parents is None:
+            held = self.spans
+            self.open_parents = {s.parent_span_id for s in held.values()}
+            self.open_parents.difference_update(held)
+        return span.span_id in self.open_parents
+
+    def dropped(self, span: SpanRecord) -> None:
+        """A span of this trace was dropped for a limit (``TraceBuffer._flag_limited`` flags
+        the trace): a root, though not held, has arrived, and anchors the trace all the same."""
+        self.root_seen = self.root_seen or span.parent_span_id is None
 
     def due_ns(self, limits: AssemblyLimits) -> int:
         """The next time this trace needs a look: quiet period over, or too old."""
@@ -321,8 +360,9 @@ class TraceBuffer:
     Not thread-safe: call every method from one event loop. ``add`` is O(spans) (amortized,
     plus O(log traces) per trace touched); ``poll`` pops only due deadlines from a heap with
     lazy deletion, so it does not scan the traces in flight. Memory is bounded by the limits:
-    traces, spans and bytes in flight, and ``max_remembered_traces`` emitted trace ids (about
-    33 bytes each at most).
+    traces, spans and bytes in flight (a trace at most ``max_spans_per_trace`` spans and
+    ``ENCLOSING_SPANS`` more), and ``max_remembered_traces`` emitted trace ids (about 33 bytes
+    each at most).
     """
 
     def __init__(self, limits: AssemblyLimits, clock: Clock, metrics: PipelineMetrics) -> None:
@@ -475,13 +515,22 @@ class TraceBuffer:
         if trace is not None and span.span_id in trace.spans:
             return "duplicate"
         reason = None
-        if trace is not None and len(trace.spans) >= self._limits.max_spans_per_trace:
+        if trace is not None and self._over_the_cap(trace, span):
             reason = "trace_span_limit"
         elif span.size_bytes > self._limits.max_buffered_bytes:
             reason = "span_too_large"
         if reason is not None:
             self._flag_limited(span.trace_id, trace)
+            if trace is not None:
+                trace.dropped(span)
         return reason
+
+    def _over_the_cap(self, trace: _Trace, span: SpanRecord) -> bool:
+        """Whether ``trace`` is full for ``span``: it holds ``max_spans_per_trace`` spans and
+        ``span`` does not enclose them, or ``ENCLOSING_SPANS`` more already (module
+        docstring)."""
+        held, cap = len(trace.spans), self._limits.max_spans_per_trace
+        return held >= cap and (held >= cap + ENCLOSING_SPANS or not trace.encloses(span))
 
     def _flag_limited(self, trace_id: bytes, trace: _Trace | None) -> None:
         """Flag ``trace`` incomplete for a dropped span, or remember its id until it comes."""
@@ -509,6 +558,8 @@ class TraceBuffer:
             victim = self._oldest_other(span.trace_id)
             if victim is None:
                 self._flag_limited(span.trace_id, own)
+                if own is not None:
+                    own.dropped(span)
                 return False
             self._metrics.trace_evicted(bound)
             evicted.append(self._emit(victim, now, "evicted"))

@@ -18,7 +18,13 @@ from assembly_support import (
     tool,
 )
 
-from toolwatch.assembly.buffer import AssemblyLimits, CompletedTrace, TraceBuffer, runs_an_agent
+from toolwatch.assembly.buffer import (
+    ENCLOSING_SPANS,
+    AssemblyLimits,
+    CompletedTrace,
+    TraceBuffer,
+    runs_an_agent,
+)
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
 
 WAIT = 2 * SECOND
@@ -312,6 +318,60 @@ def test_spans_over_the_per_trace_limit_are_dropped_and_flag_the_trace() -> None
     clock.advance(2)
     assert summary(buffer.poll()) == [(TRACE, 2, False, "span_limit")]
     assert metrics.dropped == {"trace_span_limit": 1}
+
+
+def test_a_run_whose_own_span_alone_comes_past_the_span_limit_is_held_whole() -> None:
+    buffer, clock, metrics = make(dataclasses.replace(LIMITS, max_spans_per_trace=2))
+    root, *calls = run_spans()
+    buffer.add([*calls, root])  # in end order, as exporters send
+
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(TRACE, 3, True, None)]
+    assert metrics.dropped == {}
+
+
+def test_past_the_span_limit_the_spans_enclosing_the_run_are_held_and_anchor_it() -> None:
+    """A run too long: its root, its agent and the span between end last, past the cap.
+    Dropped, its trace had no anchor: held for max_trace_age, judged timed_out, not
+    span_limit, its agent name lost with its agent span. Now they are held, what else came
+    past the cap dropped, and the trace is judged span_limit after the wait."""
+    buffer, clock, metrics = make(dataclasses.replace(LIMITS, max_spans_per_trace=4))
+    steps = [tool(10 + n, 2, "poll", n, n + 1) for n in range(6)]
+    enclosing = [
+        span(3, 2, SpanRole.OTHER, 0, 90, name="turn"),  # not the parent of a span held
+        agent(2, 1, "refund-bot", 0, 99),
+        span(1, None, SpanRole.OTHER, 0, 100, name="POST /chat"),
+    ]
+    refused: dict[str, int] = {}
+    buffer.add([*steps, *enclosing], refused)
+    assert refused == {"trace_span_limit": 3}  # two steps past the cap, and the turn
+
+    clock.advance(2)
+    (done,) = buffer.poll()
+    assert (done.complete, done.incomplete_reason) == (False, "span_limit")
+    assert [s.span_id for s in done.spans[4:]] == [sid(2), sid(1)]
+    assert (metrics.built, metrics.dropped) == (6, {"trace_span_limit": 3})
+
+
+def test_a_root_that_the_span_limit_drops_all_the_same_still_anchors_its_trace() -> None:
+    """Past ENCLOSING_SPANS more, a root is dropped too, but it has arrived: the trace is
+    ready after the wait, span_limit, not held until max_trace_age."""
+    buffer, clock, _ = make(dataclasses.replace(LIMITS, max_spans_per_trace=1))
+    chain = [span(n, n - 1, SpanRole.OTHER, 0, 100 - n) for n in range(ENCLOSING_SPANS + 2, 1, -1)]
+    buffer.add([*chain, agent(1, None, "refund-bot", 0, 100)])
+
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(TRACE, 1 + ENCLOSING_SPANS, False, "span_limit")]
+
+
+def test_a_root_too_large_to_hold_still_anchors_its_trace() -> None:
+    buffer, clock, metrics = make(dataclasses.replace(LIMITS, max_buffered_bytes=100))
+    root, *calls = run_spans()
+    buffer.add([*calls, dataclasses.replace(root, size_bytes=101)])
+
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(TRACE, 2, False, "span_limit")]
+    assert metrics.dropped == {"span_too_large": 1}
 
 
 def test_spans_dropped_for_a_limit_or_late_are_counted_for_the_sender_duplicates_are_not() -> None:

@@ -14,7 +14,13 @@ from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
 from toolwatch.assembly import timeline
-from toolwatch.assembly.buffer import AssemblyLimits, CompletedTrace, TraceBuffer, runs_an_agent
+from toolwatch.assembly.buffer import (
+    ENCLOSING_SPANS,
+    AssemblyLimits,
+    CompletedTrace,
+    TraceBuffer,
+    runs_an_agent,
+)
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.model import ManualClock, SpanRecord, SpanRole, ToolTrace
 from toolwatch.names import NameNormalizer
@@ -251,4 +257,10 @@ def test_span_accounting_balances_under_any_operations(
         metrics.built
     )
     assert all(len({s.span_id for s in t.spans}) == len(t.spans) for t in emitted)
-    assert all(len(t.spans) <= limits.max_spans_per_trace for t in emitted)
+    # Past the cap, a trace took only spans that enclose what it held (its spans are in
+    # arrival order), and at most ENCLOSING_SPANS of them.
+    for trace in emitted:
+        assert len(trace.spans) <= limits.max_spans_per_trace + ENCLOSING_SPANS
+        parents = {s.parent_span_id for s in trace.spans}
+        past = trace.spans[limits.max_spans_per_trace :]
+        assert all(s.parent_span_id is None or s.span_id in parents for s in past)
