@@ -70,6 +70,11 @@ _SPAN_OVERHEAD_BYTES: Final = 1024
 # output's JSON at ingest, and parsed JSON can hold far more than its text (``[{},{},...]``:
 # about 70 bytes of objects per 3 characters), so they are counted as held, not as sent.
 _REQUEST_OVERHEAD_BYTES: Final = 176
+# What one configured reference key (``SpanRecord.reference_keys``) holds besides its value's
+# characters: its pair (56 bytes), the pair's slot (8), its value's string header (49) and the
+# tuple of pairs' own header (40), counted with each pair (153 for one). The key is the
+# configured string, shared by every record.
+_REFERENCE_OVERHEAD_BYTES: Final = 160
 _ZERO_TRACE_ID: Final = bytes(16)
 _ZERO_SPAN_ID: Final = bytes(8)
 
@@ -80,9 +85,23 @@ def _held_size(record: SpanRecord) -> int:
     Counted from the record, not from the attributes it was read from: those are let go once
     the span is recognized (while its request is decoded, the request slots bound them).
     Field by field, not a loop over a tuple of them (a generic iterator when compiled): it
-    runs for every span."""
+    runs for every span.
+
+    The resource's ``service.name`` and the configured reference keys (``DecodeOptions``)
+    are counted too: the sender sets them, up to ``max_value_bytes`` each, and a request of
+    one span per resource gives each span its own. A resource's values are one string shared
+    by its spans of one request, yet each of those spans is charged them whole: the spans
+    leave the buffer a trace at a time or are dropped (duplicates, limits), and the string is
+    held while any of them is, so charging it to one span, or a share to each, would
+    undercount once those left. That costs a service name's characters a span (tens of bytes
+    against ``_SPAN_OVERHEAD_BYTES``, whose measurement shared the name: its header is in
+    the margin)."""
     size = _SPAN_OVERHEAD_BYTES + len(record.name) + _value_size(record.arguments)
     size += _value_size(record.result)
+    if record.service is not None:
+        size += text_size(record.service)  # a width check: a long name may be CJK or emoji
+    for _, value in record.reference_keys:  # none unless golden cases or shadow read them
+        size += _REFERENCE_OVERHEAD_BYTES + text_size(value)
     if record.output_text is not None:
         size += text_size(record.output_text)  # the one long text
     size += _length(record.tool_name) + _length(record.call_id) + _length(record.error_type)

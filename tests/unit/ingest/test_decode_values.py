@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from ingest_support import any_value, decode_one, request, span
+from ingest_support import any_value, decode, decode_one, request, span
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from bench.traces import build_templates
@@ -132,6 +132,20 @@ def test_size_grows_with_kept_payloads() -> None:
     small = decode_one(span("s", attrs=_TOOL))
     large = decode_one(span("s", attrs={**_TOOL, "gen_ai.tool.call.result": "x" * 10_000}))
     assert large.size_bytes - small.size_bytes == 10_000
+
+
+def test_each_span_is_charged_its_resource_service_name_and_reference_values() -> None:
+    # Sender-set texts copied into every record, up to max_value_bytes each: left out, 60 KB
+    # of either was counted as nothing (tests/integration/test_byte_estimate_sender_fields).
+    # One string, shared by the resource's spans, is still charged to each: they leave the
+    # buffer a trace at a time, and it is held while any of them is.
+    options = DecodeOptions(reference_keys=frozenset({"case.id"}))
+    resource = {"service.name": "s" * 10_000, "case.id": "c" * 5_000}
+    batch = decode(span(attrs=_TOOL), span(attrs=_TOOL), options=options, resource=resource)
+    bare = decode_one(span(attrs=_TOOL), options=options)
+    first, second = batch.spans
+    assert first.service is second.service
+    assert [r.size_bytes - bare.size_bytes >= 15_000 for r in batch.spans] == [True, True]
 
 
 def _held(value: Any, seen: set[int]) -> int:
