@@ -1,7 +1,7 @@
 """``python -m bench.eviction``: what one eviction costs when the buffer is full of traces.
 
-Under ``assembly.overflow: evict_oldest`` (and under backpressure, for a request bigger than
-the room left) every new trace at ``max_traces`` evicts the oldest live one. This fills a
+Under ``assembly.overflow: evict_oldest`` every new trace at ``max_traces`` evicts the oldest
+live one (backpressure never evicts: it refuses, or drops what can never fit). This fills a
 ``TraceBuffer`` with ``max_traces`` one-span traces, lets most of them complete (so the
 oldest live trace sits behind many emitted ones, as in a server that has been running),
 then times adding new one-span traces, each of which evicts one. Reported in microseconds

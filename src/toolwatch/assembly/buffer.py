@@ -54,7 +54,9 @@ with a reason:
   ``span_limit`` if a span of it was dropped. What comes after, inside the run, is dropped;
   a root dropped all the same (past those 64, or for a byte bound) still anchors its trace;
 * ``span_too_large`` — the span alone is bigger than ``max_buffered_bytes``;
-* ``buffer_full`` — its trace alone fills the buffer, so no other trace can be evicted;
+* ``buffer_full`` — its trace alone fills the buffer, so no other trace can be evicted, or,
+  under ``backpressure``, the buffer is full: there nothing is evicted (a request gets here
+  only when ``has_room`` let it through as one that can never fit, or without asking);
 * ``not_an_agent_run`` — counted when its trace is emitted, instead of built: no span of the
   trace is an agent run, a model call or a tool execution (``runs_an_agent``), as in an HTTP
   request's trace that a Collector forwarding every trace sends. Such a trace is handed out
@@ -426,14 +428,20 @@ class TraceBuffer:
 
         Always true under ``evict_oldest``. Under ``backpressure`` a receiver answers
         ``False`` with a retryable status. A request bigger than the whole buffer (more
-        spans, bytes or new traces than it can ever hold) is let through (``add`` evicts and
-        drops as needed): refusing it would make the client retry something that can never
-        fit.
+        spans, bytes or new traces than it can ever hold) is let through (``add`` takes what
+        fits and drops the rest, ``buffer_full``, evicting nothing): refusing it would make
+        the client retry something that can never fit. A span bigger than the whole buffer
+        takes no room (``add`` drops it, ``span_too_large``) and is not counted: counted, it
+        let an ordinary request through as one that can never fit.
         """
         lim = self._limits
         if lim.overflow == "evict_oldest":
             return True
         count = len(spans)
+        if self._bytes + size_bytes > lim.max_buffered_bytes:  # only then can one be too big
+            too_large = [s.size_bytes for s in spans if s.size_bytes > lim.max_buffered_bytes]
+            count -= len(too_large)
+            size_bytes -= sum(too_large)
         if count > lim.max_buffered_spans or size_bytes > lim.max_buffered_bytes:
             return True
         if (
@@ -444,7 +452,13 @@ class TraceBuffer:
         room = lim.max_traces - len(self._traces)
         if count <= room:
             return True  # even if each span started a trace of its own
-        new = len({s.trace_id for s in spans if s.trace_id not in self._traces})
+        new = len(
+            {
+                s.trace_id
+                for s in spans
+                if s.trace_id not in self._traces and s.size_bytes <= lim.max_buffered_bytes
+            }
+        )
         return new <= room or new > lim.max_traces
 
     def add(
@@ -552,10 +566,14 @@ class TraceBuffer:
         )
 
     def _make_room(self, span: SpanRecord, now: int, evicted: list[CompletedTrace]) -> bool:
-        """Evict the oldest other traces until ``span`` fits; false if it cannot."""
+        """Evict the oldest other traces until ``span`` fits; false if it cannot. Under
+        ``backpressure`` nothing is evicted: the operator chose to refuse rather than judge
+        runs in flight early, and a request gets here only when ``has_room`` let it through
+        as one that can never fit (or without asking), so what does not fit is dropped."""
         own = self._traces.get(span.trace_id)
+        evicts = self._limits.overflow == "evict_oldest"
         while (bound := self._exceeded(own is None, span.size_bytes)) is not None:
-            victim = self._oldest_other(span.trace_id)
+            victim = self._oldest_other(span.trace_id) if evicts else None
             if victim is None:
                 self._flag_limited(span.trace_id, own)
                 if own is not None:

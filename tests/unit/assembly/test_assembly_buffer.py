@@ -481,7 +481,7 @@ def test_backpressure_counts_the_traces_a_request_would_start() -> None:
     assert buffer.has_room(three_runs, 30) is False
     assert buffer.has_room(trace_of(2) + trace_of(3) + trace_of(1), 30) is True
     assert buffer.has_room(trace_of(2, spans=5), 50) is True  # five spans, one new trace
-    # More new traces than the buffer can ever hold: let through, add evicts as it must.
+    # More new traces than the buffer can ever hold: let through, add takes what fits.
     assert buffer.has_room(three_runs + trace_of(5), 40) is True
     assert metrics.evicted == {}
 
@@ -493,8 +493,41 @@ def test_backpressure_lets_through_a_request_bigger_than_the_whole_buffer() -> N
     assert buffer.has_room(trace_of(2, spans=5), 10) is True
 
 
-def test_add_without_room_under_backpressure_still_evicts_to_stay_bounded() -> None:
+def test_backpressure_leaves_a_span_bigger_than_the_buffer_out_of_the_room_asked() -> None:
+    # Counted, it made an ordinary request one that "can never fit", let through to evict.
+    buffer, _, _ = make(dataclasses.replace(LIMITS, max_buffered_bytes=100))
+    buffer.add(trace_of(1, size=90))
+    too_large = trace_of(3, size=101)
+
+    assert buffer.has_room(trace_of(2, size=20), 20) is False
+    assert buffer.has_room(too_large + trace_of(2, size=20), 121) is False
+    assert buffer.has_room(too_large + trace_of(2, size=10), 111) is True
+    assert buffer.has_room(too_large, 101) is True  # dropped, without evicting
+    # Nor does it start a trace: one more new trace than there is room for is the one it
+    # would have been.
+    few_traces = dataclasses.replace(LIMITS, max_traces=2, max_buffered_bytes=100)
+    buffer, _, _ = make(few_traces)
+    buffer.add(trace_of(1))
+    assert buffer.has_room(too_large + trace_of(2) + trace_of(1), 121) is True
+    assert buffer.has_room(trace_of(3, size=10) + trace_of(2) + trace_of(1), 30) is False
+
+
+def test_add_without_room_under_backpressure_drops_what_does_not_fit_and_evicts_nothing() -> None:
+    # A request let through as bigger than the buffer, or added without asking: runs in
+    # flight are not judged early, as the operator chose.
     limits = dataclasses.replace(LIMITS, max_buffered_spans=3)
+    buffer, clock, metrics = make(limits)
+    buffer.add(trace_of(1, spans=2))
+
+    assert buffer.add(run_spans(OTHER_TRACE)) == []
+    assert (metrics.evicted, metrics.dropped) == ({}, {"buffer_full": 2})
+    assert (buffer.buffered_traces, buffer.buffered_spans) == (2, 3)
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(OTHER_TRACE, 1, False, "span_limit")]
+
+
+def test_add_without_room_under_evict_oldest_evicts_to_stay_bounded() -> None:
+    limits = dataclasses.replace(LIMITS, max_buffered_spans=3, overflow="evict_oldest")
     buffer, _, metrics = make(limits)
     buffer.add(trace_of(1, spans=2))
 
@@ -505,7 +538,8 @@ def test_add_without_room_under_backpressure_still_evicts_to_stay_bounded() -> N
 
 
 def test_byte_bound_evicts_the_oldest_traces() -> None:
-    buffer, _, metrics = make(dataclasses.replace(LIMITS, max_buffered_bytes=100))
+    limits = dataclasses.replace(LIMITS, max_buffered_bytes=100, overflow="evict_oldest")
+    buffer, _, metrics = make(limits)
     buffer.add(trace_of(1, size=40))
     buffer.add(trace_of(2, size=40))
 
