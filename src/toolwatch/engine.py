@@ -125,6 +125,8 @@ class Engine:
         refused: dict[str, int] = {}
         if batch.spans:
             self._process(self.buffer.add(batch.spans, refused))
+        if batch.rejected_traces:  # their runs miss a span: judged incomplete
+            self.buffer.flag_rejected(batch.rejected_traces)
         return Receipt(Admission.ACCEPTED, refused)
 
     def reconfigure(

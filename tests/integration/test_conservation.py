@@ -204,6 +204,6 @@ def test_every_span_is_accounted_for(start_server: Callable[..., RunningServer])
     outcomes = {(t["trace_id"], t["complete"], t["incomplete_reason"]) for t in server.tooltraces()}
     assert outcomes == {
         (trace_id(a), True, None),
-        (trace_id(b), True, None),
+        (trace_id(b), False, "span_limit"),  # two rejected spans carried its trace id
         (trace_id(c), False, "span_limit"),
     }

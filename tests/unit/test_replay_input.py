@@ -209,6 +209,19 @@ def test_a_trace_with_no_agent_model_or_tool_span_is_left_out_as_in_serve(tmp_pa
     ]
 
 
+def test_a_span_rejected_as_invalid_leaves_its_run_incomplete_as_in_serve(tmp_path: Path) -> None:
+    document = json.loads(_FIXTURE.read_text())
+    spans = [s for scope in document["resourceSpans"][0]["scopeSpans"] for s in scope["spans"]]
+    child = next(span for span in spans if span.get("parentSpanId"))
+    child["parentSpanId"] = "0505"  # OTLP: empty or 8 bytes
+    recorded = tmp_path / "rejected.jsonl"
+    recorded.write_text(json.dumps(document) + "\n")
+    warnings: list[str] = []
+    (trace,) = load_tool_traces([recorded], _config(), warn=warnings.append)
+    assert (trace.complete, trace.incomplete_reason) == (False, "span_limit")
+    assert [w.split(": ")[1] for w in warnings] == ["1 span(s) left out as invalid"]
+
+
 def agent_trace_id(document: dict[str, object]) -> str:
     resource = document["resourceSpans"][0]  # type: ignore[index]
     return str(resource["scopeSpans"][0]["spans"][0]["traceId"]).lower()

@@ -68,7 +68,10 @@ with a reason:
 ``trace_span_limit``, ``span_too_large`` and ``buffer_full`` flag the trace incomplete
 (``span_limit``) when it is emitted, also when the dropped span came before any span of its
 trace was buffered (up to ``max_traces`` such trace ids are remembered until their trace
-arrives).
+arrives). So does a span the decoder rejected (:meth:`TraceBuffer.flag_rejected`): never
+passed here, it is counted rejected, but its run misses it all the same. ``span_limit``
+reads "a span of the run was not taken": an incomplete run is judged against the policy
+alone whatever took the span, and the counters of dropped and rejected spans say which.
 """
 
 from __future__ import annotations
@@ -486,6 +489,17 @@ class TraceBuffer:
                 refused[reason] = refused.get(reason, 0) + n
         self._compact()
         return evicted
+
+    def flag_rejected(self, trace_ids: Iterable[bytes]) -> None:
+        """Flag incomplete (``span_limit``) the traces of spans rejected at ingest
+        (``DecodedBatch.rejected_traces``), as a span a limit drops flags its trace, also
+        before it arrives: the run would be judged whole without a call, and against its
+        golden case or shadow source that reads as drift. A trace already emitted is left
+        alone: its run was judged, and the rejected span would have been late."""
+        for trace_id in trace_ids:
+            trace = self._traces.get(trace_id)
+            if trace is not None or trace_id not in self._emitted:
+                self._flag_limited(trace_id, trace)
 
     def poll(self) -> list[CompletedTrace]:
         """Emit the traces that became ready or too old, in deadline order."""

@@ -9,8 +9,10 @@ all zero; a parent span id is empty or 8 bytes), lets ``toolwatch.conventions.re
 classify the span and extract its role's fields, and builds its record.
 
 Invalid spans are rejected and counted by reason; the rest of the request is kept (OTLP
-partial success). A span that ends before it starts is kept with its end clamped to its
-start: clock skew should not cost a tool call. Pure functions; safe to call from any thread.
+partial success). The trace ids of rejected spans that have a valid one are handed on
+(``DecodedBatch.rejected_traces``): their runs miss a span, and are judged incomplete. A
+span that ends before it starts is kept with its end clamped to its start: clock skew should
+not cost a tool call. Pure functions; safe to call from any thread.
 """
 
 from __future__ import annotations
@@ -156,6 +158,9 @@ class DecodedBatch:
     received: int  # spans in the request
     rejected: Mapping[str, int]  # reason -> count, e.g. {"invalid_trace_id": 2}
     error_message: str | None  # for OTLP partial_success.error_message
+    # The valid trace ids of rejected spans, each once: their traces are flagged incomplete
+    # (``TraceBuffer.flag_rejected``), or their runs would be judged whole without a call.
+    rejected_traces: tuple[bytes, ...] = ()
 
 
 #: Spans a parser already found at fault, by (resource, scope, span) index: the reason and
@@ -276,6 +281,7 @@ class _Decoder:
         "offenders",
         "received",
         "rejected",
+        "rejected_traces",
         "spans",
     )
 
@@ -294,6 +300,7 @@ class _Decoder:
         self.spans: list[SpanRecord] = []
         self.received = 0
         self.rejected: dict[str, int] = {}
+        self.rejected_traces: dict[bytes, None] = {}  # in order, each once
         self.offenders: list[str] = []  # the first _MAX_REPORTED rejected, for the message
 
     def scan(self, scan: Scan) -> DecodedBatch:
@@ -323,11 +330,20 @@ class _Decoder:
                 if self._known is not None:  # the parser's own reason, if it had one
                     problem = self._known.get((r, s, p), problem)
                 self._reject(problem, r, s, p)
+                trace_id = found[3]  # a rejected span only: no work for the others
+                if len(trace_id) == 16 and trace_id != _ZERO_TRACE_ID:
+                    self.rejected_traces[trace_id] = None
         self.received += count
 
     def batch(self) -> DecodedBatch:
         """The spans decoded so far and the accounting of the rest."""
-        return DecodedBatch(tuple(self.spans), self.received, self.rejected, self._message())
+        return DecodedBatch(
+            tuple(self.spans),
+            self.received,
+            self.rejected,
+            self._message(),
+            tuple(self.rejected_traces),
+        )
 
     def _path(self, r: int, s: int, p: int) -> str:
         if self._json_names:

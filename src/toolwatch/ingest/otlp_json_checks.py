@@ -32,6 +32,7 @@ __all__ = [
     "check_span",
     "convert_request_ids",
     "convert_span_ids",
+    "empty_span",
     "empty_unparsable",
     "items",
     "parse_dict",
@@ -51,6 +52,16 @@ _SPAN_IDS = (
 )
 _LINK_IDS = ("traceId", "trace_id", "spanId", "span_id")
 _SHOWN_VALUE_CHARS = 40
+
+
+def empty_span(span: dict[str, Any]) -> None:
+    """Empty a span rejected as ``malformed_span`` (its ids are then rejected, and
+    ``IdProblems`` gives the reason), keeping its trace id when that is text (hex or, once
+    converted, base64), in one spelling: its trace is then judged incomplete
+    (``DecodedBatch.rejected_traces``). One that is no hex is rejected as any is."""
+    kept = [(key, span[key]) for key in ("traceId", "trace_id") if isinstance(span.get(key), str)]
+    span.clear()
+    span.update(kept[:1])
 
 
 def items(container: dict[str, Any], *names: str) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -218,7 +229,7 @@ def _check(
             problems.setdefault((outline[0], outline[1], outline[2]), (MALFORMED, detail))
             first = first or exc
             emptied.add(outline)
-            span.clear()  # an empty span: its ids are rejected, with the reason above
+            empty_span(span)  # its ids are rejected, with the reason above
     return first
 
 
@@ -371,7 +382,7 @@ def empty_unparsable(document: dict[str, Any], problems: IdProblems) -> DecodeEr
                 detail = scope or parse_part({"spans": [span_doc]}, "the span")
                 if detail is None:
                     continue
-                span_doc.clear()  # an empty span: its ids are rejected, with this reason
+                empty_span(span_doc)  # its ids are rejected, with this reason
                 problems.setdefault((r, s, p), (MALFORMED, detail))
                 path = f"resourceSpans[{r}].scopeSpans[{s}].spans[{p}]"
                 first = first or DecodeError(f"{path}: {detail}", path)

@@ -41,6 +41,7 @@ from toolwatch.ingest.otlp_json_checks import (
     check_outline,
     check_span,
     convert_span_ids,
+    empty_span,
     items,
     parse_dict,
     parse_error,
@@ -366,7 +367,7 @@ class _Pieces:
     def _reject(self, spans: list[dict[str, Any]], at: tuple[int, int, int], why: str) -> None:
         r, s, start = at
         for p, span in enumerate(spans, start):
-            span.clear()  # an empty span: its ids are rejected, with this reason
+            empty_span(span)  # its ids are rejected, with this reason
             self._problems.setdefault((r, s, p), (MALFORMED, why))
         self._emptied = self._emptied or bool(spans)
 

@@ -9,10 +9,12 @@ so a view of those messages that declares their children as ``bytes`` splits the
 without parsing any span. Each span, resource and scope is then parsed on its own, in an
 envelope that puts it at its own depth (protobuf's limit counts from the request); those it
 accepts are merged into a new request, and the spans of those it refuses stay empty and are
-rejected: the rest of the request is kept, as OTLP's partial success allows.
+rejected: the rest of the request is kept, as OTLP's partial success allows. A span left
+empty keeps its trace id when that field alone can be read, so its trace is judged
+incomplete (``DecodedBatch.rejected_traces``).
 
 The outline types are built at import from a descriptor (``_OUTLINE``), not generated code:
-they are three messages of one or two ``repeated bytes`` fields, wire-compatible with
+they are four messages of one or two ``repeated bytes`` fields, wire-compatible with
 opentelemetry-proto's (a length-delimited field reads the same as a message or as bytes).
 A field that appears twice is merged, as protobuf merges a repeated message field. Used only
 after the whole parse failed, so it costs nothing on valid requests. Pure; thread-safe.
@@ -40,12 +42,14 @@ _REPEATED_BYTES: Final = (
 )
 
 #: name -> {field number: field name}: the outline of ExportTraceServiceRequest (field 1,
-#: resource_spans), ResourceSpans (1 resource, 2 scope_spans) and ScopeSpans (1 scope,
-#: 2 spans), as opentelemetry-proto numbers them (tests check against its descriptors).
+#: resource_spans), ResourceSpans (1 resource, 2 scope_spans), ScopeSpans (1 scope,
+#: 2 spans) and Span (1 trace_id), as opentelemetry-proto numbers them (tests check against
+#: its descriptors).
 _OUTLINE: Final = {
     "Request": {1: "resource_spans"},
     "ResourceSpans": {1: "resource", 2: "scope_spans"},
     "ScopeSpans": {1: "scope", 2: "spans"},
+    "Span": {1: "trace_id"},
 }
 
 
@@ -67,6 +71,7 @@ _TYPES: Final = _outline_types()
 _Request: Final = _TYPES["toolwatch.outline.Request"]
 _ResourceSpans: Final = _TYPES["toolwatch.outline.ResourceSpans"]
 _ScopeSpans: Final = _TYPES["toolwatch.outline.ScopeSpans"]
+_Span: Final = _TYPES["toolwatch.outline.Span"]
 
 
 def _envelope(part: bytes, level: str) -> bytes:
@@ -96,6 +101,17 @@ def _problem(parts: Any, level: str) -> str | None:
             " not UTF-8, or values nested deeper than protobuf's 100 levels"
         )
     return None
+
+
+def _trace_id(span_part: bytes) -> bytes:
+    """The serialized span's trace id, its other fields skipped unparsed (what protobuf
+    refused is in one of them: nesting, a string that is not UTF-8); empty when even that
+    cannot be read. The last one, as protobuf reads a field sent twice."""
+    try:
+        found = _Span.FromString(span_part).trace_id
+    except ProtobufDecodeError:
+        return b""
+    return bytes(found[-1]) if found else b""
 
 
 def salvage(body: bytes) -> tuple[ExportTraceServiceRequest, IdProblems] | None:
@@ -128,6 +144,7 @@ def salvage(body: bytes) -> tuple[ExportTraceServiceRequest, IdProblems] | None:
                         span.MergeFromString(span_part)
                     else:
                         problems[r, s, p] = (MALFORMED, span_problem)
+                        span.trace_id = _trace_id(span_part)  # its run misses it
     except ProtobufDecodeError:
         return None
     return (request, problems) if problems else None

@@ -579,6 +579,34 @@ def test_a_span_dropped_before_its_trace_arrived_still_flags_the_trace() -> None
     assert summary(buffer.poll()) == [(TRACE, 2, False, "span_limit")]
 
 
+def test_a_span_rejected_at_ingest_flags_its_trace_buffered_or_still_to_come() -> None:
+    # Judged whole without it, the run is compared with its golden case or shadow source,
+    # where the missing call reads as drift.
+    buffer, clock, metrics = make()
+    buffer.add(run_spans())
+    buffer.flag_rejected([TRACE, OTHER_TRACE])  # the other run's spans come later
+    buffer.add(run_spans(OTHER_TRACE))
+    clock.advance(2)
+    assert sorted(summary(buffer.poll())) == sorted(
+        [(TRACE, 3, False, "span_limit"), (OTHER_TRACE, 3, False, "span_limit")]
+    )
+    assert metrics.dropped == {}  # counted rejected at ingest, not dropped here
+
+
+def test_a_span_rejected_for_a_trace_already_evaluated_flags_nothing() -> None:
+    # Its id is not kept among those to flag: a trace of that id after the late window is
+    # another run, whole.
+    buffer, clock, _ = make()
+    buffer.add(run_spans())
+    clock.advance(2)
+    assert len(buffer.poll()) == 1
+    buffer.flag_rejected([TRACE])
+    clock.advance(302)  # past the late window: the id is forgotten
+    buffer.add(run_spans())
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(TRACE, 3, True, None)]
+
+
 def test_ids_of_traces_whose_spans_were_dropped_first_are_remembered_boundedly() -> None:
     """A flood of oversized spans, each of a new trace, must not grow memory: past
     max_traces such ids the oldest is forgotten (its trace, if it comes, is not flagged)."""

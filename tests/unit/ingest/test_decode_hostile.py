@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from ingest_support import ROOT_ID, TRACE_ID, decode_bytes, field, request, span
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans
+from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.timeline import build_tool_traces
@@ -194,6 +194,7 @@ def assert_rejected_alone(body: bytes, reason: str) -> None:
     message = batch.error_message or ""
     assert message.startswith("1 span rejected; resource_spans[0].scope_spans[0].spans[1]: ")
     assert reason in message
+    assert batch.rejected_traces == (TRACE_ID,)  # read alone: its run misses it
 
 
 def attribute(key: bytes, value: bytes) -> bytes:
@@ -236,6 +237,7 @@ def test_a_resource_protobuf_cannot_parse_rejects_its_spans_and_keeps_the_others
 
     assert [record.name for record in batch.spans] == ["cousin"]
     assert batch.rejected == {"malformed_span": 2}
+    assert batch.rejected_traces == (TRACE_ID,)
     message = batch.error_message or ""
     assert (
         "resource_spans[0].scope_spans[0].spans[0]: protobuf cannot parse its resource" in message
@@ -250,6 +252,7 @@ def test_the_outline_numbers_its_fields_as_opentelemetry_proto_does() -> None:
         "Request": ExportTraceServiceRequest.DESCRIPTOR,
         "ResourceSpans": ResourceSpans.DESCRIPTOR,
         "ScopeSpans": ScopeSpans.DESCRIPTOR,
+        "Span": Span.DESCRIPTOR,
     }
     for name, fields in salvage_module._OUTLINE.items():
         descriptor = outline[name]
@@ -405,6 +408,16 @@ def test_a_wrong_or_too_deep_value_in_one_otlp_json_span_rejects_that_span_alone
     assert batch.rejected == {"malformed_span": 1}
     assert (batch.error_message or "").startswith(f"1 span rejected; {SPAN}: ")
     assert names in (batch.error_message or "")
+    assert batch.rejected_traces == (TRACE_ID,)  # kept when emptied: its run misses it
+
+
+@pytest.mark.parametrize("trace_id", [5, "no hex", None])
+def test_a_malformed_otlp_json_span_without_a_readable_trace_id_names_no_trace(
+    trace_id: Any,
+) -> None:
+    document = with_a_valid_sibling(json_body(traceId=trace_id, startTimeUnixNano="soon"))
+    batch = decode_otlp_json(json.dumps(document), OPTIONS)
+    assert (sum(batch.rejected.values()), batch.rejected_traces) == (1, ())
 
 
 def test_a_wrong_value_outside_the_spans_still_refuses_the_request() -> None:

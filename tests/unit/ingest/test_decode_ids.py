@@ -121,6 +121,25 @@ def test_message_names_the_first_three_offenders_only() -> None:
     assert batch.error_message.endswith("; and 2 more")
 
 
+def test_the_valid_trace_ids_of_rejected_spans_are_handed_on_once_each() -> None:
+    # Their runs miss a span: the buffer judges them incomplete (TraceBuffer.flag_rejected).
+    first, second, kept = (bytes([n]) * 16 for n in (1, 2, 3))
+    batch = decode(
+        span(trace_id=first, parent=b"\x05" * 3),
+        span(trace_id=second, span_id=bytes(8)),
+        span(trace_id=first, parent=b"\x05" * 3),
+        span(trace_id=kept),
+        span(trace_id=b"abc"),  # no trace to tell
+        span(trace_id=bytes(16)),
+    )
+    assert batch.rejected == {
+        "invalid_parent_span_id": 2,
+        "invalid_span_id": 1,
+        "invalid_trace_id": 2,
+    }
+    assert batch.rejected_traces == (first, second)
+
+
 def test_no_rejection_means_no_message() -> None:
     batch = decode(span(), span())
     assert (batch.rejected, batch.error_message, batch.received) == ({}, None, 2)
@@ -146,6 +165,7 @@ def test_a_recognizer_failure_costs_one_span_not_the_request() -> None:
     batch = _Decoder(DecodeOptions(), fragile).scan(scan)
     assert [record.name for record in batch.spans] == ["good"]
     assert batch.rejected == {"malformed_attributes": 1}
+    assert batch.rejected_traces == (TRACE_ID,)
     assert batch.error_message == (
         "1 span rejected; resource_spans[0].scope_spans[0].spans[1]: "
         "attributes could not be read (KeyError('boom'))"

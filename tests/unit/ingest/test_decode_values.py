@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from ingest_support import any_value, decode, decode_one, request, span
+from ingest_support import TRACE_ID, any_value, decode, decode_one, request, span
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from bench.traces import build_templates
@@ -243,6 +243,7 @@ def test_a_span_with_more_attributes_read_than_the_cap_is_rejected_and_named(
     batch = decode_protobuf(body, options)
     assert [record.name for record in batch.spans] == ["tool"]
     assert batch.rejected == {"too_many_attributes": 1}
+    assert batch.rejected_traces == (TRACE_ID,)
     assert batch.error_message == (
         "1 span rejected; resource_spans[0].scope_spans[0].spans[0]: more than 5 attributes "
         "a convention reads (ingest.max_span_attributes)"
