@@ -272,6 +272,30 @@ class AssemblySettings(_Section):
                 f"than max_trace_age_seconds ({self.max_trace_age_seconds:g}): a run still "
                 "waiting at that age is evaluated as incomplete, so no run would complete"
             )
+        # The same of the wait for a local parent: counted from the trace's last span, it
+        # ends after the age, counted from its first (buffer.py, _Trace.due_ns).
+        wait = self.local_parent_wait_seconds
+        if wait is not None and wait >= self.max_trace_age_seconds:
+            raise ValueError(
+                f"local_parent_wait_seconds ({wait:g}) must be shorter than "
+                f"max_trace_age_seconds ({self.max_trace_age_seconds:g}): it counts from a "
+                "trace's last span, so the trace reaches that age first and is evaluated as "
+                "incomplete; the wait would never apply"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _trace_cap_can_apply(self) -> AssemblySettings:
+        # The per-trace cap is what keeps one runaway trace (an agent looping on a tool) from
+        # filling the buffer, refusing every other sender's spans (backpressure) or evicting
+        # every other run until it is evaluated.
+        if self.max_spans_per_trace >= self.max_buffered_spans:
+            raise ValueError(
+                f"max_spans_per_trace ({self.max_spans_per_trace}) must be smaller than "
+                f"max_buffered_spans ({self.max_buffered_spans}): one trace at the cap would "
+                "fill the whole buffer, so the cap would never keep a runaway trace from "
+                "crowding out every other run; lower max_spans_per_trace"
+            )
         return self
 
     def limits(self) -> AssemblyLimits:

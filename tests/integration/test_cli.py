@@ -470,6 +470,22 @@ def test_check_config_warns_of_a_certificate_expiring_within_14_days(tmp_path: P
             "assembly",
             "completion_wait_seconds (400) must be shorter than max_trace_age_seconds (300)",
         ),
+        # Settings that could never take effect: accepted, they did nothing, without a word.
+        (
+            "assembly:\n  local_parent_wait_seconds: 900\n  max_trace_age_seconds: 300\n",
+            "assembly",
+            "local_parent_wait_seconds (900) must be shorter than max_trace_age_seconds (300)",
+        ),
+        (
+            "assembly:\n  max_spans_per_trace: 300000\n  max_buffered_spans: 200000\n",
+            "assembly",
+            "max_spans_per_trace (300000) must be smaller than max_buffered_spans (200000)",
+        ),
+        (
+            "assembly:\n  max_buffered_spans: 3000\n",  # below the cap's default
+            "assembly",
+            "max_spans_per_trace (5000) must be smaller than max_buffered_spans (3000)",
+        ),
     ],
 )
 def test_check_config_rejects_a_bad_file(

@@ -762,6 +762,7 @@ def test_malformed_protobuf_over_grpc_is_invalid_argument_then_serving(
 
 OVERLOAD = {
     "assembly__max_buffered_spans": 8,
+    "assembly__max_spans_per_trace": 7,  # under the buffer's bound: the cap must be reachable
     "assembly__overflow": "backpressure",
     "ingest__retry_after_seconds": 2.5,
     **QUIET,

@@ -115,6 +115,7 @@ def soak(start_server: Callable[..., RunningServer]) -> tuple[RunningServer, lis
     every export's outcome and the driver."""
     server = start_server(
         assembly__max_buffered_spans=CAPACITY_SPANS,
+        assembly__max_spans_per_trace=SPANS_PER_TRACE,  # under the buffer's bound, as required
         assembly__overflow="backpressure",
         ingest__retry_after_seconds=RETRY_AFTER_SECONDS,
     )
