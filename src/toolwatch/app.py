@@ -2,8 +2,12 @@
 every listener (OTLP/gRPC, OTLP/HTTP, metrics, findings stream).
 
 Everything runs on one asyncio event loop: receivers decode and hand batches to the engine,
-a ticker completes due traces, sinks publish. ``App.stop`` is the SIGTERM path: stop
-accepting, evaluate what is buffered, flush sinks, close the listeners.
+a ticker completes due traces, sinks publish. Only the decoding of large request bodies runs
+elsewhere, one at a time in a worker thread (``toolwatch.ingest.decode_thread``), so that
+the loop keeps serving meanwhile; the batch comes back to the loop for the engine.
+``App.stop`` is the SIGTERM path: stop accepting (waiting up to the grace for the requests
+in flight, their decodes included), evaluate what is buffered, flush sinks, close the
+listeners.
 """
 
 from __future__ import annotations
@@ -48,6 +52,7 @@ from toolwatch.engine import DiscardToolTraces, Engine, EngineParts, Receipt, To
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodedBatch, scanner
+from toolwatch.ingest.decode_thread import DecodeThread
 from toolwatch.ingest.grpc_health import health_handler
 from toolwatch.ingest.otlp_grpc import SERVICE_NAME, trace_service_handler
 from toolwatch.ingest.otlp_http import HttpTraceReceiver, ProtocolErrorLog
@@ -220,6 +225,7 @@ class App:
         self._slots = RequestSlots(
             config.ingest.max_concurrent_requests, config.ingest.read_timeout_seconds
         )
+        self._decoding = DecodeThread()  # both receivers': one decode at a time
         self.metrics = PrometheusMetrics(
             self.registry,
             version=__version__,
@@ -349,10 +355,18 @@ class App:
         self._stopped = True
         grace = self.config.shutdown_grace_seconds if grace is None else grace
         self._ready = False
-        if self._grpc is not None:
-            await self._grpc.stop(grace)
-        for runner in self._runners[:1]:  # the OTLP/HTTP listener first
-            await runner.cleanup()
+        # A request whose body still decodes when the grace is over is given up (answered
+        # as retryable, none of its spans taken), as gRPC cancels its calls then: aiohttp
+        # would wait for it past the grace.
+        give_up = asyncio.get_running_loop().call_later(grace, self._decoding.abandon)
+        try:
+            if self._grpc is not None:
+                await self._grpc.stop(grace)
+            for runner in self._runners[:1]:  # the OTLP/HTTP listener first
+                await runner.cleanup()
+        finally:
+            give_up.cancel()
+        self._decoding.close()
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -558,6 +572,7 @@ class App:
                     self.metrics,
                     self.config.ingest.retry_after_seconds,
                     self._slots,
+                    decoding=self._decoding,
                 ),
             )
         )
@@ -604,6 +619,7 @@ class App:
             max_request_bytes=limit,
             retry_after_seconds=self.config.ingest.retry_after_seconds,
             slots=self._slots,
+            decoding=self._decoding,
         ).add_routes(app)
         return app
 

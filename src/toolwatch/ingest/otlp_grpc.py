@@ -29,6 +29,7 @@ Lifecycle (start, stop, health) belongs to the app.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -41,6 +42,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 from toolwatch.assembly.buffer import REPORTED_DROPS
 from toolwatch.engine import Admission, Receipt
 from toolwatch.ingest.decode import DecodedBatch, DecodeError, DecodeOptions, decode_protobuf
+from toolwatch.ingest.decode_thread import DecodeAbandonedError, DecodeThread
 from toolwatch.ingest.slots import RequestSlots
 from toolwatch.metrics import PipelineMetrics
 
@@ -59,24 +61,23 @@ SERVICE_NAME = "opentelemetry.proto.collector.trace.v1.TraceService"
 SpanConsumer = Callable[[DecodedBatch, str], Receipt]
 
 _TRANSPORT = "grpc"
+_OVERLOAD_MESSAGE = "toolwatch is at capacity; retry after the RetryInfo delay"
+_SHUTDOWN_MESSAGE = "toolwatch is shutting down; retry after the RetryInfo delay"
 
 
-def _overload_trailers(retry_after_seconds: float) -> tuple[tuple[str, bytes], ...]:
+def _overload_trailers(retry_after_seconds: float, message: str) -> tuple[tuple[str, bytes], ...]:
     seconds = int(retry_after_seconds)
     delay = duration_pb2.Duration(seconds=seconds, nanos=int((retry_after_seconds - seconds) * 1e9))
     retry = error_details_pb2.RetryInfo(retry_delay=delay)
     detail = any_pb2.Any()
     detail.Pack(retry)
-    status = status_pb2.Status(
-        code=code_pb2.UNAVAILABLE, message=_OVERLOAD_MESSAGE, details=[detail]
-    )
+    status = status_pb2.Status(code=code_pb2.UNAVAILABLE, message=message, details=[detail])
     return (
         (_STATUS_DETAILS, status.SerializeToString()),
         ("google.rpc.retryinfo-bin", retry.SerializeToString()),
     )
 
 
-_OVERLOAD_MESSAGE = "toolwatch is at capacity; retry after the RetryInfo delay"
 _STATUS_DETAILS = "grpc-status-details-bin"
 
 
@@ -127,12 +128,18 @@ class _Export:
         metrics: PipelineMetrics,
         retry_after_seconds: float,
         slots: RequestSlots,
+        *,
+        decoding: DecodeThread,
     ) -> None:
         self._consume = consume
         self._options = options
         self._metrics = metrics
-        self._trailers = _overload_trailers(retry_after_seconds)
+        self._trailers = {
+            message: _overload_trailers(retry_after_seconds, message)
+            for message in (_OVERLOAD_MESSAGE, _SHUTDOWN_MESSAGE)
+        }
         self._slots = slots
+        self._decoding = decoding
 
     async def handle(
         self, _requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
@@ -147,9 +154,8 @@ class _Export:
         except asyncio.CancelledError:  # the client cancelled the call: nothing was taken
             self._metrics.request_handled(_TRANSPORT, "aborted", time.perf_counter() - started)
             raise
-        finally:
-            self._slots.give()
-        self._metrics.request_handled(_TRANSPORT, outcome, time.perf_counter() - started)
+        counted = "aborted" if outcome == "abandoned" else outcome  # nothing was taken
+        self._metrics.request_handled(_TRANSPORT, counted, time.perf_counter() - started)
         if outcome == "invalid":
             status = status_pb2.Status.FromString(payload)
             trailers = ((_STATUS_DETAILS, payload),)
@@ -158,19 +164,35 @@ class _Export:
             )
         if outcome == "overloaded":
             await self._abort_overloaded(context)
+        if outcome == "abandoned":  # shutdown gave up on its decode: retryable
+            await self._abort_overloaded(context, _SHUTDOWN_MESSAGE)
         if outcome == "timeout":
             message = f"the request was not received within {self._slots.read_timeout:g} s"
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, message)
         return payload
 
-    async def _abort_overloaded(self, context: grpc.aio.ServicerContext) -> None:
-        await context.abort(
-            grpc.StatusCode.UNAVAILABLE, _OVERLOAD_MESSAGE, trailing_metadata=self._trailers
-        )
+    async def _abort_overloaded(
+        self, context: grpc.aio.ServicerContext, message: str = _OVERLOAD_MESSAGE
+    ) -> None:
+        trailers = self._trailers[message]
+        await context.abort(grpc.StatusCode.UNAVAILABLE, message, trailing_metadata=trailers)
 
     async def _receive(self, context: grpc.aio.ServicerContext) -> tuple[str, bytes]:
         """The one request message, exported; a call with none or two is invalid, one that
-        has not sent all of it within the slots' read timeout is cut off ("timeout")."""
+        has not sent all of it within the slots' read timeout is cut off ("timeout"). Gives
+        back the slot ``handle`` took: here, or through the decoding turn (``_export``)."""
+        try:
+            body = await self._read(context)
+        except BaseException:
+            self._slots.give()
+            raise
+        if isinstance(body, tuple):
+            self._slots.give()
+            return body
+        return await self._export(body)
+
+    async def _read(self, context: grpc.aio.ServicerContext) -> bytes | tuple[str, bytes]:
+        """The one request message, or the outcome of a call that did not send one."""
         try:
             async with asyncio.timeout(self._slots.read_timeout):
                 body = await context.read()
@@ -183,15 +205,22 @@ class _Export:
             return "invalid", _invalid("the call carried no ExportTraceServiceRequest")
         if extra is not grpc.aio.EOF:
             return "invalid", _invalid("Export is unary: a second request message was sent")
-        return self._export(body)
+        request: bytes = body  # raw: the method has no deserializer
+        return request
 
-    def _export(self, body: bytes) -> tuple[str, bytes]:
-        """Returns (outcome, response bytes or, for "invalid", the error's google.rpc.Status)."""
+    async def _export(self, body: bytes) -> tuple[str, bytes]:
+        """Returns (outcome, response bytes or, for "invalid", the error's google.rpc.Status);
+        "abandoned" when shutdown gave up on the decode. The body is decoded in the decoding
+        turn, which gives the request's slot back."""
+        decode = functools.partial(decode_protobuf, body, self._options)
         try:
-            batch = decode_protobuf(body, self._options)
+            async with self._decoding.turn(self._slots.give) as turn:
+                batch = await turn.decode(decode, len(body))
+                receipt = self._consume(batch, _TRANSPORT)
         except DecodeError as exc:
             return "invalid", bad_request_status(exc).SerializeToString()
-        receipt = self._consume(batch, _TRANSPORT)
+        except DecodeAbandonedError:
+            return "abandoned", b""
         if receipt.admission is Admission.OVERLOADED:
             return "overloaded", b""
         return "ok", export_response(batch, receipt).SerializeToString()
@@ -229,10 +258,13 @@ def trace_service_handler(
     metrics: PipelineMetrics,
     retry_after_seconds: float,
     slots: RequestSlots,
+    *,
+    decoding: DecodeThread,
 ) -> grpc.GenericRpcHandler:
     """The ``TraceService`` handler to add to a ``grpc.aio`` server. Requests and responses
-    cross it as bytes; ``consume`` runs on the server's event loop. Each call holds one of
-    ``slots`` while it is read and handled."""
-    export = _Export(consume, options, metrics, retry_after_seconds, slots)
+    cross it as bytes; a request is decoded in ``decoding``'s turn (shared with the OTLP/HTTP
+    receiver: a large one in its thread), ``consume`` runs on the server's event loop. Each
+    call holds one of ``slots`` while it is read, decoded and handled."""
+    export = _Export(consume, options, metrics, retry_after_seconds, slots, decoding=decoding)
     method = grpc.stream_unary_rpc_method_handler(export.handle)
     return grpc.method_handlers_generic_handler(SERVICE_NAME, {"Export": method})

@@ -28,6 +28,7 @@ the connection closed, counted ``invalid``.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 import sys
@@ -52,6 +53,7 @@ from toolwatch.ingest.decode import (
     DecodeOptions,
     decode_protobuf,
 )
+from toolwatch.ingest.decode_thread import DecodeAbandonedError, DecodeThread
 from toolwatch.ingest.otlp_grpc import SpanConsumer, bad_request_status, export_response
 from toolwatch.ingest.otlp_json import MIN_BYTES_PER_VALUE, decode_otlp_json
 from toolwatch.ingest.slots import RequestSlots
@@ -78,6 +80,9 @@ _STATUS_CODES = {
 #: Headers of such an answer that a client acts on, kept when its body is replaced.
 _KEPT_HEADERS = (hdrs.ALLOW, hdrs.WWW_AUTHENTICATE, hdrs.RETRY_AFTER)
 _OVERLOAD_MESSAGE = "toolwatch is at capacity; retry after the Retry-After delay"
+_SHUTDOWN_MESSAGE = "toolwatch is shutting down; retry after the Retry-After delay"
+_IDENTITY = ("", "identity")
+_COMPRESSED = ("gzip", "x-gzip", "deflate")
 
 
 class ProtocolErrorLog(logging.LoggerAdapter[logging.Logger]):
@@ -124,8 +129,9 @@ class _RejectError(Exception):
 class HttpTraceReceiver:
     """The ``/v1/traces`` route. ``max_request_bytes`` caps the body after decompression;
     the app must also set the aiohttp ``client_max_size`` to it (the cap before). Each
-    request holds one of ``slots`` (shared with the gRPC receiver) while it is read and
-    handled."""
+    request holds one of ``slots`` (shared with the gRPC receiver) while it is read,
+    decoded and handled; its body is decompressed and decoded in ``decoding``'s turn (shared
+    too), and ``consume`` runs on the event loop."""
 
     consume: SpanConsumer
     options: DecodeOptions
@@ -133,6 +139,7 @@ class HttpTraceReceiver:
     max_request_bytes: int
     retry_after_seconds: float
     slots: RequestSlots
+    decoding: DecodeThread
 
     def add_routes(self, app: web.Application) -> None:
         """The route, and (outermost, so that it sees the token check's answers) the
@@ -156,6 +163,15 @@ class HttpTraceReceiver:
             outcome = "aborted"
             response = web.Response(status=400)
             response.force_close()
+        except DecodeAbandonedError:
+            # Shutdown, the grace over while the body decoded or waited for its turn: none
+            # of its spans was taken, so the client may send them again elsewhere.
+            outcome = "aborted"
+            response = self._overloaded(content_type, _SHUTDOWN_MESSAGE)
+            response.force_close()
+        except asyncio.CancelledError:  # shutdown cut the request off: nothing was taken
+            self.metrics.request_handled(_TRANSPORT, "aborted", time.perf_counter() - started)
+            raise
         self.metrics.request_handled(_TRANSPORT, outcome, time.perf_counter() - started)
         return response
 
@@ -168,26 +184,43 @@ class HttpTraceReceiver:
         if not self.slots.take():
             return "overloaded", self._overloaded(content_type)
         try:
-            batch = await self._read(request, content_type)
+            raw = await self._read(request)
         except TimeoutError:
+            self.slots.give()
             # Retryable, as OTLP/HTTP lets a client retry only 429, 502, 503 and 504. The rest
             # of the body is not waited for: the connection closes with the answer.
             response = self._overloaded(content_type, _read_timeout_message(self.slots))
             response.force_close()  # what is left of the body is not a next request
             return "timeout", response
-        finally:
+        except BaseException:
             self.slots.give()
-        receipt = self.consume(batch, _TRANSPORT)
+            raise
+        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
+        return await self._export(raw, encoding, content_type)
+
+    async def _export(
+        self, raw: bytes, encoding: str, content_type: str
+    ) -> tuple[str, web.Response]:
+        """``raw`` decompressed, decoded and offered to the consumer in the decoding turn,
+        which gives back the slot ``_handle`` took: once the spans are taken, or, when this
+        request stops waiting for a decode in the thread, once the thread is done with it."""
+        decoded = functools.partial(self._decoded, raw, encoding, content_type)
+        # A compressed body's size once inflated is not known before: it is decoded as one
+        # of the largest (inflating it is work the loop should not do either).
+        size = self.max_request_bytes if encoding in _COMPRESSED else len(raw)
+        async with self.decoding.turn(self.slots.give) as turn:
+            batch = await turn.decode(decoded, size)
+            receipt = self.consume(batch, _TRANSPORT)
         if receipt.admission is Admission.OVERLOADED:
             return "overloaded", self._overloaded(content_type)
         return "ok", _message_response(200, export_response(batch, receipt), content_type)
 
-    async def _read(self, request: web.Request, content_type: str) -> DecodedBatch:
-        """The body, decoded; ``TimeoutError`` when it did not arrive within the slots' read
+    async def _read(self, request: web.Request) -> bytes:
+        """The body as sent; ``TimeoutError`` when it did not arrive within the slots' read
         timeout (decoding is not timed: it is no longer the client's doing)."""
         try:
             async with asyncio.timeout(self.slots.read_timeout):
-                raw = await request.read()
+                return await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise _RejectError(413, f"body exceeds {self.max_request_bytes} bytes") from None
         except (web.RequestPayloadError, HttpProcessingError) as error:
@@ -196,8 +229,12 @@ class HttpTraceReceiver:
             # names the kind alone: aiohttp's quotes the bytes at fault.
             message = _framing_message(error)
             raise _RejectError(400, message, "Transfer-Encoding", close=True) from None
-        body = self._decompress(raw, request.headers.get("Content-Encoding", "identity"))
-        return self._decode(body, content_type)
+
+    def _decoded(self, raw: bytes, encoding: str, content_type: str) -> DecodedBatch:
+        """The body decompressed and decoded; in the decode thread when it is large
+        (``toolwatch.ingest.decode_thread``), so it touches nothing but its arguments and
+        this receiver's settings. Raises ``_RejectError`` for an answer other than 200."""
+        return self._decode(self._decompress(raw, encoding), content_type)
 
     def _overloaded(self, content_type: str, message: str = _OVERLOAD_MESSAGE) -> web.Response:
         # Retry-After is whole seconds (RFC 9110 §10.2.3): round up, never ask for less than
@@ -208,8 +245,7 @@ class HttpTraceReceiver:
         return response
 
     def _decompress(self, raw: bytes, encoding: str) -> bytes:
-        encoding = encoding.strip().lower()
-        if encoding in ("", "identity"):
+        if encoding in _IDENTITY:
             return raw
         if encoding in ("gzip", "x-gzip"):  # RFC 9110 §8.4.1.3: x-gzip is gzip
             return self._inflate(raw, "gzip", _GZIP_WBITS, members=True)
