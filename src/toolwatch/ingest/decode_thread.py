@@ -6,28 +6,31 @@ ms a MiB, 20 MiB bodies 1.3 to 9 s; protobuf 2 to 170 ms a MiB, 3.3 s for 20 MiB
 attribute-less spans). On the event loop it stops everything else for that long: the other
 receiver, the ticker (completion checks, the late window), ``/healthz`` and ``/metrics``,
 so that a liveness probe can fail and have the pod killed. So a body of ``OFF_LOOP_BYTES``
-or more is decompressed and decoded in one worker thread while the loop serves the rest
-(it still waits for the GIL: pauses of up to about 40 ms where the decode holds it in C,
-json's scanner or protobuf's parser, and up to 0.4 s for the compiled OTLP scanner's pass
-over 20 MiB of protobuf). A smaller one is decoded on the loop: it blocks it a few
-milliseconds at most (under 16 ms for the densest JSON), and handing it to the thread costs
-context switches on every request for no pause worth avoiding.
+or more is decompressed and decoded in one worker thread while the loop serves the rest.
+The loop still pauses where the decode holds the GIL in C (json's scanner, protobuf's
+parser: up to about 40 ms; the compiled OTLP scanner's pass over 20 MiB of attribute-less
+spans: 0.4 s), for a garbage collection, and while the engine takes the batch (0.3 to 0.56
+s for the 74,000 attribute-less spans of 15 MiB: ``python -m bench.loop_pause``). A
+smaller body is decoded on the loop: it pauses it at most 16 ms (the densest JSON), as long
+as a garbage collection may, and is spared the thread switches of a hand-off (a cost too
+small to measure for ``make bench``'s 98 KiB requests, which do go to the thread).
 
 One decode at a time, whichever the receiver and the thread (a ``turn``): the memory bound
-counts one request being decoded (README, Memory), and it is held until the engine has
-taken the request's spans, on the loop (the engine, the metrics and the request slots are
-the loop's alone: the thread runs the decode and nothing else). A request waits for its turn
-holding its body and its request slot (``toolwatch.ingest.slots``), as it waited for the
-loop before; the turn gives the slot back when it ends.
+counts one request being decoded (README, Memory), held until the engine has taken its
+spans, and the compiled scanner keeps one cache of recent strings per plan (``_wire.c``).
+The engine, the metrics and the request slots are the loop's alone: the thread runs the
+decode and nothing else, and the batch is consumed on the loop before the turn passes on. A
+request waits for its turn holding its body and its request slot (``toolwatch.ingest.slots``),
+as it waited for the loop before; the turn gives the slot back when it ends.
 
 A caller that stops waiting while its body decodes in the thread (a gRPC client cancels
 the call; the server shuts down) cannot stop the thread: the decode runs to its end and
 keeps the turn and the request's slot until then, so the body it holds stays counted. Its
 batch is dropped: none of its spans was taken, so a retry delivers them once. At shutdown
 (``App.stop``) ``abandon`` is called once the grace is over: callers still waiting for a
-decode get ``DecodeAbandonedError`` (the receivers answer it as retryable) instead of holding
-the shutdown up, and no decode starts any more. The thread is a daemon: the process does
-not wait for a decode nobody waits for.
+decode get ``DecodeAbandonedError`` (the receivers answer it as retryable) instead of
+holding the shutdown up, and no decode starts any more. The thread is a daemon: the process
+does not wait for a decode nobody waits for.
 
 Threading: everything here but the decode itself runs on the event loop's thread.
 """
@@ -115,8 +118,8 @@ class DecodeThread:
 
     def abandon(self) -> None:
         """Shutdown, the grace over: a caller waiting for a decode in the thread gets
-        ``DecodeAbandonedError`` now, one waiting for the turn once it gets it, and so does every
-        later decode. The turn passes on without waiting for the thread."""
+        ``DecodeAbandonedError`` now, one waiting for the turn once it gets it, and so does
+        every later decode. The turn passes on without waiting for the thread."""
         self._abandoned = True
         if self._current is not None:
             self._current.abandon()

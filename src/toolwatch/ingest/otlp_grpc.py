@@ -16,9 +16,16 @@ it once, hands the batch to the consumer and answers per the OTLP specification:
   reads. OTLP: "the server SHOULD respond with UNAVAILABLE ... and MAY supply RetryInfo";
 - DEADLINE_EXCEEDED (retryable) when a call has not sent its whole request within the request
   slots' read timeout: its slot goes back to the other clients;
+- UNAVAILABLE with RetryInfo too when the server shuts down while the request decodes, the
+  grace over: none of its spans was taken (counted ``aborted``);
 - nothing, for a call the client cancelled before its request arrived (its own deadline, or
   it went away): the request is counted ``aborted``, not ``invalid``, and none of its spans
   was taken, so a retry delivers them once.
+
+A request is decoded in the decoding turn shared with the OTLP/HTTP receiver
+(``toolwatch.ingest.decode_thread``): one at a time, a large one in the decode thread while
+the event loop serves the rest. A call cancelled while its request decodes is counted
+``aborted`` at once; its slot is given back when the thread is done with the body.
 
 The method is served as client-streaming on the wire, which a unary client cannot tell
 apart: a unary handler is handed its request only once gRPC has read all of it, too late to

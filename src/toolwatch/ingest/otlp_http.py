@@ -8,9 +8,10 @@ request's encoding (``partial_success`` when spans were rejected); 400 with a
 inflated), or when an OTLP/JSON body holds more JSON values than a body of that cap may
 (``otlp_json.MIN_BYTES_PER_VALUE``); 415 for other
 content types or encodings; 503 with ``Retry-After`` when the consumer is at capacity,
-every request slot is taken (``toolwatch.ingest.slots``: checked before the body is read) or
-the body did not arrive within the slots' read timeout, as OTLP asks ("the client SHOULD
-honor the Retry-After header"). The error answers aiohttp and the
+every request slot is taken (``toolwatch.ingest.slots``: checked before the body is read),
+the body did not arrive within the slots' read timeout, or the server shut down while the
+body was decoding (the grace over), as OTLP asks ("the client SHOULD honor the Retry-After
+header"). The error answers aiohttp and the
 bearer-token check make on the receiver's listener (404, 405, 401) carry a
 ``google.rpc.Status`` too, as OTLP/HTTP asks of every 4xx and 5xx.
 
@@ -23,6 +24,12 @@ told to the handler by aiohttp's C parser (it queues the error as a next request
 answered at the read timeout, 503, like a body that stalls. Its Python parser
 (``AIOHTTP_NO_EXTENSIONS``, or a platform without aiohttp's wheels) tells it: answered 400,
 the connection closed, counted ``invalid``.
+
+A body is decompressed and decoded in the decoding turn it shares with the gRPC receiver
+(``toolwatch.ingest.decode_thread``): one at a time, a large or compressed one in the decode
+thread while the event loop serves the rest (a 20 MiB OTLP/JSON body is seconds of CPU).
+What runs there reads only the body and the receiver's settings, and raises what it would
+raise on the loop: the answer is the same. The batch is offered to ``consume`` on the loop.
 """
 
 from __future__ import annotations

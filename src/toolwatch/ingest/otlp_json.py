@@ -10,6 +10,9 @@ alone is rejected (partial success), as in a protobuf request. So is a span hold
 of the wrong type or nested past protobuf's 100 levels (``malformed_span``); a fault outside
 the spans refuses the request.
 
+Pure functions: they read their arguments and module constants only, so the receiver runs
+them in its decode thread (``toolwatch.ingest.decode_thread``) for a large body.
+
 ``decode_otlp_json`` decodes a body piece by piece (``otlp_json_pieces``), holding its text
 (1 to 4 bytes a character, as Python holds text), its outline (its resources and scopes,
 16 bytes a span), one piece's spans (parsed, converted to protobuf and scanned) and the

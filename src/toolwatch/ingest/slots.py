@@ -15,6 +15,9 @@ call and sends slowly or nothing (a stalled link, a bug, a slowloris) would othe
 from every other client. Its request is answered as retryable (DEADLINE_EXCEEDED, 503) and
 the slot given back.
 
+A request decoded in the decode thread holds its slot until the thread is done with its
+body, even if the request stopped waiting for it (``toolwatch.ingest.decode_thread``).
+
 Only the event loop's thread takes and gives slots, so nothing here locks.
 """
 
