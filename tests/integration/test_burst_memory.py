@@ -111,8 +111,11 @@ def test_a_burst_of_large_health_checks_without_a_token_is_read_a_few_at_a_time(
     grown = peak_resident(server.proc.pid) - before
     bound = (3 * READ_TURNS + 4) * body
     assert grown < bound, f"peak grew {grown / MIB:.0f} MiB for {sorted(set(answers))}"
-    assert set(answers) <= {"RESOURCE_EXHAUSTED", "UNAVAILABLE"}  # too large; too many at once
-    assert "RESOURCE_EXHAUSTED" in answers
+    # Too large; not read within its turn (a machine busy enough that 4 MiB take longer than
+    # a turn); too many at once. Never served: a body past a service name's size is refused.
+    refused = {"RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED"}
+    assert set(answers) <= {*refused, "UNAVAILABLE"}
+    assert refused & set(answers)
 
 
 async def health_checks(address: str, request: bytes, calls: int) -> list[str]:
