@@ -21,6 +21,7 @@ from toolwatch.names import NameNormalizer
 
 __all__ = [
     "MAX_NESTING",
+    "UNFINISHED_REASONS",
     "Baseline",
     "Concurrency",
     "Evaluator",
@@ -40,6 +41,7 @@ __all__ = [
     "pct",
     "resolve",
     "sequences",
+    "unfinished",
     "uses_parallelism",
 ]
 
@@ -281,6 +283,22 @@ def sequences(
         tuple(reference[i] for i in lined.reference),
         lined.common,
     )
+
+
+#: Why a run is evaluated before it ended (``ToolTrace.incomplete_reason``): its root or
+#: outermost agent never came (``timed_out``; ``shutdown``, drained before it came), or it
+#: was evicted for room. ``span_limit`` is not one: that run ended, and lost spans to a limit
+#: or to ingest (a span rejected as malformed).
+UNFINISHED_REASONS: Final = frozenset({"shutdown", "timed_out", "evicted"})
+
+
+def unfinished(trace: ToolTrace) -> bool:
+    """Whether ``trace`` was evaluated before it ended, so that the calls it has not made may
+    be still to come: the rules that read what a run did not do (``invariants``' ``required``
+    and minimums, ``safety``'s verification requested but never run) leave it out. A run
+    that lost a span to a limit or to ingest has ended: what it did not do, it did not do,
+    and one malformed span must not silence its pages."""
+    return not trace.complete and trace.incomplete_reason in UNFINISHED_REASONS
 
 
 def in_sequence(calls: Sequence[ToolCall]) -> Sequence[ToolCall]:

@@ -15,8 +15,9 @@
   keyword, never the value; the validator's messages (which quote values) go to
   ``details[DETAIL_ERRORS]``, each with its field path, redacted by sinks as a value.
 
-A run evaluated before it finished (``ToolTrace.complete`` false: drained at shutdown, cut at
-``max_trace_age``, evicted, past the span limit) has not made the calls it was still to make,
+A run evaluated before it ended (``base.unfinished``: drained at shutdown before its root
+came, cut at ``max_trace_age``, evicted; not one that lost spans to a limit or to ingest,
+which ended) has not made the calls it was still to make,
 so what it has not called yet is no violation: ``required`` rules and ``call_count``
 minimums are not judged on it (for the reason it is compared with no reference: the calls
 it is missing would read as violations, as they would read as drift), and its explanation
@@ -46,7 +47,14 @@ from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
-from toolwatch.evaluation.base import Concurrency, Reference, in_sequence, name_list, pct
+from toolwatch.evaluation.base import (
+    Concurrency,
+    Reference,
+    in_sequence,
+    name_list,
+    pct,
+    unfinished,
+)
 from toolwatch.evaluation.loops import retried
 from toolwatch.evaluation.settings import (
     ArgumentsRule,
@@ -118,7 +126,8 @@ class Invariants:
         run = _Calls(calls, names, range(len(names)), Concurrency(calls))
         violations: list[Violation] = []
         applicable = broken = 0  # rules, not labels: two unnamed rules may share one
-        unfinished: list[str] = []  # absence rules not judged: the run is incomplete
+        left_out: list[str] = []  # absence rules not judged: the run had not ended
+        ended = not unfinished(trace)
         for i, rule in enumerate(self._rules):
             judged = run
             if rule.agents:
@@ -129,11 +138,11 @@ class Invariants:
                 judged = _Calls(
                     [calls[j] for j in scoped], [names[j] for j in scoped], scoped, run.concurrency
                 )
-            if not trace.complete and _reads_absence(rule):
-                unfinished.append(rule_label(rule))
+            if not ended and _reads_absence(rule):
+                left_out.append(rule_label(rule))
                 if _absence_only(rule):
                     continue
-            found = self._check(i, rule, judged, complete=trace.complete)
+            found = self._check(i, rule, judged, complete=ended)
             applicable += 1
             if found:
                 broken += 1
@@ -144,11 +153,11 @@ class Invariants:
         findings = tuple(self._finding(trace, v, score) for v in violations)
         explanation = f"Invariants: {pct(score)} ({broken}/{applicable} rules broken"
         explanation += "".join(f"; {v.explanation}" for v in violations)
-        if unfinished:
+        if left_out:
             reason = trace.incomplete_reason or "unfinished"
             explanation += (
                 f"; not judged for calls the run had yet to make, incomplete ({reason}):"
-                f" {name_list(unfinished)}"
+                f" {name_list(left_out)}"
             )
         return EvalResult(self.name, {"score": score}, findings, explanation + ").")
 

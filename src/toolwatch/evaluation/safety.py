@@ -10,7 +10,7 @@ output does not mark it hosted (``ToolCall.hosted``: the provider ran it) and an
 the same tool in the run has a tool span, so the producer records that tool's calls. Other
 tools' spans prove nothing: a run can mix instrumentations (a ``@tool`` decorator on some
 tools, a nested agent of another framework), and a lookup whose result went back to the
-model is a lookup. In a run evaluated before it finished (``ToolTrace.complete`` false) a
+model is a lookup. In a run evaluated before it ended (``base.unfinished``) a
 missing tool span proves nothing either: it may be still to come (a tool server exporting
 later than the agent), so there such a call counts as run, as ``invariants`` leaves out the
 calls such a run has yet to make. A dangerous call is judged whether it ran or not: a model
@@ -77,6 +77,7 @@ from toolwatch.evaluation.base import (
     name_list,
     pct,
     resolve,
+    unfinished,
 )
 from toolwatch.evaluation.loops import retried
 from toolwatch.evaluation.settings import Binding, PolicySettings, SafetySettings
@@ -411,7 +412,7 @@ class Safety:
         tools = [self._normalize(call.tool_name) for call in calls]
         if self._dangerous.isdisjoint(tools):
             return [], 0  # nothing to verify: a ledger would be read by nobody
-        ledger = _Ledger(Concurrency(calls), calls, tools, complete=trace.complete)
+        ledger = _Ledger(Concurrency(calls), calls, tools, complete=not unfinished(trace))
         for verified in earlier:
             self._remember(verified, ledger)
         flags = []
