@@ -82,12 +82,16 @@ class Order:
         base = baseline(reference, self.settings.against, self._normalize)
         if base is None or base.no_tools or unordered(base):
             return None
+        run = trace
         trace = acted(trace, self._normalize)  # a failed call made again: one call
         lined = sequences(trace, base, self._normalize, reference)
         common = lined.common()
         score = order_score(lined.names, lined.reference, base.kind, common)
         if base.kind is ReferenceKind.SOURCE:  # of the longer of the two, as it is scored
             made = f"the source made {len(lined.reference)}, the run {len(lined.names)}"
+            again = len(run.calls) - len(trace.calls)
+            if again:
+                made += f" (and {again} failed call{'s' if again > 1 else ''} made again)"
             longer = max(len(lined.names), len(lined.reference))
             explanation = f"Ordering: {pct(score)} ({common} of {longer} calls in order; {made})."
         else:
@@ -96,16 +100,21 @@ class Order:
             )
         findings: tuple[Finding, ...] = ()
         if score < self.settings.threshold:
-            findings = (self._drift(trace, base, lined, score, explanation),)
+            findings = (self._drift(run, base, lined, score, explanation),)
         return EvalResult(self.name, {"score": score}, findings, explanation)
 
     def _drift(
         self, trace: ToolTrace, base: Baseline, lined: Sequences, score: float, text: str
     ) -> Finding:
+        """``trace``: the run as it came, whose calls ``lined`` reads (less the failed calls
+        it made again): the divergence is numbered by the run's own calls."""
         names, reference = lined.names, lined.reference
         at = first_divergence(names, reference) or 0
         expected = reference[at] if at < len(reference) else None
         actual = names[at] if at < len(names) else None
+        number = len(trace.calls) + 1
+        if actual is not None:
+            number = next(i for i, c in enumerate(trace.calls) if c is lined.calls[at]) + 1
         return make_finding(
             trace,
             category=Category.TOOL_ORDER_DRIFT,
@@ -113,7 +122,7 @@ class Order:
             reference=base.kind,
             severity=severity_for(score, self.settings.severity_floor),
             score=score,
-            explanation=f"{text[:-1]}, first divergence at call {at + 1}: "
+            explanation=f"{text[:-1]}, first divergence at call {number}: "
             f"{base.noun} {expected or '(none)'}, called {actual or '(none)'}.",
             call=lined.calls[at] if actual is not None else None,
             tool=expected or actual,

@@ -376,3 +376,27 @@ def test_failed_calls_made_again_do_not_lengthen_a_side_against_a_source() -> No
         result = order(run, Reference(source=source))
         assert result is not None
         assert (result.scores["score"], result.findings) == (1.0, ())
+
+
+def test_a_divergence_is_numbered_by_the_runs_own_calls_after_a_retry() -> None:
+    """The lookup failed once and was asked again: the search is the run's third call, and
+    the run made four calls, one a failed call made again, though order reads three."""
+    order = {"order_id": "A-1"}
+    run = trace(
+        call("lookup_order", order, index=0, ok=False),
+        call("lookup_order", order, index=1),
+        call("search", {"q": "policy"}, index=2),
+        call("issue_refund", order, index=3),
+    )
+    evaluate = Order(OrderSettings(), NameNormalizer())
+    against_case = evaluate(run, Reference(expected=case("lookup_order", "issue_refund", "search")))
+    source = trace(("lookup_order", order), ("issue_refund", order), ("search", {"q": "p"}))
+    against_source = evaluate(run, Reference(source=source))
+    for result in (against_case, against_source):
+        assert result is not None
+        (finding,) = result.findings
+        assert finding.span_id == "s2"
+        assert "first divergence at call 3: " in finding.explanation
+        assert "called search" in finding.explanation
+    assert against_source is not None
+    assert "the run 3 (and 1 failed call made again)" in against_source.explanation
