@@ -18,15 +18,32 @@ would be cut in two, the rest of it dropped as ``late``.
 
 A trace with no AGENT span (a loop on a plain model client: the ``openai`` client's own,
 google-genai's automatic function calling) is anchored by the same walk up from its model
-(LLM) spans, when its root is in the calling service: by the span that encloses the calls (the
-loop's own, the request's server span), once it has arrived and its parent is known to be
-remote: its flags say the parent is not local, and its sender is one that sets the flags (a
-span of the trace says the enclosing span is its local parent). Older SDKs set none, and there
-the span above the model calls is as often a step of an agent run whose AGENT span, ending
-last, has not come (Strands' event loop cycle, Vercel's ``ai.generateText``): anchoring on it
-would drop the agent span as ``late``. A chain that leaves the buffer at the model call itself
-does not anchor either: a call is one step of its run, never its end. Both are waited for as
-a local parent is (``local_parent_wait_ns``, else ``max_trace_age_ns``).
+(LLM) calls of a tool loop, when its root is in the calling service: by the span that encloses
+the calls (the loop's own, the request's server span), once it has arrived and its parent is
+known to be remote: its flags say the parent is not local, and its sender is one that sets the
+flags (a span of the trace says the enclosing span is its local parent). Older SDKs set none,
+and there the span above the model calls is as often a step of an agent run whose AGENT span,
+ending last, has not come (Strands' event loop cycle, Vercel's ``ai.generateText``): anchoring
+on it would drop the agent span as ``late``. A chain that leaves the buffer at the model call
+itself does not anchor either: a call is one step of its run, never its end. Both are waited
+for as a local parent is (``local_parent_wait_ns``, else ``max_trace_age_ns``).
+
+Only a call of a tool loop is walked from: one that requested tools (its requested calls, or
+a finish reason naming them, which is kept without content capture) or ran them inside it (a
+TOOL span is its child: google-genai's automatic function calling, whose span holds neither).
+A service whose model calls request no tool (a summarizer or a classifier) is as often a tool
+of another service's agent run, its parent that agent's TOOL span: in a gateway, where both
+services' spans reach one toolwatch, its part ends first, and its batch processor sends it
+first. Anchored on it, the trace was judged as that part alone after ``completion_wait_ns``,
+and the agent's run, AGENT span and all, was dropped as ``late``: a silent missed page. Such
+a trace waits for its root (or ``max_trace_age_ns``). Two other remedies were weighed. Not
+remembering a trace anchored under a remote parent would let the agent's part be judged on
+its own, but also an OTLP retry of the first part, or its stragglers, judged a second time
+(double pages, or a partial run's false ones); opting into the anchor by a setting would give
+up what it buys (a loop under a caller judged after the wait, not at ``max_trace_age_ns``)
+everywhere by default. A called service that is itself a tool loop, or writes an AGENT span,
+still anchors the trace on its own part when it arrives before its caller's TOOL span: the
+caller's run is then dropped as ``late`` (README, How it works).
 
 OTLP exports only ended spans, so "arrived" means "ended". A trace that never becomes ready
 is emitted anyway at ``max_trace_age_ns`` after its first span arrived, flagged
@@ -106,6 +123,11 @@ NOT_AN_AGENT_RUN: Final = "not_an_agent_run"
 #: after another, more where many ran in parallel.
 ENCLOSING_SPANS: Final = 64
 _OVERFLOW_POLICIES: Final = frozenset({"backpressure", "evict_oldest"})
+#: Finish reasons (lower-cased) of a model call that stopped to have tools run
+#: (``_requests_tools``).
+_TOOL_FINISHES: Final = frozenset(
+    {"tool_calls", "tool_call", "tool_use", "tool-calls", "function_call"}
+)
 #: The drop reasons the sender hears of (OTLP partial success: spans the server did not
 #: accept), each with why: a limit (and the setting that sets it), or a trace already
 #: evaluated, whose spans are never assembled again (a retry of spans it held is told so
@@ -159,6 +181,16 @@ def runs_an_agent(spans: Iterable[SpanRecord]) -> bool:
     guardrail check alone is none)."""
     return any(
         span.role is not SpanRole.OTHER and span.role is not SpanRole.GUARDRAIL for span in spans
+    )
+
+
+def _requests_tools(model: SpanRecord) -> bool:
+    """Whether a model call asked for tools: it recorded the calls it requested, or a finish
+    reason that names them (kept without content capture: OpenAI's ``tool_calls``, the GenAI
+    conventions' ``tool_call``, Anthropic's and Bedrock's ``tool_use``, the Vercel AI SDK's
+    ``tool-calls``, OpenAI's older ``function_call``). Gemini says ``STOP`` either way."""
+    return bool(model.output_tool_calls) or any(
+        reason.lower() in _TOOL_FINISHES for reason in model.finish_reasons
     )
 
 
@@ -289,8 +321,8 @@ class _Trace:
 
     def anchored(self, local_gone: bool = False) -> bool:
         """Whether the root, an outermost agent span or, in a trace of no agent span, what
-        encloses a model call (module docstring) has arrived; ``local_gone``: counting a
-        parent that its span says is local as gone too.
+        encloses a tool loop's model call (module docstring) has arrived; ``local_gone``:
+        counting a parent that its span says is local as gone too.
 
         The verdict of every ancestor walked through is kept for the next walk, so many
         agents (or model calls) under one long chain, or a parent cycle, cost O(spans), not
@@ -302,9 +334,20 @@ class _Trace:
             return any(self._outermost(agent, settled, local_gone) for agent in self.agents)
         if not self.models:
             return False
-        # The spans some span says are its local parent: their sender says where parents are.
-        said = {span.parent_span_id for span in self.spans.values() if span.parent_local}
-        return any(self._outermost(model, settled, local_gone, said) for model in self.models)
+        # The spans some span says are its local parent: their sender says where parents are;
+        # and the model calls that ran a tool inside them (their TOOL spans' parents).
+        said: set[bytes | None] = set()
+        ran_tools: set[bytes | None] = set()
+        for span in self.spans.values():
+            if span.parent_local:
+                said.add(span.parent_span_id)
+            if span.role is SpanRole.TOOL:
+                ran_tools.add(span.parent_span_id)
+        return any(
+            self._outermost(model, settled, local_gone, said)
+            for model in self.models
+            if model.span_id in ran_tools or _requests_tools(model)
+        )
 
     def _outermost(
         self,

@@ -12,6 +12,7 @@ from assembly_support import (
     TRACE,
     RecordingMetrics,
     agent,
+    ask,
     llm,
     sid,
     span,
@@ -205,11 +206,12 @@ CALLER = 99  # a span of the calling service, which exports elsewhere
 
 
 def model_loop(flags: bool = True) -> list[SpanRecord]:
-    """A run that writes no AGENT span (a loop on a plain model client): two model calls and
-    a tool execution, then their loop's span, below the caller's. ``flags``: its calls say
-    their parent is local (the SDKs since 2024), else they say nothing."""
+    """A run that writes no AGENT span (a loop on a plain model client): a model call that
+    requests a tool, its execution and a last model call, then their loop's span, below the
+    caller's. ``flags``: its calls say their parent is local (the SDKs since 2024), else they
+    say nothing."""
     return [
-        llm(2, 1, 1, 10, parent_local=flags),
+        llm(2, 1, 1, 10, ask("lookup_order", "call_1", {}), parent_local=flags),
         tool(3, 1, "lookup_order", 11, 20, parent_local=flags),
         llm(4, 1, 21, 30, parent_local=flags),
         span(1, CALLER, SpanRole.OTHER, 0, 31, name="support_agent"),  # parent not said local
@@ -225,6 +227,45 @@ def test_a_run_without_an_agent_span_is_anchored_by_what_encloses_its_model_call
     buffer.add([loop])
     clock.advance(2)
     assert summary(buffer.poll()) == [(TRACE, 4, True, None)]
+
+
+def test_what_encloses_model_calls_anchors_once_a_call_stopped_for_tools() -> None:
+    """A loop's calls that requested tools say so without content capture too: the finish
+    reason (``tool_calls``) alone anchors, as does a call that ran its tools inside it
+    (google-genai's automatic function calling: TOOL spans below the call, ``STOP``)."""
+    for calls in (
+        [llm(2, 1, 1, 10, finish_reasons=("TOOL_CALLS",), parent_local=True)],
+        [
+            tool(3, 2, "lookup_order", 2, 5, parent_local=True),
+            llm(2, 1, 1, 10, finish_reasons=("STOP",), parent_local=True),
+        ],
+    ):
+        buffer, clock, _ = make()
+        buffer.add([*calls, span(1, CALLER, SpanRole.OTHER, 0, 31, name="support_agent")])
+        clock.advance(2)
+        assert summary(buffer.poll()) == [(TRACE, len(calls) + 1, True, None)]
+
+
+def test_a_service_whose_model_call_requested_no_tool_waits_for_its_caller() -> None:
+    """A service called as another agent's tool (a summarizer on a plain client) writes a
+    model call, requesting no tool, below its server span: its part of the trace, exported
+    by its own batch processor, arrives before the caller's run. Anchored on its own, it was
+    evaluated alone and the caller's run, its AGENT span too, was dropped as late."""
+    buffer, clock, metrics = make()
+    server = span(11, 3, SpanRole.OTHER, 5, 20, name="POST /summarize")  # parent: remote
+    buffer.add([llm(12, 11, 6, 19, finish_reasons=("stop",), parent_local=True), server])
+    clock.advance(2)
+    assert buffer.poll() == []
+    buffer.add(
+        [
+            llm(2, 1, 1, 4, ask("summarize_ticket", "call_1", {})),
+            tool(3, 1, "summarize_ticket", 4, 21),
+            agent(1, None, "refund-bot", 0, 30),
+        ]
+    )
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(TRACE, 5, True, None)]
+    assert metrics.dropped == {}
 
 
 def test_a_model_call_alone_does_not_anchor_under_a_parent_said_remote() -> None:
