@@ -83,6 +83,11 @@ class _Job(Generic[T]):
         del work  # the body, before the loop is told that the thread let go of it
         with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
             self._loop.call_soon_threadsafe(self._settle, value, error)
+        # The error's traceback holds this frame, and the frame its locals: the job, whose
+        # result holds the error. Only a full garbage collection (rare: ``tune_gc``) frees
+        # such a cycle, and with it the body and the failed decode's frames; bytes do not
+        # even count toward one. So they go, as in concurrent.futures' ``_WorkItem.run``.
+        del self, value, error
 
     def _settle(self, value: T | None, error: BaseException | None) -> None:
         self.done = True
@@ -91,8 +96,9 @@ class _Job(Generic[T]):
                 self.result.set_exception(error)
             else:
                 self.result.set_result(value)  # type: ignore[arg-type]
-        if self.ended is not None:
-            self.ended()
+        ended, self.ended = self.ended, None  # once; and the turn is not kept
+        if ended is not None:
+            ended()
 
 
 class DecodeThread:
@@ -177,12 +183,13 @@ class Turn:
             raise _abandoned()
         if size < owner.off_loop_bytes:
             return work()
-        job = _Job(work, asyncio.get_running_loop())
-        self._job = job
-        owner._submit(job)
+        # The job is named by ``_job`` alone, which the block's end clears: an error raised
+        # here has this frame in its traceback, and the job's result holds the error.
+        self._job = _Job(work, asyncio.get_running_loop())
+        owner._submit(self._job)
         # Shielded: a caller cancelled while the thread works leaves the job's outcome to
         # be settled (and the turn to be held) until the thread is done with the body.
-        return await asyncio.shield(job.result)
+        return await asyncio.shield(self._job.result)
 
     async def __aexit__(
         self,
@@ -191,7 +198,7 @@ class Turn:
         traceback: TracebackType | None,
     ) -> None:
         self._left = True
-        job = self._job
+        job, self._job = self._job, None  # its outcome (the batch, or an error) is not kept
         if job is None or job.done:
             self._pass_on()
             self._release()
@@ -232,3 +239,4 @@ def _work_through(jobs: queue.SimpleQueue[_Job[object] | None]) -> None:
     """The thread: each job in turn, until told to end."""
     while (job := jobs.get()) is not None:
         job.run()
+        del job  # not kept, with its outcome, while the thread waits for the next

@@ -9,9 +9,12 @@ timed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import threading
 import traceback
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -193,6 +196,75 @@ def test_what_the_thread_raises_reaches_the_caller_as_raised() -> None:
     error = asyncio.run(run())
     assert error is raised
     assert "raise raised" in "".join(traceback.format_tb(error.__traceback__))
+
+
+class Body:
+    """Stands for a request body or a decoded batch: what must not outlive its request."""
+
+
+@pytest.fixture
+def no_automatic_gc() -> Iterator[None]:
+    """What only a full collection would free stays, as under ``tune_gc``'s thresholds,
+    where such collections are rare (and bytes do not count toward them)."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def test_a_decode_that_raises_in_the_thread_leaves_nothing_for_the_collector_to_free(
+    no_automatic_gc: None,
+) -> None:
+    bodies: list[weakref.ref[Body]] = []
+    threads: list[threading.Thread] = []
+
+    def work() -> str:
+        body = Body()  # in the failed decode's frame, which the error's traceback holds
+        bodies.append(weakref.ref(body))
+        threads.append(threading.current_thread())
+        raise FaultError("bad body")
+
+    async def run() -> None:
+        decoding = DecodeThread(LARGE)
+        with contextlib.suppress(FaultError):
+            await decode(decoding, work, LARGE, Slot())
+        decoding.close()
+
+    asyncio.run(run())
+    threads[0].join(GUARD_SECONDS)  # none of its frames is left
+    assert bodies[0]() is None
+
+
+def test_a_cancelled_callers_outcome_is_left_for_nothing_but_refcounting_to_free(
+    no_automatic_gc: None,
+) -> None:
+    bodies: list[weakref.ref[Body]] = []
+    work = Held("cancelled", [])
+
+    def batch() -> Body:
+        work()
+        body = Body()
+        bodies.append(weakref.ref(body))
+        return body
+
+    async def run() -> None:
+        decoding = DecodeThread(LARGE)
+        slot = Slot()
+        gone = asyncio.create_task(decode(decoding, batch, LARGE, slot))  # type: ignore[arg-type]
+        await started(work)
+        gone.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        work.release.set()
+        await slot.event.wait()  # the thread is done with it
+        decoding.close()
+
+    asyncio.run(run())
+    assert work.ran_on is not None
+    work.ran_on.join(GUARD_SECONDS)
+    assert bodies[0]() is None
 
 
 def test_close_lets_the_thread_end() -> None:
