@@ -1,19 +1,26 @@
-"""Where request bodies are decoded: one at a time, a large one in a worker thread, so that
-the event loop goes on serving while it decodes.
+"""Where request bodies are decoded: one at a time, all but small protobuf ones in a worker
+thread, so that the event loop goes on serving while they decode.
 
 Decoding is CPU work in proportion to the body (pure Python, measured: OTLP/JSON 60 to 360
 ms a MiB, 20 MiB bodies 1.3 to 9 s; protobuf 2 to 170 ms a MiB, 3.3 s for 20 MiB of
 attribute-less spans). On the event loop it stops everything else for that long: the other
 receiver, the ticker (completion checks, the late window), ``/healthz`` and ``/metrics``,
-so that a liveness probe can fail and have the pod killed. So a body of ``OFF_LOOP_BYTES``
-or more is decompressed and decoded in one worker thread while the loop serves the rest.
-The loop still pauses where the decode holds the GIL in C (json's scanner, protobuf's
+so that a liveness probe can fail and have the pod killed. And the cost is per span, not per
+byte: a span can take 2 bytes. So every OTLP/JSON body, every compressed one, and a
+protobuf body of ``OFF_LOOP_BYTES`` (4 KiB) or more is decompressed and decoded in one
+worker thread while the loop serves the rest (the receivers tell which by the ``size`` they
+pass). The loop still pauses where the decode holds the GIL in C (json's scanner, protobuf's
 parser: up to about 40 ms; the compiled OTLP scanner's pass over 20 MiB of attribute-less
 spans: 0.4 s), for a garbage collection, and while the engine takes the batch (0.3 to 0.56
-s for the 74,000 attribute-less spans of 15 MiB: ``python -m bench.loop_pause``). A
-smaller body is decoded on the loop: it pauses it at most 16 ms (the densest JSON), as long
-as a garbage collection may, and is spared the thread switches of a hand-off (a cost too
-small to measure for ``make bench``'s 98 KiB requests, which do go to the thread).
+s for the 74,000 attribute-less spans of 15 MiB: ``python -m bench.loop_pause``).
+
+A smaller protobuf body is decoded on the loop, spared a hand-off to the thread (tens of
+microseconds, which count only for requests this small). Its worst, just under 4 KiB of
+about 2,040 empty spans, takes 11 ms to decode (pure Python, best of 15 runs on a 2-core
+VM; 8 KiB: 24 ms), about as long as a garbage collection may pause the loop. An OTLP/JSON
+body never is, however small: protobuf's json_format, which no build compiles, takes 34 ms
+for 3,948 bytes of 1,300 empty spans and 0.6 to 3 s for 64,986 bytes of 21,646; and JSON
+clients send few, large requests.
 
 One decode at a time, whichever the receiver and the thread (a ``turn``): the memory bound
 counts one request being decoded (README, Memory), held until the engine has taken its
@@ -47,8 +54,9 @@ from typing import Any, Final, Generic, TypeVar
 
 __all__ = ["OFF_LOOP_BYTES", "DecodeAbandonedError", "DecodeThread", "Turn"]
 
-#: Bodies of this many bytes or more (after decompression, or at most) decode in the thread.
-OFF_LOOP_BYTES: Final = 64 * 1024
+#: Bodies of this many bytes or more (after decompression, or at most) decode in the thread:
+#: about 2,040 protobuf spans at most are decoded on the loop (see the module's docstring).
+OFF_LOOP_BYTES: Final = 4 * 1024
 
 T = TypeVar("T")
 

@@ -26,8 +26,9 @@ answered at the read timeout, 503, like a body that stalls. Its Python parser
 the connection closed, counted ``invalid``.
 
 A body is decompressed and decoded in the decoding turn it shares with the gRPC receiver
-(``toolwatch.ingest.decode_thread``): one at a time, a large or compressed one in the decode
-thread while the event loop serves the rest (a 20 MiB OTLP/JSON body is seconds of CPU).
+(``toolwatch.ingest.decode_thread``): one at a time, an OTLP/JSON, compressed or large one
+in the decode thread while the event loop serves the rest (a 20 MiB OTLP/JSON body is
+seconds of CPU).
 What runs there reads only the body and the receiver's settings, and raises what it would
 raise on the loop: the answer is the same. The batch is offered to ``consume`` on the loop.
 """
@@ -212,9 +213,11 @@ class HttpTraceReceiver:
         which gives back the slot ``_handle`` took: once the spans are taken, or, when this
         request stops waiting for a decode in the thread, once the thread is done with it."""
         decoded = functools.partial(self._decoded, raw, encoding, content_type)
-        # A compressed body's size once inflated is not known before: it is decoded as one
-        # of the largest (inflating it is work the loop should not do either).
-        size = self.max_request_bytes if encoding in _COMPRESSED else len(raw)
+        # Decoded as one of the largest, in the thread: a compressed body, whose size once
+        # inflated is not known before (inflating it is work the loop should not do either),
+        # and any OTLP/JSON body, costly however small (``toolwatch.ingest.decode_thread``).
+        costly = encoding in _COMPRESSED or content_type == _JSON
+        size = self.max_request_bytes if costly else len(raw)
         async with self.decoding.turn(self.slots.give) as turn:
             batch = await turn.decode(decoded, size)
             receipt = self.consume(batch, _TRANSPORT)

@@ -11,7 +11,7 @@ of the wrong type or nested past protobuf's 100 levels (``malformed_span``); a f
 the spans refuses the request.
 
 Pure functions: they read their arguments and module constants only, so the receiver runs
-them in its decode thread (``toolwatch.ingest.decode_thread``) for a large body.
+them in its decode thread (``toolwatch.ingest.decode_thread``).
 
 ``decode_otlp_json`` decodes a body piece by piece (``otlp_json_pieces``), holding its text
 (1 to 4 bytes a character, as Python holds text), its outline (its resources and scopes,
