@@ -10,6 +10,8 @@ shipped ``ToolwatchSpansRejected`` alert said those runs were not evaluated at a
 
 from __future__ import annotations
 
+from typing import Any
+
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from prometheus_client import CollectorRegistry
 
@@ -18,7 +20,8 @@ from toolwatch.assembly.buffer import AssemblyLimits
 from toolwatch.engine import Admission, Engine, EngineParts
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.ingest.decode import DecodeOptions, decode_request
+from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, decode_request
+from toolwatch.metrics import NoopMetrics, PipelineMetrics
 from toolwatch.model import ManualClock, ToolTrace
 from toolwatch.sinks.findings import InMemoryFindingSink
 from toolwatch.sinks.prometheus import PrometheusMetrics
@@ -35,6 +38,30 @@ class KeptToolTraces:
 
     def close(self) -> None:
         pass
+
+
+def judge(
+    batch: DecodedBatch, policy: dict[str, Any], metrics: PipelineMetrics
+) -> tuple[list[ToolTrace], list[tuple[str, str]]]:
+    """``batch`` through an engine as ``serve`` builds it, after the completion wait: the
+    runs evaluated and their findings' (category, tool)."""
+    clock, kept, findings = ManualClock(), KeptToolTraces(), InMemoryFindingSink()
+    settings = EvaluationSettings.model_validate({"policy": policy})
+    engine = Engine(
+        EngineParts(
+            limits=AssemblyLimits(),
+            evaluation=EvaluationPipeline(settings),
+            normalize=settings.policy.normalizer(),
+            findings=findings,
+            tooltraces=kept,
+        ),
+        clock,
+        metrics,
+    )
+    assert engine.offer(batch, "grpc") is Admission.ACCEPTED
+    clock.advance(2.001)  # completion_wait: the run's agent span has arrived, it is over
+    engine.tick()
+    return kept.traces, [(f.category, f.tool or "") for f in findings.findings]
 
 
 def _outcomes(registry: CollectorRegistry) -> dict[str, float]:
@@ -55,24 +82,68 @@ def test_a_run_missing_a_span_rejected_at_ingest_is_judged_incomplete() -> None:
     batch = decode_request(request, DecodeOptions())
     assert dict(batch.rejected) == {"invalid_parent_span_id": 1}
 
-    registry, dumped, clock = CollectorRegistry(), KeptToolTraces(), ManualClock()
-    settings = EvaluationSettings.model_validate({"policy": POLICY})
-    engine = Engine(
-        EngineParts(
-            limits=AssemblyLimits(),
-            evaluation=EvaluationPipeline(settings),
-            normalize=settings.policy.normalizer(),
-            findings=InMemoryFindingSink(),
-            tooltraces=dumped,
-        ),
-        clock,
-        PrometheusMetrics(registry),
-    )
-    assert engine.offer(batch, "grpc") is Admission.ACCEPTED
-    clock.advance(2.001)
-    engine.tick()
+    registry = CollectorRegistry()
+    (run,), _found = judge(batch, POLICY, PrometheusMetrics(registry))
 
-    (run,) = dumped.traces
     assert run.span_count == len(spans) - 1  # built without the rejected span
     assert (run.complete, run.incomplete_reason) == (False, "span_limit")
     assert _outcomes(registry) == {"span_limit": 1.0}
+
+
+# A run that ended but lost one span to ingest is judged ``span_limit``, incomplete: compared
+# with no reference, but no unfinished run (``evaluation.base.unfinished``). The rules that
+# read what a run has not done yet leave out only runs that had not ended: this one still
+# pages for the refund of an order it asked to look up but never did, and for the
+# ``required`` call it never made.
+GUARDED: dict[str, Any] = {
+    "dangerous_tools": ["issue_refund"],
+    "verification_tools": ["lookup_order"],
+    "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
+    "invariants": [{"kind": "required", "tool": "send_receipt"}],
+}
+
+#: Looks order A up (it ran), asks to look order B up (it never ran: no tool span, while
+#: lookup_order's calls have spans), then refunds order B: unverified.
+LOOKUP_B = agents.Call("lookup_order", {"order_id": "B-2002"}, "call_b", executed=False)
+REFUND_B = agents.Call("issue_refund", {"order_id": "B-2002", "amount_usd": 80.0}, "call_r")
+RUN = agents.AgentRun(
+    "refund-bot",
+    (
+        agents.Turn((agents.LOOKUP,)),
+        agents.Turn((LOOKUP_B,)),
+        agents.Turn((REFUND_B,)),
+        agents.Turn(text="Refunded."),
+    ),
+)
+
+
+def _judged(reject_final_answer: bool) -> tuple[ToolTrace, list[tuple[str, str]]]:
+    request = encode_spans(agents.record(RUN, "genai"))
+    if reject_final_answer:
+        scope = request.resource_spans[0].scope_spans[0]
+        answer = [s for s in scope.spans if s.name == "chat gpt-4o"][-1]  # "Refunded."
+        answer.parent_span_id = b"\x05" * 3  # invalid: rejected at ingest, no call in it
+    batch = decode_request(request, DecodeOptions())
+    assert bool(batch.rejected) is reject_final_answer
+    (run,), found = judge(batch, GUARDED, NoopMetrics())
+    return run, found
+
+
+def test_the_whole_run_pages_both() -> None:
+    run, found = _judged(reject_final_answer=False)
+    assert run.complete
+    assert ("MISSING_VERIFICATION_STEP", "issue_refund") in found
+    assert ("INVARIANT_VIOLATION", "send_receipt") in found
+
+
+def test_a_finished_run_missing_an_unrelated_rejected_span_still_pages_unverified_refund() -> None:
+    run, found = _judged(reject_final_answer=True)
+    assert run.incomplete_reason == "span_limit"
+    assert [c.tool_name for c in run.calls] == ["lookup_order", "lookup_order", "issue_refund"]
+    assert ("MISSING_VERIFICATION_STEP", "issue_refund") in found
+
+
+def test_a_finished_run_missing_an_unrelated_rejected_span_is_still_judged_by_required() -> None:
+    run, found = _judged(reject_final_answer=True)
+    assert run.incomplete_reason == "span_limit"
+    assert ("INVARIANT_VIOLATION", "send_receipt") in found
