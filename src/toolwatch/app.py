@@ -52,7 +52,7 @@ from toolwatch.engine import DiscardToolTraces, Engine, EngineParts, Receipt, To
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodedBatch, scanner
-from toolwatch.ingest.decode_thread import DecodeThread
+from toolwatch.ingest.decode_thread import DecodeThread, off_loop_bytes
 from toolwatch.ingest.grpc_health import health_handler
 from toolwatch.ingest.otlp_grpc import SERVICE_NAME, trace_service_handler
 from toolwatch.ingest.otlp_http import HttpTraceReceiver, ProtocolErrorLog
@@ -225,7 +225,8 @@ class App:
         self._slots = RequestSlots(
             config.ingest.max_concurrent_requests, config.ingest.read_timeout_seconds
         )
-        self._decoding = DecodeThread()  # both receivers': one decode at a time
+        # Both receivers': one decode at a time; a large body in the thread.
+        self._decoding = DecodeThread(off_loop_bytes(self._compiled))
         self.metrics = PrometheusMetrics(
             self.registry,
             version=__version__,

@@ -50,8 +50,11 @@ from tests.integration.test_otlp_spec import (
     trace_hex,
 )
 from toolwatch.ingest import otlp_grpc, otlp_http
-from toolwatch.ingest.decode import DecodedBatch
-from toolwatch.ingest.decode_thread import OFF_LOOP_BYTES
+from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, scanner
+from toolwatch.ingest.decode_thread import OFF_LOOP_BYTES, off_loop_bytes
+
+#: The size from which the server decodes a protobuf body in the thread (the scanner's).
+THREAD_BYTES = off_loop_bytes(scanner(DecodeOptions()).compiled)
 
 StartServer = Callable[..., RunningServer]
 
@@ -211,14 +214,14 @@ def test_a_json_body_however_small_is_decoded_in_the_thread(
     assert gate.threads == [DECODE_THREAD]
 
 
-def test_a_protobuf_body_of_4_kib_of_empty_spans_is_decoded_in_the_thread(
+def test_a_protobuf_body_of_empty_spans_at_the_threshold_is_decoded_in_the_thread(
     start_server: StartServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     server = start_server(**QUIET)
     gate = gated(monkeypatch, otlp_grpc, "decode_protobuf")
     gate.opened.set()
-    # 2 bytes a span, the densest (32,500 under 64 KiB took 0.35 s on the loop)
-    spans = length_delimited(2, b"") * 2_048
+    # 2 bytes a span, the densest (32,500 under 64 KiB took 0.35 s on the loop in pure Python)
+    spans = length_delimited(2, b"") * (THREAD_BYTES // 2)
     body = length_delimited(1, length_delimited(2, spans))
 
     with grpc_channel(server) as channel:
@@ -258,7 +261,7 @@ def test_a_grpc_decode_still_running_when_the_shutdown_grace_ends_is_counted_abo
 ) -> None:
     server = start_server(**QUIET)
     gate = gated(monkeypatch, otlp_grpc, "decode_protobuf")
-    large = runs_of_size(OFF_LOOP_BYTES).SerializeToString()
+    large = runs_of_size(THREAD_BYTES).SerializeToString()
 
     with grpc_channel(server) as channel:
         call = channel.unary_unary(EXPORT_METHOD).future(large, timeout=GUARD_SECONDS)
@@ -311,7 +314,7 @@ def test_a_grpc_call_cancelled_mid_decode_keeps_its_slot_until_the_thread_lets_g
 ) -> None:
     server = start_server(ingest__max_concurrent_requests=1, **QUIET)
     gate = gated(monkeypatch, otlp_grpc, "decode_protobuf")
-    large = runs_of_size(OFF_LOOP_BYTES).SerializeToString()
+    large = runs_of_size(THREAD_BYTES).SerializeToString()
 
     with grpc_channel(server) as channel:
         export = channel.unary_unary(EXPORT_METHOD)
@@ -372,7 +375,7 @@ def test_a_decoder_bug_in_the_thread_is_answered_500_as_on_the_loop(
     server = start_server(**QUIET)
     monkeypatch.setattr(otlp_http, "decode_protobuf", broken)
     small = refund_request().SerializeToString()  # on the loop
-    large = runs_of_size(OFF_LOOP_BYTES).SerializeToString()  # in the thread
+    large = runs_of_size(THREAD_BYTES).SerializeToString()  # in the thread
 
     on_loop, in_thread = post(server, small), post(server, large)
 
@@ -450,7 +453,7 @@ def test_a_grpc_call_cancelled_mid_decode_does_not_keep_its_decoded_batch(
 ) -> None:
     server = start_server(**QUIET)
     gate = gated(monkeypatch, otlp_grpc, "decode_protobuf")
-    large = runs_of_size(4 * OFF_LOOP_BYTES).SerializeToString()
+    large = runs_of_size(THREAD_BYTES).SerializeToString()
 
     def batches_kept() -> list[DecodedBatch]:
         return [o for o in gc.get_objects() if type(o) is DecodedBatch]

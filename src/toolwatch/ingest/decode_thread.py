@@ -7,17 +7,23 @@ attribute-less spans). On the event loop it stops everything else for that long:
 receiver, the ticker (completion checks, the late window), ``/healthz`` and ``/metrics``,
 so that a liveness probe can fail and have the pod killed. And the cost is per span, not per
 byte: a span can take 2 bytes. So every OTLP/JSON body, every compressed one, and a
-protobuf body of ``OFF_LOOP_BYTES`` (4 KiB) or more is decompressed and decoded in one
+protobuf body of ``off_loop_bytes`` or more (4 KiB; 256 KiB with the compiled scanner) is
+decompressed and decoded in one
 worker thread while the loop serves the rest (the receivers tell which by the ``size`` they
 pass). The loop still pauses where the decode holds the GIL in C (json's scanner, protobuf's
 parser: up to about 40 ms; the compiled OTLP scanner's pass over 20 MiB of attribute-less
 spans: 0.4 s), for a garbage collection, and while the engine takes the batch (0.3 to 0.56
 s for the 74,000 attribute-less spans of 15 MiB: ``python -m bench.loop_pause``).
 
-A smaller protobuf body is decoded on the loop, spared a hand-off to the thread (tens of
-microseconds, which count only for requests this small). Its worst, just under 4 KiB of
-about 2,040 empty spans, takes 11 ms to decode (pure Python, best of 15 runs on a 2-core
-VM; 8 KiB: 24 ms), about as long as a garbage collection may pause the loop. An OTLP/JSON
+A smaller protobuf body is decoded on the loop, spared a hand-off to the thread. With the
+reference scanner that is under 4 KiB (``OFF_LOOP_BYTES``): its worst, about 2,040 empty
+spans, takes 11 ms to decode (pure Python, best of 15 runs on a 2-core VM; 8 KiB: 24 ms),
+about as long as a garbage collection may pause the loop. The compiled scanner decodes a
+realistic request of 120 KiB in 1 ms, and a hand-off costs more than that: sent to the
+thread, ``make bench``'s requests (98-120 KiB) lost about a tenth of the server's throughput
+(``python -m bench.compare``: 1.11x without the hand-off, rounds 0.82-1.45). So with it a
+protobuf body decodes on the loop up to 256 KiB (``COMPILED_OFF_LOOP_BYTES``): at worst
+131,072 empty spans, 141 ms (64 KiB of them: 34 ms), as long as a full collection. An OTLP/JSON
 body never is, however small: protobuf's json_format, which no build compiles, takes 34 ms
 for 3,948 bytes of 1,300 empty spans and 0.6 to 3 s for 64,986 bytes of 21,646; and JSON
 clients send few, large requests.
@@ -52,11 +58,30 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, Final, Generic, TypeVar
 
-__all__ = ["OFF_LOOP_BYTES", "DecodeAbandonedError", "DecodeThread", "Turn"]
+__all__ = [
+    "COMPILED_OFF_LOOP_BYTES",
+    "OFF_LOOP_BYTES",
+    "DecodeAbandonedError",
+    "DecodeThread",
+    "Turn",
+    "off_loop_bytes",
+]
 
-#: Bodies of this many bytes or more (after decompression, or at most) decode in the thread:
-#: about 2,040 protobuf spans at most are decoded on the loop (see the module's docstring).
+#: Bodies of this many bytes or more (after decompression, or at most) decode in the thread
+#: when the reference scanner decodes them: about 2,040 protobuf spans at most are decoded
+#: on the loop, 11 ms (see the module's docstring).
 OFF_LOOP_BYTES: Final = 4 * 1024
+#: The same with the compiled scanner: 131,072 empty spans at most, 141 ms; a realistic
+#: request of 120 KiB decodes in 1 ms. Below it the hand-off to the thread costs more than it
+#: saves: ``make bench``'s requests (98-120 KiB) sent to the thread cost about a tenth of the
+#: server's throughput (``bench.compare``, 1.11x without the hand-off, rounds 0.82-1.45).
+COMPILED_OFF_LOOP_BYTES: Final = 256 * 1024
+
+
+def off_loop_bytes(compiled: bool) -> int:
+    """The size from which a protobuf body decodes in the thread, by the scanner in use."""
+    return COMPILED_OFF_LOOP_BYTES if compiled else OFF_LOOP_BYTES
+
 
 T = TypeVar("T")
 
