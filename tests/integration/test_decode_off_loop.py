@@ -17,7 +17,7 @@ import threading
 import tracemalloc
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -382,20 +382,6 @@ def test_a_decoder_bug_in_the_thread_is_answered_500_as_on_the_loop(
     assert (on_loop.status, in_thread.status) == (500, 500)  # aiohttp's own answer and log
     assert (in_thread.content_type, in_thread.body) == (on_loop.content_type, on_loop.body)
     assert ok_response(post(server, json.dumps(to_otlp_json(refund_request())).encode(), JSON))
-
-
-@pytest.fixture
-def no_automatic_gc() -> Iterator[None]:
-    """What only a full collection would free stays, as under ``tune_gc``'s thresholds,
-    where such collections are rare (and bytes do not count toward them): measured on
-    ``toolwatch serve``, 40 gzip bodies of 7.8 KB refused in the thread (8 MB inflated)
-    took it from 80 MiB resident to 1,011 MiB while they did stay."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def held_after(send: Callable[[], None], times: int, bound: int) -> int:

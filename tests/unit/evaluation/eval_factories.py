@@ -233,3 +233,15 @@ def every_order(names: Sequence[str], groups: Sequence[int | None]) -> set[tuple
                 order[place] = i
         found.add(tuple(names[i] for i in order))
     return found
+
+
+#: A run that did what its reference does (look order A-1 up, refund it), but had to ask the
+#: order service three times: twice it failed and was asked again with the same arguments.
+ORDER = {"order_id": "A-1"}
+FLAKY = trace(
+    call("lookup_order", ORDER, index=0, ok=False),
+    call("lookup_order", ORDER, index=1, ok=False),
+    call("lookup_order", ORDER, index=2),
+    call("issue_refund", ORDER, index=3),
+)
+STEADY = trace(call("lookup_order", ORDER, index=0), call("issue_refund", ORDER, index=1))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from eval_factories import call, case, grouped, trace
+from eval_factories import FLAKY, STEADY, call, case, grouped, trace
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.selection import ToolSelection, jaccard, recall, selection_score
@@ -12,18 +12,6 @@ from toolwatch.model import Category, ReferenceKind, Severity
 from toolwatch.names import NameNormalizer
 
 MODES = ("expected", "expected_set", "exact", "set", "first")
-
-
-#: A run that did what its reference does (look order A-1 up, refund it), but had to ask the
-#: order service three times: twice it failed and was asked again with the same arguments.
-ORDER = {"order_id": "A-1"}
-FLAKY = trace(
-    call("lookup_order", ORDER, index=0, ok=False),
-    call("lookup_order", ORDER, index=1, ok=False),
-    call("lookup_order", ORDER, index=2),
-    call("issue_refund", ORDER, index=3),
-)
-STEADY = trace(call("lookup_order", ORDER, index=0), call("issue_refund", ORDER, index=1))
 
 
 def evaluator(**settings: object) -> ToolSelection:

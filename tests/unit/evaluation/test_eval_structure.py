@@ -7,24 +7,13 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
-from eval_factories import call, case, trace
+from eval_factories import FLAKY, STEADY, call, case, trace
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.settings import StructureSettings
 from toolwatch.evaluation.structure import ToolTraceStructure, count_score
 from toolwatch.model import Category, EvalResult, ReferenceKind, Severity
 from toolwatch.names import NameNormalizer
-
-#: A run that did what its reference does (look order A-1 up, refund it), but had to ask the
-#: order service three times: twice it failed and was asked again with the same arguments.
-ORDER = {"order_id": "A-1"}
-FLAKY = trace(
-    call("lookup_order", ORDER, index=0, ok=False),
-    call("lookup_order", ORDER, index=1, ok=False),
-    call("lookup_order", ORDER, index=2),
-    call("issue_refund", ORDER, index=3),
-)
-STEADY = trace(call("lookup_order", ORDER, index=0), call("issue_refund", ORDER, index=1))
 
 
 def evaluate(run: Any, reference: Reference, **settings: Any) -> EvalResult | None:

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import threading
 import traceback
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -200,18 +199,6 @@ def test_what_the_thread_raises_reaches_the_caller_as_raised() -> None:
 
 class Body:
     """Stands for a request body or a decoded batch: what must not outlive its request."""
-
-
-@pytest.fixture
-def no_automatic_gc() -> Iterator[None]:
-    """What only a full collection would free stays, as under ``tune_gc``'s thresholds,
-    where such collections are rare (and bytes do not count toward them)."""
-    gc.collect()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def test_a_decode_that_raises_in_the_thread_leaves_nothing_for_the_collector_to_free(
