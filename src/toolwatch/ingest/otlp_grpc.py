@@ -23,9 +23,10 @@ it once, hands the batch to the consumer and answers per the OTLP specification:
   was taken, so a retry delivers them once.
 
 A request is decoded in the decoding turn shared with the OTLP/HTTP receiver
-(``toolwatch.ingest.decode_thread``): one at a time, one of 4 KiB or more in the decode thread
-while the event loop serves the rest. A call cancelled while its request decodes is counted
-``aborted`` at once; its slot is given back when the thread is done with the body.
+(``toolwatch.ingest.decode_thread``): one at a time, a large one (``off_loop_bytes``) in the
+decode thread while the event loop serves the rest. A call cancelled while its request
+decodes is counted ``aborted`` at once; its slot is given back when the thread is done with
+the body.
 
 The method is served as client-streaming on the wire, which a unary client cannot tell
 apart: a unary handler is handed its request only once gRPC has read all of it, too late to
