@@ -24,7 +24,7 @@ LONG = 60_000  # under max_value_bytes (64 KiB): kept whole
 CASE_KEY = "toolwatch.case_id"
 
 
-def _request(first: int, spans: int, service: str, case_id: str | None) -> bytes:
+def _request(first: int, spans: int, service: str, case_id: str | None, tool: str) -> bytes:
     """``spans`` tool spans of traces ``first``.., each under a resource of its own (so each
     has a service name of its own), each string unique (none is shared)."""
     message = ExportTraceServiceRequest()
@@ -36,7 +36,8 @@ def _request(first: int, spans: int, service: str, case_id: str | None) -> bytes
         span.trace_id, span.span_id = (n + 1).to_bytes(16, "big"), (n + 1).to_bytes(8, "big")
         span.parent_span_id = b"\x01" * 8  # rootless: it stays buffered
         span.name, span.start_time_unix_nano, span.end_time_unix_nano = "execute_tool t", 1, 2
-        attributes = [("gen_ai.operation.name", "execute_tool"), ("gen_ai.tool.name", "t")]
+        tool_name = f"{n:08d}{tool}"
+        attributes = [("gen_ai.operation.name", "execute_tool"), ("gen_ai.tool.name", tool_name)]
         if case_id is not None:
             attributes.append((CASE_KEY, f"{n:08d}{case_id}"))
         for key, value in attributes:
@@ -46,7 +47,7 @@ def _request(first: int, spans: int, service: str, case_id: str | None) -> bytes
 
 
 def _held_by_a_full_buffer(
-    options: DecodeOptions, service: str = "agent", case_id: str | None = None
+    options: DecodeOptions, service: str = "agent", case_id: str | None = None, tool: str = "t"
 ) -> tuple[int, TraceBuffer]:
     """Offer requests of such spans to a 2 MiB buffer (backpressure) until it refuses one;
     what the buffer then holds, resident."""
@@ -56,7 +57,7 @@ def _held_by_a_full_buffer(
     try:
         buffer = TraceBuffer(limits, ManualClock(), NoopMetrics())
         for first in range(0, 400, 5):
-            batch = decode_protobuf(_request(first, 5, service, case_id), options)
+            batch = decode_protobuf(_request(first, 5, service, case_id, tool), options)
             fits = buffer.has_room(batch.spans, sum(s.size_bytes for s in batch.spans))
             if fits:
                 buffer.add(batch.spans)
@@ -85,6 +86,20 @@ def test_a_long_service_name_is_counted_by_the_byte_bound(char: str) -> None:
 def test_a_long_reference_key_value_is_counted_by_the_byte_bound() -> None:
     options = DecodeOptions(reference_keys=frozenset({CASE_KEY}))
     held, buffer = _held_by_a_full_buffer(options, case_id="c" * LONG)
+    assert buffer.buffered_bytes <= 2 * MIB
+    assert held <= 1.1 * 2 * MIB, (
+        f"{buffer.buffered_spans} spans counted {buffer.buffered_bytes} B, held {held} B"
+        f" ({held / (2 * MIB):.1f} x max_buffered_bytes)"
+    )
+
+
+@pytest.mark.parametrize("char", ["s", "中", "😀"])
+def test_a_long_tool_name_is_counted_at_its_width(char: str) -> None:
+    """The short texts a span names (tool, call id, agent, model, ...) are up to
+    ``max_value_bytes`` each too: counted a byte a character, a tool name in emoji was held
+    at four times its count."""
+    tool = char * (LONG // len(char.encode()))
+    held, buffer = _held_by_a_full_buffer(DecodeOptions(), tool=tool)
     assert buffer.buffered_bytes <= 2 * MIB
     assert held <= 1.1 * 2 * MIB, (
         f"{buffer.buffered_spans} spans counted {buffer.buffered_bytes} B, held {held} B"

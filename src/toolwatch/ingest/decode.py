@@ -98,7 +98,7 @@ def _held_size(record: SpanRecord) -> int:
     undercount once those left. That costs a service name's characters a span (tens of bytes
     against ``_SPAN_OVERHEAD_BYTES``, whose measurement shared the name: its header is in
     the margin)."""
-    size = _SPAN_OVERHEAD_BYTES + len(record.name) + _value_size(record.arguments)
+    size = _SPAN_OVERHEAD_BYTES + text_size(record.name) + _value_size(record.arguments)
     size += _value_size(record.result)
     if record.service is not None:
         size += text_size(record.service)  # a width check: a long name may be CJK or emoji
@@ -106,22 +106,25 @@ def _held_size(record: SpanRecord) -> int:
         size += _REFERENCE_OVERHEAD_BYTES + text_size(value)
     if record.output_text is not None:
         size += text_size(record.output_text)  # the one long text
-    size += _length(record.tool_name) + _length(record.call_id) + _length(record.error_type)
-    size += _length(record.refusal) + _length(record.agent_name) + _length(record.model)
-    size += _length(record.conversation_id)
+    size += _text_size(record.tool_name) + _text_size(record.call_id)
+    size += _text_size(record.error_type) + _text_size(record.refusal)
+    size += _text_size(record.agent_name) + _text_size(record.model)
+    size += _text_size(record.conversation_id)
     for reason in record.finish_reasons:
-        size += len(reason)
+        size += text_size(reason)
     requested: Sequence[object] = record.output_tool_calls  # each checked: a test's may not be
     for call in requested:
         size += _REQUEST_OVERHEAD_BYTES
         if isinstance(call, RequestedCall):
-            size += len(call.name) + _length(call.call_id) + _value_size(call.arguments)
+            size += text_size(call.name) + _text_size(call.call_id)
+            size += _value_size(call.arguments)
     return size
 
 
-def _length(text: str | None) -> int:
-    """A short text's characters (no width check: ``jsontext.text_size``)."""
-    return 0 if text is None else len(text)
+def _text_size(text: str | None) -> int:
+    """``text_size`` of a text that may be absent. Short ones too: a sender sets each up to
+    ``max_value_bytes``, and one in emoji holds four bytes a character."""
+    return 0 if text is None else text_size(text)
 
 
 def _value_size(value: Any) -> int:
