@@ -33,7 +33,7 @@ from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, _Decoder, decode_protobuf, scanner
 from toolwatch.ingest.scan import Scan, Scanner
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import ManualClock, ToolTrace
+from toolwatch.model import ManualClock, ToolTrace, Traffic
 from toolwatch.names import NameNormalizer
 from toolwatch.sinks.findings import FanOutSink, JsonLinesFindingSink, Redaction
 from toolwatch.sinks.prometheus import PrometheusMetrics
@@ -165,12 +165,13 @@ def _prometheus(config: Config) -> PrometheusMetrics:
 
 
 def _count(metrics: PrometheusMetrics, trace: ToolTrace, result: PipelineResult) -> None:
-    metrics.tool_trace(trace, "none")  # the benchmark runs have no golden case or shadow twin
+    # The benchmark runs have no golden case or shadow twin, and are live.
+    metrics.tool_trace(trace, "none", Traffic.LIVE)
     for evaluated in result.results:
         score = evaluated.scores.get("score")
         metrics.evaluated(evaluated.evaluator, score, result.durations[evaluated.evaluator])
     for finding in result.findings:
-        metrics.finding(finding, 0.2)
+        metrics.finding(finding, 0.2, Traffic.LIVE)
 
 
 def _records(pipeline: _Pipeline) -> list[DecodedBatch]:

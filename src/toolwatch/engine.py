@@ -19,7 +19,15 @@ from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.ingest.decode import DecodedBatch
 from toolwatch.metrics import PipelineMetrics
-from toolwatch.model import Clock, Finding, GoldenCase, ReferenceKind, ToolTrace, Verified
+from toolwatch.model import (
+    Clock,
+    Finding,
+    GoldenCase,
+    ReferenceKind,
+    ToolTrace,
+    Traffic,
+    Verified,
+)
 from toolwatch.names import NameNormalizer
 from toolwatch.references.conversations import ConversationMemory, ConversationScope
 from toolwatch.references.golden import CaseTally, GoldenCaseSet
@@ -236,24 +244,33 @@ class Engine:
         # clock reading, so a pair key cannot expire in between.
         now = self._clock() if joiner is not None else 0
         deferred = expected is None and joiner is not None and joiner.compares(trace, now)
+        traffic = self._traffic(trace)
         if not deferred:
-            self._metrics.tool_trace(trace, "expected" if expected is not None else "none")
+            reference = "expected" if expected is not None else "none"
+            self._metrics.tool_trace(trace, reference, traffic)
         self._parts.tooltraces.write(trace)
         memory = self._memory
         earlier = memory.before(trace) if memory is not None else ()
-        self._emit(trace, self._run(trace, expected, None, earlier=earlier), last_arrival_ns)
+        findings = self._run(trace, expected, None, earlier=earlier)
+        self._emit(trace, findings, last_arrival_ns, traffic)
         pair = None
         if joiner is not None:
             pair = joiner.offer(trace, deferred=deferred, now=now, case=expected)
         if pair is not None:
             if pair.deferred:
-                self._metrics.tool_trace(pair.target, "source")
+                self._metrics.tool_trace(pair.target, "source", Traffic.SHADOW)
             # Each half was judged against the policy, and the target against its golden case,
             # as it arrived; the pair adds only what is judged against the source, by the
             # evaluators that take it: with the case passed again, `auto` still reads the case.
             paired = self._run(pair.target, pair.case, pair.source, policy=False)
             drift = [f for f in paired if f.reference is ReferenceKind.SOURCE]
-            self._emit(pair.target, drift, last_arrival_ns)
+            self._emit(pair.target, drift, last_arrival_ns, Traffic.SHADOW)
+
+    def _traffic(self, trace: ToolTrace) -> Traffic:
+        """``shadow`` for a shadow target's run (a candidate's: its regressions page no one),
+        with shadow pairs configured; else ``live``, incomplete runs included."""
+        shadow = self._parts.shadow
+        return Traffic.SHADOW if shadow is not None and shadow.is_target(trace) else Traffic.LIVE
 
     def _unmatched(self, trace_id: str, case_id: str, reason: str, agents: list[str]) -> None:
         """Counts a trace whose complete runs name a case id none of them was matched to, and
@@ -326,11 +343,17 @@ class Engine:
             self._metrics.evaluated(evaluated.evaluator, score, seconds)
         return result.findings
 
-    def _emit(self, trace: ToolTrace, findings: Sequence[Finding], last_arrival_ns: int) -> None:
+    def _emit(
+        self,
+        trace: ToolTrace,
+        findings: Sequence[Finding],
+        last_arrival_ns: int,
+        traffic: Traffic,
+    ) -> None:
         if not findings:
             return
         detection = max(0, self._clock() - last_arrival_ns) / 1e9
         for finding in findings:
-            self._metrics.finding(finding, detection)
-        self._metrics.run_findings(findings)
+            self._metrics.finding(finding, detection, traffic)
+        self._metrics.run_findings(findings, traffic)
         self._parts.findings.publish(trace, findings)

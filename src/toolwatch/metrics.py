@@ -47,7 +47,7 @@ from collections.abc import Mapping, Sequence
 from typing import Final, Protocol
 
 from toolwatch.certificate_dates import CertificateDates
-from toolwatch.model import Finding, ToolTrace
+from toolwatch.model import Finding, ToolTrace, Traffic
 
 __all__ = [
     "DROP_REASONS",
@@ -104,11 +104,13 @@ class PipelineMetrics(Protocol):
     def trace_evicted(self, reason: str) -> None: ...
     def remembered_traces_evicted(self, n: int) -> None: ...
     def request_handled(self, transport: str, outcome: str, seconds: float) -> None: ...
-    def tool_trace(self, trace: ToolTrace, reference: str) -> None: ...
+    def tool_trace(self, trace: ToolTrace, reference: str, traffic: Traffic) -> None: ...
     def evaluated(self, evaluator: str, score: float | None, seconds: float) -> None: ...
     def evaluator_failed(self, evaluator: str) -> None: ...
-    def finding(self, finding: Finding, detection_seconds: float | None) -> None: ...
-    def run_findings(self, findings: Sequence[Finding]) -> None: ...
+    def finding(
+        self, finding: Finding, detection_seconds: float | None, traffic: Traffic
+    ) -> None: ...
+    def run_findings(self, findings: Sequence[Finding], traffic: Traffic) -> None: ...
     def stream_dropped(self, n: int) -> None: ...
     def shadow_unpaired(self, reason: str) -> None: ...
     def golden_unmatched(self, reason: str) -> None: ...
@@ -146,7 +148,7 @@ class NoopMetrics:
     def request_handled(self, transport: str, outcome: str, seconds: float) -> None:
         pass
 
-    def tool_trace(self, trace: ToolTrace, reference: str) -> None:
+    def tool_trace(self, trace: ToolTrace, reference: str, traffic: Traffic) -> None:
         pass
 
     def evaluated(self, evaluator: str, score: float | None, seconds: float) -> None:
@@ -155,10 +157,10 @@ class NoopMetrics:
     def evaluator_failed(self, evaluator: str) -> None:
         pass
 
-    def finding(self, finding: Finding, detection_seconds: float | None) -> None:
+    def finding(self, finding: Finding, detection_seconds: float | None, traffic: Traffic) -> None:
         pass
 
-    def run_findings(self, findings: Sequence[Finding]) -> None:
+    def run_findings(self, findings: Sequence[Finding], traffic: Traffic) -> None:
         pass
 
     def stream_dropped(self, n: int) -> None:

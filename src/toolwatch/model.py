@@ -33,6 +33,7 @@ __all__ = [
     "SpanRole",
     "ToolCall",
     "ToolTrace",
+    "Traffic",
     "Verified",
     "monotonic_clock",
 ]
@@ -127,6 +128,16 @@ class ReferenceKind(enum.StrEnum):
     EXPECTED = "expected"  # a golden case
     SOURCE = "source"  # the shadow twin (source model) of a pair
     POLICY = "policy"  # the always-on policy or a hand-written invariant
+
+
+class Traffic(enum.StrEnum):
+    """Whose run a metric counts. ``shadow``: a shadow target's, the candidate model's copy of
+    a live request (its actions are not production's, and its regressions page no one:
+    they tell whether to promote it). ``live``: every other run, shadow sources and golden
+    canaries included."""
+
+    LIVE = "live"
+    SHADOW = "shadow"
 
 
 @dataclass(slots=True, init=False)

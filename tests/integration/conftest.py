@@ -29,6 +29,12 @@ from toolwatch.sinks.findings import InMemoryFindingSink
 
 T = TypeVar("T")
 
+#: The per-run counters (less `_total`), whose `traffic` label `RunningServer.sample` reads
+#: as `live` unless told.
+_PER_RUN = frozenset(
+    {"toolwatch_regressions", "toolwatch_runs_with_findings", "toolwatch_tool_traces"}
+)
+
 FREE_PORTS = {
     "listen.grpc": "127.0.0.1:0",
     "listen.http": "127.0.0.1:0",
@@ -125,8 +131,12 @@ class RunningServer:
         self, name: str, labels: dict[str, str] | None = None, *, missing_ok: bool = False
     ) -> float:
         """The sample's value. A series that does not exist fails the test (a renamed metric
-        or label would otherwise read as 0), unless ``missing_ok``: then it reads 0."""
-        value = self.registry.get_sample_value(name, labels or {})
+        or label would otherwise read as 0), unless ``missing_ok``: then it reads 0. A
+        per-run series' ``traffic`` is ``live`` unless ``labels`` names it."""
+        labels = dict(labels or {})
+        if name.removesuffix("_total") in _PER_RUN:
+            labels.setdefault("traffic", "live")
+        value = self.registry.get_sample_value(name, labels)
         if value is None:
             assert missing_ok, f"no series {name}{labels or {}}"
             return 0.0

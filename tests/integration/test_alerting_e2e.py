@@ -141,6 +141,7 @@ def test_an_unverified_refund_fires_the_missing_verification_alert(
         "job": JOB,
         "severity": "high",
         "tool": "issue_refund",
+        "traffic": "live",
     }
     alert = prometheus.wait_until(f"{ALERT} pending or firing", lambda: _alert(prometheus))
     assert alert["state"] in {"pending", "firing"}
@@ -186,7 +187,13 @@ def test_the_dashboard_counts_a_series_first_finding(
     it: the dashboard's finding counts add a series created in the range, as the rules do."""
     send_unverified_refund(toolwatch)
     prometheus.wait_until(f"{REGRESSIONS} == 1", lambda: _one_series(prometheus))
-    variables = {"__range": "1h", "__range_s": "3600", "agent": ".*", "tool": ".*"}
+    variables = {
+        "__range": "1h",
+        "__range_s": "3600",
+        "agent": ".*",
+        "tool": ".*",
+        "traffic": "live",
+    }
     paging = panel_expression("Findings that page", **variables)
     assert prometheus.wait_until(
         "two scrapes of the finding", lambda: prometheus.query(paging) or None

@@ -85,6 +85,7 @@ GRAFANA_VARIABLES = {
     "$__range": "1h",
     "$agent": ".*",
     "$tool": ".*",
+    "$traffic": "live",
 }
 
 requires_promtool = pytest.mark.skipif(
@@ -303,7 +304,7 @@ def test_every_export_toolwatch_did_not_take_is_alerted_on() -> None:
 def test_safety_categories_page_at_once(category: str) -> None:
     (alert,) = [a for a in _alerts() if f'category="{category}"' in a["expr"]]
     assert alert["for"] == "0m" and alert["labels"]["severity"] == "critical"
-    selector = f'toolwatch_regressions_total{{category="{category}"}}'
+    selector = f'toolwatch_regressions_total{{traffic!="shadow",category="{category}"}}'
     assert f"increase({selector}[5m])" in alert["expr"]
 
 

@@ -288,13 +288,17 @@ def test_a_shadow_targets_lookup_verifies_no_production_refund(
 
 
 def runs_by_reference(server: RunningServer) -> dict[str, float]:
-    """``toolwatch_tool_traces_total`` of refund-bot's complete runs, by ``reference``."""
+    """``toolwatch_tool_traces_total`` of refund-bot's complete runs, by ``reference``, a
+    shadow target's (``traffic="shadow"``) as ``source@shadow`` or ``none@shadow``."""
     found = {}
     for reference in ("expected", "source", "none"):
-        labels = {"agent": "refund-bot", "outcome": "complete", "reference": reference}
-        value = server.sample("toolwatch_tool_traces_total", labels, missing_ok=True)
-        if value:
-            found[reference] = value
+        for traffic in ("live", "shadow"):
+            labels = {"agent": "refund-bot", "outcome": "complete", "reference": reference}
+            value = server.sample(
+                "toolwatch_tool_traces_total", labels | {"traffic": traffic}, missing_ok=True
+            )
+            if value:
+                found[reference if traffic == "live" else f"{reference}@shadow"] = value
     return found
 
 
@@ -322,7 +326,38 @@ def test_shadow_target_with_an_extra_refund_is_dangerous_drift(
     target_trace = next(t for t in server.tooltraces() if "target" in str(t["reference_keys"]))
     assert drift[0].trace_id == target_trace["trace_id"]
     # Drift alerts divide by the runs that were compared: the target, not the source.
-    assert runs_by_reference(server) == {"source": 1.0, "none": 1.0}
+    assert runs_by_reference(server) == {"source@shadow": 1.0, "none": 1.0}
+
+
+def test_a_candidates_regressions_are_counted_as_shadow_traffic(
+    start_server: Callable[..., RunningServer],
+) -> None:
+    """A candidate's run is no production action: its findings, policy ones too, count under
+    ``traffic="shadow"``, which the paging alerts leave out (ToolwatchShadowCandidateUnsafe
+    reads them), and production's run under ``live``."""
+    server = start_server(EXAMPLES / "toolwatch.yaml")
+    keys = {"toolwatch.shadow.pair_id": "req-9"}
+    unverified = (agents.Turn((agents.REFUND,)), agents.Turn(text="Done."))
+    for role in ("source", "target"):
+        attributes = keys | {"toolwatch.shadow.role": role}
+        run = agents.AgentRun("refund-bot", unverified, attributes=attributes)
+        send_grpc(server, agents.record(run, "genai"))
+    server.settle()
+
+    labels = {
+        "category": "MISSING_VERIFICATION_STEP",
+        "severity": "high",
+        "evaluator": "safety",
+        "agent": "refund-bot",
+        "tool": "issue_refund",
+    }
+    regressions = "toolwatch_regressions_total"
+    assert server.sample(regressions, labels | {"traffic": "live"}) == 1.0
+    assert server.sample(regressions, labels | {"traffic": "shadow"}) == 1.0
+    runs = "toolwatch_runs_with_findings_total"
+    run_labels = {k: v for k, v in labels.items() if k != "severity"} | {"reference": "policy"}
+    assert server.sample(runs, run_labels | {"traffic": "shadow"}) == 1.0
+    assert runs_by_reference(server) == {"source@shadow": 1.0, "none": 1.0}
 
 
 def test_a_candidate_is_compared_with_the_source_run_of_its_own_agent(
@@ -349,7 +384,7 @@ def test_a_candidate_is_compared_with_the_source_run_of_its_own_agent(
     server.settle()
 
     assert [f for f in server.findings.findings if f.reference == "source"] == []
-    assert runs_by_reference(server) == {"source": 1.0, "none": 1.0}  # compared: the target
+    assert runs_by_reference(server) == {"source@shadow": 1.0, "none": 1.0}  # compared: the target
     duplicate = {"reason": "duplicate"}
     assert server.sample("toolwatch_shadow_unpaired_total", duplicate) == 0.0
     server.settle(60.0)  # triage's run: no candidate serves it
@@ -365,7 +400,7 @@ def test_a_shadow_target_is_counted_as_compared_only_once_it_pairs(
     assert len(server.tooltraces()) == 1  # evaluated against the policy, waiting for its pair
     assert runs_by_reference(server) == {}
     server.settle(61.0)  # its source never came
-    assert runs_by_reference(server) == {"none": 1.0}
+    assert runs_by_reference(server) == {"none@shadow": 1.0}
     assert server.sample("toolwatch_shadow_unpaired_total", {"reason": "timed_out"}) == 1.0
 
 
@@ -436,7 +471,7 @@ def test_a_target_that_meets_its_golden_case_is_not_paged_against_its_source(
     server.settle()
 
     assert [f for f in server.findings.findings if f.reference == "source"] == []
-    assert runs_by_reference(server) == {"expected": 2.0}
+    assert runs_by_reference(server) == {"expected": 1.0, "expected@shadow": 1.0}
     scored = {"evaluator": "tool_selection"}
     assert server.sample("toolwatch_evaluator_score_count", scored) == 2.0  # each run, once
 
@@ -485,13 +520,13 @@ def test_a_pair_key_used_again_after_the_timeout_is_counted_when_it_pairs(
     send_grpc(server, agents.record(shadow_half("source", extra_refund=False), "genai"))
     send_grpc(server, agents.record(shadow_half("target", extra_refund=False), "genai"))
     server.settle()
-    assert runs_by_reference(server) == {"source": 1.0, "none": 1.0}
+    assert runs_by_reference(server) == {"source@shadow": 1.0, "none": 1.0}
     # The same pair id, a minute later: the first pair's key has expired, not yet forgotten.
     send_grpc(server, agents.record(shadow_half("target", extra_refund=False), "genai"))
     server.settle(61.0)
     send_grpc(server, agents.record(shadow_half("source", extra_refund=False), "genai"))
     server.settle()
-    assert runs_by_reference(server) == {"source": 2.0, "none": 2.0}
+    assert runs_by_reference(server) == {"source@shadow": 2.0, "none": 2.0}
 
 
 def test_canary_run_is_compared_with_its_golden_case(

@@ -341,7 +341,7 @@ def test_sigterm_after_a_scrape_that_read_everything_exits_at_once(
     server = serve(config)
     spans = agents.record(agents.refund_run(), "genai")
     assert export(server.addresses["grpc"], spans) is SpanExportResult.SUCCESS
-    labels = {"agent": "refund-bot", "outcome": "complete", "reference": "none"}
+    labels = {"agent": "refund-bot", "outcome": "complete", "reference": "none", "traffic": "live"}
     assert until(lambda: server.sample("toolwatch_tool_traces_total", labels) == 1)
 
     code, seconds = server.terminate(timeout=GRACE_SECONDS + 10)
@@ -586,7 +586,12 @@ def test_a_dump_file_on_a_full_disk_does_not_stop_completing_later_traces(
     server = serve(config)
 
     def runs_completed() -> float:
-        labels = {"agent": "refund-bot", "outcome": "complete", "reference": "none"}
+        labels = {
+            "agent": "refund-bot",
+            "outcome": "complete",
+            "reference": "none",
+            "traffic": "live",
+        }
         return server.sample("toolwatch_tool_traces_total", labels)
 
     for sent in (1, 2):

@@ -345,8 +345,9 @@ def test_a_trace_forgotten_for_the_remembered_cap_is_counted_and_no_longer_late(
 
 def test_grpc_message_over_the_limit_is_resource_exhausted(start_server: StartServer) -> None:
     """gRPC refuses it before the handler reads it, with no RetryInfo: a Collector drops the
-    batch. The handler sees a cancelled call, counted ``aborted`` (as a client's own
-    cancellation is), which ToolwatchExportsAborted watches (test_deploy_artifacts)."""
+    batch (the Python SDK retries it, in vain, until its export timeout). The handler sees a
+    cancelled call, counted ``aborted`` (as a client's own cancellation is), which
+    ToolwatchExportsAborted watches (test_deploy_artifacts)."""
     server = start_server(ingest__max_request_bytes=2048)
     request = refund_request()
     assert request.ByteSize() > 2048

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 
 from toolwatch.jsontext import held_size, text_size
 from toolwatch.metrics import UNPAIRED_REASONS, PipelineMetrics
-from toolwatch.model import Clock, GoldenCase, ToolTrace
+from toolwatch.model import Clock, GoldenCase, ToolTrace, Traffic
 from toolwatch.names import fold
 from toolwatch.references.settings import ShadowSettings
 
@@ -143,6 +143,10 @@ class ShadowJoiner:
         if not self._settings.enabled:
             return None
         return trace.reference_keys.get(self._settings.pair_key_attribute) or None
+
+    def is_target(self, trace: ToolTrace) -> bool:
+        """Whether the run is a shadow target's (``ShadowSettings.is_target``), paired or not."""
+        return self._settings.is_target(trace.reference_keys)
 
     def compares(self, trace: ToolTrace, now: int | None = None) -> bool:
         """Whether ``offer`` at ``now`` would take the run as a shadow target, to compare
@@ -251,7 +255,7 @@ class ShadowJoiner:
         self.dropped += 1
         self._metrics.shadow_unpaired(reason)
         if half.deferred:
-            self._metrics.tool_trace(half.trace, "none")
+            self._metrics.tool_trace(half.trace, "none", Traffic.SHADOW)
 
     def _join(self, key: _Key, waiting: _Half, arrived: _Half) -> ShadowPair:
         self._release(key)

@@ -43,7 +43,15 @@ from toolwatch.metrics import (
     UNMATCHED_CASE_REASONS,
     UNPAIRED_REASONS,
 )
-from toolwatch.model import CallStatus, Category, Finding, ReferenceKind, Severity, ToolTrace
+from toolwatch.model import (
+    CallStatus,
+    Category,
+    Finding,
+    ReferenceKind,
+    Severity,
+    ToolTrace,
+    Traffic,
+)
 from toolwatch.names import fold
 from toolwatch.sinks.scrape_state import (
     BufferState,
@@ -325,17 +333,17 @@ class PrometheusMetrics:
     def _register(self, r: CollectorRegistry) -> None:
         self._regressions = Counter(
             "toolwatch_regressions_total",
-            "Findings: tool-call regressions detected, by category, severity, evaluator, agent"
-            " and tool.",
-            ["category", "severity", "evaluator", "agent", "tool"],
+            "Findings: tool-call regressions detected, by category, severity, evaluator, agent,"
+            " tool and traffic (live, or shadow: a shadow target's run, a candidate's).",
+            ["category", "severity", "evaluator", "agent", "tool", "traffic"],
             registry=r,
         )
         # No severity: a run whose findings of one kind differ in severity is still one run.
         self._runs_with_findings = Counter(
             "toolwatch_runs_with_findings_total",
-            "Agent runs with findings, by category, evaluator, reference, agent and tool: a run"
-            " counts once in each, however many findings it has there.",
-            ["category", "evaluator", "reference", "agent", "tool"],
+            "Agent runs with findings, by category, evaluator, reference, agent, tool and"
+            " traffic: a run counts once in each, however many findings it has there.",
+            ["category", "evaluator", "reference", "agent", "tool", "traffic"],
             registry=r,
         )
         self._register_per_run(r)
@@ -376,9 +384,10 @@ class PrometheusMetrics:
         )
         self._tool_traces = CounterTally(
             "toolwatch_tool_traces_total",
-            "Agent runs (ToolTraces) evaluated, by whether the run was complete and what it "
-            "was compared with (expected: a golden case; source: its shadow source; none).",
-            ("agent", "outcome", "reference"),
+            "Agent runs (ToolTraces) evaluated, by whether the run was complete, what it was"
+            " compared with (expected: a golden case; source: its shadow source; none) and"
+            " traffic (live, or shadow: a shadow target's run, a candidate's).",
+            ("agent", "outcome", "reference", "traffic"),
         )
         self._scores = HistogramTally(
             "toolwatch_evaluator_score",
@@ -611,13 +620,13 @@ class PrometheusMetrics:
         labels = (self._transport(transport), self._request_outcome(outcome))
         self._child(self._request_seconds, *labels).observe(seconds)
 
-    def tool_trace(self, trace: ToolTrace, reference: str) -> None:
-        """Counts the run by outcome and reference, and each of its calls by tool and
-        status."""
+    def tool_trace(self, trace: ToolTrace, reference: str, traffic: Traffic) -> None:
+        """Counts the run by outcome, reference and traffic, and each of its calls by tool
+        and status."""
         reason = "complete" if trace.complete else trace.incomplete_reason or OTHER
         outcome = self._trace_outcome(reason)
         run_agent = self._agent(trace.agent)
-        self._tool_traces.inc((run_agent, outcome, self._reference(reference)))
+        self._tool_traces.inc((run_agent, outcome, self._reference(reference), str(traffic)))
         for call in trace.calls:
             same = not call.agent or call.agent == trace.agent  # the run's agent, usually
             agent = run_agent if same else self._agent(call.agent)
@@ -638,7 +647,7 @@ class PrometheusMetrics:
     def evaluator_failed(self, evaluator: str) -> None:
         self._evaluator_failures.labels(self._evaluator(evaluator)).inc()
 
-    def finding(self, finding: Finding, detection_seconds: float | None) -> None:
+    def finding(self, finding: Finding, detection_seconds: float | None, traffic: Traffic) -> None:
         """Counts the finding; its trace id rides along as an exemplar."""
         exemplar = {"trace_id": finding.trace_id} if _TRACE_ID.fullmatch(finding.trace_id) else None
         agent = self._agent(finding.agent)
@@ -649,11 +658,12 @@ class PrometheusMetrics:
             self._evaluator(finding.evaluator),
             agent,
             self._pair.tool_label(agent, self._tool(finding.tool)),
+            str(traffic),
         ).inc(exemplar=exemplar)
         if detection_seconds is not None:
             self._detection_seconds.observe(detection_seconds, exemplar=exemplar)
 
-    def run_findings(self, findings: Sequence[Finding]) -> None:
+    def run_findings(self, findings: Sequence[Finding], traffic: Traffic) -> None:
         """Counts the run once in each label set its findings fall in (labels as ``finding``
         reports them, less the severity, plus the reference judged against). Each distinct
         set of names is limited once, so a name past its cap is reported as ``_other`` once
@@ -661,7 +671,7 @@ class PrometheusMetrics:
         named = dict.fromkeys(
             (f.category, f.evaluator, f.reference, f.agent, f.tool) for f in findings
         )
-        counted: set[tuple[str, str, str, str, str]] = set()
+        counted: set[tuple[str, str, str, str, str, str]] = set()
         for category, evaluator, reference, agent_name, tool in named:
             agent = self._agent(agent_name)
             labels = (
@@ -670,6 +680,7 @@ class PrometheusMetrics:
                 _enum_label(reference, ReferenceKind),
                 agent,
                 self._pair.tool_label(agent, self._tool(tool)),
+                str(traffic),
             )
             if labels not in counted:  # two names past a cap are both _other
                 counted.add(labels)

@@ -7,7 +7,7 @@ from collections import Counter
 
 from tests import factories
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import GoldenCase, ManualClock, ToolTrace
+from toolwatch.model import GoldenCase, ManualClock, ToolTrace, Traffic
 from toolwatch.references.settings import ShadowSettings
 from toolwatch.references.shadow import UNPAIRED_REASONS, ShadowJoiner, ShadowPair, half_bytes
 
@@ -25,7 +25,7 @@ class CountingMetrics(NoopMetrics):
     def shadow_unpaired(self, reason: str) -> None:
         self.unpaired[reason] += 1
 
-    def tool_trace(self, trace: ToolTrace, reference: str) -> None:
+    def tool_trace(self, trace: ToolTrace, reference: str, traffic: Traffic) -> None:
         self.counted.append((trace.trace_id, reference))
 
 

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests import factories
-from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
+from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace, Traffic
 from toolwatch.sinks.prometheus import OTHER, LabelLimiter, PairLimiter, PrometheusMetrics
 
 
@@ -124,9 +124,11 @@ def test_a_flood_of_names_keeps_every_label_bounded() -> None:
         registry, agents=known_agents, tools=known_tools, label_value_cap=cap
     )
     for i in range(10_000):
-        metrics.tool_trace(_trace(f"agent-{i}", f"tool-{i}"), "none")
-        metrics.finding(_finding(f"agent-{i}", f"tool-{i}", f"evaluator-{i}"), None)
-    metrics.tool_trace(_trace("refund-bot", "issue_refund"), "none")
+        metrics.tool_trace(_trace(f"agent-{i}", f"tool-{i}"), "none", traffic=Traffic.LIVE)
+        metrics.finding(
+            _finding(f"agent-{i}", f"tool-{i}", f"evaluator-{i}"), None, traffic=Traffic.LIVE
+        )
+    metrics.tool_trace(_trace("refund-bot", "issue_refund"), "none", traffic=Traffic.LIVE)
 
     calls = "toolwatch_tool_calls_total"
     tools = _label_values(registry, calls, "tool")
@@ -159,8 +161,8 @@ def test_values_reported_as_other_are_counted_by_label_and_said_once(
     ]
     with caplog.at_level(logging.WARNING, logger="toolwatch.sinks.prometheus"):
         for i in range(5):
-            metrics.tool_trace(_trace(f"agent-{i}", "t"), "none")
-        metrics.tool_trace(_trace("refund-bot", "x" * 129), "none")
+            metrics.tool_trace(_trace(f"agent-{i}", "t"), "none", traffic=Traffic.LIVE)
+        metrics.tool_trace(_trace("refund-bot", "x" * 129), "none", traffic=Traffic.LIVE)
 
     # agent-2, -3, -4 past the cap of 2; the tool's 129 characters are free text; the pair
     # (agent-1, t) is the second of two unconfigured names, past the pair cap of 1.
@@ -178,8 +180,8 @@ def test_churning_agent_and_tool_names_grow_the_series_linearly_not_as_a_product
     )
     for a in range(100):
         for t in range(100):
-            metrics.tool_trace(_trace(f"agent-{a}", f"tool-{t}"), "none")
-    metrics.tool_trace(_trace("agent-7", "issue_refund"), "none")
+            metrics.tool_trace(_trace(f"agent-{a}", f"tool-{t}"), "none", traffic=Traffic.LIVE)
+    metrics.tool_trace(_trace("agent-7", "issue_refund"), "none", traffic=Traffic.LIVE)
 
     calls = "toolwatch_tool_calls_total"
     series = {
@@ -202,7 +204,7 @@ def test_findings_share_the_pair_cap() -> None:
     registry = CollectorRegistry()
     metrics = PrometheusMetrics(registry, label_value_cap=100, agent_tool_pair_cap=1)
     for agent, tool in (("a", "x"), ("a", "y"), ("b", "x")):
-        metrics.finding(_finding(agent, tool), None)
+        metrics.finding(_finding(agent, tool), None, traffic=Traffic.LIVE)
     tools = {
         (s.labels["agent"], s.labels["tool"])
         for family in registry.collect()

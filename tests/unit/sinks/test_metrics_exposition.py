@@ -13,7 +13,7 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from toolwatch.model import Category, Finding, ReferenceKind, Severity
+from toolwatch.model import Category, Finding, ReferenceKind, Severity, Traffic
 from toolwatch.sinks.exposition import metrics_app
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics, StateCollector
 
@@ -44,7 +44,7 @@ def build_registry() -> CollectorRegistry:
         agent="refund-bot",
         tool="issue_refund",
     )
-    metrics.finding(finding, detection_seconds=2.2)
+    metrics.finding(finding, detection_seconds=2.2, traffic=Traffic.LIVE)
     return registry
 
 

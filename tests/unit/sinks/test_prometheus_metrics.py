@@ -33,6 +33,7 @@ from toolwatch.model import (
     Severity,
     ToolCall,
     ToolTrace,
+    Traffic,
 )
 from toolwatch.sinks.prometheus import OTHER, BufferState, PrometheusMetrics, StateCollector
 
@@ -141,8 +142,8 @@ def test_every_counter_and_histogram_series_has_its_created_series(
     metrics: PrometheusMetrics, registry: CollectorRegistry
 ) -> None:
     """The README says so, and the alerts read ``_created`` to count a series' first rise."""
-    metrics.tool_trace(make_trace(calls=(make_call("issue_refund"),)), "none")
-    metrics.finding(make_finding(), 0.5)
+    metrics.tool_trace(make_trace(calls=(make_call("issue_refund"),)), "none", traffic=Traffic.LIVE)
+    metrics.finding(make_finding(), 0.5, traffic=Traffic.LIVE)
     samples = {
         (sample.name, tuple(sorted(sample.labels.items())))
         for family in registry.collect()
@@ -167,17 +168,17 @@ def test_a_reload_is_told_and_the_tools_it_names_keep_their_label(
     assert started is not None and started > 1.7e9
     labels = {"agent": "_other", "status": "ok"}
     calls = (make_call("cancel_order"), make_call("issue_refund"))
-    metrics.tool_trace(make_trace(calls), "none")
+    metrics.tool_trace(make_trace(calls), "none", traffic=Traffic.LIVE)
     assert registry.get_sample_value("toolwatch_tool_calls_total", labels | {"tool": "_other"}) == 1
     metrics.config_reloaded(False, ["cancel_order"])  # failed: names nothing
     assert registry.get_sample_value("toolwatch_config_last_reload_successful") == 0
-    metrics.tool_trace(make_trace(calls), "none")
+    metrics.tool_trace(make_trace(calls), "none", traffic=Traffic.LIVE)
     assert registry.get_sample_value("toolwatch_tool_calls_total", labels | {"tool": "_other"}) == 2
     metrics.config_reloaded(True, ["cancel_order"])
     assert registry.get_sample_value("toolwatch_config_last_reload_successful") == 1
     reloaded = registry.get_sample_value("toolwatch_config_last_reload_success_timestamp_seconds")
     assert reloaded is not None and reloaded >= started
-    metrics.tool_trace(make_trace(calls), "none")
+    metrics.tool_trace(make_trace(calls), "none", traffic=Traffic.LIVE)
     tool = {"tool": "cancel_order"}
     assert registry.get_sample_value("toolwatch_tool_calls_total", labels | tool) == 1
     assert registry.get_sample_value("toolwatch_tool_calls_total", labels | {"tool": "_other"}) == 2
@@ -200,11 +201,11 @@ def test_output_failures_start_at_zero_by_output(
 def test_a_reload_keeps_the_agents_it_names_as_label_values(registry: CollectorRegistry) -> None:
     metrics = PrometheusMetrics(registry, label_value_cap=0)
     trace = make_trace((make_call("lookup_order"),), agent="refund-bot")
-    metrics.tool_trace(trace, "none")
+    metrics.tool_trace(trace, "none", traffic=Traffic.LIVE)
     metrics.config_reloaded(True, (), ["refund-bot"])
-    metrics.tool_trace(trace, "none")
+    metrics.tool_trace(trace, "none", traffic=Traffic.LIVE)
     runs = "toolwatch_tool_traces_total"
-    labels = {"outcome": "complete", "reference": "none"}
+    labels = {"outcome": "complete", "reference": "none", "traffic": "live"}
     assert registry.get_sample_value(runs, labels | {"agent": OTHER}) == 1
     assert registry.get_sample_value(runs, labels | {"agent": "refund-bot"}) == 1
 
@@ -212,8 +213,9 @@ def test_a_reload_keeps_the_agents_it_names_as_label_values(registry: CollectorR
 def test_finding_counts_by_all_labels(
     metrics: PrometheusMetrics, registry: CollectorRegistry
 ) -> None:
-    metrics.finding(make_finding(), detection_seconds=2.5)
-    metrics.finding(make_finding(), detection_seconds=None)
+    metrics.finding(make_finding(), detection_seconds=2.5, traffic=Traffic.LIVE)
+    metrics.finding(make_finding(), detection_seconds=None, traffic=Traffic.LIVE)
+    metrics.finding(make_finding(), detection_seconds=1.5, traffic=Traffic.SHADOW)
     labels = {
         "category": "DANGEROUS_ACTION_DRIFT",
         "severity": "critical",
@@ -221,9 +223,11 @@ def test_finding_counts_by_all_labels(
         "agent": "refund-bot",
         "tool": "issue_refund",
     }
-    assert registry.get_sample_value("toolwatch_regressions_total", labels) == 2.0
-    assert registry.get_sample_value("toolwatch_detection_latency_seconds_count") == 1.0
-    assert registry.get_sample_value("toolwatch_detection_latency_seconds_sum") == 2.5
+    name = "toolwatch_regressions_total"
+    assert registry.get_sample_value(name, labels | {"traffic": "live"}) == 2.0
+    assert registry.get_sample_value(name, labels | {"traffic": "shadow"}) == 1.0
+    assert registry.get_sample_value("toolwatch_detection_latency_seconds_count") == 2.0
+    assert registry.get_sample_value("toolwatch_detection_latency_seconds_sum") == 4.0
 
 
 def test_a_run_counts_once_in_each_label_set_of_its_findings(
@@ -248,41 +252,46 @@ def test_a_run_counts_once_in_each_label_set_of_its_findings(
         drift(Severity.MEDIUM, "lookup_order"),
         drift(Severity.MEDIUM, "issue_refund"),
     ]
-    metrics.run_findings(run)
-    metrics.run_findings(run[:1])  # another run
+    metrics.run_findings(run, traffic=Traffic.LIVE)
+    metrics.run_findings(run[:1], traffic=Traffic.LIVE)  # another run
+    metrics.run_findings(run, traffic=Traffic.SHADOW)  # a candidate's copy of the first
     name = "toolwatch_runs_with_findings_total"
     labels = {
         "category": "ARGUMENT_VALUE_DRIFT",
         "evaluator": "tool_arguments",
         "reference": "expected",
         "agent": "refund-bot",
+        "traffic": "live",
     }
     assert registry.get_sample_value(name, labels | {"tool": "lookup_order"}) == 2.0
     assert registry.get_sample_value(name, labels | {"tool": "issue_refund"}) == 1.0
+    shadow = labels | {"traffic": "shadow"}
+    assert registry.get_sample_value(name, shadow | {"tool": "lookup_order"}) == 1.0
 
 
 def test_a_run_reports_a_name_past_its_cap_as_other_once(registry: CollectorRegistry) -> None:
     metrics = PrometheusMetrics(registry, label_value_cap=0)
     run = [make_finding(tool="issue_refund"), make_finding(tool="issue_refund")]
-    metrics.run_findings(run)
+    metrics.run_findings(run, traffic=Traffic.LIVE)
     others = "toolwatch_label_values_other_total"
     assert registry.get_sample_value(others, {"label": "agent"}) == 1.0
     assert registry.get_sample_value(others, {"label": "tool"}) == 1.0
     labels = {"category": "DANGEROUS_ACTION_DRIFT", "evaluator": "safety", "reference": "policy"}
-    runs = labels | {"agent": OTHER, "tool": OTHER}
+    runs = labels | {"agent": OTHER, "tool": OTHER, "traffic": "live"}
     assert registry.get_sample_value("toolwatch_runs_with_findings_total", runs) == 1.0
 
 
 def test_finding_without_a_tool_reports_an_empty_tool_label(
     metrics: PrometheusMetrics, registry: CollectorRegistry
 ) -> None:
-    metrics.finding(make_finding(tool=None), None)
+    metrics.finding(make_finding(tool=None), None, traffic=Traffic.LIVE)
     labels = {
         "category": "DANGEROUS_ACTION_DRIFT",
         "severity": "critical",
         "evaluator": "safety",
         "agent": "refund-bot",
         "tool": "",
+        "traffic": "live",
     }
     assert registry.get_sample_value("toolwatch_regressions_total", labels) == 1.0
 
@@ -290,7 +299,7 @@ def test_finding_without_a_tool_reports_an_empty_tool_label(
 def test_openmetrics_exposition_carries_the_trace_id_exemplar(
     metrics: PrometheusMetrics, registry: CollectorRegistry
 ) -> None:
-    metrics.finding(make_finding(), detection_seconds=3.0)
+    metrics.finding(make_finding(), detection_seconds=3.0, traffic=Traffic.LIVE)
     text = generate_openmetrics(registry).decode()
     regression_lines = [line for line in text.splitlines() if "regressions_total{" in line]
     assert len(regression_lines) == 1
@@ -302,14 +311,14 @@ def test_openmetrics_exposition_carries_the_trace_id_exemplar(
 def test_text_exposition_has_no_exemplars(
     metrics: PrometheusMetrics, registry: CollectorRegistry
 ) -> None:
-    metrics.finding(make_finding(), detection_seconds=3.0)
+    metrics.finding(make_finding(), detection_seconds=3.0, traffic=Traffic.LIVE)
     assert TRACE_ID not in generate_latest(registry).decode()
 
 
 def test_a_trace_id_that_is_not_hex_gets_no_exemplar(
     metrics: PrometheusMetrics, registry: CollectorRegistry
 ) -> None:
-    metrics.finding(make_finding(trace_id="x" * 200), detection_seconds=None)
+    metrics.finding(make_finding(trace_id="x" * 200), detection_seconds=None, traffic=Traffic.LIVE)
     text = generate_openmetrics(registry).decode()
     assert "x" * 32 not in text
     assert "# {" not in text
@@ -319,15 +328,19 @@ def test_tool_trace_counts_run_outcome_and_calls(
     metrics: PrometheusMetrics, registry: CollectorRegistry
 ) -> None:
     calls = (make_call("issue_refund"), make_call("issue_refund", CallStatus.ERROR))
-    metrics.tool_trace(make_trace(calls), "expected")
-    metrics.tool_trace(make_trace(incomplete_reason="timed_out"), "none")
-    metrics.tool_trace(make_trace(), "something new")
+    metrics.tool_trace(make_trace(calls), "expected", traffic=Traffic.LIVE)
+    metrics.tool_trace(make_trace(incomplete_reason="timed_out"), "none", traffic=Traffic.LIVE)
+    metrics.tool_trace(make_trace(), "something new", traffic=Traffic.LIVE)
+    metrics.tool_trace(make_trace(), "source", traffic=Traffic.SHADOW)
     get = registry.get_sample_value
     runs = "toolwatch_tool_traces_total"
-    complete = {"agent": "refund-bot", "outcome": "complete"}
+    complete = {"agent": "refund-bot", "outcome": "complete", "traffic": "live"}
     assert get(runs, {**complete, "reference": "expected"}) == 1.0
     assert get(runs, {**complete, "reference": OTHER}) == 1.0
-    assert get(runs, {"agent": "refund-bot", "outcome": "timed_out", "reference": "none"}) == 1.0
+    assert get(runs, {**complete, "reference": "source"}) is None
+    assert get(runs, {**complete, "reference": "source", "traffic": "shadow"}) == 1.0
+    timed_out = {"agent": "refund-bot", "outcome": "timed_out", "reference": "none"}
+    assert get(runs, timed_out | {"traffic": "live"}) == 1.0
     calls_total = "toolwatch_tool_calls_total"
     for status in ("ok", "error"):
         labels = {"agent": "refund-bot", "tool": "issue_refund", "status": status}
@@ -337,7 +350,9 @@ def test_tool_trace_counts_run_outcome_and_calls(
 def test_a_call_keeps_its_own_agent(
     metrics: PrometheusMetrics, registry: CollectorRegistry
 ) -> None:
-    metrics.tool_trace(make_trace((make_call("lookup", agent="inner"),)), "none")
+    metrics.tool_trace(
+        make_trace((make_call("lookup", agent="inner"),)), "none", traffic=Traffic.LIVE
+    )
     labels = {"agent": "inner", "tool": "lookup", "status": "ok"}
     assert registry.get_sample_value("toolwatch_tool_calls_total", labels) == 1.0
 
@@ -345,8 +360,8 @@ def test_a_call_keeps_its_own_agent(
 def test_an_unknown_outcome_reports_other(
     metrics: PrometheusMetrics, registry: CollectorRegistry
 ) -> None:
-    metrics.tool_trace(make_trace(incomplete_reason="something new"), "none")
-    labels = {"agent": "refund-bot", "outcome": OTHER, "reference": "none"}
+    metrics.tool_trace(make_trace(incomplete_reason="something new"), "none", traffic=Traffic.LIVE)
+    labels = {"agent": "refund-bot", "outcome": OTHER, "reference": "none", "traffic": "live"}
     assert registry.get_sample_value("toolwatch_tool_traces_total", labels) == 1.0
 
 
@@ -554,8 +569,8 @@ def test_promtool_accepts_the_text_exposition(
     metrics: PrometheusMetrics, registry: CollectorRegistry
 ) -> None:
     registry.register(StateCollector(lambda: BufferState(1, 2, 3), lambda: 1))
-    metrics.finding(make_finding(), 2.0)
-    metrics.tool_trace(make_trace((make_call("issue_refund"),)), "none")
+    metrics.finding(make_finding(), 2.0, traffic=Traffic.LIVE)
+    metrics.tool_trace(make_trace((make_call("issue_refund"),)), "none", traffic=Traffic.LIVE)
     metrics.spans_received(3, "grpc")
     metrics.evaluated("order", 0.5, 0.001)
     metrics.request_handled("http", "ok", 0.01)
