@@ -165,7 +165,62 @@ def _client_instrumented(name: str, capture: Capture, client: AsyncOpenAI) -> Ca
         from opentelemetry.instrumentation.openai_v2 import OpenAIInstrumentor  # noqa: PLC0415
     instrumentor = OpenAIInstrumentor()
     instrumentor.instrument(tracer_provider=capture.provider)
+    if name == "openllmetry":
+        return partial(_uninstrument_openllmetry_openai, instrumentor)
     return instrumentor.uninstrument
+
+
+#: The modules whose classes OpenLLMetry's openai instrumentation patches (0.62.4).
+_OPENLLMETRY_OPENAI_MODULES = (
+    "openai.resources.chat.completions",
+    "openai.resources.completions",
+    "openai.resources.embeddings",
+    "openai.resources.images",
+    "openai.resources.responses",
+    "openai.resources.beta.assistants",
+    "openai.resources.beta.chat.completions",
+    "openai.resources.beta.threads.runs",
+    "openai.resources.beta.threads.messages",
+    "openai.resources.beta.realtime.realtime",
+)
+#: Where its wrapper functions live (not ``openai_agents``: the dot).
+_OPENLLMETRY_OPENAI = "opentelemetry.instrumentation.openai."
+
+
+def _uninstrument_openllmetry_openai(instrumentor: Any) -> None:
+    """Turn OpenLLMetry's openai instrumentation off for the scenarios after this one.
+
+    Works around two bugs of opentelemetry-instrumentation-openai 0.62.4:
+
+    * its ``uninstrument()`` undoes nothing: it calls ``unwrap("openai.resources.responses",
+      "AsyncResponses.create")`` and the like, and opentelemetry-instrumentation's
+      ``unwrap`` looks the dotted ``"Class.method"`` up as ONE attribute of the module, finds
+      none, and returns. Every patched method stays wrapped, so the later scenarios of the
+      process got its client spans too. The wrappers are taken off here, by hand.
+    * it keeps every Responses API response it traced in a module-level dict by response id
+      (``v1.responses_wrappers.responses``), never emptied, and merges a new response with
+      the same id into the cached one (its start time and trace context): a later
+      scenario's call whose id an earlier scenario had used was joined to the earlier
+      trace, and its span was missing from the fixture. The fake server's ids are unique
+      in the process now too; the cache is emptied as well.
+    """
+    from opentelemetry.instrumentation.openai.v1 import responses_wrappers  # noqa: PLC0415
+
+    instrumentor.uninstrument()  # its flag, so that the next scenario can instrument again
+    removed = []
+    for module_name in _OPENLLMETRY_OPENAI_MODULES:
+        module = sys.modules.get(module_name)
+        for owner in vars(module).values() if module is not None else ():
+            if not isinstance(owner, type):  # the patched classes, as the module exports them
+                continue
+            for attribute, value in list(vars(owner).items()):
+                wrapper = getattr(value, "_self_wrapper", None)
+                if getattr(wrapper, "__module__", "").startswith(_OPENLLMETRY_OPENAI):
+                    setattr(owner, attribute, value.__wrapped__)
+                    removed.append(f"{owner.__name__}.{attribute}")
+    if "AsyncResponses.create" not in removed:  # the one the scenarios call
+        raise RuntimeError(f"OpenLLMetry's openai wrappers not found (took off {removed})")
+    responses_wrappers.responses.clear()
 
 
 def _instrument_logfire(capture: Capture) -> None:

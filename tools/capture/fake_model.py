@@ -13,8 +13,12 @@ It serves, on 127.0.0.1 and a free port, what the agent SDKs call:
   candidate with ``finishReason: SAFETY`` and no content.
 
 Response bodies follow the public OpenAI API reference closely enough for the official
-``openai`` client to parse them. Ids are deterministic (a per-server counter) so that
-re-captured fixtures differ only in timestamps and span ids. Anything unexpected is
+``openai`` client to parse them. Ids are deterministic, so that re-captured fixtures differ
+only in timestamps and span ids, and unique across the whole process: every server of a
+capture process (one per scenario) draws from one counter, as the real API never repeats
+an id. An instrumentation that keeps state by response id across scenarios (OpenLLMetry's
+openai one caches responses by id at module level) must not find a later scenario's
+``resp_001`` to be an earlier one's. Anything unexpected is
 answered with HTTP 400 and an OpenAI-style error body, so a run fails fast instead of
 hanging.
 """
@@ -37,13 +41,15 @@ MODEL = "gpt-4o-mini-2024-07-18"
 GEMINI_MODEL = "gemini-2.5-flash"
 CREATED = 1_767_225_600  # fixed so response bodies are reproducible
 
+#: The process's id counter, shared by every server (see the module docstring).
+_IDS = itertools.count(1)
+_IDS_LOCK = threading.Lock()
+
 
 class FakeModelServer:
     """The fake server, run in a daemon thread. Use as a context manager."""
 
     def __init__(self) -> None:
-        self._ids = itertools.count(1)
-        self._lock = threading.Lock()
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler_for(self))
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
@@ -61,8 +67,9 @@ class FakeModelServer:
         return f"http://{host!s}:{port}"
 
     def next_id(self, prefix: str) -> str:
-        with self._lock:
-            return f"{prefix}_{next(self._ids):03d}"
+        """A new id, ``{prefix}_{n:03d}``, ``n`` counted across the whole process."""
+        with _IDS_LOCK:
+            return f"{prefix}_{next(_IDS):03d}"
 
     def __enter__(self) -> FakeModelServer:
         self._thread.start()
