@@ -610,8 +610,13 @@ _AGENTS_BLOCKING_GUARDRAIL_SPANS = {
         "(\"Guardrail tripwire triggered: {'guardrail': 'input_safety'}\"), which is read."
     ),
     "openllmetry": (
-        "Only 'Agent Workflow' > 'support_agent.agent': no guardrail span, and the client's "
-        "span for the guardrail's call is not in the trace."
+        "'Agent Workflow' > 'support_agent.agent' (status OK: the SDK sets the trip's error "
+        "on the turn span, which OpenLLMetry does not write) > the client's 'openai.response' "
+        "(scope opentelemetry.instrumentation.openai.v1, the guardrail's call, the verdict). "
+        "SURPRISE: no guardrail span, and no span says the guardrail tripped: as in "
+        "*__refusal_output_guardrail_client, the guardrail's call hangs directly off "
+        "'support_agent.agent' and is read as the agent's last model output (the verdict the "
+        "final text); the refusal is unseen."
     ),
     "otel_contrib": (
         "'guardrail_check' (gen_ai.guardrail.name input_safety, gen_ai.guardrail.triggered "
@@ -999,7 +1004,7 @@ _FINAL_TEXT: dict[tuple[str, str, str], str] = {
 #: the run is read with instead.
 _REFUSAL_UNSEEN: dict[tuple[str, str, str], str | None] = {
     ("openai_agents", "openllmetry", "refusal_output_guardrail_client"): '"is_flagged": false',
-    ("openai_agents", "openllmetry", "input_guardrail_blocking_client"): None,
+    ("openai_agents", "openllmetry", "input_guardrail_blocking_client"): '"is_flagged": true',
 }
 
 
