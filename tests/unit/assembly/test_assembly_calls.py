@@ -125,6 +125,61 @@ def test_an_overlap_and_a_request_that_share_a_call_are_one_group() -> None:
     ]
 
 
+def test_lookup_requested_by_an_earlier_model_output_is_not_parallel_with_the_refund() -> None:
+    """The model asked for ``lookup_order(A1)`` in one output, read its result, and asked for
+    ``issue_refund(A1)`` in the *next* output (a second model call between them, each
+    request with its own call id). The lookup's tool span ends a little after the refund's
+    starts (a tool span ended late, or a tool service whose clock runs ahead of the
+    agent's). Unioned into one ``parallel_group`` by the overlap alone, although the
+    requests prove they were sequential, the lookup could not inform the refund, and
+    ``safety`` paged MISSING_VERIFICATION_STEP (critical) on a correctly verified refund.
+    Overlap is the fallback for producers that record no requests: where both calls were
+    joined to requests of model calls one after the other, those requests decide."""
+    spans = [
+        agent(1, None, "refund-bot", 0, 100),
+        llm(2, 1, 1, 10, ask("lookup_order", "call_1", '{"order_id": "A1"}')),
+        tool(3, 1, "lookup_order", 11, 40, call_id="call_1", arguments='{"order_id": "A1"}'),
+        llm(4, 1, 20, 29, ask("issue_refund", "call_2", '{"order_id": "A1"}')),
+        tool(5, 1, "issue_refund", 30, 50, call_id="call_2", arguments='{"order_id": "A1"}'),
+    ]
+
+    assert [(c.tool_name, c.parallel_group) for c in only(spans).calls] == [
+        ("lookup_order", None),
+        ("issue_refund", None),
+    ]
+
+
+def test_overlapping_calls_of_concurrent_model_calls_stay_parallel() -> None:
+    # Two model calls at once (LangGraph branches): their outputs' calls overlap in time.
+    spans = [
+        agent(1, None, "a", 0, 100),
+        llm(2, 1, 1, 10, ask("a", "ca", {})),
+        llm(3, 1, 2, 12, ask("b", "cb", {})),
+        tool(4, 1, "a", 13, 30, call_id="ca"),
+        tool(5, 1, "b", 14, 20, call_id="cb"),
+    ]
+
+    assert [c.parallel_group for c in only(spans).calls] == [0, 0]
+
+
+def test_a_call_requested_later_starts_a_group_of_its_own_with_what_overlaps_it() -> None:
+    # ``a`` ran late, past ``b``'s request; ``c``, which nothing requested, overlaps ``b``.
+    spans = [
+        agent(1, None, "a", 0, 100),
+        llm(2, 1, 1, 10, ask("a", "ca", {})),
+        tool(3, 1, "a", 11, 40, call_id="ca"),
+        llm(4, 1, 20, 29, ask("b", "cb", {})),
+        tool(5, 1, "b", 30, 50, call_id="cb"),
+        tool(6, 1, "c", 45, 60),
+    ]
+
+    assert [(c.tool_name, c.parallel_group) for c in only(spans).calls] == [
+        ("a", None),
+        ("b", 1),
+        ("c", 1),
+    ]
+
+
 @pytest.mark.parametrize(
     ("executed", "requested", "arguments", "error"),
     [
