@@ -20,9 +20,10 @@ When the dangerous tool has bindings, every bound field needs an earlier success
 bound verification tool whose bound field holds the same value (``entity_key``: compared as
 trimmed text, a number as its decimal text, so ``12.0``, ``12`` and ``"12"`` are one order, at
 any depth of an object or array, ``{"id": 12.0}`` and ``{"id": 12}`` one too; ``true`` is no
-``1``); a missing or blank bound argument is unverified. Fields of one dangerous
-tool bound to one verification tool name one entity, which one call of that tool must have
-returned: with ``issue_refund.order_id`` and ``issue_refund.customer`` bound to
+``1``); a missing or blank bound argument is unverified. A bound field is a dotted path
+(``lookup``), a part in digits an array's index: ``issue_refund.items.0.order_id``. Fields
+of one dangerous tool bound to one verification tool name one entity, which one call of that
+tool must have returned: with ``issue_refund.order_id`` and ``issue_refund.customer`` bound to
 ``lookup_order``, a refund of order A to customer C2 needs a lookup of A and C2 together,
 not a lookup of A (for customer C1) and another of order B (for C2); a call that recorded
 only some of those fields counts for them, contradicting none of the others. Fields bound to
@@ -102,7 +103,9 @@ _MAX_SPANS: Final = 10  # span ids listed in a finding's details
 
 
 def lookup(arguments: Any, path: str) -> Any:
-    """The value at dotted ``path`` in nested argument objects, or ``None`` if absent."""
+    """The value at dotted ``path`` in nested argument objects, or ``None`` if absent. A
+    part in decimal digits indexes an array (``items.0.order_id``: the first item's
+    ``order_id``), as findings name such fields."""
     if "." not in path:  # the usual field: no list of parts
         return _item(arguments, path)
     value = arguments
@@ -114,12 +117,20 @@ def lookup(arguments: Any, path: str) -> Any:
 
 
 def _item(value: Any, key: str) -> Any:
-    """``value[key]`` if ``value`` is a mapping holding ``key``, else ``None``."""
+    """``value[key]`` if ``value`` is a mapping holding ``key``, or an array with an item at
+    the index ``key`` writes in decimal digits (no sign, no leading zero), else ``None``."""
     if type(value) is dict:  # what JSON gives: no (interpreted) ABC check, 1,000 instructions
         return value.get(key)
     if isinstance(value, Mapping) and key in value:
         return value[key]
+    if isinstance(value, list | tuple) and _is_index(key) and int(key) < len(value):
+        return value[int(key)]
     return None
+
+
+def _is_index(key: str) -> bool:
+    """Whether ``key`` is an array index in decimal digits: ``0``, ``12``; not ``01``, ``-1``."""
+    return key.isascii() and key.isdigit() and (key == "0" or key[0] != "0")
 
 
 def entity_key(value: Any) -> str | None:

@@ -93,7 +93,8 @@ _Refs = Annotated[str | tuple[str, ...], BeforeValidator(_one_or_more)]
 
 def split_tool_field(ref: str) -> tuple[str, str]:
     """Split ``tool.field`` at the first dot; the field may itself be a dotted path into nested
-    arguments (``create_order.customer.id``). Raises ``ValueError`` naming the value."""
+    arguments (``create_order.customer.id``; a part in digits indexes an array,
+    ``issue_refund.items.0.order_id``). Raises ``ValueError`` naming the value."""
     tool, dot, field = ref.partition(".")
     if not dot or not tool.strip() or not field.strip():
         raise ValueError(f"{ref!r} is not of the form tool.field")

@@ -563,6 +563,26 @@ def test_severity_floor_is_configurable() -> None:
     assert safety(trace("issue_refund"), Reference()).findings[0].severity is Severity.CRITICAL
 
 
+def test_a_binding_path_through_an_array_is_resolved() -> None:
+    """``bindings: {issue_refund.items.0.order_id: lookup_order.order_id}`` is accepted at
+    load (``split_tool_field`` allows any dotted path), and the project's own field paths
+    index arrays this way (``Finding`` docstring: ``"items.0.sku"``). ``lookup`` walked
+    mappings only, so the path never resolved: *every* refund paged
+    MISSING_VERIFICATION_STEP (critical) with ``bound argument items.0.order_id is
+    missing`` although the argument was there and its order was looked up. A digit part
+    indexes an array, on either side of a binding."""
+    policy = {**BOUND, "bindings": {"issue_refund.items.0.order_id": "lookup_order.order_id"}}
+    items = {"items": [{"order_id": "A1", "amount": 25}]}
+    assert not evaluate(
+        trace(("lookup_order", {"order_id": "A1"}), ("issue_refund", items)), **policy
+    ).findings
+    other = trace(("lookup_order", {"order_id": "B2"}), ("issue_refund", items))
+    assert only(evaluate(other, **policy)).details["fields"] == {"items.0.order_id": "A1"}
+    reverse = {**BOUND, "bindings": {"issue_refund.order_id": "lookup_order.orders.1"}}
+    looked_up = ("lookup_order", {"orders": ["B2", "A1"]})
+    assert not evaluate(trace(looked_up, ("issue_refund", {"order_id": "A1"})), **reverse).findings
+
+
 def test_a_blank_bound_value_is_no_value() -> None:
     """A refund of order "" names no order: a lookup of "  " does not verify it."""
     run = trace(("lookup_order", {"order_id": "  "}), ("issue_refund", {"order_id": ""}))
@@ -573,6 +593,9 @@ def test_lookup_and_entity_key() -> None:
     assert lookup({"a": {"b": 3}}, "a.b") == 3
     assert lookup({"a": 1}, "a.b") is None
     assert lookup("raw", "a") is None
+    assert lookup({"a": [{"b": 1}, {"b": 2}]}, "a.1.b") == 2  # a digit part indexes an array
+    assert lookup({"a": {"0": 4}}, "a.0") == 4  # an object's key "0" is a key
+    assert [lookup({"a": [5, 6]}, f"a.{i}") for i in ("2", "-1", "01", "x", "\u0661")] == [None] * 5
     assert entity_key(None) is None
     assert entity_key(5.0) == "5"
     assert entity_key({"b": 1, "a": 2.0}) == '{"a": "2", "b": "1"}'
@@ -673,7 +696,7 @@ def test_lookup_reads_any_mapping_and_stops_at_what_is_absent() -> None:
     assert lookup(arguments, "none.id") is None
     assert lookup(arguments, "missing") is None
     assert lookup({"a.b": 1}, "a.b") is None  # a dotted path is a path, never a key
-    assert lookup(["a"], "0") is None
+    assert lookup(["a"], "0") == "a"  # a digit part indexes an array, at the top too
 
 
 @pytest.mark.parametrize("fields", [{"expected_min_steps": 2}, {"expected_tool_count": 2}])

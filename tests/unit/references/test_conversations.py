@@ -86,6 +86,20 @@ def test_values_are_kept_as_safety_compares_them() -> None:
     assert values(first) == values(second) == [(("order_id", '{"id": "12", "shop": "s1"}'),)]
 
 
+def test_a_bound_field_through_an_array_is_kept_as_safety_reads_it() -> None:
+    """A binding to ``lookup_order.orders.0`` reads the first order the lookup named, as
+    ``safety.lookup`` does within a run: not "absent" (which would verify nothing)."""
+    scope = ConversationScope(
+        ttl_ns=SCOPE.ttl_ns,
+        verifiers=SCOPE.verifiers,
+        fields={"lookup_order": frozenset({"orders.0"})},
+    )
+    kept = ConversationMemory(scope, NameNormalizer())
+    call = factories.tool_call(tool_name="lookup_order", arguments={"orders": ["A1"]}, end_ns=1)
+    kept.remember(run("c1", call))
+    assert values(kept.earlier("c1", 2 * SECOND)) == [(("orders.0", "A1"),)]
+
+
 def test_names_are_normalized_as_the_policy_names_them() -> None:
     kept = memory()
     kept.remember(run("c1", lookup("A1", tool_name=" Lookup_Order ")))
