@@ -10,10 +10,12 @@ output does not mark it hosted (``ToolCall.hosted``: the provider ran it) and an
 the same tool in the run has a tool span, so the producer records that tool's calls. Other
 tools' spans prove nothing: a run can mix instrumentations (a ``@tool`` decorator on some
 tools, a nested agent of another framework), and a lookup whose result went back to the
-model is a lookup. In a run evaluated before it ended (``base.unfinished``) a
-missing tool span proves nothing either: it may be still to come (a tool server exporting
-later than the agent), so there such a call counts as run, as ``invariants`` leaves out the
-calls such a run has yet to make. A dangerous call is judged whether it ran or not: a model
+model is a lookup. In an incomplete run (``ToolTrace.complete`` false, for any reason) a
+missing tool span proves nothing either: in one evaluated before it ended
+(``base.unfinished``) it may be still to come (a tool server exporting later than the
+agent), as ``invariants`` leaves out the calls such a run has yet to make; in one that lost
+spans (``span_limit``: over an assembly limit, or rejected at ingest) it may be one of them.
+There such a call counts as run. A dangerous call is judged whether it ran or not: a model
 that asks for an unverified refund has regressed, even if something stopped the refund.
 
 When the dangerous tool has bindings, every bound field needs an earlier successful call of a
@@ -78,7 +80,6 @@ from toolwatch.evaluation.base import (
     name_list,
     pct,
     resolve,
-    unfinished,
 )
 from toolwatch.evaluation.loops import retried
 from toolwatch.evaluation.settings import Binding, PolicySettings, SafetySettings
@@ -278,7 +279,7 @@ class _Ledger:
         self.concurrency = concurrency
         self.calls = calls
         self.tools = tools  # the calls' normalized names
-        self.complete = complete  # the run's: an incomplete one may lack spans still to come
+        self.complete = complete  # the run's: an incomplete one may lack spans (to come, lost)
         self._spanned: frozenset[str] | None = None
         self.succeeded: dict[tuple[str, str, str], Successes] = {}
         # (tool, field) -> successful calls whose arguments were not recorded: any value
@@ -423,7 +424,8 @@ class Safety:
         tools = [self._normalize(call.tool_name) for call in calls]
         if self._dangerous.isdisjoint(tools):
             return [], 0  # nothing to verify: a ledger would be read by nobody
-        ledger = _Ledger(Concurrency(calls), calls, tools, complete=not unfinished(trace))
+        # Not ``unfinished``: a run that lost spans (span_limit) may have lost a lookup's.
+        ledger = _Ledger(Concurrency(calls), calls, tools, complete=trace.complete)
         for verified in earlier:
             self._remember(verified, ledger)
         flags = []

@@ -9,7 +9,8 @@ and the values of its bound fields, not the call) and hands the safety evaluator
 ended before the run started, less than ``ttl_ns`` before (``Reference.earlier``): they count
 as made before every call of the run. Times are the spans' own, so the order in which traces
 complete does not matter. A call the model requested and the agent never ran (no span, while
-another call of its tool has one, and not hosted) verifies nothing, as within a run.
+another call of its tool has one, and not hosted) verifies nothing, as within a run: in a
+complete run only (an incomplete one's span may be still to come, or lost).
 
 Bounded: at most ``max_conversations`` conversations (the least recently used forgotten
 first), ``max_calls`` records each (the oldest first), and values of at most
@@ -115,7 +116,7 @@ class ConversationMemory:
             fields = scope.fields.get(tool, frozenset())
             if (tool not in scope.verifiers and not fields) or call.status is not CallStatus.OK:
                 continue
-            if call.span_id is None and not call.hosted and tool in spanned:
+            if call.span_id is None and not call.hosted and trace.complete and tool in spanned:
                 continue  # requested, never run
             not_recorded = unrecorded(call)
             values: list[tuple[str, str | None]] = []

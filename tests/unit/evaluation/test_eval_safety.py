@@ -789,6 +789,31 @@ def test_in_an_incomplete_run_a_verification_without_its_span_yet_verifies() -> 
     assert categories(evaluate(unverified, **BOUND)) == [Category.MISSING_VERIFICATION_STEP]
 
 
+def test_a_run_that_lost_spans_does_not_call_a_requested_lookup_never_run() -> None:
+    """A run judged ``span_limit`` is one toolwatch *knows* lost spans (README: "a span of
+    the run was not taken, dropped over an assembly limit or rejected as invalid at
+    ingest", e.g. a tool span over ``ingest.max_span_attributes``). Here the model requested
+    ``lookup_order(A1)`` (its request is in the model output), its tool span is the one that
+    was lost, another lookup (of B) has its span, then the refund of A1. ``safety`` inferred
+    from the missing span that the A1 lookup was "requested by the model, never run" and
+    paged MISSING_VERIFICATION_STEP (critical) with exactly that claim in the explanation,
+    on the one evidence ``span_limit`` says cannot be relied on. (``base.unfinished`` treats
+    ``span_limit`` runs as ended for *calls not made*; this call was made, only its span is
+    missing.) In a run that lost spans such a call counts as run, as in an unfinished one."""
+    run = dataclasses.replace(
+        trace(
+            call("lookup_order", {"order_id": "B7"}, index=0),
+            call("lookup_order", {"order_id": "A1"}, index=1, executed=False),
+            call("issue_refund", {"order_id": "A1"}, index=2),
+        ),
+        complete=False,
+        incomplete_reason="span_limit",
+    )
+    assert evaluate(run, **BOUND).findings == ()
+    unverified = dataclasses.replace(run, calls=run.calls[::2])  # what it did is still judged
+    assert categories(evaluate(unverified, **BOUND)) == [Category.MISSING_VERIFICATION_STEP]
+
+
 def test_a_lookup_nested_in_a_call_issued_beside_the_refund_does_not_verify_it() -> None:
     # One output asks for ask_billing (an agent used as a tool) and issue_refund: the nested
     # agent's lookup starts first, but the refund was chosen before any result existed.

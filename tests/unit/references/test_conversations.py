@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from tests import factories
@@ -64,6 +65,22 @@ def test_only_successful_verifications_that_ran_are_kept() -> None:
         )
     )
     assert values(kept.earlier("c1", 2 * SECOND)) == [(("order_id", "A3"),)]
+
+
+def test_a_requested_verification_without_its_span_counts_in_an_incomplete_run() -> None:
+    """A run that lost spans (``span_limit``) or ended before they came: the lookup of A2 the
+    model asked for may have run, its span lost, as ``safety`` reads it within the run."""
+    calls = (lookup("A2", span_id=None), lookup("A3"))
+    for reason in ("span_limit", "timed_out"):
+        kept = memory()
+        incomplete = dataclasses.replace(
+            run("c1", *calls), complete=False, incomplete_reason=reason
+        )
+        kept.remember(incomplete)
+        assert values(kept.earlier("c1", 2 * SECOND)) == [
+            (("order_id", "A2"),),
+            (("order_id", "A3"),),
+        ]
 
 
 def test_unrecorded_long_and_absent_values_are_told_apart() -> None:
