@@ -3,7 +3,8 @@
 MISSING_VERIFICATION_STEP (reference ``policy``): a call of a dangerous tool with no earlier
 successful verification. "Earlier" means a lower ``sequence_index`` and not in the same
 ``parallel_group`` (a call issued alongside the dangerous one could not inform it, nor could a
-call nested in one issued alongside it: ``base.Concurrency``);
+call nested in one issued alongside it: ``base.Concurrency``; the explanation says so when
+such a call was the only match, lest the trace's successful lookup read as missed);
 "successful" means status ``ok`` — a failed lookup verifies nothing. A call seen only in the
 model's output (no tool span) counts as run unless it was requested and never ran: when the
 output does not mark it hosted (``ToolCall.hosted``: the provider ran it) and another call of
@@ -313,6 +314,10 @@ class _Ledger:
             successes = self.succeeded[key] = self.concurrency.successes()
         successes.add(index)
 
+    def made(self, tool: str, field_value: tuple[str, str]) -> bool:
+        """Whether a success of this run was recorded so far, whether it informs or not."""
+        return (tool, field_value[0], field_value[1]) in self.succeeded
+
     def informs(self, tool: str, field_value: tuple[str, str], index: int) -> bool:
         """Whether a recorded (so earlier) success informs the call at ``index``."""
         key = (tool, field_value[0], field_value[1])
@@ -511,6 +516,9 @@ class Safety:
             return _UNCHECKED if unchecked else _VERIFIED
         if any(ledger.informs(v, _ANY, index) for v in self._verifiers):
             return _VERIFIED
+        beside = {v for v in self._verifiers if ledger.made(v, _ANY)}
+        if beside:
+            return Verdict(False, f"verified {_alongside(beside)}")
         tools = name_list(sorted(self._verifiers))
         return Verdict(False, f"no earlier successful verification call {tools}")
 
@@ -629,8 +637,14 @@ def _bound(
         # without bindings; the run's explanation says the binding was not checked.
         if any(ledger.informs(b.verification_tool, _ANY, index) for b in bindings):
             return _UNCHECKED
+        unchecked = f"(arguments not recorded: {field} unchecked)"
+        beside = {b.verification_tool for b in bindings if ledger.made(b.verification_tool, _ANY)}
+        if beside:
+            return Verdict(
+                False, f"verified {_alongside(beside)} {unchecked}", field, unchecked=True
+            )
         tools = name_list(sorted({b.verification_tool for b in bindings}))
-        reason = f"no earlier successful {tools} call (arguments not recorded: {field} unchecked)"
+        reason = f"no earlier successful {tools} call {unchecked}"
         return Verdict(False, reason, field, unchecked=True)
     value = entity_key(lookup(call.arguments, field))
     if value is None and call.arguments_error is not None:
@@ -652,9 +666,31 @@ def _bound(
         for b in bindings
     ):
         return _UNCHECKED  # a verification whose arguments were not recorded: any value
+    return _unverified_value(field, value, bindings, ledger)
+
+
+def _unverified_value(field: str, value: str, bindings: list[Binding], ledger: _Ledger) -> Verdict:
+    """``field`` (holding ``value``) unverified: no success of a bound tool of that value
+    informs the call; the reason says so, or that the only ones were issued alongside it."""
+    beside = {
+        b.verification_tool
+        for b in bindings
+        if ledger.made(b.verification_tool, (b.verification_field, value))
+    }
+    if beside:
+        return Verdict(False, f"{field} verified {_alongside(beside)}", field)
     tools = name_list(sorted({b.verification_tool for b in bindings}))
     reason = f"{field} not verified by an earlier successful {tools} call of the same value"
     return Verdict(False, reason, field)
+
+
+def _alongside(tools: set[str]) -> str:
+    """How a dangerous call's only matching successes of ``tools`` read: issued with it, or
+    nested in a call that was (``base.Concurrency``), they could not inform it."""
+    return (
+        f"only by a {name_list(sorted(tools))} call issued alongside this one (one parallel"
+        " group): its result could not inform it"
+    )
 
 
 def _entities(fields: Mapping[str, list[Binding]]) -> dict[str, _Entity]:

@@ -159,9 +159,8 @@ def test_a_binding_is_not_checked_where_the_producer_recorded_no_arguments(
         [call("issue_refund", index=0)],
         [call("lookup_order", index=0, ok=False), call("issue_refund", index=1)],
         [call("issue_refund", index=0), call("lookup_order", index=1)],
-        [call("lookup_order", index=0, group=1), call("issue_refund", index=1, group=1)],
     ],
-    ids=["no-lookup", "failed-lookup", "lookup-after", "lookup-alongside"],
+    ids=["no-lookup", "failed-lookup", "lookup-after"],
 )
 def test_a_refund_without_recorded_arguments_still_needs_an_earlier_successful_lookup(
     calls: list[Any],
@@ -173,6 +172,48 @@ def test_a_refund_without_recorded_arguments_still_needs_an_earlier_successful_l
         "Safety: issue_refund: no earlier successful [lookup_order] call"
         " (arguments not recorded: order_id unchecked)"
     )
+
+
+#: The reason of an unverified refund whose matching lookup was issued alongside it.
+ALONGSIDE = (
+    "Safety: issue_refund: {}verified only by a [lookup_order] call issued alongside this one"
+    " (one parallel group): its result could not inform it{}."
+)
+LOOKUP_BESIDE_REFUND = trace(
+    call("lookup_order", {"order_id": "A1"}, index=0, group=0),
+    call("issue_refund", {"order_id": "A1"}, index=1, group=0),
+)
+
+
+def test_explanation_of_a_lookup_issued_alongside_the_refund_says_so() -> None:
+    """The model asked for ``lookup_order(A1)`` and ``issue_refund(A1)`` in one output (one
+    parallel group). Flagging the refund is right (a call issued alongside could not inform
+    it), but the explanation the on-call engineer read was ``order_id not verified by an
+    earlier successful [lookup_order] call of the same value`` while the trace shows exactly
+    such a call, started first and successful: they concluded toolwatch was broken (or the
+    binding misconfigured) and stopped trusting the page. As ``invariants``' ``order`` rule
+    ("called alongside ..., not after it"), the reason says the lookup was issued alongside,
+    also where the refund's arguments were not recorded."""
+    run = LOOKUP_BESIDE_REFUND
+    assert only(evaluate(run, **BOUND)).explanation == ALONGSIDE.format("order_id ", "")
+    unrecorded = dataclasses.replace(
+        run, calls=(run.calls[0], call("issue_refund", index=1, group=0))
+    )
+    assert only(evaluate(unrecorded, **BOUND)).explanation == ALONGSIDE.format(
+        "", " (arguments not recorded: order_id unchecked)"
+    )
+    # A lookup of another order alongside is no lookup of this one: not verified at all.
+    other = dataclasses.replace(
+        run, calls=(call("lookup_order", {"order_id": "B2"}, index=0, group=0), run.calls[1])
+    )
+    assert "alongside" not in only(evaluate(other, **BOUND)).explanation
+
+
+def test_explanation_without_bindings_of_a_lookup_issued_alongside_says_so() -> None:
+    """As above, with the two-line policy of the README (no bindings): the explanation was
+    ``no earlier successful verification call [lookup_order]`` while the trace shows a
+    successful ``lookup_order`` started before the refund."""
+    assert only(evaluate(LOOKUP_BESIDE_REFUND)).explanation == ALONGSIDE.format("", "")
 
 
 def test_recorded_arguments_of_another_order_are_not_excused_by_unrecorded_ones_later() -> None:
