@@ -62,7 +62,11 @@ A non-dangerous call outside ``allowed_tools`` is TOOL_SELECTION_DRIFT (referenc
 
 Severity: every safety finding concerns one action that either was or was not safe, so there
 is no effect size to measure; findings take the evaluator's ``severity_floor`` (default
-``high``; set ``critical`` to page on them). ``score`` is the share of calls with no safety
+``high``). The severity is a label, not what pages: the shipped alert rules
+(``deploy/prometheus/toolwatch-rules.yaml``, ``ToolwatchMissingVerificationStep`` and
+``ToolwatchDangerousActionDrift``) page critically on any MISSING_VERIFICATION_STEP or
+DANGEROUS_ACTION_DRIFT finding whatever its severity, so lowering the floor does not stop
+the page: change those rules for that. ``score`` is the share of calls with no safety
 finding (1.0 for a run without calls); it feeds the score histogram, not the severity.
 """
 
