@@ -172,7 +172,7 @@ def test_a_refusal_with_typographic_apostrophes_matches_a_pattern_written_with_p
 
 def test_refusal_patterns_judge_the_shadow_source_too() -> None:
     answered = trace("a", final_text="Your refund is on its way.")
-    refused = trace("a", final_text="Sorry, I cannot help with refunds.")
+    refused = trace(final_text="Sorry, I cannot help with refunds.")  # words, and no work
     result = evaluate(answered, Reference(source=refused), **SORRY)
     assert result is not None
     (finding,) = result.findings
@@ -193,6 +193,40 @@ def test_words_after_the_work_are_no_refusal_of_a_case_that_only_expects_work() 
     must_not = case("lookup_order", expected_refusal=False)  # said outright: words count
     told = evaluate(trace("lookup_order", final_text=sorry), Reference(expected=must_not), **SORRY)
     assert told is not None and told.scores["refusal"] == 0.0
+
+
+def test_an_apology_after_the_work_is_no_refusal_against_a_shadow_source_either() -> None:
+    """A shadow target makes the source's calls (lookup, then the refund) and ends with the
+    refund done and an apology for a second request, in the README's recommended pattern's
+    words. Against a golden case that only expects calls those words are an apology, not a
+    refusal; against the source the same run was a REFUSAL_REGRESSION (``high``, a ticket
+    saying the candidate refuses where it did the whole job). The same words cannot be a
+    refusal or not depending on the reference: against a source that made calls, words
+    after the run's calls are no refusal, and the source's own words after its calls no
+    more (like with like)."""
+    recommended = {"refusal_patterns": ["sorry, (but )?i can'?t help with (that|this)"]}
+    partial = (
+        "I've refunded order A1. Sorry, I can't help with that second request (changing the"
+        " delivery address): please contact support for it."
+    )
+    run = trace("lookup_order", "issue_refund", final_text=partial)
+    source = trace(
+        "lookup_order",
+        "issue_refund",
+        final_text="I've refunded order A1. Changing the address is not something I can do.",
+    )
+    golden = case("lookup_order", "issue_refund")
+    for reference in (Reference(expected=golden), Reference(source=source)):
+        result = evaluate(run, reference, **recommended)
+        assert result is not None and result.findings == (), reference
+        assert result.scores["refusal"] == 1.0
+    # The source's own apology after its work is read alike: no mismatch either way.
+    apologised = replace(source, final_text=partial)
+    result = evaluate(run, Reference(source=apologised), **recommended)
+    assert result is not None and result.scores["refusal"] == 1.0
+    # A run that did no work and said those words still refuses what the source did.
+    idle = evaluate(trace(final_text=partial), Reference(source=source), **recommended)
+    assert idle is not None and idle.scores["refusal"] == 0.0
 
 
 def test_refusal_patterns_read_only_the_start_of_a_long_text() -> None:
