@@ -28,7 +28,9 @@ Each violation is an INVARIANT_VIOLATION with reference ``policy`` and the rule'
 raised to the evaluator's floor. ``score`` is the share of applicable rules with no violation
 (rules counted one by one: two unnamed rules on one tool share a label, not a verdict).
 A rule limited to ``agents`` judges only the calls those agents made (a call's ``agent``, else
-the run's), so a nested agent's calls follow its own rules and not its caller's; it applies to
+the run's), so a nested agent's calls follow its own rules and not its caller's, but for an
+``order`` rule's ``before``: any call of the run that could inform the agents' ``after`` call
+satisfies it (a lookup by a sub-agent the agent asked, as ``safety`` credits one); it applies to
 a run in which one of them ran (``ToolTrace.agents``: its own agent or one nested in it, even
 one that made no call, so ``required`` catches a nested agent that skipped its tools) or that
 holds a call of one of them. With no applicable rule the evaluator does not apply.
@@ -142,7 +144,7 @@ class Invariants:
                 left_out.append(rule_label(rule))
                 if _absence_only(rule):
                     continue
-            found = self._check(i, rule, judged, complete=ended)
+            found = self._check(i, rule, judged, run, complete=ended)
             applicable += 1
             if found:
                 broken += 1
@@ -162,8 +164,10 @@ class Invariants:
         return EvalResult(self.name, {"score": score}, findings, explanation + ").")
 
     def _check(
-        self, index: int, rule: Invariant, run: _Calls, *, complete: bool
+        self, index: int, rule: Invariant, run: _Calls, whole: _Calls, *, complete: bool
     ) -> list[Violation]:
+        """``rule``'s violations among the calls it judges (``run``: its agents' when it is
+        scoped), ``whole`` being all the run's calls (an ``order`` rule's ``before``)."""
         label = rule_label(rule)
         calls, names = run.calls, run.names
         if isinstance(rule, ArgumentsRule):
@@ -177,7 +181,7 @@ class Invariants:
                 normalize=self._normalize,
             )
         if isinstance(rule, OrderRule):
-            return _order(rule, label, run, self._normalize)
+            return _order(rule, label, run, whole, self._normalize)
         return _counted(rule, label, calls, names, self._normalize, complete=complete)
 
     def _finding(self, trace: ToolTrace, violation: Violation, score: float) -> Finding:
@@ -287,20 +291,28 @@ def _within(count: int, rule: CallCountRule) -> bool:
     return count >= rule.min and (rule.max is None or count <= rule.max)
 
 
-def _order(rule: OrderRule, label: str, run: _Calls, normalize: NameNormalizer) -> list[Violation]:
+def _order(
+    rule: OrderRule, label: str, judged: _Calls, run: _Calls, normalize: NameNormalizer
+) -> list[Violation]:
+    """The first call of ``after`` among ``judged`` (the rule's agents' calls) that no
+    earlier call of ``before`` anywhere in the ``run`` could have informed: a scoped rule
+    judges its agents' ``after`` calls, and credits a ``before`` made by another agent of
+    the run (a sub-agent's lookup), as ``safety`` credits a verification."""
     before, after = normalize(rule.before), normalize(rule.after)
-    names, places = run.names, run.places
-    if after not in names:
+    if after not in judged.names:
         return []
+    scoped = None if judged is run else frozenset(judged.places)
+    names = run.names
+    by = f" by agents {name_list(rule.agents)}" if rule.agents else ""
     befores = run.concurrency.successes()  # the run places of the calls of before so far
-    for i, call in enumerate(run.calls):
-        name = names[i]
-        place = places[i]
-        if name == after and not befores.informs(place):
+    for place, call in enumerate(run.calls):
+        name = names[place]
+        if name == after and (scoped is None or place in scoped) and not befores.informs(place):
             if befores:
-                text = f"{label}: {after} called alongside {before}, not after it"
+                text = f"{label}: {after} called{by} alongside {before}, not after it"
             else:
-                text = f"{label}: {after} called before any {before}"
+                text = f"{label}: {after} called{by} before any {before}"
+                text += " in the run" if by else ""
             return [Violation(rule, label, text, call, after)]
         if name == before:
             befores.add(place)

@@ -384,6 +384,45 @@ def test_a_scoped_order_rule_knows_the_calls_its_agents_ran_inside() -> None:
     )
 
 
+def test_an_agent_scoped_order_rule_does_not_say_no_lookup_was_made_when_one_was() -> None:
+    """``order: lookup_order < issue_refund`` scoped to ``agents: [support]``: support asks
+    its ``order_specialist`` sub-agent, which looks A1 up; then support refunds A1. ``safety``
+    credits that lookup; the invariant, judging only support's own calls, raised a violation
+    saying ``issue_refund called before any lookup_order``, false of the trace the engineer
+    opens. A scoped rule judges its agents' ``after`` calls, and any call of the run that
+    could inform them satisfies ``before``; when none did, the text names the scope."""
+    rule = {
+        "kind": "order",
+        "before": "lookup_order",
+        "after": "issue_refund",
+        "agents": ["support"],
+    }
+    asked = trace(
+        call("order_specialist", {"question": "is A1 refundable?"}, index=0),
+        call("lookup_order", {"order_id": "A1"}, index=1, parent=0, agent="specialist"),
+        call("issue_refund", {"order_id": "A1"}, index=2),
+        agent="support",
+    )
+    result = evaluate(asked, rule)
+    assert result is not None
+    assert (result.scores["score"], result.findings) == (1.0, ())
+    # The sub-agent's own refund is not support's to judge, and a lookup after it is late.
+    late = trace(
+        call("issue_refund", {"order_id": "A1"}, index=0, agent="specialist"),
+        call("issue_refund", {"order_id": "A1"}, index=1),
+        call("lookup_order", {"order_id": "A1"}, index=2, agent="specialist"),
+        agent="support",
+    )
+    result = evaluate(late, rule)
+    assert result is not None
+    (finding,) = result.findings
+    assert finding.span_id == "s1"
+    assert finding.explanation == (
+        "Invariant order:lookup_order<issue_refund: issue_refund called by agents [support]"
+        " before any lookup_order in the run."
+    )
+
+
 def test_arguments_that_are_no_json_say_so_when_they_fail_the_schema() -> None:
     # Over ingest.max_value_bytes the text is cut and no JSON any more: the finding says
     # why, so nobody hunts for a wrong type the agent never sent.
