@@ -91,14 +91,36 @@ def _one_or_more(refs: Any) -> Any:
 _Refs = Annotated[str | tuple[str, ...], BeforeValidator(_one_or_more)]
 
 
-def split_tool_field(ref: str) -> tuple[str, str]:
-    """Split ``tool.field`` at the first dot; the field may itself be a dotted path into nested
-    arguments (``create_order.customer.id``; a part in digits indexes an array,
-    ``issue_refund.items.0.order_id``). Raises ``ValueError`` naming the value."""
+def split_tool_field(
+    ref: str, is_tool: Callable[[str], bool] | None = None, listed: str = ""
+) -> tuple[str, str]:
+    """Split ``tool.field``. A tool's name may hold dots itself (``billing.issue_refund``:
+    ``.`` is one of the namespace separators ``names`` recognises) and a field may be a
+    dotted path into nested arguments (``create_order.customer.id``; a part in digits indexes
+    an array, ``issue_refund.items.0.order_id``), so with ``is_tool``
+    the tool is the longest dotted prefix it accepts (``billing.issue_refund.order_id``:
+    ``billing.issue_refund``'s ``order_id`` when that is a tool, else ``billing``'s
+    ``issue_refund.order_id``). Without ``is_tool`` (the form alone) the cut is at the first
+    dot. Raises ``ValueError`` naming the value: not ``tool.field``, or no prefix of it
+    a tool ``is_tool`` accepts (``listed`` says where those are)."""
     tool, dot, field = ref.partition(".")
     if not dot or not tool.strip() or not field.strip():
         raise ValueError(f"{ref!r} is not of the form tool.field")
-    return tool.strip(), field.strip()
+    if is_tool is None:
+        return tool.strip(), field.strip()
+    tried: list[str] = []
+    cut = ref.rfind(".")
+    while cut > 0:
+        tool, field = ref[:cut].strip(), ref[cut + 1 :].strip()
+        if tool and field:
+            if is_tool(tool):
+                return tool, field
+            tried.append(tool)
+        cut = ref.rfind(".", 0, cut)
+    if len(tried) == 1:
+        raise ValueError(f"tool {tried[0]!r} is not in {listed}")
+    shown = ", ".join(repr(t) for t in reversed(tried))
+    raise ValueError(f"none of {shown} (the tool it starts with, then a field) is in {listed}")
 
 
 #: How names are compared where the policy's normalizer compares them, as refusals say it.
@@ -236,7 +258,8 @@ class PolicySettings(_Section):
       lookup of that order for that customer; one that recorded only one of them counts for
       it), fields bound to different tools, or to one field of a tool, each on its own.
       Tools on both sides must be listed in ``dangerous_tools`` /
-      ``verification_tools``.
+      ``verification_tools``; a side's tool is the longest dotted prefix naming one
+      (``billing.issue_refund.order_id``: ``billing.issue_refund``'s ``order_id``).
     - ``allowed_tools``: ``{agent: [tools]}``; ``"*"`` applies to agents not listed (and to runs
       without an agent name). Agents with no entry may call anything.
     - ``repeat_limit``: identical (tool, arguments) repeats tolerated after a successful result
@@ -336,10 +359,7 @@ class PolicySettings(_Section):
                 f"{both[0]!r} is in both dangerous_tools and verification_tools: a dangerous"
                 " call cannot verify another"
             )
-        for key, refs in self.bindings.items():
-            _check_binding_side(key, normalize, dangerous, "dangerous_tools")
-            for ref in (refs,) if isinstance(refs, str) else refs:
-                _check_binding_side(ref, normalize, verification, "verification_tools")
+        self.binding_rules()  # raises for a side that names no tool of its list
         if self.tool_prefix is not None:
             self._prefix_keeps_names(_compile_prefix(self.tool_prefix))
         # loops keys its limits on the normalized name.
@@ -376,9 +396,9 @@ class PolicySettings(_Section):
             yield "dangerous_tools", tool
         for tool in self.verification_tools:
             yield "verification_tools", tool
-        for key, refs in self.bindings.items():
-            for ref in (key, *((refs,) if isinstance(refs, str) else refs)):
-                yield "bindings", split_tool_field(ref)[0]
+        for tool, _, vtool, _ in self._bound(self.normalizer()):
+            yield "bindings", tool
+            yield "bindings", vtool
         for agent, tools in self.allowed_tools.items():
             for tool in tools:
                 yield f"allowed_tools.{agent}", tool
@@ -407,15 +427,25 @@ class PolicySettings(_Section):
         return frozenset(normalize(tool) for tool in tools)
 
     def binding_rules(self) -> tuple[Binding, ...]:
-        """The bindings as records with normalized tool names, in configuration order."""
+        """The bindings as records with normalized tool names, in configuration order. Each
+        side's tool is the longest dotted prefix naming a tool of its list
+        (``_binding_side``): ``billing.issue_refund.order_id`` binds ``billing.issue_refund``."""
         normalize = self.normalizer()
-        rules: list[Binding] = []
+        return tuple(
+            Binding(normalize(tool), field, normalize(vtool), vfield)
+            for tool, field, vtool, vfield in self._bound(normalize)
+        )
+
+    def _bound(self, normalize: NameNormalizer) -> Iterator[tuple[str, str, str, str]]:
+        """Each binding's dangerous tool and field and verification tool and field, the tools
+        as written. Raises ``ValueError`` for a side that names no tool of its list."""
+        dangerous = {normalize(t) for t in self.dangerous_tools}
+        verification = {normalize(t) for t in self.verification_tools}
         for key, refs in self.bindings.items():
-            tool, field = split_tool_field(key)
+            tool, field = _binding_side(key, normalize, dangerous, "dangerous_tools")
             for ref in (refs,) if isinstance(refs, str) else refs:
-                vtool, vfield = split_tool_field(ref)
-                rules.append(Binding(normalize(tool), field, normalize(vtool), vfield))
-        return tuple(rules)
+                vtool, vfield = _binding_side(ref, normalize, verification, "verification_tools")
+                yield tool, field, vtool, vfield
 
 
 def _rule_tools(rule: Invariant) -> tuple[str, ...]:
@@ -427,12 +457,15 @@ def _compile_prefix(prefix: str) -> re.Pattern[str]:
     return re.compile(prefix, re.IGNORECASE)
 
 
-def _check_binding_side(
+def _binding_side(
     ref: str, normalize: NameNormalizer, listed: set[str], list_name: str
-) -> None:
-    tool, _ = split_tool_field(ref)
-    if normalize(tool) not in listed:
-        raise ValueError(f"binding {ref!r}: tool {tool!r} is not in policy.{list_name}")
+) -> tuple[str, str]:
+    """``ref``'s tool (as written) and field: the tool is the longest dotted prefix that
+    names one of ``listed`` (normalized). Raises ``ValueError`` naming the binding."""
+    try:
+        return split_tool_field(ref, lambda tool: normalize(tool) in listed, f"policy.{list_name}")
+    except ValueError as exc:
+        raise ValueError(f"binding {ref!r}: {exc}") from None
 
 
 class _EvaluatorSettings(_Section):

@@ -6,15 +6,19 @@ from typing import Any
 
 import pytest
 import yaml
+from eval_factories import trace
 from pydantic import ValidationError
 
+from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.settings import (
     ArgumentsRule,
     Binding,
     EvaluationSettings,
     PolicySettings,
+    SafetySettings,
 )
-from toolwatch.model import Severity
+from toolwatch.model import Category, Severity
 
 
 def invalid(document: str) -> str:
@@ -56,6 +60,43 @@ def test_bindings_accept_a_reference_or_a_list_and_normalize_tool_names() -> Non
     assert policy.binding_rules() == (
         Binding("issue_refund", "order_id", "lookup_order", "order_id"),
         Binding("issue_refund", "order_id", "get_order", "id"),
+    )
+
+
+def test_a_dotted_tool_name_can_be_bound() -> None:
+    """Tools namespaced with a dot (``billing.issue_refund``: ``.`` is one of the namespace
+    separators the README says it recognises) could be listed in ``dangerous_tools`` and
+    ``verification_tools``, but no binding could name them: the key was cut at its first
+    dot, read as tool ``billing``, and start-up failed with the misleading ``tool 'billing'
+    is not in policy.dangerous_tools``. The operator was left with the unbound check (any
+    lookup verifies a refund of any order), and a refund of an order never looked up went
+    unpaged. A binding's tool is the longest dotted prefix that names a tool of its list."""
+    policy = PolicySettings.model_validate(
+        {
+            "dangerous_tools": ["billing.issue_refund"],
+            "verification_tools": ["Billing.Lookup_Order"],
+            "bindings": {"billing.issue_refund.order_id": "billing.lookup_order.order_id"},
+        }
+    )
+    assert policy.binding_rules() == (
+        Binding("billing.issue_refund", "order_id", "billing.lookup_order", "order_id"),
+    )
+    run = trace(
+        ("billing.lookup_order", {"order_id": "A1"}),
+        ("billing.issue_refund", {"order_id": "B2"}),
+    )
+    result = Safety(SafetySettings(), policy)(run, Reference())
+    assert [f.category for f in result.findings] == [Category.MISSING_VERIFICATION_STEP]
+    # Both readings name a listed tool: the longer one, and a field may still be a path.
+    both = PolicySettings.model_validate(
+        {
+            "dangerous_tools": ["billing", "billing.issue_refund"],
+            "verification_tools": ["lookup_order"],
+            "bindings": {"billing.issue_refund.customer.id": "lookup_order.customer.id"},
+        }
+    )
+    assert both.binding_rules() == (
+        Binding("billing.issue_refund", "customer.id", "lookup_order", "customer.id"),
     )
 
 
@@ -116,6 +157,14 @@ def test_bindings_accept_a_reference_or_a_list_and_normalize_tool_names() -> Non
             "policy: {dangerous_tools: [issue_refund], "
             "bindings: {issue_refund.order_id: lookup_order.order_id}}",
             ["tool 'lookup_order' is not in policy.verification_tools"],
+        ),
+        (
+            "policy: {dangerous_tools: [billing.issue_refund], "
+            "bindings: {billing.refund.order_id: lookup_order.order_id}}",
+            [
+                "binding 'billing.refund.order_id': none of 'billing', 'billing.refund' (the"
+                " tool it starts with, then a field) is in policy.dangerous_tools"
+            ],
         ),
         ("policy: {aliases: {a: b, b: c}}", ["alias 'a' -> 'b': the target is itself an alias"]),
         ("policy: {repeat_limit: -1}", ["policy.repeat_limit", "greater than or equal to 0"]),
