@@ -146,8 +146,12 @@ class ArgumentScorer:
             tool, field = split_tool_field(key)
             if tool == "*":
                 self._fields[field] = strategy
-            else:
-                self._tool_fields[(normalize(tool), field)] = strategy
+                continue
+            # ``mcp.search``: a tool mcp's field search, or every field of a tool whose name
+            # holds the dot; the reference call's tool says which (the settings refuse keys
+            # with more dots).
+            self._tool_fields[(normalize(tool), field)] = strategy
+            self._tools[normalize(key)] = strategy
 
     def call_strategy(self, ref: RefCall) -> str:
         """The call-level strategy: the golden call's ``match``, the tool's, the default."""

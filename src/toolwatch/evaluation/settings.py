@@ -498,6 +498,12 @@ class ToolArgumentsSettings(ComparingSettings):
     ``strategies`` keys: ``tool.field`` (one field of one tool), ``*.field`` (that field in
     every tool) or ``tool`` (every field of that tool). Resolution, most specific first:
     ``tool.field``, ``*.field``, the golden call's ``match``, ``tool``, ``default_strategy``.
+    A tool's name may hold a dot (``mcp.search``), so a key with one dot is read both ways,
+    each call's tool saying which applies: ``mcp.search`` is the field ``search`` of a tool
+    ``mcp`` and every field of a tool ``mcp.search``. A key with more dots is refused: it
+    would name a field inside an argument (strategies apply to top-level fields) or a field
+    of a dotted tool, which the tool's own key, ``*.field`` or a golden call's ``match``
+    name without a doubt.
     """
 
     threshold: Score = 0.8
@@ -515,9 +521,12 @@ class ToolArgumentsSettings(ComparingSettings):
             field = split_tool_field(key)[1] if "." in key else ""
             if "." in field:
                 top = field.partition(".")[0]
+                dotted = key.rpartition(".")[0]
                 raise ValueError(
                     f"strategy key {key!r}: strategies apply to an argument's top-level fields "
-                    f"({top!r}), not to fields inside them"
+                    f"({top!r}), not to fields inside them; for a tool whose name holds a dot"
+                    f" ({dotted!r}) name the tool alone, the field in every tool ('*.' then"
+                    " it), or the field in a golden call's match"
                 )
         return strategies
 
@@ -531,10 +540,11 @@ class ToolArgumentsSettings(ComparingSettings):
             return (tool if tool == "*" else normalize(tool)), field
 
         what = "evaluators.tool_arguments.strategies"
-        tools = [key for key in self.strategies if "." not in key]
-        _refuse_one_name_twice(tools, what, "tool", normalize, _AS_CALLS)
+        # A key with a dot names a dotted tool too (``ArgumentScorer``).
         fields = [key for key in self.strategies if "." in key]
         _refuse_one_name_twice(fields, what, "tool.field", tool_field, _AS_CALLS)
+        tools = [key for key in self.strategies if not key.startswith("*.")]
+        _refuse_one_name_twice(tools, what, "tool", normalize, _AS_CALLS)
 
 
 def _is_tool_field(key: str) -> bool:

@@ -75,6 +75,34 @@ def test_strategy_resolution_most_specific_first() -> None:
     assert call_match.scores["score"] == 0.0  # the call's match beats the tool's
 
 
+def test_a_strategy_for_a_dotted_tool_name_is_applied_or_refused() -> None:
+    """``strategies: {mcp.search: fuzzy}`` for a tool named ``mcp.search`` loaded without a
+    word and was read as tool ``mcp``, field ``search``: the strategy never applied, the
+    search's ``q`` was compared ``exact``, and a run that asked ``refund policies`` for the
+    golden ``refund policy`` was a ``critical`` ARGUMENT_VALUE_DRIFT. A key with one dot is
+    read both ways, the call's tool saying which; one with more dots is refused at load."""
+    strategies = {"mcp.search": "fuzzy"}
+    dotted = evaluate(
+        case(("mcp.search", {"q": "refund policy"})),
+        trace(("mcp.search", {"q": "refund policies"})),
+        strategies=strategies,
+    )
+    assert dotted.findings == ()
+    fuzzy = dotted.scores["score"]
+    assert 0.8 < fuzzy < 1.0  # fuzzy, not exact (0)
+    # The same key still names the field search of a tool mcp.
+    field = evaluate(
+        case(("mcp", {"search": "refund policy", "n": 1})),
+        trace(("mcp", {"search": "refund policies", "n": 1})),
+        strategies=strategies,
+    )
+    assert field.scores["score"] == pytest.approx((fuzzy + 1.0) / 2)
+    with pytest.raises(ValueError, match="for a tool whose name holds a dot"):
+        ToolArgumentsSettings.model_validate(
+            {"strategies": {"billing.issue_refund.amount_usd": "numeric"}}
+        )
+
+
 def test_expected_call_never_made_scores_zero() -> None:
     expected = case(("lookup_order", {"id": 1}), ("issue_refund", {"id": 1}))
     result = evaluate(expected, trace(("lookup_order", {"id": 1})))
