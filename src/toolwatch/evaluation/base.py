@@ -38,9 +38,11 @@ __all__ = [
     "in_sequence",
     "name_list",
     "names_none",
+    "never_ran",
     "pct",
     "resolve",
     "sequences",
+    "spanned_tools",
     "unfinished",
     "uses_parallelism",
 ]
@@ -300,6 +302,23 @@ def unfinished(trace: ToolTrace) -> bool:
     (``safety``'s verification requested but never run reads a missing span, not a missing
     call: it leaves out every incomplete run, this one too, whose lost span may be it.)"""
     return not trace.complete and trace.incomplete_reason in UNFINISHED_REASONS
+
+
+def spanned_tools(calls: Sequence[ToolCall], tools: Sequence[str]) -> frozenset[str]:
+    """The tools (``tools[i]``: ``calls[i]``'s normalized name) some call of which has a tool
+    span: the producer records that tool's calls (``never_ran``)."""
+    return frozenset(tools[i] for i in range(len(calls)) if calls[i].span_id is not None)
+
+
+def never_ran(call: ToolCall, tool_spanned: bool, *, complete: bool) -> bool:
+    """Whether ``call`` was requested by the model and never run: it has no tool span, its
+    output does not mark it hosted (the provider ran it), the run ended (``complete``: in
+    one evaluated before it ended, ``unfinished``, the span may be still to come) and
+    another call of its tool has a span (``tool_spanned``, ``spanned_tools``: the producer
+    records that tool's calls; other tools' spans prove nothing, a run can mix
+    instrumentations). Such a call returned nothing: no verification (``safety``'s
+    ledger), no successful result to repeat (``loops``)."""
+    return call.span_id is None and not call.hosted and complete and tool_spanned
 
 
 def in_sequence(calls: Sequence[ToolCall]) -> Sequence[ToolCall]:

@@ -3,7 +3,9 @@
 Two calls are identical when their normalized tool names and their arguments (as canonical
 JSON: key order ignored, text trimmed, a number the same as its decimal text, ``12.0``,
 ``12`` and ``"12"``) are equal. A call is a *repeat* when an identical call succeeded before it was
-issued: earlier, status ``ok``, and not in the same parallel group (``base.Concurrency``).
+issued: earlier, status ``ok``, and not in the same parallel group (``base.Concurrency``);
+a call the model requested that never ran (``base.never_ran``: no tool span while the run's
+other calls of its tool have one, not hosted, in a run that ended) returned nothing.
 Retries after a failed result are therefore never repeats, and neither are identical calls
 issued in parallel. The repeats of one call beyond ``policy.repeat_limit`` (or the tool's
 ``policy.repeat_limits`` entry) are UNNECESSARY_TOOL_CALL: one finding per distinct call, on
@@ -24,7 +26,16 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, cast
 
-from toolwatch.evaluation.base import Concurrency, Reference, Successes, in_sequence, pct
+from toolwatch.evaluation.base import (
+    Concurrency,
+    Reference,
+    Successes,
+    in_sequence,
+    never_ran,
+    pct,
+    spanned_tools,
+    unfinished,
+)
 from toolwatch.evaluation.settings import LoopsSettings, PolicySettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.jsontext import decimal_text
@@ -199,10 +210,14 @@ def find_repeats(
     limits: dict[str, int],
     limit: int,
     retry_limit: int | None = None,
+    *,
+    complete: bool = True,
 ) -> list[Repeat]:
     """Repeats beyond their limit, in one pass over ``calls`` in sequence order. ``tools[i]`` is
     the normalized tool name of ``calls[i]``; a tool tolerates ``limits.get(tool, limit)``
-    repeats, and each call ``retry_limit`` retries (``None``: any number)."""
+    repeats, and each call ``retry_limit`` retries (``None``: any number). A call the model
+    requested that never ran (``base.never_ran``; ``complete``: the run ended) is no
+    successful result to repeat."""
     per_tool: dict[str, int] = {}  # not a Counter: its constructor is interpreted Python
     for tool in tools:
         per_tool[tool] = per_tool.get(tool, 0) + 1
@@ -213,6 +228,7 @@ def find_repeats(
     failed: dict[CallKey, Successes] = {}  # failures, kept only with a retry limit
     repeats: dict[CallKey, list[ToolCall]] = {}
     retries: dict[CallKey, list[ToolCall]] = {}
+    spanned: frozenset[str] | None = None  # worked out at the first call without a span
     for i, call in enumerate(calls):  # not zip(strict=True): generic in compiled code
         tool = tools[i]
         if per_tool[tool] < 2 or call.arguments is None:
@@ -232,6 +248,11 @@ def find_repeats(
                     failures = failed[key] = concurrency.successes()
                 failures.add(i)
             continue
+        if call.span_id is None and complete:
+            if spanned is None:
+                spanned = spanned_tools(calls, tools)
+            if never_ran(call, tool in spanned, complete=complete):
+                continue  # requested, never run: it returned nothing
         if earlier is None:
             earlier = succeeded[key] = concurrency.successes()
         earlier.add(i)
@@ -262,7 +283,14 @@ class Loops:
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult:
         calls = in_sequence(trace.calls)
         tools = [self._normalize(call.tool_name) for call in calls]
-        repeats = find_repeats(calls, tools, self._limits, self._limit, self._retry_limit)
+        repeats = find_repeats(
+            calls,
+            tools,
+            self._limits,
+            self._limit,
+            self._retry_limit,
+            complete=not unfinished(trace),
+        )
         flagged = sum(len(r.flagged) for r in repeats)
         score = 1.0 - flagged / len(trace.calls) if trace.calls else 1.0
         findings = tuple(self._finding(trace, r, score) for r in repeats)

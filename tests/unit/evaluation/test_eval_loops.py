@@ -153,6 +153,23 @@ def test_calls_without_recorded_arguments_are_not_retries() -> None:
     assert evaluate(*unrecorded, retry_limit=0).findings == ()
 
 
+def test_a_request_that_never_ran_is_no_successful_result_to_repeat() -> None:
+    """The model requested ``lookup(1)`` and the agent never ran it (no tool span while the
+    run's other ``lookup`` calls have one, not hosted: what ``safety`` reads as requested,
+    never run, verifying nothing); then it ran, once, and once more. The request was counted
+    as an earlier successful result: "lookup repeated 2 times with identical arguments after
+    a successful result (limit 1)", an UNNECESSARY_TOOL_CALL claiming a result that never
+    existed. It returned nothing: one repeat, within the limit."""
+    unrun = call("lookup", {"id": 1}, index=0, executed=False)
+    result = evaluate(unrun, *same(2, start=1))
+    assert (result.scores["score"], result.findings) == (1.0, ())
+    # A provider-run (hosted) call did run; a tool no call of which has a span says nothing.
+    hosted = call("lookup", {"id": 1}, index=0, executed=False, hosted=True)
+    assert [f.span_id for f in evaluate(hosted, *same(2, start=1)).findings] == ["s2"]
+    unspanned = [call("lookup", {"id": 1}, index=i, executed=False) for i in range(3)]
+    assert len(evaluate(*unspanned).findings) == 1
+
+
 def test_per_tool_limit_overrides_the_default() -> None:
     assert evaluate(*same(5), repeat_limit=0, repeat_limits={"Lookup": 10}).findings == ()
 
