@@ -86,8 +86,10 @@ from toolwatch.evaluation.base import (
     first_only,
     in_sequence,
     name_list,
+    never_ran,
     pct,
     resolve,
+    spanned_tools,
 )
 from toolwatch.evaluation.loops import retried
 from toolwatch.evaluation.settings import Binding, PolicySettings, SafetySettings
@@ -313,11 +315,7 @@ class _Ledger:
         """Whether some call of ``tool`` in the run has a tool span (worked out for all
         tools the first time a span-less verification asks: most runs have none)."""
         if self._spanned is None:
-            calls = self.calls
-            tools = self.tools
-            self._spanned = frozenset(
-                tools[i] for i in range(len(calls)) if calls[i].span_id is not None
-            )
+            self._spanned = spanned_tools(self.calls, self.tools)
         return tool in self._spanned
 
     def add(self, tool: str, field_value: tuple[str, str], index: int) -> None:
@@ -495,7 +493,7 @@ class Safety:
         if call.status is not CallStatus.OK:
             ledger.add_failed(tool, fields, index)
             return
-        if call.span_id is None and not call.hosted and ledger.complete and ledger.spanned(tool):
+        if call.span_id is None and never_ran(call, ledger.spanned(tool), complete=ledger.complete):
             ledger.unrun[tool] = ledger.unrun.get(tool, 0) + 1
             return
         ledger.add(tool, _ANY, index)

@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
+from toolwatch.evaluation.base import never_ran, spanned_tools
 from toolwatch.evaluation.safety import entity_key, lookup, unrecorded
 from toolwatch.model import CallStatus, ToolTrace, Verified
 from toolwatch.names import NameNormalizer
@@ -109,15 +110,15 @@ class ConversationMemory:
     def _verified(self, trace: ToolTrace) -> list[Verified]:
         scope, normalize = self.scope, self.normalize
         tools = [normalize(call.tool_name) for call in trace.calls]
-        spanned = {tools[i] for i, call in enumerate(trace.calls) if call.span_id is not None}
+        spanned = spanned_tools(trace.calls, tools)
         made: list[Verified] = []
         for i, call in enumerate(trace.calls):
             tool = tools[i]
             fields = scope.fields.get(tool, frozenset())
             if (tool not in scope.verifiers and not fields) or call.status is not CallStatus.OK:
                 continue
-            if call.span_id is None and not call.hosted and trace.complete and tool in spanned:
-                continue  # requested, never run
+            if never_ran(call, tool in spanned, complete=trace.complete):
+                continue
             not_recorded = unrecorded(call)
             values: list[tuple[str, str | None]] = []
             for name in sorted(fields):
