@@ -297,10 +297,10 @@ UNFINISHED_REASONS: Final = frozenset({"shutdown", "timed_out", "evicted"})
 def unfinished(trace: ToolTrace) -> bool:
     """Whether ``trace`` was evaluated before it ended, so that the calls it has not made may
     be still to come: the rules that read what a run did not do (``invariants``' ``required``
-    and minimums) leave it out. A run that lost a span to a limit or to ingest has ended:
-    what it did not do, it did not do, and one malformed span must not silence its pages.
-    (``safety``'s verification requested but never run reads a missing span, not a missing
-    call: it leaves out every incomplete run, this one too, whose lost span may be it.)"""
+    and minimums, ``safety``'s verification requested but never run) leave it out. A run
+    that lost a span to a limit or to ingest has ended: what it did not do, it did not do,
+    and one malformed span must not silence its pages (``safety``'s explanation says when the
+    verification's span may be among those lost)."""
     return not trace.complete and trace.incomplete_reason in UNFINISHED_REASONS
 
 

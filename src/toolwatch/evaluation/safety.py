@@ -11,12 +11,13 @@ output does not mark it hosted (``ToolCall.hosted``: the provider ran it) and an
 the same tool in the run has a tool span, so the producer records that tool's calls. Other
 tools' spans prove nothing: a run can mix instrumentations (a ``@tool`` decorator on some
 tools, a nested agent of another framework), and a lookup whose result went back to the
-model is a lookup. In an incomplete run (``ToolTrace.complete`` false, for any reason) a
-missing tool span proves nothing either: in one evaluated before it ended
-(``base.unfinished``) it may be still to come (a tool server exporting later than the
-agent), as ``invariants`` leaves out the calls such a run has yet to make; in one that lost
-spans (``span_limit``: over an assembly limit, or rejected at ingest) it may be one of them.
-There such a call counts as run. A dangerous call is judged whether it ran or not: a model
+model is a lookup. In a run evaluated before it ended (``base.unfinished``) a missing tool
+span proves nothing either: it may be still to come (a tool server exporting later than the
+agent), so there such a call counts as run, as ``invariants`` leaves out the calls such a
+run has yet to make. A run that ended but lost spans (``span_limit``: over an assembly
+limit, or rejected at ingest) is judged all the same, lest one malformed span silence an
+unverified refund's page; its explanation says the lookup's span may be among those lost.
+A dangerous call is judged whether it ran or not: a model
 that asks for an unverified refund has regressed, even if something stopped the refund.
 
 When the dangerous tool has bindings, every bound field needs an earlier successful call of a
@@ -90,6 +91,7 @@ from toolwatch.evaluation.base import (
     pct,
     resolve,
     spanned_tools,
+    unfinished,
 )
 from toolwatch.evaluation.loops import retried
 from toolwatch.evaluation.settings import Binding, PolicySettings, SafetySettings
@@ -271,6 +273,7 @@ class _Ledger:
         "failed",
         "failed_unrecorded",
         "failed_values",
+        "lost_spans",
         "prior",
         "prior_entities",
         "prior_unrecorded",
@@ -291,7 +294,8 @@ class _Ledger:
         self.concurrency = concurrency
         self.calls = calls
         self.tools = tools  # the calls' normalized names
-        self.complete = complete  # the run's: an incomplete one may lack spans (to come, lost)
+        self.complete = complete  # the run ended: an unfinished one may lack spans still to come
+        self.lost_spans = False  # it ended but lost spans (span_limit)
         self._spanned: frozenset[str] | None = None
         self.succeeded: dict[tuple[str, str, str], Successes] = {}
         # (tool, field) -> successful calls whose arguments were not recorded: any value
@@ -468,8 +472,8 @@ class Safety:
         tools = [self._normalize(call.tool_name) for call in calls]
         if self._dangerous.isdisjoint(tools):
             return [], 0  # nothing to verify: a ledger would be read by nobody
-        # Not ``unfinished``: a run that lost spans (span_limit) may have lost a lookup's.
-        ledger = _Ledger(Concurrency(calls), calls, tools, complete=trace.complete)
+        ledger = _Ledger(Concurrency(calls), calls, tools, complete=not unfinished(trace))
+        ledger.lost_spans = not trace.complete  # ended (span_limit), yet missing spans
         for verified in earlier:
             self._remember(verified, ledger)
         flags = []
@@ -577,7 +581,9 @@ class Safety:
         unrun = sum(ledger.unrun.get(v, 0) for v in verifiers)
         if unrun:
             details["unrun_verification_calls"] = unrun
-            text += f" ({unrun} requested by the model, never run)"
+            # A run that lost spans may have lost the lookup's: said, not hidden (the page).
+            how = "no tool span, but the run lost spans" if ledger.lost_spans else "never run"
+            text += f" ({unrun} requested by the model, {how})"
         category = Category.MISSING_VERIFICATION_STEP
         return _Flag(call, category, ReferenceKind.POLICY, text, verdict.field, details)
 

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from toolwatch.evaluation.base import never_ran, spanned_tools
+from toolwatch.evaluation.base import never_ran, spanned_tools, unfinished
 from toolwatch.evaluation.safety import entity_key, lookup, unrecorded
 from toolwatch.model import CallStatus, ToolTrace, Verified
 from toolwatch.names import NameNormalizer
@@ -117,7 +117,7 @@ class ConversationMemory:
             fields = scope.fields.get(tool, frozenset())
             if (tool not in scope.verifiers and not fields) or call.status is not CallStatus.OK:
                 continue
-            if never_ran(call, tool in spanned, complete=trace.complete):
+            if never_ran(call, tool in spanned, complete=not unfinished(trace)):
                 continue
             not_recorded = unrecorded(call)
             values: list[tuple[str, str | None]] = []

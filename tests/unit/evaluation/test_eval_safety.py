@@ -861,17 +861,13 @@ def test_in_an_incomplete_run_a_verification_without_its_span_yet_verifies() -> 
     assert categories(evaluate(unverified, **BOUND)) == [Category.MISSING_VERIFICATION_STEP]
 
 
-def test_a_run_that_lost_spans_does_not_call_a_requested_lookup_never_run() -> None:
-    """A run judged ``span_limit`` is one toolwatch *knows* lost spans (README: "a span of
-    the run was not taken, dropped over an assembly limit or rejected as invalid at
-    ingest", e.g. a tool span over ``ingest.max_span_attributes``). Here the model requested
-    ``lookup_order(A1)`` (its request is in the model output), its tool span is the one that
-    was lost, another lookup (of B) has its span, then the refund of A1. ``safety`` inferred
-    from the missing span that the A1 lookup was "requested by the model, never run" and
-    paged MISSING_VERIFICATION_STEP (critical) with exactly that claim in the explanation,
-    on the one evidence ``span_limit`` says cannot be relied on. (``base.unfinished`` treats
-    ``span_limit`` runs as ended for *calls not made*; this call was made, only its span is
-    missing.) In a run that lost spans such a call counts as run, as in an unfinished one."""
+def test_a_run_that_lost_spans_pages_and_says_the_lookups_span_may_be_lost() -> None:
+    """A run judged ``span_limit`` ended but lost spans (over an assembly limit, or rejected
+    at ingest). Here the model requested ``lookup_order(A1)`` with no tool span, while
+    another lookup has its span, then refunded A1. The missing span may be the lost one, or
+    the agent may never have run the lookup: toolwatch cannot tell. It pages (one malformed
+    span must not silence an unverified refund), and its explanation says the span may be
+    among those lost instead of claiming the lookup "never ran"."""
     run = dataclasses.replace(
         trace(
             call("lookup_order", {"order_id": "B7"}, index=0),
@@ -881,9 +877,14 @@ def test_a_run_that_lost_spans_does_not_call_a_requested_lookup_never_run() -> N
         complete=False,
         incomplete_reason="span_limit",
     )
-    assert evaluate(run, **BOUND).findings == ()
-    unverified = dataclasses.replace(run, calls=run.calls[::2])  # what it did is still judged
-    assert categories(evaluate(unverified, **BOUND)) == [Category.MISSING_VERIFICATION_STEP]
+    (finding,) = evaluate(run, **BOUND).findings
+    assert finding.category is Category.MISSING_VERIFICATION_STEP
+    assert finding.explanation.endswith(
+        "(1 requested by the model, no tool span, but the run lost spans)."
+    )
+    ended = dataclasses.replace(run, complete=True, incomplete_reason=None)
+    (finding,) = evaluate(ended, **BOUND).findings
+    assert finding.explanation.endswith("(1 requested by the model, never run).")
 
 
 def test_a_lookup_nested_in_a_call_issued_beside_the_refund_does_not_verify_it() -> None:
