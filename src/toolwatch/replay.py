@@ -37,13 +37,13 @@ import sys
 import zlib
 from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from statistics import median_low
 from typing import IO, Any, Final
 
 from toolwatch.app import build_references, conversation_scope
-from toolwatch.assembly.buffer import REPORTED_DROPS, AssemblyLimits, CompletedTrace, TraceBuffer
+from toolwatch.assembly.buffer import REPORTED_DROPS, CompletedTrace, TraceBuffer
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
 from toolwatch.evaluation.pipeline import EvaluationPipeline
@@ -479,6 +479,9 @@ class _OfflineAssembler:
     (``warn``), however late it comes in recorded time: replay remembers the ids of the
     last ``max_remembered_traces`` traces it evaluated without serve's ``late_span_window``,
     since a span that started a second, partial run would be a finding about nothing.
+
+    The other limits are serve's (``assembly``): a trace whose agent waits for a local
+    parent is anchored after ``local_parent_wait_seconds`` as there, once it has settled.
     """
 
     def __init__(
@@ -490,14 +493,15 @@ class _OfflineAssembler:
         self._clock = ManualClock(start_ns=0)
         self._now = 0  # the clock: what traces settle on
         self._furthest = 0  # the latest arrival: past it, every held trace is due
+        # serve's limits, every one (local_parent_wait_ns, overflow, ...) but those replaced
+        # here for recorded time: a field left out would fall back to its default.
         limits = config.assembly.limits()
-        self.limits = AssemblyLimits(
+        self.limits = replace(
+            limits,
             completion_wait_ns=max(limits.completion_wait_ns, RECORDED_SETTLE_NS),
             max_trace_age_ns=max(limits.max_trace_age_ns, RECORDED_MAX_AGE_NS),
             # Remembered as long as there is room (see above), unless turned off (0).
             late_span_window_ns=2**62 if limits.late_span_window_ns else 0,
-            max_spans_per_trace=limits.max_spans_per_trace,
-            max_remembered_traces=limits.max_remembered_traces,
             max_traces=2**62,  # the operator's own file: held by the recorded time alone
             max_buffered_spans=2**62,
             max_buffered_bytes=2**62,

@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from tests.integration import agents
 from tests.integration.conftest import WALL_START_NS, RunningServer
 from tests.integration.test_ingest_to_tooltrace import send_grpc
+from tests.integration.test_otlp_spec import JSON, post
 from toolwatch.model import Severity
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -811,6 +812,65 @@ def test_replay_reads_a_pipe_named_as_a_file(tmp_path: Path, stream: bool) -> No
     report = _strict_json(result.stdout)
     assert report["traces"] == 2
     assert [f["category"] for f in report["findings"]] == ["MISSING_VERIFICATION_STEP"]
+
+
+LOCAL_PARENT_WAIT = """\
+assembly:
+  completion_wait_seconds: 0.2
+  local_parent_wait_seconds: 0.5
+  max_trace_age_seconds: 300
+policy:
+  dangerous_tools: [issue_refund]
+  verification_tools: [lookup_order]
+  invariants:
+    - {kind: required, tool: lookup_order, name: must-look-up}
+"""
+
+
+def _agent_under_a_local_parent(tmp_path: Path) -> Path:
+    """The README's unverified refund, its agent span under a parent its flags say is local
+    (``flags: 256``: the is-remote bit known and clear) that was never exported: a second
+    tracer provider exported it elsewhere, the case ``local_parent_wait_seconds`` is for."""
+    document = json.loads((EXAMPLES / "unverified-refund.otlp.json").read_text())
+    for resource in document["resourceSpans"]:
+        for scope in resource["scopeSpans"]:
+            for span in scope["spans"]:
+                if span["name"].startswith("invoke_agent"):
+                    assert span["flags"] == 256
+                    span["parentSpanId"] = "1111111111111111"
+    path = tmp_path / "local-parent.otlp.jsonl"
+    path.write_text(json.dumps(document) + "\n")
+    return path
+
+
+def test_replay_honours_local_parent_wait_seconds(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """User-visible harm: with ``assembly.local_parent_wait_seconds`` set, ``serve`` anchors
+    a run whose local parent never comes once the trace has been quiet that long and judges
+    it complete (here: an INVARIANT_VIOLATION for the ``required`` rule, and golden cases and
+    shadow pairs apply), but ``replay`` of the very same spans builds its ``AssemblyLimits``
+    without ``local_parent_wait_ns`` and judges the run ``timed_out``: incomplete, so the
+    ``required`` rule is skipped, golden cases are not matched and the report says "1
+    incomplete (timed_out=1)". A CI gate on replay then passes a capture that pages in
+    production. Correct: replay passes ``local_parent_wait_ns`` through
+    (``replay._OfflineAssembler.__init__``) so both give the same findings."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(LOCAL_PARENT_WAIT)
+    capture = _agent_under_a_local_parent(tmp_path)
+
+    server = start_server(config)
+    assert post(server, capture.read_bytes().strip(), JSON).status == 200
+    server.settle()  # quiet for completion_wait: no anchor yet, its local parent awaited
+    server.settle(0.5)  # quiet for local_parent_wait: the agent anchors the run
+    served = sorted(f.category for f in server.findings.findings)
+    assert served == ["INVARIANT_VIOLATION", "MISSING_VERIFICATION_STEP"]
+
+    replayed = replay("--config", str(config), "--format", "json", str(capture))
+    assert replayed.returncode == 0, replayed.stderr
+    report = json.loads(replayed.stdout)
+    assert report["incomplete"] == {}, "replay judged the run incomplete; serve did not"
+    assert sorted(f["category"] for f in report["findings"]) == served
 
 
 def _every(seconds: int) -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import gzip
 import io
@@ -266,6 +267,30 @@ def test_streamed_otlp_input_in_time_order_is_evaluated_as_it_is_read(tmp_path: 
     with pytest.raises(ReplayInputError, match=rf"^{recorded}:101: not JSON: "):
         held.extend(load_tool_traces([recorded], _config()))
     assert held == []
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["held", "streamed"])
+def test_replay_takes_every_assembly_limit_it_does_not_replace_from_the_config(
+    stream: bool,
+) -> None:
+    settings = {
+        "assembly.local_parent_wait_seconds": 0.5,
+        "assembly.overflow": "evict_oldest",
+        "assembly.max_spans_per_trace": 7,
+        "assembly.max_remembered_traces": 9,
+    }
+    limits = load_config(None, settings).assembly.limits()
+    replayed = _OfflineAssembler(load_config(None, settings), stream=stream).limits
+    replaced = {
+        "completion_wait_ns",
+        "max_trace_age_ns",
+        "late_span_window_ns",
+        "max_traces",
+        "max_buffered_spans",
+        "max_buffered_bytes",
+    }
+    for name in {f.name for f in dataclasses.fields(limits)} - replaced:
+        assert getattr(replayed, name) == getattr(limits, name), name
 
 
 def test_streaming_holds_the_clock_window_and_the_settle_wait_of_spans() -> None:
