@@ -14,10 +14,12 @@ Memory: files are read a line at a time and each ToolTrace is evaluated as it is
 ToolTrace lines cost what one run holds, however many there are (the findings, and runs that
 carry a shadow pair key, are kept for the report). Every span of OTLP input is held until
 the input ends (about three times the size of the OTLP/JSON), so spans of one trace come
-together whatever the order of the files; with ``--stream`` a trace is evaluated once the
-recording has moved on past it (``_OfflineAssembler``), for a large capture in time order,
-and the files are read together, in recorded time (``_in_time_order``). A file that is one
-pretty-printed JSON document is read whole.
+together whatever the order of the files, and their runs are then evaluated in the order
+they started, as ``serve`` judges them live (a conversation's turns in turn); with
+``--stream`` a trace is evaluated once the recording has moved on past it
+(``_OfflineAssembler``), for a large capture in time order, and the files are read together,
+in recorded time (``_in_time_order``). A file that is one pretty-printed JSON document is
+read whole.
 
 Every ToolTrace goes through the same evaluation pipeline as in ``serve`` (policy, golden
 cases matched by attribute, shadow pairs joined by pair key and agent — offline, with no timeout).
@@ -30,6 +32,7 @@ import argparse
 import gzip
 import heapq
 import io
+import itertools
 import json
 import os
 import stat
@@ -154,8 +157,9 @@ def evaluate_offline(traces: Iterable[ToolTrace], config: Config, gates: Sequenc
             continue
         seen.add(run)
         # As in serve: an incomplete run is judged against the policy only; with the
-        # conversation scope, by what its conversation's runs verified before it started
-        # (span times: the order runs are read in does not matter, once read).
+        # conversation scope, by what its conversation's runs evaluated before it verified
+        # before it started (span times): held OTLP runs come in start order
+        # (``_OfflineAssembler.finish``), ToolTrace lines in the order they are read.
         case = golden.match(trace) if golden is not None and trace.complete else None
         earlier = memory.before(trace) if memory is not None else ()
         result = pipeline.evaluate(trace, case, None, earlier=earlier)
@@ -544,15 +548,35 @@ class _OfflineAssembler:
         return list(self._runs(self._buffer.poll()))
 
     def finish(self) -> Iterator[ToolTrace]:
-        """The runs of every trace still held, built one trace at a time: the input has
-        ended."""
+        """The runs of every trace still held, in the order they started (``_by_start``):
+        the input has ended."""
         self._clock.now_ns = self._furthest + self.limits.max_trace_age_ns
-        yield from self._runs([*self._buffer.poll(), *self._buffer.drain()])
+        yield from self._by_start([*self._buffer.poll(), *self._buffer.drain()])
         if self._skipped and self._warn is not None:
             self._warn(
                 f"{self._skipped} trace(s) with no agent, model or tool span left out, as serve"
                 " leaves them out (not_an_agent_run)"
             )
+
+    def _by_start(self, completed: list[CompletedTrace]) -> Iterator[ToolTrace]:
+        """The runs of ``completed`` in start order, as serve judges them when they come live,
+        whatever the order of the files: with ``verification_scope: conversation`` what a
+        conversation's earlier turn verified counts in its later ones. A trace's runs are
+        built once those that started before its first span are out, so what is built and
+        waiting at once is the runs that overlap in time; ``completed`` is emptied as it
+        goes."""
+        completed.sort(key=lambda t: (_first_start(t), t.trace_id), reverse=True)
+        waiting: list[tuple[int, str, int, ToolTrace]] = []  # a heap, by start
+        built = itertools.count()  # ties in the order built: no ToolTraces compared
+        while completed:
+            trace = completed.pop()  # the earliest left: freed once its runs are out
+            first = _first_start(trace)
+            while waiting and waiting[0][0] <= first:
+                yield heapq.heappop(waiting)[-1]
+            for run in self._runs([trace]):
+                heapq.heappush(waiting, (run.start_ns, run.run_span_id or "", next(built), run))
+        while waiting:
+            yield heapq.heappop(waiting)[-1]
 
     def _runs(self, completed: Iterable[CompletedTrace]) -> Iterator[ToolTrace]:
         for trace in completed:
@@ -575,6 +599,11 @@ class _OfflineAssembler:
                 why = REPORTED_DROPS[reason]
             parts.append(f"{count} span(s) left out: {why}")
         return "; ".join(parts)
+
+
+def _first_start(trace: CompletedTrace) -> int:
+    """When the first span of ``trace`` started: no run of it starts earlier."""
+    return min((span.start_ns for span in trace.spans), default=0)
 
 
 @dataclass

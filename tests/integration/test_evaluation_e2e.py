@@ -873,6 +873,62 @@ def test_replay_honours_local_parent_wait_seconds(
     assert sorted(f["category"] for f in report["findings"]) == served
 
 
+#: Two turns of one chat (``gen_ai.conversation.id``), a minute apart: a lookup of A-1001
+#: in the first, its refund in the second.
+CONVERSATION_TURNS = tuple(
+    Path(__file__).resolve().parents[1] / "fixtures" / "otlp" / f"conversation-turn{n}.otlp.jsonl"
+    for n in (1, 2)
+)
+CONVERSATION = """\
+assembly: {completion_wait_seconds: 0.2}
+policy:
+  dangerous_tools: [issue_refund]
+  verification_tools: [lookup_order]
+  bindings: {issue_refund.order_id: lookup_order.order_id}
+  verification_scope: conversation
+"""
+
+
+def test_replay_conversation_scope_does_not_depend_on_file_order(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """User-visible harm: with ``policy.verification_scope: conversation`` a lookup in one
+    chat turn (trace 1, ``lookup_order A-1001``) verifies the refund in the next (trace 2,
+    a minute later, same ``gen_ai.conversation.id``). ``serve`` receives the turns in the
+    order they happened and finds nothing. ``replay`` without ``--stream`` holds every
+    span until the input ends but then evaluates the runs in the order their files were
+    read, and ``ConversationMemory`` only knows the runs evaluated before: given the files
+    out of time order (rotated captures named ``capture.jsonl.2 capture.jsonl.1``, a glob
+    where ``.10`` sorts before ``.9``, two Collectors' files) it reports a false
+    MISSING_VERIFICATION_STEP (high) that fails a ``--max-findings`` gate, while ``--stream``
+    on the same files finds nothing. The README says the held spans come together "whatever
+    the order of the files", and ``evaluate_offline``'s own comment says the order runs are
+    read in does not matter. Correct: evaluate held runs in recorded (start) time order, or
+    remember a conversation's verifications before judging its runs
+    (``replay.evaluate_offline`` / ``_OfflineAssembler.finish``)."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(CONVERSATION)
+    turn1, turn2 = CONVERSATION_TURNS
+
+    server = start_server(config)
+    for turn in (turn1, turn2):
+        assert post(server, turn.read_bytes().strip(), JSON).status == 200
+        server.settle()
+    assert len(server.tooltraces()) == 2
+    assert server.findings.findings == []  # the refund was verified in the earlier turn
+
+    gate = ["--max-findings", "MISSING_VERIFICATION_STEP=0"]
+    in_order = replay("--config", str(config), *gate, str(turn1), str(turn2))
+    assert in_order.returncode == 0, in_order.stdout + in_order.stderr
+    streamed = replay("--stream", "--config", str(config), *gate, str(turn2), str(turn1))
+    assert streamed.returncode == 0, streamed.stdout + streamed.stderr
+    reversed_files = replay("--config", str(config), *gate, str(turn2), str(turn1))
+    assert reversed_files.returncode == 0, (
+        "replay of the same spans, files named in another order, gave a finding serve and"
+        " replay --stream do not:\n" + reversed_files.stdout
+    )
+
+
 def _every(seconds: int) -> str:
     """``KB_CASES`` with its first case (kb-return-window) expected every ``seconds``."""
     field = f"expected_tools: [search_kb], expected_every_seconds: {seconds}}}"

@@ -293,6 +293,15 @@ def test_replay_takes_every_assembly_limit_it_does_not_replace_from_the_config(
         assert getattr(replayed, name) == getattr(limits, name), name
 
 
+def test_held_runs_are_evaluated_in_the_order_they_started_whatever_the_order_read() -> None:
+    held = _OfflineAssembler(_config())
+    for n in (2, 0, 3, 1):  # trace n + 1 ends n minutes into the recording
+        assert held.add(json.loads(_recorded(n, 60.0 * n)), f"capture:{n + 1}") == []
+    runs = list(held.finish())
+    assert [t.trace_id for t in runs] == [f"{n + 1:032x}" for n in range(4)]
+    assert all(_whole(t) for t in runs)
+
+
 def test_streaming_holds_the_clock_window_and_the_settle_wait_of_spans() -> None:
     assembler = _OfflineAssembler(_config(), stream=True)
     held = _OfflineAssembler(_config())
