@@ -394,7 +394,8 @@ def _check_config(args: argparse.Namespace) -> int:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    return run_replay(args, load_config(_config_file(args)))
+    # Replay binds no listener: the TLS and token files are the pod's Secrets, not CI's.
+    return run_replay(args, load_config(_config_file(args), security_files=False))
 
 
 def _tail(args: argparse.Namespace) -> int:

@@ -25,6 +25,7 @@ import yaml
 from pydantic import (
     Field,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -388,6 +389,17 @@ def read_token_file(path: Path) -> tuple[str, ...]:
     return tuple(tokens)
 
 
+#: The validation context key that, false, leaves the files ``security`` names unread
+#: (``load_config``'s ``security_files``).
+_SECURITY_FILES = "security_files"
+
+
+def _reads_security_files(info: ValidationInfo) -> bool:
+    """Whether this validation reads the files ``security`` names (``load_config``)."""
+    context = info.context
+    return not isinstance(context, dict) or context.get(_SECURITY_FILES, True) is not False
+
+
 def _readable(path: Path) -> Path:
     try:
         with path.open("rb"):
@@ -480,8 +492,10 @@ class TlsSettings(_Section):
 
     @field_validator("cert_file", "key_file", "client_ca_file")
     @classmethod
-    def _file(cls, path: Path | None) -> Path | None:
-        return None if path is None else _readable(path)
+    def _file(cls, path: Path | None, info: ValidationInfo) -> Path | None:
+        if path is None or not _reads_security_files(info):
+            return path
+        return _readable(path)
 
     def expired(self, now: datetime.datetime) -> str | None:
         """Why the certificate cannot start a server at ``now``: it has expired, and every
@@ -542,7 +556,9 @@ class TlsSettings(_Section):
         return self
 
     @model_validator(mode="after")
-    def _files_load(self) -> TlsSettings:
+    def _files_load(self, info: ValidationInfo) -> TlsSettings:
+        if not _reads_security_files(info):
+            return self
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         try:
             context.load_cert_chain(self.cert_file, self.key_file, password=_no_password)
@@ -590,7 +606,9 @@ class AuthSettings(_Section):
 
     @field_validator("bearer_token_file")
     @classmethod
-    def _has_tokens(cls, path: Path) -> Path:
+    def _has_tokens(cls, path: Path, info: ValidationInfo) -> Path:
+        if not _reads_security_files(info):
+            return path
         try:
             read_token_file(path)
         except OSError as exc:
@@ -844,11 +862,18 @@ def load_config(
     path: Path | None,
     overrides: dict[str, Any] | None = None,
     origins: dict[str, str] | None = None,
+    *,
+    security_files: bool = True,
 ) -> Config:
     """Read ``path`` (YAML), apply ``overrides`` (dotted keys, e.g. ``listen.grpc``), and
     validate. Raises ``ConfigError`` naming the file, the field path and the reason.
     ``origins`` says where an override was given (its flag or variable, by key), for the
-    errors to blame it; one not named there is blamed on the command line/environment."""
+    errors to blame it; one not named there is blamed on the command line/environment.
+
+    ``security_files=False`` validates the ``security`` section without reading the files it
+    names (TLS certificate, key and client CA, bearer-token file), which only the listeners
+    use: ``replay`` binds none, so a production configuration replays where its Secrets are
+    not mounted. ``serve`` (and a reload) and ``check-config`` read them."""
     source = _source(path)
     data = _read_yaml(path) if path else {}
     if path is not None:
@@ -858,7 +883,7 @@ def load_config(
     for dotted, value in (overrides or {}).items():
         _set_dotted(data, dotted, value)
     try:
-        return Config.model_validate(data)
+        return Config.model_validate(data, context={_SECURITY_FILES: security_files})
     except ValidationError as exc:
         raise ConfigError(_format_errors(source, exc, overrides or {}, origins or {})) from None
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import datetime
+import json
 import os
 import queue
 import re
@@ -49,6 +50,7 @@ LISTENING = re.compile(
     r" metrics=(?P<metrics>\S+:\d+) stream=(?P<stream>\S+:\d+)$"
 )
 START_SECONDS = 30.0
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SLOW_COMPLETION = "assembly:\n  completion_wait_seconds: 300\n  max_trace_age_seconds: 600\n"
 
 
@@ -607,6 +609,57 @@ def test_replay_into_a_pipe_whose_reader_left_ends_quietly_as_sigpipe_would() ->
     process.stdout.close()  # the reader leaves before replay writes its report
     _, err = process.communicate(timeout=60)
     assert (process.returncode, err) == (128 + signal.SIGPIPE, b"")
+
+
+PRODUCTION = """\
+listen:
+  grpc: 0.0.0.0:4317
+  http: 0.0.0.0:4318
+policy:
+  dangerous_tools: [issue_refund]
+  verification_tools: [lookup_order]
+output:
+  findings: /var/log/toolwatch-review-missing/findings.jsonl
+security:
+  tls:
+    cert_file: /etc/toolwatch-review-missing/tls/tls.crt
+    key_file: /etc/toolwatch-review-missing/tls/tls.key
+  auth:
+    bearer_token_file: /etc/toolwatch-review-missing/token
+"""
+
+
+def test_replay_takes_a_production_configuration_without_its_secrets(tmp_path: Path) -> None:
+    """User-visible harm: the README's CI gate is ``toolwatch replay --config toolwatch.yaml
+    canary.otlp.jsonl --max-findings ...`` and says "replay writes none, so it takes a
+    production configuration anywhere". But replay validates the whole configuration with
+    ``load_config``, including ``security``: the TLS certificate and key are opened and
+    loaded (``TlsSettings._file``/``_files_load``) and the bearer-token file read
+    (``AuthSettings._has_tokens``), although replay binds no listener and checks no token.
+    A production file naming ``/etc/toolwatch/tls/tls.crt`` (a Secret mounted only in the
+    pod) is refused in CI with exit 2 ("cannot read"), so the gate never runs unless the
+    production TLS key and tokens are copied onto the CI runner. Correct: replay validates
+    what it uses (policy, golden, shadow, evaluators, assembly, ingest) and does not require
+    the listeners' security files (e.g. load with ``security`` left out, or skip the file
+    checks, in ``cli._replay``)."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(PRODUCTION)
+    capture = tmp_path / "canary.otlp.jsonl"
+    example = json.loads((EXAMPLES / "unverified-refund.otlp.json").read_text())
+    capture.write_text(json.dumps(example) + "\n")
+    done = run_cli(
+        "replay", "--config", str(config), str(capture),
+        "--max-findings", "MISSING_VERIFICATION_STEP=0",
+    )  # fmt: skip
+    # The gate ran and failed on the unverified refund: exit 1, not a configuration error.
+    assert done.returncode == 1, done.stderr
+    assert "MISSING_VERIFICATION_STEP" in done.stdout
+    # check-config still reads them, as serve does before it binds its listeners.
+    checked = run_cli("check-config", str(config))
+    assert checked.returncode == 2
+    assert "security.tls.cert_file: /etc/toolwatch-review-missing/tls/tls.crt: cannot read" in (
+        checked.stderr
+    )
 
 
 def test_serve_keeps_the_created_series_the_alert_rules_read(

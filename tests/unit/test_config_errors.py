@@ -754,3 +754,23 @@ def test_a_token_file_that_is_not_utf8_is_named_with_the_byte(tmp_path: Path) ->
         f"  command line/environment: security.auth.bearer_token_file: {tokens}: not UTF-8 text"
         f" (byte 11: invalid start byte) (got {str(tokens)!r})"
     )
+
+
+def test_security_files_are_read_unless_the_loader_is_told_they_are_not_used(
+    tmp_path: Path,
+) -> None:
+    """``replay`` binds no listener: its configuration's TLS and token files (Secrets mounted
+    in the pod alone) are not read; the section is validated all the same."""
+    missing = tmp_path / "not-mounted"
+    security = {
+        "security.tls.cert_file": str(missing / "tls.crt"),
+        "security.tls.key_file": str(missing / "tls.key"),
+        "security.auth.bearer_token_file": str(missing / "token"),
+    }
+    lines = error_lines(None, security)
+    assert lines[0] == "defaults: 3 configuration error(s)"
+    assert all(": cannot read: No such file or directory" in line for line in lines[1:])
+    config = load_config(None, security, security_files=False)
+    assert config.security.tls is not None and config.security.tls.cert_file.parent == missing
+    with pytest.raises(ConfigError, match=r"security.tls.cert_fil: unknown setting"):
+        load_config(None, {**security, "security.tls.cert_fil": "x"}, security_files=False)
