@@ -47,6 +47,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol, TextIO
@@ -223,7 +224,7 @@ def run_tail(
         )
     try:
         try:
-            cursor = _Cursor.load(cursor_file, clock)
+            cursor = _Cursor.load(cursor_file, clock, warn=lambda m: _tell(err, m))
         except (OSError, ValueError) as e:
             err.write(f"toolwatch tail: --cursor-file {cursor_file}: {e}\n")
             return EXIT_USAGE
@@ -313,10 +314,20 @@ def _start_timer(delay: float, action: Callable[[], None]) -> _Timer:
     return timer
 
 
+def _no_warning(_message: str) -> None:
+    pass
+
+
 @dataclass(slots=True)
 class _Cursor:
     """Where tail is in each server stream it has followed (stream id -> the last finding's
-    sequence, or, before any, the stream's when tail subscribed), and which one it follows."""
+    sequence, or, before any, the stream's when tail subscribed), and which one it follows.
+
+    Once tail follows the stream, a file that cannot be rewritten (a full disk, a volume
+    remounted read-only, a permission taken away) is told once to ``warn``, naming it and
+    why, and tail carries on: the rewrite is tried again, at most every
+    ``CURSOR_SAVE_SECONDS``, and told when it works again. Meanwhile the file keeps the last
+    cursor written, so a run started then prints again what this one printed since."""
 
     streams: dict[str, int] = field(default_factory=dict)
     stream_id: str = ""
@@ -324,8 +335,10 @@ class _Cursor:
     file: Path | None = None  # where the cursors are kept across runs
     clock: Callable[[], float] = time.monotonic
     start_timer: Callable[[float, Callable[[], None]], _Timer] = _start_timer
-    saved_at: float = float("-inf")
+    saved_at: float = float("-inf")  # the last rewrite, or attempt at one
     unsaved: bool = False  # the file is behind
+    warn: Callable[[str], None] = _no_warning
+    failing: bool = False  # the last rewrite failed, and was told
     _pending: _Timer | None = None  # a rewrite to come
     _lock: threading.Lock = field(default_factory=threading.Lock)  # the timer's thread saves
 
@@ -335,6 +348,7 @@ class _Cursor:
         file: Path | None,
         clock: Callable[[], float] = time.monotonic,
         start_timer: Callable[[float, Callable[[], None]], _Timer] = _start_timer,
+        warn: Callable[[str], None] = _no_warning,
     ) -> _Cursor:
         """The cursors kept in ``file`` (none if it does not exist yet). Raises ``OSError``
         or ``ValueError`` for a file that cannot be read or is not a cursor file: one whose
@@ -350,12 +364,13 @@ class _Cursor:
                     'not a tail cursor file (expected {"streams": {"<stream id>": <sequence>}},'
                     " each sequence an integer from 0 to 2**64-1)"
                 ) from None
-        cursor = cls(streams, file=file, clock=clock, start_timer=start_timer)
+        cursor = cls(streams, file=file, clock=clock, start_timer=start_timer, warn=warn)
         cursor.save()  # a file that cannot be written fails now, not after the first finding
         return cursor
 
     def save(self) -> None:
-        """Rewrites the cursor file, if any, whole (a crash leaves the old one or the new)."""
+        """Rewrites the cursor file, if any, whole (a crash leaves the old one or the new).
+        Raises ``OSError`` when it cannot."""
         with self._lock:
             self._save()
 
@@ -363,9 +378,33 @@ class _Cursor:
         if self.file is None:
             return
         partial = self.file.with_name(self.file.name + ".partial")
-        partial.write_text(json.dumps({"streams": self.streams}) + "\n", encoding="utf-8")
-        os.replace(partial, self.file)
+        try:
+            partial.write_text(json.dumps({"streams": self.streams}) + "\n", encoding="utf-8")
+            os.replace(partial, self.file)
+        except OSError:
+            with suppress(OSError):  # a half-written copy takes no room on a full disk
+                partial.unlink()
+            raise
         self.saved_at, self.unsaved = self.clock(), False
+
+    def _keep(self) -> None:
+        """``_save`` while following the stream: a failure is told once, not raised (class
+        docstring); ``unsaved`` stays set, so the rewrite is tried again."""
+        try:
+            self._save()
+        except OSError as e:
+            self.saved_at = self.clock()  # tried again no sooner than a rewrite would be
+            if not self.failing:
+                self.failing = True
+                self.warn(
+                    f"--cursor-file {self.file}: cannot rewrite it ({_os_reason(e)}); following"
+                    " the stream all the same and trying again: until it is rewritten, a run"
+                    " started now resumes from where it last was"
+                )
+            return
+        if self.failing:
+            self.failing = False
+            self.warn(f"--cursor-file {self.file}: rewritten again")
 
     def flush(self) -> None:
         """Rewrites the cursor file if it is behind (at the end of a subscription)."""
@@ -374,14 +413,14 @@ class _Cursor:
                 self._pending.cancel()
                 self._pending = None
             if self.unsaved:
-                self._save()
+                self._keep()
 
     def _catch_up(self) -> None:
         """The timer's: the rewrite a burst's last findings were waiting for."""
         with self._lock:
             self._pending = None
             if self.unsaved:
-                self._save()
+                self._keep()
 
     @property
     def sequence(self) -> int:
@@ -400,7 +439,7 @@ class _Cursor:
             self.unsaved = True
             since = self.clock() - self.saved_at
             if since >= CURSOR_SAVE_SECONDS:
-                self._save()
+                self._keep()
             elif self._pending is None:
                 self._pending = self.start_timer(CURSOR_SAVE_SECONDS - since, self._catch_up)
 
@@ -427,7 +466,8 @@ class _Cursor:
                 self.streams[stream] = start
                 while len(self.streams) > KEPT_CURSORS:
                     del self.streams[next(iter(self.streams))]
-                self._save()
+                self.unsaved = True
+                self._keep()
         unheld = (
             f"; up to {lost} findings that pass the filter were published since and are no"
             " longer held by the server (output.stream_replay_size): missed (its findings log"
@@ -453,6 +493,13 @@ class _Cursor:
 
 #: The largest sequence a cursor can hold: ``ResumeFrom.after`` is a uint64.
 _LAST_SEQUENCE = 2**64 - 1
+
+
+def _os_reason(error: OSError) -> str:
+    """An ``OSError`` in words, with the path it names (the cursor file's ``.partial`` copy,
+    which is written first)."""
+    reason = error.strerror or str(error)
+    return f"{reason}: {error.filename}" if error.filename else reason
 
 
 def _kept_streams(kept: object) -> dict[str, int]:
@@ -548,6 +595,11 @@ class _Session:
             return _Ended(code, said, connected, delivered, credentials)
         ended = f"{self.target} ended the stream (server shutting down)"
         return _Ended(EXIT_OK, ended, connected, delivered)
+
+
+def _tell(err: TextIO, message: str) -> None:
+    err.write(f"toolwatch tail: {message}\n")
+    err.flush()
 
 
 def _tell_missed(err: TextIO, count: int, when: str) -> None:

@@ -642,6 +642,58 @@ def test_a_burst_s_last_findings_reach_the_cursor_file_while_tail_waits_for_more
     assert streams == {stream_id: 50}
 
 
+def test_cursor_file_that_cannot_be_written_mid_run_is_no_traceback(tmp_path: Path) -> None:
+    """User-visible harm: ``tail --reconnect --cursor-file FILE`` (the README's bot that
+    "loses nothing") dies with a Python traceback and exit 1 the first time the cursor file
+    cannot be rewritten after it started: a full disk (ENOSPC), a volume remounted
+    read-only, a permission change. ``_Cursor._save`` raises ``OSError`` out of
+    ``_Cursor.handled`` / ``flush`` and nothing in ``run_tail`` or ``cli.main`` catches it;
+    the finding being handled is printed, the stream is dropped, and a supervisor sees
+    exit 1 ("could not reach its server"). The README says ``--reconnect`` ends only on
+    Ctrl-C or a usage error. Correct: tell it once on stderr (naming the file and the
+    reason) and keep following the stream (retrying the rewrite), or end with a clear
+    one-line message and a documented exit code; never a traceback. Here the rewrite fails
+    because its temporary file's name is taken by a directory, which gives the same
+    ``OSError`` path as ENOSPC."""
+    cursor_file = tmp_path / "cursor.json"
+    blocker = tmp_path / "cursor.json.partial"
+
+    def kept() -> str:
+        with suppress(OSError):
+            return cursor_file.read_text()
+        return ""
+
+    async def scenario() -> tuple[int, list[str], str, str]:
+        async with serve() as h:
+            tail = tail_process(
+                "--reconnect", "--target", h.target, "--cursor-file", str(cursor_file)
+            )
+            try:
+                assert tail.stdout is not None and tail.stderr is not None
+                # Subscribed: the cursor file was rewritten with the stream's id.
+                await until(lambda: h.broker.stream_id in kept())
+                blocker.mkdir()  # the next rewrite fails, as on ENOSPC
+                h.broker.publish(make_trace(), [make_finding(explanation="f1")])
+                lines = [await asyncio.to_thread(tail.stdout.readline)]
+                told = await asyncio.to_thread(tail.stderr.readline)
+                h.broker.publish(make_trace(), [make_finding(explanation="f2")])
+                lines.append(await asyncio.to_thread(tail.stdout.readline))
+                tail.send_signal(signal.SIGTERM)  # still following: it ends as on Ctrl-C
+                rest, err = await asyncio.to_thread(tail.communicate, timeout=30)
+            finally:
+                tail.kill()
+            return tail.returncode, lines + rest.splitlines(), told, err
+
+    code, lines, told, err = asyncio.run(scenario())
+    assert told == (
+        f"toolwatch tail: --cursor-file {cursor_file}: cannot rewrite it (Is a directory:"
+        f" {blocker}); following the stream all the same and trying again: until it is"
+        " rewritten, a run started now resumes from where it last was\n"
+    )
+    assert (code, err) == (128 + signal.SIGTERM, "")  # told once; no traceback
+    assert explanations("".join(lines)) == ["f1", "f2"]
+
+
 @pytest.mark.parametrize(
     "text",
     [

@@ -99,6 +99,36 @@ def test_a_timer_that_fires_after_the_flush_writes_nothing_more(tmp_path: Path) 
     assert kept(file) == {"elsewhere": 7}
 
 
+def test_a_file_that_cannot_be_rewritten_mid_run_is_told_once_and_tried_again(
+    tmp_path: Path,
+) -> None:
+    """A full disk or a volume remounted read-only (here: the rewrite's ``.partial`` name
+    taken by a directory) is no traceback: told once, naming the file and the reason, the
+    file left as it was until a rewrite works, and told then."""
+    file = tmp_path / "tail.cursor"
+    told: list[str] = []
+    clock, timers = Clock(), Timers()
+    cursor = _Cursor.load(file, clock, timers, warn=told.append)
+    cursor.stream_id = "s1"
+    blocker = tmp_path / "tail.cursor.partial"
+    blocker.mkdir()
+    for sequence in (1, 2, 3):
+        clock.now += 1
+        cursor.handled(sequence)  # each tries the rewrite
+    cursor.flush()
+    assert kept(file) == {}
+    assert told == [
+        f"--cursor-file {file}: cannot rewrite it (Is a directory: {blocker}); following the"
+        " stream all the same and trying again: until it is rewritten, a run started now"
+        " resumes from where it last was"
+    ]
+    blocker.rmdir()
+    clock.now += 1
+    cursor.handled(4)
+    assert kept(file) == {"s1": 4}
+    assert told[1:] == [f"--cursor-file {file}: rewritten again"]
+
+
 def test_without_a_file_nothing_is_written(tmp_path: Path) -> None:
     cursor, _clock, timers = cursor_at(None)
     cursor.handled(1)
