@@ -65,6 +65,7 @@ __all__ = [
     "is_loopback",
     "load_config",
     "parse_listen_address",
+    "parse_port",
     "read_token_file",
 ]
 
@@ -107,11 +108,22 @@ def parse_listen_address(value: str) -> tuple[str, int]:
         raise ValueError(f"{value!r}: an IPv6 host is written in brackets: [{host}]:{port_text}")
     elif not _HOST_NAME.fullmatch(host):
         raise ValueError(f"{value!r}: {host!r} is not a host name or an IPv4 address")
-    # str.isdigit() takes digits of any script ("\u0663", "\u00b2"), which gRPC does not.
-    if not (port_text.isascii() and port_text.isdigit()) or not 0 <= int(port_text) <= 65535:
-        hint = "" if port_text.isascii() else ", in the ASCII digits 0-9"
-        raise ValueError(f"{value!r}: port must be a number from 0 to 65535{hint}")
-    return host, int(port_text)
+    try:
+        port = parse_port(port_text)
+    except ValueError as exc:
+        raise ValueError(f"{value!r}: {exc}") from None
+    return host, port
+
+
+def parse_port(text: str) -> int:
+    """The TCP port ``text`` gives (0 to 65535, in ASCII digits), as listeners and ``tail``'s
+    ``--target`` take it; raises ``ValueError`` saying what a port must be."""
+    # str.isdigit() takes digits of any script ("\u0663", "\u00b2"), which gRPC does not,
+    # and gRPC dials a port above 65535 modulo 65536.
+    if not (text.isascii() and text.isdigit()) or not 0 <= int(text) <= 65535:
+        hint = "" if text.isascii() else ", in the ASCII digits 0-9"
+        raise ValueError(f"port must be a number from 0 to 65535{hint}")
+    return int(text)
 
 
 def is_loopback(host: str) -> bool:

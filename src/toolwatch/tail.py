@@ -55,7 +55,7 @@ from typing import Any, Final, Protocol, TextIO
 import grpc
 
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
-from toolwatch.config import is_loopback, read_token_file
+from toolwatch.config import is_loopback, parse_port, read_token_file
 from toolwatch.sinks.findings import format_timestamp
 from toolwatch.sinks.stream import (
     KEEPALIVE_SECONDS,
@@ -213,10 +213,13 @@ def run_tail(
         agents=list(agents),
         missed_after=True,
     )
-    host, colon, port = target.rpartition(":")
-    if not colon or not host or not port.isdigit():  # gRPC would dial port 443 unasked
-        err.write(f"toolwatch tail: --target {target!r} is not HOST:PORT (listen.stream)\n")
+    problem = _target_problem(target)
+    if problem is not None:
+        err.write(
+            f"toolwatch tail: --target {target!r} is not HOST:PORT (listen.stream){problem}\n"
+        )
         return EXIT_USAGE
+    host = target.rpartition(":")[0]
     if access.bearer_token_file is not None and not access.secure and not _local(host):
         err.write(
             f"toolwatch tail: warning: the bearer token goes to {target} without TLS, in clear"
@@ -232,6 +235,22 @@ def run_tail(
         return _subscriptions(session, request, reconnect, (sleep, clock))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+
+
+def _target_problem(target: str) -> str | None:
+    """What makes ``target`` no ``HOST:PORT`` (``""``: no port, or no host), or ``None``.
+    Checked before dialling, as ``listen.*`` addresses are checked: without a port gRPC dials
+    443 unasked, a port above 65535 modulo 65536 (another service's, perhaps), and one in
+    other digits than ASCII not at all; each an outage that ``--reconnect`` would retry
+    forever."""
+    host, colon, port = target.rpartition(":")
+    if not colon or not host:
+        return ""
+    try:
+        parse_port(port)
+    except ValueError as e:
+        return f": {e}"
+    return None
 
 
 def _subscriptions(

@@ -579,6 +579,38 @@ def test_tail_warns_before_sending_a_token_beyond_loopback_in_clear_text(
     assert result.stderr.splitlines()[-1].startswith("toolwatch tail: cannot reach")
 
 
+@pytest.mark.parametrize("port", ["70000", "99999", "\u0664\u0663\u0661\u0669"])
+def test_target_port_out_of_range_is_a_usage_error(port: str) -> None:
+    """User-visible harm: README (Exit codes) says a ``--target`` that is no HOST:PORT is a
+    usage error, 2, also with ``--reconnect`` (which otherwise "ends only on Ctrl-C, 130, or
+    a usage error"). ``tail`` checks only ``port.isdigit()``: a port above 65535 is handed
+    to gRPC, which silently dials it modulo 65536 (``127.0.0.1:99999`` connects to 34463:
+    another service's port, or a refused connection), and a port in non-ASCII digits
+    (``isdigit`` takes Arabic-Indic digits) fails to resolve. Both are then reported as an
+    outage, exit 1, and ``tail --reconnect`` (a systemd unit, a bot) retries them forever.
+    Correct: refuse them before dialling, exit 2, as ``listen.*`` addresses are refused
+    (``config.parse_listen_address``: "port must be a number from 0 to 65535"); the check
+    is in ``tail.run_tail``."""
+    target = f"127.0.0.1:{port}"
+    try:
+        done = subprocess.run(
+            [toolwatch_script(), "tail", "--reconnect", "--target", target],
+            capture_output=True,
+            text=True,
+            env=clean_env(),
+            timeout=8,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"tail --reconnect --target {target} kept retrying (no usage error)")
+    hint = "" if port.isascii() else ", in the ASCII digits 0-9"
+    assert (done.returncode, done.stderr) == (
+        2,
+        f"toolwatch tail: --target {target!r} is not HOST:PORT (listen.stream): port must be"
+        f" a number from 0 to 65535{hint}\n",
+    )
+
+
 def test_tail_reconnect_waits_for_an_unreachable_stream_until_interrupted() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))

@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from toolwatch.config import ConfigError, is_loopback, load_config, parse_listen_address
+from toolwatch.config import (
+    ConfigError,
+    is_loopback,
+    load_config,
+    parse_listen_address,
+    parse_port,
+)
 
 
 @pytest.mark.parametrize(
@@ -25,6 +31,16 @@ from toolwatch.config import ConfigError, is_loopback, load_config, parse_listen
 )
 def test_addresses_that_parse(value: str, parsed: tuple[str, int]) -> None:
     assert parse_listen_address(value) == parsed
+
+
+def test_a_port_is_0_to_65535_in_ascii_digits_wherever_it_is_given() -> None:
+    """``parse_port``: what ``listen.*`` and ``tail --target`` both take."""
+    assert [parse_port(text) for text in ("0", "4319", "65535")] == [0, 4319, 65535]
+    for text in ("", "-1", "65536", "99999", "+1", " 1", "1.0"):
+        with pytest.raises(ValueError, match=r"^port must be a number from 0 to 65535$"):
+            parse_port(text)
+    with pytest.raises(ValueError, match=r"65535, in the ASCII digits 0-9$"):
+        parse_port("\u0664\u0663\u0661\u0669")
 
 
 @pytest.mark.parametrize(
