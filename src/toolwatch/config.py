@@ -42,7 +42,15 @@ from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings,
 from toolwatch.ingest.decode import DecodeOptions
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Decoder
 from toolwatch.references.settings import GoldenSettings, ShadowSettings
-from toolwatch.sections import WEEK_SECONDS, FilePath, UniqueKeyLoader, takes_null, unknown_key
+from toolwatch.sections import (
+    WEEK_SECONDS,
+    FilePath,
+    Seconds,
+    UniqueKeyLoader,
+    seconds_to_ns,
+    takes_null,
+    unknown_key,
+)
 from toolwatch.sections import Section as _Section
 
 __all__ = [
@@ -263,10 +271,10 @@ class IngestSettings(_Section):
 
 
 class AssemblySettings(_Section):
-    completion_wait_seconds: float = Field(2.0, gt=0, le=WEEK_SECONDS)
-    max_trace_age_seconds: float = Field(300.0, gt=0, le=WEEK_SECONDS)
-    local_parent_wait_seconds: float | None = Field(None, gt=0, le=WEEK_SECONDS)
-    late_span_window_seconds: float = Field(300.0, ge=0, le=WEEK_SECONDS)
+    completion_wait_seconds: Seconds = Field(2.0, gt=0, le=WEEK_SECONDS)
+    max_trace_age_seconds: Seconds = Field(300.0, gt=0, le=WEEK_SECONDS)
+    local_parent_wait_seconds: Seconds | None = Field(None, gt=0, le=WEEK_SECONDS)
+    late_span_window_seconds: Seconds = Field(300.0, ge=0, le=WEEK_SECONDS)  # 0: off
     max_traces: int = Field(10_000, gt=0)
     max_spans_per_trace: int = Field(5_000, gt=0)
     max_buffered_spans: int = Field(200_000, gt=0)
@@ -313,12 +321,14 @@ class AssemblySettings(_Section):
 
     def limits(self) -> AssemblyLimits:
         return AssemblyLimits(
-            completion_wait_ns=_ns(self.completion_wait_seconds),
-            max_trace_age_ns=_ns(self.max_trace_age_seconds),
+            completion_wait_ns=seconds_to_ns(self.completion_wait_seconds),
+            max_trace_age_ns=seconds_to_ns(self.max_trace_age_seconds),
             local_parent_wait_ns=(
-                0 if self.local_parent_wait_seconds is None else _ns(self.local_parent_wait_seconds)
+                0
+                if self.local_parent_wait_seconds is None
+                else seconds_to_ns(self.local_parent_wait_seconds)
             ),
-            late_span_window_ns=_ns(self.late_span_window_seconds),
+            late_span_window_ns=seconds_to_ns(self.late_span_window_seconds),
             max_traces=self.max_traces,
             max_spans_per_trace=self.max_spans_per_trace,
             max_buffered_spans=self.max_buffered_spans,
@@ -476,7 +486,7 @@ class TlsSettings(_Section):
     client_names: tuple[str, ...] = ()
     listeners: tuple[Listener, ...] = LISTENERS
     # Above 240, ToolwatchSecurityFilesNotReloaded may miss a failure (Config.warnings).
-    reload_seconds: float = Field(60.0, gt=0, le=3600)
+    reload_seconds: Seconds = Field(60.0, gt=0, le=3600)
 
     @field_validator("listeners")
     @classmethod
@@ -608,7 +618,7 @@ class AuthSettings(_Section):
     """
 
     bearer_token_file: FilePath
-    reload_seconds: float = Field(10.0, gt=0, le=3600)  # as TlsSettings.reload_seconds
+    reload_seconds: Seconds = Field(10.0, gt=0, le=3600)  # as TlsSettings.reload_seconds
     listeners: tuple[Listener, ...] = ("grpc", "http", "stream")
 
     @field_validator("listeners")
@@ -859,10 +869,6 @@ def _unwritable(target: str | None) -> str | None:
     if not os.access(writes, os.W_OK):
         return f"{writes} is not writable"
     return None
-
-
-def _ns(seconds: float) -> int:
-    return int(seconds * 1_000_000_000)
 
 
 def _source(path: Path | None) -> str:

@@ -11,7 +11,9 @@
   would take them as 1 (``max_request_bytes: true`` is a 1-byte limit). Strings still convert,
   as environment overrides need.
 
-Durations that become nanoseconds are at most ``WEEK_SECONDS``. A file a setting names
+Durations that become nanoseconds are at most ``WEEK_SECONDS``, and ``Seconds`` refuses a
+positive one below a nanosecond: it would become 0 ns, which their consumers refuse (a wait
+of 0, a crash at start-up) or read as off. A file a setting names
 (``FilePath``) is not an empty path: read as a path, that is the directory it is relative to.
 
 ``UniqueKeyLoader`` reads the YAML files (the configuration, golden cases) refusing a key given
@@ -28,15 +30,17 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 __all__ = [
     "WEEK_SECONDS",
     "FilePath",
+    "Seconds",
     "Section",
     "UniqueKeyLoader",
     "keys_at",
+    "seconds_to_ns",
     "takes_null",
     "unknown_key",
 ]
@@ -45,6 +49,25 @@ __all__ = [
 #: verifications): more than a week is a typo, and the nanoseconds of a huge one overflow
 #: the clock's arithmetic.
 WEEK_SECONDS = 7 * 86_400
+
+
+def seconds_to_ns(seconds: float) -> int:
+    """A duration in seconds as the clock's whole nanoseconds (what is below one is dropped)."""
+    return int(seconds * 1_000_000_000)
+
+
+def _not_below_a_nanosecond(seconds: float) -> float:
+    if seconds > 0 and seconds_to_ns(seconds) == 0:
+        raise ValueError(
+            "below one nanosecond, the clock's unit, so it would be 0: give at least 1e-09"
+        )
+    return seconds
+
+
+#: A duration in seconds that becomes nanoseconds (``seconds_to_ns``): a positive one below a
+#: nanosecond is refused, naming the field, where the file is loaded; its bounds are the
+#: field's (``gt=0``, or ``ge=0`` where 0 turns it off, and ``le=WEEK_SECONDS``).
+Seconds = Annotated[float, AfterValidator(_not_below_a_nanosecond)]
 
 
 def _not_empty_path(path: Any) -> Any:
@@ -80,9 +103,12 @@ class Section(BaseModel):
 
 
 def _numeric(annotation: Any) -> bool:
-    """Whether ``annotation`` takes numbers and not booleans (``int``, ``float | None``)."""
+    """Whether ``annotation`` takes numbers and not booleans (``int``, ``float | None``,
+    ``Seconds | None``)."""
     if annotation in (int, float):
         return True
+    if get_origin(annotation) is Annotated:
+        return _numeric(get_args(annotation)[0])
     if get_origin(annotation) in (Union, types.UnionType):
         options = get_args(annotation)
         return bool not in options and any(_numeric(a) for a in options)

@@ -529,6 +529,46 @@ def test_check_config_refuses_what_serve_refuses_in_its_words(
     assert checked.stderr.startswith("toolwatch: configuration error\n")
 
 
+@pytest.mark.parametrize(
+    "assembly",
+    [
+        "{completion_wait_seconds: 0.0000000001}",
+        "{completion_wait_seconds: 1.0e-12, max_trace_age_seconds: 1.0e-10}",
+    ],
+)
+def test_durations_below_a_nanosecond_are_refused_up_front(tmp_path: Path, assembly: str) -> None:
+    """User-visible harm: ``check-config`` says ``ok`` for a positive assembly duration
+    below one nanosecond (``gt=0`` passes), but ``AssemblySettings.limits()`` truncates it
+    to 0 ns and ``AssemblyLimits`` then raises ``ValueError: completion_wait_ns: must be at
+    least 1, got 0``: ``serve`` dies at start with a Python traceback and exit 1 (not the
+    documented 2 with file/field/reason), and so does ``replay``. The README promises that
+    a value check-config accepts does not stop serve or replay later. (The same truncation
+    turns ``local_parent_wait_seconds: 1e-10`` into 0, which means "off": accepted and
+    silently ignored.) Correct: refuse at load, naming the file, the field and the reason
+    (a minimum of 1 ns, or round up), in ``config.AssemblySettings``."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(f"assembly: {assembly}\n")
+    capture = tmp_path / "run.otlp.jsonl"
+    example = json.loads((EXAMPLES / "unverified-refund.otlp.json").read_text())
+    capture.write_text(json.dumps(example) + "\n")
+    free = [
+        arg
+        for name in ("grpc", "http", "metrics", "stream")
+        for arg in (f"--{name}-listen", "127.0.0.1:0")
+    ]
+    checked = run_cli("check-config", str(config))
+    replayed = run_cli("replay", "--config", str(config), str(capture))
+    served = run_cli("serve", "--config", str(config), *free)
+    refused = (
+        f"  {config}: assembly.completion_wait_seconds: below one nanosecond, the clock's unit,"
+        " so it would be 0: give at least 1e-09"
+    )
+    for done in (checked, replayed, served):
+        assert done.returncode == 2, done.stderr
+        assert done.stderr.startswith("toolwatch: configuration error\n"), done.stderr
+        assert refused in done.stderr.splitlines()[2], done.stderr
+
+
 def test_serving_freezes_the_start_up_heap_and_collects_cycles_less_often() -> None:
     # In a fresh interpreter: the collector's state is process-wide.
     code = (

@@ -133,6 +133,38 @@ def test_an_assembly_duration_is_at_most_a_week() -> None:
     assert week.assembly.limits().late_span_window_ns == 604_800 * 10**9
 
 
+@pytest.mark.parametrize(
+    "setting",
+    [
+        "assembly.completion_wait_seconds",
+        "assembly.max_trace_age_seconds",
+        "assembly.local_parent_wait_seconds",  # 0 ns would be off
+        "assembly.late_span_window_seconds",  # 0 ns would be off
+        "shadow.pair_timeout_seconds",
+        "policy.conversation_ttl_seconds",
+        "security.auth.reload_seconds",
+    ],
+)
+def test_a_duration_below_a_nanosecond_is_refused_naming_it(tmp_path: Path, setting: str) -> None:
+    """Durations become whole nanoseconds: one below a nanosecond would be 0, which crashed
+    start-up (a wait of 0) or turned the setting off, after check-config said ok."""
+    tokens = tmp_path / "tokens"
+    tokens.write_text("s3cret\n")
+    auth = {"security.auth.bearer_token_file": str(tokens)}
+    overrides = {**auth, setting: "1e-10"}
+    assert error_lines(None, overrides)[1:] == [
+        f"  command line/environment: {setting}: below one nanosecond, the clock's unit, so it"
+        " would be 0: give at least 1e-09 (got '1e-10')"
+    ]
+    if setting != "assembly.max_trace_age_seconds":  # it must outlast completion_wait
+        load_config(None, {**auth, setting: "1e-9"})  # a nanosecond: 1 ns
+
+
+def test_a_late_span_window_of_0_is_still_off() -> None:
+    config = load_config(None, {"assembly.late_span_window_seconds": 0})
+    assert config.assembly.limits().late_span_window_ns == 0
+
+
 def test_remembered_trace_ids_are_bounded() -> None:
     lines = error_lines(None, {"assembly.max_remembered_traces": 10**12})
     assert (

@@ -36,7 +36,7 @@ from pydantic import (
 
 from toolwatch.model import Severity
 from toolwatch.names import NameNormalizer, fold, strip_prefix
-from toolwatch.sections import WEEK_SECONDS
+from toolwatch.sections import WEEK_SECONDS, Seconds
 from toolwatch.sections import Section as _Section
 
 __all__ = [
@@ -294,7 +294,7 @@ class PolicySettings(_Section):
     aliases: dict[ToolName, ToolName] = Field(default_factory=dict)
     tool_prefix: str | None = None
     verification_scope: Literal["run", "conversation"] = "run"
-    conversation_ttl_seconds: float = Field(3600.0, gt=0, le=WEEK_SECONDS)
+    conversation_ttl_seconds: Seconds = Field(3600.0, gt=0, le=WEEK_SECONDS)
 
     @field_validator("aliases")
     @classmethod

@@ -17,7 +17,7 @@ from typing import Annotated, Literal, Self
 
 from pydantic import AfterValidator, Field, model_validator
 
-from toolwatch.sections import WEEK_SECONDS, FilePath
+from toolwatch.sections import WEEK_SECONDS, FilePath, Seconds
 from toolwatch.sections import Section as _Section
 
 __all__ = [
@@ -85,7 +85,7 @@ class ShadowSettings(_Section):
     role_attribute: _AttributeKey = DEFAULT_ROLE_ATTRIBUTE
     source_value: _RoleValue = "source"
     target_value: _RoleValue = "target"
-    pair_timeout_seconds: float = Field(
+    pair_timeout_seconds: Seconds = Field(
         default=60.0,
         gt=0,
         le=WEEK_SECONDS,
