@@ -11,12 +11,14 @@ Files may be gzip-compressed (a rotated Collector export). Spans the server woul
 all-zero id, say) are left out as there, each named on stderr with its file and line.
 
 Memory: files are read a line at a time and each ToolTrace is evaluated as it is read, so
-ToolTrace lines cost what one run holds, however many there are (the findings, and runs that
-carry a shadow pair key, are kept for the report). Every span of OTLP input is held until
-the input ends (about three times the size of the OTLP/JSON), so spans of one trace come
-together whatever the order of the files, and their runs are then evaluated in the order
-they started, as ``serve`` judges them live (a conversation's turns in turn); with
-``--stream`` a trace is evaluated once the recording has moved on past it
+ToolTrace lines cost what one run holds, however many there are (and the id of each run, to
+evaluate a run read twice once; runs that carry a shadow pair key and failed golden cases are
+kept for the report). Findings are counted, not held: the JSON report's list of them is
+spooled to a temporary file (``replay_report.ReportBuilder``'s ``listing``). Every span of
+OTLP input is held until the input ends (about three times the size of the OTLP/JSON), so
+spans of one trace come together whatever the order of the files, and their runs are then
+evaluated in the order they started, as ``serve`` judges them live (a conversation's turns
+in turn); with ``--stream`` a trace is evaluated once the recording has moved on past it
 (``_OfflineAssembler``), for a large capture in time order, and the files are read together,
 in recorded time (``_in_time_order``). A file that is one pretty-printed JSON document is
 read whole.
@@ -57,7 +59,7 @@ from toolwatch.metrics import NoopMetrics
 from toolwatch.model import GoldenCase, ManualClock, ReferenceKind, ToolTrace
 from toolwatch.references.conversations import ConversationMemory
 from toolwatch.references.shadow import ShadowJoiner, ShadowPair
-from toolwatch.replay_report import Gate, Report, ReportBuilder, parse_gate
+from toolwatch.replay_report import Gate, Listing, Report, ReportBuilder, parse_gate
 from toolwatch.sinks.tooltraces import tooltrace_from_dict
 
 __all__ = [
@@ -124,14 +126,19 @@ def run_replay(args: argparse.Namespace, config: Config) -> int:
         print("toolwatch replay: - (standard input) can be read only once", file=sys.stderr)
         return EXIT_USAGE
     progress = _Progress(sys.stderr, enabled=not args.no_progress and sys.stderr.isatty())
+    # The text report counts findings; the JSON one lists them, spooled to a temporary file.
+    listing: Listing = "spooled" if args.format == "json" else "counted"
     try:
         traces = load_tool_traces(args.files, config, progress, _warn, stream=args.stream)
-        report = evaluate_offline(traces, config, gates)  # as they are read
+        report = evaluate_offline(traces, config, gates, listing=listing)  # as they are read
     except (ReplayInputError, OSError) as exc:
         print(f"toolwatch replay: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    out = report.to_json() if args.format == "json" else report.to_text()
-    print(out)
+    if args.format == "json":  # a reader that leaves is the CLI's (BrokenPipeError)
+        report.write_json(sys.stdout)
+        print()
+    else:
+        print(report.to_text())
     return EXIT_OK if report.passed else EXIT_GATE
 
 
@@ -139,12 +146,19 @@ def _warn(message: str) -> None:
     print(f"toolwatch replay: {message}", file=sys.stderr)
 
 
-def evaluate_offline(traces: Iterable[ToolTrace], config: Config, gates: Sequence[Gate]) -> Report:
-    """Evaluate ``traces`` as ``serve`` would, each as it comes, and build the report."""
+def evaluate_offline(
+    traces: Iterable[ToolTrace],
+    config: Config,
+    gates: Sequence[Gate],
+    *,
+    listing: Listing = "kept",
+) -> Report:
+    """Evaluate ``traces`` as ``serve`` would, each as it comes, and build the report;
+    ``listing`` says what it keeps of the findings (``ReportBuilder``)."""
     settings = EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
     pipeline = EvaluationPipeline(settings)
     golden = build_references(config)[0]
-    builder = ReportBuilder(settings, gates, golden)
+    builder = ReportBuilder(settings, gates, golden, listing=listing)
     halves = _ShadowHalves(config)
     shadow = config.shadow
     seen: set[tuple[str, str | None]] = set()  # runs read twice (overlapping files) count once

@@ -11,16 +11,25 @@ A golden case failed when ``composite`` gives its run a failure type (``not_trig
 ``wrong_tool``, ``wrong_arguments``) or, the tools being right, when the run raised a finding
 against the case (a wrong order, a refusal where none was expected or the reverse, a wrong
 call count): its failure type is then that finding's category.
+
+Findings are counted by category and severity as they come; the findings themselves, which
+only the JSON report lists, are kept as ``ReportBuilder``'s ``listing`` says: ``kept`` in
+memory (a caller that reads ``Report.finding_list``), ``spooled`` to an unnamed temporary file
+(``replay --format json``: memory does not grow with them) or only ``counted`` (the text
+report).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import math
+import tempfile
+import textwrap
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import IO, Any, Literal
 
 from toolwatch.evaluation import composite, structure
 from toolwatch.evaluation.composite import failure_type
@@ -31,7 +40,10 @@ from toolwatch.metrics import UNMATCHED_CASE_REASONS
 from toolwatch.model import Category, Finding, GoldenCase, ReferenceKind, ToolTrace
 from toolwatch.references.golden import CaseTally, GoldenCaseSet
 
-__all__ = ["Gate", "Report", "ReportBuilder", "parse_gate"]
+__all__ = ["Gate", "Listing", "Report", "ReportBuilder", "parse_gate"]
+
+#: What ``ReportBuilder`` keeps of the findings (module docstring).
+Listing = Literal["kept", "spooled", "counted"]
 
 _ANY = "any"
 #: The score keys of each evaluator (the others have ``score`` alone).
@@ -88,6 +100,28 @@ def parse_gate(text: str, kind: Literal["min", "max"]) -> Gate:
     return Gate(kind, name, limit)
 
 
+class _Spool:
+    """Findings as the JSON report lists them, one JSON line each in an unnamed temporary
+    file (about 400 bytes a finding on disk, none held in memory), read back in order."""
+
+    def __init__(self) -> None:
+        # Open as long as the report lives; unnamed, so gone with the process whatever ends it.
+        self._file = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
+
+    def add(self, finding: Finding) -> None:
+        self._file.write(json.dumps(_finding_dict(finding), allow_nan=False) + "\n")
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        self._file.seek(0)
+        for line in self._file:
+            record: dict[str, Any] = json.loads(line)
+            yield record
+
+
+#: Where the findings go in the JSON document, until they are written there one by one.
+_LISTED = "\x00findings\x00"
+
+
 @dataclass(frozen=True, slots=True)
 class FailedCase:
     case_id: str
@@ -109,7 +143,9 @@ class Report:
     failed_cases: list[FailedCase]
     gates: list[tuple[Gate, float, bool]]
     evaluator_failures: dict[str, int] = field(default_factory=dict)
-    finding_list: list[Finding] = field(default_factory=list)
+    finding_list: list[Finding] = field(default_factory=list)  # when kept in memory
+    listing: Listing = "kept"
+    spooled: _Spool | None = field(default=None, repr=False, compare=False)
     incomplete: dict[str, int] = field(default_factory=dict)  # reason -> runs
     duplicates: int = 0  # runs read again (same trace and run span), skipped
     # Case ids that the runs of a trace named and none of them was matched to -> traces: not
@@ -130,7 +166,17 @@ class Report:
         return all(ok for _gate, _value, ok in self.gates)
 
     def to_json(self) -> str:
-        return json.dumps(
+        """The JSON report (``write_json``) as one string."""
+        out = io.StringIO()
+        self.write_json(out)
+        return out.getvalue()
+
+    def write_json(self, out: IO[str]) -> None:
+        """Write the JSON report to ``out``, its findings one at a time (from the spool, when
+        they were spooled). Raises ``ValueError`` if they were only counted."""
+        if self.listing == "counted":
+            raise ValueError("the findings were counted, not listed: no JSON report")
+        text = json.dumps(
             {
                 "passed": self.passed,
                 "traces": self.traces,
@@ -144,7 +190,7 @@ class Report:
                     for g, v, ok in self.gates
                 ],
                 "evaluator_failures": self.evaluator_failures,
-                "findings": [_finding_dict(f) for f in self.finding_list],
+                "findings": _LISTED,
                 "incomplete": self.incomplete,
                 "duplicates": self.duplicates,
                 "shadow_sources": {"runs": self.sources, "findings": self.source_findings},
@@ -159,6 +205,16 @@ class Report:
             sort_keys=True,
             allow_nan=False,  # NaN is not JSON
         )
+        head, tail = text.split(json.dumps(_LISTED))
+        out.write(head)
+        records = self.spooled.records() if self.spooled else map(_finding_dict, self.finding_list)
+        written = 0
+        for record in records:  # as json.dumps would indent them, in the list at 2 levels
+            listed = json.dumps(record, indent=2, sort_keys=True, allow_nan=False)
+            out.write(("[\n" if not written else ",\n") + textwrap.indent(listed, " " * 4))
+            written += 1
+        out.write("\n  ]" if written else "[]")
+        out.write(tail)
 
     def _input_notes(self) -> list[str]:
         """What the figures below leave out, under the header line."""
@@ -252,13 +308,16 @@ class Report:
 class ReportBuilder:
     """Accumulates results trace by trace; ``build`` computes means and applies gates.
     With ``golden``, it also tells which case ids runs named that the file does not hold,
-    and which cases no complete run exercised."""
+    and which cases no complete run exercised. ``listing`` says what it keeps of the
+    findings (module docstring): what it holds per finding is nothing unless ``kept``."""
 
     def __init__(
         self,
         settings: EvaluationSettings,
         gates: Sequence[Gate],
         golden: GoldenCaseSet | None = None,
+        *,
+        listing: Listing = "kept",
     ) -> None:
         self._settings = settings
         self._gates = list(gates)
@@ -271,7 +330,10 @@ class ReportBuilder:
         self._sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
         self._key_counts: dict[str, Counter[str]] = defaultdict(Counter)
         self._counts: Counter[str] = Counter()
-        self._findings: list[Finding] = []
+        self._listing: Listing = listing
+        self._by_category: dict[str, Counter[str]] = defaultdict(Counter)  # -> severity
+        self._findings: list[Finding] = []  # kept
+        self._spool = _Spool() if listing == "spooled" else None
         self._category_runs: Counter[str] = Counter()
         self._categories: dict[str, list[float]] = defaultdict(list)  # composite scores
         self._category_failed: Counter[str] = Counter()
@@ -343,7 +405,14 @@ class ReportBuilder:
             for key, value in evaluated.scores.items():
                 self._sums[evaluated.evaluator][key] += value
                 self._key_counts[evaluated.evaluator][key] += 1
-        self._findings += [f for f in result.findings if only is None or f.reference is only]
+        for finding in result.findings:
+            if only is not None and finding.reference is not only:
+                continue
+            self._by_category[str(finding.category)][str(finding.severity)] += 1
+            if self._spool is not None:
+                self._spool.add(finding)
+            elif self._listing == "kept":
+                self._findings.append(finding)
         for evaluator, _message in result.failures:
             self._evaluator_failures[evaluator] += 1
 
@@ -378,9 +447,6 @@ class ReportBuilder:
             }
             for name, n in self._counts.items()
         }
-        findings: dict[str, Counter[str]] = defaultdict(Counter)
-        for finding in self._findings:
-            findings[str(finding.category)][str(finding.severity)] += 1
         categories: dict[str, dict[str, float]] = {}
         for name, runs in self._category_runs.items():
             figures = {"runs": float(runs), "failed": float(self._category_failed[name])}
@@ -397,13 +463,15 @@ class ReportBuilder:
         report = Report(
             traces=self._traces,
             scores=scores,
-            findings={k: dict(v) for k, v in findings.items()},
+            findings={k: dict(v) for k, v in self._by_category.items()},
             categories=categories,
             failure_types=dict(self._failure_types),
             failed_cases=self._failed,
             gates=[],
             evaluator_failures=dict(self._evaluator_failures),
             finding_list=self._findings,
+            listing=self._listing,
+            spooled=self._spool,
             incomplete=dict(self._incomplete),
             duplicates=self._duplicates,
             unknown_case_ids=dict(unmatched["unknown_case"]),

@@ -929,6 +929,71 @@ def test_replay_conversation_scope_does_not_depend_on_file_order(
     )
 
 
+def _dump_lines(tmp_path: Path, runs: int) -> Path:
+    """``runs`` ToolTrace lines (as ``--dump-tooltraces`` writes them), each an unverified
+    refund: one MISSING_VERIFICATION_STEP finding per run."""
+    call = {
+        "tool_name": "issue_refund", "raw_name": "issue_refund",
+        "arguments": {"order_id": "A-1001", "amount_usd": 25.0}, "arguments_error": None,
+        "call_id": "call_2", "parent_call_id": None, "sequence_index": 0,
+        "parallel_group": None, "status": "ok", "error_type": None, "agent": "refund-bot",
+        "span_id": "67d3cf736c84a795", "start_ns": 1767000000040000000,
+        "end_ns": 1767000000050000000, "result": "ok", "hosted": False, "handoff": False,
+    }  # fmt: skip
+    run = {
+        "format": "toolwatch.tooltrace/v1", "trace_id": "", "run_span_id": "8ac1c32968d53856",
+        "service": "refund-agent", "agent": "refund-bot", "model": "gpt-4o",
+        "conversation_id": None, "calls": [call], "final_text": "Refunded.", "refusal": False,
+        "refusal_reason": None, "error_count": 0, "complete": True, "incomplete_reason": None,
+        "start_ns": 1767000000010000000, "end_ns": 1767000000080000000, "span_count": 4,
+        "reference_keys": {}, "shared_keys": {}, "agents": ["refund-bot"],
+    }  # fmt: skip
+    path = tmp_path / f"dump-{runs}.jsonl"
+    with path.open("w") as out:
+        for i in range(runs):
+            run["trace_id"] = f"{i + 1:032x}"
+            out.write(json.dumps(run) + "\n")
+    return path
+
+
+def _peak_rss_kib(config: Path, dump: Path, output: str) -> int:
+    """The peak resident memory (KiB) of ``toolwatch replay --config CONFIG --format OUTPUT
+    DUMP``."""
+    code = (
+        "import resource, subprocess, sys\n"
+        "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, check=False)\n"
+        "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)\n"
+    )
+    replay = [sys.executable, "-m", "toolwatch.cli", "replay", "--no-progress", "--config"]
+    done = subprocess.run(
+        [sys.executable, "-c", code, *replay, str(config), "--format", output, str(dump)],
+        capture_output=True, text=True, timeout=600, check=True,
+    )  # fmt: skip
+    return int(done.stdout.strip())
+
+
+@pytest.mark.parametrize("output", ["text", "json"])
+def test_replay_memory_per_run_with_findings_is_bounded_as_documented(
+    tmp_path: Path, output: str
+) -> None:
+    """User-visible harm: the README (Commands, replay) says ToolTrace lines "take what one
+    run holds (and about 240 bytes a run, to evaluate a run read twice once: 12 MiB for
+    50,000 runs)", so an operator sizes a CI runner from that. But ``ReportBuilder`` keeps
+    every ``Finding`` of every run (``_findings``, ``Report.finding_list``) until the end,
+    even for the text report, which never prints them: measured ~900 bytes a run with one
+    finding each, four times the figure, growing without bound with a noisy capture (a
+    rule that fires on most runs of a multi-million-run replay needs gigabytes). Correct:
+    keep counts for the text report and stream (or cap) the listed findings for ``--format
+    json``; or document the per-finding cost (``replay_report.ReportBuilder._take``)."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    small, large = 10_000, 60_000
+    before = _peak_rss_kib(config, _dump_lines(tmp_path, small), output)
+    after = _peak_rss_kib(config, _dump_lines(tmp_path, large), output)
+    per_run = (after - before) * 1024 / (large - small)
+    assert per_run <= 480, f"{per_run:.0f} bytes per run (README: about 270)"
+
+
 def _every(seconds: int) -> str:
     """``KB_CASES`` with its first case (kb-return-window) expected every ``seconds``."""
     field = f"expected_tools: [search_kb], expected_every_seconds: {seconds}}}"

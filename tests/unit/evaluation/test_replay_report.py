@@ -227,3 +227,37 @@ def test_a_category_shows_no_composite_mean_when_composite_does_not_run() -> Non
     built = builder.build()
     assert built.categories == {"refunds": {"runs": 1.0, "failed": 0.0}}  # read 0.0 before
     assert "  refunds                runs=1 failed=0\n" in built.to_text() + "\n"
+
+
+def _with_findings(listing: replay_report.Listing) -> Report:
+    """Three runs out of order against their case: a finding each, the third's trace id
+    its own."""
+    pipeline = EvaluationPipeline(SETTINGS)
+    builder = ReportBuilder(SETTINGS, [parse_gate("any=2", "max")], listing=listing)
+    golden = case("lookup", "refund")
+    for number in range(3):
+        run = trace("refund", "lookup", trace_id=f"{number + 1:032x}")
+        builder.add(run, golden, pipeline.evaluate(run, golden, None))
+    return builder.build()
+
+
+def test_findings_are_counted_and_listed_only_as_the_report_needs_them() -> None:
+    """The text report needs counts alone; the JSON report lists every finding, spooled to
+    a temporary file as they come, to the same document as when they are kept in memory (as
+    ``json.dumps`` indents it)."""
+    kept, spooled, counted = (_with_findings(listing) for listing in ("kept", "spooled", "counted"))
+    assert len(kept.finding_list) == 3
+    assert spooled.finding_list == counted.finding_list == []  # nothing held per finding
+    assert (
+        kept.findings == spooled.findings == counted.findings == {"TOOL_ORDER_DRIFT": {"high": 3}}
+    )
+    assert kept.to_text() == spooled.to_text() == counted.to_text()
+    assert [ok for _gate, _value, ok in counted.gates] == [False]
+    document = spooled.to_json()
+    assert document == kept.to_json()
+    assert document == json.dumps(json.loads(document), indent=2, sort_keys=True)
+    listed = [f["trace_id"] for f in json.loads(document)["findings"]]
+    assert listed == [f"{number + 1:032x}" for number in range(3)]
+    with pytest.raises(ValueError, match="counted, not listed"):
+        counted.to_json()
+    assert json.loads(report().to_json())["findings"] == []
