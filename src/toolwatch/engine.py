@@ -226,7 +226,12 @@ class Engine:
                 found = golden.lookup(run)
                 tally.add(found, run)
                 case = expected[i] = found.case
-                if case is not None and case.expected_every_seconds is not None:
+                # A candidate's copy of the canary keeps no schedule: its findings page no one.
+                if (
+                    case is not None
+                    and case.expected_every_seconds is not None
+                    and self._traffic(run) is Traffic.LIVE
+                ):
                     self._metrics.golden_case_judged(case.case_id)
         try:
             for run, case in zip(runs, expected, strict=True):

@@ -207,7 +207,7 @@ def held_size(value: Any) -> int:
         mapping: dict[Any, Any] = value  # typed: iterated as a dict, not a generic object
         size = _DICT_BYTES
         for key, item in mapping.items():
-            size += _ENTRY_BYTES + _STR_BYTES + len(key) + held_size(item)
+            size += _ENTRY_BYTES + _STR_BYTES + text_size(key) + held_size(item)  # keys too
         return size
     if kind is list:
         items: list[Any] = value

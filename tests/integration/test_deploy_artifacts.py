@@ -85,7 +85,7 @@ GRAFANA_VARIABLES = {
     "$__range": "1h",
     "$agent": ".*",
     "$tool": ".*",
-    "$traffic": "live",
+    "$traffic": "live|",  # the default selection: live, and series without the label
 }
 
 requires_promtool = pytest.mark.skipif(
@@ -306,6 +306,52 @@ def test_safety_categories_page_at_once(category: str) -> None:
     assert alert["for"] == "0m" and alert["labels"]["severity"] == "critical"
     selector = f'toolwatch_regressions_total{{traffic!="shadow",category="{category}"}}'
     assert f"increase({selector}[5m])" in alert["expr"]
+
+
+def _traffic_selection(which: str) -> str:
+    """The dashboard's ``traffic`` variable as Grafana sends it: its default selection, or
+    every option (a multi-value selection is sent as ``(a|b)``)."""
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    (variable,) = [v for v in dashboard["templating"]["list"] if v["name"] == "traffic"]
+    chosen = (
+        variable["current"]["value"]
+        if which == "default"
+        else [o["value"] for o in variable["options"]]
+    )
+    return chosen[0] if len(chosen) == 1 else "(" + "|".join(chosen) + ")"
+
+
+@requires_promtool
+@pytest.mark.parametrize(("which", "expected"), [("default", 2), ("every", 3)])
+def test_the_traffic_variable_keeps_series_without_the_label(
+    tmp_path: Path, which: str, expected: int
+) -> None:
+    """The rules read live traffic as ``traffic!="shadow"`` so that a toolwatch older than the
+    label (a fleet mid-upgrade, samples from before it) still pages; the dashboard a page
+    links to must show those findings too: by default live and unlabelled, not shadow."""
+    expr = next(e for e in _dashboard_exprs() if "DANGEROUS_ACTION_DRIFT|MISSING" in e)
+    for variable, value in {**GRAFANA_VARIABLES, "$traffic": _traffic_selection(which)}.items():
+        expr = expr.replace(variable, value)
+    base = (
+        'category="MISSING_VERIFICATION_STEP",severity="high",evaluator="safety",agent="a",tool="t"'
+    )
+    series = []
+    for traffic in ("", ',traffic="live"', ',traffic="shadow"'):
+        for name, values in (("total", "_ _ 1 1 1 1"), ("created", "_ _ 120 120 120 120")):
+            series.append(
+                {"series": f"toolwatch_regressions_{name}{{{base}{traffic}}}", "values": values}
+            )
+    test = {
+        "interval": "1m",
+        "input_series": series,
+        "promql_expr_test": [
+            {"expr": expr, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": expected}]}
+        ],
+    }
+    path = tmp_path / "dashboard.test.yaml"
+    path.write_text(yaml.safe_dump({"rule_files": [], "tests": [test]}, width=10_000))
+    result = _promtool("test", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 # --- metric names ---------------------------------------------------------------------------

@@ -120,8 +120,12 @@ class ShadowSettings(_Section):
 
     def is_target(self, reference_keys: Mapping[str, str]) -> bool:
         """Whether a run with these ``ToolTrace.reference_keys`` is a shadow target: the
-        candidate model's copy of a request (its actions are not production's)."""
-        return self._half(reference_keys) == "target"
+        candidate model's copy of a request (its actions are not production's). Its role
+        says so, with or without a pair key: a candidate sets its role once (a resource
+        attribute) and the key per request, which a hop may lose; without one it pairs
+        with nothing, but is still no production run."""
+        role = reference_keys.get(self.role_attribute) if self.enabled else None
+        return role is not None and self.role_of(role) == "target"
 
     def is_source(self, reference_keys: Mapping[str, str]) -> bool:
         """Whether a run with these ``ToolTrace.reference_keys`` is a shadow source: the
