@@ -74,7 +74,8 @@ SCRIPTED: dict[str, dict[str, Any]] = {
     # last, is the second run's (below).
     "refusal_output_guardrail": _run("support_agent", [], None, refusal=True),
     "refusal_input_guardrail": _run("support_agent", [], None, refusal=True),
-    # The guardrail's own model call (the client's span under the guardrail span) is no
+    # The guardrail's own model call (the client's span under the guardrail span, or
+    # beside the agent's turns recorded twice when no guardrail span is written) is no
     # output of the run either.
     "refusal_output_guardrail_client": _run("support_agent", [], None, refusal=True),
     # The run's final output is its tool's result: no text of the model's. The guardrail's
@@ -561,10 +562,13 @@ _AGENTS_CLIENT_GUARDRAIL_SPANS = {
     "openllmetry": (
         "OpenAIInstrumentor (opentelemetry-instrumentation-openai 0.62.4) patches every "
         "client. SURPRISE: no guardrail span, so the guardrail's 'openai.response' (scope "
-        "opentelemetry.instrumentation.openai.v1) hangs directly off 'support_agent.agent' and "
-        "is read as the agent's last model output: the refusal is lost and the verdict is the "
-        "final text. No span tells it apart (the agent's own calls are 'openai.response' too, "
-        "the SDK's with the client's inside)."
+        "opentelemetry.instrumentation.openai.v1) hangs directly off 'support_agent.agent', "
+        "like the agent's own calls ('openai.response' too, CLIENT). Only the shape tells it "
+        "apart: the agent's call is recorded twice, the SDK's span (scope "
+        "opentelemetry.instrumentation.openai_agents) with the client's directly inside, "
+        "while the guardrail's is the client's alone, no model span above or below it. "
+        "toolwatch reads such a call beside turns recorded twice as a check "
+        "(_calls_beside_double_records): the refusal is the run's, the verdict no answer."
     ),
     "otel_contrib": (
         "opentelemetry-instrumentation-openai-v2 2.4b0 records Chat Completions only: the "
@@ -585,10 +589,11 @@ _AGENTS_TOOL_OUTPUT_GUARDRAIL = (
 _AGENTS_TOOL_OUTPUT_GUARDRAIL_SPANS = {
     "openinference": "'output_safety' (GUARDRAIL) > 'Response' (LLM).",
     "openllmetry": (
-        "No guardrail span: the guardrail's 'openai.response' hangs off 'support_agent.agent' "
-        "and is read as the agent's last output (its verdict the final text). The agent's "
-        "own model call is two spans, the SDK's 'openai.response' (tool_call id 'call_...') "
-        "> the client's (id 'fc_...', the Responses item id): one request."
+        "No guardrail span: the guardrail's 'openai.response' hangs off 'support_agent.agent'. "
+        "The agent's own model call is two spans, the SDK's 'openai.response' (tool_call id "
+        "'call_...') > the client's (id 'fc_...', the Responses item id): one request. The "
+        "guardrail's, the client's alone beside it, is read as a check, as in "
+        "*__refusal_output_guardrail_client: no final text."
     ),
     "otel_contrib": (
         "'guardrail_check' (gen_ai.guardrail.triggered false) has no child: openai-v2 records "
@@ -613,10 +618,12 @@ _AGENTS_BLOCKING_GUARDRAIL_SPANS = {
         "'Agent Workflow' > 'support_agent.agent' (status OK: the SDK sets the trip's error "
         "on the turn span, which OpenLLMetry does not write) > the client's 'openai.response' "
         "(scope opentelemetry.instrumentation.openai.v1, the guardrail's call, the verdict). "
-        "SURPRISE: no guardrail span, and no span says the guardrail tripped: as in "
-        "*__refusal_output_guardrail_client, the guardrail's call hangs directly off "
-        "'support_agent.agent' and is read as the agent's last model output (the verdict the "
-        "final text); the refusal is unseen."
+        "SURPRISE: no guardrail span, and no span says the guardrail tripped. The guardrail's "
+        "call hangs directly off 'support_agent.agent' as in "
+        "*__refusal_output_guardrail_client, but here the agent's model was never called: no "
+        "turn recorded twice (the SDK's span with the client's inside) to set it apart from, "
+        "so it is still read as the agent's only model output (the verdict the final text); "
+        "the refusal is unseen."
     ),
     "otel_contrib": (
         "'guardrail_check' (gen_ai.guardrail.name input_safety, gen_ai.guardrail.triggered "
@@ -639,10 +646,12 @@ _AGENTS_TRIPPED_OUTPUT_GUARDRAIL_SPANS = {
         "{'guardrail': 'output_safety'}\", the only word of the trip."
     ),
     "openllmetry": (
-        "No guardrail span: the guardrail's 'openai.response' hangs off 'support_agent.agent' "
-        "and is read as the agent's last output (its verdict the final text); the agent span "
-        "ends ERROR with the status message \"{'message': 'Guardrail tripwire triggered', "
-        "'data': {'guardrail': 'output_safety'}}\", which is read."
+        "No guardrail span: the guardrail's 'openai.response' (the client's alone) hangs off "
+        "'support_agent.agent' beside the agent's turns, each recorded twice (the SDK's span "
+        "with the client's inside), and is read as a check, as in "
+        "*__refusal_output_guardrail_client: the withheld answer stays the final text. The "
+        "agent span ends ERROR with the status message \"{'message': 'Guardrail tripwire "
+        "triggered', 'data': {'guardrail': 'output_safety'}}\", which is read."
     ),
     "otel_contrib": (
         "'guardrail_check' (gen_ai.guardrail.name output_safety, gen_ai.guardrail.triggered "
@@ -666,8 +675,9 @@ _AGENTS_STREAMED_NOTES = {
         "(\"Guardrail tripwire triggered: {'guardrail': 'input_safety', 'type': "
         "'input_guardrail'}\"), so OpenLLMetry records it too (its repr of the SpanError), and "
         "no turn span is written. OpenLLMetry: the guardrail's own call hangs off the agent "
-        "span and is read as its output (the verdict the final text). Logfire: the agent "
-        "span is ERROR without a message; its guardrail span says triggered."
+        "span and, the agent's model never called (no turn recorded twice to set it apart "
+        "from), is read as its output (the verdict the final text). Logfire: the agent span "
+        "is ERROR without a message; its guardrail span says triggered."
     ),
 }
 _AGENTS_MCP = (
@@ -994,8 +1004,6 @@ _FINAL_TEXT: dict[tuple[str, str, str], str] = {
     ("vercel_ai", "*", "refusal"): "can't help with that request",
     ("openai_client", "logfire", "refusal"): "can't help with that request",
     ("openai_agents", "otel_contrib", "tool_output_guardrail_client"): "ResponseFunctionToolCall",
-    ("openai_agents", "openllmetry", "tool_output_guardrail_client"): '"is_flagged": false',
-    ("openai_agents", "openllmetry", "output_guardrail_tripped_client"): '"is_flagged": true',
     ("openai_agents", "openllmetry", "input_guardrail_blocking_stream"): '"is_flagged": true',
 }
 
@@ -1003,7 +1011,6 @@ _FINAL_TEXT: dict[tuple[str, str, str], str] = {
 #: Where the spans do not show a refusal the run made (the notes say why): the final text
 #: the run is read with instead.
 _REFUSAL_UNSEEN: dict[tuple[str, str, str], str | None] = {
-    ("openai_agents", "openllmetry", "refusal_output_guardrail_client"): '"is_flagged": false',
     ("openai_agents", "openllmetry", "input_guardrail_blocking_client"): '"is_flagged": true',
 }
 

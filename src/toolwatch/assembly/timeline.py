@@ -17,7 +17,10 @@ span and hangs that agent off the workflow root, shows it: it checks the run, it
 of it. Its model calls end after the run's own (an output guardrail runs on the final
 output; an input guardrail beside the first model call), so taken as the run's they were its
 last output, its verdict the run's final text, and a refusal under a guardrail read as an
-answer.
+answer. Nor is a model call a guardrail makes itself the run's output: one below a GUARDRAIL
+span (``_guardrail_calls``), or, where no guardrail span is written (OpenLLMetry), the
+client's span alone beside an agent's turns that are each recorded twice, the framework's
+span with the client's inside (``_calls_beside_double_records``).
 
 Workflow spans. An AGENT span that does no work of its own (no LLM or TOOL span has it as
 nearest agent) but contains other AGENT spans is a workflow, not an agent run: OpenInference
@@ -612,6 +615,9 @@ def _tool_trace(
     ranked = _by_precedence(run)
     identity = _Identity(ranked)
     checks = _guardrail_calls(run) if identity.guarded else _NO_SPANS
+    unheld = _calls_beside_double_records(run)
+    if unheld:
+        checks = checks | unheld
     # The calls a guardrail's own check asked for (a classifier by function calling) are
     # not the agent's.
     made = tuple(s for s in run.spans if s.span_id not in checks) if checks else run.spans
@@ -844,6 +850,72 @@ def _guardrail_calls(run: _Run) -> frozenset[bytes]:
     return frozenset(checks) if checks else _NO_SPANS
 
 
+def _calls_beside_double_records(run: _Run) -> frozenset[bytes]:
+    """The model calls made beside an agent whose own turns are each recorded twice, with
+    no guardrail span to say so: they are checks (``_guardrail_calls``), not its turns.
+
+    OpenLLMetry, with its ``openai`` instrumentation on beside its openai-agents one (as
+    ``Traceloop.init()`` does), records each of the agent's model calls twice: the SDK's
+    model span directly under the agent span, the client's directly inside it. It writes no
+    guardrail span, so a guardrail function calling the client itself leaves the client's
+    span alone, directly under the agent: no model span above it (no SDK span: the SDK did
+    not make the call) and none below. Read as the agent's, an output guardrail's verdict
+    was the run's final text and hid its refusal (``*__refusal_output_guardrail_client``).
+
+    So a model span is one here when all of these hold: its parent is an AGENT span of the
+    run; that agent span also directly holds a model span holding another as its child (a
+    turn recorded twice); it holds no model span itself; and it looks like those inner
+    records, the client's (same name, kind and convention). Each condition keeps the rule
+    off what it must not touch:
+
+    * a framework that records each model call once (CrewAI with OpenLLMetry: the client's
+      spans directly under the agent) has no turn recorded twice, so none is excluded;
+    * a model call outside every agent (an own loop on the client beside a Guardrails AI
+      guard whose callable span holds the client's) or below a plain span, a tool's or a
+      turn's (a tool that calls the model), is not beside the agent's turns;
+    * per agent: in a run of several (a handoff, an agent an agent transferred to), one
+      recording its turns twice says nothing of the other's;
+    * a model span that looks like the framework's records, not the client's (a turn made
+      through a model the client instrumentation does not patch, under an instrumentation
+      that names its spans apart), is the agent's turn.
+
+    What no span tells apart: a framework whose spans look like the client's (OpenLLMetry:
+    both ``openai.response``, CLIENT) and one of whose turns lost its client record (a span
+    dropped) reads that turn as a check. And with no turn recorded twice (a blocking input
+    guardrail that trips before the agent's first model call) the guardrail's call is still
+    read as the agent's. The calls such a check asks for are not the run's; tool spans are
+    (the SDK runs only the tools its own model asked for, and a tool span joined to a
+    check's request would be hidden from the policy if the join were wrong)."""
+    models = [s for s in run.spans if s.role is SpanRole.LLM]
+    if len(models) < 3:  # a turn recorded twice and a call beside it, at least
+        return _NO_SPANS
+    by_id = {s.span_id: s for s in run.spans}
+    inner: dict[bytes, set[tuple[str, int, str]]] = {}  # agent span id -> its inner records' looks
+    for span in models:
+        outer = by_id.get(span.parent_span_id) if span.parent_span_id is not None else None
+        if outer is None or outer.role is not SpanRole.LLM or outer.parent_span_id is None:
+            continue
+        holder = by_id.get(outer.parent_span_id)
+        if holder is not None and holder.role is SpanRole.AGENT:
+            inner.setdefault(holder.span_id, set()).add(_look(span))
+    if not inner:
+        return _NO_SPANS
+    holding = _wrappers(run.spans)
+    found = [
+        s.span_id
+        for s in models
+        if s.parent_span_id in inner
+        and s.span_id not in holding
+        and _look(s) in inner[s.parent_span_id]
+    ]
+    return frozenset(found) if found else _NO_SPANS
+
+
+def _look(span: SpanRecord) -> tuple[str, int, str]:
+    """What tells one producer's model spans from another's, as far as a record says."""
+    return (span.name, span.kind, span.convention)
+
+
 def _in_agent_above(span: SpanRecord, by_id: dict[bytes, SpanRecord]) -> list[SpanRecord]:
     """The run's spans above ``span`` up to its nearest AGENT span (not included), nearest
     first, at most ``_MAX_ANCESTORS``."""
@@ -898,7 +970,7 @@ _NO_SPANS: Final[frozenset[bytes]] = frozenset()
 
 def _final_text(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) -> str | None:
     """The run's own last model output that requested no tool, else the run span's; not a
-    guardrail's check (``_guardrail_calls``)."""
+    guardrail's check (``checks``: ``_guardrail_calls``, ``_calls_beside_double_records``)."""
     answers = [
         s
         for s in run.spans
@@ -931,7 +1003,8 @@ def _refusal(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) 
     transfer_to_agent's agent runs) is not one: it ends after that agent's outputs, and its
     own output was the transfer. A model call that refused and was followed by one that
     answered (a content filter the agent retried past) is not the run's refusal. Nor is a
-    guardrail's own model call one of its outputs (``_guardrail_calls``). A guardrail of
+    guardrail's own model call one of its outputs (``checks``: ``_guardrail_calls``,
+    ``_calls_beside_double_records``). A guardrail of
     the run that tripped (not inside a tool's execution, an agent used as a tool included:
     that is the tool's failure) refused the run whatever the model said: the OpenAI Agents
     SDK raises, before the answer or withholding it; the first to trip is the reason. So did
