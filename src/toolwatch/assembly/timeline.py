@@ -615,7 +615,7 @@ def _tool_trace(
     ranked = _by_precedence(run)
     identity = _Identity(ranked)
     checks = _guardrail_calls(run) if identity.guarded else _NO_SPANS
-    unheld = _calls_beside_double_records(run)
+    unheld = _calls_beside_double_records(run, sites)
     if unheld:
         checks = checks | unheld
     # The calls a guardrail's own check asked for (a classifier by function calling) are
@@ -850,7 +850,7 @@ def _guardrail_calls(run: _Run) -> frozenset[bytes]:
     return frozenset(checks) if checks else _NO_SPANS
 
 
-def _calls_beside_double_records(run: _Run) -> frozenset[bytes]:
+def _calls_beside_double_records(run: _Run, sites: dict[bytes, CallSite]) -> frozenset[bytes]:
     """The model calls made beside an agent whose own turns are each recorded twice, with
     no guardrail span to say so: they are checks (``_guardrail_calls``), not its turns.
 
@@ -889,15 +889,17 @@ def _calls_beside_double_records(run: _Run) -> frozenset[bytes]:
     models = [s for s in run.spans if s.role is SpanRole.LLM]
     if len(models) < 3:  # a turn recorded twice and a call beside it, at least
         return _NO_SPANS
-    by_id = {s.span_id: s for s in run.spans}
+    # Most runs record each call once: one set and one pass tell, no map of every span.
+    by_model = {s.span_id: s for s in models}
     inner: dict[bytes, set[tuple[str, int, str]]] = {}  # agent span id -> its inner records' looks
     for span in models:
-        outer = by_id.get(span.parent_span_id) if span.parent_span_id is not None else None
-        if outer is None or outer.role is not SpanRole.LLM or outer.parent_span_id is None:
+        parent = span.parent_span_id
+        outer = by_model.get(parent) if parent is not None else None
+        if outer is None:
             continue
-        holder = by_id.get(outer.parent_span_id)
-        if holder is not None and holder.role is SpanRole.AGENT:
-            inner.setdefault(holder.span_id, set()).add(_look(span))
+        agent = sites[outer.span_id].agent  # its nearest agent: its parent, for a turn
+        if agent is not None and outer.parent_span_id == agent.span_id:
+            inner.setdefault(agent.span_id, set()).add(_look(span))
     if not inner:
         return _NO_SPANS
     holding = _wrappers(run.spans)
