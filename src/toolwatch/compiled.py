@@ -53,6 +53,7 @@ MODULES = (
     "engine.py",
     "assembly/buffer.py",
     "assembly/calls.py",
+    "assembly/overlaps.py",
     "assembly/remembered.py",
     "assembly/timeline.py",
     "conventions/__init__.py",

@@ -29,6 +29,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from toolwatch.assembly.overlaps import Execution, overlapping_pairs
 from toolwatch.conventions.attrs import TRANSFER_TOOL_PREFIX, agent_in_tool_style, is_transfer
 from toolwatch.jsontext import loads
 from toolwatch.model import CallStatus, RequestedCall, SpanRecord, SpanRole, ToolCall
@@ -738,13 +739,15 @@ def _parallel_groups(
     model's parallel tool calls, however the framework scheduled them (LangGraph runs each
     in a node of its own, and one after the other when the tools are synchronous). So do
     executed calls of the same parent (wrappers skipped) whose intervals overlap,
-    transitively: producers that record no requests. But the requests, where they are
-    recorded, decide: a call requested by a model call that started when or after another
-    call's model call had ended is not in one group with it, whatever the tool spans' times
-    say (a tool span ended late, a tool service's clock ahead of the agent's): the model
-    asked for it after that output. Groups that share a call are one group.
+    transitively: producers that record no requests. But where both calls' requests are
+    recorded, they decide: a call requested by a model call that started when or after the
+    other's model call had ended is not joined to it by their overlap, whatever the tool
+    spans' times say (a tool span ended late, a tool service's clock ahead of the agent's):
+    the model asked for it after that output. Every other overlap still joins (a call with
+    no recorded request, calls of concurrent model calls), and groups that share a call are
+    one group, so two such calls are one group when a third joins both.
     """
-    groups = [*_overlapping_executions(drafts, sites), *shared]
+    groups: list[Sequence[int]] = [*_overlapping_executions(drafts, sites), *shared]
     if not groups:
         return [None] * len(drafts)
     leader = list(range(len(drafts)))  # union-find: 10^5 parallel calls must stay linear
@@ -760,75 +763,26 @@ def _parallel_groups(
 
 def _overlapping_executions(
     drafts: Sequence[_Draft], sites: dict[bytes, CallSite]
-) -> list[list[int]]:
-    """Executed calls of one parent whose [start, end] intervals overlap, transitively: the
-    components of two or more, by a sweep in (start, end, index) order. Touching intervals
-    (one ends when the next starts) are sequential, not parallel. A call requested after
-    the output of a requested call already in the component (``_Sweep.requested_after``)
-    starts a component of its own instead of joining it: the requests say they ran one
-    after the other. The drafts are in time order, so usually the sweep needs no sort."""
+) -> list[tuple[int, int]]:
+    """Pairs of executed calls of one parent whose [start, end] intervals overlap, but for
+    two calls requested by model calls one strictly after the other: the requests say they
+    ran one after the other. Their union gives the components (``overlapping_pairs``).
+    The drafts are in time order, so usually the sweep needs no sort."""
     executed = [i for i, d in enumerate(drafts) if d.span is not None]
     if not _in_interval_order(executed, drafts):
         executed.sort(key=lambda i: (_interval(drafts[i].span), i))
-    sweeps: dict[bytes | None, _Sweep] = {}  # per parent: the component being swept
-    found: list[list[int]] = []
-    for i in executed:
-        span = drafts[i].span
-        assert span is not None
-        parent = sites[span.span_id].parent
-        start, end = _interval(span)
-        output = _output(drafts[i])
-        sweep = sweeps.get(parent)
-        if sweep is None or start >= sweep.reach or sweep.requested_after(output):
-            sweeps[parent] = _Sweep(i, end, output)
-            continue
-        if len(sweep.members) == 1:
-            found.append(sweep.members)  # its second member makes it a component
-        sweep.add(i, end, output)
-    return found
+    return overlapping_pairs([_execution(i, drafts[i], sites) for i in executed])
 
 
-@dataclass(slots=True, init=False)
-class _Sweep:
-    """A component being swept. ``first`` and ``last``: of the model outputs that requested
-    its members, the one that ended first and the one that started last (``None``: no
-    member was joined to a request)."""
-
-    members: list[int]
-    reach: int  # the latest end among the members
-    first: SpanRecord | None
-    last: SpanRecord | None
-
-    def __init__(self, member: int, end: int, output: SpanRecord | None) -> None:
-        self.members = [member]
-        self.reach = end
-        self.first = self.last = output
-
-    def add(self, member: int, end: int, output: SpanRecord | None) -> None:
-        self.members.append(member)
-        self.reach = max(self.reach, end)
-        if output is None:
-            return
-        if self.first is None or output.end_ns < self.first.end_ns:
-            self.first = output
-        if self.last is None or output.start_ns > self.last.start_ns:
-            self.last = output
-
-    def requested_after(self, output: SpanRecord | None) -> bool:
-        """Whether ``output`` (the model output that requested a call) and the output of a
-        member are two model calls, one ended before the other started: the model asked
-        for one call after the other's output, so they are not parallel."""
-        if output is None or self.first is None or self.last is None:
-            return False
-        first, last = self.first, self.last
-        return (first is not output and first.end_ns <= output.start_ns) or (
-            last is not output and output.end_ns <= last.start_ns
-        )
-
-
-def _output(draft: _Draft) -> SpanRecord | None:
-    """The model span that requested the call, if it was joined to a request."""
-    return draft.request.llm if draft.request is not None else None
+def _execution(index: int, draft: _Draft, sites: dict[bytes, CallSite]) -> Execution:
+    span = draft.span
+    assert span is not None
+    start, end = _interval(span)
+    request = None
+    if draft.request is not None:  # the model call that requested it
+        llm = draft.request.llm
+        request = (llm.start_ns, max(llm.start_ns, llm.end_ns), llm.span_id)
+    return Execution(index, sites[span.span_id].parent, start, end, request)
 
 
 def _in_interval_order(indexes: list[int], drafts: Sequence[_Draft]) -> bool:

@@ -13,7 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from toolwatch.assembly import calls
-from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolCall, ToolTrace
+from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.safety import Safety
+from toolwatch.evaluation.settings import PolicySettings, SafetySettings
+from toolwatch.model import CallStatus, Category, SpanRecord, SpanRole, ToolCall, ToolTrace
 
 
 def parallel_spans(paris_start: int, london_start: int) -> list[SpanRecord]:
@@ -178,6 +181,76 @@ def test_a_call_requested_later_starts_a_group_of_its_own_with_what_overlaps_it(
         ("b", 1),
         ("c", 1),
     ]
+
+
+def late_lookup_spans() -> list[SpanRecord]:
+    # lookup_order: requested by the first output, its tool span runs long (11-80 ms).
+    # get_weather: requested by the second output (20-29 ms), runs 30-50 ms.
+    # issue_refund: a tool span no recorded output requested (its model span lost, or a
+    # second instrumentation's tool), running 55-60 ms: inside the lookup's execution.
+    return [
+        agent(1, None, "refund-bot", 0, 100),
+        llm(2, 1, 1, 10, ask("lookup_order", "call_1", '{"order_id": "A1"}')),
+        tool(3, 1, "lookup_order", 11, 80, call_id="call_1", arguments='{"order_id": "A1"}'),
+        llm(4, 1, 20, 29, ask("get_weather", "call_2", '{"city": "Paris"}')),
+        tool(5, 1, "get_weather", 30, 50, call_id="call_2", arguments='{"city": "Paris"}'),
+        tool(6, 1, "issue_refund", 55, 60, arguments='{"order_id": "A1"}'),
+    ]
+
+
+def test_a_call_without_a_request_stays_parallel_with_the_call_it_overlaps() -> None:
+    """The commit's rule: overlap stays the grouping of calls without requests; only two
+    calls whose *requests* came from model calls one after the other are split. Here only
+    ``get_weather``'s request post-dates ``lookup_order``'s. ``issue_refund`` has no request
+    and runs entirely inside ``lookup_order``'s execution (55-60 ms within 11-80 ms), yet the
+    sweep replaced the lookup's component with ``get_weather``'s when that call arrived, so
+    ``issue_refund`` (starting after ``get_weather`` ended) is grouped with nothing. At
+    9752a75 all three were one group. The requests say nothing that separates the refund
+    from the lookup: the grouping is lost to sweep bookkeeping, not to evidence."""
+    calls = only(late_lookup_spans()).calls
+    by_name = {c.tool_name: c.parallel_group for c in calls}
+    assert by_name["issue_refund"] is not None
+    assert by_name["issue_refund"] == by_name["lookup_order"]
+
+
+def test_refund_running_inside_the_lookup_still_pages() -> None:
+    """Harm: the refund ran while the lookup was still running (its result could not have
+    informed it). At 9752a75 they shared a parallel group and safety paged
+    MISSING_VERIFICATION_STEP (critical in the shipped alert rules). After 1bdf34c the
+    lookup reads as an earlier, finished verification: the page is silently lost."""
+    trace = only(late_lookup_spans())
+    policy = PolicySettings.model_validate(
+        {
+            "dangerous_tools": ["issue_refund"],
+            "verification_tools": ["lookup_order"],
+            "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
+        }
+    )
+    result = Safety(SafetySettings(), policy)(trace, Reference())
+    assert [f.category for f in result.findings] == [Category.MISSING_VERIFICATION_STEP]
+
+
+def test_calls_of_concurrent_model_calls_stay_parallel_whatever_a_third_branch_does() -> None:
+    """The commit keeps overlap as the grouping "of concurrent model calls' calls" (its own
+    test: two LangGraph branches' model calls at once). Three branches: model calls
+    ``a`` (1-10 ms), ``b`` (2-30 ms) and ``c`` (15-25 ms). ``a`` and ``b`` ran at once, and
+    so did their tools (``a`` 11-50 ms, ``b`` 31-50 ms). ``c``'s model call began after
+    ``a``'s ended, so ``c``'s tool (26-50 ms) splits from ``a``'s, as the commit intends;
+    but the sweep then forgets ``a``'s component, and ``b``'s tool joins ``c``'s alone.
+    ``a`` and ``b``, concurrent model calls whose tools overlap, are not one group (they
+    were at 9752a75): order, structure and safety read ``b`` as issued after ``a``'s result,
+    which did not exist yet."""
+    spans = [
+        agent(1, None, "fan-out", 0, 100),
+        llm(2, 1, 1, 10, ask("a", "ca", {})),
+        llm(3, 1, 2, 30, ask("b", "cb", {})),
+        llm(4, 1, 15, 25, ask("c", "cc", {})),
+        tool(5, 1, "a", 11, 50, call_id="ca"),
+        tool(6, 1, "c", 26, 50, call_id="cc"),
+        tool(7, 1, "b", 31, 50, call_id="cb"),
+    ]
+    groups = {c.tool_name: c.parallel_group for c in only(spans).calls}
+    assert groups["a"] is not None and groups["a"] == groups["b"]
 
 
 @pytest.mark.parametrize(

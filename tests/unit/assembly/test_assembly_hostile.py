@@ -20,6 +20,8 @@ from assembly_support import (
     TRACE,
     RecordingMetrics,
     agent,
+    ask,
+    llm,
     span,
     tool,
 )
@@ -215,4 +217,36 @@ def test_fifty_thousand_parallel_calls_form_one_group_in_linear_time() -> None:
     assert {call.parallel_group for call in trace.calls} == {0}
     assert [call.sequence_index for call in trace.calls] == list(range(count))
     assert trace.calls[-1].end_ns == (1_000 + count + 1) * MS
+    assert seconds < QUADRATIC_BOUND_SECONDS
+
+
+def model_steps(count: int, concurrent: bool) -> list[SpanRecord]:
+    """``count`` model calls each requesting one call whose tool span runs to the run's end:
+    one after the other, or all at once (a wide fan-out)."""
+    spans = [agent(1, None, "late-bot", 0, 10**7)]
+    for k in range(count):
+        start, end = (k, 10**6 + k) if concurrent else (10 * k, 10 * k + 4)
+        spans.append(llm(2 + 2 * k, 1, start, end, ask("t", f"c{k}", {})))
+        spans.append(tool(3 + 2 * k, 1, "t", end + 1, 10**7 - 1, call_id=f"c{k}"))
+    return spans
+
+
+def test_sequential_calls_whose_spans_all_ran_late_are_grouped_in_n_log_n() -> None:
+    count = 20_000
+    done = CompletedTrace(TRACE, tuple(model_steps(count, concurrent=False)), True, None, 0, 0)
+
+    (trace,), seconds = timed(lambda: build(done))
+
+    assert len(trace.calls) == count
+    assert {call.parallel_group for call in trace.calls} == {None}  # requested one by one
+    assert seconds < QUADRATIC_BOUND_SECONDS
+
+
+def test_calls_of_a_wide_fan_out_of_model_calls_are_grouped_in_n_log_n() -> None:
+    count = 20_000
+    done = CompletedTrace(TRACE, tuple(model_steps(count, concurrent=True)), True, None, 0, 0)
+
+    (trace,), seconds = timed(lambda: build(done))
+
+    assert {call.parallel_group for call in trace.calls} == {0}
     assert seconds < QUADRATIC_BOUND_SECONDS
