@@ -138,3 +138,24 @@ def test_two_keys_for_one_normalized_name_are_refused_naming_both(
     }
     config = load_config(None, {"evaluators.tool_arguments.strategies": strategies})
     assert config.evaluators.tool_arguments.strategies == strategies
+
+
+def test_two_fields_of_different_tools_still_load_under_a_dotted_tool_prefix() -> None:
+    """Harm: a configuration that loaded at 9752a75 stops ``serve`` (and a reload) after the
+    upgrade. A deployment whose MCP client names tools ``billing.issue_refund`` strips that
+    namespace with ``tool_prefix: '[a-z0-9_-]+?\\.'`` (the dotted twin of the README's
+    ``'[a-z0-9_-]+?__'``). Its strategies name two different tools' ``reason`` field.
+    7ec1810 also registers each dotted key as a dotted *tool* and refuses two keys whose
+    whole names normalize alike: the prefix turns both ``lookup_order.reason`` and
+    ``issue_refund.reason`` into ``reason``, so start-up fails with "are one tool", though
+    they name two fields of two tools (and neither is a dotted tool). The commit message
+    announces only the refusal of keys with more than one dot."""
+    config = {
+        "policy": {"tool_prefix": r"[a-z0-9_-]+?\."},
+        "evaluators": {
+            "tool_arguments": {
+                "strategies": {"lookup_order.reason": "contains", "issue_refund.reason": "fuzzy"}
+            }
+        },
+    }
+    Config.model_validate(config)  # raises ValidationError at HEAD

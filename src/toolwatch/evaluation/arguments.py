@@ -139,6 +139,7 @@ class ArgumentScorer:
         self._tool_fields: dict[tuple[str, str], str] = {}
         self._fields: dict[str, str] = {}
         self._tools: dict[str, str] = {}
+        dotted: dict[str, str | None] = {}  # whole-name readings; None: two strategies
         for key, strategy in settings.strategies.items():
             if "." not in key:
                 self._tools[normalize(key)] = strategy
@@ -151,7 +152,13 @@ class ArgumentScorer:
             # holds the dot; the reference call's tool says which (the settings refuse keys
             # with more dots).
             self._tool_fields[(normalize(tool), field)] = strategy
-            self._tools[normalize(key)] = strategy
+            whole = normalize(key)
+            dotted[whole] = strategy if dotted.get(whole, strategy) == strategy else None
+        for whole, chosen in dotted.items():
+            # A key without a dot names its tool for certain; two dotted keys a prefix
+            # folds into one name, with different strategies, leave it to neither.
+            if chosen is not None:
+                self._tools.setdefault(whole, chosen)
 
     def call_strategy(self, ref: RefCall) -> str:
         """The call-level strategy: the golden call's ``match``, the tool's, the default."""

@@ -500,7 +500,10 @@ class ToolArgumentsSettings(ComparingSettings):
     ``tool.field``, ``*.field``, the golden call's ``match``, ``tool``, ``default_strategy``.
     A tool's name may hold a dot (``mcp.search``), so a key with one dot is read both ways,
     each call's tool saying which applies: ``mcp.search`` is the field ``search`` of a tool
-    ``mcp`` and every field of a tool ``mcp.search``. A key with more dots is refused: it
+    ``mcp`` and every field of a tool ``mcp.search``. That whole-name reading yields to a
+    key without a dot naming the same tool, and two dotted keys whose whole names
+    normalize alike with different strategies (a ``tool_prefix`` folding ``a.reason`` and
+    ``b.reason`` into ``reason``) read as fields only. A key with more dots is refused: it
     would name a field inside an argument (strategies apply to top-level fields) or a field
     of a dotted tool, which the tool's own key, ``*.field`` or a golden call's ``match``
     name without a doubt.
@@ -533,17 +536,23 @@ class ToolArgumentsSettings(ComparingSettings):
     def refuse_keys_of_one_target(self, normalize: NameNormalizer) -> None:
         """Refuse two ``strategies`` keys that name one tool, or one tool's field, once their
         tool names are normalized by ``normalize`` (the policy's): the scorer keys on those,
-        so one strategy would silently replace the other."""
+        so one strategy would silently replace the other.
+
+        Keys with a dot are compared by their ``tool.field`` reading only, keys without one
+        by their whole name. A dotted key's whole-name reading (a dotted tool) is never
+        compared: two keys whose fields or tools differ are two targets, even where a
+        ``tool_prefix`` folds their whole names into one (``a.reason`` and ``b.reason``
+        into ``reason``); the scorer leaves such a whole-name reading out instead
+        (``ArgumentScorer``)."""
 
         def tool_field(key: str) -> tuple[str, str]:
             tool, field = split_tool_field(key)
             return (tool if tool == "*" else normalize(tool)), field
 
         what = "evaluators.tool_arguments.strategies"
-        # A key with a dot names a dotted tool too (``ArgumentScorer``).
         fields = [key for key in self.strategies if "." in key]
         _refuse_one_name_twice(fields, what, "tool.field", tool_field, _AS_CALLS)
-        tools = [key for key in self.strategies if not key.startswith("*.")]
+        tools = [key for key in self.strategies if "." not in key]
         _refuse_one_name_twice(tools, what, "tool", normalize, _AS_CALLS)
 
 

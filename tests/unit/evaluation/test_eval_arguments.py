@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
 from eval_factories import call, case, trace
 
-from toolwatch.evaluation.arguments import ToolArguments, _nameable
-from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.arguments import ArgumentScorer, ToolArguments, _nameable
+from toolwatch.evaluation.base import RefCall, Reference
 from toolwatch.evaluation.settings import ToolArgumentsSettings
 from toolwatch.model import Category, EvalResult, ExpectedCall, ReferenceKind, Severity
 from toolwatch.names import NameNormalizer
@@ -101,6 +102,25 @@ def test_a_strategy_for_a_dotted_tool_name_is_applied_or_refused() -> None:
         ToolArgumentsSettings.model_validate(
             {"strategies": {"billing.issue_refund.amount_usd": "numeric"}}
         )
+
+
+def golden(tool: str) -> RefCall:
+    return RefCall(tool, {}, True, None, 0)
+
+
+def test_a_dotted_keys_whole_name_yields_to_a_plain_key_and_to_a_second_reading() -> None:
+    """With ``tool_prefix: '[a-z0-9_-]+?\\.'`` the whole names of ``lookup_order.reason`` and
+    ``issue_refund.reason`` both normalize to ``reason``: each still names its tool's field,
+    and neither names a tool ``reason`` (which of the two would be a guess); a plain key
+    ``reason`` names that tool for certain, whatever dotted key comes first."""
+    normalize = NameNormalizer(prefix=re.compile(r"[a-z0-9_-]+?\."))
+    strategies = {"lookup_order.reason": "contains", "issue_refund.reason": "fuzzy"}
+    scorer = ArgumentScorer(ToolArgumentsSettings(strategies=strategies), normalize)
+    assert scorer.field_strategy(golden("lookup_order"), "reason") == "contains"
+    assert scorer.field_strategy(golden("issue_refund"), "reason") == "fuzzy"
+    assert scorer.call_strategy(golden("reason")) == "exact"
+    plain = ToolArgumentsSettings(strategies={**strategies, "reason": "subset"})
+    assert ArgumentScorer(plain, normalize).call_strategy(golden("reason")) == "subset"
 
 
 def test_expected_call_never_made_scores_zero() -> None:
