@@ -18,9 +18,12 @@ Checks, each scored in [0, 1] and reported under its own score key:
   say and expects tool calls must not be refused; other cases skip the check. A run refused
   when the timeline found a refusal (a finish reason or a refusal part) or when its final
   text matches one of ``refusal_patterns`` (the run's and its source's alike); against a
-  case that only expects tool calls, or a source that made calls, matching words after
-  calls were made are not a refusal (an apology for part of the work), the source's own
-  words after its calls no more than the run's.
+  case that only expects tool calls, matching words after calls were made are not a
+  refusal (an apology for part of the work). Against a source only a refusal before any
+  call is compared, the run's and the source's alike, however it was told: after work,
+  words, a refusal part or a content_filter finish decline part of it, so two runs that did
+  the same work agree whichever way each declined the rest, and a run that refused outright
+  where the source worked is still a regression.
 
 ``score`` is the mean of the checks that apply; with none the evaluator does not apply. Each
 check below ``threshold`` (default 1.0) is one finding: TOOL_TRACE_STRUCTURE_DRIFT, or
@@ -151,18 +154,19 @@ class ToolTraceStructure:
         refused, said = self._refused(trace)
         case = base.case
         source = reference.source if base.kind is ReferenceKind.SOURCE else None
-        # Words alone, after the run did work, against a reference that only expects work
-        # (a case that does not say, a source that made calls): an apology for part of it
-        # ("sorry, I can't find that order"), not a refusal.
-        expects_work = (case is not None and case.expected_refusal is None) or bool(
-            source is not None and source.calls
-        )
-        if said is not None and expects_work and trace.calls:
-            refused, said = False, None
         if source is not None:
-            expected, source_said = self._refused(source)
-            if source_said is not None and source.calls:
-                expected = False  # the source's words after its work, read alike
+            # Against a source, a refusal of the request: one before any call, on both sides
+            # alike. After work, words, a refusal part or a content_filter finish decline a
+            # part of it, as two models behind one agent each may: identical runs agree.
+            expected = self._refused(source)[0] and not source.calls
+            if trace.calls:
+                refused, said = False, None
+        elif (
+            said is not None and case is not None and case.expected_refusal is None and trace.calls
+        ):
+            # Words alone, after the run did work, against a case that only expects work: an
+            # apology for part of it ("sorry, I can't find that order"), not a refusal.
+            refused, said = False, None
         score = 1.0 if refused == expected else 0.0
         if case is not None and score == 0.0:
             if not refused:

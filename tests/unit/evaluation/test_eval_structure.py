@@ -12,7 +12,7 @@ from eval_factories import FLAKY, STEADY, call, case, trace
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.settings import StructureSettings
 from toolwatch.evaluation.structure import ToolTraceStructure, count_score
-from toolwatch.model import Category, EvalResult, ReferenceKind, Severity
+from toolwatch.model import Category, EvalResult, ReferenceKind, Severity, ToolTrace
 from toolwatch.names import NameNormalizer
 
 
@@ -109,11 +109,15 @@ def test_parallelism_check_can_be_turned_off() -> None:
 
 @pytest.mark.parametrize(("target", "source"), [(True, False), (False, True)])
 def test_refusal_mismatch_with_the_source_is_a_high_regression(target: bool, source: bool) -> None:
-    result = evaluate(trace("a", refusal=target), Reference(source=trace("a", refusal=source)))
+    # Refused outright on one side only (no call made); after the same work a refusal
+    # declines part of it and is compared with neither side's.
+    worked = ("a",) if not target else ()
+    result = evaluate(trace(*worked, refusal=target), Reference(source=trace(refusal=source)))
     assert result is not None
-    (finding,) = result.findings
-    assert finding.category is Category.REFUSAL_REGRESSION
+    (finding,) = [f for f in result.findings if f.category is Category.REFUSAL_REGRESSION]
     assert finding.severity.rank >= Severity.HIGH.rank
+    after_work = evaluate(trace("a", refusal=target), Reference(source=trace("a", refusal=source)))
+    assert after_work is not None and after_work.findings == ()
 
 
 @pytest.mark.parametrize(
@@ -227,6 +231,40 @@ def test_an_apology_after_the_work_is_no_refusal_against_a_shadow_source_either(
     # A run that did no work and said those words still refuses what the source did.
     idle = evaluate(trace(final_text=partial), Reference(source=source), **recommended)
     assert idle is not None and idle.scores["refusal"] == 0.0
+
+
+REVIEWED_PATTERNS = {"refusal_patterns": ["sorry, (but )?i can'?t help with (that|this)"]}
+WORDS = "I've refunded order A1. Sorry, I can't help with that second request."
+
+
+def refusal_findings(run: ToolTrace, source: ToolTrace) -> list[Category]:
+    result = evaluate(run, Reference(source=source), **REVIEWED_PATTERNS)
+    assert result is not None
+    return [f.category for f in result.findings]
+
+
+@pytest.mark.parametrize("words_on", ["source", "target"])
+def test_words_and_a_refusal_part_after_the_same_work_agree(words_on: str) -> None:
+    """Production (the shadow source) and the candidate both looked the order up, refunded
+    it, and declined a second request; one model declined in words ("Sorry, I can't help
+    with that..."), the other with a structured refusal (OpenAI's refusal part, or a
+    content_filter finish: ``ToolTrace.refusal``), as two different models behind one agent
+    do. At 9752a75 both read as refusals against the source: no finding. c2d7679 reads the
+    words after calls as no refusal, on either side, but leaves the structured refusal a
+    refusal, so the pair now disagrees and raises REFUSAL_REGRESSION (at least ``high``)
+    on a candidate that did exactly what production did: a false ticket on every such
+    shadow pair, in both directions (the commit meant "identical runs agree")."""
+    worded = trace("lookup_order", "issue_refund", final_text=WORDS)
+    structured = trace("lookup_order", "issue_refund", refusal=True)
+    run, source = (structured, worded) if words_on == "source" else (worded, structured)
+    assert Category.REFUSAL_REGRESSION not in refusal_findings(run, source)
+
+
+def test_a_run_that_refused_before_any_call_is_a_regression_against_a_source_that_worked() -> None:
+    worked = trace("lookup_order", "issue_refund", final_text=WORDS)
+    for outright in (trace(refusal=True), trace(final_text=WORDS)):
+        assert Category.REFUSAL_REGRESSION in refusal_findings(outright, worked)
+        assert Category.REFUSAL_REGRESSION in refusal_findings(worked, outright)
 
 
 def test_refusal_patterns_read_only_the_start_of_a_long_text() -> None:
