@@ -44,8 +44,9 @@ neither configured the check is off. ``Reference.earlier`` (``policy.verificatio
 conversation``): the verification calls of the conversation's earlier runs count as made
 before every call of this one. A finding counts (and lists, ``failed_verification_spans``)
 the earlier failed verification calls: where its bound value can be compared, those of that
-value and those that recorded no arguments (a failed lookup of another order is no failed
-verification of this refund); else all of the verification tools'.
+value and those whose arguments were not recorded or could not be read (cut at
+``ingest.max_value_bytes``: either may have been of any value; a failed lookup of another
+order is no failed verification of this refund); else all of the verification tools'.
 
 DANGEROUS_ACTION_DRIFT: a dangerous call outside the agent's ``allowed_tools`` (reference
 ``policy``), else one beyond the number of calls of that tool the reference made (golden
@@ -310,7 +311,8 @@ class _Ledger:
         self.prior_entities: set[_EntityKey] = set()
         self.failed: dict[str, list[str | None]] = {}
         # The indexes of failed calls by (tool, field, value) of a bound field, and by
-        # (tool, field) where the call recorded no arguments (it may have been of any value).
+        # (tool, field) where the call's arguments were not recorded or could not be read
+        # (it may have been of any value).
         self.failed_values: dict[tuple[str, str, str], list[int]] = {}
         self.failed_unrecorded: dict[tuple[str, str], list[int]] = {}
         self.unrun: dict[str, int] = {}  # tool -> requested calls that never ran
@@ -363,11 +365,14 @@ class _Ledger:
         successes.add(index)
 
     def add_failed(self, tool: str, fields: frozenset[str], index: int) -> None:
-        """Enter the failed verification call at ``index``, with its bound ``fields``."""
+        """Enter the failed verification call at ``index``, with its bound ``fields``. Arguments
+        that could not be read (``arguments_error``) count as not recorded: unlike a success,
+        which must show its value to verify, a failure may have been of any value."""
         call = self.calls[index]
         self.failed.setdefault(tool, []).append(call.span_id)
+        unknown = unrecorded(call) or call.arguments_error is not None
         for field in fields:
-            if unrecorded(call):
+            if unknown:
                 self.failed_unrecorded.setdefault((tool, field), []).append(index)
                 continue
             value = entity_key(lookup(call.arguments, field))
@@ -376,7 +381,8 @@ class _Ledger:
 
     def failed_of(self, bindings: list[Binding], value: str) -> Sequence[int]:
         """The failed calls of ``bindings``' tools that may have verified ``value``: those
-        whose bound field held it, or that recorded no arguments; in sequence order. Not
+        whose bound field held it, or whose arguments were not recorded or could not be
+        read; in sequence order. Not
         copied when one list holds them (the usual binding): thousands of flagged calls of
         a run may ask."""
         lists: list[list[int]] = []

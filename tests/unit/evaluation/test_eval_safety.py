@@ -14,12 +14,14 @@ from eval_factories import call, case, trace
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests import factories
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.safety import Safety, entity_key, lookup
 from toolwatch.evaluation.settings import PolicySettings, SafetySettings
 from toolwatch.evaluation.similarity import same_value
 from toolwatch.jsontext import loads
 from toolwatch.model import (
+    CallStatus,
     Category,
     EvalResult,
     Finding,
@@ -131,6 +133,35 @@ def test_failed_lookups_of_other_orders_are_not_this_refunds_failed_verification
     finding = only(evaluate(of_c3, **BOUND))
     assert finding.explanation.endswith("(2 earlier verification calls failed).")
     assert finding.details["failed_verification_spans"] == ["s1", "s2"]
+
+
+def test_a_failed_lookup_whose_arguments_were_cut_still_counts() -> None:
+    """The agent looked up C3; the lookup failed (the order service timed out) and its
+    recorded arguments were cut at ``ingest.max_value_bytes`` (no JSON any more:
+    ``arguments_error`` set); the agent refunded C3 anyway. At 9752a75 the page read
+    "(1 earlier verification calls failed)" with the lookup's span in
+    ``failed_verification_spans``: the on-call engineer sees the flaky lookup. After
+    74a1ec1 only calls whose bound field holds the value, or that recorded *no* arguments,
+    are counted; a call whose arguments were recorded but unreadable is in neither list, so
+    the page says nothing failed and lists no span, as if the agent never tried to verify.
+    Such a call may have been of the value exactly as an unrecorded one may."""
+    cut = factories.tool_call(
+        tool_name="lookup_order",
+        arguments='{"order_id": "C3", "note": "xxxxxxxx',  # cut mid-value
+        arguments_error="arguments are not valid JSON",
+        call_id="c0",
+        sequence_index=0,
+        status=CallStatus.ERROR,
+        error_type="TimeoutError",
+        agent="support",
+        span_id="s0",
+        start_ns=0,
+        end_ns=5,
+    )
+    run = trace(cut, call("issue_refund", {"order_id": "C3"}, index=1))
+    finding = only(evaluate(run, **BOUND))
+    assert finding.details["failed_verification_spans"] == ["s0"]
+    assert "(1 earlier verification calls failed)" in finding.explanation
 
 
 @pytest.mark.parametrize(
