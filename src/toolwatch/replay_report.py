@@ -21,9 +21,11 @@ report).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import math
+import secrets
 import tempfile
 import textwrap
 from collections import Counter, defaultdict
@@ -102,24 +104,43 @@ def parse_gate(text: str, kind: Literal["min", "max"]) -> Gate:
 
 class _Spool:
     """Findings as the JSON report lists them, one JSON line each in an unnamed temporary
-    file (about 400 bytes a finding on disk, none held in memory), read back in order."""
+    file (about 400 bytes a finding on disk, none held in memory), read back in order.
+    Written out (``seal``) before the report is: a full temporary directory is told as
+    replay's error, naming it, not met halfway through the document."""
 
     def __init__(self) -> None:
         # Open as long as the report lives; unnamed, so gone with the process whatever ends it.
-        self._file = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
+        with _told():
+            self._file = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
 
     def add(self, finding: Finding) -> None:
-        self._file.write(json.dumps(_finding_dict(finding), allow_nan=False) + "\n")
+        with _told():
+            self._file.write(json.dumps(_finding_dict(finding), allow_nan=False) + "\n")
+
+    def seal(self) -> None:
+        """Write out what is buffered and go back to the first finding."""
+        with _told():
+            self._file.flush()
+            self._file.seek(0)
 
     def records(self) -> Iterator[dict[str, Any]]:
-        self._file.seek(0)
         for line in self._file:
             record: dict[str, Any] = json.loads(line)
             yield record
 
 
-#: Where the findings go in the JSON document, until they are written there one by one.
-_LISTED = "\x00findings\x00"
+@contextlib.contextmanager
+def _told() -> Iterator[None]:
+    """An ``OSError`` of the spool, said as one: which file, where (``TMPDIR``)."""
+    try:
+        yield
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        where = tempfile.gettempdir()
+        raise OSError(
+            f"cannot write the JSON report's findings to a temporary file in {where}"
+            f" (TMPDIR): {reason}"
+        ) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +197,9 @@ class Report:
         they were spooled). Raises ``ValueError`` if they were only counted."""
         if self.listing == "counted":
             raise ValueError("the findings were counted, not listed: no JSON report")
+        # Where the findings go, until written there one by one: no text of the input's
+        # (a case id is a key below) can be it.
+        listed = f"\x00findings-{secrets.token_hex(16)}\x00"
         text = json.dumps(
             {
                 "passed": self.passed,
@@ -190,7 +214,7 @@ class Report:
                     for g, v, ok in self.gates
                 ],
                 "evaluator_failures": self.evaluator_failures,
-                "findings": _LISTED,
+                "findings": listed,
                 "incomplete": self.incomplete,
                 "duplicates": self.duplicates,
                 "shadow_sources": {"runs": self.sources, "findings": self.source_findings},
@@ -205,7 +229,7 @@ class Report:
             sort_keys=True,
             allow_nan=False,  # NaN is not JSON
         )
-        head, tail = text.split(json.dumps(_LISTED))
+        head, tail = text.split(json.dumps(listed))
         out.write(head)
         records = self.spooled.records() if self.spooled else map(_finding_dict, self.finding_list)
         written = 0
@@ -440,6 +464,8 @@ class ReportBuilder:
         )
 
     def build(self) -> Report:
+        if self._spool is not None:
+            self._spool.seal()  # its error before a byte of the report: OSError, told
         scores = {
             name: {
                 "n": float(n),
