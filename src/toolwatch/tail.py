@@ -240,17 +240,18 @@ def run_tail(
 def _target_problem(target: str) -> str | None:
     """What makes ``target`` no ``HOST:PORT`` (``""``: no port, or no host), or ``None``.
     Checked before dialling, as ``listen.*`` addresses are checked: without a port gRPC dials
-    443 unasked, a port above 65535 modulo 65536 (another service's, perhaps), and one in
-    other digits than ASCII not at all; each an outage that ``--reconnect`` would retry
+    443 unasked, a port above 65535 modulo 65536 (another service's, perhaps), port 0 and one
+    in other digits than ASCII not at all; each an outage that ``--reconnect`` would retry
     forever."""
     host, colon, port = target.rpartition(":")
     if not colon or not host:
         return ""
     try:
-        parse_port(port)
+        number = parse_port(port)
     except ValueError as e:
         return f": {e}"
-    return None
+    # A listener binds port 0 (any free one); nothing can be dialled there.
+    return ": port 0 is a listener's (any free port), not one to dial" if number == 0 else None
 
 
 def _subscriptions(

@@ -651,6 +651,24 @@ def test_target_port_out_of_range_is_a_usage_error(port: str) -> None:
     )
 
 
+def test_target_port_zero_is_a_usage_error() -> None:
+    """Port 0 is a listener's (any free port): dialled, it fails, and ``--reconnect`` would
+    retry it forever as an outage."""
+    done = subprocess.run(
+        [toolwatch_script(), "tail", "--reconnect", "--target", "127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        env=clean_env(),
+        timeout=8,
+        check=False,
+    )
+    assert (done.returncode, done.stderr) == (
+        2,
+        "toolwatch tail: --target '127.0.0.1:0' is not HOST:PORT (listen.stream): port 0 is a"
+        " listener's (any free port), not one to dial\n",
+    )
+
+
 def test_tail_reconnect_waits_for_an_unreachable_stream_until_interrupted() -> None:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
