@@ -763,15 +763,72 @@ def _parallel_groups(
 
 def _overlapping_executions(
     drafts: Sequence[_Draft], sites: dict[bytes, CallSite]
-) -> list[tuple[int, int]]:
-    """Pairs of executed calls of one parent whose [start, end] intervals overlap, but for
-    two calls requested by model calls one strictly after the other: the requests say they
-    ran one after the other. Their union gives the components (``overlapping_pairs``).
-    The drafts are in time order, so usually the sweep needs no sort."""
+) -> list[Sequence[int]]:
+    """Executed calls of one parent whose [start, end] intervals overlap, but for two calls
+    requested by model calls one strictly after the other: the requests say they ran one
+    after the other. Groups to join (``_parallel_groups``): the components of plain overlap
+    (a sweep in (start, end, index) order; touching intervals are sequential), each as it
+    is when its calls were requested by one model call at most (a model's parallel calls:
+    no pair of them is ordered), else refined by ``overlapping_pairs``, which only such a
+    component pays for. The drafts are in time order, so usually the sweep needs no sort."""
     executed = [i for i, d in enumerate(drafts) if d.span is not None]
     if not _in_interval_order(executed, drafts):
         executed.sort(key=lambda i: (_interval(drafts[i].span), i))
-    return overlapping_pairs([_execution(i, drafts[i], sites) for i in executed])
+    groups: list[Sequence[int]] = []
+    for members in _overlap_components(executed, drafts, sites):
+        if _one_request(members, drafts):
+            groups.append(members)
+        else:  # in (start, end, index) order, as the sweep took them
+            executions = [_execution(i, drafts[i], sites) for i in members]
+            groups.extend(overlapping_pairs(executions))
+    return groups
+
+
+def _overlap_components(
+    executed: list[int], drafts: Sequence[_Draft], sites: dict[bytes, CallSite]
+) -> list[list[int]]:
+    """The components of two or more of ``executed`` (sorted) whose intervals overlap, per
+    parent, transitively."""
+    sweeps: dict[bytes | None, _Sweep] = {}  # per parent: the component being swept
+    found: list[list[int]] = []
+    for i in executed:
+        span = drafts[i].span
+        assert span is not None
+        parent = sites[span.span_id].parent
+        start, end = _interval(span)
+        sweep = sweeps.get(parent)
+        if sweep is None or start >= sweep.reach:
+            sweeps[parent] = _Sweep(i, end)
+            continue
+        if len(sweep.members) == 1:
+            found.append(sweep.members)  # its second member makes it a component
+        sweep.members.append(i)
+        sweep.reach = max(sweep.reach, end)
+    return found
+
+
+@dataclass(slots=True, init=False)
+class _Sweep:
+    members: list[int]
+    reach: int  # the latest end among the members
+
+    def __init__(self, first: int, end: int) -> None:
+        self.members = [first]
+        self.reach = end
+
+
+def _one_request(members: list[int], drafts: Sequence[_Draft]) -> bool:
+    """Whether one model call at most requested the calls at ``members``."""
+    seen: SpanRecord | None = None
+    for i in members:
+        request = drafts[i].request
+        if request is None:
+            continue
+        if seen is None:
+            seen = request.llm
+        elif request.llm is not seen:
+            return False
+    return True
 
 
 def _execution(index: int, draft: _Draft, sites: dict[bytes, CallSite]) -> Execution:
