@@ -17,9 +17,14 @@ from tests.integration import agents
 from toolwatch.ingest.decode import DecodeOptions, decode_request
 
 
-def _held_and_estimated(char: str, keys: int) -> tuple[int, int]:
-    value = char * 250  # a short text: at most 256 characters
-    args = {f"k{i}": value for i in range(keys)}
+def _held_and_estimated(char: str, keys: int, *, in_keys: bool = False) -> tuple[int, int]:
+    """What the requests' spans hold, and what the buffer counts them, with arguments of
+    ``keys`` fields whose values (or, ``in_keys``, whose names) are 250 of ``char``."""
+    text = char * 250  # a short text: at most 256 characters
+    if in_keys:
+        args: dict[str, object] = {f"{i:03d}" + text: 1 for i in range(keys)}
+    else:
+        args = {f"k{i}": text for i in range(keys)}
     calls = tuple(agents.Call("lookup_order", args, f"call_{i}", executed=False) for i in range(5))
     run = agents.AgentRun(
         "refund-bot", (*(agents.Turn((c,)) for c in calls), agents.Turn(text="ok"))
@@ -45,6 +50,16 @@ def _held_and_estimated(char: str, keys: int) -> tuple[int, int]:
 def test_the_byte_estimate_is_on_the_safe_side_whatever_the_script(char: str, keys: int) -> None:
     held, estimated = _held_and_estimated(char, keys)
     # the README budgets 1.1 x max_buffered_bytes for what the buffer's bytes hold
+    assert held <= 1.1 * estimated, (
+        f"held {held} B, counted {estimated} B ({held / estimated:.2f}x)"
+    )
+
+
+@pytest.mark.parametrize(("char", "keys"), [("a", 200), ("中", 40), ("😀", 20)])
+def test_argument_keys_are_counted_at_their_width(char: str, keys: int) -> None:
+    """Keys too: the model writes them (a tool schema in Chinese has Chinese field names).
+    ``held_size`` counted them a byte a character, held at 1.5x (CJK) and 2.5x (emoji)."""
+    held, estimated = _held_and_estimated(char, keys, in_keys=True)
     assert held <= 1.1 * estimated, (
         f"held {held} B, counted {estimated} B ({held / estimated:.2f}x)"
     )

@@ -330,37 +330,6 @@ def test_shadow_target_with_an_extra_refund_is_dangerous_drift(
     assert runs_by_reference(server) == {"source@shadow": 1.0, "none": 1.0}
 
 
-def test_a_candidates_regressions_are_counted_as_shadow_traffic(
-    start_server: Callable[..., RunningServer],
-) -> None:
-    """A candidate's run is no production action: its findings, policy ones too, count under
-    ``traffic="shadow"``, which the paging alerts leave out (ToolwatchShadowCandidateUnsafe
-    reads them), and production's run under ``live``."""
-    server = start_server(EXAMPLES / "toolwatch.yaml")
-    keys = {"toolwatch.shadow.pair_id": "req-9"}
-    unverified = (agents.Turn((agents.REFUND,)), agents.Turn(text="Done."))
-    for role in ("source", "target"):
-        attributes = keys | {"toolwatch.shadow.role": role}
-        run = agents.AgentRun("refund-bot", unverified, attributes=attributes)
-        send_grpc(server, agents.record(run, "genai"))
-    server.settle()
-
-    labels = {
-        "category": "MISSING_VERIFICATION_STEP",
-        "severity": "high",
-        "evaluator": "safety",
-        "agent": "refund-bot",
-        "tool": "issue_refund",
-    }
-    regressions = "toolwatch_regressions_total"
-    assert server.sample(regressions, labels | {"traffic": "live"}) == 1.0
-    assert server.sample(regressions, labels | {"traffic": "shadow"}) == 1.0
-    runs = "toolwatch_runs_with_findings_total"
-    run_labels = {k: v for k, v in labels.items() if k != "severity"} | {"reference": "policy"}
-    assert server.sample(runs, run_labels | {"traffic": "shadow"}) == 1.0
-    assert runs_by_reference(server) == {"source@shadow": 1.0, "none": 1.0}
-
-
 def test_a_candidate_is_compared_with_the_source_run_of_its_own_agent(
     start_server: Callable[..., RunningServer], tmp_path: Path
 ) -> None:

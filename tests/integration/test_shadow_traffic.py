@@ -13,7 +13,7 @@ from pathlib import Path
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
-from tests.integration.test_evaluation_e2e import canary_half
+from tests.integration.test_evaluation_e2e import canary_half, runs_by_reference
 from tests.integration.test_ingest_to_tooltrace import send_grpc
 
 POLICY = """\
@@ -62,25 +62,58 @@ shadow:
 """
 
 
+#: The labels of an unverified refund's finding (MINIMAL policies: severity high).
+UNVERIFIED = {
+    "category": "MISSING_VERIFICATION_STEP",
+    "severity": "high",
+    "evaluator": "safety",
+    "agent": "refund-bot",
+    "tool": "issue_refund",
+}
+
+
+def unverified_refund(attributes: dict[str, str]) -> agents.AgentRun:
+    """refund-bot refunding with no lookup first, its run carrying ``attributes``."""
+    turns = (agents.Turn((agents.REFUND,)), agents.Turn(text="Done."))
+    return agents.AgentRun("refund-bot", turns, attributes=attributes)
+
+
 def test_a_candidates_run_without_a_pair_key_pages_no_one(
     start_server: Callable[..., RunningServer], tmp_path: Path
 ) -> None:
+    """A candidate sets its role once (a resource attribute) and the pair key per request,
+    which a hop may lose: its run is still no production run."""
     config = tmp_path / "toolwatch.yaml"
     config.write_text(ROLE_ONLY_POLICY)
     server = start_server(config)
-    unverified = (agents.Turn((agents.REFUND,)), agents.Turn(text="Done."))
-    run = agents.AgentRun("refund-bot", unverified, attributes={"toolwatch.shadow.role": "target"})
+    run = unverified_refund({"toolwatch.shadow.role": "target"})
     send_grpc(server, agents.record(run, "genai"))
     server.settle()
 
-    labels = {
-        "category": "MISSING_VERIFICATION_STEP",
-        "severity": "high",
-        "evaluator": "safety",
-        "agent": "refund-bot",
-        "tool": "issue_refund",
-    }
     regressions = "toolwatch_regressions_total"
-    live = server.sample(regressions, labels | {"traffic": "live"}, missing_ok=True)
-    shadow = server.sample(regressions, labels | {"traffic": "shadow"}, missing_ok=True)
+    live = server.sample(regressions, UNVERIFIED | {"traffic": "live"}, missing_ok=True)
+    shadow = server.sample(regressions, UNVERIFIED | {"traffic": "shadow"}, missing_ok=True)
     assert (live, shadow) == (0.0, 1.0), "the candidate's refund is counted as live traffic"
+
+
+def test_a_candidates_regressions_are_counted_as_shadow_traffic(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """A candidate's run is no production action: its findings, policy ones too, count under
+    ``traffic="shadow"``, which the paging alerts leave out (ToolwatchShadowCandidateUnsafe
+    reads them), and production's run under ``live``."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(ROLE_ONLY_POLICY)
+    server = start_server(config)
+    for role in ("source", "target"):
+        attributes = {"toolwatch.shadow.pair_id": "req-9", "toolwatch.shadow.role": role}
+        send_grpc(server, agents.record(unverified_refund(attributes), "genai"))
+    server.settle()
+
+    regressions = "toolwatch_regressions_total"
+    assert server.sample(regressions, UNVERIFIED | {"traffic": "live"}) == 1.0
+    assert server.sample(regressions, UNVERIFIED | {"traffic": "shadow"}) == 1.0
+    runs = "toolwatch_runs_with_findings_total"
+    run_labels = {k: v for k, v in UNVERIFIED.items() if k != "severity"}
+    assert server.sample(runs, run_labels | {"reference": "policy", "traffic": "shadow"}) == 1.0
+    assert runs_by_reference(server) == {"source@shadow": 1.0, "none": 1.0}
