@@ -898,7 +898,7 @@ def test_replay_conversation_scope_does_not_depend_on_file_order(
     )
 
 
-def _dump_lines(tmp_path: Path, runs: int) -> Path:
+def unverified_refund_dump(tmp_path: Path, runs: int) -> Path:
     """``runs`` ToolTrace lines (as ``--dump-tooltraces`` writes them), each an unverified
     refund: one MISSING_VERIFICATION_STEP finding per run."""
     call = {
@@ -957,8 +957,8 @@ def test_replay_memory_per_run_with_findings_is_bounded_as_documented(
     config = tmp_path / "toolwatch.yaml"
     config.write_text(MINIMAL_POLICY)
     small, large = 10_000, 60_000
-    before = _peak_rss_kib(config, _dump_lines(tmp_path, small), output)
-    after = _peak_rss_kib(config, _dump_lines(tmp_path, large), output)
+    before = _peak_rss_kib(config, unverified_refund_dump(tmp_path, small), output)
+    after = _peak_rss_kib(config, unverified_refund_dump(tmp_path, large), output)
     per_run = (after - before) * 1024 / (large - small)
     assert per_run <= 480, f"{per_run:.0f} bytes per run (README: about 270)"
 
