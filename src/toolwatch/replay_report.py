@@ -118,13 +118,19 @@ class _Spool:
             self._file.write(json.dumps(_finding_dict(finding), allow_nan=False) + "\n")
 
     def seal(self) -> None:
-        """Write out what is buffered and go back to the first finding."""
+        """Write out what is buffered."""
         with _told():
             self._file.flush()
-            self._file.seek(0)
 
     def records(self) -> Iterator[dict[str, Any]]:
-        for line in self._file:
+        """Every finding, from the first: a report may be written more than once."""
+        with _told():
+            self._file.seek(0)
+        while True:
+            with _told():  # not around the yield: an error of the reader is not the spool's
+                line = self._file.readline()
+            if not line:
+                return
             record: dict[str, Any] = json.loads(line)
             yield record
 

@@ -174,6 +174,7 @@ def panel_expression(title: str, **variables: str) -> str:
     [panel] = [p for p in dashboard["panels"] if p.get("title") == title]
     expression: str = panel["targets"][0]["expr"]
     for name in sorted(variables, key=len, reverse=True):  # $__range_s before $__range
+        expression = expression.replace(f"${{{name}:pipe}}", variables[name])
         expression = expression.replace(f"${name}", variables[name])
     return expression
 

@@ -85,7 +85,7 @@ GRAFANA_VARIABLES = {
     "$__range": "1h",
     "$agent": ".*",
     "$tool": ".*",
-    "$traffic": "live|",  # the default selection: live, and series without the label
+    "${traffic:pipe}": "live|",  # the default selection: live, and series without the label
 }
 
 requires_promtool = pytest.mark.skipif(
@@ -309,8 +309,9 @@ def test_safety_categories_page_at_once(category: str) -> None:
 
 
 def _traffic_selection(which: str) -> str:
-    """The dashboard's ``traffic`` variable as Grafana sends it: its default selection, or
-    every option (a multi-value selection is sent as ``(a|b)``)."""
+    """The dashboard's ``traffic`` variable as Grafana sends it in ``${traffic:pipe}``: the
+    values of its default selection, or of every option, joined by ``|`` and not escaped
+    (the default format, ``$traffic``, escapes each value's ``|``: ``live\\|``, no series)."""
     dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
     (variable,) = [v for v in dashboard["templating"]["list"] if v["name"] == "traffic"]
     chosen = (
@@ -318,7 +319,20 @@ def _traffic_selection(which: str) -> str:
         if which == "default"
         else [o["value"] for o in variable["options"]]
     )
-    return chosen[0] if len(chosen) == 1 else "(" + "|".join(chosen) + ")"
+    return "|".join(chosen)
+
+
+def test_the_traffic_variable_is_read_unescaped() -> None:
+    """Grafana's Prometheus data source escapes a multi-value variable's regex characters in
+    its default format: ``traffic=~"$traffic"`` sent live's ``live|`` as ``live\\|``, which
+    matches no series, and every panel was empty by default. ``${traffic:pipe}`` joins the
+    values with ``|`` and escapes nothing."""
+    selectors = [e for e in _dashboard_exprs() if "traffic" in e]
+    assert selectors
+    for expr in selectors:
+        assert "$traffic" not in expr, expr
+        matchers = re.findall(r"\btraffic\s*[=!]~?\s*\"[^\"]*\"", expr)
+        assert matchers and set(matchers) == {'traffic=~"${traffic:pipe}"'}, expr
 
 
 @requires_promtool
@@ -330,7 +344,8 @@ def test_the_traffic_variable_keeps_series_without_the_label(
     label (a fleet mid-upgrade, samples from before it) still pages; the dashboard a page
     links to must show those findings too: by default live and unlabelled, not shadow."""
     expr = next(e for e in _dashboard_exprs() if "DANGEROUS_ACTION_DRIFT|MISSING" in e)
-    for variable, value in {**GRAFANA_VARIABLES, "$traffic": _traffic_selection(which)}.items():
+    selected = {**GRAFANA_VARIABLES, "${traffic:pipe}": _traffic_selection(which)}
+    for variable, value in selected.items():
         expr = expr.replace(variable, value)
     base = (
         'category="MISSING_VERIFICATION_STEP",severity="high",evaluator="safety",agent="a",tool="t"'

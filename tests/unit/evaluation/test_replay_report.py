@@ -261,3 +261,20 @@ def test_findings_are_counted_and_listed_only_as_the_report_needs_them() -> None
     with pytest.raises(ValueError, match="counted, not listed"):
         counted.to_json()
     assert json.loads(report().to_json())["findings"] == []
+
+
+def test_a_spooled_report_written_twice_lists_its_findings_both_times() -> None:
+    """A caller of ``evaluate_offline(..., listing="spooled")`` may print the report and
+    save it: the second document listed no finding while its counts said three."""
+    settings = EvaluationSettings()
+    pipeline = EvaluationPipeline(settings)
+    builder = ReportBuilder(settings, [parse_gate("any=2", "max")], listing="spooled")
+    golden = case("lookup", "refund")
+    for number in range(3):
+        run = trace("refund", "lookup", trace_id=f"{number + 1:032x}")
+        builder.add(run, golden, pipeline.evaluate(run, golden, None))
+    built = builder.build()
+    first = json.loads(built.to_json())
+    second = json.loads(built.to_json())
+    assert len(first["findings"]) == 3
+    assert second["findings"] == first["findings"]
