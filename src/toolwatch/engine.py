@@ -361,4 +361,4 @@ class Engine:
         for finding in findings:
             self._metrics.finding(finding, detection, traffic)
         self._metrics.run_findings(findings, traffic)
-        self._parts.findings.publish(trace, findings)
+        self._parts.findings.publish(trace, findings, traffic)

@@ -6,7 +6,8 @@ One line per finding, oldest first::
     trace=4bf92f3577b34da6a3ce929d0e0e4736 span=b7ad6b7169203331 — <explanation>
 
 (on one line; ``agent=``, ``tool=``, ``field=`` and ``span=`` appear when the finding has them:
-the span tells apart the findings of one run that say the same), or with
+the span tells apart the findings of one run that say the same; ``traffic=shadow`` marks a
+shadow candidate's finding, which pages no one), or with
 ``--json`` the findings-log object of each finding, plus ``stream`` and ``sequence`` (its
 place in the server's stream, from a server that numbers findings). The severity and category
 are coloured when ``out`` is a terminal and ``NO_COLOR`` is unset (https://no-color.org);
@@ -732,6 +733,7 @@ def _labels(message: findings_pb2.Finding) -> list[tuple[str, str]]:
         ("field", message.field),
         ("trace", message.trace_id),
         ("span", message.span_id),
+        ("traffic", message.traffic if message.traffic == "shadow" else ""),  # a candidate's
     ]
 
 
@@ -750,6 +752,7 @@ def stream_finding_record(message: findings_pb2.Finding) -> dict[str, Any]:
         "trace_id": message.trace_id,
         "span_id": message.span_id or None,
         "service": message.service or None,
+        "traffic": message.traffic or None,
         "timestamp": format_timestamp(message.time_unix_nano),
         "details": dict(message.details),
     }

@@ -117,3 +117,5 @@ def test_a_candidates_regressions_are_counted_as_shadow_traffic(
     run_labels = {k: v for k, v in UNVERIFIED.items() if k != "severity"}
     assert server.sample(runs, run_labels | {"reference": "policy", "traffic": "shadow"}) == 1.0
     assert runs_by_reference(server) == {"source@shadow": 1.0, "none": 1.0}
+    # The findings log and stream say whose run each finding is, as the label does.
+    assert sorted(map(str, server.findings.traffic)) == ["live", "shadow"]

@@ -363,6 +363,7 @@ def test_tail_json_prints_the_findings_log_object() -> None:
         "trace_id": TRACE_ID,
         "span_id": "b7ad6b7169203331",
         "service": "support",
+        "traffic": "live",
         "timestamp": "2026-11-29T20:31:02.123Z",
         "details": {"calls": "2", "fields": '{"order_id":"[redacted]","amount":"[redacted]"}'},
         "stream": lines[0]["stream"],

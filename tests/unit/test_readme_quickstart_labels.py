@@ -1,13 +1,10 @@
-"""The README quick start still shows ``toolwatch_regressions_total`` without ``traffic``.
-
-User-visible harm (low): the first thing a new user compares their output with, and copies
-selectors from, shows a label set the server no longer exposes; a selector or recording
-rule written from it (``sum by (agent, category, ...)`` expecting five labels, or an
-exact-label-set match in a test harness) disagrees with the real exposition.
-"""
+"""The README's quick start shows what the server writes: the labels of
+``toolwatch_regressions_total`` and the keys of a findings-log line, so that selectors and
+parsers written from it match the real output."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -15,6 +12,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from tests import factories
 from toolwatch.model import Category, Severity, Traffic
+from toolwatch.sinks.findings import Redaction, finding_record
 from toolwatch.sinks.prometheus import PrometheusMetrics
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -46,3 +44,13 @@ def test_the_quickstart_exposition_line_has_the_labels_the_server_exposes() -> N
         if line.startswith("toolwatch_regressions_total{")
     ]
     assert _labels(shown.removeprefix("# ")) == _labels(exposed), (shown, exposed)
+
+
+def test_the_quickstart_findings_line_has_the_keys_the_log_writes() -> None:
+    readme = README.read_text(encoding="utf-8")
+    start = readme.index('{"category":"MISSING_VERIFICATION_STEP"')
+    shown = json.loads(readme[start : readme.index("\n```", start)].replace("\n", ""))
+    record = finding_record(
+        factories.tool_trace(), factories.finding(), Redaction(), 0, Traffic.LIVE
+    )
+    assert list(shown) == list(record)

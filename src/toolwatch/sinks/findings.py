@@ -44,6 +44,7 @@ from toolwatch.model import (
     Clock,
     Finding,
     ToolTrace,
+    Traffic,
 )
 
 __all__ = [
@@ -73,7 +74,9 @@ class FindingSink(Protocol):
     after it.
     """
 
-    def publish(self, trace: ToolTrace, findings: Sequence[Finding]) -> None: ...
+    def publish(
+        self, trace: ToolTrace, findings: Sequence[Finding], traffic: Traffic = Traffic.LIVE
+    ) -> None: ...
     def close(self) -> None: ...
 
 
@@ -178,7 +181,11 @@ def _utc_second(seconds: int) -> str:
 
 
 def finding_record(
-    trace: ToolTrace, finding: Finding, redaction: Redaction, time_ns: int
+    trace: ToolTrace,
+    finding: Finding,
+    redaction: Redaction,
+    time_ns: int,
+    traffic: Traffic = Traffic.LIVE,
 ) -> dict[str, Any]:
     """The findings-log object of ``finding`` (see the module docstring), details redacted."""
     score = finding.score
@@ -195,6 +202,7 @@ def finding_record(
         "trace_id": finding.trace_id,
         "span_id": finding.span_id,
         "service": trace.service,
+        "traffic": str(traffic),
         "timestamp": format_timestamp(time_ns),
         "details": redaction.details(finding),
     }
@@ -240,9 +248,12 @@ class JsonLinesFindingSink:
         """Redact the findings written from now on by ``redaction`` (a reload)."""
         self._redaction = redaction
 
-    def publish(self, trace: ToolTrace, findings: Sequence[Finding]) -> None:
+    def publish(
+        self, trace: ToolTrace, findings: Sequence[Finding], traffic: Traffic = Traffic.LIVE
+    ) -> None:
         now = self._wall_clock()
-        lines = [_to_json(finding_record(trace, f, self._redaction, now)) for f in findings]
+        redaction = self._redaction
+        lines = [_to_json(finding_record(trace, f, redaction, now, traffic)) for f in findings]
         if lines:
             self.stream.write("\n".join(lines) + "\n")
             self.stream.flush()
@@ -261,10 +272,14 @@ class InMemoryFindingSink:
 
     findings: list[Finding] = field(default_factory=list)
     traces: list[ToolTrace] = field(default_factory=list)
+    traffic: list[Traffic] = field(default_factory=list)  # each publication's
     closed: bool = False
 
-    def publish(self, trace: ToolTrace, findings: Sequence[Finding]) -> None:
+    def publish(
+        self, trace: ToolTrace, findings: Sequence[Finding], traffic: Traffic = Traffic.LIVE
+    ) -> None:
         self.traces.append(trace)
+        self.traffic.append(traffic)
         self.findings.extend(findings)
 
     def close(self) -> None:
@@ -274,6 +289,7 @@ class InMemoryFindingSink:
         """Forgets everything published so far."""
         self.findings.clear()
         self.traces.clear()
+        self.traffic.clear()
 
 
 class FanOutSink:
@@ -290,10 +306,12 @@ class FanOutSink:
         self.failures: dict[str, int] = dict.fromkeys(self._names, 0)
         self._failed_at = failed
 
-    def publish(self, trace: ToolTrace, findings: Sequence[Finding]) -> None:
+    def publish(
+        self, trace: ToolTrace, findings: Sequence[Finding], traffic: Traffic = Traffic.LIVE
+    ) -> None:
         for i, sink in enumerate(self._sinks):
             try:
-                sink.publish(trace, findings)
+                sink.publish(trace, findings, traffic)
             except Exception:
                 self._failed(i, "publish")
 

@@ -51,7 +51,7 @@ import grpc
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.evaluation.severity import CALL_AGENT
 from toolwatch.metrics import PipelineMetrics
-from toolwatch.model import Category, Clock, Finding, Severity, ToolTrace
+from toolwatch.model import Category, Clock, Finding, Severity, ToolTrace, Traffic
 from toolwatch.sinks.findings import Redaction, render_details
 
 __all__ = [
@@ -572,7 +572,9 @@ class FindingsBroker:
             self._changed.clear()
             await self._changed.wait()
 
-    def publish(self, trace: ToolTrace, findings: Sequence[Finding]) -> None:
+    def publish(
+        self, trace: ToolTrace, findings: Sequence[Finding], traffic: Traffic = Traffic.LIVE
+    ) -> None:
         """Numbers and holds each finding, and offers it to every matching subscription;
         never waits."""
         if not findings:
@@ -588,7 +590,10 @@ class FindingsBroker:
             # gap, as a resume reads them.
             message = None
             if matching or holding:
-                message = finding_message(trace, finding, self._redaction, now, self._sequence + 1)
+                sequence = self._sequence + 1
+                message = finding_message(
+                    trace, finding, self._redaction, now, sequence, traffic=traffic
+                )
             self._sequence += 1
             self._index.append(tag)
             if message is not None:
@@ -619,7 +624,13 @@ class FindingsBroker:
 
 
 def finding_message(
-    trace: ToolTrace, finding: Finding, redaction: Redaction, time_ns: int, sequence: int = 0
+    trace: ToolTrace,
+    finding: Finding,
+    redaction: Redaction,
+    time_ns: int,
+    sequence: int = 0,
+    *,
+    traffic: Traffic = Traffic.LIVE,
 ) -> findings_pb2.Finding:
     """``finding`` as the stream's message, details redacted and rendered as text."""
     message = findings_pb2.Finding(
@@ -637,6 +648,7 @@ def finding_message(
         time_unix_nano=time_ns,
         details=render_details(redaction.details(finding)),
         sequence=sequence,
+        traffic=str(traffic),
     )
     if finding.score is not None:
         message.score = finding.score

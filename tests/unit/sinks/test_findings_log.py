@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import pytest
 
 from tests import factories
-from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
+from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace, Traffic
 from toolwatch.sinks.findings import (
     REDACTED,
     FanOutSink,
@@ -75,6 +75,18 @@ def log_lines(
     return [json.loads(line) for line in stream.getvalue().splitlines()]
 
 
+def test_a_shadow_candidates_finding_says_so() -> None:
+    """A candidate's finding pages no one (``traffic="shadow"`` in the metrics): the log
+    says whose run it is, so the one reading it after ToolwatchShadowCandidateUnsafe does
+    not take it for production's."""
+    stream = io.StringIO()
+    sink = JsonLinesFindingSink(stream, None, wall_clock=lambda: WALL_NS)
+    sink.publish(make_trace(), [make_finding()], Traffic.SHADOW)
+    sink.publish(make_trace(), [make_finding()])
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    assert [line["traffic"] for line in lines] == ["shadow", "live"]
+
+
 def test_one_json_object_per_finding_with_every_key() -> None:
     [line] = log_lines([make_finding()])
     assert line == {
@@ -90,6 +102,7 @@ def test_one_json_object_per_finding_with_every_key() -> None:
         "trace_id": TRACE_ID,
         "span_id": "b7ad6b7169203331",
         "service": "support",
+        "traffic": "live",
         "timestamp": "2026-11-29T20:31:02.123Z",
         "details": {"fields": {"amount": REDACTED}},
     }

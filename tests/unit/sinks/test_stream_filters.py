@@ -195,6 +195,22 @@ def test_a_line_leaves_out_labels_the_finding_does_not_have() -> None:
     )
 
 
+def test_a_candidates_finding_is_marked_on_the_line_and_production_s_is_not() -> None:
+    message = findings_pb2.Finding(
+        category="TOOL_ORDER_DRIFT",
+        severity="low",
+        trace_id=TRACE_ID,
+        explanation="Ordering: 50%.",
+        time_unix_nano=0,
+        traffic="shadow",
+    )
+    assert format_finding_line(message).endswith(
+        f"trace={TRACE_ID} traffic=shadow — Ordering: 50%."
+    )
+    message.traffic = "live"
+    assert "traffic" not in format_finding_line(message)
+
+
 def test_control_characters_an_agent_sent_are_escaped_on_the_line() -> None:
     """Agent, tool and field names and the explanation come from spans: a terminal must not
     run their escape sequences, nor show a line break that forges a second finding."""
