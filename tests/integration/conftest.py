@@ -32,7 +32,12 @@ T = TypeVar("T")
 #: The per-run counters (less `_total`), whose `traffic` label `RunningServer.sample` reads
 #: as `live` unless told.
 _PER_RUN = frozenset(
-    {"toolwatch_regressions", "toolwatch_runs_with_findings", "toolwatch_tool_traces"}
+    {
+        "toolwatch_regressions",
+        "toolwatch_runs_with_findings",
+        "toolwatch_tool_traces",
+        "toolwatch_tool_calls",
+    }
 )
 
 FREE_PORTS = {

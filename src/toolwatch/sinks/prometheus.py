@@ -379,8 +379,9 @@ class PrometheusMetrics:
         """The series updated for every agent run (``sinks.tally``), in one collector."""
         self._tool_calls = CounterTally(
             "toolwatch_tool_calls_total",
-            "Tool calls in evaluated agent runs.",
-            ("agent", "tool", "status"),
+            "Tool calls in evaluated agent runs, by agent, tool, status and traffic (live, or"
+            " shadow: a shadow target's run, a candidate's).",
+            ("agent", "tool", "status", "traffic"),
         )
         self._tool_traces = CounterTally(
             "toolwatch_tool_traces_total",
@@ -621,18 +622,19 @@ class PrometheusMetrics:
         self._child(self._request_seconds, *labels).observe(seconds)
 
     def tool_trace(self, trace: ToolTrace, reference: str, traffic: Traffic) -> None:
-        """Counts the run by outcome, reference and traffic, and each of its calls by tool
-        and status."""
+        """Counts the run by outcome, reference and traffic, and each of its calls by tool,
+        status and traffic."""
         reason = "complete" if trace.complete else trace.incomplete_reason or OTHER
         outcome = self._trace_outcome(reason)
         run_agent = self._agent(trace.agent)
-        self._tool_traces.inc((run_agent, outcome, self._reference(reference), str(traffic)))
+        label = str(traffic)
+        self._tool_traces.inc((run_agent, outcome, self._reference(reference), label))
         for call in trace.calls:
             same = not call.agent or call.agent == trace.agent  # the run's agent, usually
             agent = run_agent if same else self._agent(call.agent)
             status = self._status_labels.get(call.status) or self._status(str(call.status))
             tool = self._pair.tool_label(agent, self._tool(call.tool_name))
-            self._tool_calls.inc((agent, tool, status))
+            self._tool_calls.inc((agent, tool, status, label))
 
     def evaluated(self, evaluator: str, score: float | None, seconds: float) -> None:
         key = self._evaluator_keys.get(evaluator)

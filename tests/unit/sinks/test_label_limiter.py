@@ -141,7 +141,7 @@ def test_a_flood_of_names_keeps_every_label_bounded() -> None:
     regressions = "toolwatch_regressions_total"
     assert len(_label_values(registry, regressions, "evaluator")) == cap + 1
     assert len(_label_values(registry, regressions, "tool")) <= cap + len(known_tools) + 1
-    other = {"agent": OTHER, "tool": OTHER, "status": "ok"}
+    other = {"agent": OTHER, "tool": OTHER, "status": "ok", "traffic": "live"}
     assert registry.get_sample_value(calls, other) == 10_000 - cap
 
 

@@ -166,7 +166,7 @@ def test_a_reload_is_told_and_the_tools_it_names_keep_their_label(
     started = registry.get_sample_value("toolwatch_config_last_reload_success_timestamp_seconds")
     assert registry.get_sample_value("toolwatch_config_last_reload_successful") == 1
     assert started is not None and started > 1.7e9
-    labels = {"agent": "_other", "status": "ok"}
+    labels = {"agent": "_other", "status": "ok", "traffic": "live"}
     calls = (make_call("cancel_order"), make_call("issue_refund"))
     metrics.tool_trace(make_trace(calls), "none", traffic=Traffic.LIVE)
     assert registry.get_sample_value("toolwatch_tool_calls_total", labels | {"tool": "_other"}) == 1
@@ -331,7 +331,7 @@ def test_tool_trace_counts_run_outcome_and_calls(
     metrics.tool_trace(make_trace(calls), "expected", traffic=Traffic.LIVE)
     metrics.tool_trace(make_trace(incomplete_reason="timed_out"), "none", traffic=Traffic.LIVE)
     metrics.tool_trace(make_trace(), "something new", traffic=Traffic.LIVE)
-    metrics.tool_trace(make_trace(), "source", traffic=Traffic.SHADOW)
+    metrics.tool_trace(make_trace(calls[:1]), "source", traffic=Traffic.SHADOW)
     get = registry.get_sample_value
     runs = "toolwatch_tool_traces_total"
     complete = {"agent": "refund-bot", "outcome": "complete", "traffic": "live"}
@@ -342,8 +342,15 @@ def test_tool_trace_counts_run_outcome_and_calls(
     timed_out = {"agent": "refund-bot", "outcome": "timed_out", "reference": "none"}
     assert get(runs, timed_out | {"traffic": "live"}) == 1.0
     calls_total = "toolwatch_tool_calls_total"
+    candidate = {"agent": "refund-bot", "tool": "issue_refund", "status": "ok"}
+    assert get(calls_total, candidate | {"traffic": "shadow"}) == 1.0  # not in live's count
     for status in ("ok", "error"):
-        labels = {"agent": "refund-bot", "tool": "issue_refund", "status": status}
+        labels = {
+            "agent": "refund-bot",
+            "tool": "issue_refund",
+            "status": status,
+            "traffic": "live",
+        }
         assert get(calls_total, labels) == 1.0
 
 
@@ -353,7 +360,7 @@ def test_a_call_keeps_its_own_agent(
     metrics.tool_trace(
         make_trace((make_call("lookup", agent="inner"),)), "none", traffic=Traffic.LIVE
     )
-    labels = {"agent": "inner", "tool": "lookup", "status": "ok"}
+    labels = {"agent": "inner", "tool": "lookup", "status": "ok", "traffic": "live"}
     assert registry.get_sample_value("toolwatch_tool_calls_total", labels) == 1.0
 
 
