@@ -179,14 +179,20 @@ def _trace() -> ToolTrace:
     return factories.tool_trace(trace_id=TRACE_ID)
 
 
-def test_a_line_leaves_out_labels_the_finding_does_not_have() -> None:
-    message = findings_pb2.Finding(
+def _order_drift(traffic: str = "") -> findings_pb2.Finding:
+    """A finding with a category, a severity, a trace and nothing else to label."""
+    return findings_pb2.Finding(
         category="TOOL_ORDER_DRIFT",
         severity="low",
         trace_id=TRACE_ID,
         explanation="Ordering: 50%.",
         time_unix_nano=0,
+        traffic=traffic,
     )
+
+
+def test_a_line_leaves_out_labels_the_finding_does_not_have() -> None:
+    message = _order_drift()
     assert format_finding_line(message) == (
         f"1970-01-01T00:00:00Z LOW TOOL_ORDER_DRIFT trace={TRACE_ID} — Ordering: 50%."
     )
@@ -196,14 +202,7 @@ def test_a_line_leaves_out_labels_the_finding_does_not_have() -> None:
 
 
 def test_a_candidates_finding_is_marked_on_the_line_and_production_s_is_not() -> None:
-    message = findings_pb2.Finding(
-        category="TOOL_ORDER_DRIFT",
-        severity="low",
-        trace_id=TRACE_ID,
-        explanation="Ordering: 50%.",
-        time_unix_nano=0,
-        traffic="shadow",
-    )
+    message = _order_drift(traffic="shadow")
     assert format_finding_line(message).endswith(
         f"trace={TRACE_ID} traffic=shadow — Ordering: 50%."
     )
