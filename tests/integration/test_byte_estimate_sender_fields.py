@@ -71,26 +71,28 @@ def _held_by_a_full_buffer(
     return held, buffer
 
 
+def _assert_within_the_bound(held: int, buffer: TraceBuffer) -> None:
+    """The buffer counted no more than its 2 MiB, and holds at most the 1.1x of it the README
+    budgets (its "Memory" section)."""
+    assert buffer.buffered_bytes <= 2 * MIB
+    assert held <= 1.1 * 2 * MIB, (
+        f"{buffer.buffered_spans} spans counted {buffer.buffered_bytes} B, held {held} B"
+        f" ({held / (2 * MIB):.1f} x max_buffered_bytes)"
+    )
+
+
 # 60,000 UTF-8 bytes each; CPython holds CJK at two bytes a character, emoji at four.
 @pytest.mark.parametrize("char", ["s", "中", "😀"])
 def test_a_long_service_name_is_counted_by_the_byte_bound(char: str) -> None:
     service = char * (LONG // len(char.encode()))
     held, buffer = _held_by_a_full_buffer(DecodeOptions(), service=service)
-    assert buffer.buffered_bytes <= 2 * MIB
-    assert held <= 1.1 * 2 * MIB, (
-        f"{buffer.buffered_spans} spans counted {buffer.buffered_bytes} B, held {held} B"
-        f" ({held / (2 * MIB):.1f} x max_buffered_bytes)"
-    )
+    _assert_within_the_bound(held, buffer)
 
 
 def test_a_long_reference_key_value_is_counted_by_the_byte_bound() -> None:
     options = DecodeOptions(reference_keys=frozenset({CASE_KEY}))
     held, buffer = _held_by_a_full_buffer(options, case_id="c" * LONG)
-    assert buffer.buffered_bytes <= 2 * MIB
-    assert held <= 1.1 * 2 * MIB, (
-        f"{buffer.buffered_spans} spans counted {buffer.buffered_bytes} B, held {held} B"
-        f" ({held / (2 * MIB):.1f} x max_buffered_bytes)"
-    )
+    _assert_within_the_bound(held, buffer)
 
 
 @pytest.mark.parametrize("char", ["s", "中", "😀"])
@@ -100,8 +102,4 @@ def test_a_long_tool_name_is_counted_at_its_width(char: str) -> None:
     at four times its count."""
     tool = char * (LONG // len(char.encode()))
     held, buffer = _held_by_a_full_buffer(DecodeOptions(), tool=tool)
-    assert buffer.buffered_bytes <= 2 * MIB
-    assert held <= 1.1 * 2 * MIB, (
-        f"{buffer.buffered_spans} spans counted {buffer.buffered_bytes} B, held {held} B"
-        f" ({held / (2 * MIB):.1f} x max_buffered_bytes)"
-    )
+    _assert_within_the_bound(held, buffer)
