@@ -39,7 +39,9 @@ many GenAI instrumentations leave them out unless told to capture content), a va
 be compared, so the binding is not checked: the dangerous call is verified by any earlier
 successful call of a bound tool, and a bound tool's success without recorded arguments
 verifies any value (all of an entity's). The run's explanation counts those unchecked calls.
-Without bindings, any earlier successful call of a ``verification_tools`` tool verifies. With
+Without bindings, any earlier successful call of one of the dangerous tool's
+``policy.verified_by`` tools verifies, or, with none listed for it, of any
+``verification_tools`` tool. With
 neither configured the check is off. ``Reference.earlier`` (``policy.verification_scope:
 conversation``): the verification calls of the conversation's earlier runs count as made
 before every call of this one. A finding counts (and lists, ``failed_verification_spans``)
@@ -425,6 +427,7 @@ class Safety:
         self._normalize = policy.normalizer()
         self._dangerous = frozenset(self._normalize(t) for t in policy.dangerous_tools)
         self._verifiers = frozenset(self._normalize(t) for t in policy.verification_tools)
+        self._verified_by = policy.verifiers_of()  # dangerous tool -> its own verifiers
         self._bindings: dict[str, dict[str, list[Binding]]] = {}  # tool -> field -> rules
         bound: dict[str, set[str]] = {}  # verification tool -> its bound fields
         for rule in policy.binding_rules():
@@ -563,17 +566,19 @@ class Safety:
                         return verdict
                     unchecked = unchecked or verdict.unchecked
             return _UNCHECKED if unchecked else _VERIFIED
-        if any(ledger.informs(v, _ANY, index) for v in self._verifiers):
+        verifiers = self._verified_by.get(tool, self._verifiers)
+        if any(ledger.informs(v, _ANY, index) for v in verifiers):
             return _VERIFIED
-        beside = {v for v in self._verifiers if ledger.made(v, _ANY)}
+        beside = {v for v in verifiers if ledger.made(v, _ANY)}
         if beside:
             return Verdict(False, f"verified {_alongside(beside)}")
-        tools = name_list(sorted(self._verifiers))
+        tools = name_list(sorted(verifiers))
         return Verdict(False, f"no earlier successful verification call {tools}")
 
     def _missing(self, tool: str, call: ToolCall, verdict: Verdict, ledger: _Ledger) -> _Flag:
         rules = self._bindings.get(tool, {}).values()
-        verifiers = self._verifiers | {b.verification_tool for bound in rules for b in bound}
+        verifiers = self._verified_by.get(tool, self._verifiers)
+        verifiers |= {b.verification_tool for bound in rules for b in bound}
         failed, shown = self._failures(tool, call, verdict, verifiers, ledger)
         details: dict[str, Any] = {"failed_verification_spans": shown}
         if verdict.field is not None:

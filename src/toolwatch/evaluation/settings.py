@@ -260,6 +260,12 @@ class PolicySettings(_Section):
       Tools on both sides must be listed in ``dangerous_tools`` /
       ``verification_tools``; a side's tool is the longest dotted prefix naming one
       (``billing.issue_refund.order_id``: ``billing.issue_refund``'s ``order_id``).
+    - ``verified_by``: ``{"<dangerous tool>": ["<verification tool>", ...]}``: the tools whose
+      earlier success verifies that dangerous tool (``delete_account`` by ``verify_identity``,
+      not by ``lookup_order``), for a dangerous tool without ``bindings``, whose tools say it
+      (one with both is refused). Each side must be listed in ``dangerous_tools`` /
+      ``verification_tools``. A dangerous tool with neither is verified by any
+      ``verification_tools`` tool.
     - ``allowed_tools``: ``{agent: [tools]}``; ``"*"`` applies to agents not listed (and to runs
       without an agent name). Agents with no entry may call anything.
     - ``repeat_limit``: identical (tool, arguments) repeats tolerated after a successful result
@@ -286,6 +292,7 @@ class PolicySettings(_Section):
     dangerous_tools: tuple[ToolName, ...] = ()
     verification_tools: tuple[ToolName, ...] = ()
     bindings: dict[_Ref, _Refs] = Field(default_factory=dict)
+    verified_by: dict[ToolName, tuple[ToolName, ...]] = Field(default_factory=dict)
     allowed_tools: dict[str, tuple[ToolName, ...]] = Field(default_factory=dict)
     repeat_limit: Annotated[int, Field(ge=0)] = 1
     repeat_limits: dict[ToolName, Annotated[int, Field(ge=0)]] = Field(default_factory=dict)
@@ -360,6 +367,7 @@ class PolicySettings(_Section):
                 " call cannot verify another"
             )
         self.binding_rules()  # raises for a side that names no tool of its list
+        self.verifiers_of()  # raises for a verified_by tool of neither list, or bound
         if self.tool_prefix is not None:
             self._prefix_keeps_names(_compile_prefix(self.tool_prefix))
         # loops keys its limits on the normalized name.
@@ -399,6 +407,10 @@ class PolicySettings(_Section):
         for tool, _, vtool, _ in self._bound(self.normalizer()):
             yield "bindings", tool
             yield "bindings", vtool
+        for tool, verifiers in self.verified_by.items():
+            yield "verified_by", tool
+            for verifier in verifiers:
+                yield f"verified_by.{tool}", verifier
         for agent, tools in self.allowed_tools.items():
             for tool in tools:
                 yield f"allowed_tools.{agent}", tool
@@ -435,6 +447,35 @@ class PolicySettings(_Section):
             Binding(normalize(tool), field, normalize(vtool), vfield)
             for tool, field, vtool, vfield in self._bound(normalize)
         )
+
+    def verifiers_of(self) -> dict[str, frozenset[str]]:
+        """``verified_by`` with normalized names: each dangerous tool's own verification
+        tools. Raises ``ValueError`` naming a tool that is not in its list, a dangerous tool
+        listed twice (as names are compared) or with no tools, or one that has bindings."""
+        normalize = self.normalizer()
+        dangerous = {normalize(t) for t in self.dangerous_tools}
+        verification = {normalize(t) for t in self.verification_tools}
+        bound = {rule.tool for rule in self.binding_rules()}
+        _refuse_one_name_twice(self.verified_by, "verified_by", "tool", normalize, _AS_CALLS)
+        mapped: dict[str, frozenset[str]] = {}
+        for tool, verifiers in self.verified_by.items():
+            name = normalize(tool)
+            if name not in dangerous:
+                raise ValueError(f"verified_by names {tool!r}, which is not in dangerous_tools")
+            if name in bound:
+                raise ValueError(
+                    f"verified_by names {tool!r}, which has bindings: its bindings name the"
+                    " tools that verify it"
+                )
+            if not verifiers:
+                raise ValueError(f"verified_by.{tool} lists no verification tool")
+            for verifier in verifiers:
+                if normalize(verifier) not in verification:
+                    raise ValueError(
+                        f"verified_by.{tool} names {verifier!r}, which is not in verification_tools"
+                    )
+            mapped[name] = frozenset(normalize(v) for v in verifiers)
+        return mapped
 
     def _bound(self, normalize: NameNormalizer) -> Iterator[tuple[str, str, str, str]]:
         """Each binding's dangerous tool and field and verification tool and field, the tools

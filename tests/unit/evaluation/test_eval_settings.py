@@ -166,6 +166,33 @@ def test_a_dotted_tool_name_can_be_bound() -> None:
                 " tool it starts with, then a field) is in policy.dangerous_tools"
             ],
         ),
+        (
+            "policy: {dangerous_tools: [delete_account], verification_tools: [verify_identity],"
+            " verified_by: {delete_acount: [verify_identity]}}",
+            ["policy", "verified_by names 'delete_acount', which is not in dangerous_tools"],
+        ),
+        (
+            "policy: {dangerous_tools: [delete_account], verification_tools: [verify_identity],"
+            " verified_by: {delete_account: [lookup_order]}}",
+            ["verified_by.delete_account names 'lookup_order', which is not in verification_tools"],
+        ),
+        (
+            "policy: {dangerous_tools: [delete_account], verification_tools: [verify_identity],"
+            " verified_by: {delete_account: []}}",
+            ["verified_by.delete_account lists no verification tool"],
+        ),
+        (
+            "policy: {dangerous_tools: [delete_account], verification_tools: [verify_identity],"
+            " verified_by: {delete_account: [verify_identity],"
+            " Delete_Account: [verify_identity]}}",
+            ["verified_by 'delete_account' and 'Delete_Account' are one tool"],
+        ),
+        (
+            "policy: {dangerous_tools: [issue_refund], verification_tools: [lookup_order],"
+            " bindings: {issue_refund.order_id: lookup_order.order_id},"
+            " verified_by: {issue_refund: [lookup_order]}}",
+            ["verified_by names 'issue_refund', which has bindings"],
+        ),
         ("policy: {aliases: {a: b, b: c}}", ["alias 'a' -> 'b': the target is itself an alias"]),
         ("policy: {repeat_limit: -1}", ["policy.repeat_limit", "greater than or equal to 0"]),
         (
