@@ -73,6 +73,7 @@ MODULES = (
     "evaluation/base.py",
     "evaluation/blocks.py",
     "evaluation/composite.py",
+    "evaluation/entities.py",
     "evaluation/invariants.py",
     "evaluation/lcs.py",
     "evaluation/lineup.py",

@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from toolwatch.evaluation.base import Baseline, RefCall, Reference, baseline, pct
-from toolwatch.evaluation.loops import acted, acted_reference
+from toolwatch.evaluation.loops import NO_BOUND, acted, acted_reference
 from toolwatch.evaluation.matching import pair_by_name
 from toolwatch.evaluation.settings import ToolArgumentsSettings, split_tool_field
 from toolwatch.evaluation.severity import make_finding, severity_for
@@ -241,17 +241,23 @@ class ToolArguments:
 
     name: Final = "tool_arguments"
 
-    def __init__(self, settings: ToolArgumentsSettings, normalize: NameNormalizer) -> None:
+    def __init__(
+        self,
+        settings: ToolArgumentsSettings,
+        normalize: NameNormalizer,
+        bound: Mapping[str, tuple[str, ...]] = NO_BOUND,
+    ) -> None:
         self.settings = settings
         self._normalize = normalize
+        self._bound = bound  # a dangerous tool's bound fields: its retries (loops.retried)
         self._scorer = ArgumentScorer(settings, normalize)
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
-        reference = acted_reference(reference, self._normalize)
+        reference = acted_reference(reference, self._normalize, self._bound)
         base = baseline(reference, self.settings.against, self._normalize)
         if base is None:
             return None
-        calls = acted(trace, self._normalize).calls
+        calls = acted(trace, self._normalize, self._bound).calls
         report = compare_arguments(base.calls, calls, self._scorer, self._normalize)
         if report.score is None:
             return None

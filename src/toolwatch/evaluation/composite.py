@@ -38,7 +38,7 @@ explanation ends with it.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from toolwatch.evaluation.arguments import ArgumentReport, ArgumentScorer, compare_arguments
@@ -54,7 +54,7 @@ from toolwatch.evaluation.base import (
     sequences,
     unordered,
 )
-from toolwatch.evaluation.loops import acted, acted_reference
+from toolwatch.evaluation.loops import NO_BOUND, acted, acted_reference
 from toolwatch.evaluation.order import order_score
 from toolwatch.evaluation.selection import describe, jaccard, recall
 from toolwatch.evaluation.settings import CompositeSettings, ToolArgumentsSettings
@@ -98,18 +98,20 @@ class Composite:
         settings: CompositeSettings,
         arguments: ToolArgumentsSettings,
         normalize: NameNormalizer,
+        bound: Mapping[str, tuple[str, ...]] = NO_BOUND,
     ) -> None:
         self.settings = settings
         self._threshold = arguments.threshold
         self._normalize = normalize
+        self._bound = bound  # a dangerous tool's bound fields: its retries (loops.retried)
         self._scorer = ArgumentScorer(arguments, normalize)
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
-        reference = acted_reference(reference, self._normalize)
+        reference = acted_reference(reference, self._normalize, self._bound)
         base = baseline(reference, "auto", self._normalize)
         if base is None:
             return None
-        trace = acted(trace, self._normalize)  # a failed call made again: one call
+        trace = acted(trace, self._normalize, self._bound)  # a failed call made again: one call
         lined = sequences(trace, base, self._normalize, reference)  # parallel calls in either order
         names = lined.names
         report = compare_arguments(base.calls, trace.calls, self._scorer, self._normalize)
@@ -130,7 +132,7 @@ class Composite:
     def failure_type(self, trace: ToolTrace, case: GoldenCase) -> str | None:
         """How ``trace`` missed ``case`` (see the module docstring), ``None`` if it did not."""
         base = from_case(case, self._normalize)
-        trace = acted(trace, self._normalize)  # as __call__ reads it
+        trace = acted(trace, self._normalize, self._bound)  # as __call__ reads it
         names = sequences(trace, base, self._normalize).names
         report = compare_arguments(base.calls, trace.calls, self._scorer, self._normalize)
         return self._failure(base, names, report)

@@ -41,7 +41,7 @@ library resolves only what the schema contains).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -57,7 +57,7 @@ from toolwatch.evaluation.base import (
     pct,
     unfinished,
 )
-from toolwatch.evaluation.loops import retried
+from toolwatch.evaluation.loops import NO_BOUND, retried
 from toolwatch.evaluation.settings import (
     ArgumentsRule,
     CallCountRule,
@@ -113,6 +113,7 @@ class Invariants:
     def __init__(self, settings: InvariantsSettings, policy: PolicySettings) -> None:
         self.settings = settings
         self._normalize = policy.normalizer()
+        self._action_fields = policy.action_fields()  # a retry of the same entity: one action
         self._rules = policy.invariants
         # Agent names compared as tool names are: trimmed and case-folded.
         self._agents = [frozenset(fold(a) for a in r.agents) for r in self._rules]
@@ -182,7 +183,15 @@ class Invariants:
             )
         if isinstance(rule, OrderRule):
             return _order(rule, label, run, whole, self._normalize)
-        return _counted(rule, label, calls, names, self._normalize, complete=complete)
+        return _counted(
+            rule,
+            label,
+            calls,
+            names,
+            self._normalize,
+            bound=self._action_fields,
+            complete=complete,
+        )
 
     def _finding(self, trace: ToolTrace, violation: Violation, score: float) -> Finding:
         return make_finding(
@@ -249,6 +258,7 @@ def _counted(
     names: Sequence[str],
     normalize: NameNormalizer,
     *,
+    bound: Mapping[str, tuple[str, ...]] = NO_BOUND,
     complete: bool = True,
 ) -> list[Violation]:
     tool = normalize(rule.tool)
@@ -257,7 +267,7 @@ def _counted(
     if isinstance(rule, CallCountRule) and count:
         # A failed call made again is one action: a refund that failed and was retried is
         # not two refunds. (A forbidden tool's failed attempt still counts: it was tried.)
-        again = sum(1 for i in retried(calls, names) if names[i] == tool)
+        again = sum(1 for i in retried(calls, names, bound) if names[i] == tool)
         count -= again
     problem = _count_problem(rule, tool, count, complete=complete)
     if problem is None:

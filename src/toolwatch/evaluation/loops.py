@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Hashable, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final, cast
 
 from toolwatch.evaluation.base import (
@@ -36,6 +37,7 @@ from toolwatch.evaluation.base import (
     spanned_tools,
     unfinished,
 )
+from toolwatch.evaluation.entities import entity_key, lookup
 from toolwatch.evaluation.settings import LoopsSettings, PolicySettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.jsontext import decimal_text
@@ -52,11 +54,13 @@ from toolwatch.model import (
 from toolwatch.names import NameNormalizer
 
 __all__ = [
+    "NO_BOUND",
     "CallKey",
     "Loops",
     "Repeat",
     "acted",
     "acted_reference",
+    "action_key",
     "call_key",
     "find_repeats",
     "retried",
@@ -132,12 +136,37 @@ def _canonical_items(value: dict[Any, Any], depth: int) -> tuple[tuple[str, Hash
     return tuple(sorted(items))
 
 
-def retried(calls: Sequence[ToolCall], tools: Sequence[str]) -> frozenset[int]:
+#: No tool's calls are keyed by bound fields (``retried``'s default).
+NO_BOUND: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType({})
+#: Marks an action key made of bound values, which no arguments' key can equal.
+_BOUND: Final = object()
+
+
+def action_key(tool: str, call: ToolCall, bound: Mapping[str, tuple[str, ...]]) -> CallKey:
+    """What makes a call made again the same action: for a tool with ``bound`` fields (a
+    dangerous tool's bindings, ``PolicySettings.action_fields``) whose call recorded every one
+    of them, the values of those fields (``entities.entity_key``): a refund of order A1 that
+    failed and was made again for A1 with a corrected amount is one refund. Else the tool and
+    all its arguments (``call_key``)."""
+    fields = bound.get(tool)
+    if fields is not None and call.arguments is not None and call.arguments_error is None:
+        values = tuple([entity_key(lookup(call.arguments, field)) for field in fields])
+        if None not in values:
+            return tool, (_BOUND, values)
+    return call_key(tool, call.arguments)
+
+
+def retried(
+    calls: Sequence[ToolCall],
+    tools: Sequence[str],
+    bound: Mapping[str, tuple[str, ...]] = NO_BOUND,
+) -> frozenset[int]:
     """The places (in ``calls``; ``tools[i]`` is ``calls[i]``'s normalized name) of the failed
-    calls the run made again: a later call of the same tool with the same arguments
-    (``call_key``; arguments recorded on neither count as the same) that the failure could
-    have informed (``Concurrency``: not one issued beside it, which saw no result of it).
-    Where calls are counted as actions (``call_count`` invariants, dangerous calls beyond the
+    calls the run made again: a later call of the same action (``action_key``: the same tool
+    with the same arguments, arguments recorded on neither counting as the same, or, for a
+    tool with ``bound`` fields, the same values of those) that the failure could have
+    informed (``Concurrency``: not one issued beside it, which saw no result of it). Where
+    calls are counted as actions (``call_count`` invariants, dangerous calls beyond the
     reference's), an attempt that failed and was made again is one action, not two."""
     if all(call.status is CallStatus.OK for call in calls):
         return frozenset()  # most runs: no key built
@@ -148,7 +177,7 @@ def retried(calls: Sequence[ToolCall], tools: Sequence[str]) -> frozenset[int]:
     found: set[int] = set()
     for place, call in enumerate(ordered):
         i = order[place]
-        key = call_key(tools[i], call.arguments)
+        key = action_key(tools[i], call, bound)
         pending = failed.get(key)
         if pending:
             kept = [f for f in pending if not concurrency.informs(f, place)]
@@ -162,7 +191,11 @@ def retried(calls: Sequence[ToolCall], tools: Sequence[str]) -> frozenset[int]:
     return frozenset(found)
 
 
-def acted(trace: ToolTrace, normalize: NameNormalizer) -> ToolTrace:
+def acted(
+    trace: ToolTrace,
+    normalize: NameNormalizer,
+    bound: Mapping[str, tuple[str, ...]] = NO_BOUND,
+) -> ToolTrace:
     """The run as the actions it took: its calls without the failed ones it made again
     (``retried``), each of which is one action with its retry. What the comparing evaluators
     count and line up (``tool_selection``, ``tool_arguments``, ``tool_trace_structure``'s
@@ -173,21 +206,25 @@ def acted(trace: ToolTrace, normalize: NameNormalizer) -> ToolTrace:
     calls = trace.calls
     if all(call.status is CallStatus.OK for call in calls):
         return trace
-    again = retried(calls, [normalize(call.tool_name) for call in calls])
+    again = retried(calls, [normalize(call.tool_name) for call in calls], bound)
     if not again:
         return trace
     kept = tuple(call for i, call in enumerate(calls) if i not in again)
     return dataclasses.replace(trace, calls=kept)
 
 
-def acted_reference(reference: Reference, normalize: NameNormalizer) -> Reference:
+def acted_reference(
+    reference: Reference,
+    normalize: NameNormalizer,
+    bound: Mapping[str, tuple[str, ...]] = NO_BOUND,
+) -> Reference:
     """``reference`` with its shadow source read as ``acted`` (the source's retries are no
     more calls than the run's), sharing its line-ups; ``reference`` itself when that changes
     nothing. A golden case lists what to do, not attempts: it is read as written."""
     source = reference.source
     if source is None:
         return reference
-    made = acted(source, normalize)
+    made = acted(source, normalize, bound)
     return reference if made is source else dataclasses.replace(reference, source=made)
 
 

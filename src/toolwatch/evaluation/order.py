@@ -23,7 +23,7 @@ is not judged for order.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from toolwatch.evaluation.base import (
@@ -36,7 +36,7 @@ from toolwatch.evaluation.base import (
     unordered,
 )
 from toolwatch.evaluation.lcs import lcs_length
-from toolwatch.evaluation.loops import acted, acted_reference
+from toolwatch.evaluation.loops import NO_BOUND, acted, acted_reference
 from toolwatch.evaluation.settings import OrderSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.model import Category, EvalResult, Finding, ReferenceKind, ToolTrace
@@ -73,17 +73,23 @@ class Order:
 
     name: Final = "order"
 
-    def __init__(self, settings: OrderSettings, normalize: NameNormalizer) -> None:
+    def __init__(
+        self,
+        settings: OrderSettings,
+        normalize: NameNormalizer,
+        bound: Mapping[str, tuple[str, ...]] = NO_BOUND,
+    ) -> None:
         self.settings = settings
         self._normalize = normalize
+        self._bound = bound  # a dangerous tool's bound fields: its retries (loops.retried)
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
-        reference = acted_reference(reference, self._normalize)
+        reference = acted_reference(reference, self._normalize, self._bound)
         base = baseline(reference, self.settings.against, self._normalize)
         if base is None or base.no_tools or unordered(base):
             return None
         run = trace
-        trace = acted(trace, self._normalize)  # a failed call made again: one call
+        trace = acted(trace, self._normalize, self._bound)  # a failed call made again: one call
         lined = sequences(trace, base, self._normalize, reference)
         common = lined.common()
         score = order_score(lined.names, lined.reference, base.kind, common)

@@ -118,8 +118,12 @@ def _entries(settings: EvaluationSettings) -> list[_Entry]:
     entries = _comparing(settings) + _policy(settings)
     composite = settings.evaluators.composite
     if composite.enabled:
+        policy = settings.policy
         evaluator = Composite(
-            composite, settings.evaluators.tool_arguments, settings.policy.normalizer()
+            composite,
+            settings.evaluators.tool_arguments,
+            policy.normalizer(),
+            policy.action_fields(),
         )
         entries.append(_Entry(Composite.name, evaluator, _NEEDS["auto"], reads=_NEEDS["auto"]))
     return entries
@@ -127,17 +131,19 @@ def _entries(settings: EvaluationSettings) -> list[_Entry]:
 
 def _comparing(settings: EvaluationSettings) -> list[_Entry]:
     config, normalize = settings.evaluators, settings.policy.normalizer()
+    bound = settings.policy.action_fields()  # a failed dangerous call retried: one action
     entries: list[_Entry] = []
     selection, arguments = config.tool_selection, config.tool_arguments
     structure, order = config.tool_trace_structure, config.order
     if selection.enabled:
-        entries.append(_compares(ToolSelection(selection, normalize), selection.against))
+        entries.append(_compares(ToolSelection(selection, normalize, bound), selection.against))
     if arguments.enabled:
-        entries.append(_compares(ToolArguments(arguments, normalize), arguments.against))
+        entries.append(_compares(ToolArguments(arguments, normalize, bound), arguments.against))
     if structure.enabled:
-        entries.append(_compares(ToolTraceStructure(structure, normalize), structure.against))
+        evaluator = ToolTraceStructure(structure, normalize, bound)
+        entries.append(_compares(evaluator, structure.against))
     if order.enabled:
-        entries.append(_compares(Order(order, normalize), order.against))
+        entries.append(_compares(Order(order, normalize, bound), order.against))
     return entries
 
 

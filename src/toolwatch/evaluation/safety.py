@@ -56,8 +56,8 @@ DANGEROUS_ACTION_DRIFT: a dangerous call outside the agent's ``allowed_tools`` (
 source calling ``issue_refund`` once, the run's second ``issue_refund`` is drift. A case of
 mode ``first`` gives no such number (``base.first_only``: it judges the first call alone).
 A failed call made again (``loops.retried``: a later call of the same tool with the same
-arguments) is one action on both sides: a refund that failed and then went through is one
-refund.
+arguments, or with the same values of its bound fields: the same order, its amount corrected)
+is one action on both sides: a refund that failed and then went through is one refund.
 
 The run is read once, in sequence order, keeping a ledger of the verification outcomes seen
 so far (so a run of thousands of calls costs one pass, not a scan per dangerous call).
@@ -76,7 +76,6 @@ finding (1.0 for a run without calls); it feeds the score histogram, not the sev
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -96,10 +95,10 @@ from toolwatch.evaluation.base import (
     spanned_tools,
     unfinished,
 )
+from toolwatch.evaluation.entities import entity_key, lookup, unrecorded
 from toolwatch.evaluation.loops import retried
 from toolwatch.evaluation.settings import Binding, PolicySettings, SafetySettings
 from toolwatch.evaluation.severity import make_finding
-from toolwatch.jsontext import decimal_text
 from toolwatch.model import (
     DETAIL_FIELDS,
     CallStatus,
@@ -113,114 +112,9 @@ from toolwatch.model import (
 )
 from toolwatch.names import fold
 
-__all__ = ["Safety", "Verdict", "entity_key", "lookup", "unrecorded"]
+__all__ = ["Safety", "Verdict"]
 
 _MAX_SPANS: Final = 10  # span ids listed in a finding's details
-
-
-def lookup(arguments: Any, path: str) -> Any:
-    """The value at dotted ``path`` in nested argument objects, or ``None`` if absent. A
-    part in decimal digits indexes an array (``items.0.order_id``: the first item's
-    ``order_id``), as findings name such fields."""
-    if "." not in path:  # the usual field: no list of parts
-        return _item(arguments, path)
-    value = arguments
-    for part in path.split("."):
-        value = _item(value, part)
-        if value is None:
-            return None
-    return value
-
-
-def _item(value: Any, key: str) -> Any:
-    """``value[key]`` if ``value`` is a mapping holding ``key``, or an array with an item at
-    the index ``key`` writes in decimal digits (no sign, no leading zero), else ``None``."""
-    if type(value) is dict:  # what JSON gives: no (interpreted) ABC check, 1,000 instructions
-        return value.get(key)
-    if isinstance(value, Mapping) and key in value:
-        return value[key]
-    if isinstance(value, list | tuple) and _is_index(key) and int(key) < len(value):
-        return value[int(key)]
-    return None
-
-
-def _is_index(key: str) -> bool:
-    """Whether ``key`` is an array index in decimal digits: ``0``, ``12``; not ``01``, ``-1``."""
-    return key.isascii() and key.isdigit() and (key == "0" or key[0] != "0")
-
-
-def entity_key(value: Any) -> str | None:
-    """How a bound value is compared: as trimmed text, a number as its decimal text
-    (``jsontext.decimal_text``: ``12.0`` and ``"12"`` are ``12``), so that values equal as
-    JSON values, or a number and its text, name one entity. Objects and arrays as JSON
-    text whose members are keyed so, at any depth (``{"id": 12.0}`` is ``{"id": "12"}``),
-    key order ignored, array order kept. ``None`` for an absent value, and for blank text:
-    a refund of order ``""`` names no order, which no lookup of ``"  "`` verifies."""
-    if value is None:
-        return None
-    if isinstance(value, str):  # the usual id: no need of the (interpreted) ABC check below
-        return value.strip() or None
-    text = decimal_text(value)  # the other usual id, an int (a bool is none: None)
-    if text is not None:
-        return text
-    if isinstance(value, Mapping | list | tuple):
-        return _container_key(value)
-    return str(value).strip() or None  # a boolean "True", as in a container
-
-
-#: Containers nested deeper are keyed as their plain JSON text (``_container_key``): a
-#: compiled function calling itself has no recursion check of its own.
-_MAX_DEPTH: Final = 32
-
-
-class _TooDeepError(Exception):
-    """A bound value nested past ``_MAX_DEPTH``."""
-
-
-#: ``json.dumps(value, sort_keys=True, default=str)``, without building an encoder per call.
-_SORTED_JSON: Final = json.JSONEncoder(sort_keys=True, default=str)
-
-
-def _container_key(value: Any) -> str:
-    """``entity_key`` of an object or array."""
-    try:
-        keyed = _keyed(value, 0)
-    except _TooDeepError:
-        return _SORTED_JSON.encode(value)
-    return _SORTED_JSON.encode(keyed)
-
-
-def _keyed(value: Any, depth: int) -> Any:
-    """``value`` with every member that is no object or array replaced by its
-    ``entity_key`` (``null`` kept, blank text kept blank: a member's absence is not
-    blankness). Exact types first: what parsers make, without the ABC checks."""
-    kind = type(value)
-    if kind is str:
-        text: str = value
-        return text.strip()
-    if value is None:
-        return None
-    number = decimal_text(value)
-    if number is not None:
-        return number
-    if kind is dict:
-        mapping: dict[Any, Any] = value
-        return {key: _keyed(item, _deeper(depth)) for key, item in mapping.items()}
-    if kind is list:
-        items: list[Any] = value
-        return [_keyed(item, _deeper(depth)) for item in items]
-    if kind is not bool and isinstance(value, Mapping):
-        return {key: _keyed(item, _deeper(depth)) for key, item in value.items()}
-    if kind is not bool and isinstance(value, list | tuple):
-        return [_keyed(item, _deeper(depth)) for item in value]
-    return str(value).strip()  # a boolean "True", as at the top
-
-
-def _deeper(depth: int) -> int:
-    """The depth of a container's members; raises ``_TooDeepError`` past ``_MAX_DEPTH``."""
-    if depth >= _MAX_DEPTH:
-        raise _TooDeepError
-    return depth + 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -247,12 +141,6 @@ class _Entity:
 
 _VERIFIED: Final = Verdict(True)
 _UNCHECKED: Final = Verdict(True, unchecked=True)
-
-
-def unrecorded(call: ToolCall) -> bool:
-    """Whether the producer recorded no arguments for ``call`` (``None``, and not because
-    what it recorded could not be read)."""
-    return call.arguments is None and call.arguments_error is None
 
 
 #: Ledger key of "a successful call of this tool", whatever its arguments.
@@ -428,6 +316,7 @@ class Safety:
         self._dangerous = frozenset(self._normalize(t) for t in policy.dangerous_tools)
         self._verifiers = frozenset(self._normalize(t) for t in policy.verification_tools)
         self._verified_by = policy.verifiers_of()  # dangerous tool -> its own verifiers
+        self._action_fields = policy.action_fields()  # a retry of the same entity: one action
         self._bindings: dict[str, dict[str, list[Binding]]] = {}  # tool -> field -> rules
         bound: dict[str, set[str]] = {}  # verification tool -> its bound fields
         for rule in policy.binding_rules():
@@ -657,7 +546,7 @@ class Safety:
         tools = [self._normalize(c.tool_name) for c in calls]
         # A failed call made again is one action (a refund that failed, then went through).
         # Asked of all the calls: the ones a dangerous call is nested in say what it saw.
-        again = retried(calls, tools)
+        again = retried(calls, tools, self._action_fields)
         for i, call in enumerate(calls):
             tool = tools[i]
             if tool not in self._dangerous or i in again:
@@ -676,7 +565,7 @@ class Safety:
         if kind is ReferenceKind.SOURCE and reference.source is not None:
             calls = reference.source.calls
             names = [self._normalize(c.tool_name) for c in calls]
-            again = retried(calls, names)  # counted as the run's are
+            again = retried(calls, names, self._action_fields)  # counted as the run's are
             return Counter(name for i, name in enumerate(names) if i not in again)
         case = reference.expected
         if kind is ReferenceKind.EXPECTED and case is not None:

@@ -39,7 +39,7 @@ against a shadow source. One TOOL_SELECTION_DRIFT finding per run when the score
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final
 
 from toolwatch.evaluation.base import (
@@ -52,7 +52,7 @@ from toolwatch.evaluation.base import (
     sequences,
 )
 from toolwatch.evaluation.lcs import lcs_length
-from toolwatch.evaluation.loops import acted, acted_reference
+from toolwatch.evaluation.loops import NO_BOUND, acted, acted_reference
 from toolwatch.evaluation.settings import ToolSelectionSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.model import Category, EvalResult, Finding, Severity, ToolTrace
@@ -127,9 +127,15 @@ class ToolSelection:
 
     name: Final = "tool_selection"
 
-    def __init__(self, settings: ToolSelectionSettings, normalize: NameNormalizer) -> None:
+    def __init__(
+        self,
+        settings: ToolSelectionSettings,
+        normalize: NameNormalizer,
+        bound: Mapping[str, tuple[str, ...]] = NO_BOUND,
+    ) -> None:
         self.settings = settings
         self._normalize = normalize
+        self._bound = bound  # a dangerous tool's bound fields: its retries (loops.retried)
 
     def mode(self, base: Baseline) -> str:
         """The mode for this baseline: source mode, else the case's own, else configured."""
@@ -138,11 +144,11 @@ class ToolSelection:
         return base.case.selection_mode or self.settings.mode
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
-        reference = acted_reference(reference, self._normalize)
+        reference = acted_reference(reference, self._normalize, self._bound)
         base = baseline(reference, self.settings.against, self._normalize)
         if base is None or names_none(base):  # names none: "called 0/0" paged critical
             return None
-        trace = acted(trace, self._normalize)  # a failed call made again: one call
+        trace = acted(trace, self._normalize, self._bound)  # a failed call made again: one call
         lined = sequences(trace, base, self._normalize, reference)
         names = lined.names
         if base.no_tools:

@@ -448,6 +448,17 @@ class PolicySettings(_Section):
             for tool, field, vtool, vfield in self._bound(normalize)
         )
 
+    def action_fields(self) -> dict[str, tuple[str, ...]]:
+        """Each dangerous tool with bindings and its bound fields, in configuration order: what
+        names the entity it acts on, so a failed call made again on the same entity is one
+        action (``loops.retried``), whatever else its arguments corrected."""
+        fields: dict[str, list[str]] = {}
+        for rule in self.binding_rules():
+            named = fields.setdefault(rule.tool, [])
+            if rule.field not in named:
+                named.append(rule.field)
+        return {tool: tuple(named) for tool, named in fields.items()}
+
     def verifiers_of(self) -> dict[str, frozenset[str]]:
         """``verified_by`` with normalized names: each dangerous tool's own verification
         tools. Raises ``ValueError`` naming a tool that is not in its list, a dangerous tool

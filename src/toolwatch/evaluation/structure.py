@@ -34,11 +34,12 @@ that one broken check of several reads as a partial drop.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
 from toolwatch.evaluation.base import Baseline, Reference, baseline, pct, uses_parallelism
-from toolwatch.evaluation.loops import acted
+from toolwatch.evaluation.loops import NO_BOUND, acted
 from toolwatch.evaluation.settings import REFUSAL_TEXT_CHARS, StructureSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.model import Category, EvalResult, Finding, ReferenceKind, Severity, ToolTrace
@@ -71,9 +72,15 @@ class ToolTraceStructure:
 
     name: Final = "tool_trace_structure"
 
-    def __init__(self, settings: StructureSettings, normalize: NameNormalizer) -> None:
+    def __init__(
+        self,
+        settings: StructureSettings,
+        normalize: NameNormalizer,
+        bound: Mapping[str, tuple[str, ...]] = NO_BOUND,
+    ) -> None:
         self.settings = settings
         self._normalize = normalize
+        self._bound = bound  # a dangerous tool's bound fields: its retries (loops.retried)
         self._refusal_patterns = settings.refusal_matchers()
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult | None:
@@ -109,8 +116,8 @@ class ToolTraceStructure:
             return None
         count = base.call_count
         if base.kind is ReferenceKind.SOURCE and reference.source is not None:
-            count = len(acted(reference.source, self._normalize).calls)
-        made = len(acted(trace, self._normalize).calls)
+            count = len(acted(reference.source, self._normalize, self._bound).calls)
+        made = len(acted(trace, self._normalize, self._bound).calls)
         tolerance = self.settings.call_count_tolerance
         score = count_score(made, count, tolerance)
         text = f"{made} calls"

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from toolwatch.evaluation.base import never_ran, spanned_tools, unfinished
-from toolwatch.evaluation.safety import entity_key, lookup, unrecorded
+from toolwatch.evaluation.entities import entity_key, lookup, unrecorded
 from toolwatch.model import CallStatus, ToolTrace, Verified
 from toolwatch.names import NameNormalizer
 from toolwatch.references.settings import ShadowSettings

@@ -12,7 +12,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolwatch.evaluation.base import Reference
-from toolwatch.evaluation.loops import Loops, acted, acted_reference, call_key, retried
+from toolwatch.evaluation.loops import (
+    Loops,
+    acted,
+    acted_reference,
+    action_key,
+    call_key,
+    retried,
+)
 from toolwatch.evaluation.settings import LoopsSettings, PolicySettings
 from toolwatch.jsontext import decimal_text
 from toolwatch.model import Category, EvalResult, ReferenceKind, ToolCall
@@ -297,3 +304,23 @@ def test_calls_recorded_without_arguments_are_not_repeats() -> None:
     identical, however many there are."""
     unrecorded = [call("get_weather", None, index=i) for i in range(3)]
     assert evaluate(*unrecorded, repeat_limit=0).findings == ()
+
+
+def test_the_action_key_of_a_bound_call_is_its_bound_values_when_all_are_recorded() -> None:
+    """A dangerous call with every bound field recorded is keyed by those values as
+    ``entity_key`` compares them (12 and "12" one order); one missing a bound field, or
+    without arguments, by all its arguments, as any other call."""
+    bound = {"issue_refund": ("order_id", "customer.id")}
+    full = call("issue_refund", {"order_id": 12, "customer": {"id": "C1"}, "amount": 5})
+    same = call("issue_refund", {"order_id": "12", "customer": {"id": " C1"}, "amount": 9})
+    other = call("issue_refund", {"order_id": "13", "customer": {"id": "C1"}, "amount": 5})
+    partial = call("issue_refund", {"order_id": 12, "amount": 5})
+    partial_again = call("issue_refund", {"order_id": 12, "amount": 9})
+    key = action_key("issue_refund", full, bound)
+    assert key == action_key("issue_refund", same, bound)
+    assert key != action_key("issue_refund", other, bound)
+    assert action_key("issue_refund", partial, bound) == call_key("issue_refund", partial.arguments)
+    assert action_key("issue_refund", partial, bound) != action_key(
+        "issue_refund", partial_again, bound
+    )
+    assert action_key("lookup_order", full, bound) == call_key("lookup_order", full.arguments)

@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 
 from tests import factories
 from toolwatch.evaluation.base import Reference
-from toolwatch.evaluation.safety import Safety, entity_key, lookup
+from toolwatch.evaluation.entities import entity_key, lookup
+from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.settings import PolicySettings, SafetySettings
 from toolwatch.evaluation.similarity import same_value
 from toolwatch.jsontext import loads

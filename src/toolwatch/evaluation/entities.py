@@ -1,0 +1,125 @@
+"""How bound values are read from a call's arguments and compared: what names one entity
+(an order, an account) for ``safety``'s bindings, the conversation memory, and ``loops``'
+retries of a dangerous call (``retried``: a failed refund made again for the same order)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, Final
+
+from toolwatch.jsontext import decimal_text
+from toolwatch.model import ToolCall
+
+__all__ = ["entity_key", "lookup", "unrecorded"]
+
+
+def lookup(arguments: Any, path: str) -> Any:
+    """The value at dotted ``path`` in nested argument objects, or ``None`` if absent. A
+    part in decimal digits indexes an array (``items.0.order_id``: the first item's
+    ``order_id``), as findings name such fields."""
+    if "." not in path:  # the usual field: no list of parts
+        return _item(arguments, path)
+    value = arguments
+    for part in path.split("."):
+        value = _item(value, part)
+        if value is None:
+            return None
+    return value
+
+
+def _item(value: Any, key: str) -> Any:
+    """``value[key]`` if ``value`` is a mapping holding ``key``, or an array with an item at
+    the index ``key`` writes in decimal digits (no sign, no leading zero), else ``None``."""
+    if type(value) is dict:  # what JSON gives: no (interpreted) ABC check, 1,000 instructions
+        return value.get(key)
+    if isinstance(value, Mapping) and key in value:
+        return value[key]
+    if isinstance(value, list | tuple) and _is_index(key) and int(key) < len(value):
+        return value[int(key)]
+    return None
+
+
+def _is_index(key: str) -> bool:
+    """Whether ``key`` is an array index in decimal digits: ``0``, ``12``; not ``01``, ``-1``."""
+    return key.isascii() and key.isdigit() and (key == "0" or key[0] != "0")
+
+
+def entity_key(value: Any) -> str | None:
+    """How a bound value is compared: as trimmed text, a number as its decimal text
+    (``jsontext.decimal_text``: ``12.0`` and ``"12"`` are ``12``), so that values equal as
+    JSON values, or a number and its text, name one entity. Objects and arrays as JSON
+    text whose members are keyed so, at any depth (``{"id": 12.0}`` is ``{"id": "12"}``),
+    key order ignored, array order kept. ``None`` for an absent value, and for blank text:
+    a refund of order ``""`` names no order, which no lookup of ``"  "`` verifies."""
+    if value is None:
+        return None
+    if isinstance(value, str):  # the usual id: no need of the (interpreted) ABC check below
+        return value.strip() or None
+    text = decimal_text(value)  # the other usual id, an int (a bool is none: None)
+    if text is not None:
+        return text
+    if isinstance(value, Mapping | list | tuple):
+        return _container_key(value)
+    return str(value).strip() or None  # a boolean "True", as in a container
+
+
+#: Containers nested deeper are keyed as their plain JSON text (``_container_key``): a
+#: compiled function calling itself has no recursion check of its own.
+_MAX_DEPTH: Final = 32
+
+
+class _TooDeepError(Exception):
+    """A bound value nested past ``_MAX_DEPTH``."""
+
+
+#: ``json.dumps(value, sort_keys=True, default=str)``, without building an encoder per call.
+_SORTED_JSON: Final = json.JSONEncoder(sort_keys=True, default=str)
+
+
+def _container_key(value: Any) -> str:
+    """``entity_key`` of an object or array."""
+    try:
+        keyed = _keyed(value, 0)
+    except _TooDeepError:
+        return _SORTED_JSON.encode(value)
+    return _SORTED_JSON.encode(keyed)
+
+
+def _keyed(value: Any, depth: int) -> Any:
+    """``value`` with every member that is no object or array replaced by its
+    ``entity_key`` (``null`` kept, blank text kept blank: a member's absence is not
+    blankness). Exact types first: what parsers make, without the ABC checks."""
+    kind = type(value)
+    if kind is str:
+        text: str = value
+        return text.strip()
+    if value is None:
+        return None
+    number = decimal_text(value)
+    if number is not None:
+        return number
+    if kind is dict:
+        mapping: dict[Any, Any] = value
+        return {key: _keyed(item, _deeper(depth)) for key, item in mapping.items()}
+    if kind is list:
+        items: list[Any] = value
+        return [_keyed(item, _deeper(depth)) for item in items]
+    if kind is not bool and isinstance(value, Mapping):
+        return {key: _keyed(item, _deeper(depth)) for key, item in value.items()}
+    if kind is not bool and isinstance(value, list | tuple):
+        return [_keyed(item, _deeper(depth)) for item in value]
+    return str(value).strip()  # a boolean "True", as at the top
+
+
+def _deeper(depth: int) -> int:
+    """The depth of a container's members; raises ``_TooDeepError`` past ``_MAX_DEPTH``."""
+    if depth >= _MAX_DEPTH:
+        raise _TooDeepError
+    return depth + 1
+
+
+def unrecorded(call: ToolCall) -> bool:
+    """Whether the producer recorded no arguments for ``call`` (``None``, and not because
+    what it recorded could not be read)."""
+    return call.arguments is None and call.arguments_error is None
