@@ -355,8 +355,9 @@ class OutputSettings(_Section):
         1000, gt=0, le=100_000, description="findings queued per stream subscriber"
     )
     # The last findings published, held for subscribers that resume after a lost connection,
-    # whatever the number of subscribers: about 0.5 KB each as sent (redacted), and the tags
-    # of 16 times as many (at most 65,536). A client away longer loses the older, and is told.
+    # whatever the number of subscribers: about 0.5 KB each as sent (redacted; names cut at
+    # 128 characters), and the tags of 16 times as many (at most 65,536; about 160 bytes
+    # each, names kept as digests). A client away longer loses the older, and is told.
     stream_replay_size: int = Field(
         1000, ge=0, le=100_000, description="findings held for stream subscribers that resume"
     )

@@ -12,7 +12,8 @@ never slows ingestion or the other subscribers.
 Resuming. Every finding published gets the next ``sequence`` of the broker's stream (whose
 random ``stream_id`` is new at every start), and the broker holds the last
 ``replay_size`` (default 1000) findings published, rendered and redacted as they were sent
-(and, for ``INDEX_FACTOR`` times as many, what filters read: category, severity, agent). A
+(and, for ``INDEX_FACTOR`` times as many, what filters read: category, severity, and a digest
+of each agent's name). A
 client whose connection dropped subscribes again with a ``Resume``: the stream id and the
 sequence of the last finding it handled, for each stream it followed. It is sent the held
 findings after its cursor on this stream that pass its filter, read from the held ones as it
@@ -29,6 +30,13 @@ servicer error with a traceback. ``FindingsBroker.close``
 ends every stream cleanly (status OK) once the findings already queued are delivered; the
 app's ``server.stop(grace)`` bounds how long that may take.
 
+Sizes. What a sender names (an agent, service, tool or field, each an attribute of up to
+``ingest.max_value_bytes``) reaches every held finding, queue and index entry, so none keeps
+it whole: a streamed finding carries names, and the text in its details, cut at
+``MAX_STREAM_TEXT`` characters (a metrics label's cap), the findings log keeps them whole; and
+filters match a fixed-size digest of each agent's case-folded name (``agent_key``), exact
+however long the name.
+
 Threading: everything here runs on the event loop that runs the grpc.aio server. ``publish``
 and ``close`` must be called from that loop's thread (they wake waiting streams through
 ``asyncio.Event``, which is not thread-safe).
@@ -37,14 +45,15 @@ and ``close`` must be called from that loop's thread (they wake waiting streams 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import itertools
 import logging
 import secrets
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, NamedTuple, TypeVar
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal, NamedTuple, TypeVar
 
 import grpc
 
@@ -58,6 +67,7 @@ __all__ = [
     "INDEX_FACTOR",
     "INDEX_MAX",
     "KEEPALIVE_SECONDS",
+    "MAX_STREAM_TEXT",
     "RESUME_KEY",
     "RESUME_LOST_KEY",
     "SHUTTING_DOWN",
@@ -72,6 +82,7 @@ __all__ = [
     "SubscribersFullError",
     "Subscription",
     "add_findings_service",
+    "agent_key",
     "finding_message",
     "stream_server_options",
 ]
@@ -152,11 +163,10 @@ class ResumeResult(NamedTuple):
     lost: int
 
 
-#: What filters read of a published finding: its category, severity and agent.
-#: What filters read of a finding: its category, its severity, and the agents it concerns
-#: (the run's, then the agent that made its call when another: a subscriber for the agent
-#: used as a tool follows its calls in every run).
-_Tag = tuple[Category, Severity, tuple[str, ...]]
+#: What filters read of a finding: its category, its severity, and the ``agent_key`` of each
+#: agent it concerns (the run's, then the agent that made its call when another: a subscriber
+#: for the agent used as a tool follows its calls in every run).
+_Tag = tuple[Category, Severity, tuple[bytes, ...]]
 #: From a call's metadata, what is asked before each write to it (``None``: nothing):
 #: ``ListenerSecurity.still_accepted`` for the stream listener.
 Authorize = Callable[[Any], Callable[[], bool] | None]
@@ -167,6 +177,22 @@ Authorize = Callable[[Any], Callable[[], bool] | None]
 #: in about 6 ms; an unfiltered one's counts them without reading).
 INDEX_FACTOR = 16
 INDEX_MAX = 65_536
+
+#: The most characters of a name (agent, service, tool, field) and of each text in the
+#: details a streamed finding carries: a longer one is cut, ``…`` its last character (as
+#: ``make_finding`` cuts an explanation). The cap of a metrics label value: a longer one is
+#: free text, not a name. The findings log keeps them whole.
+MAX_STREAM_TEXT: Final = 128
+#: Bytes of an ``agent_key``: a false match is one in 2**64 a comparison.
+_AGENT_KEY_BYTES: Final = 8
+
+
+def agent_key(name: str) -> bytes:
+    """What the stream keeps of an agent's name to match filters on: a BLAKE2b digest of it
+    case-folded, ``_AGENT_KEY_BYTES`` long whatever the name's length (``Refund-Bot`` and
+    ``refund-bot`` have one key)."""
+    folded = name.casefold().encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(folded, digest_size=_AGENT_KEY_BYTES).digest()
 
 
 class _Held(NamedTuple):
@@ -180,12 +206,17 @@ class _Held(NamedTuple):
 @dataclass(frozen=True, slots=True)
 class StreamFilter:
     """Which findings a subscriber wants. Empty ``categories``/``agents`` mean "all";
-    ``agents`` holds the names case-folded (``Refund-Bot`` follows ``refund-bot``)."""
+    ``agents`` holds the names case-folded (``Refund-Bot`` follows ``refund-bot``), and
+    ``agent_keys`` their ``agent_key``, what a finding's tag is matched on."""
 
     categories: frozenset[Category] = frozenset()
     min_severity: Severity = Severity.LOW
     agents: frozenset[str] = frozenset()
     missed_after: bool = False  # the subscriber reads Finding.missed_after
+    agent_keys: frozenset[bytes] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "agent_keys", frozenset(map(agent_key, self.agents)))
 
     @classmethod
     def from_request(cls, request: findings_pb2.SubscribeRequest) -> StreamFilter:
@@ -209,22 +240,23 @@ class StreamFilter:
 
     def accepts(self, tag: _Tag) -> bool:
         """Whether a finding of this category, severity and agents passes this filter."""
-        category, severity, agents = tag
+        category, severity, keys = tag
         return (
             (not self.categories or category in self.categories)
             and severity.rank >= self.min_severity.rank
-            and (not self.agents or any(a.casefold() in self.agents for a in agents))
+            and (not self.agents or any(key in self.agent_keys for key in keys))
         )
 
 
 def tag_of(finding: Finding, run_agent: str | None) -> _Tag:
-    """The tag filters read of ``finding``, of a run by ``run_agent``."""
+    """The tag filters read of ``finding``, of a run by ``run_agent``: no name in it, so
+    what it keeps is the same size whatever the names."""
     agent = finding.agent or run_agent
     called = finding.details.get(CALL_AGENT)
     agents: tuple[str, ...] = (agent,) if agent is not None else ()
     if isinstance(called, str) and called != agent:
         agents += (called,)
-    return finding.category, finding.severity, agents
+    return finding.category, finding.severity, tuple(map(agent_key, agents))
 
 
 _Name = TypeVar("_Name", Category, Severity)
@@ -632,7 +664,9 @@ def finding_message(
     *,
     traffic: Traffic = Traffic.LIVE,
 ) -> findings_pb2.Finding:
-    """``finding`` as the stream's message, details redacted and rendered as text."""
+    """``finding`` as the stream's message, details redacted and rendered as text; names, and
+    the texts in details, cut at ``MAX_STREAM_TEXT`` characters (the explanation is bounded
+    by ``make_finding``)."""
     message = findings_pb2.Finding(
         category=str(finding.category),
         severity=str(finding.severity),
@@ -641,18 +675,35 @@ def finding_message(
         explanation=finding.explanation,
         trace_id=finding.trace_id,
         span_id=finding.span_id or "",
-        tool=finding.tool or "",
-        field=finding.field or "",
-        agent=finding.agent or trace.agent or "",
-        service=trace.service or "",
+        tool=_cut(finding.tool or ""),
+        field=_cut(finding.field or ""),
+        agent=_cut(finding.agent or trace.agent or ""),
+        service=_cut(trace.service or ""),
         time_unix_nano=time_ns,
-        details=render_details(redaction.details(finding)),
+        details=render_details(_cut_texts(redaction.details(finding))),
         sequence=sequence,
         traffic=str(traffic),
     )
     if finding.score is not None:
         message.score = finding.score
     return message
+
+
+def _cut(text: str) -> str:
+    """``text``, cut to ``MAX_STREAM_TEXT`` characters when longer, ``…`` the last one."""
+    return text if len(text) <= MAX_STREAM_TEXT else text[: MAX_STREAM_TEXT - 1] + "…"
+
+
+def _cut_texts(value: Any) -> Any:
+    """``value`` (a detail) with every text in it ``_cut``; keys are kept whole (field paths,
+    which redaction reads again at a reload), so a value stays JSON as it is rendered."""
+    if isinstance(value, str):
+        return _cut(value)
+    if isinstance(value, list | tuple):
+        return [_cut_texts(item) for item in value]
+    if isinstance(value, Mapping):
+        return {key: _cut_texts(item) for key, item in value.items()}
+    return value
 
 
 class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
