@@ -277,7 +277,7 @@ class SpanRecord:
 class Verified:
     """What a successful verification call of an earlier run verified (the conversation
     scope, ``references.conversations``): its normalized tool, the values of its bound fields
-    (as ``evaluation.safety.entity_key`` compares them; ``None``: arguments not recorded, so
+    (as ``evaluation.entities.entity_key`` compares them; ``None``: arguments not recorded, so
     any value) and when it ended (span clock, ns)."""
 
     tool: str

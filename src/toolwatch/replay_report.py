@@ -452,8 +452,10 @@ class ReportBuilder:
         self._category_runs[category] += 1
         if composite is not None:  # composite disabled: no mean to give
             self._categories[category].append(composite.scores["score"])
-        normalize = self._settings.policy.normalizer()
-        failure = failure_type(trace, case, self._settings.evaluators.tool_arguments, normalize)
+        policy = self._settings.policy
+        normalize = policy.normalizer()
+        arguments = self._settings.evaluators.tool_arguments
+        failure = failure_type(trace, case, arguments, normalize, policy.action_fields())
         if failure is None:
             against = [f.category for f in result.findings if f.reference is ReferenceKind.EXPECTED]
             if not against:

@@ -200,10 +200,16 @@ def failure_type(
     case: GoldenCase,
     arguments: ToolArgumentsSettings | None = None,
     normalize: NameNormalizer | None = None,
+    bound: Mapping[str, tuple[str, ...]] = NO_BOUND,
 ) -> str | None:
     """How ``trace`` missed ``case``: one of ``FAILURE_TYPES``, or ``None``. Arguments are
-    judged with ``arguments`` (default settings) and names with ``normalize`` (no aliases)."""
+    judged with ``arguments`` (default settings), names with ``normalize`` (no aliases), and
+    a failed call made again as one action by ``bound`` (``PolicySettings.action_fields``), as
+    the evaluators read it."""
     composite = Composite(
-        CompositeSettings(), arguments or ToolArgumentsSettings(), normalize or NameNormalizer()
+        CompositeSettings(),
+        arguments or ToolArgumentsSettings(),
+        normalize or NameNormalizer(),
+        bound,
     )
     return composite.failure_type(trace, case)

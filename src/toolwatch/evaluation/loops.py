@@ -12,9 +12,11 @@ issued in parallel. The repeats of one call beyond ``policy.repeat_limit`` (or t
 the span of its first repeat beyond the limit.
 
 With ``policy.retry_limit`` set, retries are counted too: a call is a *retry* when it is no
-repeat and an identical call failed before it was issued (as ``Concurrency`` says). More
-retries of one call than the limit (an agent hammering a failing tool with the same
-arguments) is UNNECESSARY_TOOL_CALL as well, on the first retry beyond it. ``score`` is the
+repeat and an identical call failed before it was issued (as ``Concurrency`` says), or, for a
+dangerous tool with bindings, a call of the same action (``action_key``: the same bound
+values, whatever else changed: the refund of one order tried for ever lower amounts). More
+retries of one call than the limit (an agent hammering a failing tool) is
+UNNECESSARY_TOOL_CALL as well, on the first retry beyond it. ``score`` is the
 share of calls that are not flagged (1.0 for a run without calls).
 """
 
@@ -101,13 +103,13 @@ def call_key(tool: str, arguments: Any) -> CallKey:
 
 def _canonical(value: Any, depth: int) -> Hashable:
     """``value`` as a hashable key, one-to-one with its canonical JSON but for numbers and
-    blanks. A string is itself, trimmed (``" 12"`` is ``"12"``, as ``safety``'s
-    ``entity_key`` has it); every other kind but a number is tagged, so that no two kinds compare
-    equal (``True == 1`` in Python, not in JSON; every NaN is the same ``NaN``). A finite
+    blanks. A string is itself, trimmed (``" 12"`` is ``"12"``, as ``entities.entity_key``
+    has it); every other kind but a number is tagged, so that no two kinds compare equal
+    (``True == 1`` in Python, not in JSON; every NaN is the same ``NaN``). A finite
     number is keyed as the string of its decimal text (``jsontext.decimal_text``): ``12.0``
     and ``12`` are one value in JSON, and ``"12"`` is the value most tools' schemas make of
     it (a model that retries a refund of order ``12`` as ``"12"`` or ``12.0`` after a schema
-    error retries the same call, as ``safety``'s ``entity_key`` has it the same order);
+    error retries the same call, as ``entities.entity_key`` has it the same order);
     ``-0.0`` is ``0``."""
     kind = type(value)
     if kind is str:
@@ -248,13 +250,15 @@ def find_repeats(
     limit: int,
     retry_limit: int | None = None,
     *,
+    bound: Mapping[str, tuple[str, ...]] = NO_BOUND,
     complete: bool = True,
 ) -> list[Repeat]:
     """Repeats beyond their limit, in one pass over ``calls`` in sequence order. ``tools[i]`` is
     the normalized tool name of ``calls[i]``; a tool tolerates ``limits.get(tool, limit)``
-    repeats, and each call ``retry_limit`` retries (``None``: any number). A call the model
-    requested that never ran (``base.never_ran``; ``complete``: the run ended) is no
-    successful result to repeat."""
+    repeats, and each call ``retry_limit`` retries (``None``: any number): calls of one
+    ``action_key`` after a failure (``bound``: a dangerous tool's bound fields), as
+    ``retried`` reads a failed action made again. A call the model requested that never ran
+    (``base.never_ran``; ``complete``: the run ended) is no successful result to repeat."""
     per_tool: dict[str, int] = {}  # not a Counter: its constructor is interpreted Python
     for tool in tools:
         per_tool[tool] = per_tool.get(tool, 0) + 1
@@ -273,16 +277,17 @@ def find_repeats(
             # capture is often off): nothing shows it identical to another.
             continue
         key = call_key(tool, call.arguments)
+        action = key if tool not in bound else action_key(tool, call, bound)
         earlier = succeeded.get(key)
-        failures = failed.get(key) if retry_limit is not None else None
+        failures = failed.get(action) if retry_limit is not None else None
         if earlier is not None and earlier.informs(i):
             repeats.setdefault(key, []).append(call)
         elif failures is not None and failures.informs(i):
-            retries.setdefault(key, []).append(call)
+            retries.setdefault(action, []).append(call)
         if call.status is not CallStatus.OK:
             if retry_limit is not None:
                 if failures is None:
-                    failures = failed[key] = concurrency.successes()
+                    failures = failed[action] = concurrency.successes()
                 failures.add(i)
             continue
         if call.span_id is None and complete:
@@ -316,6 +321,7 @@ class Loops:
         self._limit = policy.repeat_limit
         self._limits = {self._normalize(t): n for t, n in policy.repeat_limits.items()}
         self._retry_limit = policy.retry_limit
+        self._bound = policy.action_fields()  # a dangerous tool's retries: one action's
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult:
         calls = in_sequence(trace.calls)
@@ -326,13 +332,14 @@ class Loops:
             self._limits,
             self._limit,
             self._retry_limit,
+            bound=self._bound,
             complete=not unfinished(trace),
         )
         flagged = sum(len(r.flagged) for r in repeats)
         score = 1.0 - flagged / len(trace.calls) if trace.calls else 1.0
         findings = tuple(self._finding(trace, r, score) for r in repeats)
         explanation = f"Loops: {pct(score)} ({flagged} unnecessary repeated calls"
-        explanation += "".join(f"; {_describe(r)}" for r in repeats) + ")."
+        explanation += "".join(f"; {_describe(r, self._bound)}" for r in repeats) + ")."
         return EvalResult(self.name, {"score": score}, findings, explanation)
 
     def _finding(self, trace: ToolTrace, repeat: Repeat, score: float) -> Finding:
@@ -343,7 +350,7 @@ class Loops:
             reference=ReferenceKind.POLICY,
             severity=severity_for(score, self.settings.severity_floor),
             score=score,
-            explanation=f"Loops: {_describe(repeat)}.",
+            explanation=f"Loops: {_describe(repeat, self._bound)}.",
             call=repeat.flagged[0],
             tool=repeat.tool,
             details={
@@ -356,11 +363,13 @@ class Loops:
         )
 
 
-def _describe(repeat: Repeat) -> str:
+def _describe(repeat: Repeat, bound: Mapping[str, tuple[str, ...]]) -> str:
     if repeat.after_failure:
+        fields = bound.get(repeat.tool)  # its retries are one action's (``action_key``)
+        same = "with identical arguments" if fields is None else f"on the same {'/'.join(fields)}"
         return (
-            f"{repeat.tool} retried {repeat.count} times with identical arguments after"
-            f" failed results (retry limit {repeat.limit})"
+            f"{repeat.tool} retried {repeat.count} times {same} after failed results (retry"
+            f" limit {repeat.limit})"
         )
     return (
         f"{repeat.tool} repeated {repeat.count} times with identical arguments after a "

@@ -22,9 +22,10 @@ column is a shadow source's that made no call. The ordered modes (``expected``, 
 does, and ``exact`` and ``first`` agree when some order makes them (``base.sequences``).
 Recall modes ignore extra calls: over-calling is judged by ``set``/``exact``, ``loops`` and
 the structure's call count. A failed call the agent made again (``loops.acted``: the same
-tool and arguments, after the failure) is one call with its retry, on the run's side and a
-source's alike, so a flaky tool is no extra selection (the recall modes and ``first`` are
-not lowered by a retry anyway; ``set`` and ``exact`` would be).
+tool and arguments, or a dangerous tool's bound values, after the failure) is one call with
+its retry, on the run's side and a source's alike, so a flaky tool is no extra selection
+(the recall modes and ``first`` are not lowered by a retry anyway; ``set`` and ``exact``
+would be).
 
 A golden case that expects no calls (``expected_no_tools``, or ``expected_tool_count: 0``)
 scores 1.0 iff no call was made; otherwise 0.0 and UNNECESSARY_TOOL_CALL (this is the only

@@ -106,7 +106,7 @@ def test_values_are_kept_as_safety_compares_them() -> None:
 
 def test_a_bound_field_through_an_array_is_kept_as_safety_reads_it() -> None:
     """A binding to ``lookup_order.orders.0`` reads the first order the lookup named, as
-    ``safety.lookup`` does within a run: not "absent" (which would verify nothing)."""
+    ``entities.lookup`` does within a run: not "absent" (which would verify nothing)."""
     scope = ConversationScope(
         ttl_ns=SCOPE.ttl_ns,
         verifiers=SCOPE.verifiers,
