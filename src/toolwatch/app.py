@@ -5,9 +5,9 @@ Everything runs on one asyncio event loop: receivers decode and hand batches to 
 a ticker completes due traces, sinks publish. Only the decoding of large request bodies runs
 elsewhere, one at a time in a worker thread (``toolwatch.ingest.decode_thread``), so that
 the loop keeps serving meanwhile; the batch comes back to the loop for the engine.
-``App.stop`` is the SIGTERM path: stop accepting (waiting up to the grace for the requests
-in flight, their decodes included), evaluate what is buffered, flush sinks, close the
-listeners.
+``App.stop`` is the SIGTERM path: stop accepting, on both OTLP listeners at once (waiting
+up to the grace for the requests in flight, their bodies' arrival and decodes included),
+evaluate what is buffered, flush sinks, close the listeners.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodedBatch, scanner
 from toolwatch.ingest.decode_thread import DecodeThread, off_loop_bytes
 from toolwatch.ingest.grpc_health import health_handler
+from toolwatch.ingest.inflight import InFlight
 from toolwatch.ingest.otlp_grpc import SERVICE_NAME, trace_service_handler
 from toolwatch.ingest.otlp_http import HttpTraceReceiver, ProtocolErrorLog
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
@@ -89,6 +90,11 @@ _PROBE_PATHS = frozenset({"/healthz", "/readyz"})
 # gRPC sets SO_REUSEPORT by default, so a second server on the same port would bind and take
 # part of the connections: spans of one trace could reach two processes. Refuse, as HTTP does.
 _NO_REUSEPORT = ("grpc.so_reuseport", 0)
+#: At shutdown, once its requests are answered, how long the OTLP/HTTP listener waits for
+#: what is left on a connection (an answer being written, the unread rest of a refused
+#: body, which aiohttp goes on reading for up to 10 s) before it closes it. aiohttp waits
+#: at most twice this.
+_HTTP_CLOSE_SECONDS = 0.5
 #: The longest the ticker sleeps, busy or idle: TLS reloads and shadow expiry wait for it.
 _HOUSEKEEPING_SECONDS = 1.0
 #: What a configuration reload (SIGHUP) applies: what runs are judged by. The other sections
@@ -227,6 +233,7 @@ class App:
         )
         # Both receivers': one decode at a time; a large body in the thread.
         self._decoding = DecodeThread(off_loop_bytes(self._compiled))
+        self._http_in_flight = InFlight()  # the OTLP/HTTP requests, for the shutdown
         self.metrics = PrometheusMetrics(
             self.registry,
             version=__version__,
@@ -356,15 +363,17 @@ class App:
         self._stopped = True
         grace = self.config.shutdown_grace_seconds if grace is None else grace
         self._ready = False
-        # A request whose body still decodes when the grace is over is given up (answered
-        # as retryable, none of its spans taken), as gRPC cancels its calls then: aiohttp
-        # would wait for it past the grace.
-        give_up = asyncio.get_running_loop().call_later(grace, self._decoding.abandon)
+        # A request whose body still arrives or decodes when the grace is over is given up
+        # (answered as retryable, none of its spans taken), as gRPC cancels its calls then:
+        # aiohttp would wait for a body until the read timeout, past the grace.
+        give_up = asyncio.get_running_loop().call_later(grace, self._give_up)
         try:
-            if self._grpc is not None:
-                await self._grpc.stop(grace)
-            for runner in self._runners[:1]:  # the OTLP/HTTP listener first
-                await runner.cleanup()
+            # Both stop accepting now and share the grace.
+            async with asyncio.TaskGroup() as stopping:
+                if self._grpc is not None:
+                    stopping.create_task(self._grpc.stop(grace))
+                for runner in self._runners[:1]:  # the OTLP/HTTP listener
+                    stopping.create_task(self._stop_otlp_http(runner))
         finally:
             give_up.cancel()
         self._decoding.close()
@@ -384,6 +393,24 @@ class App:
         await self._last_scrape()
         for runner in self._runners[1:]:
             await runner.cleanup()
+
+    async def _stop_otlp_http(self, runner: web.AppRunner) -> None:
+        """What gRPC's ``stop(grace)`` does, for OTLP/HTTP (``toolwatch.ingest.inflight``):
+        no new connection, and no new request on one kept alive, from now on; the requests
+        in flight answered (``_give_up`` ends those still waiting at the grace); then the
+        connections closed. Not ``runner.cleanup()`` alone: it stops reading every
+        connection at once, so a body still arriving would wait in vain for the grace."""
+        for site in list(runner.sites):
+            await site.stop()  # closes the listening socket
+        self._http_in_flight.drain()
+        await self._http_in_flight.drained()
+        await runner.cleanup()
+
+    def _give_up(self) -> None:
+        """The shutdown's grace is over: the OTLP/HTTP requests still reading their body,
+        and the decodes of either receiver, are answered as retryable at once."""
+        self._decoding.abandon()
+        self._http_in_flight.abandon()
 
     async def _last_scrape(self) -> None:
         """Keep ``/metrics`` up after the drain until it is scraped once more, at most
@@ -621,6 +648,7 @@ class App:
             retry_after_seconds=self.config.ingest.retry_after_seconds,
             slots=self._slots,
             decoding=self._decoding,
+            in_flight=self._http_in_flight,
         ).add_routes(app)
         return app
 
@@ -646,6 +674,9 @@ class App:
             logger=server_log,
             # Also closes a connection whose first request never completes its headers.
             keepalive_timeout=self.config.ingest.idle_timeout_seconds,
+            # The metrics listener's last scrape, whose answer may be large and its reader
+            # slow, keeps aiohttp's default.
+            shutdown_timeout=_HTTP_CLOSE_SECONDS if listener == "http" else 60.0,
         )
         await runner.setup()
         try:

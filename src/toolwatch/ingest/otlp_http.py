@@ -9,8 +9,9 @@ inflated), or when an OTLP/JSON body holds more JSON values than a body of that 
 (``otlp_json.MIN_BYTES_PER_VALUE``); 415 for other
 content types or encodings; 503 with ``Retry-After`` when the consumer is at capacity,
 every request slot is taken (``toolwatch.ingest.slots``: checked before the body is read),
-the body did not arrive within the slots' read timeout, or the server shut down while the
-body was decoding (the grace over), as OTLP asks ("the client SHOULD honor the Retry-After
+the body did not arrive within the slots' read timeout, the server shut down while the body
+was arriving or decoding (the grace over), or the request came once the shutdown had begun
+(``toolwatch.ingest.inflight``), as OTLP asks ("the client SHOULD honor the Retry-After
 header"). The error answers aiohttp and the
 bearer-token check make on the receiver's listener (404, 405, 401) carry a
 ``google.rpc.Status`` too, as OTLP/HTTP asks of every 4xx and 5xx.
@@ -62,6 +63,7 @@ from toolwatch.ingest.decode import (
     decode_protobuf,
 )
 from toolwatch.ingest.decode_thread import DecodeAbandonedError, DecodeThread
+from toolwatch.ingest.inflight import InFlight, ReadAbandonedError
 from toolwatch.ingest.otlp_grpc import SpanConsumer, bad_request_status, export_response
 from toolwatch.ingest.otlp_json import MIN_BYTES_PER_VALUE, decode_otlp_json
 from toolwatch.ingest.slots import RequestSlots
@@ -139,7 +141,9 @@ class HttpTraceReceiver:
     the app must also set the aiohttp ``client_max_size`` to it (the cap before). Each
     request holds one of ``slots`` (shared with the gRPC receiver) while it is read,
     decoded and handled; its body is decompressed and decoded in ``decoding``'s turn (shared
-    too), and ``consume`` runs on the event loop."""
+    too), and ``consume`` runs on the event loop. ``in_flight`` holds the requests being
+    handled, for the app's shutdown, which refuses new ones and gives up on bodies still
+    arriving when its grace is over."""
 
     consume: SpanConsumer
     options: DecodeOptions
@@ -148,6 +152,7 @@ class HttpTraceReceiver:
     retry_after_seconds: float
     slots: RequestSlots
     decoding: DecodeThread
+    in_flight: InFlight
 
     def add_routes(self, app: web.Application) -> None:
         """The route, and (outermost, so that it sees the token check's answers) the
@@ -156,6 +161,18 @@ class HttpTraceReceiver:
         app.middlewares.insert(0, _status_bodies)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        if self.in_flight.draining:
+            # The shutdown has closed the listener: this came on a connection kept alive.
+            # Refused unread and the connection closed, so that the client sends it to
+            # another instance, as gRPC refuses a call once it stops.
+            self.metrics.request_handled(_TRANSPORT, "aborted", 0.0)
+            response = self._overloaded(request.content_type, _SHUTDOWN_MESSAGE)
+            response.force_close()
+            return response
+        with self.in_flight.handling():
+            return await self._answer(request)
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         content_type = request.content_type
         try:
@@ -171,9 +188,9 @@ class HttpTraceReceiver:
             outcome = "aborted"
             response = web.Response(status=400)
             response.force_close()
-        except DecodeAbandonedError:
-            # Shutdown, the grace over while the body decoded or waited for its turn: none
-            # of its spans was taken, so the client may send them again elsewhere.
+        except (DecodeAbandonedError, ReadAbandonedError):
+            # Shutdown, the grace over while the body arrived, decoded or waited for its
+            # turn: none of its spans was taken, so the client may send them again elsewhere.
             outcome = "aborted"
             response = self._overloaded(content_type, _SHUTDOWN_MESSAGE)
             response.force_close()
@@ -227,10 +244,12 @@ class HttpTraceReceiver:
 
     async def _read(self, request: web.Request) -> bytes:
         """The body as sent; ``TimeoutError`` when it did not arrive within the slots' read
-        timeout (decoding is not timed: it is no longer the client's doing)."""
+        timeout (decoding is not timed: it is no longer the client's doing),
+        ``ReadAbandonedError`` when the shutdown's grace ended first."""
         try:
-            async with asyncio.timeout(self.slots.read_timeout):
-                return await request.read()
+            with self.in_flight.reading(request.content):
+                async with asyncio.timeout(self.slots.read_timeout):
+                    return await request.read()
         except web.HTTPRequestEntityTooLarge:
             raise _RejectError(413, f"body exceeds {self.max_request_bytes} bytes") from None
         except (web.RequestPayloadError, HttpProcessingError) as error:
