@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -139,12 +140,20 @@ class ServeProcess:
         return 0.0
 
     def terminate(
-        self, timeout: float, after_drain: Callable[[], object] | None = None
+        self,
+        timeout: float,
+        after_drain: Callable[[], object] | None = None,
+        stopping: Callable[[], object] | None = None,
     ) -> tuple[int, float]:
-        """SIGTERM; the exit code and the seconds the process took to exit. ``after_drain``
-        runs once the drain is logged, while the process lingers for a last scrape."""
+        """SIGTERM; the exit code and the seconds the process took to exit. ``stopping``
+        runs once the shutdown is logged, while the requests in flight have their grace;
+        ``after_drain`` once the drain is logged, while the process lingers for a last
+        scrape."""
         started = time.monotonic()
         self.proc.send_signal(signal.SIGTERM)
+        if stopping is not None:
+            assert until(lambda: any("shutting down" in line for line in self.log), timeout)
+            stopping()
         if after_drain is not None:
             assert until(lambda: any("drained" in line for line in self.log), timeout)
             after_drain()
@@ -377,6 +386,61 @@ def test_sigterm_with_nothing_buffered_exits_at_once(
 
     assert (code, server.tooltraces, server.findings) == (0, [], [])
     assert seconds < GRACE_SECONDS
+
+
+def test_sigterm_closes_otlp_http_at_once_and_waits_for_a_body_arriving_only_the_grace(
+    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+) -> None:
+    """shutdown_grace_seconds is the budget terminationGracePeriodSeconds is sized from
+    (deploy/kubernetes, README "Shutdown"): an OTLP/HTTP body still arriving held the exit
+    until ingest.read_timeout_seconds, and the HTTP listener took requests (answered 200)
+    while gRPC's calls had their grace."""
+    config = write_config(
+        tmp_path / "stalled.yaml",
+        {},
+        shutdown_grace_seconds=GRACE_SECONDS,
+        ingest={"read_timeout_seconds": 60},  # far past the grace and the exit's margin
+    )
+    server = serve(config)
+    host, port = server.addresses["http"].rsplit(":", 1)
+    during_grace: list[int | str] = []
+    with socket.create_connection((host, int(port)), timeout=60) as stalled:
+        # An exporter whose body is still on its way (a slow link, a stalled client).
+        stalled.sendall(
+            b"POST /v1/traces HTTP/1.1\r\nHost: toolwatch\r\n"
+            b"Content-Type: application/x-protobuf\r\nContent-Length: 1000\r\n\r\n" + b"\n" * 10
+        )
+        assert until(lambda: server.sample("toolwatch_requests_in_flight") == 1)
+
+        code, seconds = server.terminate(
+            timeout=60, stopping=lambda: during_grace.append(post_a_run(server.addresses["http"]))
+        )
+        answer = stalled.recv(65536)  # sent before the exit
+
+    assert code == 0
+    # Waited for until the grace, no longer; the rest of the exit (nothing to drain) takes
+    # under GRACE_SECONDS, as the idle exits above show.
+    assert GRACE_SECONDS <= seconds < 2 * GRACE_SECONDS
+    head = answer.partition(b"\r\n\r\n")[0].split(b"\r\n")
+    assert (head[0], b"Retry-After: 1" in head) == (b"HTTP/1.1 503 Service Unavailable", True)
+    assert during_grace == ["refused"]  # the listener closed at SIGTERM
+
+
+def post_a_run(address: str) -> int | str:
+    """The status of an OTLP/HTTP export of a refund run, or ``"refused"`` (no listener)."""
+    body = encode_spans(agents.record(agents.refund_run(), "genai")).SerializeToString()
+    headers = {"Content-Type": "application/x-protobuf"}
+    request = urllib.request.Request(f"http://{address}/v1/traces", body, headers)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return int(answer.status)
+    except urllib.error.HTTPError as error:
+        with error:
+            return error.code
+    except urllib.error.URLError as error:
+        if isinstance(error.reason, ConnectionRefusedError):
+            return "refused"
+        raise
 
 
 # -- SIGKILL under load, then restart -------------------------------------------------------

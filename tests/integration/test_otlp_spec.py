@@ -8,6 +8,7 @@ decompression, gzip) and "JSON Protobuf Encoding".
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import gzip
 import http.client
@@ -20,6 +21,7 @@ import urllib.error
 import urllib.request
 import zlib
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
 from email.message import Message
 from typing import Any
@@ -1026,6 +1028,95 @@ def test_an_http_body_that_stalls_is_answered_503_and_frees_its_slot(
         for o in ("timeout", "overloaded")
     }
     assert outcomes == {"timeout": 1, "overloaded": 0}  # as gRPC counts it
+
+
+HEADERS = {"Content-Type": PROTOBUF}
+
+
+def stopping(server: RunningServer, grace: float) -> Future[None]:
+    """``App.stop(grace)`` (what SIGTERM runs) begun on the server's loop."""
+    return asyncio.run_coroutine_threadsafe(server.app.stop(grace=grace), server.loop)
+
+
+def ready(server: RunningServer) -> bool:
+    """``/readyz`` answers 200: false from the moment a shutdown begins."""
+    url = f"http://{server.address('metrics')}/readyz"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            return bool(answer.status == 200)
+    except urllib.error.HTTPError as error:
+        with error:
+            return False
+
+
+def test_a_shutdown_stops_taking_http_requests_at_once_and_serves_those_in_flight(
+    start_server: StartServer,
+) -> None:
+    """Both receivers stop accepting the moment the shutdown begins, whatever the other still
+    waits for (here a gRPC call in flight held the HTTP listener open until gRPC's grace
+    ended), and both finish their requests in flight within the grace."""
+    server = start_server(**QUIET)
+    host, _, port = server.address("http").rpartition(":")
+    kept = http.client.HTTPConnection(host, int(port), timeout=10)
+    kept.request("POST", "/v1/traces", refund_request().SerializeToString(), HEADERS)
+    first = kept.getresponse()
+    assert (first.status, first.read(), first.will_close) == (200, b"", False)  # kept alive
+    grpc_request = refund_request()
+    held = HeldCall(server, [grpc_request.SerializeToString()])
+    http_request = refund_request()
+    body = http_request.SerializeToString()
+    with socket.create_connection((host, int(port)), timeout=10) as client:
+        head = f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\nContent-Type: {PROTOBUF}\r\n"
+        client.sendall(f"{head}Content-Length: {len(body)}\r\n\r\n".encode() + body[:10])
+        assert until(lambda: in_flight(server) == 2)
+
+        stopped = stopping(server, grace=30)
+        assert until(lambda: not ready(server))
+        with pytest.raises(ConnectionRefusedError):  # the listener is closed
+            socket.create_connection((host, int(port)), timeout=10).close()
+        # A connection kept alive: its next request is refused unread, retryable.
+        kept.request("POST", "/v1/traces", body, HEADERS)
+        refused = kept.getresponse()
+        assert (refused.status, refused.getheader("Retry-After")) == (503, "1")
+        assert b"toolwatch is shutting down" in refused.read()
+        assert refused.will_close  # the client opens a new connection, elsewhere
+        kept.close()
+        client.sendall(body[10:])
+        answer = client.recv(65536).decode("latin-1")
+        assert held.release() == ExportTraceServiceResponse()
+        stopped.result(10)
+
+    assert answer.partition("\r\n")[0] == "HTTP/1.1 200 OK"
+    received = "toolwatch_spans_received_total"
+    assert server.sample(received, {"transport": "http"}) == 12  # the refused one not taken
+    assert server.sample(received, {"transport": "grpc"}) == 6
+    assert server.sample(REQUESTS_COUNTED, {"transport": "http", "outcome": "aborted"}) == 1
+    drained = {t["trace_id"] for t in server.tooltraces()}
+    assert {trace_hex(http_request), trace_hex(grpc_request)} <= drained
+
+
+def test_a_shutdown_answers_an_http_body_still_arriving_at_the_grace_503_unread(
+    start_server: StartServer,
+) -> None:
+    """Not waited for until the read timeout (30 s), past the grace: as gRPC cancels its
+    calls at the grace, and a decode still running then is given up."""
+    server = start_server(**QUIET)
+    host, _, port = server.address("http").rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=10) as client:
+        head = f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\nContent-Type: {PROTOBUF}\r\n"
+        client.sendall(f"{head}Content-Length: 100000\r\n\r\n".encode() + b"\x0a" * 10)
+        assert until(lambda: in_flight(server) == 1)
+
+        stopping(server, grace=0.2).result(10)
+        answer = client.recv(65536).decode("latin-1")
+
+    status_line, _, rest = answer.partition("\r\n")
+    assert status_line == "HTTP/1.1 503 Service Unavailable"
+    assert "Retry-After: 1" in rest
+    assert "toolwatch is shutting down" in rest
+    aborted = {"transport": "http", "outcome": "aborted"}
+    assert server.sample(REQUESTS_COUNTED, aborted) == 1  # none of it was taken
+    assert in_flight(server) == 0
 
 
 @pytest.mark.parametrize(
