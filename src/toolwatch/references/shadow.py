@@ -22,8 +22,8 @@ Every half that is never paired is counted once through
 
 - ``timed_out``: it waited ``pair_timeout_seconds`` (``expire``);
 - ``evicted``: ``max_waiting`` halves were already waiting, or they held
-  ``max_waiting_bytes`` (a half holds its whole run, arguments and results included:
-  ``half_bytes``), and it was the oldest;
+  ``max_waiting_bytes`` (a half holds its whole run, arguments, results and every name and
+  id included: ``half_bytes``), and it was the oldest;
 - ``duplicate``: its pair key, agent and role were already taken (waiting, or paired within
   the timeout): the first is kept;
 - ``no_role``: it carries a pair key but no role, or an unknown one (the caller still
@@ -41,6 +41,12 @@ for the outcome: the engine counts it as compared (``reference="source"``) when 
 formed (``ShadowPair.deferred``), and the joiner counts it with ``reference="none"`` when it
 is dropped unpaired, so the drift alerts' denominator holds only runs that were compared.
 
+Halves and joined pairs are keyed by the ``identity`` of their pair key and folded agent,
+16 bytes whatever the sender's texts (each may be 64 KiB: ``ingest.max_value_bytes``). A
+joined pair's entry, kept ``pair_timeout_seconds`` so that a late third half is told a
+duplicate, holds that key and a time: at most ``PAIRED_ENTRY_BYTES`` each, ``max_waiting``
+of them (2 MB at the default), beside the ``max_waiting_bytes`` the waiting halves hold.
+
 Threading: not thread-safe. One thread (the engine's event loop) calls every method.
 Pure of I/O; time comes from the injected clock.
 """
@@ -50,29 +56,55 @@ from __future__ import annotations
 import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import Final
 
-from toolwatch.jsontext import held_size, text_size
+from toolwatch.jsontext import held_size
 from toolwatch.metrics import UNPAIRED_REASONS, PipelineMetrics
 from toolwatch.model import Clock, GoldenCase, ToolTrace, Traffic
 from toolwatch.names import fold
+from toolwatch.references.identity import identity
 from toolwatch.references.settings import ShadowSettings
 
-__all__ = ["UNPAIRED_REASONS", "ShadowJoiner", "ShadowPair", "half_bytes"]
+__all__ = ["PAIRED_ENTRY_BYTES", "UNPAIRED_REASONS", "ShadowJoiner", "ShadowPair", "half_bytes"]
 
 _SOURCE = "source"
 _TARGET = "target"
-_TRACE_BYTES = 1024  # a ToolTrace and its small fields
-_CALL_BYTES = 256  # a ToolCall and its small fields
-#: What joins two halves: the pair key, and the agent folded ("" for a run naming none).
-_Key = tuple[str, str]
+# A half's own record, its ToolTrace, their ints, flags and tuples, its waiting entry and its
+# key (the identity: 49 bytes): what is not a text or a parsed value.
+_TRACE_BYTES = 1024
+_CALL_BYTES = 256  # a ToolCall, its ints and flags, its slot in the trace's calls
+#: What a joined pair's entry holds (its key and when it joined, in the ordered map):
+#: measured 164-175 bytes, the map's slack included.
+PAIRED_ENTRY_BYTES: Final = 200
+#: What joins two halves: the ``identity`` of the pair key and the agent folded ("" for a
+#: run naming none).
+_Key = bytes
 
 
 def half_bytes(trace: ToolTrace) -> int:
-    """Rough bytes a waiting half holds: its run, each call's arguments and result."""
-    size = _TRACE_BYTES + text_size(trace.final_text or "")
+    """Rough bytes a waiting half holds, on the safe side: its run, each call's arguments
+    and result as parsed values, and every text it names, ids and names included (a sender
+    sets each up to ``ingest.max_value_bytes``). A string held twice (a call's agent that is
+    its run's) is counted once."""
+    texts: list[str | None] = [
+        trace.trace_id,
+        trace.run_span_id,
+        trace.service,
+        trace.agent,
+        trace.model,
+        trace.final_text,
+        trace.refusal_reason,
+        trace.incomplete_reason,
+        trace.conversation_id,
+        *trace.agents,
+    ]
+    size = _TRACE_BYTES + held_size(trace.reference_keys) + held_size(trace.shared_keys)
     for call in trace.calls:
         size += _CALL_BYTES + held_size(call.arguments) + held_size(call.result)
-    return size
+        texts += (call.tool_name, call.raw_name, call.arguments_error, call.call_id)
+        texts += (call.parent_call_id, call.error_type, call.agent, call.span_id)
+    distinct = {id(text): text for text in texts if text is not None}
+    return size + sum(map(held_size, distinct.values()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +155,8 @@ class ShadowJoiner:
         self._waiting: OrderedDict[_Key, _Half] = OrderedDict()
         self._waiting_bytes = 0  # what the waiting halves hold (half_bytes)
         # Keys joined within the timeout (key -> when), so a late third half is a duplicate
-        # rather than a new half left to time out. Bounded like ``_waiting``.
+        # rather than a new half left to time out. Bounded like ``_waiting``, in count:
+        # ``PAIRED_ENTRY_BYTES`` each.
         self._paired: OrderedDict[_Key, int] = OrderedDict()
         self.dropped = 0  #: halves counted unpaired so far, every reason
 
@@ -154,8 +187,10 @@ class ShadowJoiner:
         or paired. What expired by ``now`` (default: the clock) is dropped first, as ``offer``
         drops it. (One that waits past its timeout is not compared after all.)"""
         self.expire(now)
+        if self._role(trace) != _TARGET:
+            return False
         key = self._key(trace)
-        return key is not None and self._role(trace) == _TARGET and not self._taken(key, _TARGET)
+        return key is not None and not self._taken(key, _TARGET)
 
     def offer(
         self,
@@ -221,7 +256,7 @@ class ShadowJoiner:
         if key is None:
             return None
         agent = trace.agent
-        return key, "" if agent is None else fold(agent)
+        return identity(key, "" if agent is None else fold(agent))
 
     def _taken(self, key: _Key, role: str) -> bool:
         """Whether a half of ``role`` for ``key`` already waits, or the pair joined."""

@@ -6,10 +6,17 @@ import dataclasses
 from collections import Counter
 
 from tests import factories
+from tests.memory import retained
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import GoldenCase, ManualClock, ToolTrace, Traffic
 from toolwatch.references.settings import ShadowSettings
-from toolwatch.references.shadow import UNPAIRED_REASONS, ShadowJoiner, ShadowPair, half_bytes
+from toolwatch.references.shadow import (
+    PAIRED_ENTRY_BYTES,
+    UNPAIRED_REASONS,
+    ShadowJoiner,
+    ShadowPair,
+    half_bytes,
+)
 
 PAIR = "toolwatch.shadow.pair_id"
 ROLE = "toolwatch.shadow.role"
@@ -220,6 +227,73 @@ def test_the_waiting_halves_are_bounded_in_bytes_too() -> None:
     assert (joiner.waiting, metrics.unpaired["evicted"]) == (1, 4)
     joiner.drain()
     assert joiner.waiting_bytes == 0
+
+
+def _named(n: int, length: int) -> ToolTrace:
+    """A source half each of whose texts (ids, names, keys) is ``length`` characters."""
+
+    def text(kind: str) -> str:
+        return f"{kind}{n}-".ljust(length, "x")
+
+    call = factories.tool_call(
+        tool_name=text("tool"),
+        raw_name=text("raw"),
+        call_id=text("call"),
+        parent_call_id=text("parent"),
+        error_type=text("error"),
+        agent=text("sub-agent"),
+        span_id=text("span"),
+    )
+    return factories.tool_trace(
+        trace_id=text("trace"),
+        run_span_id=text("run"),
+        service=text("service"),
+        agent=text("agent"),
+        model=text("model"),
+        calls=(call,),
+        final_text=text("final"),
+        refusal_reason=text("refusal"),
+        conversation_id=text("conversation"),
+        agents=(text("agent"), call.agent or ""),
+        reference_keys={PAIR: text("pair"), ROLE: "source"},
+        shared_keys={"toolwatch.case_id": text("case")},
+    )
+
+
+def test_a_waiting_half_is_counted_with_every_text_it_holds() -> None:
+    """Pair key, agent, service, model, conversation id, reference keys, tool names and
+    ids: a sender sets each up to ``ingest.max_value_bytes``. They were left out, and 150
+    halves of 64 KiB pair keys and agent names, counted 365 KB, held 30 MB."""
+    long = _named(1, 65_536)
+    texts = 18  # every text of ``_named`` but the role; the call's agent is one of agents
+    assert half_bytes(long) >= texts * 65_536
+    assert half_bytes(long) <= texts * 65_536 + half_bytes(_named(1, 16))
+    joiner, metrics = _joiner(max_waiting_bytes=2 * half_bytes(long))
+    for n in range(5):
+        joiner.offer(_named(n, 65_536))
+    assert (joiner.waiting, metrics.unpaired) == (2, Counter({"evicted": 3}))
+
+
+def test_a_joined_pair_keeps_no_copy_of_its_key_or_agent() -> None:
+    """A joined pair's key is remembered for ``pair_timeout_seconds`` (a third half is then a
+    duplicate), keyed by a 16-byte digest: 150 pairs of 64 KiB pair keys and agent names
+    held 19.7 MB while keyed by the texts, none of it counted."""
+    joiner, metrics = _joiner()
+    pairs = 100
+
+    def join() -> None:
+        for n in range(pairs):
+            key, agent = f"{n}-".ljust(65_536, "k"), f"{n}-".ljust(65_536, "a")
+            for role in ("source", "target"):
+                half = _run(f"{n}-{role}", {PAIR: key, ROLE: role})
+                joiner.offer(dataclasses.replace(half, agent=agent))
+
+    held = retained(join)
+    assert joiner.waiting == 0 and joiner.waiting_bytes == 0
+    assert held <= pairs * PAIRED_ENTRY_BYTES, f"{held:,} bytes kept after {pairs} pairs"
+    late = _run("late", {PAIR: "0-".ljust(65_536, "k"), ROLE: "target"})
+    assert joiner.offer(dataclasses.replace(late, agent="0-".ljust(65_536, "A"))) is None
+    assert metrics.unpaired == Counter({"duplicate": 1})  # the same agent, case-folded
 
 
 def test_a_second_half_with_the_same_role_is_a_duplicate() -> None:
