@@ -857,7 +857,8 @@ def _open_text(setting: str, target: str, files: list[IO[str]], private: bool = 
 
 
 def conversation_scope(config: Config) -> ConversationScope | None:
-    """``policy.verification_scope: conversation``: how long, and which tools verify."""
+    """``policy.verification_scope: conversation``: how long, which tools verify, and how
+    many bytes the conversations remembered may hold."""
     policy = config.policy
     if policy.verification_scope != "conversation":
         return None
@@ -868,7 +869,13 @@ def conversation_scope(config: Config) -> ConversationScope | None:
         fields.setdefault(rule.verification_tool, set()).add(rule.verification_field)
     ttl = round(policy.conversation_ttl_seconds * 1e9)
     bound = {tool: frozenset(names) for tool, names in fields.items()}
-    return ConversationScope(ttl_ns=ttl, verifiers=verifiers, fields=bound, shadow=config.shadow)
+    return ConversationScope(
+        ttl_ns=ttl,
+        verifiers=verifiers,
+        fields=bound,
+        shadow=config.shadow,
+        max_bytes=policy.conversation_max_bytes,
+    )
 
 
 def _evaluation(config: Config) -> EvaluationPipeline:

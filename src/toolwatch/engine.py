@@ -170,9 +170,9 @@ class Engine:
         if scope is None:
             self._memory = None
         elif self._memory is None:
-            self._memory = ConversationMemory(scope, parts.normalize)
+            self._memory = ConversationMemory(scope, parts.normalize, metrics=self._metrics)
         else:
-            self._memory.scope, self._memory.normalize = scope, parts.normalize
+            self._memory.rescope(scope, parts.normalize)
 
     def tick(self) -> int:
         """Evaluate every trace that is due now. Returns how many traces were completed."""

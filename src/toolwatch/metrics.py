@@ -20,6 +20,11 @@ evaluators), unless it is still buffered.
 ``assembly.max_remembered_traces`` of them: a span of such a trace that comes later starts a
 second, partial trace instead of being dropped as late.
 
+``conversation_evicted`` counts a conversation whose verifications the conversation scope
+(``policy.verification_scope: conversation``) forgot to make room, with the bound of
+``CONVERSATION_EVICTION_BOUNDS`` that made room necessary: a later run of it is judged
+without what its earlier runs verified (``toolwatch.references.conversations``).
+
 ``golden_cases_watched`` names the golden cases whose runs are expected at least every so
 many seconds (``expected_every_seconds``), at start-up and after each reload;
 ``golden_case_judged`` says a complete run was matched to one of them, at that time.
@@ -50,6 +55,7 @@ from toolwatch.certificate_dates import CertificateDates
 from toolwatch.model import Finding, ToolTrace, Traffic
 
 __all__ = [
+    "CONVERSATION_EVICTION_BOUNDS",
     "DROP_REASONS",
     "EVICTION_BOUNDS",
     "REJECT_REASONS",
@@ -83,6 +89,9 @@ DROP_REASONS: Final = (
 )
 #: ``trace_evicted``: the bound that made room necessary.
 EVICTION_BOUNDS: Final = ("max_traces", "max_buffered_spans", "max_buffered_bytes")
+#: ``conversation_evicted``: ``MAX_CONVERSATIONS`` were remembered, or what they held
+#: reached ``policy.conversation_max_bytes``.
+CONVERSATION_EVICTION_BOUNDS: Final = ("max_conversations", "conversation_max_bytes")
 #: ``shadow_unpaired`` (``toolwatch.references.shadow``).
 UNPAIRED_REASONS: Final = ("duplicate", "evicted", "no_role", "shutdown", "timed_out")
 #: ``golden_unmatched``: a trace's runs name a golden case id that none of them is matched
@@ -103,6 +112,7 @@ class PipelineMetrics(Protocol):
     def spans_built(self, n: int) -> None: ...
     def trace_evicted(self, reason: str) -> None: ...
     def remembered_traces_evicted(self, n: int) -> None: ...
+    def conversation_evicted(self, reason: str) -> None: ...
     def request_handled(self, transport: str, outcome: str, seconds: float) -> None: ...
     def tool_trace(self, trace: ToolTrace, reference: str, traffic: Traffic) -> None: ...
     def evaluated(self, evaluator: str, score: float | None, seconds: float) -> None: ...
@@ -143,6 +153,9 @@ class NoopMetrics:
         pass
 
     def remembered_traces_evicted(self, n: int) -> None:
+        pass
+
+    def conversation_evicted(self, reason: str) -> None:
         pass
 
     def request_handled(self, transport: str, outcome: str, seconds: float) -> None:

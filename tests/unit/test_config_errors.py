@@ -175,6 +175,16 @@ def test_remembered_trace_ids_are_bounded() -> None:
     assert load_config(None, {}).assembly.limits().max_remembered_traces == 2_000_000
 
 
+def test_the_conversation_memory_bytes_are_a_positive_bound() -> None:
+    for value, reason in ((0, "Input should be greater than 0"), (True, "")):
+        lines = error_lines(None, {"policy.conversation_max_bytes": value})
+        assert lines[1].startswith("  command line/environment: policy.conversation_max_bytes: ")
+        assert reason in lines[1]
+    config = load_config(None, {"policy.conversation_max_bytes": "1048576"})
+    assert config.policy.conversation_max_bytes == 2**20
+    assert load_config(None, {}).policy.conversation_max_bytes == 64 * 2**20
+
+
 def test_a_key_given_twice_is_refused_not_silently_replaced(tmp_path: Path) -> None:
     config = tmp_path / "toolwatch.yaml"
     config.write_text("security:\n  auth:\n    bearer_token_file: tokens\nsecurity:\n  tls: null\n")

@@ -286,7 +286,9 @@ class PolicySettings(_Section):
       its own run) or ``conversation`` (a successful verification in an earlier run of the
       same conversation, ``gen_ai.conversation.id`` or ``session.id``, made less than
       ``conversation_ttl_seconds`` before, counts too: a lookup in one turn, the refund in the
-      next).
+      next). What the conversations remembered hold is bounded by
+      ``conversation_max_bytes`` (the least recently used forgotten first, counted
+      ``toolwatch_conversation_evictions_total``).
     """
 
     dangerous_tools: tuple[ToolName, ...] = ()
@@ -302,6 +304,11 @@ class PolicySettings(_Section):
     tool_prefix: str | None = None
     verification_scope: Literal["run", "conversation"] = "run"
     conversation_ttl_seconds: Seconds = Field(3600.0, gt=0, le=WEEK_SECONDS)
+    conversation_max_bytes: int = Field(
+        default=64 * 2**20,
+        gt=0,
+        description="bound on what the conversations remembered hold (verification_scope)",
+    )
 
     @field_validator("aliases")
     @classmethod

@@ -12,9 +12,17 @@ complete does not matter. A call the model requested and the agent never ran (no
 another call of its tool has one, and not hosted) verifies nothing, as within a run: in a
 complete run only (an incomplete one's span may be still to come, or lost).
 
-Bounded: at most ``max_conversations`` conversations (the least recently used forgotten
-first), ``max_calls`` records each (the oldest first), and values of at most
-``MAX_VALUE_LENGTH`` characters (a longer one is not kept: that field verifies nothing).
+Bounded: at most ``max_conversations`` conversations and ``max_bytes`` bytes
+(``policy.conversation_max_bytes``) of them, the least recently used forgotten first (each
+counted, ``PipelineMetrics.conversation_evicted`` with the bound of
+``CONVERSATION_EVICTION_BOUNDS`` that made room necessary; a conversation larger than
+``max_bytes`` alone is kept by itself); ``max_calls`` records each (the oldest first), and
+values of at most ``MAX_VALUE_LENGTH`` characters (a longer one is not kept: that field
+verifies nothing). A conversation is keyed by the ``identity`` of its id (16 bytes,
+whatever the id's length: a sender sets it, up to ``ingest.max_value_bytes``), and its
+bytes are counted on the safe side (``record_bytes``, ``CONVERSATION_BYTES``): at the count
+bounds with 256-character values, 10,000 conversations would hold about 320 MiB, which
+``max_bytes`` caps.
 Not thread-safe: the engine's loop alone calls it.
 """
 
@@ -27,15 +35,45 @@ from typing import Final
 
 from toolwatch.evaluation.base import never_ran, spanned_tools, unfinished
 from toolwatch.evaluation.entities import entity_key, lookup, unrecorded
+from toolwatch.jsontext import held_size
+from toolwatch.metrics import CONVERSATION_EVICTION_BOUNDS, NoopMetrics, PipelineMetrics
 from toolwatch.model import CallStatus, ToolTrace, Verified
 from toolwatch.names import NameNormalizer
+from toolwatch.references.identity import identity
 from toolwatch.references.settings import ShadowSettings
 
-__all__ = ["ConversationMemory", "ConversationScope"]
+__all__ = [
+    "CONVERSATION_BYTES",
+    "CONVERSATION_EVICTION_BOUNDS",
+    "DEFAULT_MAX_BYTES",
+    "ConversationMemory",
+    "ConversationScope",
+    "record_bytes",
+]
 
 MAX_CONVERSATIONS: Final = 10_000
 MAX_CALLS: Final = 64
 MAX_VALUE_LENGTH: Final = 256
+#: ``policy.conversation_max_bytes``' default.
+DEFAULT_MAX_BYTES: Final = 64 * 2**20
+#: What a remembered conversation holds besides its records: its key (the ``identity``),
+#: its entry in the ordered map, its record and its deque of ``max_calls`` slots (two blocks
+#: at 64). Measured: 943 bytes with no record, 1,471 with 64 records' slots.
+CONVERSATION_BYTES: Final = 1536
+# What one record holds besides its texts: the ``Verified``, its values tuple, its time and
+# its deque slot; and each value, its pair tuple (64). Measured: 209 bytes with one value.
+_RECORD_BYTES: Final = 192
+_VALUE_BYTES: Final = 64
+
+
+def record_bytes(verified: Verified) -> int:
+    """Rough bytes one remembered record holds, on the safe side: the record, its tool's
+    name (shared while the normalizer remembers it, not always) and each value. The fields'
+    names are the scope's own strings, shared by every record."""
+    size = _RECORD_BYTES + held_size(verified.tool)
+    for _, value in verified.values:
+        size += _VALUE_BYTES + held_size(value)
+    return size
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,10 +87,22 @@ class ConversationScope:
     verifiers: frozenset[str]
     fields: Mapping[str, frozenset[str]] = field(default_factory=dict)
     shadow: ShadowSettings = field(default_factory=ShadowSettings)  # its targets: not kept
+    max_bytes: int = DEFAULT_MAX_BYTES  # policy.conversation_max_bytes
+
+
+class _Conversation:
+    """One conversation's records, oldest first, and what they hold (``record_bytes``)."""
+
+    __slots__ = ("bytes", "records")
+
+    def __init__(self) -> None:
+        self.records: deque[Verified] = deque()
+        self.bytes = 0
 
 
 class ConversationMemory:
-    """What recent runs verified, by conversation id."""
+    """What recent runs verified, by conversation id (see the module docstring for its
+    bounds); ``metrics`` is told of each conversation forgotten to make room."""
 
     def __init__(
         self,
@@ -60,22 +110,40 @@ class ConversationMemory:
         normalize: NameNormalizer,
         max_conversations: int = MAX_CONVERSATIONS,
         max_calls: int = MAX_CALLS,
+        metrics: PipelineMetrics | None = None,
     ) -> None:
         self.scope = scope
         self.normalize = normalize
         self._max_conversations = max_conversations
         self._max_calls = max_calls
-        self._kept: OrderedDict[str, deque[Verified]] = OrderedDict()
+        self._metrics: PipelineMetrics = NoopMetrics() if metrics is None else metrics
+        self._kept: OrderedDict[bytes, _Conversation] = OrderedDict()
+        self._bytes = 0  # what the conversations kept hold: CONVERSATION_BYTES, record_bytes
 
     def __len__(self) -> int:
         return len(self._kept)
 
+    @property
+    def held_bytes(self) -> int:
+        """Roughly what the conversations kept hold, at most ``scope.max_bytes`` (unless one
+        conversation alone holds more)."""
+        return self._bytes
+
+    def rescope(self, scope: ConversationScope, normalize: NameNormalizer) -> None:
+        """A reloaded configuration's scope and tool names; what was kept stays, within the
+        new ``max_bytes``."""
+        self.scope, self.normalize = scope, normalize
+        self._make_room()
+
     def before(self, trace: ToolTrace) -> tuple[Verified, ...]:
         """What the run's conversation verified before it started (``earlier``); then the
         run is remembered, unless it is a shadow target's."""
-        earlier = self.earlier(trace.conversation_id, trace.start_ns)
+        if trace.conversation_id is None:
+            return ()
+        key = identity(trace.conversation_id)  # once, for both
+        earlier = self._earlier(key, trace.start_ns)
         if not self.scope.shadow.is_target(trace.reference_keys):  # a candidate's copy
-            self.remember(trace)
+            self._remember(key, trace)
         return earlier
 
     def earlier(self, conversation: str | None, start_ns: int) -> tuple[Verified, ...]:
@@ -83,29 +151,54 @@ class ConversationMemory:
         ``start_ns`` (a run's start), less than the scope's ``ttl_ns`` before it."""
         if conversation is None:
             return ()
-        kept = self._kept.get(conversation)
-        if kept is None:
-            return ()
-        self._kept.move_to_end(conversation)
-        oldest = start_ns - self.scope.ttl_ns
-        return tuple(v for v in kept if oldest <= v.at_ns <= start_ns)
+        return self._earlier(identity(conversation), start_ns)
 
     def remember(self, trace: ToolTrace) -> None:
         """Keep what the run's successful verification calls verified, for its conversation."""
-        conversation = trace.conversation_id
-        if conversation is None:
-            return
+        if trace.conversation_id is not None:
+            self._remember(identity(trace.conversation_id), trace)
+
+    def _earlier(self, key: bytes, start_ns: int) -> tuple[Verified, ...]:
+        kept = self._kept.get(key)
+        if kept is None:
+            return ()
+        self._kept.move_to_end(key)
+        oldest = start_ns - self.scope.ttl_ns
+        return tuple(v for v in kept.records if oldest <= v.at_ns <= start_ns)
+
+    def _remember(self, key: bytes, trace: ToolTrace) -> None:
         made = self._verified(trace)
         if not made:
             return
-        kept = self._kept.get(conversation)
+        kept = self._kept.get(key)
         if kept is None:
-            kept = self._kept[conversation] = deque(maxlen=self._max_calls)
-            while len(self._kept) > self._max_conversations:
-                self._kept.popitem(last=False)
+            kept = self._kept[key] = _Conversation()
+            self._bytes += CONVERSATION_BYTES
         else:
-            self._kept.move_to_end(conversation)
-        kept.extend(made)
+            self._kept.move_to_end(key)
+        for verified in made:
+            if len(kept.records) >= self._max_calls:
+                self._count(kept, -record_bytes(kept.records.popleft()))
+            kept.records.append(verified)
+            self._count(kept, record_bytes(verified))
+        self._make_room()
+
+    def _count(self, kept: _Conversation, size: int) -> None:
+        """``size`` bytes more held by ``kept`` (less, when negative)."""
+        kept.bytes += size
+        self._bytes += size
+
+    def _make_room(self) -> None:
+        """Forget the least recently used conversations while past a bound; the most recent
+        one is kept, however large."""
+        while len(self._kept) > 1 and (
+            len(self._kept) > self._max_conversations or self._bytes > self.scope.max_bytes
+        ):
+            over_count = len(self._kept) > self._max_conversations
+            _, oldest = self._kept.popitem(last=False)
+            self._bytes -= CONVERSATION_BYTES + oldest.bytes
+            bound = CONVERSATION_EVICTION_BOUNDS[0 if over_count else 1]
+            self._metrics.conversation_evicted(bound)
 
     def _verified(self, trace: ToolTrace) -> list[Verified]:
         scope, normalize = self.scope, self.normalize

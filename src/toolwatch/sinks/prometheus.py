@@ -36,6 +36,7 @@ from toolwatch import __version__
 from toolwatch.certificate_dates import CertificateDates
 from toolwatch.evaluation.pipeline import EVALUATOR_ORDER
 from toolwatch.metrics import (
+    CONVERSATION_EVICTION_BOUNDS,
     DROP_REASONS,
     EVICTION_BOUNDS,
     REJECT_REASONS,
@@ -307,6 +308,7 @@ class PrometheusMetrics:
         self._rejected_reason = LabelLimiter(REJECT_REASONS, label_value_cap)
         self._dropped_reason = LabelLimiter(DROP_REASONS, label_value_cap)
         self._eviction_bound = LabelLimiter(EVICTION_BOUNDS, label_value_cap)
+        self._conversation_bound = LabelLimiter(CONVERSATION_EVICTION_BOUNDS, label_value_cap)
         self._unpaired_reason = LabelLimiter(UNPAIRED_REASONS, label_value_cap)
         self._unmatched_reason = LabelLimiter(UNMATCHED_CASE_REASONS, label_value_cap)
         self._request_outcome = LabelLimiter(REQUEST_OUTCOMES, label_value_cap)
@@ -488,6 +490,16 @@ class PrometheusMetrics:
             " that comes later starts a second, partial trace instead of being dropped as late.",
             registry=r,
         )
+        self._conversation_evictions = Counter(
+            "toolwatch_conversation_evictions_total",
+            "Conversations whose verifications policy.verification_scope: conversation forgot"
+            " to make room (reason: max_conversations, 10,000 were remembered;"
+            " conversation_max_bytes, what they held reached policy.conversation_max_bytes):"
+            " a later run of such a conversation is judged without its earlier runs'"
+            " verifications.",
+            ["reason"],
+            registry=r,
+        )
         self._evaluator_failures = Counter(
             "toolwatch_evaluator_failures_total",
             "Evaluator runs that raised (isolated; the other evaluators still ran).",
@@ -571,6 +583,7 @@ class PrometheusMetrics:
             (self._rejected, REJECT_REASONS),
             (self._dropped, DROP_REASONS),
             (self._evictions, EVICTION_BOUNDS),
+            (self._conversation_evictions, CONVERSATION_EVICTION_BOUNDS),
             (self._shadow_unpaired, UNPAIRED_REASONS),
             (self._golden_unmatched, UNMATCHED_CASE_REASONS),
             (self._evaluator_failures, _EVALUATORS),
@@ -616,6 +629,9 @@ class PrometheusMetrics:
 
     def remembered_traces_evicted(self, n: int) -> None:
         _add(self._remembered_evictions, n)
+
+    def conversation_evicted(self, reason: str) -> None:
+        self._conversation_evictions.labels(self._conversation_bound(reason)).inc()
 
     def request_handled(self, transport: str, outcome: str, seconds: float) -> None:
         labels = (self._transport(transport), self._request_outcome(outcome))

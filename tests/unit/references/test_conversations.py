@@ -3,12 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import Any
 
+import pytest
+
 from tests import factories
+from tests.memory import retained
+from toolwatch.app import conversation_scope
+from toolwatch.config import Config
+from toolwatch.metrics import NoopMetrics
 from toolwatch.model import CallStatus, ToolCall, ToolTrace, Verified
 from toolwatch.names import NameNormalizer
-from toolwatch.references.conversations import ConversationMemory, ConversationScope
+from toolwatch.references.conversations import (
+    CONVERSATION_BYTES,
+    DEFAULT_MAX_BYTES,
+    MAX_CALLS,
+    MAX_CONVERSATIONS,
+    MAX_VALUE_LENGTH,
+    ConversationMemory,
+    ConversationScope,
+    record_bytes,
+)
 
 SECOND = 1_000_000_000
 SCOPE = ConversationScope(
@@ -133,3 +149,115 @@ def test_conversations_and_their_records_are_bounded_least_recent_first_out() ->
     assert values(kept.earlier("c1", 2 * SECOND)) == [(("order_id", "A2"),), (("order_id", "A3"),)]
     assert kept.earlier("c2", 2 * SECOND) == ()
     assert len(kept) == 2
+
+
+class Evictions(NoopMetrics):
+    def __init__(self) -> None:
+        self.bounds: Counter[str] = Counter()
+
+    def conversation_evicted(self, reason: str) -> None:
+        self.bounds[reason] += 1
+
+
+def full(
+    conversation: str, n: int, length: int = MAX_VALUE_LENGTH, calls: int = MAX_CALLS
+) -> ToolTrace:
+    """A run that verified ``calls`` orders of ``length`` characters (by default the most
+    a conversation keeps, each as long as is kept)."""
+    orders = (f"{n:06d}{k:04d}".ljust(length, "0") for k in range(calls))
+    return run(conversation, *(lookup(order, end=k + 1) for k, order in enumerate(orders)))
+
+
+def bounded(max_bytes: int, max_conversations: int = 10) -> tuple[ConversationMemory, Evictions]:
+    evictions = Evictions()
+    scope = dataclasses.replace(SCOPE, max_bytes=max_bytes)
+    kept = ConversationMemory(scope, NameNormalizer(), max_conversations, metrics=evictions)
+    return kept, evictions
+
+
+def test_a_long_conversation_id_is_kept_as_a_digest_and_told_apart() -> None:
+    """A conversation id is an attribute value of up to 64 KiB: kept whole as the key, one
+    lookup's conversation held 66 KB (637 MiB at 10,000 conversations)."""
+    kept = memory(max_conversations=200, max_calls=4)
+
+    def long_id(n: int) -> str:  # made anew each time: the runs and their ids are let go
+        return "c".ljust(65_536, "x") + f"{n:03d}"  # apart at the end only
+
+    held = retained(lambda: [kept.remember(run(long_id(n), lookup(f"A{n}"))) for n in range(100)])
+
+    assert held / 100 <= 4096, f"{held / 100:,.0f} bytes a conversation"
+    assert values(kept.earlier(long_id(7), 2 * SECOND)) == [(("order_id", "A7"),)]
+
+
+@pytest.mark.parametrize("length", [MAX_VALUE_LENGTH, 8])
+@pytest.mark.parametrize("calls", [MAX_CALLS, 1])
+def test_what_conversations_hold_is_counted_on_the_safe_side(length: int, calls: int) -> None:
+    """Counted as ``policy.conversation_max_bytes`` bounds it: at least what is held."""
+    kept, _ = bounded(DEFAULT_MAX_BYTES, max_conversations=MAX_CONVERSATIONS)
+    held = retained(lambda: [kept.remember(full(f"c{n}", n, length, calls)) for n in range(200)])
+
+    assert len(kept) == 200
+    assert held <= kept.held_bytes, f"{held:,} held, {kept.held_bytes:,} counted"
+
+
+def test_full_conversations_past_max_bytes_hold_no_more_than_it() -> None:
+    """Filled as the policy row documents the count bounds (64 verifications of one bound
+    field of 256 characters each), 10,000 conversations held 297 MiB, in no term of the
+    README's memory sum: ``max_bytes`` forgets the least recently used beyond it."""
+    max_bytes = 4 * 2**20
+    kept, evictions = bounded(max_bytes, max_conversations=MAX_CONVERSATIONS)
+    held = retained(lambda: [kept.remember(full(f"conv-{n:08d}", n)) for n in range(500)])
+
+    assert held <= kept.held_bytes <= max_bytes, f"{held:,} held, {kept.held_bytes:,} counted"
+    assert evictions.bounds == Counter({"conversation_max_bytes": 500 - len(kept)})
+    assert kept.earlier("conv-00000499", 2 * SECOND)  # the latest are kept
+    assert kept.earlier("conv-00000000", 2 * SECOND) == ()
+
+
+def test_conversations_are_forgotten_least_recent_first_and_counted_by_bound() -> None:
+    one = CONVERSATION_BYTES + record_bytes(Verified("lookup_order", (("order_id", "A1"),), 1))
+    kept, evictions = bounded(max_bytes=2 * one, max_conversations=3)
+    for conversation in ("c1", "c2"):
+        kept.remember(run(conversation, lookup("A1")))
+    kept.earlier("c1", 2 * SECOND)  # c1 used last: c2 is the least recent
+    kept.remember(run("c3", lookup("A1")))
+    assert (kept.earlier("c2", 2 * SECOND), len(kept), kept.held_bytes) == ((), 2, 2 * one)
+    assert evictions.bounds == Counter({"conversation_max_bytes": 1})
+
+    kept, evictions = bounded(max_bytes=DEFAULT_MAX_BYTES, max_conversations=2)
+    for conversation in ("c1", "c2", "c3"):
+        kept.remember(run(conversation, lookup("A1")))
+    assert evictions.bounds == Counter({"max_conversations": 1})
+
+
+def test_a_conversation_larger_than_max_bytes_alone_is_kept_by_itself() -> None:
+    kept, evictions = bounded(max_bytes=1)
+    kept.remember(run("c1", lookup("A1")))
+    kept.remember(run("c2", lookup("A1"), lookup("A2")))
+    assert (len(kept), values(kept.earlier("c2", 2 * SECOND))[1]) == (1, (("order_id", "A2"),))
+    assert evictions.bounds == Counter({"conversation_max_bytes": 1})
+
+
+def test_records_dropped_past_max_calls_are_no_longer_counted() -> None:
+    kept, _ = bounded(DEFAULT_MAX_BYTES)
+    kept.remember(full("c1", 1))
+    counted = kept.held_bytes
+    kept.remember(full("c1", 2))  # 64 records of the same sizes replace the first 64
+    assert kept.held_bytes == counted
+
+
+def test_a_reload_that_lowers_max_bytes_forgets_at_once() -> None:
+    kept, evictions = bounded(DEFAULT_MAX_BYTES)
+    for conversation in ("c1", "c2", "c3"):
+        kept.remember(run(conversation, lookup("A1")))
+    kept.rescope(dataclasses.replace(SCOPE, max_bytes=1), NameNormalizer())
+    assert len(kept) == 1 and kept.earlier("c3", 2 * SECOND)
+    assert evictions.bounds == Counter({"conversation_max_bytes": 2})
+
+
+def test_the_policy_sets_the_bound() -> None:
+    config = Config.model_validate(
+        {"policy": {"verification_scope": "conversation", "conversation_max_bytes": 12345}}
+    )
+    scope = conversation_scope(config)
+    assert scope is not None and scope.max_bytes == 12345

@@ -17,6 +17,7 @@ from toolwatch.certificate_dates import CertificateDates
 from toolwatch.evaluation.pipeline import EVALUATOR_ORDER
 from toolwatch.ingest.salvage import MALFORMED
 from toolwatch.metrics import (
+    CONVERSATION_EVICTION_BOUNDS,
     DROP_REASONS,
     EVICTION_BOUNDS,
     REJECT_REASONS,
@@ -53,6 +54,7 @@ EXPECTED_NAMES = {
     "toolwatch_spans_built_total",
     "toolwatch_trace_evictions_total",
     "toolwatch_remembered_trace_evictions_total",
+    "toolwatch_conversation_evictions_total",
     "toolwatch_buffered_traces",
     "toolwatch_buffered_spans",
     "toolwatch_buffered_bytes",
@@ -381,6 +383,7 @@ def test_span_accounting_counters(metrics: PrometheusMetrics, registry: Collecto
     metrics.spans_built(9)
     metrics.trace_evicted("max_traces")
     metrics.remembered_traces_evicted(4)
+    metrics.conversation_evicted("conversation_max_bytes")
     get = registry.get_sample_value
     assert get("toolwatch_spans_received_total", {"transport": "grpc"}) == 10.0
     assert get("toolwatch_spans_received_total", {"transport": "http"}) == 5.0
@@ -390,6 +393,8 @@ def test_span_accounting_counters(metrics: PrometheusMetrics, registry: Collecto
     assert get("toolwatch_spans_built_total") == 9.0
     assert get("toolwatch_trace_evictions_total", {"reason": "max_traces"}) == 1.0
     assert get("toolwatch_remembered_trace_evictions_total") == 4.0
+    bound = {"reason": "conversation_max_bytes"}
+    assert get("toolwatch_conversation_evictions_total", bound) == 1.0
 
 
 def test_counters_whose_label_values_are_known_start_at_zero(
@@ -407,6 +412,7 @@ def test_counters_whose_label_values_are_known_start_at_zero(
         "toolwatch_spans_rejected_total": REJECT_REASONS,
         "toolwatch_spans_dropped_total": DROP_REASONS,
         "toolwatch_trace_evictions_total": EVICTION_BOUNDS,
+        "toolwatch_conversation_evictions_total": CONVERSATION_EVICTION_BOUNDS,
         "toolwatch_shadow_unpaired_total": UNPAIRED_REASONS,
         "toolwatch_golden_unmatched_traces_total": UNMATCHED_CASE_REASONS,
     }
