@@ -31,6 +31,8 @@ from toolwatch import cli
 from toolwatch.config import load_config
 from toolwatch.ingest.grpc_health import READ_TURNS
 from toolwatch.metrics import REQUEST_OUTCOMES
+from toolwatch.references.settings import ShadowSettings
+from toolwatch.references.shadow import PAIRED_ENTRY_BYTES
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -600,20 +602,28 @@ def test_toolwatch_config_map_is_a_valid_configuration(path: Path, tmp_path: Pat
 # README "Memory", the sum the layouts are sized by, as it is written there (its "\u00d7" as
 # "x"): the process at rest, a buffered span against the buffer's own estimate of it, a
 # request body being read against its size (the request slots' and the gRPC health check's
-# read turns), the request being decoded, and the most a remembered trace id takes
-# (bench.remembered).
+# read turns), the request being decoded, the most a remembered trace id takes
+# (bench.remembered), and the references' memories: shadow halves and joined pairs, the
+# conversation scope's conversations.
 README_SUM = (
     "resident ≈ 100 MiB + 1.1 x assembly.max_buffered_bytes",
     "+ 2.5 x (ingest.max_concurrent_requests + 4) x ingest.max_request_bytes",
     "+ 7 x ingest.max_request_bytes (the request being decoded)",
     "+ 33 B x assembly.max_remembered_traces (ids of evaluated traces)",
-    "(+ shadow.max_waiting_bytes, when shadow is enabled)",
+    "(+ shadow.max_waiting_bytes + 200 B x shadow.max_waiting, when shadow is enabled)",
+    "(+ policy.conversation_max_bytes, with policy.verification_scope: conversation)",
 )
 _RESIDENT_AT_REST = 100 * 2**20
 _RESIDENT_PER_BUFFERED_BYTE = 1.1
 _RESIDENT_PER_BODY_BYTE = 2.5
 _RESIDENT_PER_DECODED_BYTE = 7
 _RESIDENT_PER_REMEMBERED_ID = 33
+
+
+def _shadow_bytes(shadow: ShadowSettings) -> int:
+    """The waiting halves' bound and the pairs joined within the timeout (README_SUM)."""
+    assert PAIRED_ENTRY_BYTES == 200  # the sum's `200 B`
+    return shadow.max_waiting_bytes + PAIRED_ENTRY_BYTES * shadow.max_waiting
 
 
 def _memory_limit(quantity: str) -> int:
@@ -635,7 +645,7 @@ def test_toolwatch_at_its_bounds_fits_its_memory_limit(path: Path, tmp_path: Pat
     """By README_SUM, with a tenth of the limit to spare."""
     config, workload = _deployed(path, tmp_path)
     limit = _memory_limit(_toolwatch_container(workload)["resources"]["limits"]["memory"])
-    ingest, assembly = config.ingest, config.assembly
+    ingest, assembly, policy = config.ingest, config.assembly, config.policy
     bodies = (ingest.max_concurrent_requests + READ_TURNS) * ingest.max_request_bytes
     worst = (
         _RESIDENT_AT_REST
@@ -643,7 +653,8 @@ def test_toolwatch_at_its_bounds_fits_its_memory_limit(path: Path, tmp_path: Pat
         + _RESIDENT_PER_BODY_BYTE * bodies
         + _RESIDENT_PER_DECODED_BYTE * ingest.max_request_bytes
         + _RESIDENT_PER_REMEMBERED_ID * assembly.max_remembered_traces
-        + (config.shadow.max_waiting_bytes if config.shadow.enabled else 0)
+        + (_shadow_bytes(config.shadow) if config.shadow.enabled else 0)
+        + (policy.conversation_max_bytes if policy.verification_scope == "conversation" else 0)
     )
     assert worst < 0.9 * limit, f"{worst / 2**20:.0f} MiB at the bounds, limit {limit >> 20} MiB"
 
