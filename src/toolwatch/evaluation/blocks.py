@@ -1,13 +1,13 @@
 """Two sides cut into blocks, lined up: the core of ``lineup`` (which states the rule, cuts
 the blocks and assigns the members of split groups to their places).
 
-A side is its calls as name ids and its blocks (places: a group whose members stand next
-to each other, or one call). ``line_blocks`` reads the calls at each side's places as an
-assignment says, pairs equal leading and trailing blocks whole (a shadow pair that issued
-the same calls costs nothing: pairing them is never worse, by the exchange ``lcs`` gives),
-leaves out calls of a name the other side never made (they pair with nothing), has
-``lcs.best_walk`` pair the rest, and shows each side's places in the order the walk pairs
-them.
+A side is its calls as name ids and its blocks (places: calls of one group standing next
+to each other, the whole group or a run of a split group's places, or one call).
+``line_blocks`` reads the calls at each side's places as an assignment says, pairs equal
+leading and trailing blocks whole (a shadow pair that issued the same calls costs
+nothing: pairing them is never worse, by the exchange ``lcs`` gives), leaves out calls of
+a name the other side never made (they pair with nothing), has ``lcs.best_walk`` pair the
+rest, and shows each side's places in the order the walk pairs them.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ __all__ = ["Lined", "Side", "line_blocks"]
 
 @dataclass(frozen=True, slots=True)
 class Side:
-    """One side's calls as name ids, cut into ``blocks`` (lists of places: a group whose
-    members stand together, or one call), and the places of each ``split`` group."""
+    """One side's calls as name ids, cut into ``blocks`` (lists of places: calls of one group
+    standing together, or one call), and the places of each ``split`` group."""
 
     ids: list[int]
     blocks: list[list[int]]
@@ -45,7 +45,7 @@ def line_blocks(
     a: Side, places_a: list[int], b: Side, places_b: list[int], *, meets: int, work: int
 ) -> Lined:
     """Two sides lined up, with the calls at each place ``places_a`` and ``places_b`` say
-    (their split groups so assigned: blocks of one call), within the budgets."""
+    (their split groups so assigned: a block per run of their places), within the budgets."""
     ids_a = [a.ids[k] for k in places_a]
     ids_b = [b.ids[k] for k in places_b]
     held_a = [tuple(sorted(ids_a[i] for i in block)) for block in a.blocks]

@@ -208,15 +208,20 @@ def test_first_calls_that_can_agree_agree_though_the_best_orders_would_not() -> 
 
 
 def test_a_split_group_past_the_arrangements_is_written_out_for_the_bound() -> None:
-    """Five distinct members split by another call: 120 assignments, past 24. The bound
-    writes each member's place out as the five names; the run as given meets it here."""
+    """Five distinct members split by another call: 10 assignments (which two stand before
+    it), past 9. The bound writes each member's place out as the five names; the run as
+    given meets it here. Within the limit, the 10 are tried: exact."""
     run = ["a", "b", "x", "c", "d", "e"]
-    lined = line_up(run, [1, 1, None, 1, 1, 1], ["a", "b", "x", "c", "d", "e"], [None] * 6)
+    groups: list[int | None] = [1, 1, None, 1, 1, 1]
+    lined = line_up(run, groups, ["a", "b", "x", "c", "d", "e"], [None] * 6, arrangements=9)
     assert lined == Lineup((0, 1, 2, 3, 4, 5), (0, 1, 2, 3, 4, 5), 6, True)
-    lined = line_up(run, [1, 1, None, 1, 1, 1], ["x", "a", "b", "c", "d", "e"], [None] * 6)
+    lined = line_up(run, groups, ["x", "a", "b", "c", "d", "e"], [None] * 6, arrangements=9)
     assert lined is not None
     assert lined.common >= 5
     assert shown(run, lined.actual)[2] == "x"
+    lined = line_up(run, groups, ["x", "a", "b", "c", "d", "e"], [None] * 6)
+    assert lined is not None
+    assert (lined.common, lined.exact) == (5, True)
 
 
 def test_a_long_group_past_the_budgets_is_still_read_exactly_when_it_can_be() -> None:

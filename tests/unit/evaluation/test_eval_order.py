@@ -277,6 +277,19 @@ def test_the_score_is_the_best_lcs_over_every_order_of_each_group(
     )
 
 
+def apart(names: str, groups: tuple[int | None, ...]) -> ToolTrace:
+    """A run of the calls ``names``, each in the group ``groups`` says (``None``: none)."""
+    return trace(
+        *(call(n, index=i, group=g) for i, (n, g) in enumerate(zip(names, groups, strict=True)))
+    )
+
+
+# b, then b c a c issued together with another agent's a between c and a; the source b,
+# then b c a together with its own c and a between c and a.
+SPLIT_RUN = apart("bbcaac", (None, 2, 2, None, 2, 2))
+SPLIT_SOURCE = apart("bbccaa", (None, 2, 2, None, None, 2))
+
+
 @given(
     runs_interleaved(), st.one_of(references, runs_interleaved().map(lambda r: Reference(source=r)))
 )
@@ -289,6 +302,10 @@ def test_the_score_is_the_best_lcs_over_every_order_of_each_group(
 @example(  # a and b issued together, c between them: c stays second, 2 of c, b, a kept
     trace(call("a", index=0, group=1), call("c", index=1), call("b", index=2, group=1)),
     Reference(expected=case("c", "b", "a")),
+)
+@example(SPLIT_RUN, Reference(source=SPLIT_SOURCE))  # a fixed a against a fixed c: 5 of 6
+@example(  # two groups of three apart on each side: 12 x 6 assignments, searched: 5 of 6
+    apart("ccabcb", (1, 2, 1, 2, 2, 1)), Reference(source=apart("caccbb", (None, 2, 1, 2, None, 2)))
 )
 def test_the_score_is_the_best_lcs_whatever_the_groups(
     run: ToolTrace, reference: Reference
@@ -316,6 +333,21 @@ def test_a_group_split_by_another_agents_call_moves_only_its_members() -> None:
     assert result.scores["score"] == pytest.approx(2 / 3)
     assert [f.category for f in result.findings] == [Category.TOOL_ORDER_DRIFT]
     assert result.findings[0].details["actual"][1] == "lookup_order"
+
+
+def test_a_call_between_a_split_groups_members_keeps_its_place_on_both_sides() -> None:
+    """``SPLIT_RUN`` against ``SPLIT_SOURCE``: the run's fourth call is a fixed a, the
+    source's a fixed c, so no orders of the groups keep all six calls, only five. Each
+    member's place tried apart made 12 x 6 = 72 assignments, past the 48 tried, and the
+    bound (the group read as one block from its first member to its last, the fixed a in
+    it) said six: 100%, a missed drift. A split group's members standing next to each
+    other are one block, in any order: 4 x 3 assignments, exact."""
+    reference = Reference(source=SPLIT_SOURCE)
+    result = Order(OrderSettings(), NameNormalizer())(SPLIT_RUN, reference)
+    assert result is not None
+    assert best_common(SPLIT_RUN, reference) == 5
+    assert result.scores["score"] == pytest.approx(5 / 6)
+    assert [f.category for f in result.findings] == [Category.TOOL_ORDER_DRIFT]
 
 
 def _in_groups(groups: list[list[str]], base: int) -> ToolTrace:
