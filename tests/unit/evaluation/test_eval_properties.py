@@ -6,14 +6,15 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from eval_factories import POLICY, as_case, call, tool_traces
-from hypothesis import given, settings
+from eval_factories import POLICY, as_case, call, tool_traces, trace
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings
 from toolwatch.evaluation.base import Reference, in_sequence, pct
 from toolwatch.evaluation.loops import acted
 from toolwatch.evaluation.selection import selection_score
+from toolwatch.evaluation.settings import PolicySettings
 from toolwatch.model import ToolTrace
 from toolwatch.names import NameNormalizer
 
@@ -33,6 +34,7 @@ def pipeline(strategy: str = "exact", mode: str = "expected_set") -> EvaluationP
 
 
 PIPELINES = {(s, m): pipeline(s, m) for s in STRATEGIES for m in MODES}
+BOUND = PolicySettings.model_validate(POLICY).action_fields()
 
 
 def comparing_scores(
@@ -60,11 +62,22 @@ def test_a_run_scores_one_against_itself_as_source(
 
 @settings(max_examples=60)
 @given(tool_traces(), st.sampled_from(STRATEGIES), st.sampled_from(MODES))
+@example(  # a failed refund made again on its bound value, otherwise corrected: one action
+    trace(
+        call("issue_refund", {"a": [], "b": None}, index=0, ok=False),
+        call("lookup_order", index=1, ok=False),
+        call("issue_refund", {"a": []}, index=2, ok=False),
+    ),
+    "exact",
+    "expected",
+)
 def test_a_run_scores_one_against_its_own_golden_case(
     run: ToolTrace, strategy: str, mode: str
 ) -> None:
     run = dataclasses.replace(run, refusal=False)
-    actions = acted(run, NameNormalizer())  # a case lists what to do, not failed attempts
+    # A case lists what to do, not failed attempts: the run's actions as the pipeline reads
+    # them (a failed refund made again on the same bound value is one).
+    actions = acted(run, NameNormalizer(), BOUND)
     expected = as_case(actions, expected_min_steps=len(actions.calls))
     scores = comparing_scores(run, Reference(expected=expected), strategy, mode)
     assert all(value == 1.0 for value in scores.values()), scores
