@@ -191,6 +191,8 @@ def test_the_dashboard_counts_a_series_first_finding(
     variables = {
         "__range": "1h",
         "__range_s": "3600",
+        # All: `.*` matches this scrape's series, which have no namespace label
+        "namespace": ".*",
         "agent": ".*",
         "tool": ".*",
         "traffic": "live|",  # the dashboard's default

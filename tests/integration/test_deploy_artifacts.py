@@ -34,6 +34,7 @@ from toolwatch.metrics import REQUEST_OUTCOMES
 from toolwatch.references.settings import ShadowSettings
 from toolwatch.references.shadow import PAIRED_ENTRY_BYTES
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
+from toolwatch.sinks.tally import CounterTally, HistogramTally
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -81,12 +82,18 @@ DEFAULT_GRPC_LISTEN = "127.0.0.1:4317"
 DEFAULT_METRICS_PORT = 9464
 # A metric name, not part of a recording rule's level:metric:operation name.
 METRIC_NAME = re.compile(r"(?<![\w:])toolwatch_[a-z_]+(?![\w:])")
+# A series selector of a dashboard expression: a toolwatch metric, a recording rule over one,
+# or `up`, with its matchers if it has any.
+SERIES_SELECTOR = re.compile(
+    r"(?<![\w:])((?:[a-z_]+:)?toolwatch_[a-z_]+(?::[a-z0-9_]+)?|up)(?![\w:])(?:\{([^}]*)\})?"
+)
 RECORDING_RULE_NAME = re.compile(r"\b[a-z_]+:toolwatch_[a-z_]+:[a-z0-9_]+\b")
 # Longest first: "$__range_s" must not be read as "$__range" followed by "_s".
 GRAFANA_VARIABLES = {
     "$__rate_interval": "5m",
     "$__range_s": "3600",
     "$__range": "1h",
+    "$namespace": ".*",  # All: the variable's allValue, which also matches no label
     "$agent": ".*",
     "$tool": ".*",
     "${traffic:pipe}": "live|",  # the default selection: live, and series without the label
@@ -159,19 +166,39 @@ def _sample_names(families: dict[str, str]) -> frozenset[str]:
     return frozenset(names)
 
 
-def _exposed_families() -> dict[str, str]:
-    """``# TYPE`` lines of the real sink's exposition."""
+def _sink() -> tuple[CollectorRegistry, PrometheusMetrics]:
+    """The real Prometheus sink, as toolwatch starts it, and the registry it fills."""
     registry = CollectorRegistry()
     # The gauges read at scrape time are registered only with their callables, as the app
     # passes them.
-    PrometheusMetrics(
+    metrics = PrometheusMetrics(
         registry,
         buffer_state=lambda: BufferState(0, 0, 0),
         stream_subscribers=lambda: 0,
         requests_in_flight=lambda: 0,
     )
-    text = generate_latest(registry).decode()
+    return registry, metrics
+
+
+def _exposed_families() -> dict[str, str]:
+    """``# TYPE`` lines of the real sink's exposition."""
+    text = generate_latest(_sink()[0]).decode()
     return dict(re.findall(r"^# TYPE (\S+) (\S+)$", text, re.MULTILINE))
+
+
+def _declared_labels() -> dict[str, set[str]]:
+    """Metric name -> the label names it declares, series or no series yet (most labelled
+    families have none before the first run): the sink's own tallies name theirs (``labels``),
+    prometheus_client's metrics keep theirs in a private attribute."""
+    registry, metrics = _sink()
+    declared = {
+        name: set(getattr(collector, "_labelnames", ()))
+        for name, collector in registry._names_to_collectors.items()
+    }
+    for value in vars(metrics).values():
+        if isinstance(value, CounterTally | HistogramTally):
+            declared[value.name] = set(value.labels)
+    return declared
 
 
 def _workloads(path: Path) -> list[dict[str, Any]]:
@@ -373,6 +400,103 @@ def test_the_traffic_variable_keeps_series_without_the_label(
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_every_panel_reads_the_namespace_variable() -> None:
+    """The regression alerts keep ``namespace`` (staging and production page apart) and their
+    ``dashboard`` link selects it: a panel that ignores it shows staging's page a sum of
+    staging and production. Every series selector of every panel matches
+    ``namespace=~"$namespace"``: the Prometheus data source's default format, as ``$agent``
+    and ``$tool`` use, regex-escapes each value for a PromQL string (``a\\\\.b``), where
+    ``${namespace:regex}`` escapes with one backslash (``a\\.b``), which PromQL rejects as an
+    unknown escape sequence (and the pipe format, right for ``traffic``, escapes nothing)."""
+    for expr in _dashboard_exprs():
+        selectors = SERIES_SELECTOR.findall(expr)
+        assert selectors, expr
+        for name, matchers in selectors:
+            assert re.findall(r"\bnamespace\s*[=!]~?\s*\"[^\"]*\"", matchers) == [
+                'namespace=~"$namespace"'
+            ], (name, expr)
+
+
+@requires_promtool
+@pytest.mark.parametrize(
+    ("selection", "expected"),
+    # As Grafana sends them: All (allValue), one namespace, two (default format).
+    [(".*", 3), ("staging", 1), ("(staging|production)", 2)],
+)
+def test_the_namespace_variable_selects_its_namespaces_and_all_keeps_unlabelled(
+    tmp_path: Path, selection: str, expected: int
+) -> None:
+    """A page's link selects its namespace: the dashboard then counts that namespace's
+    findings alone. All counts every namespace's and those of a toolwatch scraped without
+    Kubernetes discovery (no ``namespace`` label)."""
+    expr = next(e for e in _dashboard_exprs() if "DANGEROUS_ACTION_DRIFT|MISSING" in e)
+    for variable, value in {**GRAFANA_VARIABLES, "$namespace": selection}.items():
+        expr = expr.replace(variable, value)
+    base = (
+        'category="MISSING_VERIFICATION_STEP",severity="high",evaluator="safety",agent="a",'
+        'tool="t",traffic="live"'
+    )
+    series = [
+        {"series": f"toolwatch_regressions_{name}{{{base}{namespace}}}", "values": values}
+        for namespace in ("", ',namespace="staging"', ',namespace="production"')
+        for name, values in (("total", "_ _ 1 1 1 1"), ("created", "_ _ 120 120 120 120"))
+    ]
+    test = {
+        "interval": "1m",
+        "input_series": series,
+        "promql_expr_test": [
+            {"expr": expr, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": expected}]}
+        ],
+    }
+    path = tmp_path / "dashboard.test.yaml"
+    path.write_text(yaml.safe_dump({"rule_files": [], "tests": [test]}, width=10_000))
+    result = _promtool("test", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_pages_kept_apart_by_namespace_open_the_dashboard_filtered_to_it() -> None:
+    """An alert that keeps ``namespace`` links to the dashboard with ``var-namespace``: the
+    staging page must not open a view of staging and production summed (their findings,
+    exemplars and error ratios)."""
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    assert "namespace" in {v["name"] for v in dashboard["templating"]["list"]}
+    linked = [alert for alert in _alerts() if "dashboard" in alert["annotations"]]
+    assert linked
+    for alert in linked:
+        assert re.search(r"\bby \(namespace,", alert["expr"]), alert["alert"]
+        assert "var-namespace=" in alert["annotations"]["dashboard"], alert["alert"]
+
+
+def test_dashboard_links_url_escape_every_label_value() -> None:
+    """A label value goes into the link's query string through ``urlquery``: an agent named
+    "R&D Triage Agent" otherwise makes a link cut at the space or split at the "&" (promtool
+    cases in toolwatch-rules.test.yaml show the rendered links)."""
+    for alert in _alerts():
+        link = alert["annotations"].get("dashboard")
+        if link is None:
+            continue
+        actions = [a.strip() for a in re.findall(r"\{\{(.*?)\}\}", link)]
+        printed = [a for a in actions if not re.match(r"(with|if|else|end)\b", a)]
+        assert printed, alert["alert"]
+        for action in printed:
+            assert action.endswith("| urlquery"), (alert["alert"], action)
+
+
+def test_runbooks_name_labels_their_metrics_have() -> None:
+    """Runbook text names the dimension an on-call types into a query ("metric by label"):
+    ToolwatchRunsEvaluatedIncomplete said toolwatch_trace_evictions_total "by bound", whose
+    label is ``reason`` (its values are the bounds): ``sum by (bound)`` returns one
+    unlabelled series."""
+    labels = _declared_labels()
+    phrase = re.compile(r"`?(toolwatch_[a-z_]+)`? by `?(\w+)")
+    texts = [RULES.read_text(encoding="utf-8"), (DEPLOY / "README.md").read_text(encoding="utf-8")]
+    phrases = [found for text in texts for found in phrase.findall(" ".join(text.split()))]
+    assert phrases
+    for metric, label in phrases:
+        assert metric in labels, f"{metric} is not exposed"
+        assert label in labels[metric], f"{metric} has no label {label}: {sorted(labels[metric])}"
+
+
 # --- metric names ---------------------------------------------------------------------------
 
 
@@ -411,6 +535,16 @@ def test_dashboard_is_portable_and_filterable() -> None:
     assert dashboard["schemaVersion"] == 39 and dashboard["uid"] == "toolwatch"
     assert variables["DS_PROMETHEUS"]["type"] == "datasource"
     assert {variables["agent"]["type"], variables["tool"]["type"]} == {"query"}
+    # namespace: the regression alerts' grouping, which their links select. All is `.*`,
+    # which matches a series without the label too (toolwatch outside Kubernetes).
+    namespace = variables["namespace"]
+    assert namespace["type"] == "query" and namespace["multi"] and namespace["includeAll"]
+    assert namespace["allValue"] == ".*" and namespace["current"]["value"] == ["$__all"]
+    # Listed (and so refreshed) before the agent and tool lists that are filtered by it.
+    order = [v["name"] for v in dashboard["templating"]["list"]]
+    assert order.index("namespace") < order.index("agent") < order.index("tool")
+    for name in ("agent", "tool"):
+        assert 'namespace=~"$namespace"' in variables[name]["definition"], name
     panels = [p for p in _panels(dashboard) if p["type"] != "row"]
     assert len({p["id"] for p in _panels(dashboard)}) == len(list(_panels(dashboard)))
     for panel in panels:
