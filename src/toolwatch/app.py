@@ -368,12 +368,14 @@ class App:
         # aiohttp would wait for a body until the read timeout, past the grace.
         give_up = asyncio.get_running_loop().call_later(grace, self._give_up)
         try:
-            # Both stop accepting now and share the grace.
-            async with asyncio.TaskGroup() as stopping:
-                if self._grpc is not None:
-                    stopping.create_task(self._grpc.stop(grace))
-                for runner in self._runners[:1]:  # the OTLP/HTTP listener
-                    stopping.create_task(self._stop_otlp_http(runner))
+            # Both stop accepting now and share the grace. One failing to stop neither cuts
+            # the other short nor keeps what is buffered from being evaluated: logged.
+            stopping = [self._stop_otlp_http(runner) for runner in self._runners[:1]]
+            if self._grpc is not None:
+                stopping.append(self._grpc.stop(grace))
+            for error in await asyncio.gather(*stopping, return_exceptions=True):
+                if isinstance(error, Exception):
+                    log.error("a receiver failed to stop: %s", error, exc_info=error)
         finally:
             give_up.cancel()
         self._decoding.close()

@@ -1358,3 +1358,28 @@ def test_a_connection_that_never_finishes_its_headers_is_closed(
     with socket.create_connection((host, int(port)), timeout=10) as client:
         client.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\n")
         assert client.recv(100) == b""  # closed by the server, before the 10 s timeout
+
+
+def test_a_body_given_up_at_the_grace_logs_no_unhandled_error(
+    start_server: StartServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``InFlight.abandon`` leaves ReadAbandonedError set on aiohttp's payload. After the
+    handler's 503, aiohttp's lingering read of the unread rest of the body calls
+    ``payload.readany()``, which raises it: aiohttp logs 'Unhandled exception' at ERROR with
+    a traceback (ProtocolErrorLog passes it on), once per body given up."""
+    server = start_server(**QUIET)
+    host, _, port = server.address("http").rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=10) as client:
+        head = f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\nContent-Type: {PROTOBUF}\r\n"
+        client.sendall(f"{head}Content-Length: 100000\r\n\r\n".encode() + b"\x0a" * 10)
+        assert until(lambda: in_flight(server) == 1)
+
+        with caplog.at_level(logging.DEBUG):
+            stopping(server, grace=0.2).result(10)
+        answer = client.recv(65536).decode("latin-1")
+
+    assert answer.startswith("HTTP/1.1 503 Service Unavailable")
+    aborted = {"transport": "http", "outcome": "aborted"}
+    assert server.sample(REQUESTS_COUNTED, aborted) == 1
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [(r.name, r.getMessage(), r.exc_info and r.exc_info[0]) for r in errors]

@@ -99,8 +99,9 @@ class ProtocolErrorLog(logging.LoggerAdapter[logging.Logger]):
     """The logger to give aiohttp's request handler (``AppRunner(logger=...)``): a request
     its parser refused (not HTTP as RFC 9112 has it) is logged at DEBUG by the error's kind
     alone (aiohttp's message quotes the line at fault: an ``Authorization`` header, say) and
-    handed to ``refused``, not logged as an ERROR with a traceback; everything else is logged
-    as aiohttp logs it."""
+    handed to ``refused``, not logged as an ERROR with a traceback; so is a body the shutdown
+    gave up (``ReadAbandonedError``, already answered); everything else is logged as aiohttp
+    logs it."""
 
     def __init__(self, logger: logging.Logger, refused: Callable[[], None] | None = None) -> None:
         super().__init__(logger, {})
@@ -120,6 +121,12 @@ class ProtocolErrorLog(logging.LoggerAdapter[logging.Logger]):
                 self._refused()
             name, code = type(error).__name__, error.code
             super().log(logging.DEBUG, "refused a request that is not HTTP: %s (%d)", name, code)
+            return
+        if isinstance(error, ReadAbandonedError):
+            # The shutdown gave the body up and the request was answered (503, counted
+            # aborted); aiohttp, reading what is left of it before closing, meets the error
+            # again: no fault to report.
+            super().log(logging.DEBUG, "shutdown: gave up a request body still arriving")
             return
         super().log(level, msg, *args, **kwargs)
 

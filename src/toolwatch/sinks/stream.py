@@ -47,6 +47,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import json
 import logging
 import secrets
 import time
@@ -58,7 +59,7 @@ from typing import Any, Final, Literal, NamedTuple, TypeVar
 import grpc
 
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
-from toolwatch.evaluation.severity import CALL_AGENT
+from toolwatch.evaluation.severity import CALL_AGENT, MAX_DETAIL_ITEMS
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Category, Clock, Finding, Severity, ToolTrace, Traffic
 from toolwatch.sinks.findings import Redaction, render_details
@@ -183,6 +184,8 @@ INDEX_MAX = 65_536
 #: ``make_finding`` cuts an explanation). The cap of a metrics label value: a longer one is
 #: free text, not a name. The findings log keeps them whole.
 MAX_STREAM_TEXT: Final = 128
+#: Nesting a streamed finding's details keep as JSON values; deeper, a value is its text.
+_MAX_STREAM_DEPTH: Final = 8
 #: Bytes of an ``agent_key``: a false match is one in 2**64 a comparison.
 _AGENT_KEY_BYTES: Final = 8
 
@@ -694,15 +697,28 @@ def _cut(text: str) -> str:
     return text if len(text) <= MAX_STREAM_TEXT else text[: MAX_STREAM_TEXT - 1] + "…"
 
 
-def _cut_texts(value: Any) -> Any:
-    """``value`` (a detail) with every text in it ``_cut``; keys are kept whole (field paths,
-    which redaction reads again at a reload), so a value stays JSON as it is rendered."""
+def _cut_texts(value: Any, depth: int = 0) -> Any:
+    """``value`` (a detail) with every text in it ``_cut``, keys too, and every object or
+    array cut to its first ``MAX_DETAIL_ITEMS`` entries, the rest counted (``"…": "N more"``,
+    or a last item ``"… N more"``), at any depth (past ``_MAX_STREAM_DEPTH``, as its JSON
+    text, cut): a drift on an argument object of 4,000 fields is not 100 KB as sent. It stays
+    JSON as it is rendered; the findings log keeps every entry whole. (A key cut here is no
+    field path a reload can show again: it stays hidden, on the safe side.)"""
     if isinstance(value, str):
         return _cut(value)
+    if depth >= _MAX_STREAM_DEPTH and isinstance(value, list | tuple | Mapping):
+        return _cut(json.dumps(value, default=str, ensure_ascii=False))
     if isinstance(value, list | tuple):
-        return [_cut_texts(item) for item in value]
+        items = [_cut_texts(item, depth + 1) for item in value[:MAX_DETAIL_ITEMS]]
+        if len(value) > MAX_DETAIL_ITEMS:
+            items.append(f"… {len(value) - MAX_DETAIL_ITEMS} more")
+        return items
     if isinstance(value, Mapping):
-        return {key: _cut_texts(item) for key, item in value.items()}
+        entries = itertools.islice(value.items(), MAX_DETAIL_ITEMS)
+        cut = {_cut(str(key)): _cut_texts(item, depth + 1) for key, item in entries}
+        if len(value) > MAX_DETAIL_ITEMS:
+            cut["…"] = f"{len(value) - MAX_DETAIL_ITEMS} more"
+        return cut
     return value
 
 

@@ -12,8 +12,8 @@ import tracemalloc
 from tests import factories
 from toolwatch.evaluation.severity import CALL_AGENT
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import Category, Finding, Severity
-from toolwatch.sinks.findings import Redaction, finding_record
+from toolwatch.model import DETAIL_FIELDS, Category, Finding, Severity
+from toolwatch.sinks.findings import REDACTED, Redaction, finding_record
 from toolwatch.sinks.stream import (
     MAX_STREAM_TEXT,
     FindingsBroker,
@@ -157,3 +157,38 @@ def test_tail_prints_a_cut_name_on_one_line() -> None:
     assert f"agent={agent[: MAX_STREAM_TEXT - 1]}… " in line
     assert "\n" not in line
     assert len(line) < 1024
+
+
+def test_an_argument_drift_finding_as_streamed_stays_near_the_documented_size() -> None:
+    """README Memory: a streamed finding is about 0.5 KB as sent (argument values redacted),
+    16 KB at most. An argument drift on a call whose (sender-chosen) arguments hold 4,000
+    unexpected fields has a ``fields`` entry per field, and ``make_finding`` bounds only
+    top-level lists: 105 KB as sent, every value redacted and every key kept. Every object
+    and array is now cut to its first 50 entries, the rest counted."""
+    drifted = {f"field_{i}": 0 for i in range(4_001)}
+    finding = factories.finding(tool="search", details={DETAIL_FIELDS: drifted})
+    message = finding_message(factories.tool_trace(), finding, Redaction(), 0)  # redacted
+    fields = json.loads(message.details[DETAIL_FIELDS])
+    assert fields.pop("…") == "3951 more"
+    assert list(fields) == [f"field_{i}" for i in range(50)]
+    assert set(fields.values()) == {REDACTED}
+    assert message.ByteSize() <= 16 * 1024, f"{message.ByteSize():,} bytes as sent"
+
+
+def test_details_nested_past_the_streams_depth_are_sent_as_cut_text() -> None:
+    """Past eight levels (the details' own included) a value is sent as its JSON text, cut:
+    the cutting walks no deeper, however deep a sender nests an argument."""
+    nested: object = "deep"
+    for _ in range(20):
+        nested = {"k": nested}
+    finding = factories.finding(details={"shape": nested})
+    message = finding_message(factories.tool_trace(), finding, Redaction(show_values=True), 0)
+    value = json.loads(message.details["shape"])
+    kept = 0
+    while isinstance(value, dict):
+        value, kept = value["k"], kept + 1
+    assert kept == 7
+    rest: object = "deep"
+    for _ in range(20 - kept):
+        rest = {"k": rest}
+    assert value == json.dumps(rest)
