@@ -76,6 +76,11 @@ MAX_ARRANGEMENTS: Final = 48
 #: microseconds a call beyond its budgets): fewer assignments for long runs. The search
 #: past them lines up a few times as many at most (its bounds, then a bound's line-ups).
 _ARRANGED_CALLS: Final = 6_000
+#: The most calls (both sides) the search past the assignments is tried on: short runs,
+#: where its line-ups stay exact within their share of the budgets and cost little. Longer
+#: ones go to the bound with the whole budgets, where the search's shares of them would
+#: run out, each pair's line-up a looser bound (30 calls: 30 of 30 kept, for 26).
+_SEARCHED_CALLS: Final = 24
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,11 +119,11 @@ def line_up(
     count_a, count_b = _count(a, tries + 1), _count(b, tries + 1)
     count = count_a * count_b
     if count > tries:
-        if count_a <= tries and count_b <= tries:
+        small = len(a.ids) + len(b.ids) <= _SEARCHED_CALLS
+        if small and count_a <= tries and count_b <= tries:
             searched = _searched(a, b, meets=meets // 2, work=work // 2, tries=tries)
             if searched is not None:
                 return searched
-            meets, work = meets // 2, work // 2
         return _past_arrangements(a, b, meets=meets, work=work, tries=tries)
     best = _Best()
     arranged_b = _arrangements(b, tries)
@@ -301,7 +306,9 @@ def _searched(a: Side, b: Side, *, meets: int, work: int, tries: int) -> Lineup 
     ``_past_arrangements`` bounds), and the pairs of assignments lined up from the highest
     bound down, but for a pair whose bound the orders shown already keep (and whose first
     calls cannot agree, unless theirs do): exact, as lining up every pair. Half the budgets
-    for the bounds, half for the pairs; ``None`` past ``tries`` pairs lined up."""
+    for the bounds, half for the pairs; ``None`` past ``tries`` pairs lined up, or at the
+    first pair whose line-up is a bound (past its share of the budgets): the whole budgets'
+    bound (``_past_arrangements``) is then the tighter."""
     arranged = (_arrangements(a, tries), _arrangements(b, tries))
     wider = ((_written(b), _merged(b)), (_written(a), _merged(a)))
     share = 4 * (len(arranged[0]) + len(arranged[1]))
@@ -334,6 +341,8 @@ def _searched(a: Side, b: Side, *, meets: int, work: int, tries: int) -> Lineup 
         lined = line_blocks(
             a, places_a, b, places_b, meets=meets // (2 * tries), work=work // (2 * tries)
         )
+        if not lined.exact:
+            return None
         best.offer(a, places_a, b, places_b, lined)
     return Lineup(best.actual, best.reference, best.common, best.exact)
 

@@ -261,3 +261,10 @@ def test_the_policy_sets_the_bound() -> None:
     )
     scope = conversation_scope(config)
     assert scope is not None and scope.max_bytes == 12345
+
+
+def test_a_record_is_counted_as_the_readme_says() -> None:
+    """README Memory: a record of one value is counted 354 bytes and the characters of its
+    tool's name and value, 376 for a lookup of a 10-character order id."""
+    record = Verified("lookup_order", (("order_id", "A123456789"),), 0)
+    assert record_bytes(record) == 354 + len("lookup_order") + len("A123456789") == 376
