@@ -387,17 +387,7 @@ def test_the_traffic_variable_keeps_series_without_the_label(
             series.append(
                 {"series": f"toolwatch_regressions_{name}{{{base}{traffic}}}", "values": values}
             )
-    test = {
-        "interval": "1m",
-        "input_series": series,
-        "promql_expr_test": [
-            {"expr": expr, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": expected}]}
-        ],
-    }
-    path = tmp_path / "dashboard.test.yaml"
-    path.write_text(yaml.safe_dump({"rule_files": [], "tests": [test]}, width=10_000))
-    result = _promtool("test", "rules", str(path))
-    assert result.returncode == 0, result.stdout + result.stderr
+    _assert_evaluates(tmp_path, series, expr, expected)
 
 
 def test_every_panel_reads_the_namespace_variable() -> None:
@@ -441,17 +431,7 @@ def test_the_namespace_variable_selects_its_namespaces_and_all_keeps_unlabelled(
         for namespace in ("", ',namespace="staging"', ',namespace="production"')
         for name, values in (("total", "_ _ 1 1 1 1"), ("created", "_ _ 120 120 120 120"))
     ]
-    test = {
-        "interval": "1m",
-        "input_series": series,
-        "promql_expr_test": [
-            {"expr": expr, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": expected}]}
-        ],
-    }
-    path = tmp_path / "dashboard.test.yaml"
-    path.write_text(yaml.safe_dump({"rule_files": [], "tests": [test]}, width=10_000))
-    result = _promtool("test", "rules", str(path))
-    assert result.returncode == 0, result.stdout + result.stderr
+    _assert_evaluates(tmp_path, series, expr, expected)
 
 
 def test_pages_kept_apart_by_namespace_open_the_dashboard_filtered_to_it() -> None:
@@ -1004,3 +984,20 @@ def test_the_readmes_sidecar_command_beside_a_collector_keeps_metrics_reachable(
     assert config.listen.grpc == "127.0.0.1:14317"  # moved for the Collector
     metrics = container["args"][container["args"].index("--metrics-listen") + 1]
     assert config.listen.metrics == metrics
+
+
+def _assert_evaluates(
+    tmp_path: Path, series: list[dict[str, str]], expr: str, expected: float
+) -> None:
+    """``expr`` over ``series`` (one a minute) is ``expected`` at 5m, by ``promtool``."""
+    test = {
+        "interval": "1m",
+        "input_series": series,
+        "promql_expr_test": [
+            {"expr": expr, "eval_time": "5m", "exp_samples": [{"labels": "{}", "value": expected}]}
+        ],
+    }
+    path = tmp_path / "dashboard.test.yaml"
+    path.write_text(yaml.safe_dump({"rule_files": [], "tests": [test]}, width=10_000))
+    result = _promtool("test", "rules", str(path))
+    assert result.returncode == 0, result.stdout + result.stderr

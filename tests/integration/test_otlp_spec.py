@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import gzip
 import http.client
 import json
@@ -1101,12 +1102,7 @@ def test_a_shutdown_answers_an_http_body_still_arriving_at_the_grace_503_unread(
     """Not waited for until the read timeout (30 s), past the grace: as gRPC cancels its
     calls at the grace, and a decode still running then is given up."""
     server = start_server(**QUIET)
-    host, _, port = server.address("http").rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=10) as client:
-        head = f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\nContent-Type: {PROTOBUF}\r\n"
-        client.sendall(f"{head}Content-Length: 100000\r\n\r\n".encode() + b"\x0a" * 10)
-        assert until(lambda: in_flight(server) == 1)
-
+    with _stalled_body(server) as client:
         stopping(server, grace=0.2).result(10)
         answer = client.recv(65536).decode("latin-1")
 
@@ -1368,12 +1364,7 @@ def test_a_body_given_up_at_the_grace_logs_no_unhandled_error(
     ``payload.readany()``, which raises it: aiohttp logs 'Unhandled exception' at ERROR with
     a traceback (ProtocolErrorLog passes it on), once per body given up."""
     server = start_server(**QUIET)
-    host, _, port = server.address("http").rpartition(":")
-    with socket.create_connection((host, int(port)), timeout=10) as client:
-        head = f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\nContent-Type: {PROTOBUF}\r\n"
-        client.sendall(f"{head}Content-Length: 100000\r\n\r\n".encode() + b"\x0a" * 10)
-        assert until(lambda: in_flight(server) == 1)
-
+    with _stalled_body(server) as client:
         with caplog.at_level(logging.DEBUG):
             stopping(server, grace=0.2).result(10)
         answer = client.recv(65536).decode("latin-1")
@@ -1383,3 +1374,14 @@ def test_a_body_given_up_at_the_grace_logs_no_unhandled_error(
     assert server.sample(REQUESTS_COUNTED, aborted) == 1
     errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
     assert errors == [], [(r.name, r.getMessage(), r.exc_info and r.exc_info[0]) for r in errors]
+
+
+@contextlib.contextmanager
+def _stalled_body(server: RunningServer) -> Iterator[socket.socket]:
+    """A connection whose OTLP/HTTP request announced 100,000 bytes and sent 10, in flight."""
+    host, _, port = server.address("http").rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=10) as client:
+        head = f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\nContent-Type: {PROTOBUF}\r\n"
+        client.sendall(f"{head}Content-Length: 100000\r\n\r\n".encode() + b"\x0a" * 10)
+        assert until(lambda: in_flight(server) == 1)
+        yield client

@@ -15,10 +15,9 @@ force over every permutation of every group on 3,000 random small inputs in the 
 from __future__ import annotations
 
 import itertools
-from functools import cache
 
 import pytest
-from eval_factories import call, trace
+from eval_factories import block_lcs, call, trace
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.lineup import line_up
@@ -47,24 +46,6 @@ def _blocks(names: tuple[str, ...], groups: Groups) -> tuple[tuple[str, ...], ..
     return tuple(out)
 
 
-def _block_lcs(a: tuple[tuple[str, ...], ...], b: tuple[tuple[str, ...], ...]) -> int:
-    @cache
-    def best(i: int, used_i: int, j: int, used_j: int) -> int:
-        if i == len(a) or j == len(b):
-            return 0
-        most = max(best(i + 1, 0, j, used_j), best(i, used_i, j + 1, 0))
-        for x, name in enumerate(a[i]):
-            if used_i >> x & 1:
-                continue
-            for y, other in enumerate(b[j]):
-                if not used_j >> y & 1 and name == other:
-                    most = max(most, 1 + best(i, used_i | 1 << x, j, used_j | 1 << y))
-                    break
-        return most
-
-    return best(0, 0, 0, 0)
-
-
 def _variants(names: str, groups: Groups) -> set[tuple[tuple[str, ...], ...]]:
     places: dict[int, list[int]] = {}
     for i, g in enumerate(groups):
@@ -84,7 +65,7 @@ def _variants(names: str, groups: Groups) -> set[tuple[tuple[str, ...], ...]]:
 
 def best_common(a: str, ga: Groups, b: str, gb: Groups) -> int:
     """The rule's best: the most LCS over every order of each group's members."""
-    return max(_block_lcs(x, y) for x in _variants(a, ga) for y in _variants(b, gb))
+    return max(block_lcs(x, y) for x in _variants(a, ga) for y in _variants(b, gb))
 
 
 # 30 calls a side: pairs issued together, five split pairs on each side (10000+).
