@@ -34,7 +34,7 @@ from toolwatch.metrics import REQUEST_OUTCOMES
 from toolwatch.references.settings import ShadowSettings
 from toolwatch.references.shadow import PAIRED_ENTRY_BYTES
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
-from toolwatch.sinks.tally import CounterTally, HistogramTally
+from toolwatch.sinks.scrape_state import TallyCollector
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -188,16 +188,18 @@ def _exposed_families() -> dict[str, str]:
 
 def _declared_labels() -> dict[str, set[str]]:
     """Metric name -> the label names it declares, series or no series yet (most labelled
-    families have none before the first run): the sink's own tallies name theirs (``labels``),
-    prometheus_client's metrics keep theirs in a private attribute."""
-    registry, metrics = _sink()
+    families have none before the first run): the sink's own tallies name theirs (``labels``;
+    read through their collector: the compiled sink has no ``__dict__``), prometheus_client's
+    metrics keep theirs in a private attribute."""
+    registry, _ = _sink()
     declared = {
         name: set(getattr(collector, "_labelnames", ()))
         for name, collector in registry._names_to_collectors.items()
     }
-    for value in vars(metrics).values():
-        if isinstance(value, CounterTally | HistogramTally):
-            declared[value.name] = set(value.labels)
+    for collector in set(registry._names_to_collectors.values()):
+        if isinstance(collector, TallyCollector):
+            for tally in collector._tallies:
+                declared[tally.name] = set(tally.labels)
     return declared
 
 
