@@ -288,6 +288,75 @@ def test_a_handoff_whose_first_agent_arrives_long_before_the_rest_is_one_run(
     assert server.sample("toolwatch_spans_dropped_total", {"reason": "late"}, missing_ok=True) == 0
 
 
+MCP_TRACED = "openai_agents__openllmetry__refund_mcp_traced"
+MCP_SERVER_LATE = "67ba02"  # the server's mcp.server around its issue_refund.tool
+
+
+def split_at_the_servers_refund(line: bytes) -> tuple[bytes, bytes]:
+    """The request as two exports: all but the MCP server's ``mcp.server`` that holds its
+    ``issue_refund.tool`` and the server's spans that end with or after it, then those. The
+    server is a process of its own with its own BatchSpanProcessor: a batch boundary between
+    its tool span (+113.0 ms) and that span's parent (+114.3 ms) sends the parent 5 s later."""
+    request = json.loads(line)
+    server = [
+        span
+        for resource in request["resourceSpans"]
+        if any(
+            a["key"] == "service.name" and a["value"].get("stringValue") == "capture-mcp-server"
+            for a in resource["resource"]["attributes"]
+        )
+        for scope in resource["scopeSpans"]
+        for span in scope["spans"]
+    ]
+    (parent,) = [s for s in server if s["spanId"].startswith(MCP_SERVER_LATE)]
+    cut = int(parent["endTimeUnixNano"])
+    late = {s["spanId"] for s in server if int(s["endTimeUnixNano"]) >= cut}
+
+    def keeping(keep: Callable[[str], bool]) -> bytes:
+        part = json.loads(line)
+        for resource in part["resourceSpans"]:
+            for scope in resource["scopeSpans"]:
+                scope["spans"] = [s for s in scope["spans"] if keep(s["spanId"])]
+        return json.dumps(part).encode()
+
+    return keeping(lambda i: i not in late), keeping(lambda i: i in late)
+
+
+def test_an_mcp_servers_tool_span_whose_parent_comes_late_is_a_second_record(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """The server's ``issue_refund.tool`` arrives, its ``mcp.server`` parent only after
+    completion_wait (dropped late). The orphan lies within the client's ``issue_refund.tool``
+    and names the same tool: that call's second record, as with its parent there. It made a
+    run of its own (no agent, anchored on the workflow root, calls [issue_refund]) that paged
+    MISSING_VERIFICATION_STEP and two INVARIANT_VIOLATIONs on a refund the run verified."""
+    config = tmp_path / "policy.yaml"
+    config.write_text(
+        "policy:\n"
+        "  dangerous_tools: [issue_refund]\n"
+        "  verification_tools: [lookup_order]\n"
+        "  bindings:\n"
+        "    issue_refund.order_id: lookup_order.order_id\n"
+        "  invariants:\n"
+        "    - {kind: order, before: lookup_order, after: issue_refund, name: lookup-first}\n"
+        "    - kind: arguments\n"
+        "      name: refund-amount-sane\n"
+        "      tool: issue_refund\n"
+        "      schema: {type: object, required: [order_id, amount_usd]}\n"
+    )
+    server = start_server(config)
+    (line,) = (FIXTURES / f"{MCP_TRACED}.json").read_bytes().splitlines()
+    first, rest = split_at_the_servers_refund(line)
+    assert post_json(server, first)[0] == 200
+    server.settle()  # completion_wait passes: the server's next batch is 5 s away
+    assert post_json(server, rest)[0] == 200
+    server.settle()
+    assert findings_log(server) == []
+    runs = [(t["agent"], [c["tool_name"] for c in t["calls"]]) for t in server.tooltraces()]
+    assert runs == [("support_agent", ["lookup_order", "issue_refund"])]
+    assert server.sample("toolwatch_spans_dropped_total", {"reason": "late"}) == 2
+
+
 CALLER_SPAN = "00f067aa0ba902b7"  # the calling service's span (the W3C example's id)
 REMOTE_PARENT = 0x100 | 0x200  # SpanFlags: whether the parent is remote is known, and it is
 

@@ -9,6 +9,17 @@ has one, else its only tree top; when the root is missing and several fragments 
 are parts of one run whose root was lost, so they form one run with a synthetic root
 (``run_span_id`` ``None``, times the min/max of its spans).
 
+Orphaned second records. A TOOL span whose parent is missing from the trace, with nothing
+below it in a run, that lies in time within a TOOL span of a run of the same tool
+(normalized names, no other call id) is that call's second record, placed below it as if its
+parent had come (``_place_second_records``): an instrumented MCP server exports its
+``mcp.server`` > ``<tool>.tool`` with a batch processor of its own, and a batch boundary
+between the two sends the parent after the trace was evaluated (dropped ``late``). It is a
+span of the call's run, merged into the call as any second record is
+(``calls._second_records``), never a residual run re-making a call the run recorded. An
+orphaned TOOL span that matches no call by name and time stays outside every agent: a call
+of the residual run, evaluated.
+
 Guardrails. An agent that a guardrail runs (an AGENT span below a GUARDRAIL span of the run,
 no agent or tool between: the OpenAI Agents SDK's guardrail function calling ``Runner.run`` on
 a checker agent) is a run of its own, without reference keys (the canary case id or shadow
@@ -161,7 +172,10 @@ def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[
     recorded = _Tree(spans, by_id, {})
     adopted = _adoptions(spans, recorded)
     tree = _Tree(spans, by_id, adopted) if adopted else recorded
-    sites = _place(spans, tree, _workflows(spans, tree), by_id)
+    workflows = _workflows(spans, tree)
+    sites = _place(spans, tree, workflows, by_id)
+    if len(tree.tops) > 1:  # a fragment whose parent is missing: maybe a call's second record
+        _place_second_records(spans, tree, workflows, sites, by_id, normalize=normalize)
     runs = _runs(spans, by_id, sites)
     if len(runs) > 1:
         runs = _joined_at_handoffs(runs, sites)
@@ -221,10 +235,15 @@ def _walk_placing(
     workflows: frozenset[bytes],
     sites: dict[bytes, CallSite],
     by_id: dict[bytes, SpanRecord],
+    *,
+    frame: _Frame | None = None,
 ) -> None:
-    """Place ``top`` and every span below it not placed yet."""
+    """Place ``top`` (given ``frame``, else as a tree top) and every span below it not
+    placed yet."""
+    if frame is None:
+        frame = _Frame(None, None, None, top.parent_span_id)
     # Two stacks, of spans and of the frames they get: no (span, frame) tuple per span.
-    stack, frames = [top], [_Frame(None, None, None, top.parent_span_id)]
+    stack, frames = [top], [frame]
     while stack:
         span, frame = stack.pop(), frames.pop()
         if span.span_id in sites:
@@ -242,6 +261,96 @@ def _walk_placing(
 
 
 _LEAF: Final[list[SpanRecord]] = []  # the children of a span that has none; never mutated
+
+
+def _place_second_records(
+    spans: list[SpanRecord],
+    tree: _Tree,
+    workflows: frozenset[bytes],
+    sites: dict[bytes, CallSite],
+    by_id: dict[bytes, SpanRecord],
+    *,
+    normalize: NameNormalizer,
+) -> None:
+    """Place below its call each orphaned second record of a call: a TOOL span whose parent
+    is missing from the trace (not a root), outside every run with all the spans below it,
+    that lies in time within a TOOL span of a run of the same tool (normalized names; no
+    other call id). An instrumented MCP server's record of a call (``mcp.server`` >
+    ``<tool>.tool``, inside the client's record) is exported by the server's own batch
+    processor: when a batch boundary falls between its tool span and its ``mcp.server``,
+    which comes after the trace was evaluated (dropped ``late``), the tool span is
+    orphaned. Placed as if its parent had come (the innermost such TOOL span its parent,
+    ties to the lowest span id), it is that call's second record (``calls._second_records``)
+    and a span of its run, not a run of its own making a call the run already recorded. An
+    orphan that matches no call by name and time is left where it was: a call of the
+    residual run, evaluated. Only tree tops are looked at until one is such a TOOL span."""
+    orphans = [
+        top
+        for top in tree.tops
+        if top.role is SpanRole.TOOL
+        and top.tool_name is not None
+        and top.parent_span_id is not None
+        and top.parent_span_id not in by_id
+    ]
+    if not orphans:
+        return
+    placed: dict[str, list[SpanRecord]] = {}  # normalized tool name -> TOOL spans in a run
+    for span in spans:
+        if (
+            span.role is SpanRole.TOOL
+            and span.tool_name is not None
+            and sites[span.span_id].run is not None
+        ):
+            append_to(placed, normalize(span.tool_name), span)
+    if not placed:
+        return
+    for orphan in orphans:
+        host = _host_call(orphan, placed.get(normalize(orphan.tool_name)))
+        if host is None:
+            continue
+        below = _subtree(orphan, tree)
+        if any(sites[span.span_id].run is not None for span in below):
+            continue  # an agent below it runs a run of its own: not a mere record
+        for span in below:
+            del sites[span.span_id]
+        site = sites[host.span_id]
+        # The frame a TOOL span hands its children (``_descend``): a TOOL span is no agent,
+        # no wrapper, and guards nothing.
+        frame = _Frame(site.run, site.agent, host, host.span_id)
+        _walk_placing(orphan, tree, workflows, sites, by_id, frame=frame)
+
+
+def _host_call(record: SpanRecord, tools: list[SpanRecord] | None) -> SpanRecord | None:
+    """The innermost of ``tools`` whose interval holds ``record``'s and whose call id, if
+    both have one, is ``record``'s; ties to the lowest span id."""
+    best: SpanRecord | None = None
+    for tool in tools or ():
+        if (
+            tool.start_ns <= record.start_ns
+            and record.end_ns <= tool.end_ns
+            and (record.call_id is None or tool.call_id in (None, record.call_id))
+            and (
+                best is None
+                or (tool.end_ns - tool.start_ns, -tool.start_ns, tool.span_id)
+                < (best.end_ns - best.start_ns, -best.start_ns, best.span_id)
+            )
+        ):
+            best = tool
+    return best
+
+
+def _subtree(top: SpanRecord, tree: _Tree) -> list[SpanRecord]:
+    """``top`` and every span below it."""
+    found: list[SpanRecord] = []
+    seen: set[bytes] = set()
+    stack = [top]
+    while stack:
+        span = stack.pop()
+        if span.span_id not in seen:
+            seen.add(span.span_id)
+            found.append(span)
+            stack.extend(tree.of(span.span_id))
+    return found
 
 
 class _Tree:

@@ -8,7 +8,7 @@ import json
 from typing import Any
 
 import pytest
-from assembly_support import MS, agent, ask, handoff, hexid, llm, only, span, tool
+from assembly_support import MS, agent, ask, build, handoff, hexid, llm, only, span, tool
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -1025,3 +1025,62 @@ def test_a_long_chain_of_records_is_walked_once() -> None:
     assert len(own) == len(chain) and all(record is call for record in own.values())
     run = only([agent(1, None, "a", 0, 10_000), llm(2, 1, 1, 10, ask("t", "c1", {})), call, *chain])
     assert [(c.call_id, c.span_id) for c in run.calls] == [("c1", hexid(3))]
+
+
+# --- an instrumented MCP server's record whose parent span never came -----------------------
+
+
+def _server_record_orphaned_spans(orphan: SpanRecord) -> list[SpanRecord]:
+    """The run looks the order up and refunds it; ``orphan`` is a tool span of the MCP
+    server's whose parent (``mcp.server``, span 98) came in a later batch, after the trace was
+    evaluated (real capture: ``openai_agents__openllmetry__refund_mcp_traced``)."""
+    return [
+        span(100, None, SpanRole.OTHER, 0, 200, name="Agent Workflow"),
+        agent(1, 100, "support", 0, 100),
+        llm(2, 1, 1, 10, ask("lookup_order", "c1", {"order_id": "A-1"})),
+        tool(3, 1, "lookup_order", 11, 20, arguments={"order_id": "A-1"}),
+        llm(4, 1, 21, 30, ask("issue_refund", "c2", {"order_id": "A-1"})),
+        tool(5, 1, "issue_refund", 31, 60, arguments={"order_id": "A-1"}),
+        tool(6, 5, "issue_refund", 35, 58, arguments={"order_id": "A-1"}),
+        orphan,
+    ]
+
+
+def _server_record_orphaned(orphan: SpanRecord) -> list[ToolTrace]:
+    return build(_server_record_orphaned_spans(orphan))
+
+
+@pytest.mark.parametrize("name", ["issue_refund", "refund"])  # "refund" normalizes to it
+def test_an_orphaned_server_record_inside_the_call_of_its_tool_is_a_second_record(
+    name: str,
+) -> None:
+    (run,) = _server_record_orphaned(tool(9, 98, name, 40, 45, arguments={"order_id": "A-1"}))
+    assert [(c.tool_name, c.span_id, c.status) for c in run.calls] == [
+        ("lookup_order", hexid(3), CallStatus.OK),
+        ("issue_refund", hexid(5), CallStatus.OK),
+    ]
+    assert run.span_count == 7  # the orphan is the run's, as a second record with its parent
+
+
+def test_an_orphaned_server_record_that_failed_is_how_the_call_ended() -> None:
+    """As with its parent there: the last second record to end says how the call ended."""
+    failed = tool(9, 98, "issue_refund", 40, 59, status_code=2, error_type="tool_error")
+    (run,) = _server_record_orphaned(failed)
+    assert [(c.tool_name, c.status) for c in run.calls][-1] == ("issue_refund", CallStatus.ERROR)
+
+
+@pytest.mark.parametrize(
+    "orphan",
+    [
+        tool(9, 98, "issue_refund", 61, 70),  # after the call: not inside it
+        tool(9, 98, "issue_refund", 50, 65),  # begins inside it, ends after it
+        tool(9, 98, "charge_card", 40, 45),  # another tool inside the call
+    ],
+)
+def test_an_orphaned_tool_span_that_is_no_record_of_a_call_is_still_a_run(
+    orphan: SpanRecord,
+) -> None:
+    """A lost parent must not silence a page: what matches no call of a run by name and time
+    is a call outside every agent, the residual run's."""
+    runs = {r.agent: [c.tool_name for c in r.calls] for r in _server_record_orphaned(orphan)}
+    assert runs == {"support": ["lookup_order", "issue_refund"], None: [orphan.tool_name]}
