@@ -177,6 +177,34 @@ def test_a_run_names_the_agent_it_used_as_a_tool(
     assert [t["agents"] for t in server.tooltraces()] == [["concierge", "refund_desk_agent"]]
 
 
+@pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("agent_as_tool")])
+def test_the_nested_agents_call_is_the_nested_agents(
+    start_server: Callable[..., RunningServer], tmp_path: Path, name: str
+) -> None:
+    """Every instrumentation's agent-as-tool capture: lookup_order is refund_desk_agent's
+    call, not the concierge's, so ``allowed_tools`` scoped to each agent finds nothing.
+    OpenLLMetry's LangChain instrumentation writes the nested agent's span as an empty
+    sibling of the span holding its work, both under the tool span: the call went to the
+    nearest agent above it, the concierge (a TOOL_SELECTION_DRIFT on a call it never made;
+    with a dangerous tool in the nested agent, a DANGEROUS_ACTION_DRIFT)."""
+    config = tmp_path / "policy.yaml"
+    config.write_text(
+        "policy:\n"
+        "  allowed_tools:\n"
+        "    concierge: [refund_desk]\n"
+        "    refund_desk_agent: [lookup_order]\n"
+    )
+    server = start_server(config)
+    send_fixture(server, name)
+    server.settle()
+    (trace,) = server.tooltraces()
+    assert [(c["tool_name"], c["agent"]) for c in trace["calls"]] == [
+        ("refund_desk", "concierge"),
+        ("lookup_order", "refund_desk_agent"),
+    ]
+    assert findings_log(server) == []
+
+
 def _one_verified_run(
     start_server: Callable[..., RunningServer], tmp_path: Path, name: str
 ) -> dict[str, Any]:

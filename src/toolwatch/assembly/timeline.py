@@ -62,6 +62,15 @@ the next agent starts after the handing-off agent's tools have ended. What no sp
 apart: two agents run concurrently under one orchestrator, one wholly inside a tool call of
 the other, read as agent-as-tool.
 
+Split nesting. OpenLLMetry's LangChain instrumentation (0.62) writes the agent a tool runs as
+an empty AGENT span beside the span holding its work, both children of the TOOL span
+(``execute_tool refund_desk`` > [``invoke_agent refund_desk_agent``, ``execute_task
+refund_desk_agent``]); only time says the agent did that work. So a span that is no AGENT,
+directly under a TOOL span, is adopted by an AGENT sibling (directly under the same TOOL span)
+whose interval contains its own; of several, the innermost. The agent is then the work's
+parent: the calls below it are that agent's, as under every other producer, not the outer
+agent's. Only traces with an AGENT span directly under a TOOL span are checked.
+
 Per run: calls come from ``toolwatch.assembly.calls``; ``error_count`` counts failed tool
 calls only (an LLM or agent span in error is not a tool-call failure); ``final_text`` is the
 text of the run's own last model output that requested no tool, else the run span's output
@@ -109,7 +118,8 @@ _REFUSES: Final[dict[str, bool]] = {}
 _MAX_REASONS: Final = 1024
 _MAX_REASON_LENGTH: Final = 64
 
-#: Bound on the agent-in-tool containment checks of one trace (see ``_adoptions``).
+#: Bound on the agent-in-tool containment checks of one trace, and on its checks of work
+#: beside an agent under a tool (see ``_adoptions``, ``_split_work``).
 _MAX_ADOPTION_CHECKS = 25_000
 
 
@@ -170,7 +180,7 @@ def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[
         by_id = {s.span_id: s for s in trace.spans}  # a span sent twice counts once
     spans = _in_time_order(list(by_id.values()))
     recorded = _Tree(spans, by_id, {})
-    adopted = _adoptions(spans, recorded)
+    adopted = _adoptions(spans, recorded, by_id)
     tree = _Tree(spans, by_id, adopted) if adopted else recorded
     workflows = _workflows(spans, tree)
     sites = _place(spans, tree, workflows, by_id)
@@ -354,11 +364,11 @@ def _subtree(top: SpanRecord, tree: _Tree) -> list[SpanRecord]:
 
 
 class _Tree:
-    """The spans' tree: ``children`` per span id, with adopted agents under their tool, for
-    the spans that have any (a list per span, most of them empty, cost a fifteenth of the
-    timeline's instructions), and the ``tops``, the spans that are nobody's child (no
-    parent, or one not in the trace). Spans in a parent cycle are neither: they are walked
-    from themselves."""
+    """The spans' tree: ``children`` per span id, with adopted agents under their tool and
+    adopted work under its agent (``_adoptions``), for the spans that have any (a list per
+    span, most of them empty, cost a fifteenth of the timeline's instructions), and the
+    ``tops``, the spans that are nobody's child (no parent, or one not in the trace). Spans
+    in a parent cycle are neither: they are walked from themselves."""
 
     __slots__ = ("children", "tops")
 
@@ -435,18 +445,26 @@ class _Shape:
         return first < len(self.agent_ticks) and self.agent_ticks[first] < self.leave[span_id]
 
 
-def _adoptions(spans: list[SpanRecord], tree: _Tree) -> dict[bytes, bytes]:
-    """Agent span id -> the id of the TOOL span that ran it, for agents whose producer lost
-    the nesting (see the module docstring for the rule).
+def _adoptions(
+    spans: list[SpanRecord], tree: _Tree, by_id: dict[bytes, SpanRecord]
+) -> dict[bytes, bytes]:
+    """Span id -> the id of its adopted parent: for agents whose producer lost the nesting,
+    the TOOL span that ran them (``_host_tool``); for work whose producer split it from its
+    agent, that AGENT span (``_split_work``). See the module docstring for the rules.
 
     Linear in the spans plus one containment check per (agent with no TOOL above, candidate
-    tool) pair; a trace needing more than ``_MAX_ADOPTION_CHECKS`` (only a pathological
-    one: real traces have a few outermost agents) keeps its recorded tree.
+    tool) pair, and per (agent directly under a TOOL span, sibling) pair; a trace needing
+    more than ``_MAX_ADOPTION_CHECKS`` agent-in-tool checks (only a pathological one: real
+    traces have a few outermost agents) keeps its recorded tree of agents.
     """
-    if sum(s.role is SpanRole.AGENT for s in spans) < 2:
+    agents = [s for s in spans if s.role is SpanRole.AGENT]
+    if not agents:
         return {}
+    adopted = _split_work(agents, tree, by_id)
+    if len(agents) < 2:
+        return adopted
     shape = _Shape(spans, tree)
-    orphans = [s for s in spans if s.role is SpanRole.AGENT and s.span_id not in shape.under_tool]
+    orphans = [s for s in agents if s.span_id not in shape.under_tool]
     tools = [
         t
         for t in spans
@@ -455,9 +473,47 @@ def _adoptions(spans: list[SpanRecord], tree: _Tree) -> dict[bytes, bytes]:
         and not shape.holds_agent(t.span_id)
     ]
     if len(orphans) * len(tools) > _MAX_ADOPTION_CHECKS:
-        return {}
+        return adopted
     hosts = {a.span_id: _host_tool(a, tools, shape) for a in orphans}
-    return {agent: host.span_id for agent, host in hosts.items() if host is not None}
+    adopted.update((agent, host.span_id) for agent, host in hosts.items() if host is not None)
+    return adopted
+
+
+def _split_work(
+    agents: list[SpanRecord], tree: _Tree, by_id: dict[bytes, SpanRecord]
+) -> dict[bytes, bytes]:
+    """Span id -> the id of the AGENT span that did its work, for spans (no AGENT) directly
+    under a TOOL span beside an AGENT span whose interval holds theirs (OpenLLMetry's
+    LangChain agent-as-tool); the innermost such agent wins. Empty, after one parent
+    look-up per agent, unless an agent lies directly under a tool; empty too past
+    ``_MAX_ADOPTION_CHECKS`` (agent, sibling) checks (a pathological trace keeps its tree)."""
+    found: dict[bytes, SpanRecord] = {}
+    checks = 0
+    for agent in agents:
+        parent = agent.parent_span_id
+        tool = by_id.get(parent) if parent is not None else None
+        if tool is None or tool.role is not SpanRole.TOOL:
+            continue
+        siblings = tree.of(tool.span_id)
+        checks += len(siblings)
+        if checks > _MAX_ADOPTION_CHECKS:
+            return {}
+        for work in siblings:
+            if (
+                work.role is SpanRole.AGENT
+                or work.start_ns < agent.start_ns
+                or agent.end_ns < work.end_ns
+            ):
+                continue
+            held = found.get(work.span_id)
+            if held is None or _inner_key(agent) > _inner_key(held):
+                found[work.span_id] = agent
+    return {work: agent.span_id for work, agent in found.items()}
+
+
+def _inner_key(span: SpanRecord) -> tuple[int, int, bytes]:
+    """Of spans that all hold one interval, the innermost has the greatest key."""
+    return (span.start_ns, -span.end_ns, span.span_id)
 
 
 def _host_tool(agent: SpanRecord, tools: Sequence[SpanRecord], shape: _Shape) -> SpanRecord | None:

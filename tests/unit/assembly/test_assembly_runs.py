@@ -226,6 +226,71 @@ def test_innermost_holding_tool_adopts_the_agent() -> None:
     ]
 
 
+def split_nesting(*, work_start: int = 30, work_end: int = 140) -> list[SpanRecord]:
+    """OpenLLMetry LangChain: the agent a tool runs is an empty span beside its work, both
+    under the tool span."""
+    return [
+        agent(1, None, "concierge", 0, 200),
+        tool(2, 1, "refund_desk", 10, 160, call_id="call_desk"),
+        agent(3, 2, "refund_desk_agent", 20, 150),
+        span(4, 2, SpanRole.OTHER, work_start, work_end, name="execute_task refund_desk_agent"),
+        span(5, 4, SpanRole.OTHER, work_start + 1, work_start + 9, name="execute_task tools"),
+        tool(6, 5, "lookup_order", work_start + 2, work_start + 8),
+    ]
+
+
+def test_work_beside_an_agent_under_a_tool_within_its_interval_is_that_agents() -> None:
+    (trace,) = build(split_nesting())
+
+    assert trace.agents == ("concierge", "refund_desk_agent")
+    assert [(c.tool_name, c.agent, c.parent_call_id) for c in trace.calls] == [
+        ("refund_desk", "concierge", None),
+        ("lookup_order", "refund_desk_agent", "call_desk"),
+    ]
+
+
+@pytest.mark.parametrize(("start", "end"), [(15, 140), (30, 155), (151, 158)])
+def test_work_beside_an_agent_under_a_tool_outside_its_interval_is_the_tools(
+    start: int, end: int
+) -> None:
+    (trace,) = build(split_nesting(work_start=start, work_end=end))
+
+    assert [(c.tool_name, c.agent) for c in trace.calls] == [
+        ("refund_desk", "concierge"),
+        ("lookup_order", "concierge"),
+    ]
+
+
+def test_work_beside_two_agents_under_a_tool_is_the_innermost_agents() -> None:
+    spans = [
+        agent(1, None, "concierge", 0, 200),
+        tool(2, 1, "refund_desk", 10, 160),
+        agent(3, 2, "outer_desk", 20, 150),
+        agent(7, 2, "inner_desk", 25, 145),
+        span(4, 2, SpanRole.OTHER, 30, 140, name="execute_task"),
+        tool(6, 4, "lookup_order", 32, 38),
+    ]
+
+    (trace,) = build(spans)
+    assert [(c.tool_name, c.agent) for c in trace.calls] == [
+        ("refund_desk", "concierge"),
+        ("lookup_order", "inner_desk"),
+    ]
+
+
+def test_work_beside_agents_over_the_check_bound_keeps_its_recorded_tree(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 1 agent under the tool x 2 spans under it (itself, its work) = 2 checks, over 1.
+    monkeypatch.setattr(timeline, "_MAX_ADOPTION_CHECKS", 1)
+
+    (trace,) = build(split_nesting())
+    assert [(c.tool_name, c.agent) for c in trace.calls] == [
+        ("refund_desk", "concierge"),
+        ("lookup_order", "concierge"),
+    ]
+
+
 def test_trace_over_the_containment_check_bound_keeps_its_recorded_tree(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
