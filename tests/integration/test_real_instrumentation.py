@@ -187,22 +187,17 @@ def test_the_nested_agents_call_is_the_nested_agents(
     sibling of the span holding its work, both under the tool span: the call went to the
     nearest agent above it, the concierge (a TOOL_SELECTION_DRIFT on a call it never made;
     with a dangerous tool in the nested agent, a DANGEROUS_ACTION_DRIFT)."""
-    config = tmp_path / "policy.yaml"
-    config.write_text(
+    policy = (
         "policy:\n"
         "  allowed_tools:\n"
         "    concierge: [refund_desk]\n"
         "    refund_desk_agent: [lookup_order]\n"
     )
-    server = start_server(config)
-    send_fixture(server, name)
-    server.settle()
-    (trace,) = server.tooltraces()
+    trace = _one_clean_run(start_server, tmp_path, name, policy)
     assert [(c["tool_name"], c["agent"]) for c in trace["calls"]] == [
         ("refund_desk", "concierge"),
         ("lookup_order", "refund_desk_agent"),
     ]
-    assert findings_log(server) == []
 
 
 def _one_verified_run(
@@ -210,14 +205,22 @@ def _one_verified_run(
 ) -> dict[str, Any]:
     """The fixture's one ToolTrace, under a policy binding issue_refund's order to an
     earlier lookup_order's; it raised no finding."""
-    config = tmp_path / "policy.yaml"
-    config.write_text(
+    policy = (
         "policy:\n"
         "  dangerous_tools: [issue_refund]\n"
         "  verification_tools: [lookup_order]\n"
         "  bindings:\n"
         "    issue_refund.order_id: lookup_order.order_id\n"
     )
+    return _one_clean_run(start_server, tmp_path, name, policy)
+
+
+def _one_clean_run(
+    start_server: Callable[..., RunningServer], tmp_path: Path, name: str, policy: str
+) -> dict[str, Any]:
+    """The fixture's one ToolTrace under ``policy`` (YAML); it raised no finding."""
+    config = tmp_path / "policy.yaml"
+    config.write_text(policy)
     server = start_server(config)
     send_fixture(server, name)
     server.settle()
