@@ -282,6 +282,51 @@ def test_a_refusal_checked_by_a_guardrail_agent_is_still_the_runs(
     assert (checker["refusal"], checker["agents"]) == (False, ["guardrail_agent"])
 
 
+def with_resource(line: bytes, attributes: dict[str, str]) -> bytes:
+    """The request with ``attributes`` added to each of its resources (a golden case's id,
+    as a canary's process sets it)."""
+    request = json.loads(line)
+    for spans in request["resourceSpans"]:
+        resource = spans.setdefault("resource", {}).setdefault("attributes", [])
+        resource += [{"key": k, "value": {"stringValue": v}} for k, v in attributes.items()]
+    return json.dumps(request).encode()
+
+
+@pytest.mark.parametrize(
+    "name", [n for n in _fixture_names() if "__input_guardrail_blocking_" in n]
+)
+def test_a_blocking_guardrails_verdict_is_no_answer_of_the_agents(
+    start_server: Callable[..., RunningServer], tmp_path: Path, name: str
+) -> None:
+    """Every exporter of the OpenAI Agents SDK: a blocking input guardrail calls the model
+    client itself (``{"is_flagged": true, ...}``) and trips before the agent's model is
+    called. A canary that must stay refused passes: the run refused, and the verdict is not
+    its final text. Under OpenLLMetry no span says the guardrail tripped and the guardrail's
+    call hangs off the agent span (the client's span alone, no ``openai.response`` of the
+    SDK's instrumentation, which records every turn): read as the agent's, the verdict was
+    its answer and the case paged REFUSAL_REGRESSION, critical."""
+    (tmp_path / "golden.yaml").write_text(
+        "cases:\n  - id: refusal\n    expected_no_tools: true\n    expected_refusal: true\n"
+    )
+    config = tmp_path / "policy.yaml"
+    config.write_text(
+        "golden:\n  cases_file: golden.yaml\n  case_id_attribute: toolwatch.case_id\n"
+    )
+    server = start_server(config)
+    for line in (FIXTURES / f"{name}.json").read_bytes().splitlines():
+        if line.strip():
+            status, answer = post_json(
+                server, with_resource(line, {"toolwatch.case_id": "refusal"})
+            )
+            assert status == 200, answer
+    server.settle()
+    (trace,) = [t for t in server.tooltraces() if t["agent"] == "support_agent"]
+    assert trace["refusal"] is True, trace["refusal_reason"]
+    assert trace["final_text"] is None or "is_flagged" not in trace["final_text"]
+    findings = findings_log(server)
+    assert [f for f in findings if f["category"] == "REFUSAL_REGRESSION"] == [], findings
+
+
 def split_after_the_first_agent(line: bytes) -> tuple[bytes, bytes]:
     """The request as two exports, the first ending with the first agent span to end (its
     spans are in end order, as a BatchSpanProcessor sends them): what a batch that fell

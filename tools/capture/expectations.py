@@ -620,10 +620,13 @@ _AGENTS_BLOCKING_GUARDRAIL_SPANS = {
         "(scope opentelemetry.instrumentation.openai.v1, the guardrail's call, the verdict). "
         "SURPRISE: no guardrail span, and no span says the guardrail tripped. The guardrail's "
         "call hangs directly off 'support_agent.agent' as in "
-        "*__refusal_output_guardrail_client, but here the agent's model was never called: no "
+        "*__refusal_output_guardrail_client, and here the agent's model was never called: no "
         "turn recorded twice (the SDK's span with the client's inside) to set it apart from, "
-        "so it is still read as the agent's only model output (the verdict the final text); "
-        "the refusal is unseen."
+        "but no model span of the SDK's instrumentation (which records every turn, each with "
+        "a status) under the agent either, so the client's span alone (no status) is the "
+        "guardrail's check, not the agent's output (no final text); a check and no turn of "
+        "the agent's after it: the run was stopped, read as refused ('guardrail check stopped "
+        "the run before the agent's first turn')."
     ),
     "otel_contrib": (
         "'guardrail_check' (gen_ai.guardrail.name input_safety, gen_ai.guardrail.triggered "
@@ -675,9 +678,10 @@ _AGENTS_STREAMED_NOTES = {
         "(\"Guardrail tripwire triggered: {'guardrail': 'input_safety', 'type': "
         "'input_guardrail'}\"), so OpenLLMetry records it too (its repr of the SpanError), and "
         "no turn span is written. OpenLLMetry: the guardrail's own call hangs off the agent "
-        "span and, the agent's model never called (no turn recorded twice to set it apart "
-        "from), is read as its output (the verdict the final text). Logfire: the agent span "
-        "is ERROR without a message; its guardrail span says triggered."
+        "span; the agent's model never called (no turn recorded twice, and no model span of "
+        "the SDK's instrumentation under the agent), the client's span alone is read as the "
+        "guardrail's check, not its output (no final text). Logfire: the agent span is ERROR "
+        "without a message; its guardrail span says triggered."
     ),
 }
 _AGENTS_MCP = (
@@ -1004,15 +1008,12 @@ _FINAL_TEXT: dict[tuple[str, str, str], str] = {
     ("vercel_ai", "*", "refusal"): "can't help with that request",
     ("openai_client", "logfire", "refusal"): "can't help with that request",
     ("openai_agents", "otel_contrib", "tool_output_guardrail_client"): "ResponseFunctionToolCall",
-    ("openai_agents", "openllmetry", "input_guardrail_blocking_stream"): '"is_flagged": true',
 }
 
 
 #: Where the spans do not show a refusal the run made (the notes say why): the final text
 #: the run is read with instead.
-_REFUSAL_UNSEEN: dict[tuple[str, str, str], str | None] = {
-    ("openai_agents", "openllmetry", "input_guardrail_blocking_client"): '"is_flagged": true',
-}
+_REFUSAL_UNSEEN: dict[tuple[str, str, str], str | None] = {}
 
 
 #: Where no span says that a call failed (the notes say why): its status is "ok".

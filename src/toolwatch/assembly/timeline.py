@@ -31,7 +31,9 @@ last output, its verdict the run's final text, and a refusal under a guardrail r
 answer. Nor is a model call a guardrail makes itself the run's output: one below a GUARDRAIL
 span (``_guardrail_calls``), or, where no guardrail span is written (OpenLLMetry), the
 client's span alone beside an agent's turns that are each recorded twice, the framework's
-span with the client's inside (``_calls_beside_double_records``).
+span with the client's inside (``_calls_beside_double_records``), or under an agent whose
+instrumentation records each of its turns and recorded none (``_calls_of_no_turn``: a
+blocking input guardrail that tripped; the run refused).
 
 Workflow spans. An AGENT span that does no work of its own (no LLM or TOOL span has it as
 nearest agent) but contains other AGENT spans is a workflow, not an agent run: OpenInference
@@ -91,7 +93,7 @@ from typing import Final
 
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.calls import CallSite, append_to, build_calls
-from toolwatch.conventions import crewai, guardrails_ai
+from toolwatch.conventions import crewai, guardrails_ai, openllmetry
 from toolwatch.conventions.attrs import (
     REFUSAL_REASONS,
     TRANSFER_TOOL_PREFIX,
@@ -190,7 +192,10 @@ def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[
     if len(runs) > 1:
         runs = _joined_at_handoffs(runs, sites)
     above = _above_runs(runs, by_id, sites)
-    built = [_tool_trace(trace, run, sites, normalize, above[i]) for i, run in enumerate(runs)]
+    built = [
+        _tool_trace(trace, run, sites, normalize, above[i], by_id=by_id)
+        for i, run in enumerate(runs)
+    ]
     if len(built) < 2:
         return built
     return sorted(built, key=lambda t: (t.start_ns, t.run_span_id or ""))
@@ -775,12 +780,14 @@ def _tool_trace(
     sites: dict[bytes, CallSite],
     normalize: NameNormalizer,
     above: _Above,
+    *,
+    by_id: dict[bytes, SpanRecord],
 ) -> ToolTrace:
     keyed, own, shared = above
     ranked = _by_precedence(run)
     identity = _Identity(ranked)
     checks = _guardrail_calls(run) if identity.guarded else _NO_SPANS
-    unheld = _calls_beside_double_records(run, sites)
+    unheld = _calls_beside_double_records(run, sites, by_id)
     if unheld:
         checks = checks | unheld
     # The calls a guardrail's own check asked for (a classifier by function calling) are
@@ -788,6 +795,10 @@ def _tool_trace(
     made = tuple(s for s in run.spans if s.span_id not in checks) if checks else run.spans
     calls = build_calls(made, sites, normalize, checks)
     refusal = _refusal(run, sites, checks)
+    if refusal is None and unheld and not any(s.role is SpanRole.LLM for s in made):
+        # A guardrail's check, and no turn of the agent's after it (``_calls_of_no_turn``):
+        # the only thing that stops the SDK between the two is the guardrail tripping.
+        refusal = NO_TURN_AFTER_CHECK
     # A run whose agent has an agent above it is a guardrail's checker (only a guardrail
     # starts a run below another's): the canary case id or shadow pair key its resource
     # carries is the checked run's, so the checker is judged by the policy alone.
@@ -1015,7 +1026,9 @@ def _guardrail_calls(run: _Run) -> frozenset[bytes]:
     return frozenset(checks) if checks else _NO_SPANS
 
 
-def _calls_beside_double_records(run: _Run, sites: dict[bytes, CallSite]) -> frozenset[bytes]:
+def _calls_beside_double_records(
+    run: _Run, sites: dict[bytes, CallSite], by_id: dict[bytes, SpanRecord]
+) -> frozenset[bytes]:
     """The model calls made beside an agent whose own turns are each recorded twice, with
     no guardrail span to say so: they are checks (``_guardrail_calls``), not its turns.
 
@@ -1044,16 +1057,31 @@ def _calls_beside_double_records(run: _Run, sites: dict[bytes, CallSite]) -> fro
       through a model the client instrumentation does not patch, under an instrumentation
       that names its spans apart), is the agent's turn.
 
+    With no turn recorded twice the agent may have made no turn at all: a blocking input
+    guardrail (``run_in_parallel=False``) that trips before the agent's model is called
+    (``*__input_guardrail_blocking_client``, ``_stream``) leaves the guardrail's call alone
+    under the agent, the run's only model span, its verdict read as the agent's answer and
+    the refusal hidden. Where the agent's span is OpenLLMetry's openai-agents instrumentation's
+    (``_records_each_turn``), that instrumentation records every turn the agent takes, as a
+    model span of a status (it sets OK or ERROR on each span it writes); the client's span
+    of a call not streamed has none. So a model span directly under such an agent span, of
+    no status and holding no model span, is one here too when the agent holds no model
+    span of a status: the SDK recorded no turn of that agent (``_calls_of_no_turn``). A
+    plain loop on the client under OpenLLMetry (its client spans ARE the turns) has no such
+    agent span, nor has CrewAI (its agent span hangs off a task span), so theirs stay turns.
+
     What no span tells apart: a framework whose spans look like the client's (OpenLLMetry:
     both ``openai.response``, CLIENT) and one of whose turns lost its client record (a span
-    dropped) reads that turn as a check. And with no turn recorded twice (a blocking input
-    guardrail that trips before the agent's first model call) the guardrail's call is still
-    read as the agent's. The calls such a check asks for are not the run's; tool spans are
-    (the SDK runs only the tools its own model asked for, and a tool span joined to a
-    check's request would be hidden from the policy if the join were wrong)."""
+    dropped) reads that turn as a check; and an agent whose every SDK record was dropped
+    reads the client's records of its turns as checks. A guardrail whose own client call
+    streams (the client's span then ends OK) before the agent's first turn is still read as
+    the agent's. The calls such a check asks for are not the run's; tool spans are (the SDK
+    runs only the tools its own model asked for, and a tool span joined to a check's
+    request would be hidden from the policy if the join were wrong)."""
     models = [s for s in run.spans if s.role is SpanRole.LLM]
     if len(models) < 3:  # a turn recorded twice and a call beside it, at least
-        return _NO_SPANS
+        # ... or a call under an agent that made no turn (one model span, usually).
+        return _calls_of_no_turn(models, sites, by_id) if models else _NO_SPANS
     # Most runs record each call once: one set and one pass tell, no map of every span.
     by_model = {s.span_id: s for s in models}
     inner: dict[bytes, set[tuple[str, int, str]]] = {}  # agent span id -> its inner records' looks
@@ -1066,7 +1094,7 @@ def _calls_beside_double_records(run: _Run, sites: dict[bytes, CallSite]) -> fro
         if agent is not None and outer.parent_span_id == agent.span_id:
             inner.setdefault(agent.span_id, set()).add(_look(span))
     if not inner:
-        return _NO_SPANS
+        return _calls_of_no_turn(models, sites, by_id)
     holding = _wrappers(run.spans)
     found = [
         s.span_id
@@ -1076,6 +1104,68 @@ def _calls_beside_double_records(run: _Run, sites: dict[bytes, CallSite]) -> fro
         and _look(s) in inner[s.parent_span_id]
     ]
     return frozenset(found) if found else _NO_SPANS
+
+
+def _calls_of_no_turn(
+    models: list[SpanRecord], sites: dict[bytes, CallSite], by_id: dict[bytes, SpanRecord]
+) -> frozenset[bytes]:
+    """The model spans directly under an agent whose instrumentation records each of its
+    turns (``_records_each_turn``) and recorded none: of no status (the client's, not the
+    framework's), holding no model span, their agent holding no model span of a status
+    (``_calls_beside_double_records``). ``models``: the run's model spans, none with no
+    turn recorded twice beside it in its agent."""
+    unset: list[SpanRecord] | None = None
+    turned: set[bytes] | None = None  # agents holding a model span of a status: a turn
+    for span in models:
+        agent = sites[span.span_id].agent
+        if agent is None or span.parent_span_id != agent.span_id:
+            continue
+        if span.status_code != _STATUS_UNSET:
+            if turned is None:
+                turned = set()
+            turned.add(agent.span_id)
+        elif agent.convention == _OPENLLMETRY:
+            if unset is None:
+                unset = []
+            unset.append(span)
+    if unset is None:  # the usual run: no client-only call under an OpenLLMetry agent
+        return _NO_SPANS
+    outer = {s.parent_span_id for s in models}  # a span holding a model span is a turn
+    found = [
+        s.span_id
+        for s in unset
+        if (turned is None or s.parent_span_id not in turned)
+        and s.span_id not in outer
+        and _records_each_turn(sites[s.span_id].agent, by_id)
+    ]
+    return frozenset(found) if found else _NO_SPANS
+
+
+#: The refusal reason of a run whose agent took no turn after a guardrail's check
+#: (``_calls_of_no_turn``): a blocking input guardrail tripped, unrecorded (OpenLLMetry).
+NO_TURN_AFTER_CHECK: Final = "guardrail check stopped the run before the agent's first turn"
+#: OTLP's status code of a span whose instrumentation set none.
+_STATUS_UNSET: Final = 0
+_OPENLLMETRY: Final = openllmetry.CONVENTION.name
+#: The root span OpenLLMetry's openai-agents instrumentation (0.62) writes for the SDK's
+#: trace, whatever the workflow's name (``traceloop.span.kind`` ``workflow``).
+_AGENTS_WORKFLOW: Final = "Agent Workflow"
+
+
+def _records_each_turn(agent: SpanRecord | None, by_id: dict[bytes, SpanRecord]) -> bool:
+    """Whether ``agent`` is the span of OpenLLMetry's openai-agents instrumentation, which
+    writes a model span for each turn the agent takes: an OpenLLMetry agent span whose
+    parent, as recorded, is that instrumentation's workflow root (an agent run as a tool, or
+    handed off to, hangs from it too). CrewAI's agent spans hang off a task span."""
+    if agent is None or agent.convention != _OPENLLMETRY or agent.parent_span_id is None:
+        return False
+    parent = by_id.get(agent.parent_span_id)
+    return (
+        parent is not None
+        and parent.name == _AGENTS_WORKFLOW
+        and parent.convention == _OPENLLMETRY
+        and parent.role is SpanRole.OTHER
+    )
 
 
 def _look(span: SpanRecord) -> tuple[str, int, str]:
