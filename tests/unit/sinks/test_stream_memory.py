@@ -5,11 +5,10 @@ and each finding reaches the index, the held findings and every subscriber's que
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
-import tracemalloc
 
 from tests import factories
+from tests.memory import retained
 from toolwatch.evaluation.severity import CALL_AGENT
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import DETAIL_FIELDS, Category, Finding, Severity
@@ -59,15 +58,7 @@ def test_the_index_keeps_no_name_whole() -> None:
         for i in range(160):
             publish(broker, *long_named(i))
 
-    gc.collect()
-    tracemalloc.start()
-    try:
-        before = tracemalloc.get_traced_memory()[0]
-        publish_all()
-        gc.collect()
-        kept = tracemalloc.get_traced_memory()[0] - before
-    finally:
-        tracemalloc.stop()
+    kept = retained(publish_all)
 
     assert broker.sequence == 160
     # Measured: 50 KB, about 210 bytes an index entry (two agent keys) and the ten held.
