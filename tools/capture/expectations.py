@@ -695,15 +695,23 @@ _AGENTS_MCP_ERROR = (
     "model as the tool's output and ends the function span OK (it keeps no isError): "
 )
 _AGENTS_MCP_ERROR_SPANS = {
-    "openinference": "no span says the call failed; the text is the tool span's output.value.",
+    "openinference": (
+        "no span says the call failed; the text is the tool span's output.value, as a text "
+        "content item: FastMCP's wording of a failure of this very tool says it failed."
+    ),
     "openllmetry": (
         "the MCP client's 'charge_card.tool' inside the SDK's says so (ERROR, error.type "
         "tool_error, entity output is_error true): the call failed."
     ),
-    "otel_contrib": "no span says the call failed; the text is gen_ai.tool.call.result.",
+    "otel_contrib": (
+        "no span says the call failed; the text is gen_ai.tool.call.result, as a text "
+        "content item: FastMCP's wording of a failure of this very tool says it failed."
+    ),
     "logfire": (
         "no span says the call failed (the mcp client's 'MCP send tools/call charge_card' "
-        "ends unset); the text is the function span's output."
+        "ends unset); the text is the function span's output, as a text content item cut "
+        "to 'Error executing tool charge_card': FastMCP's wording of a failure of this very "
+        "tool says it failed."
     ),
 }
 _AGENTS_MCP_SPANS = {
@@ -1019,10 +1027,6 @@ _REFUSAL_UNSEEN: dict[tuple[str, str, str], str | None] = {}
 #: Where no span says that a call failed (the notes say why): its status is "ok".
 _FAILURE_UNSEEN: frozenset[tuple[str, str, str]] = frozenset(
     {
-        *(
-            ("openai_agents", name, "tool_error_mcp")
-            for name in ("openinference", "otel_contrib", "logfire")
-        ),
         ("crewai", "openllmetry", "tool_error"),
     }
 )

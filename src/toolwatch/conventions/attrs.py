@@ -401,21 +401,56 @@ def tool_message(result: Any) -> tuple[str | None, str | None]:
 
 #: In the text of an MCP ``CallToolResult`` that reports a failure, and in few other results.
 _IS_ERROR: Final = '"isError"'
+#: How the MCP Python SDK's FastMCP server words a tool that raised, the text of its
+#: ``isError`` result: ``Error executing tool charge_card: card declined``.
+_FASTMCP_ERROR: Final = "Error executing tool "
+#: What may stand before a server's tool name in the name the client gave the tool.
+_NAMESPACE_ENDS: Final = frozenset("_.:/-")
 
 
-def mcp_tool_error(result: Any) -> str | None:
-    """``"tool_error"`` when a tool's result is an MCP ``CallToolResult`` reporting a failure
-    (``isError: true`` beside its ``content`` list), else ``None``. MCP servers report a
-    failed tool so, as a result the model reads rather than a protocol error, and an agent's
-    span for the call ends OK; the MCP semantic conventions ask instrumentations to set
-    ``error.type`` to ``tool_error`` then, which not all do."""
-    if isinstance(result, str):
-        if _IS_ERROR not in result:
-            return None
-        result = parse_json(result)
+def mcp_tool_error(result: Any, tool_name: str) -> str | None:
+    """``"tool_error"`` when the result of a call of ``tool_name`` reports an MCP server's
+    failure, else ``None``. MCP servers report a failed tool as a result the model reads
+    rather than a protocol error, and an agent's span for the call ends OK; the MCP semantic
+    conventions ask instrumentations to set ``error.type`` to ``tool_error`` then, which not
+    all do. The result is the ``CallToolResult`` (``isError: true`` beside its ``content``
+    list), or, where the client keeps only its content (the OpenAI Agents SDK hands the
+    model the text alone), a text FastMCP wrote for a failure of this very tool
+    (``_FASTMCP_ERROR``): as it is, as a text content item, or as the first of a list."""
+    if not isinstance(result, str):
+        return _reported_failure(result)
+    if _IS_ERROR in result:
+        return _reported_failure(parse_json(result))
+    if _FASTMCP_ERROR not in result:
+        return None
+    if result.startswith(_FASTMCP_ERROR):
+        return "tool_error" if _names_tool(result, tool_name) else None
+    content = parse_json(result)
+    if isinstance(content, list) and content:
+        content = content[0]
+    if not isinstance(content, dict) or content.get("type") != "text":
+        return None
+    text = content.get("text")
+    if not isinstance(text, str) or not text.startswith(_FASTMCP_ERROR):
+        return None
+    return "tool_error" if _names_tool(text, tool_name) else None
+
+
+def _reported_failure(result: Any) -> str | None:
+    """``"tool_error"`` for an MCP ``CallToolResult`` with ``isError: true``."""
     if not isinstance(result, dict) or result.get("isError") is not True:
         return None
     return "tool_error" if isinstance(result.get("content"), list) else None
+
+
+def _names_tool(text: str, tool_name: str) -> bool:
+    """Whether a FastMCP failure ``text`` is of ``tool_name``: the server's name for the tool
+    is the client's, or ends it after a namespace (``billing__charge_card``)."""
+    named = text[len(_FASTMCP_ERROR) :].partition(":")[0]
+    if named == tool_name:
+        return True
+    cut = len(tool_name) - len(named)
+    return cut > 0 and tool_name.endswith(named) and tool_name[cut - 1] in _NAMESPACE_ENDS
 
 
 def langgraph_answer(value: Any) -> Any:

@@ -156,10 +156,11 @@ def tool_fields(
         status = first_str(attrs, spec.status)
         if status is not None and status.lower() == "error":
             error_type = "error"  # failed, with no exception to name its type
+    tool_name = first_str(attrs, spec.name) or spec.name_from_span(name) or name
     if error_type is None:
-        error_type = mcp_tool_error(values.result)  # an MCP server's failure, span OK
+        error_type = mcp_tool_error(values.result, tool_name)  # an MCP server's failure
     fields: RoleFields = {
-        "tool_name": first_str(attrs, spec.name) or spec.name_from_span(name) or name,
+        "tool_name": tool_name,
         "call_id": call_id,
         "arguments": spec.unwrap_arguments(values.arguments),
         "result": values.result,

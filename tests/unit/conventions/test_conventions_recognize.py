@@ -194,6 +194,45 @@ def test_an_mcp_result_that_reports_a_failure_fails_the_call(
     assert (found.role, found.fields["error_type"]) == (SpanRole.TOOL, error)
 
 
+_FASTMCP_FAILED = "Error executing tool lookup_order: order A-1 not found"
+
+
+@pytest.mark.parametrize(
+    ("tool", "result", "error"),
+    [
+        # The OpenAI Agents SDK hands the model the content alone, as one text item.
+        ("lookup_order", json.dumps({"type": "text", "text": _FASTMCP_FAILED}), "tool_error"),
+        ("lookup_order", json.dumps([{"type": "text", "text": _FASTMCP_FAILED}]), "tool_error"),
+        ("lookup_order", _FASTMCP_FAILED, "tool_error"),
+        ("lookup_order", "Error executing tool lookup_order", "tool_error"),  # Logfire's cut
+        ("billing__lookup_order", _FASTMCP_FAILED, "tool_error"),  # a client's namespace
+        ("billing.lookup_order", _FASTMCP_FAILED, "tool_error"),
+        # Another tool's failure, quoted or relayed, is not this call's.
+        ("issue_refund", _FASTMCP_FAILED, None),
+        ("xlookup_order", _FASTMCP_FAILED, None),
+        ("lookup_order", "Error executing tool lookup_order_v2: timed out", None),
+        ("lookup_order", json.dumps({"type": "image", "text": _FASTMCP_FAILED}), None),
+        ("lookup_order", json.dumps({"order": "A-1", "note": _FASTMCP_FAILED}), None),
+        ("lookup_order", "Found A-1. " + _FASTMCP_FAILED, None),
+        ("lookup_order", json.dumps({"type": "text", "text": "Found A-1"}), None),
+    ],
+)
+def test_fastmcp_wording_of_a_failure_of_the_same_tool_fails_the_call(
+    tool: str, result: str, error: str | None
+) -> None:
+    """FastMCP answers a tool that raised with ``isError`` and the text ``Error executing tool
+    <name>: <reason>``; the OpenAI Agents SDK keeps only the text (as a content item) and ends
+    its span OK, so under OpenInference, OTel contrib and Logfire that text is the only sign
+    that a lookup failed, and a failed lookup must not verify the refund after it."""
+    attrs = {
+        "gen_ai.operation.name": "execute_tool",
+        "gen_ai.tool.name": tool,
+        "gen_ai.tool.call.result": result,
+    }
+    found = recognize(tool, 0, attrs, None)
+    assert (found.role, found.fields["error_type"]) == (SpanRole.TOOL, error)
+
+
 def test_older_adk_agent_run_span_is_an_agent_named_by_its_span_name() -> None:
     # google/adk-python base_agent.py (<= mid-2025): no attributes on the agent span.
     found = recognize("agent_run [weather_agent]", 0, {}, None)
