@@ -5,6 +5,7 @@ loopback (a TCP proxy in between plays the network that drops the connection).""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import io
 import itertools
 import json
@@ -24,6 +25,7 @@ from tests.integration.test_cli import tail_process
 from tests.integration.test_stream import Harness, make_finding, make_trace, serve, subscribe
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.metrics import NoopMetrics
+from toolwatch.sinks.findings import Redaction
 from toolwatch.sinks.stream import FindingsBroker, add_findings_service, stream_server_options
 from toolwatch.tail import EXIT_INTERRUPTED, run_tail
 
@@ -437,6 +439,35 @@ def test_the_initial_metadata_says_where_a_subscriber_starts_and_how_a_resume_we
                 assert (refused.value.details() or "").startswith(reason)
 
     asyncio.run(scenario())
+
+
+def test_a_client_that_resumes_after_a_reload_is_sent_what_the_whole_tool_name_shows() -> None:
+    """Two tools named alike for longer than the 128 characters sent of a name: after a
+    reload that shows a field of one, a client that resumes is sent that tool's value and
+    not its twin's (the reload decided on the name as sent, and hid both)."""
+    refund = "billing__" + "x" * 200 + "__issue_refund"
+    twin = "billing__" + "x" * 200 + "__cancel_order"
+
+    async def scenario() -> list[tuple[str, str, str]]:
+        async with serve(redaction=Redaction(show_values=True)) as h:
+            findings = [
+                dataclasses.replace(make_finding(explanation=tool[-12:]), tool=tool)
+                for tool in (refund, twin)
+            ]
+            h.broker.publish(make_trace(), findings)
+            h.broker.redact_with(Redaction(show_fields=frozenset({f"{refund}.amount"})))
+            async with grpc.aio.insecure_channel(h.target) as channel:
+                stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
+                cursor = findings_pb2.StreamCursor(stream_id=h.broker.stream_id, after=0)
+                call = stub.Subscribe(findings_pb2.SubscribeRequest(resume=[cursor]))
+                sent = [await call.read() for _ in findings]
+                call.cancel()
+        return [(m.explanation, m.tool[-1], m.details["fields"]) for m in sent]
+
+    assert asyncio.run(scenario()) == [
+        ("issue_refund", "…", '{"order_id":"[redacted]","amount":120}'),
+        ("cancel_order", "…", '{"order_id":"[redacted]","amount":"[redacted]"}'),
+    ]
 
 
 def test_findings_published_while_away_and_since_let_go_are_told() -> None:

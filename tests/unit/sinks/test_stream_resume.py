@@ -17,6 +17,7 @@ from toolwatch.sinks.findings import Redaction
 from toolwatch.sinks.prometheus import PrometheusMetrics
 from toolwatch.sinks.stream import (
     INDEX_FACTOR,
+    MAX_STREAM_TEXT,
     FindingsBroker,
     Resume,
     ResumeResult,
@@ -26,6 +27,11 @@ from toolwatch.sinks.stream import (
 
 DROPPED = "toolwatch_stream_dropped_findings_total"
 HIGH = StreamFilter(min_severity=Severity.HIGH)
+#: Two tool names alike for longer than what is sent of them (``MAX_STREAM_TEXT``): both are
+#: sent, held and queued as the same cut name.
+LONG_TOOL = "billing__" + "x" * 200 + "__issue_refund"
+TWIN_TOOL = "billing__" + "x" * 200 + "__cancel_order"
+ORDER = {"fields": {"order_id": "A-7", "amount": 9}}
 
 
 def finding(number: int, severity: Severity = Severity.HIGH, **fields: object) -> Finding:
@@ -41,8 +47,8 @@ def publish(broker: FindingsBroker, *findings: Finding) -> None:
     broker.publish(factories.tool_trace(agent="bot", service="svc"), findings)
 
 
-def drain(subscription: Subscription) -> list[tuple[str, int, int]]:
-    """(explanation, sequence, missed_before) of each finding it has for its client."""
+def received(subscription: Subscription) -> list[findings_pb2.Finding]:
+    """Each finding it has for its client, the subscription closed first."""
 
     async def take() -> list[findings_pb2.Finding]:
         subscription.close()
@@ -51,7 +57,23 @@ def drain(subscription: Subscription) -> list[tuple[str, int, int]]:
             taken.append(message)
         return taken
 
-    return [(m.explanation, m.sequence, m.missed_before) for m in asyncio.run(take())]
+    return asyncio.run(take())
+
+
+def drain(subscription: Subscription) -> list[tuple[str, int, int]]:
+    """(explanation, sequence, missed_before) of each finding it has for its client."""
+    return [(m.explanation, m.sequence, m.missed_before) for m in received(subscription)]
+
+
+def shown_fields(subscription: Subscription) -> dict[str, str]:
+    """The ``details.fields`` of each finding it has for its client, by explanation."""
+    return {m.explanation: m.details["fields"] for m in received(subscription)}
+
+
+def resumed_fields(broker: FindingsBroker) -> dict[str, str]:
+    """The ``details.fields`` of each finding a client resuming from the stream's start is
+    sent, by explanation."""
+    return shown_fields(broker.subscribe(StreamFilter(), Resume({broker.stream_id: 0})))
 
 
 def resumed(
@@ -263,6 +285,78 @@ def test_a_reloaded_redaction_redacts_what_is_held_and_queued_again() -> None:
     _, replayed = resumed(broker, Resume({broker.stream_id: 2}))
     assert [sequence for _, sequence, _ in replayed] == [3, 4]
     assert {held.message.details["fields"] for held in broker.held} == {hidden}
+
+
+def test_a_reload_decides_on_a_long_tool_name_whole_not_as_sent() -> None:
+    """A tool named longer than ``MAX_STREAM_TEXT`` is held and queued by its name cut. A
+    reload decides which of its values still show by its whole name, as publishing did: the
+    field show_fields names of that tool stays shown, for a client that resumes and for one
+    whose queue holds it, and the same field of a tool whose name is cut alike stays hidden.
+    (It was hidden in both: the cut name matched no entry.)"""
+    broker = FindingsBroker(NoopMetrics(), Redaction(show_values=True))
+    waiting = broker.subscribe(StreamFilter())
+    publish(
+        broker, finding(1, details=ORDER, tool=LONG_TOOL), finding(2, details=ORDER, tool=TWIN_TOOL)
+    )
+    assert {held.message.tool for held in broker.held} == {LONG_TOOL[: MAX_STREAM_TEXT - 1] + "…"}
+
+    assert broker.redact_with(Redaction(show_fields=frozenset({f"{LONG_TOOL}.order_id"}))) == 2
+
+    expected = {
+        "f1": '{"order_id":"A-7","amount":"[redacted]"}',
+        "f2": '{"order_id":"[redacted]","amount":"[redacted]"}',
+    }
+    assert resumed_fields(broker) == expected
+    assert shown_fields(waiting) == expected
+
+
+def test_a_reload_that_hides_a_field_of_a_long_named_tool_hides_it_in_held_findings() -> None:
+    """What the new show_fields no longer names is hidden, long tool name or not; what it
+    still names stays shown; what was hidden when published stays hidden even when the
+    reload names it (its value is no longer held)."""
+    published = Redaction(show_fields=frozenset({f"{LONG_TOOL}.order_id"}))
+    broker = FindingsBroker(NoopMetrics(), published)
+    publish(broker, finding(1, details=ORDER, tool=LONG_TOOL))
+    assert resumed_fields(broker) == {"f1": '{"order_id":"A-7","amount":"[redacted]"}'}
+
+    broker.redact_with(Redaction(show_fields=frozenset({f"{LONG_TOOL}.amount", "customer"})))
+    assert resumed_fields(broker) == {"f1": '{"order_id":"[redacted]","amount":"[redacted]"}'}
+
+    broker = FindingsBroker(NoopMetrics(), published)
+    publish(broker, finding(1, details=ORDER, tool=LONG_TOOL))
+    broker.redact_with(Redaction(show_fields=frozenset({f"{LONG_TOOL}.order_id", "amount"})))
+    assert resumed_fields(broker) == {"f1": '{"order_id":"A-7","amount":"[redacted]"}'}
+
+
+@pytest.mark.parametrize("tool", ["issue_refund", "t" * MAX_STREAM_TEXT])
+def test_a_reload_redacts_a_tool_named_within_what_is_sent_by_its_name(tool: str) -> None:
+    broker = FindingsBroker(NoopMetrics(), Redaction(show_values=True))
+    publish(broker, finding(1, details=ORDER, tool=tool), finding(2, details=ORDER, tool="x"))
+
+    broker.redact_with(Redaction(show_fields=frozenset({f"{tool}.order_id"})))
+
+    assert resumed_fields(broker) == {
+        "f1": '{"order_id":"A-7","amount":"[redacted]"}',
+        "f2": '{"order_id":"[redacted]","amount":"[redacted]"}',
+    }
+
+
+def test_a_reload_decides_on_the_whole_tool_name_of_findings_only_queued() -> None:
+    """Findings a subscriber's queue holds and the broker does not (here it holds none),
+    the copy told of a loss among them, are redacted again by the whole name too."""
+    shown = Redaction(show_fields=frozenset({f"{LONG_TOOL}.order_id"}))
+    broker = FindingsBroker(NoopMetrics(), shown, queue_size=2, replay_size=0)
+    waiting = broker.subscribe(StreamFilter())
+    publish(broker, *(finding(n, details=ORDER, tool=LONG_TOOL) for n in (1, 2, 3)))  # 3 lost
+    assert asyncio.run(waiting.next()) is not None  # f1 sent: room for the next one
+    publish(broker, finding(4, details=ORDER, tool=LONG_TOOL))  # queued, told of f3
+
+    assert broker.redact_with(Redaction(show_fields=shown.show_fields | {"customer"})) == 2
+
+    assert shown_fields(broker.subscribe(StreamFilter())) == {}  # nothing held
+    messages = received(waiting)
+    assert [(m.explanation, m.missed_before) for m in messages] == [("f2", 0), ("f4", 1)]
+    assert {m.details["fields"] for m in messages} == {'{"order_id":"A-7","amount":"[redacted]"}'}
 
 
 def test_a_finding_that_cannot_be_rendered_takes_no_number() -> None:
