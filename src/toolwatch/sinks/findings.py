@@ -98,19 +98,33 @@ class Redaction:
 
     def shows(self, tool: str | None, name: str | None) -> bool:
         """Whether values of argument ``name`` (a field path) of ``tool`` may be shown: a
-        named field shows the fields inside it (``order`` shows ``order.id``)."""
+        named field shows the fields inside it (``order`` shows ``order.id``). A finding on
+        no tool (``tool`` ``None``) shows only the fields named for any tool."""
         if self.show_values:
             return True
         if not name:
             return False
         path = name
         while True:
-            if path in self.show_fields or f"{tool}.{path}" in self.show_fields:
+            if path in self.show_fields:
+                return True
+            if tool is not None and f"{tool}.{path}" in self.show_fields:
                 return True
             cut = path.rfind(".")
             if cut < 0:
                 return False
             path = path[:cut]
+
+    def named_tools(self) -> frozenset[str]:
+        """The tools ``show_fields`` may name: what comes before each dot of each entry (a
+        tool's name may hold dots: ``a.b.c`` names field ``b.c`` of tool ``a`` and field ``c``
+        of tool ``a.b``). A tool not among them shows only the fields named for any tool."""
+        return frozenset(
+            entry[:cut]
+            for entry in self.show_fields
+            for cut, char in enumerate(entry)
+            if char == "."
+        )
 
     def details(self, finding: Finding) -> dict[str, Any]:
         """``finding.details`` with every value it may not show replaced by ``REDACTED``."""

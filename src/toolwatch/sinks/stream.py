@@ -33,9 +33,10 @@ app's ``server.stop(grace)`` bounds how long that may take.
 Sizes. What a sender names (an agent, service, tool or field, each an attribute of up to
 ``ingest.max_value_bytes``) reaches every held finding, queue and index entry, so none keeps
 it whole: a streamed finding carries names, and the text in its details, cut at
-``MAX_STREAM_TEXT`` characters (a metrics label's cap), the findings log keeps them whole; and
+``MAX_STREAM_TEXT`` characters (a metrics label's cap), the findings log keeps them whole;
 filters match a fixed-size digest of each agent's case-folded name (``agent_key``), exact
-however long the name.
+however long the name; and a reload redacts the findings held and queued again by a digest of
+each one's whole tool name (``_tool_key``), as ``show_fields`` names tools whole.
 
 Threading: everything here runs on the event loop that runs the grpc.aio server. ``publish``
 and ``close`` must be called from that loop's thread (they wake waiting streams through
@@ -188,6 +189,9 @@ MAX_STREAM_TEXT: Final = 128
 _MAX_STREAM_DEPTH: Final = 8
 #: Bytes of an ``agent_key``: a false match is one in 2**64 a comparison.
 _AGENT_KEY_BYTES: Final = 8
+#: Bytes of a ``_tool_key``: a false match would show a value ``show_fields`` names of another
+#: tool, so one in 2**128 a comparison.
+_TOOL_KEY_BYTES: Final = 16
 
 
 def agent_key(name: str) -> bytes:
@@ -198,12 +202,23 @@ def agent_key(name: str) -> bytes:
     return hashlib.blake2b(folded, digest_size=_AGENT_KEY_BYTES).digest()
 
 
+def _tool_key(name: str) -> bytes:
+    """What the stream keeps of a finding's tool name to redact it again on a reload: a
+    BLAKE2b digest of the name whole (not case-folded, as ``show_fields`` matches it),
+    ``_TOOL_KEY_BYTES`` long whatever the name's length."""
+    whole = name.encode("utf-8", "surrogatepass")
+    return hashlib.blake2b(whole, digest_size=_TOOL_KEY_BYTES).digest()
+
+
 class _Held(NamedTuple):
     """A published finding as the broker holds it for subscribers that resume: the message
-    every subscriber is sent (rendered and redacted once) and what filters read."""
+    every subscriber is sent (rendered and redacted once), what filters read, and the
+    ``_tool_key`` of its tool (``None``: a finding on no tool), what a reload redacts it again
+    by (the message's tool name may be cut)."""
 
     message: findings_pb2.Finding  # its sequence is the finding's
     tag: _Tag
+    tool_key: bytes | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +300,9 @@ class Subscription:
     ``missed_after`` of the last one (a client that stops reading loses the newest findings,
     and no next one may come for a long time).
 
-    A resumed subscription (``resumed``) is first sent its ``replay``, then its queue.
+    A resumed subscription (``resumed``) is first sent its ``replay``, then its queue. Each
+    finding is queued with the ``_tool_key`` of its tool (``None``: on no tool, or not told),
+    what a reload redacts it again by.
     """
 
     __slots__ = (
@@ -308,7 +325,7 @@ class Subscription:
         self.filter = stream_filter
         self.dropped = 0
         self.resumed: ResumeResult | None = None
-        self._items: deque[findings_pb2.Finding] = deque()
+        self._items: deque[tuple[findings_pb2.Finding, bytes | None]] = deque()
         self._limit = queue_size
         self._missed = 0  # lost since the last finding queued
         self._replay = replay
@@ -317,7 +334,7 @@ class Subscription:
         self._closed = False
         self.revoked = False
 
-    def offer(self, message: findings_pb2.Finding) -> bool:
+    def offer(self, message: findings_pb2.Finding, tool_key: bytes | None = None) -> bool:
         if self.revoked:
             return True  # withheld from a client no longer allowed: not a loss to count
         if self._replay is not None and not self._closed:
@@ -332,7 +349,7 @@ class Subscription:
         if self._missed:
             message = _copy(message)
             message.missed_before, self._missed = self._missed, 0
-        self._items.append(message)
+        self._items.append((message, tool_key))
         self._wakeup.set()
         return True
 
@@ -344,7 +361,7 @@ class Subscription:
                 return None
             self._wakeup.clear()
             await self._wakeup.wait()
-        message = self._items.popleft()
+        message, _ = self._items.popleft()
         if self._replay_missed:
             message = _copy(message)
             message.missed_before += self._replay_missed
@@ -379,9 +396,9 @@ class Subscription:
         return len(self._items)
 
     @property
-    def waiting(self) -> Iterable[findings_pb2.Finding]:
+    def waiting(self) -> Iterable[tuple[findings_pb2.Finding, bytes | None]]:
         """The findings queued, not yet handed to gRPC (those of its replay are held by the
-        broker)."""
+        broker), each with its tool's key."""
         return self._items
 
     def close(self) -> None:
@@ -399,7 +416,7 @@ class Subscription:
         """Close and let go of the queued findings (never delivered); returns them."""
         self.close()
         self._replay = None
-        left = list(self._items)
+        left = [message for message, _ in self._items]
         self._items.clear()
         return left
 
@@ -632,21 +649,30 @@ class FindingsBroker:
             self._sequence += 1
             self._index.append(tag)
             if message is not None:
-                self.held.append(_Held(message, tag))
-                dropped += sum(not s.offer(message) for s in matching)
+                key = _tool_key(finding.tool) if finding.tool else None
+                self.held.append(_Held(message, tag, key))
+                dropped += sum(not s.offer(message, key) for s in matching)
         if dropped:
             self._metrics.stream_dropped(dropped)
 
     def redact_with(self, redaction: Redaction) -> int:
         """Redact the findings published from now on by ``redaction`` (a reload), and those
         held or queued, not yet sent, again: a value it hides is no longer sent, to a client
-        that resumes either. Returns how many findings were redacted again."""
+        that resumes either; one it still shows stays shown. It decides on each finding's
+        whole tool name, as publishing did, not on the name sent (cut past
+        ``MAX_STREAM_TEXT``). A value hidden when the finding was published stays hidden:
+        it is not held. Returns how many findings were redacted again."""
         self._redaction = redaction
-        waiting = {id(held.message): held.message for held in self.held}
+        # Held and queued findings know their tool by its key: a tool show_fields names is
+        # found whole by its key; one it names nowhere is redacted as no tool (the entries
+        # for any tool alone apply to it, as they would to its whole name).
+        named = {_tool_key(tool): tool for tool in redaction.named_tools()}
+        waiting = {id(held.message): (held.message, held.tool_key) for held in self.held}
         for subscription in self._subscriptions:
-            waiting.update((id(message), message) for message in subscription.waiting)
-        for message in waiting.values():
-            details = redaction.redact_rendered(message.tool or None, message.details)
+            waiting.update((id(message), (message, key)) for message, key in subscription.waiting)
+        for message, key in waiting.values():
+            tool = named.get(key) if key is not None else None
+            details = redaction.redact_rendered(tool, message.details)
             message.details.clear()
             message.details.update(details)
         return len(waiting)
@@ -703,7 +729,8 @@ def _cut_texts(value: Any, depth: int = 0) -> Any:
     or a last item ``"… N more"``), at any depth (past ``_MAX_STREAM_DEPTH``, as its JSON
     text, cut): a drift on an argument object of 4,000 fields is not 100 KB as sent. It stays
     JSON as it is rendered; the findings log keeps every entry whole. (A key cut here is no
-    field path a reload can show again: it stays hidden, on the safe side.)"""
+    field path ``show_fields`` names: after a reload its value shows only when an entry
+    names a field it is inside, on the safe side.)"""
     if isinstance(value, str):
         return _cut(value)
     if depth >= _MAX_STREAM_DEPTH and isinstance(value, list | tuple | Mapping):

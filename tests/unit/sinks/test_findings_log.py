@@ -191,6 +191,26 @@ def test_schema_messages_are_shown_only_for_their_field() -> None:
     }
 
 
+def test_a_finding_on_no_tool_shows_only_the_fields_named_for_any_tool() -> None:
+    """``None.amount`` names a tool called ``None``, not findings on no tool."""
+    on_no_tool = make_finding(tool=None)
+    [line] = log_lines([on_no_tool], Redaction(show_fields=frozenset({"None.amount"})))
+    assert line["details"] == {"fields": {"amount": REDACTED}}
+    [line] = log_lines([on_no_tool], Redaction(show_fields=frozenset({"amount"})))
+    assert line["details"] == AMOUNT_DRIFT
+
+
+def test_the_tools_show_fields_names_are_each_entry_before_each_dot() -> None:
+    """A tool not among them shows what a finding on no tool shows (a reload redacts the
+    findings the stream holds by it, knowing their tool by a digest)."""
+    redaction = Redaction(show_fields=frozenset({"amount", "issue_refund.amount", "a.b.c"}))
+    assert redaction.named_tools() == {"issue_refund", "a", "a.b"}
+    for name in ["amount", "b.c", "c", "issue_refund.amount", "other"]:
+        assert redaction.shows("lookup_order", name) is redaction.shows(None, name)
+    assert [redaction.shows("a", "b.c"), redaction.shows("a.b", "c")] == [True, True]
+    assert Redaction(show_values=True).named_tools() == frozenset()
+
+
 @pytest.mark.parametrize("shape", [{"fields": "4111"}, {"errors": "4111"}, {"errors": ["4111"]}])
 def test_value_keys_of_an_unexpected_shape_are_hidden_whole(shape: dict[str, object]) -> None:
     [line] = log_lines([make_finding(details=shape)], Redaction(show_fields=frozenset({"amount"})))
