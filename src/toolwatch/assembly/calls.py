@@ -18,6 +18,14 @@ request in no structured field) a span that names its agent is a call of its own
 call joined to a handoff span is marked ``handoff``; the span's status is not the call's
 (the SDK marks the handoff it ran failed when the output asked for several).
 
+CrewAI delegations (``conventions.crewai``): a delegation runs the coworker its arguments
+name, an agent used as a tool that no instrumentation writes as one. Under a delegation's
+tool span with no agent span between (OpenInference writes none for the coworker), the calls
+are the coworker's. A delegation only asked for (no tool span: OpenLLMetry) is the parent of
+the calls of the agent span it ran: right below the delegating agent (no tool span between),
+of the role it names, started after the model asked; of several, asked for last before the
+agent started, then first asked. One delegation runs one agent.
+
 Pure functions of the spans' content: the order spans arrived in never matters.
 """
 
@@ -30,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from toolwatch.assembly.overlaps import Execution, overlapping_pairs
+from toolwatch.conventions import crewai
 from toolwatch.conventions.attrs import TRANSFER_TOOL_PREFIX, agent_in_tool_style, is_transfer
 from toolwatch.jsontext import loads
 from toolwatch.model import CallStatus, RequestedCall, SpanRecord, SpanRole, ToolCall
@@ -47,6 +56,9 @@ _DECORATOR_KEYS: Final = frozenset({"args", "kwargs", "sanitize_inputs_outputs"}
 #: every waiting request took quadratic time in a run of thousands of calls of one tool).
 _MAX_ARGUMENT_MATCHES: Final = 32
 _NO_IDS: Final[frozenset[bytes]] = frozenset()
+#: Bound on the (coworker agent, delegation asked for) pairs one run compares; past it (a
+#: pathological run: a crew delegates a few times), no delegation is the parent of a call.
+_MAX_DELEGATION_CHECKS: Final = 25_000
 
 # The records below are built one per span or call of every trace: their constructors are
 # written out, so that compiled (``toolwatch.compiled``) they are native. A named tuple's or
@@ -210,9 +222,17 @@ def build_calls(
     drafts, shared = _in_order(joined)
     groups = _parallel_groups(drafts, sites, shared)
     call_ids = _nested_call_ids(drafts, sites)
+    delegations = _delegations(drafts, sites)
     return tuple(
         _tool_call(
-            d, i, groups[i], sites=sites, call_ids=call_ids, normalize=normalize, records=records
+            d,
+            i,
+            groups[i],
+            sites=sites,
+            call_ids=call_ids,
+            normalize=normalize,
+            records=records,
+            delegations=delegations,
         )
         for i, d in enumerate(drafts)
     )
@@ -224,6 +244,94 @@ def _nested_call_ids(drafts: list[_Draft], sites: dict[bytes, CallSite]) -> dict
     if not any(sites[d.origin.span_id].tool is not None for d in drafts):
         return {}
     return {d.span.span_id: _call_id(d) for d in drafts if d.span is not None}
+
+
+class _Delegations:
+    """A run's CrewAI delegations (module docstring): ``coworkers`` maps a delegation's tool
+    span id to the coworker its arguments name; ``parents`` maps a coworker's agent span id
+    to the id of the delegation, only asked for, that ran it."""
+
+    __slots__ = ("coworkers", "parents")
+
+    def __init__(self, coworkers: dict[bytes, str], parents: dict[bytes, str]) -> None:
+        self.coworkers = coworkers
+        self.parents = parents
+
+
+_NO_DELEGATIONS: Final = _Delegations({}, {})  # never written to
+
+
+def _delegations(drafts: list[_Draft], sites: dict[bytes, CallSite]) -> _Delegations:
+    """The run's CrewAI delegations; ``_NO_DELEGATIONS`` after one name look-up per call
+    when it made none, the usual run."""
+    coworkers: dict[bytes, str] = {}
+    asked: list[_Draft] = []
+    for draft in drafts:
+        span = draft.span
+        if span is not None:
+            if span.tool_name in crewai.DELEGATION_TOOLS:
+                named = crewai.coworker(parse_arguments(span.arguments)[0])
+                if named is not None:
+                    coworkers[span.span_id] = named
+        elif draft.request is not None and draft.request.call.name in crewai.DELEGATION_TOOLS:
+            asked.append(draft)
+    if not coworkers and not asked:
+        return _NO_DELEGATIONS
+    return _Delegations(coworkers, _delegated_agents(asked, drafts, sites) if asked else {})
+
+
+def _delegated_agents(
+    asked: list[_Draft], drafts: list[_Draft], sites: dict[bytes, CallSite]
+) -> dict[bytes, str]:
+    """Agent span id -> the id of the delegation in ``asked`` (only asked for, in call
+    order) that ran it, for the agents the run's calls were made in (module docstring)."""
+    workers: dict[bytes, SpanRecord] = {}
+    for draft in drafts:
+        agent = sites[draft.origin.span_id].agent
+        if agent is not None and agent.agent_name is not None:
+            workers.setdefault(agent.span_id, agent)
+    if len(workers) * len(asked) > _MAX_DELEGATION_CHECKS:
+        return {}
+    parents: dict[bytes, str] = {}
+    taken: set[int] = set()
+    for worker in sorted(workers.values(), key=_start_key):  # the first started runs first
+        chosen = _delegation_of(worker, asked, taken, sites)
+        request = asked[chosen].request if chosen is not None else None
+        if chosen is not None and request is not None and request.call.call_id is not None:
+            taken.add(chosen)
+            parents[worker.span_id] = request.call.call_id
+    return parents
+
+
+def _delegation_of(
+    worker: SpanRecord, asked: list[_Draft], taken: set[int], sites: dict[bytes, CallSite]
+) -> int | None:
+    """The index in ``asked`` of the delegation that ran ``worker``, if one did."""
+    above = sites[worker.span_id]
+    role = worker.agent_name
+    if above.tool is not None or above.agent is None or role is None:
+        return None
+    chosen: int | None = None
+    chosen_end = -1
+    for i, draft in enumerate(asked):
+        request = draft.request
+        if request is None or i in taken or request.call.call_id is None:
+            continue
+        llm = request.llm
+        named = crewai.coworker(request.arguments())
+        if (
+            llm.end_ns <= worker.start_ns
+            and llm.end_ns > chosen_end
+            and named is not None
+            and sites[llm.span_id].agent is above.agent
+            and crewai.same_role(named, role)
+        ):
+            chosen, chosen_end = i, llm.end_ns
+    return chosen
+
+
+def _start_key(span: SpanRecord) -> tuple[int, bytes]:
+    return (span.start_ns, span.span_id)
 
 
 def _join(
@@ -890,6 +998,7 @@ def _tool_call(
     call_ids: dict[bytes, str | None],
     normalize: Callable[[Any], str],
     records: _Records,
+    delegations: _Delegations,
 ) -> ToolCall:
     span, origin, raw_name, request = draft.span, draft.origin, draft.raw_name, draft.request
     # A handoff span's status is not a failed call: the SDK marks the one it ran with the
@@ -909,12 +1018,12 @@ def _tool_call(
         arguments=arguments,
         arguments_error=error,
         call_id=_call_id(draft),
-        parent_call_id=_parent_call_id(site, call_ids, records),
+        parent_call_id=_parent_call_id(site, call_ids, records, delegations),
         sequence_index=index,
         parallel_group=group,
         status=CallStatus.ERROR if failed else CallStatus.OK,
         error_type=error_type,
-        agent=_agent(site, origin),
+        agent=_agent(site, origin, sites, delegations),
         span_id=span.span_id.hex() if span is not None else None,
         start_ns=draft.start_ns,
         end_ns=span.end_ns if span is not None else None,
@@ -943,12 +1052,15 @@ def _failed(span: SpanRecord) -> bool:
 
 
 def _parent_call_id(
-    site: CallSite, call_ids: dict[bytes, str | None], records: _Records
+    site: CallSite, call_ids: dict[bytes, str | None], records: _Records, delegations: _Delegations
 ) -> str | None:
     """The enclosing tool call's id, or its span id in hex when it has none (the call's own
-    record's, when the nearest tool span is a second record of it)."""
+    record's, when the nearest tool span is a second record of it); with no tool span
+    above, the CrewAI delegation only asked for that ran the call's agent."""
     tool = site.tool
     if tool is None:
+        if delegations.parents and site.agent is not None:
+            return delegations.parents.get(site.agent.span_id)
         return None
     if records.own:
         tool = records.own.get(tool.span_id, tool)
@@ -956,7 +1068,16 @@ def _parent_call_id(
     return call_id if call_id is not None else tool.span_id.hex()
 
 
-def _agent(site: CallSite, origin: SpanRecord) -> str | None:
+def _agent(
+    site: CallSite, origin: SpanRecord, sites: dict[bytes, CallSite], delegations: _Delegations
+) -> str | None:
+    """The nearest agent's name, else the call's own span's; but the coworker a CrewAI
+    delegation above names, when no agent span lies between the two."""
+    tool = site.tool
+    if tool is not None and delegations.coworkers:
+        named = delegations.coworkers.get(tool.span_id)
+        if named is not None and sites[tool.span_id].agent is site.agent:
+            return named
     if site.agent is not None and site.agent.agent_name is not None:
         return site.agent.agent_name
     return origin.agent_name

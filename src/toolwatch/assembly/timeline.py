@@ -101,7 +101,7 @@ from toolwatch.conventions.attrs import (
     is_transfer,
 )
 from toolwatch.conventions.fields import GUARD_RAISED
-from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolTrace
+from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolCall, ToolTrace
 from toolwatch.names import NameNormalizer
 
 __all__ = ["REFUSAL_FINISH_REASONS", "build_tool_traces"]
@@ -821,18 +821,25 @@ def _tool_trace(
         span_count=len(run.spans),
         conversation_id=identity.conversation_id,
         reference_keys={} if checker else _reference_keys(ranked if keyed is None else keyed, own),
-        agents=_agents(run, identity.agent),
+        agents=_agents(run, identity.agent, calls),
         shared_keys=None if checker or not shared else _reference_keys((), shared),
     )
 
 
-def _agents(run: _Run, agent: str | None) -> tuple[str, ...]:
-    """The run's agent, then each other agent named by an AGENT span of the run, once."""
+def _agents(run: _Run, agent: str | None, calls: tuple[ToolCall, ...]) -> tuple[str, ...]:
+    """The run's agent, then each other agent named by an AGENT span of the run, then any
+    other agent a call was made by (a coworker a CrewAI delegation ran, which OpenInference
+    writes no span for), once."""
     names = [agent] if agent is not None else []
     seen = set(names)  # a run of thousands of agents (handoffs) would search the list each time
     for span in run.spans:  # in time order
         name = span.agent_name
         if span.role is SpanRole.AGENT and name is not None and name not in seen:
+            names.append(name)
+            seen.add(name)
+    for call in calls:
+        name = call.agent
+        if name is not None and name not in seen:
             names.append(name)
             seen.add(name)
     return tuple(names)

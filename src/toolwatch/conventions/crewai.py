@@ -17,6 +17,18 @@ by the crew. Observed with crewai 1.15 (``tools/capture/capture_crewai.py``,
 - OpenLLMetry (``opentelemetry-instrumentation-crewai``): ``crewai.workflow`` (``invoke_agent``,
   ``crewai.crew.name``, ``crewai.crew.result``) above ``<task>.task`` above ``<role>.agent``
   (``gen_ai.agent.name``); the model calls are the OpenAI instrumentation's, no tool spans.
+
+Delegation. In a hierarchical crew (and for any agent with ``allow_delegation``) an agent
+runs a coworker through CrewAI's delegation tools, ``Delegate work to coworker`` and ``Ask
+question to coworker`` (``delegate_work_to_coworker`` and ``ask_question_to_coworker`` to the
+model): the tool calls the coworker's ``Agent.execute_task``, an agent used as a tool, whose
+role its ``coworker`` argument names (CrewAI matches it with whitespace collapsed, quotes
+removed, case folded). Neither instrumentation writes it as one: OpenInference, which
+wraps ``Task._execute_core``, writes no span for the coworker at all (its tool spans sit
+right under the delegation's ``<tool>.run``), and OpenLLMetry, which writes no tool spans,
+hangs the coworker's ``<role>.agent`` right under the delegating agent's. So the delegation
+names the agent (``coworker``), and ``same_role`` matches it to an agent span
+(``assembly.calls``).
 """
 
 from __future__ import annotations
@@ -34,7 +46,17 @@ from toolwatch.conventions.attrs import (
 )
 from toolwatch.model import SpanRole
 
-__all__ = ["CONVENTION", "CREW_KEY", "CREW_NAME", "KEYS", "NAME", "classify_crew"]
+__all__ = [
+    "CONVENTION",
+    "CREW_KEY",
+    "CREW_NAME",
+    "DELEGATION_TOOLS",
+    "KEYS",
+    "NAME",
+    "classify_crew",
+    "coworker",
+    "same_role",
+]
 
 CREW_KEY: Final = "crew_key"  # OpenInference: on the kickoff span and its task spans
 CREW_NAME: Final = "crewai.crew.name"  # OpenLLMetry: on the crew's workflow span
@@ -51,6 +73,19 @@ _UNNAMED_CREW: Final = re.compile(
 _DEFAULT_NAME: Final = "crew"
 
 NAME: Final = "crewai"  # ``SpanRecord.convention`` of CrewAI's spans; a crew's is never a workflow
+
+#: CrewAI's delegation tools (``DelegateWorkTool``, ``AskQuestionTool``): their names as
+#: their tool spans record them, and as the model is given them (``sanitize_tool_name``).
+DELEGATION_TOOLS: Final = frozenset(
+    {
+        "Delegate work to coworker",
+        "Ask question to coworker",
+        "delegate_work_to_coworker",
+        "ask_question_to_coworker",
+    }
+)
+#: The argument naming the coworker; CrewAI also takes ``co_worker`` (``_get_coworker``).
+_COWORKER_KEYS: Final = ("coworker", "co_worker")
 
 
 def _crew_from_span(name: str) -> str | None:
@@ -99,3 +134,26 @@ def classify_crew(name: str, attrs: Attributes) -> tuple[SpanRole, Convention] |
     if kind == "AGENT":
         return SpanRole.AGENT, _TASK_AGENT
     return None
+
+
+def coworker(arguments: object) -> str | None:
+    """The coworker a delegation's parsed ``arguments`` name, as written (spaces trimmed);
+    ``None`` when they name none."""
+    if not isinstance(arguments, dict):
+        return None
+    for key in _COWORKER_KEYS:
+        value = arguments.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()
+    return None
+
+
+def same_role(named: str, role: str) -> bool:
+    """Whether a delegation naming ``named`` runs the agent of ``role``: compared as CrewAI
+    does (``BaseAgentTool.sanitize_agent_name``: whitespace collapsed, double quotes
+    removed, case folded)."""
+    return _sanitized(named) == _sanitized(role)
+
+
+def _sanitized(name: str) -> str:
+    return " ".join(name.split()).replace('"', "").casefold()
