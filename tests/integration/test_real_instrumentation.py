@@ -9,7 +9,8 @@ by field with the fixture's hand-written ``.expected.json``:
 * runs: one per expected run, in start order; ``agent`` when the expectation names one;
 * calls: tool names in order; ``arguments`` when captured (``null`` = not captured);
   ``status``; ``parallel`` (see ``check_parallel``); ``nested_in`` (the call's
-  ``parent_call_id`` is the call id, else the span id, of the outer call named);
+  ``parent_call_id`` is the call id, else the span id, of the outer call named); the
+  call's ``agent`` when the expectation names one;
 * ``refusal``; ``final_text_contains`` as a substring of ``final_text``; ``null`` means the
   script gives no answer (a refusal, an aborted run), so no ``final_text`` may be reported.
 
@@ -127,6 +128,8 @@ def check_calls(calls: list[dict[str, Any]], expected: list[dict[str, Any]]) -> 
             assert call["arguments_error"] is None, call
         assert call["status"] == want["status"], call
         assert call["handoff"] is want.get("handoff", False), call
+        if "agent" in want:
+            assert call["agent"] == want["agent"], call
     assert [c["sequence_index"] for c in calls] == list(range(len(calls)))
     check_parallel(calls, expected)
     check_nesting(calls, expected)
@@ -259,6 +262,38 @@ def test_a_crew_is_one_run_verified_across_its_tasks(
     assert [(c["tool_name"], c["agent"]) for c in trace["calls"]] == [
         ("lookup_order", "triage_agent"),
         ("issue_refund", "refund_agent"),
+    ]
+
+
+@pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("__crew_hierarchical")])
+def test_a_hierarchical_crews_coworker_makes_its_own_calls_inside_the_delegation(
+    start_server: Callable[..., RunningServer], tmp_path: Path, name: str
+) -> None:
+    """Every CrewAI instrumentation: the crew's manager delegates the task to refund_agent,
+    which looks the order up and refunds it. The delegation is the manager's call, the
+    lookup and the refund are refund_agent's, inside it, so ``allowed_tools`` scoped to
+    each agent finds nothing and the refund stays verified. OpenInference writes no span
+    for the coworker (its tool spans sit right under the delegation's): its calls went to
+    the manager, a TOOL_SELECTION_DRIFT on each. OpenLLMetry writes no tool spans and hangs
+    the coworker's agent span under the manager's: its calls were in no call."""
+    policy = (
+        "policy:\n"
+        "  dangerous_tools: [issue_refund]\n"
+        "  verification_tools: [lookup_order]\n"
+        "  bindings:\n"
+        "    issue_refund.order_id: lookup_order.order_id\n"
+        "  allowed_tools:\n"
+        "    Crew Manager: [delegate_work_to_coworker, delegate work to coworker]\n"
+        "    refund_agent: [lookup_order, issue_refund]\n"
+    )
+    trace = _one_clean_run(start_server, tmp_path, name, policy)
+    assert trace["agents"] == ["support_crew", "Crew Manager", "refund_agent"]
+    (delegation, *work) = trace["calls"]
+    assert delegation["agent"] == "Crew Manager"
+    parent = delegation["call_id"] or delegation["span_id"]
+    assert [(c["tool_name"], c["agent"], c["parent_call_id"]) for c in work] == [
+        ("lookup_order", "refund_agent", parent),
+        ("issue_refund", "refund_agent", parent),
     ]
 
 
@@ -480,6 +515,6 @@ def test_a_run_without_an_agent_span_below_a_remote_caller_completes_after_the_w
 
 def test_every_fixture_has_an_expectation() -> None:
     names = _fixture_names()
-    assert len(names) == 163  # 153 Python captures and 10 of the Vercel AI SDK (TypeScript)
+    assert len(names) == 165  # 155 Python captures and 10 of the Vercel AI SDK (TypeScript)
     for name in names:
         assert (FIXTURES / f"{name}{_EXPECTED_SUFFIX}").is_file(), name

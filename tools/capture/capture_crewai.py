@@ -22,6 +22,12 @@ tasks' answers as context), so the second task of ``refund_crew`` is a scenario 
 (``crew_refund_task``), named in its description. A tool that raises is reported to the
 model as an error result and the model gets another turn.
 
+``crew_hierarchical`` runs the hierarchical process: CrewAI makes a manager agent from
+``manager_llm`` (role "Crew Manager") whose only tools are the delegation tools; the fake
+model has it call ``delegate_work_to_coworker`` with a ``task`` argument that starts the
+worker's conversation (``crew_delegated_refund``: the worker's user message is that task,
+with the ``context`` argument), then answer with what the worker returned.
+
 Nothing leaves the machine: the model is the fake server (``base_url``), the key a dummy,
 and CrewAI's own telemetry (anonymous usage spans to telemetry.crewai.com), its tracing
 (traces to CrewAI AMP) and its version check (PyPI) are switched off by their variables.
@@ -56,7 +62,7 @@ from tools.capture.otlp import Capture
 
 __all__ = ["SCENARIOS", "instrument"]
 
-SCENARIOS = ("refund", "refund_crew", "tool_error")
+SCENARIOS = ("refund", "refund_crew", "tool_error", "crew_hierarchical")
 # Quiet: "Using an approximate input token count" on every model call (the fake server
 # counts no tokens for CrewAI's context-window check).
 logging.getLogger("crewai.llms.base_llm").setLevel(logging.ERROR)
@@ -133,6 +139,8 @@ def _crew(server: FakeModelServer, scenario: str) -> Crew:
             _task("crew_refund_task", refunds, "The refund's id and amount."),
         ]
         agents = [triage, refunds]
+    elif scenario == "crew_hierarchical":
+        return _hierarchical_crew(server)
     else:
         support = _agent(
             server,
@@ -147,6 +155,30 @@ def _crew(server: FakeModelServer, scenario: str) -> Crew:
         agents=agents,
         tasks=tasks,
         process=Process.sequential,
+        verbose=False,
+        tracing=False,
+    )
+
+
+def _hierarchical_crew(server: FakeModelServer) -> Crew:
+    """The hierarchical process as CrewAI's docs set it up: ``manager_llm``, so CrewAI makes
+    its own manager agent (role "Crew Manager", the delegation tools its only tools) and runs
+    each task with it; the task names no agent. The manager delegates to refund_agent, whose
+    tools do the work."""
+    refunds = _agent(
+        server, "refund_agent", "Refund verified orders.", [lookup_order, issue_refund]
+    )
+    task = Task(
+        name="crew_hierarchical",
+        description=scripts.prompt_for("crew_hierarchical"),
+        expected_output="A short answer for the customer.",
+    )
+    return Crew(
+        name="support_crew",
+        agents=[refunds],
+        tasks=[task],
+        process=Process.hierarchical,
+        manager_llm=_llm(server),
         verbose=False,
         tracing=False,
     )

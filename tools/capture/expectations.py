@@ -14,6 +14,13 @@ __all__ = ["expected_for"]
 
 REFUND_ARGS = {"order_id": "A-1001", "amount_usd": 25.0}
 DESK_INPUT = {"input": "[scenario:refund_desk] Check order A-1001."}
+#: The CrewAI manager's delegation (scripts.DELEGATION_ARGS), as the model asked for it.
+DELEGATE = "delegate_work_to_coworker"
+DELEGATION_ARGS = {
+    "task": "[scenario:crew_delegated_refund] Look up order A-1001, then refund its 25.00 USD.",
+    "context": "The customer says order A-1001 arrived broken and wants a refund.",
+    "coworker": "refund_agent",
+}
 
 
 def _call(
@@ -24,6 +31,7 @@ def _call(
     nested_in: str | None = None,
     *,
     handoff: bool = False,
+    agent: str | None = None,
 ) -> dict[str, Any]:
     call = {
         "tool": tool,
@@ -32,7 +40,11 @@ def _call(
         "parallel": parallel,
         "nested_in": nested_in,
     }
-    return {**call, "handoff": True} if handoff else call  # absent: not a handoff
+    if handoff:
+        call["handoff"] = True  # absent: not a handoff
+    if agent is not None:
+        call["agent"] = agent  # absent: the agent is not checked
+    return call
 
 
 def _run(
@@ -136,6 +148,20 @@ SCRIPTED: dict[str, dict[str, Any]] = {
     # the crew (each call by its task's agent): lookup_order verifies issue_refund (a run per
     # task would page MISSING_VERIFICATION_STEP). The crew's answer is its last task's.
     "refund_crew": _run(_CREW, _REFUND_CALLS, "Refund R-77"),
+    # A CrewAI crew in the hierarchical process: CrewAI's manager agent ("Crew Manager")
+    # delegates the task to refund_agent, whose lookup_order and issue_refund run inside
+    # the delegation, as an agent used as a tool: the delegation is the manager's call, the
+    # worker's calls are the worker's, nested in it. One run, the crew's kickoff; its answer
+    # is the manager's (the worker's "Refund R-77 ..." is the delegation's result).
+    "crew_hierarchical": _run(
+        _CREW,
+        [
+            _call(DELEGATE, DELEGATION_ARGS, agent="Crew Manager"),
+            _call("lookup_order", {"order_id": "A-1001"}, nested_in=DELEGATE, agent="refund_agent"),
+            _call("issue_refund", REFUND_ARGS, nested_in=DELEGATE, agent="refund_agent"),
+        ],
+        "Our refund agent issued",
+    ),
 }
 
 #: Runs after the scripted one: an agent a guardrail ran is a run of its own, which checked
@@ -430,9 +456,10 @@ _GUARDRAILS_NOTES = {
 
 _CREWAI = (
     "crewai 1.15.30 (Crew.kickoff_async, which runs Crew.kickoff in a worker thread; "
-    "Process.sequential, one task per agent, tasks named) on its native OpenAI provider: the "
-    "openai 2.54.0 client, Chat Completions, non-streaming, native function calling (tools in "
-    "the request, tool results as 'tool' messages; no ReAct text, no LiteLLM). Each task's "
+    "Process.sequential, one task per agent, tasks named; crew_hierarchical: below) on its "
+    "native OpenAI provider: the openai 2.54.0 client, Chat Completions, non-streaming, "
+    "native function calling (tools in the request, tool results as 'tool' messages; no "
+    "ReAct text, no LiteLLM). Each task's "
     "agent starts a conversation of its own (system: role, backstory, goal; user: 'Current "
     "Task: <description>', then 'This is the context you're working with:' and the earlier "
     "tasks' answers). Agent names are the roles. A tool's exception becomes the tool result "
@@ -990,6 +1017,38 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
         " The two AGENT spans are siblings under the CHAIN kickoff span; the second's "
         "graph.node.parent_id names triage_agent."
     ),
+    ("crewai", "*", "crew_hierarchical"): (
+        " Hierarchical process (manager_llm): CrewAI makes its manager agent (role 'Crew "
+        "Manager', its only tools 'Delegate work to coworker' and 'Ask question to coworker', "
+        "delegate_work_to_coworker and ask_question_to_coworker to the model) and runs the "
+        "task, which names no agent, with it. The delegation (arguments task, context, "
+        "coworker = the role) runs refund_agent's Agent.execute_task on a task of that "
+        "description, a conversation of its own; its answer is the delegation's result and "
+        "the manager answers after it. Expected as ONE run, named by the crew: the delegation "
+        "is the manager's call, the coworker's lookup_order and issue_refund are refund_agent's "
+        "and nested in it (an agent used as a tool, which neither instrumentation writes as "
+        "one); the crew's answer is the manager's."
+    ),
+    ("crewai", "openinference", "crew_hierarchical"): (
+        " Tree: kickoff (CHAIN) > 'Crew Manager.crew_hierarchical._execute_core' (AGENT, "
+        "graph.node.id 'Crew Manager') > 'Delegate work to coworker.run' (TOOL: tool.name "
+        "'Delegate work to coworker', input.value the arguments JSON, output.value the "
+        "coworker's answer as text/plain) > 'lookup_order.run', 'issue_refund.run'. NO span for "
+        "refund_agent: OpenInference wraps Task._execute_core, which the delegation bypasses "
+        "(it calls Agent.execute_task), so only the delegation's coworker argument names the "
+        "agent of the two calls below it. The delegation's name is CrewAI's tool name (no "
+        "model span records the model's delegate_work_to_coworker)."
+    ),
+    ("crewai", "openllmetry", "crew_hierarchical"): (
+        " Tree: crewai.workflow > '<description>.task' > 'Crew Manager.agent' > [openai.chat "
+        "(the delegate_work_to_coworker tool_call, id = call id), 'refund_agent.agent' > three "
+        "openai.chat, openai.chat (the manager's answer; the delegation's result in its "
+        "tool_call_response)]. The coworker's agent span hangs right under the manager's, "
+        "between the model's request and its next call: no span stands for the delegation, "
+        "which exists only as the manager's model's request; the coworker's calls are nested "
+        "in it by time and by the role its coworker argument names. crewai.agent.tools on "
+        "the manager's span lists the two delegation tools."
+    ),
     ("crewai", "openinference", "tool_error"): (
         " Tool error: the TOOL span ends ERROR with the exception's message as description and "
         "an exception event (exception.type tools.capture.scripts.CardDeclinedError); no "
@@ -1024,6 +1083,13 @@ _FINAL_TEXT: dict[tuple[str, str, str], str] = {
 _REFUSAL_UNSEEN: dict[tuple[str, str, str], str | None] = {}
 
 
+#: Where the spans name a call by the framework's tool, not by what the model asked for
+#: (the notes say why): script name -> recorded name, in ``tool`` and ``nested_in``.
+_TOOL_NAMES: dict[tuple[str, str, str], dict[str, str]] = {
+    ("crewai", "openinference", "crew_hierarchical"): {DELEGATE: "delegate work to coworker"},
+}
+
+
 #: Where no span says that a call failed (the notes say why): its status is "ok".
 _FAILURE_UNSEEN: frozenset[tuple[str, str, str]] = frozenset(
     {
@@ -1049,6 +1115,10 @@ def expected_for(framework: str, instrumentation: str, scenario: str) -> dict[st
         if key in _FINAL_TEXT:
             run["final_text_contains"] = _FINAL_TEXT[key]
     key = (framework, instrumentation, scenario)
+    names = _TOOL_NAMES.get(key, {})
+    for call in run["calls"]:
+        call["tool"] = names.get(call["tool"], call["tool"])
+        call["nested_in"] = names.get(call["nested_in"], call["nested_in"])
     if key in _FAILURE_UNSEEN:
         for call in run["calls"]:
             call["status"] = "ok"

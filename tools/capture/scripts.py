@@ -94,6 +94,15 @@ ORDER_STATUS_TEXT = "Order A-1001 was delivered on 2026-01-02."
 GUARDRAIL_VERDICT = '{"is_flagged": false, "reasoning": "Nothing unsafe in the text."}'
 GUARDRAIL_FLAG = '{"is_flagged": true, "reasoning": "Asks for help breaking into a home."}'
 LEAK_TEXT = "Order A-1001 was paid with the card 4111 1111 1111 1111, expiring 12/29."
+MANAGER_TEXT = "Our refund agent issued refund R-77 of 25.00 USD for order A-1001."
+#: What CrewAI's manager delegates (its delegation tool's ``task`` argument): the worker's
+#: task description, so it starts the worker's conversation (crew_delegated_refund).
+DELEGATED_TASK = "[scenario:crew_delegated_refund] Look up order A-1001, then refund its 25.00 USD."
+DELEGATION_ARGS = {
+    "task": DELEGATED_TASK,
+    "context": "The customer says order A-1001 arrived broken and wants a refund.",
+    "coworker": "refund_agent",
+}
 
 #: The refund conversation: look the order up, refund it, say so.
 REFUND_TURNS: tuple[Turn, ...] = (
@@ -289,6 +298,17 @@ SCENARIOS: dict[str, Scenario] = {
                 Text(REFUND_TEXT),
             ),
         ),
+        # A CrewAI crew in the hierarchical process: CrewAI's manager agent runs the task
+        # and delegates it to refund_agent with its "Delegate work to coworker" tool (named
+        # delegate_work_to_coworker to the model), then answers with what the worker said.
+        Scenario(
+            "crew_hierarchical",
+            "[scenario:crew_hierarchical] Order A-1001 arrived broken: refund the customer.",
+            (ToolCalls((("delegate_work_to_coworker", DELEGATION_ARGS),)), Text(MANAGER_TEXT)),
+        ),
+        # The worker's own conversation, started by the manager's delegation (its task
+        # description is the tool's task argument): look the order up, refund it, say so.
+        Scenario("crew_delegated_refund", DELEGATED_TASK, REFUND_TURNS),
         # The nested agent's own conversation, reached through the outer agent's tool input.
         Scenario(
             "refund_desk",
