@@ -56,8 +56,8 @@ class FindingsServiceServicer:
         window lets the server send, and loses it unseen if the connection then drops. Keep
         that window small: gRPC clients grow it by BDP probing unless the channel option
         grpc.http2.bdp_probe is 0 (toolwatch tail sets it; the window stays 64 KiB). A client
-        that resumes (SubscribeRequest.resume_stream_id) gets what it held back, while the
-        server still holds it.
+        that resumes (SubscribeRequest.resume) gets what it held back, while the server still
+        holds it.
 
         The initial metadata, sent once subscribed:
         toolwatch-subscribed: 1
