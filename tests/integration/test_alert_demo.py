@@ -38,7 +38,7 @@ LABELS = {
     "team": "agent-platform",
     "tool": "issue_refund",
 }
-SUMMARY = "Agent refund-bot called issue_refund without verifying first."
+SUMMARY = "A run of agent refund-bot called issue_refund without verifying first."
 #: Start-up, the example's 2 s completion_wait, Prometheus' first scrape: about 7 s here.
 DEMO_SECONDS = 120
 

@@ -156,12 +156,12 @@ def test_an_unverified_refund_fires_the_missing_verification_alert(
     }
     annotations = alert["annotations"]
     assert annotations["summary"] == (
-        "Agent refund-bot called issue_refund without verifying first."
+        "A run of agent refund-bot called issue_refund without verifying first."
     )
     description = " ".join(annotations["description"].split())
     assert description.startswith("1 MISSING_VERIFICATION_STEP finding(s) in the last 5m")
     assert "Open the trace" in description
-    assert "roll back the change that made the agent skip verification" in description
+    assert "roll back the change that made the calling agent skip verification" in description
     assert annotations["dashboard"].endswith("?var-agent=refund-bot&var-tool=issue_refund")
 
 
