@@ -17,7 +17,8 @@ The findings log line (keys always present, ``null`` when absent)::
     {"category": "MISSING_VERIFICATION_STEP", "severity": "critical", "evaluator": "safety",
      "reference": "policy", "score": 0.0, "tool": "issue_refund", "field": "order_id",
      "agent": "refund-bot", "explanation": "...", "trace_id": "<32 hex>",
-     "span_id": "<16 hex>", "service": "support", "timestamp": "2026-11-29T20:31:02.123Z",
+     "span_id": "<16 hex>", "service": "support", "traffic": "live",
+     "timestamp": "2026-11-29T20:31:02.123Z",
      "details": {"failed_verification_spans": [], "fields": {"order_id": "[redacted]"}}}
 
 The ``--dump-tooltraces`` format of ToolTraces is in ``toolwatch.sinks.tooltraces``.

@@ -1,0 +1,21 @@
+"""The findings-log line the ``toolwatch.sinks.findings`` module docstring shows has the keys
+``finding_record`` writes, in its order."""
+
+from __future__ import annotations
+
+import json
+
+from tests import factories
+from toolwatch.model import Traffic
+from toolwatch.sinks import findings
+from toolwatch.sinks.findings import Redaction, finding_record
+
+
+def test_the_docstring_line_has_the_keys_the_log_writes() -> None:
+    doc = findings.__doc__ or ""
+    start = doc.index('{"category"')
+    shown = json.loads(doc[start : doc.index("\n\n", start)])
+    record = finding_record(
+        factories.tool_trace(), factories.finding(), Redaction(), 0, Traffic.LIVE
+    )
+    assert list(shown) == list(record)
