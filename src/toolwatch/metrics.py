@@ -35,7 +35,8 @@ is then told each of them): a run is evaluated once, and a shadow target once mo
 its source, with findings that are all ``ReferenceKind.SOURCE``. It counts the run once in
 each (category, evaluator, reference, agent, tool) its findings fall in, however many
 findings it has there: ``tool_arguments`` raises one per drifting call and ``loops`` one per
-repeated call, so ratios of runs (the burst alerts) must not divide findings by runs.
+distinct call repeated (or retried) beyond its limit, so ratios of runs (the burst alerts)
+must not divide findings by runs.
 
 ``auth_failed`` counts requests refused for a missing or wrong bearer token, per listener
 (``grpc``, ``http``, ``metrics``, ``stream``). ``reload_failed`` counts looks at changed
