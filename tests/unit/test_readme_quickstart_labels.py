@@ -1,6 +1,6 @@
 """The README's quick start shows what the server writes: the labels of
-``toolwatch_regressions_total`` and the keys of a findings-log line, so that selectors and
-parsers written from it match the real output."""
+``toolwatch_regressions_total``, the keys of a findings-log line and the fields the example
+policy shows, so that selectors and parsers written from it match the real output."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import re
 from pathlib import Path
 
+import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 
 from tests import factories
@@ -16,6 +17,7 @@ from toolwatch.sinks.findings import Redaction, finding_record
 from toolwatch.sinks.prometheus import PrometheusMetrics
 
 README = Path(__file__).resolve().parents[2] / "README.md"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolwatch.yaml"
 
 
 def _labels(line: str) -> set[str]:
@@ -54,3 +56,13 @@ def test_the_quickstart_findings_line_has_the_keys_the_log_writes() -> None:
         factories.tool_trace(), factories.finding(), Redaction(), 0, Traffic.LIVE
     )
     assert list(shown) == list(record)
+
+
+def test_the_quickstart_names_the_fields_the_example_policy_shows() -> None:
+    """A ``show_fields`` entry without a tool (``order_id``) would show lookup_order's too."""
+    text = " ".join(README.read_text(encoding="utf-8").split())
+    (said,) = re.findall(
+        r"The example policy lets findings show .*?`output\.show_fields: (\[.*?\])`", text
+    )
+    example = yaml.safe_load(EXAMPLE.read_text(encoding="utf-8"))
+    assert yaml.safe_load(said) == example["output"]["show_fields"]
