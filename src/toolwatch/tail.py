@@ -6,8 +6,10 @@ One line per finding, oldest first::
     trace=4bf92f3577b34da6a3ce929d0e0e4736 span=b7ad6b7169203331 — <explanation>
 
 (on one line; ``agent=``, ``tool=``, ``field=`` and ``span=`` appear when the finding has them:
-the span tells apart the findings of one run that say the same; ``traffic=shadow`` marks a
-shadow candidate's finding, which pages no one), or with
+the span tells apart the findings of one run that say the same; ``call_agent=`` follows
+``agent=`` when another agent of the run made the finding's call (one used as a tool or handed
+over to: ``details["call_agent"]``), the agent an alert's ``agent`` label does not name;
+``traffic=shadow`` marks a shadow candidate's finding, which pages no one), or with
 ``--json`` the findings-log object of each finding, plus ``stream`` and ``sequence`` (its
 place in the server's stream, from a server that numbers findings). The severity and category
 are coloured when ``out`` is a terminal and ``NO_COLOR`` is unset (https://no-color.org);
@@ -57,6 +59,7 @@ import grpc
 
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.config import is_loopback, parse_port, read_token_file
+from toolwatch.evaluation.severity import CALL_AGENT
 from toolwatch.sinks.findings import format_timestamp
 from toolwatch.sinks.stream import (
     KEEPALIVE_SECONDS,
@@ -727,8 +730,10 @@ _JSON_ESCAPED: dict[int, str] = {c: json.dumps(chr(c))[1:-1] for c in _ESCAPED i
 
 
 def _labels(message: findings_pb2.Finding) -> list[tuple[str, str]]:
+    caller = message.details.get(CALL_AGENT, "")
     return [
         ("agent", message.agent),
+        ("call_agent", caller if caller != message.agent else ""),  # a sub-agent's call
         ("tool", message.tool),
         ("field", message.field),
         ("trace", message.trace_id),

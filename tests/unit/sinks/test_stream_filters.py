@@ -210,6 +210,19 @@ def test_a_candidates_finding_is_marked_on_the_line_and_production_s_is_not() ->
     assert "traffic" not in format_finding_line(message)
 
 
+def test_a_line_names_the_agent_that_made_the_call_when_not_the_run_s() -> None:
+    """A sub-agent's call (an agent used as a tool) is on the run's line as agent=, the
+    alert's label; call_agent= names who made it."""
+    message = _order_drift()
+    message.agent = "support-bot"
+    message.details["call_agent"] = "billing-bot"
+    assert format_finding_line(message).startswith(
+        "1970-01-01T00:00:00Z LOW TOOL_ORDER_DRIFT agent=support-bot call_agent=billing-bot "
+    )
+    message.details["call_agent"] = "support-bot"
+    assert "call_agent" not in format_finding_line(message)
+
+
 def test_control_characters_an_agent_sent_are_escaped_on_the_line() -> None:
     """Agent, tool and field names and the explanation come from spans: a terminal must not
     run their escape sequences, nor show a line break that forges a second finding."""
