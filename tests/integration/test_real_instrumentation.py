@@ -203,19 +203,22 @@ def test_the_nested_agents_call_is_the_nested_agents(
     ]
 
 
+#: issue_refund's order bound to an earlier lookup_order's.
+_VERIFIED_POLICY = (
+    "policy:\n"
+    "  dangerous_tools: [issue_refund]\n"
+    "  verification_tools: [lookup_order]\n"
+    "  bindings:\n"
+    "    issue_refund.order_id: lookup_order.order_id\n"
+)
+
+
 def _one_verified_run(
     start_server: Callable[..., RunningServer], tmp_path: Path, name: str
 ) -> dict[str, Any]:
     """The fixture's one ToolTrace, under a policy binding issue_refund's order to an
     earlier lookup_order's; it raised no finding."""
-    policy = (
-        "policy:\n"
-        "  dangerous_tools: [issue_refund]\n"
-        "  verification_tools: [lookup_order]\n"
-        "  bindings:\n"
-        "    issue_refund.order_id: lookup_order.order_id\n"
-    )
-    return _one_clean_run(start_server, tmp_path, name, policy)
+    return _one_clean_run(start_server, tmp_path, name, _VERIFIED_POLICY)
 
 
 def _one_clean_run(
@@ -277,12 +280,7 @@ def test_a_hierarchical_crews_coworker_makes_its_own_calls_inside_the_delegation
     the manager, a TOOL_SELECTION_DRIFT on each. OpenLLMetry writes no tool spans and hangs
     the coworker's agent span under the manager's: its calls were in no call."""
     policy = (
-        "policy:\n"
-        "  dangerous_tools: [issue_refund]\n"
-        "  verification_tools: [lookup_order]\n"
-        "  bindings:\n"
-        "    issue_refund.order_id: lookup_order.order_id\n"
-        "  allowed_tools:\n"
+        _VERIFIED_POLICY + "  allowed_tools:\n"
         "    Crew Manager: [delegate_work_to_coworker, delegate work to coworker]\n"
         "    refund_agent: [lookup_order, issue_refund]\n"
     )
@@ -443,12 +441,7 @@ def test_an_mcp_servers_tool_span_whose_parent_comes_late_is_a_second_record(
     MISSING_VERIFICATION_STEP and two INVARIANT_VIOLATIONs on a refund the run verified."""
     config = tmp_path / "policy.yaml"
     config.write_text(
-        "policy:\n"
-        "  dangerous_tools: [issue_refund]\n"
-        "  verification_tools: [lookup_order]\n"
-        "  bindings:\n"
-        "    issue_refund.order_id: lookup_order.order_id\n"
-        "  invariants:\n"
+        _VERIFIED_POLICY + "  invariants:\n"
         "    - {kind: order, before: lookup_order, after: issue_refund, name: lookup-first}\n"
         "    - kind: arguments\n"
         "      name: refund-amount-sane\n"
