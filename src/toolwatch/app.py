@@ -271,6 +271,7 @@ class App:
             golden=golden,
             shadow=shadow,
             conversations=conversation_scope(config),
+            agents=config.named_agents(),
         )
         self.engine = Engine(parts, clock, self.metrics)
         self.addresses: dict[str, str] = {}
@@ -469,8 +470,9 @@ class App:
             return False
         self._namespaces.reload(config.policy.guarded_tools())
         normalize = config.policy.normalizer(self._namespaces)
-        self.engine.reconfigure(evaluation, normalize, golden, conversation_scope(config))
-        self.metrics.config_reloaded(True, _known_tools(config, golden), config.named_agents())
+        agents = config.named_agents()
+        self.engine.reconfigure(evaluation, normalize, golden, conversation_scope(config), agents)
+        self.metrics.config_reloaded(True, _known_tools(config, golden), agents)
         self.config, self._golden = config, golden
         log.info(
             "configuration reloaded: %s apply to the runs evaluated from now on",

@@ -8,6 +8,7 @@ loop), so nothing here locks. Time comes from the injected clock.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import logging
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,7 +29,7 @@ from toolwatch.model import (
     Traffic,
     Verified,
 )
-from toolwatch.names import NameNormalizer
+from toolwatch.names import NameNormalizer, Spellings
 from toolwatch.references.conversations import ConversationMemory, ConversationScope
 from toolwatch.references.golden import CaseTally, GoldenCaseSet
 from toolwatch.references.shadow import ShadowJoiner
@@ -92,6 +93,9 @@ class EngineParts:
     golden: GoldenCaseSet | None = None
     shadow: ShadowJoiner | None = None
     conversations: ConversationScope | None = None  # policy.verification_scope: conversation
+    #: The agents the configuration names (``Config.named_agents``): a finding names its
+    #: run's agent as they spell it, as the ``agent`` label does (``Spellings``).
+    agents: frozenset[str] = frozenset()
 
 
 class Engine:
@@ -106,6 +110,7 @@ class Engine:
         self._remember_conversations(parts)
         self._processed = 0  # traces taken out of the buffer and evaluated (or failed)
         self._told: dict[str, set[str]] = {}  # unmatched case ids logged, by reason
+        self._agents = Spellings(parts.agents)
         self._watch(parts.golden)
 
     @property
@@ -143,11 +148,15 @@ class Engine:
         normalize: NameNormalizer,
         golden: GoldenCaseSet | None,
         conversations: ConversationScope | None = None,
+        agents: Iterable[str] = (),
     ) -> None:
         """A reloaded configuration's evaluation, tool names, golden cases and conversation
         scope: the traces completed from now on, those already buffered included, are judged
-        by them. What conversations verified so far is kept while the scope stays on."""
+        by them. What conversations verified so far is kept while the scope stays on.
+        ``agents``: the agents it names, as findings spell them from now on (a name spelled
+        so before keeps its spelling, as the ``agent`` label does)."""
         parts = self._parts
+        self._agents.know(agents)
         self._parts = EngineParts(
             limits=parts.limits,
             evaluation=evaluation,
@@ -157,6 +166,7 @@ class Engine:
             golden=golden,
             shadow=parts.shadow,
             conversations=conversations,
+            agents=parts.agents | frozenset(agents),
         )
         self._remember_conversations(self._parts)
         self._told.clear()  # the cases may have changed: tell again what still fails
@@ -357,8 +367,23 @@ class Engine:
     ) -> None:
         if not findings:
             return
+        findings = self._spelled(trace, findings)
         detection = max(0, self._clock() - last_arrival_ns) / 1e9
         for finding in findings:
             self._metrics.finding(finding, detection, traffic)
         self._metrics.run_findings(findings, traffic)
         self._parts.findings.publish(trace, findings, traffic)
+
+    def _spelled(self, trace: ToolTrace, findings: Sequence[Finding]) -> Sequence[Finding]:
+        """``findings``, each naming its agent (the run's, when it names none) as the
+        configuration spells it: what the ``agent`` label of the metrics says, so that the
+        findings behind a page are found by the page's agent. The name as sent stays in the
+        run (``ToolTrace.agent``, in the dump)."""
+        spelled: list[Finding] = []
+        for finding in findings:
+            agent = finding.agent or trace.agent
+            if agent is not None:
+                agent = self._agents(agent)
+            same = agent == finding.agent
+            spelled.append(finding if same else dataclasses.replace(finding, agent=agent))
+        return spelled

@@ -5,15 +5,19 @@ MCP servers' tools reach the model as ``billing__issue_refund`` or
 ``mcp__billing__issue_refund``), then mapped through configured aliases (keys are normalized
 too). Names may arrive as strings or as ``{"name": ...}`` /
 ``{"function": {"name": ...}}`` / ``{"function": "..."}`` shapes.
+
+Agent names are compared trimmed and case-folded too, but reported as configured
+(``Spellings``): ``Refund-Bot`` is the agent the policy names ``refund-bot``, in the ``agent``
+label and in the findings.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, Final
 
-__all__ = ["NameNormalizer", "extract_name", "fold", "namespaced", "strip_prefix"]
+__all__ = ["NameNormalizer", "Spellings", "extract_name", "fold", "namespaced", "strip_prefix"]
 
 
 def fold(name: str) -> str:
@@ -123,3 +127,38 @@ class NameNormalizer:
         if self._worked_out is not None:
             self._worked_out(normalized)
         return normalized
+
+
+class Spellings:
+    """The configured spelling of names compared trimmed and case-folded (agents: a run of
+    ``Refund-Bot`` is one of the agent the policy names ``refund-bot``).
+
+    A configured name is its own spelling; another name that folds to configured ones is
+    spelled as the first of them in sorted order, and keeps that spelling when names are
+    added (``know``: a reload), so a name once reported one way stays so. Any other name is
+    its own. Not thread-safe: ``know`` from the thread that calls it.
+    """
+
+    __slots__ = ("_known", "_spelled")
+
+    def __init__(self, names: Iterable[str] = ()) -> None:
+        self._known: frozenset[str] = frozenset()
+        self._spelled: dict[str, str] = {}
+        self.know(names)
+
+    def know(self, names: Iterable[str]) -> None:
+        """Configured ``names`` added: each spells itself and the names folding to it."""
+        self._known |= frozenset(names)
+        for name in sorted(self._known):
+            self._spelled.setdefault(fold(name), name)
+
+    def get(self, name: str) -> str | None:
+        """The configured spelling of ``name``, ``None`` if no configured name is it."""
+        if name in self._known:
+            return name
+        return self._spelled.get(fold(name))
+
+    def __call__(self, name: str) -> str:
+        """``name`` as configured, else as it is."""
+        spelled = self.get(name)
+        return name if spelled is None else spelled

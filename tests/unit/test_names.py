@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from toolwatch import names
-from toolwatch.names import NameNormalizer, fold
+from toolwatch.names import NameNormalizer, Spellings, fold
 
 ALIASES = {"LookupOrder": "lookup_order", " refund ": "Issue_Refund"}
 _NAMES = st.sampled_from([" LookupOrder", "lookuporder", "REFUND", "Search ", "", "  "])
@@ -114,3 +114,27 @@ def test_a_name_normalized_twice_stays_the_same(parts: list[str]) -> None:
 def test_a_prefix_is_removed_as_often_as_it_matches() -> None:
     normalize = NameNormalizer(prefix=re.compile(r"[a-z0-9-]+__"))
     assert normalize("mcp__billing__issue_refund") == "issue_refund"
+
+
+def test_a_name_folding_to_a_configured_one_is_spelled_as_configured() -> None:
+    spell = Spellings(["refund-bot"])
+    assert [spell(n) for n in ("Refund-Bot", " REFUND-BOT ", "refund-bot")] == ["refund-bot"] * 3
+    assert spell("triage-bot") == "triage-bot"  # named nowhere: as it is
+    assert spell.get("triage-bot") is None
+
+
+def test_each_configured_spelling_is_its_own_and_others_take_the_first_sorted() -> None:
+    spell = Spellings(["refund-bot", "Refund-Bot"])
+    assert (spell("refund-bot"), spell("Refund-Bot")) == ("refund-bot", "Refund-Bot")
+    assert spell("REFUND-BOT") == "Refund-Bot"
+
+
+def test_a_spelling_once_given_is_kept_when_names_are_added() -> None:
+    """A reload that adds a spelling that sorts first does not change what was reported
+    (the ``agent`` label's series, and the findings behind them, stay one)."""
+    spell = Spellings(["refund-bot"])
+    spell.know(["REFUND-BOT"])
+    assert spell("Refund-Bot") == "refund-bot"
+    assert spell("REFUND-BOT") == "REFUND-BOT"  # a configured spelling is its own
+    spell.know(["Triage"])
+    assert spell("triage") == "Triage"

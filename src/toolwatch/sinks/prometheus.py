@@ -53,7 +53,7 @@ from toolwatch.model import (
     ToolTrace,
     Traffic,
 )
-from toolwatch.names import fold
+from toolwatch.names import Spellings
 from toolwatch.sinks.scrape_state import (
     BufferState,
     OthersCollector,
@@ -158,21 +158,21 @@ class LabelLimiter:
         self._cap = cap
         self._name = name  # named: the first value reported as _other is logged
         # folded: a value that is a known one trimmed and case-folded reports as the known
-        # spelling (the policy names agents so: "Refund-Bot" is the agent refund-bot).
-        self._spellings: dict[str, str] | None = None
-        if folded:
-            self._spellings = {}
-            self.know(())  # the first spelling in sorted order, as a reload keeps
+        # spelling (the policy names agents so: "Refund-Bot" is the agent refund-bot), as
+        # the findings name it (``Spellings``, the engine's too).
+        self._spellings = Spellings(self._known) if folded else None
         self.others = 0  # values reported as _other so far (each time)
 
     def __call__(self, value: str | None) -> str:
         """The label value to report for ``value`` (``None`` reports as ``""``)."""
-        if value is None or value in self._known or value in self._admitted:
+        if value is None or value in self._known:
             return value or ""
-        if self._spellings is not None:
-            spelled = self._spellings.get(fold(value))
+        if self._spellings is not None:  # before the admitted: a reload may name one
+            spelled = self._spellings.get(value)
             if spelled is not None:
                 return spelled
+        if value in self._admitted:
+            return value
         if (
             len(value) > _MAX_LABEL_VALUE_LENGTH
             or len(self._admitted) >= self._cap
@@ -194,8 +194,7 @@ class LabelLimiter:
         """Configured values added (a configuration reloaded): they always pass from now on."""
         self._known |= frozenset(values)
         if self._spellings is not None:
-            for value in sorted(self._known):
-                self._spellings.setdefault(fold(value), value)
+            self._spellings.know(self._known)
 
 
 class PairLimiter:

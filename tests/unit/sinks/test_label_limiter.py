@@ -36,6 +36,16 @@ def test_a_folded_limit_reports_a_known_names_other_spellings_as_it() -> None:
     assert both("Refund-BOT") == "Refund-Bot"
 
 
+def test_an_admitted_spelling_of_a_name_a_reload_configures_reports_as_configured() -> None:
+    """Seen before the configuration named it, ``Refund-Bot`` reports as ``refund-bot`` once
+    a reload names that agent, as every other spelling of it does (and as its findings name
+    it: ``names.Spellings``)."""
+    limit = LabelLimiter(cap=5, folded=True)
+    assert limit("Refund-Bot") == "Refund-Bot"
+    limit.know(["refund-bot"])
+    assert [limit(v) for v in ("Refund-Bot", "REFUND-BOT")] == ["refund-bot"] * 2
+
+
 def test_admitted_values_stay_admitted() -> None:
     limit = LabelLimiter(cap=2)
     assert [limit(v) for v in ("a", "b", "c", "a", "b")] == ["a", "b", OTHER, "a", "b"]
