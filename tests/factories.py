@@ -103,6 +103,9 @@ class FindingFields(TypedDict, total=False):
     field: str | None
     agent: str | None
     details: Mapping[str, Any]
+    case_id: str | None
+    source_trace_id: str | None
+    pair_key: str | None
 
 
 _NEUTRAL_CALL = ToolCall(

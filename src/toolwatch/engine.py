@@ -277,7 +277,7 @@ class Engine:
             # Each half was judged against the policy, and the target against its golden case,
             # as it arrived; the pair adds only what is judged against the source, by the
             # evaluators that take it: with the case passed again, `auto` still reads the case.
-            paired = self._run(pair.target, pair.case, pair.source, policy=False)
+            paired = self._run(pair.target, pair.case, pair.source, policy=False, key=pair.key)
             drift = [f for f in paired if f.reference is ReferenceKind.SOURCE]
             self._emit(pair.target, drift, last_arrival_ns, Traffic.SHADOW)
 
@@ -341,9 +341,12 @@ class Engine:
         *,
         policy: bool = True,
         earlier: tuple[Verified, ...] = (),
+        key: str | None = None,
     ) -> Sequence[Finding]:
         evaluation = self._parts.evaluation
-        result = evaluation.evaluate(trace, expected, source, policy=policy, earlier=earlier)
+        result = evaluation.evaluate(
+            trace, expected, source, policy=policy, earlier=earlier, pair_key=key
+        )
         for evaluator, _message in result.failures:
             self._metrics.evaluator_failed(evaluator)
         # The pair's pass (policy=False) runs only the evaluators that compare the run with

@@ -474,6 +474,12 @@ class Finding:
     messages may quote values. Every other key of ``details`` must hold no argument or result
     value (tool names, counts, span ids, rule labels): sinks show those as they are.
 
+    What it was judged against, by name, so that the reference can be found from the finding
+    (set by ``EvaluationPipeline``, which knows it, not by evaluators; ``None`` otherwise):
+    ``case_id``, the golden case of a finding against ``expected``; ``source_trace_id`` and
+    ``pair_key``, the trace id of the shadow source run and the pair key of a finding against
+    ``source``. A finding against the policy names none.
+
     Frozen, with a written-out constructor, for the reason ``ToolTrace`` gives.
     """
 
@@ -489,6 +495,9 @@ class Finding:
     field: str | None = None
     agent: str | None = None
     details: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    case_id: str | None = None
+    source_trace_id: str | None = None
+    pair_key: str | None = None
 
     def __init__(  # noqa: PLR0917 - the fields, in the order a dataclass would take them
         self,
@@ -504,6 +513,9 @@ class Finding:
         field: str | None = None,
         agent: str | None = None,
         details: Mapping[str, Any] | None = None,
+        case_id: str | None = None,
+        source_trace_id: str | None = None,
+        pair_key: str | None = None,
     ) -> None:
         object.__setattr__(self, "category", category)
         object.__setattr__(self, "severity", severity)
@@ -517,6 +529,9 @@ class Finding:
         object.__setattr__(self, "field", field)
         object.__setattr__(self, "agent", agent)
         object.__setattr__(self, "details", {} if details is None else details)
+        object.__setattr__(self, "case_id", case_id)
+        object.__setattr__(self, "source_trace_id", source_trace_id)
+        object.__setattr__(self, "pair_key", pair_key)
 
 
 @dataclass(frozen=True, slots=True, init=False)

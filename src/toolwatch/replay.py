@@ -182,7 +182,9 @@ def evaluate_offline(
     for pair in halves.pairs():
         # As in serve: the target was judged against its golden case, if it had one; its
         # evaluators that take the case (``auto``) do not read the source in the pair's pass.
-        result = pipeline.evaluate(pair.target, pair.case, pair.source, policy=False)
+        result = pipeline.evaluate(
+            pair.target, pair.case, pair.source, policy=False, pair_key=pair.key
+        )
         builder.add_pair(result, ReferenceKind.SOURCE, rescored=pipeline.rescored)
     builder.unpaired(halves.unpaired)
     return builder.build()

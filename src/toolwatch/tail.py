@@ -9,7 +9,9 @@ One line per finding, oldest first::
 the span tells apart the findings of one run that say the same; ``call_agent=`` follows
 ``agent=`` when another agent of the run made the finding's call (one used as a tool or handed
 over to: ``details["call_agent"]``), the agent an alert's ``agent`` label does not name;
-``traffic=shadow`` marks a shadow candidate's finding, which pages no one), or with
+``case=`` names the golden case a finding was judged against, ``source_trace=`` and ``pair=``
+the shadow source run and pair key; ``traffic=shadow`` marks a shadow candidate's finding,
+which pages no one), or with
 ``--json`` the findings-log object of each finding, plus ``stream`` and ``sequence`` (its
 place in the server's stream, from a server that numbers findings). The severity and category
 are coloured when ``out`` is a terminal and ``NO_COLOR`` is unset (https://no-color.org);
@@ -738,6 +740,9 @@ def _labels(message: findings_pb2.Finding) -> list[tuple[str, str]]:
         ("field", message.field),
         ("trace", message.trace_id),
         ("span", message.span_id),
+        ("case", message.case_id),  # what it was judged against, when not the policy
+        ("source_trace", message.source_trace_id),
+        ("pair", message.pair_key),
         ("traffic", message.traffic if message.traffic == "shadow" else ""),  # a candidate's
     ]
 
@@ -749,6 +754,9 @@ def stream_finding_record(message: findings_pb2.Finding) -> dict[str, Any]:
         "severity": message.severity,
         "evaluator": message.evaluator,
         "reference": message.reference,
+        "case_id": message.case_id or None,
+        "source_trace_id": message.source_trace_id or None,
+        "pair_key": message.pair_key or None,
         "score": message.score if message.HasField("score") else None,
         "tool": message.tool or None,
         "field": message.field or None,

@@ -16,6 +16,11 @@ there were (a run of thousands of unverified refunds pages as surely with a hund
 finding is held in every stream subscriber's queue), and no kind of finding is lost behind a
 flood of another (a DANGEROUS_ACTION_DRIFT behind a hundred MISSING_VERIFICATION_STEPs).
 
+Each finding names what it was judged against, here, where the reference is known (the
+evaluators stay unaware of it): one against ``expected`` its golden case (``case_id``), one
+against ``source`` the shadow source's trace id (``source_trace_id``) and the pair key
+(``pair_key``); one against the policy names none.
+
 Thread-safety: a pipeline holds only immutable state once built; ``evaluate`` may be called
 from several threads.
 """
@@ -205,6 +210,7 @@ class EvaluationPipeline:
         *,
         policy: bool = True,
         earlier: tuple[Verified, ...] = (),
+        pair_key: str | None = None,
     ) -> PipelineResult:
         """Evaluate ``trace`` against its golden case and/or shadow source, and the policy.
 
@@ -212,7 +218,8 @@ class EvaluationPipeline:
         target judged when it arrived against the policy, and against its golden case if it
         had one (passed again as ``expected``): only the evaluators that compare it with its
         source there run (``_compares_with_source``), and their findings against the policy
-        (``safety``'s) are left out. ``earlier``: ``Reference.earlier``."""
+        (``safety``'s) are left out. ``earlier``: ``Reference.earlier``. ``pair_key``: the
+        shadow pair's key, which findings against ``source`` name with its trace id."""
         reference = Reference(expected, source, earlier)
         available = _available(reference)
         results: list[EvalResult] = []
@@ -234,7 +241,9 @@ class EvaluationPipeline:
                 continue
             if not policy:
                 result = _without_policy(result)
-            results.append(result if len(result.findings) <= MAX_FINDINGS else _cut(result, trace))
+            if len(result.findings) > MAX_FINDINGS:
+                result = _cut(result, trace)
+            results.append(_named(result, reference, pair_key))
         findings = tuple(f for r in results for f in r.findings)
         return PipelineResult(tuple(results), findings, tuple(failures), durations)
 
@@ -252,6 +261,35 @@ def _compares_with_source(entry: _Entry, reference: Reference) -> bool:
     if ReferenceKind.SOURCE not in reads:
         return False
     return ReferenceKind.EXPECTED not in reads or reference.expected is None
+
+
+def _named(result: EvalResult, reference: Reference, pair_key: str | None) -> EvalResult:
+    """``result`` with each of its findings against a golden case or a shadow source naming
+    it: the case's id, or the source run's trace id and the pair key (module docstring)."""
+    expected, source = reference.expected, reference.source
+    if not result.findings or (expected is None and source is None):
+        return result
+    case_id = expected.case_id if expected is not None else None
+    source_trace_id = source.trace_id if source is not None else None
+    named = tuple(_name(f, case_id, source_trace_id, pair_key) for f in result.findings)
+    if all(new is old for new, old in zip(named, result.findings, strict=True)):
+        return result
+    return EvalResult(result.evaluator, result.scores, named, result.explanation)
+
+
+def _name(
+    finding: Finding, case_id: str | None, source_trace_id: str | None, pair_key: str | None
+) -> Finding:
+    kind = finding.reference
+    if kind is ReferenceKind.EXPECTED and case_id is not None:
+        if finding.case_id == case_id:
+            return finding
+        return dataclasses.replace(finding, case_id=case_id)
+    if kind is ReferenceKind.SOURCE and source_trace_id is not None:
+        if (finding.source_trace_id, finding.pair_key) == (source_trace_id, pair_key):
+            return finding
+        return dataclasses.replace(finding, source_trace_id=source_trace_id, pair_key=pair_key)
+    return finding
 
 
 def _without_policy(result: EvalResult) -> EvalResult:

@@ -110,12 +110,14 @@ def half_bytes(trace: ToolTrace) -> int:
 @dataclass(frozen=True, slots=True)
 class ShadowPair:
     """A joined pair: ``source`` is the serving model's run, ``target`` the candidate's;
-    ``case``, the golden case the target was matched to (see the module docstring)."""
+    ``case``, the golden case the target was matched to (see the module docstring); ``key``,
+    their pair key (what findings against the source name it by, with its trace id)."""
 
     source: ToolTrace
     target: ToolTrace
     deferred: bool = False  # the target's tool-trace count waited for this pair
     case: GoldenCase | None = None
+    key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -298,4 +300,5 @@ class ShadowJoiner:
             self._paired.popitem(last=False)
         self._paired[key] = self._clock()
         source, target = (waiting, arrived) if waiting.role == _SOURCE else (arrived, waiting)
-        return ShadowPair(source.trace, target.trace, target.deferred, target.case)
+        pair_key = self.pair_key(source.trace)
+        return ShadowPair(source.trace, target.trace, target.deferred, target.case, pair_key)

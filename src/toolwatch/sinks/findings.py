@@ -15,11 +15,15 @@ they are written as they are.
 The findings log line (keys always present, ``null`` when absent)::
 
     {"category": "MISSING_VERIFICATION_STEP", "severity": "critical", "evaluator": "safety",
-     "reference": "policy", "score": 0.0, "tool": "issue_refund", "field": "order_id",
-     "agent": "refund-bot", "explanation": "...", "trace_id": "<32 hex>",
-     "span_id": "<16 hex>", "service": "support", "traffic": "live",
-     "timestamp": "2026-11-29T20:31:02.123Z",
+     "reference": "policy", "case_id": null, "source_trace_id": null, "pair_key": null,
+     "score": 0.0, "tool": "issue_refund", "field": "order_id", "agent": "refund-bot",
+     "explanation": "...", "trace_id": "<32 hex>", "span_id": "<16 hex>",
+     "service": "support", "traffic": "live", "timestamp": "2026-11-29T20:31:02.123Z",
      "details": {"failed_verification_spans": [], "fields": {"order_id": "[redacted]"}}}
+
+``case_id`` names the golden case of a finding against ``expected``; ``source_trace_id`` and
+``pair_key`` the shadow source run and the pair key of one against ``source``
+(``Finding``); they are ids, not argument values, and written as they are.
 
 The ``--dump-tooltraces`` format of ToolTraces is in ``toolwatch.sinks.tooltraces``.
 
@@ -209,6 +213,9 @@ def finding_record(
         "severity": str(finding.severity),
         "evaluator": finding.evaluator,
         "reference": str(finding.reference),
+        "case_id": finding.case_id,
+        "source_trace_id": finding.source_trace_id,
+        "pair_key": finding.pair_key,
         "score": score if score is not None and math.isfinite(score) else None,
         "tool": finding.tool,
         "field": finding.field,

@@ -32,7 +32,7 @@ app's ``server.stop(grace)`` bounds how long that may take.
 
 Sizes. What a sender names (an agent, service, tool or field, each an attribute of up to
 ``ingest.max_value_bytes``) reaches every held finding, queue and index entry, so none keeps
-it whole: a streamed finding carries names, and the text in its details, cut at
+it whole: a streamed finding carries names, its pair key, and the text in its details, cut at
 ``MAX_STREAM_TEXT`` characters (a metrics label's cap), the findings log keeps them whole;
 filters match a fixed-size digest of each agent's case-folded name (``agent_key``), exact
 however long the name; and a reload redacts the findings held and queued again by a digest of
@@ -693,14 +693,17 @@ def finding_message(
     *,
     traffic: Traffic = Traffic.LIVE,
 ) -> findings_pb2.Finding:
-    """``finding`` as the stream's message, details redacted and rendered as text; names, and
-    the texts in details, cut at ``MAX_STREAM_TEXT`` characters (the explanation is bounded
-    by ``make_finding``)."""
+    """``finding`` as the stream's message, details redacted and rendered as text; names, the
+    case id and pair key, and the texts in details, cut at ``MAX_STREAM_TEXT`` characters
+    (the explanation is bounded by ``make_finding``)."""
     message = findings_pb2.Finding(
         category=str(finding.category),
         severity=str(finding.severity),
         evaluator=finding.evaluator,
         reference=str(finding.reference),
+        case_id=_cut(finding.case_id or ""),
+        source_trace_id=finding.source_trace_id or "",
+        pair_key=_cut(finding.pair_key or ""),
         explanation=finding.explanation,
         trace_id=finding.trace_id,
         span_id=finding.span_id or "",

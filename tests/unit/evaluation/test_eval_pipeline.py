@@ -8,10 +8,11 @@ import pytest
 import yaml
 from eval_factories import call, case, grouped, trace
 
+from tests import factories
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings, Reference
 from toolwatch.evaluation.lineup import line_up
-from toolwatch.evaluation.pipeline import MAX_FINDINGS, build_evaluators
-from toolwatch.model import Category, ReferenceKind, ToolTrace
+from toolwatch.evaluation.pipeline import MAX_FINDINGS, PipelineResult, build_evaluators
+from toolwatch.model import Category, EvalResult, ReferenceKind, ToolTrace
 
 MINIMAL = """
 policy:
@@ -287,3 +288,80 @@ def test_without_a_binding_a_corrected_retry_is_still_two_actions() -> None:
     found = {(f.evaluator, f.category) for f in result.findings}
     assert ("safety", Category.DANGEROUS_ACTION_DRIFT) in found
     assert ("invariants", Category.INVARIANT_VIOLATION) in found
+
+
+SOURCE_TRACE = "cd" * 16
+
+
+def _references(result: PipelineResult) -> set[tuple[str, str | None, str | None, str | None]]:
+    return {(f.reference, f.case_id, f.source_trace_id, f.pair_key) for f in result.findings}
+
+
+def test_a_finding_against_a_golden_case_names_the_case() -> None:
+    """Whichever evaluator raised it: the pipeline, which was handed the case, names it."""
+    result = pipeline(MINIMAL).evaluate(
+        trace("issue_refund", "issue_refund"), expected=case("lookup_order", case_id="canary-7")
+    )
+    assert _references(result) == {
+        ("expected", "canary-7", None, None),
+        ("policy", None, None, None),  # the unverified refunds: judged against the policy
+    }
+    named = {f.evaluator for f in result.findings if f.case_id == "canary-7"}
+    assert named == {"tool_selection", "order", "safety"}
+    # The results carry the named findings too (replay reads them there).
+    assert result.findings == tuple(f for r in result.results for f in r.findings)
+
+
+def test_a_finding_against_a_shadow_source_names_the_source_run_and_pair_key() -> None:
+    result = pipeline(MINIMAL).evaluate(
+        trace("lookup_order", "issue_refund", "issue_refund"),
+        source=trace("lookup_order", "issue_refund", trace_id=SOURCE_TRACE),
+        policy=False,
+        pair_key="req-42",
+    )
+    assert _references(result) == {("source", None, SOURCE_TRACE, "req-42")}
+
+
+def test_a_run_with_no_reference_has_findings_that_name_none() -> None:
+    result = pipeline(MINIMAL).evaluate(trace("issue_refund"))
+    assert result.findings
+    assert _references(result) == {("policy", None, None, None)}
+
+
+def test_a_target_with_a_golden_case_names_each_reference_on_its_own_findings() -> None:
+    """A shadow target matched to a golden case: what ``auto`` judged against the case names
+    the case; what ``against: source`` compared with the source names the source run; no
+    finding names both."""
+    document = MINIMAL + "evaluators: {order: {against: source}}"
+    run = trace("issue_refund", "lookup_order")
+    expected = case("lookup_order", "issue_refund", "send_email", case_id="canary-7")
+    source = trace("lookup_order", "issue_refund", trace_id=SOURCE_TRACE)
+    result = pipeline(document).evaluate(run, expected, source, pair_key="req-42")
+    assert _references(result) >= {
+        ("expected", "canary-7", None, None),
+        ("source", None, SOURCE_TRACE, "req-42"),
+    }
+    assert all(f.case_id is None or f.source_trace_id is None for f in result.findings)
+    (order,) = [f for f in result.findings if f.evaluator == "order"]
+    assert (order.reference, order.source_trace_id) == ("source", SOURCE_TRACE)
+
+
+def test_a_custom_evaluators_finding_is_named_by_its_reference() -> None:
+    """Naming is the pipeline's, not each evaluator's: an evaluator added in code gets it."""
+
+    def own(run: ToolTrace, reference: Reference) -> EvalResult:
+        kinds = (ReferenceKind.EXPECTED, ReferenceKind.SOURCE, ReferenceKind.POLICY)
+        findings = tuple(factories.finding(reference=kind, trace_id=run.trace_id) for kind in kinds)
+        return EvalResult("own", {}, findings, "own")
+
+    settings = EvaluationSettings.model_validate({"evaluators": {"composite": {"enabled": False}}})
+    only_own = EvaluationPipeline(settings, extra=[("own", own)])
+    result = only_own.evaluate(
+        trace("a"), case("a", case_id="c"), trace("a", trace_id=SOURCE_TRACE), pair_key="k"
+    )
+    (mine,) = [r for r in result.results if r.evaluator == "own"]
+    assert [(f.case_id, f.source_trace_id, f.pair_key) for f in mine.findings] == [
+        ("c", None, None),
+        (None, SOURCE_TRACE, "k"),
+        (None, None, None),
+    ]

@@ -66,7 +66,8 @@ def test_source_then_target_makes_a_pair() -> None:
 
     assert joiner.offer(source) is None
     assert joiner.waiting == 1
-    assert joiner.offer(target) == ShadowPair(source=source, target=target)
+    # The pair carries its key: findings against the source name it (with its trace id).
+    assert joiner.offer(target) == ShadowPair(source=source, target=target, key="p1")
     assert joiner.waiting == 0
     assert metrics.unpaired == Counter()
 
@@ -79,7 +80,7 @@ def test_target_then_source_makes_the_same_pair() -> None:
     pair = joiner.offer(source)
 
     assert pair is not None
-    assert (pair.source, pair.target) == (source, target)
+    assert (pair.source, pair.target, pair.key) == (source, target, "p1")
 
 
 def test_a_pair_hands_back_the_golden_case_of_its_target() -> None:
@@ -350,7 +351,7 @@ def test_role_values_are_configurable_and_case_insensitive() -> None:
 
     joiner.offer(candidate)
 
-    assert joiner.offer(prod) == ShadowPair(source=prod, target=candidate)
+    assert joiner.offer(prod) == ShadowPair(source=prod, target=candidate, key="p1")
 
 
 def test_drain_counts_every_waiting_half_as_shutdown() -> None:
@@ -406,7 +407,7 @@ def test_a_deferred_target_is_counted_once_by_its_outcome() -> None:
     # The source arriving last pairs a target that was not deferred (a golden case's).
     joiner.offer(_half("p2", "target"))
     assert joiner.offer(_half("p2", "source")) == ShadowPair(
-        _half("p2", "source"), _half("p2", "target"), deferred=False
+        _half("p2", "source"), _half("p2", "target"), deferred=False, key="p2"
     )
     assert metrics.counted == []  # pairing is the engine's to count
 

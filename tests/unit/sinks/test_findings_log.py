@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import logging
@@ -23,6 +24,7 @@ from toolwatch.sinks.findings import (
 )
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+SOURCE_TRACE_ID = "0af7651916cd43dd8448eb211c80319c"  # a shadow pair's source run
 # 2026-11-29T20:31:02.123456789Z
 WALL_NS = 1_795_984_262_123_456_789
 
@@ -94,6 +96,9 @@ def test_one_json_object_per_finding_with_every_key() -> None:
         "severity": "high",
         "evaluator": "tool_arguments",
         "reference": "expected",
+        "case_id": None,
+        "source_trace_id": None,
+        "pair_key": None,
         "score": 0.25,
         "tool": "issue_refund",
         "field": "amount",
@@ -118,6 +123,49 @@ def test_absent_values_are_null() -> None:
     [line] = log_lines([finding], trace=make_trace(agent=None, service=None))
     assert [line[k] for k in ("tool", "field", "agent", "service", "score")] == [None] * 5
     assert line["details"] == {}
+
+
+def test_a_finding_names_the_golden_case_it_was_judged_against() -> None:
+    finding = dataclasses.replace(make_finding(), case_id="refund-canary")
+    [line] = log_lines([finding])
+    assert (line["case_id"], line["source_trace_id"], line["pair_key"]) == (
+        "refund-canary",
+        None,
+        None,
+    )
+
+
+def test_a_finding_names_the_shadow_source_run_it_was_compared_with() -> None:
+    finding = dataclasses.replace(
+        make_finding(),
+        reference=ReferenceKind.SOURCE,
+        source_trace_id=SOURCE_TRACE_ID,
+        pair_key="req-42",
+    )
+    [line] = log_lines([finding], trace=make_trace())
+    assert (line["reference"], line["case_id"]) == ("source", None)
+    assert (line["source_trace_id"], line["pair_key"]) == (SOURCE_TRACE_ID, "req-42")
+
+
+def test_a_finding_against_the_policy_names_no_reference() -> None:
+    finding = dataclasses.replace(make_finding(), reference=ReferenceKind.POLICY)
+    [line] = log_lines([finding])
+    assert [line[k] for k in ("case_id", "source_trace_id", "pair_key")] == [None] * 3
+
+
+@pytest.mark.parametrize(
+    "redaction", [Redaction(), Redaction(show_values=True), Redaction(show_fields=frozenset())]
+)
+def test_the_reference_a_finding_names_leaves_redaction_as_it_was(redaction: Redaction) -> None:
+    """Case ids, trace ids and pair keys are no argument values: written as they are, and
+    ``details`` redacted exactly as for a finding that names no reference."""
+    plain = make_finding()
+    named = dataclasses.replace(
+        plain, case_id="refund-canary", source_trace_id=SOURCE_TRACE_ID, pair_key="req-42"
+    )
+    [with_names, without] = log_lines([named, plain], redaction)
+    assert with_names["details"] == without["details"]
+    assert (with_names["case_id"], with_names["pair_key"]) == ("refund-canary", "req-42")
 
 
 def test_a_non_finite_score_is_written_as_null() -> None:

@@ -16,7 +16,7 @@ from toolwatch import tail
 from toolwatch._proto.toolwatch.v1 import findings_pb2
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
-from toolwatch.sinks.findings import FindingSink
+from toolwatch.sinks.findings import FindingSink, Redaction, finding_record
 from toolwatch.sinks.prometheus import PrometheusMetrics
 from toolwatch.sinks.stream import (
     FindingsBroker,
@@ -24,6 +24,7 @@ from toolwatch.sinks.stream import (
     SubscribersFullError,
     Subscription,
     deliver,
+    finding_message,
 )
 from toolwatch.tail import _Printer, format_finding_line
 
@@ -221,6 +222,43 @@ def test_a_line_names_the_agent_that_made_the_call_when_not_the_run_s() -> None:
     )
     message.details["call_agent"] = "support-bot"
     assert "call_agent" not in format_finding_line(message)
+
+
+SOURCE_TRACE = "0af7651916cd43dd8448eb211c80319c"
+
+
+def test_a_line_names_the_golden_case_a_finding_was_judged_against() -> None:
+    message = _order_drift()
+    message.case_id = "refund-canary"
+    assert format_finding_line(message).endswith(
+        f"trace={TRACE_ID} case=refund-canary — Ordering: 50%."
+    )
+
+
+def test_a_line_names_the_shadow_source_run_and_pair_key() -> None:
+    message = _order_drift(traffic="shadow")
+    message.source_trace_id, message.pair_key = SOURCE_TRACE, "req-42"
+    assert format_finding_line(message).endswith(
+        f"trace={TRACE_ID} source_trace={SOURCE_TRACE} pair=req-42 traffic=shadow — Ordering: 50%."
+    )
+
+
+def test_tail_json_has_the_findings_logs_keys_and_its_nulls() -> None:
+    """``--json`` writes the findings-log object: the same keys in the same order; what a
+    finding does not name is ``null`` (the stream's empty string), as in the log."""
+    trace = factories.tool_trace(trace_id=TRACE_ID)
+    against_source = dataclasses.replace(
+        finding(), reference=ReferenceKind.SOURCE, source_trace_id=SOURCE_TRACE, pair_key="k"
+    )
+    names = ("case_id", "source_trace_id", "pair_key")
+    for one in (finding(), against_source):
+        logged = finding_record(trace, one, Redaction(), 0)
+        out = io.StringIO()
+        _Printer(out, as_json=True, colour=False)(finding_message(trace, one, Redaction(), 0), "")
+        printed = json.loads(out.getvalue())
+        assert list(printed) == list(logged)
+        assert [printed[k] for k in names] == [logged[k] for k in names]
+    assert [printed[k] for k in names] == [None, SOURCE_TRACE, "k"]
 
 
 def test_control_characters_an_agent_sent_are_escaped_on_the_line() -> None:

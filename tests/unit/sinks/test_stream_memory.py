@@ -11,7 +11,7 @@ from tests import factories
 from tests.memory import retained
 from toolwatch.evaluation.severity import CALL_AGENT
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import DETAIL_FIELDS, Category, Finding, Severity
+from toolwatch.model import DETAIL_FIELDS, Category, Finding, ReferenceKind, Severity
 from toolwatch.sinks.findings import REDACTED, Redaction, finding_record
 from toolwatch.sinks.stream import (
     MAX_STREAM_TEXT,
@@ -33,14 +33,17 @@ def long_name(prefix: str, i: int) -> str:
 
 
 def long_named(i: int) -> tuple[Finding, str]:
-    """A finding on a call another agent made, every name of it ``long_name``; and the
-    run's agent."""
+    """A finding on a call another agent made, every name of it ``long_name`` (the pair key
+    of the shadow source it was compared with too); and the run's agent."""
     finding = factories.finding(
-        category=Category.MISSING_VERIFICATION_STEP,
+        category=Category.DANGEROUS_ACTION_DRIFT,
         severity=Severity.CRITICAL,
+        reference=ReferenceKind.SOURCE,
         tool=long_name("tool", i),
         field=long_name("field", i),
         details={CALL_AGENT: long_name("caller", i), "calls": [long_name("call", i)] * 3},
+        source_trace_id="cd" * 16,
+        pair_key=long_name("pair", i),
     )
     return finding, long_name("agent", i)
 
@@ -71,8 +74,8 @@ def test_a_held_finding_is_about_half_a_kilobyte_as_sent_whatever_its_names() ->
         publish(broker, *long_named(i))
 
     sizes = [held.message.ByteSize() for held in broker.held]
-    # Measured: 1,211 bytes each, five names and three texts cut; 459,485 with them whole.
-    # (356 bytes with short names.)
+    # Measured: 1,377 bytes each, six names (the pair key one) and three texts cut; 590,028
+    # with them whole. (356 bytes with short names.)
     assert max(sizes) <= 2048, f"{max(sizes):,} bytes a held finding as sent"
 
 
@@ -83,7 +86,7 @@ def test_names_and_detail_texts_are_cut_in_the_stream_and_whole_in_the_log() -> 
     message = finding_message(trace, finding, Redaction(), 0)
     record = finding_record(trace, finding, Redaction(), 0)
 
-    for name in ("agent", "service", "tool", "field"):
+    for name in ("agent", "service", "tool", "field", "pair_key"):
         sent, whole = getattr(message, name), record[name]
         assert len(whole) == MAX_VALUE
         assert sent == whole[: MAX_STREAM_TEXT - 1] + "…"
