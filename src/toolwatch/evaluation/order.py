@@ -16,9 +16,11 @@ order. So the same parallel calls started the other way round are not drift, nor
 called before its group and again in it.
 
 One TOOL_ORDER_DRIFT finding per run below ``threshold`` (default 1.0), naming the first
-position where the sequences, so lined up, diverge. A golden case whose own ``mode`` is
-unordered (``expected_set``, ``set``, ``first``: its author said the order does not matter)
-is not judged for order.
+position where the sequences, so lined up, diverge: its ``span_id`` and ``tool`` are the
+run's call there (the call out of place, "called send_email"), or, where the run ended
+before the reference did, no span and the reference's tool it did not call. A golden case
+whose own ``mode`` is unordered (``expected_set``, ``set``, ``first``: its author said the
+order does not matter) is not judged for order.
 """
 
 from __future__ import annotations
@@ -131,6 +133,8 @@ class Order:
             explanation=f"{text[:-1]}, first divergence at call {number}: "
             f"{base.noun} {expected or '(none)'}, called {actual or '(none)'}.",
             call=lined.calls[at] if actual is not None else None,
-            tool=expected or actual,
+            # The call named, as span_id names it (the page's tool label): not the tool the
+            # reference expected there, which the run may well have called, in its place.
+            tool=actual or expected,
             details={base.noun: list(reference), "actual": list(names)},
         )

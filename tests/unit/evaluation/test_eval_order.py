@@ -13,7 +13,7 @@ from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.composite import Composite
 from toolwatch.evaluation.order import Order, first_divergence, order_score
 from toolwatch.evaluation.settings import CompositeSettings, OrderSettings, ToolArgumentsSettings
-from toolwatch.model import Category, ReferenceKind, ToolCall, ToolTrace
+from toolwatch.model import Category, GoldenCase, ReferenceKind, ToolCall, ToolTrace
 from toolwatch.names import NameNormalizer
 
 EXPECTED, SOURCE = ReferenceKind.EXPECTED, ReferenceKind.SOURCE
@@ -48,13 +48,16 @@ def test_first_divergence() -> None:
 
 
 def test_drift_finding_points_at_the_first_divergence() -> None:
+    """The finding's span, tool and explanation name one call: the run's call out of place
+    (c, span s1). Its tool was b, the tool expected there: the page's tool label, and its
+    dashboard link, named a tool the run called in its place while the span was c's."""
     evaluator = Order(OrderSettings(), NameNormalizer())
     result = evaluator(trace("a", "c", "b"), Reference(expected=case("a", "b", "c")))
     assert result is not None
     assert result.explanation == "Ordering: 67% (2/3 expected calls in order)."
     (finding,) = result.findings
     assert finding.category is Category.TOOL_ORDER_DRIFT
-    assert (finding.span_id, finding.tool) == ("s1", "b")
+    assert (finding.span_id, finding.tool) == ("s1", "c")
     assert finding.explanation == (
         "Ordering: 67% (2/3 expected calls in order), first divergence at call 2: "
         "expected b, called c."
@@ -100,8 +103,42 @@ def test_drift_in_a_parallel_run_names_the_call_that_diverges() -> None:
     result = Order(OrderSettings(), NameNormalizer())(run, Reference(expected=case("a", "b", "c")))
     assert result is not None
     (finding,) = result.findings
-    assert (finding.span_id, finding.tool) == ("s0", "b")
+    assert (finding.span_id, finding.tool) == ("s0", "c")
     assert finding.details == {"expected": ["a", "b", "c"], "actual": ["a", "c", "b"]}
+
+
+def test_a_run_that_stops_short_names_the_expected_call_it_never_made() -> None:
+    """No call of the run stands at the divergence: no span, and the tool is the one the
+    reference expected there, as the explanation says."""
+    result = Order(OrderSettings(), NameNormalizer())(
+        trace("a", "b"), Reference(expected=case("a", "b", "c"))
+    )
+    assert result is not None
+    (finding,) = result.findings
+    assert (finding.span_id, finding.tool) == (None, "c")
+    assert finding.explanation.endswith("first divergence at call 3: expected c, called (none).")
+
+
+@pytest.mark.parametrize(
+    ("run", "reference"),
+    [
+        (
+            trace("send_email", "lookup_order", "issue_refund"),
+            case("lookup_order", "issue_refund", "send_email"),
+        ),
+        (trace("a", "c", "x", "b"), case("a", "b", "c")),
+        (trace("b", "a"), case("a", "b", "c")),
+    ],
+)
+def test_the_drift_findings_tool_is_its_spans(run: ToolTrace, reference: GoldenCase) -> None:
+    """Whatever the divergence, ``tool`` is the tool of the call ``span_id`` names, and the
+    one the explanation says was called."""
+    result = Order(OrderSettings(), NameNormalizer())(run, Reference(expected=reference))
+    assert result is not None
+    (finding,) = result.findings
+    (named,) = [c for c in run.calls if c.span_id == finding.span_id]
+    assert finding.tool == named.tool_name
+    assert f"called {named.tool_name}." in finding.explanation
 
 
 def test_calls_nested_in_a_parallel_call_move_with_its_group() -> None:
