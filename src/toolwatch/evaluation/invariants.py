@@ -7,7 +7,9 @@
   such call); as in ``safety``, a ``before`` issued in the same parallel group (or nested in a
   call issued in it) is not earlier, since neither saw the other's result;
 - ``call_count``: one violation when the number of calls is outside ``[min, max]``; a failed
-  call made again (``loops.retried``) counts once with its retry, as one action;
+  call made again (``loops.retried``) counts once with its retry, as one action. Over the
+  maximum, the violation is on the first call over it, so counted (of an action that
+  failed and was made again, its last attempt); under the minimum, on the first call;
 - ``arguments``: one violation per call whose arguments fail the JSON Schema (unparsable
   arguments are validated as the raw string, so a schema of ``type: object`` rejects them;
   a call recorded without arguments, with content capture off, is not judged).
@@ -263,22 +265,53 @@ def _counted(
 ) -> list[Violation]:
     tool = normalize(rule.tool)
     count = names.count(tool)
-    again = 0
+    made_again: frozenset[int] = frozenset()
     if isinstance(rule, CallCountRule) and count:
         # A failed call made again is one action: a refund that failed and was retried is
         # not two refunds. (A forbidden tool's failed attempt still counts: it was tried.)
-        again = sum(1 for i in retried(calls, names, bound) if names[i] == tool)
-        count -= again
+        made_again = frozenset(i for i in retried(calls, names, bound) if names[i] == tool)
+    again = len(made_again)
+    count -= again
     problem = _count_problem(rule, tool, count, complete=complete)
     if problem is None:
         return []
-    first = calls[names.index(tool)] if tool in names else None
+    named = _over(rule, tool, calls, names, made_again)
     details: dict[str, Any] = {"count": count}
     if again:
         details["retried_failures"] = again
         problem += f" (and {again} failed call{'s' if again != 1 else ''} made again)"
     text = f"{label}: {problem}"
-    return [Violation(rule, label, text, first, tool, details=details)]
+    return [Violation(rule, label, text, named, tool, details=details)]
+
+
+def _over(
+    rule: ForbiddenRule | RequiredRule | CallCountRule,
+    tool: str,
+    calls: Sequence[ToolCall],
+    names: Sequence[str],
+    made_again: frozenset[int],
+) -> ToolCall | None:
+    """The call a violation of ``rule`` names: past a ``call_count`` maximum, the first
+    action over it, counted as the rule counts (``made_again``: failed calls of ``tool``
+    made again, each one action with its retry), and of that action the call counted, its
+    last attempt (the one that may have gone through, as ``safety`` flags a dangerous call
+    beyond its reference's); else the first call of ``tool`` (a forbidden tool's first
+    attempt; a minimum missed), ``None`` when there is none."""
+    limit = rule.max if isinstance(rule, CallCountRule) else None
+    counted = 0
+    first = None
+    for i, name in enumerate(names):  # not zip(strict=True): generic in compiled code
+        if name != tool:
+            continue
+        if first is None:
+            first = calls[i]
+        if limit is None:
+            break
+        if i not in made_again:
+            counted += 1
+            if counted > limit:
+                return calls[i]
+    return first
 
 
 def _count_problem(

@@ -173,6 +173,75 @@ def test_a_failed_call_made_again_counts_once_with_its_retry() -> None:
     )
 
 
+def test_a_call_count_over_its_maximum_names_the_first_call_over_it() -> None:
+    """Counted as the rule counts: the refund of A1 failed and was made again (one action),
+    so the call over a maximum of 1 is B2's, the third; not the first, which failed."""
+    rule = {"kind": "call_count", "tool": "issue_refund", "max": 1}
+    run = trace(
+        call("issue_refund", {"order_id": "A1"}, index=0, ok=False),
+        call("issue_refund", {"order_id": "A1"}, index=1),
+        call("issue_refund", {"order_id": "B2"}, index=2),
+        call("issue_refund", {"order_id": "C3"}, index=3),
+    )
+    result = evaluate(run, rule)
+    assert result is not None
+    (finding,) = result.findings
+    assert (finding.span_id, finding.details["count"]) == ("s2", 3)
+
+
+def test_an_action_over_the_maximum_is_named_by_its_last_attempt() -> None:
+    """B2's refund failed, then was made again: of that action, the call counted is the
+    retry, the one that may have gone through (as ``safety``'s drift names it)."""
+    rule = {"kind": "call_count", "tool": "issue_refund", "max": 1}
+    run = trace(
+        call("issue_refund", {"order_id": "A1"}, index=0),
+        call("issue_refund", {"order_id": "B2"}, index=1, ok=False),
+        call("issue_refund", {"order_id": "B2"}, index=2),
+    )
+    result = evaluate(run, rule)
+    assert result is not None
+    (finding,) = result.findings
+    assert finding.span_id == "s2"
+
+
+def test_a_call_count_of_zero_names_the_first_action() -> None:
+    rule = {"kind": "call_count", "tool": "delete_account", "max": 0}
+    run = trace(
+        call("search", index=0),
+        call("delete_account", {"id": 1}, index=1, ok=False),
+        call("delete_account", {"id": 1}, index=2),
+    )
+    result = evaluate(run, rule)
+    assert result is not None
+    (finding,) = result.findings
+    assert finding.span_id == "s2"
+
+
+def test_a_call_count_under_its_minimum_names_the_first_call() -> None:
+    rule = {"kind": "call_count", "tool": "lookup_order", "min": 2}
+    result = evaluate(trace("search", "lookup_order", "lookup_order"), rule)
+    assert result is not None
+    assert result.findings == ()
+    short = evaluate(trace("search", "lookup_order"), rule)
+    assert short is not None
+    (finding,) = short.findings
+    assert finding.span_id == "s1"
+    none = evaluate(trace("search"), rule)
+    assert none is not None
+    (missing,) = none.findings
+    assert missing.span_id is None
+
+
+def test_a_forbidden_tool_is_named_by_its_first_attempt() -> None:
+    """Forbidden: tried is broken, so the first call, even one that failed."""
+    rule = {"kind": "forbidden", "tool": "delete_account"}
+    run = trace(call("delete_account", index=0, ok=False), call("delete_account", index=1))
+    result = evaluate(run, rule)
+    assert result is not None
+    (finding,) = result.findings
+    assert finding.span_id == "s0"
+
+
 @pytest.mark.parametrize("failed_first", [True, False])
 def test_identical_calls_issued_together_are_not_a_retry(failed_first: bool) -> None:
     """Neither saw the other's result: two refunds, whichever failed."""
