@@ -1357,18 +1357,26 @@ def metric_label_values(server: RunningServer) -> set[str]:
     [
         (
             [],
-            {"failed_verification_spans": [], "fields": {"order_id": REDACTED}},
-            {"failed_verification_spans": "[]", "fields": '{"order_id":"[redacted]"}'},
+            {"failed_verification_spans": [], "fields": {"order_id": REDACTED}, "outcome": "ok"},
+            {
+                "failed_verification_spans": "[]",
+                "fields": '{"order_id":"[redacted]"}',
+                "outcome": "ok",
+            },
         ),
         (
             ["issue_refund.order_id"],
-            {"failed_verification_spans": [], "fields": {"order_id": "A-1001"}},
-            {"failed_verification_spans": "[]", "fields": '{"order_id":"A-1001"}'},
+            {"failed_verification_spans": [], "fields": {"order_id": "A-1001"}, "outcome": "ok"},
+            {"failed_verification_spans": "[]", "fields": '{"order_id":"A-1001"}', "outcome": "ok"},
         ),
         (
             ["issue_refund.value", "fields"],
-            {"failed_verification_spans": [], "fields": {"order_id": REDACTED}},
-            {"failed_verification_spans": "[]", "fields": '{"order_id":"[redacted]"}'},
+            {"failed_verification_spans": [], "fields": {"order_id": REDACTED}, "outcome": "ok"},
+            {
+                "failed_verification_spans": "[]",
+                "fields": '{"order_id":"[redacted]"}',
+                "outcome": "ok",
+            },
         ),
     ],
 )

@@ -27,8 +27,11 @@ names them; a rule with nothing else to judge does not apply to it. What it did 
 judged as on any run: ``forbidden``, a ``call_count`` maximum, ``order`` and ``arguments``.
 
 Each violation is an INVARIANT_VIOLATION with reference ``policy`` and the rule's ``severity``
-raised to the evaluator's floor. ``score`` is the share of applicable rules with no violation
-(rules counted one by one: two unnamed rules on one tool share a label, not a verdict).
+raised to the evaluator's floor. One on a call of a dangerous tool says what became of the
+call, as ``safety``'s findings do (``severity.call_outcome``: ``details.outcome``, and the
+explanation's end when it failed or never ran). ``score`` is the share of applicable rules
+with no violation (rules counted one by one: two unnamed rules on one tool share a label,
+not a verdict).
 A rule limited to ``agents`` judges only the calls those agents made (a call's ``agent``, else
 the run's), so a nested agent's calls follow its own rules and not its caller's, but for an
 ``order`` rule's ``before``: any call of the run that could inform the agents' ``after`` call
@@ -57,6 +60,7 @@ from toolwatch.evaluation.base import (
     in_sequence,
     name_list,
     pct,
+    spanned_tools,
     unfinished,
 )
 from toolwatch.evaluation.loops import NO_BOUND, retried
@@ -70,7 +74,7 @@ from toolwatch.evaluation.settings import (
     PolicySettings,
     RequiredRule,
 )
-from toolwatch.evaluation.severity import make_finding
+from toolwatch.evaluation.severity import call_outcome, make_finding
 from toolwatch.model import (
     DETAIL_ERRORS,
     Category,
@@ -116,6 +120,7 @@ class Invariants:
         self.settings = settings
         self._normalize = policy.normalizer()
         self._action_fields = policy.action_fields()  # a retry of the same entity: one action
+        self._dangerous = frozenset(self._normalize(t) for t in policy.dangerous_tools)
         self._rules = policy.invariants
         # Agent names compared as tool names are: trimmed and case-folded.
         self._agents = [frozenset(fold(a) for a in r.agents) for r in self._rules]
@@ -155,7 +160,10 @@ class Invariants:
         if not applicable:
             return None
         score = 1.0 - broken / applicable
-        findings = tuple(self._finding(trace, v, score) for v in violations)
+        spanned: frozenset[str] = frozenset()  # asked only of span-less violating calls
+        if any(v.call is not None and v.call.span_id is None for v in violations):
+            spanned = spanned_tools(calls, names)
+        findings = tuple(self._finding(trace, v, score, spanned) for v in violations)
         explanation = f"Invariants: {pct(score)} ({broken}/{applicable} rules broken"
         explanation += "".join(f"; {v.explanation}" for v in violations)
         if left_out:
@@ -195,7 +203,22 @@ class Invariants:
             complete=complete,
         )
 
-    def _finding(self, trace: ToolTrace, violation: Violation, score: float) -> Finding:
+    def _finding(
+        self, trace: ToolTrace, violation: Violation, score: float, spanned: frozenset[str]
+    ) -> Finding:
+        """The finding of ``violation``; on a dangerous tool's call, it says what became of
+        the call (``call_outcome``; ``spanned``: the run's tools some call of which has a
+        span)."""
+        text = violation.explanation
+        details: dict[str, Any] = {"rule": violation.label, **(violation.details or {})}
+        call = violation.call
+        if call is not None:
+            tool = self._normalize(call.tool_name)
+            if tool in self._dangerous:
+                outcome, said = call_outcome(trace, call, tool_spanned=tool in spanned)
+                details.update(outcome)
+                if said:
+                    text += f"; {said}"
         return make_finding(
             trace,
             category=Category.INVARIANT_VIOLATION,
@@ -203,11 +226,11 @@ class Invariants:
             reference=ReferenceKind.POLICY,
             severity=violation.rule.severity.at_least(self.settings.severity_floor),
             score=score,
-            explanation=f"Invariant {violation.explanation}.",
-            call=violation.call,
+            explanation=f"Invariant {text}.",
+            call=call,
             tool=violation.tool,
             field=violation.field,
-            details={"rule": violation.label, **(violation.details or {})},
+            details=details,
         )
 
 

@@ -19,6 +19,11 @@ Findings about a single yes/no fact have no effect size and use a fixed base ins
 safety floor (default ``high``); invariant violations take the rule's ``severity`` (default
 ``high``) raised to the floor; a call made when a golden case expects none is ``medium``
 raised to the floor.
+
+A finding that names one call of a dangerous tool (``safety``'s, and an invariant's on one)
+also says what became of it (``call_outcome``): a page asks its reader to reverse the action,
+and a refund that failed, or that the model asked for and the agent never ran, is none to
+reverse. The outcome changes neither category nor severity: the agent tried.
 """
 
 from __future__ import annotations
@@ -27,9 +32,28 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolCall, ToolTrace
+from toolwatch.evaluation.base import never_ran, unfinished
+from toolwatch.model import (
+    CallStatus,
+    Category,
+    Finding,
+    ReferenceKind,
+    Severity,
+    ToolCall,
+    ToolTrace,
+)
 
-__all__ = ["CALL_AGENT", "EFFECT_BANDS", "clamp", "effect_severity", "make_finding", "severity_for"]
+__all__ = [
+    "CALL_AGENT",
+    "EFFECT_BANDS",
+    "ERROR_TYPE",
+    "OUTCOME",
+    "call_outcome",
+    "clamp",
+    "effect_severity",
+    "make_finding",
+    "severity_for",
+]
 
 #: (minimum drop, severity), checked in order; below the last band the severity is ``low``.
 EFFECT_BANDS: Final = (
@@ -115,3 +139,43 @@ MAX_DETAIL_ITEMS: Final = 50
 
 def _bounded(value: Any) -> Any:
     return value[:MAX_DETAIL_ITEMS] if type(value) is list else value
+
+
+#: The ``details`` keys saying what became of a finding's dangerous call (``call_outcome``).
+OUTCOME: Final = "outcome"
+ERROR_TYPE: Final = "error_type"
+
+
+def call_outcome(
+    trace: ToolTrace, call: ToolCall, *, tool_spanned: bool
+) -> tuple[dict[str, str], str]:
+    """What became of the dangerous ``call`` of ``trace`` a finding names: the ``details``
+    to add (``OUTCOME``, and ``ERROR_TYPE`` when it failed with one recorded) and what its
+    explanation adds (``""`` for a call that went through). ``tool_spanned``: another call
+    of its tool in the run has a tool span (``base.spanned_tools``). The outcome is
+
+    - ``failed``: its status is error. It may still have done something (a timeout on a
+      refund the payment system made), so it is said, not taken for "nothing happened";
+    - ``never_run``: the model requested it and the agent never ran it (``base.never_ran``,
+      in a run that lost no spans);
+    - ``no_tool_span``: no span says whether it ran: the producer records no span of its
+      tool, the run was evaluated before it ended (the span may be still to come), or it
+      lost spans (the call's may be among them);
+    - ``ok``: it ran (a tool span, or the provider ran it, ``hosted``) and did not fail."""
+    if call.status is not CallStatus.OK:
+        if call.error_type:
+            return {OUTCOME: "failed", ERROR_TYPE: call.error_type}, (
+                f"the flagged call failed ({call.error_type})"
+            )
+        return {OUTCOME: "failed"}, "the flagged call failed (no error type recorded)"
+    if call.span_id is not None or call.hosted:
+        return {OUTCOME: "ok"}, ""
+    if trace.complete and never_ran(call, tool_spanned, complete=True):
+        return {OUTCOME: "never_run"}, "the flagged call was requested by the model, never run"
+    if unfinished(trace):
+        said = "no tool span yet, the run was evaluated before it ended"
+    elif not trace.complete:
+        said = "no tool span, but the run lost spans"
+    else:
+        said = "no tool span, so whether it ran is not recorded"
+    return {OUTCOME: "no_tool_span"}, f"the flagged call has {said}"
