@@ -7,12 +7,25 @@ argument similarity, then closest positions. So a run call recorded without argu
 takes a scored reference call from one whose arguments are known and wrong, whichever comes
 first. Scoring:
 
-- a pair compares its arguments field by field; each field's strategy resolves as documented
-  on ``ToolArgumentsSettings``; a field on one side only scores 0.5 (``strict``: 0), except
-  that when the call-level strategy (the golden call's ``match``, else the tool's, else the
-  default) is ``subset`` extra actual fields are ignored; a pair with no fields scores 1;
-  arguments that are not objects (unparsable text, lists) are compared whole with the
-  call-level strategy;
+- a pair compares its arguments field by field (top-level fields; a field sent as ``null``
+  is a field not sent: strict function calling sends ``null`` for every optional parameter
+  left out); each field's strategy resolves as documented on ``ToolArgumentsSettings``. A
+  reference field the run did not send scores 0.5 (``strict``: 0). A field only the run sent
+  (an optional parameter filled in, often with its default) is ignored, and with ``strict``
+  scores 0, unless the call-level strategy (the golden call's ``match``, else the tool's,
+  else the default) is ``subset``, which always ignores it;
+- the pair's score is the mean over its fields, or lower: the lowest score of a *value
+  field* (``_is_value``: a reference value that is a number, a boolean, a text of at most 64
+  characters without whitespace such as an id, a code, an e-mail address or an enum value,
+  or an object or array of at most 32 such values), compared with any strategy but
+  ``fuzzy`` (free text, whose rewording the mean absorbs). A wrong order id, amount or
+  recipient is a wrong action however many fields are right: averaged, one wrong field of
+  five scored 0.8, no finding. A value field decides when both sides give it and differ by
+  more than type (``TYPE_ONLY``: the same value), or when a golden call gives it and the run
+  does not (a dropped required value; a shadow source's field the run did not send, perhaps
+  an optional one the source filled in, weighs in the mean only); a pair with no fields
+  scores 1; arguments that are not objects (unparsable text, lists) are compared whole with
+  the call-level strategy;
 - a reference call that says nothing about arguments (``arguments: null``, or a source call
   recorded without them) still takes part in pairing but is not scored; nor is a pair whose
   run call was recorded without arguments (content capture is often off, CONVENTIONS §6.6):
@@ -24,7 +37,8 @@ first. Scoring:
   apply (``None``); extra actual calls are ``tool_selection``'s business, not scored here.
 
 A finding (ARGUMENT_VALUE_DRIFT) is raised per pair scoring below ``threshold``, on that call's
-span, naming its worst field; values go to ``details`` only. Its explanation names the fields
+span, naming the value field that decided its score, else its worst field; values go to
+``details`` only. Its explanation names the fields that decided the score, and those
 that differ, differ in type only (``similarity.TYPE_ONLY``: a reference's text sent as the
 number it spells), are missing or unexpected. A field name can be data itself
 (``{"jane@example.com": true}``): one that only live calls gave (an unexpected field; any
@@ -81,6 +95,35 @@ _CAPITALS: Final = re.compile(r"[A-Z]+")
 _ONE_LETTER_WORD: Final = re.compile(r"[A-Z][a-z][A-Z]")
 
 
+#: A value field's text (``_is_value``): an id, a code, an address, an enum value.
+_VALUE_TEXT: Final = re.compile(r"\S{1,64}")
+#: The most values an object or array value field holds, in all (``_is_value``).
+_VALUE_PARTS: Final = 32
+
+
+def _is_value(value: Any) -> bool:
+    """Whether a reference value names what a call acts on rather than describes it: a
+    number, a boolean, a text of 1 to 64 characters without whitespace, or a non-empty object
+    or array of at most ``_VALUE_PARTS`` values, all of them such (``{"sku": "A1", "qty":
+    2}``; one ``null`` or sentence in it makes it text to weigh in the mean)."""
+    pending = [value]
+    parts = 0
+    while pending:
+        item = pending.pop()
+        if isinstance(item, Mapping | list | tuple):
+            children = list(item.values()) if isinstance(item, Mapping) else list(item)
+            parts += len(children)
+            if not children or parts > _VALUE_PARTS:
+                return False
+            pending.extend(children)
+        elif isinstance(item, str):
+            if not _VALUE_TEXT.fullmatch(item):
+                return False
+        elif not isinstance(item, bool | int | float):
+            return False
+    return True
+
+
 def _nameable(name: str) -> bool:
     """Whether a field name live data alone gave may be named (``_IDENTIFIER``)."""
     if not _IDENTIFIER.fullmatch(name) or _NOT_A_NAME.search(name) or _ONE_LETTER_WORD.search(name):
@@ -106,8 +149,12 @@ class FieldScore:
 
 @dataclass(frozen=True, slots=True)
 class CallComparison:
+    """A pair's ``score`` and ``fields``; ``decided_by``: the value fields whose score,
+    below the fields' mean, is the pair's (see the module docstring)."""
+
     score: float
     fields: tuple[FieldScore, ...]
+    decided_by: tuple[FieldScore, ...] = ()
 
     def imperfect(self) -> tuple[FieldScore, ...]:
         """Fields scoring below 1, worst first."""
@@ -184,24 +231,39 @@ class ArgumentScorer:
     def _compare_fields(
         self, ref: RefCall, expected: Mapping[str, Any], actual: Mapping[str, Any]
     ) -> CallComparison:
-        keys = list(expected) + [k for k in actual if k not in expected]
-        if self.call_strategy(ref) == "subset":
-            keys = list(expected)
+        # null is absent: strict function calling sends null for each optional parameter.
+        keys = [k for k, v in expected.items() if v is not None]
+        if self._strict and self.call_strategy(ref) != "subset":
+            keys += [k for k, v in actual.items() if v is not None and expected.get(k) is None]
         fields = tuple(self._field(ref, k, expected, actual) for k in keys)
-        score = sum(f.score for f in fields) / len(fields) if fields else 1.0
-        return CallComparison(score, fields)
+        if not fields:
+            return CallComparison(1.0, fields)
+        mean = sum(f.score for f in fields) / len(fields)
+        deciding = [f for f in fields if f.score < mean and self._decides(ref, f)]
+        score = min([mean] + [f.score for f in deciding])
+        return CallComparison(score, fields, tuple(f for f in deciding if f.score == score))
+
+    def _decides(self, ref: RefCall, f: FieldScore) -> bool:
+        """Whether ``f``, scoring below the mean, is a value field that may decide the
+        pair's score (see the module docstring)."""
+        if f.strategy == "fuzzy" or not _is_value(f.expected):
+            return False
+        if f.presence == "missing":
+            return ref.written
+        return f.presence == "both" and not _type_only(f)
 
     def _field(
         self, ref: RefCall, key: str, expected: Mapping[str, Any], actual: Mapping[str, Any]
     ) -> FieldScore:
         strategy = self.field_strategy(ref, key)
         one_sided = 0.0 if self._strict else 0.5
-        if key not in actual:
+        sent = actual.get(key)
+        if sent is None:
             return FieldScore(key, strategy, one_sided, "missing", expected[key], None)
-        if key not in expected:
-            return FieldScore(key, strategy, one_sided, "unexpected", None, actual[key])
-        score = score_value(strategy, expected[key], actual[key], self._tolerance, ref.written)
-        return FieldScore(key, strategy, score, "both", expected[key], actual[key])
+        if expected.get(key) is None:
+            return FieldScore(key, strategy, one_sided, "unexpected", None, sent)
+        score = score_value(strategy, expected[key], sent, self._tolerance, ref.written)
+        return FieldScore(key, strategy, score, "both", expected[key], sent)
 
 
 def compare_arguments(
@@ -271,8 +333,11 @@ class ToolArguments:
     def _finding(
         self, trace: ToolTrace, base: Baseline, ref: RefCall, call: ToolCall, c: CallComparison
     ) -> Finding:
+        configured = base.kind is ReferenceKind.EXPECTED
         imperfect = c.imperfect()
-        names = _names(imperfect, configured=base.kind is ReferenceKind.EXPECTED)
+        names = _names(imperfect, configured)
+        deciders = _names(c.decided_by, configured)
+        first = deciders[0] if deciders else names[0] if names else None
         return make_finding(
             trace,
             category=Category.ARGUMENT_VALUE_DRIFT,
@@ -281,10 +346,10 @@ class ToolArguments:
             severity=severity_for(c.score, self.settings.severity_floor),
             score=c.score,
             explanation=f"Arguments of {ref.name}: {pct(c.score)} against the {base.noun} "
-            f"call ({_field_summary(imperfect, names)}).",
+            f"call{_decided(deciders)} ({_field_summary(imperfect, names)}).",
             call=call,
             tool=ref.name,
-            field=names[0] if names and names[0] else None,
+            field=first or None,
             details={
                 DETAIL_FIELDS: {
                     name or f"[field {i}]": _field_details(f)
@@ -304,6 +369,18 @@ def _names(fields: Sequence[FieldScore], configured: bool) -> list[str | None]:
         else None
         for f in fields
     ]
+
+
+def _decided(names: Sequence[str | None]) -> str:
+    """The value fields that decided a pair's score, for its explanation (those ``_names``
+    hides counted)."""
+    if not names:
+        return ""
+    shown = [n for n in names if n is not None]
+    hidden = len(names) - len(shown)
+    if hidden:
+        shown.append(f"{hidden} field{'s' if hidden > 1 else ''} not named")
+    return f", decided by the value of {', '.join(shown)}"
 
 
 def _field_details(f: FieldScore) -> dict[str, Any]:

@@ -33,11 +33,12 @@ def evaluate(expected: Any, run: Any, **settings: Any) -> EvalResult:
         ({"q": "x"}, {"q": "x"}, {}, 1.0),
         ({}, {}, {}, 1.0),  # no fields on either side
         ({"q": "x"}, {"q": "y"}, {}, 0.0),
-        ({"q": "x", "n": 1}, {"q": "x"}, {}, 0.75),  # a field on one side only scores 0.5
-        ({"q": "x"}, {"q": "x", "extra": 1}, {}, 0.75),
-        ({"q": "x", "n": 1}, {"q": "x"}, {"strict": True}, 0.5),  # strict: 0
+        ({"q": "x", "n": 1}, {"q": "x"}, {}, 0.5),  # a value dropped: 0.5, and it decides
+        ({"q": "x"}, {"q": "x", "extra": 1}, {}, 1.0),  # a field only the run sent: ignored
+        ({"q": "x"}, {"q": "x", "extra": 1}, {"strict": True}, 0.5),  # strict: it scores 0
+        ({"q": "x", "n": 1}, {"q": "x"}, {"strict": True}, 0.0),  # strict: 0
         ({"q": "x"}, {"q": "x", "extra": 1}, {"default_strategy": "subset"}, 1.0),  # key subset
-        ({"q": "x", "n": 1}, {"q": "x"}, {"default_strategy": "subset"}, 0.75),
+        ({"q": "x", "n": 1}, {"q": "x"}, {"default_strategy": "subset"}, 0.5),
         ({"q": "Paris"}, {"q": "weather in paris"}, {"strategies": {"search": "contains"}}, 1.0),
         ({"q": "Paris"}, {"q": "weather in paris"}, {"strategies": {"*.q": "contains"}}, 1.0),
         ({"q": "Paris"}, {"q": "weather in paris"}, {"strategies": {"search.q": "contains"}}, 1.0),
@@ -62,7 +63,7 @@ def test_numeric_field_override_with_default_tolerance() -> None:
     expected = case(("issue_refund", {"order_id": "A1", "amount_usd": 40.0}))
     run = trace(("issue_refund", {"order_id": "A1", "amount_usd": 41.0}))  # 2.5% off
     result = evaluate(expected, run, strategies={"issue_refund.amount_usd": "numeric"})
-    assert result.scores["score"] == pytest.approx((1.0 + 0.5) / 2)
+    assert result.scores["score"] == pytest.approx(0.5)  # the amount's: a value field
 
 
 def test_strategy_resolution_most_specific_first() -> None:
@@ -166,10 +167,11 @@ def test_drift_finding_names_call_and_field_and_keeps_values_out_of_the_explanat
     (finding,) = result.findings
     assert finding.category is Category.ARGUMENT_VALUE_DRIFT
     assert (finding.span_id, finding.tool, finding.field) == ("s1", "issue_refund", "order_id")
-    assert finding.severity is Severity.HIGH  # score 0.5: a drop of 0.5
+    assert finding.severity is Severity.CRITICAL  # the wrong order id's score, 0
     assert "SECRET" not in finding.explanation and "SECRET" not in result.explanation
     assert finding.explanation == (
-        "Arguments of issue_refund: 50% against the expected call (differs: order_id)."
+        "Arguments of issue_refund: 0% against the expected call, decided by the value of"
+        " order_id (differs: order_id)."
     )
     assert finding.details["fields"]["order_id"]["expected"] == "SECRET-1"
     assert finding.details["fields"]["order_id"]["actual"] == "SECRET-2"
@@ -238,7 +240,7 @@ def test_a_field_name_that_may_be_data_is_counted_not_named() -> None:
 
 def test_threshold_controls_findings() -> None:
     expected = case(("search", {"q": "a", "n": 1}))
-    run = trace(("search", {"q": "a", "n": 2}))
+    run = trace(("search", {"q": "a"}))
     assert evaluate(expected, run).findings != ()  # 0.5 < 0.8
     assert evaluate(expected, run, threshold=0.5).findings == ()
 
@@ -330,7 +332,7 @@ def test_a_strategy_per_field_of_a_golden_call_leaves_the_others_exact() -> None
     wrong = ("escalate_to_human", {"order_id": "ORD-22135", "reason": "Chargeback threat"})
     assert evaluate(case(escalate), trace(right)).scores["score"] == 1.0
     result = evaluate(case(escalate), trace(wrong))
-    assert result.scores["score"] == 0.5
+    assert result.scores["score"] == 0.0  # the order id's: a value field
     (finding,) = result.findings
     assert (finding.category, finding.field) == (Category.ARGUMENT_VALUE_DRIFT, "order_id")
 

@@ -55,7 +55,7 @@ def test_recall_metric_and_weights_are_configurable() -> None:
 
 
 def test_parameter_accuracy_is_reported_when_the_case_gives_arguments() -> None:
-    result = evaluate(trace(("search", {"q": "a", "n": 1})), case(("search", {"q": "a", "n": 2})))
+    result = evaluate(trace(("search", {"q": "a"})), case(("search", {"q": "a", "n": 2})))
     assert result.scores["parameter_accuracy"] == pytest.approx(0.5)
     assert result.scores["tool_name_accuracy"] == 1.0
     assert "parameter_accuracy" not in evaluate(trace("search"), case("search")).scores
