@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, NamedTuple, Self, TypeAlias, get_args
@@ -362,6 +363,7 @@ def load_golden_cases(
         problems = [_problem(error, root) for error in exc.errors(include_url=False)]
         raise ReferenceFileError(path, problems) from None
     problems = _duplicate_ids(parsed, root) + _arguments_not_json(parsed, root)
+    problems += _ambiguous_booleans(parsed, root)
     if problems:
         raise ReferenceFileError(path, problems)
     names = normalize or NameNormalizer()
@@ -415,6 +417,56 @@ def _arguments_not_json(parsed: GoldenFile, root: yaml.Node | None) -> list[tupl
     return problems
 
 
+#: The booleans YAML 1.2 reads as such: YAML 1.1's others (``yes``, ``NO``, ``off``) are text
+#: there, and ``NO`` is as likely Norway as false.
+_BOOLEANS: Final = frozenset({"true", "True", "TRUE", "false", "False", "FALSE"})
+
+
+def _ambiguous_booleans(parsed: GoldenFile, root: yaml.Node | None) -> list[tuple[str, str]]:
+    """Expected argument values written as a YAML 1.1 boolean other than true or false
+    (``country: NO``): whether the writer meant the text or the boolean, one of them fails
+    every run of the case, so the file says which."""
+    problems: list[tuple[str, str]] = []
+    for index, case in enumerate(parsed.cases):
+        for number, tool in enumerate(case.expected_tools):
+            loc: tuple[int | str, ...] = ("cases", index, "expected_tools", number, "arguments")
+            node = _node_at(root, loc, key=False) if tool.arguments is not None else None
+            for at, scalar in _boolean_words(node, loc):
+                reason = (
+                    f"case {case.id!r}: {scalar.value} is read as "
+                    f"{str(scalar.value.lower() in ('yes', 'on')).lower()} (YAML 1.1) or as"
+                    f" the text {scalar.value!r} (YAML 1.2): write true or false, or quote the"
+                    f" text (line {scalar.start_mark.line + 1}, column"
+                    f" {scalar.start_mark.column + 1})"
+                )
+                problems.append((_field_path(at), reason))
+    return problems
+
+
+def _boolean_words(
+    node: yaml.Node | None, loc: tuple[int | str, ...]
+) -> Iterator[tuple[tuple[int | str, ...], yaml.ScalarNode]]:
+    """The plain scalars under ``node`` (at ``loc``) read as YAML 1.1 booleans but not
+    written true or false; each node once (an alias repeats one)."""
+    pending: list[tuple[yaml.Node, tuple[int | str, ...]]] = [] if node is None else [(node, loc)]
+    seen: set[int] = set()
+    while pending:
+        item, at = pending.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, yaml.MappingNode):
+            pending.extend((value, (*at, str(key.value))) for key, value in reversed(item.value))
+        elif isinstance(item, yaml.SequenceNode):
+            pending.extend((value, (*at, i)) for i, value in reversed(list(enumerate(item.value))))
+        elif (
+            isinstance(item, yaml.ScalarNode)
+            and item.tag == "tag:yaml.org,2002:bool"
+            and item.value not in _BOOLEANS
+        ):
+            yield at, item
+
+
 def _not_json(
     value: Any, loc: tuple[int | str, ...]
 ) -> Iterator[tuple[tuple[int | str, ...], str]]:
@@ -454,16 +506,43 @@ def _yaml_only(value: Any) -> str | None:
 
 
 class _StrictLoader(UniqueKeyLoader):
-    """``UniqueKeyLoader`` whose unquoted dates stay strings (below)."""
+    """``UniqueKeyLoader`` that reads plain numbers as YAML 1.2 and JSON do (below)."""
 
 
-# Unquoted dates stay strings: live arguments arrive as JSON, where a date is a string, so a
-# YAML ``datetime.date`` would never equal one (an explicit ``!!timestamp`` is refused, with
-# the other values JSON has not: ``_arguments_not_json``).
+# Live arguments arrive as JSON, so a plain value is read as the JSON value it spells, else as
+# text, as YAML 1.2 reads it: unquoted dates stay strings (a YAML ``datetime.date`` would
+# never equal one; an explicit ``!!timestamp`` is refused with the other values JSON has
+# not, ``_arguments_not_json``), and so do what YAML 1.1 reads as numbers and JSON does not
+# write so: ``14:30`` (base 60: 870), ``01234`` (octal: 668), ``0x1F``, ``1_000``. Numbers
+# are JSON's, with an optional sign (``+5``) and YAML's ``.inf`` and ``.nan`` (refused
+# too). YAML 1.1's booleans stay, for the case's own flags (``expected_no_tools: yes``);
+# in argument values all but true and false are refused (``_ambiguous_booleans``).
+_NUMBERS: Final = (
+    (
+        "tag:yaml.org,2002:int",
+        re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"),
+        "-+0123456789",
+    ),
+    (
+        "tag:yaml.org,2002:float",
+        re.compile(
+            r"^(?:[-+]?(?:0|[1-9][0-9]*)(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?\.[0-9]+(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+        ),
+        "-+.0123456789",
+    ),
+)
 _StrictLoader.yaml_implicit_resolvers = {
-    first: [(tag, regexp) for tag, regexp in resolvers if not tag.endswith(":timestamp")]
+    first: [
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if not tag.endswith((":timestamp", ":int", ":float"))
+    ]
     for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+for _tag, _regexp, _firsts in _NUMBERS:
+    _StrictLoader.add_implicit_resolver(_tag, _regexp, list(_firsts))
 
 
 def _read_yaml(path: Path) -> tuple[yaml.Node | None, Any]:

@@ -174,11 +174,11 @@ def test_a_tool_entry_that_is_neither_name_nor_mapping(tmp_path: Path) -> None:
 
 
 def test_numeric_looking_case_id_must_be_quoted(tmp_path: Path) -> None:
-    error = _error(tmp_path, "cases:\n  - {id: 0042, expected_no_tools: true}\n")
+    error = _error(tmp_path, "cases:\n  - {id: 42, expected_no_tools: true}\n")
 
-    # YAML 1.1 reads 0042 as octal: the message shows the value it actually got.
+    # 0042 is text (YAML 1.2 and JSON write no leading zero); 42 is a number.
     assert error.problems == (
-        ("cases[0].id", "must be a string, got 34; quote it (line 2, column 10)"),
+        ("cases[0].id", "must be a string, got 42; quote it (line 2, column 10)"),
     )
 
 
