@@ -103,3 +103,14 @@ def test_contains_and_fuzzy_read_full_width_forms_as_ascii() -> None:
 
 def test_folded_is_caseless_and_composed() -> None:
     assert folded("CAFE\u0301 Straße") == folded("café STRASSE") == "café strasse"
+
+
+def test_folding_hostile_text_is_linear() -> None:
+    """CPython composes a run of marks in quadratic time (seconds for 20,000) and NFKC's
+    expansions are slow too (U+FDFA is 18 characters): neither is asked of it."""
+    marks = "a" + "\u0301\u0316" * 32_768
+    for text in (marks, "\ufdfa" * 21_000):
+        start = time.perf_counter()
+        assert score_value("contains", "x", text, 0.05) == 0.0
+        assert time.perf_counter() - start < 0.5  # about 40 ms; seconds if composed
+    assert folded(marks) == marks  # a run past the stream-safe bound: left uncomposed
