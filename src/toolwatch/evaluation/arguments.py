@@ -111,11 +111,10 @@ def _is_value(value: Any) -> bool:
     while pending:
         item = pending.pop()
         if isinstance(item, Mapping | list | tuple):
-            children = list(item.values()) if isinstance(item, Mapping) else list(item)
-            parts += len(children)
-            if not children or parts > _VALUE_PARTS:
+            parts += len(item)  # counted before copied: a source's value may be huge
+            if not item or parts > _VALUE_PARTS:
                 return False
-            pending.extend(children)
+            pending.extend(item.values() if isinstance(item, Mapping) else item)
         elif isinstance(item, str):
             if not _VALUE_TEXT.fullmatch(item):
                 return False
