@@ -47,6 +47,7 @@ from toolwatch.config import (
     host_addresses,
     is_ip_address,
     parse_listen_address,
+    private_file_warning,
 )
 from toolwatch.engine import DiscardToolTraces, Engine, EngineParts, Receipt, ToolTraceSink
 from toolwatch.evaluation.pipeline import EvaluationPipeline
@@ -809,6 +810,10 @@ def _held_elsewhere(address: str) -> str | None:
 def _listening_socket(address: str) -> socket.socket:
     host, port = parse_listen_address(address)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if not is_ip_address(host):
+        # Raises ``socket.gaierror`` for a name that does not resolve: ``create_server``
+        # would raise a plain ``OSError`` carrying getaddrinfo's error number (``_reason``).
+        socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
     return socket.create_server((host, port), family=family, backlog=512)
 
 
@@ -820,7 +825,12 @@ def tick_delay(now_ns: int, due_ns: int, period: float, longest: float) -> float
 
 def _reason(error: OSError) -> str:
     """The system's words for ``error``. Not ``error.strerror``, as elsewhere: the error
-    ``socket.create_server`` raises appends the address to it, which the message has."""
+    ``socket.create_server`` raises appends the address to it, which the message has. A
+    name that does not resolve raises ``socket.gaierror``, whose ``errno`` is getaddrinfo's
+    (``EAI_NONAME``, -2), not the system's: ``os.strerror`` knows it not, its own
+    ``strerror`` does."""
+    if isinstance(error, socket.gaierror):
+        return f"the host name does not resolve ({error.strerror or error})"
     return os.strerror(error.errno) if error.errno else str(error)
 
 
@@ -847,16 +857,9 @@ def _open_text(setting: str, target: str, files: list[IO[str]], private: bool = 
     except OSError as exc:
         raise StartError(f"cannot open {target} ({setting}): {_reason(exc)}") from exc
     files.append(stream)
-    status = os.fstat(stream.fileno())
-    mode = status.st_mode & 0o777
-    if private and stat.S_ISREG(status.st_mode) and mode & 0o077:  # not /dev/null's
-        log.warning(
-            "%s (%s) may be read by others (mode %o), and it holds arguments and results"
-            " unredacted: chmod 600 it",
-            target,
-            setting,
-            mode,
-        )
+    warning = private_file_warning(target, setting, os.fstat(stream.fileno()))
+    if private and warning is not None:
+        log.warning("%s", warning)
     return stream
 
 

@@ -2,7 +2,8 @@
 
 Every ``serve`` flag can also be set with a ``TOOLWATCH_*`` environment variable (flags win);
 ``check-config`` takes the same flags and variables, and checks what ``serve`` would run.
-Exit codes: 0 success, 1 a gate failed (replay), 2 bad usage or configuration, 3 runtime error.
+Exit codes: 0 success, 1 a gate failed (replay), 2 bad usage or configuration, 3 runtime error,
+130 Ctrl-C, 141 the output's reader left, 143 SIGTERM (tail).
 """
 
 from __future__ import annotations
@@ -51,7 +52,14 @@ from typing import Any
 
 from toolwatch import __version__
 from toolwatch.app import ListenError, StartError, build_references, serve
-from toolwatch.config import Config, ConfigError, check_certificate, check_outputs, load_config
+from toolwatch.config import (
+    Config,
+    ConfigError,
+    check_certificate,
+    check_outputs,
+    load_config,
+    output_warnings,
+)
 from toolwatch.model import Severity
 from toolwatch.references.golden import ReferenceFileError
 from toolwatch.replay import EXIT_OK, EXIT_USAGE, add_arguments, run_replay
@@ -182,6 +190,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StartError as exc:
         print(f"toolwatch: {exc}", file=sys.stderr)
         return EXIT_RUNTIME
+    except KeyboardInterrupt:
+        # Ctrl-C (replay, check-config; serve and tail handle it themselves): end quietly,
+        # with the code a shell gives a command SIGINT ended, not a traceback.
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # Whoever read the output stopped (`| head`): end quietly, as a command killed by
         # SIGPIPE does. Python would write the buffer out again at exit, and fail again.
@@ -321,6 +333,14 @@ def _config_file(args: argparse.Namespace) -> Path | None:
     return named or _env_path("TOOLWATCH_CONFIG")
 
 
+def _config_origin(args: argparse.Namespace) -> str | None:
+    """``TOOLWATCH_CONFIG`` when the configuration file is the one it names (a value left in
+    a shell or a CI job's environment, which the command line does not show), for an error
+    reading the file to name it; ``None`` for one the command line names, or none."""
+    named = getattr(args, "file", None) or getattr(args, "config", None)
+    return "TOOLWATCH_CONFIG" if not named and _env_path("TOOLWATCH_CONFIG") else None
+
+
 @dataclass(frozen=True, slots=True)
 class _Sources:
     """What ``serve`` builds its configuration from: the file (``None``: the defaults), and
@@ -330,6 +350,7 @@ class _Sources:
     path: Path | None
     overrides: dict[str, Any]
     origins: dict[str, str]
+    path_origin: str | None = None  # the variable that named ``path``, if one did
 
     @property
     def name(self) -> str:
@@ -338,7 +359,7 @@ class _Sources:
 
     def load(self) -> Config:
         """The configuration, validated; also what ``serve`` reloads on SIGHUP."""
-        return load_config(self.path, self.overrides, self.origins)
+        return load_config(self.path, self.overrides, self.origins, path_origin=self.path_origin)
 
     def load_checked(self) -> Config:
         """``load``, and the output files refused that ``serve`` could not open and an
@@ -358,7 +379,7 @@ def _sources(args: argparse.Namespace) -> _Sources:
         value, origin = (given, flag) if given is not None else (_env(variable), variable)
         if value is not None:
             overrides[key], origins[key] = value, origin
-    return _Sources(_config_file(args), overrides, origins)
+    return _Sources(_config_file(args), overrides, origins, _config_origin(args))
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -385,7 +406,7 @@ def _check_config(args: argparse.Namespace) -> int:
     sources = _sources(args)
     config = sources.load_checked()
     golden, _shadow = build_references(config)
-    for warning in config.warnings():
+    for warning in [*config.warnings(), *output_warnings(config)]:
         print(f"{sources.name}: warning: {warning}", file=sys.stderr)
     cases = f", {len(golden)} golden case(s)" if golden is not None else ""
     given = ", ".join(f"{key} from {origin}" for key, origin in sources.origins.items())
@@ -395,7 +416,8 @@ def _check_config(args: argparse.Namespace) -> int:
 
 def _replay(args: argparse.Namespace) -> int:
     # Replay binds no listener: the TLS and token files are the pod's Secrets, not CI's.
-    return run_replay(args, load_config(_config_file(args), security_files=False))
+    path, origin = _config_file(args), _config_origin(args)
+    return run_replay(args, load_config(path, security_files=False, path_origin=origin))
 
 
 def _tail(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ import os
 import re
 import socket
 import ssl
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -72,8 +73,10 @@ __all__ = [
     "is_ip_address",
     "is_loopback",
     "load_config",
+    "output_warnings",
     "parse_listen_address",
     "parse_port",
+    "private_file_warning",
     "read_token_file",
 ]
 
@@ -850,6 +853,35 @@ def check_certificate(
         raise ConfigError(f"{origin}: {where}: {problem}")
 
 
+def private_file_warning(target: str, setting: str, status: os.stat_result) -> str | None:
+    """The warning for ``target``, an output that holds arguments and results unredacted
+    (the ToolTrace dump), when ``status`` says it is a regular file others may read (not
+    ``/dev/null``): ``serve`` logs it when it opens the file, ``check-config`` prints it
+    (``output_warnings``)."""
+    mode = status.st_mode & 0o777
+    if not stat.S_ISREG(status.st_mode) or not mode & 0o077:
+        return None
+    return (
+        f"{target} ({setting}) may be read by others (mode {mode:o}), and it holds arguments"
+        " and results unredacted: chmod 600 it"
+    )
+
+
+def output_warnings(config: Config) -> list[str]:
+    """What ``serve`` would warn of when it opens the output files (``private_file_warning``):
+    an existing ToolTrace dump others may read. One that does not exist yet is created
+    readable by its owner alone."""
+    target = config.output.dump_tooltraces
+    if target is None or target == "-":
+        return []
+    try:
+        status = os.stat(target)
+    except OSError:  # not there yet (or refused by check_outputs)
+        return []
+    warning = private_file_warning(target, "output.dump_tooltraces", status)
+    return [warning] if warning is not None else []
+
+
 def _unwritable(target: str | None) -> str | None:
     if target is None or target == "-":
         return None
@@ -863,13 +895,23 @@ def _unwritable(target: str | None) -> str | None:
             return f"{target} is a directory, not a file"
         folder = path.parent
         if not folder.is_dir():
-            return f"directory {folder} does not exist"
+            return _no_directory(folder)
         writes = path if path.exists() else folder
     except OSError as exc:  # a name too long, a loop of links, ...
         return f"{target}: {exc.strerror or exc}"
     if not os.access(writes, os.W_OK):
         return f"{writes} is not writable"
     return None
+
+
+def _no_directory(folder: Path) -> str:
+    """Why ``folder``, an output's, is no directory: missing, or under (or itself) a file."""
+    for above in (folder, *folder.parents):
+        if above.exists():
+            if above.is_dir():
+                break
+            return f"{above} is not a directory"
+    return f"directory {folder} does not exist"
 
 
 def _source(path: Path | None) -> str:
@@ -883,6 +925,7 @@ def load_config(
     origins: dict[str, str] | None = None,
     *,
     security_files: bool = True,
+    path_origin: str | None = None,
 ) -> Config:
     """Read ``path`` (YAML), apply ``overrides`` (dotted keys, e.g. ``listen.grpc``), and
     validate. Raises ``ConfigError`` naming the file, the field path and the reason.
@@ -892,9 +935,17 @@ def load_config(
     ``security_files=False`` validates the ``security`` section without reading the files it
     names (TLS certificate, key and client CA, bearer-token file), which only the listeners
     use: ``replay`` binds none, so a production configuration replays where its Secrets are
-    not mounted. ``serve`` (and a reload) and ``check-config`` read them."""
+    not mounted. ``serve`` (and a reload) and ``check-config`` read them.
+
+    ``path_origin``: the environment variable that named ``path``, if one did; an error
+    reading the file names it, as errors name the flag or variable of an override."""
     source = _source(path)
-    data = _read_yaml(path) if path else {}
+    try:
+        data = _read_yaml(path) if path else {}
+    except ConfigError as exc:
+        if path_origin is None:
+            raise
+        raise ConfigError(f"{path_origin}: {exc}") from None
     if path is not None:
         _resolve_relative(data, path.parent)
     # After resolving: paths given as overrides (flags, env) are relative to the working

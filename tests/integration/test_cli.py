@@ -61,6 +61,13 @@ def toolwatch_script() -> str:
     return found
 
 
+#: ``serve``'s flags for free ports on every listener.
+FREE_PORTS = tuple(
+    arg
+    for name in ("grpc", "http", "metrics", "stream")
+    for arg in (f"--{name}-listen", "127.0.0.1:0")
+)
+
 LISTEN_VARIABLES = (
     "TOOLWATCH_GRPC_LISTEN",
     "TOOLWATCH_HTTP_LISTEN",
@@ -75,12 +82,14 @@ def clean_env(**extra: str) -> dict[str, str]:
     return env | extra
 
 
-def run_cli(*args: str, env: Mapping[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: Mapping[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [toolwatch_script(), *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         env=dict(env) if env is not None else clean_env(),
         check=False,
     )

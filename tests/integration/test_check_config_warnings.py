@@ -1,0 +1,41 @@
+"""``toolwatch check-config`` prints the warnings ``serve`` would log at start-up."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from tests.integration.test_cli import FREE_PORTS, Served, clean_env, run_cli
+
+WARNING = "may be read by others (mode 644)"
+
+
+def _serve_start_up_log(args: list[str]) -> list[str]:
+    """serve's stderr up to its last start-up line (``hot path:``, after ``listening``)."""
+    served = Served([*FREE_PORTS, *args], clean_env())
+    try:
+        served.wait_for(re.compile("hot path:"))
+    finally:
+        served.terminate()
+    return served.seen
+
+
+def test_check_config_warns_of_a_dump_file_others_can_read(tmp_path: Path) -> None:
+    """README, Commands: check-config "prints the warnings `serve` would log". An existing
+    --dump-tooltraces file readable by others (it holds every argument and result
+    unredacted) was warned of by serve at start-up, and not by check-config, which
+    validated that same output file and said "ok" alone."""
+    dump = tmp_path / "tooltraces.jsonl"
+    dump.write_text("")
+    os.chmod(dump, 0o644)
+    args = ["--dump-tooltraces", str(dump)]
+
+    assert any(WARNING in line for line in _serve_start_up_log(args))  # what serve logs
+
+    checked = run_cli("check-config", *args)
+    assert checked.returncode == 0, checked.stderr
+    assert f"defaults: warning: {dump} (output.dump_tooltraces) {WARNING}" in checked.stderr
+
+    os.chmod(dump, 0o600)
+    assert WARNING not in run_cli("check-config", *args).stderr
