@@ -53,10 +53,10 @@ from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.ingest.decode import DecodeError
+from toolwatch.ingest.decode import DecodeError, looks_like_otlp_protobuf
 from toolwatch.ingest.otlp_json import decode_otlp_json, latest_end_ns
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import GoldenCase, ManualClock, ReferenceKind, ToolTrace
+from toolwatch.model import GoldenCase, ManualClock, ReferenceKind, ToolTrace, Traffic
 from toolwatch.references.conversations import ConversationMemory
 from toolwatch.references.shadow import ShadowJoiner, ShadowPair
 from toolwatch.replay_report import Gate, Listing, Report, ReportBuilder, parse_gate
@@ -177,7 +177,9 @@ def evaluate_offline(
         case = golden.match(trace) if golden is not None and trace.complete else None
         earlier = memory.before(trace) if memory is not None else ()
         result = pipeline.evaluate(trace, case, None, earlier=earlier)
-        builder.add(trace, case, result, source=shadow.is_source(trace.reference_keys))
+        keys = trace.reference_keys
+        traffic = Traffic.SHADOW if shadow.is_target(keys) else Traffic.LIVE
+        builder.add(trace, case, result, source=shadow.is_source(keys), traffic=traffic)
         halves.offer(trace, case)
     for pair in halves.pairs():
         # As in serve: the target was judged against its golden case, if it had one; its
@@ -271,16 +273,56 @@ def load_tool_traces(
         records = _in_time_order(paths, progress)
     else:
         records = (record for path in paths for record in _records(path, progress))
+    skipped = _OtherSignals()
     for where, record in records:
         if _is_otlp(record):
             yield from assembler.add(record, where)
-        else:
+        elif not skipped.add(record, where):
             yield _tooltrace(record, where)
     yield from assembler.finish()
+    if warn is not None and skipped.lines:
+        warn(skipped.told())
 
 
 def _is_otlp(record: dict[str, Any]) -> bool:
     return "resourceSpans" in record or "resource_spans" in record
+
+
+#: The top-level keys of the OTLP/JSON requests of the other signals, and their names.
+_OTHER_SIGNALS: Final = {
+    "resourceLogs": "logs",
+    "resource_logs": "logs",
+    "resourceMetrics": "metrics",
+    "resource_metrics": "metrics",
+    "resourceProfiles": "profiles",
+    "resource_profiles": "profiles",
+}
+
+
+class _OtherSignals:
+    """The OTLP/JSON lines of logs, metrics or profiles that replay leaves out, counted by
+    signal: a Collector's ``file`` exporter listed in several pipelines writes them all to
+    its file, a request per line, beside the traces."""
+
+    def __init__(self) -> None:
+        self.lines: dict[str, int] = {}
+        self._first = ""
+
+    def add(self, record: dict[str, Any], where: str) -> bool:
+        """Whether ``record`` is another signal's request (then counted, and skipped)."""
+        signal = next((name for key, name in _OTHER_SIGNALS.items() if key in record), None)
+        if signal is None:
+            return False
+        self.lines[signal] = self.lines.get(signal, 0) + 1
+        self._first = self._first or where
+        return True
+
+    def told(self) -> str:
+        counts = ", ".join(f"{name}={n}" for name, n in sorted(self.lines.items()))
+        return (
+            f"{self._first}: skipped {sum(self.lines.values())} line(s) of OTLP logs, metrics"
+            f" or profiles ({counts}), the first here: replay evaluates traces only"
+        )
 
 
 def _in_time_order(
@@ -414,6 +456,28 @@ def _records(
 
 
 def _read_records(
+    path: str, raw: io.BufferedReader, progress: _Progress | None
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``_json_records``; a file whose first record is no JSON, and whose first bytes look
+    like OTLP protobuf, is told as that."""
+    protobuf = looks_like_otlp_protobuf(raw.peek(64)[:64])
+    read = False
+    try:
+        for record in _json_records(path, raw, progress):
+            read = True
+            yield record
+    except ReplayInputError:
+        if protobuf and not read:
+            raise ReplayInputError(
+                f"{path}: looks like OTLP protobuf (an OTLP/HTTP protobuf body, or the"
+                " Collector file exporter's `format: proto`): replay reads OTLP/JSON and"
+                " ToolTrace lines; write the capture with the file exporter's `format: json`"
+                " (its default)"
+            ) from None
+        raise
+
+
+def _json_records(
     path: str, raw: io.BufferedReader, progress: _Progress | None
 ) -> Iterator[tuple[str, dict[str, Any]]]:
     size = os.fstat(raw.fileno()).st_size if progress is not None else 0

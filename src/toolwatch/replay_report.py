@@ -29,7 +29,7 @@ import secrets
 import tempfile
 import textwrap
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
@@ -37,9 +37,9 @@ from toolwatch.evaluation import composite, structure
 from toolwatch.evaluation.composite import failure_type
 from toolwatch.evaluation.pipeline import EVALUATOR_ORDER, PipelineResult
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.evaluation.severity import CALL_AGENT
+from toolwatch.evaluation.severity import CALL_AGENT, ERROR_TYPE, OUTCOME
 from toolwatch.metrics import UNMATCHED_CASE_REASONS
-from toolwatch.model import Category, Finding, GoldenCase, ReferenceKind, ToolTrace
+from toolwatch.model import Category, Finding, GoldenCase, ReferenceKind, ToolTrace, Traffic
 from toolwatch.references.golden import CaseTally, GoldenCaseSet
 
 __all__ = ["Gate", "Listing", "Report", "ReportBuilder", "parse_gate"]
@@ -88,6 +88,10 @@ def parse_gate(text: str, kind: Literal["min", "max"]) -> Gate:
             raise ValueError(f"gate {text!r}: {name!r} is not a category or {_ANY!r}")
         if not limit >= 0 or math.isinf(limit):  # NaN fails the comparison
             raise ValueError(f"gate {text!r}: a maximum is a count of findings, 0 or more")
+        if not limit.is_integer():  # 1.5 would read as 1 and look like a typo's fix
+            raise ValueError(
+                f"gate {text!r}: a maximum is a count of findings, a whole number (0, 1, 2, ...)"
+            )
         return Gate(kind, name, limit)
     if not 0.0 <= limit <= 1.0:
         raise ValueError(f"gate {text!r}: a minimum score is between 0 and 1")
@@ -113,9 +117,10 @@ class _Spool:
         with _told():
             self._file = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
 
-    def add(self, finding: Finding) -> None:
+    def add(self, finding: Finding, traffic: Traffic) -> None:
         with _told():
-            self._file.write(json.dumps(_finding_dict(finding), allow_nan=False) + "\n")
+            record = _finding_dict(finding, traffic)
+            self._file.write(json.dumps(record, allow_nan=False) + "\n")
 
     def seal(self) -> None:
         """Write out what is buffered."""
@@ -171,6 +176,7 @@ class Report:
     gates: list[tuple[Gate, float, bool]]
     evaluator_failures: dict[str, int] = field(default_factory=dict)
     finding_list: list[Finding] = field(default_factory=list)  # when kept in memory
+    finding_traffic: list[Traffic] = field(default_factory=list)  # each kept finding's
     listing: Listing = "kept"
     spooled: _Spool | None = field(default=None, repr=False, compare=False)
     incomplete: dict[str, int] = field(default_factory=dict)  # reason -> runs
@@ -185,6 +191,8 @@ class Report:
     # Shadow sources (the serving model's runs): evaluated apart, their findings not gated.
     sources: int = 0
     source_findings: dict[str, int] = field(default_factory=dict)  # category -> findings
+    source_finding_list: list[Finding] = field(default_factory=list)  # when kept in memory
+    spooled_sources: _Spool | None = field(default=None, repr=False, compare=False)
     shadow_unpaired: dict[str, int] = field(default_factory=dict)  # reason -> halves
     cases_source_only: list[str] = field(default_factory=list)  # of cases_not_run: by a source
 
@@ -206,6 +214,7 @@ class Report:
         # Where the findings go, until written there one by one: no text of the input's
         # (a case id is a key below) can be it.
         listed = f"\x00findings-{secrets.token_hex(16)}\x00"
+        listed_sources = f"\x00source-findings-{secrets.token_hex(16)}\x00"
         text = json.dumps(
             {
                 "passed": self.passed,
@@ -223,7 +232,11 @@ class Report:
                 "findings": listed,
                 "incomplete": self.incomplete,
                 "duplicates": self.duplicates,
-                "shadow_sources": {"runs": self.sources, "findings": self.source_findings},
+                "shadow_sources": {
+                    "runs": self.sources,
+                    "findings": self.source_findings,
+                    "finding_list": listed_sources,
+                },
                 "shadow_unpaired": self.shadow_unpaired,
                 "cases_source_only": self.cases_source_only,
                 "unknown_case_ids": self.unknown_case_ids,
@@ -235,16 +248,20 @@ class Report:
             sort_keys=True,
             allow_nan=False,  # NaN is not JSON
         )
-        head, tail = text.split(json.dumps(listed))
-        out.write(head)
-        records = self.spooled.records() if self.spooled else map(_finding_dict, self.finding_list)
-        written = 0
-        for record in records:  # as json.dumps would indent them, in the list at 2 levels
-            listed = json.dumps(record, indent=2, sort_keys=True, allow_nan=False)
-            out.write(("[\n" if not written else ",\n") + textwrap.indent(listed, " " * 4))
-            written += 1
-        out.write("\n  ]" if written else "[]")
-        out.write(tail)
+        kept = map(_finding_dict, self.finding_list, self.finding_traffic)
+        sources = (_finding_dict(f, Traffic.LIVE) for f in self.source_finding_list)
+        lists = {
+            json.dumps(listed): self.spooled.records() if self.spooled else kept,
+            json.dumps(listed_sources): (
+                self.spooled_sources.records() if self.spooled_sources else sources
+            ),
+        }
+        for placeholder in sorted(lists, key=text.index):  # in the document's order
+            head, text = text.split(placeholder)
+            out.write(head)
+            line = head[head.rfind("\n") + 1 :]
+            _write_list(out, lists[placeholder], len(line) - len(line.lstrip(" ")))
+        out.write(text)
 
     def _input_notes(self) -> list[str]:
         """What the figures below leave out, under the header line."""
@@ -363,6 +380,7 @@ class ReportBuilder:
         self._listing: Listing = listing
         self._by_category: dict[str, Counter[str]] = defaultdict(Counter)  # -> severity
         self._findings: list[Finding] = []  # kept
+        self._traffic: list[Traffic] = []  # each kept finding's
         self._spool = _Spool() if listing == "spooled" else None
         self._category_runs: Counter[str] = Counter()
         self._categories: dict[str, list[float]] = defaultdict(list)  # composite scores
@@ -372,6 +390,8 @@ class ReportBuilder:
         self._evaluator_failures: Counter[str] = Counter()
         self._sources = 0
         self._source_findings: Counter[str] = Counter()
+        self._source_list: list[Finding] = []  # kept
+        self._source_spool = _Spool() if listing == "spooled" else None
         self._source_cases: set[str] = set()
         self._unpaired: dict[str, int] = {}
 
@@ -382,20 +402,28 @@ class ReportBuilder:
         result: PipelineResult,
         *,
         source: bool = False,
+        traffic: Traffic = Traffic.LIVE,
     ) -> None:
-        """One run and its results. A shadow ``source`` (the serving model's run, the
-        reference a candidate is judged against) is counted apart: its findings are the
-        serving model's, not the candidate's, and no gate reads them."""
+        """One run and its results; ``traffic`` is the run's (``shadow``: a shadow target's,
+        as ``serve`` labels it). A shadow ``source`` (the serving model's run, the reference
+        a candidate is judged against) is counted apart: its findings are the serving
+        model's, not the candidate's, listed (``live``, as ``serve`` emits them) but read by
+        no gate."""
         if source:
             self._sources += 1
             self._source_findings.update(str(f.category) for f in result.findings)
+            for finding in result.findings:
+                if self._source_spool is not None:
+                    self._source_spool.add(finding, Traffic.LIVE)
+                elif self._listing == "kept":
+                    self._source_list.append(finding)
             if case is not None:  # run, but by the serving model: said apart
                 self._source_cases.add(case.case_id)
             for evaluator, _message in result.failures:
                 self._evaluator_failures[evaluator] += 1
             return
         self._traces += 1
-        self._take(result, None)
+        self._take(result, None, traffic)
         if not trace.complete:
             self._incomplete[trace.incomplete_reason or "unknown"] += 1
         if case is not None:
@@ -423,10 +451,14 @@ class ReportBuilder:
         """A shadow pair: only what was judged against the source counts. The target's own
         scores from the evaluators its pair's pass ran again (``rescored``, the pipeline's)
         and its policy findings were counted when it was added on its own."""
-        self._take(result, kind, rescored)
+        self._take(result, kind, Traffic.SHADOW, rescored)
 
     def _take(
-        self, result: PipelineResult, only: ReferenceKind | None, skip: frozenset[str] = frozenset()
+        self,
+        result: PipelineResult,
+        only: ReferenceKind | None,
+        traffic: Traffic,
+        skip: frozenset[str] = frozenset(),
     ) -> None:
         for evaluated in result.results:
             if evaluated.evaluator in skip:
@@ -440,9 +472,10 @@ class ReportBuilder:
                 continue
             self._by_category[str(finding.category)][str(finding.severity)] += 1
             if self._spool is not None:
-                self._spool.add(finding)
+                self._spool.add(finding, traffic)
             elif self._listing == "kept":
                 self._findings.append(finding)
+                self._traffic.append(traffic)
         for evaluator, _message in result.failures:
             self._evaluator_failures[evaluator] += 1
 
@@ -472,8 +505,9 @@ class ReportBuilder:
         )
 
     def build(self) -> Report:
-        if self._spool is not None:
-            self._spool.seal()  # its error before a byte of the report: OSError, told
+        for spool in (self._spool, self._source_spool):
+            if spool is not None:
+                spool.seal()  # its error before a byte of the report: OSError, told
         scores = {
             name: {
                 "n": float(n),
@@ -504,6 +538,7 @@ class ReportBuilder:
             gates=[],
             evaluator_failures=dict(self._evaluator_failures),
             finding_list=self._findings,
+            finding_traffic=self._traffic,
             listing=self._listing,
             spooled=self._spool,
             incomplete=dict(self._incomplete),
@@ -516,11 +551,24 @@ class ReportBuilder:
             ],
             sources=self._sources,
             source_findings=dict(self._source_findings),
+            source_finding_list=self._source_list,
+            spooled_sources=self._source_spool,
             shadow_unpaired=self._unpaired,
             cases_source_only=sorted(self._source_cases - self._exercised),
         )
         report.gates = [_apply(gate, report) for gate in self._gates]
         return report
+
+
+def _write_list(out: IO[str], records: Iterable[dict[str, Any]], indent: int) -> None:
+    """``records`` as ``json.dumps(..., indent=2)`` writes a list whose key is indented by
+    ``indent`` spaces, one at a time."""
+    written = 0
+    for record in records:
+        text = json.dumps(record, indent=2, sort_keys=True, allow_nan=False)
+        out.write(("[\n" if not written else ",\n") + textwrap.indent(text, " " * (indent + 2)))
+        written += 1
+    out.write(f"\n{' ' * indent}]" if written else "[]")
 
 
 def _counted(counts: dict[str, int], noun: str) -> str:
@@ -556,12 +604,18 @@ def _failed_dict(case: FailedCase) -> dict[str, Any]:
     }
 
 
-def _finding_dict(finding: Finding) -> dict[str, Any]:
+def _finding_dict(finding: Finding, traffic: Traffic) -> dict[str, Any]:
+    """A finding as the JSON report lists it, with the findings log's names
+    (``toolwatch.sinks.findings``); of its details only what became of a dangerous call
+    (``outcome``, ``error_type``), never argument values."""
     return {
         "category": str(finding.category),
         "severity": str(finding.severity),
         "evaluator": finding.evaluator,
         "reference": str(finding.reference),
+        "case_id": finding.case_id,
+        "source_trace_id": finding.source_trace_id,
+        "pair_key": finding.pair_key,
         "score": finding.score,
         "tool": finding.tool,
         "field": finding.field,
@@ -569,5 +623,7 @@ def _finding_dict(finding: Finding) -> dict[str, Any]:
         "call_agent": finding.details.get(CALL_AGENT),  # another agent of the run made it
         "trace_id": finding.trace_id,
         "span_id": finding.span_id,
+        "traffic": str(traffic),
         "explanation": finding.explanation,
+        "details": {k: finding.details[k] for k in (OUTCOME, ERROR_TYPE) if k in finding.details},
     }

@@ -57,6 +57,7 @@ __all__ = [
     "PieceDecoder",
     "decode_protobuf",
     "decode_request",
+    "looks_like_otlp_protobuf",
 ]
 
 _SERVICE_NAME: Final = "service.name"
@@ -519,3 +520,45 @@ def decode_protobuf(body: bytes, options: DecodeOptions) -> DecodedBatch:
         request, problems = salvaged
         return decode_request(request, options, problems)
     return _Decoder(options).scan(scan)
+
+
+#: The Collector's file exporter with ``format: proto`` writes each request after its size:
+#: 4 bytes, big-endian.
+_FILE_EXPORTER_PREFIX: Final = 4
+#: How many length-delimited fields, each inside the one before, begin a request:
+#: ``resource_spans``, then its ``resource`` (or ``scope_spans``), then that one's first.
+_NESTED_FIELDS: Final = 3
+
+
+def looks_like_otlp_protobuf(head: bytes) -> bool:
+    """Whether ``head``, the first bytes of a file (64 are enough), look like a binary
+    ``ExportTraceServiceRequest``: one as an OTLP/HTTP body holds it, or as the Collector's
+    file exporter writes it with ``format: proto`` (``_FILE_EXPORTER_PREFIX``). A guess from
+    the wire format, to tell a reader of text what such a file is: field 1
+    (``resource_spans``, tag 0x0a) and the fields nested in it, each length-delimited and
+    within its parent (text that opens with newlines, 0x0a too, is not)."""
+    return _starts_request(head) or _starts_request(head[_FILE_EXPORTER_PREFIX:])
+
+
+def _starts_request(data: bytes) -> bool:
+    at, limit = 0, None  # where the enclosing field ends (None: the request, past ``data``)
+    for depth in range(_NESTED_FIELDS):
+        tag = data[at] if at < len(data) else 0
+        if tag & 0x07 != 2 or (depth == 0 and tag != 0x0A):  # wire type 2: length-delimited
+            return False
+        length, at = _varint(data, at + 1)
+        if not length or (limit is not None and at + length > limit):
+            return False
+        limit = at + length
+    return True
+
+
+def _varint(data: bytes, at: int) -> tuple[int | None, int]:
+    """The varint at ``at`` (at most 5 bytes: a length) and where it ends; ``None`` if
+    there is none."""
+    value = 0
+    for shift, byte in enumerate(data[at : at + 5]):
+        value |= (byte & 0x7F) << (7 * shift)
+        if not byte & 0x80:
+            return value, at + shift + 1
+    return None, at

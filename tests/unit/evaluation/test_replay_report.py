@@ -13,9 +13,20 @@ from eval_factories import call, case, trace
 
 from toolwatch import replay_report
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings
-from toolwatch.model import GoldenCase, ReferenceKind, ToolTrace
+from toolwatch.evaluation.severity import ERROR_TYPE, OUTCOME
+from toolwatch.model import (
+    DETAIL_FIELDS,
+    Category,
+    Finding,
+    GoldenCase,
+    ReferenceKind,
+    Severity,
+    ToolTrace,
+    Traffic,
+)
 from toolwatch.references.golden import GoldenCaseSet
 from toolwatch.replay_report import Report, ReportBuilder, parse_gate
+from toolwatch.sinks.findings import Redaction, finding_record
 
 SETTINGS = EvaluationSettings()
 
@@ -104,6 +115,7 @@ def test_an_input_without_runs_fails_every_gate_and_says_so() -> None:
         ("any=nan", "max", "a maximum is a count of findings, 0 or more"),
         ("any=-1", "max", "a maximum is a count of findings, 0 or more"),
         ("TOOL_ORDER_DRIFT=inf", "max", "a maximum is a count of findings, 0 or more"),
+        ("any=1.5", "max", "a maximum is a count of findings, a whole number"),
     ],
 )
 def test_a_gate_on_a_score_or_count_that_cannot_exist_is_refused(
@@ -278,3 +290,52 @@ def test_a_spooled_report_written_twice_lists_its_findings_both_times() -> None:
     second = json.loads(built.to_json())
     assert len(first["findings"]) == 3
     assert second["findings"] == first["findings"]
+
+
+@pytest.mark.parametrize("listing", ["kept", "spooled"])
+def test_a_shadow_sources_findings_are_listed_apart_and_gated_by_none(
+    listing: replay_report.Listing,
+) -> None:
+    """The serving model's runs (shadow sources) are "listed, not gated": their findings
+    were counted by category alone, so the run that raised one could not be found."""
+    pipeline = EvaluationPipeline(SETTINGS)
+    builder = ReportBuilder(SETTINGS, [parse_gate("any=0", "max")], listing=listing)
+    golden = case("lookup", "refund")
+    source = trace("refund", "lookup", trace_id=f"{1:032x}")
+    builder.add(source, golden, pipeline.evaluate(source, golden, None), source=True)
+    candidate = trace("lookup", "refund", trace_id=f"{2:032x}")
+    builder.add(candidate, golden, pipeline.evaluate(candidate, golden, None))
+    built = builder.build()
+    assert built.passed  # the source's finding is no candidate's
+    document = built.to_json()
+    assert document == json.dumps(json.loads(document), indent=2, sort_keys=True)
+    sources = json.loads(document)["shadow_sources"]
+    assert sources["findings"] == {"TOOL_ORDER_DRIFT": 1}
+    assert [(f["trace_id"], f["traffic"]) for f in sources["finding_list"]] == [
+        (f"{1:032x}", "live")
+    ]
+    assert json.loads(document)["findings"] == []
+
+
+def test_a_listed_finding_has_the_findings_logs_names_and_no_argument_value() -> None:
+    """The JSON report's findings name what the findings log names (case, shadow source
+    and pair, traffic, what became of a dangerous call), and no argument value."""
+    finding = Finding(
+        Category.DANGEROUS_ACTION_DRIFT,
+        Severity.CRITICAL,
+        "safety",
+        ReferenceKind.SOURCE,
+        0.0,
+        "refund issued",
+        f"{2:032x}",
+        span_id=f"{3:016x}",
+        details={OUTCOME: "failed", ERROR_TYPE: "TimeoutError", DETAIL_FIELDS: {"amount": 99}},
+        source_trace_id=f"{1:032x}",
+        pair_key="p1",
+    )
+    listed = replay_report._finding_dict(finding, Traffic.SHADOW)
+    logged = finding_record(trace(), finding, Redaction(), 0, Traffic.SHADOW)
+    for name in ("case_id", "source_trace_id", "pair_key", "traffic"):
+        assert listed[name] == logged[name], name
+    assert listed["details"] == {OUTCOME: "failed", ERROR_TYPE: "TimeoutError"}
+    assert "99" not in json.dumps(listed)

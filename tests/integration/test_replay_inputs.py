@@ -1,0 +1,104 @@
+"""``toolwatch replay`` given what a Collector writes beside OTLP/JSON traces: the other
+signals' lines, and OTLP protobuf."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from tests.integration.test_cli import EXAMPLES, run_cli
+
+REQUEST = EXAMPLES / "unverified-refund.otlp.json"
+LOGS = {
+    "resourceLogs": [
+        {
+            "resource": {"attributes": []},
+            "scopeLogs": [
+                {
+                    "scope": {},
+                    "logRecords": [
+                        {"timeUnixNano": "1764448346000000000", "body": {"stringValue": "hi"}}
+                    ],
+                }
+            ],
+        }
+    ]
+}
+METRICS = {"resourceMetrics": [{"resource": {"attributes": []}, "scopeMetrics": []}]}
+
+
+def test_the_logs_and_metrics_lines_of_a_file_export_are_skipped_and_counted(
+    tmp_path: Path,
+) -> None:
+    """README, Commands: replay reads "OTLP/JSON as the Collector's `file` exporter writes
+    it". One `file` exporter listed in the traces, metrics and logs pipelines writes all
+    three to its file, a request per line; replay refused the whole file at the first logs
+    or metrics line, as "not a ToolTrace line: no "format" field"."""
+    request = json.loads(REQUEST.read_text())
+    capture = tmp_path / "collector-export.jsonl"
+    lines = [LOGS, request, METRICS, LOGS]
+    capture.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    result = run_cli("replay", "--no-progress", str(capture))
+    assert result.returncode == 0, result.stderr
+    assert re.search(r"1 ToolTrace\(s\) evaluated", result.stdout), result.stdout
+    assert result.stderr == (
+        f"toolwatch replay: {capture}:1: skipped 3 line(s) of OTLP logs, metrics or profiles"
+        " (logs=2, metrics=1), the first here: replay evaluates traces only\n"
+    )
+
+
+def _request_bytes() -> bytes:
+    """examples/unverified-refund.otlp.json as the protobuf the OTLP exporters send."""
+    document = json.loads(REQUEST.read_text())
+
+    def ids_as_base64(value: Any) -> None:  # OTLP/JSON ids are hex; proto3 JSON's base64
+        if isinstance(value, dict):
+            for key in ("traceId", "spanId", "parentSpanId"):
+                if isinstance(value.get(key), str) and value[key]:
+                    value[key] = base64.b64encode(bytes.fromhex(value[key])).decode()
+            for item in value.values():
+                ids_as_base64(item)
+        elif isinstance(value, list):
+            for item in value:
+                ids_as_base64(item)
+
+    ids_as_base64(document)
+    return json_format.ParseDict(document, ExportTraceServiceRequest()).SerializeToString()
+
+
+@pytest.mark.parametrize(
+    "framing",
+    [
+        "raw",  # a saved OTLP/HTTP protobuf body (curl --data-binary, an SDK's request)
+        "length_prefixed",  # the Collector's file exporter with `format: proto`
+    ],
+)
+def test_an_otlp_protobuf_file_is_named_as_protobuf(tmp_path: Path, framing: str) -> None:
+    """Such a file was refused (2) as "not UTF-8 text" on line 2 (a request's first byte is
+    0x0a, a newline) or "not JSON: Expecting value (column 1)", which did not tell the
+    engineer that the file is OTLP protobuf and replay wants OTLP/JSON."""
+    body = _request_bytes()
+    data = body if framing == "raw" else struct.pack(">I", len(body)) + body
+    capture = tmp_path / "capture.bin"
+    capture.write_bytes(data)
+    result = run_cli("replay", "--no-progress", str(capture))
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"toolwatch replay: {capture}: looks like OTLP protobuf")
+    assert "format: json" in result.stderr
+
+
+def test_a_json_file_that_is_no_protobuf_keeps_its_json_error(tmp_path: Path) -> None:
+    capture = tmp_path / "capture.jsonl"
+    capture.write_text("\n\n\n{nope\n")  # starts with newlines, as a request's 0x0a would
+    result = run_cli("replay", "--no-progress", str(capture))
+    assert result.returncode == 2
+    assert "protobuf" not in result.stderr
+    assert f"{capture}:4: not JSON" in result.stderr, result.stderr
