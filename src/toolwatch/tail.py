@@ -48,6 +48,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import ssl
 import sys
 import threading
 import time
@@ -150,24 +152,36 @@ class StreamAccess:
 
     def channel(self, target: str, keepalive: float = KEEPALIVE_SECONDS) -> grpc.Channel:
         """A channel to ``target`` that pings every ``keepalive`` seconds. Raises
-        ``OSError``/``ValueError`` for unusable files."""
+        ``ValueError`` naming the flag and the file for one that cannot be read or holds no
+        PEM certificate (or key) that fits: gRPC takes any bytes, and each handshake then
+        fails as if the server could not be reached."""
         if (self.cert_file is None) != (self.key_file is None):
             raise ValueError("a client certificate needs both --tls-cert and --tls-key")
         options = _channel_options(keepalive)
         if not self.secure:
             return grpc.insecure_channel(target, options=options)
+        chain, key = _client_certificate(self.cert_file, self.key_file)
         credentials = grpc.ssl_channel_credentials(
-            root_certificates=_read(self.ca_file),
-            private_key=_read(self.key_file),
-            certificate_chain=_read(self.cert_file),
+            root_certificates=_ca_certificates(self.ca_file),
+            private_key=key,
+            certificate_chain=chain,
         )
         return grpc.secure_channel(target, credentials, options=options)
 
     def metadata(self) -> tuple[tuple[str, str], ...]:
-        """The call metadata. Raises ``OSError``/``ValueError`` for an unusable token file."""
-        if self.bearer_token_file is None:
+        """The call metadata. Raises ``ValueError`` naming the flag for an unusable token
+        file."""
+        path = self.bearer_token_file
+        if path is None:
             return ()
-        return (("authorization", f"Bearer {read_token_file(self.bearer_token_file)[0]}"),)
+        try:
+            token = read_token_file(path)[0]
+        except OSError as e:
+            reason = e.strerror or e
+            raise ValueError(f"--bearer-token-file: {path}: cannot read: {reason}") from None
+        except ValueError as e:
+            raise ValueError(f"--bearer-token-file: {e}") from None
+        return (("authorization", f"Bearer {token}"),)
 
 
 def _local(host: str) -> bool:
@@ -179,8 +193,51 @@ def _local(host: str) -> bool:
     return is_loopback(name.strip("[]"))
 
 
-def _read(path: Path | None) -> bytes | None:
-    return None if path is None else path.read_bytes()
+def _read(flag: str, path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as e:
+        raise ValueError(f"{flag}: {path}: cannot read: {e.strerror or e}") from None
+
+
+def _ca_certificates(path: Path | None) -> bytes | None:
+    """``--tls-ca``'s file (``None``: the system's roots), checked to hold PEM certificates."""
+    if path is None:
+        return None
+    data = _read("--tls-ca", path)
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=data.decode("ascii"))
+    except UnicodeDecodeError:  # DER, or another binary file
+        reason = "not PEM text"
+    except (ssl.SSLError, ValueError) as e:  # no certificate, a broken one, an empty file
+        reason = _ssl_reason(e)
+    else:
+        return data
+    raise ValueError(f"--tls-ca: {path}: holds no PEM CA certificate ({reason})")
+
+
+def _client_certificate(cert: Path | None, key: Path | None) -> tuple[bytes | None, bytes | None]:
+    """``--tls-cert``'s chain and ``--tls-key``'s key (PEM), checked to load together."""
+    if cert is None or key is None:
+        return None, None
+    chain, private = _read("--tls-cert", cert), _read("--tls-key", key)
+    try:  # an encrypted key is refused: gRPC takes none, and OpenSSL would prompt for it
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key, password=lambda: b"")
+    except (ssl.SSLError, OSError) as e:
+        raise ValueError(
+            f"--tls-cert {cert} with --tls-key {key}: not a PEM certificate chain and its"
+            f" unencrypted private key ({_ssl_reason(e)})"
+        ) from None
+    return chain, private
+
+
+def _ssl_reason(error: Exception) -> str:
+    """OpenSSL's reason (``NO_START_LINE``: ``no start line``), else the error's words
+    without the place in Python's source that raised it."""
+    reason = getattr(error, "reason", None)
+    if reason:
+        return str(reason).replace("_", " ").lower()
+    return re.sub(r" \(_ssl\.c:\d+\)$", "", str(error))
 
 
 def run_tail(
@@ -577,12 +634,11 @@ class _Session:
     def subscribe(self, request: findings_pb2.SubscribeRequest) -> _Ended:
         """One subscription, from a new channel (so a reloaded token or certificate is
         used), resuming where the last one ended."""
-        try:
-            channel = self.access.channel(self.target, self.keepalive)
+        try:  # the files, named by their flags (``StreamAccess``)
             metadata = self.access.metadata()
-        except (OSError, ValueError) as e:
-            where = "--bearer-token-file: " if self.access.bearer_token_file else ""
-            return _Ended(EXIT_USAGE, f"{where}{e}", False, credentials=True)
+            channel = self.access.channel(self.target, self.keepalive)
+        except ValueError as e:
+            return _Ended(EXIT_USAGE, str(e), False, credentials=True)
         with channel:
             stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
             call = stub.Subscribe(self.cursor.resuming(request), metadata=metadata)
