@@ -39,8 +39,20 @@ def _remember_signals() -> None:
     signal.signal(signal.SIGINT, _remember_termination)
 
 
+def _interrupted_while_starting(_signum: int, _frame: object) -> None:
+    """Ctrl-C while the imports below run: nothing done yet, so nothing to keep or flush."""
+    os._exit(128 + signal.SIGINT)
+
+
 if sys.argv[1:2] == ["serve"]:
     _remember_signals()
+elif (
+    sys.argv[1:2] in (["replay"], ["check-config"], ["tail"])
+    and signal.getsignal(signal.SIGINT) is signal.default_int_handler
+):
+    # Ctrl-C then would print a traceback from wherever the import was; main() ends the
+    # commands quietly with 130 once it runs. A SIGINT ignored (a background job) stays so.
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
 
 import argparse
 import asyncio
@@ -155,6 +167,8 @@ def _another_address(listener: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``toolwatch`` console script."""
+    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
+        signal.signal(signal.SIGINT, signal.default_int_handler)  # KeyboardInterrupt, below
     parser = _parser()
     args = parser.parse_args(argv)
     level = (os.environ.get("TOOLWATCH_LOG_LEVEL") or "INFO").strip().upper()
