@@ -21,7 +21,8 @@ call joined to a handoff span is marked ``handoff``; the span's status is not th
 CrewAI delegations (``conventions.crewai``): a delegation runs the coworker its arguments
 name, an agent used as a tool that no instrumentation writes as one. Under a delegation's
 tool span with no agent span between (OpenInference writes none for the coworker), the calls
-are the coworker's. A delegation only asked for (no tool span: OpenLLMetry) is the parent of
+are the coworker's, named as the role of the run's agent span CrewAI matches the name to
+(``crewai.role_key``), else as CrewAI cleans it (``crewai.coworker``). A delegation only asked for (no tool span: OpenLLMetry) is the parent of
 the calls of the agent span it ran: right below the delegating agent (no tool span between),
 of the role it names, started after the model asked; of several, asked for last before the
 agent started, then first asked. One delegation runs one agent.
@@ -222,7 +223,7 @@ def build_calls(
     drafts, shared = _in_order(joined)
     groups = _parallel_groups(drafts, sites, shared)
     call_ids = _nested_call_ids(drafts, sites)
-    delegations = _delegations(drafts, sites)
+    delegations = _delegations(drafts, sites, spans)
     return tuple(
         _tool_call(
             d,
@@ -261,7 +262,9 @@ class _Delegations:
 _NO_DELEGATIONS: Final = _Delegations({}, {})  # never written to
 
 
-def _delegations(drafts: list[_Draft], sites: dict[bytes, CallSite]) -> _Delegations:
+def _delegations(
+    drafts: list[_Draft], sites: dict[bytes, CallSite], spans: tuple[SpanRecord, ...]
+) -> _Delegations:
     """The run's CrewAI delegations; ``_NO_DELEGATIONS`` after one name look-up per call
     when it made none, the usual run."""
     coworkers: dict[bytes, str] = {}
@@ -277,7 +280,23 @@ def _delegations(drafts: list[_Draft], sites: dict[bytes, CallSite]) -> _Delegat
             asked.append(draft)
     if not coworkers and not asked:
         return _NO_DELEGATIONS
+    if coworkers:
+        _as_roles(coworkers, spans)
     return _Delegations(coworkers, _delegated_agents(asked, drafts, sites) if asked else {})
+
+
+def _as_roles(coworkers: dict[bytes, str], spans: tuple[SpanRecord, ...]) -> None:
+    """Rewrite each named coworker as the role of the run's agent span CrewAI matches it to
+    (``crewai.role_key``; the first started, of several), so that the coworker's calls are
+    that agent's, as it spells itself; a coworker no agent span runs keeps its cleaned name.
+    """
+    roles: dict[str, str] = {}
+    for span in spans:
+        name = span.agent_name
+        if span.role is SpanRole.AGENT and name is not None:
+            roles.setdefault(crewai.role_key(name), name)
+    for span_id, named in coworkers.items():
+        coworkers[span_id] = roles.get(crewai.role_key(named), named)
 
 
 def _delegated_agents(
@@ -292,10 +311,17 @@ def _delegated_agents(
             workers.setdefault(agent.span_id, agent)
     if len(workers) * len(asked) > _MAX_DELEGATION_CHECKS:
         return {}
+    # Each name's CrewAI key computed once, not once per (agent, delegation) pair: a
+    # coworker's name is as long as an attribute may be.
+    named: list[str | None] = []
+    for draft in asked:
+        request = draft.request
+        coworker = crewai.coworker(request.arguments()) if request is not None else None
+        named.append(crewai.role_key(coworker) if coworker is not None else None)
     parents: dict[bytes, str] = {}
     taken: set[int] = set()
     for worker in sorted(workers.values(), key=_start_key):  # the first started runs first
-        chosen = _delegation_of(worker, asked, taken, sites)
+        chosen = _delegation_of(worker, asked, named, taken, sites)
         request = asked[chosen].request if chosen is not None else None
         if chosen is not None and request is not None and request.call.call_id is not None:
             taken.add(chosen)
@@ -304,13 +330,19 @@ def _delegated_agents(
 
 
 def _delegation_of(
-    worker: SpanRecord, asked: list[_Draft], taken: set[int], sites: dict[bytes, CallSite]
+    worker: SpanRecord,
+    asked: list[_Draft],
+    named: list[str | None],
+    taken: set[int],
+    sites: dict[bytes, CallSite],
 ) -> int | None:
-    """The index in ``asked`` of the delegation that ran ``worker``, if one did."""
+    """The index in ``asked`` of the delegation that ran ``worker``, if one did;
+    ``named[i]``: the ``crewai.role_key`` of the coworker ``asked[i]`` names."""
     above = sites[worker.span_id]
     role = worker.agent_name
     if above.tool is not None or above.agent is None or role is None:
         return None
+    key = crewai.role_key(role)
     chosen: int | None = None
     chosen_end = -1
     for i, draft in enumerate(asked):
@@ -318,13 +350,11 @@ def _delegation_of(
         if request is None or i in taken or request.call.call_id is None:
             continue
         llm = request.llm
-        named = crewai.coworker(request.arguments())
         if (
             llm.end_ns <= worker.start_ns
             and llm.end_ns > chosen_end
-            and named is not None
+            and named[i] == key
             and sites[llm.span_id].agent is above.agent
-            and crewai.same_role(named, role)
         ):
             chosen, chosen_end = i, llm.end_ns
     return chosen

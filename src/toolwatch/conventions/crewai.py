@@ -55,6 +55,7 @@ __all__ = [
     "NAME",
     "classify_crew",
     "coworker",
+    "role_key",
     "same_role",
 ]
 
@@ -137,23 +138,29 @@ def classify_crew(name: str, attrs: Attributes) -> tuple[SpanRole, Convention] |
 
 
 def coworker(arguments: object) -> str | None:
-    """The coworker a delegation's parsed ``arguments`` name, as written (spaces trimmed);
-    ``None`` when they name none."""
+    """The coworker a delegation's parsed ``arguments`` name, cleaned as CrewAI reads it
+    (``BaseAgentTool.sanitize_agent_name``): double quotes removed, whitespace collapsed and
+    trimmed, the case kept (``'"Refund   Agent"'`` is ``Refund Agent``); ``None`` when they
+    name none."""
     if not isinstance(arguments, dict):
         return None
     for key in _COWORKER_KEYS:
         value = arguments.get(key)
-        if isinstance(value, str) and value.strip():
-            return value.strip()
+        if isinstance(value, str):
+            cleaned = " ".join(value.replace('"', "").split())
+            if cleaned:
+                return cleaned
     return None
 
 
 def same_role(named: str, role: str) -> bool:
     """Whether a delegation naming ``named`` runs the agent of ``role``: compared as CrewAI
-    does (``BaseAgentTool.sanitize_agent_name``: whitespace collapsed, double quotes
-    removed, case folded)."""
-    return _sanitized(named) == _sanitized(role)
+    does (``role_key``)."""
+    return role_key(named) == role_key(role)
 
 
-def _sanitized(name: str) -> str:
+def role_key(name: str) -> str:
+    """``name`` as CrewAI compares a coworker with an agent's role
+    (``BaseAgentTool.sanitize_agent_name``: whitespace collapsed, double quotes removed, case
+    folded). Linear in ``name``: callers matching many names compute each key once."""
     return " ".join(name.split()).replace('"', "").casefold()

@@ -3,10 +3,15 @@ instrumentation writes as one (``calls._delegations``; ``conventions.crewai``)."
 
 from __future__ import annotations
 
+import time
+
 import pytest
-from assembly_support import agent, ask, hexid, llm, only, tool
+from assembly_support import agent, ask, build, hexid, llm, only, tool
 
 from toolwatch.conventions import crewai
+from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.safety import Safety
+from toolwatch.evaluation.settings import PolicySettings, SafetySettings
 from toolwatch.model import SpanRecord
 
 DELEGATION = {"task": "Refund order A-1001.", "context": "It arrived broken.", "coworker": ""}
@@ -131,6 +136,87 @@ def test_a_coworker_is_named_by_either_argument_crewai_reads() -> None:
     assert crewai.coworker({"coworker": " refund_agent "}) == "refund_agent"
     assert crewai.coworker({"co_worker": "refund_agent"}) == "refund_agent"
     assert crewai.coworker({"coworker": "  "}) is None
+    assert crewai.coworker({"coworker": '" "'}) is None
     assert crewai.coworker('{"coworker": "refund_agent"}') is None  # parsed arguments only
     assert crewai.same_role('"Refund\n  Agent"', "refund agent")
     assert not crewai.same_role("refund_agent", "refund agent")
+
+
+def test_a_quoted_coworker_names_the_agent_crewai_ran_not_the_quotes() -> None:
+    # CrewAI runs refund_agent for '"refund_agent"' (sanitize_agent_name removes the quotes)
+    trace = only(openinference_spans(coworker='"refund_agent"'))
+
+    assert [(c.tool_name, c.agent) for c in trace.calls] == [
+        ("delegate work to coworker", "Crew Manager"),
+        ("lookup_order", "refund_agent"),
+        ("issue_refund", "refund_agent"),
+    ]
+    assert trace.agents == ("support_crew", "Crew Manager", "refund_agent")
+
+
+def test_a_coworker_named_with_collapsed_whitespace_is_one_agent() -> None:
+    trace = only(openinference_spans(coworker=" Refund \n  Agent "))
+
+    assert [c.agent for c in trace.calls[1:]] == ["Refund Agent", "Refund Agent"]
+
+
+def test_a_coworker_is_named_by_the_role_of_an_agent_span_crewai_matches() -> None:
+    # the crew's first task ran the coworker's agent span: its role is the agent's spelling
+    spans = [
+        *openinference_spans(coworker='"refund   AGENT"'),
+        agent(7, 1, "Refund Agent", 70, 80),
+        tool(8, 7, "lookup_order", 71, 79, arguments='{"order_id": "A-1002"}'),
+    ]
+
+    trace = only(spans)
+
+    assert [c.agent for c in trace.calls] == [
+        "Crew Manager",
+        "Refund Agent",
+        "Refund Agent",
+        "Refund Agent",
+    ]
+    assert trace.agents == ("support_crew", "Crew Manager", "Refund Agent")
+
+
+def test_a_quoted_coworkers_allowed_refund_is_no_dangerous_drift() -> None:
+    # the policy allows refund_agent its refund; the manager ("*") may only delegate
+    policy = PolicySettings.model_validate(
+        {
+            "dangerous_tools": ["issue_refund"],
+            "allowed_tools": {
+                "refund_agent": ["lookup_order", "issue_refund"],
+                "*": ["delegate work to coworker"],
+            },
+        }
+    )
+    trace = only(openinference_spans(coworker='"refund_agent"'))
+
+    result = Safety(SafetySettings(), policy)(trace, Reference())
+
+    assert result.findings == ()
+
+
+def test_a_long_coworker_name_is_not_sanitized_again_for_every_agent() -> None:
+    # 12 delegations naming a 60,000-character coworker, 2,000 agents with a call: 24,000
+    # pairs (under calls._MAX_DELEGATION_CHECKS). Keying the name once per pair was ~1.4 GB
+    # of string work, about 9 s for one trace; once per name, well under a second.
+    asks, workers = 12, 2_000
+    spans = [
+        agent(1, None, "support_crew", 0, 10**6, convention=crewai.NAME),
+        agent(2, 1, "Crew Manager", 1, 10**6 - 1),
+    ]
+    for j in range(asks):
+        arguments = delegating("x" * 60_000)
+        spans.append(llm(3 + j, 2, 2, 3 + j, ask("delegate_work_to_coworker", f"d{j}", arguments)))
+    for i in range(workers):
+        a = 10 + asks + 2 * i
+        spans.append(agent(a, 2, "r", 100 + 3 * i, 101 + 3 * i))
+        spans.append(llm(a + 1, a, 100 + 3 * i, 101 + 3 * i, ask("lookup_order", f"l{i}", {})))
+
+    started = time.perf_counter()
+    (trace,) = build(spans)
+    seconds = time.perf_counter() - started
+
+    assert {c.parent_call_id for c in trace.calls if c.tool_name == "lookup_order"} == {None}
+    assert seconds < 2.0
