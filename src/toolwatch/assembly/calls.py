@@ -20,12 +20,13 @@ call joined to a handoff span is marked ``handoff``; the span's status is not th
 
 CrewAI delegations (``conventions.crewai``): a delegation runs the coworker its arguments
 name, an agent used as a tool that no instrumentation writes as one. Under a delegation's
-tool span with no agent span between (OpenInference writes none for the coworker), the calls
-are the coworker's, named as the role of the run's agent span CrewAI matches the name to
-(``crewai.role_key``), else as CrewAI cleans it (``crewai.coworker``). A delegation only asked for (no tool span: OpenLLMetry) is the parent of
-the calls of the agent span it ran: right below the delegating agent (no tool span between),
-of the role it names, started after the model asked; of several, asked for last before the
-agent started, then first asked. One delegation runs one agent.
+tool span with no agent span between (OpenInference writes none for the coworker), however
+deep in the coworker's tools, the calls are the coworker's: named as the role of the run's
+agent span CrewAI matches the name to (``crewai.role_key``), else as CrewAI cleans it
+(``crewai.coworker``). A delegation only asked for (no tool span: OpenLLMetry) is the parent
+of the calls of the agent span it ran: right below the delegating agent (no tool span
+between), of the role it names, started after the model asked; of several, asked for last
+before the agent started, then first asked. One delegation runs one agent.
 
 Pure functions of the spans' content: the order spans arrived in never matters.
 """
@@ -60,6 +61,9 @@ _NO_IDS: Final[frozenset[bytes]] = frozenset()
 #: Bound on the (coworker agent, delegation asked for) pairs one run compares; past it (a
 #: pathological run: a crew delegates a few times), no delegation is the parent of a call.
 _MAX_DELEGATION_CHECKS: Final = 25_000
+#: Tool spans a call's agent walks up through to the delegation it runs under (a tool nested
+#: in the coworker's tool); past it, the call is its agent span's.
+_MAX_DELEGATION_DEPTH: Final = 32
 
 # The records below are built one per span or call of every trace: their constructors are
 # written out, so that compiled (``toolwatch.compiled``) they are native. A named tuple's or
@@ -1101,13 +1105,21 @@ def _parent_call_id(
 def _agent(
     site: CallSite, origin: SpanRecord, sites: dict[bytes, CallSite], delegations: _Delegations
 ) -> str | None:
-    """The nearest agent's name, else the call's own span's; but the coworker a CrewAI
-    delegation above names, when no agent span lies between the two."""
+    """The nearest agent's name, else the call's own span's; but the coworker the nearest
+    CrewAI delegation above names, when no agent span lies between the two (a tool nested
+    in the coworker's tool is the coworker's call too)."""
     tool = site.tool
     if tool is not None and delegations.coworkers:
-        named = delegations.coworkers.get(tool.span_id)
-        if named is not None and sites[tool.span_id].agent is site.agent:
-            return named
+        for _ in range(_MAX_DELEGATION_DEPTH):
+            above = sites[tool.span_id]
+            if above.agent is not site.agent:  # an agent span between
+                break
+            named = delegations.coworkers.get(tool.span_id)
+            if named is not None:
+                return named
+            if above.tool is None:
+                break
+            tool = above.tool
     if site.agent is not None and site.agent.agent_name is not None:
         return site.agent.agent_name
     return origin.agent_name

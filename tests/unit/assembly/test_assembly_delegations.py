@@ -179,6 +179,31 @@ def test_a_coworker_is_named_by_the_role_of_an_agent_span_crewai_matches() -> No
     assert trace.agents == ("support_crew", "Crew Manager", "Refund Agent")
 
 
+def test_a_tool_nested_in_the_coworkers_tool_is_the_coworkers_call() -> None:
+    spans = [*openinference_spans(), tool(6, 5, "charge_card", 42, 48, arguments='{"x": 1}')]
+
+    calls = only(spans).calls
+
+    assert [(c.tool_name, c.agent, c.parent_call_id) for c in calls] == [
+        ("delegate work to coworker", "Crew Manager", None),
+        ("lookup_order", "refund_agent", hexid(3)),
+        ("issue_refund", "refund_agent", hexid(3)),
+        ("charge_card", "refund_agent", hexid(5)),
+    ]
+
+
+def test_a_tool_nested_below_an_agent_in_the_coworkers_tool_is_that_agents() -> None:
+    spans = [
+        *openinference_spans(),
+        agent(6, 5, "billing_agent", 41, 49),
+        tool(7, 6, "charge_card", 42, 48, arguments='{"x": 1}'),
+    ]
+
+    calls = only(spans).calls
+
+    assert [(c.tool_name, c.agent) for c in calls][-1] == ("charge_card", "billing_agent")
+
+
 def test_a_quoted_coworkers_allowed_refund_is_no_dangerous_drift() -> None:
     # the policy allows refund_agent its refund; the manager ("*") may only delegate
     policy = PolicySettings.model_validate(
