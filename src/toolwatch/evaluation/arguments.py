@@ -13,7 +13,10 @@ first. Scoring:
   reference field the run did not send scores 0.5 (``strict``: 0). A field only the run sent
   (an optional parameter filled in, often with its default) is ignored, and with ``strict``
   scores 0, unless the call-level strategy (the golden call's ``match``, else the tool's,
-  else the default) is ``subset``, which always ignores it;
+  else the default) is ``subset``, which always ignores it. A field the reference gives as
+  ``null`` (the call must not set it) and the run sends with a value scores 0.5 (``strict``:
+  0), unexpected, whatever the strategy, in the mean only; ``null`` on both sides, or
+  against a field not sent, matches;
 - the pair's score is the mean over its fields, or lower: the lowest score of a *value
   field* (``_is_value``: a reference value that is a number, a boolean, a text of at most 64
   characters without whitespace such as an id, a code, an e-mail address or an enum value,
@@ -99,13 +102,28 @@ _ONE_LETTER_WORD: Final = re.compile(r"[A-Z][a-z][A-Z]")
 _VALUE_TEXT: Final = re.compile(r"\S{1,64}")
 #: The most values an object or array value field holds, in all (``_is_value``).
 _VALUE_PARTS: Final = 32
+#: A text that looks generated per run (``_is_value``), which a shadow pair's two runs each
+#: make their own of: a UUID (any case, braced or ``urn:uuid:``), an ISO 8601 date-time with
+#: a time part, a text of 20 characters or more mixing letters and digits with no separator
+#: (a random token: base64, a ULID), or anywhere in it a run of 16 hex characters or more
+#: holding a letter and a digit (a digest, a token; a long number is a value: an order id).
+_GENERATED: Final = re.compile(
+    r"\A(?:"
+    r"(?:urn:uuid:)?\{?[0-9A-Fa-f]{8}(?:-[0-9A-Fa-f]{4}){3}-[0-9A-Fa-f]{12}\}?"
+    r"|\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:[Zz]|[+-]\d{2}(?::?\d{2})?)?"
+    r"|(?=[^0-9]*[0-9])(?=[^A-Za-z]*[A-Za-z])[A-Za-z0-9+/]{20,}={0,2}"
+    r")\Z"
+    r"|(?=[0-9A-Fa-f]*[0-9])(?=[0-9A-Fa-f]*[A-Fa-f])[0-9A-Fa-f]{16,}"
+)
 
 
 def _is_value(value: Any) -> bool:
     """Whether a reference value names what a call acts on rather than describes it: a
-    number, a boolean, a text of 1 to 64 characters without whitespace, or a non-empty object
-    or array of at most ``_VALUE_PARTS`` values, all of them such (``{"sku": "A1", "qty":
-    2}``; one ``null`` or sentence in it makes it text to weigh in the mean)."""
+    number, a boolean, a text of 1 to 64 characters without whitespace that does not look
+    generated per run (``_GENERATED``: an idempotency key or a timestamp differs on every
+    shadow pair, and would page on each), or a non-empty object or array of at most
+    ``_VALUE_PARTS`` values, all of them such (``{"sku": "A1", "qty": 2}``; one ``null`` or
+    sentence in it makes it text to weigh in the mean)."""
     pending = [value]
     parts = 0
     while pending:
@@ -116,7 +134,7 @@ def _is_value(value: Any) -> bool:
                 return False
             pending.extend(item.values() if isinstance(item, Mapping) else item)
         elif isinstance(item, str):
-            if not _VALUE_TEXT.fullmatch(item):
+            if not _VALUE_TEXT.fullmatch(item) or _GENERATED.search(item):
                 return False
         elif not isinstance(item, bool | int | float):
             return False
@@ -230,10 +248,11 @@ class ArgumentScorer:
     def _compare_fields(
         self, ref: RefCall, expected: Mapping[str, Any], actual: Mapping[str, Any]
     ) -> CallComparison:
-        # null is absent: strict function calling sends null for each optional parameter.
-        keys = [k for k, v in expected.items() if v is not None]
+        # null sent is absent: strict function calling sends null for each optional
+        # parameter. A reference's null against a value sent says the call must not set it.
+        keys = [k for k, v in expected.items() if v is not None or actual.get(k) is not None]
         if self._strict and self.call_strategy(ref) != "subset":
-            keys += [k for k, v in actual.items() if v is not None and expected.get(k) is None]
+            keys += [k for k, v in actual.items() if v is not None and k not in expected]
         fields = tuple(self._field(ref, k, expected, actual) for k in keys)
         if not fields:
             return CallComparison(1.0, fields)
