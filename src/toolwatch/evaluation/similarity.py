@@ -30,7 +30,8 @@ matches (equal as JSON values, ``5`` and ``5.0``; a reference number sent as its
   ``FUZZY_MAX_CHARS``, or ``exact``'s score if higher (``TYPE_ONLY``). Similarity is
   ``2 * LCS / (len(a) + len(b))``, ``LCS`` the length of the longest common subsequence:
   of the characters below ``FUZZY_LONG_CHARS`` on both sides, else of the words and
-  punctuation marks (the first ``FUZZY_MAX_TOKENS`` of each text), so one word reworded in
+  punctuation marks (``_TOKEN``: each character of a script written without spaces is a
+  token of its own; the first ``FUZZY_MAX_TOKENS`` of each text), so one word reworded in
   a paragraph scores about ``1 - 1/words``. (difflib's ratio, used before, junks every
   common character of a 200-character text, so a paragraph differing by one word scored as
   low as 0.17; without its ``autojunk`` it is cubic on repetitive input, 45 ms at 199
@@ -70,13 +71,23 @@ FUZZY_LONG_CHARS: Final = 200
 #: ``fuzzy`` compares at most this many words and punctuation marks of each long text: the
 #: bound on its cost (4,096 characters of prose are about 800).
 FUZZY_MAX_TOKENS: Final = 1024
-_TOKEN: Final = re.compile(r"\w+|[^\w\s]")
+#: A long text's tokens: each character of a script written without spaces (CJK ideographs,
+#: kana, Thai, Lao, Khmer, Myanmar), where a paragraph is one "word"; words elsewhere (Korean
+#: is written with spaces); each punctuation mark.
+_TOKEN: Final = re.compile(
+    "[\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\U00020000-\U0002fa1f"
+    "\u3040-\u30ff\u31f0-\u31ff\uff66-\uff9f"
+    "\u0e00-\u0eff\u1780-\u17ff\u1000-\u109f]"
+    r"|\w+|[^\w\s]"
+)
 #: Full-width ASCII forms (U+FF01 to U+FF5E) and the ideographic space, as ASCII.
 _FULL_WIDTH: Final = {0xFF01 + i: 0x21 + i for i in range(0x5E)} | {0x3000: 0x20}
 #: More than 30 non-ASCII characters in a row that are neither word characters nor
-#: whitespace: where a run of combining marks (none of them is either) can be. 30 is the
-#: Unicode stream-safe text format's bound (UAX #15), which prose stays within.
-_MARK_RUN: Final = re.compile(r"[^\w\s\x00-\x7f]{31}")
+#: whitespace: where a run of combining marks (none of them is either) can be, to look in
+#: (``_mark_run``). 30 is the Unicode stream-safe text format's bound (UAX #15), which prose
+#: stays within.
+_NOT_WORDS: Final = re.compile(r"[^\w\s\x00-\x7f]{31,}")
+_MARKS_SAFE: Final = 30
 _PAIRED_ITEMS: Final = 32  # lists paired optimally up to this many items a side
 #: ``exact``'s score for a reference's text sent as the number it spells: the type alone
 #: differs (as a field on one side only scores 0.5: half right).
@@ -196,16 +207,33 @@ def folded(text: str) -> str:
     """``text`` as ``contains`` and ``fuzzy`` compare it: full-width ASCII forms as ASCII
     (``U+FF21`` as ``A``, as ``as_number`` already reads full-width digits), NFC-composed
     (an accent typed composed or sent decomposed alike) and case-folded. Linear, whatever the
-    text: a run of more than 30 marks in a row (``_MARK_RUN``, past what the Unicode
-    stream-safe format allows, on which CPython's normalization is quadratic: seconds for
-    20,000) leaves the text uncomposed. Not NFKC: its expansions (U+FDFA is 18 characters)
-    cost 50 ms on 4,096 characters."""
+    text: a run of more than 30 combining marks in a row (``_mark_run``, past what the
+    Unicode stream-safe format allows, on which CPython's normalization is quadratic: seconds
+    for 20,000) leaves the text uncomposed; symbols, emoji and box drawing do not. Not NFKC:
+    its expansions (U+FDFA is 18 characters) cost 50 ms on 4,096 characters."""
     if text.isascii():
         return text.casefold()
     text = text.translate(_FULL_WIDTH)
-    if _MARK_RUN.search(text) is None:
+    if not _mark_run(text):
         text = unicodedata.normalize("NFC", text)
     return text.casefold()
+
+
+def _mark_run(text: str) -> bool:
+    """Whether ``text`` holds more than ``_MARKS_SAFE`` characters in a row of nonzero
+    canonical combining class: those NFC reorders, by insertion sort. Linear: only runs
+    ``_NOT_WORDS`` finds are looked at, each window of 31 read from its end, so a character
+    that is no mark skips every window holding it."""
+    for run in _NOT_WORDS.finditer(text):
+        start, end = run.span()
+        while start + _MARKS_SAFE < end:
+            last = start + _MARKS_SAFE
+            while last >= start and unicodedata.combining(text[last]):
+                last -= 1
+            if last < start:
+                return True
+            start = last + 1
+    return False
 
 
 def _contains(reference: Any, actual: Any) -> float:
