@@ -1,6 +1,8 @@
 """``invariants``: hand-written rules (``policy.invariants``), judged against the rule only.
 
-- ``forbidden``: one violation when the tool is called (on the first call's span);
+- ``forbidden``: one violation when the tool is called, on the first action's last attempt
+  (a failed call made again, ``loops.retried``, is named by its retry: the attempt that may
+  have gone through), every attempt counted;
 - ``required``: one violation when it is never called;
 - ``order``: one violation when a call of ``after`` has no earlier call (lower
   ``sequence_index``, whatever the order of ``ToolTrace.calls``) of ``before`` (on the first
@@ -289,11 +291,12 @@ def _counted(
     tool = normalize(rule.tool)
     count = names.count(tool)
     made_again: frozenset[int] = frozenset()
-    if isinstance(rule, CallCountRule) and count:
+    if not isinstance(rule, RequiredRule) and count:
         # A failed call made again is one action: a refund that failed and was retried is
-        # not two refunds. (A forbidden tool's failed attempt still counts: it was tried.)
+        # not two refunds, and its retry is the attempt that may have gone through.
         made_again = frozenset(i for i in retried(calls, names, bound) if names[i] == tool)
-    again = len(made_again)
+    # A forbidden tool's failed attempt still counts: it was tried.
+    again = len(made_again) if isinstance(rule, CallCountRule) else 0
     count -= again
     problem = _count_problem(rule, tool, count, complete=complete)
     if problem is None:
@@ -314,13 +317,15 @@ def _over(
     names: Sequence[str],
     made_again: frozenset[int],
 ) -> ToolCall | None:
-    """The call a violation of ``rule`` names: past a ``call_count`` maximum, the first
-    action over it, counted as the rule counts (``made_again``: failed calls of ``tool``
-    made again, each one action with its retry), and of that action the call counted, its
-    last attempt (the one that may have gone through, as ``safety`` flags a dangerous call
-    beyond its reference's); else the first call of ``tool`` (a forbidden tool's first
-    attempt; a minimum missed), ``None`` when there is none."""
+    """The call a violation of ``rule`` names: past a ``call_count`` maximum (a forbidden
+    tool's is 0), the first action over it, counted as the rule counts (``made_again``:
+    failed calls of ``tool`` made again, each one action with its retry), and of that action
+    the call counted, its last attempt (the one that may have gone through, as ``safety``
+    flags a dangerous call beyond its reference's); else the first call of ``tool`` (a
+    minimum missed), ``None`` when there is none."""
     limit = rule.max if isinstance(rule, CallCountRule) else None
+    if isinstance(rule, ForbiddenRule):
+        limit = 0
     counted = 0
     first = None
     for i, name in enumerate(names):  # not zip(strict=True): generic in compiled code

@@ -200,3 +200,20 @@ def test_call_outcome(made: ToolCall, outcome: str) -> None:
     spanned, _ = call_outcome(trace(made), made, tool_spanned=True)
     if made.span_id is None and not made.hosted:
         assert spanned["outcome"] == "never_run"
+
+
+def test_forbidden_refund_that_failed_then_went_through_reports_outcome_ok() -> None:
+    # The first attempt timed out, the agent made it again and it went through: the one
+    # violation names the retry, so the page does not say the flagged call failed.
+    first = dataclasses.replace(call("issue_refund", A1, index=0, ok=False), error_type="Timeout")
+    run = trace(first, call("issue_refund", A1, index=1))
+    (finding,) = invariants(run, {"kind": "forbidden", "tool": "issue_refund"})
+    assert finding.details["outcome"] == "ok"
+    assert "the flagged call failed" not in finding.explanation
+    assert finding.details["count"] == 2
+
+
+def test_forbidden_refund_that_only_failed_reports_outcome_failed() -> None:
+    first = dataclasses.replace(call("issue_refund", A1, index=0, ok=False), error_type="Timeout")
+    (finding,) = invariants(trace(first), {"kind": "forbidden", "tool": "issue_refund"})
+    assert finding.details["outcome"] == "failed"

@@ -232,10 +232,22 @@ def test_a_call_count_under_its_minimum_names_the_first_call() -> None:
     assert missing.span_id is None
 
 
-def test_a_forbidden_tool_is_named_by_its_first_attempt() -> None:
-    """Forbidden: tried is broken, so the first call, even one that failed."""
+def test_a_forbidden_tool_is_named_by_its_first_actions_last_attempt() -> None:
+    """Forbidden: a failed call made again is one action with its retry, the attempt that
+    may have gone through (as call_count names it); every attempt is counted."""
     rule = {"kind": "forbidden", "tool": "delete_account"}
     run = trace(call("delete_account", index=0, ok=False), call("delete_account", index=1))
+    result = evaluate(run, rule)
+    assert result is not None
+    (finding,) = result.findings
+    assert finding.span_id == "s1"
+    assert finding.details["count"] == 2
+
+
+def test_a_forbidden_tool_that_failed_and_was_not_made_again_is_named() -> None:
+    """Tried is broken: a failed attempt alone is still the violation's call."""
+    rule = {"kind": "forbidden", "tool": "delete_account"}
+    run = trace(call("delete_account", index=0, ok=False), "search")
     result = evaluate(run, rule)
     assert result is not None
     (finding,) = result.findings
