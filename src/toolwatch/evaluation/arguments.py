@@ -103,9 +103,10 @@ _VALUE_TEXT: Final = re.compile(r"\S{1,64}")
 #: The most values an object or array value field holds, in all (``_is_value``).
 _VALUE_PARTS: Final = 32
 #: A text that looks generated per run (``_is_value``), which a shadow pair's two runs each
-#: make their own of: a UUID (any case, braced or ``urn:uuid:``), an ISO 8601 date-time with
-#: a time part, a text of 20 characters or more mixing letters and digits with no separator
-#: (a random token: base64, a ULID), or anywhere in it a run of 16 hex characters or more
+#: make their own of (a shadow source's only: a golden case gives no value it does not
+#: expect): a UUID (any case, braced or ``urn:uuid:``), an ISO 8601 date-time with a time
+#: part, a text of 20 characters or more mixing letters and digits with no separator (a
+#: random token: base64, a ULID), or anywhere in it a run of 16 hex characters or more
 #: holding a letter and a digit (a digest, a token; a long number is a value: an order id).
 _GENERATED: Final = re.compile(
     r"\A(?:"
@@ -117,11 +118,13 @@ _GENERATED: Final = re.compile(
 )
 
 
-def _is_value(value: Any) -> bool:
+def _is_value(value: Any, written: bool) -> bool:
     """Whether a reference value names what a call acts on rather than describes it: a
-    number, a boolean, a text of 1 to 64 characters without whitespace that does not look
-    generated per run (``_GENERATED``: an idempotency key or a timestamp differs on every
-    shadow pair, and would page on each), or a non-empty object or array of at most
+    number, a boolean, a text of 1 to 64 characters without whitespace that, in a shadow
+    source's call (not ``written``), does not look generated per run (``_GENERATED``: an
+    idempotency key or a timestamp differs on every shadow pair, and would page on each; a
+    golden case names only what it expects, so a UUID it gives is the order's), or a
+    non-empty object or array of at most
     ``_VALUE_PARTS`` values, all of them such (``{"sku": "A1", "qty": 2}``; one ``null`` or
     sentence in it makes it text to weigh in the mean)."""
     pending = [value]
@@ -134,7 +137,7 @@ def _is_value(value: Any) -> bool:
                 return False
             pending.extend(item.values() if isinstance(item, Mapping) else item)
         elif isinstance(item, str):
-            if not _VALUE_TEXT.fullmatch(item) or _GENERATED.search(item):
+            if not _VALUE_TEXT.fullmatch(item) or (not written and _GENERATED.search(item)):
                 return False
         elif not isinstance(item, bool | int | float):
             return False
@@ -264,7 +267,7 @@ class ArgumentScorer:
     def _decides(self, ref: RefCall, f: FieldScore) -> bool:
         """Whether ``f``, scoring below the mean, is a value field that may decide the
         pair's score (see the module docstring)."""
-        if f.strategy == "fuzzy" or not _is_value(f.expected):
+        if f.strategy == "fuzzy" or not _is_value(f.expected, ref.written):
             return False
         if f.presence == "missing":
             return ref.written

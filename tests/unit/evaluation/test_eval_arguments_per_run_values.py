@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from eval_factories import trace
+from eval_factories import case, trace
 
 from toolwatch.evaluation.arguments import ToolArguments, _is_value
 from toolwatch.evaluation.base import Reference
@@ -78,8 +78,9 @@ def test_a_wrong_order_id_beside_a_per_run_key_still_decides() -> None:
     ],
 )
 def test_a_text_generated_per_run_is_no_value_field(text: str) -> None:
-    assert not _is_value(text)
-    assert not _is_value({"key": text, "qty": 2})
+    assert not _is_value(text, written=False)
+    assert not _is_value({"key": text, "qty": 2}, written=False)
+    assert _is_value(text, written=True)  # a golden case gives only what it expects
 
 
 @pytest.mark.parametrize(
@@ -96,4 +97,22 @@ def test_a_text_generated_per_run_is_no_value_field(text: str) -> None:
     ],
 )
 def test_an_id_or_code_is_still_a_value_field(text: str) -> None:
-    assert _is_value(text)
+    assert _is_value(text, written=False)
+
+
+def test_a_wrong_uuid_order_id_in_a_golden_case_decides() -> None:
+    """A golden case names only the values it expects: a UUID it gives is the order's, not a
+    key generated per run, so a run that refunds another order scores 0 on it."""
+    evaluator = ToolArguments(
+        ToolArgumentsSettings.model_validate({"threshold": 0.8}), NameNormalizer()
+    )
+    expected = {**BASE, "order_id": "4f1c2a9e-1d2b-4c3a-9b8e-0a1b2c3d4e5f"}
+    sent = {**BASE, "order_id": "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"}
+    result = evaluator(
+        trace(("issue_refund", sent)),
+        Reference(expected=case(("issue_refund", expected))),
+    )
+    assert result is not None
+    assert result.scores["score"] == 0.0
+    (finding,) = result.findings
+    assert finding.field == "order_id"
