@@ -808,13 +808,20 @@ def _held_elsewhere(address: str) -> str | None:
 
 
 def _listening_socket(address: str) -> socket.socket:
+    """A listening socket on ``address``. An IPv6 one takes IPv4 clients too (as IPv4-mapped
+    addresses) where the system can: ``[::]`` is then every interface of both families, as
+    gRPC binds it (its sockets are dual-stack), not IPv6 alone (``create_server`` sets
+    ``IPV6_V6ONLY`` otherwise), so one spelling means the same on every listener."""
     host, port = parse_listen_address(address)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     if not is_ip_address(host):
         # Raises ``socket.gaierror`` for a name that does not resolve: ``create_server``
         # would raise a plain ``OSError`` carrying getaddrinfo's error number (``_reason``).
         socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
-    return socket.create_server((host, port), family=family, backlog=512)
+    if family == socket.AF_INET:
+        return socket.create_server((host, port), family=family, backlog=512)
+    dualstack = socket.has_dualstack_ipv6()
+    return socket.create_server((host, port), family=family, backlog=512, dualstack_ipv6=dualstack)
 
 
 def tick_delay(now_ns: int, due_ns: int, period: float, longest: float) -> float:
