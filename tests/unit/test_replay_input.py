@@ -159,6 +159,16 @@ def test_a_cut_line_in_a_json_lines_file_is_named_by_its_own_line(tmp_path: Path
         list(load_tool_traces([cut], _config()))
 
 
+def test_an_integer_literal_too_long_to_convert_is_named_with_its_line(tmp_path: Path) -> None:
+    long = tmp_path / "long.jsonl"
+    long.write_text(f"{_dump_line(0)}\n" + '{"resourceSpans": [], "x": ' + "1" * 5000 + "}\n")
+    with pytest.raises(
+        ReplayInputError,
+        match=rf"^{long}:2: not usable JSON: an integer literal has more than 4300 digits$",
+    ):
+        list(load_tool_traces([long], _config()))
+
+
 def test_a_byte_order_mark_and_deep_nesting_read_as_the_server_reads_them(tmp_path: Path) -> None:
     marked = tmp_path / "bom.jsonl"
     marked.write_bytes(b"\xef\xbb\xbf" + _FIXTURE.read_bytes())

@@ -8,7 +8,8 @@ rewrites the hex ids into the base64 form ``json_format`` expects and lets ``Par
 the rest. An id of the wrong length, or one that is no hex, is not a parse error: that span
 alone is rejected (partial success), as in a protobuf request. So is a span holding a value
 of the wrong type or nested past protobuf's 100 levels (``malformed_span``); a fault outside
-the spans refuses the request.
+the spans refuses the request, and so does JSON that Python will not convert (an integer
+literal of more than 4,300 digits, ``long_integer_problem``): 400, not a server error.
 
 Pure functions: they read their arguments and module constants only, so the receiver runs
 them in its decode thread (``toolwatch.ingest.decode_thread``).
@@ -40,6 +41,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import sys
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -67,6 +69,7 @@ __all__ = [
     "MIN_BYTES_PER_VALUE",
     "decode_otlp_json",
     "latest_end_ns",
+    "long_integer_problem",
     "parse_otlp_json",
 ]
 
@@ -124,10 +127,20 @@ def _parsed(parse: Callable[[str], _Parsed], text: str) -> _Parsed:
         ) from exc
     except RecursionError as exc:
         raise DecodeError("body is not usable JSON: nested too deeply") from exc
+    except ValueError as exc:  # json's other ValueError: int() of a literal too long
+        raise DecodeError(f"body is not usable JSON: {long_integer_problem()}") from exc
     document = parsed.document if isinstance(parsed, Outline) else parsed
     if not isinstance(document, dict):
         raise DecodeError(f"body must be a JSON object, got {type(document).__name__}")
     return parsed
+
+
+def long_integer_problem() -> str:
+    """What is wrong with JSON that ``json`` refuses with a plain ``ValueError``: an integer
+    literal of more digits than CPython converts (``sys.get_int_max_str_digits``, 4,300 by
+    default; no OTLP integer has more than 20). Valid JSON, but RFC 8259 §9 lets a parser
+    limit the range of numbers; refused whole, like nesting past the recursion limit."""
+    return f"an integer literal has more than {sys.get_int_max_str_digits()} digits"
 
 
 def latest_end_ns(document: dict[str, Any]) -> int:

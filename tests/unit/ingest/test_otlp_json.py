@@ -239,6 +239,21 @@ def test_deeply_nested_json_is_an_error_not_a_crash() -> None:
         parse_otlp_json("[" * 100_000 + " " * 2_000_000 + "]" * 100_000)
 
 
+@pytest.mark.parametrize("where", ["document", "span"])
+def test_an_integer_literal_python_will_not_convert_is_a_decode_error(where: str) -> None:
+    """``json`` raises a plain ValueError past ``sys.get_int_max_str_digits()`` digits:
+    refused as unusable JSON (400), not a crash (500)."""
+    digits = "1" * 5000
+    if where == "document":
+        body = f'{{"resourceSpans": [], "unknownField": {digits}}}'
+    else:
+        body = f'{{"resourceSpans": [{{"scopeSpans": [{{"spans": [{{"kind": {digits}}}]}}]}}]}}'
+    with pytest.raises(DecodeError, match="body is not usable JSON: an integer literal has more"):
+        decode_otlp_json(body, DecodeOptions())
+    with pytest.raises(DecodeError, match="more than 4300 digits"):
+        parse_otlp_json(body)
+
+
 def test_a_body_of_more_values_than_the_largest_body_may_hold_is_refused_unparsed() -> None:
     """``[{},{},...]`` decodes to about 25 times its size: a body may hold one comma (a value
     after an object's or array's first) per 40 bytes of the largest body accepted (recorded
