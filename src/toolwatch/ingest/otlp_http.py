@@ -1,7 +1,8 @@
 """OTLP/HTTP receiver: ``POST /v1/traces`` with protobuf or JSON bodies, optionally gzip- or
 deflate-compressed.
 
-Answers per the OTLP/HTTP specification: 200 with an ``ExportTraceServiceResponse`` in the
+Answers per the OTLP/HTTP specification, each with the request's Content-Type as sent
+(parameters included): 200 with an ``ExportTraceServiceResponse`` in the
 request's encoding (``partial_success`` when spans were rejected); 400 with a
 ``google.rpc.Status`` holding a ``google.rpc.BadRequest`` for a body that cannot be decoded;
 413 when the body exceeds the cap *after* decompression (so a gzip bomb is cut off, not
@@ -15,6 +16,8 @@ was arriving or decoding (the grace over), or the request came once the shutdown
 header"). The error answers aiohttp and the
 bearer-token check make on the receiver's listener (404, 405, 401) carry a
 ``google.rpc.Status`` too, as OTLP/HTTP asks of every 4xx and 5xx.
+A request that says ``Expect: 100-continue`` is answered 401, 413, 415 or 503 before its
+client sends the body when it would be refused whatever the body (``HttpTraceReceiver.expect``).
 
 A request that is not well-formed HTTP (a ``Content-Length`` that is no number, a bad first
 chunk size) never reaches a handler: aiohttp's parser answers it 400 in plain text and closes
@@ -47,7 +50,7 @@ from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from aiohttp import hdrs, web
+from aiohttp import HttpVersion11, hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
 from google.protobuf import json_format
@@ -93,6 +96,8 @@ _OVERLOAD_MESSAGE = "toolwatch is at capacity; retry after the Retry-After delay
 _SHUTDOWN_MESSAGE = "toolwatch is shutting down; retry after the Retry-After delay"
 _IDENTITY = ("", "identity")
 _COMPRESSED = ("gzip", "x-gzip", "deflate")
+#: The slot an ``Expect: 100-continue`` check took for its request, until the handler claims it.
+_RESERVED: web.RequestKey[bool] = web.RequestKey("toolwatch_reserved_slot", bool)
 
 
 class ProtocolErrorLog(logging.LoggerAdapter[logging.Logger]):
@@ -162,28 +167,95 @@ class HttpTraceReceiver:
     in_flight: InFlight
 
     def add_routes(self, app: web.Application) -> None:
-        """The route, and (outermost, so that it sees the token check's answers) the
-        middleware that gives every error answer a ``google.rpc.Status`` body."""
-        app.router.add_post(TRACES_PATH, self.handle)
+        """The route, its ``Expect: 100-continue`` check (``expect``), and (outermost, so
+        that it sees the token check's answers) the middleware that gives every error answer
+        a ``google.rpc.Status`` body and every answer the request's Content-Type."""
+        app.router.add_post(TRACES_PATH, self.handle, expect_handler=self.expect)
         app.middlewares.insert(0, _status_bodies)
 
+    async def expect(self, request: web.Request) -> web.StreamResponse | None:
+        """A request that says ``Expect: 100-continue`` (curl's for bodies over 1 MiB, .NET
+        Framework's for every POST) is checked before its client sends the body: the app's
+        middlewares (the token check: 401) run around the checks that need no body
+        (shutdown, content type and coding: 415, a ``Content-Length`` over
+        ``max_request_bytes``: 413, a request slot: 503 + ``Retry-After``), and a refusal
+        is the answer instead of ``100 Continue`` (RFC 9110 §10.1.1), the connection closed
+        (the client may send the body or not). aiohttp's own handler answered 100 first,
+        and a client uploaded 20 MiB to be told 413 or 503.
+
+        Admitted, the request holds the slot it was checked for (``_RESERVED``): the
+        handler claims it instead of taking another, so a client told to go on is not
+        refused for want of one once its body is sent, and the slot is counted once. One
+        the handler never claims (a middleware refused the request the second time, the
+        connection went away) is given back when the request's task ends."""
+        if request.version < HttpVersion11:
+            return None  # RFC 9110 §10.1.1: an HTTP/1.0 request's expectation is ignored
+        go_on = web.Response(status=100)
+
+        async def before_body(request: web.Request) -> web.StreamResponse:
+            expected = request.headers.get(hdrs.EXPECT, "")
+            if expected.lower() != "100-continue":  # RFC 9110 §10.1.1: 417 for another
+                raise web.HTTPExpectationFailed(reason=f"unknown expectation {expected!r:.40}")
+            refusal = self._refused_unread(request)
+            return go_on if refusal is None else refusal
+
+        answer = await _behind_middlewares(request.app, before_body)(request)
+        if answer is not go_on:
+            answer.force_close()
+            return answer
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # as aiohttp's handler: the answer's head is not out
+        return None
+
+    def _refused_unread(self, request: web.Request) -> web.Response | None:
+        """The answer to a request whose body will not be read, counted; ``None`` once a
+        slot is taken for it (``_RESERVED``, given back if never claimed)."""
+        started = time.perf_counter()
+        content_type = request.content_type
+        length = request.content_length
+        encoding = _content_encoding(request)
+        if self.in_flight.draining:
+            outcome, response = "aborted", self._overloaded(content_type, _SHUTDOWN_MESSAGE)
+        elif (problem := _unsupported(request, content_type, encoding)) is not None:
+            outcome, response = "refused", _status_response(problem, content_type)
+        elif length is not None and length > self.max_request_bytes:
+            problem = _RejectError(413, f"body exceeds {self.max_request_bytes} bytes")
+            outcome, response = "refused", _status_response(problem, content_type)
+        elif not self.slots.take():
+            outcome, response = "overloaded", self._overloaded(content_type)
+        else:
+            request[_RESERVED] = True
+            task = asyncio.current_task()
+            assert task is not None  # aiohttp handles each request in a task of its own
+            task.add_done_callback(lambda _: self._unclaimed(request))
+            return None
+        self.metrics.request_handled(_TRANSPORT, outcome, time.perf_counter() - started)
+        return response
+
+    def _unclaimed(self, request: web.Request) -> None:
+        if request.pop(_RESERVED, False):
+            self.slots.give()
+
     async def handle(self, request: web.Request) -> web.StreamResponse:
+        reserved = request.pop(_RESERVED, False)  # the slot ``expect`` took, now the handler's
         if self.in_flight.draining:
             # The shutdown has closed the listener: this came on a connection kept alive.
             # Refused unread and the connection closed, so that the client sends it to
             # another instance, as gRPC refuses a call once it stops.
+            if reserved:
+                self.slots.give()
             self.metrics.request_handled(_TRANSPORT, "aborted", 0.0)
             response = self._overloaded(request.content_type, _SHUTDOWN_MESSAGE)
             response.force_close()
             return response
         with self.in_flight.handling():
-            return await self._answer(request)
+            return await self._answer(request, reserved)
 
-    async def _answer(self, request: web.Request) -> web.StreamResponse:
+    async def _answer(self, request: web.Request, reserved: bool) -> web.StreamResponse:
         started = time.perf_counter()
         content_type = request.content_type
         try:
-            outcome, response = await self._handle(request, content_type)
+            outcome, response = await self._handle(request, content_type, reserved)
         except _RejectError as reject:
             outcome = "invalid" if reject.status == 400 else "refused"
             response = _status_response(reject, content_type)
@@ -207,13 +279,16 @@ class HttpTraceReceiver:
         self.metrics.request_handled(_TRANSPORT, outcome, time.perf_counter() - started)
         return response
 
-    async def _handle(self, request: web.Request, content_type: str) -> tuple[str, web.Response]:
-        """The request's outcome (``ok``, ``overloaded``, ``timeout``) and its answer."""
+    async def _handle(
+        self, request: web.Request, content_type: str, reserved: bool
+    ) -> tuple[str, web.Response]:
+        """The request's outcome (``ok``, ``overloaded``, ``timeout``) and its answer.
+        ``reserved``: the request holds the slot its ``Expect`` check took."""
         if content_type not in (_PROTOBUF, _JSON):
-            sent = request.headers.get(hdrs.CONTENT_TYPE)  # aiohttp's default is not the client's
-            said = f"content type {content_type!r} is not" if sent else "no content type: send"
-            raise _RejectError(415, f"{said} {_PROTOBUF} or {_JSON}")
-        if not self.slots.take():
+            if reserved:  # not so: the check refuses these, but a slot is never lost
+                self.slots.give()
+            raise _unsupported_type(request, content_type)
+        if not reserved and not self.slots.take():
             return "overloaded", self._overloaded(content_type)
         try:
             raw = await self._read(request)
@@ -227,8 +302,7 @@ class HttpTraceReceiver:
         except BaseException:
             self.slots.give()
             raise
-        encoding = request.headers.get("Content-Encoding", "identity").strip().lower()
-        return await self._export(raw, encoding, content_type)
+        return await self._export(raw, _content_encoding(request), content_type)
 
     async def _export(
         self, raw: bytes, encoding: str, content_type: str
@@ -287,11 +361,7 @@ class HttpTraceReceiver:
             return self._inflate(raw, "gzip", _GZIP_WBITS, members=True)
         if encoding == "deflate":  # the OpenTelemetry SDKs' Compression.Deflate
             return self._inflate(raw, "deflate", _deflate_wbits(raw), members=False)
-        raise _RejectError(
-            415,
-            f"content encoding {encoding!r} is not gzip, deflate or identity",
-            hdrs.CONTENT_ENCODING,
-        )
+        raise _unsupported_encoding(encoding)
 
     def _inflate(self, raw: bytes, name: str, wbits: int, members: bool) -> bytes:
         """``raw`` decompressed, never past the cap. RFC 1952 §2.2: a gzip body is one or
@@ -331,6 +401,38 @@ class HttpTraceReceiver:
             raise _RejectError(400, str(exc), exc.field) from None
 
 
+def _content_encoding(request: web.Request) -> str:
+    return request.headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower()
+
+
+def _unsupported_type(request: web.Request, content_type: str) -> _RejectError:
+    sent = request.headers.get(hdrs.CONTENT_TYPE)  # aiohttp's default is not the client's
+    said = f"content type {content_type!r} is not" if sent else "no content type: send"
+    return _RejectError(415, f"{said} {_PROTOBUF} or {_JSON}")
+
+
+def _unsupported_encoding(encoding: str) -> _RejectError:
+    message = f"content encoding {encoding!r} is not gzip, deflate or identity"
+    return _RejectError(415, message, hdrs.CONTENT_ENCODING)
+
+
+def _unsupported(request: web.Request, content_type: str, encoding: str) -> _RejectError | None:
+    """Why a request will be refused 415 whatever its body, if it will."""
+    if content_type not in (_PROTOBUF, _JSON):
+        return _unsupported_type(request, content_type)
+    if encoding not in _IDENTITY and encoding not in _COMPRESSED:
+        return _unsupported_encoding(encoding)
+    return None
+
+
+def _behind_middlewares(app: web.Application, handler: Handler) -> Handler:
+    """``handler`` behind ``app``'s middlewares, the first outermost, as aiohttp puts a
+    route's handler behind them (it runs an expect handler before them)."""
+    for middleware in reversed(app.middlewares):
+        handler = functools.partial(middleware, handler=handler)
+    return handler
+
+
 def _deflate_wbits(raw: bytes) -> int:
     """A zlib stream's, or bare deflate data's: a zlib header is a deflate method byte and
     a check value that makes the first two bytes a multiple of 31 (RFC 1950 §2.2)."""
@@ -351,6 +453,7 @@ async def _status_bodies(request: web.Request, handler: Handler) -> web.StreamRe
             raise
         response = web.Response(status=error.status, reason=error.reason, headers=error.headers)
     if response.status < 400 or response.content_type in (_PROTOBUF, _JSON):
+        _echo_content_type(request, response)
         return response
     code = _STATUS_CODES.get(response.status, code_pb2.UNKNOWN)
     message = "" if response.status in (401, 403) else _error_message(request, response)
@@ -363,7 +466,20 @@ async def _status_bodies(request: web.Request, handler: Handler) -> web.StreamRe
             answer.headers[name] = response.headers[name]
     if response.keep_alive is False:  # None until prepared: closed only when it was forced
         answer.force_close()
+    _echo_content_type(request, answer)
     return answer
+
+
+def _echo_content_type(request: web.Request, response: web.StreamResponse) -> None:
+    """OTLP/HTTP: "The server MUST use the same Content-Type in the response as it received
+    in the request": the request's header as sent, parameters included (``application/json;
+    charset=utf-8``), on an answer in its encoding. A value that is not printable ASCII
+    (aiohttp reads headers as UTF-8) is answered as the bare media type."""
+    sent = request.headers.get(hdrs.CONTENT_TYPE)
+    if sent is None or not (sent.isascii() and sent.isprintable()):
+        return
+    if response.content_type == request.content_type and sent != response.content_type:
+        response.headers[hdrs.CONTENT_TYPE] = sent
 
 
 def _error_message(request: web.Request, response: web.StreamResponse) -> str:
@@ -388,7 +504,8 @@ def _read_timeout_message(slots: RequestSlots) -> str:
 def _message_response(status: int, message: Message, content_type: str) -> web.Response:
     if content_type == _JSON:
         # As bytes: given text, aiohttp would add "; charset=utf-8", and OTLP asks for the
-        # request's Content-Type exactly (the Collector reads partial success only then).
+        # request's Content-Type exactly (``_echo_content_type``; the Collector sends it
+        # bare and reads a partial success only then).
         text = json_format.MessageToJson(message, indent=None)
         return web.Response(status=status, body=text.encode(), content_type=_JSON)
     return web.Response(status=status, body=message.SerializeToString(), content_type=_PROTOBUF)

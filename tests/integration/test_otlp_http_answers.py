@@ -1,0 +1,103 @@
+"""OTLP/HTTP answers (opentelemetry-proto ``docs/specification.md``, "OTLP/HTTP Response"):
+their Content-Type is the request's, and a body Python's ``json`` will not convert is Bad
+Data (400 with a ``google.rpc.Status``), not a server error."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable
+
+import pytest
+from google.protobuf import json_format
+from google.rpc import status_pb2
+
+from tests.integration.conftest import RunningServer
+from tests.integration.test_otlp_spec import (
+    JSON,
+    PROTOBUF,
+    bad_data,
+    error_status,
+    ok_response,
+    post,
+    refund_request,
+    to_otlp_json,
+)
+
+StartServer = Callable[..., RunningServer]
+REQUESTS = "toolwatch_export_request_duration_seconds_count"
+
+
+@pytest.mark.parametrize("where", ["unknown top-level field", "span field"])
+def test_otlp_json_with_a_very_long_integer_literal_is_400_with_a_status_not_500(
+    start_server: StartServer, caplog: pytest.LogCaptureFixture, where: str
+) -> None:
+    """OTLP/HTTP "Bad Data": a body that cannot be decoded is answered 400 with a
+    ``google.rpc.Status`` (in the request's encoding) holding a BadRequest. A JSON integer
+    literal of more than 4,300 digits (CPython's ``int_max_str_digits``) makes ``json``
+    raise a plain ``ValueError``, which ``otlp_json._parsed`` does not catch (only
+    ``JSONDecodeError`` and ``RecursionError``): aiohttp answers 500 in text/plain, logs an
+    ERROR with a traceback per request (any client can flood the log), and the request is
+    counted under no outcome. OTLP/JSON receivers must also ignore unknown fields, so a
+    long number in one must not even cost the request."""
+    server = start_server()
+    digits = "1" * 5000
+    if where == "unknown top-level field":
+        body = f'{{"resourceSpans": [], "unknownField": {digits}}}'.encode()
+    else:
+        document = json.dumps(to_otlp_json(refund_request()))
+        body = document.replace('"spans": [{', f'"spans": [{{"droppedEventsCount": {digits}, ', 1)
+        body = body.encode()
+
+    with caplog.at_level(logging.ERROR):
+        answer = post(server, body, JSON)
+
+    assert answer.status in (200, 400), (answer.status, answer.body[:120])
+    assert answer.content_type == JSON
+    if answer.status == 400:
+        assert bad_data(error_status(answer))  # a BadRequest describing the bad data
+        assert server.sample(REQUESTS, {"transport": "http", "outcome": "invalid"}) == 1
+    else:
+        ok_response(answer)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+
+
+@pytest.mark.parametrize(
+    "sent", ["application/json; charset=utf-8", "application/json;charset=UTF-8"]
+)
+def test_the_answer_carries_the_content_type_the_request_sent(
+    start_server: StartServer, sent: str
+) -> None:
+    """OTLP/HTTP Response: "The server MUST use the same Content-Type in the response as it
+    received in the request" (the receiver's own comment: "OTLP asks for the request's
+    Content-Type exactly"). A JSON request whose Content-Type carries a charset (curl
+    scripts, hand-written clients) is answered ``application/json``: a client that reads a
+    partial success only when the answer's Content-Type is the one it sent (as the
+    Collector does with its own) treats the answer as having none."""
+    server = start_server()
+    body = json.dumps(to_otlp_json(refund_request())).encode()
+
+    answer = post(server, body, sent)
+
+    assert answer.status == 200
+    assert answer.content_type == sent
+
+
+def test_an_error_answer_carries_the_content_type_the_request_sent(
+    start_server: StartServer,
+) -> None:
+    server = start_server()
+    sent = "application/json; charset=utf-8"
+
+    answer = post(server, b"{not json", sent)
+
+    assert answer.status == 400
+    assert answer.content_type == sent
+    status = json_format.Parse(answer.body, status_pb2.Status())
+    assert bad_data(status)
+
+
+def test_a_protobuf_answer_keeps_the_bare_content_type(start_server: StartServer) -> None:
+    server = start_server()
+    answer = post(server, refund_request().SerializeToString(), PROTOBUF)
+    assert (answer.status, answer.content_type) == (200, PROTOBUF)
