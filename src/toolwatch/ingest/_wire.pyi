@@ -5,6 +5,8 @@ from typing import Any
 #: ``{message full name: {field number: (field name, wire kind)}}``: what the scanner knows.
 SCHEMA: dict[str, dict[int, tuple[str, str]]]
 
+def census(body: bytes) -> int: ...
+
 class Plan:
     def __init__(
         self,

@@ -39,6 +39,8 @@ from google.protobuf.message import DecodeError as ProtobufDecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
+from toolwatch.ingest.protobuf_pieces import entries
+
 __all__ = [
     "COMPILED_UNAVAILABLE",
     "MAX_STATUS_MESSAGE",
@@ -308,17 +310,19 @@ class _CompiledPlan(Protocol):
     def scan(self, body: bytes) -> tuple[list[dict[str, Any]], list[ScannedSpan]] | None: ...
 
 
-def _load_compiled() -> tuple[Callable[..., _CompiledPlan] | None, str]:
-    """The compiled ``Plan`` type, or ``None`` and why it cannot be used."""
+def _load_compiled() -> tuple[Callable[..., _CompiledPlan] | None, Callable[[bytes], int], str]:
+    """The compiled ``Plan`` type, or ``None`` and why it cannot be used; the census
+    (``protobuf_pieces.entries``, compiled where the extension is built)."""
     try:
         from toolwatch.ingest import _wire  # noqa: PLC0415 - optional extension module
     except ImportError as exc:
-        return None, f"the extension toolwatch.ingest._wire is not built ({exc})"
+        return None, entries, f"the extension toolwatch.ingest._wire is not built ({exc})"
     problem = schema_mismatch(_wire.SCHEMA)
     if problem is not None:
-        return None, f"the extension's schema differs from opentelemetry-proto's: {problem}"
+        reason = f"the extension's schema differs from opentelemetry-proto's: {problem}"
+        return None, entries, reason
     plan_type: Callable[..., _CompiledPlan] = _wire.Plan
-    return plan_type, ""
+    return plan_type, _wire.census, ""
 
 
 def schema_mismatch(compiled: dict[str, dict[int, tuple[str, str]]]) -> str | None:
@@ -331,7 +335,7 @@ def schema_mismatch(compiled: dict[str, dict[int, tuple[str, str]]]) -> str | No
     return None
 
 
-_COMPILED, COMPILED_UNAVAILABLE = _load_compiled()
+_COMPILED, _CENSUS, COMPILED_UNAVAILABLE = _load_compiled()
 #: ``COMPILED_UNAVAILABLE`` is why the compiled scanner cannot be used ("" when it can).
 
 
@@ -366,6 +370,13 @@ class Scanner:
     @property
     def compiled(self) -> bool:
         return self._compiled is not None
+
+    @staticmethod
+    def entries(body: bytes) -> int:
+        """The resources, scopes and spans of a binary request, counted from its framing up
+        to where it breaks (``protobuf_pieces.entries``, compiled where the extension is
+        built, whichever scanner reads the spans)."""
+        return _CENSUS(body)
 
     def scan_bytes(self, body: bytes) -> Scan:
         """Scan a binary protobuf request; raises ``WireError`` when it is not valid."""

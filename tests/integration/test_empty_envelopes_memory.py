@@ -1,0 +1,93 @@
+"""Empty envelopes (OTLP: messages with nothing in them, two bytes each) cost a small factor
+of their request's size to decode, like any request (README, Memory): a request dense in
+resources, scopes or spans is decoded in pieces (``toolwatch.ingest.protobuf_pieces``)."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+from google.protobuf.internal.encoder import _VarintBytes
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+from tests.integration.test_cli import LISTENING, Served, clean_env
+from tests.integration.test_otlp_spec import PROTOBUF, refund_request
+
+
+def _length_delimited(tag: int, payload: bytes) -> bytes:
+    return bytes([tag]) + _VarintBytes(len(payload)) + payload
+
+
+def _empty_envelopes(kind: str, size: int) -> bytes:
+    """A protobuf ``ExportTraceServiceRequest`` of about ``size`` bytes holding nothing but
+    empty messages, two bytes each: ``ResourceSpans`` with no ``ScopeSpans``, or one scope
+    of spans that are empty (no ids)."""
+    if kind == "empty resource_spans":
+        return b"\x0a\x00" * (size // 2)
+    spans = b"\x12\x00" * (size // 2 - 16)
+    return _length_delimited(0x0A, _length_delimited(0x12, spans))
+
+
+def _peak_resident_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    match = re.search(r"VmHWM:\s+(\d+) kB", status)
+    assert match is not None
+    return int(match.group(1)) / 1024
+
+
+@pytest.mark.parametrize("decoder", ["auto", "reference"])
+@pytest.mark.parametrize("kind", ["empty resource_spans", "empty spans"])
+def test_a_request_of_empty_envelopes_stays_within_the_documented_decode_memory(
+    tmp_path: Path, kind: str, decoder: str
+) -> None:
+    """README, Memory: the request being decoded costs ``7 x max_request_bytes`` in the
+    sizing formula, 11 times for spans of nothing but ids and 16 times at worst ("arrays of
+    empty arrays ... from a sender that writes them on purpose"). A body of empty messages,
+    two bytes each (OTLP calls them empty envelopes: receivers MAY ignore them), takes a
+    real ``toolwatch serve`` far past that: measured with the reference scanner, 2 MiB of
+    empty spans took the server's peak from 81 to 545 MiB (232 times the body), and the
+    default 20 MiB took it to 4.7 GB, with every other export waiting 66 s for its decoding
+    turn; empty ResourceSpans cost 70 times their size. One such request, from any client
+    that can reach the port, gets a pod sized by the README's formula (1.6 GiB) OOM-killed.
+    Fixed, the growth stays within the README's own worst case, 16 times the body."""
+    size = 2 * 2**20
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(f"ingest:\n  max_request_bytes: {size}\n  decoder: {decoder}\n")
+    env = clean_env(PYTHONPATH=os.environ.get("PYTHONPATH", ""))
+    if "TOOLWATCH_PURE_PYTHON" in os.environ:
+        env["TOOLWATCH_PURE_PYTHON"] = os.environ["TOOLWATCH_PURE_PYTHON"]
+    command = [sys.executable, "-c", "import sys; from toolwatch.cli import main; sys.exit(main())"]
+    addresses = ("--grpc-listen", "--http-listen", "--metrics-listen", "--stream-listen")
+    args = ["serve", "--config", str(config), "--findings", str(tmp_path / "findings.jsonl")]
+    for flag in addresses:
+        args += [flag, "127.0.0.1:0"]
+    served = Served(args, env, command=command)
+    try:
+        http = served.wait_for(LISTENING)["http"]
+        url = f"http://{http}/v1/traces"
+        headers = {"Content-Type": PROTOBUF}
+        warm = urllib.request.Request(url, refund_request().SerializeToString(), headers)
+        with urllib.request.urlopen(warm, timeout=30) as answer:
+            assert answer.status == 200
+        before = _peak_resident_mib(served.process.pid)
+        body = _empty_envelopes(kind, size)
+        assert len(body) <= size
+
+        request = urllib.request.Request(url, body, headers)
+        with urllib.request.urlopen(request, timeout=300) as answer:
+            assert answer.status == 200  # empty envelopes are a full or partial success
+            response = ExportTraceServiceResponse.FromString(answer.read())
+
+        grown = _peak_resident_mib(served.process.pid) - before
+        assert grown <= 16 * size / 2**20, (
+            f"decoding {len(body)} bytes grew the peak {grown:.0f} MiB"
+        )
+        spans = size // 2 - 16 if kind == "empty spans" else 0
+        assert response.partial_success.rejected_spans == spans
+    finally:
+        served.process.kill()
+        served.process.wait(timeout=30)
