@@ -8,7 +8,6 @@ it (``case_id``; ``source_trace_id`` and ``pair_key``), in the log and in the st
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 from tests.integration import agents
 from tests.integration.agents import AgentRun, Call, Turn
 from tests.integration.conftest import RunningServer
+from tests.integration.test_evaluation_e2e import findings_log
 from tests.integration.test_ingest_to_tooltrace import send_grpc
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolwatch.yaml"
@@ -26,11 +26,6 @@ policy:
 """
 #: What a finding names of the reference it was judged against.
 NAMES = ("case_id", "source_trace_id", "pair_key")
-
-
-def findings_log(server: RunningServer) -> list[dict[str, Any]]:
-    path = Path(server.app.config.output.findings or "")
-    return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def regression_series(server: RunningServer) -> list[dict[str, str]]:

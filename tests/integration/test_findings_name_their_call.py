@@ -7,36 +7,21 @@ exporter, the findings log read back as an on-call engineer would read it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
 from tests.integration import agents
 from tests.integration.agents import AgentRun, Call, Turn
 from tests.integration.conftest import RunningServer
+from tests.integration.test_evaluation_e2e import findings_log
+from tests.integration.test_findings_log_names import regression_series
 from tests.integration.test_ingest_to_tooltrace import send_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "toolwatch.yaml"
 CANARY = {"toolwatch.case_id": "refund-verified-damaged-item"}
-
-
-def findings_log(server: RunningServer) -> list[dict[str, Any]]:
-    path = Path(server.app.config.output.findings or "")
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def regression_series(server: RunningServer) -> list[dict[str, str]]:
-    return [
-        dict(sample.labels)
-        for family in server.registry.collect()
-        if family.name == "toolwatch_regressions"
-        for sample in family.samples
-        if sample.name == "toolwatch_regressions_total"
-    ]
 
 
 def nth_call(spans: Sequence[ReadableSpan], tool: str, span_id: str) -> int:
