@@ -20,6 +20,7 @@ import yaml
 from tests.integration import agents
 from tests.integration.agents import AgentRun, Call, Turn
 from tests.integration.conftest import RunningServer
+from tests.integration.test_findings_name_their_call import email_first_canary_run
 from tests.integration.test_ingest_to_tooltrace import send_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,15 +45,7 @@ def test_selection_drift_burst_does_not_say_other_tools_for_an_order_only_change
     start_server: Callable[..., RunningServer],
 ) -> None:
     server = start_server(EXAMPLE)
-    email = Call("send_email", {"to": "a@example.com", "body": "hi"}, "c3")
-    lookup = Call("lookup_order", {"order_id": "ORD-1042"}, "c1", result='{"status": "ok"}')
-    refund = Call("issue_refund", {"order_id": "ORD-1042", "amount_usd": 49.99}, "c2")
-    run = AgentRun(
-        "refund-bot",
-        (Turn((email,)), Turn((lookup,)), Turn((refund,)), Turn(text="Done.")),
-        attributes={"toolwatch.case_id": "refund-verified-damaged-item"},
-    )
-    send_grpc(server, agents.record(run, "genai"))
+    send_grpc(server, agents.record(email_first_canary_run(), "genai"))
     server.settle()
     log = Path(server.app.config.output.findings or "").read_text().splitlines()
     order_only = [

@@ -42,6 +42,19 @@ def send(server: RunningServer, run: AgentRun) -> list[ReadableSpan]:
     return spans
 
 
+def email_first_canary_run() -> AgentRun:
+    """The canary's run (lookup_order, issue_refund, send_email expected) with the e-mail
+    sent first: the same tools, in another order."""
+    email = Call("send_email", {"to": "a@example.com", "body": "hi"}, "c3")
+    lookup = Call("lookup_order", {"order_id": "ORD-1042"}, "c1", result='{"status": "ok"}')
+    refund = Call("issue_refund", {"order_id": "ORD-1042", "amount_usd": 49.99}, "c2")
+    return AgentRun(
+        "refund-bot",
+        (Turn((email,)), Turn((lookup,)), Turn((refund,)), Turn(text="Done.")),
+        attributes=CANARY,
+    )
+
+
 def test_order_drift_tool_is_the_tool_of_the_span_it_names(
     start_server: Callable[..., RunningServer],
 ) -> None:
@@ -52,15 +65,7 @@ def test_order_drift_tool_is_the_tool_of_the_span_it_names(
     label (ToolwatchCanaryDrift / ToolwatchToolCallDriftBurst and their dashboard links): it
     was lookup_order, the tool expected there, a call the run made in its place."""
     server = start_server(EXAMPLE)
-    email = Call("send_email", {"to": "a@example.com", "body": "hi"}, "c3")
-    lookup = Call("lookup_order", {"order_id": "ORD-1042"}, "c1", result='{"status": "ok"}')
-    refund = Call("issue_refund", {"order_id": "ORD-1042", "amount_usd": 49.99}, "c2")
-    run = AgentRun(
-        "refund-bot",
-        (Turn((email,)), Turn((lookup,)), Turn((refund,)), Turn(text="Done.")),
-        attributes=CANARY,
-    )
-    spans = send(server, run)
+    spans = send(server, email_first_canary_run())
 
     (finding,) = [f for f in findings_log(server) if f["category"] == "TOOL_ORDER_DRIFT"]
     tool_of_span = {format(s.context.span_id, "016x"): s.name for s in spans}
