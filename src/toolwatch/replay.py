@@ -54,7 +54,7 @@ from toolwatch.config import Config
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodeError, looks_like_otlp_protobuf
-from toolwatch.ingest.otlp_json import decode_otlp_json, latest_end_ns, long_integer_problem
+from toolwatch.ingest.otlp_json import decode_otlp_json, latest_end_ns, read_integer
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import GoldenCase, ManualClock, ReferenceKind, ToolTrace, Traffic
 from toolwatch.references.conversations import ConversationMemory
@@ -513,13 +513,17 @@ def _json_records(
 def _json_object(text: str) -> tuple[dict[str, Any] | None, ValueError | None]:
     """``text`` parsed as one JSON object, or why it is not one."""
     try:
-        value = json.loads(text)
+        try:
+            value = json.loads(text)
+        except ValueError as exc:
+            if isinstance(exc, json.JSONDecodeError):
+                raise
+            # int() of a literal too long: read as the server reads it (``read_integer``)
+            value = json.loads(text, parse_int=read_integer)
     except json.JSONDecodeError as exc:
         return None, exc
     except RecursionError:
         return None, ValueError("not usable JSON: nested too deeply")
-    except ValueError:  # json's other ValueError: int() of a literal too long
-        return None, ValueError(f"not usable JSON: {long_integer_problem()}")
     if not isinstance(value, dict):
         return None, ValueError("expected a JSON object per line")
     return value, None

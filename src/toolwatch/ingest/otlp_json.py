@@ -8,8 +8,9 @@ rewrites the hex ids into the base64 form ``json_format`` expects and lets ``Par
 the rest. An id of the wrong length, or one that is no hex, is not a parse error: that span
 alone is rejected (partial success), as in a protobuf request. So is a span holding a value
 of the wrong type or nested past protobuf's 100 levels (``malformed_span``); a fault outside
-the spans refuses the request, and so does JSON that Python will not convert (an integer
-literal of more than 4,300 digits, ``long_integer_problem``): 400, not a server error.
+the spans refuses the request. An integer literal of more digits than Python converts (4,300)
+is read as the infinity it is beyond (``read_integer``): ignored in a field receivers ignore,
+refused where an integer belongs.
 
 Pure functions: they read their arguments and module constants only, so the receiver runs
 them in its decode thread (``toolwatch.ingest.decode_thread``).
@@ -41,7 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import sys
+import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -56,6 +57,7 @@ from toolwatch.ingest.decode import (
     IdProblems,
 )
 from toolwatch.ingest.otlp_json_checks import (
+    LongInteger,
     check_shapes,
     convert_request_ids,
     empty_unparsable,
@@ -69,8 +71,8 @@ __all__ = [
     "MIN_BYTES_PER_VALUE",
     "decode_otlp_json",
     "latest_end_ns",
-    "long_integer_problem",
     "parse_otlp_json",
+    "read_integer",
 ]
 
 
@@ -118,29 +120,41 @@ def _outline(body: bytes | str) -> Outline:
     return _parsed(Outline, _text(body))
 
 
-def _parsed(parse: Callable[[str], _Parsed], text: str) -> _Parsed:
+def read_integer(literal: str) -> int | float:
+    """``json``'s ``parse_int`` for a text holding an integer literal of more digits than
+    CPython converts (``sys.get_int_max_str_digits``, 4,300 by default): such a literal is
+    an infinity of its sign, as ``json`` reads ``1e400``. No OTLP integer has more than 20
+    digits, so ``ParseDict`` refuses it in an integer field (the span alone, or the request
+    outside spans), a ``doubleValue`` is the infinity the number is beyond, and in a field
+    OTLP/JSON receivers ignore (an unknown one) it costs nothing."""
     try:
-        parsed = parse(text)
+        return int(literal)
+    except ValueError:
+        beyond = LongInteger(-math.inf if literal.startswith("-") else math.inf)
+        beyond.digits = len(literal.lstrip("-"))
+        return beyond
+
+
+def _parsed(parse: Callable[..., _Parsed], text: str) -> _Parsed:
+    try:
+        try:
+            parsed = parse(text)
+        except ValueError as exc:
+            if isinstance(exc, json.JSONDecodeError):
+                raise
+            # json's other ValueError: int() of a literal too long. Parsed again, as rare
+            # as such a literal is, so that no other body pays for a parse_int hook.
+            parsed = parse(text, parse_int=read_integer)
     except json.JSONDecodeError as exc:
         raise DecodeError(
             f"body is not JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from exc
     except RecursionError as exc:
         raise DecodeError("body is not usable JSON: nested too deeply") from exc
-    except ValueError as exc:  # json's other ValueError: int() of a literal too long
-        raise DecodeError(f"body is not usable JSON: {long_integer_problem()}") from exc
     document = parsed.document if isinstance(parsed, Outline) else parsed
     if not isinstance(document, dict):
         raise DecodeError(f"body must be a JSON object, got {type(document).__name__}")
     return parsed
-
-
-def long_integer_problem() -> str:
-    """What is wrong with JSON that ``json`` refuses with a plain ``ValueError``: an integer
-    literal of more digits than CPython converts (``sys.get_int_max_str_digits``, 4,300 by
-    default; no OTLP integer has more than 20). Valid JSON, but RFC 8259 §9 lets a parser
-    limit the range of numbers; refused whole, like nesting past the recursion limit."""
-    return f"an integer literal has more than {sys.get_int_max_str_digits()} digits"
 
 
 def latest_end_ns(document: dict[str, Any]) -> int:

@@ -79,10 +79,20 @@ def items(container: dict[str, Any], *names: str) -> Iterator[tuple[int, dict[st
         return
 
 
+class LongInteger(float):
+    """An integer literal of more digits than CPython converts
+    (``sys.get_int_max_str_digits``, 4,300 by default), read as the infinity of its sign
+    that it is beyond (``otlp_json.read_integer``); ``digits`` says how long it was."""
+
+    digits: int = 0
+
+
 def _shown(value: Any, where: str = "") -> str:
     """``value`` as an error names it: its JSON, cut to 40 characters; only its kind under
     ``attributes`` (prompts, arguments, results), which an error answer must not echo: an
     exporter logs it."""
+    if isinstance(value, LongInteger):
+        return f"an integer literal of {value.digits} digits"
     if _HOLDS_DATA in where:
         return _KINDS.get(type(value), "a value")
     text = json.dumps(value)

@@ -101,11 +101,11 @@ class Outline:
 
     __slots__ = ("_scan", "_starts", "document", "text")
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, parse_int: Callable[[str], Any] | None = None) -> None:
         if text.startswith("\ufeff"):  # json.loads' own check
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
         self.text = text
-        decoder = json.JSONDecoder()
+        decoder = json.JSONDecoder(parse_int=parse_int)
         self._scan: _Scan = make_scanner(decoder)  # type: ignore[arg-type]
         self._starts: dict[int, tuple[list[Any], array[int]]] = {}  # each spans list's
         decoder.scan_once = self._scanner("document")  # type: ignore[attr-defined]

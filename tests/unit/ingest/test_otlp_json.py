@@ -239,19 +239,34 @@ def test_deeply_nested_json_is_an_error_not_a_crash() -> None:
         parse_otlp_json("[" * 100_000 + " " * 2_000_000 + "]" * 100_000)
 
 
-@pytest.mark.parametrize("where", ["document", "span"])
-def test_an_integer_literal_python_will_not_convert_is_a_decode_error(where: str) -> None:
-    """``json`` raises a plain ValueError past ``sys.get_int_max_str_digits()`` digits:
-    refused as unusable JSON (400), not a crash (500)."""
+def test_an_integer_literal_python_will_not_convert_is_ignored_in_an_unknown_field() -> None:
+    """``json`` raises a plain ValueError past ``sys.get_int_max_str_digits()`` digits; an
+    OTLP/JSON receiver ignores unknown fields, so such a literal in one costs nothing."""
     digits = "1" * 5000
-    if where == "document":
-        body = f'{{"resourceSpans": [], "unknownField": {digits}}}'
-    else:
-        body = f'{{"resourceSpans": [{{"scopeSpans": [{{"spans": [{{"kind": {digits}}}]}}]}}]}}'
-    with pytest.raises(DecodeError, match="body is not usable JSON: an integer literal has more"):
-        decode_otlp_json(body, DecodeOptions())
-    with pytest.raises(DecodeError, match="more than 4300 digits"):
-        parse_otlp_json(body)
+    body = json.dumps(_body()).replace('{"resourceSpans"', f'{{"x": -{digits}, "resourceSpans"')
+    assert f"-{digits}" in body
+    batch = decode_otlp_json(body, DecodeOptions())
+    assert (len(batch.spans), batch.rejected) == (1, {})
+    assert parse_otlp_json(body) == parse_otlp_json(json.dumps(_body()))
+
+
+def test_an_integer_literal_python_will_not_convert_rejects_the_span_holding_it() -> None:
+    """Where an integer belongs, such a literal is beyond any OTLP integer: the span alone is
+    rejected, named with the literal's length; outside the spans the request is refused."""
+    digits = "1" * 5000
+    good = json.loads(json.dumps(_body()))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    span = json.dumps(good).replace("{", f'{{"droppedEventsCount": {digits}, ', 1)
+    body = f'{{"resourceSpans": [{{"scopeSpans": [{{"spans": [{span}, {json.dumps(good)}]}}]}}]}}'
+    batch = decode_otlp_json(body, DecodeOptions())
+    assert (len(batch.spans), batch.rejected) == (1, {"malformed_span": 1})
+    assert batch.error_message == (
+        "1 span rejected; resourceSpans[0].scopeSpans[0].spans[0]: droppedEventsCount:"
+        " an integer literal of 5000 digits is not a value this field can hold"
+    )
+    outside = f'{{"resourceSpans": [{{"resource": {{"droppedAttributesCount": {digits}}}}}]}}'
+    refused = r"^resourceSpans\[0\]\.resource\.droppedAttributesCount: an integer literal of 5000"
+    with pytest.raises(DecodeError, match=refused):
+        decode_otlp_json(outside, DecodeOptions())
 
 
 def test_a_body_of_more_values_than_the_largest_body_may_hold_is_refused_unparsed() -> None:
