@@ -75,7 +75,7 @@ from toolwatch.config import (
 from toolwatch.model import Severity
 from toolwatch.references.golden import ReferenceFileError
 from toolwatch.replay import EXIT_OK, EXIT_USAGE, add_arguments, run_replay
-from toolwatch.tail import EXIT_INTERRUPTED, StreamAccess, run_tail
+from toolwatch.tail import ACCESS_FLAGS, EXIT_INTERRUPTED, StreamAccess, run_tail
 
 __all__ = ["main"]
 
@@ -134,14 +134,6 @@ _SERVE_FLAGS: tuple[tuple[str, str, str, str], ...] = (
         "security.auth.bearer_token_file",
         "require a bearer token listed in this file (one per line)",
     ),
-)
-
-_TAIL_ACCESS_FLAGS: tuple[tuple[str, str, str], ...] = (
-    # flag, environment variable, help
-    ("--tls-ca", "TOOLWATCH_TAIL_TLS_CA", "CA certificate (PEM) of the server; turns TLS on"),
-    ("--tls-cert", "TOOLWATCH_TAIL_TLS_CERT", "client certificate (PEM) for mutual TLS"),
-    ("--tls-key", "TOOLWATCH_TAIL_TLS_KEY", "client private key (PEM) for mutual TLS"),
-    ("--bearer-token-file", "TOOLWATCH_TAIL_BEARER_TOKEN_FILE", "send this file's first token"),
 )
 
 _EXAMPLES = """\
@@ -325,9 +317,13 @@ def _add_tail(commands: Any) -> None:
         help="colour severities and categories (auto: on a terminal unless NO_COLOR is set)",
     )
     tail.add_argument("--tls", action="store_true", help="use TLS with the system's CA roots")
-    for flag, env, help_text in _TAIL_ACCESS_FLAGS:
-        tail.add_argument(flag, type=Path, default=_env_path(env), help=f"{help_text}; env {env}")
-    tail.set_defaults(run=_tail)
+    from_env = {}
+    for flag, (env, help_text) in ACCESS_FLAGS.items():
+        default = _env_path(env)
+        if default is not None:
+            from_env[flag] = (default, env)
+        tail.add_argument(flag, type=Path, default=default, help=f"{help_text}; env {env}")
+    tail.set_defaults(run=_tail, access_from_env=from_env)
 
 
 def _env(name: str) -> str | None:
@@ -472,6 +468,12 @@ def _run_tail(args: argparse.Namespace) -> int:
             cert_file=args.tls_cert,
             key_file=args.tls_key,
             bearer_token_file=args.bearer_token_file,
+            # a flag on the command line replaces its variable's default, another object
+            from_env={
+                flag: env
+                for flag, (default, env) in args.access_from_env.items()
+                if getattr(args, flag.removeprefix("--").replace("-", "_")) is default
+            },
         ),
     )
 

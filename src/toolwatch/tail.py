@@ -129,6 +129,15 @@ def _channel_options(keepalive: float) -> tuple[tuple[str, int], ...]:
 RECONNECT_FIRST_WAIT, RECONNECT_LONGEST_WAIT = 0.5, 10.0
 
 
+#: ``StreamAccess``'s flags: their environment variable and help.
+ACCESS_FLAGS: Final[Mapping[str, tuple[str, str]]] = {
+    "--tls-ca": ("TOOLWATCH_TAIL_TLS_CA", "CA certificate (PEM) of the server; turns TLS on"),
+    "--tls-cert": ("TOOLWATCH_TAIL_TLS_CERT", "client certificate (PEM) for mutual TLS"),
+    "--tls-key": ("TOOLWATCH_TAIL_TLS_KEY", "client private key (PEM) for mutual TLS"),
+    "--bearer-token-file": ("TOOLWATCH_TAIL_BEARER_TOKEN_FILE", "send this file's first token"),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class StreamAccess:
     """How to reach a secured findings stream.
@@ -137,6 +146,8 @@ class StreamAccess:
     is the CA that signed the server's certificate (default: the system's roots).
     ``cert_file`` and ``key_file`` (PEM, together) are the client certificate for mutual
     TLS. The first token of ``bearer_token_file`` is sent as ``authorization: Bearer``.
+    ``from_env`` names the ``TOOLWATCH_TAIL_*`` variable that gave a file, by its flag, so
+    that an error names what the operator set.
     """
 
     tls: bool = False
@@ -144,6 +155,11 @@ class StreamAccess:
     cert_file: Path | None = None
     key_file: Path | None = None
     bearer_token_file: Path | None = None
+    from_env: Mapping[str, str] = field(default_factory=dict)
+
+    def _given(self, flag: str) -> str:
+        """How the file of ``flag`` was given: the flag, or the variable that set it."""
+        return self.from_env.get(flag, flag)
 
     @property
     def secure(self) -> bool:
@@ -156,13 +172,17 @@ class StreamAccess:
         PEM certificate (or key) that fits: gRPC takes any bytes, and each handshake then
         fails as if the server could not be reached."""
         if (self.cert_file is None) != (self.key_file is None):
-            raise ValueError("a client certificate needs both --tls-cert and --tls-key")
+            given, missing = ("--tls-cert", "--tls-key")[:: 1 if self.key_file is None else -1]
+            raise ValueError(
+                f"{self._given(given)} without {missing} (or {ACCESS_FLAGS[missing][0]}):"
+                " a client certificate needs both"
+            )
         options = _channel_options(keepalive)
         if not self.secure:
             return grpc.insecure_channel(target, options=options)
-        chain, key = _client_certificate(self.cert_file, self.key_file)
+        chain, key = _client_certificate(self.cert_file, self.key_file, self._given)
         credentials = grpc.ssl_channel_credentials(
-            root_certificates=_ca_certificates(self.ca_file),
+            root_certificates=_ca_certificates(self.ca_file, self._given("--tls-ca")),
             private_key=key,
             certificate_chain=chain,
         )
@@ -174,13 +194,13 @@ class StreamAccess:
         path = self.bearer_token_file
         if path is None:
             return ()
+        given = self._given("--bearer-token-file")
         try:
             token = read_token_file(path)[0]
         except OSError as e:
-            reason = e.strerror or e
-            raise ValueError(f"--bearer-token-file: {path}: cannot read: {reason}") from None
+            raise ValueError(f"{given}: {path}: cannot read: {e.strerror or e}") from None
         except ValueError as e:
-            raise ValueError(f"--bearer-token-file: {e}") from None
+            raise ValueError(f"{given}: {e}") from None
         return (("authorization", f"Bearer {token}"),)
 
 
@@ -200,11 +220,12 @@ def _read(flag: str, path: Path) -> bytes:
         raise ValueError(f"{flag}: {path}: cannot read: {e.strerror or e}") from None
 
 
-def _ca_certificates(path: Path | None) -> bytes | None:
-    """``--tls-ca``'s file (``None``: the system's roots), checked to hold PEM certificates."""
+def _ca_certificates(path: Path | None, given: str) -> bytes | None:
+    """``--tls-ca``'s file (``None``: the system's roots), checked to hold PEM certificates;
+    errors name it as ``given``."""
     if path is None:
         return None
-    data = _read("--tls-ca", path)
+    data = _read(given, path)
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(cadata=data.decode("ascii"))
     except UnicodeDecodeError:  # DER, or another binary file
@@ -213,19 +234,23 @@ def _ca_certificates(path: Path | None) -> bytes | None:
         reason = _ssl_reason(e)
     else:
         return data
-    raise ValueError(f"--tls-ca: {path}: holds no PEM CA certificate ({reason})")
+    raise ValueError(f"{given}: {path}: holds no PEM CA certificate ({reason})")
 
 
-def _client_certificate(cert: Path | None, key: Path | None) -> tuple[bytes | None, bytes | None]:
-    """``--tls-cert``'s chain and ``--tls-key``'s key (PEM), checked to load together."""
+def _client_certificate(
+    cert: Path | None, key: Path | None, given: Callable[[str], str]
+) -> tuple[bytes | None, bytes | None]:
+    """``--tls-cert``'s chain and ``--tls-key``'s key (PEM), checked to load together;
+    errors name each as ``given`` says it was given."""
     if cert is None or key is None:
         return None, None
-    chain, private = _read("--tls-cert", cert), _read("--tls-key", key)
+    named_cert, named_key = given("--tls-cert"), given("--tls-key")
+    chain, private = _read(named_cert, cert), _read(named_key, key)
     try:  # an encrypted key is refused: gRPC takes none, and OpenSSL would prompt for it
         ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key, password=lambda: b"")
     except (ssl.SSLError, OSError) as e:
         raise ValueError(
-            f"--tls-cert {cert} with --tls-key {key}: not a PEM certificate chain and its"
+            f"{named_cert} {cert} with {named_key} {key}: not a PEM certificate chain and its"
             f" unencrypted private key ({_ssl_reason(e)})"
         ) from None
     return chain, private

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_cli import run_cli
+from tests.integration.test_cli import clean_env, run_cli
 
 
 @pytest.fixture
@@ -91,3 +91,43 @@ def test_a_client_certificate_and_key_that_do_not_load_name_both_flags(
     )
     assert result.returncode == 2, result.stderr
     assert f"--tls-cert {wrong} with --tls-key {wrong}: not a PEM certificate" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flag", "env"),
+    [
+        ("--tls-ca", "TOOLWATCH_TAIL_TLS_CA"),
+        ("--bearer-token-file", "TOOLWATCH_TAIL_BEARER_TOKEN_FILE"),
+    ],
+)
+def test_a_file_a_variable_gave_is_named_by_the_variable(
+    tmp_path: Path, listening: str, flag: str, env: str
+) -> None:
+    """A file set by a TOOLWATCH_TAIL_* variable was blamed on its flag, which the operator
+    (a unit file, a pod's env) never passed; the flag given too wins, and is named."""
+    missing = tmp_path / "missing.pem"
+    result = run_cli("tail", "--target", listening, env={**clean_env(), env: str(missing)})
+    assert result.returncode == 2, result.stderr
+    told = f"toolwatch tail: {env}: {missing}: cannot read: No such file or directory\n"
+    assert result.stderr.endswith(told), result.stderr
+    other = tmp_path / "other.pem"
+    result = run_cli(
+        "tail", "--target", listening, flag, str(other), env={**clean_env(), env: str(missing)}
+    )
+    assert result.stderr.endswith(
+        f"toolwatch tail: {flag}: {other}: cannot read: No such file or directory\n"
+    )
+
+
+def test_half_a_client_certificate_from_a_variable_names_it_and_what_is_missing(
+    tmp_path: Path, listening: str
+) -> None:
+    present = _not_a_certificate(tmp_path)
+    result = run_cli(
+        "tail", "--target", listening, env={**clean_env(), "TOOLWATCH_TAIL_TLS_CERT": str(present)}
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.endswith(
+        "toolwatch tail: TOOLWATCH_TAIL_TLS_CERT without --tls-key (or TOOLWATCH_TAIL_TLS_KEY):"
+        " a client certificate needs both\n"
+    ), result.stderr
