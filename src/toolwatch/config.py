@@ -45,12 +45,17 @@ from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Decoder
 from toolwatch.references.settings import GoldenSettings, ShadowSettings
 from toolwatch.sections import (
     WEEK_SECONDS,
+    YAML11_BOOLEANS,
     FilePath,
     Seconds,
-    UniqueKeyLoader,
+    YamlLoader,
+    is_text,
+    numbers_as_written,
     seconds_to_ns,
     takes_null,
     unknown_key,
+    value_types,
+    yaml11_booleans,
 )
 from toolwatch.sections import Section as _Section
 
@@ -941,11 +946,15 @@ def load_config(
     reading the file names it, as errors name the flag or variable of an override."""
     source = _source(path)
     try:
-        data = _read_yaml(path) if path else {}
+        data, root = _read_yaml(path) if path else ({}, None)
     except ConfigError as exc:
         if path_origin is None:
             raise
         raise ConfigError(f"{path_origin}: {exc}") from None
+    ambiguous = _ambiguous_booleans(root, overrides or {})
+    if ambiguous:
+        lines = [f"{source}: {len(ambiguous)} configuration error(s)"]
+        raise ConfigError("\n".join([*lines, *(f"  {source}: {line}" for line in ambiguous)]))
     if path is not None:
         _resolve_relative(data, path.parent)
     # After resolving: paths given as overrides (flags, env) are relative to the working
@@ -979,26 +988,64 @@ def _resolve_relative(data: dict[str, Any], base: Path) -> None:
             node[leaf] = str(path if path.is_absolute() else base / path)
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _read_yaml(path: Path) -> tuple[dict[str, Any], yaml.Node | None]:
+    """The file's settings, and its node tree (for where a value was written)."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(_not_utf8(path, exc)) from None
+    document = io.StringIO(text)
+    document.name = str(path)  # so the error's mark names the file, not "<unicode string>"
+    loader = YamlLoader(document)
     try:
-        document = io.StringIO(text)
-        document.name = str(path)  # so the error's mark names the file, not "<unicode string>"
-        data = yaml.load(document, Loader=UniqueKeyLoader)
+        root = loader.get_single_node()
+        numbers_as_written(root, Config)
+        data = loader.construct_document(root) if root is not None else None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     except RecursionError:  # the YAML library reads nesting by recursion
         raise ConfigError(f"{path}: not valid YAML: nested too deeply to read") from None
+    finally:
+        loader.dispose()
     if data is None:
-        return {}
+        return {}, None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
-    return data
+    return data, root
+
+
+def _ambiguous_booleans(root: yaml.Node | None, overrides: Mapping[str, Any]) -> list[str]:
+    """Where the file wrote ``yes``, ``no``, ``on`` or ``off`` unquoted and the setting does
+    not say which it means: YAML 1.1 read a boolean, ``YamlLoader`` (YAML 1.2) reads text.
+    A boolean setting reads the boolean (``enabled: yes``, as before) and a text one the text
+    (a tool named ``on``); a free-form value (a JSON Schema's ``enum: [NO]``) or a setting
+    that null turns off (``findings: off``: a file named ``off``?) could mean either, so each
+    is refused, naming where, the value and the fix. A value an override replaces is not
+    looked at."""
+    problems = []
+    for loc, scalar in yaml11_booleans(root):
+        where = ".".join(str(part) for part in loc)
+        if any(where == key or where.startswith(key + ".") for key in overrides):
+            continue
+        types = value_types(Config, loc)
+        if types is None or bool in types or all(is_text(t) for t in types):
+            continue  # an unknown key, a boolean, or text (pydantic says what else is wrong)
+        word, meant = scalar.value, str(YAML11_BOOLEANS[scalar.value]).lower()
+        mark = scalar.start_mark
+        at = f"(line {mark.line + 1}, column {mark.column + 1})"
+        if Any in types:
+            fix = f"write {meant} for the boolean, or quote the text: '{word}'"
+        elif type(None) in types:
+            fix = f"write null to leave it unset (off), or quote the text: '{word}'"
+        else:
+            continue  # a number, a severity: the text is refused as such
+        problems.append(
+            f"{where}: {word} is the text {word!r} (YAML 1.2), not {meant} as YAML 1.1 read"
+            f" it: {fix} {at}"
+        )
+    return problems
 
 
 def _not_utf8(path: Path, exc: UnicodeDecodeError) -> str:

@@ -7,8 +7,8 @@
 - a change after loading (sections are frozen: a reload builds new ones);
 - infinity and NaN for a number (``.inf`` passes every ``gt``/``le`` check a NaN fails, then
   overflows where seconds become nanoseconds);
-- a boolean for a number: YAML reads ``yes``/``true`` as booleans, and pydantic's lax mode
-  would take them as 1 (``max_request_bytes: true`` is a 1-byte limit). Strings still convert,
+- a boolean for a number: YAML reads ``true`` as a boolean, and pydantic's lax mode
+  would take it as 1 (``max_request_bytes: true`` is a 1-byte limit). Strings still convert,
   as environment overrides need.
 
 Durations that become nanoseconds are at most ``WEEK_SECONDS``, and ``Seconds`` refuses a
@@ -16,18 +16,25 @@ positive one below a nanosecond: it would become 0 ns, which their consumers ref
 of 0, a crash at start-up) or read as off. A file a setting names
 (``FilePath``) is not an empty path: read as a path, that is the directory it is relative to.
 
-``UniqueKeyLoader`` reads the YAML files (the configuration, golden cases) refusing a key given
+``YamlLoader`` reads the YAML files (the configuration, golden cases). It refuses a key given
 twice in one mapping: PyYAML keeps the last silently, so a second ``security:`` block would
-drop the first's settings.
+drop the first's settings. And it reads plain scalars as YAML 1.2 does, not as PyYAML's
+YAML 1.1: ``yes``, ``no``, ``on`` and ``off`` are text (a tool named ``on``, ``enum: [NO]``,
+Norway), as are ``14:30`` (base 60: 870), ``007`` and ``01234`` (octal), ``0x1F``, ``1_000``
+and unquoted dates; ``1.10`` is not 1.1 where a string is wanted. Numbers are JSON's,
+with an optional sign and ``.inf``/``.nan``. Where the YAML 1.1 reading was a boolean and
+meant something (``enabled: yes``), a boolean field still reads it so; where a value may be
+anything, the word is ambiguous and the loaders refuse it (``yaml11_booleans`` finds them).
 """
 
 from __future__ import annotations
 
 import difflib
+import re
 import types
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, model_validator
@@ -35,14 +42,19 @@ from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
 __all__ = [
     "WEEK_SECONDS",
+    "YAML11_BOOLEANS",
     "FilePath",
     "Seconds",
     "Section",
-    "UniqueKeyLoader",
+    "YamlLoader",
+    "is_text",
     "keys_at",
+    "numbers_as_written",
     "seconds_to_ns",
     "takes_null",
     "unknown_key",
+    "value_types",
+    "yaml11_booleans",
 ]
 
 #: Bound on durations (assembly's waits and windows, a shadow half's wait, a conversation's
@@ -147,6 +159,41 @@ def takes_null(model: type[BaseModel], loc: tuple[str, ...]) -> bool:
     return type(None) in get_args(annotation)
 
 
+def value_types(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[Any] | None:
+    """The types a value at ``loc`` under ``model`` may take (a union's options, ``Annotated``
+    unwrapped; ``Any`` in a free-form value, such as a JSON Schema); ``None`` where ``loc``
+    leads nowhere known. List indices step into items, mapping keys into values."""
+    options: list[Any] = [model]
+    for part in loc:
+        options = [inner for option in options for inner in _step(option, part)]
+        if not options:
+            return None
+    return options
+
+
+def _options(annotation: Any) -> list[Any]:
+    if get_origin(annotation) is Annotated:
+        return _options(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, types.UnionType):
+        return [option for arg in get_args(annotation) for option in _options(arg)]
+    return [annotation]
+
+
+def _step(option: Any, part: int | str) -> list[Any]:
+    """The types of the value at ``part`` in a value of type ``option``."""
+    if option is Any:
+        return [Any]
+    if isinstance(option, type) and issubclass(option, BaseModel):
+        fields = option.model_fields.items()
+        return [t for name, f in fields if part in (name, f.alias) for t in _options(f.annotation)]
+    origin, args = get_origin(option), get_args(option)
+    if origin in (tuple, list) and isinstance(part, int) and args:
+        return _options(args[0])
+    if origin is dict and len(args) == 2:
+        return _options(args[1])
+    return []
+
+
 def unknown_key(model: type[BaseModel], loc: tuple[int | str, ...], noun: str) -> str:
     """Why the key at ``loc`` under ``model`` was refused: the key meant, if one is close,
     else those the section takes (``noun`` names them: "setting", "field")."""
@@ -173,8 +220,9 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     return [model for arg in get_args(annotation) for model in _models_in(arg)]
 
 
-class UniqueKeyLoader(yaml.SafeLoader):
-    """``SafeLoader`` that rejects duplicate mapping keys (PyYAML silently keeps the last)."""
+class YamlLoader(yaml.SafeLoader):
+    """``SafeLoader`` that rejects duplicate mapping keys (PyYAML silently keeps the last) and
+    reads plain scalars as YAML 1.2 does (the module's docstring; the resolvers below)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
         seen: set[tuple[str, str]] = set()
@@ -191,3 +239,115 @@ class UniqueKeyLoader(yaml.SafeLoader):
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.2's core schema, with JSON's numbers: a plain value is read as the JSON value it
+# spells (null, a boolean written true or false, a number), else as text. So what YAML 1.1
+# retypes stays as written: dates (a ``datetime.date`` would equal no string a call sends),
+# ``14:30``, ``01234``, ``0x1F``, ``1_000``, and ``=`` (YAML 1.1's "value" key). A sign
+# (``+5``) and ``.inf``/``.nan`` are YAML's (the sections refuse the last two).
+_PLAIN: Final = (
+    (
+        "tag:yaml.org,2002:bool",
+        re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
+        "tTfF",
+    ),
+    (
+        "tag:yaml.org,2002:int",
+        re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"),
+        "-+0123456789",
+    ),
+    (
+        "tag:yaml.org,2002:float",
+        re.compile(
+            r"^(?:[-+]?(?:0|[1-9][0-9]*)(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?\.[0-9]+(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+        ),
+        "-+.0123456789",
+    ),
+)
+YamlLoader.yaml_implicit_resolvers = {
+    first: [
+        (tag, regexp)
+        for tag, regexp in resolvers
+        if tag.endswith((":null", ":merge"))  # YAML 1.1's and 1.2's alike
+    ]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+for _tag, _regexp, _firsts in _PLAIN:
+    YamlLoader.add_implicit_resolver(_tag, _regexp, list(_firsts))
+
+#: The words YAML 1.1 reads as booleans and YAML 1.2 as text (``true`` and ``false`` are
+#: booleans in both), with the boolean YAML 1.1 reads.
+YAML11_BOOLEANS: Final = {
+    word: value
+    for words, value in (("yes on", True), ("no off", False))
+    for lower in words.split()
+    for word in (lower, lower.capitalize(), lower.upper())
+}
+
+
+def yaml11_booleans(
+    node: yaml.Node | None, loc: tuple[int | str, ...] = ()
+) -> Iterator[tuple[tuple[int | str, ...], yaml.ScalarNode]]:
+    """The plain (unquoted) values under ``node`` (at ``loc``) that YAML 1.1 reads as
+    booleans and ``YamlLoader`` as text (``YAML11_BOOLEANS``), with where each is (mapping
+    keys and list indices); keys are not looked at (a key is text either way)."""
+    for at, scalar, is_key in _plain_scalars(node, loc):
+        if not is_key and scalar.tag == _STR and scalar.value in YAML11_BOOLEANS:
+            yield at, scalar
+
+
+def numbers_as_written(node: yaml.Node | None, model: type[BaseModel]) -> None:
+    """Retag, before ``node`` (a file's tree, read by ``YamlLoader``) is constructed, the plain
+    values that can only be text as the text written: a mapping key written as a number or
+    ``true``/``false`` (a JSON object's keys are text, and so are the names sections are
+    keyed by: an agent named ``true``), and a number where ``model`` takes text alone
+    (``tools: [1.10]`` names the tool ``1.10``, not ``1.1``; ``agents: [2024]``)."""
+    for at, scalar, is_key in _plain_scalars(node, ()):
+        if is_key and scalar.tag in (_BOOL, _INT, _FLOAT):
+            scalar.tag = _STR
+        elif scalar.tag in (_INT, _FLOAT):
+            types = value_types(model, at)
+            if types and all(is_text(t) for t in types):
+                scalar.tag = _STR
+
+
+_STR, _BOOL, _INT, _FLOAT = (
+    f"tag:yaml.org,2002:{name}" for name in ("str", "bool", "int", "float")
+)
+
+
+def is_text(annotation: Any) -> bool:
+    """Whether a value of type ``annotation`` is text (a name, a choice among words)."""
+    if get_origin(annotation) is Literal:
+        return all(isinstance(arg, str) for arg in get_args(annotation))
+    return annotation is str
+
+
+def _plain_scalars(
+    node: yaml.Node | None, loc: tuple[int | str, ...]
+) -> Iterator[tuple[tuple[int | str, ...], yaml.ScalarNode, bool]]:
+    """The plain (unquoted) scalars under ``node`` (at ``loc``), with where each is and
+    whether it is a mapping key (at the value it keys); each node once (an alias repeats
+    one)."""
+    pending: list[tuple[yaml.Node, tuple[int | str, ...], bool]] = (
+        [] if node is None else [(node, loc, False)]
+    )
+    seen: set[int] = set()
+    while pending:
+        item, at, is_key = pending.pop()
+        if id(item) in seen:
+            continue
+        seen.add(id(item))
+        if isinstance(item, yaml.MappingNode):
+            for key, value in reversed(item.value):
+                pending.append((value, (*at, str(key.value)), False))
+                pending.append((key, (*at, str(key.value)), True))
+        elif isinstance(item, yaml.SequenceNode):
+            pending.extend(
+                (value, (*at, i), False) for i, value in reversed(list(enumerate(item.value)))
+            )
+        elif isinstance(item, yaml.ScalarNode) and item.style is None:
+            yield at, item, is_key

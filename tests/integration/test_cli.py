@@ -464,7 +464,7 @@ def test_check_config_warns_of_a_certificate_expiring_within_14_days(tmp_path: P
     ("text", "field", "reason"),
     [
         ("assembly:\n  max_traces: -1\n", "assembly.max_traces", "greater than 0"),
-        ("listen:\n  http: 4318\n", "listen.http", "Input should be a valid string"),
+        ("listen:\n  http: 4318\n", "listen.http", "'4318' is not HOST:PORT"),
         ("ingest:\n  max_body: 5\n", "ingest.max_body", "unknown setting (allowed: "),
         (
             "ingest:\n  max_concurrent_requests: 0\n",

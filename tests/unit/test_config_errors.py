@@ -79,7 +79,7 @@ def test_an_override_is_blamed_on_the_flag_or_variable_that_gave_it(tmp_path: Pa
 @pytest.mark.parametrize(
     ("setting", "value"),
     [
-        ("ingest.max_request_bytes", True),  # YAML `yes`: pydantic's lax mode would read 1
+        ("ingest.max_request_bytes", True),  # pydantic's lax mode would read 1
         ("ingest.max_concurrent_requests", False),
         ("assembly.tick_seconds", True),
         ("evaluators.tool_arguments.threshold", True),
@@ -93,7 +93,7 @@ def test_a_boolean_is_not_a_number(tmp_path: Path, setting: str, value: bool) ->
     for part in section.split("."):
         lines.append(f"{indent}{part}:")
         indent += "  "
-    lines.append(f"{indent}{key}: {'yes' if value else 'no'}")
+    lines.append(f"{indent}{key}: {str(value).lower()}")
     config.write_text("\n".join(lines) + "\n")
     assert error_lines(config, {})[1] == (
         f"  {config}: {setting}: Input should be a number, not a boolean (got {value})"
@@ -717,9 +717,9 @@ def test_an_override_does_not_hide_a_malformed_section_of_the_file(
             " list of them (got 5)",
         ),
         (
-            "[lookup_order.order_id, 5]",
+            "[lookup_order.order_id, true]",
             "policy.bindings.issue_refund.order_id: expected a verification tool.field, or a"
-            " list of them (got ['lookup_order.order_id', 5])",
+            " list of them (got ['lookup_order.order_id', True])",
         ),
         ("x", "policy.bindings: 'x' is not of the form tool.field"),
     ],
@@ -743,8 +743,8 @@ def test_a_binding_that_is_no_tool_field_is_one_line_naming_the_binding(
         ('  aliases:\n    "": lookup_order\n', "policy.aliases (key ''): empty"),
         ('  repeat_limits:\n    " ": 3\n', "policy.repeat_limits (key ' '): empty"),
         (
-            "  bindings:\n    5: lookup_order.id\n",
-            "policy.bindings (key 5): Input should be a valid string",
+            "  bindings:\n    null: lookup_order.id\n",
+            "policy.bindings (key 'None'): Input should be a valid string",
         ),
     ],
 )

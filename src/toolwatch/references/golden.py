@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import datetime
 import math
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, NamedTuple, Self, TypeAlias, get_args
@@ -50,7 +49,7 @@ from pydantic_core import ErrorDetails
 from toolwatch.model import ExpectedCall, GoldenCase, ToolTrace
 from toolwatch.names import NameNormalizer, fold
 from toolwatch.references.settings import DEFAULT_CASE_ID_ATTRIBUTE
-from toolwatch.sections import UniqueKeyLoader, unknown_key
+from toolwatch.sections import YAML11_BOOLEANS, YamlLoader, unknown_key, yaml11_booleans
 
 __all__ = [
     "CaseTally",
@@ -127,6 +126,16 @@ _Text = Annotated[str, AfterValidator(_not_blank)]
 _Id = Annotated[str, AfterValidator(_trimmed)]
 
 
+def _yaml11_boolean(value: Any) -> Any:
+    """A case's flag written ``yes``/``no``/``on``/``off`` (text to ``YamlLoader``) is the
+    boolean YAML 1.1 read, as before: in a field that takes only booleans it is no text."""
+    return YAML11_BOOLEANS.get(value, value) if isinstance(value, str) else value
+
+
+#: A case's own flag (``expected_no_tools: yes`` still reads as true).
+_Flag = Annotated[bool, BeforeValidator(_yaml11_boolean)]
+
+
 class _Schema(BaseModel):
     # strict: YAML typed the values already; a "2" count is a mistake to report, not coerce.
     model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
@@ -167,12 +176,12 @@ class GoldenCaseEntry(_Schema):
 
     id: _Id
     expected_tools: list[Annotated[ExpectedToolEntry, BeforeValidator(_name_only)]] = []
-    expected_no_tools: bool = False
+    expected_no_tools: _Flag = False
     expected_min_steps: int | None = Field(default=None, ge=1)
     expected_tool_count: int | None = Field(default=None, ge=0)
     category: _Text | None = None
     mode: SelectionMode | None = None
-    expected_refusal: bool | None = None
+    expected_refusal: _Flag | None = None
     agent: _Text | None = None
     expected_every_seconds: float | None = Field(
         default=None, ge=_MIN_EVERY_SECONDS, le=_MAX_EVERY_SECONDS, allow_inf_nan=False
@@ -417,11 +426,6 @@ def _arguments_not_json(parsed: GoldenFile, root: yaml.Node | None) -> list[tupl
     return problems
 
 
-#: The booleans YAML 1.2 reads as such: YAML 1.1's others (``yes``, ``NO``, ``off``) are text
-#: there, and ``NO`` is as likely Norway as false.
-_BOOLEANS: Final = frozenset({"true", "True", "TRUE", "false", "False", "FALSE"})
-
-
 def _ambiguous_booleans(parsed: GoldenFile, root: yaml.Node | None) -> list[tuple[str, str]]:
     """Expected argument values written as a YAML 1.1 boolean other than true or false
     (``country: NO``): whether the writer meant the text or the boolean, one of them fails
@@ -431,40 +435,16 @@ def _ambiguous_booleans(parsed: GoldenFile, root: yaml.Node | None) -> list[tupl
         for number, tool in enumerate(case.expected_tools):
             loc: tuple[int | str, ...] = ("cases", index, "expected_tools", number, "arguments")
             node = _node_at(root, loc, key=False) if tool.arguments is not None else None
-            for at, scalar in _boolean_words(node, loc):
+            for at, scalar in yaml11_booleans(node, loc):
                 reason = (
                     f"case {case.id!r}: {scalar.value} is read as "
-                    f"{str(scalar.value.lower() in ('yes', 'on')).lower()} (YAML 1.1) or as"
+                    f"{str(YAML11_BOOLEANS[scalar.value]).lower()} (YAML 1.1) or as"
                     f" the text {scalar.value!r} (YAML 1.2): write true or false, or quote the"
                     f" text (line {scalar.start_mark.line + 1}, column"
                     f" {scalar.start_mark.column + 1})"
                 )
                 problems.append((_field_path(at), reason))
     return problems
-
-
-def _boolean_words(
-    node: yaml.Node | None, loc: tuple[int | str, ...]
-) -> Iterator[tuple[tuple[int | str, ...], yaml.ScalarNode]]:
-    """The plain scalars under ``node`` (at ``loc``) read as YAML 1.1 booleans but not
-    written true or false; each node once (an alias repeats one)."""
-    pending: list[tuple[yaml.Node, tuple[int | str, ...]]] = [] if node is None else [(node, loc)]
-    seen: set[int] = set()
-    while pending:
-        item, at = pending.pop()
-        if id(item) in seen:
-            continue
-        seen.add(id(item))
-        if isinstance(item, yaml.MappingNode):
-            pending.extend((value, (*at, str(key.value))) for key, value in reversed(item.value))
-        elif isinstance(item, yaml.SequenceNode):
-            pending.extend((value, (*at, i)) for i, value in reversed(list(enumerate(item.value))))
-        elif (
-            isinstance(item, yaml.ScalarNode)
-            and item.tag == "tag:yaml.org,2002:bool"
-            and item.value not in _BOOLEANS
-        ):
-            yield at, item
 
 
 def _not_json(
@@ -505,46 +485,6 @@ def _yaml_only(value: Any) -> str | None:
     return None
 
 
-class _StrictLoader(UniqueKeyLoader):
-    """``UniqueKeyLoader`` that reads plain numbers as YAML 1.2 and JSON do (below)."""
-
-
-# Live arguments arrive as JSON, so a plain value is read as the JSON value it spells, else as
-# text, as YAML 1.2 reads it: unquoted dates stay strings (a YAML ``datetime.date`` would
-# never equal one; an explicit ``!!timestamp`` is refused with the other values JSON has
-# not, ``_arguments_not_json``), and so do what YAML 1.1 reads as numbers and JSON does not
-# write so: ``14:30`` (base 60: 870), ``01234`` (octal: 668), ``0x1F``, ``1_000``. Numbers
-# are JSON's, with an optional sign (``+5``) and YAML's ``.inf`` and ``.nan`` (refused
-# too). YAML 1.1's booleans stay, for the case's own flags (``expected_no_tools: yes``);
-# in argument values all but true and false are refused (``_ambiguous_booleans``).
-_NUMBERS: Final = (
-    (
-        "tag:yaml.org,2002:int",
-        re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"),
-        "-+0123456789",
-    ),
-    (
-        "tag:yaml.org,2002:float",
-        re.compile(
-            r"^(?:[-+]?(?:0|[1-9][0-9]*)(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?"
-            r"|[-+]?\.[0-9]+(?:[eE][-+]?[0-9]+)?"
-            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-        ),
-        "-+.0123456789",
-    ),
-)
-_StrictLoader.yaml_implicit_resolvers = {
-    first: [
-        (tag, regexp)
-        for tag, regexp in resolvers
-        if not tag.endswith((":timestamp", ":int", ":float"))
-    ]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-for _tag, _regexp, _firsts in _NUMBERS:
-    _StrictLoader.add_implicit_resolver(_tag, _regexp, list(_firsts))
-
-
 def _read_yaml(path: Path) -> tuple[yaml.Node | None, Any]:
     """The document's node tree (for error positions) and its value."""
     try:
@@ -553,7 +493,7 @@ def _read_yaml(path: Path) -> tuple[yaml.Node | None, Any]:
         raise ReferenceFileError(path, [("", f"cannot read: {exc.strerror or exc}")]) from None
     except UnicodeDecodeError as exc:
         raise ReferenceFileError(path, [("", f"not UTF-8 text: {exc.reason}")]) from None
-    loader = _StrictLoader(text)
+    loader = YamlLoader(text)
     try:
         root = loader.get_single_node()
         return root, (loader.construct_document(root) if root is not None else None)
