@@ -26,7 +26,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import IO, Any, Protocol
+from typing import Any, Protocol
 
 import grpc
 from aiohttp import web
@@ -68,6 +68,7 @@ from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.security import ListenerSecurity
 from toolwatch.sinks import exposition
 from toolwatch.sinks.findings import FanOutSink, FindingSink, JsonLinesFindingSink, Redaction
+from toolwatch.sinks.linefile import LineFile, TextOutput
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
 from toolwatch.sinks.stream import FindingsBroker, add_findings_service, stream_server_options
 from toolwatch.sinks.tooltraces import ToolTraceWriter
@@ -137,7 +138,7 @@ def build_references(config: Config) -> tuple[GoldenCaseSet | None, NameNormaliz
 class _Outputs:
     findings: FindingSink
     tooltraces: ToolTraceSink
-    files: list[IO[str]]  # opened here, closed at stop; a reopened file replaces its own
+    files: list[TextOutput]  # opened here, closed at stop; a reopened file replaces its own
     log: JsonLinesFindingSink | None  # the findings log, when configured
 
     def reopen(self, output: OutputSettings) -> None:
@@ -167,14 +168,14 @@ class _Outputs:
 class _Swappable(Protocol):
     """A writer whose file can be replaced (``JsonLinesFindingSink``, ``ToolTraceWriter``)."""
 
-    stream: IO[str]
+    stream: TextOutput
 
 
 def _writer(sink: ToolTraceSink) -> ToolTraceWriter | None:
     return sink if isinstance(sink, ToolTraceWriter) else None
 
 
-def _rotated(path: str, stream: IO[str]) -> bool:
+def _rotated(path: str, stream: TextOutput) -> bool:
     """Whether ``path`` no longer names the file ``stream`` writes: it is gone (or cannot be
     looked at: opening it says why), or another regular file is there. Not when something
     else is (a FIFO whose reader is not back yet would block the event loop's open)."""
@@ -302,7 +303,7 @@ class App:
         self, wall_clock: Callable[[], int], extra: tuple[FindingSink, ...]
     ) -> _Outputs:
         out = self.config.output
-        files: list[IO[str]] = []
+        files: list[TextOutput] = []
         sinks: list[FindingSink] = [self.broker, *extra]
         labels = ["stream", *("extra" for _ in extra)]  # OUTPUTS, sink by sink
         log_sink = None
@@ -846,21 +847,17 @@ def _format_address(sockname: Any) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _open_text(setting: str, target: str, files: list[IO[str]], private: bool = False) -> IO[str]:
-    """``target`` opened to append lines (``-``: stdout); created with mode 0600 when
-    ``private``, else as the umask says. An existing file keeps its mode: a private one that
-    others may read is warned about."""
+def _open_text(
+    setting: str, target: str, files: list[TextOutput], private: bool = False
+) -> TextOutput:
+    """``target`` opened to append lines (``-``: stdout), each written whole or not at all
+    (``LineFile``: a full disk tears none); created with mode 0600 when ``private``, else as
+    the umask says. An existing file keeps its mode: a private one that others may read is
+    warned about."""
     if target == "-":
         return sys.stdout
-    created = 0o600 if private else 0o666
     try:
-        stream = open(  # noqa: SIM115 - closed in stop()
-            target,
-            "a",
-            encoding="utf-8",
-            buffering=1,
-            opener=lambda path, flags: os.open(path, flags, created),
-        )
+        stream = LineFile(target, 0o600 if private else 0o666)  # closed in stop()
     except OSError as exc:
         raise StartError(f"cannot open {target} ({setting}): {_reason(exc)}") from exc
     files.append(stream)

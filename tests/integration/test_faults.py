@@ -13,6 +13,7 @@ import dataclasses
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -666,8 +667,71 @@ def test_a_dump_file_on_a_full_disk_does_not_stop_completing_later_traces(
     # Each run is judged all the same; the dump's losses are counted and logged.
     assert server.sample("toolwatch_output_failures_total", {"output": "tooltraces"}) == 2
     assert any("could not write the ToolTrace dump" in line for line in server.log)
-    # The final flush of the dump fails too: logged, and the shutdown still completes.
+    # What failed was lost whole, not kept to fail again at the final flush.
     code, seconds = server.terminate(timeout=GRACE_SECONDS + 10)
     assert code == 0
     assert seconds < GRACE_SECONDS
-    assert any("could not flush" in line for line in server.log)
+    assert not any("could not flush" in line for line in server.log)
+
+
+def file_size_limit(pid: int, limit: int) -> None:
+    """The largest file ``pid`` may write (RLIMIT_FSIZE, ``RLIM_INFINITY`` for none). A
+    write that crosses it writes what fits and fails (EFBIG) as a disk that fills up
+    mid-line does (ENOSPC), without a device to fill: Python ignores SIGXFSZ."""
+    _soft, hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)
+    resource.prlimit(pid, resource.RLIMIT_FSIZE, (limit, hard))
+
+
+def long_unverified_refund_run() -> agents.AgentRun:
+    """An unverified refund whose answer, in its ToolTrace line, is longer than the 8 KiB a
+    Python file buffers."""
+    turns = (agents.Turn((agents.REFUND,)), agents.Turn(text="Refunded. " * 2000))
+    return agents.AgentRun("refund-bot", turns)
+
+
+@pytest.mark.parametrize(
+    ("output", "label"), [("findings", "findings_log"), ("dump_tooltraces", "tooltraces")]
+)
+def test_an_output_that_fills_up_mid_line_keeps_whole_lines_and_counts_exactly_what_it_lost(
+    tmp_path: Path, serve: Callable[[Path], ServeProcess], output: str, label: str
+) -> None:
+    """A full disk takes part of a line and fails the rest: the file must not keep the torn
+    part (the next line would be joined to it, and a log shipper or ``replay`` would lose
+    both), nor write later what failed (counted lost)."""
+    config = write_config(
+        tmp_path / "fills.yaml",
+        {},
+        assembly={"completion_wait_seconds": 0.01, "tick_seconds": 0.01},
+        shutdown_grace_seconds=GRACE_SECONDS,
+    )
+    document = yaml.safe_load(config.read_text())
+    other = "dump_tooltraces" if output == "findings" else "findings"
+    document["output"][other] = "-"  # the ServeProcess's stdout: /dev/null
+    config.write_text(yaml.safe_dump(document))
+    path = Path(document["output"][output])
+    server = serve(config)
+    sent: list[str] = []
+
+    def send_run() -> None:
+        run = agents.record(long_unverified_refund_run(), "genai")
+        sent.append(trace_id(run))
+        assert export(server.addresses["grpc"], run) is SpanExportResult.SUCCESS
+        labels = {"agent": "refund-bot", "outcome": "complete", "reference": "none"}
+        counted = {**labels, "traffic": "live"}
+        assert until(lambda: server.sample("toolwatch_tool_traces_total", counted) == len(sent))
+
+    send_run()
+    one_line = path.stat().st_size  # a ToolTrace line is longer than a file's 8 KiB buffer
+    file_size_limit(server.proc.pid, one_line + one_line // 2)  # room for half a line
+    send_run()  # half of it is written, then the disk is full
+    send_run()  # none of it fits
+    file_size_limit(server.proc.pid, resource.RLIM_INFINITY)  # space freed
+    send_run()
+
+    lines = path.read_text().splitlines()
+    written = [json.loads(line)["trace_id"] for line in lines]  # each line whole
+    assert written == [sent[0], sent[3]]
+    assert server.sample("toolwatch_output_failures_total", {"output": label}) == 2
+    code, _ = server.terminate(timeout=GRACE_SECONDS + 10)
+    assert code == 0
+    assert path.read_text().splitlines() == lines  # nothing that failed comes out at the end

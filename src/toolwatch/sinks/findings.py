@@ -40,7 +40,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 from toolwatch.jsontext import compact_encoder
 from toolwatch.model import (
@@ -51,6 +51,7 @@ from toolwatch.model import (
     ToolTrace,
     Traffic,
 )
+from toolwatch.sinks.linefile import TextOutput
 
 __all__ = [
     "REDACTED",
@@ -260,7 +261,10 @@ class JsonLinesFindingSink:
     """
 
     def __init__(
-        self, stream: IO[str], redaction: Redaction | None = None, wall_clock: Clock = time.time_ns
+        self,
+        stream: TextOutput,
+        redaction: Redaction | None = None,
+        wall_clock: Clock = time.time_ns,
     ) -> None:
         self.stream = stream
         self._redaction = redaction or Redaction()

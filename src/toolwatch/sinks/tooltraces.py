@@ -21,11 +21,12 @@ import json
 import logging
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import IO, Any, Final
+from typing import Any, Final
 
 from toolwatch.jsontext import compact_encoder
 from toolwatch.model import CallStatus, ToolCall, ToolTrace
 from toolwatch.sinks.findings import json_default
+from toolwatch.sinks.linefile import TextOutput
 
 _log = logging.getLogger(__name__)
 
@@ -51,7 +52,7 @@ class ToolTraceWriter:
     and may put another in its place (the file opened again after a log rotation).
     """
 
-    def __init__(self, stream: IO[str], failed: Callable[[], None] | None = None) -> None:
+    def __init__(self, stream: TextOutput, failed: Callable[[], None] | None = None) -> None:
         self.stream = stream
         self._failed = failed  # given: a failed write is told to it and logged, not raised
         self._failures = 0
