@@ -310,7 +310,12 @@ class App:
         try:
             if out.findings is not None:
                 stream = _open_text("output.findings", out.findings, files)
-                log_sink = JsonLinesFindingSink(stream, self._redaction, wall_clock=wall_clock)
+                log_sink = JsonLinesFindingSink(
+                    stream,
+                    self._redaction,
+                    wall_clock=wall_clock,
+                    failed=lambda: self.metrics.output_failed("findings_log"),
+                )
                 sinks.insert(0, log_sink)
                 labels.insert(0, "findings_log")
             tooltraces: ToolTraceSink = DiscardToolTraces()

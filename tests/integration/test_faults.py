@@ -689,44 +689,56 @@ def long_unverified_refund_run() -> agents.AgentRun:
     return agents.AgentRun("refund-bot", turns)
 
 
-@pytest.mark.parametrize(
-    ("output", "label"), [("findings", "findings_log"), ("dump_tooltraces", "tooltraces")]
-)
-def test_an_output_that_fills_up_mid_line_keeps_whole_lines_and_counts_exactly_what_it_lost(
-    tmp_path: Path, serve: Callable[[Path], ServeProcess], output: str, label: str
-) -> None:
-    """A full disk takes part of a line and fails the rest: the file must not keep the torn
-    part (the next line would be joined to it, and a log shipper or ``replay`` would lose
-    both), nor write later what failed (counted lost)."""
+def serve_one_output(
+    path: Path, serve: Callable[[Path], ServeProcess], output: str
+) -> tuple[ServeProcess, Path]:
+    """A server writing ``output`` (``findings`` or ``dump_tooltraces``) to a file, the other
+    to its stdout (/dev/null); the file's path."""
     config = write_config(
-        tmp_path / "fills.yaml",
+        path,
         {},
         assembly={"completion_wait_seconds": 0.01, "tick_seconds": 0.01},
         shutdown_grace_seconds=GRACE_SECONDS,
     )
     document = yaml.safe_load(config.read_text())
     other = "dump_tooltraces" if output == "findings" else "findings"
-    document["output"][other] = "-"  # the ServeProcess's stdout: /dev/null
+    document["output"][other] = "-"
     config.write_text(yaml.safe_dump(document))
-    path = Path(document["output"][output])
-    server = serve(config)
+    return serve(config), Path(document["output"][output])
+
+
+def send_long_run(server: ServeProcess, sent: list[str]) -> None:
+    """Exports a ``long_unverified_refund_run``, its trace id added to ``sent``, and waits
+    until the server has judged as many runs as ``sent`` names."""
+    run = agents.record(long_unverified_refund_run(), "genai")
+    sent.append(trace_id(run))
+    assert export(server.addresses["grpc"], run) is SpanExportResult.SUCCESS
+    counted = {"agent": "refund-bot", "outcome": "complete", "reference": "none", "traffic": "live"}
+    assert until(lambda: server.sample("toolwatch_tool_traces_total", counted) == len(sent))
+
+
+OUTPUTS = pytest.mark.parametrize(
+    ("output", "label"), [("findings", "findings_log"), ("dump_tooltraces", "tooltraces")]
+)
+
+
+@OUTPUTS
+def test_an_output_that_fills_up_mid_line_keeps_whole_lines_and_counts_exactly_what_it_lost(
+    tmp_path: Path, serve: Callable[[Path], ServeProcess], output: str, label: str
+) -> None:
+    """A full disk takes part of a line and fails the rest: the file must not keep the torn
+    part (the next line would be joined to it, and a log shipper or ``replay`` would lose
+    both), nor write later what failed (counted lost)."""
+    server, path = serve_one_output(tmp_path / "fills.yaml", serve, output)
     sent: list[str] = []
 
-    def send_run() -> None:
-        run = agents.record(long_unverified_refund_run(), "genai")
-        sent.append(trace_id(run))
-        assert export(server.addresses["grpc"], run) is SpanExportResult.SUCCESS
-        labels = {"agent": "refund-bot", "outcome": "complete", "reference": "none"}
-        counted = {**labels, "traffic": "live"}
-        assert until(lambda: server.sample("toolwatch_tool_traces_total", counted) == len(sent))
-
-    send_run()
+    send_long_run(server, sent)
     one_line = path.stat().st_size  # a ToolTrace line is longer than a file's 8 KiB buffer
     file_size_limit(server.proc.pid, one_line + one_line // 2)  # room for half a line
-    send_run()  # half of it is written, then the disk is full
-    send_run()  # none of it fits
+    send_long_run(server, sent)  # half of it is written, then the disk is full
+    send_long_run(server, sent)  # none of it fits
     file_size_limit(server.proc.pid, resource.RLIM_INFINITY)  # space freed
-    send_run()
+    send_long_run(server, sent)
 
     lines = path.read_text().splitlines()
     written = [json.loads(line)["trace_id"] for line in lines]  # each line whole
@@ -735,3 +747,42 @@ def test_an_output_that_fills_up_mid_line_keeps_whole_lines_and_counts_exactly_w
     code, _ = server.terminate(timeout=GRACE_SECONDS + 10)
     assert code == 0
     assert path.read_text().splitlines() == lines  # nothing that failed comes out at the end
+
+
+@OUTPUTS
+def test_each_outage_of_an_output_is_logged_when_it_starts_and_when_it_ends(
+    tmp_path: Path, serve: Callable[[Path], ServeProcess], output: str, label: str
+) -> None:
+    """Failures are logged rate-limited (the 1st, 2nd, 4th, ... of an outage), counted from
+    each outage's start: a second full disk a week later is logged however many writes the
+    first one failed, and the log says when writing works again."""
+    server, path = serve_one_output(tmp_path / "outages.yaml", serve, output)
+    sent: list[str] = []
+    send_long_run(server, sent)
+
+    def outage(runs: int) -> list[str]:
+        """The lines logged while ``runs`` runs fail to be written and one then is."""
+        logged = len(server.log)
+        file_size_limit(server.proc.pid, path.stat().st_size)  # full
+        for _ in range(runs):
+            send_long_run(server, sent)
+        file_size_limit(server.proc.pid, resource.RLIM_INFINITY)
+        send_long_run(server, sent)
+        told = [line for line in server.log[logged:] if " toolwatch" in line]
+        return [line.split(": ", 1)[1].rstrip() for line in told]
+
+    first, second = outage(5), outage(2)
+
+    name = {"findings": "the findings log", "dump_tooltraces": "the ToolTrace dump"}[output]
+    assert server.sample("toolwatch_output_failures_total", {"output": label}) == 7
+    assert first == [
+        f"could not write {name} ({path}): File too large (1 failure in a row)",
+        f"could not write {name} ({path}): File too large (2 failures in a row)",
+        f"could not write {name} ({path}): File too large (4 failures in a row)",
+        f"{name} ({path}) is written again, after 5 failures in a row",
+    ]
+    assert second == [
+        f"could not write {name} ({path}): File too large (1 failure in a row)",
+        f"could not write {name} ({path}): File too large (2 failures in a row)",
+        f"{name} ({path}) is written again, after 2 failures in a row",
+    ]

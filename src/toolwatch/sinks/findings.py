@@ -51,7 +51,7 @@ from toolwatch.model import (
     ToolTrace,
     Traffic,
 )
-from toolwatch.sinks.linefile import TextOutput
+from toolwatch.sinks.linefile import TextOutput, WriteFailures, output_name
 
 __all__ = [
     "REDACTED",
@@ -257,7 +257,9 @@ class JsonLinesFindingSink:
 
     ``wall_clock`` gives the ``timestamp`` (Unix ns; ``time.time_ns`` in production). The
     stream is flushed after each publication and on ``close``; its owner closes it, and may
-    put another in its place (the file opened again after a log rotation).
+    put another in its place (the file opened again after a log rotation). Given ``failed``,
+    a publication that cannot be written (a full disk) is told to it and logged by outage
+    (``WriteFailures``), not raised.
     """
 
     def __init__(
@@ -265,10 +267,12 @@ class JsonLinesFindingSink:
         stream: TextOutput,
         redaction: Redaction | None = None,
         wall_clock: Clock = time.time_ns,
+        failed: Callable[[], None] | None = None,
     ) -> None:
         self.stream = stream
         self._redaction = redaction or Redaction()
         self._wall_clock = wall_clock
+        self._failures = None if failed is None else WriteFailures("the findings log", failed, _log)
 
     def redact_with(self, redaction: Redaction) -> None:
         """Redact the findings written from now on by ``redaction`` (a reload)."""
@@ -280,9 +284,18 @@ class JsonLinesFindingSink:
         now = self._wall_clock()
         redaction = self._redaction
         lines = [_to_json(finding_record(trace, f, redaction, now, traffic)) for f in findings]
-        if lines:
+        if not lines:
+            return
+        try:
             self.stream.write("\n".join(lines) + "\n")
             self.stream.flush()
+        except OSError as error:
+            if self._failures is None:
+                raise
+            self._failures.failed(output_name(self.stream), error)
+            return
+        if self._failures is not None:
+            self._failures.written(output_name(self.stream))
 
     def close(self) -> None:
         self.stream.flush()

@@ -14,15 +14,19 @@ the line began), so a write that raised is lost whole and one that returned is i
 Where the part cannot be cut off (not a regular file, another writer moved the end, the
 truncation fails too), the next write starts a new line, so that only the torn part is lost.
 
+``WriteFailures`` tells an output's failed writes (to a metric, and logged by outage).
+
 Threading: one writer (the event loop); not thread-safe.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["LineFile", "TextOutput"]
+__all__ = ["LineFile", "TextOutput", "WriteFailures", "output_name"]
 
 
 class TextOutput(Protocol):
@@ -103,3 +107,48 @@ def _cut(fd: int, start: int | None, written: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def output_name(stream: TextOutput) -> str:
+    """The path ``stream`` writes (``<stdout>`` for standard output), for messages."""
+    return str(getattr(stream, "name", "?"))
+
+
+class WriteFailures:
+    """The failed writes of one output, ``what`` (``the findings log``): each told to
+    ``failed`` (a metric), and logged by outage: the 1st, 2nd, 4th, ... failure in a row,
+    then, at the next write that works, that it works again. Counted from each outage's
+    start, so that a second full disk is logged however many writes the first one failed."""
+
+    __slots__ = ("_failed", "_log", "_streak", "what")
+
+    def __init__(self, what: str, failed: Callable[[], None], log: logging.Logger) -> None:
+        self.what = what
+        self._failed = failed
+        self._log = log
+        self._streak = 0  # failures since the last write that worked
+
+    def failed(self, where: str, error: OSError) -> None:
+        self._failed()
+        self._streak += 1
+        streak = self._streak
+        if streak & (streak - 1) == 0:  # a power of two
+            reason = error.strerror or str(error)
+            self._log.error(
+                "could not write %s (%s): %s (%s in a row)",
+                self.what,
+                where,
+                reason,
+                _failures(streak),
+            )
+
+    def written(self, where: str) -> None:
+        if self._streak:
+            streak, self._streak = self._streak, 0
+            self._log.info(
+                "%s (%s) is written again, after %s in a row", self.what, where, _failures(streak)
+            )
+
+
+def _failures(count: int) -> str:
+    return f"{count} failure" if count == 1 else f"{count} failures"

@@ -26,7 +26,7 @@ from typing import Any, Final
 from toolwatch.jsontext import compact_encoder
 from toolwatch.model import CallStatus, ToolCall, ToolTrace
 from toolwatch.sinks.findings import json_default
-from toolwatch.sinks.linefile import TextOutput
+from toolwatch.sinks.linefile import TextOutput, WriteFailures, output_name
 
 _log = logging.getLogger(__name__)
 
@@ -54,24 +54,24 @@ class ToolTraceWriter:
 
     def __init__(self, stream: TextOutput, failed: Callable[[], None] | None = None) -> None:
         self.stream = stream
-        self._failed = failed  # given: a failed write is told to it and logged, not raised
-        self._failures = 0
+        # Given ``failed``: a failed write is told to it and logged, not raised.
+        self._failures = (
+            None if failed is None else WriteFailures("the ToolTrace dump", failed, _log)
+        )
 
     def write(self, trace: ToolTrace) -> None:
         """One line. With ``failed``, a write that fails (a full disk) is told to it and
-        logged (the 1st, 2nd, 4th, ... time), and the run is evaluated all the same."""
+        logged by outage (``WriteFailures``), and the run is evaluated all the same."""
         try:
             self.stream.write(_to_ascii_json(tooltrace_to_dict(trace)) + "\n")
             self.stream.flush()
-        except OSError:
-            if self._failed is None:
+        except OSError as error:
+            if self._failures is None:
                 raise
-            self._failed()
-            self._failures += 1
-            if self._failures & (self._failures - 1) == 0:  # a power of two
-                _log.exception(
-                    "could not write the ToolTrace dump (%d failures so far)", self._failures
-                )
+            self._failures.failed(output_name(self.stream), error)
+            return
+        if self._failures is not None:
+            self._failures.written(output_name(self.stream))
 
     def close(self) -> None:
         self.stream.flush()
