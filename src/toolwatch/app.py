@@ -286,7 +286,7 @@ class App:
         self._ready = False
         self._stopped = False
         self._scraped = asyncio.Event()  # set by every /metrics scrape
-        self._scraped_activity: int | None = None  # the engine's at the last scrape, if any
+        self._scraped_activity: int | None = None  # ``_activity`` at the last scrape, if any
         self._hurried = False  # a second signal: no wait for a last scrape
 
     def _buffer_state(self) -> BufferState:
@@ -391,15 +391,20 @@ class App:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
-        drained = self.engine.drain()
-        self._scraped.clear()  # from here on a scrape reads what the drain counted
-        if drained or self._ticker is not None:  # not when a listener failed to start
-            log.info("drained %d buffered trace(s) at shutdown", drained)
+        drained = self.engine.drain()  # ends the findings streams once their queues are sent
         for stream in self._outputs.files:
             with contextlib.suppress(OSError):  # already reported by the engine's flush
                 stream.close()
         if self._stream is not None:
+            # A subscriber that does not take its queue by then loses it, counted as its
+            # call ends, which can come just after ``stop`` returns.
             await self._stream.stop(min(grace, 1.0))
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(1.0):
+                    await self.broker.wait_for_subscribers(0)
+        self._scraped.clear()  # from here on a scrape reads what the drain and the streams counted
+        if drained or self._ticker is not None:  # not when a listener failed to start
+            log.info("drained %d buffered trace(s) at shutdown", drained)
         await self._last_scrape()
         for runner in self._runners[1:]:
             await runner.cleanup()
@@ -428,13 +433,13 @@ class App:
         the last regular scrape, and a restarted process counts from zero, so without it
         their alerts would never fire. Only when something has scraped this process: one
         nobody watches (a laptop's ``make serve``) exits at once, and so does one whose last
-        scrape came after the engine last counted something (``Engine.activity``): nothing
-        new to read."""
+        scrape came after the engine or the findings stream last counted something
+        (``_activity``): nothing new to read."""
         linger = self.config.shutdown_metrics_linger_seconds
         scraped = self._scraped_activity
         if linger <= 0 or scraped is None or "metrics" not in self.addresses:
             return
-        if self._hurried or self.engine.activity == scraped:
+        if self._hurried or self._activity() == scraped:
             return
         log.info("waiting up to %gs for a last scrape of /metrics (signal again to skip)", linger)
         try:
@@ -540,8 +545,13 @@ class App:
         self._hurried = True
         self._scraped.set()
 
+    def _activity(self) -> int:
+        """Grows whenever a counter the drain may move does: the engine's (``Engine.activity``)
+        and the findings stream's losses (a subscriber's queue lost at shutdown)."""
+        return self.engine.activity + self.broker.dropped
+
     def _was_scraped(self) -> None:
-        self._scraped_activity = self.engine.activity
+        self._scraped_activity = self._activity()
         self._scraped.set()
 
     def tick(self) -> int:

@@ -786,3 +786,54 @@ def test_each_outage_of_an_output_is_logged_when_it_starts_and_when_it_ends(
         f"could not write {name} ({path}): File too large (2 failures in a row)",
         f"{name} ({path}) is written again, after 2 failures in a row",
     ]
+
+
+def test_findings_a_stuck_subscriber_never_got_at_shutdown_are_counted_lost_before_the_last_scrape(
+    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+) -> None:
+    """A stopped ``tail`` holds its HTTP/2 window; what is left in its queue at SIGTERM is
+    lost with the process (a restarted server holds none of it for a resume): counted in
+    ``toolwatch_stream_dropped_findings_total`` where the last scrape reads it, and logged
+    as lost, not as held for a resume."""
+    config = write_config(
+        tmp_path / "stuck.yaml",
+        {},
+        assembly={"completion_wait_seconds": 0.01, "tick_seconds": 0.01},
+        shutdown_grace_seconds=GRACE_SECONDS,
+        shutdown_metrics_linger_seconds=60,  # ends at the scrape after the drain
+    )
+    server = serve(config)
+    tail = subprocess.Popen(
+        [sys.executable, "-m", "toolwatch.cli", "tail", "--target", server.addresses["stream"]],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert until(lambda: server.sample("toolwatch_stream_subscribers") == 1)
+        tail.send_signal(signal.SIGSTOP)
+        # More than tail's 64 KiB window (about 240 findings) holds: the rest stays queued.
+        runs = [agents.record(agents.unverified_refund_run(), "genai") for _ in range(400)]
+        for first in range(0, len(runs), 50):
+            batch = agents.spans_of(*runs[first : first + 50])
+            assert export(server.addresses["grpc"], batch) is SpanExportResult.SUCCESS
+        assert until(lambda: len(server.findings) == len(runs), timeout=60)
+        assert server.sample("toolwatch_stream_dropped_findings_total") == 0
+        last_scrape: list[float] = []
+
+        code, _ = server.terminate(
+            timeout=GRACE_SECONDS + 10,
+            after_drain=lambda: last_scrape.append(
+                server.sample("toolwatch_stream_dropped_findings_total")
+            ),
+        )
+    finally:
+        tail.kill()
+        tail.wait(10)
+
+    assert code == 0
+    told = [line for line in server.log if "findings stream subscriber left" in line]
+    assert len(told) == 1, told
+    lost = int(re.search(r"left with (\d+) findings undelivered", told[0]).group(1))  # type: ignore[union-attr]
+    assert 0 < lost < len(runs)
+    assert "shutting down" in told[0]
+    assert last_scrape == [lost]

@@ -502,6 +502,8 @@ class FindingsBroker:
         self._subscriptions: set[Subscription] = set()
         self._changed = asyncio.Event()
         self._closed = False
+        #: Findings counted lost to subscribers (``count_dropped``) since start-up.
+        self.dropped = 0
 
     @property
     def closed(self) -> bool:
@@ -564,6 +566,7 @@ class FindingsBroker:
 
     def count_dropped(self, count: int) -> None:
         """``count`` findings lost to a subscriber (``toolwatch_stream_dropped_findings_total``)."""
+        self.dropped += count
         self._metrics.stream_dropped(count)
 
     def unheld_passing(self, first: int, last: int, stream_filter: StreamFilter) -> int:
@@ -587,8 +590,9 @@ class FindingsBroker:
     ) -> None:
         """End ``subscription``. Findings still queued for it (its client stopped reading and
         the connection was lost, say), and ``unsent``, taken from its queue for a write that
-        failed: those no longer held for a resume are counted as dropped and logged, never
-        lost unseen; the others are logged, and a client that resumes gets them. ``withheld``:
+        failed: those no longer held for a resume (all of them once the broker is closed: the
+        server is shutting down) are counted as dropped and logged, never lost unseen; the
+        others are logged, and a client that resumes gets them. ``withheld``:
         the subscriber's token was taken out, so none is counted lost to a slow client."""
         left = subscription.discard()
         if unsent is not None:
@@ -599,14 +603,20 @@ class FindingsBroker:
             self._subscriptions.discard(subscription)
             self._changed.set()
             return
-        oldest = self.oldest_held
-        lost = sum(message.sequence < oldest for message in left)
+        if self._closed:  # shutting down: what it holds goes with the process
+            lost = len(left)
+            why = f"{SHUTTING_DOWN}, none is held for a resume; "
+        else:
+            oldest = self.oldest_held
+            lost = sum(message.sequence < oldest for message in left)
+            why = ""
         if lost:
-            self._metrics.stream_dropped(lost)
+            self.count_dropped(lost)
             log.warning(
                 "a findings stream subscriber left with %d findings undelivered"
-                " (counted in toolwatch_stream_dropped_findings_total)",
+                " (%scounted in toolwatch_stream_dropped_findings_total)",
                 lost,
+                why,
             )
         if len(left) > lost:
             log.info(
@@ -653,7 +663,7 @@ class FindingsBroker:
                 self.held.append(_Held(message, tag, key))
                 dropped += sum(not s.offer(message, key) for s in matching)
         if dropped:
-            self._metrics.stream_dropped(dropped)
+            self.count_dropped(dropped)
 
     def redact_with(self, redaction: Redaction) -> int:
         """Redact the findings published from now on by ``redaction`` (a reload), and those
