@@ -126,11 +126,13 @@ class _Request:
 @dataclass(slots=True, init=False)
 class _Draft:
     """One call being built: an execution, a request, or both (never neither). ``handoff``:
-    the execution is a handoff span."""
+    the execution is a handoff span. ``moved``: the time it is ordered by, when its span's
+    is not (``_requested_windows``); ``None``: its ``start_ns``."""
 
     span: SpanRecord | None
     request: _Request | None
     handoff: bool
+    moved: int | None
 
     def __init__(
         self, span: SpanRecord | None, request: _Request | None, handoff: bool = False
@@ -138,6 +140,7 @@ class _Draft:
         self.span = span
         self.request = request
         self.handoff = handoff
+        self.moved = None
 
     @property
     def origin(self) -> SpanRecord:
@@ -162,6 +165,12 @@ class _Draft:
     def start_ns(self) -> int:
         """A request-only call starts when the model asked for it (its LLM span ended)."""
         return self.span.start_ns if self.span is not None else self.origin.end_ns
+
+    @property
+    def at(self) -> int:
+        """The time the call is ordered by: its start, unless ``moved``."""
+        moved = self.moved
+        return moved if moved is not None else self.start_ns
 
 
 _SortKey = tuple[int, int, int, bytes, int, bytes]
@@ -224,6 +233,7 @@ def build_calls(
     above it (``_second_records``). ``sites`` holds every span.
     """
     joined, records = _join(spans, sites, normalize, checks)
+    _requested_windows(joined, sites)
     drafts, shared = _in_order(joined)
     groups = _parallel_groups(drafts, sites, shared)
     call_ids = _nested_call_ids(drafts, sites)
@@ -828,6 +838,78 @@ def _in_order(drafts: list[_Draft]) -> tuple[list[_Draft], list[list[int]]]:
     return ordered, shared
 
 
+def _requested_windows(drafts: list[_Draft], sites: dict[bytes, CallSite]) -> None:
+    """Order by its request's time each call whose tool span another service wrote than the
+    model call that asked for it (a tool service on another host, whose clock is not the
+    agent's): ``moved`` into the window the request allows, not before the model call that
+    asked for it ended, nor after the next model call of the same agent (and tool: a model
+    call a tool makes is no turn of its agent) started, which the call's result went back to;
+    the calls nested in it that its service wrote, by as much. A clock a second ahead or
+    behind put a lookup after the refund it verified, or a refund before its lookup: a
+    false ``MISSING_VERIFICATION_STEP`` page on a correct run. A span of the model call's
+    own service keeps its time: one clock, and what it says is what happened (a tool that a
+    streamed output started before the output ended; the branches of a graph run at once).
+    One comparison per call when no tool span is another service's, the usual run."""
+    remote: list[tuple[_Draft, SpanRecord, SpanRecord]] = []
+    for d in drafts:
+        span, request = d.span, d.request
+        if (
+            span is not None
+            and request is not None
+            and span.service != request.llm.service
+            and not d.handoff
+        ):
+            remote.append((d, span, request.llm))
+    if not remote:
+        return
+    turns: dict[tuple[bytes | None, bytes | None], list[int]] = {}
+    for d in drafts:
+        if d.request is not None:
+            append_to(turns, _context(d.request.llm, sites), d.request.llm.start_ns)
+    for starts in turns.values():
+        starts.sort()
+    shifts: dict[bytes, int] = {}  # tool span id -> how far its call moved
+    for d, span, llm in remote:
+        asked = max(llm.start_ns, llm.end_ns)
+        starts = turns[_context(llm, sites)]
+        after = bisect.bisect_right(starts, asked)
+        at = max(span.start_ns, asked)
+        if after < len(starts):
+            at = min(at, starts[after])
+        if at != span.start_ns:
+            d.moved = at
+            shifts[span.span_id] = at - span.start_ns
+    if shifts:
+        _shift_nested(drafts, sites, shifts)
+
+
+def _context(llm: SpanRecord, sites: dict[bytes, CallSite]) -> tuple[bytes | None, bytes | None]:
+    """The agent and the tool a model call was made in: its turns are those of one context."""
+    site = sites[llm.span_id]
+    return _scope(site), site.tool.span_id if site.tool is not None else None
+
+
+def _shift_nested(
+    drafts: list[_Draft], sites: dict[bytes, CallSite], shifts: dict[bytes, int]
+) -> None:
+    """Move each call not moved itself by the shift of the nearest moved call it is nested in,
+    when the same service wrote both (one clock)."""
+    for d in drafts:
+        if d.moved is not None:
+            continue
+        origin = d.origin
+        tool = sites[origin.span_id].tool
+        for _ in range(_MAX_HOPS):
+            if tool is None:
+                break
+            shift = shifts.get(tool.span_id)
+            if shift is not None:
+                if tool.service == origin.service:
+                    d.moved = d.start_ns + shift
+                break
+            tool = sites[tool.span_id].tool
+
+
 def _one_call_per_output(drafts: Sequence[_Draft]) -> bool:
     """Whether no model output requested more than one of the calls."""
     return all(d.request is None or len(d.request.llm.output_tool_calls) < 2 for d in drafts)
@@ -837,7 +919,7 @@ def _sorted_in_time(drafts: list[_Draft]) -> bool:
     """Whether the drafts are sorted by ``_time_key``: by start, and where two start
     together (parallel calls often do), by the rest of the key."""
     for i in range(1, len(drafts)):
-        before, start = drafts[i - 1].start_ns, drafts[i].start_ns
+        before, start = drafts[i - 1].at, drafts[i].at
         if before > start:
             return False
         if before == start and _time_key(drafts[i]) < _time_key(drafts[i - 1]):
@@ -866,8 +948,8 @@ def append_to(lists: dict[K, list[V]], key: K, value: V) -> None:
 def _time_key(draft: _Draft) -> _SortKey:
     if draft.request is not None:
         llm, index = draft.request.llm, draft.request.call.position
-        return (draft.start_ns, 0, llm.start_ns, llm.span_id, index, b"")
-    return (draft.start_ns, 1, 0, b"", 0, draft.origin.span_id)
+        return (draft.at, 0, llm.start_ns, llm.span_id, index, b"")
+    return (draft.at, 1, 0, b"", 0, draft.origin.span_id)
 
 
 def _emission(draft: _Draft) -> int:

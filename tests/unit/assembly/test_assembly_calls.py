@@ -1084,3 +1084,35 @@ def test_an_orphaned_tool_span_that_is_no_record_of_a_call_is_still_a_run(
     is a call outside every agent, the residual run's."""
     runs = {r.agent: [c.tool_name for c in r.calls] for r in _server_record_orphaned(orphan)}
     assert runs == {"support": ["lookup_order", "issue_refund"], None: [orphan.tool_name]}
+
+
+def test_calls_nested_in_a_call_another_host_served_move_with_it() -> None:
+    """An agent used as a tool, served by a desk service whose clock is 2 s ahead: its
+    lookup is timed by the same clock as the desk call, and stays inside it, before the
+    refund the outer model asked for next (``_requested_windows``)."""
+    ahead = 2_000
+    spans = [
+        agent(1, None, "concierge", 0, 600),
+        llm(2, 1, 1, 100, ask("refund_desk", "call_d", {"input": "A-1"})),
+        tool(3, 1, "refund_desk", 105 + ahead, 190 + ahead, call_id="call_d", service="desk"),
+        agent(4, 3, "desk_agent", 110 + ahead, 185 + ahead, service="desk"),
+        llm(
+            5,
+            4,
+            111 + ahead,
+            150 + ahead,
+            ask("lookup_order", "call_l", {"order_id": "A-1"}),
+            service="desk",
+        ),
+        tool(6, 4, "lookup_order", 155 + ahead, 160 + ahead, call_id="call_l", service="desk"),
+        llm(7, 1, 200, 300, ask("issue_refund", "call_r", {"order_id": "A-1"})),
+        tool(8, 1, "issue_refund", 305, 310, call_id="call_r"),
+    ]
+
+    calls_ = only(spans).calls
+    assert [(c.tool_name, c.parent_call_id) for c in calls_] == [
+        ("refund_desk", None),
+        ("lookup_order", "call_d"),
+        ("issue_refund", None),
+    ]
+    assert calls_[1].start_ns == (155 + ahead) * MS  # recorded times are kept
