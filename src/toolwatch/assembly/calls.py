@@ -402,7 +402,7 @@ def _join(
         if records.own:
             executions = [s for s in executions if s.span_id not in records.own]
     requests = _requests(spans, sites, normalize)
-    drafts, executions, requests = _join_by_id(executions, requests)
+    drafts, executions, requests = _join_by_id(executions, requests, normalize)
     drafts += _join_by_name(executions, requests, sites, normalize)
     if handoffs:
         drafts = _with_handoffs(drafts, handoffs, spans, sites)
@@ -621,11 +621,12 @@ def _overlap(a: SpanRecord, b: SpanRecord) -> bool:
 
 
 def _join_by_id(
-    executions: list[SpanRecord], requests: list[_Request]
+    executions: list[SpanRecord], requests: list[_Request], normalize: Callable[[Any], str]
 ) -> tuple[list[_Draft], list[SpanRecord], list[_Request]]:
-    """Pair each tool span with the earliest unpaired request of its call id."""
+    """Pair each tool span with the unpaired request of its call id (``_take``)."""
     # When no two requests share an id (the usual run) one dict holds them; otherwise (ADK's
-    # "<not specified>") a list per id, latest first, so popping gives the earliest.
+    # "<not specified>", a model that numbers each turn's calls from ``call_0``) a list per
+    # id, latest first, so popping gives the earliest.
     unique = _by_unique_id(requests)
     latest_first: dict[str, list[_Request]] = {}
     if unique is None:
@@ -637,7 +638,7 @@ def _join_by_id(
     for span in executions:
         request = None
         if span.call_id is not None:
-            request = _take(span.call_id, unique, latest_first)
+            request = _take(span, unique, latest_first, normalize)
         if request is not None:
             drafts.append(_Draft(span, request))
         else:
@@ -661,13 +662,35 @@ def _by_unique_id(requests: list[_Request]) -> dict[str, _Request] | None:
 
 
 def _take(
-    call_id: str, unique: dict[str, _Request] | None, latest_first: dict[str, list[_Request]]
+    span: SpanRecord,
+    unique: dict[str, _Request] | None,
+    latest_first: dict[str, list[_Request]],
+    normalize: Callable[[Any], str],
 ) -> _Request | None:
-    """The earliest unpaired request of ``call_id``, removed from where it was kept."""
+    """The unpaired request of ``span``'s call id, removed from where it was kept: the only
+    one; of several (an id used again), one of the span's tool, the last asked for before
+    the span started (the turn that ran it), else the earliest; else the earliest of any
+    tool. Pairing the earliest of the id alone gave a tool span the request of another tool
+    when an earlier turn's call of that id never ran (a phantom call never run, a call of
+    the wrong tool with the wrong arguments, and the call that did not run lost)."""
+    call_id = span.call_id
+    assert call_id is not None
     if unique is not None:
         return unique.pop(call_id, None)
     queue = latest_first.get(call_id)
-    return queue.pop() if queue else None
+    if not queue:
+        return None
+    name = normalize(_raw_name(span))
+    chosen = -1
+    for index in range(len(queue) - 1, -1, -1):  # the earliest first
+        request = queue[index]
+        if request.name != name:
+            continue
+        if chosen < 0 or max(request.llm.start_ns, request.llm.end_ns) <= span.start_ns:
+            chosen = index  # the first of the tool, then each later one asked before the span
+        else:
+            break
+    return queue.pop(chosen)
 
 
 def _join_by_name(

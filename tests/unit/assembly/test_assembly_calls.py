@@ -1116,3 +1116,40 @@ def test_calls_nested_in_a_call_another_host_served_move_with_it() -> None:
         ("issue_refund", None),
     ]
     assert calls_[1].start_ns == (155 + ahead) * MS  # recorded times are kept
+
+
+def test_a_call_id_each_turn_uses_again_pairs_a_tool_span_with_its_own_tools_request() -> None:
+    """A model that numbers each turn's calls from ``call_0``, and a first call that never
+    ran: each tool span takes its own tool's request, not the earliest of its id (which made
+    the lookup's span the search's call, its request the refund's, and a second refund,
+    never run: ``one-refund-per-run`` broken on a run that refunded once)."""
+    spans = [
+        agent(1, None, "refund-bot", 0, 1000),
+        llm(2, 1, 10, 100, ask("search_kb", "call_0", {"q": "refund policy"})),
+        llm(3, 1, 200, 300, ask("lookup_order", "call_0", {"order_id": "A-1"})),
+        tool(4, 1, "lookup_order", 305, 310, call_id="call_0"),
+        llm(5, 1, 400, 500, ask("issue_refund", "call_0", {"order_id": "A-1"})),
+        tool(6, 1, "issue_refund", 505, 510, call_id="call_0"),
+    ]
+
+    assert [(c.tool_name, c.arguments, c.span_id) for c in only(spans).calls] == [
+        ("search_kb", {"q": "refund policy"}, None),
+        ("lookup_order", {"order_id": "A-1"}, hexid(4)),
+        ("issue_refund", {"order_id": "A-1"}, hexid(6)),
+    ]
+
+
+def test_a_call_id_used_again_pairs_each_run_of_a_tool_with_the_turn_that_asked_for_it() -> None:
+    """Two turns ask for the same tool under one id (ADK's ``"<not specified>"``), the
+    first turn's call never ran: the span is the second turn's call."""
+    spans = [
+        agent(1, None, "refund-bot", 0, 1000),
+        llm(2, 1, 10, 100, ask("lookup_order", "x", {"order_id": "A-9"})),
+        llm(3, 1, 200, 300, ask("lookup_order", "x", {"order_id": "A-1"})),
+        tool(4, 1, "lookup_order", 305, 310, call_id="x"),
+    ]
+
+    assert [(c.arguments, c.span_id) for c in only(spans).calls] == [
+        ({"order_id": "A-9"}, None),
+        ({"order_id": "A-1"}, hexid(4)),
+    ]
