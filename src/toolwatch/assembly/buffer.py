@@ -1,7 +1,9 @@
 """Assembly: buffer spans per trace until the trace is complete (DESIGN §4).
 
 A trace is *ready* when its anchor has arrived and none of its spans has arrived for
-``completion_wait_ns``. The anchor is the root span (no parent) or, when the root never comes
+``completion_wait_ns``. The anchor is the root span (no parent), once no span of the trace
+waits for a parent its flags say is local (``_Trace._awaits_local``: a run left running in
+the background after its request's span, the root, ended), or, when the root never comes
 (its parent lives in another service), an outermost AGENT span: one whose ancestor chain among
 the buffered spans holds no AGENT and no TOOL span and leaves the buffer. A TOOL ancestor
 disqualifies it too, because an agent invoked as a tool is nested in an outer run that has not
@@ -328,7 +330,9 @@ class _Trace:
         agents (or model calls) under one long chain, or a parent cycle, cost O(spans), not
         O(agents x spans)."""
         if self.root_seen:
-            return True
+            # ... and no span waits for a parent its flags say is local: a run the request
+            # left running in the background, its root ended first (``_awaits_local``).
+            return local_gone or self.span_limited or not self._awaits_local()
         settled: dict[bytes, bool] = {}
         if self.agents:
             return any(self._outermost(agent, settled, local_gone) for agent in self.agents)
@@ -348,6 +352,18 @@ class _Trace:
             for model in self.models
             if model.span_id in ran_tools or _requests_tools(model)
         )
+
+    def _awaits_local(self) -> bool:
+        """Whether a span says its parent is local (the same process's, still running: it
+        ends after its children, and is exported after them) and that parent has not come.
+        A root usually ends last, but not that of a run a request handler left running (a
+        task of its own, a worker thread: the response went out, its server span ended and
+        was exported first): anchored by it, the trace was judged at the first quiet
+        ``completion_wait`` between two of the run's export batches, as the calls exported
+        so far, and the rest was dropped as ``late``. A trace that lost a span to a limit
+        or to ingest (``span_limited``) may have lost that parent: its root anchors it."""
+        held = self.spans
+        return any(span.parent_local and span.parent_span_id not in held for span in held.values())
 
     def _outermost(
         self,

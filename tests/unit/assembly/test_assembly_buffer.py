@@ -179,6 +179,45 @@ def test_a_trace_without_even_a_local_anchor_still_waits_for_max_age() -> None:
     assert summary(buffer.poll()) == [(TRACE, 1, False, "timed_out")]
 
 
+def test_a_root_that_ended_before_its_run_waits_for_the_local_parents_its_spans_await() -> None:
+    """A request that answered at once and left its agent running: its server span, the
+    root, comes with the first turn's spans, whose parent (the agent span, still running)
+    is local. The trace waits for it across a quiet period, then is ready as any."""
+    buffer, clock, metrics = make()
+    buffer.add(
+        [
+            span(9, None, SpanRole.OTHER, 0, 5, name="POST /support"),
+            tool(2, 1, "search_kb", 10, 20, parent_local=True),
+        ]
+    )
+    clock.advance(4)  # the model thinks: quiet for longer than completion_wait
+    assert buffer.poll() == []
+
+    buffer.add(
+        [
+            tool(3, 1, "issue_refund", 30, 40, parent_local=True),
+            agent(1, 9, "refund-bot", 6, 50, parent_local=True),
+        ]
+    )
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(TRACE, 4, True, None)]
+    assert metrics.dropped == {}
+
+
+def test_a_root_anchors_a_trace_that_lost_a_span_whatever_its_spans_await() -> None:
+    """A span rejected at ingest may be the parent the others wait for: the root anchors."""
+    buffer, clock, _ = make()
+    buffer.add(
+        [
+            span(9, None, SpanRole.OTHER, 0, 50, name="POST /support"),
+            tool(2, 1, "search_kb", 10, 20, parent_local=True),
+        ]
+    )
+    buffer.flag_rejected([TRACE])
+    clock.advance(2)
+    assert summary(buffer.poll()) == [(TRACE, 2, False, "span_limit")]
+
+
 @pytest.mark.parametrize(
     ("server_parent_local", "anchored"),
     [(False, True), (True, False)],
