@@ -1100,9 +1100,433 @@ static PyObject *census(PyObject *module, PyObject *arg) {
     return PyLong_FromSsize_t(count);
 }
 
+/* ---- the sift ------------------------------------------------------------------------------
+ *
+ * sift(body): a request dense in resources, scopes and spans (toolwatch.ingest.decode), walked
+ * once and told apart for toolwatch.ingest.protobuf_pieces.decode_sifted: the spans that need
+ * a record, in runs, each a small request to scan; and the spans rejected without one, in runs
+ * counted by reason (what their scan and decode would reject them for), with the trace ids they
+ * hand on. No Python object is made for a span rejected here but its trace id, so a request of
+ * a million spans of a few bytes costs what reading them costs.
+ *
+ * Unlike the scanner, this is protobuf's judge, not a fast path beside it: judge() answers what
+ * protobuf's parser answers for a message, at its place in the request -- it refuses corrupt
+ * wire data, a string field that is not UTF-8, a message or group nested more than MAX_LEVEL
+ * deep, an end-group tag that ends no group or another's; it keeps a known field sent with
+ * another wire type as an unknown field, and a well-formed group. Probed against protobuf (upb);
+ * the unit tests compare the two on every shape. */
+
+#define MAX_LEVEL 100 /* protobuf: messages and groups at most 100 below the request */
+#define CORRUPT 2
+#define KEEP 4 /* a span to scan, among its rejection codes */
+
+enum { R_TRACE, R_SPAN, R_PARENT, R_MALFORMED, REASONS };
+
+static int judge_tag(Buf *b, uint32_t *number, int *wire) {
+    const uint8_t *start = b->p;
+    uint64_t tag;
+    if (read_varint(b, &tag) != OK || b->p - start > 5 || tag > UINT32_MAX || (tag >> 3) == 0)
+        return CORRUPT;
+    *number = (uint32_t)(tag >> 3);
+    *wire = (int)(tag & 7);
+    return OK;
+}
+
+static int judge_group(Buf *b, uint32_t number, int level);
+
+/* Past one field's value, as protobuf reads an unknown field (a group: at level + 1). */
+static int judge_skip(Buf *b, uint32_t number, int wire, int level) {
+    switch (wire) {
+    case 0: case 1: case 2: case 5: return skip(b, wire) == OK ? OK : CORRUPT;
+    case 3: return judge_group(b, number, level + 1);
+    default: return CORRUPT; /* 4: an end-group tag outside a group; 6 and 7 do not exist */
+    }
+}
+
+static int judge_group(Buf *b, uint32_t number, int level) {
+    if (level > MAX_LEVEL) return CORRUPT;
+    while (b->p < b->end) {
+        uint32_t found;
+        int wire;
+        if (judge_tag(b, &found, &wire) != OK) return CORRUPT;
+        if (wire == 4) return found == number ? OK : CORRUPT;
+        if (judge_skip(b, found, wire, level) != OK) return CORRUPT;
+    }
+    return CORRUPT; /* no end tag */
+}
+
+/* OK when protobuf parses message m (NULL: every field unknown) at `level` below the request,
+ * else CORRUPT. */
+static int judge(Buf b, const Message *m, int level) {
+    if (level > MAX_LEVEL) return CORRUPT;
+    while (b.p < b.end) {
+        uint32_t number = 0;
+        int wire = 0;
+        if (judge_tag(&b, &number, &wire) != OK) return CORRUPT;
+        const Field *f = m != NULL ? find_field(m, number) : NULL;
+        if (f == NULL || wire != WIRE_TYPE[f->kind] || (f->kind != K_STRING && f->kind != K_MESSAGE)) {
+            if (judge_skip(&b, number, wire, level) != OK) return CORRUPT;
+            continue;
+        }
+        Buf body;
+        if (read_bytes(&b, &body) != OK) return CORRUPT;
+        if (f->kind == K_STRING) {
+            if (!utf8_valid(body.p, (size_t)(body.end - body.p))) return CORRUPT;
+        } else if (judge(body, f->message, level + 1) != OK) {
+            return CORRUPT;
+        }
+    }
+    return OK;
+}
+
+/* The last length-delimited field `number` of a message protobuf parses (judged before). */
+static Buf last_field(Buf b, uint32_t number) {
+    Buf found = {b.p, b.p};
+    while (b.p < b.end) {
+        uint32_t n = 0;
+        int wire = 0;
+        Buf body;
+        (void)judge_tag(&b, &n, &wire);
+        if (n == number && wire == 2) {
+            (void)read_bytes(&b, &body);
+            found = body;
+        } else {
+            (void)judge_skip(&b, n, wire, 0);
+        }
+    }
+    return found;
+}
+
+/* The trace id salvage reads from a span protobuf refuses (salvage._trace_id: the span's last
+ * field 1, read as bytes, every other field unknown); empty when even that cannot be read. */
+static Buf outline_trace_id(Buf b) {
+    Buf empty = {b.p, b.p};
+    return judge(b, NULL, 0) == OK ? last_field(b, 1) : empty;
+}
+
+static int all_zero(Buf b) {
+    for (const uint8_t *p = b.p; p < b.end; p++)
+        if (*p) return 0;
+    return 1;
+}
+
+/* What decode._id_problem rejects a span protobuf parses for (R_*), or KEEP. */
+static int id_code(Buf span) {
+    Buf trace = last_field(span, 1), id = last_field(span, 2), parent = last_field(span, 4);
+    if (trace.end - trace.p != 16 || all_zero(trace)) return R_TRACE;
+    if (id.end - id.p != 8 || all_zero(id)) return R_SPAN;
+    if (parent.end - parent.p != 0 && parent.end - parent.p != 8) return R_PARENT;
+    return KEEP;
+}
+
+/* A growable byte string. */
+typedef struct {
+    uint8_t *data;
+    size_t size, capacity;
+} Bytes;
+
+static int bytes_add(Bytes *out, const uint8_t *p, size_t n) {
+    if (out->size + n > out->capacity) {
+        size_t capacity = out->capacity ? out->capacity : 256;
+        while (capacity < out->size + n) capacity *= 2;
+        uint8_t *grown = PyMem_Realloc(out->data, capacity);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return FAILED;
+        }
+        out->data = grown;
+        out->capacity = capacity;
+    }
+    if (n) memcpy(out->data + out->size, p, n);
+    out->size += n;
+    return OK;
+}
+
+/* A length-delimited field `number` holding `head` then `tail`. */
+static int bytes_field(Bytes *out, uint32_t number, const Bytes *head, const Bytes *tail) {
+    uint8_t prefix[11];
+    size_t n = 0, length = head->size + (tail != NULL ? tail->size : 0);
+    prefix[n++] = (uint8_t)(number << 3 | 2);
+    do {
+        prefix[n++] = (uint8_t)((length & 0x7F) | (length >= 0x80 ? 0x80 : 0));
+        length >>= 7;
+    } while (length);
+    TRY(bytes_add(out, prefix, n));
+    TRY(bytes_add(out, head->data, head->size));
+    return tail != NULL ? bytes_add(out, tail->data, tail->size) : OK;
+}
+
+/* A container's own fields: all but its children (field `child`, length-delimited). */
+static int own_fields(Buf b, uint32_t child, Bytes *out) {
+    while (b.p < b.end) {
+        const uint8_t *start = b.p;
+        uint32_t number = 0;
+        int wire = 0;
+        (void)judge_tag(&b, &number, &wire); /* judged before */
+        (void)judge_skip(&b, number, wire, 0);
+        if (number != child || wire != 2) TRY(bytes_add(out, start, (size_t)(b.p - start)));
+    }
+    return OK;
+}
+
+#define DETAILED_RUNS 3 /* the runs whose first spans decode names: the first offenders */
+#define DETAILED_SPANS 3
+#define PIECE_SPANS 1024 /* protobuf_pieces._PIECE_SPANS, _PIECE_BYTES */
+#define PIECE_BYTES (256 * 1024)
+
+typedef struct {
+    PyObject *pieces;       /* the list returned */
+    const char *error;      /* what is wrong, when the request cannot be decoded */
+    Py_ssize_t r, s;        /* the resource and scope walked */
+    Buf resource, scope;    /* their bytes */
+    int resource_given;     /* its own fields were a "resource" piece */
+    int detailed;           /* rejected runs given their first spans */
+    int corrupt;            /* a span, resource or scope protobuf refuses was seen */
+    Py_ssize_t malformed;   /* spans rejected for that */
+    /* the run: of spans to scan (keep), or rejected */
+    int keep;
+    Py_ssize_t first, count;
+    const uint8_t *start, *end; /* a run to scan: its spans' fields, consecutive */
+    Py_ssize_t counts[REASONS];
+    PyObject *traces;           /* a rejected run's trace ids handed on (a list), or NULL */
+    Buf shown[DETAILED_SPANS];  /* a rejected run's first spans, fields whole */
+} Sift;
+
+/* request(resource's own fields [, ScopeSpans(scope's own fields + spans)]) */
+static PyObject *sift_request(const Sift *w, int with_scope, const Buf *spans, int n) {
+    Bytes own = {0}, scope = {0}, resource = {0};
+    PyObject *result = NULL;
+    int rc = own_fields(w->resource, 2, &own);
+    if (rc == OK && with_scope) {
+        rc = own_fields(w->scope, 2, &scope);
+        for (int i = 0; rc == OK && i < n; i++)
+            rc = bytes_add(&scope, spans[i].p, (size_t)(spans[i].end - spans[i].p));
+        Bytes nested = {0};
+        if (rc == OK) rc = bytes_field(&nested, 2, &scope, NULL);
+        if (rc == OK) rc = bytes_field(&resource, 1, &own, &nested);
+        PyMem_Free(nested.data);
+    } else if (rc == OK) {
+        rc = bytes_field(&resource, 1, &own, NULL);
+    }
+    if (rc == OK)
+        result = PyBytes_FromStringAndSize((const char *)resource.data, (Py_ssize_t)resource.size);
+    PyMem_Free(own.data);
+    PyMem_Free(scope.data);
+    PyMem_Free(resource.data);
+    return result;
+}
+
+static int sift_piece(Sift *w, const char *kind, Py_ssize_t s, Py_ssize_t p, PyObject *data,
+                      Py_ssize_t count, PyObject *counts, PyObject *traces) {
+    PyObject *at = Py_BuildValue("(nnn)", w->r, s, p);
+    PyObject *items[] = {PyUnicode_FromString(kind), at, data, PyLong_FromSsize_t(count),
+                         counts, traces};
+    PyObject *piece = tuple_stealing(items, 6);
+    if (piece == NULL) return FAILED;
+    int rc = PyList_Append(w->pieces, piece) == 0 ? OK : FAILED;
+    Py_DECREF(piece);
+    return rc;
+}
+
+/* Hand on the run walked so far, if any. */
+static int sift_flush(Sift *w) {
+    if (w->count == 0) return OK;
+    Py_ssize_t count = w->count;
+    w->count = 0;
+    if (w->keep) {
+        if (!w->resource_given) {
+            w->resource_given = 1;
+            TRY(sift_piece(w, "resource", 0, 0, sift_request(w, 0, NULL, 0), 0, PyTuple_New(0),
+                           PyTuple_New(0)));
+        }
+        Buf run = {w->start, w->end};
+        Bytes spans = {0}, scope = {0}, resource = {0};
+        int rc = bytes_add(&spans, run.p, (size_t)(run.end - run.p));
+        if (rc == OK) rc = bytes_field(&scope, 2, &spans, NULL);
+        if (rc == OK) rc = bytes_field(&resource, 1, &scope, NULL);
+        PyObject *data = rc == OK ? PyBytes_FromStringAndSize((const char *)resource.data,
+                                                              (Py_ssize_t)resource.size)
+                                  : NULL;
+        PyMem_Free(spans.data);
+        PyMem_Free(scope.data);
+        PyMem_Free(resource.data);
+        return sift_piece(w, "spans", w->s, w->first, data, count, PyTuple_New(0),
+                          PyTuple_New(0));
+    }
+    PyObject *data;
+    if (w->detailed < DETAILED_RUNS) {
+        w->detailed++;
+        int n = count < DETAILED_SPANS ? (int)count : DETAILED_SPANS;
+        data = sift_request(w, 1, w->shown, n);
+    } else {
+        data = PyBytes_FromStringAndSize(NULL, 0);
+    }
+    PyObject *counts = Py_BuildValue("(nnnn)", w->counts[0], w->counts[1], w->counts[2],
+                                     w->counts[3]);
+    PyObject *traces = PyList_AsTuple(w->traces);
+    Py_CLEAR(w->traces);
+    memset(w->counts, 0, sizeof w->counts);
+    return sift_piece(w, "rejected", w->s, w->first, data, count, counts, traces);
+}
+
+/* Add the span at `p` (its field whole, and its bytes) to the runs: code KEEP or R_*. */
+static int sift_span(Sift *w, Py_ssize_t p, Buf field, Buf span, int code) {
+    int keep = code == KEEP;
+    if (w->count > 0 && (keep != w->keep
+                         || (keep && (field.p != w->end || w->count >= PIECE_SPANS
+                                      || w->end - w->start >= PIECE_BYTES))))
+        TRY(sift_flush(w));
+    if (w->count == 0) {
+        w->keep = keep;
+        w->first = p;
+        w->start = field.p;
+        if (!keep && (w->traces = PyList_New(0)) == NULL) return FAILED;
+    }
+    w->end = field.end;
+    if (!keep) {
+        if (w->count < DETAILED_SPANS) w->shown[w->count] = field;
+        w->counts[code]++;
+        w->malformed += code == R_MALFORMED;
+        Buf trace = code == R_MALFORMED ? outline_trace_id(span) : last_field(span, 1);
+        if (code != R_TRACE && trace.end - trace.p == 16 && !all_zero(trace)) {
+            Py_ssize_t n = PyList_GET_SIZE(w->traces);
+            PyObject *previous = n ? PyList_GET_ITEM(w->traces, n - 1) : NULL;
+            PyObject *id = previous != NULL && memcmp(PyBytes_AS_STRING(previous), trace.p, 16) == 0
+                               ? Py_NewRef(previous)
+                               : bytes_of(trace);
+            int rc = id != NULL && PyList_Append(w->traces, id) == 0 ? OK : FAILED;
+            Py_XDECREF(id);
+            TRY(rc);
+        }
+    }
+    w->count++;
+    return OK;
+}
+
+/* A ScopeSpans: its own fields judged, then its spans, each judged. `bad`: its resource's
+ * own fields are corrupt (its spans are then rejected, as salvage rejects them). */
+static int sift_scope(Sift *w, Buf b, int bad) {
+    Buf walk = b;
+    while (walk.p < walk.end) {
+        uint32_t number = 0;
+        int wire = 0;
+        Buf body;
+        if (judge_tag(&walk, &number, &wire) != OK) return CORRUPT;
+        if (wire == 2 && number <= 3) {
+            if (read_bytes(&walk, &body) != OK) return CORRUPT;
+            if (number == 1 && judge(body, &Scope_, 3) != OK) bad = w->corrupt = 1;
+            else if (number == 3 && !utf8_valid(body.p, (size_t)(body.end - body.p)))
+                return CORRUPT;
+        } else if (judge_skip(&walk, number, wire, 2) != OK) {
+            return CORRUPT;
+        }
+    }
+    w->scope = b;
+    Py_ssize_t p = 0;
+    while (b.p < b.end) {
+        const uint8_t *start = b.p;
+        uint32_t number = 0;
+        int wire = 0;
+        Buf span;
+        (void)judge_tag(&b, &number, &wire);
+        if (number != 2 || wire != 2) {
+            (void)judge_skip(&b, number, wire, 2);
+            continue;
+        }
+        (void)read_bytes(&b, &span);
+        int refused = judge(span, &Span_, 3) != OK;
+        w->corrupt |= refused;
+        int code = bad || refused ? R_MALFORMED : id_code(span);
+        Buf field = {start, b.p};
+        TRY(sift_span(w, p++, field, span, code));
+    }
+    /* A rejected run named nowhere goes on into the next scope: its place is not used. */
+    return w->keep || w->detailed < DETAILED_RUNS ? sift_flush(w) : OK;
+}
+
+/* A ResourceSpans: its own fields judged, then its scopes. */
+static int sift_resource(Sift *w, Buf b) {
+    int bad = 0;
+    Buf walk = b;
+    while (walk.p < walk.end) {
+        uint32_t number = 0;
+        int wire = 0;
+        Buf body;
+        if (judge_tag(&walk, &number, &wire) != OK) return CORRUPT;
+        if (wire == 2 && number <= 3) {
+            if (read_bytes(&walk, &body) != OK) return CORRUPT;
+            if (number == 1 && judge(body, &Resource_, 2) != OK) bad = w->corrupt = 1;
+            else if (number == 3 && !utf8_valid(body.p, (size_t)(body.end - body.p)))
+                return CORRUPT;
+        } else if (judge_skip(&walk, number, wire, 1) != OK) {
+            return CORRUPT;
+        }
+    }
+    w->resource = b;
+    w->resource_given = 0;
+    w->s = 0;
+    while (b.p < b.end) {
+        uint32_t number = 0;
+        int wire = 0;
+        Buf scope;
+        (void)judge_tag(&b, &number, &wire);
+        if (number != 2 || wire != 2) {
+            (void)judge_skip(&b, number, wire, 1);
+            continue;
+        }
+        (void)read_bytes(&b, &scope);
+        int rc = sift_scope(w, scope, bad);
+        if (rc == CORRUPT) w->error = "a scope_spans' own fields";
+        TRY(rc);
+        w->s++;
+    }
+    return OK;
+}
+
+static PyObject *sift(PyObject *module, PyObject *arg) {
+    (void)module;
+    Py_buffer view;
+    if (PyObject_GetBuffer(arg, &view, PyBUF_SIMPLE) != 0) return NULL;
+    Buf b = {(const uint8_t *)view.buf, (const uint8_t *)view.buf + view.len};
+    Sift w;
+    memset(&w, 0, sizeof w);
+    int rc = (w.pieces = PyList_New(0)) != NULL ? OK : FAILED;
+    while (rc == OK && b.p < b.end) {
+        uint32_t number = 0;
+        int wire = 0;
+        Buf resource;
+        if (judge_tag(&b, &number, &wire) != OK) {
+            rc = CORRUPT;
+        } else if (number != 1 || wire != 2) {
+            rc = judge_skip(&b, number, wire, 0);
+        } else if (read_bytes(&b, &resource) != OK) {
+            rc = CORRUPT;
+        } else {
+            rc = sift_resource(&w, resource);
+            if (rc == CORRUPT && w.error == NULL) w.error = "a resource_spans' own fields";
+            if (rc == OK) w.r++;
+        }
+    }
+    if (rc == OK) rc = sift_flush(&w);
+    Py_XDECREF(w.traces);
+    PyBuffer_Release(&view);
+    /* What protobuf refuses is in no span: salvage cannot keep the rest (its None). */
+    if (rc == OK && w.corrupt && w.malformed == 0) {
+        Py_DECREF(w.pieces);
+        return PyUnicode_FromString("a resource or scope protobuf cannot parse holds no span");
+    }
+    if (rc == OK) return w.pieces;
+    Py_XDECREF(w.pieces);
+    if (rc == FAILED) return NULL;
+    if (w.error == NULL) return PyUnicode_FromString("the request's framing is corrupt");
+    return PyUnicode_FromFormat("resource_spans[%zd]: %s are not valid", w.r, w.error);
+}
+
 static PyMethodDef module_methods[] = {
     {"census", census, METH_O,
      "census(body) -> int: the resources, scopes and spans of a request, from its framing"},
+    {"sift", sift, METH_O,
+     "sift(body) -> list of pieces | str: a dense request told apart (see protobuf_pieces)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -6,6 +6,7 @@ from typing import Any
 SCHEMA: dict[str, dict[int, tuple[str, str]]]
 
 def census(body: bytes) -> int: ...
+def sift(body: bytes) -> list[tuple[str, tuple[int, int, int], bytes, int, tuple[int, ...], tuple[bytes, ...]]] | str: ...
 
 class Plan:
     def __init__(

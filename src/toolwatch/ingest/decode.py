@@ -38,7 +38,13 @@ from toolwatch.conventions import (
     SpanEvent,
     recognize,
 )
-from toolwatch.ingest.protobuf_pieces import FramingError, is_dense, pieces
+from toolwatch.ingest.protobuf_pieces import (
+    SIFTED_REASONS,
+    FramingError,
+    Sifted,
+    is_dense,
+    pieces,
+)
 from toolwatch.ingest.salvage import salvage
 from toolwatch.ingest.scan import (
     Decoder,
@@ -355,6 +361,21 @@ class _Decoder:
             self.rejected[problem[0]] += count - _MAX_REPORTED
         self.received += count
 
+    def rejected_run(
+        self, count: int, counts: Sequence[int], offenders: Sequence[str], traces: Sequence[bytes]
+    ) -> None:
+        """``count`` spans rejected unscanned (``protobuf_pieces.Sifted``): ``counts`` by
+        reason, ``offenders`` as the first of them are named, the valid trace ids they hand
+        on in order. Nothing per span but the trace ids, at C speed."""
+        for reason, number in zip(SIFTED_REASONS, counts, strict=True):
+            if number:
+                self.rejected[reason] = self.rejected.get(reason, 0) + number
+        room = _MAX_REPORTED - len(self.offenders)
+        if room > 0:
+            self.offenders.extend(offenders[:room])
+        self.rejected_traces.update(dict.fromkeys(traces))
+        self.received += count
+
     def batch(self) -> DecodedBatch:
         """The spans decoded so far and the accounting of the rest."""
         return DecodedBatch(
@@ -524,7 +545,8 @@ def decode_protobuf(body: bytes, options: DecodeOptions) -> DecodedBatch:
     """Decode a binary protobuf ``ExportTraceServiceRequest``.
 
     A request protobuf refuses whole, whose spans can still be told apart, keeps the spans it
-    can parse: the others are rejected as ``malformed_span`` (``toolwatch.ingest.salvage``).
+    can parse: the others are rejected as ``malformed_span`` (``toolwatch.ingest.salvage``;
+    the compiled ``_wire.sift`` where the extension is built, which gives the same batch).
     A request dense in resources, scopes and spans (empty ones: "empty envelopes") is decoded
     piece by piece, to the same batch (``toolwatch.ingest.protobuf_pieces``), so that its
     decoding costs a small factor of its size, like any other's.
@@ -536,7 +558,10 @@ def decode_protobuf(body: bytes, options: DecodeOptions) -> DecodedBatch:
     try:
         scan = found.scan_bytes(body)
     except WireError as exc:
-        salvaged = salvage(body)
+        sifted = found.sift(body)  # compiled: salvage's answer, at C speed
+        if isinstance(sifted, list):
+            return _decode_sifted(body, options, found, sifted)
+        salvaged = salvage(body) if sifted is None else None
         if salvaged is None:
             raise DecodeError(f"body is not a valid ExportTraceServiceRequest: {exc}") from exc
         request, problems = salvaged
@@ -591,6 +616,9 @@ def _decode_in_pieces(body: bytes, options: DecodeOptions, found: Scanner) -> De
     runs of small resources whole; a larger resource's own fields scanned once, for its
     attributes, a larger scope's checked once; runs of its small scopes, or of a larger
     scope's spans, scanned with those attributes; a piece protobuf refuses salvaged alone."""
+    sifted = found.sift(body)
+    if sifted is not None:
+        return _decode_sifted(body, options, found, sifted)
     problems: IdProblems = {}
     decoder = _Decoder(options, known=problems)
     attributes: dict[str, Any] = {}
@@ -609,6 +637,37 @@ def _decode_in_pieces(body: bytes, options: DecodeOptions, found: Scanner) -> De
     except FramingError as exc:
         raise DecodeError(f"body is not a valid ExportTraceServiceRequest: {exc}") from exc
     return decoder.batch()
+
+
+def _decode_sifted(
+    body: bytes, options: DecodeOptions, found: Scanner, sifted: list[Sifted] | str
+) -> DecodedBatch:
+    """``_decode_in_pieces`` from the compiled sift (``protobuf_pieces.Sifted``): runs of
+    spans to scan, each resource's own fields scanned once for its attributes, runs of spans
+    rejected unscanned counted at once, the first of them decoded only to be named."""
+    if isinstance(sifted, str):
+        raise DecodeError(f"body is not a valid ExportTraceServiceRequest: {sifted}")
+    problems: IdProblems = {}
+    decoder = _Decoder(options, known=problems)
+    attributes: dict[str, Any] = {}
+    for index, (kind, at, piece, count, counts, traces) in enumerate(sifted):
+        sifted[index] = _DONE  # let go as decoded: its request is a copy of the body's bytes
+        if kind == "resource":
+            attributes = _scan_piece(found, piece, at, kind).resources[0]
+        elif kind == "spans":
+            _add_piece(decoder, found, piece, at, attributes=attributes, problems=problems)
+        else:
+            offenders: list[str] = []
+            if piece and len(decoder.offenders) < _MAX_REPORTED:
+                named_problems: IdProblems = {}
+                named = _Decoder(options, known=named_problems)
+                _add_piece(named, found, piece, at, attributes=None, problems=named_problems)
+                offenders = named.offenders
+            decoder.rejected_run(count, counts, offenders, traces)
+    return decoder.batch()
+
+
+_DONE: Final[Sifted] = ("", (0, 0, 0), b"", 0, (), ())
 
 
 def _scan_piece(found: Scanner, piece: bytes, at: tuple[int, int, int], kind: str) -> Scan:

@@ -34,7 +34,16 @@ import re
 from collections.abc import Generator, Iterator
 from typing import Final
 
-__all__ = ["MIN_ENTRY_BYTES", "FramingError", "Piece", "entries", "is_dense", "pieces"]
+__all__ = [
+    "MIN_ENTRY_BYTES",
+    "SIFTED_REASONS",
+    "FramingError",
+    "Piece",
+    "Sifted",
+    "entries",
+    "is_dense",
+    "pieces",
+]
 
 #: A request with more resources, scopes and spans than one per this many bytes is decoded
 #: in pieces: below it, what a whole decode builds per entry (at most about 470 bytes with
@@ -204,6 +213,25 @@ def _own_fields(data: bytes, start: int, end: int, child: int) -> bytes:
 #: (all but its spans), as a request of an empty resource, after its runs (to check them:
 #: its spans are read without them). ``count`` is 1 but for ``empty``.
 Piece = tuple[str, tuple[int, int, int], bytes, int]
+
+#: What the compiled ``_wire.sift`` returns for a dense request, in its order, instead of
+#: ``pieces``: ``(kind, (resource, scope, span), request, count, counts, trace_ids)``.
+#: ``resource``: a resource's own fields as a request, before the first ``spans`` of it;
+#: ``spans``: a run of ``count`` consecutive spans to scan, as a request of an empty resource
+#: and scope; ``rejected``: ``count`` consecutive spans rejected unscanned, ``counts`` of them
+#: by reason (``SIFTED_REASONS``), ``trace_ids`` the valid ones they hand on, in order, and,
+#: for the first three such runs, ``request``: their resource's and scope's own fields and
+#: the run's first three spans, to decode for the partial success's message (else empty).
+#: The sift judges each span, resource and scope as protobuf would parse it where it stands,
+#: and a span's ids as ``decode`` would: the batch is the one a whole decode gives.
+Sifted = tuple[str, tuple[int, int, int], bytes, int, tuple[int, ...], tuple[bytes, ...]]
+#: The reasons of ``Sifted`` counts, in order (``decode``'s and ``salvage``'s names).
+SIFTED_REASONS: Final = (
+    "invalid_trace_id",
+    "invalid_span_id",
+    "invalid_parent_span_id",
+    "malformed_span",
+)
 
 
 class _Run:

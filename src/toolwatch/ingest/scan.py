@@ -39,7 +39,7 @@ from google.protobuf.message import DecodeError as ProtobufDecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
-from toolwatch.ingest.protobuf_pieces import entries
+from toolwatch.ingest.protobuf_pieces import Sifted, entries
 
 __all__ = [
     "COMPILED_UNAVAILABLE",
@@ -310,19 +310,26 @@ class _CompiledPlan(Protocol):
     def scan(self, body: bytes) -> tuple[list[dict[str, Any]], list[ScannedSpan]] | None: ...
 
 
-def _load_compiled() -> tuple[Callable[..., _CompiledPlan] | None, Callable[[bytes], int], str]:
+#: ``_wire.sift``: a dense request told apart (``protobuf_pieces.Sifted``), or what is wrong.
+Sift: TypeAlias = Callable[[bytes], "list[Sifted] | str"]
+
+
+def _load_compiled() -> tuple[
+    Callable[..., _CompiledPlan] | None, Callable[[bytes], int], Sift | None, str
+]:
     """The compiled ``Plan`` type, or ``None`` and why it cannot be used; the census
-    (``protobuf_pieces.entries``, compiled where the extension is built)."""
+    (``protobuf_pieces.entries``, compiled where the extension is built); the sift (``None``
+    where it is not)."""
     try:
         from toolwatch.ingest import _wire  # noqa: PLC0415 - optional extension module
     except ImportError as exc:
-        return None, entries, f"the extension toolwatch.ingest._wire is not built ({exc})"
+        return None, entries, None, f"the extension toolwatch.ingest._wire is not built ({exc})"
     problem = schema_mismatch(_wire.SCHEMA)
     if problem is not None:
         reason = f"the extension's schema differs from opentelemetry-proto's: {problem}"
-        return None, entries, reason
+        return None, entries, None, reason
     plan_type: Callable[..., _CompiledPlan] = _wire.Plan
-    return plan_type, _wire.census, ""
+    return plan_type, _wire.census, _wire.sift, ""
 
 
 def schema_mismatch(compiled: dict[str, dict[int, tuple[str, str]]]) -> str | None:
@@ -335,7 +342,7 @@ def schema_mismatch(compiled: dict[str, dict[int, tuple[str, str]]]) -> str | No
     return None
 
 
-_COMPILED, _CENSUS, COMPILED_UNAVAILABLE = _load_compiled()
+_COMPILED, _CENSUS, _SIFT, COMPILED_UNAVAILABLE = _load_compiled()
 #: ``COMPILED_UNAVAILABLE`` is why the compiled scanner cannot be used ("" when it can).
 
 
@@ -377,6 +384,13 @@ class Scanner:
         to where it breaks (``protobuf_pieces.entries``, compiled where the extension is
         built, whichever scanner reads the spans)."""
         return _CENSUS(body)
+
+    @staticmethod
+    def sift(body: bytes) -> list[Sifted] | str | None:
+        """A dense request told apart by the compiled ``_wire.sift`` (``protobuf_pieces``:
+        ``Sifted``), or what makes it undecodable; ``None`` where the extension is not built
+        (``protobuf_pieces.pieces`` then reads it, whichever scanner reads the spans)."""
+        return None if _SIFT is None else _SIFT(body)
 
     def scan_bytes(self, body: bytes) -> Scan:
         """Scan a binary protobuf request; raises ``WireError`` when it is not valid."""
