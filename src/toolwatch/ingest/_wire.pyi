@@ -6,7 +6,10 @@ from typing import Any
 SCHEMA: dict[str, dict[int, tuple[str, str]]]
 
 def census(body: bytes) -> int: ...
-def sift(body: bytes) -> list[tuple[str, tuple[int, int, int], bytes, int, tuple[int, ...], tuple[bytes, ...]]] | str: ...
+
+_Sifted = tuple[str, tuple[int, int, int], bytes, int, tuple[int, ...], tuple[bytes, ...]]
+
+def sift(body: bytes) -> list[_Sifted] | str: ...
 
 class Plan:
     def __init__(
