@@ -7,8 +7,10 @@ shape below at ``--mib`` MiB (2 by default), decodes it with ``decode_protobuf``
 CPU seconds (``time.process_time``, the best of ``--rounds``: the machine may be shared),
 the spans received and the rejections, once per path:
 
-- ``compiled``: the C scanner and census (``toolwatch.ingest._wire``, ``decoder: auto``);
-- ``python``: the reference scanner and the census's Python twin, as without the extension.
+- ``compiled``: the C scanner, census and sift (``toolwatch.ingest._wire``, ``decoder: auto``);
+- ``reference``: the reference scanner (``decoder: reference``), the census and sift in C;
+- ``python``: the reference scanner, the census's Python twin and the Python pieces and
+  salvage, as without the extension.
 
 Whether the hot path (``toolwatch.compiled``, mypyc) runs compiled is printed too: in a
 source tree not built by ``make``, or with ``TOOLWATCH_PURE_PYTHON=1``, it runs as Python.
@@ -121,13 +123,14 @@ SHAPES: dict[str, Callable[[int], bytes]] = {
 
 @contextmanager
 def _python_path() -> Iterator[None]:
-    """The census's Python twin, as without the extension (the scanner: ``reference``)."""
-    saved = scan._CENSUS
-    scan._CENSUS = protobuf_pieces.entries
+    """The census's Python twin and no sift, as without the extension (the scanner:
+    ``reference``)."""
+    saved = scan._CENSUS, scan._SIFT
+    scan._CENSUS, scan._SIFT = protobuf_pieces.entries, None
     try:
         yield
     finally:
-        scan._CENSUS = saved
+        scan._CENSUS, scan._SIFT = saved
 
 
 def _time(body: bytes, options: DecodeOptions, rounds: int) -> tuple[float, DecodedBatch | str]:
@@ -156,11 +159,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--mib", type=float, default=2.0, help="body size (MiB)")
     parser.add_argument("--rounds", type=int, default=1, help="best of this many")
     parser.add_argument("--shape", action="append", default=[], help="only this shape")
-    parser.add_argument("--path", action="append", choices=["compiled", "python"], default=[])
+    paths = ["compiled", "reference", "python"]
+    parser.add_argument("--path", action="append", choices=paths, default=[])
     args = parser.parse_args(argv)
     size = int(args.mib * _MIB)
     print(f"hot path: {compiled.state().describe()}; scanner: {scan.COMPILED_UNAVAILABLE or 'C'}")
-    for path in args.path or ["compiled", "python"]:
+    for path in args.path or paths:
         options = DecodeOptions(decoder="auto" if path == "compiled" else "reference")
         if path == "compiled" and not scanner(options).compiled:
             print(f"{path}: unavailable ({scan.COMPILED_UNAVAILABLE})")
