@@ -41,20 +41,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import logging
 import math
-import sys
 import time
-import zlib
-from collections.abc import Callable, MutableMapping
 from dataclasses import dataclass
-from typing import Any
 
 from aiohttp import HttpVersion11, hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
-from google.protobuf import json_format
-from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
 
 from toolwatch.engine import Admission
@@ -66,85 +59,35 @@ from toolwatch.ingest.decode import (
     decode_protobuf,
 )
 from toolwatch.ingest.decode_thread import DecodeAbandonedError, DecodeThread
+from toolwatch.ingest.http_answers import (
+    COMPRESSED,
+    JSON,
+    PROTOBUF,
+    TRACES_PATH,
+    ProtocolErrorLog,
+    RejectError,
+    content_encoding,
+    framing_message,
+    message_response,
+    status_bodies,
+    status_response,
+    unsupported,
+    unsupported_type,
+)
+from toolwatch.ingest.http_bodies import decompress
 from toolwatch.ingest.inflight import InFlight, ReadAbandonedError
-from toolwatch.ingest.otlp_grpc import SpanConsumer, bad_request_status, export_response
+from toolwatch.ingest.otlp_grpc import SpanConsumer, export_response
 from toolwatch.ingest.otlp_json import MIN_BYTES_PER_VALUE, decode_otlp_json
 from toolwatch.ingest.slots import RequestSlots
 from toolwatch.metrics import PipelineMetrics
 
 __all__ = ["TRACES_PATH", "HttpTraceReceiver", "ProtocolErrorLog"]
 
-TRACES_PATH = "/v1/traces"
-_PROTOBUF = "application/x-protobuf"
-_JSON = "application/json"
 _TRANSPORT = "http"
-_GZIP_WBITS = 16 + zlib.MAX_WBITS  # a gzip member (RFC 1952)
-_ZLIB_WBITS = zlib.MAX_WBITS  # a zlib stream (RFC 1950): what "deflate" names (RFC 9110)
-_RAW_WBITS = -zlib.MAX_WBITS  # bare deflate data (RFC 1951), which some clients send instead
-#: The google.rpc code of each HTTP error toolwatch's handler does not answer itself.
-_STATUS_CODES = {
-    401: code_pb2.UNAUTHENTICATED,
-    403: code_pb2.PERMISSION_DENIED,
-    404: code_pb2.NOT_FOUND,
-    405: code_pb2.UNIMPLEMENTED,
-    413: code_pb2.RESOURCE_EXHAUSTED,
-    415: code_pb2.INVALID_ARGUMENT,
-}
-#: Headers of such an answer that a client acts on, kept when its body is replaced.
-_KEPT_HEADERS = (hdrs.ALLOW, hdrs.WWW_AUTHENTICATE, hdrs.RETRY_AFTER)
 _OVERLOAD_MESSAGE = "toolwatch is at capacity; retry after the Retry-After delay"
 _SHUTDOWN_MESSAGE = "toolwatch is shutting down; retry after the Retry-After delay"
-_IDENTITY = ("", "identity")
-_COMPRESSED = ("gzip", "x-gzip", "deflate")
 #: The slot an ``Expect: 100-continue`` check took for its request, until the handler claims it.
 _RESERVED: web.RequestKey[bool] = web.RequestKey("toolwatch_reserved_slot", bool)
-
-
-class ProtocolErrorLog(logging.LoggerAdapter[logging.Logger]):
-    """The logger to give aiohttp's request handler (``AppRunner(logger=...)``): a request
-    its parser refused (not HTTP as RFC 9112 has it) is logged at DEBUG by the error's kind
-    alone (aiohttp's message quotes the line at fault: an ``Authorization`` header, say) and
-    handed to ``refused``, not logged as an ERROR with a traceback; so is a body the shutdown
-    gave up (``ReadAbandonedError``, already answered); everything else is logged as aiohttp
-    logs it."""
-
-    def __init__(self, logger: logging.Logger, refused: Callable[[], None] | None = None) -> None:
-        super().__init__(logger, {})
-        self._refused = refused
-
-    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, Any]:
-        return msg, kwargs
-
-    def log(self, level: int, msg: object, *args: object, **kwargs: Any) -> None:
-        # aiohttp logs a refused request with .exception, or (a connection's first request
-        # with a bad method) with .debug: both pass the error as exc_info.
-        error = kwargs.get("exc_info")
-        if error is True:
-            error = sys.exc_info()[1]
-        if isinstance(error, HttpProcessingError):
-            if self._refused is not None:
-                self._refused()
-            name, code = type(error).__name__, error.code
-            super().log(logging.DEBUG, "refused a request that is not HTTP: %s (%d)", name, code)
-            return
-        if isinstance(error, ReadAbandonedError):
-            # The shutdown gave the body up and the request was answered (503, counted
-            # aborted); aiohttp, reading what is left of it before closing, meets the error
-            # again: no fault to report.
-            super().log(logging.DEBUG, "shutdown: gave up a request body still arriving")
-            return
-        super().log(level, msg, *args, **kwargs)
-
-
-class _RejectError(Exception):
-    """An HTTP error answer: status and message; the field at fault (a 400's body field, a
-    415's header)."""
-
-    def __init__(self, status: int, message: str, field: str = "body", close: bool = False) -> None:
-        super().__init__(message)
-        self.status = status
-        self.field = field
-        self.close = close  # what follows on the connection cannot be read as a request
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +114,7 @@ class HttpTraceReceiver:
         that it sees the token check's answers) the middleware that gives every error answer
         a ``google.rpc.Status`` body and every answer the request's Content-Type."""
         app.router.add_post(TRACES_PATH, self.handle, expect_handler=self.expect)
-        app.middlewares.insert(0, _status_bodies)
+        app.middlewares.insert(0, status_bodies)
 
     async def expect(self, request: web.Request) -> web.StreamResponse | None:
         """A request that says ``Expect: 100-continue`` (curl's for bodies over 1 MiB, .NET
@@ -213,14 +156,14 @@ class HttpTraceReceiver:
         started = time.perf_counter()
         content_type = request.content_type
         length = request.content_length
-        encoding = _content_encoding(request)
+        encoding = content_encoding(request)
         if self.in_flight.draining:
             outcome, response = "aborted", self._overloaded(content_type, _SHUTDOWN_MESSAGE)
-        elif (problem := _unsupported(request, content_type, encoding)) is not None:
-            outcome, response = "refused", _status_response(problem, content_type)
+        elif (problem := unsupported(request, content_type, encoding)) is not None:
+            outcome, response = "refused", status_response(problem, content_type)
         elif length is not None and length > self.max_request_bytes:
-            problem = _RejectError(413, f"body exceeds {self.max_request_bytes} bytes")
-            outcome, response = "refused", _status_response(problem, content_type)
+            problem = RejectError(413, f"body exceeds {self.max_request_bytes} bytes")
+            outcome, response = "refused", status_response(problem, content_type)
         elif not self.slots.take():
             outcome, response = "overloaded", self._overloaded(content_type)
         else:
@@ -256,9 +199,9 @@ class HttpTraceReceiver:
         content_type = request.content_type
         try:
             outcome, response = await self._handle(request, content_type, reserved)
-        except _RejectError as reject:
+        except RejectError as reject:
             outcome = "invalid" if reject.status == 400 else "refused"
-            response = _status_response(reject, content_type)
+            response = status_response(reject, content_type)
             if reject.close:
                 response.force_close()
         except ConnectionError:
@@ -284,10 +227,10 @@ class HttpTraceReceiver:
     ) -> tuple[str, web.Response]:
         """The request's outcome (``ok``, ``overloaded``, ``timeout``) and its answer.
         ``reserved``: the request holds the slot its ``Expect`` check took."""
-        if content_type not in (_PROTOBUF, _JSON):
+        if content_type not in (PROTOBUF, JSON):
             if reserved:  # not so: the check refuses these, but a slot is never lost
                 self.slots.give()
-            raise _unsupported_type(request, content_type)
+            raise unsupported_type(request, content_type)
         if not reserved and not self.slots.take():
             return "overloaded", self._overloaded(content_type)
         try:
@@ -302,7 +245,7 @@ class HttpTraceReceiver:
         except BaseException:
             self.slots.give()
             raise
-        return await self._export(raw, _content_encoding(request), content_type)
+        return await self._export(raw, content_encoding(request), content_type)
 
     async def _export(
         self, raw: bytes, encoding: str, content_type: str
@@ -314,14 +257,14 @@ class HttpTraceReceiver:
         # Decoded as one of the largest, in the thread: a compressed body, whose size once
         # inflated is not known before (inflating it is work the loop should not do either),
         # and any OTLP/JSON body, costly however small (``toolwatch.ingest.decode_thread``).
-        costly = encoding in _COMPRESSED or content_type == _JSON
+        costly = encoding in COMPRESSED or content_type == JSON
         size = self.max_request_bytes if costly else len(raw)
         async with self.decoding.turn(self.slots.give) as turn:
             batch = await turn.decode(decoded, size)
             receipt = self.consume(batch, _TRANSPORT)
         if receipt.admission is Admission.OVERLOADED:
             return "overloaded", self._overloaded(content_type)
-        return "ok", _message_response(200, export_response(batch, receipt), content_type)
+        return "ok", message_response(200, export_response(batch, receipt), content_type)
 
     async def _read(self, request: web.Request) -> bytes:
         """The body as sent; ``TimeoutError`` when it did not arrive within the slots' read
@@ -332,97 +275,38 @@ class HttpTraceReceiver:
                 async with asyncio.timeout(self.slots.read_timeout):
                     return await request.read()
         except web.HTTPRequestEntityTooLarge:
-            raise _RejectError(413, f"body exceeds {self.max_request_bytes} bytes") from None
+            raise RejectError(413, f"body exceeds {self.max_request_bytes} bytes") from None
         except (web.RequestPayloadError, HttpProcessingError) as error:
             # The body's framing broke while it was read (aiohttp's Python parser tells the
             # handler; its C parser does not, see the module's docstring). The message
             # names the kind alone: aiohttp's quotes the bytes at fault.
-            message = _framing_message(error)
-            raise _RejectError(400, message, "Transfer-Encoding", close=True) from None
+            message = framing_message(error)
+            raise RejectError(400, message, "Transfer-Encoding", close=True) from None
 
     def _decoded(self, raw: bytes, encoding: str, content_type: str) -> DecodedBatch:
         """The body decompressed and decoded; in the decode thread when it is large
         (``toolwatch.ingest.decode_thread``), so it touches nothing but its arguments and
-        this receiver's settings. Raises ``_RejectError`` for an answer other than 200."""
-        return self._decode(self._decompress(raw, encoding), content_type)
+        this receiver's settings. Raises ``RejectError`` for an answer other than 200."""
+        return self._decode(decompress(raw, encoding, self.max_request_bytes), content_type)
 
     def _overloaded(self, content_type: str, message: str = _OVERLOAD_MESSAGE) -> web.Response:
         # Retry-After is whole seconds (RFC 9110 §10.2.3): round up, never ask for less than
         # the configured delay. The body is a google.rpc.Status, as for every OTLP/HTTP 5xx.
         status = status_pb2.Status(code=code_pb2.UNAVAILABLE, message=message)
-        response = _message_response(503, status, content_type)
+        response = message_response(503, status, content_type)
         response.headers["Retry-After"] = str(max(1, math.ceil(self.retry_after_seconds)))
         return response
 
-    def _decompress(self, raw: bytes, encoding: str) -> bytes:
-        if encoding in _IDENTITY:
-            return raw
-        if encoding in ("gzip", "x-gzip"):  # RFC 9110 §8.4.1.3: x-gzip is gzip
-            return self._inflate(raw, "gzip", _GZIP_WBITS, members=True)
-        if encoding == "deflate":  # the OpenTelemetry SDKs' Compression.Deflate
-            return self._inflate(raw, "deflate", _deflate_wbits(raw), members=False)
-        raise _unsupported_encoding(encoding)
-
-    def _inflate(self, raw: bytes, name: str, wbits: int, members: bool) -> bytes:
-        """``raw`` decompressed, never past the cap. RFC 1952 §2.2: a gzip body is one or
-        more members, decompressed one after another (what follows the first is not ignored:
-        it may hold spans), and the cap counts them all; a deflate body is one stream."""
-        parts: list[bytes] = []
-        size, rest = 0, raw
-        while rest:
-            inflater = zlib.decompressobj(wbits=wbits)
-            try:
-                part = inflater.decompress(rest, self.max_request_bytes + 1 - size)
-            except zlib.error as exc:
-                where = f" (member {len(parts) + 1})" if parts else ""
-                raise _RejectError(400, f"body is not valid {name}{where}: {exc}") from None
-            size += len(part)
-            if size > self.max_request_bytes:
-                raise _RejectError(413, f"decompressed body exceeds {self.max_request_bytes} bytes")
-            if not inflater.eof:
-                raise _RejectError(400, f"body is not valid {name}: the stream is truncated")
-            parts.append(part)
-            rest = inflater.unused_data
-            if rest and not members:
-                raise _RejectError(400, f"body is not valid {name}: data after the stream")
-        if not parts:
-            raise _RejectError(400, f"body is not valid {name}: it is empty")
-        return b"".join(parts)
-
     def _decode(self, body: bytes, content_type: str) -> DecodedBatch:
         try:
-            if content_type == _JSON:
+            if content_type == JSON:
                 limit = self.max_request_bytes // MIN_BYTES_PER_VALUE
                 return decode_otlp_json(body, self.options, limit)
             return decode_protobuf(body, self.options)
         except DecodeLimitError as exc:  # valid, but too costly: a limit, not bad data
-            raise _RejectError(413, str(exc)) from None
+            raise RejectError(413, str(exc)) from None
         except DecodeError as exc:
-            raise _RejectError(400, str(exc), exc.field) from None
-
-
-def _content_encoding(request: web.Request) -> str:
-    return request.headers.get(hdrs.CONTENT_ENCODING, "identity").strip().lower()
-
-
-def _unsupported_type(request: web.Request, content_type: str) -> _RejectError:
-    sent = request.headers.get(hdrs.CONTENT_TYPE)  # aiohttp's default is not the client's
-    said = f"content type {content_type!r} is not" if sent else "no content type: send"
-    return _RejectError(415, f"{said} {_PROTOBUF} or {_JSON}")
-
-
-def _unsupported_encoding(encoding: str) -> _RejectError:
-    message = f"content encoding {encoding!r} is not gzip, deflate or identity"
-    return _RejectError(415, message, hdrs.CONTENT_ENCODING)
-
-
-def _unsupported(request: web.Request, content_type: str, encoding: str) -> _RejectError | None:
-    """Why a request will be refused 415 whatever its body, if it will."""
-    if content_type not in (_PROTOBUF, _JSON):
-        return _unsupported_type(request, content_type)
-    if encoding not in _IDENTITY and encoding not in _COMPRESSED:
-        return _unsupported_encoding(encoding)
-    return None
+            raise RejectError(400, str(exc), exc.field) from None
 
 
 def _behind_middlewares(app: web.Application, handler: Handler) -> Handler:
@@ -433,95 +317,5 @@ def _behind_middlewares(app: web.Application, handler: Handler) -> Handler:
     return handler
 
 
-def _deflate_wbits(raw: bytes) -> int:
-    """A zlib stream's, or bare deflate data's: a zlib header is a deflate method byte and
-    a check value that makes the first two bytes a multiple of 31 (RFC 1950 §2.2)."""
-    if len(raw) >= 2 and raw[0] & 0x0F == 8 and (raw[0] << 8 | raw[1]) % 31 == 0:
-        return _ZLIB_WBITS
-    return _RAW_WBITS
-
-
-@web.middleware
-async def _status_bodies(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Give an error answer that is not already one (aiohttp's own, a middleware's) a
-    ``google.rpc.Status`` body in the request's encoding, keeping its status and the
-    headers a client acts on. A 401's or 403's Status says nothing more than its code."""
-    try:
-        response = await handler(request)
-    except web.HTTPException as error:
-        if error.status < 400:
-            raise
-        response = web.Response(status=error.status, reason=error.reason, headers=error.headers)
-    if response.status < 400 or response.content_type in (_PROTOBUF, _JSON):
-        _echo_content_type(request, response)
-        return response
-    code = _STATUS_CODES.get(response.status, code_pb2.UNKNOWN)
-    message = "" if response.status in (401, 403) else _error_message(request, response)
-    encoding = _JSON if request.content_type == _JSON else _PROTOBUF
-    answer = _message_response(
-        response.status, status_pb2.Status(code=code, message=message), encoding
-    )
-    for name in _KEPT_HEADERS:
-        if name in response.headers:
-            answer.headers[name] = response.headers[name]
-    if response.keep_alive is False:  # None until prepared: closed only when it was forced
-        answer.force_close()
-    _echo_content_type(request, answer)
-    return answer
-
-
-def _echo_content_type(request: web.Request, response: web.StreamResponse) -> None:
-    """OTLP/HTTP: "The server MUST use the same Content-Type in the response as it received
-    in the request": the request's header as sent, parameters included (``application/json;
-    charset=utf-8``), on an answer in its encoding. A value that is not printable ASCII
-    (aiohttp reads headers as UTF-8) is answered as the bare media type."""
-    sent = request.headers.get(hdrs.CONTENT_TYPE)
-    if sent is None or not (sent.isascii() and sent.isprintable()):
-        return
-    if response.content_type == request.content_type and sent != response.content_type:
-        response.headers[hdrs.CONTENT_TYPE] = sent
-
-
-def _error_message(request: web.Request, response: web.StreamResponse) -> str:
-    if response.status in (404, 405):
-        return (
-            f"{request.method} {request.path}: {response.reason}; "
-            f"OTLP traces are sent as POST {TRACES_PATH}"
-        )
-    return f"{request.method} {request.path}: {response.reason}"
-
-
-def _framing_message(error: Exception) -> str:
-    """Named by the parser's error kind (``RequestPayloadError`` wraps it)."""
-    kind = type(error.__cause__ or error).__name__
-    return f"the request body's HTTP framing is broken ({kind}); nothing was read"
-
-
 def _read_timeout_message(slots: RequestSlots) -> str:
     return f"the request body was not received within {slots.read_timeout:g} s; retry"
-
-
-def _message_response(status: int, message: Message, content_type: str) -> web.Response:
-    if content_type == _JSON:
-        # As bytes: given text, aiohttp would add "; charset=utf-8", and OTLP asks for the
-        # request's Content-Type exactly (``_echo_content_type``; the Collector sends it
-        # bare and reads a partial success only then).
-        text = json_format.MessageToJson(message, indent=None)
-        return web.Response(status=status, body=text.encode(), content_type=_JSON)
-    return web.Response(status=status, body=message.SerializeToString(), content_type=_PROTOBUF)
-
-
-def _status_response(reject: _RejectError, content_type: str) -> web.Response:
-    """OTLP/HTTP: error bodies are a ``google.rpc.Status`` in the request's encoding; a 400's
-    details hold a ``BadRequest`` naming the bad data."""
-    if reject.status == 400:
-        body = bad_request_status(DecodeError(str(reject), reject.field))
-    else:
-        code = _STATUS_CODES.get(reject.status, code_pb2.FAILED_PRECONDITION)
-        body = status_pb2.Status(code=code, message=str(reject))
-    encoding = content_type if content_type in (_PROTOBUF, _JSON) else _PROTOBUF
-    response = _message_response(reject.status, body, encoding)
-    if reject.status == 415 and reject.field == "Content-Encoding":
-        # RFC 7694 §3: a 415 for the request's content coding names the codings accepted.
-        response.headers[hdrs.ACCEPT_ENCODING] = "gzip, deflate, identity"
-    return response
