@@ -51,7 +51,7 @@ from toolwatch.model import (
     ToolTrace,
     Traffic,
 )
-from toolwatch.sinks.linefile import TextOutput, WriteFailures, output_name
+from toolwatch.sinks.linefile import TextOutput, WriteFailures, write_lines
 
 __all__ = [
     "REDACTED",
@@ -286,16 +286,7 @@ class JsonLinesFindingSink:
         lines = [_to_json(finding_record(trace, f, redaction, now, traffic)) for f in findings]
         if not lines:
             return
-        try:
-            self.stream.write("\n".join(lines) + "\n")
-            self.stream.flush()
-        except OSError as error:
-            if self._failures is None:
-                raise
-            self._failures.failed(output_name(self.stream), error)
-            return
-        if self._failures is not None:
-            self._failures.written(output_name(self.stream))
+        write_lines(self.stream, "\n".join(lines) + "\n", self._failures)
 
     def close(self) -> None:
         self.stream.flush()

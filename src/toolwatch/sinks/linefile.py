@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable
 from typing import Protocol
 
-__all__ = ["LineFile", "TextOutput", "WriteFailures", "output_name"]
+__all__ = ["LineFile", "TextOutput", "WriteFailures", "output_name", "write_lines"]
 
 
 class TextOutput(Protocol):
@@ -148,6 +148,22 @@ class WriteFailures:
             self._log.info(
                 "%s (%s) is written again, after %s in a row", self.what, where, _failures(streak)
             )
+
+
+def write_lines(stream: TextOutput, text: str, failures: WriteFailures | None) -> None:
+    """``text`` (whole lines) written to ``stream`` and flushed. A write that fails is told
+    to ``failures`` (the metric, the outage's log lines) and lost, not raised; without
+    ``failures`` it raises ``OSError``."""
+    try:
+        stream.write(text)
+        stream.flush()
+    except OSError as error:
+        if failures is None:
+            raise
+        failures.failed(output_name(stream), error)
+        return
+    if failures is not None:
+        failures.written(output_name(stream))
 
 
 def _failures(count: int) -> str:

@@ -26,7 +26,7 @@ from typing import Any, Final
 from toolwatch.jsontext import compact_encoder
 from toolwatch.model import CallStatus, ToolCall, ToolTrace
 from toolwatch.sinks.findings import json_default
-from toolwatch.sinks.linefile import TextOutput, WriteFailures, output_name
+from toolwatch.sinks.linefile import TextOutput, WriteFailures, write_lines
 
 _log = logging.getLogger(__name__)
 
@@ -62,16 +62,7 @@ class ToolTraceWriter:
     def write(self, trace: ToolTrace) -> None:
         """One line. With ``failed``, a write that fails (a full disk) is told to it and
         logged by outage (``WriteFailures``), and the run is evaluated all the same."""
-        try:
-            self.stream.write(_to_ascii_json(tooltrace_to_dict(trace)) + "\n")
-            self.stream.flush()
-        except OSError as error:
-            if self._failures is None:
-                raise
-            self._failures.failed(output_name(self.stream), error)
-            return
-        if self._failures is not None:
-            self._failures.written(output_name(self.stream))
+        write_lines(self.stream, _to_ascii_json(tooltrace_to_dict(trace)) + "\n", self._failures)
 
     def close(self) -> None:
         self.stream.flush()
