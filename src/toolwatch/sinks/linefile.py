@@ -21,6 +21,7 @@ Threading: one writer (the event loop); not thread-safe.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from collections.abc import Callable
@@ -47,7 +48,14 @@ class LineFile:
 
     def __init__(self, path: str, mode: int = 0o666) -> None:
         self.name = path
-        self._fd: int | None = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+        try:  # as open(path, "a") does: a file that cannot be appended to (/proc's) fails here
+            os.lseek(fd, 0, os.SEEK_END)
+        except OSError as error:
+            if error.errno != errno.ESPIPE:  # a pipe or a FIFO has no end to seek
+                os.close(fd)
+                raise
+        self._fd: int | None = fd
         self._torn = False  # a torn line is at the end: start the next on a line of its own
 
     @property
