@@ -184,6 +184,18 @@ def run_fuzzer(
     )
 
 
+def errors_logged(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """The ERROR records the test logged, but asyncio's "Task was destroyed but it is
+    pending": a task an earlier test's event loop left, which the garbage collector may find
+    while this test runs."""
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno >= logging.ERROR
+        and not (r.name == "asyncio" and r.getMessage().startswith("Task was destroyed"))
+    ]
+
+
 def until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
     """Polls ``condition`` until true or ``timeout`` seconds passed: for what only the network
     or a real process decides (a call reaching the server, a process exiting), never for the

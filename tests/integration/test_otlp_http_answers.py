@@ -12,7 +12,7 @@ import pytest
 from google.protobuf import json_format
 from google.rpc import status_pb2
 
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import RunningServer, errors_logged
 from tests.integration.test_otlp_spec import (
     JSON,
     PROTOBUF,
@@ -56,7 +56,7 @@ def test_otlp_json_with_a_very_long_integer_literal_is_read_not_a_500(
         assert partial.rejected_spans == 1
         assert "droppedEventsCount: an integer literal of 5000 digits" in partial.error_message
     assert server.sample(REQUESTS, {"transport": "http", "outcome": "invalid"}) == 0
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert errors_logged(caplog) == []
 
 
 @pytest.mark.parametrize(

@@ -49,7 +49,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from bench import json_memory
 from tests.integration import agents
-from tests.integration.conftest import RunningServer, until
+from tests.integration.conftest import RunningServer, errors_logged, until
 from toolwatch.ingest.grpc_health import MAX_READ_SECONDS, MAX_WAITING, READ_TURNS
 from toolwatch.security import HEALTH_CHECK
 
@@ -924,7 +924,7 @@ def test_an_http_body_cut_off_mid_way_gives_its_slot_back(
         assert until(lambda: in_flight(server) == 1)
         client.close()
         assert until(lambda: server.sample(REQUESTS_COUNTED, aborted, missing_ok=True) == 1)
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert errors_logged(caplog) == []
 
     assert until(lambda: in_flight(server) == 0)
     answer = ok_response(post(server, refund_request().SerializeToString()))
@@ -1196,7 +1196,7 @@ def test_a_grpc_call_the_client_cancels_is_aborted_not_invalid(
         for outcome in ("aborted", "invalid", "ok")
     }
     assert counted == {"aborted": 3, "invalid": 0, "ok": 0}
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert errors_logged(caplog) == []
     assert export_grpc(server, refund_request()) == ExportTraceServiceResponse()
     assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 6
 

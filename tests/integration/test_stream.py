@@ -19,7 +19,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from tests import factories
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import RunningServer, errors_logged
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
 from toolwatch.sinks.findings import Redaction
@@ -260,7 +260,7 @@ def test_a_subscriber_killed_mid_stream_ends_it_quietly(
 
     with caplog.at_level(logging.DEBUG):
         asyncio.run(scenario())
-    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert errors_logged(caplog) == []
 
 
 @pytest.mark.parametrize(
