@@ -157,9 +157,19 @@ class StreamAccess:
     bearer_token_file: Path | None = None
     from_env: Mapping[str, str] = field(default_factory=dict)
 
-    def _given(self, flag: str) -> str:
+    def given(self, flag: str) -> str:
         """How the file of ``flag`` was given: the flag, or the variable that set it."""
         return self.from_env.get(flag, flag)
+
+    def tls_off(self) -> str:
+        """What turns TLS off again: each flag to drop, or variable to unset, that turned it on."""
+        on = [("--tls", self.tls), ("--tls-ca", self.ca_file), ("--tls-cert", self.cert_file)]
+        steps = [
+            f"unset {self.from_env[flag]}" if flag in self.from_env else f"drop {flag}"
+            for flag, given in on
+            if given
+        ]
+        return " and ".join(steps)
 
     @property
     def secure(self) -> bool:
@@ -174,15 +184,15 @@ class StreamAccess:
         if (self.cert_file is None) != (self.key_file is None):
             given, missing = ("--tls-cert", "--tls-key")[:: 1 if self.key_file is None else -1]
             raise ValueError(
-                f"{self._given(given)} without {missing} (or {ACCESS_FLAGS[missing][0]}):"
+                f"{self.given(given)} without {missing} (or {ACCESS_FLAGS[missing][0]}):"
                 " a client certificate needs both"
             )
         options = _channel_options(keepalive)
         if not self.secure:
             return grpc.insecure_channel(target, options=options)
-        chain, key = _client_certificate(self.cert_file, self.key_file, self._given)
+        chain, key = _client_certificate(self.cert_file, self.key_file, self.given)
         credentials = grpc.ssl_channel_credentials(
-            root_certificates=_ca_certificates(self.ca_file, self._given("--tls-ca")),
+            root_certificates=_ca_certificates(self.ca_file, self.given("--tls-ca")),
             private_key=key,
             certificate_chain=chain,
         )
@@ -194,7 +204,7 @@ class StreamAccess:
         path = self.bearer_token_file
         if path is None:
             return ()
-        given = self._given("--bearer-token-file")
+        given = self.given("--bearer-token-file")
         try:
             token = read_token_file(path)[0]
         except OSError as e:
@@ -733,6 +743,7 @@ def _report_error(
         if access.bearer_token_file is None:
             return EXIT_USAGE, (
                 f"{target} wants a bearer token (UNAUTHENTICATED): pass --bearer-token-file"
+                f" (or set {ACCESS_FLAGS['--bearer-token-file'][0]})"
             )
         return EXIT_USAGE, f"{target} refused the bearer token (UNAUTHENTICATED)"
     if code == grpc.StatusCode.PERMISSION_DENIED:
@@ -765,7 +776,7 @@ def _report_error(
             f" listen.stream address ({details})"
         )
     hint = (
-        "is the stream plaintext? drop --tls/--tls-ca"
+        f"is the stream plaintext? {access.tls_off()}"
         if access.secure
         else "if the stream has TLS, pass --tls-ca (or --tls)"
     )

@@ -604,7 +604,7 @@ def test_tail_with_tls_against_a_plaintext_stream_prints_its_own_message_alone()
     assert result.returncode == 1
     (line,) = result.stderr.splitlines()  # no gRPC core log line about the handshake
     assert line.startswith(f"toolwatch tail: cannot reach the findings stream at 127.0.0.1:{port}")
-    assert line.endswith("(is the stream plaintext? drop --tls/--tls-ca)")
+    assert line.endswith("(is the stream plaintext? drop --tls)")
 
 
 @pytest.mark.parametrize(

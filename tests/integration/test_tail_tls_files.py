@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
+import trustme
 
 from tests.integration.test_cli import clean_env, run_cli
 
@@ -130,4 +133,26 @@ def test_half_a_client_certificate_from_a_variable_names_it_and_what_is_missing(
     assert result.stderr.endswith(
         "toolwatch tail: TOOLWATCH_TAIL_TLS_CERT without --tls-key (or TOOLWATCH_TAIL_TLS_KEY):"
         " a client certificate needs both\n"
+    ), result.stderr
+
+
+def test_tls_a_variable_turned_on_against_a_plaintext_stream_says_to_unset_it(
+    tmp_path: Path,
+) -> None:
+    """The advice named the flags ("drop --tls/--tls-ca") when TOOLWATCH_TAIL_TLS_CA, set in
+    a unit file or a pod's env, had turned TLS on."""
+    ca = tmp_path / "ca.pem"
+    trustme.CA().cert_pem.write_to_path(str(ca))
+    server = grpc.server(concurrent.futures.ThreadPoolExecutor(max_workers=1))
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        env = clean_env(TOOLWATCH_TAIL_TLS_CA=str(ca))
+        env.pop("GRPC_VERBOSITY", None)
+        result = run_cli("tail", "--tls", "--target", f"127.0.0.1:{port}", env=env)
+    finally:
+        server.stop(None)
+    assert result.returncode == 1, result.stderr
+    assert result.stderr.splitlines()[-1].endswith(
+        "(is the stream plaintext? drop --tls and unset TOOLWATCH_TAIL_TLS_CA)"
     ), result.stderr
