@@ -56,6 +56,7 @@ from toolwatch.sections import (
     unknown_key,
     value_types,
     yaml11_booleans,
+    yaml11_numbers,
 )
 from toolwatch.sections import Section as _Section
 
@@ -1044,6 +1045,36 @@ def _ambiguous_booleans(root: yaml.Node | None, overrides: Mapping[str, Any]) ->
         problems.append(
             f"{where}: {word} is the text {word!r} (YAML 1.2), not {meant} as YAML 1.1 read"
             f" it: {fix} {at}"
+        )
+    return problems + _yaml11_numbers(root, overrides)
+
+
+def _yaml11_numbers(root: yaml.Node | None, overrides: Mapping[str, Any]) -> list[str]:
+    """Where the file wrote a number in a form of YAML 1.1's (``010``: octal 8, ``0x400``,
+    ``1:30``: 90) that ``YamlLoader`` (YAML 1.2) reads as text, in a number setting, and the
+    text does not read as the same number (``1_000`` does): each is
+    refused, naming where, the value and both readings, not silently read as another number
+    (``010`` as 10) or refused as no number without saying why. A value an override
+    replaces is not looked at."""
+    problems = []
+    for loc, scalar, number in yaml11_numbers(root):
+        where = ".".join(str(part) for part in loc)
+        if any(where == key or where.startswith(key + ".") for key in overrides):
+            continue
+        types = value_types(Config, loc)
+        if types is None or not ({int, float} & set(types)) or str in types or Any in types:
+            continue  # unknown, text (a name 007), or free-form (a JSON Schema's const: 14:30)
+        word = scalar.value
+        try:
+            if float(word) == number:
+                continue  # 1_000: the same number either way
+        except ValueError:
+            pass
+        mark = scalar.start_mark
+        problems.append(
+            f"{where}: {word} is the text {word!r} (YAML 1.2), not the number {number} YAML"
+            f" 1.1 read: write the number in decimal (line {mark.line + 1}, column"
+            f" {mark.column + 1})"
         )
     return problems
 

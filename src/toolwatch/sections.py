@@ -55,6 +55,7 @@ __all__ = [
     "unknown_key",
     "value_types",
     "yaml11_booleans",
+    "yaml11_numbers",
 ]
 
 #: Bound on durations (assembly's waits and windows, a shadow half's wait, a conversation's
@@ -299,6 +300,22 @@ def yaml11_booleans(
             yield at, scalar
 
 
+def yaml11_numbers(
+    node: yaml.Node | None,
+) -> Iterator[tuple[tuple[int | str, ...], yaml.ScalarNode, int | float]]:
+    """The plain values under ``node`` that YAML 1.1 reads as numbers and ``YamlLoader`` as
+    text: ``010`` (octal 8), ``0x1F``, ``0b11``, ``1:30`` (base 60: 90), ``1_000``; with where
+    each is and the number YAML 1.1 read. Keys are not looked at."""
+    for at, scalar, is_key in _plain_scalars(node, ()):
+        if is_key or scalar.tag != _STR:
+            continue
+        tag = _YAML11.resolve(yaml.ScalarNode, scalar.value, (True, False))  # type: ignore[no-untyped-call]
+        if tag in (_INT, _FLOAT):
+            number = yaml.safe_load(scalar.value)
+            if isinstance(number, int | float):
+                yield at, scalar, number
+
+
 def numbers_as_written(node: yaml.Node | None, model: type[BaseModel]) -> None:
     """Retag, before ``node`` (a file's tree, read by ``YamlLoader``) is constructed, the plain
     values that can only be text as the text written: a mapping key written as a number or
@@ -314,6 +331,8 @@ def numbers_as_written(node: yaml.Node | None, model: type[BaseModel]) -> None:
                 scalar.tag = _STR
 
 
+#: YAML 1.1's reading of a plain value (PyYAML's resolvers), for what it read as a number.
+_YAML11: Final = yaml.resolver.Resolver()
 _STR, _BOOL, _INT, _FLOAT = (
     f"tag:yaml.org,2002:{name}" for name in ("str", "bool", "int", "float")
 )

@@ -122,3 +122,32 @@ def test_yes_where_a_number_belongs_is_still_refused(tmp_path: Path) -> None:
         "ingest.max_request_bytes: Input should be a valid integer, unable to parse string as"
         " an integer (got 'yes')"
     )
+
+
+@pytest.mark.parametrize(
+    ("setting", "written", "yaml11"),
+    [
+        ("ingest:\n  max_concurrent_requests: ", "010", 8),  # octal: silently 10 otherwise
+        ("assembly:\n  completion_wait_seconds: ", "1:30", 90),  # base 60
+        ("ingest:\n  max_request_bytes: ", "0x400000", 4194304),
+    ],
+)
+def test_a_number_in_a_form_of_yaml_1_1_is_refused_naming_both_readings(
+    tmp_path: Path, setting: str, written: str, yaml11: int
+) -> None:
+    """These loaded until YAML 1.2: 010 would now be 10 without a word, and 1:30 refused as
+    no number without saying why (review)."""
+    lines = _refused(tmp_path, setting + written + "\n")
+    field = setting.replace(":\n  ", ".").removesuffix(": ")
+    column = len(setting.splitlines()[1]) + 1
+    assert lines[1].endswith(
+        f": {field}: {written} is the text {written!r} (YAML 1.2), not the number {yaml11}"
+        f" YAML 1.1 read: write the number in decimal (line 2, column {column})"
+    ), lines
+
+
+def test_a_number_both_yamls_read_alike_and_a_name_written_as_one_load(tmp_path: Path) -> None:
+    config = _load(
+        tmp_path, "ingest:\n  max_request_bytes: 1_000_000\npolicy:\n  dangerous_tools: [010]\n"
+    )
+    assert (config.ingest.max_request_bytes, config.policy.dangerous_tools) == (1_000_000, ("010",))
