@@ -22,7 +22,6 @@ import signal
 import socket
 import ssl
 import stat
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -869,15 +868,18 @@ def _open_text(
     (``LineFile``: a full disk tears none); created with mode 0600 when ``private``, else as
     the umask says. An existing file keeps its mode: a private one that others may read is
     warned about."""
-    if target == "-":
-        return sys.stdout
     try:
-        stream = LineFile(target, 0o600 if private else 0o666)  # closed in stop()
+        if target == "-":
+            stream = LineFile.standard_output()
+        else:
+            stream = LineFile(target, 0o600 if private else 0o666)  # closed in stop()
     except OSError as exc:
         raise StartError(f"cannot open {target} ({setting}): {_reason(exc)}") from exc
     files.append(stream)
+    if not private or target == "-":
+        return stream
     warning = private_file_warning(target, setting, os.fstat(stream.fileno()))
-    if private and warning is not None:
+    if warning is not None:
         log.warning("%s", warning)
     return stream
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import sys
 from collections.abc import Callable
 from typing import Protocol
 
@@ -46,9 +47,10 @@ class LineFile:
 
     __slots__ = ("_fd", "_torn", "name")
 
-    def __init__(self, path: str, mode: int = 0o666) -> None:
+    def __init__(self, path: str, mode: int = 0o666, fd: int | None = None) -> None:
         self.name = path
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+        if fd is None:
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
         try:  # as open(path, "a") does: a file that cannot be appended to (/proc's) fails here
             os.lseek(fd, 0, os.SEEK_END)
         except OSError as error:
@@ -57,6 +59,14 @@ class LineFile:
                 raise
         self._fd: int | None = fd
         self._torn = False  # a torn line is at the end: start the next on a line of its own
+
+    @classmethod
+    def standard_output(cls) -> LineFile:
+        """Standard output (a copy of its descriptor, which ``close`` closes), written whole
+        lines or none as a file is: ``serve >> findings.jsonl`` on a full disk, or a pipe.
+        What Python buffered for it is written first."""
+        sys.stdout.flush()
+        return cls("<stdout>", fd=os.dup(1))
 
     @property
     def closed(self) -> bool:
@@ -112,6 +122,7 @@ def _cut(fd: int, start: int | None, written: int) -> bool:
         if os.fstat(fd).st_size != start + written:
             return False
         os.ftruncate(fd, start)
+        os.lseek(fd, start, os.SEEK_SET)  # a descriptor not opened to append (stdout's >)
     except OSError:
         return False
     return True
