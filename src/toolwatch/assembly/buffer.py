@@ -252,9 +252,11 @@ class _Trace:
         "anchor_missing",
         "awaiting_local",
         "first_ns",
+        "last_end_ns",
         "last_ns",
         "models",
         "open_parents",
+        "root_end_ns",
         "root_seen",
         "scheduled_ns",
         "size_bytes",
@@ -272,6 +274,8 @@ class _Trace:
         self.first_ns = now
         self.last_ns = now
         self.root_seen = False
+        self.root_end_ns = 0  # when its root (the latest of them) ended, once one came
+        self.last_end_ns = 0  # when its span that ended last ended
         self.span_limited = False
         self.anchor_missing = False  # checked since the last arrival: no anchor yet
         # ... but one, were the local parents it waits for gone: anchored at local_parent_wait
@@ -285,7 +289,10 @@ class _Trace:
         self.size_bytes += span.size_bytes
         self.last_ns = now
         self.anchor_missing = self.awaiting_local = False
-        self.root_seen = self.root_seen or span.parent_span_id is None
+        self.last_end_ns = max(self.last_end_ns, span.end_ns)
+        if span.parent_span_id is None:
+            self.root_seen = True
+            self.root_end_ns = max(self.root_end_ns, span.end_ns)
         if span.role is SpanRole.AGENT:
             self.agents.append(span)
         elif span.role is SpanRole.LLM:
@@ -310,7 +317,9 @@ class _Trace:
     def dropped(self, span: SpanRecord) -> None:
         """A span of this trace was dropped for a limit (``TraceBuffer._flag_limited`` flags
         the trace): a root, though not held, has arrived, and anchors the trace all the same."""
-        self.root_seen = self.root_seen or span.parent_span_id is None
+        if span.parent_span_id is None:
+            self.root_seen = True
+            self.root_end_ns = max(self.root_end_ns, span.end_ns)
 
     def due_ns(self, limits: AssemblyLimits) -> int:
         """The next time this trace needs a look: quiet period over, or too old."""
@@ -360,10 +369,21 @@ class _Trace:
         task of its own, a worker thread: the response went out, its server span ended and
         was exported first): anchored by it, the trace was judged at the first quiet
         ``completion_wait`` between two of the run's export batches, as the calls exported
-        so far, and the rest was dropped as ``late``. A trace that lost a span to a limit
-        or to ingest (``span_limited``) may have lost that parent: its root anchors it."""
+        so far, and the rest was dropped as ``late``. Only a span that ended after the root
+        did waits so: a process's batch processor sends spans in the order they ended, so a
+        parent that ended before the root would have come by now, and one that has not was
+        lost (an export given up, a full queue, a filter): the run is over, judged after
+        ``completion_wait`` as before. A trace that lost a span to a limit or to ingest
+        (``span_limited``) may have lost that parent: its root anchors it. No pass over the
+        spans unless one ended after the root."""
+        root_end = self.root_end_ns
+        if self.last_end_ns <= root_end:
+            return False
         held = self.spans
-        return any(span.parent_local and span.parent_span_id not in held for span in held.values())
+        return any(
+            span.end_ns > root_end and span.parent_local and span.parent_span_id not in held
+            for span in held.values()
+        )
 
     def _outermost(
         self,

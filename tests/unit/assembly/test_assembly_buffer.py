@@ -905,3 +905,54 @@ def test_a_guardrail_check_alone_is_not_an_agent_run() -> None:
     check = span(1, None, SpanRole.GUARDRAIL, 0, 10, name="Runner.step")
     assert not runs_an_agent([check, span(2, 1, SpanRole.OTHER, 1, 9)])
     assert runs_an_agent([check, span(2, 1, SpanRole.LLM, 1, 9)])
+
+
+def test_a_root_that_ended_last_anchors_a_trace_whose_lost_span_never_comes() -> None:
+    """An ordinary synchronous request: its server span, the root, ended after every span of
+    the run, and came with them. The model call's span never comes (its batch lost: the
+    exporter gave up on a retry, its queue was full, a Collector filter dropped it); toolwatch
+    never saw it, so nothing flags the trace ``span_limit``. Its HTTP client span names it
+    as local parent.
+
+    One batch processor sends a process's spans in the order they ended: a parent that ended
+    before the root would have come with it or before it. Only a parent still running after
+    the root ended (the background run the commit is for) is still to come, and then the
+    spans under it end after the root did. Here all ended before the root: the run is over.
+    The first version of the background-run rule made it wait the whole max_trace_age
+    (300 s), judged ``timed_out``: against the policy only, so its golden case and shadow
+    source never paged on it (review)."""
+    clock = ManualClock()
+    buffer = TraceBuffer(AssemblyLimits(), clock, RecordingMetrics())
+    buffer.add(
+        [
+            span(9, None, SpanRole.OTHER, 0, 900, name="POST /support"),
+            agent(1, 9, "refund-bot", 1, 890, parent_local=True),
+            # the model call (span 2) is lost; its HTTP client span came
+            span(3, 2, SpanRole.OTHER, 12, 95, name="POST", parent_local=True),
+            llm(4, 1, 100, 200, parent_local=True),
+            tool(5, 1, "issue_refund", 205, 260, call_id="c", parent_local=True),
+        ]
+    )
+
+    clock.advance(2)
+    done = buffer.poll()
+
+    assert [(t.trace_id, len(t.spans), t.incomplete_reason) for t in done] == [(TRACE, 5, None)]
+
+
+def test_a_run_over_before_a_sigterm_is_drained_complete_despite_a_lost_local_parent() -> None:
+    """The same trace at a SIGTERM: ``drain`` asks ``anchored()`` and now flags it
+    ``shutdown`` (judged incomplete, policy only), where before it was drained complete."""
+    clock = ManualClock()
+    buffer = TraceBuffer(AssemblyLimits(), clock, RecordingMetrics())
+    buffer.add(
+        [
+            span(9, None, SpanRole.OTHER, 0, 900, name="POST /support"),
+            agent(1, 9, "refund-bot", 1, 890, parent_local=True),
+            span(3, 2, SpanRole.OTHER, 12, 95, name="POST", parent_local=True),
+            tool(5, 1, "issue_refund", 205, 260, call_id="c", parent_local=True),
+        ]
+    )
+    clock.advance(0.5)
+
+    assert [t.incomplete_reason for t in buffer.drain()] == [None]
