@@ -623,22 +623,23 @@ def _overlap(a: SpanRecord, b: SpanRecord) -> bool:
 def _join_by_id(
     executions: list[SpanRecord], requests: list[_Request], normalize: Callable[[Any], str]
 ) -> tuple[list[_Draft], list[SpanRecord], list[_Request]]:
-    """Pair each tool span with the unpaired request of its call id (``_take``)."""
+    """Pair each tool span with the unpaired request of its call id: the only one, or, of
+    an id used again, the one ``_Asked.take`` chooses."""
     # When no two requests share an id (the usual run) one dict holds them; otherwise (ADK's
-    # "<not specified>", a model that numbers each turn's calls from ``call_0``) a list per
-    # id, latest first, so popping gives the earliest.
+    # "<not specified>", a model that numbers each turn's calls from ``call_0``) the
+    # requests of each id by tool and model call.
     unique = _by_unique_id(requests)
-    latest_first: dict[str, list[_Request]] = {}
-    if unique is None:
-        for r in reversed(requests):
-            if r.call.call_id is not None:
-                append_to(latest_first, r.call.call_id, r)
+    reused = _asked_again(requests) if unique is None else {}
     drafts: list[_Draft] = []
     unmatched: list[SpanRecord] = []
-    for span in executions:
+    for span in executions:  # in start order
         request = None
-        if span.call_id is not None:
-            request = _take(span, unique, latest_first, normalize)
+        call_id = span.call_id
+        if call_id is not None:
+            if unique is not None:
+                request = unique.pop(call_id, None)
+            else:
+                request = _take_again(span, call_id, reused, normalize)
         if request is not None:
             drafts.append(_Draft(span, request))
         else:
@@ -661,36 +662,114 @@ def _by_unique_id(requests: list[_Request]) -> dict[str, _Request] | None:
     return by_id
 
 
-def _take(
+class _Asked:
+    """The requests of one tool under one call id, by the model call that asked for them:
+    ``outputs[i]``, in emission order, the requests of the ``i``-th model call (in start
+    order), which started at ``starts[i]``; ``taken[i]`` of them are paired (the first).
+    ``first``: no output before it has a request not paired (outputs run out in any order,
+    but one run out stays so: a run of thousands of requests of one id is read once)."""
+
+    __slots__ = ("first", "outputs", "starts", "taken")
+
+    def __init__(self) -> None:
+        self.outputs: list[list[_Request]] = []
+        self.starts: list[int] = []
+        self.taken: list[int] = []
+        self.first = 0
+
+    def add(self, request: _Request) -> None:
+        """Add the next request in emission order (model calls by start, then position)."""
+        outputs = self.outputs
+        if outputs and outputs[-1][0].llm is request.llm:
+            outputs[-1].append(request)
+            return
+        outputs.append([request])
+        self.starts.append(request.llm.start_ns)
+        self.taken.append(0)
+
+    def take(self, started: int) -> _Request | None:
+        """The request a span of the tool that started at ``started`` ran, paired: of the last
+        model call that asked for the tool before the span started (its start: a streamed
+        output starts its tools before it ends), the first not paired, spans taken in start
+        order; none when that output's are all paired (a call run again: a retry). A span
+        that started before every request (another host's clock) takes the earliest."""
+        index = bisect.bisect_right(self.starts, started) - 1
+        if index < 0:
+            return self.earliest()
+        start = self.starts[index]
+        while index >= 0 and self.starts[index] == start:  # model calls started together
+            request = self._next(index)
+            if request is not None:
+                return request
+            index -= 1
+        return None
+
+    def earliest(self) -> _Request | None:
+        """The earliest request not paired, paired."""
+        request = self.waiting()
+        if request is not None:
+            self.taken[self.first] += 1
+        return request
+
+    def waiting(self) -> _Request | None:
+        """The earliest request not paired, left so."""
+        outputs, taken = self.outputs, self.taken
+        while self.first < len(outputs):
+            index = self.first
+            if taken[index] < len(outputs[index]):
+                return outputs[index][taken[index]]
+            self.first = index + 1
+        return None
+
+    def _next(self, index: int) -> _Request | None:
+        output, taken = self.outputs[index], self.taken[index]
+        if taken == len(output):
+            return None
+        self.taken[index] = taken + 1
+        return output[taken]
+
+
+def _asked_again(requests: list[_Request]) -> dict[str, dict[str, _Asked]]:
+    """The requests by call id, then normalized tool name, for a run that uses an id again."""
+    by_id: dict[str, dict[str, _Asked]] = {}
+    for r in requests:  # emission order
+        call_id = r.call.call_id
+        if call_id is None:
+            continue
+        tools = by_id.get(call_id)
+        if tools is None:
+            tools = by_id[call_id] = {}
+        asked = tools.get(r.name)
+        if asked is None:
+            asked = tools[r.name] = _Asked()
+        asked.add(r)
+    return by_id
+
+
+def _take_again(
     span: SpanRecord,
-    unique: dict[str, _Request] | None,
-    latest_first: dict[str, list[_Request]],
+    call_id: str,
+    reused: dict[str, dict[str, _Asked]],
     normalize: Callable[[Any], str],
 ) -> _Request | None:
-    """The unpaired request of ``span``'s call id, removed from where it was kept: the only
-    one; of several (an id used again), one of the span's tool, the last asked for before
-    the span started (the turn that ran it), else the earliest; else the earliest of any
-    tool. Pairing the earliest of the id alone gave a tool span the request of another tool
-    when an earlier turn's call of that id never ran (a phantom call never run, a call of
-    the wrong tool with the wrong arguments, and the call that did not run lost)."""
-    call_id = span.call_id
-    assert call_id is not None
-    if unique is not None:
-        return unique.pop(call_id, None)
-    queue = latest_first.get(call_id)
-    if not queue:
+    """The request ``span`` ran, of a run that uses a call id again, paired: one of its own
+    tool (``_Asked.take``), else the earliest of the id of any tool. Taking "the last asked
+    for before the span started" paired the calls of one output that share an id (asked at
+    one instant) in reverse, the first span with the last request; taking the earliest of
+    the id whatever its tool gave a tool span another tool's request when an earlier turn's
+    call of the id never ran."""
+    tools = reused.get(call_id)
+    if tools is None:
         return None
-    name = normalize(_raw_name(span))
-    chosen = -1
-    for index in range(len(queue) - 1, -1, -1):  # the earliest first
-        request = queue[index]
-        if request.name != name:
-            continue
-        if chosen < 0 or max(request.llm.start_ns, request.llm.end_ns) <= span.start_ns:
-            chosen = index  # the first of the tool, then each later one asked before the span
-        else:
-            break
-    return queue.pop(chosen)
+    asked = tools.get(normalize(_raw_name(span)))
+    if asked is not None:
+        return asked.take(span.start_ns)
+    first: tuple[int, _Asked] | None = None
+    for other in tools.values():
+        waiting = other.waiting()
+        if waiting is not None and (first is None or waiting.position < first[0]):
+            first = waiting.position, other
+    return first[1].earliest() if first is not None else None
 
 
 def _join_by_name(

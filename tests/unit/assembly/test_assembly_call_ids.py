@@ -1,0 +1,106 @@
+"""A call id used again (ADK's ``"<not specified>"``, models that number each turn's calls
+from ``call_0``): which request each tool span ran (CONVENTIONS §6.3)."""
+
+from __future__ import annotations
+
+from assembly_support import agent, ask, build, hexid, llm, only, tool
+
+from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.safety import Safety
+from toolwatch.evaluation.settings import PolicySettings, SafetySettings
+from toolwatch.model import Category, SpanRecord, ToolTrace
+
+POLICY = PolicySettings.model_validate(
+    {
+        "dangerous_tools": ["issue_refund"],
+        "verification_tools": ["lookup_order"],
+        "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
+    }
+)
+
+
+def safety(trace: ToolTrace) -> list[Category]:
+    return [f.category for f in Safety(SafetySettings(), POLICY)(trace, Reference()).findings]
+
+
+def shared_id_parallel_lookups() -> list[SpanRecord]:
+    """One model output asks for two lookups under one call id, their tool spans recording
+    no arguments (the requests hold them): A-1's lookup runs first and fails, B-2's second
+    and succeeds. The next turn refunds A-1."""
+    return [
+        agent(1, None, "refund-bot", 0, 1000),
+        llm(
+            2,
+            1,
+            10,
+            100,
+            ask("lookup_order", "x", {"order_id": "A-1"}, 0),
+            ask("lookup_order", "x", {"order_id": "B-2"}, 1),
+        ),
+        tool(3, 1, "lookup_order", 101, 110, call_id="x", status_code=2),
+        tool(4, 1, "lookup_order", 111, 120, call_id="x"),
+        llm(5, 1, 200, 300, ask("issue_refund", "r", {"order_id": "A-1"})),
+        tool(6, 1, "issue_refund", 305, 310, call_id="r"),
+    ]
+
+
+def test_calls_of_one_output_that_share_an_id_pair_in_emission_order() -> None:
+    """The requests of one output were asked at one instant: its tool spans, in start
+    order, take them in the order the model emitted them (taking "the last asked for
+    before the span started" gave the first span the second request)."""
+    calls = [c for c in only(shared_id_parallel_lookups()).calls if c.tool_name == "lookup_order"]
+
+    assert [(c.arguments, c.span_id, c.status.name) for c in calls] == [
+        ({"order_id": "A-1"}, hexid(3), "ERROR"),
+        ({"order_id": "B-2"}, hexid(4), "OK"),
+    ]
+
+
+def test_a_refund_after_its_lookup_failed_still_pages_when_the_output_shared_an_id() -> None:
+    """A-1's only lookup failed: the refund of A-1 is not verified (read crosswise, B-2's
+    success was A-1's and the page was lost)."""
+    (trace,) = build(shared_id_parallel_lookups())
+
+    assert safety(trace) == [Category.MISSING_VERIFICATION_STEP]
+
+
+def test_a_tool_a_streamed_output_started_pairs_with_its_own_turn() -> None:
+    """A streamed output (the Vercel AI SDK's ``streamText``) starts a tool before its model
+    call's span ends: the span is the turn's whose model call had *started*, not that of an
+    earlier turn whose lookup never ran."""
+    spans = [
+        agent(1, None, "refund-bot", 0, 1000),
+        llm(2, 1, 200, 300, ask("lookup_order", "call_0", {"order_id": "A-9"})),
+        llm(3, 1, 400, 500, ask("lookup_order", "call_0", {"order_id": "A-1"})),
+        tool(4, 1, "lookup_order", 482, 490, call_id="call_0"),
+    ]
+
+    assert [(c.arguments, c.span_id) for c in only(spans).calls] == [
+        ({"order_id": "A-9"}, None),
+        ({"order_id": "A-1"}, hexid(4)),
+    ]
+
+
+def test_a_retried_call_takes_no_request_of_a_turn_asked_after_it_ran() -> None:
+    """Turn 1's lookup of A-1 fails and runs again (a second span of ``call_0``); turn 2
+    looks B-2 up under ``call_0`` too, turn 3 refunds C-3. The retry is turn 1's (a call
+    run again, as a second span of a unique id is: no request of its own), never turn 2's
+    request, asked after it ended; so B-2's run is turn 2's, and the refund's the refund's,
+    not a lookup of C-3."""
+    spans = [
+        agent(1, None, "refund-bot", 0, 1000),
+        llm(2, 1, 10, 100, ask("lookup_order", "call_0", {"order_id": "A-1"})),
+        tool(3, 1, "lookup_order", 101, 110, call_id="call_0", status_code=2),
+        tool(4, 1, "lookup_order", 111, 120, call_id="call_0"),
+        llm(5, 1, 300, 400, ask("lookup_order", "call_0", {"order_id": "B-2"})),
+        tool(6, 1, "lookup_order", 405, 410, call_id="call_0"),
+        llm(7, 1, 500, 600, ask("issue_refund", "call_0", {"order_id": "C-3"})),
+        tool(8, 1, "issue_refund", 605, 610, call_id="call_0"),
+    ]
+
+    assert [(c.tool_name, c.arguments, c.span_id) for c in only(spans).calls] == [
+        ("lookup_order", {"order_id": "A-1"}, hexid(3)),
+        ("lookup_order", None, hexid(4)),
+        ("lookup_order", {"order_id": "B-2"}, hexid(6)),
+        ("issue_refund", {"order_id": "C-3"}, hexid(8)),
+    ]
