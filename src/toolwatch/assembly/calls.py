@@ -706,19 +706,11 @@ class _Asked:
 
     def earliest(self) -> _Request | None:
         """The earliest request not paired, paired."""
-        request = self.waiting()
-        if request is not None:
-            self.taken[self.first] += 1
-        return request
-
-    def waiting(self) -> _Request | None:
-        """The earliest request not paired, left so."""
-        outputs, taken = self.outputs, self.taken
-        while self.first < len(outputs):
-            index = self.first
-            if taken[index] < len(outputs[index]):
-                return outputs[index][taken[index]]
-            self.first = index + 1
+        while self.first < len(self.outputs):
+            request = self._next(self.first)
+            if request is not None:
+                return request
+            self.first += 1
         return None
 
     def _next(self, index: int) -> _Request | None:
@@ -753,23 +745,15 @@ def _take_again(
     normalize: Callable[[Any], str],
 ) -> _Request | None:
     """The request ``span`` ran, of a run that uses a call id again, paired: one of its own
-    tool (``_Asked.take``), else the earliest of the id of any tool. Taking "the last asked
-    for before the span started" paired the calls of one output that share an id (asked at
-    one instant) in reverse, the first span with the last request; taking the earliest of
-    the id whatever its tool gave a tool span another tool's request when an earlier turn's
-    call of the id never ran."""
+    tool (``_Asked.take``), never another tool's. Taking "the last asked for before the
+    span started" paired the calls of one output that share an id (asked at one instant) in
+    reverse, the first span with the last request; taking the earliest of the id whatever
+    its tool gave a tool span another tool's request (its arguments, and that call lost)
+    when an earlier turn's call of the id never ran. An id used again names no call: a span
+    of a tool the id never asked for is a call of its own."""
     tools = reused.get(call_id)
-    if tools is None:
-        return None
-    asked = tools.get(normalize(_raw_name(span)))
-    if asked is not None:
-        return asked.take(span.start_ns)
-    first: tuple[int, _Asked] | None = None
-    for other in tools.values():
-        waiting = other.waiting()
-        if waiting is not None and (first is None or waiting.position < first[0]):
-            first = waiting.position, other
-    return first[1].earliest() if first is not None else None
+    asked = tools.get(normalize(_raw_name(span))) if tools is not None else None
+    return asked.take(span.start_ns) if asked is not None else None
 
 
 def _join_by_name(

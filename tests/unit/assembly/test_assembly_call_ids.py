@@ -104,3 +104,23 @@ def test_a_retried_call_takes_no_request_of_a_turn_asked_after_it_ran() -> None:
         ("lookup_order", {"order_id": "B-2"}, hexid(6)),
         ("issue_refund", {"order_id": "C-3"}, hexid(8)),
     ]
+
+
+def test_a_span_of_a_tool_a_reused_id_never_asked_for_takes_no_other_tools_request() -> None:
+    """Under an id used again, a tool span whose tool no request of the id names (a tool the
+    framework ran itself) is a call of its own: the refund asked for and never run stays a
+    call never run, not the search's arguments (taking the earliest of the id, whatever its
+    tool, made it a search of order A-1 and lost the refund)."""
+    spans = [
+        agent(1, None, "refund-bot", 0, 1000),
+        llm(2, 1, 10, 100, ask("lookup_order", "call_0", {"order_id": "A-1"})),
+        tool(3, 1, "lookup_order", 105, 110, call_id="call_0"),
+        llm(4, 1, 200, 300, ask("issue_refund", "call_0", {"order_id": "A-1"})),
+        tool(5, 1, "search_kb", 305, 310, call_id="call_0"),
+    ]
+
+    assert [(c.tool_name, c.arguments, c.span_id) for c in only(spans).calls] == [
+        ("lookup_order", {"order_id": "A-1"}, hexid(3)),
+        ("issue_refund", {"order_id": "A-1"}, None),
+        ("search_kb", None, hexid(5)),
+    ]
