@@ -1,0 +1,205 @@
+"""Dense and hostile binary requests for the scanner fuzzer, and the check of the census and
+the sift (``toolwatch.ingest._wire.census`` and ``sift``) against protobuf and a whole decode.
+
+``dense_body`` builds a request of runs of tiny entries, the shapes ``_wire.sift`` reads
+(``toolwatch.ingest.protobuf_pieces``): empty and few-byte spans, spans protobuf refuses
+(field 0, truncated varints, wire types 3, 4, 6 and 7, groups ended by another's tag, groups
+and arrays nested past protobuf's 100 levels, lengths near 2^64 or past the end, varints and
+tags longer than protobuf reads, strings that are not UTF-8), spans with ids valid or not,
+and resources and scopes whose own fields are valid, corrupt or odd (non-canonical varints),
+some entries with stray fields between them.
+
+``check_sifted`` holds the census and the sift to their contracts for any body: the census
+counts what ``protobuf_pieces.entries`` counts; the sift's pieces are well formed, and
+decoding them (``decode._decode_sifted``) gives the batch a whole decode gives (protobuf's
+parse and the reference scanner, else ``salvage``; refused by both or neither).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from toolwatch.ingest.decode import (
+    DecodedBatch,
+    DecodeError,
+    DecodeOptions,
+    _decode_sifted,
+    _Decoder,
+    decode_request,
+    scanner,
+)
+from toolwatch.ingest.protobuf_pieces import SIFTED_REASONS, entries
+from toolwatch.ingest.salvage import salvage
+from toolwatch.ingest.scan import WireError
+
+__all__ = ["check_sifted", "dense_body"]
+
+_TRACE = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
+_OPTIONS = DecodeOptions(decoder="reference", reference_keys=frozenset({"toolwatch.case_id"}))
+_KINDS = ("resource", "spans", "rejected")
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def _overlong(value: int, extra: int) -> bytes:
+    """``value`` as a varint ``extra`` bytes longer than it needs (protobuf reads up to 10)."""
+    out = bytearray(_varint(value))
+    out[-1] |= 0x80
+    out.extend(b"\x80" * (extra - 1) + b"\x00")
+    return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _groups(depth: int, number: int = 20) -> bytes:
+    opened, closed = _varint(number << 3 | 3), _varint(number << 3 | 4)
+    return opened * depth + closed * depth
+
+
+def _arrays(depth: int) -> bytes:
+    value = b""
+    for _ in range(depth):
+        value = _field(5, _field(1, value))
+    return _field(9, _field(1, b"k") + _field(2, value))
+
+
+def _ids(rng: random.Random) -> bytes:
+    trace = rng.choice([_TRACE, bytes(16), b"\x01", _TRACE[:15]])
+    span = rng.choice([rng.randbytes(8), bytes(8), b"\x02" * 7, b""])
+    parent = rng.choice([b"", b"", rng.randbytes(8), b"\x03"])
+    body = _field(1, trace) + _field(2, span)
+    return body + (_field(4, parent) if parent else b"")
+
+
+def _hostile(rng: random.Random) -> bytes:
+    """A few bytes protobuf refuses, or reads oddly, as a message's content."""
+    tag = _varint(rng.randint(1, 20) << 3 | 2)
+    return rng.choice(
+        [
+            b"\x00",  # field 0
+            b"\x08",  # a truncated varint
+            bytes([rng.randint(1, 15) << 3 | rng.choice((6, 7))]),  # wire types 6, 7
+            _varint(rng.randint(1, 20) << 3 | 4),  # an end-group tag outside a group
+            _varint(20 << 3 | 3) + _varint(21 << 3 | 4),  # a group ended by another's tag
+            _varint(20 << 3 | 3),  # a group never ended
+            _groups(rng.choice((1, 96, 97, 98, 99, 100, 101))),
+            _arrays(rng.choice((1, 46, 47, 48, 49))),
+            tag + _varint(2**64 - 1),  # a length near 2^64
+            tag + _varint(2**63 + rng.randint(0, 9)),
+            tag + _varint(2**32 + 1) + b"x",
+            tag + b"\xff" * 9 + b"\x7f",  # a 10-byte length past 2^64
+            tag + _varint(5) + b"abc",  # a length past the end
+            b"\x08" + b"\xff" * 10 + b"\x01",  # a varint of 11 bytes
+            _overlong(1 << 3 | 2, 5) + b"\x00",  # a tag of 6 bytes
+            _overlong(5 << 3 | 2, 3) + _overlong(1, 4) + b"n",  # a tag of 4, a length of 5
+            b"\x08" + _overlong(7, 9),  # a varint of 10 bytes
+            _field(5, b"\xff"),  # a name that is not UTF-8
+            _field(5, b"\xed\xa0\x80"),  # a surrogate
+            _field(9, _field(1, b"\xc0\x80")),  # an attribute key, overlong UTF-8
+            b"\x08\x00",  # a trace id sent as a varint: unknown
+            _varint(1 << 3 | 5) + b"abcd",  # and as fixed32
+        ]
+    )
+
+
+def _span(rng: random.Random, spans: list[bytes]) -> bytes:
+    roll = rng.random()
+    if roll < 0.2:
+        return b""
+    if roll < 0.45:
+        return _hostile(rng)
+    if roll < 0.65:
+        return _ids(rng)
+    if roll < 0.8 and spans:
+        return rng.choice(spans)
+    return _ids(rng) + _hostile(rng)
+
+
+def _own(rng: random.Random, fields: list[bytes]) -> bytes:
+    """A resource's or scope's own fields: none, valid, corrupt, or with an odd varint."""
+    roll = rng.random()
+    if roll < 0.4:
+        return b""
+    if roll < 0.7:
+        return rng.choice(fields)
+    if roll < 0.85:
+        return _field(1, _hostile(rng))
+    return _varint(30 << 3 | 2) + _overlong(1, 3) + b"x"  # an unknown field, length overlong
+
+
+_RESOURCES = [_field(1, _field(1, b"service.name" + b"")), _field(3, b"https://x"), b"\x10\x07"]
+_SCOPES = [_field(1, _field(1, b"tool")), _field(2, b"1.0"), _field(3, b"\xff"), b"\x20\x01"]
+
+
+def dense_body(rng: random.Random, spans: list[bytes]) -> bytes:
+    """A request of runs of small entries (``spans``: real spans' bytes to mix in)."""
+    resources = []
+    for _ in range(rng.randint(1, 4)):
+        scopes = []
+        for _ in range(rng.randint(0, 4)):
+            entries_ = []
+            for _ in range(rng.randint(0, 6)):
+                entry = _field(2, _span(rng, spans))
+                entries_.append(entry * rng.choice((1, 1, 2, 5, 40, 300)))
+            if rng.random() < 0.1:  # a stray field between the spans
+                entries_.insert(rng.randint(0, len(entries_)), _hostile(rng))
+            own = _own(rng, _SCOPES)
+            at = rng.randint(0, len(entries_))
+            scopes.append(_field(2, b"".join(entries_[:at]) + own + b"".join(entries_[at:])))
+        body = _own(rng, _RESOURCES) + b"".join(scopes)
+        resources.append(_field(1, body) * rng.choice((1, 1, 3, 50)))
+    if rng.random() < 0.05:
+        resources.insert(rng.randint(0, len(resources)), _hostile(rng))
+    return b"".join(resources)
+
+
+def _whole(body: bytes) -> DecodedBatch | str:
+    try:
+        return _Decoder(_OPTIONS).scan(scanner(_OPTIONS).scan_bytes(body))
+    except WireError:
+        salvaged = salvage(body)
+        if salvaged is None:
+            return "refused"
+        return decode_request(salvaged[0], _OPTIONS, salvaged[1])
+
+
+def _check_pieces(sifted: list[Any]) -> None:
+    for piece in sifted:
+        kind, at, data, count, counts, traces = piece
+        assert kind in _KINDS and len(at) == 3 and isinstance(data, bytes), piece
+        assert all(type(n) is int and n >= 0 for n in (*at, count)), piece
+        if kind == "rejected":
+            assert len(counts) == len(SIFTED_REASONS) and sum(counts) == count > 0, piece
+            assert all(type(t) is bytes and len(t) == 16 for t in traces), piece
+        else:
+            assert counts == () and traces == () and (count > 0) == (kind == "spans"), piece
+
+
+def check_sifted(wire: Any, body: bytes) -> str | None:
+    """What the census or the sift of ``body`` gets wrong, or ``None``."""
+    counted, expected = wire.census(body), entries(body)
+    if counted != expected:
+        return f"census counts {counted}, entries {expected}"
+    sifted = wire.sift(body)
+    if isinstance(sifted, list):
+        _check_pieces(sifted)
+    elif not isinstance(sifted, str):
+        return f"sift returned {type(sifted).__name__}"
+    try:
+        got: DecodedBatch | str = _decode_sifted(body, _OPTIONS, scanner(_OPTIONS), sifted)
+    except DecodeError:
+        got = "refused"
+    want = _whole(body)
+    if got != want:
+        return f"sifted {got!r:.600}\nwhole {want!r:.600}"
+    return None
