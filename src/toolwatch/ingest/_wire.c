@@ -1256,15 +1256,18 @@ static int bytes_field(Bytes *out, uint32_t number, const Bytes *head, const Byt
     return tail != NULL ? bytes_add(out, tail->data, tail->size) : OK;
 }
 
-/* A container's own fields: all but its children (field `child`, length-delimited). */
-static int own_fields(Buf b, uint32_t child, Bytes *out) {
+/* A ResourceSpans' or ScopeSpans' own fields: all but its children (field 2) and its
+ * schema_url (field 3), both length-delimited. Nothing reads a schema_url, and salvage drops
+ * it: one that is not UTF-8 must not make a piece protobuf refuses. */
+static int own_fields(Buf b, Bytes *out) {
     while (b.p < b.end) {
         const uint8_t *start = b.p;
         uint32_t number = 0;
         int wire = 0;
         (void)judge_tag(&b, &number, &wire); /* judged before */
         (void)judge_skip(&b, number, wire, 0);
-        if (number != child || wire != 2) TRY(bytes_add(out, start, (size_t)(b.p - start)));
+        if ((number != 2 && number != 3) || wire != 2)
+            TRY(bytes_add(out, start, (size_t)(b.p - start)));
     }
     return OK;
 }
@@ -1296,9 +1299,9 @@ typedef struct {
 static PyObject *sift_request(const Sift *w, int with_scope, const Buf *spans, int n) {
     Bytes own = {0}, scope = {0}, resource = {0};
     PyObject *result = NULL;
-    int rc = own_fields(w->resource, 2, &own);
+    int rc = own_fields(w->resource, &own);
     if (rc == OK && with_scope) {
-        rc = own_fields(w->scope, 2, &scope);
+        rc = own_fields(w->scope, &scope);
         for (int i = 0; rc == OK && i < n; i++)
             rc = bytes_add(&scope, spans[i].p, (size_t)(spans[i].end - spans[i].p));
         Bytes nested = {0};
@@ -1416,7 +1419,7 @@ static int sift_scope(Sift *w, Buf b, int bad) {
             if (read_bytes(&walk, &body) != OK) return CORRUPT;
             if (number == 1 && judge(body, &Scope_, 3) != OK) bad = w->corrupt = 1;
             else if (number == 3 && !utf8_valid(body.p, (size_t)(body.end - body.p)))
-                return CORRUPT;
+                w->corrupt = 1; /* protobuf refuses it; salvage reads no schema_url */
         } else if (judge_skip(&walk, number, wire, 2) != OK) {
             return CORRUPT;
         }
@@ -1457,7 +1460,7 @@ static int sift_resource(Sift *w, Buf b) {
             if (read_bytes(&walk, &body) != OK) return CORRUPT;
             if (number == 1 && judge(body, &Resource_, 2) != OK) bad = w->corrupt = 1;
             else if (number == 3 && !utf8_valid(body.p, (size_t)(body.end - body.p)))
-                return CORRUPT;
+                w->corrupt = 1; /* as in a scope */
         } else if (judge_skip(&walk, number, wire, 1) != OK) {
             return CORRUPT;
         }

@@ -242,3 +242,22 @@ def test_the_sift_judges_each_span_as_protobuf_does(body: bytes) -> None:
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(scan, "_SIFT", None)
             assert sifted == _outcome(request, "auto") == _outcome(request, "reference")
+
+
+@pytest.mark.skipif(scan._SIFT is None, reason=scan.COMPILED_UNAVAILABLE or "built")
+@pytest.mark.parametrize("level", ["resource_spans", "scope_spans"])
+def test_a_schema_url_that_is_not_utf8_refuses_only_what_salvage_refuses(level: str) -> None:
+    """protobuf refuses the request; salvage, which reads no schema_url, keeps its spans when
+    another is malformed (``tools/fuzz/dense.py`` found the sift refusing such a request)."""
+    bad_url = field(3, b"\xff")
+    spans = field(2, b"\x00") * 20 + field(2, span("ok").SerializeToString())
+    scope = field(2, spans + (bad_url if level == "scope_spans" else b""))
+    body = field(1, scope + (bad_url if level == "resource_spans" else b""))
+
+    batch = _decode(body, "auto")
+
+    assert (batch.received, len(batch.spans), batch.rejected) == (21, 1, {"malformed_span": 20})
+    assert batch == _whole_outcome(body, "auto")
+    without_malformed = body.replace(field(2, b"\x00") * 20, field(2, b"") * 20)
+    assert _outcome(without_malformed, "auto") == "DecodeError"
+    assert _whole_outcome(without_malformed, "auto") == "DecodeError"
