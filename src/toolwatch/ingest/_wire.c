@@ -1256,9 +1256,10 @@ static int bytes_field(Bytes *out, uint32_t number, const Bytes *head, const Byt
     return tail != NULL ? bytes_add(out, tail->data, tail->size) : OK;
 }
 
-/* A ResourceSpans' or ScopeSpans' own fields: all but its children (field 2) and its
- * schema_url (field 3), both length-delimited. Nothing reads a schema_url, and salvage drops
- * it: one that is not UTF-8 must not make a piece protobuf refuses. */
+/* A ResourceSpans' or ScopeSpans' own fields as salvage keeps them: its resource or scope
+ * (field 1, length-delimited), all of them, merged as protobuf merges them. Nothing reads the
+ * others (schema_url, unknown fields), and one protobuf refuses where it stands (a schema_url
+ * that is not UTF-8, groups too deep: sift_own) must not make a piece it refuses. */
 static int own_fields(Buf b, Bytes *out) {
     while (b.p < b.end) {
         const uint8_t *start = b.p;
@@ -1266,8 +1267,7 @@ static int own_fields(Buf b, Bytes *out) {
         int wire = 0;
         (void)judge_tag(&b, &number, &wire); /* judged before */
         (void)judge_skip(&b, number, wire, 0);
-        if ((number != 2 && number != 3) || wire != 2)
-            TRY(bytes_add(out, start, (size_t)(b.p - start)));
+        if (number == 1 && wire == 2) TRY(bytes_add(out, start, (size_t)(b.p - start)));
     }
     return OK;
 }
@@ -1406,24 +1406,37 @@ static int sift_span(Sift *w, Py_ssize_t p, Buf field, Buf span, int code) {
     return OK;
 }
 
-/* A ScopeSpans: its own fields judged, then its spans, each judged. `bad`: its resource's
- * own fields are corrupt (its spans are then rejected, as salvage rejects them). */
-static int sift_scope(Sift *w, Buf b, int bad) {
-    Buf walk = b;
-    while (walk.p < walk.end) {
+/* The own fields of a ResourceSpans or ScopeSpans at `level` (1, 2), its resource or scope
+ * (field 1) a message `m`, judged as salvage judges them: CORRUPT where salvage cannot read
+ * the container (its outline, parsed on its own, from level 0: wire data, or groups nested
+ * past 100 levels from there); `*bad` (its spans are rejected) where protobuf cannot parse
+ * its resource or scope at its place; and w->corrupt where protobuf refuses the request
+ * for them (those two, a schema_url that is not UTF-8, or groups too deep at this level but
+ * not from level 0, which salvage drops). */
+static int sift_own(Sift *w, Buf b, const Message *m, int level, int *bad) {
+    while (b.p < b.end) {
         uint32_t number = 0;
         int wire = 0;
         Buf body;
-        if (judge_tag(&walk, &number, &wire) != OK) return CORRUPT;
+        if (judge_tag(&b, &number, &wire) != OK) return CORRUPT;
         if (wire == 2 && number <= 3) {
-            if (read_bytes(&walk, &body) != OK) return CORRUPT;
-            if (number == 1 && judge(body, &Scope_, 3) != OK) bad = w->corrupt = 1;
+            if (read_bytes(&b, &body) != OK) return CORRUPT;
+            if (number == 1 && judge(body, m, level + 1) != OK) *bad = w->corrupt = 1;
             else if (number == 3 && !utf8_valid(body.p, (size_t)(body.end - body.p)))
-                w->corrupt = 1; /* protobuf refuses it; salvage reads no schema_url */
-        } else if (judge_skip(&walk, number, wire, 2) != OK) {
-            return CORRUPT;
+                w->corrupt = 1;
+            continue;
         }
+        Buf here = b;
+        if (judge_skip(&b, number, wire, 0) != OK) return CORRUPT;
+        if (wire == 3 && judge_skip(&here, number, wire, level) != OK) w->corrupt = 1;
     }
+    return OK;
+}
+
+/* A ScopeSpans: its own fields judged, then its spans, each judged. `bad`: its resource's
+ * own fields are corrupt (its spans are then rejected, as salvage rejects them). */
+static int sift_scope(Sift *w, Buf b, int bad) {
+    if (sift_own(w, b, &Scope_, 2, &bad) != OK) return CORRUPT;
     w->scope = b;
     Py_ssize_t p = 0;
     while (b.p < b.end) {
@@ -1450,21 +1463,7 @@ static int sift_scope(Sift *w, Buf b, int bad) {
 /* A ResourceSpans: its own fields judged, then its scopes. */
 static int sift_resource(Sift *w, Buf b) {
     int bad = 0;
-    Buf walk = b;
-    while (walk.p < walk.end) {
-        uint32_t number = 0;
-        int wire = 0;
-        Buf body;
-        if (judge_tag(&walk, &number, &wire) != OK) return CORRUPT;
-        if (wire == 2 && number <= 3) {
-            if (read_bytes(&walk, &body) != OK) return CORRUPT;
-            if (number == 1 && judge(body, &Resource_, 2) != OK) bad = w->corrupt = 1;
-            else if (number == 3 && !utf8_valid(body.p, (size_t)(body.end - body.p)))
-                w->corrupt = 1; /* as in a scope */
-        } else if (judge_skip(&walk, number, wire, 1) != OK) {
-            return CORRUPT;
-        }
-    }
+    if (sift_own(w, b, &Resource_, 1, &bad) != OK) return CORRUPT;
     w->resource = b;
     w->resource_given = 0;
     w->s = 0;

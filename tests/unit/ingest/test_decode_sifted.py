@@ -261,3 +261,24 @@ def test_a_schema_url_that_is_not_utf8_refuses_only_what_salvage_refuses(level: 
     without_malformed = body.replace(field(2, b"\x00") * 20, field(2, b"") * 20)
     assert _outcome(without_malformed, "auto") == "DecodeError"
     assert _whole_outcome(without_malformed, "auto") == "DecodeError"
+
+
+@pytest.mark.skipif(scan._SIFT is None, reason=scan.COMPILED_UNAVAILABLE or "built")
+@pytest.mark.parametrize(("level", "depth"), [("resource_spans", 100), ("scope_spans", 99)])
+def test_unknown_groups_too_deep_for_their_place_refuse_only_what_salvage_refuses(
+    level: str, depth: int
+) -> None:
+    """protobuf refuses groups nested past 100 levels below the request; salvage reads a
+    ResourceSpans' and a ScopeSpans' fields from their own level, and keeps their spans
+    (``tools/fuzz/dense.py`` found the sift refusing such a request)."""
+    groups = _groups(depth)
+    spans = field(2, b"\x00") * 20 + field(2, span("ok").SerializeToString())
+    scope = field(2, spans + (groups if level == "scope_spans" else b""))
+    body = field(1, scope + (groups if level == "resource_spans" else b""))
+
+    batch = _decode(body, "auto")
+
+    assert (batch.received, len(batch.spans), batch.rejected) == (21, 1, {"malformed_span": 20})
+    assert batch == _whole_outcome(body, "auto")
+    too_deep = body.replace(groups, _groups(101))
+    assert _outcome(too_deep, "auto") == _whole_outcome(too_deep, "auto") == "DecodeError"
