@@ -1143,12 +1143,16 @@ static int judge_skip(Buf *b, uint32_t number, int wire, int level) {
     }
 }
 
+/* A group protobuf skips: like a message's fields, but field number 0 is read too (upb
+ * refuses it in a message, not in a group it skips; probed, and found by the fuzzer). */
 static int judge_group(Buf *b, uint32_t number, int level) {
     if (level > MAX_LEVEL) return CORRUPT;
     while (b->p < b->end) {
-        uint32_t found;
-        int wire;
-        if (judge_tag(b, &found, &wire) != OK) return CORRUPT;
+        const uint8_t *start = b->p;
+        uint64_t tag;
+        if (read_varint(b, &tag) != OK || b->p - start > 5 || tag > UINT32_MAX) return CORRUPT;
+        uint32_t found = (uint32_t)(tag >> 3);
+        int wire = (int)(tag & 7);
         if (wire == 4) return found == number ? OK : CORRUPT;
         if (judge_skip(b, found, wire, level) != OK) return CORRUPT;
     }

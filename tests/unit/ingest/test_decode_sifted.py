@@ -144,6 +144,8 @@ def _groups(depth: int, number: int = 20) -> bytes:
 
 
 _IDS = field(1, TRACE_ID) + field(2, b"\x02" * 8)
+#: protobuf (upb) refuses field number 0 in a message, not in a group it skips.
+_FIELD_0_IN_GROUP = varint(20 << 3 | 3) + b"\x00\x00" + varint(20 << 3 | 4)
 #: Span bodies protobuf accepts or refuses for each reason the judge knows, and ids
 #: valid or not.
 SPAN_BODIES = [
@@ -174,10 +176,12 @@ SPAN_BODIES = [
     _IDS + field(30, b"\xff"),  # an unknown field: not read
     _IDS + field(9, field(1, b"gen_ai.operation.name") + field(2, field(1, b"execute_tool"))),
     field(1, TRACE_ID) + _groups(2) + field(2, b"\x02" * 8),
+    _IDS + _FIELD_0_IN_GROUP,
+    _IDS + varint(20 << 3 | 3) + b"\x03\x04" + varint(20 << 3 | 4),  # a group of field 0 in one
 ]
 #: Resource and scope own fields: none, valid, corrupt.
 RESOURCES = [b"", field(1, field(1, field(1, b"service.name"))), field(1, field(1, b"\x00"))]
-SCOPES = [b"", field(1, field(1, b"tool")), field(1, field(1, b"\xff"))]
+SCOPES = [b"", field(1, field(1, b"tool")), field(1, field(1, b"\xff")), _FIELD_0_IN_GROUP]
 
 
 @st.composite
