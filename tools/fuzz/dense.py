@@ -202,13 +202,21 @@ def check_sifted(wire: Any, body: bytes) -> str | None:
     if counted != expected:
         return f"census counts {counted}, entries {expected}"
     sifted = wire.sift(body)
+    batches: list[list[Any]] = []
+    handed = wire.sift(body, batches.append)
     if isinstance(sifted, list):
         _check_pieces(sifted)
+        if handed is not None or [piece for batch in batches for piece in batch] != sifted:
+            return f"the sift hands on other pieces than it returns ({handed!r:.200})"
     elif not isinstance(sifted, str):
         return f"sift returned {type(sifted).__name__}"
+    elif handed != sifted:
+        return f"the sift refuses for {sifted!r} and, handing on, for {handed!r}"
     try:
-        got: DecodedBatch | str = _decode_sifted(body, _OPTIONS, scanner(_OPTIONS), sifted)
+        got: DecodedBatch | str = _decode_sifted(body, _OPTIONS, scanner(_OPTIONS), wire.sift)
     except DecodeError:
+        got = "refused"
+    if isinstance(got, str):
         got = "refused"
     want = _whole(body)
     if got != want:

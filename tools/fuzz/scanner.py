@@ -77,7 +77,7 @@ def _kept(body: bytes) -> str:
 
 def _spans_of(seeds: list[bytes]) -> list[bytes]:
     """Every span of the seeds, serialized alone: real spans to mix into dense bodies."""
-    found = []
+    found: list[bytes] = []
     for seed in seeds:
         request = ExportTraceServiceRequest.FromString(seed)
         for resource in request.resource_spans:

@@ -1,6 +1,6 @@
 # Types of the compiled OTLP scanner (src/toolwatch/ingest/_wire.c); see toolwatch.ingest.scan.
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import Any, overload
 
 #: ``{message full name: {field number: (field name, wire kind)}}``: what the scanner knows.
 SCHEMA: dict[str, dict[int, tuple[str, str]]]
@@ -9,7 +9,10 @@ def census(body: bytes) -> int: ...
 
 _Sifted = tuple[str, tuple[int, int, int], bytes, int, tuple[int, ...], tuple[bytes, ...]]
 
-def sift(body: bytes) -> list[_Sifted] | str: ...
+@overload
+def sift(body: bytes, consume: None = None) -> list[_Sifted] | str: ...
+@overload
+def sift(body: bytes, consume: Callable[[list[_Sifted]], object]) -> str | None: ...
 
 class Plan:
     def __init__(

@@ -53,6 +53,7 @@ from toolwatch.ingest.scan import (
     ScannedSpan,
     Scanner,
     ScanPlan,
+    Sift,
     WireError,
 )
 from toolwatch.jsontext import held_size, text_size
@@ -558,10 +559,11 @@ def decode_protobuf(body: bytes, options: DecodeOptions) -> DecodedBatch:
     try:
         scan = found.scan_bytes(body)
     except WireError as exc:
-        sifted = found.sift(body)  # compiled: salvage's answer, at C speed
-        if isinstance(sifted, list):
-            return _decode_sifted(body, options, found, sifted)
-        salvaged = salvage(body) if sifted is None else None
+        sift = found.sift()  # compiled: salvage's answer, at C speed
+        sifted = _decode_sifted(body, options, found, sift) if sift is not None else None
+        if isinstance(sifted, DecodedBatch):
+            return sifted
+        salvaged = salvage(body) if sift is None else None
         if salvaged is None:
             raise DecodeError(f"body is not a valid ExportTraceServiceRequest: {exc}") from exc
         request, problems = salvaged
@@ -616,9 +618,12 @@ def _decode_in_pieces(body: bytes, options: DecodeOptions, found: Scanner) -> De
     runs of small resources whole; a larger resource's own fields scanned once, for its
     attributes, a larger scope's checked once; runs of its small scopes, or of a larger
     scope's spans, scanned with those attributes; a piece protobuf refuses salvaged alone."""
-    sifted = found.sift(body)
-    if sifted is not None:
-        return _decode_sifted(body, options, found, sifted)
+    sift = found.sift()
+    if sift is not None:
+        sifted = _decode_sifted(body, options, found, sift)
+        if isinstance(sifted, str):
+            raise DecodeError(f"body is not a valid ExportTraceServiceRequest: {sifted}")
+        return sifted
     problems: IdProblems = {}
     decoder = _Decoder(options, known=problems)
     attributes: dict[str, Any] = {}
@@ -640,31 +645,36 @@ def _decode_in_pieces(body: bytes, options: DecodeOptions, found: Scanner) -> De
 
 
 def _decode_sifted(
-    body: bytes, options: DecodeOptions, found: Scanner, sifted: list[Sifted] | str
-) -> DecodedBatch:
-    """``_decode_in_pieces`` from the compiled sift (``protobuf_pieces.Sifted``): runs of
-    spans to scan, each resource's own fields scanned once for its attributes, runs of spans
-    rejected unscanned counted at once, the first of them decoded only to be named."""
-    if isinstance(sifted, str):
-        raise DecodeError(f"body is not a valid ExportTraceServiceRequest: {sifted}")
+    body: bytes, options: DecodeOptions, found: Scanner, sift: Sift
+) -> DecodedBatch | str:
+    """``_decode_in_pieces`` from the compiled sift (``protobuf_pieces.Sifted``), or what
+    makes the request undecodable: runs of spans to scan, each resource's own fields scanned
+    once for its attributes, runs of spans rejected unscanned counted at once, the first of
+    them decoded only to be named. The sift hands the pieces on a batch at a time as it finds
+    them, each decoded and let go: what accumulates is the records of valid spans."""
     problems: IdProblems = {}
     decoder = _Decoder(options, known=problems)
     attributes: dict[str, Any] = {}
-    for index, (kind, at, piece, count, counts, traces) in enumerate(sifted):
-        sifted[index] = _DONE  # let go as decoded: its request is a copy of the body's bytes
-        if kind == "resource":
-            attributes = _scan_piece(found, piece, at, kind).resources[0]
-        elif kind == "spans":
-            _add_piece(decoder, found, piece, at, attributes=attributes, problems=problems)
-        else:
-            offenders: list[str] = []
-            if piece and len(decoder.offenders) < _MAX_REPORTED:
-                named_problems: IdProblems = {}
-                named = _Decoder(options, known=named_problems)
-                _add_piece(named, found, piece, at, attributes=None, problems=named_problems)
-                offenders = named.offenders
-            decoder.rejected_run(count, counts, offenders, traces)
-    return decoder.batch()
+
+    def consume(sifted: list[Sifted]) -> None:
+        nonlocal attributes
+        for index, (kind, at, piece, count, counts, traces) in enumerate(sifted):
+            sifted[index] = _DONE  # let go as decoded: its request is a copy of the body's
+            if kind == "resource":
+                attributes = _scan_piece(found, piece, at, kind).resources[0]
+            elif kind == "spans":
+                _add_piece(decoder, found, piece, at, attributes=attributes, problems=problems)
+            else:
+                offenders: list[str] = []
+                if piece and len(decoder.offenders) < _MAX_REPORTED:
+                    named_problems: IdProblems = {}
+                    named = _Decoder(options, known=named_problems)
+                    _add_piece(named, found, piece, at, attributes=None, problems=named_problems)
+                    offenders = named.offenders
+                decoder.rejected_run(count, counts, offenders, traces)
+
+    refused = sift(body, consume)
+    return refused if refused is not None else decoder.batch()
 
 
 _DONE: Final[Sifted] = ("", (0, 0, 0), b"", 0, (), ())

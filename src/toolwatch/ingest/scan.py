@@ -310,8 +310,10 @@ class _CompiledPlan(Protocol):
     def scan(self, body: bytes) -> tuple[list[dict[str, Any]], list[ScannedSpan]] | None: ...
 
 
-#: ``_wire.sift``: a dense request told apart (``protobuf_pieces.Sifted``), or what is wrong.
-Sift: TypeAlias = Callable[[bytes], "list[Sifted] | str"]
+#: ``_wire.sift(body, consume)``: a dense request told apart, its pieces
+#: (``protobuf_pieces.Sifted``) handed to ``consume`` a batch at a time; what is wrong, or
+#: ``None``.
+Sift: TypeAlias = Callable[[bytes, Callable[[list[Sifted]], object]], "str | None"]
 
 
 def _load_compiled() -> tuple[
@@ -386,11 +388,11 @@ class Scanner:
         return _CENSUS(body)
 
     @staticmethod
-    def sift(body: bytes) -> list[Sifted] | str | None:
-        """A dense request told apart by the compiled ``_wire.sift`` (``protobuf_pieces``:
-        ``Sifted``), or what makes it undecodable; ``None`` where the extension is not built
-        (``protobuf_pieces.pieces`` then reads it, whichever scanner reads the spans)."""
-        return None if _SIFT is None else _SIFT(body)
+    def sift() -> Sift | None:
+        """The compiled ``_wire.sift``, which tells a dense request apart (``protobuf_pieces``:
+        ``Sifted``); ``None`` where the extension is not built (``protobuf_pieces.pieces`` then
+        reads it, whichever scanner reads the spans)."""
+        return _SIFT
 
     def scan_bytes(self, body: bytes) -> Scan:
         """Scan a binary protobuf request; raises ``WireError`` when it is not valid."""

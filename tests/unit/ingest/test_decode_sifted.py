@@ -4,7 +4,10 @@ which spans are rejected, for what, and what the partial success says."""
 
 from __future__ import annotations
 
+import gc
+import sys
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -286,3 +289,62 @@ def test_unknown_groups_too_deep_for_their_place_refuse_only_what_salvage_refuse
     assert batch == _whole_outcome(body, "auto")
     too_deep = body.replace(groups, _groups(101))
     assert _outcome(too_deep, "auto") == _whole_outcome(too_deep, "auto") == "DecodeError"
+
+
+@pytest.mark.skipif(scan._SIFT is None, reason=scan.COMPILED_UNAVAILABLE or "built")
+def test_the_sift_hands_its_pieces_on_in_batches_as_it_finds_them() -> None:
+    """A request alternating kept and rejected spans makes a piece of each: all at once,
+    they took 21 times a 20 MiB body (README, Memory). Handed on a batch at a time, they
+    are the pieces the sift returns, in order, at most 256 at once."""
+    body = SHAPES["mixed"](SIZE)
+    batches: list[list[object]] = []
+    sift: Any = scan._SIFT
+
+    handed = sift(body, batches.append)
+
+    every = sift(body)
+    assert handed is None
+    assert isinstance(every, list) and len(every) == 1 + 1210  # the resource, a piece per span
+    assert [piece for batch in batches for piece in batch] == every
+    assert len(batches) == 5 and max(len(batch) for batch in batches) == 256
+
+
+def _sift_failing(sift: Any, body: bytes, at: int, consume: Any) -> object:
+    """The sift of ``body`` with the ``at``-th memory allocation failing (``_testcapi``)."""
+    testcapi = pytest.importorskip("_testcapi")
+    testcapi.set_nomemory(at, at + 1)
+    try:
+        return sift(body, consume)
+    except MemoryError:
+        return MemoryError
+    finally:
+        testcapi.remove_mem_hooks()
+
+
+@pytest.mark.skipif(scan._SIFT is None, reason=scan.COMPILED_UNAVAILABLE or "built")
+@pytest.mark.parametrize("handing_on", [False, True])
+def test_the_sift_out_of_memory_raises_memory_error_and_leaks_nothing(handing_on: bool) -> None:
+    """Every allocation the sift makes, made to fail in turn: each error path gives a
+    MemoryError (not a SystemError, a crash or a half-built piece) and frees what it made."""
+    pytest.importorskip("_testcapi")
+    corrupt_resource = field(1, field(1, field(1, b"\x00")))
+    body = SHAPES["mixed"](1000) + corrupt_resource + SHAPES["nested_6"](200)
+    sift: Any = scan._SIFT
+    consume = (lambda batch: None) if handing_on else None
+    expected = sift(body, consume)
+
+    def sweep() -> set[str]:
+        outcomes, at, succeeded = set(), 0, 0
+        while succeeded < 50:  # past the last allocation
+            outcome = _sift_failing(sift, body, at, consume)
+            outcomes.add("expected" if outcome == expected else repr(outcome)[:80])
+            succeeded = succeeded + 1 if outcome == expected else 0
+            at += 1
+        return outcomes
+
+    sweep()  # the first MemoryError's and the interpreter's one-time allocations
+    gc.collect()
+    blocks = sys.getallocatedblocks()
+    assert sweep() == {"expected", repr(MemoryError)}
+    gc.collect()
+    assert sys.getallocatedblocks() - blocks <= 2  # not one per failure (there are hundreds)
