@@ -1287,10 +1287,15 @@ static PyObject *KIND_RESOURCE, *KIND_SPANS, *KIND_REJECTED;
  * A request alternating kept and rejected spans makes a piece of each span, about 350 bytes
  * for a few on the wire: all at once, they took 21 times the body (bench, 20 MiB). */
 #define SIFT_BATCH 256
+/* The sift lets other threads run after each this many bytes of the body walked: a 20 MiB
+ * request of 2-byte spans is walked in about half a second, the server's event loop paused
+ * all along while it held the GIL (README, Decoding). 256 KiB: about 10 ms of walking. */
+#define SIFT_YIELD_BYTES (256 * 1024)
 
 typedef struct {
     PyObject *pieces;       /* the pieces not yet handed on (a list) */
     PyObject *consume;      /* called with each batch of pieces, or NULL: all returned */
+    const uint8_t *yielded; /* where the walk last let other threads run */
     Py_ssize_t batched;     /* bytes of the requests of `pieces` */
     const char *error;      /* what is wrong, when the request cannot be decoded */
     Py_ssize_t r, s;        /* the resource and scope walked */
@@ -1412,9 +1417,20 @@ static int sift_flush(Sift *w) {
     return sift_piece(w, KIND_REJECTED, w->s, w->first, data, count, counts, traces);
 }
 
+/* Let other threads run if the walk, now at `at`, went SIFT_YIELD_BYTES since it last did.
+ * Safe: no Python object is touched meanwhile, and the body's buffer is held (a bytearray
+ * cannot be resized while exported). */
+static void sift_yield(Sift *w, const uint8_t *at) {
+    if (at - w->yielded < SIFT_YIELD_BYTES) return;
+    w->yielded = at;
+    Py_BEGIN_ALLOW_THREADS
+    Py_END_ALLOW_THREADS
+}
+
 /* Add the span at `p` (its field whole, and its bytes) to the runs: code KEEP or R_*. */
 static int sift_span(Sift *w, Py_ssize_t p, Buf field, Buf span, int code) {
     int keep = code == KEEP;
+    sift_yield(w, field.end);
     if (w->count > 0 && (keep != w->keep
                          || (keep && (field.p != w->end || w->count >= PIECE_SPANS
                                       || w->end - w->start >= PIECE_BYTES))))
@@ -1517,6 +1533,7 @@ static int sift_resource(Sift *w, Buf b) {
             continue;
         }
         (void)read_bytes(&b, &scope);
+        sift_yield(w, scope.p);
         int rc = sift_scope(w, scope, bad);
         if (rc == CORRUPT) w->error = "a scope_spans' own fields";
         TRY(rc);
@@ -1539,6 +1556,7 @@ static PyObject *sift(PyObject *module, PyObject *args) {
     Sift w;
     memset(&w, 0, sizeof w);
     w.consume = consume == Py_None ? NULL : consume;
+    w.yielded = b.p;
     int rc = (w.pieces = PyList_New(0)) != NULL ? OK : FAILED;
     while (rc == OK && b.p < b.end) {
         uint32_t number = 0;
@@ -1551,6 +1569,7 @@ static PyObject *sift(PyObject *module, PyObject *args) {
         } else if (read_bytes(&b, &resource) != OK) {
             rc = CORRUPT;
         } else {
+            sift_yield(&w, resource.p);
             rc = sift_resource(&w, resource);
             if (rc == CORRUPT && w.error == NULL) w.error = "a resource_spans' own fields";
             if (rc == OK) w.r++;
