@@ -1107,7 +1107,9 @@ static PyObject *census(PyObject *module, PyObject *arg) {
  * a record, in runs, each a small request to scan; and the spans rejected without one, in runs
  * counted by reason (what their scan and decode would reject them for), with the trace ids they
  * hand on. No Python object is made for a span rejected here but its trace id, so a request of
- * a million spans of a few bytes costs what reading them costs.
+ * a million spans of a few bytes costs what reading them costs. sift(body, consume) hands the
+ * pieces to consume a batch at a time as it finds them (SIFT_BATCH), so that they are decoded
+ * and let go as it goes, and lets other threads run as it walks (SIFT_YIELD_BYTES).
  *
  * Unlike the scanner, this is protobuf's judge, not a fast path beside it: judge() answers what
  * protobuf's parser answers for a message, at its place in the request -- it refuses corrupt

@@ -32,7 +32,9 @@ of a million spans of a few bytes, corrupt or not, decodes in hundredths of a se
 ``pieces`` and ``salvage`` took seconds to minutes: ``python -m bench.hostile_decode``), and
 a resource or scope protobuf cannot parse rejects its spans whatever its size, as a whole
 decode does. ``decode`` uses it too for a request protobuf refuses whole, in place of
-``salvage``.
+``salvage``. It hands its pieces on a batch at a time as it finds them, each decoded and let
+go, so that what a request alternating kept and rejected spans costs (a piece per span) is
+not all held at once.
 
 Pure functions: they read their arguments only; safe from any thread.
 """
@@ -223,8 +225,9 @@ def _own_fields(data: bytes, start: int, end: int, child: int) -> bytes:
 #: its spans are read without them). ``count`` is 1 but for ``empty``.
 Piece = tuple[str, tuple[int, int, int], bytes, int]
 
-#: What the compiled ``_wire.sift`` returns for a dense request, in its order, instead of
-#: ``pieces``: ``(kind, (resource, scope, span), request, count, counts, trace_ids)``.
+#: What the compiled ``_wire.sift`` hands on for a dense request (a list at a time), in its
+#: order, instead of ``pieces``:
+#: ``(kind, (resource, scope, span), request, count, counts, trace_ids)``.
 #: ``resource``: a resource's own fields as a request, before the first ``spans`` of it;
 #: ``spans``: a run of ``count`` consecutive spans to scan, as a request of an empty resource
 #: and scope; ``rejected``: ``count`` consecutive spans rejected unscanned, ``counts`` of them
