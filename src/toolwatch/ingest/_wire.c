@@ -1054,10 +1054,10 @@ static int census_skip(Buf *b, uint32_t number, int wire, int depth) {
     case 2: return read_bytes(b, &body);
     case 3:
         if (depth >= MAX_DEPTH) return FALLBACK;
-        while (b->p < b->end) {
+        while (b->p < b->end) { /* field number 0 too: upb skips it in a group */
             uint64_t tag;
             TRY(read_varint(b, &tag));
-            if ((tag >> 3) == 0) return FALLBACK;
+            if (tag > UINT32_MAX) return FALLBACK;
             if ((tag & 7) == 4) return (tag >> 3) == number ? OK : FALLBACK;
             TRY(census_skip(b, (uint32_t)(tag >> 3), (int)(tag & 7), depth + 1));
         }

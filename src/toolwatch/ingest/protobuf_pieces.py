@@ -102,12 +102,13 @@ def _varint(data: bytes, at: int, end: int) -> tuple[int, int]:
         shift += 7
 
 
-def _field(data: bytes, at: int, end: int) -> _Field:
+def _field(data: bytes, at: int, end: int, in_group: bool = False) -> _Field:
     """The field at ``at``; ``FramingError`` where the wire format breaks. A group (wire types
-    3 and 4), which protobuf keeps as an unknown field, is read whole."""
+    3 and 4), which protobuf keeps as an unknown field, is read whole. ``in_group``: the
+    field is in one, where upb skips field number 0 too (it refuses it in a message)."""
     tag, value_start = _varint(data, at, end)
     number, wire = tag >> 3, tag & 7
-    if number == 0 or tag > 0xFFFFFFFF:
+    if (number == 0 and not in_group) or tag > 0xFFFFFFFF:
         raise FramingError("a field numbered 0")
     if wire == _LENGTH_DELIMITED:
         length, value_start = _varint(data, value_start, end)
@@ -131,14 +132,16 @@ def _group_end(data: bytes, at: int, end: int, number: int, depth: int) -> int:
         raise FramingError("groups nested too deeply")
     while at < end:
         tag, after = _varint(data, at, end)
-        if tag >> 3 != 0 and tag & 7 == 4:
+        if tag > 0xFFFFFFFF:
+            raise FramingError("a tag past 32 bits")
+        if tag & 7 == 4:
             if tag >> 3 != number:
                 raise FramingError("a group ends with another's tag")
             return after
-        if tag >> 3 != 0 and tag & 7 == 3:
+        if tag & 7 == 3:
             at = _group_end(data, after, end, tag >> 3, depth + 1)
         else:
-            at = _field(data, at, end)[3]
+            at = _field(data, at, end, in_group=True)[3]
     raise FramingError("truncated")
 
 
