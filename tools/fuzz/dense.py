@@ -10,7 +10,9 @@ and resources and scopes whose own fields are valid, corrupt or odd (non-canonic
 some entries with stray fields between them.
 
 ``check_sifted`` holds the census and the sift to their contracts for any body: the census
-counts what ``protobuf_pieces.entries`` counts; the sift's pieces are well formed, and
+counts what ``protobuf_pieces.entries`` counts, and what protobuf parses where it parses
+the body (else a dense request could pass for a sparse one); the sift's pieces are well
+formed, handed on in batches as it returns them, and
 decoding them (``decode._decode_sifted``) gives the batch a whole decode gives (protobuf's
 parse and the reference scanner, else ``salvage``; refused by both or neither).
 """
@@ -19,6 +21,9 @@ from __future__ import annotations
 
 import random
 from typing import Any
+
+from google.protobuf.message import DecodeError as ProtobufDecodeError
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from toolwatch.ingest.decode import (
     DecodedBatch,
@@ -184,6 +189,18 @@ def _whole(body: bytes) -> DecodedBatch | str:
         return decode_request(salvaged[0], _OPTIONS, salvaged[1])
 
 
+def _parsed_entries(body: bytes) -> int | None:
+    """The resources, scopes and spans protobuf parses in ``body``; ``None``: it refuses it."""
+    try:
+        request = ExportTraceServiceRequest.FromString(body)
+    except ProtobufDecodeError:
+        return None
+    count = len(request.resource_spans)
+    for resource in request.resource_spans:
+        count += len(resource.scope_spans) + sum(len(s.spans) for s in resource.scope_spans)
+    return count
+
+
 def _check_pieces(sifted: list[Any]) -> None:
     for piece in sifted:
         kind, at, data, count, counts, traces = piece
@@ -201,6 +218,9 @@ def check_sifted(wire: Any, body: bytes) -> str | None:
     counted, expected = wire.census(body), entries(body)
     if counted != expected:
         return f"census counts {counted}, entries {expected}"
+    parsed = _parsed_entries(body)
+    if parsed is not None and counted != parsed:  # a dense request hidden from the census
+        return f"census counts {counted}, protobuf parses {parsed}"
     sifted = wire.sift(body)
     batches: list[list[Any]] = []
     handed = wire.sift(body, batches.append)
