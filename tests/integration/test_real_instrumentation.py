@@ -435,10 +435,14 @@ def test_an_mcp_servers_tool_span_whose_parent_comes_late_is_a_second_record(
     start_server: Callable[..., RunningServer], tmp_path: Path
 ) -> None:
     """The server's ``issue_refund.tool`` arrives, its ``mcp.server`` parent only after
-    completion_wait (dropped late). The orphan lies within the client's ``issue_refund.tool``
-    and names the same tool: that call's second record, as with its parent there. It made a
-    run of its own (no agent, anchored on the workflow root, calls [issue_refund]) that paged
-    MISSING_VERIFICATION_STEP and two INVARIANT_VIOLATIONs on a refund the run verified."""
+    completion_wait. The tool span's flags say that parent is local (the server process's,
+    still to be exported): the trace waits one batch delay more for it
+    (``LOST_PARENT_WAIT_NS``) though its root has come, and nothing is late. Dropped late
+    once, it left the tool span an orphan (placed, as a parent that never comes leaves it,
+    within the client's ``issue_refund.tool`` of the same tool: ``test_assembly_calls``),
+    which had made a run of its own (no agent, anchored on the workflow root, calls
+    [issue_refund]) that paged MISSING_VERIFICATION_STEP and two INVARIANT_VIOLATIONs on a
+    refund the run verified."""
     config = tmp_path / "policy.yaml"
     config.write_text(
         _VERIFIED_POLICY + "  invariants:\n"
@@ -458,7 +462,7 @@ def test_an_mcp_servers_tool_span_whose_parent_comes_late_is_a_second_record(
     assert findings_log(server) == []
     runs = [(t["agent"], [c["tool_name"] for c in t["calls"]]) for t in server.tooltraces()]
     assert runs == [("support_agent", ["lookup_order", "issue_refund"])]
-    assert server.sample("toolwatch_spans_dropped_total", {"reason": "late"}) == 2
+    assert server.sample("toolwatch_spans_dropped_total", {"reason": "late"}, missing_ok=True) == 0
 
 
 CALLER_SPAN = "00f067aa0ba902b7"  # the calling service's span (the W3C example's id)

@@ -145,6 +145,14 @@ REPORTED_DROPS: Final[Mapping[str, str]] = MappingProxyType(
 )
 
 
+#: How much longer than ``completion_wait`` a rooted trace waits for a local parent that a
+#: span which ended before the root names (``_Trace.awaits_after_root``): the OpenTelemetry
+#: SDKs' batch processors export every 5 s (``OTEL_BSP_SCHEDULE_DELAY``), so a parent still
+#: running comes, or a span of its that ended since does, within one such delay; one that
+#: does not was lost (an export given up, a full queue, a filter), and the run is over.
+LOST_PARENT_WAIT_NS: Final = 5_000_000_000
+
+
 @dataclass(frozen=True, slots=True)
 class AssemblyLimits:
     """Completion timing (nanoseconds of the injected clock) and memory bounds.
@@ -258,6 +266,7 @@ class _Trace:
         "open_parents",
         "root_end_ns",
         "root_seen",
+        "root_service",
         "scheduled_ns",
         "size_bytes",
         "span_limited",
@@ -275,6 +284,7 @@ class _Trace:
         self.last_ns = now
         self.root_seen = False
         self.root_end_ns = 0  # when its root (the latest of them) ended, once one came
+        self.root_service: str | None = None  # that root's service
         self.last_end_ns = 0  # when its span that ended last ended
         self.span_limited = False
         self.anchor_missing = False  # checked since the last arrival: no anchor yet
@@ -291,8 +301,7 @@ class _Trace:
         self.anchor_missing = self.awaiting_local = False
         self.last_end_ns = max(self.last_end_ns, span.end_ns)
         if span.parent_span_id is None:
-            self.root_seen = True
-            self.root_end_ns = max(self.root_end_ns, span.end_ns)
+            self._root(span)
         if span.role is SpanRole.AGENT:
             self.agents.append(span)
         elif span.role is SpanRole.LLM:
@@ -301,6 +310,11 @@ class _Trace:
             self.open_parents.discard(span.span_id)
             if span.parent_span_id not in self.spans:
                 self.open_parents.add(span.parent_span_id)
+
+    def _root(self, span: SpanRecord) -> None:
+        self.root_seen = True
+        if span.end_ns >= self.root_end_ns:
+            self.root_end_ns, self.root_service = span.end_ns, span.service
 
     def encloses(self, span: SpanRecord) -> bool:
         """Whether ``span`` is a root, or the parent of a span this trace holds. Asked of a
@@ -318,16 +332,18 @@ class _Trace:
         """A span of this trace was dropped for a limit (``TraceBuffer._flag_limited`` flags
         the trace): a root, though not held, has arrived, and anchors the trace all the same."""
         if span.parent_span_id is None:
-            self.root_seen = True
-            self.root_end_ns = max(self.root_end_ns, span.end_ns)
+            self._root(span)
 
     def due_ns(self, limits: AssemblyLimits) -> int:
         """The next time this trace needs a look: quiet period over, or too old."""
         too_old = self.first_ns + limits.max_trace_age_ns
+        due = too_old
         if self.awaiting_local:
-            return min(self.last_ns + limits.local_parent_wait_ns, too_old)
+            due = min(due, self.last_ns + limits.local_parent_wait_ns)
+        if self.anchor_missing and self.root_seen:
+            due = min(due, self.last_ns + limits.completion_wait_ns + LOST_PARENT_WAIT_NS)
         if self.anchor_missing:
-            return too_old
+            return due
         return min(self.last_ns + limits.completion_wait_ns, too_old)
 
     def anchored(self, local_gone: bool = False) -> bool:
@@ -369,19 +385,30 @@ class _Trace:
         task of its own, a worker thread: the response went out, its server span ended and
         was exported first): anchored by it, the trace was judged at the first quiet
         ``completion_wait`` between two of the run's export batches, as the calls exported
-        so far, and the rest was dropped as ``late``. Only a span that ended after the root
-        did waits so: a process's batch processor sends spans in the order they ended, so a
-        parent that ended before the root would have come by now, and one that has not was
-        lost (an export given up, a full queue, a filter): the run is over, judged after
-        ``completion_wait`` as before. A trace that lost a span to a limit or to ingest
-        (``span_limited``) may have lost that parent: its root anchors it. No pass over the
-        spans unless one ended after the root."""
-        root_end = self.root_end_ns
+        so far, and the rest was dropped as ``late``. A trace that lost a span to a limit
+        or to ingest (``span_limited``) may have lost that parent: its root anchors it.
+        A parent that never comes is waited for ``LOST_PARENT_WAIT_NS`` more, unless a span
+        ended after the root (``awaits_after_root``)."""
+        held = self.spans
+        return any(span.parent_local and span.parent_span_id not in held for span in held.values())
+
+    def awaits_after_root(self) -> bool:
+        """Whether a span of the root's service that ended after the root did waits for its
+        local parent: a run left running in the background, whose agent span is still to
+        come, however long it runs (``local_parent_wait``, else ``max_trace_age``). A span
+        that ended before the root (the run's first steps, or a sync request that lost the
+        span's parent in export), or another service's (its clock is not the root's), holds
+        the trace ``LOST_PARENT_WAIT_NS`` more: a process's batch processor exports spans in
+        the order they ended, so a parent still running is heard of by then."""
+        root_end, service = self.root_end_ns, self.root_service
         if self.last_end_ns <= root_end:
             return False
         held = self.spans
         return any(
-            span.end_ns > root_end and span.parent_local and span.parent_span_id not in held
+            span.end_ns > root_end
+            and span.service == service
+            and span.parent_local
+            and span.parent_span_id not in held
             for span in held.values()
         )
 
@@ -609,7 +636,8 @@ class TraceBuffer:
         out = self.poll()
         now = self._clock()
         for trace in list(self._traces.values()):
-            out.append(self._emit(trace, now, None if trace.anchored() else "shutdown"))
+            over = trace.anchored() or (trace.root_seen and not trace.awaits_after_root())
+            out.append(self._emit(trace, now, None if over else "shutdown"))
         self._deadlines.clear()
         return out
 
@@ -727,6 +755,12 @@ class TraceBuffer:
             # The local parent never came (exported elsewhere, filtered out): the agent
             # anchors after all, as it would under a remote parent.
             return self._emit(trace, now, None)
+        if (
+            trace.root_seen
+            and quiet >= lim.completion_wait_ns + LOST_PARENT_WAIT_NS
+            and not trace.awaits_after_root()
+        ):
+            return self._emit(trace, now, None)  # a parent lost in export: the run is over
         if now - trace.first_ns >= lim.max_trace_age_ns:
             return self._emit(trace, now, "timed_out")
         self._schedule(trace)

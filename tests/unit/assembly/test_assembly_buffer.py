@@ -21,6 +21,7 @@ from assembly_support import (
 
 from toolwatch.assembly.buffer import (
     ENCLOSING_SPANS,
+    LOST_PARENT_WAIT_NS,
     AssemblyLimits,
     CompletedTrace,
     TraceBuffer,
@@ -920,7 +921,8 @@ def test_a_root_that_ended_last_anchors_a_trace_whose_lost_span_never_comes() ->
     spans under it end after the root did. Here all ended before the root: the run is over.
     The first version of the background-run rule made it wait the whole max_trace_age
     (300 s), judged ``timed_out``: against the policy only, so its golden case and shadow
-    source never paged on it (review)."""
+    source never paged on it (review). It waits one batch delay more
+    (``LOST_PARENT_WAIT_NS``), then is judged complete."""
     clock = ManualClock()
     buffer = TraceBuffer(AssemblyLimits(), clock, RecordingMetrics())
     buffer.add(
@@ -935,6 +937,8 @@ def test_a_root_that_ended_last_anchors_a_trace_whose_lost_span_never_comes() ->
     )
 
     clock.advance(2)
+    assert buffer.poll() == []  # one more batch delay: the parent may be a background run's
+    clock.advance(LOST_PARENT_WAIT_NS / 1e9)
     done = buffer.poll()
 
     assert [(t.trace_id, len(t.spans), t.incomplete_reason) for t in done] == [(TRACE, 5, None)]
@@ -956,3 +960,75 @@ def test_a_run_over_before_a_sigterm_is_drained_complete_despite_a_lost_local_pa
     clock.advance(0.5)
 
     assert [t.incomplete_reason for t in buffer.drain()] == [None]
+
+
+_REVIEW3_LIMITS = AssemblyLimits(
+    completion_wait_ns=2 * SECOND, max_trace_age_ns=60 * SECOND, late_span_window_ns=300 * SECOND
+)
+
+
+def _summary(done: list[CompletedTrace]) -> list[tuple[bytes, int, bool, str | None]]:
+    return [(t.trace_id, len(t.spans), t.complete, t.incomplete_reason) for t in done]
+
+
+def test_a_background_runs_first_batch_of_spans_that_ended_before_the_root_still_waits() -> None:
+    """A handler starts the agent as a task of its own (``asyncio.create_task``) and returns;
+    while the response is being sent (the server span, the root, ends at 50 ms) the task
+    runs its first step, a fast one under the still-running agent span (a tool the agent runs
+    before its first model call, a cached lookup: 6-20 ms, parent local). The batch processor's
+    first export holds the root and that step. Nothing of the run ended after the root yet,
+    so 047f2cb lets the root anchor: the trace is judged at the first quiet completion_wait
+    as that step alone, and the run's model calls and refund, exported 5 s later (the batch
+    processor's schedule), are dropped ``late``: the run is never judged (a missed page).
+    Before 047f2cb the step's local parent held the trace, as it held a step that ended
+    after the root. (A Logfire pending span, which ends when its own span starts, is such a
+    span too.)"""
+    buffer = TraceBuffer(_REVIEW3_LIMITS, ManualClock(), metrics := RecordingMetrics())
+    clock = buffer._clock
+    buffer.add(
+        [
+            span(9, None, SpanRole.OTHER, 0, 50, name="POST /support"),
+            tool(2, 1, "get_customer", 6, 20, call_id="c0", parent_local=True),
+        ]
+    )
+    clock.advance(4)  # the model thinks: quiet for longer than completion_wait
+    assert buffer.poll() == []
+
+    buffer.add(
+        [
+            tool(3, 1, "issue_refund", 3000, 3100, parent_local=True),
+            agent(1, 9, "refund-bot", 5, 3200, parent_local=True),
+        ]
+    )
+    clock.advance(2)
+    assert _summary(buffer.poll()) == [(TRACE, 4, True, None)]
+    assert metrics.dropped == {}
+
+
+def test_a_lost_span_of_a_sync_call_on_a_host_whose_clock_is_ahead_does_not_hold_the_root() -> None:
+    """An ordinary synchronous run, but the root is the gateway's server span (another
+    process, another host) and the agent service's clock runs 20 ms ahead of the gateway's
+    (NTP keeps hosts within milliseconds to tens of them; the call returns within a few
+    ms). The agent's last model call span was lost (an export given up); its HTTP client
+    span, which really ended 3 ms before the gateway's root, reads as ending 17 ms after it.
+    ``_awaits_local`` compares end times across processes: the trace waits max_trace_age
+    and is judged ``timed_out`` (policy only), the case 047f2cb set out to fix. Only a span
+    of the root's own process (service) can be ordered against the root by its clock."""
+    buffer = TraceBuffer(_REVIEW3_LIMITS, ManualClock(), RecordingMetrics())
+    clock = buffer._clock
+    skew = 20
+    buffer.add(
+        [
+            span(9, None, SpanRole.OTHER, 0, 900, name="POST /support", service="gateway"),
+            span(8, 9, SpanRole.OTHER, 2, 898, name="POST", service="gateway"),
+            span(7, 8, SpanRole.OTHER, 3 + skew, 896 + skew, name="POST /agent"),
+            agent(1, 7, "refund-bot", 4 + skew, 895 + skew, parent_local=True),
+            tool(5, 1, "lookup_order", 205, 260, call_id="c", parent_local=True),
+            # the final model call (span 2) is lost; its HTTP client span came
+            span(3, 2, SpanRole.OTHER, 700 + skew, 897 + skew, name="POST", parent_local=True),
+        ]
+    )
+    clock.advance(2)
+    assert buffer.poll() == []
+    clock.advance(LOST_PARENT_WAIT_NS / 1e9)  # not max_trace_age: judged complete
+    assert _summary(buffer.poll()) == [(TRACE, 6, True, None)]
