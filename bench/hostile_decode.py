@@ -45,13 +45,13 @@ from toolwatch import compiled
 from toolwatch.ingest import protobuf_pieces, scan
 from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, decode_protobuf, scanner
 
-__all__ = ["SHAPES", "main"]
+__all__ = ["SHAPES", "field", "main", "varint"]
 
 _TRACE = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
 _MIB = 2**20
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
     out = bytearray()
     while value >= 0x80:
         out.append(value & 0x7F | 0x80)
@@ -60,9 +60,9 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-def _field(number: int, payload: bytes) -> bytes:
+def field(number: int, payload: bytes) -> bytes:
     """A length-delimited field."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+    return varint(number << 3 | 2) + varint(len(payload)) + payload
 
 
 def _repeat(entry: bytes, size: int) -> bytes:
@@ -70,11 +70,11 @@ def _repeat(entry: bytes, size: int) -> bytes:
 
 
 def _in_scope(spans: bytes) -> bytes:
-    return _field(1, _field(2, spans))
+    return field(1, field(2, spans))
 
 
 def _valid_span(number: int) -> bytes:
-    return _field(1, _TRACE) + _field(2, (number + 1).to_bytes(8, "big"))
+    return field(1, _TRACE) + field(2, (number + 1).to_bytes(8, "big"))
 
 
 def _spans_of(entry: bytes) -> Callable[[int], bytes]:
@@ -82,11 +82,11 @@ def _spans_of(entry: bytes) -> Callable[[int], bytes]:
 
 
 def _mixed(size: int) -> bytes:
-    corrupt = _field(2, b"\x00")
+    corrupt = field(2, b"\x00")
     parts = []
     total = number = 0
     while total < size - 64:
-        part = _field(2, _valid_span(number)) + corrupt
+        part = field(2, _valid_span(number)) + corrupt
         parts.append(part)
         total += len(part)
         number += 1
@@ -97,7 +97,7 @@ def _valid(size: int) -> bytes:
     parts = []
     total = number = 0
     while total < size - 64:
-        part = _field(2, _valid_span(number))
+        part = field(2, _valid_span(number))
         parts.append(part)
         total += len(part)
         number += 1
@@ -106,17 +106,17 @@ def _valid(size: int) -> bytes:
 
 #: name -> a builder of a body of about the given size.
 SHAPES: dict[str, Callable[[int], bytes]] = {
-    "corrupt_3": _spans_of(_field(2, b"\x00")),
-    "spans_5": _spans_of(_field(2, _field(1, b"\x01"))),
-    "spans_2": _spans_of(_field(2, b"")),
-    "wire_type_4": _spans_of(_field(2, b"\x08\x00")),
-    "resources_4": lambda size: _repeat(_field(1, _field(1, b"")), size),
-    "resources_2": lambda size: _repeat(_field(1, b""), size),
-    "scopes_2": lambda size: _field(1, _repeat(_field(2, b""), size - 8)),
-    "scopes_4": lambda size: _field(1, _repeat(_field(2, _field(1, b"")), size - 8)),
-    "nested_6": lambda size: _repeat(_field(1, _field(2, _field(2, b""))), size),
+    "corrupt_3": _spans_of(field(2, b"\x00")),
+    "spans_5": _spans_of(field(2, field(1, b"\x01"))),
+    "spans_2": _spans_of(field(2, b"")),
+    "wire_type_4": _spans_of(field(2, b"\x08\x00")),
+    "resources_4": lambda size: _repeat(field(1, field(1, b"")), size),
+    "resources_2": lambda size: _repeat(field(1, b""), size),
+    "scopes_2": lambda size: field(1, _repeat(field(2, b""), size - 8)),
+    "scopes_4": lambda size: field(1, _repeat(field(2, field(1, b"")), size - 8)),
+    "nested_6": lambda size: _repeat(field(1, field(2, field(2, b""))), size),
     "mixed": _mixed,
-    "corrupt_33": _spans_of(_field(2, _field(1, _TRACE) + _field(5, b"\xff" * 11))),
+    "corrupt_33": _spans_of(field(2, field(1, _TRACE) + field(5, b"\xff" * 11))),
     "valid_30": _valid,
 }
 

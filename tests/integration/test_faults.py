@@ -9,6 +9,7 @@ clock out of the outcome (a 1 ms completion wait, traces that never time out).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -93,17 +94,20 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 class ServeProcess:
     """``toolwatch serve --config FILE`` in a child process; stderr is read continuously."""
 
-    def __init__(self, config: Path) -> None:
+    def __init__(self, config: Path, stdout: Path | None = None) -> None:
+        """``stdout``: a file its standard output is appended to (``serve >> FILE``)."""
         self.config = config
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "toolwatch.cli", "serve", "--config", str(config)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-            env=env,
-        )
+        with contextlib.ExitStack() as files:
+            out = subprocess.DEVNULL if stdout is None else files.enter_context(stdout.open("ab"))
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "toolwatch.cli", "serve", "--config", str(config)],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
         self.log: list[str] = []
         self._listening = threading.Event()
         self.addresses: dict[str, str] = {}

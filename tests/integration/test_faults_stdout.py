@@ -7,11 +7,7 @@ line was completed by a later one (review)."""
 from __future__ import annotations
 
 import json
-import os
 import resource
-import subprocess
-import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -20,9 +16,6 @@ import yaml
 
 from tests.integration.test_faults import (
     GRACE_SECONDS,
-    LISTENERS,
-    LISTENING,
-    START_TIMEOUT,
     ServeProcess,
     file_size_limit,
     send_long_run,
@@ -30,46 +23,12 @@ from tests.integration.test_faults import (
 )
 
 
-class StdoutServe(ServeProcess):
-    """``toolwatch serve`` with its standard output appended to ``stdout``, a regular file,
-    as ``serve >> findings.jsonl`` does."""
-
-    def __init__(self, config: Path, stdout: Path) -> None:
-        self.config = config
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
-        with stdout.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "toolwatch.cli", "serve", "--config", str(config)],
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=env,
-            )
-        self.log: list[str] = []
-        self._listening = threading.Event()
-        self.addresses: dict[str, str] = {}
-        threading.Thread(target=self._read_stderr, daemon=True).start()
-        if not self._listening.wait(START_TIMEOUT):
-            self.proc.kill()
-            raise AssertionError("no start-up line:\n" + "".join(self.log))
-
-    def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
-            self.log.append(line)
-            match = LISTENING.search(line)
-            if match is not None:
-                self.addresses = dict(zip(LISTENERS, match.groups(), strict=True))
-                self._listening.set()
-
-
 @pytest.fixture
-def stdout_serve() -> Iterator[Callable[[Path, Path], StdoutServe]]:
-    started: list[StdoutServe] = []
+def stdout_serve() -> Iterator[Callable[[Path, Path], ServeProcess]]:
+    started: list[ServeProcess] = []
 
-    def start(config: Path, stdout: Path) -> StdoutServe:
-        process = StdoutServe(config, stdout)
+    def start(config: Path, stdout: Path) -> ServeProcess:
+        process = ServeProcess(config, stdout)
         started.append(process)
         return process
 
@@ -80,7 +39,7 @@ def stdout_serve() -> Iterator[Callable[[Path, Path], StdoutServe]]:
 
 
 def test_findings_on_stdout_on_a_full_disk_keep_whole_lines_and_count_what_they_lost(
-    tmp_path: Path, stdout_serve: Callable[[Path, Path], StdoutServe]
+    tmp_path: Path, stdout_serve: Callable[[Path, Path], ServeProcess]
 ) -> None:
     config = write_config(
         tmp_path / "stdout.yaml",

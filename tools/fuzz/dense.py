@@ -25,6 +25,7 @@ from typing import Any
 from google.protobuf.message import DecodeError as ProtobufDecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from bench.hostile_decode import field, varint
 from toolwatch.ingest.decode import (
     DecodedBatch,
     DecodeError,
@@ -45,75 +46,62 @@ _OPTIONS = DecodeOptions(decoder="reference", reference_keys=frozenset({"toolwat
 _KINDS = ("resource", "spans", "rejected")
 
 
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _overlong(value: int, extra: int) -> bytes:
     """``value`` as a varint ``extra`` bytes longer than it needs (protobuf reads up to 10)."""
-    out = bytearray(_varint(value))
+    out = bytearray(varint(value))
     out[-1] |= 0x80
     out.extend(b"\x80" * (extra - 1) + b"\x00")
     return bytes(out)
 
 
-def _field(number: int, payload: bytes) -> bytes:
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
 def _groups(depth: int, number: int = 20) -> bytes:
-    opened, closed = _varint(number << 3 | 3), _varint(number << 3 | 4)
+    opened, closed = varint(number << 3 | 3), varint(number << 3 | 4)
     return opened * depth + closed * depth
 
 
 def _arrays(depth: int) -> bytes:
     value = b""
     for _ in range(depth):
-        value = _field(5, _field(1, value))
-    return _field(9, _field(1, b"k") + _field(2, value))
+        value = field(5, field(1, value))
+    return field(9, field(1, b"k") + field(2, value))
 
 
 def _ids(rng: random.Random) -> bytes:
     trace = rng.choice([_TRACE, bytes(16), b"\x01", _TRACE[:15]])
     span = rng.choice([rng.randbytes(8), bytes(8), b"\x02" * 7, b""])
     parent = rng.choice([b"", b"", rng.randbytes(8), b"\x03"])
-    body = _field(1, trace) + _field(2, span)
-    return body + (_field(4, parent) if parent else b"")
+    body = field(1, trace) + field(2, span)
+    return body + (field(4, parent) if parent else b"")
 
 
 def _hostile(rng: random.Random) -> bytes:
     """A few bytes protobuf refuses, or reads oddly, as a message's content."""
-    tag = _varint(rng.randint(1, 20) << 3 | 2)
+    tag = varint(rng.randint(1, 20) << 3 | 2)
     return rng.choice(
         [
             b"\x00",  # field 0
             b"\x08",  # a truncated varint
             bytes([rng.randint(1, 15) << 3 | rng.choice((6, 7))]),  # wire types 6, 7
-            _varint(rng.randint(1, 20) << 3 | 4),  # an end-group tag outside a group
-            _varint(20 << 3 | 3) + _varint(21 << 3 | 4),  # a group ended by another's tag
-            _varint(20 << 3 | 3),  # a group never ended
-            _varint(20 << 3 | 3) + b"\x00\x00\x03\x04" + _varint(20 << 3 | 4),  # field 0 inside
+            varint(rng.randint(1, 20) << 3 | 4),  # an end-group tag outside a group
+            varint(20 << 3 | 3) + varint(21 << 3 | 4),  # a group ended by another's tag
+            varint(20 << 3 | 3),  # a group never ended
+            varint(20 << 3 | 3) + b"\x00\x00\x03\x04" + varint(20 << 3 | 4),  # field 0 inside
             _groups(rng.choice((1, 96, 97, 98, 99, 100, 101))),
             _arrays(rng.choice((1, 46, 47, 48, 49))),
-            tag + _varint(2**64 - 1),  # a length near 2^64
-            tag + _varint(2**63 + rng.randint(0, 9)),
-            tag + _varint(2**32 + 1) + b"x",
+            tag + varint(2**64 - 1),  # a length near 2^64
+            tag + varint(2**63 + rng.randint(0, 9)),
+            tag + varint(2**32 + 1) + b"x",
             tag + b"\xff" * 9 + b"\x7f",  # a 10-byte length past 2^64
-            tag + _varint(5) + b"abc",  # a length past the end
+            tag + varint(5) + b"abc",  # a length past the end
             b"\x08" + b"\xff" * 10 + b"\x01",  # a varint of 11 bytes
             _overlong(1 << 3 | 2, 5) + b"\x00",  # a tag of 6 bytes
             _overlong(5 << 3 | 2, 3) + _overlong(1, 4) + b"n",  # a tag of 4, a length of 5
             b"\x08" + _overlong(7, 9),  # a varint of 10 bytes
-            _field(5, b"\xff"),  # a name that is not UTF-8
-            _field(5, b"\xed\xa0\x80"),  # a surrogate
-            _field(9, _field(1, b"\xc0\x80")),  # an attribute key, overlong UTF-8
+            field(5, b"\xff"),  # a name that is not UTF-8
+            field(5, b"\xed\xa0\x80"),  # a surrogate
+            field(9, field(1, b"\xc0\x80")),  # an attribute key, overlong UTF-8
             b"\x08\x00",  # a trace id sent as a varint: unknown
-            _varint(1 << 3 | 5) + b"abcd",  # and as fixed32
+            varint(1 << 3 | 5) + b"abcd",  # and as fixed32
         ]
     )
 
@@ -139,12 +127,12 @@ def _own(rng: random.Random, fields: list[bytes]) -> bytes:
     if roll < 0.7:
         return rng.choice(fields)
     if roll < 0.85:
-        return _field(1, _hostile(rng))
-    return _varint(30 << 3 | 2) + _overlong(1, 3) + b"x"  # an unknown field, length overlong
+        return field(1, _hostile(rng))
+    return varint(30 << 3 | 2) + _overlong(1, 3) + b"x"  # an unknown field, length overlong
 
 
-_RESOURCES = [_field(1, _field(1, b"service.name" + b"")), _field(3, b"https://x"), b"\x10\x07"]
-_SCOPES = [_field(1, _field(1, b"tool")), _field(2, b"1.0"), _field(3, b"\xff"), b"\x20\x01"]
+_RESOURCES = [field(1, field(1, b"service.name" + b"")), field(3, b"https://x"), b"\x10\x07"]
+_SCOPES = [field(1, field(1, b"tool")), field(2, b"1.0"), field(3, b"\xff"), b"\x20\x01"]
 
 
 _MAX_BYTES = 32 * 1024  # bodies stay small: each is decoded whole and salvaged too
@@ -165,15 +153,15 @@ def _dense(rng: random.Random, spans: list[bytes]) -> bytes:
         for _ in range(rng.randint(0, 4)):
             entries_ = []
             for _ in range(rng.randint(0, 6)):
-                entry = _field(2, _span(rng, spans))
+                entry = field(2, _span(rng, spans))
                 entries_.append(entry * rng.choice((1, 1, 2, 3, 8, 40)))
             if rng.random() < 0.1:  # a stray field between the spans
                 entries_.insert(rng.randint(0, len(entries_)), _hostile(rng))
             own = _own(rng, _SCOPES)
             at = rng.randint(0, len(entries_))
-            scopes.append(_field(2, b"".join(entries_[:at]) + own + b"".join(entries_[at:])))
+            scopes.append(field(2, b"".join(entries_[:at]) + own + b"".join(entries_[at:])))
         body = _own(rng, _RESOURCES) + b"".join(scopes)
-        resources.append(_field(1, body) * rng.choice((1, 1, 2, 5)))
+        resources.append(field(1, body) * rng.choice((1, 1, 2, 5)))
     if rng.random() < 0.05:
         resources.insert(rng.randint(0, len(resources)), _hostile(rng))
     return b"".join(resources)
