@@ -32,10 +32,13 @@ def _sanitizers_available() -> bool:
 
 @pytest.mark.skipif(not _sanitizers_available(), reason="gcc with libasan/libubsan is needed")
 def test_fuzzing_the_sanitized_scanner_finds_no_memory_error_and_no_difference() -> None:
-    run = run_fuzzer("run.sh", 15, 7)
+    run = run_fuzzer("run.sh", 20, 7)
     assert run.returncode == 0, run.stderr[-3000:] + run.stdout[-2000:]
     summary = re.search(r"([\d,]+) bodies \(([\d,]+) taken by the compiled scanner\)", run.stdout)
     assert summary is not None, run.stdout
     bodies, taken = (int(n.replace(",", "")) for n in summary.groups())
-    assert bodies > 10_000  # it really fuzzed
-    assert taken > 100  # and the compiled scanner really scanned
+    # It really fuzzed: each body goes through the scan, the census and the sift, and a
+    # dense one through a whole decode and salvage too (3,544 bodies in 15 s measured, 136
+    # of them taken by the scan: these bounds leave room for a machine twice as slow).
+    assert bodies > 1_000
+    assert taken > 30  # and the compiled scanner really scanned
