@@ -37,7 +37,7 @@ import bisect
 from collections import defaultdict, deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeAlias, TypeVar
 
 from toolwatch.assembly.overlaps import Execution, overlapping_pairs
 from toolwatch.conventions import crewai
@@ -402,7 +402,7 @@ def _join(
         if records.own:
             executions = [s for s in executions if s.span_id not in records.own]
     requests = _requests(spans, sites, normalize)
-    drafts, executions, requests = _join_by_id(executions, requests, normalize)
+    drafts, executions, requests = _join_by_id(executions, requests, sites, normalize)
     drafts += _join_by_name(executions, requests, sites, normalize)
     if handoffs:
         drafts = _with_handoffs(drafts, handoffs, spans, sites)
@@ -621,15 +621,18 @@ def _overlap(a: SpanRecord, b: SpanRecord) -> bool:
 
 
 def _join_by_id(
-    executions: list[SpanRecord], requests: list[_Request], normalize: Callable[[Any], str]
+    executions: list[SpanRecord],
+    requests: list[_Request],
+    sites: dict[bytes, CallSite],
+    normalize: Callable[[Any], str],
 ) -> tuple[list[_Draft], list[SpanRecord], list[_Request]]:
     """Pair each tool span with the unpaired request of its call id: the only one, or, of
-    an id used again, the one ``_Asked.take`` chooses."""
+    an id used again, the one ``_Asked.take`` chooses among its agent's."""
     # When no two requests share an id (the usual run) one dict holds them; otherwise (ADK's
     # "<not specified>", a model that numbers each turn's calls from ``call_0``) the
-    # requests of each id by tool and model call.
+    # requests of each id by agent, tool and model call.
     unique = _by_unique_id(requests)
-    reused = _asked_again(requests) if unique is None else {}
+    reused = _asked_again(requests, sites) if unique is None else {}
     drafts: list[_Draft] = []
     unmatched: list[SpanRecord] = []
     for span in executions:  # in start order
@@ -639,7 +642,7 @@ def _join_by_id(
             if unique is not None:
                 request = unique.pop(call_id, None)
             else:
-                request = _take_again(span, call_id, reused, normalize)
+                request = _take_again(span, call_id, reused, sites, normalize)
         if request is not None:
             drafts.append(_Draft(span, request))
         else:
@@ -721,16 +724,24 @@ class _Asked:
         return output[taken]
 
 
-def _asked_again(requests: list[_Request]) -> dict[str, dict[str, _Asked]]:
-    """The requests by call id, then normalized tool name, for a run that uses an id again."""
-    by_id: dict[str, dict[str, _Asked]] = {}
+#: The requests of a run that uses a call id again: by the agent that asked (``_scope``)
+#: and the id, then by normalized tool name.
+_Reused: TypeAlias = dict[tuple[bytes | None, str], dict[str, _Asked]]
+
+
+def _asked_again(requests: list[_Request], sites: dict[bytes, CallSite]) -> _Reused:
+    """The requests by agent and call id, then normalized tool name, for a run that uses an
+    id again. By agent: two agents used as tools at once, each numbering its calls from
+    ``call_0``, ask under one id, and a span takes only its own agent's request."""
+    by_id: _Reused = {}
     for r in requests:  # emission order
         call_id = r.call.call_id
         if call_id is None:
             continue
-        tools = by_id.get(call_id)
+        key = (_scope(sites[r.llm.span_id]), call_id)
+        tools = by_id.get(key)
         if tools is None:
-            tools = by_id[call_id] = {}
+            tools = by_id[key] = {}
         asked = tools.get(r.name)
         if asked is None:
             asked = tools[r.name] = _Asked()
@@ -741,17 +752,20 @@ def _asked_again(requests: list[_Request]) -> dict[str, dict[str, _Asked]]:
 def _take_again(
     span: SpanRecord,
     call_id: str,
-    reused: dict[str, dict[str, _Asked]],
+    reused: _Reused,
+    sites: dict[bytes, CallSite],
     normalize: Callable[[Any], str],
 ) -> _Request | None:
     """The request ``span`` ran, of a run that uses a call id again, paired: one of its own
-    tool (``_Asked.take``), never another tool's. Taking "the last asked for before the
-    span started" paired the calls of one output that share an id (asked at one instant) in
-    reverse, the first span with the last request; taking the earliest of the id whatever
-    its tool gave a tool span another tool's request (its arguments, and that call lost)
-    when an earlier turn's call of the id never ran. An id used again names no call: a span
-    of a tool the id never asked for is a call of its own."""
-    tools = reused.get(call_id)
+    agent's (the scope ``_join_by_name`` pairs in) and tool (``_Asked.take``), never another
+    tool's. Taking "the last asked for before the span started" paired the calls of one
+    output that share an id (asked at one instant) in reverse, the first span with the last
+    request; taking the earliest of the id whatever its tool gave a tool span another tool's
+    request (its arguments, and that call lost) when an earlier turn's call of the id never
+    ran; taking it whatever its agent gave a nested agent's span the request of another
+    agent that asked under the same id and started its model call later. An id used again
+    names no call: a span of a tool the id never asked for is a call of its own."""
+    tools = reused.get((_scope(sites[span.span_id]), call_id))
     asked = tools.get(normalize(_raw_name(span))) if tools is not None else None
     return asked.take(span.start_ns) if asked is not None else None
 

@@ -124,3 +124,56 @@ def test_a_span_of_a_tool_a_reused_id_never_asked_for_takes_no_other_tools_reque
         ("issue_refund", {"order_id": "A-1"}, None),
         ("search_kb", None, hexid(5)),
     ]
+
+
+def parallel_agents_as_tools() -> list[SpanRecord]:
+    """One output asks two agents-as-tools at once (ids r1, r2); each nested agent's model,
+    numbering its calls from call_0, asks lookup_order under call_0. A's model call runs
+    110-200, B's 210-300 (not overlapping). A's lookup (of A-1, fails) starts at 250 (a
+    before-tool callback, an approval, a semaphore), after B's model call *started*; B's
+    lookup (of B-2, succeeds) at 301. The tool spans record no arguments."""
+    return [
+        agent(1, None, "support", 0, 1000),
+        llm(
+            2,
+            1,
+            10,
+            100,
+            ask("research", "r1", {"q": "A-1"}, 0),
+            ask("research", "r2", {"q": "B-2"}, 1),
+        ),
+        tool(3, 1, "research", 101, 400, call_id="r1"),
+        tool(4, 1, "research", 101, 400, call_id="r2"),
+        agent(5, 3, "researcher", 102, 399),
+        agent(6, 4, "researcher", 102, 399),
+        llm(7, 5, 110, 200, ask("lookup_order", "call_0", {"order_id": "A-1"})),
+        llm(8, 6, 210, 300, ask("lookup_order", "call_0", {"order_id": "B-2"})),
+        tool(9, 5, "lookup_order", 250, 260, call_id="call_0", status_code=2),
+        tool(10, 6, "lookup_order", 301, 310, call_id="call_0"),
+    ]
+
+
+def test_parallel_nested_agents_reusing_call_0_pair_each_span_with_its_own_agents_request() -> None:
+    """Each nested agent's lookup span takes its own agent's request under call_0, though
+    A's lookup started after B's model call started. Keyed by id and tool alone, span 9 took
+    B-2's request (the last output started before it) and span 10 none: A-1's request read as
+    never run, A-1's failed lookup as B-2's, and B-2's success had no arguments."""
+    calls = [c for c in only(parallel_agents_as_tools()).calls if c.tool_name == "lookup_order"]
+
+    assert sorted((c.span_id or "", str(c.arguments), c.status.name) for c in calls) == [
+        (hexid(9), str({"order_id": "A-1"}), "ERROR"),
+        (hexid(10), str({"order_id": "B-2"}), "OK"),
+    ]
+
+
+def test_a_refund_after_a_nested_agents_failed_lookup_pages_when_agents_reuse_call_0() -> None:
+    """The same run, then the outer agent refunds A-1, whose only lookup failed: the refund is
+    not verified (MISSING_VERIFICATION_STEP), as it paged before 75507cf. Mispaired, A-1's
+    lookup read as never run and B-2's success, its arguments lost, verified any value."""
+    spans = [
+        *parallel_agents_as_tools(),
+        llm(11, 1, 500, 600, ask("issue_refund", "r3", {"order_id": "A-1"})),
+        tool(12, 1, "issue_refund", 605, 610, call_id="r3"),
+    ]
+
+    assert safety(only(spans)) == [Category.MISSING_VERIFICATION_STEP]
