@@ -44,6 +44,7 @@ from toolwatch.conventions import crewai
 from toolwatch.conventions.attrs import TRANSFER_TOOL_PREFIX, agent_in_tool_style, is_transfer
 from toolwatch.jsontext import loads
 from toolwatch.model import CallStatus, RequestedCall, SpanRecord, SpanRole, ToolCall
+from toolwatch.names import namespaced
 
 __all__ = ["CallSite", "append_to", "build_calls", "decode_json", "parse_arguments"]
 
@@ -764,10 +765,29 @@ def _take_again(
     request (its arguments, and that call lost) when an earlier turn's call of the id never
     ran; taking it whatever its agent gave a nested agent's span the request of another
     agent that asked under the same id and started its model call later. An id used again
-    names no call: a span of a tool the id never asked for is a call of its own."""
+    names no call: a span of a tool the id never asked for is a call of its own. The tool
+    named in a namespace is the same tool (``_namesake``): a unique id pairs them too."""
     tools = reused.get((_scope(sites[span.span_id]), call_id))
-    asked = tools.get(normalize(_raw_name(span))) if tools is not None else None
+    if tools is None:
+        return None
+    name = normalize(_raw_name(span))
+    asked = tools.get(name)
+    if asked is None:
+        asked = _namesake(name, tools)
     return asked.take(span.start_ns) if asked is not None else None
+
+
+def _namesake(name: str, tools: dict[str, _Asked]) -> _Asked | None:
+    """The requests of the one tool of ``tools`` that ``name`` names in a namespace, or is
+    ``name`` in one (``names.namespaced``: the model asks for an MCP server's
+    ``billing__lookup_order``, the server's span names ``lookup_order``, no ``tool_prefix``
+    configured). ``None`` when no tool or several are (``billing__`` and ``crm__``'s both):
+    the span is then a call of its own, never a guess between two tools."""
+    found = [tool for tool in tools if namespaced(tool, (name,)) is not None]
+    outer = namespaced(name, tools)
+    if outer is not None:
+        found.append(outer)
+    return tools[found[0]] if len(found) == 1 else None
 
 
 def _join_by_name(

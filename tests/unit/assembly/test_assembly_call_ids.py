@@ -177,3 +177,53 @@ def test_a_refund_after_a_nested_agents_failed_lookup_pages_when_agents_reuse_ca
     ]
 
     assert safety(only(spans)) == [Category.MISSING_VERIFICATION_STEP]
+
+
+def namespaced_run(first_id: str, second_id: str) -> list[SpanRecord]:
+    """The model sees an MCP server's tools in a namespace (``billing__lookup_order``); the
+    tool spans name the server's own tool (``lookup_order``). No tool_prefix configured."""
+    return [
+        agent(1, None, "refund-bot", 0, 1000),
+        llm(2, 1, 10, 100, ask("billing__lookup_order", first_id, {"order_id": "A-1"})),
+        tool(3, 1, "lookup_order", 105, 110, call_id=first_id),
+        llm(4, 1, 200, 300, ask("billing__lookup_order", second_id, {"order_id": "B-2"})),
+        tool(5, 1, "lookup_order", 305, 310, call_id=second_id),
+    ]
+
+
+def test_a_reused_id_pairs_a_span_named_but_for_the_namespace_as_a_unique_id_does() -> None:
+    """With unique ids the two spans pair with their requests (two calls); with call_0 each
+    turn too. Paired on the normalized name alone, each span was a call of its own with no
+    arguments and each request a call never run (four calls): the same run read differently
+    by id style."""
+    unique = [(c.span_id, c.arguments) for c in only(namespaced_run("c1", "c2")).calls]
+    assert unique == [(hexid(3), {"order_id": "A-1"}), (hexid(5), {"order_id": "B-2"})]
+
+    reused = [(c.span_id, c.arguments) for c in only(namespaced_run("call_0", "call_0")).calls]
+    assert reused == unique
+
+
+def test_a_reused_id_pairs_no_span_whose_name_two_namespaced_requests_share() -> None:
+    """Under call_0, an output asks for ``billing__lookup_order`` and ``crm__lookup_order``
+    and a span names ``lookup_order``: either could be its request, so it takes neither (a
+    call of its own) rather than a guess."""
+    spans = [
+        agent(1, None, "refund-bot", 0, 1000),
+        llm(
+            2,
+            1,
+            10,
+            100,
+            ask("billing__lookup_order", "call_0", {"order_id": "A-1"}, 0),
+            ask("crm__lookup_order", "call_0", {"order_id": "A-1"}, 1),
+        ),
+        tool(3, 1, "lookup_order", 105, 110, call_id="call_0"),
+        llm(4, 1, 200, 300, ask("issue_refund", "call_0", {"order_id": "A-1"})),
+    ]
+
+    assert sorted((c.tool_name, c.span_id or "") for c in only(spans).calls) == [
+        ("billing__lookup_order", ""),
+        ("crm__lookup_order", ""),
+        ("issue_refund", ""),
+        ("lookup_order", hexid(3)),
+    ]
