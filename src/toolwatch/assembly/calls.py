@@ -523,30 +523,51 @@ def _requests(
 ) -> list[_Request]:
     """Requested calls in emission order (LLM start, span id, part index).
 
-    A call id already requested by another LLM span that overlaps this one in time is the
-    same model call recorded by two instrumentations (a framework's chat span wrapping the
-    SDK's), so it counts once. Sequential turns reusing an id (ADK sends
-    ``"<not specified>"``) stay distinct calls. A model span below one that asked for the
-    same tools (plain spans between, no agent or tool) is a second record of that call too,
-    whatever their ids: the client's span inside the framework's (OpenLLMetry's client span
-    gives a Responses call the item's id, ``fc_...``, where the SDK's gives its
-    ``call_id``).
+    A call id already requested by another LLM span of the same agent that overlaps this
+    one in time is the same model call recorded by two instrumentations (a framework's chat
+    span wrapping the SDK's), so it counts once (``_recorded_twice``). Sequential turns
+    reusing an id (ADK sends ``"<not specified>"``) stay distinct calls, and so do two
+    agents' (agents used as tools at once, each numbering its calls from ``call_0``). A
+    model span below one that asked for the same tools (plain spans between, no agent or
+    tool) is a second record of that call too, whatever their ids: the client's span inside
+    the framework's (OpenLLMetry's client span gives a Responses call the item's id,
+    ``fc_...``, where the SDK's gives its ``call_id``).
     """
     asking = [s for s in spans if s.role is SpanRole.LLM and s.output_tool_calls]
     inner = _inner_records(asking, sites) if _overlapping(asking) else _NO_IDS
     requests: list[_Request] = []
     first_llm: dict[str, SpanRecord] = {}
+    by_agent: dict[tuple[bytes | None, str], SpanRecord] = {}  # read once an id is asked again
     for llm in asking:
         if llm.span_id in inner:
             continue
         calls = llm.output_tool_calls
         for call in calls if _positions_increase(calls) else sorted(calls, key=_emitted_position):
-            if call.call_id is not None:
-                earlier = first_llm.setdefault(call.call_id, llm)
-                if earlier is not llm and _overlap(earlier, llm):
+            call_id = call.call_id
+            if call_id is not None:
+                earlier = first_llm.setdefault(call_id, llm)
+                if earlier is not llm and _recorded_twice(llm, call_id, earlier, by_agent, sites):
                     continue
             requests.append(_Request(llm, call, normalize(call.name), len(requests)))
     return requests
+
+
+def _recorded_twice(
+    llm: SpanRecord,
+    call_id: str,
+    first: SpanRecord,
+    by_agent: dict[tuple[bytes | None, str], SpanRecord],
+    sites: dict[bytes, CallSite],
+) -> bool:
+    """Whether ``llm``, asking for ``call_id`` that ``first`` (another model span) asked for
+    first, is a second record of a model call: the first model span of its agent to ask for
+    the id overlaps it. Both records of one model call are its agent's; another agent's
+    model call overlapping it (agents used as tools at once, each asking under ``call_0``)
+    is a call of its own, and dropping it lost its request's arguments. ``by_agent`` holds
+    the first model span of each agent and id asked again."""
+    by_agent.setdefault((_scope(sites[first.span_id]), call_id), first)
+    earlier = by_agent.setdefault((_scope(sites[llm.span_id]), call_id), llm)
+    return earlier is not llm and _overlap(earlier, llm)
 
 
 def _overlapping(asking: list[SpanRecord]) -> bool:

@@ -227,3 +227,18 @@ def test_a_reused_id_pairs_no_span_whose_name_two_namespaced_requests_share() ->
         ("issue_refund", ""),
         ("lookup_order", hexid(3)),
     ]
+
+
+def test_overlapping_model_calls_of_two_agents_that_reuse_call_0_keep_both_requests() -> None:
+    """The parallel agents' model calls overlap (A's 110-200, B's 111-300), each asking
+    lookup_order under call_0 for another order: two model calls, not one recorded twice
+    (its two records are one agent's). Taken for a second record, B's request was dropped
+    and B-2's lookup left without arguments (its success then verified any value)."""
+    spans = parallel_agents_as_tools()
+    spans[7] = llm(8, 6, 111, 300, ask("lookup_order", "call_0", {"order_id": "B-2"}))
+    calls = [c for c in only(spans).calls if c.tool_name == "lookup_order"]
+
+    assert sorted(str(c.arguments) for c in calls) == [
+        str({"order_id": "A-1"}),
+        str({"order_id": "B-2"}),
+    ]
