@@ -39,7 +39,7 @@ from toolwatch.ingest.protobuf_pieces import SIFTED_REASONS, entries
 from toolwatch.ingest.salvage import salvage
 from toolwatch.ingest.scan import WireError
 
-__all__ = ["check_sifted", "dense_body"]
+__all__ = ["check_sifted", "dense_body", "whole_outcome"]
 
 _TRACE = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
 _OPTIONS = DecodeOptions(decoder="reference", reference_keys=frozenset({"toolwatch.case_id"}))
@@ -167,14 +167,16 @@ def _dense(rng: random.Random, spans: list[bytes]) -> bytes:
     return b"".join(resources)
 
 
-def _whole(body: bytes) -> DecodedBatch | str:
+def whole_outcome(body: bytes, options: DecodeOptions = _OPTIONS) -> DecodedBatch | str:
+    """A whole decode's outcome: protobuf's parse, else salvage's; ``"DecodeError"`` when
+    the request is refused. What the sift's pieces must decode to."""
     try:
-        return _Decoder(_OPTIONS).scan(scanner(_OPTIONS).scan_bytes(body))
+        return _Decoder(options).scan(scanner(options).scan_bytes(body))
     except WireError:
         salvaged = salvage(body)
         if salvaged is None:
-            return "refused"
-        return decode_request(salvaged[0], _OPTIONS, salvaged[1])
+            return "DecodeError"
+        return decode_request(salvaged[0], options, salvaged[1])
 
 
 def _parsed_entries(body: bytes) -> int | None:
@@ -223,10 +225,10 @@ def check_sifted(wire: Any, body: bytes) -> str | None:
     try:
         got: DecodedBatch | str = _decode_sifted(body, _OPTIONS, scanner(_OPTIONS), wire.sift)
     except DecodeError:
-        got = "refused"
+        got = "DecodeError"
     if isinstance(got, str):
-        got = "refused"
-    want = _whole(body)
+        got = "DecodeError"
+    want = whole_outcome(body)
     if got != want:
         return f"sifted {got!r:.600}\nwhole {want!r:.600}"
     return None

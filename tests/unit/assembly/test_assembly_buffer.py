@@ -917,6 +917,17 @@ def test_a_guardrail_check_alone_is_not_an_agent_run() -> None:
     assert runs_an_agent([check, span(2, 1, SpanRole.LLM, 1, 9)])
 
 
+def _lost_model_call_run() -> list[SpanRecord]:
+    """A synchronous request whose root ended after every span, and whose model call (span
+    2) was lost in export: its HTTP client span (3) came, naming it as local parent."""
+    return [
+        span(9, None, SpanRole.OTHER, 0, 900, name="POST /support"),
+        agent(1, 9, "refund-bot", 1, 890, parent_local=True),
+        span(3, 2, SpanRole.OTHER, 12, 95, name="POST", parent_local=True),
+        tool(5, 1, "issue_refund", 205, 260, call_id="c", parent_local=True),
+    ]
+
+
 def test_a_root_that_ended_last_anchors_a_trace_whose_lost_span_never_comes() -> None:
     """An ordinary synchronous request: its server span, the root, ended after every span of
     the run, and came with them. The model call's span never comes (its batch lost: the
@@ -934,16 +945,7 @@ def test_a_root_that_ended_last_anchors_a_trace_whose_lost_span_never_comes() ->
     (``LOST_PARENT_WAIT_NS``), then is judged complete."""
     clock = ManualClock()
     buffer = TraceBuffer(AssemblyLimits(), clock, RecordingMetrics())
-    buffer.add(
-        [
-            span(9, None, SpanRole.OTHER, 0, 900, name="POST /support"),
-            agent(1, 9, "refund-bot", 1, 890, parent_local=True),
-            # the model call (span 2) is lost; its HTTP client span came
-            span(3, 2, SpanRole.OTHER, 12, 95, name="POST", parent_local=True),
-            llm(4, 1, 100, 200, parent_local=True),
-            tool(5, 1, "issue_refund", 205, 260, call_id="c", parent_local=True),
-        ]
-    )
+    buffer.add([*_lost_model_call_run(), llm(4, 1, 100, 200, parent_local=True)])
 
     clock.advance(2)
     assert buffer.poll() == []  # one more batch delay: the parent may be a background run's
@@ -958,14 +960,7 @@ def test_a_run_over_before_a_sigterm_is_drained_complete_despite_a_lost_local_pa
     ``shutdown`` (judged incomplete, policy only), where before it was drained complete."""
     clock = ManualClock()
     buffer = TraceBuffer(AssemblyLimits(), clock, RecordingMetrics())
-    buffer.add(
-        [
-            span(9, None, SpanRole.OTHER, 0, 900, name="POST /support"),
-            agent(1, 9, "refund-bot", 1, 890, parent_local=True),
-            span(3, 2, SpanRole.OTHER, 12, 95, name="POST", parent_local=True),
-            tool(5, 1, "issue_refund", 205, 260, call_id="c", parent_local=True),
-        ]
-    )
+    buffer.add(_lost_model_call_run())
     clock.advance(0.5)
 
     assert [t.incomplete_reason for t in buffer.drain()] == [None]

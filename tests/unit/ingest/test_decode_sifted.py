@@ -16,18 +16,14 @@ from ingest_support import ROOT_ID, TRACE_ID, field, span, varint
 from test_decode_pieces import _whole
 
 from bench.hostile_decode import SHAPES
+from tools.fuzz.dense import whole_outcome
 from toolwatch.ingest import scan
 from toolwatch.ingest.decode import (
     DecodedBatch,
     DecodeError,
     DecodeOptions,
-    _Decoder,
     decode_protobuf,
-    decode_request,
-    scanner,
 )
-from toolwatch.ingest.salvage import salvage
-from toolwatch.ingest.scan import WireError
 
 PATHS = ["sift", "python"]
 DECODERS = ["auto", "reference"]
@@ -212,15 +208,8 @@ def _outcome(body: bytes, decoder: str) -> DecodedBatch | str:
 
 
 def _whole_outcome(body: bytes, decoder: str) -> DecodedBatch | str:
-    """A whole decode's outcome: protobuf's parse, else salvage's (``None``: refused)."""
-    options = DecodeOptions(decoder=decoder)  # type: ignore[arg-type]
-    try:
-        return _Decoder(options).scan(scanner(options).scan_bytes(body))
-    except WireError:
-        salvaged = salvage(body)
-        if salvaged is None:
-            return "DecodeError"
-        return decode_request(salvaged[0], options, salvaged[1])
+    """A whole decode's outcome: protobuf's parse, else salvage's (``"DecodeError"``)."""
+    return whole_outcome(body, DecodeOptions(decoder=decoder))  # type: ignore[arg-type]
 
 
 @pytest.mark.skipif(scan._SIFT is None, reason=scan.COMPILED_UNAVAILABLE or "built")
