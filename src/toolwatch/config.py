@@ -32,7 +32,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from toolwatch.assembly.buffer import AssemblyLimits
+from toolwatch.assembly.buffer import LOST_PARENT_WAIT_NS, AssemblyLimits
 from toolwatch.certificate_dates import (
     CertificateDates,
     certificate_dates,
@@ -283,6 +283,7 @@ class AssemblySettings(_Section):
     completion_wait_seconds: Seconds = Field(2.0, gt=0, le=WEEK_SECONDS)
     max_trace_age_seconds: Seconds = Field(300.0, gt=0, le=WEEK_SECONDS)
     local_parent_wait_seconds: Seconds | None = Field(None, gt=0, le=WEEK_SECONDS)
+    lost_parent_wait_seconds: Seconds = Field(LOST_PARENT_WAIT_NS / 1e9, gt=0, le=WEEK_SECONDS)
     late_span_window_seconds: Seconds = Field(300.0, ge=0, le=WEEK_SECONDS)  # 0: off
     max_traces: int = Field(10_000, gt=0)
     max_spans_per_trace: int = Field(5_000, gt=0)
@@ -312,6 +313,19 @@ class AssemblySettings(_Section):
                 "trace's last span, so the trace reaches that age first and is evaluated as "
                 "incomplete; the wait would never apply"
             )
+        # A trace whose parent was lost in export is judged complete this long after the
+        # wait: at or past the age it would be judged incomplete instead (the default is
+        # left alone when only the age is set short, as in a test rig).
+        lost = self.completion_wait_seconds + self.lost_parent_wait_seconds
+        if (
+            "lost_parent_wait_seconds" in self.model_fields_set
+            and lost >= self.max_trace_age_seconds
+        ):
+            raise ValueError(
+                f"completion_wait_seconds + lost_parent_wait_seconds ({lost:g}) must be shorter"
+                f" than max_trace_age_seconds ({self.max_trace_age_seconds:g}): a run that lost"
+                " a parent in export would reach that age first and be evaluated as incomplete"
+            )
         return self
 
     @model_validator(mode="after")
@@ -337,6 +351,7 @@ class AssemblySettings(_Section):
                 if self.local_parent_wait_seconds is None
                 else seconds_to_ns(self.local_parent_wait_seconds)
             ),
+            lost_parent_wait_ns=seconds_to_ns(self.lost_parent_wait_seconds),
             late_span_window_ns=seconds_to_ns(self.late_span_window_seconds),
             max_traces=self.max_traces,
             max_spans_per_trace=self.max_spans_per_trace,

@@ -139,6 +139,7 @@ def test_an_assembly_duration_is_at_most_a_week() -> None:
         "assembly.completion_wait_seconds",
         "assembly.max_trace_age_seconds",
         "assembly.local_parent_wait_seconds",  # 0 ns would be off
+        "assembly.lost_parent_wait_seconds",
         "assembly.late_span_window_seconds",  # 0 ns would be off
         "shadow.pair_timeout_seconds",
         "policy.conversation_ttl_seconds",
@@ -158,6 +159,23 @@ def test_a_duration_below_a_nanosecond_is_refused_naming_it(tmp_path: Path, sett
     ]
     if setting != "assembly.max_trace_age_seconds":  # it must outlast completion_wait
         load_config(None, {**auth, setting: "1e-9"})  # a nanosecond: 1 ns
+
+
+def test_the_lost_parent_wait_is_set_in_seconds_and_must_end_before_the_age() -> None:
+    assert load_config(None, {}).assembly.limits().lost_parent_wait_ns == 5 * 10**9
+    config = load_config(None, {"assembly.lost_parent_wait_seconds": "30"})
+    assert config.assembly.limits().lost_parent_wait_ns == 30 * 10**9
+
+    lines = error_lines(None, {"assembly.lost_parent_wait_seconds": 298})
+    assert lines[1] == (
+        "  defaults and command line/environment: assembly: completion_wait_seconds +"
+        " lost_parent_wait_seconds (300) must be shorter than max_trace_age_seconds (300): a"
+        " run that lost a parent in export would reach that age first and be evaluated as"
+        " incomplete"
+    )
+    # Only an age set short, with the default wait, is left alone (test rigs do so).
+    short = load_config(None, {"assembly.max_trace_age_seconds": 4})
+    assert short.assembly.limits().lost_parent_wait_ns == 5 * 10**9
 
 
 def test_a_late_span_window_of_0_is_still_off() -> None:

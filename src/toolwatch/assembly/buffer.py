@@ -145,11 +145,12 @@ REPORTED_DROPS: Final[Mapping[str, str]] = MappingProxyType(
 )
 
 
-#: How much longer than ``completion_wait`` a rooted trace waits for a local parent that a
-#: span which ended before the root names (``_Trace.awaits_after_root``): the OpenTelemetry
-#: SDKs' batch processors export every 5 s (``OTEL_BSP_SCHEDULE_DELAY``), so a parent still
-#: running comes, or a span of its that ended since does, within one such delay; one that
-#: does not was lost (an export given up, a full queue, a filter), and the run is over.
+#: How much longer than ``completion_wait`` a rooted trace waits, by default, for a local
+#: parent that a span which ended before the root names (``_Trace.awaits_after_root``;
+#: ``AssemblyLimits.lost_parent_wait_ns``): the OpenTelemetry SDKs' batch processors export
+#: every 5 s (``OTEL_BSP_SCHEDULE_DELAY``), so a parent still running comes, or a span of its
+#: that ended since does, within one such delay; one that does not was lost (an export given
+#: up, a full queue, a filter), and the run is over.
 LOST_PARENT_WAIT_NS: Final = 5_000_000_000
 
 
@@ -165,6 +166,7 @@ class AssemblyLimits:
     completion_wait_ns: int = 2_000_000_000
     max_trace_age_ns: int = 300_000_000_000
     local_parent_wait_ns: int = 0  # off: such a trace waits for max_trace_age_ns
+    lost_parent_wait_ns: int = LOST_PARENT_WAIT_NS
     late_span_window_ns: int = 300_000_000_000
     max_traces: int = 10_000
     max_spans_per_trace: int = 5_000
@@ -180,6 +182,7 @@ class AssemblyLimits:
             _require(name, getattr(self, name), minimum=1)
         _require("late_span_window_ns", self.late_span_window_ns, minimum=0)
         _require("local_parent_wait_ns", self.local_parent_wait_ns, minimum=0)
+        _require("lost_parent_wait_ns", self.lost_parent_wait_ns, minimum=1)
         _require("max_remembered_traces", self.max_remembered_traces, minimum=0)
         if self.overflow not in _OVERFLOW_POLICIES:
             allowed = ", ".join(sorted(_OVERFLOW_POLICIES))
@@ -341,7 +344,7 @@ class _Trace:
         if self.awaiting_local:
             due = min(due, self.last_ns + limits.local_parent_wait_ns)
         if self.anchor_missing and self.root_seen:
-            due = min(due, self.last_ns + limits.completion_wait_ns + LOST_PARENT_WAIT_NS)
+            due = min(due, self.last_ns + limits.completion_wait_ns + limits.lost_parent_wait_ns)
         if self.anchor_missing:
             return due
         return min(self.last_ns + limits.completion_wait_ns, too_old)
@@ -387,7 +390,7 @@ class _Trace:
         ``completion_wait`` between two of the run's export batches, as the calls exported
         so far, and the rest was dropped as ``late``. A trace that lost a span to a limit
         or to ingest (``span_limited``) may have lost that parent: its root anchors it.
-        A parent that never comes is waited for ``LOST_PARENT_WAIT_NS`` more, unless a span
+        A parent that never comes is waited for ``lost_parent_wait_ns`` more, unless a span
         ended after the root (``awaits_after_root``)."""
         held = self.spans
         return any(span.parent_local and span.parent_span_id not in held for span in held.values())
@@ -398,7 +401,7 @@ class _Trace:
         come, however long it runs (``local_parent_wait``, else ``max_trace_age``). A span
         that ended before the root (the run's first steps, or a sync request that lost the
         span's parent in export), or another service's (its clock is not the root's), holds
-        the trace ``LOST_PARENT_WAIT_NS`` more: a process's batch processor exports spans in
+        the trace ``lost_parent_wait_ns`` more: a process's batch processor exports spans in
         the order they ended, so a parent still running is heard of by then."""
         root_end, service = self.root_end_ns, self.root_service
         if self.last_end_ns <= root_end:
@@ -757,7 +760,7 @@ class TraceBuffer:
             return self._emit(trace, now, None)
         if (
             trace.root_seen
-            and quiet >= lim.completion_wait_ns + LOST_PARENT_WAIT_NS
+            and quiet >= lim.completion_wait_ns + lim.lost_parent_wait_ns
             and not trace.awaits_after_root()
         ):
             return self._emit(trace, now, None)  # a parent lost in export: the run is over

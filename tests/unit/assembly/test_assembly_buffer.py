@@ -955,6 +955,25 @@ def test_a_root_that_ended_last_anchors_a_trace_whose_lost_span_never_comes() ->
     assert [(t.trace_id, len(t.spans), t.incomplete_reason) for t in done] == [(TRACE, 5, None)]
 
 
+def test_the_lost_parent_wait_is_the_configured_one() -> None:
+    """A sender whose batch processor exports every 30 s (``OTEL_BSP_SCHEDULE_DELAY``)
+    needs the trace to wait that long for a parent still running: with
+    ``lost_parent_wait_ns`` at 30 s the same trace is still held where the default judges
+    it, and is judged complete 30 s past the wait."""
+    clock = ManualClock()
+    limits = AssemblyLimits(lost_parent_wait_ns=30 * SECOND)
+    buffer = TraceBuffer(limits, clock, RecordingMetrics())
+    buffer.add([*_lost_model_call_run(), llm(4, 1, 100, 200, parent_local=True)])
+
+    clock.advance(2 + LOST_PARENT_WAIT_NS / 1e9)
+    assert buffer.poll() == []
+    assert buffer.next_due_ns() == clock() + (30 * SECOND - LOST_PARENT_WAIT_NS)
+    clock.advance(30 - LOST_PARENT_WAIT_NS / 1e9)
+    done = buffer.poll()
+
+    assert [(t.trace_id, len(t.spans), t.incomplete_reason) for t in done] == [(TRACE, 5, None)]
+
+
 def test_a_run_over_before_a_sigterm_is_drained_complete_despite_a_lost_local_parent() -> None:
     """The same trace at a SIGTERM: ``drain`` asks ``anchored()`` and now flags it
     ``shutdown`` (judged incomplete, policy only), where before it was drained complete."""
