@@ -221,6 +221,15 @@ class _Held(NamedTuple):
     tool_key: bytes | None
 
 
+class _Departed(NamedTuple):
+    """A subscriber that left with findings held for it to resume: its filter, and the
+    sequence of the first of them and how many they are (``FindingsBroker.unsubscribe``)."""
+
+    filter: StreamFilter
+    first: int
+    unsent: int
+
+
 @dataclass(frozen=True, slots=True)
 class StreamFilter:
     """Which findings a subscriber wants. Empty ``categories``/``agents`` mean "all";
@@ -500,6 +509,10 @@ class FindingsBroker:
         self._queue_size = queue_size
         self._max_subscribers = max_subscribers
         self._subscriptions: set[Subscription] = set()
+        # Subscribers that left with findings held for their resume, not resumed yet: what
+        # they were promised goes with the process at shutdown (``close``). The most recent
+        # ``max_subscribers`` are remembered; an older one is forgotten uncounted.
+        self._departed: deque[_Departed] = deque(maxlen=max_subscribers)
         self._changed = asyncio.Event()
         self._closed = False
         #: Findings counted lost to subscribers (``count_dropped``) since start-up.
@@ -548,11 +561,21 @@ class FindingsBroker:
             if self.held.maxlen:  # nothing to replay from when nothing is held
                 replay = _Replay(self, max(after, oldest - 1), self._sequence)
             resumed = ResumeResult(kind, self.unheld_passing(after + 1, oldest - 1, stream_filter))
+            if kind == "same":
+                self._resumes(stream_filter, after)
         subscription = Subscription(stream_filter, self._queue_size, replay)
         subscription.resumed = resumed
         self._subscriptions.add(subscription)
         self._changed.set()
         return subscription
+
+    def _resumes(self, stream_filter: StreamFilter, after: int) -> None:
+        """A subscriber resumes after ``after``: the departed subscriber it is, the earliest
+        whose held findings it is sent, of the same filter if one is, is no longer waited for."""
+        candidates = [d for d in self._departed if d.first > after]
+        same = [d for d in candidates if d.filter == stream_filter]
+        if same or candidates:
+            self._departed.remove(min(same or candidates, key=lambda d: d.first))
 
     def check_resume(self, resume: Resume) -> None:
         """Raises ``ValueError`` when ``resume`` names a finding of this stream not yet
@@ -619,6 +642,8 @@ class FindingsBroker:
                 why,
             )
         if len(left) > lost:
+            kept = [message.sequence for message in left if message.sequence >= self.oldest_held]
+            self._departed.append(_Departed(subscription.filter, min(kept), len(kept)))
             log.info(
                 "a findings stream subscriber left with %d findings undelivered, held for"
                 " it if it resumes (output.stream_replay_size)",
@@ -688,8 +713,22 @@ class FindingsBroker:
         return len(waiting)
 
     def close(self) -> None:
-        """Ends every stream after its queued findings; refuses new subscriptions."""
+        """Ends every stream after its queued findings; refuses new subscriptions. Findings
+        held for subscribers that left and have not resumed go with the process: counted as
+        dropped and logged."""
         self._closed = True
+        unsent = sum(departed.unsent for departed in self._departed)
+        if unsent:
+            self.count_dropped(unsent)
+            log.warning(
+                "%d findings held for %d findings stream subscriber(s) that left and did"
+                " not resume go with the process (%scounted in"
+                " toolwatch_stream_dropped_findings_total)",
+                unsent,
+                len(self._departed),
+                f"{SHUTTING_DOWN}; ",
+            )
+            self._departed.clear()
         for subscription in self._subscriptions:
             subscription.close()
 

@@ -199,6 +199,61 @@ def test_a_subscriber_gone_with_held_findings_queued_loses_none_of_them(
     ]
 
 
+def test_findings_held_for_a_subscriber_that_never_resumed_are_counted_lost_at_shutdown(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Held for its resume, they go with the process at a SIGTERM: the restarted server holds
+    none of them, and a client resuming there is told only that the stream is new. Those no
+    longer held when it left were counted then (f1, f2); f3 and f4 at the shutdown."""
+    registry = CollectorRegistry()
+    broker = FindingsBroker(PrometheusMetrics(registry), replay_size=2)
+    gone = broker.subscribe(StreamFilter())
+    publish(broker, *(finding(i) for i in range(1, 5)))
+    broker.unsubscribe(gone)
+    assert registry.get_sample_value(DROPPED) == 2
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        broker.close()
+    assert registry.get_sample_value(DROPPED) == 4
+    assert [r.getMessage() for r in caplog.records] == [
+        "2 findings held for 1 findings stream subscriber(s) that left and did not resume go"
+        " with the process (toolwatch is shutting down; counted in"
+        " toolwatch_stream_dropped_findings_total)"
+    ]
+    broker.close()  # a second close counts nothing again
+    assert registry.get_sample_value(DROPPED) == 4
+
+
+def test_a_subscriber_that_resumed_is_not_counted_at_shutdown() -> None:
+    """Of two that left with findings held (filters ``HIGH`` and all), the one that resumed
+    was sent them: only the other's are counted at the shutdown, whichever resumed."""
+    for resumes_with in (HIGH, StreamFilter()):
+        registry = CollectorRegistry()
+        broker = FindingsBroker(PrometheusMetrics(registry), replay_size=10)
+        high, everything = broker.subscribe(HIGH), broker.subscribe(StreamFilter())
+        publish(broker, finding(1), finding(2, Severity.LOW), finding(3))
+        broker.unsubscribe(high)  # f1, f3 held for it
+        broker.unsubscribe(everything)  # f1, f2, f3 held for it
+        result, sent = resumed(broker, Resume({broker.stream_id: 0}), resumes_with)
+        assert result == ResumeResult("same", 0)
+        broker.close()
+        other = 3 if resumes_with == HIGH else 2
+        assert (len(sent), registry.get_sample_value(DROPPED)) == (5 - other, other)
+
+
+def test_a_resume_on_a_new_stream_claims_no_departed_subscriber() -> None:
+    """A cursor of another stream (the client followed another replica) is not a subscriber
+    that left this one: what was held for the one that left is still counted."""
+    registry = CollectorRegistry()
+    broker = FindingsBroker(PrometheusMetrics(registry), replay_size=10)
+    gone = broker.subscribe(StreamFilter())
+    publish(broker, finding(1))
+    broker.unsubscribe(gone)
+    assert resumed(broker, Resume({"0123456789abcdef": 7}))[0] == ResumeResult("new", 0)
+    broker.close()
+    assert registry.get_sample_value(DROPPED) == 1
+
+
 def test_held_findings_are_kept_rendered_and_redacted() -> None:
     """Argument values a loop finding carries are not held, only their redacted text."""
     broker = FindingsBroker(NoopMetrics())
