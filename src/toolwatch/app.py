@@ -456,7 +456,12 @@ class App:
         does not load is logged, and ``toolwatch_config_last_reload_successful`` reads 0
         until a reload works: the running configuration stays. Returns whether it worked.
         First, whatever the file holds, the findings log and the ToolTrace dump are opened
-        again if a log rotation renamed them away (``_Outputs.reopen``)."""
+        again if a log rotation renamed them away (``_Outputs.reopen``). Once shutting down
+        (``stop``), nothing: the runs are drained and the outputs closed, or about to be, so
+        opening them again would leave empty files behind."""
+        if self._stopped:
+            log.info("SIGHUP while shutting down: configuration and outputs left as they are")
+            return False
         try:  # logrotate's HUP, whatever the configuration file says
             self._outputs.reopen(self.config.output)
         except Exception:  # never the reload's undoing

@@ -347,6 +347,31 @@ def test_a_findings_log_renamed_away_is_opened_again_at_its_path_on_sighup(
     assert len(server.app._outputs.files) == 2
 
 
+def test_a_sighup_while_shutting_down_opens_no_output_again(
+    start_server: Callable[..., RunningServer], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A SIGHUP in the shutdown's wait for a last scrape (logrotate's, or a second reload)
+    found the findings log and the dump closed, took them for rotated away, and opened new,
+    empty files at their paths, logged as a rotation."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    server = start_server(config)
+    log = Path(server.app.config.output.findings or "")
+    unverified_refund(server)
+    server.settle()
+    server._await(server.app.stop(grace=1.0))
+    log.rename(tmp_path / "findings.jsonl.1")
+    server.tooltrace_path.rename(tmp_path / "tooltraces.jsonl.1")
+    with caplog.at_level(logging.INFO, logger="toolwatch"):
+        assert not server.reload()
+
+    assert (log.exists(), server.tooltrace_path.exists()) == (False, False)
+    assert [r.getMessage() for r in caplog.records if r.name == "toolwatch"] == [
+        "SIGHUP while shutting down: configuration and outputs left as they are"
+    ]
+    assert server.sample("toolwatch_config_last_reload_successful") == 1
+
+
 @pytest.mark.parametrize("full", [("findings",), ("findings", "dump_tooltraces")])
 def test_outputs_that_cannot_be_written_are_counted_and_the_run_still_judged(
     start_server: Callable[..., RunningServer], tmp_path: Path, full: tuple[str, ...]
