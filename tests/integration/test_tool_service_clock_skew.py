@@ -122,3 +122,115 @@ def test_an_unverified_refund_served_by_a_host_behind_still_pages(
     server, _ = evaluate(start_server, tmp_path, UNVERIFIED, "issue_refund", -SKEW_MS)
 
     assert [f["category"] for f in findings_log(server)] == ["MISSING_VERIFICATION_STEP"]
+
+
+# -- an agent another host runs under the caller's tool span -------------------------------
+
+
+def _reused(call: Call) -> Call:
+    """``call`` under ``call_0``, as a model that numbers each turn's calls from 0 asks."""
+    return Call(call.name, call.arguments, "call_0", call.result, nested=call.nested)
+
+
+BILLING_REFUNDS = AgentRun(
+    "billing-bot",
+    (Turn((_reused(agents.LOOKUP),)), Turn((_reused(agents.REFUND),)), Turn(text="Refunded.")),
+)
+BILLING_LOOKS_UP = AgentRun("billing-bot", (Turn((agents.LOOKUP,)), Turn(text="Delivered.")))
+
+
+def asks_billing(billing: AgentRun, call_id: str) -> Call:
+    return Call("ask_billing", {"question": "A-1001"}, call_id, nested=billing)
+
+
+def with_an_agent_on_another_host(
+    run: AgentRun, skew_ms: int
+) -> tuple[tuple[ReadableSpan, ...], tuple[ReadableSpan, ...]]:
+    """``run`` by service ``desk``, each model call taking 400 ms; the agent a call runs
+    (``Call.nested``) is service ``billing``'s, on a host whose clock is ``skew_ms`` off
+    desk's, written below desk's tool span (remote parent, propagated ``traceparent``).
+    Returns (desk's spans, billing's spans)."""
+    style = STYLES["genai"]
+    a, b = Recorder("desk"), Recorder("billing")
+    root = a.start(*style.agent(run), parent=None)
+    for turn in run.turns:
+        a.tick(400)
+        a.end(a.start(*style.llm(run, turn), parent=root))
+        for call in turn.calls:
+            span = a.start(*style.tool(run, call), parent=root)
+            if call.nested is not None:
+                b.now = a.now + skew_ms * MS  # billing's clock
+                _nested_agent(b, call.nested, span)
+                a.now = b.now - skew_ms * MS
+            a.end(span)
+    a.end(root)
+    return a.spans(), b.spans()
+
+
+def _nested_agent(b: Recorder, run: AgentRun, tool: trace.Span) -> None:
+    context = tool.get_span_context()
+    caller = trace.NonRecordingSpan(
+        trace.SpanContext(context.trace_id, context.span_id, True, context.trace_flags)
+    )
+    style = STYLES["genai"]
+    root = b.start(*style.agent(run), parent=caller)
+    for turn in run.turns:
+        b.tick(100)
+        b.end(b.start(*style.llm(run, turn), parent=root))
+        for call in turn.calls:
+            b.end(b.start(*style.tool(run, call), parent=root))
+    b.end(root)
+
+
+@pytest.mark.parametrize(
+    ("run", "skew_ms", "expected"),
+    [
+        (
+            AgentRun(
+                "desk-bot",
+                (Turn((asks_billing(BILLING_REFUNDS, "call_0"),)), Turn(text="Refunded.")),
+            ),
+            -SKEW_MS,
+            [("ask_billing", None), ("lookup_order", "call_0"), ("issue_refund", "call_0")],
+        ),
+        (
+            AgentRun(
+                "desk-bot",
+                (
+                    Turn((asks_billing(BILLING_LOOKS_UP, "call_b"),)),
+                    Turn((agents.REFUND,)),
+                    Turn(text="Refunded."),
+                ),
+            ),
+            SKEW_MS,
+            [("ask_billing", None), ("lookup_order", "call_b"), ("issue_refund", None)],
+        ),
+    ],
+    ids=["billing-behind-refunds-under-call_0", "billing-ahead-looks-up-desk-refunds"],
+)
+def test_an_agent_on_a_host_with_another_clock_is_ordered_inside_the_call_that_ran_it(
+    start_server: Callable[..., RunningServer],
+    tmp_path: Path,
+    run: AgentRun,
+    skew_ms: int,
+    expected: list[tuple[str, str | None]],
+) -> None:
+    """Billing's clock 1.5 s behind put its agent's lookup and refund before the desk call
+    that ran them (the refund then read as nested in the lookup, both ``call_0``); ahead,
+    its lookup after the refund desk made next. Either paged MISSING_VERIFICATION_STEP on a
+    correct run. Inside the call's span, the nested agent's calls are in the order they
+    ran, and keep the times billing recorded."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    server = start_server(config)
+    desk_spans, billing_spans = with_an_agent_on_another_host(run, skew_ms)
+    send_grpc(server, billing_spans)
+    send_grpc(server, desk_spans)
+    server.settle()
+
+    (traced,) = server.tooltraces()
+    assert [(c["tool_name"], c["parent_call_id"]) for c in traced["calls"]] == expected
+    lookup = next(c for c in traced["calls"] if c["tool_name"] == "lookup_order")
+    (recorded,) = [s for s in billing_spans if s.name == "execute_tool lookup_order"]
+    assert lookup["start_ns"] == recorded.start_time
+    assert [f["category"] for f in findings_log(server)] == []
