@@ -403,7 +403,7 @@ def _join(
         if records.own:
             executions = [s for s in executions if s.span_id not in records.own]
     requests = _requests(spans, sites, normalize)
-    drafts, executions, requests = _join_by_id(executions, requests, sites, normalize)
+    drafts, executions, requests = _join_by_id(executions, requests, sites, normalize, spans)
     drafts += _join_by_name(executions, requests, sites, normalize)
     if handoffs:
         drafts = _with_handoffs(drafts, handoffs, spans, sites)
@@ -647,6 +647,7 @@ def _join_by_id(
     requests: list[_Request],
     sites: dict[bytes, CallSite],
     normalize: Callable[[Any], str],
+    spans: tuple[SpanRecord, ...],
 ) -> tuple[list[_Draft], list[SpanRecord], list[_Request]]:
     """Pair each tool span with the unpaired request of its call id: the only one, or, of
     an id used again, the one ``_Asked.take`` chooses among its agent's."""
@@ -655,6 +656,7 @@ def _join_by_id(
     # requests of each id by agent, tool and model call.
     unique = _by_unique_id(requests)
     reused = _asked_again(requests, sites) if unique is None else {}
+    senders = _Senders(spans, sites)  # reads the spans only when a span needs its sender
     drafts: list[_Draft] = []
     unmatched: list[SpanRecord] = []
     for span in executions:  # in start order
@@ -664,7 +666,7 @@ def _join_by_id(
             if unique is not None:
                 request = unique.pop(call_id, None)
             else:
-                request = _take_again(span, call_id, reused, sites, normalize)
+                request = _take_again(span, call_id, reused, senders, normalize)
         if request is not None:
             drafts.append(_Draft(span, request))
         else:
@@ -775,7 +777,7 @@ def _take_again(
     span: SpanRecord,
     call_id: str,
     reused: _Reused,
-    sites: dict[bytes, CallSite],
+    senders: _Senders,
     normalize: Callable[[Any], str],
 ) -> _Request | None:
     """The request ``span`` ran, of a run that uses a call id again, paired: one of its own
@@ -787,7 +789,16 @@ def _take_again(
     ran; taking it whatever its agent gave a nested agent's span the request of another
     agent that asked under the same id and started its model call later. An id used again
     names no call: a span of a tool the id never asked for is a call of its own. The tool
-    named in a namespace is the same tool (``_namesake``): a unique id pairs them too."""
+    named in a namespace is the same tool (``_namesake``): a unique id pairs them too.
+
+    A span another service wrote than the model calls that asked (a tool service on another
+    host) is timed by another clock: it is placed by the span that sent it, its nearest
+    ancestor of the model calls' service below the agent (the agent's HTTP client span), on
+    their clock (``_Senders.sent``). A host 1.5 s behind started its span before every
+    request of its tool, and it took the earliest, a turn that never ran, leaving its own
+    turn's call never run. With no such ancestor its own start is all there is: before every
+    request it takes the earliest not yet taken (emission order)."""
+    sites = senders.sites
     tools = reused.get((_scope(sites[span.span_id]), call_id))
     if tools is None:
         return None
@@ -795,7 +806,47 @@ def _take_again(
     asked = tools.get(name)
     if asked is None:
         asked = _namesake(name, tools)
-    return asked.take(span.start_ns) if asked is not None else None
+    if asked is None:
+        return None
+    started = span.start_ns
+    service = asked.outputs[0][0].llm.service
+    if span.service != service:
+        started = senders.sent(span, service, started)
+    return asked.take(started)
+
+
+class _Senders:
+    """The spans of a run by id, read (once) when a span of another service than the model
+    calls that asked for it needs the span that sent it: only runs that use a call id again
+    and have such a span pay for it."""
+
+    __slots__ = ("_by_id", "_spans", "sites")
+
+    def __init__(self, spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite]) -> None:
+        self._spans = spans
+        self._by_id: dict[bytes, SpanRecord] | None = None
+        self.sites = sites
+
+    def sent(self, span: SpanRecord, service: str | None, started: int) -> int:
+        """The start of ``span``'s nearest ancestor that ``service`` wrote, below its agent
+        span (whose start precedes every turn) and at most ``_MAX_HOPS`` up; else
+        ``started``."""
+        by_id = self._by_id
+        if by_id is None:
+            by_id = self._by_id = {s.span_id: s for s in self._spans}
+        site = self.sites[span.span_id]
+        agent = site.agent.span_id if site.agent is not None else None
+        parent = site.parent
+        for _ in range(_MAX_HOPS):
+            if parent is None or parent == agent:
+                break
+            above = by_id.get(parent)
+            if above is None:
+                break
+            if above.service == service:
+                return above.start_ns
+            parent = self.sites[parent].parent
+        return started
 
 
 def _namesake(name: str, tools: dict[str, _Asked]) -> _Asked | None:

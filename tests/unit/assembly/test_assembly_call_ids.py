@@ -3,12 +3,12 @@ from ``call_0``): which request each tool span ran (CONVENTIONS §6.3)."""
 
 from __future__ import annotations
 
-from assembly_support import agent, ask, build, hexid, llm, only, tool
+from assembly_support import agent, ask, build, hexid, llm, only, span, tool
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.settings import PolicySettings, SafetySettings
-from toolwatch.model import Category, SpanRecord, ToolTrace
+from toolwatch.model import Category, SpanRecord, SpanRole, ToolTrace
 
 POLICY = PolicySettings.model_validate(
     {
@@ -242,3 +242,70 @@ def test_overlapping_model_calls_of_two_agents_that_reuse_call_0_keep_both_reque
         str({"order_id": "A-1"}),
         str({"order_id": "B-2"}),
     ]
+
+
+def served_on_a_host_behind(
+    *, sent_from_a_client_span: bool, first_turn_ran: bool, behind: int = 1_500
+) -> list[SpanRecord]:
+    """Every turn asks under ``call_0``: lookup A-1, then lookup B-2, then refund B-2. The
+    lookups are served by a tool service whose clock is ``behind`` ms behind the agent's
+    (ahead when negative), its span below the agent's HTTP client span (on the agent's
+    clock), or right below the agent."""
+    spans = [
+        agent(1, None, "refund-bot", 0, 4_000),
+        llm(2, 1, 2_000, 2_100, ask("lookup_order", "call_0", {"order_id": "A-1"})),
+        llm(4, 1, 2_200, 2_300, ask("lookup_order", "call_0", {"order_id": "B-2"})),
+        llm(7, 1, 2_400, 2_500, ask("issue_refund", "call_0", {"order_id": "B-2"})),
+        tool(8, 1, "issue_refund", 2_505, 2_510, call_id="call_0"),
+    ]
+    served = [(2_305, 5, 6)] if not first_turn_ran else [(2_105, 9, 10), (2_305, 5, 6)]
+    for at, client, executed in served:
+        parent = 1
+        if sent_from_a_client_span:
+            spans.append(span(client, 1, SpanRole.OTHER, at, at + 20, name="POST /tools/lookup"))
+            parent = client
+        start, end = at + 2 - behind, at + 8 - behind
+        spans.append(
+            tool(executed, parent, "lookup_order", start, end, call_id="call_0", service="tools")
+        )
+    return spans
+
+
+def lookups(trace: ToolTrace) -> list[tuple[str | None, object]]:
+    return [(c.span_id, c.arguments) for c in trace.calls if c.tool_name == "lookup_order"]
+
+
+def test_a_reused_id_pairs_a_span_of_a_host_behind_with_the_turn_that_sent_it() -> None:
+    """The host's span starts before every request of its tool, so it took the earliest,
+    A-1's, a turn that never ran: the lookup of B-2 read as never run, and the refund of B-2
+    paged MISSING_VERIFICATION_STEP on a correct run (and a refund of A-1 would have read as
+    verified). The client span that sent it, on the agent's clock, says which turn it ran."""
+    trace = only(served_on_a_host_behind(sent_from_a_client_span=True, first_turn_ran=False))
+
+    assert lookups(trace) == [(None, {"order_id": "A-1"}), (hexid(6), {"order_id": "B-2"})]
+    assert safety(trace) == []
+
+
+def test_spans_of_a_host_behind_that_served_every_turn_pair_in_turn_order() -> None:
+    """Both turns' lookups ran on the host behind: each span with its own turn, by the client
+    span that sent it, or, right below the agent, in emission order (its own time is another
+    clock's: the first span takes the earliest request not yet taken)."""
+    for client in (True, False):
+        trace = only(served_on_a_host_behind(sent_from_a_client_span=client, first_turn_ran=True))
+
+        assert lookups(trace) == [
+            (hexid(10), {"order_id": "A-1"}),
+            (hexid(6), {"order_id": "B-2"}),
+        ]
+        assert safety(trace) == []
+
+
+def test_spans_of_a_host_ahead_pair_with_the_turn_whose_client_span_sent_them() -> None:
+    """1.5 s ahead, A-1's lookup started after B-2's model call: by its own start it took
+    B-2's request, and B-2's span, that output's requests all taken, read as a retry."""
+    trace = only(
+        served_on_a_host_behind(sent_from_a_client_span=True, first_turn_ran=True, behind=-1_500)
+    )
+
+    assert lookups(trace) == [(hexid(10), {"order_id": "A-1"}), (hexid(6), {"order_id": "B-2"})]
+    assert safety(trace) == []
