@@ -5,13 +5,13 @@ retries of a dangerous call (``retried``: a failed refund made again for the sam
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from toolwatch.jsontext import decimal_text
 from toolwatch.model import ToolCall
 
-__all__ = ["entity_key", "lookup", "unrecorded"]
+__all__ = ["entity_key", "lookup", "recording_tools", "unrecorded"]
 
 
 def lookup(arguments: Any, path: str) -> Any:
@@ -123,3 +123,11 @@ def unrecorded(call: ToolCall) -> bool:
     """Whether the producer recorded no arguments for ``call`` (``None``, and not because
     what it recorded could not be read)."""
     return call.arguments is None and call.arguments_error is None
+
+
+def recording_tools(calls: Sequence[ToolCall], tools: Sequence[str]) -> frozenset[str]:
+    """The tools (``tools[i]`` is ``calls[i]``'s normalized name) some call of which, in the
+    run, carries arguments, read or not: the producer records their arguments, so a call of
+    one that carries none lost its own (a call run again, its request not paired), and may
+    not be read as one of a producer that records none (which may have been of any value)."""
+    return frozenset(tools[i] for i, call in enumerate(calls) if not unrecorded(call))

@@ -39,6 +39,15 @@ many GenAI instrumentations leave them out unless told to capture content), a va
 be compared, so the binding is not checked: the dangerous call is verified by any earlier
 successful call of a bound tool, and a bound tool's success without recorded arguments
 verifies any value (all of an entity's). The run's explanation counts those unchecked calls.
+That success verifies any value only where the producer records none of its tool's arguments
+in the run, though (``entities.recording_tools``): where another call of the tool, earlier
+or later, failed or not, carries arguments (unreadable ones too), this one lost its own (a
+span whose request was not paired; a call run again under its id holds the request's,
+``assembly.calls``), and it verifies no value, lest lookup_order(A-1) failing, then an
+argument-less lookup_order succeeding, verify issue_refund(B-2). The finding says how many
+such successes it did not count (``details.unrecorded_verification_calls``). By tool, not by
+run: a run can mix instrumentations, one that records a tool's arguments and one that does not
+(OpenTelemetry GenAI without content capture), whose lookups still verify any value.
 Without bindings, any earlier successful call of one of the dangerous tool's
 ``policy.verified_by`` tools verifies, or, with none listed for it, of any
 ``verification_tools`` tool. With
@@ -107,7 +116,7 @@ from toolwatch.evaluation.base import (
     spanned_tools,
     unfinished,
 )
-from toolwatch.evaluation.entities import entity_key, lookup, unrecorded
+from toolwatch.evaluation.entities import entity_key, lookup, recording_tools, unrecorded
 from toolwatch.evaluation.loops import retried
 from toolwatch.evaluation.settings import Binding, PolicySettings, SafetySettings
 from toolwatch.evaluation.severity import call_outcome, make_finding
@@ -168,6 +177,7 @@ class _Ledger:
     indexes of the successful calls that carried it, and the span ids of failed calls."""
 
     __slots__ = (
+        "_recording",
         "_spanned",
         "calls",
         "complete",
@@ -176,6 +186,7 @@ class _Ledger:
         "failed",
         "failed_unrecorded",
         "failed_values",
+        "lost",
         "lost_spans",
         "prior",
         "prior_entities",
@@ -200,6 +211,9 @@ class _Ledger:
         self.complete = complete  # the run ended: an unfinished one may lack spans still to come
         self.lost_spans = False  # it ended but lost spans (span_limit)
         self._spanned: frozenset[str] | None = None
+        self._recording: frozenset[str] | None = None
+        # tool -> successful calls so far that lost their arguments (``records``): no value
+        self.lost: dict[str, int] = {}
         self.succeeded: dict[tuple[str, str, str], Successes] = {}
         # (tool, field) -> successful calls whose arguments were not recorded: any value
         self.unrecorded: dict[tuple[str, str], Successes] = {}
@@ -225,6 +239,14 @@ class _Ledger:
         if self._spanned is None:
             self._spanned = spanned_tools(self.calls, self.tools)
         return tool in self._spanned
+
+    def records(self, tool: str) -> bool:
+        """Whether some call of ``tool`` in the run carries arguments (``recording_tools``,
+        worked out the first time a verification without arguments asks: most runs have
+        none, or none with)."""
+        if self._recording is None:
+            self._recording = recording_tools(self.calls, self.tools)
+        return tool in self._recording
 
     def add(self, tool: str, field_value: tuple[str, str], index: int) -> None:
         key = (tool, field_value[0], field_value[1])  # not a * splat: generic when compiled
@@ -417,6 +439,11 @@ class Safety:
             return
         ledger.add(tool, _ANY, index)
         not_recorded = unrecorded(call)
+        if not_recorded and fields and ledger.records(tool):
+            # The run records this tool's arguments: this call lost its own (a call run
+            # again, its request not paired), so it verified no value we know.
+            ledger.lost[tool] = ledger.lost.get(tool, 0) + 1
+            return
         for field in fields:
             if not_recorded:
                 ledger.add_unrecorded(tool, field, index)
@@ -498,6 +525,8 @@ class Safety:
         text = f"{tool}: {verdict.reason}"
         if failed:
             text += f" ({failed} earlier verification calls failed)"
+        if verdict.field is not None:
+            text += _lost(verifiers, ledger, details)
         unrun = sum(ledger.unrun.get(v, 0) for v in verifiers)
         if unrun:
             details["unrun_verification_calls"] = unrun
@@ -694,6 +723,24 @@ def _unverified_value(field: str, value: str, bindings: list[Binding], ledger: _
     tools = name_list(sorted({b.verification_tool for b in bindings}))
     reason = f"{field} not verified by an earlier successful {tools} call of the same value"
     return Verdict(False, reason, field)
+
+
+def _lost(verifiers: frozenset[str], ledger: _Ledger, details: dict[str, Any]) -> str:
+    """What an unverified bound field's explanation says of the successes so far of
+    ``verifiers`` that lost their arguments (``_Ledger.records``), lest the trace's lookup
+    read as missed; their count goes in ``details``."""
+    tools = sorted(v for v in verifiers if ledger.lost.get(v))
+    if not tools:
+        return ""
+    lost = sum(ledger.lost[v] for v in tools)
+    details["unrecorded_verification_calls"] = lost
+    calls = "call" if lost == 1 else "calls"
+    verify = "verifies" if lost == 1 else "verify"
+    whose = "the tool's" if len(tools) == 1 else "the tools'"
+    return (
+        f" ({lost} successful {name_list(tools)} {calls} without recorded arguments {verify}"
+        f" no value: the run records {whose} arguments)"
+    )
 
 
 def _alongside(tools: set[str]) -> str:

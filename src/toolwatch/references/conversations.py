@@ -10,7 +10,10 @@ ended before the run started, less than ``ttl_ns`` before (``Reference.earlier``
 as made before every call of the run. Times are the spans' own, so the order in which traces
 complete does not matter. A call the model requested and the agent never ran (no span, while
 another call of its tool has one, and not hosted) verifies nothing, as within a run: in a
-complete run only (an incomplete one's span may be still to come, or lost).
+complete run only (an incomplete one's span may be still to come, or lost). A success without
+arguments is kept as one of any value only where the run records none of its tool's
+(``safety``'s rule): where other calls of the tool carry theirs, it lost its own and is kept
+as a success of no value.
 
 Bounded: at most ``max_conversations`` conversations and ``max_bytes`` bytes
 (``policy.conversation_max_bytes``) of them, the least recently used forgotten first (each
@@ -34,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from toolwatch.evaluation.base import never_ran, spanned_tools, unfinished
-from toolwatch.evaluation.entities import entity_key, lookup, unrecorded
+from toolwatch.evaluation.entities import entity_key, lookup, recording_tools, unrecorded
 from toolwatch.jsontext import held_size
 from toolwatch.metrics import CONVERSATION_EVICTION_BOUNDS, NoopMetrics, PipelineMetrics
 from toolwatch.model import CallStatus, ToolTrace, Verified
@@ -205,6 +208,7 @@ class ConversationMemory:
         tools = [normalize(call.tool_name) for call in trace.calls]
         spanned = spanned_tools(trace.calls, tools)
         made: list[Verified] = []
+        recording: frozenset[str] | None = None  # asked only of calls without arguments
         for i, call in enumerate(trace.calls):
             tool = tools[i]
             fields = scope.fields.get(tool, frozenset())
@@ -213,6 +217,11 @@ class ConversationMemory:
             if never_ran(call, tool in spanned, complete=not unfinished(trace)):
                 continue
             not_recorded = unrecorded(call)
+            if not_recorded and fields:
+                if recording is None:
+                    recording = recording_tools(trace.calls, tools)
+                if tool in recording:  # it lost its arguments: no value, as ``safety`` reads it
+                    fields = frozenset()
             values: list[tuple[str, str | None]] = []
             for name in sorted(fields):
                 if not_recorded:

@@ -528,12 +528,16 @@ def test_two_fields_bound_to_one_verification_tool_need_one_call_with_both_value
     assert categories(result) == [Category.MISSING_VERIFICATION_STEP]
     kept = Verified("lookup_order", (("customer", "C2"), ("order_id", "A")), 0)
     assert evaluate(trace(refund), Reference(earlier=(kept,)), **ENTITY).findings == ()
-    # A lookup whose arguments were not recorded may have been of both: not checked.
-    unknown = evaluate(trace(*lookups, ("lookup_order", None), refund), **ENTITY)
+    # A lookup whose arguments were not recorded, in a run that records none of the
+    # lookups' arguments, may have been of both: not checked.
+    unknown = evaluate(trace(("lookup_order", None), refund), **ENTITY)
     assert unknown.findings == ()
     assert unknown.explanation.endswith(
         "bindings of 1 dangerous call not checked: arguments not recorded)."
     )
+    # Where the run records them, one without lost its own: it verifies no value.
+    lost = evaluate(trace(*lookups, ("lookup_order", None), refund), **ENTITY)
+    assert categories(lost) == [Category.MISSING_VERIFICATION_STEP]
 
 
 def test_fields_bound_to_different_verification_tools_are_verified_each_on_its_own() -> None:
@@ -639,15 +643,17 @@ def _entity_runs(draw: st.DrawFn) -> ToolTrace:
 def _verified_by_brute_force(calls: tuple[ToolCall, ...], at: int) -> bool:
     """The entity rule, spelled out: every bound argument given, each value recorded by an
     earlier successful lookup, and one such lookup that recorded at least one of them and
-    contradicts none (a lookup without recorded arguments verifies any values)."""
+    contradicts none (a lookup without recorded arguments verifies any values, in a run
+    that records no lookup's arguments; in one that records some, none)."""
     earlier = [c for c in calls[:at] if c.tool_name == "lookup_order" and c.status.value == "ok"]
+    recording = any(c.arguments is not None for c in calls if c.tool_name == "lookup_order")
     refund = calls[at].arguments
     if refund is None:
         return bool(earlier)
     want = {f: entity_key(refund.get(f)) for f in ("order_id", "customer")}
     if None in want.values():
         return False  # a bound argument missing from the dangerous call
-    if any(c.arguments is None for c in earlier):
+    if not recording and earlier:
         return True
     seen = [{f: entity_key(c.arguments.get(f)) for f in want} for c in earlier if c.arguments]
     each = all(any(s[f] == v for s in seen) for f, v in want.items())

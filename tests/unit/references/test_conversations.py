@@ -102,7 +102,8 @@ def test_a_requested_verification_without_its_span_counts_in_an_unfinished_run()
 
 def test_unrecorded_long_and_absent_values_are_told_apart() -> None:
     kept = memory()
-    kept.remember(run("c1", lookup(None), lookup("x" * 257), lookup("  ")))
+    kept.remember(run("c1", lookup(None)))  # a run that records no lookup's arguments
+    kept.remember(run("c1", lookup("x" * 257), lookup("  ")))
     assert values(kept.earlier("c1", 2 * SECOND)) == [
         (("order_id", None),),  # not recorded: it may have been of any order
         (),  # too long to keep: of no order the memory can name
@@ -268,3 +269,15 @@ def test_a_record_is_counted_as_the_readme_says() -> None:
     tool's name and value, 376 for a lookup of a 10-character order id."""
     record = Verified("lookup_order", (("order_id", "A123456789"),), 0)
     assert record_bytes(record) == 354 + len("lookup_order") + len("A123456789") == 376
+
+
+def test_a_success_that_lost_its_arguments_keeps_no_value_where_the_run_records_them() -> None:
+    """A lookup without arguments in a run whose other lookups carry theirs (a retry whose
+    request was not paired) verified no value we know: kept as a success of the tool, of
+    no value (as ``safety`` reads it within its run), not as one of any value. A run that
+    records no lookup's arguments keeps "not recorded"."""
+    kept = memory()
+    kept.remember(run("c1", lookup("A1", ok=False), lookup(None, span_id="s2")))
+    kept.remember(run("c2", lookup(None, ok=False), lookup(None, span_id="s2")))
+    assert values(kept.earlier("c1", 2 * SECOND)) == [()]
+    assert values(kept.earlier("c2", 2 * SECOND)) == [(("order_id", None),)]
