@@ -5,7 +5,9 @@ id, name, arguments, emission order) and the *execution* in a TOOL span (timing,
 result, nesting). They are joined on the call id when both carry one, otherwise on
 (enclosing agent, normalized tool name, k-th occurrence), which OpenAI Agents needs (its tool
 spans carry no id). A call seen both ways is one call; a request with no execution span
-(a hosted tool, one never run) is still a call.
+(a hosted tool, one never run) is still a call. A tool span of a call id whose request a span
+that started before took runs that request again (a retry under its id, a wrapper's span
+beside the tool's): a call of its own holding the request's arguments (``_join_by_id``).
 
 Handoffs (OpenAI Agents SDK, CONVENTIONS §6.5): the model requests ``transfer_to_<agent>``
 and no tool span runs it, but every exporter writes a handoff span under the agent handing
@@ -128,12 +130,15 @@ class _Request:
 class _Draft:
     """One call being built: an execution, a request, or both (never neither). ``handoff``:
     the execution is a handoff span. ``moved``: the time it is ordered by, when its span's
-    is not (``_requested_windows``); ``None``: its ``start_ns``."""
+    is not (``_requested_windows``); ``None``: its ``start_ns``. ``again``: of a span that
+    ran a request another span took (``_join_by_id``: a retry under its id), that request,
+    whose arguments it ran; the call is no request's."""
 
     span: SpanRecord | None
     request: _Request | None
     handoff: bool
     moved: int | None
+    again: _Request | None
 
     def __init__(
         self, span: SpanRecord | None, request: _Request | None, handoff: bool = False
@@ -142,6 +147,7 @@ class _Draft:
         self.request = request
         self.handoff = handoff
         self.moved = None
+        self.again = None
 
     @property
     def origin(self) -> SpanRecord:
@@ -650,7 +656,10 @@ def _join_by_id(
     spans: tuple[SpanRecord, ...],
 ) -> tuple[list[_Draft], list[SpanRecord], list[_Request]]:
     """Pair each tool span with the unpaired request of its call id: the only one, or, of
-    an id used again, the one ``_Asked.take`` chooses among its agent's."""
+    an id used again, the one ``_Asked.take`` chooses among its agent's. A span whose
+    request another span took (they start in order) ran that request again: a framework's
+    or an SDK's retry, a wrapper's span beside the tool's; it runs its arguments, so that
+    the call does not read as one whose producer records none (``_ran_again``)."""
     # When no two requests share an id (the usual run) one dict holds them; otherwise (ADK's
     # "<not specified>", a model that numbers each turn's calls from ``call_0``) the
     # requests of each id by agent, tool and model call.
@@ -659,20 +668,33 @@ def _join_by_id(
     senders = _Senders(spans, sites)  # reads the spans only when a span needs its sender
     drafts: list[_Draft] = []
     unmatched: list[SpanRecord] = []
+    paired = 0
+    asked: dict[str | None, _Request] | None = None  # by id, once an id is run again
     for span in executions:  # in start order
-        request = None
+        request = again = None
         call_id = span.call_id
         if call_id is not None:
             if unique is not None:
                 request = unique.pop(call_id, None)
+                if request is None and requests:
+                    if asked is None:
+                        asked = {r.call.call_id: r for r in requests}
+                    again = _ran_again(span, asked.get(call_id), normalize)
             else:
                 request = _take_again(span, call_id, reused, senders, normalize)
+                if request is None:
+                    again = _run_again(span, call_id, reused, senders, normalize)
         if request is not None:
             drafts.append(_Draft(span, request))
+            paired += 1
+        elif again is not None:
+            draft = _Draft(span, None)
+            draft.again = again
+            drafts.append(draft)
         else:
             unmatched.append(span)
-    if len(drafts) == len(requests):
-        return drafts, unmatched, []  # every request was taken (each draft took one)
+    if paired == len(requests):
+        return drafts, unmatched, []  # every request was taken (each paired draft took one)
     taken = {d.request.position for d in drafts if d.request is not None}
     return drafts, unmatched, [r for r in requests if r.position not in taken]
 
@@ -747,6 +769,17 @@ class _Asked:
         self.taken[index] = taken + 1
         return output[taken]
 
+    def again(self, started: int) -> _Request | None:
+        """The request a span of the tool that started at ``started``, and that ``take``
+        paired with none, ran again (a retry): the one request of the last model call that
+        asked for the tool before the span started, paired; ``None`` where that call asked
+        for several, or several calls started then (which ran again would be a guess)."""
+        index = bisect.bisect_right(self.starts, started) - 1
+        if index < 0 or (index > 0 and self.starts[index - 1] == self.starts[index]):
+            return None
+        output = self.outputs[index]
+        return output[0] if len(output) == 1 and self.taken[index] == 1 else None
+
 
 #: The requests of a run that uses a call id again: by the agent that asked (``_scope``)
 #: and the id, then by normalized tool name.
@@ -798,21 +831,34 @@ def _take_again(
     request of its tool, and it took the earliest, a turn that never ran, leaving its own
     turn's call never run. With no such ancestor its own start is all there is: before every
     request it takes the earliest not yet taken (emission order)."""
-    sites = senders.sites
+    asked = _asked_of(span, call_id, reused, senders.sites, normalize)
+    return asked.take(_sent_at(span, asked, senders)) if asked is not None else None
+
+
+def _asked_of(
+    span: SpanRecord,
+    call_id: str,
+    reused: _Reused,
+    sites: dict[bytes, CallSite],
+    normalize: Callable[[Any], str],
+) -> _Asked | None:
+    """The requests under ``call_id`` of ``span``'s agent and tool (or the tool it names in
+    a namespace, ``_namesake``), of a run that uses a call id again."""
     tools = reused.get((_scope(sites[span.span_id]), call_id))
     if tools is None:
         return None
     name = normalize(_raw_name(span))
     asked = tools.get(name)
-    if asked is None:
-        asked = _namesake(name, tools)
-    if asked is None:
-        return None
-    started = span.start_ns
+    return asked if asked is not None else _namesake(name, tools)
+
+
+def _sent_at(span: SpanRecord, asked: _Asked, senders: _Senders) -> int:
+    """When ``span`` started on the clock of the model calls that asked (``_Senders.sent``
+    for a span another service wrote)."""
     service = asked.outputs[0][0].llm.service
     if span.service != service:
-        started = senders.sent(span, service, started)
-    return asked.take(started)
+        return senders.sent(span, service, span.start_ns)
+    return span.start_ns
 
 
 class _Senders:
@@ -847,6 +893,35 @@ class _Senders:
                 return above.start_ns
             parent = self.sites[parent].parent
         return started
+
+
+def _ran_again(
+    span: SpanRecord, request: _Request | None, normalize: Callable[[Any], str]
+) -> _Request | None:
+    """``request``, of ``span``'s unique call id and taken by a span that started before,
+    when ``span`` ran it again: a span of its tool (``_namesake``'s: a name in a namespace is
+    that name); a span of another tool under the id is a call of its own."""
+    if request is None:
+        return None
+    name = normalize(_raw_name(span))
+    asked = request.name
+    if name == asked or namespaced(asked, (name,)) is not None:
+        return request
+    return request if namespaced(name, (asked,)) is not None else None
+
+
+def _run_again(
+    span: SpanRecord,
+    call_id: str,
+    reused: _Reused,
+    senders: _Senders,
+    normalize: Callable[[Any], str],
+) -> _Request | None:
+    """The request ``span`` ran again, of a run that uses a call id again, when
+    ``_take_again`` paired it with none: of its agent's and tool's, ``_Asked.again``, timed
+    as ``_take_again`` times it."""
+    asked = _asked_of(span, call_id, reused, senders.sites, normalize)
+    return asked.again(_sent_at(span, asked, senders)) if asked is not None else None
 
 
 def _namesake(name: str, tools: dict[str, _Asked]) -> _Asked | None:
@@ -1479,7 +1554,8 @@ def _arguments(draft: _Draft) -> tuple[Any, str | None]:
     are the tool's input rather than its arguments (LangChain's single-argument tools
     record ``"A-1001"`` for the model's ``{"order_id": "A-1001"}``), so the request's win."""
     executed = draft.span.arguments if draft.span is not None else None
-    requested = draft.request.call.arguments if draft.request is not None else None
+    asked_for = draft.request if draft.request is not None else draft.again
+    requested = asked_for.call.arguments if asked_for is not None else None
     parsed = parse_arguments(executed if executed is not None else requested)
     if executed is None or requested is None or isinstance(parsed[0], dict):
         return parsed

@@ -84,9 +84,10 @@ def test_a_tool_a_streamed_output_started_pairs_with_its_own_turn() -> None:
 def test_a_retried_call_takes_no_request_of_a_turn_asked_after_it_ran() -> None:
     """Turn 1's lookup of A-1 fails and runs again (a second span of ``call_0``); turn 2
     looks B-2 up under ``call_0`` too, turn 3 refunds C-3. The retry is turn 1's (a call
-    run again, as a second span of a unique id is: no request of its own), never turn 2's
-    request, asked after it ended; so B-2's run is turn 2's, and the refund's the refund's,
-    not a lookup of C-3."""
+    run again, as a second span of a unique id is: turn 1's request run again, whose
+    arguments it holds), never turn 2's request, asked after it ended; so B-2's run is turn
+    2's, and the refund's the refund's, not a lookup of C-3. C-3 was never looked up: read
+    as a lookup of no recorded arguments (of any value), the retry hid the page."""
     spans = [
         agent(1, None, "refund-bot", 0, 1000),
         llm(2, 1, 10, 100, ask("lookup_order", "call_0", {"order_id": "A-1"})),
@@ -100,10 +101,11 @@ def test_a_retried_call_takes_no_request_of_a_turn_asked_after_it_ran() -> None:
 
     assert [(c.tool_name, c.arguments, c.span_id) for c in only(spans).calls] == [
         ("lookup_order", {"order_id": "A-1"}, hexid(3)),
-        ("lookup_order", None, hexid(4)),
+        ("lookup_order", {"order_id": "A-1"}, hexid(4)),
         ("lookup_order", {"order_id": "B-2"}, hexid(6)),
         ("issue_refund", {"order_id": "C-3"}, hexid(8)),
     ]
+    assert safety(only(spans)) == [Category.MISSING_VERIFICATION_STEP]
 
 
 def test_a_span_of_a_tool_a_reused_id_never_asked_for_takes_no_other_tools_request() -> None:

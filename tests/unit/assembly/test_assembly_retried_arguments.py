@@ -1,0 +1,157 @@
+"""A call run again under its call id (a framework's or the SDK's retry, a tool wrapper's
+second span of one request) runs the request's arguments: the second tool span, which took
+no request of its own, carried none, and ``safety`` read its success as a lookup "of any
+value": lookup_order(A-1) failed, ran again and succeeded, and issue_refund(B-2), never
+looked up, passed. The call run again now holds the arguments of the request it ran."""
+
+from __future__ import annotations
+
+from assembly_support import agent, ask, hexid, llm, only, tool
+
+from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.loops import retried
+from toolwatch.evaluation.safety import Safety
+from toolwatch.evaluation.settings import PolicySettings, SafetySettings
+from toolwatch.model import Category, SpanRecord, ToolTrace
+
+POLICY = PolicySettings.model_validate(
+    {
+        "dangerous_tools": ["issue_refund"],
+        "verification_tools": ["lookup_order"],
+        "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
+    }
+)
+
+
+def safety(trace: ToolTrace) -> list[Category]:
+    return [f.category for f in Safety(SafetySettings(), POLICY)(trace, Reference()).findings]
+
+
+def retried_lookup(refunded: str, lookup_id: str = "c1", refund_id: str = "c2") -> list[SpanRecord]:
+    """The model asks to look A-1 up; the tool span fails and the framework runs it again
+    under the same call id (a second span recording no arguments, as the first records
+    none: the request holds them), which succeeds; the next turn refunds ``refunded``."""
+    return [
+        agent(1, None, "refund-bot", 0, 1000),
+        llm(2, 1, 10, 100, ask("lookup_order", lookup_id, {"order_id": "A-1"})),
+        tool(3, 1, "lookup_order", 101, 110, call_id=lookup_id, status_code=2),
+        tool(4, 1, "lookup_order", 111, 120, call_id=lookup_id),
+        llm(5, 1, 200, 300, ask("issue_refund", refund_id, {"order_id": refunded})),
+        tool(6, 1, "issue_refund", 305, 310, call_id=refund_id),
+    ]
+
+
+def test_a_call_run_again_under_its_unique_id_holds_the_requests_arguments() -> None:
+    calls = only(retried_lookup("A-1")).calls
+
+    assert [(c.tool_name, c.arguments, c.span_id, c.status.name) for c in calls] == [
+        ("lookup_order", {"order_id": "A-1"}, hexid(3), "ERROR"),
+        ("lookup_order", {"order_id": "A-1"}, hexid(4), "OK"),
+        ("issue_refund", {"order_id": "A-1"}, hexid(6), "OK"),
+    ]
+    assert [c.call_id for c in calls] == ["c1", "c1", "c2"]
+
+
+def test_a_refund_of_an_order_never_looked_up_pages_after_a_retried_lookup() -> None:
+    """The missed page: B-2 was never looked up."""
+    assert safety(only(retried_lookup("B-2"))) == [Category.MISSING_VERIFICATION_STEP]
+
+
+def test_a_refund_of_the_order_the_retried_lookup_found_is_verified() -> None:
+    assert safety(only(retried_lookup("A-1"))) == []
+
+
+def test_the_failed_call_and_its_run_again_are_one_action() -> None:
+    """With the arguments of the request, ``loops.retried`` reads the second span as the
+    first's retry (one action where calls are counted)."""
+    calls = only(retried_lookup("A-1")).calls
+
+    assert retried(calls, [c.tool_name for c in calls]) == frozenset({0})
+
+
+def test_a_call_run_again_under_a_reused_id_holds_its_turns_arguments() -> None:
+    """``call_0`` numbered in every turn: the second span of turn 1's lookup is turn 1's
+    request run again (``_Asked.take`` pairs it with none), so it holds A-1, and the refund
+    of B-2 pages."""
+    spans = retried_lookup("B-2", lookup_id="call_0", refund_id="call_0")
+    calls = only(spans).calls
+
+    assert [c.arguments for c in calls] == [{"order_id": "A-1"}] * 2 + [{"order_id": "B-2"}]
+    assert safety(only(spans)) == [Category.MISSING_VERIFICATION_STEP]
+    assert safety(only(retried_lookup("A-1", "call_0", "call_0"))) == []
+
+
+def test_two_spans_of_one_request_both_hold_its_arguments() -> None:
+    """A tool wrapper's span beside the framework's (siblings, not nested: no second record)
+    under one call id: both ran the request."""
+    spans = [
+        agent(1, None, "refund-bot", 0, 1000),
+        llm(2, 1, 10, 100, ask("lookup_order", "c1", {"order_id": "A-1"})),
+        tool(3, 1, "lookup_order", 101, 120, call_id="c1"),
+        tool(4, 1, "lookup_order", 102, 119, call_id="c1"),
+    ]
+
+    assert [c.arguments for c in only(spans).calls] == [{"order_id": "A-1"}] * 2
+
+
+def test_a_span_of_another_tool_under_a_taken_id_runs_no_request() -> None:
+    """An id names the call of the tool it asked for: a span of another tool under it is a
+    call of its own, and holds only what it recorded."""
+    spans = [
+        agent(1, None, "refund-bot", 0, 1000),
+        llm(2, 1, 10, 100, ask("lookup_order", "c1", {"order_id": "A-1"})),
+        tool(3, 1, "lookup_order", 101, 110, call_id="c1"),
+        tool(4, 1, "search_orders", 111, 120, call_id="c1"),
+    ]
+
+    assert [(c.tool_name, c.arguments) for c in only(spans).calls] == [
+        ("lookup_order", {"order_id": "A-1"}),
+        ("search_orders", None),
+    ]
+
+
+def test_a_call_run_again_keeps_the_arguments_it_recorded() -> None:
+    spans = retried_lookup("A-1")
+    spans[3] = tool(4, 1, "lookup_order", 111, 120, call_id="c1", arguments='{"order_id": "Z"}')
+
+    assert only(spans).calls[1].arguments == {"order_id": "Z"}
+
+
+def test_a_span_run_again_after_an_output_that_asked_twice_under_the_id_takes_no_guess() -> None:
+    """One output asked for two lookups under one id, both run: a third span of the id
+    ran one of them again, which one no span says; it holds none's arguments (and
+    ``safety`` reads it as a lookup that lost its own: of no value)."""
+    spans = [
+        agent(1, None, "refund-bot", 0, 1000),
+        llm(
+            2,
+            1,
+            10,
+            100,
+            ask("lookup_order", "x", {"order_id": "A-1"}, 0),
+            ask("lookup_order", "x", {"order_id": "B-2"}, 1),
+        ),
+        tool(3, 1, "lookup_order", 101, 110, call_id="x", status_code=2),
+        tool(4, 1, "lookup_order", 111, 120, call_id="x", status_code=2),
+        tool(5, 1, "lookup_order", 121, 130, call_id="x"),
+        llm(6, 1, 200, 300, ask("issue_refund", "r", {"order_id": "A-1"})),
+        tool(7, 1, "issue_refund", 305, 310, call_id="r"),
+    ]
+    calls = only(spans).calls
+
+    assert [c.arguments for c in calls] == [
+        {"order_id": "A-1"},
+        {"order_id": "B-2"},
+        None,
+        {"order_id": "A-1"},
+    ]
+    assert safety(only(spans)) == [Category.MISSING_VERIFICATION_STEP]
+
+
+def test_a_span_named_in_a_namespace_runs_its_requests_id_again() -> None:
+    """The model asks for ``billing__lookup_order``; the server's spans name ``lookup_order``
+    (no ``tool_prefix``): the span run again is the same tool's."""
+    spans = retried_lookup("A-1")
+    spans[1] = llm(2, 1, 10, 100, ask("billing__lookup_order", "c1", {"order_id": "A-1"}))
+
+    assert [c.arguments for c in only(spans).calls[:2]] == [{"order_id": "A-1"}] * 2
