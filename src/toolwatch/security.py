@@ -51,7 +51,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from toolwatch.certificate_dates import utc_from_ns
-from toolwatch.config import SecuritySettings, read_token_file
+from toolwatch.config.security import SecuritySettings, read_token_file
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock
 from toolwatch.tls import CertificateFiles, FileWatch, ServedContext, server_credentials

@@ -62,7 +62,8 @@ from typing import Any, Final, Protocol, TextIO
 import grpc
 
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
-from toolwatch.config import is_loopback, parse_port, read_token_file
+from toolwatch.config.listen import is_loopback, parse_port
+from toolwatch.config.security import read_token_file
 from toolwatch.evaluation.severity import CALL_AGENT
 from toolwatch.sinks.findings import format_timestamp
 from toolwatch.sinks.stream import (

@@ -49,7 +49,7 @@ from toolwatch.certificate_dates import (
     next_choice,
     utc_from_ns,
 )
-from toolwatch.config import TlsSettings
+from toolwatch.config.security import TlsSettings
 from toolwatch.model import Clock
 
 __all__ = [

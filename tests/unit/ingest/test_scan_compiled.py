@@ -25,9 +25,9 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from toolwatch import __version__, compiled
-from toolwatch import config as config_module
 from toolwatch.app import App, StartError
 from toolwatch.config import Config, ConfigError, load_config
+from toolwatch.config import stages as config_stages
 from toolwatch.conventions import ATTRIBUTE_KEYS, EVENT_ATTRIBUTE_KEYS, EVENT_NAMES
 from toolwatch.ingest import scan as scan_module
 from toolwatch.ingest.decode import DecodeOptions, decode_protobuf, scanner
@@ -579,7 +579,7 @@ def test_scanning_keeps_no_memory_behind() -> None:
 def test_a_required_compiled_scanner_that_is_missing_stops_start_up_naming_the_field(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(config_module, "COMPILED_UNAVAILABLE", "the extension is not built")
+    monkeypatch.setattr(config_stages, "COMPILED_UNAVAILABLE", "the extension is not built")
     path = tmp_path / "toolwatch.yaml"
     path.write_text("ingest:\n  decoder: compiled\n")
 

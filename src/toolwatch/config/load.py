@@ -1,0 +1,256 @@
+"""``load_config``: the YAML file read (as YAML 1.2, refusing what YAML 1.1 read otherwise),
+file paths resolved, overrides applied, the whole validated, and pydantic's errors told in
+a configuration file's words.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from pydantic_core import ErrorDetails
+
+from toolwatch.config.errors import ConfigError, _not_utf8, _origin, _source
+from toolwatch.config.security import _SECURITY_FILES
+from toolwatch.config.whole import Config
+from toolwatch.sections import (
+    YAML11_BOOLEANS,
+    YamlLoader,
+    is_text,
+    numbers_as_written,
+    takes_null,
+    unknown_key,
+    value_types,
+    yaml11_booleans,
+    yaml11_numbers,
+)
+
+__all__ = ["load_config"]
+
+
+def load_config(
+    path: Path | None,
+    overrides: dict[str, Any] | None = None,
+    origins: dict[str, str] | None = None,
+    *,
+    security_files: bool = True,
+    path_origin: str | None = None,
+) -> Config:
+    """Read ``path`` (YAML), apply ``overrides`` (dotted keys, e.g. ``listen.grpc``), and
+    validate. Raises ``ConfigError`` naming the file, the field path and the reason.
+    ``origins`` says where an override was given (its flag or variable, by key), for the
+    errors to blame it; one not named there is blamed on the command line/environment.
+
+    ``security_files=False`` validates the ``security`` section without reading the files it
+    names (TLS certificate, key and client CA, bearer-token file), which only the listeners
+    use: ``replay`` binds none, so a production configuration replays where its Secrets are
+    not mounted. ``serve`` (and a reload) and ``check-config`` read them.
+
+    ``path_origin``: the environment variable that named ``path``, if one did; an error
+    reading the file names it, as errors name the flag or variable of an override."""
+    source = _source(path)
+    try:
+        data, root = _read_yaml(path) if path else ({}, None)
+    except ConfigError as exc:
+        if path_origin is None:
+            raise
+        raise ConfigError(f"{path_origin}: {exc}") from None
+    ambiguous = _ambiguous_booleans(root, overrides or {})
+    if ambiguous:
+        lines = [f"{source}: {len(ambiguous)} configuration error(s)"]
+        raise ConfigError("\n".join([*lines, *(f"  {source}: {line}" for line in ambiguous)]))
+    if path is not None:
+        _resolve_relative(data, path.parent)
+    # After resolving: paths given as overrides (flags, env) are relative to the working
+    # directory.
+    for dotted, value in (overrides or {}).items():
+        _set_dotted(data, dotted, value)
+    try:
+        return Config.model_validate(data, context={_SECURITY_FILES: security_files})
+    except ValidationError as exc:
+        raise ConfigError(_format_errors(source, exc, overrides or {}, origins or {})) from None
+
+
+#: The file-path settings, as key paths.
+_PATH_FIELDS = (
+    ("golden", "cases_file"),
+    ("security", "tls", "cert_file"),
+    ("security", "tls", "key_file"),
+    ("security", "tls", "client_ca_file"),
+    ("security", "auth", "bearer_token_file"),
+)
+
+
+def _resolve_relative(data: dict[str, Any], base: Path) -> None:
+    """Paths inside the file are relative to the file, not to the working directory."""
+    for *parents, leaf in _PATH_FIELDS:
+        node: Any = data
+        for key in parents:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and isinstance(node.get(leaf), str) and node[leaf].strip():
+            path = Path(node[leaf])
+            node[leaf] = str(path if path.is_absolute() else base / path)
+
+
+def _read_yaml(path: Path) -> tuple[dict[str, Any], yaml.Node | None]:
+    """The file's settings, and its node tree (for where a value was written)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(_not_utf8(path, exc)) from None
+    document = io.StringIO(text)
+    document.name = str(path)  # so the error's mark names the file, not "<unicode string>"
+    loader = YamlLoader(document)
+    try:
+        root = loader.get_single_node()
+        numbers_as_written(root, Config)
+        data = loader.construct_document(root) if root is not None else None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    except RecursionError:  # the YAML library reads nesting by recursion
+        raise ConfigError(f"{path}: not valid YAML: nested too deeply to read") from None
+    finally:
+        loader.dispose()
+    if data is None:
+        return {}, None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping, got {type(data).__name__}")
+    return data, root
+
+
+def _ambiguous_booleans(root: yaml.Node | None, overrides: Mapping[str, Any]) -> list[str]:
+    """Where the file wrote ``yes``, ``no``, ``on`` or ``off`` unquoted and the setting does
+    not say which it means: YAML 1.1 read a boolean, ``YamlLoader`` (YAML 1.2) reads text.
+    A boolean setting reads the boolean (``enabled: yes``, as before) and a text one the text
+    (a tool named ``on``); a free-form value (a JSON Schema's ``enum: [NO]``) or a setting
+    that null turns off (``findings: off``: a file named ``off``?) could mean either, so each
+    is refused, naming where, the value and the fix. A value an override replaces is not
+    looked at."""
+    problems = []
+    for loc, scalar in yaml11_booleans(root):
+        where = ".".join(str(part) for part in loc)
+        if any(where == key or where.startswith(key + ".") for key in overrides):
+            continue
+        types = value_types(Config, loc)
+        if types is None or bool in types or all(is_text(t) for t in types):
+            continue  # an unknown key, a boolean, or text (pydantic says what else is wrong)
+        word, meant = scalar.value, str(YAML11_BOOLEANS[scalar.value]).lower()
+        mark = scalar.start_mark
+        at = f"(line {mark.line + 1}, column {mark.column + 1})"
+        if Any in types:
+            fix = f"write {meant} for the boolean, or quote the text: '{word}'"
+        elif type(None) in types:
+            fix = f"write null to leave it unset (off), or quote the text: '{word}'"
+        else:
+            continue  # a number, a severity: the text is refused as such
+        problems.append(
+            f"{where}: {word} is the text {word!r} (YAML 1.2), not {meant} as YAML 1.1 read"
+            f" it: {fix} {at}"
+        )
+    return problems + _yaml11_numbers(root, overrides)
+
+
+def _yaml11_numbers(root: yaml.Node | None, overrides: Mapping[str, Any]) -> list[str]:
+    """Where the file wrote a number in a form of YAML 1.1's (``010``: octal 8, ``0x400``,
+    ``1:30``: 90) that ``YamlLoader`` (YAML 1.2) reads as text, in a number setting, and the
+    text does not read as the same number (``1_000`` does): each is
+    refused, naming where, the value and both readings, not silently read as another number
+    (``010`` as 10) or refused as no number without saying why. A value an override
+    replaces is not looked at."""
+    problems = []
+    for loc, scalar, number in yaml11_numbers(root):
+        where = ".".join(str(part) for part in loc)
+        if any(where == key or where.startswith(key + ".") for key in overrides):
+            continue
+        types = value_types(Config, loc)
+        if types is None or not ({int, float} & set(types)) or str in types or Any in types:
+            continue  # unknown, text (a name 007), or free-form (a JSON Schema's const: 14:30)
+        word = scalar.value
+        try:
+            if float(word) == number:
+                continue  # 1_000: the same number either way
+        except ValueError:
+            pass
+        mark = scalar.start_mark
+        problems.append(
+            f"{where}: {word} is the text {word!r} (YAML 1.2), not the number {number} YAML"
+            f" 1.1 read: write the number in decimal (line {mark.line + 1}, column"
+            f" {mark.column + 1})"
+        )
+    return problems
+
+
+def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
+    """Set ``dotted`` in ``data``, adding the sections on the way that are not there (or are
+    null where a section may be: off, which the override turns on). A section the file gives
+    as anything else stays as the file has it, so validation refuses it: an override cannot
+    say what the file meant by it."""
+    *parents, leaf = dotted.split(".")
+    node = data
+    for depth, key in enumerate(parents, start=1):
+        if key not in node or (node[key] is None and takes_null(Config, tuple(parents[:depth]))):
+            node[key] = {}
+        child = node[key]
+        if not isinstance(child, dict):
+            return
+        node = child
+    node[leaf] = value
+
+
+def _format_errors(
+    source: str, exc: ValidationError, overrides: dict[str, Any], origins: dict[str, str]
+) -> str:
+    """One line per error: where the value came from, the field path, the reason."""
+    lines = [f"{source}: {exc.error_count()} configuration error(s)"]
+    for error in exc.errors(include_url=False):
+        loc = error["loc"]
+        # pydantic locates a refused key as (..., mapping, key, "[key]").
+        key = loc[-2:-1] if loc[-1:] == ("[key]",) else ()
+        where = ".".join(str(part) for part in loc[: -2 if key else None]) or "(top level)"
+        origin = _origin(where, source, overrides, origins, missing=error["type"] == "missing")
+        value = error.get("input")
+        shown = repr(value)
+        shown = shown if len(shown) <= 80 else shown[:77] + "..."
+        # A section's own checks get the whole section: the reason names what is wrong.
+        got = (
+            ""
+            if key or (isinstance(value, dict) and error["type"] != "extra_forbidden")
+            else f" (got {shown})"
+        )
+        named = f" (key {key[0]!r})" if key else ""
+        lines.append(f"  {origin}: {where}{named}: {_reason(error)}{got}")
+    return "\n".join(lines)
+
+
+#: pydantic's wording of a wrong type, in the words of a YAML file.
+_TYPE_REASONS = {
+    "tuple_type": "expected a list",
+    "list_type": "expected a list",
+    "set_type": "expected a list",
+    "frozen_set_type": "expected a list",
+    "dict_type": "expected a mapping (key: value lines)",
+    "model_type": "expected a mapping (key: value lines)",
+    "model_attributes_type": "expected a mapping (key: value lines)",
+    "path_type": "expected a file path",
+}
+
+
+def _reason(error: ErrorDetails) -> str:
+    """Why a value was refused, in a configuration file's words."""
+    kind, loc = error["type"], error["loc"]
+    if kind == "extra_forbidden":
+        return unknown_key(Config, loc, "setting")
+    if kind in _TYPE_REASONS:
+        return _TYPE_REASONS[kind]
+    if kind == "string_too_short" and error.get("ctx", {}).get("min_length") == 1:
+        return "empty"  # a name, trimmed
+    message = error["msg"]
+    for prefix in ("Value error, ", "Assertion failed, "):
+        message = message.removeprefix(prefix)
+    return message

@@ -1,0 +1,287 @@
+"""``Config``, the whole configuration composing every section with the checks that read
+several, and the start-up checks of what it names beyond validation: output files
+``serve`` could not open or others may read, an expired TLS certificate.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from toolwatch.config.errors import ConfigError, _origin, _source
+from toolwatch.config.listen import ListenSettings, is_loopback, parse_listen_address
+from toolwatch.config.security import SecuritySettings
+from toolwatch.config.stages import (
+    AssemblySettings,
+    IngestSettings,
+    MetricsSettings,
+    OutputSettings,
+)
+from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings, PolicySettings
+from toolwatch.ingest.decode import DecodeOptions
+from toolwatch.references.settings import GoldenSettings, ShadowSettings
+from toolwatch.sections import Section as _Section
+
+__all__ = [
+    "ALERTED_RELOAD_SECONDS",
+    "Config",
+    "check_certificate",
+    "check_outputs",
+    "output_warnings",
+    "private_file_warning",
+]
+
+
+#: ToolwatchSecurityFilesNotReloaded sees a failing file only if it is looked at every 5m.
+ALERTED_RELOAD_SECONDS = 240
+
+
+class Config(_Section):
+    """The whole configuration. ``Config()`` is the built-in default."""
+
+    listen: ListenSettings = ListenSettings()
+    ingest: IngestSettings = IngestSettings()
+    assembly: AssemblySettings = AssemblySettings()
+    policy: PolicySettings = PolicySettings()
+    evaluators: EvaluatorsSettings = EvaluatorsSettings()
+    golden: GoldenSettings = GoldenSettings()
+    shadow: ShadowSettings = ShadowSettings()
+    output: OutputSettings = OutputSettings()
+    metrics: MetricsSettings = MetricsSettings()
+    security: SecuritySettings = SecuritySettings()
+    shutdown_grace_seconds: float = Field(10.0, gt=0, le=600)
+    # After the drain, /metrics stays up until it is scraped once more, at most this long, so
+    # the findings of the drain reach Prometheus (only if something has scraped it before and
+    # the engine counted something since its last scrape).
+    shutdown_metrics_linger_seconds: float = Field(15.0, ge=0, le=600)
+
+    @model_validator(mode="after")
+    def _sections_agree(self) -> Config:
+        self.check_across_sections()
+        return self
+
+    def check_across_sections(self) -> None:
+        """The checks that read several sections, which validation runs: for a configuration
+        put together from two, as a reload does. Raises ``ValueError`` saying what is wrong."""
+        self._references_agree()
+        self._comparisons_have_their_reference()
+        self._shown_fields_name_tools_as_findings_do()
+        self.evaluators.tool_arguments.refuse_keys_of_one_target(self.policy.normalizer())
+
+    def _references_agree(self) -> None:
+        # One attribute cannot be both a case id and a pair key/role: a canary run would be
+        # taken for a shadow half (or the reverse) and compared with the wrong reference.
+        shared = self.golden.reference_keys() & self.shadow.reference_keys()
+        if shared:
+            raise ValueError(
+                f"golden.case_id_attribute {min(shared)!r} is also a shadow attribute;"
+                " use a different attribute for each"
+            )
+
+    def _comparisons_have_their_reference(self) -> None:
+        # An evaluator held to a reference that never comes would never run, unsaid.
+        missing = {"expected": self.golden.cases_file is None, "source": not self.shadow.enabled}
+        setting = {"expected": "golden.cases_file is not set", "source": "shadow is off"}
+        for name, evaluator in self.evaluators:
+            # safety's policy checks run whatever it compares drift with: not refused.
+            if not isinstance(evaluator, ComparingSettings):
+                continue
+            against = evaluator.against
+            if evaluator.enabled and against != "auto" and missing[against]:
+                raise ValueError(
+                    f"evaluators.{name}.against is {against!r} but {setting[against]}, so it"
+                    " would never run: configure that reference, use 'auto', or set"
+                    f" evaluators.{name}.enabled: false"
+                )
+
+    def _shown_fields_name_tools_as_findings_do(self) -> None:
+        # Findings carry normalized tool names: "Issue_Refund.order_id" would never match.
+        normalize = self.policy.normalizer()
+        named = self.named_tools()
+        for entry in self.output.show_fields:
+            tool, dot, field = entry.partition(".")
+            normal = normalize(tool)
+            if dot and tool != normal and normal in named:
+                raise ValueError(
+                    f"output.show_fields: {entry!r} names tool {tool!r}, which findings call"
+                    f" {normal!r}: write {normal + '.' + field!r}"
+                )
+
+    def warnings(
+        self, now: datetime.datetime | None = None, addresses: Mapping[str, str] | None = None
+    ) -> list[str]:
+        """Settings that are valid but defeat something (``serve`` logs them, ``check-config``
+        prints them), with the files as they are at ``now`` (default: the current time).
+        ``addresses``: the listeners' (``serve`` gives the bound ones; default: ``listen``'s),
+        each warned about when it is reachable beyond loopback without TLS or authentication,
+        or with bearer tokens but no TLS to keep them secret."""
+        listen = self.listen
+        if addresses is None:
+            addresses = {
+                "grpc": listen.grpc,
+                "http": listen.http,
+                "metrics": listen.metrics,
+                "stream": listen.stream,
+            }
+        said = []
+        for name, address in addresses.items():
+            host, _port = parse_listen_address(address)
+            problem = self.security.exposure(name)
+            if not is_loopback(host) and problem is not None:
+                said.append(f"{name} listener {address} is reachable beyond loopback {problem}")
+        tls = self.security.tls
+        now = now or datetime.datetime.now(datetime.UTC)
+        early = tls.not_valid_yet(now) if tls else None
+        if early is not None:
+            said.append(early)
+        said += tls.expiring(now) if tls else []
+        for name, part in (("tls", self.security.tls), ("auth", self.security.auth)):
+            if part is not None and part.reload_seconds > ALERTED_RELOAD_SECONDS:
+                said.append(
+                    f"security.{name}.reload_seconds is {part.reload_seconds:g}: a changed file"
+                    " that fails to load may not fire ToolwatchSecurityFilesNotReloaded, which"
+                    f" needs a look every 5 minutes (at most {ALERTED_RELOAD_SECONDS})"
+                )
+        if self.evaluators.tool_arguments.default_strategy == "numeric":
+            said.append(
+                "evaluators.tool_arguments.default_strategy is 'numeric': order ids and other"
+                " numbers one apart score near 1 (1043 for 1042: 0.99), so a call on the wrong"
+                " entity passes; name the numeric fields in strategies instead"
+            )
+        return said
+
+    def named_tools(self) -> frozenset[str]:
+        """The tools the policy and ``metrics.tools`` name, normalized as calls are."""
+        policy = self.policy
+        normalize = policy.normalizer()
+        tools = {*self.metrics.tools, *policy.dangerous_tools, *policy.verification_tools}
+        tools |= set(policy.repeat_limits)
+        tools |= {tool for allowed in policy.allowed_tools.values() for tool in allowed}
+        return frozenset(normalize(tool) for tool in tools)
+
+    def named_agents(self) -> frozenset[str]:
+        """The agents ``metrics.agents`` and the policy name (``allowed_tools`` keys other
+        than ``*``, invariants' ``agents``), as written: kept as label values under the cap."""
+        policy = self.policy
+        agents = {*self.metrics.agents, *policy.allowed_tools}
+        agents |= {agent for rule in policy.invariants for agent in rule.agents}
+        return frozenset(agent for agent in agents if agent.strip() and agent != "*")
+
+    def reference_keys(self) -> frozenset[str]:
+        """Every attribute key ingest copies into ``SpanRecord.reference_keys``: the golden
+        cases' case id, the shadow pairs' key and role (none unless they are configured)."""
+        return self.golden.reference_keys() | self.shadow.reference_keys()
+
+    def decode_options(self) -> DecodeOptions:
+        """How the receivers and replay decode requests: the ingest limits, and the keys the
+        golden cases and shadow pairs are found by."""
+        return DecodeOptions(
+            reference_keys=self.reference_keys(),
+            max_value_bytes=self.ingest.max_value_bytes,
+            max_span_attributes=self.ingest.max_span_attributes,
+            decoder=self.ingest.decoder,
+        )
+
+
+def check_outputs(
+    config: Config,
+    path: Path | None,
+    overrides: dict[str, Any] | None = None,
+    origins: dict[str, str] | None = None,
+) -> None:
+    """Refuse an output file ``serve`` could not open (``serve`` and ``check-config`` call
+    this; ``replay`` writes none, so a production configuration replays anywhere).
+    ``config`` was loaded from ``path``, ``overrides`` and ``origins`` (``load_config``).
+    Raises ``ConfigError`` naming where the value came from, the setting, the path and the
+    reason."""
+    for name in ("findings", "dump_tooltraces"):
+        problem = _unwritable(getattr(config.output, name))
+        if problem is not None:
+            where = f"output.{name}"
+            origin = _origin(where, _source(path), overrides or {}, origins or {})
+            raise ConfigError(f"{origin}: {where}: {problem}")
+
+
+def check_certificate(
+    config: Config,
+    path: Path | None,
+    overrides: dict[str, Any] | None = None,
+    origins: dict[str, str] | None = None,
+    now: datetime.datetime | None = None,
+) -> None:
+    """Refuse an expired TLS certificate (``TlsSettings.expired``) at ``now`` (the wall
+    clock by default): ``serve`` at start-up and ``check-config`` call this, a reload does not
+    (``TlsSettings``). Arguments and ``ConfigError`` as ``check_outputs``."""
+    tls = config.security.tls
+    problem = tls.expired(now or datetime.datetime.now(datetime.UTC)) if tls else None
+    if problem is not None:
+        where = "security.tls.cert_file"
+        origin = _origin(where, _source(path), overrides or {}, origins or {})
+        raise ConfigError(f"{origin}: {where}: {problem}")
+
+
+def private_file_warning(target: str, setting: str, status: os.stat_result) -> str | None:
+    """The warning for ``target``, an output that holds arguments and results unredacted
+    (the ToolTrace dump), when ``status`` says it is a regular file others may read (not
+    ``/dev/null``): ``serve`` logs it when it opens the file, ``check-config`` prints it
+    (``output_warnings``)."""
+    mode = status.st_mode & 0o777
+    if not stat.S_ISREG(status.st_mode) or not mode & 0o077:
+        return None
+    return (
+        f"{target} ({setting}) may be read by others (mode {mode:o}), and it holds arguments"
+        " and results unredacted: chmod 600 it"
+    )
+
+
+def output_warnings(config: Config) -> list[str]:
+    """What ``serve`` would warn of when it opens the output files (``private_file_warning``):
+    an existing ToolTrace dump others may read. One that does not exist yet is created
+    readable by its owner alone."""
+    target = config.output.dump_tooltraces
+    if target is None or target == "-":
+        return []
+    try:
+        status = os.stat(target)
+    except OSError:  # not there yet (or refused by check_outputs)
+        return []
+    warning = private_file_warning(target, "output.dump_tooltraces", status)
+    return [warning] if warning is not None else []
+
+
+def _unwritable(target: str | None) -> str | None:
+    if target is None or target == "-":
+        return None
+    if not target.strip():
+        return "empty path: give a file, - for standard output, or null for off"
+    if os.path.basename(target) in ("", ".", ".."):  # Path("new.jsonl/") drops the "/"
+        return f"{target} names a directory, not a file"
+    path = Path(target)
+    try:
+        if path.is_dir():
+            return f"{target} is a directory, not a file"
+        folder = path.parent
+        if not folder.is_dir():
+            return _no_directory(folder)
+        writes = path if path.exists() else folder
+    except OSError as exc:  # a name too long, a loop of links, ...
+        return f"{target}: {exc.strerror or exc}"
+    if not os.access(writes, os.W_OK):
+        return f"{writes} is not writable"
+    return None
+
+
+def _no_directory(folder: Path) -> str:
+    """Why ``folder``, an output's, is no directory: missing, or under (or itself) a file."""
+    for above in (folder, *folder.parents):
+        if above.exists():
+            if above.is_dir():
+                break
+            return f"{above} is not a directory"
+    return f"directory {folder} does not exist"
