@@ -863,28 +863,36 @@ def _sent_at(span: SpanRecord, asked: _Asked, senders: _Senders) -> int:
 
 class _Senders:
     """The spans of a run by id, read (once) when a span of another service than the model
-    calls that asked for it needs the span that sent it: only runs that use a call id again
-    and have such a span pay for it."""
+    calls that asked for it needs the span that sent it, or a span run again needs the
+    agent's turns: only runs that use a call id again and have such a span pay for it."""
 
-    __slots__ = ("_by_id", "_spans", "sites")
+    __slots__ = ("_by_id", "_enclosing", "_spans", "_turns", "sites")
 
     def __init__(self, spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite]) -> None:
         self._spans = spans
         self._by_id: dict[bytes, SpanRecord] | None = None
+        self._enclosing: set[bytes] | None = None  # the spans above a model call
+        self._turns: dict[tuple[bytes | None, bytes | None], list[int]] | None = None
         self.sites = sites
 
     def sent(self, span: SpanRecord, service: str | None, started: int) -> int:
         """The start of ``span``'s nearest ancestor that ``service`` wrote, below its agent
         span (whose start precedes every turn) and at most ``_MAX_HOPS`` up; else
-        ``started``."""
+        ``started``. Not one above a model call: a turn's step span (Strands'
+        ``execute_event_loop_cycle``) holding the turn's model call and, with no client
+        span recorded, the tool service's span started before the model call that asked, so
+        it said the previous turn sent the span."""
         by_id = self._by_id
         if by_id is None:
             by_id = self._by_id = {s.span_id: s for s in self._spans}
+        enclosing = self._enclosing
+        if enclosing is None:
+            enclosing = self._enclosing = self._above_model_calls()
         site = self.sites[span.span_id]
         agent = site.agent.span_id if site.agent is not None else None
         parent = site.parent
         for _ in range(_MAX_HOPS):
-            if parent is None or parent == agent:
+            if parent is None or parent == agent or parent in enclosing:
                 break
             above = by_id.get(parent)
             if above is None:
@@ -893,6 +901,38 @@ class _Senders:
                 return above.start_ns
             parent = self.sites[parent].parent
         return started
+
+    def _above_model_calls(self) -> set[bytes]:
+        above: set[bytes] = set()
+        sites = self.sites
+        for span in self._spans:
+            if span.role is not SpanRole.LLM:
+                continue
+            parent = sites[span.span_id].parent
+            for _ in range(_MAX_HOPS):
+                if parent is None or parent in above:
+                    break
+                above.add(parent)
+                site = sites.get(parent)
+                parent = site.parent if site is not None else None
+        return above
+
+    def turned(self, llm: SpanRecord, started: int) -> bool:
+        """Whether the agent (in its context, ``_context``) started a model call after
+        ``llm`` ended and before ``started``: one whose requests were not recorded (a
+        streamed output) is a turn all the same, and a span after it is no retry of
+        ``llm``'s. (Not one that started within ``llm``: a second record of it.)"""
+        turns = self._turns
+        if turns is None:
+            turns = self._turns = {}
+            for span in self._spans:
+                if span.role is SpanRole.LLM:
+                    append_to(turns, _context(span, self.sites), span.start_ns)
+            for starts in turns.values():
+                starts.sort()
+        starts = turns.get(_context(llm, self.sites), [])
+        after = bisect.bisect_right(starts, max(llm.start_ns, llm.end_ns))
+        return after < len(starts) and starts[after] < started
 
 
 def _ran_again(
@@ -921,7 +961,13 @@ def _run_again(
     ``_take_again`` paired it with none: of its agent's and tool's, ``_Asked.again``, timed
     as ``_take_again`` times it."""
     asked = _asked_of(span, call_id, reused, senders.sites, normalize)
-    return asked.again(_sent_at(span, asked, senders)) if asked is not None else None
+    if asked is None:
+        return None
+    started = _sent_at(span, asked, senders)
+    request = asked.again(started)
+    if request is None or senders.turned(request.llm, started):
+        return None  # a model call came between: a turn whose requests were not recorded
+    return request
 
 
 def _namesake(name: str, tools: dict[str, _Asked]) -> _Asked | None:
