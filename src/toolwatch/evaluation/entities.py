@@ -125,9 +125,20 @@ def unrecorded(call: ToolCall) -> bool:
     return call.arguments is None and call.arguments_error is None
 
 
-def recording_tools(calls: Sequence[ToolCall], tools: Sequence[str]) -> frozenset[str]:
-    """The tools (``tools[i]`` is ``calls[i]``'s normalized name) some call of which, in the
-    run, carries arguments, read or not: the producer records their arguments, so a call of
-    one that carries none lost its own (a call run again, its request not paired), and may
-    not be read as one of a producer that records none (which may have been of any value)."""
-    return frozenset(tools[i] for i, call in enumerate(calls) if not unrecorded(call))
+def recording_tools(
+    calls: Sequence[ToolCall], tools: Sequence[str]
+) -> frozenset[tuple[str | None, str]]:
+    """The producers' tools (``(call.agent, tools[i])``, ``tools[i]`` being ``calls[i]``'s
+    normalized name) some call of which, in the run, carries arguments, read or not: that
+    producer records their arguments, so a call of one that carries none lost its own (a call
+    run again, its request not paired), and may not be read as one of a producer that records
+    none (which may have been of any value).
+
+    By producer, not by tool alone: a run can mix instrumentations (an agent used as a tool
+    on another service, its GenAI content capture off), and one that records a tool's
+    arguments says nothing of another that records none. The producer is the call's
+    ``agent``: a ``ToolCall`` carries no service, and an agent's spans are its own process's
+    (a call never run, with no span, is the agent's whose model call asked for it; calls of
+    no agent are one producer). So two agents of one service are told apart too, each judged
+    by its own calls."""
+    return frozenset((call.agent, tools[i]) for i, call in enumerate(calls) if not unrecorded(call))

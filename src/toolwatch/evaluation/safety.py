@@ -39,15 +39,18 @@ many GenAI instrumentations leave them out unless told to capture content), a va
 be compared, so the binding is not checked: the dangerous call is verified by any earlier
 successful call of a bound tool, and a bound tool's success without recorded arguments
 verifies any value (all of an entity's). The run's explanation counts those unchecked calls.
-That success verifies any value only where the producer records none of its tool's arguments
-in the run, though (``entities.recording_tools``): where another call of the tool, earlier
-or later, failed or not, carries arguments (unreadable ones too), this one lost its own (a
-span whose request was not paired; a call run again under its id holds the request's,
-``assembly.calls``), and it verifies no value, lest lookup_order(A-1) failing, then an
-argument-less lookup_order succeeding, verify issue_refund(B-2). The finding says how many
-such successes it did not count (``details.unrecorded_verification_calls``). By tool, not by
-run: a run can mix instrumentations, one that records a tool's arguments and one that does not
-(OpenTelemetry GenAI without content capture), whose lookups still verify any value.
+That success verifies any value only where its producer records none of its tool's arguments
+in the run, though (``entities.recording_tools``): where another call of the tool by the same
+producer (its agent), earlier or later, failed or not, carries arguments (unreadable ones
+too), this one lost its own (a span whose request was not paired; a call run again under
+its id holds the request's, ``assembly.calls``), and it verifies no value, lest
+lookup_order(A-1) failing, then an argument-less lookup_order succeeding, verify
+issue_refund(B-2). The finding says how many such successes it did not count
+(``details.unrecorded_verification_calls``). By producer and tool, not by run or by tool
+alone: a run can mix instrumentations, one that records a tool's arguments and one that does
+not (an agent used as a tool on a service without OpenTelemetry GenAI content capture), whose
+lookups still verify any value. The producer is the call's agent (``ToolCall`` carries no
+service; a call never run is the agent's whose model call asked for it).
 Without bindings, any earlier successful call of one of the dangerous tool's
 ``policy.verified_by`` tools verifies, or, with none listed for it, of any
 ``verification_tools`` tool. With
@@ -211,7 +214,7 @@ class _Ledger:
         self.complete = complete  # the run ended: an unfinished one may lack spans still to come
         self.lost_spans = False  # it ended but lost spans (span_limit)
         self._spanned: frozenset[str] | None = None
-        self._recording: frozenset[str] | None = None
+        self._recording: frozenset[tuple[str | None, str]] | None = None
         # tool -> successful calls so far that lost their arguments (``records``): no value
         self.lost: dict[str, int] = {}
         self.succeeded: dict[tuple[str, str, str], Successes] = {}
@@ -240,13 +243,13 @@ class _Ledger:
             self._spanned = spanned_tools(self.calls, self.tools)
         return tool in self._spanned
 
-    def records(self, tool: str) -> bool:
-        """Whether some call of ``tool`` in the run carries arguments (``recording_tools``,
-        worked out the first time a verification without arguments asks: most runs have
-        none, or none with)."""
+    def records(self, call: ToolCall, tool: str) -> bool:
+        """Whether some call of ``tool`` in the run by ``call``'s producer (its agent) carries
+        arguments (``recording_tools``, worked out the first time a verification without
+        arguments asks: most runs have none, or none with)."""
         if self._recording is None:
             self._recording = recording_tools(self.calls, self.tools)
-        return tool in self._recording
+        return (call.agent, tool) in self._recording
 
     def add(self, tool: str, field_value: tuple[str, str], index: int) -> None:
         key = (tool, field_value[0], field_value[1])  # not a * splat: generic when compiled
@@ -439,8 +442,8 @@ class Safety:
             return
         ledger.add(tool, _ANY, index)
         not_recorded = unrecorded(call)
-        if not_recorded and fields and ledger.records(tool):
-            # The run records this tool's arguments: this call lost its own (a call run
+        if not_recorded and fields and ledger.records(call, tool):
+            # Its producer records this tool's arguments: this call lost its own (a call run
             # again, its request not paired), so it verified no value we know.
             ledger.lost[tool] = ledger.lost.get(tool, 0) + 1
             return

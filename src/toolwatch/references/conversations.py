@@ -11,9 +11,9 @@ as made before every call of the run. Times are the spans' own, so the order in 
 complete does not matter. A call the model requested and the agent never ran (no span, while
 another call of its tool has one, and not hosted) verifies nothing, as within a run: in a
 complete run only (an incomplete one's span may be still to come, or lost). A success without
-arguments is kept as one of any value only where the run records none of its tool's
-(``safety``'s rule): where other calls of the tool carry theirs, it lost its own and is kept
-as a success of no value.
+arguments is kept as one of any value only where its producer (its agent) records none of
+its tool's in the run (``safety``'s rule): where other calls of the tool by that producer
+carry theirs, it lost its own and is kept as a success of no value.
 
 Bounded: at most ``max_conversations`` conversations and ``max_bytes`` bytes
 (``policy.conversation_max_bytes``) of them, the least recently used forgotten first (each
@@ -208,7 +208,7 @@ class ConversationMemory:
         tools = [normalize(call.tool_name) for call in trace.calls]
         spanned = spanned_tools(trace.calls, tools)
         made: list[Verified] = []
-        recording: frozenset[str] | None = None  # asked only of calls without arguments
+        recording: frozenset[tuple[str | None, str]] | None = None  # asked only without arguments
         for i, call in enumerate(trace.calls):
             tool = tools[i]
             fields = scope.fields.get(tool, frozenset())
@@ -220,7 +220,7 @@ class ConversationMemory:
             if not_recorded and fields:
                 if recording is None:
                     recording = recording_tools(trace.calls, tools)
-                if tool in recording:  # it lost its arguments: no value, as ``safety`` reads it
+                if (call.agent, tool) in recording:  # it lost them: no value, as ``safety`` reads
                     fields = frozenset()
             values: list[tuple[str, str | None]] = []
             for name in sorted(fields):

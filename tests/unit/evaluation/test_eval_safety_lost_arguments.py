@@ -1,8 +1,8 @@
 """safety: a verification's success without recorded arguments verifies any value only where
-the producer records none of that tool's arguments in the run. Where other calls of the tool
-carry theirs, one that carries none lost them (its request not paired, a span of its own),
-and it verified no value we know: lookup_order(A-1) failed, an argument-less lookup_order
-succeeded, and issue_refund(B-2), never looked up, passed."""
+its producer (the call's agent) records none of that tool's arguments in the run. Where other
+calls of the tool by that agent carry theirs, one that carries none lost them (its request
+not paired, a span of its own), and it verified no value we know: lookup_order(A-1) failed,
+an argument-less lookup_order succeeded, and issue_refund(B-2), never looked up, passed."""
 
 from __future__ import annotations
 
@@ -124,3 +124,38 @@ def test_without_bindings_an_argument_less_success_still_verifies() -> None:
         call("issue_refund", B2, index=2),
     )
     assert evaluate(run, **policy).findings == ()
+
+
+def test_a_lookup_by_an_agent_recording_no_arguments_still_verifies_any_value() -> None:
+    """Service ``desk`` records arguments and looks A-1 up, then asks ``billing``, an agent
+    used as a tool on another service whose GenAI instrumentation captures no content: its
+    ``lookup_order`` has no arguments and no call id (as the timeline builds it: the nested
+    agent's call). Billing's producer records none of the tool's arguments, so its success
+    verifies any value, B-2 too: desk's own lookup says nothing of billing's instrumentation,
+    and a page here would stand on no evidence against the run."""
+    billing = dataclasses.replace(
+        call("lookup_order", None, index=2, agent="billing", parent=1), call_id=None
+    )
+    run = trace(
+        call("lookup_order", A1, index=0, agent="desk"),
+        call("ask_billing", {"q": "orders?"}, index=1, agent="desk"),
+        billing,
+        call("issue_refund", B2, index=3, agent="desk"),
+        agent="desk",
+    )
+    assert evaluate(run).findings == ()
+
+
+def test_an_agent_that_records_the_tools_arguments_is_judged_by_its_own_calls() -> None:
+    """Another agent's argument-less lookup does not stand for one that lost its own: desk's
+    argument-less success after its failed lookup(A-1) still verifies no value."""
+    run = trace(
+        call("lookup_order", A1, index=0, agent="desk", ok=False),
+        call("lookup_order", None, index=1, agent="desk"),
+        call("lookup_order", None, index=2, agent="billing", ok=False),
+        call("issue_refund", B2, index=3, agent="desk"),
+        agent="desk",
+    )
+    result = evaluate(run)
+    assert categories(result) == [Category.MISSING_VERIFICATION_STEP]
+    assert result.findings[0].details["unrecorded_verification_calls"] == 1

@@ -281,3 +281,23 @@ def test_a_success_that_lost_its_arguments_keeps_no_value_where_the_run_records_
     kept.remember(run("c2", lookup(None, ok=False), lookup(None, span_id="s2")))
     assert values(kept.earlier("c1", 2 * SECOND)) == [()]
     assert values(kept.earlier("c2", 2 * SECOND)) == [(("order_id", None),)]
+
+
+def test_an_agent_that_records_no_arguments_keeps_not_recorded_beside_one_that_does() -> None:
+    """By producer (the call's agent), as ``safety`` reads it: desk's lookup carries its
+    arguments, billing's (content capture off) none, so billing's success stays one of any
+    value, while desk's argument-less one lost its own."""
+    kept = memory()
+    kept.remember(
+        run(
+            "c1",
+            lookup("A1", agent="desk"),
+            lookup(None, agent="billing", span_id="s2"),
+            lookup(None, agent="desk", span_id="s3"),
+        )
+    )
+    assert values(kept.earlier("c1", 2 * SECOND)) == [
+        (("order_id", "A1"),),
+        (("order_id", None),),
+        (),
+    ]
