@@ -74,7 +74,7 @@ from toolwatch.config import (
 )
 from toolwatch.model import Severity
 from toolwatch.references.golden import ReferenceFileError
-from toolwatch.replay import EXIT_OK, EXIT_USAGE, add_arguments, run_replay
+from toolwatch.replay import EXIT_GATE, EXIT_OK, EXIT_USAGE, add_arguments, run_replay
 from toolwatch.tail import ACCESS_FLAGS, EXIT_INTERRUPTED, StreamAccess, run_tail
 
 __all__ = ["main"]
@@ -138,9 +138,10 @@ _SERVE_FLAGS: tuple[tuple[str, str, str, str], ...] = (
 
 _EXAMPLES = """\
 examples:
-  toolwatch serve                                   loopback defaults, findings on stdout
+  toolwatch serve                                   loopback, no policy, findings on stdout
   toolwatch serve --config examples/toolwatch.yaml --dump-tooltraces tooltraces.jsonl
-  toolwatch serve --grpc-listen 127.0.0.1:0 --http-listen 127.0.0.1:0   free ports
+  toolwatch serve --grpc-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \\
+                  --metrics-listen 127.0.0.1:0 --stream-listen 127.0.0.1:0   free ports
   toolwatch check-config examples/toolwatch.yaml
   toolwatch check-config --config examples/toolwatch.yaml --grpc-listen 0.0.0.0:4317   as serve
   toolwatch replay --config examples/toolwatch.yaml traces.otlp.jsonl --min-score tool_selection=0.9
@@ -424,10 +425,21 @@ def _check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: After a report judged by the built-in defaults: without a policy nothing is dangerous, so a
+#: ``--max-findings DANGEROUS_ACTION_DRIFT=0`` gate with ``--config`` forgotten passes anything.
+REPLAY_DEFAULTS_NOTE = (
+    "toolwatch replay: no configuration file (--config or TOOLWATCH_CONFIG): judged by the"
+    " built-in defaults, which have no policy and no golden cases"
+)
+
+
 def _replay(args: argparse.Namespace) -> int:
     # Replay binds no listener: the TLS and token files are the pod's Secrets, not CI's.
     path, origin = _config_file(args), _config_origin(args)
-    return run_replay(args, load_config(path, security_files=False, path_origin=origin))
+    code = run_replay(args, load_config(path, security_files=False, path_origin=origin))
+    if path is None and code in (EXIT_OK, EXIT_GATE):  # a report was written
+        print(REPLAY_DEFAULTS_NOTE, file=sys.stderr)
+    return code
 
 
 def _tail(args: argparse.Namespace) -> int:

@@ -15,6 +15,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tests.integration.test_cli import EXAMPLES, run_cli
+from toolwatch.cli import REPLAY_DEFAULTS_NOTE
 
 REQUEST = EXAMPLES / "unverified-refund.otlp.json"
 LOGS = {
@@ -52,7 +53,25 @@ def test_the_logs_and_metrics_lines_of_a_file_export_are_skipped_and_counted(
     assert result.stderr == (
         f"toolwatch replay: {capture}:1: skipped 3 line(s) of OTLP logs, metrics or profiles"
         " (logs=2, metrics=1), the first here: replay evaluates traces only\n"
+        f"{REPLAY_DEFAULTS_NOTE}\n"
     )
+
+
+def test_a_report_judged_by_the_built_in_defaults_says_so(tmp_path: Path) -> None:
+    """README, Quick start: a `--dump-tooltraces` file is read back with `replay`. Without
+    `--config` replay judges by the built-in defaults, which have no policy: the example's
+    unverified refund gave an empty report, and a gate on it passed, without a word."""
+    gate = ("--max-findings", "MISSING_VERIFICATION_STEP=0")
+    bare = run_cli("replay", "--no-progress", *gate, str(REQUEST))
+    assert bare.returncode == 0, bare.stderr
+    assert "MISSING_VERIFICATION_STEP" not in bare.stdout.split("Gates")[0], bare.stdout
+    assert bare.stderr == f"{REPLAY_DEFAULTS_NOTE}\n"
+
+    config = str(EXAMPLES / "toolwatch.yaml")
+    judged = run_cli("replay", "--no-progress", "--config", config, *gate, str(REQUEST))
+    assert judged.returncode == 1, judged.stderr
+    assert re.search(r"MISSING_VERIFICATION_STEP +1", judged.stdout), judged.stdout
+    assert REPLAY_DEFAULTS_NOTE not in judged.stderr
 
 
 def _request_bytes() -> bytes:
