@@ -1,6 +1,6 @@
 # toolwatch container image.
 #   docker build -t toolwatch .
-#   docker run -p 4317:4317 -p 4318:4318 -p 9464:9464 toolwatch
+#   docker run ... toolwatch serve --config ...   (README, Deployment: the image holds no policy)
 # Installs the package from this source tree with pip, exactly as the README's install does.
 # Every dependency ships wheels for this base image; the build stage has a C compiler only for
 # toolwatch's own compiled parts, the OTLP scanner and the hot path mypyc compiles, and fails

@@ -11,6 +11,7 @@ STAMP  := $(VENV)/.installed
 # TOOLWATCH_PURE_PYTHON=1 runs the source instead, without rebuilding (a debugger, coverage).
 COMPILED := $(shell $(PYTHON) src/toolwatch/compiled.py)
 $(STAMP): pyproject.toml setup.py src/toolwatch/ingest/_wire.c src/toolwatch/compiled.py $(COMPILED)
+	@echo 'Installing toolwatch into $(VENV), its compiled parts too (quiet: a few minutes the first time)'
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[dev]'

@@ -81,7 +81,7 @@ class DemoError(Exception):
 def prometheus_config(target: str, rules: Path = RULES) -> dict[str, Any]:
     """The ``prometheus.yml`` of the demo: scrape ``target`` (``host:port``) as job
     ``toolwatch`` and evaluate ``rules`` every second. No ``alerting`` block: with no
-    Alertmanager to send to, Prometheus would log an error at each evaluation."""
+    Alertmanager to send to, Prometheus would log an error while the alert fires."""
     return {
         "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
         "rule_files": [str(rules.resolve())],
