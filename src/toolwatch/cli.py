@@ -398,6 +398,8 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         sources = _sources(args)
         config = sources.load_checked()  # before anything starts
+        if sources.path is None:  # the image's default command, a bare `toolwatch serve`
+            logging.getLogger("toolwatch").warning(SERVE_DEFAULTS_WARNING)
         return asyncio.run(
             serve(
                 config,
@@ -425,6 +427,11 @@ def _check_config(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+#: Logged by a ``serve`` given no file: it finds no safety regression, however bad the calls.
+SERVE_DEFAULTS_WARNING = (
+    "no configuration file (--config or TOOLWATCH_CONFIG): serving the built-in defaults,"
+    " which have no policy and no golden cases"
+)
 #: After a report judged by the built-in defaults: without a policy nothing is dangerous, so a
 #: ``--max-findings DANGEROUS_ACTION_DRIFT=0`` gate with ``--config`` forgotten passes anything.
 REPLAY_DEFAULTS_NOTE = (

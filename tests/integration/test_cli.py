@@ -280,6 +280,23 @@ def test_empty_variables_are_unset(serve: Callable[..., Served]) -> None:
     assert served.terminate() == 0
 
 
+def test_serve_without_a_configuration_file_warns_that_it_has_no_policy(
+    serve: Callable[..., Served], tmp_path: Path
+) -> None:
+    """README, Deployment: without a policy toolwatch finds no safety regressions. The image's
+    default command, and --help's first example, ran so without a word: the quick start's
+    unverified refund then found nothing."""
+    served = serve(*FREE_PORTS)
+    served.wait_for(re.compile(f"WARNING toolwatch: {re.escape(cli.SERVE_DEFAULTS_WARNING)}$"))
+    served.wait_for(LISTENING)
+    assert served.terminate() == 0
+
+    configured = serve(*FREE_PORTS, "--config", str(slow_config(tmp_path)))
+    configured.wait_for(LISTENING)
+    assert configured.terminate() == 0
+    assert not any(cli.SERVE_DEFAULTS_WARNING in line for line in configured.seen)
+
+
 @pytest.mark.parametrize(("value", "target"), [("", "127.0.0.1:4319"), ("h:1", "h:1")])
 def test_tail_takes_its_target_from_the_stream_variable_unless_empty(
     monkeypatch: pytest.MonkeyPatch, value: str, target: str
