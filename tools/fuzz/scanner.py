@@ -14,7 +14,10 @@ counts what ``protobuf_pieces.entries`` counts, and the sift's pieces decode to 
 whole decode gives. A memory error stops the process with the sanitizer's report; a
 difference stops it with the body in hex.
 
-    python -m tools.fuzz.scanner SO_PATH SECONDS [SEED]   (make fuzz FUZZ_SECONDS=300 FUZZ_SEED=1)
+    python -m tools.fuzz.scanner SO_PATH SECONDS [SEED [BODIES]]
+
+(``make fuzz FUZZ_SECONDS=300 FUZZ_SEED=1 FUZZ_BODIES=0``.) BODIES (0, the default: no
+limit) stops it after that many bodies, within SECONDS.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ def _body(seeds: list[bytes], spans: list[bytes], rng: random.Random) -> bytes:
 
 def main(argv: list[str]) -> int:
     so_path, seconds, seed = argv[0], float(argv[1]), int(argv[2]) if len(argv) > 2 else 1
+    most = int(argv[3]) if len(argv) > 3 else 0
     wire = _load_extension(so_path)
     rng = random.Random(seed)
     seeds = protobuf_seeds()
@@ -110,7 +114,7 @@ def main(argv: list[str]) -> int:
         compiled = wire.Plan(*fields, plan.event_keys, limit, cap)  # type: ignore[attr-defined]
         pairs.append((compiled, Scanner.for_plan(plan, "reference")))
     deadline, bodies, taken = time.monotonic() + seconds, 0, 0
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and (not most or bodies < most):
         body = _body(seeds, spans, rng)
         problem = check_sifted(wire, body)
         if problem is not None:
