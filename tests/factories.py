@@ -62,6 +62,7 @@ class ToolCallFields(TypedDict, total=False):
     result: Any
     hosted: bool
     handoff: bool
+    rerun: bool
 
 
 class ToolTraceFields(TypedDict, total=False):

@@ -301,6 +301,11 @@ class ToolCall:
     openai-agents instrumentation), the call itself, named ``transfer_to_<agent>`` as the
     SDK names it, so every instrumentation shows the call.
 
+    ``rerun``: the call ran again, under its call id, the request an earlier call of the run
+    ran (``assembly.calls``: a framework's or an SDK's retry, a wrapper's span beside the
+    tool's); it holds that request's arguments. An attempt of one request, not the model
+    asking again: ``loops`` counts no repeat or retry of the agent in it.
+
     Like ``SpanRecord``, its constructor is written out and it is not ``frozen``: compiled,
     it executes a twentieth of the instructions of the frozen dataclass's constructor, which
     stays interpreted and sets each field through ``object.__setattr__`` (23,000 of them per
@@ -324,6 +329,7 @@ class ToolCall:
     result: Any
     hosted: bool
     handoff: bool
+    rerun: bool
 
     def __init__(  # noqa: PLR0917 - the fields, in the order a dataclass would take them
         self,
@@ -344,6 +350,7 @@ class ToolCall:
         result: Any = None,
         hosted: bool = False,
         handoff: bool = False,
+        rerun: bool = False,
     ) -> None:
         self.tool_name = tool_name
         self.raw_name = raw_name
@@ -362,6 +369,7 @@ class ToolCall:
         self.result = result
         self.hosted = hosted
         self.handoff = handoff
+        self.rerun = rerun
 
 
 @dataclass(frozen=True, slots=True, init=False)

@@ -1591,6 +1591,7 @@ def _tool_call(
         result=decode_json(span.result)[0] if span is not None else None,
         hosted=request is not None and request.call.hosted,
         handoff=draft.handoff,
+        rerun=draft.again is not None,
     )
 
 

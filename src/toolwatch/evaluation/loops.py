@@ -7,9 +7,15 @@ issued: earlier, status ``ok``, and not in the same parallel group (``base.Concu
 a call the model requested that never ran (``base.never_ran``: no tool span while the run's
 other calls of its tool have one, not hosted, in a run that ended) returned nothing.
 Retries after a failed result are therefore never repeats, and neither are identical calls
-issued in parallel. The repeats of one call beyond ``policy.repeat_limit`` (or the tool's
-``policy.repeat_limits`` entry) are UNNECESSARY_TOOL_CALL: one finding per distinct call, on
-the span of its first repeat beyond the limit.
+issued in parallel. Nor is a call that ran again the request an earlier call ran, under its
+call id (``ToolCall.rerun``: a framework's or an SDK's retry policy, a wrapper's second span):
+the attempts of one request are one action of the agent, which asked once; what they
+returned counts as that request's result (a success a later identical request repeats, a
+failure it retries). A model that numbers every turn's calls ``call_0`` asks again in a later
+turn under the same id: that is a request of its own, and counts. The repeats of one call
+beyond ``policy.repeat_limit`` (or the tool's ``policy.repeat_limits`` entry) are
+UNNECESSARY_TOOL_CALL: one finding per distinct call, on the span of its first repeat beyond
+the limit.
 
 With ``policy.retry_limit`` set, retries are counted too: a call is a *retry* when it is no
 repeat and an identical call failed before it was issued (as ``Concurrency`` says), or, for a
@@ -258,7 +264,9 @@ def find_repeats(
     repeats, and each call ``retry_limit`` retries (``None``: any number): calls of one
     ``action_key`` after a failure (``bound``: a dangerous tool's bound fields), as
     ``retried`` reads a failed action made again. A call the model requested that never ran
-    (``base.never_ran``; ``complete``: the run ended) is no successful result to repeat."""
+    (``base.never_ran``; ``complete``: the run ended) is no successful result to repeat. A
+    ``rerun`` (an attempt of a request an earlier call ran) is neither repeat nor retry; its
+    result counts as the request's."""
     per_tool: dict[str, int] = {}  # not a Counter: its constructor is interpreted Python
     for tool in tools:
         per_tool[tool] = per_tool.get(tool, 0) + 1
@@ -280,7 +288,9 @@ def find_repeats(
         action = key if tool not in bound else action_key(tool, call, bound)
         earlier = succeeded.get(key)
         failures = failed.get(action) if retry_limit is not None else None
-        if earlier is not None and earlier.informs(i):
+        if call.rerun:
+            pass  # an attempt of a request an earlier call ran: the model did not ask again
+        elif earlier is not None and earlier.informs(i):
             repeats.setdefault(key, []).append(call)
         elif failures is not None and failures.informs(i):
             retries.setdefault(action, []).append(call)

@@ -9,10 +9,10 @@ from __future__ import annotations
 from assembly_support import agent, ask, hexid, llm, only, tool
 
 from toolwatch.evaluation.base import Reference
-from toolwatch.evaluation.loops import retried
+from toolwatch.evaluation.loops import Loops, retried
 from toolwatch.evaluation.safety import Safety
-from toolwatch.evaluation.settings import PolicySettings, SafetySettings
-from toolwatch.model import Category, SpanRecord, ToolTrace
+from toolwatch.evaluation.settings import LoopsSettings, PolicySettings, SafetySettings
+from toolwatch.model import Category, ExpectedCall, GoldenCase, SpanRecord, ToolTrace
 
 POLICY = PolicySettings.model_validate(
     {
@@ -23,8 +23,19 @@ POLICY = PolicySettings.model_validate(
 )
 
 
-def safety(trace: ToolTrace) -> list[Category]:
-    return [f.category for f in Safety(SafetySettings(), POLICY)(trace, Reference()).findings]
+#: The agent may ask a failing tool once more (``loops``).
+RETRY_POLICY = POLICY.model_copy(update={"retry_limit": 1})
+A1 = {"order_id": "A-1"}
+
+
+def safety(trace: ToolTrace, reference: Reference | None = None) -> list[Category]:
+    found = Safety(SafetySettings(), POLICY)(trace, reference or Reference()).findings
+    return [f.category for f in found]
+
+
+def loops(trace: ToolTrace) -> list[Category]:
+    found = Loops(LoopsSettings(), RETRY_POLICY)(trace, Reference()).findings
+    return [f.category for f in found]
 
 
 def retried_lookup(refunded: str, lookup_id: str = "c1", refund_id: str = "c2") -> list[SpanRecord]:
@@ -155,3 +166,87 @@ def test_a_span_named_in_a_namespace_runs_its_requests_id_again() -> None:
     spans[1] = llm(2, 1, 10, 100, ask("billing__lookup_order", "c1", {"order_id": "A-1"}))
 
     assert [c.arguments for c in only(spans).calls[:2]] == [{"order_id": "A-1"}] * 2
+
+
+def tried_three_times(tool: str = "lookup_order", call_id: str = "c1") -> list[SpanRecord]:
+    """The model asks once for ``tool`` (A-1) under ``call_id``; the framework's retry policy
+    (three attempts) runs it three times under that id: two failures, then a success, each
+    attempt a tool span recording no arguments (the request holds them)."""
+    return [
+        agent(1, None, "refund-bot", 0, 1_000),
+        llm(2, 1, 10, 100, ask(tool, call_id, A1)),
+        tool_span(3, tool, 101, 110, call_id, failed=True),
+        tool_span(4, tool, 111, 115, call_id, failed=True),
+        tool_span(5, tool, 116, 120, call_id),
+        llm(6, 1, 200, 300),
+    ]
+
+
+def tool_span(
+    number: int, name: str, start: int, end: int, call_id: str, *, failed: bool = False
+) -> SpanRecord:
+    return tool(number, 1, name, start, end, call_id=call_id, status_code=2 if failed else 0)
+
+
+def test_a_frameworks_attempts_of_one_request_are_not_the_agent_hammering_a_tool() -> None:
+    """``retry_limit: 1``: the model asked once, the framework's retry policy made three
+    attempts under the request's id. The attempts run again hold the request's arguments,
+    but they are one action of the agent (``ToolCall.rerun``): no retry of its, so no
+    UNNECESSARY_TOOL_CALL ("lookup_order retried 2 times"), for a unique id as for ``call_0``."""
+    for call_id in ("c1", "call_0"):
+        spans = tried_three_times(call_id=call_id)
+        spans[-1] = llm(6, 1, 200, 300, ask("issue_refund", "c2", A1))
+        spans += [tool(7, 1, "issue_refund", 305, 310, call_id="c2"), llm(8, 1, 400, 500)]
+        trace = only(spans)
+
+        assert [(c.call_id, c.rerun) for c in trace.calls] == [
+            (call_id, False),
+            (call_id, True),
+            (call_id, True),
+            ("c2", False),
+        ]
+        assert loops(trace) == []
+        assert safety(trace) == []
+
+
+def test_the_model_asking_again_under_a_reused_id_is_a_retry_of_its() -> None:
+    """``call_0`` in every turn: turn 1's lookup of A-1 fails twice (the framework's two
+    attempts, one action); the model asks again in turn 2 and in turn 3, under ``call_0``
+    again, and both fail: two requests of the model's after failures, beyond the limit."""
+    spans = [
+        agent(1, None, "refund-bot", 0, 1_000),
+        llm(2, 1, 10, 100, ask("lookup_order", "call_0", A1)),
+        tool_span(3, "lookup_order", 101, 110, "call_0", failed=True),
+        tool_span(4, "lookup_order", 111, 120, "call_0", failed=True),
+        llm(5, 1, 200, 300, ask("lookup_order", "call_0", A1)),
+        tool_span(6, "lookup_order", 305, 310, "call_0", failed=True),
+        llm(7, 1, 400, 500, ask("lookup_order", "call_0", A1)),
+        tool_span(8, "lookup_order", 505, 510, "call_0", failed=True),
+        llm(9, 1, 600, 700),
+    ]
+    trace = only(spans)
+
+    assert [c.rerun for c in trace.calls] == [False, True, False, False]
+    found = Loops(LoopsSettings(), RETRY_POLICY)(trace, Reference()).findings
+    assert [(f.category, f.details["repeats"], f.span_id) for f in found] == [
+        (Category.UNNECESSARY_TOOL_CALL, 2, hexid(8))
+    ]
+
+
+def test_a_frameworks_attempts_of_one_refund_are_one_action_against_the_reference() -> None:
+    """A refund asked once and run three times under its id (fail, fail, success), after a
+    lookup: one refund, as the golden case expects: no DANGEROUS_ACTION_DRIFT."""
+    spans = [
+        agent(1, None, "refund-bot", 0, 1_000),
+        llm(20, 1, 5, 50, ask("lookup_order", "c0", A1)),
+        tool(21, 1, "lookup_order", 51, 60, call_id="c0"),
+        *tried_three_times("issue_refund")[1:],
+    ]
+    trace = only(spans)
+    golden = GoldenCase(
+        case_id="refund",
+        expected_tools=(ExpectedCall(name="lookup_order"), ExpectedCall(name="issue_refund")),
+    )
+
+    assert [c.rerun for c in trace.calls] == [False, False, True, True]
+    assert safety(trace, Reference(expected=golden)) == []

@@ -50,6 +50,7 @@ tool_calls = st.builds(
     result=json_values,
     hosted=st.booleans(),
     handoff=st.booleans(),
+    rerun=st.booleans(),
 )
 
 tool_traces = st.builds(
@@ -231,3 +232,14 @@ def test_a_dump_written_before_handoffs_were_marked_reads_them_as_not_handoffs()
     assert tooltrace_from_dict(data) == trace
     del data["calls"][0]["handoff"]
     assert tooltrace_from_dict(data).calls == (transfer,)
+
+
+def test_a_dump_written_before_reruns_were_marked_reads_them_as_not_reruns() -> None:
+    first = sample_trace().calls[0]
+    rerun = dataclasses.replace(first, rerun=True)
+    trace = dataclasses.replace(sample_trace(), calls=(rerun,))
+    data = tooltrace_to_dict(trace)
+    assert data["calls"][0]["rerun"] is True
+    assert tooltrace_from_dict(data) == trace
+    del data["calls"][0]["rerun"]
+    assert tooltrace_from_dict(data).calls == (first,)
