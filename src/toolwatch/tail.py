@@ -776,11 +776,12 @@ def _report_error(
             " findings stream (another service's port?): point --target at the server's"
             f" listen.stream address ({details})"
         )
-    hint = (
-        f"is the stream plaintext? {access.tls_off()}"
-        if access.secure
-        else "if the stream has TLS, pass --tls-ca (or --tls)"
-    )
+    if "Connection refused" in (details or ""):  # no TLS question: nothing answered
+        hint = "nothing listens there: is serve running, and --target its listen.stream address?"
+    elif access.secure:
+        hint = f"is the stream plaintext? {access.tls_off()}"
+    else:
+        hint = "if the stream has TLS, pass --tls-ca (or --tls)"
     return EXIT_UNAVAILABLE, f"cannot reach the findings stream at {target}: {details} ({hint})"
 
 

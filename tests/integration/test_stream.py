@@ -415,7 +415,12 @@ def test_tail_reports_an_unreachable_server() -> None:
     code = run_tail(f"127.0.0.1:{port}", out=out, err=err)
     assert code == 1
     assert out.getvalue() == ""
-    assert f"cannot reach the findings stream at 127.0.0.1:{port}" in err.getvalue()
+    said = err.getvalue()
+    assert f"cannot reach the findings stream at 127.0.0.1:{port}" in said
+    # Nothing listens: the hint is about where serve is, not about TLS.
+    assert said.endswith(
+        "(nothing listens there: is serve running, and --target its listen.stream address?)\n"
+    )
 
 
 def test_a_subscriber_beyond_the_cap_is_refused_and_tail_says_why() -> None:

@@ -340,6 +340,17 @@ def test_errors_speak_of_the_file_not_of_pydantic(tmp_path: Path) -> None:
     )
 
 
+def test_a_golden_case_file_given_as_the_configuration_says_where_it_belongs(
+    tmp_path: Path,
+) -> None:
+    cases = tmp_path / "golden-cases.yaml"
+    cases.write_text("cases:\n  - id: one\n")
+    assert error_lines(cases, {})[1:] == [
+        f"  {cases}: cases: unknown setting: this looks like a golden-case file; name it in"
+        " the configuration's golden.cases_file instead (got [{'id': 'one'}])"
+    ]
+
+
 def test_reloads_too_rare_for_their_alert_are_warned_of_not_refused(tmp_path: Path) -> None:
     tokens = tmp_path / "tokens"
     tokens.write_text("s3cret-token-value\n")

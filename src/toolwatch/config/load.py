@@ -245,6 +245,11 @@ def _reason(error: ErrorDetails) -> str:
     """Why a value was refused, in a configuration file's words."""
     kind, loc = error["type"], error["loc"]
     if kind == "extra_forbidden":
+        if loc == ("cases",):  # a golden-case file given as the configuration
+            return (
+                "unknown setting: this looks like a golden-case file; name it in the"
+                " configuration's golden.cases_file instead"
+            )
         return unknown_key(Config, loc, "setting")
     if kind in _TYPE_REASONS:
         return _TYPE_REASONS[kind]
