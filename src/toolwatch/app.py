@@ -209,6 +209,9 @@ class App:
         extra_sinks: tuple[FindingSink, ...] = (),
     ) -> None:
         self.config = config
+        #: Run from a terminal (``serve``'s standard input is one): nothing waits for a last
+        #: scrape at shutdown, as a one-off ``curl`` of ``/metrics`` counted as a scraper.
+        self.interactive = False
         keep_created_series()
         self.registry = registry if registry is not None else CollectorRegistry()
         # What the default registry would have: process_* (resident memory, CPU, open
@@ -433,12 +436,19 @@ class App:
         their alerts would never fire. Only when something has scraped this process: one
         nobody watches (a laptop's ``make serve``) exits at once, and so does one whose last
         scrape came after the engine or the findings stream last counted something
-        (``_activity``): nothing new to read."""
+        (``_activity``): nothing new to read; nor one run from a terminal
+        (``interactive``): Ctrl-C there is someone done with it, not a rollout."""
         linger = self.config.shutdown_metrics_linger_seconds
         scraped = self._scraped_activity
         if linger <= 0 or scraped is None or "metrics" not in self.addresses:
             return
         if self._hurried or self._activity() == scraped:
+            return
+        if self.interactive:
+            log.info(
+                "not waiting for a last scrape of /metrics: serve runs in a terminal (a"
+                " Prometheus that scrapes it reads the drain's counts only until then)"
+            )
             return
         log.info("waiting up to %gs for a last scrape of /metrics (signal again to skip)", linger)
         try:
@@ -1006,13 +1016,16 @@ async def serve(
     reload: Callable[[], Config] | None = None,
     hung_up: Callable[[], bool] = lambda: False,
     terminated: Callable[[], bool] = lambda: False,
+    interactive: bool = False,
 ) -> int:
     """Run a server until SIGTERM or SIGINT, then shut down gracefully. Returns the exit
     code. The CLI has checked the output files (``config.check_outputs``). ``reload``
     loads the configuration again, on SIGHUP (``App.reload``); ``hung_up`` says whether a
     SIGHUP came while the server was starting, before its handler was in place, and
-    ``terminated`` whether a SIGTERM or SIGINT did."""
+    ``terminated`` whether a SIGTERM or SIGINT did; ``interactive``: run from a terminal
+    (``App.interactive``)."""
     app = App(config)
+    app.interactive = interactive
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     # Before start(): a SIGTERM right after the "listening" line must drain, not kill.

@@ -406,6 +406,7 @@ def _serve(args: argparse.Namespace) -> int:
                 sources.load,
                 hung_up=lambda: bool(_HANGUPS),
                 terminated=lambda: bool(_TERMINATIONS),
+                interactive=sys.stdin is not None and sys.stdin.isatty(),
             )
         )
     finally:  # serve is done, or never started: the signals act as they did before

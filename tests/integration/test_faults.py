@@ -94,15 +94,16 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 class ServeProcess:
     """``toolwatch serve --config FILE`` in a child process; stderr is read continuously."""
 
-    def __init__(self, config: Path, stdout: Path | None = None) -> None:
-        """``stdout``: a file its standard output is appended to (``serve >> FILE``)."""
+    def __init__(self, config: Path, stdout: Path | None = None, stdin: int | None = None) -> None:
+        """``stdout``: a file its standard output is appended to (``serve >> FILE``);
+        ``stdin``: a descriptor for its standard input (a terminal's), else none."""
         self.config = config
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
         with contextlib.ExitStack() as files:
             out = subprocess.DEVNULL if stdout is None else files.enter_context(stdout.open("ab"))
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "toolwatch.cli", "serve", "--config", str(config)],
-                stdin=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL if stdin is None else stdin,
                 stdout=out,
                 stderr=subprocess.PIPE,
                 text=True,
@@ -362,6 +363,33 @@ def test_sigterm_after_a_scrape_that_read_everything_exits_at_once(
 
     assert (code, seconds < GRACE_SECONDS) == (0, True)
     assert not any("scrape of /metrics" in line for line in server.log)
+
+
+def test_serve_run_from_a_terminal_does_not_wait_for_a_last_scrape(tmp_path: Path) -> None:
+    """The quick start: ``make serve`` in a terminal, one ``curl`` of ``/metrics``, Ctrl-C.
+    That curl counted as a scraper, and the exit waited the whole linger for its next
+    scrape. Run from a terminal, ``serve`` drains and exits at once, and says why."""
+    path = tmp_path / "terminal.yaml"
+    config = write_config(
+        path, {}, shutdown_grace_seconds=GRACE_SECONDS, shutdown_metrics_linger_seconds=60
+    )
+    terminal, side = os.openpty()
+    server = ServeProcess(config, stdin=side)
+    try:
+        unfinished = without_root(agents.record(agents.refund_run(), "genai"))
+        assert export(server.addresses["grpc"], unfinished) is SpanExportResult.SUCCESS
+        assert server.sample("toolwatch_buffered_traces") == 1  # a scrape
+        code, seconds = server.terminate(timeout=GRACE_SECONDS + 10)
+    finally:
+        if server.proc.poll() is None:
+            server.kill()
+        os.close(terminal)
+        os.close(side)
+
+    assert (code, seconds < GRACE_SECONDS) == (0, True)  # not the 60 s linger
+    said = [line for line in server.log if "scrape of /metrics" in line]
+    assert len(said) == 1, server.log
+    assert "not waiting for a last scrape of /metrics: serve runs in a terminal" in said[0]
 
 
 def test_a_second_sigterm_skips_the_wait_for_a_last_scrape(
