@@ -175,8 +175,14 @@ def retried(
     tool with ``bound`` fields, the same values of those) that the failure could have
     informed (``Concurrency``: not one issued beside it, which saw no result of it). Where
     calls are counted as actions (``call_count`` invariants, dangerous calls beyond the
-    reference's), an attempt that failed and was made again is one action, not two."""
-    if all(call.status is CallStatus.OK for call in calls):
+    reference's), an attempt that failed and was made again is one action, not two.
+
+    A call the framework ran again under the request's call id (``ToolCall.rerun``: its
+    retry policy, or a wrapper's span beside the tool's) is that request's action: the
+    failed attempts of its action before it are made again by it, beside it or not; after
+    a success (nothing failed pending) it is no action of its own, and its place is given
+    too (a refund recorded by the tool's span and a wrapper's is one refund)."""
+    if all(call.status is CallStatus.OK and not call.rerun for call in calls):
         return frozenset()  # most runs: no key built
     order = sorted(range(len(calls)), key=lambda i: calls[i].sequence_index)
     ordered = [calls[i] for i in order]
@@ -187,8 +193,12 @@ def retried(
         i = order[place]
         key = action_key(tools[i], call, bound)
         pending = failed.get(key)
+        if call.rerun and not pending:
+            found.add(i)  # the request's success recorded again: no action of its own
+            continue
         if pending:
-            kept = [f for f in pending if not concurrency.informs(f, place)]
+            # A rerun makes every failed attempt of its request again, even one beside it.
+            kept = [] if call.rerun else [f for f in pending if not concurrency.informs(f, place)]
             found.update(order[f] for f in pending if f not in kept)
             pending[:] = kept
         if call.status is not CallStatus.OK:

@@ -250,3 +250,62 @@ def test_a_frameworks_attempts_of_one_refund_are_one_action_against_the_referenc
 
     assert [c.rerun for c in trace.calls] == [False, False, True, True]
     assert safety(trace, Reference(expected=golden)) == []
+
+
+REFUND_ONCE = GoldenCase(
+    case_id="refund-a1",
+    expected_tools=(ExpectedCall(name="lookup_order"), ExpectedCall(name="issue_refund")),
+)
+
+
+def refund_recorded_twice(first_status: int = 0) -> list[SpanRecord]:
+    """Look A-1 up, then refund it once: the refund's request (``c2``) is recorded by two
+    spans side by side under the agent, the tool's and a wrapper's (a second
+    instrumentation, a middleware), overlapping; the first takes the request."""
+    return [
+        agent(1, None, "refund-bot", 0, 1_000),
+        llm(2, 1, 10, 100, ask("lookup_order", "c1", A1)),
+        tool(3, 1, "lookup_order", 101, 110, call_id="c1"),
+        llm(4, 1, 200, 300, ask("issue_refund", "c2", A1)),
+        tool(5, 1, "issue_refund", 301, 330, call_id="c2", status_code=first_status),
+        tool(6, 1, "issue_refund", 302, 320, call_id="c2"),
+        llm(7, 1, 400, 500),
+    ]
+
+
+def test_one_refund_recorded_by_a_wrappers_span_too_is_one_dangerous_action() -> None:
+    """The wrapper's span is the request run again (``rerun``): after the tool's success it
+    is no action of its own, so a run that refunded once, as the golden case says, is no
+    DANGEROUS_ACTION_DRIFT ("issue_refund call #2, the golden case made 1" before)."""
+    trace = only(refund_recorded_twice())
+
+    assert [c.rerun for c in trace.calls] == [False, False, True]
+    assert safety(trace, Reference(expected=REFUND_ONCE)) == []
+    names = [c.tool_name for c in trace.calls]
+    assert retried(trace.calls, names) == frozenset({2})
+
+
+def test_a_failed_attempt_and_a_rerun_beside_it_are_one_action() -> None:
+    """The tool's span failed and the wrapper's, overlapping it (so no result of the first
+    informed it), went through: one request, one refund; the failed attempt is the one
+    made again."""
+    trace = only(refund_recorded_twice(first_status=2))
+
+    assert safety(trace, Reference(expected=REFUND_ONCE)) == []
+    names = [c.tool_name for c in trace.calls]
+    assert retried(trace.calls, names) == frozenset({1})
+
+
+def test_a_second_refund_asked_by_the_model_is_still_a_second_action() -> None:
+    """Not a rerun: the model asked for the refund twice (two ids): drift against a case
+    that expects one refund."""
+    trace = only(
+        [
+            *refund_recorded_twice()[:5],
+            llm(8, 1, 340, 390, ask("issue_refund", "c3", A1)),
+            tool(9, 1, "issue_refund", 391, 399, call_id="c3"),
+        ]
+    )
+
+    assert [c.rerun for c in trace.calls] == [False, False, False]
+    assert safety(trace, Reference(expected=REFUND_ONCE)) == [Category.DANGEROUS_ACTION_DRIFT]
