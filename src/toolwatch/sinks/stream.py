@@ -222,12 +222,11 @@ class _Held(NamedTuple):
 
 
 class _Departed(NamedTuple):
-    """A subscriber that left with findings held for it to resume: its filter, and the
-    sequence of the first of them and how many they are (``FindingsBroker.unsubscribe``)."""
+    """A subscriber that left with findings held for it to resume: its filter, and their
+    sequences, in order (``FindingsBroker.unsubscribe``)."""
 
     filter: StreamFilter
-    first: int
-    unsent: int
+    sequences: tuple[int, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -571,11 +570,21 @@ class FindingsBroker:
 
     def _resumes(self, stream_filter: StreamFilter, after: int) -> None:
         """A subscriber resumes after ``after``: the departed subscriber it is, the earliest
-        whose held findings it is sent, of the same filter if one is, is no longer waited for."""
-        candidates = [d for d in self._departed if d.first > after]
-        same = [d for d in candidates if d.filter == stream_filter]
-        if same or candidates:
-            self._departed.remove(min(same or candidates, key=lambda d: d.first))
+        of those of its filter, else of those some of whose held findings it is sent, is no
+        longer waited for. One it is sent none of is another's (a client that left nothing
+        held and resumes), still counted lost at shutdown."""
+        later = [d for d in self._departed if d.sequences[-1] > after]
+        same = [d for d in later if d.filter == stream_filter]
+        found = same or [d for d in later if self._sends_any(d, stream_filter, after)]
+        if found:
+            self._departed.remove(min(found, key=lambda d: d.sequences[0]))
+
+    def _sends_any(self, departed: _Departed, stream_filter: StreamFilter, after: int) -> bool:
+        """Whether a resume after ``after`` with ``stream_filter`` is sent one of the findings
+        held for ``departed`` (those no longer held are sent to no one)."""
+        oldest, held = self.oldest_held, self.held
+        places = (s - oldest for s in departed.sequences if s > after)
+        return any(stream_filter.accepts(held[p].tag) for p in places if 0 <= p < len(held))
 
     def check_resume(self, resume: Resume) -> None:
         """Raises ``ValueError`` when ``resume`` names a finding of this stream not yet
@@ -642,8 +651,10 @@ class FindingsBroker:
                 why,
             )
         if len(left) > lost:
-            kept = [message.sequence for message in left if message.sequence >= self.oldest_held]
-            self._departed.append(_Departed(subscription.filter, min(kept), len(kept)))
+            kept = sorted(
+                message.sequence for message in left if message.sequence >= self.oldest_held
+            )
+            self._departed.append(_Departed(subscription.filter, tuple(kept)))
             log.info(
                 "a findings stream subscriber left with %d findings undelivered, held for"
                 " it if it resumes (output.stream_replay_size)",
@@ -717,7 +728,7 @@ class FindingsBroker:
         held for subscribers that left and have not resumed go with the process: counted as
         dropped and logged."""
         self._closed = True
-        unsent = sum(departed.unsent for departed in self._departed)
+        unsent = sum(len(departed.sequences) for departed in self._departed)
         if unsent:
             self.count_dropped(unsent)
             log.warning(

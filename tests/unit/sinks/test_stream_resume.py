@@ -433,3 +433,25 @@ def test_a_finding_that_cannot_be_rendered_takes_no_number() -> None:
         [("f2", 2, 0), ("f4", 3, 0), ("f5", 4, 0)],
     )
     assert resumed(broker, Resume({broker.stream_id: 3}))[1] == [("f5", 4, 0)]
+
+
+def test_a_resume_sent_none_of_a_departed_subscribers_findings_does_not_claim_them() -> None:
+    """Two clients: one unfiltered leaves with f1 and f2 held for it and never comes back;
+    one following only MISSING_VERIFICATION_STEP, sent nothing, loses its connection and
+    resumes from 0. It is sent neither finding, so it is not the one that left them: they
+    are still counted lost at shutdown."""
+    registry = CollectorRegistry()
+    broker = FindingsBroker(PrometheusMetrics(registry), replay_size=10)
+    only_verification = StreamFilter(categories=frozenset({Category.MISSING_VERIFICATION_STEP}))
+    orders = broker.subscribe(only_verification)
+    everything = broker.subscribe(StreamFilter())
+    publish(broker, finding(1), finding(2))
+    broker.unsubscribe(everything)  # f1, f2 held for it; it never resumes
+    broker.unsubscribe(orders)  # nothing queued for it: nothing held
+    back = broker.subscribe(only_verification, Resume({broker.stream_id: 0}))
+    assert drain(back) == []  # f1 and f2 are not for it
+    broker.unsubscribe(back)
+
+    broker.close()
+
+    assert registry.get_sample_value(DROPPED) == 2
