@@ -287,6 +287,7 @@ class App:
         self._arrived = asyncio.Event()  # spans offered since the ticker last went idle
         self._ready = False
         self._stopped = False
+        self._outputs_closed = False  # at shutdown, once the drain's findings are written
         self._scraped = asyncio.Event()  # set by every /metrics scrape
         self._scraped_activity: int | None = None  # ``_activity`` at the last scrape, if any
         self._hurried = False  # a second signal: no wait for a last scrape
@@ -394,6 +395,7 @@ class App:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
         drained = self.engine.drain()  # ends the findings streams once their queues are sent
+        self._outputs_closed = True
         for stream in self._outputs.files:
             with contextlib.suppress(OSError):  # already reported by the engine's flush
                 stream.close()
@@ -466,10 +468,11 @@ class App:
         does not load is logged, and ``toolwatch_config_last_reload_successful`` reads 0
         until a reload works: the running configuration stays. Returns whether it worked.
         First, whatever the file holds, the findings log and the ToolTrace dump are opened
-        again if a log rotation renamed them away (``_Outputs.reopen``). Once shutting down
-        (``stop``), nothing: the runs are drained and the outputs closed, or about to be, so
-        opening them again would leave empty files behind."""
-        if self._stopped:
+        again if a log rotation renamed them away (``_Outputs.reopen``). Once the shutdown
+        has closed the outputs (the drain's findings written), nothing: opening them again
+        would leave empty files behind. Before, during the grace and the drain, a rotation
+        still gets the findings written then at its path."""
+        if self._outputs_closed:
             log.info("SIGHUP while shutting down: configuration and outputs left as they are")
             return False
         try:  # logrotate's HUP, whatever the configuration file says
