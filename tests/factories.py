@@ -63,6 +63,7 @@ class ToolCallFields(TypedDict, total=False):
     hosted: bool
     handoff: bool
     rerun: bool
+    service: str | None
 
 
 class ToolTraceFields(TypedDict, total=False):

@@ -306,6 +306,14 @@ class ToolCall:
     tool's); it holds that request's arguments. An attempt of one request, not the model
     asking again: ``loops`` counts no repeat or retry of the agent in it.
 
+    ``service``: the ``service.name`` of the process that wrote the call's tool span, else, for
+    a call never run (no span), of the model call that asked for it; ``None`` where that span
+    names none, and in dumps written before calls carried it. It is the call's producer, whose
+    instrumentation decides whether arguments are recorded (``evaluation.entities.producer``),
+    which the agent's name is not: two services' agents may share one (Strands' default
+    ``Strands Agents``), and a nested run that writes no agent span of its own is its
+    caller's agent.
+
     Like ``SpanRecord``, its constructor is written out and it is not ``frozen``: compiled,
     it executes a twentieth of the instructions of the frozen dataclass's constructor, which
     stays interpreted and sets each field through ``object.__setattr__`` (23,000 of them per
@@ -330,6 +338,7 @@ class ToolCall:
     hosted: bool
     handoff: bool
     rerun: bool
+    service: str | None
 
     def __init__(  # noqa: PLR0917 - the fields, in the order a dataclass would take them
         self,
@@ -351,6 +360,7 @@ class ToolCall:
         hosted: bool = False,
         handoff: bool = False,
         rerun: bool = False,
+        service: str | None = None,
     ) -> None:
         self.tool_name = tool_name
         self.raw_name = raw_name
@@ -370,6 +380,7 @@ class ToolCall:
         self.hosted = hosted
         self.handoff = handoff
         self.rerun = rerun
+        self.service = service
 
 
 @dataclass(frozen=True, slots=True, init=False)

@@ -1592,6 +1592,7 @@ def _tool_call(
         hosted=request is not None and request.call.hosted,
         handoff=draft.handoff,
         rerun=draft.again is not None,
+        service=origin.service,  # the tool span's, else the asking model call's: its producer
     )
 
 

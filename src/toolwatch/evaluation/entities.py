@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from toolwatch.jsontext import decimal_text
 from toolwatch.model import ToolCall
 
-__all__ = ["entity_key", "lookup", "recording_tools", "unrecorded"]
+__all__ = [
+    "RecordingKey",
+    "entity_key",
+    "lookup",
+    "producer",
+    "recording_key",
+    "recording_tools",
+    "unrecorded",
+]
 
 
 def lookup(arguments: Any, path: str) -> Any:
@@ -125,20 +133,49 @@ def unrecorded(call: ToolCall) -> bool:
     return call.arguments is None and call.arguments_error is None
 
 
-def recording_tools(
-    calls: Sequence[ToolCall], tools: Sequence[str]
-) -> frozenset[tuple[str | None, str]]:
-    """The producers' tools (``(call.agent, tools[i])``, ``tools[i]`` being ``calls[i]``'s
-    normalized name) some call of which, in the run, carries arguments, read or not: that
-    producer records their arguments, so a call of one that carries none lost its own (a call
-    run again, its request not paired), and may not be read as one of a producer that records
-    none (which may have been of any value).
+#: What ``recording_tools`` holds and ``recording_key`` builds: a producer (``producer``) and
+#: a normalized tool name.
+RecordingKey: TypeAlias = tuple[str | None, str | None, str]
+
+
+def producer(call: ToolCall) -> tuple[str | None, str | None]:
+    """Who wrote ``call``, as far as whether its arguments are recorded goes: ``(service,
+    None)``, the process whose instrumentation wrote its span (``ToolCall.service``: a GenAI
+    instrumentation's content capture is that process's setting, for all its agents alike).
+    A call that names no service (a dump written before calls carried it, a span without
+    ``service.name``) is told by its agent instead, ``(None, agent)``: the best it says.
+
+    Not the agent where the service is known: agents of two services may share a name
+    (Strands' default ``Strands Agents``), a nested run that writes no agent span is its
+    caller's agent, and runs without agent spans are all agent ``None``; so one service's
+    recorded lookup made another's, recording none, read as lost. Nor the agent beside the
+    service: another agent of a service that records a tool's arguments, whose call of it
+    carries none, lost its own as any call of that process does, and keyed apart it would
+    verify any value."""
+    if call.service is not None:
+        return call.service, None
+    return None, call.agent
+
+
+def recording_key(call: ToolCall, tool: str) -> RecordingKey:
+    """``call``'s producer and ``tool`` (its normalized name), as ``recording_tools`` holds
+    them."""
+    service, agent = producer(call)
+    return service, agent, tool
+
+
+def recording_tools(calls: Sequence[ToolCall], tools: Sequence[str]) -> frozenset[RecordingKey]:
+    """The producers' tools (``recording_key(calls[i], tools[i])``, ``tools[i]`` being
+    ``calls[i]``'s normalized name) some call of which, in the run, carries arguments, read or
+    not: that producer records their arguments, so a call of one that carries none lost its
+    own (a call run again, its request not paired), and may not be read as one of a producer
+    that records none (which may have been of any value).
 
     By producer, not by tool alone: a run can mix instrumentations (an agent used as a tool
     on another service, its GenAI content capture off), and one that records a tool's
-    arguments says nothing of another that records none. The producer is the call's
-    ``agent``: a ``ToolCall`` carries no service, and an agent's spans are its own process's
-    (a call never run, with no span, is the agent's whose model call asked for it; calls of
-    no agent are one producer). So two agents of one service are told apart too, each judged
-    by its own calls."""
-    return frozenset((call.agent, tools[i]) for i, call in enumerate(calls) if not unrecorded(call))
+    arguments says nothing of another that records none. The producer is the service that
+    wrote the call (``producer``: its tool span's, or for a call never run the asking model
+    call's), else its agent."""
+    return frozenset(
+        recording_key(call, tools[i]) for i, call in enumerate(calls) if not unrecorded(call)
+    )

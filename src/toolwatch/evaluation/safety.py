@@ -41,7 +41,7 @@ successful call of a bound tool, and a bound tool's success without recorded arg
 verifies any value (all of an entity's). The run's explanation counts those unchecked calls.
 That success verifies any value only where its producer records none of its tool's arguments
 in the run, though (``entities.recording_tools``): where another call of the tool by the same
-producer (its agent), earlier or later, failed or not, carries arguments (unreadable ones
+producer (its service), earlier or later, failed or not, carries arguments (unreadable ones
 too), this one lost its own (a span whose request was not paired; a call run again under
 its id holds the request's, ``assembly.calls``), and it verifies no value, lest
 lookup_order(A-1) failing, then an argument-less lookup_order succeeding, verify
@@ -49,8 +49,10 @@ issue_refund(B-2). The finding says how many such successes it did not count
 (``details.unrecorded_verification_calls``). By producer and tool, not by run or by tool
 alone: a run can mix instrumentations, one that records a tool's arguments and one that does
 not (an agent used as a tool on a service without OpenTelemetry GenAI content capture), whose
-lookups still verify any value. The producer is the call's agent (``ToolCall`` carries no
-service; a call never run is the agent's whose model call asked for it).
+lookups still verify any value. The producer is the service that wrote the call
+(``ToolCall.service``: its tool span's; a call never run, the asking model call's), not its
+agent, whose name two services' agents may share; a call naming no service (an older dump)
+is told by its agent (``entities.producer``).
 Without bindings, any earlier successful call of one of the dangerous tool's
 ``policy.verified_by`` tools verifies, or, with none listed for it, of any
 ``verification_tools`` tool. With
@@ -119,7 +121,14 @@ from toolwatch.evaluation.base import (
     spanned_tools,
     unfinished,
 )
-from toolwatch.evaluation.entities import entity_key, lookup, recording_tools, unrecorded
+from toolwatch.evaluation.entities import (
+    RecordingKey,
+    entity_key,
+    lookup,
+    recording_key,
+    recording_tools,
+    unrecorded,
+)
 from toolwatch.evaluation.loops import retried
 from toolwatch.evaluation.settings import Binding, PolicySettings, SafetySettings
 from toolwatch.evaluation.severity import call_outcome, make_finding
@@ -214,7 +223,7 @@ class _Ledger:
         self.complete = complete  # the run ended: an unfinished one may lack spans still to come
         self.lost_spans = False  # it ended but lost spans (span_limit)
         self._spanned: frozenset[str] | None = None
-        self._recording: frozenset[tuple[str | None, str]] | None = None
+        self._recording: frozenset[RecordingKey] | None = None
         # tool -> successful calls so far that lost their arguments (``records``): no value
         self.lost: dict[str, int] = {}
         self.succeeded: dict[tuple[str, str, str], Successes] = {}
@@ -244,12 +253,12 @@ class _Ledger:
         return tool in self._spanned
 
     def records(self, call: ToolCall, tool: str) -> bool:
-        """Whether some call of ``tool`` in the run by ``call``'s producer (its agent) carries
-        arguments (``recording_tools``, worked out the first time a verification without
-        arguments asks: most runs have none, or none with)."""
+        """Whether some call of ``tool`` in the run by ``call``'s producer (its service,
+        ``entities.producer``) carries arguments (``recording_tools``, worked out the first
+        time a verification without arguments asks: most runs have none, or none with)."""
         if self._recording is None:
             self._recording = recording_tools(self.calls, self.tools)
-        return (call.agent, tool) in self._recording
+        return recording_key(call, tool) in self._recording
 
     def add(self, tool: str, field_value: tuple[str, str], index: int) -> None:
         key = (tool, field_value[0], field_value[1])  # not a * splat: generic when compiled

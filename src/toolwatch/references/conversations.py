@@ -11,7 +11,7 @@ as made before every call of the run. Times are the spans' own, so the order in 
 complete does not matter. A call the model requested and the agent never ran (no span, while
 another call of its tool has one, and not hosted) verifies nothing, as within a run: in a
 complete run only (an incomplete one's span may be still to come, or lost). A success without
-arguments is kept as one of any value only where its producer (its agent) records none of
+arguments is kept as one of any value only where its producer (its service) records none of
 its tool's in the run (``safety``'s rule): where other calls of the tool by that producer
 carry theirs, it lost its own and is kept as a success of no value.
 
@@ -37,7 +37,14 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from toolwatch.evaluation.base import never_ran, spanned_tools, unfinished
-from toolwatch.evaluation.entities import entity_key, lookup, recording_tools, unrecorded
+from toolwatch.evaluation.entities import (
+    RecordingKey,
+    entity_key,
+    lookup,
+    recording_key,
+    recording_tools,
+    unrecorded,
+)
 from toolwatch.jsontext import held_size
 from toolwatch.metrics import CONVERSATION_EVICTION_BOUNDS, NoopMetrics, PipelineMetrics
 from toolwatch.model import CallStatus, ToolTrace, Verified
@@ -208,7 +215,7 @@ class ConversationMemory:
         tools = [normalize(call.tool_name) for call in trace.calls]
         spanned = spanned_tools(trace.calls, tools)
         made: list[Verified] = []
-        recording: frozenset[tuple[str | None, str]] | None = None  # asked only without arguments
+        recording: frozenset[RecordingKey] | None = None  # asked only without arguments
         for i, call in enumerate(trace.calls):
             tool = tools[i]
             fields = scope.fields.get(tool, frozenset())
@@ -220,7 +227,7 @@ class ConversationMemory:
             if not_recorded and fields:
                 if recording is None:
                     recording = recording_tools(trace.calls, tools)
-                if (call.agent, tool) in recording:  # it lost them: no value, as ``safety`` reads
+                if recording_key(call, tool) in recording:  # lost them: no value, as ``safety``
                     fields = frozenset()
             values: list[tuple[str, str | None]] = []
             for name in sorted(fields):

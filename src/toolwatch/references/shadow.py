@@ -102,7 +102,7 @@ def half_bytes(trace: ToolTrace) -> int:
     for call in trace.calls:
         size += _CALL_BYTES + held_size(call.arguments) + held_size(call.result)
         texts += (call.tool_name, call.raw_name, call.arguments_error, call.call_id)
-        texts += (call.parent_call_id, call.error_type, call.agent, call.span_id)
+        texts += (call.parent_call_id, call.error_type, call.agent, call.span_id, call.service)
     distinct = {id(text): text for text in texts if text is not None}
     return size + sum(map(held_size, distinct.values()))
 

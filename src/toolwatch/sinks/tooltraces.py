@@ -8,8 +8,8 @@ reading: a line of some other JSON, such as the findings log, is named as such);
 strings, times integer nanoseconds (or ``null``), ``arguments``/``result`` the JSON values
 they hold (bytes, which JSON cannot hold, are written as hex strings). ``tooltrace_from_dict``
 inverts ``tooltrace_to_dict`` exactly for JSON-valued arguments, and reads the dumps of
-earlier versions (without ``agents``, ``shared_keys``, or a call's ``hosted``, ``handoff``
-or ``rerun``).
+earlier versions (without ``agents``, ``shared_keys``, or a call's ``hosted``, ``handoff``,
+``rerun`` or ``service``).
 
 Not compiled: it runs once per ToolTrace, and only when a dump is configured or replayed.
 """
@@ -114,6 +114,7 @@ def _call_to_dict(call: ToolCall) -> dict[str, Any]:
         "hosted": call.hosted,
         "handoff": call.handoff,
         "rerun": call.rerun,
+        "service": call.service,
     }
 
 
@@ -155,8 +156,8 @@ def _names(value: Any) -> tuple[str, ...]:
 
 
 def _call_from_dict(data: Mapping[str, Any], index: int) -> ToolCall:
-    if isinstance(data, Mapping):  # earlier dumps marked no call hosted, a handoff or a rerun
-        data = {"hosted": False, "handoff": False, "rerun": False, **data}
+    if isinstance(data, Mapping):  # earlier dumps: no call hosted, a handoff or a rerun, no service
+        data = {"hosted": False, "handoff": False, "rerun": False, "service": None, **data}
     fields = _checked_fields(ToolCall, data, " in a call")
     _check_types(fields, _CALL_TYPES, f"calls[{index}].")
     fields["status"] = CallStatus(fields["status"])
@@ -187,6 +188,7 @@ _CALL_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "hosted": _FLAG,
     "handoff": _FLAG,
     "rerun": _FLAG,
+    "service": _MAYBE_TEXT,
 }
 _TRACE_TYPES: Final[dict[str, tuple[type, ...]]] = {
     "trace_id": _TEXT,

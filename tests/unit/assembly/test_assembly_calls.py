@@ -299,6 +299,7 @@ def test_call_seen_only_in_llm_output_is_a_call() -> None:
         span_id=None,
         start_ns=10 * MS,
         end_ns=None,
+        service="refund-agent",  # never run: the model call's that asked for it
     )
 
 

@@ -1,8 +1,10 @@
 """safety: a verification's success without recorded arguments verifies any value only where
-its producer (the call's agent) records none of that tool's arguments in the run. Where other
-calls of the tool by that agent carry theirs, one that carries none lost them (its request
-not paired, a span of its own), and it verified no value we know: lookup_order(A-1) failed,
-an argument-less lookup_order succeeded, and issue_refund(B-2), never looked up, passed."""
+its producer (the service that wrote the call, ``ToolCall.service``) records none of that
+tool's arguments in the run. Where other calls of the tool by that service carry theirs, one
+that carries none lost them (its request not paired, a span of its own), and it verified no
+value we know: lookup_order(A-1) failed, an argument-less lookup_order succeeded, and
+issue_refund(B-2), never looked up, passed. Built from spans, with the timeline's services:
+``tests/unit/assembly/test_assembly_recording_producer.py``."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from eval_factories import call, trace
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.settings import PolicySettings, SafetySettings
-from toolwatch.model import Category, EvalResult, ToolTrace
+from toolwatch.model import Category, EvalResult, ToolCall, ToolTrace
 
 BOUND: dict[str, Any] = {
     "dangerous_tools": ["issue_refund"],
@@ -126,13 +128,50 @@ def test_without_bindings_an_argument_less_success_still_verifies() -> None:
     assert evaluate(run, **policy).findings == ()
 
 
-def test_a_lookup_by_an_agent_recording_no_arguments_still_verifies_any_value() -> None:
-    """Service ``desk`` records arguments and looks A-1 up, then asks ``billing``, an agent
-    used as a tool on another service whose GenAI instrumentation captures no content: its
-    ``lookup_order`` has no arguments and no call id (as the timeline builds it: the nested
-    agent's call). Billing's producer records none of the tool's arguments, so its success
-    verifies any value, B-2 too: desk's own lookup says nothing of billing's instrumentation,
-    and a page here would stand on no evidence against the run."""
+def served(service: str | None, made: ToolCall) -> ToolCall:
+    return dataclasses.replace(made, service=service)
+
+
+def test_a_lookup_by_a_service_recording_no_arguments_still_verifies_any_value() -> None:
+    """Service ``desk`` records arguments and looks A-1 up, then asks an agent used as a tool
+    on service ``billing``, whose GenAI instrumentation captures no content: its
+    ``lookup_order`` has no arguments and no call id. Billing's producer records none of the
+    tool's arguments, so its success verifies any value, B-2 too: desk's own lookup says
+    nothing of billing's instrumentation, and a page here would stand on no evidence against
+    the run. Whatever the agents are called: both ``Strands Agents`` here."""
+    billing = dataclasses.replace(
+        call("lookup_order", None, index=2, agent="Strands Agents", parent=1), call_id=None
+    )
+    run = trace(
+        served("desk", call("lookup_order", A1, index=0, agent="Strands Agents")),
+        served("desk", call("ask_billing", {"q": "orders?"}, index=1, agent="Strands Agents")),
+        served("billing", billing),
+        served("desk", call("issue_refund", B2, index=3, agent="Strands Agents")),
+        agent="Strands Agents",
+    )
+    assert evaluate(run).findings == ()
+
+
+def test_a_service_that_records_the_tools_arguments_is_judged_by_its_own_calls() -> None:
+    """Another service's argument-less lookup does not stand for one that lost its own, and
+    another agent of the same service is the same producer: desk's argument-less success
+    (its refunds agent's) after its failed lookup(A-1) still verifies no value."""
+    run = trace(
+        served("desk", call("lookup_order", A1, index=0, agent="triage", ok=False)),
+        served("desk", call("lookup_order", None, index=1, agent="refunds")),
+        served("billing", call("lookup_order", None, index=2, agent="billing", ok=False)),
+        served("desk", call("issue_refund", B2, index=3, agent="triage")),
+        agent="triage",
+    )
+    result = evaluate(run)
+    assert categories(result) == [Category.MISSING_VERIFICATION_STEP]
+    assert result.findings[0].details["unrecorded_verification_calls"] == 1
+
+
+def test_calls_that_name_no_service_are_told_apart_by_their_agent() -> None:
+    """A dump written before calls carried their service, or spans without ``service.name``:
+    the agent is the best producer they name. Billing's lookup verifies any value beside
+    desk's recorded one; desk's own argument-less one verifies none."""
     billing = dataclasses.replace(
         call("lookup_order", None, index=2, agent="billing", parent=1), call_id=None
     )
@@ -143,19 +182,12 @@ def test_a_lookup_by_an_agent_recording_no_arguments_still_verifies_any_value() 
         call("issue_refund", B2, index=3, agent="desk"),
         agent="desk",
     )
+    assert [c.service for c in run.calls] == [None] * 4
     assert evaluate(run).findings == ()
-
-
-def test_an_agent_that_records_the_tools_arguments_is_judged_by_its_own_calls() -> None:
-    """Another agent's argument-less lookup does not stand for one that lost its own: desk's
-    argument-less success after its failed lookup(A-1) still verifies no value."""
-    run = trace(
+    lost = trace(
         call("lookup_order", A1, index=0, agent="desk", ok=False),
         call("lookup_order", None, index=1, agent="desk"),
-        call("lookup_order", None, index=2, agent="billing", ok=False),
-        call("issue_refund", B2, index=3, agent="desk"),
+        call("issue_refund", B2, index=2, agent="desk"),
         agent="desk",
     )
-    result = evaluate(run)
-    assert categories(result) == [Category.MISSING_VERIFICATION_STEP]
-    assert result.findings[0].details["unrecorded_verification_calls"] == 1
+    assert categories(evaluate(lost)) == [Category.MISSING_VERIFICATION_STEP]

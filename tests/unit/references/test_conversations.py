@@ -283,17 +283,17 @@ def test_a_success_that_lost_its_arguments_keeps_no_value_where_the_run_records_
     assert values(kept.earlier("c2", 2 * SECOND)) == [(("order_id", None),)]
 
 
-def test_an_agent_that_records_no_arguments_keeps_not_recorded_beside_one_that_does() -> None:
-    """By producer (the call's agent), as ``safety`` reads it: desk's lookup carries its
+def test_a_service_that_records_no_arguments_keeps_not_recorded_beside_one_that_does() -> None:
+    """By producer (the call's service), as ``safety`` reads it: desk's lookup carries its
     arguments, billing's (content capture off) none, so billing's success stays one of any
-    value, while desk's argument-less one lost its own."""
+    value, while desk's argument-less one, of another agent of desk, lost its own."""
     kept = memory()
     kept.remember(
         run(
             "c1",
-            lookup("A1", agent="desk"),
-            lookup(None, agent="billing", span_id="s2"),
-            lookup(None, agent="desk", span_id="s3"),
+            lookup("A1", agent="desk", service="desk"),
+            lookup(None, agent="desk", service="billing", span_id="s2"),
+            lookup(None, agent="refunds", service="desk", span_id="s3"),
         )
     )
     assert values(kept.earlier("c1", 2 * SECOND)) == [

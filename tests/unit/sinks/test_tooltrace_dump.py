@@ -51,6 +51,7 @@ tool_calls = st.builds(
     hosted=st.booleans(),
     handoff=st.booleans(),
     rerun=st.booleans(),
+    service=maybe_text,
 )
 
 tool_traces = st.builds(
@@ -242,4 +243,15 @@ def test_a_dump_written_before_reruns_were_marked_reads_them_as_not_reruns() -> 
     assert data["calls"][0]["rerun"] is True
     assert tooltrace_from_dict(data) == trace
     del data["calls"][0]["rerun"]
+    assert tooltrace_from_dict(data).calls == (first,)
+
+
+def test_a_dump_written_before_calls_carried_their_service_reads_none() -> None:
+    first = sample_trace().calls[0]
+    served = dataclasses.replace(first, service="billing")
+    trace = dataclasses.replace(sample_trace(), calls=(served,))
+    data = tooltrace_to_dict(trace)
+    assert data["calls"][0]["service"] == "billing"
+    assert tooltrace_from_dict(data) == trace
+    del data["calls"][0]["service"]
     assert tooltrace_from_dict(data).calls == (first,)
