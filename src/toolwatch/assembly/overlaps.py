@@ -1,4 +1,4 @@
-"""Which executed calls ran at once: the overlap half of ``parallel_group`` (assembly.calls).
+"""Which executed calls ran at once: the overlap half of ``parallel_group`` (assembly.ordering).
 
 Two executions of one parent are joined when their tool spans' intervals overlap, unless both
 calls were requested by model calls one strictly after the other (one ended when or before

@@ -16,7 +16,7 @@ parent had come (``_place_second_records``): an instrumented MCP server exports 
 ``mcp.server`` > ``<tool>.tool`` with a batch processor of its own, and a batch boundary
 between the two sends the parent after the trace was evaluated (dropped ``late``). It is a
 span of the call's run, merged into the call as any second record is
-(``calls._second_records``), never a residual run re-making a call the run recorded. An
+(``records._second_records``), never a residual run re-making a call the run recorded. An
 orphaned TOOL span that matches no call by name and time stays outside every agent: a call
 of the residual run, evaluated.
 
@@ -295,7 +295,7 @@ def _place_second_records(
     processor: when a batch boundary falls between its tool span and its ``mcp.server``,
     which comes after the trace was evaluated (dropped ``late``), the tool span is
     orphaned. Placed as if its parent had come (the innermost such TOOL span its parent,
-    ties to the lowest span id), it is that call's second record (``calls._second_records``)
+    ties to the lowest span id), it is that call's second record (``records._second_records``)
     and a span of its run, not a run of its own making a call the run already recorded. An
     orphan that matches no call by name and time is left where it was: a call of the
     residual run, evaluated. Only tree tops are looked at until one is such a TOOL span."""

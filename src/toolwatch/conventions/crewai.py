@@ -28,7 +28,7 @@ wraps ``Task._execute_core``, writes no span for the coworker at all (its tool s
 right under the delegation's ``<tool>.run``), and OpenLLMetry, which writes no tool spans,
 hangs the coworker's ``<role>.agent`` right under the delegating agent's. So the delegation
 names the agent (``coworker``), and ``same_role`` matches it to an agent span
-(``assembly.calls``).
+(``assembly.delegations``).
 """
 
 from __future__ import annotations

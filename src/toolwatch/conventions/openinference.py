@@ -6,7 +6,7 @@ timeline parses it) and the result in ``output.value``. LLM spans flatten their 
 ``llm.output_messages.<i>.message.tool_calls.<j>.tool_call.{id,function.name,
 function.arguments}``. The openai-agents instrumentation records handoffs as TOOL spans named
 ``handoff to <agent>``: those are plain spans here (no tool of the agent's), read as the
-execution of the model's transfer call (``assembly.calls``, "Handoffs").
+execution of the model's transfer call (``assembly.handoffs``).
 
 LangChain agents (``create_agent``, LangGraph) are graphs: openinference-instrumentation-
 langchain marks a nested one AGENT but the outermost one CHAIN; both carry the agent's name

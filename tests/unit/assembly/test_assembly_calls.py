@@ -12,7 +12,10 @@ from assembly_support import MS, agent, ask, build, handoff, hexid, llm, only, s
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolwatch.assembly import calls
+from toolwatch.assembly import requested as requested_calls
+from toolwatch.assembly.drafts import _Draft, _Request
+from toolwatch.assembly.ordering import _sorted_in_time, _time_key
+from toolwatch.assembly.records import _own_record
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.settings import PolicySettings, SafetySettings
@@ -726,27 +729,27 @@ def test_parallel_groups_are_the_overlap_components_of_each_parent(
 
 
 @st.composite
-def drafts(draw: st.DrawFn) -> list[calls._Draft]:
+def drafts(draw: st.DrawFn) -> list[_Draft]:
     """Executions and requests, with starts and requesting outputs that often coincide."""
-    made: list[calls._Draft] = []
+    made: list[_Draft] = []
     for n in range(draw(st.integers(0, 8))):
         start = draw(st.integers(0, 3))
         if draw(st.booleans()):
-            made.append(calls._Draft(tool(n + 1, None, "t", start, start + 1), None))
+            made.append(_Draft(tool(n + 1, None, "t", start, start + 1), None))
             continue
         output = llm(100 + draw(st.integers(0, 2)), None, draw(st.integers(0, 2)), start)
-        request = calls._Request(output, ask("t", None, None, draw(st.integers(0, 3))), "t", n)
-        made.append(calls._Draft(None, request))
+        request = _Request(output, ask("t", None, None, draw(st.integers(0, 3))), "t", n)
+        made.append(_Draft(None, request))
     return made
 
 
 @settings(max_examples=300, deadline=None)
 @given(drafts())
 def test_calls_in_time_order_are_told_apart_from_calls_that_need_a_sort(
-    made: list[calls._Draft],
+    made: list[_Draft],
 ) -> None:
-    ordered = [id(d) for d in sorted(made, key=calls._time_key)] == [id(d) for d in made]
-    assert calls._sorted_in_time(made) is ordered
+    ordered = [id(d) for d in sorted(made, key=_time_key)] == [id(d) for d in made]
+    assert _sorted_in_time(made) is ordered
 
 
 def _recorded_twice(inner_calls: tuple[Any, ...]) -> list[SpanRecord]:
@@ -807,14 +810,14 @@ def test_looking_for_a_second_record_costs_what_the_spans_hold(
     """A model span asking for 1,000 calls with 2,000 one-call model spans inside it: the
     names are not sorted again for every child (a hostile run was 9x slower)."""
     examined = 0
-    names = calls._names
+    names = requested_calls._names
 
     def counting(llm_span: SpanRecord, known: dict[bytes, list[str]]) -> list[str]:
         nonlocal examined
         examined += len(llm_span.output_tool_calls)
         return names(llm_span, known)
 
-    monkeypatch.setattr(calls, "_names", counting)
+    monkeypatch.setattr(requested_calls, "_names", counting)
     parent = llm(2, 1, 1, 9_000, *[ask(f"t{i:04d}", f"c{i}", {}, i) for i in range(1_000)])
     children = [llm(10 + j, 2, 2, 8_000, ask("t0000", f"x{j}", {})) for j in range(2_000)]
     run = only([agent(1, None, "a", 0, 10_000), parent, *children])
@@ -1022,7 +1025,7 @@ def test_a_long_chain_of_records_is_walked_once() -> None:
         record.span_id: above for above, record in zip([call, *chain[:-1]], chain, strict=True)
     }
     own: dict[bytes, SpanRecord] = {}
-    assert calls._own_record(chain[-1].span_id, outer_of, own) is call
+    assert _own_record(chain[-1].span_id, outer_of, own) is call
     assert len(own) == len(chain) and all(record is call for record in own.values())
     run = only([agent(1, None, "a", 0, 10_000), llm(2, 1, 1, 10, ask("t", "c1", {})), call, *chain])
     assert [(c.call_id, c.span_id) for c in run.calls] == [("c1", hexid(3))]

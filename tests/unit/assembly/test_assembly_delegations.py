@@ -1,5 +1,5 @@
 """Calls: a CrewAI delegation runs the coworker it names, an agent used as a tool that no
-instrumentation writes as one (``calls._delegations``; ``conventions.crewai``)."""
+instrumentation writes as one (``delegations._delegations``; ``conventions.crewai``)."""
 
 from __future__ import annotations
 
@@ -224,7 +224,7 @@ def test_a_quoted_coworkers_allowed_refund_is_no_dangerous_drift() -> None:
 
 def test_a_long_coworker_name_is_not_sanitized_again_for_every_agent() -> None:
     # 12 delegations naming a 60,000-character coworker, 2,000 agents with a call: 24,000
-    # pairs (under calls._MAX_DELEGATION_CHECKS). Keying the name once per pair was ~1.4 GB
+    # pairs (under delegations._MAX_DELEGATION_CHECKS). Keying the name once per pair was ~1.4 GB
     # of string work, about 9 s for one trace; once per name, well under a second.
     asks, workers = 12, 2_000
     spans = [

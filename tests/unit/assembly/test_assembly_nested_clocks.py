@@ -6,7 +6,7 @@ with its own model calls and tool spans. Billing's clock is off desk's: ordered 
 recorded times, the nested agent's calls left the call that ran them (before it, behind;
 after the caller's next calls, ahead), and a correct run paged MISSING_VERIFICATION_STEP.
 The subtree another service wrote under a tool span is ordered inside that span's interval
-(``calls._clock_offsets``); its recorded times are kept.
+(``clocks._ClockOffsets``); its recorded times are kept.
 """
 
 from __future__ import annotations

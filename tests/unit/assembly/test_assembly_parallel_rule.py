@@ -11,7 +11,9 @@ from assembly_support import ask, llm, tool
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from toolwatch.assembly.calls import CallSite, _Draft, _parallel_groups, _Request
+from toolwatch.assembly.calls import CallSite
+from toolwatch.assembly.drafts import _Draft, _Request
+from toolwatch.assembly.ordering import _parallel_groups
 
 
 def _components(count: int, pairs: list[tuple[int, int]]) -> list[int | None]:

@@ -125,7 +125,7 @@ def test_every_tool_span_is_exactly_one_call_and_groups_are_consistent(
     assert set(call_spans) <= set(tool_spans)
     # A tool span that is no call is a second record of a call: inside a call's span of its
     # own tool, no agent or model between, nor another tool but records of the same
-    # (``calls._second_records``).
+    # (``records._second_records``).
     by_id = {s.span_id.hex(): s for s in spans}
     missing = set(tool_spans) - set(call_spans)
     for record in missing:
