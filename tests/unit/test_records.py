@@ -19,7 +19,8 @@ from typing import Any
 import pytest
 
 from toolwatch import model
-from toolwatch.assembly import buffer, timeline
+from toolwatch.assembly import buffer
+from toolwatch.assembly.runs import _Run
 from toolwatch.evaluation import base, pipeline
 
 # Every record with a written-out constructor, and whether it is frozen.
@@ -33,7 +34,7 @@ _RECORDS: list[tuple[type[Any], bool]] = [
     (base.Reference, True),
     (pipeline.PipelineResult, True),
     (buffer.CompletedTrace, True),
-    (timeline._Run, True),
+    (_Run, True),
 ]
 _FROZEN = [cls for cls, frozen in _RECORDS if frozen]
 

@@ -47,7 +47,7 @@ def _second_records(
     result); an instrumented server's record sits inside the client's. The server's record
     whose parent (``mcp.server``) has not come is recognised by time instead: the timeline
     places it below the innermost TOOL span of the same tool that holds its interval
-    (``timeline._place_second_records``), so it is read here as any other. A tool that calls
+    (``placing._place_second_records``), so it is read here as any other. A tool that calls
     itself again does so through a model or an agent, which keep the two apart, or with a
     call id of its own."""
     models: set[bytes] | None = None  # read once a candidate is found

@@ -1,5 +1,5 @@
 """Timeline: a model call beside an agent's turns recorded twice is a guardrail's check
-(``timeline._calls_beside_double_records``), and nothing else is."""
+(``checks._calls_beside_double_records``), and nothing else is."""
 
 from __future__ import annotations
 

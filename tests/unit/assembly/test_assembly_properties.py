@@ -13,7 +13,6 @@ from assembly_support import RecordingMetrics, agent, llm, span, tool
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from toolwatch.assembly import timeline
 from toolwatch.assembly.buffer import (
     ENCLOSING_SPANS,
     AssemblyLimits,
@@ -22,6 +21,7 @@ from toolwatch.assembly.buffer import (
     runs_an_agent,
 )
 from toolwatch.assembly.timeline import build_tool_traces
+from toolwatch.assembly.tree import _in_time_order
 from toolwatch.model import ManualClock, SpanRecord, SpanRole, ToolTrace
 from toolwatch.names import NameNormalizer
 
@@ -67,7 +67,7 @@ def test_spans_are_taken_by_start_then_span_id_whatever_their_arrival(
     arrived = data.draw(st.permutations(spans))
     expected = sorted(spans, key=lambda s: (s.start_ns, s.span_id))
 
-    ordered = timeline._in_time_order(list(arrived))
+    ordered = _in_time_order(list(arrived))
 
     assert [s.span_id for s in ordered] == [s.span_id for s in expected]
 

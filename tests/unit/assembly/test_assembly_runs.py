@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from assembly_support import MS, agent, ask, build, handoff, hexid, llm, only, span, tool
 
-from toolwatch.assembly import timeline
+from toolwatch.assembly import tree as span_tree
 from toolwatch.assembly.timeline import REFUSAL_FINISH_REASONS
 from toolwatch.model import SpanRecord, SpanRole
 
@@ -282,7 +282,7 @@ def test_work_beside_agents_over_the_check_bound_keeps_its_recorded_tree(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # 1 agent under the tool x 2 spans under it (itself, its work) = 2 checks, over 1.
-    monkeypatch.setattr(timeline, "_MAX_ADOPTION_CHECKS", 1)
+    monkeypatch.setattr(span_tree, "_MAX_ADOPTION_CHECKS", 1)
 
     (trace,) = build(split_nesting())
     assert [(c.tool_name, c.agent) for c in trace.calls] == [
@@ -295,7 +295,7 @@ def test_trace_over_the_containment_check_bound_keeps_its_recorded_tree(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # 2 agents with no tool above x 2 candidate tools = 4 checks, over a bound of 3.
-    monkeypatch.setattr(timeline, "_MAX_ADOPTION_CHECKS", 3)
+    monkeypatch.setattr(span_tree, "_MAX_ADOPTION_CHECKS", 3)
 
     assert [t.agent for t in build(lost_nesting())] == ["concierge", "refund_desk_agent"]
 

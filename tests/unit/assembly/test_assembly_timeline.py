@@ -10,7 +10,7 @@ import pytest
 from assembly_support import MS, TRACE, agent, ask, build, hexid, llm, only, span, tool
 
 from tests import factories
-from toolwatch.assembly import timeline
+from toolwatch.assembly.outputs import _REFUSES
 from toolwatch.conventions import recognize
 from toolwatch.model import CallStatus, SpanRecord, SpanRole
 
@@ -993,8 +993,8 @@ def test_a_long_finish_reason_is_read_but_not_remembered() -> None:
         llm(2, 1, 1, 5, output_text="no", finish_reasons=(long_reason, "content_filter")),
     ]
     assert only(spans).refusal is True
-    assert long_reason not in timeline._REFUSES
-    assert "content_filter" in timeline._REFUSES
+    assert long_reason not in _REFUSES
+    assert "content_filter" in _REFUSES
 
 
 @pytest.mark.parametrize("where", ["input", "output"])
