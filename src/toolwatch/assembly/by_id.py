@@ -94,15 +94,18 @@ class _Asked:
     ``outputs[i]``, in emission order, the requests of the ``i``-th model call (in start
     order), which started at ``starts[i]``; ``taken[i]`` of them are paired (the first).
     ``first``: no output before it has a request not paired (outputs run out in any order,
-    but one run out stays so: a run of thousands of requests of one id is read once)."""
+    but one run out stays so: a run of thousands of requests of one id is read once).
+    ``last``: by service, the request a span of that service took last (spans are taken in
+    start order: one service's in its own clock's)."""
 
-    __slots__ = ("first", "outputs", "starts", "taken")
+    __slots__ = ("first", "last", "outputs", "starts", "taken")
 
     def __init__(self) -> None:
         self.outputs: list[list[_Request]] = []
         self.starts: list[int] = []
         self.taken: list[int] = []
         self.first = 0
+        self.last: dict[str | None, _Request] = {}
 
     def add(self, request: _Request) -> None:
         """Add the next request in emission order (model calls by start, then position)."""
@@ -210,7 +213,13 @@ def _take_again(
     turn's call never run. With no such ancestor its own start is all there is: before every
     request it takes the earliest not yet taken (emission order)."""
     asked = _asked_of(span, call_id, reused, senders.sites, normalize)
-    return asked.take(_sent_at(span, asked, senders)) if asked is not None else None
+    if asked is None:
+        return None
+    at = _sent_at(span, asked, senders)
+    request = asked.take(span.start_ns if at is None else at)
+    if request is not None:
+        asked.last[span.service] = request
+    return request
 
 
 def _asked_of(
@@ -230,12 +239,13 @@ def _asked_of(
     return asked if asked is not None else _namesake(name, tools)
 
 
-def _sent_at(span: SpanRecord, asked: _Asked, senders: _Senders) -> int:
+def _sent_at(span: SpanRecord, asked: _Asked, senders: _Senders) -> int | None:
     """When ``span`` started on the clock of the model calls that asked (``_Senders.sent``
-    for a span another service wrote)."""
+    for a span another service wrote); ``None`` for one of another service that no span on
+    that clock sent: its own clock is all there is."""
     service = asked.outputs[0][0].llm.service
     if span.service != service:
-        return senders.sent(span, service, span.start_ns)
+        return senders.sent(span, service)
     return span.start_ns
 
 
@@ -253,10 +263,10 @@ class _Senders:
         self._turns: dict[tuple[bytes | None, bytes | None], list[int]] | None = None
         self.sites = sites
 
-    def sent(self, span: SpanRecord, service: str | None, started: int) -> int:
+    def sent(self, span: SpanRecord, service: str | None) -> int | None:
         """The start of ``span``'s nearest ancestor that ``service`` wrote, below its agent
         span (whose start precedes every turn) and at most ``_MAX_HOPS`` up; else
-        ``started``. Not one above a model call: a turn's step span (Strands'
+        ``None``. Not one above a model call: a turn's step span (Strands'
         ``execute_event_loop_cycle``) holding the turn's model call and, with no client
         span recorded, the tool service's span started before the model call that asked, so
         it said the previous turn sent the span."""
@@ -278,7 +288,7 @@ class _Senders:
             if above.service == service:
                 return above.start_ns
             parent = self.sites[parent].parent
-        return started
+        return None
 
     def _above_model_calls(self) -> set[bytes]:
         above: set[bytes] = set()
@@ -337,11 +347,17 @@ def _run_again(
 ) -> _Request | None:
     """The request ``span`` ran again, of a run that uses a call id again, when
     ``_take_again`` paired it with none: of its agent's and tool's, ``_Asked.again``, timed
-    as ``_take_again`` times it."""
+    as ``_take_again`` times it. A span of another service that no span on the model's
+    clock sent (a tool host, its clock off, no client span recorded) cannot be set against
+    the model calls: it ran again the request the last span of its service took, on its
+    own clock (an SDK's retry on that host). (Of a turn whose requests were not recorded,
+    that guess is wrong; with no clock to tell them apart, the retry is the likelier.)"""
     asked = _asked_of(span, call_id, reused, senders.sites, normalize)
     if asked is None:
         return None
     started = _sent_at(span, asked, senders)
+    if started is None:
+        return asked.last.get(span.service)
     request = asked.again(started)
     if request is None or senders.turned(request.llm, started):
         return None  # a model call came between: a turn whose requests were not recorded
