@@ -209,9 +209,11 @@ class App:
         extra_sinks: tuple[FindingSink, ...] = (),
     ) -> None:
         self.config = config
-        #: Run from a terminal (``serve``'s standard input is one): nothing waits for a last
-        #: scrape at shutdown, as a one-off ``curl`` of ``/metrics`` counted as a scraper.
-        self.interactive = False
+        #: Stopped with Ctrl-C from a terminal (``serve``'s standard input is one, and SIGINT
+        #: came): nothing waits for a last scrape at shutdown, as a one-off ``curl`` of
+        #: ``/metrics`` counted as a scraper. Not a SIGTERM there: ``docker stop`` of a
+        #: ``docker run -it``, a rollout of a pod with ``tty: true``.
+        self.interrupted = False
         keep_created_series()
         self.registry = registry if registry is not None else CollectorRegistry()
         # What the default registry would have: process_* (resident memory, CPU, open
@@ -438,18 +440,18 @@ class App:
         their alerts would never fire. Only when something has scraped this process: one
         nobody watches (a laptop's ``make serve``) exits at once, and so does one whose last
         scrape came after the engine or the findings stream last counted something
-        (``_activity``): nothing new to read; nor one run from a terminal
-        (``interactive``): Ctrl-C there is someone done with it, not a rollout."""
+        (``_activity``): nothing new to read; nor one stopped with Ctrl-C from a terminal
+        (``interrupted``): someone done with it, not a rollout."""
         linger = self.config.shutdown_metrics_linger_seconds
         scraped = self._scraped_activity
         if linger <= 0 or scraped is None or "metrics" not in self.addresses:
             return
         if self._hurried or self._activity() == scraped:
             return
-        if self.interactive:
+        if self.interrupted:
             log.info(
-                "not waiting for a last scrape of /metrics: serve runs in a terminal (a"
-                " Prometheus that scrapes it reads the drain's counts only until then)"
+                "not waiting for a last scrape of /metrics: stopped with Ctrl-C in a terminal"
+                " (a Prometheus that scrapes it reads the drain's counts only until then)"
             )
             return
         log.info("waiting up to %gs for a last scrape of /metrics (signal again to skip)", linger)
@@ -1025,15 +1027,20 @@ async def serve(
     code. The CLI has checked the output files (``config.check_outputs``). ``reload``
     loads the configuration again, on SIGHUP (``App.reload``); ``hung_up`` says whether a
     SIGHUP came while the server was starting, before its handler was in place, and
-    ``terminated`` whether a SIGTERM or SIGINT did; ``interactive``: run from a terminal
-    (``App.interactive``)."""
+    ``terminated`` whether a SIGTERM or SIGINT did; ``interactive``: run from a terminal,
+    where Ctrl-C skips the wait for a last scrape (``App.interrupted``)."""
     app = App(config)
-    app.interactive = interactive
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    received: list[int] = []
+
+    def stopping(signum: int) -> None:
+        received.append(signum)
+        stop.set()
+
     # Before start(): a SIGTERM right after the "listening" line must drain, not kill.
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, stopping, sig)
     if terminated():
         stop.set()
     if reload is not None:
@@ -1043,6 +1050,7 @@ async def serve(
         app.reload(reload)
     tune_gc()
     await stop.wait()
+    app.interrupted = interactive and received[:1] == [signal.SIGINT]
     log.info("shutting down")
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, app.hurry)

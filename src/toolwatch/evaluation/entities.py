@@ -138,6 +138,11 @@ def unrecorded(call: ToolCall) -> bool:
 RecordingKey: TypeAlias = tuple[str | None, str | None, str]
 
 
+#: The service name the OpenTelemetry SDKs report when none is set (``unknown_service``, or
+#: ``unknown_service:<process executable>``).
+_DEFAULT_SERVICE: Final = "unknown_service"
+
+
 def producer(call: ToolCall) -> tuple[str | None, str | None]:
     """Who wrote ``call``, as far as whether its arguments are recorded goes: ``(service,
     None)``, the process whose instrumentation wrote its span (``ToolCall.service``: a GenAI
@@ -151,9 +156,12 @@ def producer(call: ToolCall) -> tuple[str | None, str | None]:
     recorded lookup made another's, recording none, read as lost. Nor the agent beside the
     service: another agent of a service that records a tool's arguments, whose call of it
     carries none, lost its own as any call of that process does, and keyed apart it would
-    verify any value."""
-    if call.service is not None:
-        return call.service, None
+    verify any value. The SDKs' default name (``unknown_service``, ``unknown_service:python``:
+    ``OTEL_SERVICE_NAME`` not set) names no process: two such processes would read as one,
+    so such a call is told by its agent too."""
+    service = call.service
+    if service is not None and not service.startswith(_DEFAULT_SERVICE):
+        return service, None
     return None, call.agent
 
 

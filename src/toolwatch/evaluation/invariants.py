@@ -79,6 +79,7 @@ from toolwatch.evaluation.settings import (
 from toolwatch.evaluation.severity import call_outcome, make_finding
 from toolwatch.model import (
     DETAIL_ERRORS,
+    CallStatus,
     Category,
     EvalResult,
     Finding,
@@ -296,13 +297,16 @@ def _counted(
         # not two refunds, and its retry is the attempt that may have gone through.
         made_again = frozenset(i for i in retried(calls, names, bound) if names[i] == tool)
     # A forbidden tool's failed attempt still counts: it was tried.
-    again = len(made_again) if isinstance(rule, CallCountRule) else 0
-    count -= again
+    merged = len(made_again) if isinstance(rule, CallCountRule) else 0
+    count -= merged
     problem = _count_problem(rule, tool, count, complete=complete)
     if problem is None:
         return []
     named = _over(rule, tool, calls, names, made_again)
     details: dict[str, Any] = {"count": count}
+    # Of those, the failed ones: a success the framework recorded again (``rerun``) is
+    # no failure, only not a second action.
+    again = sum(calls[i].status is not CallStatus.OK for i in made_again) if merged else 0
     if again:
         details["retried_failures"] = again
         problem += f" (and {again} failed call{'s' if again != 1 else ''} made again)"

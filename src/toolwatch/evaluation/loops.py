@@ -179,9 +179,10 @@ def retried(
 
     A call the framework ran again under the request's call id (``ToolCall.rerun``: its
     retry policy, or a wrapper's span beside the tool's) is that request's action: the
-    failed attempts of its action before it are made again by it, beside it or not; after
-    a success (nothing failed pending) it is no action of its own, and its place is given
-    too (a refund recorded by the tool's span and a wrapper's is one refund)."""
+    failed attempts of its request before it (its call id) are made again by it, beside it
+    or not, those of other requests of its action not; with none pending, it records the
+    request's success again, no action of its own, and its place is given too (a refund
+    recorded by the tool's span and a wrapper's is one refund)."""
     if all(call.status is CallStatus.OK and not call.rerun for call in calls):
         return frozenset()  # most runs: no key built
     order = sorted(range(len(calls)), key=lambda i: calls[i].sequence_index)
@@ -193,12 +194,19 @@ def retried(
         i = order[place]
         key = action_key(tools[i], call, bound)
         pending = failed.get(key)
-        if call.rerun and not pending:
-            found.add(i)  # the request's success recorded again: no action of its own
-            continue
-        if pending:
-            # A rerun makes every failed attempt of its request again, even one beside it.
-            kept = [] if call.rerun else [f for f in pending if not concurrency.informs(f, place)]
+        if call.rerun:
+            # Its request's failed attempts are made again by it, even one beside it; those
+            # of other requests of the action are not (another refund of the order asked
+            # beside it). With none, it records the request's success again: no action.
+            own = [f for f in pending or () if ordered[f].call_id == call.call_id]
+            if not own:
+                found.add(i)
+                continue
+            found.update(order[f] for f in own)
+            if pending is not None:
+                pending[:] = [f for f in pending if f not in own]
+        elif pending:
+            kept = [f for f in pending if not concurrency.informs(f, place)]
             found.update(order[f] for f in pending if f not in kept)
             pending[:] = kept
         if call.status is not CallStatus.OK:
@@ -219,10 +227,11 @@ def acted(
     count and line up (``tool_selection``, ``tool_arguments``, ``tool_trace_structure``'s
     call count, ``order``, ``composite``), as ``call_count`` invariants and ``safety`` count
     actions: a run that did what its reference did, but had to ask a flaky tool twice, has
-    not called more, nor in another order. ``trace`` itself when no call failed (most runs:
-    nothing more is read) or none that failed was made again."""
+    not called more, nor in another order; nor has one whose framework recorded a request
+    twice (``ToolCall.rerun``). ``trace`` itself when no call failed or was run again (most
+    runs: nothing more is read), or none that failed was made again."""
     calls = trace.calls
-    if all(call.status is CallStatus.OK for call in calls):
+    if all(call.status is CallStatus.OK and not call.rerun for call in calls):
         return trace
     again = retried(calls, [normalize(call.tool_name) for call in calls], bound)
     if not again:

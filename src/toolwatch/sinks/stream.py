@@ -576,8 +576,12 @@ class FindingsBroker:
         later = [d for d in self._departed if d.sequences[-1] > after]
         same = [d for d in later if d.filter == stream_filter]
         found = same or [d for d in later if self._sends_any(d, stream_filter, after)]
-        if found:
-            self._departed.remove(min(found, key=lambda d: d.sequences[0]))
+        # The one whose first held finding follows the cursor closest: a client resumes
+        # after the last it handled, and what was held for it comes next. (One whose held
+        # findings start at or before the cursor is another, slower client.)
+        following = [d for d in found if d.sequences[0] > after]
+        if following or found:
+            self._departed.remove(min(following or found, key=lambda d: d.sequences[0]))
 
     def _sends_any(self, departed: _Departed, stream_filter: StreamFilter, after: int) -> bool:
         """Whether a resume after ``after`` with ``stream_filter`` is sent one of the findings
