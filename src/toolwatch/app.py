@@ -41,6 +41,7 @@ from prometheus_client import (
 
 from toolwatch import __version__, compiled
 from toolwatch.config import (
+    LISTENERS,
     Config,
     OutputSettings,
     host_addresses,
@@ -77,6 +78,7 @@ __all__ = [
     "RELOADED_SECTIONS",
     "App",
     "ListenError",
+    "ListenersError",
     "StartError",
     "build_references",
     "serve",
@@ -342,6 +344,9 @@ class App:
         addresses in one parseable line. A listener that cannot bind raises ``ListenError``
         (a ``StartError``) once the ones already started are closed again."""
         listen = self.config.listen
+        taken = [e for e in (_taken(n, getattr(listen, n)) for n in LISTENERS) if e is not None]
+        if taken:  # every one told at once, before gRPC logs its own line about one
+            raise taken[0] if len(taken) == 1 else ListenersError(taken)
         try:
             self.addresses["grpc"] = await self._start_otlp_grpc(listen.grpc)
             self.addresses["http"] = await self._start_http(
@@ -783,6 +788,39 @@ class ListenError(StartError):
         self.listener = listener
 
 
+class ListenersError(StartError):
+    """Several listeners cannot bind their addresses (a second ``serve`` with the same
+    ports): each one's ``ListenError``, told together rather than one per attempt."""
+
+    def __init__(self, errors: list[ListenError]) -> None:
+        super().__init__("\n".join(map(str, errors)))
+        self.errors = errors
+
+
+def _taken(listener: str, address: str) -> ListenError | None:
+    """Why ``listener`` cannot bind ``address`` as things stand (a port in use, an address
+    not this host's, not permitted), found by binding it and letting go; ``None`` when it
+    can, or when its port is 0 (any free one). The bind itself can still fail (taken in
+    between): it is told then."""
+    _host, port = parse_listen_address(address)
+    if port == 0:
+        return None
+    if listener in ("grpc", "stream"):
+        held = _held_elsewhere(address)
+        if held is not None:
+            reason = f"the port is in use on {held} (gRPC would listen on the other addresses only)"
+            return ListenError(listener, address, reason)
+    try:
+        _listening_socket(address).close()
+    except OSError as exc:
+        # gRPC binds as it can (a wildcard on a host without IPv6, say): of its listeners,
+        # only a port in use is sure to fail; the bind tells any other reason.
+        if listener in ("grpc", "stream") and exc.errno != errno.EADDRINUSE:
+            return None
+        return ListenError(listener, address, _reason(exc))
+    return None
+
+
 async def _bind_grpc(
     server: grpc.aio.Server,
     listener: str,
@@ -796,7 +834,7 @@ async def _bind_grpc(
     if held is not None:
         await server.stop(None)
         reason = f"the port is in use on {held} (gRPC would listen on the other addresses only)"
-        raise ListenError(listener, address, reason)
+        raise ListenError(listener, address, reason)  # taken since ``_taken`` looked
     try:
         if credentials is None:
             port = server.add_insecure_port(address)

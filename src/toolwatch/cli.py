@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from toolwatch import __version__
-from toolwatch.app import ListenError, StartError, build_references, serve
+from toolwatch.app import ListenError, ListenersError, StartError, build_references, serve
 from toolwatch.config import (
     Config,
     ConfigError,
@@ -193,6 +193,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     except ListenError as exc:
         print(f"toolwatch: {exc}\n{_another_address(exc.listener)}", file=sys.stderr)
+        return EXIT_RUNTIME
+    except ListenersError as exc:  # several ports taken (a second serve): each, with its flag
+        for error in exc.errors:
+            print(f"toolwatch: {error}\n{_another_address(error.listener)}", file=sys.stderr)
         return EXIT_RUNTIME
     except StartError as exc:
         print(f"toolwatch: {exc}", file=sys.stderr)

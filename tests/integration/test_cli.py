@@ -9,6 +9,7 @@ shutdown: the tests give it a 300 s window so only the drain can build it.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import datetime
 import json
 import os
@@ -383,6 +384,32 @@ def test_serve_whose_grpc_port_is_taken_says_so(tmp_path: Path) -> None:
     said = f"toolwatch: cannot listen on 127.0.0.1:{port} (listen.grpc): Address already in use"
     assert said in result.stderr.splitlines()
     assert "--grpc-listen HOST:PORT, TOOLWATCH_GRPC_LISTEN" in result.stderr
+
+
+def test_serve_whose_ports_are_all_taken_names_each_at_once(tmp_path: Path) -> None:
+    """A second ``make serve`` beside the first: every listener's port is taken. Each is
+    told, with its flag, in one go (not one per attempt), and before gRPC binds, so gRPC's
+    own log line about its port does not come first."""
+    with contextlib.ExitStack() as held:
+        busy = {
+            name: held.enter_context(socket.create_server(("127.0.0.1", 0)))
+            for name in ("grpc", "http", "metrics", "stream")
+        }
+        ports = {name: sock.getsockname()[1] for name, sock in busy.items()}
+        config = _listen_config(tmp_path, **{n: f"127.0.0.1:{p}" for n, p in ports.items()})
+        env = clean_env()
+        env.pop("GRPC_VERBOSITY", None)  # gRPC core's own logging as a user gets it
+        result = run_cli("serve", "--config", str(config), env=env)
+    assert result.returncode == 3
+    lines = result.stderr.splitlines()
+    told = [line for line in lines if line.startswith("toolwatch: cannot listen on")]
+    assert told == [
+        f"toolwatch: cannot listen on 127.0.0.1:{ports[name]} (listen.{name}):"
+        " Address already in use"
+        for name in ("grpc", "http", "metrics", "stream")
+    ]
+    assert lines[-1].startswith("  choose another with --stream-listen HOST:PORT")
+    assert not [line for line in lines if "add_port" in line or "Failed to bind" in line]
 
 
 def test_serve_does_not_start_half_bound_on_a_name(tmp_path: Path) -> None:
