@@ -95,8 +95,8 @@ class _Asked:
     order), which started at ``starts[i]``; ``taken[i]`` of them are paired (the first).
     ``first``: no output before it has a request not paired (outputs run out in any order,
     but one run out stays so: a run of thousands of requests of one id is read once).
-    ``last``: by service, the request a span of that service took last (spans are taken in
-    start order: one service's in its own clock's)."""
+    ``last``: by service, the request a span of that service took last and that span's start
+    (spans are taken in start order: one service's in its own clock's)."""
 
     __slots__ = ("first", "last", "outputs", "starts", "taken")
 
@@ -105,7 +105,7 @@ class _Asked:
         self.starts: list[int] = []
         self.taken: list[int] = []
         self.first = 0
-        self.last: dict[str | None, _Request] = {}
+        self.last: dict[str | None, tuple[_Request, int]] = {}
 
     def add(self, request: _Request) -> None:
         """Add the next request in emission order (model calls by start, then position)."""
@@ -218,7 +218,7 @@ def _take_again(
     at = _sent_at(span, asked, senders)
     request = asked.take(span.start_ns if at is None else at)
     if request is not None:
-        asked.last[span.service] = request
+        asked.last[span.service] = (request, span.start_ns)
     return request
 
 
@@ -349,15 +349,22 @@ def _run_again(
     ``_take_again`` paired it with none: of its agent's and tool's, ``_Asked.again``, timed
     as ``_take_again`` times it. A span of another service that no span on the model's
     clock sent (a tool host, its clock off, no client span recorded) cannot be set against
-    the model calls: it ran again the request the last span of its service took, on its
-    own clock (an SDK's retry on that host). (Of a turn whose requests were not recorded,
-    that guess is wrong; with no clock to tell them apart, the retry is the likelier.)"""
+    the model calls by its own start: it ran again the request the last span of its service
+    took (an SDK's retry on that host), unless the agent started a model call since, read
+    on the model's clock through that span's offset (its start less the end of the model
+    call it ran the request of): a turn whose requests were not recorded."""
     asked = _asked_of(span, call_id, reused, senders.sites, normalize)
     if asked is None:
         return None
     started = _sent_at(span, asked, senders)
     if started is None:
-        return asked.last.get(span.service)
+        last = asked.last.get(span.service)
+        if last is None:
+            return None
+        taken, taken_at = last
+        asked_at = max(taken.llm.start_ns, taken.llm.end_ns)
+        on_model_clock = span.start_ns - (taken_at - asked_at)
+        return None if senders.turned(taken.llm, on_model_clock) else taken
     request = asked.again(started)
     if request is None or senders.turned(request.llm, started):
         return None  # a model call came between: a turn whose requests were not recorded

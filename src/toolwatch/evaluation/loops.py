@@ -198,7 +198,7 @@ def retried(
             # Its request's failed attempts are made again by it, even one beside it; those
             # of other requests of the action are not (another refund of the order asked
             # beside it). With none, it records the request's success again: no action.
-            own = [f for f in pending or () if ordered[f].call_id == call.call_id]
+            own = [f for f in pending or () if _same_request(ordered[f], call)]
             if not own:
                 found.add(i)
                 continue
@@ -215,6 +215,17 @@ def retried(
             if len(pending) < _MAX_PENDING_FAILURES:  # beyond: counted, as actions are
                 pending.append(place)
     return frozenset(found)
+
+
+def _same_request(attempt: ToolCall, rerun: ToolCall) -> bool:
+    """Whether ``attempt`` ran the request ``rerun`` ran again: its call id, asked by the same
+    agent under the same call (``parent_call_id``: two agents used as tools at once, each
+    numbering its calls from ``call_0``, ask under one id)."""
+    return (
+        attempt.call_id == rerun.call_id
+        and attempt.parent_call_id == rerun.parent_call_id
+        and attempt.agent == rerun.agent
+    )
 
 
 def acted(
