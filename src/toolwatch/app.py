@@ -342,10 +342,12 @@ class App:
     async def start(self) -> None:
         """Bind every listener (port 0 picks a free one) and start the ticker. Logs the bound
         addresses in one parseable line. A listener that cannot bind raises ``ListenError``
-        (a ``StartError``) once the ones already started are closed again."""
+        (a ``StartError``) once the ones already started are closed again; several whose
+        ports are taken before any is bound, ``ListenersError``, naming each."""
         listen = self.config.listen
         taken = [e for e in (_taken(n, getattr(listen, n)) for n in LISTENERS) if e is not None]
         if taken:  # every one told at once, before gRPC logs its own line about one
+            await self.stop(grace=0)  # the outputs opened, closed again
             raise taken[0] if len(taken) == 1 else ListenersError(taken)
         try:
             self.addresses["grpc"] = await self._start_otlp_grpc(listen.grpc)
