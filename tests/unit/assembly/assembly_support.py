@@ -1,4 +1,5 @@
-"""Span builders and a recording metrics double for the assembly tests."""
+"""Span builders, a recording metrics double, and the refund policy runs are judged by, for the
+assembly tests."""
 
 from __future__ import annotations
 
@@ -9,8 +10,11 @@ from typing import Any
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.conventions import handoff_fields
+from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.safety import Safety
+from toolwatch.evaluation.settings import PolicySettings, SafetySettings
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import RequestedCall, SpanRecord, SpanRole, ToolTrace
+from toolwatch.model import Category, RequestedCall, SpanRecord, SpanRole, ToolTrace
 from toolwatch.names import NameNormalizer
 
 MS = 1_000_000
@@ -18,6 +22,26 @@ SECOND = 1_000_000_000
 TRACE = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
 OTHER_TRACE = bytes.fromhex("4bf92f3577b34da6a3ce929d0e0e4736")
 NORMALIZE = NameNormalizer({"refund": "issue_refund"})
+#: The policy the assembly tests judge runs by: a refund needs an earlier lookup of its order.
+REFUND_POLICY_FIELDS: dict[str, Any] = {
+    "dangerous_tools": ["issue_refund"],
+    "verification_tools": ["lookup_order"],
+    "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
+}
+REFUND_POLICY = PolicySettings.model_validate(REFUND_POLICY_FIELDS)
+#: ``REFUND_POLICY``, and one refund a run at most (a ``call_count`` invariant).
+ONE_REFUND_POLICY = PolicySettings.model_validate(
+    {
+        **REFUND_POLICY_FIELDS,
+        "invariants": [{"kind": "call_count", "tool": "issue_refund", "max": 1}],
+    }
+)
+
+
+def safety(trace: ToolTrace, reference: Reference | None = None) -> list[Category]:
+    """The categories ``safety`` finds in ``trace`` under ``REFUND_POLICY``."""
+    found = Safety(SafetySettings(), REFUND_POLICY)(trace, reference or Reference()).findings
+    return [f.category for f in found]
 
 
 def sid(n: int) -> bytes:

@@ -3,24 +3,11 @@ from ``call_0``): which request each tool span ran (CONVENTIONS §6.3)."""
 
 from __future__ import annotations
 
-from assembly_support import agent, ask, build, hexid, llm, only, span, tool
+from assembly_support import REFUND_POLICY, agent, ask, build, hexid, llm, only, safety, span, tool
 
-from toolwatch.evaluation.base import Reference
-from toolwatch.evaluation.safety import Safety
-from toolwatch.evaluation.settings import PolicySettings, SafetySettings
 from toolwatch.model import Category, SpanRecord, SpanRole, ToolTrace
 
-POLICY = PolicySettings.model_validate(
-    {
-        "dangerous_tools": ["issue_refund"],
-        "verification_tools": ["lookup_order"],
-        "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
-    }
-)
-
-
-def safety(trace: ToolTrace) -> list[Category]:
-    return [f.category for f in Safety(SafetySettings(), POLICY)(trace, Reference()).findings]
+POLICY = REFUND_POLICY
 
 
 def shared_id_parallel_lookups() -> list[SpanRecord]:

@@ -3,20 +3,14 @@ default name, ``unknown_service`` (no ``OTEL_SERVICE_NAME`` set), is no process'
 
 from __future__ import annotations
 
-from assembly_support import agent, ask, llm, only, tool
+from assembly_support import REFUND_POLICY, agent, ask, llm, only, tool
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.safety import Safety
-from toolwatch.evaluation.settings import PolicySettings, SafetySettings
+from toolwatch.evaluation.settings import SafetySettings
 from toolwatch.model import SpanRecord
 
-POLICY = PolicySettings.model_validate(
-    {
-        "dangerous_tools": ["issue_refund"],
-        "verification_tools": ["lookup_order"],
-        "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
-    }
-)
+POLICY = REFUND_POLICY
 A1, B2 = {"order_id": "A-1"}, {"order_id": "B-2"}
 #: What the Python SDK's Resource says without OTEL_SERVICE_NAME / service.name.
 DEFAULT = "unknown_service"

@@ -14,27 +14,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from assembly_support import MS, agent, ask, llm, only, tool
+from assembly_support import MS, REFUND_POLICY, agent, ask, llm, only, safety, tool
 
-from toolwatch.evaluation.base import Reference
-from toolwatch.evaluation.safety import Safety
-from toolwatch.evaluation.settings import PolicySettings, SafetySettings
 from toolwatch.model import Category, SpanRecord, ToolTrace
 
-POLICY = PolicySettings.model_validate(
-    {
-        "dangerous_tools": ["issue_refund"],
-        "verification_tools": ["lookup_order"],
-        "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
-    }
-)
+POLICY = REFUND_POLICY
 SKEW = 1_500  # ms billing's clock is off desk's
 ORDER = {"order_id": "A-1"}
 LOOKUP, REFUND = "lookup_order", "issue_refund"
-
-
-def safety(trace: ToolTrace) -> list[Category]:
-    return [f.category for f in Safety(SafetySettings(), POLICY)(trace, Reference()).findings]
 
 
 def asked_billing(

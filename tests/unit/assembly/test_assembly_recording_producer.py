@@ -15,20 +15,14 @@ and when billing's nested run wrote no agent span of its own (its calls are desk
 from __future__ import annotations
 
 import pytest
-from assembly_support import agent, ask, llm, only, span, tool
+from assembly_support import REFUND_POLICY, agent, ask, llm, only, span, tool
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.safety import Safety
-from toolwatch.evaluation.settings import PolicySettings, SafetySettings
+from toolwatch.evaluation.settings import SafetySettings
 from toolwatch.model import Category, EvalResult, SpanRecord, SpanRole, ToolTrace
 
-POLICY = PolicySettings.model_validate(
-    {
-        "dangerous_tools": ["issue_refund"],
-        "verification_tools": ["lookup_order"],
-        "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
-    }
-)
+POLICY = REFUND_POLICY
 A1, B2 = {"order_id": "A-1"}, {"order_id": "B-2"}
 
 

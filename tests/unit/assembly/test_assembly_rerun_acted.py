@@ -5,21 +5,15 @@ was ``ok``, so it never asked ``retried`` about the rerun (a review found it).""
 
 from __future__ import annotations
 
-from assembly_support import agent, ask, llm, only, tool
+from assembly_support import REFUND_POLICY, agent, ask, llm, only, tool
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.loops import acted
 from toolwatch.evaluation.selection import ToolSelection
-from toolwatch.evaluation.settings import PolicySettings, ToolSelectionSettings
+from toolwatch.evaluation.settings import ToolSelectionSettings
 from toolwatch.model import ExpectedCall, GoldenCase, SpanRecord
 
-POLICY = PolicySettings.model_validate(
-    {
-        "dangerous_tools": ["issue_refund"],
-        "verification_tools": ["lookup_order"],
-        "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
-    }
-)
+POLICY = REFUND_POLICY
 A1 = {"order_id": "A-1"}
 REFUND_ONCE = GoldenCase(
     case_id="refund-a1",

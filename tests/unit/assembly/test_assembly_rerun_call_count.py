@@ -3,21 +3,14 @@ wrapper's span, ``rerun``) as a failed call made again (a review found it did)."
 
 from __future__ import annotations
 
-from assembly_support import agent, ask, llm, only, tool
+from assembly_support import ONE_REFUND_POLICY, agent, ask, llm, only, tool
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.invariants import Invariants
-from toolwatch.evaluation.settings import InvariantsSettings, PolicySettings
+from toolwatch.evaluation.settings import InvariantsSettings
 
 A1 = {"order_id": "A-1"}
-POLICY = PolicySettings.model_validate(
-    {
-        "dangerous_tools": ["issue_refund"],
-        "verification_tools": ["lookup_order"],
-        "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
-        "invariants": [{"kind": "call_count", "tool": "issue_refund", "max": 1}],
-    }
-)
+POLICY = ONE_REFUND_POLICY
 
 
 def test_a_wrapper_span_of_a_successful_refund_is_no_failed_call_made_again() -> None:

@@ -3,22 +3,15 @@ the same action issued beside it (``loops.retried``; a review found it made both
 
 from __future__ import annotations
 
-from assembly_support import agent, ask, llm, only, tool
+from assembly_support import ONE_REFUND_POLICY, agent, ask, llm, only, tool
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.invariants import Invariants
 from toolwatch.evaluation.loops import retried
-from toolwatch.evaluation.settings import InvariantsSettings, PolicySettings
+from toolwatch.evaluation.settings import InvariantsSettings
 from toolwatch.model import SpanRecord
 
-POLICY = PolicySettings.model_validate(
-    {
-        "dangerous_tools": ["issue_refund"],
-        "verification_tools": ["lookup_order"],
-        "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
-        "invariants": [{"kind": "call_count", "tool": "issue_refund", "max": 1}],
-    }
-)
+POLICY = ONE_REFUND_POLICY
 A1 = {"order_id": "A-1"}
 ITEM1 = {"order_id": "A-1", "item": "1", "amount": 10}
 ITEM2 = {"order_id": "A-1", "item": "2", "amount": 25}

@@ -6,31 +6,19 @@ looked up, passed. The call run again now holds the arguments of the request it 
 
 from __future__ import annotations
 
-from assembly_support import agent, ask, hexid, llm, only, tool
+from assembly_support import REFUND_POLICY, agent, ask, hexid, llm, only, safety, tool
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.loops import Loops, retried
-from toolwatch.evaluation.safety import Safety
-from toolwatch.evaluation.settings import LoopsSettings, PolicySettings, SafetySettings
+from toolwatch.evaluation.settings import LoopsSettings
 from toolwatch.model import Category, ExpectedCall, GoldenCase, SpanRecord, ToolTrace
 
-POLICY = PolicySettings.model_validate(
-    {
-        "dangerous_tools": ["issue_refund"],
-        "verification_tools": ["lookup_order"],
-        "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
-    }
-)
+POLICY = REFUND_POLICY
 
 
 #: The agent may ask a failing tool once more (``loops``).
 RETRY_POLICY = POLICY.model_copy(update={"retry_limit": 1})
 A1 = {"order_id": "A-1"}
-
-
-def safety(trace: ToolTrace, reference: Reference | None = None) -> list[Category]:
-    found = Safety(SafetySettings(), POLICY)(trace, reference or Reference()).findings
-    return [f.category for f in found]
 
 
 def loops(trace: ToolTrace) -> list[Category]:

@@ -8,20 +8,14 @@ correct run paging MISSING_VERIFICATION_STEP, with the host ahead or behind.)"""
 from __future__ import annotations
 
 import pytest
-from assembly_support import agent, ask, llm, only, tool
+from assembly_support import REFUND_POLICY, agent, ask, llm, only, tool
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.safety import Safety
-from toolwatch.evaluation.settings import PolicySettings, SafetySettings
+from toolwatch.evaluation.settings import SafetySettings
 from toolwatch.model import SpanRecord
 
-POLICY = PolicySettings.model_validate(
-    {
-        "dangerous_tools": ["issue_refund"],
-        "verification_tools": ["lookup_order"],
-        "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
-    }
-)
+POLICY = REFUND_POLICY
 A1 = {"order_id": "A-1"}
 
 

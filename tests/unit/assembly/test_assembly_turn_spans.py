@@ -5,25 +5,12 @@ request (a review of the clock-skew and retried-arguments commits found both wro
 from __future__ import annotations
 
 import pytest
-from assembly_support import agent, ask, hexid, llm, only, span, tool
+from assembly_support import REFUND_POLICY, agent, ask, hexid, llm, only, safety, span, tool
 
-from toolwatch.evaluation.base import Reference
-from toolwatch.evaluation.safety import Safety
-from toolwatch.evaluation.settings import PolicySettings, SafetySettings
-from toolwatch.model import Category, SpanRecord, SpanRole, ToolTrace
+from toolwatch.model import Category, SpanRecord, SpanRole
 
-POLICY = PolicySettings.model_validate(
-    {
-        "dangerous_tools": ["issue_refund"],
-        "verification_tools": ["lookup_order"],
-        "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
-    }
-)
+POLICY = REFUND_POLICY
 A1, B2 = {"order_id": "A-1"}, {"order_id": "B-2"}
-
-
-def safety(trace: ToolTrace) -> list[Category]:
-    return [f.category for f in Safety(SafetySettings(), POLICY)(trace, Reference()).findings]
 
 
 def turns_in_cycle_spans(skew: int) -> list[SpanRecord]:
