@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from toolwatch.assembly.drafts import CallSite, _Draft, _interval, append_to
+from toolwatch.assembly.drafts import CallSite, _Draft, append_to
 from toolwatch.assembly.overlaps import Execution, overlapping_pairs
 from toolwatch.model import SpanRecord
 
@@ -86,13 +86,15 @@ def _parallel_groups(
     model's parallel tool calls, however the framework scheduled them (LangGraph runs each
     in a node of its own, and one after the other when the tools are synchronous). So do
     executed calls of the same parent (wrappers skipped) whose intervals overlap,
-    transitively: producers that record no requests. But where both calls' requests are
-    recorded, they decide: a call requested by a model call that started when or after the
-    other's model call had ended is not joined to it by their overlap, whatever the tool
-    spans' times say (a tool span ended late, a tool service's clock ahead of the agent's):
-    the model asked for it after that output. Every other overlap still joins (a call with
-    no recorded request, calls of concurrent model calls), and groups that share a call are
-    one group, so two such calls are one group when a third joins both.
+    transitively: producers that record no requests. Each interval is read on the clock its
+    call is ordered by (``_ordered_interval``): two hosts' recorded times are not one
+    clock's. But where both calls' requests are recorded, they decide: a call requested by
+    a model call that started when or after the other's model call had ended is not joined
+    to it by their overlap, whatever the tool spans' times say (a tool span ended late, a
+    tool service's clock ahead of the agent's): the model asked for it after that output.
+    Every other overlap still joins (a call with no recorded request, calls of concurrent
+    model calls), and groups that share a call are one group, so two such calls are one
+    group when a third joins both.
     """
     groups: list[Sequence[int]] = [*_overlapping_executions(drafts, sites), *shared]
     if not groups:
@@ -111,16 +113,17 @@ def _parallel_groups(
 def _overlapping_executions(
     drafts: Sequence[_Draft], sites: dict[bytes, CallSite]
 ) -> list[Sequence[int]]:
-    """Executed calls of one parent whose [start, end] intervals overlap, but for two calls
-    requested by model calls one strictly after the other: the requests say they ran one
-    after the other. Groups to join (``_parallel_groups``): the components of plain overlap
-    (a sweep in (start, end, index) order; touching intervals are sequential), each as it
-    is when its calls were requested by one model call at most (a model's parallel calls:
-    no pair of them is ordered), else refined by ``overlapping_pairs``, which only such a
-    component pays for. The drafts are in time order, so usually the sweep needs no sort."""
+    """Executed calls of one parent whose [start, end] intervals (``_ordered_interval``)
+    overlap, but for two calls requested by model calls one strictly after the other: the
+    requests say they ran one after the other. Groups to join (``_parallel_groups``): the
+    components of plain overlap (a sweep in (start, end, index) order; touching intervals
+    are sequential), each as it is when its calls were requested by one model call at most
+    (a model's parallel calls: no pair of them is ordered), else refined by
+    ``overlapping_pairs``, which only such a component pays for. The drafts are in time
+    order, so usually the sweep needs no sort."""
     executed = [i for i, d in enumerate(drafts) if d.span is not None]
     if not _in_interval_order(executed, drafts):
-        executed.sort(key=lambda i: (_interval(drafts[i].span), i))
+        executed.sort(key=lambda i: (_ordered_interval(drafts[i]), i))
     groups: list[Sequence[int]] = []
     for members in _overlap_components(executed, drafts, sites):
         if _one_request(members, drafts):
@@ -139,10 +142,11 @@ def _overlap_components(
     sweeps: dict[bytes | None, _Sweep] = {}  # per parent: the component being swept
     found: list[list[int]] = []
     for i in executed:
-        span = drafts[i].span
+        draft = drafts[i]
+        span = draft.span
         assert span is not None
         parent = sites[span.span_id].parent
-        start, end = _interval(span)
+        start, end = _ordered_interval(draft)
         sweep = sweeps.get(parent)
         if sweep is None or start >= sweep.reach:
             sweeps[parent] = _Sweep(i, end)
@@ -181,7 +185,7 @@ def _one_request(members: list[int], drafts: Sequence[_Draft]) -> bool:
 def _execution(index: int, draft: _Draft, sites: dict[bytes, CallSite]) -> Execution:
     span = draft.span
     assert span is not None
-    start, end = _interval(span)
+    start, end = _ordered_interval(draft)
     request = None
     if draft.request is not None:  # the model call that requested it
         llm = draft.request.llm
@@ -190,14 +194,32 @@ def _execution(index: int, draft: _Draft, sites: dict[bytes, CallSite]) -> Execu
 
 
 def _in_interval_order(indexes: list[int], drafts: Sequence[_Draft]) -> bool:
-    """Whether the executed drafts at ``indexes`` are sorted by (start, end)."""
+    """Whether the executed drafts at ``indexes`` are sorted by (start, end), each read on
+    the clock it is ordered by (``_ordered_interval``)."""
     previous_start = previous_end = 0
     for i in indexes:
-        start, end = _interval(drafts[i].span)
+        start, end = _ordered_interval(drafts[i])
         if start < previous_start or (start == previous_start and end < previous_end):
             return False
         previous_start, previous_end = start, end
     return True
+
+
+def _ordered_interval(draft: _Draft) -> tuple[int, int]:
+    """The executed call's [start, end] (ns) on the clock it is ordered by (``_Draft.at``):
+    its tool span's, moved whole by as much as the call was (``clocks._requested_windows``).
+    A moved call's recorded times are another host's clock: the refund a tool service one
+    second behind ran after a slow lookup overlapped it there, the two read as one group,
+    and the lookup no longer verified the refund (a false MISSING_VERIFICATION_STEP).
+    Unmoved (every call of a one-service run), the span's own: no more than a field read."""
+    span = draft.span
+    assert span is not None
+    start = span.start_ns
+    end = span.end_ns if span.end_ns > start else start
+    moved = draft.moved
+    if moved is None:
+        return start, end
+    return moved, end + (moved - start)
 
 
 def _find(leader: list[int], i: int) -> int:

@@ -1,9 +1,10 @@
 """``_parallel_groups`` (plain overlap components, refined by ``overlapping_pairs`` only
 where two or more model calls requested a component's calls) groups exactly as the rule
-says, pair by pair: two executed calls of one parent are joined iff their tool intervals
-overlap strictly, unless both were requested by model calls one strictly after the other;
-groups are the transitive closure of that plus the calls one model output requested
-together (``shared``)."""
+says, pair by pair: two executed calls of one parent are joined iff their tool intervals,
+each moved as far as its call is (``_Draft.moved``: another host's span), overlap strictly,
+unless both were requested by model calls one strictly after the other; groups are the
+transitive closure of that plus the calls one model output requested together
+(``shared``)."""
 
 from __future__ import annotations
 
@@ -55,10 +56,13 @@ def cases(draw: st.DrawFn):  # type: ignore[no-untyped-def]
             end = start + draw(st.sampled_from([0, 1, 2, 4, 8]))
             span = tool(200 + index, 1, "t", start, end)
             sites[span.span_id] = CallSite(None, None, parent, None)
-        drafts.append(_Draft(span, request))
+        draft = _Draft(span, request)
+        if span is not None and draw(st.integers(0, 3)) == 0:  # another host's, moved
+            draft.moved = draw(st.integers(0, 10)) * 1_000_000
+        drafts.append(draft)
         parents.append(parent)
-    # Drafts in time order, as build_calls hands them over.
-    drafts.sort(key=lambda d: (d.origin.start_ns, d.origin.span_id))
+    # Drafts in time order (by the time each is ordered by), as build_calls hands them over.
+    drafts.sort(key=lambda d: (d.at, d.origin.span_id))
     # Calls of one model output, grouped (``shared``): by requesting model, requested ones.
     by_model: dict[bytes, list[int]] = {}
     for i, d in enumerate(drafts):
@@ -78,8 +82,9 @@ def _brute(drafts, sites, shared):  # type: ignore[no-untyped-def]
                 continue
             if sites[a.span.span_id].parent != sites[b.span.span_id].parent:
                 continue
-            a0, a1 = a.span.start_ns, max(a.span.start_ns, a.span.end_ns)
-            b0, b1 = b.span.start_ns, max(b.span.start_ns, b.span.end_ns)
+            # on the clock each is ordered by: moved whole by as much as its call
+            a0, a1 = a.at, a.at + max(0, a.span.end_ns - a.span.start_ns)
+            b0, b1 = b.at, b.at + max(0, b.span.end_ns - b.span.start_ns)
             if not (a0 < b1 and b0 < a1):
                 continue
             if a.request is not None and b.request is not None:
