@@ -21,11 +21,9 @@ import os
 import signal
 import socket
 import ssl
-import stat
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import grpc
 from aiohttp import web
@@ -43,13 +41,11 @@ from toolwatch import __version__, compiled
 from toolwatch.config import (
     LISTENERS,
     Config,
-    OutputSettings,
     host_addresses,
     is_ip_address,
     parse_listen_address,
-    private_file_warning,
 )
-from toolwatch.engine import DiscardToolTraces, Engine, EngineParts, Receipt, ToolTraceSink
+from toolwatch.engine import Engine, EngineParts, Receipt
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodedBatch, scanner
@@ -62,16 +58,16 @@ from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
 from toolwatch.ingest.slots import RequestSlots
 from toolwatch.model import Clock, monotonic_clock
 from toolwatch.names import NameNormalizer, namespaced
+from toolwatch.outputs import OutputError, Outputs, open_outputs
 from toolwatch.references.conversations import ConversationScope
 from toolwatch.references.golden import GoldenCaseSet, load_golden_cases
 from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.security import ListenerSecurity
 from toolwatch.sinks import exposition
-from toolwatch.sinks.findings import FanOutSink, FindingSink, JsonLinesFindingSink, Redaction
-from toolwatch.sinks.linefile import LineFile, TextOutput
+from toolwatch.sinks.background import queued_logging
+from toolwatch.sinks.findings import FindingSink, Redaction
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
 from toolwatch.sinks.stream import FindingsBroker, add_findings_service, stream_server_options
-from toolwatch.sinks.tooltraces import ToolTraceWriter
 
 __all__ = [
     "RELOADED_OUTPUT",
@@ -98,6 +94,9 @@ _NO_REUSEPORT = ("grpc.so_reuseport", 0)
 #: body, which aiohttp goes on reading for up to 10 s) before it closes it. aiohttp waits
 #: at most twice this.
 _HTTP_CLOSE_SECONDS = 0.5
+#: At shutdown, the least the outputs' threads are given to write the drain's findings, when
+#: the grace is already over.
+_OUTPUTS_CLOSE_SECONDS = 1.0
 #: The longest the ticker sleeps, busy or idle: TLS reloads and shadow expiry wait for it.
 _HOUSEKEEPING_SECONDS = 1.0
 #: What a configuration reload (SIGHUP) applies: what runs are judged by. The other sections
@@ -133,64 +132,6 @@ def build_references(config: Config) -> tuple[GoldenCaseSet | None, NameNormaliz
         cases, normalize=normalize, case_id_attribute=config.golden.case_id_attribute
     )
     return golden, normalize
-
-
-@dataclass(frozen=True, slots=True)
-class _Outputs:
-    findings: FindingSink
-    tooltraces: ToolTraceSink
-    files: list[TextOutput]  # opened here, closed at stop; a reopened file replaces its own
-    log: JsonLinesFindingSink | None  # the findings log, when configured
-
-    def reopen(self, output: OutputSettings) -> None:
-        """SIGHUP: the findings log and the ToolTrace dump opened again at their paths when
-        the file there is no longer the one written (renamed away by a log rotation, or
-        removed), so that rotation by renaming needs no ``copytruncate``. A path that cannot
-        be opened keeps the file it was, logged."""
-        writers: list[tuple[str, str | None, _Swappable | None, bool]] = [
-            ("output.findings", output.findings, self.log, False),
-            ("output.dump_tooltraces", output.dump_tooltraces, _writer(self.tooltraces), True),
-        ]
-        for setting, path, writer, private in writers:
-            if path is None or path == "-" or writer is None or not _rotated(path, writer.stream):
-                continue
-            try:
-                opened = _open_text(setting, path, self.files, private)
-            except StartError as exc:
-                log.error("%s; still writing to the file it was", exc)
-                continue
-            previous, writer.stream = writer.stream, opened
-            self.files.remove(previous)
-            with contextlib.suppress(OSError):  # a full disk's buffer is lost, the file closed
-                previous.close()
-            log.info("%s: %s opened again (the file there was rotated away)", setting, path)
-
-
-class _Swappable(Protocol):
-    """A writer whose file can be replaced (``JsonLinesFindingSink``, ``ToolTraceWriter``)."""
-
-    stream: TextOutput
-
-
-def _writer(sink: ToolTraceSink) -> ToolTraceWriter | None:
-    return sink if isinstance(sink, ToolTraceWriter) else None
-
-
-def _rotated(path: str, stream: TextOutput) -> bool:
-    """Whether ``path`` no longer names the file ``stream`` writes: it is gone (or cannot be
-    looked at: opening it says why), or another regular file is there. Not when something
-    else is (a FIFO whose reader is not back yet would block the event loop's open)."""
-    try:
-        there = os.stat(path)
-    except OSError:
-        return True
-    if not stat.S_ISREG(there.st_mode):
-        return False
-    try:
-        written = os.fstat(stream.fileno())
-    except (OSError, ValueError):  # closed
-        return True
-    return (there.st_dev, there.st_ino) != (written.st_dev, written.st_ino)
 
 
 class App:
@@ -306,38 +247,25 @@ class App:
             buffer.remembered_traces,
         )
 
-    def _open_outputs(
-        self, wall_clock: Callable[[], int], extra: tuple[FindingSink, ...]
-    ) -> _Outputs:
-        out = self.config.output
-        files: list[TextOutput] = []
-        sinks: list[FindingSink] = [self.broker, *extra]
-        labels = ["stream", *("extra" for _ in extra)]  # OUTPUTS, sink by sink
-        log_sink = None
-        try:
-            if out.findings is not None:
-                stream = _open_text("output.findings", out.findings, files)
-                log_sink = JsonLinesFindingSink(
-                    stream,
-                    self._redaction,
-                    wall_clock=wall_clock,
-                    failed=lambda: self.metrics.output_failed("findings_log"),
-                )
-                sinks.insert(0, log_sink)
-                labels.insert(0, "findings_log")
-            tooltraces: ToolTraceSink = DiscardToolTraces()
-            if out.dump_tooltraces is not None:
-                path = out.dump_tooltraces
-                # Unredacted (arguments and results): created readable by its owner alone.
-                dump = _open_text("output.dump_tooltraces", path, files, private=True)
-                tooltraces = ToolTraceWriter(dump, lambda: self.metrics.output_failed("tooltraces"))
-        except StartError:
-            for opened in files:
-                opened.close()
-            raise
+    def outputs_written(self, timeout: float = 10.0) -> bool:
+        """Waits up to ``timeout`` seconds for the findings log and the ToolTrace dump to hold
+        what was published to them (their threads write it); whether they do. For tests and
+        tools that read the files while the server runs."""
+        return self._outputs.written(timeout)
+
+    def _open_outputs(self, wall_clock: Clock, extra: tuple[FindingSink, ...]) -> Outputs:
         metrics = self.metrics
-        fan_out = FanOutSink(sinks, failed=lambda i: metrics.output_failed(labels[i]))
-        return _Outputs(fan_out, tooltraces, files, log_sink)
+        try:
+            return open_outputs(
+                self.config.output,
+                [self.broker, *extra],
+                ["stream", *("extra" for _ in extra)],  # OUTPUTS, sink by sink
+                self._redaction,
+                wall_clock=wall_clock,
+                failed=metrics.output_failed,
+            )
+        except OutputError as exc:
+            raise StartError(str(exc)) from exc
 
     async def start(self) -> None:
         """Bind every listener (port 0 picks a free one) and start the ticker. Logs the bound
@@ -386,7 +314,9 @@ class App:
         # A request whose body still arrives or decodes when the grace is over is given up
         # (answered as retryable, none of its spans taken), as gRPC cancels its calls then:
         # aiohttp would wait for a body until the read timeout, past the grace.
-        give_up = asyncio.get_running_loop().call_later(grace, self._give_up)
+        loop = asyncio.get_running_loop()
+        grace_ends = loop.time() + grace
+        give_up = loop.call_later(grace, self._give_up)
         try:
             # Both stop accepting now and share the grace. One failing to stop neither cuts
             # the other short nor keeps what is buffered from being evaluated: logged.
@@ -405,9 +335,10 @@ class App:
                 await self._ticker
         drained = self.engine.drain()  # ends the findings streams once their queues are sent
         self._outputs_closed = True
-        for stream in self._outputs.files:
-            with contextlib.suppress(OSError):  # already reported by the engine's flush
-                stream.close()
+        # Written by their threads meanwhile: what a blocked output still holds once the
+        # grace is over (a second at least, for the drain's findings) is lost, counted.
+        waited = max(grace_ends - loop.time(), _OUTPUTS_CLOSE_SECONDS)
+        await loop.run_in_executor(None, self._outputs.close, waited)
         if self._stream is not None:
             # A subscriber that does not take its queue by then loses it, counted as its
             # call ends, which can come just after ``stop`` returns.
@@ -477,7 +408,7 @@ class App:
         does not load is logged, and ``toolwatch_config_last_reload_successful`` reads 0
         until a reload works: the running configuration stays. Returns whether it worked.
         First, whatever the file holds, the findings log and the ToolTrace dump are opened
-        again if a log rotation renamed them away (``_Outputs.reopen``). Once the shutdown
+        again if a log rotation renamed them away (``Outputs.reopen``). Once the shutdown
         has closed the outputs (the drain's findings written), nothing: opening them again
         would leave empty files behind. Before, during the grace and the drain, a rotation
         still gets the findings written then at its path."""
@@ -921,29 +852,6 @@ def _format_address(sockname: Any) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
-def _open_text(
-    setting: str, target: str, files: list[TextOutput], private: bool = False
-) -> TextOutput:
-    """``target`` opened to append lines (``-``: stdout), each written whole or not at all
-    (``LineFile``: a full disk tears none); created with mode 0600 when ``private``, else as
-    the umask says. An existing file keeps its mode: a private one that others may read is
-    warned about."""
-    try:
-        if target == "-":
-            stream = LineFile.standard_output()
-        else:
-            stream = LineFile(target, 0o600 if private else 0o666)  # closed in stop()
-    except OSError as exc:
-        raise StartError(f"cannot open {target} ({setting}): {_reason(exc)}") from exc
-    files.append(stream)
-    if not private or target == "-":
-        return stream
-    warning = private_file_warning(target, setting, os.fstat(stream.fileno()))
-    if warning is not None:
-        log.warning("%s", warning)
-    return stream
-
-
 def conversation_scope(config: Config) -> ConversationScope | None:
     """``policy.verification_scope: conversation``: how long, which tools verify, and how
     many bytes the conversations remembered may hold."""
@@ -1070,29 +978,30 @@ async def serve(
     ``terminated`` whether a SIGTERM or SIGINT did; ``interactive``: run from a terminal,
     where Ctrl-C skips the wait for a last scrape (``App.interrupted``)."""
     app = App(config)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    received: list[int] = []
+    with queued_logging():  # a blocked standard error stalls nothing: lines are lost, told
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        received: list[int] = []
 
-    def stopping(signum: int) -> None:
-        received.append(signum)
-        stop.set()
+        def stopping(signum: int) -> None:
+            received.append(signum)
+            stop.set()
 
-    # Before start(): a SIGTERM right after the "listening" line must drain, not kill.
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stopping, sig)
-    if terminated():
-        stop.set()
-    if reload is not None:
-        loop.add_signal_handler(signal.SIGHUP, app.reload, reload)
-    await app.start()
-    if reload is not None and hung_up():
-        app.reload(reload)
-    tune_gc()
-    await stop.wait()
-    app.interrupted = interactive and received[:1] == [signal.SIGINT]
-    log.info("shutting down")
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, app.hurry)
-    await app.stop()
-    return 0
+        # Before start(): a SIGTERM right after the "listening" line must drain, not kill.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stopping, sig)
+        if terminated():
+            stop.set()
+        if reload is not None:
+            loop.add_signal_handler(signal.SIGHUP, app.reload, reload)
+        await app.start()
+        if reload is not None and hung_up():
+            app.reload(reload)
+        tune_gc()
+        await stop.wait()
+        app.interrupted = interactive and received[:1] == [signal.SIGINT]
+        log.info("shutting down")
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, app.hurry)
+        await app.stop()
+        return 0

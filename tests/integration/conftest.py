@@ -124,11 +124,15 @@ class RunningServer:
             self.clock.advance(wait + 0.001 if seconds is None else seconds)
             return self.app.engine.tick()
 
-        return self.call(advance_and_tick)
+        completed = self.call(advance_and_tick)
+        assert self.app.outputs_written(), "the output files did not take what was published"
+        return completed
 
     def reload(self) -> bool:
         """What SIGHUP does: the configuration file read again, on the server's loop."""
-        return self.call(lambda: self.app.reload(self.load_config))
+        reloaded = self.call(lambda: self.app.reload(self.load_config))
+        assert self.app.outputs_written(), "the output files did not take what was published"
+        return reloaded
 
     def address(self, name: str) -> str:
         return self.app.addresses[name]
@@ -149,6 +153,7 @@ class RunningServer:
         return value
 
     def tooltraces(self) -> list[dict[str, Any]]:
+        assert self.app.outputs_written(), "the ToolTrace dump did not take what was written"
         if not self.tooltrace_path.exists():
             return []
         lines = self.tooltrace_path.read_text().splitlines()

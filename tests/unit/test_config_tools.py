@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from toolwatch.app import StartError, _known_tools, _open_text
+from toolwatch.app import _known_tools
 from toolwatch.config import Config, ConfigError, check_outputs, load_config
+from toolwatch.outputs import OutputError, open_text
 
 
 def config(**sections: object) -> Config:
@@ -76,8 +77,8 @@ def test_an_output_file_serve_could_not_open_is_refused_by_check_config_too(
 
 def test_a_file_that_passes_the_checks_but_will_not_open_is_named_with_its_setting() -> None:
     # /proc/version exists, sits in a directory, and refuses to be written (root included).
-    with pytest.raises(StartError, match=r"^cannot open /proc/version \(output\.findings\): "):
-        _open_text("output.findings", "/proc/version", [])
+    with pytest.raises(OutputError, match=r"^cannot open /proc/version \(output\.findings\): "):
+        open_text("output.findings", "/proc/version")
 
 
 @pytest.mark.parametrize(

@@ -454,7 +454,8 @@ class PrometheusMetrics:
         self._sink_failures = Counter(
             "toolwatch_output_failures_total",
             "Writes an output failed (the findings log or the ToolTrace dump on a full disk,"
-            " say): what they held is counted in the metrics but missing there.",
+            " or blocked behind a stalled log driver): what they held is counted in the"
+            " metrics but missing there.",
             ["output"],
             registry=r,
         )

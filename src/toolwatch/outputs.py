@@ -1,0 +1,172 @@
+"""The files ``serve`` writes: the findings log (``output.findings``) and the ToolTrace dump
+(``output.dump_tooltraces``), each a file or standard output (``-``).
+
+Each is a ``LineFile`` (whole lines or none: a full disk tears no line) written by a thread of
+its own (``BackgroundOutput``): an output that blocks (a stalled log driver on standard output,
+a hung network mount) loses lines, counted in ``toolwatch_output_failures_total``, instead of
+stopping the event loop with it. A SIGHUP opens again a file a log rotation renamed away
+(``Outputs.reopen``); ``close`` writes what is queued, for a bounded time, at shutdown.
+
+Threading: everything here is called from the event loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import stat
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from toolwatch.config import OutputSettings, private_file_warning
+from toolwatch.engine import DiscardToolTraces, ToolTraceSink
+from toolwatch.model import Clock
+from toolwatch.sinks.background import BackgroundOutput
+from toolwatch.sinks.findings import FanOutSink, FindingSink, JsonLinesFindingSink, Redaction
+from toolwatch.sinks.linefile import LineFile, WriteFailures
+from toolwatch.sinks.tooltraces import ToolTraceWriter
+
+__all__ = ["OutputError", "Outputs", "open_outputs", "open_text"]
+
+log = logging.getLogger(__name__)
+
+
+class OutputError(Exception):
+    """An output file cannot be opened; the message names the setting and the reason."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    setting: str
+    what: str  # in messages
+    label: str  # of toolwatch_output_failures_total (``OUTPUTS``)
+    private: bool  # created 0600: it holds argument values unredacted
+
+
+_FINDINGS_LOG = _Kind("output.findings", "the findings log", "findings_log", private=False)
+_DUMP = _Kind("output.dump_tooltraces", "the ToolTrace dump", "tooltraces", private=True)
+
+
+@dataclass(frozen=True, slots=True)
+class _File:
+    kind: _Kind
+    output: BackgroundOutput
+
+
+@dataclass(frozen=True, slots=True)
+class Outputs:
+    """What ``open_outputs`` opened: the sinks the engine publishes to, and the files."""
+
+    findings: FindingSink  # every sink: the findings log, the stream, those added in code
+    tooltraces: ToolTraceSink
+    log: JsonLinesFindingSink | None  # the findings log, when configured
+    files: tuple[_File, ...]
+
+    def reopen(self, output: OutputSettings) -> None:
+        """SIGHUP: the findings log and the ToolTrace dump opened again at their paths when
+        the file there is no longer the one written (renamed away by a log rotation, or
+        removed), so that rotation by renaming needs no ``copytruncate``. What was queued
+        before still goes to the file it was for. A path that cannot be opened keeps the
+        file it was, logged."""
+        paths = {_FINDINGS_LOG: output.findings, _DUMP: output.dump_tooltraces}
+        for file in self.files:
+            kind, path = file.kind, paths[file.kind]
+            if path is None or path == "-" or not _rotated(path, file.output):
+                continue
+            try:
+                opened = open_text(kind.setting, path, kind.private)
+            except OutputError as exc:
+                log.error("%s; still writing to the file it was", exc)
+                continue
+            file.output.replace(opened)
+            log.info("%s: %s opened again (the file there was rotated away)", kind.setting, path)
+
+    def written(self, timeout: float) -> bool:
+        """Waits up to ``timeout`` seconds for every file to have written what was queued."""
+        return all(file.output.written(timeout) for file in self.files)
+
+    def close(self, timeout: float) -> None:
+        """Writes what is queued, waiting up to ``timeout`` seconds for each file, and closes
+        them: what a blocked output still holds then is counted lost."""
+        for file in self.files:
+            file.output.close(timeout)
+
+
+def open_outputs(
+    output: OutputSettings,
+    sinks: list[FindingSink],
+    labels: list[str],
+    redaction: Redaction,
+    *,
+    wall_clock: Clock,
+    failed: Callable[[str], None],
+) -> Outputs:
+    """Opens the files ``output`` names; ``sinks`` (labelled ``labels``: ``OUTPUTS``) and the
+    findings log among them get every finding. ``failed`` is told each write an output
+    failed, by its label. Raises ``OutputError``, having closed what it opened."""
+    files: list[_File] = []
+    log_sink = None
+    tooltraces: ToolTraceSink = DiscardToolTraces()
+    try:
+        if output.findings is not None:
+            findings = _background(_FINDINGS_LOG, output.findings, failed)
+            files.append(findings)
+            log_sink = JsonLinesFindingSink(findings.output, redaction, wall_clock=wall_clock)
+            sinks = [log_sink, *sinks]
+            labels = [_FINDINGS_LOG.label, *labels]
+        if output.dump_tooltraces is not None:
+            dump = _background(_DUMP, output.dump_tooltraces, failed)
+            files.append(dump)
+            tooltraces = ToolTraceWriter(dump.output)
+    except OutputError:
+        for opened in files:
+            opened.output.close(0.0)
+        raise
+    fan_out = FanOutSink(sinks, failed=lambda i: failed(labels[i]))
+    return Outputs(fan_out, tooltraces, log_sink, tuple(files))
+
+
+def _background(kind: _Kind, target: str, failed: Callable[[str], None]) -> _File:
+    stream = open_text(kind.setting, target, kind.private)
+    failures = WriteFailures(kind.what, lambda: failed(kind.label), log)
+    return _File(kind, BackgroundOutput(stream, failures))
+
+
+def open_text(setting: str, target: str, private: bool = False) -> LineFile:
+    """``target`` opened to append lines (``-``: stdout), each written whole or not at all
+    (``LineFile``: a full disk tears none); created with mode 0600 when ``private``, else as
+    the umask says. An existing file keeps its mode: a private one that others may read is
+    warned about. Raises ``OutputError`` naming ``setting``."""
+    try:
+        if target == "-":
+            stream = LineFile.standard_output()
+        else:
+            stream = LineFile(target, 0o600 if private else 0o666)
+    except OSError as exc:
+        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        raise OutputError(f"cannot open {target} ({setting}): {reason}") from exc
+    if not private or target == "-":
+        return stream
+    warning = private_file_warning(target, setting, os.fstat(stream.fileno()))
+    if warning is not None:
+        log.warning("%s", warning)
+    return stream
+
+
+def _rotated(path: str, output: BackgroundOutput) -> bool:
+    """Whether ``path`` no longer names the file ``output`` writes: it is gone (or cannot be
+    looked at: opening it says why), or another regular file is there. Not when something
+    else is (a FIFO whose reader is not back yet would block the event loop's open)."""
+    try:
+        there = os.stat(path)
+    except OSError:
+        return True
+    if not stat.S_ISREG(there.st_mode):
+        return False
+    written = None
+    with contextlib.suppress(OSError, ValueError):  # closed
+        written = os.fstat(output.fileno())
+    if written is None:
+        return True
+    return (there.st_dev, there.st_ino) != (written.st_dev, written.st_ino)

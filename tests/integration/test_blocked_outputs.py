@@ -1,0 +1,181 @@
+"""Standard output and standard error that block (a container log driver whose collector is
+slow or down) stall nothing: exports are answered, runs judged, ``/metrics`` scraped, and
+what was written reaches the pipes once they are read again.
+
+``toolwatch serve`` runs as a real process whose stdout (the findings log) and stderr (its
+log) are pipes this test fills and leaves unread. A real process runs on the real clock, so
+the test waits for real events with deadlines (``until``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from opentelemetry.sdk.trace.export import SpanExportResult
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.integration import agents
+from tests.integration.conftest import until
+from tests.integration.test_faults import (
+    LISTENING,
+    START_TIMEOUT,
+    export,
+    trace_id,
+    write_config,
+)
+from toolwatch.config import LISTENERS
+
+#: Bytes this test writes into a pipe before toolwatch does: more than it holds (64 KiB by
+#: default), so that the writer blocks until the test reads.
+_FILLER = 1024 * 1024
+
+
+class _Pipe:
+    """A pipe whose write end a child inherits; ``fill`` blocks a thread writing blank lines
+    into it until the test reads; ``read_until`` reads it, blank lines dropped."""
+
+    def __init__(self) -> None:
+        self.read_end, self.write_end = os.pipe()
+        self._data = bytearray()
+
+    def fill(self) -> None:
+        """Fills the pipe: a thread writes into it until the pipe is read, then closes its
+        write end (the child's is the last: the pipe ends with it)."""
+
+        def write() -> None:
+            data = memoryview(b"\n" * _FILLER)
+            with contextlib.suppress(OSError):
+                while data:
+                    data = data[os.write(self.write_end, data) :]
+            os.close(self.write_end)
+
+        threading.Thread(target=write, daemon=True).start()
+        assert until(lambda: _queued(self.read_end) >= 65536, 10), "the pipe never filled"
+
+    def drain(self) -> None:
+        """Reads the pipe to its end in a thread of its own."""
+        threading.Thread(target=self._read, args=(None,), daemon=True).start()
+
+    def read_until(self, wanted: bytes, timeout: float = 20.0) -> list[bytes]:
+        """Reads until ``wanted`` is in a line; the lines so far, but blank ones."""
+        reader = threading.Thread(target=self._read, args=(wanted,), daemon=True)
+        reader.start()
+        reader.join(timeout)
+        return [line for line in bytes(self._data).split(b"\n") if line]
+
+    def _read(self, wanted: bytes | None) -> None:
+        while wanted is None or wanted not in self._data:
+            chunk = os.read(self.read_end, 65536)
+            if not chunk:
+                return
+            self._data += chunk
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.close(self.read_end)
+
+
+def _queued(fd: int) -> int:
+    """Bytes waiting in the pipe ``fd`` reads (FIONREAD)."""
+    import termios  # noqa: PLC0415  # POSIX-only, as the pipes are
+
+    buffer = bytearray(4)
+    fcntl.ioctl(fd, termios.FIONREAD, buffer)
+    return int.from_bytes(buffer, sys.byteorder)
+
+
+@pytest.fixture
+def pipes() -> Iterator[tuple[_Pipe, _Pipe]]:
+    out, err = _Pipe(), _Pipe()
+    yield out, err
+    out.close()
+    err.close()
+
+
+def _start(config: Path, out: _Pipe, err: _Pipe) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolwatch.cli", "serve", "--config", str(config)],
+        stdin=subprocess.DEVNULL,
+        stdout=out.write_end,
+        stderr=err.write_end,
+        env=env,
+    )
+    lines = err.read_until(b"hot path:", START_TIMEOUT)
+    started = [m for line in lines if (m := LISTENING.search(line.decode()))]
+    if not started:
+        proc.kill()
+        raise AssertionError("no start-up line:\n" + b"\n".join(lines).decode())
+    return proc, dict(zip(LISTENERS, started[0].groups(), strict=True))
+
+
+def _sample(addresses: dict[str, str], name: str, labels: dict[str, str]) -> float:
+    """Of a ``/metrics`` scrape, the sum of the samples ``name`` whose labels include
+    ``labels``."""
+    with urllib.request.urlopen(f"http://{addresses['metrics']}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == name and labels.items() <= sample.labels.items()
+    )
+
+
+def test_blocked_stdout_and_stderr_stall_no_export_no_judgement_and_no_scrape(
+    tmp_path: Path, pipes: tuple[_Pipe, _Pipe]
+) -> None:
+    out, err = pipes
+    config = write_config(
+        tmp_path / "blocked.yaml",
+        {},
+        assembly={"completion_wait_seconds": 0.01, "tick_seconds": 0.01},
+        shutdown_grace_seconds=3.0,
+    )
+    document = yaml.safe_load(config.read_text())
+    document["output"] = {"findings": "-", "dump_tooltraces": None}  # the default log
+    config.write_text(yaml.safe_dump(document))
+    proc, addresses = _start(config, out, err)
+    try:
+        out.fill()
+        err.fill()
+        run = agents.record(agents.unverified_refund_run(), "genai")
+        assert export(addresses["grpc"], run) is SpanExportResult.SUCCESS
+        judged = {"category": "MISSING_VERIFICATION_STEP"}
+        # Judged and counted, the finding waiting for stdout: the alert path is alive.
+        assert until(lambda: _sample(addresses, "toolwatch_regressions_total", judged) == 1, 20)
+        # A reload that fails is logged, the log waiting for stderr: the loop goes on.
+        config.write_text("policy: [not, a, mapping]\n")
+        proc.send_signal(signal.SIGHUP)
+        reloaded = "toolwatch_config_last_reload_successful"
+        assert until(lambda: _sample(addresses, reloaded, {}) == 0, 20)
+        failures = {"output": "findings_log"}
+        assert _sample(addresses, "toolwatch_output_failures_total", failures) == 0
+
+        findings = [json.loads(line) for line in out.read_until(b"MISSING_VERIFICATION_STEP")]
+        assert [(f["category"], f["trace_id"]) for f in findings] == [
+            ("MISSING_VERIFICATION_STEP", trace_id(run))
+        ]
+        logged = err.read_until(b"ERROR")
+        assert any(b"ERROR" in line and b"reload" in line for line in logged), logged
+    finally:
+        out.drain()
+        err.drain()
+        proc.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(15)
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0
