@@ -301,9 +301,10 @@ class ToolCall:
     openai-agents instrumentation), the call itself, named ``transfer_to_<agent>`` as the
     SDK names it, so every instrumentation shows the call.
 
-    ``rerun``: the call ran again, under its call id, the request an earlier call of the run
-    ran (``assembly.calls``: a framework's or an SDK's retry, a wrapper's span beside the
-    tool's); it holds that request's arguments. An attempt of one request, not the model
+    ``rerun``: the call ran again, under its call id (or, a span without one or arguments,
+    by tool name: ``assembly.by_name``), the request an earlier call of the run ran
+    (``assembly.calls``: a framework's or an SDK's retry, a wrapper's span beside the
+    tool's); it holds that request's arguments and call id. An attempt of one request, not the model
     asking again: ``loops`` counts no repeat or retry of the agent in it.
 
     ``service``: the ``service.name`` of the process that wrote the call's tool span, else, for

@@ -1,17 +1,21 @@
 """The join of tool spans with requests without an id in common: the k-th execution of a
 tool under an agent with the k-th request of it, unless another request asked for exactly
-the arguments it ran with (OpenAI Agents' tool spans carry no call id).
+the arguments it ran with (OpenAI Agents' tool spans carry no call id), or the span, recording
+no arguments where its attempt before did, ran that attempt's request again (a retry, a
+wrapper's span beside the tool's: ``_ran_again``).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict, deque
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
+from toolwatch.assembly.by_id import _Senders
 from toolwatch.assembly.drafts import (
     CallSite,
     _Draft,
+    _failed,
     _raw_name,
     _Request,
     _scope,
@@ -26,17 +30,24 @@ __all__: list[str] = []
 #: every waiting request took quadratic time in a run of thousands of calls of one tool).
 _MAX_ARGUMENT_MATCHES: Final = 32
 
+#: Of one agent's tool, the request its spans ran last, the span that took it (its first
+#: attempt) and the last span that ran it (``_ran_again``).
+_Attempts: TypeAlias = tuple[_Request, SpanRecord, SpanRecord]
+
 
 def _join_by_name(
     executions: list[SpanRecord],
     requests: list[_Request],
     sites: dict[bytes, CallSite],
     normalize: Callable[[Any], str],
+    spans: tuple[SpanRecord, ...],
 ) -> list[_Draft]:
     """Pair the k-th execution with the k-th request of the same tool under the same agent,
     unless another of those requests asked for exactly the arguments it ran with (parallel
-    calls of one tool start in any order: a thread pool). Two different ids never pair: a
-    span with an id only takes a request without one."""
+    calls of one tool start in any order: a thread pool), or the span ran again the request
+    of the attempt before it (``_ran_again``: a call of its own, ``_Draft.again``, as
+    ``_join_by_id`` makes one). Two different ids never pair: a span with an id only takes a
+    request without one. ``executions`` are in start order."""
     if not executions and not requests:
         return []  # the usual case: every call was joined on its id
     with_id: dict[tuple[bytes | None, str], deque[_Request]] = defaultdict(deque)
@@ -45,12 +56,30 @@ def _join_by_name(
         queues = with_id if r.call.call_id is not None else without_id
         queues[(_scope(sites[r.llm.span_id]), r.name)].append(r)
     drafts: list[_Draft] = []
+    last: dict[tuple[bytes | None, str], _Attempts] = {}
+    senders: _Senders | None = None  # the agents' turns, read once a span may be run again
     for span in executions:
         key = (_scope(sites[span.span_id]), normalize(_raw_name(span)))
         only_without = span.call_id is not None
         pending = (without_id[key], None if only_without else with_id[key])
+        # A span with an id never runs another id's request again: only one without.
+        attempts = None if only_without or _recorded(span) else last.get(key)
+        if attempts is not None and _may_run_again(span, attempts, *pending):
+            if senders is None:
+                senders = _Senders(spans, sites)
+            again = _ran_again(span, attempts, senders)
+            if again is not None:
+                draft = _Draft(span, None)
+                draft.again = again
+                drafts.append(draft)
+                last[key] = (again, attempts[1], span)
+                continue
         request = _same_arguments(span, *pending) or _next_request(*pending)
         drafts.append(_Draft(span, request))
+        if request is not None:
+            last[key] = (request, span, span)
+        elif last:
+            last.pop(key, None)  # a span of no request: no request for the next to run again
     leftovers = [r for queues in (with_id, without_id) for q in queues.values() for r in q]
     drafts.extend(_Draft(None, r) for r in leftovers)
     return drafts
@@ -87,3 +116,59 @@ def _next_request(first: deque[_Request], second: deque[_Request] | None) -> _Re
     if second and (not first or second[0].position < first[0].position):
         return second.popleft()
     return first.popleft() if first else None
+
+
+def _may_run_again(
+    span: SpanRecord,
+    attempts: _Attempts,
+    first: deque[_Request],
+    second: deque[_Request] | None,
+) -> bool:
+    """Whether ``span``, recording no arguments, may be an attempt of the request its tool's
+    last span ran (``attempts``) rather than the next request's execution, by the spans
+    alone: its producer records arguments (the request's first attempt, by its service,
+    did: where none are ever recorded, nothing tells a retry from the next request, which
+    it takes, as before); it follows a failed attempt of the request (a retry), or started
+    beside the last (a wrapper's span: a retry starts once its attempt has failed); and no
+    request of that model call's output waits for its execution (parallel calls of one
+    tool: the span is that one's). ``_ran_again`` says whether a turn came between."""
+    request, taken_by, previous = attempts
+    if not _recorded(taken_by) or taken_by.service != span.service:
+        return False
+    if not _failed(previous) and span.start_ns >= previous.end_ns:
+        return False
+    return not _asked_beside(request, first) and not (second and _asked_beside(request, second))
+
+
+def _recorded(span: SpanRecord) -> bool:
+    """Whether ``span`` recorded arguments (``parse_arguments``: blank is none)."""
+    arguments = span.arguments
+    return arguments is not None and not (isinstance(arguments, str) and not arguments.strip())
+
+
+def _asked_beside(request: _Request, queue: deque[_Request]) -> bool:
+    """Whether a request of ``request``'s model call waits in ``queue`` (emission order: its
+    requests come before the later calls'), read up to ``_MAX_ARGUMENT_MATCHES``; beyond
+    that, ``True``: a guess would take the next request's execution from it."""
+    llm = request.llm
+    for index, waiting in enumerate(queue):
+        if waiting.llm is llm:
+            return True
+        if waiting.position > request.position or index == _MAX_ARGUMENT_MATCHES:
+            return waiting.position <= request.position
+    return False
+
+
+def _ran_again(span: SpanRecord, attempts: _Attempts, senders: _Senders) -> _Request | None:
+    """The request of ``attempts`` that ``span`` ran again, ``_may_run_again`` granted;
+    ``None`` where the agent started a model call between the model call that asked and
+    ``span`` (``_Senders.turned``: one whose requests were not recorded is a turn all the
+    same): the model may have asked again. ``span`` is on the model call's clock when one
+    service wrote both; else it is read there through its first attempt's offset (its start
+    less the end of the model call that asked), as ``by_id._run_again`` reads a host's."""
+    request, taken_by, _ = attempts
+    llm = request.llm
+    started = span.start_ns
+    if span.service != llm.service:
+        started -= taken_by.start_ns - max(llm.start_ns, llm.end_ns)
+    return None if senders.turned(llm, started) else request

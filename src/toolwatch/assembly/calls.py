@@ -7,7 +7,9 @@ result, nesting). They are joined on the call id when both carry one, otherwise 
 spans carry no id). A call seen both ways is one call; a request with no execution span
 (a hosted tool, one never run) is still a call. A tool span of a call id whose request a span
 that started before took runs that request again (a retry under its id, a wrapper's span
-beside the tool's): a call of its own holding the request's arguments (``_join_by_id``).
+beside the tool's): a call of its own holding the request's arguments (``_join_by_id``); so
+does a span without id or arguments after a failed attempt of its tool, or beside one
+(``_join_by_name``).
 
 ``build_calls`` takes a run's spans through these steps, a module each (its docstring says
 what it holds; they share private helpers, package-internal):
@@ -40,6 +42,7 @@ from toolwatch.assembly.drafts import (
     _NO_IDS,
     CallSite,
     _Draft,
+    _failed,
     append_to,
     decode_json,
     parse_arguments,
@@ -51,8 +54,6 @@ from toolwatch.assembly.requested import _requests
 from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolCall
 
 __all__ = ["CallSite", "append_to", "build_calls", "decode_json", "parse_arguments"]
-
-_OTLP_STATUS_ERROR: Final = 2  # OTLP Status.code ERROR
 
 #: Tool spans a call's agent walks up through to the delegation it runs under (a tool nested
 #: in the coworker's tool); past it, the call is its agent span's.
@@ -126,16 +127,20 @@ def _join(
             executions = [s for s in executions if s.span_id not in records.own]
     requests = _requests(spans, sites, normalize)
     drafts, executions, requests = _join_by_id(executions, requests, sites, normalize, spans)
-    drafts += _join_by_name(executions, requests, sites, normalize)
+    drafts += _join_by_name(executions, requests, sites, normalize, spans)
     if handoffs:
         drafts = _with_handoffs(drafts, handoffs, spans, sites)
     return drafts, records
 
 
 def _call_id(draft: _Draft) -> str | None:
+    """The span's call id, else its request's: the one it took, or ran again (a span without
+    an id run again, ``_join_by_name``, is an attempt of that request: ``loops`` tells its
+    request's attempts by it)."""
     if draft.span is not None and draft.span.call_id is not None:
         return draft.span.call_id
-    return draft.request.call.call_id if draft.request is not None else None
+    request = draft.request if draft.request is not None else draft.again
+    return request.call.call_id if request is not None else None
 
 
 def _tool_call(
@@ -197,10 +202,6 @@ def _arguments(draft: _Draft) -> tuple[Any, str | None]:
         return parsed
     asked = parse_arguments(requested)
     return asked if isinstance(asked[0], dict) else parsed
-
-
-def _failed(span: SpanRecord) -> bool:
-    return span.status_code == _OTLP_STATUS_ERROR or bool(span.error_type)
 
 
 def _parent_call_id(

@@ -22,6 +22,7 @@ _MAX_DECODE_DEPTH: Final = 8  # JSON nested in JSON strings; deeper than this is
 _DECORATOR_KEYS: Final = frozenset({"args", "kwargs", "sanitize_inputs_outputs"})
 
 _NO_IDS: Final[frozenset[bytes]] = frozenset()
+_OTLP_STATUS_ERROR: Final = 2  # OTLP Status.code ERROR
 
 
 # The records below are built one per span or call of every trace: their constructors are
@@ -87,8 +88,9 @@ class _Draft:
     """One call being built: an execution, a request, or both (never neither). ``handoff``:
     the execution is a handoff span. ``moved``: the time it is ordered by, when its span's
     is not (``_requested_windows``); ``None``: its ``start_ns``. ``again``: of a span that
-    ran a request another span took (``_join_by_id``: a retry under its id), that request,
-    whose arguments it ran; the call is no request's."""
+    ran a request another span took (``_join_by_id``: a retry under its id; ``_join_by_name``:
+    a retry or a wrapper's span without id or arguments), that request, whose arguments it
+    ran; the call is no request's."""
 
     span: SpanRecord | None
     request: _Request | None
@@ -189,6 +191,11 @@ def _ended(span: SpanRecord) -> tuple[int, int, bytes]:
 
 def _scope(site: CallSite) -> bytes | None:
     return site.agent.span_id if site.agent is not None else None
+
+
+def _failed(span: SpanRecord) -> bool:
+    """Whether the tool span says its attempt failed: status ERROR, or an ``error.type``."""
+    return span.status_code == _OTLP_STATUS_ERROR or bool(span.error_type)
 
 
 def _raw_name(span: SpanRecord) -> str:
