@@ -85,6 +85,7 @@ MODULES = (
     "conventions/pydantic_ai.py",
     "conventions/vercel_ai.py",
     "evaluation/arguments.py",
+    "evaluation/attempts.py",
     "evaluation/base.py",
     "evaluation/blocks.py",
     "evaluation/composite.py",

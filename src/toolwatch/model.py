@@ -304,8 +304,9 @@ class ToolCall:
     ``rerun``: the call ran again, under its call id (or, a span without one or arguments,
     by tool name: ``assembly.by_name``), the request an earlier call of the run ran
     (``assembly.calls``: a framework's or an SDK's retry, a wrapper's span beside the
-    tool's); it holds that request's arguments and call id. An attempt of one request, not the model
-    asking again: ``loops`` counts no repeat or retry of the agent in it.
+    tool's); it holds that request's arguments and call id. An attempt of one request, not
+    the model asking again: ``loops`` counts no repeat or retry of the agent in it, and the
+    checks of calls one by one give the request one finding (``evaluation.attempts``).
 
     ``service``: the ``service.name`` of the process that wrote the call's tool span, else, for
     a call never run (no span), of the model call that asked for it; ``None`` where that span

@@ -14,7 +14,10 @@
   failed and was made again, its last attempt); under the minimum, on the first call;
 - ``arguments``: one violation per call whose arguments fail the JSON Schema (unparsable
   arguments are validated as the raw string, so a schema of ``type: object`` rejects them;
-  a call recorded without arguments, with content capture off, is not judged).
+  a call recorded without arguments, with content capture off, is not judged); but one per
+  request the framework ran again under its call id (``ToolCall.rerun``), on the attempt
+  that went through, for its attempts with the same arguments (``details.attempt_spans``;
+  ``evaluation.attempts``): an attempt that recorded other arguments is judged on its own.
   The explanation names the failing field path (as far as the schema declares it) and schema
   keyword, never the value; the validator's messages (which quote values) go to
   ``details[DETAIL_ERRORS]``, each with its field path, redacted by sinks as a value.
@@ -49,13 +52,20 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from jsonschema.exceptions import ValidationError
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 
+from toolwatch.evaluation.attempts import (
+    ATTEMPT_SPANS,
+    Flagged,
+    attempts_said,
+    has_rerun,
+    one_per_request,
+)
 from toolwatch.evaluation.base import (
     Concurrency,
     Reference,
@@ -65,7 +75,7 @@ from toolwatch.evaluation.base import (
     spanned_tools,
     unfinished,
 )
-from toolwatch.evaluation.loops import NO_BOUND, retried
+from toolwatch.evaluation.loops import NO_BOUND, call_key, retried
 from toolwatch.evaluation.settings import (
     ArgumentsRule,
     CallCountRule,
@@ -405,6 +415,7 @@ def _arguments(
 ) -> list[Violation]:
     tool = normalize(rule.tool)
     violations = []
+    violating: list[ToolCall] = []  # their calls
     for i, call in enumerate(calls):  # not zip(strict=True): generic in compiled code
         if names[i] != tool or call.arguments is None:
             continue
@@ -422,9 +433,37 @@ def _arguments(
         shown = [
             {"field": _declared_path(e), "message": e.message} for e in errors[:_MAX_SCHEMA_ERRORS]
         ]
-        details = {DETAIL_ERRORS: shown}
+        details: dict[str, Any] = {DETAIL_ERRORS: shown}
         violations.append(Violation(rule, label, text, call, tool, path, details))
+        violating.append(call)
+    if len(violating) > 1 and has_rerun(violating):
+        return _one_per_request(violations, violating, calls, names)
     return violations
+
+
+def _one_per_request(
+    violations: list[Violation],
+    violating: list[ToolCall],
+    calls: Sequence[ToolCall],
+    names: Sequence[str],
+) -> list[Violation]:
+    """``violations`` of an ``arguments`` rule (``violating[k]``: the call of
+    ``violations[k]``) with those of one request's attempts with the same arguments (the
+    schema judged them alike) merged into the violation of the attempt that went through
+    (``attempts.one_per_request``); an attempt that recorded other arguments is judged on
+    its own."""
+    flagged: list[Flagged] = [(call, call_key("", call.arguments)) for call in violating]
+    merged = []
+    for k, attempts in one_per_request(flagged, calls, names):
+        violation = violations[k]
+        if len(attempts) > 1:
+            violation = replace(
+                violation,
+                explanation=f"{violation.explanation} ({attempts_said(attempts)})",
+                details={**(violation.details or {}), ATTEMPT_SPANS: [a.span_id for a in attempts]},
+            )
+        merged.append(violation)
+    return merged
 
 
 def _declared_path(error: ValidationError) -> str | None:

@@ -90,6 +90,12 @@ so far (so a run of thousands of calls costs one pass, not a scan per dangerous 
 
 A non-dangerous call outside ``allowed_tools`` is TOOL_SELECTION_DRIFT (reference ``policy``).
 
+A request the framework ran again under its call id (``ToolCall.rerun``) is one request: its
+attempts flagged alike (one category and reference, the same bound values judged; any
+arguments where no binding is) are one finding, on the attempt that went through, listing
+them all (``details.attempt_spans``; ``evaluation.attempts``); an attempt that recorded
+other bound values is judged on its own.
+
 Severity: every safety finding concerns one action that either was or was not safe, so there
 is no effect size to measure; findings take the evaluator's ``severity_floor`` (default
 ``high``). The severity is a label, not what pages: the shipped alert rules
@@ -97,17 +103,24 @@ is no effect size to measure; findings take the evaluator's ``severity_floor`` (
 ``ToolwatchDangerousActionDrift``) page critically on any MISSING_VERIFICATION_STEP or
 DANGEROUS_ACTION_DRIFT finding whatever its severity, so lowering the floor does not stop
 the page: change those rules for that. ``score`` is the share of calls with no safety
-finding (1.0 for a run without calls); it feeds the score histogram, not the severity.
+finding (1.0 for a run without calls; every attempt of a flagged request counts as
+flagged); it feeds the score histogram, not the severity.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from itertools import chain, islice
 from typing import Any, Final
 
+from toolwatch.evaluation.attempts import (
+    ATTEMPT_SPANS,
+    attempts_said,
+    has_rerun,
+    one_per_request,
+)
 from toolwatch.evaluation.base import (
     Concurrency,
     Reference,
@@ -129,7 +142,7 @@ from toolwatch.evaluation.entities import (
     recording_tools,
     unrecorded,
 )
-from toolwatch.evaluation.loops import retried
+from toolwatch.evaluation.loops import call_key, retried
 from toolwatch.evaluation.settings import Binding, PolicySettings, SafetySettings
 from toolwatch.evaluation.severity import call_outcome, make_finding
 from toolwatch.model import (
@@ -391,8 +404,10 @@ class Safety:
             id(f.call) for f in flags if f.category is not Category.MISSING_VERIFICATION_STEP
         }
         flags += [f for f in self._drift(trace, reference) if id(f.call) not in policy_flagged]
-        flagged = {id(f.call) for f in flags}
+        flagged = {id(f.call) for f in flags}  # every attempt of a flagged request counted
         score = 1.0 - len(flagged) / len(trace.calls) if trace.calls else 1.0
+        if has_rerun([f.call for f in flags]):
+            flags = self._one_per_request(trace, flags)
         spanned: frozenset[str] = frozenset()  # asked only of span-less flagged calls
         if any(f.call.span_id is None for f in flags):
             spanned = spanned_tools(
@@ -408,6 +423,26 @@ class Safety:
             )
         explanation += ")."
         return EvalResult(self.name, {"score": score}, findings, explanation)
+
+    def _one_per_request(self, trace: ToolTrace, flags: list[_Flag]) -> list[_Flag]:
+        """``flags`` with the attempts of one request that make one complaint (its category,
+        reference and the bound values it judged) merged into the flag of the attempt that
+        went through (``attempts.one_per_request``)."""
+        calls = in_sequence(trace.calls)
+        tools = [self._normalize(c.tool_name) for c in calls]
+        kept = one_per_request([(f.call, _complaint(f)) for f in flags], calls, tools)
+        merged = []
+        for k, attempts in kept:
+            flag = flags[k]
+            if len(attempts) > 1:
+                spans = [a.span_id for a in attempts]
+                flag = replace(
+                    flag,
+                    explanation=f"{flag.explanation} ({attempts_said(attempts)})",
+                    details={**(flag.details or {}), ATTEMPT_SPANS: spans},
+                )
+            merged.append(flag)
+        return merged
 
     def _unverified(
         self, trace: ToolTrace, earlier: tuple[Verified, ...]
@@ -677,6 +712,15 @@ class Safety:
             field=flag.field,
             details=details,
         )
+
+
+def _complaint(flag: _Flag) -> Hashable:
+    """What a flag says of its call, as far as the attempts of one request flagged alike are
+    one (``attempts``): its category, reference and field, and the values it judged
+    (``DETAIL_FIELDS``: a bound value; none where the check read no argument)."""
+    values = flag.details.get(DETAIL_FIELDS) if flag.details is not None else None
+    judged = None if values is None else call_key("", values)
+    return flag.category, flag.reference, flag.field, judged
 
 
 def _bound(
