@@ -5,7 +5,7 @@ missing verification and disallowed tools, ``invariants``' ``arguments`` rules) 
 request one finding, not one an attempt: ``one_per_request``.
 
 A call's request is the last call before it (sequence order) of its tool, call id, agent and
-parent call that is no rerun itself (``loops._same_request``: two agents used as tools at once
+parent call that is no rerun itself (``loops._request``: two agents used as tools at once
 both ask under ``call_0``; a model that numbers each turn's calls from ``call_0`` asks again,
 a request of its own, in a later turn). The findings of one request that make one complaint
 (the evaluator says what: the bound values it judged, the arguments it validated; nothing,
@@ -71,15 +71,13 @@ def attempts_said(attempts: Sequence[ToolCall]) -> str:
 
 
 def _requests(calls: Sequence[ToolCall], tools: Sequence[str]) -> dict[int, int]:
-    """``id(call)`` -> the place in ``calls`` (sequence order) of its request's first attempt,
-    for every call with a call id."""
-    latest: dict[tuple[str, str, str | None, str | None], int] = {}
+    """``id(call)`` -> the place in ``calls`` (sequence order) of its request's first attempt."""
+    latest: dict[tuple[str, str | None, str | None, str | None], int] = {}
     request: dict[int, int] = {}
     for place, call in enumerate(calls):
-        call_id = call.call_id
-        if call_id is None:
-            continue
-        key = (tools[place], call_id, call.agent, call.parent_call_id)
+        # No call id is a request's id too: assembly marks a span without one a rerun of its
+        # tool's last request (``assembly.by_name``), as ``loops._request`` reads it.
+        key = (tools[place], call.call_id, call.agent, call.parent_call_id)
         first = latest.get(key) if call.rerun else None
         if first is None:
             first = latest[key] = place

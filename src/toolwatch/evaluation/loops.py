@@ -189,22 +189,23 @@ def retried(
     ordered = [calls[i] for i in order]
     concurrency = Concurrency(ordered)
     failed: dict[CallKey, list[int]] = {}  # failed calls of each key not yet made again
+    requests: dict[_Request, list[int]] = {}  # the same, by request (reruns make them again)
+    keys: dict[int, CallKey] = {}  # each failed call's key
     found: set[int] = set()
     for place, call in enumerate(ordered):
         i = order[place]
         key = action_key(tools[i], call, bound)
         pending = failed.get(key)
         if call.rerun:
-            # Its request's failed attempts are made again by it, even one beside it; those
-            # of other requests of the action are not (another refund of the order asked
-            # beside it). With none, it records the request's success again: no action.
-            own = [f for f in pending or () if _same_request(ordered[f], call)]
+            # Its request's failed attempts are made again by it, even one beside it and
+            # whatever arguments each span recorded; those of other requests of the action
+            # are not (another refund of the order asked beside it). With none, it records
+            # the request's success again: no action.
+            own = _made_again(requests, _request(call), failed, keys)
             if not own:
                 found.add(i)
                 continue
             found.update(order[f] for f in own)
-            if pending is not None:
-                pending[:] = [f for f in pending if f not in own]
         elif pending:
             kept = [f for f in pending if not concurrency.informs(f, place)]
             found.update(order[f] for f in pending if f not in kept)
@@ -214,18 +215,36 @@ def retried(
                 pending = failed[key] = []
             if len(pending) < _MAX_PENDING_FAILURES:  # beyond: counted, as actions are
                 pending.append(place)
+                keys[place] = key
+                requests.setdefault(_request(call), []).append(place)
     return frozenset(found)
 
 
-def _same_request(attempt: ToolCall, rerun: ToolCall) -> bool:
-    """Whether ``attempt`` ran the request ``rerun`` ran again: its call id, asked by the same
-    agent under the same call (``parent_call_id``: two agents used as tools at once, each
-    numbering its calls from ``call_0``, ask under one id)."""
-    return (
-        attempt.call_id == rerun.call_id
-        and attempt.parent_call_id == rerun.parent_call_id
-        and attempt.agent == rerun.agent
-    )
+#: A request, as its attempts tell it: its call id, asked by one agent under one call
+#: (``parent_call_id``: two agents used as tools at once, each numbering its calls from
+#: ``call_0``, ask under one id). No call id is one too: a span without one ran its tool's
+#: last request again (``assembly.by_name``).
+_Request = tuple[str | None, str | None, str | None]
+
+
+def _request(call: ToolCall) -> _Request:
+    return call.call_id, call.parent_call_id, call.agent
+
+
+def _made_again(
+    requests: dict[_Request, list[int]],
+    request: _Request,
+    failed: dict[CallKey, list[int]],
+    keys: dict[int, CallKey],
+) -> list[int]:
+    """The failed attempts of ``request`` not yet made again, taken out of ``failed``."""
+    attempts = requests.pop(request, None)
+    if not attempts:
+        return []
+    own = [f for f in attempts if f in failed[keys[f]]]
+    for f in own:
+        failed[keys[f]].remove(f)
+    return own
 
 
 def acted(

@@ -186,7 +186,7 @@ def refund_under_call_0(*, parent: str, index: int, ok: bool) -> ToolCall:
 def test_two_agents_asking_under_call_0_are_two_requests() -> None:
     """Scenario: two agents used as tools at once (under r1 and r2) each ask
     issue_refund(A-1) under ``call_0``; the second's is run again.
-    Now: two findings, one an agent's request (``_same_request``: id, agent, parent call)."""
+    Now: two findings, one an agent's request (``loops._request``: id, agent, parent call)."""
     first = refund_under_call_0(parent="r1", index=0, ok=True)
     second = refund_under_call_0(parent="r2", index=1, ok=False)
     again = rerun("issue_refund", A1, index=2, call_id="call_0", agent="refund-agent", parent="r2")
