@@ -84,6 +84,7 @@ def _requested_windows(
             d.moved = at
             shifts[span.span_id] = at - own
     if shifts:
+        _shift_reruns(drafts, shifts)
         _shift_nested(drafts, sites, shifts, fitted=clocks is not None)
 
 
@@ -193,6 +194,30 @@ def _context(llm: SpanRecord, sites: dict[bytes, CallSite]) -> tuple[bytes | Non
     """The agent and the tool a model call was made in: its turns are those of one context."""
     site = sites[llm.span_id]
     return _scope(site), site.tool.span_id if site.tool is not None else None
+
+
+def _shift_reruns(drafts: list[_Draft], shifts: dict[bytes, int]) -> None:
+    """Move each call that ran a moved call's request again (``_Draft.again``: a retry, a
+    wrapper's span) by as much as that call, when the same service wrote both: one host's
+    clock, so the attempts of one request keep their order (a retry a second behind sorted
+    before its own first attempt, and before the lookup that verified the refund)."""
+    taken = {
+        id(d.request): d.span
+        for d in drafts
+        if d.request is not None and d.span is not None and d.span.span_id in shifts
+    }
+    if not taken:
+        return
+    for d in drafts:
+        again, span = d.again, d.span
+        if again is None or span is None:
+            continue
+        first = taken.get(id(again))
+        if first is None or first.service != span.service:
+            continue
+        shift = shifts[first.span_id]
+        d.moved = d.at + shift
+        shifts[span.span_id] = shift  # and the calls nested in it (``_shift_nested``)
 
 
 def _shift_nested(
