@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 import stat
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -87,10 +88,13 @@ class Outputs:
         return all(file.output.written(timeout) for file in self.files)
 
     def close(self, timeout: float) -> None:
-        """Writes what is queued, waiting up to ``timeout`` seconds for each file, and closes
-        them: what a blocked output still holds then is counted lost."""
+        """Writes what is queued, waiting up to ``timeout`` seconds for all the files, and
+        closes them: what a blocked output still holds then is counted lost."""
+        deadline = time.monotonic() + timeout
         for file in self.files:
-            file.output.close(timeout)
+            file.output.stop_taking()
+        for file in self.files:
+            file.output.close(deadline - time.monotonic())
 
 
 def open_outputs(

@@ -44,36 +44,51 @@ _FILLER = 1024 * 1024
 
 class _Pipe:
     """A pipe whose write end a child inherits; ``fill`` blocks a thread writing blank lines
-    into it until the test reads; ``read_until`` reads it, blank lines dropped."""
+    into it until the test reads; ``read_until`` reads it, blank lines dropped. ``close``
+    (once the child is gone) joins every thread before it closes the descriptors: a
+    descriptor closed later by a thread could be another test's by then."""
 
     def __init__(self) -> None:
         self.read_end, self.write_end = os.pipe()
         self._data = bytearray()
+        self._filler: threading.Thread | None = None
+        self._reader: threading.Thread | None = None
+        self._draining = False  # the reader reads to the end
 
     def fill(self) -> None:
-        """Fills the pipe: a thread writes into it until the pipe is read, then closes its
-        write end (the child's is the last: the pipe ends with it)."""
+        """Fills the pipe: a thread writes into it until the pipe is read."""
 
         def write() -> None:
             data = memoryview(b"\n" * _FILLER)
             with contextlib.suppress(OSError):
                 while data:
                     data = data[os.write(self.write_end, data) :]
-            os.close(self.write_end)
 
-        threading.Thread(target=write, daemon=True).start()
+        self._filler = threading.Thread(target=write, daemon=True)
+        self._filler.start()
         assert until(lambda: _queued(self.read_end) >= 65536, 10), "the pipe never filled"
 
     def drain(self) -> None:
         """Reads the pipe to its end in a thread of its own."""
-        threading.Thread(target=self._read, args=(None,), daemon=True).start()
+        self._read_in_thread(None)
 
     def read_until(self, wanted: bytes, timeout: float = 20.0) -> list[bytes]:
         """Reads until ``wanted`` is in a line; the lines so far, but blank ones."""
-        reader = threading.Thread(target=self._read, args=(wanted,), daemon=True)
-        reader.start()
+        reader = self._read_in_thread(wanted)
         reader.join(timeout)
         return [line for line in bytes(self._data).split(b"\n") if line]
+
+    def _read_in_thread(self, wanted: bytes | None) -> threading.Thread:
+        reader = self._reader
+        if reader is not None and reader.is_alive():
+            if self._draining:
+                return reader  # reads to the end already
+            reader.join(20)  # one reader at a time
+            assert not reader.is_alive(), "the pipe's last read never ended"
+        self._draining = wanted is None
+        self._reader = threading.Thread(target=self._read, args=(wanted,), daemon=True)
+        self._reader.start()
+        return self._reader
 
     def _read(self, wanted: bytes | None) -> None:
         while wanted is None or wanted not in self._data:
@@ -83,8 +98,14 @@ class _Pipe:
             self._data += chunk
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.close(self.read_end)
+        """Once the child is gone: read to the end (the filler's rest too), then closed."""
+        self.drain()
+        if self._filler is not None:
+            self._filler.join(20)
+        os.close(self.write_end)  # the last writer: the reader sees the end
+        if self._reader is not None:
+            self._reader.join(20)
+        os.close(self.read_end)
 
 
 def _queued(fd: int) -> int:

@@ -9,15 +9,17 @@ loop would stop everything with it: every export to toolwatch, the ticker that c
 what was buffered with it). So the event loop only queues what is to be written:
 
 - ``BackgroundOutput`` queues lines for one output's writer thread. Up to ``limit`` characters
-  (4 Mi by default) wait; a line that would take the queue past them is lost, told to the
+  (4 Mi by default) wait or are being written; a line that would pass them waits for room, at
+  most ``ROOM_SECONDS`` once the output stopped taking writes, then is lost, told to the
   output's ``WriteFailures`` (``toolwatch_output_failures_total``, and a log line by outage),
   while metrics, pages and the other outputs go on.
 - ``queued_logging`` puts a ``QueueHandler`` in front of the root logger's handlers for the
   time ``serve`` runs: at most ``LOG_QUEUE_RECORDS`` records wait; those beyond are lost, and
-  how many is logged once the handlers take records again.
+  how many is logged once the handlers caught up.
 
-Threading: ``write``, ``replace`` and ``close`` are called from one thread (the event loop);
-each output's own thread runs the writes and closes the files it replaced.
+Threading: ``write``, ``replace`` and ``stop_taking`` are called from the event loop, ``close``
+and ``written`` from any one thread (``App.stop`` closes in an executor); each output's own
+thread runs the writes and closes the files it replaced.
 """
 
 from __future__ import annotations
@@ -26,21 +28,37 @@ import contextlib
 import errno
 import logging
 import logging.handlers
+import os
 import queue
 import threading
+import time
+from collections import deque
 from collections.abc import Iterator
 from typing import Final
 
 from toolwatch.sinks.linefile import TextOutput, WriteFailures, output_name
 
-__all__ = ["LOG_QUEUE_RECORDS", "OUTPUT_BACKLOG_CHARS", "BackgroundOutput", "queued_logging"]
+__all__ = [
+    "LOG_QUEUE_RECORDS",
+    "OUTPUT_BACKLOG_CHARS",
+    "ROOM_SECONDS",
+    "BackgroundOutput",
+    "queued_logging",
+]
 
 _log = logging.getLogger(__name__)
 
-#: Characters of lines that may wait for an output's thread: about 4,000 findings of 1 KiB. A
-#: blocked output holds at most this much (4 to 16 MiB in memory: ``str`` keeps 1 to 4 bytes
-#: a character) before lines are lost.
+#: Characters of lines that may wait for an output's thread or be written by it: about 4,000
+#: findings of 1 KiB. A blocked output holds at most this much as text (4 to 16 MiB: ``str``
+#: keeps 1 to 4 bytes a character), and a line being written once more, encoded.
 OUTPUT_BACKLOG_CHARS: Final = 4 * 1024 * 1024
+#: How long a line that does not fit waits for room (the event loop waits with it), unless
+#: the output has taken nothing since the last such wait ran out: a healthy output behind by a
+#: few large lines catches up, a blocked one costs this wait once, then loses lines at once.
+ROOM_SECONDS: Final = 0.5
+#: Characters the thread writes at once at most (one longer line alone): the copy a write
+#: joins and encodes stays small beside the bound.
+_BATCH_CHARS: Final = 64 * 1024
 #: Log records that may wait for standard error (formatted: a few hundred bytes each).
 LOG_QUEUE_RECORDS: Final = 10_000
 
@@ -55,14 +73,17 @@ class _Replace:
 
 
 class BackgroundOutput:
-    """A ``TextOutput`` written by a thread of its own; ``write`` never blocks and never raises.
+    """A ``TextOutput`` written by a thread of its own; ``write`` never raises, and waits for
+    room only while the output takes writes.
 
-    Each ``write`` (whole lines: one publication) is queued, or lost when ``limit`` characters
-    wait already and it would add to them (a line longer than ``limit`` alone is still queued
-    onto an empty queue). The thread writes what waits in one write, or, when that fails, write
-    by write, each failure told to ``failures`` as ``write_lines`` tells them (so a full disk
-    loses only what did not fit). ``close`` waits a bounded time for the queue, then closes
-    the file; what it could not write is counted lost too.
+    Each ``write`` (whole lines: one publication) is queued while the characters waiting or
+    being written stay within ``limit`` (a line longer than ``limit`` still goes alone, once
+    nothing else waits). One that would pass it waits up to ``ROOM_SECONDS`` for the thread
+    to make room, then is lost (told to ``failures``), and so is every later one that does
+    not fit, at once, until the thread has written again. The thread writes up to
+    ``_BATCH_CHARS`` at a time in one write, or, when that fails, line by line, each failure
+    told to ``failures`` as ``write_lines`` tells them (so a full disk loses only what did not
+    fit). ``close`` writes what is queued, for a bounded time, then closes the file.
     """
 
     def __init__(
@@ -72,10 +93,12 @@ class BackgroundOutput:
         self._latest = stream  # the file written once the queue is through (``replace``)
         self._failures = failures
         self._limit = limit
-        self._queue: list[str | _Replace] = []
+        self._queue: deque[str | _Replace] = deque()
         self._chars = 0  # of the lines queued or being written
         self._busy = 0  # lines taken by the thread, not yet written or lost
-        self._closing = False
+        self._stalled = False  # a wait for room ran out, and nothing was written since
+        self._closing = False  # no more lines taken: the thread writes what is queued
+        self._abandoned = False  # ``close`` counted what is left lost: nothing more written
         self._tell = threading.Lock()  # ``failures`` is told from both threads
         self._changed = threading.Condition()
         self._thread = threading.Thread(
@@ -84,20 +107,30 @@ class BackgroundOutput:
         self._thread.start()
 
     def write(self, text: str, /) -> int:
-        """Queues ``text`` (whole lines) for the thread, or loses it when the queue is full
-        or the output closed (told to ``failures``)."""
+        """Queues ``text`` (whole lines) for the thread, waiting for room while the output
+        takes writes; or loses it (told to ``failures``)."""
+        size = len(text)
         with self._changed:
-            waiting = self._chars
-            if not self._closing and (waiting == 0 or waiting + len(text) <= self._limit):
-                self._queue.append(text)
-                self._chars = waiting + len(text)
-                self._changed.notify()
-                return len(text)
-        if self._closing:
+            if not self._closing:
+                if not self._fits(size) and not self._stalled:
+                    room = self._changed.wait_for(
+                        lambda: self._closing or self._fits(size), ROOM_SECONDS
+                    )
+                    self._stalled = not room
+                if not self._closing and self._fits(size):
+                    self._queue.append(text)
+                    self._chars += size
+                    self._changed.notify_all()
+                    return size
+            closing, waiting = self._closing, self._chars
+        if closing:
             self._lost(1, "written after the output was closed")
         else:
             self._lost(1, f"{waiting:,} characters written before it still wait to be written")
-        return len(text)
+        return size
+
+    def _fits(self, size: int) -> bool:
+        return self._chars == 0 or self._chars + size <= self._limit
 
     def flush(self) -> None:
         """Nothing to do: the thread writes as soon as it can (``written`` waits for it)."""
@@ -116,7 +149,7 @@ class BackgroundOutput:
             self._latest = stream
             self.name = output_name(stream)
             self._queue.append(_Replace(stream))
-            self._changed.notify()
+            self._changed.notify_all()
 
     def written(self, timeout: float) -> bool:
         """Waits up to ``timeout`` seconds for everything queued to be written (or lost);
@@ -124,26 +157,31 @@ class BackgroundOutput:
         with self._changed:
             return self._changed.wait_for(lambda: not self._queue and not self._busy, timeout)
 
+    def stop_taking(self) -> None:
+        """Lines written from now on are lost; the thread writes what is queued, then closes
+        the file (``close`` waits for it)."""
+        with self._changed:
+            self._closing = True
+            self._changed.notify_all()
+
     def close(self, timeout: float = 5.0) -> None:
         """Writes what is queued, waiting up to ``timeout`` seconds, then closes the file.
-        Lines still waiting then are lost and counted, and the file is left open to the
-        thread, which may be blocked in a write to it: the process exits without it."""
-        with self._changed:
-            if self._closing:
-                return
-            self._closing = True
-            self._changed.notify()
-        self._thread.join(timeout)
+        Past it, what is still queued or being written is counted lost and the thread writes
+        nothing more: a line the system is taking then (the thread blocked in its write) may
+        still reach the file. The file is left to that thread, which the process exits
+        without."""
+        self.stop_taking()
+        self._thread.join(max(timeout, 0.0))
         if not self._thread.is_alive():
             return
         with self._changed:
-            queued = [item for item in self._queue if isinstance(item, str)]
-            lost = self._busy + len(queued)
+            if self._abandoned:
+                return
+            self._abandoned = True
+            lost = self._busy + sum(isinstance(item, str) for item in self._queue)
             self._queue.clear()
-            self._chars -= sum(map(len, queued))
         if lost:
-            reason = f"the output took none of them in {timeout:g} s; shutting down"
-            self._lost(lost, reason)
+            self._lost(lost, f"not written within {timeout:g} s of the shutdown")
 
     def _lost(self, count: int, reason: str) -> None:
         error = OSError(errno.EAGAIN, f"blocked: {reason}")
@@ -155,9 +193,9 @@ class BackgroundOutput:
         while True:
             with self._changed:
                 self._changed.wait_for(lambda: self._queue or self._closing)
-                if not self._queue:  # closing, everything written
+                if not self._queue or self._abandoned:  # closing, everything written
                     break
-                batch, self._queue = self._queue, []
+                batch = self._take()
                 lines = [item for item in batch if isinstance(item, str)]
                 self._busy = len(lines)
             try:
@@ -168,9 +206,25 @@ class BackgroundOutput:
                 with self._changed:  # held until written: the bound is of the memory
                     self._busy = 0
                     self._chars -= sum(map(len, lines))
+                    self._stalled = False  # written (or failed): the output takes writes
                     self._changed.notify_all()
-        with contextlib.suppress(OSError):  # a full disk's failures were told as they came
-            stream.close()
+        if not self._abandoned:
+            with contextlib.suppress(OSError):  # a full disk's failures were told as they came
+                stream.close()
+
+    def _take(self) -> list[str | _Replace]:
+        """The queue's first items, up to ``_BATCH_CHARS`` of lines (one longer line alone)."""
+        batch: list[str | _Replace] = []
+        chars = 0
+        queued = self._queue
+        while queued and chars < _BATCH_CHARS:
+            item = queued[0]
+            if isinstance(item, str):
+                if batch and chars + len(item) > _BATCH_CHARS:
+                    break
+                chars += len(item)
+            batch.append(queued.popleft())
+        return batch
 
     def _write(self, stream: TextOutput, batch: list[str | _Replace]) -> TextOutput:
         """Writes ``batch`` in order; the file written last."""
@@ -189,17 +243,22 @@ class BackgroundOutput:
 
     def _write_lines(self, stream: TextOutput, lines: list[str]) -> None:
         """Writes ``lines`` in one write; when that fails, one by one, so that what fits of
-        them still goes in whole and each failure is told (as ``write_lines`` tells them)."""
-        if not lines:
+        them still goes in whole and each failure is told (as ``write_lines`` tells them).
+        Nothing once ``close`` gave up on them (it counted them lost)."""
+        if not lines or self._abandoned:
             return
         if len(lines) > 1 and _wrote(stream, "".join(lines)) is None:
             self._told(stream, None)
             return
         for line in lines:  # one by one: one that cannot be written loses no other
+            if self._abandoned:
+                return
             self._told(stream, _wrote(stream, line))
 
     def _told(self, stream: TextOutput, error: OSError | None) -> None:
         with self._tell:
+            if self._abandoned:  # counted lost by ``close``: neither failed nor written again
+                return
             if error is None:
                 self._failures.written(output_name(stream))
             else:
@@ -224,7 +283,7 @@ class _BoundedQueueHandler(logging.handlers.QueueHandler):
 
     def __init__(self, records: queue.Queue[logging.LogRecord | None]) -> None:
         super().__init__(records)
-        self.lost = 0  # since the last record the thread took
+        self.lost = 0  # since the handlers last caught up
         self._counting = threading.Lock()
 
     def enqueue(self, record: logging.LogRecord) -> None:
@@ -245,13 +304,22 @@ def queued_logging(limit: int = LOG_QUEUE_RECORDS, close_timeout: float = 5.0) -
     """For the ``with`` block, the root logger's handlers take their records from a thread
     of their own: a logging call only queues its record (formatted where it is made). On
     leaving, the records queued are handled, waiting up to ``close_timeout`` seconds, and
-    the handlers put back."""
+    the handlers put back. Without handlers (nothing configured logging), nothing changes:
+    Python's last resort prints warnings and errors as it did.
+
+    A stream handler's records are written to its stream's descriptor directly, outside the
+    handler's lock and the stream's buffer: a write that blocks for good then holds neither,
+    and the process can still exit (``logging.shutdown`` takes every handler's lock, and
+    Python's finalization flushes ``sys.stderr``; the thread is a daemon)."""
     root = logging.getLogger()
     handlers = list(root.handlers)
+    if not handlers:
+        yield
+        return
     records: queue.Queue[logging.LogRecord | None] = queue.Queue(limit)
     front = _BoundedQueueHandler(records)
     thread = threading.Thread(
-        target=_handle, args=(records, handlers, front), name="toolwatch-log", daemon=True
+        target=_handle, args=(records, handlers, front, limit), name="toolwatch-log", daemon=True
     )
     thread.start()
     for handler in handlers:
@@ -261,9 +329,10 @@ def queued_logging(limit: int = LOG_QUEUE_RECORDS, close_timeout: float = 5.0) -
         yield
     finally:
         root.removeHandler(front)
+        deadline = time.monotonic() + close_timeout
         with contextlib.suppress(queue.Full):
             records.put(None, timeout=close_timeout)
-            thread.join(max(close_timeout, 0.0))
+            thread.join(max(deadline - time.monotonic(), 0.0))
         for handler in handlers:
             root.addHandler(handler)
 
@@ -272,34 +341,68 @@ def _handle(
     records: queue.Queue[logging.LogRecord | None],
     handlers: list[logging.Handler],
     front: _BoundedQueueHandler,
+    limit: int,
 ) -> None:
     """Hands each record queued to ``handlers``; how many were lost, once they caught up."""
     while (record := records.get()) is not None:
         _hand_to(handlers, record)
         if records.empty():
-            _tell_lost(handlers, front)
-    _tell_lost(handlers, front)
+            _tell_lost(handlers, front, limit)
+    _tell_lost(handlers, front, limit)
 
 
-def _tell_lost(handlers: list[logging.Handler], front: _BoundedQueueHandler) -> None:
+def _tell_lost(handlers: list[logging.Handler], front: _BoundedQueueHandler, limit: int) -> None:
     lost = front.take_lost()
     if lost:
-        _hand_to(handlers, _lost_record(lost))
+        _hand_to(handlers, _lost_record(lost, limit))
 
 
 def _hand_to(handlers: list[logging.Handler], record: logging.LogRecord) -> None:
     for handler in handlers:
-        if record.levelno >= handler.level:
+        if record.levelno < handler.level:
+            continue
+        fd = _descriptor(handler)
+        if fd is None:
             handler.handle(record)
+        elif handler.filter(record):
+            _write_record(handler, fd, record)
 
 
-def _lost_record(lost: int) -> logging.LogRecord:
+def _descriptor(handler: logging.Handler) -> int | None:
+    """The descriptor a stream handler writes to, or ``None`` (not a stream, or a stream
+    with none: ``io.StringIO``, pytest's capture)."""
+    stream = getattr(handler, "stream", None)
+    if not isinstance(handler, logging.StreamHandler) or stream is None:
+        return None
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError):
+        return None
+    return fd if isinstance(fd, int) else None
+
+
+def _write_record(handler: logging.Handler, fd: int, record: logging.LogRecord) -> None:
+    """``record`` as ``handler`` formats it, written to ``fd`` whole (one the system refuses,
+    a closed pipe, is lost)."""
+    try:
+        text = handler.format(record) + getattr(handler, "terminator", "\n")
+    except Exception:  # a record that cannot be formatted: what its handler would say
+        handler.handleError(record)
+        return
+    encoding = getattr(getattr(handler, "stream", None), "encoding", None) or "utf-8"
+    data = memoryview(text.encode(encoding, "backslashreplace"))
+    with contextlib.suppress(OSError):
+        while data:
+            data = data[os.write(fd, data) :]
+
+
+def _lost_record(lost: int, limit: int) -> logging.LogRecord:
     return logging.getLogger(__name__).makeRecord(
         __name__,
         logging.WARNING,
         __file__,
         0,
         "%d log record(s) lost: %d were waiting already (standard error blocked?)",
-        (lost, LOG_QUEUE_RECORDS),
+        (lost, limit),
         None,
     )

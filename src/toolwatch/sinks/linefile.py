@@ -85,9 +85,10 @@ class LineFile:
             data = b"\n" + data
         start = _end(fd)
         written = 0
+        view = memoryview(data)  # a partial write's rest is no copy of it
         try:
             while written < len(data):
-                written += os.write(fd, data[written:])
+                written += os.write(fd, view[written:])
         except OSError:
             if written:  # a line torn before stays at the end even when this one is cut
                 self._torn = self._torn or not _cut(fd, start, written)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import logging
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -118,7 +119,7 @@ def test_close_gives_a_blocked_output_its_timeout_then_counts_what_it_still_hold
     with caplog.at_level(logging.ERROR):
         output.close(timeout=0.05)  # the output never takes the first: both are lost
     assert counted.failures == 2
-    assert "took none of them in 0.05 s" in caplog.text
+    assert "not written within 0.05 s of the shutdown" in caplog.text
     output.write("after\n")  # closed: lost, not queued
     assert counted.failures == 3
     stream.gate.set()  # the process would exit; here the thread ends
@@ -191,9 +192,8 @@ def root_handler() -> Iterator[_GatedHandler]:
 
 
 def test_queued_logging_blocks_no_caller_and_tells_what_it_lost(
-    root_handler: _GatedHandler, monkeypatch: pytest.MonkeyPatch
+    root_handler: _GatedHandler,
 ) -> None:
-    monkeypatch.setattr(background, "LOG_QUEUE_RECORDS", 3)  # in the lost record's words
     log = logging.getLogger("toolwatch.test")
     handlers = list(logging.getLogger().handlers)  # pytest's capture's among them
     with queued_logging(limit=3):
@@ -211,3 +211,45 @@ def test_queued_logging_blocks_no_caller_and_tells_what_it_lost(
         "queued 2",
         "2 log record(s) lost: 3 were waiting already (standard error blocked?)",
     ]
+
+
+def test_a_blocked_output_costs_one_wait_for_room_then_loses_lines_at_once(
+    counted: _Counted,
+) -> None:
+    """The first line that does not fit waits ``ROOM_SECONDS`` for the thread (a healthy
+    output behind by a large line catches up); the output took nothing meanwhile, so the next
+    ones are lost without a wait, until it writes again."""
+    stream = _Gated()
+    output = _output(stream, counted, limit=16)
+    output.write("taken\n")
+    assert stream.entered.wait(_WAIT)
+    output.write("queued\n")  # 13 characters wait or are being written: full
+    waited = time.monotonic()
+    output.write("first over\n")  # waits for room, none comes: lost
+    waited = time.monotonic() - waited
+    quick = time.monotonic()
+    output.write("second over\n")  # stalled: lost at once
+    quick = time.monotonic() - quick
+    assert counted.failures == 2
+    assert waited >= background.ROOM_SECONDS
+    assert quick < background.ROOM_SECONDS / 2
+    stream.gate.set()
+    assert output.written(_WAIT)
+    output.write("after\n")  # written again: takes writes, and waits for room again
+    assert output.written(_WAIT)
+    assert stream.getvalue().splitlines() == ["taken", "queued", "after"]
+
+
+def test_queued_logging_without_handlers_leaves_logging_as_it_is() -> None:
+    """Nothing configured logging (``serve`` embedded in a program): Python's last resort
+    still prints warnings; queued, they went to no handler at all (review)."""
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    for handler in handlers:
+        root.removeHandler(handler)
+    try:
+        with queued_logging():
+            assert root.handlers == []
+    finally:
+        for handler in handlers:
+            root.addHandler(handler)
