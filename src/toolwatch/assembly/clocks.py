@@ -1,6 +1,7 @@
 """The time each call is ordered by, on a clock its caller can compare: another service's
 subtree fitted into the tool span that called it, a tool service's span moved into the
-window its request allows. The calls' recorded times stay theirs.
+window its request allows, and one holding no request by as much as its host's call
+nearest it. The calls' recorded times stay theirs.
 """
 
 from __future__ import annotations
@@ -33,8 +34,10 @@ def _requested_windows(
     before the model call that asked for it ended, nor after the next model call of the same
     agent (and tool: a model call a tool makes is no turn of its agent) started, which the
     call's result went back to; the calls nested in it by as much (those another service
-    wrote below it are in its clock once fitted). A clock a second ahead or behind put a
-    lookup after the refund it verified, or a refund before its lookup. A span of the model
+    wrote below it are in its clock once fitted), its reruns on its host too
+    (``_shift_reruns``), and that host's spans that hold no request by the shift of its
+    call nearest them (``_shift_hosts``). A clock a second ahead or behind put a lookup
+    after the refund it verified, or a refund before its lookup. A span of the model
     call's own service keeps its time: one clock, and what it says is what happened (a tool
     that a streamed output started before the output ended; the branches of a graph run at
     once).
@@ -85,6 +88,7 @@ def _requested_windows(
             shifts[span.span_id] = at - own
     if shifts:
         _shift_reruns(drafts, shifts)
+        _shift_hosts(drafts, sites, remote, shifts)
         _shift_nested(drafts, sites, shifts, fitted=clocks is not None)
 
 
@@ -218,6 +222,78 @@ def _shift_reruns(drafts: list[_Draft], shifts: dict[bytes, int]) -> None:
         shift = shifts[first.span_id]
         d.moved = d.at + shift
         shifts[span.span_id] = shift  # and the calls nested in it (``_shift_nested``)
+
+
+#: Where a host's span sits: its agent, its nearest tool span, its service. One such
+#: host's calls are on one clock, moved by its tool span's offset when fitted.
+_Host = tuple[bytes | None, bytes | None, str | None]
+
+
+def _shift_hosts(
+    drafts: list[_Draft],
+    sites: dict[bytes, CallSite],
+    remote: list[tuple[_Draft, SpanRecord, SpanRecord]],
+    shifts: dict[bytes, int],
+) -> None:
+    """Move each tool span that holds no request (its model output streamed and its
+    requests not recorded, or none recorded for that turn) by the offset its host shows in
+    the run: the shift of the host's call placed by its request's window (``remote``: of
+    the same service, agent and tool span; 0 for one its window held as it was) that
+    started nearest it on the host's own clock, the earlier of two as near. Left on its raw
+    clock while its host's other calls moved, a refund on a host a second behind sorted
+    before the lookup that verified it, or its raw interval joined a slow call's parallel
+    group (a false ``MISSING_VERIFICATION_STEP``); ahead, a lookup sorted after its refund.
+
+    A host's calls can disagree: a window moves its call by the least that puts it inside,
+    so a call the host queued a while moves less, or not at all, than one run at once. The
+    nearest one's shift keeps the span in its order with that call, the one of the host's
+    that its clock puts closest and so the likeliest to be put out of order (one host's
+    order is what happened there: a farther call's larger shift could carry the span past a
+    nearer call); and a drifting clock agrees best with the nearest reading. The spans of
+    the service of the agent's model calls (none of theirs is ever placed by a window), and
+    a rerun whose first attempt its host ran (``_shift_reruns`` put it on that attempt's
+    clock), keep theirs. Run only when a call moved: a run of one service pays nothing."""
+    shown: dict[_Host, list[tuple[int, int]]] = {}  # host -> (start, shift) of its calls
+    first: dict[int, SpanRecord] = {}  # id(request) -> the remote span that took it
+    for d, placed, _ in remote:
+        append_to(shown, _host(placed, sites), (placed.start_ns, shifts.get(placed.span_id, 0)))
+        first[id(d.request)] = placed
+    for calls in shown.values():
+        calls.sort()
+    for d in drafts:
+        span = d.span
+        if span is None or d.request is not None or span.span_id in shifts:
+            continue
+        taken = first.get(id(d.again)) if d.again is not None else None
+        if taken is not None and taken.service == span.service:
+            continue
+        calls_of_host = shown.get(_host(span, sites))
+        if calls_of_host is None:
+            continue
+        shift = _nearest(calls_of_host, span.start_ns)
+        if shift:
+            d.moved = d.at + shift
+            shifts[span.span_id] = shift  # and the calls nested in it (``_shift_nested``)
+
+
+def _host(span: SpanRecord, sites: dict[bytes, CallSite]) -> _Host:
+    site = sites[span.span_id]
+    return _scope(site), site.tool.span_id if site.tool is not None else None, span.service
+
+
+def _nearest(calls: list[tuple[int, int]], start: int) -> int:
+    """The shift of the call of ``calls`` (by start) that started nearest ``start``, the
+    earlier of two as near."""
+    after = bisect.bisect_right(calls, start, key=_start)
+    if after == len(calls) or (
+        after > 0 and start - calls[after - 1][0] <= calls[after][0] - start
+    ):
+        return calls[after - 1][1]
+    return calls[after][1]
+
+
+def _start(call: tuple[int, int]) -> int:
+    return call[0]
 
 
 def _shift_nested(
