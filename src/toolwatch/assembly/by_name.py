@@ -1,8 +1,9 @@
 """The join of tool spans with requests without an id in common: the k-th execution of a
 tool under an agent with the k-th request of it, unless another request asked for exactly
-the arguments it ran with (OpenAI Agents' tool spans carry no call id), or the span, recording
-no arguments where its attempt before did, ran that attempt's request again (a retry, a
-wrapper's span beside the tool's: ``_ran_again``).
+the arguments it ran with (OpenAI Agents' tool spans carry no call id), or the span ran the
+request of its tool's attempt before it again (a retry, a wrapper's span beside the tool's,
+either started first: ``_ran_again``), recording no arguments where that attempt did, or the
+arguments that request asked for.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ def _join_by_name(
         only_without = span.call_id is not None
         pending = (without_id[key], None if only_without else with_id[key])
         # A span with an id never runs another id's request again: only one without.
-        attempts = None if only_without or _recorded(span) else last.get(key)
+        attempts = None if only_without else last.get(key)
         if attempts is not None and _may_run_again(span, attempts, *pending):
             if senders is None:
                 senders = _Senders(spans, sites)
@@ -124,20 +125,38 @@ def _may_run_again(
     first: deque[_Request],
     second: deque[_Request] | None,
 ) -> bool:
-    """Whether ``span``, recording no arguments, may be an attempt of the request its tool's
-    last span ran (``attempts``) rather than the next request's execution, by the spans
-    alone: its producer records arguments (the request's first attempt, by its service,
-    did: where none are ever recorded, nothing tells a retry from the next request, which
-    it takes, as before); it follows a failed attempt of the request (a retry), or started
-    beside the last (a wrapper's span: a retry starts once its attempt has failed); and no
-    request of that model call's output waits for its execution (parallel calls of one
-    tool: the span is that one's). ``_ran_again`` says whether a turn came between."""
+    """Whether ``span`` may be an attempt of the request its tool's last span ran
+    (``attempts``) rather than the next request's execution, by the spans alone: the service
+    that wrote the request's first attempt wrote it; it follows a failed attempt of the
+    request (a retry), or started beside the last (a wrapper's span and the tool's, either
+    first: a retry starts once its attempt has failed); it recorded what an attempt of the
+    request records (``_same_attempt``); and no request of that model call's output waits
+    that it may be the execution of (parallel calls of one tool: any of them for a span
+    recording no arguments, one asking for the same arguments for a span recording them:
+    the model asked twice). ``_ran_again`` says whether a turn came between."""
     request, taken_by, previous = attempts
-    if not _recorded(taken_by) or taken_by.service != span.service:
+    if taken_by.service != span.service:
         return False
     if not _failed(previous) and span.start_ns >= previous.end_ns:
         return False
-    return not _asked_beside(request, first) and not (second and _asked_beside(request, second))
+    recorded = _recorded(span)
+    if not _same_attempt(span, recorded, request, taken_by):
+        return False
+    return not _asked_beside(request, first, recorded) and not (
+        second and _asked_beside(request, second, recorded)
+    )
+
+
+def _same_attempt(
+    span: SpanRecord, recorded: bool, request: _Request, taken_by: SpanRecord
+) -> bool:
+    """Whether what ``span`` recorded fits an attempt of ``request``: the arguments the
+    request asked for (other arguments are another request's); or none, where the request's
+    first attempt (``taken_by``) recorded them (where none are ever recorded, nothing tells
+    a retry from the next request, which the span takes, as before)."""
+    if recorded:
+        return bool(parse_arguments(span.arguments)[0] == request.arguments())
+    return _recorded(taken_by)
 
 
 def _recorded(span: SpanRecord) -> bool:
@@ -146,16 +165,20 @@ def _recorded(span: SpanRecord) -> bool:
     return arguments is not None and not (isinstance(arguments, str) and not arguments.strip())
 
 
-def _asked_beside(request: _Request, queue: deque[_Request]) -> bool:
+def _asked_beside(request: _Request, queue: deque[_Request], same: bool) -> bool:
     """Whether a request of ``request``'s model call waits in ``queue`` (emission order: its
-    requests come before the later calls'), read up to ``_MAX_ARGUMENT_MATCHES``; beyond
-    that, ``True``: a guess would take the next request's execution from it."""
+    requests come together, before the later calls'), one asking for ``request``'s
+    arguments where ``same``; read up to ``_MAX_ARGUMENT_MATCHES``, beyond which ``True``:
+    a guess would take the next request's execution from it."""
     llm = request.llm
     for index, waiting in enumerate(queue):
         if waiting.llm is llm:
+            if not same or waiting.arguments() == request.arguments():
+                return True
+        elif waiting.position > request.position:
+            return False  # a later model call's: none of its output's after it
+        if index == _MAX_ARGUMENT_MATCHES:
             return True
-        if waiting.position > request.position or index == _MAX_ARGUMENT_MATCHES:
-            return waiting.position <= request.position
     return False
 
 
