@@ -307,10 +307,11 @@ def queued_logging(limit: int = LOG_QUEUE_RECORDS, close_timeout: float = 5.0) -
     the handlers put back. Without handlers (nothing configured logging), nothing changes:
     Python's last resort prints warnings and errors as it did.
 
-    A stream handler's records are written to its stream's descriptor directly, outside the
-    handler's lock and the stream's buffer: a write that blocks for good then holds neither,
-    and the process can still exit (``logging.shutdown`` takes every handler's lock, and
-    Python's finalization flushes ``sys.stderr``; the thread is a daemon)."""
+    A plain stream handler's records (standard error's) are written to its stream's
+    descriptor directly, outside the handler's lock and the stream's buffer: a write that
+    blocks for good then holds neither, and the process can still exit
+    (``logging.shutdown`` takes every handler's lock, and Python's finalization flushes
+    ``sys.stderr``; the thread is a daemon)."""
     root = logging.getLogger()
     handlers = list(root.handlers)
     if not handlers:
@@ -369,10 +370,11 @@ def _hand_to(handlers: list[logging.Handler], record: logging.LogRecord) -> None
 
 
 def _descriptor(handler: logging.Handler) -> int | None:
-    """The descriptor a stream handler writes to, or ``None`` (not a stream, or a stream
-    with none: ``io.StringIO``, pytest's capture)."""
+    """The descriptor a plain ``StreamHandler`` writes to (``basicConfig``'s, on standard
+    error), or ``None``: another handler, a subclass among them (a file handler that
+    rotates in its ``emit``, pytest's capture), or a stream with none (``io.StringIO``)."""
     stream = getattr(handler, "stream", None)
-    if not isinstance(handler, logging.StreamHandler) or stream is None:
+    if type(handler) is not logging.StreamHandler or stream is None:
         return None
     try:
         fd = stream.fileno()

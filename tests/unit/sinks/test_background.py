@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import logging
+import logging.handlers
 import threading
 import time
 from collections.abc import Iterator
@@ -253,3 +254,30 @@ def test_queued_logging_without_handlers_leaves_logging_as_it_is() -> None:
     finally:
         for handler in handlers:
             root.addHandler(handler)
+
+
+def test_queued_logging_hands_a_rotating_file_handler_its_records_through_its_emit(
+    tmp_path: Path,
+) -> None:
+    """Only a plain StreamHandler is written to its descriptor directly: a subclass's own
+    ``emit`` (a file that rotates in it) still runs, so the file still rotates."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    for handler in handlers:
+        root.removeHandler(handler)
+    path = tmp_path / "toolwatch.log"
+    rotating = logging.handlers.RotatingFileHandler(path, maxBytes=200, backupCount=1)
+    root.addHandler(rotating)
+    root.setLevel(logging.INFO)
+    try:
+        with queued_logging():
+            for i in range(20):
+                logging.getLogger("toolwatch.test").info("record %02d of twenty", i)
+    finally:
+        root.removeHandler(rotating)
+        rotating.close()
+        for handler in handlers:
+            root.addHandler(handler)
+        root.setLevel(level)
+    assert path.with_name("toolwatch.log.1").exists()
+    assert path.read_text().splitlines()[-1] == "record 19 of twenty"
