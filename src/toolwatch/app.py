@@ -152,6 +152,7 @@ class App:
         extra_sinks: tuple[FindingSink, ...] = (),
     ) -> None:
         self.config = config
+        self._clock = clock
         #: Stopped with Ctrl-C from a terminal (``serve``'s standard input is one, and SIGINT
         #: came): nothing waits for a last scrape at shutdown, as a one-off ``curl`` of
         #: ``/metrics`` counted as a scraper. Not a SIGTERM there: ``docker stop`` of a
@@ -227,7 +228,6 @@ class App:
         self._grpc: grpc.aio.Server | None = None
         self._stream: grpc.aio.Server | None = None
         self._runners: list[web.AppRunner] = []
-        self._clock = clock
         self._ticker: asyncio.Task[None] | None = None
         self._arrived = asyncio.Event()  # spans offered since the ticker last went idle
         self._ready = False
@@ -263,6 +263,7 @@ class App:
                 self._redaction,
                 wall_clock=wall_clock,
                 failed=metrics.output_failed,
+                clock=lambda: self._clock() / 1e9,
             )
         except OutputError as exc:
             raise StartError(str(exc)) from exc

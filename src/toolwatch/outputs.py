@@ -25,7 +25,7 @@ from toolwatch.engine import DiscardToolTraces, ToolTraceSink
 from toolwatch.model import Clock
 from toolwatch.sinks.background import BackgroundOutput
 from toolwatch.sinks.findings import FanOutSink, FindingSink, JsonLinesFindingSink, Redaction
-from toolwatch.sinks.linefile import LineFile, WriteFailures
+from toolwatch.sinks.linefile import LineFile, TextOutput, WriteFailures
 from toolwatch.sinks.tooltraces import ToolTraceWriter
 
 __all__ = ["OutputError", "Outputs", "open_outputs", "open_text"]
@@ -105,22 +105,24 @@ def open_outputs(
     *,
     wall_clock: Clock,
     failed: Callable[[str], None],
+    clock: Callable[[], float] = time.monotonic,
 ) -> Outputs:
     """Opens the files ``output`` names; ``sinks`` (labelled ``labels``: ``OUTPUTS``) and the
     findings log among them get every finding. ``failed`` is told each write an output
-    failed, by its label. Raises ``OutputError``, having closed what it opened."""
+    failed, by its label; ``clock`` (seconds) says when a file looks at its path again
+    (``background.FOLLOW_SECONDS``). Raises ``OutputError``, having closed what it opened."""
     files: list[_File] = []
     log_sink = None
     tooltraces: ToolTraceSink = DiscardToolTraces()
     try:
         if output.findings is not None:
-            findings = _background(_FINDINGS_LOG, output.findings, failed)
+            findings = _background(_FINDINGS_LOG, output.findings, failed, clock)
             files.append(findings)
             log_sink = JsonLinesFindingSink(findings.output, redaction, wall_clock=wall_clock)
             sinks = [log_sink, *sinks]
             labels = [_FINDINGS_LOG.label, *labels]
         if output.dump_tooltraces is not None:
-            dump = _background(_DUMP, output.dump_tooltraces, failed)
+            dump = _background(_DUMP, output.dump_tooltraces, failed, clock)
             files.append(dump)
             tooltraces = ToolTraceWriter(dump.output)
     except OutputError:
@@ -131,10 +133,56 @@ def open_outputs(
     return Outputs(fan_out, tooltraces, log_sink, tuple(files))
 
 
-def _background(kind: _Kind, target: str, failed: Callable[[str], None]) -> _File:
+def _background(
+    kind: _Kind, target: str, failed: Callable[[str], None], clock: Callable[[], float]
+) -> _File:
     stream = open_text(kind.setting, target, kind.private)
     failures = WriteFailures(kind.what, lambda: failed(kind.label), log)
-    return _File(kind, BackgroundOutput(stream, failures))
+    follow = None if target == "-" else _Follow(kind, target)
+    return _File(kind, BackgroundOutput(stream, failures, follow=follow, clock=clock))
+
+
+class _Follow:
+    """Whether ``path`` still names the file an output writes, for its thread
+    (``background.Follow``): a file removed or renamed away (a rotation without SIGHUP, a
+    cleanup that deleted the log) is opened again at the path, as a SIGHUP would; one removed
+    whose path cannot be opened (its directory removed) loses its lines, told by outage, rather
+    than fill a file no one can read. A renamed one whose path cannot be opened goes on."""
+
+    def __init__(self, kind: _Kind, path: str) -> None:
+        self._kind = kind
+        self._path = path
+        self._failing = False  # the path could not be opened: logged once, until it can
+
+    def __call__(self, stream: TextOutput) -> TextOutput | OSError | None:
+        if not _rotated(self._path, stream):
+            return None
+        kind = self._kind
+        try:
+            opened = open_text(kind.setting, self._path, kind.private)
+        except OutputError as exc:
+            if not self._failing:
+                self._failing = True
+                log.error("%s; the file written was removed or renamed away", exc)
+            cause = exc.__cause__
+            if _removed(stream):
+                return cause if isinstance(cause, OSError) else OSError(str(exc))
+            return None
+        self._failing = False
+        log.info(
+            "%s: %s opened again (the file there was removed or renamed away)",
+            kind.setting,
+            self._path,
+        )
+        return opened
+
+
+def _removed(stream: TextOutput) -> bool:
+    """Whether the file ``stream`` writes has no name left (removed, its directory too)."""
+    try:
+        return os.fstat(stream.fileno()).st_nlink == 0
+    except (OSError, ValueError):
+        return False
 
 
 def open_text(setting: str, target: str, private: bool = False) -> LineFile:
@@ -158,10 +206,10 @@ def open_text(setting: str, target: str, private: bool = False) -> LineFile:
     return stream
 
 
-def _rotated(path: str, output: BackgroundOutput) -> bool:
+def _rotated(path: str, output: TextOutput) -> bool:
     """Whether ``path`` no longer names the file ``output`` writes: it is gone (or cannot be
     looked at: opening it says why), or another regular file is there. Not when something
-    else is (a FIFO whose reader is not back yet would block the event loop's open)."""
+    else is (a FIFO whose reader is not back yet would block the open)."""
     try:
         there = os.stat(path)
     except OSError:

@@ -33,16 +33,18 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final
 
 from toolwatch.sinks.linefile import TextOutput, WriteFailures, output_name
 
 __all__ = [
+    "FOLLOW_SECONDS",
     "LOG_QUEUE_RECORDS",
     "OUTPUT_BACKLOG_CHARS",
     "ROOM_SECONDS",
     "BackgroundOutput",
+    "Follow",
     "queued_logging",
 ]
 
@@ -59,8 +61,17 @@ ROOM_SECONDS: Final = 0.5
 #: Characters the thread writes at once at most (one longer line alone): the copy a write
 #: joins and encodes stays small beside the bound.
 _BATCH_CHARS: Final = 64 * 1024
+#: How often an output's thread looks whether its file's path still names it (``follow``).
+FOLLOW_SECONDS: Final = 1.0
 #: Log records that may wait for standard error (formatted: a few hundred bytes each).
 LOG_QUEUE_RECORDS: Final = 10_000
+
+
+#: What an output's thread asks of the file it writes, at most once every
+#: ``FOLLOW_SECONDS``: ``None`` while its path names it; the file opened again at its path
+#: (the one written was removed or renamed away: a rotation without SIGHUP); or why its lines
+#: are lost (removed, and its path cannot be opened: its directory was removed).
+Follow = Callable[[TextOutput], "TextOutput | OSError | None"]
 
 
 class _Replace:
@@ -83,13 +94,25 @@ class BackgroundOutput:
     not fit, at once, until the thread has written again. The thread writes up to
     ``_BATCH_CHARS`` at a time in one write, or, when that fails, line by line, each failure
     told to ``failures`` as ``write_lines`` tells them (so a full disk loses only what did not
-    fit). ``close`` writes what is queued, for a bounded time, then closes the file.
+    fit). Given ``follow``, the thread looks at most once every ``FOLLOW_SECONDS`` (by
+    ``clock``) whether the file's path still names it, and opens it again there when not.
+    ``close`` writes what is queued, for a bounded time, then closes the file.
     """
 
     def __init__(
-        self, stream: TextOutput, failures: WriteFailures, limit: int = OUTPUT_BACKLOG_CHARS
+        self,
+        stream: TextOutput,
+        failures: WriteFailures,
+        limit: int = OUTPUT_BACKLOG_CHARS,
+        *,
+        follow: Follow | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = output_name(stream)
+        self._follow = follow
+        self._clock = clock
+        self._next_look = clock() + FOLLOW_SECONDS  # when ``follow`` is asked next
+        self._gone: OSError | None = None  # why the file written is lost (``follow``)
         self._latest = stream  # the file written once the queue is through (``replace``)
         self._failures = failures
         self._limit = limit
@@ -199,6 +222,8 @@ class BackgroundOutput:
                 lines = [item for item in batch if isinstance(item, str)]
                 self._busy = len(lines)
             try:
+                if self._follow is not None and self._clock() >= self._next_look:
+                    stream = self._followed(self._follow, stream)
                 stream = self._write(stream, batch)
             except Exception:  # a defect here must not end the thread: the rest would wait
                 _log.exception("writing %s failed", self.name)
@@ -211,6 +236,23 @@ class BackgroundOutput:
         if not self._abandoned:
             with contextlib.suppress(OSError):  # a full disk's failures were told as they came
                 stream.close()
+
+    def _followed(self, follow: Follow, stream: TextOutput) -> TextOutput:
+        """The file to write: ``stream``, or the file opened again at its path when it was
+        removed or renamed away (``follow``); a removed one whose path cannot be opened loses
+        its lines (``_gone``), rather than write a file no one can read."""
+        self._next_look = self._clock() + FOLLOW_SECONDS
+        found = follow(stream)
+        if found is None or isinstance(found, OSError):
+            self._gone = found
+            return stream
+        self._gone = None
+        with self._changed:
+            self._latest = found
+            self.name = output_name(found)
+        with contextlib.suppress(OSError):
+            stream.close()
+        return found
 
     def _take(self) -> list[str | _Replace]:
         """The queue's first items, up to ``_BATCH_CHARS`` of lines (one longer line alone)."""
@@ -238,6 +280,7 @@ class BackgroundOutput:
             with contextlib.suppress(OSError):
                 stream.close()
             stream = item.stream
+            self._gone = None
         self._write_lines(stream, lines)
         return stream
 
@@ -246,6 +289,11 @@ class BackgroundOutput:
         them still goes in whole and each failure is told (as ``write_lines`` tells them).
         Nothing once ``close`` gave up on them (it counted them lost)."""
         if not lines or self._abandoned:
+            return
+        gone = self._gone
+        if gone is not None:  # removed, and its path cannot be opened: no one would read them
+            for _ in lines:
+                self._told(stream, gone)
             return
         if len(lines) > 1 and _wrote(stream, "".join(lines)) is None:
             self._told(stream, None)
