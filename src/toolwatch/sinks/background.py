@@ -55,8 +55,8 @@ _log = logging.getLogger(__name__)
 #: keeps 1 to 4 bytes a character), and a line being written once more, encoded.
 OUTPUT_BACKLOG_CHARS: Final = 4 * 1024 * 1024
 #: How long a line that does not fit waits for room (the event loop waits with it), unless
-#: the output has taken nothing since the last such wait ran out: a healthy output behind by a
-#: few large lines catches up, a blocked one costs this wait once, then loses lines at once.
+#: the output has not caught up since the last such wait ran out: a healthy output behind by
+#: a few large lines catches up, a blocked one costs this wait once, then loses lines at once.
 ROOM_SECONDS: Final = 0.5
 #: Characters the thread writes at once at most (one longer line alone): the copy a write
 #: joins and encodes stays small beside the bound.
@@ -91,7 +91,9 @@ class BackgroundOutput:
     being written stay within ``limit`` (a line longer than ``limit`` still goes alone, once
     nothing else waits). One that would pass it waits up to ``ROOM_SECONDS`` for the thread
     to make room, then is lost (told to ``failures``), and so is every later one that does
-    not fit, at once, until the thread has written again. The thread writes up to
+    not fit, at once, until the thread has caught up (written all that waited: an output
+    that takes a batch now and then does not make the event loop wait each time). The
+    thread writes up to
     ``_BATCH_CHARS`` at a time in one write, or, when that fails, line by line, each failure
     told to ``failures`` as ``write_lines`` tells them (so a full disk loses only what did not
     fit). Given ``follow``, the thread looks at most once every ``FOLLOW_SECONDS`` (by
@@ -231,7 +233,8 @@ class BackgroundOutput:
                 with self._changed:  # held until written: the bound is of the memory
                     self._busy = 0
                     self._chars -= sum(map(len, lines))
-                    self._stalled = False  # written (or failed): the output takes writes
+                    if self._chars == 0:  # caught up: it takes writes again
+                        self._stalled = False
                     self._changed.notify_all()
         if not self._abandoned:
             with contextlib.suppress(OSError):  # a full disk's failures were told as they came
@@ -410,11 +413,14 @@ def _hand_to(handlers: list[logging.Handler], record: logging.LogRecord) -> None
     for handler in handlers:
         if record.levelno < handler.level:
             continue
-        fd = _descriptor(handler)
-        if fd is None:
-            handler.handle(record)
-        elif handler.filter(record):
-            _write_record(handler, fd, record)
+        try:
+            fd = _descriptor(handler)
+            if fd is None:
+                handler.handle(record)
+            elif handler.filter(record):
+                _write_record(handler, fd, record)
+        except Exception:  # one handler's defect ends neither the thread nor the others
+            handler.handleError(record)
 
 
 def _descriptor(handler: logging.Handler) -> int | None:
@@ -422,10 +428,11 @@ def _descriptor(handler: logging.Handler) -> int | None:
     error), or ``None``: another handler, a subclass among them (a file handler that
     rotates in its ``emit``, pytest's capture), or a stream with none (``io.StringIO``)."""
     stream = getattr(handler, "stream", None)
-    if type(handler) is not logging.StreamHandler or stream is None:
+    fileno = getattr(stream, "fileno", None)  # a stream needs only write and flush
+    if type(handler) is not logging.StreamHandler or fileno is None:
         return None
     try:
-        fd = stream.fileno()
+        fd = fileno()
     except (OSError, ValueError):
         return None
     return fd if isinstance(fd, int) else None

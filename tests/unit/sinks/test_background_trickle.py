@@ -1,0 +1,94 @@
+"""Second review of af9fc02 (``BackgroundOutput.write``): a line that does not fit waits up to
+``ROOM_SECONDS`` for room unless ``_stalled``; and ``_stalled`` is cleared by the writer thread
+after *any* batch it wrote. An output that is mostly blocked but takes a batch now and then (a
+log driver whose collector reads a little at a time, Docker ``mode=blocking``) therefore makes
+the event loop wait ``ROOM_SECONDS`` again after every batch it takes.
+
+The output here takes one write per permit the test gives it; the thread's waits are bounded
+(``_WAIT``), the test never sleeps: it waits for the thread to reach its next write.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import threading
+import time
+
+from toolwatch.sinks.background import ROOM_SECONDS, BackgroundOutput
+from toolwatch.sinks.linefile import WriteFailures
+
+_WAIT = 10.0  # seconds: a bound on each wait for the writer thread, never reached when it works
+
+
+class _Trickle(io.StringIO):
+    """A file that takes one write for each permit the test gives (a collector that reads a
+    little now and then); ``entered`` counts the writes that reached the gate."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.permits = threading.Semaphore(0)
+        self.entered = threading.Semaphore(0)
+
+    def write(self, text: str, /) -> int:
+        self.entered.release()
+        assert self.permits.acquire(timeout=_WAIT), "the test gave no permit"
+        return super().write(text)
+
+    def fileno(self) -> int:
+        return -1
+
+
+def test_a_trickling_output_costs_the_event_loop_the_room_wait_once_per_stall() -> None:
+    """Scenario: an output of limit 1,000 characters is full (lines of 100) and blocked; the
+    first line that does not fit waits ``ROOM_SECONDS`` and is lost (expected: the stall's
+    one wait). Then the output takes one batch, three times, each time staying full; after
+    each, the event loop writes lines until one is lost.
+    Was: each batch taken clears ``_stalled``, so each of the three rounds makes the loop
+    wait ``ROOM_SECONDS`` again before losing a line: 4 x 0.5 s = 2 s of a blocked event loop
+    (no exports, no /metrics, no /healthz) while the output never caught up. In production
+    (4 Mi limit, 64 Ki batches) a driver that takes 64 KiB every second blocks the loop
+    half the time, indefinitely, and lines are lost all the same.
+    Now: once a wait ran out, lines are lost at once until the output caught up (e.g. the
+    backlog drained below a low-water mark, or a batch written within ``ROOM_SECONDS``):
+    the loop waits ``ROOM_SECONDS`` about once for the whole episode.
+    Regression of af9fc02 (the wait for room is new in it)."""
+    lost = 0
+
+    def failed() -> None:
+        nonlocal lost
+        lost += 1
+
+    trickle = _Trickle()
+    output = BackgroundOutput(
+        trickle, WriteFailures("the findings log", failed, logging.getLogger(__name__)), 1000
+    )
+    line = "x" * 99 + "\n"
+    output.write(line)  # taken by the thread, which waits at the gate
+    assert trickle.entered.acquire(timeout=_WAIT)
+    for _ in range(9):
+        output.write(line)  # the backlog is full: 1,000 characters
+    blocked = 0.0
+
+    def write_until_one_is_lost() -> None:
+        nonlocal blocked
+        before = lost
+        for _ in range(20):
+            start = time.monotonic()
+            output.write(line)
+            blocked += time.monotonic() - start
+            if lost > before:
+                return
+        raise AssertionError("20 lines fitted in a backlog of 10")
+
+    try:
+        write_until_one_is_lost()  # the stall's first wait: expected
+        for _ in range(3):
+            trickle.permits.release()  # the output takes one batch...
+            assert trickle.entered.acquire(timeout=_WAIT)  # ...and blocks in the next
+            write_until_one_is_lost()
+    finally:
+        for _ in range(100):
+            trickle.permits.release()
+        output.close(_WAIT)
+    assert blocked < 2 * ROOM_SECONDS, f"the event loop waited {blocked:.2f} s in write"
