@@ -64,8 +64,8 @@ from toolwatch.references.golden import GoldenCaseSet, load_golden_cases
 from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.security import ListenerSecurity
 from toolwatch.sinks import exposition
-from toolwatch.sinks.background import queued_logging
 from toolwatch.sinks.findings import FindingSink, Redaction
+from toolwatch.sinks.logqueue import queued_logging
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
 from toolwatch.sinks.stream import FindingsBroker, add_findings_service, stream_server_options
 

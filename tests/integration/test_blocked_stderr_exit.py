@@ -106,7 +106,7 @@ def test_sigterm_with_a_blocked_stderr_exits_having_written_the_findings(
 #: standard error, say), leaves the block, and exits: what ``serve`` and the CLI do.
 _LOG_INTO_A_FULL_PIPE = """
 import logging, os, sys
-from toolwatch.sinks.background import queued_logging
+from toolwatch.sinks.logqueue import queued_logging
 read_end, write_end = os.pipe()
 os.set_blocking(write_end, False)
 try:

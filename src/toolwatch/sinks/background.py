@@ -1,5 +1,5 @@
-"""Outputs and log lines written on threads of their own, so that an output that blocks stalls
-nothing else.
+"""Outputs written on threads of their own, so that an output that blocks stalls nothing
+else.
 
 ``serve`` writes its findings log, its ToolTrace dump and its log lines as they come. Where one
 of them blocks (standard output into a container runtime's log driver whose collector is slow or
@@ -7,15 +7,12 @@ down, Docker's default ``mode=blocking``; a file on a hung network mount), a wri
 loop would stop everything with it: every export to toolwatch, the ticker that completes runs,
 ``/metrics`` (the alerts' own input) and ``/healthz`` (a liveness probe then kills the pod, and
 what was buffered with it). So the event loop only queues what is to be written:
-
-- ``BackgroundOutput`` queues lines for one output's writer thread. Up to ``limit`` characters
-  (4 Mi by default) wait or are being written; a line that would pass them waits for room, at
-  most ``ROOM_SECONDS`` once the output stopped taking writes, then is lost, told to the
-  output's ``WriteFailures`` (``toolwatch_output_failures_total``, and a log line by outage),
-  while metrics, pages and the other outputs go on.
-- ``queued_logging`` puts a ``QueueHandler`` in front of the root logger's handlers for the
-  time ``serve`` runs: at most ``LOG_QUEUE_RECORDS`` records wait; those beyond are lost, and
-  how many is logged once the handlers caught up.
+``BackgroundOutput`` queues lines for one output's writer thread. Up to ``limit`` characters
+(4 Mi by default) wait or are being written; a line that would pass them waits for room, at
+most ``ROOM_SECONDS`` once the output stopped taking writes, then is lost, told to the
+output's ``WriteFailures`` (``toolwatch_output_failures_total``, and a log line by outage),
+while metrics, pages and the other outputs go on. Log lines have a thread of their own too
+(``toolwatch.sinks.logqueue``).
 
 Threading: ``write``, ``replace`` and ``stop_taking`` are called from the event loop, ``close``
 and ``written`` from any one thread (``App.stop`` closes in an executor); each output's own
@@ -28,24 +25,20 @@ import contextlib
 import errno
 import logging
 import logging.handlers
-import os
-import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Final
 
 from toolwatch.sinks.linefile import TextOutput, WriteFailures, output_name
 
 __all__ = [
     "FOLLOW_SECONDS",
-    "LOG_QUEUE_RECORDS",
     "OUTPUT_BACKLOG_CHARS",
     "ROOM_SECONDS",
     "BackgroundOutput",
     "Follow",
-    "queued_logging",
 ]
 
 _log = logging.getLogger(__name__)
@@ -63,8 +56,6 @@ ROOM_SECONDS: Final = 0.5
 _BATCH_CHARS: Final = 64 * 1024
 #: How often an output's thread looks whether its file's path still names it (``follow``).
 FOLLOW_SECONDS: Final = 1.0
-#: Log records that may wait for standard error (formatted: a few hundred bytes each).
-LOG_QUEUE_RECORDS: Final = 10_000
 
 
 #: What an output's thread asks of the file it writes, at most once every
@@ -327,139 +318,3 @@ def _wrote(stream: TextOutput, text: str) -> OSError | None:
     except ValueError as error:  # a closed file, a text UTF-8 cannot encode
         return OSError(errno.EINVAL, f"{type(error).__name__}: {error}")
     return None
-
-
-class _BoundedQueueHandler(logging.handlers.QueueHandler):
-    """Puts records in a bounded queue; one that finds it full is lost and counted."""
-
-    def __init__(self, records: queue.Queue[logging.LogRecord | None]) -> None:
-        super().__init__(records)
-        self.lost = 0  # since the handlers last caught up
-        self._counting = threading.Lock()
-
-    def enqueue(self, record: logging.LogRecord) -> None:
-        try:
-            self.queue.put_nowait(record)
-        except queue.Full:
-            with self._counting:
-                self.lost += 1
-
-    def take_lost(self) -> int:
-        with self._counting:
-            lost, self.lost = self.lost, 0
-        return lost
-
-
-@contextlib.contextmanager
-def queued_logging(limit: int = LOG_QUEUE_RECORDS, close_timeout: float = 5.0) -> Iterator[None]:
-    """For the ``with`` block, the root logger's handlers take their records from a thread
-    of their own: a logging call only queues its record (formatted where it is made). On
-    leaving, the records queued are handled, waiting up to ``close_timeout`` seconds, and
-    the handlers put back. Without handlers (nothing configured logging), nothing changes:
-    Python's last resort prints warnings and errors as it did.
-
-    A plain stream handler's records (standard error's) are written to its stream's
-    descriptor directly, outside the handler's lock and the stream's buffer: a write that
-    blocks for good then holds neither, and the process can still exit
-    (``logging.shutdown`` takes every handler's lock, and Python's finalization flushes
-    ``sys.stderr``; the thread is a daemon)."""
-    root = logging.getLogger()
-    handlers = list(root.handlers)
-    if not handlers:
-        yield
-        return
-    records: queue.Queue[logging.LogRecord | None] = queue.Queue(limit)
-    front = _BoundedQueueHandler(records)
-    thread = threading.Thread(
-        target=_handle, args=(records, handlers, front, limit), name="toolwatch-log", daemon=True
-    )
-    thread.start()
-    for handler in handlers:
-        root.removeHandler(handler)
-    root.addHandler(front)
-    try:
-        yield
-    finally:
-        root.removeHandler(front)
-        deadline = time.monotonic() + close_timeout
-        with contextlib.suppress(queue.Full):
-            records.put(None, timeout=close_timeout)
-            thread.join(max(deadline - time.monotonic(), 0.0))
-        for handler in handlers:
-            root.addHandler(handler)
-
-
-def _handle(
-    records: queue.Queue[logging.LogRecord | None],
-    handlers: list[logging.Handler],
-    front: _BoundedQueueHandler,
-    limit: int,
-) -> None:
-    """Hands each record queued to ``handlers``; how many were lost, once they caught up."""
-    while (record := records.get()) is not None:
-        _hand_to(handlers, record)
-        if records.empty():
-            _tell_lost(handlers, front, limit)
-    _tell_lost(handlers, front, limit)
-
-
-def _tell_lost(handlers: list[logging.Handler], front: _BoundedQueueHandler, limit: int) -> None:
-    lost = front.take_lost()
-    if lost:
-        _hand_to(handlers, _lost_record(lost, limit))
-
-
-def _hand_to(handlers: list[logging.Handler], record: logging.LogRecord) -> None:
-    for handler in handlers:
-        if record.levelno < handler.level:
-            continue
-        try:
-            fd = _descriptor(handler)
-            if fd is None:
-                handler.handle(record)
-            elif handler.filter(record):
-                _write_record(handler, fd, record)
-        except Exception:  # one handler's defect ends neither the thread nor the others
-            handler.handleError(record)
-
-
-def _descriptor(handler: logging.Handler) -> int | None:
-    """The descriptor a plain ``StreamHandler`` writes to (``basicConfig``'s, on standard
-    error), or ``None``: another handler, a subclass among them (a file handler that
-    rotates in its ``emit``, pytest's capture), or a stream with none (``io.StringIO``)."""
-    stream = getattr(handler, "stream", None)
-    fileno = getattr(stream, "fileno", None)  # a stream needs only write and flush
-    if type(handler) is not logging.StreamHandler or fileno is None:
-        return None
-    try:
-        fd = fileno()
-    except (OSError, ValueError):
-        return None
-    return fd if isinstance(fd, int) else None
-
-
-def _write_record(handler: logging.Handler, fd: int, record: logging.LogRecord) -> None:
-    """``record`` as ``handler`` formats it, written to ``fd`` whole (one the system refuses,
-    a closed pipe, is lost)."""
-    try:
-        text = handler.format(record) + getattr(handler, "terminator", "\n")
-    except Exception:  # a record that cannot be formatted: what its handler would say
-        handler.handleError(record)
-        return
-    encoding = getattr(getattr(handler, "stream", None), "encoding", None) or "utf-8"
-    data = memoryview(text.encode(encoding, "backslashreplace"))
-    with contextlib.suppress(OSError):
-        while data:
-            data = data[os.write(fd, data) :]
-
-
-def _lost_record(lost: int, limit: int) -> logging.LogRecord:
-    return logging.getLogger(__name__).makeRecord(
-        __name__,
-        logging.WARNING,
-        __file__,
-        0,
-        "%d log record(s) lost: %d were waiting already (standard error blocked?)",
-        (lost, limit),
-        None,
-    )

@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 
 from toolwatch.sinks import background
-from toolwatch.sinks.background import OUTPUT_BACKLOG_CHARS, BackgroundOutput, queued_logging
+from toolwatch.sinks.background import OUTPUT_BACKLOG_CHARS, BackgroundOutput
 from toolwatch.sinks.linefile import LineFile, WriteFailures
+from toolwatch.sinks.logqueue import queued_logging
 
 _WAIT = 10.0  # seconds: a bound on each wait for the writer thread, never reached when it works
 

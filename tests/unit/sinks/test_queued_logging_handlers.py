@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from toolwatch.sinks.background import queued_logging
+from toolwatch.sinks.logqueue import queued_logging
 
 _log = logging.getLogger("toolwatch.review")
 

@@ -1,0 +1,162 @@
+"""Log records handled on a thread of their own while ``serve`` runs, so that a standard
+error that blocks (a container runtime's log driver whose collector is slow or down) stalls
+nothing else: ``queued_logging`` puts a ``QueueHandler`` in front of the root logger's
+handlers; at most ``LOG_QUEUE_RECORDS`` records wait, those beyond are lost, and how many is
+logged once the handlers caught up. The findings log and the ToolTrace dump have threads of
+their own too (``toolwatch.sinks.background``).
+
+Threading: logging calls queue from any thread; one thread hands records to the handlers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import logging.handlers
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from typing import Final
+
+__all__ = ["LOG_QUEUE_RECORDS", "queued_logging"]
+
+#: Log records that may wait for standard error (formatted: a few hundred bytes each).
+LOG_QUEUE_RECORDS: Final = 10_000
+
+
+class _BoundedQueueHandler(logging.handlers.QueueHandler):
+    """Puts records in a bounded queue; one that finds it full is lost and counted."""
+
+    def __init__(self, records: queue.Queue[logging.LogRecord | None]) -> None:
+        super().__init__(records)
+        self.lost = 0  # since the handlers last caught up
+        self._counting = threading.Lock()
+
+    def enqueue(self, record: logging.LogRecord) -> None:
+        try:
+            self.queue.put_nowait(record)
+        except queue.Full:
+            with self._counting:
+                self.lost += 1
+
+    def take_lost(self) -> int:
+        with self._counting:
+            lost, self.lost = self.lost, 0
+        return lost
+
+
+@contextlib.contextmanager
+def queued_logging(limit: int = LOG_QUEUE_RECORDS, close_timeout: float = 5.0) -> Iterator[None]:
+    """For the ``with`` block, the root logger's handlers take their records from a thread
+    of their own: a logging call only queues its record (formatted where it is made). On
+    leaving, the records queued are handled, waiting up to ``close_timeout`` seconds, and
+    the handlers put back. Without handlers (nothing configured logging), nothing changes:
+    Python's last resort prints warnings and errors as it did.
+
+    A plain stream handler's records (standard error's) are written to its stream's
+    descriptor directly, outside the handler's lock and the stream's buffer: a write that
+    blocks for good then holds neither, and the process can still exit
+    (``logging.shutdown`` takes every handler's lock, and Python's finalization flushes
+    ``sys.stderr``; the thread is a daemon)."""
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    if not handlers:
+        yield
+        return
+    records: queue.Queue[logging.LogRecord | None] = queue.Queue(limit)
+    front = _BoundedQueueHandler(records)
+    thread = threading.Thread(
+        target=_handle, args=(records, handlers, front, limit), name="toolwatch-log", daemon=True
+    )
+    thread.start()
+    for handler in handlers:
+        root.removeHandler(handler)
+    root.addHandler(front)
+    try:
+        yield
+    finally:
+        root.removeHandler(front)
+        deadline = time.monotonic() + close_timeout
+        with contextlib.suppress(queue.Full):
+            records.put(None, timeout=close_timeout)
+            thread.join(max(deadline - time.monotonic(), 0.0))
+        for handler in handlers:
+            root.addHandler(handler)
+
+
+def _handle(
+    records: queue.Queue[logging.LogRecord | None],
+    handlers: list[logging.Handler],
+    front: _BoundedQueueHandler,
+    limit: int,
+) -> None:
+    """Hands each record queued to ``handlers``; how many were lost, once they caught up."""
+    while (record := records.get()) is not None:
+        _hand_to(handlers, record)
+        if records.empty():
+            _tell_lost(handlers, front, limit)
+    _tell_lost(handlers, front, limit)
+
+
+def _tell_lost(handlers: list[logging.Handler], front: _BoundedQueueHandler, limit: int) -> None:
+    lost = front.take_lost()
+    if lost:
+        _hand_to(handlers, _lost_record(lost, limit))
+
+
+def _hand_to(handlers: list[logging.Handler], record: logging.LogRecord) -> None:
+    for handler in handlers:
+        if record.levelno < handler.level:
+            continue
+        try:
+            fd = _descriptor(handler)
+            if fd is None:
+                handler.handle(record)
+            elif handler.filter(record):
+                _write_record(handler, fd, record)
+        except Exception:  # one handler's defect ends neither the thread nor the others
+            handler.handleError(record)
+
+
+def _descriptor(handler: logging.Handler) -> int | None:
+    """The descriptor a plain ``StreamHandler`` writes to (``basicConfig``'s, on standard
+    error), or ``None``: another handler, a subclass among them (a file handler that
+    rotates in its ``emit``, pytest's capture), or a stream with none (``io.StringIO``)."""
+    stream = getattr(handler, "stream", None)
+    fileno = getattr(stream, "fileno", None)  # a stream needs only write and flush
+    if type(handler) is not logging.StreamHandler or fileno is None:
+        return None
+    try:
+        fd = fileno()
+    except (OSError, ValueError):
+        return None
+    return fd if isinstance(fd, int) else None
+
+
+def _write_record(handler: logging.Handler, fd: int, record: logging.LogRecord) -> None:
+    """``record`` as ``handler`` formats it, written to ``fd`` whole (one the system refuses,
+    a closed pipe, is lost)."""
+    try:
+        text = handler.format(record) + getattr(handler, "terminator", "\n")
+    except Exception:  # a record that cannot be formatted: what its handler would say
+        handler.handleError(record)
+        return
+    encoding = getattr(getattr(handler, "stream", None), "encoding", None) or "utf-8"
+    data = memoryview(text.encode(encoding, "backslashreplace"))
+    with contextlib.suppress(OSError):
+        while data:
+            data = data[os.write(fd, data) :]
+
+
+def _lost_record(lost: int, limit: int) -> logging.LogRecord:
+    return logging.getLogger(__name__).makeRecord(
+        __name__,
+        logging.WARNING,
+        __file__,
+        0,
+        "%d log record(s) lost: %d were waiting already (standard error blocked?)",
+        (lost, limit),
+        None,
+    )
