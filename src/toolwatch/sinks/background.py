@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-import logging.handlers
 import threading
 import time
 from collections import deque
