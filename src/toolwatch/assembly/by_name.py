@@ -142,8 +142,12 @@ def _may_run_again(
     recorded = _recorded(span)
     if not _same_attempt(span, recorded, request, taken_by):
         return False
-    return not _asked_beside(request, first, recorded) and not (
-        second and _asked_beside(request, second, recorded)
+    # Read through an offset (another service wrote it), its start may put an agent's own
+    # retry before the turn that asked for it: a later request asking for its arguments
+    # that still waits is then its own (review: two retries of a queued lookup were reruns).
+    later = recorded and span.service != request.llm.service
+    return not _asked_beside(request, first, recorded, later) and not (
+        second and _asked_beside(request, second, recorded, later)
     )
 
 
@@ -165,15 +169,18 @@ def _recorded(span: SpanRecord) -> bool:
     return arguments is not None and not (isinstance(arguments, str) and not arguments.strip())
 
 
-def _asked_beside(request: _Request, queue: deque[_Request], same: bool) -> bool:
-    """Whether a request of ``request``'s model call waits in ``queue`` (emission order: its
-    requests come together, before the later calls'), one asking for ``request``'s
-    arguments where ``same``; read up to ``_MAX_ARGUMENT_MATCHES``, beyond which ``True``:
-    a guess would take the next request's execution from it."""
+def _asked_beside(request: _Request, queue: deque[_Request], same: bool, later: bool) -> bool:
+    """Whether a request the span may be the execution of waits in ``queue`` (emission
+    order): one of ``request``'s model call (its requests come together, before the later
+    calls'), asking for ``request``'s arguments where ``same`` (the span recorded them); and,
+    where ``later``, one of a later model call asking for them too. Read up to
+    ``_MAX_ARGUMENT_MATCHES``, beyond which ``True``: a guess would take the next request's
+    execution from it."""
     llm = request.llm
+    asked = request.arguments() if same else None
     for index, waiting in enumerate(queue):
-        if waiting.llm is llm:
-            if not same or waiting.arguments() == request.arguments():
+        if waiting.llm is llm or later:
+            if not same or waiting.arguments() == asked:
                 return True
         elif waiting.position > request.position:
             return False  # a later model call's: none of its output's after it

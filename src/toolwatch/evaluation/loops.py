@@ -196,39 +196,45 @@ def retried(
         i = order[place]
         key = action_key(tools[i], call, bound)
         pending = failed.get(key)
+        request = _request(tools[i], call)
         if call.rerun:
             # Its request's failed attempts are made again by it, even one beside it and
             # whatever arguments each span recorded; those of other requests of the action
             # are not (another refund of the order asked beside it). With none, it records
             # the request's success again: no action.
-            own = _made_again(requests, _request(call), failed, keys)
+            own = _made_again(requests, request, failed, keys)
             if not own:
                 found.add(i)
                 continue
             found.update(order[f] for f in own)
-        elif pending:
-            kept = [f for f in pending if not concurrency.informs(f, place)]
-            found.update(order[f] for f in pending if f not in kept)
-            pending[:] = kept
+        else:
+            # A request of its own, under an id an earlier one had (call_0 in each turn):
+            # what the earlier one's reruns could make again is not this one's.
+            requests.pop(request, None)
+            if pending:
+                kept = [f for f in pending if not concurrency.informs(f, place)]
+                found.update(order[f] for f in pending if f not in kept)
+                pending[:] = kept
         if call.status is not CallStatus.OK:
             if pending is None:
                 pending = failed[key] = []
             if len(pending) < _MAX_PENDING_FAILURES:  # beyond: counted, as actions are
                 pending.append(place)
                 keys[place] = key
-                requests.setdefault(_request(call), []).append(place)
+                requests.setdefault(request, []).append(place)
     return frozenset(found)
 
 
-#: A request, as its attempts tell it: its call id, asked by one agent under one call
-#: (``parent_call_id``: two agents used as tools at once, each numbering its calls from
-#: ``call_0``, ask under one id). No call id is one too: a span without one ran its tool's
-#: last request again (``assembly.by_name``).
-_Request = tuple[str | None, str | None, str | None]
+#: A request, as its attempts tell it: its tool and call id, asked by one agent under one
+#: call (``parent_call_id``: two agents used as tools at once, each numbering its calls
+#: from ``call_0``, ask under one id), the latest so asked (a model that numbers each turn's
+#: calls from ``call_0`` asks again under it). No call id is one too: a span without one
+#: ran its tool's last request again (``assembly.by_name``). As ``attempts`` reads them.
+_Request = tuple[str, str | None, str | None, str | None]
 
 
-def _request(call: ToolCall) -> _Request:
-    return call.call_id, call.parent_call_id, call.agent
+def _request(tool: str, call: ToolCall) -> _Request:
+    return tool, call.call_id, call.parent_call_id, call.agent
 
 
 def _made_again(
