@@ -155,8 +155,8 @@ class _Follow:
         self._failing = False  # the path could not be opened: logged once, until it can
 
     def __call__(self, stream: TextOutput) -> TextOutput | OSError | None:
-        if not _rotated(self._path, stream):
-            return None
+        if not _regular(stream) or not _rotated(self._path, stream):
+            return None  # a FIFO, a device: its reader's, not to be replaced by a file
         kind = self._kind
         try:
             opened = open_text(kind.setting, self._path, kind.private)
@@ -178,10 +178,23 @@ class _Follow:
 
 
 def _removed(stream: TextOutput) -> bool:
-    """Whether the file ``stream`` writes has no name left (removed, its directory too)."""
+    """Whether the file ``stream`` writes has no name left (removed, its directory too), or
+    is closed already (so removed: ``BackgroundOutput`` closes such a file)."""
     try:
         return os.fstat(stream.fileno()).st_nlink == 0
-    except (OSError, ValueError):
+    except ValueError:
+        return True
+    except OSError:
+        return False
+
+
+def _regular(stream: TextOutput) -> bool:
+    """Whether ``stream`` writes a regular file (or did: a closed one was)."""
+    try:
+        return stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
+    except ValueError:
+        return True
+    except OSError:
         return False
 
 

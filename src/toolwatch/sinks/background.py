@@ -111,7 +111,10 @@ class BackgroundOutput:
         self._queue: deque[str | _Replace] = deque()
         self._chars = 0  # of the lines queued or being written
         self._busy = 0  # lines taken by the thread, not yet written or lost
-        self._stalled = False  # a wait for room ran out, and nothing was written since
+        self._stalled = False  # a wait for room ran out: lines that do not fit are lost at once
+        self._queued_total = 0  # characters ever queued
+        self._done_total = 0  # characters ever written or lost by the thread
+        self._stall_ends = 0  # ``_done_total`` at which the stall ends: what waited when it began
         self._closing = False  # no more lines taken: the thread writes what is queued
         self._abandoned = False  # ``close`` counted what is left lost: nothing more written
         self._tell = threading.Lock()  # ``failures`` is told from both threads
@@ -131,10 +134,13 @@ class BackgroundOutput:
                     room = self._changed.wait_for(
                         lambda: self._closing or self._fits(size), ROOM_SECONDS
                     )
-                    self._stalled = not room
+                    if not room:
+                        self._stalled = True
+                        self._stall_ends = self._queued_total
                 if not self._closing and self._fits(size):
                     self._queue.append(text)
                     self._chars += size
+                    self._queued_total += size
                     self._changed.notify_all()
                     return size
             closing, waiting = self._closing, self._chars
@@ -215,29 +221,46 @@ class BackgroundOutput:
                 self._busy = len(lines)
             try:
                 if self._follow is not None and self._clock() >= self._next_look:
-                    stream = self._followed(self._follow, stream)
+                    stream = self._followed(self._follow, stream, batch)
                 stream = self._write(stream, batch)
             except Exception:  # a defect here must not end the thread: the rest would wait
                 _log.exception("writing %s failed", self.name)
             finally:
                 with self._changed:  # held until written: the bound is of the memory
+                    done = sum(map(len, lines))
                     self._busy = 0
-                    self._chars -= sum(map(len, lines))
-                    if self._chars == 0:  # caught up: it takes writes again
+                    self._chars -= done
+                    self._done_total += done
+                    if self._done_total >= self._stall_ends:  # took what waited: it takes writes
                         self._stalled = False
                     self._changed.notify_all()
         if not self._abandoned:
             with contextlib.suppress(OSError):  # a full disk's failures were told as they came
                 stream.close()
 
-    def _followed(self, follow: Follow, stream: TextOutput) -> TextOutput:
+    def _followed(
+        self, follow: Follow, stream: TextOutput, batch: list[str | _Replace]
+    ) -> TextOutput:
         """The file to write: ``stream``, or the file opened again at its path when it was
         removed or renamed away (``follow``); a removed one whose path cannot be opened loses
-        its lines (``_gone``), rather than write a file no one can read."""
+        its lines (``_gone``), rather than write a file no one can read, and is closed (its
+        disk space freed). Not while a SIGHUP's file waits (``replace``): it is the path's."""
         self._next_look = self._clock() + FOLLOW_SECONDS
+        with self._changed:
+            replaced = self._latest is not stream or any(
+                isinstance(item, _Replace) for item in batch
+            )
+        if replaced:
+            return stream
         found = follow(stream)
-        if found is None or isinstance(found, OSError):
+        if isinstance(found, OSError):
+            if self._gone is None:
+                with contextlib.suppress(OSError):
+                    stream.close()
             self._gone = found
+            return stream
+        if found is None:
+            self._gone = None
             return stream
         self._gone = None
         with self._changed:

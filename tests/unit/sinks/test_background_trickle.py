@@ -18,6 +18,9 @@ import time
 from toolwatch.sinks.background import ROOM_SECONDS, BackgroundOutput
 from toolwatch.sinks.linefile import WriteFailures
 
+#: The bound, in characters: 1,024 lines of 1 KiB, 16 batches of the thread's (64 Ki), as a
+#: production backlog holds many batches (4 Mi, 64 of them).
+_LIMIT = 1024 * 1024
 _WAIT = 10.0  # seconds: a bound on each wait for the writer thread, never reached when it works
 
 
@@ -40,19 +43,17 @@ class _Trickle(io.StringIO):
 
 
 def test_a_trickling_output_costs_the_event_loop_the_room_wait_once_per_stall() -> None:
-    """Scenario: an output of limit 1,000 characters is full (lines of 100) and blocked; the
+    """Scenario: an output of limit 1 Mi characters is full (lines of 1 KiB) and blocked; the
     first line that does not fit waits ``ROOM_SECONDS`` and is lost (expected: the stall's
-    one wait). Then the output takes one batch, three times, each time staying full; after
-    each, the event loop writes lines until one is lost.
-    Was: each batch taken clears ``_stalled``, so each of the three rounds makes the loop
-    wait ``ROOM_SECONDS`` again before losing a line: 4 x 0.5 s = 2 s of a blocked event loop
-    (no exports, no /metrics, no /healthz) while the output never caught up. In production
-    (4 Mi limit, 64 Ki batches) a driver that takes 64 KiB every second blocks the loop
-    half the time, indefinitely, and lines are lost all the same.
-    Now: once a wait ran out, lines are lost at once until the output caught up (e.g. the
-    backlog drained below a low-water mark, or a batch written within ``ROOM_SECONDS``):
-    the loop waits ``ROOM_SECONDS`` about once for the whole episode.
-    Regression of af9fc02 (the wait for room is new in it)."""
+    one wait). Then the output takes one batch (64 Ki characters), three times, each time
+    staying full; after each, the event loop writes lines until one is lost.
+    Was (review of af9fc02): each batch taken ended the stall, so each of the three rounds
+    made the loop wait ``ROOM_SECONDS`` again before losing a line: 4 x 0.5 s = 2 s of a
+    blocked event loop (no exports, no /metrics, no /healthz) while the output never caught
+    up. In production (4 Mi limit, 64 Ki batches) a driver that takes 64 KiB every second
+    blocked the loop half the time, indefinitely, and lines were lost all the same.
+    Now: the stall ends once the output wrote what waited when it began (a backlog's worth:
+    64 s at 64 KiB a second, for one wait), so the loop waits once in this episode."""
     lost = 0
 
     def failed() -> None:
@@ -61,25 +62,25 @@ def test_a_trickling_output_costs_the_event_loop_the_room_wait_once_per_stall() 
 
     trickle = _Trickle()
     output = BackgroundOutput(
-        trickle, WriteFailures("the findings log", failed, logging.getLogger(__name__)), 1000
+        trickle, WriteFailures("the findings log", failed, logging.getLogger(__name__)), _LIMIT
     )
-    line = "x" * 99 + "\n"
+    line = "x" * 1023 + "\n"
     output.write(line)  # taken by the thread, which waits at the gate
     assert trickle.entered.acquire(timeout=_WAIT)
-    for _ in range(9):
+    for _ in range(_LIMIT // len(line) - 1):
         output.write(line)  # the backlog is full: 1,000 characters
     blocked = 0.0
 
     def write_until_one_is_lost() -> None:
         nonlocal blocked
         before = lost
-        for _ in range(20):
+        for _ in range(2 * _LIMIT // len(line)):
             start = time.monotonic()
             output.write(line)
             blocked += time.monotonic() - start
             if lost > before:
                 return
-        raise AssertionError("20 lines fitted in a backlog of 10")
+        raise AssertionError("twice the backlog fitted in it")
 
     try:
         write_until_one_is_lost()  # the stall's first wait: expected
