@@ -514,9 +514,14 @@ class App:
 
     def tick(self) -> int:
         """What the ticker does every ``assembly.tick_seconds``: reload TLS files that
-        changed, and complete the traces that are due. Returns how many were completed."""
+        changed, and complete the traces that are due, their findings written to the files
+        at once (not gathered: they reach the findings log as the metrics count them).
+        Returns how many were completed."""
         self._security.refresh()
-        return self.engine.tick()
+        completed = self.engine.tick()
+        if completed:
+            self._outputs.write_queued()
+        return completed
 
     async def _tick_forever(self) -> None:
         period = self.config.assembly.tick_seconds

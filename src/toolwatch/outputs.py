@@ -83,6 +83,11 @@ class Outputs:
             file.output.replace(opened)
             log.info("%s: %s opened again (the file there was rotated away)", kind.setting, path)
 
+    def write_queued(self) -> None:
+        """Each file's thread writes what is queued now (``BackgroundOutput.write_queued``)."""
+        for file in self.files:
+            file.output.write_queued()
+
     def written(self, timeout: float) -> bool:
         """Waits up to ``timeout`` seconds for every file to have written what was queued."""
         return all(file.output.written(timeout) for file in self.files)

@@ -55,9 +55,10 @@ ROOM_SECONDS: Final = 0.5
 #: joins and encodes stays small beside the bound.
 _BATCH_CHARS: Final = 64 * 1024
 #: How long an output's thread gathers lines after the first before it writes them, unless a
-#: batch's worth comes first: one wake-up and one write for many publications (woken for each,
-#: the thread took 8% of the server's throughput: ``make bench-compare``, 2,000 findings a
-#: second). Lines reach the file that much later at most.
+#: batch's worth comes first or the engine's tick ends (``write_queued``): one wake-up and one
+#: write for many publications (woken for each, the thread took 8% of the server's
+#: throughput: ``make bench-compare``, 2,000 findings a second). Lines reach the file that
+#: much later at most.
 GATHER_SECONDS: Final = 0.05
 #: How often an output's thread looks whether its file's path still names it (``follow``).
 FOLLOW_SECONDS: Final = 1.0
@@ -167,7 +168,16 @@ class BackgroundOutput:
         return self._chars == 0 or self._chars + size <= self._limit
 
     def flush(self) -> None:
-        """Nothing to do: the thread writes as soon as it can (``written`` waits for it)."""
+        """Nothing to do: called after each publication, it would undo the gathering (the
+        thread writes what is queued within ``GATHER_SECONDS``; ``write_queued`` at once)."""
+
+    def write_queued(self) -> None:
+        """The thread writes what is queued now, without gathering more: after each tick of
+        the engine, so that the findings it counted reach the file with the metrics."""
+        with self._changed:
+            if self._queue:
+                self._now = True
+                self._changed.notify_all()
 
     def fileno(self) -> int:
         """The descriptor of the file written once the queue is through."""
