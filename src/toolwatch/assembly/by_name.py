@@ -144,8 +144,10 @@ def _may_run_again(
         return False
     # Read through an offset (another service wrote it), its start may put an agent's own
     # retry before the turn that asked for it: a later request asking for its arguments
-    # that still waits is then its own (review: two retries of a queued lookup were reruns).
-    later = recorded and span.service != request.llm.service
+    # that still waits, whose model call ended before the span started by the span's own
+    # clock, is then its own (review: two retries of a queued lookup were reruns). Not one
+    # asked after it started: a framework's retry that failed, then the model asking again.
+    later = span.start_ns if recorded and span.service != request.llm.service else None
     return not _asked_beside(request, first, recorded, later) and not (
         second and _asked_beside(request, second, recorded, later)
     )
@@ -169,24 +171,32 @@ def _recorded(span: SpanRecord) -> bool:
     return arguments is not None and not (isinstance(arguments, str) and not arguments.strip())
 
 
-def _asked_beside(request: _Request, queue: deque[_Request], same: bool, later: bool) -> bool:
+def _asked_beside(request: _Request, queue: deque[_Request], same: bool, later: int | None) -> bool:
     """Whether a request the span may be the execution of waits in ``queue`` (emission
     order): one of ``request``'s model call (its requests come together, before the later
     calls'), asking for ``request``'s arguments where ``same`` (the span recorded them); and,
-    where ``later``, one of a later model call asking for them too. Read up to
-    ``_MAX_ARGUMENT_MATCHES``, beyond which ``True``: a guess would take the next request's
-    execution from it."""
+    given ``later`` (the span's start), one of a later model call that ended by then asking
+    for them too. Read up to ``_MAX_ARGUMENT_MATCHES``, beyond which ``True`` (a guess would
+    take the next request's execution from it), but among the later calls' requests given
+    ``later``: ``False`` (none of those read matched: the span is the first attempt's)."""
     llm = request.llm
     asked = request.arguments() if same else None
     for index, waiting in enumerate(queue):
-        if waiting.llm is llm or later:
+        if waiting.llm is llm:
             if not same or waiting.arguments() == asked:
+                return True
+        elif later is not None:
+            if _ended_by(waiting.llm, later) and waiting.arguments() == asked:
                 return True
         elif waiting.position > request.position:
             return False  # a later model call's: none of its output's after it
         if index == _MAX_ARGUMENT_MATCHES:
-            return True
+            return later is None or waiting.llm is llm
     return False
+
+
+def _ended_by(llm: SpanRecord, start: int) -> bool:
+    return max(llm.start_ns, llm.end_ns) <= start
 
 
 def _ran_again(span: SpanRecord, attempts: _Attempts, senders: _Senders) -> _Request | None:
