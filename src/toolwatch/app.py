@@ -550,7 +550,10 @@ class App:
 
     def _offer(self, batch: DecodedBatch, transport: str) -> Receipt:
         """The receivers' consumer: the engine's, and a wake-up for an idle ticker."""
+        queued = self._outputs.queued()
         receipt = self.engine.admit(batch, transport)
+        if self._outputs.queued() != queued:  # runs evicted to make room were judged
+            self._outputs.write_queued()
         self._arrived.set()
         return receipt
 

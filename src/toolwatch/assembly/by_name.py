@@ -58,6 +58,7 @@ def _join_by_name(
         queues[(_scope(sites[r.llm.span_id]), r.name)].append(r)
     drafts: list[_Draft] = []
     last: dict[tuple[bytes | None, str], _Attempts] = {}
+    hosts: dict[str | None, int] = {}  # a tool host's offset: ``_host_offset``
     senders: _Senders | None = None  # the agents' turns, read once a span may be run again
     for span in executions:
         key = (_scope(sites[span.span_id]), normalize(_raw_name(span)))
@@ -65,20 +66,23 @@ def _join_by_name(
         pending = (without_id[key], None if only_without else with_id[key])
         # A span with an id never runs another id's request again: only one without.
         attempts = None if only_without else last.get(key)
-        if attempts is not None and _may_run_again(span, attempts, *pending):
-            if senders is None:
-                senders = _Senders(spans, sites)
-            again = _ran_again(span, attempts, senders)
-            if again is not None:
-                draft = _Draft(span, None)
-                draft.again = again
-                drafts.append(draft)
-                last[key] = (again, attempts[1], span)
-                continue
+        if attempts is not None:
+            started = _on_model_clock(span, attempts[0].llm, hosts)
+            if _may_run_again(span, attempts, started, *pending):
+                if senders is None:
+                    senders = _Senders(spans, sites)
+                again = _ran_again(attempts, started, senders)
+                if again is not None:
+                    draft = _Draft(span, None)
+                    draft.again = again
+                    drafts.append(draft)
+                    last[key] = (again, attempts[1], span)
+                    continue
         request = _same_arguments(span, *pending) or _next_request(*pending)
         drafts.append(_Draft(span, request))
         if request is not None:
             last[key] = (request, span, span)
+            _host_offset(hosts, span, request.llm)
         elif last:
             last.pop(key, None)  # a span of no request: no request for the next to run again
     leftovers = [r for queues in (with_id, without_id) for q in queues.values() for r in q]
@@ -119,9 +123,33 @@ def _next_request(first: deque[_Request], second: deque[_Request] | None) -> _Re
     return first.popleft() if first else None
 
 
+def _host_offset(hosts: dict[str | None, int], span: SpanRecord, llm: SpanRecord) -> None:
+    """Keeps, for a tool host (another service than the model call's), the least offset its
+    spans showed so far: a span's start less the end of the model call that asked for it. A
+    span cannot start before it was asked for, so the least is the host's clock skew plus its
+    shortest wait (one request's offset also holds how long the host queued it: a host that
+    runs an output's lookups one after the other)."""
+    service = span.service
+    if service == llm.service:
+        return
+    offset = span.start_ns - max(llm.start_ns, llm.end_ns)
+    known = hosts.get(service)
+    if known is None or offset < known:
+        hosts[service] = offset
+
+
+def _on_model_clock(span: SpanRecord, llm: SpanRecord, hosts: dict[str | None, int]) -> int:
+    """``span``'s start read on ``llm``'s clock: its own when one service wrote both, else
+    less its host's offset (``_host_offset``; none known: as it is)."""
+    if span.service == llm.service:
+        return span.start_ns
+    return span.start_ns - hosts.get(span.service, 0)
+
+
 def _may_run_again(
     span: SpanRecord,
     attempts: _Attempts,
+    started: int,
     first: deque[_Request],
     second: deque[_Request] | None,
 ) -> bool:
@@ -142,12 +170,11 @@ def _may_run_again(
     recorded = _recorded(span)
     if not _same_attempt(span, recorded, request, taken_by):
         return False
-    # Read through an offset (another service wrote it), its start may put an agent's own
-    # retry before the turn that asked for it: a later request asking for its arguments
-    # that still waits, whose model call ended before the span started by the span's own
-    # clock, is then its own (review: two retries of a queued lookup were reruns). Not one
+    # Another service wrote it: a later request asking for its arguments that still waits,
+    # whose model call ended before the span started (``started``, on the model's clock),
+    # is its own (review: an agent's two retries of a queued lookup were reruns). Not one
     # asked after it started: a framework's retry that failed, then the model asking again.
-    later = span.start_ns if recorded and span.service != request.llm.service else None
+    later = started if recorded and span.service != request.llm.service else None
     return not _asked_beside(request, first, recorded, later) and not (
         second and _asked_beside(request, second, recorded, later)
     )
@@ -199,16 +226,11 @@ def _ended_by(llm: SpanRecord, start: int) -> bool:
     return max(llm.start_ns, llm.end_ns) <= start
 
 
-def _ran_again(span: SpanRecord, attempts: _Attempts, senders: _Senders) -> _Request | None:
-    """The request of ``attempts`` that ``span`` ran again, ``_may_run_again`` granted;
-    ``None`` where the agent started a model call between the model call that asked and
-    ``span`` (``_Senders.turned``: one whose requests were not recorded is a turn all the
-    same): the model may have asked again. ``span`` is on the model call's clock when one
-    service wrote both; else it is read there through its first attempt's offset (its start
-    less the end of the model call that asked), as ``by_id._run_again`` reads a host's."""
-    request, taken_by, _ = attempts
-    llm = request.llm
-    started = span.start_ns
-    if span.service != llm.service:
-        started -= taken_by.start_ns - max(llm.start_ns, llm.end_ns)
-    return None if senders.turned(llm, started) else request
+def _ran_again(attempts: _Attempts, started: int, senders: _Senders) -> _Request | None:
+    """The request of ``attempts`` that the span starting at ``started`` (on the model
+    call's clock: ``_on_model_clock``) ran again, ``_may_run_again`` granted; ``None`` where
+    the agent started a model call between the model call that asked and the span
+    (``_Senders.turned``: one whose requests were not recorded is a turn all the same): the
+    model may have asked again."""
+    request = attempts[0]
+    return None if senders.turned(request.llm, started) else request

@@ -164,6 +164,11 @@ class BackgroundOutput:
             self._lost(1, f"{waiting:,} characters written before it still wait to be written")
         return size
 
+    @property
+    def queued_total(self) -> int:
+        """Characters ever queued (read without the lock: a count that only grows)."""
+        return self._queued_total
+
     def _fits(self, size: int) -> bool:
         return self._chars == 0 or self._chars + size <= self._limit
 

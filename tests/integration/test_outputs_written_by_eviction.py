@@ -1,0 +1,78 @@
+"""Findings and ToolTrace lines published outside a tick of the engine (runs evicted from a full
+buffer as spans arrive) reach the files with the metrics that count them (review of 9d0ee2e)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from tests.integration import agents
+from tests.integration.conftest import until
+from tests.integration.test_faults import (
+    GRACE_SECONDS,
+    ServeProcess,
+    export,
+    long_unverified_refund_run,
+    read_jsonl,
+    trace_id,
+    write_config,
+)
+
+
+@pytest.fixture
+def started() -> Iterator[list[ServeProcess]]:
+    processes: list[ServeProcess] = []
+    yield processes
+    for process in processes:
+        if process.proc.poll() is None:
+            process.kill()
+
+
+def test_a_run_evicted_and_counted_has_its_tooltrace_in_the_dump(
+    tmp_path: Path, started: list[ServeProcess]
+) -> None:
+    """Scenario: ``serve`` with ``overflow: evict_oldest`` and room for one trace writes its
+    ToolTrace dump to a file. A run is exported, then a second one: admitting it evicts the
+    first, judged incomplete (``evicted``) on the receiver's call (``Engine.admit``), not by
+    a tick. The observer waits until ``toolwatch_tool_traces_total{outcome="evicted"}``
+    counts it, then reads the dump (the pattern of test_outputs_written_by_tick.py).
+
+    Was: the dump is still empty: ``write_queued`` is called only by ``App.tick`` after a
+    tick that completed runs; an eviction's lines wait the writer thread's
+    ``GATHER_SECONDS`` (50 ms) while ``/metrics`` already counts the run.
+    Now: the line is in the file by the time the run is counted, as for a tick's (have
+    ``App._offer`` call ``Outputs.write_queued`` when ``admit`` evicted, or the engine say
+    it published).
+    Regression (d72c877, left by 9d0ee2e, which covered only the tick): before d72c877 the
+    thread wrote each publication at once."""
+    config = write_config(
+        tmp_path / "evict.yaml",
+        {},
+        assembly={
+            # Nothing becomes due by a tick while the test runs: only eviction completes.
+            "completion_wait_seconds": 60,
+            "max_trace_age_seconds": 120,
+            "max_traces": 1,
+            "overflow": "evict_oldest",
+            "tick_seconds": 0.01,
+        },
+        shutdown_grace_seconds=GRACE_SECONDS,
+    )
+    document = yaml.safe_load(config.read_text())
+    document["output"]["findings"] = "-"
+    config.write_text(yaml.safe_dump(document))
+    dump = Path(document["output"]["dump_tooltraces"])
+    server = ServeProcess(config)
+    started.append(server)
+
+    first = agents.record(long_unverified_refund_run(), "genai")
+    second = agents.record(long_unverified_refund_run(), "genai")
+    assert export(server.addresses["grpc"], first) is SpanExportResult.SUCCESS
+    assert export(server.addresses["grpc"], second) is SpanExportResult.SUCCESS
+    evicted = {"agent": "refund-bot", "outcome": "evicted", "reference": "none", "traffic": "live"}
+    assert until(lambda: server.sample("toolwatch_tool_traces_total", evicted) == 1)
+    assert [line["trace_id"] for line in read_jsonl(dump)] == [trace_id(first)]
