@@ -84,10 +84,32 @@ def agent(
     return span(n, parent, SpanRole.AGENT, start_ms, end_ms, agent_name=name, **kw)
 
 
+_ERROR = 2  # OTLP Status.code ERROR
+
+
 def tool(
     n: int, parent: int | None, name: str, start_ms: int, end_ms: int, **kw: Any
 ) -> SpanRecord:
     return span(n, parent, SpanRole.TOOL, start_ms, end_ms, tool_name=name, **kw)
+
+
+def on_orders(
+    n: int, order: str, start_ms: int, end_ms: int, *, failed: bool = False
+) -> SpanRecord:
+    """Span ``n``: a lookup of ``order`` by the tool host ``orders`` (another service than the
+    model's), a child of the agent span 1, without call id, its arguments recorded (OpenAI
+    Agents' tool spans); ``failed``: it timed out."""
+    return tool(
+        n,
+        1,
+        "lookup_order",
+        start_ms,
+        end_ms,
+        service="orders",
+        arguments=f'{{"order_id": "{order}"}}',
+        status_code=_ERROR if failed else 0,
+        error_type="Timeout" if failed else None,
+    )
 
 
 def handoff(

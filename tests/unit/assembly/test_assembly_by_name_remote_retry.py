@@ -10,32 +10,16 @@ the framework's rerun of the first request, and the next turn's request runs not
 
 from __future__ import annotations
 
-from assembly_support import REFUND_POLICY, agent, ask, hexid, llm, only, tool
+from assembly_support import REFUND_POLICY, agent, ask, hexid, llm, on_orders, only
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.loops import Loops
 from toolwatch.evaluation.settings import LoopsSettings
-from toolwatch.model import Category, SpanRecord, ToolTrace
+from toolwatch.model import Category, ToolTrace
 
 A1 = {"order_id": "A-1"}
 B2 = {"order_id": "B-2"}
 C3 = {"order_id": "C-3"}
-ERROR = 2  # OTLP Status.code ERROR
-
-
-def on_orders(n: int, order: str, start: int, end: int, *, failed: bool = False) -> SpanRecord:
-    """``orders``' lookup span ``n`` (no call id, its arguments recorded), clocks in step."""
-    return tool(
-        n,
-        1,
-        "lookup_order",
-        start,
-        end,
-        service="orders",
-        arguments=f'{{"order_id": "{order}"}}',
-        status_code=ERROR if failed else 0,
-        error_type="Timeout" if failed else None,
-    )
 
 
 def hammered() -> ToolTrace:

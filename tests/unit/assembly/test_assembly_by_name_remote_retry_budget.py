@@ -6,30 +6,14 @@ scan stopped at the first request of a later model call (``return False``)."""
 
 from __future__ import annotations
 
-from assembly_support import REFUND_POLICY, agent, ask, hexid, llm, only, tool
+from assembly_support import REFUND_POLICY, agent, ask, hexid, llm, on_orders, only
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.loops import Loops
 from toolwatch.evaluation.settings import LoopsSettings
-from toolwatch.model import SpanRecord, ToolTrace
+from toolwatch.model import ToolTrace
 
-ERROR = 2  # OTLP Status.code ERROR
 TURNS = 40  # a long support run: one lookup a turn after the first
-
-
-def on_orders(n: int, order: str, start: int, end: int, *, failed: bool = False) -> SpanRecord:
-    """``orders``' lookup span ``n`` (no call id, its arguments recorded), clocks in step."""
-    return tool(
-        n,
-        1,
-        "lookup_order",
-        start,
-        end,
-        service="orders",
-        arguments=f'{{"order_id": "{order}"}}',
-        status_code=ERROR if failed else 0,
-        error_type="Timeout" if failed else None,
-    )
 
 
 def long_run(turns: int = TURNS, timeouts: int = 1) -> ToolTrace:

@@ -7,7 +7,7 @@ left with none."""
 
 from __future__ import annotations
 
-from assembly_support import REFUND_POLICY, agent, ask, hexid, llm, only, tool
+from assembly_support import REFUND_POLICY, agent, ask, hexid, llm, on_orders, only
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.loops import Loops
@@ -15,23 +15,11 @@ from toolwatch.evaluation.settings import LoopsSettings
 from toolwatch.model import SpanRecord, ToolTrace
 
 A1 = {"order_id": "A-1"}
-ERROR = 2  # OTLP Status.code ERROR
 
 
-def on_orders(n: int, start: int, end: int, *, failed: bool = False) -> SpanRecord:
-    """``orders``' lookup span ``n`` of A-1 (no call id, its arguments recorded), its clock
-    in step with the agent's."""
-    return tool(
-        n,
-        1,
-        "lookup_order",
-        start,
-        end,
-        service="orders",
-        arguments='{"order_id": "A-1"}',
-        status_code=ERROR if failed else 0,
-        error_type="Timeout" if failed else None,
-    )
+def on_orders_a1(n: int, start: int, end: int, *, failed: bool = False) -> SpanRecord:
+    """``orders``' lookup span ``n`` of A-1, its clock in step with the agent's."""
+    return on_orders(n, "A-1", start, end, failed=failed)
 
 
 def asked_again() -> ToolTrace:
@@ -43,10 +31,10 @@ def asked_again() -> ToolTrace:
         [
             agent(1, None, "support_agent", 0, 1_000, service="desk"),
             llm(2, 1, 10, 100, ask("lookup_order", "call_1", A1), service="desk"),
-            on_orders(3, 105, 200, failed=True),
-            on_orders(4, 210, 300, failed=True),
+            on_orders_a1(3, 105, 200, failed=True),
+            on_orders_a1(4, 210, 300, failed=True),
             llm(5, 1, 400, 500, ask("lookup_order", "call_2", A1), service="desk"),
-            on_orders(6, 505, 600),
+            on_orders_a1(6, 505, 600),
             llm(7, 1, 700, 800, service="desk"),
         ]
     )

@@ -9,29 +9,13 @@ tool's start: a few milliseconds one way, a few hundred the other."""
 
 from __future__ import annotations
 
-from assembly_support import agent, ask, hexid, llm, only, tool
+from assembly_support import agent, ask, hexid, llm, on_orders, only
 
 from toolwatch.model import SpanRecord, ToolTrace
 
 A1 = {"order_id": "A-1"}
 B2 = {"order_id": "B-2"}
 C3 = {"order_id": "C-3"}
-ERROR = 2  # OTLP Status.code ERROR
-
-
-def on_orders(n: int, order: str, start: int, end: int, *, failed: bool = False) -> SpanRecord:
-    """``orders``' lookup span ``n`` (no call id, its arguments recorded)."""
-    return tool(
-        n,
-        1,
-        "lookup_order",
-        start,
-        end,
-        service="orders",
-        arguments=f'{{"order_id": "{order}"}}',
-        status_code=ERROR if failed else 0,
-        error_type="Timeout" if failed else None,
-    )
 
 
 def hammered(desk_ahead_ms: int) -> ToolTrace:
