@@ -231,3 +231,22 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., RunningServer]]:
     yield start
     for server in started:
         server.stop()
+
+
+@pytest.fixture
+def serve_process() -> Iterator[Callable[[Path], Any]]:
+    """Factory: ``serve_process(config)``, a ``toolwatch serve`` child process
+    (``test_faults.ServeProcess``); kills what is still running at the end."""
+    from tests.integration.test_faults import ServeProcess  # noqa: PLC0415  # it imports this module
+
+    started: list[ServeProcess] = []
+
+    def start(config: Path) -> ServeProcess:
+        process = ServeProcess(config)
+        started.append(process)
+        return process
+
+    yield start
+    for process in started:
+        if process.proc.poll() is None:
+            process.kill()

@@ -23,7 +23,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -192,19 +192,9 @@ class ServeProcess:
 
 
 @pytest.fixture
-def serve() -> Iterator[Callable[[Path], ServeProcess]]:
-    """Factory of ``ServeProcess``; kills whatever is still running at the end."""
-    started: list[ServeProcess] = []
-
-    def start(config: Path) -> ServeProcess:
-        process = ServeProcess(config)
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        if process.proc.poll() is None:
-            process.kill()
+def serve(serve_process: Callable[[Path], ServeProcess]) -> Callable[[Path], ServeProcess]:
+    """Factory of ``ServeProcess`` (conftest's ``serve_process``), by this module's name."""
+    return serve_process
 
 
 def export(address: str, spans: Sequence[ReadableSpan]) -> SpanExportResult:

@@ -3,10 +3,9 @@ buffer as spans arrive) reach the files with the metrics that count them (review
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 import yaml
 from opentelemetry.sdk.trace.export import SpanExportResult
 
@@ -23,17 +22,8 @@ from tests.integration.test_faults import (
 )
 
 
-@pytest.fixture
-def started() -> Iterator[list[ServeProcess]]:
-    processes: list[ServeProcess] = []
-    yield processes
-    for process in processes:
-        if process.proc.poll() is None:
-            process.kill()
-
-
 def test_a_run_evicted_and_counted_has_its_tooltrace_in_the_dump(
-    tmp_path: Path, started: list[ServeProcess]
+    tmp_path: Path, serve_process: Callable[[Path], ServeProcess]
 ) -> None:
     """Scenario: ``serve`` with ``overflow: evict_oldest`` and room for one trace writes its
     ToolTrace dump to a file. A run is exported, then a second one: admitting it evicts the
@@ -66,8 +56,7 @@ def test_a_run_evicted_and_counted_has_its_tooltrace_in_the_dump(
     document["output"]["findings"] = "-"
     config.write_text(yaml.safe_dump(document))
     dump = Path(document["output"]["dump_tooltraces"])
-    server = ServeProcess(config)
-    started.append(server)
+    server = serve_process(config)
 
     first = agents.record(long_unverified_refund_run(), "genai")
     second = agents.record(long_unverified_refund_run(), "genai")

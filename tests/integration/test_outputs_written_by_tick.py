@@ -14,10 +14,8 @@ network decides).
 from __future__ import annotations
 
 import resource
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 from tests.integration.conftest import until
 from tests.integration.test_faults import (
@@ -29,17 +27,8 @@ from tests.integration.test_faults import (
 )
 
 
-@pytest.fixture
-def started() -> Iterator[list[ServeProcess]]:
-    processes: list[ServeProcess] = []
-    yield processes
-    for process in processes:
-        if process.proc.poll() is None:
-            process.kill()
-
-
 def test_a_run_counted_in_metrics_has_its_finding_in_the_findings_log(
-    tmp_path: Path, started: list[ServeProcess]
+    tmp_path: Path, serve_process: Callable[[Path], ServeProcess]
 ) -> None:
     """Scenario: ``serve`` writes its findings log to a file; a run with a finding is
     exported, and the observer waits until ``toolwatch_tool_traces_total`` counts it (what
@@ -52,19 +41,14 @@ def test_a_run_counted_in_metrics_has_its_finding_in_the_findings_log(
     the file's lines or the failure counter with ``until``, as for what a real process
     decides). Regression (d72c877): it broke five existing integration tests."""
 
-    def serve(config: Path) -> ServeProcess:
-        process = ServeProcess(config)
-        started.append(process)
-        return process
-
-    server, path = serve_one_output(tmp_path / "gather.yaml", serve, "findings")
+    server, path = serve_one_output(tmp_path / "gather.yaml", serve_process, "findings")
     sent: list[str] = []
     send_long_run(server, sent)
     assert [line["trace_id"] for line in read_jsonl(path)] == sent
 
 
 def test_a_write_failure_is_counted_by_the_time_the_run_is(
-    tmp_path: Path, started: list[ServeProcess]
+    tmp_path: Path, serve_process: Callable[[Path], ServeProcess]
 ) -> None:
     """Scenario: the ToolTrace dump's disk is full (RLIMIT_FSIZE at its size); a run is
     exported and counted in ``/metrics``; an alert or test reads
@@ -75,12 +59,7 @@ def test_a_write_failure_is_counted_by_the_time_the_run_is(
     Regression (d72c877): ``test_a_dump_file_on_a_full_disk_does_not_stop_completing_later_
     traces`` fails the same way."""
 
-    def serve(config: Path) -> ServeProcess:
-        process = ServeProcess(config)
-        started.append(process)
-        return process
-
-    server, path = serve_one_output(tmp_path / "full.yaml", serve, "dump_tooltraces")
+    server, path = serve_one_output(tmp_path / "full.yaml", serve_process, "dump_tooltraces")
     sent: list[str] = []
     send_long_run(server, sent)
     assert until(lambda: len(read_jsonl(path)) == 1)  # the first line is in: the disk is

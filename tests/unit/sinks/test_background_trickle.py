@@ -5,15 +5,15 @@ log driver whose collector reads a little at a time, Docker ``mode=blocking``) t
 the event loop wait ``ROOM_SECONDS`` again after every batch it takes.
 
 The output here takes one write per permit the test gives it; the thread's waits are bounded
-(``_WAIT``), the test never sleeps: it waits for the thread to reach its next write.
+(``WAIT``), the test never sleeps: it waits for the thread to reach its next write.
 """
 
 from __future__ import annotations
 
-import io
 import logging
-import threading
 import time
+
+from permit_file import WAIT, PermitFile
 
 from toolwatch.sinks.background import ROOM_SECONDS, BackgroundOutput
 from toolwatch.sinks.linefile import WriteFailures
@@ -21,25 +21,6 @@ from toolwatch.sinks.linefile import WriteFailures
 #: The bound, in characters: 1,024 lines of 1 KiB, 16 batches of the thread's (64 Ki), as a
 #: production backlog holds many batches (4 Mi, 64 of them).
 _LIMIT = 1024 * 1024
-_WAIT = 10.0  # seconds: a bound on each wait for the writer thread, never reached when it works
-
-
-class _Trickle(io.StringIO):
-    """A file that takes one write for each permit the test gives (a collector that reads a
-    little now and then); ``entered`` counts the writes that reached the gate."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.permits = threading.Semaphore(0)
-        self.entered = threading.Semaphore(0)
-
-    def write(self, text: str, /) -> int:
-        self.entered.release()
-        assert self.permits.acquire(timeout=_WAIT), "the test gave no permit"
-        return super().write(text)
-
-    def fileno(self) -> int:
-        return -1
 
 
 def test_a_trickling_output_costs_the_event_loop_the_room_wait_once_per_stall() -> None:
@@ -60,13 +41,13 @@ def test_a_trickling_output_costs_the_event_loop_the_room_wait_once_per_stall() 
         nonlocal lost
         lost += 1
 
-    trickle = _Trickle()
+    trickle = PermitFile()
     output = BackgroundOutput(
         trickle, WriteFailures("the findings log", failed, logging.getLogger(__name__)), _LIMIT
     )
     line = "x" * 1023 + "\n"
     output.write(line)  # taken by the thread, which waits at the gate
-    assert trickle.entered.acquire(timeout=_WAIT)
+    assert trickle.entered.acquire(timeout=WAIT)
     for _ in range(_LIMIT // len(line) - 1):
         output.write(line)  # the backlog is full: 1,000 characters
     blocked = 0.0
@@ -86,10 +67,10 @@ def test_a_trickling_output_costs_the_event_loop_the_room_wait_once_per_stall() 
         write_until_one_is_lost()  # the stall's first wait: expected
         for _ in range(3):
             trickle.permits.release()  # the output takes one batch...
-            assert trickle.entered.acquire(timeout=_WAIT)  # ...and blocks in the next
+            assert trickle.entered.acquire(timeout=WAIT)  # ...and blocks in the next
             write_until_one_is_lost()
     finally:
         for _ in range(100):
             trickle.permits.release()
-        output.close(_WAIT)
+        output.close(WAIT)
     assert blocked < 2 * ROOM_SECONDS, f"the event loop waited {blocked:.2f} s in write"

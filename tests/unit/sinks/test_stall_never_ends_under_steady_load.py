@@ -12,33 +12,15 @@ plays the disk finishing its write 50 ms into the burst).
 
 from __future__ import annotations
 
-import io
 import logging
 import threading
+
+from permit_file import WAIT, PermitFile
 
 from toolwatch.sinks.background import BackgroundOutput
 from toolwatch.sinks.linefile import WriteFailures
 
-_WAIT = 10.0  # seconds: a bound on each wait for the writer thread, never reached when it works
 _DISK = 0.05  # seconds the disk takes to finish the write in progress during the burst
-
-
-class _Gated(io.StringIO):
-    """A file that takes one write for each permit the test gives; ``entered`` counts the
-    writes that reached the gate."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.permits = threading.Semaphore(0)
-        self.entered = threading.Semaphore(0)
-
-    def write(self, text: str, /) -> int:
-        self.entered.release()
-        assert self.permits.acquire(timeout=_WAIT), "the test gave no permit"
-        return super().write(text)
-
-    def fileno(self) -> int:
-        return -1
 
 
 def test_after_one_stall_a_recovered_output_under_steady_load_still_gets_a_burst() -> None:
@@ -64,25 +46,25 @@ def test_after_one_stall_a_recovered_output_under_steady_load_still_gets_a_burst
         nonlocal lost
         lost += 1
 
-    gated = _Gated()
+    gated = PermitFile()
     output = BackgroundOutput(
         gated, WriteFailures("the findings log", failed, logging.getLogger(__name__)), 1000
     )
     line = "x" * 99 + "\n"
     try:
         output.write(line)  # taken by the thread, which waits at the gate
-        assert gated.entered.acquire(timeout=_WAIT)
+        assert gated.entered.acquire(timeout=WAIT)
         for _ in range(9):
             output.write(line)  # the backlog is full: 1,000 characters
         output.write(line)  # the stall: waits ROOM_SECONDS, lost
         assert lost == 1
         # The output recovers; a steady load queues one line while each batch is written.
         gated.permits.release()  # the first line is written...
-        assert gated.entered.acquire(timeout=_WAIT)  # ...the 9 that waited are being written
+        assert gated.entered.acquire(timeout=WAIT)  # ...the 9 that waited are being written
         for _ in range(5):
             output.write(line)  # one finding while the disk writes the batch before
             gated.permits.release()
-            assert gated.entered.acquire(timeout=_WAIT)  # the next batch: that one line
+            assert gated.entered.acquire(timeout=WAIT)  # the next batch: that one line
         assert lost == 1, "a line of the steady load was lost"
         # Everything that waited at the stall is written; the backlog is 100 characters.
         for _ in range(9):
@@ -91,10 +73,10 @@ def test_after_one_stall_a_recovered_output_under_steady_load_still_gets_a_burst
         disk = threading.Timer(_DISK, gated.permits.release)  # the write in progress ends
         disk.start()
         output.write(line)  # does not fit: should wait for the disk's write to end
-        disk.join(_WAIT)
+        disk.join(WAIT)
         lost_in_burst = lost - 1
     finally:
         for _ in range(100):
             gated.permits.release()
-        output.close(_WAIT)
+        output.close(WAIT)
     assert lost_in_burst == 0, "a burst line was lost at once on an output that keeps up"
