@@ -248,9 +248,10 @@ class App:
         )
 
     def outputs_written(self, timeout: float = 10.0) -> bool:
-        """Waits up to ``timeout`` seconds for the findings log and the ToolTrace dump to hold
-        what was published to them (their threads write it); whether they do. For tests and
-        tools that read the files while the server runs."""
+        """Waits up to ``timeout`` seconds for the findings log's and the ToolTrace dump's
+        threads to have written what was published to them, or lost it (counted: a full disk,
+        a removed directory); whether they have. For tests and tools that read the files while
+        the server runs."""
         return self._outputs.written(timeout)
 
     def _open_outputs(self, wall_clock: Clock, extra: tuple[FindingSink, ...]) -> Outputs:
