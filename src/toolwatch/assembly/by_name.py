@@ -34,6 +34,8 @@ _MAX_ARGUMENT_MATCHES: Final = 32
 #: Of one agent's tool, the request its spans ran last, the span that took it (its first
 #: attempt) and the last span that ran it (``_ran_again``).
 _Attempts: TypeAlias = tuple[_Request, SpanRecord, SpanRecord]
+#: Of a tool host (its service) and a model call (its span id), the least offset seen.
+_Hosts: TypeAlias = dict[tuple[str | None, bytes], int]
 
 
 def _join_by_name(
@@ -58,7 +60,7 @@ def _join_by_name(
         queues[(_scope(sites[r.llm.span_id]), r.name)].append(r)
     drafts: list[_Draft] = []
     last: dict[tuple[bytes | None, str], _Attempts] = {}
-    hosts: dict[str | None, int] = {}  # a tool host's offset: ``_host_offset``
+    hosts: _Hosts = {}  # a tool host's offset for a model call: ``_host_offset``
     senders: _Senders | None = None  # the agents' turns, read once a span may be run again
     for span in executions:
         key = (_scope(sites[span.span_id]), normalize(_raw_name(span)))
@@ -123,27 +125,30 @@ def _next_request(first: deque[_Request], second: deque[_Request] | None) -> _Re
     return first.popleft() if first else None
 
 
-def _host_offset(hosts: dict[str | None, int], span: SpanRecord, llm: SpanRecord) -> None:
-    """Keeps, for a tool host (another service than the model call's), the least offset its
-    spans showed so far: a span's start less the end of the model call that asked for it. A
-    span cannot start before it was asked for, so the least is the host's clock skew plus its
-    shortest wait (one request's offset also holds how long the host queued it: a host that
-    runs an output's lookups one after the other)."""
+def _host_offset(hosts: _Hosts, span: SpanRecord, llm: SpanRecord) -> None:
+    """Keeps, for a tool host (another service than the model call's) and a model call that
+    asked it, the least offset the host's spans for that model call showed so far: a span's
+    start less the end of the model call. The least is the two clocks' skew plus the host's
+    shortest wait for that output (one request's offset also holds how long the host queued
+    it: a host that runs an output's lookups one after the other). Per model call, not per
+    host: another agent's model calls may be on another clock, and another output's tools
+    may have started while it streamed (an offset below the skew)."""
     service = span.service
     if service == llm.service:
         return
+    key = (service, llm.span_id)
     offset = span.start_ns - max(llm.start_ns, llm.end_ns)
-    known = hosts.get(service)
+    known = hosts.get(key)
     if known is None or offset < known:
-        hosts[service] = offset
+        hosts[key] = offset
 
 
-def _on_model_clock(span: SpanRecord, llm: SpanRecord, hosts: dict[str | None, int]) -> int:
+def _on_model_clock(span: SpanRecord, llm: SpanRecord, hosts: _Hosts) -> int:
     """``span``'s start read on ``llm``'s clock: its own when one service wrote both, else
-    less its host's offset (``_host_offset``; none known: as it is)."""
+    less its host's offset for ``llm`` (``_host_offset``; none known: as it is)."""
     if span.service == llm.service:
         return span.start_ns
-    return span.start_ns - hosts.get(span.service, 0)
+    return span.start_ns - hosts.get((span.service, llm.span_id), 0)
 
 
 def _may_run_again(
