@@ -51,7 +51,7 @@ from toolwatch.model import (
     ToolTrace,
     Traffic,
 )
-from toolwatch.sinks.linefile import TextOutput, WriteFailures, write_lines
+from toolwatch.sinks.linefile import TextOutput, write_lines
 
 __all__ = [
     "REDACTED",
@@ -256,10 +256,10 @@ class JsonLinesFindingSink:
     """The findings log: one JSON object per finding per line on ``stream``.
 
     ``wall_clock`` gives the ``timestamp`` (Unix ns; ``time.time_ns`` in production). The
-    stream is flushed after each publication and on ``close``; its owner closes it, and may
-    put another in its place (the file opened again after a log rotation). Given ``failed``,
-    a publication that cannot be written (a full disk) is told to it and logged by outage
-    (``WriteFailures``), not raised.
+    stream is flushed after each publication and on ``close``; its owner closes it. A
+    publication that cannot be written raises ``OSError`` (``FanOutSink`` counts it);
+    ``serve`` writes to a ``background.BackgroundOutput``, which counts and logs failed
+    writes by outage itself, and never raises.
     """
 
     def __init__(
@@ -267,12 +267,10 @@ class JsonLinesFindingSink:
         stream: TextOutput,
         redaction: Redaction | None = None,
         wall_clock: Clock = time.time_ns,
-        failed: Callable[[], None] | None = None,
     ) -> None:
         self.stream = stream
         self._redaction = redaction or Redaction()
         self._wall_clock = wall_clock
-        self._failures = None if failed is None else WriteFailures("the findings log", failed, _log)
 
     def redact_with(self, redaction: Redaction) -> None:
         """Redact the findings written from now on by ``redaction`` (a reload)."""
@@ -286,7 +284,7 @@ class JsonLinesFindingSink:
         lines = [_to_json(finding_record(trace, f, redaction, now, traffic)) for f in findings]
         if not lines:
             return
-        write_lines(self.stream, "\n".join(lines) + "\n", self._failures)
+        write_lines(self.stream, "\n".join(lines) + "\n", None)
 
     def close(self) -> None:
         self.stream.flush()

@@ -18,17 +18,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import logging
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
 from toolwatch.jsontext import compact_encoder
 from toolwatch.model import CallStatus, ToolCall, ToolTrace
 from toolwatch.sinks.findings import json_default
-from toolwatch.sinks.linefile import TextOutput, WriteFailures, write_lines
-
-_log = logging.getLogger(__name__)
+from toolwatch.sinks.linefile import TextOutput, write_lines
 
 __all__ = [
     "TOOLTRACE_FORMAT",
@@ -48,21 +45,17 @@ _to_ascii_json = compact_encoder(json_default, ascii_only=True)
 class ToolTraceWriter:
     """Writes each ToolTrace it is given as one JSON line (``--dump-tooltraces``).
 
-    Flushes after every line so the file can be followed live; the stream's owner closes it,
-    and may put another in its place (the file opened again after a log rotation).
+    Flushes after every line so the file can be followed live; the stream's owner closes it.
+    ``serve`` writes to a ``background.BackgroundOutput``, which counts and logs failed writes
+    by outage itself, and never raises.
     """
 
-    def __init__(self, stream: TextOutput, failed: Callable[[], None] | None = None) -> None:
+    def __init__(self, stream: TextOutput) -> None:
         self.stream = stream
-        # Given ``failed``: a failed write is told to it and logged, not raised.
-        self._failures = (
-            None if failed is None else WriteFailures("the ToolTrace dump", failed, _log)
-        )
 
     def write(self, trace: ToolTrace) -> None:
-        """One line. With ``failed``, a write that fails (a full disk) is told to it and
-        logged by outage (``WriteFailures``), and the run is evaluated all the same."""
-        write_lines(self.stream, _to_ascii_json(tooltrace_to_dict(trace)) + "\n", self._failures)
+        """One line; a write that fails raises ``OSError``."""
+        write_lines(self.stream, _to_ascii_json(tooltrace_to_dict(trace)) + "\n", None)
 
     def close(self) -> None:
         self.stream.flush()
