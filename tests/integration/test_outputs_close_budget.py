@@ -20,22 +20,13 @@ import yaml
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
 from tests.integration.test_faults import POLICY, export
+from tests.pipes import full_pipe
 from toolwatch.app import _OUTPUTS_CLOSE_SECONDS
-
-
-def _full_pipe() -> tuple[int, int]:
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-    with contextlib.suppress(BlockingIOError):
-        while True:
-            os.write(write_end, b"\n" * 65536)
-    os.set_blocking(write_end, True)
-    return read_end, write_end
 
 
 @pytest.fixture
 def full_pipes() -> Iterator[list[tuple[int, int]]]:
-    pipes = [_full_pipe(), _full_pipe()]
+    pipes = [full_pipe(), full_pipe()]
     yield pipes
     for read_end, write_end in pipes:  # the blocked writes fail (EPIPE): the threads end
         for fd in (read_end, write_end):

@@ -5,7 +5,7 @@ missing verification and disallowed tools, ``invariants``' ``arguments`` rules) 
 request one finding, not one an attempt: ``one_per_request``.
 
 A call's request is the last call before it (sequence order) of its tool, call id, agent and
-parent call that is no rerun itself (``loops._request``: two agents used as tools at once
+parent call that is no rerun itself (``loops.request_key``: two agents used as tools at once
 both ask under ``call_0``; a model that numbers each turn's calls from ``call_0`` asks again,
 a request of its own, in a later turn). The findings of one request that make one complaint
 (the evaluator says what: the bound values it judged, the arguments it validated; nothing,
@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Final
 
+from toolwatch.evaluation.loops import RequestKey, request_key
 from toolwatch.model import CallStatus, ToolCall
 
 __all__ = ["ATTEMPT_SPANS", "Flagged", "attempts_said", "has_rerun", "one_per_request"]
@@ -72,12 +73,10 @@ def attempts_said(attempts: Sequence[ToolCall]) -> str:
 
 def _requests(calls: Sequence[ToolCall], tools: Sequence[str]) -> dict[int, int]:
     """``id(call)`` -> the place in ``calls`` (sequence order) of its request's first attempt."""
-    latest: dict[tuple[str, str | None, str | None, str | None], int] = {}
+    latest: dict[RequestKey, int] = {}
     request: dict[int, int] = {}
     for place, call in enumerate(calls):
-        # No call id is a request's id too: assembly marks a span without one a rerun of its
-        # tool's last request (``assembly.by_name``), as ``loops._request`` reads it.
-        key = (tools[place], call.call_id, call.agent, call.parent_call_id)
+        key = request_key(tools[place], call)  # as ``loops.retried`` tells a request
         first = latest.get(key) if call.rerun else None
         if first is None:
             first = latest[key] = place

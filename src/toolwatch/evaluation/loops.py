@@ -66,11 +66,13 @@ __all__ = [
     "CallKey",
     "Loops",
     "Repeat",
+    "RequestKey",
     "acted",
     "acted_reference",
     "action_key",
     "call_key",
     "find_repeats",
+    "request_key",
     "retried",
 ]
 
@@ -189,14 +191,14 @@ def retried(
     ordered = [calls[i] for i in order]
     concurrency = Concurrency(ordered)
     failed: dict[CallKey, list[int]] = {}  # failed calls of each key not yet made again
-    requests: dict[_Request, list[int]] = {}  # the same, by request (reruns make them again)
+    requests: dict[RequestKey, list[int]] = {}  # the same, by request (reruns make them again)
     keys: dict[int, CallKey] = {}  # each failed call's key
     found: set[int] = set()
     for place, call in enumerate(ordered):
         i = order[place]
         key = action_key(tools[i], call, bound)
         pending = failed.get(key)
-        request = _request(tools[i], call)
+        request = request_key(tools[i], call)
         if call.rerun:
             # Its request's failed attempts are made again by it, even one beside it and
             # whatever arguments each span recorded; those of other requests of the action
@@ -230,16 +232,16 @@ def retried(
 #: from ``call_0``, ask under one id), the latest so asked (a model that numbers each turn's
 #: calls from ``call_0`` asks again under it). No call id is one too: a span without one
 #: ran its tool's last request again (``assembly.by_name``). As ``attempts`` reads them.
-_Request = tuple[str, str | None, str | None, str | None]
+RequestKey = tuple[str, str | None, str | None, str | None]
 
 
-def _request(tool: str, call: ToolCall) -> _Request:
+def request_key(tool: str, call: ToolCall) -> RequestKey:
     return tool, call.call_id, call.parent_call_id, call.agent
 
 
 def _made_again(
-    requests: dict[_Request, list[int]],
-    request: _Request,
+    requests: dict[RequestKey, list[int]],
+    request: RequestKey,
     failed: dict[CallKey, list[int]],
     keys: dict[int, CallKey],
 ) -> list[int]:

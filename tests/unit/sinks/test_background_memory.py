@@ -18,6 +18,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests import pipes
 from tests.integration.conftest import until
 from toolwatch.sinks.background import BackgroundOutput
 from toolwatch.sinks.linefile import LineFile, WriteFailures
@@ -40,12 +41,7 @@ def _blocked_in_write(thread: threading.Thread) -> bool:
 @pytest.fixture
 def full_pipe() -> Iterator[tuple[int, int]]:
     """A pipe whose write end is full (blocking again); closed after the test."""
-    read_end, write_end = os.pipe()
-    os.set_blocking(write_end, False)
-    with contextlib.suppress(BlockingIOError):
-        while True:
-            os.write(write_end, b"\n" * 65536)
-    os.set_blocking(write_end, True)
+    read_end, write_end = pipes.full_pipe()
     yield read_end, write_end
     with contextlib.suppress(OSError):
         os.close(read_end)
