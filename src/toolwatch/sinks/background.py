@@ -8,8 +8,8 @@ loop would stop everything with it: every export to toolwatch, the ticker that c
 ``/metrics`` (the alerts' own input) and ``/healthz`` (a liveness probe then kills the pod, and
 what was buffered with it). So the event loop only queues what is to be written:
 ``BackgroundOutput`` queues lines for one output's writer thread. Up to ``limit`` characters
-(4 Mi by default) wait or are being written; a line that would pass them waits for room, at
-most ``ROOM_SECONDS`` once the output stopped taking writes, then is lost, told to the
+(4 Mi by default) wait or are being written; lines that would pass them wait for room, at
+most ``ROOM_SECONDS`` in all until the output caught up, then are lost, told to the
 output's ``WriteFailures`` (``toolwatch_output_failures_total``, and a log line by outage),
 while metrics, pages and the other outputs go on. Log lines have a thread of their own too
 (``toolwatch.sinks.logqueue``).
@@ -47,9 +47,10 @@ _log = logging.getLogger(__name__)
 #: findings of 1 KiB. A blocked output holds at most this much as text (4 to 16 MiB: ``str``
 #: keeps 1 to 4 bytes a character), and a line being written once more, encoded.
 OUTPUT_BACKLOG_CHARS: Final = 4 * 1024 * 1024
-#: How long a line that does not fit waits for room (the event loop waits with it), unless
-#: the output has not caught up since the last such wait ran out: a healthy output behind by
-#: a few large lines catches up, a blocked one costs this wait once, then loses lines at once.
+#: How long lines that do not fit may wait for room in all (the event loop waits with them)
+#: until the output has written what waited when the first of them began to wait: a healthy
+#: output behind by a few large lines catches up within it; a blocked one, or one that takes
+#: a batch now and then, costs the loop this once, then loses lines at once until it caught up.
 ROOM_SECONDS: Final = 0.5
 #: Characters the thread writes at once at most (one longer line alone): the copy a write
 #: joins and encodes stays small beside the bound.
@@ -86,15 +87,18 @@ class BackgroundOutput:
 
     Each ``write`` (whole lines: one publication) is queued while the characters waiting or
     being written stay within ``limit`` (a line longer than ``limit`` still goes alone, once
-    nothing else waits). One that would pass it waits up to ``ROOM_SECONDS`` for the thread
-    to make room, then is lost (told to ``failures``), and so is every later one that does
-    not fit, at once, until the thread has caught up (written all that waited: an output
-    that takes a batch now and then does not make the event loop wait each time). The
-    thread writes up to
+    nothing else waits). One that would pass it waits for the thread to make room; the
+    waits of the lines that do not fit share ``ROOM_SECONDS`` until the thread has caught up
+    (written what waited when the first of them began to wait). Once that is spent, or a
+    wait ran out, the line is lost (told to ``failures``), and so is every later one that
+    does not fit, at once, until the thread has caught up again: an output that takes a
+    batch now and then, just within each wait, makes the event loop wait that long once,
+    not once a batch. The thread writes up to
     ``_BATCH_CHARS`` at a time in one write, or, when that fails, line by line, each failure
     told to ``failures`` as ``write_lines`` tells them (so a full disk loses only what did not
-    fit). Given ``follow``, the thread looks at most once every ``FOLLOW_SECONDS`` (by
-    ``clock``) whether the file's path still names it, and opens it again there when not.
+    fit). Given ``follow``, the thread looks at most once every ``FOLLOW_SECONDS`` whether
+    the file's path still names it, and opens it again there when not. ``clock`` times that
+    and the waits for room.
     ``close`` writes what is queued, for a bounded time, then closes the file.
     """
 
@@ -118,7 +122,9 @@ class BackgroundOutput:
         self._queue: deque[str | _Replace] = deque()
         self._chars = 0  # of the lines queued or being written
         self._busy = 0  # lines taken by the thread, not yet written or lost
-        self._stalled = False  # a wait for room ran out: lines that do not fit are lost at once
+        self._stalled = False  # the waits for room ran out: lines that do not fit are lost
+        self._waited = 0.0  # seconds lines waited for room since the first wait (below)
+        self._behind_ends = 0  # ``_done_total`` at which it wrote what waited at that wait
         self._queued_total = 0  # characters ever queued
         self._done_total = 0  # characters ever written or lost by the thread
         self._stall_ends = 0  # ``_done_total`` at which the stall ends: what waited when it began
@@ -139,14 +145,7 @@ class BackgroundOutput:
         with self._changed:
             if not self._closing:
                 if not self._fits(size) and not self._stalled:
-                    self._now = True  # the thread writes what waits without gathering more
-                    self._changed.notify_all()
-                    room = self._changed.wait_for(
-                        lambda: self._closing or self._fits(size), ROOM_SECONDS
-                    )
-                    if not room:
-                        self._stalled = True
-                        self._stall_ends = self._queued_total
+                    self._wait_for_room(size)
                 if not self._closing and self._fits(size):
                     idle = not self._queue
                     self._queue.append(text)
@@ -163,6 +162,24 @@ class BackgroundOutput:
         else:
             self._lost(1, f"{waiting:,} characters written before it still wait to be written")
         return size
+
+    def _wait_for_room(self, size: int) -> None:
+        """Waits, the lock held, for room for ``size`` characters, at most what is left of
+        ``ROOM_SECONDS`` since the output last caught up; spent (or run out), the output is
+        stalled until it writes what waits now."""
+        if self._done_total >= self._behind_ends:  # caught up since the last wait: all of it
+            self._waited = 0.0
+            self._behind_ends = self._queued_total
+        self._now = True  # the thread writes what waits without gathering more
+        self._changed.notify_all()
+        start = self._clock()
+        room = self._changed.wait_for(
+            lambda: self._closing or self._fits(size), ROOM_SECONDS - self._waited
+        )
+        self._waited += self._clock() - start
+        if not room or self._waited >= ROOM_SECONDS:
+            self._stalled = True
+            self._stall_ends = self._queued_total
 
     @property
     def queued_total(self) -> int:

@@ -74,3 +74,78 @@ def test_a_trickling_output_costs_the_event_loop_the_room_wait_once_per_stall() 
             trickle.permits.release()
         output.close(WAIT)
     assert blocked < 2 * ROOM_SECONDS, f"the event loop waited {blocked:.2f} s in write"
+
+
+class _WaitClock:
+    """The output's clock, read twice around each wait for room (and once when it is made):
+    each wait lasts ``step`` seconds by it, and at its start the output is given one write
+    (the test's permit), which it takes once the wait lets go of the lock: an output that
+    takes a batch just before each wait would run out."""
+
+    def __init__(self, file: PermitFile, step: float) -> None:
+        self._file = file
+        self._step = step
+        self._reads = 0
+        self.now = 0.0
+        self.waits = 0
+
+    def __call__(self) -> float:
+        self._reads += 1
+        now = self.now
+        if self._reads % 2 == 0:  # a wait starts: the 1st read is the constructor's
+            self.waits += 1
+            self._file.permits.release()
+            self.now += self._step
+        return now
+
+
+def test_an_output_taking_a_batch_within_each_wait_costs_the_loop_one_room_wait() -> None:
+    """Scenario: the output's backlog (1 Mi characters of 1 KiB lines) is full; it takes
+    one batch (64 Ki characters) 0.4 s into each wait for room, just within
+    ``ROOM_SECONDS``, and never catches up.
+    Was (stop 45's note): each wait got room, so the output never counted as stalled: the
+    event loop waited 0.4 s for every batch, indefinitely (in production an output taking
+    64 KiB every 0.45 s blocked exports, ``/metrics`` and ``/healthz`` 90% of the time).
+    Now: the waits share ``ROOM_SECONDS`` until the output caught up; the second wait spends
+    it, and later lines that do not fit are lost at once. Once the output has caught up, a
+    line waits again."""
+    lost = 0
+
+    def failed() -> None:
+        nonlocal lost
+        lost += 1
+
+    trickle = PermitFile()
+    clock = _WaitClock(trickle, 0.4)
+    output = BackgroundOutput(
+        trickle,
+        WriteFailures("the findings log", failed, logging.getLogger(__name__)),
+        _LIMIT,
+        clock=clock,
+    )
+    line = "x" * 1023 + "\n"
+    output.write(line)  # taken by the thread, which waits at the gate
+    assert trickle.entered.acquire(timeout=WAIT)
+    try:
+        written = 1
+        while not lost and written < 4 * _LIMIT // len(line):
+            output.write(line)
+            written += 1
+        assert lost == 1
+        assert clock.waits == 2  # 0.8 s by the clock: the second wait spent the 0.5 s
+        # The backlog, then what the two batches made room for (the first line, taken
+        # alone, then 64), then one line lost.
+        assert written == _LIMIT // len(line) + 1 + 64 + 1
+        for _ in range(10):
+            output.write(line)  # stalled: lost at once, no wait
+        assert (lost, clock.waits) == (11, 2)
+        for _ in range(_LIMIT // len(line)):
+            trickle.permits.release()  # the output takes what waits: caught up
+        assert output.written(WAIT)
+        for _ in range(_LIMIT // len(line) + 1):
+            output.write(line)  # full again: the last waits, a new episode
+        assert (lost, clock.waits) == (11, 3)
+    finally:
+        for _ in range(4 * _LIMIT // len(line)):
+            trickle.permits.release()
+        output.close(WAIT)
