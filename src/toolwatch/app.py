@@ -222,6 +222,7 @@ class App:
             shadow=shadow,
             conversations=conversation_scope(config),
             agents=config.named_agents(),
+            published=self._outputs.write_queued,
         )
         self.engine = Engine(parts, clock, self.metrics)
         self.addresses: dict[str, str] = {}
@@ -515,14 +516,9 @@ class App:
 
     def tick(self) -> int:
         """What the ticker does every ``assembly.tick_seconds``: reload TLS files that
-        changed, and complete the traces that are due, their findings written to the files
-        at once (not gathered: they reach the findings log as the metrics count them).
-        Returns how many were completed."""
+        changed, and complete the traces that are due. Returns how many were completed."""
         self._security.refresh()
-        completed = self.engine.tick()
-        if completed:
-            self._outputs.write_queued()
-        return completed
+        return self.engine.tick()
 
     async def _tick_forever(self) -> None:
         period = self.config.assembly.tick_seconds
@@ -551,10 +547,7 @@ class App:
 
     def _offer(self, batch: DecodedBatch, transport: str) -> Receipt:
         """The receivers' consumer: the engine's, and a wake-up for an idle ticker."""
-        queued = self._outputs.queued()
         receipt = self.engine.admit(batch, transport)
-        if self._outputs.queued() != queued:  # runs evicted to make room were judged
-            self._outputs.write_queued()
         self._arrived.set()
         return receipt
 

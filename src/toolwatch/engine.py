@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -96,6 +96,10 @@ class EngineParts:
     #: The agents the configuration names (``Config.named_agents``): a finding names its
     #: run's agent as they spell it, as the ``agent`` label does (``Spellings``).
     agents: frozenset[str] = frozenset()
+    #: Called once the findings and ToolTraces of the traces taken out of the buffer at once
+    #: (a tick, an admission that evicted runs, the drain) were published: the app has the
+    #: files' threads write them now, so they reach the files as the metrics count them.
+    published: Callable[[], None] | None = None
 
 
 class Engine:
@@ -167,6 +171,7 @@ class Engine:
             shadow=parts.shadow,
             conversations=conversations,
             agents=parts.agents | frozenset(agents),
+            published=parts.published,
         )
         self._remember_conversations(self._parts)
         self._told.clear()  # the cases may have changed: tell again what still fails
@@ -207,6 +212,7 @@ class Engine:
         return len(completed)
 
     def _process(self, completed: Iterable[CompletedTrace]) -> None:
+        processed = self._processed
         for trace in completed:
             self._processed += 1
             try:
@@ -216,6 +222,9 @@ class Engine:
                 # of the batch. Counted as a failure of the "engine" stage, logged with the id.
                 self._metrics.evaluator_failed("engine")
                 log.exception("could not evaluate trace %s", trace.trace_id.hex())
+        published = self._parts.published
+        if published is not None and self._processed != processed:
+            published()
 
     def _process_one(self, trace: CompletedTrace) -> None:
         if not trace.agent_run:  # its spans were counted dropped, not built

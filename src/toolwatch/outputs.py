@@ -83,10 +83,6 @@ class Outputs:
             file.output.replace(opened)
             log.info("%s: %s opened again (the file there was rotated away)", kind.setting, path)
 
-    def queued(self) -> int:
-        """Characters ever queued to the files (grows with each line published)."""
-        return sum(file.output.queued_total for file in self.files)
-
     def write_queued(self) -> None:
         """Each file's thread writes what is queued now (``BackgroundOutput.write_queued``)."""
         for file in self.files:

@@ -56,7 +56,8 @@ ROOM_SECONDS: Final = 0.5
 #: joins and encodes stays small beside the bound.
 _BATCH_CHARS: Final = 64 * 1024
 #: How long an output's thread gathers lines after the first before it writes them, unless a
-#: batch's worth comes first or the engine's tick ends (``write_queued``): one wake-up and one
+#: batch's worth comes first or the engine has published what it completed at once
+#: (``write_queued``): one wake-up and one
 #: write for many publications (woken for each, the thread took 8% of the server's
 #: throughput: ``make bench-compare``, 2,000 findings a second). Lines reach the file that
 #: much later at most.
@@ -181,11 +182,6 @@ class BackgroundOutput:
             self._stalled = True
             self._stall_ends = self._queued_total
 
-    @property
-    def queued_total(self) -> int:
-        """Characters ever queued (read without the lock: a count that only grows)."""
-        return self._queued_total
-
     def _fits(self, size: int) -> bool:
         return self._chars == 0 or self._chars + size <= self._limit
 
@@ -194,8 +190,9 @@ class BackgroundOutput:
         thread writes what is queued within ``GATHER_SECONDS``; ``write_queued`` at once)."""
 
     def write_queued(self) -> None:
-        """The thread writes what is queued now, without gathering more: after each tick of
-        the engine, so that the findings it counted reach the file with the metrics."""
+        """The thread writes what is queued now, without gathering more: once the engine has
+        published the traces it completed at once (``EngineParts.published``), so that the
+        findings it counted reach the file with the metrics."""
         with self._changed:
             if self._queue:
                 self._now = True
@@ -246,10 +243,12 @@ class BackgroundOutput:
             if self._abandoned:
                 return
             self._abandoned = True
-            lost = self._busy + sum(isinstance(item, str) for item in self._queue)
+            busy, waiting = self._busy, sum(isinstance(item, str) for item in self._queue)
             self._queue.clear()
-        if lost:
-            self._lost(lost, f"not written within {timeout:g} s of the shutdown")
+        if waiting:
+            self._lost(waiting, f"not written within {timeout:g} s of the shutdown")
+        if busy:  # counted lost: nothing says whether the system took them whole
+            self._lost(busy, f"being written as the shutdown's {timeout:g} s ran out: in part?")
 
     def _lost(self, count: int, reason: str) -> None:
         error = OSError(errno.EAGAIN, f"blocked: {reason}")
