@@ -424,7 +424,10 @@ def _check_config(args: argparse.Namespace) -> int:
     sources = _sources(args)
     config = sources.load_checked()
     golden, _shadow = build_references(config)
-    for warning in [*config.warnings(), *output_warnings(config)]:
+    # serve's warning of a start without a file too: a deploy pipeline whose TOOLWATCH_CONFIG
+    # went missing would otherwise read `defaults: ok` for a server that finds nothing.
+    unnamed = [SERVE_DEFAULTS_WARNING] if sources.path is None else []
+    for warning in [*unnamed, *config.warnings(), *output_warnings(config)]:
         print(f"{sources.name}: warning: {warning}", file=sys.stderr)
     cases = f", {len(golden)} golden case(s)" if golden is not None else ""
     given = ", ".join(f"{key} from {origin}" for key, origin in sources.origins.items())

@@ -146,6 +146,14 @@ def prefer_source() -> None:
         sys.meta_path.insert(0, _SourceFinder())
 
 
+#: How an install without the compiled modules gets them: the stamp ``make`` keeps says the
+#: checkout is installed, so a compiler installed since does not rebuild it by itself.
+BUILD_IT = (
+    "reinstall with a C compiler and Python's headers, without TOOLWATCH_PURE_PYTHON=1:"
+    " in a checkout, `make clean`, then `make serve`"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class CompiledState:
     """What runs: the compiled modules imported, the ones run from source, the stale ones;
@@ -165,7 +173,7 @@ class CompiledState:
         if self.switched:
             return f"pure Python ({PURE_PYTHON_ENV}=1)"
         if not self.compiled:
-            return "pure Python (not compiled at install)"
+            return f"pure Python (not compiled at install; {BUILD_IT})"
         text = f"compiled by mypyc ({len(self.compiled)} of {len(MODULES)} modules)"
         if self.stale:
             text += f"; older than their source, rebuild with `make`: {', '.join(self.stale)}"

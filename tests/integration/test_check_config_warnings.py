@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from tests.integration.test_cli import FREE_PORTS, Served, clean_env, run_cli
+from toolwatch import cli
 
 WARNING = "may be read by others (mode 644)"
 
@@ -39,3 +40,18 @@ def test_check_config_warns_of_a_dump_file_others_can_read(tmp_path: Path) -> No
 
     os.chmod(dump, 0o600)
     assert WARNING not in run_cli("check-config", *args).stderr
+
+
+def test_check_config_without_a_file_warns_of_the_defaults_as_serve_does() -> None:
+    """A check whose TOOLWATCH_CONFIG went missing (a deploy pipeline's) printed only
+    `defaults: ok`, while serve, given the same, warns that the defaults have no policy:
+    the quick start's unverified refund then finds nothing."""
+    warning = cli.SERVE_DEFAULTS_WARNING
+    assert any(line.endswith(f"WARNING toolwatch: {warning}") for line in _serve_start_up_log([]))
+
+    checked = run_cli("check-config")
+    assert (checked.returncode, checked.stdout, checked.stderr) == (
+        0,
+        "defaults: ok\n",
+        f"defaults: warning: {warning}\n",
+    )

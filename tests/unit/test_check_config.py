@@ -165,7 +165,8 @@ def test_a_file_and_config_together_are_refused(
 def test_without_any_file_it_checks_the_defaults_with_the_overrides(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert check_config(capsys) == (0, "defaults: ok\n", "")
+    warned = f"defaults: warning: {cli.SERVE_DEFAULTS_WARNING}\n"
+    assert check_config(capsys) == (0, "defaults: ok\n", warned)
     monkeypatch.setenv("TOOLWATCH_STREAM_LISTEN", "127.0.0.1:4317")  # the gRPC default's port
     code, out, err = check_config(capsys)
     assert (code, out) == (2, "")

@@ -116,6 +116,16 @@ def test_only_a_source_tree_built_in_place_can_be_stale(tmp_path: Path) -> None:
     assert not compiled.built_in_place(Path(sysconfig.get_path("platlib")) / "toolwatch")
 
 
+def test_an_install_without_the_compiled_modules_says_how_to_build_them() -> None:
+    """A checkout installed before gcc was: `make serve` does not rebuild it once gcc is there
+    (its stamp is newer than the sources), so start-up must say what does."""
+    state = compiled.CompiledState((), ("toolwatch.names",), ())
+    assert state.describe() == (
+        "pure Python (not compiled at install; reinstall with a C compiler and Python's headers,"
+        " without TOOLWATCH_PURE_PYTHON=1: in a checkout, `make clean`, then `make serve`)"
+    )
+
+
 def test_a_stale_module_is_named_in_the_description() -> None:
     state = compiled.CompiledState(("toolwatch.names",), (), ("toolwatch.names",))
     assert state.describe().endswith(
