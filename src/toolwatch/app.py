@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import gc
 import logging
 import os
@@ -23,6 +24,7 @@ import socket
 import ssl
 import time
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import grpc
@@ -411,10 +413,12 @@ class App:
         does not load is logged, and ``toolwatch_config_last_reload_successful`` reads 0
         until a reload works: the running configuration stays. Returns whether it worked.
         First, whatever the file holds, the findings log and the ToolTrace dump are opened
-        again if a log rotation renamed them away (``Outputs.reopen``). Once the shutdown
-        has closed the outputs (the drain's findings written), nothing: opening them again
-        would leave empty files behind. Before, during the grace and the drain, a rotation
-        still gets the findings written then at its path."""
+        again if a log rotation renamed them away (``Outputs.reopen``). Once shutting down
+        (``stop``), only that: what is buffered is judged by the configuration that ran at
+        SIGTERM, whenever in the grace the signal comes. Once the shutdown has closed the
+        outputs (the drain's findings written), nothing: opening them again would leave
+        empty files behind. Before, during the grace and the drain, a rotation still gets
+        the findings written then at its path."""
         if self._outputs_closed:
             log.info("SIGHUP while shutting down: configuration and outputs left as they are")
             return False
@@ -422,6 +426,12 @@ class App:
             self._outputs.reopen(self.config.output)
         except Exception:  # never the reload's undoing
             log.exception("could not open the outputs again")
+        if self._stopped:
+            log.info(
+                "SIGHUP while shutting down: the configuration is not reloaded (what is"
+                " buffered is judged by the one running at SIGTERM)"
+            )
+            return False
         try:
             loaded = load()
             kept = self._restart_only(loaded)
@@ -979,7 +989,8 @@ async def serve(
     loads the configuration again, on SIGHUP (``App.reload``); ``hung_up`` says whether a
     SIGHUP came while the server was starting, before its handler was in place, and
     ``terminated`` whether a SIGTERM or SIGINT did; ``interactive``: run from a terminal,
-    where Ctrl-C skips the wait for a last scrape (``App.interrupted``)."""
+    where Ctrl-C skips the wait for a last scrape (``App.interrupted``). Given ``reload``,
+    SIGHUP is ignored once it returns or raises, to the end of the process."""
     app = App(config)
     with queued_logging():  # a blocked standard error stalls nothing: lines are lost, told
         stop = asyncio.Event()
@@ -996,15 +1007,35 @@ async def serve(
         if terminated():
             stop.set()
         if reload is not None:
-            loop.add_signal_handler(signal.SIGHUP, app.reload, reload)
-        await app.start()
-        if reload is not None and hung_up():
-            app.reload(reload)
-        tune_gc()
-        await stop.wait()
-        app.interrupted = interactive and received[:1] == [signal.SIGINT]
-        log.info("shutting down")
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, app.hurry)
-        await app.stop()
+            # Not ``loop.add_signal_handler``: closing the loop gives its signals their
+            # default action back, and SIGHUP's ends the process, so a logrotate HUP while
+            # Python exited turned a clean shutdown's 0 into death by signal. This handler
+            # is swapped for SIG_IGN in one step when serve ends.
+            signal.signal(signal.SIGHUP, functools.partial(_hung_up, loop, app, reload))
+        try:
+            await app.start()
+            if reload is not None and hung_up():
+                app.reload(reload)
+            tune_gc()
+            await stop.wait()
+            app.interrupted = interactive and received[:1] == [signal.SIGINT]
+            log.info("shutting down")
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, app.hurry)
+            await app.stop()
+        finally:
+            if reload is not None:
+                signal.signal(signal.SIGHUP, signal.SIG_IGN)
         return 0
+
+
+def _hung_up(
+    loop: asyncio.AbstractEventLoop,
+    app: App,
+    reload: Callable[[], Config],
+    _signum: int,
+    _frame: FrameType | None,
+) -> None:
+    """SIGHUP, run by Python in the main thread between two steps of the event loop: the
+    loop runs ``App.reload`` as one of its callbacks."""
+    loop.call_soon_threadsafe(app.reload, reload)

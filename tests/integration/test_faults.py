@@ -94,9 +94,17 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 class ServeProcess:
     """``toolwatch serve --config FILE`` in a child process; stderr is read continuously."""
 
-    def __init__(self, config: Path, stdout: Path | None = None, stdin: int | None = None) -> None:
+    def __init__(
+        self,
+        config: Path,
+        stdout: Path | None = None,
+        stdin: int | None = None,
+        *,
+        listening: bool = True,
+    ) -> None:
         """``stdout``: a file its standard output is appended to (``serve >> FILE``);
-        ``stdin``: a descriptor for its standard input (a terminal's), else none."""
+        ``stdin``: a descriptor for its standard input (a terminal's), else none;
+        ``listening``: wait for the start-up line (else ``wait_listening`` does)."""
         self.config = config
         env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
         with contextlib.ExitStack() as files:
@@ -113,6 +121,11 @@ class ServeProcess:
         self._listening = threading.Event()
         self.addresses: dict[str, str] = {}
         threading.Thread(target=self._read_stderr, daemon=True).start()
+        if listening:
+            self.wait_listening()
+
+    def wait_listening(self) -> None:
+        """Waits for the start-up line, whose addresses ``addresses`` then holds."""
         if not self._listening.wait(START_TIMEOUT):
             self.proc.kill()
             raise AssertionError("no start-up line:\n" + "".join(self.log))
