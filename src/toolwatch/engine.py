@@ -224,7 +224,10 @@ class Engine:
                 log.exception("could not evaluate trace %s", trace.trace_id.hex())
         published = self._parts.published
         if published is not None and self._processed != processed:
-            published()
+            try:
+                published()
+            except Exception:  # the receiver's answer, the drain's close go on without it
+                log.exception("telling the outputs what was published failed")
 
     def _process_one(self, trace: CompletedTrace) -> None:
         if not trace.agent_run:  # its spans were counted dropped, not built

@@ -8,8 +8,9 @@ loop would stop everything with it: every export to toolwatch, the ticker that c
 ``/metrics`` (the alerts' own input) and ``/healthz`` (a liveness probe then kills the pod, and
 what was buffered with it). So the event loop only queues what is to be written:
 ``BackgroundOutput`` queues lines for one output's writer thread. Up to ``limit`` characters
-(4 Mi by default) wait or are being written; lines that would pass them wait for room, at
-most ``ROOM_SECONDS`` in all until the output caught up, then are lost, told to the
+(4 Mi by default) wait or are being written; a line that would pass them waits for room, at
+most ``ROOM_SECONDS``, and such waits at most ``ROOM_BUDGET_SECONDS`` in all, coming back
+at ``ROOM_REFILL`` of the time; past them it is lost, told to the
 output's ``WriteFailures`` (``toolwatch_output_failures_total``, and a log line by outage),
 while metrics, pages and the other outputs go on. Log lines have a thread of their own too
 (``toolwatch.sinks.logqueue``).
@@ -36,6 +37,8 @@ __all__ = [
     "FOLLOW_SECONDS",
     "GATHER_SECONDS",
     "OUTPUT_BACKLOG_CHARS",
+    "ROOM_BUDGET_SECONDS",
+    "ROOM_REFILL",
     "ROOM_SECONDS",
     "BackgroundOutput",
     "Follow",
@@ -47,11 +50,17 @@ _log = logging.getLogger(__name__)
 #: findings of 1 KiB. A blocked output holds at most this much as text (4 to 16 MiB: ``str``
 #: keeps 1 to 4 bytes a character), and a line being written once more, encoded.
 OUTPUT_BACKLOG_CHARS: Final = 4 * 1024 * 1024
-#: How long lines that do not fit may wait for room in all (the event loop waits with them)
-#: until the output has written what waited when the first of them began to wait: a healthy
-#: output behind by a few large lines catches up within it; a blocked one, or one that takes
-#: a batch now and then, costs the loop this once, then loses lines at once until it caught up.
+#: How long one line that does not fit waits for room at most (the event loop waits with it):
+#: an output that makes none within it is blocked, and lines that do not fit are then lost at
+#: once until it has written what waited when that wait began.
 ROOM_SECONDS: Final = 0.5
+#: How long lines that do not fit may wait for room in all, at once: a healthy disk behind by
+#: a few large ToolTraces (one of 1 MiB every 0.2 s at 5 MB/s) makes room within it.
+ROOM_BUDGET_SECONDS: Final = 1.0
+#: The share of time that budget comes back at (0.1 s a second): however an output takes its
+#: writes (a batch now and then, just within each wait), the event loop waits for it at most
+#: a tenth of the time, once the budget is spent; spent, the output counts as blocked.
+ROOM_REFILL: Final = 0.1
 #: Characters the thread writes at once at most (one longer line alone): the copy a write
 #: joins and encodes stays small beside the bound.
 _BATCH_CHARS: Final = 64 * 1024
@@ -88,13 +97,15 @@ class BackgroundOutput:
 
     Each ``write`` (whole lines: one publication) is queued while the characters waiting or
     being written stay within ``limit`` (a line longer than ``limit`` still goes alone, once
-    nothing else waits). One that would pass it waits for the thread to make room; the
-    waits of the lines that do not fit share ``ROOM_SECONDS`` until the thread has caught up
-    (written what waited when the first of them began to wait). Once that is spent, or a
-    wait ran out, the line is lost (told to ``failures``), and so is every later one that
-    does not fit, at once, until the thread has caught up again: an output that takes a
-    batch now and then, just within each wait, makes the event loop wait that long once,
-    not once a batch. The thread writes up to
+    nothing else waits). One that would pass it waits for the thread to make room, up to
+    ``ROOM_SECONDS``, out of a budget of ``ROOM_BUDGET_SECONDS`` that comes back at
+    ``ROOM_REFILL`` seconds a second. When a wait ran out, or spent the budget, the output
+    counts as blocked: that line (if it got no room) and every later one that does not fit
+    are lost at once (told to ``failures``) until the thread has written what waited then.
+    So an output that takes a batch now and then, just within each wait, makes the event
+    loop wait for a second or so, then a tenth of the time at most, not for every batch;
+    a disk slower than the lines come but working makes room for each. The thread writes
+    up to
     ``_BATCH_CHARS`` at a time in one write, or, when that fails, line by line, each failure
     told to ``failures`` as ``write_lines`` tells them (so a full disk loses only what did not
     fit). Given ``follow``, the thread looks at most once every ``FOLLOW_SECONDS`` whether
@@ -115,7 +126,8 @@ class BackgroundOutput:
         self.name = output_name(stream)
         self._follow = follow
         self._clock = clock
-        self._next_look = clock() + FOLLOW_SECONDS  # when ``follow`` is asked next
+        now = clock()
+        self._next_look = now + FOLLOW_SECONDS  # when ``follow`` is asked next
         self._gone: OSError | None = None  # why the file written is lost (``follow``)
         self._latest = stream  # the file written once the queue is through (``replace``)
         self._failures = failures
@@ -124,8 +136,8 @@ class BackgroundOutput:
         self._chars = 0  # of the lines queued or being written
         self._busy = 0  # lines taken by the thread, not yet written or lost
         self._stalled = False  # the waits for room ran out: lines that do not fit are lost
-        self._waited = 0.0  # seconds lines waited for room since the first wait (below)
-        self._behind_ends = 0  # ``_done_total`` at which it wrote what waited at that wait
+        self._budget = ROOM_BUDGET_SECONDS  # seconds lines may still wait for room
+        self._budget_at = now  # ``clock`` when it was last reckoned
         self._queued_total = 0  # characters ever queued
         self._done_total = 0  # characters ever written or lost by the thread
         self._stall_ends = 0  # ``_done_total`` at which the stall ends: what waited when it began
@@ -165,20 +177,19 @@ class BackgroundOutput:
         return size
 
     def _wait_for_room(self, size: int) -> None:
-        """Waits, the lock held, for room for ``size`` characters, at most what is left of
-        ``ROOM_SECONDS`` since the output last caught up; spent (or run out), the output is
-        stalled until it writes what waits now."""
-        if self._done_total >= self._behind_ends:  # caught up since the last wait: all of it
-            self._waited = 0.0
-            self._behind_ends = self._queued_total
+        """Waits, the lock held, for room for ``size`` characters, up to ``ROOM_SECONDS`` and
+        what is left of the budget; when that ran out or was spent, the output is stalled
+        until it has written what waits now."""
+        start = self._clock()
+        budget = min(ROOM_BUDGET_SECONDS, self._budget + (start - self._budget_at) * ROOM_REFILL)
         self._now = True  # the thread writes what waits without gathering more
         self._changed.notify_all()
-        start = self._clock()
         room = self._changed.wait_for(
-            lambda: self._closing or self._fits(size), ROOM_SECONDS - self._waited
+            lambda: self._closing or self._fits(size), min(ROOM_SECONDS, budget)
         )
-        self._waited += self._clock() - start
-        if not room or self._waited >= ROOM_SECONDS:
+        self._budget_at = self._clock()
+        self._budget = budget - (self._budget_at - start)
+        if not room or self._budget <= 0:
             self._stalled = True
             self._stall_ends = self._queued_total
 
@@ -245,10 +256,13 @@ class BackgroundOutput:
             self._abandoned = True
             busy, waiting = self._busy, sum(isinstance(item, str) for item in self._queue)
             self._queue.clear()
-        if waiting:
-            self._lost(waiting, f"not written within {timeout:g} s of the shutdown")
-        if busy:  # counted lost: nothing says whether the system took them whole
-            self._lost(busy, f"being written as the shutdown's {timeout:g} s ran out: in part?")
+        if not busy and not waiting:  # the thread is closing the file
+            return
+        told = [f"{waiting:,} not written within {max(timeout, 0.0):g} s of the shutdown"]
+        if busy:  # counted lost: nothing says whether the system took them, or part of them
+            told.append(f"{busy:,} being written then, which the file may hold in part")
+        with self._tell:
+            self._failures.lost(self.name, waiting + busy, "; ".join(told))
 
     def _lost(self, count: int, reason: str) -> None:
         error = OSError(errno.EAGAIN, f"blocked: {reason}")
@@ -263,8 +277,10 @@ class BackgroundOutput:
                 if not self._queue or self._abandoned:  # closing, everything written
                     break
                 self._changed.wait_for(self._due, GATHER_SECONDS)
-                self._now = False
                 batch = self._take()
+                # Asked for (``write_queued``, a wait for room), what is left is written
+                # after this batch without gathering; gathering is for a thread that waits.
+                self._now = self._now and bool(self._queue)
                 lines = [item for item in batch if isinstance(item, str)]
                 self._busy = len(lines)
             try:
@@ -365,17 +381,21 @@ class BackgroundOutput:
                 self._told(stream, gone)
             return
         if len(lines) > 1 and _wrote(stream, "".join(lines)) is None:
-            self._told(stream, None)
+            self._told(stream, None, len(lines))
             return
         for line in lines:  # one by one: one that cannot be written loses no other
             if self._abandoned:
                 return
             self._told(stream, _wrote(stream, line))
 
-    def _told(self, stream: TextOutput, error: OSError | None) -> None:
-        with self._tell:
-            if self._abandoned:  # counted lost by ``close``: neither failed nor written again
+    def _told(self, stream: TextOutput, error: OSError | None, lines: int = 1) -> None:
+        """Tells ``failures`` that ``lines`` were written (``error`` None) or lost; no more
+        ``close``'s to count. Nothing once ``close`` counted them lost."""
+        with self._changed:
+            if self._abandoned:
                 return
+            self._busy -= lines
+        with self._tell:
             if error is None:
                 self._failures.written(output_name(stream))
             else:

@@ -15,7 +15,12 @@ import time
 
 from permit_file import WAIT, PermitFile
 
-from toolwatch.sinks.background import ROOM_SECONDS, BackgroundOutput
+from toolwatch.sinks.background import (
+    ROOM_BUDGET_SECONDS,
+    ROOM_REFILL,
+    ROOM_SECONDS,
+    BackgroundOutput,
+)
 from toolwatch.sinks.linefile import WriteFailures
 
 #: The bound, in characters: 1,024 lines of 1 KiB, 16 batches of the thread's (64 Ki), as a
@@ -80,7 +85,7 @@ class _WaitClock:
     """The output's clock, read twice around each wait for room (and once when it is made):
     each wait lasts ``step`` seconds by it, and at its start the output is given one write
     (the test's permit), which it takes once the wait lets go of the lock: an output that
-    takes a batch just before each wait would run out."""
+    takes a batch as each wait would run out."""
 
     def __init__(self, file: PermitFile, step: float) -> None:
         self._file = file
@@ -99,16 +104,16 @@ class _WaitClock:
         return now
 
 
-def test_an_output_taking_a_batch_within_each_wait_costs_the_loop_one_room_wait() -> None:
+def test_an_output_taking_a_batch_as_each_wait_runs_out_costs_the_loop_its_budget() -> None:
     """Scenario: the output's backlog (1 Mi characters of 1 KiB lines) is full; it takes
-    one batch (64 Ki characters) 0.4 s into each wait for room, just within
-    ``ROOM_SECONDS``, and never catches up.
+    one batch (64 Ki characters) as each wait for room would run out (``ROOM_SECONDS``),
+    and never catches up.
     Was (stop 45's note): each wait got room, so the output never counted as stalled: the
-    event loop waited 0.4 s for every batch, indefinitely (in production an output taking
-    64 KiB every 0.45 s blocked exports, ``/metrics`` and ``/healthz`` 90% of the time).
-    Now: the waits share ``ROOM_SECONDS`` until the output caught up; the second wait spends
-    it, and later lines that do not fit are lost at once. Once the output has caught up, a
-    line waits again."""
+    event loop waited half a second for every batch, indefinitely (exports, ``/metrics``
+    and ``/healthz`` blocked nearly all the time).
+    Now: the waits spend ``ROOM_BUDGET_SECONDS`` (two of them), then lines that do not fit
+    are lost at once until the output caught up; by then the budget has come back
+    (``ROOM_REFILL``), and a line waits again."""
     lost = 0
 
     def failed() -> None:
@@ -116,7 +121,7 @@ def test_an_output_taking_a_batch_within_each_wait_costs_the_loop_one_room_wait(
         lost += 1
 
     trickle = PermitFile()
-    clock = _WaitClock(trickle, 0.4)
+    clock = _WaitClock(trickle, ROOM_SECONDS)
     output = BackgroundOutput(
         trickle,
         WriteFailures("the findings log", failed, logging.getLogger(__name__)),
@@ -132,7 +137,7 @@ def test_an_output_taking_a_batch_within_each_wait_costs_the_loop_one_room_wait(
             output.write(line)
             written += 1
         assert lost == 1
-        assert clock.waits == 2  # 0.8 s by the clock: the second wait spent the 0.5 s
+        assert clock.waits == round(ROOM_BUDGET_SECONDS / ROOM_SECONDS)
         # The backlog, then what the two batches made room for (the first line, taken
         # alone, then 64), then one line lost.
         assert written == _LIMIT // len(line) + 1 + 64 + 1
@@ -142,8 +147,9 @@ def test_an_output_taking_a_batch_within_each_wait_costs_the_loop_one_room_wait(
         for _ in range(_LIMIT // len(line)):
             trickle.permits.release()  # the output takes what waits: caught up
         assert output.written(WAIT)
+        clock.now += ROOM_SECONDS / ROOM_REFILL  # the budget comes back: half of it
         for _ in range(_LIMIT // len(line) + 1):
-            output.write(line)  # full again: the last waits, a new episode
+            output.write(line)  # full again: the last waits for room, and gets it
         assert (lost, clock.waits) == (11, 3)
     finally:
         for _ in range(4 * _LIMIT // len(line)):
