@@ -258,9 +258,14 @@ class BackgroundOutput:
             self._queue.clear()
         if not busy and not waiting:  # the thread is closing the file
             return
-        told = [f"{waiting:,} not written within {max(timeout, 0.0):g} s of the shutdown"]
+        told = []
+        if waiting:
+            told.append(f"{waiting:,} not written within {max(timeout, 0.0):g} s of the shutdown")
         if busy:  # counted lost: nothing says whether the system took them, or part of them
-            told.append(f"{busy:,} being written then, which the file may hold in part")
+            told.append(
+                f"{busy:,} being written as its {max(timeout, 0.0):g} s ran out,"
+                " which the file may hold in part"
+            )
         with self._tell:
             self._failures.lost(self.name, waiting + busy, "; ".join(told))
 
