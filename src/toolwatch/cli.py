@@ -68,6 +68,7 @@ from toolwatch.config import (
     Config,
     ConfigError,
     check_certificate,
+    check_hot_path,
     check_outputs,
     load_config,
     output_warnings,
@@ -382,6 +383,7 @@ class _Sources:
         config = self.load()
         check_outputs(config, self.path, self.overrides, self.origins)
         check_certificate(config, self.path, self.overrides, self.origins)
+        check_hot_path(config, self.path, self.overrides, self.origins)
         return config
 
 

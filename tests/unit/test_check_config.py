@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from toolwatch import cli
+from toolwatch import cli, compiled
+from toolwatch.ingest import scan
 
 DAY = datetime.timedelta(days=1)
 
@@ -227,3 +228,28 @@ def test_a_listener_serve_would_warn_about_is_warned_about(
         f"{config}: warning: {said} is reachable beyond loopback without TLS or authentication\n"
     )
     assert err == (warned if said else "")
+
+
+def test_a_required_compiled_build_that_runs_as_python_is_refused_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``ingest.decoder: compiled`` with the hot path running as Python
+    (``TOOLWATCH_PURE_PYTHON=1``). Was (the README walk-through of stop 46): check-config
+    said ``ok`` while ``serve`` refused to start (exit 3), "which check-config cannot see".
+    Now: both refuse the configuration (2), naming the field, as they refuse it where the
+    compiled scanner cannot be used."""
+    config = good_file(tmp_path, "ingest:\n  decoder: compiled\n")
+    monkeypatch.setenv("TOOLWATCH_PURE_PYTHON", "1")
+    assert check_config(capsys, str(config)) == (
+        2,
+        "",
+        "toolwatch: configuration error\n"
+        f"{config}: ingest.decoder: 'compiled', but the hot path runs pure Python"
+        " (TOOLWATCH_PURE_PYTHON=1): about twice the CPU per span\n",
+    )
+    monkeypatch.delenv("TOOLWATCH_PURE_PYTHON")
+    code, _out, err = check_config(capsys, str(config))
+    if compiled.state().all_compiled and not scan.COMPILED_UNAVAILABLE:
+        assert (code, err) == (0, "")
+    else:  # a build without the compiled parts: refused for one or the other
+        assert code == 2 and "ingest.decoder" in err

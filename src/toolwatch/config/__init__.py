@@ -37,6 +37,7 @@ from toolwatch.config.stages import (
 from toolwatch.config.whole import (
     Config,
     check_certificate,
+    check_hot_path,
     check_outputs,
     output_warnings,
     private_file_warning,
@@ -56,6 +57,7 @@ __all__ = [
     "SecuritySettings",
     "TlsSettings",
     "check_certificate",
+    "check_hot_path",
     "check_outputs",
     "host_addresses",
     "is_ip_address",

@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from toolwatch.assembly.buffer import LOST_PARENT_WAIT_NS, AssemblyLimits
-from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Decoder
+from toolwatch.ingest.scan import Decoder
 from toolwatch.sections import WEEK_SECONDS, Seconds, seconds_to_ns
 from toolwatch.sections import Section as _Section
 
@@ -75,13 +75,6 @@ class IngestSettings(_Section):
     decoder: Decoder = Field(
         "auto", description="OTLP scanner: auto (compiled if built), compiled, reference"
     )
-
-    @field_validator("decoder")
-    @classmethod
-    def _available(cls, value: Decoder) -> Decoder:
-        if value == "compiled" and COMPILED_UNAVAILABLE:
-            raise ValueError(f"the compiled OTLP scanner cannot be used: {COMPILED_UNAVAILABLE}")
-        return value
 
 
 class AssemblySettings(_Section):

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
+from toolwatch import compiled
 from toolwatch.config.errors import ConfigError, _origin, _source
 from toolwatch.config.listen import ListenSettings, is_loopback, parse_listen_address
 from toolwatch.config.security import SecuritySettings
@@ -25,6 +26,7 @@ from toolwatch.config.stages import (
 )
 from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings, PolicySettings
 from toolwatch.ingest.decode import DecodeOptions
+from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
 from toolwatch.references.settings import GoldenSettings, ShadowSettings
 from toolwatch.sections import Section as _Section
 
@@ -224,6 +226,31 @@ def check_certificate(
         where = "security.tls.cert_file"
         origin = _origin(where, _source(path), overrides or {}, origins or {})
         raise ConfigError(f"{origin}: {where}: {problem}")
+
+
+def check_hot_path(
+    config: Config,
+    path: Path | None,
+    overrides: dict[str, Any] | None = None,
+    origins: dict[str, str] | None = None,
+) -> None:
+    """Refuse ``ingest.decoder: compiled`` where this install cannot run it: the compiled OTLP
+    scanner cannot be used, or the hot path runs as Python (not compiled at install, or
+    ``TOOLWATCH_PURE_PYTHON=1``). ``serve`` and ``check-config`` call this; ``replay``, which
+    decodes no OTLP, takes such a configuration anywhere. Arguments and ``ConfigError`` as
+    ``check_outputs``."""
+    if config.ingest.decoder != "compiled":
+        return
+    hot_path = compiled.state()
+    if COMPILED_UNAVAILABLE:
+        problem = f"the compiled OTLP scanner cannot be used: {COMPILED_UNAVAILABLE}"
+    elif not hot_path.all_compiled:
+        problem = f"the hot path runs {hot_path.describe()}: about twice the CPU per span"
+    else:
+        return
+    where = "ingest.decoder"
+    origin = _origin(where, _source(path), overrides or {}, origins or {})
+    raise ConfigError(f"{origin}: {where}: 'compiled', but {problem}")
 
 
 def private_file_warning(target: str, setting: str, status: os.stat_result) -> str | None:
