@@ -29,6 +29,7 @@ from typing import Any
 
 import grpc
 from aiohttp import web
+from aiohttp.typedefs import Middleware
 from grpc_health.v1 import _async as health_async
 from grpc_health.v1 import health_pb2
 from prometheus_client import (
@@ -39,7 +40,7 @@ from prometheus_client import (
     enable_created_metrics,
 )
 
-from toolwatch import __version__, compiled
+from toolwatch import __version__, compiled, connection_age
 from toolwatch.config import (
     LISTENERS,
     Config,
@@ -571,6 +572,24 @@ class App:
         time is closed: gRPC's own limit is 120 s, a silent client's socket held as long."""
         return ("grpc.server_handshake_timeout_ms", round(self._handshake_seconds * 1000))
 
+    @property
+    def _grpc_connection_age_options(self) -> tuple[tuple[str, int], ...]:
+        """Each OTLP/gRPC connection closed at ``ingest.max_connection_age_seconds``
+        (``toolwatch.connection_age``). An export in flight then finishes within
+        ``ingest.read_timeout_seconds``: its body arrives within it or it is answered
+        DEADLINE_EXCEEDED, and exporters give up sooner (10 s the SDKs, 5 s the Collector)."""
+        ingest = self.config.ingest
+        return connection_age.grpc_options(
+            ingest.max_connection_age_seconds, ingest.read_timeout_seconds
+        )
+
+    def _connection_age_middleware(self) -> Middleware:
+        """The HTTP listeners' (OTLP, metrics) bound on a connection's age, on the app's
+        clock."""
+        return connection_age.http_middleware(
+            self.config.ingest.max_connection_age_seconds, self._clock
+        )
+
     async def _start_otlp_grpc(self, address: str) -> str:
         limit = self.config.ingest.max_request_bytes
         server = grpc.aio.server(
@@ -580,6 +599,7 @@ class App:
                 ("grpc.max_send_message_length", 4 * 2**20),
                 ("grpc.http2.bdp_probe", int(self.config.ingest.grpc_bdp_probe)),
                 self._grpc_handshake_option,
+                *self._grpc_connection_age_options,
                 _NO_REUSEPORT,
             ],
         )
@@ -607,6 +627,10 @@ class App:
         return bound
 
     async def _start_stream(self, address: str) -> str:
+        # No connection age (``_grpc_connection_age_options``): a subscription is one call
+        # for as long as ``toolwatch tail`` runs; the grace over, a closed connection would end
+        # it (``tail`` without ``--reconnect`` exits), and with no grace it would outlive its
+        # connection's age all the same. Its token, not its connection, is checked again.
         server = grpc.aio.server(
             interceptors=self._security.grpc_interceptors("stream"),
             options=[_NO_REUSEPORT, self._grpc_handshake_option, *stream_server_options()],
@@ -641,6 +665,7 @@ class App:
             decoding=self._decoding,
             in_flight=self._http_in_flight,
         ).add_routes(app)
+        app.middlewares.insert(0, self._connection_age_middleware())  # sees every answer
         return app
 
     def _metrics_app(self) -> web.Application:
@@ -648,6 +673,7 @@ class App:
             self.registry, ready=lambda: self._ready, scraped=self._was_scraped
         )
         app.middlewares.extend(self._security.http_middlewares("metrics", _PROBE_PATHS))
+        app.middlewares.insert(0, self._connection_age_middleware())
         return app
 
     async def _start_http(self, listener: str, address: str, app: web.Application) -> str:

@@ -5,7 +5,11 @@ gRPC server credentials and an auth interceptor (OTLP/gRPC, findings stream), an
 ``ssl.SSLContext`` and an auth middleware (OTLP/HTTP, metrics); the certificates themselves
 are ``toolwatch.tls``'s. With ``tls.client_ca_file`` every listener requires a client
 certificate signed by that CA (mutual TLS), except that the metrics listener lets a client
-without one finish the handshake and answers it only on ``/healthz`` and ``/readyz``. With
+without one finish the handshake and answers it only on ``/healthz`` and ``/readyz`` (403
+elsewhere, counted with ``PipelineMetrics.auth_failed(listener)``). A client refused at the
+handshake (no certificate where one is required, an expired one, one the client CA did not
+sign) is refused by OpenSSL or gRPC before any of this code runs: neither counted nor logged
+(gRPC offers no hook on a failed handshake); its own error says why. With
 ``tls.client_names`` too, the certificate must name one of them (``ClientNames``): any other
 is answered PERMISSION_DENIED (gRPC) or 403 (HTTP), with no detail, before any request
 message or body is read and whatever its bearer token or method (so it learns nothing of
@@ -22,11 +26,13 @@ Tokens live in a file (``TokenFile``), one per line so a new token can be added 
 old one is removed; the file is re-read when it changes, without a restart. So are the
 certificate, its key and the client CA (``toolwatch.tls.CertificateFiles``): a rotated
 certificate (by cert-manager, say) is served on new connections — gRPC takes it at the next
-handshake, the HTTPS listeners at the next ``ListenerSecurity.refresh`` (the server's tick).
-A file that changed and cannot be used (a certificate that is not valid now included) keeps
-the previous one and is counted with ``PipelineMetrics.reload_failed``; the dates of the
-certificate and client CA served (since when they are valid, when they expire) are reported at
-start-up and at each reload that took a new set (``PipelineMetrics.certificates_served``).
+handshake, the HTTPS listeners at the next ``ListenerSecurity.refresh`` (the server's tick);
+the connections open before it are closed at their age (``toolwatch.connection_age``; not
+the findings stream's). A file that changed and cannot be used (a certificate that is not
+valid now included) keeps the previous one and is counted with
+``PipelineMetrics.reload_failed``; the dates of the certificate and client CA served (since
+when they are valid, when they expire) are reported at start-up and at each reload that took
+a new set (``PipelineMetrics.certificates_served``).
 
 Threading: the interceptors and middlewares run on the servers' event loop; ``TokenFile``
 is not thread-safe.
@@ -237,8 +243,10 @@ def client_certificate_middleware(
 ) -> Middleware:
     """An aiohttp middleware for a listener whose TLS lets clients without a certificate
     finish the handshake (one that presents a certificate the client CA did not sign never
-    does): requests on such a connection are answered 401 with an empty body and counted for
-    ``listener``, except those for ``open_paths``."""
+    does): requests on such a connection are answered 403 with an empty body and counted for
+    ``listener``, except those for ``open_paths``. Not 401: RFC 9110 §15.5.2 has a 401 carry
+    a ``WWW-Authenticate`` challenge, and none asks for a client certificate; a token would
+    not let such a client in either."""
 
     @web.middleware
     async def require_certificate(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -247,7 +255,7 @@ def client_certificate_middleware(
         if verified or request.path in open_paths:
             return await handler(request)
         metrics.auth_failed(listener)
-        return web.Response(status=401)
+        return web.Response(status=403)
 
     return require_certificate
 
@@ -404,7 +412,7 @@ def client_name_middleware(
     names no accepted client (``ClientNames``), or that shows none, with 403 and an empty
     body, counted for ``listener``, except those for ``open_paths``. Put it after
     ``client_certificate_middleware`` on a listener where a client without a certificate
-    finishes the handshake: that answers such a client 401 first."""
+    finishes the handshake: that refuses such a client first."""
 
     @web.middleware
     async def require_name(request: web.Request, handler: Handler) -> web.StreamResponse:

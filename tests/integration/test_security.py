@@ -112,7 +112,11 @@ NAMED_EMAIL = "collector@example.com"
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    d = tmp_path_factory.mktemp("pki")
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+def make_pki(d: Path) -> Pki:
+    """The certificates of ``Pki``, made in the directory ``d``."""
     server_ca, client_ca, rogue_ca = trustme.CA(), trustme.CA(), trustme.CA()
     server_ca.cert_pem.write_to_path(str(d / "ca.pem"))
     client_ca.cert_pem.write_to_path(str(d / "client-ca.pem"))
@@ -385,7 +389,7 @@ def test_mutual_tls_metrics_lets_probes_in_without_a_client_certificate(
         200,
     ]
     refused = http_get(f"{base}/metrics", anonymous)
-    assert (refused.status, refused.body) == (401, b"")
+    assert (refused.status, refused.body) == (403, b"")
     assert server.sample(AUTH_FAILURES, {"listener": "metrics"}) == 1
 
     scraped = http_get(f"{base}/metrics", agent)
@@ -1208,7 +1212,7 @@ def test_client_names_on_metrics_leave_probes_open(start_server: Start, pki: Pki
         for who in (anonymous, other, named)
     ]
     assert probes == [200] * 6
-    assert http_get(f"{base}/metrics", anonymous).status == 401  # no certificate
+    assert http_get(f"{base}/metrics", anonymous).status == 403  # no certificate
     refused = http_get(f"{base}/metrics", other)
     assert (refused.status, refused.body) == (403, b"")
     assert server.sample(AUTH_FAILURES, {"listener": "metrics"}) == 2

@@ -161,6 +161,24 @@ def test_a_duration_below_a_nanosecond_is_refused_naming_it(tmp_path: Path, sett
         load_config(None, {**auth, setting: "1e-9"})  # a nanosecond: 1 ns
 
 
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (0.5, "greater than or equal to 1"),
+        (86_401, "less than or equal to 86400"),
+        (float("inf"), "a finite number"),
+    ],
+)
+def test_a_connection_age_is_from_a_second_to_a_day(value: float, reason: str) -> None:
+    """Closed at its age, every connection is made again: below a second nearly every export
+    would open one; gRPC takes the age in milliseconds, as a C int."""
+    assert load_config(None, {}).ingest.max_connection_age_seconds == 300
+    assert error_lines(None, {"ingest.max_connection_age_seconds": value})[1] == (
+        "  command line/environment: ingest.max_connection_age_seconds: "
+        f"Input should be {reason} (got {value:g})"
+    )
+
+
 def test_the_lost_parent_wait_is_set_in_seconds_and_must_end_before_the_age() -> None:
     assert load_config(None, {}).assembly.limits().lost_parent_wait_ns == 5 * 10**9
     config = load_config(None, {"assembly.lost_parent_wait_seconds": "30"})

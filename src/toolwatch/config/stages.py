@@ -65,6 +65,16 @@ class IngestSettings(_Section):
         description="an HTTP connection (OTLP or metrics) with no request, or a connection's"
         " handshake not finished (at most 60 s), for this long is closed",
     )
+    # A client certificate is checked at the handshake only, and exporters keep a connection
+    # for days: closed at this age, every client handshakes again within it, against the
+    # client CA served then (toolwatch.connection_age).
+    max_connection_age_seconds: float = Field(
+        300.0,
+        ge=1,
+        le=86_400,
+        description="an OTLP or metrics connection this old is closed after its next answer"
+        " (gRPC: GOAWAY, in-flight calls given read_timeout_seconds to finish)",
+    )
     # gRPC's bandwidth-delay probing grows HTTP/2 windows ahead of reads, so calls waiting for
     # a slot would still have their bodies buffered by gRPC (measured: 100 x 10 MiB held 1 GiB
     # with 16 slots). Off, a waiting call holds one 64 KiB window; a body being read still

@@ -546,11 +546,17 @@ class PrometheusMetrics:
             ["case"],
             registry=r,
         )
+        # What toolwatch refuses once a connection's TLS handshake is done. A handshake that
+        # fails (mutual TLS: a client certificate missing, expired or of another CA) fails in
+        # OpenSSL or gRPC, which tell the application nothing (gRPC has no hook for it).
         self._auth_failures = Counter(
             "toolwatch_auth_failures_total",
-            "Requests refused for their credentials: a missing or wrong bearer token or client"
-            " certificate (UNAUTHENTICATED, 401), or a client certificate whose name is not"
-            " allowed (PERMISSION_DENIED, 403).",
+            "Requests refused for their credentials after the TLS handshake: a missing or"
+            " wrong bearer token (UNAUTHENTICATED, 401), a client certificate whose names are"
+            " not allowed (PERMISSION_DENIED, 403), or no client certificate on the metrics"
+            " listener (403). Not counted: clients refused in the TLS handshake (no client"
+            " certificate on another listener, an expired one, one the client CA did not"
+            " sign); their own errors tell.",
             ["listener"],
             registry=r,
         )
