@@ -374,8 +374,16 @@ class _Sources:
         return str(self.path) if self.path is not None else "defaults"
 
     def load(self) -> Config:
-        """The configuration, validated; also what ``serve`` reloads on SIGHUP."""
+        """The configuration, validated (``load_reloaded`` on SIGHUP)."""
         return load_config(self.path, self.overrides, self.origins, path_origin=self.path_origin)
+
+    def load_reloaded(self) -> Config:
+        """``load`` for a SIGHUP, and ``ingest.decoder`` refused where this install cannot
+        run it (``check_hot_path``): the running server keeps its own, but the restart that
+        key takes would fail, so the reload fails now, naming it."""
+        config = self.load()
+        check_hot_path(config, self.path, self.overrides, self.origins)
+        return config
 
     def load_checked(self) -> Config:
         """``load``, and the output files refused that ``serve`` could not open and an
@@ -409,7 +417,7 @@ def _serve(args: argparse.Namespace) -> int:
         return asyncio.run(
             serve(
                 config,
-                sources.load,
+                sources.load_reloaded,
                 hung_up=lambda: bool(_HANGUPS),
                 terminated=lambda: bool(_TERMINATIONS),
                 interactive=sys.stdin is not None and sys.stdin.isatty(),

@@ -98,8 +98,8 @@ class Outputs:
         deadline = time.monotonic() + timeout
         for file in self.files:
             file.output.stop_taking()
-        for file in self.files:
-            file.output.close(deadline - time.monotonic())
+        for file in self.files:  # each thread had the whole grace since stop_taking
+            file.output.close(deadline - time.monotonic(), grace=timeout)
 
 
 def open_outputs(

@@ -598,7 +598,9 @@ class _OfflineAssembler:
         )
         self._buffer = TraceBuffer(self.limits, self._clock, NoopMetrics())
         self._normalize = config.policy.normalizer()
-        self._options = config.decode_options()
+        # ``ingest.decoder`` is what a server must run; replay decodes its file with what
+        # this install has (``auto``), so a production configuration replays anywhere.
+        self._options = replace(config.decode_options(), decoder="auto")
         self._skipped = 0  # traces of no agent run, left out
         self.peak_buffered_spans = 0
 

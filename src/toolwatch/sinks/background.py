@@ -17,7 +17,9 @@ while metrics, pages and the other outputs go on. Log lines have a thread of the
 
 Threading: ``write``, ``replace`` and ``stop_taking`` are called from the event loop, ``close``
 and ``written`` from any one thread (``App.stop`` closes in an executor); each output's own
-thread runs the writes and closes the files it replaced.
+thread runs the writes and closes the files it replaced. Two locks: ``_tell`` while telling
+``failures`` (from both sides), then, inside it, ``_changed`` for the queue and its counts; the
+event loop holds ``_changed`` alone while it queues, and never while it tells.
 """
 
 from __future__ import annotations
@@ -134,7 +136,9 @@ class BackgroundOutput:
         self._limit = limit
         self._queue: deque[str | _Replace] = deque()
         self._chars = 0  # of the lines queued or being written
-        self._busy = 0  # lines taken by the thread, not yet written or lost
+        self._busy = 0  # writes taken by the thread, not yet told written or lost
+        self._busy_lines = 0  # the lines they hold
+        self._writing = 0  # lines of the write the system is taking now
         self._stalled = False  # the waits for room ran out: lines that do not fit are lost
         self._budget = ROOM_BUDGET_SECONDS  # seconds lines may still wait for room
         self._budget_at = now  # ``clock`` when it was last reckoned
@@ -231,7 +235,9 @@ class BackgroundOutput:
         with self._changed:
             self._now = True
             self._changed.notify_all()
-            return self._changed.wait_for(lambda: not self._queue and not self._busy, timeout)
+            return self._changed.wait_for(
+                lambda: self._abandoned or (not self._queue and not self._chars), timeout
+            )
 
     def stop_taking(self) -> None:
         """Lines written from now on are lost; the thread writes what is queued, then closes
@@ -240,34 +246,33 @@ class BackgroundOutput:
             self._closing = True
             self._changed.notify_all()
 
-    def close(self, timeout: float = 5.0) -> None:
+    def close(self, timeout: float = 5.0, grace: float | None = None) -> None:
         """Writes what is queued, waiting up to ``timeout`` seconds, then closes the file.
-        Past it, what is still queued or being written is counted lost and the thread writes
-        nothing more: a line the system is taking then (the thread blocked in its write) may
-        still reach the file. The file is left to that thread, which the process exits
-        without."""
+        Past it, what is still queued or being written is counted lost, told in one log
+        line as the shutdown's ``grace`` (``timeout`` by default: the time the thread had
+        since ``stop_taking``) running out, and the thread writes nothing more: the lines
+        the system is taking then (the thread blocked in its write) may still reach the
+        file. The file is left to that thread, which the process exits without."""
         self.stop_taking()
         self._thread.join(max(timeout, 0.0))
-        if not self._thread.is_alive():
-            return
-        with self._changed:
-            if self._abandoned:
-                return
-            self._abandoned = True
-            busy, waiting = self._busy, sum(isinstance(item, str) for item in self._queue)
-            self._queue.clear()
-        if not busy and not waiting:  # the thread is closing the file
-            return
-        told = []
-        if waiting:
-            told.append(f"{waiting:,} not written within {max(timeout, 0.0):g} s of the shutdown")
-        if busy:  # counted lost: nothing says whether the system took them, or part of them
-            told.append(
-                f"{busy:,} being written as its {max(timeout, 0.0):g} s ran out,"
-                " which the file may hold in part"
+        with self._tell:  # a write is either told by the thread (``_told``) or counted here
+            with self._changed:
+                waiting = [item for item in self._queue if isinstance(item, str)]
+                if self._abandoned or not self._thread.is_alive() or not (waiting or self._busy):
+                    return  # written, or the thread is closing the file
+                self._abandoned = True
+                writes, writing = self._busy + len(waiting), self._writing
+                unwritten = self._busy_lines - writing + sum(item.count("\n") for item in waiting)
+                self._queue.clear()
+            told = []
+            if unwritten:
+                told.append(f"{unwritten:,} line(s) not written")
+            if writing:  # counted lost: nothing says whether the system took them, in part
+                told.append(f"{writing:,} being written, which the file may hold in part")
+            shown = max(timeout if grace is None else grace, 0.0)
+            self._failures.lost(
+                self.name, writes, f"the shutdown's {shown:g} s ran out with {' and '.join(told)}"
             )
-        with self._tell:
-            self._failures.lost(self.name, waiting + busy, "; ".join(told))
 
     def _lost(self, count: int, reason: str) -> None:
         error = OSError(errno.EAGAIN, f"blocked: {reason}")
@@ -288,6 +293,7 @@ class BackgroundOutput:
                 self._now = self._now and bool(self._queue)
                 lines = [item for item in batch if isinstance(item, str)]
                 self._busy = len(lines)
+                self._busy_lines = sum(line.count("\n") for line in lines)
             try:
                 if self._follow is not None and self._clock() >= self._next_look:
                     stream = self._followed(self._follow, stream, batch)
@@ -297,7 +303,7 @@ class BackgroundOutput:
             finally:
                 with self._changed:  # held until written: the bound is of the memory
                     done = sum(map(len, lines))
-                    self._busy = 0
+                    self._busy = self._busy_lines = self._writing = 0
                     self._chars -= done
                     self._done_total += done
                     if self._done_total >= self._stall_ends:  # took what waited: it takes writes
@@ -382,29 +388,38 @@ class BackgroundOutput:
             return
         gone = self._gone
         if gone is not None:  # removed, and its path cannot be opened: no one would read them
-            for _ in lines:
-                self._told(stream, gone)
+            for line in lines:
+                self._told(stream, gone, [line])
             return
-        if len(lines) > 1 and _wrote(stream, "".join(lines)) is None:
-            self._told(stream, None, len(lines))
+        if len(lines) > 1 and self._wrote(stream, lines) is None:
+            self._told(stream, None, lines)
             return
         for line in lines:  # one by one: one that cannot be written loses no other
             if self._abandoned:
                 return
-            self._told(stream, _wrote(stream, line))
+            self._told(stream, self._wrote(stream, [line]), [line])
 
-    def _told(self, stream: TextOutput, error: OSError | None, lines: int = 1) -> None:
-        """Tells ``failures`` that ``lines`` were written (``error`` None) or lost; no more
-        ``close``'s to count. Nothing once ``close`` counted them lost."""
+    def _wrote(self, stream: TextOutput, lines: list[str]) -> OSError | None:
+        """``_wrote`` of ``lines`` joined, ``close`` told that the system is taking them."""
+        text = "".join(lines)
         with self._changed:
+            self._writing = text.count("\n")
+        return _wrote(stream, text)
+
+    def _told(self, stream: TextOutput, error: OSError | None, lines: list[str]) -> None:
+        """Tells ``failures`` that the writes ``lines`` were written (``error`` None) or
+        lost; no more ``close``'s to count. Nothing once ``close`` counted them lost."""
+        with self._tell:  # held: ``close`` counts a write either told here or lost
             if self._abandoned:
                 return
-            self._busy -= lines
-        with self._tell:
             if error is None:
                 self._failures.written(output_name(stream))
             else:
                 self._failures.failed(output_name(stream), error)
+            with self._changed:  # not while telling: the event loop's ``write`` takes it
+                self._busy -= len(lines)
+                self._busy_lines -= sum(line.count("\n") for line in lines)
+                self._writing = 0
 
 
 def _wrote(stream: TextOutput, text: str) -> OSError | None:

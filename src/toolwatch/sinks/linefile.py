@@ -163,12 +163,12 @@ class WriteFailures:
             )
 
     def lost(self, where: str, count: int, reason: str) -> None:
-        """``count`` lines lost at once (a shutdown's grace ran out): each told to
-        ``failed``, and logged in one line, whatever the outage logged before."""
+        """``count`` writes lost at once (a shutdown's grace ran out): each told to
+        ``failed``, and ``reason`` logged in one line, whatever the outage logged before."""
         for _ in range(count):
             self._failed()
         self._streak += count
-        self._log.error("could not write %s (%s): lines lost: %s", self.what, where, reason)
+        self._log.error("could not write %s (%s): %s", self.what, where, reason)
 
     def written(self, where: str) -> None:
         if self._streak:
