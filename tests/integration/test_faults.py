@@ -42,6 +42,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration import agents
 from tests.integration.conftest import until
+from tests.integration.test_rejected_spans import KeptToolTraces
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.assembly.buffer import AssemblyLimits
 from toolwatch.engine import Admission, Engine, EngineParts
@@ -576,17 +577,6 @@ class RaisesOnOneAgent:
         if trace.agent == self.agent:
             raise KeyError("order_id")
         return EvalResult(evaluator="flaky", scores={"score": 1.0}, findings=(), explanation="ok")
-
-
-@dataclass
-class KeptToolTraces:
-    traces: list[ToolTrace] = field(default_factory=list)
-
-    def write(self, trace: ToolTrace) -> None:
-        self.traces.append(trace)
-
-    def close(self) -> None:
-        pass
 
 
 def test_an_evaluator_that_raises_on_one_run_is_isolated_and_counted() -> None:

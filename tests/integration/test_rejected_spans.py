@@ -30,6 +30,8 @@ POLICY = {"dangerous_tools": ["issue_refund"], "verification_tools": ["lookup_or
 
 
 class KeptToolTraces:
+    """A ToolTrace sink that keeps what it is given (``--dump-tooltraces`` in memory)."""
+
     def __init__(self) -> None:
         self.traces: list[ToolTrace] = []
 

@@ -16,12 +16,13 @@ import pytest
 from assembly_support import REFUND_POLICY_FIELDS, agent, tool
 from prometheus_client import CollectorRegistry
 
+from tests.integration.test_rejected_spans import KeptToolTraces
 from toolwatch.assembly.buffer import AssemblyLimits
 from toolwatch.engine import Admission, Engine, EngineParts
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodedBatch
-from toolwatch.model import ManualClock, SpanRecord, ToolTrace
+from toolwatch.model import ManualClock, SpanRecord
 from toolwatch.sinks.findings import InMemoryFindingSink
 from toolwatch.sinks.prometheus import PrometheusMetrics
 
@@ -29,24 +30,13 @@ _FIRST = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")
 _SECOND = bytes.fromhex("4bf92f3577b34da6a3ce929d0e0e4736")
 
 
-class _Kept:
-    def __init__(self) -> None:
-        self.traces: list[ToolTrace] = []
-
-    def write(self, trace: ToolTrace) -> None:
-        self.traces.append(trace)
-
-    def close(self) -> None:
-        pass
-
-
 def _failing_hook() -> None:
     raise RuntimeError("the hook failed")
 
 
-def _engine(limits: AssemblyLimits) -> tuple[Engine, InMemoryFindingSink, _Kept]:
+def _engine(limits: AssemblyLimits) -> tuple[Engine, InMemoryFindingSink, KeptToolTraces]:
     settings = EvaluationSettings.model_validate({"policy": REFUND_POLICY_FIELDS})
-    findings, kept = InMemoryFindingSink(), _Kept()
+    findings, kept = InMemoryFindingSink(), KeptToolTraces()
     parts = EngineParts(
         limits=limits,
         evaluation=EvaluationPipeline(settings),

@@ -14,34 +14,13 @@ from __future__ import annotations
 
 import logging
 
-from permit_file import WAIT, PermitFile
+from permit_file import WAIT, PermitFile, WaitClock
 
 from toolwatch.sinks.background import OUTPUT_BACKLOG_CHARS, BackgroundOutput
 from toolwatch.sinks.linefile import WriteFailures
 
 _LINE = 1024 * 1024  # characters of one ToolTrace line (a run with large results)
 _DISK = 0.2  # seconds the disk takes for one such line: 5 MB/s
-
-
-class _DiskClock:
-    """Read once by the output's constructor, then twice around each wait for room: at the
-    start of a wait the disk is given one write (it writes one line), and the wait lasts
-    ``_DISK`` seconds by this clock."""
-
-    def __init__(self, disk: PermitFile) -> None:
-        self._disk = disk
-        self._reads = 0
-        self.now = 0.0
-        self.waits = 0
-
-    def __call__(self) -> float:
-        self._reads += 1
-        now = self.now
-        if self._reads % 2 == 0:
-            self.waits += 1
-            self._disk.permits.release()
-            self.now += _DISK
-        return now
 
 
 def test_a_disk_behind_by_a_few_large_tooltraces_loses_none_of_a_burst() -> None:
@@ -58,7 +37,7 @@ def test_a_disk_behind_by_a_few_large_tooltraces_loses_none_of_a_burst() -> None
         lost += 1
 
     disk = PermitFile()
-    clock = _DiskClock(disk)
+    clock = WaitClock(disk, _DISK)
     output = BackgroundOutput(
         disk,
         WriteFailures("the ToolTrace dump", failed, logging.getLogger(__name__)),

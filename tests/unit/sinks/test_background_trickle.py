@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 
-from permit_file import WAIT, PermitFile
+from permit_file import WAIT, PermitFile, WaitClock
 
 from toolwatch.sinks.background import (
     ROOM_BUDGET_SECONDS,
@@ -81,29 +81,6 @@ def test_a_trickling_output_costs_the_event_loop_the_room_wait_once_per_stall() 
     assert blocked < 2 * ROOM_SECONDS, f"the event loop waited {blocked:.2f} s in write"
 
 
-class _WaitClock:
-    """The output's clock, read twice around each wait for room (and once when it is made):
-    each wait lasts ``step`` seconds by it, and at its start the output is given one write
-    (the test's permit), which it takes once the wait lets go of the lock: an output that
-    takes a batch as each wait would run out."""
-
-    def __init__(self, file: PermitFile, step: float) -> None:
-        self._file = file
-        self._step = step
-        self._reads = 0
-        self.now = 0.0
-        self.waits = 0
-
-    def __call__(self) -> float:
-        self._reads += 1
-        now = self.now
-        if self._reads % 2 == 0:  # a wait starts: the 1st read is the constructor's
-            self.waits += 1
-            self._file.permits.release()
-            self.now += self._step
-        return now
-
-
 def test_an_output_taking_a_batch_as_each_wait_runs_out_costs_the_loop_its_budget() -> None:
     """Scenario: the output's backlog (1 Mi characters of 1 KiB lines) is full; it takes
     one batch (64 Ki characters) as each wait for room would run out (``ROOM_SECONDS``),
@@ -121,7 +98,7 @@ def test_an_output_taking_a_batch_as_each_wait_runs_out_costs_the_loop_its_budge
         lost += 1
 
     trickle = PermitFile()
-    clock = _WaitClock(trickle, ROOM_SECONDS)
+    clock = WaitClock(trickle, ROOM_SECONDS)
     output = BackgroundOutput(
         trickle,
         WriteFailures("the findings log", failed, logging.getLogger(__name__)),
