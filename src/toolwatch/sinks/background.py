@@ -33,6 +33,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Final
 
+from toolwatch.sinks.destinations import lock_for
 from toolwatch.sinks.linefile import TextOutput, WriteFailures, output_name
 
 __all__ = [
@@ -146,7 +147,7 @@ class BackgroundOutput:
         self._done_total = 0  # characters ever written or lost by the thread
         self._stall_ends = 0  # ``_done_total`` at which the stall ends: what waited when it began
         self._closing = False  # no more lines taken: the thread writes what is queued
-        self._now = False  # a caller waits: the thread writes what is queued without gathering
+        self._write_until = 0  # ``_done_total`` up to which it writes without gathering
         self._abandoned = False  # ``close`` counted what is left lost: nothing more written
         self._tell = threading.Lock()  # ``failures`` is told from both threads
         self._changed = threading.Condition()
@@ -186,7 +187,7 @@ class BackgroundOutput:
         until it has written what waits now."""
         start = self._clock()
         budget = min(ROOM_BUDGET_SECONDS, self._budget + (start - self._budget_at) * ROOM_REFILL)
-        self._now = True  # the thread writes what waits without gathering more
+        self._write_until = self._queued_total  # what waits, without gathering more
         self._changed.notify_all()
         room = self._changed.wait_for(
             lambda: self._closing or self._fits(size), min(ROOM_SECONDS, budget)
@@ -210,7 +211,7 @@ class BackgroundOutput:
         findings it counted reach the file with the metrics."""
         with self._changed:
             if self._queue:
-                self._now = True
+                self._write_until = self._queued_total
                 self._changed.notify_all()
 
     def fileno(self) -> int:
@@ -230,13 +231,14 @@ class BackgroundOutput:
             self._changed.notify_all()
 
     def written(self, timeout: float) -> bool:
-        """Waits up to ``timeout`` seconds for everything queued to be written (or lost);
-        whether it was."""
+        """Waits up to ``timeout`` seconds for what was queued by now to be written (or lost,
+        and counted), without gathering; whether it was. Lines queued meanwhile are not
+        waited for (a busy server's would never all be written at once)."""
         with self._changed:
-            self._now = True
+            target = self._write_until = self._queued_total
             self._changed.notify_all()
             return self._changed.wait_for(
-                lambda: self._abandoned or (not self._queue and not self._chars), timeout
+                lambda: self._abandoned or self._done_total >= target, timeout
             )
 
     def stop_taking(self) -> None:
@@ -288,9 +290,6 @@ class BackgroundOutput:
                     break
                 self._changed.wait_for(self._due, GATHER_SECONDS)
                 batch = self._take()
-                # Asked for (``write_queued``, a wait for room), what is left is written
-                # after this batch without gathering; gathering is for a thread that waits.
-                self._now = self._now and bool(self._queue)
                 lines = [item for item in batch if isinstance(item, str)]
                 self._busy = len(lines)
                 self._busy_lines = sum(line.count("\n") for line in lines)
@@ -298,8 +297,9 @@ class BackgroundOutput:
                 if self._follow is not None and self._clock() >= self._next_look:
                     stream = self._followed(self._follow, stream, batch)
                 stream = self._write(stream, batch)
-            except Exception:  # a defect here must not end the thread: the rest would wait
+            except Exception as exc:  # a defect here must not end the thread: the rest would wait
                 _log.exception("writing %s failed", self.name)
+                self._lose_untold(stream, lines, exc)
             finally:
                 with self._changed:  # held until written: the bound is of the memory
                     done = sum(map(len, lines))
@@ -313,10 +313,20 @@ class BackgroundOutput:
             with contextlib.suppress(OSError):  # a full disk's failures were told as they came
                 stream.close()
 
+    def _lose_untold(self, stream: TextOutput, lines: list[str], exc: Exception) -> None:
+        """Tells lost the writes of ``lines`` not told yet, the writing having raised: they
+        are told in order (``_told``), so those are the last ``_busy``."""
+        with self._changed:
+            untold = lines[len(lines) - self._busy :] if self._busy else []
+        error = OSError(errno.EIO, f"{type(exc).__name__}: {exc}")
+        for line in untold:
+            self._told(stream, error, [line])
+
     def _due(self) -> bool:
         """Whether the thread writes at once what waits, rather than gather more: a batch's
-        worth, a shutdown, or someone waiting (``written``, a line waiting for room)."""
-        return self._now or self._closing or self._chars >= _BATCH_CHARS
+        worth, a shutdown, or what someone asked to be written (``write_queued``, ``written``,
+        a line waiting for room) not all written yet."""
+        return self._done_total < self._write_until or self._closing or self._chars >= _BATCH_CHARS
 
     def _followed(
         self, follow: Follow, stream: TextOutput, batch: list[str | _Replace]
@@ -344,8 +354,11 @@ class BackgroundOutput:
             return stream
         self._gone = None
         with self._changed:
-            self._latest = found
-            self.name = output_name(found)
+            # A SIGHUP's file that came as it was opened stays the one the queue ends on: its
+            # ``_Replace`` closes this one after the lines before it (both at the path).
+            if self._latest is stream:
+                self._latest = found
+                self.name = output_name(found)
         with contextlib.suppress(OSError):
             stream.close()
         return found
@@ -404,7 +417,8 @@ class BackgroundOutput:
         text = "".join(lines)
         with self._changed:
             self._writing = text.count("\n")
-        return _wrote(stream, text)
+        with lock_for(stream):  # whole between another thread's lines to the same file
+            return _wrote(stream, text)
 
     def _told(self, stream: TextOutput, error: OSError | None, lines: list[str]) -> None:
         """Tells ``failures`` that the writes ``lines`` were written (``error`` None) or

@@ -20,6 +20,8 @@ import time
 from collections.abc import Iterator
 from typing import Final
 
+from toolwatch.sinks.destinations import lock_for_descriptor
+
 __all__ = ["LOG_QUEUE_RECORDS", "queued_logging"]
 
 #: Log records that may wait for standard error (formatted: a few hundred bytes each).
@@ -145,7 +147,8 @@ def _write_record(handler: logging.Handler, fd: int, record: logging.LogRecord) 
         return
     encoding = getattr(getattr(handler, "stream", None), "encoding", None) or "utf-8"
     data = memoryview(text.encode(encoding, "backslashreplace"))
-    with contextlib.suppress(OSError):
+    # Whole between the outputs' lines where they share the file (``2>&1``, the journal).
+    with lock_for_descriptor(fd), contextlib.suppress(OSError):
         while data:
             data = data[os.write(fd, data) :]
 

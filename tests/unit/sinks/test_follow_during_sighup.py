@@ -1,0 +1,96 @@
+"""A SIGHUP that comes while the thread is opening the rotated path again keeps its file as the
+one the queue ends on (review of ``BackgroundOutput._followed``, 89e28d3; test_follow_sighup_race.py
+is the SIGHUP before the thread looks). Was: ``_latest`` was overwritten, as follows. Now: the
+thread writes to the file it opened until the SIGHUP's ``_Replace``, which closes it.
+
+``_followed`` asks, under the lock, whether a SIGHUP's file waits (``replaced``), then calls
+``follow`` without the lock (``os.stat``, ``os.open``: the time a rotation's SIGHUP arrives
+in), then sets ``_latest`` to what it opened, whatever ``replace`` set meanwhile. The
+``_Replace`` queued then closes that file after the batch, so ``fileno()`` ("the descriptor of
+the file written once the queue is through") raises ``ValueError``, and every later SIGHUP
+(a configuration reload, nothing rotated) finds the output "rotated": it opens the path again
+and logs "opened again (the file there was rotated away)" for a rotation that did not happen,
+once per SIGHUP until the thread looks again.
+
+Real files; the real ``_Follow`` of ``open_outputs``, held after it opened the path until the
+test (the event loop) has run ``Outputs.reopen``; the follow clock is injected. No sleeps."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+
+import pytest
+
+from toolwatch.config import OutputSettings
+from toolwatch.engine import DiscardToolTraces
+from toolwatch.outputs import _FINDINGS_LOG, Outputs, _File, _Follow, open_text
+from toolwatch.sinks.background import FOLLOW_SECONDS, BackgroundOutput
+from toolwatch.sinks.findings import FanOutSink
+from toolwatch.sinks.linefile import TextOutput, WriteFailures
+
+_WAIT = 10.0  # seconds: a bound on each wait, never reached when the code works
+_ROTATED = "opened again (the file there was rotated away)"
+
+
+def test_a_sighup_while_the_thread_follows_keeps_the_file_it_opened(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario: logrotate renames the findings log away (no ``create``) and sends SIGHUP; the
+    thread, due to look at its path, has just opened it again when the SIGHUP's
+    ``Outputs.reopen`` runs, which opens it too and queues ``replace``. Later a SIGHUP comes
+    with nothing rotated (a configuration reload).
+    Was: ``_latest`` was the thread's file, closed by the ``_Replace``: ``fileno()`` raised
+    ValueError, and the later SIGHUP logged a rotation and opened the path a third time.
+    Now: ``fileno()`` names the SIGHUP's file, the later SIGHUP opens nothing and logs no
+    rotation; every line at the path."""
+    path = tmp_path / "findings.jsonl"
+    settings = OutputSettings(findings=str(path))
+    now = [0.0]
+    real = _Follow(_FINDINGS_LOG, str(path))
+    following, reopened = threading.Event(), threading.Event()
+
+    def follow(stream: TextOutput) -> TextOutput | OSError | None:
+        found = real(stream)
+        if found is not None:
+            following.set()  # opened: the SIGHUP comes now
+            assert reopened.wait(_WAIT)
+        return found
+
+    output = BackgroundOutput(
+        open_text("output.findings", str(path)),
+        WriteFailures("the findings log", lambda: None, logging.getLogger(__name__)),
+        follow=follow,
+        clock=lambda: now[0],
+    )
+    outputs = Outputs(FanOutSink([]), DiscardToolTraces(), None, (_File(_FINDINGS_LOG, output),))
+    try:
+        output.write("one\n")
+        assert output.written(_WAIT)
+        path.rename(tmp_path / "findings.jsonl.1")  # logrotate, nocreate
+        now[0] = FOLLOW_SECONDS  # the thread looks at its path before the next batch
+        output.write("two\n")
+        output.write_queued()
+        assert following.wait(_WAIT)
+        with caplog.at_level(logging.INFO, logger="toolwatch.outputs"):
+            outputs.reopen(settings)  # the rotation's SIGHUP, on the event loop
+            reopened.set()
+            output.write("three\n")
+            assert output.written(_WAIT)
+            try:
+                descriptor: int | str = output.fileno()
+            except ValueError as error:
+                descriptor = f"ValueError: {error}"
+            caplog.clear()
+            outputs.reopen(settings)  # a later SIGHUP: nothing rotated
+            assert output.written(_WAIT)
+        later = [r.getMessage() for r in caplog.records if _ROTATED in r.getMessage()]
+    finally:
+        reopened.set()
+        output.close(_WAIT)
+    assert (tmp_path / "findings.jsonl.1").read_text() == "one\n"
+    assert path.read_text() == "two\nthree\n"
+    assert (isinstance(descriptor, int), later) == (True, []), (
+        f"fileno(): {descriptor}; a SIGHUP with nothing rotated logged {later}"
+    )
