@@ -13,6 +13,7 @@ Threading: everything here is called from the event loop.
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import stat
@@ -67,21 +68,15 @@ class Outputs:
     def reopen(self, output: OutputSettings) -> None:
         """SIGHUP: the findings log and the ToolTrace dump opened again at their paths when
         the file there is no longer the one written (renamed away by a log rotation, or
-        removed), so that rotation by renaming needs no ``copytruncate``. What was queued
-        before still goes to the file it was for. A path that cannot be opened keeps the
-        file it was, logged."""
+        removed), so that rotation by renaming needs no ``copytruncate``. Each output's
+        thread looks and opens (``BackgroundOutput.reopen``), once it has written what was
+        queued before, which goes to the file it was for; the event loop waits on no file
+        system. A path that cannot be opened keeps the file it was, logged."""
         paths = {_FINDINGS_LOG: output.findings, _DUMP: output.dump_tooltraces}
         for file in self.files:
-            kind, path = file.kind, paths[file.kind]
-            if path is None or path == "-" or not _rotated(path, file.output):
-                continue
-            try:
-                opened = open_text(kind.setting, path, kind.private)
-            except OutputError as exc:
-                log.error("%s; still writing to the file it was", exc)
-                continue
-            file.output.replace(opened)
-            log.info("%s: %s opened again (the file there was rotated away)", kind.setting, path)
+            path = paths[file.kind]
+            if path is not None and path != "-":
+                file.output.reopen(functools.partial(_reopened, file.kind, path))
 
     def write_queued(self) -> None:
         """Each file's thread writes what is queued now (``BackgroundOutput.write_queued``)."""
@@ -180,6 +175,21 @@ class _Follow:
             self._path,
         )
         return opened
+
+
+def _reopened(kind: _Kind, path: str, stream: TextOutput) -> TextOutput | None:
+    """For an output's thread, at a SIGHUP (``background.Reopen``): ``path`` opened again when
+    it no longer names the file ``stream`` writes, else ``None``, as when it cannot be opened
+    (logged: the file written goes on)."""
+    if not _rotated(path, stream):
+        return None
+    try:
+        opened = open_text(kind.setting, path, kind.private)
+    except OutputError as exc:
+        log.error("%s; still writing to the file it was", exc)
+        return None
+    log.info("%s: %s opened again (the file there was rotated away)", kind.setting, path)
+    return opened
 
 
 def _removed(stream: TextOutput) -> bool:

@@ -15,11 +15,13 @@ output's ``WriteFailures`` (``toolwatch_output_failures_total``, and a log line 
 while metrics, pages and the other outputs go on. Log lines have a thread of their own too
 (``toolwatch.sinks.logqueue``).
 
-Threading: ``write``, ``replace`` and ``stop_taking`` are called from the event loop, ``close``
+Threading: ``write``, ``reopen`` and ``stop_taking`` are called from the event loop, ``close``
 and ``written`` from any one thread (``App.stop`` closes in an executor); each output's own
-thread runs the writes and closes the files it replaced. Two locks: ``_tell`` while telling
-``failures`` (from both sides), then, inside it, ``_changed`` for the queue and its counts; the
-event loop holds ``_changed`` alone while it queues, and never while it tells.
+thread runs the writes, looks at its path (``follow``, a SIGHUP's ``reopen``: ``os.stat`` and
+``open`` wait on the file system there, not on the event loop) and closes the files it left.
+Two locks: ``_tell`` while telling ``failures`` (from both sides), then, inside it, ``_changed``
+for the queue and its counts; the event loop holds ``_changed`` alone while it queues, and
+never while it tells.
 """
 
 from __future__ import annotations
@@ -85,13 +87,20 @@ FOLLOW_SECONDS: Final = 1.0
 Follow = Callable[[TextOutput], "TextOutput | OSError | None"]
 
 
-class _Replace:
-    """In the queue: write what follows to ``stream``, and close the one written before."""
+#: What a SIGHUP asks of an output's thread, in its place in the queue (``reopen``): the file
+#: opened again at its path when a log rotation renamed the one written away, else ``None``.
+#: Run by the thread: a path on a hung mount stalls that output alone, not the event loop.
+Reopen = Callable[[TextOutput], "TextOutput | None"]
 
-    __slots__ = ("stream",)
 
-    def __init__(self, stream: TextOutput) -> None:
-        self.stream = stream
+class _Reopen:
+    """In the queue: write what follows to the file ``reopen`` opens, if it opens one, and
+    close the one written before."""
+
+    __slots__ = ("reopen",)
+
+    def __init__(self, reopen: Reopen) -> None:
+        self.reopen = reopen
 
 
 class BackgroundOutput:
@@ -132,10 +141,10 @@ class BackgroundOutput:
         now = clock()
         self._next_look = now + FOLLOW_SECONDS  # when ``follow`` is asked next
         self._gone: OSError | None = None  # why the file written is lost (``follow``)
-        self._latest = stream  # the file written once the queue is through (``replace``)
+        self._latest = stream  # the file the thread writes (``reopen``, ``follow``)
         self._failures = failures
         self._limit = limit
-        self._queue: deque[str | _Replace] = deque()
+        self._queue: deque[str | _Reopen] = deque()
         self._chars = 0  # of the lines queued or being written
         self._busy = 0  # writes taken by the thread, not yet told written or lost
         self._busy_lines = 0  # the lines they hold
@@ -145,9 +154,12 @@ class BackgroundOutput:
         self._budget_at = now  # ``clock`` when it was last reckoned
         self._queued_total = 0  # characters ever queued
         self._done_total = 0  # characters ever written or lost by the thread
+        self._queued_items = 0  # writes and reopens ever queued
+        self._done_items = 0  # of them, those the thread is through with
+        self._reopens = 0  # reopens queued, not yet through: ``follow`` waits for them
         self._stall_ends = 0  # ``_done_total`` at which the stall ends: what waited when it began
         self._closing = False  # no more lines taken: the thread writes what is queued
-        self._write_until = 0  # ``_done_total`` up to which it writes without gathering
+        self._write_until = 0  # ``_done_items`` up to which it writes without gathering
         self._abandoned = False  # ``close`` counted what is left lost: nothing more written
         self._tell = threading.Lock()  # ``failures`` is told from both threads
         self._changed = threading.Condition()
@@ -169,6 +181,7 @@ class BackgroundOutput:
                     self._queue.append(text)
                     self._chars += size
                     self._queued_total += size
+                    self._queued_items += 1
                     # Woken for the first line, or a batch's worth: the thread gathers the
                     # rest for up to GATHER_SECONDS, one wake-up for many publications.
                     if idle or self._chars >= _BATCH_CHARS:
@@ -187,7 +200,7 @@ class BackgroundOutput:
         until it has written what waits now."""
         start = self._clock()
         budget = min(ROOM_BUDGET_SECONDS, self._budget + (start - self._budget_at) * ROOM_REFILL)
-        self._write_until = self._queued_total  # what waits, without gathering more
+        self._write_until = self._queued_items  # what waits, without gathering more
         self._changed.notify_all()
         room = self._changed.wait_for(
             lambda: self._closing or self._fits(size), min(ROOM_SECONDS, budget)
@@ -211,23 +224,26 @@ class BackgroundOutput:
         findings it counted reach the file with the metrics."""
         with self._changed:
             if self._queue:
-                self._write_until = self._queued_total
+                self._write_until = self._queued_items
                 self._changed.notify_all()
 
     def fileno(self) -> int:
-        """The descriptor of the file written once the queue is through."""
-        return self._latest.fileno()
+        """The descriptor of the file the thread writes."""
+        with self._changed:
+            return self._latest.fileno()
 
-    def replace(self, stream: TextOutput) -> None:
-        """Lines written from now on go to ``stream`` (a rotated file opened again); those
-        queued before go where they were going, and that file is closed after them."""
+    def reopen(self, reopen: Reopen) -> None:
+        """A SIGHUP: the thread runs ``reopen`` once it has written the lines queued before,
+        which go where they were going; those written from now on go to the file it opens,
+        if it opens one, and the one before is closed. At once, without gathering. Nothing
+        once the output stopped taking lines."""
         with self._changed:
             if self._closing:
-                stream.close()
                 return
-            self._latest = stream
-            self.name = output_name(stream)
-            self._queue.append(_Replace(stream))
+            self._queue.append(_Reopen(reopen))
+            self._queued_items += 1
+            self._reopens += 1
+            self._write_until = self._queued_items
             self._changed.notify_all()
 
     def written(self, timeout: float) -> bool:
@@ -235,10 +251,10 @@ class BackgroundOutput:
         and counted), without gathering; whether it was. Lines queued meanwhile are not
         waited for (a busy server's would never all be written at once)."""
         with self._changed:
-            target = self._write_until = self._queued_total
+            target = self._write_until = self._queued_items
             self._changed.notify_all()
             return self._changed.wait_for(
-                lambda: self._abandoned or self._done_total >= target, timeout
+                lambda: self._abandoned or self._done_items >= target, timeout
             )
 
     def stop_taking(self) -> None:
@@ -299,6 +315,8 @@ class BackgroundOutput:
                 stream = self._write(stream, batch)
             except Exception as exc:  # a defect here must not end the thread: the rest would wait
                 _log.exception("writing %s failed", self.name)
+                with self._changed:
+                    stream = self._latest  # a file it switched to before it raised
                 self._lose_untold(stream, lines, exc)
             finally:
                 with self._changed:  # held until written: the bound is of the memory
@@ -306,6 +324,7 @@ class BackgroundOutput:
                     self._busy = self._busy_lines = self._writing = 0
                     self._chars -= done
                     self._done_total += done
+                    self._done_items += len(batch)
                     if self._done_total >= self._stall_ends:  # took what waited: it takes writes
                         self._stalled = False
                     self._changed.notify_all()
@@ -326,22 +345,19 @@ class BackgroundOutput:
         """Whether the thread writes at once what waits, rather than gather more: a batch's
         worth, a shutdown, or what someone asked to be written (``write_queued``, ``written``,
         a line waiting for room) not all written yet."""
-        return self._done_total < self._write_until or self._closing or self._chars >= _BATCH_CHARS
+        return self._done_items < self._write_until or self._closing or self._chars >= _BATCH_CHARS
 
     def _followed(
-        self, follow: Follow, stream: TextOutput, batch: list[str | _Replace]
+        self, follow: Follow, stream: TextOutput, batch: list[str | _Reopen]
     ) -> TextOutput:
         """The file to write: ``stream``, or the file opened again at its path when it was
         removed or renamed away (``follow``); a removed one whose path cannot be opened loses
         its lines (``_gone``), rather than write a file no one can read, and is closed (its
-        disk space freed). Not while a SIGHUP's file waits (``replace``): it is the path's."""
+        disk space freed). Not while a SIGHUP's reopen waits (``reopen``): it looks itself."""
         self._next_look = self._clock() + FOLLOW_SECONDS
         with self._changed:
-            replaced = self._latest is not stream or any(
-                isinstance(item, _Replace) for item in batch
-            )
-        if replaced:
-            return stream
+            if self._reopens:
+                return stream
         found = follow(stream)
         if isinstance(found, OSError):
             if self._gone is None:
@@ -352,20 +368,21 @@ class BackgroundOutput:
         if found is None:
             self._gone = None
             return stream
+        return self._switched(stream, found)
+
+    def _switched(self, stream: TextOutput, found: TextOutput) -> TextOutput:
+        """``found`` written from now on (``fileno``, ``name``); ``stream`` closed."""
         self._gone = None
         with self._changed:
-            # A SIGHUP's file that came as it was opened stays the one the queue ends on: its
-            # ``_Replace`` closes this one after the lines before it (both at the path).
-            if self._latest is stream:
-                self._latest = found
-                self.name = output_name(found)
+            self._latest = found
+            self.name = output_name(found)
         with contextlib.suppress(OSError):
             stream.close()
         return found
 
-    def _take(self) -> list[str | _Replace]:
+    def _take(self) -> list[str | _Reopen]:
         """The queue's first items, up to ``_BATCH_CHARS`` of lines (one longer line alone)."""
-        batch: list[str | _Replace] = []
+        batch: list[str | _Reopen] = []
         chars = 0
         queued = self._queue
         while queued and chars < _BATCH_CHARS:
@@ -377,7 +394,7 @@ class BackgroundOutput:
             batch.append(queued.popleft())
         return batch
 
-    def _write(self, stream: TextOutput, batch: list[str | _Replace]) -> TextOutput:
+    def _write(self, stream: TextOutput, batch: list[str | _Reopen]) -> TextOutput:
         """Writes ``batch`` in order; the file written last."""
         lines: list[str] = []
         for item in batch:
@@ -386,10 +403,16 @@ class BackgroundOutput:
                 continue
             self._write_lines(stream, lines)
             lines = []
-            with contextlib.suppress(OSError):
-                stream.close()
-            stream = item.stream
-            self._gone = None
+            try:
+                found = item.reopen(stream)
+            except Exception:  # a defect: the file written stays
+                _log.exception("opening %s again failed", self.name)
+                found = None
+            finally:
+                with self._changed:
+                    self._reopens -= 1
+            if found is not None:
+                stream = self._switched(stream, found)
         self._write_lines(stream, lines)
         return stream
 

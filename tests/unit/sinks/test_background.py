@@ -136,7 +136,7 @@ def test_a_file_that_fails_loses_each_line_it_refused_and_keeps_the_rest(
     output = _output(stream, counted)
     output.write("first\n")
     assert stream.entered.wait(_WAIT)
-    output.replace(LineFile(str(path)))
+    output.reopen(lambda _stream: LineFile(str(path)))
     output.write("good\n")
     output.write("bad \ud800\n")
     output.write("also good\n")
@@ -146,21 +146,58 @@ def test_a_file_that_fails_loses_each_line_it_refused_and_keeps_the_rest(
     assert counted.failures == 1
 
 
-def test_replace_writes_what_was_queued_to_the_old_file_then_closes_it(
+def test_reopen_writes_what_was_queued_to_the_old_file_then_closes_it(
     tmp_path: Path, counted: _Counted
 ) -> None:
+    """A SIGHUP's ``reopen`` runs on the output's thread, given the file it writes, after the
+    lines queued before it; ``None`` keeps that file."""
     old, new = LineFile(str(tmp_path / "old")), LineFile(str(tmp_path / "new"))
     output = _output(old, counted)
+    asked: list[object] = []
     output.write("before\n")
-    output.replace(new)
-    assert output.fileno() == new.fileno()
+    output.reopen(lambda stream: asked.append(stream) or new)  # type: ignore[func-returns-value]
     output.write("after\n")
     assert output.written(_WAIT)
+    assert asked == [old]
+    assert output.fileno() == new.fileno()
     assert (tmp_path / "old").read_text() == "before\n"
     assert (tmp_path / "new").read_text() == "after\n"
     assert old.closed
+    output.reopen(lambda _stream: None)  # nothing rotated: the file stays
+    output.write("last\n")
+    assert output.written(_WAIT)
+    assert (tmp_path / "new").read_text() == "after\nlast\n"
+    assert not new.closed
     output.close()
     assert new.closed
+
+
+def test_reopen_runs_on_the_output_thread_and_blocks_no_caller(
+    tmp_path: Path, counted: _Counted
+) -> None:
+    """A path on a hung mount: the SIGHUP's open waits on the output's thread, not the
+    caller's (the event loop); the lines written meanwhile wait for it, then go to the new
+    file. Was (review of 89e28d3): ``Outputs.reopen`` looked (``os.stat``) and opened on the
+    event loop, where a hung mount froze ``/healthz`` and every export."""
+    new = LineFile(str(tmp_path / "new"))
+    hung, entered = threading.Event(), threading.Event()
+
+    def reopen(_stream: object) -> LineFile:
+        entered.set()
+        assert hung.wait(_WAIT), "the test never let the open return"
+        return new
+
+    output = _output(LineFile(str(tmp_path / "old")), counted)
+    try:
+        output.reopen(reopen)  # returns at once
+        assert entered.wait(_WAIT)  # the thread is in the open
+        output.write("meanwhile\n")  # queued, not waiting
+        assert not output.written(0.05)
+    finally:
+        hung.set()
+    assert output.written(_WAIT)
+    assert (tmp_path / "new").read_text() == "meanwhile\n"
+    output.close()
 
 
 class _GatedHandler(logging.Handler):

@@ -37,9 +37,9 @@ def test_a_rotation_with_sighup_is_opened_again_once_and_a_later_sighup_reopens_
     Was: three opens and three "opened again" lines for one rotation; ``fileno()`` raises
     ``ValueError`` (closed) in between.
     Now: one open and one log line per rotation, whichever of SIGHUP and the thread sees
-    it first (e.g. the thread does not follow when a ``_Replace`` is in its batch or queued,
-    or ``_followed`` does not replace ``_latest`` when ``replace`` changed it since the batch
-    was taken); ``fileno()`` names the file at the path.
+    it first (the thread does not follow while a SIGHUP's ``reopen`` is queued, and both run
+    on the thread since the SIGHUP's open moved there); ``fileno()`` names the file at the
+    path.
     Regression of 19141ba (the follow check is new in it)."""
     path = tmp_path / "findings.jsonl"
     settings = OutputSettings(findings=str(path), dump_tooltraces=None)
