@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import threading
 from contextlib import AbstractContextManager
 
-__all__ = ["lock_for", "lock_for_descriptor"]
+__all__ = ["lock_for", "lock_for_descriptor", "wait_writable"]
 
 _locks: dict[tuple[int, int], threading.Lock] = {}  # by (device, inode): a few per process
 _guard = threading.Lock()
@@ -51,3 +52,12 @@ def lock_for(stream: object) -> AbstractContextManager[object]:
     except (OSError, ValueError):  # io.UnsupportedOperation, a closed file
         return contextlib.nullcontext()
     return lock_for_descriptor(fd) if isinstance(fd, int) else contextlib.nullcontext()
+
+
+def wait_writable(fd: int) -> None:
+    """Waits until ``fd`` takes a write: for a pipe that is non-blocking (``O_NONBLOCK`` is
+    the open pipe's, so a parent that set it on its own standard output, as Node.js does,
+    sets it for ``serve`` too), where a write that does not fit fails (EAGAIN) having gone
+    in part. The writer threads wait, as a blocking write would, rather than leave a line
+    torn for the next writer's to be glued to."""
+    select.select([], [fd], [])

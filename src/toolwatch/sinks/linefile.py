@@ -28,6 +28,8 @@ import sys
 from collections.abc import Callable
 from typing import Protocol
 
+from toolwatch.sinks.destinations import wait_writable
+
 __all__ = ["LineFile", "TextOutput", "WriteFailures", "output_name", "write_lines"]
 
 
@@ -88,7 +90,10 @@ class LineFile:
         view = memoryview(data)  # a partial write's rest is no copy of it
         try:
             while written < len(data):
-                written += os.write(fd, view[written:])
+                try:
+                    written += os.write(fd, view[written:])
+                except BlockingIOError:  # a non-blocking pipe, full: wait, as if blocking
+                    wait_writable(fd)
         except OSError:
             if written:  # a line torn before stays at the end even when this one is cut
                 self._torn = self._torn or not _cut(fd, start, written)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Iterator
 from typing import Final
 
-from toolwatch.sinks.destinations import lock_for_descriptor
+from toolwatch.sinks.destinations import lock_for_descriptor, wait_writable
 
 __all__ = ["LOG_QUEUE_RECORDS", "queued_logging"]
 
@@ -149,8 +149,15 @@ def _write_record(handler: logging.Handler, fd: int, record: logging.LogRecord) 
     data = memoryview(text.encode(encoding, "backslashreplace"))
     # Whole between the outputs' lines where they share the file (``2>&1``, the journal).
     with lock_for_descriptor(fd), contextlib.suppress(OSError):
+        # At the end of a file the findings log appends to through another descriptor
+        # (``findings: /dev/stderr`` with ``2> file``, opened without append): not over it.
+        with contextlib.suppress(OSError):  # a pipe has no end to seek
+            os.lseek(fd, 0, os.SEEK_END)
         while data:
-            data = data[os.write(fd, data) :]
+            try:
+                data = data[os.write(fd, data) :]
+            except BlockingIOError:  # a non-blocking pipe, full: wait, as if blocking
+                wait_writable(fd)
 
 
 def _lost_record(lost: int, limit: int) -> logging.LogRecord:

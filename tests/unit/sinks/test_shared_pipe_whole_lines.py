@@ -24,12 +24,14 @@ own bounded waits), then reads it to the end. No sleeps."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import logging
 import os
 import select
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from toolwatch.config import OutputSettings
@@ -189,3 +191,68 @@ def _is_json(line: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+@contextlib.contextmanager
+def _stderr_on(fd: int) -> Iterator[None]:
+    """The root logger's one handler a plain ``StreamHandler`` on ``fd`` (standard error as
+    ``basicConfig`` sets it), its records written by ``queued_logging``'s thread."""
+    stream = open(os.dup(fd), "w")  # noqa: SIM115
+    handler = logging.StreamHandler(stream)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        root.handlers[:], level = saved
+        root.setLevel(level)
+        stream.close()
+
+
+def test_a_non_blocking_shared_pipe_gets_every_line_whole_and_loses_none() -> None:
+    """Scenario: ``serve 2>&1 | reader`` where the pipe is non-blocking (``O_NONBLOCK`` is the
+    open pipe's: a parent that set it on its own standard output, as Node.js does, sets it
+    for ``serve``) and holds one page; a finding of 10 KiB, a log record of 10 KiB, another
+    finding; the reader reads as it can.
+    Was (review of f14ef64): a write that did not fit went in part and failed (EAGAIN): the
+    finding counted lost with its first 4 KiB in the pipe and the log record glued to them,
+    or the log record dropped in part and the next finding glued to it (no JSON, counted
+    written). Now: the writer threads wait for room as a blocking write would
+    (``destinations.wait_writable``): every line whole, none lost."""
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    os.set_blocking(write_end, False)
+    data = bytearray()
+
+    def read() -> None:
+        while chunk := os.read(read_end, 65536):
+            data.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    failures: list[int] = []
+    output = BackgroundOutput(
+        LineFile("<stdout>", fd=os.dup(write_end)),
+        WriteFailures("the findings log", lambda: failures.append(1), logging.getLogger("t")),
+    )
+    first = json.dumps({"finding": 1, "pad": "f" * 10_000})
+    try:
+        with _stderr_on(write_end), queued_logging(close_timeout=_WAIT):
+            output.write(first + "\n")
+            logging.getLogger("toolwatch.app").error("a long record %s", "r" * 10_000)
+            output.write(json.dumps({"finding": 2}) + "\n")
+            output.write_queued()
+            assert output.written(_WAIT)
+    finally:
+        output.close(_WAIT)
+        os.close(write_end)
+        reader.join(_WAIT)
+        os.close(read_end)
+    lines = data.decode().split("\n")
+    assert failures == []
+    assert sorted(lines) == sorted(
+        ["", first, '{"finding": 2}', "ERROR a long record " + "r" * 10_000]
+    )
