@@ -1,42 +1,30 @@
-"""Review of the findings stream: what a resumed subscriber loses while its replay is stuck
-is never counted in ``toolwatch_stream_dropped_findings_total``.
+"""What a resumed subscriber loses while its replay is behind: counted in
+``toolwatch_stream_dropped_findings_total`` when it leaves and at shutdown, as a fresh
+subscriber's queue is, and told by ``toolwatch tail`` as the replay's
+(``output.stream_replay_size``), not the queue's.
 
 A subscriber that resumes (``toolwatch tail --reconnect`` after a dropped connection, or a
 run started with ``--cursor-file``) is sent the held findings after its cursor by a
-``_Replay`` that reads them from the broker as it goes. While it replays, every finding
-published for it only extends the replay (``Subscription.offer``: "the broker holds this
-one too, and the replay reads it there") and is never queued, so its queue's bound and
-counting do not apply. The replay counts what the broker let go only when it reads past it
-(``_Replay.take``). A client that stops reading mid-replay (a stalled terminal, ``kill
--STOP``, a pager, the same stuck client the queue's counting is for) is never read past:
-
-- when its connection is lost, ``FindingsBroker.unsubscribe`` counts its queue (empty) and
-  the finding being written; the replay's range is dropped (``discard``: ``_replay = None``)
-  uncounted, and the part still held is not remembered as held for it (no ``_Departed``),
-  so the shutdown does not count it either;
-- at shutdown (``App.stop``), the same: the subscription still replaying when the grace
-  ends loses everything after the finding being written, uncounted.
-
-README, Findings stream: "Every loss is counted in toolwatch_stream_dropped_findings_total";
-it "counts, per subscription, the findings dropped from its full queue, those let go before
-its replay read them, and those queued when its client left that are no longer held then";
-"Those held for a client that left and has not resumed when the server shuts down are
-counted then"; "at shutdown, what a subscriber has not taken within a second of the drain
-is counted and logged lost". A fresh subscription stuck the same way has each of these
-counted; a resumed one, exactly the subscriber an outage leaves behind, has none, so
-ToolwatchFindingsStreamDropping never fires for it.
+``_Replay`` that reads them from the broker as it goes; every finding published for it
+meanwhile joins the replay (``Subscription.offer``), not its queue, so what bounds it is
+``output.stream_replay_size``, whatever ``output.stream_queue_size`` is. A client that stops
+reading mid-replay (a stalled terminal, ``kill -STOP``, a pager) is never read past: what it
+had still to replay is counted when it leaves or when the server shuts down
+(``FindingsBroker.unsubscribe``, ``_Replay.rest``).
 
 What the server has written into the client's HTTP/2 window is beyond its count (README).
-These tests make that exactly nothing: each finding here is larger than the 64 KiB window
-the client keeps (``grpc.http2.bdp_probe: 0``, as tail sets), so no finding is ever wholly
-written, and what the client lost is every finding after its cursor. (With findings of
-ordinary size the window holds a couple of hundred; the rest are lost the same way.)
+The stuck-client tests make that exactly nothing: each finding here is larger than the 64 KiB
+window the client keeps (``grpc.http2.bdp_probe: 0``, as tail sets), so no finding is ever
+wholly written, and what the client lost is every finding after its cursor.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 from collections.abc import Callable
+from pathlib import Path
 
 import grpc
 import pytest
@@ -45,6 +33,7 @@ from tests.integration.conftest import RunningServer
 from tests.integration.test_stream import DROPPED, make_finding, make_trace, serve
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.model import Finding
+from toolwatch.tail import run_tail
 
 #: A finding larger than HTTP/2's 64 KiB window: the server can never write one whole into
 #: a client that does not read.
@@ -68,7 +57,9 @@ def test_what_a_client_stuck_in_its_replay_lost_is_counted_when_it_leaves() -> N
     its replay read them; then the client goes away. f1..f1000 are lost to it and no longer
     held: counted as it leaves. f1001..f1200, held for it, are lost when the server shuts
     down without its having resumed: counted then.
-    Today: 1 and 1 (only f1, the finding being written when it left)."""
+    Was: 1 and 1 (only f1, the finding being written when it left): ``unsubscribe`` dropped
+    the replay uncounted and remembered none of it as held for the client.
+    Now: 1,000 as it leaves and 1,200 at the shutdown."""
 
     async def scenario() -> tuple[float | None, float | None]:
         async with serve(replay_size=200) as h:
@@ -99,10 +90,11 @@ def test_what_a_stuck_subscriber_has_not_taken_at_shutdown_is_counted(
     """A real toolwatch publishes 200 findings for a client that reads nothing, then shuts
     down (SIGTERM: ``App.stop``). The client has taken none of the 200 within the second the
     drain gives it, and the restarted server holds none of them: all 200 are counted before
-    the last scrape. ``fresh``: the client subscribed before they were published (queued):
-    200, as documented. ``resumed``: it resumed from the stream's start after they were
-    published (replayed).
-    Today (``resumed``): 1, the finding being written when the grace ended."""
+    the last scrape. ``fresh``: the client subscribed before they were published (queued),
+    the control. ``resumed``: it resumed from the stream's start after they were published
+    (replayed).
+    Was (``resumed``): 1, the finding being written when the grace ended.
+    Now: 200, as for ``fresh``."""
     server = start_server(output__stream_replay_size="200")
     broker = server.app.broker
 
@@ -123,3 +115,48 @@ def test_what_a_stuck_subscriber_has_not_taken_at_shutdown_is_counted(
         server.stop()
         call.cancel()
     assert server.sample("toolwatch_stream_dropped_findings_total") == 200
+
+
+def test_findings_let_go_before_a_replay_read_them_are_told_as_the_replay_s(
+    tmp_path: Path,
+) -> None:
+    """tail starts with a cursor file at the start of the stream (200 held, ``replay_size``
+    200, ``queue_size`` 5,000) and, as it begins its replay, a burst of 2,000 findings is
+    published: the server lets go of most of them before the replay reads them. The queue
+    held none of them.
+    Was: "the server's queue for this subscriber was full (output.stream_queue_size)", the
+    setting that changes nothing here (tail told every ``missed_before`` as the queue's).
+    Now: the server says how many of ``missed_before`` its replay lost
+    (``Finding.missed_from_replay``), and tail names ``output.stream_replay_size``; its first
+    line says it connected, resuming where the last run left off (it said "reconnected")."""
+    cursor_file = tmp_path / "tail.cursor"
+    out, err = io.StringIO(), io.StringIO()
+
+    async def scenario() -> tuple[int, int, str]:
+        async with serve(replay_size=200, queue_size=5_000) as h:
+            burst = [make_finding(explanation=f"f{i}") for i in range(1, 2_201)]
+            h.broker.publish(make_trace(), burst[:200])
+            cursor_file.write_text(json.dumps({"streams": {h.broker.stream_id: 0}}))
+            tail = asyncio.create_task(
+                asyncio.to_thread(run_tail, h.target, out=out, err=err, cursor_file=cursor_file)
+            )
+            await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=10)
+            h.broker.publish(make_trace(), burst[200:])  # one step: the replay reads none
+            h.broker.close()
+            code = await asyncio.wait_for(tail, timeout=30)
+            return code, int(h.registry.get_sample_value(DROPPED) or 0), h.target
+
+    code, dropped, target = asyncio.run(scenario())
+    assert code == 0
+    assert dropped >= 1_800  # f201..f2000 at least: let go before the replay read them
+    assert out.getvalue().count("\n") == 2_200 - dropped
+    told = err.getvalue().splitlines()
+    assert told[0] == (
+        f"toolwatch tail: connected to {target}, resuming where the last run left off"
+        " (--cursor-file)"
+    )
+    (missed,) = [line for line in told if "missed" in line]
+    assert missed == (
+        f"toolwatch tail: {dropped} findings missed before the next: the server let go of"
+        " them before this resumed subscription's replay read them (output.stream_replay_size)"
+    )
