@@ -16,9 +16,13 @@ which pages no one), or with
 place in the server's stream, from a server that numbers findings). The severity and category
 are coloured when ``out`` is a terminal and ``NO_COLOR`` is unset (https://no-color.org);
 ``color=True`` or
-``False`` forces the choice. Findings the server lost for this subscriber (its queue was
-full) are told on ``err``: ``N findings missed before the next`` or ``... since the last one
-printed``.
+``False`` forces the choice. Findings the server lost for this subscriber are told on
+``err``: ``N findings missed before the next`` or ``... since the last one printed``, with the
+setting that bounds them: its queue was full (``output.stream_queue_size``), or, after a
+resume, the server let them go before the replay read them (``output.stream_replay_size``).
+On an ``out`` whose encoding cannot hold a character of a finding (a Latin-1 locale, a
+Windows redirect in its ANSI code page), the line has it as an escape (``\\u2014``), and a
+``--json`` line escapes every non-ASCII character, still JSON.
 
 With ``reconnect`` (``--reconnect``) tail follows the stream across lost connections and
 server restarts: it subscribes again, waiting 0.5 s, then twice as long after each failure up
@@ -46,6 +50,8 @@ with the server's CA, a client certificate for mutual TLS, a bearer-token file.
 
 from __future__ import annotations
 
+import codecs
+import errno
 import json
 import os
 import re
@@ -305,7 +311,8 @@ def run_tail(
     out = out or sys.stdout
     err = err or sys.stderr
     access = access or StreamAccess()
-    printer = _Printer(out, as_json, _use_colour(out) if color is None else color)
+    colour = _use_colour(out) if color is None else color
+    printer = _Printer(out, as_json, colour, _narrow_encoding(out))
     request = findings_pb2.SubscribeRequest(
         categories=list(categories),
         min_severity=min_severity,
@@ -458,6 +465,7 @@ class _Cursor:
     unsaved: bool = False  # the file is behind
     warn: Callable[[str], None] = _no_warning
     failing: bool = False  # the last rewrite failed, and was told
+    in_place: bool = False  # the file cannot be renamed over (EBUSY): rewritten in place
     _pending: _Timer | None = None  # a rewrite to come
     _lock: threading.Lock = field(default_factory=threading.Lock)  # the timer's thread saves
 
@@ -488,23 +496,50 @@ class _Cursor:
         return cursor
 
     def save(self) -> None:
-        """Rewrites the cursor file, if any, whole (a crash leaves the old one or the new).
-        Raises ``OSError`` when it cannot."""
+        """Rewrites the cursor file, if any, whole and durably: ``FILE.partial`` is written
+        and synced, renamed over the file, and the directory synced, so that a crash, of tail
+        or of the machine, leaves the old one or the new (never an empty file, which the next
+        run would refuse). A file that cannot be renamed over (``EBUSY``: mounted on its own,
+        as a container's single-file volume) is rewritten in place from then on, told once to
+        ``warn``. Raises ``OSError`` when it cannot."""
         with self._lock:
             self._save()
 
     def _save(self) -> None:
         if self.file is None:
             return
-        partial = self.file.with_name(self.file.name + ".partial")
+        text = json.dumps({"streams": self.streams}) + "\n"
+        if self.in_place:
+            _rewrite(self.file, text)
+        else:
+            self._replace(self.file, text)
+        self.saved_at, self.unsaved = self.clock(), False
+
+    def _replace(self, file: Path, text: str) -> None:
+        partial = file.with_name(file.name + ".partial")
         try:
-            partial.write_text(json.dumps({"streams": self.streams}) + "\n", encoding="utf-8")
-            os.replace(partial, self.file)
-        except OSError:
+            with partial.open("w", encoding="utf-8") as copy:
+                copy.write(text)
+                copy.flush()
+                os.fsync(copy.fileno())  # its data before the rename: never an empty file
+            os.replace(partial, file)
+        except OSError as e:
             with suppress(OSError):  # a half-written copy takes no room on a full disk
                 partial.unlink()
-            raise
-        self.saved_at, self.unsaved = self.clock(), False
+            if e.errno != errno.EBUSY or not file.is_file():
+                raise
+            # A file mounted on its own (docker -v FILE:FILE, a Kubernetes subPath): no rename
+            # can replace it, so it is rewritten in place, which a crash can leave damaged.
+            _rewrite(file, text)
+            self.in_place = True
+            self.warn(
+                f"--cursor-file {file}: cannot be renamed over ({e.strerror}: a file mounted"
+                " on its own?), so it is rewritten in place: a crash while it is written can"
+                " leave it damaged, and the next run then refuses it (remove it to start"
+                " again); mount its directory instead"
+            )
+            return
+        _sync_directory(file.parent)
 
     def _keep(self) -> None:
         """``_save`` while following the stream: a failure is told once, not raised (class
@@ -571,8 +606,10 @@ class _Cursor:
             resumed.resume.add(stream_id=stream_id, after=after)
         return resumed
 
-    def subscribed(self, metadata: Mapping[str, str], target: str) -> str:
-        """Takes the subscription's initial metadata; what to tell of the resume, if any."""
+    def subscribed(self, metadata: Mapping[str, str], target: str, again: bool = True) -> str:
+        """Takes the subscription's initial metadata; what to tell of the resume, if any.
+        ``again``: tail subscribed before in this run (else it resumes where the cursor file
+        says the last run left off)."""
         stream = metadata.get(STREAM_ID_KEY, "")  # none from a server that cannot resume
         resumed, lost = metadata.get(RESUME_KEY), int(metadata.get(RESUME_LOST_KEY) or 0)
         self.stream_id = stream
@@ -600,14 +637,52 @@ class _Cursor:
             if self.lost_connection
             else ""
         )
+        if again:
+            verb, where = "reconnected to", "where it left off"
+        else:
+            verb, where = "connected to", "where the last run left off (--cursor-file)"
         if resumed == "same":
-            return f"reconnected to {target}, resuming where it left off{unheld}"
+            return f"{verb} {target}, resuming {where}{unheld}"
         if resumed == "new":
             return (
-                f"reconnected to {target}, a stream new to tail (the server restarted, or"
+                f"{verb} {target}, a stream new to tail (the server restarted, or"
                 f" another one answers): what it holds is sent{previous}{unheld}"
             )
         return ""
+
+
+def _rewrite(file: Path, text: str) -> None:
+    """Writes ``text`` over ``file`` in place (no rename), then syncs it: the new text first,
+    then the file cut to its length, so that it is never empty."""
+    data = text.encode("utf-8")
+    with file.open("r+b") as kept:
+        kept.write(data)
+        kept.truncate(len(data))
+        kept.flush()
+        os.fsync(kept.fileno())
+
+
+#: What a file system that cannot sync a directory says (some network and FUSE ones): the
+#: rename stands, as durable as that file system makes it.
+_NO_DIRECTORY_SYNC: Final = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP})
+
+
+def _sync_directory(directory: Path) -> None:
+    """Syncs ``directory``, so that a rename in it survives a crash of the machine; best
+    effort where the file system refuses (``_NO_DIRECTORY_SYNC``), or the directory cannot
+    be opened to sync it (``EACCES``: Windows opens no directory, and one may be writable
+    and not readable)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except PermissionError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as e:
+        if e.errno not in _NO_DIRECTORY_SYNC:
+            raise
+    finally:
+        os.close(fd)
 
 
 #: The largest sequence a cursor can hold: ``ResumeFrom.after`` is a uint64.
@@ -635,20 +710,45 @@ def _kept_streams(kept: object) -> dict[str, int]:
 
 @dataclass(frozen=True, slots=True)
 class _Printer:
+    """Prints each finding to ``out``. ``narrow``: ``out``'s encoding when it cannot hold
+    every character (``_narrow_encoding``): a text line has what it cannot hold as an escape,
+    as Python's ``sys.stderr`` does, and a JSON line escapes every non-ASCII character, so
+    that a finding is always printed (names are what agents sent: any character)."""
+
     out: TextIO
     as_json: bool
     colour: bool
+    narrow: str | None = None
 
     def __call__(self, message: findings_pb2.Finding, stream_id: str) -> None:
         if self.as_json:
             record = stream_finding_record(message)
             if stream_id:  # where it is in the stream: a consumer that restarts can dedupe
                 record |= {"stream": stream_id, "sequence": message.sequence}
-            line = json.dumps(record, ensure_ascii=False).translate(_JSON_ESCAPED)
+            # JSON's own escapes where the output is narrow: backslashreplace would write a
+            # character beyond the BMP as \U0001XXXX, which is no JSON.
+            ascii_only = self.narrow is not None
+            line = json.dumps(record, ensure_ascii=ascii_only).translate(_JSON_ESCAPED)
         else:
             line = format_finding_line(message, self.colour)
+            if self.narrow is not None:
+                line = line.encode(self.narrow, "backslashreplace").decode(self.narrow)
         self.out.write(line + "\n")
         self.out.flush()
+
+
+def _narrow_encoding(out: TextIO) -> str | None:
+    """``out``'s encoding when it cannot hold every character (Latin-1, cp1252: a locale's,
+    or the ANSI code page Windows gives a redirect), else ``None`` (UTF-8, UTF-16, or a
+    stream of text, as ``io.StringIO``, with no encoding)."""
+    encoding = getattr(out, "encoding", None)
+    if not encoding:
+        return None
+    try:
+        name = codecs.lookup(encoding).name
+    except LookupError:  # an encoding Python does not know cannot be written to either
+        return None
+    return None if name.startswith("utf") else name
 
 
 @dataclass(slots=True)
@@ -694,14 +794,16 @@ class _Session:
             connected = bool(metadata)
             # A call that fails before subscribing may end with no headers: no cursor news.
             if connected:
-                said = cursor.subscribed(metadata, self.target)
+                said = cursor.subscribed(metadata, self.target, again=self.subscribed)
                 if not said and self.outage:
                     said = f"connected to {self.target}"
                 if said:
                     err.write(f"toolwatch tail: {said}\n")
                 self.subscribed, self.outage, self.outage_credentials = True, False, False
             for message in call:
-                _tell_missed(err, message.missed_before, "before the next")
+                _tell_missed(
+                    err, message.missed_before, "before the next", message.missed_from_replay
+                )
                 self.printer(message, cursor.stream_id)
                 delivered += 1
                 cursor.handled(message.sequence)
@@ -720,12 +822,31 @@ def _tell(err: TextIO, message: str) -> None:
     err.flush()
 
 
-def _tell_missed(err: TextIO, count: int, when: str) -> None:
-    if count:
-        err.write(
-            f"toolwatch tail: {count} findings missed {when}: the server's queue for this"
-            " subscriber was full (output.stream_queue_size)\n"
+#: Why the server lost findings for tail, naming the setting that bounds each kind.
+_QUEUE_FULL = "the server's queue for this subscriber was full (output.stream_queue_size)"
+_REPLAY_BEHIND = (
+    "the server let go of them before this resumed subscription's replay read them"
+    " (output.stream_replay_size)"
+)
+
+
+def _tell_missed(err: TextIO, count: int, when: str, from_replay: int = 0) -> None:
+    """Tells ``count`` findings missed, ``from_replay`` of them lost from the replay
+    (``Finding.missed_from_replay``), the others to the queue."""
+    if not count:
+        return
+    from_replay = min(from_replay, count)
+    if from_replay == 0:
+        why = _QUEUE_FULL
+    elif from_replay == count:
+        why = _REPLAY_BEHIND
+    else:
+        why = (
+            f"{from_replay} the server let go of before this resumed subscription's replay"
+            f" read them (output.stream_replay_size), {count - from_replay} as its queue for"
+            " this subscriber was full (output.stream_queue_size)"
         )
+    err.write(f"toolwatch tail: {count} findings missed {when}: {why}\n")
 
 
 def _report_error(

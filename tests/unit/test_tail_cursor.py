@@ -7,8 +7,10 @@ import json
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from toolwatch._proto.toolwatch.v1 import findings_pb2
-from toolwatch.tail import CURSOR_SAVE_SECONDS, _Cursor
+from toolwatch.tail import CURSOR_SAVE_SECONDS, _Cursor, _rewrite
 
 
 class Clock:
@@ -147,3 +149,32 @@ def test_a_kept_sequence_up_to_the_largest_a_request_carries_is_resumed(tmp_path
     resumed = cursor.resuming(findings_pb2.SubscribeRequest(min_severity="high"))
     assert [(r.stream_id, r.after) for r in resumed.resume] == [("s0", 0), ("s1", 2**64 - 1)]
     assert resumed.min_severity == "high"
+
+
+def test_a_file_rewritten_in_place_holds_the_new_cursor_alone(tmp_path: Path) -> None:
+    """The rewrite of a file no rename can replace (mounted on its own: EBUSY; the whole
+    path is in tests/integration/test_tail_cursor_durable.py): the new text over the old,
+    then cut to its length, so it is never empty. A shorter cursor leaves nothing of the
+    longer one after it."""
+    file = tmp_path / "tail.cursor"
+    file.write_text('{"streams": {"a-long-stream-id": 123456789}}\n')
+    _rewrite(file, '{"streams": {"s1": 2}}\n')
+    assert file.read_text() == '{"streams": {"s1": 2}}\n'
+
+
+@pytest.mark.parametrize(
+    ("again", "said"),
+    [
+        (False, "connected to h:1, resuming where the last run left off (--cursor-file)"),
+        (True, "reconnected to h:1, resuming where it left off"),
+    ],
+    ids=["first-subscription-of-a-run", "after-a-lost-connection"],
+)
+def test_a_resume_is_told_as_a_reconnection_only_when_this_run_had_subscribed(
+    again: bool, said: str
+) -> None:
+    """Was: a run started with a cursor file said "reconnected to" a server it had not
+    connected to before. Now: "connected to", resuming where the last run left off."""
+    cursor = _Cursor({"s1": 3})
+    metadata = {"toolwatch-stream-id": "s1", "toolwatch-resume": "same"}
+    assert cursor.subscribed(metadata, "h:1", again=again) == said

@@ -189,7 +189,8 @@ class OutputSettings(_Section):
     # The last findings published, held for subscribers that resume after a lost connection,
     # whatever the number of subscribers: about 0.5 KB each as sent (redacted; names cut at
     # 128 characters), and the tags of 16 times as many (at most 65,536; about 160 bytes
-    # each, names kept as digests). A client away longer loses the older, and is told.
+    # each, names kept as digests). A client away longer loses the older, and is told; one
+    # that resumed reads from them until it has caught up, so they bound it, not its queue.
     stream_replay_size: int = Field(
         1000, ge=0, le=100_000, description="findings held for stream subscribers that resume"
     )

@@ -20,7 +20,10 @@ findings after its cursor on this stream that pass its filter, read from the hel
 goes (not through its queue, which bounds live findings), then live ones: what gRPC had written
 and the dropped connection lost comes again. What passes its filter and is no longer held is
 told (``ResumeResult.lost``). A client with no cursor on this stream (the server restarted, or
-it followed another) has seen none of it: every held finding is sent.
+it followed another) has seen none of it: every held finding is sent. While it replays,
+findings published for it join the replay, so ``replay_size``, not its queue, bounds how far
+it may fall behind; what it had still to replay when it leaves, or when the server shuts
+down, is counted as a queue's findings are (``FindingsBroker.unsubscribe``).
 
 ``FindingsStreamServicer`` is the thin grpc.aio adapter: it validates the request, subscribes,
 writes queued findings and unsubscribes when the client goes away. A write that fails ends
@@ -223,10 +226,12 @@ class _Held(NamedTuple):
 
 class _Departed(NamedTuple):
     """A subscriber that left with findings held for it to resume: its filter, and their
-    sequences, in order (``FindingsBroker.unsubscribe``)."""
+    sequences, in order (``FindingsBroker.unsubscribe``): a ``range`` when they follow one
+    another (a replay given up, an unfiltered queue), so that one of ``replay_size`` held
+    findings costs no more than one."""
 
     filter: StreamFilter
-    sequences: tuple[int, ...]
+    sequences: Sequence[int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +313,10 @@ class Subscription:
     ``missed_after`` of the last one (a client that stops reading loses the newest findings,
     and no next one may come for a long time).
 
-    A resumed subscription (``resumed``) is first sent its ``replay``, then its queue. Each
+    A resumed subscription (``resumed``) is first sent its ``replay``, then its queue. What
+    the broker let go before the replay read it is told in ``missed_before`` too, and
+    ``missed_from_replay`` says how many of it: the setting that bounds those is
+    ``replay_size``, not ``queue_size`` (a client tells its operator which to raise). Each
     finding is queued with the ``_tool_key`` of its tool (``None``: on no tool, or not told),
     what a reload redacts it again by.
     """
@@ -354,9 +362,11 @@ class Subscription:
             self.dropped += 1
             self._missed += 1
             return False
-        if self._missed:
+        if self._missed or self._replay_missed:  # the replay's losses, when it just ended
             message = _copy(message)
-            message.missed_before, self._missed = self._missed, 0
+            message.missed_before = self._missed + self._replay_missed
+            message.missed_from_replay = self._replay_missed
+            self._missed = self._replay_missed = 0
         self._items.append((message, tool_key))
         self._wakeup.set()
         return True
@@ -370,10 +380,6 @@ class Subscription:
             self._wakeup.clear()
             await self._wakeup.wait()
         message, _ = self._items.popleft()
-        if self._replay_missed:
-            message = _copy(message)
-            message.missed_before += self._replay_missed
-            self._replay_missed = 0
         # Every loss came after ``message`` was queued; told now to a subscriber that reads
         # missed_after, else in the next finding's missed_before.
         if self._missed and not self._items and self.filter.missed_after:
@@ -387,15 +393,14 @@ class Subscription:
         held, lost = self._replay.take(self.filter)
         self.dropped += lost
         self._replay_missed += lost
-        if held is None:
-            self._replay = None
-            if not self._items:  # no next finding yet: told as any later loss is
-                self._missed, self._replay_missed = self._missed + self._replay_missed, 0
+        if held is None:  # its queue is empty: live findings joined the replay till now
+            self._replay = None  # its losses are told with the next one queued (``offer``)
             return None
         message = held.message
         if self._replay_missed:
             message = _copy(message)
-            message.missed_before, self._replay_missed = self._replay_missed, 0
+            message.missed_before = message.missed_from_replay = self._replay_missed
+            self._replay_missed = 0
         return message
 
     @property
@@ -420,13 +425,14 @@ class Subscription:
         self.revoked = True
         self.discard()
 
-    def discard(self) -> list[findings_pb2.Finding]:
-        """Close and let go of the queued findings (never delivered); returns them."""
+    def discard(self) -> tuple[list[findings_pb2.Finding], _Replay | None]:
+        """Close and let go of the queued findings and of the replay (never delivered);
+        returns them: the replay's rest is what ``_Replay.rest`` says."""
         self.close()
-        self._replay = None
+        replay, self._replay = self._replay, None
         left = [message for message, _ in self._items]
         self._items.clear()
-        return left
+        return left, replay
 
 
 class _Replay:
@@ -466,6 +472,26 @@ class _Replay:
         if lost:
             self._broker.count_dropped(lost)
         return item, lost
+
+    def rest(self, stream_filter: StreamFilter) -> tuple[int, list[int]]:
+        """What the replay had still to send when it is given up (its client left, or the
+        server shut down, before it read on): how many that pass ``stream_filter`` the broker
+        has let go (``unheld_passing``), and the sequences of those it still holds, in order.
+        Reads them on the event loop, once, as a resume's count does; the replay is done."""
+        broker, first = self._broker, self._broker.oldest_held
+        lost = broker.unheld_passing(self._next, min(first - 1, self._end), stream_filter)
+        start, stop = max(self._next, first) - first, self._end - first + 1
+        held = itertools.islice(broker.held, start, max(start, stop))
+        kept = [item.message.sequence for item in held if stream_filter.accepts(item.tag)]
+        self._next = self._end + 1
+        return lost, kept
+
+
+def _compact(sequences: list[int]) -> Sequence[int]:
+    """``sequences`` (ascending, none twice) as a ``range`` when they follow one another."""
+    if sequences[-1] - sequences[0] + 1 == len(sequences):
+        return range(sequences[0], sequences[-1] + 1)
+    return tuple(sequences)
 
 
 def _copy(message: findings_pb2.Finding) -> findings_pb2.Finding:
@@ -625,12 +651,14 @@ class FindingsBroker:
         withheld: bool = False,
     ) -> None:
         """End ``subscription``. Findings still queued for it (its client stopped reading and
-        the connection was lost, say), and ``unsent``, taken from its queue for a write that
-        failed: those no longer held for a resume (all of them once the broker is closed: the
-        server is shutting down) are counted as dropped and logged, never lost unseen; the
-        others are logged, and a client that resumes gets them. ``withheld``:
-        the subscriber's token was taken out, so none is counted lost to a slow client."""
-        left = subscription.discard()
+        the connection was lost, say), ``unsent``, taken from its queue for a write that
+        failed, and, when it was still replaying after a resume, the rest of its replay (it
+        holds no queue then: what is published joins the replay): those no longer held for a
+        resume (all of them once the broker is closed: the server is shutting down) are
+        counted as dropped and logged, never lost unseen; the others are logged, and a client
+        that resumes gets them (``close`` counts them if none does). ``withheld``: the
+        subscriber's token was taken out, so none is counted lost to a slow client."""
+        left, replay = subscription.discard()
         if unsent is not None:
             left.append(unsent)
         if withheld:
@@ -639,12 +667,19 @@ class FindingsBroker:
             self._subscriptions.discard(subscription)
             self._changed.set()
             return
+        owed = [message.sequence for message in left]
+        lost = 0
+        if replay is not None:  # stuck in its replay: what it had yet to read is owed too
+            lost, still_held = replay.rest(subscription.filter)
+            owed += still_held
         if self._closed:  # shutting down: what it holds goes with the process
-            lost = len(left)
+            lost += len(owed)
+            kept = []
             why = f"{SHUTTING_DOWN}, none is held for a resume; "
         else:
             oldest = self.oldest_held
-            lost = sum(message.sequence < oldest for message in left)
+            lost += sum(sequence < oldest for sequence in owed)
+            kept = sorted(sequence for sequence in owed if sequence >= oldest)
             why = ""
         if lost:
             self.count_dropped(lost)
@@ -654,15 +689,12 @@ class FindingsBroker:
                 lost,
                 why,
             )
-        if len(left) > lost:
-            kept = sorted(
-                message.sequence for message in left if message.sequence >= self.oldest_held
-            )
-            self._departed.append(_Departed(subscription.filter, tuple(kept)))
+        if kept:
+            self._departed.append(_Departed(subscription.filter, _compact(kept)))
             log.info(
                 "a findings stream subscriber left with %d findings undelivered, held for"
                 " it if it resumes (output.stream_replay_size)",
-                len(left) - lost,
+                len(kept),
             )
         self._subscriptions.discard(subscription)
         self._changed.set()

@@ -48,8 +48,9 @@ class FindingsServiceServicer:
         """Live findings matching the request, from subscription on. A subscriber that reads too
         slowly loses findings (counted in toolwatch_stream_dropped_findings_total, and told in
         missed_before or missed_after); it never slows the server. A subscriber gone with
-        findings still queued for it has those the server no longer holds for a resume counted
-        as dropped too. The stream ends with OK when the server shuts down.
+        findings still queued for it, or still to be replayed after a resume, has those the
+        server no longer holds for a resume counted as dropped too. The stream ends with OK
+        when the server shuts down.
 
         The server counts what it cannot write; what it has written is beyond its knowledge.
         A client that stops reading (stopped, swapped out) holds what its HTTP/2 flow-control

@@ -1,0 +1,162 @@
+"""What a resumed subscriber loses while its replay is behind: counted in
+``toolwatch_stream_dropped_findings_total`` when it leaves and at shutdown, as a fresh
+subscriber's queue is, and told by ``toolwatch tail`` as the replay's
+(``output.stream_replay_size``), not the queue's.
+
+A subscriber that resumes (``toolwatch tail --reconnect`` after a dropped connection, or a
+run started with ``--cursor-file``) is sent the held findings after its cursor by a
+``_Replay`` that reads them from the broker as it goes; every finding published for it
+meanwhile joins the replay (``Subscription.offer``), not its queue, so what bounds it is
+``output.stream_replay_size``, whatever ``output.stream_queue_size`` is. A client that stops
+reading mid-replay (a stalled terminal, ``kill -STOP``, a pager) is never read past: what it
+had still to replay is counted when it leaves or when the server shuts down
+(``FindingsBroker.unsubscribe``, ``_Replay.rest``).
+
+What the server has written into the client's HTTP/2 window is beyond its count (README).
+The stuck-client tests make that exactly nothing: each finding here is larger than the 64 KiB
+window the client keeps (``grpc.http2.bdp_probe: 0``, as tail sets), so no finding is ever
+wholly written, and what the client lost is every finding after its cursor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import grpc
+import pytest
+
+from tests.integration.conftest import RunningServer
+from tests.integration.test_stream import DROPPED, make_finding, make_trace, serve
+from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
+from toolwatch.model import Finding
+from toolwatch.tail import run_tail
+
+#: A finding larger than HTTP/2's 64 KiB window: the server can never write one whole into
+#: a client that does not read.
+BIG = 70_000
+#: tail's receive window: HTTP/2's 64 KiB (``toolwatch.tail._channel_options``).
+NO_BDP = (("grpc.http2.bdp_probe", 0),)
+
+
+def findings(first: int, last: int) -> list[Finding]:
+    return [make_finding(explanation=f"f{i} " + "x" * BIG) for i in range(first, last + 1)]
+
+
+def resume_from_start(stream_id: str) -> findings_pb2.SubscribeRequest:
+    cursor = findings_pb2.StreamCursor(stream_id=stream_id, after=0)
+    return findings_pb2.SubscribeRequest(resume=[cursor])
+
+
+def test_what_a_client_stuck_in_its_replay_lost_is_counted_when_it_leaves() -> None:
+    """A client resumes from the stream's start (200 held, ``replay_size`` 200) and reads
+    nothing; 1,000 more findings are published, so the broker lets go of f1..f1000 before
+    its replay read them; then the client goes away. f1..f1000 are lost to it and no longer
+    held: counted as it leaves. f1001..f1200, held for it, are lost when the server shuts
+    down without its having resumed: counted then.
+    Was: 1 and 1 (only f1, the finding being written when it left): ``unsubscribe`` dropped
+    the replay uncounted and remembered none of it as held for the client.
+    Now: 1,000 as it leaves and 1,200 at the shutdown."""
+
+    async def scenario() -> tuple[float | None, float | None]:
+        async with serve(replay_size=200) as h:
+            h.broker.publish(make_trace(), findings(1, 200))
+            async with grpc.aio.insecure_channel(h.target, options=NO_BDP) as channel:
+                stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
+                call = stub.Subscribe(resume_from_start(h.broker.stream_id))
+                metadata = dict(await call.initial_metadata())
+                assert (metadata["toolwatch-resume"], metadata["toolwatch-resume-lost"]) == (
+                    "same",
+                    "0",
+                )
+                h.broker.publish(make_trace(), findings(201, 1200))
+                assert h.registry.get_sample_value(DROPPED) == 0  # nothing lost yet: held
+                call.cancel()
+                await asyncio.wait_for(h.broker.wait_for_subscribers(0), timeout=10)
+                at_leave = h.registry.get_sample_value(DROPPED)
+        # ``serve`` closed the broker: the server shut down, the client never resumed.
+        return at_leave, h.registry.get_sample_value(DROPPED)
+
+    assert asyncio.run(scenario()) == (1000, 1200)
+
+
+@pytest.mark.parametrize("resumed", [False, True], ids=["fresh", "resumed"])
+def test_what_a_stuck_subscriber_has_not_taken_at_shutdown_is_counted(
+    start_server: Callable[..., RunningServer], resumed: bool
+) -> None:
+    """A real toolwatch publishes 200 findings for a client that reads nothing, then shuts
+    down (SIGTERM: ``App.stop``). The client has taken none of the 200 within the second the
+    drain gives it, and the restarted server holds none of them: all 200 are counted before
+    the last scrape. ``fresh``: the client subscribed before they were published (queued),
+    the control. ``resumed``: it resumed from the stream's start after they were published
+    (replayed).
+    Was (``resumed``): 1, the finding being written when the grace ended.
+    Now: 200, as for ``fresh``."""
+    server = start_server(output__stream_replay_size="200")
+    broker = server.app.broker
+
+    def publish() -> None:
+        broker.publish(make_trace(), findings(1, 200))
+
+    request = findings_pb2.SubscribeRequest()
+    if resumed:
+        server.call(publish)
+        request = resume_from_start(server.call(lambda: broker.stream_id))
+    with grpc.insecure_channel(server.address("stream"), options=NO_BDP) as channel:
+        stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
+        call = stub.Subscribe(request)
+        metadata = dict(call.initial_metadata())
+        assert metadata["toolwatch-subscribed"] == "1"
+        if not resumed:
+            server.call(publish)
+        server.stop()
+        call.cancel()
+    assert server.sample("toolwatch_stream_dropped_findings_total") == 200
+
+
+def test_findings_let_go_before_a_replay_read_them_are_told_as_the_replay_s(
+    tmp_path: Path,
+) -> None:
+    """tail starts with a cursor file at the start of the stream (200 held, ``replay_size``
+    200, ``queue_size`` 5,000) and, as it begins its replay, a burst of 2,000 findings is
+    published: the server lets go of most of them before the replay reads them. The queue
+    held none of them.
+    Was: "the server's queue for this subscriber was full (output.stream_queue_size)", the
+    setting that changes nothing here (tail told every ``missed_before`` as the queue's).
+    Now: the server says how many of ``missed_before`` its replay lost
+    (``Finding.missed_from_replay``), and tail names ``output.stream_replay_size``; its first
+    line says it connected, resuming where the last run left off (it said "reconnected")."""
+    cursor_file = tmp_path / "tail.cursor"
+    out, err = io.StringIO(), io.StringIO()
+
+    async def scenario() -> tuple[int, int, str]:
+        async with serve(replay_size=200, queue_size=5_000) as h:
+            burst = [make_finding(explanation=f"f{i}") for i in range(1, 2_201)]
+            h.broker.publish(make_trace(), burst[:200])
+            cursor_file.write_text(json.dumps({"streams": {h.broker.stream_id: 0}}))
+            tail = asyncio.create_task(
+                asyncio.to_thread(run_tail, h.target, out=out, err=err, cursor_file=cursor_file)
+            )
+            await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=10)
+            h.broker.publish(make_trace(), burst[200:])  # one step: the replay reads none
+            h.broker.close()
+            code = await asyncio.wait_for(tail, timeout=30)
+            return code, int(h.registry.get_sample_value(DROPPED) or 0), h.target
+
+    code, dropped, target = asyncio.run(scenario())
+    assert code == 0
+    assert dropped >= 1_800  # f201..f2000 at least: let go before the replay read them
+    assert out.getvalue().count("\n") == 2_200 - dropped
+    told = err.getvalue().splitlines()
+    assert told[0] == (
+        f"toolwatch tail: connected to {target}, resuming where the last run left off"
+        " (--cursor-file)"
+    )
+    (missed,) = [line for line in told if "missed" in line]
+    assert missed == (
+        f"toolwatch tail: {dropped} findings missed before the next: the server let go of"
+        " them before this resumed subscription's replay read them (output.stream_replay_size)"
+    )
