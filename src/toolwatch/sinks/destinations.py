@@ -59,5 +59,8 @@ def wait_writable(fd: int) -> None:
     the open pipe's, so a parent that set it on its own standard output, as Node.js does,
     sets it for ``serve`` too), where a write that does not fit fails (EAGAIN) having gone
     in part. The writer threads wait, as a blocking write would, rather than leave a line
-    torn for the next writer's to be glued to."""
-    select.select([], [fd], [])
+    torn for the next writer's to be glued to. ``poll``, not ``select``: a server with many
+    connections has descriptors past ``select``'s 1,024."""
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    poller.poll()

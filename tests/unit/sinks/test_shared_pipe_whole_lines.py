@@ -29,10 +29,13 @@ import fcntl
 import json
 import logging
 import os
+import resource
 import select
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from toolwatch.config import OutputSettings
 from toolwatch.outputs import open_outputs
@@ -256,3 +259,35 @@ def test_a_non_blocking_shared_pipe_gets_every_line_whole_and_loses_none() -> No
     assert sorted(lines) == sorted(
         ["", first, '{"finding": 2}', "ERROR a long record " + "r" * 10_000]
     )
+
+
+def test_a_descriptor_past_1024_waits_for_room_too() -> None:
+    """A server with many connections holds descriptors past ``select``'s 1,024: standard
+    output's copy (``LineFile.standard_output``) can be one. The wait for room on a
+    non-blocking pipe uses ``poll``: a 10 KiB line to a one-page pipe is written whole."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 2048:
+        pytest.skip(f"at most {hard} descriptors")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
+    read_end, write_end = os.pipe()
+    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
+    os.set_blocking(write_end, False)
+    high = os.dup2(write_end, 1500)
+    os.close(write_end)
+    data = bytearray()
+
+    def read() -> None:
+        while chunk := os.read(read_end, 65536):
+            data.extend(chunk)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    line = json.dumps({"finding": 1, "pad": "f" * 10_000}) + "\n"
+    try:
+        assert LineFile("<stdout>", fd=high).write(line) == len(line)
+    finally:
+        os.close(high)
+        reader.join(_WAIT)
+        os.close(read_end)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert data.decode() == line
