@@ -21,6 +21,7 @@ from tests.integration.test_faults import (
     send_long_run,
     write_config,
 )
+from tests.pipes import is_json
 
 
 @pytest.fixture
@@ -67,16 +68,8 @@ def test_findings_on_stdout_on_a_full_disk_keep_whole_lines_and_count_what_they_
     assert code == 0
 
     lines = log.read_text().splitlines()
-    torn = [line for line in lines if not _is_json(line)]
+    torn = [line for line in lines if not is_json(line)]
     assert not torn, f"a line that is no JSON (a finding torn and joined to a later one): {torn}"
     logged = [sent.index(json.loads(line)["trace_id"]) for line in lines]
     # The two publications that failed are counted, and they are not in the log.
     assert (failed, logged) == (2, [0, 3])
-
-
-def _is_json(line: str) -> bool:
-    try:
-        json.loads(line)
-    except ValueError:
-        return False
-    return True

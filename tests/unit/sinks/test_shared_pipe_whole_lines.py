@@ -37,6 +37,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.pipes import drained, is_json, non_blocking_page
 from toolwatch.config import OutputSettings
 from toolwatch.outputs import open_outputs
 from toolwatch.sinks.background import BackgroundOutput
@@ -185,15 +186,7 @@ def test_a_log_line_about_the_findings_log_does_not_land_inside_a_finding(
     told = [line for line in lines if "could not write the findings log" in line]
     assert len(told) == 1, lines[-3:]
     assert told[0].startswith("could not write the findings log"), told[0][:120]
-    assert [line[:60] for line in lines if line not in told and not _is_json(line)] == []
-
-
-def _is_json(line: str) -> bool:
-    try:
-        json.loads(line)
-    except ValueError:
-        return False
-    return True
+    assert [line[:60] for line in lines if line not in told and not is_json(line)] == []
 
 
 @contextlib.contextmanager
@@ -225,17 +218,8 @@ def test_a_non_blocking_shared_pipe_gets_every_line_whole_and_loses_none() -> No
     or the log record dropped in part and the next finding glued to it (no JSON, counted
     written). Now: the writer threads wait for room as a blocking write would
     (``destinations.wait_writable``): every line whole, none lost."""
-    read_end, write_end = os.pipe()
-    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
-    os.set_blocking(write_end, False)
-    data = bytearray()
-
-    def read() -> None:
-        while chunk := os.read(read_end, 65536):
-            data.extend(chunk)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    read_end, write_end = non_blocking_page()
+    data, reader = drained(read_end)
     failures: list[int] = []
     output = BackgroundOutput(
         LineFile("<stdout>", fd=os.dup(write_end)),
@@ -269,19 +253,10 @@ def test_a_descriptor_past_1024_waits_for_room_too() -> None:
     if hard != resource.RLIM_INFINITY and hard < 2048:
         pytest.skip(f"at most {hard} descriptors")
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), hard))
-    read_end, write_end = os.pipe()
-    fcntl.fcntl(write_end, fcntl.F_SETPIPE_SZ, 4096)
-    os.set_blocking(write_end, False)
+    read_end, write_end = non_blocking_page()
     high = os.dup2(write_end, 1500)
     os.close(write_end)
-    data = bytearray()
-
-    def read() -> None:
-        while chunk := os.read(read_end, 65536):
-            data.extend(chunk)
-
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
+    data, reader = drained(read_end)
     line = json.dumps({"finding": 1, "pad": "f" * 10_000}) + "\n"
     try:
         assert LineFile("<stdout>", fd=high).write(line) == len(line)
