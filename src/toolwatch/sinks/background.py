@@ -97,10 +97,11 @@ class _Reopen:
     """In the queue: write what follows to the file ``reopen`` opens, if it opens one, and
     close the one written before."""
 
-    __slots__ = ("reopen",)
+    __slots__ = ("done", "reopen")
 
     def __init__(self, reopen: Reopen) -> None:
         self.reopen = reopen
+        self.done = False  # run by the thread (``_reopened``)
 
 
 class BackgroundOutput:
@@ -240,6 +241,8 @@ class BackgroundOutput:
         with self._changed:
             if self._closing:
                 return
+            if self._queue and isinstance(self._queue[-1], _Reopen):
+                return  # one not taken yet looks as this one would (a blocked output)
             self._queue.append(_Reopen(reopen))
             self._queued_items += 1
             self._reopens += 1
@@ -318,6 +321,9 @@ class BackgroundOutput:
                 with self._changed:
                     stream = self._latest  # a file it switched to before it raised
                 self._lose_untold(stream, lines, exc)
+                for item in batch:  # a SIGHUP's reopen after the lines that raised: run it
+                    if isinstance(item, _Reopen) and not item.done:
+                        stream = self._reopened(stream, item)
             finally:
                 with self._changed:  # held until written: the bound is of the memory
                     done = sum(map(len, lines))
@@ -403,18 +409,22 @@ class BackgroundOutput:
                 continue
             self._write_lines(stream, lines)
             lines = []
-            try:
-                found = item.reopen(stream)
-            except Exception:  # a defect: the file written stays
-                _log.exception("opening %s again failed", self.name)
-                found = None
-            finally:
-                with self._changed:
-                    self._reopens -= 1
-            if found is not None:
-                stream = self._switched(stream, found)
+            stream = self._reopened(stream, item)
         self._write_lines(stream, lines)
         return stream
+
+    def _reopened(self, stream: TextOutput, item: _Reopen) -> TextOutput:
+        """Runs a SIGHUP's ``item`` (once, whatever raised around it); the file to write."""
+        item.done = True
+        try:
+            found = item.reopen(stream)
+        except Exception:  # a defect: the file written stays
+            _log.exception("opening %s again failed", self.name)
+            found = None
+        finally:
+            with self._changed:  # ``follow`` looks again
+                self._reopens -= 1
+        return stream if found is None else self._switched(stream, found)
 
     def _write_lines(self, stream: TextOutput, lines: list[str]) -> None:
         """Writes ``lines`` in one write; when that fails, one by one, so that what fits of

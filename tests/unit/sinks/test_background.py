@@ -319,3 +319,25 @@ def test_queued_logging_hands_a_rotating_file_handler_its_records_through_its_em
         root.setLevel(level)
     assert path.with_name("toolwatch.log.1").exists()
     assert path.read_text().splitlines()[-1] == "record 19 of twenty"
+
+
+def test_sighups_while_an_output_is_blocked_queue_one_reopen(
+    tmp_path: Path, counted: _Counted
+) -> None:
+    """A reloader that sends SIGHUP again and again while the output is blocked: the reopens
+    not taken yet are one (each would look at the path as the last does), not one item each
+    outside the queue's bound, run one after another once it unblocks (review of c2f74b0)."""
+    stream = _Gated()
+    output = _output(stream, counted)
+    asked: list[int] = []
+    output.write("taken\n")
+    assert stream.entered.wait(_WAIT)
+    for _ in range(100):
+        output.reopen(lambda _stream: asked.append(1))  # type: ignore[func-returns-value]
+    output.write("after\n")
+    output.reopen(lambda _stream: asked.append(2))  # type: ignore[func-returns-value]
+    stream.gate.set()
+    assert output.written(_WAIT)
+    assert asked == [1, 2]
+    assert stream.getvalue().splitlines() == ["taken", "after"]
+    output.close()
