@@ -465,7 +465,7 @@ class _Cursor:
     unsaved: bool = False  # the file is behind
     warn: Callable[[str], None] = _no_warning
     failing: bool = False  # the last rewrite failed, and was told
-    in_place: bool = False  # the file cannot be renamed over (EBUSY): rewritten in place
+    in_place: bool = False  # the file cannot be replaced by a rename: rewritten in place
     _pending: _Timer | None = None  # a rewrite to come
     _lock: threading.Lock = field(default_factory=threading.Lock)  # the timer's thread saves
 
@@ -477,7 +477,8 @@ class _Cursor:
         start_timer: Callable[[float, Callable[[], None]], _Timer] = _start_timer,
         warn: Callable[[str], None] = _no_warning,
     ) -> _Cursor:
-        """The cursors kept in ``file`` (none if it does not exist yet). Raises ``OSError``
+        """The cursors kept in ``file`` (none if it does not exist yet, or is empty: made with
+        ``touch`` for a mount of its own, before tail saved anything). Raises ``OSError``
         or ``ValueError`` for a file that cannot be read or is not a cursor file: one whose
         stream ids are not all non-empty strings, or whose sequences are not all integers a
         ``SubscribeRequest`` can carry (uint64), so that a damaged file is told, naming it,
@@ -485,7 +486,8 @@ class _Cursor:
         streams: dict[str, int] = {}
         if file is not None and file.exists():
             try:
-                streams = _kept_streams(json.loads(file.read_text(encoding="utf-8"))["streams"])
+                text = file.read_text(encoding="utf-8")
+                streams = _kept_streams(json.loads(text)["streams"]) if text else {}
             except (ValueError, KeyError, TypeError):
                 raise ValueError(
                     'not a tail cursor file (expected {"streams": {"<stream id>": <sequence>}},'
@@ -499,9 +501,10 @@ class _Cursor:
         """Rewrites the cursor file, if any, whole and durably: ``FILE.partial`` is written
         and synced, renamed over the file, and the directory synced, so that a crash, of tail
         or of the machine, leaves the old one or the new (never an empty file, which the next
-        run would refuse). A file that cannot be renamed over (``EBUSY``: mounted on its own,
-        as a container's single-file volume) is rewritten in place from then on, told once to
-        ``warn``. Raises ``OSError`` when it cannot."""
+        run would refuse). A file that cannot be replaced so (``_IN_PLACE``: mounted on its
+        own, as a container's single-file volume, or in a directory tail cannot write, as a
+        read-only root) is rewritten in place from then on, told once to ``warn``. Raises
+        ``OSError`` when it cannot."""
         with self._lock:
             self._save()
 
@@ -526,17 +529,18 @@ class _Cursor:
         except OSError as e:
             with suppress(OSError):  # a half-written copy takes no room on a full disk
                 partial.unlink()
-            if e.errno != errno.EBUSY or not file.is_file():
+            why = _IN_PLACE.get(e.errno or 0)
+            if why is None or not file.is_file():
                 raise
-            # A file mounted on its own (docker -v FILE:FILE, a Kubernetes subPath): no rename
-            # can replace it, so it is rewritten in place, which a crash can leave damaged.
+            # Rewritten in place instead, which a crash can leave damaged; a file that cannot
+            # be written either raises here.
             _rewrite(file, text)
             self.in_place = True
             self.warn(
-                f"--cursor-file {file}: cannot be renamed over ({e.strerror}: a file mounted"
-                " on its own?), so it is rewritten in place: a crash while it is written can"
-                " leave it damaged, and the next run then refuses it (remove it to start"
-                " again); mount its directory instead"
+                f"--cursor-file {file}: {why.format(partial=partial.name, reason=e.strerror)},"
+                " so it is rewritten in place: a crash while it is written can leave it"
+                " damaged, and the next run then refuses it (remove it to start again); mount"
+                " its directory instead"
             )
             return
         _sync_directory(file.parent)
@@ -649,6 +653,18 @@ class _Cursor:
                 f" another one answers): what it holds is sent{previous}{unheld}"
             )
         return ""
+
+
+#: Why ``FILE.partial`` could not replace the cursor file, by errno, where rewriting the file
+#: in place may still work: a file mounted on its own (``docker -v FILE:FILE``, a Kubernetes
+#: ``subPath``), which no rename replaces; a directory tail cannot write (``docker run
+#: --read-only``, ``readOnlyRootFilesystem``, a non-root user's file in ``/``).
+_IN_PLACE: Final = {
+    errno.EBUSY: "cannot be renamed over ({reason}: a file mounted on its own?)",
+    errno.EROFS: "cannot write {partial} beside it ({reason}: a read-only root?)",
+    errno.EACCES: "cannot write {partial} beside it ({reason}: its directory not writable?)",
+    errno.EPERM: "cannot write {partial} beside it ({reason}: its directory not writable?)",
+}
 
 
 def _rewrite(file: Path, text: str) -> None:
