@@ -84,8 +84,13 @@ class Outputs:
             file.output.write_queued()
 
     def written(self, timeout: float) -> bool:
-        """Waits up to ``timeout`` seconds for every file to have written what was queued."""
-        return all(file.output.written(timeout) for file in self.files)
+        """Waits up to ``timeout`` seconds in all for every file to have written what was
+        queued (each told to write it at once, then waited for in turn); whether they have."""
+        deadline = time.monotonic() + timeout
+        for file in self.files:
+            file.output.write_queued()
+        done = [file.output.written(max(deadline - time.monotonic(), 0.0)) for file in self.files]
+        return all(done)
 
     def close(self, timeout: float) -> None:
         """Writes what is queued, waiting up to ``timeout`` seconds for all the files, and
@@ -186,7 +191,10 @@ def _reopened(kind: _Kind, path: str, stream: TextOutput) -> TextOutput | None:
     try:
         opened = open_text(kind.setting, path, kind.private)
     except OutputError as exc:
-        log.error("%s; still writing to the file it was", exc)
+        if _removed(stream):  # ``_Follow`` loses its lines, counted, at its next look
+            log.error("%s; the file written was removed: its lines will be lost, counted", exc)
+        else:
+            log.error("%s; still writing to the file it was", exc)
         return None
     log.info("%s: %s opened again (the file there was rotated away)", kind.setting, path)
     return opened

@@ -234,15 +234,16 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., RunningServer]]:
 
 
 @pytest.fixture
-def serve_process() -> Iterator[Callable[[Path], Any]]:
-    """Factory: ``serve_process(config)``, a ``toolwatch serve`` child process
-    (``test_faults.ServeProcess``); kills what is still running at the end."""
+def serve_process() -> Iterator[Callable[..., Any]]:
+    """Factory: ``serve_process(config, stdout=None)``, a ``toolwatch serve`` child process
+    (``test_faults.ServeProcess``; ``stdout``: a file its standard output is appended to);
+    kills what is still running at the end."""
     from tests.integration.test_faults import ServeProcess  # noqa: PLC0415  # it imports this module
 
     started: list[ServeProcess] = []
 
-    def start(config: Path) -> ServeProcess:
-        process = ServeProcess(config)
+    def start(config: Path, stdout: Path | None = None) -> ServeProcess:
+        process = ServeProcess(config, stdout)
         started.append(process)
         return process
 

@@ -8,10 +8,9 @@ from __future__ import annotations
 
 import json
 import resource
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
-import pytest
 import yaml
 
 from tests.integration.test_faults import (
@@ -24,23 +23,8 @@ from tests.integration.test_faults import (
 from tests.pipes import is_json
 
 
-@pytest.fixture
-def stdout_serve() -> Iterator[Callable[[Path, Path], ServeProcess]]:
-    started: list[ServeProcess] = []
-
-    def start(config: Path, stdout: Path) -> ServeProcess:
-        process = ServeProcess(config, stdout)
-        started.append(process)
-        return process
-
-    yield start
-    for process in started:
-        if process.proc.poll() is None:
-            process.kill()
-
-
 def test_findings_on_stdout_on_a_full_disk_keep_whole_lines_and_count_what_they_lost(
-    tmp_path: Path, stdout_serve: Callable[[Path, Path], ServeProcess]
+    tmp_path: Path, serve_process: Callable[..., ServeProcess]
 ) -> None:
     config = write_config(
         tmp_path / "stdout.yaml",
@@ -52,7 +36,7 @@ def test_findings_on_stdout_on_a_full_disk_keep_whole_lines_and_count_what_they_
     document["output"] = {"findings": "-", "dump_tooltraces": None}  # the default log
     config.write_text(yaml.safe_dump(document))
     log = tmp_path / "findings.jsonl"
-    server = stdout_serve(config, log)
+    server = serve_process(config, log)
     sent: list[str] = []
 
     send_long_run(server, sent)

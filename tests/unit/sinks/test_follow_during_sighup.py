@@ -22,10 +22,12 @@ import threading
 from pathlib import Path
 
 import pytest
+from permit_file import PermitFile
 
 from toolwatch.config import OutputSettings
 from toolwatch.engine import DiscardToolTraces
-from toolwatch.outputs import _FINDINGS_LOG, Outputs, _File, _Follow, open_text
+from toolwatch.outputs import _DUMP, _FINDINGS_LOG, Outputs, _File, _Follow, open_text
+from toolwatch.sinks import background
 from toolwatch.sinks.background import FOLLOW_SECONDS, BackgroundOutput
 from toolwatch.sinks.findings import FanOutSink
 from toolwatch.sinks.linefile import TextOutput, WriteFailures
@@ -94,3 +96,66 @@ def test_a_sighup_while_the_thread_follows_keeps_the_file_it_opened(
     assert (isinstance(descriptor, int), later) == (True, []), (
         f"fileno(): {descriptor}; a SIGHUP with nothing rotated logged {later}"
     )
+
+
+def test_a_sighup_whose_path_cannot_be_opened_says_whether_the_file_was_removed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rotation's SIGHUP where the path cannot be opened (its directory removed with the
+    file). Was (review of c2f74b0): "still writing to the file it was", though the file was
+    removed and its lines were about to be lost. Now: that it was removed, and that its lines
+    will be lost, counted (``_Follow`` at its next look)."""
+    directory = tmp_path / "logs"
+    directory.mkdir()
+    path = directory / "findings.jsonl"
+    settings = OutputSettings(findings=str(path))
+    output = BackgroundOutput(
+        open_text("output.findings", str(path)),
+        WriteFailures("the findings log", lambda: None, logging.getLogger(__name__)),
+    )
+    outputs = Outputs(FanOutSink([]), DiscardToolTraces(), None, (_File(_FINDINGS_LOG, output),))
+    try:
+        path.unlink()
+        directory.rmdir()
+        with caplog.at_level(logging.ERROR, logger="toolwatch.outputs"):
+            outputs.reopen(settings)
+            assert output.written(_WAIT)
+    finally:
+        output.close(_WAIT)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"cannot open {path} (output.findings): No such file or directory; the file written"
+        " was removed: its lines will be lost, counted"
+    ]
+
+
+def test_written_asks_every_output_at_once_and_waits_its_timeout_in_all(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Outputs.written`` with the findings log blocked and the dump healthy. Was: it asked
+    each output in turn with the whole timeout, stopping at the first that said False: the
+    dump was never asked (its lines waited for the thread's gathering), and with both slow it
+    waited twice the timeout. Now: both are asked at once; the timeout is for all of them."""
+    monkeypatch.setattr(background, "GATHER_SECONDS", _WAIT)  # only an ask writes at once
+    blocked = PermitFile()
+    dump = tmp_path / "tooltraces.jsonl"
+    files = (
+        _File(_FINDINGS_LOG, BackgroundOutput(blocked, _told())),
+        _File(_DUMP, BackgroundOutput(open_text("output.dump_tooltraces", str(dump)), _told())),
+    )
+    outputs = Outputs(FanOutSink([]), DiscardToolTraces(), None, files)
+    try:
+        files[0].output.write("taken\n")
+        files[0].output.write_queued()
+        assert blocked.entered.acquire(timeout=_WAIT)  # the findings log is blocked
+        files[0].output.write("waiting\n")
+        files[1].output.write("a tooltrace\n")
+        assert not outputs.written(1.0)
+        assert dump.read_text() == "a tooltrace\n"
+    finally:
+        blocked.permits.release()
+        blocked.permits.release()
+        outputs.close(_WAIT)
+
+
+def _told() -> WriteFailures:
+    return WriteFailures("an output", lambda: None, logging.getLogger(__name__))
