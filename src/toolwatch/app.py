@@ -47,6 +47,7 @@ from toolwatch.config import (
     host_addresses,
     is_ip_address,
     parse_listen_address,
+    unrunnable_decoder,
 )
 from toolwatch.engine import Engine, EngineParts, Receipt
 from toolwatch.evaluation.pipeline import EvaluationPipeline
@@ -171,16 +172,11 @@ class App:
         golden, normalize = build_references(config)
         self._golden = golden  # as loaded: kept by a reload that cannot apply golden
         self._decode_options = config.decode_options()
-        try:
-            self._compiled = scanner(self._decode_options).compiled
-        except RuntimeError as exc:  # ingest.decoder: compiled, and it cannot be used
-            raise StartError(str(exc)) from exc
+        unrunnable = unrunnable_decoder(config)  # as serve's check_hot_path refuses it
+        if unrunnable is not None:
+            raise StartError(f"ingest.decoder: {unrunnable}")
+        self._compiled = scanner(self._decode_options).compiled
         self._hot_path = compiled.state()
-        if config.ingest.decoder == "compiled" and not self._hot_path.all_compiled:
-            raise StartError(
-                "ingest.decoder is 'compiled', but the hot path runs"
-                f" {self._hot_path.describe()}: about twice the CPU per span"
-            )
         self._slots = RequestSlots(
             config.ingest.max_concurrent_requests, config.ingest.read_timeout_seconds
         )

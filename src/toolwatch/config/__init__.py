@@ -41,6 +41,7 @@ from toolwatch.config.whole import (
     check_outputs,
     output_warnings,
     private_file_warning,
+    unrunnable_decoder,
 )
 
 __all__ = [
@@ -68,4 +69,5 @@ __all__ = [
     "parse_port",
     "private_file_warning",
     "read_token_file",
+    "unrunnable_decoder",
 ]

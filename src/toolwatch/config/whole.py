@@ -234,23 +234,31 @@ def check_hot_path(
     overrides: dict[str, Any] | None = None,
     origins: dict[str, str] | None = None,
 ) -> None:
-    """Refuse ``ingest.decoder: compiled`` where this install cannot run it: the compiled OTLP
+    """Refuse ``ingest.decoder: compiled`` where this install cannot run it
+    (``unrunnable_decoder``). ``serve`` and ``check-config`` call this; ``replay`` decodes
+    with what the install has, so it takes such a configuration anywhere. Arguments and
+    ``ConfigError`` as ``check_outputs``."""
+    problem = unrunnable_decoder(config)
+    if problem is not None:
+        where = "ingest.decoder"
+        origin = _origin(where, _source(path), overrides or {}, origins or {})
+        raise ConfigError(f"{origin}: {where}: {problem}")
+
+
+def unrunnable_decoder(config: Config) -> str | None:
+    """Why ``config``'s ``ingest.decoder: compiled`` cannot run here: the compiled OTLP
     scanner cannot be used, or the hot path runs as Python (not compiled at install, or
-    ``TOOLWATCH_PURE_PYTHON=1``). ``serve`` and ``check-config`` call this; ``replay``, which
-    decodes no OTLP, takes such a configuration anywhere. Arguments and ``ConfigError`` as
-    ``check_outputs``."""
+    ``TOOLWATCH_PURE_PYTHON=1``); ``None`` when it can, or another decoder is set."""
     if config.ingest.decoder != "compiled":
-        return
-    hot_path = compiled.state()
+        return None
     if COMPILED_UNAVAILABLE:
-        problem = f"the compiled OTLP scanner cannot be used: {COMPILED_UNAVAILABLE}"
-    elif not hot_path.all_compiled:
-        problem = f"the hot path runs {hot_path.describe()}: about twice the CPU per span"
-    else:
-        return
-    where = "ingest.decoder"
-    origin = _origin(where, _source(path), overrides or {}, origins or {})
-    raise ConfigError(f"{origin}: {where}: 'compiled', but {problem}")
+        return f"'compiled', but the compiled OTLP scanner cannot be used: {COMPILED_UNAVAILABLE}"
+    hot_path = compiled.state()
+    if not hot_path.all_compiled:
+        return (
+            f"'compiled', but the hot path runs {hot_path.describe()}: about twice the CPU per span"
+        )
+    return None
 
 
 def private_file_warning(target: str, setting: str, status: os.stat_result) -> str | None:

@@ -153,12 +153,10 @@ class BackgroundOutput:
         self._stalled = False  # the waits for room ran out: lines that do not fit are lost
         self._budget = ROOM_BUDGET_SECONDS  # seconds lines may still wait for room
         self._budget_at = now  # ``clock`` when it was last reckoned
-        self._queued_total = 0  # characters ever queued
-        self._done_total = 0  # characters ever written or lost by the thread
         self._queued_items = 0  # writes and reopens ever queued
         self._done_items = 0  # of them, those the thread is through with
         self._reopens = 0  # reopens queued, not yet through: ``follow`` waits for them
-        self._stall_ends = 0  # ``_done_total`` at which the stall ends: what waited when it began
+        self._stall_ends = 0  # ``_done_items`` at which the stall ends: what waited when it began
         self._closing = False  # no more lines taken: the thread writes what is queued
         self._write_until = 0  # ``_done_items`` up to which it writes without gathering
         self._abandoned = False  # ``close`` counted what is left lost: nothing more written
@@ -181,7 +179,6 @@ class BackgroundOutput:
                     idle = not self._queue
                     self._queue.append(text)
                     self._chars += size
-                    self._queued_total += size
                     self._queued_items += 1
                     # Woken for the first line, or a batch's worth: the thread gathers the
                     # rest for up to GATHER_SECONDS, one wake-up for many publications.
@@ -210,7 +207,7 @@ class BackgroundOutput:
         self._budget = budget - (self._budget_at - start)
         if not room or self._budget <= 0:
             self._stalled = True
-            self._stall_ends = self._queued_total
+            self._stall_ends = self._queued_items
 
     def _fits(self, size: int) -> bool:
         return self._chars == 0 or self._chars + size <= self._limit
@@ -329,9 +326,8 @@ class BackgroundOutput:
                     done = sum(map(len, lines))
                     self._busy = self._busy_lines = self._writing = 0
                     self._chars -= done
-                    self._done_total += done
                     self._done_items += len(batch)
-                    if self._done_total >= self._stall_ends:  # took what waited: it takes writes
+                    if self._done_items >= self._stall_ends:  # took what waited: it takes writes
                         self._stalled = False
                     self._changed.notify_all()
         if not self._abandoned:

@@ -1,7 +1,7 @@
 """``written`` waits for what was queued when it was asked (review of
 ``BackgroundOutput.written``, 89e28d3). Was: it waited for an output with nothing left to
 write at all, so under steady load it waited its whole timeout and said False, though
-everything queued before the call was written at once. Now: it waits for ``_done_total`` to
+everything queued before the call was written at once. Now: it waits for ``_done_items`` to
 reach what was queued then, written without gathering (``_write_until``).
 
 Contract: "Waits up to ``timeout`` seconds for everything queued to be written (or lost);
