@@ -235,15 +235,18 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., RunningServer]]:
 
 @pytest.fixture
 def serve_process() -> Iterator[Callable[..., Any]]:
-    """Factory: ``serve_process(config, stdout=None)``, a ``toolwatch serve`` child process
-    (``test_faults.ServeProcess``; ``stdout``: a file its standard output is appended to);
-    kills what is still running at the end."""
+    """Factory: ``serve_process(config, stdout=None, env=None)``, a ``toolwatch serve`` child
+    process (``test_faults.ServeProcess``; ``stdout``: a file its standard output is appended
+    to; ``env``: variables set over the test's environment); kills what is still running at
+    the end."""
     from tests.integration.test_faults import ServeProcess  # noqa: PLC0415  # it imports this module
 
     started: list[ServeProcess] = []
 
-    def start(config: Path, stdout: Path | None = None) -> ServeProcess:
-        process = ServeProcess(config, stdout)
+    def start(
+        config: Path, stdout: Path | None = None, env: dict[str, str] | None = None
+    ) -> ServeProcess:
+        process = ServeProcess(config, stdout, env=env)
         started.append(process)
         return process
 

@@ -102,12 +102,15 @@ class ServeProcess:
         stdin: int | None = None,
         *,
         listening: bool = True,
+        env: dict[str, str] | None = None,
     ) -> None:
         """``stdout``: a file its standard output is appended to (``serve >> FILE``);
         ``stdin``: a descriptor for its standard input (a terminal's), else none;
-        ``listening``: wait for the start-up line (else ``wait_listening`` does)."""
+        ``listening``: wait for the start-up line (else ``wait_listening`` does);
+        ``env``: variables set over the test's environment (whose ``TOOLWATCH_*`` are not
+        passed on)."""
         self.config = config
-        env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
         with contextlib.ExitStack() as files:
             out = subprocess.DEVNULL if stdout is None else files.enter_context(stdout.open("ab"))
             self.proc = subprocess.Popen(
@@ -116,7 +119,7 @@ class ServeProcess:
                 stdout=out,
                 stderr=subprocess.PIPE,
                 text=True,
-                env=env,
+                env={**inherited, **(env or {})},
             )
         self.log: list[str] = []
         self._listening = threading.Event()
