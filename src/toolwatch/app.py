@@ -71,6 +71,7 @@ from toolwatch.sinks import exposition
 from toolwatch.sinks.findings import FindingSink, Redaction
 from toolwatch.sinks.logqueue import queued_logging
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
+from toolwatch.sinks.python_reports import logged_python_reports
 from toolwatch.sinks.stream import FindingsBroker, add_findings_service, stream_server_options
 
 __all__ = [
@@ -1014,7 +1015,9 @@ async def serve(
     where Ctrl-C skips the wait for a last scrape (``App.interrupted``). Given ``reload``,
     SIGHUP is ignored once it returns or raises, to the end of the process."""
     app = App(config)
-    with queued_logging():  # a blocked standard error stalls nothing: lines are lost, told
+    # A blocked standard error stalls nothing (lines are lost, told); what Python reports
+    # itself (warnings, a thread's exception) goes through the same thread, in whole records.
+    with queued_logging(), logged_python_reports():
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         received: list[int] = []
