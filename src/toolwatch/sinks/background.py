@@ -8,9 +8,9 @@ loop would stop everything with it: every export to toolwatch, the ticker that c
 ``/metrics`` (the alerts' own input) and ``/healthz`` (a liveness probe then kills the pod, and
 what was buffered with it). So the event loop only queues what is to be written:
 ``BackgroundOutput`` queues lines for one output's writer thread. Up to ``limit`` characters
-(4 Mi by default) wait or are being written; a line that would pass them waits for room, at
-most ``ROOM_SECONDS``, and such waits at most ``ROOM_BUDGET_SECONDS`` in all, coming back
-at ``ROOM_REFILL`` of the time; past them it is lost, told to the
+(4 Mi by default) wait or are being written, or one longer line alone; a line that would pass
+them waits for room, at most ``ROOM_SECONDS``, and such waits at most ``ROOM_BUDGET_SECONDS``
+in all, coming back at ``ROOM_REFILL`` of the time; past them it is lost, told to the
 output's ``WriteFailures`` (``toolwatch_output_failures_total``, and a log line by outage),
 while metrics, pages and the other outputs go on. Log lines have a thread of their own too
 (``toolwatch.sinks.logqueue``).
@@ -53,7 +53,12 @@ _log = logging.getLogger(__name__)
 
 #: Characters of lines that may wait for an output's thread or be written by it: about 4,000
 #: findings of 1 KiB. A blocked output holds at most this much as text (4 to 16 MiB: ``str``
-#: keeps 1 to 4 bytes a character), and a line being written once more, encoded.
+#: keeps 1 to 4 bytes a character), or one longer line (a publication: a large run's
+#: ToolTrace, or its many findings) taken alone, once nothing else waits, with nothing
+#: queued beside it: that run's text instead. Beside either, what is being written, under
+#: 1 MiB: a batch joined (``_BATCH_CHARS``) and a piece of it encoded (``LineFile``). A line
+#: is not refused for its length: the event loop built it already, and a healthy file
+#: takes it; a blocked output keeps at most one.
 OUTPUT_BACKLOG_CHARS: Final = 4 * 1024 * 1024
 #: How long one line that does not fit waits for room at most (the event loop waits with it):
 #: an output that makes none within it is blocked, and lines that do not fit are then lost at
@@ -106,9 +111,10 @@ class BackgroundOutput:
 
     Each ``write`` (whole lines: one publication) is queued while the characters waiting or
     being written stay within ``limit`` (a line longer than ``limit`` still goes alone, once
-    nothing else waits). One that would pass it waits for the thread to make room, up to
-    ``ROOM_SECONDS``, out of a budget of ``ROOM_BUDGET_SECONDS`` that comes back at
-    ``ROOM_REFILL`` seconds a second. When a wait ran out, or spent the budget, the output
+    nothing else waits, and nothing else is queued while it waits or is written; the thread
+    lets go of each batch once written). One that would pass it waits for the thread to make
+    room, up to ``ROOM_SECONDS``, out of a budget of ``ROOM_BUDGET_SECONDS`` that comes back
+    at ``ROOM_REFILL`` seconds a second. When a wait ran out, or spent the budget, the output
     counts as blocked: that line (if it got no room) and every later one that does not fit
     are lost at once (told to ``failures``) until the thread has written what waited then.
     So an output that takes a batch now and then, just within each wait, makes the event
@@ -314,15 +320,16 @@ class BackgroundOutput:
                 with self._changed:
                     stream = self._latest  # a file it switched to before it raised
                 self._lose_untold(stream, lines, exc)
-                for item in batch:  # a SIGHUP's reopen after the lines that raised: run it
-                    if isinstance(item, _Reopen) and not item.done:
-                        stream = self._reopened(stream, item)
+                # A SIGHUP's reopen after the lines that raised: run it.
+                for reopen in [i for i in batch if isinstance(i, _Reopen) and not i.done]:
+                    stream = self._reopened(stream, reopen)
             finally:
+                done, items = sum(map(len, lines)), len(batch)
+                batch, lines = [], []  # let go of them: no longer counted, no longer held
                 with self._changed:  # held until written: the bound is of the memory
-                    done = sum(map(len, lines))
                     self._busy = self._busy_lines = self._writing = 0
                     self._chars -= done
-                    self._done_items += len(batch)
+                    self._done_items += items
                     if self._done_items >= self._stall_ends:  # took what waited: it takes writes
                         self._stalled = False
                     self._changed.notify_all()
