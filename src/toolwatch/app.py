@@ -421,7 +421,7 @@ class App:
             log.info("SIGHUP while shutting down: configuration and outputs left as they are")
             return False
         try:  # logrotate's HUP, whatever the configuration file says
-            self._outputs.reopen(self.config.output)
+            self._outputs.reopen()
         except Exception:  # never the reload's undoing
             log.exception("could not open the outputs again")
         if self._stopped:

@@ -13,6 +13,7 @@ Threading: everything here is called from the event loop.
 from __future__ import annotations
 
 import contextlib
+import enum
 import functools
 import logging
 import os
@@ -54,6 +55,7 @@ _DUMP = _Kind("output.dump_tooltraces", "the ToolTrace dump", "tooltraces", priv
 class _File:
     kind: _Kind
     output: BackgroundOutput
+    look: _Look | None  # at its path; none for standard output (``-``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,18 +67,17 @@ class Outputs:
     log: JsonLinesFindingSink | None  # the findings log, when configured
     files: tuple[_File, ...]
 
-    def reopen(self, output: OutputSettings) -> None:
+    def reopen(self) -> None:
         """SIGHUP: the findings log and the ToolTrace dump opened again at their paths when
         the file there is no longer the one written (renamed away by a log rotation, or
         removed), so that rotation by renaming needs no ``copytruncate``. Each output's
-        thread looks and opens (``BackgroundOutput.reopen``), once it has written what was
-        queued before, which goes to the file it was for; the event loop waits on no file
-        system. A path that cannot be opened keeps the file it was, logged."""
-        paths = {_FINDINGS_LOG: output.findings, _DUMP: output.dump_tooltraces}
+        thread looks and opens (``BackgroundOutput.reopen``, ``_Look`` for a SIGHUP), once it
+        has written what was queued before, which goes to the file it was for; the event
+        loop waits on no file system. A path that cannot be opened keeps the file it was, or
+        loses its lines, counted, when that was removed; logged either way."""
         for file in self.files:
-            path = paths[file.kind]
-            if path is not None and path != "-":
-                file.output.reopen(functools.partial(_reopened, file.kind, path))
+            if file.look is not None:
+                file.output.reopen(functools.partial(file.look, why=_Why.SIGHUP))
 
     def write_queued(self) -> None:
         """Each file's thread writes what is queued now (``BackgroundOutput.write_queued``)."""
@@ -143,61 +144,71 @@ def _background(
 ) -> _File:
     stream = open_text(kind.setting, target, kind.private)
     failures = WriteFailures(kind.what, lambda: failed(kind.label), log)
-    follow = None if target == "-" else _Follow(kind, target)
-    return _File(kind, BackgroundOutput(stream, failures, follow=follow, clock=clock))
+    if target == "-":
+        return _File(kind, BackgroundOutput(stream, failures, clock=clock), None)
+    look = _Look(kind, target)
+    follow = functools.partial(look, why=_Why.FOLLOW)
+    return _File(kind, BackgroundOutput(stream, failures, follow=follow, clock=clock), look)
 
 
-class _Follow:
+class _Why(enum.Enum):
+    """Why an output's thread looks at its path (``_Look``); the value says, when the path is
+    opened again, what became of the file there."""
+
+    SIGHUP = "rotated away"  # ``Outputs.reopen``: logrotate's postrotate, a reload
+    FOLLOW = "removed or renamed away"  # its own look, ``background.FOLLOW_SECONDS`` apart
+
+
+class _Look:
     """Whether ``path`` still names the file an output writes, for its thread
-    (``background.Follow``): a file removed or renamed away (a rotation without SIGHUP, a
-    cleanup that deleted the log) is opened again at the path, as a SIGHUP would; one removed
-    whose path cannot be opened (its directory removed) loses its lines, told by outage, rather
-    than fill a file no one can read. A renamed one whose path cannot be opened goes on."""
+    (``background.Look``), at a SIGHUP or at its own follow (``_Why``): both look alike.
+
+    A file removed or renamed away (a rotation, a cleanup that deleted the log) is opened
+    again at the path. Where the path cannot be opened (its directory removed), a file
+    renamed away goes on being written, and one removed loses its lines, counted, rather
+    than fill a file no one can read: the look returns why. An output that is not a regular
+    file (a FIFO, a device) is its reader's: its path is not looked at, so that a FIFO its
+    reader removed (to make it again) is not replaced by a regular file no one reads.
+
+    Logged: each path opened again; a path that cannot be opened, at each SIGHUP (the
+    signal is answered) and once an outage at the thread's own look (every second), until
+    the path names a file written again."""
 
     def __init__(self, kind: _Kind, path: str) -> None:
         self._kind = kind
         self._path = path
-        self._failing = False  # the path could not be opened: logged once, until it can
+        self._failing = False  # the path cannot be opened: told, until it names the file again
 
-    def __call__(self, stream: TextOutput) -> TextOutput | OSError | None:
-        if not _regular(stream) or not _rotated(self._path, stream):
+    def __call__(self, stream: TextOutput, why: _Why) -> TextOutput | OSError | None:
+        """The file opened again at the path; ``None`` to go on with ``stream``; or why its
+        lines are lost (removed, and the path cannot be opened)."""
+        if not _regular(stream):
             return None  # a FIFO, a device: its reader's, not to be replaced by a file
+        if not _rotated(self._path, stream):
+            self._failing = False
+            return None
         kind = self._kind
         try:
             opened = open_text(kind.setting, self._path, kind.private)
         except OutputError as exc:
-            if not self._failing:
-                self._failing = True
-                log.error("%s; the file written was removed or renamed away", exc)
-            cause = exc.__cause__
-            if _removed(stream):
-                return cause if isinstance(cause, OSError) else OSError(str(exc))
-            return None
+            return self._not_opened(exc, stream, why)
         self._failing = False
-        log.info(
-            "%s: %s opened again (the file there was removed or renamed away)",
-            kind.setting,
-            self._path,
-        )
+        log.info("%s: %s opened again (the file there was %s)", kind.setting, self._path, why.value)
         return opened
 
-
-def _reopened(kind: _Kind, path: str, stream: TextOutput) -> TextOutput | None:
-    """For an output's thread, at a SIGHUP (``background.Reopen``): ``path`` opened again when
-    it no longer names the file ``stream`` writes, else ``None``, as when it cannot be opened
-    (logged: the file written goes on)."""
-    if not _rotated(path, stream):
-        return None
-    try:
-        opened = open_text(kind.setting, path, kind.private)
-    except OutputError as exc:
-        if _removed(stream):  # ``_Follow`` loses its lines, counted, at its next look
-            log.error("%s; the file written was removed: its lines will be lost, counted", exc)
-        else:
-            log.error("%s; still writing to the file it was", exc)
-        return None
-    log.info("%s: %s opened again (the file there was rotated away)", kind.setting, path)
-    return opened
+    def _not_opened(self, exc: OutputError, stream: TextOutput, why: _Why) -> OSError | None:
+        """Why ``stream``'s lines are lost when it was removed, else ``None`` (it goes on)."""
+        removed = _removed(stream)
+        if why is _Why.SIGHUP or not self._failing:
+            if removed:
+                log.error("%s; the file written was removed: its lines will be lost, counted", exc)
+            else:
+                log.error("%s; still writing to the file it was", exc)
+        self._failing = True
+        if not removed:
+            return None
+        cause = exc.__cause__
+        return cause if isinstance(cause, OSError) else OSError(str(exc))
 
 
 def _removed(stream: TextOutput) -> bool:

@@ -8,9 +8,9 @@ loop would stop everything with it: every export to toolwatch, the ticker that c
 ``/metrics`` (the alerts' own input) and ``/healthz`` (a liveness probe then kills the pod, and
 what was buffered with it). So the event loop only queues what is to be written:
 ``BackgroundOutput`` queues lines for one output's writer thread. Up to ``limit`` characters
-(4 Mi by default) wait or are being written; a line that would pass them waits for room, at
-most ``ROOM_SECONDS``, and such waits at most ``ROOM_BUDGET_SECONDS`` in all, coming back
-at ``ROOM_REFILL`` of the time; past them it is lost, told to the
+(4 Mi by default) wait or are being written, or one longer line alone; a line that would pass
+them waits for room, at most ``ROOM_SECONDS``, and such waits at most ``ROOM_BUDGET_SECONDS``
+in all, coming back at ``ROOM_REFILL`` of the time; past them it is lost, told to the
 output's ``WriteFailures`` (``toolwatch_output_failures_total``, and a log line by outage),
 while metrics, pages and the other outputs go on. Log lines have a thread of their own too
 (``toolwatch.sinks.logqueue``).
@@ -46,14 +46,19 @@ __all__ = [
     "ROOM_REFILL",
     "ROOM_SECONDS",
     "BackgroundOutput",
-    "Follow",
+    "Look",
 ]
 
 _log = logging.getLogger(__name__)
 
 #: Characters of lines that may wait for an output's thread or be written by it: about 4,000
 #: findings of 1 KiB. A blocked output holds at most this much as text (4 to 16 MiB: ``str``
-#: keeps 1 to 4 bytes a character), and a line being written once more, encoded.
+#: keeps 1 to 4 bytes a character), or one longer line (a publication: a large run's
+#: ToolTrace, or its many findings) taken alone, once nothing else waits, with nothing
+#: queued beside it: that run's text instead. Beside either, what is being written, under
+#: 1 MiB: a batch joined (``_BATCH_CHARS``) and a piece of it encoded (``LineFile``). A line
+#: is not refused for its length: the event loop built it already, and a healthy file
+#: takes it; a blocked output keeps at most one.
 OUTPUT_BACKLOG_CHARS: Final = 4 * 1024 * 1024
 #: How long one line that does not fit waits for room at most (the event loop waits with it):
 #: an output that makes none within it is blocked, and lines that do not fit are then lost at
@@ -80,17 +85,13 @@ GATHER_SECONDS: Final = 0.05
 FOLLOW_SECONDS: Final = 1.0
 
 
-#: What an output's thread asks of the file it writes, at most once every
-#: ``FOLLOW_SECONDS``: ``None`` while its path names it; the file opened again at its path
-#: (the one written was removed or renamed away: a rotation without SIGHUP); or why its lines
-#: are lost (removed, and its path cannot be opened: its directory was removed).
-Follow = Callable[[TextOutput], "TextOutput | OSError | None"]
-
-
-#: What a SIGHUP asks of an output's thread, in its place in the queue (``reopen``): the file
-#: opened again at its path when a log rotation renamed the one written away, else ``None``.
-#: Run by the thread: a path on a hung mount stalls that output alone, not the event loop.
-Reopen = Callable[[TextOutput], "TextOutput | None"]
+#: What an output's thread asks of the file it writes, at most once every ``FOLLOW_SECONDS``
+#: (``follow``), and at a SIGHUP in its place in the queue (``reopen``): ``None`` while its
+#: path names it; the file opened again at its path (the one written was removed or renamed
+#: away: a log rotation); or why its lines are lost (removed, and its path cannot be opened:
+#: its directory was removed). Run by the thread: a path on a hung mount stalls that output
+#: alone, not the event loop.
+Look = Callable[[TextOutput], "TextOutput | OSError | None"]
 
 
 class _Reopen:
@@ -99,7 +100,7 @@ class _Reopen:
 
     __slots__ = ("done", "reopen")
 
-    def __init__(self, reopen: Reopen) -> None:
+    def __init__(self, reopen: Look) -> None:
         self.reopen = reopen
         self.done = False  # run by the thread (``_reopened``)
 
@@ -110,20 +111,20 @@ class BackgroundOutput:
 
     Each ``write`` (whole lines: one publication) is queued while the characters waiting or
     being written stay within ``limit`` (a line longer than ``limit`` still goes alone, once
-    nothing else waits). One that would pass it waits for the thread to make room, up to
-    ``ROOM_SECONDS``, out of a budget of ``ROOM_BUDGET_SECONDS`` that comes back at
-    ``ROOM_REFILL`` seconds a second. When a wait ran out, or spent the budget, the output
+    nothing else waits, and nothing else is queued while it waits or is written; the thread
+    lets go of each batch once written). One that would pass it waits for the thread to make
+    room, up to ``ROOM_SECONDS``, out of a budget of ``ROOM_BUDGET_SECONDS`` that comes back
+    at ``ROOM_REFILL`` seconds a second. When a wait ran out, or spent the budget, the output
     counts as blocked: that line (if it got no room) and every later one that does not fit
     are lost at once (told to ``failures``) until the thread has written what waited then.
     So an output that takes a batch now and then, just within each wait, makes the event
     loop wait for a second or so, then a tenth of the time at most, not for every batch;
-    a disk slower than the lines come but working makes room for each. The thread writes
-    up to
-    ``_BATCH_CHARS`` at a time in one write, or, when that fails, line by line, each failure
-    told to ``failures`` as ``write_lines`` tells them (so a full disk loses only what did not
-    fit). Given ``follow``, the thread looks at most once every ``FOLLOW_SECONDS`` whether
-    the file's path still names it, and opens it again there when not. ``clock`` times that
-    and the waits for room.
+    a disk slower than the lines come but working makes room for each. The thread writes up
+    to ``_BATCH_CHARS`` at a time in one write, or, when that fails, line by line, each
+    failure told to ``failures`` as ``write_lines`` tells them (so a full disk loses only
+    what did not fit). Given ``follow``, the thread looks at most once every
+    ``FOLLOW_SECONDS`` whether the file's path still names it, and opens it again there when
+    not, as at a SIGHUP (``reopen``). ``clock`` times that and the waits for room.
     ``close`` writes what is queued, for a bounded time, then closes the file.
     """
 
@@ -133,7 +134,7 @@ class BackgroundOutput:
         failures: WriteFailures,
         limit: int = OUTPUT_BACKLOG_CHARS,
         *,
-        follow: Follow | None = None,
+        follow: Look | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = output_name(stream)
@@ -230,11 +231,12 @@ class BackgroundOutput:
         with self._changed:
             return self._latest.fileno()
 
-    def reopen(self, reopen: Reopen) -> None:
+    def reopen(self, reopen: Look) -> None:
         """A SIGHUP: the thread runs ``reopen`` once it has written the lines queued before,
         which go where they were going; those written from now on go to the file it opens,
-        if it opens one, and the one before is closed. At once, without gathering. Nothing
-        once the output stopped taking lines."""
+        if it opens one, and the one before is closed, or are lost when it says why (as
+        ``follow``'s). At once, without gathering. Nothing once the output stopped taking
+        lines."""
         with self._changed:
             if self._closing:
                 return
@@ -311,22 +313,23 @@ class BackgroundOutput:
                 self._busy_lines = sum(line.count("\n") for line in lines)
             try:
                 if self._follow is not None and self._clock() >= self._next_look:
-                    stream = self._followed(self._follow, stream, batch)
+                    stream = self._followed(self._follow, stream)
                 stream = self._write(stream, batch)
             except Exception as exc:  # a defect here must not end the thread: the rest would wait
                 _log.exception("writing %s failed", self.name)
                 with self._changed:
                     stream = self._latest  # a file it switched to before it raised
                 self._lose_untold(stream, lines, exc)
-                for item in batch:  # a SIGHUP's reopen after the lines that raised: run it
-                    if isinstance(item, _Reopen) and not item.done:
-                        stream = self._reopened(stream, item)
+                # A SIGHUP's reopen after the lines that raised: run it.
+                for reopen in [i for i in batch if isinstance(i, _Reopen) and not i.done]:
+                    stream = self._reopened(stream, reopen)
             finally:
+                done, items = sum(map(len, lines)), len(batch)
+                batch, lines = [], []  # let go of them: no longer counted, no longer held
                 with self._changed:  # held until written: the bound is of the memory
-                    done = sum(map(len, lines))
                     self._busy = self._busy_lines = self._writing = 0
                     self._chars -= done
-                    self._done_items += len(batch)
+                    self._done_items += items
                     if self._done_items >= self._stall_ends:  # took what waited: it takes writes
                         self._stalled = False
                     self._changed.notify_all()
@@ -349,18 +352,20 @@ class BackgroundOutput:
         a line waiting for room) not all written yet."""
         return self._done_items < self._write_until or self._closing or self._chars >= _BATCH_CHARS
 
-    def _followed(
-        self, follow: Follow, stream: TextOutput, batch: list[str | _Reopen]
-    ) -> TextOutput:
-        """The file to write: ``stream``, or the file opened again at its path when it was
-        removed or renamed away (``follow``); a removed one whose path cannot be opened loses
-        its lines (``_gone``), rather than write a file no one can read, and is closed (its
-        disk space freed). Not while a SIGHUP's reopen waits (``reopen``): it looks itself."""
+    def _followed(self, follow: Look, stream: TextOutput) -> TextOutput:
+        """The file to write, as ``follow`` finds it (``_looked``). Not while a SIGHUP's
+        reopen waits (``reopen``): it looks itself."""
         self._next_look = self._clock() + FOLLOW_SECONDS
         with self._changed:
             if self._reopens:
                 return stream
-        found = follow(stream)
+        return self._looked(stream, follow(stream))
+
+    def _looked(self, stream: TextOutput, found: TextOutput | OSError | None) -> TextOutput:
+        """The file to write once a ``Look`` (``follow``, a SIGHUP's ``reopen``) found
+        ``found``: ``stream``, or the file opened again at its path when it was removed or
+        renamed away; a removed one whose path cannot be opened loses its lines (``_gone``),
+        rather than write a file no one can read, and is closed (its disk space freed)."""
         if isinstance(found, OSError):
             if self._gone is None:
                 with contextlib.suppress(OSError):
@@ -410,17 +415,18 @@ class BackgroundOutput:
         return stream
 
     def _reopened(self, stream: TextOutput, item: _Reopen) -> TextOutput:
-        """Runs a SIGHUP's ``item`` (once, whatever raised around it); the file to write."""
+        """Runs a SIGHUP's ``item`` (once, whatever raised around it); the file to write
+        (``_looked``)."""
         item.done = True
         try:
             found = item.reopen(stream)
         except Exception:  # a defect: the file written stays
             _log.exception("opening %s again failed", self.name)
-            found = None
+            return stream
         finally:
             with self._changed:  # ``follow`` looks again
                 self._reopens -= 1
-        return stream if found is None else self._switched(stream, found)
+        return self._looked(stream, found)
 
     def _write_lines(self, stream: TextOutput, lines: list[str]) -> None:
         """Writes ``lines`` in one write; when that fails, one by one, so that what fits of

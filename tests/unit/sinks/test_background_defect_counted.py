@@ -8,7 +8,7 @@ are in no file, and ``toolwatch_output_failures_total`` does not count them, so 
 that findings are missing from the log (``ToolwatchOutputFailing``) stays quiet. Every other
 way a line can miss the file (full disk, blocked, gone, shutdown) is counted once.
 
-The defect here is a ``follow`` that raises (a bug in ``_Follow``, or a ``MemoryError`` while
+The defect here is a ``follow`` that raises (a bug in ``outputs._Look``, or a ``MemoryError`` while
 it opens the path); the follow clock is injected. ``written``'s timeout bounds the wait."""
 
 from __future__ import annotations

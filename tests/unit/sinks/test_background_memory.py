@@ -15,6 +15,7 @@ import sys
 import threading
 import tracemalloc
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -133,3 +134,66 @@ def test_what_close_counted_lost_is_not_written_after_it(
     assert b'{"finding":2}' not in received
     assert "written again" not in caplog.text
     assert len(lost) == 2
+
+
+def test_a_line_longer_than_the_bound_is_held_once_and_alone_while_it_is_written(
+    full_pipe: tuple[int, int],
+) -> None:
+    """Scenario: a run's ToolTrace longer than the bound (a retrieval agent's many large
+    results) is published while nothing waits; standard output (the dump) then blocks in
+    its write; another run's line comes.
+
+    The bound (README, Memory: "Smaller bounds"): a line longer than it is taken alone, once
+    nothing else waits, and nothing is queued beside it; what is held is the line, and a
+    piece of it being written, encoded.
+    Was: the thread encoded the whole line at once (``LineFile.write``): twice the line's
+    size held while the output blocked.
+    Now: once, and a piece of 64 Ki characters encoded; the other line is lost, counted."""
+    read_end, write_end = full_pipe
+    lost: list[int] = []
+    failures = WriteFailures("the dump", lambda: lost.append(1), logging.getLogger(__name__))
+    output = BackgroundOutput(LineFile("<stdout>", fd=write_end), failures, _LIMIT)
+    size = 8 * _LIMIT  # characters, ASCII as dump lines are
+    try:
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            output.write("x" * (size - 1) + "\n")  # held by the output alone from here
+            assert until(lambda: _blocked_in_write(output._thread), _WAIT)
+            output.write("another run\n")  # does not fit beside it: waits, then lost
+            held = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+        assert (lost, held < size + size // 8) == ([1], True), (
+            f"{held / 2**20:.1f} MiB held for a line of {size / 2**20:.0f} Mi characters"
+        )
+    finally:
+        reader = threading.Thread(target=_read_to_the_end, args=(read_end,), daemon=True)
+        reader.start()
+        output.close(timeout=_WAIT)
+        reader.join(_WAIT)
+
+
+def test_an_output_holds_no_line_it_has_written(tmp_path: Path) -> None:
+    """Scenario: a ToolTrace line longer than the bound is written to a healthy file; then
+    no run completes for a while.
+    Was: the thread kept its last batch (``_run``'s ``batch`` and ``lines``) until it took
+    the next: the line stayed in memory, counted nowhere (``written`` said it was written,
+    the bound's count was back to 0), and beside the next lines once they came.
+    Now: it lets go of a batch once it is written."""
+    failures = WriteFailures("the dump", lambda: None, logging.getLogger(__name__))
+    output = BackgroundOutput(LineFile(str(tmp_path / "tooltraces.jsonl")), failures, _LIMIT)
+    size = 8 * _LIMIT
+    try:
+        tracemalloc.start()
+        try:
+            before = tracemalloc.get_traced_memory()[0]
+            output.write("x" * (size - 1) + "\n")
+            assert output.written(_WAIT)
+            held = tracemalloc.get_traced_memory()[0] - before
+        finally:
+            tracemalloc.stop()
+    finally:
+        output.close(_WAIT)
+    assert (tmp_path / "tooltraces.jsonl").stat().st_size == size
+    assert held < 64 * 1024, f"{held / 2**20:.1f} MiB still held once the line was written"

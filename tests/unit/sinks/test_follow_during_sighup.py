@@ -12,7 +12,7 @@ the file written once the queue is through") raises ``ValueError``, and every la
 and logs "opened again (the file there was rotated away)" for a rotation that did not happen,
 once per SIGHUP until the thread looks again.
 
-Real files; the real ``_Follow`` of ``open_outputs``, held after it opened the path until the
+Real files; the real ``_Look`` of ``open_outputs``, held after it opened the path until the
 test (the event loop) has run ``Outputs.reopen``; the follow clock is injected. No sleeps."""
 
 from __future__ import annotations
@@ -24,9 +24,8 @@ from pathlib import Path
 import pytest
 from permit_file import PermitFile
 
-from toolwatch.config import OutputSettings
 from toolwatch.engine import DiscardToolTraces
-from toolwatch.outputs import _DUMP, _FINDINGS_LOG, Outputs, _File, _Follow, open_text
+from toolwatch.outputs import _DUMP, _FINDINGS_LOG, Outputs, _File, _Look, _Why, open_text
 from toolwatch.sinks import background
 from toolwatch.sinks.background import FOLLOW_SECONDS, BackgroundOutput
 from toolwatch.sinks.findings import FanOutSink
@@ -48,13 +47,12 @@ def test_a_sighup_while_the_thread_follows_keeps_the_file_it_opened(
     Now: ``fileno()`` names the SIGHUP's file, the later SIGHUP opens nothing and logs no
     rotation; every line at the path."""
     path = tmp_path / "findings.jsonl"
-    settings = OutputSettings(findings=str(path))
     now = [0.0]
-    real = _Follow(_FINDINGS_LOG, str(path))
+    real = _Look(_FINDINGS_LOG, str(path))
     following, reopened = threading.Event(), threading.Event()
 
     def follow(stream: TextOutput) -> TextOutput | OSError | None:
-        found = real(stream)
+        found = real(stream, _Why.FOLLOW)
         if found is not None:
             following.set()  # opened: the SIGHUP comes now
             assert reopened.wait(_WAIT)
@@ -66,7 +64,9 @@ def test_a_sighup_while_the_thread_follows_keeps_the_file_it_opened(
         follow=follow,
         clock=lambda: now[0],
     )
-    outputs = Outputs(FanOutSink([]), DiscardToolTraces(), None, (_File(_FINDINGS_LOG, output),))
+    outputs = Outputs(
+        FanOutSink([]), DiscardToolTraces(), None, (_File(_FINDINGS_LOG, output, real),)
+    )
     try:
         output.write("one\n")
         assert output.written(_WAIT)
@@ -76,7 +76,7 @@ def test_a_sighup_while_the_thread_follows_keeps_the_file_it_opened(
         output.write_queued()
         assert following.wait(_WAIT)
         with caplog.at_level(logging.INFO, logger="toolwatch.outputs"):
-            outputs.reopen(settings)  # the rotation's SIGHUP, on the event loop
+            outputs.reopen()  # the rotation's SIGHUP, on the event loop
             reopened.set()
             output.write("three\n")
             assert output.written(_WAIT)
@@ -85,7 +85,7 @@ def test_a_sighup_while_the_thread_follows_keeps_the_file_it_opened(
             except ValueError as error:
                 descriptor = f"ValueError: {error}"
             caplog.clear()
-            outputs.reopen(settings)  # a later SIGHUP: nothing rotated
+            outputs.reopen()  # a later SIGHUP: nothing rotated
             assert output.written(_WAIT)
         later = [r.getMessage() for r in caplog.records if _ROTATED in r.getMessage()]
     finally:
@@ -104,21 +104,23 @@ def test_a_sighup_whose_path_cannot_be_opened_says_whether_the_file_was_removed(
     """A rotation's SIGHUP where the path cannot be opened (its directory removed with the
     file). Was (review of c2f74b0): "still writing to the file it was", though the file was
     removed and its lines were about to be lost. Now: that it was removed, and that its lines
-    will be lost, counted (``_Follow`` at its next look)."""
+    will be lost, counted (at once: the SIGHUP's look says so, as the thread's own does)."""
     directory = tmp_path / "logs"
     directory.mkdir()
     path = directory / "findings.jsonl"
-    settings = OutputSettings(findings=str(path))
     output = BackgroundOutput(
         open_text("output.findings", str(path)),
         WriteFailures("the findings log", lambda: None, logging.getLogger(__name__)),
     )
-    outputs = Outputs(FanOutSink([]), DiscardToolTraces(), None, (_File(_FINDINGS_LOG, output),))
+    look = _Look(_FINDINGS_LOG, str(path))
+    outputs = Outputs(
+        FanOutSink([]), DiscardToolTraces(), None, (_File(_FINDINGS_LOG, output, look),)
+    )
     try:
         path.unlink()
         directory.rmdir()
         with caplog.at_level(logging.ERROR, logger="toolwatch.outputs"):
-            outputs.reopen(settings)
+            outputs.reopen()
             assert output.written(_WAIT)
     finally:
         output.close(_WAIT)
@@ -139,8 +141,10 @@ def test_written_asks_every_output_at_once_and_waits_its_timeout_in_all(
     blocked = PermitFile()
     dump = tmp_path / "tooltraces.jsonl"
     files = (
-        _File(_FINDINGS_LOG, BackgroundOutput(blocked, _told())),
-        _File(_DUMP, BackgroundOutput(open_text("output.dump_tooltraces", str(dump)), _told())),
+        _File(_FINDINGS_LOG, BackgroundOutput(blocked, _told()), None),
+        _File(
+            _DUMP, BackgroundOutput(open_text("output.dump_tooltraces", str(dump)), _told()), None
+        ),
     )
     outputs = Outputs(FanOutSink([]), DiscardToolTraces(), None, files)
     try:

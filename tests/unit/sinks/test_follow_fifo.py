@@ -1,8 +1,9 @@
-"""Review of 19141ba (outputs follow their paths): ``_Follow`` asks ``_rotated`` about the
+"""Review of 19141ba (outputs follow their paths): ``_Follow`` asked ``_rotated`` about the
 path whatever the written file is. For a FIFO (a log collector reading a named pipe) whose
 reader removed it (its exit cleanup, before it creates it again at its restart), the path is
 gone, so the thread creates a *regular file* there within a second: the lines go to a file no
-collector reads, and the collector's ``mkfifo`` at its restart fails (``EEXIST``).
+collector reads, and the collector's ``mkfifo`` at its restart fails (``EEXIST``). A SIGHUP's
+look (``_reopened``) did the same until the two became one (``outputs._Look``).
 
 A real FIFO in ``tmp_path``, read without blocking; the follow clock is injected; waits are
 bounded (``written``).
@@ -64,3 +65,40 @@ def test_a_fifo_removed_by_its_reader_is_not_replaced_by_a_regular_file(tmp_path
         outputs.close(_WAIT)
     assert not created, "a regular file now sits at the FIFO's path: the collector's mkfifo fails"
     assert failures == ["findings_log"], failures
+
+
+def test_a_sighup_while_a_fifo_is_gone_does_not_put_a_regular_file_at_its_path(
+    tmp_path: Path,
+) -> None:
+    """Scenario: as above, but a SIGHUP (a configuration reload) comes while the collector is
+    away, before the thread's next look (its clock does not move).
+
+    Was: the SIGHUP's look (``_reopened``) had no FIFO check: it found the path gone and
+    created a regular file there, into which the finding went, counted written; the
+    collector's ``mkfifo`` then failed.
+    Now: one look for both (``_Look``): a SIGHUP leaves a FIFO's path to its reader too; the
+    finding goes to the FIFO it was for (no reader: ``EPIPE``, counted)."""
+    path = tmp_path / "findings.fifo"
+    os.mkfifo(path)
+    reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    failures: list[str] = []
+    outputs = open_outputs(
+        OutputSettings(findings=str(path), dump_tooltraces=None),
+        [],
+        [],
+        Redaction(),
+        wall_clock=lambda: 0,
+        failed=failures.append,
+        clock=lambda: 0.0,
+    )
+    output = outputs.files[0].output
+    try:
+        os.close(reader)  # the collector exits...
+        path.unlink()  # ...and removes its FIFO
+        outputs.reopen()  # a reload's SIGHUP meanwhile
+        output.write("first\n")
+        assert output.written(_WAIT)
+        created = os.path.lexists(path)
+    finally:
+        outputs.close(_WAIT)
+    assert (created, failures) == (False, ["findings_log"])

@@ -7,9 +7,12 @@ Real files in ``tmp_path``; the follow clock is injected; waits are bounded (``w
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from pathlib import Path
+
+import pytest
 
 from toolwatch.config import OutputSettings
 from toolwatch.outputs import open_outputs
@@ -72,3 +75,48 @@ def test_a_log_removed_with_its_directory_is_not_held_open_once_its_lines_are_lo
     finally:
         outputs.close(_WAIT)
     assert held == [], f"descriptors {held} still hold the removed {path}"
+
+
+def test_a_sighup_that_finds_the_log_removed_with_its_directory_loses_the_next_lines_at_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Scenario: as above, but logrotate's SIGHUP (or a reload's) comes after the ``rm -rf``
+    and before the thread's next look at its path (its clock does not move); a finding then.
+
+    Was: the SIGHUP's look logged "the file written was removed: its lines will be lost,
+    counted", yet returned nothing to act on: the finding went into the removed file,
+    counted written, and the file stayed open, until the thread's own look a second later.
+    Now: one look for both (``outputs._Look``): the SIGHUP's, like the thread's, says why
+    the lines are lost; the finding is counted lost and the removed file is closed."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    path = logs / "findings.jsonl"
+    failures: list[str] = []
+    outputs = open_outputs(
+        OutputSettings(findings=str(path), dump_tooltraces=None),
+        [],
+        [],
+        Redaction(),
+        wall_clock=lambda: 0,
+        failed=failures.append,
+        clock=lambda: 0.0,
+    )
+    output = outputs.files[0].output
+    try:
+        output.write("written\n")
+        assert output.written(_WAIT)
+        shutil.rmtree(logs)
+        with caplog.at_level(logging.ERROR, logger="toolwatch.outputs"):
+            outputs.reopen()
+            output.write("lost\n")
+            assert output.written(_WAIT)
+        held = _held_deleted(path)
+    finally:
+        outputs.close(_WAIT)
+    assert (failures, held) == (["findings_log"], [])
+    assert [r.getMessage() for r in caplog.records] == [
+        f"cannot open {path} (output.findings): No such file or directory; the file written"
+        " was removed: its lines will be lost, counted",
+        f"could not write the findings log ({path}): No such file or directory (1 failure in"
+        " a row)",
+    ]

@@ -60,7 +60,7 @@ def test_a_rotation_with_sighup_is_opened_again_once_and_a_later_sighup_reopens_
         path.rename(tmp_path / "findings.jsonl.1")
         now[0] = 5.0  # the thread looks at the path at its next batch
         with caplog.at_level(logging.INFO, logger="toolwatch.outputs"):
-            outputs.reopen(settings)  # postrotate's SIGHUP
+            outputs.reopen()  # postrotate's SIGHUP
             assert output.written(_WAIT)
             output.write("second\n")
             assert output.written(_WAIT)
@@ -71,7 +71,7 @@ def test_a_rotation_with_sighup_is_opened_again_once_and_a_later_sighup_reopens_
             except ValueError:
                 with_fileno = False
             caplog.clear()
-            outputs.reopen(settings)  # a later SIGHUP: a config reload, nothing rotated
+            outputs.reopen()  # a later SIGHUP: a config reload, nothing rotated
             assert output.written(_WAIT)
             reopened_later = [
                 r.getMessage() for r in caplog.records if "opened again" in r.getMessage()

@@ -29,7 +29,7 @@ import logging
 import threading
 from pathlib import Path
 
-from toolwatch.outputs import _FINDINGS_LOG, _Follow, _reopened
+from toolwatch.outputs import _FINDINGS_LOG, _Look, _Why
 from toolwatch.sinks.background import FOLLOW_SECONDS, BackgroundOutput
 from toolwatch.sinks.linefile import LineFile, WriteFailures
 
@@ -68,7 +68,7 @@ class _Defective:
 def _output(path: Path, now: list[float]) -> tuple[BackgroundOutput, _Defective]:
     stream = _Defective(path)
     failures = WriteFailures("the findings log", lambda: None, logging.getLogger(__name__))
-    follow = _Follow(_FINDINGS_LOG, str(path))
+    follow = functools.partial(_Look(_FINDINGS_LOG, str(path)), why=_Why.FOLLOW)
     return BackgroundOutput(stream, failures, follow=follow, clock=lambda: now[0]), stream
 
 
@@ -82,7 +82,7 @@ def _defect_then_sighup(
     output.write(_DEFECT)
     if rotated is not None:
         path.rename(rotated)
-    output.reopen(functools.partial(_reopened, _FINDINGS_LOG, str(path)))
+    output.reopen(functools.partial(_Look(_FINDINGS_LOG, str(path)), why=_Why.SIGHUP))
     stream.gate.set()
     assert output.written(_WAIT)
 
