@@ -20,7 +20,10 @@ moment (clients also spread again over the replicas behind a Service).
   it. The request is served: the client's next one opens a new connection.
 
 Not for the findings stream: a subscription is one call for as long as ``toolwatch tail``
-runs, which a closed connection would end.
+runs, which a closed connection would end. Its client certificate is checked again instead,
+as it subscribes and whenever a reload changes the client CAs: a stream whose certificate no
+longer verifies against them is ended UNAUTHENTICATED and counted, as a revoked token's is
+(``toolwatch.client_ca``, ``FindingsStreamServicer.recheck_certificates``).
 """
 
 from __future__ import annotations

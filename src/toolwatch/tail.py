@@ -32,12 +32,16 @@ again while the server still holds them (``output.stream_replay_size``); what it
 holds, or a restart, is told on ``err``. Once it has subscribed, a refused bearer token or a
 token file it cannot use is an outage too, not a usage error: the server's and tail's token
 files are rotated apart (two Secrets, each synced on its own), so tail reads its file again
-at each attempt and subscribes once the file holds a token the server accepts.
+at each attempt and subscribes once the file holds a token the server accepts. So is a stream
+the server ends because its client CAs, reloaded, no longer sign tail's client certificate
+(``CERTIFICATE_REFUSED``): each attempt, refused at the TLS handshake, reads ``--tls-cert``
+again, until it holds a certificate of a CA the server trusts.
 
 Exit codes, for the CLI and scripts that restart tail:
 
 - 0: the server ended the stream (toolwatch shut down cleanly);
-- 1: the server could not be reached, or the connection was lost (never with ``reconnect``);
+- 1: the server could not be reached, the connection was lost, or the server no longer
+  accepts the token or client certificate tail subscribed with (never with ``reconnect``);
 - 2: the server rejected the filter (unknown category or severity) or the credentials, the
   target is no HOST:PORT or serves no findings stream, or
   a credentials file cannot be used (with ``reconnect``, only before the first subscription:
@@ -73,6 +77,7 @@ from toolwatch.config.security import read_token_file
 from toolwatch.evaluation.severity import CALL_AGENT
 from toolwatch.sinks.findings import format_timestamp
 from toolwatch.sinks.stream import (
+    CERTIFICATE_REFUSED,
     KEEPALIVE_SECONDS,
     RESUME_KEY,
     RESUME_LOST_KEY,
@@ -391,9 +396,10 @@ def _subscriptions(
             err.write(f"toolwatch tail: {ended.message}\n")
             return ended.code
         if not session.outage or (ended.credentials and not session.outage_credentials):
+            reread = ended.reread or session.access.bearer_token_file
             reading = (
-                f", reading {session.access.bearer_token_file} again at each attempt"
-                if ended.credentials and session.access.bearer_token_file is not None
+                f", reading {reread} again at each attempt"
+                if ended.credentials and reread is not None
                 else ""
             )
             err.write(f"toolwatch tail: {ended.message}; reconnecting{reading}\n")
@@ -407,13 +413,15 @@ def _subscriptions(
 class _Ended:
     """How one subscription ended: the exit code, what to tell, whether it had subscribed,
     how many findings it delivered, and whether it failed for its credentials (a refused
-    bearer token, a credentials file that cannot be used)."""
+    bearer token or client certificate, a credentials file that cannot be used), and then
+    which file each attempt reads again (``None``: the bearer token file)."""
 
     code: int
     message: str
     connected: bool
     delivered: int = 0
     credentials: bool = False
+    reread: Path | None = None
 
 
 #: How many streams' cursors tail keeps (and sends when it resumes): the latest.
@@ -827,6 +835,8 @@ class _Session:
         except grpc.RpcError as e:
             code, said = _report_error(e, self.target, connected, self.access)
             refused = e.code() == grpc.StatusCode.UNAUTHENTICATED
+            if refused and e.details() == CERTIFICATE_REFUSED:
+                return _Ended(code, said, connected, delivered, True, self.access.cert_file)
             credentials = refused and self.access.bearer_token_file is not None
             return _Ended(code, said, connected, delivered, credentials)
         ended = f"{self.target} ended the stream (server shutting down)"
@@ -872,6 +882,13 @@ def _report_error(
     code, details = error.code(), error.details()
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return EXIT_USAGE, details
+    if code == grpc.StatusCode.UNAUTHENTICATED and details == CERTIFICATE_REFUSED:
+        # Past its handshake, so it had been accepted: its CA's removal is being rolled out.
+        return EXIT_UNAVAILABLE, (
+            f"{target} no longer accepts this client certificate (UNAUTHENTICATED): {details};"
+            " connecting again takes a certificate of a CA it trusts (its TLS handshake"
+            " refuses this one)"
+        )
     if code == grpc.StatusCode.UNAUTHENTICATED:
         if connected:  # reconnecting reads the token file again: a rotation loses nothing
             return EXIT_UNAVAILABLE, (

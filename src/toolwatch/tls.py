@@ -129,6 +129,15 @@ class Certificates:
             dates["client_ca"] = ca
         return dates
 
+    def client_cas(self) -> list[bytes]:
+        """The client CA certificates (DER) as OpenSSL loaded them from the file, those of
+        ``TRUSTED CERTIFICATE`` blocks too (gRPC trusts them: ``cryptography`` skips them);
+        none without a client CA."""
+        if self.client_ca is None or not self.contexts:
+            return []
+        context = next(iter(self.contexts.values()))  # each loaded the client CA file
+        return context.get_ca_certs(binary_form=True)
+
 
 class CertificateFiles:
     """The certificate chain, its key and the client CA of ``tls``, re-read when they change.

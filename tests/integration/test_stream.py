@@ -24,7 +24,14 @@ from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
 from toolwatch.sinks.findings import Redaction
 from toolwatch.sinks.prometheus import PrometheusMetrics
-from toolwatch.sinks.stream import Authorize, FindingsBroker, add_findings_service, finding_message
+from toolwatch.sinks.stream import (
+    Authorize,
+    FindingsBroker,
+    FindingsStreamServicer,
+    Trust,
+    add_findings_service,
+    finding_message,
+)
 from toolwatch.tail import run_tail
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
@@ -68,6 +75,7 @@ class Harness:
     registry: CollectorRegistry
     target: str
     server: grpc.aio.Server
+    servicer: FindingsStreamServicer
 
 
 @asynccontextmanager
@@ -79,6 +87,7 @@ async def serve(
     options: Sequence[tuple[str, int]] = (),
     authorize: Authorize | None = None,
     refused: Callable[[], None] = lambda: None,
+    trust: Trust | None = None,
 ) -> AsyncIterator[Harness]:
     registry = CollectorRegistry()
     broker = FindingsBroker(
@@ -90,11 +99,11 @@ async def serve(
         replay_size=replay_size,
     )
     server = grpc.aio.server(options=options)
-    add_findings_service(server, broker, authorize, refused)
+    servicer = add_findings_service(server, broker, authorize, refused, trust)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
-        yield Harness(broker, registry, f"127.0.0.1:{port}", server)
+        yield Harness(broker, registry, f"127.0.0.1:{port}", server, servicer)
     finally:
         broker.close()
         await server.stop(None)

@@ -554,7 +554,9 @@ class PrometheusMetrics:
             "Requests refused for their credentials after the TLS handshake: a missing or"
             " wrong bearer token (UNAUTHENTICATED, 401), a client certificate whose names are"
             " not allowed (PERMISSION_DENIED, 403), or no client certificate on the metrics"
-            " listener (403). Not counted: clients refused in the TLS handshake (no client"
+            " listener (403); and findings streams ended for a token taken out of the file,"
+            " or a client certificate that a reloaded client CA file no longer signs"
+            " (UNAUTHENTICATED). Not counted: clients refused in the TLS handshake (no client"
             " certificate on another listener, an expired one, one the client CA did not"
             " sign); their own errors tell.",
             ["listener"],

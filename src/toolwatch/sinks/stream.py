@@ -31,7 +31,11 @@ the stream quietly: it fails only once the call is over (the client went away wi
 pending, as a stuck subscriber does), and grpc-aio would log a yielded message's failure as a
 servicer error with a traceback. ``FindingsBroker.close``
 ends every stream cleanly (status OK) once the findings already queued are delivered; the
-app's ``server.stop(grace)`` bounds how long that may take.
+app's ``server.stop(grace)`` bounds how long that may take. A stream whose token is taken out
+(asked before each write, and at ``recheck`` when the tokens change), or whose client
+certificate no longer verifies against the client CAs served (asked as it subscribes, and at
+``recheck_certificates`` when they change: ``toolwatch.client_ca``), is ended
+UNAUTHENTICATED and counted; what it had queued is withheld, not counted lost.
 
 Sizes. What a sender names (an agent, service, tool or field, each an attribute of up to
 ``ingest.max_value_bytes``) reaches every held finding, queue and index entry, so none keeps
@@ -69,6 +73,7 @@ from toolwatch.model import Category, Clock, Finding, Severity, ToolTrace, Traff
 from toolwatch.sinks.findings import Redaction, render_details
 
 __all__ = [
+    "CERTIFICATE_REFUSED",
     "INDEX_FACTOR",
     "INDEX_MAX",
     "KEEPALIVE_SECONDS",
@@ -129,6 +134,12 @@ def stream_server_options(keepalive: float = KEEPALIVE_SECONDS) -> tuple[tuple[s
 
 #: The details of the UNAVAILABLE a subscription gets from a server shutting down.
 SHUTTING_DOWN = "toolwatch is shutting down"
+#: The details of the UNAUTHENTICATED a subscription gets once its client certificate no
+#: longer verifies against the client CAs the server trusts (``toolwatch.client_ca``).
+CERTIFICATE_REFUSED = (
+    "the client certificate no longer verifies against the client CAs the server trusts"
+    " (security.tls.client_ca_file): its CA was taken out, or it expired"
+)
 
 
 class SubscribersFullError(RuntimeError):
@@ -175,6 +186,10 @@ _Tag = tuple[Category, Severity, tuple[bytes, ...]]
 #: From a call's metadata, what is asked before each write to it (``None``: nothing):
 #: ``ListenerSecurity.still_accepted`` for the stream listener.
 Authorize = Callable[[Any], Callable[[], bool] | None]
+#: From a call's auth context, what is asked as it subscribes and when the client CAs change
+#: (``None``: nothing, the call has no client certificate): whether it still verifies
+#: (``None``: cannot be told). ``ListenerSecurity.still_trusted`` for the stream listener.
+Trust = Callable[[Any], Callable[[], bool | None] | None]
 
 #: How many more findings the broker remembers the tags of than it holds: a filtered
 #: subscriber is told only of the unheld findings that pass its filter, back this far (and
@@ -420,8 +435,8 @@ class Subscription:
         self._wakeup.set()
 
     def revoke(self) -> None:
-        """Its client's token was taken out: withhold what is queued and what comes; ``next``
-        returns ``None``."""
+        """Its client's token, or its client certificate's CA, was taken out: withhold what is
+        queued and what comes; ``next`` returns ``None``."""
         self.revoked = True
         self.discard()
 
@@ -657,13 +672,18 @@ class FindingsBroker:
         resume (all of them once the broker is closed: the server is shutting down) are
         counted as dropped and logged, never lost unseen; the others are logged, and a client
         that resumes gets them (``close`` counts them if none does). ``withheld``: the
-        subscriber's token was taken out, so none is counted lost to a slow client."""
+        subscriber's token or client certificate was taken out, so none is counted lost to a
+        slow client."""
         left, replay = subscription.discard()
         if unsent is not None:
             left.append(unsent)
         if withheld:
             if left:
-                log.info("withheld %d findings from a stream whose token was revoked", len(left))
+                log.info(
+                    "withheld %d findings from a stream whose token or client certificate was"
+                    " taken out",
+                    len(left),
+                )
             self._subscriptions.discard(subscription)
             self._changed.set()
             return
@@ -856,11 +876,16 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
         broker: FindingsBroker,
         authorize: Authorize | None = None,
         refused: Callable[[], None] = lambda: None,
+        trust: Trust | None = None,
     ) -> None:
         self._broker = broker
         self._authorize = authorize
         self._refused = refused
+        self._trust = trust
         self._checked: dict[Subscription, Callable[[], bool]] = {}  # open, with a token
+        # Open, with a client certificate; and those revoked for it, until answered.
+        self._trusted: dict[Subscription, Callable[[], bool | None]] = {}
+        self._distrusted: set[Subscription] = set()
 
     def recheck(self) -> None:
         """End the open streams whose token is no longer accepted (the tokens changed): one
@@ -869,6 +894,49 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
         for subscription, allowed in list(self._checked.items()):
             if not allowed():
                 subscription.revoke()
+
+    def recheck_certificates(self) -> None:
+        """End the open streams whose client certificate no longer verifies against the
+        client CAs (they changed): each is revoked, then answered UNAUTHENTICATED
+        (``CERTIFICATE_REFUSED``) and counted by its ``Subscribe``. One whose certificate
+        cannot be checked (``toolwatch.client_ca``) streams on, and is logged."""
+        unknown = 0
+        for subscription, trusted in list(self._trusted.items()):
+            verdict = trusted()
+            if verdict is False:
+                self._distrust(subscription)
+            unknown += verdict is None
+        if unknown:
+            log.warning(
+                "the client CAs changed, and the client certificates of %d findings stream(s)"
+                " cannot be checked against them: they stream on (take their token out, or"
+                " restart toolwatch, to end them)",
+                unknown,
+            )
+
+    def _distrust(self, subscription: Subscription) -> None:
+        self._distrusted.add(subscription)
+        subscription.revoke()
+
+    def _watch(
+        self, subscription: Subscription, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Callable[[], bool] | None:
+        """Asks now whether ``subscription``'s token and client certificate are still good
+        (a reload may have come since the call's headers, or its connection's handshake),
+        revoking it if not, and has the rechecks ask from now on: call it before any await.
+        Returns what ``deliver`` asks before each write (the token's check)."""
+        authorize, trust = self._authorize, self._trust
+        allowed = authorize(context.invocation_metadata()) if authorize is not None else None
+        if allowed is not None:
+            self._checked[subscription] = allowed
+            if not allowed():
+                subscription.revoke()
+        trusted = trust(context.auth_context()) if trust is not None else None
+        if trusted is not None:
+            self._trusted[subscription] = trusted
+            if not subscription.revoked and trusted() is False:
+                self._distrust(subscription)
+        return allowed
 
     async def Subscribe(  # noqa: N802 (the gRPC method name)
         self, request: findings_pb2.SubscribeRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -898,12 +966,7 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
         )
         if (resumed := subscription.resumed) is not None:
             metadata += ((RESUME_KEY, resumed.stream), (RESUME_LOST_KEY, str(resumed.lost)))
-        authorize = self._authorize
-        allowed = authorize(context.invocation_metadata()) if authorize is not None else None
-        if allowed is not None:  # before any await: a recheck from now on sees it
-            self._checked[subscription] = allowed
-            if not allowed():  # a reload since the call's headers were checked
-                subscription.revoke()
+        allowed = self._watch(subscription, context)
         try:
             try:
                 # Headers now, so the client knows it is subscribed before any finding arrives.
@@ -914,9 +977,16 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
             accepted = await deliver(broker, subscription, context.write, allowed)
         finally:
             self._checked.pop(subscription, None)
+            self._trusted.pop(subscription, None)
+            distrusted = subscription in self._distrusted
+            self._distrusted.discard(subscription)
         if not accepted:
             self._refused()
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED)
+            # A token's refusal says nothing of why (RFC 6750); a certificate's tells its
+            # client that connecting again takes another certificate.
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED, CERTIFICATE_REFUSED if distrusted else ""
+            )
 
 
 async def deliver(
@@ -939,7 +1009,7 @@ async def deliver(
                 break
             await write(unsent)
             unsent = None
-        else:  # closed: by the server's shutdown, or revoked (``recheck``)
+        else:  # closed: by the server's shutdown, or revoked (a token or a certificate)
             accepted = not subscription.revoked
     except Exception as error:  # grpc-aio's ExecuteBatchError is not public
         log.debug("findings stream ended by a failed write: %r", error)
@@ -954,11 +1024,14 @@ def add_findings_service(
     broker: FindingsBroker,
     authorize: Authorize | None = None,
     refused: Callable[[], None] = lambda: None,
+    trust: Trust | None = None,
 ) -> FindingsStreamServicer:
     """Registers ``FindingsService`` on ``server`` (before it starts), served by ``broker``;
     ``authorize`` gives, from a call's metadata, whether its token is still accepted (asked
-    before each write and at ``recheck``); ``refused`` counts a stream ended for it."""
-    servicer = FindingsStreamServicer(broker, authorize, refused)
+    before each write and at ``recheck``); ``trust``, from its auth context, whether its
+    client certificate still verifies (asked as it subscribes and at
+    ``recheck_certificates``); ``refused`` counts a stream ended for either."""
+    servicer = FindingsStreamServicer(broker, authorize, refused, trust)
     # The generated gRPC module carries no annotations.
     findings_pb2_grpc.add_FindingsServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     return servicer
