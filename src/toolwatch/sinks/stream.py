@@ -25,6 +25,13 @@ findings published for it join the replay, so ``replay_size``, not its queue, bo
 it may fall behind; what it had still to replay when it leaves, or when the server shuts
 down, is counted as a queue's findings are (``FindingsBroker.unsubscribe``).
 
+What a subscriber leaves undelivered and still held is kept for it (``_Departed``), counted
+lost at shutdown unless it resumes. Each subscription has a random ``token``, sent to its
+client (``RESUME_TOKEN_KEY``); a resume that sends it back (``StreamCursor.token``) claims
+what was held for that subscription and nothing else, so that two clients of one filter are
+not taken for each other. A resume without one (a client older than tokens) is matched by a
+guess (``FindingsBroker._guess``).
+
 ``FindingsStreamServicer`` is the thin grpc.aio adapter: it validates the request, subscribes,
 writes queued findings and unsubscribes when the client goes away. A write that fails ends
 the stream quietly: it fails only once the call is over (the client went away with a write
@@ -49,13 +56,14 @@ and ``close`` must be called from that loop's thread (they wake waiting streams 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import hashlib
 import itertools
 import json
 import logging
 import secrets
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NamedTuple, TypeVar
@@ -75,6 +83,7 @@ __all__ = [
     "MAX_STREAM_TEXT",
     "RESUME_KEY",
     "RESUME_LOST_KEY",
+    "RESUME_TOKEN_KEY",
     "SHUTTING_DOWN",
     "STREAM_ID_KEY",
     "STREAM_SEQUENCE_KEY",
@@ -103,6 +112,9 @@ STREAM_ID_KEY = "toolwatch-stream-id"
 STREAM_SEQUENCE_KEY = "toolwatch-stream-sequence"
 RESUME_KEY = "toolwatch-resume"
 RESUME_LOST_KEY = "toolwatch-resume-lost"
+#: Initial metadata: the subscription's token, which a resume sends back (``StreamCursor.token``)
+#: to claim what was held for it (``FindingsBroker._resumes``).
+RESUME_TOKEN_KEY = "toolwatch-resume-token"
 #: Keepalive: a subscriber's connection can go silent without a reset (a NAT or proxy that
 #: forgot it). A client that only reads would wait on it forever, and the server would keep
 #: its subscription, and one of ``max_subscribers`` slots, for hours. Clients ping
@@ -138,9 +150,11 @@ class SubscribersFullError(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class Resume:
     """Where a subscriber left each stream it followed: stream id -> the last finding's
-    sequence handled there."""
+    sequence handled there; and, for those it has one of, stream id -> the ``token`` of its
+    last subscription there (``RESUME_TOKEN_KEY``)."""
 
     cursors: dict[str, int]
+    tokens: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_request(cls, request: findings_pb2.SubscribeRequest) -> Resume | None:
@@ -154,7 +168,9 @@ class Resume:
                     f"resume[{index}] has no stream_id (the {STREAM_ID_KEY} of the"
                     " subscription it resumes)"
                 )
-        return cls({cursor.stream_id: cursor.after for cursor in request.resume})
+        cursors = {cursor.stream_id: cursor.after for cursor in request.resume}
+        tokens = {cursor.stream_id: cursor.token for cursor in request.resume if cursor.token}
+        return cls(cursors, tokens)
 
 
 class ResumeResult(NamedTuple):
@@ -195,6 +211,9 @@ _AGENT_KEY_BYTES: Final = 8
 #: Bytes of a ``_tool_key``: a false match would show a value ``show_fields`` names of another
 #: tool, so one in 2**128 a comparison.
 _TOOL_KEY_BYTES: Final = 16
+#: Random bytes of a subscription's ``token`` (sent as twice as many hex digits): one client
+#: cannot guess another's and claim, uncounted, what is held for it.
+_TOKEN_BYTES: Final = 16
 
 
 def agent_key(name: str) -> bytes:
@@ -225,13 +244,15 @@ class _Held(NamedTuple):
 
 
 class _Departed(NamedTuple):
-    """A subscriber that left with findings held for it to resume: its filter, and their
+    """A subscriber that left with findings held for it to resume: its filter, their
     sequences, in order (``FindingsBroker.unsubscribe``): a ``range`` when they follow one
     another (a replay given up, an unfiltered queue), so that one of ``replay_size`` held
-    findings costs no more than one."""
+    findings costs no more than one; and its subscription's ``token``, which its resume
+    claims them by."""
 
     filter: StreamFilter
     sequences: Sequence[int]
+    token: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -319,6 +340,9 @@ class Subscription:
     ``replay_size``, not ``queue_size`` (a client tells its operator which to raise). Each
     finding is queued with the ``_tool_key`` of its tool (``None``: on no tool, or not told),
     what a reload redacts it again by.
+
+    ``token`` (random, ``_TOKEN_BYTES``) is what its client resumes as: what the broker holds
+    for it when it ends is claimed by a resume that sends it (``FindingsBroker._resumes``).
     """
 
     __slots__ = (
@@ -333,6 +357,7 @@ class Subscription:
         "filter",
         "resumed",
         "revoked",
+        "token",
     )
 
     def __init__(
@@ -349,6 +374,7 @@ class Subscription:
         self._wakeup = asyncio.Event()
         self._closed = False
         self.revoked = False
+        self.token = secrets.token_hex(_TOKEN_BYTES)
 
     def offer(self, message: findings_pb2.Finding, tool_key: bytes | None = None) -> bool:
         if self.revoked:
@@ -534,10 +560,11 @@ class FindingsBroker:
         self._queue_size = queue_size
         self._max_subscribers = max_subscribers
         self._subscriptions: set[Subscription] = set()
-        # Subscribers that left with findings held for their resume, not resumed yet: what
-        # they were promised goes with the process at shutdown (``close``). The most recent
-        # ``max_subscribers`` are remembered; an older one is forgotten uncounted.
-        self._departed: deque[_Departed] = deque(maxlen=max_subscribers)
+        # Subscribers that left with findings held for their resume, not resumed yet, by
+        # token, oldest first: what they were promised goes with the process at shutdown
+        # (``close``). The most recent ``max_subscribers`` are remembered; an older one is
+        # forgotten uncounted.
+        self._departed: OrderedDict[str, _Departed] = OrderedDict()
         self._changed = asyncio.Event()
         self._closed = False
         #: Findings counted lost to subscribers (``count_dropped``) since start-up.
@@ -587,27 +614,49 @@ class FindingsBroker:
                 replay = _Replay(self, max(after, oldest - 1), self._sequence)
             resumed = ResumeResult(kind, self.unheld_passing(after + 1, oldest - 1, stream_filter))
             if kind == "same":
-                self._resumes(stream_filter, after)
+                self._resumes(stream_filter, after, resume.tokens.get(self.stream_id, ""))
         subscription = Subscription(stream_filter, self._queue_size, replay)
         subscription.resumed = resumed
         self._subscriptions.add(subscription)
         self._changed.set()
         return subscription
 
-    def _resumes(self, stream_filter: StreamFilter, after: int) -> None:
-        """A subscriber resumes after ``after``: the departed subscriber it is, the earliest
-        of those of its filter, else of those some of whose held findings it is sent, is no
-        longer waited for. One it is sent none of is another's (a client that left nothing
-        held and resumes), still counted lost at shutdown."""
-        later = [d for d in self._departed if d.sequences[-1] > after]
+    def _resumes(self, stream_filter: StreamFilter, after: int, token: str) -> None:
+        """A subscriber resumes after ``after``: the departed subscriber it is, if any, is no
+        longer waited for, and what was held for it and let go since it left is counted (the
+        resume tells it in ``ResumeResult.lost``; the rest it is sent). With a ``token``, the
+        one that left with that token, or none: a token this broker holds nothing for (its
+        subscription left nothing held, was forgotten, or another server's) claims nothing,
+        so no client takes another's. Without one (a client older than tokens), the one
+        ``_guess`` names."""
+        # Looked up by token as a key: no departed subscriber's is compared, or guessed from.
+        departed = self._departed.pop(token, None) if token else self._guess(stream_filter, after)
+        if departed is None:
+            return
+        if gone := bisect.bisect_left(departed.sequences, self.oldest_held):
+            self.count_dropped(gone)
+            log.warning(
+                "a findings stream subscriber resumed after %d findings held for it were let go"
+                " (output.stream_replay_size; counted in toolwatch_stream_dropped_findings_total)",
+                gone,
+            )
+
+    def _guess(self, stream_filter: StreamFilter, after: int) -> _Departed | None:
+        """Takes out the departed subscriber a resume without a token most likely is: the
+        earliest of those of its filter, else of those some of whose held findings it is
+        sent. One it is sent none of is another's (a client that left nothing held and
+        resumes), still counted lost at shutdown. Of two clients of one filter it may take
+        the other's."""
+        later = [d for d in self._departed.values() if d.sequences[-1] > after]
         same = [d for d in later if d.filter == stream_filter]
         found = same or [d for d in later if self._sends_any(d, stream_filter, after)]
         # The one whose first held finding follows the cursor closest: a client resumes
         # after the last it handled, and what was held for it comes next. (One whose held
         # findings start at or before the cursor is another, slower client.)
         following = [d for d in found if d.sequences[0] > after]
-        if following or found:
-            self._departed.remove(min(following or found, key=lambda d: d.sequences[0]))
+        if not (following or found):
+            return None
+        return self._departed.pop(min(following or found, key=lambda d: d.sequences[0]).token)
 
     def _sends_any(self, departed: _Departed, stream_filter: StreamFilter, after: int) -> bool:
         """Whether a resume after ``after`` with ``stream_filter`` is sent one of the findings
@@ -690,7 +739,10 @@ class FindingsBroker:
                 why,
             )
         if kept:
-            self._departed.append(_Departed(subscription.filter, _compact(kept)))
+            if len(self._departed) >= self._max_subscribers:
+                self._departed.popitem(last=False)  # the oldest, forgotten uncounted
+            departed = _Departed(subscription.filter, _compact(kept), subscription.token)
+            self._departed[subscription.token] = departed
             log.info(
                 "a findings stream subscriber left with %d findings undelivered, held for"
                 " it if it resumes (output.stream_replay_size)",
@@ -764,7 +816,7 @@ class FindingsBroker:
         held for subscribers that left and have not resumed go with the process: counted as
         dropped and logged."""
         self._closed = True
-        unsent = sum(len(departed.sequences) for departed in self._departed)
+        unsent = sum(len(departed.sequences) for departed in self._departed.values())
         if unsent:
             self.count_dropped(unsent)
             log.warning(
@@ -895,6 +947,7 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
             *SUBSCRIBED_METADATA,
             (STREAM_ID_KEY, broker.stream_id),
             (STREAM_SEQUENCE_KEY, str(start)),
+            (RESUME_TOKEN_KEY, subscription.token),
         )
         if (resumed := subscription.resumed) is not None:
             metadata += ((RESUME_KEY, resumed.stream), (RESUME_LOST_KEY, str(resumed.lost)))

@@ -66,6 +66,9 @@ class FindingsServiceServicer:
         toolwatch-stream-sequence: the sequence of the last finding published before this
         subscription (0: none): where a fresh subscription's cursor starts (a resumed one
         keeps its own)
+        toolwatch-resume-token: this subscription's token (random, new for each subscription,
+        resumed or not): send it in the StreamCursor.token of this stream when resuming, so
+        that the findings held for this subscription when it ends are claimed as yours
         toolwatch-resume: "same" (a cursor named this stream) or "new" (none did: what it holds
         is sent), and
         toolwatch-resume-lost: the findings after the cursor that pass the filter and that the
