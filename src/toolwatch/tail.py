@@ -76,6 +76,8 @@ from toolwatch.evaluation.severity import CALL_AGENT
 from toolwatch.sinks.findings import format_timestamp
 from toolwatch.sinks.stream import (
     KEEPALIVE_SECONDS,
+    MISSED_AFTER_KEY,
+    MISSED_FROM_REPLAY_KEY,
     RESUME_KEY,
     RESUME_LOST_KEY,
     RESUME_TOKEN_KEY,
@@ -860,6 +862,14 @@ class _Session:
                 delivered += 1
                 cursor.handled(message.sequence)
                 _tell_missed(err, message.missed_after, "since the last one printed")
+            # Lost after the last finding sent (a replay's last ones let go), told as it ends.
+            trailing = dict(call.trailing_metadata() or ())
+            _tell_missed(
+                err,
+                _count(trailing.get(MISSED_AFTER_KEY)),
+                "since the last one printed",
+                _count(trailing.get(MISSED_FROM_REPLAY_KEY)),
+            )
         except grpc.RpcError as e:
             code, said = _report_error(e, self.target, connected, self.access)
             refused = e.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -867,6 +877,11 @@ class _Session:
             return _Ended(code, said, connected, delivered, credentials)
         ended = f"{self.target} ended the stream (server shutting down)"
         return _Ended(EXIT_OK, ended, connected, delivered)
+
+
+def _count(value: str | None) -> int:
+    """A count the server sent in metadata; 0 for none, or for one that is no count."""
+    return int(value) if value and value.isascii() and value.isdigit() else 0
 
 
 def _tell(err: TextIO, message: str) -> None:

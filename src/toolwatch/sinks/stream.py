@@ -37,8 +37,9 @@ writes queued findings and unsubscribes when the client goes away. A write that 
 the stream quietly: it fails only once the call is over (the client went away with a write
 pending, as a stuck subscriber does), and grpc-aio would log a yielded message's failure as a
 servicer error with a traceback. ``FindingsBroker.close``
-ends every stream cleanly (status OK) once the findings already queued are delivered; the
-app's ``server.stop(grace)`` bounds how long that may take.
+ends every stream cleanly (status OK) once the findings already queued are delivered, losses
+no finding has told in its trailing metadata (``Subscription.untold``); the app's
+``server.stop(grace)`` bounds how long that may take.
 
 Sizes. What a sender names (an agent, service, tool or field, each an attribute of up to
 ``ingest.max_value_bytes``) reaches every held finding, queue and index entry, so none keeps
@@ -81,6 +82,8 @@ __all__ = [
     "INDEX_MAX",
     "KEEPALIVE_SECONDS",
     "MAX_STREAM_TEXT",
+    "MISSED_AFTER_KEY",
+    "MISSED_FROM_REPLAY_KEY",
     "RESUME_KEY",
     "RESUME_LOST_KEY",
     "RESUME_TOKEN_KEY",
@@ -115,6 +118,10 @@ RESUME_LOST_KEY = "toolwatch-resume-lost"
 #: Initial metadata: the subscription's token, which a resume sends back (``StreamCursor.token``)
 #: to claim what was held for it (``FindingsBroker._resumes``).
 RESUME_TOKEN_KEY = "toolwatch-resume-token"
+#: Trailing metadata of a stream the server ended: losses not told in a finding
+#: (``Subscription.untold``), and how many of them its replay lost.
+MISSED_AFTER_KEY = "toolwatch-missed-after"
+MISSED_FROM_REPLAY_KEY = "toolwatch-missed-from-replay"
 #: Keepalive: a subscriber's connection can go silent without a reset (a NAT or proxy that
 #: forgot it). A client that only reads would wait on it forever, and the server would keep
 #: its subscription, and one of ``max_subscribers`` slots, for hours. Clients ping
@@ -433,6 +440,15 @@ class Subscription:
     def queued(self) -> int:
         """Live findings waiting in this subscriber's queue (the replay aside)."""
         return len(self._items)
+
+    @property
+    def untold(self) -> tuple[int, int]:
+        """Findings lost (and counted) that no finding has told yet, and how many of them its
+        replay lost: a replay whose last findings were let go before it read them, with no
+        live finding queued since to tell them in ``missed_before``; a full queue's losses
+        after the last finding taken when ``missed_after`` was not asked for. Told in the
+        stream's trailing metadata once it has ended (``MISSED_AFTER_KEY``)."""
+        return self._missed + self._replay_missed, self._replay_missed
 
     @property
     def waiting(self) -> Iterable[tuple[findings_pb2.Finding, bytes | None]]:
@@ -970,6 +986,11 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
         if not accepted:
             self._refused()
             await context.abort(grpc.StatusCode.UNAUTHENTICATED)
+        missed, from_replay = subscription.untold
+        if missed:  # lost after the last finding sent: told as the stream ends
+            context.set_trailing_metadata(
+                ((MISSED_AFTER_KEY, str(missed)), (MISSED_FROM_REPLAY_KEY, str(from_replay)))
+            )
 
 
 async def deliver(

@@ -76,6 +76,12 @@ class FindingsServiceServicer:
         output.stream_replay_size findings, at most 65,536, and counts each one older). The
         findings log has them. Both only when resuming.
 
+        The trailing metadata of the OK end, when the subscriber lost findings it has not been
+        told of in a finding (after the last one sent: its resumed replay's last findings let go
+        before it read them, with no finding after them to tell it in missed_before):
+        toolwatch-missed-after: how many, counted as every loss is, and
+        toolwatch-missed-from-replay: how many of those its replay lost (the rest its queue).
+
         Clients should send keepalive pings (toolwatch tail: every 30 s) so that a connection
         gone silent without a reset is found; the server accepts them every 10 s or more.
         """
