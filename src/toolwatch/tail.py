@@ -27,7 +27,9 @@ Windows redirect in its ANSI code page), the line has it as an escape (``\\u2014
 With ``reconnect`` (``--reconnect``) tail follows the stream across lost connections and
 server restarts: it subscribes again, waiting 0.5 s, then twice as long after each failure up
 to 10 s, and resumes where it left off (``SubscribeRequest.resume``, the cursors of the streams
-it followed), so the findings gRPC had written and a dropped connection lost are sent
+it followed, each with the token the server gave its last subscription there, so that what
+the server held for that subscription is claimed as tail's, not another client's), so the
+findings gRPC had written and a dropped connection lost are sent
 again while the server still holds them (``output.stream_replay_size``); what it no longer
 holds, or a restart, is told on ``err``. Once it has subscribed, a refused bearer token or a
 token file it cannot use is an outage too, not a usage error: the server's and tail's token
@@ -79,8 +81,11 @@ from toolwatch.sinks.findings import format_timestamp
 from toolwatch.sinks.stream import (
     CERTIFICATE_REFUSED,
     KEEPALIVE_SECONDS,
+    MISSED_AFTER_KEY,
+    MISSED_FROM_REPLAY_KEY,
     RESUME_KEY,
     RESUME_LOST_KEY,
+    RESUME_TOKEN_KEY,
     SHUTTING_DOWN,
     STREAM_ID_KEY,
     STREAM_SEQUENCE_KEY,
@@ -455,7 +460,9 @@ def _no_warning(_message: str) -> None:
 @dataclass(slots=True)
 class _Cursor:
     """Where tail is in each server stream it has followed (stream id -> the last finding's
-    sequence, or, before any, the stream's when tail subscribed), and which one it follows.
+    sequence, or, before any, the stream's when tail subscribed), the token of its last
+    subscription to each (stream id -> ``toolwatch-resume-token``, sent back when it resumes),
+    and which one it follows.
 
     Once tail follows the stream, a file that cannot be rewritten (a full disk, a volume
     remounted read-only, a permission taken away) is told once to ``warn``, naming it and
@@ -474,6 +481,7 @@ class _Cursor:
     warn: Callable[[str], None] = _no_warning
     failing: bool = False  # the last rewrite failed, and was told
     in_place: bool = False  # the file cannot be replaced by a rename: rewritten in place
+    tokens: dict[str, str] = field(default_factory=dict)  # of the streams in ``streams``
     _pending: _Timer | None = None  # a rewrite to come
     _lock: threading.Lock = field(default_factory=threading.Lock)  # the timer's thread saves
 
@@ -486,22 +494,29 @@ class _Cursor:
         warn: Callable[[str], None] = _no_warning,
     ) -> _Cursor:
         """The cursors kept in ``file`` (none if it does not exist yet, or is empty: made with
-        ``touch`` for a mount of its own, before tail saved anything). Raises ``OSError``
-        or ``ValueError`` for a file that cannot be read or is not a cursor file: one whose
-        stream ids are not all non-empty strings, or whose sequences are not all integers a
-        ``SubscribeRequest`` can carry (uint64), so that a damaged file is told, naming it,
-        before tail subscribes."""
+        ``touch`` for a mount of its own, before tail saved anything), and their tokens (none
+        in a file written before tail kept them). Raises ``OSError`` or ``ValueError`` for a
+        file that cannot be read or is not a cursor file: one whose stream ids are not all
+        non-empty strings, whose sequences are not all integers a ``SubscribeRequest`` can
+        carry (uint64), or whose tokens are not all strings, so that a damaged file is told,
+        naming it, before tail subscribes."""
         streams: dict[str, int] = {}
+        tokens: dict[str, str] = {}
         if file is not None and file.exists():
             try:
                 text = file.read_text(encoding="utf-8")
-                streams = _kept_streams(json.loads(text)["streams"]) if text else {}
+                kept = json.loads(text) if text else {"streams": {}}
+                streams = _kept_streams(kept["streams"])
+                tokens = _kept_tokens(kept.get("tokens", {}), streams)
             except (ValueError, KeyError, TypeError):
                 raise ValueError(
                     'not a tail cursor file (expected {"streams": {"<stream id>": <sequence>}},'
-                    " each sequence an integer from 0 to 2**64-1)"
+                    " each sequence an integer from 0 to 2**64-1, and optionally"
+                    ' "tokens": {"<stream id>": "<token>"})'
                 ) from None
-        cursor = cls(streams, file=file, clock=clock, start_timer=start_timer, warn=warn)
+        cursor = cls(
+            streams, file=file, clock=clock, start_timer=start_timer, warn=warn, tokens=tokens
+        )
         cursor.save()  # a file that cannot be written fails now, not after the first finding
         return cursor
 
@@ -519,7 +534,10 @@ class _Cursor:
     def _save(self) -> None:
         if self.file is None:
             return
-        text = json.dumps({"streams": self.streams}) + "\n"
+        kept: dict[str, object] = {"streams": self.streams}
+        if self.tokens:  # without, as a file from before tail kept them
+            kept["tokens"] = self.tokens
+        text = json.dumps(kept) + "\n"
         if self.in_place:
             _rewrite(self.file, text)
         else:
@@ -615,7 +633,8 @@ class _Cursor:
         resumed = findings_pb2.SubscribeRequest()
         resumed.CopyFrom(request)
         for stream_id, after in self.streams.items():
-            resumed.resume.add(stream_id=stream_id, after=after)
+            token = self.tokens.get(stream_id, "")
+            resumed.resume.add(stream_id=stream_id, after=after, token=token)
         return resumed
 
     def subscribed(self, metadata: Mapping[str, str], target: str, again: bool = True) -> str:
@@ -624,17 +643,28 @@ class _Cursor:
         says the last run left off)."""
         stream = metadata.get(STREAM_ID_KEY, "")  # none from a server that cannot resume
         resumed, lost = metadata.get(RESUME_KEY), int(metadata.get(RESUME_LOST_KEY) or 0)
+        token = metadata.get(RESUME_TOKEN_KEY, "")  # none from a server older than tokens
         self.stream_id = stream
-        if stream and resumed != "same":
-            # New to tail: a fresh subscription starts where the stream is; a resumed one is
-            # sent everything held, all after anything tail printed.
-            start = 0 if resumed == "new" else int(metadata.get(STREAM_SEQUENCE_KEY) or 0)
-            with self._lock:
+        with self._lock:
+            if stream and resumed != "same":
+                # New to tail: a fresh subscription starts where the stream is; a resumed one
+                # is sent everything held, all after anything tail printed.
+                start = 0 if resumed == "new" else int(metadata.get(STREAM_SEQUENCE_KEY) or 0)
                 self.streams.pop(stream, None)
                 self.streams[stream] = start
                 while len(self.streams) > KEPT_CURSORS:
-                    del self.streams[next(iter(self.streams))]
+                    self.tokens.pop(forgotten := next(iter(self.streams)), None)
+                    del self.streams[forgotten]
                 self.unsaved = True
+            if stream and self.tokens.get(stream, "") != token:
+                # Kept before any finding is printed: a run killed after printing one resumes
+                # as this subscription, and claims what the server holds for it.
+                if token:
+                    self.tokens[stream] = token
+                else:
+                    self.tokens.pop(stream, None)
+                self.unsaved = True
+            if self.unsaved:
                 self._keep()
         unheld = (
             f"; up to {lost} findings that pass the filter were published since and are no"
@@ -718,6 +748,14 @@ def _os_reason(error: OSError) -> str:
     which is written first)."""
     reason = error.strerror or str(error)
     return f"{reason}: {error.filename}" if error.filename else reason
+
+
+def _kept_tokens(kept: object, streams: Mapping[str, int]) -> dict[str, str]:
+    """The ``tokens`` of a cursor file, of the streams it keeps a cursor of; raises
+    ``ValueError`` unless every token is a string."""
+    if not isinstance(kept, dict) or not all(isinstance(token, str) for token in kept.values()):
+        raise ValueError("not a mapping of stream ids to tokens")
+    return {stream: token for stream, token in kept.items() if stream in streams and token}
 
 
 def _kept_streams(kept: object) -> dict[str, int]:
@@ -832,6 +870,14 @@ class _Session:
                 delivered += 1
                 cursor.handled(message.sequence)
                 _tell_missed(err, message.missed_after, "since the last one printed")
+            # Lost after the last finding sent (a replay's last ones let go), told as it ends.
+            trailing = dict(call.trailing_metadata() or ())
+            _tell_missed(
+                err,
+                _count(trailing.get(MISSED_AFTER_KEY)),
+                "since the last one printed",
+                _count(trailing.get(MISSED_FROM_REPLAY_KEY)),
+            )
         except grpc.RpcError as e:
             code, said = _report_error(e, self.target, connected, self.access)
             refused = e.code() == grpc.StatusCode.UNAUTHENTICATED
@@ -841,6 +887,11 @@ class _Session:
             return _Ended(code, said, connected, delivered, credentials)
         ended = f"{self.target} ended the stream (server shutting down)"
         return _Ended(EXIT_OK, ended, connected, delivered)
+
+
+def _count(value: str | None) -> int:
+    """A count the server sent in metadata; 0 for none, or for one that is no count."""
+    return int(value) if value and value.isascii() and value.isdigit() else 0
 
 
 def _tell(err: TextIO, message: str) -> None:

@@ -306,10 +306,13 @@ def test_a_stream_subscriber_receives_the_finding(toolwatch: RunningServer) -> N
     with grpc.insecure_channel(toolwatch.address("stream")) as channel:
         stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
         call = stub.Subscribe(request, timeout=30)
-        assert dict(call.initial_metadata()) == {
+        metadata = dict(call.initial_metadata())
+        (subscription,) = toolwatch.call(lambda: toolwatch.app.broker.subscriptions)
+        assert metadata == {
             "toolwatch-subscribed": "1",
             "toolwatch-stream-id": toolwatch.app.broker.stream_id,
             "toolwatch-stream-sequence": "0",
+            "toolwatch-resume-token": subscription.token,
         }
         trace_id = send_unverified_refund(toolwatch)
         message = next(call)

@@ -32,7 +32,7 @@ import pytest
 from tests.integration.conftest import RunningServer
 from tests.integration.test_stream import DROPPED, make_finding, make_trace, serve
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
-from toolwatch.model import Finding
+from toolwatch.model import Category, Finding, Severity
 from toolwatch.tail import run_tail
 
 #: A finding larger than HTTP/2's 64 KiB window: the server can never write one whole into
@@ -160,3 +160,48 @@ def test_findings_let_go_before_a_replay_read_them_are_told_as_the_replay_s(
         f"toolwatch tail: {dropped} findings missed before the next: the server let go of"
         " them before this resumed subscription's replay read them (output.stream_replay_size)"
     )
+
+
+def test_what_a_replay_lost_after_its_last_finding_is_told_as_the_stream_ends(
+    tmp_path: Path,
+) -> None:
+    """tail, following only high and critical findings, starts with a cursor file at the
+    start of the stream: 200 critical findings held (``replay_size`` 200). As its replay
+    begins, 200 low findings are published and the server shuts down: the criticals its
+    replay had not read are let go, and no finding that passes its filter comes after them
+    to tell the loss in ``missed_before``.
+    Was: counted (``toolwatch_stream_dropped_findings_total``), never told: tail printed
+    what it got and "ended the stream".
+    Now: the server tells it in the trailing metadata of the stream's end
+    (``toolwatch-missed-after``, ``toolwatch-missed-from-replay``) and tail prints it, naming
+    ``output.stream_replay_size``."""
+    cursor_file = tmp_path / "tail.cursor"
+    out, err = io.StringIO(), io.StringIO()
+
+    async def scenario() -> tuple[int, int, str]:
+        async with serve(replay_size=200) as h:
+            h.broker.publish(make_trace(), [make_finding(explanation=f"f{i}") for i in range(200)])
+            cursor_file.write_text(json.dumps({"streams": {h.broker.stream_id: 0}}))
+            options = {"out": out, "err": err, "cursor_file": cursor_file}
+            tail = asyncio.create_task(
+                asyncio.to_thread(run_tail, h.target, min_severity="high", **options)
+            )
+            await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=10)
+            low = make_finding(Category.TOOL_ORDER_DRIFT, Severity.LOW, "filtered out")
+            h.broker.publish(make_trace(), [low] * 200)  # one step: the replay reads none
+            h.broker.close()
+            code = await asyncio.wait_for(tail, timeout=30)
+            return code, int(h.registry.get_sample_value(DROPPED) or 0), h.target
+
+    code, dropped, target = asyncio.run(scenario())
+    assert code == 0
+    assert dropped >= 150  # most: the replay reads few, if any, before the lows come
+    assert out.getvalue().count("\n") == 200 - dropped
+    assert err.getvalue().splitlines() == [
+        f"toolwatch tail: connected to {target}, resuming where the last run left off"
+        " (--cursor-file)",
+        f"toolwatch tail: {dropped} findings missed since the last one printed: the server let"
+        " go of them before this resumed subscription's replay read them"
+        " (output.stream_replay_size)",
+        f"toolwatch tail: {target} ended the stream (server shutting down)",
+    ]

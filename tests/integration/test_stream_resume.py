@@ -9,6 +9,7 @@ import dataclasses
 import io
 import itertools
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -403,11 +404,15 @@ def test_the_initial_metadata_says_where_a_subscriber_starts_and_how_a_resume_we
         async with serve() as h, grpc.aio.insecure_channel(h.target) as channel:
             h.broker.publish(make_trace(), [make_finding(explanation=f"f{i}") for i in (1, 2)])
             fresh = subscribe(channel)
-            assert dict(await fresh.initial_metadata()) == {
+            metadata = dict(await fresh.initial_metadata())
+            (subscription,) = h.broker.subscriptions
+            assert metadata == {
                 "toolwatch-subscribed": "1",
                 "toolwatch-stream-id": h.broker.stream_id,
                 "toolwatch-stream-sequence": "2",
+                "toolwatch-resume-token": subscription.token,
             }
+            assert re.fullmatch("[0-9a-f]{32}", subscription.token)
             fresh.cancel()
             stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
             cursor = findings_pb2.StreamCursor(stream_id=h.broker.stream_id, after=1)
@@ -418,6 +423,8 @@ def test_the_initial_metadata_says_where_a_subscriber_starts_and_how_a_resume_we
                 "same",
                 "0",
             )
+            # Each subscription its own token, a resumed one too.
+            assert metadata["toolwatch-resume-token"] not in ("", subscription.token)
             message = await resumed.read()
             assert (message.explanation, message.sequence) == ("f2", 2)
             resumed.cancel()
@@ -574,7 +581,7 @@ def test_a_cursor_file_lets_the_next_run_resume_where_the_last_left_off(tmp_path
     cursor_file = tmp_path / "tail.cursor"
     first_out, second_out, err = Lines(), Lines(), io.StringIO()
 
-    async def scenario() -> tuple[int, int, str]:
+    async def scenario() -> tuple[int, int, str, str]:
         async with serve() as h, proxied(h) as proxy:
             target = f"127.0.0.1:{proxy.port}"
             options = {"err": err, "cursor_file": cursor_file}
@@ -591,14 +598,20 @@ def test_a_cursor_file_lets_the_next_run_resume_where_the_last_left_off(tmp_path
                 asyncio.to_thread(run_tail, target, out=second_out, **options)
             )
             assert await asyncio.to_thread(second_out.wait_for, 2)
+            (subscription,) = h.broker.subscriptions
             h.broker.close()
-            return first_code, await asyncio.wait_for(second, timeout=10), h.broker.stream_id
+            second_code = await asyncio.wait_for(second, timeout=10)
+            return first_code, second_code, h.broker.stream_id, subscription.token
 
-    first_code, second_code, stream_id = asyncio.run(scenario())
+    first_code, second_code, stream_id, token = asyncio.run(scenario())
     assert (first_code, second_code) == (1, 0)
     assert explanations(first_out.getvalue()) == ["f1"]
     assert explanations(second_out.getvalue()) == ["f2", "f3"]
-    assert json.loads(cursor_file.read_text()) == {"streams": {stream_id: 3}}
+    # And the token of the second run's subscription, which a third run resumes as.
+    assert json.loads(cursor_file.read_text()) == {
+        "streams": {stream_id: 3},
+        "tokens": {stream_id: token},
+    }
 
 
 class BurstTail(NamedTuple):
@@ -742,6 +755,8 @@ def test_cursor_file_that_cannot_be_written_mid_run_is_no_traceback(tmp_path: Pa
         '{"streams": {"0123456789abcdef": true}}',
         '{"streams": {"0123456789abcdef": "3"}}',
         '{"streams": {"": 3}}',
+        '{"streams": {"0123456789abcdef": 3}, "tokens": {"0123456789abcdef": 7}}',
+        '{"streams": {"0123456789abcdef": 3}, "tokens": ["0123456789abcdef"]}',
     ],
 )
 def test_a_file_that_is_no_cursor_file_is_a_usage_error(tmp_path: Path, text: str) -> None:
@@ -752,6 +767,6 @@ def test_a_file_that_is_no_cursor_file_is_a_usage_error(tmp_path: Path, text: st
     assert err.getvalue() == (
         f"toolwatch tail: --cursor-file {cursor_file}: not a tail cursor file (expected"
         ' {"streams": {"<stream id>": <sequence>}}, each sequence an integer from 0 to'
-        " 2**64-1)\n"
+        ' 2**64-1, and optionally "tokens": {"<stream id>": "<token>"})\n'
     )
     assert cursor_file.read_text() == text  # left as it was

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from toolwatch._proto.toolwatch.v1 import findings_pb2
-from toolwatch.tail import CURSOR_SAVE_SECONDS, _Cursor, _rewrite
+from toolwatch.tail import CURSOR_SAVE_SECONDS, KEPT_CURSORS, _Cursor, _rewrite
 
 
 class Clock:
@@ -178,3 +178,57 @@ def test_a_resume_is_told_as_a_reconnection_only_when_this_run_had_subscribed(
     cursor = _Cursor({"s1": 3})
     metadata = {"toolwatch-stream-id": "s1", "toolwatch-resume": "same"}
     assert cursor.subscribed(metadata, "h:1", again=again) == said
+
+
+def test_the_token_of_each_subscription_is_kept_with_its_cursor_and_sent_back(
+    tmp_path: Path,
+) -> None:
+    """A file from before tail kept tokens resumes without one (the server then guesses);
+    the token the subscription gets (``toolwatch-resume-token``) is in the file before any
+    finding is printed, and the next resume sends it back in the cursor of its stream. A new
+    token replaces it at each subscription; a file without tokens is written as it was."""
+    file = tmp_path / "tail.cursor"
+    file.write_text('{"streams": {"s0": 4, "s1": 3}}\n')
+    cursor, _clock, _timers = cursor_at(file)
+    assert file.read_text() == '{"streams": {"s0": 4, "s1": 3}}\n'
+    resumed = cursor.resuming(findings_pb2.SubscribeRequest())
+    assert [(r.stream_id, r.after, r.token) for r in resumed.resume] == [
+        ("s0", 4, ""),
+        ("s1", 3, ""),
+    ]
+    for token in ("a" * 32, "b" * 32):
+        metadata = {
+            "toolwatch-stream-id": "s1",
+            "toolwatch-resume": "same",
+            "toolwatch-resume-token": token,
+        }
+        cursor.subscribed(metadata, "h:1")
+        assert json.loads(file.read_text()) == {
+            "streams": {"s0": 4, "s1": 3},
+            "tokens": {"s1": token},
+        }
+        resumed = cursor.resuming(findings_pb2.SubscribeRequest())
+        assert [(r.stream_id, r.after, r.token) for r in resumed.resume] == [
+            ("s0", 4, ""),
+            ("s1", 3, token),
+        ]
+    assert _Cursor.load(file).tokens == {"s1": "b" * 32}  # the next run's
+
+
+def test_the_token_of_a_stream_no_longer_kept_goes_with_its_cursor(tmp_path: Path) -> None:
+    """Tokens in the file of streams it keeps no cursor of are not read; a stream's cursor
+    pushed out (``KEPT_CURSORS``) takes its token with it."""
+    file = tmp_path / "tail.cursor"
+    file.write_text('{"streams": {"s0": 1}, "tokens": {"s0": "t0", "gone": "t9"}}\n')
+    cursor = _Cursor.load(file)
+    assert cursor.tokens == {"s0": "t0"}
+    for number in range(1, KEPT_CURSORS + 1):
+        metadata = {
+            "toolwatch-stream-id": f"s{number}",
+            "toolwatch-stream-sequence": "0",
+            "toolwatch-resume-token": f"t{number}",
+        }
+        cursor.subscribed(metadata, "h:1")
+    kept_file = json.loads(file.read_text())
+    assert list(kept_file["streams"]) == [f"s{n}" for n in range(1, KEPT_CURSORS + 1)]
+    assert kept_file["tokens"] == {f"s{n}": f"t{n}" for n in range(1, KEPT_CURSORS + 1)}

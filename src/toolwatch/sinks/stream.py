@@ -25,13 +25,21 @@ findings published for it join the replay, so ``replay_size``, not its queue, bo
 it may fall behind; what it had still to replay when it leaves, or when the server shuts
 down, is counted as a queue's findings are (``FindingsBroker.unsubscribe``).
 
+What a subscriber leaves undelivered and still held is kept for it (``_Departed``), counted
+lost at shutdown unless it resumes. Each subscription has a random ``token``, sent to its
+client (``RESUME_TOKEN_KEY``); a resume that sends it back (``StreamCursor.token``) claims
+what was held for that subscription and nothing else, so that two clients of one filter are
+not taken for each other. A resume without one (a client older than tokens) is matched by a
+guess (``FindingsBroker._guess``).
+
 ``FindingsStreamServicer`` is the thin grpc.aio adapter: it validates the request, subscribes,
 writes queued findings and unsubscribes when the client goes away. A write that fails ends
 the stream quietly: it fails only once the call is over (the client went away with a write
 pending, as a stuck subscriber does), and grpc-aio would log a yielded message's failure as a
 servicer error with a traceback. ``FindingsBroker.close``
-ends every stream cleanly (status OK) once the findings already queued are delivered; the
-app's ``server.stop(grace)`` bounds how long that may take. A stream whose token is taken out
+ends every stream cleanly (status OK) once the findings already queued are delivered, losses
+no finding has told in its trailing metadata (``Subscription.untold``); the app's
+``server.stop(grace)`` bounds how long that may take. A stream whose token is taken out
 (asked before each write, and at ``recheck`` when the tokens change), or whose client
 certificate no longer verifies against the client CAs served (asked as it subscribes, and at
 ``recheck_certificates`` when they change: ``toolwatch.client_ca``), is ended
@@ -53,13 +61,14 @@ and ``close`` must be called from that loop's thread (they wake waiting streams 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import hashlib
 import itertools
 import json
 import logging
 import secrets
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Literal, NamedTuple, TypeVar
@@ -78,8 +87,11 @@ __all__ = [
     "INDEX_MAX",
     "KEEPALIVE_SECONDS",
     "MAX_STREAM_TEXT",
+    "MISSED_AFTER_KEY",
+    "MISSED_FROM_REPLAY_KEY",
     "RESUME_KEY",
     "RESUME_LOST_KEY",
+    "RESUME_TOKEN_KEY",
     "SHUTTING_DOWN",
     "STREAM_ID_KEY",
     "STREAM_SEQUENCE_KEY",
@@ -108,6 +120,13 @@ STREAM_ID_KEY = "toolwatch-stream-id"
 STREAM_SEQUENCE_KEY = "toolwatch-stream-sequence"
 RESUME_KEY = "toolwatch-resume"
 RESUME_LOST_KEY = "toolwatch-resume-lost"
+#: Initial metadata: the subscription's token, which a resume sends back (``StreamCursor.token``)
+#: to claim what was held for it (``FindingsBroker._resumes``).
+RESUME_TOKEN_KEY = "toolwatch-resume-token"
+#: Trailing metadata of a stream the server ended: losses not told in a finding
+#: (``Subscription.untold``), and how many of them its replay lost.
+MISSED_AFTER_KEY = "toolwatch-missed-after"
+MISSED_FROM_REPLAY_KEY = "toolwatch-missed-from-replay"
 #: Keepalive: a subscriber's connection can go silent without a reset (a NAT or proxy that
 #: forgot it). A client that only reads would wait on it forever, and the server would keep
 #: its subscription, and one of ``max_subscribers`` slots, for hours. Clients ping
@@ -149,9 +168,11 @@ class SubscribersFullError(RuntimeError):
 @dataclass(frozen=True, slots=True)
 class Resume:
     """Where a subscriber left each stream it followed: stream id -> the last finding's
-    sequence handled there."""
+    sequence handled there; and, for those it has one of, stream id -> the ``token`` of its
+    last subscription there (``RESUME_TOKEN_KEY``)."""
 
     cursors: dict[str, int]
+    tokens: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_request(cls, request: findings_pb2.SubscribeRequest) -> Resume | None:
@@ -165,7 +186,9 @@ class Resume:
                     f"resume[{index}] has no stream_id (the {STREAM_ID_KEY} of the"
                     " subscription it resumes)"
                 )
-        return cls({cursor.stream_id: cursor.after for cursor in request.resume})
+        cursors = {cursor.stream_id: cursor.after for cursor in request.resume}
+        tokens = {cursor.stream_id: cursor.token for cursor in request.resume if cursor.token}
+        return cls(cursors, tokens)
 
 
 class ResumeResult(NamedTuple):
@@ -210,6 +233,9 @@ _AGENT_KEY_BYTES: Final = 8
 #: Bytes of a ``_tool_key``: a false match would show a value ``show_fields`` names of another
 #: tool, so one in 2**128 a comparison.
 _TOOL_KEY_BYTES: Final = 16
+#: Random bytes of a subscription's ``token`` (sent as twice as many hex digits): one client
+#: cannot guess another's and claim, uncounted, what is held for it.
+_TOKEN_BYTES: Final = 16
 
 
 def agent_key(name: str) -> bytes:
@@ -240,13 +266,15 @@ class _Held(NamedTuple):
 
 
 class _Departed(NamedTuple):
-    """A subscriber that left with findings held for it to resume: its filter, and their
+    """A subscriber that left with findings held for it to resume: its filter, their
     sequences, in order (``FindingsBroker.unsubscribe``): a ``range`` when they follow one
     another (a replay given up, an unfiltered queue), so that one of ``replay_size`` held
-    findings costs no more than one."""
+    findings costs no more than one; and its subscription's ``token``, which its resume
+    claims them by."""
 
     filter: StreamFilter
     sequences: Sequence[int]
+    token: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +362,9 @@ class Subscription:
     ``replay_size``, not ``queue_size`` (a client tells its operator which to raise). Each
     finding is queued with the ``_tool_key`` of its tool (``None``: on no tool, or not told),
     what a reload redacts it again by.
+
+    ``token`` (random, ``_TOKEN_BYTES``) is what its client resumes as: what the broker holds
+    for it when it ends is claimed by a resume that sends it (``FindingsBroker._resumes``).
     """
 
     __slots__ = (
@@ -348,6 +379,7 @@ class Subscription:
         "filter",
         "resumed",
         "revoked",
+        "token",
     )
 
     def __init__(
@@ -364,6 +396,7 @@ class Subscription:
         self._wakeup = asyncio.Event()
         self._closed = False
         self.revoked = False
+        self.token = secrets.token_hex(_TOKEN_BYTES)
 
     def offer(self, message: findings_pb2.Finding, tool_key: bytes | None = None) -> bool:
         if self.revoked:
@@ -422,6 +455,15 @@ class Subscription:
     def queued(self) -> int:
         """Live findings waiting in this subscriber's queue (the replay aside)."""
         return len(self._items)
+
+    @property
+    def untold(self) -> tuple[int, int]:
+        """Findings lost (and counted) that no finding has told yet, and how many of them its
+        replay lost: a replay whose last findings were let go before it read them, with no
+        live finding queued since to tell them in ``missed_before``; a full queue's losses
+        after the last finding taken when ``missed_after`` was not asked for. Told in the
+        stream's trailing metadata once it has ended (``MISSED_AFTER_KEY``)."""
+        return self._missed + self._replay_missed, self._replay_missed
 
     @property
     def waiting(self) -> Iterable[tuple[findings_pb2.Finding, bytes | None]]:
@@ -549,10 +591,11 @@ class FindingsBroker:
         self._queue_size = queue_size
         self._max_subscribers = max_subscribers
         self._subscriptions: set[Subscription] = set()
-        # Subscribers that left with findings held for their resume, not resumed yet: what
-        # they were promised goes with the process at shutdown (``close``). The most recent
-        # ``max_subscribers`` are remembered; an older one is forgotten uncounted.
-        self._departed: deque[_Departed] = deque(maxlen=max_subscribers)
+        # Subscribers that left with findings held for their resume, not resumed yet, by
+        # token, oldest first: what they were promised goes with the process at shutdown
+        # (``close``). The most recent ``max_subscribers`` are remembered; an older one is
+        # forgotten uncounted.
+        self._departed: OrderedDict[str, _Departed] = OrderedDict()
         self._changed = asyncio.Event()
         self._closed = False
         #: Findings counted lost to subscribers (``count_dropped``) since start-up.
@@ -602,27 +645,49 @@ class FindingsBroker:
                 replay = _Replay(self, max(after, oldest - 1), self._sequence)
             resumed = ResumeResult(kind, self.unheld_passing(after + 1, oldest - 1, stream_filter))
             if kind == "same":
-                self._resumes(stream_filter, after)
+                self._resumes(stream_filter, after, resume.tokens.get(self.stream_id, ""))
         subscription = Subscription(stream_filter, self._queue_size, replay)
         subscription.resumed = resumed
         self._subscriptions.add(subscription)
         self._changed.set()
         return subscription
 
-    def _resumes(self, stream_filter: StreamFilter, after: int) -> None:
-        """A subscriber resumes after ``after``: the departed subscriber it is, the earliest
-        of those of its filter, else of those some of whose held findings it is sent, is no
-        longer waited for. One it is sent none of is another's (a client that left nothing
-        held and resumes), still counted lost at shutdown."""
-        later = [d for d in self._departed if d.sequences[-1] > after]
+    def _resumes(self, stream_filter: StreamFilter, after: int, token: str) -> None:
+        """A subscriber resumes after ``after``: the departed subscriber it is, if any, is no
+        longer waited for, and what was held for it and let go since it left is counted (the
+        resume tells it in ``ResumeResult.lost``; the rest it is sent). With a ``token``, the
+        one that left with that token, or none: a token this broker holds nothing for (its
+        subscription left nothing held, was forgotten, or another server's) claims nothing,
+        so no client takes another's. Without one (a client older than tokens), the one
+        ``_guess`` names."""
+        # Looked up by token as a key: no departed subscriber's is compared, or guessed from.
+        departed = self._departed.pop(token, None) if token else self._guess(stream_filter, after)
+        if departed is None:
+            return
+        if gone := bisect.bisect_left(departed.sequences, self.oldest_held):
+            self.count_dropped(gone)
+            log.warning(
+                "a findings stream subscriber resumed after %d findings held for it were let go"
+                " (output.stream_replay_size; counted in toolwatch_stream_dropped_findings_total)",
+                gone,
+            )
+
+    def _guess(self, stream_filter: StreamFilter, after: int) -> _Departed | None:
+        """Takes out the departed subscriber a resume without a token most likely is: the
+        earliest of those of its filter, else of those some of whose held findings it is
+        sent. One it is sent none of is another's (a client that left nothing held and
+        resumes), still counted lost at shutdown. Of two clients of one filter it may take
+        the other's."""
+        later = [d for d in self._departed.values() if d.sequences[-1] > after]
         same = [d for d in later if d.filter == stream_filter]
         found = same or [d for d in later if self._sends_any(d, stream_filter, after)]
         # The one whose first held finding follows the cursor closest: a client resumes
         # after the last it handled, and what was held for it comes next. (One whose held
         # findings start at or before the cursor is another, slower client.)
         following = [d for d in found if d.sequences[0] > after]
-        if following or found:
-            self._departed.remove(min(following or found, key=lambda d: d.sequences[0]))
+        if not (following or found):
+            return None
+        return self._departed.pop(min(following or found, key=lambda d: d.sequences[0]).token)
 
     def _sends_any(self, departed: _Departed, stream_filter: StreamFilter, after: int) -> bool:
         """Whether a resume after ``after`` with ``stream_filter`` is sent one of the findings
@@ -710,7 +775,10 @@ class FindingsBroker:
                 why,
             )
         if kept:
-            self._departed.append(_Departed(subscription.filter, _compact(kept)))
+            if len(self._departed) >= self._max_subscribers:
+                self._departed.popitem(last=False)  # the oldest, forgotten uncounted
+            departed = _Departed(subscription.filter, _compact(kept), subscription.token)
+            self._departed[subscription.token] = departed
             log.info(
                 "a findings stream subscriber left with %d findings undelivered, held for"
                 " it if it resumes (output.stream_replay_size)",
@@ -784,7 +852,7 @@ class FindingsBroker:
         held for subscribers that left and have not resumed go with the process: counted as
         dropped and logged."""
         self._closed = True
-        unsent = sum(len(departed.sequences) for departed in self._departed)
+        unsent = sum(len(departed.sequences) for departed in self._departed.values())
         if unsent:
             self.count_dropped(unsent)
             log.warning(
@@ -963,6 +1031,7 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
             *SUBSCRIBED_METADATA,
             (STREAM_ID_KEY, broker.stream_id),
             (STREAM_SEQUENCE_KEY, str(start)),
+            (RESUME_TOKEN_KEY, subscription.token),
         )
         if (resumed := subscription.resumed) is not None:
             metadata += ((RESUME_KEY, resumed.stream), (RESUME_LOST_KEY, str(resumed.lost)))
@@ -986,6 +1055,11 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
             # client that connecting again takes another certificate.
             await context.abort(
                 grpc.StatusCode.UNAUTHENTICATED, CERTIFICATE_REFUSED if distrusted else ""
+            )
+        missed, from_replay = subscription.untold
+        if missed:  # lost after the last finding sent: told as the stream ends
+            context.set_trailing_metadata(
+                ((MISSED_AFTER_KEY, str(missed)), (MISSED_FROM_REPLAY_KEY, str(from_replay)))
             )
 
 

@@ -184,3 +184,38 @@ def test_tail_names_the_setting_that_bounded_each_loss(from_replay: int, why: st
     err = io.StringIO()
     _tell_missed(err, 5, "before the next", from_replay)
     assert err.getvalue() == f"toolwatch tail: 5 findings missed before the next: {why}\n"
+
+
+def test_losses_no_finding_told_are_left_for_the_streams_end() -> None:
+    """What ``Subscription.untold`` leaves for the trailing metadata as the server ends the
+    stream: a ``HIGH`` client resumed from the start (f3, f4, f5 held, ``replay_size`` 3)
+    takes f3; f2, f6, f8 (low: not for it) are published, so the broker lets go of f4, f5
+    before its replay reads them, and no finding for it follows to tell them
+    (``missed_before``): 2, both the replay's. A queue's losses after the last finding taken,
+    to a client that did not ask for ``missed_after``, are left too (none the replay's)."""
+    registry = CollectorRegistry()
+    broker = FindingsBroker(PrometheusMetrics(registry), replay_size=3)
+
+    async def ended(subscription: Subscription) -> tuple[list[str], tuple[int, int]]:
+        taken = [(await next_of(subscription)).explanation]
+        for low in LOW:
+            publish(broker, low, low)
+        subscription.close()  # the server shuts down
+        assert await subscription.next() is None
+        return taken, subscription.untold
+
+    publish(broker, 3, 5)
+    resumed = broker.subscribe(HIGH, Resume({broker.stream_id: 0}))
+    assert asyncio.run(ended(resumed)) == (["f3"], (2, 2))
+    assert registry.get_sample_value(DROPPED) == 2
+
+    queue = Subscription(StreamFilter(), queue_size=1)
+    message = findings_pb2.Finding(explanation="f1")
+    assert [queue.offer(message), queue.offer(message), queue.offer(message)] == [
+        True,
+        False,
+        False,
+    ]
+    queue.close()
+    assert asyncio.run(next_of(queue)).missed_after == 0  # not asked for: left for the end
+    assert queue.untold == (2, 0)

@@ -281,6 +281,9 @@ def test_resume_requests() -> None:
         resume=[findings_pb2.StreamCursor(stream_id="ab", after=7), {"stream_id": "cd"}]
     )
     assert Resume.from_request(request) == Resume({"ab": 7, "cd": 0})
+    tokens = [{"stream_id": "ab", "after": 7, "token": "t1"}, {"stream_id": "cd", "token": ""}]
+    with_tokens = Resume.from_request(findings_pb2.SubscribeRequest(resume=tokens))
+    assert with_tokens == Resume({"ab": 7, "cd": 0}, {"ab": "t1"})  # "": a client without one
     with pytest.raises(ValueError, match="resume\\[1\\] has no stream_id"):
         Resume.from_request(
             findings_pb2.SubscribeRequest(resume=[{"stream_id": "ab"}, {"after": 7}])

@@ -151,9 +151,11 @@ class SubscribeRequest(_message.Message):
     def __init__(self, categories: _Optional[_Iterable[str]] = ..., min_severity: _Optional[str] = ..., agents: _Optional[_Iterable[str]] = ..., missed_after: _Optional[bool] = ..., resume: _Optional[_Iterable[_Union[StreamCursor, _Mapping]]] = ...) -> None: ...
 
 class StreamCursor(_message.Message):
-    __slots__ = ("stream_id", "after")
+    __slots__ = ("stream_id", "after", "token")
     STREAM_ID_FIELD_NUMBER: _ClassVar[int]
     AFTER_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
     stream_id: str
     after: int
-    def __init__(self, stream_id: _Optional[str] = ..., after: _Optional[int] = ...) -> None: ...
+    token: str
+    def __init__(self, stream_id: _Optional[str] = ..., after: _Optional[int] = ..., token: _Optional[str] = ...) -> None: ...

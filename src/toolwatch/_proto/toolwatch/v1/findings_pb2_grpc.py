@@ -66,12 +66,21 @@ class FindingsServiceServicer:
         toolwatch-stream-sequence: the sequence of the last finding published before this
         subscription (0: none): where a fresh subscription's cursor starts (a resumed one
         keeps its own)
+        toolwatch-resume-token: this subscription's token (random, new for each subscription,
+        resumed or not): send it in the StreamCursor.token of this stream when resuming, so
+        that the findings held for this subscription when it ends are claimed as yours
         toolwatch-resume: "same" (a cursor named this stream) or "new" (none did: what it holds
         is sent), and
         toolwatch-resume-lost: the findings after the cursor that pass the filter and that the
         server no longer holds (at most: it remembers what passed for 16 times
         output.stream_replay_size findings, at most 65,536, and counts each one older). The
         findings log has them. Both only when resuming.
+
+        The trailing metadata of the OK end, when the subscriber lost findings it has not been
+        told of in a finding (after the last one sent: its resumed replay's last findings let go
+        before it read them, with no finding after them to tell it in missed_before):
+        toolwatch-missed-after: how many, counted as every loss is, and
+        toolwatch-missed-from-replay: how many of those its replay lost (the rest its queue).
 
         Clients should send keepalive pings (toolwatch tail: every 30 s) so that a connection
         gone silent without a reset is found; the server accepts them every 10 s or more.
