@@ -11,12 +11,12 @@ Threading: logging calls queue from any thread; one thread hands records to the 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import logging.handlers
 import os
 import queue
 import threading
-import time
 from collections.abc import Iterator
 from typing import Final
 
@@ -29,23 +29,34 @@ LOG_QUEUE_RECORDS: Final = 10_000
 
 
 class _BoundedQueueHandler(logging.handlers.QueueHandler):
-    """Puts records in a bounded queue; one that finds it full is lost and counted."""
+    """Puts records in a queue of at most about ``limit``; one that finds it full is lost
+    and counted.
 
-    def __init__(self, records: queue.Queue[logging.LogRecord | None]) -> None:
+    Re-entrant: the garbage collector may run a finalizer anywhere a record is being
+    queued, and that finalizer may log (an unraisable exception, a warning:
+    ``toolwatch.sinks.python_reports``). A ``queue.Queue`` holds a plain lock while it
+    raises ``queue.Full``, so such a record queued from inside it waited for its own thread
+    for ever (a review's test). ``queue.SimpleQueue.put`` is re-entrant, as Python's
+    documentation says for this use; the bound is its size asked first (threads queuing at
+    once may pass it by one record each), and losses are counted by ``itertools.count``,
+    whose ``next`` is one call under the GIL, so no lock is taken at all."""
+
+    def __init__(self, records: queue.SimpleQueue[logging.LogRecord | None], limit: int) -> None:
         super().__init__(records)
-        self.lost = 0  # since the handlers last caught up
-        self._counting = threading.Lock()
+        self.records, self.limit = records, limit
+        self._losses = itertools.count()  # each loss, and each take_lost, one step
+        self._taken = 0  # the step after the last take_lost's (the log thread's alone)
 
     def enqueue(self, record: logging.LogRecord) -> None:
-        try:
-            self.queue.put_nowait(record)
-        except queue.Full:
-            with self._counting:
-                self.lost += 1
+        if self.records.qsize() >= self.limit:
+            next(self._losses)
+        else:
+            self.records.put_nowait(record)
 
     def take_lost(self) -> int:
-        with self._counting:
-            lost, self.lost = self.lost, 0
+        """Records lost since the last call (the log thread's alone)."""
+        step = next(self._losses)
+        lost, self._taken = step - self._taken, step + 1
         return lost
 
 
@@ -67,8 +78,8 @@ def queued_logging(limit: int = LOG_QUEUE_RECORDS, close_timeout: float = 5.0) -
     if not handlers:
         yield
         return
-    records: queue.Queue[logging.LogRecord | None] = queue.Queue(limit)
-    front = _BoundedQueueHandler(records)
+    records: queue.SimpleQueue[logging.LogRecord | None] = queue.SimpleQueue()
+    front = _BoundedQueueHandler(records, limit)
     thread = threading.Thread(
         target=_handle, args=(records, handlers, front, limit), name="toolwatch-log", daemon=True
     )
@@ -80,16 +91,14 @@ def queued_logging(limit: int = LOG_QUEUE_RECORDS, close_timeout: float = 5.0) -
         yield
     finally:
         root.removeHandler(front)
-        deadline = time.monotonic() + close_timeout
-        with contextlib.suppress(queue.Full):
-            records.put(None, timeout=close_timeout)
-            thread.join(max(deadline - time.monotonic(), 0.0))
+        records.put(None)  # never full: the end, after what waits
+        thread.join(close_timeout)
         for handler in handlers:
             root.addHandler(handler)
 
 
 def _handle(
-    records: queue.Queue[logging.LogRecord | None],
+    records: queue.SimpleQueue[logging.LogRecord | None],
     handlers: list[logging.Handler],
     front: _BoundedQueueHandler,
     limit: int,

@@ -34,14 +34,22 @@ WARNINGS_LOGGER: Final = "py.warnings"
 THREAD_LOGGER: Final = "py.threading"
 #: The logger of exceptions Python could not raise (``sys.unraisablehook``).
 UNRAISABLE_LOGGER: Final = "py.unraisable"
+_REPORTS: Final = (WARNINGS_LOGGER, THREAD_LOGGER, UNRAISABLE_LOGGER)
 
 
 @contextlib.contextmanager
 def logged_python_reports() -> Iterator[None]:
     """For the ``with`` block, warnings, exceptions that end a thread and unraisable
     exceptions are log records; on leaving, the hooks found are put back. Which warnings
-    are shown is still the warnings filters' choice (``-W``, ``PYTHONWARNINGS``)."""
+    are shown is still the warnings filters' choice (``-W``, ``PYTHONWARNINGS``), not the
+    log level's: Python printed these whatever ``TOOLWATCH_LOG_LEVEL`` said, so their
+    loggers have levels of their own for the block (at ``ERROR`` every warning was gone,
+    at ``CRITICAL`` every thread that died: a review's tests)."""
     shown, ended, ignored = warnings.showwarning, threading.excepthook, sys.unraisablehook
+    loggers = [logging.getLogger(name) for name in _REPORTS]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.WARNING)
     warnings.showwarning = _log_warning
     threading.excepthook = _log_thread_exception
     sys.unraisablehook = _log_unraisable
@@ -51,6 +59,8 @@ def logged_python_reports() -> Iterator[None]:
         warnings.showwarning = shown
         threading.excepthook = ended
         sys.unraisablehook = ignored
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
 
 
 def _log_warning(  # noqa: PLR0917 - warnings.showwarning's signature
