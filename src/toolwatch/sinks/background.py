@@ -55,8 +55,9 @@ _log = logging.getLogger(__name__)
 #: findings of 1 KiB. A blocked output holds at most this much as text (4 to 16 MiB: ``str``
 #: keeps 1 to 4 bytes a character), or one longer line (a publication: a large run's
 #: ToolTrace, or its many findings) taken alone, once nothing else waits, with nothing
-#: queued beside it: that run's text instead. Beside either, what is being written, under
-#: 1 MiB: a batch joined (``_BATCH_CHARS``) and a piece of it encoded (``LineFile``). A line
+#: queued beside it: that run's text instead. Beside either, what is being written, encoded:
+#: under 1 MiB for a batch joined (``_BATCH_CHARS``), the long line's bytes for it (one
+#: ``write(2)``, so that another process appending to the file cannot land inside it). A line
 #: is not refused for its length: the event loop built it already, and a healthy file
 #: takes it; a blocked output keeps at most one.
 OUTPUT_BACKLOG_CHARS: Final = 4 * 1024 * 1024

@@ -8,10 +8,9 @@ file holds of it. The findings log then held findings counted as lost
 (``toolwatch_output_failures_total``), and a line that is no JSON with the next finding inside
 it, which a log shipper drops, and on which ``replay`` refuses a ToolTrace dump.
 
-``LineFile`` buffers nothing: each ``write`` goes to the system at once (a long one encoded a
-piece at a time as it goes), all of it or, when that fails, none of it: the part the system
-took is cut off again (``ftruncate`` back to where the line began), so a write that raised is
-lost whole and one that returned is in the file.
+``LineFile`` buffers nothing: each ``write`` goes to the system at once, all of it or, when
+that fails, none of it: the part the system took is cut off again (``ftruncate`` back to where
+the line began), so a write that raised is lost whole and one that returned is in the file.
 Where the part cannot be cut off (not a regular file, another writer moved the end, the
 truncation fails too), the next write starts a new line, so that only the torn part is lost.
 
@@ -27,17 +26,11 @@ import logging
 import os
 import sys
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import Protocol
 
 from toolwatch.sinks.destinations import wait_writable
 
 __all__ = ["LineFile", "TextOutput", "WriteFailures", "output_name", "write_lines"]
-
-#: Characters ``LineFile.write`` encodes at once: a longer text (a line longer than an
-#: output's bound, which it takes alone: ``background.OUTPUT_BACKLOG_CHARS``) is encoded
-#: and written a piece at a time, so that what is held beside it stays under 0.5 MiB (the
-#: piece sliced, and encoded: 64 Ki characters of 1 to 4 bytes each), not its whole size.
-_PIECE_CHARS: Final = 64 * 1024
 
 
 class TextOutput(Protocol):
@@ -87,29 +80,21 @@ class LineFile:
         return self._fd
 
     def write(self, text: str, /) -> int:
-        """Appends ``text`` (whole lines), or raises having appended none of it: ``OSError``,
-        or ``ValueError`` for a text UTF-8 cannot encode (a lone surrogate). Encoded and
-        written ``_PIECE_CHARS`` characters at a time: a long line's bytes are never all held
-        beside it."""
+        """Appends ``text`` (whole lines), or raises ``OSError`` having appended none of it."""
         fd = self.fileno()
+        data = text.encode("utf-8")
+        if self._torn:
+            data = b"\n" + data
         start = _end(fd)
         written = 0
+        view = memoryview(data)  # a partial write's rest is no copy of it
         try:
-            for at in range(0, len(text) or 1, _PIECE_CHARS):
-                data = text[at : at + _PIECE_CHARS].encode("utf-8")  # a short text whole
-                if self._torn and not at:
-                    data = b"\n" + data
-                view = memoryview(data)  # a partial write's rest is no copy of it
-                done = 0
-                while done < len(data):
-                    try:
-                        wrote = os.write(fd, view[done:])
-                    except BlockingIOError:  # a non-blocking pipe, full: wait, as if blocking
-                        wait_writable(fd)
-                        continue
-                    done += wrote
-                    written += wrote
-        except (OSError, ValueError):
+            while written < len(data):
+                try:
+                    written += os.write(fd, view[written:])
+                except BlockingIOError:  # a non-blocking pipe, full: wait, as if blocking
+                    wait_writable(fd)
+        except OSError:
             if written:  # a line torn before stays at the end even when this one is cut
                 self._torn = self._torn or not _cut(fd, start, written)
             raise
