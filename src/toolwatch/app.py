@@ -14,14 +14,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import functools
 import gc
 import logging
 import os
 import signal
-import socket
-import ssl
 import time
 from collections.abc import Callable
 from types import FrameType
@@ -44,9 +41,6 @@ from toolwatch import __version__, compiled, connection_age
 from toolwatch.config import (
     LISTENERS,
     Config,
-    host_addresses,
-    is_ip_address,
-    parse_listen_address,
     unrunnable_decoder,
 )
 from toolwatch.engine import Engine, EngineParts, Receipt
@@ -60,6 +54,18 @@ from toolwatch.ingest.otlp_grpc import SERVICE_NAME, trace_service_handler
 from toolwatch.ingest.otlp_http import HttpTraceReceiver, ProtocolErrorLog
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
 from toolwatch.ingest.slots import RequestSlots
+from toolwatch.listeners import (
+    HANDSHAKE_SECONDS,
+    HandshakeBoundSite,
+    ListenError,
+    ListenersError,
+    StartError,
+    address_taken,
+    bind_grpc,
+    format_address,
+    listening_socket,
+    os_reason,
+)
 from toolwatch.model import Clock, monotonic_clock
 from toolwatch.names import NameNormalizer, namespaced
 from toolwatch.outputs import OutputError, Outputs, open_outputs
@@ -78,9 +84,6 @@ __all__ = [
     "RELOADED_OUTPUT",
     "RELOADED_SECTIONS",
     "App",
-    "ListenError",
-    "ListenersError",
-    "StartError",
     "build_references",
     "serve",
     "tick_delay",
@@ -276,10 +279,11 @@ class App:
         (a ``StartError``) once the ones already started are closed again; several whose
         ports are taken before any is bound, ``ListenersError``, naming each."""
         listen = self.config.listen
-        taken = [e for e in (_taken(n, getattr(listen, n)) for n in LISTENERS) if e is not None]
-        if taken:  # every one told at once, before gRPC logs its own line about one
+        found = (address_taken(n, getattr(listen, n)) for n in LISTENERS)
+        conflicts = [e for e in found if e is not None]
+        if conflicts:  # every one told at once, before gRPC logs its own line about one
             await self.stop(grace=0)  # the outputs opened, closed again
-            raise taken[0] if len(taken) == 1 else ListenersError(taken)
+            raise conflicts[0] if len(conflicts) == 1 else ListenersError(conflicts)
         try:
             self.addresses["grpc"] = await self._start_otlp_grpc(listen.grpc)
             self.addresses["http"] = await self._start_http(
@@ -561,7 +565,7 @@ class App:
 
     @property
     def _handshake_seconds(self) -> float:
-        return min(self.config.ingest.idle_timeout_seconds, _HANDSHAKE_SECONDS)
+        return min(self.config.ingest.idle_timeout_seconds, HANDSHAKE_SECONDS)
 
     @property
     def _grpc_handshake_option(self) -> tuple[str, int]:
@@ -616,7 +620,7 @@ class App:
         server.add_generic_rpc_handlers(
             (health_handler(health, self.config.ingest.read_timeout_seconds),)
         )
-        bound = await _bind_grpc(server, "grpc", address, self._security.grpc_credentials("grpc"))
+        bound = await bind_grpc(server, "grpc", address, self._security.grpc_credentials("grpc"))
         await server.start()
         for service in ("", SERVICE_NAME):
             await health.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -644,7 +648,7 @@ class App:
         )
         security.on_tokens_changed(servicer.recheck)
         security.on_client_cas_changed(servicer.recheck_certificates)
-        bound = await _bind_grpc(
+        bound = await bind_grpc(
             server, "stream", address, self._security.grpc_credentials("stream")
         )
         await server.start()
@@ -698,198 +702,21 @@ class App:
         )
         await runner.setup()
         try:
-            sock = _listening_socket(address)
+            sock = listening_socket(address)
         except OSError as exc:
             await runner.cleanup()
-            raise ListenError(listener, address, _reason(exc)) from exc
+            raise ListenError(listener, address, os_reason(exc)) from exc
         ssl_context = self._security.ssl_context(listener)
         handshake = self._handshake_seconds
-        await _HandshakeBoundSite(
-            runner, sock, ssl_context=ssl_context, handshake=handshake
-        ).start()
+        await HandshakeBoundSite(runner, sock, ssl_context=ssl_context, handshake=handshake).start()
         self._runners.append(runner)
-        return _format_address(sock.getsockname())
-
-
-#: The longest a connection may take to finish its handshake (TLS; for gRPC also HTTP/2's
-#: preface): asyncio's own limit, under gRPC's 120 s. Shorter when
-#: ``ingest.idle_timeout_seconds`` is.
-_HANDSHAKE_SECONDS = 60.0
-
-
-class _HandshakeBoundSite(web.SockSite):
-    """A ``SockSite`` whose TLS handshakes must finish within ``handshake`` seconds, as a
-    request's headers must (``keepalive_timeout``): aiohttp's site takes no handshake
-    timeout, so a client that opens TLS connections and never finishes the handshake held
-    each for asyncio's 60 s, whatever ``ingest.idle_timeout_seconds`` said."""
-
-    __slots__ = ("_handshake",)
-
-    def __init__(
-        self,
-        runner: web.AppRunner,
-        sock: socket.socket,
-        *,
-        ssl_context: ssl.SSLContext | None,
-        handshake: float,
-    ) -> None:
-        super().__init__(runner, sock, ssl_context=ssl_context)
-        self._handshake = handshake
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)  # registers the site with its runner
-        server = self._runner.server
-        assert server is not None  # set by runner.setup()
-        self._server = await asyncio.get_running_loop().create_server(
-            server,
-            sock=self._sock,
-            ssl=self._ssl_context,
-            backlog=self._backlog,
-            ssl_handshake_timeout=self._handshake if self._ssl_context is not None else None,
-        )
-
-
-class StartError(Exception):
-    """toolwatch cannot start as configured; the message says what and why."""
-
-
-class ListenError(StartError):
-    """A listener could not bind its address (in use, not this host's, not permitted)."""
-
-    def __init__(self, listener: str, address: str, reason: str) -> None:
-        super().__init__(f"cannot listen on {address} (listen.{listener}): {reason}")
-        self.listener = listener
-
-
-class ListenersError(StartError):
-    """Several listeners cannot bind their addresses (a second ``serve`` with the same
-    ports): each one's ``ListenError``, told together rather than one per attempt."""
-
-    def __init__(self, errors: list[ListenError]) -> None:
-        super().__init__("\n".join(map(str, errors)))
-        self.errors = errors
-
-
-def _taken(listener: str, address: str) -> ListenError | None:
-    """Why ``listener`` cannot bind ``address`` as things stand (a port in use, an address
-    not this host's, not permitted), found by binding it and letting go; ``None`` when it
-    can, or when its port is 0 (any free one). The bind itself can still fail (taken in
-    between): it is told then."""
-    _host, port = parse_listen_address(address)
-    if port == 0:
-        return None
-    if listener in ("grpc", "stream"):
-        held = _held_elsewhere(address)
-        if held is not None:
-            reason = f"the port is in use on {held} (gRPC would listen on the other addresses only)"
-            return ListenError(listener, address, reason)
-    try:
-        _listening_socket(address).close()
-    except OSError as exc:
-        # gRPC binds as it can (a wildcard on a host without IPv6, say): of its listeners,
-        # only a port in use is sure to fail; the bind tells any other reason.
-        if listener in ("grpc", "stream") and exc.errno != errno.EADDRINUSE:
-            return None
-        return ListenError(listener, address, _reason(exc))
-    return None
-
-
-async def _bind_grpc(
-    server: grpc.aio.Server,
-    listener: str,
-    address: str,
-    credentials: grpc.ServerCredentials | None,
-) -> str:
-    """Bind ``server`` to ``address``; on failure stop it (an unstarted server left to the
-    garbage collector schedules its shutdown on a loop that may be closed) and raise."""
-    host, _port = parse_listen_address(address)
-    held = _held_elsewhere(address)
-    if held is not None:
-        await server.stop(None)
-        reason = f"the port is in use on {held} (gRPC would listen on the other addresses only)"
-        raise ListenError(listener, address, reason)  # taken since ``_taken`` looked
-    try:
-        if credentials is None:
-            port = server.add_insecure_port(address)
-        else:
-            port = server.add_secure_port(address, credentials)
-    except RuntimeError:  # grpcio raises "Failed to bind to address ..."
-        port = 0
-    if port == 0:
-        await server.stop(None)
-        raise ListenError(listener, address, _why_not_bound(address))
-    return _format_address((host, port))
-
-
-def _why_not_bound(address: str) -> str:
-    """Why gRPC could not bind ``address``, which it does not say: the system's reason for a
-    plain socket on it (in use, not this host's address), else gRPC's silence."""
-    try:
-        _listening_socket(address).close()
-    except OSError as exc:
-        return _reason(exc)
-    return "gRPC could not bind it (in use, or not local)"
-
-
-def _held_elsewhere(address: str) -> str | None:
-    """The address on which the port of a named host is taken, if one is. gRPC binds a
-    name's addresses one by one and reports success if any bound: ``localhost:4317`` with
-    127.0.0.1:4317 held by another process would listen on ::1 alone, and exporters sending
-    to 127.0.0.1 would reach that process. An address this host does not have (no IPv6) is
-    no conflict: gRPC skips it too; nor is a name that does not resolve: gRPC says so."""
-    host, port = parse_listen_address(address)
-    if port == 0 or is_ip_address(host):
-        return None  # an IP address: gRPC's own bind fails whole
-    for ip in sorted(host_addresses(host)):
-        if not is_ip_address(ip):
-            continue  # did not resolve
-        with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
-            try:
-                probe.bind((ip, port))
-            except OSError as exc:
-                if exc.errno == errno.EADDRINUSE:
-                    return ip
-    return None
-
-
-def _listening_socket(address: str) -> socket.socket:
-    """A listening socket on ``address``. An IPv6 one takes IPv4 clients too (as IPv4-mapped
-    addresses) where the system can: ``[::]`` is then every interface of both families, as
-    gRPC binds it (its sockets are dual-stack), not IPv6 alone (``create_server`` sets
-    ``IPV6_V6ONLY`` otherwise), so one spelling means the same on every listener."""
-    host, port = parse_listen_address(address)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    if not is_ip_address(host):
-        # Raises ``socket.gaierror`` for a name that does not resolve: ``create_server``
-        # would raise a plain ``OSError`` carrying getaddrinfo's error number (``_reason``).
-        socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
-    if family == socket.AF_INET:
-        return socket.create_server((host, port), family=family, backlog=512)
-    dualstack = socket.has_dualstack_ipv6()
-    return socket.create_server((host, port), family=family, backlog=512, dualstack_ipv6=dualstack)
+        return format_address(sock.getsockname())
 
 
 def tick_delay(now_ns: int, due_ns: int, period: float, longest: float) -> float:
     """Seconds until the tick for a trace due at ``due_ns``: at least ``period`` (ticks stay
     that far apart under load, where something is always nearly due), at most ``longest``."""
     return min(max(period, (due_ns - now_ns) / 1e9), longest)
-
-
-def _reason(error: OSError) -> str:
-    """The system's words for ``error``. Not ``error.strerror``, as elsewhere: the error
-    ``socket.create_server`` raises appends the address to it, which the message has. A
-    name that does not resolve raises ``socket.gaierror``, whose ``errno`` is getaddrinfo's
-    (``EAI_NONAME``, -2), not the system's: ``os.strerror`` knows it not, its own
-    ``strerror`` does."""
-    if isinstance(error, socket.gaierror):
-        return f"the host name does not resolve ({error.strerror or error})"
-    return os.strerror(error.errno) if error.errno else str(error)
-
-
-def _format_address(sockname: Any) -> str:
-    host, port = sockname[0], sockname[1]
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def conversation_scope(config: Config) -> ConversationScope | None:

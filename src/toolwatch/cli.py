@@ -63,7 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from toolwatch import __version__
-from toolwatch.app import ListenError, ListenersError, StartError, build_references, serve
+from toolwatch.app import build_references, serve
 from toolwatch.config import (
     Config,
     ConfigError,
@@ -73,6 +73,7 @@ from toolwatch.config import (
     load_config,
     output_warnings,
 )
+from toolwatch.listeners import ListenError, ListenersError, StartError
 from toolwatch.model import Severity
 from toolwatch.references.golden import ReferenceFileError
 from toolwatch.replay import EXIT_GATE, EXIT_OK, EXIT_USAGE, add_arguments, run_replay

@@ -30,7 +30,7 @@ def test_the_ipv6_wildcard_serves_otlp_http_to_ipv4_clients_as_grpc_does(
 ) -> None:
     """``listen.*`` takes ``[IPv6]:PORT`` (README, Configuration), and ``[::]`` is the
     usual spelling of "every interface" (the gRPC listener, the Collector and most servers
-    take it dual-stack on Linux). ``app._listening_socket`` binds the OTLP/HTTP and metrics
+    take it dual-stack on Linux). ``listeners.listening_socket`` binds the OTLP/HTTP and metrics
     listeners with ``socket.create_server(family=AF_INET6)``, which sets IPV6_V6ONLY: on
     ``[::]:4318`` every IPv4 client (most clusters' pod network, kubelet's probes on the pod
     IP, Prometheus) is refused, while ``[::]:4317`` serves them. One spelling, two answers."""

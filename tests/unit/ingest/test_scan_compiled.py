@@ -25,7 +25,7 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from toolwatch import __version__, compiled
-from toolwatch.app import App, StartError
+from toolwatch.app import App
 from toolwatch.config import Config, ConfigError, check_hot_path, load_config
 from toolwatch.config import whole as config_whole
 from toolwatch.conventions import ATTRIBUTE_KEYS, EVENT_ATTRIBUTE_KEYS, EVENT_NAMES
@@ -33,6 +33,7 @@ from toolwatch.ingest import scan as scan_module
 from toolwatch.ingest.decode import DecodeOptions, decode_protobuf, scanner
 from toolwatch.ingest.otlp_json import parse_otlp_json
 from toolwatch.ingest.scan import Scan, Scanner, ScanPlan, WireError, schema_mismatch
+from toolwatch.listeners import StartError
 
 try:
     from toolwatch.ingest import _wire

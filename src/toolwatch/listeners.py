@@ -1,0 +1,208 @@
+"""The listeners' sockets: binding each address, or saying why it cannot be bound (in use, not
+this host's, not permitted), before anything starts (``address_taken`` for every listener at
+once, so a second ``serve`` with the same ports is told every conflict together), and the
+OTLP/HTTP and metrics sites whose TLS handshakes are bounded in time. ``App``
+(``toolwatch.app``) starts the servers on them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import socket
+import ssl
+from typing import Any
+
+import grpc
+from aiohttp import web
+
+from toolwatch.config import host_addresses, is_ip_address, parse_listen_address
+
+__all__ = [
+    "HANDSHAKE_SECONDS",
+    "HandshakeBoundSite",
+    "ListenError",
+    "ListenersError",
+    "StartError",
+    "address_taken",
+    "bind_grpc",
+    "format_address",
+    "listening_socket",
+    "os_reason",
+]
+
+
+#: The longest a connection may take to finish its handshake (TLS; for gRPC also HTTP/2's
+#: preface): asyncio's own limit, under gRPC's 120 s. Shorter when
+#: ``ingest.idle_timeout_seconds`` is.
+HANDSHAKE_SECONDS = 60.0
+
+
+class HandshakeBoundSite(web.SockSite):
+    """A ``SockSite`` whose TLS handshakes must finish within ``handshake`` seconds, as a
+    request's headers must (``keepalive_timeout``): aiohttp's site takes no handshake
+    timeout, so a client that opens TLS connections and never finishes the handshake held
+    each for asyncio's 60 s, whatever ``ingest.idle_timeout_seconds`` said."""
+
+    __slots__ = ("_handshake",)
+
+    def __init__(
+        self,
+        runner: web.AppRunner,
+        sock: socket.socket,
+        *,
+        ssl_context: ssl.SSLContext | None,
+        handshake: float,
+    ) -> None:
+        super().__init__(runner, sock, ssl_context=ssl_context)
+        self._handshake = handshake
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner
+        server = self._runner.server
+        assert server is not None  # set by runner.setup()
+        self._server = await asyncio.get_running_loop().create_server(
+            server,
+            sock=self._sock,
+            ssl=self._ssl_context,
+            backlog=self._backlog,
+            ssl_handshake_timeout=self._handshake if self._ssl_context is not None else None,
+        )
+
+
+class StartError(Exception):
+    """toolwatch cannot start as configured; the message says what and why."""
+
+
+class ListenError(StartError):
+    """A listener could not bind its address (in use, not this host's, not permitted)."""
+
+    def __init__(self, listener: str, address: str, reason: str) -> None:
+        super().__init__(f"cannot listen on {address} (listen.{listener}): {reason}")
+        self.listener = listener
+
+
+class ListenersError(StartError):
+    """Several listeners cannot bind their addresses (a second ``serve`` with the same
+    ports): each one's ``ListenError``, told together rather than one per attempt."""
+
+    def __init__(self, errors: list[ListenError]) -> None:
+        super().__init__("\n".join(map(str, errors)))
+        self.errors = errors
+
+
+def address_taken(listener: str, address: str) -> ListenError | None:
+    """Why ``listener`` cannot bind ``address`` as things stand (a port in use, an address
+    not this host's, not permitted), found by binding it and letting go; ``None`` when it
+    can, or when its port is 0 (any free one). The bind itself can still fail (taken in
+    between): it is told then."""
+    _host, port = parse_listen_address(address)
+    if port == 0:
+        return None
+    if listener in ("grpc", "stream"):
+        held = _held_elsewhere(address)
+        if held is not None:
+            reason = f"the port is in use on {held} (gRPC would listen on the other addresses only)"
+            return ListenError(listener, address, reason)
+    try:
+        listening_socket(address).close()
+    except OSError as exc:
+        # gRPC binds as it can (a wildcard on a host without IPv6, say): of its listeners,
+        # only a port in use is sure to fail; the bind tells any other reason.
+        if listener in ("grpc", "stream") and exc.errno != errno.EADDRINUSE:
+            return None
+        return ListenError(listener, address, os_reason(exc))
+    return None
+
+
+async def bind_grpc(
+    server: grpc.aio.Server,
+    listener: str,
+    address: str,
+    credentials: grpc.ServerCredentials | None,
+) -> str:
+    """Bind ``server`` to ``address``; on failure stop it (an unstarted server left to the
+    garbage collector schedules its shutdown on a loop that may be closed) and raise."""
+    host, _port = parse_listen_address(address)
+    held = _held_elsewhere(address)
+    if held is not None:
+        await server.stop(None)
+        reason = f"the port is in use on {held} (gRPC would listen on the other addresses only)"
+        raise ListenError(listener, address, reason)  # taken since ``address_taken`` looked
+    try:
+        if credentials is None:
+            port = server.add_insecure_port(address)
+        else:
+            port = server.add_secure_port(address, credentials)
+    except RuntimeError:  # grpcio raises "Failed to bind to address ..."
+        port = 0
+    if port == 0:
+        await server.stop(None)
+        raise ListenError(listener, address, _why_not_bound(address))
+    return format_address((host, port))
+
+
+def _why_not_bound(address: str) -> str:
+    """Why gRPC could not bind ``address``, which it does not say: the system's reason for a
+    plain socket on it (in use, not this host's address), else gRPC's silence."""
+    try:
+        listening_socket(address).close()
+    except OSError as exc:
+        return os_reason(exc)
+    return "gRPC could not bind it (in use, or not local)"
+
+
+def _held_elsewhere(address: str) -> str | None:
+    """The address on which the port of a named host is taken, if one is. gRPC binds a
+    name's addresses one by one and reports success if any bound: ``localhost:4317`` with
+    127.0.0.1:4317 held by another process would listen on ::1 alone, and exporters sending
+    to 127.0.0.1 would reach that process. An address this host does not have (no IPv6) is
+    no conflict: gRPC skips it too; nor is a name that does not resolve: gRPC says so."""
+    host, port = parse_listen_address(address)
+    if port == 0 or is_ip_address(host):
+        return None  # an IP address: gRPC's own bind fails whole
+    for ip in sorted(host_addresses(host)):
+        if not is_ip_address(ip):
+            continue  # did not resolve
+        with socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as gRPC binds
+            try:
+                probe.bind((ip, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    return ip
+    return None
+
+
+def listening_socket(address: str) -> socket.socket:
+    """A listening socket on ``address``. An IPv6 one takes IPv4 clients too (as IPv4-mapped
+    addresses) where the system can: ``[::]`` is then every interface of both families, as
+    gRPC binds it (its sockets are dual-stack), not IPv6 alone (``create_server`` sets
+    ``IPV6_V6ONLY`` otherwise), so one spelling means the same on every listener."""
+    host, port = parse_listen_address(address)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    if not is_ip_address(host):
+        # Raises ``socket.gaierror`` for a name that does not resolve: ``create_server``
+        # would raise a plain ``OSError`` carrying getaddrinfo's error number (``os_reason``).
+        socket.getaddrinfo(host, port, family, socket.SOCK_STREAM)
+    if family == socket.AF_INET:
+        return socket.create_server((host, port), family=family, backlog=512)
+    dualstack = socket.has_dualstack_ipv6()
+    return socket.create_server((host, port), family=family, backlog=512, dualstack_ipv6=dualstack)
+
+
+def os_reason(error: OSError) -> str:
+    """The system's words for ``error``. Not ``error.strerror``, as elsewhere: the error
+    ``socket.create_server`` raises appends the address to it, which the message has. A
+    name that does not resolve raises ``socket.gaierror``, whose ``errno`` is getaddrinfo's
+    (``EAI_NONAME``, -2), not the system's: ``os.strerror`` knows it not, its own
+    ``strerror`` does."""
+    if isinstance(error, socket.gaierror):
+        return f"the host name does not resolve ({error.strerror or error})"
+    return os.strerror(error.errno) if error.errno else str(error)
+
+
+def format_address(sockname: Any) -> str:
+    host, port = sockname[0], sockname[1]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
