@@ -4,16 +4,18 @@
 Each is a ``LineFile`` (whole lines or none: a full disk tears no line) written by a thread of
 its own (``BackgroundOutput``): an output that blocks (a stalled log driver on standard output,
 a hung network mount) loses lines, counted in ``toolwatch_output_failures_total``, instead of
-stopping the event loop with it. A SIGHUP opens again a file a log rotation renamed away
-(``Outputs.reopen``); ``close`` writes what is queued, for a bounded time, at shutdown.
+stopping the event loop with it. A SIGHUP opens again a file a log rotation renamed away, or
+a FIFO its reader made again (``Outputs.reopen``), as each file's thread does by itself a
+second later (``_Look``); ``close`` writes what is queued, for a bounded time, at shutdown.
 
-Threading: everything here is called from the event loop.
+Threading: everything here is called from the event loop, but ``_Look``, which each file's
+own thread runs.
 """
 
 from __future__ import annotations
 
-import contextlib
 import enum
+import errno
 import functools
 import logging
 import os
@@ -70,7 +72,8 @@ class Outputs:
     def reopen(self) -> None:
         """SIGHUP: the findings log and the ToolTrace dump opened again at their paths when
         the file there is no longer the one written (renamed away by a log rotation, or
-        removed), so that rotation by renaming needs no ``copytruncate``. Each output's
+        removed; a FIFO its reader made again), so that rotation by renaming needs no
+        ``copytruncate``, and a collector's restart no restart of ``serve``. Each output's
         thread looks and opens (``BackgroundOutput.reopen``, ``_Look`` for a SIGHUP), once it
         has written what was queued before, which goes to the file it was for; the event
         loop waits on no file system. A path that cannot be opened keeps the file it was, or
@@ -152,27 +155,34 @@ def _background(
 
 
 class _Why(enum.Enum):
-    """Why an output's thread looks at its path (``_Look``); the value says, when the path is
-    opened again, what became of the file there."""
+    """Why an output's thread looks at its path (``_Look``): a path that cannot be opened is
+    told at each SIGHUP (the signal is answered), and once an outage at the thread's own look."""
 
-    SIGHUP = "rotated away"  # ``Outputs.reopen``: logrotate's postrotate, a reload
-    FOLLOW = "removed or renamed away"  # its own look, ``background.FOLLOW_SECONDS`` apart
+    SIGHUP = enum.auto()  # ``Outputs.reopen``: logrotate's postrotate, a reload
+    FOLLOW = enum.auto()  # its own look, ``background.FOLLOW_SECONDS`` apart
 
 
 class _Look:
     """Whether ``path`` still names the file an output writes, for its thread
     (``background.Look``), at a SIGHUP or at its own follow (``_Why``): both look alike.
 
-    A file removed or renamed away (a rotation, a cleanup that deleted the log) is opened
-    again at the path. Where the path cannot be opened (its directory removed), a file
-    renamed away goes on being written, and one removed loses its lines, counted, rather
-    than fill a file no one can read: the look returns why. An output that is not a regular
-    file (a FIFO, a device) is its reader's: its path is not looked at, so that a FIFO its
-    reader removed (to make it again) is not replaced by a regular file no one reads.
+    The path is opened again when it names another file than the one written (told apart by
+    device and inode), or nothing: a file removed or renamed away (a rotation, a cleanup that
+    deleted the log), a FIFO its reader removed and made again (a collector's restart), a
+    regular file put at a FIFO's path. What is there is opened without waiting for a reader
+    (``O_NONBLOCK``: a FIFO no reader has opened yet is not opened, and looked at again at
+    the next look), then written blocking, as a FIFO opened at start-up is. A path is
+    created only for a regular file: a FIFO or a device written is its reader's, who makes it
+    again; a regular file there would be read by no one, and fail the reader's ``mkfifo``.
 
-    Logged: each path opened again; a path that cannot be opened, at each SIGHUP (the
-    signal is answered) and once an outage at the thread's own look (every second), until
-    the path names a file written again."""
+    Where the path cannot be opened (its directory removed, a FIFO without a reader yet), a
+    file renamed away goes on being written, and one removed loses its lines, counted,
+    rather than fill a file no one can read: the look returns why. A FIFO written goes on
+    (without a reader, its lines are lost, counted: EPIPE).
+
+    Logged: each path opened again, with what became of the file written; a path that
+    cannot be opened, at each SIGHUP (the signal is answered) and once an outage at the
+    thread's own look (every second), until the path names a file written again."""
 
     def __init__(self, kind: _Kind, path: str) -> None:
         self._kind = kind
@@ -182,33 +192,80 @@ class _Look:
     def __call__(self, stream: TextOutput, why: _Why) -> TextOutput | OSError | None:
         """The file opened again at the path; ``None`` to go on with ``stream``; or why its
         lines are lost (removed, and the path cannot be opened)."""
-        if not _regular(stream):
-            return None  # a FIFO, a device: its reader's, not to be replaced by a file
-        if not _rotated(self._path, stream):
+        try:
+            written = _status(stream)
+        except OSError:
+            return None  # what it writes cannot be told: it goes on
+        there = _status_at(self._path)
+        if written is not None and there is not None and _same(written, there):
             self._failing = False
             return None
-        kind = self._kind
+        own = _own_path(written)
+        if there is None and not own:
+            return None  # a FIFO, a device: its reader makes it again; nothing is created
         try:
-            opened = open_text(kind.setting, self._path, kind.private)
+            opened = self._open(own, there)
         except OutputError as exc:
-            return self._not_opened(exc, stream, why)
+            return self._not_opened(exc, stream, written, why)
         self._failing = False
-        log.info("%s: %s opened again (the file there was %s)", kind.setting, self._path, why.value)
+        log.info(
+            "%s: %s opened again (%s)", self._kind.setting, self._path, _became(written, there)
+        )
         return opened
 
-    def _not_opened(self, exc: OutputError, stream: TextOutput, why: _Why) -> OSError | None:
-        """Why ``stream``'s lines are lost when it was removed, else ``None`` (it goes on)."""
+    def _open(self, own: bool, there: os.stat_result | None) -> LineFile:
+        """The path opened: as at start-up (``open_text``, created when missing) when it is
+        the output's to create (``own``) and a regular file or nothing is ``there``; else
+        only what is there, without waiting for a reader (``_there``)."""
+        kind, path = self._kind, self._path
+        if own and (there is None or stat.S_ISREG(there.st_mode)):
+            return open_text(kind.setting, path, kind.private)
+        fifo = there is not None and stat.S_ISFIFO(there.st_mode)
+        return _checked(kind.setting, path, kind.private, functools.partial(_there, path, fifo))
+
+    def _not_opened(
+        self, exc: OutputError, stream: TextOutput, written: os.stat_result | None, why: _Why
+    ) -> OSError | None:
+        """Why ``stream``'s lines are lost when it was a regular file and was removed, else
+        ``None`` (it goes on)."""
         removed = _removed(stream)
         if why is _Why.SIGHUP or not self._failing:
-            if removed:
-                log.error("%s; the file written was removed: its lines will be lost, counted", exc)
-            else:
-                log.error("%s; still writing to the file it was", exc)
+            log.error("%s; %s", exc, _going_on(written, removed))
         self._failing = True
-        if not removed:
+        if not (removed and _own_path(written)):
             return None
         cause = exc.__cause__
         return cause if isinstance(cause, OSError) else OSError(str(exc))
+
+
+def _status(stream: TextOutput) -> os.stat_result | None:
+    """What ``stream`` writes; ``None`` once closed (``BackgroundOutput`` closes a regular
+    file removed whose path could not be opened: its lines are lost). Raises ``OSError``
+    as ``fstat`` does."""
+    try:
+        fd = stream.fileno()
+    except ValueError:
+        return None
+    return os.fstat(fd)
+
+
+def _status_at(path: str) -> os.stat_result | None:
+    """What ``path`` names; ``None`` when nothing (or it cannot be looked at: opening it
+    says why)."""
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
+def _same(one: os.stat_result, other: os.stat_result) -> bool:
+    return (one.st_dev, one.st_ino) == (other.st_dev, other.st_ino)
+
+
+def _own_path(written: os.stat_result | None) -> bool:
+    """Whether the path of what is ``written`` is the output's to create: a regular file's
+    (or a closed one's, which was one), not a FIFO's or a device's."""
+    return written is None or stat.S_ISREG(written.st_mode)
 
 
 def _removed(stream: TextOutput) -> bool:
@@ -222,14 +279,46 @@ def _removed(stream: TextOutput) -> bool:
         return False
 
 
-def _regular(stream: TextOutput) -> bool:
-    """Whether ``stream`` writes a regular file (or did: a closed one was)."""
-    try:
-        return stat.S_ISREG(os.fstat(stream.fileno()).st_mode)
-    except ValueError:
-        return True
-    except OSError:
-        return False
+def _what(status: os.stat_result) -> str:
+    """The kind of file ``status`` says, for messages."""
+    if stat.S_ISFIFO(status.st_mode):
+        return "FIFO"
+    if stat.S_ISCHR(status.st_mode) or stat.S_ISBLK(status.st_mode):
+        return "device"
+    return "file"
+
+
+def _became(written: os.stat_result | None, there: os.stat_result | None) -> str:
+    """What became of the file ``written`` (``None``: closed, its lines lost), now that the
+    path, which names ``there`` (``None``: created), is opened again."""
+    if written is None:
+        what = "file"
+        was = "the file written was removed, and the path could not be opened until now"
+    else:
+        what = _what(written)
+        again = there is not None and stat.S_ISFIFO(there.st_mode)
+        if what == "FIFO" and again and not written.st_nlink:
+            return "its reader made the FIFO there again"
+        was = f"the {what} there was {'renamed away' if written.st_nlink else 'removed'}"
+    if there is None or _what(there) == what:
+        return was
+    now = "a regular file" if stat.S_ISREG(there.st_mode) else f"a {_what(there)}"
+    return f"{was}; {now} is there now"
+
+
+def _going_on(written: os.stat_result | None, removed: bool) -> str:
+    """What becomes of the lines when the path cannot be opened (``_Look._not_opened``)."""
+    if written is not None and not _own_path(written):
+        what = _what(written)
+        if removed:
+            return (
+                f"still writing to the {what} it was, which was removed: its lines are lost,"
+                " counted, while no one reads it"
+            )
+        return f"still writing to the {what} it was"
+    if removed:
+        return "the file written was removed: its lines will be lost, counted"
+    return "still writing to the file it was"
 
 
 def open_text(setting: str, target: str, private: bool = False) -> LineFile:
@@ -237,35 +326,42 @@ def open_text(setting: str, target: str, private: bool = False) -> LineFile:
     (``LineFile``: a full disk tears none); created with mode 0600 when ``private``, else as
     the umask says. An existing file keeps its mode: a private one that others may read is
     warned about. Raises ``OutputError`` naming ``setting``."""
+    if target == "-":
+        return _checked(setting, target, False, LineFile.standard_output)
+    mode = 0o600 if private else 0o666
+    return _checked(setting, target, private, functools.partial(LineFile, target, mode))
+
+
+def _there(path: str, fifo: bool) -> LineFile:
+    """``path`` opened to append lines, as ``open_text`` opens it, but only what is there
+    (never created), and without waiting for a reader: a ``fifo`` that has none fails
+    (ENXIO). Then written blocking, as a FIFO opened at start-up is (``LineFile`` waits out
+    a full pipe left non-blocking too). Raises ``OSError``."""
     try:
-        if target == "-":
-            stream = LineFile.standard_output()
-        else:
-            stream = LineFile(target, 0o600 if private else 0o666)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
     except OSError as exc:
-        reason = os.strerror(exc.errno) if exc.errno else str(exc)
+        if fifo and exc.errno == errno.ENXIO:  # not "No such device or address"
+            raise OSError(errno.ENXIO, "a FIFO no reader has opened yet", path) from exc
+        raise
+    try:
+        os.set_blocking(fd, True)
+    except OSError:
+        os.close(fd)
+        raise
+    return LineFile(path, fd=fd)
+
+
+def _checked(setting: str, target: str, private: bool, opening: Callable[[], LineFile]) -> LineFile:
+    """What ``opening`` opens at ``target``; a private one that others may read is warned
+    about. Raises ``OutputError`` naming ``setting`` and the reason."""
+    try:
+        stream = opening()
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
         raise OutputError(f"cannot open {target} ({setting}): {reason}") from exc
-    if not private or target == "-":
+    if not private:
         return stream
     warning = private_file_warning(target, setting, os.fstat(stream.fileno()))
     if warning is not None:
         log.warning("%s", warning)
     return stream
-
-
-def _rotated(path: str, output: TextOutput) -> bool:
-    """Whether ``path`` no longer names the file ``output`` writes: it is gone (or cannot be
-    looked at: opening it says why), or another regular file is there. Not when something
-    else is (a FIFO whose reader is not back yet would block the open)."""
-    try:
-        there = os.stat(path)
-    except OSError:
-        return True
-    if not stat.S_ISREG(there.st_mode):
-        return False
-    written = None
-    with contextlib.suppress(OSError, ValueError):  # closed
-        written = os.fstat(output.fileno())
-    if written is None:
-        return True
-    return (there.st_dev, there.st_ino) != (written.st_dev, written.st_ino)

@@ -144,8 +144,8 @@ def test_a_sighup_in_the_grace_opens_rotated_outputs_again_and_reloads_no_config
     # The outputs' threads open the paths again (off the event loop): logged in their time.
     assert sorted(said_after(server, "shutting down")) == sorted(
         [
-            f"output.findings: {findings} opened again (the file there was rotated away)",
-            f"output.dump_tooltraces: {dump} opened again (the file there was rotated away)",
+            f"output.findings: {findings} opened again (the file there was renamed away)",
+            f"output.dump_tooltraces: {dump} opened again (the file there was renamed away)",
             f"{NOT_RELOADED} (what is buffered is judged by the one running at SIGTERM)",
             "drained 1 buffered trace(s) at shutdown",
         ]

@@ -87,11 +87,12 @@ FOLLOW_SECONDS: Final = 1.0
 
 
 #: What an output's thread asks of the file it writes, at most once every ``FOLLOW_SECONDS``
-#: (``follow``), and at a SIGHUP in its place in the queue (``reopen``): ``None`` while its
-#: path names it; the file opened again at its path (the one written was removed or renamed
-#: away: a log rotation); or why its lines are lost (removed, and its path cannot be opened:
-#: its directory was removed). Run by the thread: a path on a hung mount stalls that output
-#: alone, not the event loop.
+#: (``follow``), and at a SIGHUP in its place in the queue (``reopen``): ``None`` to go on
+#: with it (its path names it, or cannot be opened and it was not removed); the file opened
+#: again at its path (the one written was removed or renamed away: a log rotation; a FIFO
+#: its reader made again); or why its lines are lost (removed, and its path cannot be
+#: opened: its directory was removed). Run by the thread: a path on a hung mount stalls that
+#: output alone, not the event loop.
 Look = Callable[[TextOutput], "TextOutput | OSError | None"]
 
 
@@ -366,7 +367,9 @@ class BackgroundOutput:
         """The file to write once a ``Look`` (``follow``, a SIGHUP's ``reopen``) found
         ``found``: ``stream``, or the file opened again at its path when it was removed or
         renamed away; a removed one whose path cannot be opened loses its lines (``_gone``),
-        rather than write a file no one can read, and is closed (its disk space freed)."""
+        rather than write a file no one can read, and is closed (its disk space freed). It
+        stays lost until a file is opened at the path: ``None`` (go on) leaves it closed, and
+        its lines lost for the reason known, not for "file closed"."""
         if isinstance(found, OSError):
             if self._gone is None:
                 with contextlib.suppress(OSError):
@@ -374,7 +377,6 @@ class BackgroundOutput:
             self._gone = found
             return stream
         if found is None:
-            self._gone = None
             return stream
         return self._switched(stream, found)
 

@@ -35,7 +35,9 @@ def test_a_fifo_removed_by_its_reader_is_not_replaced_by_a_regular_file(tmp_path
     Now: follow (like ``_rotated``'s own rule for what is at the path) leaves alone an
     output that is not a regular file (a FIFO, a device, ``/dev/stdout`` given as a path): the
     line goes to the FIFO it was for (no reader: ``EPIPE``, counted), nothing is created.
-    Regression of 19141ba (before it only an explicit SIGHUP looked at the path)."""
+    Regression of 19141ba (before it only an explicit SIGHUP looked at the path). Since,
+    a FIFO the reader made again at the path is opened (test_follow_fifo_made_again.py);
+    a path with nothing there is still left to the reader."""
     path = tmp_path / "findings.fifo"
     os.mkfifo(path)
     reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # so that the writer's open returns

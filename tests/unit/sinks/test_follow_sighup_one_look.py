@@ -84,8 +84,10 @@ def test_an_outage_after_a_sighup_ended_the_last_one_is_told_by_the_thread(
     """Scenario: the log's directory removed (the thread tells it), made again, and a SIGHUP
     opens the path before the thread looks; a week later the directory is removed again.
     Was: the thread still held the first outage for going on (a SIGHUP's open did not end
-    it for the thread): the second "cannot open" was never logged by it.
-    Now: told, as the first was."""
+    it for the thread): the second "cannot open" was never logged by it. And the SIGHUP's
+    open said "the file there was rotated away", whatever happened (here nothing was
+    rotated: the directory was removed with the file, its lines lost meanwhile).
+    Now: told, as the first was; the open says what became of the file written."""
     log = _Log(tmp_path / "logs")
     try:
         log.write_after_a_look("written\n")
@@ -101,6 +103,7 @@ def test_an_outage_after_a_sighup_ended_the_last_one_is_told_by_the_thread(
         log.outputs.close(_WAIT)
     assert _looks(caplog) == [
         f"cannot open {log.path}",
-        f"output.findings: {log.path} opened again (the file there was rotated away)",
+        f"output.findings: {log.path} opened again (the file written was removed, and the path"
+        " could not be opened until now)",
         f"cannot open {log.path}",
     ]
