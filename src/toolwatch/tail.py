@@ -17,9 +17,11 @@ place in the server's stream, from a server that numbers findings). The severity
 are coloured when ``out`` is a terminal and ``NO_COLOR`` is unset (https://no-color.org);
 ``color=True`` or
 ``False`` forces the choice. Findings the server lost for this subscriber are told on
-``err``: ``N findings missed before the next`` or ``... since the last one printed``, with the
-setting that bounds them: its queue was full (``output.stream_queue_size``), or, after a
-resume, the server let them go before the replay read them (``output.stream_replay_size``).
+``err``: ``N findings missed before the next`` or ``... since the last one printed`` (``...
+before this run printed any`` when the stream's end tells them and tail has printed none),
+with the setting that bounds them: its queue was full (``output.stream_queue_size``), or,
+after a resume, the server let them go before the replay read them
+(``output.stream_replay_size``).
 On an ``out`` whose encoding cannot hold a character of a finding (a Latin-1 locale, a
 Windows redirect in its ANSI code page), the line has it as an escape (``\\u2014``), and a
 ``--json`` line escapes every non-ASCII character, still JSON.
@@ -521,13 +523,14 @@ class _Cursor:
         return cursor
 
     def save(self) -> None:
-        """Rewrites the cursor file, if any, whole and durably: ``FILE.partial`` is written
-        and synced, renamed over the file, and the directory synced, so that a crash, of tail
-        or of the machine, leaves the old one or the new (never an empty file, which the next
-        run would refuse). A file that cannot be replaced so (``_IN_PLACE``: mounted on its
-        own, as a container's single-file volume, or in a directory tail cannot write, as a
-        read-only root) is rewritten in place from then on, told once to ``warn``. Raises
-        ``OSError`` when it cannot."""
+        """Rewrites the cursor file, if any, whole and durably: ``FILE.partial`` is created
+        (``_CURSOR_MODE``, 0600), written and synced, renamed over the file, and the directory
+        synced, so that a crash, of tail or of the machine, leaves the old one or the new
+        (never an empty file, which the next run would refuse). A file that cannot be
+        replaced so (``_IN_PLACE``: mounted on its own, as a container's single-file volume,
+        or in a directory tail cannot write, as a read-only root) is rewritten in place from
+        then on, its mode as it was, told once to ``warn``. Raises ``OSError`` when it
+        cannot."""
         with self._lock:
             self._save()
 
@@ -547,7 +550,12 @@ class _Cursor:
     def _replace(self, file: Path, text: str) -> None:
         partial = file.with_name(file.name + ".partial")
         try:
-            with partial.open("w", encoding="utf-8") as copy:
+            # Made anew, readable by its owner alone (``_CURSOR_MODE``), whatever the umask, or
+            # the mode of a copy a crash left, says.
+            with suppress(FileNotFoundError):
+                partial.unlink()
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+            with open(os.open(partial, flags, _CURSOR_MODE), "w", encoding="utf-8") as copy:
                 copy.write(text)
                 copy.flush()
                 os.fsync(copy.fileno())  # its data before the rename: never an empty file
@@ -693,6 +701,10 @@ class _Cursor:
         return ""
 
 
+#: The mode of a cursor file tail creates: it holds the tokens tail resumes as, and whoever
+#: reads one can resume as tail, taking what the server holds for it and ending its stream.
+_CURSOR_MODE: Final = 0o600
+
 #: Why ``FILE.partial`` could not replace the cursor file, by errno, where rewriting the file
 #: in place may still work: a file mounted on its own (``docker -v FILE:FILE``, a Kubernetes
 #: ``subPath``), which no rename replaces; a directory tail cannot write (``docker run
@@ -816,8 +828,8 @@ def _narrow_encoding(out: TextIO) -> str | None:
 @dataclass(slots=True)
 class _Session:
     """A tail's subscriptions to one target: where it is in the stream, how it prints,
-    whether one has subscribed, and whether an outage has been told (and as one of the
-    credentials)."""
+    whether one has subscribed (and printed a finding), and whether an outage has been told
+    (and as one of the credentials)."""
 
     target: str
     printer: _Printer
@@ -826,6 +838,7 @@ class _Session:
     cursor: _Cursor = field(default_factory=_Cursor)
     keepalive: float = KEEPALIVE_SECONDS
     subscribed: bool = False
+    printed: bool = False  # a finding, in this run
     outage: bool = False
     outage_credentials: bool = False
 
@@ -867,15 +880,17 @@ class _Session:
                     err, message.missed_before, "before the next", message.missed_from_replay
                 )
                 self.printer(message, cursor.stream_id)
+                self.printed = True
                 delivered += 1
                 cursor.handled(message.sequence)
                 _tell_missed(err, message.missed_after, "since the last one printed")
-            # Lost after the last finding sent (a replay's last ones let go), told as it ends.
+            # Lost after the last finding sent (a replay's last ones let go, a queue's losses
+            # no later finding told), told as it ends.
             trailing = dict(call.trailing_metadata() or ())
             _tell_missed(
                 err,
                 _count(trailing.get(MISSED_AFTER_KEY)),
-                "since the last one printed",
+                "since the last one printed" if self.printed else "before this run printed any",
                 _count(trailing.get(MISSED_FROM_REPLAY_KEY)),
             )
         except grpc.RpcError as e:

@@ -33,6 +33,7 @@ from tests.integration.conftest import RunningServer
 from tests.integration.test_stream import DROPPED, make_finding, make_trace, serve
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.model import Category, Finding, Severity
+from toolwatch.sinks.stream import FindingsBroker
 from toolwatch.tail import run_tail
 
 #: A finding larger than HTTP/2's 64 KiB window: the server can never write one whole into
@@ -197,11 +198,60 @@ def test_what_a_replay_lost_after_its_last_finding_is_told_as_the_stream_ends(
     assert code == 0
     assert dropped >= 150  # most: the replay reads few, if any, before the lows come
     assert out.getvalue().count("\n") == 200 - dropped
+    when = "since the last one printed" if dropped < 200 else "before this run printed any"
     assert err.getvalue().splitlines() == [
         f"toolwatch tail: connected to {target}, resuming where the last run left off"
         " (--cursor-file)",
-        f"toolwatch tail: {dropped} findings missed since the last one printed: the server let"
-        " go of them before this resumed subscription's replay read them"
-        " (output.stream_replay_size)",
+        f"toolwatch tail: {dropped} findings missed {when}: the server let go of them before"
+        " this resumed subscription's replay read them (output.stream_replay_size)",
+        f"toolwatch tail: {target} ended the stream (server shutting down)",
+    ]
+
+
+def test_losses_told_as_the_stream_ends_before_tail_printed_any_are_told_so(
+    tmp_path: Path,
+) -> None:
+    """tail (no ``--reconnect``), following high and critical findings, starts with a cursor
+    file at the start of the stream: 3 critical findings held (``replay_size`` 3). Right
+    after it subscribes, before its replay reads any, 3 low findings are published (by the
+    server's token check, ``authorize``, which runs then), so the criticals are let go
+    unread; the server shuts down. tail printed nothing.
+    Was: "3 findings missed since the last one printed". Now: "... before this run printed
+    any"."""
+    cursor_file = tmp_path / "tail.cursor"
+    out, err = io.StringIO(), io.StringIO()
+    low = make_finding(Category.TOOL_ORDER_DRIFT, Severity.LOW, "filtered out")
+    servers: list[FindingsBroker] = []
+
+    def publish_lows(_metadata: object) -> None:
+        servers[0].publish(make_trace(), [low] * 3)  # on the loop, before the first write
+
+    async def scenario() -> tuple[int, float | None, str]:
+        async with serve(replay_size=3, authorize=publish_lows) as h:
+            servers.append(h.broker)
+            h.broker.publish(make_trace(), [make_finding(explanation=f"f{i}") for i in (1, 2, 3)])
+            cursor_file.write_text(json.dumps({"streams": {h.broker.stream_id: 0}}))
+            tail = asyncio.create_task(
+                asyncio.to_thread(
+                    run_tail,
+                    h.target,
+                    min_severity="high",
+                    out=out,
+                    err=err,
+                    cursor_file=cursor_file,
+                )
+            )
+            await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=10)
+            h.broker.close()
+            code = await asyncio.wait_for(tail, timeout=30)
+            return code, h.registry.get_sample_value(DROPPED), h.target
+
+    code, dropped, target = asyncio.run(scenario())
+    assert (code, dropped, out.getvalue()) == (0, 3, "")
+    assert err.getvalue().splitlines() == [
+        f"toolwatch tail: connected to {target}, resuming where the last run left off"
+        " (--cursor-file)",
+        "toolwatch tail: 3 findings missed before this run printed any: the server let go of"
+        " them before this resumed subscription's replay read them (output.stream_replay_size)",
         f"toolwatch tail: {target} ended the stream (server shutting down)",
     ]

@@ -423,7 +423,7 @@ def test_the_initial_metadata_says_where_a_subscriber_starts_and_how_a_resume_we
                 "same",
                 "0",
             )
-            # Each subscription its own token, a resumed one too.
+            # A resume without a token (a client older than tokens) gets a new one.
             assert metadata["toolwatch-resume-token"] not in ("", subscription.token)
             message = await resumed.read()
             assert (message.explanation, message.sequence) == ("f2", 2)

@@ -36,7 +36,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from tests.integration.test_stream import DROPPED, make_trace, serve
+from tests.integration.test_stream import DROPPED, make_finding, make_trace, serve
 from tests.integration.test_stream_replay_losses import NO_BDP, findings
 from tests.integration.test_stream_resume import Lines, Waits, end_tail, in_thread, proxied
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
@@ -200,3 +200,30 @@ def test_tail_keeps_its_token_with_its_cursor_and_resumes_as_its_own_subscriptio
         " (output.stream_replay_size): missed (its findings log has them)"
     )
     assert (at_leave, at_shutdown) == (4, 6)  # A's f2..f5; then B's f2, f3
+
+
+def test_a_stream_superseded_while_its_client_still_reads_ends_ok() -> None:
+    """Two clients resuming with one token (a cursor file copied to a second tail): the
+    second resume supersedes the first's subscription, still open and read. The first's
+    stream ends OK, as at a shutdown, with nothing lost (it had read all it was sent); the
+    second, which keeps the token, gets what comes next. Nothing is counted."""
+
+    async def scenario() -> tuple[list[str], bool, grpc.StatusCode, list[str], float | None]:
+        async with serve(replay_size=10) as h, grpc.aio.insecure_channel(h.target) as channel:
+            stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
+            first = stub.Subscribe(findings_pb2.SubscribeRequest())
+            token = dict(await first.initial_metadata())["toolwatch-resume-token"]
+            h.broker.publish(make_trace(), [make_finding(explanation="f1")])
+            first_read = [named(await first.read())]
+            second = stub.Subscribe(request_after(h.broker.stream_id, 1, token))
+            kept = dict(await second.initial_metadata())["toolwatch-resume-token"]
+            assert await first.read() == grpc.aio.EOF
+            h.broker.publish(make_trace(), [make_finding(explanation="f2")])
+            second_read = [named(await second.read())]
+            h.broker.close()
+            assert await second.read() == grpc.aio.EOF
+            code = await first.code()
+            counted = h.registry.get_sample_value(DROPPED)
+            return first_read, kept == token, code, second_read, counted
+
+    assert asyncio.run(scenario()) == (["f1"], True, grpc.StatusCode.OK, ["f2"], 0)

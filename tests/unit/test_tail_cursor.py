@@ -4,6 +4,8 @@ thread injected)."""
 from __future__ import annotations
 
 import json
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
@@ -129,6 +131,26 @@ def test_a_file_that_cannot_be_rewritten_mid_run_is_told_once_and_tried_again(
     cursor.handled(4)
     assert kept(file) == {"s1": 4}
     assert told[1:] == [f"--cursor-file {file}: rewritten again"]
+
+
+def test_the_cursor_file_tail_creates_is_readable_by_its_owner_alone(tmp_path: Path) -> None:
+    """It holds the tokens tail resumes as. Was: created as the umask let it be (0644 under
+    the usual 022, 0666 here under 0), and a ``.partial`` left by a crash kept its mode.
+    Now: 0600 whatever the umask, a copy left behind (0644 here) made anew."""
+    file = tmp_path / "tail.cursor"
+    left = tmp_path / "tail.cursor.partial"
+    left.write_text("{}")
+    left.chmod(0o644)
+    umask = os.umask(0)
+    try:
+        cursor, _clock, _timers = cursor_at(file)
+        assert stat.S_IMODE(file.stat().st_mode) == 0o600
+        cursor.handled(1)
+        cursor.flush()
+    finally:
+        os.umask(umask)
+    assert (stat.S_IMODE(file.stat().st_mode), kept(file)) == (0o600, {"s1": 1})
+    assert not left.exists()
 
 
 def test_without_a_file_nothing_is_written(tmp_path: Path) -> None:

@@ -26,11 +26,16 @@ it may fall behind; what it had still to replay when it leaves, or when the serv
 down, is counted as a queue's findings are (``FindingsBroker.unsubscribe``).
 
 What a subscriber leaves undelivered and still held is kept for it (``_Departed``), counted
-lost at shutdown unless it resumes. Each subscription has a random ``token``, sent to its
-client (``RESUME_TOKEN_KEY``); a resume that sends it back (``StreamCursor.token``) claims
-what was held for that subscription and nothing else, so that two clients of one filter are
-not taken for each other. A resume without one (a client older than tokens) is matched by a
-guess (``FindingsBroker._guess``).
+lost at shutdown unless it resumes (or when more than ``max_subscribers`` have left since).
+Each subscription has a ``token``, sent to its client (``RESUME_TOKEN_KEY``); a resume that
+sends it back (``StreamCursor.token``) claims what was held for that subscription and
+nothing else, so that two clients of one filter are not taken for each other, and keeps the
+token: it names a client across its resumes, so a resume whose answer was lost can be tried
+again with it. A resume that comes while the subscription of its token is still open (its
+connection gone silent, not yet seen gone) supersedes it: that one is ended, and what it was
+owed is the resume's (``FindingsBroker._supersede``). A fresh subscription, or a resume whose
+token names nothing here, gets a new random one. A resume without one (a client older than
+tokens) is matched by a guess (``FindingsBroker._guess``).
 
 ``FindingsStreamServicer`` is the thin grpc.aio adapter: it validates the request, subscribes,
 writes queued findings and unsubscribes when the client goes away. A write that fails ends
@@ -363,8 +368,9 @@ class Subscription:
     finding is queued with the ``_tool_key`` of its tool (``None``: on no tool, or not told),
     what a reload redacts it again by.
 
-    ``token`` (random, ``_TOKEN_BYTES``) is what its client resumes as: what the broker holds
-    for it when it ends is claimed by a resume that sends it (``FindingsBroker._resumes``).
+    ``token`` is what its client resumes as: what the broker holds for it when it ends is
+    claimed by a resume that sends it (``FindingsBroker._resumes``). A new one is random
+    (``_TOKEN_BYTES``); a resume that claimed one passes it on.
     """
 
     __slots__ = (
@@ -375,6 +381,7 @@ class Subscription:
         "_replay",
         "_replay_missed",
         "_wakeup",
+        "_writing",
         "dropped",
         "filter",
         "resumed",
@@ -383,7 +390,11 @@ class Subscription:
     )
 
     def __init__(
-        self, stream_filter: StreamFilter, queue_size: int, replay: _Replay | None = None
+        self,
+        stream_filter: StreamFilter,
+        queue_size: int,
+        replay: _Replay | None = None,
+        token: str | None = None,
     ) -> None:
         self.filter = stream_filter
         self.dropped = 0
@@ -394,9 +405,10 @@ class Subscription:
         self._replay = replay
         self._replay_missed = 0  # lost from the replay, told with the next finding sent
         self._wakeup = asyncio.Event()
+        self._writing: findings_pb2.Finding | None = None
         self._closed = False
         self.revoked = False
-        self.token = secrets.token_hex(_TOKEN_BYTES)
+        self.token = token or secrets.token_hex(_TOKEN_BYTES)
 
     def offer(self, message: findings_pb2.Finding, tool_key: bytes | None = None) -> bool:
         if self.revoked:
@@ -420,7 +432,9 @@ class Subscription:
         return True
 
     async def next(self) -> findings_pb2.Finding | None:
+        self._writing = None  # the last one is written: ``deliver`` asks for the next at once
         if self._replay is not None and (replayed := self._replayed()) is not None:
+            self._writing = replayed
             return replayed
         while not self._items:
             if self._closed:
@@ -433,6 +447,7 @@ class Subscription:
         if self._missed and not self._items and self.filter.missed_after:
             message = _copy(message)
             message.missed_after, self._missed = self._missed, 0
+        self._writing = message
         return message
 
     def _replayed(self) -> findings_pb2.Finding | None:
@@ -464,6 +479,13 @@ class Subscription:
         after the last finding taken when ``missed_after`` was not asked for. Told in the
         stream's trailing metadata once it has ended (``MISSED_AFTER_KEY``)."""
         return self._missed + self._replay_missed, self._replay_missed
+
+    @property
+    def writing(self) -> findings_pb2.Finding | None:
+        """The finding ``next`` last returned, while its write may not be done: ``deliver``
+        writes it, then asks ``next`` again without awaiting between, so seen from another
+        task it is the finding being written (``None``: none is)."""
+        return self._writing
 
     @property
     def waiting(self) -> Iterable[tuple[findings_pb2.Finding, bytes | None]]:
@@ -590,12 +612,19 @@ class FindingsBroker:
         self._wall_clock = wall_clock
         self._queue_size = queue_size
         self._max_subscribers = max_subscribers
-        self._subscriptions: set[Subscription] = set()
+        self._subscriptions: dict[str, Subscription] = {}  # open, by token
+        # Superseded by a resume (``_supersede``), their ``Subscribe`` not returned yet (one
+        # may wait on a write to a silent connection): each still takes a slot, so that a
+        # client resuming again and again cannot keep calls open beyond them.
+        self._superseded: set[Subscription] = set()
         # Subscribers that left with findings held for their resume, not resumed yet, by
         # token, oldest first: what they were promised goes with the process at shutdown
         # (``close``). The most recent ``max_subscribers`` are remembered; an older one is
-        # forgotten uncounted.
+        # let go, what it held counted then (``_keep``).
         self._departed: OrderedDict[str, _Departed] = OrderedDict()
+        # The tokens of the latest ``max_subscribers`` that left nothing held: a resume that
+        # sends one still names a subscription of this broker, and keeps it.
+        self._left_empty: OrderedDict[str, None] = OrderedDict()
         self._changed = asyncio.Event()
         self._closed = False
         #: Findings counted lost to subscribers (``count_dropped``) since start-up.
@@ -623,20 +652,24 @@ class FindingsBroker:
     @property
     def subscriptions(self) -> tuple[Subscription, ...]:
         """The open subscriptions, in no particular order."""
-        return tuple(self._subscriptions)
+        return tuple(self._subscriptions.values())
 
     def subscribe(self, stream_filter: StreamFilter, resume: Resume | None = None) -> Subscription:
         """A new subscription, resuming ``resume`` if given (``Subscription.resumed`` says
         how). Raises ``RuntimeError`` once the broker is closed, and ``SubscribersFullError``
-        when ``max_subscribers`` are open."""
+        when ``max_subscribers`` are open, those superseded whose call has not ended among
+        them (a resume that supersedes one takes its slot)."""
         if self._closed:
             raise RuntimeError("the findings broker is closed")
-        if len(self._subscriptions) >= self._max_subscribers:
+        token = resume.tokens.get(self.stream_id, "") if resume is not None else ""
+        # A resume that supersedes an open subscription takes its slot (``_supersede``).
+        taken = len(self._subscriptions) + len(self._superseded) - (token in self._subscriptions)
+        if taken >= self._max_subscribers:
             raise SubscribersFullError(
                 f"the findings stream already has {self._max_subscribers} subscribers "
                 "(output.stream_max_subscribers); retry when one leaves"
             )
-        replay, resumed = None, None
+        replay, resumed, kept = None, None, None
         if resume is not None:
             kind: Literal["same", "new"] = "same" if self.stream_id in resume.cursors else "new"
             after = resume.cursors.get(self.stream_id, 0)
@@ -645,32 +678,76 @@ class FindingsBroker:
                 replay = _Replay(self, max(after, oldest - 1), self._sequence)
             resumed = ResumeResult(kind, self.unheld_passing(after + 1, oldest - 1, stream_filter))
             if kind == "same":
-                self._resumes(stream_filter, after, resume.tokens.get(self.stream_id, ""))
-        subscription = Subscription(stream_filter, self._queue_size, replay)
+                kept = self._resumes(stream_filter, after, token)
+        subscription = Subscription(stream_filter, self._queue_size, replay, kept)
         subscription.resumed = resumed
-        self._subscriptions.add(subscription)
+        self._subscriptions[subscription.token] = subscription
         self._changed.set()
         return subscription
 
-    def _resumes(self, stream_filter: StreamFilter, after: int, token: str) -> None:
+    def _resumes(self, stream_filter: StreamFilter, after: int, token: str) -> str | None:
         """A subscriber resumes after ``after``: the departed subscriber it is, if any, is no
-        longer waited for, and what was held for it and let go since it left is counted (the
-        resume tells it in ``ResumeResult.lost``; the rest it is sent). With a ``token``, the
-        one that left with that token, or none: a token this broker holds nothing for (its
-        subscription left nothing held, was forgotten, or another server's) claims nothing,
-        so no client takes another's. Without one (a client older than tokens), the one
-        ``_guess`` names."""
+        longer waited for, and what was held for it and let go since it left is counted
+        (``_let_go``; the resume tells it in ``ResumeResult.lost``, and is sent the rest).
+        With a ``token``, the subscription of that token: still open, it is superseded
+        (``_supersede``); else the one that left with it, or none: a token this broker holds
+        nothing for (its subscription left nothing held, was forgotten, or another server's)
+        claims nothing, so no client takes another's. Without one (a client older than
+        tokens), the one ``_guess`` names.
+
+        Returns the token the resumed subscription keeps: ``token`` when it names one of the
+        broker's subscriptions (open, departed, or among the latest that left nothing held),
+        so that a resume whose answer was lost can be tried again with it; else ``None``, a
+        new one (a token another server issued, or a client made up, is not taken)."""
         # Looked up by token as a key: no departed subscriber's is compared, or guessed from.
-        departed = self._departed.pop(token, None) if token else self._guess(stream_filter, after)
-        if departed is None:
-            return
-        if gone := bisect.bisect_left(departed.sequences, self.oldest_held):
+        if not token:
+            departed = self._guess(stream_filter, after)
+        elif (open_ := self._subscriptions.get(token)) is not None:
+            departed = self._supersede(open_, after)
+        elif (departed := self._departed.pop(token, None)) is None:
+            if token not in self._left_empty:
+                return None  # another server's, forgotten, or made up: not taken
+            del self._left_empty[token]
+        if departed is not None and (gone := self._let_go(departed, stream_filter)):
             self.count_dropped(gone)
             log.warning(
                 "a findings stream subscriber resumed after %d findings held for it were let go"
                 " (output.stream_replay_size; counted in toolwatch_stream_dropped_findings_total)",
                 gone,
             )
+        return token or None
+
+    def _let_go(self, departed: _Departed, stream_filter: StreamFilter) -> int:
+        """Of the findings held for ``departed``, how many the broker has let go since that
+        pass ``stream_filter``, the filter it resumes with: it claims them whatever its
+        filter now, and one its new filter rejects, held or not, is neither sent nor counted
+        (its client no longer asks for it, and ``ResumeResult.lost`` tells what passes)."""
+        gone = departed.sequences[: bisect.bisect_left(departed.sequences, self.oldest_held)]
+        if not gone or departed.filter == stream_filter:
+            return len(gone)
+        # Each one published before the index counts, as in ``unheld_passing``.
+        indexed_from = self._sequence - len(self._index) + 1
+        return sum(
+            s < indexed_from or stream_filter.accepts(self._index[s - indexed_from]) for s in gone
+        )
+
+    def _supersede(self, subscription: Subscription, after: int) -> _Departed | None:
+        """Ends ``subscription``, still open when a resume after ``after`` sent its token
+        (its connection gone silent and not seen gone yet, or a client that subscribed
+        again): it leaves as if its connection were gone, with the finding it was writing,
+        and what it would hold for a resume is returned for the resume to claim, not kept.
+        Of what it was owed, those up to ``after`` its client has (none is counted), those
+        after it the resume is sent while held (its replay: none counted), and those let go
+        are counted now, once, as at a leave (the resume tells them, ``ResumeResult.lost``).
+        Its ``Subscribe`` ends OK when its writing does; its ``unsubscribe`` then holds and
+        counts nothing."""
+        del self._subscriptions[subscription.token]
+        self._superseded.add(subscription)
+        log.info(
+            "a findings stream subscriber resumed while its last subscription was open (a"
+            " connection not seen gone yet): that one is ended, what it was owed is the resume's"
+        )
+        return self._leave(subscription, subscription.writing, after)
 
     def _guess(self, stream_filter: StreamFilter, after: int) -> _Departed | None:
         """Takes out the departed subscriber a resume without a token most likely is: the
@@ -738,25 +815,43 @@ class FindingsBroker:
         counted as dropped and logged, never lost unseen; the others are logged, and a client
         that resumes gets them (``close`` counts them if none does). ``withheld``: the
         subscriber's token or client certificate was taken out, so none is counted lost to a
-        slow client."""
+        slow client. One superseded by a resume (``_supersede``) left then: nothing more."""
+        if subscription in self._superseded:
+            self._superseded.discard(subscription)
+            subscription.discard()
+        elif self._subscriptions.get(subscription.token) is subscription:
+            del self._subscriptions[subscription.token]
+            if withheld:
+                left, _ = subscription.discard()
+                if left or unsent is not None:
+                    log.info(
+                        "withheld %d findings from a stream whose token or client certificate"
+                        " was taken out",
+                        len(left) + (unsent is not None),
+                    )
+            elif (departed := self._leave(subscription, unsent)) is not None:
+                self._keep(departed)
+            else:
+                self._left_empty[subscription.token] = None
+                if len(self._left_empty) > self._max_subscribers:
+                    self._left_empty.popitem(last=False)
+        self._changed.set()
+
+    def _leave(
+        self, subscription: Subscription, unsent: findings_pb2.Finding | None, handled: int = 0
+    ) -> _Departed | None:
+        """Closes ``subscription``, counts what it was owed after ``handled`` (its client
+        has those up to it) and is no longer held (or all of it, once the broker is
+        closed), and returns what is still held for its resume, if any (``unsubscribe``)."""
         left, replay = subscription.discard()
-        if unsent is not None:
-            left.append(unsent)
-        if withheld:
-            if left:
-                log.info(
-                    "withheld %d findings from a stream whose token or client certificate was"
-                    " taken out",
-                    len(left),
-                )
-            self._subscriptions.discard(subscription)
-            self._changed.set()
-            return
         owed = [message.sequence for message in left]
+        if unsent is not None:
+            owed.append(unsent.sequence)
         lost = 0
         if replay is not None:  # stuck in its replay: what it had yet to read is owed too
             lost, still_held = replay.rest(subscription.filter)
             owed += still_held
+        owed = [sequence for sequence in owed if sequence > handled]
         if self._closed:  # shutting down: what it holds goes with the process
             lost += len(owed)
             kept = []
@@ -774,18 +869,28 @@ class FindingsBroker:
                 lost,
                 why,
             )
-        if kept:
-            if len(self._departed) >= self._max_subscribers:
-                self._departed.popitem(last=False)  # the oldest, forgotten uncounted
-            departed = _Departed(subscription.filter, _compact(kept), subscription.token)
-            self._departed[subscription.token] = departed
-            log.info(
-                "a findings stream subscriber left with %d findings undelivered, held for"
-                " it if it resumes (output.stream_replay_size)",
-                len(kept),
+        return _Departed(subscription.filter, _compact(kept), subscription.token) if kept else None
+
+    def _keep(self, departed: _Departed) -> None:
+        """Holds ``departed`` for its resume. Past ``max_subscribers`` of them the oldest is let
+        go, what it held counted lost then, as at shutdown (``close``): its resume, if it
+        comes, claims nothing, so counts none of it again."""
+        if len(self._departed) >= self._max_subscribers:
+            _, oldest = self._departed.popitem(last=False)
+            self.count_dropped(len(oldest.sequences))
+            log.warning(
+                "%d findings held for a findings stream subscriber that left and has not"
+                " resumed are let go: %d more left since (output.stream_max_subscribers;"
+                " counted in toolwatch_stream_dropped_findings_total)",
+                len(oldest.sequences),
+                self._max_subscribers,
             )
-        self._subscriptions.discard(subscription)
-        self._changed.set()
+        self._departed[departed.token] = departed
+        log.info(
+            "a findings stream subscriber left with %d findings undelivered, held for"
+            " it if it resumes (output.stream_replay_size)",
+            len(departed.sequences),
+        )
 
     async def wait_for_subscribers(self, count: int) -> None:
         """Returns once exactly ``count`` subscriptions are open: for tests and tools that
@@ -806,7 +911,7 @@ class FindingsBroker:
         dropped = 0
         for finding in findings:
             tag = tag_of(finding, trace.agent)
-            matching = [s for s in self._subscriptions if s.filter.accepts(tag)]
+            matching = [s for s in self._subscriptions.values() if s.filter.accepts(tag)]
             # Rendered before it is numbered: one that fails to render (an output failure,
             # counted by the caller) takes no number, and the held stay numbered without a
             # gap, as a resume reads them.
@@ -838,7 +943,7 @@ class FindingsBroker:
         # for any tool alone apply to it, as they would to its whole name).
         named = {_tool_key(tool): tool for tool in redaction.named_tools()}
         waiting = {id(held.message): (held.message, held.tool_key) for held in self.held}
-        for subscription in self._subscriptions:
+        for subscription in self._subscriptions.values():
             waiting.update((id(message), (message, key)) for message, key in subscription.waiting)
         for message, key in waiting.values():
             tool = named.get(key) if key is not None else None
@@ -864,7 +969,7 @@ class FindingsBroker:
                 f"{SHUTTING_DOWN}; ",
             )
             self._departed.clear()
-        for subscription in self._subscriptions:
+        for subscription in self._subscriptions.values():
             subscription.close()
 
 

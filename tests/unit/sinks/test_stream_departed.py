@@ -147,18 +147,25 @@ def test_what_was_held_for_a_departure_and_let_go_before_its_resume_is_counted_t
 
 def test_the_departures_held_are_the_latest_max_subscribers() -> None:
     """Memory stays bounded however many clients leave: of three departures with a finding
-    held each, with ``max_subscribers`` 2, the oldest is forgotten uncounted (its token then
-    claims nothing), the two latest are counted at shutdown."""
+    held each, with ``max_subscribers`` 2 (``replay_size`` 2), the oldest is let go as the
+    third leaves, and what it held (f1) counted then; the two latest are counted at
+    shutdown. Its client's resume after 0, with its token, claims nothing (a new token), is
+    told of f1 lost and counts it no second time; it is sent f2, f3 (held for the others).
+    Was: the oldest was forgotten uncounted: f1, which its client never got, was told to it
+    and never counted (2 in all). Now: 3."""
     registry = CollectorRegistry()
-    broker = FindingsBroker(PrometheusMetrics(registry), max_subscribers=2, replay_size=10)
+    broker = FindingsBroker(PrometheusMetrics(registry), max_subscribers=2, replay_size=2)
     tokens = []
     for number in (1, 2, 3):
         subscription = broker.subscribe(StreamFilter())
         publish(broker, number)
         broker.unsubscribe(subscription)
         tokens.append(subscription.token)
-    first = broker.subscribe(StreamFilter(), resuming(broker, 3, tokens[0]))
-    assert first.resumed == ResumeResult("same", 0)  # after f3: nothing to replay
+    assert registry.get_sample_value(DROPPED) == 1  # f1, as its departure was let go
+    first = broker.subscribe(StreamFilter(), resuming(broker, 0, tokens[0]))
+    assert (first.resumed, first.token != tokens[0]) == (ResumeResult("same", 1), True)
+    assert registry.get_sample_value(DROPPED) == 1
+    assert read(first, 2) == [2, 3]
     broker.unsubscribe(first)
     broker.close()
-    assert registry.get_sample_value(DROPPED) == 2  # f2 and f3
+    assert registry.get_sample_value(DROPPED) == 3  # then f2 and f3

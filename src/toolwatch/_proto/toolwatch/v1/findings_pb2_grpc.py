@@ -66,9 +66,13 @@ class FindingsServiceServicer:
         toolwatch-stream-sequence: the sequence of the last finding published before this
         subscription (0: none): where a fresh subscription's cursor starts (a resumed one
         keeps its own)
-        toolwatch-resume-token: this subscription's token (random, new for each subscription,
-        resumed or not): send it in the StreamCursor.token of this stream when resuming, so
-        that the findings held for this subscription when it ends are claimed as yours
+        toolwatch-resume-token: this subscription's token: send it in the StreamCursor.token
+        of this stream when resuming, so that the findings held for this subscription when
+        it ends are claimed as yours. A resume keeps the token it sent when that names a
+        subscription of this server (it names the client across its reconnections: a
+        resume whose answer was lost can be tried again with it); a fresh subscription, or a
+        resume whose token names none, gets a new random one. Keep it secret: whoever sends
+        it resumes as you, ending your stream
         toolwatch-resume: "same" (a cursor named this stream) or "new" (none did: what it holds
         is sent), and
         toolwatch-resume-lost: the findings after the cursor that pass the filter and that the
@@ -77,8 +81,10 @@ class FindingsServiceServicer:
         findings log has them. Both only when resuming.
 
         The trailing metadata of the OK end, when the subscriber lost findings it has not been
-        told of in a finding (after the last one sent: its resumed replay's last findings let go
-        before it read them, with no finding after them to tell it in missed_before):
+        told of in a finding (after the last one sent, with no finding after them to tell them
+        in missed_before: its resumed replay's last findings let go before it read them; and,
+        when it did not ask for missed_after, its queue's losses after the last finding it was
+        sent):
         toolwatch-missed-after: how many, counted as every loss is, and
         toolwatch-missed-from-replay: how many of those its replay lost (the rest its queue).
 
