@@ -40,6 +40,7 @@ from tests.integration.test_stream import DROPPED, make_finding, make_trace, ser
 from tests.integration.test_stream_replay_losses import NO_BDP, findings
 from tests.integration.test_stream_resume import Lines, Waits, end_tail, in_thread, proxied
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
+from toolwatch.model import Finding
 from toolwatch.tail import EXIT_INTERRUPTED, run_tail
 
 
@@ -133,6 +134,14 @@ class StalledLines(Lines):
         self._go.set()
 
 
+def _larger(first: int, last: int) -> list[Finding]:
+    """Findings of 300 KB: far past tail's 64 KiB receive window and what gRPC grants past it
+    for a message being read, so one is never written whole to a tail that stopped reading.
+    (With ``findings``' 70 KB, the credit left after a finding read let the next one through
+    now and then: counted written, then lost with the connection, 1 run in 5.)"""
+    return [make_finding(explanation=f"f{i} " + "x" * 300_000) for i in range(first, last + 1)]
+
+
 def test_tail_keeps_its_token_with_its_cursor_and_resumes_as_its_own_subscription(
     tmp_path: Path,
 ) -> None:
@@ -165,7 +174,7 @@ def test_tail_keeps_its_token_with_its_cursor_and_resumes_as_its_own_subscriptio
             )
             await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=10)
             (a,) = h.broker.subscriptions
-            h.broker.publish(make_trace(), findings(1, 1))
+            h.broker.publish(make_trace(), _larger(1, 1))
             assert await asyncio.to_thread(out.writing.wait, 10)  # A stuck printing f1
             stream_id = h.broker.stream_id
             assert json.loads(cursor_file.read_text())["tokens"] == {stream_id: a.token}
@@ -173,10 +182,10 @@ def test_tail_keeps_its_token_with_its_cursor_and_resumes_as_its_own_subscriptio
                 stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
                 b = stub.Subscribe(findings_pb2.SubscribeRequest(missed_after=True))  # as tail
                 await b.initial_metadata()
-                h.broker.publish(make_trace(), findings(2, 3))
+                h.broker.publish(make_trace(), _larger(2, 3))
                 b.cancel()
                 await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=10)
-            h.broker.publish(make_trace(), findings(4, 9))
+            h.broker.publish(make_trace(), _larger(4, 9))
             proxy.cut()
             await asyncio.wait_for(h.broker.wait_for_subscribers(0), timeout=10)
             at_leave = h.registry.get_sample_value(DROPPED)
