@@ -631,9 +631,9 @@ class App:
         # No connection age (``_grpc_connection_age_options``): a subscription is one call
         # for as long as ``toolwatch tail`` runs; the grace over, a closed connection would end
         # it (``tail`` without ``--reconnect`` exits), and with no grace it would outlive its
-        # connection's age all the same. Its token and its client certificate, not its
-        # connection, are checked again: the token when the tokens change, the certificate
-        # when the client CAs do (``toolwatch.client_ca``).
+        # connection's age all the same. Its token, not its connection, is checked again;
+        # when a reload takes a client CA out, every stream is ended for its client to
+        # connect again (``reconnect_all``), and its new handshake decides.
         server = grpc.aio.server(
             interceptors=self._security.grpc_interceptors("stream"),
             options=[_NO_REUSEPORT, self._grpc_handshake_option, *stream_server_options()],
@@ -644,10 +644,9 @@ class App:
             self.broker,
             lambda metadata: security.still_accepted("stream", metadata),
             lambda: security.auth_failed("stream"),
-            lambda auth_context: security.still_trusted("stream", auth_context),
         )
         security.on_tokens_changed(servicer.recheck)
-        security.on_client_cas_changed(servicer.recheck_certificates)
+        security.on_client_ca_removed("stream", servicer.reconnect_all)
         bound = await bind_grpc(
             server, "stream", address, self._security.grpc_credentials("stream")
         )

@@ -20,10 +20,12 @@ moment (clients also spread again over the replicas behind a Service).
   it. The request is served: the client's next one opens a new connection.
 
 Not for the findings stream: a subscription is one call for as long as ``toolwatch tail``
-runs, which a closed connection would end. Its client certificate is checked again instead,
-as it subscribes and whenever a reload changes the client CAs: a stream whose certificate no
-longer verifies against them is ended UNAUTHENTICATED and counted, as a revoked token's is
-(``toolwatch.client_ca``, ``FindingsStreamServicer.recheck_certificates``).
+runs, which a closed connection would end. Instead, when a reload takes a CA out of the
+client CA file, every open stream is ended UNAVAILABLE
+(``ListenerSecurity.on_client_ca_removed``, ``FindingsStreamServicer.reconnect_all``): its
+client connects again, through a new handshake, which the CAs served then decide (one whose
+CA was taken out is refused there), and resumes where it left off. Adding a CA, or writing
+the same ones again, ends no stream.
 """
 
 from __future__ import annotations

@@ -28,9 +28,9 @@ certificate, its key and the client CA (``toolwatch.tls.CertificateFiles``): a r
 certificate (by cert-manager, say) is served on new connections — gRPC takes it at the next
 handshake, the HTTPS listeners at the next ``ListenerSecurity.refresh`` (the server's tick);
 the connections open before it are closed at their age (``toolwatch.connection_age``; not
-the findings stream's, whose client certificates are checked again when the client CAs
-change: ``still_trusted``, ``toolwatch.client_ca``). A file that changed and cannot be used
-(a certificate that is not valid now included) keeps the previous one and is counted with
+the findings stream's, whose calls are ended for their clients to connect again when a
+reload takes a client CA out: ``on_client_ca_removed``). A file that changed and cannot be
+used (a certificate that is not valid now included) keeps the previous one and is counted with
 ``PipelineMetrics.reload_failed``; the dates of the certificate and client CA served (since
 when they are valid, when they expire) are reported at start-up and at each reload that took
 a new set (``PipelineMetrics.certificates_served``).
@@ -58,7 +58,6 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from toolwatch.certificate_dates import utc_from_ns
-from toolwatch.client_ca import ClientCas, PeerCertificate
 from toolwatch.config.security import SecuritySettings, read_token_file
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock
@@ -216,9 +215,6 @@ def _token_in(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
 #: Asked of a long-lived call: is the token it opened with still accepted?
 #: (``ListenerSecurity.still_accepted``)
 StillAccepted = Callable[[], bool]
-#: Whether a lasting call's client certificate still verifies against the client CAs served
-#: now (``None``: that cannot be told; ``toolwatch.client_ca``).
-StillTrusted = Callable[[], bool | None]
 
 
 def bearer_token_middleware(
@@ -447,7 +443,6 @@ class ListenerSecurity:
     ) -> None:
         self._settings = settings
         self._metrics = metrics
-        self._wall_clock = wall_clock
         tls, auth = settings.tls, settings.auth
         # HTTPS contexts by verify mode. With a client CA the metrics listener lets a client
         # without a certificate finish the handshake, so that probes (which have none) reach
@@ -473,9 +468,8 @@ class ListenerSecurity:
             ClientNames(tls.client_names) if tls is not None and tls.client_names else None
         )
         self._context_generation = 0
-        self._client_cas = ClientCas.from_der(files.current.client_cas() if files else [])
-        self._cas_generation = files.current.generation if files else 0
-        self._on_client_cas_changed: list[Callable[[], None]] = []
+        self._client_cas = files.current.client_ca_certificates() if files else frozenset()
+        self._on_client_ca_removed: list[Callable[[], object]] = []
         self._tokens = (
             TokenFile(
                 auth.bearer_token_file,
@@ -491,38 +485,25 @@ class ListenerSecurity:
         """Reload the token file and the TLS files if they changed (a token file is also
         looked at when a call is checked; a stream that sends nothing is not), and have the
         HTTPS listeners' new connections take the set gRPC serves (a removed client CA is no
-        longer trusted there); when the client CAs changed, the lasting calls are checked
-        against them (``on_client_cas_changed``). Call it on the event loop that serves them
-        (the server's tick does)."""
+        longer trusted there); when that set took a client CA out, the lasting calls' clients
+        are told to connect again (``on_client_ca_removed``). Call it on the event loop that
+        serves them (the server's tick does)."""
         if self._tokens is not None:
             self._tokens.refresh()
         files = self._certificates
         if files is None:
             return
         files.refresh()
-        self._served_client_cas(files)
-        current = files.current
+        current = files.current  # gRPC's handshakes may have taken it since the last look
         if current.generation == self._context_generation:
             return
         for served in self._contexts.values():
             served.follow(current)
         self._context_generation = current.generation
-
-    def _served_client_cas(self, files: CertificateFiles) -> ClientCas:
-        """The client CAs of the set served now (gRPC's handshakes may have taken it since the
-        last ``refresh``). When they differ from the last ones, the lasting calls are checked
-        again (``on_client_cas_changed``): a reload that changed another file, or wrote the
-        same CAs again, ends no stream."""
-        current = files.current
-        if current.generation == self._cas_generation:
-            return self._client_cas
-        self._cas_generation = current.generation
-        client_cas = ClientCas.from_der(current.client_cas())
-        if client_cas != self._client_cas:
-            self._client_cas = client_cas
-            for callback in self._on_client_cas_changed:
+        client_cas, self._client_cas = self._client_cas, current.client_ca_certificates()
+        if client_cas - self._client_cas:
+            for callback in self._on_client_ca_removed:
                 callback()
-        return client_cas
 
     def _verify_mode(self, listener: str) -> ssl.VerifyMode:
         tls = self._settings.tls
@@ -558,32 +539,16 @@ class ListenerSecurity:
         token = _token_in(metadata)
         return lambda: tokens.accepts(token)
 
-    def still_trusted(
-        self, listener: str, auth_context: Mapping[str, Iterable[bytes]]
-    ) -> StillTrusted | None:
-        """For a call that lasts (a findings stream): whether the client certificate it was
-        opened with, in its ``auth_context`` (read as the call starts: gRPC's is the
-        connection's), still verifies against the client CAs served now, at the wall clock's
-        time (``toolwatch.client_ca``). The caller asks it as the call starts and whenever the
-        client CAs change (``on_client_cas_changed``), so taking a CA out of
-        ``tls.client_ca_file`` ends the streams of the certificates it signed, not only new
-        handshakes. ``None`` when ``listener`` takes no client certificate."""
-        files = self._certificates
-        if (
-            files is None
-            or files.current.client_ca is None
-            or not self._settings.uses_tls(listener)
-        ):
-            return None
-        peer = PeerCertificate.from_auth_context(auth_context)
-        if peer is None:  # gRPC required one at the handshake: not this listener's call
-            return None
-        wall_clock = self._wall_clock
-        return lambda: self._served_client_cas(files).verifies(peer, utc_from_ns(wall_clock()))
-
-    def on_client_cas_changed(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` when a reload (at ``refresh``) serves other client CAs."""
-        self._on_client_cas_changed.append(callback)
+    def on_client_ca_removed(self, listener: str, callback: Callable[[], object]) -> None:
+        """Call ``callback`` at each ``refresh`` that serves a set whose client CA file lacks
+        a certificate of the last one's (compared by DER: one added, the same ones written
+        again or in another order, or another file changed, is no removal), when
+        ``listener`` takes client certificates. Its lasting calls (findings streams) were
+        accepted by a handshake against the CAs served then: the callback ends them, and
+        their clients' new handshakes decide with the CAs served now."""
+        tls = self._settings.tls
+        if tls is not None and tls.client_ca_file is not None and self._settings.uses_tls(listener):
+            self._on_client_ca_removed.append(callback)
 
     def on_tokens_changed(self, callback: Callable[[], None]) -> None:
         """Call ``callback`` when a reload changes the accepted tokens (at ``refresh``, or

@@ -36,16 +36,18 @@ again while the server still holds them (``output.stream_replay_size``); what it
 holds, or a restart, is told on ``err``. Once it has subscribed, a refused bearer token or a
 token file it cannot use is an outage too, not a usage error: the server's and tail's token
 files are rotated apart (two Secrets, each synced on its own), so tail reads its file again
-at each attempt and subscribes once the file holds a token the server accepts. So is a stream
-the server ends because its client CAs, reloaded, no longer sign tail's client certificate
-(``CERTIFICATE_REFUSED``): each attempt, refused at the TLS handshake, reads ``--tls-cert``
-again, until it holds a certificate of a CA the server trusts.
+at each attempt and subscribes once the file holds a token the server accepts. A stream the
+server ends because a CA was taken out of its client CA file (``CLIENT_CAS_CHANGED``) is no
+outage: tail subscribes again after the first wait, on a new connection whose TLS handshake
+the server decides with the CAs it trusts now, and resumes; a refusal there is told as an
+outage begins (each attempt reads ``--tls-cert`` again).
 
 Exit codes, for the CLI and scripts that restart tail:
 
 - 0: the server ended the stream (toolwatch shut down cleanly);
-- 1: the server could not be reached, the connection was lost, or the server no longer
-  accepts the token or client certificate tail subscribed with (never with ``reconnect``);
+- 1: the server could not be reached, the connection was lost, the server ended the stream
+  for tail to connect again (its client CAs changed), or it no longer accepts the token tail
+  subscribed with (never with ``reconnect``): try again;
 - 2: the server rejected the filter (unknown category or severity) or the credentials, the
   target is no HOST:PORT or serves no findings stream, or
   a credentials file cannot be used (with ``reconnect``, only before the first subscription:
@@ -81,7 +83,7 @@ from toolwatch.config.security import read_token_file
 from toolwatch.evaluation.severity import CALL_AGENT
 from toolwatch.sinks.findings import format_timestamp
 from toolwatch.sinks.stream import (
-    CERTIFICATE_REFUSED,
+    CLIENT_CAS_CHANGED,
     KEEPALIVE_SECONDS,
     MISSED_AFTER_KEY,
     MISSED_FROM_REPLAY_KEY,
@@ -393,7 +395,7 @@ def _subscriptions(
         if ended.connected:
             session.cursor.lost_connection = ended.code != EXIT_OK
             lasted = clock() - started >= RECONNECT_LONGEST_WAIT
-            if ended.delivered or ended.code == EXIT_OK or lasted:
+            if ended.delivered or ended.code == EXIT_OK or lasted or ended.asked_to_reconnect:
                 wait = RECONNECT_FIRST_WAIT
         # Credentials that worked in this run and fail now are being rotated: an outage.
         outage = ended.code in (EXIT_OK, EXIT_UNAVAILABLE) or (
@@ -402,11 +404,13 @@ def _subscriptions(
         if not reconnect or not outage:
             err.write(f"toolwatch tail: {ended.message}\n")
             return ended.code
-        if not session.outage or (ended.credentials and not session.outage_credentials):
-            reread = ended.reread or session.access.bearer_token_file
+        if ended.asked_to_reconnect:  # no outage: a refusal of the next attempt is told
+            err.write(f"toolwatch tail: {ended.message}; reconnecting\n")
+        elif not session.outage or (ended.credentials and not session.outage_credentials):
+            token_file = session.access.bearer_token_file
             reading = (
-                f", reading {reread} again at each attempt"
-                if ended.credentials and reread is not None
+                f", reading {token_file} again at each attempt"
+                if ended.credentials and token_file is not None
                 else ""
             )
             err.write(f"toolwatch tail: {ended.message}; reconnecting{reading}\n")
@@ -419,16 +423,16 @@ def _subscriptions(
 @dataclass(frozen=True, slots=True)
 class _Ended:
     """How one subscription ended: the exit code, what to tell, whether it had subscribed,
-    how many findings it delivered, and whether it failed for its credentials (a refused
-    bearer token or client certificate, a credentials file that cannot be used), and then
-    which file each attempt reads again (``None``: the bearer token file)."""
+    how many findings it delivered, whether it failed for its credentials (a refused bearer
+    token, a credentials file that cannot be used), and whether the server ended it for tail
+    to connect again (``CLIENT_CAS_CHANGED``)."""
 
     code: int
     message: str
     connected: bool
     delivered: int = 0
     credentials: bool = False
-    reread: Path | None = None
+    asked_to_reconnect: bool = False
 
 
 #: How many streams' cursors tail keeps (and sends when it resumes): the latest.
@@ -896,10 +900,9 @@ class _Session:
         except grpc.RpcError as e:
             code, said = _report_error(e, self.target, connected, self.access)
             refused = e.code() == grpc.StatusCode.UNAUTHENTICATED
-            if refused and e.details() == CERTIFICATE_REFUSED:
-                return _Ended(code, said, connected, delivered, True, self.access.cert_file)
             credentials = refused and self.access.bearer_token_file is not None
-            return _Ended(code, said, connected, delivered, credentials)
+            asked = _asked_to_reconnect(e)
+            return _Ended(code, said, connected, delivered, credentials, asked)
         ended = f"{self.target} ended the stream (server shutting down)"
         return _Ended(EXIT_OK, ended, connected, delivered)
 
@@ -941,6 +944,14 @@ def _tell_missed(err: TextIO, count: int, when: str, from_replay: int = 0) -> No
     err.write(f"toolwatch tail: {count} findings missed {when}: {why}\n")
 
 
+def _asked_to_reconnect(error: Any) -> bool:
+    """Whether the server ended the stream for its client to connect again (a CA was taken
+    out of its client CA file: ``FindingsStreamServicer.reconnect_all``)."""
+    return bool(
+        error.code() == grpc.StatusCode.UNAVAILABLE and error.details() == CLIENT_CAS_CHANGED
+    )
+
+
 def _report_error(
     error: Any, target: str, connected: bool, access: StreamAccess
 ) -> tuple[int, str]:
@@ -948,13 +959,8 @@ def _report_error(
     code, details = error.code(), error.details()
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return EXIT_USAGE, details
-    if code == grpc.StatusCode.UNAUTHENTICATED and details == CERTIFICATE_REFUSED:
-        # Past its handshake, so it had been accepted: its CA's removal is being rolled out.
-        return EXIT_UNAVAILABLE, (
-            f"{target} no longer accepts this client certificate (UNAUTHENTICATED): {details};"
-            " connecting again takes a certificate of a CA it trusts (its TLS handshake"
-            " refuses this one)"
-        )
+    if _asked_to_reconnect(error):
+        return EXIT_UNAVAILABLE, f"{target} ended the stream: {details}"
     if code == grpc.StatusCode.UNAUTHENTICATED:
         if connected:  # reconnecting reads the token file again: a rotation loses nothing
             return EXIT_UNAVAILABLE, (
@@ -1000,6 +1006,12 @@ def _report_error(
         hint = "nothing listens there: is serve running, and --target its listen.stream address?"
     elif access.secure:
         hint = f"is the stream plaintext? {access.tls_off()}"
+        if access.cert_file is not None:  # a refusal of it by the server's handshake, too
+            hint += (
+                f"; or does the server's TLS handshake refuse the client certificate of"
+                f" {access.given('--tls-cert')} {access.cert_file}: its CA not trusted"
+                " (taken out of the client CA file?), or the certificate expired?"
+            )
     else:
         hint = "if the stream has TLS, pass --tls-ca (or --tls)"
     return EXIT_UNAVAILABLE, f"cannot reach the findings stream at {target}: {details} ({hint})"

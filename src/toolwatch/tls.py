@@ -29,9 +29,11 @@ threads); the SNI callback runs on the HTTPS listeners' event loop.
 
 from __future__ import annotations
 
+import binascii
 import datetime
 import logging
 import os
+import re
 import ssl
 import threading
 import time
@@ -129,14 +131,33 @@ class Certificates:
             dates["client_ca"] = ca
         return dates
 
-    def client_cas(self) -> list[bytes]:
-        """The client CA certificates (DER) as OpenSSL loaded them from the file, those of
-        ``TRUSTED CERTIFICATE`` blocks too (gRPC trusts them: ``cryptography`` skips them);
-        none without a client CA."""
-        if self.client_ca is None or not self.contexts:
-            return []
-        context = next(iter(self.contexts.values()))  # each loaded the client CA file
-        return context.get_ca_certs(binary_form=True)
+    def client_ca_certificates(self) -> frozenset[bytes]:
+        """The certificates of the client CA file, each the DER of its PEM block: what tells
+        a set that took a client CA out from one that did not (``ListenerSecurity``). Every
+        block a trust store reads counts, whether or not it is a CA (a client's own
+        certificate pinned as one); a ``TRUSTED CERTIFICATE`` with OpenSSL's trust settings
+        after it. Nothing is parsed: the TLS stack alone judges them. Empty without a client
+        CA."""
+        if self.client_ca is None:
+            return frozenset()
+        return frozenset(map(_decoded, _PEM_CERTIFICATE.findall(self.client_ca)))
+
+
+#: A PEM certificate block of a label OpenSSL and BoringSSL (gRPC's) read a trusted
+#: certificate from (``PEM_read_bio_X509_AUX``), and its base64 body.
+_PEM_CERTIFICATE = re.compile(
+    rb"-----BEGIN ((?:X509 |TRUSTED )?CERTIFICATE)-----(.*?)-----END \1-----", re.DOTALL
+)
+
+
+def _decoded(block: tuple[bytes, bytes]) -> bytes:
+    """The DER of a PEM block (label, body); the body itself when it is no base64 (a file
+    OpenSSL loaded holds none such: still, no input makes a reload raise)."""
+    body = block[1]
+    try:
+        return binascii.a2b_base64(body)
+    except binascii.Error:
+        return body
 
 
 class CertificateFiles:

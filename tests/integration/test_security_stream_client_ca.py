@@ -1,13 +1,14 @@
 """A findings stream lasts as long as its client runs, so its connection is never made again
-(no ``ingest.max_connection_age_seconds`` there): when a reload takes a client CA out of
-``tls.client_ca_file``, the streams whose client certificate no longer verifies against the
-client CAs served are ended UNAUTHENTICATED and counted, as a revoked token's are; the others
-stream on (``toolwatch.client_ca``). Real gRPC clients and ``toolwatch tail``, certificates
-made at run time."""
+(no ``ingest.max_connection_age_seconds`` there): when a reload takes a CA out of
+``tls.client_ca_file``, every open stream is ended UNAVAILABLE, for its client to connect
+again through a new TLS handshake, which the CAs served then decide; what it had not been
+sent is held for its resume. No certificate is judged by toolwatch itself. Real gRPC
+clients and ``toolwatch tail``, certificates made at run time."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
 import threading
@@ -32,11 +33,23 @@ from tests.integration.test_security import (
 from tests.integration.test_stream import make_finding, make_trace, serve
 from tests.integration.test_stream import subscribe as subscribe_aio
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
-from toolwatch.sinks.stream import CERTIFICATE_REFUSED
+from toolwatch.sinks.stream import (
+    CLIENT_CAS_CHANGED,
+    RESUME_TOKEN_KEY,
+    STREAM_ID_KEY,
+    STREAM_SEQUENCE_KEY,
+)
 from toolwatch.tail import StreamAccess
 
 DROPPED = "toolwatch_stream_dropped_findings_total"
 RELOAD_SECONDS = 30
+ENDED = (grpc.StatusCode.UNAVAILABLE, CLIENT_CAS_CHANGED)
+#: How tail ends what it tells of a handshake that refused its client certificate.
+REFUSED_HINT = (
+    " (is the stream plaintext? drop --tls-ca and drop --tls-cert; or does the server's TLS"
+    " handshake refuse the client certificate of --tls-cert {}: its CA not trusted (taken out"
+    " of the client CA file?), or the certificate expired?); reconnecting"
+)
 
 
 @pytest.fixture(scope="module")
@@ -105,75 +118,101 @@ def _publish(server: RunningServer, explanation: str) -> None:
     server.call(lambda: server.app.broker.publish(make_trace(), [finding]))
 
 
-def _ended(call: Iterator[Any]) -> grpc.RpcError:
+def _ended(call: Iterator[Any]) -> tuple[grpc.StatusCode, str]:
     with pytest.raises(grpc.RpcError) as ended:
         next(call)
-    return ended.value
+    return ended.value.code(), ended.value.details()
 
 
-def test_a_stream_whose_client_ca_was_taken_out_ends_and_a_kept_cas_streams_on(
-    start_server: Start, pki: Pki, tmp_path: Path
+def _ended_streams(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "findings stream(s)" in r.getMessage()]
+
+
+def _ended_log(count: int) -> str:
+    return (
+        f"a CA was taken out of the client CA file: ended {count} findings stream(s)"
+        " UNAVAILABLE, for their clients to connect again through a new TLS handshake"
+    )
+
+
+def test_taking_a_client_ca_out_ends_every_stream_and_the_handshake_decides_who_is_back(
+    start_server: Start, pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Was: a subscriber whose client certificate's CA was taken out of
-    ``tls.client_ca_file`` kept streaming until it reconnected; only new handshakes were
-    refused. Now: the reload ends its stream UNAUTHENTICATED, saying why, counted as a
-    revoked token's stream is (and nothing counted lost); a subscriber whose CA is kept
-    streams on, and a reload that writes the same CAs again ends nothing."""
-    old_ca, kept_ca = pki.clients, trustme.CA()
+    """Was: the stream's client certificate was checked by toolwatch's own chain check, as
+    it subscribed and whenever the client CAs changed, and a stream it refused was ended
+    UNAUTHENTICATED and counted; that check refused certificates the handshake took. Now:
+    a reload that takes a CA out ends every stream UNAVAILABLE, not counted, logged once;
+    each client connects again, the one whose CA is kept gets back in, the other's
+    handshake refuses it. Adding a CA, or writing the same ones again, ends nothing."""
+    old_ca, kept_ca, added_ca = pki.clients, trustme.CA(), trustme.CA()
     path = tmp_path / "client-ca.pem"
     _write_client_cas(path, [old_ca, kept_ca])
     server = _server(start_server, pki, path)
     old_identity, kept_identity = _identity(old_ca), _identity(kept_ca)
     with (
+        caplog.at_level(logging.INFO, logger="toolwatch.sinks.stream"),
         _channel(server, pki, old_identity) as old_channel,
         _channel(server, pki, kept_identity) as kept_channel,
     ):
         old, kept = _subscribe(old_channel), _subscribe(kept_channel)
         _subscribers(server, 2)
+        _reload_client_cas(server, path, [kept_ca, old_ca])  # the same CAs: nothing ends
+        _reload_client_cas(server, path, [kept_ca, old_ca, added_ca])  # one added: neither
         _publish(server, "first")
         assert [next(old).explanation, next(kept).explanation] == ["first", "first"]
+        assert _ended_streams(caplog) == []
 
-        _reload_client_cas(server, path, [kept_ca, old_ca])  # the same CAs: nothing ends
+        _reload_client_cas(server, path, [kept_ca, added_ca])
+        assert [_ended(old), _ended(kept)] == [ENDED, ENDED]
+        assert _ended_streams(caplog) == [_ended_log(2)]
+        _subscribers(server, 0)
+
+    with (
+        _channel(server, pki, kept_identity) as kept_channel,
+        _channel(server, pki, old_identity) as old_channel,
+    ):
+        kept = _subscribe(kept_channel)
+        refused = _ended(_subscribe_later(old_channel))  # at the handshake
         _publish(server, "second")
-        assert [next(old).explanation, next(kept).explanation] == ["second", "second"]
-
-        _reload_client_cas(server, path, [kept_ca])
-        ended = _ended(old)
-        assert (ended.code(), ended.details()) == (
-            grpc.StatusCode.UNAUTHENTICATED,
-            CERTIFICATE_REFUSED,
-        )
-        _subscribers(server, 1)
-        _publish(server, "third")
-        assert next(kept).explanation == "third"
-        with _channel(server, pki, old_identity) as again:  # refused at the handshake
-            assert _ended(_subscribe_later(again)).code() == grpc.StatusCode.UNAVAILABLE
+        assert next(kept).explanation == "second"
         kept.cancel()
-    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 1
+    assert (refused[0], CLIENT_CAS_CHANGED in refused[1]) == (grpc.StatusCode.UNAVAILABLE, False)
+    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 0
     assert server.sample(DROPPED) == 0
 
 
-def test_a_subscription_on_a_connection_made_before_its_ca_was_taken_out_is_refused(
-    start_server: Start, pki: Pki, tmp_path: Path
-) -> None:
-    """A client keeps its connection between calls: one made while its CA was trusted
-    subscribes after the reload without a new handshake. It is checked as it subscribes, so
-    no recheck has to have seen it (a stream that no finding passes is never written to)."""
-    path = tmp_path / "client-ca.pem"
-    _write_client_cas(path, [pki.clients])
-    server = _server(start_server, pki, path)
-    with _channel(server, pki, _identity(pki.clients)) as channel:
-        refused = _ended(_subscribe(channel, categories=["NO_SUCH_CATEGORY"]))
-        assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT  # the connection is made
+def test_findings_not_yet_sent_when_the_stream_ends_come_to_its_resume() -> None:
+    """An ended stream is not a refusal: what it had queued is held for its resume, as for a
+    client that left (not withheld, as from a revoked token's stream), and its client,
+    resuming with its cursor and token, gets all of it; nothing counted lost or refused."""
+    refusals: list[None] = []
 
-        _reload_client_cas(server, path, [trustme.CA()])
-        ended = _ended(_subscribe(channel, agents=["nobody"]))
-        assert (ended.code(), ended.details()) == (
-            grpc.StatusCode.UNAUTHENTICATED,
-            CERTIFICATE_REFUSED,
-        )
-    assert server.app.broker.subscriber_count == 0
-    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 1
+    async def scenario() -> tuple[tuple[grpc.StatusCode, str], int, list[str], int]:
+        async with (
+            serve(refused=lambda: refusals.append(None)) as h,
+            grpc.aio.insecure_channel(h.target) as channel,
+        ):
+            call = subscribe_aio(channel)
+            headers = dict(await asyncio.wait_for(call.initial_metadata(), timeout=10))
+            for explanation in ("queued 1", "queued 2"):  # not written before it ends
+                h.broker.publish(make_trace(), [make_finding(explanation=explanation)])
+            ended_count = h.servicer.reconnect_all()
+            with pytest.raises(grpc.aio.AioRpcError) as ended:
+                await asyncio.wait_for(call.read(), timeout=10)
+            cursor = findings_pb2.StreamCursor(
+                stream_id=headers[STREAM_ID_KEY],
+                after=int(headers[STREAM_SEQUENCE_KEY]),
+                token=headers[RESUME_TOKEN_KEY],
+            )
+            stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
+            again = stub.Subscribe(findings_pb2.SubscribeRequest(resume=[cursor]))
+            got = [(await asyncio.wait_for(again.read(), timeout=10)).explanation for _ in "12"]
+            again.cancel()
+            code = ended.value.code(), ended.value.details() or ""
+            return code, ended_count, got, h.broker.dropped
+
+    assert asyncio.run(scenario()) == (ENDED, 1, ["queued 1", "queued 2"], 0)
+    assert refusals == []
 
 
 def _tail_access(pki: Pki, directory: Path, ca: trustme.CA) -> StreamAccess:
@@ -182,38 +221,86 @@ def _tail_access(pki: Pki, directory: Path, ca: trustme.CA) -> StreamAccess:
     return StreamAccess(ca_file=pki.ca, cert_file=cert, key_file=key)
 
 
-def test_tail_is_told_its_certificate_is_no_longer_accepted(
+def test_tail_is_told_to_connect_again_and_exits_to_be_restarted(
     start_server: Start, pki: Pki, tmp_path: Path
 ) -> None:
-    """Without ``--reconnect`` tail exits 1, as for a revoked token, saying that the server
-    no longer accepts its certificate and that connecting again takes another one."""
+    """Was: tail was told that the server no longer accepted its certificate, though its CA
+    may have been kept. Now: without ``--reconnect`` it says the server ended the stream for
+    it to connect again and exits 1, the code of what is worth trying again."""
     path = tmp_path / "client-ca.pem"
-    _write_client_cas(path, [pki.clients])
+    _write_client_cas(path, [pki.clients, trustme.CA()])
     server = _server(start_server, pki, path)
     target = server.address("stream")
 
     def act() -> None:
-        _publish(server, "before")
-        _reload_client_cas(server, path, [trustme.CA()])
+        _reload_client_cas(server, path, [pki.clients])
         until_unsubscribed(server)
 
     run = tail_during(server, act, _tail_access(pki, tmp_path, pki.clients), as_json=True)
-    assert run.code == 1
-    assert run.err == (
-        f"toolwatch tail: {target} no longer accepts this client certificate"
-        f" (UNAUTHENTICATED): {CERTIFICATE_REFUSED}; connecting again takes a certificate of a"
-        " CA it trusts (its TLS handshake refuses this one)\n"
+    assert (run.code, run.out) == (1, "")
+    assert run.err == f"toolwatch tail: {target} ended the stream: {CLIENT_CAS_CHANGED}\n"
+    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 0
+
+
+def test_tail_reconnecting_whose_ca_is_kept_resumes_and_loses_nothing(
+    start_server: Start, pki: Pki, tmp_path: Path
+) -> None:
+    """Another client's CA is taken out: tail's stream ends as every stream does, with
+    findings queued for it and not yet written (published in the same turn of the server's
+    loop as the reload); it connects again at once, its handshake accepted, and resumes:
+    every finding comes, once."""
+    path = tmp_path / "client-ca.pem"
+    _write_client_cas(path, [pki.clients, trustme.CA()])
+    server = _server(start_server, pki, path)
+    target = server.address("stream")
+    waits: list[float] = []
+
+    def wait(seconds: float) -> None:  # tail's wait before it subscribes again
+        waits.append(seconds)
+        if len(waits) == 2:  # the server closed the stream at the end: stop
+            raise KeyboardInterrupt
+
+    def act() -> None:
+        _publish(server, "before")
+        _write_client_cas(path, [pki.clients])
+        server.clock.advance(RELOAD_SECONDS)
+
+        def publish_then_reload() -> None:
+            finding = make_finding(explanation="queued as it ended")
+            server.app.broker.publish(make_trace(), [finding])
+            server.app.tick()
+
+        server.call(publish_then_reload)
+        until_unsubscribed(server)
+        _subscribers(server, 1)
+        _publish(server, "after")
+
+    run = tail_during(
+        server,
+        act,
+        _tail_access(pki, tmp_path, pki.clients),
+        as_json=True,
+        reconnect=True,
+        sleep=wait,
     )
-    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 1
+    explanations = [json.loads(line)["explanation"] for line in run.out.splitlines()]
+    assert explanations == ["before", "queued as it ended", "after"]
+    assert (run.code, waits) == (130, [0.5, 0.5])
+    assert run.err.splitlines()[:2] == [
+        f"toolwatch tail: {target} ended the stream: {CLIENT_CAS_CHANGED}; reconnecting",
+        f"toolwatch tail: reconnected to {target}, resuming where it left off",
+    ]
+    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 0
+    assert server.sample(DROPPED) == 0
 
 
 def test_tail_reconnecting_through_a_client_ca_rotation_loses_no_finding(
     start_server: Start, pki: Pki, tmp_path: Path
 ) -> None:
     """The server's client CA file is rotated to a new CA before tail's certificate is: its
-    stream ends, each attempt to connect again is refused at the handshake until its
-    certificate file holds one the new CA signed (read again at each attempt), and it resumes
-    where it left off: the findings published meanwhile, and any withheld at the end, come."""
+    stream ends, the next attempt is refused at the handshake and told as an outage begins
+    (once), each attempt reads ``--tls-cert`` again, and once its file holds a certificate
+    the new CA signed it resumes where it left off: the findings published meanwhile come."""
     path = tmp_path / "client-ca.pem"
     _write_client_cas(path, [pki.clients])
     server = _server(start_server, pki, path)
@@ -246,22 +333,25 @@ def test_tail_reconnecting_through_a_client_ca_rotation_loses_no_finding(
     assert [line.count('"explanation"') for line in run.out.splitlines()] == [1, 1]
     assert ['"first"' in run.out, '"second"' in run.out] == [True, True]
     assert waits[:2] == [0.5, 1.0]
-    assert run.err.splitlines()[:2] == [
-        f"toolwatch tail: {target} no longer accepts this client certificate"
-        f" (UNAUTHENTICATED): {CERTIFICATE_REFUSED}; connecting again takes a certificate of a"
-        f" CA it trusts (its TLS handshake refuses this one); reconnecting, reading"
-        f" {cert_file} again at each attempt",
-        f"toolwatch tail: reconnected to {target}, resuming where it left off",
-    ]
-    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 1
+    told = run.err.splitlines()
+    assert told[0] == (
+        f"toolwatch tail: {target} ended the stream: {CLIENT_CAS_CHANGED}; reconnecting"
+    )
+    refused = f"toolwatch tail: cannot reach the findings stream at {target}: "
+    assert (told[1].startswith(refused), told[1].endswith(REFUSED_HINT.format(cert_file))) == (
+        True,
+        True,
+    ), told[1]
+    assert told[2] == f"toolwatch tail: reconnected to {target}, resuming where it left off"
+    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 0
     assert server.sample(DROPPED) == 0
 
 
 def test_a_stream_without_tls_client_auth_is_untouched_by_a_client_ca_change(
-    start_server: Start, pki: Pki, tmp_path: Path
+    start_server: Start, pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The OTLP listeners take client certificates, the stream is served in plaintext: a
-    client CA change there ends none of its streams."""
+    client CA taken out there ends none of its streams."""
     path = tmp_path / "client-ca.pem"
     _write_client_cas(path, [pki.clients])
     server = _server(start_server, pki, path, security__tls__listeners=["grpc", "http", "metrics"])
@@ -270,49 +360,8 @@ def test_a_stream_without_tls_client_auth_is_untouched_by_a_client_ca_change(
         _reload_client_cas(server, path, [trustme.CA()])
         _publish(server, "after the change")
 
-    run = tail_during(server, act, StreamAccess(), as_json=True)
+    with caplog.at_level(logging.INFO, logger="toolwatch.sinks.stream"):
+        run = tail_during(server, act, StreamAccess(), as_json=True)
     assert run.code == 0
     assert '"explanation": "after the change"' in run.out
-    assert server.sample(AUTH_FAILURES, {"listener": "stream"}) == 0
-
-
-def test_a_stream_whose_certificate_cannot_be_checked_streams_on_and_is_logged(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    """What ``toolwatch.client_ca`` cannot judge (a CA ``cryptography`` cannot read) ends no
-    stream: the client would be told its certificate is refused when it may not be. The
-    operator is told how to end it."""
-    verdict: list[bool | None] = [True]
-    refusals: list[None] = []
-
-    async def scenario() -> tuple[str, grpc.StatusCode, str]:
-        async with (
-            serve(
-                trust=lambda _auth: lambda: verdict[0], refused=lambda: refusals.append(None)
-            ) as h,
-            grpc.aio.insecure_channel(h.target) as channel,
-        ):
-            call = subscribe_aio(channel)
-            await asyncio.wait_for(call.initial_metadata(), timeout=10)
-            verdict[0] = None
-            h.servicer.recheck_certificates()
-            h.broker.publish(make_trace(), [make_finding(explanation="kept")])
-            kept = await asyncio.wait_for(call.read(), timeout=10)
-            verdict[0] = False
-            h.servicer.recheck_certificates()
-            with pytest.raises(grpc.aio.AioRpcError) as ended:
-                await asyncio.wait_for(call.read(), timeout=10)
-            return kept.explanation, ended.value.code(), ended.value.details() or ""
-
-    with caplog.at_level(logging.WARNING, logger="toolwatch"):
-        assert asyncio.run(scenario()) == (
-            "kept",
-            grpc.StatusCode.UNAUTHENTICATED,
-            CERTIFICATE_REFUSED,
-        )
-    assert len(refusals) == 1
-    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == [
-        "the client CAs changed, and the client certificates of 1 findings stream(s) cannot be"
-        " checked against them: they stream on (take their token out, or restart toolwatch,"
-        " to end them)"
-    ]
+    assert _ended_streams(caplog) == []

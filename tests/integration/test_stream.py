@@ -28,7 +28,6 @@ from toolwatch.sinks.stream import (
     Authorize,
     FindingsBroker,
     FindingsStreamServicer,
-    Trust,
     add_findings_service,
     finding_message,
 )
@@ -87,7 +86,6 @@ async def serve(
     options: Sequence[tuple[str, int]] = (),
     authorize: Authorize | None = None,
     refused: Callable[[], None] = lambda: None,
-    trust: Trust | None = None,
 ) -> AsyncIterator[Harness]:
     registry = CollectorRegistry()
     broker = FindingsBroker(
@@ -99,7 +97,7 @@ async def serve(
         replay_size=replay_size,
     )
     server = grpc.aio.server(options=options)
-    servicer = add_findings_service(server, broker, authorize, refused, trust)
+    servicer = add_findings_service(server, broker, authorize, refused)
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:

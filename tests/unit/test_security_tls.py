@@ -3,6 +3,7 @@ context the HTTP listeners serve, with the files rotated on an injected clock.""
 
 from __future__ import annotations
 
+import base64
 import datetime
 import logging
 import os
@@ -397,6 +398,101 @@ def test_a_client_ca_taken_out_is_no_longer_trusted_by_new_connections(
     listeners.refresh()
     assert handshake(served, server_ca, old_agent) is False
     assert handshake(served, server_ca, new_agent) is True
+
+
+def _trusted_block(ca: trustme.CA) -> bytes:
+    """``ca`` as a ``TRUSTED CERTIFICATE`` block (OpenSSL's trust settings after the
+    certificate, none here)."""
+    der = ssl.PEM_cert_to_DER_cert(ca.cert_pem.bytes().decode())
+    body = base64.encodebytes(der + b"\x30\x00")
+    return b"-----BEGIN TRUSTED CERTIFICATE-----\n" + body + b"-----END TRUSTED CERTIFICATE-----\n"
+
+
+def test_only_a_reload_that_takes_a_client_ca_out_tells_the_lasting_calls(
+    files: Files, tmp_path: Path
+) -> None:
+    """Was (745c865): a change of the client CAs had each open stream's certificate checked
+    by toolwatch, with the CAs as ``SSLContext.get_ca_certs`` lists them (no certificate
+    that is no CA, such as a client's own pinned one). Now: nothing is checked; a set whose
+    client CA file lacks a block of the last one's, compared by DER, whatever it holds (a CA,
+    a pinned client certificate, a ``TRUSTED CERTIFICATE``), is told to the listener's
+    callbacks, whose streams end for their clients to handshake again. One added, the same
+    ones in another order, or a new served certificate, tells nothing."""
+    server_ca, first, second = trustme.CA(), trustme.CA(), trustme.CA()
+    files.install(server_ca)
+    pinned = first.issue_cert("agent").cert_chain_pems[0].bytes()  # no CA
+    client_ca = tmp_path / "client-ca.pem"
+    client_ca.write_bytes(first.cert_pem.bytes() + pinned)
+    clock, registry = ManualClock(), CollectorRegistry()
+    listeners = security(files, clock, client_ca, registry)
+    told: list[str] = []
+    listeners.on_client_ca_removed("stream", lambda: told.append("stream"))
+
+    def reload(*blocks: bytes) -> list[str]:
+        staged = tmp_path / "client-ca.new"
+        staged.write_bytes(b"".join(blocks))
+        os.replace(staged, client_ca)
+        clock.advance(RELOAD_SECONDS)
+        listeners.refresh()
+        return list(told)
+
+    one, two, trusted = first.cert_pem.bytes(), second.cert_pem.bytes(), _trusted_block(second)
+    steps = {
+        "a CA added": reload(two, one, pinned),
+        "another order": reload(pinned, one, two),
+        "a trusted block added": reload(one, pinned, two, trusted),
+        "the pinned certificate out": reload(one, two, trusted),
+        "the trusted block out": reload(one, two),
+    }
+    files.install(trustme.CA())
+    clock.advance(RELOAD_SECONDS)
+    listeners.refresh()
+    steps["a new served certificate"] = list(told)
+    assert steps == {
+        "a CA added": [],
+        "another order": [],
+        "a trusted block added": [],
+        "the pinned certificate out": ["stream"],
+        "the trusted block out": ["stream", "stream"],
+        "a new served certificate": ["stream", "stream"],
+    }
+    failures = registry.get_sample_value(
+        "toolwatch_security_reload_failures_total", {"file": "certificate"}
+    )
+    assert failures == 0  # every set was taken
+
+
+def test_a_listener_that_takes_no_client_certificate_is_not_told(
+    files: Files, tmp_path: Path
+) -> None:
+    """A stream served in plaintext (or with no client CA at all) was not handshaken against
+    a client CA: taking one out ends none of its streams."""
+    server_ca, clients = trustme.CA(), trustme.CA()
+    files.install(server_ca)
+    client_ca = tmp_path / "client-ca.pem"
+    client_ca.write_bytes(clients.cert_pem.bytes())
+    tls = TlsSettings(
+        cert_file=files.cert,
+        key_file=files.key,
+        client_ca_file=client_ca,
+        reload_seconds=RELOAD_SECONDS,
+        listeners=("grpc", "http", "metrics"),
+    )
+    clock, told = ManualClock(), []
+    plaintext_stream = ListenerSecurity(
+        SecuritySettings(tls=tls), clock, PrometheusMetrics(CollectorRegistry())
+    )
+    plaintext_stream.on_client_ca_removed("stream", lambda: told.append("stream"))
+    plaintext_stream.on_client_ca_removed("grpc", lambda: told.append("grpc"))
+    no_client_ca = security(files, clock)
+    no_client_ca.on_client_ca_removed("stream", lambda: told.append("no client CA"))
+    staged = tmp_path / "client-ca.new"
+    staged.write_bytes(trustme.CA().cert_pem.bytes())
+    os.replace(staged, client_ca)
+    clock.advance(RELOAD_SECONDS)
+    plaintext_stream.refresh()
+    no_client_ca.refresh()
+    assert told == ["grpc"]
 
 
 def test_mutual_tls_sessions_are_not_resumed(files: Files, tmp_path: Path) -> None:

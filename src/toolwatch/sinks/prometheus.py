@@ -554,11 +554,12 @@ class PrometheusMetrics:
             "Requests refused for their credentials after the TLS handshake: a missing or"
             " wrong bearer token (UNAUTHENTICATED, 401), a client certificate whose names are"
             " not allowed (PERMISSION_DENIED, 403), or no client certificate on the metrics"
-            " listener (403); and findings streams ended for a token taken out of the file,"
-            " or a client certificate that a reloaded client CA file no longer signs"
+            " listener (403); and findings streams ended for a token taken out of the file"
             " (UNAUTHENTICATED). Not counted: clients refused in the TLS handshake (no client"
             " certificate on another listener, an expired one, one the client CA did not"
-            " sign); their own errors tell.",
+            " sign), their own errors tell; findings streams ended for their clients to"
+            " connect again when a CA is taken out of the client CA file (UNAVAILABLE), whose"
+            " new handshakes decide.",
             ["listener"],
             registry=r,
         )

@@ -45,10 +45,12 @@ servicer error with a traceback. ``FindingsBroker.close``
 ends every stream cleanly (status OK) once the findings already queued are delivered, losses
 no finding has told in its trailing metadata (``Subscription.untold``); the app's
 ``server.stop(grace)`` bounds how long that may take. A stream whose token is taken out
-(asked before each write, and at ``recheck`` when the tokens change), or whose client
-certificate no longer verifies against the client CAs served (asked as it subscribes, and at
-``recheck_certificates`` when they change: ``toolwatch.client_ca``), is ended
-UNAUTHENTICATED and counted; what it had queued is withheld, not counted lost.
+(asked before each write, and at ``recheck`` when the tokens change) is ended
+UNAUTHENTICATED and counted; what it had queued is withheld, not counted lost. When a
+reload takes a CA out of the client CA file, ``reconnect_all`` ends every open stream
+UNAVAILABLE (``CLIENT_CAS_CHANGED``), not counted as a refusal, as if its client had left:
+what it had not been sent is held for its resume. Its client connects again through a new
+TLS handshake, which trusts the client CAs served then: no certificate is judged here.
 
 Sizes. What a sender names (an agent, service, tool or field, each an attribute of up to
 ``ingest.max_value_bytes``) reaches every held finding, queue and index entry, so none keeps
@@ -87,7 +89,7 @@ from toolwatch.model import Category, Clock, Finding, Severity, ToolTrace, Traff
 from toolwatch.sinks.findings import Redaction, render_details
 
 __all__ = [
-    "CERTIFICATE_REFUSED",
+    "CLIENT_CAS_CHANGED",
     "INDEX_FACTOR",
     "INDEX_MAX",
     "KEEPALIVE_SECONDS",
@@ -158,11 +160,12 @@ def stream_server_options(keepalive: float = KEEPALIVE_SECONDS) -> tuple[tuple[s
 
 #: The details of the UNAVAILABLE a subscription gets from a server shutting down.
 SHUTTING_DOWN = "toolwatch is shutting down"
-#: The details of the UNAUTHENTICATED a subscription gets once its client certificate no
-#: longer verifies against the client CAs the server trusts (``toolwatch.client_ca``).
-CERTIFICATE_REFUSED = (
-    "the client certificate no longer verifies against the client CAs the server trusts"
-    " (security.tls.client_ca_file): its CA was taken out, or it expired"
+#: The details of the UNAVAILABLE every open subscription gets when a reload takes a CA out
+#: of the client CA file (``FindingsStreamServicer.reconnect_all``): its client is to
+#: subscribe again, on a new connection, whose TLS handshake the CAs served now decide.
+CLIENT_CAS_CHANGED = (
+    "the client CAs changed (security.tls.client_ca_file): connect again, through a new TLS"
+    " handshake"
 )
 
 
@@ -214,10 +217,6 @@ _Tag = tuple[Category, Severity, tuple[bytes, ...]]
 #: From a call's metadata, what is asked before each write to it (``None``: nothing):
 #: ``ListenerSecurity.still_accepted`` for the stream listener.
 Authorize = Callable[[Any], Callable[[], bool] | None]
-#: From a call's auth context, what is asked as it subscribes and when the client CAs change
-#: (``None``: nothing, the call has no client certificate): whether it still verifies
-#: (``None``: cannot be told). ``ListenerSecurity.still_trusted`` for the stream listener.
-Trust = Callable[[Any], Callable[[], bool | None] | None]
 
 #: How many more findings the broker remembers the tags of than it holds: a filtered
 #: subscriber is told only of the unheld findings that pass its filter, back this far (and
@@ -371,6 +370,10 @@ class Subscription:
     ``token`` is what its client resumes as: what the broker holds for it when it ends is
     claimed by a resume that sends it (``FindingsBroker._resumes``). A new one is random
     (``_TOKEN_BYTES``); a resume that claimed one passes it on.
+
+    ``interrupt`` ends its stream for its client to subscribe again (``interrupted``): ``next``
+    returns ``None`` at once, and what it was not sent stays, for ``FindingsBroker.unsubscribe``
+    to hold for that resume as for a client that left.
     """
 
     __slots__ = (
@@ -384,6 +387,7 @@ class Subscription:
         "_writing",
         "dropped",
         "filter",
+        "interrupted",
         "resumed",
         "revoked",
         "token",
@@ -408,6 +412,7 @@ class Subscription:
         self._writing: findings_pb2.Finding | None = None
         self._closed = False
         self.revoked = False
+        self.interrupted = False
         self.token = token or secrets.token_hex(_TOKEN_BYTES)
 
     def offer(self, message: findings_pb2.Finding, tool_key: bytes | None = None) -> bool:
@@ -433,11 +438,13 @@ class Subscription:
 
     async def next(self) -> findings_pb2.Finding | None:
         self._writing = None  # the last one is written: ``deliver`` asks for the next at once
+        if self.interrupted:
+            return None
         if self._replay is not None and (replayed := self._replayed()) is not None:
             self._writing = replayed
             return replayed
-        while not self._items:
-            if self._closed:
+        while not self._items or self.interrupted:
+            if self._closed or self.interrupted:
                 return None
             self._wakeup.clear()
             await self._wakeup.wait()
@@ -499,10 +506,17 @@ class Subscription:
         self._wakeup.set()
 
     def revoke(self) -> None:
-        """Its client's token, or its client certificate's CA, was taken out: withhold what is
-        queued and what comes; ``next`` returns ``None``."""
+        """Its client's token was taken out: withhold what is queued and what comes; ``next``
+        returns ``None``."""
         self.revoked = True
         self.discard()
+
+    def interrupt(self) -> None:
+        """End its stream now, for its client to subscribe again: ``next`` returns ``None``
+        (at once, or once the write under way is done); what is queued, and the rest of its
+        replay, stay for ``FindingsBroker.unsubscribe``."""
+        self.interrupted = True
+        self._wakeup.set()
 
     def discard(self) -> tuple[list[findings_pb2.Finding], _Replay | None]:
         """Close and let go of the queued findings and of the replay (never delivered);
@@ -814,8 +828,8 @@ class FindingsBroker:
         resume (all of them once the broker is closed: the server is shutting down) are
         counted as dropped and logged, never lost unseen; the others are logged, and a client
         that resumes gets them (``close`` counts them if none does). ``withheld``: the
-        subscriber's token or client certificate was taken out, so none is counted lost to a
-        slow client. One superseded by a resume (``_supersede``) left then: nothing more."""
+        subscriber's token was taken out, so none is counted lost to a slow client. One
+        superseded by a resume (``_supersede``) left then: nothing more."""
         if subscription in self._superseded:
             self._superseded.discard(subscription)
             subscription.discard()
@@ -825,8 +839,7 @@ class FindingsBroker:
                 left, _ = subscription.discard()
                 if left or unsent is not None:
                     log.info(
-                        "withheld %d findings from a stream whose token or client certificate"
-                        " was taken out",
+                        "withheld %d findings from a stream whose token was taken out",
                         len(left) + (unsent is not None),
                     )
             elif (departed := self._leave(subscription, unsent)) is not None:
@@ -1049,16 +1062,11 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
         broker: FindingsBroker,
         authorize: Authorize | None = None,
         refused: Callable[[], None] = lambda: None,
-        trust: Trust | None = None,
     ) -> None:
         self._broker = broker
         self._authorize = authorize
         self._refused = refused
-        self._trust = trust
         self._checked: dict[Subscription, Callable[[], bool]] = {}  # open, with a token
-        # Open, with a client certificate; and those revoked for it, until answered.
-        self._trusted: dict[Subscription, Callable[[], bool | None]] = {}
-        self._distrusted: set[Subscription] = set()
 
     def recheck(self) -> None:
         """End the open streams whose token is no longer accepted (the tokens changed): one
@@ -1068,48 +1076,24 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
             if not allowed():
                 subscription.revoke()
 
-    def recheck_certificates(self) -> None:
-        """End the open streams whose client certificate no longer verifies against the
-        client CAs (they changed): each is revoked, then answered UNAUTHENTICATED
-        (``CERTIFICATE_REFUSED``) and counted by its ``Subscribe``. One whose certificate
-        cannot be checked (``toolwatch.client_ca``) streams on, and is logged."""
-        unknown = 0
-        for subscription, trusted in list(self._trusted.items()):
-            verdict = trusted()
-            if verdict is False:
-                self._distrust(subscription)
-            unknown += verdict is None
-        if unknown:
-            log.warning(
-                "the client CAs changed, and the client certificates of %d findings stream(s)"
-                " cannot be checked against them: they stream on (take their token out, or"
-                " restart toolwatch, to end them)",
-                unknown,
-            )
-
-    def _distrust(self, subscription: Subscription) -> None:
-        self._distrusted.add(subscription)
-        subscription.revoke()
-
-    def _watch(
-        self, subscription: Subscription, context: grpc.aio.ServicerContext[Any, Any]
-    ) -> Callable[[], bool] | None:
-        """Asks now whether ``subscription``'s token and client certificate are still good
-        (a reload may have come since the call's headers, or its connection's handshake),
-        revoking it if not, and has the rechecks ask from now on: call it before any await.
-        Returns what ``deliver`` asks before each write (the token's check)."""
-        authorize, trust = self._authorize, self._trust
-        allowed = authorize(context.invocation_metadata()) if authorize is not None else None
-        if allowed is not None:
-            self._checked[subscription] = allowed
-            if not allowed():
-                subscription.revoke()
-        trusted = trust(context.auth_context()) if trust is not None else None
-        if trusted is not None:
-            self._trusted[subscription] = trusted
-            if not subscription.revoked and trusted() is False:
-                self._distrust(subscription)
-        return allowed
+    def reconnect_all(self) -> int:
+        """End every open stream UNAVAILABLE (``CLIENT_CAS_CHANGED``), for its client to
+        connect again: a reload took a CA out of the client CA file, and a stream's
+        connection was accepted by its TLS handshake against the CAs served then. Not a
+        refusal (nothing counted): what a stream was not sent is held for its resume, and its
+        client's next handshake, with the CAs served now, decides whether it gets back in.
+        Logs, and returns, how many were ended. Call it on the server's event loop."""
+        if self._broker.closed:  # shutting down: each stream ends OK once drained
+            return 0
+        ended = [s for s in self._broker.subscriptions if not (s.revoked or s.interrupted)]
+        for subscription in ended:
+            subscription.interrupt()
+        log.info(
+            "a CA was taken out of the client CA file: ended %d findings stream(s)"
+            " UNAVAILABLE, for their clients to connect again through a new TLS handshake",
+            len(ended),
+        )
+        return len(ended)
 
     async def Subscribe(  # noqa: N802 (the gRPC method name)
         self, request: findings_pb2.SubscribeRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -1140,7 +1124,12 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
         )
         if (resumed := subscription.resumed) is not None:
             metadata += ((RESUME_KEY, resumed.stream), (RESUME_LOST_KEY, str(resumed.lost)))
-        allowed = self._watch(subscription, context)
+        authorize = self._authorize
+        allowed = authorize(context.invocation_metadata()) if authorize is not None else None
+        if allowed is not None:  # before any await: a recheck from now on sees it
+            self._checked[subscription] = allowed
+            if not allowed():  # a reload since the call's headers were checked
+                subscription.revoke()
         try:
             try:
                 # Headers now, so the client knows it is subscribed before any finding arrives.
@@ -1151,16 +1140,11 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
             accepted = await deliver(broker, subscription, context.write, allowed)
         finally:
             self._checked.pop(subscription, None)
-            self._trusted.pop(subscription, None)
-            distrusted = subscription in self._distrusted
-            self._distrusted.discard(subscription)
         if not accepted:
             self._refused()
-            # A token's refusal says nothing of why (RFC 6750); a certificate's tells its
-            # client that connecting again takes another certificate.
-            await context.abort(
-                grpc.StatusCode.UNAUTHENTICATED, CERTIFICATE_REFUSED if distrusted else ""
-            )
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED)
+        if subscription.interrupted:  # its unsent findings are held for its resume
+            await context.abort(grpc.StatusCode.UNAVAILABLE, CLIENT_CAS_CHANGED)
         missed, from_replay = subscription.untold
         if missed:  # lost after the last finding sent: told as the stream ends
             context.set_trailing_metadata(
@@ -1188,7 +1172,7 @@ async def deliver(
                 break
             await write(unsent)
             unsent = None
-        else:  # closed: by the server's shutdown, or revoked (a token or a certificate)
+        else:  # closed (the server's shutdown), revoked (its token) or interrupted
             accepted = not subscription.revoked
     except Exception as error:  # grpc-aio's ExecuteBatchError is not public
         log.debug("findings stream ended by a failed write: %r", error)
@@ -1203,14 +1187,11 @@ def add_findings_service(
     broker: FindingsBroker,
     authorize: Authorize | None = None,
     refused: Callable[[], None] = lambda: None,
-    trust: Trust | None = None,
 ) -> FindingsStreamServicer:
     """Registers ``FindingsService`` on ``server`` (before it starts), served by ``broker``;
     ``authorize`` gives, from a call's metadata, whether its token is still accepted (asked
-    before each write and at ``recheck``); ``trust``, from its auth context, whether its
-    client certificate still verifies (asked as it subscribes and at
-    ``recheck_certificates``); ``refused`` counts a stream ended for either."""
-    servicer = FindingsStreamServicer(broker, authorize, refused, trust)
+    before each write and at ``recheck``); ``refused`` counts a stream ended for it."""
+    servicer = FindingsStreamServicer(broker, authorize, refused)
     # The generated gRPC module carries no annotations.
     findings_pb2_grpc.add_FindingsServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
     return servicer

@@ -1,0 +1,195 @@
+"""What the tests of a findings stream through a client CA's removal share, for certificates
+the TLS stack takes and a certificate check of toolwatch's own (745c865's) refused: made at
+run time with ``cryptography`` (shapes trustme does not issue), and real gRPC subscribers on
+a real server (``start_server``) showing them. Valid from 2020 to 2100, so that gRPC's
+handshake takes them whatever the clock."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import datetime
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import grpc
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from tests.integration.conftest import RunningServer
+from tests.integration.test_security import Pki, Start, make_pki, tls
+from tests.integration.test_stream import make_finding, make_trace
+from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
+
+NOT_BEFORE = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
+NOT_AFTER = datetime.datetime(2100, 1, 1, tzinfo=datetime.UTC)
+Key = ec.EllipticCurvePrivateKey
+
+
+def key() -> Key:
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def common_name(value: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, value)])
+
+
+def certificate(
+    subject: x509.Name,
+    subject_key: Key,
+    issuer: x509.Name,
+    issuer_key: Key,
+    extensions: Sequence[x509.ExtensionType] = (),
+) -> x509.Certificate:
+    """A v3 certificate of ``subject_key`` signed by ``issuer_key``, with ``extensions``
+    (critical) and no others."""
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer)
+        .public_key(subject_key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(NOT_BEFORE)
+        .not_valid_after(NOT_AFTER)
+    )
+    for extension in extensions:
+        builder = builder.add_extension(extension, critical=True)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+def _der_length(n: int) -> bytes:
+    if n < 0x80:
+        return bytes([n])
+    body = n.to_bytes((n.bit_length() + 7) // 8, "big")
+    return bytes([0x80 | len(body)]) + body
+
+
+def _tlv(tag: int, body: bytes) -> bytes:
+    return bytes([tag]) + _der_length(len(body)) + body
+
+
+#: AlgorithmIdentifier ecdsa-with-SHA256 (RFC 5758 3.2), DER.
+_ECDSA_SHA256 = bytes.fromhex("300a06082a8648ce3d040302")
+
+
+def with_bytes_replaced(
+    cert: x509.Certificate, signer: Key, old: bytes, new: bytes
+) -> x509.Certificate:
+    """``cert`` with ``old`` replaced by ``new`` (same length) in its TBSCertificate,
+    signed again by ``signer``: encodings ``cryptography``'s builder does not write."""
+    tbs = cert.tbs_certificate_bytes
+    assert len(old) == len(new) and old in tbs
+    tbs = tbs.replace(old, new)
+    signature = signer.sign(tbs, ec.ECDSA(hashes.SHA256()))
+    der = _tlv(0x30, tbs + _ECDSA_SHA256 + _tlv(0x03, b"\x00" + signature))
+    return x509.load_der_x509_certificate(der)
+
+
+def pem(cert: x509.Certificate) -> bytes:
+    return cert.public_bytes(serialization.Encoding.PEM)
+
+
+def key_pem(private: Key) -> bytes:
+    return private.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def channel(server: RunningServer, pki: Pki, cert: bytes, private: bytes) -> grpc.Channel:
+    """A channel of its own connection to the stream, showing ``cert`` (PEM chain)."""
+    credentials = grpc.ssl_channel_credentials(pki.read("ca"), private, cert)
+    options = [("grpc.use_local_subchannel_pool", 1)]
+    return grpc.secure_channel(server.address("stream"), credentials, options)
+
+
+def subscribe(chan: grpc.Channel) -> Any:
+    """A subscription whose headers have come, or whose call has ended: either way gRPC's
+    handshake took the client certificate (required by the server's client CA file), and
+    the servicer's ``Subscribe`` ran."""
+    stub = findings_pb2_grpc.FindingsServiceStub(chan)  # type: ignore[no-untyped-call]
+    call = stub.Subscribe(findings_pb2.SubscribeRequest(), timeout=30)
+    call.initial_metadata()
+    return call
+
+
+def publish(server: RunningServer, explanation: str) -> None:
+    finding = make_finding(explanation=explanation)
+    server.call(lambda: server.app.broker.publish(make_trace(), [finding]))
+
+
+def outcome(call: Any) -> str:
+    """The next finding's explanation, or how the call ended (``CODE: details``)."""
+    try:
+        return str(next(call).explanation)
+    except grpc.RpcError as error:
+        return f"{error.code().name}: {error.details()}"
+
+
+def subscribers_once_all_ended(server: RunningServer) -> int:
+    """The broker's subscriber count once it reaches 0 (every call here has ended), or
+    after 3 s if it does not."""
+    waiting = asyncio.run_coroutine_threadsafe(
+        server.app.broker.wait_for_subscribers(0), server.loop
+    )
+    try:
+        waiting.result(timeout=3)
+    except concurrent.futures.TimeoutError:
+        waiting.cancel()
+    return server.call(lambda: server.app.broker.subscriber_count)
+
+
+RELOAD_SECONDS = 30
+
+
+def reload_client_cas(server: RunningServer, path: Path, pem: bytes) -> str:
+    """``pem`` as the client CA file, put in place as a Secret update does (beside, renamed),
+    and the server's tick that reloads it: ``"ticked"``, or what it raised."""
+    staged = path.with_suffix(".new")
+    staged.write_bytes(pem)
+    os.replace(staged, path)
+    server.clock.advance(RELOAD_SECONDS)
+    try:
+        server.call(server.app.tick)
+    except Exception as error:  # what the tick loop would log and go on from
+        return f"tick raised {type(error).__name__}"
+    return "ticked"
+
+
+def serving(
+    start_server: Start, tmp_path: Path, client_cas: bytes
+) -> tuple[RunningServer, Pki, Path]:
+    """A server with mutual TLS on every listener, its client CA file (returned) holding
+    ``client_cas`` (PEM), looked at every ``RELOAD_SECONDS`` of its clock."""
+    pki = make_pki(tmp_path)
+    path = tmp_path / "client-ca.pem"
+    path.write_bytes(client_cas)
+    server = start_server(
+        **tls(pki),
+        security__tls__client_ca_file=str(path),
+        security__tls__reload_seconds=RELOAD_SECONDS,
+    )
+    return server, pki, path
+
+
+def through_a_removal(
+    server: RunningServer, pki: Pki, path: Path, identity: tuple[bytes, bytes], kept: bytes
+) -> list[str]:
+    """What a client showing ``identity`` (PEM certificate chain, key) is sent: a finding
+    once subscribed; then, as a reload leaves only ``kept`` in the client CA file ``path``,
+    how the tick went and how its stream ended; then, subscribed again on a new connection
+    (a new handshake), a finding, or how the call ended."""
+    cert, private = identity
+    with channel(server, pki, cert, private) as first:
+        call = subscribe(first)
+        publish(server, "first")
+        seen = [outcome(call), reload_client_cas(server, path, kept), outcome(call)]
+    with channel(server, pki, cert, private) as again:
+        call = subscribe(again)
+        publish(server, "again")
+        seen.append(outcome(call))
+        call.cancel()
+    return seen
