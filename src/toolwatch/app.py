@@ -78,7 +78,8 @@ from toolwatch.sinks.findings import FindingSink, Redaction
 from toolwatch.sinks.logqueue import queued_logging
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
 from toolwatch.sinks.python_reports import logged_python_reports
-from toolwatch.sinks.stream import FindingsBroker, add_findings_service, stream_server_options
+from toolwatch.sinks.stream import FindingsBroker, FindingsStreamServicer, stream_server_options
+from toolwatch.stream_listener import StreamListener
 
 __all__ = [
     "RELOADED_OUTPUT",
@@ -230,7 +231,8 @@ class App:
         self.engine = Engine(parts, clock, self.metrics)
         self.addresses: dict[str, str] = {}
         self._grpc: grpc.aio.Server | None = None
-        self._stream: grpc.aio.Server | None = None
+        #: The findings stream's server, once started (``StreamListener``).
+        self.stream_listener: StreamListener | None = None
         self._runners: list[web.AppRunner] = []
         self._ticker: asyncio.Task[None] | None = None
         self._arrived = asyncio.Event()  # spans offered since the ticker last went idle
@@ -346,10 +348,10 @@ class App:
         # grace is over (a second at least, for the drain's findings) is lost, counted.
         waited = max(grace_ends - loop.time(), _OUTPUTS_CLOSE_SECONDS)
         await loop.run_in_executor(None, self._outputs.close, waited)
-        if self._stream is not None:
+        if self.stream_listener is not None:
             # A subscriber that does not take its queue by then loses it, counted as its
             # call ends, which can come just after ``stop`` returns.
-            await self._stream.stop(min(grace, 1.0))
+            await self.stream_listener.stop(min(grace, 1.0))
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(1.0):
                     await self.broker.wait_for_subscribers(0)
@@ -528,8 +530,12 @@ class App:
 
     def tick(self) -> int:
         """What the ticker does every ``assembly.tick_seconds``: reload TLS files that
-        changed, and complete the traces that are due. Returns how many were completed."""
+        changed (a client CA taken out restarts the findings stream's listener), bind that
+        listener again if its restart could not, and complete the traces that are due.
+        Returns how many were completed. Call it on the event loop."""
         self._security.refresh()
+        if self.stream_listener is not None:
+            self.stream_listener.retry()
         return self.engine.tick()
 
     async def _tick_forever(self) -> None:
@@ -632,26 +638,31 @@ class App:
         # for as long as ``toolwatch tail`` runs; the grace over, a closed connection would end
         # it (``tail`` without ``--reconnect`` exits), and with no grace it would outlive its
         # connection's age all the same. Its token, not its connection, is checked again;
-        # when a reload takes a client CA out, every stream is ended for its client to
-        # connect again (``reconnect_all``), and its new handshake decides.
-        server = grpc.aio.server(
-            interceptors=self._security.grpc_interceptors("stream"),
-            options=[_NO_REUSEPORT, self._grpc_handshake_option, *stream_server_options()],
-        )
+        # when a reload takes a client CA out, every stream is ended and every connection
+        # closed, for its client to connect again through a handshake the CAs served now
+        # decide (``StreamListener``).
         security = self._security
-        servicer = add_findings_service(
-            server,
+        servicer = FindingsStreamServicer(
             self.broker,
             lambda metadata: security.still_accepted("stream", metadata),
             lambda: security.auth_failed("stream"),
         )
-        security.on_tokens_changed(servicer.recheck)
-        security.on_client_ca_removed("stream", servicer.reconnect_all)
-        bound = await bind_grpc(
-            server, "stream", address, self._security.grpc_credentials("stream")
+        options = [_NO_REUSEPORT, self._grpc_handshake_option, *stream_server_options()]
+
+        def make_server() -> grpc.aio.Server:
+            server = grpc.aio.server(
+                interceptors=security.grpc_interceptors("stream"), options=options
+            )
+            servicer.add_to(server)
+            return server
+
+        listener = StreamListener(
+            make_server, lambda: security.grpc_credentials("stream"), servicer.reconnect_all
         )
-        await server.start()
-        self._stream = server
+        bound = await listener.start(address)
+        self.stream_listener = listener
+        security.on_tokens_changed(servicer.recheck)
+        security.on_client_ca_removed("stream", listener.client_ca_removed)
         return bound
 
     def _otlp_http_app(self) -> web.Application:

@@ -21,11 +21,12 @@ moment (clients also spread again over the replicas behind a Service).
 
 Not for the findings stream: a subscription is one call for as long as ``toolwatch tail``
 runs, which a closed connection would end. Instead, when a reload takes a CA out of the
-client CA file, every open stream is ended UNAVAILABLE
-(``ListenerSecurity.on_client_ca_removed``, ``FindingsStreamServicer.reconnect_all``): its
-client connects again, through a new handshake, which the CAs served then decide (one whose
-CA was taken out is refused there), and resumes where it left off. Adding a CA, or writing
-the same ones again, ends no stream.
+client CA file, every open stream is ended UNAVAILABLE and every connection of the stream
+listener closed (``ListenerSecurity.on_client_ca_removed``,
+``FindingsStreamServicer.reconnect_all``, ``toolwatch.stream_listener``): its client
+connects again, through a new handshake, which the CAs served then decide (one whose CA was
+taken out is refused there), and resumes where it left off. Adding a CA, or writing the same
+ones again, ends no stream.
 """
 
 from __future__ import annotations

@@ -28,12 +28,12 @@ certificate, its key and the client CA (``toolwatch.tls.CertificateFiles``): a r
 certificate (by cert-manager, say) is served on new connections — gRPC takes it at the next
 handshake, the HTTPS listeners at the next ``ListenerSecurity.refresh`` (the server's tick);
 the connections open before it are closed at their age (``toolwatch.connection_age``; not
-the findings stream's, whose calls are ended for their clients to connect again when a
-reload takes a client CA out: ``on_client_ca_removed``). A file that changed and cannot be
-used (a certificate that is not valid now included) keeps the previous one and is counted with
-``PipelineMetrics.reload_failed``; the dates of the certificate and client CA served (since
-when they are valid, when they expire) are reported at start-up and at each reload that took
-a new set (``PipelineMetrics.certificates_served``).
+the findings stream's, whose calls are ended and connections closed, for their clients to
+connect again, when a reload takes a client CA out: ``on_client_ca_removed``). A file that
+changed and cannot be used (a certificate that is not valid now included) keeps the previous
+one and is counted with ``PipelineMetrics.reload_failed``; the dates of the certificate and
+client CA served (since when they are valid, when they expire) are reported at start-up and
+at each reload that took a new set (``PipelineMetrics.certificates_served``).
 
 Threading: the interceptors and middlewares run on the servers' event loop; ``TokenFile``
 is not thread-safe.
@@ -46,6 +46,7 @@ import hmac
 import inspect
 import logging
 import ssl
+import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -61,7 +62,13 @@ from toolwatch.certificate_dates import utc_from_ns
 from toolwatch.config.security import SecuritySettings, read_token_file
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock
-from toolwatch.tls import CertificateFiles, FileWatch, ServedContext, server_credentials
+from toolwatch.tls import (
+    CertificateFiles,
+    Certificates,
+    FileWatch,
+    ServedContext,
+    server_credentials,
+)
 
 __all__ = [
     "HEALTH_CHECK",
@@ -448,6 +455,12 @@ class ListenerSecurity:
         # without a certificate finish the handshake, so that probes (which have none) reach
         # /healthz and /readyz; ``client_certificate_middleware`` refuses it every other path.
         modes = [self._verify_mode(listener) for listener in tls.listeners] if tls else []
+        self._wall_clock = wall_clock
+        # The client CAs of every set served since ``refresh`` last looked (``_served``),
+        # and those of the set current then, of its generation.
+        self._served_lock = threading.Lock()
+        self._served_client_cas: set[bytes] = set()
+        self._client_cas: tuple[int, frozenset[bytes]] = (-1, frozenset())
         self._certificates = (
             CertificateFiles(
                 tls,
@@ -455,9 +468,7 @@ class ListenerSecurity:
                 lambda: metrics.reload_failed("certificate"),
                 modes,
                 wall_clock,
-                on_served=lambda served: metrics.certificates_served(
-                    served.dates(utc_from_ns(wall_clock()))
-                ),
+                on_served=self._served,
             )
             if tls is not None
             else None
@@ -468,7 +479,6 @@ class ListenerSecurity:
             ClientNames(tls.client_names) if tls is not None and tls.client_names else None
         )
         self._context_generation = 0
-        self._client_cas = files.current.client_ca_certificates() if files else frozenset()
         self._on_client_ca_removed: list[Callable[[], object]] = []
         self._tokens = (
             TokenFile(
@@ -485,9 +495,10 @@ class ListenerSecurity:
         """Reload the token file and the TLS files if they changed (a token file is also
         looked at when a call is checked; a stream that sends nothing is not), and have the
         HTTPS listeners' new connections take the set gRPC serves (a removed client CA is no
-        longer trusted there); when that set took a client CA out, the lasting calls' clients
-        are told to connect again (``on_client_ca_removed``). Call it on the event loop that
-        serves them (the server's tick does)."""
+        longer trusted there); when a client CA of a set served since the last look is not
+        in the set served now, the lasting calls' clients are told to connect again
+        (``on_client_ca_removed``). Call it on the event loop that serves them (the server's
+        tick does)."""
         if self._tokens is not None:
             self._tokens.refresh()
         files = self._certificates
@@ -495,15 +506,37 @@ class ListenerSecurity:
             return
         files.refresh()
         current = files.current  # gRPC's handshakes may have taken it since the last look
-        if current.generation == self._context_generation:
-            return
-        for served in self._contexts.values():
-            served.follow(current)
-        self._context_generation = current.generation
-        client_cas, self._client_cas = self._client_cas, current.client_ca_certificates()
-        if client_cas - self._client_cas:
+        if current.generation != self._context_generation:
+            for served in self._contexts.values():
+                served.follow(current)
+            self._context_generation = current.generation
+        with self._served_lock:
+            # The set current now read under the lock: one a handshake takes meanwhile is
+            # either in it (its ``_served`` came first) or noted for the next look.
+            now = self._client_cas_of(files.current)
+            served_since, self._served_client_cas = self._served_client_cas, set(now)
+        if served_since - now:
             for callback in self._on_client_ca_removed:
                 callback()
+
+    def _client_cas_of(self, current: Certificates) -> frozenset[bytes]:
+        """``current``'s client CA certificates, read once for each set (``refresh`` asks at
+        every tick)."""
+        generation, client_cas = self._client_cas
+        if generation != current.generation:
+            client_cas = current.client_ca_certificates()
+            self._client_cas = current.generation, client_cas
+        return client_cas
+
+    def _served(self, served: Certificates) -> None:
+        """``CertificateFiles``' ``on_served``: a set becomes current, on whichever thread
+        reloaded it (the tick's, or one of gRPC's, whose certificate fetcher reloads the
+        files before a handshake). Its dates are reported, and its client CAs noted, so that
+        ``refresh`` finds a CA taken out whichever sets were served in between: one added
+        and taken out again between two ticks let clients in all the same."""
+        self._metrics.certificates_served(served.dates(utc_from_ns(self._wall_clock())))
+        with self._served_lock:
+            self._served_client_cas |= served.client_ca_certificates()
 
     def _verify_mode(self, listener: str) -> ssl.VerifyMode:
         tls = self._settings.tls
@@ -540,12 +573,14 @@ class ListenerSecurity:
         return lambda: tokens.accepts(token)
 
     def on_client_ca_removed(self, listener: str, callback: Callable[[], object]) -> None:
-        """Call ``callback`` at each ``refresh`` that serves a set whose client CA file lacks
-        a certificate of the last one's (compared by DER: one added, the same ones written
-        again or in another order, or another file changed, is no removal), when
-        ``listener`` takes client certificates. Its lasting calls (findings streams) were
-        accepted by a handshake against the CAs served then: the callback ends them, and
-        their clients' new handshakes decide with the CAs served now."""
+        """Call ``callback`` at each ``refresh`` that finds the client CA file of the set
+        served now lacking a certificate of a set served since the last ``refresh`` (the
+        one served then, and any gRPC's handshakes took in between), compared by DER: one
+        added, the same ones written again or in another order, or another file changed, is
+        no removal. Only when ``listener`` takes client certificates. Its lasting calls
+        (findings streams) were accepted by a handshake against the CAs served then: the
+        callback ends them and closes their connections, and their clients' new handshakes
+        decide with the CAs served now."""
         tls = self._settings.tls
         if tls is not None and tls.client_ca_file is not None and self._settings.uses_tls(listener):
             self._on_client_ca_removed.append(callback)

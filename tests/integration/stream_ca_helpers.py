@@ -145,9 +145,19 @@ def subscribers_once_all_ended(server: RunningServer) -> int:
 RELOAD_SECONDS = 30
 
 
+def listening_again(server: RunningServer) -> None:
+    """Returns once the stream listener is not restarting (a client CA taken out closes
+    every connection and listens again: ``StreamListener``), so that a client's next
+    connection is answered by the new server, not refused while it binds."""
+    listener = server.app.stream_listener
+    assert listener is not None
+    asyncio.run_coroutine_threadsafe(listener.settled(), server.loop).result(timeout=10)
+
+
 def reload_client_cas(server: RunningServer, path: Path, pem: bytes) -> str:
     """``pem`` as the client CA file, put in place as a Secret update does (beside, renamed),
-    and the server's tick that reloads it: ``"ticked"``, or what it raised."""
+    and the server's tick that reloads it: ``"ticked"``, or what it raised; then the stream
+    listener's restart, if the reload took a CA out (``listening_again``)."""
     staged = path.with_suffix(".new")
     staged.write_bytes(pem)
     os.replace(staged, path)
@@ -156,6 +166,7 @@ def reload_client_cas(server: RunningServer, path: Path, pem: bytes) -> str:
         server.call(server.app.tick)
     except Exception as error:  # what the tick loop would log and go on from
         return f"tick raised {type(error).__name__}"
+    listening_again(server)
     return "ticked"
 
 

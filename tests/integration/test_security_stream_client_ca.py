@@ -21,6 +21,7 @@ import pytest
 import trustme
 
 from tests.integration.conftest import RunningServer
+from tests.integration.stream_ca_helpers import listening_again
 from tests.integration.test_security import (
     AUTH_FAILURES,
     Pki,
@@ -65,10 +66,12 @@ def _write_client_cas(path: Path, cas: Sequence[trustme.CA]) -> None:
 
 
 def _reload_client_cas(server: RunningServer, path: Path, cas: Sequence[trustme.CA]) -> None:
-    """Rewrite the client CA file and let the server's tick reload it."""
+    """Rewrite the client CA file and let the server's tick reload it; a CA taken out, the
+    stream listener restarts, and is listening again on return."""
     _write_client_cas(path, cas)
     server.clock.advance(RELOAD_SECONDS)
     server.call(server.app.tick)
+    listening_again(server)
 
 
 def _server(start_server: Start, pki: Pki, path: Path, **more: Any) -> RunningServer:
@@ -259,6 +262,7 @@ def test_tail_reconnecting_whose_ca_is_kept_resumes_and_loses_nothing(
         waits.append(seconds)
         if len(waits) == 2:  # the server closed the stream at the end: stop
             raise KeyboardInterrupt
+        listening_again(server)  # what half a second is for: the listener restarts
 
     def act() -> None:
         _publish(server, "before")
@@ -313,6 +317,7 @@ def test_tail_reconnecting_through_a_client_ca_rotation_loses_no_finding(
 
     def wait(seconds: float) -> None:  # tail's wait before it subscribes again
         waits.append(seconds)
+        listening_again(server)  # what half a second is for: the listener restarts
         if len(waits) == 2:  # refused once at the handshake: the renewal reaches tail
             cert, key = _identity(new_ca)
             key_file.write_bytes(key)

@@ -462,6 +462,42 @@ def test_only_a_reload_that_takes_a_client_ca_out_tells_the_lasting_calls(
     assert failures == 0  # every set was taken
 
 
+def test_a_client_ca_served_and_taken_out_between_two_refreshes_is_told(
+    files: Files, tmp_path: Path
+) -> None:
+    """gRPC's certificate fetcher reloads the files before a handshake, from its own threads
+    (``CertificateFiles.refresh``), so a set can be served and replaced between two of the
+    tick's ``refresh``. Was: ``refresh`` compared the set served then with the one it saw
+    last: a CA added and taken out in between was never told. Now: the client CAs of every
+    set served since are compared, so it is; told once, and not again at a ``refresh`` that
+    finds nothing new; one added and still there tells nothing."""
+    server_ca, kept, short_lived = trustme.CA(), trustme.CA(), trustme.CA()
+    files.install(server_ca)
+    client_ca = tmp_path / "client-ca.pem"
+    client_ca.write_bytes(kept.cert_pem.bytes())
+    clock = ManualClock()
+    listeners = security(files, clock, client_ca)
+    fetcher = listeners._certificates  # what gRPC's fetcher reloads before a handshake
+    assert fetcher is not None
+    told: list[str] = []
+    listeners.on_client_ca_removed("stream", lambda: told.append("stream"))
+
+    def served_between_ticks(*cas: trustme.CA) -> bool:
+        staged = tmp_path / "client-ca.new"
+        staged.write_bytes(b"".join(ca.cert_pem.bytes() for ca in cas))
+        os.replace(staged, client_ca)
+        clock.advance(RELOAD_SECONDS)
+        return fetcher.refresh()
+
+    assert served_between_ticks(kept, short_lived) and served_between_ticks(kept)
+    listeners.refresh()
+    after_the_removal = list(told)
+    listeners.refresh()
+    assert served_between_ticks(kept, short_lived)
+    listeners.refresh()
+    assert (after_the_removal, told) == (["stream"], ["stream"])
+
+
 def test_a_listener_that_takes_no_client_certificate_is_not_told(
     files: Files, tmp_path: Path
 ) -> None:

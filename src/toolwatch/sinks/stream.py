@@ -50,7 +50,9 @@ UNAUTHENTICATED and counted; what it had queued is withheld, not counted lost. W
 reload takes a CA out of the client CA file, ``reconnect_all`` ends every open stream
 UNAVAILABLE (``CLIENT_CAS_CHANGED``), not counted as a refusal, as if its client had left:
 what it had not been sent is held for its resume. Its client connects again through a new
-TLS handshake, which trusts the client CAs served then: no certificate is judged here.
+TLS handshake, which trusts the client CAs served then (the app closes every connection of
+the stream listener, so that no call is made on one handshaken before:
+``toolwatch.stream_listener``): no certificate is judged here.
 
 Sizes. What a sender names (an agent, service, tool or field, each an attribute of up to
 ``ingest.max_value_bytes``) reaches every held finding, queue and index entry, so none keeps
@@ -1081,19 +1083,28 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
         connect again: a reload took a CA out of the client CA file, and a stream's
         connection was accepted by its TLS handshake against the CAs served then. Not a
         refusal (nothing counted): what a stream was not sent is held for its resume, and its
-        client's next handshake, with the CAs served now, decides whether it gets back in.
-        Logs, and returns, how many were ended. Call it on the server's event loop."""
+        client's next handshake, with the CAs served now, decides whether it gets back in
+        (the app closes every connection of the stream listener for that:
+        ``toolwatch.stream_listener``). Logs how many were ended, when any was, and returns
+        it. Call it on the server's event loop."""
         if self._broker.closed:  # shutting down: each stream ends OK once drained
             return 0
         ended = [s for s in self._broker.subscriptions if not (s.revoked or s.interrupted)]
         for subscription in ended:
             subscription.interrupt()
-        log.info(
-            "a CA was taken out of the client CA file: ended %d findings stream(s)"
-            " UNAVAILABLE, for their clients to connect again through a new TLS handshake",
-            len(ended),
-        )
+        if ended:
+            log.info(
+                "a CA was taken out of the client CA file: ended %d findings stream(s)"
+                " UNAVAILABLE, for their clients to connect again through a new TLS handshake",
+                len(ended),
+            )
         return len(ended)
+
+    def add_to(self, server: grpc.aio.Server) -> None:
+        """Registers ``FindingsService`` on ``server`` (before it starts), served by this
+        servicer: one servicer serves each server the stream listener starts."""
+        # The generated gRPC module carries no annotations.
+        findings_pb2_grpc.add_FindingsServiceServicer_to_server(self, server)  # type: ignore[no-untyped-call]
 
     async def Subscribe(  # noqa: N802 (the gRPC method name)
         self, request: findings_pb2.SubscribeRequest, context: grpc.aio.ServicerContext[Any, Any]
@@ -1192,6 +1203,5 @@ def add_findings_service(
     ``authorize`` gives, from a call's metadata, whether its token is still accepted (asked
     before each write and at ``recheck``); ``refused`` counts a stream ended for it."""
     servicer = FindingsStreamServicer(broker, authorize, refused)
-    # The generated gRPC module carries no annotations.
-    findings_pb2_grpc.add_FindingsServiceServicer_to_server(servicer, server)  # type: ignore[no-untyped-call]
+    servicer.add_to(server)
     return servicer

@@ -5,6 +5,7 @@ ends at once, and what it was not sent is held for its resume, as for a client t
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import pytest
 from prometheus_client import CollectorRegistry
@@ -13,7 +14,14 @@ from tests import factories
 from toolwatch._proto.toolwatch.v1 import findings_pb2
 from toolwatch.model import Category, Severity
 from toolwatch.sinks.prometheus import PrometheusMetrics
-from toolwatch.sinks.stream import FindingsBroker, Resume, StreamFilter, Subscription, deliver
+from toolwatch.sinks.stream import (
+    FindingsBroker,
+    FindingsStreamServicer,
+    Resume,
+    StreamFilter,
+    Subscription,
+    deliver,
+)
 
 DROPPED = "toolwatch_stream_dropped_findings_total"
 
@@ -93,3 +101,21 @@ def test_an_interrupted_replay_is_held_for_its_resume_from_where_it_was(resumes:
     sent = resumed(broker, replaying, after=2) if resumes else []
     broker.close()
     assert (sent, registry.get_sample_value(DROPPED)) == (([3, 4], 0) if resumes else ([], 2))
+
+
+def test_reconnect_all_logs_only_when_it_ended_a_stream(caplog: pytest.LogCaptureFixture) -> None:
+    """Was: "ended 0 findings stream(s)" at INFO at every removal of a client CA with no
+    stream open (the stream listener restarts then too, and logs that itself). Now: logged
+    when one was ended, with how many."""
+    broker = FindingsBroker(PrometheusMetrics(CollectorRegistry()))
+    servicer = FindingsStreamServicer(broker)
+    with caplog.at_level(logging.INFO, logger="toolwatch.sinks.stream"):
+        none = servicer.reconnect_all()
+        broker.subscribe(StreamFilter())
+        one = servicer.reconnect_all()
+        again = servicer.reconnect_all()  # already ended: not counted twice
+    assert (none, one, again) == (0, 1, 0)
+    assert [r.getMessage() for r in caplog.records] == [
+        "a CA was taken out of the client CA file: ended 1 findings stream(s) UNAVAILABLE,"
+        " for their clients to connect again through a new TLS handshake"
+    ]

@@ -1,0 +1,136 @@
+"""A client CA taken out restarts the findings stream's listener (``StreamListener``): the
+server is stopped, every connection closed, and a new one bound to the same address. Should
+another process take the port in between, the server does not crash: the failure is logged
+at ERROR, naming ``listen.stream`` and why (once), ``/readyz`` stays ready, OTLP is still
+served, and each tick tries the bind again until it works, which is logged; the stream then
+serves again, and ``toolwatch_stream_subscribers`` counts what is open throughout.
+
+Real server with mutual TLS; the window in which the port is free is the restart's grace,
+held open by a client that reads nothing while a finding larger than its receive window is
+written to it (its call ends only when the grace cancels it); the port is taken then by a
+real socket, as another process would.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+import trustme
+
+from tests.integration.conftest import RunningServer, until
+from tests.integration.stream_ca_helpers import listening_again, outcome, publish
+from tests.integration.test_security import Pki, Start, client_context, http_get, make_pki, tls
+from tests.integration.test_stream import make_finding, make_trace
+from tests.integration.test_stream_replay_losses import BIG, NO_BDP
+from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
+from toolwatch.listeners import listening_socket
+
+RELOAD_SECONDS = 30
+LISTENER_LOG = "toolwatch.stream_listener"
+SUBSCRIBERS = "toolwatch_stream_subscribers"
+
+
+def _write(path: Path, cas: list[trustme.CA]) -> None:
+    staged = path.with_suffix(".new")
+    staged.write_bytes(b"".join(ca.cert_pem.bytes() for ca in cas))
+    os.replace(staged, path)
+
+
+def _channel(address: str, pki: Pki, ca: trustme.CA) -> grpc.Channel:
+    """A channel of its own connection that does not grow its receive window (64 KiB)."""
+    leaf = ca.issue_cert("agent.example")
+    credentials = grpc.ssl_channel_credentials(
+        pki.read("ca"), leaf.private_key_pem.bytes(), leaf.cert_chain_pems[0].bytes()
+    )
+    options = [("grpc.use_local_subchannel_pool", 1), *NO_BDP]
+    return grpc.secure_channel(address, credentials, options)
+
+
+def _subscribe(channel: grpc.Channel) -> Any:
+    stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
+    call = stub.Subscribe(findings_pb2.SubscribeRequest(), timeout=30)
+    call.initial_metadata()
+    return call
+
+
+def _writing(server: RunningServer) -> bool:
+    """Whether the one subscription open has a finding being written."""
+    writing = server.call(lambda: [s.writing for s in server.app.broker.subscriptions])
+    return len(writing) == 1 and writing[0] is not None
+
+
+def _take(address: str, taken: list[socket.socket]) -> bool:
+    """Whether ``taken`` holds a listening socket on ``address`` (as another process would
+    take it), taken now if the address is free."""
+    if not taken:
+        try:
+            taken.append(listening_socket(address))
+        except OSError:  # the server still listens there
+            return False
+    return True
+
+
+def test_a_stream_address_taken_while_the_listener_restarts_is_bound_again_at_a_tick(
+    start_server: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    pki = make_pki(tmp_path)
+    path = tmp_path / "client-ca.pem"
+    _write(path, [pki.clients, trustme.CA()])
+    server = start_server(
+        **tls(pki),
+        security__tls__client_ca_file=str(path),
+        security__tls__reload_seconds=RELOAD_SECONDS,
+    )
+    address = server.address("stream")
+    readyz = f"https://{server.address('metrics')}/readyz"
+    listener = server.app.stream_listener
+    assert listener is not None
+    taken: list[socket.socket] = []
+    caplog.set_level(logging.INFO, logger=LISTENER_LOG)
+    with _channel(address, pki, pki.clients) as stuck_channel:
+        stuck = _subscribe(stuck_channel)  # reads nothing from now on
+        server.call(
+            lambda: server.app.broker.publish(make_trace(), [make_finding(explanation="x" * BIG)])
+        )
+        assert until(lambda: _writing(server))  # larger than its window: the write waits
+        _write(path, [pki.clients])  # another CA taken out
+        server.clock.advance(RELOAD_SECONDS)
+        server.call(server.app.tick)
+        # The old server no longer listens; its stop waits on the stuck write (the grace).
+        assert until(lambda: _take(address, taken))
+        listening_again(server)
+        stuck.cancel()
+    try:
+        ready = http_get(readyz, client_context(pki)).status
+        down = (listener.serving, server.sample(SUBSCRIBERS), ready)
+        server.call(server.app.tick)  # the port still taken: tried again, not told again
+        listening_again(server)
+        still_down = listener.serving
+    finally:
+        for sock in taken:
+            sock.close()
+    server.call(server.app.tick)  # the port free again
+    listening_again(server)
+    with _channel(address, pki, pki.clients) as channel:
+        back = _subscribe(channel)
+        publish(server, "back")
+        after = (outcome(back), server.sample(SUBSCRIBERS))
+        back.cancel()
+
+    assert (down, still_down) == ((False, 0, 200), False)
+    assert after == ("back", 1)
+    told = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == LISTENER_LOG]
+    assert told[1:] == [
+        (
+            "ERROR",
+            f"cannot listen on {address} (listen.stream): Address already in use: the findings"
+            " stream is down, trying again at each tick (ingestion and /readyz are unaffected)",
+        ),
+        ("INFO", f"listening again on {address} (listen.stream)"),
+    ]

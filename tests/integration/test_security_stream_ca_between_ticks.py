@@ -1,0 +1,99 @@
+"""Was (review of e7110fe): ``ListenerSecurity.refresh`` (the server's tick) told
+``on_client_ca_removed`` when the client CAs of the set served *now* lacked one of the set
+*it saw last*. But the tick is not the only reader of the files: gRPC's certificate fetcher
+reloads them before every handshake (``_CertificateFetcher`` calls
+``CertificateFiles.refresh``), so a set can be served, accept a client, and be replaced
+between two ticks. A CA added and taken out in that time was never seen by the tick: it
+compared the set after the removal with the set before the addition, found them equal, and
+the stream the short-lived set let in went on, though the CA that admitted it was gone and a
+new handshake with its certificate was refused. It takes two reloads between ticks:
+``tls.reload_seconds`` below the gap between ticks (at least ``max(assembly.tick_seconds,
+1 s)`` when idle), or a tick late by ``reload_seconds`` (a loop stalled); and a CA put in by
+mistake and taken out at once is the case where the removal matters.
+
+Now: the client CAs of every set handed to ``on_served`` (which sees each set that becomes
+current, whichever thread reloaded it) are collected until the next ``refresh``, and one of
+them missing from the set served then is a removal: the stream is ended.
+
+Shown with a real server with mutual TLS (``tick_seconds`` 10, so its own ticker stays idle
+through the test; its clock advanced by hand past ``reload_seconds``): the client CA file
+holds A; B is added and a client of B subscribes (its handshake makes gRPC reload: B served);
+B is taken out and a client of A connects (gRPC reloads again: B no longer served, as a new
+handshake of B's client shows); then the tick.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import grpc
+import trustme
+
+from tests.integration.stream_ca_helpers import listening_again, outcome, publish
+from tests.integration.test_security import Pki, Start, make_pki, tls
+from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
+from toolwatch.sinks.stream import CLIENT_CAS_CHANGED
+
+RELOAD_SECONDS = 30
+
+
+def _write(path: Path, cas: list[trustme.CA]) -> None:
+    staged = path.with_suffix(".new")
+    staged.write_bytes(b"".join(ca.cert_pem.bytes() for ca in cas))
+    os.replace(staged, path)
+
+
+def _channel(address: str, pki: Pki, ca: trustme.CA) -> grpc.Channel:
+    leaf = ca.issue_cert("agent.example")
+    credentials = grpc.ssl_channel_credentials(
+        pki.read("ca"), leaf.private_key_pem.bytes(), leaf.cert_chain_pems[0].bytes()
+    )
+    return grpc.secure_channel(address, credentials, [("grpc.use_local_subchannel_pool", 1)])
+
+
+def _subscribe(channel: grpc.Channel) -> Any:
+    stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
+    call = stub.Subscribe(findings_pb2.SubscribeRequest(), timeout=30)
+    call.initial_metadata()
+    return call
+
+
+def test_a_client_ca_added_and_taken_out_between_two_ticks_ends_the_stream_it_let_in(
+    start_server: Start, tmp_path: Path
+) -> None:
+    pki = make_pki(tmp_path)
+    kept, short_lived = pki.clients, trustme.CA()
+    path = tmp_path / "client-ca.pem"
+    _write(path, [kept])
+    server = start_server(
+        **tls(pki),
+        security__tls__client_ca_file=str(path),
+        security__tls__reload_seconds=RELOAD_SECONDS,
+        assembly__tick_seconds=10,
+    )
+    address = server.address("stream")
+    _write(path, [kept, short_lived])
+    server.clock.advance(RELOAD_SECONDS)
+    with (
+        _channel(address, pki, short_lived) as admitted,
+        _channel(address, pki, kept) as other,
+        _channel(address, pki, short_lived) as after,
+    ):
+        stream = _subscribe(admitted)  # its handshake reloads the file: B is served
+        publish(server, "while B is trusted")
+        first = outcome(stream)
+        _write(path, [kept])
+        server.clock.advance(RELOAD_SECONDS)
+        _subscribe(other).cancel()  # another handshake reloads it: B is no longer served
+        refused = outcome(_subscribe(after))
+        server.call(server.app.tick)
+        publish(server, "after B was taken out")
+        still = outcome(stream)
+        listening_again(server)
+
+    assert first == "while B is trusted"
+    assert refused.startswith("UNAVAILABLE") and CLIENT_CAS_CHANGED not in refused, refused
+    # Was: "after B was taken out": the stream B's CA let in went on.
+    assert still == f"UNAVAILABLE: {CLIENT_CAS_CHANGED}"
