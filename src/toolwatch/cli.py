@@ -3,7 +3,8 @@
 Every ``serve`` flag can also be set with a ``TOOLWATCH_*`` environment variable (flags win);
 ``check-config`` takes the same flags and variables, and checks what ``serve`` would run.
 Exit codes: 0 success, 1 a gate failed (replay), 2 bad usage or configuration, 3 runtime error,
-130 Ctrl-C, 141 the output's reader left, 143 SIGTERM (tail).
+4 another client took tail's stream over (its cursor file shared), 130 Ctrl-C, 141 the
+output's reader left, 143 SIGTERM (tail).
 """
 
 from __future__ import annotations

@@ -40,7 +40,9 @@ at each attempt and subscribes once the file holds a token the server accepts. A
 server ends because a CA was taken out of its client CA file (``CLIENT_CAS_CHANGED``) is no
 outage: tail subscribes again after the first wait, on a new connection whose TLS handshake
 the server decides with the CAs it trusts now, and resumes; a refusal there is told as an
-outage begins (each attempt reads ``--tls-cert`` again).
+outage begins (each attempt reads ``--tls-cert`` again). A stream another client took over,
+resuming with tail's token (``SUPERSEDED``: a second tail given the same cursor file), is
+not subscribed again: the two would take it from each other at every turn.
 
 Exit codes, for the CLI and scripts that restart tail:
 
@@ -52,6 +54,9 @@ Exit codes, for the CLI and scripts that restart tail:
   target is no HOST:PORT or serves no findings stream, or
   a credentials file cannot be used (with ``reconnect``, only before the first subscription:
   a token refused, or a token file unusable, after it is an outage);
+- 4: another client resumed with tail's token and has the stream now (``SUPERSEDED``: two
+  tails given one ``cursor_file``), even with ``reconnect``, which would take it back from
+  the other at each turn: give each tail its own file;
 - 130: interrupted (Ctrl-C).
 
 A secured stream (the server's ``security`` section) is reached with a ``StreamAccess``: TLS
@@ -93,11 +98,13 @@ from toolwatch.sinks.stream import (
     SHUTTING_DOWN,
     STREAM_ID_KEY,
     STREAM_SEQUENCE_KEY,
+    SUPERSEDED,
 )
 
 __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
+    "EXIT_SUPERSEDED",
     "EXIT_UNAVAILABLE",
     "EXIT_USAGE",
     "StreamAccess",
@@ -115,6 +122,9 @@ _SEVERITY_COLOURS = {
 }
 
 EXIT_OK, EXIT_UNAVAILABLE, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: Another client resumed with tail's token and took its stream (``SUPERSEDED``): not 3,
+#: ``serve``'s "could not start", which the CLI's codes share.
+EXIT_SUPERSEDED = 4
 #: What gRPC says of a peer that answered a connection in HTTP/1.x, and of one that answered
 #: in something else that is not HTTP/2 (SSH, a mail server); a TLS server closes it.
 _HTTP1_ANSWER: Final = "Trying to connect an http1.x server"
@@ -402,7 +412,9 @@ def _subscriptions(
             ended.credentials and session.subscribed
         )
         if not reconnect or not outage:
-            err.write(f"toolwatch tail: {ended.message}\n")
+            # Not even with ``reconnect``: the other client would take the stream back.
+            held = "; not reconnecting" if reconnect and ended.code == EXIT_SUPERSEDED else ""
+            err.write(f"toolwatch tail: {ended.message}{held}\n")
             return ended.code
         if ended.asked_to_reconnect:  # no outage: a refusal of the next attempt is told
             err.write(f"toolwatch tail: {ended.message}; reconnecting\n")
@@ -961,6 +973,8 @@ def _report_error(
         return EXIT_USAGE, details
     if _asked_to_reconnect(error):
         return EXIT_UNAVAILABLE, f"{target} ended the stream: {details}"
+    if code == grpc.StatusCode.ABORTED and details == SUPERSEDED:
+        return EXIT_SUPERSEDED, f"{target} ended the stream: {details}"
     if code == grpc.StatusCode.UNAUTHENTICATED:
         if connected:  # reconnecting reads the token file again: a rotation loses nothing
             return EXIT_UNAVAILABLE, (

@@ -32,6 +32,7 @@ import json
 import secrets
 import threading
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -41,6 +42,7 @@ from tests.integration.test_stream_replay_losses import NO_BDP, findings
 from tests.integration.test_stream_resume import Lines, Waits, end_tail, in_thread, proxied
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.model import Finding
+from toolwatch.sinks.stream import SUPERSEDED
 from toolwatch.tail import EXIT_INTERRUPTED, run_tail
 
 
@@ -211,13 +213,15 @@ def test_tail_keeps_its_token_with_its_cursor_and_resumes_as_its_own_subscriptio
     assert (at_leave, at_shutdown) == (4, 6)  # A's f2..f5; then B's f2, f3
 
 
-def test_a_stream_superseded_while_its_client_still_reads_ends_ok() -> None:
+def test_a_stream_superseded_while_its_client_still_reads_ends_aborted() -> None:
     """Two clients resuming with one token (a cursor file copied to a second tail): the
     second resume supersedes the first's subscription, still open and read. The first's
-    stream ends OK, as at a shutdown, with nothing lost (it had read all it was sent); the
-    second, which keeps the token, gets what comes next. Nothing is counted."""
+    stream ends with nothing lost (it had read all it was sent); the second, which keeps the
+    token, gets what comes next. Nothing is counted.
+    Was: the first ended OK, as at a shutdown, which its client could not tell from one.
+    Now: ABORTED, ``SUPERSEDED``."""
 
-    async def scenario() -> tuple[list[str], bool, grpc.StatusCode, list[str], float | None]:
+    async def scenario() -> tuple[list[str], bool, tuple[Any, str], list[str], float | None]:
         async with serve(replay_size=10) as h, grpc.aio.insecure_channel(h.target) as channel:
             stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
             first = stub.Subscribe(findings_pb2.SubscribeRequest())
@@ -226,13 +230,15 @@ def test_a_stream_superseded_while_its_client_still_reads_ends_ok() -> None:
             first_read = [named(await first.read())]
             second = stub.Subscribe(request_after(h.broker.stream_id, 1, token))
             kept = dict(await second.initial_metadata())["toolwatch-resume-token"]
-            assert await first.read() == grpc.aio.EOF
+            with pytest.raises(grpc.aio.AioRpcError):
+                await first.read()
             h.broker.publish(make_trace(), [make_finding(explanation="f2")])
             second_read = [named(await second.read())]
             h.broker.close()
             assert await second.read() == grpc.aio.EOF
-            code = await first.code()
+            ended = await first.code(), await first.details()
             counted = h.registry.get_sample_value(DROPPED)
-            return first_read, kept == token, code, second_read, counted
+            return first_read, kept == token, ended, second_read, counted
 
-    assert asyncio.run(scenario()) == (["f1"], True, grpc.StatusCode.OK, ["f2"], 0)
+    ended = (grpc.StatusCode.ABORTED, SUPERSEDED)
+    assert asyncio.run(scenario()) == (["f1"], True, ended, ["f2"], 0)

@@ -118,7 +118,11 @@ class StateCollector(Collector):
 
 
 def _subscribers_family() -> GaugeMetricFamily:
-    return GaugeMetricFamily("toolwatch_stream_subscribers", "Open findings-stream subscriptions.")
+    return GaugeMetricFamily(
+        "toolwatch_stream_subscribers",
+        "Findings-stream subscriptions whose call is open, one superseded by a resume until its"
+        " call ends: what output.stream_max_subscribers bounds.",
+    )
 
 
 def _in_flight_family() -> GaugeMetricFamily:

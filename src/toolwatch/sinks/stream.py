@@ -32,10 +32,12 @@ sends it back (``StreamCursor.token``) claims what was held for that subscriptio
 nothing else, so that two clients of one filter are not taken for each other, and keeps the
 token: it names a client across its resumes, so a resume whose answer was lost can be tried
 again with it. A resume that comes while the subscription of its token is still open (its
-connection gone silent, not yet seen gone) supersedes it: that one is ended, and what it was
-owed is the resume's (``FindingsBroker._supersede``). A fresh subscription, or a resume whose
-token names nothing here, gets a new random one. A resume without one (a client older than
-tokens) is matched by a guess (``FindingsBroker._guess``).
+connection gone silent, not yet seen gone) supersedes it: that one is ended ABORTED
+(``SUPERSEDED``: told to a dead connection, or to a second client sharing the token, which
+must not take it for a shutdown), and what it was owed is the resume's
+(``FindingsBroker._supersede``). A fresh subscription, or a resume whose token names nothing
+here, gets a new random one. A resume without one (a client older than tokens) is matched by
+a guess (``FindingsBroker._guess``).
 
 ``FindingsStreamServicer`` is the thin grpc.aio adapter: it validates the request, subscribes,
 writes queued findings and unsubscribes when the client goes away. A write that fails ends
@@ -105,6 +107,7 @@ __all__ = [
     "STREAM_ID_KEY",
     "STREAM_SEQUENCE_KEY",
     "SUBSCRIBED_METADATA",
+    "SUPERSEDED",
     "FindingsBroker",
     "FindingsStreamServicer",
     "Resume",
@@ -168,6 +171,14 @@ SHUTTING_DOWN = "toolwatch is shutting down"
 CLIENT_CAS_CHANGED = (
     "the client CAs changed (security.tls.client_ca_file): connect again, through a new TLS"
     " handshake"
+)
+#: The details of the ABORTED a subscription gets when another subscription resumes with its
+#: token (``FindingsBroker._supersede``): two clients sharing one token take the stream from
+#: each other at each resume. Its own client's resume, come before its old connection was
+#: seen gone, sends it to that dead connection.
+SUPERSEDED = (
+    "another client resumed with this subscription's token, and has the stream now: give each"
+    " client its own token (each toolwatch tail its own --cursor-file)"
 )
 
 
@@ -375,7 +386,9 @@ class Subscription:
 
     ``interrupt`` ends its stream for its client to subscribe again (``interrupted``): ``next``
     returns ``None`` at once, and what it was not sent stays, for ``FindingsBroker.unsubscribe``
-    to hold for that resume as for a client that left.
+    to hold for that resume as for a client that left. ``superseded``: a resume with its
+    token took its place (``FindingsBroker._supersede``); its stream ends ABORTED
+    (``SUPERSEDED``).
     """
 
     __slots__ = (
@@ -392,6 +405,7 @@ class Subscription:
         "interrupted",
         "resumed",
         "revoked",
+        "superseded",
         "token",
     )
 
@@ -415,6 +429,7 @@ class Subscription:
         self._closed = False
         self.revoked = False
         self.interrupted = False
+        self.superseded = False
         self.token = token or secrets.token_hex(_TOKEN_BYTES)
 
     def offer(self, message: findings_pb2.Finding, tool_key: bytes | None = None) -> bool:
@@ -662,8 +677,12 @@ class FindingsBroker:
 
     @property
     def subscriber_count(self) -> int:
-        """Open subscriptions (also exported as ``toolwatch_stream_subscribers``)."""
-        return len(self._subscriptions)
+        """Subscriptions whose call is open, those superseded by a resume (``_supersede``)
+        whose call has not ended included: what ``max_subscribers`` bounds, and what
+        ``SubscribersFullError`` says (also exported as ``toolwatch_stream_subscribers``).
+        One more than ``max_subscribers`` while a resume that took the last slot of the
+        subscription it superseded waits for that one's call to end."""
+        return len(self._subscriptions) + len(self._superseded)
 
     @property
     def subscriptions(self) -> tuple[Subscription, ...]:
@@ -679,11 +698,11 @@ class FindingsBroker:
             raise RuntimeError("the findings broker is closed")
         token = resume.tokens.get(self.stream_id, "") if resume is not None else ""
         # A resume that supersedes an open subscription takes its slot (``_supersede``).
-        taken = len(self._subscriptions) + len(self._superseded) - (token in self._subscriptions)
-        if taken >= self._max_subscribers:
+        if self.subscriber_count - (token in self._subscriptions) >= self._max_subscribers:
             raise SubscribersFullError(
-                f"the findings stream already has {self._max_subscribers} subscribers "
-                "(output.stream_max_subscribers); retry when one leaves"
+                f"the findings stream already has {self.subscriber_count} subscribers, at"
+                f" most {self._max_subscribers} (output.stream_max_subscribers); retry when one"
+                " leaves"
             )
         replay, resumed, kept = None, None, None
         if resume is not None:
@@ -755,10 +774,11 @@ class FindingsBroker:
         Of what it was owed, those up to ``after`` its client has (none is counted), those
         after it the resume is sent while held (its replay: none counted), and those let go
         are counted now, once, as at a leave (the resume tells them, ``ResumeResult.lost``).
-        Its ``Subscribe`` ends OK when its writing does; its ``unsubscribe`` then holds and
-        counts nothing."""
+        Its ``Subscribe`` ends ABORTED (``SUPERSEDED``) when its writing does; its
+        ``unsubscribe`` then holds and counts nothing."""
         del self._subscriptions[subscription.token]
         self._superseded.add(subscription)
+        subscription.superseded = True
         log.info(
             "a findings stream subscriber resumed while its last subscription was open (a"
             " connection not seen gone yet): that one is ended, what it was owed is the resume's"
@@ -908,9 +928,10 @@ class FindingsBroker:
         )
 
     async def wait_for_subscribers(self, count: int) -> None:
-        """Returns once exactly ``count`` subscriptions are open: for tests and tools that
-        must not publish before a client listens, or must see a client gone."""
-        while len(self._subscriptions) != count:
+        """Returns once exactly ``count`` subscriptions are open (``subscriber_count``): for
+        tests and tools that must not publish before a client listens, or must see a client
+        gone."""
+        while self.subscriber_count != count:
             self._changed.clear()
             await self._changed.wait()
 
@@ -1154,6 +1175,8 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
         if not accepted:
             self._refused()
             await context.abort(grpc.StatusCode.UNAUTHENTICATED)
+        if subscription.superseded:  # what it was owed is the resume's
+            await context.abort(grpc.StatusCode.ABORTED, SUPERSEDED)
         if subscription.interrupted:  # its unsent findings are held for its resume
             await context.abort(grpc.StatusCode.UNAVAILABLE, CLIENT_CAS_CHANGED)
         missed, from_replay = subscription.untold
@@ -1183,7 +1206,7 @@ async def deliver(
                 break
             await write(unsent)
             unsent = None
-        else:  # closed (the server's shutdown), revoked (its token) or interrupted
+        else:  # closed (the server's shutdown, a supersede), revoked (its token) or interrupted
             accepted = not subscription.revoked
     except Exception as error:  # grpc-aio's ExecuteBatchError is not public
         log.debug("findings stream ended by a failed write: %r", error)

@@ -105,7 +105,11 @@ def test_a_superseded_subscription_still_writing_keeps_a_slot_of_its_own() -> No
     """``max_subscribers`` 2, both taken. A resume with the token of one takes that one's
     slot. The one superseded, its write waiting on a silent connection, still has a call
     open: a second resume with the token is refused until that call ends, so a client that
-    resumes again and again keeps at most one call more than ``max_subscribers`` open."""
+    resumes again and again keeps at most one call more than ``max_subscribers`` open.
+    ``subscriber_count`` (the gauge) counts the calls open, a superseded one's included.
+    Was: it left the superseded out: 2 while 3 calls were open, the gauge below what the
+    refusals counted. Now: 3, one more than ``max_subscribers`` until the one superseded
+    last has ended, and the refusal says how many."""
     broker, _registry = broker_of(max_subscribers=2, replay_size=10)
     old = broker.subscribe(StreamFilter())
     broker.subscribe(StreamFilter())
@@ -114,11 +118,15 @@ def test_a_superseded_subscription_still_writing_keeps_a_slot_of_its_own() -> No
     back = broker.subscribe(StreamFilter(), resuming(broker, 0, old.token))
     with pytest.raises(SubscribersFullError):
         broker.subscribe(StreamFilter(), resuming(broker, 0, back.token))
-    with pytest.raises(SubscribersFullError):
+    with pytest.raises(SubscribersFullError, match="already has 3 subscribers, at most 2 "):
         broker.subscribe(StreamFilter())
+    assert broker.subscriber_count == 3
     broker.unsubscribe(old)  # its call ends
+    assert broker.subscriber_count == 2
     again = broker.subscribe(StreamFilter(), resuming(broker, 0, back.token))
-    assert (broker.subscriber_count, again.token) == (2, old.token)
+    assert (broker.subscriber_count, again.token) == (3, old.token)
+    broker.unsubscribe(back)  # the call of the one superseded now ends
+    assert broker.subscriber_count == 2
 
 
 def test_a_resumed_subscription_keeps_the_token_it_claimed() -> None:
