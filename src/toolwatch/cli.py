@@ -316,7 +316,8 @@ def _add_tail(commands: Any) -> None:
         type=Path,
         metavar="FILE",
         help="keep where tail is in the stream in FILE, so the next run resumes there (findings"
-        " the server still holds are not lost between runs)",
+        " the server still holds are not lost between runs); one tail per file: two sharing"
+        " one resume with one token and take the stream from each other",
     )
     tail.add_argument(
         "--color",

@@ -72,6 +72,7 @@ import os
 import re
 import ssl
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -330,7 +331,8 @@ def run_tail(
     (``clock`` says how long a subscription lasted); it pings the server every ``keepalive``
     seconds to find a connection gone silent. ``cursor_file`` keeps where tail is in
     each stream across runs: read at start (a run resumes where the last one left off) and
-    rewritten after the findings printed (``CURSOR_SAVE_SECONDS``). Returns the exit code
+    rewritten after the findings printed (``CURSOR_SAVE_SECONDS``); one tail to a file (two
+    would resume with one token, each ending the other's stream). Returns the exit code
     (module docstring). Blocks the calling thread."""
     out = out or sys.stdout
     err = err or sys.stderr
@@ -539,8 +541,10 @@ class _Cursor:
         return cursor
 
     def save(self) -> None:
-        """Rewrites the cursor file, if any, whole and durably: ``FILE.partial`` is created
-        (``_CURSOR_MODE``, 0600), written and synced, renamed over the file, and the directory
+        """Rewrites the cursor file, if any, whole and durably: a copy beside it,
+        ``FILE.<random>.partial``, is created (0600: it holds the tokens tail resumes as,
+        and whoever reads one can resume as tail, taking what the server holds for it and
+        ending its stream), written and synced, renamed over the file, and the directory
         synced, so that a crash, of tail or of the machine, leaves the old one or the new
         (never an empty file, which the next run would refuse). A file that cannot be
         replaced so (``_IN_PLACE``: mounted on its own, as a container's single-file volume,
@@ -564,21 +568,22 @@ class _Cursor:
         self.saved_at, self.unsaved = self.clock(), False
 
     def _replace(self, file: Path, text: str) -> None:
-        partial = file.with_name(file.name + ".partial")
+        partial: Path | None = None
         try:
-            # Made anew, readable by its owner alone (``_CURSOR_MODE``), whatever the umask, or
-            # the mode of a copy a crash left, says.
-            with suppress(FileNotFoundError):
-                partial.unlink()
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL
-            with open(os.open(partial, flags, _CURSOR_MODE), "w", encoding="utf-8") as copy:
+            # A name of its own, made anew, readable by its owner alone whatever the umask
+            # (mkstemp's 0600): a second tail given the same file (which it should not be)
+            # neither fails on this one's copy nor writes into it.
+            made = tempfile.mkstemp(prefix=f"{file.name}.", suffix=".partial", dir=file.parent)
+            fd, partial = made[0], Path(made[1])
+            with open(fd, "w", encoding="utf-8") as copy:
                 copy.write(text)
                 copy.flush()
                 os.fsync(copy.fileno())  # its data before the rename: never an empty file
             os.replace(partial, file)
         except OSError as e:
-            with suppress(OSError):  # a half-written copy takes no room on a full disk
-                partial.unlink()
+            if partial is not None:
+                with suppress(OSError):  # a half-written copy takes no room on a full disk
+                    partial.unlink()
             why = _IN_PLACE.get(e.errno or 0)
             if why is None or not file.is_file():
                 raise
@@ -586,8 +591,9 @@ class _Cursor:
             # be written either raises here.
             _rewrite(file, text)
             self.in_place = True
+            copies = f"{file.name}.*.partial"
             self.warn(
-                f"--cursor-file {file}: {why.format(partial=partial.name, reason=e.strerror)},"
+                f"--cursor-file {file}: {why.format(partial=copies, reason=e.strerror)},"
                 " so it is rewritten in place: a crash while it is written can leave it"
                 " damaged, and the next run then refuses it (remove it to start again); mount"
                 " its directory instead"
@@ -717,14 +723,10 @@ class _Cursor:
         return ""
 
 
-#: The mode of a cursor file tail creates: it holds the tokens tail resumes as, and whoever
-#: reads one can resume as tail, taking what the server holds for it and ending its stream.
-_CURSOR_MODE: Final = 0o600
-
-#: Why ``FILE.partial`` could not replace the cursor file, by errno, where rewriting the file
-#: in place may still work: a file mounted on its own (``docker -v FILE:FILE``, a Kubernetes
-#: ``subPath``), which no rename replaces; a directory tail cannot write (``docker run
-#: --read-only``, ``readOnlyRootFilesystem``, a non-root user's file in ``/``).
+#: Why ``FILE.<random>.partial`` could not replace the cursor file, by errno, where rewriting
+#: the file in place may still work: a file mounted on its own (``docker -v FILE:FILE``, a
+#: Kubernetes ``subPath``), which no rename replaces; a directory tail cannot write (``docker
+#: run --read-only``, ``readOnlyRootFilesystem``, a non-root user's file in ``/``).
 _IN_PLACE: Final = {
     errno.EBUSY: "cannot be renamed over ({reason}: a file mounted on its own?)",
     errno.EROFS: "cannot write {partial} beside it ({reason}: a read-only root?)",
@@ -772,8 +774,8 @@ _LAST_SEQUENCE = 2**64 - 1
 
 
 def _os_reason(error: OSError) -> str:
-    """An ``OSError`` in words, with the path it names (the cursor file's ``.partial`` copy,
-    which is written first)."""
+    """An ``OSError`` in words, with the path it names (the cursor file's
+    ``FILE.<random>.partial`` copy, which is written first)."""
     reason = error.strerror or str(error)
     return f"{reason}: {error.filename}" if error.filename else reason
 

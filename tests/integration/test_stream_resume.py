@@ -697,10 +697,12 @@ def test_cursor_file_that_cannot_be_written_mid_run_is_no_traceback(tmp_path: Pa
     Ctrl-C or a usage error. Correct: tell it once on stderr (naming the file and the
     reason) and keep following the stream (retrying the rewrite), or end with a clear
     one-line message and a documented exit code; never a traceback. Here the rewrite fails
-    because its temporary file's name is taken by a directory, which gives the same
-    ``OSError`` path as ENOSPC."""
-    cursor_file = tmp_path / "cursor.json"
-    blocker = tmp_path / "cursor.json.partial"
+    because the file's directory was moved away, so its copy cannot be made beside it, which
+    gives the same ``OSError`` path as ENOSPC (before its copies had names of their own, a
+    directory took the copy's name)."""
+    directory = tmp_path / "cursors"
+    directory.mkdir()
+    cursor_file = directory / "cursor.json"
 
     def kept() -> str:
         with suppress(OSError):
@@ -716,7 +718,7 @@ def test_cursor_file_that_cannot_be_written_mid_run_is_no_traceback(tmp_path: Pa
                 assert tail.stdout is not None and tail.stderr is not None
                 # Subscribed: the cursor file was rewritten with the stream's id.
                 await until(lambda: h.broker.stream_id in kept())
-                blocker.mkdir()  # the next rewrite fails, as on ENOSPC
+                directory.rename(tmp_path / "away")  # the next rewrite fails, as on ENOSPC
                 h.broker.publish(make_trace(), [make_finding(explanation="f1")])
                 lines = [await asyncio.to_thread(tail.stdout.readline)]
                 told = await asyncio.to_thread(tail.stderr.readline)
@@ -729,11 +731,17 @@ def test_cursor_file_that_cannot_be_written_mid_run_is_no_traceback(tmp_path: Pa
             return tail.returncode, lines + rest.splitlines(), told, err
 
     code, lines, told, err = asyncio.run(scenario())
-    assert told == (
-        f"toolwatch tail: --cursor-file {cursor_file}: cannot rewrite it (Is a directory:"
-        f" {blocker}); following the stream all the same and trying again: until it is"
-        " rewritten, a run started now resumes from where it last was\n"
-    )
+    copy = re.escape(f"{cursor_file}.") + r"[^/]+\.partial"
+    assert re.fullmatch(
+        re.escape(f"toolwatch tail: --cursor-file {cursor_file}: cannot rewrite it (No such file")
+        + re.escape(" or directory: ")
+        + copy
+        + re.escape(
+            "); following the stream all the same and trying again: until it is rewritten, a"
+            " run started now resumes from where it last was\n"
+        ),
+        told,
+    ), told
     assert (code, err) == (128 + signal.SIGTERM, "")  # told once; no traceback
     assert explanations("".join(lines)) == ["f1", "f2"]
 

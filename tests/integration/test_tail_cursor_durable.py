@@ -8,11 +8,11 @@ can commit a rename before the renamed file's data on file systems that allow it
 btrfs, ext4 mounted ``noauto_da_alloc`` or ``data=writeback``): ``FILE`` comes back empty or
 zero-filled, tail refuses it as "not a tail cursor file", exit 2, before it subscribes, and a
 ``tail --reconnect --cursor-file`` run by systemd or a bot fails at every restart until
-someone deletes the file. ``_Cursor._save`` writes ``FILE.partial``, syncs it, renames it over
-``FILE`` and syncs the directory.
+someone deletes the file. ``_Cursor._save`` writes a copy, ``FILE.<random>.partial``, syncs
+it, renames it over ``FILE`` and syncs the directory.
 
 Whether a file was synced cannot be seen from the file, so the first test runs the real
-``toolwatch tail`` under ``strace`` and reads, for each rename of the ``.partial`` file over
+``toolwatch tail`` under ``strace`` and reads, for each rename of a ``.partial`` copy over
 the cursor file, whether that file was synced first and the directory after; skipped where
 ``strace`` is missing or may not trace. The others bind-mount the cursor file (and, for a
 read-only root, its directory read-only) in a mount namespace of their own (``unshare``), as
@@ -56,19 +56,22 @@ def traced_tail(target: str, cursor_file: Path, log: Path) -> subprocess.Popen[s
 
 
 def syncs_around_each_replace(log: str, cursor_file: Path) -> list[tuple[bool, bool]]:
-    """For each rename of ``cursor_file``'s ``.partial`` over it, in order: whether an
-    ``fsync``/``fdatasync`` of the ``.partial`` file came before it (since the last one), and
+    """For each rename of a ``.partial`` copy of ``cursor_file`` (``FILE.<random>.partial``)
+    over it, in order: whether an ``fsync``/``fdatasync`` of that copy came before it, and
     whether one of the cursor file's directory came after it (before the next rename)."""
-    partial, directory = f"{cursor_file}.partial", str(cursor_file.parent)
-    synced, replaces = False, []
+    partial = re.escape(f"{cursor_file}.") + r"[^/\"<>]+\.partial"
+    directory = re.escape(str(cursor_file.parent))
+    synced: set[str] = set()  # the copies synced
+    replaces: list[tuple[bool, bool]] = []
     for line in log.splitlines():
-        if re.search(rf"\b(fsync|fdatasync)\(\d+<{re.escape(partial)}>\)", line):
-            synced = True
-        elif re.search(rf"\bfsync\(\d+<{re.escape(directory)}>\)", line) and replaces:
+        if found := re.search(rf"\b(?:fsync|fdatasync)\(\d+<({partial})>\)", line):
+            synced.add(found[1])
+        elif re.search(rf"\bfsync\(\d+<{directory}>\)", line) and replaces:
             replaces[-1] = (replaces[-1][0], True)
-        elif "rename" in line and f'"{partial}"' in line and f'"{cursor_file}"' in line:
-            replaces.append((synced, False))
-            synced = False
+        elif "rename" in line and f'"{cursor_file}"' in line:
+            renamed = re.search(rf'"({partial})"', line)
+            if renamed is not None:
+                replaces.append((renamed[1] in synced, False))
     return replaces
 
 
@@ -218,7 +221,7 @@ def test_a_cursor_file_mounted_on_its_own_is_rewritten_in_place_and_told_once(
     assert ended.endswith("ended the stream (server shutting down)")
     assert kept_cursor(volume.read_text(), stream_id) == 2
     assert cursor_file.read_text() == ""  # the mount point itself, under the mount, untouched
-    assert not cursor_file.with_name("tail.cursor.partial").exists()
+    assert sorted(tmp_path.iterdir()) == [cursor_file, volume]  # no copy left beside it
 
 
 def test_a_cursor_file_created_empty_for_its_mount_is_followed(tmp_path: Path) -> None:
@@ -270,8 +273,8 @@ def test_a_cursor_file_mounted_into_a_read_only_root_is_followed(tmp_path: Path)
 
     assert (code, [json.loads(line)["explanation"] for line in lines]) == (0, ["f1", "f2"]), err
     warning, ended = err.splitlines()
-    why = "cannot write tail.cursor.partial beside it (Read-only file system: a read-only root?)"
+    why = "cannot write tail.cursor.*.partial beside it (Read-only file system: a read-only root?)"
     assert warning == in_place_warning(cursor_file, why)
     assert ended.endswith("ended the stream (server shutting down)")
     assert kept_cursor(volume.read_text(), stream_id) == 2
-    assert not cursor_file.with_name("tail.cursor.partial").exists()
+    assert sorted(root.iterdir()) == [cursor_file]  # no copy left beside it

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -78,7 +80,7 @@ def test_a_burst_rewrites_the_file_once_then_its_last_finding_a_tenth_of_a_secon
     assert len(timers.started) == 2
     cursor.flush()  # the subscription ended first
     assert (kept(file), timers.cancelled) == ({"s1": 50}, 1)
-    assert not file.with_name("tail.cursor.partial").exists()
+    assert sorted(tmp_path.iterdir()) == [file]  # no copy left beside it
 
 
 def test_a_finding_after_a_quiet_spell_is_kept_at_once(tmp_path: Path) -> None:
@@ -106,27 +108,34 @@ def test_a_timer_that_fires_after_the_flush_writes_nothing_more(tmp_path: Path) 
 def test_a_file_that_cannot_be_rewritten_mid_run_is_told_once_and_tried_again(
     tmp_path: Path,
 ) -> None:
-    """A full disk or a volume remounted read-only (here: the rewrite's ``.partial`` name
-    taken by a directory) is no traceback: told once, naming the file and the reason, the
+    """A full disk or a volume gone (here: the file's directory moved away, so no copy can
+    be made beside it) is no traceback: told once, naming the file and the reason, the
     file left as it was until a rewrite works, and told then."""
-    file = tmp_path / "tail.cursor"
+    directory = tmp_path / "cursors"
+    directory.mkdir()
+    file = directory / "tail.cursor"
     told: list[str] = []
     clock, timers = Clock(), Timers()
     cursor = _Cursor.load(file, clock, timers, warn=told.append)
     cursor.stream_id = "s1"
-    blocker = tmp_path / "tail.cursor.partial"
-    blocker.mkdir()
+    directory.rename(tmp_path / "away")
     for sequence in (1, 2, 3):
         clock.now += 1
         cursor.handled(sequence)  # each tries the rewrite
     cursor.flush()
+    (tmp_path / "away").rename(directory)
     assert kept(file) == {}
-    assert told == [
-        f"--cursor-file {file}: cannot rewrite it (Is a directory: {blocker}); following the"
-        " stream all the same and trying again: until it is rewritten, a run started now"
-        " resumes from where it last was"
-    ]
-    blocker.rmdir()
+    (warning,) = told
+    copy = re.escape(f"{file}.") + r"[^/]+\.partial"
+    assert re.fullmatch(
+        re.escape(f"--cursor-file {file}: cannot rewrite it (No such file or directory: ")
+        + copy
+        + re.escape(
+            "); following the stream all the same and trying again: until it is rewritten, a"
+            " run started now resumes from where it last was"
+        ),
+        warning,
+    ), warning
     clock.now += 1
     cursor.handled(4)
     assert kept(file) == {"s1": 4}
@@ -136,7 +145,8 @@ def test_a_file_that_cannot_be_rewritten_mid_run_is_told_once_and_tried_again(
 def test_the_cursor_file_tail_creates_is_readable_by_its_owner_alone(tmp_path: Path) -> None:
     """It holds the tokens tail resumes as. Was: created as the umask let it be (0644 under
     the usual 022, 0666 here under 0), and a ``.partial`` left by a crash kept its mode.
-    Now: 0600 whatever the umask, a copy left behind (0644 here) made anew."""
+    Now: 0600 whatever the umask, each copy made anew under a name of its own; one a crash
+    left (0644 here) is neither used nor removed."""
     file = tmp_path / "tail.cursor"
     left = tmp_path / "tail.cursor.partial"
     left.write_text("{}")
@@ -150,7 +160,42 @@ def test_the_cursor_file_tail_creates_is_readable_by_its_owner_alone(tmp_path: P
     finally:
         os.umask(umask)
     assert (stat.S_IMODE(file.stat().st_mode), kept(file)) == (0o600, {"s1": 1})
-    assert not left.exists()
+    assert sorted(tmp_path.iterdir()) == [file, left]
+
+
+def test_two_tails_given_one_cursor_file_both_rewrite_it(tmp_path: Path) -> None:
+    """One tail to a file (README), but two given the same one must not fail on each
+    other's copy. Was: each wrote ``FILE.partial``, unlinked then created with ``O_EXCL``:
+    a rewrite that came while the other's copy was written unlinked it, or found it made
+    again and failed (EEXIST), or renamed the other's half-written copy, and the one whose
+    copy was taken failed its rename (ENOENT), each told as a file that cannot be
+    rewritten. Now: each copy has a name of its own (``FILE.<random>.partial``): the file is
+    always one of the two's whole cursor."""
+    file = tmp_path / "tail.cursor"
+    told: list[str] = []
+    cursors = []
+    for stream in ("a", "b"):
+        cursor = _Cursor.load(file, warn=told.append)
+        cursor.stream_id = stream
+        cursors.append(cursor)
+    failures: list[OSError] = []
+
+    def rewrite(cursor: _Cursor) -> None:
+        for sequence in range(1, 101):
+            cursor.streams[cursor.stream_id] = sequence
+            try:
+                cursor.save()
+            except OSError as error:
+                failures.append(error)
+
+    threads = [threading.Thread(target=rewrite, args=(cursor,)) for cursor in cursors]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert (failures, told) == ([], [])
+    assert kept(file) in ({"a": 100}, {"b": 100})
+    assert sorted(tmp_path.iterdir()) == [file]
 
 
 def test_without_a_file_nothing_is_written(tmp_path: Path) -> None:

@@ -653,8 +653,9 @@ class FindingsBroker:
         # (``close``). The most recent ``max_subscribers`` are remembered; an older one is
         # let go, what it held counted then (``_keep``).
         self._departed: OrderedDict[str, _Departed] = OrderedDict()
-        # The tokens of the latest ``max_subscribers`` that left nothing held: a resume that
-        # sends one still names a subscription of this broker, and keeps it.
+        # The tokens of the latest ``max_subscribers`` that left nothing held, or whose held
+        # findings were let go (``_keep``): a resume that sends one still names a
+        # subscription of this broker, and keeps it.
         self._left_empty: OrderedDict[str, None] = OrderedDict()
         self._changed = asyncio.Event()
         self._closed = False
@@ -867,10 +868,16 @@ class FindingsBroker:
             elif (departed := self._leave(subscription, unsent)) is not None:
                 self._keep(departed)
             else:
-                self._left_empty[subscription.token] = None
-                if len(self._left_empty) > self._max_subscribers:
-                    self._left_empty.popitem(last=False)
+                self._left_nothing(subscription.token)
         self._changed.set()
+
+    def _left_nothing(self, token: str) -> None:
+        """Remembers ``token``, of a subscription that left nothing held for its resume (or
+        whose held findings were let go, counted, by ``_keep``), among the latest
+        ``max_subscribers``: a resume that sends it claims nothing, and keeps it."""
+        self._left_empty[token] = None
+        if len(self._left_empty) > self._max_subscribers:
+            self._left_empty.popitem(last=False)
 
     def _leave(
         self, subscription: Subscription, unsent: findings_pb2.Finding | None, handled: int = 0
@@ -912,6 +919,7 @@ class FindingsBroker:
         comes, claims nothing, so counts none of it again."""
         if len(self._departed) >= self._max_subscribers:
             _, oldest = self._departed.popitem(last=False)
+            self._left_nothing(oldest.token)  # a resume with it still keeps it
             self.count_dropped(len(oldest.sequences))
             log.warning(
                 "%d findings held for a findings stream subscriber that left and has not"

@@ -149,10 +149,13 @@ def test_the_departures_held_are_the_latest_max_subscribers() -> None:
     """Memory stays bounded however many clients leave: of three departures with a finding
     held each, with ``max_subscribers`` 2 (``replay_size`` 2), the oldest is let go as the
     third leaves, and what it held (f1) counted then; the two latest are counted at
-    shutdown. Its client's resume after 0, with its token, claims nothing (a new token), is
-    told of f1 lost and counts it no second time; it is sent f2, f3 (held for the others).
+    shutdown. Its client's resume after 0, with its token, claims nothing, is told of f1
+    lost and counts it no second time; it is sent f2, f3 (held for the others), and keeps
+    its token, remembered as a token that left nothing held.
     Was: the oldest was forgotten uncounted: f1, which its client never got, was told to it
-    and never counted (2 in all). Now: 3."""
+    and never counted (2 in all). Now: 3.
+    Was (da5ae9d): the resume got a new token, as one with a token the broker never gave
+    does. Now: it keeps its own."""
     registry = CollectorRegistry()
     broker = FindingsBroker(PrometheusMetrics(registry), max_subscribers=2, replay_size=2)
     tokens = []
@@ -163,7 +166,7 @@ def test_the_departures_held_are_the_latest_max_subscribers() -> None:
         tokens.append(subscription.token)
     assert registry.get_sample_value(DROPPED) == 1  # f1, as its departure was let go
     first = broker.subscribe(StreamFilter(), resuming(broker, 0, tokens[0]))
-    assert (first.resumed, first.token != tokens[0]) == (ResumeResult("same", 1), True)
+    assert (first.resumed, first.token) == (ResumeResult("same", 1), tokens[0])
     assert registry.get_sample_value(DROPPED) == 1
     assert read(first, 2) == [2, 3]
     broker.unsubscribe(first)

@@ -49,8 +49,32 @@ class FindingsServiceServicer:
         slowly loses findings (counted in toolwatch_stream_dropped_findings_total, and told in
         missed_before or missed_after); it never slows the server. A subscriber gone with
         findings still queued for it, or still to be replayed after a resume, has those the
-        server no longer holds for a resume counted as dropped too. The stream ends with OK
-        when the server shuts down.
+        server no longer holds for a resume counted as dropped too.
+
+        How a stream ends, the server's way:
+        OK: the server shuts down, once the findings queued for the subscriber are sent
+        (losses not told yet in the trailing metadata, below). Subscribe again, resuming,
+        when it is back.
+        UNAVAILABLE, details "the client CAs changed (security.tls.client_ca_file): connect
+        again, through a new TLS handshake": a reload took a CA out of the server's client
+        CA file. The server also closes every connection to the stream (GOAWAY), and listens
+        again within about a second: subscribe again, resuming, on a new connection (a new
+        channel), whose handshake the CAs trusted now decide. What the stream had not sent
+        is held for that resume.
+        ABORTED, details "another client resumed with this subscription's token ...": a resume
+        with this subscription's token (StreamCursor.token) took the stream over. Told to a
+        connection the client has left (its own resume came first), or to a second client
+        sharing the token, which must not subscribe again with it: the two would end each
+        other's stream at every resume. Give each client its own token.
+        UNAUTHENTICATED (no details): the bearer token the call was made with was taken out of
+        the server's token file (checked before each finding, and when the file changes).
+        What was queued is withheld, not counted lost; subscribe again with a token the
+        server accepts.
+        Before subscribing, a call can also be answered INVALID_ARGUMENT (the filter or a
+        cursor), RESOURCE_EXHAUSTED (output.stream_max_subscribers calls open: retry later),
+        UNAVAILABLE "toolwatch is shutting down", UNAUTHENTICATED (no or a wrong token) or
+        PERMISSION_DENIED (a client certificate security.tls.client_names does not name). A
+        connection lost ends it with the client's own status (UNAVAILABLE, CANCELLED).
 
         The server counts what it cannot write; what it has written is beyond its knowledge.
         A client that stops reading (stopped, swapped out) holds what its HTTP/2 flow-control
@@ -80,7 +104,7 @@ class FindingsServiceServicer:
         output.stream_replay_size findings, at most 65,536, and counts each one older). The
         findings log has them. Both only when resuming.
 
-        The trailing metadata of the OK end, when the subscriber lost findings it has not been
+        The trailing metadata of the OK end (the server's shutdown), when the subscriber lost findings it has not been
         told of in a finding (after the last one sent, with no finding after them to tell them
         in missed_before: its resumed replay's last findings let go before it read them; and,
         when it did not ask for missed_after, its queue's losses after the last finding it was
