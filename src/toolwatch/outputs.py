@@ -7,8 +7,9 @@ a hung network mount) loses lines, counted in ``toolwatch_output_failures_total`
 stopping the event loop with it. A SIGHUP opens again a file a log rotation renamed away, or
 a FIFO its reader made again (``Outputs.reopen``), as each file's thread does by itself at
 most a second later (``_Look``); ``close`` writes what is queued, for a bounded time, at
-shutdown. No file is waited for: a FIFO no reader has opened yet is not opened (at start-up
-its output starts without a file, its lines lost, counted, until a reader comes).
+shutdown. No file is waited for (``toolwatch.output_files`` opens them): a FIFO no reader
+has opened yet is not opened (at start-up its output starts without a file, its lines lost,
+counted, until a reader comes).
 
 Threading: everything here is called from the event loop, but ``_Look``, which each file's
 own thread runs.
@@ -17,7 +18,6 @@ own thread runs.
 from __future__ import annotations
 
 import enum
-import errno
 import functools
 import logging
 import os
@@ -27,9 +27,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from toolwatch.config import OutputSettings, private_file_warning
+from toolwatch.config import OutputSettings
 from toolwatch.engine import DiscardToolTraces, ToolTraceSink
 from toolwatch.model import Clock
+from toolwatch.output_files import NoReaderError, OutputError, Unopened, open_text, open_there
 from toolwatch.sinks.background import BackgroundOutput
 from toolwatch.sinks.findings import FanOutSink, FindingSink, JsonLinesFindingSink, Redaction
 from toolwatch.sinks.linefile import LineFile, TextOutput, WriteFailures
@@ -38,10 +39,6 @@ from toolwatch.sinks.tooltraces import ToolTraceWriter
 __all__ = ["OutputError", "Outputs", "open_outputs", "open_text"]
 
 log = logging.getLogger(__name__)
-
-
-class OutputError(Exception):
-    """An output file cannot be opened; the message names the setting and the reason."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -150,21 +147,21 @@ def _background(
 ) -> _File:
     """``target`` opened for ``kind``, and its thread. A FIFO no reader has opened yet (a
     collector started after ``serve``) does not hold the start-up: the output starts with no
-    file (``_Unopened``), its lines lost, counted, until its thread's look opens the FIFO
+    file (``Unopened``), its lines lost, counted, until its thread's look opens the FIFO
     once a reader has; one warning says so. Raises ``OutputError`` for anything else."""
     failures = WriteFailures(kind.what, lambda: failed(kind.label), log)
     if target == "-":
         standard = open_text(kind.setting, target, kind.private)
         return _File(kind, BackgroundOutput(standard, failures, clock=clock), None)
-    unread: _NoReaderError | None = None
+    unread: NoReaderError | None = None
     stream: TextOutput
     try:
         stream = open_text(kind.setting, target, kind.private)
     except OutputError as exc:
-        if not isinstance(exc.__cause__, _NoReaderError):
+        if not isinstance(exc.__cause__, NoReaderError):
             raise
         unread = exc.__cause__
-        stream = _Unopened(target, unread)
+        stream = Unopened(target, unread)
         log.warning(
             "%s: %s is a FIFO, and no reader has opened it yet: its lines are lost, counted,"
             " until one does",
@@ -175,32 +172,6 @@ def _background(
     follow = functools.partial(look, why=_Why.FOLLOW)
     output = BackgroundOutput(stream, failures, follow=follow, clock=clock, unopened=unread)
     return _File(kind, output, look)
-
-
-class _Unopened:
-    """What an output writes while no file is opened at its path yet: start-up found a FIFO
-    there that no reader had opened (``_background``). ``BackgroundOutput`` loses its lines
-    for ``reason``, counted, without writing them; ``_Look`` opens what the path holds once
-    it can, and never creates it (a FIFO's path is its reader's)."""
-
-    __slots__ = ("name", "reason")
-
-    def __init__(self, path: str, reason: OSError) -> None:
-        self.name = path
-        self.reason = reason
-
-    def write(self, text: str, /) -> int:
-        reason = self.reason
-        raise OSError(reason.errno, reason.strerror, self.name)
-
-    def flush(self) -> None:
-        """Nothing is buffered."""
-
-    def fileno(self) -> int:
-        raise ValueError(f"{self.name}: not opened yet")  # as a closed file says
-
-    def close(self) -> None:
-        """Nothing is open."""
 
 
 class _Why(enum.Enum):
@@ -229,7 +200,7 @@ class _Look:
     rather than fill a file no one can read: the look returns why. A FIFO written goes on
     (without a reader, its lines are lost, counted: EPIPE).
 
-    An output that has no file yet (``_Unopened``: start-up found a FIFO no reader had
+    An output that has no file yet (``Unopened``: start-up found a FIFO no reader had
     opened) has what is at its path opened once it can be, never created; its lines are
     lost, counted, until then.
 
@@ -247,7 +218,7 @@ class _Look:
     def __call__(self, stream: TextOutput, why: _Why) -> TextOutput | OSError | None:
         """The file opened again at the path; ``None`` to go on with ``stream``; or why its
         lines are lost (removed, and the path cannot be opened; none opened yet)."""
-        if isinstance(stream, _Unopened):
+        if isinstance(stream, Unopened):
             return self._first(why)
         try:
             written = _status(stream)
@@ -271,13 +242,13 @@ class _Look:
         return opened
 
     def _first(self, why: _Why) -> TextOutput | OSError:
-        """For an output with no file yet (``_Unopened``): what the path holds, opened
-        without waiting for a reader and never created (``_there``: a FIFO's path is its
+        """For an output with no file yet (``Unopened``): what the path holds, opened
+        without waiting for a reader and never created (``open_there``: a FIFO's path is its
         reader's), or why it cannot be (its lines stay lost, counted). Told at each SIGHUP,
         and once an outage at the thread's own look (start-up's warning told the first)."""
         kind, path = self._kind, self._path
         try:
-            opened = _checked(kind.setting, path, kind.private, functools.partial(_there, path))
+            opened = open_there(kind.setting, path, kind.private)
         except OutputError as exc:
             if why is _Why.SIGHUP or not self._failing:
                 log.error("%s; no file is written yet: its lines are lost, counted", exc)
@@ -291,12 +262,12 @@ class _Look:
     def _open(self, own: bool, there: os.stat_result | None) -> LineFile:
         """The path opened: as at start-up (``open_text``, created when missing) when it is
         the output's to create (``own``) and a regular file or nothing is ``there``; else
-        only what is there (``_there``). Neither waits for a reader: a FIFO put at the path
+        only what is there (``open_there``). Neither waits for a reader: a FIFO put at the path
         since ``there`` was looked at is opened only if it has one."""
         kind, path = self._kind, self._path
         if own and (there is None or stat.S_ISREG(there.st_mode)):
             return open_text(kind.setting, path, kind.private)
-        return _checked(kind.setting, path, kind.private, functools.partial(_there, path))
+        return open_there(kind.setting, path, kind.private)
 
     def _not_opened(
         self, exc: OutputError, stream: TextOutput, written: os.stat_result | None, why: _Why
@@ -413,71 +384,3 @@ def _read(stream: TextOutput) -> bool:
     poller = select.poll()
     poller.register(stream.fileno(), 0)  # POLLERR is told whatever is asked
     return not any(events & select.POLLERR for _, events in poller.poll(0))
-
-
-def open_text(setting: str, target: str, private: bool = False) -> LineFile:
-    """``target`` opened to append lines (``-``: stdout), each written whole or not at all
-    (``LineFile``: a full disk tears none); created with mode 0600 when ``private``, else as
-    the umask says. An existing file keeps its mode: a private one that others may read is
-    warned about. Opened without waiting for a reader (``_opened``): a FIFO no reader has
-    opened yet raises at once (its cause a ``_NoReaderError``), never blocks. Raises
-    ``OutputError`` naming ``setting``."""
-    if target == "-":
-        return _checked(setting, target, False, LineFile.standard_output)
-    mode = 0o600 if private else 0o666
-    return _checked(setting, target, private, functools.partial(_opened, target, mode))
-
-
-def _there(path: str) -> LineFile:
-    """``path`` opened as ``open_text`` opens it, but only what is there (never created).
-    Raises ``OSError``."""
-    return _opened(path, None)
-
-
-class _NoReaderError(OSError):
-    """A FIFO that no process has opened to read: opened to write without waiting, it fails
-    (ENXIO), rather than block until a reader comes."""
-
-
-def _opened(path: str, create: int | None) -> LineFile:
-    """``path`` opened to append lines, created with mode ``create`` when missing (never,
-    given ``None``), without waiting for a reader (``O_NONBLOCK``: a FIFO that has none
-    fails, ``_NoReaderError``; a blocking ``open(2)`` would wait, in silence, until one came).
-    Then written blocking, as a pipe is (``LineFile`` waits out a full pipe left
-    non-blocking too). Raises ``OSError``."""
-    flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK
-    if create is not None:
-        flags |= os.O_CREAT
-    try:
-        fd = os.open(path, flags, 0o666 if create is None else create)
-    except OSError as exc:
-        if exc.errno == errno.ENXIO and _fifo_at(path):  # not "No such device or address"
-            raise _NoReaderError(errno.ENXIO, "a FIFO no reader has opened yet", path) from exc
-        raise
-    try:
-        os.set_blocking(fd, True)
-    except OSError:
-        os.close(fd)
-        raise
-    return LineFile(path, fd=fd)
-
-
-def _fifo_at(path: str) -> bool:
-    status = _status_at(path)
-    return status is not None and stat.S_ISFIFO(status.st_mode)
-
-
-def _checked(setting: str, target: str, private: bool, opening: Callable[[], LineFile]) -> LineFile:
-    """What ``opening`` opens at ``target``; a private one that others may read is warned
-    about. Raises ``OutputError`` naming ``setting`` and the reason."""
-    try:
-        stream = opening()
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise OutputError(f"cannot open {target} ({setting}): {reason}") from exc
-    if not private:
-        return stream
-    warning = private_file_warning(target, setting, os.fstat(stream.fileno()))
-    if warning is not None:
-        log.warning("%s", warning)
-    return stream
