@@ -5,8 +5,11 @@ Each is a ``LineFile`` (whole lines or none: a full disk tears no line) written 
 its own (``BackgroundOutput``): an output that blocks (a stalled log driver on standard output,
 a hung network mount) loses lines, counted in ``toolwatch_output_failures_total``, instead of
 stopping the event loop with it. A SIGHUP opens again a file a log rotation renamed away, or
-a FIFO its reader made again (``Outputs.reopen``), as each file's thread does by itself a
-second later (``_Look``); ``close`` writes what is queued, for a bounded time, at shutdown.
+a FIFO its reader made again (``Outputs.reopen``), as each file's thread does by itself at
+most a second later (``_Look``); ``close`` writes what is queued, for a bounded time, at
+shutdown. No file is waited for (``toolwatch.output_files`` opens them): a FIFO no reader
+has opened yet is not opened (at start-up its output starts without a file, its lines lost,
+counted, until a reader comes).
 
 Threading: everything here is called from the event loop, but ``_Look``, which each file's
 own thread runs.
@@ -15,18 +18,19 @@ own thread runs.
 from __future__ import annotations
 
 import enum
-import errno
 import functools
 import logging
 import os
+import select
 import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from toolwatch.config import OutputSettings, private_file_warning
+from toolwatch.config import OutputSettings
 from toolwatch.engine import DiscardToolTraces, ToolTraceSink
 from toolwatch.model import Clock
+from toolwatch.output_files import NoReaderError, OutputError, Unopened, open_text, open_there
 from toolwatch.sinks.background import BackgroundOutput
 from toolwatch.sinks.findings import FanOutSink, FindingSink, JsonLinesFindingSink, Redaction
 from toolwatch.sinks.linefile import LineFile, TextOutput, WriteFailures
@@ -35,10 +39,6 @@ from toolwatch.sinks.tooltraces import ToolTraceWriter
 __all__ = ["OutputError", "Outputs", "open_outputs", "open_text"]
 
 log = logging.getLogger(__name__)
-
-
-class OutputError(Exception):
-    """An output file cannot be opened; the message names the setting and the reason."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,13 +145,33 @@ def open_outputs(
 def _background(
     kind: _Kind, target: str, failed: Callable[[str], None], clock: Callable[[], float]
 ) -> _File:
-    stream = open_text(kind.setting, target, kind.private)
+    """``target`` opened for ``kind``, and its thread. A FIFO no reader has opened yet (a
+    collector started after ``serve``) does not hold the start-up: the output starts with no
+    file (``Unopened``), its lines lost, counted, until its thread's look opens the FIFO
+    once a reader has; one warning says so. Raises ``OutputError`` for anything else."""
     failures = WriteFailures(kind.what, lambda: failed(kind.label), log)
     if target == "-":
-        return _File(kind, BackgroundOutput(stream, failures, clock=clock), None)
-    look = _Look(kind, target)
+        standard = open_text(kind.setting, target, kind.private)
+        return _File(kind, BackgroundOutput(standard, failures, clock=clock), None)
+    unread: NoReaderError | None = None
+    stream: TextOutput
+    try:
+        stream = open_text(kind.setting, target, kind.private)
+    except OutputError as exc:
+        if not isinstance(exc.__cause__, NoReaderError):
+            raise
+        unread = exc.__cause__
+        stream = Unopened(target, unread)
+        log.warning(
+            "%s: %s is a FIFO, and no reader has opened it yet: its lines are lost, counted,"
+            " until one does",
+            kind.setting,
+            target,
+        )
+    look = _Look(kind, target, told=unread is not None)
     follow = functools.partial(look, why=_Why.FOLLOW)
-    return _File(kind, BackgroundOutput(stream, failures, follow=follow, clock=clock), look)
+    output = BackgroundOutput(stream, failures, follow=follow, clock=clock, unopened=unread)
+    return _File(kind, output, look)
 
 
 class _Why(enum.Enum):
@@ -180,18 +200,26 @@ class _Look:
     rather than fill a file no one can read: the look returns why. A FIFO written goes on
     (without a reader, its lines are lost, counted: EPIPE).
 
+    An output that has no file yet (``Unopened``: start-up found a FIFO no reader had
+    opened) has what is at its path opened once it can be, never created; its lines are
+    lost, counted, until then.
+
     Logged: each path opened again, with what became of the file written; a path that
     cannot be opened, at each SIGHUP (the signal is answered) and once an outage at the
     thread's own look (every second), until the path names a file written again."""
 
-    def __init__(self, kind: _Kind, path: str) -> None:
+    def __init__(self, kind: _Kind, path: str, *, told: bool = False) -> None:
+        """``told``: the path could not be opened, and the log said so (start-up's warning
+        of a FIFO no reader had opened)."""
         self._kind = kind
         self._path = path
-        self._failing = False  # the path cannot be opened: told, until it names the file again
+        self._failing = told  # the path cannot be opened: told, until it names the file again
 
     def __call__(self, stream: TextOutput, why: _Why) -> TextOutput | OSError | None:
         """The file opened again at the path; ``None`` to go on with ``stream``; or why its
-        lines are lost (removed, and the path cannot be opened)."""
+        lines are lost (removed, and the path cannot be opened; none opened yet)."""
+        if isinstance(stream, Unopened):
+            return self._first(why)
         try:
             written = _status(stream)
         except OSError:
@@ -213,15 +241,33 @@ class _Look:
         )
         return opened
 
+    def _first(self, why: _Why) -> TextOutput | OSError:
+        """For an output with no file yet (``Unopened``): what the path holds, opened
+        without waiting for a reader and never created (``open_there``: a FIFO's path is its
+        reader's), or why it cannot be (its lines stay lost, counted). Told at each SIGHUP,
+        and once an outage at the thread's own look (start-up's warning told the first)."""
+        kind, path = self._kind, self._path
+        try:
+            opened = open_there(kind.setting, path, kind.private)
+        except OutputError as exc:
+            if why is _Why.SIGHUP or not self._failing:
+                log.error("%s; no file is written yet: its lines are lost, counted", exc)
+            self._failing = True
+            cause = exc.__cause__
+            return cause if isinstance(cause, OSError) else OSError(str(exc))
+        self._failing = False
+        log.info("%s: %s opened (%s)", kind.setting, path, _found(os.fstat(opened.fileno())))
+        return opened
+
     def _open(self, own: bool, there: os.stat_result | None) -> LineFile:
         """The path opened: as at start-up (``open_text``, created when missing) when it is
         the output's to create (``own``) and a regular file or nothing is ``there``; else
-        only what is there, without waiting for a reader (``_there``)."""
+        only what is there (``open_there``). Neither waits for a reader: a FIFO put at the path
+        since ``there`` was looked at is opened only if it has one."""
         kind, path = self._kind, self._path
         if own and (there is None or stat.S_ISREG(there.st_mode)):
             return open_text(kind.setting, path, kind.private)
-        fifo = there is not None and stat.S_ISFIFO(there.st_mode)
-        return _checked(kind.setting, path, kind.private, functools.partial(_there, path, fifo))
+        return open_there(kind.setting, path, kind.private)
 
     def _not_opened(
         self, exc: OutputError, stream: TextOutput, written: os.stat_result | None, why: _Why
@@ -230,7 +276,7 @@ class _Look:
         ``None`` (it goes on)."""
         removed = _removed(stream)
         if why is _Why.SIGHUP or not self._failing:
-            log.error("%s; %s", exc, _going_on(written, removed))
+            log.error("%s; %s", exc, _going_on(stream, written, removed))
         self._failing = True
         if not (removed and _own_path(written)):
             return None
@@ -306,62 +352,35 @@ def _became(written: os.stat_result | None, there: os.stat_result | None) -> str
     return f"{was}; {now} is there now"
 
 
-def _going_on(written: os.stat_result | None, removed: bool) -> str:
-    """What becomes of the lines when the path cannot be opened (``_Look._not_opened``)."""
+def _found(there: os.stat_result) -> str:
+    """What an output with no file yet (``_Look._first``) found opened at its path."""
+    if stat.S_ISFIFO(there.st_mode):
+        return "a reader has opened the FIFO"
+    return f"a {'regular file' if stat.S_ISREG(there.st_mode) else _what(there)} is there now"
+
+
+def _going_on(stream: TextOutput, written: os.stat_result | None, removed: bool) -> str:
+    """What becomes of the lines when the path cannot be opened (``_Look._not_opened``): a
+    FIFO written goes on, read by whoever still holds it (``_read``), else lost, counted
+    (EPIPE); a device goes on; a regular file removed loses its lines."""
     if written is not None and not _own_path(written):
         what = _what(written)
-        if removed:
-            return (
-                f"still writing to the {what} it was, which was removed: its lines are lost,"
-                " counted, while no one reads it"
-            )
-        return f"still writing to the {what} it was"
+        became = "removed" if removed else "renamed away"
+        was = f"still writing to the {what} it was, which was {became}"
+        if what != "FIFO":
+            return was
+        if _read(stream):
+            return f"{was}: its lines go to the reader that still holds it"
+        return f"{was}: its lines are lost, counted, while no one reads it"
     if removed:
         return "the file written was removed: its lines will be lost, counted"
     return "still writing to the file it was"
 
 
-def open_text(setting: str, target: str, private: bool = False) -> LineFile:
-    """``target`` opened to append lines (``-``: stdout), each written whole or not at all
-    (``LineFile``: a full disk tears none); created with mode 0600 when ``private``, else as
-    the umask says. An existing file keeps its mode: a private one that others may read is
-    warned about. Raises ``OutputError`` naming ``setting``."""
-    if target == "-":
-        return _checked(setting, target, False, LineFile.standard_output)
-    mode = 0o600 if private else 0o666
-    return _checked(setting, target, private, functools.partial(LineFile, target, mode))
-
-
-def _there(path: str, fifo: bool) -> LineFile:
-    """``path`` opened to append lines, as ``open_text`` opens it, but only what is there
-    (never created), and without waiting for a reader: a ``fifo`` that has none fails
-    (ENXIO). Then written blocking, as a FIFO opened at start-up is (``LineFile`` waits out
-    a full pipe left non-blocking too). Raises ``OSError``."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK)
-    except OSError as exc:
-        if fifo and exc.errno == errno.ENXIO:  # not "No such device or address"
-            raise OSError(errno.ENXIO, "a FIFO no reader has opened yet", path) from exc
-        raise
-    try:
-        os.set_blocking(fd, True)
-    except OSError:
-        os.close(fd)
-        raise
-    return LineFile(path, fd=fd)
-
-
-def _checked(setting: str, target: str, private: bool, opening: Callable[[], LineFile]) -> LineFile:
-    """What ``opening`` opens at ``target``; a private one that others may read is warned
-    about. Raises ``OutputError`` naming ``setting`` and the reason."""
-    try:
-        stream = opening()
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise OutputError(f"cannot open {target} ({setting}): {reason}") from exc
-    if not private:
-        return stream
-    warning = private_file_warning(target, setting, os.fstat(stream.fileno()))
-    if warning is not None:
-        log.warning("%s", warning)
-    return stream
+def _read(stream: TextOutput) -> bool:
+    """Whether a reader holds the pipe ``stream`` writes: its write end polls ``POLLERR``
+    when none does (asked without waiting). Polled, not judged from the FIFO's name: one
+    removed may still be read by the process that had it open."""
+    poller = select.poll()
+    poller.register(stream.fileno(), 0)  # POLLERR is told whatever is asked
+    return not any(events & select.POLLERR for _, events in poller.poll(0))

@@ -87,12 +87,15 @@ FOLLOW_SECONDS: Final = 1.0
 
 
 #: What an output's thread asks of the file it writes, at most once every ``FOLLOW_SECONDS``
-#: (``follow``), and at a SIGHUP in its place in the queue (``reopen``): ``None`` to go on
-#: with it (its path names it, or cannot be opened and it was not removed); the file opened
-#: again at its path (the one written was removed or renamed away: a log rotation; a FIFO
-#: its reader made again); or why its lines are lost (removed, and its path cannot be
-#: opened: its directory was removed). Run by the thread: a path on a hung mount stalls that
-#: output alone, not the event loop.
+#: (``follow``), at once when it has none or a FIFO's reader is gone, and at a SIGHUP in its
+#: place in the queue (``reopen``): ``None`` to go on with it (its path names it; or cannot
+#: be opened, and it is not a regular file that was removed: one renamed away, a FIFO, whose
+#: lines go to whoever still reads it); the file opened again at its path (the one written
+#: was removed or renamed away: a log rotation; a FIFO its reader made again; none was
+#: opened yet); or why its lines are lost, rather than written where no one can read them
+#: (a regular file removed whose path cannot be opened: its directory was removed; or no
+#: file opened yet: a FIFO no reader has opened). Run by the thread: a path on a hung mount
+#: stalls that output alone, not the event loop.
 Look = Callable[[TextOutput], "TextOutput | OSError | None"]
 
 
@@ -126,8 +129,12 @@ class BackgroundOutput:
     failure told to ``failures`` as ``write_lines`` tells them (so a full disk loses only
     what did not fit). Given ``follow``, the thread looks at most once every
     ``FOLLOW_SECONDS`` whether the file's path still names it, and opens it again there when
-    not, as at a SIGHUP (``reopen``). ``clock`` times that and the waits for room.
-    ``close`` writes what is queued, for a bounded time, then closes the file.
+    not, as at a SIGHUP (``reopen``); at once, at each batch, while it has no file to write
+    (``unopened``: why ``stream`` is none yet, a FIFO no reader had opened at start-up; or a
+    removed file whose path could not be opened), and after a write a FIFO's reader was
+    gone for (EPIPE), so that a reader back at a FIFO made again loses that line alone.
+    ``clock`` times that and the waits for room. ``close`` writes what is queued, for a
+    bounded time, then closes the file.
     """
 
     def __init__(
@@ -138,13 +145,14 @@ class BackgroundOutput:
         *,
         follow: Look | None = None,
         clock: Callable[[], float] = time.monotonic,
+        unopened: OSError | None = None,
     ) -> None:
         self.name = output_name(stream)
         self._follow = follow
         self._clock = clock
         now = clock()
         self._next_look = now + FOLLOW_SECONDS  # when ``follow`` is asked next
-        self._gone: OSError | None = None  # why the file written is lost (``follow``)
+        self._gone = unopened  # why the file written is lost (``follow``), or none is opened
         self._latest = stream  # the file the thread writes (``reopen``, ``follow``)
         self._failures = failures
         self._limit = limit
@@ -314,7 +322,7 @@ class BackgroundOutput:
                 self._busy = len(lines)
                 self._busy_lines = sum(line.count("\n") for line in lines)
             try:
-                if self._follow is not None and self._clock() >= self._next_look:
+                if self._follow is not None and self._looks(self._follow):
                     stream = self._followed(self._follow, stream)
                 stream = self._write(stream, batch)
             except Exception as exc:  # a defect here must not end the thread: the rest would wait
@@ -353,6 +361,12 @@ class BackgroundOutput:
         worth, a shutdown, or what someone asked to be written (``write_queued``, ``written``,
         a line waiting for room) not all written yet."""
         return self._done_items < self._write_until or self._closing or self._chars >= _BATCH_CHARS
+
+    def _looks(self, follow: Look) -> bool:
+        """Whether the thread looks at its path (``follow``) before its next batch: once
+        ``FOLLOW_SECONDS`` are past, and at each batch while it has no file to write
+        (``_gone``): the lines are then lost only while the path cannot be opened."""
+        return self._gone is not None or self._clock() >= self._next_look
 
     def _followed(self, follow: Look, stream: TextOutput) -> TextOutput:
         """The file to write, as ``follow`` finds it (``_looked``). Not while a SIGHUP's
@@ -411,11 +425,10 @@ class BackgroundOutput:
             if isinstance(item, str):
                 lines.append(item)
                 continue
-            self._write_lines(stream, lines)
+            stream = self._write_lines(stream, lines)
             lines = []
             stream = self._reopened(stream, item)
-        self._write_lines(stream, lines)
-        return stream
+        return self._write_lines(stream, lines)
 
     def _reopened(self, stream: TextOutput, item: _Reopen) -> TextOutput:
         """Runs a SIGHUP's ``item`` (once, whatever raised around it); the file to write
@@ -431,24 +444,41 @@ class BackgroundOutput:
                 self._reopens -= 1
         return self._looked(stream, found)
 
-    def _write_lines(self, stream: TextOutput, lines: list[str]) -> None:
+    def _write_lines(self, stream: TextOutput, lines: list[str]) -> TextOutput:
+        """Writes ``lines`` (``_write_some``), to the file a FIFO's reader made again when
+        one was opened on the way; the file written last."""
+        while lines and not self._abandoned:
+            stream, lines = self._write_some(stream, lines)
+        return stream
+
+    def _write_some(self, stream: TextOutput, lines: list[str]) -> tuple[TextOutput, list[str]]:
         """Writes ``lines`` in one write; when that fails, one by one, so that what fits of
         them still goes in whole and each failure is told (as ``write_lines`` tells them).
-        Nothing once ``close`` gave up on them (it counted them lost)."""
-        if not lines or self._abandoned:
-            return
+        Nothing once ``close`` gave up on them (it counted them lost). A line the FIFO's
+        reader was gone for (EPIPE) has the path looked at at once (``_followed``): when it
+        opens another file (the FIFO its reader made again), or found the lines lost, the
+        file to write and the lines left for it; else the file and no lines."""
         gone = self._gone
-        if gone is not None:  # removed, and its path cannot be opened: no one would read them
+        if gone is not None:  # no file, or removed and its path cannot be opened: no one reads
             for line in lines:
                 self._told(stream, gone, [line])
-            return
+            return stream, []
         if len(lines) > 1 and self._wrote(stream, lines) is None:
             self._told(stream, None, lines)
-            return
-        for line in lines:  # one by one: one that cannot be written loses no other
+            return stream, []
+        looked = False
+        for at, line in enumerate(lines):  # one by one: one that cannot be written loses no other
             if self._abandoned:
-                return
-            self._told(stream, self._wrote(stream, [line]), [line])
+                break
+            error = self._wrote(stream, [line])
+            self._told(stream, error, [line])
+            if error is None or error.errno != errno.EPIPE or looked or self._follow is None:
+                continue
+            looked = True  # once a write at most: the next lines would find what this found
+            found = self._followed(self._follow, stream)
+            if found is not stream or self._gone is not None:
+                return found, lines[at + 1 :]
+        return stream, []
 
     def _wrote(self, stream: TextOutput, lines: list[str]) -> OSError | None:
         """``_wrote`` of ``lines`` joined, ``close`` told that the system is taking them."""
