@@ -34,7 +34,7 @@ from collections.abc import Callable
 
 import grpc
 
-from toolwatch.listeners import ListenError, bind_grpc
+from toolwatch.listeners import ListenError, address_taken, bind_grpc
 
 __all__ = ["RESTART_GRACE_SECONDS", "StreamListener"]
 
@@ -80,7 +80,7 @@ class StreamListener:
         ``ListenError`` when it cannot be bound."""
         server = self._make_server()
         self._address = await bind_grpc(server, "stream", address, self._credentials())
-        await server.start()
+        await _started(server)
         self._server = server
         return self._address
 
@@ -131,8 +131,10 @@ class StreamListener:
                     await self._close_connections()
                 if self._closing or not await self._bound():
                     return
-        except Exception:  # a bug here must not end the app: the next tick tries again
-            log.exception("restarting the findings stream listener failed; trying again")
+        except Exception as error:  # a bug here must not end the app: the next tick tries again
+            if repr(error) != self._failing:  # told once for each reason in a row, as a bind
+                log.exception("restarting the findings stream listener failed; trying again")
+            self._failing = repr(error)
 
     async def _close_connections(self) -> None:
         """Stops the server: GOAWAY on every connection, each closed once its calls end, and
@@ -157,8 +159,14 @@ class StreamListener:
     async def _bound(self) -> bool:
         """Binds a new server to the address and starts it; whether it could. A failure is
         logged at ERROR, once for each reason in a row."""
-        server = self._make_server()
+        # Asked of a plain socket first, as ``App.start`` does: a gRPC server that cannot bind
+        # prints gRPC core's own ERROR line, and is not given back by gRPC once stopped
+        # unstarted (about 3 KB): at every tick while the address is taken (a review's tests).
+        taken = address_taken("stream", self._address)
         try:
+            if taken is not None:
+                raise taken
+            server = self._make_server()
             await bind_grpc(server, "stream", self._address, self._credentials())
         except ListenError as error:
             if str(error) != self._failing:
@@ -169,13 +177,19 @@ class StreamListener:
                 )
             self._failing = str(error)
             return False
-        try:
-            await server.start()
-        except Exception:
-            await server.stop(None)  # not left to the garbage collector (``bind_grpc``)
-            raise
+        await _started(server)
         self._server = server
         if self._failing:
             log.info("listening again on %s (listen.stream)", self._address)
             self._failing = ""
         return True
+
+
+async def _started(server: grpc.aio.Server) -> None:
+    """Starts ``server``, bound; one that fails to start is stopped, not left to the garbage
+    collector (``listeners.bind_grpc`` says why)."""
+    try:
+        await server.start()
+    except Exception:
+        await server.stop(None)
+        raise

@@ -1,0 +1,78 @@
+"""What the review tests of a findings stream listener that cannot listen again share: a real
+server with mutual TLS whose stream listener restarts (a client CA taken out) while another
+socket takes its port, as test_security_stream_ca_address_taken.py does it: a client that
+reads nothing holds the old server's stop for its grace while a finding larger than its
+receive window is written, and a real socket takes the port meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import trustme
+
+from tests.integration.conftest import RunningServer, until
+from tests.integration.stream_ca_helpers import listening_again
+from tests.integration.test_security import Start, make_pki, tls
+from tests.integration.test_security_stream_ca_address_taken import (
+    RELOAD_SECONDS,
+    _channel,
+    _subscribe,
+    _take,
+    _write,
+    _writing,
+)
+from tests.integration.test_stream import make_finding, make_trace
+from tests.integration.test_stream_replay_losses import BIG
+
+
+@contextmanager
+def stream_address_taken(start_server: Start, tmp_path: Path) -> Iterator[RunningServer]:
+    """A server whose stream listener restarted and could not bind its address again (taken
+    by a socket of this process), until the block ends; then the port is free again."""
+    pki = make_pki(tmp_path)
+    path = tmp_path / "client-ca.pem"
+    _write(path, [pki.clients, trustme.CA()])
+    server = start_server(
+        **tls(pki),
+        security__tls__client_ca_file=str(path),
+        security__tls__reload_seconds=RELOAD_SECONDS,
+    )
+    address = server.address("stream")
+    taken: list[socket.socket] = []
+    try:
+        with _channel(address, pki, pki.clients) as stuck_channel:
+            stuck = _subscribe(stuck_channel)  # reads nothing from now on
+            server.call(
+                lambda: server.app.broker.publish(
+                    make_trace(), [make_finding(explanation="x" * BIG)]
+                )
+            )
+            assert until(lambda: _writing(server))
+            _write(path, [pki.clients])  # the other CA taken out: the listener restarts
+            server.clock.advance(RELOAD_SECONDS)
+            server.call(server.app.tick)
+            assert until(lambda: _take(address, taken))  # another process takes the port
+            listening_again(server)
+            stuck.cancel()
+        yield server
+    finally:
+        for sock in taken:
+            sock.close()
+
+
+def ticks(server: RunningServer, count: int) -> None:
+    """``count`` of the app's ticks, each after the last one's bind attempt is done (as
+    ticks ``assembly.tick_seconds`` apart under traffic would be)."""
+    listener = server.app.stream_listener
+    assert listener is not None
+
+    async def run() -> None:
+        for _ in range(count):
+            server.app.tick()
+            await listener.settled()
+
+    asyncio.run_coroutine_threadsafe(run(), server.loop).result(timeout=600)
