@@ -200,6 +200,7 @@ class App:
             buffer_state=self._buffer_state,
             stream_subscribers=lambda: self.broker.subscriber_count,
             requests_in_flight=lambda: self._slots.in_use,
+            stream_listening=self._stream_listening,
             wall_clock=lambda: wall_clock() / 1e9,
         )
         self._namespaces = _NamespaceWatch(config.policy.guarded_tools(), self.metrics)
@@ -252,6 +253,13 @@ class App:
             buffer.overdue_ns() / 1e9,
             buffer.remembered_traces,
         )
+
+    def _stream_listening(self) -> bool | None:
+        """``toolwatch_stream_listening``: whether the findings stream is not down for want of
+        its address (``StreamListener.down``); ``None``, no series, before its listener
+        started. Read from the scraping thread."""
+        listener = self.stream_listener
+        return None if listener is None else not listener.down
 
     def outputs_written(self, timeout: float = 10.0) -> bool:
         """Waits up to ``timeout`` seconds for the findings log's and the ToolTrace dump's

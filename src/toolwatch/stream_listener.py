@@ -21,9 +21,11 @@ process took the port in between), the failure is logged at ERROR, naming ``list
 and why, and the bind tried again at each ``retry`` (the app's tick) until it works, which
 is logged at INFO: the server keeps ingesting and evaluating meanwhile, and ``/readyz``
 stays ready (readiness routes OTLP traffic to the server, and a sidecar's is its pod's: a
-findings stream down must not take the agent out of its Service).
+findings stream down must not take the agent out of its Service). ``down`` tells that state
+to ``toolwatch_stream_listening`` (0 then), which ``ToolwatchFindingsStreamDown`` alerts on.
 
-Threading: everything here runs on the event loop that runs the servers.
+Threading: everything here runs on the event loop that runs the servers, except ``down``,
+which a scrape reads from its own thread.
 """
 
 from __future__ import annotations
@@ -74,6 +76,22 @@ class StreamListener:
     def serving(self) -> bool:
         """Whether a server is bound and started (not while it restarts)."""
         return self._server is not None
+
+    @property
+    def down(self) -> bool:
+        """Whether the stream is down for want of its address: no server bound, and no
+        restart under way that could still bind one, because the last bind failed (``retry``
+        tries again at each tick) or the restart failed otherwise. Not while a restart is
+        under way that has not failed to bind (its milliseconds are no outage), nor before
+        ``start`` or from ``stop`` on (a shutdown is no outage either). Safe to read from
+        another thread: it only reads what the event loop sets."""
+        restart = self._restart  # read once: the loop may start another meanwhile
+        return (
+            self._server is None
+            and not self._closing
+            and restart is not None
+            and (bool(self._failing) or restart.done())
+        )
 
     async def start(self, address: str) -> str:
         """Binds the first server to ``address`` and starts it; the address bound. Raises

@@ -70,6 +70,7 @@ DOCUMENTED_METRICS = {
     "toolwatch_detection_latency_seconds": "histogram",
     "toolwatch_evaluator_failures_total": "counter",
     "toolwatch_stream_dropped_findings_total": "counter",
+    "toolwatch_stream_listening": "gauge",
     "toolwatch_shadow_unpaired_total": "counter",
     "toolwatch_golden_unmatched_traces_total": "counter",
     "toolwatch_golden_case_expected_every_seconds": "gauge",
@@ -176,6 +177,7 @@ def _sink() -> tuple[CollectorRegistry, PrometheusMetrics]:
         buffer_state=lambda: BufferState(0, 0, 0),
         stream_subscribers=lambda: 0,
         requests_in_flight=lambda: 0,
+        stream_listening=lambda: True,
     )
     return registry, metrics
 

@@ -4,6 +4,8 @@ another process take the port in between, the server does not crash: the failure
 at ERROR, naming ``listen.stream`` and why (once), ``/readyz`` stays ready, OTLP is still
 served, and each tick tries the bind again until it works, which is logged; the stream then
 serves again, and ``toolwatch_stream_subscribers`` counts what is open throughout.
+``toolwatch_stream_listening``, scraped from the real /metrics, reads 1 during the restart
+(its milliseconds are no outage), 0 while the address is taken, and 1 once bound again.
 
 Real server with mutual TLS; the window in which the port is free is the restart's grace,
 held open by a client that reads nothing while a finding larger than its receive window is
@@ -22,6 +24,7 @@ from typing import Any
 import grpc
 import pytest
 import trustme
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import RunningServer, until
 from tests.integration.stream_ca_helpers import listening_again, outcome, publish
@@ -34,6 +37,7 @@ from toolwatch.listeners import listening_socket
 RELOAD_SECONDS = 30
 LISTENER_LOG = "toolwatch.stream_listener"
 SUBSCRIBERS = "toolwatch_stream_subscribers"
+LISTENING = "toolwatch_stream_listening"
 
 
 def _write(path: Path, cas: list[trustme.CA]) -> None:
@@ -63,6 +67,17 @@ def _writing(server: RunningServer) -> bool:
     """Whether the one subscription open has a finding being written."""
     writing = server.call(lambda: [s.writing for s in server.app.broker.subscriptions])
     return len(writing) == 1 and writing[0] is not None
+
+
+def _listening(server: RunningServer, pki: Pki) -> list[float]:
+    """``toolwatch_stream_listening``'s samples, as a scrape of the real /metrics over mutual
+    TLS reads them (none: no series)."""
+    scraped = http_get(
+        f"https://{server.address('metrics')}/metrics", client_context(pki, client=True)
+    )
+    assert scraped.status == 200
+    families = text_string_to_metric_families(scraped.body.decode())
+    return [sample.value for f in families if f.name == LISTENING for sample in f.samples]
 
 
 def _take(address: str, taken: list[socket.socket]) -> bool:
@@ -104,14 +119,16 @@ def test_a_stream_address_taken_while_the_listener_restarts_is_bound_again_at_a_
         server.call(server.app.tick)
         # The old server no longer listens; its stop waits on the stuck write (the grace).
         assert until(lambda: _take(address, taken))
+        # Still restarting (the grace, a second, is not over): no outage yet.
+        restarting = (listener.serving, _listening(server, pki))
         listening_again(server)
         stuck.cancel()
     try:
         ready = http_get(readyz, client_context(pki)).status
-        down = (listener.serving, server.sample(SUBSCRIBERS), ready)
+        down = (listener.serving, server.sample(SUBSCRIBERS), ready, _listening(server, pki))
         server.call(server.app.tick)  # the port still taken: tried again, not told again
         listening_again(server)
-        still_down = listener.serving
+        still_down = (listener.serving, _listening(server, pki))
     finally:
         for sock in taken:
             sock.close()
@@ -120,11 +137,12 @@ def test_a_stream_address_taken_while_the_listener_restarts_is_bound_again_at_a_
     with _channel(address, pki, pki.clients) as channel:
         back = _subscribe(channel)
         publish(server, "back")
-        after = (outcome(back), server.sample(SUBSCRIBERS))
+        after = (outcome(back), server.sample(SUBSCRIBERS), _listening(server, pki))
         back.cancel()
 
-    assert (down, still_down) == ((False, 0, 200), False)
-    assert after == ("back", 1)
+    assert restarting == (False, [1.0])
+    assert (down, still_down) == ((False, 0, 200, [0.0]), (False, [0.0]))
+    assert after == ("back", 1, [1.0])
     told = [(r.levelname, r.getMessage()) for r in caplog.records if r.name == LISTENER_LOG]
     assert told[1:] == [
         (

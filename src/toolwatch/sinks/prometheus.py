@@ -273,9 +273,9 @@ class PrometheusMetrics:
     ``toolwatch_build_info{version,decoder,hot_path}`` = 1 (``decoder``: which OTLP scanner
     runs, ``compiled`` or ``reference``; ``hot_path``: ``compiled`` when every module mypyc
     compiles runs compiled, else ``python``) and, when ``buffer_state`` is given, a
-    ``StateCollector`` reading it (and ``stream_subscribers``, ``requests_in_flight``) at
-    scrape time; the callables are only called during scrapes, so they may refer to objects
-    built after this one. Methods never raise on odd input.
+    ``StateCollector`` reading it (and ``stream_subscribers``, ``requests_in_flight``,
+    ``stream_listening``) at scrape time; the callables are only called during scrapes, so
+    they may refer to objects built after this one. Methods never raise on odd input.
     """
 
     def __init__(
@@ -292,6 +292,7 @@ class PrometheusMetrics:
         buffer_state: Callable[[], BufferState] | None = None,
         stream_subscribers: Callable[[], int] | None = None,
         requests_in_flight: Callable[[], int] | None = None,
+        stream_listening: Callable[[], bool | None] | None = None,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._wall_clock = wall_clock
@@ -328,7 +329,9 @@ class PrometheusMetrics:
             {"version": version, "decoder": decoder, "hot_path": hot_path}
         )
         if buffer_state is not None:
-            collector = StateCollector(buffer_state, stream_subscribers, requests_in_flight)
+            collector = StateCollector(
+                buffer_state, stream_subscribers, requests_in_flight, stream_listening
+            )
             registry.register(collector)
 
     def _register(self, r: CollectorRegistry) -> None:

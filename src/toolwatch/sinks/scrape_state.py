@@ -28,6 +28,9 @@ __all__ = ["BufferState", "OthersCollector", "StateCollector", "TallyCollector"]
 
 _log = logging.getLogger(__name__)
 
+#: A scrape-time read of one unlabelled gauge: its value, or ``None`` for no series.
+_Read = Callable[[], float | None]
+
 
 @dataclass(frozen=True, slots=True)
 class BufferState:
@@ -47,9 +50,12 @@ class StateCollector(Collector):
 
     ``buffer`` returns the buffer's current ``BufferState``; ``stream_subscribers`` (optional)
     the number of open findings-stream subscriptions; ``requests_in_flight`` (optional) the
-    export requests being read or handled. All are called on every scrape, from the scraping
-    thread, so they must be cheap reads. A callable that raises is logged and its gauges are
-    left out of that scrape rather than failing the whole exposition.
+    export requests being read or handled; ``stream_listening`` (optional) whether the
+    findings stream's listener is bound, ``False`` while it is down for want of its address
+    (``StreamListener.down``), ``None`` while there is no listener (its gauge left out). All
+    are called on every scrape, from the scraping thread, so they must be cheap reads. A
+    callable that raises is logged and its gauges are left out of that scrape rather than
+    failing the whole exposition.
     """
 
     def __init__(
@@ -57,20 +63,19 @@ class StateCollector(Collector):
         buffer: Callable[[], BufferState],
         stream_subscribers: Callable[[], int] | None = None,
         requests_in_flight: Callable[[], int] | None = None,
+        stream_listening: Callable[[], bool | None] | None = None,
     ) -> None:
         self._buffer = buffer
-        self._counts = [
-            (family, read)
-            for family, read in (
-                (_subscribers_family, stream_subscribers),
-                (_in_flight_family, requests_in_flight),
-            )
-            if read is not None
-        ]
+        reads: tuple[tuple[Callable[[], GaugeMetricFamily], _Read | None], ...] = (
+            (_subscribers_family, stream_subscribers),
+            (_in_flight_family, requests_in_flight),
+            (_listening_family, stream_listening),
+        )
+        self._reads = [(family, read) for family, read in reads if read is not None]
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
         # Lets the registry check names at registration without calling the callables.
-        return [*self._families(), *(family() for family, _ in self._counts)]
+        return [*self._families(), *(family() for family, _ in self._reads)]
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         try:
@@ -88,14 +93,16 @@ class StateCollector(Collector):
             for family, value in zip(self._families(), values, strict=True):
                 family.add_metric([], value)
                 yield family
-        for make, read in self._counts:
+        for make, read in self._reads:
             gauge = make()
             try:
-                gauge.add_metric([], read())
+                read_now = read()
             except Exception:
                 _log.exception("reading %s for a scrape failed", gauge.name)
                 continue
-            yield gauge
+            if read_now is not None:  # ``None``: nothing to report yet, no series
+                gauge.add_metric([], float(read_now))
+                yield gauge
 
     def _families(self) -> list[GaugeMetricFamily]:
         return [
@@ -122,6 +129,15 @@ def _subscribers_family() -> GaugeMetricFamily:
         "toolwatch_stream_subscribers",
         "Findings-stream subscriptions whose call is open, one superseded by a resume until its"
         " call ends: what output.stream_max_subscribers bounds.",
+    )
+
+
+def _listening_family() -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        "toolwatch_stream_listening",
+        "1 while the findings stream's listener is bound (a restart for a client CA taken out"
+        " included), 0 while a restart could not bind listen.stream again (the port taken):"
+        " live subscribers miss findings, the findings log and metrics have them.",
     )
 
 

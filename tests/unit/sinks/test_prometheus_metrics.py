@@ -517,17 +517,21 @@ def test_build_info_names_the_version_and_the_otlp_scanner(registry: CollectorRe
 def test_buffer_state_is_read_at_scrape_time(registry: CollectorRegistry) -> None:
     state = [BufferState(traces=1, spans=2, bytes=3, remembered=4)]
     in_flight = [7]
+    listening = [True]
     PrometheusMetrics(
         registry,
         buffer_state=lambda: state[0],
         stream_subscribers=lambda: 5,
         requests_in_flight=lambda: in_flight[0],
+        stream_listening=lambda: listening[0],
     )
+    assert registry.get_sample_value("toolwatch_stream_listening") == 1.0
     assert registry.get_sample_value("toolwatch_buffered_spans") == 2.0
     assert registry.get_sample_value("toolwatch_assembly_overdue_seconds") == 0.0
     assert registry.get_sample_value("toolwatch_remembered_traces") == 4.0
     state[0] = BufferState(traces=4, spans=50, bytes=600, overdue_seconds=90.5, remembered=70_000)
     in_flight[0] = 3
+    listening[0] = False
     get = registry.get_sample_value
     assert (get("toolwatch_buffered_traces"), get("toolwatch_buffered_spans")) == (4.0, 50.0)
     assert get("toolwatch_buffered_bytes") == 600.0
@@ -535,6 +539,7 @@ def test_buffer_state_is_read_at_scrape_time(registry: CollectorRegistry) -> Non
     assert get("toolwatch_remembered_traces") == 70_000.0
     assert get("toolwatch_stream_subscribers") == 5.0
     assert get("toolwatch_requests_in_flight") == 3.0
+    assert get("toolwatch_stream_listening") == 0.0
 
 
 def test_a_failing_state_callable_leaves_the_rest_of_the_scrape_intact(
