@@ -90,8 +90,16 @@ def _opened(path: str, create: int | None) -> LineFile:
     flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK
     if create is not None:
         flags |= os.O_CREAT
+    mode = 0o666 if create is None else create
     try:
-        fd = os.open(path, flags, 0o666 if create is None else create)
+        fd = os.open(path, flags, mode)
+    except BlockingIOError:
+        if _fifo_at(path):
+            raise
+        # A file lease (an NFS delegation, a Samba oplock) that a blocking open would break,
+        # waiting for its holder to let go (``lease-break-time``, 45 s at most): a
+        # non-blocking open fails at once instead (a review's test). Not a FIFO: open it so.
+        fd = os.open(path, flags & ~os.O_NONBLOCK, mode)
     except OSError as exc:
         if exc.errno == errno.ENXIO and _fifo_at(path):  # not "No such device or address"
             raise NoReaderError(errno.ENXIO, "a FIFO no reader has opened yet", path) from exc
@@ -105,6 +113,7 @@ def _opened(path: str, create: int | None) -> LineFile:
 
 
 def _fifo_at(path: str) -> bool:
+    """Whether a FIFO is at ``path`` now."""
     try:
         return stat.S_ISFIFO(os.stat(path).st_mode)
     except OSError:
