@@ -88,7 +88,7 @@ from toolwatch.config.listen import is_loopback, parse_port
 from toolwatch.config.security import read_token_file
 from toolwatch.evaluation.severity import CALL_AGENT
 from toolwatch.sinks.findings import format_timestamp
-from toolwatch.sinks.stream import (
+from toolwatch.sinks.stream.protocol import (
     CLIENT_CAS_CHANGED,
     KEEPALIVE_SECONDS,
     MISSED_AFTER_KEY,
@@ -140,7 +140,7 @@ _NOT_HTTP2_ANSWER: Final = "Failed parsing HTTP/2"
 # next channel would share the last one's connection backoff, so an attempt right after a
 # refused one (the server coming back) could fail at once, without trying.
 # Keepalive pings find a connection gone silent without a reset, which would otherwise leave
-# tail waiting forever (the server allows them, sinks.stream.stream_server_options): a ping
+# tail waiting forever (the server allows them, sinks.stream.protocol.stream_server_options): a ping
 # every ``keepalive`` seconds, and a connection whose ping is not answered within a third of
 # that is dropped, so a silent connection is found in at most 4/3 of it. gRPC core since
 # its ping rework times a keepalive ping out by ``ping_timeout_ms`` (default a minute), no

@@ -42,7 +42,7 @@ from tests.integration.test_stream_replay_losses import NO_BDP, findings
 from tests.integration.test_stream_resume import Lines, Waits, end_tail, in_thread, proxied
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.model import Finding
-from toolwatch.sinks.stream import SUPERSEDED
+from toolwatch.sinks.stream.protocol import SUPERSEDED
 from toolwatch.tail import EXIT_INTERRUPTED, run_tail
 
 

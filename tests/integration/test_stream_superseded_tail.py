@@ -31,7 +31,7 @@ import pytest
 from tests.integration.conftest import RunningServer, until
 from tests.integration.test_security import Start
 from tests.integration.test_stream import make_finding, make_trace
-from toolwatch.sinks.stream import SUPERSEDED
+from toolwatch.sinks.stream.protocol import SUPERSEDED
 from toolwatch.tail import EXIT_OK, EXIT_SUPERSEDED, run_tail
 
 

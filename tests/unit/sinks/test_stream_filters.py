@@ -18,14 +18,11 @@ from toolwatch.metrics import NoopMetrics
 from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
 from toolwatch.sinks.findings import FindingSink, Redaction, finding_record
 from toolwatch.sinks.prometheus import PrometheusMetrics
-from toolwatch.sinks.stream import (
-    FindingsBroker,
-    StreamFilter,
-    SubscribersFullError,
-    Subscription,
-    deliver,
-    finding_message,
-)
+from toolwatch.sinks.stream.broker import FindingsBroker, SubscribersFullError
+from toolwatch.sinks.stream.filters import StreamFilter
+from toolwatch.sinks.stream.messages import finding_message
+from toolwatch.sinks.stream.service import deliver
+from toolwatch.sinks.stream.subscription import Subscription
 from toolwatch.tail import _Printer, format_finding_line
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
