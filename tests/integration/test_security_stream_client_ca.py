@@ -40,7 +40,7 @@ from toolwatch.sinks.stream.protocol import (
     STREAM_ID_KEY,
     STREAM_SEQUENCE_KEY,
 )
-from toolwatch.tail import StreamAccess
+from toolwatch.tail_access import StreamAccess
 
 DROPPED = "toolwatch_stream_dropped_findings_total"
 RELOAD_SECONDS = 30

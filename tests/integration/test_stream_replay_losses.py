@@ -39,7 +39,7 @@ from toolwatch.tail import run_tail
 #: A finding larger than HTTP/2's 64 KiB window: the server can never write one whole into
 #: a client that does not read.
 BIG = 70_000
-#: tail's receive window: HTTP/2's 64 KiB (``toolwatch.tail._channel_options``).
+#: tail's receive window: HTTP/2's 64 KiB (``toolwatch.tail_access._channel_options``).
 NO_BDP = (("grpc.http2.bdp_probe", 0),)
 
 

@@ -30,7 +30,8 @@ from toolwatch.sinks.findings import Redaction
 from toolwatch.sinks.stream.broker import FindingsBroker
 from toolwatch.sinks.stream.protocol import stream_server_options
 from toolwatch.sinks.stream.service import add_findings_service
-from toolwatch.tail import EXIT_INTERRUPTED, run_tail
+from toolwatch.tail import run_tail
+from toolwatch.tail_exits import EXIT_INTERRUPTED
 
 
 class CuttableProxy:

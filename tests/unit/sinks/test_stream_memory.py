@@ -17,7 +17,7 @@ from toolwatch.sinks.stream.broker import FindingsBroker
 from toolwatch.sinks.stream.filters import StreamFilter
 from toolwatch.sinks.stream.messages import MAX_STREAM_TEXT, finding_message
 from toolwatch.sinks.stream.resumes import Resume
-from toolwatch.tail import format_finding_line
+from toolwatch.tail_format import format_finding_line
 
 #: ``ingest.max_value_bytes``' default: the longest attribute value a span keeps.
 MAX_VALUE = 65_536
