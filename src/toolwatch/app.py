@@ -78,7 +78,9 @@ from toolwatch.sinks.findings import FindingSink, Redaction
 from toolwatch.sinks.logqueue import queued_logging
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
 from toolwatch.sinks.python_reports import logged_python_reports
-from toolwatch.sinks.stream import FindingsBroker, FindingsStreamServicer, stream_server_options
+from toolwatch.sinks.stream.broker import FindingsBroker
+from toolwatch.sinks.stream.protocol import stream_server_options
+from toolwatch.sinks.stream.service import FindingsStreamServicer
 from toolwatch.stream_listener import StreamListener
 
 __all__ = [

@@ -78,7 +78,9 @@ from toolwatch.listeners import ListenError, ListenersError, StartError
 from toolwatch.model import Severity
 from toolwatch.references.golden import ReferenceFileError
 from toolwatch.replay import EXIT_GATE, EXIT_OK, EXIT_USAGE, add_arguments, run_replay
-from toolwatch.tail import ACCESS_FLAGS, EXIT_INTERRUPTED, StreamAccess, run_tail
+from toolwatch.tail import run_tail
+from toolwatch.tail_access import ACCESS_FLAGS, StreamAccess
+from toolwatch.tail_exits import EXIT_INTERRUPTED
 
 __all__ = ["main"]
 

@@ -40,7 +40,8 @@ from tests.integration.prometheus_server import (
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.config import load_config
 from toolwatch.model import Category, Finding
-from toolwatch.tail import EXIT_OK, run_tail
+from toolwatch.tail import run_tail
+from toolwatch.tail_exits import EXIT_OK
 
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "toolwatch-rules.yaml"

@@ -20,7 +20,7 @@ from toolwatch.ingest.decode import DecodeOptions, decode_request
 from toolwatch.model import ManualClock
 from toolwatch.sinks.findings import FanOutSink, InMemoryFindingSink, JsonLinesFindingSink
 from toolwatch.sinks.prometheus import PrometheusMetrics
-from toolwatch.sinks.stream import FindingsBroker
+from toolwatch.sinks.stream.broker import FindingsBroker
 
 POLICY = {
     "dangerous_tools": ["issue_refund"],

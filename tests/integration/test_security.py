@@ -54,7 +54,9 @@ from tests.integration.conftest import RunningServer
 from tests.integration.test_stream import make_finding, make_trace
 from toolwatch.config import ConfigError, load_config
 from toolwatch.sinks.findings import REDACTED
-from toolwatch.tail import EXIT_USAGE, StreamAccess, run_tail
+from toolwatch.tail import run_tail
+from toolwatch.tail_access import StreamAccess
+from toolwatch.tail_exits import EXIT_USAGE
 
 ROOT = Path(__file__).resolve().parents[2]
 TOKEN = "s3cret-token"

@@ -21,7 +21,7 @@ from tests.integration.stream_ca_helpers import (
     through_a_removal,
 )
 from tests.integration.test_security import AUTH_FAILURES, Start
-from toolwatch.sinks.stream import CLIENT_CAS_CHANGED
+from toolwatch.sinks.stream.protocol import CLIENT_CAS_CHANGED
 
 #: (client CA file, client certificate, its key), PEM.
 Identity = tuple[bytes, bytes, bytes]

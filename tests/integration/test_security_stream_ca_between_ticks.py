@@ -34,7 +34,7 @@ import trustme
 from tests.integration.stream_ca_helpers import listening_again, outcome, publish
 from tests.integration.test_security import Pki, Start, make_pki, tls
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
-from toolwatch.sinks.stream import CLIENT_CAS_CHANGED
+from toolwatch.sinks.stream.protocol import CLIENT_CAS_CHANGED
 
 RELOAD_SECONDS = 30
 

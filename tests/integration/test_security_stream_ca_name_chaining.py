@@ -18,7 +18,7 @@ from tests.integration.stream_ca_helpers import (
     through_a_removal,
 )
 from tests.integration.test_security import AUTH_FAILURES, Start
-from toolwatch.sinks.stream import CLIENT_CAS_CHANGED
+from toolwatch.sinks.stream.protocol import CLIENT_CAS_CHANGED
 
 
 def test_a_client_whose_issuer_name_differs_from_its_cas_only_in_case_streams_on(

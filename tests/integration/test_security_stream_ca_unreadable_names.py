@@ -30,7 +30,7 @@ from tests.integration.stream_ca_helpers import (
     with_bytes_replaced,
 )
 from tests.integration.test_security import AUTH_FAILURES, Start
-from toolwatch.sinks.stream import CLIENT_CAS_CHANGED
+from toolwatch.sinks.stream.protocol import CLIENT_CAS_CHANGED
 
 IS_A_CA = [x509.BasicConstraints(ca=True, path_length=None)]
 #: ``O=Mxller AG`` as T61String; then its ``x`` made Latin-1 ``ü``.

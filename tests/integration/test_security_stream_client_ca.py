@@ -34,13 +34,13 @@ from tests.integration.test_security import (
 from tests.integration.test_stream import make_finding, make_trace, serve
 from tests.integration.test_stream import subscribe as subscribe_aio
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
-from toolwatch.sinks.stream import (
+from toolwatch.sinks.stream.protocol import (
     CLIENT_CAS_CHANGED,
     RESUME_TOKEN_KEY,
     STREAM_ID_KEY,
     STREAM_SEQUENCE_KEY,
 )
-from toolwatch.tail import StreamAccess
+from toolwatch.tail_access import StreamAccess
 
 DROPPED = "toolwatch_stream_dropped_findings_total"
 RELOAD_SECONDS = 30

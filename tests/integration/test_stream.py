@@ -24,13 +24,9 @@ from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
 from toolwatch.sinks.findings import Redaction
 from toolwatch.sinks.prometheus import PrometheusMetrics
-from toolwatch.sinks.stream import (
-    Authorize,
-    FindingsBroker,
-    FindingsStreamServicer,
-    add_findings_service,
-    finding_message,
-)
+from toolwatch.sinks.stream.broker import FindingsBroker
+from toolwatch.sinks.stream.messages import finding_message
+from toolwatch.sinks.stream.service import Authorize, FindingsStreamServicer, add_findings_service
 from toolwatch.tail import run_tail
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"

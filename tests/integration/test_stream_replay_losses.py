@@ -33,13 +33,13 @@ from tests.integration.conftest import RunningServer
 from tests.integration.test_stream import DROPPED, make_finding, make_trace, serve
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.model import Category, Finding, Severity
-from toolwatch.sinks.stream import FindingsBroker
+from toolwatch.sinks.stream.broker import FindingsBroker
 from toolwatch.tail import run_tail
 
 #: A finding larger than HTTP/2's 64 KiB window: the server can never write one whole into
 #: a client that does not read.
 BIG = 70_000
-#: tail's receive window: HTTP/2's 64 KiB (``toolwatch.tail._channel_options``).
+#: tail's receive window: HTTP/2's 64 KiB (``toolwatch.tail_access._channel_options``).
 NO_BDP = (("grpc.http2.bdp_probe", 0),)
 
 

@@ -27,8 +27,11 @@ from tests.integration.test_stream import Harness, make_finding, make_trace, ser
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.metrics import NoopMetrics
 from toolwatch.sinks.findings import Redaction
-from toolwatch.sinks.stream import FindingsBroker, add_findings_service, stream_server_options
-from toolwatch.tail import EXIT_INTERRUPTED, run_tail
+from toolwatch.sinks.stream.broker import FindingsBroker
+from toolwatch.sinks.stream.protocol import stream_server_options
+from toolwatch.sinks.stream.service import add_findings_service
+from toolwatch.tail import run_tail
+from toolwatch.tail_exits import EXIT_INTERRUPTED
 
 
 class CuttableProxy:

@@ -31,8 +31,9 @@ import pytest
 from tests.integration.conftest import RunningServer, until
 from tests.integration.test_security import Start
 from tests.integration.test_stream import make_finding, make_trace
-from toolwatch.sinks.stream import SUPERSEDED
-from toolwatch.tail import EXIT_OK, EXIT_SUPERSEDED, run_tail
+from toolwatch.sinks.stream.protocol import SUPERSEDED
+from toolwatch.tail import run_tail
+from toolwatch.tail_exits import EXIT_OK, EXIT_SUPERSEDED
 
 
 def _subscribers(server: RunningServer, count: int) -> None:

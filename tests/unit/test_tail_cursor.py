@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from toolwatch._proto.toolwatch.v1 import findings_pb2
-from toolwatch.tail import CURSOR_SAVE_SECONDS, KEPT_CURSORS, _Cursor, _rewrite
+from toolwatch.tail_cursor import CURSOR_SAVE_SECONDS, KEPT_CURSORS, _Cursor, _rewrite
 
 
 class Clock:

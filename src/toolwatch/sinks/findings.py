@@ -5,7 +5,7 @@ A ``FindingSink`` receives the findings of one ToolTrace at a time. Shipped sink
 - ``JsonLinesFindingSink``: the findings log, one JSON object per finding per line;
 - ``InMemoryFindingSink``: keeps what it receives, for tests (ours and users');
 - ``FanOutSink``: hands each publication to several sinks, isolating their failures;
-- ``toolwatch.sinks.stream.FindingsBroker``: the live gRPC findings stream.
+- ``toolwatch.sinks.stream.broker.FindingsBroker``: the live gRPC findings stream.
 
 Argument values are sensitive (customer ids, amounts, free text): ``Redaction`` decides which
 of the argument values in ``Finding.details`` a sink may show, field by field; the others

@@ -12,7 +12,10 @@ from tests import factories
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import Category, Finding, Severity
 from toolwatch.sinks.prometheus import PrometheusMetrics
-from toolwatch.sinks.stream import FindingsBroker, Resume, ResumeResult, StreamFilter, Subscription
+from toolwatch.sinks.stream.broker import FindingsBroker
+from toolwatch.sinks.stream.filters import StreamFilter
+from toolwatch.sinks.stream.resumes import Resume, ResumeResult
+from toolwatch.sinks.stream.subscription import Subscription
 
 DROPPED = "toolwatch_stream_dropped_findings_total"
 

@@ -12,21 +12,18 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests import factories
-from toolwatch import tail
+from toolwatch import tail_access, tail_cursor, tail_format
 from toolwatch._proto.toolwatch.v1 import findings_pb2
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
 from toolwatch.sinks.findings import FindingSink, Redaction, finding_record
 from toolwatch.sinks.prometheus import PrometheusMetrics
-from toolwatch.sinks.stream import (
-    FindingsBroker,
-    StreamFilter,
-    SubscribersFullError,
-    Subscription,
-    deliver,
-    finding_message,
-)
-from toolwatch.tail import _Printer, format_finding_line
+from toolwatch.sinks.stream.broker import FindingsBroker, SubscribersFullError
+from toolwatch.sinks.stream.filters import StreamFilter
+from toolwatch.sinks.stream.messages import finding_message
+from toolwatch.sinks.stream.service import deliver
+from toolwatch.sinks.stream.subscription import Subscription
+from toolwatch.tail_format import _Printer, format_finding_line
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 
@@ -301,8 +298,8 @@ def test_auto_colour_follows_the_terminal_and_no_color(
         monkeypatch.delenv("NO_COLOR", raising=False)
     else:
         monkeypatch.setenv("NO_COLOR", no_color)
-    assert tail._use_colour(Terminal()) is coloured
-    assert tail._use_colour(io.StringIO()) is False
+    assert tail_format._use_colour(Terminal()) is coloured
+    assert tail_format._use_colour(io.StringIO()) is False
 
 
 def test_findings_queued_for_a_subscriber_that_leaves_are_counted_and_logged(
@@ -395,7 +392,7 @@ def test_a_write_that_fails_once_its_stream_was_revoked_is_withheld_not_lost() -
     ],
 )
 def test_tail_knows_which_targets_keep_a_token_on_this_machine(host: str, local: bool) -> None:
-    assert tail._local(host) is local
+    assert tail_access._local(host) is local
 
 
 def test_an_agent_filter_ignores_case() -> None:
@@ -417,22 +414,25 @@ def test_an_agent_filter_ignores_case() -> None:
 def test_tails_cursors_after_subscribing(resume: dict[str, str], streams: dict[str, int]) -> None:
     """Where tail would resume from: a fresh cursor at the stream's sequence (from 0, it would
     be sent what was published before it subscribed), a stream new to it from its start."""
-    state = tail._Cursor({"s1": 3, "s2": 5}, "s1")
+    state = tail_cursor._Cursor({"s1": 3, "s2": 5}, "s1")
     metadata = {"toolwatch-stream-id": "s2", "toolwatch-stream-sequence": "7", **resume}
     state.subscribed(metadata, "host:1")
     assert (state.streams, state.stream_id) == (streams, "s2")
 
 
 def test_tail_keeps_the_cursors_of_the_latest_streams() -> None:
-    state = tail._Cursor()
-    for number in range(tail.KEPT_CURSORS + 2):
+    state = tail_cursor._Cursor()
+    for number in range(tail_cursor.KEPT_CURSORS + 2):
         state.subscribed(
             {"toolwatch-stream-id": f"s{number}", "toolwatch-stream-sequence": "1"}, "h:1"
         )
-    assert list(state.streams) == [f"s{n}" for n in range(2, tail.KEPT_CURSORS + 2)]
+    assert list(state.streams) == [f"s{n}" for n in range(2, tail_cursor.KEPT_CURSORS + 2)]
     request = state.resuming(findings_pb2.SubscribeRequest(min_severity="high"))
     assert request.min_severity == "high"
-    assert [(c.stream_id, c.after) for c in request.resume][-1] == (f"s{tail.KEPT_CURSORS + 1}", 1)
+    assert [(c.stream_id, c.after) for c in request.resume][-1] == (
+        f"s{tail_cursor.KEPT_CURSORS + 1}",
+        1,
+    )
 
 
 def test_tail_json_writes_a_character_beyond_the_bmp_as_a_pair_of_escapes() -> None:

@@ -14,14 +14,11 @@ from tests import factories
 from toolwatch._proto.toolwatch.v1 import findings_pb2
 from toolwatch.model import Category, Severity
 from toolwatch.sinks.prometheus import PrometheusMetrics
-from toolwatch.sinks.stream import (
-    FindingsBroker,
-    FindingsStreamServicer,
-    Resume,
-    StreamFilter,
-    Subscription,
-    deliver,
-)
+from toolwatch.sinks.stream.broker import FindingsBroker
+from toolwatch.sinks.stream.filters import StreamFilter
+from toolwatch.sinks.stream.resumes import Resume
+from toolwatch.sinks.stream.service import FindingsStreamServicer, deliver
+from toolwatch.sinks.stream.subscription import Subscription
 
 DROPPED = "toolwatch_stream_dropped_findings_total"
 

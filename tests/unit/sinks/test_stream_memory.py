@@ -13,14 +13,11 @@ from toolwatch.evaluation.severity import CALL_AGENT
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import DETAIL_FIELDS, Category, Finding, ReferenceKind, Severity
 from toolwatch.sinks.findings import REDACTED, Redaction, finding_record
-from toolwatch.sinks.stream import (
-    MAX_STREAM_TEXT,
-    FindingsBroker,
-    Resume,
-    StreamFilter,
-    finding_message,
-)
-from toolwatch.tail import format_finding_line
+from toolwatch.sinks.stream.broker import FindingsBroker
+from toolwatch.sinks.stream.filters import StreamFilter
+from toolwatch.sinks.stream.messages import MAX_STREAM_TEXT, finding_message
+from toolwatch.sinks.stream.resumes import Resume
+from toolwatch.tail_format import format_finding_line
 
 #: ``ingest.max_value_bytes``' default: the longest attribute value a span keeps.
 MAX_VALUE = 65_536

@@ -14,7 +14,10 @@ from tests import factories
 from toolwatch._proto.toolwatch.v1 import findings_pb2
 from toolwatch.model import Category, Finding, Severity
 from toolwatch.sinks.prometheus import PrometheusMetrics
-from toolwatch.sinks.stream import FindingsBroker, Resume, ResumeResult, StreamFilter, Subscription
+from toolwatch.sinks.stream.broker import FindingsBroker
+from toolwatch.sinks.stream.filters import StreamFilter
+from toolwatch.sinks.stream.resumes import Resume, ResumeResult
+from toolwatch.sinks.stream.subscription import Subscription
 from toolwatch.tail import _tell_missed
 
 DROPPED = "toolwatch_stream_dropped_findings_total"

@@ -15,15 +15,11 @@ from toolwatch.metrics import NoopMetrics
 from toolwatch.model import Category, Finding, Severity
 from toolwatch.sinks.findings import Redaction
 from toolwatch.sinks.prometheus import PrometheusMetrics
-from toolwatch.sinks.stream import (
-    INDEX_FACTOR,
-    MAX_STREAM_TEXT,
-    FindingsBroker,
-    Resume,
-    ResumeResult,
-    StreamFilter,
-    Subscription,
-)
+from toolwatch.sinks.stream.broker import FindingsBroker
+from toolwatch.sinks.stream.filters import StreamFilter
+from toolwatch.sinks.stream.messages import MAX_STREAM_TEXT
+from toolwatch.sinks.stream.resumes import INDEX_FACTOR, Resume, ResumeResult
+from toolwatch.sinks.stream.subscription import Subscription
 
 DROPPED = "toolwatch_stream_dropped_findings_total"
 HIGH = StreamFilter(min_severity=Severity.HIGH)

@@ -18,14 +18,10 @@ from tests.unit.sinks.test_stream_departed import DROPPED, publish, read, resumi
 from toolwatch._proto.toolwatch.v1 import findings_pb2
 from toolwatch.model import Category, Severity
 from toolwatch.sinks.prometheus import PrometheusMetrics
-from toolwatch.sinks.stream import (
-    FindingsBroker,
-    Resume,
-    ResumeResult,
-    StreamFilter,
-    SubscribersFullError,
-    Subscription,
-)
+from toolwatch.sinks.stream.broker import FindingsBroker, SubscribersFullError
+from toolwatch.sinks.stream.filters import StreamFilter
+from toolwatch.sinks.stream.resumes import Resume, ResumeResult
+from toolwatch.sinks.stream.subscription import Subscription
 
 
 def broker_of(**settings: int) -> tuple[FindingsBroker, CollectorRegistry]:
