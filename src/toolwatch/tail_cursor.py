@@ -166,10 +166,15 @@ class _Cursor:
                 copy.flush()
                 os.fsync(copy.fileno())  # its data before the rename: never an empty file
             os.replace(partial, file)
-        except OSError as e:
+        except BaseException as e:
             if partial is not None:
-                with suppress(OSError):  # a half-written copy takes no room on a full disk
+                # A half-written copy takes no room on a full disk; nor is one left behind by
+                # a stop (SIGTERM, Ctrl-C: ``KeyboardInterrupt`` wherever the main thread is)
+                # at each unlucky one, holding the tokens (a review's test).
+                with suppress(OSError):
                     partial.unlink()
+            if not isinstance(e, OSError):
+                raise
             why = _IN_PLACE.get(e.errno or 0)
             if why is None or not file.is_file():
                 raise
