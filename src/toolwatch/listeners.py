@@ -30,6 +30,7 @@ __all__ = [
     "format_address",
     "listening_socket",
     "os_reason",
+    "rebind_refused",
 ]
 
 
@@ -113,6 +114,33 @@ def address_taken(listener: str, address: str) -> ListenError | None:
         if listener in ("grpc", "stream") and exc.errno != errno.EADDRINUSE:
             return None
         return ListenError(listener, address, os_reason(exc))
+    return None
+
+
+#: What a plain socket's bind fails with that gRPC's would too, for an address bound before.
+_SURE_FAILURES = frozenset({errno.EADDRINUSE, errno.EADDRNOTAVAIL, errno.EACCES})
+
+
+def rebind_refused(listener: str, address: str) -> ListenError | None:
+    """Why ``listener`` cannot bind ``address`` again, which it had bound (a restart of the
+    findings stream's listener), asked of a plain socket so that no gRPC server is built for
+    a bind sure to fail (gRPC core prints its own ERROR line for each, and does not give back
+    what an unstarted server took): the port in use, the address no longer this host's, a
+    name that no longer resolves, not permitted. ``None`` when it can be bound, or when the
+    probe cannot tell (gRPC binds as it can: a wildcard on a host without IPv6). Blocking (a
+    name is resolved): call it off the event loop."""
+    held = _held_elsewhere(address)
+    if held is not None:
+        reason = f"the port is in use on {held} (gRPC would listen on the other addresses only)"
+        return ListenError(listener, address, reason)
+    try:
+        listening_socket(address).close()
+    except socket.gaierror as exc:
+        return ListenError(listener, address, os_reason(exc))
+    except OSError as exc:
+        return (
+            ListenError(listener, address, os_reason(exc)) if exc.errno in _SURE_FAILURES else None
+        )
     return None
 
 

@@ -36,7 +36,7 @@ from collections.abc import Callable
 
 import grpc
 
-from toolwatch.listeners import ListenError, address_taken, bind_grpc
+from toolwatch.listeners import ListenError, bind_grpc, rebind_refused
 
 __all__ = ["RESTART_GRACE_SECONDS", "StreamListener"]
 
@@ -177,15 +177,17 @@ class StreamListener:
     async def _bound(self) -> bool:
         """Binds a new server to the address and starts it; whether it could. A failure is
         logged at ERROR, once for each reason in a row."""
-        # Asked of a plain socket first, as ``App.start`` does: a gRPC server that cannot bind
-        # prints gRPC core's own ERROR line, and is not given back by gRPC once stopped
-        # unstarted (about 3 KB): at every tick while the address is taken (a review's tests).
-        taken = address_taken("stream", self._address)
+        # Asked of a plain socket first, in a thread (a name is resolved): a gRPC server that
+        # cannot bind prints gRPC core's own ERROR line, and is not given back by gRPC once
+        # stopped unstarted (about 3 KB), at every tick while the address is taken or gone;
+        # and a name resolved on the event loop held it for the resolver's timeouts (reviews).
+        refused = await asyncio.to_thread(rebind_refused, "stream", self._address)
         try:
-            if taken is not None:
-                raise taken
+            if refused is not None:
+                raise refused
+            credentials = self._credentials()  # before the server: one that raises leaves none
             server = self._make_server()
-            await bind_grpc(server, "stream", self._address, self._credentials())
+            await bind_grpc(server, "stream", self._address, credentials)
         except ListenError as error:
             if str(error) != self._failing:
                 log.error(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import errno
 import json
 import os
-import tempfile
+import secrets
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -157,11 +157,13 @@ class _Cursor:
         partial: Path | None = None
         try:
             # A name of its own, made anew, readable by its owner alone whatever the umask
-            # (mkstemp's 0600): a second tail given the same file (which it should not be)
-            # neither fails on this one's copy nor writes into it.
-            made = tempfile.mkstemp(prefix=f"{file.name}.", suffix=".partial", dir=file.parent)
-            fd, partial = made[0], Path(made[1])
-            with open(fd, "w", encoding="utf-8") as copy:
+            # (0600): a second tail given the same file (which it should not be) neither fails
+            # on this one's copy nor writes into it. Named before it is created, so that a stop
+            # while it is (SIGTERM, Ctrl-C) still finds it to remove (a review's test:
+            # ``mkstemp`` named it only once made).
+            partial = file.with_name(f"{file.name}.{secrets.token_hex(8)}.partial")
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+            with open(os.open(partial, flags, 0o600), "w", encoding="utf-8") as copy:
                 copy.write(text)
                 copy.flush()
                 os.fsync(copy.fileno())  # its data before the rename: never an empty file

@@ -136,7 +136,8 @@ def _listening_family() -> GaugeMetricFamily:
     return GaugeMetricFamily(
         "toolwatch_stream_listening",
         "1 while the findings stream's listener is bound (a restart for a client CA taken out"
-        " included), 0 while a restart could not bind listen.stream again (the port taken):"
+        " included), 0 while a restart could not bind listen.stream again (the port taken, the"
+        " address no longer this host's, its name not resolving):"
         " live subscribers miss findings, the findings log and metrics have them.",
     )
 

@@ -43,8 +43,8 @@ def test_stream_listening_is_an_unlabelled_gauge_with_help() -> None:
     assert lines == [
         f"# HELP {LISTENING} 1 while the findings stream's listener is bound (a restart for a"
         " client CA taken out included), 0 while a restart could not bind listen.stream again"
-        " (the port taken): live subscribers miss findings, the findings log and metrics have"
-        " them.",
+        " (the port taken, the address no longer this host's, its name not resolving): live"
+        " subscribers miss findings, the findings log and metrics have them.",
         f"# TYPE {LISTENING} gauge",
         f"{LISTENING} 0.0",
     ]
