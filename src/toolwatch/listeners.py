@@ -101,11 +101,8 @@ def address_taken(listener: str, address: str) -> ListenError | None:
     _host, port = parse_listen_address(address)
     if port == 0:
         return None
-    if listener in ("grpc", "stream"):
-        held = _held_elsewhere(address)
-        if held is not None:
-            reason = f"the port is in use on {held} (gRPC would listen on the other addresses only)"
-            return ListenError(listener, address, reason)
+    if listener in ("grpc", "stream") and (held := _held_error(listener, address)):
+        return held
     try:
         listening_socket(address).close()
     except OSError as exc:
@@ -129,10 +126,8 @@ def rebind_refused(listener: str, address: str) -> ListenError | None:
     name that no longer resolves, not permitted. ``None`` when it can be bound, or when the
     probe cannot tell (gRPC binds as it can: a wildcard on a host without IPv6). Blocking (a
     name is resolved): call it off the event loop."""
-    held = _held_elsewhere(address)
-    if held is not None:
-        reason = f"the port is in use on {held} (gRPC would listen on the other addresses only)"
-        return ListenError(listener, address, reason)
+    if held := _held_error(listener, address):
+        return held
     try:
         listening_socket(address).close()
     except socket.gaierror as exc:
@@ -153,11 +148,9 @@ async def bind_grpc(
     """Bind ``server`` to ``address``; on failure stop it (an unstarted server left to the
     garbage collector schedules its shutdown on a loop that may be closed) and raise."""
     host, _port = parse_listen_address(address)
-    held = _held_elsewhere(address)
-    if held is not None:
+    if held := _held_error(listener, address):  # taken since ``address_taken`` looked
         await server.stop(None)
-        reason = f"the port is in use on {held} (gRPC would listen on the other addresses only)"
-        raise ListenError(listener, address, reason)  # taken since ``address_taken`` looked
+        raise held
     try:
         if credentials is None:
             port = server.add_insecure_port(address)
@@ -169,6 +162,15 @@ async def bind_grpc(
         await server.stop(None)
         raise ListenError(listener, address, _why_not_bound(address))
     return format_address((host, port))
+
+
+def _held_error(listener: str, address: str) -> ListenError | None:
+    """``_held_elsewhere``'s answer as the error a gRPC listener's bind is refused with."""
+    held = _held_elsewhere(address)
+    if held is None:
+        return None
+    reason = f"the port is in use on {held} (gRPC would listen on the other addresses only)"
+    return ListenError(listener, address, reason)
 
 
 def _why_not_bound(address: str) -> str:
