@@ -39,16 +39,8 @@ import grpc
 from tests.integration.test_stream import DROPPED, make_trace, serve
 from tests.integration.test_stream_replay_losses import NO_BDP, findings
 from tests.integration.test_stream_resume import proxied, until
+from tests.integration.test_stream_resume_token_race import named, request_after
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
-
-
-def request_after(stream_id: str, after: int, token: str) -> findings_pb2.SubscribeRequest:
-    cursor = findings_pb2.StreamCursor(stream_id=stream_id, after=after, token=token)
-    return findings_pb2.SubscribeRequest(resume=[cursor], missed_after=True)
-
-
-def named(message: findings_pb2.Finding) -> str:
-    return message.explanation.split()[0]
 
 
 def test_a_resume_whose_answer_was_lost_can_be_tried_again_with_the_same_token() -> None:
