@@ -1,8 +1,9 @@
-"""What the tests of a findings stream through a client CA's removal share, for certificates
-the TLS stack takes and a certificate check of toolwatch's own (745c865's) refused: made at
-run time with ``cryptography`` (shapes trustme does not issue), and real gRPC subscribers on
-a real server (``start_server``) showing them. Valid from 2020 to 2100, so that gRPC's
-handshake takes them whatever the clock."""
+"""What the tests of a findings stream through a client CA's removal share: a real server
+(``start_server``) with mutual TLS whose client CA file is replaced as a Secret update does it,
+and real gRPC subscribers showing client certificates of trustme's CAs or, for certificates the
+TLS stack takes and a certificate check of toolwatch's own (745c865's) refused, made at run
+time with ``cryptography`` (shapes trustme does not issue). Those are valid from 2020 to 2100,
+so that gRPC's handshake takes them whatever the clock."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import trustme
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -25,6 +27,8 @@ from tests.integration.test_security import Pki, Start, make_pki, tls
 from tests.integration.test_stream import make_finding, make_trace
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 
+#: Seconds of the server's clock between two looks at its client CA file.
+RELOAD_SECONDS = 30
 NOT_BEFORE = datetime.datetime(2020, 1, 1, tzinfo=datetime.UTC)
 NOT_AFTER = datetime.datetime(2100, 1, 1, tzinfo=datetime.UTC)
 Key = ec.EllipticCurvePrivateKey
@@ -106,6 +110,20 @@ def channel(server: RunningServer, pki: Pki, cert: bytes, private: bytes) -> grp
     return grpc.secure_channel(server.address("stream"), credentials, options)
 
 
+def ca_channel(
+    address: str, pki: Pki, ca: trustme.CA, options: Sequence[tuple[str, Any]] = ()
+) -> grpc.Channel:
+    """A channel of its own connection to ``address``, showing a client certificate ``ca``
+    signed; ``options``, gRPC's channel arguments, added."""
+    leaf = ca.issue_cert("agent.example")
+    credentials = grpc.ssl_channel_credentials(
+        pki.read("ca"), leaf.private_key_pem.bytes(), leaf.cert_chain_pems[0].bytes()
+    )
+    return grpc.secure_channel(
+        address, credentials, [("grpc.use_local_subchannel_pool", 1), *options]
+    )
+
+
 def subscribe(chan: grpc.Channel) -> Any:
     """A subscription whose headers have come, or whose call has ended: either way gRPC's
     handshake took the client certificate (required by the server's client CA file), and
@@ -142,9 +160,6 @@ def subscribers_once_all_ended(server: RunningServer) -> int:
     return server.call(lambda: server.app.broker.subscriber_count)
 
 
-RELOAD_SECONDS = 30
-
-
 def listening_again(server: RunningServer) -> None:
     """Returns once the stream listener is not restarting (a client CA taken out closes
     every connection and listens again: ``StreamListener``), so that a client's next
@@ -154,13 +169,34 @@ def listening_again(server: RunningServer) -> None:
     asyncio.run_coroutine_threadsafe(listener.settled(), server.loop).result(timeout=10)
 
 
+def _put(path: Path, pem: bytes) -> None:
+    """``pem`` at ``path``, put in place as a Secret update does (beside, renamed)."""
+    staged = path.with_suffix(".new")
+    staged.write_bytes(pem)
+    os.replace(staged, path)
+
+
+def write_cas(path: Path, cas: Sequence[trustme.CA]) -> None:
+    """The certificates of ``cas`` as the client CA file ``path``, put in place as a Secret
+    update does (beside, renamed)."""
+    _put(path, b"".join(ca.cert_pem.bytes() for ca in cas))
+
+
+def mutual_tls(pki: Pki, client_ca_file: Path) -> dict[str, Any]:
+    """``start_server`` overrides for mutual TLS on every listener, the client CAs read from
+    ``client_ca_file``, looked at every ``RELOAD_SECONDS`` of the server's clock."""
+    return tls(
+        pki,
+        security__tls__client_ca_file=str(client_ca_file),
+        security__tls__reload_seconds=RELOAD_SECONDS,
+    )
+
+
 def reload_client_cas(server: RunningServer, path: Path, pem: bytes) -> str:
     """``pem`` as the client CA file, put in place as a Secret update does (beside, renamed),
     and the server's tick that reloads it: ``"ticked"``, or what it raised; then the stream
     listener's restart, if the reload took a CA out (``listening_again``)."""
-    staged = path.with_suffix(".new")
-    staged.write_bytes(pem)
-    os.replace(staged, path)
+    _put(path, pem)
     server.clock.advance(RELOAD_SECONDS)
     try:
         server.call(server.app.tick)
@@ -178,12 +214,7 @@ def serving(
     pki = make_pki(tmp_path)
     path = tmp_path / "client-ca.pem"
     path.write_bytes(client_cas)
-    server = start_server(
-        **tls(pki),
-        security__tls__client_ca_file=str(path),
-        security__tls__reload_seconds=RELOAD_SECONDS,
-    )
-    return server, pki, path
+    return start_server(**mutual_tls(pki, path)), pki, path
 
 
 def through_a_removal(

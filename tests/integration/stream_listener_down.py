@@ -15,18 +15,18 @@ from pathlib import Path
 import trustme
 
 from tests.integration.conftest import RunningServer, until
-from tests.integration.stream_ca_helpers import listening_again
-from tests.integration.test_security import Start, make_pki, tls
-from tests.integration.test_security_stream_ca_address_taken import (
+from tests.integration.stream_ca_helpers import (
     RELOAD_SECONDS,
-    _channel,
-    _subscribe,
-    _take,
-    _write,
-    _writing,
+    ca_channel,
+    listening_again,
+    mutual_tls,
+    publish,
+    subscribe,
+    write_cas,
 )
-from tests.integration.test_stream import make_finding, make_trace
-from tests.integration.test_stream_replay_losses import BIG
+from tests.integration.test_security import Start, make_pki
+from tests.integration.test_security_stream_ca_address_taken import _take, _writing
+from tests.integration.test_stream_replay_losses import BIG, NO_BDP
 
 
 @contextmanager
@@ -35,24 +35,16 @@ def stream_address_taken(start_server: Start, tmp_path: Path) -> Iterator[Runnin
     by a socket of this process), until the block ends; then the port is free again."""
     pki = make_pki(tmp_path)
     path = tmp_path / "client-ca.pem"
-    _write(path, [pki.clients, trustme.CA()])
-    server = start_server(
-        **tls(pki),
-        security__tls__client_ca_file=str(path),
-        security__tls__reload_seconds=RELOAD_SECONDS,
-    )
+    write_cas(path, [pki.clients, trustme.CA()])
+    server = start_server(**mutual_tls(pki, path))
     address = server.address("stream")
     taken: list[socket.socket] = []
     try:
-        with _channel(address, pki, pki.clients) as stuck_channel:
-            stuck = _subscribe(stuck_channel)  # reads nothing from now on
-            server.call(
-                lambda: server.app.broker.publish(
-                    make_trace(), [make_finding(explanation="x" * BIG)]
-                )
-            )
+        with ca_channel(address, pki, pki.clients, NO_BDP) as stuck_channel:
+            stuck = subscribe(stuck_channel)  # reads nothing from now on
+            publish(server, "x" * BIG)
             assert until(lambda: _writing(server))
-            _write(path, [pki.clients])  # the other CA taken out: the listener restarts
+            write_cas(path, [pki.clients])  # the other CA taken out: the listener restarts
             server.clock.advance(RELOAD_SECONDS)
             server.call(server.app.tick)
             assert until(lambda: _take(address, taken))  # another process takes the port

@@ -20,15 +20,13 @@ import json
 import os
 import select
 import signal
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from tests.fifos import Collector
 from tests.integration import agents
 from tests.integration.conftest import until
 from tests.integration.test_cli import run_cli
@@ -42,45 +40,6 @@ from tests.integration.test_faults import (
 
 FAILURES = "toolwatch_output_failures_total"
 MISSING = "MISSING_VERIFICATION_STEP"
-
-#: A log collector reading its FIFO: it opens it without waiting for a writer, keeps a writer
-#: of its own open (no end of file while toolwatch is away, as collectors do), says "ready",
-#: then prints each line it reads.
-_COLLECTOR = """
-import os, sys
-reader = os.open(sys.argv[1], os.O_RDONLY | os.O_NONBLOCK)
-own_writer = os.open(sys.argv[1], os.O_WRONLY)
-os.set_blocking(reader, True)
-print("ready", flush=True)
-for line in os.fdopen(reader, "rb"):
-    sys.stdout.write(line.decode())
-    sys.stdout.flush()
-"""
-
-
-class _Collector:
-    """A collector process reading the FIFO at ``path``, started and waited for until it has
-    opened it."""
-
-    def __init__(self, path: Path) -> None:
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", _COLLECTOR, str(path)], stdout=subprocess.PIPE, bufsize=0
-        )
-        assert self._process.stdout is not None
-        self._stdout: IO[bytes] = self._process.stdout
-        assert self.printed() == "ready\n"
-
-    def printed(self) -> str:
-        """The next line it printed, waited for up to ``START_TIMEOUT``."""
-        ready, _, _ = select.select([self._stdout], [], [], START_TIMEOUT)
-        assert ready, f"the collector printed nothing in {START_TIMEOUT} s"
-        return self._stdout.readline().decode()
-
-    def end(self) -> None:
-        if self._process.returncode is None:
-            self._process.kill()
-            self._process.wait(START_TIMEOUT)
-            self._stdout.close()
 
 
 def _healthz(server: ServeProcess) -> int:
@@ -121,7 +80,7 @@ def test_serve_starts_with_a_fifo_no_one_reads_yet_and_writes_it_once_read(
         _judged(server)
         labels = {"output": "findings_log"}
         assert until(lambda: server.sample(FAILURES, labels) == 1, START_TIMEOUT)
-        collector = _Collector(fifo)
+        collector = Collector(fifo, START_TIMEOUT)
         second = _judged(server)
         finding = json.loads(collector.printed())
         lost = server.sample(FAILURES, labels)

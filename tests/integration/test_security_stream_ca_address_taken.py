@@ -16,51 +16,31 @@ real socket, as another process would.
 from __future__ import annotations
 
 import logging
-import os
 import socket
 from pathlib import Path
-from typing import Any
 
-import grpc
 import pytest
 import trustme
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import RunningServer, until
-from tests.integration.stream_ca_helpers import listening_again, outcome, publish
-from tests.integration.test_security import Pki, Start, client_context, http_get, make_pki, tls
-from tests.integration.test_stream import make_finding, make_trace
+from tests.integration.stream_ca_helpers import (
+    RELOAD_SECONDS,
+    ca_channel,
+    listening_again,
+    mutual_tls,
+    outcome,
+    publish,
+    subscribe,
+    write_cas,
+)
+from tests.integration.test_security import Pki, Start, client_context, http_get, make_pki
 from tests.integration.test_stream_replay_losses import BIG, NO_BDP
-from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.listeners import listening_socket
 
-RELOAD_SECONDS = 30
 LISTENER_LOG = "toolwatch.stream_listener"
 SUBSCRIBERS = "toolwatch_stream_subscribers"
 LISTENING = "toolwatch_stream_listening"
-
-
-def _write(path: Path, cas: list[trustme.CA]) -> None:
-    staged = path.with_suffix(".new")
-    staged.write_bytes(b"".join(ca.cert_pem.bytes() for ca in cas))
-    os.replace(staged, path)
-
-
-def _channel(address: str, pki: Pki, ca: trustme.CA) -> grpc.Channel:
-    """A channel of its own connection that does not grow its receive window (64 KiB)."""
-    leaf = ca.issue_cert("agent.example")
-    credentials = grpc.ssl_channel_credentials(
-        pki.read("ca"), leaf.private_key_pem.bytes(), leaf.cert_chain_pems[0].bytes()
-    )
-    options = [("grpc.use_local_subchannel_pool", 1), *NO_BDP]
-    return grpc.secure_channel(address, credentials, options)
-
-
-def _subscribe(channel: grpc.Channel) -> Any:
-    stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
-    call = stub.Subscribe(findings_pb2.SubscribeRequest(), timeout=30)
-    call.initial_metadata()
-    return call
 
 
 def _writing(server: RunningServer) -> bool:
@@ -96,25 +76,20 @@ def test_a_stream_address_taken_while_the_listener_restarts_is_bound_again_at_a_
 ) -> None:
     pki = make_pki(tmp_path)
     path = tmp_path / "client-ca.pem"
-    _write(path, [pki.clients, trustme.CA()])
-    server = start_server(
-        **tls(pki),
-        security__tls__client_ca_file=str(path),
-        security__tls__reload_seconds=RELOAD_SECONDS,
-    )
+    write_cas(path, [pki.clients, trustme.CA()])
+    server = start_server(**mutual_tls(pki, path))
     address = server.address("stream")
     readyz = f"https://{server.address('metrics')}/readyz"
     listener = server.app.stream_listener
     assert listener is not None
     taken: list[socket.socket] = []
     caplog.set_level(logging.INFO, logger=LISTENER_LOG)
-    with _channel(address, pki, pki.clients) as stuck_channel:
-        stuck = _subscribe(stuck_channel)  # reads nothing from now on
-        server.call(
-            lambda: server.app.broker.publish(make_trace(), [make_finding(explanation="x" * BIG)])
-        )
+    # NO_BDP: a connection that does not grow its receive window (64 KiB).
+    with ca_channel(address, pki, pki.clients, NO_BDP) as stuck_channel:
+        stuck = subscribe(stuck_channel)  # reads nothing from now on
+        publish(server, "x" * BIG)
         assert until(lambda: _writing(server))  # larger than its window: the write waits
-        _write(path, [pki.clients])  # another CA taken out
+        write_cas(path, [pki.clients])  # another CA taken out
         server.clock.advance(RELOAD_SECONDS)
         server.call(server.app.tick)
         # The old server no longer listens; its stop waits on the stuck write (the grace).
@@ -134,8 +109,8 @@ def test_a_stream_address_taken_while_the_listener_restarts_is_bound_again_at_a_
             sock.close()
     server.call(server.app.tick)  # the port free again
     listening_again(server)
-    with _channel(address, pki, pki.clients) as channel:
-        back = _subscribe(channel)
+    with ca_channel(address, pki, pki.clients, NO_BDP) as channel:
+        back = subscribe(channel)
         publish(server, "back")
         after = (outcome(back), server.sample(SUBSCRIBERS), _listening(server, pki))
         back.cancel()

@@ -24,40 +24,22 @@ handshake of B's client shows); then the tick.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any
 
-import grpc
 import trustme
 
-from tests.integration.stream_ca_helpers import listening_again, outcome, publish
-from tests.integration.test_security import Pki, Start, make_pki, tls
-from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
+from tests.integration.stream_ca_helpers import (
+    RELOAD_SECONDS,
+    ca_channel,
+    listening_again,
+    mutual_tls,
+    outcome,
+    publish,
+    subscribe,
+    write_cas,
+)
+from tests.integration.test_security import Start, make_pki
 from toolwatch.sinks.stream.protocol import CLIENT_CAS_CHANGED
-
-RELOAD_SECONDS = 30
-
-
-def _write(path: Path, cas: list[trustme.CA]) -> None:
-    staged = path.with_suffix(".new")
-    staged.write_bytes(b"".join(ca.cert_pem.bytes() for ca in cas))
-    os.replace(staged, path)
-
-
-def _channel(address: str, pki: Pki, ca: trustme.CA) -> grpc.Channel:
-    leaf = ca.issue_cert("agent.example")
-    credentials = grpc.ssl_channel_credentials(
-        pki.read("ca"), leaf.private_key_pem.bytes(), leaf.cert_chain_pems[0].bytes()
-    )
-    return grpc.secure_channel(address, credentials, [("grpc.use_local_subchannel_pool", 1)])
-
-
-def _subscribe(channel: grpc.Channel) -> Any:
-    stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
-    call = stub.Subscribe(findings_pb2.SubscribeRequest(), timeout=30)
-    call.initial_metadata()
-    return call
 
 
 def test_a_client_ca_added_and_taken_out_between_two_ticks_ends_the_stream_it_let_in(
@@ -66,28 +48,23 @@ def test_a_client_ca_added_and_taken_out_between_two_ticks_ends_the_stream_it_le
     pki = make_pki(tmp_path)
     kept, short_lived = pki.clients, trustme.CA()
     path = tmp_path / "client-ca.pem"
-    _write(path, [kept])
-    server = start_server(
-        **tls(pki),
-        security__tls__client_ca_file=str(path),
-        security__tls__reload_seconds=RELOAD_SECONDS,
-        assembly__tick_seconds=10,
-    )
+    write_cas(path, [kept])
+    server = start_server(**mutual_tls(pki, path), assembly__tick_seconds=10)
     address = server.address("stream")
-    _write(path, [kept, short_lived])
+    write_cas(path, [kept, short_lived])
     server.clock.advance(RELOAD_SECONDS)
     with (
-        _channel(address, pki, short_lived) as admitted,
-        _channel(address, pki, kept) as other,
-        _channel(address, pki, short_lived) as after,
+        ca_channel(address, pki, short_lived) as admitted,
+        ca_channel(address, pki, kept) as other,
+        ca_channel(address, pki, short_lived) as after,
     ):
-        stream = _subscribe(admitted)  # its handshake reloads the file: B is served
+        stream = subscribe(admitted)  # its handshake reloads the file: B is served
         publish(server, "while B is trusted")
         first = outcome(stream)
-        _write(path, [kept])
+        write_cas(path, [kept])
         server.clock.advance(RELOAD_SECONDS)
-        _subscribe(other).cancel()  # another handshake reloads it: B is no longer served
-        refused = outcome(_subscribe(after))
+        subscribe(other).cancel()  # another handshake reloads it: B is no longer served
+        refused = outcome(subscribe(after))
         server.call(server.app.tick)
         publish(server, "after B was taken out")
         still = outcome(stream)

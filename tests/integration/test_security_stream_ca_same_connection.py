@@ -24,43 +24,25 @@ tick reloads it).
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
-from typing import Any
 
-import grpc
 import pytest
 import trustme
 
-from tests.integration.stream_ca_helpers import listening_again, outcome, publish
-from tests.integration.test_security import Pki, Start, make_pki, tls
-from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
+from tests.integration.stream_ca_helpers import (
+    RELOAD_SECONDS,
+    ca_channel,
+    listening_again,
+    mutual_tls,
+    outcome,
+    publish,
+    subscribe,
+    write_cas,
+)
+from tests.integration.test_security import Start, make_pki
 from toolwatch.sinks.stream.protocol import CLIENT_CAS_CHANGED
 
-RELOAD_SECONDS = 30
 ENDED = f"UNAVAILABLE: {CLIENT_CAS_CHANGED}"
-
-
-def _write(path: Path, cas: list[trustme.CA]) -> None:
-    staged = path.with_suffix(".new")
-    staged.write_bytes(b"".join(ca.cert_pem.bytes() for ca in cas))
-    os.replace(staged, path)
-
-
-def _channel(address: str, pki: Pki, ca: trustme.CA) -> grpc.Channel:
-    """A channel of its own connection, showing a client certificate ``ca`` signed."""
-    leaf = ca.issue_cert("agent.example")
-    credentials = grpc.ssl_channel_credentials(
-        pki.read("ca"), leaf.private_key_pem.bytes(), leaf.cert_chain_pems[0].bytes()
-    )
-    return grpc.secure_channel(address, credentials, [("grpc.use_local_subchannel_pool", 1)])
-
-
-def _subscribe(channel: grpc.Channel) -> Any:
-    stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
-    call = stub.Subscribe(findings_pb2.SubscribeRequest(), timeout=30)
-    call.initial_metadata()
-    return call
 
 
 def test_a_client_whose_ca_was_taken_out_cannot_subscribe_again_on_the_connection_it_had(
@@ -69,28 +51,24 @@ def test_a_client_whose_ca_was_taken_out_cannot_subscribe_again_on_the_connectio
     pki = make_pki(tmp_path)
     removed, kept = pki.clients, trustme.CA()
     path = tmp_path / "client-ca.pem"
-    _write(path, [removed, kept])
-    server = start_server(
-        **tls(pki),
-        security__tls__client_ca_file=str(path),
-        security__tls__reload_seconds=RELOAD_SECONDS,
-    )
+    write_cas(path, [removed, kept])
+    server = start_server(**mutual_tls(pki, path))
     address = server.address("stream")
     with (
         caplog.at_level(logging.INFO, logger="toolwatch.stream_listener"),
-        _channel(address, pki, removed) as removed_channel,
-        _channel(address, pki, kept) as kept_channel,
+        ca_channel(address, pki, removed) as removed_channel,
+        ca_channel(address, pki, kept) as kept_channel,
     ):
-        first, other = _subscribe(removed_channel), _subscribe(kept_channel)
+        first, other = subscribe(removed_channel), subscribe(kept_channel)
         publish(server, "before the removal")
         before = [outcome(first), outcome(other)]
-        _write(path, [kept])  # the CA that signed the first client's certificate is taken out
+        write_cas(path, [kept])  # the CA that signed the first client's certificate is taken out
         server.clock.advance(RELOAD_SECONDS)
         server.call(server.app.tick)
         ended = [outcome(first), outcome(other)]
         listening_again(server)
-        again = _subscribe(removed_channel)  # its channel: it had a connection, now closed
-        back = _subscribe(kept_channel)
+        again = subscribe(removed_channel)  # its channel: it had a connection, now closed
+        back = subscribe(kept_channel)
         publish(server, "after the removal")
         after = [outcome(again), outcome(back)]
         subscribers = server.sample("toolwatch_stream_subscribers")

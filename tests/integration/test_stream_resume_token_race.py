@@ -31,6 +31,7 @@ Should be: 0.
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import grpc
 
@@ -49,6 +50,14 @@ def named(message: findings_pb2.Finding) -> str:
     return message.explanation.split()[0]
 
 
+async def subscribed(stub: Any) -> tuple[Any, str, int]:
+    """A subscription as tail opens it (``missed_after``), once its headers came: the call,
+    its resume token and the stream sequence it starts after."""
+    call = stub.Subscribe(findings_pb2.SubscribeRequest(missed_after=True))
+    headers = dict(await call.initial_metadata())
+    return call, headers["toolwatch-resume-token"], int(headers["toolwatch-stream-sequence"])
+
+
 def test_a_resume_before_the_old_connection_is_seen_gone_is_not_counted_lost() -> None:
     async def scenario() -> tuple[tuple[str, str], list[str], float | None, float | None]:
         async with serve(replay_size=10) as h, proxied(h) as proxy:
@@ -56,19 +65,14 @@ def test_a_resume_before_the_old_connection_is_seen_gone_is_not_counted_lost() -
             proxy_target = f"127.0.0.1:{proxy.port}"
             async with grpc.aio.insecure_channel(proxy_target, options=NO_BDP) as old_channel:
                 old_stub = findings_pb2_grpc.FindingsServiceStub(old_channel)  # type: ignore[no-untyped-call]
-                old = old_stub.Subscribe(findings_pb2.SubscribeRequest(missed_after=True))
-                headers = dict(await old.initial_metadata())
-                token, after = (
-                    headers["toolwatch-resume-token"],
-                    headers["toolwatch-stream-sequence"],
-                )
+                _old, token, after = await subscribed(old_stub)  # held: the call stays open
                 (first,) = h.broker.subscriptions
                 h.broker.publish(make_trace(), findings(1, 3))
                 await until(lambda: first.queued == 2)  # f1 being written, f2, f3 queued
                 proxy.silence()  # a NAT forgot the connection: no reset reaches either end
                 async with grpc.aio.insecure_channel(h.target, options=NO_BDP) as channel:
                     stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
-                    again = stub.Subscribe(request_after(stream_id, int(after), token))
+                    again = stub.Subscribe(request_after(stream_id, after, token))
                     resumed = dict(await again.initial_metadata())
                     told = (resumed["toolwatch-resume"], resumed["toolwatch-resume-lost"])
                     read = [named(await again.read()) for _ in range(3)]

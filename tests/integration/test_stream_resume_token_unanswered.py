@@ -39,16 +39,8 @@ import grpc
 from tests.integration.test_stream import DROPPED, make_trace, serve
 from tests.integration.test_stream_replay_losses import NO_BDP, findings
 from tests.integration.test_stream_resume import proxied, until
-from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
-
-
-def request_after(stream_id: str, after: int, token: str) -> findings_pb2.SubscribeRequest:
-    cursor = findings_pb2.StreamCursor(stream_id=stream_id, after=after, token=token)
-    return findings_pb2.SubscribeRequest(resume=[cursor], missed_after=True)
-
-
-def named(message: findings_pb2.Finding) -> str:
-    return message.explanation.split()[0]
+from tests.integration.test_stream_resume_token_race import named, request_after, subscribed
+from toolwatch._proto.toolwatch.v1 import findings_pb2_grpc
 
 
 def test_a_resume_whose_answer_was_lost_can_be_tried_again_with_the_same_token() -> None:
@@ -59,12 +51,7 @@ def test_a_resume_whose_answer_was_lost_can_be_tried_again_with_the_same_token()
             stream_id = h.broker.stream_id
             async with grpc.aio.insecure_channel(h.target, options=NO_BDP) as channel:
                 stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
-                first = stub.Subscribe(findings_pb2.SubscribeRequest(missed_after=True))
-                headers = dict(await first.initial_metadata())
-                token, after = (
-                    headers["toolwatch-resume-token"],
-                    headers["toolwatch-stream-sequence"],
-                )
+                first, token, after = await subscribed(stub)
                 (subscription,) = h.broker.subscriptions
                 h.broker.publish(make_trace(), findings(1, 3))
                 await until(lambda: subscription.queued == 2)  # f1 being written, f2, f3 queued
@@ -77,14 +64,14 @@ def test_a_resume_whose_answer_was_lost_can_be_tried_again_with_the_same_token()
                     await asyncio.wait_for(lossy.channel_ready(), timeout=10)
                     proxy.hold()  # the server's answer to what follows never gets through
                     lossy_stub = findings_pb2_grpc.FindingsServiceStub(lossy)  # type: ignore[no-untyped-call]
-                    unanswered = lossy_stub.Subscribe(request_after(stream_id, int(after), token))
+                    unanswered = lossy_stub.Subscribe(request_after(stream_id, after, token))
                     await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=10)
                     proxy.cut()  # the connection drops before the client read the headers
                     await asyncio.wait_for(h.broker.wait_for_subscribers(0), timeout=10)
                     code = await unanswered.code()
                     got = list(dict(await unanswered.initial_metadata() or ()))
 
-                again = stub.Subscribe(request_after(stream_id, int(after), token))
+                again = stub.Subscribe(request_after(stream_id, after, token))
                 resumed = dict(await again.initial_metadata())
                 told = (resumed["toolwatch-resume"], resumed["toolwatch-resume-lost"])
                 read = [named(await again.read()) for _ in range(3)]

@@ -36,32 +36,20 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
 import stat
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from tests.integration.test_cli import clean_env, toolwatch_script
 from tests.integration.test_stream import serve
-
-
-def _strace() -> str:
-    strace = shutil.which("strace")
-    if strace is None:
-        pytest.skip("strace is not installed")
-    probe = subprocess.run([strace, "-qq", "true"], capture_output=True, check=False)
-    if probe.returncode != 0:
-        pytest.skip(f"strace cannot trace here: {probe.stderr.decode().strip()}")
-    return strace
+from tests.strace import strace_or_skip
 
 
 def _tail_terminated_at_fsync(target: str, cursor_file: Path, nth: int) -> tuple[int, str]:
     """``toolwatch tail --reconnect --cursor-file`` sent SIGTERM as its main thread enters its
     ``nth`` fsync; its exit code and what it said."""
     inject = f"inject=fsync:signal=SIGTERM:when={nth}"
-    command = [_strace(), "-qq", "-o", "/dev/null", "-e", "trace=fsync", "-e", inject]
+    command = [strace_or_skip(), "-qq", "-o", "/dev/null", "-e", "trace=fsync", "-e", inject]
     command += [toolwatch_script(), "tail", "--reconnect", "--target", target]
     command += ["--cursor-file", str(cursor_file)]
     done = subprocess.run(

@@ -33,7 +33,6 @@ it is still finds it to remove.
 
 from __future__ import annotations
 
-import shutil
 import stat
 import subprocess
 from pathlib import Path
@@ -41,24 +40,15 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_cli import clean_env, toolwatch_script
+from tests.strace import strace_or_skip
 
 _NOTHING_LISTENS = "127.0.0.1:9"
-
-
-def _strace() -> str:
-    strace = shutil.which("strace")
-    if strace is None:
-        pytest.skip("strace is not installed")
-    probe = subprocess.run([strace, "-qq", "true"], capture_output=True, check=False)
-    if probe.returncode != 0:
-        pytest.skip(f"strace cannot trace here: {probe.stderr.decode().strip()}")
-    return strace
 
 
 def _tail_under_strace(cursor_file: Path, trace: Path, *strace_args: str) -> int:
     """``toolwatch tail --reconnect --cursor-file`` run under ``strace`` (its main thread
     only, written to ``trace``); its exit code."""
-    command = [_strace(), "-qq", "-o", str(trace), *strace_args, toolwatch_script(), "tail"]
+    command = [strace_or_skip(), "-qq", "-o", str(trace), *strace_args, toolwatch_script(), "tail"]
     command += ["--reconnect", "--target", _NOTHING_LISTENS, "--cursor-file", str(cursor_file)]
     done = subprocess.run(command, capture_output=True, timeout=60, env=clean_env(), check=False)
     return done.returncode

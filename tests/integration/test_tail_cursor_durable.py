@@ -32,16 +32,12 @@ import pytest
 
 from tests.integration.test_cli import clean_env, toolwatch_script
 from tests.integration.test_stream import Harness, make_finding, make_trace, serve
+from tests.strace import strace_or_skip
 
 
 def traced_tail(target: str, cursor_file: Path, log: Path) -> subprocess.Popen[str]:
     """``toolwatch tail --cursor-file`` under ``strace``, its syncs and renames logged."""
-    strace = shutil.which("strace")
-    if strace is None:
-        pytest.skip("strace is not installed")
-    probe = subprocess.run([strace, "-qq", "true"], capture_output=True, check=False)
-    if probe.returncode != 0:
-        pytest.skip(f"strace cannot trace here: {probe.stderr.decode().strip()}")
+    strace = strace_or_skip()
     syscalls = "trace=fsync,fdatasync,rename,renameat,renameat2"
     command = [strace, "-f", "-qq", "-y", "-e", syscalls, "-o", str(log)]
     command += [toolwatch_script(), "tail", "--target", target, "--cursor-file", str(cursor_file)]

@@ -15,9 +15,7 @@ import os
 import stat
 from pathlib import Path
 
-from toolwatch.config import OutputSettings
-from toolwatch.outputs import open_outputs
-from toolwatch.sinks.findings import Redaction
+from findings_log import open_findings_log
 
 _WAIT = 10.0  # seconds: a bound on each wait for the writer thread, never reached when it works
 
@@ -43,15 +41,7 @@ def test_a_fifo_removed_by_its_reader_is_not_replaced_by_a_regular_file(tmp_path
     reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # so that the writer's open returns
     failures: list[str] = []
     now = [0.0]
-    outputs = open_outputs(
-        OutputSettings(findings=str(path), dump_tooltraces=None),
-        [],
-        [],
-        Redaction(),
-        wall_clock=lambda: 0,
-        failed=failures.append,
-        clock=lambda: now[0],
-    )
+    outputs = open_findings_log(path, failures.append, lambda: now[0])
     output = outputs.files[0].output
     try:
         output.write("first\n")
@@ -84,15 +74,7 @@ def test_a_sighup_while_a_fifo_is_gone_does_not_put_a_regular_file_at_its_path(
     os.mkfifo(path)
     reader = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     failures: list[str] = []
-    outputs = open_outputs(
-        OutputSettings(findings=str(path), dump_tooltraces=None),
-        [],
-        [],
-        Redaction(),
-        wall_clock=lambda: 0,
-        failed=failures.append,
-        clock=lambda: 0.0,
-    )
+    outputs = open_findings_log(path, failures.append)
     output = outputs.files[0].output
     try:
         os.close(reader)  # the collector exits...

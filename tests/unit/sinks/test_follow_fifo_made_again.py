@@ -20,36 +20,18 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import select
 import stat
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
+from findings_log import open_findings_log
 
-from toolwatch.config import OutputSettings
-from toolwatch.outputs import Outputs, open_outputs
+from tests.fifos import Collector, available
+from toolwatch.outputs import Outputs
 from toolwatch.sinks.background import FOLLOW_SECONDS
-from toolwatch.sinks.findings import Redaction
 
 _WAIT = 10.0  # seconds: a bound on each wait for the writer thread, never reached when it works
-
-#: A log collector reading its FIFO: it opens it without waiting for a writer, keeps a writer
-#: of its own open (no end of file while toolwatch is away, as collectors do), says "ready",
-#: then prints each line it reads.
-_COLLECTOR = """
-import os, sys
-reader = os.open(sys.argv[1], os.O_RDONLY | os.O_NONBLOCK)
-own_writer = os.open(sys.argv[1], os.O_WRONLY)
-os.set_blocking(reader, True)
-print("ready", flush=True)
-for line in os.fdopen(reader, "rb"):
-    sys.stdout.write(line.decode())
-    sys.stdout.flush()
-"""
 
 
 @pytest.fixture
@@ -76,27 +58,11 @@ class _Clock:
 def _outputs(path: Path, failures: list[str], clock: _Clock | None = None) -> Iterator[Outputs]:
     """The findings log at ``path`` (a FIFO: a reader must be there), closed after. Without
     ``clock`` the thread's own look never comes: a SIGHUP alone looks."""
-    outputs = open_outputs(
-        OutputSettings(findings=str(path), dump_tooltraces=None),
-        [],
-        [],
-        Redaction(),
-        wall_clock=lambda: 0,
-        failed=failures.append,
-        clock=clock or (lambda: 0.0),
-    )
+    outputs = open_findings_log(path, failures.append, clock or (lambda: 0.0))
     try:
         yield outputs
     finally:
         outputs.close(_WAIT)
-
-
-def _available(reader: int) -> bytes:
-    """What the FIFO's reader can read now (nothing: ``b""``)."""
-    try:
-        return os.read(reader, 100)
-    except BlockingIOError:
-        return b""
 
 
 def _write(outputs: Outputs, line: str) -> None:
@@ -108,32 +74,6 @@ def _write(outputs: Outputs, line: str) -> None:
 def _said(caplog: pytest.LogCaptureFixture) -> list[str]:
     """What the outputs logged: the looks at the path, the writes' failures by outage."""
     return [r.getMessage() for r in caplog.records if r.name == "toolwatch.outputs"]
-
-
-class _Collector:
-    """A collector process reading the FIFO at ``path`` (``_COLLECTOR``), started and waited
-    for until it has opened it."""
-
-    def __init__(self, path: Path) -> None:
-        self._process = subprocess.Popen(
-            [sys.executable, "-c", _COLLECTOR, str(path)], stdout=subprocess.PIPE, bufsize=0
-        )
-        assert self._process.stdout is not None
-        self._stdout: IO[bytes] = self._process.stdout
-        assert self.printed() == "ready\n"
-
-    def printed(self) -> str:
-        """The next line it printed, waited for up to ``_WAIT``."""
-        ready, _, _ = select.select([self._stdout], [], [], _WAIT)
-        assert ready, f"the collector printed nothing in {_WAIT} s"
-        return self._stdout.readline().decode()
-
-    def end(self) -> None:
-        """Ends it, as a restart does (its FIFO's ends closed)."""
-        if self._process.returncode is None:
-            self._process.kill()
-            self._process.wait(_WAIT)
-            self._stdout.close()
 
 
 def test_a_sighup_after_the_collector_made_its_fifo_again_sends_the_lines_to_it(
@@ -156,7 +96,7 @@ def test_a_sighup_after_the_collector_made_its_fifo_again_sends_the_lines_to_it(
         reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
         outputs.reopen()  # SIGHUP
         _write(outputs, "second\n")
-        received = _available(reader)
+        received = available(reader)
     os.close(reader)
     assert (received, failures) == (b"second\n", []), (
         f"the collector's new FIFO read {received!r}; lost: {failures}"
@@ -196,7 +136,7 @@ def test_a_restarted_collector_gets_the_lines_without_a_signal(
     for a reader, the FIFO is then written blocking, as the one opened at start-up is."""
     failures: list[str] = []
     clock = _Clock()
-    collector = _Collector(fifo)
+    collector = Collector(fifo, _WAIT)
     try:
         with _outputs(fifo, failures, clock) as outputs:
             _write(outputs, "before\n")
@@ -204,7 +144,7 @@ def test_a_restarted_collector_gets_the_lines_without_a_signal(
             collector.end()  # the restart: the old process ends...
             fifo.unlink()  # ...its FIFO is removed and made again...
             os.mkfifo(fifo)
-            collector = _Collector(fifo)  # ...and the new process reads it
+            collector = Collector(fifo, _WAIT)  # ...and the new process reads it
             with caplog.at_level(logging.INFO, "toolwatch.outputs"):
                 clock.past_the_next_look()
                 _write(outputs, "after\n")
@@ -243,7 +183,7 @@ def test_a_fifo_made_again_without_a_reader_yet_is_opened_once_it_has_one(
             reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
             clock.past_the_next_look()
             _write(outputs, "read\n")
-            received = _available(reader)
+            received = available(reader)
     os.close(reader)
     assert (received, failures, still_a_fifo) == (b"read\n", ["findings_log"] * 2, True)
     assert _said(caplog) == [
@@ -276,7 +216,7 @@ def test_a_fifo_put_at_a_removed_log_s_path_is_opened(
         with caplog.at_level(logging.INFO, "toolwatch.outputs"):
             outputs.reopen()  # SIGHUP
             _write(outputs, "in the FIFO\n")
-        received = _available(reader)
+        received = available(reader)
     os.close(reader)
     assert (received, failures) == (b"in the FIFO\n", [])
     assert _said(caplog) == [

@@ -22,21 +22,12 @@ import os
 from pathlib import Path
 
 import pytest
+from findings_log import open_findings_log
 
-from toolwatch.config import OutputSettings
-from toolwatch.outputs import open_outputs
+from tests.fifos import available
 from toolwatch.sinks.background import FOLLOW_SECONDS
-from toolwatch.sinks.findings import Redaction
 
 _WAIT = 10.0  # seconds: a bound on each wait for the writer thread, never reached when it works
-
-
-def _available(reader: int) -> bytes:
-    """What the FIFO's reader can read now (nothing: ``b""``)."""
-    try:
-        return os.read(reader, 100)
-    except BlockingIOError:
-        return b""
 
 
 def _two_findings_past_the_look(
@@ -50,15 +41,7 @@ def _two_findings_past_the_look(
     reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
     failures: list[str] = []
     now = [0.0]
-    outputs = open_outputs(
-        OutputSettings(findings=str(fifo), dump_tooltraces=None),
-        [],
-        [],
-        Redaction(),
-        wall_clock=lambda: 0,
-        failed=failures.append,
-        clock=lambda: now[0],
-    )
+    outputs = open_findings_log(fifo, failures.append, lambda: now[0])
     output = outputs.files[0].output
     received = b""
     try:
@@ -74,7 +57,7 @@ def _two_findings_past_the_look(
                 now[0] += 2 * FOLLOW_SECONDS  # the thread looks at its path before writing
                 output.write(line)
                 assert output.written(_WAIT)
-                received += _available(reader) if read else b""
+                received += available(reader) if read else b""
     finally:
         outputs.close(_WAIT)
         if read:

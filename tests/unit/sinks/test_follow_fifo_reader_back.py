@@ -19,11 +19,11 @@ import os
 from pathlib import Path
 
 import pytest
+from findings_log import open_findings_log
 
-from toolwatch.config import OutputSettings
-from toolwatch.outputs import Outputs, open_outputs
+from tests.fifos import available
+from toolwatch.outputs import Outputs
 from toolwatch.sinks import background
-from toolwatch.sinks.findings import Redaction
 
 _WAIT = 10.0  # seconds: a bound on each wait for the writer thread, never reached when it works
 
@@ -39,15 +39,7 @@ def fifo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def _open(fifo: Path, failures: list[str]) -> Outputs:
     """The findings log at ``fifo`` (a reader must be there); its follow clock never moves."""
-    return open_outputs(
-        OutputSettings(findings=str(fifo), dump_tooltraces=None),
-        [],
-        [],
-        Redaction(),
-        wall_clock=lambda: 0,
-        failed=failures.append,
-        clock=lambda: 0.0,
-    )
+    return open_findings_log(fifo, failures.append)
 
 
 def _batch(outputs: Outputs, *lines: str) -> None:
@@ -56,14 +48,6 @@ def _batch(outputs: Outputs, *lines: str) -> None:
     for line in lines:
         output.write(line)
     assert output.written(_WAIT)
-
-
-def _available(reader: int) -> bytes:
-    """What the FIFO's reader can read now (nothing: ``b""``)."""
-    try:
-        return os.read(reader, 100)
-    except BlockingIOError:
-        return b""
 
 
 def _restarted(fifo: Path, old_reader: int) -> int:
@@ -93,11 +77,11 @@ def test_a_collector_restarted_between_two_looks_loses_one_line_not_the_rest(
     outputs = _open(fifo, failures)
     try:
         _batch(outputs, "before\n")
-        before = _available(reader)
+        before = available(reader)
         reader = _restarted(fifo, reader)
         with caplog.at_level(logging.INFO, logger="toolwatch.outputs"):
             _batch(outputs, "lost\n", "read\n", "read too\n")
-        after = _available(reader)
+        after = available(reader)
     finally:
         outputs.close(_WAIT)
         os.close(reader)
@@ -131,7 +115,7 @@ def test_each_batch_a_gone_reader_fails_looks_again_at_once(
             os.mkfifo(fifo)
             reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
             _batch(outputs, "lost as well\n", "read\n")
-        received = _available(reader)
+        received = available(reader)
     finally:
         outputs.close(_WAIT)
         os.close(reader)

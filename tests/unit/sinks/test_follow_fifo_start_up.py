@@ -29,10 +29,10 @@ import threading
 from pathlib import Path
 
 import pytest
+from findings_log import open_findings_log
 
-from toolwatch.config import OutputSettings
-from toolwatch.outputs import _FINDINGS_LOG, OutputError, Outputs, _Look, open_outputs
-from toolwatch.sinks.findings import Redaction
+from tests.fifos import available
+from toolwatch.outputs import _FINDINGS_LOG, OutputError, Outputs, _Look
 from toolwatch.sinks.linefile import LineFile
 
 _BOUND = 5.0  # seconds: far more than a non-blocking open takes; the blocking one never returns
@@ -48,15 +48,7 @@ def fifo(tmp_path: Path) -> Path:
 
 def _open(fifo: Path, failures: list[str], dump: Path | None = None) -> Outputs:
     """The outputs at ``fifo`` (and ``dump``), their follow clock never moved."""
-    return open_outputs(
-        OutputSettings(findings=str(fifo), dump_tooltraces=None if dump is None else str(dump)),
-        [],
-        [],
-        Redaction(),
-        wall_clock=lambda: 0,
-        failed=failures.append,
-        clock=lambda: 0.0,
-    )
+    return open_findings_log(fifo, failures.append, dump=dump)
 
 
 def _started(fifo: Path, failures: list[str], dump: Path | None = None) -> Outputs:
@@ -95,14 +87,6 @@ def _write(outputs: Outputs, line: str) -> None:
     output = outputs.files[0].output
     output.write(line)
     assert output.written(_WAIT)
-
-
-def _available(reader: int) -> bytes:
-    """What the FIFO's reader can read now (nothing: ``b""``)."""
-    try:
-        return os.read(reader, 100)
-    except BlockingIOError:
-        return b""
 
 
 def _said(caplog: pytest.LogCaptureFixture) -> list[tuple[str, str]]:
@@ -221,7 +205,7 @@ def test_a_sighup_before_any_reader_says_the_lines_are_lost_and_creates_nothing(
             os.mkfifo(fifo)
             reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
             _write(outputs, "read\n")
-            received = _available(reader)
+            received = available(reader)
         finally:
             outputs.close(_WAIT)
             if reader is not None:

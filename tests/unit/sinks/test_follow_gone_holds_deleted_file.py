@@ -13,10 +13,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from toolwatch.config import OutputSettings
-from toolwatch.outputs import open_outputs
-from toolwatch.sinks.findings import Redaction
+from findings_log import open_findings_log
 
 _WAIT = 10.0  # seconds: a bound on each wait for the writer thread, never reached when it works
 
@@ -53,15 +50,7 @@ def test_a_log_removed_with_its_directory_is_not_held_open_once_its_lines_are_lo
     path = logs / "findings.jsonl"
     failures: list[str] = []
     now = [0.0]
-    outputs = open_outputs(
-        OutputSettings(findings=str(path), dump_tooltraces=None),
-        [],
-        [],
-        Redaction(),
-        wall_clock=lambda: 0,
-        failed=failures.append,
-        clock=lambda: now[0],
-    )
+    outputs = open_findings_log(path, failures.append, lambda: now[0])
     output = outputs.files[0].output
     try:
         output.write("x" * 1000 + "\n")
@@ -92,15 +81,7 @@ def test_a_sighup_that_finds_the_log_removed_with_its_directory_loses_the_next_l
     logs.mkdir()
     path = logs / "findings.jsonl"
     failures: list[str] = []
-    outputs = open_outputs(
-        OutputSettings(findings=str(path), dump_tooltraces=None),
-        [],
-        [],
-        Redaction(),
-        wall_clock=lambda: 0,
-        failed=failures.append,
-        clock=lambda: 0.0,
-    )
+    outputs = open_findings_log(path, failures.append)
     output = outputs.files[0].output
     try:
         output.write("written\n")

@@ -17,46 +17,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from toolwatch.config import OutputSettings
-from toolwatch.outputs import Outputs, open_outputs
-from toolwatch.sinks.background import FOLLOW_SECONDS
-from toolwatch.sinks.findings import Redaction
+from findings_log import FollowedLog
 
 _WAIT = 10.0  # seconds: a bound on each wait for the writer thread, never reached when it works
-
-
-class _Log:
-    """The findings log in ``logs``, its thread's follow clock in the test's hands; the
-    writes it failed, by label."""
-
-    def __init__(self, logs: Path) -> None:
-        logs.mkdir()
-        self.logs = logs
-        self.path = logs / "findings.jsonl"
-        self.failures: list[str] = []
-        self._now = 0.0
-        self.outputs: Outputs = open_outputs(
-            OutputSettings(findings=str(self.path), dump_tooltraces=None),
-            [],
-            [],
-            Redaction(),
-            wall_clock=lambda: 0,
-            failed=self.failures.append,
-            clock=lambda: self._now,
-        )
-
-    def write(self, line: str, *, after_a_look: bool = True) -> None:
-        """``line`` written, once the thread has looked at its path (it was due)."""
-        if after_a_look:
-            self._now += 2 * FOLLOW_SECONDS
-        output = self.outputs.files[0].output
-        output.write(line)
-        assert output.written(_WAIT)
-
-    def sighup(self) -> None:
-        self.outputs.reopen()
-        assert self.outputs.files[0].output.written(_WAIT)
 
 
 def _said(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -73,7 +36,7 @@ def test_a_directory_at_the_path_of_a_log_removed_with_its_directory_is_why_line
     Was: the look found a directory, "not rotated", said go on: the line was written to the
     closed file, counted lost as "ValueError: ... file closed".
     Now: the directory cannot be opened (EISDIR): the line is lost for that, told as such."""
-    log = _Log(tmp_path / "logs")
+    log = FollowedLog(tmp_path / "logs")
     try:
         log.write("written\n")
         shutil.rmtree(log.logs)
@@ -104,7 +67,7 @@ def test_a_fifo_at_the_path_of_a_log_removed_with_its_directory_is_opened_once_i
     closed"), and so did every later one, read or not: it was never opened.
     Now: a FIFO no reader has opened yet is why the second is lost; once read, it is opened
     (without waiting for a reader: it has one) and the third line read there."""
-    log = _Log(tmp_path / "logs")
+    log = FollowedLog(tmp_path / "logs")
     reader = None
     try:
         log.write("written\n")
@@ -140,7 +103,7 @@ def test_a_sighup_says_what_became_of_the_file_it_opens_the_path_again_for(
     Was: both logged "(the file there was rotated away)".
     Now: "(the file there was removed)", then "(the file there was renamed away)"; each
     finding in the file at the path then."""
-    log = _Log(tmp_path / "logs")
+    log = FollowedLog(tmp_path / "logs")
     try:
         log.write("before\n")
         shutil.rmtree(log.logs)

@@ -13,43 +13,9 @@ import shutil
 from pathlib import Path
 
 import pytest
-
-from toolwatch.config import OutputSettings
-from toolwatch.outputs import Outputs, open_outputs
-from toolwatch.sinks.background import FOLLOW_SECONDS
-from toolwatch.sinks.findings import Redaction
+from findings_log import FollowedLog
 
 _WAIT = 10.0  # seconds: a bound on each wait for the writer thread, never reached when it works
-
-
-class _Log:
-    """The findings log in ``logs``, its thread's follow clock in the test's hands."""
-
-    def __init__(self, logs: Path) -> None:
-        logs.mkdir()
-        self.logs = logs
-        self.path = logs / "findings.jsonl"
-        self._now = 0.0
-        self.outputs: Outputs = open_outputs(
-            OutputSettings(findings=str(self.path), dump_tooltraces=None),
-            [],
-            [],
-            Redaction(),
-            wall_clock=lambda: 0,
-            failed=lambda _label: None,
-            clock=lambda: self._now,
-        )
-
-    def write_after_a_look(self, line: str) -> None:
-        """``line`` written once the thread has looked at its path (it was due)."""
-        self._now += 2 * FOLLOW_SECONDS
-        output = self.outputs.files[0].output
-        output.write(line)
-        assert output.written(_WAIT)
-
-    def sighup(self) -> None:
-        self.outputs.reopen()
-        assert self.outputs.files[0].output.written(_WAIT)
 
 
 def _looks(caplog: pytest.LogCaptureFixture) -> list[str]:
@@ -65,14 +31,14 @@ def test_an_outage_a_sighup_told_is_not_told_again_by_the_thread(
     thread's next look; findings after it, past that look.
     Was: the SIGHUP told it, then the thread told it again (its own first failure).
     Now: the SIGHUP tells it (each SIGHUP is answered); the thread's look says nothing new."""
-    log = _Log(tmp_path / "logs")
+    log = FollowedLog(tmp_path / "logs")
     try:
-        log.write_after_a_look("written\n")
+        log.write("written\n")
         shutil.rmtree(log.logs)
         with caplog.at_level(logging.INFO, logger="toolwatch.outputs"):
             log.sighup()
-            log.write_after_a_look("lost\n")
-            log.write_after_a_look("lost too\n")
+            log.write("lost\n")
+            log.write("lost too\n")
     finally:
         log.outputs.close(_WAIT)
     assert _looks(caplog) == [f"cannot open {log.path}"]
@@ -88,17 +54,17 @@ def test_an_outage_after_a_sighup_ended_the_last_one_is_told_by_the_thread(
     open said "the file there was rotated away", whatever happened (here nothing was
     rotated: the directory was removed with the file, its lines lost meanwhile).
     Now: told, as the first was; the open says what became of the file written."""
-    log = _Log(tmp_path / "logs")
+    log = FollowedLog(tmp_path / "logs")
     try:
-        log.write_after_a_look("written\n")
+        log.write("written\n")
         with caplog.at_level(logging.INFO, logger="toolwatch.outputs"):
             shutil.rmtree(log.logs)
-            log.write_after_a_look("lost\n")
+            log.write("lost\n")
             log.logs.mkdir()
             log.sighup()
-            log.write_after_a_look("at the path again\n")
+            log.write("at the path again\n")
             shutil.rmtree(log.logs)
-            log.write_after_a_look("lost again\n")
+            log.write("lost again\n")
     finally:
         log.outputs.close(_WAIT)
     assert _looks(caplog) == [
