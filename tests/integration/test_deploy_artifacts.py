@@ -717,13 +717,12 @@ def test_toolwatch_config_map_is_a_valid_configuration(path: Path, tmp_path: Pat
     assert pod["terminationGracePeriodSeconds"] > pause + config.shutdown_grace_seconds + linger
 
 
-# README "Memory", the sum the layouts are sized by, as it is written there (its "\u00d7" as
-# "x"): the process at rest, a buffered span against the buffer's own estimate of it, a
-# request body being read against its size (the request slots' and the gRPC health check's
-# read turns), the request being decoded, the most a remembered trace id takes
-# (bench.remembered), and the references' memories: shadow halves and joined pairs, the
-# conversation scope's conversations.
-README_SUM = (
+# docs/deployment.md "Memory", the sum the layouts are sized by, as it is written there (its
+# "\u00d7" as "x"): the process at rest, a buffered span against the buffer's own estimate of it, a
+# request body being read against its size (the request slots' and the gRPC health check's read
+# turns), the request being decoded, the most a remembered trace id takes (bench.remembered), and
+# the references' memories: shadow halves and joined pairs, the conversation scope's conversations.
+MEMORY_SUM = (
     "resident ≈ 100 MiB + 1.1 x assembly.max_buffered_bytes",
     "+ 2.5 x (ingest.max_concurrent_requests + 4) x ingest.max_request_bytes",
     "+ 7 x ingest.max_request_bytes (the request being decoded)",
@@ -739,7 +738,7 @@ _RESIDENT_PER_REMEMBERED_ID = 33
 
 
 def _shadow_bytes(shadow: ShadowSettings) -> int:
-    """The waiting halves' bound and the pairs joined within the timeout (README_SUM)."""
+    """The waiting halves' bound and the pairs joined within the timeout (MEMORY_SUM)."""
     assert PAIRED_ENTRY_BYTES == 200  # the sum's `200 B`
     return shadow.max_waiting_bytes + PAIRED_ENTRY_BYTES * shadow.max_waiting
 
@@ -749,18 +748,18 @@ def _memory_limit(quantity: str) -> int:
     return int(number) * {"Mi": 2**20, "Gi": 2**30}[unit]
 
 
-def test_the_memory_sum_is_the_readmes() -> None:
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    memory = readme.partition("### Memory")[2].replace("\u00d7", "x")
+def test_the_memory_sum_is_the_documented_one() -> None:
+    deployment = (ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")
+    memory = deployment.partition("\n## Memory\n")[2].replace("\u00d7", "x")
     written = [line.strip() for line in memory.splitlines()]
-    start = written.index(README_SUM[0])
-    assert tuple(written[start : start + len(README_SUM)]) == README_SUM
+    start = written.index(MEMORY_SUM[0])
+    assert tuple(written[start : start + len(MEMORY_SUM)]) == MEMORY_SUM
     assert READ_TURNS == 4  # the sum's `+ 4`
 
 
 @pytest.mark.parametrize("path", [SIDECAR, GATEWAY], ids=lambda p: p.name)
 def test_toolwatch_at_its_bounds_fits_its_memory_limit(path: Path, tmp_path: Path) -> None:
-    """By README_SUM, with a tenth of the limit to spare."""
+    """By MEMORY_SUM, with a tenth of the limit to spare."""
     config, workload = _deployed(path, tmp_path)
     limit = _memory_limit(_toolwatch_container(workload)["resources"]["limits"]["memory"])
     ingest, assembly, policy = config.ingest, config.assembly, config.policy

@@ -1,4 +1,4 @@
-"""The findings log as README.md ("Output formats", **Findings log**) documents it, against
+"""The findings log as docs/output-formats.md (**Findings log**) documents it, against
 what ``toolwatch serve`` writes."""
 
 from __future__ import annotations
@@ -18,15 +18,15 @@ EXAMPLE = ROOT / "examples" / "toolwatch.yaml"
 
 
 def _findings_log_paragraph() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "output-formats.md").read_text(encoding="utf-8")
     start = text.index("**Findings log**")
     return " ".join(text[start : text.index("\n\n", start)].split())
 
 
-def test_readme_says_how_a_schema_error_is_redacted(
+def test_the_docs_say_how_a_schema_error_is_redacted(
     start_server: Callable[..., RunningServer],
 ) -> None:
-    """README: argument values appear in ``details.fields`` and ``details.errors``
+    """docs/output-formats.md: argument values appear in ``details.fields`` and ``details.errors``
     (``{field, message}``); "each entry is ``"[redacted]"``" unless shown. A consumer of the
     log (a SIEM rule, a jq filter that drops redacted entries) reads ``errors`` as a list of
     ``"[redacted]"`` strings. What is written keeps each entry an object, its ``field``
