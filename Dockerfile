@@ -1,6 +1,6 @@
 # toolwatch container image.
 #   docker build -t toolwatch .
-#   docker run ... toolwatch serve --config ...   (README, Deployment: the image holds no policy)
+#   docker run ... toolwatch serve --config ...   (docs/deployment.md: the image holds no policy)
 # Installs the package from this source tree with pip, exactly as the README's install does.
 # Every dependency ships wheels for this base image; the build stage has a C compiler only for
 # toolwatch's own compiled parts, the OTLP scanner and the hot path mypyc compiles, and fails

@@ -101,7 +101,7 @@ def with_trace_id(body: str, trace_id: str) -> bytes:
 
 def listening_addresses(log: str) -> dict[str, str] | None:
     """The bound addresses of ``toolwatch serve``'s "listening grpc=... http=... metrics=...
-    stream=..." start-up line in ``log`` (README, Commands), or None before it is written."""
+    stream=..." start-up line in ``log`` (docs/commands.md), or None before it is written."""
     for line in log.splitlines():
         _, marker, rest = line.partition(" toolwatch: listening ")
         if marker:
@@ -215,7 +215,7 @@ class Child:
 
     def stop(self) -> None:
         """SIGTERM; again after HURRY_SECONDS, which spares toolwatch the rest of its wait
-        for a last scrape of its metrics (README, Commands: Prometheus scrapes every second
+        for a last scrape of its metrics (docs/commands.md: Prometheus scrapes every second
         here, but not before its first target sync, and the demo's own reads of /metrics
         count as scrapes); SIGKILL after STOP_SECONDS more."""
         for wait in (HURRY_SECONDS, STOP_SECONDS):

@@ -220,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")  # and logging's WARN, FATAL
 
 
-_CONFIG_HELP = "the configuration file (YAML; README: Configuration); env TOOLWATCH_CONFIG"
+_CONFIG_HELP = "the configuration file (YAML; docs/configuration.md); env TOOLWATCH_CONFIG"
 _CHECK_CONFIG_DESCRIPTION = """\
 Validate the configuration serve would run with, as serve does before it binds its
 listeners (which check-config never does): FILE (else --config, else TOOLWATCH_CONFIG,

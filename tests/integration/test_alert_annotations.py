@@ -76,7 +76,7 @@ def test_pages_on_a_call_say_a_sub_agent_may_have_made_it(
 ) -> None:
     """support-bot asks billing-bot (an agent used as a tool), and billing-bot refunds, a
     tool outside its own allowed_tools. The page is labelled agent="support-bot" (the run's
-    agent, by design: README, Output formats); support-bot never called issue_refund, so the
+    agent, by design: docs/output-formats.md); support-bot never called issue_refund, so the
     annotations point to the caller, ``details.call_agent``, or the engineer would take the
     tool from the wrong agent."""
     config = tmp_path / "toolwatch.yaml"

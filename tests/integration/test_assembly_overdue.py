@@ -20,7 +20,7 @@ from tests.integration.conftest import RunningServer
 from tests.integration.test_faults import without_root
 from tests.integration.test_ingest_to_tooltrace import send_grpc
 
-MAX_AGE = 3600.0  # raised for runs of minutes, as the README advises
+MAX_AGE = 3600.0  # raised for runs of minutes, as docs/deployment.md advises
 
 
 def scraped(server: RunningServer) -> dict[str, float]:

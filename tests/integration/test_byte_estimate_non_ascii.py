@@ -2,7 +2,7 @@
 strings. ``jsontext.text_size`` counted a text of up to 256 characters at one byte a
 character, but CPython holds CJK text at two bytes a character and emoji at four: a
 conversation in Chinese or with emoji was held at 1.4 to 2.4 times what the buffer counted,
-and ``max_buffered_bytes`` no longer bounded memory (README "Memory")."""
+and ``max_buffered_bytes`` no longer bounded memory (docs/deployment.md "Memory")."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def _held_and_estimated(char: str, keys: int, *, in_keys: bool = False) -> tuple
 @pytest.mark.parametrize(("char", "keys"), [("a", 200), ("中", 40), ("😀", 20)])
 def test_the_byte_estimate_is_on_the_safe_side_whatever_the_script(char: str, keys: int) -> None:
     held, estimated = _held_and_estimated(char, keys)
-    # the README budgets 1.1 x max_buffered_bytes for what the buffer's bytes hold
+    # docs/deployment.md budgets 1.1 x max_buffered_bytes for what the buffer's bytes hold
     assert held <= 1.1 * estimated, (
         f"held {held} B, counted {estimated} B ({held / estimated:.2f}x)"
     )

@@ -3,7 +3,7 @@ it copies into every span long: the resource's ``service.name`` (``SpanRecord.se
 the configured reference keys (``SpanRecord.reference_keys``: a golden case id, a shadow pair
 key), each up to ``ingest.max_value_bytes`` (64 KiB). The span's estimate left both out: a
 request of one span per resource, each with 60 KB of either, was counted about 1 KB a span,
-and 400 spans counted 415 KB held 24.5 MB (the README sizes the container at 1.1 x
+and 400 spans counted 415 KB held 24.5 MB (docs/deployment.md sizes the container at 1.1 x
 ``max_buffered_bytes`` for the buffer, "Memory")."""
 
 from __future__ import annotations
@@ -72,8 +72,8 @@ def _held_by_a_full_buffer(
 
 
 def _assert_within_the_bound(held: int, buffer: TraceBuffer) -> None:
-    """The buffer counted no more than its 2 MiB, and holds at most the 1.1x of it the README
-    budgets (its "Memory" section)."""
+    """The buffer counted no more than its 2 MiB, and holds at most the 1.1x of it
+    docs/deployment.md budgets (its "Memory" section)."""
     assert buffer.buffered_bytes <= 2 * MIB
     assert held <= 1.1 * 2 * MIB, (
         f"{buffer.buffered_spans} spans counted {buffer.buffered_bytes} B, held {held} B"

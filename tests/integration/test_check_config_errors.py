@@ -14,7 +14,7 @@ from tests.integration.test_cli import EXAMPLES, clean_env, run_cli
 def test_a_missing_file_from_toolwatch_config_names_the_variable(
     tmp_path: Path, command: str
 ) -> None:
-    """README, Commands: check-config reads FILE, else --config, else TOOLWATCH_CONFIG, and
+    """docs/commands.md: check-config reads FILE, else --config, else TOOLWATCH_CONFIG, and
     "an error names where the value came from"; replay reads the variable too. A stale
     TOOLWATCH_CONFIG left in a shell or a CI job's environment, with no --config on the
     command line, was told as "<path>: cannot read: No such file or directory" alone."""

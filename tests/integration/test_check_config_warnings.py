@@ -23,7 +23,7 @@ def _serve_start_up_log(args: list[str]) -> list[str]:
 
 
 def test_check_config_warns_of_a_dump_file_others_can_read(tmp_path: Path) -> None:
-    """README, Commands: check-config "prints the warnings `serve` would log". An existing
+    """docs/commands.md: check-config "prints the warnings `serve` would log". An existing
     --dump-tooltraces file readable by others (it holds every argument and result
     unredacted) was warned of by serve at start-up, and not by check-config, which
     validated that same output file and said "ok" alone."""

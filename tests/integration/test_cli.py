@@ -284,7 +284,7 @@ def test_empty_variables_are_unset(serve: Callable[..., Served]) -> None:
 def test_serve_without_a_configuration_file_warns_that_it_has_no_policy(
     serve: Callable[..., Served], tmp_path: Path
 ) -> None:
-    """README, Deployment: without a policy toolwatch finds no safety regressions. The image's
+    """docs/deployment.md: without a policy toolwatch finds no safety regressions. The image's
     default command, and --help's first example, ran so without a word: the quick start's
     unverified refund then found nothing."""
     served = serve(*FREE_PORTS)
@@ -594,8 +594,8 @@ def test_durations_below_a_nanosecond_are_refused_up_front(tmp_path: Path, assem
     below one nanosecond (``gt=0`` passes), but ``AssemblySettings.limits()`` truncates it
     to 0 ns and ``AssemblyLimits`` then raises ``ValueError: completion_wait_ns: must be at
     least 1, got 0``: ``serve`` dies at start with a Python traceback and exit 1 (not the
-    documented 2 with file/field/reason), and so does ``replay``. The README promises that
-    a value check-config accepts does not stop serve or replay later. (The same truncation
+    documented 2 with file/field/reason), and so does ``replay``. docs/configuration.md promises
+    that a value check-config accepts does not stop serve or replay later. (The same truncation
     turns ``local_parent_wait_seconds: 1e-10`` into 0, which means "off": accepted and
     silently ignored.) Correct: refuse at load, naming the file, the field and the reason
     (a minimum of 1 ns, or round up), in ``config.AssemblySettings``."""
@@ -674,9 +674,9 @@ def test_tail_warns_before_sending_a_token_beyond_loopback_in_clear_text(
 
 @pytest.mark.parametrize("port", ["70000", "99999", "\u0664\u0663\u0661\u0669"])
 def test_target_port_out_of_range_is_a_usage_error(port: str) -> None:
-    """User-visible harm: README (Exit codes) says a ``--target`` that is no HOST:PORT is a
-    usage error, 2, also with ``--reconnect`` (which otherwise "ends only on Ctrl-C, 130, or
-    a usage error"). ``tail`` checks only ``port.isdigit()``: a port above 65535 is handed
+    """User-visible harm: docs/commands.md (Exit codes) says a ``--target`` that is no HOST:PORT
+    is a usage error, 2, also with ``--reconnect`` (which otherwise "ends only on Ctrl-C, 130,
+    or a usage error"). ``tail`` checks only ``port.isdigit()``: a port above 65535 is handed
     to gRPC, which silently dials it modulo 65536 (``127.0.0.1:99999`` connects to 34463:
     another service's port, or a refused connection), and a port in non-ASCII digits
     (``isdigit`` takes Arabic-Indic digits) fails to resolve. Both are then reported as an
@@ -773,7 +773,7 @@ security:
 
 
 def test_replay_takes_a_production_configuration_without_its_secrets(tmp_path: Path) -> None:
-    """User-visible harm: the README's CI gate is ``toolwatch replay --config toolwatch.yaml
+    """User-visible harm: docs/commands.md's CI gate is ``toolwatch replay --config toolwatch.yaml
     canary.otlp.jsonl --max-findings ...`` and says "replay writes none, so it takes a
     production configuration anywhere". But replay validates the whole configuration with
     ``load_config``, including ``security``: the TLS certificate and key are opened and

@@ -1,5 +1,5 @@
 """Empty envelopes (OTLP: messages with nothing in them, two bytes each) cost a small factor
-of their request's size to decode, like any request (README, Memory): a request dense in
+of their request's size to decode, like any request (docs/deployment.md, Memory): a request dense in
 resources, scopes or spans is decoded in pieces (``toolwatch.ingest.protobuf_pieces``)."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def _peak_resident_mib(pid: int) -> float:
 def test_a_request_of_empty_envelopes_stays_within_the_documented_decode_memory(
     tmp_path: Path, kind: str, decoder: str
 ) -> None:
-    """README, Memory: the request being decoded costs ``7 x max_request_bytes`` in the
+    """docs/deployment.md, Memory: the request being decoded costs ``7 x max_request_bytes`` in the
     sizing formula, 11 times for spans of nothing but ids and 16 times at worst ("arrays of
     empty arrays ... from a sender that writes them on purpose"). A body of empty messages,
     two bytes each (OTLP calls them empty envelopes: receivers MAY ignore them), takes a
@@ -54,8 +54,8 @@ def test_a_request_of_empty_envelopes_stays_within_the_documented_decode_memory(
     empty spans took the server's peak from 81 to 545 MiB (232 times the body), and the
     default 20 MiB took it to 4.7 GB, with every other export waiting 66 s for its decoding
     turn; empty ResourceSpans cost 70 times their size. One such request, from any client
-    that can reach the port, gets a pod sized by the README's formula (1.6 GiB) OOM-killed.
-    Fixed, the growth stays within the README's own worst case, 16 times the body."""
+    that can reach the port, gets a pod sized by the documented formula (1.6 GiB) OOM-killed.
+    Fixed, the growth stays within the documented worst case, 16 times the body."""
     size = 2 * 2**20
     body = _empty_envelopes(kind, size)
     assert len(body) <= size
@@ -74,7 +74,7 @@ def test_a_request_alternating_kept_and_corrupt_spans_stays_within_the_documente
     """The compiled sift (``_wire.sift``) makes a piece of each span of a dense request that
     alternates spans it keeps with spans it rejects (``bench.hostile_decode``'s ``mixed``:
     spans of ids only and 3-byte corrupt ones). Returned all at once, the pieces took 21
-    times the body (20 MiB, ``decode_protobuf`` alone), past the README's 16; handed on
+    times the body (20 MiB, ``decode_protobuf`` alone), past the documented 16; handed on
     and decoded a batch at a time, what grows is the records of the valid spans."""
     size = 2 * 2**20
     body = SHAPES["mixed"](size - 1024)

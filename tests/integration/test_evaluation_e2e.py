@@ -870,7 +870,7 @@ def test_replay_conversation_scope_does_not_depend_on_file_order(
     out of time order (rotated captures named ``capture.jsonl.2 capture.jsonl.1``, a glob
     where ``.10`` sorts before ``.9``, two Collectors' files) it reports a false
     MISSING_VERIFICATION_STEP (high) that fails a ``--max-findings`` gate, while ``--stream``
-    on the same files finds nothing. The README says the held spans come together "whatever
+    on the same files finds nothing. docs/commands.md says the held spans come together "whatever
     the order of the files", and ``evaluate_offline``'s own comment says the order runs are
     read in does not matter. Correct: evaluate held runs in recorded (start) time order, or
     remember a conversation's verifications before judging its runs
@@ -945,7 +945,7 @@ def _peak_rss_kib(config: Path, dump: Path, output: str) -> int:
 def test_replay_memory_per_run_with_findings_is_bounded_as_documented(
     tmp_path: Path, output: str
 ) -> None:
-    """User-visible harm: the README (Commands, replay) says ToolTrace lines "take what one
+    """User-visible harm: docs/commands.md (replay) says ToolTrace lines "take what one
     run holds (and about 240 bytes a run, to evaluate a run read twice once: 12 MiB for
     50,000 runs)", so an operator sizes a CI runner from that. But ``ReportBuilder`` keeps
     every ``Finding`` of every run (``_findings``, ``Report.finding_list``) until the end,
@@ -960,7 +960,7 @@ def test_replay_memory_per_run_with_findings_is_bounded_as_documented(
     before = _peak_rss_kib(config, unverified_refund_dump(tmp_path, small), output)
     after = _peak_rss_kib(config, unverified_refund_dump(tmp_path, large), output)
     per_run = (after - before) * 1024 / (large - small)
-    assert per_run <= 480, f"{per_run:.0f} bytes per run (README: about 270)"
+    assert per_run <= 480, f"{per_run:.0f} bytes per run (docs/commands.md: about 270)"
 
 
 def _every(seconds: int) -> str:

@@ -436,9 +436,9 @@ def test_sigterm_closes_otlp_http_at_once_and_waits_for_a_body_arriving_only_the
     tmp_path: Path, serve: Callable[[Path], ServeProcess]
 ) -> None:
     """shutdown_grace_seconds is the budget terminationGracePeriodSeconds is sized from
-    (deploy/kubernetes, README "Shutdown"): an OTLP/HTTP body still arriving held the exit
-    until ingest.read_timeout_seconds, and the HTTP listener took requests (answered 200)
-    while gRPC's calls had their grace."""
+    (deploy/kubernetes, docs/deployment.md "Shutdown"): an OTLP/HTTP body still arriving held
+    the exit until ingest.read_timeout_seconds, and the HTTP listener took requests (answered
+    200) while gRPC's calls had their grace."""
     config = write_config(
         tmp_path / "stalled.yaml",
         {},

@@ -53,9 +53,9 @@ def test_findings_log_agent_is_the_alerts_agent_label(
     start_server: Callable[..., RunningServer],
 ) -> None:
     """The policy names the agent ``refund-bot``; the agent's framework spells it
-    ``Refund-Bot``. The metric reports the configured spelling (README, Metrics: "an agent
+    ``Refund-Bot``. The metric reports the configured spelling (docs/metrics.md: "an agent
     under another spelling of a configured name ... reports as configured"), so the page says
-    agent="refund-bot"; README, Output formats, documents the log's ``agent`` as the run's
+    agent="refund-bot"; docs/output-formats.md documents the log's ``agent`` as the run's
     agent "as the ``agent`` label of toolwatch_regressions_total": an engineer selecting the
     page's agent in the log (``jq 'select(.agent == "refund-bot")'``) finds the finding. The
     name as sent stays in the ToolTrace dump."""

@@ -28,7 +28,7 @@ def _ipv6_available() -> bool:
 def test_the_ipv6_wildcard_serves_otlp_http_to_ipv4_clients_as_grpc_does(
     start_server: StartServer,
 ) -> None:
-    """``listen.*`` takes ``[IPv6]:PORT`` (README, Configuration), and ``[::]`` is the
+    """``listen.*`` takes ``[IPv6]:PORT`` (docs/configuration.md), and ``[::]`` is the
     usual spelling of "every interface" (the gRPC listener, the Collector and most servers
     take it dual-stack on Linux). ``listeners.listening_socket`` binds the OTLP/HTTP and metrics
     listeners with ``socket.create_server(family=AF_INET6)``, which sets IPV6_V6ONLY: on

@@ -81,8 +81,8 @@ def test_expect_continue_over_the_size_limit_is_refused_before_the_body_is_sent(
 def test_expect_continue_with_every_request_slot_taken_is_told_to_retry_before_the_body(
     start_server: StartServer,
 ) -> None:
-    """Overload is answered "before their bodies are read" (README, ``ingest``), for a
-    client that asks ``Expect: 100-continue`` too: 503 + Retry-After at once."""
+    """Overload is answered "before their bodies are read" (docs/configuration.md, ``ingest``),
+    for a client that asks ``Expect: 100-continue`` too: 503 + Retry-After at once."""
     server = start_server(ingest__max_concurrent_requests=1, **QUIET)
     held = HeldCall(server, [refund_request().SerializeToString()])
     try:

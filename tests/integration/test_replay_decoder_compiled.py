@@ -8,7 +8,7 @@ a configuration anywhere". But replay decodes each recorded request (``decode_ot
 whose scanner raised ``RuntimeError`` for ``compiled`` where the extension is missing: replay
 died with a traceback and exit 1, the code a CI job reads as a replay gate that failed (before
 73e1b44 the configuration was refused at load, exit 2). Now: replay decodes with what the
-install has (``auto``): a production configuration replays anywhere, as the README says.
+install has (``auto``): a production configuration replays anywhere, as docs/commands.md says.
 
 The install without the extension is a real ``toolwatch`` process in which importing
 ``toolwatch.ingest._wire`` fails, as it does where the extension was not built.
@@ -58,7 +58,7 @@ def _replay_without_the_extension(config: Path) -> subprocess.CompletedProcess[s
 def test_replay_takes_decoder_compiled_where_the_compiled_scanner_is_not_built(
     tmp_path: Path,
 ) -> None:
-    """README (Commands, exit codes): replay "takes a production configuration anywhere";
+    """docs/commands.md (exit codes): replay "takes a production configuration anywhere";
     73e1b44: "replay ... takes such a configuration anywhere". Its report is the one the same
     configuration with the reference decoder gives."""
     reference = tmp_path / "reference.yaml"

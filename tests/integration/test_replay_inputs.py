@@ -39,7 +39,7 @@ METRICS = {"resourceMetrics": [{"resource": {"attributes": []}, "scopeMetrics": 
 def test_the_logs_and_metrics_lines_of_a_file_export_are_skipped_and_counted(
     tmp_path: Path,
 ) -> None:
-    """README, Commands: replay reads "OTLP/JSON as the Collector's `file` exporter writes
+    """docs/commands.md: replay reads "OTLP/JSON as the Collector's `file` exporter writes
     it". One `file` exporter listed in the traces, metrics and logs pipelines writes all
     three to its file, a request per line; replay refused the whole file at the first logs
     or metrics line, as "not a ToolTrace line: no "format" field"."""

@@ -12,9 +12,9 @@ from tests.integration.test_cli import EXAMPLES, clean_env, toolwatch_script
 
 
 def test_ctrl_c_during_a_replay_prints_no_traceback(tmp_path: Path) -> None:
-    """README, Exit codes: 130 for Ctrl-C, as a shell reports a command that signal ended. A
-    replay of a large capture takes minutes; Ctrl-C in it printed a Python traceback from
-    wherever it was (``tooltrace_from_dict``, ``json.loads``, ...). The capture is a FIFO
+    """docs/commands.md, Exit codes: 130 for Ctrl-C, as a shell reports a command that signal
+    ended. A replay of a large capture takes minutes; Ctrl-C in it printed a Python traceback
+    from wherever it was (``tooltrace_from_dict``, ``json.loads``, ...). The capture is a FIFO
     held open: replay has opened it once the write end opens, and is reading when
     interrupted, however fast the machine."""
     capture = tmp_path / "capture.otlp.jsonl"

@@ -16,7 +16,7 @@ ROLE = "toolwatch.shadow.role"
 def test_a_shadow_sources_finding_is_listed_with_its_trace_and_not_gated(
     tmp_path: Path,
 ) -> None:
-    """README, Commands: "the shadow sources (the serving model's runs) are evaluated apart:
+    """docs/commands.md: "the shadow sources (the serving model's runs) are evaluated apart:
     their findings are listed, not gated". serve emits the serving model's unverified
     refund as a live finding. replay's JSON report listed the candidate's findings one by
     one, each with its trace and span, but of the source's only a count by category: the

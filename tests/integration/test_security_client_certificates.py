@@ -65,7 +65,7 @@ def test_clients_refused_at_the_handshake_are_not_counted_and_the_help_text_says
     start_server: Start, pki: Pki, tmp_path: Path
 ) -> None:
     """Was: ``toolwatch_auth_failures_total``'s HELP text (and
-    ToolwatchExportsUnauthenticated, the README) said a wrong client certificate was
+    ToolwatchExportsUnauthenticated, docs/security.md) said a wrong client certificate was
     counted, while a client refused at the handshake (no certificate, an expired one,
     another CA's) was counted nowhere: an exporter locked out by a client CA rotation went
     unseen behind a counter at 0. Now: the counter is still 0 for them, since OpenSSL and

@@ -9,9 +9,9 @@ from tests.integration.test_cli import FREE_PORTS, run_cli
 
 @pytest.mark.parametrize("listener", ["grpc", "http", "metrics", "stream"])
 def test_a_listen_host_that_does_not_resolve_says_why(listener: str) -> None:
-    """README, Exit codes: 3 when serve could not start, "and the message says how to give it
-    another". A host name that does not resolve (a typo, a name not in this pod's DNS) was
-    told as ``Unknown error -2``: getaddrinfo's EAI_NONAME (-2) passed to ``os.strerror``,
+    """docs/commands.md, Exit codes: 3 when serve could not start, "and the message says how to
+    give it another". A host name that does not resolve (a typo, a name not in this pod's DNS)
+    was told as ``Unknown error -2``: getaddrinfo's EAI_NONAME (-2) passed to ``os.strerror``,
     which knows only errno values, and the resolver's own words lost."""
     address = "no-such-host.invalid:4318"
     result = run_cli("serve", *FREE_PORTS, f"--{listener}-listen", address)

@@ -6,19 +6,19 @@ What is wrong. ``StreamListener._bound`` (src/toolwatch/stream_listener.py) call
 ``server.add_secure_port``, and gRPC core, failing to bind, logs
 ``E... add_port.cc:83] Failed to add port to server: ... Address already in use`` to
 descriptor 2 itself, at its default ``GRPC_VERBOSITY=ERROR`` (the CLI keeps that level).
-toolwatch's own ERROR is said once per reason, as the commit and README promise ("an ERROR
+toolwatch's own ERROR is said once per reason, as the commit and docs/security.md promise ("an ERROR
 names listen.stream and why (once for each reason)", "a tick still failing tells nothing"),
 but gRPC's line comes at every tick: once a second when idle, and under OTLP traffic at
 every ``assembly.tick_seconds`` (0.01 s by default: ``tick_delay`` keeps ticks that far
-apart under load, not a second as the README says), so up to 100 ERROR lines a second for as
+apart under load, not a second as docs/security.md says), so up to 100 ERROR lines a second for as
 long as the port is taken, into a journal or a standard error the findings outputs may share
-(README: gRPC core's lines "may land inside a long line (rare at the default ERROR)").
+(docs/commands.md: gRPC core's lines "may land inside a long line (rare at the default ERROR)").
 ``App.start`` avoids exactly this by checking each address with a plain socket first
 (``address_taken``: "every one told at once, before gRPC logs its own line about one").
 
 What it should do. Not have gRPC try a bind it can see fail: check the address as
 ``address_taken`` does before ``bind_grpc``, so a retry that still cannot bind prints
-nothing; and try no more often than the README says.
+nothing; and try no more often than docs/security.md says.
 
 How it is shown. ``stream_listener_down.stream_address_taken``: a real server with mutual
 TLS, its stream listener restarted while a real socket holds its port. Ten ticks then run,

@@ -16,7 +16,7 @@ not ``EADDRINUSE``, so ``address_taken`` answers ``None`` and ``bind_grpc`` goes
 for as long as the resolver takes: with the resolver unreachable, ``timeout`` times ``attempts``
 (5 s, twice, by glibc's default) for each, every tick. A server is built and stopped unstarted at
 each tick too (the leak and gRPC core's ERROR line e825c5c meant to end). The stream being
-down was meant to leave ingestion alone (README: "ingestion goes on").
+down was meant to leave ingestion alone (docs/security.md: "ingestion goes on").
 
 What it should do. Not resolve on the event loop at a retry (resolve in an executor, e.g.
 ``loop.getaddrinfo``, or bind the addresses resolved when the listener first bound), and

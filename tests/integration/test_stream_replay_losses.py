@@ -12,10 +12,10 @@ reading mid-replay (a stalled terminal, ``kill -STOP``, a pager) is never read p
 had still to replay is counted when it leaves or when the server shuts down
 (``FindingsBroker.unsubscribe``, ``_Replay.rest``).
 
-What the server has written into the client's HTTP/2 window is beyond its count (README).
-The stuck-client tests make that exactly nothing: each finding here is larger than the 64 KiB
-window the client keeps (``grpc.http2.bdp_probe: 0``, as tail sets), so no finding is ever
-wholly written, and what the client lost is every finding after its cursor.
+What the server has written into the client's HTTP/2 window is beyond its count
+(docs/output-formats.md). The stuck-client tests make that exactly nothing: each finding here is
+larger than the 64 KiB window the client keeps (``grpc.http2.bdp_probe: 0``, as tail sets), so
+no finding is ever wholly written, and what the client lost is every finding after its cursor.
 """
 
 from __future__ import annotations

@@ -690,13 +690,13 @@ def test_a_burst_s_last_findings_reach_the_cursor_file_while_tail_waits_for_more
 
 
 def test_cursor_file_that_cannot_be_written_mid_run_is_no_traceback(tmp_path: Path) -> None:
-    """User-visible harm: ``tail --reconnect --cursor-file FILE`` (the README's bot that
+    """User-visible harm: ``tail --reconnect --cursor-file FILE`` (docs/commands.md's bot that
     "loses nothing") dies with a Python traceback and exit 1 the first time the cursor file
     cannot be rewritten after it started: a full disk (ENOSPC), a volume remounted
     read-only, a permission change. ``_Cursor._save`` raises ``OSError`` out of
     ``_Cursor.handled`` / ``flush`` and nothing in ``run_tail`` or ``cli.main`` catches it;
     the finding being handled is printed, the stream is dropped, and a supervisor sees
-    exit 1 ("could not reach its server"). The README says ``--reconnect`` ends only on
+    exit 1 ("could not reach its server"). docs/commands.md says ``--reconnect`` ends only on
     Ctrl-C or a usage error. Correct: tell it once on stderr (naming the file and the
     reason) and keep following the stream (retrying the rewrite), or end with a clear
     one-line message and a documented exit code; never a traceback. Here the rewrite fails

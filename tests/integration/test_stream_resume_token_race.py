@@ -9,9 +9,9 @@ connection is seen gone it holds and counts nothing: 0.
 
 This is a common path, not a corner: a connection gone silent (a NAT or proxy that forgot
 it) is found by ``toolwatch tail`` within 40 s and by the server within 70 s, so tail's
-resume usually comes first. The README states the miscount as a limitation, but the token now
-names the old subscription while it is still open (``Subscription.token``), so the broker
-could tell that the resume is that subscription's client: what the old one leaves when it
+resume usually comes first. docs/output-formats.md states the miscount as a limitation, but the
+token now names the old subscription while it is still open (``Subscription.token``), so the
+broker could tell that the resume is that subscription's client: what the old one leaves when it
 ends is the new one's replay (sent, or counted by it), not a departed subscriber's to count
 again at shutdown.
 

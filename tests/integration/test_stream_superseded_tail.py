@@ -2,7 +2,7 @@
 it, and the superseded stream ended OK, as at a shutdown. When its client still reads (two
 tails sharing one ``--cursor-file``, so one token), that client could not tell the supersede
 from a shutdown, and ``toolwatch tail`` said what was false: "<target> ended the stream
-(server shutting down)", exit 0, which README defines as "the server shut down" (a
+(server shutting down)", exit 0, which docs/commands.md defines as "the server shut down" (a
 supervisor restarting tail on failure left it stopped). With ``--reconnect`` it said the
 same, "; reconnecting", and resumed with the token, superseding the other, at every turn of
 a ping-pong that never ended, never telling the operator the one thing that would end it.

@@ -13,7 +13,7 @@ and exits 143 as a clean stop; the first copy stays for good. Before, the copy h
 name, ``FILE.partial``, which the next rewrite unlinked: at most one, gone at the next
 start. Now a ``tail --reconnect`` run by a service manager gathers one more file at each
 unlucky stop, for ever, in a directory an operator gave it for one file, each holding the
-resume tokens (whoever reads one can resume as tail). The README and the commit speak only
+resume tokens (whoever reads one can resume as tail). docs/commands.md and the commit speak only
 of a *crash* leaving such a copy; SIGTERM is tail's documented clean stop ("143 ... like
 Ctrl-C, it first keeps its --cursor-file").
 

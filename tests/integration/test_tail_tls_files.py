@@ -31,7 +31,7 @@ def _not_a_certificate(tmp_path: Path) -> Path:
 def test_a_ca_file_that_holds_no_certificate_is_a_usage_error(
     tmp_path: Path, listening: str
 ) -> None:
-    """README, Exit codes: 2 bad usage or configuration. A --tls-ca file that holds no
+    """docs/commands.md, Exit codes: 2 bad usage or configuration. A --tls-ca file that holds no
     certificate (the wrong file, a DER file) was told as an unreachable server, exit 1,
     with advice wrong whatever the server speaks: "(is the stream plaintext? drop
     --tls/--tls-ca)"."""

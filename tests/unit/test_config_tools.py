@@ -144,7 +144,7 @@ def test_two_keys_for_one_normalized_name_are_refused_naming_both(
 def test_two_fields_of_different_tools_still_load_under_a_dotted_tool_prefix() -> None:
     """Harm: a configuration that loaded at 9752a75 stops ``serve`` (and a reload) after the
     upgrade. A deployment whose MCP client names tools ``billing.issue_refund`` strips that
-    namespace with ``tool_prefix: '[a-z0-9_-]+?\\.'`` (the dotted twin of the README's
+    namespace with ``tool_prefix: '[a-z0-9_-]+?\\.'`` (the dotted twin of docs/configuration.md's
     ``'[a-z0-9_-]+?__'``). Its strategies name two different tools' ``reason`` field.
     7ec1810 also registers each dotted key as a dotted *tool* and refuses two keys whose
     whole names normalize alike: the prefix turns both ``lookup_order.reason`` and

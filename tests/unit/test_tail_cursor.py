@@ -164,7 +164,7 @@ def test_the_cursor_file_tail_creates_is_readable_by_its_owner_alone(tmp_path: P
 
 
 def test_two_tails_given_one_cursor_file_both_rewrite_it(tmp_path: Path) -> None:
-    """One tail to a file (README), but two given the same one must not fail on each
+    """One tail to a file (docs/commands.md), but two given the same one must not fail on each
     other's copy. Was: each wrote ``FILE.partial``, unlinked then created with ``O_EXCL``:
     a rewrite that came while the other's copy was written unlinked it, or found it made
     again and failed (EEXIST), or renamed the other's half-written copy, and the one whose

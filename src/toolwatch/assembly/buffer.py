@@ -45,7 +45,7 @@ its own, but also an OTLP retry of the first part, or its stragglers, judged a s
 up what it buys (a loop under a caller judged after the wait, not at ``max_trace_age_ns``)
 everywhere by default. A called service that is itself a tool loop, or writes an AGENT span,
 still anchors the trace on its own part when it arrives before its caller's TOOL span: the
-caller's run is then dropped as ``late`` (README, How it works).
+caller's run is then dropped as ``late`` (docs/how-it-works.md).
 
 OTLP exports only ended spans, so "arrived" means "ended". A trace that never becomes ready
 is emitted anyway at ``max_trace_age_ns`` after its first span arrived, flagged

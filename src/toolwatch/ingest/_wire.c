@@ -1291,7 +1291,8 @@ static PyObject *KIND_RESOURCE, *KIND_SPANS, *KIND_REJECTED;
 #define SIFT_BATCH 256
 /* The sift lets other threads run after each this many bytes of the body walked: a 20 MiB
  * request of 2-byte spans is walked in about half a second, the server's event loop paused
- * all along while it held the GIL (README, Decoding). 256 KiB: about 10 ms of walking. */
+ * all along while it held the GIL (docs/deployment.md, Memory). 256 KiB: about 10 ms of
+ * walking. */
 #define SIFT_YIELD_BYTES (256 * 1024)
 
 typedef struct {

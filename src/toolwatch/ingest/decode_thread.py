@@ -29,8 +29,9 @@ for 3,948 bytes of 1,300 empty spans and 0.6 to 3 s for 64,986 bytes of 21,646; 
 clients send few, large requests.
 
 One decode at a time, whichever the receiver and the thread (a ``turn``): the memory bound
-counts one request being decoded (README, Memory), held until the engine has taken its
-spans, and the compiled scanner keeps one cache of recent strings per plan (``_wire.c``).
+counts one request being decoded (docs/deployment.md, Memory), held until the engine has
+taken its spans, and the compiled scanner keeps one cache of recent strings per plan
+(``_wire.c``).
 The engine, the metrics and the request slots are the loop's alone: the thread runs the
 decode and nothing else, and the batch is consumed on the loop before the turn passes on. A
 request waits for its turn holding its body and its request slot (``toolwatch.ingest.slots``),

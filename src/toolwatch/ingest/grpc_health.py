@@ -60,7 +60,8 @@ MAX_REQUEST_BYTES = 1024
 MAX_READ_SECONDS = 0.2
 
 #: Requests read at once, each up to ``ingest.max_request_bytes`` (gRPC reads a message whole
-#: before a size can be checked): the service's share of memory, README's ``+ 4``.
+#: before a size can be checked): the service's share of memory, the ``+ 4`` of the memory sum
+#: (docs/deployment.md, Memory).
 READ_TURNS = 4
 
 #: Calls being read or waiting for their turn at once; more are answered UNAVAILABLE. A call

@@ -32,9 +32,9 @@ Every half that is never paired is counted once through
 
 A half is offered with the golden case it was matched to, if any (``case``): a target's
 is handed back with its pair (``ShadowPair.case``), so that the pair's evaluation reads the
-reference the run's ``against: auto`` evaluators already took (README: "the run's golden
-case, else its shadow source"), and only those set ``against: source`` compare it with its
-source. It is a reference to a case of the loaded set: a half holds no copy.
+reference the run's ``against: auto`` evaluators already took (docs/configuration.md: "the
+run's golden case, else its shadow source"), and only those set ``against: source`` compare
+it with its source. It is a reference to a case of the loaded set: a half holds no copy.
 
 A target offered with ``deferred`` is one whose ``toolwatch_tool_traces_total`` count waits
 for the outcome: the engine counts it as compared (``reference="source"``) when its pair is

@@ -73,9 +73,9 @@ def test_the_cap_forgets_the_oldest_ids_one_by_one_and_says_how_many() -> None:
 
 
 def test_a_cap_of_rate_times_window_counts_no_id_forgotten_early() -> None:
-    """The cap the README tells operators to set (traces a second times the window) forgets ids
-    just as their window ends, before their bucket would: none is counted, and every id
-    younger than the window is still remembered."""
+    """The cap docs/configuration.md tells operators to set (traces a second times the window)
+    forgets ids just as their window ends, before their bucket would: none is counted, and every
+    id younger than the window is still remembered."""
     rate = 200
     remembered = RememberedTraces(WINDOW, capacity=rate * 300)
     emitted: list[tuple[bytes, int]] = []

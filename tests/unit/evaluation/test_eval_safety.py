@@ -277,9 +277,9 @@ def test_explanation_of_a_lookup_issued_alongside_the_refund_says_so() -> None:
 
 
 def test_explanation_without_bindings_of_a_lookup_issued_alongside_says_so() -> None:
-    """As above, with the two-line policy of the README (no bindings): the explanation was
-    ``no earlier successful verification call [lookup_order]`` while the trace shows a
-    successful ``lookup_order`` started before the refund."""
+    """As above, with the two-line policy of docs/configuration.md (no bindings): the
+    explanation was ``no earlier successful verification call [lookup_order]`` while the trace
+    shows a successful ``lookup_order`` started before the refund."""
     assert only(evaluate(LOOKUP_BESIDE_REFUND)).explanation == ALONGSIDE.format("", "")
 
 

@@ -65,7 +65,7 @@ def test_bindings_accept_a_reference_or_a_list_and_normalize_tool_names() -> Non
 
 def test_a_dotted_tool_name_can_be_bound() -> None:
     """Tools namespaced with a dot (``billing.issue_refund``: ``.`` is one of the namespace
-    separators the README says it recognises) could be listed in ``dangerous_tools`` and
+    separators docs/configuration.md says it recognises) could be listed in ``dangerous_tools`` and
     ``verification_tools``, but no binding could name them: the key was cut at its first
     dot, read as tool ``billing``, and start-up failed with the misleading ``tool 'billing'
     is not in policy.dangerous_tools``. The operator was left with the unbound check (any

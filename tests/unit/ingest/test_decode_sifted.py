@@ -283,7 +283,7 @@ def test_unknown_groups_too_deep_for_their_place_refuse_only_what_salvage_refuse
 @pytest.mark.skipif(scan._SIFT is None, reason=scan.COMPILED_UNAVAILABLE or "built")
 def test_the_sift_hands_its_pieces_on_in_batches_as_it_finds_them() -> None:
     """A request alternating kept and rejected spans makes a piece of each: all at once,
-    they took 21 times a 20 MiB body (README, Memory). Handed on a batch at a time, they
+    they took 21 times a 20 MiB body (docs/deployment.md, Memory). Handed on a batch at a time, they
     are the pieces the sift returns, in order, at most 256 at once."""
     body = SHAPES["mixed"](SIZE)
     batches: list[list[object]] = []

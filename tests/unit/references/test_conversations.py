@@ -204,7 +204,7 @@ def test_what_conversations_hold_is_counted_on_the_safe_side(length: int, calls:
 def test_full_conversations_past_max_bytes_hold_no_more_than_it() -> None:
     """Filled as the policy row documents the count bounds (64 verifications of one bound
     field of 256 characters each), 10,000 conversations held 297 MiB, in no term of the
-    README's memory sum: ``max_bytes`` forgets the least recently used beyond it."""
+    docs/deployment.md's memory sum: ``max_bytes`` forgets the least recently used beyond it."""
     max_bytes = 4 * 2**20
     kept, evictions = bounded(max_bytes, max_conversations=MAX_CONVERSATIONS)
     held = retained(lambda: [kept.remember(full(f"conv-{n:08d}", n)) for n in range(500)])
@@ -264,9 +264,9 @@ def test_the_policy_sets_the_bound() -> None:
     assert scope is not None and scope.max_bytes == 12345
 
 
-def test_a_record_is_counted_as_the_readme_says() -> None:
-    """README Memory: a record of one value is counted 354 bytes and the characters of its
-    tool's name and value, 376 for a lookup of a 10-character order id."""
+def test_a_record_is_counted_as_documented() -> None:
+    """docs/deployment.md, Memory: a record of one value is counted 354 bytes and the characters
+    of its tool's name and value, 376 for a lookup of a 10-character order id."""
     record = Verified("lookup_order", (("order_id", "A123456789"),), 0)
     assert record_bytes(record) == 354 + len("lookup_order") + len("A123456789") == 376
 

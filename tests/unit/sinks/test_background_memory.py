@@ -1,9 +1,9 @@
 """the memory a blocked output holds, against its documented bound.
 
-``OUTPUT_BACKLOG_CHARS`` and the README (Memory, "Smaller bounds") say a blocked output holds
-at most its bound of characters: "4 Mi characters ... (4 to 16 MiB: Python holds 1 to 4 bytes
-a character)", i.e. the bound times the bytes a character of the lines takes. The output here
-is a real ``LineFile`` on a real pipe that is full and not read (a stalled log driver).
+``OUTPUT_BACKLOG_CHARS`` and docs/deployment.md (Memory, "Smaller bounds") say a blocked output
+holds at most its bound of characters: "4 Mi characters ... (4 to 16 MiB: Python holds 1 to 4
+bytes a character)", i.e. the bound times the bytes a character of the lines takes. The output
+here is a real ``LineFile`` on a real pipe that is full and not read (a stalled log driver).
 """
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def test_a_blocked_output_holds_no_more_than_its_bound_of_characters(
     1 MiB for ASCII (12 MiB per output at the default 4 Mi, not 4; with lines of 4-byte
     characters, up to about 48 MiB, not 16).
 
-    Now: hold about the bound (the README's sizing: "4 to 16 MiB"), e.g. write the
+    Now: hold about the bound (docs/deployment.md's sizing: "4 to 16 MiB"), e.g. write the
     batch with ``os.writev`` of each line encoded (no join), queue lines as bytes (encode in
     ``write``), or join in pieces of bounded size; or document three times the bound.
 
@@ -143,10 +143,10 @@ def test_a_line_longer_than_the_bound_is_held_alone_while_it_is_written(
     results) is published while nothing waits; standard output (the dump) then blocks in
     its write; another run's line comes.
 
-    The bound (README, Memory: "Smaller bounds"): a line longer than it is taken alone, once
-    nothing else waits, and nothing is queued beside it; what is held is the line and its
-    bytes being written (one ``write(2)``: another process appending to the same file cannot
-    land inside it, ``test_linefile_other_appender``), so twice its size for ASCII text.
+    The bound (docs/deployment.md, Memory: "Smaller bounds"): a line longer than it is taken
+    alone, once nothing else waits, and nothing is queued beside it; what is held is the line
+    and its bytes being written (one ``write(2)``: another process appending to the same file
+    cannot land inside it, ``test_linefile_other_appender``), so twice its size for ASCII text.
     Was (62be737, reverted): encoded a piece at a time, the line held once, but split by
     another appender. Now: twice, and the other line lost, counted, not queued beside it."""
     read_end, write_end = full_pipe

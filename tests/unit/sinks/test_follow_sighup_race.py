@@ -24,7 +24,7 @@ def test_a_rotation_with_sighup_is_opened_again_once_and_a_later_sighup_reopens_
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Scenario: ``output.findings`` is a file; logrotate renames it away and its
-    ``postrotate`` sends SIGHUP (the README's recipe), more than ``FOLLOW_SECONDS`` after the
+    ``postrotate`` sends SIGHUP (docs/commands.md's recipe), more than ``FOLLOW_SECONDS`` after the
     thread last looked at the path. ``Outputs.reopen`` opens the path again and queues
     ``replace``; the thread takes that ``_Replace``, but first asks ``follow`` about the old
     file it still holds: renamed away, so it opens the path a second time, logs "opened

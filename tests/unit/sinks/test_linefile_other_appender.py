@@ -8,7 +8,7 @@ Was (review of 62be737): ``LineFile.write`` wrote a line longer than 64 Ki chara
 at a time (to hold its bytes a piece at a time), and the other process's lines landed between
 the pieces: both lines broken, each counted written (14 of 16 long lines split).
 Now: the whole line's bytes in one call again; a long line is held twice while it is written
-(its text and its bytes), as the README's Memory section says.
+(its text and its bytes), as docs/deployment.md's Memory section says.
 
 Shown with a real file and a real second process appending with the same ``LineFile``."""
 

@@ -143,7 +143,7 @@ def test_exposes_exactly_the_agreed_metric_names(registry: CollectorRegistry) ->
 def test_every_counter_and_histogram_series_has_its_created_series(
     metrics: PrometheusMetrics, registry: CollectorRegistry
 ) -> None:
-    """The README says so, and the alerts read ``_created`` to count a series' first rise."""
+    """docs/metrics.md says so, and the alerts read ``_created`` to count a series' first rise."""
     metrics.tool_trace(make_trace(calls=(make_call("issue_refund"),)), "none", traffic=Traffic.LIVE)
     metrics.finding(make_finding(), 0.5, traffic=Traffic.LIVE)
     samples = {

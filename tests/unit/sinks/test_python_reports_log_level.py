@@ -64,7 +64,7 @@ def test_warnings_are_still_the_filters_choice_at_log_level_error(
     toolwatch's INFO lines) drops it at the logger: with ``-W always`` no warning is shown
     at all, where before the change Python wrote it whatever the log level.
     Should: the filters decide (the record is handed on whatever the root's level), or the
-    docstring and README's ``TOOLWATCH_LOG_LEVEL`` row say that ERROR and CRITICAL hide
+    docstring and docs/commands.md's ``TOOLWATCH_LOG_LEVEL`` row say that ERROR and CRITICAL hide
     Python's warnings.
     Shown: root at ERROR as the CLI sets it, filter ``always``, one warning inside the
     hooks: the file is empty."""
@@ -85,7 +85,7 @@ def test_a_thread_that_died_is_still_told_at_log_level_critical(
     ``py.threading``; with ``TOOLWATCH_LOG_LEVEL=CRITICAL`` (a documented value) the logger
     drops it, so a thread of toolwatch's or a library's that died leaves no trace at all.
     Python's default hook (before the change) wrote it whatever the log level.
-    Should: the report is written (handed on past the root's level), or the README says
+    Should: the report is written (handed on past the root's level), or docs/commands.md says
     CRITICAL hides dead threads.
     Shown: root at CRITICAL as the CLI sets it, a thread that raises inside the hooks: the
     file is empty."""

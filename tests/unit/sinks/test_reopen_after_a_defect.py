@@ -14,7 +14,7 @@ the batch's lines lost and ``_done_items`` counts the reopen done. Two consequen
   (and compresses, or deletes after ``rotate N``), not to the path a log shipper reads;
 * ``_followed`` returns at once "while a SIGHUP's reopen waits" (``if self._reopens``): the
   thread never follows its path again, so a later rotation without SIGHUP, or a cleanup
-  that removed the file, is never noticed: the README's "Without the signal they follow
+  that removed the file, is never noticed: docs/commands.md's "Without the signal they follow
   their paths too, a second later at most" is off for the life of the process.
 
 The defect stands in as a ``MemoryError`` from writing one line (what encoding a large
@@ -117,7 +117,7 @@ def test_the_thread_follows_its_path_after_a_batch_with_a_sighup_raised(
     that cannot be written (a defect); later the findings log is renamed away without a
     signal (a rotation whose postrotate sends none), and more than ``FOLLOW_SECONDS``
     pass; a finding comes.
-    Now: the thread follows its path (README: "a second later at most"): the finding
+    Now: the thread follows its path (docs/commands.md: "a second later at most"): the finding
     in a new file at the path.
     Was: ``_reopens`` stayed 1, so ``_followed`` never asked ``follow`` again: the finding
     went to the renamed file, and every later one will."""

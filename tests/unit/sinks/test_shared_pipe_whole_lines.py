@@ -3,13 +3,13 @@ threads, 89e28d3). Was: they tore each other's lines (below). Now: each write ta
 of the file it writes (``toolwatch.sinks.destinations``), the log thread's too.
 
 ``output.findings`` is ``-`` by default and ``output.dump_tooltraces`` may be ``-`` too
-(README: "`-` for stdout"); both then write standard output, a pipe under a container runtime
-(its log driver) or a shell's ``|``. Each output has a thread of its own, and each thread writes
-a batch (up to 64 Ki characters, or one longer ToolTrace) in one ``write``. A write to a pipe
-of more than ``PIPE_BUF`` (4 KiB) bytes is not atomic: while the pipe is full (the reader is
-slow: the very case the threads are for) the kernel takes it a page at a time as room comes,
-and another writer's write goes in between. Before the threads, the event loop wrote both
-outputs one write after the other, so no line was torn. Now a findings batch lands inside a
+(docs/configuration.md: "`-` for stdout"); both then write standard output, a pipe under a
+container runtime (its log driver) or a shell's ``|``. Each output has a thread of its own, and
+each thread writes a batch (up to 64 Ki characters, or one longer ToolTrace) in one ``write``. A
+write to a pipe of more than ``PIPE_BUF`` (4 KiB) bytes is not atomic: while the pipe is full
+(the reader is slow: the very case the threads are for) the kernel takes it a page at a time as
+room comes, and another writer's write goes in between. Before the threads, the event loop wrote
+both outputs one write after the other, so no line was torn. Now a findings batch lands inside a
 ToolTrace line: both are counted written, neither is JSON, a log shipper drops them and
 ``replay`` refuses the dump (what ``LineFile`` exists to prevent: "a line that is no JSON with
 the next finding inside it").

@@ -151,9 +151,9 @@ def test_tail_prints_a_cut_name_on_one_line() -> None:
 
 
 def test_an_argument_drift_finding_as_streamed_stays_near_the_documented_size() -> None:
-    """README Memory: a streamed finding is about 0.5 KB as sent (argument values redacted),
-    16 KB at most. An argument drift on a call whose (sender-chosen) arguments hold 4,000
-    unexpected fields has a ``fields`` entry per field, and ``make_finding`` bounds only
+    """docs/deployment.md, Memory: a streamed finding is about 0.5 KB as sent (argument values
+    redacted), 16 KB at most. An argument drift on a call whose (sender-chosen) arguments hold
+    4,000 unexpected fields has a ``fields`` entry per field, and ``make_finding`` bounds only
     top-level lists: 105 KB as sent, every value redacted and every key kept. Every object
     and array is now cut to its first 50 entries, the rest counted."""
     drifted = {f"field_{i}": 0 for i in range(4_001)}
