@@ -6,6 +6,11 @@ has opened yet fails at once (``NoReaderError``) rather than hold start-up, befo
 listener is bound, or an output's thread, in silence; once opened it is written blocking. An
 output whose FIFO had no reader at start-up writes ``Unopened`` until its thread opens one.
 
+A path that names one of the process's own descriptors (``/dev/stderr``, ``/dev/fd/N``,
+``/proc/self/fd/N``: ``toolwatch.descriptors``) is opened as any path, but a socket there
+(standard error under systemd: the journal's stream socket) cannot be opened by name
+(ENXIO): a copy of its descriptor is written instead. One not open is said to be.
+
 Threading: none of its own; called from the event loop (start-up) and from each output's
 thread (its look).
 """
@@ -20,6 +25,7 @@ import stat
 from collections.abc import Callable
 
 from toolwatch.config import private_file_warning
+from toolwatch.descriptors import descriptor_name, descriptor_named
 from toolwatch.sinks.linefile import LineFile
 
 __all__ = ["NoReaderError", "OutputError", "Unopened", "open_text", "open_there"]
@@ -67,8 +73,9 @@ def open_text(setting: str, target: str, private: bool = False) -> LineFile:
     (``LineFile``: a full disk tears none); created with mode 0600 when ``private``, else as
     the umask says. An existing file keeps its mode: a private one that others may read is
     warned about. Opened without waiting for a reader (``_opened``): a FIFO no reader has
-    opened yet raises at once (its cause a ``NoReaderError``), never blocks. Raises
-    ``OutputError`` naming ``setting``."""
+    opened yet raises at once (its cause a ``NoReaderError``), never blocks. A path that
+    names a socket the process has open (``/dev/stderr`` under systemd) has a copy of its
+    descriptor written (``_copied``). Raises ``OutputError`` naming ``setting``."""
     if target == "-":
         return _checked(setting, target, False, LineFile.standard_output)
     mode = 0o600 if private else 0o666
@@ -86,7 +93,9 @@ def _opened(path: str, create: int | None) -> LineFile:
     given ``None``), without waiting for a reader (``O_NONBLOCK``: a FIFO that has none
     fails, ``NoReaderError``; a blocking ``open(2)`` would wait, in silence, until one came).
     Then written blocking, as a pipe is (``LineFile`` waits out a full pipe left
-    non-blocking too). Raises ``OSError``."""
+    non-blocking too). A socket the process has open, named by a path such as
+    ``/dev/stderr``, which Linux does not open (ENXIO): a copy of its descriptor
+    (``_copied``). Raises ``OSError``."""
     flags = os.O_WRONLY | os.O_APPEND | os.O_NONBLOCK
     if create is not None:
         flags |= os.O_CREAT
@@ -103,13 +112,34 @@ def _opened(path: str, create: int | None) -> LineFile:
     except OSError as exc:
         if exc.errno == errno.ENXIO and _fifo_at(path):  # not "No such device or address"
             raise NoReaderError(errno.ENXIO, "a FIFO no reader has opened yet", path) from exc
-        raise
+        own = descriptor_named(path) if exc.errno in (errno.ENXIO, errno.ENOENT) else None
+        if own is None:
+            raise
+        return _copied(path, own, exc)
     try:
         os.set_blocking(fd, True)
     except OSError:
         os.close(fd)
         raise
     return LineFile(path, fd=fd)
+
+
+def _copied(path: str, fd: int, refused: OSError) -> LineFile:
+    """A copy of the process's descriptor ``fd``, which ``path`` names and ``open(2)``
+    ``refused``, written as ``path``, when it is a socket (Linux opens none by name: ENXIO).
+    A copy shares the descriptor's open socket, blocking or not: left as it is, since
+    setting it would set standard error's too (``LineFile`` waits out a full socket either
+    way); ``close`` closes the copy alone; children do not inherit it (``os.dup``). Raises
+    EBADF when ``fd`` is not open (ENOENT said nothing of it), else ``refused``."""
+    try:
+        status = os.fstat(fd)
+    except OSError as exc:
+        if exc.errno != errno.EBADF:
+            raise refused  # noqa: B904  # what opening said, the fstat's failure its context
+        raise OSError(errno.EBADF, f"{descriptor_name(fd)} is not open", path) from refused
+    if not stat.S_ISSOCK(status.st_mode):
+        raise refused
+    return LineFile.copied(path, fd)
 
 
 def _fifo_at(path: str) -> bool:

@@ -1,5 +1,6 @@
 """The files ``serve`` writes: the findings log (``output.findings``) and the ToolTrace dump
-(``output.dump_tooltraces``), each a file or standard output (``-``).
+(``output.dump_tooltraces``), each a file or standard output (``-``), or a descriptor a path
+names (``/dev/stderr``: the journal's socket under systemd, written through a copy).
 
 Each is a ``LineFile`` (whole lines or none: a full disk tears no line) written by a thread of
 its own (``BackgroundOutput``): an output that blocks (a stalled log driver on standard output,
@@ -331,6 +332,8 @@ def _what(status: os.stat_result) -> str:
         return "FIFO"
     if stat.S_ISCHR(status.st_mode) or stat.S_ISBLK(status.st_mode):
         return "device"
+    if stat.S_ISSOCK(status.st_mode):
+        return "socket"
     return "file"
 
 

@@ -23,7 +23,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -103,21 +103,28 @@ class ServeProcess:
         *,
         listening: bool = True,
         env: dict[str, str] | None = None,
+        journal: bool = False,
     ) -> None:
         """``stdout``: a file its standard output is appended to (``serve >> FILE``);
         ``stdin``: a descriptor for its standard input (a terminal's), else none;
         ``listening``: wait for the start-up line (else ``wait_listening`` does);
         ``env``: variables set over the test's environment (whose ``TOOLWATCH_*`` are not
-        passed on)."""
+        passed on); ``journal``: its standard error a Unix stream socket, as systemd's
+        journal connects it, else a pipe."""
         self.config = config
         inherited = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
+        self._journal: socket.socket | None = None
         with contextlib.ExitStack() as files:
             out = subprocess.DEVNULL if stdout is None else files.enter_context(stdout.open("ab"))
+            err = subprocess.PIPE
+            if journal:
+                self._journal, child_end = socket.socketpair()
+                err = files.enter_context(child_end).fileno()  # closed here once it has it
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "toolwatch.cli", "serve", "--config", str(config)],
                 stdin=subprocess.DEVNULL if stdin is None else stdin,
                 stdout=out,
-                stderr=subprocess.PIPE,
+                stderr=err,
                 text=True,
                 env={**inherited, **(env or {})},
             )
@@ -135,8 +142,15 @@ class ServeProcess:
             raise AssertionError("no start-up line:\n" + "".join(self.log))
 
     def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
-        for line in self.proc.stderr:
+        if self._journal is None:
+            assert self.proc.stderr is not None
+            self._read_lines(self.proc.stderr)
+            return
+        with self._journal, self._journal.makefile("r", encoding="utf-8") as lines:
+            self._read_lines(lines)
+
+    def _read_lines(self, lines: Iterable[str]) -> None:
+        for line in lines:
             self.log.append(line)
             match = LISTENING.search(line)
             if match is not None:

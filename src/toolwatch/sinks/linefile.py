@@ -13,6 +13,9 @@ that fails, none of it: the part the system took is cut off again (``ftruncate``
 the line began), so a write that raised is lost whole and one that returned is in the file.
 Where the part cannot be cut off (not a regular file, another writer moved the end, the
 truncation fails too), the next write starts a new line, so that only the torn part is lost.
+A line is one ``write(2)``; where the system takes part of it and returns (a pipe or a
+socket left non-blocking and full; a stream socket's write that a signal interrupted), the
+rest is written next, before anything else, so that a reader gets the line whole.
 
 ``WriteFailures`` tells an output's failed writes (to a metric, and logged by outage).
 
@@ -64,11 +67,20 @@ class LineFile:
 
     @classmethod
     def standard_output(cls) -> LineFile:
-        """Standard output (a copy of its descriptor, which ``close`` closes), written whole
-        lines or none as a file is: ``serve >> findings.jsonl`` on a full disk, or a pipe.
-        What Python buffered for it is written first."""
-        sys.stdout.flush()
-        return cls("<stdout>", fd=os.dup(1))
+        """Standard output (``copied``), written whole lines or none as a file is:
+        ``serve >> findings.jsonl`` on a full disk, or a pipe."""
+        return cls.copied("<stdout>", 1)
+
+    @classmethod
+    def copied(cls, name: str, fd: int) -> LineFile:
+        """A copy of descriptor ``fd`` (``os.dup``: not inherited by children; ``close``
+        closes it alone) written as ``name``: standard output, or a socket that a path such
+        as ``/dev/stderr`` names, which Linux opens none by name (``output_files``). What
+        Python buffered for it (``sys.stdout``, ``sys.stderr``) is written first."""
+        buffered = {1: sys.stdout, 2: sys.stderr}.get(fd)
+        if buffered is not None:
+            buffered.flush()
+        return cls(name, fd=os.dup(fd))
 
     @property
     def closed(self) -> bool:
@@ -92,7 +104,7 @@ class LineFile:
             while written < len(data):
                 try:
                     written += os.write(fd, view[written:])
-                except BlockingIOError:  # a non-blocking pipe, full: wait, as if blocking
+                except BlockingIOError:  # a non-blocking pipe or socket, full: wait, as if blocking
                     wait_writable(fd)
         except OSError:
             if written:  # a line torn before stays at the end even when this one is cut
