@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import socket
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,27 @@ def test_an_output_file_serve_could_not_open_is_refused_by_check_config_too(
             check_outputs(config, None, overrides)
         assert str(refused.value) == f"command line/environment: {setting}: {reason}", target
     for target in ("-", str(tmp_path / "f.jsonl")):
+        check_outputs(load_config(None, {setting: target}), None, {setting: target})
+
+
+def test_an_output_naming_a_descriptor_not_open_is_refused_naming_it() -> None:
+    """``/dev/stderr`` and ``/dev/fd/N`` name a descriptor of the process. Was: one not open
+    passed as root (its directory, ``/proc/PID/fd``, root may write), and was refused as
+    anyone else with "/dev is not writable"; ``serve`` then failed with "No such file or
+    directory". Now the check says which descriptor is not open; an open one (a socket: the
+    journal's stream on standard error) passes."""
+    closed = os.dup(0)
+    os.close(closed)
+    setting, target = "output.findings", f"/dev/fd/{closed}"
+    with pytest.raises(ConfigError) as refused:
+        check_outputs(load_config(None, {setting: target}), None, {setting: target})
+    assert str(refused.value) == (
+        f"command line/environment: {setting}: {target} names descriptor {closed},"
+        " which is not open"
+    )
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        target = f"/dev/fd/{ours.fileno()}"
         check_outputs(load_config(None, {setting: target}), None, {setting: target})
 
 

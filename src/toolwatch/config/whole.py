@@ -6,6 +6,7 @@ several, and the start-up checks of what it names beyond validation: output file
 from __future__ import annotations
 
 import datetime
+import errno
 import os
 import stat
 from collections.abc import Mapping
@@ -24,6 +25,7 @@ from toolwatch.config.stages import (
     MetricsSettings,
     OutputSettings,
 )
+from toolwatch.descriptors import descriptor_name, descriptor_named
 from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings, PolicySettings
 from toolwatch.ingest.decode import DecodeOptions
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
@@ -297,6 +299,9 @@ def _unwritable(target: str | None) -> str | None:
         return "empty path: give a file, - for standard output, or null for off"
     if os.path.basename(target) in ("", ".", ".."):  # Path("new.jsonl/") drops the "/"
         return f"{target} names a directory, not a file"
+    closed = _closed_descriptor(target)
+    if closed is not None:  # not "/dev is not writable": nothing would be created there
+        return f"{target} names {descriptor_name(closed)}, which is not open"
     path = Path(target)
     try:
         if path.is_dir():
@@ -309,6 +314,19 @@ def _unwritable(target: str | None) -> str | None:
         return f"{target}: {exc.strerror or exc}"
     if not os.access(writes, os.W_OK):
         return f"{writes} is not writable"
+    return None
+
+
+def _closed_descriptor(target: str) -> int | None:
+    """The descriptor of this process that ``target`` names (``/dev/stderr``,
+    ``/proc/self/fd/N``) when it is not open; ``None`` for an open one or any other path."""
+    fd = descriptor_named(target)
+    if fd is None:
+        return None
+    try:
+        os.fstat(fd)
+    except OSError as exc:
+        return fd if exc.errno == errno.EBADF else None
     return None
 
 
