@@ -89,8 +89,7 @@ def test_an_output_naming_a_descriptor_not_open_is_refused_naming_it() -> None:
     with pytest.raises(ConfigError) as refused:
         check_outputs(load_config(None, {setting: target}), None, {setting: target})
     assert str(refused.value) == (
-        f"command line/environment: {setting}: {target} names descriptor {closed},"
-        " which is not open"
+        f"command line/environment: {setting}: {target}: descriptor {closed} is not open"
     )
     ours, theirs = socket.socketpair()
     with ours, theirs:

@@ -39,8 +39,10 @@ from toolwatch.config.whole import (
     check_certificate,
     check_hot_path,
     check_outputs,
+    descriptor_name,
     output_warnings,
     private_file_warning,
+    unopenable_descriptor,
     unrunnable_decoder,
 )
 
@@ -60,6 +62,7 @@ __all__ = [
     "check_certificate",
     "check_hot_path",
     "check_outputs",
+    "descriptor_name",
     "host_addresses",
     "is_ip_address",
     "is_loopback",
@@ -69,5 +72,6 @@ __all__ = [
     "parse_port",
     "private_file_warning",
     "read_token_file",
+    "unopenable_descriptor",
     "unrunnable_decoder",
 ]

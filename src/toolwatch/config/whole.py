@@ -1,6 +1,14 @@
 """``Config``, the whole configuration composing every section with the checks that read
 several, and the start-up checks of what it names beyond validation: output files
 ``serve`` could not open or others may read, an expired TLS certificate.
+
+An output path may name one of the process's own descriptors: ``/dev/stderr`` (a socket
+under systemd: the journal's stream), ``/dev/fd/N``. Linux opens them by name through
+``/proc``; one that is not open, or a ``/proc`` not mounted, fails with ENOENT, "No such
+file or directory", which says neither. ``unopenable_descriptor`` says which, for these
+checks and for ``output_files`` when ``serve`` opens the path: it reads the path's text
+alone (which descriptor a path holds is told by ``output_files``, from the descriptor's
+identity), so a link to such a name fails as the system says.
 """
 
 from __future__ import annotations
@@ -8,6 +16,7 @@ from __future__ import annotations
 import datetime
 import errno
 import os
+import re
 import stat
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,7 +34,6 @@ from toolwatch.config.stages import (
     MetricsSettings,
     OutputSettings,
 )
-from toolwatch.descriptors import descriptor_name, descriptor_named
 from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings, PolicySettings
 from toolwatch.ingest.decode import DecodeOptions
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
@@ -37,8 +45,10 @@ __all__ = [
     "Config",
     "check_certificate",
     "check_outputs",
+    "descriptor_name",
     "output_warnings",
     "private_file_warning",
+    "unopenable_descriptor",
 ]
 
 
@@ -299,9 +309,9 @@ def _unwritable(target: str | None) -> str | None:
         return "empty path: give a file, - for standard output, or null for off"
     if os.path.basename(target) in ("", ".", ".."):  # Path("new.jsonl/") drops the "/"
         return f"{target} names a directory, not a file"
-    closed = _closed_descriptor(target)
-    if closed is not None:  # not "/dev is not writable": nothing would be created there
-        return f"{target} names {descriptor_name(closed)}, which is not open"
+    unopenable = unopenable_descriptor(target)
+    if unopenable is not None:  # not "/dev is not writable": nothing would be created there
+        return f"{target}: {unopenable}"
     path = Path(target)
     try:
         if path.is_dir():
@@ -317,17 +327,42 @@ def _unwritable(target: str | None) -> str | None:
     return None
 
 
-def _closed_descriptor(target: str) -> int | None:
-    """The descriptor of this process that ``target`` names (``/dev/stderr``,
-    ``/proc/self/fd/N``) when it is not open; ``None`` for an open one or any other path."""
-    fd = descriptor_named(target)
-    if fd is None:
+#: The names of this process's descriptors, as written (``unopenable_descriptor``): no
+#: leading zero (``/proc`` has no ``02``), nor one past ``os.fstat``'s C int.
+_DESCRIPTOR_NAME = re.compile(
+    r"/dev/std(?P<std>in|out|err)|/(?:dev|proc/self)/fd/(?P<fd>0|[1-9][0-9]{0,8})"
+)
+_STANDARD = ("in", "out", "err")
+_STANDARD_NAMES = ("standard input", "standard output", "standard error")
+_PROC_FD = "/proc/self/fd"
+
+
+def unopenable_descriptor(target: str) -> str | None:
+    """Why ``target``, written as the name of one of this process's descriptors
+    (``/dev/stdin``, ``/dev/stdout``, ``/dev/stderr``, ``/dev/fd/N``, ``/proc/self/fd/N``),
+    cannot be opened: ``/proc`` is not mounted, or the descriptor is not open. ``None`` for
+    any other path (a link to one included) and for an open descriptor."""
+    named = _DESCRIPTOR_NAME.fullmatch(target)
+    if named is None:
         return None
+    fd = _STANDARD.index(named["std"]) if named["std"] else int(named["fd"])
+    if not os.path.isdir(_PROC_FD):
+        return (
+            f"the path needs /proc mounted to name {descriptor_name(fd)}, and {_PROC_FD} is"
+            " missing (give - for standard output)"
+        )
     try:
         os.fstat(fd)
     except OSError as exc:
-        return fd if exc.errno == errno.EBADF else None
+        return f"{descriptor_name(fd)} is not open" if exc.errno == errno.EBADF else None
     return None
+
+
+def descriptor_name(fd: int) -> str:
+    """``fd`` for messages: ``descriptor 2 (standard error)``, ``descriptor 7``."""
+    if fd < len(_STANDARD_NAMES):
+        return f"descriptor {fd} ({_STANDARD_NAMES[fd]})"
+    return f"descriptor {fd}"
 
 
 def _no_directory(folder: Path) -> str:

@@ -152,3 +152,45 @@ def test_a_descriptor_not_open_is_named_in_the_error() -> None:
     assert str(refused.value) == (
         f"cannot open /dev/fd/{closed} (output.findings): descriptor {closed} is not open"
     )
+
+
+def test_a_link_through_dotdot_after_a_linked_directory_reaches_the_socket(
+    journal: tuple[socket.socket, socket.socket], tmp_path: Path
+) -> None:
+    """A link ``out -> up/../fd/N``, ``up`` a link to ``/proc/self/fd``: the system goes up
+    from where ``up`` leads, to ``/proc/PID/fd/N``, the socket.
+    Was: the descriptor was found by reading the path's text, ``..`` dropped before the
+    link it follows was followed: ``<dir>/fd/N``, nothing there, so start-up failed "No such
+    device or address" (review of stderrsock). Now: the socket ``os.stat`` finds at the
+    path is matched with the descriptor whose ``fstat`` it is, and written."""
+    ours, reader = journal
+    (tmp_path / "up").symlink_to("/proc/self/fd")
+    out = tmp_path / "out"
+    out.symlink_to(f"up/../fd/{ours.fileno()}")
+    stream = open_text("output.findings", str(out))
+    try:
+        stream.write('{"finding": 1}\n')
+    finally:
+        stream.close()
+    assert _read(reader, 15) == b'{"finding": 1}\n'
+
+
+def test_a_unix_sockets_own_file_is_refused_as_the_system_refuses_it(tmp_path: Path) -> None:
+    """A Unix socket bound on a file system (the journal's ``/run/systemd/journal/socket``),
+    this process listening on it and connected to it: none of its descriptors holds the
+    file's socket (each holds a socket of its own). Was (before the branch, and on it): refused
+    as Linux refuses it. Now: the same, "No such device or address"; nothing is written to
+    the client's connection."""
+    path = str(tmp_path / "journal.socket")
+    with socket.socket(socket.AF_UNIX) as listening, socket.socket(socket.AF_UNIX) as client:
+        listening.bind(path)
+        listening.listen()
+        client.connect(path)
+        with pytest.raises(OutputError) as refused:
+            open_text("output.findings", path)
+        accepted, _ = listening.accept()
+        with accepted:
+            accepted.setblocking(False)
+            with pytest.raises(BlockingIOError):
+                accepted.recv(1)
+    assert str(refused.value) == f"cannot open {path} (output.findings): No such device or address"
