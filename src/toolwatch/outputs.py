@@ -345,21 +345,34 @@ def _became(written: os.stat_result | None, there: os.stat_result | None) -> str
         was = "the file written was removed, and the path could not be opened until now"
     else:
         what = _what(written)
+        if what == "socket" and there is not None:  # a copy of a descriptor: never renamed
+            return _pointed_elsewhere(there)
         again = there is not None and stat.S_ISFIFO(there.st_mode)
         if what == "FIFO" and again and not written.st_nlink:
             return "its reader made the FIFO there again"
         was = f"the {what} there was {'renamed away' if written.st_nlink else 'removed'}"
     if there is None or _what(there) == what:
         return was
-    now = "a regular file" if stat.S_ISREG(there.st_mode) else f"a {_what(there)}"
-    return f"{was}; {now} is there now"
+    return f"{was}; {_kind_phrase(there)} is there now"
+
+
+def _pointed_elsewhere(there: os.stat_result) -> str:
+    """What became of a socket written through a copy of the descriptor its path led to
+    (``output_files``): nothing renames or removes it; the path, a link, leads elsewhere."""
+    now = "another socket" if stat.S_ISSOCK(there.st_mode) else _kind_phrase(there)
+    return f"the path names {now} now, not the socket written"
+
+
+def _kind_phrase(status: os.stat_result) -> str:
+    """The kind of file ``status`` says, with its article: ``a regular file``, ``a FIFO``."""
+    return "a regular file" if stat.S_ISREG(status.st_mode) else f"a {_what(status)}"
 
 
 def _found(there: os.stat_result) -> str:
     """What an output with no file yet (``_Look._first``) found opened at its path."""
     if stat.S_ISFIFO(there.st_mode):
         return "a reader has opened the FIFO"
-    return f"a {'regular file' if stat.S_ISREG(there.st_mode) else _what(there)} is there now"
+    return f"{_kind_phrase(there)} is there now"
 
 
 def _going_on(stream: TextOutput, written: os.stat_result | None, removed: bool) -> str:
@@ -368,6 +381,8 @@ def _going_on(stream: TextOutput, written: os.stat_result | None, removed: bool)
     (EPIPE); a device goes on; a regular file removed loses its lines."""
     if written is not None and not _own_path(written):
         what = _what(written)
+        if what == "socket":  # a copy of a descriptor: it was neither renamed nor removed
+            return "still writing to the socket it was"
         became = "removed" if removed else "renamed away"
         was = f"still writing to the {what} it was, which was {became}"
         if what != "FIFO":

@@ -194,3 +194,65 @@ def test_a_unix_sockets_own_file_is_refused_as_the_system_refuses_it(tmp_path: P
             with pytest.raises(BlockingIOError):
                 accepted.recv(1)
     assert str(refused.value) == f"cannot open {path} (output.findings): No such device or address"
+
+
+def test_a_link_to_the_socket_pointed_at_a_file_is_logged_as_such(
+    journal: tuple[socket.socket, socket.socket],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A link to ``/dev/fd/N`` (the socket) written, then pointed at a regular file; a
+    SIGHUP. Was: "opened again (the socket there was renamed away; a regular file is there
+    now)": no socket is renamed, a copy of a descriptor has no name to lose. Now: "the path
+    names a regular file now, not the socket written", and the file is written."""
+    ours, _reader = journal
+    link, file = tmp_path / "journal", tmp_path / "findings.jsonl"
+    link.symlink_to(f"/dev/fd/{ours.fileno()}")
+    file.touch()
+    stream = open_text("output.findings", str(link))
+    caplog.set_level(logging.INFO, logger="toolwatch")
+    try:
+        link.unlink()
+        link.symlink_to(file)
+        opened = _Look(_FINDINGS_LOG, str(link))(stream, _Why.SIGHUP)
+    finally:
+        stream.close()
+    assert isinstance(opened, LineFile)
+    try:
+        opened.write("after\n")
+    finally:
+        opened.close()
+    assert [record.getMessage() for record in caplog.records] == [
+        f"output.findings: {link} opened again (the path names a regular file now, not the"
+        " socket written)"
+    ]
+    assert file.read_text() == "after\n"
+
+
+def test_a_link_to_the_socket_pointed_at_a_fifo_without_reader_goes_on_with_the_socket(
+    journal: tuple[socket.socket, socket.socket],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A link to ``/dev/fd/N`` (the socket) pointed at a FIFO no reader has opened; a
+    SIGHUP. Was: "still writing to the socket it was, which was renamed away". Now: "still
+    writing to the socket it was", and the socket is written."""
+    ours, reader = journal
+    link, fifo = tmp_path / "journal", tmp_path / "fifo"
+    link.symlink_to(f"/dev/fd/{ours.fileno()}")
+    os.mkfifo(fifo)
+    stream = open_text("output.findings", str(link))
+    caplog.set_level(logging.INFO, logger="toolwatch")
+    try:
+        link.unlink()
+        link.symlink_to(fifo)
+        found = _Look(_FINDINGS_LOG, str(link))(stream, _Why.SIGHUP)
+        stream.write("still\n")
+    finally:
+        stream.close()
+    assert found is None
+    assert [record.getMessage() for record in caplog.records] == [
+        f"cannot open {link} (output.findings): a FIFO no reader has opened yet; still"
+        " writing to the socket it was"
+    ]
+    assert _read(reader, 6) == b"still\n"
