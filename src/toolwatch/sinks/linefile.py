@@ -19,7 +19,13 @@ rest is written next, before anything else, so that a reader gets the line whole
 
 ``WriteFailures`` tells an output's failed writes (to a metric, and logged by outage).
 
-Threading: one writer (the event loop); not thread-safe.
+Threading: not thread-safe; each ``LineFile`` is written by one thread, its output's
+(``background.BackgroundOutput``), which also closes it. It is opened on the event loop at
+start-up, or on that thread when it opens its path again (``outputs._Look``).
+``WriteFailures`` is told from the event loop (a line lost waiting for room), the output's
+thread and the thread that closes it, always under its output's ``_tell`` lock;
+``write_lines`` runs on whatever thread writes its stream (the event loop, into a
+``BackgroundOutput``'s queue).
 """
 
 from __future__ import annotations
