@@ -77,3 +77,35 @@ def test_findings_to_dev_stderr_reach_a_socket_standard_error(tmp_path: Path) ->
     assert (found, code) == ([(first, MISSING), (second, MISSING)], 0)
     # The outputs' messages name the path: a look that failed, a file opened again.
     assert [line for line in server.log if "/dev/stderr" in line or " ERROR " in line] == []
+
+
+def test_the_log_still_reaches_the_socket_after_the_outputs_close_at_shutdown(
+    tmp_path: Path,
+) -> None:
+    """Scenario: as above, one unverified refund, then SIGTERM. The findings log is a copy
+    of descriptor 2: closing it at shutdown must close the copy alone, not standard error.
+    The drain's line, logged once the outputs are closed, is read from the socket after the
+    finding, and the process exits 0."""
+    config = write_config(
+        tmp_path / "journal.yaml",
+        {},
+        assembly={"completion_wait_seconds": 0.01, "tick_seconds": 0.01},
+        output={"findings": "/dev/stderr"},
+    )
+    server = ServeProcess(config, journal=True)
+    try:
+        judged = _judged(server)
+        code, _ = server.terminate(START_TIMEOUT)
+    finally:
+        if server.proc.poll() is None:
+            server.kill()
+    drained = " INFO toolwatch: drained 0 buffered trace(s) at shutdown\n"
+    assert until(lambda: any(line.endswith(drained) for line in server.log), START_TIMEOUT), (
+        "".join(server.log)
+    )
+    last = [line[:1] if line.startswith("{") else line[23:] for line in server.log[-3:]]
+    assert (code, [f["trace_id"] for f in _findings(server)], last) == (
+        0,
+        [judged],
+        ["{", " INFO toolwatch: shutting down\n", drained],
+    )
