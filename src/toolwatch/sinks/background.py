@@ -492,6 +492,16 @@ class BackgroundOutput:
         if len(lines) > 1 and self._wrote(stream, lines) is None:
             self._told(stream, None, lines)
             return stream, []
+        return self._write_one_by_one(stream, lines)
+
+    def _write_one_by_one(
+        self, stream: TextOutput, lines: list[str]
+    ) -> tuple[TextOutput, list[str]]:
+        """``_write_some`` for one line, or when one write of ``lines`` failed: a write a
+        line, each told (``_told``), until ``close`` gives up on them. At the first line a
+        FIFO's reader was gone for (EPIPE), the path is looked at (``_followed``): when that
+        opens another file or finds the lines lost, the file to write and the lines left for
+        it; else the file and no lines."""
         looked = False
         for at, line in enumerate(lines):  # one by one: one that cannot be written loses no other
             if self._abandoned:
