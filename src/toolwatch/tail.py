@@ -103,36 +103,74 @@ def run_tail(
     out = out or sys.stdout
     err = err or sys.stderr
     access = access or StreamAccess()
+    printer = _printer(out, as_json, color)
+    request = _subscribe_request(categories, min_severity, agents)
+    if not _usable_target(target, err):
+        return EXIT_USAGE
+    _warn_token_in_clear(target, access, err)
+    try:
+        cursor = _load_cursor(cursor_file, clock, err)
+        if cursor is None:
+            return EXIT_USAGE
+        session = _Session(target, printer, err, access, cursor, keepalive)
+        return _subscriptions(session, request, reconnect, (sleep, clock))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+def _printer(out: TextIO, as_json: bool, color: bool | None) -> _Printer:
+    """How findings are printed to ``out``: in colour when ``color`` says so, or, given
+    ``None``, when ``out`` is a terminal and ``NO_COLOR`` is unset (``_use_colour``)."""
     colour = _use_colour(out) if color is None else color
-    printer = _Printer(out, as_json, colour, _narrow_encoding(out))
-    request = findings_pb2.SubscribeRequest(
+    return _Printer(out, as_json, colour, _narrow_encoding(out))
+
+
+def _subscribe_request(
+    categories: Sequence[str], min_severity: str, agents: Sequence[str]
+) -> findings_pb2.SubscribeRequest:
+    """The subscription tail asks for: the filter given, with losses told in ``missed_after``
+    when the server's queue for tail runs empty first (not left for the next finding's
+    ``missed_before``)."""
+    return findings_pb2.SubscribeRequest(
         categories=list(categories),
         min_severity=min_severity,
         agents=list(agents),
         missed_after=True,
     )
+
+
+def _usable_target(target: str, err: TextIO) -> bool:
+    """Whether ``target`` is ``HOST:PORT``; when not, tells ``err`` why (``_target_problem``)."""
     problem = _target_problem(target)
     if problem is not None:
         err.write(
             f"toolwatch tail: --target {target!r} is not HOST:PORT (listen.stream){problem}\n"
         )
-        return EXIT_USAGE
+        return False
+    return True
+
+
+def _warn_token_in_clear(target: str, access: StreamAccess, err: TextIO) -> None:
+    """Warns on ``err`` when a bearer token would go to a host not this one without TLS."""
     host = target.rpartition(":")[0]
     if access.bearer_token_file is not None and not access.secure and not _local(host):
         err.write(
             f"toolwatch tail: warning: the bearer token goes to {target} without TLS, in clear"
             " text on the network: pass --tls-ca (or --tls) if the stream has TLS\n"
         )
+
+
+def _load_cursor(
+    cursor_file: Path | None, clock: Callable[[], float], err: TextIO
+) -> _Cursor | None:
+    """Where tail is in each stream, kept in ``cursor_file`` (``_Cursor.load``: its warnings
+    told on ``err``); ``None`` when the file cannot be read or is no cursor file, told on
+    ``err``."""
     try:
-        try:
-            cursor = _Cursor.load(cursor_file, clock, warn=lambda m: _tell(err, m))
-        except (OSError, ValueError) as e:
-            err.write(f"toolwatch tail: --cursor-file {cursor_file}: {e}\n")
-            return EXIT_USAGE
-        session = _Session(target, printer, err, access, cursor, keepalive)
-        return _subscriptions(session, request, reconnect, (sleep, clock))
-    except KeyboardInterrupt:
-        return EXIT_INTERRUPTED
+        return _Cursor.load(cursor_file, clock, warn=lambda m: _tell(err, m))
+    except (OSError, ValueError) as e:
+        err.write(f"toolwatch tail: --cursor-file {cursor_file}: {e}\n")
+        return None
 
 
 def _target_problem(target: str) -> str | None:

@@ -270,38 +270,40 @@ class _Cursor:
         self.stream_id = stream
         with self._lock:
             if stream and resumed != "same":
-                # New to tail: a fresh subscription starts where the stream is; a resumed one
-                # is sent everything held, all after anything tail printed.
-                start = 0 if resumed == "new" else int(metadata.get(STREAM_SEQUENCE_KEY) or 0)
-                self.streams.pop(stream, None)
-                self.streams[stream] = start
-                while len(self.streams) > KEPT_CURSORS:
-                    self.tokens.pop(forgotten := next(iter(self.streams)), None)
-                    del self.streams[forgotten]
-                self.unsaved = True
+                self._start_stream(stream, resumed, metadata)
             if stream and self.tokens.get(stream, "") != token:
                 # Kept before any finding is printed: a run killed after printing one resumes
                 # as this subscription, and claims what the server holds for it.
-                if token:
-                    self.tokens[stream] = token
-                else:
-                    self.tokens.pop(stream, None)
-                self.unsaved = True
+                self._keep_token(stream, token)
             if self.unsaved:
                 self._keep()
-        unheld = (
-            f"; up to {lost} findings that pass the filter were published since and are no"
-            " longer held by the server (output.stream_replay_size): missed (its findings log"
-            " has them)"
-            if lost
-            else ""
-        )
-        previous = (
-            "; findings the previous one published after the last one printed, if any, are in"
-            " its findings log"
-            if self.lost_connection
-            else ""
-        )
+        return self._resume_news(target, resumed, lost, again)
+
+    def _start_stream(self, stream: str, resumed: str | None, metadata: Mapping[str, str]) -> None:
+        """The lock held: ``stream`` is new to tail. A fresh subscription starts where the
+        stream is; a resumed one (``resumed``: ``new``) is sent everything held, all after
+        anything tail printed. The oldest cursors past ``KEPT_CURSORS`` are forgotten, with
+        their tokens."""
+        start = 0 if resumed == "new" else int(metadata.get(STREAM_SEQUENCE_KEY) or 0)
+        self.streams.pop(stream, None)
+        self.streams[stream] = start
+        while len(self.streams) > KEPT_CURSORS:
+            self.tokens.pop(forgotten := next(iter(self.streams)), None)
+            del self.streams[forgotten]
+        self.unsaved = True
+
+    def _keep_token(self, stream: str, token: str) -> None:
+        """The lock held: ``token`` is the one to resume ``stream`` with (none: forgotten)."""
+        if token:
+            self.tokens[stream] = token
+        else:
+            self.tokens.pop(stream, None)
+        self.unsaved = True
+
+    def _resume_news(self, target: str, resumed: str | None, lost: int, again: bool) -> str:
+        """What ``subscribed`` tells of how the server took the resume (``resumed``: ``same``,
+        ``new``, or none: nothing), ``lost`` the findings it no longer held."""
+        unheld = _UNHELD.format(lost=lost) if lost else ""
         if again:
             verb, where = "reconnected to", "where it left off"
         else:
@@ -309,11 +311,25 @@ class _Cursor:
         if resumed == "same":
             return f"{verb} {target}, resuming {where}{unheld}"
         if resumed == "new":
+            previous = _PREVIOUS_STREAM_LOG if self.lost_connection else ""
             return (
                 f"{verb} {target}, a stream new to tail (the server restarted, or"
                 f" another one answers): what it holds is sent{previous}{unheld}"
             )
         return ""
+
+
+#: Told of a resume when the server no longer held ``lost`` of the findings published since.
+_UNHELD: Final = (
+    "; up to {lost} findings that pass the filter were published since and are no"
+    " longer held by the server (output.stream_replay_size): missed (its findings log"
+    " has them)"
+)
+#: Told of a stream new to tail after the last live subscription lost its connection.
+_PREVIOUS_STREAM_LOG: Final = (
+    "; findings the previous one published after the last one printed, if any, are in"
+    " its findings log"
+)
 
 
 #: Why ``FILE.<random>.partial`` could not replace the cursor file, by errno, where rewriting

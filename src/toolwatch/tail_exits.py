@@ -60,7 +60,9 @@ def _asked_to_reconnect(error: Any) -> bool:
 def _report_error(
     error: Any, target: str, connected: bool, access: StreamAccess
 ) -> tuple[int, str]:
-    """The exit code for a failed subscription, and what to tell."""
+    """The exit code for a failed subscription, and what to tell: a status the server ended or
+    refused it with, else a connection lost once subscribed, else why the stream was not
+    reached (``_unreached``)."""
     code, details = error.code(), error.details()
     if code == grpc.StatusCode.INVALID_ARGUMENT:
         return EXIT_USAGE, details
@@ -69,17 +71,37 @@ def _report_error(
     if code == grpc.StatusCode.ABORTED and details == SUPERSEDED:
         return EXIT_SUPERSEDED, f"{target} ended the stream: {details}"
     if code == grpc.StatusCode.UNAUTHENTICATED:
-        if connected:  # reconnecting reads the token file again: a rotation loses nothing
-            return EXIT_UNAVAILABLE, (
-                f"{target} no longer accepts the bearer token (UNAUTHENTICATED): it was taken"
-                " out of the server's token file"
-            )
-        if access.bearer_token_file is None:
-            return EXIT_USAGE, (
-                f"{target} wants a bearer token (UNAUTHENTICATED): pass --bearer-token-file"
-                f" (or set {ACCESS_FLAGS['--bearer-token-file'][0]})"
-            )
-        return EXIT_USAGE, f"{target} refused the bearer token (UNAUTHENTICATED)"
+        return _token_refused(target, connected, access)
+    refused = _subscription_refused(code, details, target)
+    if refused is not None:
+        return refused
+    if connected:
+        return EXIT_UNAVAILABLE, f"lost the connection to {target}: {code.name}: {details}"
+    return _unreached(code, details, target, access)
+
+
+def _token_refused(target: str, connected: bool, access: StreamAccess) -> tuple[int, str]:
+    """The exit code for a subscription refused its bearer token (UNAUTHENTICATED), and what
+    to tell: one no longer accepted once subscribed, none given, or the one given refused."""
+    if connected:  # reconnecting reads the token file again: a rotation loses nothing
+        return EXIT_UNAVAILABLE, (
+            f"{target} no longer accepts the bearer token (UNAUTHENTICATED): it was taken"
+            " out of the server's token file"
+        )
+    if access.bearer_token_file is None:
+        return EXIT_USAGE, (
+            f"{target} wants a bearer token (UNAUTHENTICATED): pass --bearer-token-file"
+            f" (or set {ACCESS_FLAGS['--bearer-token-file'][0]})"
+        )
+    return EXIT_USAGE, f"{target} refused the bearer token (UNAUTHENTICATED)"
+
+
+def _subscription_refused(
+    code: grpc.StatusCode, details: str | None, target: str
+) -> tuple[int, str] | None:
+    """The exit code and what to tell when the server refused the subscription for its
+    client certificate, for serving no findings stream, or for its subscribers' limit;
+    ``None`` for any other ``code``."""
     if code == grpc.StatusCode.PERMISSION_DENIED:
         return EXIT_USAGE, (
             f"{target} does not accept this client certificate (PERMISSION_DENIED): it names"
@@ -92,10 +114,28 @@ def _report_error(
         )
     if code == grpc.StatusCode.RESOURCE_EXHAUSTED:
         return EXIT_UNAVAILABLE, f"{target} refused the subscription: {details}"
-    if connected:
-        return EXIT_UNAVAILABLE, f"lost the connection to {target}: {code.name}: {details}"
+    return None
+
+
+def _unreached(
+    code: grpc.StatusCode, details: str | None, target: str, access: StreamAccess
+) -> tuple[int, str]:
+    """The exit code for a subscription that never reached the findings stream, and what to
+    tell: the server shutting down, a peer that is no gRPC server (``_not_grpc``), or no
+    connection, with a hint at why (``_unreachable_hint``)."""
     if code == grpc.StatusCode.UNAVAILABLE and details == SHUTTING_DOWN:
         return EXIT_UNAVAILABLE, f"{target} is shutting down"
+    not_grpc = _not_grpc(details, target)
+    if not_grpc is not None:
+        return not_grpc
+    hint = _unreachable_hint(details, access)
+    return EXIT_UNAVAILABLE, f"cannot reach the findings stream at {target}: {details} ({hint})"
+
+
+def _not_grpc(details: str | None, target: str) -> tuple[int, str] | None:
+    """The usage error when gRPC's ``details`` say the peer answered in HTTP/1.x
+    (``_HTTP1_ANSWER``) or in something else that is not HTTP/2 (``_NOT_HTTP2_ANSWER``): a
+    wrong address, not an outage; ``None`` otherwise."""
     if _HTTP1_ANSWER in (details or ""):
         # gRPC's own words for a peer that answered in HTTP/1.x: toolwatch's OTLP/HTTP or
         # metrics port, a wrong address, not an outage.
@@ -109,16 +149,21 @@ def _report_error(
             " findings stream (another service's port?): point --target at the server's"
             f" listen.stream address ({details})"
         )
+    return None
+
+
+def _unreachable_hint(details: str | None, access: StreamAccess) -> str:
+    """Why the findings stream may not be reachable, from gRPC's ``details`` and ``access``:
+    nothing listening, or TLS on one side only (or the client certificate refused)."""
     if "Connection refused" in (details or ""):  # no TLS question: nothing answered
-        hint = "nothing listens there: is serve running, and --target its listen.stream address?"
-    elif access.secure:
-        hint = f"is the stream plaintext? {access.tls_off()}"
-        if access.cert_file is not None:  # a refusal of it by the server's handshake, too
-            hint += (
-                f"; or does the server's TLS handshake refuse the client certificate of"
-                f" {access.given('--tls-cert')} {access.cert_file}: its CA not trusted"
-                " (taken out of the client CA file?), or the certificate expired?"
-            )
-    else:
-        hint = "if the stream has TLS, pass --tls-ca (or --tls)"
-    return EXIT_UNAVAILABLE, f"cannot reach the findings stream at {target}: {details} ({hint})"
+        return "nothing listens there: is serve running, and --target its listen.stream address?"
+    if not access.secure:
+        return "if the stream has TLS, pass --tls-ca (or --tls)"
+    hint = f"is the stream plaintext? {access.tls_off()}"
+    if access.cert_file is not None:  # a refusal of it by the server's handshake, too
+        hint += (
+            f"; or does the server's TLS handshake refuse the client certificate of"
+            f" {access.given('--tls-cert')} {access.cert_file}: its CA not trusted"
+            " (taken out of the client CA file?), or the certificate expired?"
+        )
+    return hint

@@ -311,41 +311,67 @@ class BackgroundOutput:
                 self._failures.failed(self.name, error)
 
     def _run(self, stream: TextOutput) -> None:
-        while True:
-            with self._changed:
-                self._changed.wait_for(lambda: self._queue or self._closing)
-                if not self._queue or self._abandoned:  # closing, everything written
-                    break
-                self._changed.wait_for(self._due, GATHER_SECONDS)
-                batch = self._take()
-                lines = [item for item in batch if isinstance(item, str)]
-                self._busy = len(lines)
-                self._busy_lines = sum(line.count("\n") for line in lines)
-            try:
-                if self._follow is not None and self._looks(self._follow):
-                    stream = self._followed(self._follow, stream)
-                stream = self._write(stream, batch)
-            except Exception as exc:  # a defect here must not end the thread: the rest would wait
-                _log.exception("writing %s failed", self.name)
-                with self._changed:
-                    stream = self._latest  # a file it switched to before it raised
-                self._lose_untold(stream, lines, exc)
-                # A SIGHUP's reopen after the lines that raised: run it.
-                for reopen in [i for i in batch if isinstance(i, _Reopen) and not i.done]:
-                    stream = self._reopened(stream, reopen)
-            finally:
-                done, items = sum(map(len, lines)), len(batch)
-                batch, lines = [], []  # let go of them: no longer counted, no longer held
-                with self._changed:  # held until written: the bound is of the memory
-                    self._busy = self._busy_lines = self._writing = 0
-                    self._chars -= done
-                    self._done_items += items
-                    if self._done_items >= self._stall_ends:  # took what waited: it takes writes
-                        self._stalled = False
-                    self._changed.notify_all()
+        """The thread: writes the queue a batch at a time (``_write_next``) until the output
+        is closed and everything is written, or ``close`` gave up on it; then closes the file,
+        unless ``close`` gave up (``_abandoned``)."""
+        while (written := self._write_next(stream)) is not None:
+            stream = written
         if not self._abandoned:
             with contextlib.suppress(OSError):  # a full disk's failures were told as they came
                 stream.close()
+
+    def _write_next(self, stream: TextOutput) -> TextOutput | None:
+        """Waits for lines (or a reopen), gathers more for up to ``GATHER_SECONDS`` unless
+        ``_due``, and writes the batch taken (``_write_batch``): the file written last, or
+        ``None`` when closing and everything is written (or ``close`` gave up on it)."""
+        with self._changed:
+            self._changed.wait_for(lambda: self._queue or self._closing)
+            if not self._queue or self._abandoned:  # closing, everything written
+                return None
+            self._changed.wait_for(self._due, GATHER_SECONDS)
+            batch = self._take()
+            lines = [item for item in batch if isinstance(item, str)]
+            self._busy = len(lines)
+            self._busy_lines = sum(line.count("\n") for line in lines)
+        try:
+            stream = self._write_batch(stream, batch, lines)
+        finally:
+            done, items = sum(map(len, lines)), len(batch)
+            batch, lines = [], []  # let go of them: no longer counted, no longer held
+            self._batch_done(done, items)
+        return stream
+
+    def _write_batch(
+        self, stream: TextOutput, batch: list[str | _Reopen], lines: list[str]
+    ) -> TextOutput:
+        """Writes ``batch``, whose writes are ``lines``, after looking at the path when it is
+        time (``follow``); the file written last. A defect is logged, the writes not told yet
+        are told lost, and a SIGHUP's reopen after them is run."""
+        try:
+            if self._follow is not None and self._looks(self._follow):
+                stream = self._followed(self._follow, stream)
+            return self._write(stream, batch)
+        except Exception as exc:  # a defect here must not end the thread: the rest would wait
+            _log.exception("writing %s failed", self.name)
+            with self._changed:
+                stream = self._latest  # a file it switched to before it raised
+            self._lose_untold(stream, lines, exc)
+            # A SIGHUP's reopen after the lines that raised: run it.
+            for reopen in [i for i in batch if isinstance(i, _Reopen) and not i.done]:
+                stream = self._reopened(stream, reopen)
+            return stream
+
+    def _batch_done(self, done: int, items: int) -> None:
+        """The thread is through with a batch of ``items``, ``done`` characters of lines: no
+        longer counted, once let go of; the stall ends once what waited when it began is
+        through."""
+        with self._changed:  # held until written: the bound is of the memory
+            self._busy = self._busy_lines = self._writing = 0
+            self._chars -= done
+            self._done_items += items
+            if self._done_items >= self._stall_ends:  # took what waited: it takes writes
+                self._stalled = False
+            self._changed.notify_all()
 
     def _lose_untold(self, stream: TextOutput, lines: list[str], exc: Exception) -> None:
         """Tells lost the writes of ``lines`` not told yet, the writing having raised: they
@@ -466,6 +492,16 @@ class BackgroundOutput:
         if len(lines) > 1 and self._wrote(stream, lines) is None:
             self._told(stream, None, lines)
             return stream, []
+        return self._write_one_by_one(stream, lines)
+
+    def _write_one_by_one(
+        self, stream: TextOutput, lines: list[str]
+    ) -> tuple[TextOutput, list[str]]:
+        """``_write_some`` for one line, or when one write of ``lines`` failed: a write a
+        line, each told (``_told``), until ``close`` gives up on them. At the first line a
+        FIFO's reader was gone for (EPIPE), the path is looked at (``_followed``): when that
+        opens another file or finds the lines lost, the file to write and the lines left for
+        it; else the file and no lines."""
         looked = False
         for at, line in enumerate(lines):  # one by one: one that cannot be written loses no other
             if self._abandoned:

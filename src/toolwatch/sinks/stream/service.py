@@ -111,12 +111,12 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
     async def Subscribe(  # noqa: N802 (the gRPC method name)
         self, request: findings_pb2.SubscribeRequest, context: grpc.aio.ServicerContext[Any, Any]
     ) -> None:
+        """Validates ``request`` and subscribes it, or aborts the call (INVALID_ARGUMENT,
+        UNAVAILABLE while shutting down, RESOURCE_EXHAUSTED); then sends the headers and the
+        findings (``_stream``), and ends the call as the subscription ended (``_end``)."""
         broker = self._broker
         try:
-            stream_filter = StreamFilter.from_request(request)
-            resume = Resume.from_request(request)
-            if resume is not None:
-                broker.check_resume(resume)
+            stream_filter, resume = self._requested(request)
         except ValueError as e:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             return
@@ -129,20 +129,62 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
         except SubscribersFullError as e:
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
             return
+        metadata = self._subscribed_metadata(subscription, start)
+        allowed = self._check_token(subscription, context)
+        accepted = await self._stream(subscription, metadata, allowed, context)
+        await self._end(subscription, accepted, context)
+
+    def _requested(
+        self, request: findings_pb2.SubscribeRequest
+    ) -> tuple[StreamFilter, Resume | None]:
+        """The filter and the resume ``request`` asks for; raises ``ValueError`` for one that
+        is not valid, or a resume the broker cannot take (``FindingsBroker.check_resume``)."""
+        stream_filter = StreamFilter.from_request(request)
+        resume = Resume.from_request(request)
+        if resume is not None:
+            self._broker.check_resume(resume)
+        return stream_filter, resume
+
+    def _subscribed_metadata(
+        self, subscription: Subscription, start: int
+    ) -> tuple[tuple[str, str], ...]:
+        """The headers that tell the client it is subscribed: the stream, the sequence
+        ``subscription`` starts after, its resume token and, when it resumed, how."""
         metadata: tuple[tuple[str, str], ...] = (
             *SUBSCRIBED_METADATA,
-            (STREAM_ID_KEY, broker.stream_id),
+            (STREAM_ID_KEY, self._broker.stream_id),
             (STREAM_SEQUENCE_KEY, str(start)),
             (RESUME_TOKEN_KEY, subscription.token),
         )
         if (resumed := subscription.resumed) is not None:
             metadata += ((RESUME_KEY, resumed.stream), (RESUME_LOST_KEY, str(resumed.lost)))
+        return metadata
+
+    def _check_token(
+        self, subscription: Subscription, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> Callable[[], bool] | None:
+        """What ``authorize`` gives to ask before each write to ``subscription`` (``None``:
+        nothing), asked at each ``recheck`` too; ``subscription`` is revoked at once when it
+        says no already. Called before any await."""
         authorize = self._authorize
         allowed = authorize(context.invocation_metadata()) if authorize is not None else None
         if allowed is not None:  # before any await: a recheck from now on sees it
             self._checked[subscription] = allowed
             if not allowed():  # a reload since the call's headers were checked
                 subscription.revoke()
+        return allowed
+
+    async def _stream(
+        self,
+        subscription: Subscription,
+        metadata: tuple[tuple[str, str], ...],
+        allowed: Callable[[], bool] | None,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> bool:
+        """Sends the headers ``metadata``, then ``subscription``'s findings (``deliver``),
+        which unsubscribes it; also when the headers fail. ``False`` when ``allowed`` said
+        no. No longer rechecked (``recheck``) once over."""
+        broker = self._broker
         try:
             try:
                 # Headers now, so the client knows it is subscribed before any finding arrives.
@@ -150,9 +192,20 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
             except BaseException:
                 broker.unsubscribe(subscription)
                 raise
-            accepted = await deliver(broker, subscription, context.write, allowed)
+            return await deliver(broker, subscription, context.write, allowed)
         finally:
             self._checked.pop(subscription, None)
+
+    async def _end(
+        self,
+        subscription: Subscription,
+        accepted: bool,
+        context: grpc.aio.ServicerContext[Any, Any],
+    ) -> None:
+        """Ends the call as ``subscription`` ended: UNAUTHENTICATED, counted, when its token
+        was taken out (not ``accepted``); ABORTED when another client resumed it
+        (``SUPERSEDED``); UNAVAILABLE when interrupted (``CLIENT_CAS_CHANGED``); else OK, with
+        the losses no finding told in its trailing metadata."""
         if not accepted:
             self._refused()
             await context.abort(grpc.StatusCode.UNAUTHENTICATED)
