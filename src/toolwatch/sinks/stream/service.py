@@ -130,7 +130,7 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
             await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, str(e))
             return
         metadata = self._subscribed_metadata(subscription, start)
-        allowed = self._check_token(subscription, context)
+        allowed = self._watch_token(subscription, context)  # before any await: see its docstring
         accepted = await self._stream(subscription, metadata, allowed, context)
         await self._end(subscription, accepted, context)
 
@@ -160,12 +160,13 @@ class FindingsStreamServicer(findings_pb2_grpc.FindingsServiceServicer):
             metadata += ((RESUME_KEY, resumed.stream), (RESUME_LOST_KEY, str(resumed.lost)))
         return metadata
 
-    def _check_token(
+    def _watch_token(
         self, subscription: Subscription, context: grpc.aio.ServicerContext[Any, Any]
     ) -> Callable[[], bool] | None:
-        """What ``authorize`` gives to ask before each write to ``subscription`` (``None``:
-        nothing), asked at each ``recheck`` too; ``subscription`` is revoked at once when it
-        says no already. Called before any await."""
+        """Registers what ``authorize`` gives to ask before each write to ``subscription``
+        (``None``: nothing), asked at each ``recheck`` too, and returns it; ``subscription``
+        is revoked at once when it says no already. The caller must call it before any
+        await: a reload's ``recheck`` in between would not see the subscription."""
         authorize = self._authorize
         allowed = authorize(context.invocation_metadata()) if authorize is not None else None
         if allowed is not None:  # before any await: a recheck from now on sees it
