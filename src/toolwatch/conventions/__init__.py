@@ -1,6 +1,9 @@
 """Convention recognizers: what a span is (agent run, tool execution, model call, wrapper,
 other) and its role's fields, whatever instrumentation wrote it (CONVENTIONS.md).
 
+CONVENTIONS.md ("CONVENTIONS.md §N" throughout) is the team's design notes, kept outside this
+repository, not shipped; see docs/observed-conventions.md and docs/instrumenting.md instead.
+
 ``recognize`` classifies in Langfuse's proven priority (CONVENTIONS.md §6 step 2): an
 explicit vendor kind (``openinference.span.kind``, ``traceloop.span.kind``,
 ``langsmith.span.kind``) > ``gen_ai.operation.name`` > Google ADK's ``call_llm`` span > the
