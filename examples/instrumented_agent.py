@@ -10,6 +10,7 @@ reads from each, and what a missing one costs: docs/instrumenting.md.
     python examples/instrumented_agent.py --skip-lookup  # the refund alone: toolwatch pages
     python examples/instrumented_agent.py --no-content   # no arguments, results or messages
     python examples/instrumented_agent.py --case-id refund-verified-damaged-item
+    python examples/instrumented_agent.py --conversation-id conv-7  # a turn of conv-7
 
 Needs opentelemetry-sdk and opentelemetry-exporter-otlp-proto-grpc. Sends over OTLP/gRPC to
 OTEL_EXPORTER_OTLP_ENDPOINT, http://127.0.0.1:4317 (``make serve``) when it is not set, and
@@ -21,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -109,6 +111,8 @@ class Agent:
         }
         if case_id is not None:
             attributes["toolwatch.case_id"] = case_id  # a canary of this golden case
+        # The ``with`` ends the span however the run ends, an exception included: an agent
+        # span never ended is never exported, and the run loses its agent.
         with self.tracer.start_as_current_span(
             f"invoke_agent {AGENT}", kind=SpanKind.INTERNAL, attributes=attributes
         ) as span:
@@ -182,7 +186,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--skip-lookup", action="store_true", help="refund without a lookup")
     parser.add_argument("--no-content", action="store_true", help="record no content")
     parser.add_argument("--case-id", help="the golden case this run is a canary of")
-    parser.add_argument("--conversation-id", default="conv-42")
+    parser.add_argument(
+        "--conversation-id",
+        help="the conversation this run is a turn of (default: a new one, this run's own)",
+    )
     return parser.parse_args(argv)
 
 
@@ -193,8 +200,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=endpoint)))
     tracer = provider.get_tracer("refund-agent")
     agent = Agent(tracer, scripted_model(args.skip_lookup), content=not args.no_content)
+    # One id per conversation, never a constant: with verification_scope: conversation, runs
+    # that share an id verify each other's refunds.
+    conversation_id = args.conversation_id or f"conv-{uuid.uuid4()}"
     try:
-        trace_id, answer = agent.run(QUESTION, args.conversation_id, args.case_id)
+        trace_id, answer = agent.run(QUESTION, conversation_id, args.case_id)
     finally:
         provider.shutdown()  # exports the spans still batched before the process ends
     print(f"sent trace {trace_id} to {endpoint}: {answer}")

@@ -6,7 +6,8 @@ pointed at a real server on loopback (``start_server``, the example policy
 The ToolTrace the server rebuilt must hold exactly the calls the example's model asked for,
 in its order, with their arguments and call ids; the refund without its lookup must page
 MISSING_VERIFICATION_STEP; without content, what the page says of content capture holds;
-and the doc shows the example as it is.
+each run is a conversation of its own unless one is named; and the doc shows the example as
+it is. The page's other statements: ``test_instrumenting_doc_claims``.
 """
 
 from __future__ import annotations
@@ -85,7 +86,7 @@ def test_the_run_is_rebuilt_as_the_example_sent_it(
         "refund-bot",
         "gpt-4o",
     )
-    assert trace["conversation_id"] == "conv-42"
+    assert re.fullmatch(r"conv-[0-9a-f-]{36}", trace["conversation_id"])
     assert trace["final_text"] == "Order A-1001 is refunded: $25.00."
     assert (trace["complete"], trace["refusal"]) == (True, False)
     assert findings(server) == []
@@ -130,6 +131,35 @@ def test_without_content_calls_keep_their_ids_and_lose_their_arguments(
     assert trace["final_text"] is None
     categories = [f.category for f in findings(server)]
     assert categories == ([Category.MISSING_VERIFICATION_STEP] if flags else [])
+
+
+@pytest.mark.parametrize("shared", [False, True], ids=["own-ids", "shared-id"])
+def test_each_run_is_a_conversation_of_its_own_unless_one_is_named(
+    start_server: Callable[..., RunningServer], shared: bool
+) -> None:
+    """Doc, "One run, as toolwatch wants it": "Each run is a conversation of its own (a new
+    `gen_ai.conversation.id`, from a uuid) unless `--conversation-id ID` makes it a turn of
+    `ID`", and the agent span's table, why: with `verification_scope: conversation`, "runs
+    that share an id verify each other's refunds".
+
+    A run (lookup and refund), then a refund alone: with ids of their own, the refund pages
+    MISSING_VERIFICATION_STEP; as turns of one conversation, the first run's lookup verifies
+    it."""
+    server = start_server(POLICY, policy__verification_scope="conversation")
+    named = ("--conversation-id", "conv-7") if shared else ()
+    first = run_example(server, *named)
+    second = run_example(server, "--skip-lookup", *named)
+
+    traces = server.tooltraces()
+    assert [t["trace_id"] for t in traces] == [first, second]
+    ids = [t["conversation_id"] for t in traces]
+    if shared:
+        assert ids == ["conv-7", "conv-7"]
+    else:
+        assert all(re.fullmatch(r"conv-[0-9a-f-]{36}", i) for i in ids)
+        assert ids[0] != ids[1]
+    categories = [(f.category, f.trace_id) for f in findings(server)]
+    assert categories == ([] if shared else [(Category.MISSING_VERIFICATION_STEP, second)])
 
 
 def test_a_case_id_makes_the_run_a_canary_of_its_case(
