@@ -49,6 +49,7 @@ from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodedBatch, scanner
 from toolwatch.ingest.decode_thread import DecodeThread, off_loop_bytes
 from toolwatch.ingest.grpc_health import health_handler
+from toolwatch.ingest.http_answers import status_refusal
 from toolwatch.ingest.inflight import InFlight
 from toolwatch.ingest.otlp_grpc import SERVICE_NAME, trace_service_handler
 from toolwatch.ingest.otlp_http import HttpTraceReceiver, ProtocolErrorLog
@@ -56,7 +57,9 @@ from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
 from toolwatch.ingest.slots import RequestSlots
 from toolwatch.listeners import (
     HANDSHAKE_SECONDS,
+    HEAD_LIMITS,
     HandshakeBoundSite,
+    HeadRefusingHandler,
     ListenError,
     ListenersError,
     StartError,
@@ -65,6 +68,7 @@ from toolwatch.listeners import (
     format_address,
     listening_socket,
     os_reason,
+    text_refusal,
 )
 from toolwatch.model import Clock, monotonic_clock
 from toolwatch.names import NameNormalizer, namespaced
@@ -701,24 +705,38 @@ class App:
         app.middlewares.insert(0, self._connection_age_middleware())
         return app
 
-    async def _start_http(self, listener: str, address: str, app: web.Application) -> str:
+    def _connection_options(self, listener: str) -> dict[str, Any]:
+        """The options of the HTTP listener's connection handlers (aiohttp's
+        ``RequestHandler``)."""
         refused = None
         if listener == "http":  # a request that is not HTTP: an invalid OTLP/HTTP request
 
             def refused() -> None:
                 self.metrics.request_handled("http", "invalid", 0.0)
 
-        server_log = ProtocolErrorLog(logging.getLogger("aiohttp.server"), refused)
+        return {
+            "auto_decompress": False,
+            "access_log": None,
+            "logger": ProtocolErrorLog(logging.getLogger("aiohttp.server"), refused),
+            # Also closes a connection whose first request never completes its headers.
+            "keepalive_timeout": self.config.ingest.idle_timeout_seconds,
+            **HEAD_LIMITS,
+        }
+
+    async def _start_http(self, listener: str, address: str, app: web.Application) -> str:
+        options = self._connection_options(listener)
+        # The site makes each connection's handler with these options; the runner's
+        # server, which it is given, holds them too.
         runner = web.AppRunner(
             app,
-            auto_decompress=False,
-            access_log=None,
-            logger=server_log,
-            # Also closes a connection whose first request never completes its headers.
-            keepalive_timeout=self.config.ingest.idle_timeout_seconds,
             # The metrics listener's last scrape, whose answer may be large and its reader
             # slow, keeps aiohttp's default.
             shutdown_timeout=_HTTP_CLOSE_SECONDS if listener == "http" else 60.0,
+            **options,
+        )
+        refusal = status_refusal if listener == "http" else text_refusal
+        handler = functools.partial(
+            HeadRefusingHandler, loop=asyncio.get_running_loop(), refusal=refusal, **options
         )
         await runner.setup()
         try:
@@ -728,7 +746,10 @@ class App:
             raise ListenError(listener, address, os_reason(exc)) from exc
         ssl_context = self._security.ssl_context(listener)
         handshake = self._handshake_seconds
-        await HandshakeBoundSite(runner, sock, ssl_context=ssl_context, handshake=handshake).start()
+        site = HandshakeBoundSite(
+            runner, sock, ssl_context=ssl_context, handshake=handshake, handler=handler
+        )
+        await site.start()
         self._runners.append(runner)
         return format_address(sock.getsockname())
 

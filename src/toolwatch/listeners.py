@@ -1,8 +1,12 @@
 """The listeners' sockets: binding each address, or saying why it cannot be bound (in use, not
 this host's, not permitted), before anything starts (``address_taken`` for every listener at
 once, so a second ``serve`` with the same ports is told every conflict together), and the
-OTLP/HTTP and metrics sites whose TLS handshakes are bounded in time. ``App``
-(``toolwatch.app``) starts the servers on them.
+OTLP/HTTP and metrics sites whose TLS handshakes are bounded in time and whose request heads
+are bounded in size (``HEAD_LIMITS``), a head past them answered without quoting it
+(``HeadRefusingHandler``). ``App`` (``toolwatch.app``) starts the servers on them.
+
+The HTTP sites run on the event loop, as aiohttp does; each connection's handler is made
+there, one per connection.
 """
 
 from __future__ import annotations
@@ -12,16 +16,24 @@ import errno
 import os
 import socket
 import ssl
+from collections.abc import Callable
 from typing import Any
 
 import grpc
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_request import BaseRequest
 
 from toolwatch.config import host_addresses, is_ip_address, parse_listen_address
 
 __all__ = [
     "HANDSHAKE_SECONDS",
+    "HEAD_LIMITS",
+    "MAX_HEADERS",
+    "MAX_HEAD_LINE",
     "HandshakeBoundSite",
+    "HeadRefusal",
+    "HeadRefusingHandler",
     "ListenError",
     "ListenersError",
     "StartError",
@@ -31,6 +43,7 @@ __all__ = [
     "listening_socket",
     "os_reason",
     "rebind_refused",
+    "text_refusal",
 ]
 
 
@@ -40,13 +53,86 @@ __all__ = [
 HANDSHAKE_SECONDS = 60.0
 
 
+#: The longest line of a request's head read, in bytes: the request line, and each header
+#: field, name and value. aiohttp's default, 8,190, refused a long ``Authorization: Bearer``
+#: JWT or tenant header that the Collector's receiver (1 MiB of headers) and toolwatch's own
+#: gRPC listener (16 KiB of metadata) take.
+MAX_HEAD_LINE = 64 * 1024
+#: The most header fields a request may have: aiohttp's default, kept (fewer could refuse
+#: a request that passed before: proxies add their own).
+MAX_HEADERS = 128
+#: aiohttp's parser limits (``RequestHandler``'s arguments). A connection holds its request's
+#: head while it arrives (at most ``ingest.idle_timeout_seconds``) and while the request is
+#: handled: at most ``MAX_HEAD_LINE * (MAX_HEADERS + 1)`` bytes (8 MiB and 64 KiB), about
+#: twice that resident (its bytes and the header strings made of them; measured: 15 MiB for
+#: a head of 7.2 MiB), where aiohttp's defaults allowed 1 MiB.
+HEAD_LIMITS: dict[str, Any] = {
+    "max_line_size": MAX_HEAD_LINE,
+    "max_field_size": MAX_HEAD_LINE,
+    "max_headers": MAX_HEADERS,
+}
+
+#: The answer to a request head aiohttp's parser refuses: its status and why, in words that
+#: quote nothing of the head.
+HeadRefusal = Callable[[int, str], web.Response]
+
+
+def text_refusal(status: int, reason: str) -> web.Response:
+    """A ``HeadRefusal`` in plain text (the metrics listener's)."""
+    return web.Response(status=status, text=reason)
+
+
+class HeadRefusingHandler(web.RequestHandler):
+    """aiohttp's handler of one connection, given ``HEAD_LIMITS``, that answers a request
+    head its parser refuses (not HTTP, or past those limits) with ``refusal``: aiohttp's own
+    answer is text quoting the first 100 bytes of the line at fault (a bearer token), made
+    before any middleware runs, so none can replace it. aiohttp offers no other way to
+    answer it (aio-libs/aiohttp#3287, #9882): ``handle_error`` is the method its parser
+    errors reach. The error is logged as aiohttp logs it (``ProtocolErrorLog``)."""
+
+    __slots__ = ("_refusal",)
+
+    def __init__(self, manager: web.Server, *, refusal: HeadRefusal, **options: Any) -> None:
+        super().__init__(manager, **options)
+        self._refusal = refusal
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        answer = super().handle_error(request, status, exc, message)  # logs it; closes
+        if not isinstance(exc, HttpProcessingError):
+            return answer
+        refused = self._refusal(status, head_refused(exc))
+        refused.force_close()
+        return refused
+
+
+def head_refused(error: HttpProcessingError) -> str:
+    """Why a request's head was refused, by the parser error's kind alone: its message
+    quotes the head."""
+    return (
+        f"the request's head was refused ({type(error).__name__}): it is not HTTP/1.1, or a"
+        f" line of it is longer than {MAX_HEAD_LINE} bytes, or it has more than"
+        f" {MAX_HEADERS} header fields"
+    )
+
+
+#: Makes the handler of a new connection, for the runner's server.
+ConnectionHandler = Callable[[web.Server], web.RequestHandler]
+
+
 class HandshakeBoundSite(web.SockSite):
     """A ``SockSite`` whose TLS handshakes must finish within ``handshake`` seconds, as a
     request's headers must (``keepalive_timeout``): aiohttp's site takes no handshake
     timeout, so a client that opens TLS connections and never finishes the handshake held
-    each for asyncio's 60 s, whatever ``ingest.idle_timeout_seconds`` said."""
+    each for asyncio's 60 s, whatever ``ingest.idle_timeout_seconds`` said. Each connection
+    is handled by what ``handler`` makes (a ``HeadRefusingHandler``)."""
 
-    __slots__ = ("_handshake",)
+    __slots__ = ("_handler", "_handshake")
 
     def __init__(
         self,
@@ -55,16 +141,18 @@ class HandshakeBoundSite(web.SockSite):
         *,
         ssl_context: ssl.SSLContext | None,
         handshake: float,
+        handler: ConnectionHandler,
     ) -> None:
         super().__init__(runner, sock, ssl_context=ssl_context)
         self._handshake = handshake
+        self._handler = handler
 
     async def start(self) -> None:
         await web.BaseSite.start(self)  # registers the site with its runner
         server = self._runner.server
         assert server is not None  # set by runner.setup()
         self._server = await asyncio.get_running_loop().create_server(
-            server,
+            lambda: self._handler(server),
             sock=self._sock,
             ssl=self._ssl_context,
             backlog=self._backlog,

@@ -1,8 +1,9 @@
 """OTLP/HTTP answers: the errors the receiver (``otlp_http``) refuses a request with, and the
 bodies OTLP/HTTP asks of them, a ``google.rpc.Status`` in the request's encoding with the
 request's Content-Type as sent; the middleware that gives aiohttp's own error answers (404,
-405, a bearer-token check's 401) such a body; and the log adapter that keeps requests
-aiohttp's parser refused (not HTTP) out of the ERROR log (``ProtocolErrorLog``)."""
+405, a bearer-token check's 401) such a body, and the answer to a request head aiohttp's
+parser refuses (``status_refusal``, which no middleware sees); and the log adapter that keeps
+requests aiohttp's parser refused (not HTTP) out of the ERROR log (``ProtocolErrorLog``)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ __all__ = [
     "framing_message",
     "message_response",
     "status_bodies",
+    "status_refusal",
     "status_response",
     "unsupported",
     "unsupported_encoding",
@@ -195,6 +197,14 @@ def message_response(status: int, message: Message, content_type: str) -> web.Re
         text = json_format.MessageToJson(message, indent=None)
         return web.Response(status=status, body=text.encode(), content_type=JSON)
     return web.Response(status=status, body=message.SerializeToString(), content_type=PROTOBUF)
+
+
+def status_refusal(status: int, reason: str) -> web.Response:
+    """The answer to a request head aiohttp's parser refuses (``listeners.HeadRefusal``), a
+    ``google.rpc.Status`` as OTLP/HTTP asks of every 4xx and 5xx body: in protobuf, the
+    request's Content-Type being unread."""
+    code = code_pb2.INVALID_ARGUMENT if status == 400 else code_pb2.UNKNOWN
+    return message_response(status, status_pb2.Status(code=code, message=reason), PROTOBUF)
 
 
 def status_response(reject: RejectError, content_type: str) -> web.Response:

@@ -20,14 +20,17 @@ A request that says ``Expect: 100-continue`` is answered 401, 413, 415 or 503 be
 client sends the body when it would be refused whatever the body (``HttpTraceReceiver.expect``).
 
 A request that is not well-formed HTTP (a ``Content-Length`` that is no number, a bad first
-chunk size) never reaches a handler: aiohttp's parser answers it 400 in plain text and closes
-the connection, and would log an ERROR with a traceback for each, so that any client could
-flood the log. ``ProtocolErrorLog`` logs those at DEBUG and counts them as ``invalid``
-requests. A chunked body whose framing breaks after a handler started reading it is not
-told to the handler by aiohttp's C parser (it queues the error as a next request): it is
-answered at the read timeout, 503, like a body that stalls. Its Python parser
-(``AIOHTTP_NO_EXTENSIONS``, or a platform without aiohttp's wheels) tells it: answered 400,
-the connection closed, counted ``invalid``.
+chunk size), or whose head is past ``listeners.HEAD_LIMITS`` (64 KiB a line, 128 header
+fields), never reaches a handler: aiohttp's parser refuses it and closes the connection,
+answered 400 with a ``google.rpc.Status`` that quotes nothing of the head
+(``listeners.HeadRefusingHandler``, ``http_answers.status_refusal``: aiohttp's own answer,
+plain text, quoted the line at fault, a token with it), and would log an ERROR with a
+traceback for each, so that any client could flood the log. ``ProtocolErrorLog`` logs those
+at DEBUG and counts them as ``invalid`` requests. A chunked body whose framing breaks after
+a handler started reading it is not told to the handler by aiohttp's C parser (it queues the
+error as a next request): it is answered at the read timeout, 503, like a body that stalls.
+Its Python parser (``AIOHTTP_NO_EXTENSIONS``, or a platform without aiohttp's wheels) tells
+it: answered 400, the connection closed, counted ``invalid``.
 
 A body is decompressed and decoded in the decoding turn it shares with the gRPC receiver
 (``toolwatch.ingest.decode_thread``): one at a time, an OTLP/JSON, compressed or large one
