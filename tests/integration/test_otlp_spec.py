@@ -50,6 +50,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from bench import json_memory
 from tests.integration import agents
 from tests.integration.conftest import RunningServer, errors_logged, until
+from toolwatch.ingest import scan
 from toolwatch.ingest.grpc_health import MAX_READ_SECONDS, MAX_WAITING, READ_TURNS
 from toolwatch.security import HEALTH_CHECK
 
@@ -341,6 +342,124 @@ def test_a_trace_forgotten_for_the_remembered_cap_is_counted_and_no_longer_late(
     assert export_grpc(server, second).partial_success.rejected_spans == 6
     assert server.sample("toolwatch_spans_dropped_total", {"reason": "late"}) == 6
     assert server.sample("toolwatch_buffered_spans") == 6
+
+
+def _two_runs(spoil: Callable[[dict[str, Any]], None]) -> tuple[bytes, str]:
+    """An OTLP/JSON request of two resources, each a refund run, the first spoiled by
+    ``spoil``; and the trace id (hex) of the second."""
+    bad, good = refund_request(), refund_request()
+    document = to_otlp_json(bad)
+    spoil(document["resourceSpans"][0])
+    document["resourceSpans"].extend(to_otlp_json(good)["resourceSpans"])
+    return json.dumps(document).encode(), trace_hex(good)
+
+
+def _attribute_value_a_string(resource_spans: dict[str, Any]) -> None:
+    resource_spans["resource"]["attributes"].append({"key": "deployment", "value": "prod"})
+
+
+def _attributes_not_an_array(resource_spans: dict[str, Any]) -> None:
+    resource_spans["resource"]["attributes"] = "service.name=refund-agent"
+
+
+def _scope_not_an_object(resource_spans: dict[str, Any]) -> None:
+    resource_spans["scopeSpans"][0]["scope"] = "opentelemetry.instrumentation.openai"
+
+
+@pytest.mark.parametrize(
+    ("spoil", "said"),
+    [
+        (_attribute_value_a_string, "resource cannot be parsed at attributes[5].value: a string"),
+        (_attributes_not_an_array, "resource cannot be parsed at attributes: a string is not an"),
+        (_scope_not_an_object, 'scope cannot be parsed: "opentelemetry.instrumentation.openai"'),
+    ],
+)
+def test_a_json_resource_or_scope_of_the_wrong_shape_costs_its_own_spans(
+    start_server: StartServer, spoil: Callable[[dict[str, Any]], None], said: str
+) -> None:
+    """Was: a resource attribute whose ``value`` is a string instead of an AnyValue object,
+    or ``attributes`` that is no array, refused the whole request 400 (a fault outside the
+    spans), which OTLP forbids the client to retry: a Collector batching several services'
+    spans lost all of them for one service's bad resource, where one whose ``intValue`` is
+    ``"abc"`` cost its own spans. Now: the same, its six spans rejected
+    (``malformed_span``), named with the field, the value's kind and the fault."""
+    server = start_server(**QUIET)
+    body, kept_trace = _two_runs(spoil)
+
+    partial = ok_response(post(server, body, JSON)).partial_success
+
+    assert partial.rejected_spans == 6
+    first = "resourceSpans[0].scopeSpans[0].spans[0]"
+    assert partial.error_message.startswith(f"6 spans rejected; {first}: its {said}")
+    assert server.sample("toolwatch_spans_rejected_total", {"reason": "malformed_span"}) == 6
+    server.settle()
+    assert sent_calls(server) == [(kept_trace, REFUND_CALLS, True)]
+
+
+def _length_delimited(number: int, payload: bytes) -> bytes:
+    head = bytearray([number << 3 | 2])
+    length = len(payload)
+    while length >= 0x80:
+        head.append(length & 0x7F | 0x80)
+        length >>= 7
+    head.append(length)
+    return bytes(head) + payload
+
+
+#: A ``schema_url`` (field 3 of ResourceSpans and of ScopeSpans) that is not UTF-8, which
+#: proto3 requires of a string: protobuf refuses the message holding it.
+_BAD_SCHEMA_URL = _length_delimited(3, b"\xff\xfe")
+
+
+def _bad_schema_url_then_a_good_run(where: str) -> tuple[bytes, str]:
+    """A protobuf request of two resources, each a refund run, the first's ResourceSpans
+    (``where`` "resource") or ScopeSpans ("scope") given a schema_url that is not UTF-8;
+    and the trace id (hex) of the second run."""
+    bad, good = refund_request(), refund_request()
+    resource_spans = bad.resource_spans[0]
+    if where == "resource":
+        first = resource_spans.SerializeToString() + _BAD_SCHEMA_URL
+    else:
+        (scope_spans,) = resource_spans.scope_spans
+        first = _length_delimited(1, resource_spans.resource.SerializeToString())
+        first += _length_delimited(2, scope_spans.SerializeToString() + _BAD_SCHEMA_URL)
+    second = good.resource_spans[0].SerializeToString()
+    return _length_delimited(1, first) + _length_delimited(1, second), trace_hex(good)
+
+
+@pytest.mark.parametrize("sift", ["compiled", "python"])
+@pytest.mark.parametrize("where", ["resource", "scope"])
+@pytest.mark.parametrize("transport", ["grpc", "http-protobuf"])
+def test_a_schema_url_protobuf_cannot_parse_costs_its_own_spans(
+    start_server: StartServer,
+    monkeypatch: pytest.MonkeyPatch,
+    transport: str,
+    where: str,
+    sift: str,
+) -> None:
+    """Was: a ResourceSpans' or ScopeSpans' ``schema_url`` that is not UTF-8 refused the
+    whole request (400 / INVALID_ARGUMENT), every other resource's spans with it, where a
+    resource protobuf cannot parse (an attribute key that is not UTF-8) cost its own spans
+    (``protobuf_pieces``). Now: the same, whichever reads the request protobuf refuses (the
+    compiled sift, or ``salvage``)."""
+    if sift == "python":
+        monkeypatch.setattr(scan, "_SIFT", None)
+    elif scan._SIFT is None:
+        pytest.skip(scan.COMPILED_UNAVAILABLE)
+    server = start_server(**QUIET)
+    body, kept_trace = _bad_schema_url_then_a_good_run(where)
+
+    if transport == "grpc":
+        partial = export_grpc(server, body).partial_success
+    else:
+        partial = ok_response(post(server, body)).partial_success
+
+    assert partial.rejected_spans == 6
+    said = f"resource_spans[0].scope_spans[0].spans[0]: protobuf cannot parse its {where}_spans'"
+    assert partial.error_message.startswith(f"6 spans rejected; {said} schema_url or unknown")
+    assert server.sample("toolwatch_spans_rejected_total", {"reason": "malformed_span"}) == 6
+    server.settle()
+    assert sent_calls(server) == [(kept_trace, REFUND_CALLS, True)]
 
 
 # --- size limits ----------------------------------------------------------------------------

@@ -308,13 +308,29 @@ def test_otlp_json_of_the_wrong_shape_in_a_span_rejects_it_naming_the_path(
     client.still_serving()
 
 
-def test_otlp_json_of_the_wrong_shape_outside_the_spans_is_400_naming_the_path(
+def test_otlp_json_of_the_wrong_shape_in_a_resource_rejects_its_spans_naming_the_path(
     client: Client,
 ) -> None:
+    """Was: refused whole, 400 (a fault outside the spans). Now: its spans are rejected."""
     document = {"resourceSpans": [{"resource": "svc", "scopeSpans": [{"spans": [{}]}]}]}
     status, answer = client.post(json.dumps(document).encode(), JSON)
+
+    assert status == 200
+    partial = json.loads(answer)["partialSuccess"]
+    assert partial["rejectedSpans"] == "1"
+    at = "resourceSpans[0].scopeSpans[0].spans[0]"
+    said = f'1 span rejected; {at}: its resource cannot be parsed: "svc" is not an object'
+    assert partial["errorMessage"] == said
+    client.still_serving()
+
+
+def test_otlp_json_whose_spans_cannot_be_told_apart_is_400_naming_the_path(
+    client: Client,
+) -> None:
+    document = {"resourceSpans": [{"resource": {}, "scopeSpans": "svc"}]}
+    status, answer = client.post(json.dumps(document).encode(), JSON)
     assert status == 400
-    assert 'resourceSpans[0].resource: \\"svc\\" is not an object' in answer.decode()
+    assert 'resourceSpans[0].scopeSpans: \\"svc\\" is not an array' in answer.decode()
     client.still_serving()
 
 

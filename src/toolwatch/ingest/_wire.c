@@ -1262,18 +1262,21 @@ static int bytes_field(Bytes *out, uint32_t number, const Bytes *head, const Byt
     return tail != NULL ? bytes_add(out, tail->data, tail->size) : OK;
 }
 
-/* A ResourceSpans' or ScopeSpans' own fields as salvage keeps them: its resource or scope
- * (field 1, length-delimited), all of them, merged as protobuf merges them. Nothing reads the
- * others (schema_url, unknown fields), and one protobuf refuses where it stands (a schema_url
- * that is not UTF-8, groups too deep: sift_own) must not make a piece it refuses. */
-static int own_fields(Buf b, Bytes *out) {
+/* A ResourceSpans' or ScopeSpans' own fields: its resource or scope (field 1, length-delimited),
+ * all of them, merged as protobuf merges them; and, given `all`, its others too (schema_url,
+ * unknown fields), all but its children (field 2, length-delimited). A rejected run's piece
+ * holds them all, so that salvage finds what protobuf refuses there (a schema_url that is not
+ * UTF-8, groups too deep: sift_own) and names it as a whole decode does; nothing else reads
+ * the others. */
+static int own_fields(Buf b, int all, Bytes *out) {
     while (b.p < b.end) {
         const uint8_t *start = b.p;
         uint32_t number = 0;
         int wire = 0;
         (void)judge_tag(&b, &number, &wire); /* judged before */
         (void)judge_skip(&b, number, wire, 0);
-        if (number == 1 && wire == 2) TRY(bytes_add(out, start, (size_t)(b.p - start)));
+        int head = wire == 2 && number == 1, child = wire == 2 && number == 2;
+        if (head || (all && !child)) TRY(bytes_add(out, start, (size_t)(b.p - start)));
     }
     return OK;
 }
@@ -1316,13 +1319,14 @@ typedef struct {
     Buf shown[DETAILED_SPANS];  /* a rejected run's first spans, fields whole */
 } Sift;
 
-/* request(resource's own fields [, ScopeSpans(scope's own fields + spans)]) */
+/* request(resource's own fields [, ScopeSpans(scope's own fields + spans)]): with a scope, for
+ * a rejected run, their fields all (own_fields). */
 static PyObject *sift_request(const Sift *w, int with_scope, const Buf *spans, int n) {
     Bytes own = {0}, scope = {0}, resource = {0};
     PyObject *result = NULL;
-    int rc = own_fields(w->resource, &own);
+    int rc = own_fields(w->resource, with_scope, &own);
     if (rc == OK && with_scope) {
-        rc = own_fields(w->scope, &scope);
+        rc = own_fields(w->scope, 1, &scope);
         for (int i = 0; rc == OK && i < n; i++)
             rc = bytes_add(&scope, spans[i].p, (size_t)(spans[i].end - spans[i].p));
         Bytes nested = {0};
@@ -1468,10 +1472,10 @@ static int sift_span(Sift *w, Py_ssize_t p, Buf field, Buf span, int code) {
 /* The own fields of a ResourceSpans or ScopeSpans at `level` (1, 2), its resource or scope
  * (field 1) a message `m`, judged as salvage judges them: CORRUPT where salvage cannot read
  * the container (its outline, parsed on its own, from level 0: wire data, or groups nested
- * past 100 levels from there); `*bad` (its spans are rejected) where protobuf cannot parse
- * its resource or scope at its place; and w->corrupt where protobuf refuses the request
- * for them (those two, a schema_url that is not UTF-8, or groups too deep at this level but
- * not from level 0, which salvage drops). */
+ * past 100 levels from there); `*bad` (its spans are rejected), and w->corrupt (protobuf
+ * refuses the request), where protobuf cannot parse them at their place: its resource or
+ * scope, a schema_url that is not UTF-8, or groups too deep at this level but not from
+ * level 0. */
 static int sift_own(Sift *w, Buf b, const Message *m, int level, int *bad) {
     while (b.p < b.end) {
         uint32_t number = 0;
@@ -1482,18 +1486,19 @@ static int sift_own(Sift *w, Buf b, const Message *m, int level, int *bad) {
             if (read_bytes(&b, &body) != OK) return CORRUPT;
             if (number == 1 && judge(body, m, level + 1) != OK) *bad = w->corrupt = 1;
             else if (number == 3 && !utf8_valid(body.p, (size_t)(body.end - body.p)))
-                w->corrupt = 1;
+                *bad = w->corrupt = 1;
             continue;
         }
         Buf here = b;
         if (judge_skip(&b, number, wire, 0) != OK) return CORRUPT;
-        if (wire == 3 && judge_skip(&here, number, wire, level) != OK) w->corrupt = 1;
+        if (wire == 3 && judge_skip(&here, number, wire, level) != OK) *bad = w->corrupt = 1;
     }
     return OK;
 }
 
 /* A ScopeSpans: its own fields judged, then its spans, each judged. `bad`: its resource's
- * own fields are corrupt (its spans are then rejected, as salvage rejects them). */
+ * own fields are corrupt (its spans are then rejected, as salvage rejects them, and as they
+ * are when its own are). */
 static int sift_scope(Sift *w, Buf b, int bad) {
     if (sift_own(w, b, &Scope_, 2, &bad) != OK) return CORRUPT;
     w->scope = b;

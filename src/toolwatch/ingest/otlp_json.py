@@ -7,10 +7,12 @@ do); 64-bit integers may be strings or numbers; unknown fields are ignored. This
 rewrites the hex ids into the base64 form ``json_format`` expects and lets ``ParseDict`` do
 the rest. An id of the wrong length, or one that is no hex, is not a parse error: that span
 alone is rejected (partial success), as in a protobuf request. So is a span holding a value
-of the wrong type or nested past protobuf's 100 levels (``malformed_span``); a fault outside
-the spans refuses the request. An integer literal of more digits than Python converts (4,300)
-is read as the infinity it is beyond (``read_integer``): ignored in a field receivers ignore,
-refused where an integer belongs.
+of the wrong type or nested past protobuf's 100 levels (``malformed_span``), and every span
+of a resource or scope that does (its ``resource`` or ``scope`` object of the wrong shape,
+or one protobuf cannot read); a fault elsewhere outside the spans refuses the request. An
+integer literal of more digits than Python converts (4,300) is read as the infinity it is
+beyond (``read_integer``): ignored in a field receivers ignore, refused where an integer
+belongs.
 
 Pure functions: they read their arguments and module constants only, so the receiver runs
 them in its decode thread (``toolwatch.ingest.decode_thread``).
@@ -57,9 +59,11 @@ from toolwatch.ingest.decode import (
     IdProblems,
 )
 from toolwatch.ingest.otlp_json_checks import (
+    Heads,
     LongInteger,
     check_shapes,
     convert_request_ids,
+    drop_heads,
     empty_unparsable,
     items,
     parse_dict,
@@ -206,16 +210,19 @@ def _parse(
 ) -> tuple[ExportTraceServiceRequest, IdProblems, DecodeError | None]:
     document = _document(body, max_values)
     problems: IdProblems = {}
-    shape = check_shapes(document, problems)
+    heads: Heads = {}
+    shape = check_shapes(document, problems, heads)
     ids = convert_request_ids(document, problems)
+    dropped = drop_heads(document, heads, problems)  # after the spans' own faults, as pieces
     first = shape or ids
     try:
         request = parse_dict(document)
     except (json_format.ParseError, RecursionError) as exc:
         # A span that ParseDict cannot read: empty it, so it alone is rejected, and parse
-        # the rest; a fault elsewhere (in no span, resource or scope) refuses the request.
+        # the rest; a fault elsewhere (in no span, resource or scope) refuses the request,
+        # as does one in a resource or scope without spans when no span was rejected so.
         emptied = empty_unparsable(document, problems)
-        if emptied is None:
+        if emptied is None and not dropped:
             raise DecodeError(f"OTLP/JSON request cannot be parsed {parse_error(exc)}") from exc
         try:
             request = parse_dict(document)

@@ -3,8 +3,10 @@
 What ``ParseDict`` would let pass or word badly: a hex id that is no hex, an object where a
 message belongs that is none, a non-finite number in an integer field, a field named twice;
 and ``ParseDict``'s own reasons, read as paths, never quoting an attribute value. A fault
-inside a span rejects that span alone (``IdProblems``); one outside the spans refuses the
-request.
+inside a span rejects that span alone (``IdProblems``); one inside a resource or a scope
+(its ``resource`` or ``scope`` object) rejects that resource's or scope's spans, as one
+``ParseDict`` cannot read does (``empty_unparsable``); one elsewhere (where the spans
+cannot be told apart) refuses the request.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ from toolwatch.ingest.decode import DecodeError, IdProblems
 from toolwatch.ingest.salvage import MALFORMED
 
 __all__ = [
+    "Heads",
     "check_outline",
     "check_shapes",
     "check_span",
     "convert_request_ids",
     "convert_span_ids",
+    "drop_heads",
     "empty_span",
     "empty_unparsable",
     "items",
@@ -178,14 +182,28 @@ def convert_span_ids(
 _LOCATING = frozenset(
     (ResourceSpans.DESCRIPTOR.full_name, ScopeSpans.DESCRIPTOR.full_name, Span.DESCRIPTOR.full_name)
 )
+#: The fields holding a resource's or a scope's own message ("heads"), by the message that
+#: holds them: what is inside is located by its resource's or scope's indices and ``_HEAD``.
+_HEADS = frozenset(
+    (
+        ResourceSpans.DESCRIPTOR.fields_by_name["resource"],
+        ScopeSpans.DESCRIPTOR.fields_by_name["scope"],
+    )
+)
+_HEAD = -1
 #: A node to check: the object, its message type, its path, and its outline indices.
-_Node = tuple[dict[str, Any], Any, str, tuple[int, ...]]
+_Node = tuple[Any, Any, str, tuple[int, ...]]
 #: A list of nodes to check: the list, its elements' message type, its path, its outline
 #: indices, whether its elements' indices join them, and the indices left, last first.
 _Run = tuple[list[Any], Any, str, tuple[int, ...], bool, Iterator[int]]
+#: Resources ``(r,)`` and scopes ``(r, s)`` whose own object is at fault: why, as each of
+#: their spans' rejection says it.
+Heads = dict[tuple[int, ...], str]
 
 
-def check_shapes(document: dict[str, Any], problems: IdProblems) -> DecodeError | None:
+def check_shapes(
+    document: dict[str, Any], problems: IdProblems, heads: Heads
+) -> DecodeError | None:
     """Refuse anything but an object where the request holds a message.
 
     ``ParseDict`` reads a message out of whatever it is given: with unknown fields ignored, a
@@ -194,16 +212,21 @@ def check_shapes(document: dict[str, Any], problems: IdProblems) -> DecodeError 
     the request's descriptors without recursion (AnyValues nest as deep as JSON allows).
 
     A fault inside a span rejects that span alone: the span is emptied (so ``ParseDict``
-    reads the rest) and named in ``problems`` as ``malformed_span``. Returns the first such
-    fault, for a parse that takes all or nothing. A fault outside the spans raises it.
+    reads the rest) and named in ``problems`` as ``malformed_span``. A fault inside a
+    resource or scope is named in ``heads``, for ``drop_heads``. Returns the first such
+    fault, for a parse that takes all or nothing. A fault elsewhere raises it.
     """
-    return _check([(document, ExportTraceServiceRequest.DESCRIPTOR, "", ())], {}, problems)
+    root = (document, ExportTraceServiceRequest.DESCRIPTOR, "", ())
+    return _check([root], {}, problems, heads)
 
 
-def check_outline(document: dict[str, Any]) -> None:
+def check_outline(document: dict[str, Any]) -> Heads:
     """``check_shapes`` outside the spans: raises the fault it would raise, in the same order,
-    without looking into a span (each is checked on its own, ``check_span``)."""
-    _check([(document, ExportTraceServiceRequest.DESCRIPTOR, "", ())], {}, {}, descend=False)
+    without looking into a span (each is checked on its own, ``check_span``). Returns the
+    resources and scopes at fault."""
+    heads: Heads = {}
+    _check([(document, ExportTraceServiceRequest.DESCRIPTOR, "", ())], {}, {}, heads, False)
+    return heads
 
 
 def check_span(
@@ -211,13 +234,38 @@ def check_span(
 ) -> DecodeError | None:
     """``check_shapes`` of one span, at ``path`` (as the document spells its lists) and
     ``where`` (its indices)."""
-    return _check([(span, Span.DESCRIPTOR, path, where)], {where: (span, path)}, problems)
+    return _check([(span, Span.DESCRIPTOR, path, where)], {where: (span, path)}, problems, {})
+
+
+def drop_heads(document: dict[str, Any], heads: Heads, problems: IdProblems) -> bool:
+    """Take each resource and scope at fault (``heads``) out of the document, and empty
+    their spans, named in ``problems`` (``malformed_span``, unless a fault of their own
+    already is), as ``empty_unparsable`` does for one ``ParseDict`` cannot read. Returns
+    whether a span was emptied."""
+    emptied = False
+    for r, resource_spans in items(document, "resourceSpans", "resource_spans"):
+        resource = heads.get((r,))
+        if resource is not None:
+            del resource_spans["resource"]
+        for s, scope_spans in items(resource_spans, "scopeSpans", "scope_spans"):
+            scope = heads.get((r, s))
+            if scope is not None:
+                del scope_spans["scope"]
+            why = resource or scope
+            if why is None:
+                continue
+            for p, span in items(scope_spans, "spans"):
+                empty_span(span)  # its ids are rejected, with this reason
+                problems.setdefault((r, s, p), (MALFORMED, why))
+                emptied = True
+    return emptied
 
 
 def _check(
     pending: list[_Node | _Run],
     spans: dict[tuple[int, ...], tuple[dict[str, Any], str]],  # each span and its path
     problems: IdProblems,
+    heads: Heads,
     descend: bool = True,
 ) -> DecodeError | None:
     first: DecodeError | None = None
@@ -228,19 +276,34 @@ def _check(
             continue
         outline = item[3]
         if outline in emptied:
-            continue  # a part of a span already rejected
+            continue  # a part of a span, resource or scope already rejected
         try:
             _check_node(item, pending, descend)
         except DecodeError as exc:
-            if len(outline) != 3:
+            if outline[-1:] == (_HEAD,):
+                heads[outline[:-1]] = _head_fault(exc, outline)
+            elif len(outline) == 3:
+                span, span_path = spans[outline]
+                detail = str(exc).removeprefix(f"{span_path}.")
+                problems.setdefault((outline[0], outline[1], outline[2]), (MALFORMED, detail))
+                empty_span(span)  # its ids are rejected, with the reason above
+            else:
                 raise
-            span, span_path = spans[outline]
-            detail = str(exc).removeprefix(f"{span_path}.")
-            problems.setdefault((outline[0], outline[1], outline[2]), (MALFORMED, detail))
             first = first or exc
             emptied.add(outline)
-            empty_span(span)  # its ids are rejected, with the reason above
     return first
+
+
+def _head_fault(exc: DecodeError, outline: tuple[int, ...]) -> str:
+    """Why a resource's or scope's spans are rejected: its fault, at its path inside the
+    resource or scope (the rest of ``exc.field`` after ``.resource`` or ``.scope``: no field
+    inside either is so named)."""
+    what = "resource" if len(outline) == 2 else "scope"
+    head = re.search(rf"\.{what}(?:\.|$)", exc.field)
+    inside = exc.field[head.end() :] if head else ""
+    reason = str(exc).removeprefix(f"{exc.field}: ")
+    at = f" at {inside}" if inside else ""
+    return f"its {what} cannot be parsed{at}: {reason}"
 
 
 def _next(
@@ -270,7 +333,8 @@ def _check_node(item: _Node, pending: list[_Node | _Run], descend: bool) -> None
     """Checks one object's fields; queues the objects it holds (a list's elements once each
     is seen to be an object). ``descend``: and its spans; else a span is only seen to be an
     object."""
-    node, descriptor, path, outline = item
+    value, descriptor, path, outline = item
+    node = _object(value, path)  # a head is queued as it is: its fault is its own
     unreadable: list[str] = []
     for key, value in node.items():
         if not key.isascii():  # no field's name; protobuf's maps fail on a lone surrogate
@@ -289,6 +353,9 @@ def _check_node(item: _Node, pending: list[_Node | _Run], descend: bool) -> None
         message = field.message_type
         if message is None:
             _check_number(value, field, where)
+            continue
+        if field in _HEADS:
+            pending.append((value, message, where, (*outline, _HEAD)))
             continue
         if not field.is_repeated:
             pending.append((_object(value, where), message, where, outline))

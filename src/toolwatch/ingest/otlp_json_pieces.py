@@ -38,6 +38,7 @@ from toolwatch.ingest.decode import (
     PieceDecoder,
 )
 from toolwatch.ingest.otlp_json_checks import (
+    Heads,
     check_outline,
     check_span,
     convert_span_ids,
@@ -173,6 +174,7 @@ class _Pieces:
         "_bad",
         "_checked",
         "_decoder",
+        "_dropped",
         "_emptied",
         "_failed",
         "_first",
@@ -195,13 +197,14 @@ class _Pieces:
         self._resource: tuple[int, dict[str, Any]] = (-1, {})  # a large one's scanned values
         self._checked: set[tuple[int, ...]] = set()  # resources and scopes parsed alone
         self._bad: dict[tuple[int, ...], str] = {}  # those that do not parse alone: why
+        self._dropped: Heads = {}  # those of the wrong shape, taken out at the outset: why
         self._failed = False  # a piece did not parse as it came
         self._first: Exception | None = None  # the first piece's fault
         self._emptied = False  # spans were emptied so that their pieces would parse
         self._unresolved = False  # a piece did not parse even then
 
     def decode(self) -> DecodedBatch:
-        check_outline(self._outline.document)
+        self._drop_heads(check_outline(self._outline.document))
         read = False
         for piece in self._plan():
             self._piece(piece)
@@ -214,6 +217,18 @@ class _Pieces:
         if self._failed:
             self._verdict()
         return self._decoder.batch()
+
+    def _drop_heads(self, heads: Heads) -> None:
+        """Resources and scopes whose own object is of the wrong shape: taken out of the
+        request, their spans rejected as they are read (``_read``), as ``drop_heads`` does
+        for the request parsed whole."""
+        resources = self._resources()
+        for head in heads:
+            container = resources[head[0]]
+            if len(head) == 2:
+                container = container[_list_key(container, _SCOPE_SPANS)][head[1]]
+            del container["scope" if len(head) == 2 else "resource"]
+        self._dropped = heads
 
     # --- the pieces ------------------------------------------------------------------------
 
@@ -299,8 +314,9 @@ class _Pieces:
                 check_span(span, f"{where}[{p}]", (r, s, p), problems)
                 convert_span_ids(span, (r, s, p), problems)
                 parsed.append(span)
-            known = self._bad.get((r,)) or self._bad.get((r, s))
-            if known is not None:  # found at an earlier piece of its resource or scope
+            dropped, bad = self._dropped, self._bad  # a wrong shape's reason first, as whole
+            known = dropped.get((r,)) or dropped.get((r, s)) or bad.get((r,)) or bad.get((r, s))
+            if known is not None:  # found at the outset, or at an earlier piece of its own
                 self._reject(parsed, (r, s, start), known)
             read[(r, s)] = parsed
         return read

@@ -9,7 +9,10 @@ so a view of those messages that declares their children as ``bytes`` splits the
 without parsing any span. Each span, resource and scope is then parsed on its own, in an
 envelope that puts it at its own depth (protobuf's limit counts from the request); those it
 accepts are merged into a new request, and the spans of those it refuses stay empty and are
-rejected: the rest of the request is kept, as OTLP's partial success allows. A span left
+rejected: the rest of the request is kept, as OTLP's partial success allows. So are a
+ResourceSpans' and a ScopeSpans' other fields, parsed at their place (a ``schema_url``
+that is not UTF-8, unknown groups nested too deep there): protobuf refuses them as it
+refuses their resource or scope, and they cost their spans alone the same way. A span left
 empty keeps its trace id when that field alone can be read, so its trace is judged
 incomplete (``DecodedBatch.rejected_traces``).
 
@@ -44,7 +47,7 @@ _REPEATED_BYTES: Final = (
 #: name -> {field number: field name}: the outline of ExportTraceServiceRequest (field 1,
 #: resource_spans), ResourceSpans (1 resource, 2 scope_spans), ScopeSpans (1 scope,
 #: 2 spans) and Span (1 trace_id), as opentelemetry-proto numbers them (tests check against
-#: its descriptors).
+#: its descriptors). Their other fields (``schema_url``) are unknown fields of the outline.
 _OUTLINE: Final = {
     "Request": {1: "resource_spans"},
     "ResourceSpans": {1: "resource", 2: "scope_spans"},
@@ -75,18 +78,29 @@ _Span: Final = _TYPES["toolwatch.outline.Span"]
 
 
 def _envelope(part: bytes, level: str) -> bytes:
-    """``part`` where it sits in a request (``level``: a resource, a scope or a span), so
-    that it parses at its own depth: protobuf's limit counts from the request."""
+    """``part`` where it sits in a request (``level``: a resource, a scope or a span, or a
+    ResourceSpans' or ScopeSpans' own fields), so that it parses at its own depth:
+    protobuf's limit counts from the request."""
     if level == "span":
         part = _ScopeSpans(spans=[part]).SerializeToString()
     elif level == "scope":
         part = _ScopeSpans(scope=[part]).SerializeToString()
     if level == "resource":
         part = _ResourceSpans(resource=[part]).SerializeToString()
-    else:
+    elif level != "resource_spans":
         part = _ResourceSpans(scope_spans=[part]).SerializeToString()
     body: bytes = _Request(resource_spans=[part]).SerializeToString()
     return body
+
+
+#: What a rejected span's message calls the message protobuf could not parse, by level.
+_WHAT: Final = {
+    "span": "the span",
+    "scope": "its scope",
+    "resource": "its resource",
+    "scope_spans": "its scope_spans' schema_url or unknown fields",
+    "resource_spans": "its resource_spans' schema_url or unknown fields",
+}
 
 
 def _problem(parts: Any, level: str) -> str | None:
@@ -95,12 +109,23 @@ def _problem(parts: Any, level: str) -> str | None:
         for part in parts:
             ExportTraceServiceRequest.FromString(_envelope(part, level))
     except ProtobufDecodeError as exc:
-        what = "the span" if level == "span" else f"its {level}"
         return (
-            f"protobuf cannot parse {what} ({exc or 'unreadable'}): corrupt, a string that is"
-            " not UTF-8, or values nested deeper than protobuf's 100 levels"
+            f"protobuf cannot parse {_WHAT[level]} ({exc or 'unreadable'}): corrupt, a string"
+            " that is not UTF-8, or values nested deeper than protobuf's 100 levels"
         )
     return None
+
+
+def _own_problem(outline: Any, level: str) -> str | None:
+    """Why protobuf cannot parse, where they stand, the fields of a ResourceSpans' or a
+    ScopeSpans' ``outline`` that it does not read (``level``): all but its resource or
+    scope and its children, or ``None``."""
+    rest = type(outline)()
+    rest.CopyFrom(outline)
+    for name in _OUTLINE["ResourceSpans" if level == "resource_spans" else "ScopeSpans"].values():
+        rest.ClearField(name)
+    own = rest.SerializeToString()
+    return _problem((own,), level) if own else None
 
 
 def _trace_id(span_part: bytes) -> bytes:
@@ -118,7 +143,7 @@ def salvage(body: bytes) -> tuple[ExportTraceServiceRequest, IdProblems] | None:
     """The request with each span protobuf cannot parse (or whose resource or scope it cannot)
     left empty, and why each was; ``None`` when even the outline is unreadable (a truncated
     or random body), so the spans cannot be told apart or counted, or when what protobuf
-    refused is not in a span, a resource or a scope (a ``schema_url`` that is not UTF-8)."""
+    refused holds no span (a resource it cannot parse, without spans)."""
     request = ExportTraceServiceRequest()
     problems: IdProblems = {}
     try:
@@ -127,6 +152,7 @@ def salvage(body: bytes) -> tuple[ExportTraceServiceRequest, IdProblems] | None:
             resource_outline = _ResourceSpans.FromString(resource_part)
             resource_spans = request.resource_spans.add()
             resource_problem = _problem(resource_outline.resource, "resource")
+            resource_problem = resource_problem or _own_problem(resource_outline, "resource_spans")
             if resource_problem is None:
                 for part in resource_outline.resource:  # merged, as protobuf merges
                     resource_spans.resource.MergeFromString(part)
@@ -134,6 +160,7 @@ def salvage(body: bytes) -> tuple[ExportTraceServiceRequest, IdProblems] | None:
                 scope_outline = _ScopeSpans.FromString(scope_part)
                 scope_spans = resource_spans.scope_spans.add()
                 problem = resource_problem or _problem(scope_outline.scope, "scope")
+                problem = problem or _own_problem(scope_outline, "scope_spans")
                 if problem is None:
                     for part in scope_outline.scope:
                         scope_spans.scope.MergeFromString(part)

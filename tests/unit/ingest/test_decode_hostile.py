@@ -420,10 +420,55 @@ def test_a_malformed_otlp_json_span_without_a_readable_trace_id_names_no_trace(
     assert (sum(batch.rejected.values()), batch.rejected_traces) == (1, ())
 
 
-def test_a_wrong_value_outside_the_spans_still_refuses_the_request() -> None:
-    document = with_a_valid_sibling(json_body())
-    document["resourceSpans"][0]["resource"]["attributes"] = "service.name"
-    with pytest.raises(DecodeError, match=r"resourceSpans\[0\]\.resource\.attributes: "):
+def with_another_resource(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` (from ``json_body``) with a second resource of one valid span, named
+    ``elsewhere``."""
+    other = json_body()["resourceSpans"][0]
+    other["scopeSpans"][0]["spans"][0].update(spanId="00f067aa0ba902b9", name="elsewhere")
+    document["resourceSpans"].append(other)
+    return document
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "said"),
+    [
+        ("resource", "service.name", ': "service.name" is not an object'),
+        ("attributes", "service.name", " at attributes: a string is not an array"),
+        ("attributes", [{"key": "k", "value": "v"}], " at attributes[0].value: a string is not"),
+        ("scope", ["tool"], ': ["tool"] is not an object'),
+        ("scope", {"attributes": {"k": "v"}}, " at attributes: an object is not an array"),
+    ],
+)
+def test_a_resource_or_scope_of_the_wrong_shape_rejects_its_spans_and_keeps_the_others(
+    where: str, value: Any, said: str
+) -> None:
+    """Was: a fault outside the spans, ``attributes`` that is no array, refused the request.
+    Now: as a resource or scope protobuf cannot parse, it costs its own spans, named with
+    the field, the kind of value and the fault (an attribute's value never quoted)."""
+    document = with_another_resource(with_a_valid_sibling(json_body()))
+    resource_spans = document["resourceSpans"][0]
+    if where == "attributes":
+        resource_spans["resource"]["attributes"] = value
+    elif where == "resource":
+        resource_spans["resource"] = value
+    else:
+        resource_spans["scopeSpans"][0]["scope"] = value
+
+    batch = decode_otlp_json(json.dumps(document), OPTIONS)
+
+    assert [record.name for record in batch.spans] == ["elsewhere"]
+    assert batch.rejected == {"malformed_span": 2}
+    head = "scope" if where == "scope" else "resource"
+    said = f"2 spans rejected; {SPAN}: its {head} cannot be parsed{said}"
+    assert (batch.error_message or "").startswith(said)
+    assert '"v"' not in (batch.error_message or "")
+    assert batch.rejected_traces == (TRACE_ID,)
+
+
+def test_a_wrong_value_where_the_spans_cannot_be_told_apart_still_refuses_the_request() -> None:
+    document = with_another_resource(with_a_valid_sibling(json_body()))
+    document["resourceSpans"][0]["scopeSpans"] = "spans"
+    with pytest.raises(DecodeError, match=r"^resourceSpans\[0\]\.scopeSpans: \"spans\" is no"):
         decode_otlp_json(json.dumps(document), OPTIONS)
 
 
@@ -445,12 +490,9 @@ def test_a_wrong_value_outside_the_spans_refuses_the_request_even_beside_a_bad_s
 
 
 def test_a_resource_too_deep_to_parse_rejects_its_spans_and_keeps_the_others() -> None:
-    document = with_a_valid_sibling(json_body())
+    document = with_another_resource(with_a_valid_sibling(json_body()))
     deep = {"key": "deep", "value": nested_json_array(60)}
     document["resourceSpans"][0]["resource"]["attributes"].append(deep)
-    other = json_body()["resourceSpans"][0]
-    other["scopeSpans"][0]["spans"][0].update(spanId="00f067aa0ba902b9", name="elsewhere")
-    document["resourceSpans"].append(other)
 
     batch = decode_otlp_json(json.dumps(document), OPTIONS)
 

@@ -178,9 +178,13 @@ SPAN_BODIES = [
     _IDS + _FIELD_0_IN_GROUP,
     _IDS + varint(20 << 3 | 3) + b"\x03\x04" + varint(20 << 3 | 4),  # a group of field 0 in one
 ]
-#: Resource and scope own fields: none, valid, corrupt.
+#: Resource and scope own fields: none, valid, corrupt; a schema_url, valid or not UTF-8;
+#: unknown groups too deep for their place, not from their own level.
+_URLS = [field(3, b"https://opentelemetry.io/schemas/1.26.0"), field(3, b"\xff")]
 RESOURCES = [b"", field(1, field(1, field(1, b"service.name"))), field(1, field(1, b"\x00"))]
+RESOURCES += [*_URLS, _groups(100)]
 SCOPES = [b"", field(1, field(1, b"tool")), field(1, field(1, b"\xff")), _FIELD_0_IN_GROUP]
+SCOPES += [*_URLS, _groups(99)]
 
 
 @st.composite
@@ -240,33 +244,42 @@ def test_the_sift_judges_each_span_as_protobuf_does(body: bytes) -> None:
             assert sifted == _outcome(request, "auto") == _outcome(request, "reference")
 
 
-@pytest.mark.skipif(scan._SIFT is None, reason=scan.COMPILED_UNAVAILABLE or "built")
 @pytest.mark.parametrize("level", ["resource_spans", "scope_spans"])
-def test_a_schema_url_that_is_not_utf8_refuses_only_what_salvage_refuses(level: str) -> None:
-    """protobuf refuses the request; salvage, which reads no schema_url, keeps its spans when
-    another is malformed (``tools/fuzz/dense.py`` found the sift refusing such a request)."""
+def test_a_schema_url_that_is_not_utf8_rejects_the_spans_it_holds(path: str, level: str) -> None:
+    """Was: protobuf refused the request, and salvage, which read no schema_url, kept every
+    span but the malformed ones, or refused the request when there were none (a resource
+    or scope protobuf cannot parse rejected its spans: ``protobuf_pieces``). Now: a
+    ResourceSpans' or ScopeSpans' schema_url is judged at its place as its resource or
+    scope is, and costs its own spans, named, the next resource's kept."""
+    kept = field(1, field(2, field(2, span("next").SerializeToString())))
+    for spans in (field(2, b"\x00"), field(2, b"")):  # malformed spans, or empty ones
+        body = _with_a_bad_schema_url(level, spans * 20 + field(2, span("ok").SerializeToString()))
+
+        batch = _decode(body + kept, "auto")
+
+        assert (batch.received, [r.name for r in batch.spans]) == (22, ["next"])
+        assert batch.rejected == {"malformed_span": 21}
+        assert batch == _whole_outcome(body + kept, "auto")
+        said = f"spans[0]: protobuf cannot parse its {level}' schema_url or unknown fields ("
+        assert said in (batch.error_message or "")
+
+
+def _with_a_bad_schema_url(level: str, spans: bytes) -> bytes:
+    """A request of one resource of one scope of ``spans``, the ResourceSpans' (``level``
+    "resource_spans") or ScopeSpans' ("scope_spans") schema_url not UTF-8."""
     bad_url = field(3, b"\xff")
-    spans = field(2, b"\x00") * 20 + field(2, span("ok").SerializeToString())
     scope = field(2, spans + (bad_url if level == "scope_spans" else b""))
-    body = field(1, scope + (bad_url if level == "resource_spans" else b""))
-
-    batch = _decode(body, "auto")
-
-    assert (batch.received, len(batch.spans), batch.rejected) == (21, 1, {"malformed_span": 20})
-    assert batch == _whole_outcome(body, "auto")
-    without_malformed = body.replace(field(2, b"\x00") * 20, field(2, b"") * 20)
-    assert _outcome(without_malformed, "auto") == "DecodeError"
-    assert _whole_outcome(without_malformed, "auto") == "DecodeError"
+    return field(1, scope + (bad_url if level == "resource_spans" else b""))
 
 
-@pytest.mark.skipif(scan._SIFT is None, reason=scan.COMPILED_UNAVAILABLE or "built")
 @pytest.mark.parametrize(("level", "depth"), [("resource_spans", 100), ("scope_spans", 99)])
-def test_unknown_groups_too_deep_for_their_place_refuse_only_what_salvage_refuses(
-    level: str, depth: int
+def test_unknown_groups_too_deep_for_their_place_reject_the_spans_they_sit_beside(
+    path: str, level: str, depth: int
 ) -> None:
-    """protobuf refuses groups nested past 100 levels below the request; salvage reads a
-    ResourceSpans' and a ScopeSpans' fields from their own level, and keeps their spans
-    (``tools/fuzz/dense.py`` found the sift refusing such a request)."""
+    """Was: protobuf refused groups nested past 100 levels below the request, and salvage,
+    which read a ResourceSpans' and a ScopeSpans' fields from their own level, kept their
+    spans. Now: read at their place, as protobuf reads them, they cost those spans; nested
+    too deep even from their own level, the request's outline is unreadable: refused."""
     groups = _groups(depth)
     spans = field(2, b"\x00") * 20 + field(2, span("ok").SerializeToString())
     scope = field(2, spans + (groups if level == "scope_spans" else b""))
@@ -274,7 +287,7 @@ def test_unknown_groups_too_deep_for_their_place_refuse_only_what_salvage_refuse
 
     batch = _decode(body, "auto")
 
-    assert (batch.received, len(batch.spans), batch.rejected) == (21, 1, {"malformed_span": 20})
+    assert (batch.received, batch.spans, batch.rejected) == (21, (), {"malformed_span": 21})
     assert batch == _whole_outcome(body, "auto")
     too_deep = body.replace(groups, _groups(101))
     assert _outcome(too_deep, "auto") == _whole_outcome(too_deep, "auto") == "DecodeError"

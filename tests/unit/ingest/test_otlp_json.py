@@ -252,7 +252,8 @@ def test_an_integer_literal_python_will_not_convert_is_ignored_in_an_unknown_fie
 
 def test_an_integer_literal_python_will_not_convert_rejects_the_span_holding_it() -> None:
     """Where an integer belongs, such a literal is beyond any OTLP integer: the span alone is
-    rejected, named with the literal's length; outside the spans the request is refused."""
+    rejected, named with the literal's length; in a resource, its spans; outside the spans,
+    resources and scopes the request is refused."""
     digits = "1" * 5000
     good = json.loads(json.dumps(_body()))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     span = json.dumps(good).replace("{", f'{{"droppedEventsCount": {digits}, ', 1)
@@ -263,8 +264,18 @@ def test_an_integer_literal_python_will_not_convert_rejects_the_span_holding_it(
         "1 span rejected; resourceSpans[0].scopeSpans[0].spans[0]: droppedEventsCount:"
         " an integer literal of 5000 digits is not a value this field can hold"
     )
-    outside = f'{{"resourceSpans": [{{"resource": {{"droppedAttributesCount": {digits}}}}}]}}'
-    refused = r"^resourceSpans\[0\]\.resource\.droppedAttributesCount: an integer literal of 5000"
+    resource = f'{{"droppedAttributesCount": {digits}}}'
+    scopes = f'[{{"spans": [{json.dumps(good)}]}}]'
+    in_resource = f'{{"resourceSpans": [{{"resource": {resource}, "scopeSpans": {scopes}}}]}}'
+    batch = decode_otlp_json(in_resource, DecodeOptions())
+    assert (len(batch.spans), batch.rejected) == (0, {"malformed_span": 1})
+    assert batch.error_message == (
+        "1 span rejected; resourceSpans[0].scopeSpans[0].spans[0]: its resource cannot be"
+        " parsed at droppedAttributesCount: an integer literal of 5000 digits is not a value"
+        " this field can hold"
+    )
+    outside = f'{{"resourceSpans": [{{"schemaUrl": {digits}, "scopeSpans": {scopes}}}]}}'
+    refused = r"^resourceSpans\[0\]\.schemaUrl: an integer literal of 5000 digits is not"
     with pytest.raises(DecodeError, match=refused):
         decode_otlp_json(outside, DecodeOptions())
 

@@ -199,6 +199,36 @@ def test_any_changed_request_decodes_piece_by_piece_as_whole(
     assert pieces(body, size) == whole(body)
 
 
+#: Paths inside a resource's or a scope's own object (``resource``, ``scope``).
+HEADS = [path for path in PATHS if "resource" in path or "scope" in path]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    st.lists(st.tuples(st.sampled_from(HEADS), WRONG), min_size=1, max_size=2),
+    st.lists(st.tuples(st.sampled_from(PATHS), WRONG, st.booleans()), max_size=2),
+    st.sampled_from(SIZES),
+)
+def test_a_resource_or_scope_at_fault_decodes_piece_by_piece_as_whole(
+    heads: list[tuple[tuple[Any, ...], Any]],
+    changes: list[tuple[tuple[Any, ...], Any, bool]],
+    size: int,
+) -> None:
+    """Values of any kind in resources and scopes (of the wrong shape, which costs their
+    spans, or that protobuf cannot read), beside changes anywhere (fields gone, resources
+    and scopes without spans): the same records and rejections, or the same error."""
+    document = copy.deepcopy(VALID)
+    for path, value in heads:
+        _apply(document, path, lambda parent, key, v=value: parent.__setitem__(key, v))
+    for path, value, drop in changes:
+        if drop:
+            _apply(document, path, lambda parent, key: parent.pop(key))
+        else:
+            _apply(document, path, lambda parent, key, v=value: parent.__setitem__(key, v))
+    body = json.dumps(document)
+    assert pieces(body, size) == whole(body)
+
+
 TEXTS = [
     json.dumps(VALID),
     json.dumps(VALID, indent=1),
