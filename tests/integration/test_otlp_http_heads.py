@@ -146,6 +146,8 @@ def test_a_head_that_is_not_http_is_refused_with_a_status_that_quotes_nothing(
 def test_the_metrics_listener_refuses_a_head_past_the_limits_in_text_that_quotes_nothing(
     start_server: StartServer,
 ) -> None:
+    """Was: aiohttp's 400 quoted the line at fault, a scraper's token with it. Now: the
+    metrics listener has the OTLP listener's limits, and says why in plain text."""
     server = start_server(**QUIET)
 
     answer = send(server, "metrics", PAST_THE_LIMITS["line"])

@@ -252,8 +252,9 @@ def test_an_integer_literal_python_will_not_convert_is_ignored_in_an_unknown_fie
 
 def test_an_integer_literal_python_will_not_convert_rejects_the_span_holding_it() -> None:
     """Where an integer belongs, such a literal is beyond any OTLP integer: the span alone is
-    rejected, named with the literal's length; in a resource, its spans; outside the spans,
-    resources and scopes the request is refused."""
+    rejected, named with the literal's length. Was: in a resource, the request was refused.
+    Now: its spans are rejected; outside the spans, resources and scopes the request is
+    refused."""
     digits = "1" * 5000
     good = json.loads(json.dumps(_body()))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     span = json.dumps(good).replace("{", f'{{"droppedEventsCount": {digits}, ', 1)
