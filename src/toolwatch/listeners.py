@@ -2,8 +2,9 @@
 this host's, not permitted), before anything starts (``address_taken`` for every listener at
 once, so a second ``serve`` with the same ports is told every conflict together), and the
 OTLP/HTTP and metrics sites whose TLS handshakes are bounded in time and whose request heads
-are bounded in size (``HEAD_LIMITS``), a head past them answered without quoting it
-(``HeadRefusingHandler``). ``App`` (``toolwatch.app``) starts the servers on them.
+are bounded in size (``HEAD_LIMITS``, one request read ahead: ``QUEUED_REQUESTS``), a request
+aiohttp's parser refuses answered without quoting it (``HeadRefusingHandler``). ``App``
+(``toolwatch.app``) starts the servers on them.
 
 The HTTP sites run on the event loop, as aiohttp does; each connection's handler is made
 there, one per connection.
@@ -21,7 +22,17 @@ from typing import Any
 
 import grpc
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.http_exceptions import (
+    BadHttpMessage,
+    BadHttpMethod,
+    BadStatusLine,
+    ContentLengthError,
+    HttpProcessingError,
+    InvalidHeader,
+    InvalidURLError,
+    LineTooLong,
+    TransferEncodingError,
+)
 from aiohttp.web_request import BaseRequest
 
 from toolwatch.config import host_addresses, is_ip_address, parse_listen_address
@@ -31,6 +42,7 @@ __all__ = [
     "HEAD_LIMITS",
     "MAX_HEADERS",
     "MAX_HEAD_LINE",
+    "QUEUED_REQUESTS",
     "HandshakeBoundSite",
     "HeadRefusal",
     "HeadRefusingHandler",
@@ -39,10 +51,13 @@ __all__ = [
     "StartError",
     "address_taken",
     "bind_grpc",
+    "body_framing_broken",
     "format_address",
+    "framing_message",
     "listening_socket",
     "os_reason",
     "rebind_refused",
+    "refusal_reason",
     "text_refusal",
 ]
 
@@ -59,21 +74,29 @@ HANDSHAKE_SECONDS = 60.0
 #: gRPC listener (16 KiB of metadata) take.
 MAX_HEAD_LINE = 64 * 1024
 #: The most header fields a request may have: aiohttp's default, kept (fewer could refuse
-#: a request that passed before: proxies add their own).
+#: a request that passed before: proxies add their own). aiohttp's Python parser counts the
+#: request line and the blank line that ends the head among them: 126 fields.
 MAX_HEADERS = 128
-#: aiohttp's parser limits (``RequestHandler``'s arguments). A connection holds its request's
-#: head while it arrives (at most ``ingest.idle_timeout_seconds``) and while the request is
-#: handled: at most ``MAX_HEAD_LINE * (MAX_HEADERS + 1)`` bytes (8 MiB and 64 KiB), about
-#: twice that resident (its bytes and the header strings made of them; measured: 15 MiB for
-#: a head of 7.2 MiB), where aiohttp's defaults allowed 1 MiB.
+#: The requests a connection's handler reads and queues ahead of the one it handles: aiohttp
+#: queues 32 (``web_protocol.MAX_MSG_QUEUE_SIZE``); OTLP exporters never pipeline.
+QUEUED_REQUESTS = 1
+#: aiohttp's parser limits (``RequestHandler``'s arguments). A head is at most
+#: ``MAX_HEAD_LINE * (MAX_HEADERS + 1)`` bytes (8 MiB and 64 KiB; aiohttp's defaults: 1 MiB).
+#: A connection holds its request's head while it arrives (at most
+#: ``ingest.idle_timeout_seconds``) and while the request is handled, and meanwhile reads
+#: the next request's (``QUEUED_REQUESTS``) and what one read (256 KiB) brought after it:
+#: at most 16.4 MiB of heads, about twice that resident (their bytes and the header strings
+#: made of them; measured: 31 MiB for two heads of 7.7 MiB, 40 MiB with aiohttp's Python
+#: parser). aiohttp's queue of 32 held 33 such heads (measured: 509 MiB); with its default
+#: limits, 33 heads of 1 MiB (measured: 64 MiB).
 HEAD_LIMITS: dict[str, Any] = {
     "max_line_size": MAX_HEAD_LINE,
     "max_field_size": MAX_HEAD_LINE,
     "max_headers": MAX_HEADERS,
 }
 
-#: The answer to a request head aiohttp's parser refuses: its status and why, in words that
-#: quote nothing of the head.
+#: The answer to a request aiohttp's parser refuses: its status and why, in words that quote
+#: nothing of the request.
 HeadRefusal = Callable[[int, str], web.Response]
 
 
@@ -83,8 +106,10 @@ def text_refusal(status: int, reason: str) -> web.Response:
 
 
 class HeadRefusingHandler(web.RequestHandler):
-    """aiohttp's handler of one connection, given ``HEAD_LIMITS``, that answers a request
-    head its parser refuses (not HTTP, or past those limits) with ``refusal``: aiohttp's own
+    """aiohttp's handler of one connection, given ``HEAD_LIMITS``, that reads one request
+    ahead of the one being handled, not 32, and answers a request its parser refuses (a head
+    not HTTP or past those limits, a chunked body whose framing breaks in the packets that
+    brought the head) with ``refusal``, saying which (``refusal_reason``): aiohttp's own
     answer is text quoting the first 100 bytes of the line at fault (a bearer token), made
     before any middleware runs, so none can replace it. aiohttp offers no other way to
     answer it (aio-libs/aiohttp#3287, #9882): ``handle_error`` is the method its parser
@@ -95,6 +120,15 @@ class HeadRefusingHandler(web.RequestHandler):
     def __init__(self, manager: web.Server, *, refusal: HeadRefusal, **options: Any) -> None:
         super().__init__(manager, **options)
         self._refusal = refusal
+        # aiohttp reads on while a request is handled, and queues up to 32 pipelined requests
+        # (web_protocol.MAX_MSG_QUEUE_SIZE) before it stops reading: each head up to
+        # HEAD_LIMITS, 32 x 8 MiB on one connection whose export waits for its decoding turn.
+        # OTLP exporters send one request and wait for its answer: one queued is enough.
+        # aiohttp's internals (3.14.5; before, it queued without bound and had neither):
+        # tests/unit/test_listeners_heads.py fails if they go.
+        if hasattr(self, "_max_msg_queue_size"):
+            self._max_msg_queue_size = QUEUED_REQUESTS
+            self._msg_queue_resume_size = 0  # read again once the queued one is taken
 
     def handle_error(
         self,
@@ -106,19 +140,59 @@ class HeadRefusingHandler(web.RequestHandler):
         answer = super().handle_error(request, status, exc, message)  # logs it; closes
         if not isinstance(exc, HttpProcessingError):
             return answer
-        refused = self._refusal(status, head_refused(exc))
+        refused = self._refusal(status, refusal_reason(exc))
         refused.force_close()
         return refused
 
 
-def head_refused(error: HttpProcessingError) -> str:
-    """Why a request's head was refused, by the parser error's kind alone: its message
-    quotes the head."""
-    return (
-        f"the request's head was refused ({type(error).__name__}): it is not HTTP/1.1, or a"
-        f" line of it is longer than {MAX_HEAD_LINE} bytes, or it has more than"
-        f" {MAX_HEADERS} header fields"
-    )
+def refusal_reason(error: HttpProcessingError) -> str:
+    """Why aiohttp's parser refused a request, by its error's kind alone (its message
+    quotes the request): the body's framing (``framing_message``), or what of the head."""
+    if body_framing_broken(error):
+        return framing_message(error)
+    why = _HEAD_FAULTS.get(type(error), _MALFORMED_HEAD)
+    if type(error) is BadHttpMessage and error.message.startswith("Too many headers"):
+        why = f"it has more than {MAX_HEADERS} header fields"  # aiohttp's words, both parsers
+    return f"the request's head was refused ({type(error).__name__}): {why}"
+
+
+def body_framing_broken(error: HttpProcessingError) -> bool:
+    """Whether ``error`` is about a request body's framing (a chunk size that is no hex
+    number, a chunk longer than its size said), not its head: aiohttp's Python parser raises
+    ``TransferEncodingError`` (or ``ContentLengthError``), its C parser (llhttp) a
+    ``BadHttpMessage`` whose message starts with llhttp's reason, every one of its
+    chunked-body reasons naming a chunk ("Invalid character in chunk size", "Expected LF
+    after chunk data"). The rest of that message quotes the bytes at fault."""
+    if isinstance(error, TransferEncodingError | ContentLengthError):
+        return True
+    reason = error.message.partition(":\n")[0]
+    return type(error) is BadHttpMessage and "chunk" in reason.lower()
+
+
+def framing_message(error: Exception) -> str:
+    """Named by the parser's error kind (``RequestPayloadError`` wraps it)."""
+    kind = type(error.__cause__ or error).__name__
+    return f"the request body's HTTP framing is broken ({kind}); nothing was read"
+
+
+#: What of a refused head each parser error says, by its kind (both parsers raise these;
+#: llhttp's other faults are plain ``BadHttpMessage``).
+_HEAD_FAULTS: dict[type[HttpProcessingError], str] = {
+    LineTooLong: f"a line of it (the request line, a header field) is longer than {MAX_HEAD_LINE}"
+    " bytes",
+    BadHttpMethod: "its request line starts with no HTTP method (not HTTP: TLS sent to a"
+    " listener without TLS, say)",
+    BadStatusLine: "its request line is not HTTP/1.x's (a method, a target and a version,"
+    " ending in CRLF)",
+    InvalidURLError: "its request target is not a valid URL",
+    InvalidHeader: "a header field is malformed (a character HTTP does not allow in its name or"
+    " value, a Content-Length that is no number)",
+}
+_MALFORMED_HEAD = (
+    "it is not well-formed HTTP/1.x (such as a header field with a character HTTP does not"
+    " allow, a Content-Length that is no number or given twice, no Host header, lines not"
+    " ending in CRLF)"
+)
 
 
 #: Makes the handler of a new connection, for the runner's server.

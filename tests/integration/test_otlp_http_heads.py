@@ -1,24 +1,31 @@
 """Request heads on the HTTP listeners, OTLP and metrics, through a real server and raw
-clients: a header line as long as a bearer JWT is read, and a head aiohttp's parser refuses
-(past ``listeners.HEAD_LIMITS``, or not HTTP) is answered without quoting it, over OTLP/HTTP
-with a ``google.rpc.Status`` (opentelemetry-proto ``docs/specification.md``, OTLP/HTTP
-"Failures": "The response body for all HTTP 4xx and HTTP 5xx responses MUST be a
+clients: a header line as long as a bearer JWT is read; a connection reads one request
+ahead of the one it handles (``listeners.QUEUED_REQUESTS``); and a request aiohttp's parser
+refuses (a head past ``listeners.HEAD_LIMITS`` or not HTTP, a chunked body whose framing
+breaks in the packet that brought its head) is answered saying which, without quoting it,
+over OTLP/HTTP with a ``google.rpc.Status`` (opentelemetry-proto ``docs/specification.md``,
+OTLP/HTTP "Failures": "The response body for all HTTP 4xx and HTTP 5xx responses MUST be a
 Protobuf-encoded Status message")."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import http.client
 import socket
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp.web_protocol
 import pytest
+from aiohttp.http_parser import HttpRequestParserPy
 from google.rpc import code_pb2, status_pb2
 
 from tests.integration.conftest import RunningServer, until
 from tests.integration.test_otlp_spec import PROTOBUF, QUIET, REQUESTS_COUNTED, refund_request
-from toolwatch.listeners import MAX_HEAD_LINE, MAX_HEADERS
+from toolwatch.listeners import MAX_HEAD_LINE, MAX_HEADERS, QUEUED_REQUESTS
 
 StartServer = Callable[..., RunningServer]
 
@@ -95,10 +102,17 @@ def test_a_long_bearer_token_authenticates(start_server: StartServer, tmp_path: 
 
 
 #: Heads past ``HEAD_LIMITS``: a line longer than a field may be, more fields than a head
-#: may have.
+#: may have; and what the refusal says of each.
 PAST_THE_LIMITS = {
-    "line": {"Authorization": "Bearer " + "s" * MAX_HEAD_LINE},
-    "fields": {f"X-Field-{n}": "s" * 40 for n in range(MAX_HEADERS + 1)},
+    "line": (
+        {"Authorization": "Bearer " + "s" * MAX_HEAD_LINE},
+        f"(LineTooLong): a line of it (the request line, a header field) is longer than"
+        f" {MAX_HEAD_LINE} bytes",
+    ),
+    "fields": (
+        {f"X-Field-{n}": "s" * 40 for n in range(MAX_HEADERS + 1)},
+        f"(BadHttpMessage): it has more than {MAX_HEADERS} header fields",
+    ),
 }
 
 
@@ -106,21 +120,38 @@ PAST_THE_LIMITS = {
 def test_a_head_past_the_limits_is_refused_with_a_status_that_quotes_nothing(
     start_server: StartServer, past: str
 ) -> None:
-    """Was: aiohttp's 400 ``text/plain``, quoting the first 100 bytes of the line at fault.
-    Now: a ``google.rpc.Status`` (INVALID_ARGUMENT) naming the limits, counted invalid;
-    the connection is closed, and the next export is served."""
+    """Was: aiohttp's 400 ``text/plain``, quoting the first 100 bytes of the line at fault;
+    then a Status naming every limit, whichever was passed. Now: a ``google.rpc.Status``
+    (INVALID_ARGUMENT) naming the limit passed, counted invalid; the connection is closed,
+    and the next export is served."""
     server = start_server(**QUIET)
+    head, reason = PAST_THE_LIMITS[past]
 
-    answer = export(server, PAST_THE_LIMITS[past])
+    answer = export(server, head)
 
     assert (answer.status, answer.content_type) == (400, PROTOBUF)
     status = status_pb2.Status.FromString(answer.body)
     assert status.code == code_pb2.INVALID_ARGUMENT
-    assert f"longer than {MAX_HEAD_LINE} bytes" in status.message
-    assert f"more than {MAX_HEADERS} header fields" in status.message
+    assert status.message == "the request's head was refused " + reason
     assert b"s" * 20 not in answer.body
     assert until(lambda: server.sample(REQUESTS_COUNTED, INVALID) == 1)
     assert export(server, {}).status == 200
+
+
+def test_an_http_1_0_head_with_a_long_line_is_told_its_line_is_long(
+    start_server: StartServer,
+) -> None:
+    """Was: "it is not HTTP/1.1, or a line of it is longer than 65536 bytes, or ...": a
+    well-formed HTTP/1.0 request was told it might not be HTTP/1.1. Now: the line alone."""
+    server = start_server(**QUIET)
+    line = b"X-Scope-OrgID: " + b"s" * MAX_HEAD_LINE
+    with _connect(server, "http") as client:
+        client.sendall(b"POST /v1/traces HTTP/1.0\r\n" + line + b"\r\n\r\n")
+        answer = _read_all(client)
+
+    status = _status(answer)
+    assert status.message == "the request's head was refused " + PAST_THE_LIMITS["line"][1]
+    assert b"s" * 20 not in answer
 
 
 def test_a_head_that_is_not_http_is_refused_with_a_status_that_quotes_nothing(
@@ -129,17 +160,17 @@ def test_a_head_that_is_not_http_is_refused_with_a_status_that_quotes_nothing(
     """Was: aiohttp's 400 quoted the bad header, a token and all. Now: a Status naming the
     parser's error kind."""
     server = start_server(**QUIET)
-    host, port = server.address("http").rsplit(":", 1)
     head = b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-s3cret\x01\r\n"
-    with socket.create_connection((host, int(port)), timeout=10) as client:
+    with _connect(server, "http") as client:
         client.sendall(head + b"Content-Length: 0\r\n\r\n")
         answer = _read_all(client)
 
     head_end = answer.index(b"\r\n\r\n") + 4
     assert answer.startswith(b"HTTP/1.0 400 Bad Request\r\n")
     assert f"Content-Type: {PROTOBUF}\r\n".encode() in answer[:head_end]
-    status = status_pb2.Status.FromString(answer[head_end:])
+    status = _status(answer)
     assert status.message.startswith("the request's head was refused (")
+    assert "a character HTTP does not allow" in status.message
     assert b"s3cret" not in answer
 
 
@@ -150,12 +181,170 @@ def test_the_metrics_listener_refuses_a_head_past_the_limits_in_text_that_quotes
     metrics listener has the OTLP listener's limits, and says why in plain text."""
     server = start_server(**QUIET)
 
-    answer = send(server, "metrics", PAST_THE_LIMITS["line"])
+    answer = send(server, "metrics", PAST_THE_LIMITS["line"][0])
 
     assert answer.status == 400
     assert (answer.content_type or "").startswith("text/plain")
     assert answer.body.startswith(b"the request's head was refused (LineTooLong)")
     assert b"s" * 20 not in answer.body
+
+
+@pytest.fixture(params=["C", "Python"])
+def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """aiohttp's request parser the server's connections use: its C one (llhttp), as
+    installed, or its Python one, as without its wheels (``AIOHTTP_NO_EXTENSIONS``). They
+    raise different errors for the same fault."""
+    if request.param == "Python":
+        monkeypatch.setattr(aiohttp.web_protocol, "HttpRequestParser", HttpRequestParserPy)
+    elif aiohttp.web_protocol.HttpRequestParser is HttpRequestParserPy:
+        pytest.skip("aiohttp's C parser is not installed")
+    return str(request.param)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"zz\r\nabc\r\n0\r\n\r\n", b"3\r\nabcdef\r\n0\r\n\r\n"],
+    ids=["chunk-size-not-hex", "chunk-longer-than-its-size"],
+)
+def test_a_broken_chunked_body_after_a_valid_head_is_not_said_to_be_the_head(
+    start_server: StartServer, parser: str, body: bytes
+) -> None:
+    """A head within every limit, its chunked body broken in the same packet: aiohttp's
+    parser refuses the request before a handler runs. Was: "the request's head was refused
+    (BadHttpMessage): it is not HTTP/1.1, or a line of it is longer than 65536 bytes, or it
+    has more than 128 header fields", none of which was so: a client (or an operator reading
+    the exporter's log) was sent to look at its headers. Now: the receiver's own answer to
+    the same fault found while reading (``listeners.framing_message``), naming the parser's
+    error: ``BadHttpMessage`` from the C parser, ``TransferEncodingError`` from Python's."""
+    server = start_server(**QUIET)
+    head = (
+        b"POST /v1/traces HTTP/1.1\r\nHost: toolwatch\r\n"
+        + f"Content-Type: {PROTOBUF}\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
+    )
+    with _connect(server, "http") as client:
+        client.sendall(head + body)
+        answer = _read_all(client)
+
+    assert answer.split(b"\r\n", 1)[0].endswith(b" 400 Bad Request")
+    status = _status(answer)
+    assert status.code == code_pb2.INVALID_ARGUMENT
+    kind = "BadHttpMessage" if parser == "C" else "TransferEncodingError"
+    assert status.message == (
+        f"the request body's HTTP framing is broken ({kind}); nothing was read"
+    )
+    assert until(lambda: server.sample(REQUESTS_COUNTED, INVALID) == 1)
+
+
+@pytest.fixture
+def decode_turn_held(start_server: StartServer) -> Iterator[RunningServer]:
+    """A server whose decoding turn is held, as another client's export holds it while it
+    decodes (one at a time: a 20 MiB OTLP/JSON body takes 1.3 to 9 s, ``decode_thread``)."""
+    server = start_server(**QUIET)
+    release = server.call(asyncio.Event)
+    entered = threading.Event()
+
+    async def hold() -> None:
+        async with server.app._decoding.turn(lambda: None):
+            entered.set()
+            await release.wait()
+
+    server.call(lambda: server.loop.create_task(hold()))
+    assert entered.wait(10)
+    yield server
+    server.call(release.set)
+
+
+#: A header field's value in ``_largest_head``, and how many such fields it has: 126 fields
+#: in all, as many as aiohttp's Python parser takes (it counts the request line and the
+#: blank line among its 128).
+_PAD = MAX_HEAD_LINE - 100
+_PADS = MAX_HEADERS - 5
+#: A head within ``HEAD_LIMITS`` at most: its request line and 128 fields, 64 KiB each.
+HEAD_BOUND = MAX_HEAD_LINE * (MAX_HEADERS + 1)
+
+
+def _export_head(length: int, extra: bytes = b"") -> bytes:
+    return (
+        b"POST /v1/traces HTTP/1.1\r\nHost: toolwatch\r\n"
+        + f"Content-Type: {PROTOBUF}\r\nContent-Length: {length}\r\n".encode()
+        + extra
+        + b"\r\n"
+    )
+
+
+def _largest_head() -> bytes:
+    """An export's head within ``HEAD_LIMITS``: its fields (Host, Content-Type and
+    Content-Length, and ``_PADS`` more) nearly 64 KiB each (a field's name and value count
+    against ``max_field_size``)."""
+    value = b"t" * _PAD
+    fields = b"".join(b"X-Pad-%03d: %s\r\n" % (n, value) for n in range(_PADS))
+    return _export_head(0, fields)
+
+
+def _queued_heads(server: RunningServer) -> tuple[list[int], bool]:
+    """The bytes of each request head the HTTP listeners' connections have read and queued
+    behind the request they handle, and whether every connection holding one has stopped
+    reading (read on the server's loop, from aiohttp's internals: its handler's queue
+    ``_messages`` and ``_buffer_paused``)."""
+
+    def held() -> tuple[list[int], bool]:
+        sizes, paused = [], True
+        for runner in server.app._runners:
+            assert runner.server is not None
+            for handler in runner.server._connections:
+                for message, _ in handler._messages:
+                    raw = getattr(message, "raw_headers", ())
+                    sizes.append(sum(len(name) + len(value) for name, value in raw))
+                paused = paused and (not handler._messages or handler._buffer_paused)
+        return sizes, paused
+
+    return server.call(held)
+
+
+def test_a_connection_reads_one_request_ahead_of_the_one_it_handles(
+    decode_turn_held: RunningServer, parser: str
+) -> None:
+    """Was: aiohttp read on while a request was handled, and queued up to 32 pipelined
+    requests (``web_protocol.MAX_MSG_QUEUE_SIZE``), each head up to ``HEAD_LIMITS``: one
+    connection whose export waited for its decoding turn held 32 heads of 8 MiB (measured:
+    485 MiB resident). Now: one (``QUEUED_REQUESTS``), then it stops reading until the
+    handled request is answered. Reads aiohttp's internals (``_queued_heads``)."""
+    server = decode_turn_held
+    body = refund_request().SerializeToString()
+    pipelined = _export_head(len(body)) + body + _largest_head() * 3
+    client = _connect(server, "http")
+    sender = threading.Thread(target=_send, args=(client, pipelined), daemon=True)
+    try:
+        sender.start()
+
+        def settled() -> bool:  # stopped reading with a large head queued, or read past it
+            sizes, paused = _queued_heads(server)
+            return (paused and max(sizes, default=0) > _PAD * _PADS) or len(sizes) > 1
+
+        assert until(settled)
+        sizes, _ = _queued_heads(server)
+        assert len(sizes) == QUEUED_REQUESTS
+        assert _PAD * _PADS < sizes[0] <= HEAD_BOUND
+    finally:
+        client.shutdown(socket.SHUT_RDWR)  # wakes the sender, blocked while the server waits
+        sender.join(timeout=10)
+        client.close()
+
+
+def _send(client: socket.socket, data: bytes) -> None:
+    """``data`` sent, as far as the server reads it before the test closes the socket."""
+    with contextlib.suppress(OSError):
+        client.sendall(data)
+
+
+def _connect(server: RunningServer, listener: str) -> socket.socket:
+    host, port = server.address(listener).rsplit(":", 1)
+    return socket.create_connection((host, int(port)), timeout=10)
+
+
+def _status(answer: bytes) -> status_pb2.Status:
+    """The ``google.rpc.Status`` an HTTP answer carries."""
+    return status_pb2.Status.FromString(answer[answer.index(b"\r\n\r\n") + 4 :])
 
 
 def _read_all(client: socket.socket) -> bytes:

@@ -1,8 +1,8 @@
 """OTLP/HTTP answers: the errors the receiver (``otlp_http``) refuses a request with, and the
 bodies OTLP/HTTP asks of them, a ``google.rpc.Status`` in the request's encoding with the
 request's Content-Type as sent; the middleware that gives aiohttp's own error answers (404,
-405, a bearer-token check's 401) such a body, and the answer to a request head aiohttp's
-parser refuses (``status_refusal``, which no middleware sees); and the log adapter that keeps
+405, a bearer-token check's 401) such a body, and the answer to a request aiohttp's parser
+refuses (``status_refusal``, which no middleware sees); and the log adapter that keeps
 requests aiohttp's parser refused (not HTTP) out of the ERROR log (``ProtocolErrorLog``)."""
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ __all__ = [
     "RejectError",
     "content_encoding",
     "echo_content_type",
-    "framing_message",
     "message_response",
     "status_bodies",
     "status_refusal",
@@ -183,12 +182,6 @@ def _error_message(request: web.Request, response: web.StreamResponse) -> str:
     return f"{request.method} {request.path}: {response.reason}"
 
 
-def framing_message(error: Exception) -> str:
-    """Named by the parser's error kind (``RequestPayloadError`` wraps it)."""
-    kind = type(error.__cause__ or error).__name__
-    return f"the request body's HTTP framing is broken ({kind}); nothing was read"
-
-
 def message_response(status: int, message: Message, content_type: str) -> web.Response:
     if content_type == JSON:
         # As bytes: given text, aiohttp would add "; charset=utf-8", and OTLP asks for the
@@ -200,7 +193,7 @@ def message_response(status: int, message: Message, content_type: str) -> web.Re
 
 
 def status_refusal(status: int, reason: str) -> web.Response:
-    """The answer to a request head aiohttp's parser refuses (``listeners.HeadRefusal``), a
+    """The answer to a request aiohttp's parser refuses (``listeners.HeadRefusal``), a
     ``google.rpc.Status`` as OTLP/HTTP asks of every 4xx and 5xx body: in protobuf, the
     request's Content-Type being unread."""
     code = code_pb2.INVALID_ARGUMENT if status == 400 else code_pb2.UNKNOWN

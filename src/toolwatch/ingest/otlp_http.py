@@ -19,18 +19,21 @@ bearer-token check make on the receiver's listener (404, 405, 401) carry a
 A request that says ``Expect: 100-continue`` is answered 401, 413, 415 or 503 before its
 client sends the body when it would be refused whatever the body (``HttpTraceReceiver.expect``).
 
-A request that is not well-formed HTTP (a ``Content-Length`` that is no number, a bad first
-chunk size), or whose head is past ``listeners.HEAD_LIMITS`` (64 KiB a line, 128 header
-fields), never reaches a handler: aiohttp's parser refuses it and closes the connection,
-answered 400 with a ``google.rpc.Status`` that quotes nothing of the head
-(``listeners.HeadRefusingHandler``, ``http_answers.status_refusal``: aiohttp's own answer,
-plain text, quoted the line at fault, a token with it), and would log an ERROR with a
-traceback for each, so that any client could flood the log. ``ProtocolErrorLog`` logs those
-at DEBUG and counts them as ``invalid`` requests. A chunked body whose framing breaks after
-a handler started reading it is not told to the handler by aiohttp's C parser (it queues the
-error as a next request): it is answered at the read timeout, 503, like a body that stalls.
-Its Python parser (``AIOHTTP_NO_EXTENSIONS``, or a platform without aiohttp's wheels) tells
-it: answered 400, the connection closed, counted ``invalid``.
+A request aiohttp's parser refuses never reaches a handler: a head that is not well-formed
+HTTP (a ``Content-Length`` that is no number, a character HTTP does not allow) or past
+``listeners.HEAD_LIMITS`` (64 KiB a line, 128 header fields), and a chunked body whose
+framing breaks (a chunk size that is no hex number, a chunk longer than its size said) in
+the packets that brought its head. aiohttp's parser refuses it and closes the connection,
+answered 400 with a ``google.rpc.Status`` saying which of those it is and quoting nothing
+of the request (``listeners.HeadRefusingHandler``, ``http_answers.status_refusal``:
+aiohttp's own answer, plain text, quoted the line at fault, a token with it), and would log
+an ERROR with a traceback for each, so that any client could flood the log.
+``ProtocolErrorLog`` logs those at DEBUG and counts them as ``invalid`` requests. A chunked
+body whose framing breaks after a handler started reading it is not told to the handler by
+aiohttp's C parser (it queues the error as a next request): it is answered at the read
+timeout, 503, like a body that stalls. Its Python parser (``AIOHTTP_NO_EXTENSIONS``, or a
+platform without aiohttp's wheels) tells it: answered 400, the connection closed, counted
+``invalid``.
 
 A body is decompressed and decoded in the decoding turn it shares with the gRPC receiver
 (``toolwatch.ingest.decode_thread``): one at a time, an OTLP/JSON, compressed or large one
@@ -70,7 +73,6 @@ from toolwatch.ingest.http_answers import (
     ProtocolErrorLog,
     RejectError,
     content_encoding,
-    framing_message,
     message_response,
     status_bodies,
     status_response,
@@ -82,6 +84,7 @@ from toolwatch.ingest.inflight import InFlight, ReadAbandonedError
 from toolwatch.ingest.otlp_grpc import SpanConsumer, export_response
 from toolwatch.ingest.otlp_json import MIN_BYTES_PER_VALUE, decode_otlp_json
 from toolwatch.ingest.slots import RequestSlots
+from toolwatch.listeners import framing_message
 from toolwatch.metrics import PipelineMetrics
 
 __all__ = ["TRACES_PATH", "HttpTraceReceiver", "ProtocolErrorLog"]
