@@ -9,7 +9,8 @@ the rest. An id of the wrong length, or one that is no hex, is not a parse error
 alone is rejected (partial success), as in a protobuf request. So is a span holding a value
 of the wrong type or nested past protobuf's 100 levels (``malformed_span``), and every span
 of a resource or scope that does (its ``resource`` or ``scope`` object of the wrong shape,
-or one protobuf cannot read); a fault elsewhere outside the spans refuses the request. An
+or one protobuf cannot read, or a ``schemaUrl`` holding a lone surrogate); a fault elsewhere
+outside the spans refuses the request. An
 integer literal of more digits than Python converts (4,300) is read as the infinity it is
 beyond (``read_integer``): ignored in a field receivers ignore, refused where an integer
 belongs.

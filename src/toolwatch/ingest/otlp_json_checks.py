@@ -4,7 +4,8 @@ What ``ParseDict`` would let pass or word badly: a hex id that is no hex, an obj
 message belongs that is none, a non-finite number in an integer field, a field named twice;
 and ``ParseDict``'s own reasons, read as paths, never quoting an attribute value. A fault
 inside a span rejects that span alone (``IdProblems``); one inside a resource or a scope
-(its ``resource`` or ``scope`` object) rejects that resource's or scope's spans, as one
+(its ``resource`` or ``scope`` object, or a ``schemaUrl`` protobuf cannot hold: a lone
+surrogate) rejects that resource's or scope's spans, as one
 ``ParseDict`` cannot read does (``empty_unparsable``); one elsewhere (where the spans
 cannot be told apart) refuses the request.
 """
@@ -35,6 +36,7 @@ __all__ = [
     "check_span",
     "convert_request_ids",
     "convert_span_ids",
+    "drop_head",
     "drop_heads",
     "empty_span",
     "empty_unparsable",
@@ -191,6 +193,15 @@ _HEADS = frozenset(
     )
 )
 _HEAD = -1
+#: A ResourceSpans' and a ScopeSpans' own text field: one protobuf cannot encode (a lone
+#: surrogate, which no UTF-8 holds) costs their spans, as their resource's or scope's fault
+#: does (``_HeadTextError``), as a protobuf ``schema_url`` that is not UTF-8 does.
+_HEAD_TEXTS = frozenset(
+    (
+        ResourceSpans.DESCRIPTOR.fields_by_name["schema_url"],
+        ScopeSpans.DESCRIPTOR.fields_by_name["schema_url"],
+    )
+)
 #: A node to check: the object, its message type, its path, and its outline indices.
 _Node = tuple[Any, Any, str, tuple[int, ...]]
 #: A list of nodes to check: the list, its elements' message type, its path, its outline
@@ -199,6 +210,17 @@ _Run = tuple[list[Any], Any, str, tuple[int, ...], bool, Iterator[int]]
 #: Resources ``(r,)`` and scopes ``(r, s)`` whose own object is at fault: why, as each of
 #: their spans' rejection says it.
 Heads = dict[tuple[int, ...], str]
+
+
+class _HeadTextError(DecodeError):
+    """A ResourceSpans' or ScopeSpans' own text that protobuf cannot encode
+    (``_HEAD_TEXTS``), raised once the rest of it is checked: its spans are rejected, for
+    ``reason``."""
+
+    def __init__(self, path: str, key: str) -> None:
+        super().__init__(f"{path}.{key}: a lone surrogate is not UTF-8", f"{path}.{key}")
+        owner = path.rpartition(".")[2].partition("[")[0]
+        self.reason = f"its {owner}' {key} cannot be parsed: a lone surrogate is not UTF-8"
 
 
 def check_shapes(
@@ -246,11 +268,11 @@ def drop_heads(document: dict[str, Any], heads: Heads, problems: IdProblems) -> 
     for r, resource_spans in items(document, "resourceSpans", "resource_spans"):
         resource = heads.get((r,))
         if resource is not None:
-            del resource_spans["resource"]
+            drop_head(resource_spans, "resource")
         for s, scope_spans in items(resource_spans, "scopeSpans", "scope_spans"):
             scope = heads.get((r, s))
             if scope is not None:
-                del scope_spans["scope"]
+                drop_head(scope_spans, "scope")
             why = resource or scope
             if why is None:
                 continue
@@ -259,6 +281,14 @@ def drop_heads(document: dict[str, Any], heads: Heads, problems: IdProblems) -> 
                 problems.setdefault((r, s, p), (MALFORMED, why))
                 emptied = True
     return emptied
+
+
+def drop_head(container: dict[str, Any], head: str) -> None:
+    """Take a resource (``head`` "resource") or scope ("scope") at fault out of its
+    ResourceSpans' or ScopeSpans' ``container``, with the container's own texts
+    (``_HEAD_TEXTS``): the fault is in one of them."""
+    for key in (head, "schemaUrl", "schema_url"):
+        container.pop(key, None)
 
 
 def _check(
@@ -279,6 +309,9 @@ def _check(
             continue  # a part of a span, resource or scope already rejected
         try:
             _check_node(item, pending, descend)
+        except _HeadTextError as exc:  # what it holds is queued: checked all the same
+            heads[outline] = exc.reason
+            first = first or exc
         except DecodeError as exc:
             if outline[-1:] == (_HEAD,):
                 heads[outline[:-1]] = _head_fault(exc, outline)
@@ -336,6 +369,7 @@ def _check_node(item: _Node, pending: list[_Node | _Run], descend: bool) -> None
     value, descriptor, path, outline = item
     node = _object(value, path)  # a head is queued as it is: its fault is its own
     unreadable: list[str] = []
+    unencodable: str | None = None  # a text of the node's own at fault (``_HEAD_TEXTS``)
     for key, value in node.items():
         if not key.isascii():  # no field's name; protobuf's maps fail on a lone surrogate
             unreadable.append(key)
@@ -353,6 +387,8 @@ def _check_node(item: _Node, pending: list[_Node | _Run], descend: bool) -> None
         message = field.message_type
         if message is None:
             _check_number(value, field, where)
+            if field in _HEAD_TEXTS and not _encodable(value):
+                unencodable = unencodable or key
             continue
         if field in _HEADS:
             pending.append((value, message, where, (*outline, _HEAD)))
@@ -371,6 +407,20 @@ def _check_node(item: _Node, pending: list[_Node | _Run], descend: bool) -> None
             pending.append((value, message, where, outline, locates, indices))
     for key in unreadable:  # unknown fields, ignored (the OTLP specification says so)
         del node[key]
+    if unencodable is not None:
+        raise _HeadTextError(path, unencodable)
+
+
+def _encodable(value: Any) -> bool:
+    """Whether protobuf can hold ``value`` as a string field's: not a text with a lone
+    surrogate (JSON's ``"\\ud800"``), which no UTF-8 holds."""
+    if not isinstance(value, str) or value.isascii():
+        return True
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 _FLOATING = (FieldDescriptor.CPPTYPE_DOUBLE, FieldDescriptor.CPPTYPE_FLOAT)

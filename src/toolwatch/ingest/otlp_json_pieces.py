@@ -42,6 +42,7 @@ from toolwatch.ingest.otlp_json_checks import (
     check_outline,
     check_span,
     convert_span_ids,
+    drop_head,
     empty_span,
     items,
     parse_dict,
@@ -227,7 +228,7 @@ class _Pieces:
             container = resources[head[0]]
             if len(head) == 2:
                 container = container[_list_key(container, _SCOPE_SPANS)][head[1]]
-            del container["scope" if len(head) == 2 else "resource"]
+            drop_head(container, "scope" if len(head) == 2 else "resource")
         self._dropped = heads
 
     # --- the pieces ------------------------------------------------------------------------

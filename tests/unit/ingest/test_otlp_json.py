@@ -193,6 +193,32 @@ def test_a_resource_attribute_protobuf_cannot_read_is_not_echoed() -> None:
     assert "078-05" not in message
 
 
+@pytest.mark.parametrize("where", ["resource", "scope"])
+def test_a_schema_url_holding_a_lone_surrogate_rejects_the_spans_it_holds(where: str) -> None:
+    """Was: OTLP/JSON's ``"\\ud800"``, which no UTF-8 holds, in a ResourceSpans' or
+    ScopeSpans' ``schemaUrl`` refused the request ("cannot be parsed at
+    resourceSpans.schemaUrl: Unpaired surrogate"), every service batched with it lost. Now:
+    its resource's or scope's spans are rejected, as a protobuf ``schema_url`` that is not
+    UTF-8 costs them; the others are kept."""
+    body = _body()
+    resource = body["resourceSpans"][0]
+    kept = json.loads(json.dumps(resource))
+    kept["scopeSpans"][0]["spans"][0]["spanId"] = "00f067aa0ba902b8"
+    body["resourceSpans"].append(kept)
+    holder = resource if where == "resource" else resource["scopeSpans"][0]
+    holder["schemaUrl"] = "https://opentelemetry.io/schemas/\ud800"
+    owner = "resourceSpans" if where == "resource" else "scopeSpans"
+
+    batch = decode_otlp_json(json.dumps(body), DecodeOptions())
+
+    assert [span.span_id.hex() for span in batch.spans] == ["00f067aa0ba902b8"]
+    assert batch.rejected == {"malformed_span": 1}
+    assert batch.error_message == (
+        f"1 span rejected; resourceSpans[0].scopeSpans[0].spans[0]: its {owner}' schemaUrl"
+        " cannot be parsed: a lone surrogate is not UTF-8"
+    )
+
+
 def test_bad_link_id_names_the_link() -> None:
     links = [{"traceId": _TRACE_HEX, "spanId": "nothex!!"}]
     with pytest.raises(DecodeError, match=r"spans\[0\]\.links\[0\]\.spanId: "):

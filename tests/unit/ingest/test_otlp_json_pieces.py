@@ -199,13 +199,18 @@ def test_any_changed_request_decodes_piece_by_piece_as_whole(
     assert pieces(body, size) == whole(body)
 
 
-#: Paths inside a resource's or a scope's own object (``resource``, ``scope``).
+#: Paths inside a resource's or a scope's own object (``resource``, ``scope``), and their
+#: ResourceSpans' or ScopeSpans' ``schemaUrl``.
 HEADS = [path for path in PATHS if "resource" in path or "scope" in path]
+HEADS += [path for path in PATHS if path[-1] == "schemaUrl"]
+HEADS += [("resourceSpans", r, "schemaUrl") for r in range(2)]
+#: A text no UTF-8 holds: protobuf refuses it wherever it is.
+LONE_SURROGATE = st.sampled_from(["\ud800", "https://x/\udfff"])
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
 @given(
-    st.lists(st.tuples(st.sampled_from(HEADS), WRONG), min_size=1, max_size=2),
+    st.lists(st.tuples(st.sampled_from(HEADS), WRONG | LONE_SURROGATE), min_size=1, max_size=2),
     st.lists(st.tuples(st.sampled_from(PATHS), WRONG, st.booleans()), max_size=2),
     st.sampled_from(SIZES),
 )
@@ -215,7 +220,8 @@ def test_a_resource_or_scope_at_fault_decodes_piece_by_piece_as_whole(
     size: int,
 ) -> None:
     """Values of any kind in resources and scopes (of the wrong shape, which costs their
-    spans, or that protobuf cannot read), beside changes anywhere (fields gone, resources
+    spans, or that protobuf cannot read) and in their ``schemaUrl`` (a lone surrogate costs
+    their spans too), beside changes anywhere (fields gone, resources
     and scopes without spans): the same records and rejections, or the same error."""
     document = copy.deepcopy(VALID)
     for path, value in heads:
