@@ -212,13 +212,16 @@ _Run = tuple[list[Any], Any, str, tuple[int, ...], bool, Iterator[int]]
 Heads = dict[tuple[int, ...], str]
 
 
-class _HeadTextError(DecodeError):
+class _HeadTextError(Exception):
     """A ResourceSpans' or ScopeSpans' own text that protobuf cannot encode
     (``_HEAD_TEXTS``), raised once the rest of it is checked: its spans are rejected, for
-    ``reason``."""
+    ``reason``; ``error`` is the ``DecodeError`` that says so. Not a ``DecodeError`` itself:
+    that class is compiled (mypyc), and an interpreted subclass of it cannot be made."""
 
     def __init__(self, path: str, key: str) -> None:
-        super().__init__(f"{path}.{key}: a lone surrogate is not UTF-8", f"{path}.{key}")
+        message = f"{path}.{key}: a lone surrogate is not UTF-8"
+        super().__init__(message)
+        self.error = DecodeError(message, f"{path}.{key}")
         owner = path.rpartition(".")[2].partition("[")[0]
         self.reason = f"its {owner}' {key} cannot be parsed: a lone surrogate is not UTF-8"
 
@@ -311,7 +314,7 @@ def _check(
             _check_node(item, pending, descend)
         except _HeadTextError as exc:  # what it holds is queued: checked all the same
             heads[outline] = exc.reason
-            first = first or exc
+            first = first or exc.error
         except DecodeError as exc:
             if outline[-1:] == (_HEAD,):
                 heads[outline[:-1]] = _head_fault(exc, outline)
