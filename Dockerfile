@@ -19,7 +19,7 @@ COPY src ./src
 RUN python -m venv /opt/toolwatch \
  && /opt/toolwatch/bin/pip install . \
  && /opt/toolwatch/bin/python -c "from toolwatch.ingest.scan import COMPILED_UNAVAILABLE as why; assert not why, why" \
- && /opt/toolwatch/bin/python -c "from toolwatch import compiled as c; s = c.state(); assert len(s.compiled) == len(c.MODULES), s.describe()"
+ && /opt/toolwatch/bin/python -c "from toolwatch import compiled as c, compiled_state; s = compiled_state.state(); assert len(s.compiled) == len(c.MODULES), s.describe()"
 
 FROM python:3.11-slim-bookworm
 # Same base image as the build stage, so the virtualenv's interpreter path stays valid.

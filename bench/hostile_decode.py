@@ -41,7 +41,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from toolwatch import compiled
+from toolwatch import compiled_state
 from toolwatch.ingest import protobuf_pieces, scan
 from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, decode_protobuf, scanner
 
@@ -163,7 +163,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--path", action="append", choices=paths, default=[])
     args = parser.parse_args(argv)
     size = int(args.mib * _MIB)
-    print(f"hot path: {compiled.state().describe()}; scanner: {scan.COMPILED_UNAVAILABLE or 'C'}")
+    hot_path = compiled_state.state().describe()
+    print(f"hot path: {hot_path}; scanner: {scan.COMPILED_UNAVAILABLE or 'C'}")
     for path in args.path or paths:
         options = DecodeOptions(decoder="auto" if path == "compiled" else "reference")
         if path == "compiled" and not scanner(options).compiled:

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from bench.plans import Settings
 from bench.stages import stage_config, stage_runs
-from toolwatch import compiled
+from toolwatch import compiled_state
 
 __all__ = ["Instructions", "main", "measure", "profile_total", "valgrind"]
 
@@ -58,7 +58,11 @@ def _child(out: Path, copies: int, names: Sequence[str]) -> None:
     gc.disable()
     for name in chosen:
         operator.call(stages[name])
-    record = {"stages": chosen, "spans": pipeline.spans, "hot_path": compiled.state().describe()}
+    record = {
+        "stages": chosen,
+        "spans": pipeline.spans,
+        "hot_path": compiled_state.state().describe(),
+    }
     out.write_text(json.dumps(record))
 
 

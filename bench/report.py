@@ -19,7 +19,7 @@ import google.protobuf
 import grpc
 from google.protobuf.internal import api_implementation
 
-from toolwatch import compiled
+from toolwatch import compiled_state
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
 
 __all__ = [
@@ -57,7 +57,7 @@ def machine() -> dict[str, Any]:
         "grpcio": grpc.__version__,
         "protobuf": f"{google.protobuf.__version__} ({api_implementation.Type()})",
         "otlp_scanner": "reference" if COMPILED_UNAVAILABLE else "compiled",
-        "hot_path": compiled.state().describe(),
+        "hot_path": compiled_state.state().describe(),
         "kernel": platform.release(),
     }
 

@@ -16,18 +16,18 @@ from collections.abc import Iterator
 import pytest
 from hypothesis import HealthCheck, settings
 
-from toolwatch import compiled
+from toolwatch import compiled, compiled_state
 
 settings.register_profile("toolwatch", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("toolwatch")
 
 
 def pytest_report_header() -> str:
-    return f"toolwatch hot path: {compiled.state().describe()}"
+    return f"toolwatch hot path: {compiled_state.state().describe()}"
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
-    stale = compiled.state().stale
+    stale = compiled_state.state().stale
     if stale:
         pytest.exit(
             f"compiled modules older than their source: {', '.join(stale)}; rebuild with "

@@ -37,7 +37,7 @@ from prometheus_client import (
     enable_created_metrics,
 )
 
-from toolwatch import __version__, compiled, connection_age
+from toolwatch import __version__, compiled_state, connection_age
 from toolwatch.config import (
     LISTENERS,
     Config,
@@ -187,7 +187,7 @@ class App:
         if unrunnable is not None:
             raise StartError(f"ingest.decoder: {unrunnable}")
         self._compiled = scanner(self._decode_options).compiled
-        self._hot_path = compiled.state()
+        self._hot_path = compiled_state.state()
         self._slots = RequestSlots(
             config.ingest.max_concurrent_requests, config.ingest.read_timeout_seconds
         )
@@ -881,11 +881,15 @@ async def serve(
 ) -> int:
     """Run a server until SIGTERM or SIGINT, then shut down gracefully. Returns the exit
     code. The CLI has checked the output files (``config.check_outputs``). ``reload``
-    loads the configuration again, on SIGHUP (``App.reload``); ``hung_up`` says whether a
-    SIGHUP came while the server was starting, before its handler was in place, and
-    ``terminated`` whether a SIGTERM or SIGINT did; ``interactive``: run from a terminal,
-    where Ctrl-C skips the wait for a last scrape (``App.interrupted``). Given ``reload``,
-    SIGHUP is ignored once it returns or raises, to the end of the process."""
+    loads the configuration again, on SIGHUP (``App.reload``, ``_HangUps``); ``hung_up``
+    says whether a SIGHUP came while the process was starting, before this handler was in
+    place, and ``terminated`` whether a SIGTERM or SIGINT did; ``interactive``: run from a
+    terminal, where Ctrl-C skips the wait for a last scrape (``App.interrupted``). Given
+    ``reload``, SIGHUP is ignored once it returns or raises, to the end of the process.
+
+    SIGTERM and SIGINT drain from before the first listener is bound (``App.start``) to the
+    end: nothing is buffered before, and one that came earlier (``terminated``) stops the
+    server as soon as it listens."""
     app = App(config)
     # A blocked standard error stalls nothing (lines are lost, told); what Python reports
     # itself (warnings, a thread's exception) goes through the same thread, in whole records.
@@ -903,16 +907,17 @@ async def serve(
             loop.add_signal_handler(sig, stopping, sig)
         if terminated():
             stop.set()
-        if reload is not None:
+        hang_ups = _HangUps(loop, app, reload, hung_up) if reload is not None else None
+        if hang_ups is not None:
             # Not ``loop.add_signal_handler``: closing the loop gives its signals their
             # default action back, and SIGHUP's ends the process, so a logrotate HUP while
             # Python exited turned a clean shutdown's 0 into death by signal. This handler
             # is swapped for SIG_IGN in one step when serve ends.
-            signal.signal(signal.SIGHUP, functools.partial(_hung_up, loop, app, reload))
+            signal.signal(signal.SIGHUP, hang_ups)
         try:
             await app.start()
-            if reload is not None and hung_up():
-                app.reload(reload)
+            if hang_ups is not None:
+                hang_ups.listening()
             tune_gc()
             await stop.wait()
             app.interrupted = interactive and received[:1] == [signal.SIGINT]
@@ -926,13 +931,37 @@ async def serve(
         return 0
 
 
-def _hung_up(
-    loop: asyncio.AbstractEventLoop,
-    app: App,
-    reload: Callable[[], Config],
-    _signum: int,
-    _frame: FrameType | None,
-) -> None:
-    """SIGHUP, run by Python in the main thread between two steps of the event loop: the
-    loop runs ``App.reload`` as one of its callbacks."""
-    loop.call_soon_threadsafe(app.reload, reload)
+class _HangUps:
+    """``serve``'s SIGHUP handler, run by Python in the main thread between two steps of the
+    event loop. Until the server listens (``listening``), a SIGHUP is only remembered, as
+    the CLI remembers one from before (``hung_up``): however many came, one reload once it
+    listens, which reads the file again (it may have changed since start-up read it); a
+    reload in the middle of ``App.start`` would have run for each. From then on each
+    SIGHUP runs ``App.reload`` as one of the loop's callbacks."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        app: App,
+        load: Callable[[], Config],
+        hung_up: Callable[[], bool],
+    ) -> None:
+        self._loop = loop
+        self._app = app
+        self._load = load
+        self._hung_up = hung_up
+        self._asked = False  # a SIGHUP since this handler is in place, before ``listening``
+        self._listening = False
+
+    def __call__(self, _signum: int, _frame: FrameType | None) -> None:
+        if self._listening:
+            self._loop.call_soon_threadsafe(self._app.reload, self._load)
+        else:
+            self._asked = True
+
+    def listening(self) -> None:
+        """The server listens: the one reload the SIGHUPs that came until now ask for, if
+        one came. A SIGHUP from here on reloads by itself (``__call__``)."""
+        self._listening = True
+        if self._asked or self._hung_up():
+            self._app.reload(self._load)

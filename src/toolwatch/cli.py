@@ -13,15 +13,16 @@ import os
 import signal
 import sys
 
-# gRPC's core logs to stderr past Python's logging, INFO and up unless told, and read this
-# once, when grpc is imported: a refused TLS handshake, say, printed a line of its own beside
-# ours about it. Errors still show; set GRPC_VERBOSITY to see more.
-os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 # `serve` reloads its configuration on SIGHUP once it serves. One that comes while it
-# starts (the imports below take about 0.4 s) is remembered and acted on once it serves:
-# SIGHUP's default would end it, and ignoring it would lose the edit it announced.
+# starts (the imports below take about 0.4 s) is remembered and acted on once it serves
+# (toolwatch.app.serve): SIGHUP's default would end it, and ignoring it would lose the edit
+# it announced. So these are the first lines of toolwatch to run, with `os`, `signal` and
+# `sys` imported only (the package's __init__ imports nothing more): before them only the
+# interpreter's own start, tens of milliseconds in which a SIGHUP still ends the process.
 # A SIGTERM or SIGINT then is remembered too, and the server stops as soon as it serves,
 # draining nothing, exiting 0: their defaults would end it with 143 or a traceback.
+# The other commands reload nothing: SIGHUP keeps its default and ends them, as it ends a
+# program whose terminal closed (tail's, say).
 _HANGUPS: list[int] = []
 _TERMINATIONS: list[int] = []
 
@@ -54,6 +55,11 @@ elif (
     # Ctrl-C then would print a traceback from wherever the import was; main() ends the
     # commands quietly with 130 once it runs. A SIGINT ignored (a background job) stays so.
     signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+# gRPC's core logs to stderr past Python's logging, INFO and up unless told, and read this
+# once, when grpc is imported: a refused TLS handshake, say, printed a line of its own beside
+# ours about it. Errors still show; set GRPC_VERBOSITY to see more.
+os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
 
 import argparse
 import asyncio
@@ -432,6 +438,7 @@ def _serve(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         _TERMINATIONS.clear()
+        _HANGUPS.clear()
 
 
 def _check_config(args: argparse.Namespace) -> int:

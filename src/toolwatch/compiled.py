@@ -9,36 +9,35 @@ At run time:
 
 - ``TOOLWATCH_PURE_PYTHON=1`` makes toolwatch import the source of these modules even where
   they are compiled: for a debugger, coverage, a line profiler or the coverage-guided fuzzer,
-  none of which see inside compiled code;
-- ``state()`` says what is running, for the start-up log and the benchmark report; it names
-  compiled modules older than their source (an editable install not rebuilt since an edit:
-  ``make`` rebuilds it), since what runs then is not what the source says.
+  none of which see inside compiled code; so does a build that compiled only part of them
+  (their runtime library missing): never a half-compiled import error;
+- ``toolwatch.compiled_state`` says what is running.
+
+The package imports this module before anything else of its own, and the ``toolwatch``
+command catches SIGHUP only after it (``toolwatch.cli``): until then a SIGHUP ends the
+process. So it imports ``os``, ``sys`` and ``importlib.machinery`` (a millisecond); what the
+switch needs to decide and to find a source (``importlib.util``) waits for the first import
+of a listed module, and what runs is told by ``toolwatch.compiled_state``. Importing
+``importlib.abc``, ``dataclasses`` and ``pathlib`` here took 50 ms, twice the interpreter's
+own start.
 
 ``python src/toolwatch/compiled.py`` prints the source paths (for the Makefile).
 """
 
 from __future__ import annotations
 
-import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import os
 import sys
-import sysconfig
-from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
+from importlib.machinery import ModuleSpec
 
 __all__ = [
     "MODULES",
+    "PACKAGE",
     "PURE_PYTHON_ENV",
     "RUNTIME_LIBRARY",
-    "CompiledState",
-    "is_stale",
-    "prefer_source",
-    "state",
+    "module_name",
+    "runs_source",
+    "source_first",
 ]
 
 PURE_PYTHON_ENV = "TOOLWATCH_PURE_PYTHON"
@@ -111,105 +110,62 @@ MODULES = (
     "sinks/tally.py",
 )
 
-_PACKAGE = Path(__file__).resolve().parent
+#: The package's directory, where the listed modules' source is.
+PACKAGE = os.path.dirname(os.path.realpath(__file__))
 
 
-def _module_name(relative: str) -> str:
+def module_name(relative: str) -> str:
+    """The module ``relative`` (a path in ``MODULES``) is imported as."""
     parts = relative.removesuffix(".py").split("/")
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(["toolwatch", *parts])
 
 
-_NAMES = {_module_name(relative): relative for relative in MODULES}
+_NAMES = {module_name(relative): relative for relative in MODULES}
 
 
-class _SourceFinder(importlib.abc.MetaPathFinder):
-    """Finds the ``.py`` of a compiled module ahead of its extension."""
+def runs_source() -> bool:
+    """Whether the listed modules are to be imported from their source: asked for
+    (``PURE_PYTHON_ENV``), or their runtime library is missing (a partial build)."""
+    import importlib.util  # noqa: PLC0415  (not at the package's import: module docstring)
 
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
+    return (
+        os.environ.get(PURE_PYTHON_ENV) == "1" or importlib.util.find_spec(RUNTIME_LIBRARY) is None
+    )
+
+
+class _SourceFinder:
+    """Finds the ``.py`` of a compiled module ahead of its extension when ``runs_source``
+    says so, which it asks at the first import of a listed module. A ``sys.meta_path``
+    finder: ``importlib.abc.MetaPathFinder``'s protocol, not its class (importing
+    ``importlib.abc`` took longer than the interpreter's own start)."""
+
+    def __init__(self) -> None:
+        self._source: bool | None = None  # ``runs_source()``, once asked
+
+    def find_spec(self, fullname: str, path: object, target: object = None) -> ModuleSpec | None:
         relative = _NAMES.get(fullname)
         if relative is None:
             return None
-        source = _PACKAGE / relative
-        locations = [str(source.parent)] if source.name == "__init__.py" else None
+        if self._source is None:
+            self._source = runs_source()
+        if not self._source:
+            return None  # the extension, found by the finders after this one
+        import importlib.util  # noqa: PLC0415  (not at the package's import: module docstring)
+
+        source = os.path.join(PACKAGE, relative)
+        locations = [os.path.dirname(source)] if relative.endswith("__init__.py") else None
         return importlib.util.spec_from_file_location(
             fullname, source, submodule_search_locations=locations
         )
 
 
-def prefer_source() -> None:
-    """Import the source of the compiled modules from now on (``TOOLWATCH_PURE_PYTHON``)."""
+def source_first() -> None:
+    """Import the source of the compiled modules from now on when ``runs_source`` says so
+    (the package's ``__init__``, before any of them is imported)."""
     if not any(isinstance(finder, _SourceFinder) for finder in sys.meta_path):
         sys.meta_path.insert(0, _SourceFinder())
-
-
-#: How an install without the compiled modules gets them: the stamp ``make`` keeps says the
-#: checkout is installed, so a compiler installed since does not rebuild it by itself.
-BUILD_IT = (
-    "reinstall with a C compiler and Python's headers, without TOOLWATCH_PURE_PYTHON=1:"
-    " in a checkout, `make clean`, then `make serve`"
-)
-
-
-@dataclass(frozen=True, slots=True)
-class CompiledState:
-    """What runs: the compiled modules imported, the ones run from source, the stale ones;
-    ``switched`` when ``TOOLWATCH_PURE_PYTHON=1`` asked for the source."""
-
-    compiled: tuple[str, ...]
-    source: tuple[str, ...]
-    stale: tuple[str, ...]
-    switched: bool = False
-
-    @property
-    def all_compiled(self) -> bool:
-        """Whether every module of the hot path runs compiled (stale ones too)."""
-        return not self.switched and not self.source and bool(self.compiled)
-
-    def describe(self) -> str:
-        if self.switched:
-            return f"pure Python ({PURE_PYTHON_ENV}=1)"
-        if not self.compiled:
-            return f"pure Python (not compiled at install; {BUILD_IT})"
-        text = f"compiled by mypyc ({len(self.compiled)} of {len(MODULES)} modules)"
-        if self.stale:
-            text += f"; older than their source, rebuild with `make`: {', '.join(self.stale)}"
-        return text
-
-
-def is_stale(source: Path, built: Path) -> bool:
-    """Whether ``source`` changed after ``built`` was compiled from it."""
-    return source.stat().st_mtime > built.stat().st_mtime
-
-
-def built_in_place(package: Path) -> bool:
-    """Whether ``package`` is a source tree built in place (an editable install), where an
-    edit can leave a compiled module behind its source. An installed package's files come
-    from one wheel, whatever their times say."""
-    installed = {Path(sysconfig.get_path(name)).resolve() for name in ("purelib", "platlib")}
-    return not any(package.resolve().is_relative_to(path) for path in installed)
-
-
-def state() -> CompiledState:
-    """The state of the compiled modules (imports them all)."""
-    compiled, source, stale = [], [], []
-    check = built_in_place(_PACKAGE)
-    for name, relative in _NAMES.items():
-        spec = importlib.import_module(name).__spec__
-        origin = spec.origin if spec is not None else None
-        if origin is None:
-            continue
-        if origin.endswith(".py"):
-            source.append(name)
-            continue
-        compiled.append(name)
-        if check and is_stale(_PACKAGE / relative, Path(origin)):
-            stale.append(name)
-    switched = os.environ.get(PURE_PYTHON_ENV) == "1"
-    return CompiledState(tuple(compiled), tuple(source), tuple(stale), switched)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from toolwatch import cli, compiled
+from toolwatch import cli, compiled_state
 from toolwatch.ingest import scan
 
 DAY = datetime.timedelta(days=1)
@@ -249,7 +249,7 @@ def test_a_required_compiled_build_that_runs_as_python_is_refused_naming_the_fie
     )
     monkeypatch.delenv("TOOLWATCH_PURE_PYTHON")
     code, _out, err = check_config(capsys, str(config))
-    if compiled.state().all_compiled and not scan.COMPILED_UNAVAILABLE:
+    if compiled_state.state().all_compiled and not scan.COMPILED_UNAVAILABLE:
         assert (code, err) == (0, "")
     else:  # a build without the compiled parts: refused for one or the other
         assert code == 2 and "ingest.decoder" in err

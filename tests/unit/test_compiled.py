@@ -1,5 +1,5 @@
-"""The compiled hot path (``toolwatch.compiled``): what is compiled, what runs, and the
-switch back to the source."""
+"""The compiled hot path (``toolwatch.compiled``, ``toolwatch.compiled_state``): what is
+compiled, what runs, and the switch back to the source."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from toolwatch import compiled
+from toolwatch import compiled, compiled_state
 
 PACKAGE = Path(compiled.__file__).parent
 
 _REPORT = (
-    "import json; from toolwatch import compiled; s = compiled.state(); "
+    "import json; from toolwatch import compiled_state; s = compiled_state.state(); "
     "print(json.dumps({'compiled': s.compiled, 'source': s.source, 'describe': s.describe()}))"
 )
 
@@ -105,21 +105,21 @@ def test_a_source_edited_after_the_build_is_stale(tmp_path: Path) -> None:
     built.write_text("")
     os.utime(source, (1_000, 1_000))
     os.utime(built, (2_000, 2_000))
-    assert not compiled.is_stale(source, built)
+    assert not compiled_state.is_stale(source, built)
     os.utime(source, (3_000, 3_000))
-    assert compiled.is_stale(source, built)
+    assert compiled_state.is_stale(source, built)
 
 
 def test_only_a_source_tree_built_in_place_can_be_stale(tmp_path: Path) -> None:
     """In site-packages the files come from one wheel: their times say nothing."""
-    assert compiled.built_in_place(tmp_path / "src" / "toolwatch")
-    assert not compiled.built_in_place(Path(sysconfig.get_path("platlib")) / "toolwatch")
+    assert compiled_state.built_in_place(tmp_path / "src" / "toolwatch")
+    assert not compiled_state.built_in_place(Path(sysconfig.get_path("platlib")) / "toolwatch")
 
 
 def test_an_install_without_the_compiled_modules_says_how_to_build_them() -> None:
     """A checkout installed before gcc was: `make serve` does not rebuild it once gcc is there
     (its stamp is newer than the sources), so start-up must say what does."""
-    state = compiled.CompiledState((), ("toolwatch.names",), ())
+    state = compiled_state.CompiledState((), ("toolwatch.names",), ())
     assert state.describe() == (
         "pure Python (not compiled at install; reinstall with a C compiler and Python's headers,"
         " without TOOLWATCH_PURE_PYTHON=1: in a checkout, `make clean`, then `make serve`)"
@@ -127,7 +127,7 @@ def test_an_install_without_the_compiled_modules_says_how_to_build_them() -> Non
 
 
 def test_a_stale_module_is_named_in_the_description() -> None:
-    state = compiled.CompiledState(("toolwatch.names",), (), ("toolwatch.names",))
+    state = compiled_state.CompiledState(("toolwatch.names",), (), ("toolwatch.names",))
     assert state.describe().endswith(
         "; older than their source, rebuild with `make`: toolwatch.names"
     )

@@ -31,7 +31,7 @@ import atheris
 with atheris.instrument_imports(include=["toolwatch"]):
     from prometheus_client import CollectorRegistry
 
-    from toolwatch import compiled
+    from toolwatch import compiled_state
     from toolwatch.app import build_references
     from toolwatch.config import load_config
     from toolwatch.engine import DiscardToolTraces, Engine, EngineParts
@@ -133,7 +133,7 @@ def test_one_input(data: bytes) -> None:
 
 
 def main(argv: list[str]) -> None:
-    print(f"toolwatch hot path: {compiled.state().describe()}", file=sys.stderr, flush=True)
+    print(f"toolwatch hot path: {compiled_state.state().describe()}", file=sys.stderr, flush=True)
     atheris.Setup(argv, test_one_input)
     atheris.Fuzz()
 

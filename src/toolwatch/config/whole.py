@@ -24,7 +24,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from toolwatch import compiled
+from toolwatch import compiled_state
 from toolwatch.config.errors import ConfigError, _origin, _source
 from toolwatch.config.listen import ListenSettings, is_loopback, parse_listen_address
 from toolwatch.config.security import SecuritySettings
@@ -265,7 +265,7 @@ def unrunnable_decoder(config: Config) -> str | None:
         return None
     if COMPILED_UNAVAILABLE:
         return f"'compiled', but the compiled OTLP scanner cannot be used: {COMPILED_UNAVAILABLE}"
-    hot_path = compiled.state()
+    hot_path = compiled_state.state()
     if not hot_path.all_compiled:
         return (
             f"'compiled', but the hot path runs {hot_path.describe()}: about twice the CPU per span"

@@ -24,7 +24,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from toolwatch import __version__, compiled
+from toolwatch import __version__, compiled, compiled_state
 from toolwatch.app import App
 from toolwatch.config import Config, ConfigError, check_hot_path, load_config
 from toolwatch.config import whole as config_whole
@@ -600,7 +600,7 @@ def test_the_server_reports_the_scanner_and_hot_path_it_runs(decoder: str) -> No
     config = Config.model_validate({"ingest": {"decoder": decoder}})
     app = App(config)
     runs = "reference" if decoder == "reference" or _wire is None else "compiled"
-    hot_path = "compiled" if compiled.state().all_compiled else "python"
+    hot_path = "compiled" if compiled_state.state().all_compiled else "python"
     labels = {"version": __version__, "decoder": runs, "hot_path": hot_path}
     assert app.registry.get_sample_value("toolwatch_build_info", labels) == 1.0
 
@@ -612,7 +612,7 @@ def test_a_required_compiled_build_runs_the_compiled_hot_path(
     """``ingest.decoder: compiled`` refuses to start a server whose mypyc-compiled modules
     run as Python (TOOLWATCH_PURE_PYTHON=1 left set, or a build without them)."""
     config = Config.model_validate({"ingest": {"decoder": "compiled"}})
-    if compiled.state().all_compiled:
+    if compiled_state.state().all_compiled:
         App(config)  # starts
     monkeypatch.setenv(compiled.PURE_PYTHON_ENV, "1")
     with pytest.raises(StartError, match=r"the hot path runs pure Python \(TOOLWATCH_PURE"):
