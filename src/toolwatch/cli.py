@@ -71,6 +71,18 @@ from typing import Any
 
 from toolwatch import __version__
 from toolwatch.app import build_references, serve
+from toolwatch.cli_usage import (
+    CHECK_CONFIG_DESCRIPTION,
+    CHECK_CONFIG_EXAMPLES,
+    EXAMPLES,
+    REPLAY_DESCRIPTION,
+    REPLAY_EXAMPLES,
+    SERVE_DESCRIPTION,
+    SERVE_EXAMPLES,
+    TAIL_DESCRIPTION,
+    TAIL_EXAMPLES,
+    CommandParser,
+)
 from toolwatch.config import (
     Config,
     ConfigError,
@@ -147,18 +159,6 @@ _SERVE_FLAGS: tuple[tuple[str, str, str, str], ...] = (
     ),
 )
 
-_EXAMPLES = """\
-examples:
-  toolwatch serve                                   loopback, no policy, findings on stdout
-  toolwatch serve --config examples/toolwatch.yaml --dump-tooltraces tooltraces.jsonl
-  toolwatch serve --grpc-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \\
-                  --metrics-listen 127.0.0.1:0 --stream-listen 127.0.0.1:0   free ports
-  toolwatch check-config examples/toolwatch.yaml
-  toolwatch check-config --config examples/toolwatch.yaml --grpc-listen 0.0.0.0:4317   as serve
-  toolwatch replay --config examples/toolwatch.yaml traces.otlp.jsonl --min-score tool_selection=0.9
-  toolwatch tail --category DANGEROUS_ACTION_DRIFT --min-severity high
-"""
-
 
 def _another_address(listener: str) -> str:
     """How to give ``listener`` another address: its flag, its variable, its key."""
@@ -227,20 +227,13 @@ _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")  # and logging's
 
 
 _CONFIG_HELP = "the configuration file (YAML; docs/configuration.md); env TOOLWATCH_CONFIG"
-_CHECK_CONFIG_DESCRIPTION = """\
-Validate the configuration serve would run with, as serve does before it binds its
-listeners (which check-config never does): FILE (else --config, else TOOLWATCH_CONFIG,
-else the built-in defaults), with the keys serve's flags and TOOLWATCH_* variables set
-over it (a flag wins over its variable). Give it serve's command line and environment.
-The "ok" line names the keys a flag or variable set; an error names where its value came
-from (the file, a flag or a variable), the field and the reason. Exit 0 ok, 2 refused."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="toolwatch",
         description="Watch AI agents' tool calls in OpenTelemetry traces; alert on regressions.",
-        epilog=_EXAMPLES,
+        epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"toolwatch {__version__}")
@@ -256,7 +249,8 @@ def _add_serve(commands: Any) -> None:
     serve = commands.add_parser(
         "serve",
         help="receive OTLP traces and evaluate every agent run",
-        epilog=_EXAMPLES,
+        description=SERVE_DESCRIPTION,
+        epilog=SERVE_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_config_option(serve)
@@ -268,7 +262,8 @@ def _add_check_config(commands: Any) -> None:
     check = commands.add_parser(
         "check-config",
         help="validate the configuration serve would run with (file, flags, env) and exit",
-        description=_CHECK_CONFIG_DESCRIPTION,
+        description=CHECK_CONFIG_DESCRIPTION,
+        epilog=CHECK_CONFIG_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     file = check.add_mutually_exclusive_group()
@@ -280,7 +275,7 @@ def _add_check_config(commands: Any) -> None:
 
 def _add_config_option(parser: Any) -> None:
     """``--config`` (``serve``, ``check-config``, ``replay``); ``_config_file`` reads it."""
-    parser.add_argument("--config", type=Path, help=_CONFIG_HELP)
+    parser.add_argument("--config", type=Path, metavar="FILE", help=_CONFIG_HELP)
 
 
 def _add_override_flags(parser: argparse.ArgumentParser) -> None:
@@ -294,6 +289,8 @@ def _add_replay(commands: Any) -> None:
     replay = commands.add_parser(
         "replay",
         help="evaluate recorded traces offline and gate on the results",
+        description=REPLAY_DESCRIPTION,
+        epilog=REPLAY_EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     _add_config_option(replay)
@@ -302,16 +299,41 @@ def _add_replay(commands: Any) -> None:
 
 
 def _add_tail(commands: Any) -> None:
-    tail = commands.add_parser("tail", help="print live findings from a running server")
+    tail = commands.add_parser(
+        "tail",
+        help="print live findings from a running server",
+        description=TAIL_DESCRIPTION,
+        epilog=TAIL_EXAMPLES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     tail.add_argument(
         "--target",
         default=_env("TOOLWATCH_STREAM") or "127.0.0.1:4319",
         help="the findings stream HOST:PORT (127.0.0.1:4319); env TOOLWATCH_STREAM",
     )
-    tail.add_argument("--category", action="append", default=[], help="repeatable")
-    tail.add_argument("--agent", action="append", default=[], help="repeatable")
+    tail.add_argument(
+        "--category",
+        action="append",
+        default=[],
+        metavar="CATEGORY",
+        help="only findings of CATEGORY (DANGEROUS_ACTION_DRIFT, say: the README lists them);"
+        " repeatable, for any of several",
+    )
+    tail.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="AGENT",
+        help="only findings on AGENT's runs, and on its own calls in others' runs; repeatable,"
+        " for any of several",
+    )
     severities = [str(s) for s in Severity]
-    tail.add_argument("--min-severity", default="low", choices=severities)
+    tail.add_argument(
+        "--min-severity",
+        default="low",
+        choices=severities,
+        help="only findings at least this severe (low: all)",
+    )
     tail.add_argument("--json", action="store_true", help="one JSON object per line")
     tail.add_argument(
         "--reconnect",

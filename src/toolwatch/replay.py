@@ -89,7 +89,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help="OTLP/JSON or ToolTrace JSON lines, gzipped or not; - reads standard input",
     )
-    parser.add_argument("--format", choices=["text", "json"], default="text")
+    parser.add_argument(
+        "--format",
+        choices=["text", "json"],
+        default="text",
+        help="text: the report for a reader (the default); json: one JSON object, each finding"
+        " listed, for a program",
+    )
     parser.add_argument(
         "--min-score",
         action="append",

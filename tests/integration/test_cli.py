@@ -205,13 +205,83 @@ def test_version_prints_the_package_version() -> None:
     assert (result.returncode, result.stdout.strip()) == (0, f"toolwatch {toolwatch.__version__}")
 
 
-@pytest.mark.parametrize("args", [["--help"], ["serve", "--help"]])
-def test_help_shows_examples(args: list[str]) -> None:
-    result = run_cli(*args)
+def test_help_shows_every_commands_examples() -> None:
+    result = run_cli("--help")
     assert result.returncode == 0
     assert "examples:" in result.stdout
     assert "toolwatch serve --grpc-listen 127.0.0.1:0" in result.stdout
     assert "toolwatch check-config examples/toolwatch.yaml" in result.stdout
+    assert "toolwatch replay --config" in result.stdout
+    assert "toolwatch tail --category" in result.stdout
+
+
+#: Each command, and words of its description that only it has.
+DESCRIBED = {
+    "serve": "Receive OTLP traces (gRPC and HTTP)",
+    "check-config": "Validate the configuration serve would run with",
+    "replay": "Evaluate recorded traces offline with serve's pipeline",
+    "tail": "Print the findings of a running serve as it finds them",
+}
+
+
+def examples_of(help_text: str) -> list[str]:
+    """The commands the ``examples:`` block of ``help_text`` runs (``toolwatch X ...``)."""
+    block = help_text.split("\nexamples:\n", 1)[1]
+    return re.findall(r"\btoolwatch (\S+)", block)
+
+
+@pytest.mark.parametrize("command", sorted(DESCRIBED))
+def test_each_commands_help_describes_it_and_shows_its_own_examples(command: str) -> None:
+    """``serve --help`` showed no description, and the top level's examples (replay, tail and
+    check-config lines); ``replay --help`` and ``tail --help`` neither."""
+    result = run_cli(command, "--help")
+    assert result.returncode == 0
+    assert result.stdout.startswith(f"usage: toolwatch {command} ")
+    assert DESCRIBED[command] in " ".join(result.stdout.split())
+    examples = examples_of(result.stdout)
+    assert len(examples) >= 3
+    assert set(examples) == {command}
+
+
+def test_an_unknown_option_is_refused_by_its_command_naming_the_closest() -> None:
+    """``serve --confg x`` was refused by the top level, with ``toolwatch``'s usage and no
+    hint; now by ``serve``, as argparse words it, with the option meant."""
+    result = run_cli("serve", "--confg", "x")
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.startswith("usage: toolwatch serve [-h] [--config FILE]")
+    assert result.stderr.splitlines()[-1] == (
+        "toolwatch serve: error: unrecognized arguments: --confg x (did you mean --config?)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (
+            ["--verison"],
+            "toolwatch: error: unrecognized arguments: --verison (did you mean --version?)",
+        ),
+        (
+            ["replay", "--fromat", "json", "-"],
+            "toolwatch replay: error: unrecognized arguments: --fromat (did you mean --format?)",
+        ),
+        (
+            ["tail", "--min-severty=high", "--jsn"],
+            "toolwatch tail: error: unrecognized"
+            " arguments: --min-severty=high --jsn (did you mean --min-severity, --json?)",
+        ),
+        (
+            ["check-config", "--grpc-lisen", "x"],
+            "toolwatch check-config: error: unrecognized"
+            " arguments: --grpc-lisen (did you mean --grpc-listen?)",
+        ),
+        (["serve", "extra", "-"], "toolwatch serve: error: unrecognized arguments: extra -"),
+    ],
+)
+def test_each_unknown_option_is_told_the_closest_known_one(args: list[str], said: str) -> None:
+    result = run_cli(*args)
+    assert (result.returncode, result.stderr.splitlines()[-1]) == (2, said)
 
 
 # --- serve ----------------------------------------------------------------------------------
