@@ -76,6 +76,7 @@ from toolwatch.outputs import OutputError, Outputs, open_outputs
 from toolwatch.references.conversations import ConversationScope
 from toolwatch.references.golden import GoldenCaseSet, load_golden_cases
 from toolwatch.references.shadow import ShadowJoiner
+from toolwatch.sections import changed_keys
 from toolwatch.security import ListenerSecurity
 from toolwatch.sinks import exposition
 from toolwatch.sinks.findings import FindingSink, Redaction
@@ -121,11 +122,10 @@ RELOADED_SECTIONS = ("policy", "golden", "evaluators")
 RELOADED_OUTPUT = ("show_argument_values", "show_fields")
 
 
-#: How the warning of a reload names a kept section that it applies in part, or not at all.
-_KEPT_NAMES = {
-    "golden": "golden (its cases would be found by an attribute the receivers do not copy:"
-    " they copy those configured at start-up)",
-    "output": "output (but its " + " and ".join(RELOADED_OUTPUT) + ")",
+#: Why a reload keeps a section it applies otherwise, told after its settings that changed.
+_KEPT_BECAUSE = {
+    "golden": "its cases would be found by an attribute the receivers do not copy: they copy"
+    " those configured at start-up",
 }
 
 
@@ -135,6 +135,19 @@ def _redaction(config: Config) -> Redaction:
         show_values=config.output.show_argument_values,
         show_fields=frozenset(config.output.show_fields),
     )
+
+
+def _kept_settings(loaded: Config, kept: dict[str, Any]) -> str:
+    """The settings a reload does not apply, as its warning names them: each one of ``kept``
+    (a section or a setting, with its running value) whose value ``loaded`` changes, and why
+    for a section it applies otherwise (``output.stream_queue_size``, ``golden.cases_file
+    (its cases would be ...)``)."""
+    named = []
+    for name, running in kept.items():
+        keys = ", ".join(changed_keys(name, getattr(loaded, name), running))
+        because = _KEPT_BECAUSE.get(name)
+        named.append(f"{keys} ({because})" if because else keys)
+    return ", ".join(named)
 
 
 def build_references(config: Config) -> tuple[GoldenCaseSet | None, NameNormalizer]:
@@ -402,12 +415,14 @@ class App:
         nobody watches (a laptop's ``make serve``) exits at once, and so does one whose last
         scrape came after the engine or the findings stream last counted something
         (``_activity``): nothing new to read; nor one stopped with Ctrl-C from a terminal
-        (``interrupted``): someone done with it, not a rollout."""
+        (``interrupted``): someone done with it, not a rollout. Logs how the wait ended: the
+        scrape came, a second signal skipped it (also one in the grace, before it began), or
+        the time ran out."""
         linger = self.config.shutdown_metrics_linger_seconds
         scraped = self._scraped_activity
         if linger <= 0 or scraped is None or "metrics" not in self.addresses:
             return
-        if self._hurried or self._activity() == scraped:
+        if self._activity() == scraped:
             return
         if self.interrupted:
             log.info(
@@ -415,11 +430,24 @@ class App:
                 " (a Prometheus that scrapes it reads the drain's counts only until then)"
             )
             return
+        # A second signal in the grace skips the wait before it starts; one in it ends it.
+        if not self._hurried and not await self._scraped_within(linger):
+            return
+        if self._hurried:
+            log.info("second signal: not waiting for a last scrape")
+        else:
+            log.info("last scrape served; exiting")
+
+    async def _scraped_within(self, linger: float) -> bool:
+        """Waits up to ``linger`` seconds for a scrape of ``/metrics`` or a second signal
+        (``hurry``); whether one came."""
         log.info("waiting up to %gs for a last scrape of /metrics (signal again to skip)", linger)
         try:
             await asyncio.wait_for(self._scraped.wait(), linger)
         except TimeoutError:
             log.warning("no scrape of /metrics within %gs of the drain", linger)
+            return False
+        return True
 
     def reload(self, load: Callable[[], Config]) -> bool:
         """SIGHUP: loads the configuration again (``load``) and applies its policy, golden
@@ -480,10 +508,9 @@ class App:
         )
         self._redact_with(_redaction(config))
         if kept:
-            named = [_KEPT_NAMES.get(name, name) for name in kept]
             log.warning(
                 "configuration reloaded without %s, which changed: they take a restart",
-                ", ".join(named),
+                _kept_settings(loaded, kept),
             )
         return True
 

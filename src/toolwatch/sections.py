@@ -47,6 +47,7 @@ __all__ = [
     "Seconds",
     "Section",
     "YamlLoader",
+    "changed_keys",
     "is_text",
     "keys_at",
     "numbers_as_written",
@@ -145,6 +146,26 @@ def keys_at(model: type[BaseModel], loc: tuple[int | str, ...]) -> tuple[str, ..
     return tuple(
         dict.fromkeys(f.alias or name for m in models for name, f in m.model_fields.items())
     )
+
+
+def changed_keys(key: str, new: Any, old: Any) -> list[str]:
+    """The keys under ``key`` (dotted, by the names a file gives them) whose values differ
+    between ``new`` and ``old``, a section's or a setting's: a section is compared field by
+    field, down to its settings; a list or a mapping as a whole. Empty when they are equal."""
+    if new == old:
+        return []
+    if isinstance(new, BaseModel) and type(new) is type(old):
+        fields = type(new).model_fields.items()
+        changed = [
+            inner
+            for name, field in fields
+            for inner in changed_keys(
+                f"{key}.{field.alias or name}", getattr(new, name), getattr(old, name)
+            )
+        ]
+        if changed:
+            return changed
+    return [key]
 
 
 def takes_null(model: type[BaseModel], loc: tuple[str, ...]) -> bool:

@@ -114,13 +114,37 @@ def test_sections_a_reload_does_not_apply_are_named_and_kept(
     assert said == [
         "configuration reloaded: policy, golden, evaluators apply to the runs evaluated from"
         " now on",
-        "configuration reloaded without assembly, shutdown_grace_seconds, which changed: they"
-        " take a restart",
+        "configuration reloaded without assembly.completion_wait_seconds,"
+        " shutdown_grace_seconds, which changed: they take a restart",
     ]
     assert server.app.config.assembly.completion_wait_seconds == 2
     assert server.app.config.shutdown_grace_seconds == 10
     assert server.app.config.policy.dangerous_tools == ("cancel_order",)
     assert server.sample(RELOADED) == 1
+
+
+def test_a_reload_names_each_setting_it_does_not_apply(
+    start_server: Callable[..., RunningServer], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It named the sections (``assembly, output (but its show_argument_values and
+    show_fields)``): which of their settings changed took a search of the file. Settings
+    the file leaves as they were are not named, nor the output ones a reload applies."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    server = start_server(config)
+    config.write_text(
+        MINIMAL_POLICY
+        + "assembly:\n  max_buffered_spans: 50000\n"
+        + "output:\n  stream_max_subscribers: 3\n  show_argument_values: true\n"
+        + "ingest:\n  max_value_bytes: 1024\n"
+    )
+    with caplog.at_level(logging.WARNING, logger="toolwatch"):
+        assert server.reload()
+    assert caplog.messages == [
+        "configuration reloaded without ingest.max_value_bytes, assembly.max_buffered_spans,"
+        " output.stream_max_subscribers, which changed: they take a restart"
+    ]
+    assert server.app.config.output.show_argument_values
 
 
 GOLDEN_CONFIG = MINIMAL_POLICY + "golden:\n  cases_file: golden.yaml\n"
@@ -181,9 +205,9 @@ def test_golden_cases_turned_on_take_a_restart(
     with caplog.at_level(logging.WARNING, logger="toolwatch"):
         assert server.reload()
     assert caplog.messages == [
-        "configuration reloaded without golden (its cases would be found by an attribute the"
-        " receivers do not copy: they copy those configured at start-up), which changed: they"
-        " take a restart"
+        "configuration reloaded without golden.cases_file (its cases would be found by an"
+        " attribute the receivers do not copy: they copy those configured at start-up), which"
+        " changed: they take a restart"
     ]
     assert server.app.config.golden.cases_file is None
     canary(server)
@@ -313,8 +337,8 @@ def test_a_reload_changes_which_argument_values_findings_show(
     assert said == [
         "findings redaction reloaded (output.show_argument_values, output.show_fields);"
         " redacted again, the findings the stream holds or has queued, not sent yet: 1",
-        "configuration reloaded without output (but its show_argument_values and"
-        " show_fields), which changed: they take a restart",
+        "configuration reloaded without output.stream_queue_size, which changed: they take a"
+        " restart",
     ]
     assert server.app.config.output.stream_queue_size == 1000
     assert server.app.config.output.show_fields == ()

@@ -333,6 +333,8 @@ def test_sigterm_evaluates_every_buffered_trace_flushes_sinks_and_exits_in_the_g
     assert subscriber.ended_with is grpc.StatusCode.OK  # ended after the drained findings
     assert set(subscriber.received) == flagged
     assert any("drained 4 buffered trace(s) at shutdown" in line for line in server.log)
+    said = [line.split(": ", 1)[1].rstrip() for line in server.log if "last scrape" in line]
+    assert said[1:] == ["last scrape served; exiting"]  # after "waiting up to ..."
 
 
 def scraped_with_a_run_to_drain(
@@ -430,7 +432,11 @@ def test_a_second_sigterm_skips_the_wait_for_a_last_scrape(
 
     assert code == 0
     assert seconds < GRACE_SECONDS  # not the 60 s linger
-    assert not any("no scrape of /metrics" in line for line in server.log)
+    said = [line.split(": ", 1)[1].rstrip() for line in server.log if "last scrape" in line]
+    assert said == [
+        "waiting up to 60s for a last scrape of /metrics (signal again to skip)",
+        "second signal: not waiting for a last scrape",
+    ]
 
 
 def test_sigterm_with_nothing_buffered_exits_at_once(
