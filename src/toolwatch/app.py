@@ -137,16 +137,23 @@ def _redaction(config: Config) -> Redaction:
     )
 
 
+def _kept_keys(loaded: Config, kept: dict[str, Any]) -> dict[str, list[str]]:
+    """Each one of ``kept`` (a section or a setting a reload does not apply, with its
+    running value) with its settings whose values ``loaded`` changes, dotted as a file
+    names them (``sections.changed_keys``)."""
+    return {
+        name: changed_keys(name, getattr(loaded, name), running) for name, running in kept.items()
+    }
+
+
 def _kept_settings(loaded: Config, kept: dict[str, Any]) -> str:
-    """The settings a reload does not apply, as its warning names them: each one of ``kept``
-    (a section or a setting, with its running value) whose value ``loaded`` changes, and why
-    for a section it applies otherwise (``output.stream_queue_size``, ``golden.cases_file
-    (its cases would be ...)``)."""
+    """The settings a reload does not apply, as its warning names them (``_kept_keys``),
+    and why for a section it applies otherwise (``output.stream_queue_size``,
+    ``golden.cases_file (its cases would be ...)``)."""
     named = []
-    for name, running in kept.items():
-        keys = ", ".join(changed_keys(name, getattr(loaded, name), running))
+    for name, keys in _kept_keys(loaded, kept).items():
         because = _KEPT_BECAUSE.get(name)
-        named.append(f"{keys} ({because})" if because else keys)
+        named.append(f"{', '.join(keys)} ({because})" if because else ", ".join(keys))
     return ", ".join(named)
 
 
@@ -484,9 +491,10 @@ class App:
             config = loaded.model_copy(update=kept)  # each section was validated on its own
             try:
                 config.check_across_sections()
-            except ValueError as exc:
-                running = ", ".join(kept)
-                raise ValueError(f"{exc} ({running}: the running value until a restart)") from None
+            except ValueError as exc:  # named as the warning of a reload that works names them
+                running = [key for keys in _kept_keys(loaded, kept).values() for key in keys]
+                value = "the running value" if len(running) == 1 else "the running values"
+                raise ValueError(f"{exc} ({', '.join(running)}: {value} until a restart)") from None
             if "golden" in kept:  # the cases as loaded, not the file again
                 golden, normalize = self._golden, config.policy.normalizer()
             else:

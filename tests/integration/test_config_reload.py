@@ -219,7 +219,9 @@ def test_a_reload_is_checked_with_the_sections_that_keep_running(
     start_server: Callable[..., RunningServer], tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A comparison with shadow sources needs shadow pairing, which only a restart turns on:
-    the file is valid, what would run is not."""
+    the file is valid, what would run is not. Was: the failure named the section kept
+    running ("shadow: the running value"), where the warning of a reload that works names
+    its settings. Now: the settings, as that warning does."""
     config = tmp_path / "toolwatch.yaml"
     config.write_text(MINIMAL_POLICY)
     server = start_server(config)
@@ -232,8 +234,8 @@ def test_a_reload_is_checked_with_the_sections_that_keep_running(
     assert caplog.messages == [
         "configuration reload failed; the running configuration stays\nevaluators.tool_selection"
         ".against is 'source' but shadow is off, so it would never run: configure that"
-        " reference, use 'auto', or set evaluators.tool_selection.enabled: false (shadow: the"
-        " running value until a restart)"
+        " reference, use 'auto', or set evaluators.tool_selection.enabled: false"
+        " (shadow.enabled: the running value until a restart)"
     ]
     assert server.sample(RELOADED) == 0
     assert server.app.config.evaluators.tool_selection.against == "auto"
