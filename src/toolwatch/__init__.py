@@ -1,8 +1,10 @@
 """toolwatch: online tool-call regression detection for AI agents."""
 
-# Only what ``compiled`` imports (``os``, ``sys``): the ``toolwatch`` command imports this
-# package before the first line of its own (``toolwatch.cli``), which catches SIGHUP, and
-# a SIGHUP until then ends the process.
+# Nothing but ``compiled``, which imports ``__future__``, ``os``, ``sys`` and
+# ``importlib.machinery`` only: the ``toolwatch`` command imports this package (after its
+# console script's own imports: ``sys``, ``re`` in older pips' scripts) before the first
+# line of its own (``toolwatch.cli``), which catches SIGHUP, and a SIGHUP until then ends
+# the process.
 from toolwatch import compiled
 
 __all__ = ["__version__"]

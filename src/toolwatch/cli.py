@@ -16,23 +16,38 @@ import sys
 # `serve` reloads its configuration on SIGHUP once it serves. One that comes while it
 # starts (the imports below take about 0.4 s) is remembered and acted on once it serves
 # (toolwatch.app.serve): SIGHUP's default would end it, and ignoring it would lose the edit
-# it announced. So these are the first lines of toolwatch to run, with `os`, `signal` and
-# `sys` imported only (the package's __init__ imports nothing more): before them only the
-# interpreter's own start, tens of milliseconds in which a SIGHUP still ends the process.
+# it announced. So these are the first lines of toolwatch to run. Before them a SIGHUP
+# still ends the process: in the interpreter's own start, tens of milliseconds; in the
+# console script's imports (pip's imports `sys`, older pips' `re` too); in the package's
+# __init__, which imports toolwatch.compiled, which imports `__future__`, `os`, `sys` and
+# `importlib.machinery`; in this module's `__future__`, `os`, `signal` and `sys` above.
+# Nothing slow (tests/integration/test_cli_start_signals.py holds them to that).
 # A SIGTERM or SIGINT then is remembered too, and the server stops as soon as it serves,
 # draining nothing, exiting 0: their defaults would end it with 143 or a traceback.
 # The other commands reload nothing: SIGHUP keeps its default and ends them, as it ends a
 # program whose terminal closed (tail's, say).
-_HANGUPS: list[int] = []
-_TERMINATIONS: list[int] = []
 
 
-def _remember_hangup(signum: int, _frame: object) -> None:
-    _HANGUPS.append(signum)
+class _StartSignals:
+    """Whether a SIGHUP came while ``serve`` started, and whether a SIGTERM or SIGINT did:
+    however many came, they ask for one reload, one stop."""
+
+    __slots__ = ("hung_up", "terminated")
+
+    def __init__(self) -> None:
+        self.hung_up = False
+        self.terminated = False
 
 
-def _remember_termination(signum: int, _frame: object) -> None:
-    _TERMINATIONS.append(signum)
+_START_SIGNALS = _StartSignals()
+
+
+def _remember_hangup(_signum: int, _frame: object) -> None:
+    _START_SIGNALS.hung_up = True
+
+
+def _remember_termination(_signum: int, _frame: object) -> None:
+    _START_SIGNALS.terminated = True
 
 
 def _remember_signals() -> None:
@@ -451,16 +466,15 @@ def _serve(args: argparse.Namespace) -> int:
             serve(
                 config,
                 sources.load_reloaded,
-                hung_up=lambda: bool(_HANGUPS),
-                terminated=lambda: bool(_TERMINATIONS),
+                hung_up=lambda: _START_SIGNALS.hung_up,
+                terminated=lambda: _START_SIGNALS.terminated,
                 interactive=sys.stdin is not None and sys.stdin.isatty(),
             )
         )
     finally:  # serve is done, or never started: the signals act as they did before
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        _TERMINATIONS.clear()
-        _HANGUPS.clear()
+        _START_SIGNALS.hung_up = _START_SIGNALS.terminated = False
 
 
 def _check_config(args: argparse.Namespace) -> int:
