@@ -282,7 +282,13 @@ def _add_check_config(commands: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     file = check.add_mutually_exclusive_group()
-    file.add_argument("file", type=Path, nargs="?", metavar="FILE", help="the file to check")
+    file.add_argument(
+        "file",
+        type=Path,
+        nargs="?",
+        metavar="CONFIG_FILE",
+        help="the configuration file to check, or --config FILE (not both)",
+    )
     _add_config_option(file)
     _add_override_flags(check)
     check.set_defaults(run=_check_config)
@@ -391,8 +397,8 @@ def _env_path(name: str) -> Path | None:
 
 
 def _config_file(args: argparse.Namespace) -> Path | None:
-    """The configuration file a command reads: ``check-config``'s FILE, else ``--config``,
-    else ``TOOLWATCH_CONFIG``; none (the built-in defaults) without them."""
+    """The configuration file a command reads: ``check-config``'s CONFIG_FILE, else
+    ``--config``, else ``TOOLWATCH_CONFIG``; none (the built-in defaults) without them."""
     named: Path | None = getattr(args, "file", None) or getattr(args, "config", None)
     return named or _env_path("TOOLWATCH_CONFIG")
 

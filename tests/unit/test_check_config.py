@@ -160,7 +160,7 @@ def test_a_file_and_config_together_are_refused(
     with pytest.raises(SystemExit) as usage:
         check_config(capsys, str(config), "--config", str(config))
     assert usage.value.code == 2
-    assert "argument --config: not allowed with argument FILE" in capsys.readouterr().err
+    assert "argument --config: not allowed with argument CONFIG_FILE" in capsys.readouterr().err
 
 
 def test_without_any_file_it_checks_the_defaults_with_the_overrides(

@@ -4,6 +4,8 @@ explained, and every example one the command line takes."""
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import re
 import shlex
 
@@ -30,7 +32,7 @@ def commands() -> dict[str, argparse.ArgumentParser]:
 def example_lines(block: str) -> list[str]:
     """The command lines of an ``examples:`` block: continuations joined, the notes after
     two spaces or more left out."""
-    joined = block.removeprefix("examples:\n").replace("\\\n", " ")
+    joined = re.sub(r"\s*\\\n\s*", " ", block.removeprefix("examples:\n"))
     return [re.split(r"\s{2,}", line.strip())[0] for line in joined.splitlines()]
 
 
@@ -68,18 +70,137 @@ def test_a_commands_examples_run_that_command(name: str, block: str) -> None:
     assert used == (set(commands()) if name == "toolwatch" else {name})
 
 
-def test_an_unknown_option_is_told_with_the_closest_known_one() -> None:
-    options = ["--config", "--findings", "--format", "-h"]
-    assert cli_usage.unrecognized(["--confg", "x"], options) == (
-        "unrecognized arguments: --confg x (did you mean --config?)"
-    )
-    assert cli_usage.unrecognized(["--fromat=json", "--zzz", "--findngs"], options) == (
-        "unrecognized arguments: --fromat=json --zzz --findngs (did you mean --format, --findings?)"
-    )
+def refused(args: list[str]) -> tuple[int, list[str]]:
+    """The exit code of ``toolwatch ARGS`` refused by the parser, and what its standard error
+    says after its usage (the ``error:`` line and the hints under it)."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), pytest.raises(SystemExit) as exit_:
+        cli._parser().parse_args(args)
+    said = err.getvalue().splitlines()
+    errors = [at for at, line in enumerate(said) if ": error: " in line]
+    return int(exit_.value.code or 0), said[errors[0] :]
+
+
+@pytest.mark.parametrize(
+    ("args", "unknown"),
+    [
+        (["tail", "--", "--jsn"], "-- --jsn"),
+        (["check-config", "--", "toolwatch.yaml", "--confg"], "--confg"),
+        (["serve", "--", "--confg"], "-- --confg"),
+    ],
+)
+def test_an_argument_after_double_dash_is_not_told_as_a_mistyped_option(
+    args: list[str], unknown: str
+) -> None:
+    """Was: ``tail -- --jsn`` was told "did you mean --json?", but after ``--`` every argument
+    is a positional one (POSIX's convention, argparse's rule): ``tail -- --json`` is refused
+    just the same. Now: argparse's message alone."""
+    code, said = refused(args)
+    assert code == 2
+    assert said == [f"toolwatch {args[0]}: error: unrecognized arguments: {unknown}"]
+
+
+def test_an_option_before_double_dash_is_still_told_the_closest() -> None:
+    code, said = refused(["tail", "--jsn", "--", "--jsn"])
+    assert code == 2
+    assert said == [
+        "toolwatch tail: error: unrecognized arguments: --jsn -- --jsn",
+        "  --jsn: did you mean --json?",
+    ]
+
+
+@pytest.mark.parametrize("command", [[], ["serve"], ["check-config"], ["replay"], ["tail"]])
+def test_help_fits_80_columns(command: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Was: the descriptions and examples, printed as written (``RawDescriptionHelpFormatter``
+    wraps them no further), ran to 82-96 columns where ``cli_usage`` says 80, so an 80-column
+    terminal broke them mid-word. Now: no line of any help is wider than 80 columns, argparse
+    wrapping the options to the terminal's (COLUMNS=80)."""
+    monkeypatch.setenv("COLUMNS", "80")
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit):
+        cli._parser().parse_args([*command, "--help"])
+    too_long = [line for line in out.getvalue().splitlines() if len(line) > 80]
+    assert too_long == []
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (["serve", "--tls-ca", "ca.pem"], "--tls-ca is an option of `toolwatch tail`"),
+        (
+            ["serve", "--version"],
+            "--version is an option of `toolwatch` itself, before the command",
+        ),
+        (
+            ["replay", "--findings", "out.jsonl", "-"],
+            "--findings is an option of `toolwatch serve` and `toolwatch check-config`",
+        ),
+        (
+            ["tail", "--tls-client-ca=ca.pem"],
+            "--tls-client-ca is an option of `toolwatch serve` and `toolwatch check-config`",
+        ),
+        (["--json", "tail"], "--json is an option of `toolwatch tail`"),
+    ],
+)
+def test_an_option_of_another_command_is_told_where_it_goes(args: list[str], hint: str) -> None:
+    """Was: ``serve --tls-ca`` was told "did you mean --tls-cert?" (serve's CA flag is
+    ``--tls-client-ca``; ``--tls-ca`` is tail's), ``replay --findings`` "did you mean
+    --max-findings?", as near as anything was. Now: the command that takes it, and no
+    option of the command given that is not close enough to be the one meant."""
+    code, said = refused(args)
+    assert code == 2
+    assert said[1:] == [f"  {hint}"]
+
+
+def test_each_unknown_option_is_told_with_its_own_hint_once() -> None:
+    """Was: "(did you mean --config, --config?)" for ``--confg a --confg b``, and with two
+    mistyped, which hint was whose was left to guess. Now: a line for each, naming it."""
+    code, said = refused(["serve", "--confg", "a", "--grpc-lisen=x", "--confg", "b", "--zzz"])
+    assert code == 2
+    assert said == [
+        "toolwatch serve: error: unrecognized arguments: --confg a --grpc-lisen=x --confg b --zzz",
+        "  --confg: did you mean --config?",
+        "  --grpc-lisen: did you mean --grpc-listen?",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"),
+    [
+        ("--confg", "--config"),
+        ("--jsn", "--json"),
+        ("--fromat", "--format"),
+        ("--verison", "--version"),
+        ("-config", "--config"),
+        ("--min-severty", "--min-severity"),
+        ("--tls-ca", None),
+        ("--findings", None),
+        ("-j", None),
+        ("--zzz", None),
+    ],
+)
+def test_only_an_option_a_few_typos_away_is_taken_for_the_one_meant(
+    typed: str, meant: str | None
+) -> None:
+    options = ["-h", "--help", "--config", "--json", "--format", "--version", "--min-severity"]
+    options += ["--tls-cert", "--max-findings"]
+    assert cli_usage.closest(typed, options) == meant
 
 
 def test_what_looks_like_no_option_is_told_as_argparse_tells_it() -> None:
     """Standard input (``-``) and a stray word are no mistyped option."""
-    assert cli_usage.unrecognized(["-", "extra"], ["-h", "--config"]) == (
+    assert cli_usage.options_given(["-", "extra", "--confg"], ["-", "extra", "--confg"]) == [
+        "--confg"
+    ]
+    assert cli_usage.refusal(["-", "extra"], [], ["-h", "--config"], {}) == (
         "unrecognized arguments: - extra"
     )
+
+
+def test_check_config_names_its_file_and_config_option_distinctly() -> None:
+    """Was: ``usage: toolwatch check-config [-h] [--config FILE] ... [FILE]``, one name for
+    two arguments (which argparse shows apart although one excludes the other). Now: the
+    positional one is CONFIG_FILE."""
+    usage = " ".join(commands()["check-config"].format_usage().split())
+    assert usage.startswith("usage: toolwatch check-config [-h] [--config FILE] ")
+    assert usage.endswith(" [CONFIG_FILE]")
