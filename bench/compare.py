@@ -74,10 +74,11 @@ def _window(build: _Build, pool: ClientPool, settings: Settings, base: int) -> f
 
 def compare(checkouts: Sequence[Path], settings: Settings, workdir: Path) -> list[_Build]:
     pool = ClientPool(settings.clients, settings.templates())
-    builds = [_start(c, workdir, i, settings) for i, c in enumerate(checkouts)]
+    builds: list[_Build] = []
     try:
-        for build in builds:
-            build.server.wait_for_port(build.metrics_port)
+        for index, checkout in enumerate(checkouts):  # one listening before the next picks ports
+            builds.append(_start(checkout, workdir, index, settings))
+            builds[-1].server.wait_for_port(builds[-1].metrics_port)
         base = 0
         for number in range(settings.rounds):
             for build in builds:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from bench.loadgen import ClientPlan, ClientResult, TemplateSpec
-from bench.server import SERVER_CPU, free_port
+from bench.server import SERVER_CPU
 
 __all__ = [
     "METHOD",
@@ -50,8 +52,14 @@ class Settings:
 
 
 def free_ports() -> dict[str, int]:
-    """A free loopback port for each toolwatch listener."""
-    return {name: free_port() for name in ("grpc", "http", "metrics", "stream")}
+    """A free loopback port for each toolwatch listener, four different ones: each socket is
+    held until all four are chosen (one released at once may be handed out again)."""
+    names = ("grpc", "http", "metrics", "stream")
+    with contextlib.ExitStack() as held:
+        socks = [held.enter_context(socket.socket()) for _ in names]
+        for sock in socks:
+            sock.bind(("127.0.0.1", 0))
+        return {name: sock.getsockname()[1] for name, sock in zip(names, socks, strict=True)}
 
 
 def client_cpus() -> frozenset[int]:
