@@ -32,7 +32,7 @@ from __future__ import annotations
 import difflib
 import re
 import types
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Sequence
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
@@ -50,6 +50,8 @@ __all__ = [
     "changed_keys",
     "is_text",
     "keys_at",
+    "line_and_column",
+    "node_at",
     "numbers_as_written",
     "seconds_to_ns",
     "takes_null",
@@ -308,6 +310,39 @@ YAML11_BOOLEANS: Final = {
     for lower in words.split()
     for word in (lower, lower.capitalize(), lower.upper())
 }
+
+
+def node_at(
+    root: yaml.Node | None, loc: Sequence[int | str], *, key: bool = False
+) -> yaml.Node | None:
+    """Where ``loc`` (a validation error's: mapping keys and list indices) was written in
+    ``root`` (a file's node tree): the deepest node along it (a missing field stops at its
+    parent); with ``key``, the mapping key that node is written under (the node itself when
+    it has none: a list's item, the root). A step naming a tagged union's option, which
+    pydantic puts in ``loc`` (``forbidden`` in ``invariants.0.forbidden.tool``), is the
+    value of one of the mapping's keys (``kind: forbidden``): it is stepped over."""
+    node, written_under = root, None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            pair = next((pair for pair in node.value if pair[0].value == str(part)), None)
+            if pair is None:
+                if any(value.value == part for _, value in node.value):
+                    continue  # the option a tag names: the same mapping
+                break
+            written_under, node = pair
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int):
+            if not 0 <= part < len(node.value):
+                break
+            written_under, node = None, node.value[part]
+        else:
+            break
+    return written_under if key and written_under is not None else node
+
+
+def line_and_column(node: yaml.Node) -> str:
+    """Where ``node`` starts, as errors say it: ``(line 3, column 5)``, counted from 1."""
+    mark = node.start_mark
+    return f"(line {mark.line + 1}, column {mark.column + 1})"
 
 
 def yaml11_booleans(

@@ -55,3 +55,23 @@ def test_an_output_under_a_regular_file_is_not_said_to_be_under_a_missing_direct
     missing = tmp_path / "missing"
     result = run_cli("check-config", flag, str(missing / "out.jsonl"))
     assert f"directory {missing} does not exist" in result.stderr, result.stderr
+
+
+def test_an_error_in_the_file_says_where_and_a_unit_is_named_as_the_mistake(
+    tmp_path: Path,
+) -> None:
+    """Was: "assembly.completion_wait_seconds: Input should be a valid number, unable to
+    parse string as a number (got '2s')", with no line, while golden-case errors had one."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(
+        "policy:\n  dangerous_tools: [issue_refund]\n  verification_tools: [lookup_order]\n"
+        "assembly:\n  completion_wait_seconds: 2s\n"
+    )
+    result = run_cli("check-config", str(config))
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == (
+        "toolwatch: configuration error\n"
+        f"{config}: 1 configuration error(s)\n"
+        f"  {config}: assembly.completion_wait_seconds: expected a number of seconds, without"
+        " a unit (got '2s') (line 5, column 28)\n"
+    )

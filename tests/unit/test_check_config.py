@@ -141,7 +141,8 @@ def test_without_a_file_it_checks_the_one_config_or_the_variable_names(
         assert (code, out) == (2, ""), args
         assert err.splitlines()[1:] == [
             f"{config}: 1 configuration error(s)",
-            f"  {config}: assembly.max_traces: Input should be greater than 0 (got -1)",
+            f"  {config}: assembly.max_traces: Input should be greater than 0 (got -1)"
+            " (line 2, column 15)",
         ], args
 
 

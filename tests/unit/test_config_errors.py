@@ -95,8 +95,9 @@ def test_a_boolean_is_not_a_number(tmp_path: Path, setting: str, value: bool) ->
         indent += "  "
     lines.append(f"{indent}{key}: {str(value).lower()}")
     config.write_text("\n".join(lines) + "\n")
+    at = f"(line {len(lines)}, column {len(indent) + len(key) + 3})"
     assert error_lines(config, {})[1] == (
-        f"  {config}: {setting}: Input should be a number, not a boolean (got {value})"
+        f"  {config}: {setting}: Input should be a number, not a boolean (got {value}) {at}"
     )
 
 
@@ -250,6 +251,7 @@ def test_a_json_schema_nested_deeper_than_its_checker_goes_is_an_error_not_a_cra
     lines = error_lines(config, {})
     assert lines[1].endswith(
         "policy.invariants.0.arguments.schema: a JSON Schema nested too deeply to check"
+        " (line 5, column 7)"
     )
 
 
@@ -347,13 +349,15 @@ def test_errors_speak_of_the_file_not_of_pydantic(tmp_path: Path) -> None:
     assert sorted(error_lines(config, {})[1:]) == sorted(
         [
             f"  {config}: assembly.completion_wait_secs: unknown setting (did you mean"
-            " 'completion_wait_seconds'?) (got 5)",
-            f"  {config}: policy.dangerous_tools: expected a list (got 'issue_refund')",
+            " 'completion_wait_seconds'?) (got 5) (line 2, column 3)",
+            f"  {config}: policy.dangerous_tools: expected a list (got 'issue_refund')"
+            " (line 4, column 20)",
             # The forbidden kind's own keys, not every kind's ("before" is the order kind's).
             f"  {config}: policy.invariants.0.forbidden.befor: unknown setting (allowed:"
-            " name, severity, agents, kind, tool) (got 'b')",
-            f"  {config}: ingest: expected a mapping (key: value lines) (got 5)",
-            f"  {config}: security.tls.key_file: Field required",
+            " name, severity, agents, kind, tool) (got 'b') (line 6, column 43)",
+            f"  {config}: ingest: expected a mapping (key: value lines) (got 5) (line 7, column 9)",
+            # missing from tls: where tls is
+            f"  {config}: security.tls.key_file: Field required (line 9, column 3)",
         ]
     )
 
@@ -365,7 +369,7 @@ def test_a_golden_case_file_given_as_the_configuration_says_where_it_belongs(
     cases.write_text("cases:\n  - id: one\n")
     assert error_lines(cases, {})[1:] == [
         f"  {cases}: cases: unknown setting: this looks like a golden-case file; name it in"
-        " the configuration's golden.cases_file instead (got [{'id': 'one'}])"
+        " the configuration's golden.cases_file instead (got [{'id': 'one'}]) (line 1, column 1)"
     ]
 
 
@@ -407,7 +411,8 @@ def test_a_tool_prefix_that_is_no_pattern_is_refused(
 ) -> None:
     config = tmp_path / "toolwatch.yaml"
     config.write_text(f"policy:\n  tool_prefix: {pattern!r}\n")
-    assert error_lines(config, {})[1] == f"  {config}: policy.tool_prefix: {reason}"
+    at = "(line 2, column 16)"
+    assert error_lines(config, {})[1] == f"  {config}: policy.tool_prefix: {reason} {at}"
 
 
 def test_the_guarded_tools_are_the_dangerous_verification_and_invariant_ones() -> None:
@@ -711,7 +716,7 @@ def test_a_refusal_pattern_that_matches_an_empty_text_is_refused(
     assert error_lines(config, {})[1] == (
         f"  {config}: evaluators.tool_trace_structure.refusal_patterns: {pattern!r} matches an"
         " empty text, so it matches every text: make it require some text"
-        f" (got [{pattern!r}, 'sorry'])"
+        f" (got [{pattern!r}, 'sorry']) (line 3, column 5)"
     )
 
 
@@ -728,15 +733,15 @@ def test_a_refusal_pattern_that_matches_only_an_answer_of_no_words_stays(
 
 
 @pytest.mark.parametrize(
-    ("text", "override", "where", "got"),
+    ("text", "override", "where", "got", "at"),
     [
-        ('listen: "0.0.0.0:4317"\n', "listen.grpc", "listen", "'0.0.0.0:4317'"),
-        ("listen:\n", "listen.grpc", "listen", "None"),
-        ("security: [tls]\n", "security.tls.cert_file", "security", "['tls']"),
+        ('listen: "0.0.0.0:4317"\n', "listen.grpc", "listen", "'0.0.0.0:4317'", "1, column 9"),
+        ("listen:\n", "listen.grpc", "listen", "None", "1, column 8"),
+        ("security: [tls]\n", "security.tls.cert_file", "security", "['tls']", "1, column 1"),
     ],
 )
 def test_an_override_does_not_hide_a_malformed_section_of_the_file(
-    tmp_path: Path, text: str, override: str, where: str, got: str
+    tmp_path: Path, text: str, override: str, where: str, got: str, at: str
 ) -> None:
     """check-config refused the file, serve with a flag into the section took it: the
     override replaced the file's value, and what the file meant was gone unsaid."""
@@ -745,7 +750,7 @@ def test_an_override_does_not_hide_a_malformed_section_of_the_file(
     lines = error_lines(config, {override: "127.0.0.1:0"})
     assert lines[1] == (
         f"  {config} and command line/environment: {where}: expected a mapping (key: value"
-        f" lines) (got {got})"
+        f" lines) (got {got}) (line {at})"
     )
     # A section that may be null is off when null: an override into it turns it on.
     tokens = tmp_path / "tokens"
@@ -761,14 +766,14 @@ def test_an_override_does_not_hide_a_malformed_section_of_the_file(
         (
             "5",
             "policy.bindings.issue_refund.order_id: expected a verification tool.field, or a"
-            " list of them (got 5)",
+            " list of them (got 5) (line 5, column 28)",
         ),
         (
             "[lookup_order.order_id, true]",
             "policy.bindings.issue_refund.order_id: expected a verification tool.field, or a"
-            " list of them (got ['lookup_order.order_id', True])",
+            " list of them (got ['lookup_order.order_id', True]) (line 5, column 5)",
         ),
-        ("x", "policy.bindings: 'x' is not of the form tool.field"),
+        ("x", "policy.bindings: 'x' is not of the form tool.field (line 4, column 3)"),
     ],
 )
 def test_a_binding_that_is_no_tool_field_is_one_line_naming_the_binding(
@@ -787,11 +792,15 @@ def test_a_binding_that_is_no_tool_field_is_one_line_naming_the_binding(
 @pytest.mark.parametrize(
     ("policy", "line"),
     [
-        ('  aliases:\n    "": lookup_order\n', "policy.aliases (key ''): empty"),
-        ('  repeat_limits:\n    " ": 3\n', "policy.repeat_limits (key ' '): empty"),
+        ('  aliases:\n    "": lookup_order\n', "policy.aliases (key ''): empty (line 3, column 5)"),
+        (
+            '  repeat_limits:\n    " ": 3\n',
+            "policy.repeat_limits (key ' '): empty (line 3, column 5)",
+        ),
         (
             "  bindings:\n    null: lookup_order.id\n",
-            "policy.bindings (key 'None'): Input should be a valid string",
+            # pydantic names the key None, which the file wrote null: where the mapping is
+            "policy.bindings (key 'None'): Input should be a valid string (line 2, column 3)",
         ),
     ],
 )
@@ -830,7 +839,8 @@ def test_an_empty_file_path_is_refused_not_read_as_the_directory(
     if key == "cert_file":
         lines.append(f"{indent}key_file: key.pem")
     config.write_text("\n".join(lines) + "\n")
-    refused = f"  {config}: {setting}: empty path: name a file (got {empty!r})"
+    at = f"(line {len(section.split('.')) + 1}, column {len(indent) + len(key) + 3})"
+    refused = f"  {config}: {setting}: empty path: name a file (got {empty!r}) {at}"
     assert refused in error_lines(config, {})
 
 
@@ -863,3 +873,79 @@ def test_security_files_are_read_unless_the_loader_is_told_they_are_not_used(
     assert config.security.tls is not None and config.security.tls.cert_file.parent == missing
     with pytest.raises(ConfigError, match=r"security.tls.cert_fil: unknown setting"):
         load_config(None, {**security, "security.tls.cert_fil": "x"}, security_files=False)
+
+
+def test_an_error_in_the_file_says_the_line_and_column_it_was_written_at(
+    tmp_path: Path,
+) -> None:
+    """As golden-case errors do. Was: the field path alone, to be looked for in a long file.
+    A value is found where it was written, a key refused (or a section or list refused as a
+    whole, or missing a field) where its key was; a value an override gave has no line."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(
+        "assembly:\n"
+        "  max_traces: -1\n"
+        "  tick_secs: 1\n"
+        "policy:\n"
+        "  invariants:\n"
+        "    - kind: forbidden\n"
+        '      tool: " "\n'
+        "    - {kind: call_count, tool: search}\n"
+        "security:\n"
+        "  tls:\n"
+        "    reload_seconds: 60\n"
+    )
+    lines = error_lines(config, {"listen.grpc": "nope"})
+    assert sorted(lines[1:]) == sorted(
+        [
+            f"  {config}: assembly.max_traces: Input should be greater than 0 (got -1)"
+            " (line 2, column 15)",
+            f"  {config}: assembly.tick_secs: unknown setting (did you mean 'tick_seconds'?)"
+            " (got 1) (line 3, column 3)",
+            f"  {config}: policy.invariants.0.forbidden.tool: empty (got ' ') (line 7, column 13)",
+            f"  {config}: policy.invariants.1.call_count: call_count needs min > 0 or a max"
+            " (line 8, column 7)",
+            f"  {config}: security.tls.cert_file: Field required (line 10, column 3)",
+            f"  {config}: security.tls.key_file: Field required (line 10, column 3)",
+            "  command line/environment: listen.grpc: 'nope' is not HOST:PORT (got 'nope')",
+        ]
+    )
+    # A section's own check: where the section's key is.
+    config.write_text(
+        "listen:\n  grpc: 127.0.0.1:0\npolicy:\n  dangerous_tools: [a]\n  verification_tools: [A]\n"
+    )
+    assert error_lines(config, {})[1] == (
+        f"  {config}: policy: 'a' is in both dangerous_tools and verification_tools: a"
+        " dangerous call cannot verify another (line 3, column 1)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("setting", "written", "reason"),
+    [
+        ("assembly.completion_wait_seconds", "2s", "a number of seconds"),
+        ("policy.conversation_ttl_seconds", "1.5 h", "a number of seconds"),
+        ("security.auth.reload_seconds", "5m", "a number of seconds"),
+        ("ingest.max_value_bytes", "64MiB", "a whole number of bytes"),
+        ("shadow.max_waiting_bytes", "1k", "a whole number of bytes"),
+    ],
+)
+def test_a_number_written_with_a_unit_is_refused_saying_to_leave_the_unit_out(
+    tmp_path: Path, setting: str, written: str, reason: str
+) -> None:
+    """Was pydantic's "unable to parse string as a number": the setting's name says the
+    unit, and the value is the bare number. (No setting takes units: "64MiB" was refused
+    before as well.)"""
+    section, _, key = setting.rpartition(".")
+    config = tmp_path / "toolwatch.yaml"
+    indent, lines = "", []
+    for part in section.split("."):
+        lines.append(f"{indent}{part}:")
+        indent += "  "
+    lines.append(f"{indent}{key}: {written}")
+    config.write_text("\n".join(lines) + "\n")
+    at = f"(line {len(lines)}, column {len(indent) + len(key) + 3})"
+    found = [line for line in error_lines(config, {}) if f": {setting}: " in line]
+    assert found == [
+        f"  {config}: {setting}: expected {reason}, without a unit (got {written!r}) {at}"
+    ]

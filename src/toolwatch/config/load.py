@@ -1,11 +1,12 @@
 """``load_config``: the YAML file read (as YAML 1.2, refusing what YAML 1.1 read otherwise),
 file paths resolved, overrides applied, the whole validated, and pydantic's errors told in
-a configuration file's words.
+a configuration file's words, with the line and column the file wrote the value at.
 """
 
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from toolwatch.sections import (
     YAML11_BOOLEANS,
     YamlLoader,
     is_text,
+    line_and_column,
+    node_at,
     numbers_as_written,
     takes_null,
     unknown_key,
@@ -72,7 +75,8 @@ def load_config(
     try:
         return Config.model_validate(data, context={_SECURITY_FILES: security_files})
     except ValidationError as exc:
-        raise ConfigError(_format_errors(source, exc, overrides or {}, origins or {})) from None
+        said = _format_errors(source, exc, root, overrides or {}, origins or {})
+        raise ConfigError(said) from None
 
 
 #: The file-path settings, as key paths.
@@ -141,8 +145,7 @@ def _ambiguous_booleans(root: yaml.Node | None, overrides: Mapping[str, Any]) ->
         if types is None or bool in types or all(is_text(t) for t in types):
             continue  # an unknown key, a boolean, or text (pydantic says what else is wrong)
         word, meant = scalar.value, str(YAML11_BOOLEANS[scalar.value]).lower()
-        mark = scalar.start_mark
-        at = f"(line {mark.line + 1}, column {mark.column + 1})"
+        at = line_and_column(scalar)
         if Any in types:
             fix = f"write {meant} for the boolean, or quote the text: '{word}'"
         elif type(None) in types:
@@ -177,11 +180,9 @@ def _yaml11_numbers(root: yaml.Node | None, overrides: Mapping[str, Any]) -> lis
                 continue  # 1_000: the same number either way
         except ValueError:
             pass
-        mark = scalar.start_mark
         problems.append(
             f"{where}: {word} is the text {word!r} (YAML 1.2), not the number {number} YAML"
-            f" 1.1 read: write the number in decimal (line {mark.line + 1}, column"
-            f" {mark.column + 1})"
+            f" 1.1 read: write the number in decimal {line_and_column(scalar)}"
         )
     return problems
 
@@ -204,9 +205,14 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def _format_errors(
-    source: str, exc: ValidationError, overrides: dict[str, Any], origins: dict[str, str]
+    source: str,
+    exc: ValidationError,
+    root: yaml.Node | None,
+    overrides: dict[str, Any],
+    origins: dict[str, str],
 ) -> str:
-    """One line per error: where the value came from, the field path, the reason."""
+    """One line per error: where the value came from, the field path, the reason, and, for
+    a value the file ``source`` gave (``root``, its node tree), where the file wrote it."""
     lines = [f"{source}: {exc.error_count()} configuration error(s)"]
     for error in exc.errors(include_url=False):
         loc = error["loc"]
@@ -224,8 +230,26 @@ def _format_errors(
             else f" (got {shown})"
         )
         named = f" (key {key[0]!r})" if key else ""
-        lines.append(f"  {origin}: {where}{named}: {_reason(error)}{got}")
+        in_file = origin == source or origin.startswith(f"{source} and ")
+        at = _written_at(root, loc, error["type"] == "extra_forbidden") if in_file else ""
+        lines.append(f"  {origin}: {where}{named}: {_reason(error)}{got}{at}")
     return "\n".join(lines)
+
+
+def _written_at(root: yaml.Node | None, loc: tuple[int | str, ...], at_key: bool) -> str:
+    """`` (line L, column C)`` of where the file wrote what the error at ``loc`` is about
+    (``golden``'s mechanism, ``sections.node_at``): a value (``2s``); a key, for a key
+    refused (``[key]`` in ``loc``, an unknown setting) or a section or list refused as a
+    whole (``policy:``, where its own checks failed), or one missing a field (``tls:``,
+    without its ``key_file``). Nothing for the top level (a check across sections), nor
+    where the file wrote none of it (a section an override brought)."""
+    parts = [part for part in loc if part != "[key]"]
+    node = node_at(root, parts)
+    if not parts or node is None or node is root:
+        return ""
+    if at_key or loc[-1:] == ("[key]",) or not isinstance(node, yaml.ScalarNode):
+        node = node_at(root, parts, key=True) or node
+    return f" {line_and_column(node)}"
 
 
 #: pydantic's wording of a wrong type, in the words of a YAML file.
@@ -241,6 +265,16 @@ _TYPE_REASONS = {
 }
 
 
+#: Why text was refused for a number of a unit a setting's name ends in (``2s``, ``64MiB``):
+#: the name says the unit, and the value is the bare number.
+_UNITS = {
+    "_seconds": "expected a number of seconds, without a unit",
+    "_bytes": "expected a whole number of bytes, without a unit",
+}
+#: Text that starts as a number does (``2s``, ``1.5 h``, ``64MiB``; not ``yes``).
+_NUMBER_FIRST = re.compile(r"\s*[-+]?\.?[0-9]")
+
+
 def _reason(error: ErrorDetails) -> str:
     """Why a value was refused, in a configuration file's words."""
     kind, loc = error["type"], error["loc"]
@@ -253,6 +287,10 @@ def _reason(error: ErrorDetails) -> str:
         return unknown_key(Config, loc, "setting")
     if kind in _TYPE_REASONS:
         return _TYPE_REASONS[kind]
+    if kind in ("float_parsing", "int_parsing") and _NUMBER_FIRST.match(str(error["input"])):
+        unit = next((u for u in _UNITS if loc and str(loc[-1]).endswith(u)), None)
+        if unit is not None:  # 2s, 64MiB: the number is all the setting takes
+            return _UNITS[unit]
     if kind == "string_too_short" and error.get("ctx", {}).get("min_length") == 1:
         return "empty"  # a name, trimmed
     message = error["msg"]
