@@ -475,6 +475,7 @@ def _serve(args: argparse.Namespace) -> int:
                 hung_up=lambda: _START_SIGNALS.hung_up,
                 terminated=lambda: _START_SIGNALS.terminated,
                 interactive=sys.stdin is not None and sys.stdin.isatty(),
+                defaults=sources.path is None,
             )
         )
     finally:  # serve is done, or never started: the signals act as they did before
@@ -491,7 +492,8 @@ def _check_config(args: argparse.Namespace) -> int:
     # serve's warning of a start without a file too: a deploy pipeline whose TOOLWATCH_CONFIG
     # went missing would otherwise read `defaults: ok` for a server that finds nothing.
     unnamed = [SERVE_DEFAULTS_WARNING] if sources.path is None else []
-    for warning in [*unnamed, *config.warnings(), *output_warnings(config)]:
+    said = config.warnings(defaults=sources.path is None)
+    for warning in [*unnamed, *said, *output_warnings(config)]:
         print(f"{sources.name}: warning: {warning}", file=sys.stderr)
     cases = f", {len(golden)} golden case(s)" if golden is not None else ""
     given = ", ".join(f"{key} from {origin}" for key, origin in sources.origins.items())

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 from pathlib import Path
 
+import pytest
+
 from tests.integration.test_cli import FREE_PORTS, Served, clean_env, run_cli
+from tests.unit.test_config_warnings import HALF_POLICY, ONLY_LOOPS
 from toolwatch import cli
 
 WARNING = "may be read by others (mode 644)"
@@ -55,3 +59,41 @@ def test_check_config_without_a_file_warns_of_the_defaults_as_serve_does() -> No
         "defaults: ok\n",
         f"defaults: warning: {warning}\n",
     )
+
+
+@pytest.mark.parametrize(
+    ("text", "warning"),
+    [
+        # Half a policy: the refund is never MISSING_VERIFICATION_STEP.
+        ("policy:\n  dangerous_tools: [issue_refund]\n", HALF_POLICY),
+        ("", ONLY_LOOPS),  # nothing to judge by but loops
+        ("listen:\n  grpc: 127.0.0.1:4317\n", ONLY_LOOPS),
+    ],
+)
+def test_check_config_and_serve_warn_of_a_policy_that_guards_nothing(
+    tmp_path: Path, text: str, warning: str
+) -> None:
+    """Was: check-config said "<file>: ok" alone, serve logged nothing, and the unverified
+    refund the SRE believed guarded was never found. Now check-config prints the warning,
+    still exiting 0, and serve logs it at start-up and at every reload that keeps it."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(text)
+
+    checked = run_cli("check-config", str(config))
+    assert (checked.returncode, checked.stdout, checked.stderr) == (
+        0,
+        f"{config}: ok\n",
+        f"{config}: warning: {warning}\n",
+    )
+
+    served = Served([*FREE_PORTS, "--config", str(config)], clean_env())
+    try:
+        logged = re.compile(f"WARNING toolwatch: {re.escape(warning)}$")
+        served.wait_for(logged)
+        served.wait_for(re.compile(" toolwatch: hot path: "))  # the last start-up line
+        served.process.send_signal(signal.SIGHUP)
+        served.wait_for(re.compile("INFO toolwatch: configuration reloaded: "))
+        served.wait_for(logged)  # the reload's
+        assert not any(cli.SERVE_DEFAULTS_WARNING in line for line in served.seen)
+    finally:
+        assert served.terminate() == 0

@@ -377,8 +377,13 @@ def test_reloads_too_rare_for_their_alert_are_warned_of_not_refused(tmp_path: Pa
     tokens = tmp_path / "tokens"
     tokens.write_text("s3cret-token-value\n")
     auth = {"security.auth.bearer_token_file": str(tokens)}
-    assert load_config(None, {**auth, "security.auth.reload_seconds": 240}).warnings() == []
-    assert load_config(None, {**auth, "security.auth.reload_seconds": 300}).warnings() == [
+    assert (
+        load_config(None, {**auth, "security.auth.reload_seconds": 240}).warnings(defaults=True)
+        == []
+    )
+    assert load_config(None, {**auth, "security.auth.reload_seconds": 300}).warnings(
+        defaults=True
+    ) == [
         "security.auth.reload_seconds is 300: a changed file that fails to load may not fire"
         " ToolwatchSecurityFilesNotReloaded, which needs a look every 5 minutes (at most 240)"
     ]
@@ -387,11 +392,14 @@ def test_reloads_too_rare_for_their_alert_are_warned_of_not_refused(tmp_path: Pa
 def test_a_numeric_default_argument_strategy_is_warned_of() -> None:
     """Numeric on every field scores order ids one apart as near-equal."""
     assert (
-        load_config(None, {"evaluators.tool_arguments.default_strategy": "exact"}).warnings() == []
+        load_config(None, {"evaluators.tool_arguments.default_strategy": "exact"}).warnings(
+            defaults=True
+        )
+        == []
     )
-    (said,) = load_config(
-        None, {"evaluators.tool_arguments.default_strategy": "numeric"}
-    ).warnings()
+    (said,) = load_config(None, {"evaluators.tool_arguments.default_strategy": "numeric"}).warnings(
+        defaults=True
+    )
     assert said.startswith("evaluators.tool_arguments.default_strategy is 'numeric': order ids")
 
 
@@ -565,12 +573,12 @@ def test_a_certificate_not_valid_yet_is_warned_of_not_refused(tmp_path: Path) ->
     cert, overrides = certificate_files(tmp_path)
     config = load_config(None, overrides)
     early = datetime.datetime(1999, 12, 31, 23, 59, 59, tzinfo=datetime.UTC)
-    assert config.warnings(now=early) == [
+    assert config.warnings(now=early, defaults=True) == [
         f"security.tls.cert_file {cert}: the certificate is not valid until 2000-01-01 00:00:00"
         " UTC (valid from 2000-01-01 00:00:00 UTC to 3000-01-01 00:00:00 UTC): until then"
         " clients whose clocks agree with this machine's refuse it"
     ]
-    assert config.warnings(now=early + datetime.timedelta(seconds=1)) == []
+    assert config.warnings(now=early + datetime.timedelta(seconds=1), defaults=True) == []
 
 
 def test_a_certificate_expiring_within_14_days_is_warned_of_with_its_date(
@@ -582,8 +590,8 @@ def test_a_certificate_expiring_within_14_days_is_warned_of_with_its_date(
     ends = LATER
     cert, overrides = certificate_files(tmp_path, not_before=ends - 90 * DAY, not_after=ends)
     config = load_config(None, overrides)
-    assert config.warnings(now=ends - 14 * DAY) == []
-    assert config.warnings(now=ends - 14 * DAY + SECOND) == [
+    assert config.warnings(now=ends - 14 * DAY, defaults=True) == []
+    assert config.warnings(now=ends - 14 * DAY + SECOND, defaults=True) == [
         f"security.tls.cert_file {cert}: the certificate expires at {ends:%Y-%m-%d %H:%M:%S} UTC,"
         " in 13 days 23 hours: every client refuses it from then on; renew it (toolwatch takes"
         " the renewed file within tls.reload_seconds, without a restart)"
@@ -606,9 +614,9 @@ def test_a_short_lived_certificate_is_warned_of_with_a_third_of_its_lifetime_lef
     ends = LATER
     cert, overrides = certificate_files(tmp_path, not_before=ends - lifetime, not_after=ends)
     config = load_config(None, overrides)
-    assert config.warnings(now=ends - lifetime) == []  # just issued
-    assert config.warnings(now=ends - warned_within) == []
-    assert config.warnings(now=ends - warned_within + SECOND) == [
+    assert config.warnings(now=ends - lifetime, defaults=True) == []  # just issued
+    assert config.warnings(now=ends - warned_within, defaults=True) == []
+    assert config.warnings(now=ends - warned_within + SECOND, defaults=True) == [
         f"security.tls.cert_file {cert}: the certificate expires at {ends:%Y-%m-%d %H:%M:%S} UTC,"
         f" in {left}: every client refuses it from then on; renew it (toolwatch takes the"
         " renewed file within tls.reload_seconds, without a restart)"
@@ -626,15 +634,15 @@ def test_a_client_ca_expiring_within_14_days_is_warned_of_with_its_date(
     old = ca_certificate("old", ends, not_before=ends - 6 * DAY)
     client_ca.write_bytes(ca_certificate("new", ends + 400 * DAY) + old)
     config = load_config(None, {**overrides, "security.tls.client_ca_file": str(client_ca)})
-    assert config.warnings(now=ends - 2 * DAY) == []
-    assert config.warnings(now=ends - 2 * DAY + SECOND) == [
+    assert config.warnings(now=ends - 2 * DAY, defaults=True) == []
+    assert config.warnings(now=ends - 2 * DAY + SECOND, defaults=True) == [
         f"security.tls.client_ca_file {client_ca}: a CA certificate in it expires at"
         f" {ends:%Y-%m-%d %H:%M:%S} UTC, in 1 days 23 hours: the client certificates it signed"
         " are refused from then on; renew it, and them"
     ]
     # Expired beside a valid one, the old CA verifies no one and no one needs it: the new one
     # is the file's first to expire (a rotation keeps the old CA in the file).
-    assert config.warnings(now=ends + SECOND) == []
+    assert config.warnings(now=ends + SECOND, defaults=True) == []
 
 
 def test_a_client_ca_file_whose_cas_have_all_expired_is_warned_of_by_the_last(
@@ -648,7 +656,7 @@ def test_a_client_ca_file_whose_cas_have_all_expired_is_warned_of_by_the_last(
         + ca_certificate("old", ends, not_before=ends - 90 * DAY)
     )
     config = load_config(None, {**overrides, "security.tls.client_ca_file": str(client_ca)})
-    assert config.warnings(now=ends + SECOND) == [
+    assert config.warnings(now=ends + SECOND, defaults=True) == [
         f"security.tls.client_ca_file {client_ca}: a CA certificate in it expired at"
         f" {ends:%Y-%m-%d %H:%M:%S} UTC: the client certificates it signed are refused from then"
         " on; renew it, and them"
@@ -663,7 +671,7 @@ def test_a_client_ca_whose_dates_cannot_be_read_is_warned_of_not_refused(
     client_ca = Path(str(tls_files["security.tls.client_ca_file"]))
     client_ca.write_bytes(client_ca.read_bytes().replace(b"CERTIFICATE", b"TRUSTED CERTIFICATE"))
     config = load_config(None, tls_files)
-    assert config.warnings() == [
+    assert config.warnings(defaults=True) == [
         f"security.tls.client_ca_file {client_ca}: no certificate dates can be read from it"
         " (PEM that OpenSSL loads but cryptography does not, such as a TRUSTED CERTIFICATE"
         " block): it is served, but neither warned of before it expires nor reported in"

@@ -248,8 +248,9 @@ class PolicySettings(_Section):
 
     - ``dangerous_tools``: calls that change the world (refunds, deletions, payments).
     - ``verification_tools``: calls that make a dangerous call safe when one of them succeeded
-      earlier in the run. With neither ``verification_tools`` nor ``bindings`` the
-      missing-verification check is off (dangerous tools are then only checked for drift).
+      earlier in the run. Without them (and so without ``bindings`` and ``verified_by``,
+      which name them) the missing-verification check is off: dangerous tools are then only
+      checked for drift, and ``unverifiable_tools`` names them for a warning.
     - ``bindings``: ``{"<dangerous tool>.<field>": "<verification tool>.<field>"}``; the value
       may be a list of such references, any of which verifies. A dangerous tool with bindings
       needs every bound field verified by a call of the *same entity* (equal values): the
@@ -444,6 +445,17 @@ class PolicySettings(_Section):
         for rule in self.invariants:
             tools.update(_rule_tools(rule))
         return frozenset(normalize(tool) for tool in tools)
+
+    def unverifiable_tools(self) -> tuple[str, ...]:
+        """The dangerous tools, as written, that no call can ever verify, so that ``safety``
+        never finds one MISSING_VERIFICATION_STEP, however it was made: all of them when
+        neither ``verification_tools`` nor ``bindings`` is set, as ``safety`` then checks no
+        verification (``verified_by``, which names verification tools, cannot be set either).
+        Otherwise none: a dangerous tool with ``bindings`` or ``verified_by`` is verified by
+        the tools they name, and any other by any ``verification_tools`` tool."""
+        if self.verification_tools or self.bindings:
+            return ()
+        return tuple(dict.fromkeys(self.dangerous_tools))
 
     def binding_rules(self) -> tuple[Binding, ...]:
         """The bindings as records with normalized tool names, in configuration order. Each

@@ -223,3 +223,40 @@ def test_arguments_rule_accepts_schema_by_alias_and_by_name() -> None:
     assert ArgumentsRule.model_validate(by_alias).json_schema == {"type": "object"}
     by_name: dict[str, Any] = {"kind": "arguments", "tool": "x", "json_schema": {}}
     assert ArgumentsRule.model_validate(by_name).json_schema == {}
+
+
+@pytest.mark.parametrize(
+    ("policy", "unverifiable"),
+    [
+        # Half a policy: nothing can verify either dangerous tool.
+        (
+            {"dangerous_tools": ["issue_refund", "Delete_Account"]},
+            ("issue_refund", "Delete_Account"),
+        ),
+        # Any verification tool verifies a dangerous tool without verified_by or bindings.
+        ({"dangerous_tools": ["issue_refund"], "verification_tools": ["lookup_order"]}, ()),
+        (
+            {
+                "dangerous_tools": ["issue_refund", "delete_account", "close_ticket"],
+                "verification_tools": ["lookup_order", "verify_identity"],
+                "verified_by": {"delete_account": ["verify_identity"]},
+                "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
+            },
+            (),
+        ),
+        ({}, ()),
+    ],
+)
+def test_the_unverifiable_tools_are_those_safety_never_finds_unverified(
+    policy: dict[str, Any], unverifiable: tuple[str, ...]
+) -> None:
+    """``unverifiable_tools`` (which ``check-config`` and ``serve`` warn of) names exactly
+    the dangerous tools whose call with nothing before it ``safety`` lets pass: each tool's
+    lone call is judged, and MISSING_VERIFICATION_STEP is raised for the others only."""
+    settings = PolicySettings.model_validate(policy)
+    assert settings.unverifiable_tools() == unverifiable
+    safety = Safety(SafetySettings(), settings)
+    for tool in settings.dangerous_tools:
+        result = safety(trace((tool, {"order_id": "A-1"})), Reference())
+        missing = [f for f in result.findings if f.category is Category.MISSING_VERIFICATION_STEP]
+        assert len(missing) == (0 if tool in unverifiable else 1), tool
