@@ -193,9 +193,10 @@ class _Limiter(Protocol):
 
 
 class OthersCollector(Collector):
-    """``toolwatch_label_values_other_total{label}``: how many values the agent, tool and
-    (agent, tool) pair limits reported as ``_other``, read from the limiters at scrape time
-    (counting them is an integer increment on the call path)."""
+    """``toolwatch_label_values_other_total{label}``: how many times the agent, tool and
+    (agent, tool) pair limits reported a value as ``_other``, once per series update it
+    labels (a run, each of its calls, each finding), not once per distinct name; read from
+    the limiters at scrape time (counting them is an integer increment on the call path)."""
 
     def __init__(self, limiters: Iterable[tuple[str, _Limiter]]) -> None:
         self._limiters = tuple(limiters)
@@ -214,8 +215,10 @@ class OthersCollector(Collector):
     def _family() -> CounterMetricFamily:
         return CounterMetricFamily(
             "toolwatch_label_values_other",
-            "Label values reported as _other: past their label's cap (metrics.label_value_cap,"
-            " metrics.agent_tool_pair_cap), longer than 128 characters, or not writable as"
-            " UTF-8.",
+            "Times a label value was reported as _other: each series update (a run, each of its"
+            " calls, each finding) it was folded into _other for counts once, so this counts"
+            " reports, not distinct names. A value is _other past its label's cap"
+            " (metrics.label_value_cap, metrics.agent_tool_pair_cap), longer than 128"
+            " characters, or not writable as UTF-8.",
             labels=["label"],
         )
