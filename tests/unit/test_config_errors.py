@@ -957,3 +957,63 @@ def test_a_number_written_with_a_unit_is_refused_saying_to_leave_the_unit_out(
     assert found == [
         f"  {config}: {setting}: expected {reason}, without a unit (got {written!r}) {at}"
     ]
+
+
+@pytest.mark.parametrize(
+    ("written", "reason"),
+    [
+        ("'0x10'", "Input should be a valid integer, unable to parse string as an integer"),
+        ("'1e6'", "Input should be a valid integer, unable to parse string as an integer"),
+        ("2.5.1", "Input should be a valid integer, unable to parse string as an integer"),
+        ("10 ms", "expected a whole number of bytes, without a unit"),
+        ("1h30m", "expected a whole number of bytes, without a unit"),
+        ("1,000", "expected a whole number of bytes, written without separators: 1000"),
+        ("'-1,024.5'", "expected a whole number of bytes, written without separators: -1024.5"),
+    ],
+)
+def test_only_a_number_followed_by_letters_is_said_to_have_a_unit(
+    tmp_path: Path, written: str, reason: str
+) -> None:
+    """Was: "without a unit" for any text starting with a digit (``0x10``, ``1e6``,
+    ``2.5.1``: no unit). Now a number with thousands separators is told the number to
+    write, and other text pydantic's reason."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(f"ingest:\n  max_value_bytes: {written}\n")
+    (line,) = error_lines(config, {})[1:]
+    assert line.startswith(f"  {config}: ingest.max_value_bytes: {reason} (got "), line
+
+
+def test_a_separated_number_is_told_so_whatever_the_setting(tmp_path: Path) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text("assembly:\n  max_traces: 10,000\n")
+    assert error_lines(config, {})[1:] == [
+        f"  {config}: assembly.max_traces: expected a whole number, written without separators:"
+        " 10000 (got '10,000') (line 2, column 15)"
+    ]
+
+
+def test_an_error_within_a_section_an_alias_gave_is_located_at_the_alias(
+    tmp_path: Path,
+) -> None:
+    """Was: within the anchored section, at a valid setting of another section
+    (``tool_selection``'s ``mode``, line 3). A key a merge through an alias brought is at
+    the alias as well, and the anchored section's own errors at their own place."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(
+        "evaluators:\n"
+        "  tool_selection: &e\n"
+        "    mode: expected_set\n"
+        "  loops: *e\n"
+        "shadow: &s\n"
+        "  pair_timeout_seconds: 1000000\n"
+        "golden:\n"
+        "  <<: *s\n"
+    )
+    assert error_lines(config, {})[1:] == [
+        f"  {config}: evaluators.loops.mode: unknown setting (allowed: enabled, severity_floor)"
+        " (got 'expected_set') (line 4, column 10)",
+        f"  {config}: golden.pair_timeout_seconds: unknown setting (allowed: cases_file,"
+        " case_id_attribute) (got 1000000) (line 8, column 7)",
+        f"  {config}: shadow.pair_timeout_seconds: Input should be less than or equal to 604800"
+        " (got 1000000) (line 6, column 25)",
+    ]

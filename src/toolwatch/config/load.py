@@ -20,10 +20,7 @@ from toolwatch.config.security import _SECURITY_FILES
 from toolwatch.config.whole import Config
 from toolwatch.sections import (
     YAML11_BOOLEANS,
-    YamlLoader,
     is_text,
-    line_and_column,
-    node_at,
     numbers_as_written,
     takes_null,
     unknown_key,
@@ -31,6 +28,7 @@ from toolwatch.sections import (
     yaml11_booleans,
     yaml11_numbers,
 )
+from toolwatch.yaml_tree import YamlLoader, line_and_column, node_at
 
 __all__ = ["load_config"]
 
@@ -237,17 +235,19 @@ def _format_errors(
 
 
 def _written_at(root: yaml.Node | None, loc: tuple[int | str, ...], at_key: bool) -> str:
-    """`` (line L, column C)`` of where the file wrote what the error at ``loc`` is about
-    (``golden``'s mechanism, ``sections.node_at``): a value (``2s``); a key, for a key
-    refused (``[key]`` in ``loc``, an unknown setting) or a section or list refused as a
-    whole (``policy:``, where its own checks failed), or one missing a field (``tls:``,
-    without its ``key_file``). Nothing for the top level (a check across sections), nor
-    where the file wrote none of it (a section an override brought)."""
+    """`` (line L, column C)``: the place the file wrote nearest to what the error at ``loc`` is
+    about (``yaml_tree.node_at``): the value refused, or the alias that gave it or a section
+    around it; the key of a key refused (``[key]`` in ``loc``) or unknown (``at_key``), or
+    of a section or list refused as a whole (``policy:``, where its own checks failed); for
+    a field the file did not write (a missing one: ``tls:``, without its ``key_file``), the
+    key of the nearest section along ``loc`` it did write. Nothing for the top level (a
+    check across sections), nor when the file wrote nothing along ``loc``. The caller asks
+    only of a value the file gave, not one a flag or variable replaced."""
     parts = [part for part in loc if part != "[key]"]
     node = node_at(root, parts)
     if not parts or node is None or node is root:
         return ""
-    if at_key or loc[-1:] == ("[key]",) or not isinstance(node, yaml.ScalarNode):
+    if at_key or loc[-1:] == ("[key]",) or isinstance(node, yaml.CollectionNode):
         node = node_at(root, parts, key=True) or node
     return f" {line_and_column(node)}"
 
@@ -265,14 +265,27 @@ _TYPE_REASONS = {
 }
 
 
-#: Why text was refused for a number of a unit a setting's name ends in (``2s``, ``64MiB``):
-#: the name says the unit, and the value is the bare number.
-_UNITS = {
-    "_seconds": "expected a number of seconds, without a unit",
-    "_bytes": "expected a whole number of bytes, without a unit",
-}
-#: Text that starts as a number does (``2s``, ``1.5 h``, ``64MiB``; not ``yes``).
-_NUMBER_FIRST = re.compile(r"\s*[-+]?\.?[0-9]")
+#: What a number setting takes, by the unit its name ends in: the name says the unit.
+_UNIT_NOUNS = {"_seconds": "a number of seconds", "_bytes": "a whole number of bytes"}
+#: A number followed by letters, in one or more parts: ``2s``, ``10 ms``, ``64MiB``,
+#: ``1h30m``; not ``0x10`` or ``1e6``, which end in digits.
+_WITH_UNIT = re.compile(r"(?:\s*[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*[^\W\d_]+)+\s*")
+#: A number written with thousands separators: ``268,435,456``, ``1,000``.
+_GROUPED = re.compile(r"\s*[-+]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]*)?\s*")
+
+
+def _written_number(kind: str, loc: tuple[int | str, ...], text: str) -> str | None:
+    """Why ``text`` is not the number a setting takes (``kind``: pydantic's error), where
+    it is one as people write it: with thousands separators (``268,435,456``), or, for a
+    setting whose name says the unit, with a unit (``2s``, ``64MiB``). Else ``None``."""
+    unit = next((u for u in _UNIT_NOUNS if loc and str(loc[-1]).endswith(u)), None)
+    whole = "a whole number" if kind == "int_parsing" else "a number"
+    noun = _UNIT_NOUNS[unit] if unit is not None else whole
+    if _GROUPED.fullmatch(text):
+        return f"expected {noun}, written without separators: {text.replace(',', '').strip()}"
+    if unit is not None and _WITH_UNIT.fullmatch(text):
+        return f"expected {noun}, without a unit"
+    return None
 
 
 def _reason(error: ErrorDetails) -> str:
@@ -287,10 +300,10 @@ def _reason(error: ErrorDetails) -> str:
         return unknown_key(Config, loc, "setting")
     if kind in _TYPE_REASONS:
         return _TYPE_REASONS[kind]
-    if kind in ("float_parsing", "int_parsing") and _NUMBER_FIRST.match(str(error["input"])):
-        unit = next((u for u in _UNITS if loc and str(loc[-1]).endswith(u)), None)
-        if unit is not None:  # 2s, 64MiB: the number is all the setting takes
-            return _UNITS[unit]
+    if kind in ("float_parsing", "int_parsing"):
+        written = _written_number(kind, loc, str(error["input"]))
+        if written is not None:
+            return written
     if kind == "string_too_short" and error.get("ctx", {}).get("min_length") == 1:
         return "empty"  # a name, trimmed
     message = error["msg"]

@@ -51,12 +51,10 @@ from toolwatch.names import NameNormalizer, fold
 from toolwatch.references.settings import DEFAULT_CASE_ID_ATTRIBUTE
 from toolwatch.sections import (
     YAML11_BOOLEANS,
-    YamlLoader,
-    line_and_column,
-    node_at,
     unknown_key,
     yaml11_booleans,
 )
+from toolwatch.yaml_tree import YamlLoader, line_and_column, node_at
 
 __all__ = [
     "CaseTally",
