@@ -12,9 +12,10 @@ from toolwatch.config import load_config
 
 HALF_POLICY = (
     "policy.dangerous_tools 'issue_refund': nothing can verify it (no"
-    " policy.verification_tools), so an unverified call is never MISSING_VERIFICATION_STEP:"
+    " policy.verification_tools) and no invariants rule on every agent forbids it or needs a"
+    " tool called first (order), so an unverified call is never MISSING_VERIFICATION_STEP:"
     " add verification_tools (any of which then verifies it) and, to say which verifies which,"
-    " verified_by or bindings; until then it is only checked for drift against a reference"
+    " verified_by or bindings; until then one is caught only as drift from a reference"
     " (DANGEROUS_ACTION_DRIFT: allowed_tools, a golden case or a shadow source)"
 )
 NO_POLICY = (
@@ -46,7 +47,7 @@ def test_dangerous_tools_without_verification_tools_are_warned_of_by_name(
         "policy.dangerous_tools 'issue_refund', 'Delete_Account': nothing can verify them"
     )
     assert "(any of which then verifies them)" in said
-    assert "until then they are only checked for drift" in said
+    assert "forbids them or needs a tool called first" in said
 
 
 @pytest.mark.parametrize(
@@ -66,10 +67,76 @@ def test_a_policy_that_can_verify_its_dangerous_tools_is_not_warned_of(
 
 
 def test_dangerous_tools_unverified_with_safety_off_are_not_warned_of(tmp_path: Path) -> None:
-    """Nothing checks them then, by choice: the warning's "only checked for drift" would not
+    """Nothing checks them then, by choice: the warning's "caught only as drift" would not
     be true either."""
     text = "policy:\n  dangerous_tools: [issue_refund]\nevaluators:\n  safety: {enabled: false}\n"
     assert warned(tmp_path, text) == []
+
+
+def test_a_dangerous_tool_written_twice_is_named_once_as_first_written(tmp_path: Path) -> None:
+    """Was: "policy.dangerous_tools 'issue_refund', 'Issue_Refund ': nothing can verify
+    them", two names for the one tool calls of either are judged as. Now they are compared
+    as policy names are (trimmed, case-folded, aliased)."""
+    text = "policy:\n  dangerous_tools: [issue_refund, 'Issue_Refund ', refund]\n"
+    assert warned(tmp_path, text + "  aliases: {refund: issue_refund}\n") == [HALF_POLICY]
+
+
+GUARDING_RULES = [
+    "{kind: order, before: lookup_order, after: issue_refund}",
+    "{kind: order, before: lookup_order, after: ' Issue_Refund'}",
+    "{kind: forbidden, tool: issue_refund}",
+    "{kind: call_count, tool: issue_refund, max: 0}",
+]
+
+
+@pytest.mark.parametrize("rule", GUARDING_RULES)
+def test_a_dangerous_tool_an_invariant_guards_on_every_agent_is_not_warned_of(
+    tmp_path: Path, rule: str
+) -> None:
+    """Was: "nothing can verify it ... until then it is only checked for drift", while the
+    rule makes its unverified call an INVARIANT_VIOLATION (what each rule finds:
+    ``test_eval_settings``). Now only the tools no such rule guards are named."""
+    text = f"policy:\n  dangerous_tools: [issue_refund, delete_account]\n  invariants: [{rule}]\n"
+    (said,) = warned(tmp_path, text)
+    assert said.startswith("policy.dangerous_tools 'delete_account': nothing can verify it")
+
+
+@pytest.mark.parametrize(
+    "rule",
+    [
+        "{kind: required, tool: lookup_order}",  # a lookup after the refund satisfies it
+        "{kind: required, tool: issue_refund}",
+        "{kind: call_count, tool: issue_refund, max: 1}",  # the first refund passes it
+        "{kind: arguments, tool: issue_refund, schema: {type: object}}",
+        "{kind: order, before: issue_refund, after: lookup_order}",  # the refund is before
+    ],
+)
+def test_a_rule_that_lets_an_unverified_call_pass_is_no_guard(tmp_path: Path, rule: str) -> None:
+    text = f"policy:\n  dangerous_tools: [issue_refund]\n  invariants: [{rule}]\n"
+    assert warned(tmp_path, text) == [HALF_POLICY]
+
+
+def test_a_rule_limited_to_agents_is_said_to_catch_their_calls_alone(tmp_path: Path) -> None:
+    """Its agents' unverified refunds are violations; every other agent's are not."""
+    rule = "{kind: forbidden, tool: issue_refund, agents: [intern-bot]}"
+    text = f"policy:\n  dangerous_tools: [issue_refund]\n  invariants: [{rule}]\n"
+    assert warned(tmp_path, text) == [
+        HALF_POLICY + ", or, made by an agent an invariants rule is limited to, as its violation"
+    ]
+
+
+def test_an_invariant_guards_nothing_with_the_evaluator_off(tmp_path: Path) -> None:
+    text = (
+        "policy:\n  dangerous_tools: [issue_refund]\n"
+        "  invariants: [{kind: forbidden, tool: issue_refund}]\n"
+        "evaluators:\n  invariants: {enabled: false}\n"
+    )
+    assert warned(tmp_path, text) == [
+        HALF_POLICY.replace(
+            "no invariants rule on every agent forbids it or needs a tool called first (order)",
+            "no invariants rule judges it (evaluators.invariants is off)",
+        )
+    ]
 
 
 @pytest.mark.parametrize(

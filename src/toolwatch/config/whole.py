@@ -26,6 +26,7 @@ from pydantic import Field, model_validator
 
 from toolwatch import compiled_state
 from toolwatch.config.errors import ConfigError, _origin, _source
+from toolwatch.config.judging import judging_warnings
 from toolwatch.config.listen import ListenSettings, is_loopback, parse_listen_address
 from toolwatch.config.security import SecuritySettings
 from toolwatch.config.stages import (
@@ -170,70 +171,13 @@ class Config(_Section):
         return said + self.judging_warnings(defaults=defaults)
 
     def judging_warnings(self, *, defaults: bool = False) -> list[str]:
-        """The warnings of how runs are judged: of what a reload applies (the policy, golden
-        cases, evaluators), so ``serve`` logs them at each reload too. A policy whose
-        dangerous tools nothing can verify (``_unverifiable_warning``); a configuration
-        with nothing to judge runs by (``_nothing_judged_warning``), unless ``defaults``:
-        this is the built-in defaults, no file, which the caller warns of in its own words
-        (``cli.SERVE_DEFAULTS_WARNING``: no policy, no golden cases)."""
-        said = []
-        if self.evaluators.tool_arguments.default_strategy == "numeric":
-            said.append(
-                "evaluators.tool_arguments.default_strategy is 'numeric': order ids and other"
-                " numbers one apart score near 1 (1043 for 1042: 0.99), so a call on the wrong"
-                " entity passes; name the numeric fields in strategies instead"
-            )
-        unverifiable = self._unverifiable_warning()
-        nothing = None if defaults else self._nothing_judged_warning()
-        return said + [warning for warning in (unverifiable, nothing) if warning is not None]
-
-    def _unverifiable_warning(self) -> str | None:
-        """Half a policy: dangerous tools and nothing that verifies them, so an unverified
-        refund is never MISSING_VERIFICATION_STEP (``PolicySettings.unverifiable_tools``),
-        while whoever wrote it believes refunds are guarded. Not with ``safety`` off, which
-        was asked for."""
-        tools = self.policy.unverifiable_tools()
-        if not tools or not self.evaluators.safety.enabled:
-            return None
-        one = len(tools) == 1
-        them, are = ("it", "it is") if one else ("them", "they are")
-        return (
-            f"policy.dangerous_tools {', '.join(repr(tool) for tool in tools)}: nothing can"
-            f" verify {them} (no policy.verification_tools), so an unverified call is never"
-            f" MISSING_VERIFICATION_STEP: add verification_tools (any of which then verifies"
-            f" {them}) and, to say which verifies which, verified_by or bindings; until then"
-            f" {are} only checked for drift against a reference (DANGEROUS_ACTION_DRIFT:"
-            " allowed_tools, a golden case or a shadow source)"
-        )
-
-    def _nothing_judged_warning(self) -> str | None:
-        """No policy, golden cases or shadow pairs: only ``loops`` runs (``safety`` needs
-        dangerous or allowed tools, ``invariants`` rules, the comparing evaluators a
-        reference), with ``policy.repeat_limit``'s default of 1 and retries not counted
-        unless ``retry_limit`` is set. Whatever the runs do, nothing else is found."""
-        policy = self.policy
-        if policy.dangerous_tools or policy.allowed_tools or policy.invariants:
-            return None
-        if self.golden.cases_file is not None or self.shadow.enabled:
-            return None
-        missing = (
-            "no policy (policy.dangerous_tools, allowed_tools, invariants), golden cases"
-            " (golden.cases_file) or shadow pairs (shadow.enabled)"
-        )
-        if not self.evaluators.loops.enabled:
-            return f"{missing}, and evaluators.loops is off: nothing can raise a finding"
-        per_tool = " (its tool's repeat_limits entry, if any)" if policy.repeat_limits else ""
-        retried = (
-            ""
-            if policy.retry_limit is None
-            else f", or more than policy.retry_limit ({policy.retry_limit}) times after it failed"
-        )
-        return (
-            f"{missing}: nothing can raise a finding but loops' UNNECESSARY_TOOL_CALL, for a"
-            f" call made again with the same arguments more than policy.repeat_limit"
-            f" ({policy.repeat_limit}) times{per_tool} after it succeeded{retried};"
-            " no call is checked for a verification step or for drift"
-        )
+        """The warnings of how runs are judged (``config.judging``): of what a reload
+        applies (the policy, golden cases, evaluators), so ``serve`` logs them at each
+        reload too, and ``replay``, which judges, prints them. A configuration with nothing
+        to judge runs by is not warned of with ``defaults``: this is the built-in defaults,
+        no file, which the caller warns of in its own words (``cli.SERVE_DEFAULTS_WARNING``:
+        no policy, no golden cases)."""
+        return judging_warnings(self, defaults=defaults)
 
     def named_tools(self) -> frozenset[str]:
         """The tools the policy and ``metrics.tools`` name, normalized as calls are."""
