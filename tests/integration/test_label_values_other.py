@@ -33,7 +33,8 @@ def test_the_help_text_says_it_counts_reports_not_distinct_names(
 ) -> None:
     """Was: "Label values reported as _other", read as the distinct names past the cap,
     while 3 runs of 3 new agents, each with a finding, read 9: each run reports its agent
-    for the run, its finding and the run's findings. Now the HELP says what it counts."""
+    for the run, its finding and the run's findings. Now the HELP says what it counts, the
+    run's findings too (its list ended at "each finding", which makes 6)."""
     config = tmp_path / "toolwatch.yaml"
     config.write_text(MINIMAL_POLICY)
     server = start_server(config, metrics__label_value_cap=1)
@@ -48,3 +49,4 @@ def test_the_help_text_says_it_counts_reports_not_distinct_names(
     documentation = _scraped_help(server, OTHERS)
     assert documentation.startswith("Times a label value was reported as _other: each series")
     assert "this counts reports, not distinct names" in documentation
+    assert "each finding; each label set of a run's findings)" in documentation
