@@ -174,7 +174,8 @@ class App:
 
     ``clock`` drives assembly (inject a ``ManualClock`` in tests); ``wall_clock`` stamps
     findings and the metrics' timestamps. ``extra_sinks`` receive every finding too (e.g. an
-    ``InMemoryFindingSink``).
+    ``InMemoryFindingSink``). ``defaults``: ``config`` is the built-in defaults (``serve``
+    given no file), which the caller has warned of (``Config.judging_warnings``).
     """
 
     def __init__(
@@ -185,8 +186,10 @@ class App:
         wall_clock: Callable[[], int] = time.time_ns,
         registry: CollectorRegistry | None = None,
         extra_sinks: tuple[FindingSink, ...] = (),
+        defaults: bool = False,
     ) -> None:
         self.config = config
+        self._defaults = defaults
         self._clock = clock
         #: Stopped with Ctrl-C from a terminal (``serve``'s standard input is one, and SIGINT
         #: came): nothing waits for a last scrape at shutdown, as a one-off ``curl`` of
@@ -334,7 +337,7 @@ class App:
             raise
         self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
         self._ready = True
-        for warning in self.config.warnings(addresses=self.addresses):
+        for warning in self.config.warnings(addresses=self.addresses, defaults=self._defaults):
             log.warning("%s", warning)
         log.info("listening %s", " ".join(f"{k}={v}" for k, v in self.addresses.items()))
         if not self._compiled and self.config.ingest.decoder == "auto":
@@ -460,11 +463,13 @@ class App:
         """SIGHUP: loads the configuration again (``load``) and applies its policy, golden
         cases (the file read again) and evaluator settings to every run evaluated from now
         on, those already buffered included, and what findings may show (``RELOADED_OUTPUT``)
-        to the findings not written or sent yet. Other sections that changed are named in a
-        warning and take a restart (``_restart_only``). What would run, the new sections with
-        the running rest, is checked as a whole. A configuration or golden-case file that
-        does not load is logged, and ``toolwatch_config_last_reload_successful`` reads 0
-        until a reload works: the running configuration stays. Returns whether it worked.
+        to the findings not written or sent yet, and logs the warnings of how runs are now
+        judged (``Config.judging_warnings``) as start-up does. Other sections that changed
+        are named in a warning and take a restart (``_restart_only``). What would run, the
+        new sections with the running rest, is checked as a whole. A configuration or
+        golden-case file that does not load is logged, and
+        ``toolwatch_config_last_reload_successful`` reads 0 until a reload works: the
+        running configuration stays. Returns whether it worked.
         First, whatever the file holds, the findings log and the ToolTrace dump are opened
         again if a log rotation renamed them away (``Outputs.reopen``). Once shutting down
         (``stop``), only that: what is buffered is judged by the configuration that ran at
@@ -514,6 +519,8 @@ class App:
             "configuration reloaded: %s apply to the runs evaluated from now on",
             ", ".join(RELOADED_SECTIONS),
         )
+        for warning in config.judging_warnings(defaults=self._defaults):
+            log.warning("%s", warning)  # as at start-up: what is judged may defeat itself
         self._redact_with(_redaction(config))
         if kept:
             log.warning(
@@ -913,19 +920,22 @@ async def serve(
     hung_up: Callable[[], bool] = lambda: False,
     terminated: Callable[[], bool] = lambda: False,
     interactive: bool = False,
+    *,
+    defaults: bool = False,
 ) -> int:
     """Run a server until SIGTERM or SIGINT, then shut down gracefully. Returns the exit
     code. The CLI has checked the output files (``config.check_outputs``). ``reload``
     loads the configuration again, on SIGHUP (``App.reload``, ``_HangUps``); ``hung_up``
     says whether a SIGHUP came while the process was starting, before this handler was in
     place, and ``terminated`` whether a SIGTERM or SIGINT did; ``interactive``: run from a
-    terminal, where Ctrl-C skips the wait for a last scrape (``App.interrupted``). Given
-    ``reload``, SIGHUP is ignored once it returns or raises, to the end of the process.
+    terminal, where Ctrl-C skips the wait for a last scrape (``App.interrupted``); ``defaults``:
+    as ``App`` takes it. Given ``reload``, SIGHUP is ignored once it returns or raises, to the
+    end of the process.
 
     SIGTERM and SIGINT drain from before the first listener is bound (``App.start``) to the
     end: nothing is buffered before, and one that came earlier (``terminated``) stops the
     server as soon as it listens."""
-    app = App(config)
+    app = App(config, defaults=defaults)
     # A blocked standard error stalls nothing (lines are lost, told); what Python reports
     # itself (warnings, a thread's exception) goes through the same thread, in whole records.
     with queued_logging(), logged_python_reports():

@@ -475,6 +475,7 @@ def _serve(args: argparse.Namespace) -> int:
                 hung_up=lambda: _START_SIGNALS.hung_up,
                 terminated=lambda: _START_SIGNALS.terminated,
                 interactive=sys.stdin is not None and sys.stdin.isatty(),
+                defaults=sources.path is None,
             )
         )
     finally:  # serve is done, or never started: the signals act as they did before
@@ -491,7 +492,8 @@ def _check_config(args: argparse.Namespace) -> int:
     # serve's warning of a start without a file too: a deploy pipeline whose TOOLWATCH_CONFIG
     # went missing would otherwise read `defaults: ok` for a server that finds nothing.
     unnamed = [SERVE_DEFAULTS_WARNING] if sources.path is None else []
-    for warning in [*unnamed, *config.warnings(), *output_warnings(config)]:
+    said = config.warnings(defaults=sources.path is None)
+    for warning in [*unnamed, *said, *output_warnings(config)]:
         print(f"{sources.name}: warning: {warning}", file=sys.stderr)
     cases = f", {len(golden)} golden case(s)" if golden is not None else ""
     given = ", ".join(f"{key} from {origin}" for key, origin in sources.origins.items())
@@ -515,10 +517,21 @@ REPLAY_DEFAULTS_NOTE = (
 def _replay(args: argparse.Namespace) -> int:
     # Replay binds no listener: the TLS and token files are the pod's Secrets, not CI's.
     path, origin = _config_file(args), _config_origin(args)
-    code = run_replay(args, load_config(path, security_files=False, path_origin=origin))
-    if path is None and code in (EXIT_OK, EXIT_GATE):  # a report was written
-        print(REPLAY_DEFAULTS_NOTE, file=sys.stderr)
+    config = load_config(path, security_files=False, path_origin=origin)
+    code = run_replay(args, config)
+    if code in (EXIT_OK, EXIT_GATE):  # a report was written: what judged it, after it
+        for note in _replay_notes(config, defaults=path is None):
+            print(note, file=sys.stderr)
     return code
+
+
+def _replay_notes(config: Config, *, defaults: bool) -> list[str]:
+    """What ``replay`` says on stderr after its report: that the built-in defaults judged
+    it (``REPLAY_DEFAULTS_NOTE``), and the warnings ``serve`` logs of how runs are judged
+    (``Config.judging_warnings``), since a gate passed by half a policy proves nothing."""
+    unnamed = [REPLAY_DEFAULTS_NOTE] if defaults else []
+    said = config.judging_warnings(defaults=defaults)
+    return [*unnamed, *(f"toolwatch replay: warning: {warning}" for warning in said)]
 
 
 def _tail(args: argparse.Namespace) -> int:

@@ -16,23 +16,18 @@ positive one below a nanosecond: it would become 0 ns, which their consumers ref
 of 0, a crash at start-up) or read as off. A file a setting names
 (``FilePath``) is not an empty path: read as a path, that is the directory it is relative to.
 
-``YamlLoader`` reads the YAML files (the configuration, golden cases). It refuses a key given
-twice in one mapping: PyYAML keeps the last silently, so a second ``security:`` block would
-drop the first's settings. And it reads plain scalars as YAML 1.2 does, not as PyYAML's
-YAML 1.1: ``yes``, ``no``, ``on`` and ``off`` are text (a tool named ``on``, ``enum: [NO]``,
-Norway), as are ``14:30`` (base 60: 870), ``007`` and ``01234`` (octal), ``0x1F``, ``1_000``
-and unquoted dates; ``1.10`` is not 1.1 where a string is wanted. Numbers are JSON's,
-with an optional sign and ``.inf``/``.nan``. Where the YAML 1.1 reading was a boolean and
-meant something (``enabled: yes``), a boolean field still reads it so; where a value may be
-anything, the word is ambiguous and the loaders refuse it (``yaml11_booleans`` finds them).
+``yaml_tree.YamlLoader`` reads the YAML files as YAML 1.2 does. Where YAML 1.1's reading of a
+plain value was a boolean and meant something (``enabled: yes``), a boolean field still reads
+it so; where a value may be anything, the word is ambiguous and the loaders refuse it
+(``yaml11_booleans`` finds them), as they refuse a number setting written as YAML 1.1 read
+another number (``yaml11_numbers``: ``010``, octal 8).
 """
 
 from __future__ import annotations
 
 import difflib
-import re
 import types
-from collections.abc import Hashable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
@@ -40,13 +35,14 @@ import yaml
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, model_validator
 from pydantic_core import InitErrorDetails, PydanticCustomError, ValidationError
 
+from toolwatch.yaml_tree import mapping_pairs
+
 __all__ = [
     "WEEK_SECONDS",
     "YAML11_BOOLEANS",
     "FilePath",
     "Seconds",
     "Section",
-    "YamlLoader",
     "changed_keys",
     "is_text",
     "keys_at",
@@ -242,64 +238,6 @@ def _models_in(annotation: Any) -> list[type[BaseModel]]:
     return [model for arg in get_args(annotation) for model in _models_in(arg)]
 
 
-class YamlLoader(yaml.SafeLoader):
-    """``SafeLoader`` that rejects duplicate mapping keys (PyYAML silently keeps the last) and
-    reads plain scalars as YAML 1.2 does (the module's docstring; the resolvers below)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Hashable, Any]:
-        seen: set[tuple[str, str]] = set()
-        for key_node, _ in node.value:
-            if not isinstance(key_node, yaml.ScalarNode) or key_node.tag.endswith(":merge"):
-                continue
-            key = (key_node.tag, key_node.value)
-            if key in seen:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping",
-                    node.start_mark,
-                    f"found duplicate key {key_node.value!r}",
-                    key_node.start_mark,
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-# YAML 1.2's core schema, with JSON's numbers: a plain value is read as the JSON value it
-# spells (null, a boolean written true or false, a number), else as text. So what YAML 1.1
-# retypes stays as written: dates (a ``datetime.date`` would equal no string a call sends),
-# ``14:30``, ``01234``, ``0x1F``, ``1_000``, and ``=`` (YAML 1.1's "value" key). A sign
-# (``+5``) and ``.inf``/``.nan`` are YAML's (the sections refuse the last two).
-_PLAIN: Final = (
-    (
-        "tag:yaml.org,2002:bool",
-        re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-        "tTfF",
-    ),
-    (
-        "tag:yaml.org,2002:int",
-        re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"),
-        "-+0123456789",
-    ),
-    (
-        "tag:yaml.org,2002:float",
-        re.compile(
-            r"^(?:[-+]?(?:0|[1-9][0-9]*)(?:\.[0-9]*)?(?:[eE][-+]?[0-9]+)?"
-            r"|[-+]?\.[0-9]+(?:[eE][-+]?[0-9]+)?"
-            r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-        ),
-        "-+.0123456789",
-    ),
-)
-YamlLoader.yaml_implicit_resolvers = {
-    first: [
-        (tag, regexp)
-        for tag, regexp in resolvers
-        if tag.endswith((":null", ":merge"))  # YAML 1.1's and 1.2's alike
-    ]
-    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-}
-for _tag, _regexp, _firsts in _PLAIN:
-    YamlLoader.add_implicit_resolver(_tag, _regexp, list(_firsts))
-
 #: The words YAML 1.1 reads as booleans and YAML 1.2 as text (``true`` and ``false`` are
 #: booleans in both), with the boolean YAML 1.1 reads.
 YAML11_BOOLEANS: Final = {
@@ -370,8 +308,9 @@ def _plain_scalars(
     node: yaml.Node | None, loc: tuple[int | str, ...]
 ) -> Iterator[tuple[tuple[int | str, ...], yaml.ScalarNode, bool]]:
     """The plain (unquoted) scalars under ``node`` (at ``loc``), with where each is and
-    whether it is a mapping key (at the value it keys); each node once (an alias repeats
-    one)."""
+    whether it is a mapping key (at the value it keys); a mapping's as it holds them,
+    merges included (``mapping_pairs``); each node once, where first reached. An alias is
+    not followed: what it names is reached where its anchor is written."""
     pending: list[tuple[yaml.Node, tuple[int | str, ...], bool]] = (
         [] if node is None else [(node, loc, False)]
     )
@@ -382,7 +321,7 @@ def _plain_scalars(
             continue
         seen.add(id(item))
         if isinstance(item, yaml.MappingNode):
-            for key, value in reversed(item.value):
+            for key, value in reversed(mapping_pairs(item)):
                 pending.append((value, (*at, str(key.value)), False))
                 pending.append((key, (*at, str(key.value)), True))
         elif isinstance(item, yaml.SequenceNode):

@@ -80,9 +80,10 @@ WALL_START_NS = 1_767_225_600 * 10**9
 
 
 class RunningServer:
-    """An ``App`` started on a background loop; ``call`` runs code on that loop."""
+    """An ``App`` started on a background loop; ``call`` runs code on that loop.
+    ``defaults``: ``config`` is the built-in defaults, as ``serve`` given no file tells it."""
 
-    def __init__(self, config: Config, tmp_path: Path) -> None:
+    def __init__(self, config: Config, tmp_path: Path, *, defaults: bool = False) -> None:
         config = stopping_at_once(config)
         self.clock = ManualClock()
         self.wall = ManualClock(WALL_START_NS)  # Unix ns: findings' and metrics' timestamps
@@ -96,6 +97,7 @@ class RunningServer:
             wall_clock=self.wall,
             registry=self.registry,
             extra_sinks=(self.findings,),
+            defaults=defaults,
         )
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
@@ -223,7 +225,8 @@ def start_server(tmp_path: Path) -> Iterator[Callable[..., RunningServer]]:
         settings["output.dump_tooltraces"] = str(tmp_path / "tooltraces.jsonl")
         settings["output.findings"] = str(tmp_path / "findings.jsonl")
         settings.update({k.replace("__", "."): v for k, v in overrides.items()})
-        server = RunningServer(load_config(config_file, settings), tmp_path)
+        config = load_config(config_file, settings)
+        server = RunningServer(config, tmp_path, defaults=config_file is None)
         server.load_config = lambda: stopping_at_once(load_config(config_file, settings))
         started.append(server)
         return server

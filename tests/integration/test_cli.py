@@ -566,7 +566,9 @@ def test_a_second_server_cannot_take_a_port_a_first_serves_grpc_on(
 
 def test_check_config_accepts_a_good_file(tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
-    good.write_text("listen:\n  grpc: 127.0.0.1:14317\nassembly:\n  max_traces: 50\n")
+    good.write_text(
+        f"{MINIMAL_POLICY}listen:\n  grpc: 127.0.0.1:14317\nassembly:\n  max_traces: 50\n"
+    )
     result = run_cli("check-config", str(good))
     assert (result.returncode, result.stdout.strip(), result.stderr) == (0, f"{good}: ok", "")
 
@@ -587,7 +589,9 @@ def test_check_config_warns_of_a_certificate_expiring_within_14_days(tmp_path: P
     leaf.cert_chain_pems[0].write_to_path(str(tmp_path / "tls.crt"))
     leaf.private_key_pem.write_to_path(str(tmp_path / "tls.key"))
     config = tmp_path / "tls.yaml"
-    config.write_text("security:\n  tls:\n    cert_file: tls.crt\n    key_file: tls.key\n")
+    config.write_text(
+        f"{MINIMAL_POLICY}security:\n  tls:\n    cert_file: tls.crt\n    key_file: tls.key\n"
+    )
     result = run_cli("check-config", str(config))
     assert (result.returncode, result.stdout.strip()) == (0, f"{config}: ok")
     assert result.stderr == (

@@ -20,6 +20,7 @@ from tests.integration.conftest import RunningServer
 from tests.integration.test_evaluation_e2e import MINIMAL_POLICY, findings_log
 from tests.integration.test_ingest_to_tooltrace import send_grpc
 from tests.integration.test_security import serving_certificate
+from tests.unit.test_config_warnings import HALF_POLICY
 
 OTHER_POLICY = """\
 policy:
@@ -486,3 +487,28 @@ def test_a_policy_reload_is_not_refused_for_an_expired_certificate_file_not_serv
 
     assert server.reload() is True
     assert server.sample(RELOADED) == 1
+
+
+def test_a_reload_warns_of_a_policy_that_guards_nothing_while_it_keeps_it(
+    start_server: Callable[..., RunningServer], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As start-up does (``Config.judging_warnings``): a policy fixed by a SIGHUP was not
+    warned of at the start, nor one broken by it at the reload. Each reload that keeps
+    dangerous tools nothing can verify says so, until one gives them their verification."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY)
+    server = start_server(config)
+    config.write_text("policy:\n  dangerous_tools: [issue_refund]\n")
+    for _ in range(2):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="toolwatch"):
+            assert server.reload()
+        assert caplog.messages == [HALF_POLICY]
+    unverified_refund(server)
+    server.settle()
+    assert categories(server) == []  # what the warning says
+    config.write_text(MINIMAL_POLICY)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="toolwatch"):
+        assert server.reload()
+    assert caplog.messages == []

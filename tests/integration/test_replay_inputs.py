@@ -15,6 +15,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tests.integration.test_cli import EXAMPLES, run_cli
+from tests.unit.test_config_warnings import HALF_POLICY
 from toolwatch.cli import REPLAY_DEFAULTS_NOTE
 
 REQUEST = EXAMPLES / "unverified-refund.otlp.json"
@@ -72,6 +73,28 @@ def test_a_report_judged_by_the_built_in_defaults_says_so(tmp_path: Path) -> Non
     assert judged.returncode == 1, judged.stderr
     assert re.search(r"MISSING_VERIFICATION_STEP +1", judged.stdout), judged.stdout
     assert REPLAY_DEFAULTS_NOTE not in judged.stderr
+
+
+def test_a_report_judged_by_half_a_policy_is_followed_by_the_warning_serve_logs(
+    tmp_path: Path,
+) -> None:
+    """Was: a CI gate on MISSING_VERIFICATION_STEP passed the unverified refund without a
+    word, judged by ``dangerous_tools`` with nothing to verify them, which check-config and
+    serve warn of. Now replay prints the warnings of how runs are judged after its report,
+    as it prints its note of the built-in defaults."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text("policy:\n  dangerous_tools: [issue_refund]\n")
+    gate = ("--max-findings", "MISSING_VERIFICATION_STEP=0")
+    judged = run_cli("replay", "--no-progress", "--config", str(config), *gate, str(REQUEST))
+    assert judged.returncode == 0, judged.stderr
+    assert re.search(r"1 ToolTrace\(s\) evaluated", judged.stdout), judged.stdout
+    assert judged.stderr == f"toolwatch replay: warning: {HALF_POLICY}\n"
+
+    config.write_text(
+        "policy:\n  dangerous_tools: [issue_refund]\n  verification_tools: [lookup_order]\n"
+    )
+    judged = run_cli("replay", "--no-progress", "--config", str(config), *gate, str(REQUEST))
+    assert (judged.returncode, judged.stderr) == (1, "")
 
 
 def _request_bytes() -> bytes:

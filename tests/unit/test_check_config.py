@@ -16,7 +16,11 @@ from toolwatch.ingest import scan
 
 DAY = datetime.timedelta(days=1)
 
-GOOD = "listen:\n  grpc: 127.0.0.1:14317\n"
+#: A file check-config takes without a warning: a policy (one with none is warned of).
+GOOD = (
+    "listen:\n  grpc: 127.0.0.1:14317\n"
+    "policy:\n  dangerous_tools: [issue_refund]\n  verification_tools: [lookup_order]\n"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -97,7 +101,7 @@ def test_a_file_value_an_override_replaces_is_not_refused_and_the_ok_line_says_s
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """serve takes this file with the variable set: its listen.grpc is never used."""
-    config = good_file(tmp_path, "listen:\n  grpc: nonsense\n")
+    config = good_file(tmp_path, GOOD.replace("127.0.0.1:14317", "nonsense"))
     monkeypatch.setenv("TOOLWATCH_GRPC_LISTEN", "127.0.0.1:4317")
     monkeypatch.setenv("TOOLWATCH_FINDINGS", str(tmp_path / "findings.jsonl"))
     assert check_config(capsys, str(config)) == (
@@ -141,7 +145,8 @@ def test_without_a_file_it_checks_the_one_config_or_the_variable_names(
         assert (code, out) == (2, ""), args
         assert err.splitlines()[1:] == [
             f"{config}: 1 configuration error(s)",
-            f"  {config}: assembly.max_traces: Input should be greater than 0 (got -1)",
+            f"  {config}: assembly.max_traces: Input should be greater than 0 (got -1)"
+            " (line 2, column 15)",
         ], args
 
 

@@ -95,8 +95,9 @@ def test_a_boolean_is_not_a_number(tmp_path: Path, setting: str, value: bool) ->
         indent += "  "
     lines.append(f"{indent}{key}: {str(value).lower()}")
     config.write_text("\n".join(lines) + "\n")
+    at = f"(line {len(lines)}, column {len(indent) + len(key) + 3})"
     assert error_lines(config, {})[1] == (
-        f"  {config}: {setting}: Input should be a number, not a boolean (got {value})"
+        f"  {config}: {setting}: Input should be a number, not a boolean (got {value}) {at}"
     )
 
 
@@ -250,6 +251,7 @@ def test_a_json_schema_nested_deeper_than_its_checker_goes_is_an_error_not_a_cra
     lines = error_lines(config, {})
     assert lines[1].endswith(
         "policy.invariants.0.arguments.schema: a JSON Schema nested too deeply to check"
+        " (line 5, column 7)"
     )
 
 
@@ -347,13 +349,15 @@ def test_errors_speak_of_the_file_not_of_pydantic(tmp_path: Path) -> None:
     assert sorted(error_lines(config, {})[1:]) == sorted(
         [
             f"  {config}: assembly.completion_wait_secs: unknown setting (did you mean"
-            " 'completion_wait_seconds'?) (got 5)",
-            f"  {config}: policy.dangerous_tools: expected a list (got 'issue_refund')",
+            " 'completion_wait_seconds'?) (got 5) (line 2, column 3)",
+            f"  {config}: policy.dangerous_tools: expected a list (got 'issue_refund')"
+            " (line 4, column 20)",
             # The forbidden kind's own keys, not every kind's ("before" is the order kind's).
             f"  {config}: policy.invariants.0.forbidden.befor: unknown setting (allowed:"
-            " name, severity, agents, kind, tool) (got 'b')",
-            f"  {config}: ingest: expected a mapping (key: value lines) (got 5)",
-            f"  {config}: security.tls.key_file: Field required",
+            " name, severity, agents, kind, tool) (got 'b') (line 6, column 43)",
+            f"  {config}: ingest: expected a mapping (key: value lines) (got 5) (line 7, column 9)",
+            # missing from tls: where tls is
+            f"  {config}: security.tls.key_file: Field required (line 9, column 3)",
         ]
     )
 
@@ -365,7 +369,7 @@ def test_a_golden_case_file_given_as_the_configuration_says_where_it_belongs(
     cases.write_text("cases:\n  - id: one\n")
     assert error_lines(cases, {})[1:] == [
         f"  {cases}: cases: unknown setting: this looks like a golden-case file; name it in"
-        " the configuration's golden.cases_file instead (got [{'id': 'one'}])"
+        " the configuration's golden.cases_file instead (got [{'id': 'one'}]) (line 1, column 1)"
     ]
 
 
@@ -373,8 +377,13 @@ def test_reloads_too_rare_for_their_alert_are_warned_of_not_refused(tmp_path: Pa
     tokens = tmp_path / "tokens"
     tokens.write_text("s3cret-token-value\n")
     auth = {"security.auth.bearer_token_file": str(tokens)}
-    assert load_config(None, {**auth, "security.auth.reload_seconds": 240}).warnings() == []
-    assert load_config(None, {**auth, "security.auth.reload_seconds": 300}).warnings() == [
+    assert (
+        load_config(None, {**auth, "security.auth.reload_seconds": 240}).warnings(defaults=True)
+        == []
+    )
+    assert load_config(None, {**auth, "security.auth.reload_seconds": 300}).warnings(
+        defaults=True
+    ) == [
         "security.auth.reload_seconds is 300: a changed file that fails to load may not fire"
         " ToolwatchSecurityFilesNotReloaded, which needs a look every 5 minutes (at most 240)"
     ]
@@ -383,11 +392,14 @@ def test_reloads_too_rare_for_their_alert_are_warned_of_not_refused(tmp_path: Pa
 def test_a_numeric_default_argument_strategy_is_warned_of() -> None:
     """Numeric on every field scores order ids one apart as near-equal."""
     assert (
-        load_config(None, {"evaluators.tool_arguments.default_strategy": "exact"}).warnings() == []
+        load_config(None, {"evaluators.tool_arguments.default_strategy": "exact"}).warnings(
+            defaults=True
+        )
+        == []
     )
-    (said,) = load_config(
-        None, {"evaluators.tool_arguments.default_strategy": "numeric"}
-    ).warnings()
+    (said,) = load_config(None, {"evaluators.tool_arguments.default_strategy": "numeric"}).warnings(
+        defaults=True
+    )
     assert said.startswith("evaluators.tool_arguments.default_strategy is 'numeric': order ids")
 
 
@@ -407,7 +419,8 @@ def test_a_tool_prefix_that_is_no_pattern_is_refused(
 ) -> None:
     config = tmp_path / "toolwatch.yaml"
     config.write_text(f"policy:\n  tool_prefix: {pattern!r}\n")
-    assert error_lines(config, {})[1] == f"  {config}: policy.tool_prefix: {reason}"
+    at = "(line 2, column 16)"
+    assert error_lines(config, {})[1] == f"  {config}: policy.tool_prefix: {reason} {at}"
 
 
 def test_the_guarded_tools_are_the_dangerous_verification_and_invariant_ones() -> None:
@@ -560,12 +573,12 @@ def test_a_certificate_not_valid_yet_is_warned_of_not_refused(tmp_path: Path) ->
     cert, overrides = certificate_files(tmp_path)
     config = load_config(None, overrides)
     early = datetime.datetime(1999, 12, 31, 23, 59, 59, tzinfo=datetime.UTC)
-    assert config.warnings(now=early) == [
+    assert config.warnings(now=early, defaults=True) == [
         f"security.tls.cert_file {cert}: the certificate is not valid until 2000-01-01 00:00:00"
         " UTC (valid from 2000-01-01 00:00:00 UTC to 3000-01-01 00:00:00 UTC): until then"
         " clients whose clocks agree with this machine's refuse it"
     ]
-    assert config.warnings(now=early + datetime.timedelta(seconds=1)) == []
+    assert config.warnings(now=early + datetime.timedelta(seconds=1), defaults=True) == []
 
 
 def test_a_certificate_expiring_within_14_days_is_warned_of_with_its_date(
@@ -577,8 +590,8 @@ def test_a_certificate_expiring_within_14_days_is_warned_of_with_its_date(
     ends = LATER
     cert, overrides = certificate_files(tmp_path, not_before=ends - 90 * DAY, not_after=ends)
     config = load_config(None, overrides)
-    assert config.warnings(now=ends - 14 * DAY) == []
-    assert config.warnings(now=ends - 14 * DAY + SECOND) == [
+    assert config.warnings(now=ends - 14 * DAY, defaults=True) == []
+    assert config.warnings(now=ends - 14 * DAY + SECOND, defaults=True) == [
         f"security.tls.cert_file {cert}: the certificate expires at {ends:%Y-%m-%d %H:%M:%S} UTC,"
         " in 13 days 23 hours: every client refuses it from then on; renew it (toolwatch takes"
         " the renewed file within tls.reload_seconds, without a restart)"
@@ -601,9 +614,9 @@ def test_a_short_lived_certificate_is_warned_of_with_a_third_of_its_lifetime_lef
     ends = LATER
     cert, overrides = certificate_files(tmp_path, not_before=ends - lifetime, not_after=ends)
     config = load_config(None, overrides)
-    assert config.warnings(now=ends - lifetime) == []  # just issued
-    assert config.warnings(now=ends - warned_within) == []
-    assert config.warnings(now=ends - warned_within + SECOND) == [
+    assert config.warnings(now=ends - lifetime, defaults=True) == []  # just issued
+    assert config.warnings(now=ends - warned_within, defaults=True) == []
+    assert config.warnings(now=ends - warned_within + SECOND, defaults=True) == [
         f"security.tls.cert_file {cert}: the certificate expires at {ends:%Y-%m-%d %H:%M:%S} UTC,"
         f" in {left}: every client refuses it from then on; renew it (toolwatch takes the"
         " renewed file within tls.reload_seconds, without a restart)"
@@ -621,15 +634,15 @@ def test_a_client_ca_expiring_within_14_days_is_warned_of_with_its_date(
     old = ca_certificate("old", ends, not_before=ends - 6 * DAY)
     client_ca.write_bytes(ca_certificate("new", ends + 400 * DAY) + old)
     config = load_config(None, {**overrides, "security.tls.client_ca_file": str(client_ca)})
-    assert config.warnings(now=ends - 2 * DAY) == []
-    assert config.warnings(now=ends - 2 * DAY + SECOND) == [
+    assert config.warnings(now=ends - 2 * DAY, defaults=True) == []
+    assert config.warnings(now=ends - 2 * DAY + SECOND, defaults=True) == [
         f"security.tls.client_ca_file {client_ca}: a CA certificate in it expires at"
         f" {ends:%Y-%m-%d %H:%M:%S} UTC, in 1 days 23 hours: the client certificates it signed"
         " are refused from then on; renew it, and them"
     ]
     # Expired beside a valid one, the old CA verifies no one and no one needs it: the new one
     # is the file's first to expire (a rotation keeps the old CA in the file).
-    assert config.warnings(now=ends + SECOND) == []
+    assert config.warnings(now=ends + SECOND, defaults=True) == []
 
 
 def test_a_client_ca_file_whose_cas_have_all_expired_is_warned_of_by_the_last(
@@ -643,7 +656,7 @@ def test_a_client_ca_file_whose_cas_have_all_expired_is_warned_of_by_the_last(
         + ca_certificate("old", ends, not_before=ends - 90 * DAY)
     )
     config = load_config(None, {**overrides, "security.tls.client_ca_file": str(client_ca)})
-    assert config.warnings(now=ends + SECOND) == [
+    assert config.warnings(now=ends + SECOND, defaults=True) == [
         f"security.tls.client_ca_file {client_ca}: a CA certificate in it expired at"
         f" {ends:%Y-%m-%d %H:%M:%S} UTC: the client certificates it signed are refused from then"
         " on; renew it, and them"
@@ -658,7 +671,7 @@ def test_a_client_ca_whose_dates_cannot_be_read_is_warned_of_not_refused(
     client_ca = Path(str(tls_files["security.tls.client_ca_file"]))
     client_ca.write_bytes(client_ca.read_bytes().replace(b"CERTIFICATE", b"TRUSTED CERTIFICATE"))
     config = load_config(None, tls_files)
-    assert config.warnings() == [
+    assert config.warnings(defaults=True) == [
         f"security.tls.client_ca_file {client_ca}: no certificate dates can be read from it"
         " (PEM that OpenSSL loads but cryptography does not, such as a TRUSTED CERTIFICATE"
         " block): it is served, but neither warned of before it expires nor reported in"
@@ -711,7 +724,7 @@ def test_a_refusal_pattern_that_matches_an_empty_text_is_refused(
     assert error_lines(config, {})[1] == (
         f"  {config}: evaluators.tool_trace_structure.refusal_patterns: {pattern!r} matches an"
         " empty text, so it matches every text: make it require some text"
-        f" (got [{pattern!r}, 'sorry'])"
+        f" (got [{pattern!r}, 'sorry']) (line 3, column 5)"
     )
 
 
@@ -728,15 +741,15 @@ def test_a_refusal_pattern_that_matches_only_an_answer_of_no_words_stays(
 
 
 @pytest.mark.parametrize(
-    ("text", "override", "where", "got"),
+    ("text", "override", "where", "got", "at"),
     [
-        ('listen: "0.0.0.0:4317"\n', "listen.grpc", "listen", "'0.0.0.0:4317'"),
-        ("listen:\n", "listen.grpc", "listen", "None"),
-        ("security: [tls]\n", "security.tls.cert_file", "security", "['tls']"),
+        ('listen: "0.0.0.0:4317"\n', "listen.grpc", "listen", "'0.0.0.0:4317'", "1, column 9"),
+        ("listen:\n", "listen.grpc", "listen", "None", "1, column 8"),
+        ("security: [tls]\n", "security.tls.cert_file", "security", "['tls']", "1, column 1"),
     ],
 )
 def test_an_override_does_not_hide_a_malformed_section_of_the_file(
-    tmp_path: Path, text: str, override: str, where: str, got: str
+    tmp_path: Path, text: str, override: str, where: str, got: str, at: str
 ) -> None:
     """check-config refused the file, serve with a flag into the section took it: the
     override replaced the file's value, and what the file meant was gone unsaid."""
@@ -745,7 +758,7 @@ def test_an_override_does_not_hide_a_malformed_section_of_the_file(
     lines = error_lines(config, {override: "127.0.0.1:0"})
     assert lines[1] == (
         f"  {config} and command line/environment: {where}: expected a mapping (key: value"
-        f" lines) (got {got})"
+        f" lines) (got {got}) (line {at})"
     )
     # A section that may be null is off when null: an override into it turns it on.
     tokens = tmp_path / "tokens"
@@ -761,14 +774,14 @@ def test_an_override_does_not_hide_a_malformed_section_of_the_file(
         (
             "5",
             "policy.bindings.issue_refund.order_id: expected a verification tool.field, or a"
-            " list of them (got 5)",
+            " list of them (got 5) (line 5, column 28)",
         ),
         (
             "[lookup_order.order_id, true]",
             "policy.bindings.issue_refund.order_id: expected a verification tool.field, or a"
-            " list of them (got ['lookup_order.order_id', True])",
+            " list of them (got ['lookup_order.order_id', True]) (line 5, column 5)",
         ),
-        ("x", "policy.bindings: 'x' is not of the form tool.field"),
+        ("x", "policy.bindings: 'x' is not of the form tool.field (line 4, column 3)"),
     ],
 )
 def test_a_binding_that_is_no_tool_field_is_one_line_naming_the_binding(
@@ -787,11 +800,15 @@ def test_a_binding_that_is_no_tool_field_is_one_line_naming_the_binding(
 @pytest.mark.parametrize(
     ("policy", "line"),
     [
-        ('  aliases:\n    "": lookup_order\n', "policy.aliases (key ''): empty"),
-        ('  repeat_limits:\n    " ": 3\n', "policy.repeat_limits (key ' '): empty"),
+        ('  aliases:\n    "": lookup_order\n', "policy.aliases (key ''): empty (line 3, column 5)"),
+        (
+            '  repeat_limits:\n    " ": 3\n',
+            "policy.repeat_limits (key ' '): empty (line 3, column 5)",
+        ),
         (
             "  bindings:\n    null: lookup_order.id\n",
-            "policy.bindings (key 'None'): Input should be a valid string",
+            # pydantic names the key None, which the file wrote null: where the mapping is
+            "policy.bindings (key 'None'): Input should be a valid string (line 2, column 3)",
         ),
     ],
 )
@@ -830,7 +847,8 @@ def test_an_empty_file_path_is_refused_not_read_as_the_directory(
     if key == "cert_file":
         lines.append(f"{indent}key_file: key.pem")
     config.write_text("\n".join(lines) + "\n")
-    refused = f"  {config}: {setting}: empty path: name a file (got {empty!r})"
+    at = f"(line {len(section.split('.')) + 1}, column {len(indent) + len(key) + 3})"
+    refused = f"  {config}: {setting}: empty path: name a file (got {empty!r}) {at}"
     assert refused in error_lines(config, {})
 
 
@@ -863,3 +881,139 @@ def test_security_files_are_read_unless_the_loader_is_told_they_are_not_used(
     assert config.security.tls is not None and config.security.tls.cert_file.parent == missing
     with pytest.raises(ConfigError, match=r"security.tls.cert_fil: unknown setting"):
         load_config(None, {**security, "security.tls.cert_fil": "x"}, security_files=False)
+
+
+def test_an_error_in_the_file_says_the_line_and_column_it_was_written_at(
+    tmp_path: Path,
+) -> None:
+    """As golden-case errors do. Was: the field path alone, to be looked for in a long file.
+    A value is found where it was written, a key refused (or a section or list refused as a
+    whole, or missing a field) where its key was; a value an override gave has no line."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(
+        "assembly:\n"
+        "  max_traces: -1\n"
+        "  tick_secs: 1\n"
+        "policy:\n"
+        "  invariants:\n"
+        "    - kind: forbidden\n"
+        '      tool: " "\n'
+        "    - {kind: call_count, tool: search}\n"
+        "security:\n"
+        "  tls:\n"
+        "    reload_seconds: 60\n"
+    )
+    lines = error_lines(config, {"listen.grpc": "nope"})
+    assert sorted(lines[1:]) == sorted(
+        [
+            f"  {config}: assembly.max_traces: Input should be greater than 0 (got -1)"
+            " (line 2, column 15)",
+            f"  {config}: assembly.tick_secs: unknown setting (did you mean 'tick_seconds'?)"
+            " (got 1) (line 3, column 3)",
+            f"  {config}: policy.invariants.0.forbidden.tool: empty (got ' ') (line 7, column 13)",
+            f"  {config}: policy.invariants.1.call_count: call_count needs min > 0 or a max"
+            " (line 8, column 7)",
+            f"  {config}: security.tls.cert_file: Field required (line 10, column 3)",
+            f"  {config}: security.tls.key_file: Field required (line 10, column 3)",
+            "  command line/environment: listen.grpc: 'nope' is not HOST:PORT (got 'nope')",
+        ]
+    )
+    # A section's own check: where the section's key is.
+    config.write_text(
+        "listen:\n  grpc: 127.0.0.1:0\npolicy:\n  dangerous_tools: [a]\n  verification_tools: [A]\n"
+    )
+    assert error_lines(config, {})[1] == (
+        f"  {config}: policy: 'a' is in both dangerous_tools and verification_tools: a"
+        " dangerous call cannot verify another (line 3, column 1)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("setting", "written", "reason"),
+    [
+        ("assembly.completion_wait_seconds", "2s", "a number of seconds"),
+        ("policy.conversation_ttl_seconds", "1.5 h", "a number of seconds"),
+        ("security.auth.reload_seconds", "5m", "a number of seconds"),
+        ("ingest.max_value_bytes", "64MiB", "a whole number of bytes"),
+        ("shadow.max_waiting_bytes", "1k", "a whole number of bytes"),
+    ],
+)
+def test_a_number_written_with_a_unit_is_refused_saying_to_leave_the_unit_out(
+    tmp_path: Path, setting: str, written: str, reason: str
+) -> None:
+    """Was pydantic's "unable to parse string as a number": the setting's name says the
+    unit, and the value is the bare number. (No setting takes units: "64MiB" was refused
+    before as well.)"""
+    section, _, key = setting.rpartition(".")
+    config = tmp_path / "toolwatch.yaml"
+    indent, lines = "", []
+    for part in section.split("."):
+        lines.append(f"{indent}{part}:")
+        indent += "  "
+    lines.append(f"{indent}{key}: {written}")
+    config.write_text("\n".join(lines) + "\n")
+    at = f"(line {len(lines)}, column {len(indent) + len(key) + 3})"
+    found = [line for line in error_lines(config, {}) if f": {setting}: " in line]
+    assert found == [
+        f"  {config}: {setting}: expected {reason}, without a unit (got {written!r}) {at}"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("written", "reason"),
+    [
+        ("'0x10'", "Input should be a valid integer, unable to parse string as an integer"),
+        ("'1e6'", "Input should be a valid integer, unable to parse string as an integer"),
+        ("2.5.1", "Input should be a valid integer, unable to parse string as an integer"),
+        ("10 ms", "expected a whole number of bytes, without a unit"),
+        ("1h30m", "expected a whole number of bytes, without a unit"),
+        ("1,000", "expected a whole number of bytes, written without separators: 1000"),
+        ("'-1,024.5'", "expected a whole number of bytes, written without separators: -1024.5"),
+    ],
+)
+def test_only_a_number_followed_by_letters_is_said_to_have_a_unit(
+    tmp_path: Path, written: str, reason: str
+) -> None:
+    """Was: "without a unit" for any text starting with a digit (``0x10``, ``1e6``,
+    ``2.5.1``: no unit). Now a number with thousands separators is told the number to
+    write, and other text pydantic's reason."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(f"ingest:\n  max_value_bytes: {written}\n")
+    (line,) = error_lines(config, {})[1:]
+    assert line.startswith(f"  {config}: ingest.max_value_bytes: {reason} (got "), line
+
+
+def test_a_separated_number_is_told_so_whatever_the_setting(tmp_path: Path) -> None:
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text("assembly:\n  max_traces: 10,000\n")
+    assert error_lines(config, {})[1:] == [
+        f"  {config}: assembly.max_traces: expected a whole number, written without separators:"
+        " 10000 (got '10,000') (line 2, column 15)"
+    ]
+
+
+def test_an_error_within_a_section_an_alias_gave_is_located_at_the_alias(
+    tmp_path: Path,
+) -> None:
+    """Was: within the anchored section, at a valid setting of another section
+    (``tool_selection``'s ``mode``, line 3). A key a merge through an alias brought is at
+    the alias as well, and the anchored section's own errors at their own place."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(
+        "evaluators:\n"
+        "  tool_selection: &e\n"
+        "    mode: expected_set\n"
+        "  loops: *e\n"
+        "shadow: &s\n"
+        "  pair_timeout_seconds: 1000000\n"
+        "golden:\n"
+        "  <<: *s\n"
+    )
+    assert error_lines(config, {})[1:] == [
+        f"  {config}: evaluators.loops.mode: unknown setting (allowed: enabled, severity_floor)"
+        " (got 'expected_set') (line 4, column 10)",
+        f"  {config}: golden.pair_timeout_seconds: unknown setting (allowed: cases_file,"
+        " case_id_attribute) (got 1000000) (line 8, column 7)",
+        f"  {config}: shadow.pair_timeout_seconds: Input should be less than or equal to 604800"
+        " (got 1000000) (line 6, column 25)",
+    ]

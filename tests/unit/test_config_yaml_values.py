@@ -120,7 +120,7 @@ def test_yes_where_a_number_belongs_is_still_refused(tmp_path: Path) -> None:
     lines = _refused(tmp_path, "ingest:\n  max_request_bytes: yes\n")
     assert lines[1].endswith(
         "ingest.max_request_bytes: Input should be a valid integer, unable to parse string as"
-        " an integer (got 'yes')"
+        " an integer (got 'yes') (line 2, column 22)"
     )
 
 

@@ -1,11 +1,12 @@
 """``load_config``: the YAML file read (as YAML 1.2, refusing what YAML 1.1 read otherwise),
 file paths resolved, overrides applied, the whole validated, and pydantic's errors told in
-a configuration file's words.
+a configuration file's words, with the line and column the file wrote the value at.
 """
 
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,6 @@ from toolwatch.config.security import _SECURITY_FILES
 from toolwatch.config.whole import Config
 from toolwatch.sections import (
     YAML11_BOOLEANS,
-    YamlLoader,
     is_text,
     numbers_as_written,
     takes_null,
@@ -28,6 +28,7 @@ from toolwatch.sections import (
     yaml11_booleans,
     yaml11_numbers,
 )
+from toolwatch.yaml_tree import YamlLoader, line_and_column, node_at
 
 __all__ = ["load_config"]
 
@@ -72,7 +73,8 @@ def load_config(
     try:
         return Config.model_validate(data, context={_SECURITY_FILES: security_files})
     except ValidationError as exc:
-        raise ConfigError(_format_errors(source, exc, overrides or {}, origins or {})) from None
+        said = _format_errors(source, exc, root, overrides or {}, origins or {})
+        raise ConfigError(said) from None
 
 
 #: The file-path settings, as key paths.
@@ -141,8 +143,7 @@ def _ambiguous_booleans(root: yaml.Node | None, overrides: Mapping[str, Any]) ->
         if types is None or bool in types or all(is_text(t) for t in types):
             continue  # an unknown key, a boolean, or text (pydantic says what else is wrong)
         word, meant = scalar.value, str(YAML11_BOOLEANS[scalar.value]).lower()
-        mark = scalar.start_mark
-        at = f"(line {mark.line + 1}, column {mark.column + 1})"
+        at = line_and_column(scalar)
         if Any in types:
             fix = f"write {meant} for the boolean, or quote the text: '{word}'"
         elif type(None) in types:
@@ -177,11 +178,9 @@ def _yaml11_numbers(root: yaml.Node | None, overrides: Mapping[str, Any]) -> lis
                 continue  # 1_000: the same number either way
         except ValueError:
             pass
-        mark = scalar.start_mark
         problems.append(
             f"{where}: {word} is the text {word!r} (YAML 1.2), not the number {number} YAML"
-            f" 1.1 read: write the number in decimal (line {mark.line + 1}, column"
-            f" {mark.column + 1})"
+            f" 1.1 read: write the number in decimal {line_and_column(scalar)}"
         )
     return problems
 
@@ -204,9 +203,14 @@ def _set_dotted(data: dict[str, Any], dotted: str, value: Any) -> None:
 
 
 def _format_errors(
-    source: str, exc: ValidationError, overrides: dict[str, Any], origins: dict[str, str]
+    source: str,
+    exc: ValidationError,
+    root: yaml.Node | None,
+    overrides: dict[str, Any],
+    origins: dict[str, str],
 ) -> str:
-    """One line per error: where the value came from, the field path, the reason."""
+    """One line per error: where the value came from, the field path, the reason, and, for
+    a value the file ``source`` gave (``root``, its node tree), where the file wrote it."""
     lines = [f"{source}: {exc.error_count()} configuration error(s)"]
     for error in exc.errors(include_url=False):
         loc = error["loc"]
@@ -224,8 +228,28 @@ def _format_errors(
             else f" (got {shown})"
         )
         named = f" (key {key[0]!r})" if key else ""
-        lines.append(f"  {origin}: {where}{named}: {_reason(error)}{got}")
+        in_file = origin == source or origin.startswith(f"{source} and ")
+        at = _written_at(root, loc, error["type"] == "extra_forbidden") if in_file else ""
+        lines.append(f"  {origin}: {where}{named}: {_reason(error)}{got}{at}")
     return "\n".join(lines)
+
+
+def _written_at(root: yaml.Node | None, loc: tuple[int | str, ...], at_key: bool) -> str:
+    """`` (line L, column C)``: the place the file wrote nearest to what the error at ``loc`` is
+    about (``yaml_tree.node_at``): the value refused, or the alias that gave it or a section
+    around it; the key of a key refused (``[key]`` in ``loc``) or unknown (``at_key``), or
+    of a section or list refused as a whole (``policy:``, where its own checks failed); for
+    a field the file did not write (a missing one: ``tls:``, without its ``key_file``), the
+    key of the nearest section along ``loc`` it did write. Nothing for the top level (a
+    check across sections), nor when the file wrote nothing along ``loc``. The caller asks
+    only of a value the file gave, not one a flag or variable replaced."""
+    parts = [part for part in loc if part != "[key]"]
+    node = node_at(root, parts)
+    if not parts or node is None or node is root:
+        return ""
+    if at_key or loc[-1:] == ("[key]",) or isinstance(node, yaml.CollectionNode):
+        node = node_at(root, parts, key=True) or node
+    return f" {line_and_column(node)}"
 
 
 #: pydantic's wording of a wrong type, in the words of a YAML file.
@@ -241,6 +265,29 @@ _TYPE_REASONS = {
 }
 
 
+#: What a number setting takes, by the unit its name ends in: the name says the unit.
+_UNIT_NOUNS = {"_seconds": "a number of seconds", "_bytes": "a whole number of bytes"}
+#: A number followed by letters, in one or more parts: ``2s``, ``10 ms``, ``64MiB``,
+#: ``1h30m``; not ``0x10`` or ``1e6``, which end in digits.
+_WITH_UNIT = re.compile(r"(?:\s*[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*[^\W\d_]+)+\s*")
+#: A number written with thousands separators: ``268,435,456``, ``1,000``.
+_GROUPED = re.compile(r"\s*[-+]?[0-9]{1,3}(?:,[0-9]{3})+(?:\.[0-9]*)?\s*")
+
+
+def _written_number(kind: str, loc: tuple[int | str, ...], text: str) -> str | None:
+    """Why ``text`` is not the number a setting takes (``kind``: pydantic's error), where
+    it is one as people write it: with thousands separators (``268,435,456``), or, for a
+    setting whose name says the unit, with a unit (``2s``, ``64MiB``). Else ``None``."""
+    unit = next((u for u in _UNIT_NOUNS if loc and str(loc[-1]).endswith(u)), None)
+    whole = "a whole number" if kind == "int_parsing" else "a number"
+    noun = _UNIT_NOUNS[unit] if unit is not None else whole
+    if _GROUPED.fullmatch(text):
+        return f"expected {noun}, written without separators: {text.replace(',', '').strip()}"
+    if unit is not None and _WITH_UNIT.fullmatch(text):
+        return f"expected {noun}, without a unit"
+    return None
+
+
 def _reason(error: ErrorDetails) -> str:
     """Why a value was refused, in a configuration file's words."""
     kind, loc = error["type"], error["loc"]
@@ -253,6 +300,10 @@ def _reason(error: ErrorDetails) -> str:
         return unknown_key(Config, loc, "setting")
     if kind in _TYPE_REASONS:
         return _TYPE_REASONS[kind]
+    if kind in ("float_parsing", "int_parsing"):
+        written = _written_number(kind, loc, str(error["input"]))
+        if written is not None:
+            return written
     if kind == "string_too_short" and error.get("ctx", {}).get("min_length") == 1:
         return "empty"  # a name, trimmed
     message = error["msg"]

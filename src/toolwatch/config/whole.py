@@ -26,6 +26,7 @@ from pydantic import Field, model_validator
 
 from toolwatch import compiled_state
 from toolwatch.config.errors import ConfigError, _origin, _source
+from toolwatch.config.judging import judging_warnings
 from toolwatch.config.listen import ListenSettings, is_loopback, parse_listen_address
 from toolwatch.config.security import SecuritySettings
 from toolwatch.config.stages import (
@@ -128,13 +129,18 @@ class Config(_Section):
                 )
 
     def warnings(
-        self, now: datetime.datetime | None = None, addresses: Mapping[str, str] | None = None
+        self,
+        now: datetime.datetime | None = None,
+        addresses: Mapping[str, str] | None = None,
+        *,
+        defaults: bool = False,
     ) -> list[str]:
         """Settings that are valid but defeat something (``serve`` logs them, ``check-config``
         prints them), with the files as they are at ``now`` (default: the current time).
         ``addresses``: the listeners' (``serve`` gives the bound ones; default: ``listen``'s),
         each warned about when it is reachable beyond loopback without TLS or authentication,
-        or with bearer tokens but no TLS to keep them secret."""
+        or with bearer tokens but no TLS to keep them secret. Then ``judging_warnings``
+        (``defaults`` as it takes it)."""
         listen = self.listen
         if addresses is None:
             addresses = {
@@ -162,13 +168,16 @@ class Config(_Section):
                     " that fails to load may not fire ToolwatchSecurityFilesNotReloaded, which"
                     f" needs a look every 5 minutes (at most {ALERTED_RELOAD_SECONDS})"
                 )
-        if self.evaluators.tool_arguments.default_strategy == "numeric":
-            said.append(
-                "evaluators.tool_arguments.default_strategy is 'numeric': order ids and other"
-                " numbers one apart score near 1 (1043 for 1042: 0.99), so a call on the wrong"
-                " entity passes; name the numeric fields in strategies instead"
-            )
-        return said
+        return said + self.judging_warnings(defaults=defaults)
+
+    def judging_warnings(self, *, defaults: bool = False) -> list[str]:
+        """The warnings of how runs are judged (``config.judging``): of what a reload
+        applies (the policy, golden cases, evaluators), so ``serve`` logs them at each
+        reload too, and ``replay``, which judges, prints them. A configuration with nothing
+        to judge runs by is not warned of with ``defaults``: this is the built-in defaults,
+        no file, which the caller warns of in its own words (``cli.SERVE_DEFAULTS_WARNING``:
+        no policy, no golden cases)."""
+        return judging_warnings(self, defaults=defaults)
 
     def named_tools(self) -> frozenset[str]:
         """The tools the policy and ``metrics.tools`` name, normalized as calls are."""

@@ -55,8 +55,9 @@ agent, whose name two services' agents may share; a call naming no service (an o
 is told by its agent (``entities.producer``).
 Without bindings, any earlier successful call of one of the dangerous tool's
 ``policy.verified_by`` tools verifies, or, with none listed for it, of any
-``verification_tools`` tool. With
-neither configured the check is off. ``Reference.earlier`` (``policy.verification_scope:
+``verification_tools`` tool. With neither configured the check is off
+(``PolicySettings.unverifiable_tools``, which ``check-config``, ``serve`` and ``replay``
+warn of where no invariant guards them). ``Reference.earlier`` (``policy.verification_scope:
 conversation``): the verification calls of the conversation's earlier runs count as made
 before every call of this one. A finding counts (and lists, ``failed_verification_spans``)
 the earlier failed verification calls: where its bound value can be compared, those of that

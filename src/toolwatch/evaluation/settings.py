@@ -248,8 +248,11 @@ class PolicySettings(_Section):
 
     - ``dangerous_tools``: calls that change the world (refunds, deletions, payments).
     - ``verification_tools``: calls that make a dangerous call safe when one of them succeeded
-      earlier in the run. With neither ``verification_tools`` nor ``bindings`` the
-      missing-verification check is off (dangerous tools are then only checked for drift).
+      earlier in the run. Without them (and so without ``bindings`` and ``verified_by``,
+      which name them) the missing-verification check is off: an unverified dangerous call
+      is then found only as drift, or by an ``invariants`` rule that guards its tool
+      (``invariant_guarded_tools``), and ``unverifiable_tools`` names the others for a
+      warning.
     - ``bindings``: ``{"<dangerous tool>.<field>": "<verification tool>.<field>"}``; the value
       may be a list of such references, any of which verifies. A dangerous tool with bindings
       needs every bound field verified by a call of the *same entity* (equal values): the
@@ -445,6 +448,41 @@ class PolicySettings(_Section):
             tools.update(_rule_tools(rule))
         return frozenset(normalize(tool) for tool in tools)
 
+    def unverifiable_tools(self, *, invariants: bool = True) -> tuple[str, ...]:
+        """The dangerous tools whose call, made with nothing verifying it, no rule finds, as
+        written (each name once, compared as calls are: ``normalizer``). None once
+        ``verification_tools`` or ``bindings`` is set: a dangerous tool with ``bindings`` or
+        ``verified_by`` is verified by the tools they name, any other by any
+        ``verification_tools`` tool. Without them ``safety`` checks no verification
+        (``verified_by``, which names verification tools, cannot be set either): all of
+        them, but, when ``invariants`` (the evaluator is on), those an invariants rule on
+        every agent guards (``invariant_guarded_tools``)."""
+        if self.verification_tools or self.bindings:
+            return ()
+        normalize = self.normalizer()
+        guarded = self.invariant_guarded_tools() if invariants else frozenset()
+        written: dict[str, str] = {}
+        for tool in self.dangerous_tools:
+            written.setdefault(normalize(tool), tool)
+        return tuple(tool for name, tool in written.items() if name not in guarded)
+
+    def invariant_guarded_tools(self, *, every_agent: bool = True) -> frozenset[str]:
+        """The tools (normalized) whose call an ``invariants`` rule finds when nothing
+        verified it: an ``order`` rule's ``after`` (a call with no call of ``before``
+        earlier: the rule's own verification step, a failed one counting), a ``forbidden``
+        tool and a ``call_count`` one with ``max: 0`` (every call). Of the rules on every
+        agent (no ``agents``), or, without ``every_agent``, of those limited to ``agents``,
+        which guard only their calls. Not ``required`` (a call anywhere in the run, before
+        or after this one, satisfies it), ``arguments`` (what a call sends, not what came
+        before it), nor another ``call_count`` (a first call passes it)."""
+        normalize = self.normalizer()
+        return frozenset(
+            normalize(tool)
+            for rule in self.invariants
+            if bool(rule.agents) != every_agent
+            for tool in _guarded_tools(rule)
+        )
+
     def binding_rules(self) -> tuple[Binding, ...]:
         """The bindings as records with normalized tool names, in configuration order. Each
         side's tool is the longest dotted prefix naming a tool of its list
@@ -510,6 +548,15 @@ class PolicySettings(_Section):
 def _rule_tools(rule: Invariant) -> tuple[str, ...]:
     """The tools an invariant names."""
     return (rule.before, rule.after) if isinstance(rule, OrderRule) else (rule.tool,)
+
+
+def _guarded_tools(rule: Invariant) -> tuple[str, ...]:
+    """The tool whose unverified call ``rule`` finds (``invariant_guarded_tools``), if any."""
+    if isinstance(rule, OrderRule):
+        return (rule.after,)
+    if isinstance(rule, ForbiddenRule) or (isinstance(rule, CallCountRule) and rule.max == 0):
+        return (rule.tool,)
+    return ()
 
 
 def _compile_prefix(prefix: str) -> re.Pattern[str]:

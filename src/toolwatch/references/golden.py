@@ -49,7 +49,12 @@ from pydantic_core import ErrorDetails
 from toolwatch.model import ExpectedCall, GoldenCase, ToolTrace
 from toolwatch.names import NameNormalizer, fold
 from toolwatch.references.settings import DEFAULT_CASE_ID_ATTRIBUTE
-from toolwatch.sections import YAML11_BOOLEANS, YamlLoader, unknown_key, yaml11_booleans
+from toolwatch.sections import (
+    YAML11_BOOLEANS,
+    unknown_key,
+    yaml11_booleans,
+)
+from toolwatch.yaml_tree import YamlLoader, line_and_column, node_at
 
 __all__ = [
     "CaseTally",
@@ -434,14 +439,13 @@ def _ambiguous_booleans(parsed: GoldenFile, root: yaml.Node | None) -> list[tupl
     for index, case in enumerate(parsed.cases):
         for number, tool in enumerate(case.expected_tools):
             loc: tuple[int | str, ...] = ("cases", index, "expected_tools", number, "arguments")
-            node = _node_at(root, loc, key=False) if tool.arguments is not None else None
+            node = node_at(root, loc) if tool.arguments is not None else None
             for at, scalar in yaml11_booleans(node, loc):
                 reason = (
                     f"case {case.id!r}: {scalar.value} is read as "
                     f"{str(YAML11_BOOLEANS[scalar.value]).lower()} (YAML 1.1) or as"
                     f" the text {scalar.value!r} (YAML 1.2): write true or false, or quote the"
-                    f" text (line {scalar.start_mark.line + 1}, column"
-                    f" {scalar.start_mark.column + 1})"
+                    f" text {line_and_column(scalar)}"
                 )
                 problems.append((_field_path(at), reason))
     return problems
@@ -515,29 +519,6 @@ def _yaml_problem(exc: yaml.MarkedYAMLError) -> tuple[str, str]:
     return where, f"invalid YAML: {reason}{context}"
 
 
-def _node_at(root: yaml.Node | None, loc: Sequence[int | str], key: bool) -> yaml.Node | None:
-    """The deepest node of ``root`` along ``loc`` (a missing field stops at its parent);
-    with ``key`` the last step yields the mapping key rather than its value."""
-    node = root
-    for depth, part in enumerate(loc):
-        child = _child(node, part, key and depth == len(loc) - 1)
-        if child is None:
-            break
-        node = child
-    return node
-
-
-def _child(node: yaml.Node | None, part: int | str, key: bool) -> yaml.Node | None:
-    if isinstance(node, yaml.MappingNode):
-        pairs = (pair for pair in node.value if pair[0].value == str(part))
-        pair: tuple[yaml.Node, yaml.Node] | None = next(pairs, None)
-        return None if pair is None else pair[0 if key else 1]
-    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
-        child: yaml.Node = node.value[part]
-        return child
-    return None
-
-
 _REASONS: Mapping[str, str] = {
     "missing": "required field is missing",
     "bool_type": "must be true or false",
@@ -559,10 +540,9 @@ def _problem(error: ErrorDetails, root: yaml.Node | None) -> tuple[str, str]:
 def _located(
     loc: Sequence[int | str], reason: str, root: yaml.Node | None, *, at_key: bool = False
 ) -> tuple[str, str]:
-    node = _node_at(root, [part for part in loc if part != "[key]"], at_key)
+    node = node_at(root, [part for part in loc if part != "[key]"], key=at_key)
     if node is not None:
-        mark = node.start_mark
-        reason = f"{reason} (line {mark.line + 1}, column {mark.column + 1})"
+        reason = f"{reason} {line_and_column(node)}"
     return _field_path(loc), reason
 
 

@@ -193,9 +193,11 @@ class _Limiter(Protocol):
 
 
 class OthersCollector(Collector):
-    """``toolwatch_label_values_other_total{label}``: how many values the agent, tool and
-    (agent, tool) pair limits reported as ``_other``, read from the limiters at scrape time
-    (counting them is an integer increment on the call path)."""
+    """``toolwatch_label_values_other_total{label}``: how many times the agent, tool and
+    (agent, tool) pair limits reported a value as ``_other``, once per series update it
+    labels (``PrometheusMetrics``: ``tool_trace``'s run and calls, ``finding``, and
+    ``run_findings``' label sets), not once per distinct name; read from
+    the limiters at scrape time (counting them is an integer increment on the call path)."""
 
     def __init__(self, limiters: Iterable[tuple[str, _Limiter]]) -> None:
         self._limiters = tuple(limiters)
@@ -214,8 +216,12 @@ class OthersCollector(Collector):
     def _family() -> CounterMetricFamily:
         return CounterMetricFamily(
             "toolwatch_label_values_other",
-            "Label values reported as _other: past their label's cap (metrics.label_value_cap,"
-            " metrics.agent_tool_pair_cap), longer than 128 characters, or not writable as"
-            " UTF-8.",
+            "Times a label value was reported as _other: each series update it was folded"
+            " into _other for counts once (a run's agent; each call's tool and pair, and its"
+            " agent where not the run's; each finding; each label set of a run's findings),"
+            " so this counts reports, not distinct names. A value is _other past its label's"
+            " cap"
+            " (metrics.label_value_cap, metrics.agent_tool_pair_cap), longer than 128"
+            " characters, or not writable as UTF-8.",
             labels=["label"],
         )

@@ -10,11 +10,13 @@ from eval_factories import trace
 from pydantic import ValidationError
 
 from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.invariants import Invariants
 from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.settings import (
     ArgumentsRule,
     Binding,
     EvaluationSettings,
+    InvariantsSettings,
     PolicySettings,
     SafetySettings,
 )
@@ -223,3 +225,84 @@ def test_arguments_rule_accepts_schema_by_alias_and_by_name() -> None:
     assert ArgumentsRule.model_validate(by_alias).json_schema == {"type": "object"}
     by_name: dict[str, Any] = {"kind": "arguments", "tool": "x", "json_schema": {}}
     assert ArgumentsRule.model_validate(by_name).json_schema == {}
+
+
+@pytest.mark.parametrize(
+    ("policy", "unverifiable"),
+    [
+        # Half a policy: nothing can verify either dangerous tool.
+        (
+            {"dangerous_tools": ["issue_refund", "Delete_Account"]},
+            ("issue_refund", "Delete_Account"),
+        ),
+        # Any verification tool verifies a dangerous tool without verified_by or bindings.
+        ({"dangerous_tools": ["issue_refund"], "verification_tools": ["lookup_order"]}, ()),
+        (
+            {
+                "dangerous_tools": ["issue_refund", "delete_account", "close_ticket"],
+                "verification_tools": ["lookup_order", "verify_identity"],
+                "verified_by": {"delete_account": ["verify_identity"]},
+                "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
+            },
+            (),
+        ),
+        ({}, ()),
+    ],
+)
+def test_the_unverifiable_tools_are_those_safety_never_finds_unverified(
+    policy: dict[str, Any], unverifiable: tuple[str, ...]
+) -> None:
+    """``unverifiable_tools`` (which ``check-config`` and ``serve`` warn of) names exactly
+    the dangerous tools whose call with nothing before it ``safety`` lets pass: each tool's
+    lone call is judged, and MISSING_VERIFICATION_STEP is raised for the others only."""
+    settings = PolicySettings.model_validate(policy)
+    assert settings.unverifiable_tools() == unverifiable
+    safety = Safety(SafetySettings(), settings)
+    for tool in settings.dangerous_tools:
+        result = safety(trace((tool, {"order_id": "A-1"})), Reference())
+        missing = [f for f in result.findings if f.category is Category.MISSING_VERIFICATION_STEP]
+        assert len(missing) == (0 if tool in unverifiable else 1), tool
+
+
+GUARDING = [
+    ({"kind": "order", "before": "lookup_order", "after": "issue_refund"}, True),
+    ({"kind": "order", "before": "lookup_order", "after": " Issue_Refund"}, True),
+    ({"kind": "forbidden", "tool": "issue_refund"}, True),
+    ({"kind": "call_count", "tool": "issue_refund", "max": 0}, True),
+    ({"kind": "call_count", "tool": "issue_refund", "max": 1}, False),
+    ({"kind": "required", "tool": "lookup_order"}, False),
+    ({"kind": "required", "tool": "issue_refund"}, False),
+    ({"kind": "arguments", "tool": "issue_refund", "schema": {"type": "object"}}, False),
+    ({"kind": "order", "before": "issue_refund", "after": "lookup_order"}, False),
+]
+
+
+@pytest.mark.parametrize("scoped", [False, True])
+@pytest.mark.parametrize(("rule", "guards"), GUARDING)
+def test_the_invariant_guarded_tools_are_those_whose_unverified_call_a_rule_finds(
+    rule: dict[str, Any], guards: bool, scoped: bool
+) -> None:
+    """``invariant_guarded_tools`` (which spares a tool ``unverifiable_tools``' warning)
+    names exactly the tools whose call with no verification before it the rule finds, as
+    ``Invariants`` judges it: a refund alone, and one followed by the lookup that should
+    have come first, each get a violation on the refund. A rule limited to agents is
+    counted apart (``every_agent=False``): another agent's refund is not judged by it."""
+    agents = {"agents": ["intern-bot"]} if scoped else {}
+    policy = PolicySettings.model_validate(
+        {"dangerous_tools": ["issue_refund"], "invariants": [{**rule, **agents}]}
+    )
+    invariants = Invariants(InvariantsSettings(), policy)
+    runs = [("issue_refund", {"order_id": "A1"}), "lookup_order"]
+    for agent in ("intern-bot", "support"):
+        found = []
+        for calls in (runs[:1], runs):
+            result = invariants(trace(*calls, agent=agent), Reference())
+            refunds = [f for f in result.findings if f.tool == "issue_refund"] if result else []
+            found.append(bool(refunds))
+        on_agent = guards and (not scoped or agent == "intern-bot")
+        assert found == [on_agent, on_agent], agent
+    assert ("issue_refund" in policy.invariant_guarded_tools()) == (guards and not scoped)
+    limited = policy.invariant_guarded_tools(every_agent=False)
+    assert ("issue_refund" in limited) == (guards and scoped)
+    assert policy.unverifiable_tools() == (() if guards and not scoped else ("issue_refund",))
+    assert policy.unverifiable_tools(invariants=False) == ("issue_refund",)

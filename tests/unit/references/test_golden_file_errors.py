@@ -109,6 +109,35 @@ def test_duplicate_case_ids_are_an_error(tmp_path: Path) -> None:
     )
 
 
+def test_a_value_a_case_merged_from_another_is_located_at_the_merge(tmp_path: Path) -> None:
+    """Was: "duplicate case id 'one' ... (line 2, column 16)", the first case's own id, as if
+    that one were the duplicate: PyYAML splices the merged pairs into the case. Now the
+    second case's ``<<: *base``, which gave it the id."""
+    error = _error(
+        tmp_path,
+        "cases:\n  - &base {id: one, expected_tools: [a]}\n  - <<: *base\n    category: refunds\n",
+    )
+
+    assert error.problems == (
+        ("cases[1].id", "duplicate case id 'one' (first used by cases[0]) (line 3, column 9)"),
+    )
+
+
+def test_a_key_written_beside_a_merge_is_located_where_it_is_written(tmp_path: Path) -> None:
+    """Was: at the merged value (line 2), which the case does not keep."""
+    error = _error(
+        tmp_path,
+        "cases:\n  - <<: {id: x, expected_tool_count: 1}\n    expected_tool_count: -1\n",
+    )
+
+    assert error.problems == (
+        (
+            "cases[0].expected_tool_count",
+            "must be greater than or equal to 0, got -1 (line 3, column 26)",
+        ),
+    )
+
+
 def test_unknown_match_strategy_lists_the_allowed_ones(tmp_path: Path) -> None:
     error = _error(
         tmp_path,
