@@ -243,7 +243,7 @@ def test_a_required_compiled_build_that_runs_as_python_is_refused_naming_the_fie
     said ``ok`` while ``serve`` refused to start (exit 3), "which check-config cannot see".
     Now: both refuse the configuration (2), naming the field, as they refuse it where the
     compiled scanner cannot be used."""
-    config = good_file(tmp_path, "ingest:\n  decoder: compiled\n")
+    config = good_file(tmp_path, GOOD + "ingest:\n  decoder: compiled\n")
     monkeypatch.setenv("TOOLWATCH_PURE_PYTHON", "1")
     assert check_config(capsys, str(config)) == (
         2,
