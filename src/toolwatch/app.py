@@ -44,8 +44,13 @@ from toolwatch.config import (
     unrunnable_decoder,
 )
 from toolwatch.engine import Engine, EngineParts, Receipt
-from toolwatch.evaluation.pipeline import EvaluationPipeline
-from toolwatch.evaluation.settings import EvaluationSettings
+from toolwatch.engine_setup import (
+    build_references,
+    conversation_scope,
+    evaluation_pipeline,
+    findings_redaction,
+    known_tools,
+)
 from toolwatch.ingest.decode import DecodedBatch, scanner
 from toolwatch.ingest.decode_thread import DecodeThread, off_loop_bytes
 from toolwatch.ingest.grpc_health import health_handler
@@ -71,10 +76,8 @@ from toolwatch.listeners import (
     text_refusal,
 )
 from toolwatch.model import Clock, monotonic_clock
-from toolwatch.names import NameNormalizer, namespaced
+from toolwatch.names import namespaced
 from toolwatch.outputs import OutputError, Outputs, open_outputs
-from toolwatch.references.conversations import ConversationScope
-from toolwatch.references.golden import GoldenCaseSet, load_golden_cases
 from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.sections import changed_keys
 from toolwatch.security import ListenerSecurity
@@ -92,7 +95,6 @@ __all__ = [
     "RELOADED_OUTPUT",
     "RELOADED_SECTIONS",
     "App",
-    "build_references",
     "serve",
     "tick_delay",
     "tune_gc",
@@ -129,14 +131,6 @@ _KEPT_BECAUSE = {
 }
 
 
-def _redaction(config: Config) -> Redaction:
-    """What findings may show of argument values (``output.show_*``)."""
-    return Redaction(
-        show_values=config.output.show_argument_values,
-        show_fields=frozenset(config.output.show_fields),
-    )
-
-
 def _kept_keys(loaded: Config, kept: dict[str, Any]) -> dict[str, list[str]]:
     """Each one of ``kept`` (a section or a setting a reload does not apply, with its
     running value) with its settings whose values ``loaded`` changes, dotted as a file
@@ -155,18 +149,6 @@ def _kept_settings(loaded: Config, kept: dict[str, Any]) -> str:
         because = _KEPT_BECAUSE.get(name)
         named.append(f"{', '.join(keys)} ({because})" if because else ", ".join(keys))
     return ", ".join(named)
-
-
-def build_references(config: Config) -> tuple[GoldenCaseSet | None, NameNormalizer]:
-    """Load the golden cases (if configured) and the tool-name normalizer."""
-    normalize = config.policy.normalizer()
-    cases = config.golden.cases_file
-    if cases is None:
-        return None, normalize
-    golden = load_golden_cases(
-        cases, normalize=normalize, case_id_attribute=config.golden.case_id_attribute
-    )
-    return golden, normalize
 
 
 class App:
@@ -223,7 +205,7 @@ class App:
             decoder="compiled" if self._compiled else "reference",
             hot_path="compiled" if self._hot_path.all_compiled else "python",
             agents=sorted(config.named_agents()),
-            tools=_known_tools(config, golden),
+            tools=known_tools(config, golden),
             label_value_cap=config.metrics.label_value_cap,
             agent_tool_pair_cap=config.metrics.agent_tool_pair_cap,
             buffer_state=self._buffer_state,
@@ -235,7 +217,7 @@ class App:
         self._namespaces = _NamespaceWatch(config.policy.guarded_tools(), self.metrics)
         normalize = config.policy.normalizer(self._namespaces)
         self._security = ListenerSecurity(config.security, clock, self.metrics)
-        self._redaction = _redaction(config)
+        self._redaction = findings_redaction(config)
         self.broker = FindingsBroker(
             self.metrics,
             self._redaction,
@@ -248,7 +230,7 @@ class App:
         shadow = ShadowJoiner(config.shadow, clock, self.metrics) if config.shadow.enabled else None
         parts = EngineParts(
             limits=config.assembly.limits(),
-            evaluation=_evaluation(config),
+            evaluation=evaluation_pipeline(config),
             normalize=normalize,
             findings=self._outputs.findings,
             tooltraces=self._outputs.tooltraces,
@@ -504,7 +486,7 @@ class App:
                 golden, normalize = self._golden, config.policy.normalizer()
             else:
                 golden, normalize = build_references(config)
-            evaluation = _evaluation(config)
+            evaluation = evaluation_pipeline(config)
         except Exception as exc:  # ConfigError, ReferenceFileError, OSError, RecursionError...
             log.error("configuration reload failed; the running configuration stays\n%s", exc)
             self.metrics.config_reloaded(False)
@@ -513,7 +495,7 @@ class App:
         normalize = config.policy.normalizer(self._namespaces)
         agents = config.named_agents()
         self.engine.reconfigure(evaluation, normalize, golden, conversation_scope(config), agents)
-        self.metrics.config_reloaded(True, _known_tools(config, golden), agents)
+        self.metrics.config_reloaded(True, known_tools(config, golden), agents)
         self.config, self._golden = config, golden
         log.info(
             "configuration reloaded: %s apply to the runs evaluated from now on",
@@ -521,7 +503,7 @@ class App:
         )
         for warning in config.judging_warnings(defaults=self._defaults):
             log.warning("%s", warning)  # as at start-up: what is judged may defeat itself
-        self._redact_with(_redaction(config))
+        self._redact_with(findings_redaction(config))
         if kept:
             log.warning(
                 "configuration reloaded without %s, which changed: they take a restart",
@@ -800,43 +782,6 @@ def tick_delay(now_ns: int, due_ns: int, period: float, longest: float) -> float
     """Seconds until the tick for a trace due at ``due_ns``: at least ``period`` (ticks stay
     that far apart under load, where something is always nearly due), at most ``longest``."""
     return min(max(period, (due_ns - now_ns) / 1e9), longest)
-
-
-def conversation_scope(config: Config) -> ConversationScope | None:
-    """``policy.verification_scope: conversation``: how long, which tools verify, and how
-    many bytes the conversations remembered may hold."""
-    policy = config.policy
-    if policy.verification_scope != "conversation":
-        return None
-    normalize = policy.normalizer()
-    verifiers = frozenset(normalize(tool) for tool in policy.verification_tools)
-    fields: dict[str, set[str]] = {}
-    for rule in policy.binding_rules():
-        fields.setdefault(rule.verification_tool, set()).add(rule.verification_field)
-    ttl = round(policy.conversation_ttl_seconds * 1e9)
-    bound = {tool: frozenset(names) for tool, names in fields.items()}
-    return ConversationScope(
-        ttl_ns=ttl,
-        verifiers=verifiers,
-        fields=bound,
-        shadow=config.shadow,
-        max_bytes=policy.conversation_max_bytes,
-    )
-
-
-def _evaluation(config: Config) -> EvaluationPipeline:
-    """The evaluators as ``config`` sets them, with its policy."""
-    settings = EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
-    return EvaluationPipeline(settings)
-
-
-def _known_tools(config: Config, golden: GoldenCaseSet | None) -> tuple[str, ...]:
-    """The tool label values kept under the cap: the tools the configuration names, spelled
-    as the calls' (normalized) names are."""
-    tools = set(config.named_tools())
-    if golden is not None:  # normalized when the file was read
-        tools |= {call.name for case in golden for call in case.expected_tools}
-    return tuple(sorted(tools))
 
 
 #: Namespaced names reported at most, so that a producer inventing names cannot grow the set.

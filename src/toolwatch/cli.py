@@ -85,7 +85,7 @@ from pathlib import Path
 from typing import Any
 
 from toolwatch import __version__
-from toolwatch.app import build_references, serve
+from toolwatch.app import serve
 from toolwatch.cli_usage import (
     CHECK_CONFIG_DESCRIPTION,
     CHECK_CONFIG_EXAMPLES,
@@ -107,6 +107,7 @@ from toolwatch.config import (
     load_config,
     output_warnings,
 )
+from toolwatch.engine_setup import build_references
 from toolwatch.listeners import ListenError, ListenersError, StartError
 from toolwatch.model import Severity
 from toolwatch.references.golden import ReferenceFileError
