@@ -76,7 +76,7 @@ from toolwatch.listeners import (
     text_refusal,
 )
 from toolwatch.model import Clock, monotonic_clock
-from toolwatch.names import namespaced
+from toolwatch.namespace_watch import NamespaceWatch
 from toolwatch.outputs import OutputError, Outputs, open_outputs
 from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.sections import changed_keys
@@ -214,7 +214,7 @@ class App:
             stream_listening=self._stream_listening,
             wall_clock=lambda: wall_clock() / 1e9,
         )
-        self._namespaces = _NamespaceWatch(config.policy.guarded_tools(), self.metrics)
+        self._namespaces = NamespaceWatch(config.policy.guarded_tools(), self.metrics)
         normalize = config.policy.normalizer(self._namespaces)
         self._security = ListenerSecurity(config.security, clock, self.metrics)
         self._redaction = findings_redaction(config)
@@ -782,48 +782,6 @@ def tick_delay(now_ns: int, due_ns: int, period: float, longest: float) -> float
     """Seconds until the tick for a trace due at ``due_ns``: at least ``period`` (ticks stay
     that far apart under load, where something is always nearly due), at most ``longest``."""
     return min(max(period, (due_ns - now_ns) / 1e9), longest)
-
-
-#: Namespaced names reported at most, so that a producer inventing names cannot grow the set.
-_MAX_NAMESPACED = 256
-
-
-class _NamespaceWatch:
-    """Told each tool name the engine's normalizer works out (``NameNormalizer``): a name
-    that is a guarded tool's in a namespace (``billing__issue_refund``, an MCP server's tool,
-    while the policy names ``issue_refund``) escapes the policy without a sign, so each such
-    name is logged once and counted (``toolwatch_namespaced_tool_names``, at most
-    ``_MAX_NAMESPACED`` names) until a reload, whose normalizer works the names out again."""
-
-    __slots__ = ("_metrics", "_names", "_tools")
-
-    def __init__(self, tools: frozenset[str], metrics: PrometheusMetrics) -> None:
-        self._tools = tools  # PolicySettings.guarded_tools()
-        self._metrics = metrics
-        self._names: dict[str, str] = {}  # name -> the guarded tool it is in a namespace
-
-    def __call__(self, name: str) -> None:
-        if name in self._names or len(self._names) >= _MAX_NAMESPACED:
-            return
-        tool = namespaced(name, self._tools)
-        if tool is None:
-            return
-        self._names[name] = tool
-        self._metrics.namespaced_tool_names(tool, sum(t == tool for t in self._names.values()))
-        log.warning(
-            "tool %r looks like the policy's %r in a namespace, and the policy does not apply"
-            " to it: set policy.tool_prefix to a pattern that removes the namespace (or add"
-            " an alias)",
-            name[:128],
-            tool,
-        )
-
-    def reload(self, tools: frozenset[str]) -> None:
-        """A new configuration's guarded tools: what was seen is forgotten, and told again
-        if it still escapes them."""
-        for tool in set(self._names.values()):
-            self._metrics.namespaced_tool_names(tool, 0)
-        self._tools, self._names = tools, {}
 
 
 #: Cyclic-GC thresholds for serving: a full collection only after 20,000 net new objects
