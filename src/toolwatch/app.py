@@ -15,9 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import gc
 import logging
-import os
 import signal
 import time
 from collections.abc import Callable
@@ -34,7 +32,6 @@ from prometheus_client import (
     GCCollector,
     PlatformCollector,
     ProcessCollector,
-    enable_created_metrics,
 )
 
 from toolwatch import __version__, compiled_state, connection_age
@@ -78,6 +75,7 @@ from toolwatch.listeners import (
 from toolwatch.model import Clock, monotonic_clock
 from toolwatch.namespace_watch import NamespaceWatch
 from toolwatch.outputs import OutputError, Outputs, open_outputs
+from toolwatch.process_tuning import keep_created_series, tune_gc
 from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.sections import changed_keys
 from toolwatch.security import ListenerSecurity
@@ -97,7 +95,6 @@ __all__ = [
     "App",
     "serve",
     "tick_delay",
-    "tune_gc",
 ]
 
 log = logging.getLogger("toolwatch")
@@ -782,39 +779,6 @@ def tick_delay(now_ns: int, due_ns: int, period: float, longest: float) -> float
     """Seconds until the tick for a trace due at ``due_ns``: at least ``period`` (ticks stay
     that far apart under load, where something is always nearly due), at most ``longest``."""
     return min(max(period, (due_ns - now_ns) / 1e9), longest)
-
-
-#: Cyclic-GC thresholds for serving: a full collection only after 20,000 net new objects
-#: (not 700), and older generations rarely. The pipeline's objects are acyclic and die by
-#: reference counting; what the collector did was walk live ones, on the event loop.
-_GC_THRESHOLDS = (20_000, 20, 20)
-
-
-def keep_created_series() -> None:
-    """Export counters' ``_created`` series whatever ``PROMETHEUS_DISABLE_CREATED_SERIES``
-    says: the page alerts read ``toolwatch_regressions_created`` to fire on a regression's
-    first finding, which ``increase()`` cannot see (deploy/prometheus/toolwatch-rules.yaml)."""
-    if os.environ.get(_DISABLE_CREATED, "").lower() in ("true", "1", "t"):
-        log.warning(
-            "%s is ignored: the alert rules need toolwatch_regressions_created to page on a"
-            " regression's first finding",
-            _DISABLE_CREATED,
-        )
-    enable_created_metrics()  # type: ignore[no-untyped-call]  # prometheus_client has no annotation here
-
-
-#: prometheus_client's switch (read when it is imported) that drops ``_created`` series.
-_DISABLE_CREATED = "PROMETHEUS_DISABLE_CREATED_SERIES"
-
-
-def tune_gc() -> None:
-    """Move everything alive after start-up (modules, configuration, the gRPC and Prometheus
-    machinery) out of the collector's reach, and collect less often. Measured in a benchmark
-    run (``make bench``): collections took 1.6 s of CPU and paused the event loop up to 56 ms
-    (the tail of the detection latency); afterwards 0.04 s, at most 15 ms."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*_GC_THRESHOLDS)
 
 
 async def serve(
