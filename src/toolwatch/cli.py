@@ -15,7 +15,7 @@ import sys
 
 # `serve` reloads its configuration on SIGHUP once it serves. One that comes while it
 # starts (the imports below take about 0.4 s) is remembered and acted on once it serves
-# (toolwatch.app.serve): SIGHUP's default would end it, and ignoring it would lose the edit
+# (toolwatch.serving.serve): SIGHUP's default would end it, and ignoring it would lose the edit
 # it announced. So these are the first lines of toolwatch to run. Before them a SIGHUP
 # still ends the process: in the interpreter's own start, tens of milliseconds; in the
 # console script's imports (pip's imports `sys`, older pips' `re` too); in the package's
@@ -85,7 +85,6 @@ from pathlib import Path
 from typing import Any
 
 from toolwatch import __version__
-from toolwatch.app import serve
 from toolwatch.cli_usage import (
     CHECK_CONFIG_DESCRIPTION,
     CHECK_CONFIG_EXAMPLES,
@@ -112,6 +111,7 @@ from toolwatch.listeners import ListenError, ListenersError, StartError
 from toolwatch.model import Severity
 from toolwatch.references.golden import ReferenceFileError
 from toolwatch.replay import EXIT_GATE, EXIT_OK, EXIT_USAGE, add_arguments, run_replay
+from toolwatch.serving import serve
 from toolwatch.tail import run_tail
 from toolwatch.tail_access import ACCESS_FLAGS, StreamAccess
 from toolwatch.tail_exits import EXIT_INTERRUPTED

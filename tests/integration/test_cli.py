@@ -969,7 +969,7 @@ def test_sighup_reloads_a_running_server(serve: Callable[..., Served], tmp_path:
 _HUNG_UP_WHILE_STARTING = """
 import asyncio, logging, sys
 from pathlib import Path
-from toolwatch.app import serve
+from toolwatch.serving import serve
 from toolwatch.config import load_config
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 ports = {f"listen.{name}": "127.0.0.1:0" for name in ("grpc", "http", "metrics", "stream")}
