@@ -5,9 +5,11 @@ Everything runs on one asyncio event loop: receivers decode and hand batches to 
 a ticker completes due traces, sinks publish. Only the decoding of large request bodies runs
 elsewhere, one at a time in a worker thread (``toolwatch.ingest.decode_thread``), so that
 the loop keeps serving meanwhile; the batch comes back to the loop for the engine.
-``App.stop`` is the SIGTERM path: stop accepting, on both OTLP listeners at once (waiting
-up to the grace for the requests in flight, their bodies' arrival and decodes included),
-evaluate what is buffered, flush sinks, close the listeners.
+
+``App`` is built here, with its start-up and its ticker; its other parts are modules of
+their own: starting each listener (``toolwatch.app_listeners``), the SIGTERM path
+(``App.stop``, ``toolwatch.app_shutdown``) and the SIGHUP one (``App.reload``,
+``toolwatch.app_reload``). ``toolwatch.serving`` runs an App from signal to signal.
 """
 
 from __future__ import annotations
@@ -20,21 +22,13 @@ from collections.abc import Callable
 
 import grpc
 from aiohttp import web
-from prometheus_client import (
-    CollectorRegistry,
-    GCCollector,
-    PlatformCollector,
-    ProcessCollector,
-)
+from prometheus_client import CollectorRegistry, GCCollector, PlatformCollector, ProcessCollector
 
 from toolwatch import __version__, compiled_state
 from toolwatch.app_listeners import ListenerStartup
 from toolwatch.app_reload import ConfigReload
-from toolwatch.config import (
-    LISTENERS,
-    Config,
-    unrunnable_decoder,
-)
+from toolwatch.app_shutdown import GracefulShutdown
+from toolwatch.config import LISTENERS, Config, unrunnable_decoder
 from toolwatch.engine import Engine, EngineParts, Receipt
 from toolwatch.engine_setup import (
     build_references,
@@ -48,12 +42,7 @@ from toolwatch.ingest.decode_thread import DecodeThread, off_loop_bytes
 from toolwatch.ingest.inflight import InFlight
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
 from toolwatch.ingest.slots import RequestSlots
-from toolwatch.listeners import (
-    ListenError,
-    ListenersError,
-    StartError,
-    address_taken,
-)
+from toolwatch.listeners import ListenError, ListenersError, StartError, address_taken
 from toolwatch.model import Clock, monotonic_clock
 from toolwatch.namespace_watch import NamespaceWatch
 from toolwatch.outputs import OutputError, Outputs, open_outputs
@@ -69,14 +58,11 @@ __all__ = ["App", "tick_delay"]
 
 log = logging.getLogger("toolwatch")
 
-#: At shutdown, the least the outputs' threads are given to write the drain's findings, when
-#: the grace is already over.
-_OUTPUTS_CLOSE_SECONDS = 1.0
 #: The longest the ticker sleeps, busy or idle: TLS reloads and shadow expiry wait for it.
 _HOUSEKEEPING_SECONDS = 1.0
 
 
-class App(ListenerStartup, ConfigReload):
+class App(ListenerStartup, GracefulShutdown, ConfigReload):
     """One toolwatch server. Create, ``await start()``, later ``await stop()``.
 
     ``clock`` drives assembly (inject a ``ManualClock`` in tests); ``wall_clock`` stamps
@@ -255,131 +241,6 @@ class App(ListenerStartup, ConfigReload):
         hot_path = self._hot_path
         log_hot_path = log.info if hot_path.all_compiled and not hot_path.stale else log.warning
         log_hot_path("hot path: %s", hot_path.describe())
-
-    async def stop(self, grace: float | None = None) -> None:
-        """Stop accepting, evaluate everything buffered, flush the sinks, close listeners.
-        Idempotent: a second call returns at once."""
-        if self._stopped:
-            return
-        self._stopped = True
-        grace = self.config.shutdown_grace_seconds if grace is None else grace
-        self._ready = False
-        # A request whose body still arrives or decodes when the grace is over is given up
-        # (answered as retryable, none of its spans taken), as gRPC cancels its calls then:
-        # aiohttp would wait for a body until the read timeout, past the grace.
-        loop = asyncio.get_running_loop()
-        grace_ends = loop.time() + grace
-        give_up = loop.call_later(grace, self._give_up)
-        try:
-            # Both stop accepting now and share the grace. One failing to stop neither cuts
-            # the other short nor keeps what is buffered from being evaluated: logged.
-            stopping = [self._stop_otlp_http(runner) for runner in self._runners[:1]]
-            if self._grpc is not None:
-                stopping.append(self._grpc.stop(grace))
-            for error in await asyncio.gather(*stopping, return_exceptions=True):
-                if isinstance(error, Exception):
-                    log.error("a receiver failed to stop: %s", error, exc_info=error)
-        finally:
-            give_up.cancel()
-        self._decoding.close()
-        if self._ticker is not None:
-            self._ticker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._ticker
-        drained = self.engine.drain()  # ends the findings streams once their queues are sent
-        self._outputs_closed = True
-        # Written by their threads meanwhile: what a blocked output still holds once the
-        # grace is over (a second at least, for the drain's findings) is lost, counted.
-        waited = max(grace_ends - loop.time(), _OUTPUTS_CLOSE_SECONDS)
-        await loop.run_in_executor(None, self._outputs.close, waited)
-        if self.stream_listener is not None:
-            # A subscriber that does not take its queue by then loses it, counted as its
-            # call ends, which can come just after ``stop`` returns.
-            await self.stream_listener.stop(min(grace, 1.0))
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(1.0):
-                    await self.broker.wait_for_subscribers(0)
-        self._scraped.clear()  # from here on a scrape reads what the drain and the streams counted
-        if drained or self._ticker is not None:  # not when a listener failed to start
-            log.info("drained %d buffered trace(s) at shutdown", drained)
-        await self._last_scrape()
-        for runner in self._runners[1:]:
-            await runner.cleanup()
-
-    async def _stop_otlp_http(self, runner: web.AppRunner) -> None:
-        """What gRPC's ``stop(grace)`` does, for OTLP/HTTP (``toolwatch.ingest.inflight``):
-        no new connection, and no new request on one kept alive, from now on; the requests
-        in flight answered (``_give_up`` ends those still waiting at the grace); then the
-        connections closed. Not ``runner.cleanup()`` alone: it stops reading every
-        connection at once, so a body still arriving would wait in vain for the grace."""
-        for site in list(runner.sites):
-            await site.stop()  # closes the listening socket
-        self._http_in_flight.drain()
-        await self._http_in_flight.drained()
-        await runner.cleanup()
-
-    def _give_up(self) -> None:
-        """The shutdown's grace is over: the OTLP/HTTP requests still reading their body,
-        and the decodes of either receiver, are answered as retryable at once."""
-        self._decoding.abandon()
-        self._http_in_flight.abandon()
-
-    async def _last_scrape(self) -> None:
-        """Keep ``/metrics`` up after the drain until it is scraped once more, at most
-        ``shutdown_metrics_linger_seconds``: the findings of the drain are counted after
-        the last regular scrape, and a restarted process counts from zero, so without it
-        their alerts would never fire. Only when something has scraped this process: one
-        nobody watches (a laptop's ``make serve``) exits at once, and so does one whose last
-        scrape came after the engine or the findings stream last counted something
-        (``_activity``): nothing new to read; nor one stopped with Ctrl-C from a terminal
-        (``interrupted``): someone done with it, not a rollout. Logs how the wait ended: the
-        scrape came, a second signal skipped it (also one in the grace, before it began), or
-        the time ran out."""
-        linger = self.config.shutdown_metrics_linger_seconds
-        scraped = self._scraped_activity
-        if linger <= 0 or scraped is None or "metrics" not in self.addresses:
-            return
-        if self._activity() == scraped:
-            return
-        if self.interrupted:
-            log.info(
-                "not waiting for a last scrape of /metrics: stopped with Ctrl-C in a terminal"
-                " (a Prometheus that scrapes it reads the drain's counts only until then)"
-            )
-            return
-        # A second signal in the grace skips the wait before it starts; one in it ends it.
-        if not self._hurried and not await self._scraped_within(linger):
-            return
-        if self._hurried:
-            log.info("second signal: not waiting for a last scrape")
-        else:
-            log.info("last scrape served; exiting")
-
-    async def _scraped_within(self, linger: float) -> bool:
-        """Waits up to ``linger`` seconds for a scrape of ``/metrics`` or a second signal
-        (``hurry``); whether one came."""
-        log.info("waiting up to %gs for a last scrape of /metrics (signal again to skip)", linger)
-        try:
-            await asyncio.wait_for(self._scraped.wait(), linger)
-        except TimeoutError:
-            log.warning("no scrape of /metrics within %gs of the drain", linger)
-            return False
-        return True
-
-    def hurry(self) -> None:
-        """A second SIGTERM or Ctrl-C: finish the shutdown without waiting for a scrape (the
-        drain still completes)."""
-        self._hurried = True
-        self._scraped.set()
-
-    def _activity(self) -> int:
-        """Grows whenever a counter the drain may move does: the engine's (``Engine.activity``)
-        and the findings stream's losses (a subscriber's queue lost at shutdown)."""
-        return self.engine.activity + self.broker.dropped
-
-    def _was_scraped(self) -> None:
-        self._scraped_activity = self._activity()
-        self._scraped.set()
 
     def tick(self) -> int:
         """What the ticker does every ``assembly.tick_seconds``: reload TLS files that
