@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -111,22 +112,27 @@ examples:
                  --bearer-token-file token --reconnect --cursor-file tail.cursor
 """
 
-#: The top level's: every command's.
-EXAMPLES = """\
-examples:
-  toolwatch serve                        loopback, no policy, findings on stdout
-  toolwatch serve --config examples/toolwatch.yaml \\
-                  --dump-tooltraces tooltraces.jsonl
-  toolwatch serve --grpc-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \\
-                  --metrics-listen 127.0.0.1:0 \\
-                  --stream-listen 127.0.0.1:0                         free ports
-  toolwatch check-config examples/toolwatch.yaml
-  toolwatch check-config --config examples/toolwatch.yaml \\
-                         --grpc-listen 0.0.0.0:4317                     as serve
-  toolwatch replay --config examples/toolwatch.yaml traces.otlp.jsonl \\
-                   --min-score tool_selection=0.9
-  toolwatch tail --category DANGEROUS_ACTION_DRIFT --min-severity high
-"""
+
+def _examples(block: str, *chosen: int) -> list[str]:
+    """The examples of a command's ``examples:`` block numbered ``chosen`` (from 0), each
+    with its continuation lines: an example's first line is indented two spaces, the
+    lines continuing it more."""
+    lines = block.splitlines()
+    starts = [at for at, line in enumerate(lines) if re.match(r"  \S", line)]
+    ends = [*starts[1:], len(lines)]
+    return ["\n".join(lines[starts[n] : ends[n]]) + "\n" for n in chosen]
+
+
+#: The top level's: some of each command's own.
+EXAMPLES = "".join(
+    [
+        "examples:\n",
+        *_examples(SERVE_EXAMPLES, 0, 1, 2),
+        *_examples(CHECK_CONFIG_EXAMPLES, 0, 1),
+        *_examples(REPLAY_EXAMPLES, 1),
+        *_examples(TAIL_EXAMPLES, 1),
+    ]
+)
 
 
 class CommandParser(argparse.ArgumentParser):
