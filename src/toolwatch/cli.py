@@ -85,18 +85,7 @@ from pathlib import Path
 from typing import Any
 
 from toolwatch import __version__
-from toolwatch.cli_usage import (
-    CHECK_CONFIG_DESCRIPTION,
-    CHECK_CONFIG_EXAMPLES,
-    EXAMPLES,
-    REPLAY_DESCRIPTION,
-    REPLAY_EXAMPLES,
-    SERVE_DESCRIPTION,
-    SERVE_EXAMPLES,
-    TAIL_DESCRIPTION,
-    TAIL_EXAMPLES,
-    CommandParser,
-)
+from toolwatch.cli_usage import EXAMPLES, CommandParser, add_command
 from toolwatch.config import (
     Config,
     ConfigError,
@@ -262,26 +251,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_serve(commands: Any) -> None:
-    serve = commands.add_parser(
-        "serve",
-        help="receive OTLP traces and evaluate every agent run",
-        description=SERVE_DESCRIPTION,
-        epilog=SERVE_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    serve = add_command(commands, "serve")
     _add_config_option(serve)
     _add_override_flags(serve)
     serve.set_defaults(run=_serve)
 
 
 def _add_check_config(commands: Any) -> None:
-    check = commands.add_parser(
-        "check-config",
-        help="validate the configuration serve would run with (file, flags, env) and exit",
-        description=CHECK_CONFIG_DESCRIPTION,
-        epilog=CHECK_CONFIG_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    check = add_command(commands, "check-config")
     file = check.add_mutually_exclusive_group()
     file.add_argument(
         "file",
@@ -308,26 +285,14 @@ def _add_override_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_replay(commands: Any) -> None:
-    replay = commands.add_parser(
-        "replay",
-        help="evaluate recorded traces offline and gate on the results",
-        description=REPLAY_DESCRIPTION,
-        epilog=REPLAY_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    replay = add_command(commands, "replay")
     _add_config_option(replay)
     add_arguments(replay)
     replay.set_defaults(run=_replay)
 
 
 def _add_tail(commands: Any) -> None:
-    tail = commands.add_parser(
-        "tail",
-        help="print live findings from a running server",
-        description=TAIL_DESCRIPTION,
-        epilog=TAIL_EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    tail = add_command(commands, "tail")
     tail.add_argument(
         "--target",
         default=_env("TOOLWATCH_STREAM") or "127.0.0.1:4319",

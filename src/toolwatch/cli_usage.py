@@ -27,6 +27,7 @@ __all__ = [
     "TAIL_DESCRIPTION",
     "TAIL_EXAMPLES",
     "CommandParser",
+    "add_command",
     "closest",
     "options_given",
     "refusal",
@@ -133,6 +134,42 @@ EXAMPLES = "".join(
         *_examples(TAIL_EXAMPLES, 1),
     ]
 )
+
+
+#: Each command's line in the top level's list of commands, its description and examples.
+_USAGE = {
+    "serve": (
+        "receive OTLP traces and evaluate every agent run",
+        SERVE_DESCRIPTION,
+        SERVE_EXAMPLES,
+    ),
+    "check-config": (
+        "validate the configuration serve would run with (file, flags, env) and exit",
+        CHECK_CONFIG_DESCRIPTION,
+        CHECK_CONFIG_EXAMPLES,
+    ),
+    "replay": (
+        "evaluate recorded traces offline and gate on the results",
+        REPLAY_DESCRIPTION,
+        REPLAY_EXAMPLES,
+    ),
+    "tail": ("print live findings from a running server", TAIL_DESCRIPTION, TAIL_EXAMPLES),
+}
+
+
+def add_command(commands: Any, name: str) -> CommandParser:
+    """Command ``name``'s parser, added to ``commands`` (``add_subparsers``), with its line
+    in the top level's list, its description and its examples (``_USAGE``), these printed
+    as written."""
+    summary, description, examples = _USAGE[name]
+    parser: CommandParser = commands.add_parser(
+        name,
+        help=summary,
+        description=description,
+        epilog=examples,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
 
 
 class CommandParser(argparse.ArgumentParser):
