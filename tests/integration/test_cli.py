@@ -43,7 +43,7 @@ from tests.integration import agents
 from tests.integration.conftest import RunningServer
 from tests.integration.test_config_reload import OTHER_POLICY, RELOADED
 from tests.integration.test_evaluation_e2e import MINIMAL_POLICY
-from toolwatch import cli
+from toolwatch import cli, cli_sources
 from toolwatch.sinks.tooltraces import read_tooltraces
 
 LISTENING = re.compile(
@@ -382,14 +382,16 @@ def test_serve_without_a_configuration_file_warns_that_it_has_no_policy(
     default command, and --help's first example, ran so without a word: the quick start's
     unverified refund then found nothing."""
     served = serve(*FREE_PORTS)
-    served.wait_for(re.compile(f"WARNING toolwatch: {re.escape(cli.SERVE_DEFAULTS_WARNING)}$"))
+    served.wait_for(
+        re.compile(f"WARNING toolwatch: {re.escape(cli_sources.SERVE_DEFAULTS_WARNING)}$")
+    )
     served.wait_for(LISTENING)
     assert served.terminate() == 0
 
     configured = serve(*FREE_PORTS, "--config", str(slow_config(tmp_path)))
     configured.wait_for(LISTENING)
     assert configured.terminate() == 0
-    assert not any(cli.SERVE_DEFAULTS_WARNING in line for line in configured.seen)
+    assert not any(cli_sources.SERVE_DEFAULTS_WARNING in line for line in configured.seen)
 
 
 @pytest.mark.parametrize(("value", "target"), [("", "127.0.0.1:4319"), ("h:1", "h:1")])
