@@ -84,27 +84,25 @@ from pathlib import Path
 from typing import Any
 
 from toolwatch import __version__
+from toolwatch.cli_replay import add_replay
 from toolwatch.cli_sources import (
     SERVE_DEFAULTS_WARNING,
     add_config_option,
     add_override_flags,
     another_address,
     config_file,
-    config_origin,
     read_sources,
 )
 from toolwatch.cli_tail import add_tail
 from toolwatch.cli_usage import EXAMPLES, CommandParser, add_command
 from toolwatch.config import (
-    Config,
     ConfigError,
-    load_config,
     output_warnings,
 )
 from toolwatch.engine_setup import build_references
 from toolwatch.listeners import ListenError, ListenersError, StartError
 from toolwatch.references.golden import ReferenceFileError
-from toolwatch.replay import EXIT_GATE, EXIT_OK, EXIT_USAGE, add_arguments, run_replay
+from toolwatch.replay import EXIT_OK, EXIT_USAGE
 from toolwatch.serving import serve
 from toolwatch.tail_exits import EXIT_INTERRUPTED
 
@@ -184,7 +182,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(commands)
     _add_check_config(commands)
-    _add_replay(commands)
+    add_replay(commands)
     add_tail(commands)
     return parser
 
@@ -209,13 +207,6 @@ def _add_check_config(commands: Any) -> None:
     add_config_option(file)
     add_override_flags(check)
     check.set_defaults(run=_check_config)
-
-
-def _add_replay(commands: Any) -> None:
-    replay = add_command(commands, "replay")
-    add_config_option(replay)
-    add_arguments(replay)
-    replay.set_defaults(run=_replay)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -256,34 +247,6 @@ def _check_config(args: argparse.Namespace) -> int:
     given = ", ".join(f"{key} from {origin}" for key, origin in sources.origins.items())
     print(f"{sources.name}: ok{cases}" + (f"; overrides: {given}" if given else ""))
     return EXIT_OK
-
-
-#: After a report judged by the built-in defaults: without a policy nothing is dangerous, so a
-#: ``--max-findings DANGEROUS_ACTION_DRIFT=0`` gate with ``--config`` forgotten passes anything.
-REPLAY_DEFAULTS_NOTE = (
-    "toolwatch replay: no configuration file (--config or TOOLWATCH_CONFIG): judged by the"
-    " built-in defaults, which have no policy and no golden cases"
-)
-
-
-def _replay(args: argparse.Namespace) -> int:
-    # Replay binds no listener: the TLS and token files are the pod's Secrets, not CI's.
-    path, origin = config_file(args), config_origin(args)
-    config = load_config(path, security_files=False, path_origin=origin)
-    code = run_replay(args, config)
-    if code in (EXIT_OK, EXIT_GATE):  # a report was written: what judged it, after it
-        for note in _replay_notes(config, defaults=path is None):
-            print(note, file=sys.stderr)
-    return code
-
-
-def _replay_notes(config: Config, *, defaults: bool) -> list[str]:
-    """What ``replay`` says on stderr after its report: that the built-in defaults judged
-    it (``REPLAY_DEFAULTS_NOTE``), and the warnings ``serve`` logs of how runs are judged
-    (``Config.judging_warnings``), since a gate passed by half a policy proves nothing."""
-    unnamed = [REPLAY_DEFAULTS_NOTE] if defaults else []
-    said = config.judging_warnings(defaults=defaults)
-    return [*unnamed, *(f"toolwatch replay: warning: {warning}" for warning in said)]
 
 
 if __name__ == "__main__":

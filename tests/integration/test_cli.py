@@ -886,7 +886,7 @@ def test_replay_takes_a_production_configuration_without_its_secrets(tmp_path: P
     production TLS key and tokens are copied onto the CI runner. Correct: replay validates
     what it uses (policy, golden, shadow, evaluators, assembly, ingest) and does not require
     the listeners' security files (e.g. load with ``security`` left out, or skip the file
-    checks, in ``cli._replay``)."""
+    checks, in ``cli_replay._replay``)."""
     config = tmp_path / "toolwatch.yaml"
     config.write_text(PRODUCTION)
     capture = tmp_path / "canary.otlp.jsonl"
