@@ -5,6 +5,11 @@ Every ``serve`` flag can also be set with a ``TOOLWATCH_*`` environment variable
 Exit codes: 0 success, 1 a gate failed (replay), 2 bad usage or configuration, 3 runtime error,
 4 another client took tail's stream over (its cursor file shared), 130 Ctrl-C, 141 the
 output's reader left, 143 SIGTERM (tail).
+
+Here: the signals of ``serve``'s start-up, ``main`` (logging, exit codes) and ``serve``.
+Each other command has a module of its own (``cli_check_config``, ``cli_replay``,
+``cli_tail``); ``cli_sources`` reads the configuration's file, flags and variables;
+``cli_usage`` holds what ``--help`` says.
 """
 
 from __future__ import annotations
@@ -80,10 +85,10 @@ import argparse
 import asyncio
 import logging
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from toolwatch import __version__
+from toolwatch.cli_check_config import add_check_config
 from toolwatch.cli_replay import add_replay
 from toolwatch.cli_sources import (
     SERVE_DEFAULTS_WARNING,
@@ -95,14 +100,10 @@ from toolwatch.cli_sources import (
 )
 from toolwatch.cli_tail import add_tail
 from toolwatch.cli_usage import EXAMPLES, CommandParser, add_command
-from toolwatch.config import (
-    ConfigError,
-    output_warnings,
-)
-from toolwatch.engine_setup import build_references
+from toolwatch.config import ConfigError
 from toolwatch.listeners import ListenError, ListenersError, StartError
 from toolwatch.references.golden import ReferenceFileError
-from toolwatch.replay import EXIT_OK, EXIT_USAGE
+from toolwatch.replay import EXIT_USAGE
 from toolwatch.serving import serve
 from toolwatch.tail_exits import EXIT_INTERRUPTED
 
@@ -181,7 +182,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"toolwatch {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(commands)
-    _add_check_config(commands)
+    add_check_config(commands)
     add_replay(commands)
     add_tail(commands)
     return parser
@@ -192,21 +193,6 @@ def _add_serve(commands: Any) -> None:
     add_config_option(serve)
     add_override_flags(serve)
     serve.set_defaults(run=_serve)
-
-
-def _add_check_config(commands: Any) -> None:
-    check = add_command(commands, "check-config")
-    file = check.add_mutually_exclusive_group()
-    file.add_argument(
-        "file",
-        type=Path,
-        nargs="?",
-        metavar="CONFIG_FILE",
-        help="the configuration file to check, or --config FILE (not both)",
-    )
-    add_config_option(file)
-    add_override_flags(check)
-    check.set_defaults(run=_check_config)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -230,23 +216,6 @@ def _serve(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.default_int_handler)
         _START_SIGNALS.hung_up = _START_SIGNALS.terminated = False
-
-
-def _check_config(args: argparse.Namespace) -> int:
-    """``toolwatch check-config``: what ``serve`` checks before it binds its listeners."""
-    sources = read_sources(args)
-    config = sources.load_checked()
-    golden, _shadow = build_references(config)
-    # serve's warning of a start without a file too: a deploy pipeline whose TOOLWATCH_CONFIG
-    # went missing would otherwise read `defaults: ok` for a server that finds nothing.
-    unnamed = [SERVE_DEFAULTS_WARNING] if sources.path is None else []
-    said = config.warnings(defaults=sources.path is None)
-    for warning in [*unnamed, *said, *output_warnings(config)]:
-        print(f"{sources.name}: warning: {warning}", file=sys.stderr)
-    cases = f", {len(golden)} golden case(s)" if golden is not None else ""
-    given = ", ".join(f"{key} from {origin}" for key, origin in sources.origins.items())
-    print(f"{sources.name}: ok{cases}" + (f"; overrides: {given}" if given else ""))
-    return EXIT_OK
 
 
 if __name__ == "__main__":
