@@ -1,11 +1,11 @@
-"""OTLP/HTTP receiver: ``POST /v1/traces`` with protobuf or JSON bodies, optionally gzip- or
-deflate-compressed.
+"""OTLP/HTTP receiver: ``POST /v1/traces`` with protobuf or JSON bodies, optionally compressed
+(gzip, deflate, zlib or zstd: ``toolwatch.ingest.http_bodies``).
 
 Answers per the OTLP/HTTP specification, each with the request's Content-Type as sent
 (parameters included): 200 with an ``ExportTraceServiceResponse`` in the
 request's encoding (``partial_success`` when spans were rejected); 400 with a
 ``google.rpc.Status`` holding a ``google.rpc.BadRequest`` for a body that cannot be decoded;
-413 when the body exceeds the cap *after* decompression (so a gzip bomb is cut off, not
+413 when the body exceeds the cap *after* decompression (so a gzip or zstd bomb is cut off, not
 inflated), or when an OTLP/JSON body holds more JSON values than a body of that cap may
 (``otlp_json.MIN_BYTES_PER_VALUE``); 415 for other
 content types or encodings; 503 with ``Retry-After`` when the consumer is at capacity,
