@@ -37,6 +37,7 @@ from toolwatch.engine_setup import (
     findings_redaction,
     known_tools,
 )
+from toolwatch.ingest.compressed_streams import ZSTD_UNAVAILABLE
 from toolwatch.ingest.decode import DecodedBatch, scanner
 from toolwatch.ingest.decode_thread import DecodeThread, off_loop_bytes
 from toolwatch.ingest.inflight import InFlight
@@ -238,6 +239,8 @@ class App(ListenerStartup, GracefulShutdown, ConfigReload):
                 "OTLP decoding runs on the reference scanner, a third more CPU per span: %s",
                 COMPILED_UNAVAILABLE,
             )
+        if ZSTD_UNAVAILABLE:  # a Collector set to compression: zstd loses every batch
+            log.warning("OTLP/HTTP refuses Content-Encoding zstd (415): %s", ZSTD_UNAVAILABLE)
         hot_path = self._hot_path
         log_hot_path = log.info if hot_path.all_compiled and not hot_path.stale else log.warning
         log_hot_path("hot path: %s", hot_path.describe())

@@ -17,6 +17,7 @@ import pytest
 from google.rpc import code_pb2
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
+from tests.compressed import zstd_rle_frame
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
 from tests.integration.test_evaluation_e2e import MINIMAL_POLICY
@@ -38,7 +39,6 @@ from tests.integration.test_otlp_spec import (
     to_otlp_json,
     trace_hex,
 )
-from tests.unit.ingest.test_http_bodies import zstd_rle_frame
 
 if sys.version_info >= (3, 14):
     from compression import zstd
@@ -231,3 +231,4 @@ def test_the_collectors_other_codings_are_415_naming_those_accepted(
     )
     assert answer.headers["Accept-Encoding"] == "gzip, deflate, zlib, zstd, identity"
     assert requests_counted(server, "refused") == 1
+

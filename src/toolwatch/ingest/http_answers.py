@@ -19,6 +19,7 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
 
+from toolwatch.ingest.compressed_streams import ZSTD_UNAVAILABLE
 from toolwatch.ingest.decode import DecodeError
 from toolwatch.ingest.inflight import ReadAbandonedError
 from toolwatch.ingest.otlp_grpc import bad_request_status
@@ -48,9 +49,10 @@ TRACES_PATH = "/v1/traces"
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 IDENTITY = ("", "identity")
-COMPRESSED = ("gzip", "x-gzip", "deflate", "zlib", "zstd")
+#: The compressed codings read: zstd only on a Python that can (``ZSTD_UNAVAILABLE``).
+COMPRESSED = ("gzip", "x-gzip", "deflate", "zlib", *(() if ZSTD_UNAVAILABLE else ("zstd",)))
 #: The codings accepted, as a 415 lists them (``Accept-Encoding``, RFC 7694 §3).
-ACCEPTED_ENCODINGS = "gzip, deflate, zlib, zstd, identity"
+ACCEPTED_ENCODINGS = ", ".join(c for c in (*COMPRESSED, "identity") if c != "x-gzip")
 #: The google.rpc code of each HTTP error toolwatch's handler does not answer itself.
 STATUS_CODES = {
     401: code_pb2.UNAUTHENTICATED,

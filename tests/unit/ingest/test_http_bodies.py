@@ -5,7 +5,10 @@ decompression with no more than the cap ever held, and every broken stream refus
 from __future__ import annotations
 
 import gzip
+import random
+import subprocess
 import sys
+import textwrap
 import tracemalloc
 import zlib
 from collections.abc import Callable
@@ -14,8 +17,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.compressed import (
+    EMPTY_GZIP_MEMBER,
+    EMPTY_ZSTD_FRAME,
+    SKIPPABLE_FRAME,
+    zstd_rle_frame,
+)
+from toolwatch.ingest.compressed_streams import ZSTD_MAX_WINDOW_BYTES
 from toolwatch.ingest.http_answers import RejectError
-from toolwatch.ingest.http_bodies import ZSTD_MAX_WINDOW_BYTES, decompress
+from toolwatch.ingest.http_bodies import MAX_PARTS, decompress
 
 if sys.version_info >= (3, 14):
     from compression import zstd
@@ -31,17 +41,6 @@ COMPRESSORS: dict[str, Callable[[bytes], bytes]] = {
     "zlib": zlib.compress,  # Go's compress/zlib, the Collector's zlib and deflate alike
     "zstd": zstd.compress,
 }
-
-
-def zstd_rle_frame(blocks: int, byte: int = 0, window_log: int = 23) -> bytes:
-    """A zstd frame (RFC 8878 §3.1.1) of ``blocks`` RLE blocks of 128 KiB each: four bytes
-    a block, the densest zstd there is (32,768 to 1). No content size, so that nothing but
-    decoding it tells how large it is."""
-    header = b"\x28\xb5\x2f\xfd" + bytes([0x00, (window_log - 10) << 3])
-    block = 128 * 1024
-    rle = ((block << 3) | (1 << 1)).to_bytes(3, "little") + bytes([byte])
-    last = ((block << 3) | (1 << 1) | 1).to_bytes(3, "little") + bytes([byte])
-    return header + rle * (blocks - 1) + last
 
 
 def refused(raw: bytes, encoding: str, max_bytes: int = MIB) -> RejectError:
@@ -170,6 +169,140 @@ def test_a_zstd_bomb_after_a_first_frame_is_413_counting_both() -> None:
     body = zstd_rle_frame(4) + zstd_rle_frame(5)  # 512 KiB, then 640 KiB
     error = refused(body, "zstd", MIB)
     assert (error.status, str(error)) == (413, f"decompressed body exceeds {MIB} bytes")
+
+
+def peak_bytes(raw: bytes, encoding: str, max_bytes: int) -> tuple[int, int]:
+    """The answer's status (200 when the body is read) and the most Python held meanwhile."""
+    tracemalloc.start()
+    try:
+        try:
+            decompress(raw, encoding, max_bytes)
+            status = 200
+        except RejectError as error:
+            status = error.status
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return status, peak
+
+
+def test_a_zstd_bomb_followed_by_more_body_holds_no_copy_of_the_body() -> None:
+    """The docs promise no more than the cap and 64 KiB (the decoder's window, C memory, is
+    not counted here), whatever follows the bomb: here a skippable frame of 8 MiB.
+    Was: the decompressor was given the whole rest of the body and, stopped by
+    ``max_length``, copied all it left unread: 9.1 MiB for a 1 MiB cap. Now: it is given a
+    64 KiB slice at a time, as zlib is: 1.1 MiB."""
+    padding = SKIPPABLE_FRAME[:4] + (8 * MIB).to_bytes(4, "little") + bytes(8 * MIB)
+    body = zstd_rle_frame(400) + padding  # 50 MiB of zeros, then 8 MiB skipped
+
+    status, peak = peak_bytes(body, "zstd", MIB)
+
+    assert status == 413
+    assert MIB < peak < MIB + 256 * 1024, f"peak {peak / MIB:.2f} MiB for a 1 MiB cap"
+
+
+def test_a_large_zstd_body_holds_no_more_than_gzip_does() -> None:
+    """16 MiB that do not compress (random ids, already-compressed values): the output
+    twice (the chunks, then their join), as gzip's. Was: the decompressor copied the whole
+    body into its input buffer at the first read: 47.9 MiB. Now: 32.0 MiB."""
+    data = random.Random(7).randbytes(16 * MIB)
+
+    status, peak = peak_bytes(zstd.compress(data, level=1), "zstd", 20 * MIB)
+
+    assert status == 200
+    assert 2 * len(data) < peak < 2 * len(data) + MIB, f"peak {peak / MIB:.1f} MiB"
+
+
+# --- many parts -------------------------------------------------------------------------------
+
+#: Run in a child process, so that a decompression that takes minutes is cut off at the
+#: test's timeout instead of running on, taking the CPU, after the test has failed.
+_TIMED = textwrap.dedent(
+    """
+    import sys, time
+    from toolwatch.ingest.http_answers import RejectError
+    from toolwatch.ingest.http_bodies import decompress
+    body, encoding = sys.stdin.buffer.read(), sys.argv[1]
+    started = time.perf_counter()
+    try:
+        answer = f"200 {len(decompress(body, encoding, 20 * 2**20))} bytes"
+    except RejectError as error:
+        answer = f"{error.status} {error}"
+    print(time.perf_counter() - started, answer)
+    """
+)
+
+
+def timed_decompress(body: bytes, encoding: str, timeout: float = 20) -> tuple[float, str]:
+    """How long ``decompress`` took (20 MiB cap), in seconds (infinite past ``timeout``,
+    the child's start-up included), and its answer: status and message, or the length."""
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", _TIMED, encoding],
+            input=body,
+            capture_output=True,
+            timeout=timeout,
+            check=True,
+        )
+    except subprocess.TimeoutExpired:
+        return float("inf"), "(timed out)"
+    seconds, answer = done.stdout.decode().rstrip("\n").split(" ", 1)
+    return float(seconds), answer
+
+
+@pytest.mark.parametrize(
+    ("encoding", "part", "name"),
+    [
+        ("zstd", SKIPPABLE_FRAME, "zstd frames"),
+        ("zstd", EMPTY_ZSTD_FRAME, "zstd frames"),
+        ("gzip", EMPTY_GZIP_MEMBER, "gzip members"),
+    ],
+    ids=["zstd-skippable-frames", "zstd-empty-frames", "gzip-empty-members"],
+)
+def test_20_mib_of_empty_parts_is_refused_in_milliseconds(
+    encoding: str, part: bytes, name: str
+) -> None:
+    """A part that holds nothing never moves the cap: only their number bounds the work.
+    Was: every part was read, each given a copy of the rest of the body: 2 MiB of them took
+    16 to 33 s, 20 MiB about 40 min, in the decode turn the gRPC receiver shares. Now:
+    refused 413 past ``MAX_PARTS``, in about 30 ms."""
+    body = part * (20 * MIB // len(part))
+
+    seconds, answer = timed_decompress(body, encoding)
+
+    assert answer == f"413 body holds more than {MAX_PARTS} {name}"
+    assert seconds < 1.0
+
+
+@pytest.mark.parametrize("encoding", ["zstd", "gzip"])
+def test_the_parts_before_a_large_one_are_read_without_copying_the_rest(encoding: str) -> None:
+    """``MAX_PARTS`` - 1 small parts, then 16 MiB that do not compress: within the limit,
+    so read whole. Was: each part was given a copy of the rest of the body (16 MiB, 999
+    times): seconds. Now: a slice at a time, where each part starts: milliseconds."""
+    data = random.Random(7).randbytes(16 * MIB)
+    last = zstd.compress(data, level=1) if encoding == "zstd" else gzip.compress(data, 1)
+    body = COMPRESSORS[encoding](b"x") * (MAX_PARTS - 1) + last
+
+    seconds, answer = timed_decompress(body, encoding)
+
+    assert answer == f"200 {MAX_PARTS - 1 + 16 * MIB} bytes"
+    assert seconds < 1.0
+
+
+@pytest.mark.parametrize(("encoding", "name"), [("zstd", "frames"), ("gzip", "members")])
+def test_max_parts_are_read_and_one_more_is_413(encoding: str, name: str) -> None:
+    """Was: any number of parts was read. Now: ``MAX_PARTS`` (1000: a sender writes one),
+    each one's output kept in order; one more is refused, the message naming the limit."""
+    compress = COMPRESSORS[encoding]
+    texts = [b"%d," % n for n in range(MAX_PARTS)]
+    body = b"".join(compress(text) for text in texts)
+
+    assert decompress(body, encoding, MIB) == b"".join(texts)
+    error = refused(body + compress(b"one more"), encoding)
+    assert (error.status, str(error)) == (
+        413,
+        f"body holds more than {MAX_PARTS} {encoding} {name}",
+    )
 
 
 # --- properties -------------------------------------------------------------------------------
