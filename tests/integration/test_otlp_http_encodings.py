@@ -8,6 +8,7 @@ streams and bombs refused by name, counted, and the server serving on.
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import zlib
 from collections.abc import Callable
@@ -232,3 +233,34 @@ def test_the_collectors_other_codings_are_415_naming_those_accepted(
     assert answer.headers["Accept-Encoding"] == "gzip, deflate, zlib, zstd, identity"
     assert requests_counted(server, "refused") == 1
 
+
+def status_line_before_the_body(server: RunningServer, encoding: str) -> bytes:
+    """The first line the server answers a POST whose head says a body of 1 MiB, of which
+    only the first KiB is sent: a client that sends its head, then its body slowly."""
+    host, _, port = server.address("http").rpartition(":")
+    head = (
+        f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\nContent-Type: {PROTOBUF}\r\n"
+        f"Content-Encoding: {encoding}\r\nContent-Length: {MIB}\r\n\r\n"
+    ).encode()
+    with socket.create_connection((host, int(port)), timeout=5) as client:
+        client.sendall(head + bytes(1024))
+        try:
+            return client.recv(4096).split(b"\r\n", 1)[0]
+        except TimeoutError:
+            return b"(no answer within 5 s)"
+
+
+@pytest.mark.parametrize("encoding", ["snappy", "lz4"])
+def test_an_unaccepted_coding_is_415_before_the_body_is_read(
+    start_server: StartServer, encoding: str
+) -> None:
+    """A Collector left at ``compression: snappy`` is told at once, as the docs say, and
+    as for a content type not accepted. Was: without ``Expect: 100-continue`` the whole
+    body was read first (up to 20 MiB, holding a request slot): a slow body was answered 503
+    at the read timeout, never 415. Now: 415 as soon as the head is read, counted."""
+    server = start_server(ingest__read_timeout_seconds=20)
+
+    status = status_line_before_the_body(server, encoding)
+
+    assert status == b"HTTP/1.1 415 Unsupported Media Type"
+    assert requests_counted(server, "refused") == 1  # counted before the answer is sent
