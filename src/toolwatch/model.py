@@ -299,7 +299,9 @@ class ToolCall:
     ``transfer_to_<agent>``): a handoff span is its execution (``span_id``), or, where the
     instrumentation records the model's request in no structured field (the contrib
     openai-agents instrumentation), the call itself, named ``transfer_to_<agent>`` as the
-    SDK names it, so every instrumentation shows the call.
+    SDK names it, so every instrumentation shows the call. Google ADK's ``transfer_to_agent``
+    (the agent in its ``agent_name`` argument) is a tool ADK runs: its tool span is the call,
+    status included.
 
     ``rerun``: the call ran again, under its call id (or, a span without one or arguments,
     by tool name: ``assembly.by_name``), the request an earlier call of the run ran

@@ -249,6 +249,45 @@ def test_a_handoff_is_one_run_verified_across_both_agents(
     assert [c["agent"] for c in refund] == ["refund_agent"]
 
 
+@pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("__transfer")])
+def test_an_adk_transfer_is_one_run_verified_across_both_agents(
+    start_server: Callable[..., RunningServer], tmp_path: Path, name: str
+) -> None:
+    """Every Google ADK exporter: triage_agent looks the order up and calls ADK's
+    transfer_to_agent (the agent in its agent_name argument), and refund_agent, started as
+    its sibling, refunds it. One run, led by triage_agent: the bound verification holds
+    across the transfer, so nothing pages (read as "transfer to an agent named agent", the
+    transfer joined no one, and refund_agent's run paged MISSING_VERIFICATION_STEP)."""
+    trace = _one_verified_run(start_server, tmp_path, name)
+    assert trace["agents"] == ["triage_agent", "refund_agent"]
+    assert [(c["tool_name"], c["agent"], c["handoff"]) for c in trace["calls"]] == [
+        ("lookup_order", "triage_agent", False),
+        ("transfer_to_agent", "triage_agent", True),
+        ("issue_refund", "refund_agent", False),
+    ]
+
+
+@pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("__agent_tool")])
+def test_an_adk_agent_tools_call_is_the_nested_agents(
+    start_server: Callable[..., RunningServer], tmp_path: Path, name: str
+) -> None:
+    """Every Google ADK exporter: the concierge calls refund_desk_agent through an
+    AgentTool (the tool is named as the agent); its lookup_order is the nested agent's, so
+    ``allowed_tools`` scoped to each agent finds nothing."""
+    policy = (
+        "policy:\n"
+        "  allowed_tools:\n"
+        "    concierge: [refund_desk_agent]\n"
+        "    refund_desk_agent: [lookup_order]\n"
+    )
+    trace = _one_clean_run(start_server, tmp_path, name, policy)
+    assert trace["agents"] == ["concierge", "refund_desk_agent"]
+    assert [(c["tool_name"], c["agent"]) for c in trace["calls"]] == [
+        ("refund_desk_agent", "concierge"),
+        ("lookup_order", "refund_desk_agent"),
+    ]
+
+
 @pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("__refund_crew")])
 def test_a_crew_is_one_run_verified_across_its_tasks(
     start_server: Callable[..., RunningServer], tmp_path: Path, name: str
@@ -512,6 +551,6 @@ def test_a_run_without_an_agent_span_below_a_remote_caller_completes_after_the_w
 
 def test_every_fixture_has_an_expectation() -> None:
     names = _fixture_names()
-    assert len(names) == 165  # 155 Python captures and 10 of the Vercel AI SDK (TypeScript)
+    assert len(names) == 186  # 176 Python captures and 10 of the Vercel AI SDK (TypeScript)
     for name in names:
         assert (FIXTURES / f"{name}{_EXPECTED_SUFFIX}").is_file(), name

@@ -10,11 +10,8 @@ from typing import Final
 
 from toolwatch.assembly.calls import CallSite, append_to
 from toolwatch.assembly.tree import _in_time_order
-from toolwatch.conventions.attrs import (
-    TRANSFER_TOOL_PREFIX,
-    agent_in_tool_style,
-    is_transfer,
-)
+from toolwatch.conventions.attrs import agent_in_tool_style, is_transfer
+from toolwatch.conventions.google_adk import transfer_target
 from toolwatch.model import SpanRecord, SpanRole
 
 __all__: list[str] = []
@@ -164,10 +161,12 @@ class _Handoff:
 
 
 def _handoff(run: _Run, sites: dict[bytes, CallSite]) -> _Handoff | None:
-    """The handoff of ``run``: ``transfer_to_`` calls (requested, or run as tool spans) and
-    handoff spans (the agent they name in ``tool_name``, see ``conventions.handoff_fields``)
-    of the run's own agents, not of one it used as a tool (below a TOOL span); ``None`` if
-    it has none."""
+    """The handoff of ``run``: ``transfer_to_`` calls (requested, or run as tool spans; the
+    agent each names: ``google_adk.transfer_target``, Google ADK's ``transfer_to_agent`` in
+    its ``agent_name`` argument) and handoff spans (the agent they name in ``tool_name``, see
+    ``conventions.handoff_fields``) of the run's own agents, not of one it used as a tool
+    (below a TOOL span); ``None`` if it has none. A transfer or handoff span that names no
+    one (ADK's without its arguments, OpenLLMetry's handoff span) is ``unnamed``."""
     at: int | None = None
     targets: set[str] = set()
     unnamed = False
@@ -177,21 +176,23 @@ def _handoff(run: _Run, sites: dict[bytes, CallSite]) -> _Handoff | None:
             continue  # an agent used as a tool hands off inside that tool's call
         if role is SpanRole.LLM:
             names = [
-                c.name[len(TRANSFER_TOOL_PREFIX) :]
+                transfer_target(c.name, c.arguments)
                 for c in span.output_tool_calls
                 if is_transfer(c.name)
             ]
         elif role is SpanRole.TOOL and span.tool_name is not None and is_transfer(span.tool_name):
-            names = [span.tool_name[len(TRANSFER_TOOL_PREFIX) :]]
+            names = [transfer_target(span.tool_name, span.arguments)]
         elif role is SpanRole.OTHER and span.tool_name is not None:  # a handoff span
-            names = [span.tool_name] if span.tool_name else []
-            unnamed = unnamed or not names
-            at = span.start_ns if at is None else at
+            names = [agent_in_tool_style(span.tool_name)]
         else:
             continue
         if names:
-            targets.update(agent_in_tool_style(name) for name in names)
             at = span.start_ns if at is None else at
+            for name in names:
+                if name:
+                    targets.add(name)
+                else:
+                    unnamed = True
     return None if at is None else _Handoff(at, frozenset(targets), unnamed)
 
 

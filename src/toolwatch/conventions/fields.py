@@ -17,6 +17,7 @@ from typing import Final
 
 from toolwatch.conventions import (
     genai,
+    google_adk,
     langsmith,
     logfire,
     openinference,
@@ -214,7 +215,12 @@ def _refusal_reason(reasons: Iterable[str]) -> str | None:
 
 def _output_messages(attrs: Attributes) -> OutputSummary | None:
     messages = attrs.get(genai.OUTPUT_MESSAGES)
-    return None if messages is None else genai.output_summary(messages)
+    if messages is None:
+        return None
+    summary = genai.output_summary(messages)
+    if summary is not None and google_adk.EVENT_ID in attrs:  # ADK's ids for calls without
+        summary = google_adk.without_placeholder_ids(summary)
+    return summary
 
 
 # Output encodings in preference order: the parsed parts format first, then flattened keys.
