@@ -288,6 +288,51 @@ def test_an_adk_agent_tools_call_is_the_nested_agents(
     ]
 
 
+def test_openinference_adk_parallel_calls_read_as_parallel(
+    start_server: Callable[..., RunningServer],
+) -> None:
+    """The parallel script asks for get_weather(Paris) and get_weather(London) in one model
+    response. OpenInference 1.0.5 writes all of the agent's model calls on one span, whose
+    flattened ``llm.output_messages.0.message.tool_calls.0`` and ``.1`` keep both calls (the
+    last call answered in text and overwrote neither), and the last call's history
+    (``input.value``) holds that one model turn asking for both: the two calls share one
+    parallel group, as under ADK's own tracer (native, native_v1).
+    Was: only ``output.value`` (the last, text-only response) was read, the group was lost,
+    and the expectation said ``parallel: false``. Now: the flattened calls the history
+    confirms as one turn are the span's requests; the expectation is the script's."""
+    server = start_server()
+    send_fixture(server, "google_adk__openinference__parallel")
+    server.settle()
+
+    (trace,) = server.tooltraces()
+    groups = [(c["tool_name"], c["parallel_group"]) for c in trace["calls"]]
+    assert groups == [("get_weather", 0), ("get_weather", 0)]
+
+
+def test_a_crashed_adk_tool_has_no_result_under_every_tracer(
+    start_server: Callable[..., RunningServer],
+) -> None:
+    """tool_crash: charge_card raised, the run aborted, the tool returned nothing. ADK's
+    legacy format (schema 1) writes ``gcp.vertex.agent.tool_response``
+    ``{"result": "<not specified>"}`` on the crashed span, its stand-in for no value (as its
+    ``gen_ai.tool.call.id`` ``<not specified>``); schema 2 and OpenInference write no result.
+    One script, one crashed call under every tracer.
+    Was: under schema 1 the call's result was ``{"result": "<not specified>"}``. Now: null,
+    as under the other two."""
+    server = start_server()
+    names = [n for n in _fixture_names() if n.startswith("google_adk__")]
+    crashes = sorted(n for n in names if n.endswith("__tool_crash"))
+    assert len(crashes) == 3
+    for name in crashes:
+        send_fixture(server, name)
+    server.settle()
+
+    traces = server.tooltraces()
+    assert [[(c["tool_name"], c["status"], c["result"]) for c in t["calls"]] for t in traces] == [
+        [("charge_card", "error", None)]
+    ] * 3
+
+
 @pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("__refund_crew")])
 def test_a_crew_is_one_run_verified_across_its_tasks(
     start_server: Callable[..., RunningServer], tmp_path: Path, name: str

@@ -497,7 +497,10 @@ _GOOGLE_ADK_NOTES = {
         "attributes onto that invoke_agent span: ONE span, relabelled LLM "
         "(gen_ai.operation.name generate_content), holding the LAST call's output and input "
         "and stale llm.output_messages.0.message.tool_calls of an earlier call that no later "
-        "one overwrote. The model's requests are in no span; the calls are the tool spans."
+        "one overwrote; the last call's history (input.value) holds every earlier model "
+        "turn with the calls it asked for. The calls are the tool spans; the requests of the "
+        "latest turn that asked for tools are read from the flattened keys when that history "
+        "confirms them as one turn."
     ),
 }
 
@@ -1112,9 +1115,10 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
         "(gen_ai.tool.name '(merged tools)', its call id an event id)."
     ),
     ("google_adk", "openinference", "parallel"): (
-        " OpenInference's one model span holds the last call's output only, so nothing "
-        "records that the calls were asked for together, and they ran one after the other: "
-        "not parallel."
+        " OpenInference's one model span holds the last call's output (text) in output.value, "
+        "and, in its flattened llm.output_messages.0.message.tool_calls.0 and .1, both calls "
+        "of the one response that asked for them, as does the last call's history "
+        "(input.value, llm.input_messages.2): they read as asked for together."
     ),
     ("google_adk", "*", "agent_tool"): (
         " AgentTool(refund_desk_agent): a tool named as the agent, declaring one argument, "
@@ -1214,14 +1218,6 @@ _TOOL_NAMES: dict[tuple[str, str, str], dict[str, str]] = {
 }
 
 
-#: Where nothing shows that calls ran at once (the notes say why): none is parallel.
-_PARALLEL_UNSEEN: frozenset[tuple[str, str, str]] = frozenset(
-    {
-        ("google_adk", "openinference", "parallel"),
-    }
-)
-
-
 #: Where no span says that a call failed (the notes say why): its status is "ok".
 _FAILURE_UNSEEN: frozenset[tuple[str, str, str]] = frozenset(
     {
@@ -1254,9 +1250,6 @@ def expected_for(framework: str, instrumentation: str, scenario: str) -> dict[st
     if key in _FAILURE_UNSEEN:
         for call in run["calls"]:
             call["status"] = "ok"
-    if key in _PARALLEL_UNSEEN:
-        for call in run["calls"]:
-            call["parallel"] = False
     if key in _REFUSAL_UNSEEN:
         run["refusal"], run["final_text_contains"] = False, _REFUSAL_UNSEEN[key]
     notes = _BASE_NOTES[(framework, instrumentation)]

@@ -51,7 +51,6 @@ from toolwatch.assembly.handoffs import _with_handoffs
 from toolwatch.assembly.ordering import _in_order, _parallel_groups
 from toolwatch.assembly.records import _NO_RECORDS, _Records, _second_records
 from toolwatch.assembly.requested import _requests
-from toolwatch.conventions.google_adk import is_transfer_tool
 from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolCall
 
 __all__ = ["CallSite", "append_to", "build_calls", "decode_json", "parse_arguments"]
@@ -184,7 +183,7 @@ def _tool_call(
         end_ns=span.end_ns if span is not None else None,
         result=decode_json(span.result)[0] if span is not None else None,
         hosted=request is not None and request.call.hosted,
-        handoff=draft.handoff or (executed is not None and is_transfer_tool(raw_name)),
+        handoff=draft.handoff or (executed is not None and executed.handoff_to is not None),
         rerun=draft.again is not None,
         service=origin.service,  # the tool span's, else the asking model call's: its producer
     )

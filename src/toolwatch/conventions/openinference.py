@@ -50,6 +50,7 @@ __all__ = ["CONVENTION", "KEYS", "OUTPUT_PREFIX", "classify", "output_summary", 
 _SPAN_KIND: Final = "openinference.span.kind"
 OUTPUT_PREFIX: Final = "llm.output_messages."
 _RAW_OUTPUT: Final = "output.value"
+_RAW_INPUT: Final = "input.value"
 _METADATA: Final = "metadata"
 _LC_AGENT: Final = '"lc_agent_name"'  # the key in ``metadata`` of every span of a LangChain agent
 # A Responses refusal item, a Chat Completions refusal that is a string (it is null in every
@@ -69,7 +70,7 @@ KEYS: Final = frozenset(
         "tool.name",
         "tool.id",
         "tool_call.id",
-        "input.value",
+        _RAW_INPUT,
         _RAW_OUTPUT,
         "llm.model_name",
         "llm.finish_reason",
@@ -214,11 +215,18 @@ def raw_refusal(attrs: Attributes) -> str | None:
 
 def output_summary(attrs: Attributes) -> OutputSummary | None:
     """The output carried by flattened ``llm.output_messages.*`` keys and the refusal in the
-    raw response, if any; Google ADK's ``LlmResponse`` in ``output.value`` instead, when it is
-    one (``google_adk.raw_response_summary``)."""
-    adk = google_adk.raw_response_summary(attrs.get(_RAW_OUTPUT))
-    if adk is not None:  # Google ADK's response: the flattened keys may be another call's
-        return adk
+    raw response, if any. On Google ADK's model span (``google_adk.EVENT_ID``), which holds
+    all of an agent's model calls, the last call's ``LlmResponse`` in ``output.value`` with
+    the flattened calls its history confirms (``google_adk.merged_model_output``)."""
+    flattened = _flattened_output(attrs)
+    if google_adk.EVENT_ID in attrs:  # the flattened keys may be another call's
+        return google_adk.merged_model_output(
+            attrs.get(_RAW_OUTPUT), attrs.get(_RAW_INPUT), flattened
+        )
+    return flattened
+
+
+def _flattened_output(attrs: Attributes) -> OutputSummary | None:
     messages = group_indexed(attrs, OUTPUT_PREFIX)
     refusal = raw_refusal(attrs)
     if not messages and refusal is None:
