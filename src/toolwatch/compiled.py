@@ -76,6 +76,7 @@ MODULES = (
     "conventions/events.py",
     "conventions/fields.py",
     "conventions/genai.py",
+    "conventions/google_adk.py",
     "conventions/guardrails_ai.py",
     "conventions/langsmith.py",
     "conventions/logfire.py",

@@ -210,6 +210,11 @@ class SpanRecord:
     agent_name: str | None
     model: str | None
     conversation_id: str | None
+    # The agent the span hands the conversation to, as recognition read it where a producer's
+    # reading is its own (Google ADK's ``transfer_to_agent``: its tool span, and the model span
+    # asking for it, ``conventions.google_adk``); "" when it names no one. None elsewhere:
+    # OpenAI Agents SDK ``transfer_to_<agent>`` calls and handoff spans are read by name.
+    handoff_to: str | None
     reference_keys: tuple[tuple[str, str], ...]
     size_bytes: int  # approximate payload size, for the buffer's byte bound
     # The span's flags say its parent is not remote: that span is on its way from the same
@@ -241,6 +246,7 @@ class SpanRecord:
         agent_name: str | None = None,
         model: str | None = None,
         conversation_id: str | None = None,
+        handoff_to: str | None = None,
         reference_keys: tuple[tuple[str, str], ...] = (),
         size_bytes: int = 0,
         parent_local: bool = False,
@@ -268,6 +274,7 @@ class SpanRecord:
         self.agent_name = agent_name
         self.model = model
         self.conversation_id = conversation_id
+        self.handoff_to = handoff_to
         self.reference_keys = reference_keys
         self.size_bytes = size_bytes
         self.parent_local = parent_local
@@ -299,7 +306,9 @@ class ToolCall:
     ``transfer_to_<agent>``): a handoff span is its execution (``span_id``), or, where the
     instrumentation records the model's request in no structured field (the contrib
     openai-agents instrumentation), the call itself, named ``transfer_to_<agent>`` as the
-    SDK names it, so every instrumentation shows the call.
+    SDK names it, so every instrumentation shows the call. Google ADK's ``transfer_to_agent``
+    (the agent in its ``agent_name`` argument) is a tool ADK runs: its tool span is the call,
+    status included.
 
     ``rerun``: the call ran again, under its call id (or, a span without one or arguments,
     by tool name: ``assembly.by_name``), the request an earlier call of the run ran

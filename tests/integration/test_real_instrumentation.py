@@ -249,6 +249,90 @@ def test_a_handoff_is_one_run_verified_across_both_agents(
     assert [c["agent"] for c in refund] == ["refund_agent"]
 
 
+@pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("__transfer")])
+def test_an_adk_transfer_is_one_run_verified_across_both_agents(
+    start_server: Callable[..., RunningServer], tmp_path: Path, name: str
+) -> None:
+    """Every Google ADK exporter: triage_agent looks the order up and calls ADK's
+    transfer_to_agent (the agent in its agent_name argument), and refund_agent, started as
+    its sibling, refunds it. One run, led by triage_agent: the bound verification holds
+    across the transfer, so nothing pages (read as "transfer to an agent named agent", the
+    transfer joined no one, and refund_agent's run paged MISSING_VERIFICATION_STEP)."""
+    trace = _one_verified_run(start_server, tmp_path, name)
+    assert trace["agents"] == ["triage_agent", "refund_agent"]
+    assert [(c["tool_name"], c["agent"], c["handoff"]) for c in trace["calls"]] == [
+        ("lookup_order", "triage_agent", False),
+        ("transfer_to_agent", "triage_agent", True),
+        ("issue_refund", "refund_agent", False),
+    ]
+
+
+@pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("__agent_tool")])
+def test_an_adk_agent_tools_call_is_the_nested_agents(
+    start_server: Callable[..., RunningServer], tmp_path: Path, name: str
+) -> None:
+    """Every Google ADK exporter: the concierge calls refund_desk_agent through an
+    AgentTool (the tool is named as the agent); its lookup_order is the nested agent's, so
+    ``allowed_tools`` scoped to each agent finds nothing."""
+    policy = (
+        "policy:\n"
+        "  allowed_tools:\n"
+        "    concierge: [refund_desk_agent]\n"
+        "    refund_desk_agent: [lookup_order]\n"
+    )
+    trace = _one_clean_run(start_server, tmp_path, name, policy)
+    assert trace["agents"] == ["concierge", "refund_desk_agent"]
+    assert [(c["tool_name"], c["agent"]) for c in trace["calls"]] == [
+        ("refund_desk_agent", "concierge"),
+        ("lookup_order", "refund_desk_agent"),
+    ]
+
+
+def test_openinference_adk_parallel_calls_read_as_parallel(
+    start_server: Callable[..., RunningServer],
+) -> None:
+    """The parallel script asks for get_weather(Paris) and get_weather(London) in one model
+    response. OpenInference 1.0.5 writes all of the agent's model calls on one span, whose
+    flattened ``llm.output_messages.0.message.tool_calls.0`` and ``.1`` keep both calls (the
+    last call answered in text and overwrote neither), and the last call's history
+    (``input.value``) holds that one model turn asking for both: the two calls share one
+    parallel group, as under ADK's own tracer (native, native_v1).
+    Was: only ``output.value`` (the last, text-only response) was read, the group was lost,
+    and the expectation said ``parallel: false``. Now: the flattened calls the history
+    confirms as one turn are the span's requests; the expectation is the script's."""
+    server = start_server()
+    send_fixture(server, "google_adk__openinference__parallel")
+    server.settle()
+
+    (trace,) = server.tooltraces()
+    groups = [(c["tool_name"], c["parallel_group"]) for c in trace["calls"]]
+    assert groups == [("get_weather", 0), ("get_weather", 0)]
+
+
+def test_a_crashed_adk_tool_has_no_result_under_every_tracer(
+    start_server: Callable[..., RunningServer],
+) -> None:
+    """tool_crash: charge_card raised, the run aborted, the tool returned nothing. ADK's
+    legacy format (schema 1) writes ``gcp.vertex.agent.tool_response``
+    ``{"result": "<not specified>"}`` on the crashed span, its stand-in for no value (as its
+    ``gen_ai.tool.call.id`` ``<not specified>``); schema 2 and OpenInference write no result.
+    One script, one crashed call under every tracer.
+    Was: under schema 1 the call's result was ``{"result": "<not specified>"}``. Now: null,
+    as under the other two."""
+    server = start_server()
+    names = [n for n in _fixture_names() if n.startswith("google_adk__")]
+    crashes = sorted(n for n in names if n.endswith("__tool_crash"))
+    assert len(crashes) == 3
+    for name in crashes:
+        send_fixture(server, name)
+    server.settle()
+
+    traces = server.tooltraces()
+    assert [[(c["tool_name"], c["status"], c["result"]) for c in t["calls"]] for t in traces] == [
+        [("charge_card", "error", None)]
+    ] * 3
+
+
 @pytest.mark.parametrize("name", [n for n in _fixture_names() if n.endswith("__refund_crew")])
 def test_a_crew_is_one_run_verified_across_its_tasks(
     start_server: Callable[..., RunningServer], tmp_path: Path, name: str
@@ -512,6 +596,6 @@ def test_a_run_without_an_agent_span_below_a_remote_caller_completes_after_the_w
 
 def test_every_fixture_has_an_expectation() -> None:
     names = _fixture_names()
-    assert len(names) == 165  # 155 Python captures and 10 of the Vercel AI SDK (TypeScript)
+    assert len(names) == 186  # 176 Python captures and 10 of the Vercel AI SDK (TypeScript)
     for name in names:
         assert (FIXTURES / f"{name}{_EXPECTED_SUFFIX}").is_file(), name

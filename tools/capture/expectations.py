@@ -14,6 +14,7 @@ __all__ = ["expected_for"]
 
 REFUND_ARGS = {"order_id": "A-1001", "amount_usd": 25.0}
 DESK_INPUT = {"input": "[scenario:refund_desk] Check order A-1001."}
+DESK_REQUEST = {"request": "[scenario:refund_desk] Check order A-1001."}  # ADK's AgentTool
 #: The CrewAI manager's delegation (scripts.DELEGATION_ARGS), as the model asked for it.
 DELEGATE = "delegate_work_to_coworker"
 DELEGATION_ARGS = {
@@ -140,6 +141,38 @@ SCRIPTED: dict[str, dict[str, Any]] = {
             # request in no structured field: its handoff span stands for the call.
             _call("transfer_to_refund_agent", None, handoff=True),
             _call("issue_refund", REFUND_ARGS),
+        ],
+        "which you had verified",
+    ),
+    # Google ADK's AgentTool: the tool is named as the agent it runs (its one argument,
+    # request, starts that agent's conversation), whose lookup_order is nested in it.
+    "agent_tool": _run(
+        "concierge",
+        [
+            _call("refund_desk_agent", DESK_REQUEST, agent="concierge"),
+            _call(
+                "lookup_order",
+                {"order_id": "A-1001"},
+                nested_in="refund_desk_agent",
+                agent="refund_desk_agent",
+            ),
+        ],
+        "eligible for a refund",
+    ),
+    # Google ADK's sub-agent transfer: one run across it, led by triage_agent, whose
+    # lookup_order verifies refund_agent's issue_refund. transfer_to_agent is a tool ADK
+    # runs (a span of its own), naming the agent in its agent_name argument.
+    "transfer": _run(
+        "triage_agent",
+        [
+            _call("lookup_order", {"order_id": "A-1001"}, agent="triage_agent"),
+            _call(
+                "transfer_to_agent",
+                {"agent_name": "refund_agent"},
+                handoff=True,
+                agent="triage_agent",
+            ),
+            _call("issue_refund", REFUND_ARGS, agent="refund_agent"),
         ],
         "which you had verified",
     ),
@@ -419,6 +452,58 @@ _GOOGLE_GENAI_NOTES = {
     ),
 }
 
+_GOOGLE_ADK = (
+    "google-adk 2.13.0 LlmAgents (Runner.run_async, InMemoryRunner, non-streaming) on its "
+    "Gemini model (google-genai 2.34.0) with base_url at the fake Gemini API; the tools are "
+    "the scripts' plain functions (FunctionTool). Gemini sends no call ids: ADK makes them "
+    "(adk-<uuid>) and puts them on the tool spans. All spans INTERNAL, the model's finish "
+    "reason 'stop' also when it only asks for tools, and 'safety' (no content) for the "
+    "refusal. The tool spans are children of the agent span, siblings of the model spans "
+    "(not children of the model call, as CONVENTIONS 4.4 had it). "
+)
+_GOOGLE_ADK_NOTES = {
+    "native": _GOOGLE_ADK
+    + (
+        "ADK's own tracer (scope gcp.vertex.agent) in its default format, schema version 2 "
+        "(otel_semconv_1_44), OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=span_only "
+        "(without it no arguments, results or messages reach any span). Tree: 'invoke_workflow "
+        "<root agent>' (gen_ai.operation.name invoke_workflow, gen_ai.workflow.name) > "
+        "'invoke_agent <agent>' > 'generate_content <model>' (gen_ai.output.messages with "
+        "tool_call parts whose ids ADK synthesises as '<name>_<index>', NOT the tool spans' "
+        "call ids) and 'execute_tool <tool>' (gen_ai.tool.call.id adk-<uuid>, "
+        "gen_ai.tool.call.arguments / .result JSON strings, gen_ai.tool.type FunctionTool). "
+        "No call_llm span and no gcp.vertex.agent.llm_response."
+    ),
+    "native_v1": _GOOGLE_ADK
+    + (
+        "ADK's own tracer with ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN=1, the legacy format ADK "
+        "1.x wrote: 'invocation' (no attributes) > 'invoke_agent <agent>' > 'call_llm' "
+        "(gen_ai.system gcp.vertex.agent, gcp.vertex.agent.llm_request / llm_response JSON) "
+        "> 'generate_content <model>' (gen_ai.operation.name generate_content, NO output "
+        "messages: a second model span inside each call_llm), and 'execute_tool <tool>' "
+        "siblings of call_llm (gcp.vertex.agent.tool_call_args / tool_response, "
+        "gen_ai.tool.call.id, llm_request and llm_response '{}'). On the refusal call_llm "
+        "carries no llm_response at all, only gen_ai.response.finish_reasons ['safety']."
+    ),
+    "openinference": _GOOGLE_ADK
+    + (
+        "openinference-instrumentation-google-adk 1.0.5 (GoogleADKInstrumentor, which swaps "
+        "ADK's tracers for its own, keeping ADK's only for invoke_agent). Tree: 'invocation "
+        "[<app>]' (CHAIN, output.value = the last LlmResponse JSON) > 'invoke_workflow <agent>' "
+        "(CHAIN) > 'agent_run [<agent>]' (AGENT, agent.name) > 'invoke_agent <agent>' (scope "
+        "gcp.vertex.agent, which ends last) > 'execute_tool <tool>' (TOOL: tool.name, "
+        "input.value = arguments JSON, output.value = the FunctionResponse JSON, tool.id = "
+        "the call id). With ADK 2.x (no call_llm span) OpenInference writes each model call's "
+        "attributes onto that invoke_agent span: ONE span, relabelled LLM "
+        "(gen_ai.operation.name generate_content), holding the LAST call's output and input "
+        "and stale llm.output_messages.0.message.tool_calls of an earlier call that no later "
+        "one overwrote; the last call's history (input.value) holds every earlier model "
+        "turn with the calls it asked for. The calls are the tool spans; the requests of the "
+        "latest turn that asked for tools are read from the flattened keys when that history "
+        "confirms them as one turn."
+    ),
+}
+
 _GUARDRAILS = (
     "Guardrails AI on a hand-rolled Chat Completions tool loop under one application span "
     "'support_agent' (no GenAI attributes, so agent: null; no tool spans, the calls are the "
@@ -522,6 +607,7 @@ _BASE_NOTES: dict[tuple[str, str], str] = {
     **{("langgraph", name): text for name, text in _LANGGRAPH_NOTES.items()},
     **{("vercel_ai", name): text for name, text in _VERCEL_NOTES.items()},
     **{("google_genai", name): text for name, text in _GOOGLE_GENAI_NOTES.items()},
+    **{("google_adk", name): text for name, text in _GOOGLE_ADK_NOTES.items()},
     **{("guardrails", name): text for name, text in _GUARDRAILS_NOTES.items()},
     **{("crewai", name): text for name, text in _CREWAI_NOTES.items()},
 }
@@ -1006,6 +1092,48 @@ _SCENARIO_NOTES: dict[tuple[str, str, str], str] = {
     ("langgraph", "*", "refusal"): (
         " Refusal: the Chat 'refusal' field is kept in the AI message's additional_kwargs, "
         "its content is empty; finish reason 'content_filter'."
+    ),
+    ("google_adk", "*", "tool_error"): (
+        " The agent's on_tool_error_callback returns {'error': '<type>: <message>'}, the "
+        "tool's result, which the model is sent; the tool span still ends ERROR (status "
+        "message and error.type 'TOOL_ERROR', no exception event) and the model answers."
+    ),
+    ("google_adk", "*", "tool_crash"): (
+        " No on_tool_error_callback: the tool's exception ends the run (Runner.run_async "
+        "raises it). The tool span ends ERROR (error.type CardDeclinedError, exception "
+        "events) with gen_ai.tool.call.id '<not specified>' (or no id); the agent and "
+        "workflow spans end ERROR too; no second model call, no final text. The fake model's "
+        "script is tool_error's."
+    ),
+    ("google_adk", "*", "refusal"): (
+        " Refusal: Gemini's safety block, finish reason 'safety' and no content; ADK ends the "
+        "run normally (the last event has no text)."
+    ),
+    ("google_adk", "*", "parallel"): (
+        " Both calls are asked for in one response; ADK runs them one after the other (sync "
+        "functions) and adds 'execute_tool (merged)' AFTER them, a sibling, not their parent "
+        "(gen_ai.tool.name '(merged tools)', its call id an event id)."
+    ),
+    ("google_adk", "openinference", "parallel"): (
+        " OpenInference's one model span holds the last call's output (text) in output.value, "
+        "and, in its flattened llm.output_messages.0.message.tool_calls.0 and .1, both calls "
+        "of the one response that asked for them, as does the last call's history "
+        "(input.value, llm.input_messages.2): they read as asked for together."
+    ),
+    ("google_adk", "*", "agent_tool"): (
+        " AgentTool(refund_desk_agent): a tool named as the agent, declaring one argument, "
+        "request (its text starts the nested agent's session). 'execute_tool "
+        "refund_desk_agent' holds the nested agent's spans: ADK runs it with a Runner of its "
+        "own, so it gets a nested workflow/invocation span too."
+    ),
+    ("google_adk", "*", "transfer"): (
+        " triage_agent (lookup_order, sub_agents=[refund_agent]) calls ADK's transfer_to_agent "
+        "({'agent_name': 'refund_agent'}), a tool span of its own (gen_ai.tool.type "
+        "TransferToAgentTool, result null); refund_agent's agent span starts after "
+        "triage_agent's ends, its SIBLING under the workflow (or invocation) span, and is "
+        "sent triage_agent's turns as quoted user text ('For context: ... [triage_agent] "
+        "called tool ...'), not as function calls. Expected as ONE run, led by triage_agent, "
+        "the transfer a handoff."
     ),
     ("crewai", "*", "refund_crew"): (
         " Crew of two: triage_agent (lookup_order) runs the first task, refund_agent "

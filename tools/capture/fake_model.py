@@ -10,7 +10,9 @@ It serves, on 127.0.0.1 and a free port, what the agent SDKs call:
   streams;
 * ``POST /v1beta/models/{model}:generateContent`` -- the Gemini API, what the ``google-genai``
   client calls (``root_url`` as its ``base_url``). A refusal is Gemini's safety block: a
-  candidate with ``finishReason: SAFETY`` and no content.
+  candidate with ``finishReason: SAFETY`` and no content. A tool result is a
+  ``functionResponse`` part, or, for a Google ADK agent that took a conversation over
+  (``transfer_to_agent``), an earlier agent's result that ADK quotes as user text.
 
 Response bodies follow the public OpenAI API reference closely enough for the official
 ``openai`` client to parse them. Ids are deterministic, so that re-captured fixtures differ
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -370,11 +373,21 @@ def _pieces(text: str, size: int = 8) -> Iterator[str]:
 # --- Gemini API ----------------------------------------------------------------------------
 
 
+#: Google ADK hands an agent the earlier agents' turns as quoted user text, a tool's result
+#: as ``[<agent>] `<tool>` tool returned result:`` (``flows/llm_flows/contents.py``).
+_QUOTED_RESULT = re.compile(r"^\[[^\]]+\] `[^`]+` tool returned result:")
+
+
+def _is_tool_result(part: dict[str, Any]) -> bool:
+    """A Gemini ``functionResponse`` part, or another ADK agent's result quoted as text."""
+    return "functionResponse" in part or bool(_QUOTED_RESULT.match(str(part.get("text", ""))))
+
+
 def _gemini_turn(body: dict[str, Any]) -> Turn:
     contents = body["contents"]
     first = next(c for c in contents if c.get("role", "user") == "user")
     text = " ".join(str(part.get("text", "")) for part in first.get("parts", []))
-    results = sum(1 for c in contents for part in c.get("parts", []) if "functionResponse" in part)
+    results = sum(1 for c in contents for part in c.get("parts", []) if _is_tool_result(part))
     return find_scenario(text).turn_after(results)[1]
 
 

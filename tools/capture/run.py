@@ -71,6 +71,9 @@ JOBS = (
         "otel_contrib_v1_2",
         venv=".venv-capture-google-genai-v1_2",
     ),
+    Job("google_adk", "capture_google_adk", "native", venv=".venv-capture-google-adk"),
+    Job("google_adk", "capture_google_adk", "native_v1", venv=".venv-capture-google-adk"),
+    Job("google_adk", "capture_google_adk", "openinference", venv=".venv-capture-google-adk"),
     Job("guardrails", "capture_guardrails", "native", venv=".venv-capture-guardrails"),
     Job(
         "guardrails",
@@ -92,6 +95,7 @@ def _environment(job: Job) -> dict[str, str]:
     env.pop("OPENAI_BASE_URL", None)
     env.pop("OTEL_SEMCONV_STABILITY_OPT_IN", None)
     env.pop("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", None)
+    env.pop("ADK_TELEMETRY_SCHEMA_VERSION_OPT_IN", None)
     env["TRACELOOP_METRICS_ENABLED"] = "false"
     return env
 

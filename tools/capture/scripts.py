@@ -309,6 +309,35 @@ SCENARIOS: dict[str, Scenario] = {
         # The worker's own conversation, started by the manager's delegation (its task
         # description is the tool's task argument): look the order up, refund it, say so.
         Scenario("crew_delegated_refund", DELEGATED_TASK, REFUND_TURNS),
+        # Google ADK's agent used as a tool (AgentTool): the tool is named as the agent and
+        # declares one argument, request, which starts the nested agent's conversation.
+        Scenario(
+            "agent_tool",
+            "[scenario:agent_tool] Can order A-1001 still be refunded?",
+            (
+                ToolCalls(
+                    (
+                        (
+                            "refund_desk_agent",
+                            {"request": "[scenario:refund_desk] Check order A-1001."},
+                        ),
+                    )
+                ),
+                Text(CONCIERGE_TEXT),
+            ),
+        ),
+        # Google ADK's sub-agent transfer: triage_agent verifies the order, then calls ADK's
+        # transfer_to_agent tool; refund_agent takes the same conversation over and refunds.
+        Scenario(
+            "transfer",
+            "[scenario:transfer] Order A-1001 arrived broken, I want my money back.",
+            (
+                ToolCalls((("lookup_order", {"order_id": "A-1001"}),)),
+                ToolCalls((("transfer_to_agent", {"agent_name": "refund_agent"}),)),
+                ToolCalls((("issue_refund", {"order_id": "A-1001", "amount_usd": 25.0}),)),
+                Text(HANDOFF_TEXT),
+            ),
+        ),
         # The nested agent's own conversation, reached through the outer agent's tool input.
         Scenario(
             "refund_desk",

@@ -183,7 +183,7 @@ def _tool_call(
         end_ns=span.end_ns if span is not None else None,
         result=decode_json(span.result)[0] if span is not None else None,
         hosted=request is not None and request.call.hosted,
-        handoff=draft.handoff,
+        handoff=draft.handoff or (executed is not None and executed.handoff_to is not None),
         rerun=draft.again is not None,
         service=origin.service,  # the tool span's, else the asking model call's: its producer
     )

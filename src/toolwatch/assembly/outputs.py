@@ -33,8 +33,9 @@ _MAX_REASON_LENGTH: Final = 64
 
 
 def _final_text(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes]) -> str | None:
-    """The run's own last model output that requested no tool, else the run span's; not a
-    guardrail's check (``checks``: ``_guardrail_calls``, ``_calls_beside_double_records``)."""
+    """The run's own last model output that requested no tool, else the output of its last
+    agent (``_last_agent``); not a guardrail's check (``checks``: ``_guardrail_calls``,
+    ``_calls_beside_double_records``)."""
     answers = [
         s
         for s in run.spans
@@ -46,7 +47,28 @@ def _final_text(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes
     ]
     if answers:
         return max(answers, key=lambda s: (s.end_ns, s.start_ns, s.span_id)).output_text
-    return run.span.output_text if run.span is not None else None
+    last = _last_agent(run, sites)
+    return last.output_text if last is not None else None
+
+
+def _last_agent(run: _Run, sites: dict[bytes, CallSite]) -> SpanRecord | None:
+    """The run span, or, in a run joined at handoffs, the span of the agent handed over to
+    last (the one that ended last of the joined runs' spans): it spoke last. Where the model
+    spans say no answer: OpenInference on Google ADK 2.x writes all of an agent's model calls
+    on one span, whose requests (an earlier call's) make its text no answer, while each
+    agent's span holds its answer."""
+    last = run.span
+    if last is None:
+        return None
+    for span in run.spans:
+        if (
+            span.role is SpanRole.AGENT
+            and sites[span.span_id].run == span.span_id  # a joined run's own span
+            and (span.end_ns, span.start_ns, span.span_id)
+            > (last.end_ns, last.start_ns, last.span_id)
+        ):
+            last = span
+    return last
 
 
 def _speaks_for_run(site: CallSite, run: _Run) -> bool:

@@ -10,11 +10,7 @@ from typing import Final
 
 from toolwatch.assembly.calls import CallSite, append_to
 from toolwatch.assembly.tree import _in_time_order
-from toolwatch.conventions.attrs import (
-    TRANSFER_TOOL_PREFIX,
-    agent_in_tool_style,
-    is_transfer,
-)
+from toolwatch.conventions.attrs import TRANSFER_TOOL_PREFIX, agent_in_tool_style, is_transfer
 from toolwatch.model import SpanRecord, SpanRole
 
 __all__: list[str] = []
@@ -164,35 +160,48 @@ class _Handoff:
 
 
 def _handoff(run: _Run, sites: dict[bytes, CallSite]) -> _Handoff | None:
-    """The handoff of ``run``: ``transfer_to_`` calls (requested, or run as tool spans) and
-    handoff spans (the agent they name in ``tool_name``, see ``conventions.handoff_fields``)
-    of the run's own agents, not of one it used as a tool (below a TOOL span); ``None`` if
-    it has none."""
+    """The handoff of ``run``: the spans of the run's own agents, not of one it used as a tool
+    (below a TOOL span), that hand over and the agent each names: a span whose recognition
+    read its target (``SpanRecord.handoff_to``: Google ADK's ``transfer_to_agent``, its tool
+    span and the model span asking for it), ``transfer_to_<agent>`` calls (requested, or run
+    as tool spans: the OpenAI Agents SDK's, named for their agent) and handoff spans (the
+    agent they name in ``tool_name``, see ``conventions.handoff_fields``); ``None`` if it has
+    none. One that names no one (ADK's without its arguments, OpenLLMetry's handoff span)
+    makes it ``unnamed``."""
     at: int | None = None
     targets: set[str] = set()
     unnamed = False
     for span in run.spans:  # in time order
-        role = span.role
-        if sites[span.span_id].tool is not None:
+        names = _handoff_names(span)
+        if names is None or sites[span.span_id].tool is not None:
             continue  # an agent used as a tool hands off inside that tool's call
-        if role is SpanRole.LLM:
-            names = [
-                c.name[len(TRANSFER_TOOL_PREFIX) :]
-                for c in span.output_tool_calls
-                if is_transfer(c.name)
-            ]
-        elif role is SpanRole.TOOL and span.tool_name is not None and is_transfer(span.tool_name):
-            names = [span.tool_name[len(TRANSFER_TOOL_PREFIX) :]]
-        elif role is SpanRole.OTHER and span.tool_name is not None:  # a handoff span
-            names = [span.tool_name] if span.tool_name else []
-            unnamed = unnamed or not names
-            at = span.start_ns if at is None else at
-        else:
-            continue
         if names:
-            targets.update(agent_in_tool_style(name) for name in names)
             at = span.start_ns if at is None else at
+            for name in names:
+                if name:
+                    targets.add(agent_in_tool_style(name))
+                else:
+                    unnamed = True
     return None if at is None else _Handoff(at, frozenset(targets), unnamed)
+
+
+def _handoff_names(span: SpanRecord) -> list[str] | None:
+    """The agents ``span`` hands over to as written (``""``: it names no one), ``[]`` if a
+    model span asks for no transfer; ``None`` when it is no span that could."""
+    role = span.role
+    if span.handoff_to is not None:
+        return [span.handoff_to]
+    if role is SpanRole.LLM:
+        return [
+            c.name[len(TRANSFER_TOOL_PREFIX) :]
+            for c in span.output_tool_calls
+            if is_transfer(c.name)
+        ]
+    if role is SpanRole.TOOL and span.tool_name is not None and is_transfer(span.tool_name):
+        return [span.tool_name[len(TRANSFER_TOOL_PREFIX) :]]
+    if role is SpanRole.OTHER and span.tool_name is not None:  # a handoff span
+        return [span.tool_name]
+    return None
 
 
 def _holds_calls(span: SpanRecord) -> bool:

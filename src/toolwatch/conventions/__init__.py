@@ -24,6 +24,7 @@ from typing import Final
 from toolwatch.conventions import (
     crewai,
     genai,
+    google_adk,
     guardrails_ai,
     langsmith,
     logfire,
@@ -72,6 +73,7 @@ __all__ = [
 #: Every exact attribute key a recognizer reads (besides configured reference keys).
 ATTRIBUTE_KEYS: Final[frozenset[str]] = (
     genai.KEYS
+    | google_adk.KEYS
     | crewai.KEYS
     | openinference.KEYS
     | openllmetry.KEYS

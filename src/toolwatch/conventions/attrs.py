@@ -117,6 +117,7 @@ class RoleFields(TypedDict, total=False):
     agent_name: str | None
     model: str | None
     conversation_id: str | None
+    handoff_to: str | None
 
 
 # ``Recognition`` and ``OutputSummary`` are built once per span and per model output: their

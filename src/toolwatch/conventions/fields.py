@@ -17,6 +17,7 @@ from typing import Final
 
 from toolwatch.conventions import (
     genai,
+    google_adk,
     langsmith,
     logfire,
     openinference,
@@ -167,7 +168,18 @@ def tool_fields(
         "error_type": error_type,
         "agent_name": first_str(attrs, _AGENT_NAME),
     }
+    if google_adk.TOOL_TYPE in attrs or google_adk.EVENT_ID in attrs:  # Google ADK's, maybe
+        _read_adk_tool(fields, tool_name, attrs)
     return fields
+
+
+def _read_adk_tool(fields: RoleFields, tool_name: str, attrs: Attributes) -> None:
+    """What ``google_adk`` reads on a tool span of ADK's: its transfer's target, and no
+    result where ADK wrote its stand-in for none."""
+    fields["result"] = google_adk.tool_result(fields.get("result"), attrs)
+    target = google_adk.tool_transfer(tool_name, fields.get("arguments"), attrs)
+    if target is not None:
+        fields["handoff_to"] = target
 
 
 def _output_fields(summary: OutputSummary | None, attrs: Attributes) -> RoleFields:
@@ -214,7 +226,12 @@ def _refusal_reason(reasons: Iterable[str]) -> str | None:
 
 def _output_messages(attrs: Attributes) -> OutputSummary | None:
     messages = attrs.get(genai.OUTPUT_MESSAGES)
-    return None if messages is None else genai.output_summary(messages)
+    if messages is None:
+        return None
+    summary = genai.output_summary(messages)
+    if summary is not None and google_adk.EVENT_ID in attrs:  # ADK's ids for calls without
+        summary = google_adk.without_placeholder_ids(summary)
+    return summary
 
 
 # Output encodings in preference order: the parsed parts format first, then flattened keys.
@@ -255,6 +272,10 @@ def llm_fields(
     fields = _output_fields(summary, attrs)
     calls = summary.tool_calls if summary is not None else ()
     fields["output_tool_calls"] = _without_output_tools(calls, attrs) if calls else calls
+    if calls and google_adk.EVENT_ID in attrs:  # one of Google ADK's model spans
+        target = google_adk.requested_transfer(calls)
+        if target is not None:
+            fields["handoff_to"] = target
     return fields
 
 

@@ -28,6 +28,7 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
+from toolwatch.conventions import google_adk
 from toolwatch.conventions.attrs import (
     AgentSpec,
     Attributes,
@@ -73,12 +74,6 @@ _ADK_AGENT_PREFIX: Final = "agent_run ["  # Google ADK <= mid-2025: ``agent_run 
 #: Google ADK's native model span: ``call_llm``, no operation name, the response as JSON.
 ADK_LLM_RESPONSE: Final = "gcp.vertex.agent.llm_response"
 _ADK_CALL_LLM: Final = "call_llm"
-# ADK's own mapping of Gemini finish reasons (others are lowercased), CONVENTIONS §1.3.
-_GEMINI_FINISH_REASONS: Final = {
-    "FINISH_REASON_UNSPECIFIED": "error",
-    "OTHER": "error",
-    "MAX_TOKENS": "length",
-}
 #: google-genai contrib's flattened arguments: ``<prefix><name>.type`` and ``.value``.
 PARAMETERS_PREFIX: Final = "code.function.parameters."
 _ENCODED_TYPES: Final = frozenset({"dict", "list", "tuple", "set"})  # JSON-encoded as attributes
@@ -358,29 +353,9 @@ def output_summary(value: Any) -> OutputSummary | None:
     return builder.build()
 
 
-def _gemini_finish_reason(reason: Any) -> Any:
-    if not isinstance(reason, str):
-        return reason
-    return _GEMINI_FINISH_REASONS.get(reason, reason.lower())
-
-
 def adk_output_summary(attrs: Attributes) -> OutputSummary | None:
-    """The output in ADK's ``gcp.vertex.agent.llm_response`` (an ``LlmResponse`` as JSON):
-    ``content.parts[]`` ``function_call {id, name, args}`` and ``text`` (thoughts are not
-    output), and ``finish_reason`` (a Gemini enum name, mapped as ADK maps it)."""
-    response = parse_json(attrs.get(ADK_LLM_RESPONSE)) if ADK_LLM_RESPONSE in attrs else None
-    if not isinstance(response, dict):
+    """The output in ADK's ``gcp.vertex.agent.llm_response`` (an ``LlmResponse`` as JSON,
+    read by ``google_adk.response_summary``)."""
+    if ADK_LLM_RESPONSE not in attrs:
         return None
-    builder = OutputBuilder()
-    builder.finish(_gemini_finish_reason(response.get("finish_reason")))
-    content = response.get("content")
-    parts = content.get("parts") if isinstance(content, dict) else None
-    for part in parts if isinstance(parts, list) else ():
-        if not isinstance(part, dict):
-            continue
-        call = part.get("function_call")
-        if isinstance(call, dict):
-            builder.call(call.get("name"), call.get("id"), call.get("args"))
-        elif part.get("thought") is not True:
-            builder.text(part.get("text"))
-    return builder.build()
+    return google_adk.response_summary(parse_json(attrs.get(ADK_LLM_RESPONSE)))

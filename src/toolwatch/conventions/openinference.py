@@ -13,7 +13,8 @@ langchain marks a nested one AGENT but the outermost one CHAIN; both carry the a
 as ``lc_agent_name`` in the ``metadata`` JSON on every span of the graph, and the graph's own
 span is named after it, which is how the outermost one is told apart from its nodes. Their
 ``output.value`` is the graph's whole state, ``{"messages": [...]}``: the answer is the last
-AI message.
+AI message. The google-adk instrumentation's is ADK's last ``Event`` as JSON: the answer is
+its text (``google_adk.event_answer``).
 
 Refusals have no key of their own (§2.2): the openai and openai-agents instrumentations map
 a refusal to an ordinary text content. Only the raw provider response kept in the LLM span's
@@ -27,7 +28,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from toolwatch.conventions import guardrails_ai
+from toolwatch.conventions import google_adk, guardrails_ai
 from toolwatch.conventions.attrs import (
     NAMED_HANDOFF_PREFIX,
     AgentSpec,
@@ -49,6 +50,7 @@ __all__ = ["CONVENTION", "KEYS", "OUTPUT_PREFIX", "classify", "output_summary", 
 _SPAN_KIND: Final = "openinference.span.kind"
 OUTPUT_PREFIX: Final = "llm.output_messages."
 _RAW_OUTPUT: Final = "output.value"
+_RAW_INPUT: Final = "input.value"
 _METADATA: Final = "metadata"
 _LC_AGENT: Final = '"lc_agent_name"'  # the key in ``metadata`` of every span of a LangChain agent
 # A Responses refusal item, a Chat Completions refusal that is a string (it is null in every
@@ -68,7 +70,7 @@ KEYS: Final = frozenset(
         "tool.name",
         "tool.id",
         "tool_call.id",
-        "input.value",
+        _RAW_INPUT,
         _RAW_OUTPUT,
         "llm.model_name",
         "llm.finish_reason",
@@ -88,6 +90,12 @@ _KIND_ROLES: Final = {
 }
 
 
+def _answer(value: Any) -> Any:
+    """An AGENT or CHAIN span's answer: the last AI message of a LangGraph state, the text of
+    Google ADK's last ``Event`` (``google_adk.event_answer``), else the value as it is."""
+    return google_adk.event_answer(langgraph_answer(value))
+
+
 CONVENTION: Final = Convention(
     name="openinference",
     tool=ToolSpec(
@@ -102,7 +110,7 @@ CONVENTION: Final = Convention(
         name=("agent.name", "gen_ai.agent.name"),
         output=("output.value",),
         name_from_span=span_name_as_is,
-        unwrap_output=langgraph_answer,
+        unwrap_output=_answer,
     ),
 )
 
@@ -207,7 +215,18 @@ def raw_refusal(attrs: Attributes) -> str | None:
 
 def output_summary(attrs: Attributes) -> OutputSummary | None:
     """The output carried by flattened ``llm.output_messages.*`` keys and the refusal in the
-    raw response, if any."""
+    raw response, if any. On Google ADK's model span (``google_adk.EVENT_ID``), which holds
+    all of an agent's model calls, the last call's ``LlmResponse`` in ``output.value`` with
+    the flattened calls its history confirms (``google_adk.merged_model_output``)."""
+    flattened = _flattened_output(attrs)
+    if google_adk.EVENT_ID in attrs:  # the flattened keys may be another call's
+        return google_adk.merged_model_output(
+            attrs.get(_RAW_OUTPUT), attrs.get(_RAW_INPUT), flattened
+        )
+    return flattened
+
+
+def _flattened_output(attrs: Attributes) -> OutputSummary | None:
     messages = group_indexed(attrs, OUTPUT_PREFIX)
     refusal = raw_refusal(attrs)
     if not messages and refusal is None:

@@ -121,7 +121,7 @@ def _held_size(record: SpanRecord) -> int:
     size += _text_size(record.tool_name) + _text_size(record.call_id)
     size += _text_size(record.error_type) + _text_size(record.refusal)
     size += _text_size(record.agent_name) + _text_size(record.model)
-    size += _text_size(record.conversation_id)
+    size += _text_size(record.conversation_id) + _text_size(record.handoff_to)
     for reason in record.finish_reasons:
         size += text_size(reason)
     requested: Sequence[object] = record.output_tool_calls  # each checked: a test's may not be
@@ -476,6 +476,7 @@ class _Decoder:
             agent_name=fields.get("agent_name"),
             model=fields.get("model"),
             conversation_id=fields.get("conversation_id"),
+            handoff_to=fields.get("handoff_to"),
         )
         record.size_bytes = _held_size(record)  # counted from the record, before anyone sees it
         self.spans.append(record)

@@ -123,3 +123,89 @@ def span_trees(
             )
         )
     return tuple(spans)
+
+
+#: Agents that hand over to each other; written as the names their transfers give them.
+TRANSFER_AGENTS = ("triage_agent", "refund_agent", "Billing Agent")
+#: Gaps between one agent's end and the next one's start: at once, or past the 10 ms an
+#: unnamed handoff waits for (``assembly.runs._UNNAMED_HANDOFF_GAP_NS``).
+_GAPS_NS = (0, 0, 1, 20_000_000)
+
+
+@st.composite
+def transfer_fields(draw: st.DrawFn, role: SpanRole) -> dict[str, Any]:
+    """A transfer as recognition reads it, on a TOOL span or a model span asking for it:
+    Google ADK's ``transfer_to_agent`` (``handoff_to``: its ``agent_name`` argument, ``""``
+    when not recorded), the OpenAI Agents SDK's ``transfer_to_<agent>``, or another
+    producer's ``transfer_to_agent`` (no ``handoff_to``: the SDK's, to an agent "agent")."""
+    target = draw(st.sampled_from(TRANSFER_AGENTS))
+    kind = draw(st.sampled_from(["adk", "adk", "adk_unnamed", "sdk", "other"]))
+    fields: dict[str, Any] = {}
+    if kind == "adk":
+        name, arguments, fields["handoff_to"] = "transfer_to_agent", {"agent_name": target}, target
+    elif kind == "adk_unnamed":
+        name, arguments, fields["handoff_to"] = "transfer_to_agent", None, ""
+    elif kind == "sdk":
+        name, arguments = "transfer_to_" + target.lower().replace(" ", "_"), {}
+    else:
+        name, arguments = "transfer_to_agent", None
+    if role is SpanRole.LLM:
+        fields["output_tool_calls"] = (RequestedCall(name, None, arguments, 0),)
+        return fields
+    fields["tool_name"] = name
+    fields["arguments"] = json.dumps(arguments) if arguments is not None else None
+    fields["call_id"] = draw(st.sampled_from(CALL_IDS))
+    return fields
+
+
+@st.composite
+def transfer_trees(
+    draw: st.DrawFn, trace_id: bytes = b"\x01" * 16, max_agents: int = 4
+) -> tuple[SpanRecord, ...]:
+    """One trace of sibling agents under a workflow span (id 1, as Google ADK's
+    ``invoke_workflow``), one after the other, each with up to three spans below it: tool
+    and model spans as ``span_trees`` draws them, and transfers (``transfer_fields``) as a
+    tool span, a model span asking for one, or both."""
+    spans: list[SpanRecord] = []
+    end = 0
+
+    def add(parent: int | None, role: SpanRole, start: int, stop: int, **fields: Any) -> int:
+        n = len(spans) + 1
+        spans.append(
+            SpanRecord(
+                trace_id=trace_id,
+                span_id=n.to_bytes(8, "big"),
+                parent_span_id=parent.to_bytes(8, "big") if parent is not None else None,
+                name=f"span {n}",
+                kind=1,
+                start_ns=start,
+                end_ns=stop,
+                status_code=fields.pop("status_code", 0),
+                service="svc-a",
+                role=role,
+                size_bytes=10,
+                **fields,
+            )
+        )
+        return n
+
+    root = add(None, SpanRole.OTHER, 0, 0)
+    for _ in range(draw(st.integers(1, max_agents))):
+        start = end + draw(st.sampled_from(_GAPS_NS))
+        end = start + draw(st.integers(1, 12))
+        fields = {"agent_name": draw(st.sampled_from(TRANSFER_AGENTS))}
+        agent = add(root, SpanRole.AGENT, start, end, **fields)
+        for _ in range(draw(st.integers(0, 3))):
+            role = draw(st.sampled_from([SpanRole.TOOL, SpanRole.LLM]))
+            at = draw(st.integers(start, end))
+            stop = draw(st.integers(at, end))
+            if draw(st.booleans()):
+                add(agent, role, at, stop, **draw(transfer_fields(role)))
+            else:
+                add(agent, role, at, stop, **draw(role_fields(role)))
+    top = spans[0]
+    spans[0] = SpanRecord(
+        top.trace_id, top.span_id, None, top.name, 1, 0, end, 0, "svc-a", SpanRole.OTHER,
+        size_bytes=10,
+    )  # fmt: skip
+    return tuple(spans)

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 from itertools import pairwise
 
-from assembly_strategies import span_trees
+from assembly_strategies import span_trees, transfer_trees
 from assembly_support import RecordingMetrics, agent, llm, span, tool
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
@@ -56,6 +56,19 @@ def test_timeline_ignores_span_order_and_duplicates(
     arrived = data.draw(shuffled_with_duplicates(kept))
 
     assert canonical(arrived) == canonical(kept)
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data(), spans=transfer_trees())
+def test_runs_joined_at_transfers_ignore_span_order_and_duplicates(
+    data: st.DataObject, spans: tuple[SpanRecord, ...]
+) -> None:
+    """Sibling agents handing over by Google ADK's transfers, the OpenAI Agents SDK's and
+    another producer's ``transfer_to_agent``: the same runs, joined the same way, whatever
+    the spans' order and repeats."""
+    arrived = data.draw(shuffled_with_duplicates(spans))
+
+    assert canonical(arrived) == canonical(spans)
 
 
 @settings(max_examples=300, deadline=None)
