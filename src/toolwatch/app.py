@@ -78,6 +78,7 @@ from toolwatch.references.golden import GoldenCaseSet, load_golden_cases
 from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.sections import changed_keys
 from toolwatch.security import ListenerSecurity
+from toolwatch.senders import SenderLog
 from toolwatch.sinks import exposition
 from toolwatch.sinks.findings import FindingSink, Redaction
 from toolwatch.sinks.logqueue import queued_logging
@@ -234,7 +235,11 @@ class App:
         )
         self._namespaces = _NamespaceWatch(config.policy.guarded_tools(), self.metrics)
         normalize = config.policy.normalizer(self._namespaces)
-        self._security = ListenerSecurity(config.security, clock, self.metrics)
+        #: Who sends what the listeners refuse: a warning per reason at most once a minute.
+        self.senders = SenderLog(clock)
+        self._security = ListenerSecurity(
+            config.security, clock, self.metrics, senders=self.senders
+        )
         self._redaction = _redaction(config)
         self.broker = FindingsBroker(
             self.metrics,
@@ -675,6 +680,7 @@ class App:
                     self.config.ingest.retry_after_seconds,
                     self._slots,
                     decoding=self._decoding,
+                    senders=self.senders,
                 ),
             )
         )
@@ -735,6 +741,7 @@ class App:
             slots=self._slots,
             decoding=self._decoding,
             in_flight=self._http_in_flight,
+            senders=self.senders,
         ).add_routes(app)
         app.middlewares.insert(0, self._connection_age_middleware())  # sees every answer
         return app
