@@ -72,7 +72,7 @@ from toolwatch.listeners import (
 )
 from toolwatch.model import Clock, monotonic_clock
 from toolwatch.names import NameNormalizer, namespaced
-from toolwatch.outputs import OutputError, Outputs, open_outputs
+from toolwatch.outputs import OutputError, Outputs, open_outputs, output_paths
 from toolwatch.references.conversations import ConversationScope
 from toolwatch.references.golden import GoldenCaseSet, load_golden_cases
 from toolwatch.references.shadow import ShadowJoiner
@@ -345,6 +345,8 @@ class App:
         for warning in self.config.warnings(addresses=self.addresses, defaults=self._defaults):
             log.warning("%s", warning)
         log.info("listening %s", " ".join(f"{k}={v}" for k, v in self.addresses.items()))
+        where = output_paths(self.config.output)  # a relative path is serve's directory's
+        log.info("outputs %s", " ".join(f"{k}={v}" for k, v in where.items()))
         if not self._compiled and self.config.ingest.decoder == "auto":
             log.warning(
                 "OTLP decoding runs on the reference scanner, a third more CPU per span: %s",
