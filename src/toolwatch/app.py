@@ -513,7 +513,7 @@ class App:
                 golden, normalize = build_references(config)
             evaluation = _evaluation(config)
         except Exception as exc:  # ConfigError, ReferenceFileError, OSError, RecursionError...
-            log.error("configuration reload failed; the running configuration stays\n%s", exc)
+            log_reload_failure(exc)
             self.metrics.config_reloaded(False)
             return False
         self._namespaces.reload(config.policy.guarded_tools())
@@ -803,6 +803,18 @@ class App:
         await site.start()
         self._runners.append(runner)
         return format_address(sock.getsockname())
+
+
+def log_reload_failure(error: Exception) -> None:
+    """Log why a reload failed, a record per line of ``error`` (a ``ConfigError`` names each
+    of its errors on a line of its own): log pipelines split records at line breaks, and a
+    line after the first would have no timestamp, level or logger, and be read as another
+    process's. The first says the running configuration stays; each other names the reload."""
+    first, *rest = str(error).splitlines() or [type(error).__name__]
+    log.error("configuration reload failed; the running configuration stays: %s", first)
+    for line in rest:
+        if line.strip():
+            log.error("configuration reload failed: %s", line.strip())
 
 
 def tick_delay(now_ns: int, due_ns: int, period: float, longest: float) -> float:
