@@ -129,7 +129,8 @@ class App(ListenerStartup, GracefulShutdown, ConfigReload):
         )
         self._namespaces = NamespaceWatch(config.policy.guarded_tools(), self.metrics)
         normalize = config.policy.normalizer(self._namespaces)
-        #: Who sends what the listeners refuse: a warning per reason at most once a minute.
+        #: Who sends what the listeners refuse: a warning per reason and listener at most once a
+        #: minute, on the app's clock.
         self.senders = SenderLog(clock)
         self._security = ListenerSecurity(
             config.security, clock, self.metrics, senders=self.senders

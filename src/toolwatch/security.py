@@ -25,7 +25,7 @@ stay open: kubelet probes cannot send a token.
 Every refusal of these checks is also told to a ``toolwatch.senders.SenderLog`` (the
 listener's, with the peer's address and its certificate's names; the reason
 ``unauthenticated`` or ``permission_denied``, and whether a token was sent, never the token):
-a warning per reason at most once a minute says who is refused.
+a warning per reason and listener at most once a minute says who is refused.
 
 Tokens live in a file (``TokenFile``), one per line so a new token can be added before the
 old one is removed; the file is re-read when it changes, without a restart. So are the
@@ -46,7 +46,6 @@ is not thread-safe.
 
 from __future__ import annotations
 
-import functools
 import hmac
 import inspect
 import logging
@@ -196,12 +195,13 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc] 
         metrics: PipelineMetrics,
         listener: str,
         open_methods: frozenset[str] = frozenset({HEALTH_CHECK}),
-        senders: SenderLog | None = None,
+        *,
+        senders: SenderLog,
     ) -> None:
         self._tokens = tokens
         self._metrics = metrics
         self._listener = listener
-        self._senders = senders or SenderLog()
+        self._senders = senders
         self._open = open_methods
         self._refusal = grpc.stream_stream_rpc_method_handler(self._refuse)
 
@@ -213,7 +213,7 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc] 
     async def _refuse(self, requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         self._metrics.auth_failed(self._listener)
         sent = _token_in(context.invocation_metadata()) is not None
-        sender = functools.partial(grpc_sender, self._listener, context)
+        sender = grpc_sender(self._listener, context)
         self._senders.refused(UNAUTHENTICATED, sender, _token_said(sent))
         await context.abort(grpc.StatusCode.UNAUTHENTICATED)
 
@@ -248,13 +248,14 @@ def bearer_token_middleware(
     metrics: PipelineMetrics,
     listener: str,
     open_paths: frozenset[str] = frozenset(),
-    senders: SenderLog | None = None,
+    *,
+    senders: SenderLog,
 ) -> Middleware:
     """An aiohttp middleware answering requests without an accepted bearer token with 401,
     ``WWW-Authenticate: Bearer realm="toolwatch"`` and an empty body, counted for
     ``listener``; requests for ``open_paths`` pass without a token. Runs before the handler
     reads the body. Refusals are told to ``senders``."""
-    told = senders or SenderLog()
+    told = senders
 
     @web.middleware
     async def require_token(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -262,7 +263,7 @@ def bearer_token_middleware(
         if request.path in open_paths or tokens.accepts(token):
             return await handler(request)
         metrics.auth_failed(listener)
-        sender = functools.partial(http_sender, listener, request)
+        sender = http_sender(listener, request)
         told.refused(UNAUTHENTICATED, sender, _token_said(token is not None))
         return web.Response(status=401, headers={hdrs.WWW_AUTHENTICATE: _CHALLENGE})
 
@@ -273,7 +274,8 @@ def client_certificate_middleware(
     metrics: PipelineMetrics,
     listener: str,
     open_paths: frozenset[str],
-    senders: SenderLog | None = None,
+    *,
+    senders: SenderLog,
 ) -> Middleware:
     """An aiohttp middleware for a listener whose TLS lets clients without a certificate
     finish the handshake (one that presents a certificate the client CA did not sign never
@@ -281,7 +283,7 @@ def client_certificate_middleware(
     ``listener``, except those for ``open_paths``. Not 401: RFC 9110 §15.5.2 has a 401 carry
     a ``WWW-Authenticate`` challenge, and none asks for a client certificate; a token would
     not let such a client in either. Refusals are told to ``senders``."""
-    told = senders or SenderLog()
+    told = senders
 
     @web.middleware
     async def require_certificate(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -290,7 +292,7 @@ def client_certificate_middleware(
         if verified or request.path in open_paths:
             return await handler(request)
         metrics.auth_failed(listener)
-        sender = functools.partial(http_sender, listener, request)
+        sender = http_sender(listener, request)
         told.refused(PERMISSION_DENIED, sender, "no client certificate")
         return web.Response(status=403)
 
@@ -344,12 +346,13 @@ class ClientNameInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  
         names: ClientNames,
         metrics: PipelineMetrics,
         listener: str,
-        senders: SenderLog | None = None,
+        *,
+        senders: SenderLog,
     ) -> None:
         self._names = names
         self._metrics = metrics
         self._listener = listener
-        self._senders = senders or SenderLog()
+        self._senders = senders
 
     async def intercept_service(self, continuation: _Continuation, details: Any) -> Any:
         handler = await continuation(details)
@@ -358,7 +361,7 @@ class ClientNameInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  
     async def _admit(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         if not self._names.admit_grpc(context.auth_context()):
             self._metrics.auth_failed(self._listener)
-            sender = functools.partial(grpc_sender, self._listener, context)
+            sender = grpc_sender(self._listener, context)
             self._senders.refused(PERMISSION_DENIED, sender, _NAMED_NONE)
             await context.abort(grpc.StatusCode.PERMISSION_DENIED)  # raises
 
@@ -433,7 +436,8 @@ def client_name_middleware(
     metrics: PipelineMetrics,
     listener: str,
     open_paths: frozenset[str],
-    senders: SenderLog | None = None,
+    *,
+    senders: SenderLog,
 ) -> Middleware:
     """An aiohttp middleware answering requests on a connection whose client certificate
     names no accepted client (``ClientNames``), or that shows none, with 403 and an empty
@@ -441,7 +445,7 @@ def client_name_middleware(
     ``client_certificate_middleware`` on a listener where a client without a certificate
     finishes the handshake: that refuses such a client first. Refusals are told to
     ``senders``."""
-    told = senders or SenderLog()
+    told = senders
 
     @web.middleware
     async def require_name(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -451,9 +455,7 @@ def client_name_middleware(
         if request.path in open_paths or names.admit(certificate):
             return await handler(request)
         metrics.auth_failed(listener)
-        told.refused(
-            PERMISSION_DENIED, functools.partial(http_sender, listener, request), _NAMED_NONE
-        )
+        told.refused(PERMISSION_DENIED, http_sender(listener, request), _NAMED_NONE)
         return web.Response(status=403)
 
     return require_name
@@ -468,7 +470,7 @@ class ListenerSecurity:
     from ``settings``: every file is read here, so an unusable one stops start-up. Reloads
     are timed with ``clock``, a reloaded certificate's dates judged at ``wall_clock`` (Unix
     ns) time; refusals are counted on ``metrics`` and told, with their senders, to ``senders``
-    (one of its own on ``clock`` when not given)."""
+    (the app's, on its clock, shared with the receivers)."""
 
     def __init__(
         self,
@@ -476,11 +478,12 @@ class ListenerSecurity:
         clock: Clock,
         metrics: PipelineMetrics,
         wall_clock: Callable[[], int] = time.time_ns,
-        senders: SenderLog | None = None,
+        *,
+        senders: SenderLog,
     ) -> None:
         self._settings = settings
         self._metrics = metrics
-        self._senders = senders or SenderLog(clock)
+        self._senders = senders
         tls, auth = settings.tls, settings.auth
         # HTTPS contexts by verify mode. With a client CA the metrics listener lets a client
         # without a certificate finish the handshake, so that probes (which have none) reach
@@ -585,7 +588,7 @@ class ListenerSecurity:
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if self._names is not None and self._settings.uses_tls(listener):
             interceptors.append(
-                ClientNameInterceptor(self._names, self._metrics, listener, self._senders)
+                ClientNameInterceptor(self._names, self._metrics, listener, senders=self._senders)
             )
         if self._tokens is not None and self._settings.uses_auth(listener):
             interceptors.append(
@@ -642,18 +645,20 @@ class ListenerSecurity:
         tls = self._settings.uses_tls(listener)
         if tls and self._verify_mode(listener) is ssl.CERT_OPTIONAL:
             middlewares.append(
-                client_certificate_middleware(self._metrics, listener, open_paths, self._senders)
+                client_certificate_middleware(
+                    self._metrics, listener, open_paths, senders=self._senders
+                )
             )
         if tls and self._names is not None:
             middlewares.append(
                 client_name_middleware(
-                    self._names, self._metrics, listener, open_paths, self._senders
+                    self._names, self._metrics, listener, open_paths, senders=self._senders
                 )
             )
         if self._tokens is not None and self._settings.uses_auth(listener):
             middlewares.append(
                 bearer_token_middleware(
-                    self._tokens, self._metrics, listener, open_paths, self._senders
+                    self._tokens, self._metrics, listener, open_paths, senders=self._senders
                 )
             )
         return tuple(middlewares)

@@ -8,18 +8,29 @@ listener, the peer's address, and the names of its client certificate under mutu
 a reason, and one example of the message its client was answered with (the OTLP
 ``partial_success`` or error status text, which holds ids and counts, never argument values;
 nor a token: the token checks answer with no detail, and the example says only whether a
-token was sent). The reasons: a span reject reason (``metrics.REJECT_REASONS``), or
-``invalid_request`` (a body that could not be decoded: 400 / INVALID_ARGUMENT),
-``overloaded`` (503 / UNAVAILABLE, retryable), ``unauthenticated`` (401 / UNAUTHENTICATED:
-no accepted bearer token), ``permission_denied`` (403 / PERMISSION_DENIED: no client
-certificate, or one whose names are not in ``tls.client_names``).
+token was sent). The reasons it logs, every one:
 
-At most one WARNING per reason per ``interval_seconds`` of the injected clock (as
-OpenTelemetry's ``BatchProcessor`` logs a full queue once, not per span): the first refusal
-of a reason is logged, those after it within the interval are counted, and the next line of
-that reason, once the interval has passed, says how many were left unlogged since the last
-(and how many spans they held). The last ones of a burst are told by the next refusal of
-their reason; the counters have them at once.
+* a span reject reason, ``metrics.REJECT_REASONS`` (``invalid_trace_id``,
+  ``invalid_span_id``, ``invalid_parent_span_id``, ``too_many_attributes``,
+  ``malformed_attributes``, ``malformed_span``): spans of an accepted request rejected;
+* ``invalid_request``: a body that could not be decoded (400 / INVALID_ARGUMENT);
+* ``refused_request``: an OTLP/HTTP request refused whatever its body (413, 415);
+* ``overloaded``: the buffer or the request slots full (503 / UNAVAILABLE, retryable);
+* ``unauthenticated``: no accepted bearer token (401 / UNAUTHENTICATED);
+* ``permission_denied``: no client certificate, or one whose names are not in
+  ``tls.client_names`` (403 / PERMISSION_DENIED).
+
+At most one WARNING per reason and listener per ``interval_seconds`` of the injected clock
+(as OpenTelemetry's ``BatchProcessor`` logs a full queue once, not per span): the first
+refusal of a reason on a listener is logged, those after it within the interval are
+counted, and the next line of that reason on that listener, once the interval has passed,
+says how many were left unlogged since the last (and how many spans they held). The last
+ones of a burst are told by the next refusal of their reason; the counters have them at
+once. The state is bounded: the reasons above times the four listeners.
+
+What a client chose (the example, its certificate's names) is escaped onto one line as
+``ascii`` escapes it (the example quoted too): a line break in a common name must not forge
+a record. An example is cut at ``_EXAMPLE_CHARS`` characters of its escaped text.
 
 Threading: called from the event loop only (the receivers, the interceptors, the
 middlewares); not thread-safe.
@@ -27,21 +38,31 @@ middlewares); not thread-safe.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
 from toolwatch.client_names import certificate_names
-from toolwatch.model import Clock, monotonic_clock
+from toolwatch.model import Clock
 
-__all__ = ["DEFAULT_INTERVAL_SECONDS", "Sender", "SenderLog", "grpc_sender", "http_sender"]
+__all__ = [
+    "DEFAULT_INTERVAL_SECONDS",
+    "Sender",
+    "SenderLog",
+    "SenderOf",
+    "Unread",
+    "grpc_sender",
+    "http_sender",
+]
 
 _log = logging.getLogger(__name__)
 
 #: How often each reason may be logged, at most.
 DEFAULT_INTERVAL_SECONDS: Final = 60.0
-#: What an example keeps of a client's answer: it is one line of a log, not the answer.
+#: What an example keeps of a client's answer, in characters of its escaped text: it is one
+#: line of a log, not the answer.
 _EXAMPLE_CHARS: Final = 300
 #: The names of a client certificate a line shows, at most.
 _SHOWN_NAMES: Final = 3
@@ -52,24 +73,34 @@ class Sender:
     """Who sent a refused request: ``listener`` (``grpc``, ``http``, ``metrics``, ``stream``),
     ``peer`` (its address as the server saw it: ``ipv4:10.0.0.7:51234`` from gRPC,
     ``10.0.0.7:51234`` from HTTP; ``unknown`` when the connection is gone) and ``client``
-    (the names of its client certificate under mutual TLS, else ``None``)."""
+    (the names of its client certificate under mutual TLS, else ``None``), written escaped
+    as an example is (``_escaped``): a client chose them."""
 
     listener: str
     peer: str
     client: str | None = None
 
     def __str__(self) -> str:
-        client = f" (client certificate {self.client})" if self.client else ""
+        client = f" (client certificate {_escaped(self.client)})" if self.client else ""
         return f"{self.listener} from {self.peer}{client}"
 
 
-#: A sender, or what gives it when a line is logged (reading a certificate's names costs).
-SenderOf = Sender | Callable[[], Sender]
+@dataclass(frozen=True, slots=True)
+class Unread:
+    """A sender read only if its line is logged (reading a certificate's names costs): its
+    ``listener``, which the rate limit is keyed by, and ``read``, which gives the rest."""
+
+    listener: str
+    read: Callable[[], Sender]
+
+
+#: A sender, or one read when its line is logged.
+SenderOf = Sender | Unread
 
 
 @dataclass(slots=True)
 class _Quiet:
-    """A reason's state: when it was last logged, and what came since, unlogged."""
+    """A reason's state on a listener: when it was last logged, and what came since, unlogged."""
 
     logged_ns: int
     refusals: int = 0
@@ -77,12 +108,13 @@ class _Quiet:
 
 
 class SenderLog:
-    """Logs refusals with their sender, at most one line per reason per ``interval_seconds``
-    of ``clock`` (monotonic ns; injected in tests), counting the rest for the next line."""
+    """Logs refusals with their sender, at most one line per reason and listener per
+    ``interval_seconds`` of ``clock`` (monotonic ns: the app's, injected in tests), counting
+    the rest for the next line."""
 
     def __init__(
         self,
-        clock: Clock = monotonic_clock,
+        clock: Clock,
         interval_seconds: float = DEFAULT_INTERVAL_SECONDS,
         logger: logging.Logger = _log,
     ) -> None:
@@ -91,20 +123,21 @@ class SenderLog:
         self._clock = clock
         self._interval_ns = int(interval_seconds * 1e9)
         self._logger = logger
-        self._quiet: dict[str, _Quiet] = {}
+        self._quiet: dict[tuple[str, str], _Quiet] = {}  # by (reason, listener): bounded
 
     def refused(self, reason: str, sender: SenderOf, example: str, spans: int = 0) -> None:
         """One refusal for ``reason`` (``spans`` of its request's spans refused, 0 for a
         refusal counted by request), from ``sender``, answered with ``example``."""
         now = self._clock()
-        quiet = self._quiet.get(reason)
+        key = (reason, sender.listener)
+        quiet = self._quiet.get(key)
         if quiet is not None and now - quiet.logged_ns < self._interval_ns:
             quiet.refusals += 1
             quiet.spans += spans
             return
         since = "" if quiet is None else _unlogged(quiet)
-        self._quiet[reason] = _Quiet(now)
-        who = sender if isinstance(sender, Sender) else sender()
+        self._quiet[key] = _Quiet(now)
+        who = sender if isinstance(sender, Sender) else sender.read()
         what = f"{_spans(spans)} rejected" if spans else "request refused"
         self._logger.warning("%s (%s) on %s: %s%s", what, reason, who, _one_line(example), since)
 
@@ -121,9 +154,26 @@ def _spans(n: int) -> str:
 
 
 def _one_line(text: str) -> str:
-    """``text`` cut to ``_EXAMPLE_CHARS`` and quoted, control characters escaped: one line
-    whatever a client's data put in it."""
-    return ascii(text[:_EXAMPLE_CHARS] + ("…" if len(text) > _EXAMPLE_CHARS else ""))
+    """``text`` as ``ascii`` writes it (quoted; control and non-ASCII characters, the
+    backslash and the quote escaped), its escaped text cut to ``_EXAMPLE_CHARS`` characters,
+    never inside an escape, with ``...`` after the closing quote when cut: one line whatever
+    a client's data put in it."""
+    quote = '"' if "'" in text and '"' not in text else "'"  # as ascii chooses
+    kept: list[str] = []
+    size = 0
+    for char in text:
+        escaped = "\\" + quote if char == quote else _escaped(char)
+        if size + len(escaped) > _EXAMPLE_CHARS:
+            return quote + "".join(kept) + quote + "..."
+        kept.append(escaped)
+        size += len(escaped)
+    return quote + "".join(kept) + quote
+
+
+def _escaped(text: str) -> str:
+    """``text`` on one printable line: each character as ``ascii`` escapes it (control and
+    non-ASCII characters, the backslash), quotes left as they are."""
+    return "".join(ascii(char)[1:-1] for char in text)
 
 
 def _client(certificate: bytes | None) -> str | None:
@@ -134,14 +184,23 @@ def _client(certificate: bytes | None) -> str | None:
     return ",".join(names[:_SHOWN_NAMES]) + more
 
 
-def grpc_sender(listener: str, context: Any) -> Sender:
-    """The sender of a gRPC call (``context``: its ``ServicerContext``)."""
+def grpc_sender(listener: str, context: Any) -> Unread:
+    """The sender of a gRPC call on ``listener`` (``context``: its ``ServicerContext``), read
+    if its line is logged."""
+    return Unread(listener, functools.partial(_read_grpc, listener, context))
+
+
+def http_sender(listener: str, request: Any) -> Unread:
+    """The sender of an aiohttp ``request`` on ``listener``, read if its line is logged."""
+    return Unread(listener, functools.partial(_read_http, listener, request))
+
+
+def _read_grpc(listener: str, context: Any) -> Sender:
     pems = context.auth_context().get("x509_pem_cert", ())
     return Sender(listener, context.peer() or "unknown", _client(pems[0] if pems else None))
 
 
-def http_sender(listener: str, request: Any) -> Sender:
-    """The sender of an aiohttp ``request``."""
+def _read_http(listener: str, request: Any) -> Sender:
     transport = request.transport
     if transport is None:  # the connection is gone
         return Sender(listener, "unknown")

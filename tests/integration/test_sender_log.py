@@ -19,7 +19,17 @@ from pathlib import Path
 import grpc
 import pytest
 
+from tests.certificates import client_certificate
 from tests.integration.conftest import RunningServer
+from tests.integration.test_security import (  # noqa: F401 - pki is a fixture
+    NAMED_CN,
+    Pki,
+    Start,
+    answers_to,
+    client_names,
+    pki,
+    tls,
+)
 from toolwatch.ingest.otlp_grpc import SERVICE_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,3 +144,28 @@ def test_an_unauthenticated_export_names_its_sender_never_its_token(
     ), wrong
     assert none.endswith(": 'no bearer token'")
     assert TOKEN not in caplog.text
+
+
+def test_a_client_certificate_name_cannot_forge_a_log_line(
+    start_server: Start,
+    pki: Pki,  # noqa: F811 - the imported fixture
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Was: the example was escaped but a client certificate's names were written raw, so a
+    certificate the shared client CA signed for another service, refused for its names, with
+    a line break in its common name wrote a second line a log pipeline read as a record of
+    its own. Now: the names are escaped as the example is."""
+    server = start_server(**tls(pki, mutual=True, **client_names(NAMED_CN)))
+    forged = "evil\nERROR toolwatch.app: forged record"
+    cert, key = client_certificate(pki.clients, [forged])
+    with caplog.at_level(logging.WARNING, "toolwatch.senders"):
+        answers_to(server, pki, tmp_path, cert, key)
+    grpc_line, http_line = told(caplog)  # a line per listener
+    assert grpc_line.startswith("request refused (permission_denied) on grpc from ipv4:127.0.0.1:")
+    assert http_line.startswith("request refused (permission_denied) on http from 127.0.0.1:")
+    for line in (grpc_line, http_line):
+        assert line.endswith(
+            " (client certificate evil\\nERROR toolwatch.app: forged record):"
+            " 'a client certificate that names no client of tls.client_names'"
+        )

@@ -159,7 +159,7 @@ class _Export:
         self, _requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
     ) -> bytes:
         started = time.perf_counter()
-        sender = functools.partial(grpc_sender, _TRANSPORT, context)
+        sender = grpc_sender(_TRANSPORT, context)
         if not self._slots.take():
             self._metrics.request_handled(_TRANSPORT, "overloaded", time.perf_counter() - started)
             self._senders.refused("overloaded", sender, _OVERLOAD_MESSAGE)

@@ -193,7 +193,7 @@ class HttpTraceReceiver:
         one the shutdown cut off: ``aborted``), with the message it was answered."""
         reason = _REFUSALS.get(outcome)
         if reason is not None:
-            sender = functools.partial(http_sender, _TRANSPORT, request)
+            sender = http_sender(_TRANSPORT, request)
             self.senders.refused(reason, sender, _answered(response))
 
     def _unclaimed(self, request: web.Request) -> None:
@@ -271,7 +271,7 @@ class HttpTraceReceiver:
         except BaseException:
             self.slots.give()
             raise
-        sender = functools.partial(http_sender, _TRANSPORT, request)
+        sender = http_sender(_TRANSPORT, request)
         return await self._export(raw, content_encoding(request), content_type, sender)
 
     async def _export(
