@@ -10,6 +10,9 @@ the OpenTelemetry SDK's exporter, and a subscriber reads the stream through a re
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -17,6 +20,7 @@ import grpc
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
+from tests.integration.test_evaluation_e2e import unverified_refund_dump
 from tests.integration.test_ingest_to_tooltrace import send_grpc
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.tail_format import format_finding_line, stream_finding_record
@@ -77,3 +81,39 @@ def test_a_whole_runs_finding_names_no_incomplete_reason(
         None,
     )
     assert "incomplete" not in str(logged["explanation"])
+
+
+def _replay_env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
+    if os.environ.get("TOOLWATCH_PURE_PYTHON"):
+        env["TOOLWATCH_PURE_PYTHON"] = os.environ["TOOLWATCH_PURE_PYTHON"]
+    return env
+
+
+def test_replay_json_lists_the_incomplete_reason_of_a_finding_of_an_incomplete_run(
+    tmp_path: Path,
+) -> None:
+    """Was: ``replay --format json`` listed findings with the findings log's names but no
+    ``incomplete_reason``: replaying a ``--dump-tooltraces`` capture of a timed-out run, a
+    program could only grep the explanation's note. Now: each listed finding has it."""
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(
+        "policy:\n  dangerous_tools: [issue_refund]\n  verification_tools: [lookup_order]\n"
+    )
+    dump = unverified_refund_dump(tmp_path, 1)
+    run = json.loads(dump.read_text())
+    run.update(complete=False, incomplete_reason="timed_out")
+    dump.write_text(json.dumps(run) + "\n")
+    command = [sys.executable, "-m", "toolwatch", "replay", "--no-progress", "--format", "json"]
+    done = subprocess.run(
+        [*command, "--config", str(config), str(dump)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=_replay_env(),
+    )
+    assert done.returncode == 0, done.stderr[-600:]
+    [finding] = json.loads(done.stdout)["findings"]
+    assert finding["incomplete_reason"] == "timed_out"
+    assert finding["explanation"].endswith(NOTE)

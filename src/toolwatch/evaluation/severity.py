@@ -58,6 +58,7 @@ __all__ = [
     "clamp",
     "effect_severity",
     "incomplete_note",
+    "incomplete_reason",
     "make_finding",
     "severity_for",
 ]
@@ -151,12 +152,18 @@ INCOMPLETE_NOTES: Final = {
 }
 
 
+def incomplete_reason(trace: ToolTrace) -> str | None:
+    """Why ``trace`` was evaluated incomplete, as its findings say it (``unknown`` when the
+    run does not say), ``None`` for a complete run."""
+    return None if trace.complete else trace.incomplete_reason or "unknown"
+
+
 def incomplete_note(trace: ToolTrace) -> str:
     """What a finding's explanation ends with when ``trace`` was evaluated incomplete ("" for
     a complete run): the reason and that the run was judged on the spans that came."""
-    if trace.complete:
+    reason = incomplete_reason(trace)
+    if reason is None:
         return ""
-    reason = trace.incomplete_reason or "unknown"
     why = INCOMPLETE_NOTES.get(reason, "")
     said = f"{reason}: {why}" if why else reason
     return f" [run evaluated incomplete ({said}); judged on the spans that came]"
