@@ -46,10 +46,11 @@ from toolwatch.ingest.slots import RequestSlots
 from toolwatch.listeners import ListenError, ListenersError, StartError, address_taken
 from toolwatch.model import Clock, monotonic_clock
 from toolwatch.namespace_watch import NamespaceWatch
-from toolwatch.outputs import OutputError, Outputs, open_outputs
+from toolwatch.outputs import OutputError, Outputs, open_outputs, output_paths
 from toolwatch.process_tuning import keep_created_series
 from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.security import ListenerSecurity
+from toolwatch.senders import SenderLog
 from toolwatch.sinks.findings import FindingSink
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics
 from toolwatch.sinks.stream.broker import FindingsBroker
@@ -128,7 +129,12 @@ class App(ListenerStartup, GracefulShutdown, ConfigReload):
         )
         self._namespaces = NamespaceWatch(config.policy.guarded_tools(), self.metrics)
         normalize = config.policy.normalizer(self._namespaces)
-        self._security = ListenerSecurity(config.security, clock, self.metrics)
+        #: Who sends what the listeners refuse: a warning per reason and listener at most once a
+        #: minute, on the app's clock.
+        self.senders = SenderLog(clock)
+        self._security = ListenerSecurity(
+            config.security, clock, self.metrics, senders=self.senders
+        )
         self._redaction = findings_redaction(config)
         self.broker = FindingsBroker(
             self.metrics,
@@ -234,6 +240,8 @@ class App(ListenerStartup, GracefulShutdown, ConfigReload):
         for warning in self.config.warnings(addresses=self.addresses, defaults=self._defaults):
             log.warning("%s", warning)
         log.info("listening %s", " ".join(f"{k}={v}" for k, v in self.addresses.items()))
+        where = output_paths(self.config.output)  # a relative path is serve's directory's
+        log.info("outputs %s", " ".join(f"{k}={v}" for k, v in where.items()))
         if not self._compiled and self.config.ingest.decoder == "auto":
             log.warning(
                 "OTLP decoding runs on the reference scanner, a third more CPU per span: %s",

@@ -47,6 +47,7 @@ from toolwatch.listeners import (
 )
 from toolwatch.model import Clock
 from toolwatch.security import ListenerSecurity
+from toolwatch.senders import SenderLog
 from toolwatch.sinks import exposition
 from toolwatch.sinks.prometheus import PrometheusMetrics
 from toolwatch.sinks.stream.broker import FindingsBroker
@@ -84,6 +85,7 @@ class ListenerStartup:
     _slots: RequestSlots
     _decoding: DecodeThread
     _http_in_flight: InFlight
+    senders: SenderLog
     _grpc: grpc.aio.Server | None
     _runners: list[web.AppRunner]
     _ready: bool
@@ -140,6 +142,7 @@ class ListenerStartup:
                     self.config.ingest.retry_after_seconds,
                     self._slots,
                     decoding=self._decoding,
+                    senders=self.senders,
                 ),
             )
         )
@@ -200,6 +203,7 @@ class ListenerStartup:
             slots=self._slots,
             decoding=self._decoding,
             in_flight=self._http_in_flight,
+            senders=self.senders,
         ).add_routes(app)
         app.middlewares.insert(0, self._connection_age_middleware())  # sees every answer
         return app

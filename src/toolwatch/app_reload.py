@@ -27,7 +27,7 @@ from toolwatch.sinks.findings import Redaction
 from toolwatch.sinks.prometheus import PrometheusMetrics
 from toolwatch.sinks.stream.broker import FindingsBroker
 
-__all__ = ["RELOADED_OUTPUT", "RELOADED_SECTIONS", "ConfigReload"]
+__all__ = ["RELOADED_OUTPUT", "RELOADED_SECTIONS", "ConfigReload", "log_reload_failure"]
 
 log = logging.getLogger("toolwatch")
 
@@ -43,6 +43,18 @@ _KEPT_BECAUSE = {
     "golden": "its cases would be found by an attribute the receivers do not copy: they copy"
     " those configured at start-up",
 }
+
+
+def log_reload_failure(error: Exception) -> None:
+    """Log why a reload failed, a record per line of ``error`` (a ``ConfigError`` names each
+    of its errors on a line of its own): log pipelines split records at line breaks, and a
+    line after the first would have no timestamp, level or logger, and be read as another
+    process's. The first says the running configuration stays; each other names the reload."""
+    first, *rest = str(error).splitlines() or [type(error).__name__]
+    log.error("configuration reload failed; the running configuration stays: %s", first)
+    for line in rest:
+        if line.strip():
+            log.error("configuration reload failed: %s", line.strip())
 
 
 def _kept_keys(loaded: Config, kept: dict[str, Any]) -> dict[str, list[str]]:
@@ -130,7 +142,7 @@ class ConfigReload:
                 golden, normalize = build_references(config)
             evaluation = evaluation_pipeline(config)
         except Exception as exc:  # ConfigError, ReferenceFileError, OSError, RecursionError...
-            log.error("configuration reload failed; the running configuration stays\n%s", exc)
+            log_reload_failure(exc)
             self.metrics.config_reloaded(False)
             return False
         self._namespaces.reload(config.policy.guarded_tools())

@@ -38,7 +38,8 @@ def add_tail(commands: Any) -> None:
         default=[],
         metavar="CATEGORY",
         help="only findings of CATEGORY (DANGEROUS_ACTION_DRIFT, say: the README lists them);"
-        " repeatable, for any of several",
+        " repeatable, for any of several. What pages: --category DANGEROUS_ACTION_DRIFT"
+        " --category MISSING_VERIFICATION_STEP",
     )
     tail.add_argument(
         "--agent",
@@ -53,7 +54,9 @@ def add_tail(commands: Any) -> None:
         "--min-severity",
         default="low",
         choices=severities,
-        help="only findings at least this severe (low: all)",
+        help="only findings at least this severe (low: all). Severity is how far a score"
+        " fell, not whether it pages: a high MISSING_VERIFICATION_STEP pages, a critical"
+        " ARGUMENT_VALUE_DRIFT is a ticket; follow the pages with --category",
     )
     tail.add_argument("--json", action="store_true", help="one JSON object per line")
     tail.add_argument(

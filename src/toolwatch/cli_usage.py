@@ -98,16 +98,19 @@ examples:
 TAIL_DESCRIPTION = """\
 Print the findings of a running serve as it finds them, from its findings
 stream: one line each (coloured on a terminal), or one JSON object each with
---json. --category, --agent and --min-severity choose which. --reconnect follows
-the stream across lost connections and server restarts, and --cursor-file lets
-the next run resume where this one stopped: either way no finding the server
-still holds is lost. Exit 0 when the server ends the stream, 130 at Ctrl-C, 143
-at SIGTERM; docs/commands.md has the rest."""
+--json. --category, --agent and --min-severity choose which: a finding's
+severity is its effect size, not whether it pages (the categories decide that),
+so follow the pages by category, not with --min-severity critical. --reconnect
+follows the stream across lost connections and server restarts, and
+--cursor-file lets the next run resume where this one stopped: either way no
+finding the server still holds is lost. Exit 0 when the server ends the stream,
+130 at Ctrl-C, 143 at SIGTERM; docs/commands.md has the rest."""
 
 TAIL_EXAMPLES = """\
 examples:
   toolwatch tail                                      the local serve's findings
-  toolwatch tail --category DANGEROUS_ACTION_DRIFT --min-severity high
+  toolwatch tail --category DANGEROUS_ACTION_DRIFT \\
+                 --category MISSING_VERIFICATION_STEP              what pages
   toolwatch tail --agent support-bot --json | jq .explanation
   toolwatch tail --target toolwatch.internal:4319 --tls-ca ca.pem \\
                  --bearer-token-file token --reconnect --cursor-file tail.cursor

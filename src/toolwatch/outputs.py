@@ -37,7 +37,7 @@ from toolwatch.sinks.findings import FanOutSink, FindingSink, JsonLinesFindingSi
 from toolwatch.sinks.linefile import LineFile, TextOutput, WriteFailures
 from toolwatch.sinks.tooltraces import ToolTraceWriter
 
-__all__ = ["OutputError", "Outputs", "open_outputs", "open_text"]
+__all__ = ["OutputError", "Outputs", "open_outputs", "open_text", "output_paths"]
 
 log = logging.getLogger(__name__)
 
@@ -105,6 +105,24 @@ class Outputs:
             file.output.stop_taking()
         for file in self.files:  # each thread had the whole grace since stop_taking
             file.output.close(deadline - time.monotonic(), grace=timeout)
+
+
+def output_paths(output: OutputSettings) -> dict[str, str]:
+    """Where each output goes, for the start-up log: ``stdout`` for ``-``, ``off`` when unset,
+    else the absolute path it is opened at. A relative ``output.findings`` or
+    ``output.dump_tooltraces`` is opened in ``serve``'s working directory, wherever it was
+    given (unlike ``golden.cases_file`` and the security files, which a configuration file
+    gives relative to itself): the log line says which file that is."""
+    return {
+        "findings": _where(output.findings),
+        "dump_tooltraces": _where(output.dump_tooltraces),
+    }
+
+
+def _where(target: str | None) -> str:
+    if target is None:
+        return "off"
+    return "stdout" if target == "-" else os.path.abspath(target)
 
 
 def open_outputs(

@@ -53,6 +53,7 @@ from toolwatch.config import Config
 from toolwatch.engine_setup import build_references, conversation_scope
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
+from toolwatch.evaluation.severity import incomplete_reason
 from toolwatch.ingest.decode import DecodeError, looks_like_otlp_protobuf
 from toolwatch.ingest.otlp_json import decode_otlp_json, latest_end_ns, read_integer
 from toolwatch.metrics import NoopMetrics
@@ -193,7 +194,10 @@ def evaluate_offline(
         result = pipeline.evaluate(
             pair.target, pair.case, pair.source, policy=False, pair_key=pair.key
         )
-        builder.add_pair(result, ReferenceKind.SOURCE, rescored=pipeline.rescored)
+        incomplete = incomplete_reason(pair.target)
+        builder.add_pair(
+            result, ReferenceKind.SOURCE, rescored=pipeline.rescored, incomplete=incomplete
+        )
     builder.unpaired(halves.unpaired)
     return builder.build()
 

@@ -37,7 +37,7 @@ from toolwatch.evaluation import composite, structure
 from toolwatch.evaluation.composite import failure_type
 from toolwatch.evaluation.pipeline import EVALUATOR_ORDER, PipelineResult
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.evaluation.severity import CALL_AGENT, ERROR_TYPE, OUTCOME
+from toolwatch.evaluation.severity import CALL_AGENT, ERROR_TYPE, OUTCOME, incomplete_reason
 from toolwatch.metrics import UNMATCHED_CASE_REASONS
 from toolwatch.model import Category, Finding, GoldenCase, ReferenceKind, ToolTrace, Traffic
 from toolwatch.references.golden import CaseTally, GoldenCaseSet
@@ -117,9 +117,9 @@ class _Spool:
         with _told():
             self._file = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
 
-    def add(self, finding: Finding, traffic: Traffic) -> None:
+    def add(self, finding: Finding, traffic: Traffic, incomplete: str | None) -> None:
         with _told():
-            record = _finding_dict(finding, traffic)
+            record = _finding_dict(finding, traffic, incomplete)
             self._file.write(json.dumps(record, allow_nan=False) + "\n")
 
     def seal(self) -> None:
@@ -177,6 +177,7 @@ class Report:
     evaluator_failures: dict[str, int] = field(default_factory=dict)
     finding_list: list[Finding] = field(default_factory=list)  # when kept in memory
     finding_traffic: list[Traffic] = field(default_factory=list)  # each kept finding's
+    finding_incomplete: list[str | None] = field(default_factory=list)  # its run's reason
     listing: Listing = "kept"
     spooled: _Spool | None = field(default=None, repr=False, compare=False)
     incomplete: dict[str, int] = field(default_factory=dict)  # reason -> runs
@@ -248,8 +249,8 @@ class Report:
             sort_keys=True,
             allow_nan=False,  # NaN is not JSON
         )
-        kept = map(_finding_dict, self.finding_list, self.finding_traffic)
-        sources = (_finding_dict(f, Traffic.LIVE) for f in self.source_finding_list)
+        kept = map(_finding_dict, self.finding_list, self.finding_traffic, self.finding_incomplete)
+        sources = (_finding_dict(f, Traffic.LIVE, None) for f in self.source_finding_list)
         lists = {
             json.dumps(listed): self.spooled.records() if self.spooled else kept,
             json.dumps(listed_sources): (
@@ -381,6 +382,7 @@ class ReportBuilder:
         self._by_category: dict[str, Counter[str]] = defaultdict(Counter)  # -> severity
         self._findings: list[Finding] = []  # kept
         self._traffic: list[Traffic] = []  # each kept finding's
+        self._incomplete_reasons: list[str | None] = []  # each kept finding's run's
         self._spool = _Spool() if listing == "spooled" else None
         self._category_runs: Counter[str] = Counter()
         self._categories: dict[str, list[float]] = defaultdict(list)  # composite scores
@@ -414,7 +416,7 @@ class ReportBuilder:
             self._source_findings.update(str(f.category) for f in result.findings)
             for finding in result.findings:
                 if self._source_spool is not None:
-                    self._source_spool.add(finding, Traffic.LIVE)
+                    self._source_spool.add(finding, Traffic.LIVE, None)
                 elif self._listing == "kept":
                     self._source_list.append(finding)
             if case is not None:  # run, but by the serving model: said apart
@@ -423,7 +425,7 @@ class ReportBuilder:
                 self._evaluator_failures[evaluator] += 1
             return
         self._traces += 1
-        self._take(result, None, traffic)
+        self._take(result, None, traffic, incomplete_reason(trace))
         if not trace.complete:
             self._incomplete[trace.incomplete_reason or "unknown"] += 1
         if case is not None:
@@ -446,18 +448,25 @@ class ReportBuilder:
         self._unpaired = dict(counts)
 
     def add_pair(
-        self, result: PipelineResult, kind: ReferenceKind, *, rescored: frozenset[str]
+        self,
+        result: PipelineResult,
+        kind: ReferenceKind,
+        *,
+        rescored: frozenset[str],
+        incomplete: str | None = None,
     ) -> None:
         """A shadow pair: only what was judged against the source counts. The target's own
         scores from the evaluators its pair's pass ran again (``rescored``, the pipeline's)
-        and its policy findings were counted when it was added on its own."""
-        self._take(result, kind, Traffic.SHADOW, rescored)
+        and its policy findings were counted when it was added on its own. ``incomplete``:
+        the target's ``incomplete_reason`` (``None``: a whole run)."""
+        self._take(result, kind, Traffic.SHADOW, incomplete, rescored)
 
     def _take(
         self,
         result: PipelineResult,
         only: ReferenceKind | None,
         traffic: Traffic,
+        incomplete: str | None,
         skip: frozenset[str] = frozenset(),
     ) -> None:
         for evaluated in result.results:
@@ -472,10 +481,11 @@ class ReportBuilder:
                 continue
             self._by_category[str(finding.category)][str(finding.severity)] += 1
             if self._spool is not None:
-                self._spool.add(finding, traffic)
+                self._spool.add(finding, traffic, incomplete)
             elif self._listing == "kept":
                 self._findings.append(finding)
                 self._traffic.append(traffic)
+                self._incomplete_reasons.append(incomplete)
         for evaluator, _message in result.failures:
             self._evaluator_failures[evaluator] += 1
 
@@ -539,6 +549,7 @@ class ReportBuilder:
             evaluator_failures=dict(self._evaluator_failures),
             finding_list=self._findings,
             finding_traffic=self._traffic,
+            finding_incomplete=self._incomplete_reasons,
             listing=self._listing,
             spooled=self._spool,
             incomplete=dict(self._incomplete),
@@ -604,10 +615,11 @@ def _failed_dict(case: FailedCase) -> dict[str, Any]:
     }
 
 
-def _finding_dict(finding: Finding, traffic: Traffic) -> dict[str, Any]:
+def _finding_dict(finding: Finding, traffic: Traffic, incomplete: str | None) -> dict[str, Any]:
     """A finding as the JSON report lists it, with the findings log's names
-    (``toolwatch.sinks.findings``); of its details only what became of a dangerous call
-    (``outcome``, ``error_type``), never argument values."""
+    (``toolwatch.sinks.findings``), ``incomplete`` its run's ``incomplete_reason`` (``None``
+    for a whole run's); of its details only what became of a dangerous call (``outcome``,
+    ``error_type``), never argument values."""
     return {
         "category": str(finding.category),
         "severity": str(finding.severity),
@@ -624,6 +636,7 @@ def _finding_dict(finding: Finding, traffic: Traffic) -> dict[str, Any]:
         "trace_id": finding.trace_id,
         "span_id": finding.span_id,
         "traffic": str(traffic),
+        "incomplete_reason": incomplete,
         "explanation": finding.explanation,
         "details": {k: finding.details[k] for k in (OUTCOME, ERROR_TYPE) if k in finding.details},
     }

@@ -22,6 +22,11 @@ which, and counted with ``PipelineMetrics.auth_failed(listener)``. The gRPC heal
 (``Check``; not ``Watch``, a stream) and the metrics listener's ``/healthz`` and ``/readyz``
 stay open: kubelet probes cannot send a token.
 
+Every refusal of these checks is also told to a ``toolwatch.senders.SenderLog`` (the
+listener's, with the peer's address and its certificate's names; the reason
+``unauthenticated`` or ``permission_denied``, and whether a token was sent, never the token):
+a warning per reason and listener at most once a minute says who is refused.
+
 Tokens live in a file (``TokenFile``), one per line so a new token can be added before the
 old one is removed; the file is re-read when it changes, without a restart. So are the
 certificate, its key and the client CA (``toolwatch.tls.CertificateFiles``): a rotated
@@ -41,7 +46,6 @@ is not thread-safe.
 
 from __future__ import annotations
 
-import functools
 import hmac
 import inspect
 import logging
@@ -55,13 +59,13 @@ from typing import Any
 import grpc
 from aiohttp import hdrs, web
 from aiohttp.typedefs import Handler, Middleware
-from cryptography import x509
-from cryptography.x509.oid import NameOID
 
 from toolwatch.certificate_dates import utc_from_ns
+from toolwatch.client_names import certificate_names
 from toolwatch.config.security import SecuritySettings, read_token_file
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock
+from toolwatch.senders import SenderLog, grpc_sender, http_sender
 from toolwatch.tls import (
     CertificateFiles,
     Certificates,
@@ -191,10 +195,13 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc] 
         metrics: PipelineMetrics,
         listener: str,
         open_methods: frozenset[str] = frozenset({HEALTH_CHECK}),
+        *,
+        senders: SenderLog,
     ) -> None:
         self._tokens = tokens
         self._metrics = metrics
         self._listener = listener
+        self._senders = senders
         self._open = open_methods
         self._refusal = grpc.stream_stream_rpc_method_handler(self._refuse)
 
@@ -205,7 +212,19 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc] 
 
     async def _refuse(self, requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         self._metrics.auth_failed(self._listener)
+        sent = _token_in(context.invocation_metadata()) is not None
+        sender = grpc_sender(self._listener, context)
+        self._senders.refused(UNAUTHENTICATED, sender, _token_said(sent))
         await context.abort(grpc.StatusCode.UNAUTHENTICATED)
+
+
+#: The sender log's reasons for the refusals here (``toolwatch.senders``).
+UNAUTHENTICATED, PERMISSION_DENIED = "unauthenticated", "permission_denied"
+
+
+def _token_said(sent: bool) -> str:
+    """What a token refusal's log line says of the token: whether one was sent, never it."""
+    return "a bearer token that is not accepted" if sent else "no bearer token"
 
 
 def _metadata_token(details: Any) -> str | None:
@@ -229,32 +248,42 @@ def bearer_token_middleware(
     metrics: PipelineMetrics,
     listener: str,
     open_paths: frozenset[str] = frozenset(),
+    *,
+    senders: SenderLog,
 ) -> Middleware:
     """An aiohttp middleware answering requests without an accepted bearer token with 401,
     ``WWW-Authenticate: Bearer realm="toolwatch"`` and an empty body, counted for
     ``listener``; requests for ``open_paths`` pass without a token. Runs before the handler
-    reads the body."""
+    reads the body. Refusals are told to ``senders``."""
+    told = senders
 
     @web.middleware
     async def require_token(request: web.Request, handler: Handler) -> web.StreamResponse:
-        authorization = request.headers.get(hdrs.AUTHORIZATION)
-        if request.path in open_paths or tokens.accepts(bearer_token(authorization)):
+        token = bearer_token(request.headers.get(hdrs.AUTHORIZATION))
+        if request.path in open_paths or tokens.accepts(token):
             return await handler(request)
         metrics.auth_failed(listener)
+        sender = http_sender(listener, request)
+        told.refused(UNAUTHENTICATED, sender, _token_said(token is not None))
         return web.Response(status=401, headers={hdrs.WWW_AUTHENTICATE: _CHALLENGE})
 
     return require_token
 
 
 def client_certificate_middleware(
-    metrics: PipelineMetrics, listener: str, open_paths: frozenset[str]
+    metrics: PipelineMetrics,
+    listener: str,
+    open_paths: frozenset[str],
+    *,
+    senders: SenderLog,
 ) -> Middleware:
     """An aiohttp middleware for a listener whose TLS lets clients without a certificate
     finish the handshake (one that presents a certificate the client CA did not sign never
     does): requests on such a connection are answered 403 with an empty body and counted for
     ``listener``, except those for ``open_paths``. Not 401: RFC 9110 §15.5.2 has a 401 carry
     a ``WWW-Authenticate`` challenge, and none asks for a client certificate; a token would
-    not let such a client in either."""
+    not let such a client in either. Refusals are told to ``senders``."""
+    told = senders
 
     @web.middleware
     async def require_certificate(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -263,6 +292,8 @@ def client_certificate_middleware(
         if verified or request.path in open_paths:
             return await handler(request)
         metrics.auth_failed(listener)
+        sender = http_sender(listener, request)
+        told.refused(PERMISSION_DENIED, sender, "no client certificate")
         return web.Response(status=403)
 
     return require_certificate
@@ -295,29 +326,6 @@ class ClientNames:
         return len(pems) == 1 and self.admit(pems[0])
 
 
-@functools.lru_cache(maxsize=256)  # a connection's calls show the same certificate
-def certificate_names(certificate: bytes) -> frozenset[str]:
-    """The names a client certificate (DER, or PEM) gives: every subject common name and its
-    DNS, URI and email subject alternative names (not its IP addresses: they name a host).
-    None when ``cryptography`` cannot read them all (an exotic alternative name, such as an
-    x400Address, included): such a certificate names no client."""
-    try:
-        if certificate.startswith(b"-----BEGIN"):
-            cert = x509.load_pem_x509_certificate(certificate)
-        else:
-            cert = x509.load_der_x509_certificate(certificate)
-        names = [str(a.value) for a in cert.subject.get_attributes_for_oid(NameOID.COMMON_NAME)]
-        try:
-            alternative = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName)
-        except x509.ExtensionNotFound:
-            return frozenset(names)
-        for kind in (x509.DNSName, x509.UniformResourceIdentifier, x509.RFC822Name):
-            names += alternative.value.get_values_for_type(kind)
-    except Exception:  # not only ValueError: an x400Address name raises its own error
-        return frozenset()  # a certificate it cannot read names no client
-    return frozenset(names)
-
-
 class ClientNameInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc is untyped
     """Answers a call whose client certificate names no accepted client (``ClientNames``)
     PERMISSION_DENIED, with no detail, and counts it for ``listener``.
@@ -333,10 +341,18 @@ class ClientNameInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  
     a plain function is refused with ``TypeError`` (it would block the event loop, and its
     context's ``abort`` would not stop it)."""
 
-    def __init__(self, names: ClientNames, metrics: PipelineMetrics, listener: str) -> None:
+    def __init__(
+        self,
+        names: ClientNames,
+        metrics: PipelineMetrics,
+        listener: str,
+        *,
+        senders: SenderLog,
+    ) -> None:
         self._names = names
         self._metrics = metrics
         self._listener = listener
+        self._senders = senders
 
     async def intercept_service(self, continuation: _Continuation, details: Any) -> Any:
         handler = await continuation(details)
@@ -345,6 +361,8 @@ class ClientNameInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  
     async def _admit(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         if not self._names.admit_grpc(context.auth_context()):
             self._metrics.auth_failed(self._listener)
+            sender = grpc_sender(self._listener, context)
+            self._senders.refused(PERMISSION_DENIED, sender, _NAMED_NONE)
             await context.abort(grpc.StatusCode.PERMISSION_DENIED)  # raises
 
     def _checked(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
@@ -414,13 +432,20 @@ async def _finished(result: Any, context: Any) -> Any:
 
 
 def client_name_middleware(
-    names: ClientNames, metrics: PipelineMetrics, listener: str, open_paths: frozenset[str]
+    names: ClientNames,
+    metrics: PipelineMetrics,
+    listener: str,
+    open_paths: frozenset[str],
+    *,
+    senders: SenderLog,
 ) -> Middleware:
     """An aiohttp middleware answering requests on a connection whose client certificate
     names no accepted client (``ClientNames``), or that shows none, with 403 and an empty
     body, counted for ``listener``, except those for ``open_paths``. Put it after
     ``client_certificate_middleware`` on a listener where a client without a certificate
-    finishes the handshake: that refuses such a client first."""
+    finishes the handshake: that refuses such a client first. Refusals are told to
+    ``senders``."""
+    told = senders
 
     @web.middleware
     async def require_name(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -430,16 +455,22 @@ def client_name_middleware(
         if request.path in open_paths or names.admit(certificate):
             return await handler(request)
         metrics.auth_failed(listener)
+        told.refused(PERMISSION_DENIED, http_sender(listener, request), _NAMED_NONE)
         return web.Response(status=403)
 
     return require_name
+
+
+#: What a refusal for a certificate's names says: the names themselves are the sender's.
+_NAMED_NONE = "a client certificate that names no client of tls.client_names"
 
 
 class ListenerSecurity:
     """What protects each listener (``grpc``, ``http``, ``metrics``, ``stream``), built once
     from ``settings``: every file is read here, so an unusable one stops start-up. Reloads
     are timed with ``clock``, a reloaded certificate's dates judged at ``wall_clock`` (Unix
-    ns) time; refusals are counted on ``metrics``."""
+    ns) time; refusals are counted on ``metrics`` and told, with their senders, to ``senders``
+    (the app's, on its clock, shared with the receivers)."""
 
     def __init__(
         self,
@@ -447,9 +478,12 @@ class ListenerSecurity:
         clock: Clock,
         metrics: PipelineMetrics,
         wall_clock: Callable[[], int] = time.time_ns,
+        *,
+        senders: SenderLog,
     ) -> None:
         self._settings = settings
         self._metrics = metrics
+        self._senders = senders
         tls, auth = settings.tls, settings.auth
         # HTTPS contexts by verify mode. With a client CA the metrics listener lets a client
         # without a certificate finish the handshake, so that probes (which have none) reach
@@ -553,9 +587,13 @@ class ListenerSecurity:
         # The name first: it wraps what the token check returns, its refusal included.
         interceptors: list[grpc.aio.ServerInterceptor] = []
         if self._names is not None and self._settings.uses_tls(listener):
-            interceptors.append(ClientNameInterceptor(self._names, self._metrics, listener))
+            interceptors.append(
+                ClientNameInterceptor(self._names, self._metrics, listener, senders=self._senders)
+            )
         if self._tokens is not None and self._settings.uses_auth(listener):
-            interceptors.append(BearerTokenInterceptor(self._tokens, self._metrics, listener))
+            interceptors.append(
+                BearerTokenInterceptor(self._tokens, self._metrics, listener, senders=self._senders)
+            )
         return tuple(interceptors)
 
     def still_accepted(
@@ -606,13 +644,21 @@ class ListenerSecurity:
         middlewares: list[Middleware] = []
         tls = self._settings.uses_tls(listener)
         if tls and self._verify_mode(listener) is ssl.CERT_OPTIONAL:
-            middlewares.append(client_certificate_middleware(self._metrics, listener, open_paths))
+            middlewares.append(
+                client_certificate_middleware(
+                    self._metrics, listener, open_paths, senders=self._senders
+                )
+            )
         if tls and self._names is not None:
             middlewares.append(
-                client_name_middleware(self._names, self._metrics, listener, open_paths)
+                client_name_middleware(
+                    self._names, self._metrics, listener, open_paths, senders=self._senders
+                )
             )
         if self._tokens is not None and self._settings.uses_auth(listener):
             middlewares.append(
-                bearer_token_middleware(self._tokens, self._metrics, listener, open_paths)
+                bearer_token_middleware(
+                    self._tokens, self._metrics, listener, open_paths, senders=self._senders
+                )
             )
         return tuple(middlewares)

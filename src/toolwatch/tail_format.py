@@ -3,12 +3,15 @@
     2026-11-29T20:31:02Z CRITICAL DANGEROUS_ACTION_DRIFT agent=refund-bot tool=issue_refund
     trace=4bf92f3577b34da6a3ce929d0e0e4736 span=b7ad6b7169203331 — <explanation>
 
-(on one line; ``agent=``, ``tool=``, ``field=`` and ``span=`` appear when the finding has them:
-the span tells apart the findings of one run that say the same; ``call_agent=`` follows
-``agent=`` when another agent of the run made the finding's call (one used as a tool or handed
-over to: ``details["call_agent"]``), the agent an alert's ``agent`` label does not name;
-``case=`` names the golden case a finding was judged against, ``source_trace=`` and ``pair=``
-the shadow source run and pair key; ``traffic=shadow`` marks a shadow candidate's finding,
+(on one line; ``incomplete=REASON`` comes first, right after the category, when the run was
+evaluated without all its spans (``timed_out``, ``evicted``, ``shutdown``, ``span_limit``:
+the finding may be of a span that never came); ``agent=``, ``tool=``, ``field=`` and
+``span=`` appear when the finding has them: the span tells apart the findings of one run
+that say the same; ``call_agent=`` follows ``agent=`` when another agent of the run made the
+finding's call (one used as a tool or handed over to: ``details["call_agent"]``), the agent
+an alert's ``agent`` label does not name; ``case=`` names the golden case a finding was
+judged against, ``source_trace=`` and ``pair=`` the shadow source run and pair key;
+``traffic=shadow`` marks a shadow candidate's finding,
 which pages no one), or with
 ``--json`` the findings-log object of each finding, plus ``stream`` and ``sequence`` (its
 place in the server's stream, from a server that numbers findings). The severity and category
@@ -133,6 +136,7 @@ _JSON_ESCAPED: dict[int, str] = {c: json.dumps(chr(c))[1:-1] for c in _ESCAPED i
 def _labels(message: findings_pb2.Finding) -> list[tuple[str, str]]:
     caller = message.details.get(CALL_AGENT, "")
     return [
+        ("incomplete", message.incomplete_reason),  # first: it says how far to trust the rest
         ("agent", message.agent),
         ("call_agent", caller if caller != message.agent else ""),  # a sub-agent's call
         ("tool", message.tool),
@@ -165,6 +169,7 @@ def stream_finding_record(message: findings_pb2.Finding) -> dict[str, Any]:
         "span_id": message.span_id or None,
         "service": message.service or None,
         "traffic": message.traffic or None,
+        "incomplete_reason": message.incomplete_reason or None,
         "timestamp": format_timestamp(message.time_unix_nano),
         "details": dict(message.details),
     }

@@ -23,6 +23,7 @@ import pytest
 
 from tests.integration.conftest import until
 from tests.integration.test_cli import (
+    EXAMPLES,
     FREE_PORTS,
     LISTENING,
     START_SECONDS,
@@ -78,6 +79,28 @@ def test_serve_catches_sighup_before_importing_anything_slow() -> None:
 
     assert caught
     assert imported - baseline == {"__future__", "toolwatch", "toolwatch.compiled", "toolwatch.cli"}
+
+
+def test_python_m_toolwatch_runs_the_cli_and_imports_no_more_before_sighup_is_caught() -> None:
+    """``python -m toolwatch`` failed ("No module named toolwatch.__main__"). It runs the
+    same CLI, and, as the console script, catches SIGHUP having imported only the CLI."""
+    # runpy is -m's own: what it imports comes before any module of toolwatch.
+    before = "import os, signal, sys, importlib.machinery, runpy, importlib.util"
+    baseline, _ = imported_before_sighup_is_caught(before)
+    program = "import runpy; runpy.run_module('toolwatch')"  # as -m does, main() not run
+    imported, caught = imported_before_sighup_is_caught(program, "serve")
+    assert caught
+    assert imported - baseline == {"__future__", "toolwatch", "toolwatch.compiled", "toolwatch.cli"}
+    run = subprocess.run(
+        [sys.executable, "-m", "toolwatch", "check-config", str(EXAMPLES / "toolwatch.yaml")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=clean_env(),
+        check=False,
+    )
+    said = f"{EXAMPLES / 'toolwatch.yaml'}: ok, 5 golden case(s)\n"
+    assert (run.returncode, run.stdout) == (0, said), run.stderr
 
 
 def test_the_commands_that_reload_nothing_leave_sighup_to_its_default() -> None:

@@ -370,6 +370,7 @@ def test_tail_json_prints_the_findings_log_object() -> None:
         "span_id": "b7ad6b7169203331",
         "service": "support",
         "traffic": "live",
+        "incomplete_reason": None,
         "timestamp": "2026-11-29T20:31:02.123Z",
         "details": {"calls": "2", "fields": '{"order_id":"[redacted]","amount":"[redacted]"}'},
         "stream": lines[0]["stream"],

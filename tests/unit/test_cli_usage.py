@@ -223,3 +223,18 @@ def test_check_config_names_its_file_and_config_option_distinctly() -> None:
     usage = " ".join(commands()["check-config"].format_usage().split())
     assert usage.startswith("usage: toolwatch check-config [-h] [--config FILE] ")
     assert usage.endswith(" [CONFIG_FILE]")
+
+
+def test_tail_help_says_severity_is_no_filter_for_pages_and_how_to_follow_them() -> None:
+    """The audit's ``tail --min-severity critical`` showed a critical ARGUMENT_VALUE_DRIFT
+    (a ticket) and hid a high MISSING_VERIFICATION_STEP (a page): severity is effect size.
+    The help says so, and its example follows the paging categories."""
+    tail = commands()["tail"]
+    text = " ".join(tail.format_help().split())
+    assert "severity is its effect size, not whether it pages" in text
+    assert "not with --min-severity critical" in text
+    [minimum] = [a for a in tail._actions if "--min-severity" in a.option_strings]
+    assert "not whether it pages" in str(minimum.help)
+    follow_pages = example_lines(cli_usage.TAIL_EXAMPLES)[1]
+    args = tail.parse_args(toolwatch_arguments(follow_pages)[1:])
+    assert args.category == ["DANGEROUS_ACTION_DRIFT", "MISSING_VERIFICATION_STEP"]

@@ -14,7 +14,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from tests.certificates import alt_names, client_certificate, with_edi_party_name
+from toolwatch.model import ManualClock
 from toolwatch.security import ClientNameInterceptor, ClientNames, certificate_names
+from toolwatch.senders import SenderLog
 
 CA = trustme.CA()
 
@@ -125,7 +127,11 @@ async def answers(common_name: str) -> tuple[dict[str, Any], list[str]]:
     leaf = server_ca.issue_cert("localhost")
     metrics = Counted()
     server = grpc.aio.server(
-        interceptors=[ClientNameInterceptor(ClientNames(["collector"]), metrics, "grpc")]
+        interceptors=[
+            ClientNameInterceptor(
+                ClientNames(["collector"]), metrics, "grpc", senders=SenderLog(ManualClock())
+            )
+        ]
     )
     server.add_generic_rpc_handlers((Methods(),))
     credentials = grpc.ssl_server_credentials(
@@ -169,7 +175,9 @@ def sync_unary(request: bytes, context: Any) -> bytes:
 
 
 def test_a_sync_handler_is_refused_for_it_would_block_the_event_loop() -> None:
-    interceptor = ClientNameInterceptor(ClientNames(["collector"]), Counted(), "grpc")
+    interceptor = ClientNameInterceptor(
+        ClientNames(["collector"]), Counted(), "grpc", senders=SenderLog(ManualClock())
+    )
     with pytest.raises(TypeError, match=r"serves grpc\.aio handlers"):
         interceptor._checked(grpc.unary_unary_rpc_method_handler(sync_unary))
 

@@ -20,6 +20,7 @@ from tests.certificates import ca_certificate
 from toolwatch.config import SecuritySettings, TlsSettings
 from toolwatch.model import ManualClock
 from toolwatch.security import ListenerSecurity
+from toolwatch.senders import SenderLog
 from toolwatch.sinks.prometheus import PrometheusMetrics
 
 RELOAD_SECONDS = 30.0
@@ -66,8 +67,10 @@ def security(
     )
     metrics = PrometheusMetrics(registry or CollectorRegistry())
     if wall is None:
-        return ListenerSecurity(SecuritySettings(tls=tls), clock, metrics)
-    return ListenerSecurity(SecuritySettings(tls=tls), clock, metrics, wall)
+        return ListenerSecurity(SecuritySettings(tls=tls), clock, metrics, senders=SenderLog(clock))
+    return ListenerSecurity(
+        SecuritySettings(tls=tls), clock, metrics, wall, senders=SenderLog(clock)
+    )
 
 
 def handshake(
@@ -371,7 +374,10 @@ def test_a_client_ca_file_of_expired_cas_is_reported_by_the_last_to_expire(
 
 def test_no_dates_are_reported_without_tls() -> None:
     registry = CollectorRegistry()
-    ListenerSecurity(SecuritySettings(), ManualClock(), PrometheusMetrics(registry))
+    clock = ManualClock()
+    ListenerSecurity(
+        SecuritySettings(), clock, PrometheusMetrics(registry), senders=SenderLog(clock)
+    )
     assert [reported(registry, file) for file in FILES] == [(None, None), (None, None)]
 
 
@@ -516,7 +522,10 @@ def test_a_listener_that_takes_no_client_certificate_is_not_told(
     )
     clock, told = ManualClock(), []
     plaintext_stream = ListenerSecurity(
-        SecuritySettings(tls=tls), clock, PrometheusMetrics(CollectorRegistry())
+        SecuritySettings(tls=tls),
+        clock,
+        PrometheusMetrics(CollectorRegistry()),
+        senders=SenderLog(clock),
     )
     plaintext_stream.on_client_ca_removed("stream", lambda: told.append("stream"))
     plaintext_stream.on_client_ca_removed("grpc", lambda: told.append("grpc"))

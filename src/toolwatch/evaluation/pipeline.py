@@ -42,6 +42,7 @@ from toolwatch.evaluation.order import Order
 from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.selection import ToolSelection
 from toolwatch.evaluation.settings import Against, EvaluationSettings
+from toolwatch.evaluation.severity import incomplete_note
 from toolwatch.evaluation.structure import ToolTraceStructure
 from toolwatch.model import EvalResult, Finding, GoldenCase, ReferenceKind, ToolTrace, Verified
 
@@ -321,9 +322,17 @@ def _cut(result: EvalResult, trace: ToolTrace) -> EvalResult:
     more = len(findings) - MAX_FINDINGS
     note = f" ({more} more findings on this run not raised)"
     kept = [finding for index, finding in enumerate(findings) if index in keep]
-    last = kept[-1]
-    kept[-1] = dataclasses.replace(last, explanation=last.explanation + note)
+    kept[-1] = dataclasses.replace(kept[-1], explanation=_before_note(kept[-1], note, trace))
     return EvalResult(result.evaluator, result.scores, tuple(kept), result.explanation + note)
+
+
+def _before_note(finding: Finding, more: str, trace: ToolTrace) -> str:
+    """``finding``'s explanation with ``more`` added before the note of an incomplete run
+    (``incomplete_note``): that note ends every explanation of such a run's findings."""
+    explanation, note = finding.explanation, incomplete_note(trace)
+    if note and explanation.endswith(note):
+        return explanation[: -len(note)] + more + note
+    return explanation + more
 
 
 def _available(reference: Reference) -> frozenset[ReferenceKind]:

@@ -24,6 +24,11 @@ A finding that names one call of a dangerous tool (``safety``'s, and an invarian
 also says what became of it (``call_outcome``): a page asks its reader to reverse the action,
 and a refund that failed, or that the model asked for and the agent never ran, is none to
 reverse. The outcome changes neither category nor severity: the agent tried.
+
+A finding of a run evaluated before it was whole (``ToolTrace.complete`` false) ends its
+explanation by saying so and why (``incomplete_note``): such a run is judged on the spans that
+had come, so the verification a MISSING_VERIFICATION_STEP misses may be in a span that never
+came. The findings log, the stream and ``tail`` name the reason too (``incomplete_reason``).
 """
 
 from __future__ import annotations
@@ -47,10 +52,13 @@ __all__ = [
     "CALL_AGENT",
     "EFFECT_BANDS",
     "ERROR_TYPE",
+    "INCOMPLETE_NOTES",
     "OUTCOME",
     "call_outcome",
     "clamp",
     "effect_severity",
+    "incomplete_note",
+    "incomplete_reason",
     "make_finding",
     "severity_for",
 ]
@@ -108,9 +116,13 @@ def make_finding(
 
     Bounded whatever the run (a finding is held in every stream subscriber's queue): the
     explanation is cut at ``MAX_EXPLANATION`` characters and each list in ``details`` at
-    ``MAX_DETAIL_ITEMS`` items."""
-    if len(explanation) > MAX_EXPLANATION:
-        explanation = explanation[: MAX_EXPLANATION - 1] + "…"
+    ``MAX_DETAIL_ITEMS`` items. A run evaluated incomplete ends the explanation with its
+    ``incomplete_note``, kept whole however long the rest."""
+    note = incomplete_note(trace)
+    room = MAX_EXPLANATION - len(note)
+    if len(explanation) > room:
+        explanation = explanation[: room - 1] + "…"
+    explanation += note
     if call is not None and call.agent is not None and call.agent != trace.agent:
         details = {**(details or {}), CALL_AGENT: call.agent}
     return Finding(
@@ -127,6 +139,34 @@ def make_finding(
         agent=trace.agent,
         details={k: _bounded(v) for k, v in details.items()} if details else {},
     )
+
+
+#: Why a run was evaluated incomplete (``ToolTrace.incomplete_reason``), as its findings'
+#: explanations say it: the first three were judged before the run ended, the last ended
+#: without some of its spans (docs/output-formats.md says what each means for a finding).
+INCOMPLETE_NOTES: Final = {
+    "timed_out": "its root span had not come within assembly.max_trace_age_seconds",
+    "evicted": "evicted from a full buffer before it ended",
+    "shutdown": "toolwatch shut down before it ended",
+    "span_limit": "a span of it was dropped over a limit or rejected at ingest",
+}
+
+
+def incomplete_reason(trace: ToolTrace) -> str | None:
+    """Why ``trace`` was evaluated incomplete, as its findings say it (``unknown`` when the
+    run does not say), ``None`` for a complete run."""
+    return None if trace.complete else trace.incomplete_reason or "unknown"
+
+
+def incomplete_note(trace: ToolTrace) -> str:
+    """What a finding's explanation ends with when ``trace`` was evaluated incomplete ("" for
+    a complete run): the reason and that the run was judged on the spans that came."""
+    reason = incomplete_reason(trace)
+    if reason is None:
+        return ""
+    why = INCOMPLETE_NOTES.get(reason, "")
+    said = f"{reason}: {why}" if why else reason
+    return f" [run evaluated incomplete ({said}); judged on the spans that came]"
 
 
 #: The ``details`` key naming the agent that made a finding's call, when not the run's.

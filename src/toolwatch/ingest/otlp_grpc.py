@@ -18,6 +18,8 @@ it once, hands the batch to the consumer and answers per the OTLP specification:
   slots' read timeout: its slot goes back to the other clients;
 - UNAVAILABLE with RetryInfo too when the server shuts down while the request decodes, the
   grace over: none of its spans was taken (counted ``aborted``);
+- each refusal (an invalid request, an overload, rejected spans) is also told to a
+  ``toolwatch.senders.SenderLog``, which logs who sent it, a line per reason at most so often;
 - nothing, for a call the client cancelled before its request arrived (its own deadline, or
   it went away): the request is counted ``aborted``, not ``invalid``, and none of its spans
   was taken, so a retry delivers them once.
@@ -53,12 +55,14 @@ from toolwatch.ingest.decode import DecodedBatch, DecodeError, DecodeOptions, de
 from toolwatch.ingest.decode_thread import DecodeAbandonedError, DecodeThread
 from toolwatch.ingest.slots import RequestSlots
 from toolwatch.metrics import PipelineMetrics
+from toolwatch.senders import SenderLog, SenderOf, grpc_sender
 
 __all__ = [
     "SERVICE_NAME",
     "SpanConsumer",
     "bad_request_status",
     "export_response",
+    "tell_rejected",
     "trace_service_handler",
 ]
 
@@ -138,8 +142,10 @@ class _Export:
         slots: RequestSlots,
         *,
         decoding: DecodeThread,
+        senders: SenderLog,
     ) -> None:
         self._consume = consume
+        self._senders = senders
         self._options = options
         self._metrics = metrics
         self._trailers = {
@@ -153,12 +159,14 @@ class _Export:
         self, _requests: AsyncIterator[Any], context: grpc.aio.ServicerContext
     ) -> bytes:
         started = time.perf_counter()
+        sender = grpc_sender(_TRANSPORT, context)
         if not self._slots.take():
             self._metrics.request_handled(_TRANSPORT, "overloaded", time.perf_counter() - started)
+            self._senders.refused("overloaded", sender, _OVERLOAD_MESSAGE)
             await self._abort_overloaded(context)  # raises
             return b""
         try:
-            outcome, payload = await self._receive(context)
+            outcome, payload = await self._receive(context, sender)
         except asyncio.CancelledError:  # the client cancelled the call: nothing was taken
             self._metrics.request_handled(_TRANSPORT, "aborted", time.perf_counter() - started)
             raise
@@ -167,10 +175,12 @@ class _Export:
         if outcome == "invalid":
             status = status_pb2.Status.FromString(payload)
             trailers = ((_STATUS_DETAILS, payload),)
+            self._senders.refused("invalid_request", sender, status.message)
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT, status.message, trailing_metadata=trailers
             )
         if outcome == "overloaded":
+            self._senders.refused("overloaded", sender, _OVERLOAD_MESSAGE)
             await self._abort_overloaded(context)
         if outcome == "abandoned":  # shutdown gave up on its decode: retryable
             await self._abort_overloaded(context, _SHUTDOWN_MESSAGE)
@@ -185,7 +195,9 @@ class _Export:
         trailers = self._trailers[message]
         await context.abort(grpc.StatusCode.UNAVAILABLE, message, trailing_metadata=trailers)
 
-    async def _receive(self, context: grpc.aio.ServicerContext) -> tuple[str, bytes]:
+    async def _receive(
+        self, context: grpc.aio.ServicerContext, sender: SenderOf
+    ) -> tuple[str, bytes]:
         """The one request message, exported; a call with none or two is invalid, one that
         has not sent all of it within the slots' read timeout is cut off ("timeout"). Gives
         back the slot ``handle`` took: here, or through the decoding turn (``_export``)."""
@@ -197,7 +209,7 @@ class _Export:
         if isinstance(body, tuple):
             self._slots.give()
             return body
-        return await self._export(body)
+        return await self._export(body, sender)
 
     async def _read(self, context: grpc.aio.ServicerContext) -> bytes | tuple[str, bytes]:
         """The one request message, or the outcome of a call that did not send one."""
@@ -216,10 +228,10 @@ class _Export:
         request: bytes = body  # raw: the method has no deserializer
         return request
 
-    async def _export(self, body: bytes) -> tuple[str, bytes]:
+    async def _export(self, body: bytes, sender: SenderOf) -> tuple[str, bytes]:
         """Returns (outcome, response bytes or, for "invalid", the error's google.rpc.Status);
         "abandoned" when shutdown gave up on the decode. The body is decoded in the decoding
-        turn, which gives the request's slot back."""
+        turn, which gives the request's slot back. Spans rejected are told to the sender log."""
         decode = functools.partial(decode_protobuf, body, self._options)
         try:
             async with self._decoding.turn(self._slots.give) as turn:
@@ -231,7 +243,15 @@ class _Export:
             return "abandoned", b""
         if receipt.admission is Admission.OVERLOADED:
             return "overloaded", b""
+        tell_rejected(self._senders, batch, sender)
         return "ok", export_response(batch, receipt).SerializeToString()
+
+
+def tell_rejected(senders: SenderLog, batch: DecodedBatch, sender: SenderOf) -> None:
+    """Tell ``senders`` of the spans of an admitted ``batch`` rejected as invalid, by reason,
+    each with the request's ``partial_success`` message."""
+    for reason, count in batch.rejected.items():
+        senders.refused(reason, sender, batch.error_message or "", spans=count)
 
 
 #: How long a call whose reads ended with no message is watched for the client's
@@ -268,11 +288,15 @@ def trace_service_handler(
     slots: RequestSlots,
     *,
     decoding: DecodeThread,
+    senders: SenderLog,
 ) -> grpc.GenericRpcHandler:
     """The ``TraceService`` handler to add to a ``grpc.aio`` server. Requests and responses
     cross it as bytes; a request is decoded in ``decoding``'s turn (shared with the OTLP/HTTP
     receiver: a large one in its thread), ``consume`` runs on the server's event loop. Each
-    call holds one of ``slots`` while it is read, decoded and handled."""
-    export = _Export(consume, options, metrics, retry_after_seconds, slots, decoding=decoding)
+    call holds one of ``slots`` while it is read, decoded and handled; its refusals are told
+    to ``senders``."""
+    export = _Export(
+        consume, options, metrics, retry_after_seconds, slots, decoding=decoding, senders=senders
+    )
     method = grpc.stream_unary_rpc_method_handler(export.handle)
     return grpc.method_handlers_generic_handler(SERVICE_NAME, {"Export": method})

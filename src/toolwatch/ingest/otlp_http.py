@@ -36,6 +36,9 @@ timeout, 503, like a body that stalls. Its Python parser (``AIOHTTP_NO_EXTENSION
 platform without aiohttp's wheels) tells it: answered 400, the connection closed, counted
 ``invalid``.
 
+Each refusal (a request answered 400, 413, 415 or 503, rejected spans) is also told to a
+``toolwatch.senders.SenderLog``, which logs who sent it, a line per reason at most so often.
+
 A body is decompressed and decoded in the decoding turn it shares with the gRPC receiver
 (``toolwatch.ingest.decode_thread``): one at a time, an OTLP/JSON, compressed or large one
 in the decode thread while the event loop serves the rest (a 20 MiB OTLP/JSON body is
@@ -55,6 +58,8 @@ from dataclasses import dataclass
 from aiohttp import HttpVersion11, hdrs, web
 from aiohttp.http_exceptions import HttpProcessingError
 from aiohttp.typedefs import Handler
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError as UnreadableMessage
 from google.rpc import code_pb2, status_pb2
 
 from toolwatch.engine import Admission
@@ -80,11 +85,12 @@ from toolwatch.ingest.http_answers import (
 )
 from toolwatch.ingest.http_bodies import decompress
 from toolwatch.ingest.inflight import InFlight, ReadAbandonedError
-from toolwatch.ingest.otlp_grpc import SpanConsumer, export_response
+from toolwatch.ingest.otlp_grpc import SpanConsumer, export_response, tell_rejected
 from toolwatch.ingest.otlp_json import MIN_BYTES_PER_VALUE, decode_otlp_json
 from toolwatch.ingest.slots import RequestSlots
 from toolwatch.listeners import framing_message
 from toolwatch.metrics import PipelineMetrics
+from toolwatch.senders import SenderLog, SenderOf, http_sender
 
 __all__ = ["TRACES_PATH", "HttpTraceReceiver", "ProtocolErrorLog"]
 
@@ -103,7 +109,7 @@ class HttpTraceReceiver:
     decoded and handled; its body is decompressed and decoded in ``decoding``'s turn (shared
     too), and ``consume`` runs on the event loop. ``in_flight`` holds the requests being
     handled, for the app's shutdown, which refuses new ones and gives up on bodies still
-    arriving when its grace is over."""
+    arriving when its grace is over. ``senders`` is told of each refusal, with its sender."""
 
     consume: SpanConsumer
     options: DecodeOptions
@@ -113,6 +119,7 @@ class HttpTraceReceiver:
     slots: RequestSlots
     decoding: DecodeThread
     in_flight: InFlight
+    senders: SenderLog
 
     def add_routes(self, app: web.Application) -> None:
         """The route, its ``Expect: 100-continue`` check (``expect``), and (outermost, so
@@ -178,7 +185,16 @@ class HttpTraceReceiver:
             task.add_done_callback(lambda _: self._unclaimed(request))
             return None
         self.metrics.request_handled(_TRANSPORT, outcome, time.perf_counter() - started)
+        self._tell(outcome, request, response)
         return response
+
+    def _tell(self, outcome: str, request: web.Request, response: web.Response) -> None:
+        """Tell the sender log of a request refused for its client's doing or for load (not
+        one the shutdown cut off: ``aborted``), with the message it was answered."""
+        reason = _REFUSALS.get(outcome)
+        if reason is not None:
+            sender = http_sender(_TRANSPORT, request)
+            self.senders.refused(reason, sender, _answered(response))
 
     def _unclaimed(self, request: web.Request) -> None:
         if request.pop(_RESERVED, False):
@@ -225,6 +241,7 @@ class HttpTraceReceiver:
             self.metrics.request_handled(_TRANSPORT, "aborted", time.perf_counter() - started)
             raise
         self.metrics.request_handled(_TRANSPORT, outcome, time.perf_counter() - started)
+        self._tell(outcome, request, response)
         return response
 
     async def _handle(
@@ -254,10 +271,11 @@ class HttpTraceReceiver:
         except BaseException:
             self.slots.give()
             raise
-        return await self._export(raw, content_encoding(request), content_type)
+        sender = http_sender(_TRANSPORT, request)
+        return await self._export(raw, content_encoding(request), content_type, sender)
 
     async def _export(
-        self, raw: bytes, encoding: str, content_type: str
+        self, raw: bytes, encoding: str, content_type: str, sender: SenderOf
     ) -> tuple[str, web.Response]:
         """``raw`` decompressed, decoded and offered to the consumer in the decoding turn,
         which gives back the slot ``_handle`` took: once the spans are taken, or, when this
@@ -273,6 +291,7 @@ class HttpTraceReceiver:
             receipt = self.consume(batch, _TRANSPORT)
         if receipt.admission is Admission.OVERLOADED:
             return "overloaded", self._overloaded(content_type)
+        tell_rejected(self.senders, batch, sender)
         return "ok", message_response(200, export_response(batch, receipt), content_type)
 
     async def _read(self, request: web.Request) -> bytes:
@@ -316,6 +335,30 @@ class HttpTraceReceiver:
             raise RejectError(413, str(exc)) from None
         except DecodeError as exc:
             raise RejectError(400, str(exc), exc.field) from None
+
+
+#: The sender log's reason for each outcome of a request it is told of.
+_REFUSALS = {
+    "invalid": "invalid_request",
+    "refused": "refused_request",
+    "overloaded": "overloaded",
+}
+
+
+def _answered(response: web.Response) -> str:
+    """The message of a refusal's ``google.rpc.Status`` body (in protobuf or JSON, as its
+    request was), else its HTTP reason."""
+    body, status = response.body, status_pb2.Status()
+    try:
+        if not isinstance(body, bytes):
+            return str(response.reason)
+        if response.content_type == JSON:
+            json_format.Parse(body, status, ignore_unknown_fields=True)
+        else:
+            status.ParseFromString(body)
+    except (json_format.ParseError, UnreadableMessage):  # our own answer: never so
+        return str(response.reason)
+    return status.message or str(response.reason)
 
 
 def _behind_middlewares(app: web.Application, handler: Handler) -> Handler:

@@ -18,8 +18,15 @@ The findings log line (keys always present, ``null`` when absent)::
      "reference": "policy", "case_id": null, "source_trace_id": null, "pair_key": null,
      "score": 0.0, "tool": "issue_refund", "field": "order_id", "agent": "refund-bot",
      "explanation": "...", "trace_id": "<32 hex>", "span_id": "<16 hex>",
-     "service": "support", "traffic": "live", "timestamp": "2026-11-29T20:31:02.123Z",
+     "service": "support", "traffic": "live", "incomplete_reason": null,
+     "timestamp": "2026-11-29T20:31:02.123Z",
      "details": {"failed_verification_spans": [], "fields": {"order_id": "[redacted]"}}}
+
+``incomplete_reason`` is the run's (``ToolTrace.incomplete_reason``: ``timed_out``,
+``evicted``, ``shutdown``, ``span_limit``) when it was evaluated without all its spans, so
+that a finding of such a run is told apart from one of a whole run (a missing verification
+may be a span that never came); ``null`` for a complete run. A key added to the line: a
+reader of the line as it was before finds every key it knew.
 
 ``case_id`` names the golden case of a finding against ``expected``; ``source_trace_id`` and
 ``pair_key`` the shadow source run and the pair key of one against ``source``
@@ -226,6 +233,7 @@ def finding_record(
         "span_id": finding.span_id,
         "service": trace.service,
         "traffic": str(traffic),
+        "incomplete_reason": None if trace.complete else trace.incomplete_reason or "unknown",
         "timestamp": format_timestamp(time_ns),
         "details": redaction.details(finding),
     }

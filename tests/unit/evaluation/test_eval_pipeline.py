@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
@@ -12,6 +13,7 @@ from tests import factories
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings, Reference
 from toolwatch.evaluation.lineup import line_up
 from toolwatch.evaluation.pipeline import MAX_FINDINGS, PipelineResult, build_evaluators
+from toolwatch.evaluation.severity import incomplete_note
 from toolwatch.model import Category, EvalResult, ReferenceKind, ToolTrace
 
 MINIMAL = """
@@ -365,3 +367,28 @@ def test_a_custom_evaluators_finding_is_named_by_its_reference() -> None:
         (None, SOURCE_TRACE, "k"),
         (None, None, None),
     ]
+
+
+def test_the_incomplete_note_ends_the_last_finding_kept_of_a_run_over_max_findings() -> None:
+    """Was: ``_cut`` appended `` (N more findings on this run not raised)`` to the last
+    finding kept after ``make_finding`` had ended its explanation with the incomplete run's
+    note, so the note sat in the middle of the explanation an alert's exemplar most likely
+    points at. Now: the count goes before the note, which ends every explanation."""
+    run = dataclasses.replace(
+        trace(*["issue_refund"] * 150), complete=False, incomplete_reason="span_limit"
+    )
+    settings = EvaluationSettings.model_validate(
+        {"policy": {"dangerous_tools": ["issue_refund"], "verification_tools": ["lookup_order"]}}
+    )
+    (safety,) = [
+        r for r in EvaluationPipeline(settings).evaluate(run).results if r.evaluator == "safety"
+    ]
+    note = incomplete_note(run)
+    assert note == (
+        " [run evaluated incomplete (span_limit: a span of it was dropped over a limit or"
+        " rejected at ingest); judged on the spans that came]"
+    )
+    assert len(safety.findings) == MAX_FINDINGS
+    assert all(f.explanation.endswith(note) for f in safety.findings)
+    last = safety.findings[-1].explanation
+    assert last.endswith(f" ({150 - MAX_FINDINGS} more findings on this run not raised){note}")

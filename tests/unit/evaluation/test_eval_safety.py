@@ -977,7 +977,9 @@ def test_a_run_that_lost_spans_pages_and_says_the_lookups_span_may_be_lost() -> 
     (finding,) = evaluate(run, **BOUND).findings
     assert finding.category is Category.MISSING_VERIFICATION_STEP
     assert finding.explanation.endswith(
-        "(1 requested by the model, no tool span, but the run lost spans)."
+        "(1 requested by the model, no tool span, but the run lost spans). [run evaluated"
+        " incomplete (span_limit: a span of it was dropped over a limit or rejected at"
+        " ingest); judged on the spans that came]"
     )
     ended = dataclasses.replace(run, complete=True, incomplete_reason=None)
     (finding,) = evaluate(ended, **BOUND).findings

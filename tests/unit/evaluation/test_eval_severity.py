@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
 from eval_factories import call, trace
 
-from toolwatch.evaluation.severity import clamp, effect_severity, make_finding, severity_for
-from toolwatch.model import Category, ReferenceKind, Severity
+from toolwatch.evaluation.severity import (
+    MAX_EXPLANATION,
+    clamp,
+    effect_severity,
+    incomplete_note,
+    make_finding,
+    severity_for,
+)
+from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
 
 
 @pytest.mark.parametrize(
@@ -88,3 +96,52 @@ def test_a_finding_on_a_call_a_nested_agent_made_names_it_beside_the_runs() -> N
         ("support", {"verification_tools": ["lookup_order"], "call_agent": "billing"}),
         ("support", {"verification_tools": ["lookup_order"]}),
     ]
+
+
+def _finding_of(run: ToolTrace, explanation: str) -> Finding:
+    return make_finding(
+        run,
+        category=Category.MISSING_VERIFICATION_STEP,
+        evaluator="safety",
+        reference=ReferenceKind.POLICY,
+        severity=Severity.HIGH,
+        score=0.0,
+        explanation=explanation,
+        call=run.calls[0],
+    )
+
+
+@pytest.mark.parametrize(
+    ("reason", "why"),
+    [
+        ("timed_out", "its root span had not come within assembly.max_trace_age_seconds"),
+        ("evicted", "evicted from a full buffer before it ended"),
+        ("shutdown", "toolwatch shut down before it ended"),
+        ("span_limit", "a span of it was dropped over a limit or rejected at ingest"),
+    ],
+)
+def test_a_finding_of_an_incomplete_run_says_so_in_its_explanation(reason: str, why: str) -> None:
+    """The on-call reads the explanation first: a finding of a run judged without all its
+    spans (the verification's may be among those that never came) must not read as one of a
+    whole run."""
+    run = dataclasses.replace(
+        trace(call("issue_refund", index=0)), complete=False, incomplete_reason=reason
+    )
+    finding = _finding_of(run, "Safety: issue_refund: no earlier successful lookup.")
+    assert finding.explanation == (
+        "Safety: issue_refund: no earlier successful lookup. [run evaluated incomplete"
+        f" ({reason}: {why}); judged on the spans that came]"
+    )
+    whole = _finding_of(trace(call("issue_refund", index=0)), "Safety: issue_refund: x.")
+    assert whole.explanation == "Safety: issue_refund: x."
+
+
+def test_a_long_explanation_is_cut_before_the_incomplete_note() -> None:
+    run = dataclasses.replace(
+        trace(call("issue_refund", index=0)), complete=False, incomplete_reason="timed_out"
+    )
+    finding = _finding_of(run, "y" * 5_000)
+    note = " [run evaluated incomplete (timed_out: its root span had not come within"
+    assert len(finding.explanation) == MAX_EXPLANATION
+    assert finding.explanation.endswith("; judged on the spans that came]")
+    assert finding.explanation.index("…" + note) == MAX_EXPLANATION - len(incomplete_note(run)) - 1

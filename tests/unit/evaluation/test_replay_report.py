@@ -333,9 +333,9 @@ def test_a_listed_finding_has_the_findings_logs_names_and_no_argument_value() ->
         source_trace_id=f"{1:032x}",
         pair_key="p1",
     )
-    listed = replay_report._finding_dict(finding, Traffic.SHADOW)
+    listed = replay_report._finding_dict(finding, Traffic.SHADOW, None)
     logged = finding_record(trace(), finding, Redaction(), 0, Traffic.SHADOW)
-    for name in ("case_id", "source_trace_id", "pair_key", "traffic"):
+    for name in ("case_id", "source_trace_id", "pair_key", "traffic", "incomplete_reason"):
         assert listed[name] == logged[name], name
     assert listed["details"] == {OUTCOME: "failed", ERROR_TYPE: "TimeoutError"}
     assert "99" not in json.dumps(listed)

@@ -108,9 +108,20 @@ def test_one_json_object_per_finding_with_every_key() -> None:
         "span_id": "b7ad6b7169203331",
         "service": "support",
         "traffic": "live",
+        "incomplete_reason": None,
         "timestamp": "2026-11-29T20:31:02.123Z",
         "details": {"fields": {"amount": REDACTED}},
     }
+
+
+@pytest.mark.parametrize("reason", ["timed_out", "evicted", "shutdown", "span_limit"])
+def test_a_finding_of_an_incomplete_run_names_why(reason: str) -> None:
+    """The on-call tells a finding of a run judged without all its spans (a verification
+    that never came) from one of a whole run by the line alone, not the ToolTrace dump."""
+    incomplete = dataclasses.replace(make_trace(), complete=False, incomplete_reason=reason)
+    [line] = log_lines([make_finding()], trace=incomplete)
+    [whole] = log_lines([make_finding()])
+    assert (line["incomplete_reason"], whole["incomplete_reason"]) == (reason, None)
 
 
 def test_several_findings_are_several_lines() -> None:

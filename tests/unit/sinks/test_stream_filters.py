@@ -240,6 +240,26 @@ def test_a_line_names_the_shadow_source_run_and_pair_key() -> None:
     )
 
 
+def test_a_finding_of_an_incomplete_run_says_so_first_on_the_line_and_in_json() -> None:
+    """A finding of a run judged without all its spans (its root never came, say) is told
+    apart on tail's line, right after the category, and in --json as the log has it; a whole
+    run's says nothing of it."""
+    trace = factories.tool_trace(trace_id=TRACE_ID)
+    timed_out = dataclasses.replace(trace, complete=False, incomplete_reason="timed_out")
+    message = finding_message(timed_out, finding(), Redaction(), 0)
+    assert message.incomplete_reason == "timed_out"
+    assert format_finding_line(message).startswith(
+        f"1970-01-01T00:00:00Z MEDIUM TOOL_ORDER_DRIFT incomplete=timed_out trace={TRACE_ID} "
+    )
+    out = io.StringIO()
+    _Printer(out, as_json=True, colour=False)(message, "")
+    logged = finding_record(timed_out, finding(), Redaction(), 0)
+    assert json.loads(out.getvalue())["incomplete_reason"] == logged["incomplete_reason"]
+    assert logged["incomplete_reason"] == "timed_out"
+    whole = finding_message(trace, finding(), Redaction(), 0)
+    assert (whole.incomplete_reason, "incomplete" in format_finding_line(whole)) == ("", False)
+
+
 def test_tail_json_has_the_findings_logs_keys_and_its_nulls() -> None:
     """``--json`` writes the findings-log object: the same keys in the same order; what a
     finding does not name is ``null`` (the stream's empty string), as in the log."""

@@ -64,6 +64,7 @@ def finding_message(
         details=render_details(_cut_texts(redaction.details(finding))),
         sequence=sequence,
         traffic=str(traffic),
+        incomplete_reason="" if trace.complete else trace.incomplete_reason or "unknown",
     )
     if finding.score is not None:
         message.score = finding.score

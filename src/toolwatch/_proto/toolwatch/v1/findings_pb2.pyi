@@ -82,7 +82,7 @@ class ToolTrace(_message.Message):
     def __init__(self, trace_id: _Optional[str] = ..., run_span_id: _Optional[str] = ..., service: _Optional[str] = ..., agent: _Optional[str] = ..., model: _Optional[str] = ..., calls: _Optional[_Iterable[_Union[ToolCall, _Mapping]]] = ..., refusal: _Optional[bool] = ..., refusal_reason: _Optional[str] = ..., error_count: _Optional[int] = ..., complete: _Optional[bool] = ..., incomplete_reason: _Optional[str] = ..., start_time_unix_nano: _Optional[int] = ..., end_time_unix_nano: _Optional[int] = ..., span_count: _Optional[int] = ..., conversation_id: _Optional[str] = ..., reference_keys: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Finding(_message.Message):
-    __slots__ = ("category", "severity", "evaluator", "reference", "score", "explanation", "trace_id", "span_id", "tool", "field", "agent", "service", "time_unix_nano", "details", "missed_before", "missed_after", "sequence", "traffic", "case_id", "source_trace_id", "pair_key", "missed_from_replay")
+    __slots__ = ("category", "severity", "evaluator", "reference", "score", "explanation", "trace_id", "span_id", "tool", "field", "agent", "service", "time_unix_nano", "details", "missed_before", "missed_after", "sequence", "traffic", "case_id", "source_trace_id", "pair_key", "missed_from_replay", "incomplete_reason")
     class DetailsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -112,6 +112,7 @@ class Finding(_message.Message):
     SOURCE_TRACE_ID_FIELD_NUMBER: _ClassVar[int]
     PAIR_KEY_FIELD_NUMBER: _ClassVar[int]
     MISSED_FROM_REPLAY_FIELD_NUMBER: _ClassVar[int]
+    INCOMPLETE_REASON_FIELD_NUMBER: _ClassVar[int]
     category: str
     severity: str
     evaluator: str
@@ -134,7 +135,8 @@ class Finding(_message.Message):
     source_trace_id: str
     pair_key: str
     missed_from_replay: int
-    def __init__(self, category: _Optional[str] = ..., severity: _Optional[str] = ..., evaluator: _Optional[str] = ..., reference: _Optional[str] = ..., score: _Optional[float] = ..., explanation: _Optional[str] = ..., trace_id: _Optional[str] = ..., span_id: _Optional[str] = ..., tool: _Optional[str] = ..., field: _Optional[str] = ..., agent: _Optional[str] = ..., service: _Optional[str] = ..., time_unix_nano: _Optional[int] = ..., details: _Optional[_Mapping[str, str]] = ..., missed_before: _Optional[int] = ..., missed_after: _Optional[int] = ..., sequence: _Optional[int] = ..., traffic: _Optional[str] = ..., case_id: _Optional[str] = ..., source_trace_id: _Optional[str] = ..., pair_key: _Optional[str] = ..., missed_from_replay: _Optional[int] = ...) -> None: ...
+    incomplete_reason: str
+    def __init__(self, category: _Optional[str] = ..., severity: _Optional[str] = ..., evaluator: _Optional[str] = ..., reference: _Optional[str] = ..., score: _Optional[float] = ..., explanation: _Optional[str] = ..., trace_id: _Optional[str] = ..., span_id: _Optional[str] = ..., tool: _Optional[str] = ..., field: _Optional[str] = ..., agent: _Optional[str] = ..., service: _Optional[str] = ..., time_unix_nano: _Optional[int] = ..., details: _Optional[_Mapping[str, str]] = ..., missed_before: _Optional[int] = ..., missed_after: _Optional[int] = ..., sequence: _Optional[int] = ..., traffic: _Optional[str] = ..., case_id: _Optional[str] = ..., source_trace_id: _Optional[str] = ..., pair_key: _Optional[str] = ..., missed_from_replay: _Optional[int] = ..., incomplete_reason: _Optional[str] = ...) -> None: ...
 
 class SubscribeRequest(_message.Message):
     __slots__ = ("categories", "min_severity", "agents", "missed_after", "resume")
