@@ -1,11 +1,11 @@
-"""The dashboard counts findings as the branch's alerts now do.
+"""The dashboard's finding counts count a series across a toolwatch restart as the rules do.
 
-The branch changed how the rules count a series across a toolwatch restart (the header of
-``deploy/prometheus/toolwatch-rules.yaml``), and docs/metrics.md names the dashboard's
-"Findings that page" and "Critical and high findings" panels beside the alerts that read
-``toolwatch_regressions_created``; the panels kept the old two-case count (created in the
-range: whole value, else increase()), which counts only the last process's findings. An
-on-call opening the dashboard from a page reading "3 finding(s)" sees 1.
+Was: "Findings that page", "Critical and high findings" and the "Findings that page, by agent
+and tool" table counted a series by two cases (created in the range: its whole value, else
+increase()), which after a restart counts the last process's findings alone: an on-call
+opening the dashboard from a page reading "3 finding(s)" saw 1. Now: they count each series
+by the three cases of the header of ``deploy/prometheus/toolwatch-rules.yaml``, as the alerts
+that link to them do.
 
 Real promtool evaluates each panel's expression (Grafana's variables replaced as
 ``tests/integration/test_deploy_artifacts.py`` does, with a 5m range).
@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "toolwatch.json"
 
 VARIABLES = {
@@ -106,18 +106,16 @@ def _evaluates(tmp_path: Path, expr: str, labels: str, value: float) -> str:
 def test_finding_totals_count_findings_before_a_toolwatch_restart(
     tmp_path: Path, title: str
 ) -> None:
-    """The stat panels count a restarted series by the last process alone (its _created is
-    in the range: its whole value, 1), while ToolwatchDangerousActionDrift, which links to
-    this dashboard, reads 3 findings for the same 5m. They should count as the rules do: 3."""
+    """Two findings before the restart and one after read 3, as ToolwatchDangerousActionDrift
+    (which links to this dashboard) reads them for the same 5m."""
     assert _evaluates(tmp_path, _expr(title), "{}", 3) == ""
 
 
 @pytest.mark.prometheus
 @requires_promtool
 def test_the_findings_table_counts_findings_before_a_toolwatch_restart(tmp_path: Path) -> None:
-    """ "Findings that page, by agent and tool" (the table the page's dashboard link filters)
-    reads 1 for support/issue_refund after a restart, where the page says 3. It should count
-    as the rules do: 3."""
+    """The table the page's dashboard link filters reads 3 for support/issue_refund, as the
+    page does."""
     labels = (
         '{agent="support",tool="issue_refund",category="DANGEROUS_ACTION_DRIFT",evaluator="safety"}'
     )
