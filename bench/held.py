@@ -25,11 +25,11 @@ from dataclasses import dataclass
 
 from bench.plans import Settings
 from bench.stages import evaluation_parts, request_bodies, server_engine, stage_config
-from toolwatch.app import tune_gc
 from toolwatch.config import Config
 from toolwatch.engine import Admission
 from toolwatch.ingest.decode import DecodeOptions, decode_protobuf
 from toolwatch.model import ManualClock
+from toolwatch.process_tuning import tune_gc
 
 __all__ = ["Held", "hold", "main", "measure_held"]
 

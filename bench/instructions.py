@@ -13,7 +13,7 @@ Each stage of ``bench.stages`` (the requests ``make bench`` sends, in-process) r
 callgrind. Collection is off except inside ``operator.call``, through which the child calls
 each stage (nothing in toolwatch calls it), and callgrind writes one profile part as each call
 returns; the parent reads the parts' totals. The cyclic collector is off while stages run
-(the server runs it rarely, ``toolwatch.app``; here its timing would depend on setup).
+(the server runs it rarely, ``toolwatch.process_tuning``; here its timing would depend on setup).
 About 2 minutes for the default single copy of the request pool.
 """
 

@@ -23,11 +23,11 @@ from prometheus_client import CollectorRegistry
 
 from bench.server import bench_config
 from bench.traces import RequestTemplate, trace_id
-from toolwatch.app import build_references
 from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
 from toolwatch.engine import DiscardToolTraces, Engine, EngineParts
+from toolwatch.engine_setup import build_references
 from toolwatch.evaluation.pipeline import EvaluationPipeline, PipelineResult
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, _Decoder, decode_protobuf, scanner

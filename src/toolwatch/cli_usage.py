@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -26,6 +27,7 @@ __all__ = [
     "TAIL_DESCRIPTION",
     "TAIL_EXAMPLES",
     "CommandParser",
+    "add_command",
     "closest",
     "options_given",
     "refusal",
@@ -111,22 +113,63 @@ examples:
                  --bearer-token-file token --reconnect --cursor-file tail.cursor
 """
 
-#: The top level's: every command's.
-EXAMPLES = """\
-examples:
-  toolwatch serve                        loopback, no policy, findings on stdout
-  toolwatch serve --config examples/toolwatch.yaml \\
-                  --dump-tooltraces tooltraces.jsonl
-  toolwatch serve --grpc-listen 127.0.0.1:0 --http-listen 127.0.0.1:0 \\
-                  --metrics-listen 127.0.0.1:0 \\
-                  --stream-listen 127.0.0.1:0                         free ports
-  toolwatch check-config examples/toolwatch.yaml
-  toolwatch check-config --config examples/toolwatch.yaml \\
-                         --grpc-listen 0.0.0.0:4317                     as serve
-  toolwatch replay --config examples/toolwatch.yaml traces.otlp.jsonl \\
-                   --min-score tool_selection=0.9
-  toolwatch tail --category DANGEROUS_ACTION_DRIFT --min-severity high
-"""
+
+def _examples(block: str, *chosen: int) -> list[str]:
+    """The examples of a command's ``examples:`` block numbered ``chosen`` (from 0), each
+    with its continuation lines: an example's first line is indented two spaces, the
+    lines continuing it more."""
+    lines = block.splitlines()
+    starts = [at for at, line in enumerate(lines) if re.match(r"  \S", line)]
+    ends = [*starts[1:], len(lines)]
+    return ["\n".join(lines[starts[n] : ends[n]]) + "\n" for n in chosen]
+
+
+#: The top level's: some of each command's own.
+EXAMPLES = "".join(
+    [
+        "examples:\n",
+        *_examples(SERVE_EXAMPLES, 0, 1, 2),
+        *_examples(CHECK_CONFIG_EXAMPLES, 0, 1),
+        *_examples(REPLAY_EXAMPLES, 1),
+        *_examples(TAIL_EXAMPLES, 1),
+    ]
+)
+
+
+#: Each command's line in the top level's list of commands, its description and examples.
+_USAGE = {
+    "serve": (
+        "receive OTLP traces and evaluate every agent run",
+        SERVE_DESCRIPTION,
+        SERVE_EXAMPLES,
+    ),
+    "check-config": (
+        "validate the configuration serve would run with (file, flags, env) and exit",
+        CHECK_CONFIG_DESCRIPTION,
+        CHECK_CONFIG_EXAMPLES,
+    ),
+    "replay": (
+        "evaluate recorded traces offline and gate on the results",
+        REPLAY_DESCRIPTION,
+        REPLAY_EXAMPLES,
+    ),
+    "tail": ("print live findings from a running server", TAIL_DESCRIPTION, TAIL_EXAMPLES),
+}
+
+
+def add_command(commands: Any, name: str) -> CommandParser:
+    """Command ``name``'s parser, added to ``commands`` (``add_subparsers``), with its line
+    in the top level's list, its description and its examples (``_USAGE``), these printed
+    as written."""
+    summary, description, examples = _USAGE[name]
+    parser: CommandParser = commands.add_parser(
+        name,
+        help=summary,
+        description=description,
+        epilog=examples,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    return parser
 
 
 class CommandParser(argparse.ArgumentParser):

@@ -4,7 +4,7 @@ once, so a second ``serve`` with the same ports is told every conflict together)
 OTLP/HTTP and metrics sites whose TLS handshakes are bounded in time and whose request heads
 are bounded in size (``HEAD_LIMITS``, one request read ahead: ``QUEUED_REQUESTS``), a request
 aiohttp's parser refuses answered without quoting it (``HeadRefusingHandler``). ``App``
-(``toolwatch.app``) starts the servers on them.
+(``toolwatch.app_listeners``) starts the servers on them.
 
 The HTTP sites run on the event loop, as aiohttp does; each connection's handler is made
 there, one per connection.

@@ -47,10 +47,10 @@ from pathlib import Path
 from statistics import median_low
 from typing import IO, Any, Final
 
-from toolwatch.app import build_references, conversation_scope
 from toolwatch.assembly.buffer import REPORTED_DROPS, CompletedTrace, TraceBuffer
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
+from toolwatch.engine_setup import build_references, conversation_scope
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode import DecodeError, looks_like_otlp_protobuf

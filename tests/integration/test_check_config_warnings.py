@@ -12,7 +12,7 @@ import pytest
 from tests.integration.test_cli import FREE_PORTS, Served, clean_env, run_cli
 from tests.unit.evaluation.eval_factories import trace
 from tests.unit.test_config_warnings import HALF_POLICY, ONLY_LOOPS
-from toolwatch import cli
+from toolwatch import cli_sources
 from toolwatch.config import load_config
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
@@ -55,7 +55,7 @@ def test_check_config_without_a_file_warns_of_the_defaults_as_serve_does() -> No
     """A check whose TOOLWATCH_CONFIG went missing (a deploy pipeline's) printed only
     `defaults: ok`, while serve, given the same, warns that the defaults have no policy:
     the quick start's unverified refund then finds nothing."""
-    warning = cli.SERVE_DEFAULTS_WARNING
+    warning = cli_sources.SERVE_DEFAULTS_WARNING
     assert any(line.endswith(f"WARNING toolwatch: {warning}") for line in _serve_start_up_log([]))
 
     checked = run_cli("check-config")
@@ -99,7 +99,7 @@ def test_check_config_and_serve_warn_of_a_policy_that_guards_nothing(
         served.process.send_signal(signal.SIGHUP)
         served.wait_for(re.compile("INFO toolwatch: configuration reloaded: "))
         served.wait_for(logged)  # the reload's
-        assert not any(cli.SERVE_DEFAULTS_WARNING in line for line in served.seen)
+        assert not any(cli_sources.SERVE_DEFAULTS_WARNING in line for line in served.seen)
     finally:
         assert served.terminate() == 0
 

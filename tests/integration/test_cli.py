@@ -43,7 +43,7 @@ from tests.integration import agents
 from tests.integration.conftest import RunningServer
 from tests.integration.test_config_reload import OTHER_POLICY, RELOADED
 from tests.integration.test_evaluation_e2e import MINIMAL_POLICY
-from toolwatch import cli
+from toolwatch import cli, cli_sources
 from toolwatch.sinks.tooltraces import read_tooltraces
 
 LISTENING = re.compile(
@@ -382,14 +382,16 @@ def test_serve_without_a_configuration_file_warns_that_it_has_no_policy(
     default command, and --help's first example, ran so without a word: the quick start's
     unverified refund then found nothing."""
     served = serve(*FREE_PORTS)
-    served.wait_for(re.compile(f"WARNING toolwatch: {re.escape(cli.SERVE_DEFAULTS_WARNING)}$"))
+    served.wait_for(
+        re.compile(f"WARNING toolwatch: {re.escape(cli_sources.SERVE_DEFAULTS_WARNING)}$")
+    )
     served.wait_for(LISTENING)
     assert served.terminate() == 0
 
     configured = serve(*FREE_PORTS, "--config", str(slow_config(tmp_path)))
     configured.wait_for(LISTENING)
     assert configured.terminate() == 0
-    assert not any(cli.SERVE_DEFAULTS_WARNING in line for line in configured.seen)
+    assert not any(cli_sources.SERVE_DEFAULTS_WARNING in line for line in configured.seen)
 
 
 @pytest.mark.parametrize(("value", "target"), [("", "127.0.0.1:4319"), ("h:1", "h:1")])
@@ -721,10 +723,12 @@ def test_durations_below_a_nanosecond_are_refused_up_front(tmp_path: Path, assem
 
 
 def test_serving_freezes_the_start_up_heap_and_collects_cycles_less_often() -> None:
-    # In a fresh interpreter: the collector's state is process-wide.
+    # In a fresh interpreter: the collector's state is process-wide. The app imported, as
+    # serve has it: its modules are the heap frozen.
     code = (
-        "import gc; from toolwatch import app; before = gc.get_freeze_count(); app.tune_gc(); "
-        "print(before, gc.get_freeze_count(), *gc.get_threshold(), *app._GC_THRESHOLDS)"
+        "import gc; from toolwatch import app, process_tuning as tuning;"
+        " before = gc.get_freeze_count(); tuning.tune_gc();"
+        " print(before, gc.get_freeze_count(), *gc.get_threshold(), *tuning._GC_THRESHOLDS)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     before, frozen, *numbers = (int(n) for n in out.stdout.split())
@@ -882,7 +886,7 @@ def test_replay_takes_a_production_configuration_without_its_secrets(tmp_path: P
     production TLS key and tokens are copied onto the CI runner. Correct: replay validates
     what it uses (policy, golden, shadow, evaluators, assembly, ingest) and does not require
     the listeners' security files (e.g. load with ``security`` left out, or skip the file
-    checks, in ``cli._replay``)."""
+    checks, in ``cli_replay._replay``)."""
     config = tmp_path / "toolwatch.yaml"
     config.write_text(PRODUCTION)
     capture = tmp_path / "canary.otlp.jsonl"
@@ -967,7 +971,7 @@ def test_sighup_reloads_a_running_server(serve: Callable[..., Served], tmp_path:
 _HUNG_UP_WHILE_STARTING = """
 import asyncio, logging, sys
 from pathlib import Path
-from toolwatch.app import serve
+from toolwatch.serving import serve
 from toolwatch.config import load_config
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 ports = {f"listen.{name}": "127.0.0.1:0" for name in ("grpc", "http", "metrics", "stream")}

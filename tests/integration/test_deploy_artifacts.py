@@ -27,7 +27,7 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from toolwatch import cli
+from toolwatch import cli, cli_sources
 from toolwatch.config import load_config
 from toolwatch.ingest.grpc_health import READ_TURNS
 from toolwatch.metrics import REQUEST_OUTCOMES
@@ -983,7 +983,7 @@ def test_the_readmes_sidecar_command_beside_a_collector_keeps_metrics_reachable(
     mounted.write_text(config_map["data"]["toolwatch.yaml"], encoding="utf-8")
     assert command[:2] == ["toolwatch", "serve"]
     args = [str(mounted) if a == "/etc/toolwatch/toolwatch.yaml" else a for a in command[1:]]
-    config = cli._sources(cli._parser().parse_args(args)).load()
+    config = cli_sources.read_sources(cli._parser().parse_args(args)).load()
     probed = {container[p]["httpGet"]["port"] for p in ("livenessProbe", "readinessProbe")}
     assert probed == {"metrics"}
     assert config.listen.grpc == "127.0.0.1:14317"  # moved for the Collector

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 import json
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
@@ -31,6 +33,23 @@ from tests.integration.test_faults import (
 )
 
 MISSING = "MISSING_VERIFICATION_STEP"
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ServeProcess]:
+    """``serve`` listening, with ``output.findings: /dev/stderr`` and its standard error a Unix
+    stream socket (``journal``), judging a run 10 ms after it ends (ticks as often); killed
+    at the end if still running."""
+    config = write_config(
+        tmp_path / "journal.yaml",
+        {},
+        assembly={"completion_wait_seconds": 0.01, "tick_seconds": 0.01},
+        output={"findings": "/dev/stderr"},
+    )
+    server = ServeProcess(config, journal=True)
+    yield server
+    if server.proc.poll() is None:
+        server.kill()
 
 
 def _findings(server: ServeProcess) -> list[dict[str, Any]]:
@@ -51,28 +70,17 @@ def _judged(server: ServeProcess) -> str:
     return trace_id(spans)
 
 
-def test_findings_to_dev_stderr_reach_a_socket_standard_error(tmp_path: Path) -> None:
+def test_findings_to_dev_stderr_reach_a_socket_standard_error(server: ServeProcess) -> None:
     """Scenario: ``serve`` with ``output.findings: /dev/stderr``, its standard error a Unix
     stream socket; an unverified refund; SIGHUP; another; SIGTERM.
     Was: it exited at start-up, "No such device or address", without a listening line.
     Now: both findings are read from the socket, between the log's lines; the SIGHUP opens
     nothing again, and nothing about the output or an error is logged; SIGTERM exits 0."""
-    config = write_config(
-        tmp_path / "journal.yaml",
-        {},
-        assembly={"completion_wait_seconds": 0.01, "tick_seconds": 0.01},
-        output={"findings": "/dev/stderr"},
-    )
-    server = ServeProcess(config, journal=True)
-    try:
-        first = _judged(server)
-        server.proc.send_signal(signal.SIGHUP)
-        assert until(lambda: _reloads(server) == 1, START_TIMEOUT), "".join(server.log)
-        second = _judged(server)
-        code, _ = server.terminate(START_TIMEOUT)
-    finally:
-        if server.proc.poll() is None:
-            server.kill()
+    first = _judged(server)
+    server.proc.send_signal(signal.SIGHUP)
+    assert until(lambda: _reloads(server) == 1, START_TIMEOUT), "".join(server.log)
+    second = _judged(server)
+    code, _ = server.terminate(START_TIMEOUT)
     found = [(finding["trace_id"], finding["category"]) for finding in _findings(server)]
     assert (found, code) == ([(first, MISSING), (second, MISSING)], 0)
     # The outputs' messages name the path: a look that failed, a file opened again.
@@ -80,25 +88,14 @@ def test_findings_to_dev_stderr_reach_a_socket_standard_error(tmp_path: Path) ->
 
 
 def test_the_log_still_reaches_the_socket_after_the_outputs_close_at_shutdown(
-    tmp_path: Path,
+    server: ServeProcess,
 ) -> None:
     """Scenario: as above, one unverified refund, then SIGTERM. The findings log is a copy
     of descriptor 2: closing it at shutdown must close the copy alone, not standard error.
     The drain's line, logged once the outputs are closed, is read from the socket after the
     finding, and the process exits 0."""
-    config = write_config(
-        tmp_path / "journal.yaml",
-        {},
-        assembly={"completion_wait_seconds": 0.01, "tick_seconds": 0.01},
-        output={"findings": "/dev/stderr"},
-    )
-    server = ServeProcess(config, journal=True)
-    try:
-        judged = _judged(server)
-        code, _ = server.terminate(START_TIMEOUT)
-    finally:
-        if server.proc.poll() is None:
-            server.kill()
+    judged = _judged(server)
+    code, _ = server.terminate(START_TIMEOUT)
     drained = " INFO toolwatch: drained 0 buffered trace(s) at shutdown\n"
     assert until(lambda: any(line.endswith(drained) for line in server.log), START_TIMEOUT), (
         "".join(server.log)

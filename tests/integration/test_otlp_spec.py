@@ -592,21 +592,21 @@ def _gzip_of_zeros(size: int) -> bytes:
     return b"".join([*parts, compressor.flush()])
 
 
-def _peak_rss_kib() -> int:
+def peak_rss_kib() -> int:
     with open("/proc/self/status", encoding="ascii") as status:
         line = next(line for line in status if line.startswith("VmHWM:"))
     return int(line.split()[1])
 
 
-def _peak_rss_growth_kib(action: Callable[[], object]) -> int:
+def peak_rss_growth_kib(action: Callable[[], object]) -> int:
     """How far this process's peak RSS rose above its current RSS while ``action`` ran.
     Linux proc(5), /proc/pid/clear_refs: writing 5 resets the peak (VmHWM) to the current RSS.
     """
     with open("/proc/self/clear_refs", "w", encoding="ascii") as refs:
         refs.write("5")
-    before = _peak_rss_kib()
+    before = peak_rss_kib()
     action()
-    return _peak_rss_kib() - before
+    return peak_rss_kib() - before
 
 
 def test_gzip_bomb_is_413_without_inflating_it(start_server: StartServer) -> None:
@@ -614,10 +614,10 @@ def test_gzip_bomb_is_413_without_inflating_it(start_server: StartServer) -> Non
     bomb = _gzip_of_zeros(50 * MIB)
     assert len(bomb) < MIB  # passes the cap before decompression
     # The probe sees a 50 MB inflation in this process (the server runs in it)...
-    assert _peak_rss_growth_kib(lambda: zlib.decompress(bomb, 16 + zlib.MAX_WBITS)) > 45 * 1024
+    assert peak_rss_growth_kib(lambda: zlib.decompress(bomb, 16 + zlib.MAX_WBITS)) > 45 * 1024
 
     answers: list[HttpAnswer] = []
-    grown_kib = _peak_rss_growth_kib(lambda: answers.append(post(server, bomb, encoding="gzip")))
+    grown_kib = peak_rss_growth_kib(lambda: answers.append(post(server, bomb, encoding="gzip")))
 
     (answer,) = answers
     assert answer.status == 413
@@ -771,7 +771,12 @@ def test_http_gzip_members_after_the_first_are_checked_too(
 @pytest.mark.parametrize(
     ("content_type", "encoding", "status", "said"),
     [
-        (PROTOBUF, "br", 415, "content encoding 'br' is not gzip, deflate or identity"),
+        (
+            PROTOBUF,
+            "br",
+            415,
+            "content encoding 'br' is not one of gzip, deflate, zlib, zstd, identity",
+        ),
         ("text/plain", None, 415, "content type 'text/plain' is not"),
         ("", None, 415, "no content type: send application/x-protobuf or application/json"),
         (PROTOBUF, "gzip", 400, "body is not valid gzip"),
@@ -791,7 +796,7 @@ def test_unusable_http_body_is_refused(
         assert (body.code, body.details) == (code_pb2.INVALID_ARGUMENT, [])
     # RFC 7694 §3: a 415 for the request's content coding says which codings are accepted.
     accepted = answer.headers.get("Accept-Encoding")
-    assert accepted == ("gzip, deflate, identity" if encoding == "br" else None)
+    assert accepted == ("gzip, deflate, zlib, zstd, identity" if encoding == "br" else None)
     assert server.sample("toolwatch_spans_received_total", {"transport": "http"}) == 0
 
 

@@ -21,7 +21,7 @@ from tests.integration import agents
 from tests.integration.conftest import RunningServer
 from tests.integration.test_faults import POLICY, export
 from tests.pipes import full_pipe
-from toolwatch.app import _OUTPUTS_CLOSE_SECONDS
+from toolwatch.app_shutdown import OUTPUTS_CLOSE_SECONDS
 
 
 @pytest.fixture
@@ -78,6 +78,6 @@ def test_two_blocked_outputs_share_the_shutdowns_wait_for_them(
     started = time.monotonic()
     server.stop()  # App.stop(grace=1.0)
     took = time.monotonic() - started
-    assert took < _OUTPUTS_CLOSE_SECONDS + 0.6, (
+    assert took < OUTPUTS_CLOSE_SECONDS + 0.6, (
         f"the shutdown waited {took:.1f} s for its blocked outputs; the grace was 1 s"
     )

@@ -1,7 +1,8 @@
-"""Fuzz both receivers of a real server: random bytes, random gzip, hostile but well-formed
-requests. Every answer is a success or a client error (HTTP 200/400, gRPC OK or
-INVALID_ARGUMENT), never a server error (500, UNKNOWN, INTERNAL); a valid request right
-after each one still succeeds; the process's resident memory stays bounded throughout.
+"""Fuzz both receivers of a real server: random bytes, random gzip and zstd (whole, cut short
+or with a byte flipped), hostile but well-formed requests. Every answer is a success or a
+client error (HTTP 200/400, gRPC OK or INVALID_ARGUMENT), never a server error (500, UNKNOWN,
+INTERNAL); a valid request right after each one still succeeds; the process's resident
+memory stays bounded throughout.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ import base64
 import gzip
 import json
 import os
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -31,6 +33,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
+
+if sys.version_info >= (3, 14):
+    from compression import zstd
+else:
+    from backports import zstd
 
 EXPORT = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 PROTOBUF = "application/x-protobuf"
@@ -117,13 +124,29 @@ def test_random_bytes_over_http_are_400_or_200_never_500(client: Client) -> None
     client.assert_memory_bounded()
 
 
-def test_random_gzip_over_http_is_400_or_200_never_500(client: Client) -> None:
+@pytest.mark.parametrize(
+    ("encoding", "compress"), [("gzip", gzip.compress), ("zstd", zstd.compress)]
+)
+def test_random_compressed_bodies_over_http_are_400_or_200_never_500(
+    client: Client, encoding: str, compress: Callable[[bytes], bytes]
+) -> None:
     @FUZZ
-    @given(st.binary(max_size=2048), st.booleans(), st.sampled_from([PROTOBUF, JSON]))
-    def check(payload: bytes, compress: bool, content_type: str) -> None:
-        body = gzip.compress(payload) if compress else payload  # not gzip at all, half the time
-        status, _answer = client.post(body, content_type, encoding="gzip")
+    @given(
+        st.binary(max_size=2048),
+        st.sampled_from(["whole", "raw", "cut", "flipped"]),
+        st.sampled_from([PROTOBUF, JSON]),
+        st.data(),
+    )
+    def check(payload: bytes, damage: str, content_type: str, data: st.DataObject) -> None:
+        body = bytearray(payload if damage == "raw" else compress(payload))  # raw: not compressed
+        if damage == "cut":
+            del body[data.draw(st.integers(0, len(body) - 1), label="cut at") :]
+        if damage == "flipped":
+            body[data.draw(st.integers(0, len(body) - 1), label="at")] ^= 0xFF
+        status, answer = client.post(bytes(body), content_type, encoding=encoding)
         assert status in (200, 400)
+        if status == 400 and content_type == PROTOBUF:
+            assert status_pb2.Status.FromString(answer).message  # the reason, in words
         client.still_serving()
 
     check()

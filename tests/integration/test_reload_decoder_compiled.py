@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import RunningServer
-from toolwatch import cli
+from toolwatch import cli_sources
 
 
 def test_a_reload_to_a_decoder_this_install_cannot_run_fails_naming_it(
@@ -36,7 +36,7 @@ def test_a_reload_to_a_decoder_this_install_cannot_run_fails_naming_it(
     assert server.sample("toolwatch_config_last_reload_successful") == 1.0
     config.write_text("ingest:\n  decoder: compiled\n")
     monkeypatch.setenv("TOOLWATCH_PURE_PYTHON", "1")
-    sources = cli._Sources(config, {}, {})
+    sources = cli_sources.Sources(config, {}, {})
 
     with caplog.at_level(logging.INFO, logger="toolwatch"):
         reloaded = server.call(lambda: server.app.reload(sources.load_reloaded))

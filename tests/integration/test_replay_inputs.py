@@ -16,7 +16,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from tests.integration.test_cli import EXAMPLES, run_cli
 from tests.unit.test_config_warnings import HALF_POLICY
-from toolwatch.cli import REPLAY_DEFAULTS_NOTE
+from toolwatch.cli_replay import REPLAY_DEFAULTS_NOTE
 
 REQUEST = EXAMPLES / "unverified-refund.otlp.json"
 LOGS = {

@@ -4,7 +4,7 @@ stop leaves one more: they pile up beside the cursor file, each a 0600 copy of t
 
 What is wrong. Since 4a4e1df, ``_Cursor._replace`` (src/toolwatch/tail.py) writes each
 rewrite to ``tempfile.mkstemp(prefix="FILE.", suffix=".partial")`` and removes that copy only
-on an ``OSError``. The CLI turns SIGTERM into ``KeyboardInterrupt`` (``cli._tail``), raised
+on an ``OSError``. The CLI turns SIGTERM into ``KeyboardInterrupt`` (``cli_tail._tail``), raised
 in the main thread wherever it is, and the main thread rewrites the file itself (at
 start-up, on subscribing, after a finding when the last rewrite is 0.1 s old): a SIGTERM
 that lands between ``mkstemp`` and ``os.replace`` ends the rewrite with the copy on disk.

@@ -5,7 +5,7 @@ What is wrong. ``_Cursor._replace`` (src/toolwatch/tail_cursor.py) removes its c
 ``except BaseException`` only when ``partial`` is set, and ``partial`` is set only once
 ``tempfile.mkstemp`` has returned and ``Path(made[1])`` has been built. ``mkstemp`` creates
 the file (``openat(O_CREAT|O_EXCL)``) and then runs Python code (``os.path.abspath``, the
-return, ``Path.__init__``): the CLI's SIGTERM handler (``cli._tail``) raises
+return, ``Path.__init__``): the CLI's SIGTERM handler (``cli_tail._tail``) raises
 ``KeyboardInterrupt`` at the first bytecode boundary after the signal, which falls in that
 window when SIGTERM comes while the file is being created. The copy is then on disk, empty and
 0600, nothing removes it, ``tail`` exits 143 as a clean stop, and the next rewrite uses

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from toolwatch import cli, compiled_state
+from toolwatch import cli, cli_sources, compiled_state
 from toolwatch.ingest import scan
 
 DAY = datetime.timedelta(days=1)
@@ -171,7 +171,7 @@ def test_a_file_and_config_together_are_refused(
 def test_without_any_file_it_checks_the_defaults_with_the_overrides(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    warned = f"defaults: warning: {cli.SERVE_DEFAULTS_WARNING}\n"
+    warned = f"defaults: warning: {cli_sources.SERVE_DEFAULTS_WARNING}\n"
     assert check_config(capsys) == (0, "defaults: ok\n", warned)
     monkeypatch.setenv("TOOLWATCH_STREAM_LISTEN", "127.0.0.1:4317")  # the gRPC default's port
     code, out, err = check_config(capsys)
@@ -186,7 +186,7 @@ def test_help_lists_the_flags_serve_takes(capsys: pytest.CaptureFixture[str]) ->
     with pytest.raises(SystemExit):
         cli.main(["check-config", "--help"])
     shown = capsys.readouterr().out
-    for flag, variable, _key, _help in cli._SERVE_FLAGS:
+    for flag, variable, _key, _help in cli_sources.SERVE_FLAGS:
         assert flag in shown
         assert variable in shown
     assert "--config" in shown

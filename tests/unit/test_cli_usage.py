@@ -70,6 +70,25 @@ def test_a_commands_examples_run_that_command(name: str, block: str) -> None:
     assert used == (set(commands()) if name == "toolwatch" else {name})
 
 
+def test_the_top_levels_examples_are_its_commands_own_word_for_word() -> None:
+    """Was: the top level's block was a second copy of its commands' examples, its replay
+    line one no command showed. Now each of its examples is taken from its command's block,
+    continuation lines and note included: one command of each at least."""
+    top = EXAMPLES["toolwatch"].removeprefix("examples:\n")
+    examples = re.split(r"\n(?=  \S)", top.rstrip("\n"))
+    shown = {}
+    for example in examples:
+        command = toolwatch_arguments(example.replace("\\\n", " "))[0]
+        shown.setdefault(command, []).append(example)
+        assert f"\n{example}\n" in EXAMPLES[command], example
+    assert {command: len(lines) for command, lines in shown.items()} == {
+        "serve": 3,
+        "check-config": 2,
+        "replay": 1,
+        "tail": 1,
+    }
+
+
 def refused(args: list[str]) -> tuple[int, list[str]]:
     """The exit code of ``toolwatch ARGS`` refused by the parser, and what its standard error
     says after its usage (the ``error:`` line and the hints under it)."""

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from toolwatch.app import _known_tools
 from toolwatch.config import Config, ConfigError, check_outputs, load_config
+from toolwatch.engine_setup import known_tools
 from toolwatch.outputs import OutputError, open_text
 
 
@@ -28,7 +28,7 @@ def test_the_tool_labels_kept_under_the_cap_are_spelled_as_calls_are() -> None:
         metrics={"tools": ["Get_Weather"]},
     )
     expected = ("get_weather", "issue_refund", "lookup_order", "search")
-    assert _known_tools(tools, None) == expected
+    assert known_tools(tools, None) == expected
 
 
 @pytest.mark.parametrize("entry", ["", "issue_refund.", ".order_id", "a..b", " "])

@@ -147,7 +147,7 @@ def test_a_file_with_no_policy_is_warned_that_only_loops_can_find_anything(
     tmp_path: Path, text: str
 ) -> None:
     """Was: an empty file, or one with ``listen:`` only, read "ok", while no file at all is
-    warned of (``cli.SERVE_DEFAULTS_WARNING``)."""
+    warned of (``cli_sources.SERVE_DEFAULTS_WARNING``)."""
     assert warned(tmp_path, text) == [ONLY_LOOPS]
 
 
@@ -185,7 +185,7 @@ def test_any_policy_golden_cases_or_shadow_pairs_are_something_to_judge_by(
 
 def test_the_built_in_defaults_are_left_to_their_own_warning() -> None:
     """No file: ``serve`` and ``check-config`` say so in their own words
-    (``cli.SERVE_DEFAULTS_WARNING``: no policy, no golden cases), not twice."""
+    (``cli_sources.SERVE_DEFAULTS_WARNING``: no policy, no golden cases), not twice."""
     defaults = load_config(None)
     assert defaults.warnings() == [ONLY_LOOPS]
     assert defaults.warnings(defaults=True) == []

@@ -32,9 +32,9 @@ with atheris.instrument_imports(include=["toolwatch"]):
     from prometheus_client import CollectorRegistry
 
     from toolwatch import compiled_state
-    from toolwatch.app import build_references
     from toolwatch.config import load_config
     from toolwatch.engine import DiscardToolTraces, Engine, EngineParts
+    from toolwatch.engine_setup import build_references
     from toolwatch.evaluation.pipeline import EvaluationPipeline
     from toolwatch.evaluation.settings import EvaluationSettings
     from toolwatch.ingest.decode import (

@@ -175,7 +175,7 @@ class Config(_Section):
         applies (the policy, golden cases, evaluators), so ``serve`` logs them at each
         reload too, and ``replay``, which judges, prints them. A configuration with nothing
         to judge runs by is not warned of with ``defaults``: this is the built-in defaults,
-        no file, which the caller warns of in its own words (``cli.SERVE_DEFAULTS_WARNING``:
+        no file, which the caller warns of in its own words (``cli_sources.SERVE_DEFAULTS_WARNING``:
         no policy, no golden cases)."""
         return judging_warnings(self, defaults=defaults)
 

@@ -19,11 +19,13 @@ from google.protobuf import json_format
 from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
 
+from toolwatch.ingest.compressed_streams import ZSTD_UNAVAILABLE
 from toolwatch.ingest.decode import DecodeError
 from toolwatch.ingest.inflight import ReadAbandonedError
 from toolwatch.ingest.otlp_grpc import bad_request_status
 
 __all__ = [
+    "ACCEPTED_ENCODINGS",
     "COMPRESSED",
     "IDENTITY",
     "JSON",
@@ -47,7 +49,10 @@ TRACES_PATH = "/v1/traces"
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 IDENTITY = ("", "identity")
-COMPRESSED = ("gzip", "x-gzip", "deflate")
+#: The compressed codings read: zstd only on a Python that can (``ZSTD_UNAVAILABLE``).
+COMPRESSED = ("gzip", "x-gzip", "deflate", "zlib", *(() if ZSTD_UNAVAILABLE else ("zstd",)))
+#: The codings accepted, as a 415 lists them (``Accept-Encoding``, RFC 7694 §3).
+ACCEPTED_ENCODINGS = ", ".join(c for c in (*COMPRESSED, "identity") if c != "x-gzip")
 #: The google.rpc code of each HTTP error toolwatch's handler does not answer itself.
 STATUS_CODES = {
     401: code_pb2.UNAUTHENTICATED,
@@ -119,7 +124,7 @@ def unsupported_type(request: web.Request, content_type: str) -> RejectError:
 
 
 def unsupported_encoding(encoding: str) -> RejectError:
-    message = f"content encoding {encoding!r} is not gzip, deflate or identity"
+    message = f"content encoding {encoding!r} is not one of {ACCEPTED_ENCODINGS}"
     return RejectError(415, message, hdrs.CONTENT_ENCODING)
 
 
@@ -212,5 +217,5 @@ def status_response(reject: RejectError, content_type: str) -> web.Response:
     response = message_response(reject.status, body, encoding)
     if reject.status == 415 and reject.field == "Content-Encoding":
         # RFC 7694 §3: a 415 for the request's content coding names the codings accepted.
-        response.headers[hdrs.ACCEPT_ENCODING] = "gzip, deflate, identity"
+        response.headers[hdrs.ACCEPT_ENCODING] = ACCEPTED_ENCODINGS
     return response

@@ -1,14 +1,15 @@
-"""OTLP/HTTP receiver: ``POST /v1/traces`` with protobuf or JSON bodies, optionally gzip- or
-deflate-compressed.
+"""OTLP/HTTP receiver: ``POST /v1/traces`` with protobuf or JSON bodies, optionally compressed
+(gzip, deflate, zlib or zstd: ``toolwatch.ingest.http_bodies``).
 
 Answers per the OTLP/HTTP specification, each with the request's Content-Type as sent
 (parameters included): 200 with an ``ExportTraceServiceResponse`` in the
 request's encoding (``partial_success`` when spans were rejected); 400 with a
 ``google.rpc.Status`` holding a ``google.rpc.BadRequest`` for a body that cannot be decoded;
-413 when the body exceeds the cap *after* decompression (so a gzip bomb is cut off, not
+413 when the body exceeds the cap *after* decompression (so a gzip or zstd bomb is cut off, not
 inflated), or when an OTLP/JSON body holds more JSON values than a body of that cap may
 (``otlp_json.MIN_BYTES_PER_VALUE``); 415 for other
-content types or encodings; 503 with ``Retry-After`` when the consumer is at capacity,
+content types or encodings (zstd too on a Python without it), before the body is read; 503
+with ``Retry-After`` when the consumer is at capacity,
 every request slot is taken (``toolwatch.ingest.slots``: checked before the body is read),
 the body did not arrive within the slots' read timeout, the server shut down while the body
 was arriving or decoding (the grace over), or the request came once the shutdown had begun
@@ -68,7 +69,6 @@ from toolwatch.ingest.decode_thread import DecodeAbandonedError, DecodeThread
 from toolwatch.ingest.http_answers import (
     COMPRESSED,
     JSON,
-    PROTOBUF,
     TRACES_PATH,
     ProtocolErrorLog,
     RejectError,
@@ -77,7 +77,6 @@ from toolwatch.ingest.http_answers import (
     status_bodies,
     status_response,
     unsupported,
-    unsupported_type,
 )
 from toolwatch.ingest.http_bodies import decompress
 from toolwatch.ingest.inflight import InFlight, ReadAbandonedError
@@ -233,10 +232,14 @@ class HttpTraceReceiver:
     ) -> tuple[str, web.Response]:
         """The request's outcome (``ok``, ``overloaded``, ``timeout``) and its answer.
         ``reserved``: the request holds the slot its ``Expect`` check took."""
-        if content_type not in (PROTOBUF, JSON):
+        # Before the body is read, as ``expect`` checks them: a client that did not ask
+        # whether to send it is not made to upload 20 MiB to be told 415. What it sends
+        # still is not a next request: the answer says Connection: close.
+        if (problem := unsupported(request, content_type, content_encoding(request))) is not None:
             if reserved:  # not so: the check refuses these, but a slot is never lost
                 self.slots.give()
-            raise unsupported_type(request, content_type)
+            problem.close = True
+            raise problem
         if not reserved and not self.slots.take():
             return "overloaded", self._overloaded(content_type)
         try:

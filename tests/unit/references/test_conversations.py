@@ -10,8 +10,8 @@ import pytest
 
 from tests import factories
 from tests.memory import retained
-from toolwatch.app import conversation_scope
 from toolwatch.config import Config
+from toolwatch.engine_setup import conversation_scope
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import CallStatus, ToolCall, ToolTrace, Verified
 from toolwatch.names import NameNormalizer

@@ -1,0 +1,134 @@
+"""``toolwatch tail`` on the command line: its options (the stream's address and access
+defaulting to ``TOOLWATCH_*`` variables), and its run, which SIGTERM ends as Ctrl-C does.
+Subscribing and printing are ``toolwatch.tail``'s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from toolwatch.cli_sources import env_path, env_value
+from toolwatch.cli_usage import add_command
+from toolwatch.model import Severity
+from toolwatch.tail import run_tail
+from toolwatch.tail_access import ACCESS_FLAGS, StreamAccess
+from toolwatch.tail_exits import EXIT_INTERRUPTED
+
+__all__ = ["EXIT_TERMINATED", "add_tail"]
+
+#: ``tail`` ended by SIGTERM (a service manager stopping it), after keeping its cursor.
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+def add_tail(commands: Any) -> None:
+    """``toolwatch tail``'s parser: which findings, how printed, how to reach the stream."""
+    tail = add_command(commands, "tail")
+    tail.add_argument(
+        "--target",
+        default=env_value("TOOLWATCH_STREAM") or "127.0.0.1:4319",
+        help="the findings stream HOST:PORT (127.0.0.1:4319); env TOOLWATCH_STREAM",
+    )
+    tail.add_argument(
+        "--category",
+        action="append",
+        default=[],
+        metavar="CATEGORY",
+        help="only findings of CATEGORY (DANGEROUS_ACTION_DRIFT, say: the README lists them);"
+        " repeatable, for any of several",
+    )
+    tail.add_argument(
+        "--agent",
+        action="append",
+        default=[],
+        metavar="AGENT",
+        help="only findings on AGENT's runs, and on its own calls in others' runs; repeatable,"
+        " for any of several",
+    )
+    severities = [str(s) for s in Severity]
+    tail.add_argument(
+        "--min-severity",
+        default="low",
+        choices=severities,
+        help="only findings at least this severe (low: all)",
+    )
+    tail.add_argument("--json", action="store_true", help="one JSON object per line")
+    tail.add_argument(
+        "--reconnect",
+        action="store_true",
+        help="follow the stream across lost connections, server restarts and token rotations,"
+        " resuming where it left off (findings the server still holds are not lost)",
+    )
+    tail.add_argument(
+        "--cursor-file",
+        type=Path,
+        metavar="FILE",
+        help="keep where tail is in the stream in FILE, so the next run resumes there (findings"
+        " the server still holds are not lost between runs); one tail per file: two sharing"
+        " one resume with one token and take the stream from each other",
+    )
+    tail.add_argument(
+        "--color",
+        choices=["auto", "always", "never"],
+        default="auto",
+        help="colour severities and categories (auto: on a terminal unless NO_COLOR is set)",
+    )
+    tail.add_argument("--tls", action="store_true", help="use TLS with the system's CA roots")
+    from_env = {}
+    for flag, (env, help_text) in ACCESS_FLAGS.items():
+        default = env_path(env)
+        if default is not None:
+            from_env[flag] = (default, env)
+        tail.add_argument(flag, type=Path, default=default, help=f"{help_text}; env {env}")
+    tail.set_defaults(run=_tail, access_from_env=from_env)
+
+
+def _tail(args: argparse.Namespace) -> int:
+    """``toolwatch tail``. SIGTERM ends it as Ctrl-C does (its cursor file kept up to the
+    last finding printed), with the exit code of a command that signal ended."""
+    terminated = False
+
+    def terminate(_signal: int, _frame: object) -> None:
+        nonlocal terminated
+        terminated = True
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, terminate)
+    try:
+        code = _run_tail(args)
+    except KeyboardInterrupt:  # one that came as run_tail returned
+        code = EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return EXIT_TERMINATED if terminated else code
+
+
+def _run_tail(args: argparse.Namespace) -> int:
+    color = {"auto": None, "always": True, "never": False}[args.color]
+    return run_tail(
+        target=args.target,
+        categories=args.category,
+        min_severity=args.min_severity,
+        agents=args.agent,
+        as_json=args.json,
+        color=color,
+        out=sys.stdout,
+        reconnect=args.reconnect,
+        cursor_file=args.cursor_file,
+        access=StreamAccess(
+            tls=args.tls,
+            ca_file=args.tls_ca,
+            cert_file=args.tls_cert,
+            key_file=args.tls_key,
+            bearer_token_file=args.bearer_token_file,
+            # a flag on the command line replaces its variable's default, another object
+            from_env={
+                flag: env
+                for flag, (default, env) in args.access_from_env.items()
+                if getattr(args, flag.removeprefix("--").replace("-", "_")) is default
+            },
+        ),
+    )
