@@ -1,0 +1,122 @@
+"""The dashboard's finding counts count a series across a toolwatch restart as the rules do.
+
+Was: "Findings that page", "Critical and high findings" and the "Findings that page, by agent
+and tool" table counted a series by two cases (created in the range: its whole value, else
+increase()), which after a restart counts the last process's findings alone: an on-call
+opening the dashboard from a page reading "3 finding(s)" saw 1. Now: they count each series
+by the three cases of the header of ``deploy/prometheus/toolwatch-rules.yaml``, as the alerts
+that link to them do.
+
+Real promtool evaluates each panel's expression (Grafana's variables replaced as
+``tests/integration/test_deploy_artifacts.py`` does, with a 5m range).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+DASHBOARD = ROOT / "deploy" / "grafana" / "toolwatch.json"
+
+VARIABLES = {
+    "$__rate_interval": "5m",
+    "$__range_s": "300",
+    "$__range": "5m",
+    "$namespace": ".*",
+    "$agent": ".*",
+    "$tool": ".*",
+    "${traffic:pipe}": "live|",
+}
+
+# The audit's restart (and the branch's own page test): support's dangerous call at 1m and
+# 2m, toolwatch restarted at 3m, a third at 4m. The page reads 3 findings in the last 5m.
+BASE = (
+    'category="DANGEROUS_ACTION_DRIFT",severity="critical",evaluator="safety",agent="support",'
+    'tool="issue_refund",traffic="live",job="toolwatch",instance="10.0.0.1:9464"'
+)
+RESTART = [
+    {"series": f"toolwatch_regressions_total{{{BASE}}}", "values": "_x3 1x3 2x3 stale _x2 1x28"},
+    {"series": f"toolwatch_regressions_created{{{BASE}}}", "values": "_x3 60x7 stale _x2 240x28"},
+]
+
+requires_promtool = pytest.mark.skipif(
+    shutil.which("promtool") is None, reason="promtool is not on PATH"
+)
+
+
+def _panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for panel in panels:
+        yield panel
+        yield from _panels(panel.get("panels", []))
+
+
+def _expr(title: str) -> str:
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    (panel,) = [p for p in _panels(dashboard["panels"]) if p.get("title") == title]
+    (target,) = panel["targets"]
+    expr: str = target["expr"]
+    for variable, value in VARIABLES.items():
+        expr = expr.replace(variable, value)
+    return expr
+
+
+def _evaluates(tmp_path: Path, expr: str, labels: str, value: float) -> str:
+    """promtool's failure report ('' when it passes) for ``round(expr)`` at 5m."""
+    (tmp_path / "empty.rules.yaml").write_text("groups: []\n", encoding="utf-8")
+    test = {
+        "rule_files": ["empty.rules.yaml"],
+        "evaluation_interval": "15s",
+        "tests": [
+            {
+                "interval": "15s",
+                "input_series": RESTART,
+                "promql_expr_test": [
+                    {
+                        "expr": f"round({expr})",
+                        "eval_time": "5m",
+                        "exp_samples": [{"labels": labels, "value": value}],
+                    }
+                ],
+            }
+        ],
+    }
+    path = tmp_path / "panel.test.yaml"
+    path.write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
+    result = subprocess.run(
+        ["promtool", "test", "rules", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    return "" if result.returncode == 0 else result.stdout + result.stderr
+
+
+@pytest.mark.prometheus
+@requires_promtool
+@pytest.mark.parametrize("title", ["Findings that page", "Critical and high findings"])
+def test_finding_totals_count_findings_before_a_toolwatch_restart(
+    tmp_path: Path, title: str
+) -> None:
+    """Two findings before the restart and one after read 3, as ToolwatchDangerousActionDrift
+    (which links to this dashboard) reads them for the same 5m."""
+    assert _evaluates(tmp_path, _expr(title), "{}", 3) == ""
+
+
+@pytest.mark.prometheus
+@requires_promtool
+def test_the_findings_table_counts_findings_before_a_toolwatch_restart(tmp_path: Path) -> None:
+    """The table the page's dashboard link filters reads 3 for support/issue_refund, as the
+    page does."""
+    labels = (
+        '{agent="support",tool="issue_refund",category="DANGEROUS_ACTION_DRIFT",evaluator="safety"}'
+    )
+    assert _evaluates(tmp_path, _expr("Findings that page, by agent and tool"), labels, 3) == ""
