@@ -240,7 +240,10 @@ def _latest_turn_asked(history: Any) -> list[tuple[Any, Any]] | None:
     request = parse_json(history) if isinstance(history, str) else None
     contents = request.get("contents") if isinstance(request, dict) else None
     turns: list[Any] = contents if isinstance(contents, list) else []
-    for content in reversed(turns):
+    # Indexed, not reversed(): mypyc (mypy 2.4) fails on reversed() of a list[Any] (an internal
+    # error, "AssertionError: Any", building the compiled hot path).
+    for at in range(len(turns) - 1, -1, -1):
+        content = turns[at]
         if isinstance(content, dict) and content.get("role") == "model":
             calls = _function_calls(content)
             if calls:
