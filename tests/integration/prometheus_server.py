@@ -58,6 +58,19 @@ requires_promtool = pytest.mark.skipif(
 )
 
 
+def promtool_test_rules(test_file: Path, timeout: float = 300.0) -> str:
+    """What ``promtool test rules`` reports of ``test_file`` when it fails; "" when it
+    passes."""
+    result = subprocess.run(
+        ["promtool", "test", "rules", str(test_file)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    return "" if result.returncode == 0 else result.stdout + result.stderr
+
+
 class PrometheusServer:
     """A started Prometheus at ``url``; ``log`` is the file its output goes to."""
 

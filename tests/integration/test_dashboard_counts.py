@@ -14,14 +14,14 @@ Real promtool evaluates each panel's expression (Grafana's variables replaced as
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.integration.prometheus_server import promtool_test_rules, requires_promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "toolwatch.json"
@@ -46,10 +46,6 @@ RESTART = [
     {"series": f"toolwatch_regressions_total{{{BASE}}}", "values": "_x3 1x3 2x3 stale _x2 1x28"},
     {"series": f"toolwatch_regressions_created{{{BASE}}}", "values": "_x3 60x7 stale _x2 240x28"},
 ]
-
-requires_promtool = pytest.mark.skipif(
-    shutil.which("promtool") is None, reason="promtool is not on PATH"
-)
 
 
 def _panels(panels: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -90,14 +86,7 @@ def _evaluates(tmp_path: Path, expr: str, labels: str, value: float) -> str:
     }
     path = tmp_path / "panel.test.yaml"
     path.write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
-    result = subprocess.run(
-        ["promtool", "test", "rules", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    return "" if result.returncode == 0 else result.stdout + result.stderr
+    return promtool_test_rules(path)
 
 
 @pytest.mark.prometheus

@@ -9,13 +9,13 @@ change that fixes a limit turns its test into an unexpected pass, to update both
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from tests.integration.prometheus_server import promtool_test_rules, requires_promtool
 
 PROMETHEUS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 FIRST_VALUE = (
@@ -23,10 +23,6 @@ FIRST_VALUE = (
     "successor's first value twice"
 )
 SCRAPE_GAP = "findings made during a scrape gap longer than the window do not page"
-
-requires_promtool = pytest.mark.skipif(
-    shutil.which("promtool") is None, reason="promtool is not on PATH"
-)
 
 
 def _promtool_case(tmp_path: Path, name: str, expected: list[list[dict[str, Any]]]) -> str:
@@ -42,14 +38,7 @@ def _promtool_case(tmp_path: Path, name: str, expected: list[list[dict[str, Any]
     document["tests"] = [case]
     written = tmp_path / "case.test.yaml"
     written.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
-    result = subprocess.run(
-        ["promtool", "test", "rules", str(written)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    return "" if result.returncode == 0 else result.stdout + result.stderr
+    return promtool_test_rules(written)
 
 
 @pytest.mark.prometheus
