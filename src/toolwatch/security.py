@@ -1,19 +1,20 @@
 """Transport security and bearer-token authentication of the listeners.
 
-``ListenerSecurity`` turns the validated ``security`` section into what each server needs:
-gRPC server credentials and an auth interceptor (OTLP/gRPC, findings stream), an
-``ssl.SSLContext`` and an auth middleware (OTLP/HTTP, metrics); the certificates themselves
-are ``toolwatch.tls``'s. With ``tls.client_ca_file`` every listener requires a client
-certificate signed by that CA (mutual TLS), except that the metrics listener lets a client
-without one finish the handshake and answers it only on ``/healthz`` and ``/readyz`` (403
-elsewhere, counted with ``PipelineMetrics.auth_failed(listener)``). A client refused at the
-handshake (no certificate where one is required, an expired one, one the client CA did not
-sign) is refused by OpenSSL or gRPC before any of this code runs: neither counted nor logged
-(gRPC offers no hook on a failed handshake); its own error says why. With
-``tls.client_names`` too, the certificate must name one of them (``ClientNames``): any other
-is answered PERMISSION_DENIED (gRPC) or 403 (HTTP), with no detail, before any request
-message or body is read and whatever its bearer token or method (so it learns nothing of
-either), and counted with ``PipelineMetrics.auth_failed(listener)``.
+``ListenerSecurity`` turns the validated ``security`` section into what each server needs: gRPC
+server credentials and an auth interceptor (OTLP/gRPC, findings stream), an ``ssl.SSLContext``
+and an auth middleware (OTLP/HTTP, metrics); the certificates themselves are
+``toolwatch.tls``'s, the bearer-token checks ``toolwatch.bearer_tokens``'. With
+``tls.client_ca_file`` every listener requires a client certificate signed by that CA (mutual
+TLS), except that the metrics listener lets a client without one finish the handshake and
+answers it only on ``/healthz`` and ``/readyz`` (403 elsewhere, counted with
+``PipelineMetrics.auth_failed(listener)``). A client refused at the handshake (no certificate
+where one is required, an expired one, one the client CA did not sign) is refused by OpenSSL or
+gRPC before any of this code runs: neither counted nor logged (gRPC offers no hook on a failed
+handshake); its own error says why. With ``tls.client_names`` too, the certificate must name
+one of them (``ClientNames``): any other is answered PERMISSION_DENIED (gRPC) or 403 (HTTP),
+with no detail, before any request message or body is read and whatever its bearer token or
+method (so it learns nothing of either), and counted with
+``PipelineMetrics.auth_failed(listener)``.
 
 Authentication follows RFC 6750: the client sends ``authorization: Bearer <token>``
 (gRPC metadata or HTTP header). A missing or wrong token is answered UNAUTHENTICATED (gRPC)
@@ -27,18 +28,18 @@ listener's, with the peer's address and its certificate's names; the reason
 ``unauthenticated`` or ``permission_denied``, and whether a token was sent, never the token):
 a warning per reason and listener at most once a minute says who is refused.
 
-Tokens live in a file (``TokenFile``), one per line so a new token can be added before the
-old one is removed; the file is re-read when it changes, without a restart. So are the
-certificate, its key and the client CA (``toolwatch.tls.CertificateFiles``): a rotated
-certificate (by cert-manager, say) is served on new connections — gRPC takes it at the next
-handshake, the HTTPS listeners at the next ``ListenerSecurity.refresh`` (the server's tick);
-the connections open before it are closed at their age (``toolwatch.connection_age``; not
-the findings stream's, whose calls are ended and connections closed, for their clients to
+Tokens live in a file (``toolwatch.bearer_tokens.TokenFile``), one per line so a new token can
+be added before the old one is removed; the file is re-read when it changes, without a restart.
+So are the certificate, its key and the client CA (``toolwatch.tls.CertificateFiles``): a
+rotated certificate (by cert-manager, say) is served on new connections — gRPC takes it at the
+next handshake, the HTTPS listeners at the next ``ListenerSecurity.refresh`` (the server's
+tick); the connections open before it are closed at their age (``toolwatch.connection_age``;
+not the findings stream's, whose calls are ended and connections closed, for their clients to
 connect again, when a reload takes a client CA out: ``on_client_ca_removed``). A file that
 changed and cannot be used (a certificate that is not valid now included) keeps the previous
 one and is counted with ``PipelineMetrics.reload_failed``; the dates of the certificate and
-client CA served (since when they are valid, when they expire) are reported at start-up and
-at each reload that took a new set (``PipelineMetrics.certificates_served``).
+client CA served (since when they are valid, when they expire) are reported at start-up and at
+each reload that took a new set (``PipelineMetrics.certificates_served``).
 
 Threading: the interceptors and middlewares run on the servers' event loop; ``TokenFile``
 is not thread-safe.
@@ -46,228 +47,55 @@ is not thread-safe.
 
 from __future__ import annotations
 
-import hmac
 import inspect
-import logging
 import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import grpc
-from aiohttp import hdrs, web
+from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from toolwatch.bearer_tokens import (
+    BearerTokenInterceptor,
+    TokenFile,
+    bearer_token_middleware,
+    token_in,
+)
 from toolwatch.certificate_dates import utc_from_ns
 from toolwatch.client_names import certificate_names
-from toolwatch.config.security import SecuritySettings, read_token_file
+from toolwatch.config.security import SecuritySettings
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock
 from toolwatch.senders import SenderLog, grpc_sender, http_sender
 from toolwatch.tls import (
     CertificateFiles,
     Certificates,
-    FileWatch,
     ServedContext,
     server_credentials,
 )
 
 __all__ = [
-    "HEALTH_CHECK",
-    "BearerTokenInterceptor",
     "ClientNameInterceptor",
     "ClientNames",
     "ListenerSecurity",
-    "TokenFile",
-    "bearer_token",
-    "bearer_token_middleware",
     "certificate_names",
     "client_certificate_middleware",
     "client_name_middleware",
 ]
 
-log = logging.getLogger(__name__)
-
-#: The gRPC health service's unary check (grpc.health.v1), open to clients without a token:
-#: kubelet's gRPC probes and grpc-health-probe call it; ``toolwatch.ingest.grpc_health``
-#: reads its requests a few at a time, so that they cannot take memory. Its ``Watch`` and
-#: ``List`` are not: a ``Watch`` stream lasts as long as its client likes, so anyone who can
-#: connect could hold as many as they please.
-HEALTH_CHECK = "/grpc.health.v1.Health/Check"
-
-_AUTHORIZATION = "authorization"
-#: RFC 6750 §3: the Bearer scheme followed by at least one auth-param; no error detail.
-_CHALLENGE = 'Bearer realm="toolwatch"'
-
-
-def bearer_token(authorization: str | None) -> str | None:
-    """The token of an ``Authorization: Bearer <token>`` value, else ``None``. The scheme
-    is case-insensitive (RFC 7235 section 2.1)."""
-    if authorization is None:
-        return None
-    scheme, _, token = authorization.strip().partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and token else None
-
-
-class TokenFile:
-    """The accepted bearer tokens, read from ``path`` (``config.read_token_file``).
-
-    ``accepts`` compares a presented token with every accepted one in constant time. The
-    file is looked at no more than once every ``reload_seconds`` of ``clock`` time and
-    re-read when it changed. A file that cannot be read or holds no valid token at a reload
-    keeps the previous tokens, and the failure is logged: a half-written rotation never
-    locks every client out. Raises at construction when the file is unusable.
-    """
-
-    def __init__(
-        self,
-        path: Path,
-        reload_seconds: float,
-        clock: Clock,
-        on_failure: Callable[[], None] = lambda: None,
-    ) -> None:
-        self._path = path
-        self._watch = FileWatch((path,), reload_seconds, clock)
-        self._tokens = _encode(read_token_file(path))
-        self._on_failure = on_failure
-        self._on_change: list[Callable[[], None]] = []
-
-    def on_change(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` each time a reload changes the accepted tokens."""
-        self._on_change.append(callback)
-
-    def accepts(self, token: str | None) -> bool:
-        """Whether ``token`` is one of the accepted tokens."""
-        self.refresh()
-        if not token:
-            return False
-        try:  # undecodable header bytes arrive as surrogate escapes: compare the raw bytes
-            presented = token.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:  # a surrogate no decoder made: like no accepted token
-            return False
-        matched = False
-        for known in self._tokens:  # no early exit: the time spent says nothing
-            matched |= hmac.compare_digest(presented, known)
-        return matched
-
-    def refresh(self) -> None:
-        """Re-read the file if ``reload_seconds`` have passed and it changed."""
-        try:
-            signature = self._watch.changed()
-            if signature is None:
-                return
-            tokens = read_token_file(self._path)
-        except (OSError, ValueError) as exc:
-            log.error("keeping the previous bearer tokens: %s", exc)
-            self._on_failure()
-            return
-        self._watch.accept(signature)
-        self._tokens = _encode(tokens)
-        log.info("reloaded %d bearer token(s) from %s", len(tokens), self._path)
-        for callback in self._on_change:
-            callback()
-
-
-def _encode(tokens: Iterable[str]) -> tuple[bytes, ...]:
-    return tuple(token.encode() for token in tokens)
+#: The sender log's reason for the refusals here (``toolwatch.senders``).
+PERMISSION_DENIED = "permission_denied"
 
 
 _Continuation = Callable[[Any], Awaitable[Any]]
 
 
-class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc is untyped
-    """Refuses calls without an accepted bearer token with UNAUTHENTICATED (no detail) and
-    counts them for ``listener``. Calls to ``open_methods`` (full method names) pass without
-    a token.
-
-    Refused calls are answered through a stream-stream handler without a deserializer: it
-    runs before any request message is read (a unary handler would receive and hold the
-    whole, possibly large, body first) and fits every method shape on the wire. It counts
-    the refusal when it runs, so a check in front of it that ends the call first
-    (``ClientNameInterceptor``) is the only one to count it."""
-
-    def __init__(
-        self,
-        tokens: TokenFile,
-        metrics: PipelineMetrics,
-        listener: str,
-        open_methods: frozenset[str] = frozenset({HEALTH_CHECK}),
-        *,
-        senders: SenderLog,
-    ) -> None:
-        self._tokens = tokens
-        self._metrics = metrics
-        self._listener = listener
-        self._senders = senders
-        self._open = open_methods
-        self._refusal = grpc.stream_stream_rpc_method_handler(self._refuse)
-
-    async def intercept_service(self, continuation: _Continuation, details: Any) -> Any:
-        if details.method in self._open or self._tokens.accepts(_metadata_token(details)):
-            return await continuation(details)
-        return self._refusal
-
-    async def _refuse(self, requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        self._metrics.auth_failed(self._listener)
-        sent = _token_in(context.invocation_metadata()) is not None
-        sender = grpc_sender(self._listener, context)
-        self._senders.refused(UNAUTHENTICATED, sender, _token_said(sent))
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED)
-
-
-#: The sender log's reasons for the refusals here (``toolwatch.senders``).
-UNAUTHENTICATED, PERMISSION_DENIED = "unauthenticated", "permission_denied"
-
-
-def _token_said(sent: bool) -> str:
-    """What a token refusal's log line says of the token: whether one was sent, never it."""
-    return "a bearer token that is not accepted" if sent else "no bearer token"
-
-
-def _metadata_token(details: Any) -> str | None:
-    return _token_in(details.invocation_metadata)
-
-
-def _token_in(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
-    for key, value in metadata or ():
-        if key == _AUTHORIZATION and isinstance(value, str):
-            return bearer_token(value)
-    return None
-
-
 #: Asked of a long-lived call: is the token it opened with still accepted?
 #: (``ListenerSecurity.still_accepted``)
 StillAccepted = Callable[[], bool]
-
-
-def bearer_token_middleware(
-    tokens: TokenFile,
-    metrics: PipelineMetrics,
-    listener: str,
-    open_paths: frozenset[str] = frozenset(),
-    *,
-    senders: SenderLog,
-) -> Middleware:
-    """An aiohttp middleware answering requests without an accepted bearer token with 401,
-    ``WWW-Authenticate: Bearer realm="toolwatch"`` and an empty body, counted for
-    ``listener``; requests for ``open_paths`` pass without a token. Runs before the handler
-    reads the body. Refusals are told to ``senders``."""
-    told = senders
-
-    @web.middleware
-    async def require_token(request: web.Request, handler: Handler) -> web.StreamResponse:
-        token = bearer_token(request.headers.get(hdrs.AUTHORIZATION))
-        if request.path in open_paths or tokens.accepts(token):
-            return await handler(request)
-        metrics.auth_failed(listener)
-        sender = http_sender(listener, request)
-        told.refused(UNAUTHENTICATED, sender, _token_said(token is not None))
-        return web.Response(status=401, headers={hdrs.WWW_AUTHENTICATE: _CHALLENGE})
-
-    return require_token
 
 
 def client_certificate_middleware(
@@ -607,7 +435,7 @@ class ListenerSecurity:
         tokens = self._tokens
         if tokens is None or not self._settings.uses_auth(listener):
             return None
-        token = _token_in(metadata)
+        token = token_in(metadata)
         return lambda: tokens.accepts(token)
 
     def on_client_ca_removed(self, listener: str, callback: Callable[[], object]) -> None:
