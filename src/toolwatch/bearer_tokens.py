@@ -35,7 +35,6 @@ from toolwatch.tls import FileWatch
 
 __all__ = [
     "HEALTH_CHECK",
-    "UNAUTHENTICATED",
     "BearerTokenInterceptor",
     "TokenFile",
     "bearer_token",
