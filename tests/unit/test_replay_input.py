@@ -18,7 +18,8 @@ from tests import factories
 from toolwatch.config import Config, load_config
 from toolwatch.ingest.otlp_json import latest_end_ns
 from toolwatch.model import ToolTrace
-from toolwatch.replay import _OfflineAssembler, evaluate_offline, load_tool_traces
+from toolwatch.replay import evaluate_offline, load_tool_traces
+from toolwatch.replay_assembly import OfflineAssembler
 from toolwatch.replay_files import Progress, ReplayInputError, _first_time
 from toolwatch.replay_report import parse_gate
 from toolwatch.sinks.tooltraces import tooltrace_to_dict
@@ -283,7 +284,7 @@ def test_replay_takes_every_assembly_limit_it_does_not_replace_from_the_config(
         "assembly.max_remembered_traces": 9,
     }
     limits = load_config(None, settings).assembly.limits()
-    replayed = _OfflineAssembler(load_config(None, settings), stream=stream).limits
+    replayed = OfflineAssembler(load_config(None, settings), stream=stream).limits
     replaced = {
         "completion_wait_ns",
         "max_trace_age_ns",
@@ -297,7 +298,7 @@ def test_replay_takes_every_assembly_limit_it_does_not_replace_from_the_config(
 
 
 def test_held_runs_are_evaluated_in_the_order_they_started_whatever_the_order_read() -> None:
-    held = _OfflineAssembler(_config())
+    held = OfflineAssembler(_config())
     for n in (2, 0, 3, 1):  # trace n + 1 ends n minutes into the recording
         assert held.add(json.loads(_recorded(n, 60.0 * n)), f"capture:{n + 1}") == []
     runs = list(held.finish())
@@ -306,8 +307,8 @@ def test_held_runs_are_evaluated_in_the_order_they_started_whatever_the_order_re
 
 
 def test_streaming_holds_the_clock_window_and_the_settle_wait_of_spans() -> None:
-    assembler = _OfflineAssembler(_config(), stream=True)
-    held = _OfflineAssembler(_config())
+    assembler = OfflineAssembler(_config(), stream=True)
+    held = OfflineAssembler(_config())
     runs: list[ToolTrace] = []
     for n in range(200):  # a run of 4 spans every 10 s
         record = json.loads(_recorded(n, 10.0 * n))
