@@ -15,21 +15,19 @@ call count): its failure type is then that finding's category.
 Findings are counted by category and severity as they come; the findings themselves, which
 only the JSON report lists, are kept as ``ReportBuilder``'s ``listing`` says: ``kept`` in
 memory (a caller that reads ``Report.finding_list``), ``spooled`` to an unnamed temporary file
-(``replay --format json``: memory does not grow with them) or only ``counted`` (the text
-report).
+(``replay --format json``: memory does not grow with them; ``replay_listing``) or only
+``counted`` (the text report).
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import math
 import secrets
-import tempfile
 import textwrap
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
@@ -37,10 +35,11 @@ from toolwatch.evaluation import composite, structure
 from toolwatch.evaluation.composite import failure_type
 from toolwatch.evaluation.pipeline import EVALUATOR_ORDER, PipelineResult
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.evaluation.severity import CALL_AGENT, ERROR_TYPE, OUTCOME, incomplete_reason
+from toolwatch.evaluation.severity import incomplete_reason
 from toolwatch.metrics import UNMATCHED_CASE_REASONS
 from toolwatch.model import Category, Finding, GoldenCase, ReferenceKind, ToolTrace, Traffic
 from toolwatch.references.golden import CaseTally, GoldenCaseSet
+from toolwatch.replay_listing import Spool, finding_dict
 
 __all__ = ["Gate", "Listing", "Report", "ReportBuilder", "parse_gate"]
 
@@ -106,54 +105,6 @@ def parse_gate(text: str, kind: Literal["min", "max"]) -> Gate:
     return Gate(kind, name, limit)
 
 
-class _Spool:
-    """Findings as the JSON report lists them, one JSON line each in an unnamed temporary
-    file (about 400 bytes a finding on disk, none held in memory), read back in order.
-    Written out (``seal``) before the report is: a full temporary directory is told as
-    replay's error, naming it, not met halfway through the document."""
-
-    def __init__(self) -> None:
-        # Open as long as the report lives; unnamed, so gone with the process whatever ends it.
-        with _told():
-            self._file = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
-
-    def add(self, finding: Finding, traffic: Traffic, incomplete: str | None) -> None:
-        with _told():
-            record = _finding_dict(finding, traffic, incomplete)
-            self._file.write(json.dumps(record, allow_nan=False) + "\n")
-
-    def seal(self) -> None:
-        """Write out what is buffered."""
-        with _told():
-            self._file.flush()
-
-    def records(self) -> Iterator[dict[str, Any]]:
-        """Every finding, from the first: a report may be written more than once."""
-        with _told():
-            self._file.seek(0)
-        while True:
-            with _told():  # not around the yield: an error of the reader is not the spool's
-                line = self._file.readline()
-            if not line:
-                return
-            record: dict[str, Any] = json.loads(line)
-            yield record
-
-
-@contextlib.contextmanager
-def _told() -> Iterator[None]:
-    """An ``OSError`` of the spool, said as one: which file, where (``TMPDIR``)."""
-    try:
-        yield
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        where = tempfile.gettempdir()
-        raise OSError(
-            f"cannot write the JSON report's findings to a temporary file in {where}"
-            f" (TMPDIR): {reason}"
-        ) from exc
-
-
 @dataclass(frozen=True, slots=True)
 class FailedCase:
     case_id: str
@@ -179,7 +130,7 @@ class Report:
     finding_traffic: list[Traffic] = field(default_factory=list)  # each kept finding's
     finding_incomplete: list[str | None] = field(default_factory=list)  # its run's reason
     listing: Listing = "kept"
-    spooled: _Spool | None = field(default=None, repr=False, compare=False)
+    spooled: Spool | None = field(default=None, repr=False, compare=False)
     incomplete: dict[str, int] = field(default_factory=dict)  # reason -> runs
     duplicates: int = 0  # runs read again (same trace and run span), skipped
     # Case ids that the runs of a trace named and none of them was matched to -> traces: not
@@ -193,7 +144,7 @@ class Report:
     sources: int = 0
     source_findings: dict[str, int] = field(default_factory=dict)  # category -> findings
     source_finding_list: list[Finding] = field(default_factory=list)  # when kept in memory
-    spooled_sources: _Spool | None = field(default=None, repr=False, compare=False)
+    spooled_sources: Spool | None = field(default=None, repr=False, compare=False)
     shadow_unpaired: dict[str, int] = field(default_factory=dict)  # reason -> halves
     cases_source_only: list[str] = field(default_factory=list)  # of cases_not_run: by a source
 
@@ -249,8 +200,8 @@ class Report:
             sort_keys=True,
             allow_nan=False,  # NaN is not JSON
         )
-        kept = map(_finding_dict, self.finding_list, self.finding_traffic, self.finding_incomplete)
-        sources = (_finding_dict(f, Traffic.LIVE, None) for f in self.source_finding_list)
+        kept = map(finding_dict, self.finding_list, self.finding_traffic, self.finding_incomplete)
+        sources = (finding_dict(f, Traffic.LIVE, None) for f in self.source_finding_list)
         lists = {
             json.dumps(listed): self.spooled.records() if self.spooled else kept,
             json.dumps(listed_sources): (
@@ -383,7 +334,7 @@ class ReportBuilder:
         self._findings: list[Finding] = []  # kept
         self._traffic: list[Traffic] = []  # each kept finding's
         self._incomplete_reasons: list[str | None] = []  # each kept finding's run's
-        self._spool = _Spool() if listing == "spooled" else None
+        self._spool = Spool() if listing == "spooled" else None
         self._category_runs: Counter[str] = Counter()
         self._categories: dict[str, list[float]] = defaultdict(list)  # composite scores
         self._category_failed: Counter[str] = Counter()
@@ -393,7 +344,7 @@ class ReportBuilder:
         self._sources = 0
         self._source_findings: Counter[str] = Counter()
         self._source_list: list[Finding] = []  # kept
-        self._source_spool = _Spool() if listing == "spooled" else None
+        self._source_spool = Spool() if listing == "spooled" else None
         self._source_cases: set[str] = set()
         self._unpaired: dict[str, int] = {}
 
@@ -612,31 +563,4 @@ def _failed_dict(case: FailedCase) -> dict[str, Any]:
         "failure_type": case.failure_type,
         "expected": list(case.expected),
         "actual": list(case.actual),
-    }
-
-
-def _finding_dict(finding: Finding, traffic: Traffic, incomplete: str | None) -> dict[str, Any]:
-    """A finding as the JSON report lists it, with the findings log's names
-    (``toolwatch.sinks.findings``), ``incomplete`` its run's ``incomplete_reason`` (``None``
-    for a whole run's); of its details only what became of a dangerous call (``outcome``,
-    ``error_type``), never argument values."""
-    return {
-        "category": str(finding.category),
-        "severity": str(finding.severity),
-        "evaluator": finding.evaluator,
-        "reference": str(finding.reference),
-        "case_id": finding.case_id,
-        "source_trace_id": finding.source_trace_id,
-        "pair_key": finding.pair_key,
-        "score": finding.score,
-        "tool": finding.tool,
-        "field": finding.field,
-        "agent": finding.agent,
-        "call_agent": finding.details.get(CALL_AGENT),  # another agent of the run made it
-        "trace_id": finding.trace_id,
-        "span_id": finding.span_id,
-        "traffic": str(traffic),
-        "incomplete_reason": incomplete,
-        "explanation": finding.explanation,
-        "details": {k: finding.details[k] for k in (OUTCOME, ERROR_TYPE) if k in finding.details},
     }

@@ -11,7 +11,7 @@ from typing import Literal
 import pytest
 from eval_factories import call, case, trace
 
-from toolwatch import replay_report
+from toolwatch import replay_listing, replay_report
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings
 from toolwatch.evaluation.severity import ERROR_TYPE, OUTCOME
 from toolwatch.model import (
@@ -333,7 +333,7 @@ def test_a_listed_finding_has_the_findings_logs_names_and_no_argument_value() ->
         source_trace_id=f"{1:032x}",
         pair_key="p1",
     )
-    listed = replay_report._finding_dict(finding, Traffic.SHADOW, None)
+    listed = replay_listing.finding_dict(finding, Traffic.SHADOW, None)
     logged = finding_record(trace(), finding, Redaction(), 0, Traffic.SHADOW)
     for name in ("case_id", "source_trace_id", "pair_key", "traffic", "incomplete_reason"):
         assert listed[name] == logged[name], name
