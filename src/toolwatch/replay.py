@@ -14,7 +14,7 @@ Memory: files are read a line at a time and each ToolTrace is evaluated as it is
 ToolTrace lines cost what one run holds, however many there are (and the id of each run, to
 evaluate a run read twice once; runs that carry a shadow pair key and failed golden cases are
 kept for the report). Findings are counted, not held: the JSON report's list of them is
-spooled to a temporary file (``replay_report.ReportBuilder``'s ``listing``). Every span of
+spooled to a temporary file (``replay_builder.ReportBuilder``'s ``listing``). Every span of
 OTLP input is held until the input ends (about three times the size of the OTLP/JSON), so
 spans of one trace come together whatever the order of the files, and their runs are then
 evaluated in the order they started, as ``serve`` judges them live (a conversation's turns
@@ -45,6 +45,7 @@ from toolwatch.model import GoldenCase, ManualClock, ReferenceKind, ToolTrace, T
 from toolwatch.references.conversations import ConversationMemory
 from toolwatch.references.shadow import ShadowJoiner, ShadowPair
 from toolwatch.replay_assembly import OfflineAssembler
+from toolwatch.replay_builder import ReportBuilder
 from toolwatch.replay_files import (
     STDIN,
     OtherSignals,
@@ -55,7 +56,7 @@ from toolwatch.replay_files import (
     is_otlp,
     tooltrace_line,
 )
-from toolwatch.replay_report import Gate, Listing, Report, ReportBuilder, parse_gate
+from toolwatch.replay_report import Gate, Listing, Report, parse_gate
 
 __all__ = [
     "add_arguments",

@@ -953,7 +953,7 @@ def test_replay_memory_per_run_with_findings_is_bounded_as_documented(
     finding each, four times the figure, growing without bound with a noisy capture (a
     rule that fires on most runs of a multi-million-run replay needs gigabytes). Correct:
     keep counts for the text report and stream (or cap) the listed findings for ``--format
-    json``; or document the per-finding cost (``replay_report.ReportBuilder._take``)."""
+    json``; or document the per-finding cost (``replay_builder.ReportBuilder._take``)."""
     config = tmp_path / "toolwatch.yaml"
     config.write_text(MINIMAL_POLICY)
     small, large = 10_000, 60_000
