@@ -102,7 +102,7 @@ from toolwatch.cli_tail import add_tail
 from toolwatch.cli_usage import EXAMPLES, CommandParser, add_command
 from toolwatch.config import ConfigError
 from toolwatch.listeners import ListenError, ListenersError, StartError
-from toolwatch.references.golden import ReferenceFileError
+from toolwatch.references.golden_file import ReferenceFileError
 from toolwatch.replay import EXIT_USAGE
 from toolwatch.serving import serve
 from toolwatch.tail_exits import EXIT_INTERRUPTED

@@ -11,7 +11,8 @@ from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.names import NameNormalizer
 from toolwatch.references.conversations import ConversationScope
-from toolwatch.references.golden import GoldenCaseSet, load_golden_cases
+from toolwatch.references.golden import GoldenCaseSet
+from toolwatch.references.golden_file import load_golden_cases
 from toolwatch.sinks.findings import Redaction
 
 __all__ = [

@@ -138,7 +138,7 @@ def open_outputs(
     """Opens the files ``output`` names; ``sinks`` (labelled ``labels``: ``OUTPUTS``) and the
     findings log among them get every finding. ``failed`` is told each write an output
     failed, by its label; ``clock`` (seconds) says when a file looks at its path again
-    (``background.FOLLOW_SECONDS``). Raises ``OutputError``, having closed what it opened."""
+    (``background_thread.FOLLOW_SECONDS``). Raises ``OutputError``, having closed what it opened."""
     files: list[_File] = []
     log_sink = None
     tooltraces: ToolTraceSink = DiscardToolTraces()
@@ -198,12 +198,12 @@ class _Why(enum.Enum):
     told at each SIGHUP (the signal is answered), and once an outage at the thread's own look."""
 
     SIGHUP = enum.auto()  # ``Outputs.reopen``: logrotate's postrotate, a reload
-    FOLLOW = enum.auto()  # its own look, ``background.FOLLOW_SECONDS`` apart
+    FOLLOW = enum.auto()  # its own look, ``background_thread.FOLLOW_SECONDS`` apart
 
 
 class _Look:
     """Whether ``path`` still names the file an output writes, for its thread
-    (``background.Look``), at a SIGHUP or at its own follow (``_Why``): both look alike.
+    (``background_thread.Look``), at a SIGHUP or at its own follow (``_Why``): both look alike.
 
     The path is opened again when it names another file than the one written (told apart by
     device and inode), or nothing: a file removed or renamed away (a rotation, a cleanup that

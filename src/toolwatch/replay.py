@@ -14,14 +14,14 @@ Memory: files are read a line at a time and each ToolTrace is evaluated as it is
 ToolTrace lines cost what one run holds, however many there are (and the id of each run, to
 evaluate a run read twice once; runs that carry a shadow pair key and failed golden cases are
 kept for the report). Findings are counted, not held: the JSON report's list of them is
-spooled to a temporary file (``replay_report.ReportBuilder``'s ``listing``). Every span of
+spooled to a temporary file (``replay_builder.ReportBuilder``'s ``listing``). Every span of
 OTLP input is held until the input ends (about three times the size of the OTLP/JSON), so
 spans of one trace come together whatever the order of the files, and their runs are then
 evaluated in the order they started, as ``serve`` judges them live (a conversation's turns
 in turn); with ``--stream`` a trace is evaluated once the recording has moved on past it
-(``_OfflineAssembler``), for a large capture in time order, and the files are read together,
-in recorded time (``_in_time_order``). A file that is one pretty-printed JSON document is
-read whole.
+(``replay_assembly``), for a large capture in time order, and the files are read together,
+in recorded time (``replay_files.in_time_order``). A file that is one pretty-printed JSON
+document is read whole.
 
 Every ToolTrace goes through the same evaluation pipeline as in ``serve`` (policy, golden
 cases matched by attribute, shadow pairs joined by pair key and agent — offline, with no timeout).
@@ -31,40 +31,34 @@ Gates (``--min-score``, ``--max-findings``) make the command exit 1 when they fa
 from __future__ import annotations
 
 import argparse
-import gzip
-import heapq
-import io
-import itertools
-import json
-import os
-import stat
 import sys
-import zlib
-from collections import deque
-from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from statistics import median_low
-from typing import IO, Any, Final
 
-from toolwatch.assembly.buffer import REPORTED_DROPS, CompletedTrace, TraceBuffer
-from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
 from toolwatch.engine_setup import build_references, conversation_scope
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.evaluation.severity import incomplete_reason
-from toolwatch.ingest.decode import DecodeError, looks_like_otlp_protobuf
-from toolwatch.ingest.otlp_json import decode_otlp_json, latest_end_ns, read_integer
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import GoldenCase, ManualClock, ReferenceKind, ToolTrace, Traffic
 from toolwatch.references.conversations import ConversationMemory
 from toolwatch.references.shadow import ShadowJoiner, ShadowPair
-from toolwatch.replay_report import Gate, Listing, Report, ReportBuilder, parse_gate
-from toolwatch.sinks.tooltraces import tooltrace_from_dict
+from toolwatch.replay_assembly import OfflineAssembler
+from toolwatch.replay_builder import ReportBuilder
+from toolwatch.replay_files import (
+    STDIN,
+    OtherSignals,
+    Progress,
+    ReplayInputError,
+    file_records,
+    in_time_order,
+    is_otlp,
+    tooltrace_line,
+)
+from toolwatch.replay_report import Gate, Listing, Report, parse_gate
 
 __all__ = [
-    "ReplayInputError",
     "add_arguments",
     "evaluate_offline",
     "load_tool_traces",
@@ -73,14 +67,6 @@ __all__ = [
 
 #: The exit codes of replay, and of every ``toolwatch`` command (``toolwatch.cli``).
 EXIT_OK, EXIT_GATE, EXIT_USAGE = 0, 1, 2
-
-
-#: The path that names standard input.
-STDIN: Final = Path("-")
-
-
-class ReplayInputError(ValueError):
-    """A recorded file that cannot be read; names the file, the line and the reason."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -132,7 +118,7 @@ def run_replay(args: argparse.Namespace, config: Config) -> int:
     if args.files.count(STDIN) > 1:
         print("toolwatch replay: - (standard input) can be read only once", file=sys.stderr)
         return EXIT_USAGE
-    progress = _Progress(sys.stderr, enabled=not args.no_progress and sys.stderr.isatty())
+    progress = Progress(sys.stderr, enabled=not args.no_progress and sys.stderr.isatty())
     # The text report counts findings; the JSON one lists them, spooled to a temporary file.
     listing: Listing = "spooled" if args.format == "json" else "counted"
     try:
@@ -180,7 +166,7 @@ def evaluate_offline(
         # As in serve: an incomplete run is judged against the policy only; with the
         # conversation scope, by what its conversation's runs evaluated before it verified
         # before it started (span times): held OTLP runs come in start order
-        # (``_OfflineAssembler.finish``), ToolTrace lines in the order they are read.
+        # (``OfflineAssembler.finish``), ToolTrace lines in the order they are read.
         case = golden.match(trace) if golden is not None and trace.complete else None
         earlier = memory.before(trace) if memory is not None else ()
         result = pipeline.evaluate(trace, case, None, earlier=earlier)
@@ -270,479 +256,25 @@ class _Unpaired(NoopMetrics):
 def load_tool_traces(
     paths: Sequence[Path],
     config: Config,
-    progress: _Progress | None = None,
+    progress: Progress | None = None,
     warn: Callable[[str], None] | None = None,
     *,
     stream: bool = False,
 ) -> Iterator[ToolTrace]:
     """Every ToolTrace in ``paths``: dumped ToolTraces as they are, OTLP spans assembled
-    (held until the input ends, or with ``stream`` as ``_OfflineAssembler`` says). ``warn``
+    (held until the input ends, or with ``stream`` as ``OfflineAssembler`` says). ``warn``
     hears of the spans left out (file:line, how many, why)."""
-    assembler = _OfflineAssembler(config, warn, stream=stream)
+    assembler = OfflineAssembler(config, warn, stream=stream)
     if stream and len(paths) > 1:
-        records = _in_time_order(paths, progress)
+        records = in_time_order(paths, progress)
     else:
-        records = (record for path in paths for record in _records(path, progress))
-    skipped = _OtherSignals()
+        records = (record for path in paths for record in file_records(path, progress))
+    skipped = OtherSignals()
     for where, record in records:
-        if _is_otlp(record):
+        if is_otlp(record):
             yield from assembler.add(record, where)
         elif not skipped.add(record, where):
-            yield _tooltrace(record, where)
+            yield tooltrace_line(record, where)
     yield from assembler.finish()
     if warn is not None and skipped.lines:
         warn(skipped.told())
-
-
-def _is_otlp(record: dict[str, Any]) -> bool:
-    return "resourceSpans" in record or "resource_spans" in record
-
-
-#: The top-level keys of the OTLP/JSON requests of the other signals, and their names.
-_OTHER_SIGNALS: Final = {
-    "resourceLogs": "logs",
-    "resource_logs": "logs",
-    "resourceMetrics": "metrics",
-    "resource_metrics": "metrics",
-    "resourceProfiles": "profiles",
-    "resource_profiles": "profiles",
-}
-
-
-class _OtherSignals:
-    """The OTLP/JSON lines of logs, metrics or profiles that replay leaves out, counted by
-    signal: a Collector's ``file`` exporter listed in several pipelines writes them all to
-    its file, a request per line, beside the traces."""
-
-    def __init__(self) -> None:
-        self.lines: dict[str, int] = {}
-        self._first = ""
-
-    def add(self, record: dict[str, Any], where: str) -> bool:
-        """Whether ``record`` is another signal's request (then counted, and skipped)."""
-        signal = next((name for key, name in _OTHER_SIGNALS.items() if key in record), None)
-        if signal is None:
-            return False
-        self.lines[signal] = self.lines.get(signal, 0) + 1
-        self._first = self._first or where
-        return True
-
-    def told(self) -> str:
-        counts = ", ".join(f"{name}={n}" for name, n in sorted(self.lines.items()))
-        return (
-            f"{self._first}: skipped {sum(self.lines.values())} line(s) of OTLP logs, metrics"
-            f" or profiles ({counts}), the first here: replay evaluates traces only"
-        )
-
-
-def _in_time_order(
-    paths: Sequence[Path], progress: _Progress | None
-) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The records of several files merged by recorded time, for ``--stream``: each file is
-    read in its own order, one record ahead, and of the files' next records the one whose
-    file is earliest in time goes first. So captures of the same hours by several
-    Collectors, or files given out of order, reach the assembler as one capture in time
-    order would. A file's place in time is the median of the latest end times of its last
-    ``_CLOCK_RECORDS`` records, as replay's clock is, so one batch from a host whose clock
-    runs ahead does not hold the rest of its file back (unless it is the file's first).
-
-    A file is opened once the merge reaches the time of its first record (read beforehand,
-    then the file closed; standard input and pipes are read from the start): a rotated
-    capture's files are open one or two at a time, however many there are."""
-    waiting = deque(sorted((_first_time(path), index, path) for index, path in enumerate(paths)))
-    if progress is not None:  # one line for them all, from the start
-        progress.expect({str(path): path.stat().st_size for at, _, path in waiting if at >= 0})
-    heads: list[tuple[int, int, str, dict[str, Any], Iterator[_Timed]]] = []
-
-    def read_on(index: int, records: Iterator[_Timed]) -> None:
-        head = next(records, None)
-        if head is not None:
-            at, where, record = head
-            heapq.heappush(heads, (at, index, where, record, records))
-
-    while waiting or heads:
-        while waiting and (not heads or waiting[0][0] <= heads[0][0]):
-            _, index, path = waiting.popleft()
-            read_on(index, _timed(path, progress))
-        if heads:
-            _, index, where, record, records = heapq.heappop(heads)
-            yield where, record
-            read_on(index, records)
-
-
-#: A record with its file's place in recorded time, and where it is.
-_Timed = tuple[int, str, dict[str, Any]]
-
-
-def _timed(path: Path, progress: _Progress | None) -> Iterator[_Timed]:
-    recent: deque[int] = deque(maxlen=_CLOCK_RECORDS)
-    at = 0
-    for where, record in _records(path, progress):
-        latest = latest_end_ns(record) if _is_otlp(record) else 0
-        if latest > 0:
-            recent.append(latest)
-            at = max(at, median_low(recent))
-        yield at, where, record
-
-
-def _first_time(path: Path) -> int:
-    """When the first record of ``path`` ends, read from its first line (0: it has none, or
-    the file is one JSON document over many lines); -1 for standard input and the other
-    files that are no regular file (a pipe, ``<(zcat ...)``): they cannot be read twice, and
-    are opened at once."""
-    if path == STDIN or not stat.S_ISREG(path.stat().st_mode):
-        return -1
-    with path.open("rb") as raw:
-        for line in _Lines(str(path), raw):
-            if line.strip():
-                record, _ = _json_object(line)
-                return latest_end_ns(record) if record is not None and _is_otlp(record) else 0
-    return 0
-
-
-def _tooltrace(record: dict[str, Any], where: str) -> ToolTrace:
-    try:
-        return tooltrace_from_dict(record)
-    except ValueError as exc:
-        raise ReplayInputError(f"{where}: not a ToolTrace line: {exc}") from None
-
-
-class _Lines:
-    """A file's lines as text, one at a time, gunzipped when it is gzip; each error names the
-    file and line (``ReplayInputError``)."""
-
-    def __init__(self, path: str, raw: io.BufferedReader) -> None:
-        self.path = path
-        self._raw = raw  # the file as stored: its position is the progress
-        self._source: io.BufferedReader | gzip.GzipFile = raw
-        if raw.peek(2)[:2] == b"\x1f\x8b":
-            self._source = gzip.GzipFile(fileobj=raw)
-        self.number = 0  # of the last line read
-        self._offset = 0  # bytes (uncompressed) before the next line
-
-    def __iter__(self) -> Iterator[str]:
-        while True:
-            try:
-                data = self._source.readline()
-            except (OSError, EOFError, zlib.error) as exc:
-                raise ReplayInputError(f"{self.path}: not a readable gzip file: {exc}") from None
-            if not data:
-                return
-            self.number += 1
-            try:  # the first may open with a BOM, as the OTLP/JSON receiver accepts
-                line = data.decode("utf-8-sig" if self.number == 1 else "utf-8")
-            except UnicodeDecodeError as exc:
-                where = f"{self.path}:{self.number}"
-                at = self._offset + exc.start
-                raise ReplayInputError(
-                    f"{where}: not UTF-8 text (byte {at}: {exc.reason})"
-                ) from None
-            self._offset += len(data)
-            yield line
-
-    @property
-    def position(self) -> int:
-        """Bytes of the stored file read so far."""
-        return self._raw.tell()
-
-
-def _records(
-    path: Path, progress: _Progress | None
-) -> Generator[tuple[str, dict[str, Any]], None, None]:
-    """The file's JSON objects, one per line, or the one object of a file that is a single
-    (pretty-printed) JSON document, with where each is (``file:line``, or the file).
-    ``STDIN`` reads standard input (named ``<stdin>``, without progress)."""
-    if path == STDIN:
-        stdin = getattr(sys.stdin, "buffer", None)  # None when closed; no buffer: text only
-        if stdin is None:
-            raise ReplayInputError("-: standard input is closed or not a byte stream")
-        if not isinstance(stdin, io.BufferedReader):  # replaced, by an embedding application
-            stdin = io.BufferedReader(io.BytesIO(stdin.read()))
-        yield from _read_records("<stdin>", stdin, None)
-        return
-    with path.open("rb") as raw:
-        regular = stat.S_ISREG(os.fstat(raw.fileno()).st_mode)  # a pipe has no size, no place
-        yield from _read_records(str(path), raw, progress if regular else None)
-
-
-def _read_records(
-    path: str, raw: io.BufferedReader, progress: _Progress | None
-) -> Iterator[tuple[str, dict[str, Any]]]:
-    """``_json_records``; a file whose first record is no JSON, and whose first bytes look
-    like OTLP protobuf, is told as that."""
-    protobuf = looks_like_otlp_protobuf(raw.peek(64)[:64])
-    read = False
-    try:
-        for record in _json_records(path, raw, progress):
-            read = True
-            yield record
-    except ReplayInputError:
-        if protobuf and not read:
-            raise ReplayInputError(
-                f"{path}: looks like OTLP protobuf (an OTLP/HTTP protobuf body, or the"
-                " Collector file exporter's `format: proto`): replay reads OTLP/JSON and"
-                " ToolTrace lines; write the capture with the file exporter's `format: json`"
-                " (its default)"
-            ) from None
-        raise
-
-
-def _json_records(
-    path: str, raw: io.BufferedReader, progress: _Progress | None
-) -> Iterator[tuple[str, dict[str, Any]]]:
-    size = os.fstat(raw.fileno()).st_size if progress is not None else 0
-    lines = _Lines(path, raw)
-    rest = iter(lines)
-    first = True
-    for line in rest:
-        if not line.strip():
-            continue
-        number = lines.number
-        record, error = _json_object(line)
-        ends_early = isinstance(error, json.JSONDecodeError) and error.pos >= len(line.rstrip())
-        if first and ends_early:
-            # The first line ends before its value does: one document over many lines.
-            document, error = _json_object("".join([line, *rest]))
-            if document is not None:
-                yield path, document
-                if progress is not None:
-                    progress.done(path)
-                return
-            if isinstance(error, json.JSONDecodeError):
-                number += error.lineno - 1
-        if record is None:
-            raise ReplayInputError(f"{path}:{number}: {_problem(error)}")
-        first = False
-        yield f"{path}:{number}", record
-        if progress is not None:
-            progress.update(path, lines.position, size)
-    if progress is not None:
-        progress.done(path)
-
-
-def _json_object(text: str) -> tuple[dict[str, Any] | None, ValueError | None]:
-    """``text`` parsed as one JSON object, or why it is not one."""
-    try:
-        try:
-            value = json.loads(text)
-        except ValueError as exc:
-            if isinstance(exc, json.JSONDecodeError):
-                raise
-            # int() of a literal too long: read as the server reads it (``read_integer``)
-            value = json.loads(text, parse_int=read_integer)
-    except json.JSONDecodeError as exc:
-        return None, exc
-    except RecursionError:
-        return None, ValueError("not usable JSON: nested too deeply")
-    if not isinstance(value, dict):
-        return None, ValueError("expected a JSON object per line")
-    return value, None
-
-
-def _problem(error: ValueError | None) -> str:
-    if isinstance(error, json.JSONDecodeError):
-        return f"not JSON: {error.msg} (column {error.colno})"
-    return str(error)
-
-
-#: With ``--stream``: how long replay holds a trace after its last span, in the recorded time
-#: of the spans (their end times): a span can reach a capture well after it ended (an SDK's
-#: batch, a Collector's retries, 300 s by default), so replay waits at least this long, or
-#: the configured ``completion_wait`` if longer.
-RECORDED_SETTLE_NS: Final = 300 * 10**9
-#: With ``--stream``: how long replay waits for the root (or outermost agent) of a trace,
-#: in recorded time since its first span, or the configured ``max_trace_age`` if longer;
-#: then it is evaluated as ``timed_out``, as a server evaluates a trace whose root never came.
-RECORDED_MAX_AGE_NS: Final = 24 * 3600 * 10**9
-#: With ``--stream``, replay's clock is the median of the latest end times of this many
-#: recent records (until that many were read, the first record's): a host whose clock runs
-#: hours ahead, or one absurd end time, moves it only when it sent most of them.
-_CLOCK_RECORDS: Final = 63
-
-
-class _OfflineAssembler:
-    """Assembles recorded spans with the server's buffer, on a clock of recorded time.
-
-    Recorded spans carry no arrival time. By default the clock never moves: every span is
-    held until the input ends (``finish``), then each trace is evaluated, complete if its
-    root came, else ``timed_out``.
-
-    With ``stream``, the clock follows the recording: the median of the latest end time of
-    each of the last ``_CLOCK_RECORDS`` records read, never going back. A record's spans
-    arrive at its latest end time (or the clock, if later), and a trace is evaluated once
-    the clock has moved ``RECORDED_SETTLE_NS`` past its last span's arrival (or
-    ``RECORDED_MAX_AGE_NS`` past its first, waiting for a root that never came), so a
-    capture in time order holds only the traces in flight. A span that comes after its
-    trace was evaluated (input out of time order by more than that wait: a file's own
-    records, since several files are merged in time order by ``_in_time_order``) is left
-    out and named
-    (``warn``), however late it comes in recorded time: replay remembers the ids of the
-    last ``max_remembered_traces`` traces it evaluated without serve's ``late_span_window``,
-    since a span that started a second, partial run would be a finding about nothing.
-
-    The other limits are serve's (``assembly``): a trace whose agent waits for a local
-    parent is anchored after ``local_parent_wait_seconds`` as there, once it has settled.
-    """
-
-    def __init__(
-        self, config: Config, warn: Callable[[str], None] | None = None, *, stream: bool = False
-    ) -> None:
-        self._warn = warn
-        self._stream = stream
-        self._recent: deque[int] = deque(maxlen=_CLOCK_RECORDS)
-        self._clock = ManualClock(start_ns=0)
-        self._now = 0  # the clock: what traces settle on
-        self._furthest = 0  # the latest arrival: past it, every held trace is due
-        # serve's limits, every one (local_parent_wait_ns, overflow, ...) but those replaced
-        # here for recorded time: a field left out would fall back to its default.
-        limits = config.assembly.limits()
-        self.limits = replace(
-            limits,
-            completion_wait_ns=max(limits.completion_wait_ns, RECORDED_SETTLE_NS),
-            max_trace_age_ns=max(limits.max_trace_age_ns, RECORDED_MAX_AGE_NS),
-            # Remembered as long as there is room (see above), unless turned off (0).
-            late_span_window_ns=2**62 if limits.late_span_window_ns else 0,
-            max_traces=2**62,  # the operator's own file: held by the recorded time alone
-            max_buffered_spans=2**62,
-            max_buffered_bytes=2**62,
-        )
-        self._buffer = TraceBuffer(self.limits, self._clock, NoopMetrics())
-        self._normalize = config.policy.normalizer()
-        # ``ingest.decoder`` is what a server must run; replay decodes its file with what
-        # this install has (``auto``), so a production configuration replays anywhere.
-        self._options = replace(config.decode_options(), decoder="auto")
-        self._skipped = 0  # traces of no agent run, left out
-        self.peak_buffered_spans = 0
-
-    def add(self, record: dict[str, Any], where: str) -> list[ToolTrace]:
-        """Buffer one recorded request's spans; return the runs of the traces it settled."""
-        try:
-            # No bound on its objects: the file is the operator's own, read a line at a time.
-            batch = decode_otlp_json(json.dumps(record), self._options, sys.maxsize)
-        except DecodeError as exc:
-            raise ReplayInputError(f"{where}: {exc}") from None
-        if batch.rejected and self._warn is not None:
-            count = sum(batch.rejected.values())
-            self._warn(f"{where}: {count} span(s) left out as invalid: {batch.error_message}")
-        latest = max((span.end_ns for span in batch.spans), default=0)  # 0: no end time set
-        if self._stream and latest > 0:
-            if not self._recent:
-                self._now = latest  # where the recording starts
-            self._recent.append(latest)
-            if len(self._recent) == _CLOCK_RECORDS:
-                self._now = max(self._now, median_low(self._recent))
-            # The spans arrive at their own recorded time, never before the clock: when the
-            # clock jumps (a quiet hour in the recording), a run read just before the jump
-            # still waits its full settle time for the rest of its spans.
-            self._clock.now_ns = max(self._now, latest)
-            self._furthest = max(self._furthest, self._clock.now_ns)
-        refused: dict[str, int] = {}
-        self._buffer.add(batch.spans, refused)
-        self._buffer.flag_rejected(batch.rejected_traces)  # as the server does
-        self._clock.now_ns = self._now  # traces settle on the clock
-        self.peak_buffered_spans = max(self.peak_buffered_spans, self._buffer.buffered_spans)
-        if refused and self._warn is not None:
-            self._warn(f"{where}: {self._refusal(refused)}")
-        return list(self._runs(self._buffer.poll()))
-
-    def finish(self) -> Iterator[ToolTrace]:
-        """The runs of every trace still held, in the order they started (``_by_start``):
-        the input has ended."""
-        self._clock.now_ns = self._furthest + self.limits.max_trace_age_ns
-        yield from self._by_start([*self._buffer.poll(), *self._buffer.drain()])
-        if self._skipped and self._warn is not None:
-            self._warn(
-                f"{self._skipped} trace(s) with no agent, model or tool span left out, as serve"
-                " leaves them out (not_an_agent_run)"
-            )
-
-    def _by_start(self, completed: list[CompletedTrace]) -> Iterator[ToolTrace]:
-        """The runs of ``completed`` in start order, as serve judges them when they come live,
-        whatever the order of the files: with ``verification_scope: conversation`` what a
-        conversation's earlier turn verified counts in its later ones. A trace's runs are
-        built once those that started before its first span are out, so what is built and
-        waiting at once is the runs that overlap in time; ``completed`` is emptied as it
-        goes."""
-        completed.sort(key=lambda t: (_first_start(t), t.trace_id), reverse=True)
-        waiting: list[tuple[int, str, int, ToolTrace]] = []  # a heap, by start
-        built = itertools.count()  # ties in the order built: no ToolTraces compared
-        while completed:
-            trace = completed.pop()  # the earliest left: freed once its runs are out
-            first = _first_start(trace)
-            while waiting and waiting[0][0] <= first:
-                yield heapq.heappop(waiting)[-1]
-            for run in self._runs([trace]):
-                heapq.heappush(waiting, (run.start_ns, run.run_span_id or "", next(built), run))
-        while waiting:
-            yield heapq.heappop(waiting)[-1]
-
-    def _runs(self, completed: Iterable[CompletedTrace]) -> Iterator[ToolTrace]:
-        for trace in completed:
-            if trace.agent_run:
-                yield from build_tool_traces(trace, self._normalize)
-            else:
-                self._skipped += 1
-
-    def _refusal(self, refused: Mapping[str, int]) -> str:
-        parts = []
-        for reason, count in sorted(refused.items()):
-            if reason == "late":
-                settle = self.limits.completion_wait_ns // 10**9
-                why = (
-                    "their trace was already evaluated: the input is not in time order, or"
-                    f" they were recorded more than {settle} s after the rest of it (without"
-                    " --stream, replay holds every span until the input ends)"
-                )
-            else:
-                why = REPORTED_DROPS[reason]
-            parts.append(f"{count} span(s) left out: {why}")
-        return "; ".join(parts)
-
-
-def _first_start(trace: CompletedTrace) -> int:
-    """When the first span of ``trace`` started: no run of it starts earlier."""
-    return min((span.start_ns for span in trace.spans), default=0)
-
-
-@dataclass
-class _Progress:
-    """A one-line progress bar on a terminal; silent otherwise. Files read one after
-    another get a line each; files read together (``--stream`` merging them) share one."""
-
-    stream: IO[str]
-    enabled: bool
-    _last: int = -1
-    _files: dict[str, tuple[int, int]] = field(default_factory=dict)  # done, total bytes
-    _ended: set[str] = field(default_factory=set)
-
-    def expect(self, sizes: dict[str, int]) -> None:
-        """Files to be read together (and their sizes): one line covers them all."""
-        for path, size in sizes.items():
-            self._files.setdefault(path, (0, size))
-
-    def update(self, path: str, done: int, total: int) -> None:
-        """``done`` of ``total`` bytes of ``path`` read."""
-        self._files[path] = (done, total)
-        done, total = (sum(sizes) for sizes in zip(*self._files.values(), strict=True))
-        percent = done * 100 // max(total, 1)
-        if not self.enabled or total < 1_000_000 or percent == self._last:
-            return
-        self._last = percent
-        bar = "#" * (percent // 4)
-        name = os.path.basename(path) if len(self._files) == 1 else f"{len(self._files)} files"
-        self.stream.write(f"\r{name}: [{bar:<25}] {percent:3d}%")
-        self.stream.flush()
-
-    def done(self, path: str) -> None:
-        """``path`` is read to its end; the line ends with the last file read with it."""
-        self._ended.add(path)
-        if path in self._files:  # read whole, as a one-document file is
-            total = self._files[path][1]
-            self._files[path] = (total, total)
-        if not self._ended.issuperset(self._files):
-            return
-        if self.enabled and self._last >= 0:
-            self.stream.write("\n")
-        self._last = -1
-        self._files.clear()
-        self._ended.clear()

@@ -1,4 +1,5 @@
-"""The offline replay report: aggregates evaluation results, renders them, applies gates.
+"""The offline replay report: its figures, rendered as text or JSON, and its gates (parsed
+here; the results aggregated and the gates applied by ``toolwatch.replay_builder``).
 
 Figures: per-evaluator mean scores, each over the runs that have it (``n`` is the runs the
 evaluator scored; a figure such as ``composite.step_efficiency`` only some of them have is the
@@ -12,49 +13,41 @@ A golden case failed when ``composite`` gives its run a failure type (``not_trig
 against the case (a wrong order, a refusal where none was expected or the reverse, a wrong
 call count): its failure type is then that finding's category.
 
-Findings are counted by category and severity as they come; the findings themselves, which
-only the JSON report lists, are kept as ``ReportBuilder``'s ``listing`` says: ``kept`` in
-memory (a caller that reads ``Report.finding_list``), ``spooled`` to an unnamed temporary file
-(``replay --format json``: memory does not grow with them) or only ``counted`` (the text
-report).
+Findings are counted by category and severity as they come; the findings themselves, which only
+the JSON report lists, are kept as ``replay_builder.ReportBuilder``'s ``listing`` says:
+``kept`` in memory (a caller that reads ``Report.finding_list``), ``spooled`` to an unnamed
+temporary file (``replay --format json``: memory does not grow with them; ``replay_listing``)
+or only ``counted`` (the text report).
 """
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import math
 import secrets
-import tempfile
 import textwrap
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import IO, Any, Literal
 
 from toolwatch.evaluation import composite, structure
-from toolwatch.evaluation.composite import failure_type
-from toolwatch.evaluation.pipeline import EVALUATOR_ORDER, PipelineResult
-from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.evaluation.severity import CALL_AGENT, ERROR_TYPE, OUTCOME, incomplete_reason
-from toolwatch.metrics import UNMATCHED_CASE_REASONS
-from toolwatch.model import Category, Finding, GoldenCase, ReferenceKind, ToolTrace, Traffic
-from toolwatch.references.golden import CaseTally, GoldenCaseSet
+from toolwatch.evaluation.pipeline import EVALUATOR_ORDER
+from toolwatch.model import Category, Finding, Traffic
+from toolwatch.replay_listing import Spool, finding_dict
 
-__all__ = ["Gate", "Listing", "Report", "ReportBuilder", "parse_gate"]
+__all__ = ["ANY", "FailedCase", "Gate", "Listing", "Report", "parse_gate"]
 
-#: What ``ReportBuilder`` keeps of the findings (module docstring).
+#: What ``replay_builder.ReportBuilder`` keeps of the findings (module docstring).
 Listing = Literal["kept", "spooled", "counted"]
 
-_ANY = "any"
+#: A ``max`` gate's target that counts the findings of every category.
+ANY = "any"
 #: The score keys of each evaluator (the others have ``score`` alone).
 _SCORES: dict[str, tuple[str, ...]] = {
     "composite": composite.SCORES,
     "tool_trace_structure": structure.SCORES,
 }
-#: A mean this close below a minimum meets it: 4.8 / 6 is 0.7999999999999999.
-_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +77,8 @@ def parse_gate(text: str, kind: Literal["min", "max"]) -> Gate:
         raise ValueError(f"gate {text!r}: {number!r} is not a number") from None
     if kind == "max":
         categories = {str(c) for c in Category}
-        if name != _ANY and name not in categories:
-            raise ValueError(f"gate {text!r}: {name!r} is not a category or {_ANY!r}")
+        if name != ANY and name not in categories:
+            raise ValueError(f"gate {text!r}: {name!r} is not a category or {ANY!r}")
         if not limit >= 0 or math.isinf(limit):  # NaN fails the comparison
             raise ValueError(f"gate {text!r}: a maximum is a count of findings, 0 or more")
         if not limit.is_integer():  # 1.5 would read as 1 and look like a typo's fix
@@ -104,54 +97,6 @@ def parse_gate(text: str, kind: Literal["min", "max"]) -> Gate:
         known = ", ".join(scores)
         raise ValueError(f"gate {text!r}: {evaluator} has no score {score!r} ({known})")
     return Gate(kind, name, limit)
-
-
-class _Spool:
-    """Findings as the JSON report lists them, one JSON line each in an unnamed temporary
-    file (about 400 bytes a finding on disk, none held in memory), read back in order.
-    Written out (``seal``) before the report is: a full temporary directory is told as
-    replay's error, naming it, not met halfway through the document."""
-
-    def __init__(self) -> None:
-        # Open as long as the report lives; unnamed, so gone with the process whatever ends it.
-        with _told():
-            self._file = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
-
-    def add(self, finding: Finding, traffic: Traffic, incomplete: str | None) -> None:
-        with _told():
-            record = _finding_dict(finding, traffic, incomplete)
-            self._file.write(json.dumps(record, allow_nan=False) + "\n")
-
-    def seal(self) -> None:
-        """Write out what is buffered."""
-        with _told():
-            self._file.flush()
-
-    def records(self) -> Iterator[dict[str, Any]]:
-        """Every finding, from the first: a report may be written more than once."""
-        with _told():
-            self._file.seek(0)
-        while True:
-            with _told():  # not around the yield: an error of the reader is not the spool's
-                line = self._file.readline()
-            if not line:
-                return
-            record: dict[str, Any] = json.loads(line)
-            yield record
-
-
-@contextlib.contextmanager
-def _told() -> Iterator[None]:
-    """An ``OSError`` of the spool, said as one: which file, where (``TMPDIR``)."""
-    try:
-        yield
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        where = tempfile.gettempdir()
-        raise OSError(
-            f"cannot write the JSON report's findings to a temporary file in {where}"
-            f" (TMPDIR): {reason}"
-        ) from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +124,7 @@ class Report:
     finding_traffic: list[Traffic] = field(default_factory=list)  # each kept finding's
     finding_incomplete: list[str | None] = field(default_factory=list)  # its run's reason
     listing: Listing = "kept"
-    spooled: _Spool | None = field(default=None, repr=False, compare=False)
+    spooled: Spool | None = field(default=None, repr=False, compare=False)
     incomplete: dict[str, int] = field(default_factory=dict)  # reason -> runs
     duplicates: int = 0  # runs read again (same trace and run span), skipped
     # Case ids that the runs of a trace named and none of them was matched to -> traces: not
@@ -193,7 +138,7 @@ class Report:
     sources: int = 0
     source_findings: dict[str, int] = field(default_factory=dict)  # category -> findings
     source_finding_list: list[Finding] = field(default_factory=list)  # when kept in memory
-    spooled_sources: _Spool | None = field(default=None, repr=False, compare=False)
+    spooled_sources: Spool | None = field(default=None, repr=False, compare=False)
     shadow_unpaired: dict[str, int] = field(default_factory=dict)  # reason -> halves
     cases_source_only: list[str] = field(default_factory=list)  # of cases_not_run: by a source
 
@@ -249,8 +194,8 @@ class Report:
             sort_keys=True,
             allow_nan=False,  # NaN is not JSON
         )
-        kept = map(_finding_dict, self.finding_list, self.finding_traffic, self.finding_incomplete)
-        sources = (_finding_dict(f, Traffic.LIVE, None) for f in self.source_finding_list)
+        kept = map(finding_dict, self.finding_list, self.finding_traffic, self.finding_incomplete)
+        sources = (finding_dict(f, Traffic.LIVE, None) for f in self.source_finding_list)
         lists = {
             json.dumps(listed): self.spooled.records() if self.spooled else kept,
             json.dumps(listed_sources): (
@@ -353,224 +298,6 @@ class Report:
         return "\n".join(lines)
 
 
-class ReportBuilder:
-    """Accumulates results trace by trace; ``build`` computes means and applies gates.
-    With ``golden``, it also tells which case ids runs named that the file does not hold,
-    and which cases no complete run exercised. ``listing`` says what it keeps of the
-    findings (module docstring): what it holds per finding is nothing unless ``kept``."""
-
-    def __init__(
-        self,
-        settings: EvaluationSettings,
-        gates: Sequence[Gate],
-        golden: GoldenCaseSet | None = None,
-        *,
-        listing: Listing = "kept",
-    ) -> None:
-        self._settings = settings
-        self._gates = list(gates)
-        self._golden = golden
-        self._incomplete: Counter[str] = Counter()
-        self._duplicates = 0
-        self._tallies: dict[str, CaseTally] = {}  # the case ids each trace's runs named
-        self._exercised: set[str] = set()
-        self._traces = 0
-        self._sums: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
-        self._key_counts: dict[str, Counter[str]] = defaultdict(Counter)
-        self._counts: Counter[str] = Counter()
-        self._listing: Listing = listing
-        self._by_category: dict[str, Counter[str]] = defaultdict(Counter)  # -> severity
-        self._findings: list[Finding] = []  # kept
-        self._traffic: list[Traffic] = []  # each kept finding's
-        self._incomplete_reasons: list[str | None] = []  # each kept finding's run's
-        self._spool = _Spool() if listing == "spooled" else None
-        self._category_runs: Counter[str] = Counter()
-        self._categories: dict[str, list[float]] = defaultdict(list)  # composite scores
-        self._category_failed: Counter[str] = Counter()
-        self._failure_types: Counter[str] = Counter()
-        self._failed: list[FailedCase] = []
-        self._evaluator_failures: Counter[str] = Counter()
-        self._sources = 0
-        self._source_findings: Counter[str] = Counter()
-        self._source_list: list[Finding] = []  # kept
-        self._source_spool = _Spool() if listing == "spooled" else None
-        self._source_cases: set[str] = set()
-        self._unpaired: dict[str, int] = {}
-
-    def add(
-        self,
-        trace: ToolTrace,
-        case: GoldenCase | None,
-        result: PipelineResult,
-        *,
-        source: bool = False,
-        traffic: Traffic = Traffic.LIVE,
-    ) -> None:
-        """One run and its results; ``traffic`` is the run's (``shadow``: a shadow target's,
-        as ``serve`` labels it). A shadow ``source`` (the serving model's run, the reference
-        a candidate is judged against) is counted apart: its findings are the serving
-        model's, not the candidate's, listed (``live``, as ``serve`` emits them) but read by
-        no gate."""
-        if source:
-            self._sources += 1
-            self._source_findings.update(str(f.category) for f in result.findings)
-            for finding in result.findings:
-                if self._source_spool is not None:
-                    self._source_spool.add(finding, Traffic.LIVE, None)
-                elif self._listing == "kept":
-                    self._source_list.append(finding)
-            if case is not None:  # run, but by the serving model: said apart
-                self._source_cases.add(case.case_id)
-            for evaluator, _message in result.failures:
-                self._evaluator_failures[evaluator] += 1
-            return
-        self._traces += 1
-        self._take(result, None, traffic, incomplete_reason(trace))
-        if not trace.complete:
-            self._incomplete[trace.incomplete_reason or "unknown"] += 1
-        if case is not None:
-            self._exercised.add(case.case_id)
-            self._add_case(trace, case, result)
-        if self._golden is not None and trace.complete:
-            found = self._golden.lookup(trace)
-            if found.case_id is not None:  # only the traces that name an id are held
-                tally = self._tallies.get(trace.trace_id)
-                if tally is None:
-                    tally = self._tallies[trace.trace_id] = CaseTally()
-                tally.add(found, trace)
-
-    def duplicate(self) -> None:
-        """A run read a second time, not evaluated again."""
-        self._duplicates += 1
-
-    def unpaired(self, counts: dict[str, int]) -> None:
-        """Shadow halves never compared, by reason."""
-        self._unpaired = dict(counts)
-
-    def add_pair(
-        self,
-        result: PipelineResult,
-        kind: ReferenceKind,
-        *,
-        rescored: frozenset[str],
-        incomplete: str | None = None,
-    ) -> None:
-        """A shadow pair: only what was judged against the source counts. The target's own
-        scores from the evaluators its pair's pass ran again (``rescored``, the pipeline's)
-        and its policy findings were counted when it was added on its own. ``incomplete``:
-        the target's ``incomplete_reason`` (``None``: a whole run)."""
-        self._take(result, kind, Traffic.SHADOW, incomplete, rescored)
-
-    def _take(
-        self,
-        result: PipelineResult,
-        only: ReferenceKind | None,
-        traffic: Traffic,
-        incomplete: str | None,
-        skip: frozenset[str] = frozenset(),
-    ) -> None:
-        for evaluated in result.results:
-            if evaluated.evaluator in skip:
-                continue
-            self._counts[evaluated.evaluator] += 1
-            for key, value in evaluated.scores.items():
-                self._sums[evaluated.evaluator][key] += value
-                self._key_counts[evaluated.evaluator][key] += 1
-        for finding in result.findings:
-            if only is not None and finding.reference is not only:
-                continue
-            self._by_category[str(finding.category)][str(finding.severity)] += 1
-            if self._spool is not None:
-                self._spool.add(finding, traffic, incomplete)
-            elif self._listing == "kept":
-                self._findings.append(finding)
-                self._traffic.append(traffic)
-                self._incomplete_reasons.append(incomplete)
-        for evaluator, _message in result.failures:
-            self._evaluator_failures[evaluator] += 1
-
-    def _add_case(self, trace: ToolTrace, case: GoldenCase, result: PipelineResult) -> None:
-        category = case.category or "uncategorized"
-        composite = next((r for r in result.results if r.evaluator == "composite"), None)
-        self._category_runs[category] += 1
-        if composite is not None:  # composite disabled: no mean to give
-            self._categories[category].append(composite.scores["score"])
-        policy = self._settings.policy
-        normalize = policy.normalizer()
-        arguments = self._settings.evaluators.tool_arguments
-        failure = failure_type(trace, case, arguments, normalize, policy.action_fields())
-        if failure is None:
-            against = [f.category for f in result.findings if f.reference is ReferenceKind.EXPECTED]
-            if not against:
-                return
-            # The tools were right: in an ordered mode, tool_selection's finding on the same
-            # fault (fewer expected calls in order) reads as the wrong tools; order names it.
-            order = Category.TOOL_ORDER_DRIFT
-            failure = str(order if order in against else against[0])
-        self._category_failed[category] += 1
-        self._failure_types[failure] += 1
-        expected = tuple(normalize(call.name) for call in case.expected_tools)
-        self._failed.append(
-            FailedCase(case.case_id, trace.trace_id, failure, expected, trace.tool_names)
-        )
-
-    def build(self) -> Report:
-        for spool in (self._spool, self._source_spool):
-            if spool is not None:
-                spool.seal()  # its error before a byte of the report: OSError, told
-        scores = {
-            name: {
-                "n": float(n),
-                **{k: v / self._key_counts[name][k] for k, v in self._sums[name].items()},
-            }
-            for name, n in self._counts.items()
-        }
-        categories: dict[str, dict[str, float]] = {}
-        for name, runs in self._category_runs.items():
-            figures = {"runs": float(runs), "failed": float(self._category_failed[name])}
-            scored = self._categories.get(name)
-            if scored:
-                figures["composite"] = sum(scored) / len(scored)
-            categories[name] = figures
-        unmatched: dict[str, Counter[str]] = {
-            reason: Counter() for reason in UNMATCHED_CASE_REASONS
-        }
-        for tally in self._tallies.values():
-            for case_id, reason, _agents in tally.unmatched():
-                unmatched[reason][case_id] += 1
-        report = Report(
-            traces=self._traces,
-            scores=scores,
-            findings={k: dict(v) for k, v in self._by_category.items()},
-            categories=categories,
-            failure_types=dict(self._failure_types),
-            failed_cases=self._failed,
-            gates=[],
-            evaluator_failures=dict(self._evaluator_failures),
-            finding_list=self._findings,
-            finding_traffic=self._traffic,
-            finding_incomplete=self._incomplete_reasons,
-            listing=self._listing,
-            spooled=self._spool,
-            incomplete=dict(self._incomplete),
-            duplicates=self._duplicates,
-            unknown_case_ids=dict(unmatched["unknown_case"]),
-            case_ids_above_runs=dict(unmatched["several_runs"]),
-            case_ids_agent_not_run=dict(unmatched["agent_not_run"]),
-            cases_not_run=[
-                case.case_id for case in self._golden or () if case.case_id not in self._exercised
-            ],
-            sources=self._sources,
-            source_findings=dict(self._source_findings),
-            source_finding_list=self._source_list,
-            spooled_sources=self._source_spool,
-            shadow_unpaired=self._unpaired,
-            cases_source_only=sorted(self._source_cases - self._exercised),
-        )
-        report.gates = [_apply(gate, report) for gate in self._gates]
-        return report
-
-
 def _write_list(out: IO[str], records: Iterable[dict[str, Any]], indent: int) -> None:
     """``records`` as ``json.dumps(..., indent=2)`` writes a list whose key is indented by
     ``indent`` spaces, one at a time."""
@@ -588,23 +315,6 @@ def _counted(counts: dict[str, int], noun: str) -> str:
     return f"{sum(counts.values())}{noun} ({by_name})"
 
 
-def _apply(gate: Gate, report: Report) -> tuple[Gate, float, bool]:
-    if report.traces == 0:
-        return gate, float("nan"), False  # an empty input proves nothing: a failed export
-    if gate.kind == "max":
-        counts = report.findings
-        if gate.target == _ANY:
-            total = sum(sum(v.values()) for v in counts.values())
-        else:
-            total = sum(counts.get(gate.target, {}).values())
-        return gate, float(total), total <= gate.limit
-    evaluator, _, score = gate.target.partition(".")
-    value = report.scores.get(evaluator, {}).get(score or "score")
-    if value is None:
-        return gate, float("nan"), False  # a gate on something never measured fails
-    return gate, value, value >= gate.limit - _TOLERANCE
-
-
 def _failed_dict(case: FailedCase) -> dict[str, Any]:
     return {
         "case_id": case.case_id,
@@ -612,31 +322,4 @@ def _failed_dict(case: FailedCase) -> dict[str, Any]:
         "failure_type": case.failure_type,
         "expected": list(case.expected),
         "actual": list(case.actual),
-    }
-
-
-def _finding_dict(finding: Finding, traffic: Traffic, incomplete: str | None) -> dict[str, Any]:
-    """A finding as the JSON report lists it, with the findings log's names
-    (``toolwatch.sinks.findings``), ``incomplete`` its run's ``incomplete_reason`` (``None``
-    for a whole run's); of its details only what became of a dangerous call (``outcome``,
-    ``error_type``), never argument values."""
-    return {
-        "category": str(finding.category),
-        "severity": str(finding.severity),
-        "evaluator": finding.evaluator,
-        "reference": str(finding.reference),
-        "case_id": finding.case_id,
-        "source_trace_id": finding.source_trace_id,
-        "pair_key": finding.pair_key,
-        "score": finding.score,
-        "tool": finding.tool,
-        "field": finding.field,
-        "agent": finding.agent,
-        "call_agent": finding.details.get(CALL_AGENT),  # another agent of the run made it
-        "trace_id": finding.trace_id,
-        "span_id": finding.span_id,
-        "traffic": str(traffic),
-        "incomplete_reason": incomplete,
-        "explanation": finding.explanation,
-        "details": {k: finding.details[k] for k in (OUTCOME, ERROR_TYPE) if k in finding.details},
     }

@@ -1,19 +1,20 @@
 """Transport security and bearer-token authentication of the listeners.
 
-``ListenerSecurity`` turns the validated ``security`` section into what each server needs:
-gRPC server credentials and an auth interceptor (OTLP/gRPC, findings stream), an
-``ssl.SSLContext`` and an auth middleware (OTLP/HTTP, metrics); the certificates themselves
-are ``toolwatch.tls``'s. With ``tls.client_ca_file`` every listener requires a client
-certificate signed by that CA (mutual TLS), except that the metrics listener lets a client
-without one finish the handshake and answers it only on ``/healthz`` and ``/readyz`` (403
-elsewhere, counted with ``PipelineMetrics.auth_failed(listener)``). A client refused at the
-handshake (no certificate where one is required, an expired one, one the client CA did not
-sign) is refused by OpenSSL or gRPC before any of this code runs: neither counted nor logged
-(gRPC offers no hook on a failed handshake); its own error says why. With
-``tls.client_names`` too, the certificate must name one of them (``ClientNames``): any other
-is answered PERMISSION_DENIED (gRPC) or 403 (HTTP), with no detail, before any request
-message or body is read and whatever its bearer token or method (so it learns nothing of
-either), and counted with ``PipelineMetrics.auth_failed(listener)``.
+``ListenerSecurity`` turns the validated ``security`` section into what each server needs: gRPC
+server credentials and an auth interceptor (OTLP/gRPC, findings stream), an ``ssl.SSLContext``
+and an auth middleware (OTLP/HTTP, metrics); the certificates themselves are
+``toolwatch.tls``'s, the bearer-token checks ``toolwatch.bearer_tokens``'. With
+``tls.client_ca_file`` every listener requires a client certificate signed by that CA (mutual
+TLS), except that the metrics listener lets a client without one finish the handshake and
+answers it only on ``/healthz`` and ``/readyz`` (403 elsewhere, counted with
+``PipelineMetrics.auth_failed(listener)``). A client refused at the handshake (no certificate
+where one is required, an expired one, one the client CA did not sign) is refused by OpenSSL or
+gRPC before any of this code runs: neither counted nor logged (gRPC offers no hook on a failed
+handshake); its own error says why. With ``tls.client_names`` too, the certificate must name
+one of them (``toolwatch.client_certificates``' ``ClientNames``): any other is answered
+PERMISSION_DENIED (gRPC) or 403 (HTTP), with no detail, before any request message or body is
+read and whatever its bearer token or method (so it learns nothing of either), and counted with
+``PipelineMetrics.auth_failed(listener)``.
 
 Authentication follows RFC 6750: the client sends ``authorization: Bearer <token>``
 (gRPC metadata or HTTP header). A missing or wrong token is answered UNAUTHENTICATED (gRPC)
@@ -27,18 +28,18 @@ listener's, with the peer's address and its certificate's names; the reason
 ``unauthenticated`` or ``permission_denied``, and whether a token was sent, never the token):
 a warning per reason and listener at most once a minute says who is refused.
 
-Tokens live in a file (``TokenFile``), one per line so a new token can be added before the
-old one is removed; the file is re-read when it changes, without a restart. So are the
-certificate, its key and the client CA (``toolwatch.tls.CertificateFiles``): a rotated
-certificate (by cert-manager, say) is served on new connections — gRPC takes it at the next
-handshake, the HTTPS listeners at the next ``ListenerSecurity.refresh`` (the server's tick);
-the connections open before it are closed at their age (``toolwatch.connection_age``; not
-the findings stream's, whose calls are ended and connections closed, for their clients to
+Tokens live in a file (``toolwatch.bearer_tokens.TokenFile``), one per line so a new token can
+be added before the old one is removed; the file is re-read when it changes, without a restart.
+So are the certificate, its key and the client CA (``toolwatch.tls.CertificateFiles``): a
+rotated certificate (by cert-manager, say) is served on new connections — gRPC takes it at the
+next handshake, the HTTPS listeners at the next ``ListenerSecurity.refresh`` (the server's
+tick); the connections open before it are closed at their age (``toolwatch.connection_age``;
+not the findings stream's, whose calls are ended and connections closed, for their clients to
 connect again, when a reload takes a client CA out: ``on_client_ca_removed``). A file that
 changed and cannot be used (a certificate that is not valid now included) keeps the previous
 one and is counted with ``PipelineMetrics.reload_failed``; the dates of the certificate and
-client CA served (since when they are valid, when they expire) are reported at start-up and
-at each reload that took a new set (``PipelineMetrics.certificates_served``).
+client CA served (since when they are valid, when they expire) are reported at start-up and at
+each reload that took a new set (``PipelineMetrics.certificates_served``).
 
 Threading: the interceptors and middlewares run on the servers' event loop; ``TokenFile``
 is not thread-safe.
@@ -46,423 +47,44 @@ is not thread-safe.
 
 from __future__ import annotations
 
-import hmac
-import inspect
-import logging
 import ssl
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import grpc
-from aiohttp import hdrs, web
-from aiohttp.typedefs import Handler, Middleware
+from aiohttp.typedefs import Middleware
 
+from toolwatch.bearer_tokens import (
+    BearerTokenInterceptor,
+    TokenFile,
+    bearer_token_middleware,
+    token_in,
+)
 from toolwatch.certificate_dates import utc_from_ns
-from toolwatch.client_names import certificate_names
-from toolwatch.config.security import SecuritySettings, read_token_file
+from toolwatch.client_certificates import (
+    ClientNameInterceptor,
+    ClientNames,
+    client_certificate_middleware,
+    client_name_middleware,
+)
+from toolwatch.config.security import SecuritySettings
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock
-from toolwatch.senders import SenderLog, grpc_sender, http_sender
+from toolwatch.senders import SenderLog
 from toolwatch.tls import (
     CertificateFiles,
     Certificates,
-    FileWatch,
     ServedContext,
     server_credentials,
 )
 
-__all__ = [
-    "HEALTH_CHECK",
-    "BearerTokenInterceptor",
-    "ClientNameInterceptor",
-    "ClientNames",
-    "ListenerSecurity",
-    "TokenFile",
-    "bearer_token",
-    "bearer_token_middleware",
-    "certificate_names",
-    "client_certificate_middleware",
-    "client_name_middleware",
-]
-
-log = logging.getLogger(__name__)
-
-#: The gRPC health service's unary check (grpc.health.v1), open to clients without a token:
-#: kubelet's gRPC probes and grpc-health-probe call it; ``toolwatch.ingest.grpc_health``
-#: reads its requests a few at a time, so that they cannot take memory. Its ``Watch`` and
-#: ``List`` are not: a ``Watch`` stream lasts as long as its client likes, so anyone who can
-#: connect could hold as many as they please.
-HEALTH_CHECK = "/grpc.health.v1.Health/Check"
-
-_AUTHORIZATION = "authorization"
-#: RFC 6750 §3: the Bearer scheme followed by at least one auth-param; no error detail.
-_CHALLENGE = 'Bearer realm="toolwatch"'
-
-
-def bearer_token(authorization: str | None) -> str | None:
-    """The token of an ``Authorization: Bearer <token>`` value, else ``None``. The scheme
-    is case-insensitive (RFC 7235 section 2.1)."""
-    if authorization is None:
-        return None
-    scheme, _, token = authorization.strip().partition(" ")
-    token = token.strip()
-    return token if scheme.lower() == "bearer" and token else None
-
-
-class TokenFile:
-    """The accepted bearer tokens, read from ``path`` (``config.read_token_file``).
-
-    ``accepts`` compares a presented token with every accepted one in constant time. The
-    file is looked at no more than once every ``reload_seconds`` of ``clock`` time and
-    re-read when it changed. A file that cannot be read or holds no valid token at a reload
-    keeps the previous tokens, and the failure is logged: a half-written rotation never
-    locks every client out. Raises at construction when the file is unusable.
-    """
-
-    def __init__(
-        self,
-        path: Path,
-        reload_seconds: float,
-        clock: Clock,
-        on_failure: Callable[[], None] = lambda: None,
-    ) -> None:
-        self._path = path
-        self._watch = FileWatch((path,), reload_seconds, clock)
-        self._tokens = _encode(read_token_file(path))
-        self._on_failure = on_failure
-        self._on_change: list[Callable[[], None]] = []
-
-    def on_change(self, callback: Callable[[], None]) -> None:
-        """Call ``callback`` each time a reload changes the accepted tokens."""
-        self._on_change.append(callback)
-
-    def accepts(self, token: str | None) -> bool:
-        """Whether ``token`` is one of the accepted tokens."""
-        self.refresh()
-        if not token:
-            return False
-        try:  # undecodable header bytes arrive as surrogate escapes: compare the raw bytes
-            presented = token.encode("utf-8", "surrogateescape")
-        except UnicodeEncodeError:  # a surrogate no decoder made: like no accepted token
-            return False
-        matched = False
-        for known in self._tokens:  # no early exit: the time spent says nothing
-            matched |= hmac.compare_digest(presented, known)
-        return matched
-
-    def refresh(self) -> None:
-        """Re-read the file if ``reload_seconds`` have passed and it changed."""
-        try:
-            signature = self._watch.changed()
-            if signature is None:
-                return
-            tokens = read_token_file(self._path)
-        except (OSError, ValueError) as exc:
-            log.error("keeping the previous bearer tokens: %s", exc)
-            self._on_failure()
-            return
-        self._watch.accept(signature)
-        self._tokens = _encode(tokens)
-        log.info("reloaded %d bearer token(s) from %s", len(tokens), self._path)
-        for callback in self._on_change:
-            callback()
-
-
-def _encode(tokens: Iterable[str]) -> tuple[bytes, ...]:
-    return tuple(token.encode() for token in tokens)
-
-
-_Continuation = Callable[[Any], Awaitable[Any]]
-
-
-class BearerTokenInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc is untyped
-    """Refuses calls without an accepted bearer token with UNAUTHENTICATED (no detail) and
-    counts them for ``listener``. Calls to ``open_methods`` (full method names) pass without
-    a token.
-
-    Refused calls are answered through a stream-stream handler without a deserializer: it
-    runs before any request message is read (a unary handler would receive and hold the
-    whole, possibly large, body first) and fits every method shape on the wire. It counts
-    the refusal when it runs, so a check in front of it that ends the call first
-    (``ClientNameInterceptor``) is the only one to count it."""
-
-    def __init__(
-        self,
-        tokens: TokenFile,
-        metrics: PipelineMetrics,
-        listener: str,
-        open_methods: frozenset[str] = frozenset({HEALTH_CHECK}),
-        *,
-        senders: SenderLog,
-    ) -> None:
-        self._tokens = tokens
-        self._metrics = metrics
-        self._listener = listener
-        self._senders = senders
-        self._open = open_methods
-        self._refusal = grpc.stream_stream_rpc_method_handler(self._refuse)
-
-    async def intercept_service(self, continuation: _Continuation, details: Any) -> Any:
-        if details.method in self._open or self._tokens.accepts(_metadata_token(details)):
-            return await continuation(details)
-        return self._refusal
-
-    async def _refuse(self, requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        self._metrics.auth_failed(self._listener)
-        sent = _token_in(context.invocation_metadata()) is not None
-        sender = grpc_sender(self._listener, context)
-        self._senders.refused(UNAUTHENTICATED, sender, _token_said(sent))
-        await context.abort(grpc.StatusCode.UNAUTHENTICATED)
-
-
-#: The sender log's reasons for the refusals here (``toolwatch.senders``).
-UNAUTHENTICATED, PERMISSION_DENIED = "unauthenticated", "permission_denied"
-
-
-def _token_said(sent: bool) -> str:
-    """What a token refusal's log line says of the token: whether one was sent, never it."""
-    return "a bearer token that is not accepted" if sent else "no bearer token"
-
-
-def _metadata_token(details: Any) -> str | None:
-    return _token_in(details.invocation_metadata)
-
-
-def _token_in(metadata: Iterable[tuple[str, Any]] | None) -> str | None:
-    for key, value in metadata or ():
-        if key == _AUTHORIZATION and isinstance(value, str):
-            return bearer_token(value)
-    return None
-
+__all__ = ["ListenerSecurity"]
 
 #: Asked of a long-lived call: is the token it opened with still accepted?
 #: (``ListenerSecurity.still_accepted``)
 StillAccepted = Callable[[], bool]
-
-
-def bearer_token_middleware(
-    tokens: TokenFile,
-    metrics: PipelineMetrics,
-    listener: str,
-    open_paths: frozenset[str] = frozenset(),
-    *,
-    senders: SenderLog,
-) -> Middleware:
-    """An aiohttp middleware answering requests without an accepted bearer token with 401,
-    ``WWW-Authenticate: Bearer realm="toolwatch"`` and an empty body, counted for
-    ``listener``; requests for ``open_paths`` pass without a token. Runs before the handler
-    reads the body. Refusals are told to ``senders``."""
-    told = senders
-
-    @web.middleware
-    async def require_token(request: web.Request, handler: Handler) -> web.StreamResponse:
-        token = bearer_token(request.headers.get(hdrs.AUTHORIZATION))
-        if request.path in open_paths or tokens.accepts(token):
-            return await handler(request)
-        metrics.auth_failed(listener)
-        sender = http_sender(listener, request)
-        told.refused(UNAUTHENTICATED, sender, _token_said(token is not None))
-        return web.Response(status=401, headers={hdrs.WWW_AUTHENTICATE: _CHALLENGE})
-
-    return require_token
-
-
-def client_certificate_middleware(
-    metrics: PipelineMetrics,
-    listener: str,
-    open_paths: frozenset[str],
-    *,
-    senders: SenderLog,
-) -> Middleware:
-    """An aiohttp middleware for a listener whose TLS lets clients without a certificate
-    finish the handshake (one that presents a certificate the client CA did not sign never
-    does): requests on such a connection are answered 403 with an empty body and counted for
-    ``listener``, except those for ``open_paths``. Not 401: RFC 9110 §15.5.2 has a 401 carry
-    a ``WWW-Authenticate`` challenge, and none asks for a client certificate; a token would
-    not let such a client in either. Refusals are told to ``senders``."""
-    told = senders
-
-    @web.middleware
-    async def require_certificate(request: web.Request, handler: Handler) -> web.StreamResponse:
-        transport = request.transport
-        verified = transport is not None and bool(transport.get_extra_info("peercert"))
-        if verified or request.path in open_paths:
-            return await handler(request)
-        metrics.auth_failed(listener)
-        sender = http_sender(listener, request)
-        told.refused(PERMISSION_DENIED, sender, "no client certificate")
-        return web.Response(status=403)
-
-    return require_certificate
-
-
-class ClientNames:
-    """The client certificates a listener accepts beside the client CA's signature: those
-    whose subject common name or one of whose DNS, URI (a SPIFFE ID) or email subject
-    alternative names is one of ``names``, compared exactly, as written in the certificate.
-
-    The names are read from the certificate itself on every listener (``certificate_names``),
-    not from gRPC's auth properties, which end a name at a NUL byte (``otel-collector\\0.evil``
-    would read ``otel-collector``), keep only one common name and read other bytes as
-    Latin-1: the same certificate is accepted or refused alike on every listener."""
-
-    def __init__(self, names: Iterable[str]) -> None:
-        self._names = frozenset(names)
-
-    def admit(self, certificate: bytes | None) -> bool:
-        """Whether ``certificate`` (DER or PEM) names an accepted client; ``False`` without
-        one, or one that cannot be read."""
-        return certificate is not None and not self._names.isdisjoint(
-            certificate_names(certificate)
-        )
-
-    def admit_grpc(self, auth_context: Mapping[str, Sequence[bytes]]) -> bool:
-        """Whether the certificate a gRPC call's connection was verified with (in its
-        ``ServicerContext.auth_context()``) names an accepted client."""
-        pems = auth_context.get("x509_pem_cert", ())
-        return len(pems) == 1 and self.admit(pems[0])
-
-
-class ClientNameInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]  # grpc is untyped
-    """Answers a call whose client certificate names no accepted client (``ClientNames``)
-    PERMISSION_DENIED, with no detail, and counts it for ``listener``.
-
-    An interceptor cannot see the connection's certificate, only the call's handler can (its
-    context's ``auth_context``): the check is put in front of the handler. A handler that
-    takes one request message is served as one that takes a stream of undecoded messages,
-    so the check runs before any message is read (a unary request can be as large as the
-    listener's limit). Put it before the token interceptor: the name is then checked before
-    the handler that interceptor chose runs, its refusal or a method that does not exist
-    included, so a client without an accepted name learns nothing of its token or of the
-    methods served. Serves ``grpc.aio`` handlers, which are coroutines or async generators;
-    a plain function is refused with ``TypeError`` (it would block the event loop, and its
-    context's ``abort`` would not stop it)."""
-
-    def __init__(
-        self,
-        names: ClientNames,
-        metrics: PipelineMetrics,
-        listener: str,
-        *,
-        senders: SenderLog,
-    ) -> None:
-        self._names = names
-        self._metrics = metrics
-        self._listener = listener
-        self._senders = senders
-
-    async def intercept_service(self, continuation: _Continuation, details: Any) -> Any:
-        handler = await continuation(details)
-        return self._checked(_UNIMPLEMENTED if handler is None else handler)
-
-    async def _admit(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-        if not self._names.admit_grpc(context.auth_context()):
-            self._metrics.auth_failed(self._listener)
-            sender = grpc_sender(self._listener, context)
-            self._senders.refused(PERMISSION_DENIED, sender, _NAMED_NONE)
-            await context.abort(grpc.StatusCode.PERMISSION_DENIED)  # raises
-
-    def _checked(self, handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
-        admit = self._admit
-        decode = handler.request_deserializer
-        for shape in (handler.unary_unary, handler.unary_stream):
-            _require_async(shape)
-        for shape in (handler.stream_unary, handler.stream_stream):
-            _require_async(shape)
-        if handler.unary_unary is not None or handler.unary_stream is not None:
-            behaviour = handler.unary_unary or handler.unary_stream
-
-            async def one_request(requests: Any, context: Any) -> Any:
-                await admit(context)
-                async for raw in requests:  # the one message, read once admitted
-                    request = decode(raw) if decode is not None else raw
-                    return await _finished(behaviour(request, context), context)
-                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "no request message")
-
-            make = (
-                grpc.stream_unary_rpc_method_handler
-                if handler.unary_unary is not None
-                else grpc.stream_stream_rpc_method_handler
-            )
-            return make(one_request, response_serializer=handler.response_serializer)
-        streaming = handler.stream_unary or handler.stream_stream
-
-        async def requests_stream(requests: Any, context: Any) -> Any:
-            await admit(context)
-            return await _finished(streaming(requests, context), context)
-
-        make = (
-            grpc.stream_unary_rpc_method_handler
-            if handler.stream_unary is not None
-            else grpc.stream_stream_rpc_method_handler
-        )
-        return make(
-            requests_stream,
-            request_deserializer=decode,
-            response_serializer=handler.response_serializer,
-        )
-
-
-async def _unimplemented(requests: Any, context: grpc.aio.ServicerContext[Any, Any]) -> None:
-    await context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not found!")  # gRPC's words
-
-
-#: What a method no service serves is answered with, behind the client-name check.
-_UNIMPLEMENTED = grpc.stream_stream_rpc_method_handler(_unimplemented)
-
-
-def _require_async(behaviour: Any) -> None:
-    if behaviour is not None and not (
-        inspect.iscoroutinefunction(behaviour) or inspect.isasyncgenfunction(behaviour)
-    ):
-        raise TypeError(f"ClientNameInterceptor serves grpc.aio handlers: {behaviour!r} is sync")
-
-
-async def _finished(result: Any, context: Any) -> Any:
-    """What a handler's behaviour returned, run to its end: a coroutine awaited, the
-    responses an async generator yields written to ``context``."""
-    if inspect.isasyncgen(result):
-        async for response in result:
-            await context.write(response)
-        return None
-    return await result
-
-
-def client_name_middleware(
-    names: ClientNames,
-    metrics: PipelineMetrics,
-    listener: str,
-    open_paths: frozenset[str],
-    *,
-    senders: SenderLog,
-) -> Middleware:
-    """An aiohttp middleware answering requests on a connection whose client certificate
-    names no accepted client (``ClientNames``), or that shows none, with 403 and an empty
-    body, counted for ``listener``, except those for ``open_paths``. Put it after
-    ``client_certificate_middleware`` on a listener where a client without a certificate
-    finishes the handshake: that refuses such a client first. Refusals are told to
-    ``senders``."""
-    told = senders
-
-    @web.middleware
-    async def require_name(request: web.Request, handler: Handler) -> web.StreamResponse:
-        transport = request.transport
-        tls = transport.get_extra_info("ssl_object") if transport is not None else None
-        certificate = tls.getpeercert(binary_form=True) if tls is not None else None
-        if request.path in open_paths or names.admit(certificate):
-            return await handler(request)
-        metrics.auth_failed(listener)
-        told.refused(PERMISSION_DENIED, http_sender(listener, request), _NAMED_NONE)
-        return web.Response(status=403)
-
-    return require_name
-
-
-#: What a refusal for a certificate's names says: the names themselves are the sender's.
-_NAMED_NONE = "a client certificate that names no client of tls.client_names"
 
 
 class ListenerSecurity:
@@ -607,7 +229,7 @@ class ListenerSecurity:
         tokens = self._tokens
         if tokens is None or not self._settings.uses_auth(listener):
             return None
-        token = _token_in(metadata)
+        token = token_in(metadata)
         return lambda: tokens.accepts(token)
 
     def on_client_ca_removed(self, listener: str, callback: Callable[[], object]) -> None:

@@ -23,8 +23,8 @@ import pytest
 from grpc_health.v1 import health_pb2
 
 from tests.integration.test_faults import ServeProcess, serve, write_config
+from toolwatch.bearer_tokens import HEALTH_CHECK
 from toolwatch.ingest.grpc_health import READ_TURNS
-from toolwatch.security import HEALTH_CHECK
 
 __all__ = ["serve"]  # the fixture, imported for this module's tests
 

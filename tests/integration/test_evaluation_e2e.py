@@ -823,7 +823,7 @@ def test_replay_honours_local_parent_wait_seconds(
     ``required`` rule is skipped, golden cases are not matched and the report says "1
     incomplete (timed_out=1)". A CI gate on replay then passes a capture that pages in
     production. Correct: replay passes ``local_parent_wait_ns`` through
-    (``replay._OfflineAssembler.__init__``) so both give the same findings."""
+    (``replay_assembly.OfflineAssembler.__init__``) so both give the same findings."""
     config = tmp_path / "toolwatch.yaml"
     config.write_text(LOCAL_PARENT_WAIT)
     capture = _agent_under_a_local_parent(tmp_path)
@@ -874,7 +874,7 @@ def test_replay_conversation_scope_does_not_depend_on_file_order(
     the order of the files", and ``evaluate_offline``'s own comment says the order runs are
     read in does not matter. Correct: evaluate held runs in recorded (start) time order, or
     remember a conversation's verifications before judging its runs
-    (``replay.evaluate_offline`` / ``_OfflineAssembler.finish``)."""
+    (``replay.evaluate_offline`` / ``replay_assembly.OfflineAssembler.finish``)."""
     config = tmp_path / "toolwatch.yaml"
     config.write_text(CONVERSATION)
     turn1, turn2 = CONVERSATION_TURNS
@@ -953,7 +953,7 @@ def test_replay_memory_per_run_with_findings_is_bounded_as_documented(
     finding each, four times the figure, growing without bound with a noisy capture (a
     rule that fires on most runs of a multi-million-run replay needs gigabytes). Correct:
     keep counts for the text report and stream (or cap) the listed findings for ``--format
-    json``; or document the per-finding cost (``replay_report.ReportBuilder._take``)."""
+    json``; or document the per-finding cost (``replay_builder.ReportBuilder._take``)."""
     config = tmp_path / "toolwatch.yaml"
     config.write_text(MINIMAL_POLICY)
     small, large = 10_000, 60_000

@@ -50,9 +50,9 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from bench import json_memory
 from tests.integration import agents
 from tests.integration.conftest import RunningServer, errors_logged, until
+from toolwatch.bearer_tokens import HEALTH_CHECK
 from toolwatch.ingest import scan
 from toolwatch.ingest.grpc_health import MAX_READ_SECONDS, MAX_WAITING, READ_TURNS
-from toolwatch.security import HEALTH_CHECK
 
 StartServer = Callable[..., RunningServer]
 

@@ -1,6 +1,6 @@
 """The findings log and the ToolTrace dump follow their paths without a SIGHUP: a file removed
 (a cleanup) or renamed away (a rotation whose postrotate sends no signal) is opened again at its
-path at the next write a second later or more (``background.FOLLOW_SECONDS``, on the injected
+path at the next write a second later or more (``background_thread.FOLLOW_SECONDS``, on the injected
 clock); a file removed with its directory loses its lines, counted, rather than fill a file no
 one can read, until the path can be created again."""
 

@@ -18,14 +18,9 @@ from tests import factories
 from toolwatch.config import Config, load_config
 from toolwatch.ingest.otlp_json import latest_end_ns
 from toolwatch.model import ToolTrace
-from toolwatch.replay import (
-    ReplayInputError,
-    _first_time,
-    _OfflineAssembler,
-    _Progress,
-    evaluate_offline,
-    load_tool_traces,
-)
+from toolwatch.replay import evaluate_offline, load_tool_traces
+from toolwatch.replay_assembly import OfflineAssembler
+from toolwatch.replay_files import Progress, ReplayInputError, _first_time
 from toolwatch.replay_report import parse_gate
 from toolwatch.sinks.tooltraces import tooltrace_to_dict
 
@@ -289,7 +284,7 @@ def test_replay_takes_every_assembly_limit_it_does_not_replace_from_the_config(
         "assembly.max_remembered_traces": 9,
     }
     limits = load_config(None, settings).assembly.limits()
-    replayed = _OfflineAssembler(load_config(None, settings), stream=stream).limits
+    replayed = OfflineAssembler(load_config(None, settings), stream=stream).limits
     replaced = {
         "completion_wait_ns",
         "max_trace_age_ns",
@@ -303,7 +298,7 @@ def test_replay_takes_every_assembly_limit_it_does_not_replace_from_the_config(
 
 
 def test_held_runs_are_evaluated_in_the_order_they_started_whatever_the_order_read() -> None:
-    held = _OfflineAssembler(_config())
+    held = OfflineAssembler(_config())
     for n in (2, 0, 3, 1):  # trace n + 1 ends n minutes into the recording
         assert held.add(json.loads(_recorded(n, 60.0 * n)), f"capture:{n + 1}") == []
     runs = list(held.finish())
@@ -312,8 +307,8 @@ def test_held_runs_are_evaluated_in_the_order_they_started_whatever_the_order_re
 
 
 def test_streaming_holds_the_clock_window_and_the_settle_wait_of_spans() -> None:
-    assembler = _OfflineAssembler(_config(), stream=True)
-    held = _OfflineAssembler(_config())
+    assembler = OfflineAssembler(_config(), stream=True)
+    held = OfflineAssembler(_config())
     runs: list[ToolTrace] = []
     for n in range(200):  # a run of 4 spans every 10 s
         record = json.loads(_recorded(n, 10.0 * n))
@@ -514,14 +509,14 @@ def test_a_quiet_hour_in_the_recording_cuts_no_run(tmp_path: Path) -> None:
 
 def test_progress_gives_files_read_together_one_line_and_files_read_in_turn_one_each() -> None:
     shown = io.StringIO()
-    progress = _Progress(shown, enabled=True)
+    progress = Progress(shown, enabled=True)
     progress.update("/in/a.jsonl", 500_000, 1_000_000)
     progress.done("/in/a.jsonl")
     progress.update("/in/b.jsonl", 1_000_000, 1_000_000)
     progress.done("/in/b.jsonl")
     assert shown.getvalue() == (f"\ra.jsonl: [{'#' * 12:<25}]  50%\n\rb.jsonl: [{'#' * 25}] 100%\n")
     shown = io.StringIO()
-    progress = _Progress(shown, enabled=True)
+    progress = Progress(shown, enabled=True)
     progress.update("/in/a.jsonl", 250_000, 1_000_000)  # the merge reads both, in turn
     progress.update("/in/b.jsonl", 250_000, 1_000_000)
     progress.update("/in/a.jsonl", 1_000_000, 1_000_000)
@@ -568,7 +563,7 @@ def test_streamed_files_share_one_progress_line_from_0_to_100(tmp_path: Path) ->
         paths.append(path)
     assert sum(path.stat().st_size for path in paths) > 1_000_000  # shown from 1 MB on
     shown = io.StringIO()
-    traces = list(load_tool_traces(paths, _config(), _Progress(shown, enabled=True), stream=True))
+    traces = list(load_tool_traces(paths, _config(), Progress(shown, enabled=True), stream=True))
     assert len(traces) == 450
     assert shown.getvalue().endswith("%\n") and shown.getvalue().count("\n") == 1
     steps = shown.getvalue().strip().split("\r")[1:]
@@ -593,7 +588,7 @@ def test_a_one_document_file_among_streamed_files_counts_as_read_whole(tmp_path:
     document.write_text(json.dumps(json.loads(_recorded(0, 0.0)), indent=2))
     assert lines.stat().st_size + document.stat().st_size > 1_000_000
     shown = io.StringIO()
-    progress = _Progress(shown, enabled=True)
+    progress = Progress(shown, enabled=True)
     traces = list(load_tool_traces([document, lines], _config(), progress, stream=True))
     assert len(traces) == 400
     assert shown.getvalue().endswith("] 100%\n")

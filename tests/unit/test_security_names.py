@@ -14,8 +14,9 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from tests.certificates import alt_names, client_certificate, with_edi_party_name
+from toolwatch.client_certificates import ClientNameInterceptor, ClientNames
+from toolwatch.client_names import certificate_names
 from toolwatch.model import ManualClock
-from toolwatch.security import ClientNameInterceptor, ClientNames, certificate_names
 from toolwatch.senders import SenderLog
 
 CA = trustme.CA()

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from prometheus_client import CollectorRegistry
 
+from toolwatch.bearer_tokens import TokenFile, bearer_token
 from toolwatch.config import read_token_file
 from toolwatch.model import ManualClock
-from toolwatch.security import TokenFile, bearer_token
 from toolwatch.sinks.prometheus import PrometheusMetrics
 
 RELOAD_SECONDS = 30.0
@@ -134,7 +134,7 @@ def test_an_unusable_file_at_reload_keeps_the_previous_tokens(
     else:
         write_atomically(token_path, "\n")
     clock.advance(RELOAD_SECONDS)
-    with caplog.at_level(logging.ERROR, logger="toolwatch.security"):
+    with caplog.at_level(logging.ERROR, logger="toolwatch.bearer_tokens"):
         assert tokens.accepts("old-token")
     assert [r.getMessage().split(":")[0] for r in caplog.records] == [
         "keeping the previous bearer tokens"

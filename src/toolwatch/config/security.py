@@ -126,8 +126,9 @@ class TlsSettings(_Section):
     (``Config.warnings``).
     The private key must not be encrypted. ``client_ca_file`` turns on mutual TLS: those
     listeners then accept only clients whose certificate that CA signed. ``client_names``
-    narrows that to certificates naming one of them (``toolwatch.security.ClientNames``): a CA
-    shared with other services signs their certificates too."""
+    narrows that to certificates naming one of them
+    (``toolwatch.client_certificates.ClientNames``): a CA shared with other services signs
+    their certificates too."""
 
     cert_file: FilePath
     key_file: FilePath

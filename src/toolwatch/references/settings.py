@@ -7,7 +7,7 @@ messages name the field and the reason (the config loader adds the file path).
 Each section also says which span attributes ingest must copy into
 ``ToolTrace.reference_keys`` (``reference_keys()``): the case id for golden cases, the pair
 key and role for shadow pairs. Nothing here reads files; ``cases_file`` is checked when
-``references.golden.load_golden_cases`` reads it.
+``references.golden_file.load_golden_cases`` reads it.
 """
 
 from __future__ import annotations

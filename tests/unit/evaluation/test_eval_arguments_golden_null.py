@@ -13,7 +13,7 @@ from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.settings import ToolArgumentsSettings
 from toolwatch.model import EvalResult
 from toolwatch.names import NameNormalizer
-from toolwatch.references.golden import load_golden_cases
+from toolwatch.references.golden_file import load_golden_cases
 
 
 def _judge(tmp_path: Path, sent: dict[str, Any], **settings: Any) -> EvalResult:

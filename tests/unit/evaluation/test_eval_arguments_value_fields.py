@@ -14,7 +14,7 @@ from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.settings import ToolArgumentsSettings
 from toolwatch.model import EvalResult, ExpectedCall, Severity
 from toolwatch.names import NameNormalizer
-from toolwatch.references.golden import load_golden_cases
+from toolwatch.references.golden_file import load_golden_cases
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "golden-cases.yaml"
 #: The example policy's tool_arguments section (examples/toolwatch.yaml).

@@ -7,7 +7,7 @@ import yaml
 from eval_factories import call, case, trace
 
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings
-from toolwatch.replay_report import ReportBuilder
+from toolwatch.replay_builder import ReportBuilder
 
 BOUND = """
 policy:

@@ -11,7 +11,7 @@ from typing import Literal
 import pytest
 from eval_factories import call, case, trace
 
-from toolwatch import replay_report
+from toolwatch import replay_builder, replay_listing, replay_report
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings
 from toolwatch.evaluation.severity import ERROR_TYPE, OUTCOME
 from toolwatch.model import (
@@ -25,7 +25,8 @@ from toolwatch.model import (
     Traffic,
 )
 from toolwatch.references.golden import GoldenCaseSet
-from toolwatch.replay_report import Report, ReportBuilder, parse_gate
+from toolwatch.replay_builder import ReportBuilder
+from toolwatch.replay_report import Report, parse_gate
 from toolwatch.sinks.findings import Redaction, finding_record
 
 SETTINGS = EvaluationSettings()
@@ -91,9 +92,9 @@ def test_a_mean_a_rounding_below_its_minimum_meets_it() -> None:
     assert mean < 0.8
     scored = Report(6, {"composite": {"n": 6.0, "score": mean}}, {}, {}, {}, [], [])
     gate = parse_gate("composite=0.8", "min")
-    assert replay_report._apply(gate, scored) == (gate, mean, True)
+    assert replay_builder._apply(gate, scored) == (gate, mean, True)
     higher = parse_gate("composite=0.81", "min")
-    assert replay_report._apply(higher, scored) == (higher, mean, False)
+    assert replay_builder._apply(higher, scored) == (higher, mean, False)
 
 
 def test_an_input_without_runs_fails_every_gate_and_says_so() -> None:
@@ -333,7 +334,7 @@ def test_a_listed_finding_has_the_findings_logs_names_and_no_argument_value() ->
         source_trace_id=f"{1:032x}",
         pair_key="p1",
     )
-    listed = replay_report._finding_dict(finding, Traffic.SHADOW, None)
+    listed = replay_listing.finding_dict(finding, Traffic.SHADOW, None)
     logged = finding_record(trace(), finding, Redaction(), 0, Traffic.SHADOW)
     for name in ("case_id", "source_trace_id", "pair_key", "traffic", "incomplete_reason"):
         assert listed[name] == logged[name], name

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from toolwatch.references.golden import ReferenceFileError, load_golden_cases
+from toolwatch.references.golden_file import ReferenceFileError, load_golden_cases
 
 
 def _error(tmp_path: Path, text: str) -> ReferenceFileError:

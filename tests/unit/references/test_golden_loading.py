@@ -6,7 +6,8 @@ from pathlib import Path
 
 from toolwatch.model import ExpectedCall, GoldenCase
 from toolwatch.names import NameNormalizer
-from toolwatch.references.golden import GoldenCaseSet, load_golden_cases
+from toolwatch.references.golden import GoldenCaseSet
+from toolwatch.references.golden_file import load_golden_cases
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "golden-cases.yaml"
 

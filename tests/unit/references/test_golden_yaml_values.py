@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from toolwatch.references.golden import ReferenceFileError, load_golden_cases
+from toolwatch.references.golden_file import ReferenceFileError, load_golden_cases
 
 
 def _arguments(tmp_path: Path, arguments: str, flags: str = "") -> dict[str, Any]:

@@ -11,7 +11,7 @@ from permit_file import WAIT
 
 from toolwatch.config import OutputSettings
 from toolwatch.outputs import Outputs, open_outputs
-from toolwatch.sinks.background import FOLLOW_SECONDS
+from toolwatch.sinks.background_thread import FOLLOW_SECONDS
 from toolwatch.sinks.findings import Redaction
 
 __all__ = ["FollowedLog", "open_findings_log"]

@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from toolwatch.sinks.background import FOLLOW_SECONDS, BackgroundOutput
+from toolwatch.sinks.background import BackgroundOutput
+from toolwatch.sinks.background_thread import FOLLOW_SECONDS
 from toolwatch.sinks.linefile import LineFile, TextOutput, WriteFailures
 
 _WAIT = 10.0  # seconds: a bound on each wait, never reached when the code works

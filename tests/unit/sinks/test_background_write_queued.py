@@ -16,7 +16,7 @@ import time
 import pytest
 from permit_file import WAIT, PermitFile
 
-from toolwatch.sinks import background
+from toolwatch.sinks import background_thread
 from toolwatch.sinks.background import BackgroundOutput
 from toolwatch.sinks.linefile import WriteFailures
 
@@ -31,7 +31,7 @@ def test_what_write_queued_asked_for_is_written_without_gathering_past_one_batch
     under 64 Ki, waited ``GATHER_SECONDS`` before the thread took it.
     Now: the thread writes both without gathering (the tick asked them written now)."""
     gather = WAIT / 2
-    monkeypatch.setattr(background, "GATHER_SECONDS", gather)
+    monkeypatch.setattr(background_thread, "GATHER_SECONDS", gather)
     stream = PermitFile()
     output = BackgroundOutput(
         stream, WriteFailures("the ToolTrace dump", lambda: None, logging.getLogger(__name__))

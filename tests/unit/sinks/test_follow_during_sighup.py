@@ -26,8 +26,9 @@ from permit_file import PermitFile
 
 from toolwatch.engine import DiscardToolTraces
 from toolwatch.outputs import _DUMP, _FINDINGS_LOG, Outputs, _File, _Look, _Why, open_text
-from toolwatch.sinks import background
-from toolwatch.sinks.background import FOLLOW_SECONDS, BackgroundOutput
+from toolwatch.sinks import background_thread
+from toolwatch.sinks.background import BackgroundOutput
+from toolwatch.sinks.background_thread import FOLLOW_SECONDS
 from toolwatch.sinks.findings import FanOutSink
 from toolwatch.sinks.linefile import TextOutput, WriteFailures
 
@@ -137,7 +138,7 @@ def test_written_asks_every_output_at_once_and_waits_its_timeout_in_all(
     each output in turn with the whole timeout, stopping at the first that said False: the
     dump was never asked (its lines waited for the thread's gathering), and with both slow it
     waited twice the timeout. Now: both are asked at once; the timeout is for all of them."""
-    monkeypatch.setattr(background, "GATHER_SECONDS", _WAIT)  # only an ask writes at once
+    monkeypatch.setattr(background_thread, "GATHER_SECONDS", _WAIT)  # only an ask writes at once
     blocked = PermitFile()
     dump = tmp_path / "tooltraces.jsonl"
     files = (

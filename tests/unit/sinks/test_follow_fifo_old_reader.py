@@ -25,7 +25,7 @@ import pytest
 from findings_log import open_findings_log
 
 from tests.fifos import available
-from toolwatch.sinks.background import FOLLOW_SECONDS
+from toolwatch.sinks.background_thread import FOLLOW_SECONDS
 
 _WAIT = 10.0  # seconds: a bound on each wait for the writer thread, never reached when it works
 

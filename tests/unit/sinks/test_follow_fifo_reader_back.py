@@ -23,7 +23,7 @@ from findings_log import open_findings_log
 
 from tests.fifos import available
 from toolwatch.outputs import Outputs
-from toolwatch.sinks import background
+from toolwatch.sinks import background_thread
 
 _WAIT = 10.0  # seconds: a bound on each wait for the writer thread, never reached when it works
 
@@ -31,7 +31,7 @@ _WAIT = 10.0  # seconds: a bound on each wait for the writer thread, never reach
 @pytest.fixture
 def fifo(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A FIFO in ``tmp_path``; the writer threads gather until asked (one batch a ``_batch``)."""
-    monkeypatch.setattr(background, "GATHER_SECONDS", _WAIT)
+    monkeypatch.setattr(background_thread, "GATHER_SECONDS", _WAIT)
     path = tmp_path / "findings.fifo"
     os.mkfifo(path)
     return path

@@ -30,7 +30,8 @@ import threading
 from pathlib import Path
 
 from toolwatch.outputs import _FINDINGS_LOG, _Look, _Why
-from toolwatch.sinks.background import FOLLOW_SECONDS, BackgroundOutput
+from toolwatch.sinks.background import BackgroundOutput
+from toolwatch.sinks.background_thread import FOLLOW_SECONDS
 from toolwatch.sinks.linefile import LineFile, WriteFailures
 
 _WAIT = 10.0  # seconds: a bound on each wait, never reached when the code works
