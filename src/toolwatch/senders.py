@@ -16,6 +16,8 @@ token was sent). The reasons it logs, every one:
 * ``invalid_request``: a body that could not be decoded (400 / INVALID_ARGUMENT);
 * ``refused_request``: an OTLP/HTTP request refused whatever its body (413, 415);
 * ``overloaded``: the buffer or the request slots full (503 / UNAVAILABLE, retryable);
+* ``slow_request``: a request whose body did not arrive within ``ingest.read_timeout_seconds``
+  (503 / DEADLINE_EXCEEDED, retryable): its slot went back to the other clients;
 * ``unauthenticated``: no accepted bearer token (401 / UNAUTHENTICATED);
 * ``permission_denied``: no client certificate, or one whose names are not in
   ``tls.client_names`` (403 / PERMISSION_DENIED).

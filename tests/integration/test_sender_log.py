@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 import logging
 import re
+import socket
+import threading
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -169,3 +171,72 @@ def test_a_client_certificate_name_cannot_forge_a_log_line(
             " (client certificate evil\\nERROR toolwatch.app: forged record):"
             " 'a client certificate that names no client of tls.client_names'"
         )
+
+
+# Real network time: the read timeout runs on the loop's clock, so each stall waits 0.2 s.
+SLOW = {"ingest__max_concurrent_requests": 1, "ingest__read_timeout_seconds": 0.2}
+
+
+def stall_http(server: RunningServer) -> str:
+    """Send a request's head and 10 of its 100 body bytes, then nothing: its answer's status
+    line, sent once the read timeout has passed (the rest is sent after it)."""
+    host, _, port = server.address("http").rpartition(":")
+    with socket.create_connection((host, int(port)), timeout=10) as client:
+        head = f"POST /v1/traces HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        client.sendall(f"{head}Content-Length: 100\r\n\r\n".encode() + b"{" * 10)
+        answer = client.recv(65536)
+        client.sendall(b"}" * 90)  # the rest, late: aiohttp discards it, then closes
+        while client.recv(65536):
+            pass
+    return answer.decode("latin-1").partition("\r\n")[0]
+
+
+def test_a_slow_http_sender_is_named_once_a_minute(
+    start_server: Callable[..., RunningServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: a body that stalled past ingest.read_timeout_seconds was answered 503 and
+    counted (outcome ``timeout``), and its sender was in no log line."""
+    server = start_server(**SLOW)
+    with caplog.at_level(logging.WARNING, "toolwatch.senders"):
+        assert [stall_http(server) for _ in range(2)] == ["HTTP/1.1 503 Service Unavailable"] * 2
+        assert len(told(caplog)) == 1  # the second within the minute: counted
+        server.clock.advance(60)
+        assert stall_http(server) == "HTTP/1.1 503 Service Unavailable"
+    first, second = told(caplog)
+    assert re.fullmatch(
+        r"request refused \(slow_request\) on http from 127\.0\.0\.1:\d+: 'the request body"
+        r" was not received within 0\.2 s; retry'",
+        first,
+    ), first
+    assert second.endswith("; 1 more since the last line of this reason, not logged")
+    labels = {"transport": "http", "outcome": "timeout"}
+    assert server.sample("toolwatch_export_request_duration_seconds_count", labels) == 3
+
+
+def test_a_slow_grpc_sender_is_named(
+    start_server: Callable[..., RunningServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A call that opens and sends no request message holds its slot until the read timeout."""
+    server = start_server(**SLOW)
+    go = threading.Event()
+
+    def nothing_yet() -> Iterator[bytes]:
+        go.wait(30)  # released once the server has ended the call
+        yield from ()
+
+    with (
+        caplog.at_level(logging.WARNING, "toolwatch.senders"),
+        grpc.insecure_channel(server.address("grpc")) as channel,
+    ):
+        export = channel.stream_unary(f"/{SERVICE_NAME}/Export")
+        call = export.future(nothing_yet(), timeout=30)
+        error = call.exception(timeout=10)  # the server ends it at its read timeout
+        go.set()
+    assert isinstance(error, grpc.RpcError)
+    assert error.code() is grpc.StatusCode.DEADLINE_EXCEEDED
+    [line] = told(caplog)
+    assert re.fullmatch(
+        r"request refused \(slow_request\) on grpc from ipv4:127\.0\.0\.1:\d+:"
+        r" 'the request was not received within 0\.2 s'",
+        line,
+    ), line

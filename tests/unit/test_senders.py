@@ -101,6 +101,29 @@ def test_each_listener_has_its_own_line_per_reason(caplog: pytest.LogCaptureFixt
     ]
 
 
+def test_a_slow_sender_is_not_hidden_by_a_burst_of_overloads(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Both are answered 503 for a request slot, but a slow sender is one client holding the
+    slots, an overload every client turned away: each reason has its own line."""
+    clock = ManualClock()
+    log = SenderLog(clock, interval_seconds=60)
+    slow = "the request body was not received within 30 s; retry"
+    with caplog.at_level(logging.WARNING, "toolwatch.senders"):
+        log.refused("overloaded", Sender("http", "10.0.0.8:1"), "toolwatch is at capacity")
+        log.refused("slow_request", PEER, slow)
+        log.refused("overloaded", Sender("http", "10.0.0.8:2"), "toolwatch is at capacity")
+        log.refused("slow_request", PEER, slow)
+        clock.advance(60)
+        log.refused("slow_request", PEER, slow)
+    assert lines(caplog) == [
+        "request refused (overloaded) on http from 10.0.0.8:1: 'toolwatch is at capacity'",
+        f"request refused (slow_request) on http from 10.0.0.7:51234: '{slow}'",
+        f"request refused (slow_request) on http from 10.0.0.7:51234: '{slow}'; 1 more since"
+        " the last line of this reason, not logged",
+    ]
+
+
 def test_the_sender_is_read_only_for_a_line_logged() -> None:
     asked: list[str] = []
 

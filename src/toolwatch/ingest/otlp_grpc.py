@@ -18,8 +18,9 @@ it once, hands the batch to the consumer and answers per the OTLP specification:
   slots' read timeout: its slot goes back to the other clients;
 - UNAVAILABLE with RetryInfo too when the server shuts down while the request decodes, the
   grace over: none of its spans was taken (counted ``aborted``);
-- each refusal (an invalid request, an overload, rejected spans) is also told to a
-  ``toolwatch.senders.SenderLog``, which logs who sent it, a line per reason at most so often;
+- each refusal (an invalid request, an overload, a request too slow, rejected spans) is told
+  to a ``toolwatch.senders.SenderLog``, which logs who sent it, a line per reason at most so
+  often;
 - nothing, for a call the client cancelled before its request arrived (its own deadline, or
   it went away): the request is counted ``aborted``, not ``invalid``, and none of its spans
   was taken, so a retry delivers them once.
@@ -186,6 +187,7 @@ class _Export:
             await self._abort_overloaded(context, _SHUTDOWN_MESSAGE)
         if outcome == "timeout":
             message = f"the request was not received within {self._slots.read_timeout:g} s"
+            self._senders.refused("slow_request", sender, message)
             await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, message)
         return payload
 

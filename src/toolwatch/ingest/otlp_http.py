@@ -342,6 +342,7 @@ _REFUSALS = {
     "invalid": "invalid_request",
     "refused": "refused_request",
     "overloaded": "overloaded",
+    "timeout": "slow_request",
 }
 
 
