@@ -7,6 +7,11 @@ opening the dashboard from a page reading "3 finding(s)" saw 1. Now: they count 
 by the three cases of the header of ``deploy/prometheus/toolwatch-rules.yaml``, as the alerts
 that link to them do.
 
+The rate panels ("Agent runs / s", "Agent runs by outcome", "Regressions by category" and
+by agent) read rate(), which misses a new series' first value: a burst of timed-out runs or
+a new agent's first finding read 0. Now they read the rules' 10m recording rules, with
+rate() as the fallback where the rules are not loaded.
+
 Real promtool evaluates each panel's expression (Grafana's variables replaced as
 ``tests/integration/test_deploy_artifacts.py`` does, with a 5m range).
 """
@@ -25,6 +30,7 @@ from tests.integration.prometheus_server import promtool_test_rules, requires_pr
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "toolwatch.json"
+RULES = ROOT / "deploy" / "prometheus" / "toolwatch-rules.yaml"
 
 VARIABLES = {
     "$__rate_interval": "5m",
@@ -64,16 +70,44 @@ def _expr(title: str) -> str:
     return expr
 
 
-def _evaluates(tmp_path: Path, expr: str, labels: str, value: float) -> str:
-    """promtool's failure report ('' when it passes) for ``round(expr)`` at 5m."""
-    (tmp_path / "empty.rules.yaml").write_text("groups: []\n", encoding="utf-8")
+# A new series each, created at 2m with their first values: 6 runs timed out at once, and
+# agent "new"'s first finding.
+NEW = 'agent="new",traffic="live",job="toolwatch",instance="10.0.0.1:9464"'
+FINDING = f'category="DANGEROUS_ACTION_DRIFT",severity="critical",evaluator="safety",tool="t",{NEW}'
+NEW_SERIES = [
+    {
+        "series": f'toolwatch_tool_traces_total{{outcome="timed_out",reference="none",{NEW}}}',
+        "values": "_x8 6x12",
+    },
+    {
+        "series": f'toolwatch_tool_traces_created{{outcome="timed_out",reference="none",{NEW}}}',
+        "values": "_x8 120x12",
+    },
+    {"series": f"toolwatch_regressions_total{{{FINDING}}}", "values": "_x8 1x12"},
+    {"series": f"toolwatch_regressions_created{{{FINDING}}}", "values": "_x8 120x12"},
+]
+
+
+def _evaluates(
+    tmp_path: Path,
+    expr: str,
+    labels: str,
+    value: float,
+    series: list[dict[str, str]] = RESTART,
+    rules: Path | None = None,
+) -> str:
+    """promtool's failure report ('' when it passes) for ``round(expr)`` at 5m over
+    ``series``, with ``rules`` loaded (none by default)."""
+    if rules is None:
+        rules = tmp_path / "empty.rules.yaml"
+        rules.write_text("groups: []\n", encoding="utf-8")
     test = {
-        "rule_files": ["empty.rules.yaml"],
+        "rule_files": [str(rules)],
         "evaluation_interval": "15s",
         "tests": [
             {
                 "interval": "15s",
-                "input_series": RESTART,
+                "input_series": series,
                 "promql_expr_test": [
                     {
                         "expr": f"round({expr})",
@@ -109,3 +143,31 @@ def test_the_findings_table_counts_findings_before_a_toolwatch_restart(tmp_path:
         '{agent="support",tool="issue_refund",category="DANGEROUS_ACTION_DRIFT",evaluator="safety"}'
     )
     assert _evaluates(tmp_path, _expr("Findings that page, by agent and tool"), labels, 3) == ""
+
+
+@pytest.mark.prometheus
+@requires_promtool
+@pytest.mark.parametrize(
+    ("title", "scale", "labels", "value"),
+    [
+        ("Agent runs / s", "600 *", "{}", 6),
+        ("Agent runs by outcome", "600 *", '{outcome="timed_out"}', 6),
+        ("Regressions by category", "10 *", '{category="DANGEROUS_ACTION_DRIFT"}', 1),
+        ("Regressions by agent", "10 *", '{agent="new"}', 1),
+    ],
+)
+def test_rate_panels_count_a_new_series_first_value(
+    tmp_path: Path, title: str, scale: str, labels: str, value: float
+) -> None:
+    """With the rules loaded, 6 runs that create their series read 6 in the 10m (per second
+    times 600), and a new agent's first finding 1 (per minute times 10)."""
+    expr = f"{scale} ({_expr(title)})"
+    assert _evaluates(tmp_path, expr, labels, value, NEW_SERIES, RULES) == ""
+
+
+@pytest.mark.prometheus
+@requires_promtool
+def test_rate_panels_fall_back_to_rate_without_the_rules(tmp_path: Path) -> None:
+    """Without the rules the panel still draws, from rate(), which misses the 6 first runs."""
+    expr = f"600 * ({_expr('Agent runs by outcome')})"
+    assert _evaluates(tmp_path, expr, '{outcome="timed_out"}', 0, NEW_SERIES) == ""
