@@ -144,7 +144,8 @@ from toolwatch.evaluation.entities import (
     unrecorded,
 )
 from toolwatch.evaluation.loops import call_key, retried
-from toolwatch.evaluation.settings import Binding, PolicySettings, SafetySettings
+from toolwatch.evaluation.policy_settings import Binding, PolicySettings
+from toolwatch.evaluation.settings import SafetySettings
 from toolwatch.evaluation.severity import call_outcome, make_finding
 from toolwatch.model import (
     DETAIL_FIELDS,
