@@ -35,7 +35,8 @@ from toolwatch.config.stages import (
     MetricsSettings,
     OutputSettings,
 )
-from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings, PolicySettings
+from toolwatch.evaluation.policy_settings import PolicySettings
+from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings
 from toolwatch.ingest.decode import DecodeOptions
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
 from toolwatch.references.settings import GoldenSettings, ShadowSettings
