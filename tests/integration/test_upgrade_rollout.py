@@ -4,12 +4,10 @@ scrapes pods mid-rollout. Real child processes, ``/metrics`` over HTTP."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from tests.integration.test_cli import clean_env, run_cli
 from tests.integration.test_faults import ServeProcess, write_config
 from toolwatch import __version__
 
@@ -44,16 +42,10 @@ def test_version_and_check_config_name_the_revision(tmp_path: Path) -> None:
     """Was: ``toolwatch --version`` said ``toolwatch 0.1.0`` whatever the build.
     Now: ``toolwatch 0.1.0 (revision 374c81e)``; a revision that cannot be a label value is
     refused by ``check-config`` before the rollout, naming the variable and why."""
-    run = [sys.executable, "-m", "toolwatch"]
-    env = {"TOOLWATCH_REVISION": "374c81e", "PATH": "/usr/bin:/bin"}
-    env |= {k: v for k, v in os.environ.items() if k == "PYTHONPATH"}
-    shown = subprocess.run([*run, "--version"], env=env, capture_output=True, text=True)
+    shown = run_cli("--version", env=clean_env(TOOLWATCH_REVISION="374c81e"))
     assert (shown.returncode, shown.stdout) == (0, f"toolwatch {__version__} (revision 374c81e)\n")
-    env["TOOLWATCH_REVISION"] = "main branch"
     config = write_config(tmp_path / "c.yaml", {})
-    checked = subprocess.run(
-        [*run, "check-config", str(config)], env=env, capture_output=True, text=True
-    )
+    checked = run_cli("check-config", str(config), env=clean_env(TOOLWATCH_REVISION="main branch"))
     assert checked.returncode == 2
     assert (
         "TOOLWATCH_REVISION: 'main branch' is not a revision:"
