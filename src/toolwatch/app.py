@@ -28,6 +28,7 @@ from toolwatch import __version__, compiled_state
 from toolwatch.app_listeners import ListenerStartup
 from toolwatch.app_reload import ConfigReload
 from toolwatch.app_shutdown import GracefulShutdown
+from toolwatch.build_revision import RevisionError, revision
 from toolwatch.config import LISTENERS, Config, unrunnable_decoder
 from toolwatch.engine import Engine, EngineParts, Receipt
 from toolwatch.engine_setup import (
@@ -138,6 +139,7 @@ class App(ListenerStartup, GracefulShutdown, ConfigReload):
         return PrometheusMetrics(
             self.registry,
             version=__version__,
+            revision=self._revision(),
             decoder="compiled" if self._compiled else "reference",
             hot_path="compiled" if self._hot_path.all_compiled else "python",
             agents=sorted(config.named_agents()),
@@ -206,6 +208,15 @@ class App(ListenerStartup, GracefulShutdown, ConfigReload):
             buffer.overdue_ns() / 1e9,
             buffer.remembered_traces,
         )
+
+    @staticmethod
+    def _revision() -> str:
+        """``toolwatch_build_info{revision}``: the build's (``build_revision``); an App built
+        without ``serve``'s checks refuses one that is no revision as ``serve`` does."""
+        try:
+            return revision()
+        except RevisionError as error:
+            raise StartError(str(error)) from None
 
     def _stream_listening(self) -> bool | None:
         """``toolwatch_stream_listening``: whether the findings stream is not down for want of

@@ -88,6 +88,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from toolwatch import __version__
+from toolwatch.build_revision import describe
 from toolwatch.cli_check_config import add_check_config
 from toolwatch.cli_replay import add_replay
 from toolwatch.cli_sources import (
@@ -194,7 +195,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"toolwatch {__version__}")
+    parser.add_argument("--version", action="version", version=describe(__version__))
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(commands)
     add_check_config(commands)
