@@ -19,10 +19,14 @@ COMPLETE = {"agent": "refund-bot", "outcome": "complete", "reference": "none", "
 
 
 def build_info(server: ServeProcess, revision: str) -> float:
+    """``toolwatch_build_info`` of ``revision``, whichever decoder and hot path the build has
+    (the compiled build's and pure Python's differ)."""
     labels = {"version": __version__, "revision": revision}
-    labels |= {"decoder": "compiled", "hot_path": "python"}
-    reference = server.sample("toolwatch_build_info", labels | {"decoder": "reference"})
-    return server.sample("toolwatch_build_info", labels) + reference
+    return sum(
+        server.sample("toolwatch_build_info", labels | {"decoder": decoder, "hot_path": hot_path})
+        for decoder in ("compiled", "reference")
+        for hot_path in ("compiled", "python")
+    )
 
 
 def test_each_pod_of_a_rollout_says_which_build_it_runs(
