@@ -71,6 +71,33 @@ def promtool_test_rules(test_file: Path, timeout: float = 300.0) -> str:
     return "" if result.returncode == 0 else result.stdout + result.stderr
 
 
+def promtool_expr_case(
+    path: Path,
+    *,
+    rules: Path | None,
+    series: list[dict[str, str]],
+    expr: str,
+    eval_time: str,
+    samples: list[dict[str, Any]],
+    interval: str = "1m",
+    evaluation_interval: str = "1m",
+) -> str:
+    """``promtool_test_rules`` of one case written to ``path``: ``rules`` loaded (none when
+    ``None``), ``series`` scraped every ``interval``, ``expr`` expected to give ``samples``
+    (promtool's ``exp_samples``) at ``eval_time``."""
+    if rules is None:
+        rules = path.with_name("empty.rules.yaml")
+        rules.write_text("groups: []\n", encoding="utf-8")
+    case = {"expr": expr, "eval_time": eval_time, "exp_samples": samples}
+    test = {
+        "rule_files": [str(rules)],
+        "evaluation_interval": evaluation_interval,
+        "tests": [{"interval": interval, "input_series": series, "promql_expr_test": [case]}],
+    }
+    path.write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
+    return promtool_test_rules(path)
+
+
 class PrometheusServer:
     """A started Prometheus at ``url``; ``log`` is the file its output goes to."""
 

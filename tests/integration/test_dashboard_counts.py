@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.integration.prometheus_server import promtool_test_rules, requires_promtool
+from tests.integration.prometheus_server import promtool_expr_case, requires_promtool
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "toolwatch.json"
@@ -100,29 +99,16 @@ def _evaluates(
 ) -> str:
     """promtool's failure report ('' when it passes) for ``round(expr)`` at 5m over
     ``series``, with ``rules`` loaded (none by default)."""
-    if rules is None:
-        rules = tmp_path / "empty.rules.yaml"
-        rules.write_text("groups: []\n", encoding="utf-8")
-    test = {
-        "rule_files": [str(rules)],
-        "evaluation_interval": "15s",
-        "tests": [
-            {
-                "interval": "15s",
-                "input_series": series,
-                "promql_expr_test": [
-                    {
-                        "expr": f"round({expr})",
-                        "eval_time": "5m",
-                        "exp_samples": [{"labels": labels, "value": value}],
-                    }
-                ],
-            }
-        ],
-    }
-    path = tmp_path / "panel.test.yaml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
-    return promtool_test_rules(path)
+    return promtool_expr_case(
+        tmp_path / "panel.test.yaml",
+        rules=rules,
+        series=series,
+        expr=f"round({expr})",
+        eval_time="5m",
+        samples=[{"labels": labels, "value": value}],
+        interval="15s",
+        evaluation_interval="15s",
+    )
 
 
 @pytest.mark.prometheus
@@ -195,26 +181,15 @@ OLD_SERIES = [
 def _at_60m(tmp_path: Path, expr: str, labels: str, value: float) -> str:
     """promtool's failure report ('' when it passes) for ``round(expr)`` at 60m over
     OLD_SERIES, with the rules loaded and evaluated every minute (Prometheus's default)."""
-    test = {
-        "rule_files": [str(RULES)],
-        "evaluation_interval": "1m",
-        "tests": [
-            {
-                "interval": "15s",
-                "input_series": OLD_SERIES,
-                "promql_expr_test": [
-                    {
-                        "expr": f"round({expr}, 0.1)",
-                        "eval_time": "60m",
-                        "exp_samples": [{"labels": labels, "value": value}],
-                    }
-                ],
-            }
-        ],
-    }
-    path = tmp_path / "wide.test.yaml"
-    path.write_text(yaml.safe_dump(test, sort_keys=False), encoding="utf-8")
-    return promtool_test_rules(path)
+    return promtool_expr_case(
+        tmp_path / "wide.test.yaml",
+        rules=RULES,
+        series=OLD_SERIES,
+        expr=f"round({expr}, 0.1)",
+        eval_time="60m",
+        samples=[{"labels": labels, "value": value}],
+        interval="15s",
+    )
 
 
 @pytest.mark.prometheus
