@@ -1,0 +1,200 @@
+"""What an unauthenticated peer can do to the listeners' connections: how many it may hold open
+(``ingest.max_connections``), and what the sender log says of a TLS handshake that fails on an
+HTTP listener (``toolwatch.connection_gate``). Real servers on port 0, real sockets and TLS
+clients."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import socket
+import ssl
+import warnings
+from collections.abc import Callable, Iterator
+
+import pytest
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from tests.integration.conftest import RunningServer
+from tests.integration.test_security import (
+    Pki,
+    client_context,
+    http_get,
+    make_pki,
+    refund_spans,
+    send_grpc,
+    send_http,
+    tls,
+)
+
+Start = Callable[..., RunningServer]
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(autouse=True)
+def _no_ca_bundle_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    # requests lets these override the OTLP/HTTP exporter's certificate_file (as test_security)
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+    monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+
+
+def _told(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "toolwatch.senders"]
+
+
+@contextlib.contextmanager
+def _held(address: str, n: int) -> Iterator[list[socket.socket]]:
+    """``n`` connections to ``address`` that send nothing, closed on leaving."""
+    host, port = address.rsplit(":", 1)
+    held = [socket.create_connection((host, int(port)), timeout=10) for _ in range(n)]
+    try:
+        yield held
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def _refused(address: str) -> bool:
+    """Whether a new connection to ``address`` is closed by the server before it sends a
+    byte (gRPC's listener sends its HTTP/2 settings first; an HTTP one waits)."""
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.settimeout(0.5)  # a held HTTP connection says nothing: the wait is the answer
+        try:
+            return sock.recv(100) == b""
+        except ConnectionResetError:
+            return True
+        except TimeoutError:
+            return False
+
+
+@pytest.mark.parametrize("listener", ["http", "metrics"])
+def test_an_http_listener_closes_connections_past_max_connections(
+    start_server: Start, caplog: pytest.LogCaptureFixture, listener: str
+) -> None:
+    """Each open connection holds a file descriptor for ``idle_timeout_seconds``: a peer
+    opening thousands took every descriptor of the process, and the gRPC listener, the
+    outputs and the security files' reloads failed with them (EMFILE). Was: no bound on an
+    HTTP listener's connections. Now: past ``ingest.max_connections`` a connection is
+    closed when accepted, told to the sender log; the other listeners serve on."""
+    server = start_server(ingest__max_connections=3)
+    address = server.address(listener)
+    with caplog.at_level(logging.WARNING, "toolwatch.senders"), _held(address, 3):
+        assert _refused(address)
+        assert send_grpc(server, refund_spans()) is SpanExportResult.SUCCESS
+    (line,) = _told(caplog)
+    assert line.startswith(f"request refused (connection_limit) on {listener} from 127.0.0.1:")
+    assert line.endswith(": '3 connections are open (ingest.max_connections)'")
+    # The held ones closed: their ends reach the server's loop within a few of its turns
+    # (each call is one round trip through it), then a connection is served again.
+    for _ in range(3):
+        server.call(lambda: None)
+    assert http_get(f"http://{server.address('metrics')}/healthz", None).status == 200
+    assert send_http(server, refund_spans()) is SpanExportResult.SUCCESS
+
+
+@pytest.mark.parametrize("listener", ["grpc", "stream"])
+def test_a_grpc_listener_closes_connections_past_max_connections(
+    start_server: Start, listener: str
+) -> None:
+    """As on the HTTP listeners. Was: gRPC accepted connections without a bound. Now: its
+    own ``grpc.max_allowed_incoming_connections`` closes one past ``ingest.max_connections``
+    before a byte is sent; the HTTP listener serves on."""
+    server = start_server(ingest__max_connections=2)
+    address = server.address(listener)
+    with _held(address, 2) as held:
+        assert [sock.recv(3) != b"" for sock in held] == [True, True]  # its HTTP/2 settings
+        assert _refused(address)
+        assert send_http(server, refund_spans()) is SpanExportResult.SUCCESS
+
+
+def _handshake(server: RunningServer, listener: str, context: ssl.SSLContext) -> None:
+    """A TLS handshake with ``listener``, and a request after it (under TLS 1.3 a refused
+    client certificate shows only there); any failure is the test's point."""
+    host, port = server.address(listener).rsplit(":", 1)
+    with (
+        contextlib.suppress(ssl.SSLError, ConnectionError),
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        context.wrap_socket(raw, server_hostname=host) as tls_socket,
+    ):
+        tls_socket.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        tls_socket.recv(100)
+
+
+def _tls_1_1(pki: Pki) -> ssl.SSLContext:
+    context = client_context(pki)
+    with warnings.catch_warnings():  # TLS 1.1 is deprecated: that it is refused is the point
+        warnings.simplefilter("ignore", DeprecationWarning)
+        context.minimum_version = context.maximum_version = ssl.TLSVersion.TLSv1_1
+    context.set_ciphers("DEFAULT:@SECLEVEL=0")  # this OpenSSL's clients refuse 1.1 otherwise
+    return context
+
+
+@pytest.mark.parametrize(
+    ("client", "reason"),
+    [
+        ("none", "PEER_DID_NOT_RETURN_A_CERTIFICATE"),
+        ("rogue", "CERTIFICATE_VERIFY_FAILED"),
+        ("tls1.1", "UNSUPPORTED_PROTOCOL"),  # without a client CA: TLS 1.2 is the minimum
+    ],
+)
+def test_a_failed_tls_handshake_on_an_http_listener_is_told_to_the_sender_log(
+    start_server: Start, pki: Pki, caplog: pytest.LogCaptureFixture, client: str, reason: str
+) -> None:
+    """A client refused in the handshake (under mutual TLS, no certificate, or one the client
+    CA did not sign; TLS 1.1) was told nowhere: asyncio says so in its debug mode only. Was:
+    the exporter's log alone said why. Now: the sender log names the listener, the peer and
+    OpenSSL's reason, rate-limited as every refusal is; the server serves on."""
+    server = start_server(**tls(pki, mutual=client != "tls1.1"))
+    contexts = {"none": client_context(pki), "rogue": client_context(pki, "rogue")}
+    context = _tls_1_1(pki) if client == "tls1.1" else contexts[client]
+    who = {"client": False} if client == "tls1.1" else {"client": True}
+    with caplog.at_level(logging.WARNING, "toolwatch.senders"):
+        _handshake(server, "http", context)
+        for _ in range(3):  # the failure is told on the server's loop
+            server.call(lambda: None)
+    (line,) = _told(caplog)
+    assert line.startswith("request refused (tls_handshake) on http from 127.0.0.1:")
+    assert line.endswith(f": 'the TLS handshake failed: {reason}'")
+    assert send_http(server, refund_spans(), pki, **who) is SpanExportResult.SUCCESS
+
+
+def test_plain_http_from_loopback_to_a_tls_metrics_listener_is_not_told(
+    start_server: Start, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The image's HEALTHCHECK asks in plain HTTP first, every 30 s: not a refusal to tell.
+    A handshake that does fail there is (the previous test)."""
+    server = start_server(**tls(pki))
+    with caplog.at_level(logging.WARNING, "toolwatch.senders"):
+        with contextlib.suppress(ConnectionError):
+            http_get(f"http://{server.address('metrics')}/healthz", None)
+        for _ in range(3):
+            server.call(lambda: None)
+        assert http_get(f"https://{server.address('metrics')}/healthz", client_context(pki))
+    assert _told(caplog) == []
+
+
+def test_a_tls_handshake_not_done_in_time_is_told_to_the_sender_log(
+    start_server: Start, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that starts a handshake and never finishes it holds its connection for the
+    handshake time. Was: closed then, told nowhere. Now: the sender log says so. Real time
+    is the point: 0.5 s."""
+    server = start_server(**tls(pki), ingest__idle_timeout_seconds=0.5)
+    host, port = server.address("http").rsplit(":", 1)
+    with (
+        caplog.at_level(logging.WARNING, "toolwatch.senders"),
+        socket.create_connection((host, int(port)), timeout=10) as client,
+    ):
+        client.sendall(b"\x16\x03\x01")  # a TLS record's start
+        with contextlib.suppress(ConnectionResetError):
+            assert client.recv(100) == b""  # closed by the server, before the 10 s timeout
+        for _ in range(3):
+            server.call(lambda: None)
+    (line,) = _told(caplog)
+    assert line.startswith("request refused (tls_handshake) on http from 127.0.0.1:")
+    assert line.endswith(": 'the TLS handshake was not done within 0.5 s'")
