@@ -275,6 +275,7 @@ class ListenerStartup:
             functools.partial(handler, server),
             ssl_context=self._security.ssl_context(listener),
             handshake_seconds=self._handshake_seconds,
+            metrics=self.metrics,
             senders=self.senders,
         )
         site = GatedSite(runner, sock, gate)

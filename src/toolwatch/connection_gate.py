@@ -6,18 +6,19 @@ held for ``ingest.idle_timeout_seconds``. Anyone who can reach a listener could 
 connections until the process has no descriptor left (``EMFILE``): the gRPC listeners could
 accept nothing either, the findings log could not be opened again at a rotation, nor a
 rotated certificate or token file read. A connection past the bound is closed as soon as it
-is accepted, before its handshake (exporters retry a connection refused), and told to the
-sender log (``connection_limit``): the bound keeps such a flood to the listener it floods.
-The gRPC listeners are bound by gRPC itself (``grpc.max_allowed_incoming_connections``).
+is accepted, before its handshake (exporters retry a connection refused), counted and told
+to the sender log (``connection_limit``): the bound keeps such a flood to the listener it
+floods. The gRPC listeners are bound by gRPC itself (``grpc.max_allowed_incoming_connections``).
 
 Why the handshake is done here: asyncio's TLS server (``create_server(ssl=...)``) tells a
 failed handshake only in its debug mode, so a client refused by it (under mutual TLS, no
 client certificate, an expired one, one the client CA did not sign; a protocol older than
 served; a handshake not done in time) was told nowhere. Here the handshake is
-``loop.start_tls``'s, and its failure is told to the sender log (``tls_handshake``: the
-listener, the peer, OpenSSL's reason), rate-limited as every refusal is. Not told: a
-connection closed during the handshake (a TCP probe, a load balancer's check), and plain HTTP
-from loopback (the image's ``HEALTHCHECK`` asks in plain HTTP first: ``toolwatch.healthcheck``).
+``loop.start_tls``'s, and its failure is counted and told to the sender log
+(``tls_handshake``: the listener, the peer, OpenSSL's reason), rate-limited as every refusal
+is. Neither counted nor told: a connection closed during the handshake (a TCP probe, a load
+balancer's check), and plain HTTP from loopback (the image's ``HEALTHCHECK`` asks in plain
+HTTP first: ``toolwatch.healthcheck``).
 
 Threading: the listener's event loop only.
 """
@@ -33,6 +34,7 @@ from typing import Any
 
 from aiohttp import web
 
+from toolwatch.metrics import PipelineMetrics
 from toolwatch.senders import Sender, SenderLog, transport_address
 
 __all__ = ["CONNECTION_LIMIT", "TLS_HANDSHAKE", "ConnectionGate", "GatedSite"]
@@ -46,8 +48,8 @@ class ConnectionGate:
     """One HTTP listener's (``listener``) connections: at most ``limit`` open at once (``open``
     says how many are), each handshaken with ``ssl_context`` (``None``: plain) within
     ``handshake_seconds`` and then handled by a protocol ``make_handler`` makes (aiohttp's
-    handler). ``protocol`` is the server's protocol factory. Refusals are told to
-    ``senders``."""
+    handler). ``protocol`` is the server's protocol factory. Refusals are counted on
+    ``metrics`` (``connection_refused``) and told to ``senders``."""
 
     def __init__(
         self,
@@ -57,13 +59,14 @@ class ConnectionGate:
         *,
         ssl_context: ssl.SSLContext | None,
         handshake_seconds: float,
+        metrics: PipelineMetrics,
         senders: SenderLog,
     ) -> None:
         self.listener, self.open = listener, 0
         self._limit = limit
         self.make_handler = make_handler
         self.ssl_context, self._handshake_seconds = ssl_context, handshake_seconds
-        self._senders = senders
+        self._metrics, self._senders = metrics, senders
         self._handshakes: set[asyncio.Task[None]] = set()
 
     def protocol(self) -> asyncio.Protocol:
@@ -82,7 +85,7 @@ class ConnectionGate:
         if self.open >= self._limit:
             transport.abort()
             said = f"{self._limit} connections are open (ingest.max_connections)"
-            self._senders.refused(CONNECTION_LIMIT, self._sender(transport), said)
+            self._refused(CONNECTION_LIMIT, transport, said)
             return False
         self.open += 1
         return True
@@ -110,7 +113,7 @@ class ConnectionGate:
         except OSError as exc:  # ssl.SSLError is one; start_tls closed the connection
             connection.lost_in_handshake()
             if (why := self._failure(exc, transport)) is not None:
-                self._senders.refused(TLS_HANDSHAKE, self._sender(transport), why)
+                self._refused(TLS_HANDSHAKE, transport, why)
             return
         if secured is None:  # closed meanwhile
             connection.lost_in_handshake()
@@ -128,8 +131,10 @@ class ConnectionGate:
             return f"the TLS handshake was not done within {self._handshake_seconds:g} s"
         return None  # closed by the client during the handshake
 
-    def _sender(self, transport: asyncio.BaseTransport) -> Sender:
-        return Sender(self.listener, transport_address(transport))
+    def _refused(self, reason: str, transport: asyncio.BaseTransport, said: str) -> None:
+        """Count a connection refused for ``reason`` and tell the sender log."""
+        self._metrics.connection_refused(self.listener, reason)
+        self._senders.refused(reason, Sender(self.listener, transport_address(transport)), said)
 
     def release(self) -> None:
         """A connection ``admit`` counted has ended."""

@@ -28,6 +28,7 @@ from tests.integration.test_security import (
 )
 
 Start = Callable[..., RunningServer]
+REFUSED = "toolwatch_connections_refused_total"
 
 
 @pytest.fixture(scope="module")
@@ -89,6 +90,7 @@ def test_an_http_listener_closes_connections_past_max_connections(
     (line,) = _told(caplog)
     assert line.startswith(f"request refused (connection_limit) on {listener} from 127.0.0.1:")
     assert line.endswith(": '3 connections are open (ingest.max_connections)'")
+    assert server.sample(REFUSED, {"listener": listener, "reason": "connection_limit"}) == 1
     # The held ones closed: their ends reach the server's loop within a few of its turns
     # (each call is one round trip through it), then a connection is served again.
     for _ in range(3):
@@ -160,6 +162,7 @@ def test_a_failed_tls_handshake_on_an_http_listener_is_told_to_the_sender_log(
     (line,) = _told(caplog)
     assert line.startswith("request refused (tls_handshake) on http from 127.0.0.1:")
     assert line.endswith(f": 'the TLS handshake failed: {reason}'")
+    assert server.sample(REFUSED, {"listener": "http", "reason": "tls_handshake"}) == 1
     assert send_http(server, refund_spans(), pki, **who) is SpanExportResult.SUCCESS
 
 
@@ -176,6 +179,7 @@ def test_plain_http_from_loopback_to_a_tls_metrics_listener_is_not_told(
             server.call(lambda: None)
         assert http_get(f"https://{server.address('metrics')}/healthz", client_context(pki))
     assert _told(caplog) == []
+    assert server.sample(REFUSED, {"listener": "metrics", "reason": "tls_handshake"}) == 0
 
 
 def test_a_tls_handshake_not_done_in_time_is_told_to_the_sender_log(
@@ -198,3 +202,19 @@ def test_a_tls_handshake_not_done_in_time_is_told_to_the_sender_log(
     (line,) = _told(caplog)
     assert line.startswith("request refused (tls_handshake) on http from 127.0.0.1:")
     assert line.endswith(": 'the TLS handshake was not done within 0.5 s'")
+    assert server.sample(REFUSED, {"listener": "http", "reason": "tls_handshake"}) == 1
+
+
+@pytest.mark.parametrize("listener", ["grpc", "http", "metrics", "stream"])
+def test_every_listener_refuses_tls_1_1(start_server: Start, pki: Pki, listener: str) -> None:
+    """TLS 1.2 is the oldest protocol served, gRPC's listeners (gRPC core's own minimum)
+    as the HTTP ones (``tls.py``): a TLS 1.1 client's handshake fails (the server closes the
+    connection without an alert: the client sees an EOF; the server's reason is the previous
+    tests')."""
+    server = start_server(**tls(pki))
+    host, port = server.address(listener).rsplit(":", 1)
+    with (
+        socket.create_connection((host, int(port)), timeout=10) as raw,
+        pytest.raises(ssl.SSLError),
+    ):
+        _tls_1_1(pki).wrap_socket(raw, server_hostname=host)

@@ -110,6 +110,10 @@ _OUTCOMES: Final = ("complete", "timed_out", "evicted", "span_limit", "shutdown"
 _REFERENCES: Final = ("expected", "source", "none")
 _LISTENERS: Final = ("grpc", "http", "metrics", "stream")
 _RELOADED: Final = ("tokens", "certificate")
+#: ``toolwatch_connections_refused_total``: the listeners whose connections toolwatch accepts
+#: itself (gRPC's own are refused unseen), and why one is closed before any request.
+_GATED: Final = ("http", "metrics")
+_CONNECTION_REFUSALS: Final = ("tls_handshake", "connection_limit")
 #: ``toolwatch_tls_certificate_{expiry,not_before}_timestamp_seconds``: the served certificate,
 #: the client CA.
 _CERTIFICATE_FILES: Final = ("certificate", "client_ca")
@@ -551,7 +555,8 @@ class PrometheusMetrics:
         )
         # What toolwatch refuses once a connection's TLS handshake is done. A handshake that
         # fails (mutual TLS: a client certificate missing, expired or of another CA) fails in
-        # OpenSSL or gRPC, which tell the application nothing (gRPC has no hook for it).
+        # OpenSSL or gRPC: the HTTP listeners' are connections_refused, gRPC's are unseen
+        # (gRPC has no hook for it).
         self._auth_failures = Counter(
             "toolwatch_auth_failures_total",
             "Requests refused for their credentials after the TLS handshake: a missing or"
@@ -566,6 +571,18 @@ class PrometheusMetrics:
             ["listener"],
             registry=r,
         )
+        self._connections_refused = Counter(
+            "toolwatch_connections_refused_total",
+            "Connections an HTTP listener (http, metrics) closed before any request: its TLS"
+            " handshake failed (tls_handshake: no or a refused client certificate, an old"
+            " protocol, not done in time), or ingest.max_connections were open"
+            " (connection_limit). gRPC's listeners refuse theirs unseen.",
+            ["listener", "reason"],
+            registry=r,
+        )
+        for listener in _GATED:
+            for why in _CONNECTION_REFUSALS:
+                self._connections_refused.labels(listener, why)
         self._reload_failures = Counter(
             "toolwatch_security_reload_failures_total",
             "Changed security files that could not be used, so the previous ones still are "
@@ -752,6 +769,9 @@ class PrometheusMetrics:
 
     def auth_failed(self, listener: str) -> None:
         self._auth_failures.labels(self._listener(listener)).inc()
+
+    def connection_refused(self, listener: str, reason: str) -> None:
+        self._connections_refused.labels(self._listener(listener), reason).inc()
 
     def reload_failed(self, what: str) -> None:
         """Thread-safe: prometheus_client's counters are."""
