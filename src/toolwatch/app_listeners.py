@@ -42,6 +42,7 @@ from toolwatch.listeners import (
     bind_grpc,
     format_address,
     listening_socket,
+    name_server,
     os_reason,
     text_refusal,
 )
@@ -218,6 +219,7 @@ class ListenerStartup:
             senders=self.senders,
         ).add_routes(app)
         app.middlewares.insert(0, self._connection_age_middleware())  # sees every answer
+        app.on_response_prepare.append(name_server)
         return app
 
     def _metrics_app(self) -> web.Application:
@@ -226,6 +228,7 @@ class ListenerStartup:
         )
         app.middlewares.extend(self._security.http_middlewares("metrics", _PROBE_PATHS))
         app.middlewares.insert(0, self._connection_age_middleware())
+        app.on_response_prepare.append(name_server)
         return app
 
     def _connection_options(self, listener: str) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.http_exceptions import (
     BadHttpMessage,
     BadHttpMethod,
@@ -42,6 +42,7 @@ __all__ = [
     "MAX_HEADERS",
     "MAX_HEAD_LINE",
     "QUEUED_REQUESTS",
+    "SERVER_NAME",
     "HeadRefusal",
     "HeadRefusingHandler",
     "ListenError",
@@ -53,6 +54,7 @@ __all__ = [
     "format_address",
     "framing_message",
     "listening_socket",
+    "name_server",
     "os_reason",
     "rebind_refused",
     "refusal_reason",
@@ -92,6 +94,17 @@ HEAD_LIMITS: dict[str, Any] = {
     "max_field_size": MAX_HEAD_LINE,
     "max_headers": MAX_HEADERS,
 }
+
+#: The ``Server`` header of every HTTP answer: aiohttp's default names Python's and its own
+#: version to anyone who reaches a listener, token or not (which known faults to try).
+SERVER_NAME = "toolwatch"
+
+
+async def name_server(request: web.Request, response: web.StreamResponse) -> None:
+    """An ``on_response_prepare`` signal giving ``response`` the ``Server`` header
+    ``SERVER_NAME`` (aiohttp sets its own only where none is)."""
+    response.headers[hdrs.SERVER] = SERVER_NAME
+
 
 #: The answer to a request aiohttp's parser refuses: its status and why, in words that quote
 #: nothing of the request.
@@ -139,6 +152,7 @@ class HeadRefusingHandler(web.RequestHandler):
         if not isinstance(exc, HttpProcessingError):
             return answer
         refused = self._refusal(status, refusal_reason(exc))
+        refused.headers[hdrs.SERVER] = SERVER_NAME  # no app here: its signal does not run
         refused.force_close()
         return refused
 

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from tests.integration.conftest import RunningServer
 from tests.integration.test_security import (
     Pki,
+    auth,
     client_context,
     http_get,
     make_pki,
@@ -218,3 +219,39 @@ def test_every_listener_refuses_tls_1_1(start_server: Start, pki: Pki, listener:
         pytest.raises(ssl.SSLError),
     ):
         _tls_1_1(pki).wrap_socket(raw, server_hostname=host)
+
+
+@pytest.mark.parametrize("listener", ["http", "metrics"])
+def test_an_http_listener_names_no_software_version(
+    start_server: Start, pki: Pki, listener: str
+) -> None:
+    """Whoever reaches a listener, token or not, read ``Server: Python/3.11 aiohttp/3.14.5``
+    in every answer (a 401 too): which known faults to try. Was: aiohttp's default header.
+    Now: ``Server: toolwatch``, on a served answer, a refusal and a head aiohttp's parser
+    refused."""
+    everywhere = ["grpc", "http", "metrics", "stream"]
+    server = start_server(**auth(pki.token_file, security__auth__listeners=everywhere))
+    host, port = server.address(listener).rsplit(":", 1)
+    heads = []
+    for request in (
+        b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n",  # open to probes (on metrics)
+        b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n",  # no token: 401
+        b"GET /\x01 HTTP/1.1\r\nHost: x\r\n\r\n",  # not HTTP: 400
+    ):
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(request)
+            heads.append(_head(sock))
+    served = "200" if listener == "metrics" else "401"
+    assert [head["status"] for head in heads] == [served, "401", "400"]
+    assert [head.get("server") for head in heads] == ["toolwatch"] * 3
+
+
+def _head(sock: socket.socket) -> dict[str, str]:
+    """The status and header fields of the answer read from ``sock`` (names lower case)."""
+    received = b""
+    while b"\r\n\r\n" not in received and (chunk := sock.recv(4096)):
+        received += chunk
+    status_line, *fields = received.split(b"\r\n\r\n")[0].decode("latin-1").split("\r\n")
+    pairs = (field.partition(":") for field in fields)
+    head = {name.strip().lower(): value.strip() for name, _, value in pairs}
+    return {"status": status_line.split()[1], **head}
