@@ -104,6 +104,16 @@ class ListenerStartup:
         return ("grpc.server_handshake_timeout_ms", round(self._handshake_seconds * 1000))
 
     @property
+    def _grpc_idle_option(self) -> tuple[str, int]:
+        """A gRPC connection without a call for ``ingest.idle_timeout_seconds`` is closed
+        (GOAWAY), as an idle HTTP one is: gRPC keeps one for ever, so a peer could hold
+        ``max_connections`` of them, none calling, and keep every client out (the findings
+        stream's connections are never closed at an age). Exporters and tail connect again
+        for their next call."""
+        idle_ms = round(self.config.ingest.idle_timeout_seconds * 1000)
+        return ("grpc.max_connection_idle_ms", idle_ms)
+
+    @property
     def _grpc_connections_option(self) -> tuple[str, int]:
         """A gRPC listener's open connections, bounded as the HTTP listeners' are
         (``toolwatch.connection_gate``): gRPC closes one past the bound when it accepts it."""
@@ -137,6 +147,7 @@ class ListenerStartup:
                 ("grpc.http2.bdp_probe", int(self.config.ingest.grpc_bdp_probe)),
                 self._grpc_handshake_option,
                 self._grpc_connections_option,
+                self._grpc_idle_option,
                 *self._grpc_connection_age_options,
                 _NO_REUSEPORT,
             ],
@@ -183,6 +194,7 @@ class ListenerStartup:
             _NO_REUSEPORT,
             self._grpc_handshake_option,
             self._grpc_connections_option,
+            self._grpc_idle_option,
             *stream_server_options(),
         ]
 

@@ -255,3 +255,36 @@ def _head(sock: socket.socket) -> dict[str, str]:
     pairs = (field.partition(":") for field in fields)
     head = {name.strip().lower(): value.strip() for name, _, value in pairs}
     return {"status": status_line.split()[1], **head}
+
+
+#: What an HTTP/2 client sends first: the preface and an empty SETTINGS frame (RFC 9113 3.4).
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+
+
+@pytest.mark.parametrize("listener", ["grpc", "stream"])
+def test_a_grpc_connection_without_calls_is_closed_at_the_idle_timeout(
+    start_server: Start, listener: str
+) -> None:
+    """A peer that finishes HTTP/2's preface and makes no call held its connection until its
+    age (5 minutes) on the OTLP listener and for ever on the stream's, so that
+    ``max_connections`` of them kept every client out. Was: kept. Now: closed (GOAWAY) at
+    ``ingest.idle_timeout_seconds``. Real time is the point: 0.5 s."""
+    server = start_server(ingest__idle_timeout_seconds=0.5)
+    host, port = server.address(listener).rsplit(":", 1)
+    received = b""
+    with socket.create_connection((host, int(port)), timeout=5) as client:
+        client.sendall(_HTTP2_PREFACE)
+        with contextlib.suppress(ConnectionResetError):
+            while chunk := client.recv(4096):  # closed by the server, before the 5 s timeout
+                received += chunk
+    assert 7 in _frame_types(received)  # GOAWAY (RFC 9113 6.8) before the close
+
+
+def _frame_types(received: bytes) -> list[int]:
+    """The types of the HTTP/2 frames in ``received`` (each a 9-byte header: a 24-bit
+    length, the type, flags, the stream id; then its payload)."""
+    types, at = [], 0
+    while at + 9 <= len(received):
+        types.append(received[at + 3])
+        at += 9 + int.from_bytes(received[at : at + 3], "big")
+    return types

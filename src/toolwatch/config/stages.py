@@ -62,8 +62,9 @@ class IngestSettings(_Section):
         120.0,
         gt=0,
         le=3600,
-        description="an HTTP connection (OTLP or metrics) with no request, or a connection's"
-        " handshake not finished (at most 60 s), for this long is closed",
+        description="an HTTP connection (OTLP or metrics) with no request, a gRPC one with no"
+        " call, or a connection's handshake not finished (at most 60 s), for this long is"
+        " closed",
     )
     # Each open connection holds a file descriptor: unbounded, anyone who can reach a
     # listener could take every one the process has (EMFILE), and with them the other
