@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import socket
 import time
-from collections.abc import Callable
 
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration.test_cli import FREE_PORTS, LISTENING, Served, clean_env, toolwatch_script
 from tests.integration.test_security import refund_spans
-from opentelemetry.sdk.trace.export import SpanExportResult
 
 
 def _flood(address: str, n: int) -> list[socket.socket]:

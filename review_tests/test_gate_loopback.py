@@ -3,9 +3,7 @@ refusal to tell) on a dual-stack listener."""
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import socket
 from collections.abc import Callable
 
 import pytest
