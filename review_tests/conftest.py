@@ -1,1 +1,0 @@
-from tests.integration.conftest import start_server  # noqa: F401  # the project's fixture
