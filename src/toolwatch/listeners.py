@@ -141,6 +141,15 @@ class HeadRefusingHandler(web.RequestHandler):
             self._max_msg_queue_size = QUEUED_REQUESTS
             self._msg_queue_resume_size = 0  # read again once the queued one is taken
 
+    @property
+    def idle(self) -> bool:
+        """Whether no request is being handled, nor its head complete: the handler waits for
+        one (idle keep-alive, or a head arriving). aiohttp's own test before it closes an idle
+        keep-alive connection (``RequestHandler._process_keepalive``); the gate closes such a
+        connection to make room for a new one (``toolwatch.connection_gate``)."""
+        waiter = self._waiter
+        return waiter is not None and not waiter.done()
+
     def handle_error(
         self,
         request: BaseRequest,

@@ -41,10 +41,11 @@ must not divide findings by runs.
 ``auth_failed`` counts requests refused for a missing or wrong bearer token, per listener
 (``grpc``, ``http``, ``metrics``, ``stream``); ``connection_refused`` connections an HTTP listener
 (``http``, ``metrics``) closed before any request: its TLS handshake failed
-(``tls_handshake``), or its ``ingest.max_connections`` were open (``connection_limit``;
-``toolwatch.connection_gate``). ``reload_failed`` counts looks at changed
-security files that could not be used (``tokens``, ``certificate``), so the previous ones are
-still in use: a revoked token still accepted, a renewed certificate not served.
+(``tls_handshake``), or its ``ingest.max_connections`` were open, each handling a request
+(``connection_limit``), or an idle one was closed to make room for a new one at that bound
+(``connection_limit_idle``; ``toolwatch.connection_gate``). ``reload_failed`` counts looks at
+changed security files that could not be used (``tokens``, ``certificate``), so the previous
+ones are still in use: a revoked token still accepted, a renewed certificate not served.
 ``certificates_served`` gives the dates of the TLS files now served (at start-up and after each
 reload that took a new set), so their expiry is alerted on before handshakes fail, relative to
 their lifetime. Both may be called from gRPC's threads (certificates reload at a handshake).

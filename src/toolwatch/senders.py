@@ -24,7 +24,11 @@ token was sent). The reasons it logs, every one:
 * ``tls_handshake``: an HTTP listener's TLS handshake that failed (OpenSSL's reason), or was
   not done in time (``toolwatch.connection_gate``);
 * ``connection_limit``: a connection to an HTTP listener closed as soon as accepted, that
-  listener's ``ingest.max_connections`` being open.
+  listener's ``ingest.max_connections`` being open, each handling a request;
+* ``connection_limit_idle``: an idle connection to an HTTP listener (no request being handled)
+  closed to make room for a new one at ``ingest.max_connections``.
+
+The refusals of a connection (those three) are logged as such, not as a request's.
 
 At most one WARNING per reason and listener per ``interval_seconds`` of the injected clock
 (as OpenTelemetry's ``BatchProcessor`` logs a full queue once, not per span): the first
@@ -114,6 +118,14 @@ class _Quiet:
     spans: int = 0
 
 
+#: What a line says was refused, by the reasons that refuse a connection, not a request.
+_CONNECTION_REFUSALS: Final = {
+    "tls_handshake": "connection refused",
+    "connection_limit": "connection refused",
+    "connection_limit_idle": "idle connection closed",
+}
+
+
 class SenderLog:
     """Logs refusals with their sender, at most one line per reason and listener per
     ``interval_seconds`` of ``clock`` (monotonic ns: the app's, injected in tests), counting
@@ -145,8 +157,12 @@ class SenderLog:
         since = "" if quiet is None else _unlogged(quiet)
         self._quiet[key] = _Quiet(now)
         who = sender if isinstance(sender, Sender) else sender.read()
-        what = f"{_spans(spans)} rejected" if spans else "request refused"
+        what = f"{_spans(spans)} rejected" if spans else _what(reason)
         self._logger.warning("%s (%s) on %s: %s%s", what, reason, who, _one_line(example), since)
+
+
+def _what(reason: str) -> str:
+    return _CONNECTION_REFUSALS.get(reason, "request refused")
 
 
 def _unlogged(quiet: _Quiet) -> str:

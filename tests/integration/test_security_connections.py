@@ -27,6 +27,7 @@ from tests.integration.test_security import (
     send_http,
     tls,
 )
+from toolwatch import healthcheck
 
 Start = Callable[..., RunningServer]
 REFUSED = "toolwatch_connections_refused_total"
@@ -74,30 +75,108 @@ def _refused(address: str) -> bool:
             return False
 
 
+def _turns(server: RunningServer, n: int = 3) -> None:
+    """Let the server's loop take what the sockets sent or closed: each call is one round
+    trip through it."""
+    for _ in range(n):
+        server.call(lambda: None)
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock`` (a connection that sent nothing)."""
+    try:
+        return sock.recv(100) == b""
+    except ConnectionResetError:
+        return True
+
+
 @pytest.mark.parametrize("listener", ["http", "metrics"])
-def test_an_http_listener_closes_connections_past_max_connections(
+def test_an_http_listener_closes_its_oldest_idle_connection_at_max_connections(
     start_server: Start, caplog: pytest.LogCaptureFixture, listener: str
 ) -> None:
     """Each open connection holds a file descriptor for ``idle_timeout_seconds``: a peer
-    opening thousands took every descriptor of the process, and the gRPC listener, the
-    outputs and the security files' reloads failed with them (EMFILE). Was: no bound on an
-    HTTP listener's connections. Now: past ``ingest.max_connections`` a connection is
-    closed when accepted, told to the sender log; the other listeners serve on."""
+    opening thousands took every descriptor of the process (EMFILE). Was: no bound; then a
+    bound that closed every connection past it, so a peer holding ``max_connections`` idle
+    ones kept every client out, a liveness probe (not from loopback) included. Now: the
+    new connection is served, the oldest idle one closed, counted and told."""
     server = start_server(ingest__max_connections=3)
     address = server.address(listener)
-    with caplog.at_level(logging.WARNING, "toolwatch.senders"), _held(address, 3):
+    with caplog.at_level(logging.WARNING, "toolwatch.senders"), _held(address, 3) as held:
+        _turns(server)
+        # Answered: /healthz is the metrics listener's; the OTLP one says it is not its own.
+        expected = {"http": 404, "metrics": 200}[listener]
+        assert http_get(f"http://{address}/healthz", None).status == expected
+        assert _closed(held[0])
+        held[1].settimeout(0.5)  # still open: the wait is the answer
+        with pytest.raises(TimeoutError):
+            held[1].recv(100)
+    (line,) = _told(caplog)
+    assert line.startswith(f"idle connection closed (connection_limit_idle) on {listener} from")
+    assert line.endswith(
+        ": '3 connections are open (ingest.max_connections): the oldest idle closed'"
+    )
+    assert server.sample(REFUSED, {"listener": listener, "reason": "connection_limit_idle"}) == 1
+    assert server.sample(REFUSED, {"listener": listener, "reason": "connection_limit"}) == 0
+    assert send_grpc(server, refund_spans()) is SpanExportResult.SUCCESS
+
+
+def test_the_otlp_http_listener_refuses_a_connection_when_each_one_handles_a_request(
+    start_server: Start, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: a connection past ``ingest.max_connections`` was closed whatever the open ones
+    did. Now: only when every open one is handling a request (here a body that has not all
+    arrived) is the new one closed when accepted, counted and told; the other listeners serve
+    on, and once those requests end a connection is served again."""
+    server = start_server(ingest__max_connections=3)
+    address = server.address("http")
+    head = (
+        b"POST /v1/traces HTTP/1.1\r\nHost: toolwatch\r\n"
+        b"Content-Type: application/x-protobuf\r\nContent-Length: 1000\r\n\r\n"
+    )
+    with caplog.at_level(logging.WARNING, "toolwatch.senders"), _held(address, 3) as held:
+        for sock in held:
+            sock.sendall(head)
+        _turns(server)
         assert _refused(address)
         assert send_grpc(server, refund_spans()) is SpanExportResult.SUCCESS
     (line,) = _told(caplog)
-    assert line.startswith(f"request refused (connection_limit) on {listener} from 127.0.0.1:")
-    assert line.endswith(": '3 connections are open (ingest.max_connections)'")
-    assert server.sample(REFUSED, {"listener": listener, "reason": "connection_limit"}) == 1
-    # The held ones closed: their ends reach the server's loop within a few of its turns
-    # (each call is one round trip through it), then a connection is served again.
-    for _ in range(3):
-        server.call(lambda: None)
-    assert http_get(f"http://{server.address('metrics')}/healthz", None).status == 200
+    assert line.startswith("connection refused (connection_limit) on http from 127.0.0.1:")
+    assert line.endswith(": '3 connections are handling requests (ingest.max_connections)'")
+    assert server.sample(REFUSED, {"listener": "http", "reason": "connection_limit"}) == 1
+    assert server.sample(REFUSED, {"listener": "http", "reason": "connection_limit_idle"}) == 0
+    _turns(server)  # the held ones closed: their requests end
     assert send_http(server, refund_spans()) is SpanExportResult.SUCCESS
+
+
+def test_a_flood_of_the_metrics_listener_does_not_fail_the_health_check(
+    start_server: Start,
+) -> None:
+    """The image's HEALTHCHECK and the Kubernetes livenessProbe (``/healthz`` on the metrics
+    port, 3 failures) ask the metrics listener, kubelet's not from loopback. Was: a peer
+    holding ``max_connections`` idle connections there failed the check, so the orchestrator
+    restarted toolwatch, every listener and the buffered traces with it. Now: the check is
+    answered, in place of the oldest idle connection."""
+    server = start_server(ingest__max_connections=8)
+    host, port = server.address("metrics").rsplit(":", 1)
+    with _held(server.address("metrics"), 8):
+        _turns(server)
+        assert healthcheck.check(host, int(port)) == 200
+
+
+def test_the_health_check_over_ipv4_to_a_dual_stack_tls_listener_is_not_told(
+    start_server: Start, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``listen.metrics: "[::]:9464"`` binds dual-stack, so the image's HEALTHCHECK
+    (``127.0.0.1``, plain HTTP first) arrives from ``::ffff:127.0.0.1``, whose
+    ``is_loopback`` is False on Python 3.11. Was: every check counted as a ``tls_handshake``
+    refusal and logged. Now: an IPv4-mapped loopback peer is loopback (``ipv4_mapped``)."""
+    server = start_server(**tls(pki), listen__metrics="[::]:0")
+    port = int(server.address("metrics").rsplit(":", 1)[1])
+    with caplog.at_level(logging.WARNING, "toolwatch.senders"):
+        assert healthcheck.check("127.0.0.1", port) == 200
+        _turns(server)
+    assert _told(caplog) == []
+    assert server.sample(REFUSED, {"listener": "metrics", "reason": "tls_handshake"}) == 0
 
 
 @pytest.mark.parametrize("listener", ["grpc", "stream"])
@@ -161,7 +240,7 @@ def test_a_failed_tls_handshake_on_an_http_listener_is_told_to_the_sender_log(
         for _ in range(3):  # the failure is told on the server's loop
             server.call(lambda: None)
     (line,) = _told(caplog)
-    assert line.startswith("request refused (tls_handshake) on http from 127.0.0.1:")
+    assert line.startswith("connection refused (tls_handshake) on http from 127.0.0.1:")
     assert line.endswith(f": 'the TLS handshake failed: {reason}'")
     assert server.sample(REFUSED, {"listener": "http", "reason": "tls_handshake"}) == 1
     assert send_http(server, refund_spans(), pki, **who) is SpanExportResult.SUCCESS
@@ -201,7 +280,7 @@ def test_a_tls_handshake_not_done_in_time_is_told_to_the_sender_log(
         for _ in range(3):
             server.call(lambda: None)
     (line,) = _told(caplog)
-    assert line.startswith("request refused (tls_handshake) on http from 127.0.0.1:")
+    assert line.startswith("connection refused (tls_handshake) on http from 127.0.0.1:")
     assert line.endswith(": 'the TLS handshake was not done within 0.5 s'")
     assert server.sample(REFUSED, {"listener": "http", "reason": "tls_handshake"}) == 1
 

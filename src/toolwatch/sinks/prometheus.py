@@ -113,7 +113,7 @@ _RELOADED: Final = ("tokens", "certificate")
 #: ``toolwatch_connections_refused_total``: the listeners whose connections toolwatch accepts
 #: itself (gRPC's own are refused unseen), and why one is closed before any request.
 _GATED: Final = ("http", "metrics")
-_CONNECTION_REFUSALS: Final = ("tls_handshake", "connection_limit")
+_CONNECTION_REFUSALS: Final = ("tls_handshake", "connection_limit", "connection_limit_idle")
 #: ``toolwatch_tls_certificate_{expiry,not_before}_timestamp_seconds``: the served certificate,
 #: the client CA.
 _CERTIFICATE_FILES: Final = ("certificate", "client_ca")
@@ -573,10 +573,12 @@ class PrometheusMetrics:
         )
         self._connections_refused = Counter(
             "toolwatch_connections_refused_total",
-            "Connections an HTTP listener (http, metrics) closed before any request: its TLS"
-            " handshake failed (tls_handshake: no or a refused client certificate, an old"
-            " protocol, not done in time), or ingest.max_connections were open"
-            " (connection_limit). gRPC's listeners refuse theirs unseen.",
+            "Connections an HTTP listener (http, metrics) closed, not for a request: its TLS"
+            " handshake failed (tls_handshake: no or a refused client certificate, toolwatch's"
+            " refused by the client, an old protocol, not done in time), ingest.max_connections"
+            " were open, each handling a request (connection_limit), or an idle one was closed"
+            " to make room for a new one at that bound (connection_limit_idle). gRPC's"
+            " listeners refuse theirs unseen.",
             ["listener", "reason"],
             registry=r,
         )
