@@ -120,6 +120,25 @@ def test_an_http_listener_closes_its_oldest_idle_connection_at_max_connections(
     assert send_grpc(server, refund_spans()) is SpanExportResult.SUCCESS
 
 
+def test_a_connection_in_its_tls_handshake_makes_room_untold_as_a_handshake_failure(
+    start_server: Start, pki: Pki, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A connection whose TLS handshake has not finished handles no request. Was: it held
+    its place for the handshake time. Now: at the bound it is closed for a new one, told as
+    such (``connection_limit_idle``), not as a failed handshake."""
+    server = start_server(**tls(pki), ingest__max_connections=2)
+    address = server.address("metrics")
+    with caplog.at_level(logging.WARNING, "toolwatch.senders"), _held(address, 2):
+        _turns(server)
+        answer = http_get(f"https://{address}/healthz", client_context(pki))
+        assert (answer.status, answer.body) == (200, b"ok\n")
+        _turns(server)
+    (line,) = _told(caplog)
+    assert line.startswith("idle connection closed (connection_limit_idle) on metrics from")
+    assert server.sample(REFUSED, {"listener": "metrics", "reason": "tls_handshake"}) == 0
+    assert server.sample(REFUSED, {"listener": "metrics", "reason": "connection_limit_idle"}) == 1
+
+
 def test_the_otlp_http_listener_refuses_a_connection_when_each_one_handles_a_request(
     start_server: Start, caplog: pytest.LogCaptureFixture
 ) -> None:
