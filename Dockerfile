@@ -1,5 +1,5 @@
 # toolwatch container image.
-#   docker build -t toolwatch .
+#   docker build --build-arg TOOLWATCH_REVISION=$(git describe --always --dirty) -t toolwatch .
 #   docker run ... toolwatch serve --config ...   (docs/deployment.md: the image holds no policy)
 # Installs the package from this source tree with pip, exactly as the README's install does.
 # Every dependency ships wheels for this base image; the build stage has a C compiler only for
@@ -24,7 +24,12 @@ RUN python -m venv /opt/toolwatch \
 FROM python:3.11-slim-bookworm
 # Same base image as the build stage, so the virtualenv's interpreter path stays valid.
 COPY --from=build /opt/toolwatch /opt/toolwatch
-ENV PATH=/opt/toolwatch/bin:$PATH \
+# Which build this is (.git is not in the build context): toolwatch_build_info{revision} and
+# `toolwatch --version` say it, so that during a rollout old pods and new ones tell apart
+# (__version__ names a release, not a commit). Letters, digits and . _ + - only.
+ARG TOOLWATCH_REVISION=unknown
+ENV TOOLWATCH_REVISION=$TOOLWATCH_REVISION \
+    PATH=/opt/toolwatch/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     PYTHONDONTWRITEBYTECODE=1
 # A numeric, non-root user: Kubernetes can then verify runAsNonRoot from the image alone.

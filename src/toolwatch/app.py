@@ -28,6 +28,7 @@ from toolwatch import __version__, compiled_state
 from toolwatch.app_listeners import ListenerStartup
 from toolwatch.app_reload import ConfigReload
 from toolwatch.app_shutdown import GracefulShutdown
+from toolwatch.build_revision import RevisionError, revision
 from toolwatch.config import LISTENERS, Config, unrunnable_decoder
 from toolwatch.engine import Engine, EngineParts, Receipt
 from toolwatch.engine_setup import (
@@ -45,9 +46,11 @@ from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
 from toolwatch.ingest.slots import RequestSlots
 from toolwatch.listeners import ListenError, ListenersError, StartError, address_taken
 from toolwatch.model import Clock, monotonic_clock
+from toolwatch.names import NameNormalizer
 from toolwatch.namespace_watch import NamespaceWatch
 from toolwatch.outputs import OutputError, Outputs, open_outputs, output_paths
 from toolwatch.process_tuning import keep_created_series
+from toolwatch.references.golden import GoldenCaseSet
 from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.security import ListenerSecurity
 from toolwatch.senders import SenderLog
@@ -92,14 +95,29 @@ class App(ListenerStartup, GracefulShutdown, ConfigReload):
         #: ``docker run -it``, a rollout of a pod with ``tty: true``.
         self.interrupted = False
         keep_created_series()
-        self.registry = registry if registry is not None else CollectorRegistry()
-        # What the default registry would have: process_* (resident memory, CPU, open
-        # files), python_gc_*, python_info. Read at scrape time only.
-        ProcessCollector(registry=self.registry)
-        GCCollector(registry=self.registry)
-        PlatformCollector(registry=self.registry)
+        self.registry = _with_process_collectors(registry)
         golden, normalize = build_references(config)
         self._golden = golden  # as loaded: kept by a reload that cannot apply golden
+        self._set_up_decoding(config)
+        self.metrics = self._build_metrics(config, golden, wall_clock)
+        self._namespaces = NamespaceWatch(config.policy.guarded_tools(), self.metrics)
+        normalize = config.policy.normalizer(self._namespaces)
+        #: Who sends what the listeners refuse: a warning per reason and listener at most once a
+        #: minute, on the app's clock.
+        self.senders = SenderLog(clock)
+        self._security = ListenerSecurity(
+            config.security, clock, self.metrics, senders=self.senders
+        )
+        self._redaction = findings_redaction(config)
+        self.broker = self._build_broker(config, wall_clock)
+        self._outputs = self._open_outputs(wall_clock, extra_sinks)
+        self.engine = self._build_engine(config, clock, golden, normalize)
+        self._set_up_lifecycle()
+
+    def _set_up_decoding(self, config: Config) -> None:
+        """The decoder ``config`` asks for (a ``StartError`` when this build cannot run it,
+        as serve's ``check_hot_path`` refuses it), the request slots and the decode thread
+        both receivers share."""
         self._decode_options = config.decode_options()
         unrunnable = unrunnable_decoder(config)  # as serve's check_hot_path refuses it
         if unrunnable is not None:
@@ -112,9 +130,16 @@ class App(ListenerStartup, GracefulShutdown, ConfigReload):
         # Both receivers': one decode at a time; a large body in the thread.
         self._decoding = DecodeThread(off_loop_bytes(self._compiled))
         self._http_in_flight = InFlight()  # the OTLP/HTTP requests, for the shutdown
-        self.metrics = PrometheusMetrics(
+
+    def _build_metrics(
+        self, config: Config, golden: GoldenCaseSet | None, wall_clock: Callable[[], int]
+    ) -> PrometheusMetrics:
+        """The metrics on ``self.registry``; what they read at scrape time (the buffer, the
+        stream's subscribers, the request slots) is read through ``self`` then."""
+        return PrometheusMetrics(
             self.registry,
             version=__version__,
+            revision=self._revision(),
             decoder="compiled" if self._compiled else "reference",
             hot_path="compiled" if self._hot_path.all_compiled else "python",
             agents=sorted(config.named_agents()),
@@ -127,16 +152,10 @@ class App(ListenerStartup, GracefulShutdown, ConfigReload):
             stream_listening=self._stream_listening,
             wall_clock=lambda: wall_clock() / 1e9,
         )
-        self._namespaces = NamespaceWatch(config.policy.guarded_tools(), self.metrics)
-        normalize = config.policy.normalizer(self._namespaces)
-        #: Who sends what the listeners refuse: a warning per reason and listener at most once a
-        #: minute, on the app's clock.
-        self.senders = SenderLog(clock)
-        self._security = ListenerSecurity(
-            config.security, clock, self.metrics, senders=self.senders
-        )
-        self._redaction = findings_redaction(config)
-        self.broker = FindingsBroker(
+
+    def _build_broker(self, config: Config, wall_clock: Callable[[], int]) -> FindingsBroker:
+        """The findings stream's broker, bounded as ``config.output`` says."""
+        return FindingsBroker(
             self.metrics,
             self._redaction,
             wall_clock=wall_clock,
@@ -144,7 +163,11 @@ class App(ListenerStartup, GracefulShutdown, ConfigReload):
             max_subscribers=config.output.stream_max_subscribers,
             replay_size=config.output.stream_replay_size,
         )
-        self._outputs = self._open_outputs(wall_clock, extra_sinks)
+
+    def _build_engine(
+        self, config: Config, clock: Clock, golden: GoldenCaseSet | None, normalize: NameNormalizer
+    ) -> Engine:
+        """The engine: assembly, evaluation and the outputs its findings go to."""
         shadow = ShadowJoiner(config.shadow, clock, self.metrics) if config.shadow.enabled else None
         parts = EngineParts(
             limits=config.assembly.limits(),
@@ -158,7 +181,10 @@ class App(ListenerStartup, GracefulShutdown, ConfigReload):
             agents=config.named_agents(),
             published=self._outputs.write_queued,
         )
-        self.engine = Engine(parts, clock, self.metrics)
+        return Engine(parts, clock, self.metrics)
+
+    def _set_up_lifecycle(self) -> None:
+        """What ``start``, ``stop`` and the ticker keep: nothing listening or started yet."""
         self.addresses: dict[str, str] = {}
         self._grpc: grpc.aio.Server | None = None
         #: The findings stream's server, once started (``StreamListener``).
@@ -182,6 +208,15 @@ class App(ListenerStartup, GracefulShutdown, ConfigReload):
             buffer.overdue_ns() / 1e9,
             buffer.remembered_traces,
         )
+
+    @staticmethod
+    def _revision() -> str:
+        """``toolwatch_build_info{revision}``: the build's (``build_revision``); an App built
+        without ``serve``'s checks refuses one that is no revision as ``serve`` does."""
+        try:
+            return revision()
+        except RevisionError as error:
+            raise StartError(str(error)) from None
 
     def _stream_listening(self) -> bool | None:
         """``toolwatch_stream_listening``: whether the findings stream is not down for want of
@@ -299,3 +334,13 @@ def tick_delay(now_ns: int, due_ns: int, period: float, longest: float) -> float
     """Seconds until the tick for a trace due at ``due_ns``: at least ``period`` (ticks stay
     that far apart under load, where something is always nearly due), at most ``longest``."""
     return min(max(period, (due_ns - now_ns) / 1e9), longest)
+
+
+def _with_process_collectors(registry: CollectorRegistry | None) -> CollectorRegistry:
+    """``registry``, or a new one, with what the default registry would have: process_*
+    (resident memory, CPU, open files), python_gc_*, python_info. Read at scrape time only."""
+    registry = registry if registry is not None else CollectorRegistry()
+    ProcessCollector(registry=registry)
+    GCCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    return registry

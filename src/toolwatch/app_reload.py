@@ -18,6 +18,7 @@ from toolwatch.engine_setup import (
     findings_redaction,
     known_tools,
 )
+from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.ingest.decode import DecodeOptions
 from toolwatch.namespace_watch import NamespaceWatch
 from toolwatch.outputs import Outputs
@@ -77,6 +78,19 @@ def _kept_settings(loaded: Config, kept: dict[str, Any]) -> str:
     return ", ".join(named)
 
 
+def _whole(loaded: Config, kept: dict[str, Any]) -> Config:
+    """What would run: ``loaded`` with the ``kept`` sections' running values, checked as a
+    whole. Raises ``ValueError`` naming the running values a cross-section check involves."""
+    config = loaded.model_copy(update=kept)  # each section was validated on its own
+    try:
+        config.check_across_sections()
+    except ValueError as exc:  # named as the warning of a reload that works names them
+        running = [key for keys in _kept_keys(loaded, kept).values() for key in keys]
+        value = "the running value" if len(running) == 1 else "the running values"
+        raise ValueError(f"{exc} ({', '.join(running)}: {value} until a restart)") from None
+    return config
+
+
 class ConfigReload:
     """``App.reload`` and its steps. The attributes annotated here are the App's
     (``App.__init__``); a reload that works replaces ``config``, ``_golden`` and
@@ -116,10 +130,7 @@ class ConfigReload:
         if self._outputs_closed:
             log.info("SIGHUP while shutting down: configuration and outputs left as they are")
             return False
-        try:  # logrotate's HUP, whatever the configuration file says
-            self._outputs.reopen()
-        except Exception:  # never the reload's undoing
-            log.exception("could not open the outputs again")
+        self._reopen_outputs()
         if self._stopped:
             log.info(
                 "SIGHUP while shutting down: the configuration is not reloaded (what is"
@@ -129,22 +140,45 @@ class ConfigReload:
         try:
             loaded = load()
             kept = self._restart_only(loaded)
-            config = loaded.model_copy(update=kept)  # each section was validated on its own
-            try:
-                config.check_across_sections()
-            except ValueError as exc:  # named as the warning of a reload that works names them
-                running = [key for keys in _kept_keys(loaded, kept).values() for key in keys]
-                value = "the running value" if len(running) == 1 else "the running values"
-                raise ValueError(f"{exc} ({', '.join(running)}: {value} until a restart)") from None
-            if "golden" in kept:  # the cases as loaded, not the file again
-                golden, normalize = self._golden, config.policy.normalizer()
-            else:
-                golden, normalize = build_references(config)
+            config = _whole(loaded, kept)
+            golden = self._golden_cases(config, kept)
             evaluation = evaluation_pipeline(config)
         except Exception as exc:  # ConfigError, ReferenceFileError, OSError, RecursionError...
             log_reload_failure(exc)
             self.metrics.config_reloaded(False)
             return False
+        self._apply(config, golden, evaluation)
+        self._redact_with(findings_redaction(config))
+        if kept:
+            log.warning(
+                "configuration reloaded without %s, which changed: they take a restart",
+                _kept_settings(loaded, kept),
+            )
+        return True
+
+    def _reopen_outputs(self) -> None:
+        """The findings log and the ToolTrace dump opened again (``Outputs.reopen``): a
+        failure is logged, never the reload's undoing."""
+        try:  # logrotate's HUP, whatever the configuration file says
+            self._outputs.reopen()
+        except Exception:  # never the reload's undoing
+            log.exception("could not open the outputs again")
+
+    def _golden_cases(self, config: Config, kept: dict[str, Any]) -> GoldenCaseSet | None:
+        """The golden cases ``config`` judges by: those loaded at start-up when a reload
+        keeps ``golden`` (not the file again), else its file read again (raises as
+        ``build_references`` does)."""
+        if "golden" in kept:  # the cases as loaded, not the file again
+            return self._golden
+        golden, _ = build_references(config)
+        return golden
+
+    def _apply(
+        self, config: Config, golden: GoldenCaseSet | None, evaluation: EvaluationPipeline
+    ) -> None:
+        """``config``, checked whole, judges the runs evaluated from now on: the engine, the
+        metrics' label sets and the namespace watch take it; logged, with how runs are now
+        judged (its warnings, as at start-up)."""
         self._namespaces.reload(config.policy.guarded_tools())
         normalize = config.policy.normalizer(self._namespaces)
         agents = config.named_agents()
@@ -157,13 +191,6 @@ class ConfigReload:
         )
         for warning in config.judging_warnings(defaults=self._defaults):
             log.warning("%s", warning)  # as at start-up: what is judged may defeat itself
-        self._redact_with(findings_redaction(config))
-        if kept:
-            log.warning(
-                "configuration reloaded without %s, which changed: they take a restart",
-                _kept_settings(loaded, kept),
-            )
-        return True
 
     def _restart_only(self, loaded: Config) -> dict[str, Any]:
         """The sections of ``loaded`` that changed but take a restart, with their running

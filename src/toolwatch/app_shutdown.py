@@ -68,10 +68,32 @@ class GracefulShutdown:
         # aiohttp would wait for a body until the read timeout, past the grace.
         loop = asyncio.get_running_loop()
         grace_ends = loop.time() + grace
+        await self._stop_receivers(loop, grace)
+        self._decoding.close()
+        await self._stop_ticker()
+        drained = self.engine.drain()  # ends the findings streams once their queues are sent
+        self._outputs_closed = True
+        # Written by their threads meanwhile: what a blocked output still holds once the
+        # grace is over (a second at least, for the drain's findings) is lost, counted.
+        waited = max(grace_ends - loop.time(), OUTPUTS_CLOSE_SECONDS)
+        await loop.run_in_executor(None, self._outputs.close, waited)
+        await self._stop_stream(grace)
+        self._scraped.clear()  # from here on a scrape reads what the drain and the streams counted
+        if drained or self._ticker is not None:  # not when a listener failed to start
+            log.info("drained %d buffered trace(s) at shutdown", drained)
+        await self._last_scrape()
+        for runner in self._runners[1:]:
+            await runner.cleanup()
+
+    async def _stop_receivers(self, loop: asyncio.AbstractEventLoop, grace: float) -> None:
+        """Both OTLP receivers stop accepting now and share the ``grace``; what still arrives
+        or decodes at its end is given up (``_give_up``). One failing to stop neither cuts
+        the other short nor keeps what is buffered from being evaluated: logged."""
+        # A request whose body still arrives or decodes when the grace is over is given up
+        # (answered as retryable, none of its spans taken), as gRPC cancels its calls then:
+        # aiohttp would wait for a body until the read timeout, past the grace.
         give_up = loop.call_later(grace, self._give_up)
         try:
-            # Both stop accepting now and share the grace. One failing to stop neither cuts
-            # the other short nor keeps what is buffered from being evaluated: logged.
             stopping = [self._stop_otlp_http(runner) for runner in self._runners[:1]]
             if self._grpc is not None:
                 stopping.append(self._grpc.stop(grace))
@@ -80,17 +102,17 @@ class GracefulShutdown:
                     log.error("a receiver failed to stop: %s", error, exc_info=error)
         finally:
             give_up.cancel()
-        self._decoding.close()
+
+    async def _stop_ticker(self) -> None:
+        """The ticker cancelled, and waited for, if it started."""
         if self._ticker is not None:
             self._ticker.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._ticker
-        drained = self.engine.drain()  # ends the findings streams once their queues are sent
-        self._outputs_closed = True
-        # Written by their threads meanwhile: what a blocked output still holds once the
-        # grace is over (a second at least, for the drain's findings) is lost, counted.
-        waited = max(grace_ends - loop.time(), OUTPUTS_CLOSE_SECONDS)
-        await loop.run_in_executor(None, self._outputs.close, waited)
+
+    async def _stop_stream(self, grace: float) -> None:
+        """The findings stream's listener stopped, if it started, and its subscribers given
+        a second to leave."""
         if self.stream_listener is not None:
             # A subscriber that does not take its queue by then loses it, counted as its
             # call ends, which can come just after ``stop`` returns.
@@ -98,12 +120,6 @@ class GracefulShutdown:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(1.0):
                     await self.broker.wait_for_subscribers(0)
-        self._scraped.clear()  # from here on a scrape reads what the drain and the streams counted
-        if drained or self._ticker is not None:  # not when a listener failed to start
-            log.info("drained %d buffered trace(s) at shutdown", drained)
-        await self._last_scrape()
-        for runner in self._runners[1:]:
-            await runner.cleanup()
 
     async def _stop_otlp_http(self, runner: web.AppRunner) -> None:
         """What gRPC's ``stop(grace)`` does, for OTLP/HTTP (``toolwatch.ingest.inflight``):

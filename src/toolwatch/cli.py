@@ -88,6 +88,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from toolwatch import __version__
+from toolwatch.build_revision import describe
 from toolwatch.cli_check_config import add_check_config
 from toolwatch.cli_replay import add_replay
 from toolwatch.cli_sources import (
@@ -121,14 +122,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         signal.signal(signal.SIGINT, signal.default_int_handler)  # KeyboardInterrupt, below
     parser = _parser()
     args = parser.parse_args(argv)
-    level = (os.environ.get("TOOLWATCH_LOG_LEVEL") or "INFO").strip().upper()
-    if level not in logging.getLevelNamesMapping() or level == "NOTSET":
-        allowed = ", ".join(_LOG_LEVELS)
-        print(
-            f"toolwatch: configuration error\nTOOLWATCH_LOG_LEVEL: {level!r} is not one of "
-            f"{allowed}",
-            file=sys.stderr,
-        )
+    level = _log_level()
+    if level is None:
         return EXIT_USAGE
     logging.basicConfig(
         level=level,
@@ -140,24 +135,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_USAGE
     try:
         return int(args.run(args))
-    except ConfigError as exc:
-        print(f"toolwatch: configuration error\n{exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ReferenceFileError as exc:  # the golden-case file the configuration names
-        origin = config_file(args)
-        named = f" (named in {origin})" if origin else ""
-        print(f"toolwatch: configuration error in golden.cases_file{named}\n{exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ListenError as exc:
-        print(f"toolwatch: {exc}\n{another_address(exc.listener)}", file=sys.stderr)
-        return EXIT_RUNTIME
-    except ListenersError as exc:  # several ports taken (a second serve): each, with its flag
-        for error in exc.errors:
-            print(f"toolwatch: {error}\n{another_address(error.listener)}", file=sys.stderr)
-        return EXIT_RUNTIME
-    except StartError as exc:
-        print(f"toolwatch: {exc}", file=sys.stderr)
-        return EXIT_RUNTIME
+    except (ConfigError, ReferenceFileError, StartError) as exc:
+        return _not_run(args, exc)
     except KeyboardInterrupt:
         # Ctrl-C (replay, check-config; serve and tail handle it themselves): end quietly,
         # with the code a shell gives a command SIGINT ended, not a traceback.
@@ -167,6 +146,43 @@ def main(argv: Sequence[str] | None = None) -> int:
         # SIGPIPE does. Python would write the buffer out again at exit, and fail again.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return EXIT_BROKEN_PIPE
+
+
+def _log_level() -> str | None:
+    """``TOOLWATCH_LOG_LEVEL`` (default ``INFO``), upper-cased; ``None`` once said on
+    stderr that it is not a level."""
+    level = (os.environ.get("TOOLWATCH_LOG_LEVEL") or "INFO").strip().upper()
+    if level not in logging.getLevelNamesMapping() or level == "NOTSET":
+        allowed = ", ".join(_LOG_LEVELS)
+        print(
+            f"toolwatch: configuration error\nTOOLWATCH_LOG_LEVEL: {level!r} is not one of "
+            f"{allowed}",
+            file=sys.stderr,
+        )
+        return None
+    return level
+
+
+def _not_run(args: argparse.Namespace, exc: Exception) -> int:
+    """Says on stderr why the command did not run (a configuration error, a golden-case
+    file, an address taken, a start-up failure) and returns its exit code."""
+    if isinstance(exc, ConfigError):
+        print(f"toolwatch: configuration error\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if isinstance(exc, ReferenceFileError):  # the golden-case file the configuration names
+        origin = config_file(args)
+        named = f" (named in {origin})" if origin else ""
+        print(f"toolwatch: configuration error in golden.cases_file{named}\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if isinstance(exc, ListenError):
+        print(f"toolwatch: {exc}\n{another_address(exc.listener)}", file=sys.stderr)
+        return EXIT_RUNTIME
+    if isinstance(exc, ListenersError):  # several ports taken (a second serve): each, with its flag
+        for error in exc.errors:
+            print(f"toolwatch: {error}\n{another_address(error.listener)}", file=sys.stderr)
+        return EXIT_RUNTIME
+    print(f"toolwatch: {exc}", file=sys.stderr)  # a StartError
+    return EXIT_RUNTIME
 
 
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")  # and logging's WARN, FATAL
@@ -179,7 +195,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"toolwatch {__version__}")
+    parser.add_argument("--version", action="version", version=describe(__version__))
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     _add_serve(commands)
     add_check_config(commands)

@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from toolwatch.build_revision import RevisionError, revision
 from toolwatch.config import (
     Config,
+    ConfigError,
     check_certificate,
     check_hot_path,
     check_outputs,
@@ -163,9 +165,14 @@ class Sources:
         return config
 
     def load_checked(self) -> Config:
-        """``load``, and the output files refused that ``serve`` could not open and an
-        expired certificate (checked at start-up only: a SIGHUP ``load``s)."""
+        """``load``, and the output files refused that ``serve`` could not open, an
+        expired certificate (checked at start-up only: a SIGHUP ``load``s), and a
+        ``TOOLWATCH_REVISION`` that is no revision (``build_revision``)."""
         config = self.load()
+        try:
+            revision()
+        except RevisionError as error:
+            raise ConfigError(str(error)) from None
         check_outputs(config, self.path, self.overrides, self.origins)
         check_certificate(config, self.path, self.overrides, self.origins)
         check_hot_path(config, self.path, self.overrides, self.origins)

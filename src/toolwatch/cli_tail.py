@@ -32,6 +32,14 @@ def add_tail(commands: Any) -> None:
         default=env_value("TOOLWATCH_STREAM") or "127.0.0.1:4319",
         help="the findings stream HOST:PORT (127.0.0.1:4319); env TOOLWATCH_STREAM",
     )
+    _add_filters(tail)
+    _add_output(tail)
+    from_env = _add_access(tail)
+    tail.set_defaults(run=_tail, access_from_env=from_env)
+
+
+def _add_filters(tail: Any) -> None:
+    """Which findings ``tail`` prints: of which categories, agents, least severity."""
     tail.add_argument(
         "--category",
         action="append",
@@ -58,6 +66,11 @@ def add_tail(commands: Any) -> None:
         " fell, not whether it pages: a high MISSING_VERIFICATION_STEP pages, a critical"
         " ARGUMENT_VALUE_DRIFT is a ticket; follow the pages with --category",
     )
+
+
+def _add_output(tail: Any) -> None:
+    """How ``tail`` prints (JSON, colour) and follows the stream (reconnecting, a cursor
+    file)."""
     tail.add_argument("--json", action="store_true", help="one JSON object per line")
     tail.add_argument(
         "--reconnect",
@@ -79,6 +92,11 @@ def add_tail(commands: Any) -> None:
         default="auto",
         help="colour severities and categories (auto: on a terminal unless NO_COLOR is set)",
     )
+
+
+def _add_access(tail: Any) -> dict[str, tuple[Path, str]]:
+    """How ``tail`` reaches the stream: TLS and its files, a bearer token. Returns the
+    access flags whose default is a ``TOOLWATCH_*`` variable's, with the variable."""
     tail.add_argument("--tls", action="store_true", help="use TLS with the system's CA roots")
     from_env = {}
     for flag, (env, help_text) in ACCESS_FLAGS.items():
@@ -86,7 +104,7 @@ def add_tail(commands: Any) -> None:
         if default is not None:
             from_env[flag] = (default, env)
         tail.add_argument(flag, type=Path, default=default, help=f"{help_text}; env {env}")
-    tail.set_defaults(run=_tail, access_from_env=from_env)
+    return from_env
 
 
 def _tail(args: argparse.Namespace) -> int:

@@ -99,6 +99,8 @@ MODULES = (
     "evaluation/pipeline.py",
     "evaluation/rows.py",
     "evaluation/safety.py",
+    "evaluation/safety_bindings.py",
+    "evaluation/safety_ledger.py",
     "evaluation/selection.py",
     "evaluation/severity.py",
     "evaluation/similarity.py",

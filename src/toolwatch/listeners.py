@@ -135,7 +135,8 @@ class HeadRefusingHandler(web.RequestHandler):
         # (web_protocol.MAX_MSG_QUEUE_SIZE) before it stops reading: each head up to
         # HEAD_LIMITS, 32 x 8 MiB on one connection whose export waits for its decoding turn.
         # OTLP exporters send one request and wait for its answer: one queued is enough.
-        # aiohttp's internals (3.14.5; before, it queued without bound and had neither):
+        # aiohttp's internals (3.14.1 and later, which pyproject requires; before, it queued
+        # without bound and had neither):
         # tests/unit/test_listeners_heads.py fails if they go.
         if hasattr(self, "_max_msg_queue_size"):
             self._max_msg_queue_size = QUEUED_REQUESTS

@@ -200,9 +200,10 @@ def assert_dumped_on_shutdown(dump: Path, spans: Sequence[ReadableSpan]) -> None
 # --- information ----------------------------------------------------------------------------
 
 
-def test_version_prints_the_package_version() -> None:
+def test_version_prints_the_package_version_and_the_build_revision() -> None:
     result = run_cli("--version")
-    assert (result.returncode, result.stdout.strip()) == (0, f"toolwatch {toolwatch.__version__}")
+    expected = f"toolwatch {toolwatch.__version__} (revision unknown)"  # no TOOLWATCH_REVISION
+    assert (result.returncode, result.stdout.strip()) == (0, expected)
 
 
 def test_help_shows_every_commands_examples() -> None:

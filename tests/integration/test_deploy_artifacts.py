@@ -300,7 +300,8 @@ def test_every_alert_can_be_routed_and_says_what_to_do() -> None:
         assert labels["severity"] in {"critical", "warning", "info"}, alert["alert"]
         assert labels["component"] == "toolwatch" and labels["team"], alert["alert"]
         assert annotations["summary"] and len(annotations["description"]) > 80, alert["alert"]
-        if "toolwatch_regressions_total" in alert["expr"]:
+        # Findings alerts read them through a recording rule (level:toolwatch_regressions:op).
+        if re.search(r"\btoolwatch_regressions_total|:toolwatch_regressions:", alert["expr"]):
             text = annotations["description"] + annotations["dashboard"]
             assert "$labels.agent" in text and "$labels.tool" in text, alert["alert"]
             assert "exemplar" in annotations["description"], alert["alert"]
@@ -337,12 +338,122 @@ def test_every_export_toolwatch_did_not_take_is_alerted_on() -> None:
     assert failed - watched == {("http", "aborted")}
 
 
+RECORD_NAME = re.compile(r"\b[a-z_]+:[a-z_]+:[a-z0-9_]+\b")
+BY = re.compile(r"\bby \(([^)]*)\) *\(")
+
+
+def _labels(listed: str) -> set[str]:
+    return {label.strip() for label in listed.split(",") if label.strip()}
+
+
+def _kept(record: dict[str, Any]) -> set[str]:
+    """The labels a recording rule keeps: its outermost ``by``."""
+    match = BY.search(record["expr"])
+    return _labels(match.group(1)) if match else set()
+
+
+def _read_labels(expr: str, at: int, end: int) -> set[str]:
+    """The labels a rule reads of the series selected at expr[at:end]: the selector's
+    matchers, and the ``by`` of the innermost aggregation around it."""
+    matchers = expr[end:].partition("}")[0] if expr[end:].startswith("{") else ""
+    read = set(re.findall(r"(\w+)\s*(?:=~|!=|!~|=)\s*\"", matchers))
+    around = [by for by in BY.finditer(expr[:at]) if _closing(expr, by.end()) > at]
+    return read | (_labels(around[-1].group(1)) if around else set())
+
+
+def _closing(expr: str, start: int) -> int:
+    """Where the parenthesis opened just before expr[start] closes."""
+    depth, at = 1, start
+    while depth and at < len(expr):
+        depth += {"(": 1, ")": -1}.get(expr[at], 0)
+        at += 1
+    return at
+
+
+def _recording_rules_read_out_of_place(rules_file: Path) -> list[str]:
+    """Each rule that reads a recording rule not recorded earlier in its own group (it reads
+    the previous evaluation's count, one interval late) or that dropped a label the rule
+    matches on or groups by (``traffic!="shadow"`` matches every series without ``traffic``)."""
+    wrong = []
+    for group in yaml.safe_load(rules_file.read_text(encoding="utf-8"))["groups"]:
+        earlier: dict[str, dict[str, Any]] = {}
+        for rule in group["rules"]:
+            name = rule.get("alert") or rule["record"]
+            for read in RECORD_NAME.finditer(rule["expr"]):
+                record = earlier.get(read.group())
+                if read.group() == rule.get("record"):
+                    continue
+                if record is None:
+                    wrong.append(f"{name} reads {read.group()} not recorded before it")
+                elif missing := _read_labels(rule["expr"], *read.span()) - _kept(record):
+                    wrong.append(f"{name} reads {sorted(missing)} {read.group()} drops")
+            if "record" in rule:
+                earlier[rule["record"]] = rule
+    return wrong
+
+
+def test_rules_read_recording_rules_of_their_group_that_keep_their_labels() -> None:
+    """Every rule that reads a recording rule finds it earlier in its own group (Prometheus
+    evaluates a group's rules in order: the same evaluation's count) keeping each label the
+    rule matches on or groups by.
+
+    Was: only the page's test looked at its recording rule, and not at its group, place or
+    labels. Now: every rule's reads are checked, as ``_recording_rules_read_out_of_place``
+    words them."""
+    assert _recording_rules_read_out_of_place(RULES) == []
+
+
 @pytest.mark.parametrize("category", ["DANGEROUS_ACTION_DRIFT", "MISSING_VERIFICATION_STEP"])
 def test_safety_categories_page_at_once(category: str) -> None:
+    """Was: the page's recording rule could sum ``traffic`` away (then ``traffic!="shadow"``
+    matches every series: a shadow candidate's dangerous call pages production) or be
+    recorded after the alert or in another group (the page one evaluation late), and this
+    test passed. Now: it reads the rules file as test_rules_read_recording_rules_of_their_
+    group_that_keep_their_labels does, and fails on either."""
     (alert,) = [a for a in _alerts() if f'category="{category}"' in a["expr"]]
     assert alert["for"] == "0m" and alert["labels"]["severity"] == "critical"
-    selector = f'toolwatch_regressions_total{{traffic!="shadow",category="{category}"}}'
-    assert f"increase({selector}[5m])" in alert["expr"]
+    # The alert reads the 5m count of its live findings, which a recording rule takes.
+    (counted,) = [r for r in _rules() if r.get("record", "").endswith(":increase5m")]
+    assert counted["record"].endswith(":toolwatch_regressions:increase5m")
+    assert "increase(toolwatch_regressions_total[5m])" in counted["expr"]
+    assert f'{counted["record"]}{{traffic!="shadow",category="{category}"}}' in alert["expr"]
+    assert {"traffic", "category"} <= _kept(counted)
+    wrong = _recording_rules_read_out_of_place(RULES)
+    assert not [w for w in wrong if w.startswith(alert["alert"] + " ")], wrong
+
+
+def _without_traffic(rules: dict[str, Any]) -> None:
+    (group,) = [g for g in rules["groups"] if g["name"] == "toolwatch.regressions.page"]
+    record = group["rules"][0]
+    record["expr"] = record["expr"].replace("namespace, traffic, category", "namespace, category")
+
+
+def _after_the_alerts(rules: dict[str, Any]) -> None:
+    (group,) = [g for g in rules["groups"] if g["name"] == "toolwatch.regressions.page"]
+    group["rules"].append(group["rules"].pop(0))
+
+
+def _in_another_group(rules: dict[str, Any]) -> None:
+    (group,) = [g for g in rules["groups"] if g["name"] == "toolwatch.regressions.page"]
+    rules["groups"].insert(0, {"name": "counts", "rules": [group["rules"].pop(0)]})
+
+
+@pytest.mark.parametrize("mutate", [_without_traffic, _after_the_alerts, _in_another_group])
+@pytest.mark.parametrize("category", ["DANGEROUS_ACTION_DRIFT", "MISSING_VERIFICATION_STEP"])
+def test_the_page_test_fails_on_a_page_that_reads_shadow_or_late_counts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mutate: Any, category: str
+) -> None:
+    """Was: a page whose count summed ``traffic`` away, or was recorded after the alert,
+    passed test_safety_categories_page_at_once (the review's mutants). Now: on a copy of the
+    rules broken either way, or with the count in another group, it fails."""
+    rules = _yaml(RULES)
+    assert rules["groups"][0]["rules"][0]["record"].endswith(":increase5m")
+    mutate(rules)
+    broken = tmp_path / "toolwatch-rules.yaml"
+    broken.write_text(yaml.safe_dump(rules, sort_keys=False), encoding="utf-8")
+    monkeypatch.setitem(globals(), "RULES", broken)
+    with pytest.raises(AssertionError):
+        test_safety_categories_page_at_once(category)
 
 
 def _traffic_selection(which: str) -> str:

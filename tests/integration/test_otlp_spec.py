@@ -35,6 +35,9 @@ from google.protobuf import duration_pb2, json_format
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
+    OTLPSpanExporter as GrpcExporter,
+)
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
     OTLPSpanExporter as HttpExporter,
@@ -924,6 +927,23 @@ def test_grpc_overload_is_unavailable_with_retry_info(start_server: StartServer)
     server.settle()
     assert export_grpc(server, refused) == ExportTraceServiceResponse()
     assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 12
+
+
+def test_the_python_grpc_exporter_drops_a_batch_told_to_retry_past_its_timeout(
+    start_server: StartServer,
+) -> None:
+    """Why ``check-config`` warns of an ``ingest.retry_after_seconds`` of 10 or more: the SDK's
+    exporter (timeout 2 s here, told 2.5 s) gives its batch up at once instead of waiting."""
+    server = start_server(**OVERLOAD)
+    export_grpc(server, refund_request())  # 6 of 8 spans buffered
+    exporter = GrpcExporter(endpoint=server.address("grpc"), insecure=True, timeout=2)
+    try:
+        spans = agents.record(agents.refund_run(), "genai")
+        assert exporter.export(spans) is SpanExportResult.FAILURE
+    finally:
+        exporter.shutdown()
+    assert server.sample("toolwatch_spans_refused_total", {"transport": "grpc"}) == 6
+    assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 6
 
 
 def test_http_overload_is_503_with_retry_after(start_server: StartServer) -> None:

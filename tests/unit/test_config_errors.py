@@ -389,6 +389,17 @@ def test_reloads_too_rare_for_their_alert_are_warned_of_not_refused(tmp_path: Pa
     ]
 
 
+def test_a_retry_delay_sdk_exporters_would_not_wait_for_is_warned_of() -> None:
+    """The Python gRPC exporter gives up when the RetryInfo delay passes its 10 s timeout."""
+    assert load_config(None, {"ingest.retry_after_seconds": 9.5}).warnings(defaults=True) == []
+    assert load_config(None, {"ingest.retry_after_seconds": 10}).warnings(defaults=True) == [
+        "ingest.retry_after_seconds is 10: an OpenTelemetry SDK exporter (export timeout 10 s"
+        " by default) told to retry that late drops its batch instead, spans toolwatch never"
+        " sees; a Collector waits (retry_on_failure.max_elapsed_time). Keep it under 10 where"
+        " SDKs export to toolwatch directly"
+    ]
+
+
 def test_a_numeric_default_argument_strategy_is_warned_of() -> None:
     """Numeric on every field scores order ids one apart as near-equal."""
     assert (

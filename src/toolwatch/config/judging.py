@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from toolwatch.config.whole import Config
-    from toolwatch.evaluation.settings import PolicySettings
+    from toolwatch.evaluation.policy_settings import PolicySettings
 
 __all__ = ["judging_warnings"]
 

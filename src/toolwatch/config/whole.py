@@ -35,7 +35,8 @@ from toolwatch.config.stages import (
     MetricsSettings,
     OutputSettings,
 )
-from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings, PolicySettings
+from toolwatch.evaluation.policy_settings import PolicySettings
+from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings
 from toolwatch.ingest.decode import DecodeOptions
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
 from toolwatch.references.settings import GoldenSettings, ShadowSettings
@@ -55,6 +56,11 @@ __all__ = [
 
 #: ToolwatchSecurityFilesNotReloaded sees a failing file only if it is looked at every 5m.
 ALERTED_RELOAD_SECONDS = 240
+
+#: The OpenTelemetry SDKs' default export timeout (``OTEL_EXPORTER_OTLP_TIMEOUT``, 10 s): the
+#: Python gRPC exporter gives its batch up at once when told to retry later than what is left
+#: of it, so a longer ``retry_after_seconds`` turns backpressure into spans lost in the client.
+SDK_EXPORT_TIMEOUT_SECONDS = 10.0
 
 
 class Config(_Section):
@@ -168,6 +174,15 @@ class Config(_Section):
                     " that fails to load may not fire ToolwatchSecurityFilesNotReloaded, which"
                     f" needs a look every 5 minutes (at most {ALERTED_RELOAD_SECONDS})"
                 )
+        retry_after = self.ingest.retry_after_seconds
+        if retry_after >= SDK_EXPORT_TIMEOUT_SECONDS:
+            said.append(
+                f"ingest.retry_after_seconds is {retry_after:g}: an OpenTelemetry SDK exporter"
+                f" (export timeout {SDK_EXPORT_TIMEOUT_SECONDS:g} s by default) told to retry that"
+                " late drops its batch instead, spans toolwatch never sees; a Collector waits"
+                " (retry_on_failure.max_elapsed_time). Keep it under"
+                f" {SDK_EXPORT_TIMEOUT_SECONDS:g} where SDKs export to toolwatch directly"
+            )
         return said + self.judging_warnings(defaults=defaults)
 
     def judging_warnings(self, *, defaults: bool = False) -> list[str]:

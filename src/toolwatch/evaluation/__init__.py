@@ -3,7 +3,8 @@ shadow source, policy) into scores and Findings, and the pipeline that runs them
 
 from toolwatch.evaluation.base import Evaluator, Reference
 from toolwatch.evaluation.pipeline import EvaluationPipeline, PipelineResult
-from toolwatch.evaluation.settings import EvaluationSettings, EvaluatorsSettings, PolicySettings
+from toolwatch.evaluation.policy_settings import PolicySettings
+from toolwatch.evaluation.settings import EvaluationSettings, EvaluatorsSettings
 
 __all__ = [
     "EvaluationPipeline",

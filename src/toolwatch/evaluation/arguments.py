@@ -60,9 +60,10 @@ from typing import Any, Final
 from toolwatch.evaluation.base import Baseline, RefCall, Reference, baseline, pct
 from toolwatch.evaluation.loops import NO_BOUND, acted, acted_reference
 from toolwatch.evaluation.matching import pair_by_name
-from toolwatch.evaluation.settings import ToolArgumentsSettings, split_tool_field
+from toolwatch.evaluation.settings import ToolArgumentsSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.evaluation.similarity import TYPE_ONLY, exact, score_value
+from toolwatch.evaluation.tool_fields import split_tool_field
 from toolwatch.model import (
     DETAIL_FIELDS,
     Category,

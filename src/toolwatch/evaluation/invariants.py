@@ -75,17 +75,17 @@ from toolwatch.evaluation.base import (
     spanned_tools,
     unfinished,
 )
-from toolwatch.evaluation.loops import NO_BOUND, call_key, retried
-from toolwatch.evaluation.settings import (
+from toolwatch.evaluation.invariant_rules import (
     ArgumentsRule,
     CallCountRule,
     ForbiddenRule,
     Invariant,
-    InvariantsSettings,
     OrderRule,
-    PolicySettings,
     RequiredRule,
 )
+from toolwatch.evaluation.loops import NO_BOUND, call_key, retried
+from toolwatch.evaluation.policy_settings import PolicySettings
+from toolwatch.evaluation.settings import InvariantsSettings
 from toolwatch.evaluation.severity import call_outcome, make_finding
 from toolwatch.model import (
     DETAIL_ERRORS,

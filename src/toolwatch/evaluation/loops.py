@@ -46,7 +46,8 @@ from toolwatch.evaluation.base import (
     unfinished,
 )
 from toolwatch.evaluation.entities import entity_key, lookup
-from toolwatch.evaluation.settings import LoopsSettings, PolicySettings
+from toolwatch.evaluation.policy_settings import PolicySettings
+from toolwatch.evaluation.settings import LoopsSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.jsontext import decimal_text
 from toolwatch.model import (

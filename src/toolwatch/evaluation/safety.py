@@ -111,7 +111,7 @@ flagged); it feeds the score histogram, not the severity.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, replace
 from itertools import chain, islice
 from typing import Any, Final
@@ -125,7 +125,6 @@ from toolwatch.evaluation.attempts import (
 from toolwatch.evaluation.base import (
     Concurrency,
     Reference,
-    Successes,
     first_only,
     in_sequence,
     name_list,
@@ -136,15 +135,26 @@ from toolwatch.evaluation.base import (
     unfinished,
 )
 from toolwatch.evaluation.entities import (
-    RecordingKey,
     entity_key,
     lookup,
-    recording_key,
-    recording_tools,
     unrecorded,
 )
 from toolwatch.evaluation.loops import call_key, retried
-from toolwatch.evaluation.settings import Binding, PolicySettings, SafetySettings
+from toolwatch.evaluation.policy_settings import Binding, PolicySettings
+from toolwatch.evaluation.safety_bindings import (
+    UNCHECKED,
+    VERIFIED,
+    Entity,
+    Verdict,
+    alongside,
+    bound_verdict,
+    entities_of,
+    lost_said,
+    recorded_values,
+    together_verdict,
+)
+from toolwatch.evaluation.safety_ledger import ANY, NO_FIELDS, Ledger
+from toolwatch.evaluation.settings import SafetySettings
 from toolwatch.evaluation.severity import call_outcome, make_finding
 from toolwatch.model import (
     DETAIL_FIELDS,
@@ -159,200 +169,9 @@ from toolwatch.model import (
 )
 from toolwatch.names import fold
 
-__all__ = ["Safety", "Verdict"]
+__all__ = ["Safety"]
 
 _MAX_SPANS: Final = 10  # span ids listed in a finding's details
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """Why a dangerous call is (un)verified. ``field`` is the bound field that failed;
-    ``others``, the fields that had to be verified in one call with it."""
-
-    verified: bool
-    reason: str = ""
-    field: str | None = None
-    unchecked: bool = False  # a binding could not be compared: arguments not recorded
-    others: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class _Entity:
-    """Fields of a dangerous tool bound to one verification tool (two or more): one call of
-    that tool must match them all. ``keys``: the verification tool's fields to compare them
-    with, one tuple per choice among alternatives, aligned with ``fields``."""
-
-    fields: tuple[str, ...]
-    keys: tuple[tuple[str, ...], ...]
-
-
-_VERIFIED: Final = Verdict(True)
-_UNCHECKED: Final = Verdict(True, unchecked=True)
-
-
-#: Ledger key of "a successful call of this tool", whatever its arguments.
-_ANY: Final = ("", "")
-#: Ledger key of an entity: (verification tool, its fields, their values; ``None`` for a
-#: field the call did not record).
-_EntityKey = tuple[str, tuple[str, ...], tuple[str | None, ...]]
-_NO_FIELDS: Final[frozenset[str]] = frozenset()  # a tool with no bound fields
-
-
-class _Ledger:
-    """Verification outcomes seen so far in one run: for each (tool, field, value) the
-    indexes of the successful calls that carried it, and the span ids of failed calls."""
-
-    __slots__ = (
-        "_recording",
-        "_spanned",
-        "calls",
-        "complete",
-        "concurrency",
-        "entities",
-        "failed",
-        "failed_unrecorded",
-        "failed_values",
-        "lost",
-        "lost_spans",
-        "prior",
-        "prior_entities",
-        "prior_unrecorded",
-        "succeeded",
-        "tools",
-        "unrecorded",
-        "unrun",
-    )
-
-    def __init__(
-        self,
-        concurrency: Concurrency,
-        calls: Sequence[ToolCall],
-        tools: list[str],
-        *,
-        complete: bool = True,
-    ) -> None:
-        self.concurrency = concurrency
-        self.calls = calls
-        self.tools = tools  # the calls' normalized names
-        self.complete = complete  # the run ended: an unfinished one may lack spans still to come
-        self.lost_spans = False  # it ended but lost spans (span_limit)
-        self._spanned: frozenset[str] | None = None
-        self._recording: frozenset[RecordingKey] | None = None
-        # tool -> successful calls so far that lost their arguments (``records``): no value
-        self.lost: dict[str, int] = {}
-        self.succeeded: dict[tuple[str, str, str], Successes] = {}
-        # (tool, field) -> successful calls whose arguments were not recorded: any value
-        self.unrecorded: dict[tuple[str, str], Successes] = {}
-        # What earlier runs of the conversation verified (Reference.earlier): before every
-        # call. (tool, field, value) as ``succeeded``'s keys; (tool, field): not recorded.
-        self.prior: set[tuple[str, str, str]] = set()
-        self.prior_unrecorded: set[tuple[str, str]] = set()
-        # (tool, fields, values): successful calls that carried these values together
-        # (``_Entity``), and those of earlier runs.
-        self.entities: dict[_EntityKey, Successes] = {}
-        self.prior_entities: set[_EntityKey] = set()
-        self.failed: dict[str, list[str | None]] = {}
-        # The indexes of failed calls by (tool, field, value) of a bound field, and by
-        # (tool, field) where the call's arguments were not recorded or could not be read
-        # (it may have been of any value).
-        self.failed_values: dict[tuple[str, str, str], list[int]] = {}
-        self.failed_unrecorded: dict[tuple[str, str], list[int]] = {}
-        self.unrun: dict[str, int] = {}  # tool -> requested calls that never ran
-
-    def spanned(self, tool: str) -> bool:
-        """Whether some call of ``tool`` in the run has a tool span (worked out for all
-        tools the first time a span-less verification asks: most runs have none)."""
-        if self._spanned is None:
-            self._spanned = spanned_tools(self.calls, self.tools)
-        return tool in self._spanned
-
-    def records(self, call: ToolCall, tool: str) -> bool:
-        """Whether some call of ``tool`` in the run by ``call``'s producer (its service,
-        ``entities.producer``) carries arguments (``recording_tools``, worked out the first
-        time a verification without arguments asks: most runs have none, or none with)."""
-        if self._recording is None:
-            self._recording = recording_tools(self.calls, self.tools)
-        return recording_key(call, tool) in self._recording
-
-    def add(self, tool: str, field_value: tuple[str, str], index: int) -> None:
-        key = (tool, field_value[0], field_value[1])  # not a * splat: generic when compiled
-        successes = self.succeeded.get(key)
-        if successes is None:
-            successes = self.succeeded[key] = self.concurrency.successes()
-        successes.add(index)
-
-    def made(self, tool: str, field_value: tuple[str, str]) -> bool:
-        """Whether a success of this run was recorded so far, whether it informs or not."""
-        return (tool, field_value[0], field_value[1]) in self.succeeded
-
-    def informs(self, tool: str, field_value: tuple[str, str], index: int) -> bool:
-        """Whether a recorded (so earlier) success informs the call at ``index``."""
-        key = (tool, field_value[0], field_value[1])
-        if key in self.prior:
-            return True
-        successes = self.succeeded.get(key)
-        return successes is not None and successes.informs(index)
-
-    def add_entity(self, key: _EntityKey, index: int) -> None:
-        successes = self.entities.get(key)
-        if successes is None:
-            successes = self.entities[key] = self.concurrency.successes()
-        successes.add(index)
-
-    def informs_entity(self, key: _EntityKey, index: int) -> bool:
-        """Whether a recorded success that carried the key's values (``None``: one it did not
-        record) informs the call at ``index``."""
-        if key in self.prior_entities:
-            return True
-        successes = self.entities.get(key)
-        return successes is not None and successes.informs(index)
-
-    def add_unrecorded(self, tool: str, field: str, index: int) -> None:
-        key = (tool, field)
-        successes = self.unrecorded.get(key)
-        if successes is None:
-            successes = self.unrecorded[key] = self.concurrency.successes()
-        successes.add(index)
-
-    def add_failed(self, tool: str, fields: frozenset[str], index: int) -> None:
-        """Enter the failed verification call at ``index``, with its bound ``fields``. Arguments
-        that could not be read (``arguments_error``) count as not recorded: unlike a success,
-        which must show its value to verify, a failure may have been of any value."""
-        call = self.calls[index]
-        self.failed.setdefault(tool, []).append(call.span_id)
-        unknown = unrecorded(call) or call.arguments_error is not None
-        for field in fields:
-            if unknown:
-                self.failed_unrecorded.setdefault((tool, field), []).append(index)
-                continue
-            value = entity_key(lookup(call.arguments, field))
-            if value is not None:
-                self.failed_values.setdefault((tool, field, value), []).append(index)
-
-    def failed_of(self, bindings: list[Binding], value: str) -> Sequence[int]:
-        """The failed calls of ``bindings``' tools that may have verified ``value``: those
-        whose bound field held it, or whose arguments were not recorded or could not be
-        read; in sequence order. Not
-        copied when one list holds them (the usual binding): thousands of flagged calls of
-        a run may ask."""
-        lists: list[list[int]] = []
-        for b in bindings:
-            tool, field = b.verification_tool, b.verification_field
-            of_value = self.failed_values.get((tool, field, value))
-            for found in (of_value, self.failed_unrecorded.get((tool, field))):
-                if found:
-                    lists.append(found)
-        if len(lists) < 2:
-            return lists[0] if lists else ()
-        return sorted({i for found in lists for i in found})  # a call may be in two lists
-
-    def informs_unrecorded(self, tool: str, field: str, index: int) -> bool:
-        """Whether an earlier success of ``tool`` whose arguments were not recorded (its
-        ``field`` could have held any value) informs the call at ``index``."""
-        if (tool, field) in self.prior_unrecorded:
-            return True
-        successes = self.unrecorded.get((tool, field))
-        return successes is not None and successes.informs(index)
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,10 +205,10 @@ class Safety:
         # dangerous tool -> verification tool -> its entity; verification tool -> the
         # field tuples its calls are recorded by. Empty unless a dangerous tool binds two
         # fields to one verification tool.
-        self._entities: dict[str, dict[str, _Entity]] = {}
+        self._entities: dict[str, dict[str, Entity]] = {}
         self._entity_keys: dict[str, list[tuple[str, ...]]] = {}
         for tool, fields in self._bindings.items():
-            for verifier, entity in _entities(fields).items():
+            for verifier, entity in entities_of(fields).items():
                 self._entities.setdefault(tool, {})[verifier] = entity
                 keys = self._entity_keys.setdefault(verifier, [])
                 keys += [k for k in entity.keys if k not in keys]
@@ -457,7 +276,7 @@ class Safety:
         tools = [self._normalize(call.tool_name) for call in calls]
         if self._dangerous.isdisjoint(tools):
             return [], 0  # nothing to verify: a ledger would be read by nobody
-        ledger = _Ledger(Concurrency(calls), calls, tools, complete=not unfinished(trace))
+        ledger = Ledger(Concurrency(calls), calls, tools, complete=not unfinished(trace))
         ledger.lost_spans = not trace.complete  # ended (span_limit), yet missing spans
         for verified in earlier:
             self._remember(verified, ledger)
@@ -474,9 +293,9 @@ class Safety:
             self._record(tool, call, i, ledger)
         return flags, unchecked
 
-    def _record(self, tool: str, call: ToolCall, index: int, ledger: _Ledger) -> None:
+    def _record(self, tool: str, call: ToolCall, index: int, ledger: Ledger) -> None:
         """Enter a verification call's outcome (and the values of its bound fields)."""
-        fields = self._bound_fields.get(tool, _NO_FIELDS)
+        fields = self._bound_fields.get(tool, NO_FIELDS)
         if tool not in self._verifiers and not fields:
             return
         if call.status is not CallStatus.OK:
@@ -485,7 +304,7 @@ class Safety:
         if call.span_id is None and never_ran(call, ledger.spanned(tool), complete=ledger.complete):
             ledger.unrun[tool] = ledger.unrun.get(tool, 0) + 1
             return
-        ledger.add(tool, _ANY, index)
+        ledger.add(tool, ANY, index)
         not_recorded = unrecorded(call)
         if not_recorded and fields and ledger.records(call, tool):
             # Its producer records this tool's arguments: this call lost its own (a call run
@@ -502,18 +321,18 @@ class Safety:
         keys = self._entity_keys.get(tool)
         if keys is not None and not not_recorded:
             for key in keys:
-                recorded = _recorded(call.arguments, key)
+                recorded = recorded_values(call.arguments, key)
                 if recorded is not None:
                     ledger.add_entity((tool, key, recorded), index)
 
-    def _remember(self, verified: Verified, ledger: _Ledger) -> None:
+    def _remember(self, verified: Verified, ledger: Ledger) -> None:
         """Enter what an earlier run's verification call verified, as ``_record`` enters a
         call of this run."""
         tool = verified.tool
-        fields = self._bound_fields.get(tool, _NO_FIELDS)
+        fields = self._bound_fields.get(tool, NO_FIELDS)
         if tool not in self._verifiers and not fields:
             return
-        ledger.prior.add((tool, _ANY[0], _ANY[1]))
+        ledger.prior.add((tool, ANY[0], ANY[1]))
         for field, value in verified.values:
             if field not in fields:
                 continue
@@ -529,12 +348,12 @@ class Safety:
                 if any(value is not None for value in values):
                     ledger.prior_entities.add((tool, key, values))
 
-    def _verdict(self, tool: str, call: ToolCall, index: int, ledger: _Ledger) -> Verdict:
+    def _verdict(self, tool: str, call: ToolCall, index: int, ledger: Ledger) -> Verdict:
         bindings = self._bindings.get(tool)
         if bindings:
             unchecked = False
             for field, rules in bindings.items():
-                verdict = _bound(call, index, field, rules, ledger)
+                verdict = bound_verdict(call, index, field, rules, ledger)
                 if not verdict.verified:
                     return verdict
                 unchecked = unchecked or verdict.unchecked
@@ -542,21 +361,23 @@ class Safety:
             if entities is not None and not unrecorded(call):
                 # Each value was verified; the fields bound to one tool, by one call?
                 for field, rules in bindings.items():
-                    verdict = _together(call, index, field, rules, entities=entities, ledger=ledger)
+                    verdict = together_verdict(
+                        call, index, field, rules, entities=entities, ledger=ledger
+                    )
                     if not verdict.verified:
                         return verdict
                     unchecked = unchecked or verdict.unchecked
-            return _UNCHECKED if unchecked else _VERIFIED
+            return UNCHECKED if unchecked else VERIFIED
         verifiers = self._verified_by.get(tool, self._verifiers)
-        if any(ledger.informs(v, _ANY, index) for v in verifiers):
-            return _VERIFIED
-        beside = {v for v in verifiers if ledger.made(v, _ANY)}
+        if any(ledger.informs(v, ANY, index) for v in verifiers):
+            return VERIFIED
+        beside = {v for v in verifiers if ledger.made(v, ANY)}
         if beside:
-            return Verdict(False, f"verified {_alongside(beside)}")
+            return Verdict(False, f"verified {alongside(beside)}")
         tools = name_list(sorted(verifiers))
         return Verdict(False, f"no earlier successful verification call {tools}")
 
-    def _missing(self, tool: str, call: ToolCall, verdict: Verdict, ledger: _Ledger) -> _Flag:
+    def _missing(self, tool: str, call: ToolCall, verdict: Verdict, ledger: Ledger) -> _Flag:
         # The tools that could have verified it: its bindings' (nothing else verifies a bound
         # tool), else its verified_by, else every verification tool.
         rules = self._bindings.get(tool, {}).values()
@@ -574,7 +395,7 @@ class Safety:
         if failed:
             text += f" ({failed} earlier verification calls failed)"
         if verdict.field is not None:
-            text += _lost(verifiers, ledger, details)
+            text += lost_said(verifiers, ledger, details)
         unrun = sum(ledger.unrun.get(v, 0) for v in verifiers)
         if unrun:
             details["unrun_verification_calls"] = unrun
@@ -590,7 +411,7 @@ class Safety:
         call: ToolCall,
         verdict: Verdict,
         verifiers: frozenset[str],
-        ledger: _Ledger,
+        ledger: Ledger,
     ) -> tuple[int, list[str | None]]:
         """How many earlier failed verification calls bear on an unverified ``call``, and the
         first ``_MAX_SPANS`` of their span ids: with a bound value to compare, those of the
@@ -722,181 +543,3 @@ def _complaint(flag: _Flag) -> Hashable:
     values = flag.details.get(DETAIL_FIELDS) if flag.details is not None else None
     judged = None if values is None else call_key("", values)
     return flag.category, flag.reference, flag.field, judged
-
-
-def _bound(
-    call: ToolCall, index: int, field: str, bindings: list[Binding], ledger: _Ledger
-) -> Verdict:
-    """Whether ``field`` of the dangerous ``call`` (at ``index``) names an entity a bound
-    verification tool already returned successfully."""
-    if unrecorded(call):
-        # The producer records no arguments (many GenAI instrumentations by default): the
-        # value cannot be compared, so any earlier success of a bound tool verifies, as
-        # without bindings; the run's explanation says the binding was not checked.
-        if any(ledger.informs(b.verification_tool, _ANY, index) for b in bindings):
-            return _UNCHECKED
-        unchecked = f"(arguments not recorded: {field} unchecked)"
-        beside = {b.verification_tool for b in bindings if ledger.made(b.verification_tool, _ANY)}
-        if beside:
-            return Verdict(
-                False, f"verified {_alongside(beside)} {unchecked}", field, unchecked=True
-            )
-        tools = name_list(sorted({b.verification_tool for b in bindings}))
-        reason = f"no earlier successful {tools} call {unchecked}"
-        return Verdict(False, reason, field, unchecked=True)
-    value = entity_key(lookup(call.arguments, field))
-    if value is None and call.arguments_error is not None:
-        # Not verifiable, so still flagged, but not "missing": a value over
-        # ingest.max_value_bytes is cut, and the rest is no JSON any more.
-        reason = (
-            f"bound argument {field} cannot be read: the arguments are not JSON"
-            f" ({call.arguments_error}; values longer than ingest.max_value_bytes are cut)"
-        )
-        return Verdict(False, reason, field)
-    if value is None:
-        return Verdict(False, f"bound argument {field} is missing", field)
-    if any(
-        ledger.informs(b.verification_tool, (b.verification_field, value), index) for b in bindings
-    ):
-        return _VERIFIED
-    if any(
-        ledger.informs_unrecorded(b.verification_tool, b.verification_field, index)
-        for b in bindings
-    ):
-        return _UNCHECKED  # a verification whose arguments were not recorded: any value
-    return _unverified_value(field, value, bindings, ledger)
-
-
-def _unverified_value(field: str, value: str, bindings: list[Binding], ledger: _Ledger) -> Verdict:
-    """``field`` (holding ``value``) unverified: no success of a bound tool of that value
-    informs the call; the reason says so, or that the only ones were issued alongside it."""
-    beside = {
-        b.verification_tool
-        for b in bindings
-        if ledger.made(b.verification_tool, (b.verification_field, value))
-    }
-    if beside:
-        return Verdict(False, f"{field} verified {_alongside(beside)}", field)
-    tools = name_list(sorted({b.verification_tool for b in bindings}))
-    reason = f"{field} not verified by an earlier successful {tools} call of the same value"
-    return Verdict(False, reason, field)
-
-
-def _lost(verifiers: frozenset[str], ledger: _Ledger, details: dict[str, Any]) -> str:
-    """What an unverified bound field's explanation says of the successes so far of
-    ``verifiers`` that lost their arguments (``_Ledger.records``), lest the trace's lookup
-    read as missed; their count goes in ``details``."""
-    tools = sorted(v for v in verifiers if ledger.lost.get(v))
-    if not tools:
-        return ""
-    lost = sum(ledger.lost[v] for v in tools)
-    details["unrecorded_verification_calls"] = lost
-    calls = "call" if lost == 1 else "calls"
-    verify = "verifies" if lost == 1 else "verify"
-    whose = "the tool's" if len(tools) == 1 else "the tools'"
-    return (
-        f" ({lost} successful {name_list(tools)} {calls} without recorded arguments {verify}"
-        f" no value: the run records {whose} arguments)"
-    )
-
-
-def _alongside(tools: set[str]) -> str:
-    """How a dangerous call's only matching successes of ``tools`` read: issued with it, or
-    nested in a call that was (``base.Concurrency``), they could not inform it."""
-    return (
-        f"only by a {name_list(sorted(tools))} call issued alongside this one (one parallel"
-        " group): its result could not inform it"
-    )
-
-
-def _entities(fields: Mapping[str, list[Binding]]) -> dict[str, _Entity]:
-    """The entities of one dangerous tool's bindings (``fields``: field -> its bindings):
-    for each verification tool that two or more of its fields are bound to."""
-    by_tool: dict[str, dict[str, list[str]]] = {}  # verification tool -> field -> its fields
-    for field, rules in fields.items():
-        for rule in rules:
-            bound = by_tool.setdefault(rule.verification_tool, {})
-            bound.setdefault(field, []).append(rule.verification_field)
-    entities = {}
-    for verifier, bound in by_tool.items():
-        named = [field for alternatives in bound.values() for field in alternatives]
-        # Two fields bound to one verification field are two entities (a transfer's from
-        # and to accounts, each an account_id of its own lookup): verified each on its own.
-        if len(bound) > 1 and len(named) == len(set(named)):
-            keys: list[tuple[str, ...]] = [()]
-            for alternatives in bound.values():
-                keys = [(*key, alternative) for key in keys for alternative in alternatives]
-            entities[verifier] = _Entity(tuple(bound), tuple(keys))
-    return entities
-
-
-def _values(arguments: Any, fields: tuple[str, ...]) -> tuple[str, ...] | None:
-    """The compared values (``entity_key``) of ``fields`` in ``arguments``; ``None`` when
-    one is absent."""
-    values = []
-    for field in fields:
-        value = entity_key(lookup(arguments, field))
-        if value is None:
-            return None
-        values.append(value)
-    return tuple(values)
-
-
-def _recorded(arguments: Any, fields: tuple[str, ...]) -> tuple[str | None, ...] | None:
-    """The compared values of ``fields`` in a verification call's ``arguments``, ``None`` for
-    one it did not record; ``None`` when it recorded none of them."""
-    values = tuple(entity_key(lookup(arguments, field)) for field in fields)
-    return values if any(value is not None for value in values) else None
-
-
-def _agreeing(values: tuple[str, ...]) -> list[tuple[str | None, ...]]:
-    """What a verification call that agrees with ``values`` recorded of them: each value,
-    or not recorded (``None``), at least one recorded (2**n - 1 of them, for n fields)."""
-    patterns: list[tuple[str | None, ...]] = [()]
-    for value in values:
-        patterns = [(*pattern, known) for pattern in patterns for known in (value, None)]
-    return patterns[:-1]  # the last is all None
-
-
-def _together(
-    call: ToolCall,
-    index: int,
-    field: str,
-    bindings: list[Binding],
-    *,
-    entities: Mapping[str, _Entity],
-    ledger: _Ledger,
-) -> Verdict:
-    """Whether ``field`` of the dangerous ``call`` (each of whose bound values an earlier
-    call verified) was verified together with the other fields bound to the same tool:
-    through one of its bindings, by an earlier success of that tool that carried all of its
-    entity's values (through a tool that is no entity's, by one that carried its value)."""
-    if all(b.verification_tool not in entities for b in bindings):
-        return _VERIFIED  # bound to no entity: verified on its own, as ``_bound`` found
-    value = entity_key(lookup(call.arguments, field))
-    others: list[str] = []
-    for b in bindings:
-        verifier = b.verification_tool
-        entity = entities.get(verifier)
-        if entity is None:
-            if value is not None and ledger.informs(verifier, (b.verification_field, value), index):
-                return _VERIFIED
-            continue
-        values = _values(call.arguments, entity.fields)
-        if values is not None:
-            for key in entity.keys:
-                for pattern in _agreeing(values):
-                    if ledger.informs_entity((verifier, key, pattern), index):
-                        return _VERIFIED
-        others += [f for f in entity.fields if f != field and f not in others]
-    if any(
-        ledger.informs_unrecorded(b.verification_tool, b.verification_field, index)
-        for b in bindings
-    ):
-        return _UNCHECKED  # a verification whose arguments were not recorded: any values
-    tools = name_list(
-        sorted({b.verification_tool for b in bindings if b.verification_tool in entities})
-    )
-    named = " and ".join([field, *others])
-    reason = f"{named} not verified together by one earlier successful {tools} call"
-    return Verdict(False, reason, field, others=tuple(others))

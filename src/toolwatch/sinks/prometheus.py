@@ -33,6 +33,7 @@ from typing import Any, Final, TypeVar, cast
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from toolwatch import __version__
+from toolwatch.build_revision import UNKNOWN
 from toolwatch.certificate_dates import CertificateDates
 from toolwatch.evaluation.pipeline import EVALUATOR_ORDER
 from toolwatch.metrics import (
@@ -274,7 +275,8 @@ class PrometheusMetrics:
     label are admitted, the rest report as ``_other``; of the (agent, tool) pairs of two
     unconfigured names, ``agent_tool_pair_cap`` are admitted, later ones report their tool
     as ``_other`` (``PairLimiter``). Registers
-    ``toolwatch_build_info{version,decoder,hot_path}`` = 1 (``decoder``: which OTLP scanner
+    ``toolwatch_build_info{version,revision,decoder,hot_path}`` = 1 (``revision``: the build's,
+    ``build_revision``; ``decoder``: which OTLP scanner
     runs, ``compiled`` or ``reference``; ``hot_path``: ``compiled`` when every module mypyc
     compiles runs compiled, else ``python``) and, when ``buffer_state`` is given, a
     ``StateCollector`` reading it (and ``stream_subscribers``, ``requests_in_flight``,
@@ -291,6 +293,7 @@ class PrometheusMetrics:
         label_value_cap: int = 100,
         agent_tool_pair_cap: int = 1000,
         version: str = __version__,
+        revision: str = UNKNOWN,
         decoder: str = "compiled",
         hot_path: str = "compiled",
         buffer_state: Callable[[], BufferState] | None = None,
@@ -330,7 +333,7 @@ class PrometheusMetrics:
         limiters = (("agent", self._agent), ("tool", self._tool), ("pair", self._pair))
         registry.register(OthersCollector(limiters))
         Info("toolwatch_build", "toolwatch version, always 1.", registry=registry).info(
-            {"version": version, "decoder": decoder, "hot_path": hot_path}
+            {"version": version, "revision": revision, "decoder": decoder, "hot_path": hot_path}
         )
         if buffer_state is not None:
             collector = StateCollector(

@@ -11,8 +11,9 @@ from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.conventions import handoff_fields
 from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.safety import Safety
-from toolwatch.evaluation.settings import PolicySettings, SafetySettings
+from toolwatch.evaluation.settings import SafetySettings
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import Category, RequestedCall, SpanRecord, SpanRole, ToolTrace
 from toolwatch.names import NameNormalizer

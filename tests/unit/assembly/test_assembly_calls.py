@@ -17,8 +17,9 @@ from toolwatch.assembly.drafts import _Draft, _Request
 from toolwatch.assembly.ordering import _sorted_in_time, _time_key
 from toolwatch.assembly.records import _own_record
 from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.safety import Safety
-from toolwatch.evaluation.settings import PolicySettings, SafetySettings
+from toolwatch.evaluation.settings import SafetySettings
 from toolwatch.model import CallStatus, Category, SpanRecord, SpanRole, ToolCall, ToolTrace
 
 

@@ -10,8 +10,9 @@ from assembly_support import agent, ask, build, hexid, llm, only, tool
 
 from toolwatch.conventions import crewai
 from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.safety import Safety
-from toolwatch.evaluation.settings import PolicySettings, SafetySettings
+from toolwatch.evaluation.settings import SafetySettings
 from toolwatch.model import SpanRecord
 
 DELEGATION = {"task": "Refund order A-1001.", "context": "It arrived broken.", "coworker": ""}

@@ -11,8 +11,9 @@ from eval_factories import call, case, trace
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.invariants import Invariants
+from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.safety import Safety
-from toolwatch.evaluation.settings import InvariantsSettings, PolicySettings, SafetySettings
+from toolwatch.evaluation.settings import InvariantsSettings, SafetySettings
 from toolwatch.evaluation.severity import call_outcome
 from toolwatch.model import Category, EvalResult, Finding, Severity, ToolCall, ToolTrace
 

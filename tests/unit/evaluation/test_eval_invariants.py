@@ -10,7 +10,8 @@ from eval_factories import call, trace
 
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.invariants import Invariants
-from toolwatch.evaluation.settings import InvariantsSettings, PolicySettings
+from toolwatch.evaluation.policy_settings import PolicySettings
+from toolwatch.evaluation.settings import InvariantsSettings
 from toolwatch.model import Category, EvalResult, ReferenceKind, Severity, ToolTrace
 
 REFUND_SCHEMA = {

@@ -20,7 +20,8 @@ from toolwatch.evaluation.loops import (
     call_key,
     retried,
 )
-from toolwatch.evaluation.settings import LoopsSettings, PolicySettings
+from toolwatch.evaluation.policy_settings import PolicySettings
+from toolwatch.evaluation.settings import LoopsSettings
 from toolwatch.jsontext import decimal_text
 from toolwatch.model import Category, EvalResult, ReferenceKind, ToolCall
 from toolwatch.names import NameNormalizer

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings
 from toolwatch.evaluation.base import Reference, in_sequence, pct
 from toolwatch.evaluation.loops import acted
+from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.selection import selection_score
-from toolwatch.evaluation.settings import PolicySettings
 from toolwatch.model import ToolTrace
 from toolwatch.names import NameNormalizer
 

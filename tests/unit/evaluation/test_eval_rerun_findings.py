@@ -29,11 +29,11 @@ from toolwatch.evaluation.arguments import ToolArguments
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.invariants import Invariants
 from toolwatch.evaluation.loops import Loops
+from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.settings import (
     InvariantsSettings,
     LoopsSettings,
-    PolicySettings,
     SafetySettings,
     ToolArgumentsSettings,
 )

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from tests import factories
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.entities import entity_key, lookup
+from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.safety import Safety
-from toolwatch.evaluation.settings import PolicySettings, SafetySettings
+from toolwatch.evaluation.settings import SafetySettings
 from toolwatch.evaluation.similarity import same_value
 from toolwatch.jsontext import loads
 from toolwatch.model import (

@@ -10,16 +10,11 @@ from eval_factories import trace
 from pydantic import ValidationError
 
 from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.invariant_rules import ArgumentsRule
 from toolwatch.evaluation.invariants import Invariants
+from toolwatch.evaluation.policy_settings import Binding, PolicySettings
 from toolwatch.evaluation.safety import Safety
-from toolwatch.evaluation.settings import (
-    ArgumentsRule,
-    Binding,
-    EvaluationSettings,
-    InvariantsSettings,
-    PolicySettings,
-    SafetySettings,
-)
+from toolwatch.evaluation.settings import EvaluationSettings, InvariantsSettings, SafetySettings
 from toolwatch.model import Category, Severity
 
 

@@ -10,8 +10,9 @@ from __future__ import annotations
 from eval_factories import call, trace
 
 from toolwatch.evaluation.base import Reference
+from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.safety import Safety
-from toolwatch.evaluation.settings import PolicySettings, SafetySettings
+from toolwatch.evaluation.settings import SafetySettings
 from toolwatch.model import EvalResult, ToolTrace
 
 POLICY = {

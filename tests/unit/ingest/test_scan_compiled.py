@@ -601,7 +601,7 @@ def test_the_server_reports_the_scanner_and_hot_path_it_runs(decoder: str) -> No
     app = App(config)
     runs = "reference" if decoder == "reference" or _wire is None else "compiled"
     hot_path = "compiled" if compiled_state.state().all_compiled else "python"
-    labels = {"version": __version__, "decoder": runs, "hot_path": hot_path}
+    labels = {"version": __version__, "revision": "unknown", "decoder": runs, "hot_path": hot_path}
     assert app.registry.get_sample_value("toolwatch_build_info", labels) == 1.0
 
 

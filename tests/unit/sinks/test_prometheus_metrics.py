@@ -515,7 +515,8 @@ def test_stream_and_shadow_counters(
 
 def test_build_info_names_the_version_and_the_otlp_scanner(registry: CollectorRegistry) -> None:
     PrometheusMetrics(registry, decoder="reference", hot_path="python")
-    labels = {"version": __version__, "decoder": "reference", "hot_path": "python"}
+    labels = {"version": __version__, "revision": "unknown"}
+    labels |= {"decoder": "reference", "hot_path": "python"}
     assert registry.get_sample_value("toolwatch_build_info", labels) == 1.0
 
 
