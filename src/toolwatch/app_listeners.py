@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry
 
 from toolwatch import connection_age
 from toolwatch.config import Config
+from toolwatch.connection_gate import ConnectionGate, GatedSite
 from toolwatch.engine import Receipt
 from toolwatch.ingest.decode import DecodedBatch, DecodeOptions
 from toolwatch.ingest.decode_thread import DecodeThread
@@ -36,12 +37,12 @@ from toolwatch.ingest.slots import RequestSlots
 from toolwatch.listeners import (
     HANDSHAKE_SECONDS,
     HEAD_LIMITS,
-    HandshakeBoundSite,
     HeadRefusingHandler,
     ListenError,
     bind_grpc,
     format_address,
     listening_socket,
+    name_server,
     os_reason,
     text_refusal,
 )
@@ -103,6 +104,22 @@ class ListenerStartup:
         return ("grpc.server_handshake_timeout_ms", round(self._handshake_seconds * 1000))
 
     @property
+    def _grpc_idle_option(self) -> tuple[str, int]:
+        """A gRPC connection without a call for ``ingest.idle_timeout_seconds`` is closed
+        (GOAWAY), as an idle HTTP one is: gRPC keeps one for ever, so a peer could hold
+        ``max_connections`` of them, none calling, and keep every client out (the findings
+        stream's connections are never closed at an age). Exporters and tail connect again
+        for their next call."""
+        idle_ms = round(self.config.ingest.idle_timeout_seconds * 1000)
+        return ("grpc.max_connection_idle_ms", idle_ms)
+
+    @property
+    def _grpc_connections_option(self) -> tuple[str, int]:
+        """A gRPC listener's open connections, bounded as the HTTP listeners' are
+        (``toolwatch.connection_gate``): gRPC closes one past the bound when it accepts it."""
+        return ("grpc.max_allowed_incoming_connections", self.config.ingest.max_connections)
+
+    @property
     def _grpc_connection_age_options(self) -> tuple[tuple[str, int], ...]:
         """Each OTLP/gRPC connection closed at ``ingest.max_connection_age_seconds``
         (``toolwatch.connection_age``). An export in flight then finishes within
@@ -129,6 +146,8 @@ class ListenerStartup:
                 ("grpc.max_send_message_length", 4 * 2**20),
                 ("grpc.http2.bdp_probe", int(self.config.ingest.grpc_bdp_probe)),
                 self._grpc_handshake_option,
+                self._grpc_connections_option,
+                self._grpc_idle_option,
                 *self._grpc_connection_age_options,
                 _NO_REUSEPORT,
             ],
@@ -171,7 +190,13 @@ class ListenerStartup:
             lambda metadata: security.still_accepted("stream", metadata),
             lambda: security.auth_failed("stream"),
         )
-        options = [_NO_REUSEPORT, self._grpc_handshake_option, *stream_server_options()]
+        options = [
+            _NO_REUSEPORT,
+            self._grpc_handshake_option,
+            self._grpc_connections_option,
+            self._grpc_idle_option,
+            *stream_server_options(),
+        ]
 
         def make_server() -> grpc.aio.Server:
             server = grpc.aio.server(
@@ -206,6 +231,7 @@ class ListenerStartup:
             senders=self.senders,
         ).add_routes(app)
         app.middlewares.insert(0, self._connection_age_middleware())  # sees every answer
+        app.on_response_prepare.append(name_server)
         return app
 
     def _metrics_app(self) -> web.Application:
@@ -214,6 +240,7 @@ class ListenerStartup:
         )
         app.middlewares.extend(self._security.http_middlewares("metrics", _PROBE_PATHS))
         app.middlewares.insert(0, self._connection_age_middleware())
+        app.on_response_prepare.append(name_server)
         return app
 
     def _connection_options(self, listener: str) -> dict[str, Any]:
@@ -250,16 +277,23 @@ class ListenerStartup:
             HeadRefusingHandler, loop=asyncio.get_running_loop(), refusal=refusal, **options
         )
         await runner.setup()
+        server = runner.server
+        assert server is not None  # set by setup()
         try:
             sock = listening_socket(address)
         except OSError as exc:
             await runner.cleanup()
             raise ListenError(listener, address, os_reason(exc)) from exc
-        ssl_context = self._security.ssl_context(listener)
-        handshake = self._handshake_seconds
-        site = HandshakeBoundSite(
-            runner, sock, ssl_context=ssl_context, handshake=handshake, handler=handler
+        gate = ConnectionGate(
+            listener,
+            self.config.ingest.max_connections,
+            functools.partial(handler, server),
+            ssl_context=self._security.ssl_context(listener),
+            handshake_seconds=self._handshake_seconds,
+            metrics=self.metrics,
+            senders=self.senders,
         )
+        site = GatedSite(runner, sock, gate)
         await site.start()
         self._runners.append(runner)
         return format_address(sock.getsockname())

@@ -19,6 +19,7 @@ from toolwatch.cli_sources import (
 from toolwatch.cli_usage import add_command
 from toolwatch.config import output_warnings
 from toolwatch.engine_setup import build_references
+from toolwatch.process_tuning import open_files_warning
 from toolwatch.replay import EXIT_OK
 
 __all__ = ["add_check_config"]
@@ -50,7 +51,9 @@ def _check_config(args: argparse.Namespace) -> int:
     # went missing would otherwise read `defaults: ok` for a server that finds nothing.
     unnamed = [SERVE_DEFAULTS_WARNING] if sources.path is None else []
     said = config.warnings(defaults=sources.path is None)
-    for warning in [*unnamed, *said, *output_warnings(config)]:
+    # The hard limit check-config runs under: serve's when started the same way.
+    files = open_files_warning(config.ingest.max_connections)
+    for warning in [*unnamed, *said, *output_warnings(config), *([files] if files else [])]:
         print(f"{sources.name}: warning: {warning}", file=sys.stderr)
     cases = f", {len(golden)} golden case(s)" if golden is not None else ""
     given = ", ".join(f"{key} from {origin}" for key, origin in sources.origins.items())

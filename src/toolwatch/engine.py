@@ -59,9 +59,11 @@ class Receipt:
 
 _OVERLOADED: Final = Receipt(Admission.OVERLOADED)
 #: Unmatched golden case ids the engine logs per reason, at most (each once): runs carry
-#: input's ids. And how much of an id it keeps and shows.
+#: input's ids. And how much of an id (or an agent's name) it keeps and shows, and how many of
+#: a trace's agent names.
 _MAX_TOLD: Final = 256
 _MAX_ID_SHOWN: Final = 80
+_MAX_AGENTS_SHOWN: Final = 5
 
 
 class ToolTraceSink(Protocol):
@@ -309,6 +311,7 @@ class Engine:
         if shown in told or len(told) > _MAX_TOLD:
             return
         told.add(shown)
+        runs = _agents_shown(agents)
         if len(told) > _MAX_TOLD:
             log.warning(
                 "%d golden case ids were logged as unmatched (%s); further ones are only"
@@ -323,7 +326,7 @@ class Engine:
                 " are judged by the policy alone; check the ids the canary sends against the"
                 " golden-case file",
                 shown,
-                ", ".join(agents) or "no agent",
+                runs,
                 trace_id,
             )
         elif reason == "several_runs":
@@ -333,7 +336,7 @@ class Engine:
                 " whose run it is in the case (agent: <name>)",
                 shown,
                 trace_id,
-                ", ".join(agents) or "no agent",
+                runs,
             )
         else:
             log.warning(
@@ -342,7 +345,7 @@ class Engine:
                 " against the agent names the spans give",
                 shown,
                 trace_id,
-                ", ".join(agents) or "no agent",
+                runs,
             )
 
     def _run(
@@ -402,3 +405,12 @@ class Engine:
             same = agent == finding.agent
             spelled.append(finding if same else dataclasses.replace(finding, agent=agent))
         return spelled
+
+
+def _agents_shown(agents: list[str]) -> str:
+    """The agent names of a log line, each escaped and cut as a case id is (a sender chose
+    them: a line break must not forge a record, an ANSI escape recolour a terminal), the
+    first ``_MAX_AGENTS_SHOWN`` of them."""
+    shown = ", ".join(repr(agent[:_MAX_ID_SHOWN]) for agent in agents[:_MAX_AGENTS_SHOWN])
+    more = f" and {len(agents) - _MAX_AGENTS_SHOWN} more" if len(agents) > _MAX_AGENTS_SHOWN else ""
+    return shown + more or "no agent"

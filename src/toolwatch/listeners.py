@@ -1,9 +1,10 @@
 """The listeners' sockets: binding each address, or saying why it cannot be bound (in use, not
 this host's, not permitted), before anything starts (``address_taken`` for every listener at
 once, so a second ``serve`` with the same ports is told every conflict together), and the
-OTLP/HTTP and metrics sites whose TLS handshakes are bounded in time and whose request heads
-are bounded in size (``HEAD_LIMITS``, one request read ahead: ``QUEUED_REQUESTS``), a request
-aiohttp's parser refuses answered without quoting it (``HeadRefusingHandler``). ``App``
+OTLP/HTTP and metrics connections' request heads, bounded in size (``HEAD_LIMITS``, one
+request read ahead: ``QUEUED_REQUESTS``), a request aiohttp's parser refuses answered without
+quoting it (``HeadRefusingHandler``; the sites, their connections counted and their TLS
+handshakes bounded in time: ``toolwatch.connection_gate``). ``App``
 (``toolwatch.app_listeners``) starts the servers on them.
 
 The HTTP sites run on the event loop, as aiohttp does; each connection's handler is made
@@ -12,16 +13,14 @@ there, one per connection.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import os
 import socket
-import ssl
 from collections.abc import Callable
 from typing import Any
 
 import grpc
-from aiohttp import web
+from aiohttp import hdrs, web
 from aiohttp.http_exceptions import (
     BadHttpMessage,
     BadHttpMethod,
@@ -43,7 +42,7 @@ __all__ = [
     "MAX_HEADERS",
     "MAX_HEAD_LINE",
     "QUEUED_REQUESTS",
-    "HandshakeBoundSite",
+    "SERVER_NAME",
     "HeadRefusal",
     "HeadRefusingHandler",
     "ListenError",
@@ -55,6 +54,7 @@ __all__ = [
     "format_address",
     "framing_message",
     "listening_socket",
+    "name_server",
     "os_reason",
     "rebind_refused",
     "refusal_reason",
@@ -95,6 +95,17 @@ HEAD_LIMITS: dict[str, Any] = {
     "max_headers": MAX_HEADERS,
 }
 
+#: The ``Server`` header of every HTTP answer: aiohttp's default names Python's and its own
+#: version to anyone who reaches a listener, token or not (which known faults to try).
+SERVER_NAME = "toolwatch"
+
+
+async def name_server(request: web.Request, response: web.StreamResponse) -> None:
+    """An ``on_response_prepare`` signal giving ``response`` the ``Server`` header
+    ``SERVER_NAME`` (aiohttp sets its own only where none is)."""
+    response.headers[hdrs.SERVER] = SERVER_NAME
+
+
 #: The answer to a request aiohttp's parser refuses: its status and why, in words that quote
 #: nothing of the request.
 HeadRefusal = Callable[[int, str], web.Response]
@@ -131,6 +142,15 @@ class HeadRefusingHandler(web.RequestHandler):
             self._max_msg_queue_size = QUEUED_REQUESTS
             self._msg_queue_resume_size = 0  # read again once the queued one is taken
 
+    @property
+    def idle(self) -> bool:
+        """Whether no request is being handled, nor its head complete: the handler waits for
+        one (idle keep-alive, or a head arriving). aiohttp's own test before it closes an idle
+        keep-alive connection (``RequestHandler._process_keepalive``); the gate closes such a
+        connection to make room for a new one (``toolwatch.connection_gate``)."""
+        waiter = self._waiter
+        return waiter is not None and not waiter.done()
+
     def handle_error(
         self,
         request: BaseRequest,
@@ -142,6 +162,7 @@ class HeadRefusingHandler(web.RequestHandler):
         if not isinstance(exc, HttpProcessingError):
             return answer
         refused = self._refusal(status, refusal_reason(exc))
+        refused.headers[hdrs.SERVER] = SERVER_NAME  # no app here: its signal does not run
         refused.force_close()
         return refused
 
@@ -194,45 +215,6 @@ _MALFORMED_HEAD = (
     " allow, a Content-Length that is no number or given twice, no Host header, lines not"
     " ending in CRLF)"
 )
-
-
-#: Makes the handler of a new connection, for the runner's server.
-ConnectionHandler = Callable[[web.Server], web.RequestHandler]
-
-
-class HandshakeBoundSite(web.SockSite):
-    """A ``SockSite`` whose TLS handshakes must finish within ``handshake`` seconds, as a
-    request's headers must (``keepalive_timeout``): aiohttp's site takes no handshake
-    timeout, so a client that opens TLS connections and never finishes the handshake held
-    each for asyncio's 60 s, whatever ``ingest.idle_timeout_seconds`` said. Each connection
-    is handled by what ``handler`` makes (a ``HeadRefusingHandler``)."""
-
-    __slots__ = ("_handler", "_handshake")
-
-    def __init__(
-        self,
-        runner: web.AppRunner,
-        sock: socket.socket,
-        *,
-        ssl_context: ssl.SSLContext | None,
-        handshake: float,
-        handler: ConnectionHandler,
-    ) -> None:
-        super().__init__(runner, sock, ssl_context=ssl_context)
-        self._handshake = handshake
-        self._handler = handler
-
-    async def start(self) -> None:
-        await web.BaseSite.start(self)  # registers the site with its runner
-        server = self._runner.server
-        assert server is not None  # set by runner.setup()
-        self._server = await asyncio.get_running_loop().create_server(
-            lambda: self._handler(server),
-            sock=self._sock,
-            ssl=self._ssl_context,
-            backlog=self._backlog,
-            ssl_handshake_timeout=self._handshake if self._ssl_context is not None else None,
-        )
 
 
 class StartError(Exception):

@@ -39,9 +39,13 @@ distinct call repeated (or retried) beyond its limit, so ratios of runs (the bur
 must not divide findings by runs.
 
 ``auth_failed`` counts requests refused for a missing or wrong bearer token, per listener
-(``grpc``, ``http``, ``metrics``, ``stream``). ``reload_failed`` counts looks at changed
-security files that could not be used (``tokens``, ``certificate``), so the previous ones are
-still in use: a revoked token still accepted, a renewed certificate not served.
+(``grpc``, ``http``, ``metrics``, ``stream``); ``connection_refused`` connections an HTTP listener
+(``http``, ``metrics``) closed before any request: its TLS handshake failed
+(``tls_handshake``), or its ``ingest.max_connections`` were open, each handling a request
+(``connection_limit``), or an idle one was closed to make room for a new one at that bound
+(``connection_limit_idle``; ``toolwatch.connection_gate``). ``reload_failed`` counts looks at
+changed security files that could not be used (``tokens``, ``certificate``), so the previous
+ones are still in use: a revoked token still accepted, a renewed certificate not served.
 ``certificates_served`` gives the dates of the TLS files now served (at start-up and after each
 reload that took a new set), so their expiry is alerted on before handshakes fail, relative to
 their lifetime. Both may be called from gRPC's threads (certificates reload at a handshake).
@@ -128,6 +132,7 @@ class PipelineMetrics(Protocol):
     def golden_cases_watched(self, every: Mapping[str, float]) -> None: ...
     def golden_case_judged(self, case_id: str) -> None: ...
     def auth_failed(self, listener: str) -> None: ...
+    def connection_refused(self, listener: str, reason: str) -> None: ...
     def reload_failed(self, what: str) -> None: ...
     def certificates_served(self, dates: Mapping[str, CertificateDates]) -> None: ...
 
@@ -193,6 +198,9 @@ class NoopMetrics:
         pass
 
     def auth_failed(self, listener: str) -> None:
+        pass
+
+    def connection_refused(self, listener: str, reason: str) -> None:
         pass
 
     def reload_failed(self, what: str) -> None:

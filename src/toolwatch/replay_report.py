@@ -35,6 +35,7 @@ from toolwatch.evaluation import composite, structure
 from toolwatch.evaluation.pipeline import EVALUATOR_ORDER
 from toolwatch.model import Category, Finding, Traffic
 from toolwatch.replay_listing import Spool, finding_dict
+from toolwatch.tail_format import terminal_text
 
 __all__ = ["ANY", "FailedCase", "Gate", "Listing", "Report", "parse_gate"]
 
@@ -255,20 +256,19 @@ class Report:
         unmatched = (self.unknown_case_ids, self.case_ids_above_runs, self.case_ids_agent_not_run)
         if any(unmatched) or self.cases_not_run:
             lines += ["", "Golden cases not exercised"]
-            for case_id, traces in sorted(self.unknown_case_ids.items()):
-                lines.append(
-                    f"  {case_id}: named in {traces} trace(s), not in the golden-case file"
-                )
-            for case_id, traces in sorted(self.case_ids_above_runs.items()):
-                lines.append(
-                    f"  {case_id}: named above several runs in {traces} trace(s), none said to"
-                    " be its: name the case's agent"
-                )
-            for case_id, traces in sorted(self.case_ids_agent_not_run.items()):
-                lines.append(
-                    f"  {case_id}: named in {traces} trace(s) by runs of other agents than the"
-                    " case's"
-                )
+            for ids, said in (
+                (self.unknown_case_ids, "named in {} trace(s), not in the golden-case file"),
+                (
+                    self.case_ids_above_runs,
+                    "named above several runs in {} trace(s), none said to be its: name the"
+                    " case's agent",
+                ),
+                (
+                    self.case_ids_agent_not_run,
+                    "named in {} trace(s) by runs of other agents than the case's",
+                ),
+            ):  # ids spans named: escaped, their senders chose them
+                lines += [f"  {terminal_text(i)}: {said.format(n)}" for i, n in sorted(ids.items())]
             lines += [
                 f"  {case_id}: "
                 + (

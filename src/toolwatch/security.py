@@ -9,7 +9,8 @@ TLS), except that the metrics listener lets a client without one finish the hand
 answers it only on ``/healthz`` and ``/readyz`` (403 elsewhere, counted with
 ``PipelineMetrics.auth_failed(listener)``). A client refused at the handshake (no certificate
 where one is required, an expired one, one the client CA did not sign) is refused by OpenSSL or
-gRPC before any of this code runs: neither counted nor logged (gRPC offers no hook on a failed
+gRPC before any of this code runs: not counted; the HTTP listeners' sender log tells it
+(``toolwatch.connection_gate``), nothing on the gRPC listeners (gRPC offers no hook on a failed
 handshake); its own error says why. With ``tls.client_names`` too, the certificate must name
 one of them (``toolwatch.client_certificates``' ``ClientNames``): any other is answered
 PERMISSION_DENIED (gRPC) or 403 (HTTP), with no detail, before any request message or body is

@@ -20,7 +20,15 @@ token was sent). The reasons it logs, every one:
   (503 / DEADLINE_EXCEEDED, retryable): its slot went back to the other clients;
 * ``unauthenticated``: no accepted bearer token (401 / UNAUTHENTICATED);
 * ``permission_denied``: no client certificate, or one whose names are not in
-  ``tls.client_names`` (403 / PERMISSION_DENIED).
+  ``tls.client_names`` (403 / PERMISSION_DENIED);
+* ``tls_handshake``: an HTTP listener's TLS handshake that failed (OpenSSL's reason), or was
+  not done in time (``toolwatch.connection_gate``);
+* ``connection_limit``: a connection to an HTTP listener closed as soon as accepted, that
+  listener's ``ingest.max_connections`` being open, each handling a request;
+* ``connection_limit_idle``: an idle connection to an HTTP listener (no request being handled)
+  closed to make room for a new one at ``ingest.max_connections``.
+
+The refusals of a connection (those three) are logged as such, not as a request's.
 
 At most one WARNING per reason and listener per ``interval_seconds`` of the injected clock
 (as OpenTelemetry's ``BatchProcessor`` logs a full queue once, not per span): the first
@@ -57,6 +65,7 @@ __all__ = [
     "Unread",
     "grpc_sender",
     "http_sender",
+    "transport_address",
 ]
 
 _log = logging.getLogger(__name__)
@@ -109,6 +118,14 @@ class _Quiet:
     spans: int = 0
 
 
+#: What a line says was refused, by the reasons that refuse a connection, not a request.
+_CONNECTION_REFUSALS: Final = {
+    "tls_handshake": "connection refused",
+    "connection_limit": "connection refused",
+    "connection_limit_idle": "idle connection closed",
+}
+
+
 class SenderLog:
     """Logs refusals with their sender, at most one line per reason and listener per
     ``interval_seconds`` of ``clock`` (monotonic ns: the app's, injected in tests), counting
@@ -140,8 +157,12 @@ class SenderLog:
         since = "" if quiet is None else _unlogged(quiet)
         self._quiet[key] = _Quiet(now)
         who = sender if isinstance(sender, Sender) else sender.read()
-        what = f"{_spans(spans)} rejected" if spans else "request refused"
+        what = f"{_spans(spans)} rejected" if spans else _what(reason)
         self._logger.warning("%s (%s) on %s: %s%s", what, reason, who, _one_line(example), since)
+
+
+def _what(reason: str) -> str:
+    return _CONNECTION_REFUSALS.get(reason, "request refused")
 
 
 def _unlogged(quiet: _Quiet) -> str:
@@ -208,11 +229,12 @@ def _read_http(listener: str, request: Any) -> Sender:
         return Sender(listener, "unknown")
     tls = transport.get_extra_info("ssl_object")
     certificate = tls.getpeercert(binary_form=True) if tls is not None else None
-    return Sender(listener, _address(transport.get_extra_info("peername")), _client(certificate))
+    return Sender(listener, transport_address(transport), _client(certificate))
 
 
-def _address(peer: Any) -> str:
-    """A socket's peer name as ``host:port``, an IPv6 host bracketed as in a URL."""
+def transport_address(transport: Any) -> str:
+    """An asyncio transport's peer as ``host:port``, an IPv6 host bracketed as in a URL."""
+    peer = transport.get_extra_info("peername")
     if not (isinstance(peer, tuple) and len(peer) >= 2):
         return "unknown"
     host, port = peer[0], peer[1]

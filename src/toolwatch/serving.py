@@ -14,7 +14,7 @@ from types import FrameType
 
 from toolwatch.app import App
 from toolwatch.config import Config
-from toolwatch.process_tuning import tune_gc
+from toolwatch.process_tuning import raise_open_files, tune_gc
 from toolwatch.sinks.logqueue import queued_logging
 from toolwatch.sinks.python_reports import logged_python_reports
 
@@ -44,6 +44,7 @@ async def serve(
     SIGTERM and SIGINT drain from before the first listener is bound (``App.start``) to the
     end: nothing is buffered before, and one that came earlier (``terminated``) stops the
     server as soon as it listens."""
+    raise_open_files(config.ingest.max_connections)  # before the listeners and outputs open
     app = App(config, defaults=defaults)
     # A blocked standard error stalls nothing (lines are lost, told); what Python reports
     # itself (warnings, a thread's exception) goes through the same thread, in whole records.

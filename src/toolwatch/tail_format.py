@@ -38,7 +38,7 @@ from toolwatch._proto.toolwatch.v1 import findings_pb2
 from toolwatch.evaluation.severity import CALL_AGENT
 from toolwatch.sinks.findings import format_timestamp
 
-__all__ = ["format_finding_line", "stream_finding_record"]
+__all__ = ["format_finding_line", "stream_finding_record", "terminal_text"]
 
 
 _RESET = "\x1b[0m"
@@ -131,6 +131,12 @@ _ESCAPED: dict[int, str] = {
 #: json.dumps writes it as JSON does: a character beyond U+FFFF (the tag characters) as its
 #: UTF-16 surrogate pair of escapes.
 _JSON_ESCAPED: dict[int, str] = {c: json.dumps(chr(c))[1:-1] for c in _ESCAPED if c >= 0x7F}
+
+
+def terminal_text(text: str) -> str:
+    """``text`` with the characters a terminal must not be given as they are (``_ESCAPED``)
+    written as escapes: what a sender chose, on one line (``toolwatch replay``'s report too)."""
+    return text.translate(_ESCAPED)
 
 
 def _labels(message: findings_pb2.Finding) -> list[tuple[str, str]]:

@@ -576,11 +576,11 @@ def test_a_case_id_above_several_runs_judges_the_run_of_the_agent_its_case_names
         "golden case 'kb-any-agent': its id is on a span above several runs (trace "
     )
     assert several.endswith(
-        ", of support-bot, title-bot) and the case names no agent, so none of them is matched"
+        ", of 'support-bot', 'title-bot') and the case names no agent, so none of them is matched"
         " to it: name the agent whose run it is in the case (agent: <name>)"
     )
     assert unknown.startswith(
-        "golden case id 'kb-typo', named by runs of support-bot, title-bot (trace "
+        "golden case id 'kb-typo', named by runs of 'support-bot', 'title-bot' (trace "
     )
 
 
@@ -1008,3 +1008,27 @@ def test_a_scheduled_case_tells_its_last_matched_run(
     server.wall.advance(600)
     assert server.reload()
     assert (get(every, case), get(matched, case)) == (7200, start + 1200)
+
+
+def test_an_unmatched_case_ids_log_line_escapes_the_agent_names_spans_gave(
+    start_server: Callable[..., RunningServer],
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """An agent name is a span attribute its sender chose: a line break or an ANSI escape in
+    it must not forge a log record or recolour a terminal, and a long one must not fill the
+    line. Was: the names were joined into the warning as sent. Now: each is escaped as the
+    case id is (``repr``'s escapes) and cut to 80 characters."""
+    (tmp_path / "cases.yaml").write_text(KB_CASES)
+    config = tmp_path / "toolwatch.yaml"
+    config.write_text(MINIMAL_POLICY + "golden:\n  cases_file: cases.yaml\n")
+    server = start_server(config)
+    forged = "bot\nWARNING toolwatch: forged\x1b[31m"
+    run = agents.AgentRun(forged + "y" * 200, (agents.Turn(text="hi"),))
+    with caplog.at_level(logging.WARNING, logger="toolwatch"):
+        send_grpc(server, agents.request([run], {"toolwatch.case_id": "kb-typo"}))
+        server.settle()
+    (told,) = [r.getMessage() for r in caplog.records if "golden case id" in r.getMessage()]
+    shown = "'bot\\nWARNING toolwatch: forged\\x1b[31m" + "y" * 46 + "'"
+    assert told.startswith(f"golden case id 'kb-typo', named by runs of {shown} (trace ")
+    assert "\n" not in told and "\x1b" not in told

@@ -140,3 +140,23 @@ def test_the_sender_is_read_only_for_a_line_logged() -> None:
 def test_an_interval_that_is_not_positive_is_refused() -> None:
     with pytest.raises(ValueError, match="interval_seconds must be positive, got 0"):
         SenderLog(ManualClock(), interval_seconds=0)
+
+
+def test_a_refused_connection_is_told_as_a_connection_not_a_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Was: ``request refused (connection_limit)`` for a connection that made no request.
+    Now: the gate's reasons say what was refused or closed: a connection."""
+    log = SenderLog(ManualClock(), interval_seconds=60)
+    with caplog.at_level(logging.WARNING, "toolwatch.senders"):
+        log.refused("connection_limit", PEER, "1 connection is handling requests")
+        log.refused("connection_limit_idle", PEER, "1 connection is open")
+        log.refused("tls_handshake", PEER, "the TLS handshake failed: TLSV1_ALERT_UNKNOWN_CA")
+    assert lines(caplog) == [
+        "connection refused (connection_limit) on http from 10.0.0.7:51234:"
+        " '1 connection is handling requests'",
+        "idle connection closed (connection_limit_idle) on http from 10.0.0.7:51234:"
+        " '1 connection is open'",
+        "connection refused (tls_handshake) on http from 10.0.0.7:51234:"
+        " 'the TLS handshake failed: TLSV1_ALERT_UNKNOWN_CA'",
+    ]

@@ -62,8 +62,18 @@ class IngestSettings(_Section):
         120.0,
         gt=0,
         le=3600,
-        description="an HTTP connection (OTLP or metrics) with no request, or a connection's"
-        " handshake not finished (at most 60 s), for this long is closed",
+        description="an HTTP connection (OTLP or metrics) with no request, a gRPC one with no"
+        " call, or a connection's handshake not finished (at most 60 s), for this long is"
+        " closed",
+    )
+    # Each open connection holds a file descriptor: unbounded, anyone who can reach a
+    # listener could take every one the process has (EMFILE), and with them the other
+    # listeners, the outputs and the security files' reloads (toolwatch.connection_gate).
+    max_connections: int = Field(
+        512,
+        ge=1,
+        le=1_000_000,
+        description="open connections on each listener at once; more are closed when accepted",
     )
     # A client certificate is checked at the handshake only, and exporters keep a connection
     # for days: closed at this age, every client handshakes again within it, against the

@@ -111,6 +111,10 @@ _OUTCOMES: Final = ("complete", "timed_out", "evicted", "span_limit", "shutdown"
 _REFERENCES: Final = ("expected", "source", "none")
 _LISTENERS: Final = ("grpc", "http", "metrics", "stream")
 _RELOADED: Final = ("tokens", "certificate")
+#: ``toolwatch_connections_refused_total``: the listeners whose connections toolwatch accepts
+#: itself (gRPC's own are refused unseen), and why one is closed before any request.
+_GATED: Final = ("http", "metrics")
+_CONNECTION_REFUSALS: Final = ("tls_handshake", "connection_limit", "connection_limit_idle")
 #: ``toolwatch_tls_certificate_{expiry,not_before}_timestamp_seconds``: the served certificate,
 #: the client CA.
 _CERTIFICATE_FILES: Final = ("certificate", "client_ca")
@@ -554,7 +558,8 @@ class PrometheusMetrics:
         )
         # What toolwatch refuses once a connection's TLS handshake is done. A handshake that
         # fails (mutual TLS: a client certificate missing, expired or of another CA) fails in
-        # OpenSSL or gRPC, which tell the application nothing (gRPC has no hook for it).
+        # OpenSSL or gRPC: the HTTP listeners' are connections_refused, gRPC's are unseen
+        # (gRPC has no hook for it).
         self._auth_failures = Counter(
             "toolwatch_auth_failures_total",
             "Requests refused for their credentials after the TLS handshake: a missing or"
@@ -569,6 +574,20 @@ class PrometheusMetrics:
             ["listener"],
             registry=r,
         )
+        self._connections_refused = Counter(
+            "toolwatch_connections_refused_total",
+            "Connections an HTTP listener (http, metrics) closed, not for a request: its TLS"
+            " handshake failed (tls_handshake: no or a refused client certificate, toolwatch's"
+            " refused by the client, an old protocol, not done in time), ingest.max_connections"
+            " were open, each handling a request (connection_limit), or an idle one was closed"
+            " to make room for a new one at that bound (connection_limit_idle). gRPC's"
+            " listeners refuse theirs unseen.",
+            ["listener", "reason"],
+            registry=r,
+        )
+        for listener in _GATED:
+            for why in _CONNECTION_REFUSALS:
+                self._connections_refused.labels(listener, why)
         self._reload_failures = Counter(
             "toolwatch_security_reload_failures_total",
             "Changed security files that could not be used, so the previous ones still are "
@@ -755,6 +774,9 @@ class PrometheusMetrics:
 
     def auth_failed(self, listener: str) -> None:
         self._auth_failures.labels(self._listener(listener)).inc()
+
+    def connection_refused(self, listener: str, reason: str) -> None:
+        self._connections_refused.labels(self._listener(listener), reason).inc()
 
     def reload_failed(self, what: str) -> None:
         """Thread-safe: prometheus_client's counters are."""

@@ -340,3 +340,16 @@ def test_a_listed_finding_has_the_findings_logs_names_and_no_argument_value() ->
         assert listed[name] == logged[name], name
     assert listed["details"] == {OUTCOME: "failed", ERROR_TYPE: "TimeoutError"}
     assert "99" not in json.dumps(listed)
+
+
+def test_the_text_report_escapes_the_case_ids_spans_named() -> None:
+    """A case id no case has came from a recorded span: its sender chose it. Was: written to
+    the terminal as sent, so a line break forged a report line and an ANSI escape ran. Now:
+    control characters are escaped as ``toolwatch tail`` escapes them."""
+    forged = "kb\n  refund: named in 9 trace(s)\x1b[2K"
+    report = Report(1, {}, {}, {}, {}, [], [], unknown_case_ids={forged: 1})
+    (line,) = [line for line in report.to_text().splitlines() if line.startswith("  kb")]
+    assert line == (
+        "  kb\\n  refund: named in 9 trace(s)\\x1b[2K: named in 1 trace(s), not in the"
+        " golden-case file"
+    )

@@ -70,6 +70,7 @@ EXPECTED_NAMES = {
     "toolwatch_golden_case_expected_every_seconds",
     "toolwatch_golden_case_last_matched_timestamp_seconds",
     "toolwatch_auth_failures_total",
+    "toolwatch_connections_refused_total",
     "toolwatch_security_reload_failures_total",
     "toolwatch_tls_certificate_expiry_timestamp_seconds",
     "toolwatch_tls_certificate_not_before_timestamp_seconds",
@@ -408,6 +409,10 @@ def test_counters_whose_label_values_are_known_start_at_zero(
         assert get("toolwatch_auth_failures_total", {"listener": listener}) == 0.0
     metrics.auth_failed("http")
     assert get("toolwatch_auth_failures_total", {"listener": "http"}) == 1.0
+    refused = "toolwatch_connections_refused_total"
+    for listener in ("http", "metrics"):
+        for reason in ("tls_handshake", "connection_limit", "connection_limit_idle"):
+            assert get(refused, {"listener": listener, "reason": reason}) == 0.0
     known = {
         "toolwatch_spans_rejected_total": REJECT_REASONS,
         "toolwatch_spans_dropped_total": DROP_REASONS,

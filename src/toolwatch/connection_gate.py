@@ -1,0 +1,298 @@
+"""The HTTP listeners' connections (OTLP/HTTP, metrics): at most ``ingest.max_connections``
+open at once on each, and their TLS handshakes, whose failures the sender log tells.
+
+Why a bound: each open connection holds a file descriptor, and one that sends nothing is
+held for ``ingest.idle_timeout_seconds``. Anyone who can reach a listener could open
+connections until the process has no descriptor left (``EMFILE``): the gRPC listeners could
+accept nothing either, the findings log could not be opened again at a rotation, nor a
+rotated certificate or token file read (``process_tuning.raise_open_files`` makes room for
+every listener's bound). At the bound, a new connection makes room: the oldest one handling
+no request (an idle keep-alive, a head or a handshake not complete) is closed, counted and
+told (``connection_limit_idle``), so that a peer holding idle connections cannot keep out a
+liveness probe, which does not come from loopback (kubelet's). Only when every connection is
+handling a request is the new one closed as soon as it is accepted, before its handshake
+(exporters retry a connection refused), counted and told (``connection_limit``): with
+``ingest.max_concurrent_requests`` (16) requests read at once across both OTLP receivers,
+against 512 connections, that takes slow requests on every connection, each ended by
+``ingest.read_timeout_seconds``. The bound keeps a flood to the listener it floods. The
+gRPC listeners are bound by gRPC itself (``grpc.max_allowed_incoming_connections``).
+
+Why the handshake is done here: asyncio's TLS server (``create_server(ssl=...)``) tells a
+failed handshake only in its debug mode, so a client refused by it (under mutual TLS, no
+client certificate, an expired one, one the client CA did not sign; a protocol older than
+served; a handshake not done in time) was told nowhere. Here the handshake is
+``loop.start_tls``'s, and its failure is counted and told to the sender log
+(``tls_handshake``: the listener, the peer, OpenSSL's reason), rate-limited as every refusal
+is. Neither counted nor told: a connection closed during the handshake (a TCP probe, a load
+balancer's check), and plain HTTP from loopback (the image's ``HEALTHCHECK`` asks in plain
+HTTP first: ``toolwatch.healthcheck``).
+
+Threading: the listener's event loop only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import socket
+import ssl
+from collections.abc import Callable
+from typing import Any
+
+from aiohttp import web
+
+from toolwatch.listeners import HeadRefusingHandler
+from toolwatch.metrics import PipelineMetrics
+from toolwatch.senders import Sender, SenderLog, transport_address
+
+__all__ = [
+    "CONNECTION_LIMIT",
+    "CONNECTION_LIMIT_IDLE",
+    "TLS_HANDSHAKE",
+    "ConnectionGate",
+    "GatedSite",
+]
+
+#: The sender log's reasons for the refusals here (``toolwatch.senders``).
+CONNECTION_LIMIT = "connection_limit"
+CONNECTION_LIMIT_IDLE = "connection_limit_idle"
+TLS_HANDSHAKE = "tls_handshake"
+
+
+class ConnectionGate:
+    """One HTTP listener's (``listener``) connections: at most ``limit`` open at once (``open``
+    says how many are; at the limit the oldest idle one makes room), each handshaken with
+    ``ssl_context`` (``None``: plain) within ``handshake_seconds`` and then handled by a
+    protocol ``make_handler`` makes (aiohttp's handler). ``protocol`` is the server's protocol
+    factory. Refusals are counted on ``metrics`` (``connection_refused``) and told to
+    ``senders``."""
+
+    def __init__(
+        self,
+        listener: str,
+        limit: int,
+        make_handler: Callable[[], HeadRefusingHandler],
+        *,
+        ssl_context: ssl.SSLContext | None,
+        handshake_seconds: float,
+        metrics: PipelineMetrics,
+        senders: SenderLog,
+    ) -> None:
+        self.listener = listener
+        self._limit = limit
+        self._open: dict[_Connection, None] = {}  # oldest first: an ordered set
+        self.make_handler = make_handler
+        self.ssl_context, self._handshake_seconds = ssl_context, handshake_seconds
+        self._metrics, self._senders = metrics, senders
+        self._handshakes: set[asyncio.Task[None]] = set()
+
+    def protocol(self) -> asyncio.Protocol:
+        """A new connection's protocol (``loop.create_server``'s factory)."""
+        return _Connection(self)
+
+    def close(self) -> None:
+        """Abandon the handshakes under way (their connections are closed): the listener
+        stops."""
+        for task in self._handshakes:
+            task.cancel()
+
+    @property
+    def open(self) -> int:
+        """How many connections are open (``admit`` counted, not yet ``release``d)."""
+        return len(self._open)
+
+    def admit(self, connection: _Connection, transport: asyncio.Transport) -> bool:
+        """Whether ``connection``, just accepted, may stay: counted if so (``release`` when it
+        ends), at the limit in place of the oldest idle one (closed and told), else closed
+        and told."""
+        if len(self._open) >= self._limit and not self._make_room():
+            transport.abort()
+            said = f"{_connections(self._limit)} handling requests (ingest.max_connections)"
+            self._refused(CONNECTION_LIMIT, transport, said)
+            return False
+        self._open[connection] = None
+        return True
+
+    def _make_room(self) -> bool:
+        """Close the oldest connection handling no request, if one is: whether one was. A
+        scan of at most ``limit`` connections, done only at the limit."""
+        idlest = next((c for c in self._open if c.idle), None)
+        if idlest is None:
+            return False
+        del self._open[idlest]
+        transport = idlest.evict()
+        said = f"{_connections(self._limit)} open (ingest.max_connections): the oldest idle closed"
+        self._refused(CONNECTION_LIMIT_IDLE, transport, said)
+        return True
+
+    def handshake(self, connection: _Connection, transport: asyncio.Transport) -> None:
+        """Start ``connection``'s TLS handshake; ``connection.hand_over`` once done."""
+        task = asyncio.get_running_loop().create_task(self._secure(connection, transport))
+        self._handshakes.add(task)
+        task.add_done_callback(self._handshakes.discard)
+
+    async def _secure(self, connection: _Connection, transport: asyncio.Transport) -> None:
+        assert self.ssl_context is not None  # only handshaken with a context
+        loop = asyncio.get_running_loop()
+        try:
+            secured = await loop.start_tls(
+                transport,
+                connection,
+                self.ssl_context,
+                server_side=True,
+                ssl_handshake_timeout=self._handshake_seconds,
+            )
+        except asyncio.CancelledError:  # the listener stops: start_tls closed it
+            connection.lost_in_handshake()
+            raise
+        except OSError as exc:  # ssl.SSLError is one; start_tls closed the connection
+            connection.lost_in_handshake()
+            if connection.evicted:  # told as closed to make room
+                return
+            if (why := self._failure(exc, transport)) is not None:
+                self._refused(TLS_HANDSHAKE, transport, why)
+            return
+        if secured is None:  # closed meanwhile
+            connection.lost_in_handshake()
+            return
+        connection.hand_over(secured)
+
+    def _failure(self, error: BaseException, transport: asyncio.BaseTransport) -> str | None:
+        """What a failed handshake's log line says, or ``None`` when it is not told."""
+        if isinstance(error, ssl.SSLError):
+            reason = error.reason or type(error).__name__
+            if reason == "HTTP_REQUEST" and _loopback(transport):
+                return None  # the image's HEALTHCHECK asking in plain HTTP first
+            return f"the TLS handshake failed: {reason}"
+        if isinstance(error, ConnectionAbortedError):  # asyncio's handshake timeout
+            return f"the TLS handshake was not done within {self._handshake_seconds:g} s"
+        return None  # closed by the client during the handshake
+
+    def _refused(self, reason: str, transport: asyncio.BaseTransport, said: str) -> None:
+        """Count a connection refused for ``reason`` and tell the sender log."""
+        self._metrics.connection_refused(self.listener, reason)
+        self._senders.refused(reason, Sender(self.listener, transport_address(transport)), said)
+
+    def release(self, connection: _Connection) -> None:
+        """``connection``, which ``admit`` counted, has ended."""
+        self._open.pop(connection, None)
+
+
+def _connections(n: int) -> str:
+    return f"{n} connection{'s are' if n != 1 else ' is'}"
+
+
+class _Connection(asyncio.Protocol):
+    """A connection accepted by a ``ConnectionGate``: counted while open; what it receives
+    goes to its handler once made (after the handshake, under TLS), what came before held.
+    ``evicted``: closed by the gate to make room."""
+
+    __slots__ = ("_counted", "_early", "_gate", "_handler", "_transport", "evicted")
+
+    def __init__(self, gate: ConnectionGate) -> None:
+        self._gate = gate
+        self._handler: HeadRefusingHandler | None = None
+        self._transport: asyncio.Transport | None = None
+        self._early: list[bytes] = []  # sent after the handshake, before the hand-over
+        self._counted = self.evicted = False
+
+    @property
+    def idle(self) -> bool:
+        """Whether no request is being handled: its handshake or a head under way, or its
+        handler waiting for one (``HeadRefusingHandler.idle``)."""
+        return self._handler is None or self._handler.idle
+
+    def evict(self) -> asyncio.Transport:
+        """Close the connection (the gate no longer counts it); its transport, to tell."""
+        assert self._transport is not None  # counted: made
+        self._counted, self.evicted = False, True
+        self._transport.abort()
+        return self._transport
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)  # a stream server's
+        if not self._gate.admit(self, transport):
+            return
+        self._transport, self._counted = transport, True
+        if self._gate.ssl_context is None:
+            self.hand_over(transport)
+        else:
+            transport.pause_reading()  # the ClientHello waits for start_tls
+            self._gate.handshake(self, transport)
+
+    def hand_over(self, transport: asyncio.Transport) -> None:
+        handler = self._handler = self._gate.make_handler()
+        handler.connection_made(transport)
+        for data in self._early:
+            handler.data_received(data)
+        self._early.clear()
+
+    def lost_in_handshake(self) -> None:
+        self._uncount()
+
+    def data_received(self, data: bytes) -> None:
+        if self._handler is None:
+            self._early.append(data)
+        else:
+            self._handler.data_received(data)
+
+    def eof_received(self) -> bool | None:
+        if self._handler is not None:
+            self._handler.eof_received()  # aiohttp's: None, the transport closes itself
+        return None
+
+    def pause_writing(self) -> None:
+        if self._handler is not None:
+            self._handler.pause_writing()
+
+    def resume_writing(self) -> None:
+        if self._handler is not None:
+            self._handler.resume_writing()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._uncount()
+        if self._handler is not None:
+            self._handler.connection_lost(exc)
+
+    def _uncount(self) -> None:
+        if self._counted:
+            self._counted = False
+            self._gate.release(self)
+
+
+class GatedSite(web.SockSite):
+    """A ``SockSite`` whose connections go through ``gate``: counted against its limit,
+    handshaken by it (within its time: aiohttp's site takes no handshake timeout, so a client
+    that never finished one held its socket for asyncio's 60 s), then handled by what its
+    ``make_handler`` makes (a ``toolwatch.listeners.HeadRefusingHandler``)."""
+
+    __slots__ = ("_gate",)
+
+    def __init__(self, runner: web.AppRunner, sock: socket.socket, gate: ConnectionGate) -> None:
+        # The context only names the scheme (``name``): the gate does the handshakes.
+        super().__init__(runner, sock, ssl_context=gate.ssl_context)
+        self._gate = gate
+
+    async def start(self) -> None:
+        await web.BaseSite.start(self)  # registers the site with its runner
+        self._server = await asyncio.get_running_loop().create_server(
+            self._gate.protocol, sock=self._sock, backlog=self._backlog
+        )
+
+    async def stop(self) -> None:
+        self._gate.close()
+        await super().stop()
+
+
+def _loopback(transport: asyncio.BaseTransport) -> bool:
+    """Whether the peer is loopback, an IPv4 one on a dual-stack listener (``::ffff:127.0.0.1``)
+    included: Python 3.11's ``is_loopback`` is False for an IPv4-mapped address."""
+    peer: Any = transport.get_extra_info("peername")
+    if not isinstance(peer, tuple):
+        return False
+    try:
+        address = ipaddress.ip_address(peer[0])
+    except ValueError:
+        return False
+    mapped = getattr(address, "ipv4_mapped", None)
+    return (mapped or address).is_loopback
