@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 from pathlib import Path
 
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from tests.integration.conftest import until
 from tests.integration.test_cli import (
     FREE_PORTS,
     LISTENING,
@@ -49,10 +49,12 @@ def test_default_max_connections_floods_do_not_exhaust_a_1024_descriptor_limit()
     held: list[socket.socket] = []
     try:
         match = served.wait_for(LISTENING)
+        descriptors = Path(f"/proc/{served.process.pid}/fd")  # prlimit execs toolwatch
+        at_rest = len(list(descriptors.iterdir()))
         held += _flood(match["http"], 512)
         held += _flood(match["metrics"], 512)
-        # The accepts are the server's, in its own time: no signal tells they are all done.
-        time.sleep(1.0)
+        # The accepts are the server's, in its own time: wait until it holds them all.
+        assert until(lambda: len(list(descriptors.iterdir())) >= at_rest + 1024)
         exporter = OTLPSpanExporter(endpoint=match["grpc"], insecure=True, timeout=10)
         try:
             result = exporter.export(refund_spans())
