@@ -410,8 +410,9 @@ class Demo:
         assert self.toolwatch is not None and self.prometheus is not None
         try:  # from the line that says Ctrl-C stops them: a Ctrl-C at once is a clean stop
             print(
-                f"Both keep running (logs in {self.workdir}); Ctrl-C stops them. To send the run "
-                f"again, as a new trace:\n"
+                f"Both keep running (their logs and prometheus.yml in {self.workdir}, "
+                f"removed at the end); Ctrl-C stops them. To send the run again, as a new "
+                f"trace:\n"
                 f"  sed \"s/{EXAMPLE_TRACE_ID}/$(python3 -c 'import secrets; "
                 f"print(secrets.token_hex(16))')/\" {EXAMPLE_RUN.relative_to(ROOT)} |\n"
                 f"    curl -s -X POST -H 'Content-Type: application/json' --data @- "

@@ -183,6 +183,9 @@ def test_keep_leaves_the_alert_firing_until_ctrl_c(tmp_path: Path) -> None:
         # before Prometheus's first scrape.)
         firing = [a["labels"]["alertname"] for a in alerts if a["state"] == "firing"]
         assert firing == [ALERT]
+        # The README sends whoever needs the demo's ports to the configuration it wrote.
+        (workdir,) = re.findall(r"prometheus\.yml in (\S+), removed at the end", output)
+        assert "job_name: toolwatch" in (Path(workdir) / "prometheus.yml").read_text()
 
         demo.send_signal(signal.SIGINT)
         assert demo.wait(timeout=30) == 0
