@@ -18,9 +18,12 @@ $(STAMP): pyproject.toml setup.py src/toolwatch/ingest/_wire.c src/toolwatch/com
 	touch $(STAMP)
 
 # The quick start runs the example policy; `make serve CONFIG=my.yaml ARGS=...` for yours.
+# toolwatch_build_info{revision} names the checkout's commit (an image's build argument does
+# the same, Dockerfile); a TOOLWATCH_REVISION already set wins.
 CONFIG ?= examples/toolwatch.yaml
+REVISION ?= $(or $(TOOLWATCH_REVISION),$(shell git describe --always --dirty 2>/dev/null))
 serve: $(STAMP)
-	@$(BIN)/toolwatch serve --config $(CONFIG) $(ARGS)
+	@TOOLWATCH_REVISION=$(REVISION) $(BIN)/toolwatch serve --config $(CONFIG) $(ARGS)
 
 # From zero to a firing alert: toolwatch and a Prometheus on free ports (needs prometheus).
 alert-demo: $(STAMP)
