@@ -36,10 +36,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 
 from toolwatch.config import Config
-from toolwatch.engine_setup import build_references, conversation_scope
+from toolwatch.engine_setup import build_references, conversation_scope, findings_redaction
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.evaluation.severity import incomplete_reason
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import GoldenCase, ManualClock, ReferenceKind, ToolTrace, Traffic
 from toolwatch.references.conversations import ConversationMemory
@@ -151,7 +150,8 @@ def evaluate_offline(
     settings = EvaluationSettings(policy=config.policy, evaluators=config.evaluators)
     pipeline = EvaluationPipeline(settings)
     golden = build_references(config)[0]
-    builder = ReportBuilder(settings, gates, golden, listing=listing)
+    redaction = findings_redaction(config)
+    builder = ReportBuilder(settings, gates, golden, listing=listing, redaction=redaction)
     halves = _ShadowHalves(config)
     shadow = config.shadow
     seen: set[tuple[str, str | None]] = set()  # runs read twice (overlapping files) count once
@@ -180,9 +180,8 @@ def evaluate_offline(
         result = pipeline.evaluate(
             pair.target, pair.case, pair.source, policy=False, pair_key=pair.key
         )
-        incomplete = incomplete_reason(pair.target)
         builder.add_pair(
-            result, ReferenceKind.SOURCE, rescored=pipeline.rescored, incomplete=incomplete
+            result, ReferenceKind.SOURCE, rescored=pipeline.rescored, target=pair.target
         )
     builder.unpaired(halves.unpaired)
     return builder.build()

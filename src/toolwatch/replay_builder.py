@@ -11,16 +11,17 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 from toolwatch.evaluation.composite import failure_type
 from toolwatch.evaluation.pipeline import PipelineResult
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.evaluation.severity import incomplete_reason
 from toolwatch.metrics import UNMATCHED_CASE_REASONS
 from toolwatch.model import Category, Finding, GoldenCase, ReferenceKind, ToolTrace, Traffic
 from toolwatch.references.golden import CaseTally, GoldenCaseSet
-from toolwatch.replay_listing import Spool
+from toolwatch.replay_listing import Spool, finding_dict
 from toolwatch.replay_report import ANY, FailedCase, Gate, Listing, Report
+from toolwatch.sinks.findings import Redaction
 
 __all__ = ["ReportBuilder"]
 
@@ -33,7 +34,8 @@ class ReportBuilder:
     """Accumulates results trace by trace; ``build`` computes means and applies gates.
     With ``golden``, it also tells which case ids runs named that the file does not hold,
     and which cases no complete run exercised. ``listing`` says what it keeps of the
-    findings (module docstring): what it holds per finding is nothing unless ``kept``."""
+    findings (module docstring): what it holds per finding is nothing unless ``kept``;
+    ``redaction`` what the listed findings show of argument values (the findings log's)."""
 
     def __init__(
         self,
@@ -42,6 +44,7 @@ class ReportBuilder:
         golden: GoldenCaseSet | None = None,
         *,
         listing: Listing = "kept",
+        redaction: Redaction | None = None,
     ) -> None:
         self._settings = settings
         self._gates = list(gates)
@@ -55,10 +58,9 @@ class ReportBuilder:
         self._key_counts: dict[str, Counter[str]] = defaultdict(Counter)
         self._counts: Counter[str] = Counter()
         self._listing: Listing = listing
+        self._redaction = redaction or Redaction()
         self._by_category: dict[str, Counter[str]] = defaultdict(Counter)  # -> severity
-        self._findings: list[Finding] = []  # kept
-        self._traffic: list[Traffic] = []  # each kept finding's
-        self._incomplete_reasons: list[str | None] = []  # each kept finding's run's
+        self._findings: list[dict[str, Any]] = []  # kept: each as listed
         self._spool = Spool() if listing == "spooled" else None
         self._category_runs: Counter[str] = Counter()
         self._categories: dict[str, list[float]] = defaultdict(list)  # composite scores
@@ -68,7 +70,7 @@ class ReportBuilder:
         self._evaluator_failures: Counter[str] = Counter()
         self._sources = 0
         self._source_findings: Counter[str] = Counter()
-        self._source_list: list[Finding] = []  # kept
+        self._source_list: list[dict[str, Any]] = []  # kept: each as listed
         self._source_spool = Spool() if listing == "spooled" else None
         self._source_cases: set[str] = set()
         self._unpaired: dict[str, int] = {}
@@ -91,17 +93,14 @@ class ReportBuilder:
             self._sources += 1
             self._source_findings.update(str(f.category) for f in result.findings)
             for finding in result.findings:
-                if self._source_spool is not None:
-                    self._source_spool.add(finding, Traffic.LIVE, None)
-                elif self._listing == "kept":
-                    self._source_list.append(finding)
+                self._list(trace, finding, Traffic.LIVE, self._source_spool, self._source_list)
             if case is not None:  # run, but by the serving model: said apart
                 self._source_cases.add(case.case_id)
             for evaluator, _message in result.failures:
                 self._evaluator_failures[evaluator] += 1
             return
         self._traces += 1
-        self._take(result, None, traffic, incomplete_reason(trace))
+        self._take(trace, result, None, traffic)
         if not trace.complete:
             self._incomplete[trace.incomplete_reason or "unknown"] += 1
         if case is not None:
@@ -129,20 +128,20 @@ class ReportBuilder:
         kind: ReferenceKind,
         *,
         rescored: frozenset[str],
-        incomplete: str | None = None,
+        target: ToolTrace,
     ) -> None:
-        """A shadow pair: only what was judged against the source counts. The target's own
-        scores from the evaluators its pair's pass ran again (``rescored``, the pipeline's)
-        and its policy findings were counted when it was added on its own. ``incomplete``:
-        the target's ``incomplete_reason`` (``None``: a whole run)."""
-        self._take(result, kind, Traffic.SHADOW, incomplete, rescored)
+        """A shadow pair, ``target`` its candidate's run: only what was judged against the
+        source counts. The target's own scores from the evaluators its pair's pass ran again
+        (``rescored``, the pipeline's) and its policy findings were counted when it was
+        added on its own."""
+        self._take(target, result, kind, Traffic.SHADOW, rescored)
 
     def _take(
         self,
+        trace: ToolTrace,
         result: PipelineResult,
         only: ReferenceKind | None,
         traffic: Traffic,
-        incomplete: str | None,
         skip: frozenset[str] = frozenset(),
     ) -> None:
         for evaluated in result.results:
@@ -156,14 +155,24 @@ class ReportBuilder:
             if only is not None and finding.reference is not only:
                 continue
             self._by_category[str(finding.category)][str(finding.severity)] += 1
-            if self._spool is not None:
-                self._spool.add(finding, traffic, incomplete)
-            elif self._listing == "kept":
-                self._findings.append(finding)
-                self._traffic.append(traffic)
-                self._incomplete_reasons.append(incomplete)
+            self._list(trace, finding, traffic, self._spool, self._findings)
         for evaluator, _message in result.failures:
             self._evaluator_failures[evaluator] += 1
+
+    def _list(
+        self,
+        trace: ToolTrace,
+        finding: Finding,
+        traffic: Traffic,
+        spool: Spool | None,
+        kept: list[dict[str, Any]],
+    ) -> None:
+        """``finding`` of run ``trace`` listed as ``listing`` says: to ``spool``, to ``kept``
+        or, counted only, nowhere."""
+        if spool is not None:
+            spool.add(finding_dict(trace, finding, traffic, self._redaction))
+        elif self._listing == "kept":
+            kept.append(finding_dict(trace, finding, traffic, self._redaction))
 
     def _add_case(self, trace: ToolTrace, case: GoldenCase, result: PipelineResult) -> None:
         category = case.category or "uncategorized"
@@ -224,8 +233,6 @@ class ReportBuilder:
             gates=[],
             evaluator_failures=dict(self._evaluator_failures),
             finding_list=self._findings,
-            finding_traffic=self._traffic,
-            finding_incomplete=self._incomplete_reasons,
             listing=self._listing,
             spooled=self._spool,
             incomplete=dict(self._incomplete),

@@ -1,6 +1,7 @@
-"""The findings the JSON replay report lists: each as a record (``finding_dict``), and the
-unnamed temporary file they are spooled to (``Spool``) when ``replay --format json`` lists
-them without holding them in memory.
+"""The findings the JSON replay report lists: each as a record (``finding_dict``: the findings
+log's, ``toolwatch.sinks.findings``, but its ``timestamp``), and the unnamed temporary file
+they are spooled to (``Spool``) when ``replay --format json`` lists them without holding them
+in memory.
 
 A spool's ``OSError`` is told as one (which file, where: ``TMPDIR``) before a byte of the
 report is written.
@@ -14,8 +15,9 @@ import tempfile
 from collections.abc import Iterator
 from typing import Any
 
-from toolwatch.evaluation.severity import CALL_AGENT, ERROR_TYPE, OUTCOME
-from toolwatch.model import Finding, Traffic
+from toolwatch.evaluation.severity import CALL_AGENT
+from toolwatch.model import Finding, ToolTrace, Traffic
+from toolwatch.sinks.findings import Redaction, finding_fields
 
 __all__ = ["Spool", "finding_dict"]
 
@@ -31,9 +33,9 @@ class Spool:
         with _told():
             self._file = tempfile.TemporaryFile("w+", encoding="utf-8")  # noqa: SIM115
 
-    def add(self, finding: Finding, traffic: Traffic, incomplete: str | None) -> None:
+    def add(self, record: dict[str, Any]) -> None:
+        """One listed finding (``finding_dict``)."""
         with _told():
-            record = finding_dict(finding, traffic, incomplete)
             self._file.write(json.dumps(record, allow_nan=False) + "\n")
 
     def seal(self) -> None:
@@ -68,28 +70,15 @@ def _told() -> Iterator[None]:
         ) from exc
 
 
-def finding_dict(finding: Finding, traffic: Traffic, incomplete: str | None) -> dict[str, Any]:
-    """A finding as the JSON report lists it, with the findings log's names
-    (``toolwatch.sinks.findings``), ``incomplete`` its run's ``incomplete_reason`` (``None``
-    for a whole run's); of its details only what became of a dangerous call (``outcome``,
-    ``error_type``), never argument values."""
-    return {
-        "category": str(finding.category),
-        "severity": str(finding.severity),
-        "evaluator": finding.evaluator,
-        "reference": str(finding.reference),
-        "case_id": finding.case_id,
-        "source_trace_id": finding.source_trace_id,
-        "pair_key": finding.pair_key,
-        "score": finding.score,
-        "tool": finding.tool,
-        "field": finding.field,
-        "agent": finding.agent,
-        "call_agent": finding.details.get(CALL_AGENT),  # another agent of the run made it
-        "trace_id": finding.trace_id,
-        "span_id": finding.span_id,
-        "traffic": str(traffic),
-        "incomplete_reason": incomplete,
-        "explanation": finding.explanation,
-        "details": {k: finding.details[k] for k in (OUTCOME, ERROR_TYPE) if k in finding.details},
-    }
+def finding_dict(
+    trace: ToolTrace, finding: Finding, traffic: Traffic, redaction: Redaction
+) -> dict[str, Any]:
+    """``finding`` of run ``trace`` as the JSON report lists it: the findings log's record
+    but its ``timestamp`` (replay judges no live moment), its ``details`` redacted as the
+    configuration's findings log redacts them (``output.show_argument_values``,
+    ``output.show_fields``), and ``call_agent``, the agent that made its call when not the
+    run's, also said on its own."""
+    record = finding_fields(trace, finding, traffic)
+    record["call_agent"] = finding.details.get(CALL_AGENT)
+    record["details"] = redaction.details(finding)
+    return record

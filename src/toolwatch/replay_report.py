@@ -33,8 +33,8 @@ from typing import IO, Any, Literal
 
 from toolwatch.evaluation import composite, structure
 from toolwatch.evaluation.pipeline import EVALUATOR_ORDER
-from toolwatch.model import Category, Finding, Traffic
-from toolwatch.replay_listing import Spool, finding_dict
+from toolwatch.model import Category
+from toolwatch.replay_listing import Spool
 from toolwatch.tail_format import terminal_text
 
 __all__ = ["ANY", "FailedCase", "Gate", "Listing", "Report", "parse_gate"]
@@ -121,9 +121,8 @@ class Report:
     failed_cases: list[FailedCase]
     gates: list[tuple[Gate, float, bool]]
     evaluator_failures: dict[str, int] = field(default_factory=dict)
-    finding_list: list[Finding] = field(default_factory=list)  # when kept in memory
-    finding_traffic: list[Traffic] = field(default_factory=list)  # each kept finding's
-    finding_incomplete: list[str | None] = field(default_factory=list)  # its run's reason
+    # When kept in memory: each finding as listed (``replay_listing.finding_dict``).
+    finding_list: list[dict[str, Any]] = field(default_factory=list)
     listing: Listing = "kept"
     spooled: Spool | None = field(default=None, repr=False, compare=False)
     incomplete: dict[str, int] = field(default_factory=dict)  # reason -> runs
@@ -138,7 +137,7 @@ class Report:
     # Shadow sources (the serving model's runs): evaluated apart, their findings not gated.
     sources: int = 0
     source_findings: dict[str, int] = field(default_factory=dict)  # category -> findings
-    source_finding_list: list[Finding] = field(default_factory=list)  # when kept in memory
+    source_finding_list: list[dict[str, Any]] = field(default_factory=list)  # kept: listed
     spooled_sources: Spool | None = field(default=None, repr=False, compare=False)
     shadow_unpaired: dict[str, int] = field(default_factory=dict)  # reason -> halves
     cases_source_only: list[str] = field(default_factory=list)  # of cases_not_run: by a source
@@ -195,12 +194,10 @@ class Report:
             sort_keys=True,
             allow_nan=False,  # NaN is not JSON
         )
-        kept = map(finding_dict, self.finding_list, self.finding_traffic, self.finding_incomplete)
-        sources = (finding_dict(f, Traffic.LIVE, None) for f in self.source_finding_list)
         lists = {
-            json.dumps(listed): self.spooled.records() if self.spooled else kept,
+            json.dumps(listed): self.spooled.records() if self.spooled else self.finding_list,
             json.dumps(listed_sources): (
-                self.spooled_sources.records() if self.spooled_sources else sources
+                self.spooled_sources.records() if self.spooled_sources else self.source_finding_list
             ),
         }
         for placeholder in sorted(lists, key=text.index):  # in the document's order

@@ -20,7 +20,12 @@ def test_a_shadow_sources_finding_is_listed_with_its_trace_and_not_gated(
     their findings are listed, not gated". serve emits the serving model's unverified
     refund as a live finding. replay's JSON report listed the candidate's findings one by
     one, each with its trace and span, but of the source's only a count by category: the
-    engineer saw "MISSING_VERIFICATION_STEP: 1" and could not find which run it was."""
+    engineer saw "MISSING_VERIFICATION_STEP: 1" and could not find which run it was.
+
+    Was: each listed finding had ``details`` with only ``outcome`` and ``error_type`` and no
+    ``service``. Now: the findings log's record but its timestamp: ``service``, and the
+    details redacted as the configuration's findings log redacts them (the example shows
+    ``issue_refund.order_id``)."""
     source = AgentRun(
         "refund-bot", (Turn((REFUND,)), Turn(text="ok")), attributes={PAIR: "p1", ROLE: "source"}
     )
@@ -50,7 +55,12 @@ def test_a_shadow_sources_finding_is_listed_with_its_trace_and_not_gated(
         format(refund_span.context.span_id, "016x"),
         "live",
     )
-    assert listed["details"] == {"outcome": "ok"}  # the refund went through
+    assert listed["service"] == "refund-agent"
+    assert listed["details"] == {
+        "failed_verification_spans": [],
+        "fields": {"order_id": "A-1001"},  # output.show_fields names it
+        "outcome": "ok",  # the refund went through
+    }
     target_trace = format(target_spans[0].context.trace_id, "032x")
     assert all(f["trace_id"] == target_trace for f in report["findings"])
     assert all(f["traffic"] == "shadow" for f in report["findings"])

@@ -67,6 +67,7 @@ __all__ = [
     "InMemoryFindingSink",
     "JsonLinesFindingSink",
     "Redaction",
+    "finding_fields",
     "finding_record",
     "format_timestamp",
     "json_default",
@@ -215,6 +216,15 @@ def finding_record(
     traffic: Traffic = Traffic.LIVE,
 ) -> dict[str, Any]:
     """The findings-log object of ``finding`` (see the module docstring), details redacted."""
+    record = finding_fields(trace, finding, traffic)
+    record["timestamp"] = format_timestamp(time_ns)
+    record["details"] = redaction.details(finding)
+    return record
+
+
+def finding_fields(trace: ToolTrace, finding: Finding, traffic: Traffic) -> dict[str, Any]:
+    """The findings-log keys of ``finding`` of run ``trace`` but ``timestamp`` and
+    ``details``: what ``replay --format json`` lists too (``toolwatch.replay_listing``)."""
     score = finding.score
     return {
         "category": str(finding.category),
@@ -234,8 +244,6 @@ def finding_record(
         "service": trace.service,
         "traffic": str(traffic),
         "incomplete_reason": None if trace.complete else trace.incomplete_reason or "unknown",
-        "timestamp": format_timestamp(time_ns),
-        "details": redaction.details(finding),
     }
 
 

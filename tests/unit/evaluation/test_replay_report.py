@@ -80,7 +80,7 @@ def test_shadow_pairs_are_scored_by_composite_against_their_source() -> None:
     target, source = trace("lookup", "refund"), trace("lookup", "refund")
     builder.add(target, None, pipeline.evaluate(target, None, None))
     paired = pipeline.evaluate(target, None, source, policy=False)
-    builder.add_pair(paired, ReferenceKind.SOURCE, rescored=pipeline.rescored)
+    builder.add_pair(paired, ReferenceKind.SOURCE, rescored=pipeline.rescored, target=target)
     built = builder.build()
     assert built.scores["composite"]["score"] == pytest.approx(1.0)
     assert built.passed
@@ -318,9 +318,15 @@ def test_a_shadow_sources_findings_are_listed_apart_and_gated_by_none(
     assert json.loads(document)["findings"] == []
 
 
-def test_a_listed_finding_has_the_findings_logs_names_and_no_argument_value() -> None:
-    """The JSON report's findings name what the findings log names (case, shadow source
-    and pair, traffic, what became of a dangerous call), and no argument value."""
+def test_a_listed_finding_is_the_findings_logs_record_but_its_timestamp() -> None:
+    """The JSON report's findings say what the findings log says of them (case, shadow
+    source and pair, traffic, service, the run's agent, what became of a dangerous call),
+    argument values redacted as the log redacts them.
+
+    Was: a record of its own, without ``service``, the run's agent when the finding names
+    none, or ``details.fields``; its ``details`` only ``outcome`` and ``error_type``.
+    Now: the findings log's record (``finding_record``) but ``timestamp``, plus
+    ``call_agent``."""
     finding = Finding(
         Category.DANGEROUS_ACTION_DRIFT,
         Severity.CRITICAL,
@@ -334,12 +340,18 @@ def test_a_listed_finding_has_the_findings_logs_names_and_no_argument_value() ->
         source_trace_id=f"{1:032x}",
         pair_key="p1",
     )
-    listed = replay_listing.finding_dict(finding, Traffic.SHADOW, None)
-    logged = finding_record(trace(), finding, Redaction(), 0, Traffic.SHADOW)
-    for name in ("case_id", "source_trace_id", "pair_key", "traffic", "incomplete_reason"):
-        assert listed[name] == logged[name], name
-    assert listed["details"] == {OUTCOME: "failed", ERROR_TYPE: "TimeoutError"}
-    assert "99" not in json.dumps(listed)
+    run = dataclasses.replace(trace("issue_refund"), service="billing", agent="refund-bot")
+    for redaction in (Redaction(), Redaction(show_fields=frozenset({"issue_refund.amount"}))):
+        listed = replay_listing.finding_dict(run, finding, Traffic.SHADOW, redaction)
+        logged = finding_record(run, finding, redaction, 0, Traffic.SHADOW)
+        del logged["timestamp"]
+        assert listed == {**logged, "call_agent": None}
+        assert (listed["service"], listed["agent"]) == ("billing", "refund-bot")
+    hidden = replay_listing.finding_dict(run, finding, Traffic.SHADOW, Redaction())
+    assert hidden["details"][DETAIL_FIELDS] == {"amount": "[redacted]"}
+    assert "99" not in json.dumps(hidden)
+    shown = replay_listing.finding_dict(run, finding, Traffic.SHADOW, Redaction(show_values=True))
+    assert shown["details"][DETAIL_FIELDS] == {"amount": 99}
 
 
 def test_the_text_report_escapes_the_case_ids_spans_named() -> None:
