@@ -274,7 +274,12 @@ class ListenerStartup:
         )
         refusal = status_refusal if listener == "http" else text_refusal
         handler = functools.partial(
-            HeadRefusingHandler, loop=asyncio.get_running_loop(), refusal=refusal, **options
+            HeadRefusingHandler,
+            loop=asyncio.get_running_loop(),
+            refusal=refusal,
+            listener=listener,
+            senders=self.senders,
+            **options,
         )
         await runner.setup()
         server = runner.server

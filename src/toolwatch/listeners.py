@@ -35,6 +35,7 @@ from aiohttp.http_exceptions import (
 from aiohttp.web_request import BaseRequest
 
 from toolwatch.config import host_addresses, is_ip_address, parse_listen_address
+from toolwatch.senders import Sender, SenderLog, transport_address
 
 __all__ = [
     "HANDSHAKE_SECONDS",
@@ -95,6 +96,9 @@ HEAD_LIMITS: dict[str, Any] = {
     "max_headers": MAX_HEADERS,
 }
 
+#: The sender log's reason for a request aiohttp's parser refused, as for any invalid request.
+INVALID_REQUEST = "invalid_request"
+
 #: The ``Server`` header of every HTTP answer: aiohttp's default names Python's and its own
 #: version to anyone who reaches a listener, token or not (which known faults to try).
 SERVER_NAME = "toolwatch"
@@ -124,13 +128,25 @@ class HeadRefusingHandler(web.RequestHandler):
     answer is text quoting the first 100 bytes of the line at fault (a bearer token), made
     before any middleware runs, so none can replace it. aiohttp offers no other way to
     answer it (aio-libs/aiohttp#3287, #9882): ``handle_error`` is the method its parser
-    errors reach. The error is logged as aiohttp logs it (``ProtocolErrorLog``)."""
+    errors reach. The error is logged as aiohttp logs it (``ProtocolErrorLog``: at DEBUG),
+    and told to ``senders`` (``invalid_request`` on ``listener``): who sent it, in the
+    sender log's rate-limited line, with the answer."""
 
-    __slots__ = ("_refusal",)
+    __slots__ = ("_listener", "_refusal", "_senders")
 
-    def __init__(self, manager: web.Server, *, refusal: HeadRefusal, **options: Any) -> None:
+    def __init__(
+        self,
+        manager: web.Server,
+        *,
+        refusal: HeadRefusal,
+        listener: str,
+        senders: SenderLog,
+        **options: Any,
+    ) -> None:
         super().__init__(manager, **options)
         self._refusal = refusal
+        self._listener = listener
+        self._senders = senders
         # aiohttp reads on while a request is handled, and queues up to 32 pipelined requests
         # (web_protocol.MAX_MSG_QUEUE_SIZE) before it stops reading: each head up to
         # HEAD_LIMITS, 32 x 8 MiB on one connection whose export waits for its decoding turn.
@@ -161,8 +177,12 @@ class HeadRefusingHandler(web.RequestHandler):
         answer = super().handle_error(request, status, exc, message)  # logs it; closes
         if not isinstance(exc, HttpProcessingError):
             return answer
-        refused = self._refusal(status, refusal_reason(exc))
+        reason = refusal_reason(exc)
+        refused = self._refusal(status, reason)
         refused.headers[hdrs.SERVER] = SERVER_NAME  # no app here: its signal does not run
+        transport = self.transport
+        peer = transport_address(transport) if transport is not None else "unknown"
+        self._senders.refused(INVALID_REQUEST, Sender(self._listener, peer), reason)
         refused.force_close()
         return refused
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import http.client
+import logging
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -172,6 +173,33 @@ def test_a_head_that_is_not_http_is_refused_with_a_status_that_quotes_nothing(
     assert status.message.startswith("the request's head was refused (")
     assert "a character HTTP does not allow" in status.message
     assert b"s3cret" not in answer
+
+
+@pytest.mark.parametrize("listener", ["http", "metrics"])
+def test_a_refused_head_is_told_to_the_sender_log_with_its_peer_and_no_secret(
+    start_server: StartServer, caplog: pytest.LogCaptureFixture, listener: str
+) -> None:
+    """Was: a head aiohttp's parser refuses was counted (``invalid``) and logged at DEBUG
+    only: the on-call could not find which client sent a malformed or oversized head (a
+    proxy adding headers, TLS sent to a plain listener). Now: the sender log's warning names
+    the listener, the peer and the answer, and quotes nothing of the request."""
+    server = start_server(**QUIET)
+    head = b"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer tok-s3cret\x01\r\n"
+    with (
+        caplog.at_level(logging.WARNING, "toolwatch.senders"),
+        _connect(server, listener) as client,
+    ):
+        client.sendall(head + b"Content-Length: 0\r\n\r\n")
+        port = client.getsockname()[1]
+        assert _read_all(client).startswith(b"HTTP/1.0 400 Bad Request\r\n")
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "toolwatch.senders"]
+    expected = (
+        f"request refused (invalid_request) on {listener} from 127.0.0.1:{port}:"
+        " \"the request's head was refused (BadHttpMessage): it is not well-formed HTTP/1.x"
+        " (such as a header field with a character HTTP does not allow"
+    )
+    assert line.startswith(expected), line
+    assert "s3cret" not in line
 
 
 def test_the_metrics_listener_refuses_a_head_past_the_limits_in_text_that_quotes_nothing(

@@ -23,6 +23,8 @@ from toolwatch.listeners import (
     refusal_reason,
     text_refusal,
 )
+from toolwatch.model import ManualClock
+from toolwatch.senders import SenderLog
 
 SECRET = b"tok-s3cret"
 CHUNKED = b"POST /v1/traces HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -39,7 +41,10 @@ def handler() -> Iterator[HeadRefusingHandler]:
         return web.Response()
 
     server = web.Server(answer, loop=loop)
-    yield HeadRefusingHandler(server, loop=loop, refusal=text_refusal, **HEAD_LIMITS)
+    senders = SenderLog(ManualClock())
+    yield HeadRefusingHandler(
+        server, loop=loop, refusal=text_refusal, listener="http", senders=senders, **HEAD_LIMITS
+    )
     loop.close()
 
 
