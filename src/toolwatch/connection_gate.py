@@ -17,6 +17,14 @@ against 512 connections, that takes slow requests on every connection, each ende
 ``ingest.read_timeout_seconds``. The bound keeps a flood to the listener it floods. The
 gRPC listeners are bound by gRPC itself (``grpc.max_allowed_incoming_connections``).
 
+Why a budget of heads: a head may be 8 MiB (``listeners.HEAD_LIMITS``: long lines for bearer
+JWTs, 128 fields), read before any token is checked, so 512 connections each sending most of
+one and never its end would hold 4 GiB (twice that resident) on one listener, from a peer
+with no credentials. The heads still arriving on a listener's connections may hold
+``HEADS_BUDGET`` bytes in all (their bytes received while the connection handles no
+request): past it, the connection holding the most is closed, counted and told
+(``heads_budget``). An exporter's head is a few KiB; the largest one allowed fits.
+
 Why the handshake is done here: asyncio's TLS server (``create_server(ssl=...)``) tells a
 failed handshake only in its debug mode, so a client refused by it (under mutual TLS, no
 client certificate, an expired one, one the client CA did not sign; a protocol older than
@@ -48,6 +56,8 @@ from toolwatch.senders import Sender, SenderLog, transport_address
 __all__ = [
     "CONNECTION_LIMIT",
     "CONNECTION_LIMIT_IDLE",
+    "HEADS_BUDGET",
+    "HEADS_OVER_BUDGET",
     "TLS_HANDSHAKE",
     "ConnectionGate",
     "GatedSite",
@@ -57,6 +67,12 @@ __all__ = [
 CONNECTION_LIMIT = "connection_limit"
 CONNECTION_LIMIT_IDLE = "connection_limit_idle"
 TLS_HANDSHAKE = "tls_handshake"
+HEADS_OVER_BUDGET = "heads_budget"
+
+#: The bytes of request heads still arriving that one listener's connections may hold in all:
+#: eight of the largest head allowed (``listeners.HEAD_LIMITS``, 8 MiB and 64 KiB), or 512
+#: connections' heads of 128 KiB each; past it, the connection holding the most is closed.
+HEADS_BUDGET = 64 * 1024 * 1024
 
 
 class ConnectionGate:
@@ -64,7 +80,8 @@ class ConnectionGate:
     says how many are; at the limit the oldest idle one makes room), each handshaken with
     ``ssl_context`` (``None``: plain) within ``handshake_seconds`` and then handled by a
     protocol ``make_handler`` makes (aiohttp's handler). ``protocol`` is the server's protocol
-    factory. Refusals are counted on ``metrics`` (``connection_refused``) and told to
+    factory. The heads arriving hold ``heads_budget`` bytes at most in all (the module
+    docstring). Refusals are counted on ``metrics`` (``connection_refused``) and told to
     ``senders``."""
 
     def __init__(
@@ -77,6 +94,7 @@ class ConnectionGate:
         handshake_seconds: float,
         metrics: PipelineMetrics,
         senders: SenderLog,
+        heads_budget: int = HEADS_BUDGET,
     ) -> None:
         self.listener = listener
         self._limit = limit
@@ -85,6 +103,8 @@ class ConnectionGate:
         self.ssl_context, self._handshake_seconds = ssl_context, handshake_seconds
         self._metrics, self._senders = metrics, senders
         self._handshakes: set[asyncio.Task[None]] = set()
+        self._heads_budget = heads_budget
+        self._heads = 0  # the bytes of heads arriving, on every open connection
 
     def protocol(self) -> asyncio.Protocol:
         """A new connection's protocol (``loop.create_server``'s factory)."""
@@ -95,6 +115,11 @@ class ConnectionGate:
         stops."""
         for task in self._handshakes:
             task.cancel()
+
+    @property
+    def heads(self) -> int:
+        """The bytes of the heads arriving on the open connections, in all."""
+        return self._heads
 
     @property
     def open(self) -> int:
@@ -119,8 +144,7 @@ class ConnectionGate:
         idlest = next((c for c in self._open if c.idle), None)
         if idlest is None:
             return False
-        del self._open[idlest]
-        transport = idlest.evict()
+        transport = self._evict(idlest)
         said = f"{_connections(self._limit)} open (ingest.max_connections): the oldest idle closed"
         self._refused(CONNECTION_LIMIT_IDLE, transport, said)
         return True
@@ -176,6 +200,38 @@ class ConnectionGate:
     def release(self, connection: _Connection) -> None:
         """``connection``, which ``admit`` counted, has ended."""
         self._open.pop(connection, None)
+        self.head_done(connection)
+
+    def head_grew(self, connection: _Connection, received: int) -> None:
+        """``connection``, handling no request, received ``received`` bytes of a head not
+        complete: past the budget, the connection holding the most is closed (``connection``
+        itself, often). A scan of the open connections, done only past the budget."""
+        connection.head_bytes += received
+        self._heads += received
+        while self._heads > self._heads_budget:
+            largest = max(self._open, key=_head_bytes)
+            held = largest.head_bytes
+            transport = self._evict(largest)
+            said = (
+                f"its request head was the largest arriving ({held} bytes) when those of"
+                f" {self.listener}'s connections passed {self._heads_budget} bytes in all"
+            )
+            self._refused(HEADS_OVER_BUDGET, transport, said)
+
+    def _evict(self, connection: _Connection) -> asyncio.Transport:
+        """Close ``connection`` (no longer counted); its transport, to tell."""
+        del self._open[connection]
+        self.head_done(connection)
+        return connection.evict()
+
+    def head_done(self, connection: _Connection) -> None:
+        """``connection``'s head is complete (its request is handled), or it closed."""
+        self._heads -= connection.head_bytes
+        connection.head_bytes = 0
+
+
+def _head_bytes(connection: _Connection) -> int:
+    return connection.head_bytes
 
 
 def _connections(n: int) -> str:
@@ -185,9 +241,10 @@ def _connections(n: int) -> str:
 class _Connection(asyncio.Protocol):
     """A connection accepted by a ``ConnectionGate``: counted while open; what it receives
     goes to its handler once made (after the handshake, under TLS), what came before held.
-    ``evicted``: closed by the gate to make room."""
+    ``evicted``: closed by the gate to make room. ``head_bytes``: what it received of a head
+    still arriving (``ConnectionGate.head_grew``)."""
 
-    __slots__ = ("_counted", "_early", "_gate", "_handler", "_transport", "evicted")
+    __slots__ = ("_counted", "_early", "_gate", "_handler", "_transport", "evicted", "head_bytes")
 
     def __init__(self, gate: ConnectionGate) -> None:
         self._gate = gate
@@ -195,6 +252,7 @@ class _Connection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._early: list[bytes] = []  # sent after the handshake, before the hand-over
         self._counted = self.evicted = False
+        self.head_bytes = 0
 
     @property
     def idle(self) -> bool:
@@ -231,10 +289,17 @@ class _Connection(asyncio.Protocol):
         self._uncount()
 
     def data_received(self, data: bytes) -> None:
-        if self._handler is None:
+        handler = self._handler
+        if handler is None:
             self._early.append(data)
-        else:
-            self._handler.data_received(data)
+            return
+        handler.data_received(data)
+        if not self._counted:  # closed by its handler (a head refused) or evicted
+            return
+        if handler.idle:  # no request to handle yet: the head is still arriving
+            self._gate.head_grew(self, len(data))
+        elif self.head_bytes:
+            self._gate.head_done(self)
 
     def eof_received(self) -> bool | None:
         if self._handler is not None:

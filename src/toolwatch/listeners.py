@@ -89,7 +89,8 @@ QUEUED_REQUESTS = 1
 #: at most 16.4 MiB of heads, about twice that resident (their bytes and the header strings
 #: made of them; measured: 31 MiB for two heads of 7.7 MiB, 40 MiB with aiohttp's Python
 #: parser). aiohttp's queue of 32 held 33 such heads (measured: 509 MiB); with its default
-#: limits, 33 heads of 1 MiB (measured: 64 MiB).
+#: limits, 33 heads of 1 MiB (measured: 64 MiB). The heads still arriving on all of a
+#: listener's connections are bounded together (``connection_gate.HEADS_BUDGET``).
 HEAD_LIMITS: dict[str, Any] = {
     "max_line_size": MAX_HEAD_LINE,
     "max_field_size": MAX_HEAD_LINE,

@@ -123,6 +123,7 @@ _CONNECTION_REFUSALS: Final = {
     "tls_handshake": "connection refused",
     "connection_limit": "connection refused",
     "connection_limit_idle": "idle connection closed",
+    "heads_budget": "connection closed",
 }
 
 

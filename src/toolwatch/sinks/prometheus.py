@@ -114,7 +114,12 @@ _RELOADED: Final = ("tokens", "certificate")
 #: ``toolwatch_connections_refused_total``: the listeners whose connections toolwatch accepts
 #: itself (gRPC's own are refused unseen), and why one is closed before any request.
 _GATED: Final = ("http", "metrics")
-_CONNECTION_REFUSALS: Final = ("tls_handshake", "connection_limit", "connection_limit_idle")
+_CONNECTION_REFUSALS: Final = (
+    "tls_handshake",
+    "connection_limit",
+    "connection_limit_idle",
+    "heads_budget",
+)
 #: ``toolwatch_tls_certificate_{expiry,not_before}_timestamp_seconds``: the served certificate,
 #: the client CA.
 _CERTIFICATE_FILES: Final = ("certificate", "client_ca")
@@ -580,8 +585,10 @@ class PrometheusMetrics:
             " handshake failed (tls_handshake: no or a refused client certificate, toolwatch's"
             " refused by the client, an old protocol, not done in time), ingest.max_connections"
             " were open, each handling a request (connection_limit), or an idle one was closed"
-            " to make room for a new one at that bound (connection_limit_idle). gRPC's"
-            " listeners refuse theirs unseen.",
+            " to make room for a new one at that bound (connection_limit_idle), or the one"
+            " with the largest head still arriving was closed when the listener's heads"
+            " arriving passed 64 MiB in all (heads_budget). gRPC's listeners refuse theirs"
+            " unseen.",
             ["listener", "reason"],
             registry=r,
         )

@@ -411,7 +411,12 @@ def test_counters_whose_label_values_are_known_start_at_zero(
     assert get("toolwatch_auth_failures_total", {"listener": "http"}) == 1.0
     refused = "toolwatch_connections_refused_total"
     for listener in ("http", "metrics"):
-        for reason in ("tls_handshake", "connection_limit", "connection_limit_idle"):
+        for reason in (
+            "tls_handshake",
+            "connection_limit",
+            "connection_limit_idle",
+            "heads_budget",
+        ):
             assert get(refused, {"listener": listener, "reason": reason}) == 0.0
     known = {
         "toolwatch_spans_rejected_total": REJECT_REASONS,
