@@ -8,6 +8,8 @@
 - the collector configurations route traces where toolwatch listens;
 - the Kubernetes manifests run toolwatch non-root, probed, bounded, and with a valid config;
 - the copies embedded in Kubernetes objects equal their source files.
+- docs/deployment.md's memory sum is the one checked here, and its figure for the built-in
+  defaults and its Sizing examples (settings, sums, limits, quoted defaults) add up.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from prometheus_client import CollectorRegistry, generate_latest
 
 from toolwatch import cli, cli_sources
-from toolwatch.config import load_config
+from toolwatch.config import AssemblySettings, Config, IngestSettings, load_config
 from toolwatch.ingest.grpc_health import READ_TURNS
 from toolwatch.metrics import REQUEST_OUTCOMES
 from toolwatch.references.settings import ShadowSettings
@@ -870,14 +872,11 @@ def test_the_memory_sum_is_the_documented_one() -> None:
     assert READ_TURNS == 4  # the sum's `+ 4`
 
 
-@pytest.mark.parametrize("path", [SIDECAR, GATEWAY], ids=lambda p: p.name)
-def test_toolwatch_at_its_bounds_fits_its_memory_limit(path: Path, tmp_path: Path) -> None:
-    """By MEMORY_SUM, with a tenth of the limit to spare."""
-    config, workload = _deployed(path, tmp_path)
-    limit = _memory_limit(_toolwatch_container(workload)["resources"]["limits"]["memory"])
+def _at_the_bounds(config: Config) -> float:
+    """Bytes resident at ``config``'s bounds, by MEMORY_SUM."""
     ingest, assembly, policy = config.ingest, config.assembly, config.policy
     bodies = (ingest.max_concurrent_requests + READ_TURNS) * ingest.max_request_bytes
-    worst = (
+    return (
         _RESIDENT_AT_REST
         + _RESIDENT_PER_BUFFERED_BYTE * assembly.max_buffered_bytes
         + _RESIDENT_PER_BODY_BYTE * bodies
@@ -886,7 +885,55 @@ def test_toolwatch_at_its_bounds_fits_its_memory_limit(path: Path, tmp_path: Pat
         + (_shadow_bytes(config.shadow) if config.shadow.enabled else 0)
         + (policy.conversation_max_bytes if policy.verification_scope == "conversation" else 0)
     )
+
+
+@pytest.mark.parametrize("path", [SIDECAR, GATEWAY], ids=lambda p: p.name)
+def test_toolwatch_at_its_bounds_fits_its_memory_limit(path: Path, tmp_path: Path) -> None:
+    """By MEMORY_SUM, with a tenth of the limit to spare."""
+    config, workload = _deployed(path, tmp_path)
+    limit = _memory_limit(_toolwatch_container(workload)["resources"]["limits"]["memory"])
+    worst = _at_the_bounds(config)
     assert worst < 0.9 * limit, f"{worst / 2**20:.0f} MiB at the bounds, limit {limit >> 20} MiB"
+
+
+def _deployment_section(title: str) -> str:
+    deployment = (ROOT / "docs" / "deployment.md").read_text(encoding="utf-8")
+    return deployment.partition(f"\n## {title}\n")[2].partition("\n## ")[0]
+
+
+def test_the_memory_sum_of_the_built_in_defaults_is_the_documented_one() -> None:
+    """docs/deployment.md, Memory: "With the built-in defaults ... ≈ 1,585 MiB"."""
+    worst = _at_the_bounds(Config.model_validate({}))
+    memory = " ".join(_deployment_section("Memory").split())
+    assert f"≈ {round(worst / 2**20):,} MiB" in memory
+
+
+def test_the_sizing_examples_fit_the_limits_they_give(tmp_path: Path) -> None:
+    """docs/deployment.md, Sizing: each worked example's settings load as toolwatch loads
+    them, sum by MEMORY_SUM to the MiB its first line says, and fit the limit it gives with
+    a tenth to spare."""
+    blocks = re.findall(r"```yaml\n(.*?)```", _deployment_section("Sizing"), re.DOTALL)
+    assert len(blocks) == 2  # the sidecar and the gateway
+    for n, block in enumerate(blocks):
+        head = re.match(r"# \w+: ([\d,]+) MiB at the bounds, limit (\d+(?:Mi|Gi))\n", block)
+        assert head is not None, block
+        target = tmp_path / f"sizing-{n}.yaml"
+        target.write_text(block, encoding="utf-8")
+        worst = _at_the_bounds(load_config(target))
+        assert round(worst / 2**20) == int(head[1].replace(",", "")), block
+        assert worst < 0.9 * _memory_limit(head[2]), block
+
+
+def test_the_sizing_section_quotes_the_defaults() -> None:
+    """docs/deployment.md, Sizing: every "`assembly.name` (default N)" is the default."""
+    quoted = re.findall(
+        r"`(ingest|assembly)\.(\w+)` \(default ([\d,.]+)\)", _deployment_section("Sizing")
+    )
+    assert len(quoted) >= 4, quoted
+    sections = {"ingest": IngestSettings, "assembly": AssemblySettings}
+    for section, name, value in quoted:
+        default = sections[section].model_fields[name].default
+        assert float(value.replace(",", "")) == default, (section, name, value)
 
 
 def test_sidecar_agent_exports_to_toolwatch_on_loopback() -> None:
