@@ -295,6 +295,7 @@ class ListenerStartup:
             functools.partial(handler, server),
             ssl_context=self._security.ssl_context(listener),
             handshake_seconds=self._handshake_seconds,
+            unread_seconds=self.config.ingest.read_timeout_seconds,
             metrics=self.metrics,
             senders=self.senders,
         )

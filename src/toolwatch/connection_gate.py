@@ -22,8 +22,15 @@ JWTs, 128 fields), read before any token is checked, so 512 connections each sen
 one and never its end would hold 4 GiB (twice that resident) on one listener, from a peer
 with no credentials. The heads still arriving on a listener's connections may hold
 ``HEADS_BUDGET`` bytes in all (their bytes received while the connection handles no
-request): past it, the connection holding the most is closed, counted and told
-(``heads_budget``). An exporter's head is a few KiB; the largest one allowed fits.
+request, from its first byte, or after its last request was handled): past it, the
+connection holding the most is closed, counted and told (``heads_budget``). An exporter's
+head is a few KiB; the largest one allowed fits. A head read while a request is handled is
+held too, uncounted (the one request read ahead, ``listeners.QUEUED_REQUESTS``), so a
+connection whose client does not read its answer (a large scrape's) reads nothing more until
+it does: while its writes wait, its reads wait, and a connection whose client read none of
+its answer for ``ingest.read_timeout_seconds`` is closed, counted and told
+(``answer_unread``). At ``ingest.max_connections`` such a connection makes room as an idle
+one does.
 
 Why the handshake is done here: asyncio's TLS server (``create_server(ssl=...)``) tells a
 failed handshake only in its debug mode, so a client refused by it (under mutual TLS, no
@@ -54,6 +61,7 @@ from toolwatch.metrics import PipelineMetrics
 from toolwatch.senders import Sender, SenderLog, transport_address
 
 __all__ = [
+    "ANSWER_UNREAD",
     "CONNECTION_LIMIT",
     "CONNECTION_LIMIT_IDLE",
     "HEADS_BUDGET",
@@ -68,6 +76,7 @@ CONNECTION_LIMIT = "connection_limit"
 CONNECTION_LIMIT_IDLE = "connection_limit_idle"
 TLS_HANDSHAKE = "tls_handshake"
 HEADS_OVER_BUDGET = "heads_budget"
+ANSWER_UNREAD = "answer_unread"
 
 #: The bytes of request heads still arriving that one listener's connections may hold in all:
 #: eight of the largest head allowed (``listeners.HEAD_LIMITS``, 8 MiB and 64 KiB), or 512
@@ -80,9 +89,9 @@ class ConnectionGate:
     says how many are; at the limit the oldest idle one makes room), each handshaken with
     ``ssl_context`` (``None``: plain) within ``handshake_seconds`` and then handled by a
     protocol ``make_handler`` makes (aiohttp's handler). ``protocol`` is the server's protocol
-    factory. The heads arriving hold ``heads_budget`` bytes at most in all (the module
-    docstring). Refusals are counted on ``metrics`` (``connection_refused``) and told to
-    ``senders``."""
+    factory. The heads arriving hold ``heads_budget`` bytes at most in all, and a connection
+    whose answer is not read for ``unread_seconds`` is closed (the module docstring).
+    Refusals are counted on ``metrics`` (``connection_refused``) and told to ``senders``."""
 
     def __init__(
         self,
@@ -92,6 +101,7 @@ class ConnectionGate:
         *,
         ssl_context: ssl.SSLContext | None,
         handshake_seconds: float,
+        unread_seconds: float,
         metrics: PipelineMetrics,
         senders: SenderLog,
         heads_budget: int = HEADS_BUDGET,
@@ -104,6 +114,7 @@ class ConnectionGate:
         self._metrics, self._senders = metrics, senders
         self._handshakes: set[asyncio.Task[None]] = set()
         self._heads_budget = heads_budget
+        self._unread_seconds = unread_seconds
         self._heads = 0  # the bytes of heads arriving, on every open connection
 
     def protocol(self) -> asyncio.Protocol:
@@ -139,9 +150,10 @@ class ConnectionGate:
         return True
 
     def _make_room(self) -> bool:
-        """Close the oldest connection handling no request, if one is: whether one was. A
-        scan of at most ``limit`` connections, done only at the limit."""
-        idlest = next((c for c in self._open if c.idle), None)
+        """Close the oldest connection handling no request, or whose client reads not its
+        answer, if one is: whether one was. A scan of at most ``limit`` connections, done
+        only at the limit."""
+        idlest = next((c for c in self._open if c.idle or c.unread is not None), None)
         if idlest is None:
             return False
         transport = self._evict(idlest)
@@ -224,6 +236,38 @@ class ConnectionGate:
         self.head_done(connection)
         return connection.evict()
 
+    def answer_waits(self, connection: _Connection, transport: asyncio.Transport) -> None:
+        """``connection``'s client stopped reading its answer (the transport's buffer is
+        full): read nothing more from it until it does, and close it if it does not within
+        ``unread_seconds``."""
+        if connection.unread is not None:
+            return
+        transport.pause_reading()
+        loop = asyncio.get_running_loop()
+        connection.unread = loop.call_later(self._unread_seconds, self._unread, connection)
+
+    def answer_read(self, connection: _Connection, transport: asyncio.Transport) -> None:
+        """``connection``'s client reads its answer again: read it again, unless aiohttp
+        itself stopped reading it."""
+        if connection.unread is None:
+            return
+        connection.unread.cancel()
+        connection.unread = None
+        handler = connection.handler
+        if handler is None or not handler.reading_paused:
+            transport.resume_reading()
+
+    def _unread(self, connection: _Connection) -> None:
+        connection.unread = None
+        if connection not in self._open:
+            return
+        transport = self._evict(connection)
+        said = (
+            f"its client read none of its answer for {self._unread_seconds:g} s"
+            " (ingest.read_timeout_seconds)"
+        )
+        self._refused(ANSWER_UNREAD, transport, said)
+
     def head_done(self, connection: _Connection) -> None:
         """``connection``'s head is complete (its request is handled), or it closed."""
         self._heads -= connection.head_bytes
@@ -242,9 +286,20 @@ class _Connection(asyncio.Protocol):
     """A connection accepted by a ``ConnectionGate``: counted while open; what it receives
     goes to its handler once made (after the handshake, under TLS), what came before held.
     ``evicted``: closed by the gate to make room. ``head_bytes``: what it received of a head
-    still arriving (``ConnectionGate.head_grew``)."""
+    still arriving (``ConnectionGate.head_grew``). ``unread``: while its client reads not its
+    answer, the timer that closes it (``ConnectionGate.answer_waits``)."""
 
-    __slots__ = ("_counted", "_early", "_gate", "_handler", "_transport", "evicted", "head_bytes")
+    __slots__ = (
+        "_counted",
+        "_early",
+        "_gate",
+        "_handler",
+        "_payload",
+        "_transport",
+        "evicted",
+        "head_bytes",
+        "unread",
+    )
 
     def __init__(self, gate: ConnectionGate) -> None:
         self._gate = gate
@@ -253,6 +308,13 @@ class _Connection(asyncio.Protocol):
         self._early: list[bytes] = []  # sent after the handshake, before the hand-over
         self._counted = self.evicted = False
         self.head_bytes = 0
+        self.unread: asyncio.TimerHandle | None = None
+        self._payload: Any = None  # the newest request's body (aiohttp's StreamReader)
+
+    @property
+    def handler(self) -> HeadRefusingHandler | None:
+        """Its aiohttp handler, once handed over."""
+        return self._handler
 
     @property
     def idle(self) -> bool:
@@ -264,6 +326,7 @@ class _Connection(asyncio.Protocol):
         """Close the connection (the gate no longer counts it); its transport, to tell."""
         assert self._transport is not None  # counted: made
         self._counted, self.evicted = False, True
+        self._cancel_unread()
         self._transport.abort()
         return self._transport
 
@@ -280,26 +343,56 @@ class _Connection(asyncio.Protocol):
 
     def hand_over(self, transport: asyncio.Transport) -> None:
         handler = self._handler = self._gate.make_handler()
+        self._transport = transport  # under TLS, the secured one
         handler.connection_made(transport)
-        for data in self._early:
-            handler.data_received(data)
-        self._early.clear()
+        early, self._early = self._early, []
+        for data in early:
+            self._received(handler, data)
 
     def lost_in_handshake(self) -> None:
         self._uncount()
 
     def data_received(self, data: bytes) -> None:
-        handler = self._handler
-        if handler is None:
+        if self._handler is None:
             self._early.append(data)
-            return
+        else:
+            self._received(self._handler, data)
+
+    def _received(self, handler: HeadRefusingHandler, data: bytes) -> None:
+        """``data`` handed to ``handler``; what of it is a head still arriving is counted
+        (``ConnectionGate.head_grew``) until that head ends, read off the parser's count of
+        requests and their bodies' ends."""
+        parsed = handler.requests_parsed
+        idle = parsed == 0 or handler.idle  # a head arriving: the first, or after a request
+        body = self._body_bytes()
         handler.data_received(data)
-        if not self._counted:  # closed by its handler (a head refused) or evicted
+        if not self._counted:  # evicted
             return
-        if handler.idle:  # no request to handle yet: the head is still arriving
-            self._gate.head_grew(self, len(data))
-        elif self.head_bytes:
+        ended = handler.requests_parsed - parsed
+        if ended and idle:  # the head ended: what came after it and its body, the next one's
             self._gate.head_done(self)
+            self._payload = handler.newest_payload
+            known = handler.parsed_bytes(ended)
+            after = len(data) - known if known is not None and self._payload_ended() else 0
+            self._grew(after)
+        elif ended:  # a head read ahead while a request is handled: held, queued
+            self._payload = handler.newest_payload
+            self._grew(len(data))
+        elif idle:
+            self._grew(len(data))
+        elif self._payload_ended():  # past the body of the request handled: the next head
+            self._grew(len(data) - (self._body_bytes() - body))
+
+    def _grew(self, received: int) -> None:
+        if received > 0:
+            self._gate.head_grew(self, received)
+
+    def _body_bytes(self) -> int:
+        return int(getattr(self._payload, "total_bytes", 0))
+
+    def _payload_ended(self) -> bool:
+        payload = self._payload
+        return payload is None or bool(payload.is_eof())
 
     def eof_received(self) -> bool | None:
         if self._handler is not None:
@@ -309,15 +402,25 @@ class _Connection(asyncio.Protocol):
     def pause_writing(self) -> None:
         if self._handler is not None:
             self._handler.pause_writing()
+        if self._counted and self._transport is not None:
+            self._gate.answer_waits(self, self._transport)
 
     def resume_writing(self) -> None:
+        if self._counted and self._transport is not None:
+            self._gate.answer_read(self, self._transport)
         if self._handler is not None:
             self._handler.resume_writing()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_unread()
         self._uncount()
         if self._handler is not None:
             self._handler.connection_lost(exc)
+
+    def _cancel_unread(self) -> None:
+        if self.unread is not None:
+            self.unread.cancel()
+            self.unread = None
 
     def _uncount(self) -> None:
         if self._counted:

@@ -46,6 +46,7 @@ __all__ = [
     "decimal_text",
     "held_size",
     "loads",
+    "loads_mended",
     "text_size",
     "writable_text",
 ]
@@ -64,6 +65,14 @@ def loads(text: str) -> Any:
     except (ValueError, RecursionError):  # msgspec's errors are ValueErrors
         value = json.loads(text, parse_constant=_number_text, parse_float=_finite_float)
         return _mended(value) if _SURROGATE_ESCAPE.search(text) is not None else value
+
+
+def loads_mended(text: str, parse_int: Callable[[str], Any]) -> Any:
+    """``json.loads(text, parse_int=parse_int)`` with the numbers ``loads`` mends mended (a
+    non-finite number kept as its text), for a reader that parses integers its own way."""
+    return json.loads(
+        text, parse_int=parse_int, parse_constant=_number_text, parse_float=_finite_float
+    )
 
 
 def _number_text(text: str) -> str:

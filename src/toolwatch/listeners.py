@@ -14,6 +14,7 @@ there, one per connection.
 from __future__ import annotations
 
 import errno
+import itertools
 import os
 import socket
 from collections.abc import Callable
@@ -97,8 +98,9 @@ HEAD_LIMITS: dict[str, Any] = {
     "max_headers": MAX_HEADERS,
 }
 
-#: The sender log's reason for a request aiohttp's parser refused, as for any invalid request.
-INVALID_REQUEST = "invalid_request"
+#: The sender log's reason for a request aiohttp's parser refused (its own: a port scan must not
+#: take the line a minute of an exporter's undecodable bodies, ``invalid_request``).
+INVALID_HEAD = "invalid_head"
 
 #: The ``Server`` header of every HTTP answer: aiohttp's default names Python's and its own
 #: version to anyone who reaches a listener, token or not (which known faults to try).
@@ -130,7 +132,7 @@ class HeadRefusingHandler(web.RequestHandler):
     before any middleware runs, so none can replace it. aiohttp offers no other way to
     answer it (aio-libs/aiohttp#3287, #9882): ``handle_error`` is the method its parser
     errors reach. The error is logged as aiohttp logs it (``ProtocolErrorLog``: at DEBUG),
-    and told to ``senders`` (``invalid_request`` on ``listener``): who sent it, in the
+    and told to ``senders`` (``invalid_head`` on ``listener``): who sent it, in the
     sender log's rate-limited line, with the answer."""
 
     __slots__ = ("_listener", "_refusal", "_senders")
@@ -168,6 +170,35 @@ class HeadRefusingHandler(web.RequestHandler):
         waiter = self._waiter
         return waiter is not None and not waiter.done()
 
+    @property
+    def requests_parsed(self) -> int:
+        """How many requests' heads its parser completed on this connection (aiohttp's
+        count): a rise says a head ended."""
+        return int(self._request_count)
+
+    def parsed_bytes(self, newest: int) -> int | None:
+        """About how many bytes the ``newest`` requests its parser completed came in: each
+        head as clients write it (``_head_size``) and what its body received so far;
+        ``None`` when they are no longer queued."""
+        messages = self._messages
+        if len(messages) < newest:
+            return None
+        total = 0
+        for message, payload in itertools.islice(reversed(messages), newest):
+            total += _head_size(message) + int(getattr(payload, "total_bytes", 0))
+        return total
+
+    @property
+    def newest_payload(self) -> Any:
+        """The body of the newest request its parser completed, while it is queued."""
+        return self._messages[-1][1] if self._messages else None
+
+    @property
+    def reading_paused(self) -> bool:
+        """Whether aiohttp itself stopped reading the connection (its queue of requests is
+        full): then it, not the gate, reads again."""
+        return bool(self._buffer_paused)
+
     def handle_error(
         self,
         request: BaseRequest,
@@ -183,9 +214,21 @@ class HeadRefusingHandler(web.RequestHandler):
         refused.headers[hdrs.SERVER] = SERVER_NAME  # no app here: its signal does not run
         transport = self.transport
         peer = transport_address(transport) if transport is not None else "unknown"
-        self._senders.refused(INVALID_REQUEST, Sender(self._listener, peer), reason)
+        self._senders.refused(INVALID_HEAD, Sender(self._listener, peer), reason)
         refused.force_close()
         return refused
+
+
+def _head_size(message: Any) -> int:
+    """A parsed head's size as clients write it (``METHOD path HTTP/1.1``, each field
+    ``name: value``, CRLFs); 0 for a head refused (its connection closes). A field written
+    without the space counts a byte more than it took: what follows the head is then
+    counted a byte short a field, no more."""
+    raw_headers = getattr(message, "raw_headers", None)
+    if raw_headers is None:
+        return 0
+    line = len(message.method) + len(message.path) + len(" HTTP/1.1\r\n") + 1
+    return line + sum(len(name) + len(value) + 4 for name, value in raw_headers) + 2
 
 
 def refusal_reason(error: HttpProcessingError) -> str:

@@ -30,6 +30,7 @@ from pathlib import Path
 from statistics import median_low
 from typing import IO, Any, Final
 
+from toolwatch import jsontext
 from toolwatch.ingest.decode import looks_like_otlp_protobuf
 from toolwatch.ingest.otlp_json import latest_end_ns, read_integer
 from toolwatch.model import ToolTrace
@@ -289,15 +290,17 @@ def _json_records(
 
 
 def _json_object(text: str) -> tuple[dict[str, Any] | None, ValueError | None]:
-    """``text`` parsed as one JSON object, or why it is not one."""
+    """``text`` parsed as one JSON object, or why it is not one; ``NaN``, ``Infinity`` and a
+    number beyond the float range kept as their text, as the server keeps them
+    (``jsontext.loads``): a dump line holding one is no JSON the report could write."""
     try:
         try:
-            value = json.loads(text)
+            value = jsontext.loads(text)
         except ValueError as exc:
             if isinstance(exc, json.JSONDecodeError):
                 raise
             # int() of a literal too long: read as the server reads it (``read_integer``)
-            value = json.loads(text, parse_int=read_integer)
+            value = jsontext.loads_mended(text, read_integer)
     except json.JSONDecodeError as exc:
         return None, exc
     except RecursionError:

@@ -14,6 +14,8 @@ token was sent). The reasons it logs, every one:
   ``invalid_span_id``, ``invalid_parent_span_id``, ``too_many_attributes``,
   ``malformed_attributes``, ``malformed_span``): spans of an accepted request rejected;
 * ``invalid_request``: a body that could not be decoded (400 / INVALID_ARGUMENT);
+* ``invalid_head``: an HTTP request's head aiohttp's parser refused (400: past the head's
+  limits, or not HTTP), on the OTLP/HTTP and metrics listeners;
 * ``refused_request``: an OTLP/HTTP request refused whatever its body (413, 415);
 * ``overloaded``: the buffer or the request slots full (503 / UNAVAILABLE, retryable);
 * ``slow_request``: a request whose body did not arrive within ``ingest.read_timeout_seconds``
@@ -26,9 +28,13 @@ token was sent). The reasons it logs, every one:
 * ``connection_limit``: a connection to an HTTP listener closed as soon as accepted, that
   listener's ``ingest.max_connections`` being open, each handling a request;
 * ``connection_limit_idle``: an idle connection to an HTTP listener (no request being handled)
-  closed to make room for a new one at ``ingest.max_connections``.
+  closed to make room for a new one at ``ingest.max_connections``;
+* ``heads_budget``: the connection with the largest request head still arriving, closed when
+  the heads arriving on its listener passed ``connection_gate.HEADS_BUDGET``;
+* ``answer_unread``: a connection whose client read none of its answer for
+  ``ingest.read_timeout_seconds``, closed.
 
-The refusals of a connection (those three) are logged as such, not as a request's.
+The refusals of a connection (the last five) are logged as such, not as a request's.
 
 At most one WARNING per reason and listener per ``interval_seconds`` of the injected clock
 (as OpenTelemetry's ``BatchProcessor`` logs a full queue once, not per span): the first
@@ -124,6 +130,7 @@ _CONNECTION_REFUSALS: Final = {
     "connection_limit": "connection refused",
     "connection_limit_idle": "idle connection closed",
     "heads_budget": "connection closed",
+    "answer_unread": "connection closed",
 }
 
 

@@ -194,7 +194,7 @@ def test_a_refused_head_is_told_to_the_sender_log_with_its_peer_and_no_secret(
         assert _read_all(client).startswith(b"HTTP/1.0 400 Bad Request\r\n")
     (line,) = [r.getMessage() for r in caplog.records if r.name == "toolwatch.senders"]
     expected = (
-        f"request refused (invalid_request) on {listener} from 127.0.0.1:{port}:"
+        f"request refused (invalid_head) on {listener} from 127.0.0.1:{port}:"
         " \"the request's head was refused (BadHttpMessage): it is not well-formed HTTP/1.x"
         " (such as a header field with a character HTTP does not allow"
     )
@@ -381,3 +381,36 @@ def _read_all(client: socket.socket) -> bytes:
     while chunk := client.recv(65536):
         received += chunk
     return received
+
+
+def _ask(address: str, request: bytes) -> bytes:
+    host, port = address.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        return sock.recv(100)
+
+
+def test_a_refused_head_does_not_hide_the_next_undecodable_body_from_the_sender_log(
+    start_server: StartServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``invalid_request`` is "a body that cannot be decoded", the line that names the
+    exporter whose SDK writes bad bodies. Was (review): a refused head (a port scanner, TLS
+    sent to a plain listener) was told under the same reason and took its one line a
+    minute: the exporter's undecodable body sent after it was not told. Now: refused heads
+    have a reason of their own, ``invalid_head``."""
+    server = start_server()
+    address = server.address("http")
+    with caplog.at_level(logging.WARNING, "toolwatch.senders"):
+        garbage = _ask(address, b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\r\n\r\n")
+        assert garbage.startswith(b"HTTP/1.")  # refused: 400
+        body = b"\xff\xff\xff"
+        export = (
+            b"POST /v1/traces HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-protobuf\r\n"
+            b"Content-Length: 3\r\n\r\n" + body
+        )
+        assert _ask(address, export).startswith(b"HTTP/1.1 400")
+    lines = [r.getMessage() for r in caplog.records if r.name == "toolwatch.senders"]
+    assert [line.split(" on ")[0] for line in lines] == [
+        "request refused (invalid_head)",
+        "request refused (invalid_request)",
+    ], lines

@@ -15,8 +15,10 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tests.integration.test_cli import EXAMPLES, run_cli
+from tests.unit.evaluation.eval_factories import trace
 from tests.unit.test_config_warnings import HALF_POLICY
 from toolwatch.cli_replay import REPLAY_DEFAULTS_NOTE
+from toolwatch.sinks.tooltraces import tooltrace_to_dict
 
 REQUEST = EXAMPLES / "unverified-refund.otlp.json"
 LOGS = {
@@ -144,3 +146,34 @@ def test_a_json_file_that_is_no_protobuf_keeps_its_json_error(tmp_path: Path) ->
     assert result.returncode == 2
     assert "protobuf" not in result.stderr
     assert f"{capture}:4: not JSON" in result.stderr, result.stderr
+
+
+def test_a_dump_lines_nan_argument_shown_by_show_fields_does_not_crash_replay_json(
+    tmp_path: Path,
+) -> None:
+    """The JSON report's ``details`` are the findings log's, the fields
+    ``output.show_fields`` names shown (examples/toolwatch.yaml shows
+    ``issue_refund.order_id``). Was (review): replay read ToolTrace lines with
+    ``json.loads``, which takes ``NaN``: an unverified refund whose ``order_id`` is ``NaN``
+    made ``replay --format json`` fail with a traceback (``Out of range float values are
+    not JSON compliant``). Now: read as the server reads JSON text (``jsontext.loads``),
+    ``NaN`` kept as its text."""
+    line = tooltrace_to_dict(
+        trace(("issue_refund", {"order_id": "PLACEHOLDER", "amount_usd": 5}), agent="refund-bot")
+    )
+    text = json.dumps(line).replace('"PLACEHOLDER"', "NaN")
+    dump = tmp_path / "tooltraces.jsonl"
+    dump.write_text(text + "\n")
+    config = EXAMPLES / "toolwatch.yaml"
+
+    as_text = run_cli("replay", "--config", str(config), "--no-progress", str(dump))
+    assert as_text.returncode == 0, as_text.stderr
+    assert "MISSING_VERIFICATION_STEP" in as_text.stdout
+
+    result = run_cli(
+        "replay", "--config", str(config), "--format", "json", "--no-progress", str(dump)
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    (listed,) = [f for f in report["findings"] if f["category"] == "MISSING_VERIFICATION_STEP"]
+    assert listed["details"]["fields"] == {"order_id": "NaN"}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import socket
 import ssl
 import warnings
@@ -16,7 +15,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from tests.integration.conftest import RunningServer, until
+from tests.integration.conftest import RunningServer
 from tests.integration.test_security import (
     Pki,
     auth,
@@ -387,81 +386,3 @@ def _frame_types(received: bytes) -> list[int]:
         types.append(received[at + 3])
         at += 9 + int.from_bytes(received[at : at + 3], "big")
     return types
-
-
-#: A line of a request head, under the 64 KiB a line allowed (``listeners.MAX_HEAD_LINE``).
-PAD_LINE = b"X-Pad: " + b"a" * 62_000 + b"\r\n"
-
-
-def _head_begun(address: str, lines: int) -> socket.socket:
-    """A connection to ``address`` that sends ``lines`` of ``PAD_LINE`` of a head it never
-    ends."""
-    host, port = address.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=10)
-    sock.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\n" + PAD_LINE * lines)
-    return sock
-
-
-def test_heads_that_never_end_are_bounded_by_closing_the_largest(
-    start_server: Start, caplog: pytest.LogCaptureFixture
-) -> None:
-    """A head may be 8 MiB (long lines for bearer JWTs, 128 fields), read before any token
-    is checked. Was: every connection could hold one, 512 x 8 MiB on one listener (twice
-    that resident), from a peer with no credentials. Now: the heads still arriving on a
-    listener hold 64 MiB in all (``connection_gate.HEADS_BUDGET``); past it, the connection
-    holding the most is closed, counted and told, and the others are served."""
-    server = start_server()
-    address = server.address("http")
-    small = 16  # lines: 0.99 MB a head, 64 of them 63.5 MB, under the budget
-    with caplog.at_level(logging.WARNING, "toolwatch.senders"):
-        smalls = [_head_begun(address, small) for _ in range(64)]
-        try:
-            large = _head_begun(address, 120)  # 7.4 MB: the budget passed, the largest
-            assert until(lambda: _closed(large))
-            port = large.getsockname()[1]
-            large.close()
-            for sock in smalls:
-                sock.settimeout(0.05)  # still open: the wait is the answer
-                with pytest.raises(TimeoutError):
-                    sock.recv(100)
-            assert send_http(server, refund_spans()) is SpanExportResult.SUCCESS
-        finally:
-            for sock in smalls:
-                sock.close()
-    (line,) = _told(caplog)
-    said = re.fullmatch(
-        rf'connection closed \(heads_budget\) on http from 127\.0\.0\.1:{port}: "its request'
-        r" head was the largest arriving \((\d+) bytes\) when those of http's connections"
-        rf' passed {64 * 1024 * 1024} bytes in all"',
-        line,
-    )
-    assert said is not None, line
-    # Closed as the budget passed, its head part sent: more than any small one's.
-    assert 64 * 1024 * 1024 - 64 * 16 * len(PAD_LINE) < int(said[1]) <= 120 * len(PAD_LINE) + 36
-    assert server.sample(REFUSED, {"listener": "http", "reason": "heads_budget"}) == 1
-
-
-def test_a_head_once_complete_no_longer_counts_against_the_budget(start_server: Start) -> None:
-    """The budget is of heads still arriving: a connection's heads, once its requests are
-    handled, are not held against it. 1,200 requests on one keep-alive connection, each
-    head sent in two parts, the first (60 KB of a long bearer JWT's line) read by the
-    server before the rest is sent: 72 MB of heads counted while arriving in all, each
-    answered on the same connection, none closed for the budget."""
-    server = start_server()
-    host, port = server.address("http").rsplit(":", 1)
-    first = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Pad: " + b"a" * 60_000
-    with socket.create_connection((host, int(port)), timeout=10) as sock:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no delayed-ACK waits
-        reader = sock.makefile("rb")
-        for _ in range(1_200):
-            sock.sendall(first)
-            _turns(server, 1)  # the server's loop reads it: a head still arriving
-            sock.sendall(b"a" * 2_000 + b"\r\n\r\n")
-            assert reader.readline() == b"HTTP/1.1 404 Not Found\r\n"  # the metrics one's
-            length = 0
-            while (line := reader.readline()) != b"\r\n":
-                name, _, value = line.partition(b":")
-                if name.lower() == b"content-length":
-                    length = int(value)
-            reader.read(length)
-    assert server.sample(REFUSED, {"listener": "http", "reason": "heads_budget"}) == 0

@@ -30,7 +30,7 @@ of the request (``listeners.HeadRefusingHandler``, ``http_answers.status_refusal
 aiohttp's own answer, plain text, quoted the line at fault, a token with it), and would log
 an ERROR with a traceback for each, so that any client could flood the log.
 ``ProtocolErrorLog`` logs those at DEBUG and counts them as ``invalid`` requests; the
-handler tells the sender log who sent them (``invalid_request``). A chunked
+handler tells the sender log who sent them (``invalid_head``). A chunked
 body whose framing breaks after a handler started reading it is not told to the handler by
 aiohttp's C parser (it queues the error as a next request): it is answered at the read
 timeout, 503, like a body that stalls. Its Python parser (``AIOHTTP_NO_EXTENSIONS``, or a

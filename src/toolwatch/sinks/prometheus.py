@@ -119,6 +119,7 @@ _CONNECTION_REFUSALS: Final = (
     "connection_limit",
     "connection_limit_idle",
     "heads_budget",
+    "answer_unread",
 )
 #: ``toolwatch_tls_certificate_{expiry,not_before}_timestamp_seconds``: the served certificate,
 #: the client CA.
@@ -587,8 +588,9 @@ class PrometheusMetrics:
             " were open, each handling a request (connection_limit), or an idle one was closed"
             " to make room for a new one at that bound (connection_limit_idle), or the one"
             " with the largest head still arriving was closed when the listener's heads"
-            " arriving passed 64 MiB in all (heads_budget). gRPC's listeners refuse theirs"
-            " unseen.",
+            " arriving passed 64 MiB in all (heads_budget), or its client read none of its"
+            " answer for ingest.read_timeout_seconds (answer_unread). gRPC's listeners refuse"
+            " theirs unseen.",
             ["listener", "reason"],
             registry=r,
         )
