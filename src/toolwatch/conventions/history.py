@@ -35,6 +35,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from toolwatch.conventions.attrs import Attributes, EventSource, SpanEvent, parse_json
+from toolwatch.conventions.history_messages import ITEM_ROLES, TOOL_RESULT_TYPES, message_roles
 
 __all__ = [
     "EVENT_NAMES",
@@ -71,17 +72,6 @@ KEYS: Final = frozenset({_INPUT_MESSAGES, _VERCEL_MESSAGES, _RAW_INPUT, *INDEXED
 EVENT_NAMES: Final = frozenset({_USER_EVENT, _ASSISTANT_EVENT})
 
 _MODEL_ROLES: Final = frozenset({"assistant", "model"})
-#: The Responses API's input items without a role: what the model asked for, and what came
-#: back (an item of another type makes the history unread).
-_ITEM_ROLES: Final[dict[object, str]] = {
-    "function_call": "assistant",
-    "reasoning": "assistant",
-    "function_call_output": "tool",
-}
-#: Parts (or content blocks) that carry a tool's answer back to the model.
-_TOOL_RESULT_TYPES: Final = frozenset(
-    {"tool_call_response", "tool_result", "tool-result", "function_response"}
-)
 _TOOL_RESULT_KEYS: Final = frozenset({"toolResult", "functionResponse", "function_response"})
 
 
@@ -94,12 +84,22 @@ def prior_turns(attrs: Attributes, events: EventSource) -> int:
         if value is None:
             value = attrs.get(_RAW_INPUT)
     if value is not None:
-        return _message_list(parse_json(value))
+        return _messages(value)
     if INDEXED_ROLE_KEYS[0] in attrs:
         return _indexed(attrs)
     if events is not None:
         return _from_events(events())
     return UNREAD
+
+
+def _messages(value: Any) -> int:
+    """Count over a message list: its text read for the roles alone (``history_messages``),
+    else decoded whole (a text of another shape, a value that arrived decoded)."""
+    if isinstance(value, str):
+        roles = message_roles(value)
+        if roles is not None:
+            return _count(roles) if roles else UNREAD
+    return _message_list(parse_json(value))
 
 
 def _message_list(messages: Any) -> int:
@@ -112,7 +112,7 @@ def _message_list(messages: Any) -> int:
             return UNREAD
         role = message.get("role")
         if not isinstance(role, str):
-            role = _ITEM_ROLES.get(message.get("type"))
+            role = ITEM_ROLES.get(message.get("type"))
             if role is None:
                 return UNREAD
         if role == "user" and _tool_results_only(message):
@@ -136,7 +136,7 @@ def _tool_result(part: Any) -> bool:
         return False
     kind = part.get("type")
     if isinstance(kind, str):
-        return kind in _TOOL_RESULT_TYPES
+        return kind in TOOL_RESULT_TYPES
     return any(key in part for key in _TOOL_RESULT_KEYS)
 
 
@@ -163,7 +163,7 @@ def _from_events(events: Sequence[SpanEvent]) -> int:
         if name == _DETAILS:
             messages = event.attributes.get(_INPUT_MESSAGES)
             if messages is not None:
-                return _message_list(parse_json(messages))
+                return _messages(messages)
         elif name == _USER_EVENT:
             content = parse_json(event.attributes.get("content"))
             user = not (isinstance(content, list) and content and all(map(_tool_result, content)))
