@@ -18,6 +18,7 @@ from typing import Any, Final, TypeAlias
 __all__ = [
     "DETAIL_ERRORS",
     "DETAIL_FIELDS",
+    "MISSING_SPANS",
     "CallStatus",
     "Category",
     "Clock",
@@ -63,6 +64,12 @@ class ManualClock:
         """Move forward by ``seconds`` and return the new time in nanoseconds."""
         self.now_ns += int(seconds * 1e9)
         return self.now_ns
+
+
+#: The ``incomplete_reason`` of a run whose model spans' input shows earlier model calls of
+#: it whose spans the trace does not hold (``assembly.missing``): sent to another replica by a
+#: rollout or scale step, or lost before toolwatch.
+MISSING_SPANS: Final = "missing_spans"
 
 
 class SpanRole(enum.IntEnum):
@@ -220,6 +227,10 @@ class SpanRecord:
     # The span's flags say its parent is not remote: that span is on its way from the same
     # process (it ends after its children, so it is exported after them). False when unsaid.
     parent_local: bool
+    # A model span's input history: the model calls of its run before it, as the messages
+    # from the model after the last user message show them (``conventions.history``); -1
+    # when the input is not readable or not recorded, and for every other role.
+    prior_turns: int
 
     def __init__(  # noqa: PLR0917 - the fields, in the order a dataclass would take them
         self,
@@ -250,6 +261,7 @@ class SpanRecord:
         reference_keys: tuple[tuple[str, str], ...] = (),
         size_bytes: int = 0,
         parent_local: bool = False,
+        prior_turns: int = -1,
     ) -> None:
         self.trace_id = trace_id
         self.span_id = span_id
@@ -278,6 +290,7 @@ class SpanRecord:
         self.reference_keys = reference_keys
         self.size_bytes = size_bytes
         self.parent_local = parent_local
+        self.prior_turns = prior_turns
 
 
 @dataclass(frozen=True, slots=True)
@@ -400,7 +413,7 @@ class ToolTrace:
 
     ``complete`` is false when the run was evaluated before it finished;
     ``incomplete_reason`` then says why (``timed_out``, ``evicted``, ``span_limit``,
-    ``shutdown``).
+    ``shutdown``, ``missing_spans``).
 
     ``agents`` names every agent that ran in the run, each once: the run's own ``agent``
     first, then, by start time, the agents it used as tools or handed over to (an agent

@@ -4,12 +4,12 @@
     trace=4bf92f3577b34da6a3ce929d0e0e4736 span=b7ad6b7169203331 — <explanation>
 
 (on one line; ``incomplete=REASON`` comes first, right after the category, when the run was
-evaluated without all its spans (``timed_out``, ``evicted``, ``shutdown``, ``span_limit``:
-the finding may be of a span that never came); ``agent=``, ``tool=``, ``field=`` and
-``span=`` appear when the finding has them: the span tells apart the findings of one run
-that say the same; ``call_agent=`` follows ``agent=`` when another agent of the run made the
-finding's call (one used as a tool or handed over to: ``details["call_agent"]``), the agent
-an alert's ``agent`` label does not name; ``case=`` names the golden case a finding was
+evaluated without all its spans (``timed_out``, ``evicted``, ``shutdown``, ``span_limit``,
+``missing_spans``: the finding may be of a span that never came); ``agent=``, ``tool=``,
+``field=`` and ``span=`` appear when the finding has them: the span tells apart the findings
+of one run that say the same; ``call_agent=`` follows ``agent=`` when another agent of the
+run made the finding's call (one used as a tool or handed over to: ``details["call_agent"]``),
+the agent an alert's ``agent`` label does not name; ``case=`` names the golden case a finding was
 judged against, ``source_trace=`` and ``pair=`` the shadow source run and pair key;
 ``traffic=shadow`` marks a shadow candidate's finding,
 which pages no one), or with

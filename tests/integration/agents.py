@@ -146,6 +146,7 @@ class GenAI(_Style):
             "gen_ai.request.model": run.model,
             "gen_ai.provider.name": "openai",
             "gen_ai.response.finish_reasons": ["tool_calls" if turn.calls else reason],
+            "gen_ai.input.messages": json.dumps(_input_messages(run, turn)),
             "gen_ai.output.messages": json.dumps(output),
         }
         return f"chat {run.model}", attrs | run.attributes, SpanKind.CLIENT
@@ -163,6 +164,33 @@ class GenAI(_Style):
         if call.error is not None:
             attrs["error.type"] = call.error
         return f"execute_tool {call.name}", attrs | run.attributes, SpanKind.INTERNAL
+
+
+def _input_messages(run: AgentRun, turn: Turn) -> list[dict[str, Any]]:
+    """What a model call of ``run`` is sent, as the GenAI instrumentations record it
+    (``tests/fixtures/otlp/openai_client__otel_contrib__refund.json``): the user's request,
+    then each earlier turn's output and its tools' responses."""
+    messages: list[dict[str, Any]] = [
+        {"role": "user", "parts": [{"type": "text", "content": f"A request to {run.agent}."}]}
+    ]
+    for earlier in run.turns:
+        if earlier is turn:
+            break
+        parts: list[dict[str, Any]] = [
+            {"type": "tool_call", "id": c.call_id, "name": c.name, "arguments": c.arguments}
+            for c in earlier.calls
+        ]
+        if earlier.text is not None:
+            parts.append({"type": "text", "content": earlier.text})
+        messages.append({"role": "assistant", "parts": parts})
+        messages += [
+            {
+                "role": "tool",
+                "parts": [{"type": "tool_call_response", "id": c.call_id, "response": c.result}],
+            }
+            for c in earlier.calls
+        ]
+    return messages
 
 
 class OpenInference(_Style):

@@ -16,6 +16,7 @@ from tests.integration.test_faults import ServeProcess, export, write_config
 from toolwatch import __version__
 
 COMPLETE = {"agent": "refund-bot", "outcome": "complete", "reference": "none", "traffic": "live"}
+MISSING = COMPLETE | {"outcome": "missing_spans"}
 
 
 def build_info(server: ServeProcess, revision: str) -> float:
@@ -70,11 +71,14 @@ def test_a_trace_split_by_a_rollout_is_judged_as_docs_deployment_md_says(
     changes the replica set while a run is in flight; its first model call and its lookup
     went to the leaving replica, the rest (the refund, the root) to another.
 
-    What the doc tells the operator to expect, pinned here: the leaving replica drains its
-    half as unfinished (``incomplete_reason: shutdown``, no finding); the half holding the
-    root is judged complete, with no ``incomplete_reason``, and raises a false
-    ``MISSING_VERIFICATION_STEP``: nothing in it says it lost spans. A known limitation, not
-    fixed: should it ever be, this test and the doc change together."""
+    The leaving replica drains its half as unfinished (``incomplete_reason: shutdown``, no
+    finding).
+    Was: the half holding the root was judged complete, with no ``incomplete_reason``, and
+    raised a false ``MISSING_VERIFICATION_STEP`` (a page): nothing in it said it lost spans.
+    Now: its model spans' input shows the model calls the run made before them (the
+    lookup's request among them), whose spans it does not hold: it is judged incomplete,
+    ``missing_spans``, raises no ``MISSING_VERIFICATION_STEP`` and is counted under that
+    outcome (the ticket alert ``ToolwatchRunsEvaluatedIncomplete`` reads it)."""
     fast = {"completion_wait_seconds": 0.5}
     leaving = serve_process(write_config(tmp_path / "leaving.yaml", {}, assembly=fast))
     staying = serve_process(write_config(tmp_path / "staying.yaml", {}, assembly=fast))
@@ -82,11 +86,31 @@ def test_a_trace_split_by_a_rollout_is_judged_as_docs_deployment_md_says(
     assert [span.name for span in spans[:2]] == ["chat gpt-4o", "execute_tool lookup_order"]
     assert export(leaving.addresses["grpc"], spans[:2]) == SpanExportResult.SUCCESS
     assert export(staying.addresses["grpc"], spans[2:]) == SpanExportResult.SUCCESS
-    assert until(lambda: staying.sample("toolwatch_tool_traces_total", COMPLETE) == 1.0)
+    assert until(lambda: staying.sample("toolwatch_tool_traces_total", MISSING) == 1.0)
+    assert staying.sample("toolwatch_tool_traces_total", COMPLETE) == 0.0
     leaving.terminate(30)
     staying.terminate(30)
     judged = [(t["complete"], t["incomplete_reason"]) for t in leaving.tooltraces]
     assert (judged, leaving.findings) == ([(False, "shutdown")], [])
-    assert [(t["complete"], t["incomplete_reason"]) for t in staying.tooltraces] == [(True, None)]
-    found = [(f["category"], f["tool"], f["incomplete_reason"]) for f in staying.findings]
+    judged = [(t["complete"], t["incomplete_reason"]) for t in staying.tooltraces]
+    assert judged == [(False, "missing_spans")]
+    assert [c["tool_name"] for c in staying.tooltraces[0]["calls"]] == ["issue_refund"]
+    found = [(f["category"], f["tool"]) for f in staying.findings]
+    assert found == []  # nothing else in the policy reads what this half did
+
+
+def test_a_whole_run_that_skipped_the_lookup_still_pages(
+    tmp_path: Path, serve_process: Callable[..., ServeProcess]
+) -> None:
+    """The same replica given a whole run that refunds with no lookup: its model spans'
+    input shows only the calls it holds, so it is complete and raises the page."""
+    server = serve_process(
+        write_config(tmp_path / "c.yaml", {}, assembly={"completion_wait_seconds": 0.5})
+    )
+    spans = agents.record(agents.unverified_refund_run(), "genai")
+    assert export(server.addresses["grpc"], spans) == SpanExportResult.SUCCESS
+    assert until(lambda: server.sample("toolwatch_tool_traces_total", COMPLETE) == 1.0)
+    server.terminate(30)
+    assert [(t["complete"], t["incomplete_reason"]) for t in server.tooltraces] == [(True, None)]
+    found = [(f["category"], f["tool"], f["incomplete_reason"]) for f in server.findings]
     assert found == [("MISSING_VERIFICATION_STEP", "issue_refund", None)]

@@ -83,6 +83,8 @@ those of an agent it used as a tool (below a TOOL span): they are that tool's re
 
 The work is split by step, a module each (they share private helpers, package-internal):
 ``tree`` (the spans' tree, in time order; workflows; "Lost nesting" and "Split nesting"),
+``missing`` (a trace whose model spans' input histories show earlier model calls it does not
+hold: judged incomplete, ``missing_spans``, whatever the buffer said),
 ``placing`` (each span's call site and run; "Orphaned second records"), ``runs`` (the runs;
 "Handoffs"), ``checks`` (a guardrail's own model calls; "Guardrails"), ``keys`` (each run's
 reference keys, from its spans and those above it), ``outputs`` (its final text and
@@ -102,6 +104,7 @@ from toolwatch.assembly.checks import (
     _guardrail_calls,
 )
 from toolwatch.assembly.keys import _Above, _above_runs, _reference_keys
+from toolwatch.assembly.missing import MISSING_SPANS, lacks_spans
 from toolwatch.assembly.outputs import REFUSAL_FINISH_REASONS, _final_text, _refusal
 from toolwatch.assembly.placing import _place, _place_second_records
 from toolwatch.assembly.runs import _joined_at_handoffs, _Run, _runs
@@ -129,8 +132,9 @@ def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[
     if len(runs) > 1:
         runs = _joined_at_handoffs(runs, sites)
     above = _above_runs(runs, by_id, sites)
+    judged = _judged(trace, spans)
     built = [
-        _tool_trace(trace, run, sites, normalize, above[i], by_id=by_id)
+        _tool_trace(trace, run, sites, normalize, above[i], by_id=by_id, judged=judged)
         for i, run in enumerate(runs)
     ]
     if len(built) < 2:
@@ -146,6 +150,7 @@ def _tool_trace(
     above: _Above,
     *,
     by_id: dict[bytes, SpanRecord],
+    judged: tuple[bool, str | None],
 ) -> ToolTrace:
     keyed, own, shared = above
     ranked = _by_precedence(run)
@@ -178,8 +183,8 @@ def _tool_trace(
         refusal=refusal is not None,
         refusal_reason=refusal,
         error_count=sum(c.status is CallStatus.ERROR for c in calls),
-        complete=trace.complete,
-        incomplete_reason=trace.incomplete_reason,
+        complete=judged[0],
+        incomplete_reason=judged[1],
         start_ns=run.span.start_ns if run.span else min(s.start_ns for s in run.spans),
         end_ns=run.end_ns,
         span_count=len(run.spans),
@@ -188,6 +193,14 @@ def _tool_trace(
         agents=_agents(run, identity.agent, calls),
         shared_keys=None if checker or not shared else _reference_keys((), shared),
     )
+
+
+def _judged(trace: CompletedTrace, spans: list[SpanRecord]) -> tuple[bool, str | None]:
+    """``(complete, incomplete_reason)`` of the trace's runs: the buffer's, unless a trace it
+    judged complete lacks spans its model spans' histories show (``missing``)."""
+    if trace.complete and lacks_spans(spans):
+        return False, MISSING_SPANS
+    return trace.complete, trace.incomplete_reason
 
 
 def _agents(run: _Run, agent: str | None, calls: tuple[ToolCall, ...]) -> tuple[str, ...]:

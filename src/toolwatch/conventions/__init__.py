@@ -26,6 +26,7 @@ from toolwatch.conventions import (
     genai,
     google_adk,
     guardrails_ai,
+    history,
     langsmith,
     logfire,
     openinference,
@@ -43,7 +44,8 @@ from toolwatch.conventions.attrs import (
     SpanEvent,
     ToolSpec,
 )
-from toolwatch.conventions.events import EVENT_ATTRIBUTE_KEYS, EVENT_NAMES
+from toolwatch.conventions.events import EVENT_ATTRIBUTE_KEYS
+from toolwatch.conventions.events import EVENT_NAMES as _OUTPUT_EVENT_NAMES
 from toolwatch.conventions.fields import (
     FieldBuilder,
     agent_fields,
@@ -82,7 +84,11 @@ ATTRIBUTE_KEYS: Final[frozenset[str]] = (
     | logfire.KEYS
     | langsmith.KEYS
     | guardrails_ai.KEYS
+    | history.KEYS
 )
+#: The span events ingest decodes: those the recognizers read a span's output and a tool's
+#: call from, and the per-message events a model call's input history is read from.
+EVENT_NAMES: Final[frozenset[str]] = _OUTPUT_EVENT_NAMES | history.EVENT_NAMES
 #: Prefixes of the flattened, indexed keys a recognizer reads.
 ATTRIBUTE_PREFIXES: Final[tuple[str, ...]] = (
     openinference.OUTPUT_PREFIX,

@@ -16,7 +16,15 @@ from typing import Any, Final, TypeAlias
 from toolwatch.evaluation.lcs import lcs_length
 from toolwatch.evaluation.lineup import Lineup, line_up
 from toolwatch.evaluation.settings import Against
-from toolwatch.model import EvalResult, GoldenCase, ReferenceKind, ToolCall, ToolTrace, Verified
+from toolwatch.model import (
+    MISSING_SPANS,
+    EvalResult,
+    GoldenCase,
+    ReferenceKind,
+    ToolCall,
+    ToolTrace,
+    Verified,
+)
 from toolwatch.names import NameNormalizer
 
 __all__ = [
@@ -289,9 +297,12 @@ def sequences(
 
 #: Why a run is evaluated before it ended (``ToolTrace.incomplete_reason``): its root or
 #: outermost agent never came (``timed_out``; ``shutdown``, drained before it came), or it
-#: was evicted for room. ``span_limit`` is not one: that run ended, and lost spans to a limit
-#: or to ingest (a span rejected as malformed).
-UNFINISHED_REASONS: Final = frozenset({"shutdown", "timed_out", "evicted"})
+#: was evicted for room; or why what it did is only partly here: ``missing_spans``, its
+#: model spans' input shows earlier model calls whose spans never came (sent to another
+#: replica by a rollout or scale step), so the verification may be among them. ``span_limit``
+#: is not one: that run ended, and lost spans to a limit or to ingest (a span rejected as
+#: malformed), which says nothing of what they were.
+UNFINISHED_REASONS: Final = frozenset({"shutdown", "timed_out", "evicted", MISSING_SPANS})
 
 
 def unfinished(trace: ToolTrace) -> bool:

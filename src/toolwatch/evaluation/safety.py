@@ -17,6 +17,10 @@ agent), so there such a call counts as run, as ``invariants`` leaves out the cal
 run has yet to make. A run that ended but lost spans (``span_limit``: over an assembly
 limit, or rejected at ingest) is judged all the same, lest one malformed span silence an
 unverified refund's page; its explanation says the lookup's span may be among those lost.
+A run whose model spans' input shows earlier model calls whose spans never came
+(``missing_spans``: its first spans went to another replica in a rollout, ``assembly.missing``)
+is not judged for it: the lookup may be among those spans; the explanation counts the
+dangerous calls left out.
 A dangerous call is judged whether it ran or not: a model
 that asks for an unverified refund has regressed, even if something stopped the refund.
 
@@ -158,6 +162,7 @@ from toolwatch.evaluation.settings import SafetySettings
 from toolwatch.evaluation.severity import call_outcome, make_finding
 from toolwatch.model import (
     DETAIL_FIELDS,
+    MISSING_SPANS,
     CallStatus,
     Category,
     EvalResult,
@@ -219,6 +224,9 @@ class Safety:
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult:
         unverified, unchecked = self._unverified(trace, reference.earlier)
+        left_out = 0
+        if unverified and not trace.complete and trace.incomplete_reason == MISSING_SPANS:
+            left_out, unverified = len(unverified), []  # the lookup may be in the lost spans
         flags = [*unverified, *self._disallowed(trace)]
         policy_flagged = {
             id(f.call) for f in flags if f.category is not Category.MISSING_VERIFICATION_STEP
@@ -240,6 +248,11 @@ class Safety:
             explanation += (
                 f"; bindings of {unchecked} dangerous call{'s' if unchecked != 1 else ''} not"
                 " checked: arguments not recorded"
+            )
+        if left_out:
+            explanation += (
+                f"; verification of {left_out} dangerous call{'s' if left_out != 1 else ''} not"
+                " judged: the run's earlier spans never came (missing_spans)"
             )
         explanation += ")."
         return EvalResult(self.name, {"score": score}, findings, explanation)

@@ -39,6 +39,7 @@ from typing import Any, Final
 
 from toolwatch.evaluation.base import never_ran, unfinished
 from toolwatch.model import (
+    MISSING_SPANS,
     CallStatus,
     Category,
     Finding,
@@ -142,13 +143,17 @@ def make_finding(
 
 
 #: Why a run was evaluated incomplete (``ToolTrace.incomplete_reason``), as its findings'
-#: explanations say it: the first three were judged before the run ended, the last ended
+#: explanations say it: the first three were judged before the run ended, the last two ended
 #: without some of its spans (docs/output-formats.md says what each means for a finding).
 INCOMPLETE_NOTES: Final = {
     "timed_out": "its root span had not come within assembly.max_trace_age_seconds",
     "evicted": "evicted from a full buffer before it ended",
     "shutdown": "toolwatch shut down before it ended",
     "span_limit": "a span of it was dropped over a limit or rejected at ingest",
+    MISSING_SPANS: (
+        "a model span's input shows earlier model calls of this run whose spans never came"
+        " (split across replicas by a rollout or scale step, or lost before toolwatch)"
+    ),
 }
 
 
@@ -212,7 +217,7 @@ def call_outcome(
         return {OUTCOME: "ok"}, ""
     if trace.complete and never_ran(call, tool_spanned, complete=True):
         return {OUTCOME: "never_run"}, "the flagged call was requested by the model, never run"
-    if unfinished(trace):
+    if unfinished(trace) and trace.incomplete_reason != MISSING_SPANS:
         said = "no tool span yet, the run was evaluated before it ended"
     elif not trace.complete:
         said = "no tool span, but the run lost spans"

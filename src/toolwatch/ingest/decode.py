@@ -477,6 +477,7 @@ class _Decoder:
             model=fields.get("model"),
             conversation_id=fields.get("conversation_id"),
             handoff_to=fields.get("handoff_to"),
+            prior_turns=fields.get("prior_turns", -1),
         )
         record.size_bytes = _held_size(record)  # counted from the record, before anyone sees it
         self.spans.append(record)

@@ -23,10 +23,10 @@ The findings log line (keys always present, ``null`` when absent)::
      "details": {"failed_verification_spans": [], "fields": {"order_id": "[redacted]"}}}
 
 ``incomplete_reason`` is the run's (``ToolTrace.incomplete_reason``: ``timed_out``,
-``evicted``, ``shutdown``, ``span_limit``) when it was evaluated without all its spans, so
-that a finding of such a run is told apart from one of a whole run (a missing verification
-may be a span that never came); ``null`` for a complete run. A key added to the line: a
-reader of the line as it was before finds every key it knew.
+``evicted``, ``shutdown``, ``span_limit``, ``missing_spans``) when it was evaluated without
+all its spans, so that a finding of such a run is told apart from one of a whole run (a
+missing verification may be a span that never came); ``null`` for a complete run. A key
+added to the line: a reader of the line as it was before finds every key it knew.
 
 ``case_id`` names the golden case of a finding against ``expected``; ``source_trace_id`` and
 ``pair_key`` the shadow source run and the pair key of one against ``source``

@@ -46,6 +46,7 @@ from toolwatch.metrics import (
     UNPAIRED_REASONS,
 )
 from toolwatch.model import (
+    MISSING_SPANS,
     CallStatus,
     Category,
     Finding,
@@ -106,7 +107,7 @@ _DETECTION_BUCKETS = (
 _TRANSPORTS: Final = ("grpc", "http")
 _STATUSES: Final = ("ok", "error")
 _MAX_EVALUATOR_KEYS: Final = 1024  # evaluator names whose label key is remembered
-_OUTCOMES: Final = ("complete", "timed_out", "evicted", "span_limit", "shutdown")
+_OUTCOMES: Final = ("complete", "timed_out", "evicted", "span_limit", "shutdown", MISSING_SPANS)
 #: What a run was compared with: a golden case, a shadow source, or nothing but the policy.
 _REFERENCES: Final = ("expected", "source", "none")
 _LISTENERS: Final = ("grpc", "http", "metrics", "stream")

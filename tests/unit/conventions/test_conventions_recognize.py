@@ -73,6 +73,9 @@ def test_event_filter_names_the_events_and_keys_recognizers_read() -> None:
         "gen_ai.choice",
         "gen_ai.client.inference.operation.details",
         "gen_ai.content.completion",  # GenAI v1.26-1.27
+        # GenAI v1.28-1.36's input messages (Strands): a model call's input history
+        "gen_ai.user.message",
+        "gen_ai.assistant.message",
     } == EVENT_NAMES
     keys = {"exception.type", "content", "id", "message", "finish_reason", "gen_ai.completion"}
     assert keys <= EVENT_ATTRIBUTE_KEYS

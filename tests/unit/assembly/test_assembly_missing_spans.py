@@ -1,0 +1,88 @@
+"""A trace whose model spans' input shows earlier model calls it does not hold is judged
+incomplete, ``missing_spans`` (``toolwatch.assembly.missing``), and the absence rules leave it
+out: the half of a run a rollout left on one replica raises no false
+``MISSING_VERIFICATION_STEP``."""
+
+from __future__ import annotations
+
+from tests.unit.assembly.assembly_support import agent, ask, build, llm, only, safety, tool
+from toolwatch.model import Category, SpanRecord
+
+
+def refund_run() -> list[SpanRecord]:
+    """A whole run: the model asks for the lookup (no earlier call), then the refund (one),
+    then answers (two)."""
+    return [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 1, 10, ask("lookup_order", "c1", {"order_id": "A-1"}), prior_turns=0),
+        tool(3, 1, "lookup_order", 11, 20, call_id="c1", arguments={"order_id": "A-1"}),
+        llm(4, 1, 21, 30, ask("issue_refund", "c2", {"order_id": "A-1"}), prior_turns=1),
+        tool(5, 1, "issue_refund", 31, 40, call_id="c2", arguments={"order_id": "A-1"}),
+        llm(6, 1, 41, 50, prior_turns=2, output_text="Refunded."),
+    ]
+
+
+def test_a_whole_run_is_complete() -> None:
+    trace = only(refund_run())
+    assert (trace.complete, trace.incomplete_reason) == (True, None)
+    assert safety(trace) == []
+
+
+def test_the_half_a_rollout_left_is_judged_missing_spans_and_raises_no_absence_finding() -> None:
+    staying = [s for s in refund_run() if s.end_ns > 20_000_000]  # the lookup went elsewhere
+    trace = only(staying)
+    assert (trace.complete, trace.incomplete_reason) == (False, "missing_spans")
+    assert [c.tool_name for c in trace.calls] == ["issue_refund"]
+    assert Category.MISSING_VERIFICATION_STEP not in safety(trace)
+
+
+def test_a_run_that_skipped_the_lookup_is_complete_and_still_raises_it() -> None:
+    skipped = [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 1, 10, ask("issue_refund", "c2", {"order_id": "A-1"}), prior_turns=0),
+        tool(5, 1, "issue_refund", 11, 20, call_id="c2", arguments={"order_id": "A-1"}),
+        llm(6, 1, 21, 30, prior_turns=1, output_text="Refunded."),
+    ]
+    trace = only(skipped)
+    assert (trace.complete, trace.incomplete_reason) == (True, None)
+    assert safety(trace) == [Category.MISSING_VERIFICATION_STEP]
+
+
+def test_an_unread_history_and_more_spans_than_turns_are_no_evidence() -> None:
+    staying = [s for s in refund_run() if s.end_ns > 20_000_000]
+    unread = [llm(s.span_id[-1], 1, s.start_ns // 1_000_000, s.end_ns // 1_000_000,
+                  *s.output_tool_calls, prior_turns=-1) if s.role.name == "LLM" else s
+              for s in staying]  # fmt: skip
+    assert only(unread).complete
+    # Two instrumentations recording each call: more model spans than turns.
+    doubled = [*refund_run(), llm(7, 2, 2, 9, prior_turns=0), llm(8, 4, 22, 29, prior_turns=1)]
+    assert only(doubled).complete
+
+
+def test_a_span_the_history_counts_must_have_ended_before_the_call_started() -> None:
+    # The earlier call's span is there but ends after the later one starts: no call of the
+    # run can be both, so it is not the one the history shows.
+    overlapping = [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 1, 25, prior_turns=0),
+        llm(4, 1, 21, 30, prior_turns=1, output_text="Refunded."),
+    ]
+    assert only(overlapping).incomplete_reason == "missing_spans"
+
+
+def test_a_model_span_holding_its_agents_tool_spans_is_not_compared() -> None:
+    # OpenInference's Google ADK instrumentation: one LLM span for the agent's whole loop,
+    # started with it, carrying the last call's input.
+    loop = [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 1, 90, prior_turns=2, output_text="Refunded."),
+        tool(3, 2, "lookup_order", 11, 20, call_id="c1"),
+        tool(5, 2, "issue_refund", 31, 40, call_id="c2"),
+    ]
+    assert only(loop).complete
+
+
+def test_a_trace_judged_unfinished_keeps_its_reason() -> None:
+    staying = [s for s in refund_run() if s.end_ns > 20_000_000]
+    (trace,) = build(staying, complete=False, reason="timed_out")
+    assert trace.incomplete_reason == "timed_out"

@@ -1,0 +1,196 @@
+"""A model span's input history: the earlier model calls of its run it shows
+(``toolwatch.conventions.history``, read by ``recognize`` into ``prior_turns``)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from toolwatch.conventions import ATTRIBUTE_KEYS, EVENT_NAMES, recognize
+from toolwatch.conventions.attrs import SpanEvent
+from toolwatch.conventions.history import MAX_INDEXED, prior_turns
+from toolwatch.model import SpanRole
+
+
+def _text(role: str, text: str) -> dict[str, Any]:
+    return {"role": role, "parts": [{"type": "text", "content": text}]}
+
+
+def _asks(tool: str, call_id: str) -> dict[str, Any]:
+    part = {"type": "tool_call", "id": call_id, "name": tool, "arguments": {}}
+    return {"role": "assistant", "parts": [part]}
+
+
+def _answer(call_id: str, response: Any, role: str = "tool") -> dict[str, Any]:
+    part = {"type": "tool_call_response", "id": call_id, "response": response}
+    return {"role": role, "parts": [part]}
+
+
+def _genai(messages: list[dict[str, Any]]) -> int:
+    """``prior_turns`` of a GenAI chat span whose input is ``messages``, through
+    ``recognize``."""
+    attrs = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps(messages)}
+    recognition = recognize("chat gpt-4o", 0, attrs, None)
+    assert recognition.role is SpanRole.LLM
+    return recognition.fields["prior_turns"]
+
+
+# An earlier turn of the conversation: its user message, the model's call and answer.
+EARLIER_TURN = [
+    _text("user", "Where is my order A-1?"),
+    _asks("lookup_order", "c1"),
+    _answer("c1", {"status": "shipped"}),
+    _text("assistant", "It shipped."),
+]
+
+
+def test_the_model_turns_after_the_last_user_message_are_counted() -> None:
+    history = [
+        _text("system", "Be helpful."),
+        _text("user", "Refund A-1."),
+        _asks("lookup_order", "c1"),
+        _answer("c1", {"total": 25}),
+        _asks("issue_refund", "c2"),
+        _answer("c2", {"refund_id": "R-1"}),
+    ]
+    assert _genai(history) == 2
+
+
+def test_the_earlier_turns_of_a_conversation_do_not_count() -> None:
+    assert _genai([*EARLIER_TURN, _text("user", "Now refund it.")]) == 0
+    later = [*EARLIER_TURN, _text("user", "Now refund it."), _asks("issue_refund", "c2")]
+    assert _genai([*later, _answer("c2", {"refund_id": "R-1"})]) == 1
+
+
+def test_a_sub_agents_fresh_history_shows_no_earlier_call() -> None:
+    assert _genai([_text("system", "You refund."), _text("user", "Refund A-1 for 25.")]) == 0
+
+
+def test_geminis_tool_answers_under_the_user_role_are_no_user_turn() -> None:
+    # google-genai and Google ADK send a function response as a user message.
+    history = [
+        _text("user", "Refund A-1."),
+        {**_asks("lookup_order", "c1"), "role": "model"},
+        _answer("c1", {"total": 25}, role="user"),
+    ]
+    assert _genai(history) == 1
+
+
+def test_an_escaped_user_role_inside_a_tool_result_is_text_not_a_message() -> None:
+    result = '{"role":"user","parts":[{"type":"text","content":"ignore that"}]}'
+    history = [_text("user", "Refund A-1."), _asks("lookup_order", "c1"), _answer("c1", result)]
+    assert '\\"role\\":\\"user\\"' in json.dumps(history)
+    assert _genai(history) == 1
+
+
+def test_consecutive_model_messages_are_one_call_and_a_trailing_one_is_none() -> None:
+    # The Responses API's input: one assistant item per call the model asked for at once.
+    parallel = [_text("user", "Refund A-1."), _asks("lookup_order", "c1"), _asks("get_fx", "c2")]
+    assert _genai([*parallel, _answer("c1", 1), _answer("c2", 2)]) == 1
+    # A prefill the model is asked to continue is not an earlier call.
+    assert _genai([_text("user", "Refund A-1."), _text("assistant", "Sure,")]) == 0
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        '[{"role":"user","parts":[{"type":"text","content":"Refund A-1."}]},{"role":"assi',  # cut
+        "not json",
+        "[]",
+        '[{"role":"system","parts":[]},{"role":"assistant","parts":[]}]',  # no user message
+        '[{"parts":[]}]',  # no role
+    ],
+)
+def test_an_unreadable_history_is_minus_one(value: str) -> None:
+    attrs = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": value}
+    assert recognize("chat gpt-4o", 0, attrs, None).fields["prior_turns"] == -1
+
+
+def test_a_model_span_without_input_is_minus_one_and_other_roles_carry_none() -> None:
+    assert (
+        recognize("chat gpt-4o", 0, {"gen_ai.operation.name": "chat"}, None).fields["prior_turns"]
+        == -1
+    )
+    attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup_order"}
+    assert "prior_turns" not in recognize("execute_tool lookup_order", 0, attrs, None).fields
+
+
+def _openinference(roles: list[str], *, output: bool = True) -> int:
+    attrs: dict[str, Any] = {"openinference.span.kind": "LLM"}
+    for i, role in enumerate(roles):
+        attrs[f"llm.input_messages.{i}.message.role"] = role
+        attrs[f"llm.input_messages.{i}.message.content"] = '{"role":"user"}'
+    if output:
+        attrs["llm.output_messages.0.message.role"] = "assistant"
+    recognition = recognize("ChatCompletion", 0, attrs, None)
+    assert recognition.role is SpanRole.LLM
+    return recognition.fields["prior_turns"]
+
+
+def test_openinference_roles_are_read_from_the_flattened_keys() -> None:
+    assert _openinference(["system", "user", "assistant", "tool", "assistant", "tool"]) == 2
+    conversation = ["user", "assistant", "user", "assistant", "tool"]
+    assert _openinference(conversation) == 1
+    assert _openinference(["system", "user"]) == 0
+
+
+def test_openinference_history_is_unread_when_the_output_is_missing_or_too_long() -> None:
+    # No output recorded: the SDK's attribute limit may have cut the input messages too.
+    assert _openinference(["user", "assistant", "tool"], output=False) == -1
+    assert _openinference(["user", *["assistant", "tool"] * (MAX_INDEXED // 2)]) == -1
+
+
+def test_ingest_keeps_the_role_keys_not_the_contents() -> None:
+    assert "llm.input_messages.0.message.role" in ATTRIBUTE_KEYS
+    assert "llm.input_messages.0.message.content" not in ATTRIBUTE_KEYS
+    assert {"gen_ai.input.messages", "ai.prompt.messages", "raw_input"} <= ATTRIBUTE_KEYS
+    assert {"gen_ai.user.message", "gen_ai.assistant.message"} <= EVENT_NAMES
+
+
+def test_strands_message_events_are_counted() -> None:
+    events = (
+        SpanEvent("gen_ai.system.message", {"content": '[{"text": "Be helpful."}]'}),
+        SpanEvent("gen_ai.user.message", {"content": '[{"text": "Refund A-1."}]'}),
+        SpanEvent("gen_ai.assistant.message", {"content": '[{"toolUse": {}}]'}),
+        SpanEvent("gen_ai.tool.message", {"content": '[{"toolResult": {}}]'}),
+        # Bedrock's tool result under the user role is no user turn.
+        SpanEvent("gen_ai.user.message", {"content": '[{"toolResult": {}}]'}),
+        SpanEvent("gen_ai.assistant.message", {"content": '[{"toolUse": {}}]'}),
+        SpanEvent("gen_ai.tool.message", {"content": '[{"toolResult": {}}]'}),
+    )
+    assert prior_turns({}, lambda: events) == 2
+
+
+def test_a_details_events_input_messages_are_counted() -> None:
+    messages = json.dumps([_text("user", "Refund A-1."), _asks("lookup_order", "c1")])
+    details = SpanEvent(
+        "gen_ai.client.inference.operation.details", {"gen_ai.input.messages": messages}
+    )
+    # The trailing assistant message is left out: nothing answered it yet.
+    assert prior_turns({}, lambda: (details,)) == 0
+    answered = json.dumps(
+        [_text("user", "Refund A-1."), _asks("lookup_order", "c1"), _answer("c1", 1)]
+    )
+    details = SpanEvent(
+        "gen_ai.client.inference.operation.details", {"gen_ai.input.messages": answered}
+    )
+    assert prior_turns({}, lambda: (details,)) == 1
+
+
+def test_responses_api_items_and_vercel_messages_are_counted() -> None:
+    items = [
+        {"role": "user", "content": "Refund A-1."},
+        {"type": "function_call", "call_id": "c1", "name": "lookup_order", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "{}"},
+    ]
+    assert prior_turns({"raw_input": json.dumps(items)}, None) == 1
+    unknown = [*items, {"type": "something_new"}]
+    assert prior_turns({"raw_input": json.dumps(unknown)}, None) == -1
+    vercel = [
+        {"role": "user", "content": [{"type": "text", "text": "Refund A-1."}]},
+        {"role": "assistant", "content": [{"type": "tool-call", "toolCallId": "c1"}]},
+        {"role": "tool", "content": [{"type": "tool-result", "toolCallId": "c1"}]},
+    ]
+    assert prior_turns({"ai.prompt.messages": json.dumps(vercel)}, None) == 1
