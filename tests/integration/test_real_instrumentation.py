@@ -596,6 +596,6 @@ def test_a_run_without_an_agent_span_below_a_remote_caller_completes_after_the_w
 
 def test_every_fixture_has_an_expectation() -> None:
     names = _fixture_names()
-    assert len(names) == 186  # 176 Python captures and 10 of the Vercel AI SDK (TypeScript)
+    assert len(names) == 190  # 180 Python captures and 10 of the Vercel AI SDK (TypeScript)
     for name in names:
         assert (FIXTURES / f"{name}{_EXPECTED_SUFFIX}").is_file(), name

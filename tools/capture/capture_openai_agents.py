@@ -15,7 +15,10 @@ one of:
 * ``logfire`` -- Pydantic Logfire's ``logfire.instrument_openai_agents()``, in a virtualenv of
   its own (``requirements-logfire.txt``), configured not to send anywhere
   (``send_to_logfire=False``) with the capture's exporter as an extra span processor: its
-  own tracer provider is what the application would run.
+  own tracer provider is what the application would run;
+* ``openinference_mcp_v2``, ``otel_contrib_mcp_v2`` -- the first and the third again, on the
+  MCP scenarios alone, in ``.venv-capture-mcp-v2`` (``requirements-mcp-v2.txt``: mcp 2.x,
+  whose client writes spans of its own).
 
 The SDK is told to include sensitive data (tool inputs/outputs) in its spans.
 """
@@ -87,6 +90,13 @@ MCP_SCENARIOS = ("refund_mcp", "tool_error_mcp", "refund_mcp_traced", "tool_erro
 #: client half (under openllmetry alone, as Traceloop.init() sets it up) puts the trace in
 #: each request's _meta, so the server's spans join the run's trace.
 TRACED_MCP_SCENARIOS = ("refund_mcp_traced", "tool_error_mcp_traced")
+#: The name of the root span of a run's trace, per instrumentation.
+_RUN_ROOTS = {
+    "openinference": "Agent workflow",
+    "openllmetry": "Agent Workflow",
+    "otel_contrib": "Agent workflow",
+    "logfire": "OpenAI Agents trace: {name}",
+}
 #: Where the traced server runs (requirements-mcp-server.txt; see README).
 MCP_SERVER_PYTHON = Path(__file__).resolve().parents[2] / ".venv-capture-mcp-server/bin/python"
 #: The main agent refuses under an output guardrail that calls the model client itself, no
@@ -263,8 +273,10 @@ async def run_scenario(
             from opentelemetry.instrumentation.mcp import McpInstrumentor  # noqa: PLC0415
 
             McpInstrumentor().instrument(tracer_provider=capture.provider)
-            # Its span of the connection's initialize is a trace of its own: not the run's.
-            capture.trace_of = "Agent Workflow"
+        # The connection's first request is a trace of its own when a client traces it
+        # (OpenLLMetry's 'initialize.mcp'; mcp 2.x's own 'MCP send server/discover'): keep
+        # only the run's trace, named by its root span.
+        capture.trace_of = _RUN_ROOTS[instrumentation]
         with agents_trace("Agent workflow"):
             async with orders, client, guard:
                 agent = agent.clone(tools=[], mcp_servers=[orders])
@@ -438,13 +450,27 @@ def _build_agent(scenario: str, client: Any, config: Any, guard: AsyncOpenAI) ->
     return agent("support_agent", "lookup_order", "issue_refund", "charge_card")
 
 
+#: The instrumentations captured again with the mcp 2.x client (``.venv-capture-mcp-v2``,
+#: requirements-mcp-v2.txt), their MCP scenarios only: the client writes spans of its own.
+MCP_V2 = {"openinference_mcp_v2": "openinference", "otel_contrib_mcp_v2": "otel_contrib"}
+BRIDGES = ("openinference", "openllmetry", "otel_contrib", "logfire")
+
+
+def _captured_under(scenario: str) -> tuple[str, ...]:
+    if scenario in TRACED_MCP_SCENARIOS:
+        return ("openllmetry",)
+    if scenario in MCP_SCENARIOS:
+        return (*BRIDGES, *MCP_V2)
+    return BRIDGES
+
+
 if __name__ == "__main__":
     main(
         "openai_agents",
         {
-            name: partial(instrument, name)
-            for name in ("openinference", "openllmetry", "otel_contrib", "logfire")
+            **{name: partial(instrument, name) for name in BRIDGES},
+            **{name: partial(instrument, base) for name, base in MCP_V2.items()},
         },
         SCENARIOS,
-        only={scenario: ("openllmetry",) for scenario in TRACED_MCP_SCENARIOS},
+        only={scenario: _captured_under(scenario) for scenario in SCENARIOS},
     )

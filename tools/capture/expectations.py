@@ -594,11 +594,24 @@ _CREWAI_NOTES = {
     ),
 }
 
+#: The MCP scenarios captured again on the releases of 2026-12-07 (requirements-mcp-v2.txt).
+_MCP_V2 = (
+    " Captured again with the latest releases of 2026-12-07 (requirements-mcp-v2.txt): "
+    "mcp 2.1.1 (the newest strands-agents 1.62 allows), openai 3.63.0, the same "
+    "instrumentation. The mcp 2.x client writes spans of its own (scope mcp-python-sdk, "
+    "kind CLIENT, mcp.method.name and jsonrpc.request.id only): 'MCP send tools/list' under "
+    "the SDK's listing span, 'MCP send tools/call <tool>' inside the SDK's function span "
+    "(status unset, even when the server answers isError), and 'MCP send server/discover' "
+    "at the connection, a trace of its own, left out of the fixture."
+)
+
 _BASE_NOTES: dict[tuple[str, str], str] = {
     ("openai_agents", "openinference"): _OI_AGENTS,
     ("openai_agents", "openllmetry"): _OLL_AGENTS,
     ("openai_agents", "otel_contrib"): _CONTRIB_AGENTS,
     ("openai_agents", "logfire"): _LOGFIRE_AGENTS,
+    ("openai_agents", "openinference_mcp_v2"): _OI_AGENTS + _MCP_V2,
+    ("openai_agents", "otel_contrib_mcp_v2"): _CONTRIB_AGENTS + _MCP_V2,
     ("pydantic_ai", "native_v5"): _PYDANTIC_V5,
     ("pydantic_ai", "native_v2"): _PYDANTIC_V2,
     ("strands", "native"): _STRANDS_DEFAULT,
@@ -808,6 +821,16 @@ _AGENTS_MCP_ERROR = (
     "model as the tool's output and ends the function span OK (it keeps no isError): "
 )
 _AGENTS_MCP_ERROR_SPANS = {
+    "openinference_mcp_v2": (
+        "no span says the call failed (the mcp client's 'MCP send tools/call charge_card' "
+        "ends unset); the text is the tool span's output.value, as a text content item: "
+        "FastMCP's wording of a failure of this very tool says it failed."
+    ),
+    "otel_contrib_mcp_v2": (
+        "no span says the call failed (the mcp client's 'MCP send tools/call charge_card' "
+        "ends unset); the text is gen_ai.tool.call.result, as a text content item: "
+        "FastMCP's wording of a failure of this very tool says it failed."
+    ),
     "openinference": (
         "no span says the call failed; the text is the tool span's output.value, as a text "
         "content item: FastMCP's wording of a failure of this very tool says it failed."
@@ -829,6 +852,16 @@ _AGENTS_MCP_ERROR_SPANS = {
 }
 _AGENTS_MCP_SPANS = {
     "openinference": "'mcp_tools' (CHAIN, output.value the tool names) before each turn.",
+    "openinference_mcp_v2": (
+        "'mcp_tools' (CHAIN) before each turn, with the mcp client's 'MCP send tools/list' "
+        "in it; each call's 'MCP send tools/call <tool>' inside the SDK's tool span: plain, "
+        "each call read once."
+    ),
+    "otel_contrib_mcp_v2": (
+        "'unknown' spans for the SDK's MCP listings, with the mcp client's 'MCP send "
+        "tools/list' in them; each call's 'MCP send tools/call <tool>' inside the "
+        "execute_tool span: plain, each call read once."
+    ),
     "openllmetry": (
         "With OpenLLMetry's MCP client instrumentation on too (opentelemetry-instrumentation-"
         "mcp 0.62.4, as Traceloop.init() does): each tools/call is a second '<tool>.tool' span "
