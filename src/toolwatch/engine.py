@@ -235,7 +235,8 @@ class Engine:
         if not trace.agent_run:  # its spans were counted dropped, not built
             return
         golden = self._parts.golden
-        runs = build_tool_traces(trace, self._parts.normalize)
+        history = self._parts.limits.missing_spans_from_history
+        runs = build_tool_traces(trace, self._parts.normalize, from_history=history)
         # An incomplete run is judged against the policy only: the calls it is missing would
         # read as drift against a golden case or a shadow twin (and the policy's rules on
         # calls not made leave it out: invariants' required and minimums, safety's unrun).

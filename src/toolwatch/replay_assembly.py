@@ -162,7 +162,8 @@ class OfflineAssembler:
     def _runs(self, completed: Iterable[CompletedTrace]) -> Iterator[ToolTrace]:
         for trace in completed:
             if trace.agent_run:
-                yield from build_tool_traces(trace, self._normalize)
+                history = self.limits.missing_spans_from_history
+                yield from build_tool_traces(trace, self._normalize, from_history=history)
             else:
                 self._skipped += 1
 

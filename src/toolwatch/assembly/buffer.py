@@ -161,6 +161,9 @@ class AssemblyLimits:
     ``overflow`` is what a receiver does when a request does not fit: ``backpressure``
     refuses it with a retryable status (see :meth:`TraceBuffer.has_room`); ``evict_oldest``
     accepts it and evicts the oldest traces, evaluating them as incomplete.
+    ``missing_spans_from_history``: the timeline judges a run whose model spans' input
+    histories show model calls the trace does not hold ``missing_spans``
+    (``assembly.missing``).
     """
 
     completion_wait_ns: int = 2_000_000_000
@@ -174,6 +177,7 @@ class AssemblyLimits:
     max_buffered_bytes: int = 256 * 2**20
     max_remembered_traces: int = 2_000_000
     overflow: str = "backpressure"
+    missing_spans_from_history: bool = True
 
     def __post_init__(self) -> None:
         for name in ("completion_wait_ns", "max_trace_age_ns", "max_traces"):

@@ -115,7 +115,9 @@ from toolwatch.names import NameNormalizer
 __all__ = ["REFUSAL_FINISH_REASONS", "build_tool_traces"]
 
 
-def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[ToolTrace]:
+def build_tool_traces(
+    trace: CompletedTrace, normalize: NameNormalizer, *, from_history: bool = True
+) -> list[ToolTrace]:
     """One ToolTrace per run of ``trace``, ordered by start time then run span id."""
     by_id = trace.by_id  # the buffer's, when it made the trace
     if by_id is None:
@@ -132,7 +134,7 @@ def build_tool_traces(trace: CompletedTrace, normalize: NameNormalizer) -> list[
     if len(runs) > 1:
         runs = _joined_at_handoffs(runs, sites)
     above = _above_runs(runs, by_id, sites)
-    judged = _judged(trace, spans)
+    judged = _judged(trace, spans, from_history)
     built = [
         _tool_trace(trace, run, sites, normalize, above[i], by_id=by_id, judged=judged)
         for i, run in enumerate(runs)
@@ -195,10 +197,13 @@ def _tool_trace(
     )
 
 
-def _judged(trace: CompletedTrace, spans: list[SpanRecord]) -> tuple[bool, str | None]:
+def _judged(
+    trace: CompletedTrace, spans: list[SpanRecord], from_history: bool
+) -> tuple[bool, str | None]:
     """``(complete, incomplete_reason)`` of the trace's runs: the buffer's, unless a trace it
-    judged complete lacks spans its model spans' histories show (``missing``)."""
-    if trace.complete and lacks_spans(spans):
+    judged complete lacks spans its model spans' histories show (``missing``; with
+    ``from_history``, ``assembly.missing_spans_from_history``)."""
+    if from_history and trace.complete and lacks_spans(spans):
         return False, MISSING_SPANS
     return trace.complete, trace.incomplete_reason
 

@@ -109,6 +109,9 @@ class AssemblySettings(_Section):
     max_buffered_bytes: int = Field(256 * _MIB, gt=0)
     max_remembered_traces: int = Field(2_000_000, ge=0, le=_MAX_REMEMBERED_TRACES)
     overflow: Literal["backpressure", "evict_oldest"] = "backpressure"
+    # A run whose model spans' input histories show earlier model calls the trace does not
+    # hold is judged incomplete, missing_spans (assembly.missing); off: judged as it came.
+    missing_spans_from_history: bool = True
     tick_seconds: float = Field(0.01, gt=0, le=10, description="how often completion is checked")
 
     @model_validator(mode="after")
@@ -177,6 +180,7 @@ class AssemblySettings(_Section):
             max_buffered_bytes=self.max_buffered_bytes,
             max_remembered_traces=self.max_remembered_traces,
             overflow=self.overflow,
+            missing_spans_from_history=self.missing_spans_from_history,
         )
 
 

@@ -5,7 +5,20 @@ out: the half of a run a rollout left on one replica raises no false
 
 from __future__ import annotations
 
-from tests.unit.assembly.assembly_support import agent, ask, build, llm, only, safety, tool
+from tests.unit.assembly.assembly_support import (
+    NORMALIZE,
+    TRACE,
+    agent,
+    ask,
+    build,
+    llm,
+    only,
+    safety,
+    tool,
+)
+from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.timeline import build_tool_traces
+from toolwatch.config.stages import AssemblySettings
 from toolwatch.model import Category, SpanRecord
 
 
@@ -34,6 +47,23 @@ def test_the_half_a_rollout_left_is_judged_missing_spans_and_raises_no_absence_f
     assert (trace.complete, trace.incomplete_reason) == (False, "missing_spans")
     assert [c.tool_name for c in trace.calls] == ["issue_refund"]
     assert Category.MISSING_VERIFICATION_STEP not in safety(trace)
+
+
+def test_with_the_setting_off_the_half_is_judged_as_it_came() -> None:
+    """``assembly.missing_spans_from_history: false``, for a producer whose histories hold
+    messages from the model no model call made: the half a rollout left is judged complete,
+    and its unverified refund raised, as before the evidence was read."""
+    staying = [s for s in refund_run() if s.end_ns > 20_000_000]
+    trace = CompletedTrace(TRACE, tuple(staying), True, None, 0, 0)
+    (judged,) = build_tool_traces(trace, NORMALIZE, from_history=False)
+    assert (judged.complete, judged.incomplete_reason) == (True, None)
+    assert safety(judged) == [Category.MISSING_VERIFICATION_STEP]
+
+
+def test_the_setting_reaches_the_limits_serve_and_replay_build_with() -> None:
+    assert AssemblySettings().limits().missing_spans_from_history is True
+    off = AssemblySettings(missing_spans_from_history=False)
+    assert off.limits().missing_spans_from_history is False
 
 
 def test_a_run_that_skipped_the_lookup_is_complete_and_still_raises_it() -> None:

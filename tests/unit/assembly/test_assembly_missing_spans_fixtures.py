@@ -51,6 +51,7 @@ UNDETECTED: dict[str, str] = {
                 " refund_mcp refund_stream refusal_input_guardrail refusal_output_guardrail"
                 " tool_error tool_error_mcp"
             ),
+            "openai_agents__otel_contrib_mcp_v2": "refund_mcp tool_error_mcp",
         }.items()
         for scenario in scenarios.split()
     },
