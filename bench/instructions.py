@@ -44,11 +44,12 @@ _MARKER = "_operator_call"  # the C function behind operator.call, in libpython
 _TOTALS = re.compile(rb"^(?:summary|totals): (\d+)", re.MULTILINE)
 
 
-def _child(out: Path, copies: int, names: Sequence[str]) -> None:
+def _child(out: Path, copies: int, names: Sequence[str], history: bool) -> None:
     """Run each named stage once through ``operator.call``; record the order and spans."""
     settings = Settings()
     config = stage_config(settings.completion_wait)
-    stages, pipeline = stage_runs(config, settings.templates().build(), copies)
+    templates = dataclasses.replace(settings.templates(), history=history).build()
+    stages, pipeline = stage_runs(config, templates, copies)
     unknown = sorted(set(names) - set(stages))
     if unknown:
         raise SystemExit(f"unknown stage(s) {', '.join(unknown)}; known: {', '.join(stages)}")
@@ -96,8 +97,9 @@ class Instructions:
     hot_path: str
 
 
-def measure(copies: int, names: Sequence[str]) -> Instructions:
-    """Instructions per span of each stage (all stages when ``names`` is empty)."""
+def measure(copies: int, names: Sequence[str], history: bool = False) -> Instructions:
+    """Instructions per span of each stage (all stages when ``names`` is empty); with
+    ``history``, on requests whose model calls carry the run's turns in their input."""
     with tempfile.TemporaryDirectory(prefix="toolwatch-instructions-") as tmp:
         prefix, record_path = Path(tmp) / "callgrind.out", Path(tmp) / "record.json"
         command = [
@@ -115,6 +117,7 @@ def measure(copies: int, names: Sequence[str]) -> Instructions:
             "--copies",
             str(copies),
             *(f"--stage={name}" for name in names),
+            *(["--history"] if history else []),
         ]
         # A fixed hash seed: string hashes decide dict and set layouts, hence collisions.
         env = {**os.environ, "PYTHONHASHSEED": "0"}
@@ -133,12 +136,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--copies", type=int, default=1, help="renderings of the request pool")
     parser.add_argument("--stage", action="append", default=[], help="only this stage (repeat)")
     parser.add_argument("--out", type=Path, help="also write the result here as JSON")
+    parser.add_argument(
+        "--history",
+        action="store_true",
+        help="each model call's input holds the run's turns before it (content capture on)",
+    )
     parser.add_argument("--child", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        _child(args.child, args.copies, args.stage)
+        _child(args.child, args.copies, args.stage, args.history)
         return 0
-    result = measure(args.copies, args.stage)
+    result = measure(args.copies, args.stage, args.history)
     print(f"instructions per span ({result.spans} spans; hot path {result.hot_path}):")
     for name, count in result.per_span.items():
         print(f"  {name:<15} {count:>10,}")

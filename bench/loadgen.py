@@ -46,6 +46,7 @@ class TemplateSpec:
     unverified_fraction: float = 0.1
     seed: int = 7
     orphan: bool = False
+    history: bool = False  # each model call's input holds the run's turns before it
 
     def build(self) -> list[RequestTemplate]:
         return build_templates(
@@ -54,6 +55,7 @@ class TemplateSpec:
             self.unverified_fraction,
             self.seed,
             orphan=self.orphan,
+            history=self.history,
         )
 
 

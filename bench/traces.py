@@ -166,12 +166,21 @@ def _steps(rng: random.Random, calls: list[_Call]) -> list[list[_Call]]:
 class _RunWriter:
     """Appends one run's spans to a scope, with a placeholder trace id."""
 
-    def __init__(self, spans: Any, placeholder: bytes, start_ns: int, run: int) -> None:
+    def __init__(
+        self, spans: Any, placeholder: bytes, start_ns: int, run: int, history: bool = False
+    ) -> None:
         self._spans = spans
         self._trace_id = placeholder
         self._now = start_ns
         self._next_id = run << 16
         self._conversation = f"conv-{run:06d}"
+        # What each model call is sent (gen_ai.input.messages): the user's message alone, or
+        # with ``history``, then the run's turns so far, as the GenAI instrumentations record
+        # it with content capture on (toolwatch reads it: conventions.history).
+        self._history: list[dict[str, Any]] = [
+            {"role": "user", "parts": [{"type": "text", "content": "Where is my refund?"}]}
+        ]
+        self._keeps_history = history
 
     def _span_id(self) -> bytes:
         self._next_id += 1
@@ -207,7 +216,9 @@ class _RunWriter:
     def _chat(self, parent: bytes, finish: str, parts: list[Any], reasons: list[str]) -> None:
         start, self._now = self._now, self._now + 700_000_000
         messages = [{"role": "assistant", "parts": parts, "finish_reason": finish}]
-        user = [{"role": "user", "parts": [{"type": "text", "content": "Where is my refund?"}]}]
+        sent = _compact(self._history)
+        if self._keeps_history:
+            self._history.append({"role": "assistant", "parts": parts})
         self._add(
             f"chat {_MODEL}",
             _KIND_CLIENT,
@@ -226,7 +237,7 @@ class _RunWriter:
                 "gen_ai.conversation.id": self._conversation,
                 "server.address": "api.openai.com",
                 "server.port": 443,
-                "gen_ai.input.messages": _compact(user),
+                "gen_ai.input.messages": sent,
                 "gen_ai.output.messages": _compact(messages),
             },
         )
@@ -244,6 +255,12 @@ class _RunWriter:
         start = self._now
         for cid, call in zip(ids, step, strict=True):  # parallel calls overlap in time
             self._tool(agent_id, cid, call, start)
+        if self._keeps_history:
+            answers = [
+                {"type": "tool_call_response", "id": cid, "response": {} if c.failed else c.result}
+                for cid, c in zip(ids, step, strict=True)
+            ]
+            self._history.append({"role": "tool", "parts": answers})
         self._now = start + 150_000_000
 
     def _tool(self, parent: bytes, call_id: str, call: _Call, start: int) -> None:
@@ -315,7 +332,7 @@ def _placeholder(rng: random.Random, run: int) -> bytes:
 
 
 def _template(
-    rng: random.Random, runs: int, unverified: Sequence[bool], orphan: bool
+    rng: random.Random, runs: int, unverified: Sequence[bool], orphan: bool, history: bool
 ) -> RequestTemplate:
     request = ExportTraceServiceRequest()
     resource_spans: ResourceSpans = request.resource_spans.add()
@@ -326,7 +343,8 @@ def _template(
     placeholders = [_placeholder(rng, run) for run in range(runs)]
     start = time.time_ns()
     for run in range(runs):
-        _RunWriter(scope.spans, placeholders[run], start, run).run(rng, _plan(rng, unverified[run]))
+        writer = _RunWriter(scope.spans, placeholders[run], start, run, history)
+        writer.run(rng, _plan(rng, unverified[run]))
     if orphan:  # drop the roots: these runs never complete
         kept = [s for s in scope.spans if s.parent_span_id]
         del scope.spans[:]
@@ -363,13 +381,15 @@ def build_templates(
     seed: int = 7,
     *,
     orphan: bool = False,
+    history: bool = False,
 ) -> list[RequestTemplate]:
     """``count`` different requests of ``runs_per_request`` runs each, deterministic for a
     seed (every client process builds the same pool). ``orphan`` leaves every root out, so
-    the runs never complete (memory measurement)."""
+    the runs never complete (memory measurement); ``history`` has each model call carry the
+    run's turns before it in its input, not the user's message alone."""
     rng = random.Random(seed)
     templates = []
     for _ in range(count):
         flags = [rng.random() < unverified_fraction for _ in range(runs_per_request)]
-        templates.append(_template(rng, runs_per_request, flags, orphan))
+        templates.append(_template(rng, runs_per_request, flags, orphan, history))
     return templates
