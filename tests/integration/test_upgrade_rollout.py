@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
@@ -64,8 +65,9 @@ def test_version_and_check_config_name_the_revision(tmp_path: Path) -> None:
     )
 
 
+@pytest.mark.parametrize("from_history", [True, False], ids=["gateway-setting", "default"])
 def test_a_trace_split_by_a_rollout_is_judged_as_docs_deployment_md_says(
-    tmp_path: Path, serve_process: Callable[..., ServeProcess]
+    tmp_path: Path, serve_process: Callable[..., ServeProcess], from_history: bool
 ) -> None:
     """Scenario (gateway layout, docs/deployment.md, Upgrading toolwatch): a rollout step
     changes the replica set while a run is in flight; its first model call and its lookup
@@ -75,37 +77,50 @@ def test_a_trace_split_by_a_rollout_is_judged_as_docs_deployment_md_says(
     finding).
     Was: the half holding the root was judged complete, with no ``incomplete_reason``, and
     raised a false ``MISSING_VERIFICATION_STEP`` (a page): nothing in it said it lost spans.
-    Now: its model spans' input shows the model calls the run made before them (the
-    lookup's request among them), whose spans it does not hold: it is judged incomplete,
-    ``missing_spans``, raises no ``MISSING_VERIFICATION_STEP`` and is counted under that
-    outcome (the ticket alert ``ToolwatchRunsEvaluatedIncomplete`` reads it)."""
-    fast = {"completion_wait_seconds": 0.5}
+    Now, with ``assembly.missing_spans_from_history`` (as ``gateway.yaml`` sets it): its
+    model spans' input shows the model calls the run made before them (the lookup's request
+    among them), whose spans it does not hold: it is judged incomplete, ``missing_spans``,
+    raises no ``MISSING_VERIFICATION_STEP`` and is counted under that outcome (the ticket
+    alert ``ToolwatchRunsEvaluatedIncomplete`` reads it). Without it (the default, for a
+    sidecar, which never splits a run), judged as before."""
+    fast = {"completion_wait_seconds": 0.5, "missing_spans_from_history": from_history}
     leaving = serve_process(write_config(tmp_path / "leaving.yaml", {}, assembly=fast))
     staying = serve_process(write_config(tmp_path / "staying.yaml", {}, assembly=fast))
     spans = agents.record(agents.refund_run(), "genai")
     assert [span.name for span in spans[:2]] == ["chat gpt-4o", "execute_tool lookup_order"]
     assert export(leaving.addresses["grpc"], spans[:2]) == SpanExportResult.SUCCESS
     assert export(staying.addresses["grpc"], spans[2:]) == SpanExportResult.SUCCESS
-    assert until(lambda: staying.sample("toolwatch_tool_traces_total", MISSING) == 1.0)
-    assert staying.sample("toolwatch_tool_traces_total", COMPLETE) == 0.0
+    outcome = MISSING if from_history else COMPLETE
+    assert until(lambda: staying.sample("toolwatch_tool_traces_total", outcome) == 1.0)
+    other = COMPLETE if from_history else MISSING
+    assert staying.sample("toolwatch_tool_traces_total", other) == 0.0
     leaving.terminate(30)
     staying.terminate(30)
     judged = [(t["complete"], t["incomplete_reason"]) for t in leaving.tooltraces]
     assert (judged, leaving.findings) == ([(False, "shutdown")], [])
     judged = [(t["complete"], t["incomplete_reason"]) for t in staying.tooltraces]
-    assert judged == [(False, "missing_spans")]
     assert [c["tool_name"] for c in staying.tooltraces[0]["calls"]] == ["issue_refund"]
     found = [(f["category"], f["tool"]) for f in staying.findings]
-    assert found == []  # nothing else in the policy reads what this half did
+    if from_history:
+        assert judged == [(False, "missing_spans")]
+        assert found == []  # nothing else in the policy reads what this half did
+    else:
+        assert judged == [(True, None)]
+        assert found == [("MISSING_VERIFICATION_STEP", "issue_refund")]
 
 
 def test_a_whole_run_that_skipped_the_lookup_still_pages(
     tmp_path: Path, serve_process: Callable[..., ServeProcess]
 ) -> None:
-    """The same replica given a whole run that refunds with no lookup: its model spans'
-    input shows only the calls it holds, so it is complete and raises the page."""
+    """A gateway replica (``missing_spans_from_history``) given a whole run that refunds
+    with no lookup: its model spans' input shows only the calls it holds, so it is complete
+    and raises the page."""
     server = serve_process(
-        write_config(tmp_path / "c.yaml", {}, assembly={"completion_wait_seconds": 0.5})
+        write_config(
+            tmp_path / "c.yaml",
+            {},
+            assembly={"completion_wait_seconds": 0.5, "missing_spans_from_history": True},
+        )
     )
     spans = agents.record(agents.unverified_refund_run(), "genai")
     assert export(server.addresses["grpc"], spans) == SpanExportResult.SUCCESS

@@ -672,7 +672,7 @@ def test_a_target_with_a_golden_case_is_compared_with_its_source_as_in_serve(
     pairs.write_text("\n".join(lines) + "\n")
     report = evaluate_offline(load_tool_traces([pairs], config), config, [])
     against_source = [
-        (f.evaluator, str(f.category)) for f in report.finding_list if f.reference == "source"
+        (f["evaluator"], f["category"]) for f in report.finding_list if f["reference"] == "source"
     ]
     assert against_source == [("order", "TOOL_ORDER_DRIFT")]
     assert report.scores["tool_selection"]["n"] == 1.0  # the target, against its case alone
@@ -710,8 +710,8 @@ def test_shadow_pairs_are_joined_as_the_server_joins_them_and_the_rest_is_told(
     gate = parse_gate("MISSING_VERIFICATION_STEP=0", "max")
     report = evaluate_offline(load_tool_traces([pairs], config), config, [gate])
     assert report.scores["composite"]["n"] == 3.0  # k1 twice, k3
-    drift = [f for f in report.finding_list if f.category == "DANGEROUS_ACTION_DRIFT"]
-    assert [f.trace_id for f in drift] == [f"{4:032x}"]
+    drift = [f for f in report.finding_list if f["category"] == "DANGEROUS_ACTION_DRIFT"]
+    assert [f["trace_id"] for f in drift] == [f"{4:032x}"]
     assert report.shadow_unpaired == {"timed_out": 1}  # k2's candidate waited in vain
     assert (report.traces, report.sources) == (4, 3)
     assert report.source_findings == {"MISSING_VERIFICATION_STEP": 1}
@@ -748,7 +748,9 @@ def test_the_runs_of_one_trace_are_offered_to_the_joiner_as_serve_offers_them(
     recorded = tmp_path / "runs.jsonl"
     recorded.write_text("\n".join(lines) + "\n")
     report = evaluate_offline(load_tool_traces([recorded], config), config, [])
-    drift = [f.trace_id for f in report.finding_list if f.category == "DANGEROUS_ACTION_DRIFT"]
+    drift = [
+        f["trace_id"] for f in report.finding_list if f["category"] == "DANGEROUS_ACTION_DRIFT"
+    ]
     assert drift == [f"{2:032x}"]
     assert report.shadow_unpaired == {"duplicate": 2}
 
@@ -776,5 +778,7 @@ def test_a_trace_id_used_again_later_does_not_hold_back_its_earlier_halves(
     recorded = tmp_path / "runs.jsonl"
     recorded.write_text("\n".join(lines) + "\n")
     report = evaluate_offline(load_tool_traces([recorded], config), config, [])
-    drift = [f.trace_id for f in report.finding_list if f.category == "DANGEROUS_ACTION_DRIFT"]
+    drift = [
+        f["trace_id"] for f in report.finding_list if f["category"] == "DANGEROUS_ACTION_DRIFT"
+    ]
     assert (drift, report.shadow_unpaired) == ([f"{2:032x}"], {})

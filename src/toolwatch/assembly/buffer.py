@@ -177,7 +177,7 @@ class AssemblyLimits:
     max_buffered_bytes: int = 256 * 2**20
     max_remembered_traces: int = 2_000_000
     overflow: str = "backpressure"
-    missing_spans_from_history: bool = True
+    missing_spans_from_history: bool = False
 
     def __post_init__(self) -> None:
         for name in ("completion_wait_ns", "max_trace_age_ns", "max_traces"):

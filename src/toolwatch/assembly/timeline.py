@@ -83,7 +83,7 @@ those of an agent it used as a tool (below a TOOL span): they are that tool's re
 
 The work is split by step, a module each (they share private helpers, package-internal):
 ``tree`` (the spans' tree, in time order; workflows; "Lost nesting" and "Split nesting"),
-``missing`` (a trace whose model spans' input histories show earlier model calls it does not
+``missing`` (a run whose model spans' input histories show earlier model calls it does not
 hold: judged incomplete, ``missing_spans``, whatever the buffer said),
 ``placing`` (each span's call site and run; "Orphaned second records"), ``runs`` (the runs;
 "Handoffs"), ``checks`` (a guardrail's own model calls; "Guardrails"), ``keys`` (each run's
@@ -116,7 +116,7 @@ __all__ = ["REFUSAL_FINISH_REASONS", "build_tool_traces"]
 
 
 def build_tool_traces(
-    trace: CompletedTrace, normalize: NameNormalizer, *, from_history: bool = True
+    trace: CompletedTrace, normalize: NameNormalizer, *, from_history: bool = False
 ) -> list[ToolTrace]:
     """One ToolTrace per run of ``trace``, ordered by start time then run span id."""
     by_id = trace.by_id  # the buffer's, when it made the trace
@@ -134,9 +134,16 @@ def build_tool_traces(
     if len(runs) > 1:
         runs = _joined_at_handoffs(runs, sites)
     above = _above_runs(runs, by_id, sites)
-    judged = _judged(trace, spans, from_history)
     built = [
-        _tool_trace(trace, run, sites, normalize, above[i], by_id=by_id, judged=judged)
+        _tool_trace(
+            trace,
+            run,
+            sites,
+            normalize,
+            above[i],
+            by_id=by_id,
+            judged=_judged(trace, run, from_history),
+        )
         for i, run in enumerate(runs)
     ]
     if len(built) < 2:
@@ -197,13 +204,11 @@ def _tool_trace(
     )
 
 
-def _judged(
-    trace: CompletedTrace, spans: list[SpanRecord], from_history: bool
-) -> tuple[bool, str | None]:
-    """``(complete, incomplete_reason)`` of the trace's runs: the buffer's, unless a trace it
-    judged complete lacks spans its model spans' histories show (``missing``; with
-    ``from_history``, ``assembly.missing_spans_from_history``)."""
-    if from_history and trace.complete and lacks_spans(spans):
+def _judged(trace: CompletedTrace, run: _Run, from_history: bool) -> tuple[bool, str | None]:
+    """``(complete, incomplete_reason)`` of ``run``: the buffer's, unless in a trace it judged
+    complete the run lacks spans its own model spans' histories show (``missing``: a history
+    is a run's; with ``from_history``, ``assembly.missing_spans_from_history``)."""
+    if from_history and trace.complete and lacks_spans(run.spans):
         return False, MISSING_SPANS
     return trace.complete, trace.incomplete_reason
 

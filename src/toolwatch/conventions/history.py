@@ -141,7 +141,9 @@ def _tool_result(part: Any) -> bool:
 
 
 def _indexed(attrs: Attributes) -> int:
-    """OpenInference: the roles at indexes 0, 1, ... until the first missing one."""
+    """OpenInference: the roles at indexes 0, 1, ... until the first missing one; a role
+    past that gap (a message whose role was not recorded: which turn it was is unknown)
+    makes the history unread."""
     if _OUTPUT_ROLE not in attrs:
         return UNREAD
     roles: list[str] = []
@@ -151,6 +153,8 @@ def _indexed(attrs: Attributes) -> int:
             break
         roles.append(role)
     if len(roles) == MAX_INDEXED:
+        return UNREAD
+    if any(key in attrs for key in INDEXED_ROLE_KEYS[len(roles) + 1 :]):
         return UNREAD
     return _count(roles)
 

@@ -160,9 +160,10 @@ class RecordingMetrics(NoopMetrics):
 def build(
     spans: Sequence[SpanRecord], complete: bool = True, reason: str | None = None
 ) -> list[ToolTrace]:
-    """The ToolTraces of ``spans`` as one completed trace."""
+    """The ToolTraces of ``spans`` as one completed trace, input histories read for spans
+    that never came (``assembly.missing_spans_from_history``, as the gateway sets it)."""
     trace = CompletedTrace(TRACE, tuple(spans), complete, reason, 0, 0)
-    return build_tool_traces(trace, NORMALIZE)
+    return build_tool_traces(trace, NORMALIZE, from_history=True)
 
 
 def only(spans: Sequence[SpanRecord]) -> ToolTrace:

@@ -60,10 +60,13 @@ def test_with_the_setting_off_the_half_is_judged_as_it_came() -> None:
     assert safety(judged) == [Category.MISSING_VERIFICATION_STEP]
 
 
-def test_the_setting_reaches_the_limits_serve_and_replay_build_with() -> None:
-    assert AssemblySettings().limits().missing_spans_from_history is True
-    off = AssemblySettings(missing_spans_from_history=False)
-    assert off.limits().missing_spans_from_history is False
+def test_the_setting_is_off_by_default_and_reaches_the_limits_serve_and_replay_build_with() -> None:
+    """Off by default: a model call no instrumentation recorded, or a message the app writes
+    as the model's, would read as spans that never came and silence the run's absence
+    findings; the gateway layout, whose rollouts split runs, turns it on."""
+    assert AssemblySettings().limits().missing_spans_from_history is False
+    on = AssemblySettings(missing_spans_from_history=True)
+    assert on.limits().missing_spans_from_history is True
 
 
 def test_a_run_that_skipped_the_lookup_is_complete_and_still_raises_it() -> None:
@@ -89,15 +92,24 @@ def test_an_unread_history_and_more_spans_than_turns_are_no_evidence() -> None:
     assert only(doubled).complete
 
 
-def test_a_span_the_history_counts_must_have_ended_before_the_call_started() -> None:
-    # The earlier call's span is there but ends after the later one starts: no call of the
-    # run can be both, so it is not the one the history shows.
+def test_a_span_the_history_counts_need_only_have_started_before_the_call() -> None:
+    """Was: a model span counted only if it ended by the later call's start, so the spans of
+    an LLM gateway whose clock runs 4 ms behind (the earlier call seen ending after the
+    next one starts) read as a call that never came, and silenced the run's absence
+    findings (review). Now: one that started before it counts; one started at the same
+    time or later does not."""
     overlapping = [
         agent(1, None, "support", 0, 100),
         llm(2, 1, 1, 25, prior_turns=0),
         llm(4, 1, 21, 30, prior_turns=1, output_text="Refunded."),
     ]
-    assert only(overlapping).incomplete_reason == "missing_spans"
+    assert only(overlapping).incomplete_reason is None
+    later = [
+        agent(1, None, "support", 0, 100),
+        llm(2, 1, 21, 25, prior_turns=0),
+        llm(4, 1, 21, 30, prior_turns=1, output_text="Refunded."),
+    ]
+    assert only(later).incomplete_reason == "missing_spans"
 
 
 def test_a_model_span_holding_its_agents_tool_spans_is_not_compared() -> None:

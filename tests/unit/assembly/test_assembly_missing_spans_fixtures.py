@@ -102,7 +102,7 @@ def _traces(name: str) -> list[list[SpanRecord]]:
 
 def _reasons(spans: list[SpanRecord]) -> list[str | None]:
     trace = CompletedTrace(spans[0].trace_id, tuple(spans), True, None, 0, 0)
-    return [t.incomplete_reason for t in build_tool_traces(trace, NORMALIZE)]
+    return [t.incomplete_reason for t in build_tool_traces(trace, NORMALIZE, from_history=True)]
 
 
 def _rollout_leaves(spans: list[SpanRecord]) -> list[SpanRecord] | None:

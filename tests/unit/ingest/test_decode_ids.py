@@ -188,10 +188,12 @@ def test_every_role_field_a_recognizer_fills_reaches_the_record() -> None:
     # decode names the role fields one by one (a ``**`` splat is not compiled): one left out
     # of that list would be dropped silently.
     tuples = {"finish_reasons", "output_tool_calls"}  # compiled, the record checks types
+    integers = {"prior_turns"}
     filled: dict[str, object] = {
         key: (f"value of {key}",) if key in tuples else f"value of {key}"
         for key in RoleFields.__annotations__
     }
+    filled.update({key: 7 for key in integers})
 
     def everything(name: str, *args: Any) -> Recognition:
         role, convention, _ = recognize(name, *args)
