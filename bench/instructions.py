@@ -48,6 +48,9 @@ def _child(out: Path, copies: int, names: Sequence[str], history: bool) -> None:
     """Run each named stage once through ``operator.call``; record the order and spans."""
     settings = Settings()
     config = stage_config(settings.completion_wait)
+    if history:  # read as a gateway reads them (assembly.missing_spans_from_history)
+        assembly = config.assembly.model_copy(update={"missing_spans_from_history": True})
+        config = config.model_copy(update={"assembly": assembly})
     templates = dataclasses.replace(settings.templates(), history=history).build()
     stages, pipeline = stage_runs(config, templates, copies)
     unknown = sorted(set(names) - set(stages))

@@ -82,14 +82,19 @@ class _Pipeline:
     def __init__(self, config: Config, bodies: list[bytes]) -> None:
         self.config = config
         self.bodies = bodies
-        self.options = DecodeOptions()
+        history = self.history = config.assembly.missing_spans_from_history
+        self.options = DecodeOptions(read_histories=history)
         self.evaluation, self.normalize = evaluation_parts(config)
         self.scanner = scanner(self.options)
         self.reference = Scanner.for_plan(self.scanner.plan, "reference")
         self.scans = [self.scanner.scan_bytes(b) for b in bodies]
         self.batches = [decode_protobuf(b, self.options) for b in bodies]
         self.completed = self._assemble()
-        self.traces = [t for c in self.completed for t in build_tool_traces(c, self.normalize)]
+        self.traces = [
+            t
+            for c in self.completed
+            for t in build_tool_traces(c, self.normalize, from_history=history)
+        ]
         self.results = [self.evaluation.evaluate(t) for t in self.traces]
         self.spans = sum(len(b.spans) for b in self.batches)
 
@@ -206,7 +211,9 @@ def stage_runs(
         "records": lambda: _records(p),
         "decode": lambda: [decode_protobuf(b, p.options) for b in p.bodies],
         "assemble": p._assemble,
-        "timeline": lambda: [build_tool_traces(c, p.normalize) for c in p.completed],
+        "timeline": lambda: [
+            build_tool_traces(c, p.normalize, from_history=p.history) for c in p.completed
+        ],
         "evaluate": lambda: [p.evaluation.evaluate(t) for t in p.traces],
         "metrics": p.metrics,
         "findings": p.findings,

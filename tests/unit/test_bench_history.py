@@ -19,7 +19,7 @@ def _turns(history: bool) -> list[list[int]]:
     (template,) = build_templates(1, 4, 0.0, history=history)
     body = template.render([trace_id(0, 0, run) for run in range(4)])
     runs: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
-    for span in decode_protobuf(body, DecodeOptions()).spans:
+    for span in decode_protobuf(body, DecodeOptions(read_histories=True)).spans:
         if span.role is SpanRole.LLM:
             runs[span.trace_id].append((span.start_ns, span.prior_turns))
     return [[turns for _start, turns in sorted(spans)] for spans in runs.values()]

@@ -224,6 +224,7 @@ class Config(_Section):
             max_value_bytes=self.ingest.max_value_bytes,
             max_span_attributes=self.ingest.max_span_attributes,
             decoder=self.ingest.decoder,
+            read_histories=self.assembly.missing_spans_from_history,
         )
 
 

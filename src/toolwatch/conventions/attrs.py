@@ -118,7 +118,6 @@ class RoleFields(TypedDict, total=False):
     model: str | None
     conversation_id: str | None
     handoff_to: str | None
-    prior_turns: int
 
 
 # ``Recognition`` and ``OutputSummary`` are built once per span and per model output: their

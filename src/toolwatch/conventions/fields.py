@@ -45,7 +45,6 @@ from toolwatch.conventions.attrs import (
     plain_text,
 )
 from toolwatch.conventions.events import ToolEvents, output_events, tool_events
-from toolwatch.conventions.history import prior_turns
 from toolwatch.jsontext import writable_text
 from toolwatch.model import RequestedCall
 
@@ -273,7 +272,6 @@ def llm_fields(
     fields = _output_fields(summary, attrs)
     calls = summary.tool_calls if summary is not None else ()
     fields["output_tool_calls"] = _without_output_tools(calls, attrs) if calls else calls
-    fields["prior_turns"] = prior_turns(attrs, events)
     if calls and google_adk.EVENT_ID in attrs:  # one of Google ADK's model spans
         target = google_adk.requested_transfer(calls)
         if target is not None:

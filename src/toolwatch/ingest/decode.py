@@ -38,6 +38,7 @@ from toolwatch.conventions import (
     SpanEvent,
     recognize,
 )
+from toolwatch.conventions.history import prior_turns
 from toolwatch.ingest.protobuf_pieces import (
     SIFTED_REASONS,
     FramingError,
@@ -57,7 +58,7 @@ from toolwatch.ingest.scan import (
     WireError,
 )
 from toolwatch.jsontext import held_size, text_size
-from toolwatch.model import RequestedCall, SpanRecord
+from toolwatch.model import RequestedCall, SpanRecord, SpanRole
 
 __all__ = [
     "DecodeError",
@@ -156,6 +157,9 @@ class DecodeOptions:
     max_value_bytes: int = 65_536  # longer strings are truncated (UTF-8 bytes), arrays cut
     max_span_attributes: int = 1024  # a span with more that a convention reads is rejected
     decoder: Decoder = "auto"
+    # Model spans' input histories read (SpanRecord.prior_turns), for
+    # assembly.missing_spans_from_history; off, left at -1 and nothing of them parsed.
+    read_histories: bool = False
 
     def __post_init__(self) -> None:
         if self.max_value_bytes < 1:
@@ -289,6 +293,7 @@ class _Decoder:
 
     __slots__ = (
         "_cap",
+        "_histories",
         "_json_names",
         "_known",
         "_recognize",
@@ -308,6 +313,7 @@ class _Decoder:
         json_names: bool = False,
     ) -> None:
         self._cap = options.max_span_attributes
+        self._histories = options.read_histories
         self._json_names = json_names
         self._known = known
         self._recognize = recognizer
@@ -446,6 +452,7 @@ class _Decoder:
         except Exception as exc:  # a recognizer bug must cost one span, not the request
             return "malformed_attributes", f"attributes could not be read ({exc!r:.80})"
         role, convention, fields = recognition.role, recognition.convention, recognition.fields
+        turns = prior_turns(attrs, events) if self._histories and role is SpanRole.LLM else -1
         # OTLP: an empty parent marks a root; an all-zero one is read the same way.
         parent_id = parent if parent and parent != _ZERO_SPAN_ID else None
         record = SpanRecord(
@@ -477,7 +484,7 @@ class _Decoder:
             model=fields.get("model"),
             conversation_id=fields.get("conversation_id"),
             handoff_to=fields.get("handoff_to"),
-            prior_turns=fields.get("prior_turns", -1),
+            prior_turns=turns,
         )
         record.size_bytes = _held_size(record)  # counted from the record, before anyone sees it
         self.spans.append(record)

@@ -95,7 +95,7 @@ def _traces(name: str) -> list[list[SpanRecord]]:
     by_trace: dict[bytes, list[SpanRecord]] = defaultdict(list)
     for line in (FIXTURES / name).read_bytes().splitlines():
         if line.strip():
-            for span in decode_otlp_json(line, DecodeOptions()).spans:
+            for span in decode_otlp_json(line, DecodeOptions(read_histories=True)).spans:
                 by_trace[span.trace_id].append(span)
     return list(by_trace.values())
 

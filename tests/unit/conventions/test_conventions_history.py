@@ -1,5 +1,6 @@
 """A model span's input history: the earlier model calls of its run it shows
-(``toolwatch.conventions.history``, read by ``recognize`` into ``prior_turns``)."""
+(``toolwatch.conventions.history``, read by ingest into ``SpanRecord.prior_turns`` when
+``assembly.missing_spans_from_history`` is on)."""
 
 from __future__ import annotations
 
@@ -29,12 +30,11 @@ def _answer(call_id: str, response: Any, role: str = "tool") -> dict[str, Any]:
 
 
 def _genai(messages: list[dict[str, Any]]) -> int:
-    """``prior_turns`` of a GenAI chat span whose input is ``messages``, through
-    ``recognize``."""
+    """``prior_turns`` of a GenAI chat span (so ``recognize`` says) whose input is
+    ``messages``."""
     attrs = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps(messages)}
-    recognition = recognize("chat gpt-4o", 0, attrs, None)
-    assert recognition.role is SpanRole.LLM
-    return recognition.fields["prior_turns"]
+    assert recognize("chat gpt-4o", 0, attrs, None).role is SpanRole.LLM
+    return prior_turns(attrs, None)
 
 
 # An earlier turn of the conversation: its user message, the model's call and answer.
@@ -105,16 +105,11 @@ def test_consecutive_model_messages_are_one_call_and_a_trailing_one_is_none() ->
 )
 def test_an_unreadable_history_is_minus_one(value: str) -> None:
     attrs = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": value}
-    assert recognize("chat gpt-4o", 0, attrs, None).fields["prior_turns"] == -1
+    assert prior_turns(attrs, None) == -1
 
 
-def test_a_model_span_without_input_is_minus_one_and_other_roles_carry_none() -> None:
-    assert (
-        recognize("chat gpt-4o", 0, {"gen_ai.operation.name": "chat"}, None).fields["prior_turns"]
-        == -1
-    )
-    attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup_order"}
-    assert "prior_turns" not in recognize("execute_tool lookup_order", 0, attrs, None).fields
+def test_a_model_span_without_input_is_minus_one() -> None:
+    assert prior_turns({"gen_ai.operation.name": "chat"}, None) == -1
 
 
 def _openinference(roles: list[str], *, output: bool = True) -> int:
@@ -124,9 +119,8 @@ def _openinference(roles: list[str], *, output: bool = True) -> int:
         attrs[f"llm.input_messages.{i}.message.content"] = '{"role":"user"}'
     if output:
         attrs["llm.output_messages.0.message.role"] = "assistant"
-    recognition = recognize("ChatCompletion", 0, attrs, None)
-    assert recognition.role is SpanRole.LLM
-    return recognition.fields["prior_turns"]
+    assert recognize("ChatCompletion", 0, attrs, None).role is SpanRole.LLM
+    return prior_turns(attrs, None)
 
 
 def test_openinference_roles_are_read_from_the_flattened_keys() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any, cast
 
 import pytest
@@ -188,12 +189,10 @@ def test_every_role_field_a_recognizer_fills_reaches_the_record() -> None:
     # decode names the role fields one by one (a ``**`` splat is not compiled): one left out
     # of that list would be dropped silently.
     tuples = {"finish_reasons", "output_tool_calls"}  # compiled, the record checks types
-    integers = {"prior_turns"}
     filled: dict[str, object] = {
         key: (f"value of {key}",) if key in tuples else f"value of {key}"
         for key in RoleFields.__annotations__
     }
-    filled.update({key: 7 for key in integers})
 
     def everything(name: str, *args: Any) -> Recognition:
         role, convention, _ = recognize(name, *args)
@@ -202,3 +201,29 @@ def test_every_role_field_a_recognizer_fills_reaches_the_record() -> None:
     scan = scanner(DecodeOptions()).scan_message(request(span("tool")))
     (record,) = _Decoder(DecodeOptions(), everything).scan(scan).spans
     assert {key: getattr(record, key) for key in filled} == filled
+
+
+def test_input_histories_are_read_for_model_spans_only_when_asked() -> None:
+    """``SpanRecord.prior_turns``: read from a model span's input history only with
+    ``DecodeOptions.read_histories`` (``assembly.missing_spans_from_history``); off, and for
+    every other role, -1, nothing of the history parsed."""
+    history = [
+        {"role": "user", "parts": [{"type": "text", "content": "Refund A-1."}]},
+        {"role": "assistant", "parts": [{"type": "tool_call", "id": "c1", "name": "lookup"}]},
+        {"role": "tool", "parts": [{"type": "tool_call_response", "id": "c1", "response": "ok"}]},
+    ]
+    sent = json.dumps(history)
+    model = span("chat gpt-4o", {"gen_ai.operation.name": "chat", "gen_ai.input.messages": sent})
+    tool = span(
+        "execute_tool lookup",
+        {
+            "gen_ai.operation.name": "execute_tool",
+            "gen_ai.tool.name": "lookup",
+            "gen_ai.input.messages": sent,
+        },
+        span_id=b"\x02" * 8,
+    )
+    body = request(model, tool).SerializeToString()
+    read = [s.prior_turns for s in decode_protobuf(body, DecodeOptions(read_histories=True)).spans]
+    unread = [s.prior_turns for s in decode_protobuf(body, DecodeOptions()).spans]
+    assert (read, unread) == ([1, -1], [-1, -1])
