@@ -11,15 +11,7 @@ runs the source without a rebuild).
 """
 
 import gc
-import os
 from collections.abc import Iterator
-
-# grpcio's fork handlers, on while a test holds gRPC channels, can leave subprocess.Popen
-# waiting for ever for a child that has already started (grpc/grpc#37259: seen once here, a
-# CI run stuck in Popen's read of its exec-status pipe). The tests start their child processes
-# by fork and exec and never use gRPC in a forked child: the handlers are off, before grpc is
-# imported, as grpcio documents (GRPC_ENABLE_FORK_SUPPORT).
-os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 
 import pytest
 from hypothesis import HealthCheck, settings

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 import yaml
 
 from tests.integration import agents
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import RunningServer, until
 from tests.integration.test_faults import POLICY, export
 from tests.pipes import full_pipe
 from toolwatch.app_shutdown import OUTPUTS_CLOSE_SECONDS
@@ -28,10 +29,21 @@ from toolwatch.app_shutdown import OUTPUTS_CLOSE_SECONDS
 def full_pipes() -> Iterator[list[tuple[int, int]]]:
     pipes = [full_pipe(), full_pipe()]
     yield pipes
-    for read_end, write_end in pipes:  # the blocked writes fail (EPIPE): the threads end
-        for fd in (read_end, write_end):
-            with contextlib.suppress(OSError):
-                os.close(fd)
+    for read_end, _write_end in pipes:  # the blocked writes fail (EPIPE): the threads end
+        with contextlib.suppress(OSError):
+            os.close(read_end)
+    # The write ends stay open until the outputs' threads, given up by the shutdown, have
+    # ended: a thread that looks at its path (``/dev/fd/N``) once N was closed and taken by
+    # another file (the next test's subprocess.Popen's exec-status pipe) opened that file and
+    # held it, and Popen waited for ever (a CI run stuck in the FIFO test after this one).
+    assert until(lambda: not any(_output_thread(t) for t in threading.enumerate()), 10.0)
+    for _read_end, write_end in pipes:
+        with contextlib.suppress(OSError):
+            os.close(write_end)
+
+
+def _output_thread(thread: threading.Thread) -> bool:
+    return thread.name.startswith("toolwatch-output ")
 
 
 def test_two_blocked_outputs_share_the_shutdowns_wait_for_them(
