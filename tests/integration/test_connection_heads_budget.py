@@ -24,38 +24,20 @@ from tests.integration.conftest import RunningServer, until
 from tests.integration.test_security import (
     Pki,
     client_context,
-    make_pki,
     refund_spans,
     send_http,
     tls,
 )
+from tests.integration.test_security_connections import (  # noqa: F401 - pki is a fixture
+    REFUSED,
+    _closed,
+    _told,
+    _turns,
+    pki,
+)
 from toolwatch.connection_gate import HEADS_BUDGET, ConnectionGate
 
 Start = Callable[..., RunningServer]
-REFUSED = "toolwatch_connections_refused_total"
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-def _told(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "toolwatch.senders"]
-
-
-def _turns(server: RunningServer, n: int = 3) -> None:
-    """Let the server's loop take what the sockets sent: each call is one round trip."""
-    for _ in range(n):
-        server.call(lambda: None)
-
-
-def _closed(sock: socket.socket) -> bool:
-    """Whether the server closed ``sock``."""
-    try:
-        return sock.recv(100) == b""
-    except ConnectionResetError:
-        return True
 
 
 def _gate(server: RunningServer, listener: str) -> ConnectionGate:
@@ -183,7 +165,10 @@ def test_a_head_pipelined_behind_a_request_is_counted(start_server: Start) -> No
             sock.close()
 
 
-def test_a_head_sent_with_the_tls_handshake_is_counted(start_server: Start, pki: Pki) -> None:
+def test_a_head_sent_with_the_tls_handshake_is_counted(
+    start_server: Start,
+    pki: Pki,  # noqa: F811 - the fixture imported above
+) -> None:
     """Was (review): under TLS, what came with the end of the handshake went to the handler
     past the count, and what came before the handler first waited read as not a head:
     0.65 to 1.4 MB of 7.9 MB uncounted. Now: every byte of a head still arriving is."""
