@@ -44,6 +44,7 @@ __all__ = [
     "from_case",
     "from_source",
     "in_sequence",
+    "lost_earlier",
     "name_list",
     "names_none",
     "never_ran",
@@ -313,6 +314,17 @@ def unfinished(trace: ToolTrace) -> bool:
     and one malformed span must not silence its pages (``safety``'s explanation says when the
     verification's span may be among those lost)."""
     return not trace.complete and trace.incomplete_reason in UNFINISHED_REASONS
+
+
+def lost_earlier(trace: ToolTrace) -> bool:
+    """Whether what ``trace``'s run did *before* the calls it holds may be missing: its
+    model spans' input shows earlier model calls whose spans never came (``missing_spans``).
+    An unfinished run's gap is after its calls (those it had yet to make), so a call it holds
+    without an earlier verification had none; this one's gap is before them, so the rules
+    that need an earlier call (``safety``'s verification, an ``invariants`` ``order`` rule's
+    ``before``) cannot say it never came, and leave such a call out, saying so. What the run
+    shows was done wrong (a call alongside its verification, not after it) is judged."""
+    return not trace.complete and trace.incomplete_reason == MISSING_SPANS
 
 
 def spanned_tools(calls: Sequence[ToolCall], tools: Sequence[str]) -> frozenset[str]:

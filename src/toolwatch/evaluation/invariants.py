@@ -30,6 +30,11 @@ minimums are not judged on it (for the reason it is compared with no reference: 
 it is missing would read as violations, as they would read as drift), and its explanation
 names them; a rule with nothing else to judge does not apply to it. What it did call is
 judged as on any run: ``forbidden``, a ``call_count`` maximum, ``order`` and ``arguments``.
+A run whose earlier spans never came (``base.lost_earlier``: ``missing_spans``) is left out
+of those absence rules too (its missing calls may be among them), and of an ``order`` rule's
+``after`` call with no ``before`` at all (the ``before`` may be among them, as ``safety``
+leaves its verification out); its explanation names those rules. An ``after`` called
+alongside its ``before`` is judged: the run shows it.
 
 Each violation is an INVARIANT_VIOLATION with reference ``policy`` and the rule's ``severity``
 raised to the evaluator's floor. One on a call of a dangerous tool says what became of the
@@ -70,6 +75,7 @@ from toolwatch.evaluation.base import (
     Concurrency,
     Reference,
     in_sequence,
+    lost_earlier,
     name_list,
     pct,
     spanned_tools,
@@ -150,7 +156,8 @@ class Invariants:
         violations: list[Violation] = []
         applicable = broken = 0  # rules, not labels: two unnamed rules may share one
         left_out: list[str] = []  # absence rules not judged: the run had not ended
-        ended = not unfinished(trace)
+        unseen: list[str] = []  # order rules not judged: their before may be in lost spans
+        ended, earlier_lost = not unfinished(trace), lost_earlier(trace)
         for i, rule in enumerate(self._rules):
             judged = run
             if rule.agents:
@@ -165,7 +172,10 @@ class Invariants:
                 left_out.append(rule_label(rule))
                 if _absence_only(rule):
                     continue
-            found = self._check(i, rule, judged, run, complete=ended)
+            found = self._check(i, rule, judged, run, complete=ended, earlier_lost=earlier_lost)
+            if found is None:
+                unseen.append(rule_label(rule))
+                continue
             applicable += 1
             if found:
                 broken += 1
@@ -181,17 +191,30 @@ class Invariants:
         explanation += "".join(f"; {v.explanation}" for v in violations)
         if left_out:
             reason = trace.incomplete_reason or "unfinished"
+            yet = "whose spans never came" if earlier_lost else "the run had yet to make"
             explanation += (
-                f"; not judged for calls the run had yet to make, incomplete ({reason}):"
-                f" {name_list(left_out)}"
+                f"; not judged for calls {yet}, incomplete ({reason}): {name_list(left_out)}"
+            )
+        if unseen:
+            explanation += (
+                "; not judged for an earlier call, the run's earlier spans never came"
+                f" (missing_spans): {name_list(unseen)}"
             )
         return EvalResult(self.name, {"score": score}, findings, explanation + ").")
 
     def _check(
-        self, index: int, rule: Invariant, run: _Calls, whole: _Calls, *, complete: bool
-    ) -> list[Violation]:
+        self,
+        index: int,
+        rule: Invariant,
+        run: _Calls,
+        whole: _Calls,
+        *,
+        complete: bool,
+        earlier_lost: bool,
+    ) -> list[Violation] | None:
         """``rule``'s violations among the calls it judges (``run``: its agents' when it is
-        scoped), ``whole`` being all the run's calls (an ``order`` rule's ``before``)."""
+        scoped), ``whole`` being all the run's calls (an ``order`` rule's ``before``);
+        ``None`` when it cannot be judged (``_order``; ``earlier_lost``: ``base.lost_earlier``)."""
         label = rule_label(rule)
         calls, names = run.calls, run.names
         if isinstance(rule, ArgumentsRule):
@@ -205,7 +228,7 @@ class Invariants:
                 normalize=self._normalize,
             )
         if isinstance(rule, OrderRule):
-            return _order(rule, label, run, whole, self._normalize)
+            return _order(rule, label, run, whole, self._normalize, earlier_lost=earlier_lost)
         return _counted(
             rule,
             label,
@@ -377,12 +400,21 @@ def _within(count: int, rule: CallCountRule) -> bool:
 
 
 def _order(
-    rule: OrderRule, label: str, judged: _Calls, run: _Calls, normalize: NameNormalizer
-) -> list[Violation]:
+    rule: OrderRule,
+    label: str,
+    judged: _Calls,
+    run: _Calls,
+    normalize: NameNormalizer,
+    *,
+    earlier_lost: bool = False,
+) -> list[Violation] | None:
     """The first call of ``after`` among ``judged`` (the rule's agents' calls) that no
     earlier call of ``before`` anywhere in the ``run`` could have informed: a scoped rule
     judges its agents' ``after`` calls, and credits a ``before`` made by another agent of
-    the run (a sub-agent's lookup), as ``safety`` credits a verification."""
+    the run (a sub-agent's lookup), as ``safety`` credits a verification. In a run whose
+    earlier spans never came (``earlier_lost``), such a call with no ``before`` at all is not
+    judged (``None``): the ``before`` may be among them; one called alongside its ``before``
+    still is."""
     before, after = normalize(rule.before), normalize(rule.after)
     if after not in judged.names:
         return []
@@ -395,6 +427,8 @@ def _order(
         if name == after and (scoped is None or place in scoped) and not befores.informs(place):
             if befores:
                 text = f"{label}: {after} called{by} alongside {before}, not after it"
+            elif earlier_lost:
+                return None
             else:
                 text = f"{label}: {after} called{by} before any {before}"
                 text += " in the run" if by else ""

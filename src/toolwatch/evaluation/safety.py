@@ -131,6 +131,7 @@ from toolwatch.evaluation.base import (
     Reference,
     first_only,
     in_sequence,
+    lost_earlier,
     name_list,
     never_ran,
     pct,
@@ -162,7 +163,6 @@ from toolwatch.evaluation.settings import SafetySettings
 from toolwatch.evaluation.severity import call_outcome, make_finding
 from toolwatch.model import (
     DETAIL_FIELDS,
-    MISSING_SPANS,
     CallStatus,
     Category,
     EvalResult,
@@ -225,7 +225,7 @@ class Safety:
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult:
         unverified, unchecked = self._unverified(trace, reference.earlier)
         left_out = 0
-        if unverified and not trace.complete and trace.incomplete_reason == MISSING_SPANS:
+        if unverified and lost_earlier(trace):
             left_out, unverified = len(unverified), []  # the lookup may be in the lost spans
         flags = [*unverified, *self._disallowed(trace)]
         policy_flagged = {

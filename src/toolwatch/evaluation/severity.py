@@ -37,7 +37,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Final
 
-from toolwatch.evaluation.base import never_ran, unfinished
+from toolwatch.evaluation.base import lost_earlier, never_ran, unfinished
 from toolwatch.model import (
     MISSING_SPANS,
     CallStatus,
@@ -217,7 +217,7 @@ def call_outcome(
         return {OUTCOME: "ok"}, ""
     if trace.complete and never_ran(call, tool_spanned, complete=True):
         return {OUTCOME: "never_run"}, "the flagged call was requested by the model, never run"
-    if unfinished(trace) and trace.incomplete_reason != MISSING_SPANS:
+    if unfinished(trace) and not lost_earlier(trace):
         said = "no tool span yet, the run was evaluated before it ended"
     elif not trace.complete:
         said = "no tool span, but the run lost spans"

@@ -349,6 +349,47 @@ def test_an_incomplete_run_is_not_judged_for_the_calls_it_had_yet_to_make() -> N
     ]
 
 
+def test_a_run_whose_earlier_spans_never_came_is_not_judged_for_a_before_it_may_have_made() -> None:
+    """A run judged ``missing_spans`` (``base.lost_earlier``: a rollout sent its first spans,
+    the lookup's among them, to another replica) may have looked the order up in what never
+    came. Was: an ``order`` rule raised "issue_refund called before any lookup_order" on it,
+    a false page the ``safety`` evaluator already left out. Now: that rule is not judged and
+    the explanation names it; a refund issued alongside its lookup is still judged (the run
+    shows it), and so is everything the run did (a forbidden tool); absence rules are left
+    out as on any incomplete run, said as spans that never came."""
+    order = {"kind": "order", "before": "lookup_order", "after": "issue_refund"}
+    rules: list[dict[str, Any]] = [
+        order,
+        {"kind": "required", "tool": "notify_customer"},
+        {"kind": "forbidden", "tool": "send_email"},
+    ]
+    half = dataclasses.replace(
+        trace("issue_refund", "send_email"), complete=False, incomplete_reason="missing_spans"
+    )
+    result = evaluate(half, *rules)
+    assert result is not None
+    assert [f.details["rule"] for f in result.findings] == ["forbidden:send_email"]
+    assert result.scores["score"] == 0.0  # the one rule judged is broken
+    assert result.explanation.endswith(
+        "; not judged for calls whose spans never came, incomplete (missing_spans):"
+        " [required:notify_customer]"
+        "; not judged for an earlier call, the run's earlier spans never came (missing_spans):"
+        " [order:lookup_order<issue_refund])."
+    )
+    assert evaluate(dataclasses.replace(half, calls=half.calls[:1]), order) is None
+    together = dataclasses.replace(
+        half,
+        calls=tuple(
+            dataclasses.replace(c, parallel_group=0)
+            for c in trace("lookup_order", "issue_refund").calls
+        ),
+    )
+    assert broken(together, order) == ["order:lookup_order<issue_refund"]
+    for other in ("span_limit", "timed_out"):  # their gap is not before the refund
+        cut = dataclasses.replace(half, incomplete_reason=other)
+        assert broken(cut, order) == ["order:lookup_order<issue_refund"]
+
+
 def test_no_rules_means_not_applicable() -> None:
     assert evaluate(trace("a")) is None
 
