@@ -186,10 +186,12 @@ class OutputThread:
 
     def _followed(self, follow: Look, stream: TextOutput) -> TextOutput:
         """The file to write, as ``follow`` finds it (``_looked``). Not while a SIGHUP's
-        reopen waits (``reopen``): it looks itself."""
+        reopen waits (``reopen``): it looks itself; nor once ``close`` gave up on the output
+        (``_abandoned``): what is at its path then is none of its business (a ``/dev/fd/N``
+        whose descriptor was closed and given to another file)."""
         self._next_look = self._clock() + FOLLOW_SECONDS
         with self._changed:
-            if self._reopens:
+            if self._reopens or self._abandoned:
                 return stream
         return self._looked(stream, follow(stream))
 
