@@ -91,6 +91,7 @@ MODULES = (
     "evaluation/base.py",
     "evaluation/blocks.py",
     "evaluation/composite.py",
+    "evaluation/concurrency.py",
     "evaluation/entities.py",
     "evaluation/invariants.py",
     "evaluation/lcs.py",

@@ -72,15 +72,14 @@ from toolwatch.evaluation.attempts import (
     one_per_request,
 )
 from toolwatch.evaluation.base import (
-    Concurrency,
     Reference,
-    in_sequence,
     lost_earlier,
     name_list,
     pct,
     spanned_tools,
     unfinished,
 )
+from toolwatch.evaluation.concurrency import Concurrency, in_sequence
 from toolwatch.evaluation.invariant_rules import (
     ArgumentsRule,
     CallCountRule,

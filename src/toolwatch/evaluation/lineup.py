@@ -2,7 +2,7 @@
 ordering, the ordered ``tool_selection`` modes), the calls of each parallel group in any order.
 
 The rule. The calls of one parallel group (two or more calls sharing a group: the model asked
-for them at once; ``base.effective_groups``) have no order among themselves: their start
+for them at once; ``concurrency.effective_groups``) have no order among themselves: their start
 times say only which one the framework started first. So a run keeps a reference's order as
 far as the longest common subsequence (LCS) of the two name sequences goes, taken over every
 order of each side's groups, a group's members trading places among the places they hold

@@ -3,7 +3,7 @@
 Two calls are identical when their normalized tool names and their arguments (as canonical
 JSON: key order ignored, text trimmed, a number the same as its decimal text, ``12.0``,
 ``12`` and ``"12"``) are equal. A call is a *repeat* when an identical call succeeded before it was
-issued: earlier, status ``ok``, and not in the same parallel group (``base.Concurrency``);
+issued: earlier, status ``ok``, and not in the same parallel group (``concurrency.Concurrency``);
 a call the model requested that never ran (``base.never_ran``: no tool span while the run's
 other calls of its tool have one, not hosted, in a run that ended) returned nothing.
 Retries after a failed result are therefore never repeats, and neither are identical calls
@@ -35,16 +35,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, cast
 
-from toolwatch.evaluation.base import (
-    Concurrency,
-    Reference,
-    Successes,
-    in_sequence,
-    never_ran,
-    pct,
-    spanned_tools,
-    unfinished,
-)
+from toolwatch.evaluation.base import Reference, never_ran, pct, spanned_tools, unfinished
+from toolwatch.evaluation.concurrency import Concurrency, Successes, in_sequence
 from toolwatch.evaluation.entities import entity_key, lookup
 from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.settings import LoopsSettings

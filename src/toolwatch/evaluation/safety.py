@@ -3,7 +3,7 @@
 MISSING_VERIFICATION_STEP (reference ``policy``): a call of a dangerous tool with no earlier
 successful verification. "Earlier" means a lower ``sequence_index`` and not in the same
 ``parallel_group`` (a call issued alongside the dangerous one could not inform it, nor could a
-call nested in one issued alongside it: ``base.Concurrency``; the explanation says so when
+call nested in one issued alongside it: ``concurrency.Concurrency``; the explanation says so when
 such a call was the only match, lest the trace's successful lookup read as missed);
 "successful" means status ``ok`` — a failed lookup verifies nothing. A call seen only in the
 model's output (no tool span) counts as run unless it was requested and never ran: when the
@@ -127,10 +127,8 @@ from toolwatch.evaluation.attempts import (
     one_per_request,
 )
 from toolwatch.evaluation.base import (
-    Concurrency,
     Reference,
     first_only,
-    in_sequence,
     lost_earlier,
     name_list,
     never_ran,
@@ -139,6 +137,7 @@ from toolwatch.evaluation.base import (
     spanned_tools,
     unfinished,
 )
+from toolwatch.evaluation.concurrency import Concurrency, in_sequence
 from toolwatch.evaluation.entities import (
     entity_key,
     lookup,

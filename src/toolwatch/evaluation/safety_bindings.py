@@ -134,7 +134,7 @@ def lost_said(verifiers: frozenset[str], ledger: Ledger, details: dict[str, Any]
 
 def alongside(tools: set[str]) -> str:
     """How a dangerous call's only matching successes of ``tools`` read: issued with it, or
-    nested in a call that was (``base.Concurrency``), they could not inform it."""
+    nested in a call that was (``concurrency.Concurrency``), they could not inform it."""
     return (
         f"only by a {name_list(sorted(tools))} call issued alongside this one (one parallel"
         " group): its result could not inform it"

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from toolwatch.evaluation.base import Concurrency, Successes, spanned_tools
+from toolwatch.evaluation.base import spanned_tools
+from toolwatch.evaluation.concurrency import Concurrency, Successes
 from toolwatch.evaluation.entities import (
     RecordingKey,
     entity_key,

@@ -38,7 +38,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from toolwatch.evaluation.base import Baseline, Reference, baseline, pct, uses_parallelism
+from toolwatch.evaluation.base import Baseline, Reference, baseline, pct
+from toolwatch.evaluation.concurrency import uses_parallelism
 from toolwatch.evaluation.loops import NO_BOUND, acted
 from toolwatch.evaluation.settings import REFUSAL_TEXT_CHARS, StructureSettings
 from toolwatch.evaluation.severity import make_finding, severity_for

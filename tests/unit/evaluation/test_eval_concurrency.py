@@ -6,7 +6,7 @@ from eval_factories import call
 from hypothesis import given
 from hypothesis import strategies as st
 
-from toolwatch.evaluation.base import MAX_NESTING, Concurrency
+from toolwatch.evaluation.concurrency import MAX_NESTING, Concurrency
 from toolwatch.evaluation.loops import find_repeats
 from toolwatch.model import ToolCall
 

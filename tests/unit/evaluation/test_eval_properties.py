@@ -11,7 +11,8 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings
-from toolwatch.evaluation.base import Reference, in_sequence, pct
+from toolwatch.evaluation.base import Reference, pct
+from toolwatch.evaluation.concurrency import in_sequence
 from toolwatch.evaluation.loops import acted
 from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.selection import selection_score
