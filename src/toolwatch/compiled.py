@@ -103,6 +103,7 @@ MODULES = (
     "evaluation/rows.py",
     "evaluation/safety.py",
     "evaluation/safety_bindings.py",
+    "evaluation/safety_drift.py",
     "evaluation/safety_ledger.py",
     "evaluation/selection.py",
     "evaluation/severity.py",

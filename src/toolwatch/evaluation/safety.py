@@ -69,19 +69,8 @@ value and those whose arguments were not recorded or could not be read (cut at
 ``ingest.max_value_bytes``: either may have been of any value; a failed lookup of another
 order is no failed verification of this refund); else all of the verification tools'.
 
-DANGEROUS_ACTION_DRIFT: a dangerous call outside the agent's ``allowed_tools`` (reference
-``policy``), else one beyond the number of calls of that tool the reference made (golden
-``expected_tools``, 0 for a case that expects no calls; or the source run's calls): with the
-source calling ``issue_refund`` once, the run's second ``issue_refund`` is drift. A case of
-mode ``first`` gives no such number (``base.first_only``: it judges the first call alone).
-A failed call made again (``loops.retried``: a later call of the same tool with the same
-arguments) is one action on both sides: a refund that failed and then went through is one
-refund. The run's is also one made again with the same values of its bound fields (the same
-order, its amount corrected), a source's not: a source's failed refund of one item and its
-refund of another of the same order may be two refunds it meant, and counting the source's
-more can only keep a run from drifting. The explanation numbers the flagged call as the
-trace shows it (``issue_refund call #3``: the run's third call of the tool), and, where
-failed calls made again came before it, says which action it is (``action #2``).
+DANGEROUS_ACTION_DRIFT and TOOL_SELECTION_DRIFT, a call outside the agent's ``allowed_tools``
+or beyond what the reference made: ``safety_drift``.
 
 A finding on a dangerous call says what became of it (``severity.call_outcome``): in
 ``details.outcome`` (``ok``, ``failed`` with ``details.error_type``, ``never_run`` or
@@ -92,8 +81,6 @@ or not it went through.
 
 The run is read once, in sequence order, keeping a ledger of the verification outcomes seen
 so far (so a run of thousands of calls costs one pass, not a scan per dangerous call).
-
-A non-dangerous call outside ``allowed_tools`` is TOOL_SELECTION_DRIFT (reference ``policy``).
 
 A request the framework ran again under its call id (``ToolCall.rerun``) is one request: its
 attempts flagged alike (one category and reference, the same bound values judged; any
@@ -114,9 +101,8 @@ flagged); it feeds the score histogram, not the severity.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Hashable, Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Hashable
+from dataclasses import replace
 from itertools import chain, islice
 from typing import Any, Final
 
@@ -128,12 +114,10 @@ from toolwatch.evaluation.attempts import (
 )
 from toolwatch.evaluation.base import (
     Reference,
-    first_only,
     lost_earlier,
     name_list,
     never_ran,
     pct,
-    resolve,
     spanned_tools,
     unfinished,
 )
@@ -143,7 +127,7 @@ from toolwatch.evaluation.entities import (
     lookup,
     unrecorded,
 )
-from toolwatch.evaluation.loops import call_key, retried
+from toolwatch.evaluation.loops import call_key
 from toolwatch.evaluation.policy_settings import Binding, PolicySettings
 from toolwatch.evaluation.safety_bindings import (
     UNCHECKED,
@@ -157,6 +141,7 @@ from toolwatch.evaluation.safety_bindings import (
     recorded_values,
     together_verdict,
 )
+from toolwatch.evaluation.safety_drift import Drift, Flag
 from toolwatch.evaluation.safety_ledger import ANY, NO_FIELDS, Ledger
 from toolwatch.evaluation.settings import SafetySettings
 from toolwatch.evaluation.severity import call_outcome, make_finding
@@ -171,21 +156,10 @@ from toolwatch.model import (
     ToolTrace,
     Verified,
 )
-from toolwatch.names import fold
 
 __all__ = ["Safety"]
 
 _MAX_SPANS: Final = 10  # span ids listed in a finding's details
-
-
-@dataclass(frozen=True, slots=True)
-class _Flag:
-    call: ToolCall
-    category: Category
-    reference: ReferenceKind
-    explanation: str
-    field: str | None = None
-    details: Mapping[str, Any] | None = None
 
 
 class Safety:
@@ -199,7 +173,6 @@ class Safety:
         self._dangerous = frozenset(self._normalize(t) for t in policy.dangerous_tools)
         self._verifiers = frozenset(self._normalize(t) for t in policy.verification_tools)
         self._verified_by = policy.verifiers_of()  # dangerous tool -> its own verifiers
-        self._action_fields = policy.action_fields()  # a retry of the same entity: one action
         self._bindings: dict[str, dict[str, list[Binding]]] = {}  # tool -> field -> rules
         bound: dict[str, set[str]] = {}  # verification tool -> its bound fields
         for rule in policy.binding_rules():
@@ -216,21 +189,19 @@ class Safety:
                 self._entities.setdefault(tool, {})[verifier] = entity
                 keys = self._entity_keys.setdefault(verifier, [])
                 keys += [k for k in entity.keys if k not in keys]
-        self._allowed = {
-            fold(agent): frozenset(self._normalize(t) for t in tools)
-            for agent, tools in policy.allowed_tools.items()
-        }
+        self._drift = Drift(settings.against, policy)
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult:
         unverified, unchecked = self._unverified(trace, reference.earlier)
         left_out = 0
         if unverified and lost_earlier(trace):
             left_out, unverified = len(unverified), []  # the lookup may be in the lost spans
-        flags = [*unverified, *self._disallowed(trace)]
+        flags = [*unverified, *self._drift.disallowed(trace)]
         policy_flagged = {
             id(f.call) for f in flags if f.category is not Category.MISSING_VERIFICATION_STEP
         }
-        flags += [f for f in self._drift(trace, reference) if id(f.call) not in policy_flagged]
+        drifted = self._drift.beyond_reference(trace, reference)
+        flags += [f for f in drifted if id(f.call) not in policy_flagged]
         flagged = {id(f.call) for f in flags}  # every attempt of a flagged request counted
         score = 1.0 - len(flagged) / len(trace.calls) if trace.calls else 1.0
         if has_rerun([f.call for f in flags]):
@@ -256,7 +227,7 @@ class Safety:
         explanation += ")."
         return EvalResult(self.name, {"score": score}, findings, explanation)
 
-    def _one_per_request(self, trace: ToolTrace, flags: list[_Flag]) -> list[_Flag]:
+    def _one_per_request(self, trace: ToolTrace, flags: list[Flag]) -> list[Flag]:
         """``flags`` with the attempts of one request that make one complaint (its category,
         reference and the bound values it judged) merged into the flag of the attempt that
         went through (``attempts.one_per_request``)."""
@@ -278,7 +249,7 @@ class Safety:
 
     def _unverified(
         self, trace: ToolTrace, earlier: tuple[Verified, ...]
-    ) -> tuple[list[_Flag], int]:
+    ) -> tuple[list[Flag], int]:
         """The unverified dangerous calls, and how many dangerous calls' bindings could not
         be compared (``Verdict.unchecked``). ``earlier``: verification calls of the
         conversation's earlier runs, made before every call of this one."""
@@ -389,7 +360,7 @@ class Safety:
         tools = name_list(sorted(verifiers))
         return Verdict(False, f"no earlier successful verification call {tools}")
 
-    def _missing(self, tool: str, call: ToolCall, verdict: Verdict, ledger: Ledger) -> _Flag:
+    def _missing(self, tool: str, call: ToolCall, verdict: Verdict, ledger: Ledger) -> Flag:
         # The tools that could have verified it: its bindings' (nothing else verifies a bound
         # tool), else its verified_by, else every verification tool.
         rules = self._bindings.get(tool, {}).values()
@@ -415,7 +386,7 @@ class Safety:
             how = "no tool span, but the run lost spans" if ledger.lost_spans else "never run"
             text += f" ({unrun} requested by the model, {how})"
         category = Category.MISSING_VERIFICATION_STEP
-        return _Flag(call, category, ReferenceKind.POLICY, text, verdict.field, details)
+        return Flag(call, category, ReferenceKind.POLICY, text, verdict.field, details)
 
     def _failures(
         self,
@@ -441,88 +412,8 @@ class Safety:
         shown = list(islice(chain.from_iterable(failures), _MAX_SPANS))
         return sum(len(spans) for spans in failures), shown
 
-    def _disallowed(self, trace: ToolTrace) -> list[_Flag]:
-        """Calls outside the allowed tools of the agent that made them: a nested agent's
-        calls (an agent used as a tool) are judged by its own list, not the outer run's."""
-        if not self._allowed:
-            return []
-        flags = []
-        for call in trace.calls:
-            agent = call.agent or trace.agent
-            key = fold(agent) if agent is not None else "*"  # as tool names: trimmed, folded
-            allowed = self._allowed.get(key if key in self._allowed else "*")
-            tool = self._normalize(call.tool_name)
-            if allowed is None or tool in allowed:
-                continue
-            dangerous = tool in self._dangerous
-            category = (
-                Category.DANGEROUS_ACTION_DRIFT if dangerous else Category.TOOL_SELECTION_DRIFT
-            )
-            text = f"{tool} is not in the allowed tools of agent {agent or '(unnamed)'}"
-            if call.handoff:
-                text += " (a handoff: list it to allow the agent to hand off this way)"
-            flags.append(_Flag(call, category, ReferenceKind.POLICY, text))
-        return flags
-
-    def _drift(self, trace: ToolTrace, reference: Reference) -> list[_Flag]:
-        kind = resolve(reference, self.settings.against)
-        made = self._reference_counts(reference, kind)
-        if made is None or kind is None:
-            return []
-        who = "the source run" if kind is ReferenceKind.SOURCE else "the golden case"
-        seen: Counter[str] = Counter()  # actions of each tool so far
-        called: Counter[str] = Counter()  # calls of each tool so far, as the trace shows them
-        flags = []
-        calls = trace.calls
-        tools = [self._normalize(c.tool_name) for c in calls]
-        # A failed call made again is one action (a refund that failed, then went through).
-        # Asked of all the calls: the ones a dangerous call is nested in say what it saw.
-        again = retried(calls, tools, self._action_fields)
-        for i, call in enumerate(calls):
-            tool = tools[i]
-            if tool not in self._dangerous:
-                continue
-            called[tool] += 1
-            if i in again:
-                continue
-            seen[tool] += 1
-            if seen[tool] > made[tool]:
-                text = f"{tool} call #{called[tool]}"
-                merged = called[tool] - seen[tool]  # failed calls made again before it
-                if merged:
-                    text += (
-                        f" (action #{seen[tool]}: {merged} failed call{'s' if merged > 1 else ''}"
-                        " made again, each one action with its retry)"
-                    )
-                text += f", {who} made {made[tool]}"
-                details = {"reference_calls": made[tool]}
-                category = Category.DANGEROUS_ACTION_DRIFT
-                flags.append(_Flag(call, category, kind, text, details=details))
-        return flags
-
-    def _reference_counts(
-        self, reference: Reference, kind: ReferenceKind | None
-    ) -> Counter[str] | None:
-        if kind is ReferenceKind.SOURCE and reference.source is not None:
-            calls = reference.source.calls
-            names = [self._normalize(c.tool_name) for c in calls]
-            # Its failed calls made again with the same arguments are one action, as the
-            # run's are; not those made again on the same entity only (the run's are): the
-            # source's failed refund of one item and its refund of another item of the order
-            # are two refunds it meant, and the more the source made, the less the run drifts.
-            again = retried(calls, names)
-            return Counter(name for i, name in enumerate(names) if i not in again)
-        case = reference.expected
-        if kind is ReferenceKind.EXPECTED and case is not None:
-            if not case.expected_tools and not case.expects_no_calls:
-                return None  # the case says how many steps, or to refuse: not which tools
-            if first_only(case):
-                return None  # it says which call comes first, not how many of each
-            return Counter(self._normalize(c.name) for c in case.expected_tools)
-        return None
-
     def _finding(
-        self, trace: ToolTrace, flag: _Flag, score: float, spanned: frozenset[str]
+        self, trace: ToolTrace, flag: Flag, score: float, spanned: frozenset[str]
     ) -> Finding:
         """The finding of ``flag``; on a dangerous call, it says what became of the call
         (``call_outcome``; ``spanned``: the run's tools some call of which has a span)."""
@@ -548,7 +439,7 @@ class Safety:
         )
 
 
-def _complaint(flag: _Flag) -> Hashable:
+def _complaint(flag: Flag) -> Hashable:
     """What a flag says of its call, as far as the attempts of one request flagged alike are
     one (``attempts``): its category, reference and field, and the values it judged
     (``DETAIL_FIELDS``: a bound value; none where the check read no argument)."""
