@@ -111,7 +111,9 @@ MODULES = (
     "ingest/decode.py",
     "ingest/scan.py",
     "sinks/findings.py",
+    "sinks/label_limits.py",
     "sinks/prometheus.py",
+    "sinks/prometheus_families.py",
     "sinks/tally.py",
 )
 
