@@ -15,7 +15,8 @@ import argparse
 import time
 from collections.abc import Sequence
 
-from toolwatch.assembly.buffer import AssemblyLimits, TraceBuffer
+from toolwatch.assembly.buffer import TraceBuffer
+from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
 

@@ -50,6 +50,7 @@ MODULES = (
     "names.py",
     "jsontext.py",
     "engine.py",
+    "assembly/anchoring.py",
     "assembly/buffer.py",
     "assembly/by_id.py",
     "assembly/by_name.py",
@@ -59,7 +60,9 @@ MODULES = (
     "assembly/delegations.py",
     "assembly/drafts.py",
     "assembly/handoffs.py",
+    "assembly/held_traces.py",
     "assembly/keys.py",
+    "assembly/limits.py",
     "assembly/missing.py",
     "assembly/ordering.py",
     "assembly/outputs.py",
@@ -113,7 +116,9 @@ MODULES = (
     "ingest/decode.py",
     "ingest/scan.py",
     "sinks/findings.py",
+    "sinks/label_limits.py",
     "sinks/prometheus.py",
+    "sinks/prometheus_families.py",
     "sinks/tally.py",
 )
 

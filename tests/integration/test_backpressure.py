@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from toolwatch.assembly.buffer import AssemblyLimits
+from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.engine import Admission, DiscardToolTraces, Engine, EngineParts
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 
 from tests.integration import agents
 from tests.integration.prometheus_server import promtool_expr_case, requires_promtool
-from toolwatch.assembly.buffer import AssemblyLimits
+from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.engine import DiscardToolTraces, Engine, EngineParts
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings

@@ -14,7 +14,8 @@ import tracemalloc
 import pytest
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from toolwatch.assembly.buffer import AssemblyLimits, TraceBuffer
+from toolwatch.assembly.buffer import TraceBuffer
+from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.ingest.decode import DecodeOptions, decode_protobuf
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import ManualClock

@@ -44,7 +44,7 @@ from tests.integration import agents
 from tests.integration.conftest import until
 from tests.integration.test_rejected_spans import KeptToolTraces
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
-from toolwatch.assembly.buffer import AssemblyLimits
+from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.engine import Admission, Engine, EngineParts
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.pipeline import EvaluationPipeline

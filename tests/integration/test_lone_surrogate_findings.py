@@ -12,7 +12,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from prometheus_client import CollectorRegistry
 
 from tests.integration import agents
-from toolwatch.assembly.buffer import AssemblyLimits
+from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.engine import DiscardToolTraces, Engine, EngineParts
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings

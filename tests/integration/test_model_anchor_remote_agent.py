@@ -1,5 +1,5 @@
 """A trace of no AGENT span is anchored by the span enclosing a tool loop's model calls when
-that span's parent is remote (buffer.py ``_Trace.anchored``). But "no AGENT span *yet*" is not
+that span's parent is remote (anchoring.py ``_Trace.anchored``). But "no AGENT span *yet*" is not
 "no AGENT span": when the remote caller is itself an agent run (an agent whose tool is a
 service that calls a model: a summarizer on a plain client), the called service's part of the
 trace ends first and, exported by its own batch processor, often arrives first. Its model call

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from toolwatch.assembly.buffer import LOST_PARENT_WAIT_NS, AssemblyLimits
+from toolwatch.assembly.limits import LOST_PARENT_WAIT_NS, AssemblyLimits
 from toolwatch.ingest.scan import Decoder
 from toolwatch.sections import WEEK_SECONDS, Seconds, seconds_to_ns
 from toolwatch.sections import Section as _Section
@@ -126,7 +126,7 @@ class AssemblySettings(_Section):
                 "waiting at that age is evaluated as incomplete, so no run would complete"
             )
         # The same of the wait for a local parent: counted from the trace's last span, it
-        # ends after the age, counted from its first (buffer.py, _Trace.due_ns).
+        # ends after the age, counted from its first (anchoring.py, _Trace.due_ns).
         wait = self.local_parent_wait_seconds
         if wait is not None and wait >= self.max_trace_age_seconds:
             raise ValueError(

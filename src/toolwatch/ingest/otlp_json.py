@@ -59,18 +59,10 @@ from toolwatch.ingest.decode import (
     DecodeOptions,
     IdProblems,
 )
-from toolwatch.ingest.otlp_json_checks import (
-    Heads,
-    LongInteger,
-    check_shapes,
-    convert_request_ids,
-    drop_heads,
-    empty_unparsable,
-    items,
-    parse_dict,
-    parse_error,
-)
+from toolwatch.ingest.otlp_json_checks import LongInteger, convert_request_ids, items
+from toolwatch.ingest.otlp_json_parse import empty_unparsable, parse_dict, parse_error
 from toolwatch.ingest.otlp_json_pieces import Outline, decode_pieces
+from toolwatch.ingest.otlp_json_shapes import Heads, check_shapes, drop_heads
 
 __all__ = [
     "MIN_BYTES_PER_VALUE",

@@ -12,7 +12,7 @@ resource or scope is converted with its request's first piece only (a large reso
 others reuse what its scan kept): a resource of many attributes is converted once.
 
 A piece protobuf cannot parse is handled as the whole request was
-(``otlp_json_checks.empty_unparsable``): a span, scope or resource that does not parse alone
+(``otlp_json_parse.empty_unparsable``): a span, scope or resource that does not parse alone
 rejects its spans. Whether the request is refused, and for which fault, is decided once
 every piece is read, from the outline (each span an empty object: what is left is what a
 parse of the whole request meets first).
@@ -37,18 +37,9 @@ from toolwatch.ingest.decode import (
     IdProblems,
     PieceDecoder,
 )
-from toolwatch.ingest.otlp_json_checks import (
-    Heads,
-    check_outline,
-    check_span,
-    convert_span_ids,
-    drop_head,
-    empty_span,
-    items,
-    parse_dict,
-    parse_error,
-    parse_part,
-)
+from toolwatch.ingest.otlp_json_checks import convert_span_ids, empty_span, items
+from toolwatch.ingest.otlp_json_parse import parse_dict, parse_error, parse_part
+from toolwatch.ingest.otlp_json_shapes import Heads, check_outline, check_span, drop_head
 from toolwatch.ingest.salvage import MALFORMED
 
 __all__ = ["Outline", "decode_pieces"]

@@ -186,7 +186,7 @@ def _render(tally: CounterTally | HistogramTally) -> Metric:
 
 
 class _Limiter(Protocol):
-    """A label limit (``sinks.prometheus.LabelLimiter``, ``PairLimiter``)."""
+    """A label limit (``sinks.label_limits.LabelLimiter``, ``PairLimiter``)."""
 
     @property
     def others(self) -> int: ...

@@ -17,7 +17,7 @@ from assembly_support import REFUND_POLICY_FIELDS, agent, tool
 from prometheus_client import CollectorRegistry
 
 from tests.integration.test_rejected_spans import KeptToolTraces
-from toolwatch.assembly.buffer import AssemblyLimits
+from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.engine import Admission, Engine, EngineParts
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings

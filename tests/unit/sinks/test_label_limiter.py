@@ -9,7 +9,8 @@ from prometheus_client import CollectorRegistry
 
 from tests import factories
 from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace, Traffic
-from toolwatch.sinks.prometheus import OTHER, LabelLimiter, PairLimiter, PrometheusMetrics
+from toolwatch.sinks.label_limits import OTHER, LabelLimiter, PairLimiter
+from toolwatch.sinks.prometheus import PrometheusMetrics
 
 
 def test_known_values_pass_even_past_the_cap() -> None:

@@ -36,7 +36,8 @@ from toolwatch.model import (
     ToolTrace,
     Traffic,
 )
-from toolwatch.sinks.prometheus import OTHER, BufferState, PrometheusMetrics, StateCollector
+from toolwatch.sinks.label_limits import OTHER
+from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics, StateCollector
 
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 

@@ -1,0 +1,292 @@
+"""When a buffered trace is ready: what anchors it, and how long it waits for a parent.
+
+``_Trace`` is the mutable state of one trace ``TraceBuffer`` (``assembly.buffer``) holds: its
+spans, its agent and model spans, its root, and whether its anchor has arrived
+(``anchored``) and when it next needs a look (``due_ns``); ``assembly.held_traces`` keeps
+them, ``assembly.buffer`` checks and emits them. Compiled: every span passes through ``add``.
+
+A trace is *ready* when its anchor has arrived and none of its spans has arrived for
+``completion_wait_ns``. The anchor is the root span (no parent), once no span of the trace
+waits for a parent its flags say is local (``_Trace._awaits_local``: a run left running in
+the background after its request's span, the root, ended), or, when the root never comes
+(its parent lives in another service), an outermost AGENT span: one whose ancestor chain among
+the buffered spans holds no AGENT and no TOOL span and leaves the buffer. A TOOL ancestor
+disqualifies it too, because an agent invoked as a tool is nested in an outer run that has not
+finished yet (CONVENTIONS §6.5). So does a chain that leaves the buffer at a span whose flags
+say its parent is not remote (``SpanRecord.parent_local``): that parent is the same process's,
+still running, and will be exported. Without that, an agent that handed off (or a first turn)
+anchored its trace while the workflow span above it was still open, and what the next agent
+did arrived after the trace was evaluated, dropped as ``late``. A local parent that never
+comes (a second tracer provider exported it elsewhere, a Collector filtered it out) leaves the
+trace to ``max_trace_age_ns``, or, where ``local_parent_wait_ns`` is set, is taken as gone
+once the trace has been quiet that long: the agent anchors it then. Not by default: a live run
+is quiet that long while one slow step (a reasoning model's call, a slow tool) runs, and it
+would be cut in two, the rest of it dropped as ``late``.
+
+A trace with no AGENT span (a loop on a plain model client: the ``openai`` client's own,
+google-genai's automatic function calling) is anchored by the same walk up from its model
+(LLM) calls of a tool loop, when its root is in the calling service: by the span that encloses
+the calls (the loop's own, the request's server span), once it has arrived and its parent is
+known to be remote: its flags say the parent is not local, and its sender is one that sets the
+flags (a span of the trace says the enclosing span is its local parent). Older SDKs set none,
+and there the span above the model calls is as often a step of an agent run whose AGENT span,
+ending last, has not come (Strands' event loop cycle, Vercel's ``ai.generateText``): anchoring
+on it would drop the agent span as ``late``. A chain that leaves the buffer at the model call
+itself does not anchor either: a call is one step of its run, never its end. Both are waited
+for as a local parent is (``local_parent_wait_ns``, else ``max_trace_age_ns``).
+
+Only a call of a tool loop is walked from: one that requested tools (its requested calls, or
+a finish reason naming them, which is kept without content capture) or ran them inside it (a
+TOOL span is its child: google-genai's automatic function calling, whose span holds neither).
+A service whose model calls request no tool (a summarizer or a classifier) is as often a tool
+of another service's agent run, its parent that agent's TOOL span: in a gateway, where both
+services' spans reach one toolwatch, its part ends first, and its batch processor sends it
+first. Anchored on it, the trace was judged as that part alone after ``completion_wait_ns``,
+and the agent's run, AGENT span and all, was dropped as ``late``: a silent missed page. Such
+a trace waits for its root (or ``max_trace_age_ns``). Two other remedies were weighed. Not
+remembering a trace anchored under a remote parent would let the agent's part be judged on
+its own, but also an OTLP retry of the first part, or its stragglers, judged a second time
+(double pages, or a partial run's false ones); opting into the anchor by a setting would give
+up what it buys (a loop under a caller judged after the wait, not at ``max_trace_age_ns``)
+everywhere by default. A called service that is itself a tool loop, or writes an AGENT span,
+still anchors the trace on its own part when it arrives before its caller's TOOL span: the
+caller's run is then dropped as ``late`` (docs/how-it-works.md).
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from toolwatch.assembly.limits import AssemblyLimits
+from toolwatch.model import SpanRecord, SpanRole
+
+__all__: list[str] = []
+
+#: Finish reasons (lower-cased) of a model call that stopped to have tools run
+#: (``_requests_tools``).
+_TOOL_FINISHES: Final = frozenset(
+    {"tool_calls", "tool_call", "tool_use", "tool-calls", "function_call"}
+)
+
+
+def _requests_tools(model: SpanRecord) -> bool:
+    """Whether a model call asked for tools: it recorded the calls it requested, or a finish
+    reason that names them (kept without content capture: OpenAI's ``tool_calls``, the GenAI
+    conventions' ``tool_call``, Anthropic's and Bedrock's ``tool_use``, the Vercel AI SDK's
+    ``tool-calls``, OpenAI's older ``function_call``). Gemini says ``STOP`` either way."""
+    return bool(model.output_tool_calls) or any(
+        reason.lower() in _TOOL_FINISHES for reason in model.finish_reasons
+    )
+
+
+class _Trace:
+    """The mutable state of one buffered trace."""
+
+    __slots__ = (
+        "agents",
+        "anchor_missing",
+        "awaiting_local",
+        "first_ns",
+        "last_end_ns",
+        "last_ns",
+        "models",
+        "open_parents",
+        "root_end_ns",
+        "root_seen",
+        "root_service",
+        "scheduled_ns",
+        "size_bytes",
+        "span_limited",
+        "spans",
+        "trace_id",
+    )
+
+    def __init__(self, trace_id: bytes, now: int) -> None:
+        self.trace_id = trace_id
+        self.spans: dict[bytes, SpanRecord] = {}
+        self.agents: list[SpanRecord] = []
+        self.models: list[SpanRecord] = []  # LLM spans: what anchors a trace of no agent
+        self.size_bytes = 0
+        self.first_ns = now
+        self.last_ns = now
+        self.root_seen = False
+        self.root_end_ns = 0  # when its root (the latest of them) ended, once one came
+        self.root_service: str | None = None  # that root's service
+        self.last_end_ns = 0  # when its span that ended last ended
+        self.span_limited = False
+        self.anchor_missing = False  # checked since the last arrival: no anchor yet
+        # ... but one, were the local parents it waits for gone: anchored at local_parent_wait
+        self.awaiting_local = False
+        self.scheduled_ns: int | None = None  # when of this trace's one live heap entry
+        # Once full: the parent ids of its spans that it does not hold (``encloses``).
+        self.open_parents: set[bytes | None] | None = None
+
+    def add(self, span: SpanRecord, now: int) -> None:
+        self.spans[span.span_id] = span
+        self.size_bytes += span.size_bytes
+        self.last_ns = now
+        self.anchor_missing = self.awaiting_local = False
+        self.last_end_ns = max(self.last_end_ns, span.end_ns)
+        if span.parent_span_id is None:
+            self._root(span)
+        if span.role is SpanRole.AGENT:
+            self.agents.append(span)
+        elif span.role is SpanRole.LLM:
+            self.models.append(span)
+        if self.open_parents is not None:
+            self.open_parents.discard(span.span_id)
+            if span.parent_span_id not in self.spans:
+                self.open_parents.add(span.parent_span_id)
+
+    def _root(self, span: SpanRecord) -> None:
+        self.root_seen = True
+        if span.end_ns >= self.root_end_ns:
+            self.root_end_ns, self.root_service = span.end_ns, span.service
+
+    def encloses(self, span: SpanRecord) -> bool:
+        """Whether ``span`` is a root, or the parent of a span this trace holds. Asked of a
+        full trace only: the first time, it notes its spans' parents that it does not hold
+        (O(spans), once; a few ids, its open ancestors), kept up to date by ``add``."""
+        if span.parent_span_id is None:
+            return True
+        if self.open_parents is None:
+            held = self.spans
+            self.open_parents = {s.parent_span_id for s in held.values()}
+            self.open_parents.difference_update(held)
+        return span.span_id in self.open_parents
+
+    def dropped(self, span: SpanRecord) -> None:
+        """A span of this trace was dropped for a limit (``TraceBuffer._flag_limited`` flags
+        the trace): a root, though not held, has arrived, and anchors the trace all the same."""
+        if span.parent_span_id is None:
+            self._root(span)
+
+    def due_ns(self, limits: AssemblyLimits) -> int:
+        """The next time this trace needs a look: quiet period over, or too old."""
+        too_old = self.first_ns + limits.max_trace_age_ns
+        due = too_old
+        if self.awaiting_local:
+            due = min(due, self.last_ns + limits.local_parent_wait_ns)
+        if self.anchor_missing and self.root_seen:
+            due = min(due, self.last_ns + limits.completion_wait_ns + limits.lost_parent_wait_ns)
+        if self.anchor_missing:
+            return due
+        return min(self.last_ns + limits.completion_wait_ns, too_old)
+
+    def anchored(self, local_gone: bool = False) -> bool:
+        """Whether the root, an outermost agent span or, in a trace of no agent span, what
+        encloses a tool loop's model call (module docstring) has arrived; ``local_gone``:
+        counting a parent that its span says is local as gone too.
+
+        The verdict of every ancestor walked through is kept for the next walk, so many
+        agents (or model calls) under one long chain, or a parent cycle, cost O(spans), not
+        O(agents x spans)."""
+        if self.root_seen:
+            # ... and no span waits for a parent its flags say is local: a run the request
+            # left running in the background, its root ended first (``_awaits_local``).
+            return local_gone or self.span_limited or not self._awaits_local()
+        settled: dict[bytes, bool] = {}
+        if self.agents:
+            return any(self._outermost(agent, settled, local_gone) for agent in self.agents)
+        if not self.models:
+            return False
+        # The spans some span says are its local parent: their sender says where parents are;
+        # and the model calls that ran a tool inside them (their TOOL spans' parents).
+        said: set[bytes | None] = set()
+        ran_tools: set[bytes | None] = set()
+        for span in self.spans.values():
+            if span.parent_local:
+                said.add(span.parent_span_id)
+            if span.role is SpanRole.TOOL:
+                ran_tools.add(span.parent_span_id)
+        return any(
+            self._outermost(model, settled, local_gone, said)
+            for model in self.models
+            if model.span_id in ran_tools or _requests_tools(model)
+        )
+
+    def _awaits_local(self) -> bool:
+        """Whether a span says its parent is local (the same process's, still running: it
+        ends after its children, and is exported after them) and that parent has not come.
+        A root usually ends last, but not that of a run a request handler left running (a
+        task of its own, a worker thread: the response went out, its server span ended and
+        was exported first): anchored by it, the trace was judged at the first quiet
+        ``completion_wait`` between two of the run's export batches, as the calls exported
+        so far, and the rest was dropped as ``late``. A trace that lost a span to a limit
+        or to ingest (``span_limited``) may have lost that parent: its root anchors it.
+        A parent that never comes is waited for ``lost_parent_wait_ns`` more, unless a span
+        ended after the root (``awaits_after_root``)."""
+        held = self.spans
+        return any(span.parent_local and span.parent_span_id not in held for span in held.values())
+
+    def awaits_after_root(self) -> bool:
+        """Whether a span of the root's service that ended after the root did waits for its
+        local parent: a run left running in the background, whose agent span is still to
+        come, however long it runs (``local_parent_wait``, else ``max_trace_age``). A span
+        that ended before the root (the run's first steps, or a sync request that lost the
+        span's parent in export), or another service's (its clock is not the root's), holds
+        the trace ``lost_parent_wait_ns`` more: a process's batch processor exports spans in
+        the order they ended, so a parent still running is heard of by then."""
+        root_end, service = self.root_end_ns, self.root_service
+        if self.last_end_ns <= root_end:
+            return False
+        held = self.spans
+        return any(
+            span.end_ns > root_end
+            and span.service == service
+            and span.parent_local
+            and span.parent_span_id not in held
+            for span in held.values()
+        )
+
+    def _outermost(
+        self,
+        start: SpanRecord,
+        settled: dict[bytes, bool],
+        local_gone: bool,
+        said: set[bytes | None] | None = None,
+    ) -> bool:
+        """Whether the chain from ``start``'s parent up holds no AGENT or TOOL span and leaves
+        the buffer for good (``said``: from a model call, see ``_verdict``); records that
+        verdict in ``settled`` for each span it passed."""
+        passed: dict[bytes, None] = {}  # the walk so far, in order
+        last, parent = start, start.parent_span_id  # last: the span whose parent is next
+        while parent is not None and parent not in settled and parent not in passed:
+            ancestor = self.spans.get(parent)
+            if ancestor is None or ancestor.role in (SpanRole.AGENT, SpanRole.TOOL):
+                break
+            passed[parent] = None
+            last, parent = ancestor, ancestor.parent_span_id
+        verdict = self._verdict(parent, settled, passed, last, local_gone, said)
+        settled.update(dict.fromkeys(passed, verdict))
+        return verdict
+
+    def _verdict(  # noqa: PLR0917 - the walk's state, passed on
+        self,
+        stop: bytes | None,
+        settled: dict[bytes, bool],
+        passed: dict[bytes, None],
+        last: SpanRecord,
+        local_gone: bool,
+        said: set[bytes | None] | None,
+    ) -> bool:
+        """The outcome of a walk that stopped at the span id ``stop``, ``last``'s parent.
+        ``said`` (a walk from a model call): the span ids that spans say are their local
+        parent; such a walk leaves at a parent known to be remote, or waits as for a local
+        one (module docstring)."""
+        if stop is None:
+            return True
+        if stop in settled:
+            return settled[stop]
+        if stop in passed:
+            return False  # a parent cycle never leaves the buffer
+        if stop in self.spans:
+            return False  # an AGENT or TOOL span: the run is nested in another
+        if said is not None:
+            # Not the model call itself, and flags that say remote from a sender that sets
+            # them: unsaid, the span may be a step of an agent run not all here yet.
+            remote = last.role is not SpanRole.LLM and not last.parent_local
+            return local_gone or (remote and last.span_id in said)
+        # Not arrived: remote (another service's), or said nothing; a parent the span says
+        # is local is the same process's and still running (a handoff's workflow span).
+        return local_gone or not last.parent_local

@@ -1,0 +1,194 @@
+"""What the trace buffer holds: the traces in flight (``_Trace``, ``assembly.anchoring``) in
+first-arrival order, their spans and bytes counted against the bounds (``has_room`` and the
+checks ``add`` makes room by), the trace ids a limit flagged before their trace came, the ids
+of emitted agent runs (``assembly.remembered``) and the heap of the traces' deadlines.
+
+``HeldTraces`` is the base class of ``TraceBuffer`` (``assembly.buffer``), which decides
+what happens to each span and each trace: taken, dropped, evicted, checked, emitted. Compiled,
+as ``assembly.buffer`` is (a compiled class derives from compiled classes only).
+
+Not thread-safe: call every method from one event loop.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from toolwatch.assembly.anchoring import _Trace
+from toolwatch.assembly.limits import AssemblyLimits
+from toolwatch.assembly.remembered import RememberedTraces
+from toolwatch.metrics import PipelineMetrics
+from toolwatch.model import Clock, SpanRecord
+
+__all__ = ["HeldTraces"]
+
+
+class HeldTraces:
+    """The traces ``TraceBuffer`` holds, their counts, bounds and deadlines (module
+    docstring)."""
+
+    def __init__(self, limits: AssemblyLimits, clock: Clock, metrics: PipelineMetrics) -> None:
+        self._limits = limits
+        self._clock = clock
+        self._metrics = metrics
+        # Trace id -> live trace, in first-arrival order. An OrderedDict, not a dict:
+        # eviction takes the oldest, and a dict would scan past every trace emitted before it
+        # (``python -m bench.eviction``: an evicting add took 24 µs at 100,000 traces, 6 now).
+        self._traces: OrderedDict[bytes, _Trace] = OrderedDict()
+        self._deadlines: list[tuple[int, int, _Trace]] = []
+        self._tiebreak = itertools.count()
+        # The ids of emitted agent runs, for the late window: 23-32 bytes each compiled, where
+        # an OrderedDict of the ids took 166-191 (``python -m bench.remembered``).
+        self._emitted = RememberedTraces(limits.late_span_window_ns, limits.max_remembered_traces)
+        # Trace ids not buffered yet whose span a limit dropped: flagged when they arrive.
+        self._limited: OrderedDict[bytes, None] = OrderedDict()
+        self._spans = 0
+        self._bytes = 0
+
+    @property
+    def buffered_traces(self) -> int:
+        return len(self._traces)
+
+    @property
+    def buffered_spans(self) -> int:
+        return self._spans
+
+    @property
+    def buffered_bytes(self) -> int:
+        return self._bytes
+
+    @property
+    def remembered_traces(self) -> int:
+        """Ids of emitted agent runs remembered for the late window."""
+        return len(self._emitted)
+
+    def next_due_ns(self) -> int | None:
+        """When a buffered trace may next need a :meth:`poll` (``None``: nothing buffered).
+
+        A stale heap entry only makes it early. Spans arriving later never make it earlier:
+        a trace is due at the latest ``completion_wait`` after its last span, so a new span
+        is due no sooner than anything already buffered."""
+        if not self._traces or not self._deadlines:
+            return None
+        return self._deadlines[0][0]
+
+    def overdue_ns(self) -> int:
+        """How long ago, by the clock now, the earliest completion check still to make fell
+        due (:meth:`next_due_ns`); 0 when none has. Each trace's check falls due no later
+        than its quiet period's end or its ``max_trace_age_ns``, and every :meth:`poll` makes
+        the checks due, so between polls this stays under the ticker's period: it grows only
+        while nothing polls (assembly stuck). Long runs do not raise it: a trace whose anchor
+        has not arrived is next due at ``max_trace_age_ns``."""
+        due = self.next_due_ns()
+        return 0 if due is None else max(0, self._clock() - due)
+
+    def has_room(self, spans: Sequence[SpanRecord], size_bytes: int) -> bool:
+        """Whether a request of ``spans`` (``size_bytes`` in all) fits now: its spans, its
+        bytes, and the traces it would start (its trace ids not buffered yet).
+
+        Always true under ``evict_oldest``. Under ``backpressure`` a receiver answers
+        ``False`` with a retryable status. A request bigger than the whole buffer (more
+        spans, bytes or new traces than it can ever hold) is let through (``add`` takes what
+        fits and drops the rest, ``buffer_full``, evicting nothing): refusing it would make
+        the client retry something that can never fit. A span bigger than the whole buffer
+        takes no room (``add`` drops it, ``span_too_large``) and is not counted: counted, it
+        let an ordinary request through as one that can never fit.
+        """
+        lim = self._limits
+        if lim.overflow == "evict_oldest":
+            return True
+        count = len(spans)
+        if self._bytes + size_bytes > lim.max_buffered_bytes:  # only then can one be too big
+            too_large = [s.size_bytes for s in spans if s.size_bytes > lim.max_buffered_bytes]
+            count -= len(too_large)
+            size_bytes -= sum(too_large)
+        if count > lim.max_buffered_spans or size_bytes > lim.max_buffered_bytes:
+            return True
+        if (
+            self._spans + count > lim.max_buffered_spans
+            or self._bytes + size_bytes > lim.max_buffered_bytes
+        ):
+            return False
+        room = lim.max_traces - len(self._traces)
+        if count <= room:
+            return True  # even if each span started a trace of its own
+        new = len(
+            {
+                s.trace_id
+                for s in spans
+                if s.trace_id not in self._traces and s.size_bytes <= lim.max_buffered_bytes
+            }
+        )
+        return new <= room or new > lim.max_traces
+
+    def _flag_limited(self, trace_id: bytes, trace: _Trace | None) -> None:
+        """Flag ``trace`` incomplete for a dropped span, or remember its id until it comes."""
+        if trace is not None:
+            trace.span_limited = True
+            return
+        self._limited[trace_id] = None
+        if len(self._limited) > self._limits.max_traces:
+            self._limited.popitem(last=False)
+
+    def _fits(self, spans: Sequence[SpanRecord]) -> bool:
+        """Whether the whole batch fits under every bound even if each span started a trace
+        of its own: then no span of it can need an eviction."""
+        lim, n = self._limits, len(spans)
+        return (
+            len(self._traces) + n <= lim.max_traces
+            and self._spans + n <= lim.max_buffered_spans
+            and self._bytes + sum(span.size_bytes for span in spans) <= lim.max_buffered_bytes
+        )
+
+    def _exceeded(self, new_trace: bool, size_bytes: int) -> str | None:
+        """The bound one more span of ``size_bytes`` would break, if any."""
+        lim = self._limits
+        if new_trace and len(self._traces) >= lim.max_traces:
+            return "max_traces"
+        if self._spans + 1 > lim.max_buffered_spans:
+            return "max_buffered_spans"
+        if self._bytes + size_bytes > lim.max_buffered_bytes:
+            return "max_buffered_bytes"
+        return None
+
+    def _oldest_other(self, trace_id: bytes) -> _Trace | None:
+        oldest = iter(self._traces.values())
+        victim = next(oldest, None)
+        if victim is not None and victim.trace_id == trace_id:
+            victim = next(oldest, None)
+        return victim
+
+    def _store(self, span: SpanRecord, now: int) -> None:
+        trace = self._traces.get(span.trace_id)
+        if trace is None:
+            trace = self._traces[span.trace_id] = _Trace(span.trace_id, now)
+            if self._limited and span.trace_id in self._limited:
+                del self._limited[span.trace_id]
+                trace.span_limited = True
+        trace.add(span, now)
+        self._spans += 1
+        self._bytes += span.size_bytes
+        self._schedule(trace)
+
+    def _schedule(self, trace: _Trace) -> None:
+        """Keep one live heap entry per trace, no later than its due time. A later due time
+        (more spans arrived) is picked up when the early entry pops; an earlier one needs a
+        new entry, and the old one goes stale."""
+        due = trace.due_ns(self._limits)
+        if trace.scheduled_ns is None or due < trace.scheduled_ns:
+            trace.scheduled_ns = due
+            heapq.heappush(self._deadlines, (due, next(self._tiebreak), trace))
+
+    def _compact(self) -> None:
+        """Rebuild the heap when stale entries outnumber live ones (bounded memory)."""
+        if len(self._deadlines) <= 2 * len(self._traces) + 64:
+            return
+        self._deadlines = [
+            (trace.scheduled_ns, next(self._tiebreak), trace)
+            for trace in self._traces.values()
+            if trace.scheduled_ns is not None
+        ]
+        heapq.heapify(self._deadlines)

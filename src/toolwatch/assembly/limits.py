@@ -1,0 +1,68 @@
+"""The trace buffer's settings: completion timing and memory bounds (``AssemblyLimits``),
+checked when built.
+
+Read by ``TraceBuffer`` (``assembly.buffer``) and what it derives from (``assembly.held_traces``),
+and by a buffered trace's deadlines (``assembly.anchoring``); built from the configuration's
+``assembly:`` section (``config.stages``). Compiled: the buffer reads them on every span.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = ["LOST_PARENT_WAIT_NS", "AssemblyLimits"]
+
+_OVERFLOW_POLICIES: Final = frozenset({"backpressure", "evict_oldest"})
+
+#: How much longer than ``completion_wait`` a rooted trace waits, by default, for a local
+#: parent that a span which ended before the root names (``_Trace.awaits_after_root``;
+#: ``AssemblyLimits.lost_parent_wait_ns``): the OpenTelemetry SDKs' batch processors export
+#: every 5 s (``OTEL_BSP_SCHEDULE_DELAY``), so a parent still running comes, or a span of its
+#: that ended since does, within one such delay; one that does not was lost (an export given
+#: up, a full queue, a filter), and the run is over.
+LOST_PARENT_WAIT_NS: Final = 5_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class AssemblyLimits:
+    """Completion timing (nanoseconds of the injected clock) and memory bounds.
+
+    ``overflow`` is what a receiver does when a request does not fit: ``backpressure``
+    refuses it with a retryable status (see :meth:`TraceBuffer.has_room`); ``evict_oldest``
+    accepts it and evicts the oldest traces, evaluating them as incomplete.
+    ``missing_spans_from_history``: the timeline judges a run whose model spans' input
+    histories show model calls the trace does not hold ``missing_spans``
+    (``assembly.missing``).
+    """
+
+    completion_wait_ns: int = 2_000_000_000
+    max_trace_age_ns: int = 300_000_000_000
+    local_parent_wait_ns: int = 0  # off: such a trace waits for max_trace_age_ns
+    lost_parent_wait_ns: int = LOST_PARENT_WAIT_NS
+    late_span_window_ns: int = 300_000_000_000
+    max_traces: int = 10_000
+    max_spans_per_trace: int = 5_000
+    max_buffered_spans: int = 200_000
+    max_buffered_bytes: int = 256 * 2**20
+    max_remembered_traces: int = 2_000_000
+    overflow: str = "backpressure"
+    missing_spans_from_history: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("completion_wait_ns", "max_trace_age_ns", "max_traces"):
+            _require(name, getattr(self, name), minimum=1)
+        for name in ("max_spans_per_trace", "max_buffered_spans", "max_buffered_bytes"):
+            _require(name, getattr(self, name), minimum=1)
+        _require("late_span_window_ns", self.late_span_window_ns, minimum=0)
+        _require("local_parent_wait_ns", self.local_parent_wait_ns, minimum=0)
+        _require("lost_parent_wait_ns", self.lost_parent_wait_ns, minimum=1)
+        _require("max_remembered_traces", self.max_remembered_traces, minimum=0)
+        if self.overflow not in _OVERFLOW_POLICIES:
+            allowed = ", ".join(sorted(_OVERFLOW_POLICIES))
+            raise ValueError(f"overflow: {self.overflow!r} is not one of {allowed}")
+
+
+def _require(name: str, value: int, minimum: int) -> None:
+    if value < minimum:
+        raise ValueError(f"{name}: must be at least {minimum}, got {value}")
