@@ -96,6 +96,7 @@ MODULES = (
     "evaluation/composite.py",
     "evaluation/concurrency.py",
     "evaluation/entities.py",
+    "evaluation/invariant_checks.py",
     "evaluation/invariants.py",
     "evaluation/lcs.py",
     "evaluation/lineup.py",
