@@ -324,6 +324,8 @@ HISTORIES = [
     ],
     [*EARLIER_TURN, _text("user", "Again."), _asks("f", "c3"), _answer("c3", "ok", role="user")],
     [USER, {"type": "something_new"}],
+    [USER, _asks("f", "c1"), {"role": "user", "content": [{"toolResult": None}]}],
+    [USER, {"role": None, "type": "function_call", "call_id": "c1"}, _answer("c1", 1)],
     [USER, {"role": "assistant", "parts": ["no object"]}, _answer("c1", 1)],
 ]
 
