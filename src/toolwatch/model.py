@@ -231,6 +231,10 @@ class SpanRecord:
     # from the model after the last user message show them (``conventions.history``); -1
     # when the input is not readable or not recorded, and for every other role.
     prior_turns: int
+    # The ids of the tool calls those earlier model calls issued, as the same history names
+    # them: at most ``conventions.history.MAX_CALL_IDS``, nearest the span first, each cut
+    # to ``MAX_ID_CHARS``; () when it names none or is not read.
+    prior_call_ids: tuple[str, ...]
 
     def __init__(  # noqa: PLR0917 - the fields, in the order a dataclass would take them
         self,
@@ -262,6 +266,7 @@ class SpanRecord:
         size_bytes: int = 0,
         parent_local: bool = False,
         prior_turns: int = -1,
+        prior_call_ids: tuple[str, ...] = (),
     ) -> None:
         self.trace_id = trace_id
         self.span_id = span_id
@@ -291,6 +296,7 @@ class SpanRecord:
         self.size_bytes = size_bytes
         self.parent_local = parent_local
         self.prior_turns = prior_turns
+        self.prior_call_ids = prior_call_ids
 
 
 @dataclass(frozen=True, slots=True)

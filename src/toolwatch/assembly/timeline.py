@@ -84,7 +84,8 @@ those of an agent it used as a tool (below a TOOL span): they are that tool's re
 The work is split by step, a module each (they share private helpers, package-internal):
 ``tree`` (the spans' tree, in time order; workflows; "Lost nesting" and "Split nesting"),
 ``missing`` (a run whose model spans' input histories show earlier model calls it does not
-hold: judged incomplete, ``missing_spans``, whatever the buffer said),
+hold, and name no tool call or one it does not know: judged incomplete, ``missing_spans``,
+whatever the buffer said),
 ``placing`` (each span's call site and run; "Orphaned second records"), ``runs`` (the runs;
 "Handoffs"), ``checks`` (a guardrail's own model calls; "Guardrails"), ``keys`` (each run's
 reference keys, from its spans and those above it), ``outputs`` (its final text and

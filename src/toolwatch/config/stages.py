@@ -109,9 +109,10 @@ class AssemblySettings(_Section):
     max_buffered_bytes: int = Field(256 * _MIB, gt=0)
     max_remembered_traces: int = Field(2_000_000, ge=0, le=_MAX_REMEMBERED_TRACES)
     overflow: Literal["backpressure", "evict_oldest"] = "backpressure"
-    # A run whose model spans' input histories show earlier model calls the trace does not
-    # hold is judged incomplete, missing_spans (assembly.missing); off (the default): judged
-    # as it came. For a gateway tier, whose rollouts split runs across replicas.
+    # A run whose model spans' input histories show earlier model calls the run does not
+    # hold (and, where they name those calls' tool-call ids, one it does not know) is judged
+    # incomplete, missing_spans (assembly.missing); off (the default): judged as it came.
+    # For a gateway tier, whose rollouts split runs across replicas.
     missing_spans_from_history: bool = False
     tick_seconds: float = Field(0.01, gt=0, le=10, description="how often completion is checked")
 

@@ -1,4 +1,5 @@
-"""A model call's input history: how many model calls of its run came before it.
+"""A model call's input history: how many model calls of its run came before it, and the
+ids of the tool calls they issued.
 
 A model span's input is the conversation sent to the model. The messages from the model
 (role ``assistant`` or ``model``, with or without tool calls) after the last user message are
@@ -9,6 +10,28 @@ model is asked to continue) is not a call. The timeline compares the number with
 spans the trace holds (``assembly.missing``): a trace that holds fewer lost spans (a rollout
 or scale step sent them to another replica, or they never came).
 
+From the same messages (the window: the model's after the last user message, the trailing
+ones left out) ``read_history`` also gives the ids of the tool calls the model issued, the
+last ``MAX_CALL_IDS`` of them, nearest the span first, each cut to ``MAX_ID_CHARS``
+(``cut_id``): the timeline counts the history as evidence only when one of them is known
+nowhere in the run. Where each producer writes them (those of the fixtures):
+
+* GenAI parts ``{"type": "tool_call", "id"}`` (and ``server_tool_call``): OpenLLMetry,
+  the contrib OpenAI instrumentation, pydantic-ai, Strands' latest convention, the Vercel AI
+  SDK's GenAI export, Logfire's OpenAI client spans, Google ADK (its own ids there, not the
+  ``adk-`` ids its tool spans carry);
+* the Responses API's ``function_call`` items' ``call_id`` (Logfire's ``raw_input``; not the
+  item's ``id``, ``fc_``: the one OpenLLMetry's OpenAI Agents history names instead);
+* Chat Completions ``tool_calls[].id``, Anthropic ``tool_use`` blocks' ``id``, the Vercel AI
+  SDK's ``tool-call`` parts' ``toolCallId``, Bedrock's ``toolUse.toolUseId`` (Strands'
+  per-message events' ``content``), Gemini's ``functionCall.id`` where the API set one;
+* OpenInference's ``llm.input_messages.<i>.message.tool_calls.0.tool_call.id``: a message's
+  first call only (``INDEXED_ID_KEYS``, one key a message); OpenInference's Google ADK
+  spans record none.
+
+A window with no id (text turns only; a producer that records none) gives ``()``: the count
+alone is then the evidence.
+
 Read where the producer records the whole history:
 
 * GenAI ``gen_ai.input.messages`` (parts JSON, v1.37+) on the span, or on its
@@ -17,37 +40,63 @@ Read where the producer records the whole history:
   Responses API's input items: a ``function_call`` is the model's, a
   ``function_call_output`` a tool's). A ``user`` message whose parts
   are all tool results (Gemini's function responses, Bedrock's ``toolResult``) is a tool's
-  answer, not a user's turn.
+  answer, not a user's turn. One reading (``_message_list``) serves a list decoded from the
+  text pruned to the fields read (``history_messages``, the fast path) and one decoded
+  whole (a text of another shape, a value that arrived decoded).
 * OpenInference's flattened ``llm.input_messages.<i>.message.role`` (read up to
   ``MAX_INDEXED`` messages; only when the span also recorded an output, so that an SDK's
   attribute limit did not cut the history).
 * The per-message events of GenAI v1.28-1.36 (``gen_ai.user.message``,
-  ``gen_ai.assistant.message``, ``gen_ai.tool.message``: Strands' default convention).
+  ``gen_ai.assistant.message``, ``gen_ai.tool.message``: Strands' default convention); an
+  assistant event's ids from its ``content`` blocks (its ``tool_calls`` field is not read).
 
-``-1`` everywhere else, and for a history that cannot be read whole (not JSON, cut at
-``ingest.max_value_bytes``, no user message, a gap in the indexes): no evidence either way.
-Pure functions of the recognizers' inputs; no protobuf here.
+``UNREAD`` (-1) everywhere else, and for a history that cannot be read whole (not JSON, cut
+at ``ingest.max_value_bytes``, no user message, a gap in the indexes): no evidence either
+way. Pure functions of the recognizers' inputs; no protobuf here.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from toolwatch.conventions.attrs import Attributes, EventSource, SpanEvent, parse_json
-from toolwatch.conventions.history_messages import ITEM_ROLES, TOOL_RESULT_TYPES, message_roles
+from toolwatch.conventions.history_messages import pruned
 
 __all__ = [
     "EVENT_NAMES",
+    "ID_KEYS",
+    "INDEXED_ID_KEYS",
     "INDEXED_ROLE_KEYS",
+    "ITEM_ROLES",
     "KEYS",
+    "MAX_CALL_IDS",
+    "MAX_ID_CHARS",
     "MAX_INDEXED",
+    "NO_HISTORY",
+    "TOOL_RESULT_TYPES",
     "UNREAD",
+    "History",
+    "cut_id",
     "prior_turns",
+    "read_history",
 ]
 
 #: What ``prior_turns`` says when the span carries no readable input history.
 UNREAD: Final = -1
+#: A history's reading: the earlier model calls it shows (``UNREAD``: none readable) and the
+#: ids of the tool calls they issued (at most ``MAX_CALL_IDS``, nearest the span first).
+History: TypeAlias = tuple[int, tuple[str, ...]]
+#: The reading of a span that carries no readable history.
+NO_HISTORY: Final[History] = (UNREAD, ())
+#: Tool-call ids kept a span: the last ones of its window, nearest the span first. The first
+#: model span after spans were lost has the lost calls' turns last in its window, so their
+#: ids are the ones kept; a bound, as a history can hold thousands of calls.
+MAX_CALL_IDS: Final = 8
+#: The characters of an id kept (``cut_id``): real ids are under 64 (``call_`` + 24,
+#: ``toolu_`` + 24, ``tooluse_`` + 22); a longer one is compared by its first 128 on both
+#: sides, the history's and the run's.
+MAX_ID_CHARS: Final = 128
 
 _INPUT_MESSAGES: Final = "gen_ai.input.messages"
 _VERCEL_MESSAGES: Final = "ai.prompt.messages"
@@ -62,22 +111,46 @@ _TOOL_EVENT: Final = "gen_ai.tool.message"
 #: index may go on beyond it: not read.
 MAX_INDEXED: Final = 256
 INDEXED_ROLE_KEYS: Final = tuple(f"llm.input_messages.{i}.message.role" for i in range(MAX_INDEXED))
+#: OpenInference input messages' first tool-call id, read only with the histories (ingest
+#: asks for them then): one key a message, as for its role, so that a long history adds at
+#: most ``MAX_INDEXED`` attributes to those ``ingest.max_span_attributes`` bounds. A Chat
+#: Completions message asking for calls at once gives its first call's id alone.
+INDEXED_ID_KEYS: Final = tuple(
+    f"llm.input_messages.{i}.message.tool_calls.0.tool_call.id" for i in range(MAX_INDEXED)
+)
 #: An OpenInference output's first role: the span recorded an output, so the SDK's attribute
 #: limit (128 by default) did not cut its input messages, set before it.
 _OUTPUT_ROLE: Final = "llm.output_messages.0.message.role"
 
 #: Span attribute keys read here.
 KEYS: Final = frozenset({_INPUT_MESSAGES, _VERCEL_MESSAGES, _RAW_INPUT, *INDEXED_ROLE_KEYS})
+#: Span attribute keys read here when histories are read (``DecodeOptions.read_histories``).
+ID_KEYS: Final = frozenset(INDEXED_ID_KEYS)
 #: Span events read here (beside ``events.EVENT_NAMES``).
 EVENT_NAMES: Final = frozenset({_USER_EVENT, _ASSISTANT_EVENT})
 
+#: Parts (or content blocks) that carry a tool's answer back to the model.
+TOOL_RESULT_TYPES: Final = frozenset(
+    {"tool_call_response", "tool_result", "tool-result", "function_response"}
+)
+#: The Responses API's input items without a role: what the model asked for, and what came
+#: back (an item of another type makes the history unread).
+ITEM_ROLES: Final[dict[object, str]] = {
+    "function_call": "assistant",
+    "reasoning": "assistant",
+    "function_call_output": "tool",
+}
 _MODEL_ROLES: Final = frozenset({"assistant", "model"})
 _TOOL_RESULT_KEYS: Final = frozenset({"toolResult", "functionResponse", "function_response"})
+#: Parts that carry a call the model issued, under ``id`` (GenAI, Anthropic) or
+#: ``toolCallId`` (the Vercel AI SDK).
+_CALL_TYPES: Final = frozenset({"tool_call", "server_tool_call", "tool_use", "tool-call"})
 
 
-def prior_turns(attrs: Attributes, events: EventSource) -> int:
-    """The number of earlier model calls of this run a model span's input shows, ``UNREAD``
-    (-1) when it shows no readable history."""
+def read_history(attrs: Attributes, events: EventSource) -> History:
+    """A model span's input history read: the number of earlier model calls of its run it
+    shows (``UNREAD`` when it shows no readable history) and the ids of the tool calls
+    those issued (``()`` when it names none)."""
     value = attrs.get(_INPUT_MESSAGES)
     if value is None:
         value = attrs.get(_VERCEL_MESSAGES)
@@ -89,36 +162,56 @@ def prior_turns(attrs: Attributes, events: EventSource) -> int:
         return _indexed(attrs)
     if events is not None:
         return _from_events(events())
-    return UNREAD
+    return NO_HISTORY
 
 
-def _messages(value: Any) -> int:
-    """Count over a message list: its text read for the roles alone (``history_messages``),
-    else decoded whole (a text of another shape, a value that arrived decoded)."""
-    if isinstance(value, str):
-        roles = message_roles(value)
-        if roles is not None:
-            return _count(roles) if roles else UNREAD
-    return _message_list(parse_json(value))
+def prior_turns(attrs: Attributes, events: EventSource) -> int:
+    """The number of earlier model calls of this run a model span's input shows, ``UNREAD``
+    (-1) when it shows no readable history."""
+    return read_history(attrs, events)[0]
 
 
-def _message_list(messages: Any) -> int:
-    """Count over a decoded message list (``{"role", "parts"|"content"}`` objects)."""
+def cut_id(call_id: str) -> str:
+    """A call id as kept: its first ``MAX_ID_CHARS`` characters."""
+    return call_id if len(call_id) <= MAX_ID_CHARS else call_id[:MAX_ID_CHARS]
+
+
+def _messages(value: Any) -> History:
+    """A message list: its text pruned to the fields read (``history_messages``), else
+    decoded whole (a text of another shape, a value that arrived decoded)."""
+    messages = pruned(value) if isinstance(value, str) else None
+    if messages is None:
+        messages = parse_json(value)
+    return _message_list(messages)
+
+
+def _message_list(messages: Any) -> History:
+    """The one reading of a decoded message list (``{"role", "parts"|"content"}`` objects,
+    Responses API items), pruned or whole: each message's role (a ``user`` message of tool
+    results only: ``tool``; an item: ``ITEM_ROLES``), then the ids in the window."""
     if not isinstance(messages, list) or not messages:
-        return UNREAD
+        return NO_HISTORY
     roles: list[str] = []
     for message in messages:
         if not isinstance(message, dict):
-            return UNREAD
+            return NO_HISTORY
         role = message.get("role")
         if not isinstance(role, str):
             role = ITEM_ROLES.get(message.get("type"))
             if role is None:
-                return UNREAD
+                return NO_HISTORY
         if role == "user" and _tool_results_only(message):
             role = "tool"
         roles.append(role)
-    return _count(roles)
+    window = _window(roles)
+    if window is None:
+        return NO_HISTORY
+    turns, start, end = window
+    ids: list[str] = []
+    for i in range(end - 1, start - 1, -1):
+        if roles[i] in _MODEL_ROLES and _keep(_message_ids(messages[i]), ids):
+            break
+    return turns, tuple(ids)
 
 
 def _tool_results_only(message: dict[str, Any]) -> bool:
@@ -140,12 +233,65 @@ def _tool_result(part: Any) -> bool:
     return any(key in part for key in _TOOL_RESULT_KEYS)
 
 
-def _indexed(attrs: Attributes) -> int:
+def _message_ids(message: dict[str, Any]) -> list[Any]:
+    """The ids of the calls a model message issued, as they came (each checked by
+    ``_keep``): a Responses API ``function_call`` item's ``call_id``, Chat Completions
+    ``tool_calls[].id``, and its parts' (``_part_ids``)."""
+    if message.get("type") == "function_call":
+        return [message.get("call_id")]
+    found: list[Any] = []
+    calls = message.get("tool_calls")
+    if isinstance(calls, list):
+        found.extend(call.get("id") for call in calls if isinstance(call, dict))
+    parts = message.get("parts")
+    if parts is None:
+        parts = message.get("content")
+    if isinstance(parts, list):
+        found.extend(_part_ids(parts))
+    return found
+
+
+def _part_ids(parts: list[Any]) -> list[Any]:
+    """The call ids of a message's parts: a GenAI ``tool_call``, an Anthropic ``tool_use``
+    (``id``), a Vercel AI SDK ``tool-call`` (``toolCallId``), Bedrock's ``toolUse``
+    (``toolUseId``), Gemini's ``functionCall`` (``id``, when the API set one)."""
+    found: list[Any] = []
+    for part in parts:
+        if not isinstance(part, dict):
+            continue
+        if part.get("type") in _CALL_TYPES:
+            call_id = part.get("id")
+            found.append(call_id if call_id is not None else part.get("toolCallId"))
+            continue
+        block = part.get("toolUse")
+        if isinstance(block, dict):
+            found.append(block.get("toolUseId"))
+            continue
+        block = part.get("functionCall")
+        if isinstance(block, dict):
+            found.append(block.get("id"))
+    return found
+
+
+def _keep(found: list[Any], ids: list[str]) -> bool:
+    """Add a message's ids (``found``, in its order) to ``ids`` (nearest the span first: the
+    message's last first), those that are non-empty strings, cut (``cut_id``); whether
+    ``ids`` is full (``MAX_CALL_IDS``)."""
+    for call_id in reversed(found):
+        if isinstance(call_id, str) and call_id:
+            ids.append(cut_id(call_id))
+            if len(ids) >= MAX_CALL_IDS:
+                return True
+    return False
+
+
+def _indexed(attrs: Attributes) -> History:
     """OpenInference: the roles at indexes 0, 1, ... until the first missing one; a role
     past that gap (a message whose role was not recorded: which turn it was is unknown)
-    makes the history unread."""
+    makes the history unread. Ids: each model message's first call's (``INDEXED_ID_KEYS``,
+    present only when ingest read the histories)."""
     if _OUTPUT_ROLE not in attrs:
-        return UNREAD
+        return NO_HISTORY
     roles: list[str] = []
     for key in INDEXED_ROLE_KEYS:
         role = attrs.get(key)
@@ -153,15 +299,25 @@ def _indexed(attrs: Attributes) -> int:
             break
         roles.append(role)
     if len(roles) == MAX_INDEXED:
-        return UNREAD
+        return NO_HISTORY
     if any(key in attrs for key in INDEXED_ROLE_KEYS[len(roles) + 1 :]):
-        return UNREAD
-    return _count(roles)
+        return NO_HISTORY
+    window = _window(roles)
+    if window is None:
+        return NO_HISTORY
+    turns, start, end = window
+    ids: list[str] = []
+    for i in range(end - 1, start - 1, -1):
+        if roles[i] in _MODEL_ROLES and _keep([attrs.get(INDEXED_ID_KEYS[i])], ids):
+            break
+    return turns, tuple(ids)
 
 
-def _from_events(events: Sequence[SpanEvent]) -> int:
-    """GenAI events: a details event's ``gen_ai.input.messages``, else one event a message."""
+def _from_events(events: Sequence[SpanEvent]) -> History:
+    """GenAI events: a details event's ``gen_ai.input.messages``, else one event a message
+    (an assistant event's ids: its ``content`` blocks', Strands' Bedrock ``toolUse``)."""
     roles: list[str] = []
+    said: list[SpanEvent] = []
     for event in events:
         name = event.name
         if name == _DETAILS:
@@ -172,24 +328,38 @@ def _from_events(events: Sequence[SpanEvent]) -> int:
             content = parse_json(event.attributes.get("content"))
             user = not (isinstance(content, list) and content and all(map(_tool_result, content)))
             roles.append("user" if user else "tool")
+            said.append(event)
         elif name == _ASSISTANT_EVENT:
             roles.append("assistant")
+            said.append(event)
         elif name == _TOOL_EVENT:
             roles.append("tool")
-    return _count(roles) if roles else UNREAD
+            said.append(event)
+    window = _window(roles)
+    if window is None:
+        return NO_HISTORY
+    turns, start, end = window
+    ids: list[str] = []
+    for i in range(end - 1, start - 1, -1):
+        if roles[i] in _MODEL_ROLES:
+            content = parse_json(said[i].attributes.get("content"))
+            if isinstance(content, list) and _keep(_part_ids(content), ids):
+                break
+    return turns, tuple(ids)
 
 
-def _count(roles: list[str]) -> int:
-    """The model's turns after the last user message: each run of consecutive messages from
-    the model counts once (the Responses API's input holds one item per requested call,
-    each an ``assistant`` message for OpenInference and OpenLLMetry), and a trailing one not
-    at all; ``UNREAD`` when no message is the user's."""
+def _window(roles: list[str]) -> tuple[int, int, int] | None:
+    """The model's turns after the last user message and the messages they span
+    (``turns, start, end``): each run of consecutive messages from the model counts once
+    (the Responses API's input holds one item per requested call, each an ``assistant``
+    message for OpenInference and OpenLLMetry), and a trailing one not at all; ``None``
+    when no message is the user's."""
     last_user = -1
     for i, role in enumerate(roles):
         if role == "user":
             last_user = i
     if last_user < 0:
-        return UNREAD
+        return None
     end = len(roles)
     while end > last_user + 1 and roles[end - 1] in _MODEL_ROLES:
         end -= 1
@@ -200,4 +370,4 @@ def _count(roles: list[str]) -> int:
         if model and not previous_model:
             turns += 1
         previous_model = model
-    return turns
+    return turns, last_user + 1, end

@@ -1,84 +1,78 @@
-"""The roles of a message list's JSON text, read without building its contents
-(``conventions.history``'s fast path).
+"""A message list's JSON text pruned to the fields ``conventions.history`` reads, without
+building the rest (its fast path).
 
 A model span's input history can be tens of KiB, nearly all of it message content no rule
-reads. msgspec's decoder given the few fields the count needs (each message's ``role`` or
-item ``type``, its parts' ``type``, and whether a part is a Bedrock or Gemini tool result)
-skips the rest without building it: 40 µs for a 37 KiB history where the whole decode took
-130 µs (``json.loads``: 200 µs). Not compiled (``toolwatch.compiled``): its classes derive
-from msgspec's ``Struct``, which a compiled class cannot. ``message_roles`` answers ``None``
-for a text of another shape (a part that is no object, a role that is no string), and
-``history`` then reads the text whole, as it reads a value that arrived already decoded.
+reads. msgspec's decoder given the few fields the reading needs (each message's ``role`` or
+item ``type``, its parts' ``type``, whether a part is a Bedrock or Gemini tool result, and
+the ids of the tool calls the model issued) skips the rest without building it: 40 µs for a
+37 KiB history where the whole decode took 130 µs (``json.loads``: 200 µs). ``pruned``
+decodes into typed dicts (msgspec drops the keys they do not name): plain lists and dicts,
+the shape the JSON had, so that one reading (``history._message_list``) serves it and a
+value that arrived decoded alike.
+
+Not compiled (``toolwatch.compiled``), as before: its work is msgspec's, in C, and the loop
+over what it keeps is ``history``'s, compiled. ``pruned`` answers ``None`` for a text of
+another shape (a part that is no object, a role or an id that is no string), and ``history``
+then reads the text whole.
 """
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Any, Final, TypedDict
 
 import msgspec
 
-__all__ = ["ITEM_ROLES", "TOOL_RESULT_TYPES", "message_roles"]
-
-#: Parts (or content blocks) that carry a tool's answer back to the model.
-TOOL_RESULT_TYPES: Final = frozenset(
-    {"tool_call_response", "tool_result", "tool-result", "function_response"}
-)
-#: The Responses API's input items without a role: what the model asked for, and what came
-#: back (an item of another type makes the history unread).
-ITEM_ROLES: Final[dict[object, str]] = {
-    "function_call": "assistant",
-    "reasoning": "assistant",
-    "function_call_output": "tool",
-}
+__all__ = ["pruned"]
 
 
-class _Part(msgspec.Struct):
-    type: str | None = None
+class _Skipped(TypedDict):
+    """A block whose contents are not read (a tool's answer): only that it is there."""
+
+
+class _ToolUse(TypedDict, total=False):
+    toolUseId: str | None  # Bedrock's
+
+
+class _FunctionCall(TypedDict, total=False):
+    id: str | None  # Gemini's, when the API set one
+
+
+class _ChatCall(TypedDict, total=False):
+    id: str | None  # Chat Completions ``tool_calls[].id``
+
+
+class _Part(TypedDict, total=False):
+    type: str | None
+    id: str | None  # GenAI ``tool_call``, Anthropic ``tool_use``
+    toolCallId: str | None  # the Vercel AI SDK's ``tool-call``
+    toolUse: _ToolUse | None  # Bedrock's
+    functionCall: _FunctionCall | None  # Gemini's
     # Bedrock's and Gemini's tool results name their block instead of typing it.
-    toolResult: msgspec.Raw | None = None  # noqa: N815 - the producers' key
-    functionResponse: msgspec.Raw | None = None  # noqa: N815 - the producers' key
-    function_response: msgspec.Raw | None = None
-
-    def tool_result(self) -> bool:
-        if self.type is not None:
-            return self.type in TOOL_RESULT_TYPES
-        return (
-            self.toolResult is not None
-            or self.functionResponse is not None
-            or self.function_response is not None
-        )
+    toolResult: _Skipped | None
+    functionResponse: _Skipped | None
+    function_response: _Skipped | None
 
 
-class _Message(msgspec.Struct):
-    role: str | None = None
-    type: str | None = None
-    parts: list[_Part] | None = None
-    content: str | list[_Part] | None = None
+class _Message(TypedDict, total=False):
+    role: str | None
+    type: str | None
+    parts: list[_Part] | None
+    content: str | list[_Part] | None
+    tool_calls: list[_ChatCall] | None
+    call_id: str | None  # a Responses API ``function_call`` item's
 
 
 _DECODE: Final = msgspec.json.Decoder(list[_Message]).decode
 
 
-def message_roles(text: str) -> list[str] | None:
-    """Each message's role (a ``user`` message of tool results only: ``tool``; a Responses
-    API item: ``ITEM_ROLES``), ``[]`` for a text that is no message list at all (not JSON,
-    cut), ``None`` for a JSON text of another shape, or one with an item of unknown type."""
+def pruned(text: str) -> list[Any] | None:
+    """The messages of ``text`` as lists and dicts holding only the keys ``history`` reads
+    (a tool result's block: an empty dict), ``[]`` for a text that is no JSON at all (not
+    JSON, cut), ``None`` for a JSON text of another shape."""
     try:
-        messages = _DECODE(text)
+        messages: list[Any] = _DECODE(text)
     except msgspec.ValidationError:
         return None
     except msgspec.DecodeError:
         return []
-    roles = []
-    for message in messages:
-        role = message.role
-        if role is None:
-            role = ITEM_ROLES.get(message.type)
-            if role is None:
-                return None
-        elif role == "user":
-            parts = message.parts if message.parts is not None else message.content
-            if isinstance(parts, list) and parts and all(p.tool_result() for p in parts):
-                role = "tool"
-        roles.append(role)
-    return roles
+    return messages

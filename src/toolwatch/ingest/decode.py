@@ -38,7 +38,7 @@ from toolwatch.conventions import (
     SpanEvent,
     recognize,
 )
-from toolwatch.conventions.history import prior_turns
+from toolwatch.conventions.history import ID_KEYS, NO_HISTORY, read_history
 from toolwatch.ingest.protobuf_pieces import (
     SIFTED_REASONS,
     FramingError,
@@ -90,6 +90,10 @@ _REQUEST_OVERHEAD_BYTES: Final = 176
 # tuple of pairs' own header (40), counted with each pair (153 for one). The key is the
 # configured string, shared by every record.
 _REFERENCE_OVERHEAD_BYTES: Final = 160
+# What one tool-call id an input history names holds besides its characters: its string's
+# header (49 bytes) and its slot in the span's tuple (8), the tuple's own header (40) counted
+# with each (at most ``history.MAX_CALL_IDS`` a span).
+_HISTORY_ID_OVERHEAD_BYTES: Final = 104
 _ZERO_TRACE_ID: Final = bytes(16)
 _ZERO_SPAN_ID: Final = bytes(8)
 
@@ -125,6 +129,8 @@ def _held_size(record: SpanRecord) -> int:
     size += _text_size(record.conversation_id) + _text_size(record.handoff_to)
     for reason in record.finish_reasons:
         size += text_size(reason)
+    for call_id in record.prior_call_ids:  # none unless histories are read
+        size += _HISTORY_ID_OVERHEAD_BYTES + text_size(call_id)
     requested: Sequence[object] = record.output_tool_calls  # each checked: a test's may not be
     for call in requested:
         size += _REQUEST_OVERHEAD_BYTES
@@ -157,8 +163,9 @@ class DecodeOptions:
     max_value_bytes: int = 65_536  # longer strings are truncated (UTF-8 bytes), arrays cut
     max_span_attributes: int = 1024  # a span with more that a convention reads is rejected
     decoder: Decoder = "auto"
-    # Model spans' input histories read (SpanRecord.prior_turns), for
-    # assembly.missing_spans_from_history; off, left at -1 and nothing of them parsed.
+    # Model spans' input histories read (SpanRecord.prior_turns, prior_call_ids), for
+    # assembly.missing_spans_from_history; off, left at -1 and () and nothing of them
+    # parsed (nor OpenInference's input tool-call ids asked of the scanner).
     read_histories: bool = False
 
     def __post_init__(self) -> None:
@@ -206,7 +213,9 @@ def scanner(options: DecodeOptions) -> Scanner:
     """The scanner of ``options`` (built once per options value: the compiled one hashes
     its key sets). Raises ``RuntimeError`` when a required compiled scanner is missing."""
     plan = ScanPlan(
-        span_keys=ATTRIBUTE_KEYS | options.reference_keys,
+        span_keys=ATTRIBUTE_KEYS
+        | options.reference_keys
+        | (ID_KEYS if options.read_histories else frozenset()),
         prefixes=ATTRIBUTE_PREFIXES,
         resource_keys=options.reference_keys | {_SERVICE_NAME},
         event_names=EVENT_NAMES,
@@ -452,7 +461,9 @@ class _Decoder:
         except Exception as exc:  # a recognizer bug must cost one span, not the request
             return "malformed_attributes", f"attributes could not be read ({exc!r:.80})"
         role, convention, fields = recognition.role, recognition.convention, recognition.fields
-        turns = prior_turns(attrs, events) if self._histories and role is SpanRole.LLM else -1
+        history = NO_HISTORY
+        if self._histories and role is SpanRole.LLM:
+            history = read_history(attrs, events)
         # OTLP: an empty parent marks a root; an all-zero one is read the same way.
         parent_id = parent if parent and parent != _ZERO_SPAN_ID else None
         record = SpanRecord(
@@ -484,7 +495,8 @@ class _Decoder:
             model=fields.get("model"),
             conversation_id=fields.get("conversation_id"),
             handoff_to=fields.get("handoff_to"),
-            prior_turns=turns,
+            prior_turns=history[0],
+            prior_call_ids=history[1],
         )
         record.size_bytes = _held_size(record)  # counted from the record, before anyone sees it
         self.spans.append(record)

@@ -29,7 +29,7 @@ from toolwatch.app_reload import _kept_settings
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
-from toolwatch.conventions.history import INDEXED_ROLE_KEYS, UNREAD, prior_turns
+from toolwatch.conventions.history import INDEXED_ROLE_KEYS, UNREAD, prior_turns, read_history
 from toolwatch.model import Category, SpanRecord, SpanRole
 from toolwatch.replay_assembly import OfflineAssembler
 
@@ -48,6 +48,13 @@ def turns(messages: list[dict[str, Any]]) -> int:
     return prior_turns({"gen_ai.input.messages": json.dumps(messages)}, None)
 
 
+def reading(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The ``SpanRecord`` fields ingest reads from such a span's history: the turns and the
+    tool-call ids they issued."""
+    count, ids = read_history({"gen_ai.input.messages": json.dumps(messages)}, None)
+    return {"prior_turns": count, "prior_call_ids": ids}
+
+
 def call(name: str, call_id: str, order: str) -> dict[str, Any]:
     return {"type": "tool_call", "id": call_id, "name": name, "arguments": {"order_id": order}}
 
@@ -63,29 +70,57 @@ USER = {"role": "user", "parts": [{"type": "text", "content": "Refund my order A
 # --- 1. A whole run whose history holds a model message no model call made -------------------
 
 
-def test_with_the_setting_on_a_tool_call_the_app_inserts_silences_the_run() -> None:
+def test_with_the_setting_on_a_tool_call_the_app_inserts_and_runs_leaves_the_run_paged() -> None:
     """LangGraph's SQL-agent pattern (a graph node appends ``AIMessage(tool_calls=[...])``
     without calling the model, then a ToolNode runs it): here the app always fetches the
     customer first. The model then refunds without any lookup: a true
     MISSING_VERIFICATION_STEP. Every span of the run is here.
 
-    A known limit, why ``assembly.missing_spans_from_history`` is off by default (on in
-    the gateway layout, docs/security.md): the first real model call's history shows one
-    model turn (the inserted one) and no model span started before it, so with the setting
-    on the whole run is judged ``missing_spans`` and the page is silenced."""
+    Was (review): the first real model call's history shows one model turn (the inserted
+    one) and no model span started before it, so with the setting on the whole run was
+    judged ``missing_spans`` and the page silenced. Now: that history names the inserted
+    call's id, ``c0``, and the run knows it (the ToolNode's span ran it): no span is
+    lacking, the run is complete and paged."""
     inserted = {"role": "assistant", "parts": [call("get_customer", "c0", "A-1")]}
     customer = {"role": "tool", "parts": [result("c0", "customer 7")]}
     refund = {"role": "assistant", "parts": [call("issue_refund", "c2", "A-1")]}
     refunded = {"role": "tool", "parts": [result("c2", "ok")]}
-    first = turns([SYSTEM, USER, inserted, customer])
-    last = turns([SYSTEM, USER, inserted, customer, refund, refunded])
-    assert (first, last) == (1, 2)  # the history is read as designed
+    first = reading([SYSTEM, USER, inserted, customer])
+    last = reading([SYSTEM, USER, inserted, customer, refund, refunded])
+    assert (first, last) == (  # the history is read as designed
+        {"prior_turns": 1, "prior_call_ids": ("c0",)},
+        {"prior_turns": 2, "prior_call_ids": ("c2", "c0")},
+    )
     spans = [
         agent(1, None, "support", 0, 100),
         tool(3, 1, "get_customer", 2, 5, call_id="c0", arguments={"order_id": "A-1"}),
-        llm(4, 1, 6, 15, ask("issue_refund", "c2", {"order_id": "A-1"}), prior_turns=first),
+        llm(4, 1, 6, 15, ask("issue_refund", "c2", {"order_id": "A-1"}), **first),
         tool(5, 1, "issue_refund", 16, 20, call_id="c2", arguments={"order_id": "A-1"}),
-        llm(6, 1, 21, 30, prior_turns=last, output_text="Refunded."),
+        llm(6, 1, 21, 30, **last, output_text="Refunded."),
+    ]
+    assert paged_with_the_setting_off(spans) == {"support": [MISSING]}
+    trace = only(spans)
+    assert (trace.complete, trace.incomplete_reason) == (True, None)
+    assert safety(trace) == [MISSING]
+
+
+def test_with_the_setting_on_a_tool_call_the_app_inserts_and_no_span_runs_silences_the_run() -> (
+    None
+):
+    """A known limit, why ``assembly.missing_spans_from_history`` is off by default (on in
+    the gateway layout, docs/security.md): the inserted call's tool ran with no span that
+    names its id (a tool the producer does not instrument, or a tool span without call id:
+    the OpenAI Agents SDK's function spans), so ``c0`` is known nowhere and reads as a lost
+    model call's. Judged ``missing_spans``, page silenced."""
+    inserted = {"role": "assistant", "parts": [call("get_customer", "c0", "A-1")]}
+    customer = {"role": "tool", "parts": [result("c0", "customer 7")]}
+    first = reading([SYSTEM, USER, inserted, customer])
+    spans = [
+        agent(1, None, "support", 0, 100),
+        tool(3, 1, "get_customer", 2, 5, arguments={"order_id": "A-1"}),  # no call id
+        llm(4, 1, 6, 15, ask("issue_refund", "c2", {"order_id": "A-1"}), **first),
+        tool(5, 1, "issue_refund", 16, 20, call_id="c2", arguments={"order_id": "A-1"}),
+        llm(6, 1, 21, 30, prior_turns=2, prior_call_ids=("c2", "c0"), output_text="Done."),
     ]
     assert paged_with_the_setting_off(spans) == {"support": [MISSING]}
     trace = only(spans)
@@ -96,7 +131,8 @@ def test_with_the_setting_on_a_tool_call_the_app_inserts_silences_the_run() -> N
 def test_with_the_setting_on_a_model_call_no_instrumentation_recorded_silences_the_run() -> None:
     """A run whose planner call goes through a client no instrumentation wraps (another
     provider's SDK): its answer is in the next call's history, no span of it exists anywhere.
-    The model then refunds an order it never looked up. A known limit, as above: with the
+    The model then refunds an order it never looked up. A known limit, as above: the plan is
+    text, so the history names no tool-call id and the count alone decides: with the
     setting on, judged ``missing_spans``, page silenced, although no span was lost."""
     plan = {"role": "assistant", "parts": [{"type": "text", "content": "Plan: refund A-1."}]}
     nudge = {"role": "user", "parts": [{"type": "text", "content": "Refund my order A-1."}]}
@@ -114,6 +150,56 @@ def test_with_the_setting_on_a_model_call_no_instrumentation_recorded_silences_t
         llm(4, 1, 6, 15, ask("issue_refund", "c2", {"order_id": "A-1"}), prior_turns=first),
         tool(5, 1, "issue_refund", 16, 20, call_id="c2", arguments={"order_id": "A-1"}),
         llm(6, 1, 21, 30, prior_turns=first + 1, output_text="Refunded."),
+    ]
+    assert paged_with_the_setting_off(spans) == {"support": [MISSING]}
+    trace = only(spans)
+    assert (trace.complete, trace.incomplete_reason) == (False, "missing_spans")
+    assert safety(trace) == []
+
+
+def test_with_the_setting_on_an_unrecorded_model_call_whose_tools_ran_leaves_the_run_paged() -> (
+    None
+):
+    """The planner call goes through an unwrapped client and asks for the customer's
+    record; the tool runs under the agent's instrumentation (a span with its call id). The
+    model then refunds an order it never looked up: a true MISSING_VERIFICATION_STEP.
+
+    Was (review): the next call's history shows one model turn, the run holds no model span
+    before it: judged ``missing_spans``, page silenced. Now: the history names the
+    unrecorded call's request, ``c0``, and the run knows it from the tool's span: complete,
+    paged."""
+    planned = {"role": "assistant", "parts": [call("get_customer", "c0", "A-1")]}
+    customer = {"role": "tool", "parts": [result("c0", "customer 7")]}
+    first = reading([SYSTEM, USER, planned, customer])
+    assert first == {"prior_turns": 1, "prior_call_ids": ("c0",)}
+    refund = {"role": "assistant", "parts": [call("issue_refund", "c2", "A-1")]}
+    last = reading([SYSTEM, USER, planned, customer, refund, result("c2", "ok")])
+    spans = [
+        agent(1, None, "support", 0, 100),
+        # the planner's model call: no span anywhere
+        tool(3, 1, "get_customer", 2, 5, call_id="c0", arguments={"order_id": "A-1"}),
+        llm(4, 1, 6, 15, ask("issue_refund", "c2", {"order_id": "A-1"}), **first),
+        tool(5, 1, "issue_refund", 16, 20, call_id="c2", arguments={"order_id": "A-1"}),
+        llm(6, 1, 21, 30, **last, output_text="Refunded."),
+    ]
+    assert paged_with_the_setting_off(spans) == {"support": [MISSING]}
+    trace = only(spans)
+    assert (trace.complete, trace.incomplete_reason) == (True, None)
+    assert safety(trace) == [MISSING]
+
+
+def test_with_the_setting_on_a_run_resumed_in_a_new_trace_is_silenced() -> None:
+    """A known limit: a run resumed in a new trace (a LangGraph checkpoint, a human's
+    approval) carries its earlier turns in its history, their calls' ids known only to the
+    first trace: judged ``missing_spans`` in the second, its page silenced."""
+    lookup = {"role": "assistant", "parts": [call("lookup_order", "c1", "A-9")]}
+    looked = {"role": "tool", "parts": [result("c1", "order A-9")]}
+    resumed = reading([SYSTEM, USER, lookup, looked])
+    spans = [
+        agent(1, None, "support", 0, 100),
+        llm(4, 1, 6, 15, ask("issue_refund", "c2", {"order_id": "A-1"}), **resumed),
+        tool(5, 1, "issue_refund", 16, 20, call_id="c2", arguments={"order_id": "A-1"}),
+        llm(6, 1, 21, 30, prior_turns=2, prior_call_ids=("c2", "c1"), output_text="Done."),
     ]
     assert paged_with_the_setting_off(spans) == {"support": [MISSING]}
     trace = only(spans)

@@ -1,6 +1,7 @@
-"""A model span's input history: the earlier model calls of its run it shows
-(``toolwatch.conventions.history``, read by ingest into ``SpanRecord.prior_turns`` when
-``assembly.missing_spans_from_history`` is on)."""
+"""A model span's input history: the earlier model calls of its run it shows and the ids of
+the tool calls they issued (``toolwatch.conventions.history``, read by ingest into
+``SpanRecord.prior_turns`` and ``prior_call_ids`` when ``assembly.missing_spans_from_history``
+is on)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,17 @@ import pytest
 
 from toolwatch.conventions import ATTRIBUTE_KEYS, EVENT_NAMES, recognize
 from toolwatch.conventions.attrs import SpanEvent
-from toolwatch.conventions.history import MAX_INDEXED, prior_turns
+from toolwatch.conventions.history import (
+    ID_KEYS,
+    INDEXED_ID_KEYS,
+    INDEXED_ROLE_KEYS,
+    MAX_CALL_IDS,
+    MAX_ID_CHARS,
+    MAX_INDEXED,
+    cut_id,
+    prior_turns,
+    read_history,
+)
 from toolwatch.model import SpanRole
 
 
@@ -188,3 +199,165 @@ def test_responses_api_items_and_vercel_messages_are_counted() -> None:
         {"role": "tool", "content": [{"type": "tool-result", "toolCallId": "c1"}]},
     ]
     assert prior_turns({"ai.prompt.messages": json.dumps(vercel)}, None) == 1
+
+
+# --- The tool-call ids the earlier model calls issued (``read_history``) ----------------------
+
+
+def _ids(messages: list[Any], key: str = "gen_ai.input.messages") -> tuple[str, ...]:
+    turns, ids = read_history({key: json.dumps(messages)}, None)
+    assert turns > 0
+    return ids
+
+
+USER = _text("user", "Refund A-1.")
+
+
+def test_genai_tool_call_parts_give_their_ids_nearest_the_span_first() -> None:
+    history = [USER, _asks("lookup_order", "c1"), _answer("c1", 1)]
+    assert _ids([*history, _asks("issue_refund", "c2"), _answer("c2", 2)]) == ("c2", "c1")
+
+
+def test_only_the_window_gives_ids_not_an_earlier_turn_nor_a_trailing_message() -> None:
+    history = [*EARLIER_TURN, USER, _asks("issue_refund", "c2"), _answer("c2", 2)]
+    assert _ids([*history, _asks("prefilled", "c3")]) == ("c2",)
+
+
+def test_chat_completions_tool_calls_give_their_ids() -> None:
+    asked = {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [
+            {"id": "call_a", "type": "function", "function": {"name": "f", "arguments": "{}"}},
+            {"id": "call_b", "type": "function", "function": {"name": "g", "arguments": "{}"}},
+        ],
+    }
+    answers = [{"role": "tool", "tool_call_id": c, "content": "ok"} for c in ("call_a", "call_b")]
+    assert _ids([{"role": "user", "content": "Hi."}, asked, *answers]) == ("call_b", "call_a")
+
+
+def test_responses_api_function_call_items_give_their_call_id_not_their_item_id() -> None:
+    items = [
+        {"role": "user", "content": "Refund A-1."},
+        {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "lookup_order"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "{}"},
+    ]
+    assert _ids(items, "raw_input") == ("call_1",)
+
+
+def test_anthropic_tool_use_blocks_give_their_ids() -> None:
+    history = [
+        {"role": "user", "content": "Refund A-1."},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Looking it up."},
+                {"type": "tool_use", "id": "toolu_1", "name": "lookup_order", "input": {}},
+            ],
+        },
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "toolu_1"}]},
+    ]
+    assert _ids(history) == ("toolu_1",)
+
+
+def test_vercel_bedrock_and_gemini_calls_give_their_ids() -> None:
+    vercel = [
+        {"role": "user", "content": [{"type": "text", "text": "Refund A-1."}]},
+        {"role": "assistant", "content": [{"type": "tool-call", "toolCallId": "v1"}]},
+        {"role": "tool", "content": [{"type": "tool-result", "toolCallId": "v1"}]},
+    ]
+    assert _ids(vercel, "ai.prompt.messages") == ("v1",)
+    bedrock = [
+        {"role": "user", "content": [{"text": "Refund A-1."}]},
+        {"role": "assistant", "content": [{"toolUse": {"toolUseId": "tooluse_1", "name": "f"}}]},
+        {"role": "user", "content": [{"toolResult": {"toolUseId": "tooluse_1"}}]},
+    ]
+    assert _ids(bedrock) == ("tooluse_1",)
+    gemini = [
+        {"role": "user", "parts": [{"text": "Refund A-1."}]},
+        {"role": "model", "parts": [{"functionCall": {"id": "g1", "name": "f"}}]},
+        {"role": "user", "parts": [{"functionResponse": {"id": "g1", "name": "f"}}]},
+    ]
+    assert _ids(gemini) == ("g1",)
+
+
+def test_a_model_turn_without_ids_gives_none_and_the_count_stands() -> None:
+    history = [USER, _text("assistant", "Plan: look A-1 up."), _text("developer", "Go on.")]
+    assert read_history({"gen_ai.input.messages": json.dumps(history)}, None) == (1, ())
+
+
+def test_ids_that_are_no_text_are_skipped() -> None:
+    odd = {"role": "assistant", "parts": [{"type": "tool_call", "id": 7, "name": "f"}]}
+    empty = {"role": "assistant", "parts": [{"type": "tool_call", "id": "", "name": "f"}]}
+    history = [USER, odd, _answer("7", 1), empty, _answer("", 2)]
+    assert read_history({"gen_ai.input.messages": json.dumps(history)}, None) == (2, ())
+
+
+def test_at_most_max_call_ids_are_kept_the_last_ones() -> None:
+    history: list[dict[str, Any]] = [USER]
+    for i in range(MAX_CALL_IDS + 3):
+        history += [_asks("lookup_order", f"c{i}"), _answer(f"c{i}", i)]
+    expected = tuple(f"c{i}" for i in range(MAX_CALL_IDS + 2, 2, -1))
+    assert _ids(history) == expected
+    assert len(expected) == MAX_CALL_IDS
+
+
+def test_a_long_id_is_cut_to_max_id_chars() -> None:
+    long_id = "call_" + "x" * 300
+    (kept,) = _ids([USER, _asks("lookup_order", long_id), _answer(long_id, 1)])
+    assert kept == long_id[:MAX_ID_CHARS] == cut_id(long_id)
+    assert cut_id("call_1") == "call_1"
+
+
+HISTORIES = [
+    [USER, _asks("lookup_order", "c1"), _answer("c1", 1), _asks("issue_refund", "c2")],
+    [
+        {"role": "user", "content": "Refund A-1."},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "function_call", "id": "fc_1", "call_id": "call_1", "name": "f"},
+        {"type": "function_call_output", "call_id": "call_1", "output": "{}"},
+    ],
+    [
+        {"role": "user", "content": [{"text": "Refund A-1."}]},
+        {"role": "assistant", "content": [{"toolUse": {"toolUseId": "t1", "input": {}}}]},
+        {"role": "user", "content": [{"toolResult": {"toolUseId": "t1", "content": []}}]},
+    ],
+    [*EARLIER_TURN, _text("user", "Again."), _asks("f", "c3"), _answer("c3", "ok", role="user")],
+    [USER, {"type": "something_new"}],
+    [USER, _asks("f", "c1"), {"role": "user", "content": [{"toolResult": None}]}],
+    [USER, {"role": None, "type": "function_call", "call_id": "c1"}, _answer("c1", 1)],
+    [USER, {"role": "assistant", "parts": ["no object"]}, _answer("c1", 1)],
+]
+
+
+@pytest.mark.parametrize("history", HISTORIES)
+def test_a_text_and_the_value_it_decodes_to_read_alike(history: list[Any]) -> None:
+    """One reading: the text pruned by ``history_messages`` and the same list arriving
+    decoded (or the text of another shape, decoded whole) give the same turns and ids."""
+    text = json.dumps(history)
+    assert read_history({"gen_ai.input.messages": text}, None) == read_history(
+        {"gen_ai.input.messages": history}, None
+    )
+
+
+def test_openinference_ids_are_read_from_the_first_call_of_each_message() -> None:
+    roles = ["system", "user", "assistant", "tool", "assistant", "tool", "tool"]
+    attrs: dict[str, Any] = {key: role for key, role in zip(INDEXED_ROLE_KEYS, roles, strict=False)}
+    attrs["llm.output_messages.0.message.role"] = "assistant"
+    attrs[INDEXED_ID_KEYS[2]] = "call_1"
+    attrs[INDEXED_ID_KEYS[4]] = "call_2"
+    attrs["llm.input_messages.4.message.tool_calls.1.tool_call.id"] = "call_3"  # not read
+    assert read_history(attrs, None) == (2, ("call_2", "call_1"))
+    assert INDEXED_ID_KEYS[0] in ID_KEYS
+    assert not ID_KEYS & ATTRIBUTE_KEYS  # asked of ingest only when histories are read
+
+
+def test_strands_assistant_events_give_their_tool_use_ids() -> None:
+    events = (
+        SpanEvent("gen_ai.user.message", {"content": '[{"text": "Refund A-1."}]'}),
+        SpanEvent("gen_ai.assistant.message", {"content": '[{"toolUse": {"toolUseId": "t1"}}]'}),
+        SpanEvent("gen_ai.tool.message", {"content": '[{"toolResult": {}}]'}),
+        SpanEvent("gen_ai.assistant.message", {"content": "not json"}),
+        SpanEvent("gen_ai.tool.message", {"content": '[{"toolResult": {}}]'}),
+    )
+    assert read_history({}, lambda: events) == (2, ("t1",))

@@ -224,6 +224,30 @@ def test_input_histories_are_read_for_model_spans_only_when_asked() -> None:
         span_id=b"\x02" * 8,
     )
     body = request(model, tool).SerializeToString()
-    read = [s.prior_turns for s in decode_protobuf(body, DecodeOptions(read_histories=True)).spans]
-    unread = [s.prior_turns for s in decode_protobuf(body, DecodeOptions()).spans]
-    assert (read, unread) == ([1, -1], [-1, -1])
+    read = decode_protobuf(body, DecodeOptions(read_histories=True)).spans
+    unread = decode_protobuf(body, DecodeOptions()).spans
+    assert [(s.prior_turns, s.prior_call_ids) for s in read] == [(1, ("c1",)), (-1, ())]
+    assert [(s.prior_turns, s.prior_call_ids) for s in unread] == [(-1, ()), (-1, ())]
+    # The ids a record holds are counted in the buffer's byte bound.
+    assert read[0].size_bytes > unread[0].size_bytes
+
+
+def test_openinference_input_call_ids_are_asked_of_the_scanner_only_with_histories() -> None:
+    """``llm.input_messages.<i>.message.tool_calls.0.tool_call.id``: scanned (and counted
+    against ``ingest.max_span_attributes``) only with ``read_histories``."""
+    attrs = {
+        "openinference.span.kind": "LLM",
+        "llm.input_messages.0.message.role": "user",
+        "llm.input_messages.1.message.role": "assistant",
+        "llm.input_messages.1.message.tool_calls.0.tool_call.id": "call_1",
+        "llm.input_messages.2.message.role": "tool",
+        "llm.output_messages.0.message.role": "assistant",
+    }
+    model = span("ChatCompletion", attrs)
+    read = decode_one(model, DecodeOptions(read_histories=True))
+    assert (read.prior_turns, read.prior_call_ids) == (1, ("call_1",))
+    unread = decode_one(model, DecodeOptions())
+    assert (unread.prior_turns, unread.prior_call_ids) == (-1, ())
+    # Off, the id key is not one the scanner keeps: a span of many is not rejected for it.
+    capped = decode(model, options=DecodeOptions(max_span_attributes=len(attrs) - 1))
+    assert capped.rejected == {}
