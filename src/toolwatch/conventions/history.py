@@ -277,7 +277,8 @@ def _keep(found: list[Any], ids: list[str]) -> bool:
     """Add a message's ids (``found``, in its order) to ``ids`` (nearest the span first: the
     message's last first), those that are non-empty strings, cut (``cut_id``); whether
     ``ids`` is full (``MAX_CALL_IDS``)."""
-    for call_id in reversed(found):
+    for at in range(len(found) - 1, -1, -1):  # not reversed(): mypyc fails on list[Any]
+        call_id = found[at]
         if isinstance(call_id, str) and call_id:
             ids.append(cut_id(call_id))
             if len(ids) >= MAX_CALL_IDS:
