@@ -143,7 +143,7 @@ def build_tool_traces(
             normalize,
             above[i],
             by_id=by_id,
-            judged=_judged(trace, run, from_history),
+            judged=_judged(trace, run, spans, from_history),
         )
         for i, run in enumerate(runs)
     ]
@@ -205,11 +205,14 @@ def _tool_trace(
     )
 
 
-def _judged(trace: CompletedTrace, run: _Run, from_history: bool) -> tuple[bool, str | None]:
+def _judged(
+    trace: CompletedTrace, run: _Run, spans: list[SpanRecord], from_history: bool
+) -> tuple[bool, str | None]:
     """``(complete, incomplete_reason)`` of ``run``: the buffer's, unless in a trace it judged
     complete the run lacks spans its own model spans' histories show (``missing``: a history
-    is a run's; with ``from_history``, ``assembly.missing_spans_from_history``)."""
-    if from_history and trace.complete and lacks_spans(run.spans):
+    is a run's, the call ids it names are looked for in all the trace's ``spans``; with
+    ``from_history``, ``assembly.missing_spans_from_history``)."""
+    if from_history and trace.complete and lacks_spans(run.spans, spans):
         return False, MISSING_SPANS
     return trace.complete, trace.incomplete_reason
 

@@ -11,10 +11,11 @@ spans the trace holds (``assembly.missing``): a trace that holds fewer lost span
 or scale step sent them to another replica, or they never came).
 
 From the same messages (the window: the model's after the last user message, the trailing
-ones left out) ``read_history`` also gives the ids of the tool calls the model issued, the
-last ``MAX_CALL_IDS`` of them, nearest the span first, each cut to ``MAX_ID_CHARS``
-(``cut_id``): the timeline counts the history as evidence only when one of them is known
-nowhere in the run. Where each producer writes them (those of the fixtures):
+ones left out) ``read_history`` also gives the ids of the tool calls the model issued, those
+of its last messages up to ``MAX_CALL_IDS``, nearest the span first, each cut to
+``MAX_ID_CHARS`` (``cut_id``): the timeline counts the history as evidence only when one of
+them is known nowhere in the trace before the span (``assembly.missing``). Where each
+producer writes them (those of the fixtures):
 
 * GenAI parts ``{"type": "tool_call", "id"}`` (and ``server_tool_call``): OpenLLMetry,
   the contrib OpenAI instrumentation, pydantic-ai, Strands' latest convention, the Vercel AI
@@ -26,11 +27,14 @@ nowhere in the run. Where each producer writes them (those of the fixtures):
   SDK's ``tool-call`` parts' ``toolCallId``, Bedrock's ``toolUse.toolUseId`` (Strands'
   per-message events' ``content``), Gemini's ``functionCall.id`` where the API set one;
 * OpenInference's ``llm.input_messages.<i>.message.tool_calls.0.tool_call.id``: a message's
-  first call only (``INDEXED_ID_KEYS``, one key a message); OpenInference's Google ADK
-  spans record none.
+  first call only (``INDEXED_ID_KEYS``, one key a message; a message with a second call,
+  ``INDEXED_MORE_KEYS``, makes the ids not comparable); OpenInference's Google ADK spans
+  record none.
 
 A window with no id (text turns only; a producer that records none) gives ``()``: the count
-alone is then the evidence.
+alone is then the evidence; so does one whose ids cannot tell a lost call from one the trace
+holds (``_ids_in``: a batch of calls larger than ``MAX_CALL_IDS``, a message with calls not
+read, an id that repeats).
 
 Read where the producer records the whole history:
 
@@ -57,7 +61,7 @@ way. Pure functions of the recognizers' inputs; no protobuf here.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeAlias
 
 from toolwatch.conventions.attrs import Attributes, EventSource, SpanEvent, parse_json
@@ -67,6 +71,7 @@ __all__ = [
     "EVENT_NAMES",
     "ID_KEYS",
     "INDEXED_ID_KEYS",
+    "INDEXED_MORE_KEYS",
     "INDEXED_ROLE_KEYS",
     "ITEM_ROLES",
     "KEYS",
@@ -89,10 +94,11 @@ UNREAD: Final = -1
 History: TypeAlias = tuple[int, tuple[str, ...]]
 #: The reading of a span that carries no readable history.
 NO_HISTORY: Final[History] = (UNREAD, ())
-#: Tool-call ids kept a span: the last ones of its window, nearest the span first. The first
-#: model span after spans were lost has the lost calls' turns last in its window, so their
-#: ids are the ones kept; a bound, as a history can hold thousands of calls.
-MAX_CALL_IDS: Final = 8
+#: Tool-call ids kept a span: those of the last messages of its window, whole messages,
+#: nearest the span first (``_ids_in``). The first model span after spans were lost has the
+#: lost calls' messages last in its window, so their ids are the ones kept; a bound, as a
+#: history can hold thousands of calls.
+MAX_CALL_IDS: Final = 16
 #: The characters of an id kept (``cut_id``): real ids are under 64 (``call_`` + 24,
 #: ``toolu_`` + 24, ``tooluse_`` + 22); a longer one is compared by its first 128 on both
 #: sides, the history's and the run's.
@@ -124,8 +130,13 @@ _OUTPUT_ROLE: Final = "llm.output_messages.0.message.role"
 
 #: Span attribute keys read here.
 KEYS: Final = frozenset({_INPUT_MESSAGES, _VERCEL_MESSAGES, _RAW_INPUT, *INDEXED_ROLE_KEYS})
+#: An OpenInference input message's second call's id: only whether it is there is read (a
+#: message that issued calls at once names no id compared, ``_indexed_ids``).
+INDEXED_MORE_KEYS: Final = tuple(
+    f"llm.input_messages.{i}.message.tool_calls.1.tool_call.id" for i in range(MAX_INDEXED)
+)
 #: Span attribute keys read here when histories are read (``DecodeOptions.read_histories``).
-ID_KEYS: Final = frozenset(INDEXED_ID_KEYS)
+ID_KEYS: Final = frozenset({*INDEXED_ID_KEYS, *INDEXED_MORE_KEYS})
 #: Span events read here (beside ``events.EVENT_NAMES``).
 EVENT_NAMES: Final = frozenset({_USER_EVENT, _ASSISTANT_EVENT})
 
@@ -207,11 +218,7 @@ def _message_list(messages: Any) -> History:
     if window is None:
         return NO_HISTORY
     turns, start, end = window
-    ids: list[str] = []
-    for i in range(end - 1, start - 1, -1):
-        if roles[i] in _MODEL_ROLES and _keep(_message_ids(messages[i]), ids):
-            break
-    return turns, tuple(ids)
+    return turns, _ids_in(roles, start, end, lambda i: _message_ids(messages[i]))
 
 
 def _tool_results_only(message: dict[str, Any]) -> bool:
@@ -235,7 +242,7 @@ def _tool_result(part: Any) -> bool:
 
 def _message_ids(message: dict[str, Any]) -> list[Any]:
     """The ids of the calls a model message issued, as they came (each checked by
-    ``_keep``): a Responses API ``function_call`` item's ``call_id``, Chat Completions
+    ``_ids_in``): a Responses API ``function_call`` item's ``call_id``, Chat Completions
     ``tool_calls[].id``, and its parts' (``_part_ids``)."""
     if message.get("type") == "function_call":
         return [message.get("call_id")]
@@ -273,17 +280,32 @@ def _part_ids(parts: list[Any]) -> list[Any]:
     return found
 
 
-def _keep(found: list[Any], ids: list[str]) -> bool:
-    """Add a message's ids (``found``, in its order) to ``ids`` (nearest the span first: the
-    message's last first), those that are non-empty strings, cut (``cut_id``); whether
-    ``ids`` is full (``MAX_CALL_IDS``)."""
-    for at in range(len(found) - 1, -1, -1):  # not reversed(): mypyc fails on list[Any]
-        call_id = found[at]
-        if isinstance(call_id, str) and call_id:
-            ids.append(cut_id(call_id))
-            if len(ids) >= MAX_CALL_IDS:
-                return True
-    return False
+def _ids_in(
+    roles: list[str], start: int, end: int, ids_of: Callable[[int], list[Any] | None]
+) -> tuple[str, ...]:
+    """The ids of the calls the model's messages in the window (``roles[start:end]``)
+    issued, nearest the span first, each cut (``cut_id``; non-empty strings only), a
+    message's whole or none: messages are taken, nearest first, while their ids fit in
+    ``MAX_CALL_IDS``. ``()`` (the count alone decides) where they cannot tell a lost call
+    from one the run holds: the nearest message naming ids names more than fit (a batch of
+    calls at once, any of which may be the lost one), a message names more than was read
+    (``ids_of`` gives ``None``), or an id repeats (a producer naming calls after their tool,
+    Strands' Ollama provider: an id the trace holds need not be this call's)."""
+    ids: list[str] = []
+    for i in range(end - 1, start - 1, -1):
+        if roles[i] not in _MODEL_ROLES:
+            continue
+        found = ids_of(i)
+        if found is None:
+            return ()
+        named = [cut_id(x) for x in found if isinstance(x, str) and x]
+        if len(ids) + len(named) > MAX_CALL_IDS:
+            if not ids:
+                return ()
+            break
+        named.reverse()  # the message's last call is the nearest
+        ids.extend(named)
+    return tuple(ids) if len(set(ids)) == len(ids) else ()
 
 
 def _indexed(attrs: Attributes) -> History:
@@ -307,11 +329,15 @@ def _indexed(attrs: Attributes) -> History:
     if window is None:
         return NO_HISTORY
     turns, start, end = window
-    ids: list[str] = []
-    for i in range(end - 1, start - 1, -1):
-        if roles[i] in _MODEL_ROLES and _keep([attrs.get(INDEXED_ID_KEYS[i])], ids):
-            break
-    return turns, tuple(ids)
+    return turns, _ids_in(roles, start, end, lambda i: _indexed_ids(attrs, i))
+
+
+def _indexed_ids(attrs: Attributes, index: int) -> list[Any] | None:
+    """OpenInference message ``index``'s first call's id; ``None`` (not comparable) when it
+    issued more calls than that (a second call's id is there: the others are not read)."""
+    if INDEXED_MORE_KEYS[index] in attrs:
+        return None
+    return [attrs.get(INDEXED_ID_KEYS[index])]
 
 
 def _from_events(events: Sequence[SpanEvent]) -> History:
@@ -340,13 +366,13 @@ def _from_events(events: Sequence[SpanEvent]) -> History:
     if window is None:
         return NO_HISTORY
     turns, start, end = window
-    ids: list[str] = []
-    for i in range(end - 1, start - 1, -1):
-        if roles[i] in _MODEL_ROLES:
-            content = parse_json(said[i].attributes.get("content"))
-            if isinstance(content, list) and _keep(_part_ids(content), ids):
-                break
-    return turns, tuple(ids)
+    return turns, _ids_in(roles, start, end, lambda i: _event_ids(said[i]))
+
+
+def _event_ids(event: SpanEvent) -> list[Any]:
+    """The call ids of an assistant event's ``content`` blocks."""
+    content = parse_json(event.attributes.get("content"))
+    return _part_ids(content) if isinstance(content, list) else []
 
 
 def _window(roles: list[str]) -> tuple[int, int, int] | None:

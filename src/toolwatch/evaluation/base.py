@@ -319,8 +319,8 @@ def lost_earlier(trace: ToolTrace) -> bool:
     An unfinished run's gap is after its calls (those it had yet to make), so a call it holds
     without an earlier verification had none; this one's gap is before them, so the rules
     that need an earlier call (``safety``'s verification, an ``invariants`` ``order`` rule's
-    ``before``) cannot say it never came, and leave such a call out, saying so. What the run
-    shows was done wrong (a call alongside its verification, not after it) is judged."""
+    ``before``) cannot say it never came, and leave such a call out, saying so: even one
+    issued alongside its verification, as an earlier verification may be among the lost."""
     return not trace.complete and trace.incomplete_reason == MISSING_SPANS
 
 

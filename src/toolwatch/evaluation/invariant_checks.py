@@ -191,9 +191,9 @@ def order_violations(
     earlier call of ``before`` anywhere in the ``run`` could have informed: a scoped rule
     judges its agents' ``after`` calls, and credits a ``before`` made by another agent of
     the run (a sub-agent's lookup), as ``safety`` credits a verification. In a run whose
-    earlier spans never came (``earlier_lost``), such a call with no ``before`` at all is not
-    judged (``None``): the ``before`` may be among them; one called alongside its ``before``
-    still is."""
+    earlier spans never came (``earlier_lost``) such a call is not judged (``None``), even
+    one called alongside a ``before``: an earlier ``before`` may be among those spans, as
+    ``safety`` leaves out its verification."""
     before, after = normalize(rule.before), normalize(rule.after)
     if after not in judged.names:
         return []
@@ -204,10 +204,10 @@ def order_violations(
     for place, call in enumerate(run.calls):
         name = names[place]
         if name == after and (scoped is None or place in scoped) and not befores.informs(place):
+            if earlier_lost:
+                return None
             if befores:
                 text = f"{label}: {after} called{by} alongside {before}, not after it"
-            elif earlier_lost:
-                return None
             else:
                 text = f"{label}: {after} called{by} before any {before}"
                 text += " in the run" if by else ""

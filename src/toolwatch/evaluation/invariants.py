@@ -32,9 +32,9 @@ names them; a rule with nothing else to judge does not apply to it. What it did 
 judged as on any run: ``forbidden``, a ``call_count`` maximum, ``order`` and ``arguments``.
 A run whose earlier spans never came (``base.lost_earlier``: ``missing_spans``) is left out
 of those absence rules too (its missing calls may be among them), and of an ``order`` rule's
-``after`` call with no ``before`` at all (the ``before`` may be among them, as ``safety``
-leaves its verification out); its explanation names those rules. An ``after`` called
-alongside its ``before`` is judged: the run shows it.
+``after`` call no ``before`` informed, even one called alongside a ``before`` (an earlier
+``before`` may be among them, as ``safety`` leaves its verification out); its explanation
+names those rules.
 
 Each violation is an INVARIANT_VIOLATION with reference ``policy`` and the rule's ``severity``
 raised to the evaluator's floor. One on a call of a dangerous tool says what became of the

@@ -354,9 +354,10 @@ def test_a_run_whose_earlier_spans_never_came_is_not_judged_for_a_before_it_may_
     the lookup's among them, to another replica) may have looked the order up in what never
     came. Was: an ``order`` rule raised "issue_refund called before any lookup_order" on it,
     a false page the ``safety`` evaluator already left out. Now: that rule is not judged and
-    the explanation names it; a refund issued alongside its lookup is still judged (the run
-    shows it), and so is everything the run did (a forbidden tool); absence rules are left
-    out as on any incomplete run, said as spans that never came."""
+    the explanation names it, even for a refund issued alongside a lookup (an earlier lookup
+    may be among the lost spans: ``safety`` leaves that refund out too, review-idev), and
+    whichever refund comes first; what the run did is judged (a forbidden tool); absence
+    rules are left out as on any incomplete run, said as spans that never came."""
     order = {"kind": "order", "before": "lookup_order", "after": "issue_refund"}
     rules: list[dict[str, Any]] = [
         order,
@@ -384,7 +385,20 @@ def test_a_run_whose_earlier_spans_never_came_is_not_judged_for_a_before_it_may_
             for c in trace("lookup_order", "issue_refund").calls
         ),
     )
-    assert broken(together, order) == ["order:lookup_order<issue_refund"]
+    assert evaluate(together, order) is None
+    whole = dataclasses.replace(together, complete=True, incomplete_reason=None)
+    assert broken(whole, order) == ["order:lookup_order<issue_refund"]  # alongside, not after
+    later = dataclasses.replace(
+        half,
+        calls=(
+            *trace("issue_refund").calls,
+            *(
+                dataclasses.replace(c, sequence_index=c.sequence_index + 1, parallel_group=1)
+                for c in trace("lookup_order", "issue_refund").calls
+            ),
+        ),
+    )
+    assert evaluate(later, order) is None  # the second refund, alongside: not judged either
     for other in ("span_limit", "timed_out"):  # their gap is not before the refund
         cut = dataclasses.replace(half, incomplete_reason=other)
         assert broken(cut, order) == ["order:lookup_order<issue_refund"]
