@@ -11,18 +11,21 @@ conversation comes before the current user message, a sub-agent's fresh history 
 turns, and two instrumentations recording one call give more spans, never fewer.
 
 The same history names the tool calls those earlier calls issued
-(``SpanRecord.prior_call_ids``: those of its last messages, ``conventions.history``). Where
-it names any, the count is evidence only if one of them is known nowhere in the trace before
-that span: no span of the trace that started before it asked for it (a model span's
-``output_tool_calls``) or ran it (``call_id``), the ids the timeline pairs requests and
-executions by (``by_id``), each compared cut as the history's (``cut_id``). A model call no
-instrumentation recorded, whose tools' spans (with their call ids) are in the trace, is then
-no lost span, nor is an earlier run of the trace whose messages a later one was given
-(``to_input_list``); the calls a lost half of a run made, and their tool spans with them,
-are known nowhere. Before it: an id a later call of the trace carries is another call's
-(a producer that names calls after their tool). A history that names no id (a model turn of
-text alone; a producer that records none; ids that cannot tell calls apart:
-``conventions.history`` says which) is judged by the count alone.
+(``SpanRecord.prior_call_ids``, ``conventions.history``). Where it names any, the count is
+evidence only if one of them is known nowhere in the trace before that span ended: no other
+span of the trace that started by then asked for it (a model span's ``output_tool_calls``)
+or ran it (``call_id``), the ids the timeline pairs requests and executions by (``by_id``),
+each compared cut as the history's (``cut_id``). A model call no instrumentation recorded,
+whose tools' spans (with their call ids) are in the trace, is then no lost span, nor is an
+earlier run of the trace whose messages a later one was given (``to_input_list``); the calls
+a lost half of a run made, and their tool spans with them, are known nowhere. By its end,
+not its start: a tool span recorded on another host (an LLM gateway's model spans, a tool
+server's) may start a few milliseconds late by the clocks' skew, within the model call's
+own duration, while a later call of the trace under the same id (a producer naming calls
+after their tool) starts after it ended; where the span's own output asks again under an id
+its history names, that producer's ids tell nothing and the count alone decides. A history
+that names no id (a model turn of text alone; a producer that records none; ids that cannot
+tell calls apart: ``conventions.history`` says which) is judged by the count alone.
 
 A model span that tool spans hang from is no single call but an agent's whole loop, started
 with the run and holding the last call's input (OpenInference's Google ADK instrumentation):
@@ -37,20 +40,43 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
+from typing import Final
 
 from toolwatch.conventions.history import cut_id
 from toolwatch.model import MISSING_SPANS, SpanRecord, SpanRole
 
-__all__ = ["MISSING_SPANS", "lacks_spans"]
+__all__ = ["MISSING_SPANS", "TraceIds", "lacks_spans"]
 
 
-def lacks_spans(run: Sequence[SpanRecord], trace: Sequence[SpanRecord]) -> bool:
+class TraceIds:
+    """The call ids a trace's spans carry, read at the first question (``knows``) and once
+    for all its runs: for each, the starts of the two earliest spans carrying it."""
+
+    __slots__ = ("_first", "_spans")
+
+    def __init__(self, spans: Sequence[SpanRecord]) -> None:
+        self._spans = spans
+        self._first: dict[str, tuple[int, bytes, int]] | None = None
+
+    def knows(self, call_id: str, span: SpanRecord) -> bool:
+        """Whether a span of the trace other than ``span`` that started before ``span``
+        ended asked for ``call_id`` (a model span's output) or ran it (its ``call_id``)."""
+        first = self._first
+        if first is None:
+            first = self._first = _first_carriers(self._spans)
+        found = first.get(call_id)
+        if found is None:
+            return False
+        start, carrier, second = found
+        return (start if carrier != span.span_id else second) < span.end_ns
+
+
+def lacks_spans(run: Sequence[SpanRecord], ids: TraceIds) -> bool:
     """Whether a model span of ``run`` shows more earlier model calls of its run than the
-    run holds model spans started before it, and names no tool call, or one no span of the
-    whole ``trace`` started before it carries (``_first_known``)."""
+    run holds model spans started before it, and names no tool call, or one the trace's
+    other spans did not carry before it ended (``ids``)."""
     starts: list[int] | None = None
     hosts: frozenset[bytes] = frozenset()
-    known: dict[str, int] | None = None
     for span in run:
         if span.prior_turns <= 0 or span.role is not SpanRole.LLM:
             continue
@@ -65,32 +91,49 @@ def lacks_spans(run: Sequence[SpanRecord], trace: Sequence[SpanRecord]) -> bool:
             continue
         if bisect_left(starts, span.start_ns) >= span.prior_turns:
             continue
-        if not span.prior_call_ids:
+        if not span.prior_call_ids or _asks_again(span):
             return True
-        if known is None:
-            known = _first_known(trace)
         for call_id in span.prior_call_ids:
-            if known.get(call_id, span.start_ns) >= span.start_ns:
+            if not ids.knows(call_id, span):
                 return True
     return False
 
 
-def _first_known(spans: Sequence[SpanRecord]) -> dict[str, int]:
-    """When each call id the trace knows, cut as a history's are, first appears: the start
-    of the earliest span that asked for it (a model span's output) or ran it (a tool span's,
-    or any span's a recognizer gave one)."""
-    known: dict[str, int] = {}
+def _asks_again(span: SpanRecord) -> bool:
+    """Whether ``span``'s output asks for a call under an id its history already names: its
+    producer names calls after their tool (Strands' Ollama provider), and an id the trace
+    holds need not be the history's call: the count alone decides."""
+    named = frozenset(span.prior_call_ids)
+    return any(c.call_id is not None and cut_id(c.call_id) in named for c in span.output_tool_calls)
+
+
+_NEVER: Final = 1 << 63  # no second carrier: a start no span reaches
+
+
+def _first_carriers(spans: Sequence[SpanRecord]) -> dict[str, tuple[int, bytes, int]]:
+    """For each call id the spans carry, cut as a history's are: the start and span id of
+    the earliest span that asked for it (a model span's output) or ran it (a tool span's
+    ``call_id``, or any span's a recognizer gave one), and the start of the earliest other."""
+    first: dict[str, tuple[int, bytes, int]] = {}
     for span in spans:
-        start = span.start_ns
         if span.call_id is not None:
-            _earliest(known, cut_id(span.call_id), start)
+            _carried(first, cut_id(span.call_id), span)
         for call in span.output_tool_calls:
             if call.call_id is not None:
-                _earliest(known, cut_id(call.call_id), start)
-    return known
+                _carried(first, cut_id(call.call_id), span)
+    return first
 
 
-def _earliest(known: dict[str, int], call_id: str, start: int) -> None:
-    seen = known.get(call_id)
-    if seen is None or start < seen:
-        known[call_id] = start
+def _carried(first: dict[str, tuple[int, bytes, int]], call_id: str, span: SpanRecord) -> None:
+    start = span.start_ns
+    found = first.get(call_id)
+    if found is None:
+        first[call_id] = (start, span.span_id, _NEVER)
+        return
+    earliest, carrier, second = found
+    if carrier == span.span_id:
+        return
+    if start < earliest:
+        first[call_id] = (start, span.span_id, earliest)
+    elif start < second:
+        first[call_id] = (earliest, carrier, start)

@@ -105,7 +105,7 @@ from toolwatch.assembly.checks import (
     _guardrail_calls,
 )
 from toolwatch.assembly.keys import _Above, _above_runs, _reference_keys
-from toolwatch.assembly.missing import MISSING_SPANS, lacks_spans
+from toolwatch.assembly.missing import MISSING_SPANS, TraceIds, lacks_spans
 from toolwatch.assembly.outputs import REFUSAL_FINISH_REASONS, _final_text, _refusal
 from toolwatch.assembly.placing import _place, _place_second_records
 from toolwatch.assembly.runs import _joined_at_handoffs, _Run, _runs
@@ -135,6 +135,7 @@ def build_tool_traces(
     if len(runs) > 1:
         runs = _joined_at_handoffs(runs, sites)
     above = _above_runs(runs, by_id, sites)
+    ids = TraceIds(spans)  # read once, at a run's first question, for all the runs
     built = [
         _tool_trace(
             trace,
@@ -143,7 +144,7 @@ def build_tool_traces(
             normalize,
             above[i],
             by_id=by_id,
-            judged=_judged(trace, run, spans, from_history),
+            judged=_judged(trace, run, ids, from_history),
         )
         for i, run in enumerate(runs)
     ]
@@ -206,13 +207,13 @@ def _tool_trace(
 
 
 def _judged(
-    trace: CompletedTrace, run: _Run, spans: list[SpanRecord], from_history: bool
+    trace: CompletedTrace, run: _Run, ids: TraceIds, from_history: bool
 ) -> tuple[bool, str | None]:
     """``(complete, incomplete_reason)`` of ``run``: the buffer's, unless in a trace it judged
     complete the run lacks spans its own model spans' histories show (``missing``: a history
-    is a run's, the call ids it names are looked for in all the trace's ``spans``; with
+    is a run's, the call ids it names are looked for in all the trace's spans, ``ids``; with
     ``from_history``, ``assembly.missing_spans_from_history``)."""
-    if from_history and trace.complete and lacks_spans(run.spans, spans):
+    if from_history and trace.complete and lacks_spans(run.spans, ids):
         return False, MISSING_SPANS
     return trace.complete, trace.incomplete_reason
 

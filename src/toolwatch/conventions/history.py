@@ -11,8 +11,8 @@ spans the trace holds (``assembly.missing``): a trace that holds fewer lost span
 or scale step sent them to another replica, or they never came).
 
 From the same messages (the window: the model's after the last user message, the trailing
-ones left out) ``read_history`` also gives the ids of the tool calls the model issued, those
-of its last messages up to ``MAX_CALL_IDS``, nearest the span first, each cut to
+ones left out) ``read_history`` also gives the ids of the tool calls the model issued, up to
+``MAX_CALL_IDS``, nearest the span first, each cut to
 ``MAX_ID_CHARS`` (``cut_id``): the timeline counts the history as evidence only when one of
 them is known nowhere in the trace before the span (``assembly.missing``). Where each
 producer writes them (those of the fixtures):
@@ -26,15 +26,15 @@ producer writes them (those of the fixtures):
 * Chat Completions ``tool_calls[].id``, Anthropic ``tool_use`` blocks' ``id``, the Vercel AI
   SDK's ``tool-call`` parts' ``toolCallId``, Bedrock's ``toolUse.toolUseId`` (Strands'
   per-message events' ``content``), Gemini's ``functionCall.id`` where the API set one;
-* OpenInference's ``llm.input_messages.<i>.message.tool_calls.0.tool_call.id``: a message's
-  first call only (``INDEXED_ID_KEYS``, one key a message; a message with a second call,
+* OpenInference's ``llm.input_messages.<i>.message.tool_calls.<k>.tool_call.id``: a
+  message's first ``INDEXED_CALLS`` calls (``INDEXED_ID_KEYS``; a message with more,
   ``INDEXED_MORE_KEYS``, makes the ids not comparable); OpenInference's Google ADK spans
   record none.
 
 A window with no id (text turns only; a producer that records none) gives ``()``: the count
 alone is then the evidence; so does one whose ids cannot tell a lost call from one the trace
-holds (``_ids_in``: a batch of calls larger than ``MAX_CALL_IDS``, a message with calls not
-read, an id that repeats).
+holds (``_ids_in``: more than ``MAX_CALL_IDS`` ids, a message with calls not read, an id that
+repeats).
 
 Read where the producer records the whole history:
 
@@ -94,11 +94,10 @@ UNREAD: Final = -1
 History: TypeAlias = tuple[int, tuple[str, ...]]
 #: The reading of a span that carries no readable history.
 NO_HISTORY: Final[History] = (UNREAD, ())
-#: Tool-call ids kept a span: those of the last messages of its window, whole messages,
-#: nearest the span first (``_ids_in``). The first model span after spans were lost has the
-#: lost calls' messages last in its window, so their ids are the ones kept; a bound, as a
-#: history can hold thousands of calls.
-MAX_CALL_IDS: Final = 16
+#: Tool-call ids kept a span, nearest the span first (``_ids_in``): a window naming more
+#: gives none (the count decides), as any of those not kept may be a lost call's; a bound, as
+#: a history can hold thousands of calls.
+MAX_CALL_IDS: Final = 32
 #: The characters of an id kept (``cut_id``): real ids are under 64 (``call_`` + 24,
 #: ``toolu_`` + 24, ``tooluse_`` + 22); a longer one is compared by its first 128 on both
 #: sides, the history's and the run's.
@@ -117,12 +116,15 @@ _TOOL_EVENT: Final = "gen_ai.tool.message"
 #: index may go on beyond it: not read.
 MAX_INDEXED: Final = 256
 INDEXED_ROLE_KEYS: Final = tuple(f"llm.input_messages.{i}.message.role" for i in range(MAX_INDEXED))
-#: OpenInference input messages' first tool-call id, read only with the histories (ingest
-#: asks for them then): one key a message, as for its role, so that a long history adds at
-#: most ``MAX_INDEXED`` attributes to those ``ingest.max_span_attributes`` bounds. A Chat
-#: Completions message asking for calls at once gives its first call's id alone.
+#: OpenInference input messages' tool-call ids read (of a message asking for calls at once,
+#: its first ``INDEXED_CALLS``), only with the histories (ingest asks for them then).
+INDEXED_CALLS: Final = 4
+#: ``INDEXED_ID_KEYS[i][k]``: message ``i``'s call ``k``'s id.
 INDEXED_ID_KEYS: Final = tuple(
-    f"llm.input_messages.{i}.message.tool_calls.0.tool_call.id" for i in range(MAX_INDEXED)
+    tuple(
+        f"llm.input_messages.{i}.message.tool_calls.{k}.tool_call.id" for k in range(INDEXED_CALLS)
+    )
+    for i in range(MAX_INDEXED)
 )
 #: An OpenInference output's first role: the span recorded an output, so the SDK's attribute
 #: limit (128 by default) did not cut its input messages, set before it.
@@ -130,13 +132,14 @@ _OUTPUT_ROLE: Final = "llm.output_messages.0.message.role"
 
 #: Span attribute keys read here.
 KEYS: Final = frozenset({_INPUT_MESSAGES, _VERCEL_MESSAGES, _RAW_INPUT, *INDEXED_ROLE_KEYS})
-#: An OpenInference input message's second call's id: only whether it is there is read (a
-#: message that issued calls at once names no id compared, ``_indexed_ids``).
+#: An OpenInference input message's call past those read: only whether it is there is read
+#: (its ids are then not compared, ``_indexed_ids``).
 INDEXED_MORE_KEYS: Final = tuple(
-    f"llm.input_messages.{i}.message.tool_calls.1.tool_call.id" for i in range(MAX_INDEXED)
+    f"llm.input_messages.{i}.message.tool_calls.{INDEXED_CALLS}.tool_call.id"
+    for i in range(MAX_INDEXED)
 )
 #: Span attribute keys read here when histories are read (``DecodeOptions.read_histories``).
-ID_KEYS: Final = frozenset({*INDEXED_ID_KEYS, *INDEXED_MORE_KEYS})
+ID_KEYS: Final = frozenset({*(k for ks in INDEXED_ID_KEYS for k in ks), *INDEXED_MORE_KEYS})
 #: Span events read here (beside ``events.EVENT_NAMES``).
 EVENT_NAMES: Final = frozenset({_USER_EVENT, _ASSISTANT_EVENT})
 
@@ -208,7 +211,8 @@ def _message_list(messages: Any) -> History:
             return NO_HISTORY
         role = message.get("role")
         if not isinstance(role, str):
-            role = ITEM_ROLES.get(message.get("type"))
+            kind = message.get("type")
+            role = ITEM_ROLES.get(kind) if isinstance(kind, str) else None
             if role is None:
                 return NO_HISTORY
         if role == "user" and _tool_results_only(message):
@@ -266,7 +270,8 @@ def _part_ids(parts: list[Any]) -> list[Any]:
     for part in parts:
         if not isinstance(part, dict):
             continue
-        if part.get("type") in _CALL_TYPES:
+        kind = part.get("type")
+        if isinstance(kind, str) and kind in _CALL_TYPES:
             call_id = part.get("id")
             found.append(call_id if call_id is not None else part.get("toolCallId"))
             continue
@@ -284,13 +289,12 @@ def _ids_in(
     roles: list[str], start: int, end: int, ids_of: Callable[[int], list[Any] | None]
 ) -> tuple[str, ...]:
     """The ids of the calls the model's messages in the window (``roles[start:end]``)
-    issued, nearest the span first, each cut (``cut_id``; non-empty strings only), a
-    message's whole or none: messages are taken, nearest first, while their ids fit in
-    ``MAX_CALL_IDS``. ``()`` (the count alone decides) where they cannot tell a lost call
-    from one the run holds: the nearest message naming ids names more than fit (a batch of
-    calls at once, any of which may be the lost one), a message names more than was read
-    (``ids_of`` gives ``None``), or an id repeats (a producer naming calls after their tool,
-    Strands' Ollama provider: an id the trace holds need not be this call's)."""
+    issued, nearest the span first, each cut (``cut_id``; non-empty strings only). ``()``
+    (the count alone decides) where they cannot tell a lost call from one the trace holds:
+    the window names more than ``MAX_CALL_IDS`` (those not kept may be the lost ones, behind
+    kept ones the trace holds), a message names more than was read (``ids_of`` gives
+    ``None``), or an id repeats (a producer naming calls after their tool, Strands' Ollama
+    provider: an id the trace holds need not be this call's)."""
     ids: list[str] = []
     for i in range(end - 1, start - 1, -1):
         if roles[i] not in _MODEL_ROLES:
@@ -300,9 +304,7 @@ def _ids_in(
             return ()
         named = [cut_id(x) for x in found if isinstance(x, str) and x]
         if len(ids) + len(named) > MAX_CALL_IDS:
-            if not ids:
-                return ()
-            break
+            return ()
         named.reverse()  # the message's last call is the nearest
         ids.extend(named)
     return tuple(ids) if len(set(ids)) == len(ids) else ()
@@ -333,11 +335,11 @@ def _indexed(attrs: Attributes) -> History:
 
 
 def _indexed_ids(attrs: Attributes, index: int) -> list[Any] | None:
-    """OpenInference message ``index``'s first call's id; ``None`` (not comparable) when it
-    issued more calls than that (a second call's id is there: the others are not read)."""
+    """OpenInference message ``index``'s calls' ids (up to ``INDEXED_CALLS``); ``None`` (not
+    comparable) when it issued more calls than are read."""
     if INDEXED_MORE_KEYS[index] in attrs:
         return None
-    return [attrs.get(INDEXED_ID_KEYS[index])]
+    return [attrs.get(key) for key in INDEXED_ID_KEYS[index]]
 
 
 def _from_events(events: Sequence[SpanEvent]) -> History:

@@ -463,7 +463,10 @@ class _Decoder:
         role, convention, fields = recognition.role, recognition.convention, recognition.fields
         history = NO_HISTORY
         if self._histories and role is SpanRole.LLM:
-            history = read_history(attrs, events)
+            try:
+                history = read_history(attrs, events)
+            except Exception:  # a reader's bug costs the evidence (unread), not the request
+                history = NO_HISTORY
         # OTLP: an empty parent marks a root; an all-zero one is read the same way.
         parent_id = parent if parent and parent != _ZERO_SPAN_ID else None
         record = SpanRecord(

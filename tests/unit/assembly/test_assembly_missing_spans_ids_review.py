@@ -55,18 +55,17 @@ def test_a_split_losing_the_first_calls_of_a_batch_of_ten_lookups_is_not_read_as
     A-1 and the rest come here. The refund call's history names c1..c10, but only the last
     8 (c10..c3) are kept, all known here: the half reads as whole, and its refund of A-1,
     whose lookup went to the other replica, pages a false MISSING_VERIFICATION_STEP (the
-    page the setting exists to stop). Was: that. Now: a message's ids are kept whole or not
-    at all, up to 16 (``MAX_CALL_IDS``): c1 and c2 are named and known nowhere in the half,
-    ``missing_spans``; a nearest message of more calls than that names none (the count
-    decides)."""
+    page the setting exists to stop). Was: that. Now: up to 32 ids are kept
+    (``MAX_CALL_IDS``): c1 and c2 are named and known nowhere in the half, ``missing_spans``;
+    a window naming more names none (the count decides)."""
     pairs = [(f"c{i}", f"A-{i}") for i in range(1, 11)]  # (call id, order)
     ids = [i for i, _ in pairs]
     batch = {"role": "assistant", "parts": [_lookup(i, o) for i, o in pairs]}
     answers = {"role": "tool", "parts": [_answer(i) for i in ids]}
     refund_history = _genai([USER, batch, answers])
     assert refund_history == {"prior_turns": 1, "prior_call_ids": tuple(reversed(ids))}
-    batch17 = {"role": "assistant", "parts": [_lookup(f"c{i}", "A-1") for i in range(17)]}
-    assert _genai([USER, batch17, answers]) == {"prior_turns": 1, "prior_call_ids": ()}
+    batch33 = {"role": "assistant", "parts": [_lookup(f"c{i}", "A-1") for i in range(33)]}
+    assert _genai([USER, batch33, answers]) == {"prior_turns": 1, "prior_call_ids": ()}
     whole = [
         agent(1, None, "support", 0, 100),
         llm(2, 1, 1, 10, *[ask("lookup_order", i, {"order_id": o}, k)

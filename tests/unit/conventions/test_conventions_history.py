@@ -294,13 +294,16 @@ def test_ids_that_are_no_text_are_skipped() -> None:
     assert read_history({"gen_ai.input.messages": json.dumps(history)}, None) == (2, ())
 
 
-def test_at_most_max_call_ids_are_kept_the_last_ones() -> None:
+def test_up_to_max_call_ids_are_kept_and_a_window_of_more_names_none() -> None:
+    """Was: the last ``MAX_CALL_IDS`` were kept, and a split whose lost calls were among those
+    cut off, behind kept ones the trace held, read as whole (review-idev, review2). Now: a
+    window naming more gives ``()``: the count alone decides."""
     history: list[dict[str, Any]] = [USER]
-    for i in range(MAX_CALL_IDS + 3):
+    for i in range(MAX_CALL_IDS):
         history += [_asks("lookup_order", f"c{i}"), _answer(f"c{i}", i)]
-    expected = tuple(f"c{i}" for i in range(MAX_CALL_IDS + 2, 2, -1))
-    assert _ids(history) == expected
-    assert len(expected) == MAX_CALL_IDS
+    assert _ids(history) == tuple(f"c{i}" for i in range(MAX_CALL_IDS - 1, -1, -1))
+    history += [_asks("lookup_order", "one more"), _answer("one more", 0)]
+    assert _ids(history) == ()
 
 
 def test_a_long_id_is_cut_to_max_id_chars() -> None:
@@ -341,24 +344,25 @@ def test_a_text_and_the_value_it_decodes_to_read_alike(history: list[Any]) -> No
     )
 
 
-def test_openinference_ids_are_read_from_the_first_call_of_each_message() -> None:
-    """Each message's first call's id is read. Was: a message with a second call gave its
-    first call's id alone, and a split that lost the second call's span read as whole
-    (review-idev). Now: a second call's id there makes the ids not comparable, ``()``: the
-    count alone decides."""
+def test_openinference_ids_are_read_from_the_first_calls_of_each_message() -> None:
+    """Each message's calls' ids are read, up to ``INDEXED_CALLS`` a message. Was: a
+    message's first call's id alone, and a split that lost the second call's span read as
+    whole (review-idev); then a second call made every id of the history not compared, and
+    a whole run with one parallel turn far back read by the count alone (review2). Now: the
+    first four calls' ids; a fifth's makes the ids not comparable, ``()``: the count alone
+    decides."""
     roles = ["system", "user", "assistant", "tool", "assistant", "tool", "tool"]
     attrs: dict[str, Any] = {key: role for key, role in zip(INDEXED_ROLE_KEYS, roles, strict=False)}
     attrs["llm.output_messages.0.message.role"] = "assistant"
-    attrs[INDEXED_ID_KEYS[2]] = "call_1"
-    attrs[INDEXED_ID_KEYS[4]] = "call_2"
-    assert read_history(attrs, None) == (2, ("call_2", "call_1"))
-    attrs[INDEXED_MORE_KEYS[4]] = "call_3"
-    assert (
-        attrs[INDEXED_MORE_KEYS[4]]
-        is attrs["llm.input_messages.4.message.tool_calls.1.tool_call.id"]
-    )
+    attrs[INDEXED_ID_KEYS[2][0]] = "call_1"
+    attrs[INDEXED_ID_KEYS[4][0]] = "call_2"
+    attrs[INDEXED_ID_KEYS[4][1]] = "call_3"
+    assert INDEXED_ID_KEYS[4][1] == "llm.input_messages.4.message.tool_calls.1.tool_call.id"
+    assert read_history(attrs, None) == (2, ("call_3", "call_2", "call_1"))
+    attrs[INDEXED_MORE_KEYS[4]] = "call_7"
+    assert INDEXED_MORE_KEYS[4] == "llm.input_messages.4.message.tool_calls.4.tool_call.id"
     assert read_history(attrs, None) == (2, ())
-    assert {INDEXED_ID_KEYS[0], INDEXED_MORE_KEYS[0]} <= ID_KEYS
+    assert {INDEXED_ID_KEYS[0][3], INDEXED_MORE_KEYS[0]} <= ID_KEYS
     assert not ID_KEYS & ATTRIBUTE_KEYS  # asked of ingest only when histories are read
 
 
