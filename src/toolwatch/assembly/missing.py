@@ -16,7 +16,8 @@ evidence only if one of them is known nowhere in the trace before that span ende
 span of the trace that started by then asked for it (a model span's ``output_tool_calls``)
 or ran it (``call_id``), the ids the timeline pairs requests and executions by (``by_id``),
 each compared cut as the history's (``cut_id``). A model call no instrumentation recorded,
-whose tools' spans (with their call ids) are in the trace, is then no lost span, nor is an
+whose tools' spans (with their call ids) are in the trace, is then no lost span (while the
+history names at most ``MAX_CALL_IDS`` calls: past that the count decides), nor is an
 earlier run of the trace whose messages a later one was given (``to_input_list``); the calls
 a lost half of a run made, and their tool spans with them, are known nowhere. By its end,
 not its start: a tool span recorded on another host (an LLM gateway's model spans, a tool
@@ -40,7 +41,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
-from typing import Final
+from typing import TypeAlias
 
 from toolwatch.conventions.history import cut_id
 from toolwatch.model import MISSING_SPANS, SpanRecord, SpanRole
@@ -56,7 +57,7 @@ class TraceIds:
 
     def __init__(self, spans: Sequence[SpanRecord]) -> None:
         self._spans = spans
-        self._first: dict[str, tuple[int, bytes, int]] | None = None
+        self._first: dict[str, _Carriers] | None = None
 
     def knows(self, call_id: str, span: SpanRecord) -> bool:
         """Whether a span of the trace other than ``span`` that started before ``span``
@@ -68,7 +69,9 @@ class TraceIds:
         if found is None:
             return False
         start, carrier, second = found
-        return (start if carrier != span.span_id else second) < span.end_ns
+        if carrier == span.span_id:  # its own output: another span must carry it
+            return second is not None and second < span.end_ns
+        return start < span.end_ns
 
 
 def lacks_spans(run: Sequence[SpanRecord], ids: TraceIds) -> bool:
@@ -107,14 +110,16 @@ def _asks_again(span: SpanRecord) -> bool:
     return any(c.call_id is not None and cut_id(c.call_id) in named for c in span.output_tool_calls)
 
 
-_NEVER: Final = 1 << 63  # no second carrier: a start no span reaches
+#: An id's earliest carrier's start and span id, and the start of the earliest other (none
+#: yet: ``None``).
+_Carriers: TypeAlias = tuple[int, bytes, int | None]
 
 
-def _first_carriers(spans: Sequence[SpanRecord]) -> dict[str, tuple[int, bytes, int]]:
+def _first_carriers(spans: Sequence[SpanRecord]) -> dict[str, _Carriers]:
     """For each call id the spans carry, cut as a history's are: the start and span id of
     the earliest span that asked for it (a model span's output) or ran it (a tool span's
     ``call_id``, or any span's a recognizer gave one), and the start of the earliest other."""
-    first: dict[str, tuple[int, bytes, int]] = {}
+    first: dict[str, _Carriers] = {}
     for span in spans:
         if span.call_id is not None:
             _carried(first, cut_id(span.call_id), span)
@@ -124,16 +129,16 @@ def _first_carriers(spans: Sequence[SpanRecord]) -> dict[str, tuple[int, bytes, 
     return first
 
 
-def _carried(first: dict[str, tuple[int, bytes, int]], call_id: str, span: SpanRecord) -> None:
+def _carried(first: dict[str, _Carriers], call_id: str, span: SpanRecord) -> None:
     start = span.start_ns
     found = first.get(call_id)
     if found is None:
-        first[call_id] = (start, span.span_id, _NEVER)
+        first[call_id] = (start, span.span_id, None)
         return
     earliest, carrier, second = found
     if carrier == span.span_id:
         return
     if start < earliest:
         first[call_id] = (start, span.span_id, earliest)
-    elif start < second:
+    elif second is None or start < second:
         first[call_id] = (earliest, carrier, start)

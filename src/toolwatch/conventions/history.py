@@ -64,7 +64,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeAlias
 
-from toolwatch.conventions.attrs import Attributes, EventSource, SpanEvent, parse_json
+from toolwatch.conventions.attrs import Attributes, EventSource, SpanEvent, clean_id, parse_json
 from toolwatch.conventions.history_messages import pruned
 
 __all__ = [
@@ -289,12 +289,13 @@ def _ids_in(
     roles: list[str], start: int, end: int, ids_of: Callable[[int], list[Any] | None]
 ) -> tuple[str, ...]:
     """The ids of the calls the model's messages in the window (``roles[start:end]``)
-    issued, nearest the span first, each cut (``cut_id``; non-empty strings only). ``()``
-    (the count alone decides) where they cannot tell a lost call from one the trace holds:
-    the window names more than ``MAX_CALL_IDS`` (those not kept may be the lost ones, behind
-    kept ones the trace holds), a message names more than was read (``ids_of`` gives
-    ``None``), or an id repeats (a producer naming calls after their tool, Strands' Ollama
-    provider: an id the trace holds need not be this call's)."""
+    issued, nearest the span first, each read as a span's (``clean_id``: a number as its
+    text) and cut (``cut_id``). ``()`` (the count alone decides) where they cannot tell a
+    lost call from one the trace holds: the window names more than ``MAX_CALL_IDS`` (those
+    not kept may be the lost ones, behind kept ones the trace holds), a call names no id
+    (Gemini's ``functionCall`` where the API set none), a message names more than was read
+    (``ids_of`` gives ``None``), or an id repeats (a producer naming calls after their tool,
+    Strands' Ollama provider: an id the trace holds need not be this call's)."""
     ids: list[str] = []
     for i in range(end - 1, start - 1, -1):
         if roles[i] not in _MODEL_ROLES:
@@ -302,7 +303,12 @@ def _ids_in(
         found = ids_of(i)
         if found is None:
             return ()
-        named = [cut_id(x) for x in found if isinstance(x, str) and x]
+        named: list[str] = []
+        for raw in found:
+            call_id = clean_id(raw)
+            if call_id is None:  # a call named by no id: it may be the lost one
+                return ()
+            named.append(cut_id(call_id))
         if len(ids) + len(named) > MAX_CALL_IDS:
             return ()
         named.reverse()  # the message's last call is the nearest
@@ -313,8 +319,8 @@ def _ids_in(
 def _indexed(attrs: Attributes) -> History:
     """OpenInference: the roles at indexes 0, 1, ... until the first missing one; a role
     past that gap (a message whose role was not recorded: which turn it was is unknown)
-    makes the history unread. Ids: each model message's first call's (``INDEXED_ID_KEYS``,
-    present only when ingest read the histories)."""
+    makes the history unread. Ids: each model message's first ``INDEXED_CALLS`` calls'
+    (``INDEXED_ID_KEYS``, present only when ingest read the histories)."""
     if _OUTPUT_ROLE not in attrs:
         return NO_HISTORY
     roles: list[str] = []
@@ -339,7 +345,7 @@ def _indexed_ids(attrs: Attributes, index: int) -> list[Any] | None:
     comparable) when it issued more calls than are read."""
     if INDEXED_MORE_KEYS[index] in attrs:
         return None
-    return [attrs.get(key) for key in INDEXED_ID_KEYS[index]]
+    return [attrs[key] for key in INDEXED_ID_KEYS[index] if key in attrs]
 
 
 def _from_events(events: Sequence[SpanEvent]) -> History:

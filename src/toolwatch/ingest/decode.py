@@ -21,6 +21,7 @@ from any thread.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
@@ -152,6 +153,21 @@ def _value_size(value: Any) -> int:
         text: str = value
         return text_size(text)
     return 0 if value is None else held_size(value)
+
+
+_log = logging.getLogger(__name__)
+_history_failures = [0]  # model spans whose history reader raised (logged at the first)
+
+
+def _history_failed() -> None:
+    """A history reader raised on a model span (a defect: no input should): the span keeps
+    no history, and the first such failure of the process is logged with its traceback."""
+    _history_failures[0] += 1
+    if _history_failures[0] == 1:
+        _log.exception(
+            "toolwatch: a model span's input history could not be read (a defect;"
+            " its spans are judged without the evidence, logged once)"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -465,8 +481,8 @@ class _Decoder:
         if self._histories and role is SpanRole.LLM:
             try:
                 history = read_history(attrs, events)
-            except Exception:  # a reader's bug costs the evidence (unread), not the request
-                history = NO_HISTORY
+            except Exception:  # a reader's bug costs the evidence (unread), not the span
+                _history_failed()
         # OTLP: an empty parent marks a root; an all-zero one is read the same way.
         parent_id = parent if parent and parent != _ZERO_SPAN_ID else None
         record = SpanRecord(
