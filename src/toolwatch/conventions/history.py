@@ -218,11 +218,7 @@ def _message_list(messages: Any) -> History:
         if role == "user" and _tool_results_only(message):
             role = "tool"
         roles.append(role)
-    window = _window(roles)
-    if window is None:
-        return NO_HISTORY
-    turns, start, end = window
-    return turns, _ids_in(roles, start, end, lambda i: _message_ids(messages[i]))
+    return _read(roles, lambda i: _message_ids(messages[i]))
 
 
 def _tool_results_only(message: dict[str, Any]) -> bool:
@@ -285,6 +281,16 @@ def _part_ids(parts: list[Any]) -> list[Any]:
     return found
 
 
+def _read(roles: list[str], ids_of: Callable[[int], list[Any] | None]) -> History:
+    """The history the messages of ``roles`` make: its model turns (``_window``) and the ids
+    of their calls (``_ids_in``; ``ids_of(i)``: message ``i``'s, as they came)."""
+    window = _window(roles)
+    if window is None:
+        return NO_HISTORY
+    turns, start, end = window
+    return turns, _ids_in(roles, start, end, ids_of)
+
+
 def _ids_in(
     roles: list[str], start: int, end: int, ids_of: Callable[[int], list[Any] | None]
 ) -> tuple[str, ...]:
@@ -333,11 +339,7 @@ def _indexed(attrs: Attributes) -> History:
         return NO_HISTORY
     if any(key in attrs for key in INDEXED_ROLE_KEYS[len(roles) + 1 :]):
         return NO_HISTORY
-    window = _window(roles)
-    if window is None:
-        return NO_HISTORY
-    turns, start, end = window
-    return turns, _ids_in(roles, start, end, lambda i: _indexed_ids(attrs, i))
+    return _read(roles, lambda i: _indexed_ids(attrs, i))
 
 
 def _indexed_ids(attrs: Attributes, index: int) -> list[Any] | None:
@@ -370,11 +372,7 @@ def _from_events(events: Sequence[SpanEvent]) -> History:
         elif name == _TOOL_EVENT:
             roles.append("tool")
             said.append(event)
-    window = _window(roles)
-    if window is None:
-        return NO_HISTORY
-    turns, start, end = window
-    return turns, _ids_in(roles, start, end, lambda i: _event_ids(said[i]))
+    return _read(roles, lambda i: _event_ids(said[i]))
 
 
 def _event_ids(event: SpanEvent) -> list[Any]:

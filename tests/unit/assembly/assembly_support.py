@@ -3,6 +3,7 @@ assembly tests."""
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
@@ -10,6 +11,7 @@ from typing import Any
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.conventions import handoff_fields
+from toolwatch.conventions.history import read_history
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.safety import Safety
@@ -127,6 +129,24 @@ def llm(
 ) -> SpanRecord:
     kw.setdefault("model", "gpt-4o")
     return span(n, parent, SpanRole.LLM, start_ms, end_ms, output_tool_calls=calls, **kw)
+
+
+#: The finding the missing-spans tests are about.
+MISSING = Category.MISSING_VERIFICATION_STEP
+#: A user's message in a GenAI history (``genai_history``).
+USER = {"role": "user", "parts": [{"type": "text", "content": "Refund my order A-1."}]}
+
+
+def genai_history(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The SpanRecord fields ingest reads from a ``gen_ai.input.messages`` history
+    (``llm(..., **genai_history(messages))``)."""
+    turns, ids = read_history({"gen_ai.input.messages": json.dumps(messages)}, None)
+    return {"prior_turns": turns, "prior_call_ids": ids}
+
+
+def answer_part(call_id: str) -> dict[str, Any]:
+    """A GenAI history's part carrying a tool's answer to ``call_id``."""
+    return {"type": "tool_call_response", "id": call_id, "response": "ok"}
 
 
 def ask(
