@@ -83,11 +83,10 @@ __all__ = [
     "UNREAD",
     "History",
     "cut_id",
-    "prior_turns",
     "read_history",
 ]
 
-#: What ``prior_turns`` says when the span carries no readable input history.
+#: The turns ``read_history`` gives when the span carries no readable input history.
 UNREAD: Final = -1
 #: A history's reading: the earlier model calls it shows (``UNREAD``: none readable) and the
 #: ids of the tool calls they issued (at most ``MAX_CALL_IDS``, nearest the span first).
@@ -177,12 +176,6 @@ def read_history(attrs: Attributes, events: EventSource) -> History:
     if events is not None:
         return _from_events(events())
     return NO_HISTORY
-
-
-def prior_turns(attrs: Attributes, events: EventSource) -> int:
-    """The number of earlier model calls of this run a model span's input shows, ``UNREAD``
-    (-1) when it shows no readable history."""
-    return read_history(attrs, events)[0]
 
 
 def cut_id(call_id: str) -> str:

@@ -2,7 +2,7 @@
 shapes an adversarial review built: what it must not do to a whole run, and the limits that
 keep ``assembly.missing_spans_from_history`` off by default.
 
-Histories are read by the real ``conventions.history.prior_turns`` from the message JSON a
+Histories are read by the real ``conventions.history.read_history`` from the message JSON a
 producer records; the runs are built by the real timeline and judged by the real safety
 evaluator under the assembly tests' refund policy (a refund needs an earlier lookup of its
 order)."""
@@ -29,7 +29,7 @@ from toolwatch.app_reload import _kept_settings
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
-from toolwatch.conventions.history import INDEXED_ROLE_KEYS, UNREAD, prior_turns, read_history
+from toolwatch.conventions.history import INDEXED_ROLE_KEYS, UNREAD, read_history
 from toolwatch.model import Category, SpanRecord, SpanRole
 from toolwatch.replay_assembly import OfflineAssembler
 
@@ -45,7 +45,7 @@ def paged_with_the_setting_off(spans: list[SpanRecord]) -> dict[str | None, list
 
 def turns(messages: list[dict[str, Any]]) -> int:
     """What a span whose ``gen_ai.input.messages`` holds ``messages`` says came before it."""
-    return prior_turns({"gen_ai.input.messages": json.dumps(messages)}, None)
+    return read_history({"gen_ai.input.messages": json.dumps(messages)}, None)[0]
 
 
 def reading(messages: list[dict[str, Any]]) -> dict[str, Any]:
@@ -317,7 +317,7 @@ def test_openinference_roles_with_a_gap_are_unread_as_the_module_says() -> None:
         key: role for key, role in zip(INDEXED_ROLE_KEYS, roles, strict=False) if role
     }
     attrs["llm.output_messages.0.message.role"] = "assistant"
-    assert prior_turns(attrs, None) == UNREAD
+    assert read_history(attrs, None)[0] == UNREAD
 
 
 # --- 7. The setting (holds up) -----------------------------------------------------------

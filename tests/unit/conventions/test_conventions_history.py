@@ -21,7 +21,6 @@ from toolwatch.conventions.history import (
     MAX_ID_CHARS,
     MAX_INDEXED,
     cut_id,
-    prior_turns,
     read_history,
 )
 from toolwatch.model import SpanRole
@@ -46,7 +45,7 @@ def _genai(messages: list[dict[str, Any]]) -> int:
     ``messages``."""
     attrs = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": json.dumps(messages)}
     assert recognize("chat gpt-4o", 0, attrs, None).role is SpanRole.LLM
-    return prior_turns(attrs, None)
+    return read_history(attrs, None)[0]
 
 
 # An earlier turn of the conversation: its user message, the model's call and answer.
@@ -117,11 +116,11 @@ def test_consecutive_model_messages_are_one_call_and_a_trailing_one_is_none() ->
 )
 def test_an_unreadable_history_is_minus_one(value: str) -> None:
     attrs = {"gen_ai.operation.name": "chat", "gen_ai.input.messages": value}
-    assert prior_turns(attrs, None) == -1
+    assert read_history(attrs, None)[0] == -1
 
 
 def test_a_model_span_without_input_is_minus_one() -> None:
-    assert prior_turns({"gen_ai.operation.name": "chat"}, None) == -1
+    assert read_history({"gen_ai.operation.name": "chat"}, None)[0] == -1
 
 
 def _openinference(roles: list[str], *, output: bool = True) -> int:
@@ -132,7 +131,7 @@ def _openinference(roles: list[str], *, output: bool = True) -> int:
     if output:
         attrs["llm.output_messages.0.message.role"] = "assistant"
     assert recognize("ChatCompletion", 0, attrs, None).role is SpanRole.LLM
-    return prior_turns(attrs, None)
+    return read_history(attrs, None)[0]
 
 
 def test_openinference_roles_are_read_from_the_flattened_keys() -> None:
@@ -166,7 +165,7 @@ def test_strands_message_events_are_counted() -> None:
         SpanEvent("gen_ai.assistant.message", {"content": '[{"toolUse": {}}]'}),
         SpanEvent("gen_ai.tool.message", {"content": '[{"toolResult": {}}]'}),
     )
-    assert prior_turns({}, lambda: events) == 2
+    assert read_history({}, lambda: events)[0] == 2
 
 
 def test_a_details_events_input_messages_are_counted() -> None:
@@ -175,14 +174,14 @@ def test_a_details_events_input_messages_are_counted() -> None:
         "gen_ai.client.inference.operation.details", {"gen_ai.input.messages": messages}
     )
     # The trailing assistant message is left out: nothing answered it yet.
-    assert prior_turns({}, lambda: (details,)) == 0
+    assert read_history({}, lambda: (details,))[0] == 0
     answered = json.dumps(
         [_text("user", "Refund A-1."), _asks("lookup_order", "c1"), _answer("c1", 1)]
     )
     details = SpanEvent(
         "gen_ai.client.inference.operation.details", {"gen_ai.input.messages": answered}
     )
-    assert prior_turns({}, lambda: (details,)) == 1
+    assert read_history({}, lambda: (details,))[0] == 1
 
 
 def test_responses_api_items_and_vercel_messages_are_counted() -> None:
@@ -191,15 +190,15 @@ def test_responses_api_items_and_vercel_messages_are_counted() -> None:
         {"type": "function_call", "call_id": "c1", "name": "lookup_order", "arguments": "{}"},
         {"type": "function_call_output", "call_id": "c1", "output": "{}"},
     ]
-    assert prior_turns({"raw_input": json.dumps(items)}, None) == 1
+    assert read_history({"raw_input": json.dumps(items)}, None)[0] == 1
     unknown = [*items, {"type": "something_new"}]
-    assert prior_turns({"raw_input": json.dumps(unknown)}, None) == -1
+    assert read_history({"raw_input": json.dumps(unknown)}, None)[0] == -1
     vercel = [
         {"role": "user", "content": [{"type": "text", "text": "Refund A-1."}]},
         {"role": "assistant", "content": [{"type": "tool-call", "toolCallId": "c1"}]},
         {"role": "tool", "content": [{"type": "tool-result", "toolCallId": "c1"}]},
     ]
-    assert prior_turns({"ai.prompt.messages": json.dumps(vercel)}, None) == 1
+    assert read_history({"ai.prompt.messages": json.dumps(vercel)}, None)[0] == 1
 
 
 # --- The tool-call ids the earlier model calls issued (``read_history``) ----------------------
