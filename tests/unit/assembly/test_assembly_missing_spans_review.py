@@ -70,6 +70,22 @@ USER = {"role": "user", "parts": [{"type": "text", "content": "Refund my order A
 # --- 1. A whole run whose history holds a model message no model call made -------------------
 
 
+def _customer_then_refund(
+    first: dict[str, Any], last: dict[str, Any], *, customer_call: str | None = "c0"
+) -> list[SpanRecord]:
+    """A run whose customer record is fetched (``get_customer``, its span carrying
+    ``customer_call`` as call id) before any recorded model call, whose first recorded model
+    call (its history ``first``) refunds A-1, never looked up, and whose last (``last``)
+    answers: a true MISSING_VERIFICATION_STEP, whatever came before the fetch."""
+    return [
+        agent(1, None, "support", 0, 100),
+        tool(3, 1, "get_customer", 2, 5, call_id=customer_call, arguments={"order_id": "A-1"}),
+        llm(4, 1, 6, 15, ask("issue_refund", "c2", {"order_id": "A-1"}), **first),
+        tool(5, 1, "issue_refund", 16, 20, call_id="c2", arguments={"order_id": "A-1"}),
+        llm(6, 1, 21, 30, **last, output_text="Refunded."),
+    ]
+
+
 def test_with_the_setting_on_a_tool_call_the_app_inserts_and_runs_leaves_the_run_paged() -> None:
     """LangGraph's SQL-agent pattern (a graph node appends ``AIMessage(tool_calls=[...])``
     without calling the model, then a ToolNode runs it): here the app always fetches the
@@ -91,13 +107,7 @@ def test_with_the_setting_on_a_tool_call_the_app_inserts_and_runs_leaves_the_run
         {"prior_turns": 1, "prior_call_ids": ("c0",)},
         {"prior_turns": 2, "prior_call_ids": ("c2", "c0")},
     )
-    spans = [
-        agent(1, None, "support", 0, 100),
-        tool(3, 1, "get_customer", 2, 5, call_id="c0", arguments={"order_id": "A-1"}),
-        llm(4, 1, 6, 15, ask("issue_refund", "c2", {"order_id": "A-1"}), **first),
-        tool(5, 1, "issue_refund", 16, 20, call_id="c2", arguments={"order_id": "A-1"}),
-        llm(6, 1, 21, 30, **last, output_text="Refunded."),
-    ]
+    spans = _customer_then_refund(first, last)
     assert paged_with_the_setting_off(spans) == {"support": [MISSING]}
     trace = only(spans)
     assert (trace.complete, trace.incomplete_reason) == (True, None)
@@ -115,13 +125,8 @@ def test_with_the_setting_on_a_tool_call_the_app_inserts_and_no_span_runs_silenc
     inserted = {"role": "assistant", "parts": [call("get_customer", "c0", "A-1")]}
     customer = {"role": "tool", "parts": [result("c0", "customer 7")]}
     first = reading([SYSTEM, USER, inserted, customer])
-    spans = [
-        agent(1, None, "support", 0, 100),
-        tool(3, 1, "get_customer", 2, 5, arguments={"order_id": "A-1"}),  # no call id
-        llm(4, 1, 6, 15, ask("issue_refund", "c2", {"order_id": "A-1"}), **first),
-        tool(5, 1, "issue_refund", 16, 20, call_id="c2", arguments={"order_id": "A-1"}),
-        llm(6, 1, 21, 30, prior_turns=2, prior_call_ids=("c2", "c0"), output_text="Done."),
-    ]
+    last = {"prior_turns": 2, "prior_call_ids": ("c2", "c0")}
+    spans = _customer_then_refund(first, last, customer_call=None)  # no call id
     assert paged_with_the_setting_off(spans) == {"support": [MISSING]}
     trace = only(spans)
     assert (trace.complete, trace.incomplete_reason) == (False, "missing_spans")
@@ -174,14 +179,7 @@ def test_with_the_setting_on_an_unrecorded_model_call_whose_tools_ran_leaves_the
     assert first == {"prior_turns": 1, "prior_call_ids": ("c0",)}
     refund = {"role": "assistant", "parts": [call("issue_refund", "c2", "A-1")]}
     last = reading([SYSTEM, USER, planned, customer, refund, result("c2", "ok")])
-    spans = [
-        agent(1, None, "support", 0, 100),
-        # the planner's model call: no span anywhere
-        tool(3, 1, "get_customer", 2, 5, call_id="c0", arguments={"order_id": "A-1"}),
-        llm(4, 1, 6, 15, ask("issue_refund", "c2", {"order_id": "A-1"}), **first),
-        tool(5, 1, "issue_refund", 16, 20, call_id="c2", arguments={"order_id": "A-1"}),
-        llm(6, 1, 21, 30, **last, output_text="Refunded."),
-    ]
+    spans = _customer_then_refund(first, last)  # the planner's model call: no span anywhere
     assert paged_with_the_setting_off(spans) == {"support": [MISSING]}
     trace = only(spans)
     assert (trace.complete, trace.incomplete_reason) == (True, None)
