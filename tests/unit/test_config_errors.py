@@ -1028,3 +1028,29 @@ def test_an_error_within_a_section_an_alias_gave_is_located_at_the_alias(
         f"  {config}: shadow.pair_timeout_seconds: Input should be less than or equal to 604800"
         " (got 1000000) (line 6, column 25)",
     ]
+
+
+def test_the_longest_refusal_is_set_in_seconds_or_null_and_outlasts_the_wait(
+    tmp_path: Path,
+) -> None:
+    """``assembly.max_refusal_seconds``: how long a full buffer refuses under backpressure
+    before it evicts (``HeldTraces.has_room``)."""
+    assert load_config(None, {}).assembly.limits().max_refusal_ns == 5 * 10**9
+    config = load_config(None, {"assembly.max_refusal_seconds": "30"})
+    assert config.assembly.limits().max_refusal_ns == 30 * 10**9
+    # Left unset, it follows a longer wait: ended runs are let go before any is evicted.
+    waits = load_config(None, {"assembly.completion_wait_seconds": 8})
+    assert waits.assembly.limits().max_refusal_ns == 8 * 10**9
+    never = tmp_path / "toolwatch.yaml"
+    never.write_text("assembly:\n  max_refusal_seconds: null\n")
+    assert load_config(never, {}).assembly.limits().max_refusal_ns == 0
+
+    assert error_lines(None, {"assembly.max_refusal_seconds": 1})[1] == (
+        "  defaults and command line/environment: assembly: max_refusal_seconds (1) must be at"
+        " least completion_wait_seconds (2): a full buffer makes room as the runs it holds end"
+        " and their wait passes, and would evict them before it could"
+    )
+    # Under evict_oldest it does nothing, and is no error: a file may set it whichever
+    # overflow an override picks.
+    evicting = {"assembly.overflow": "evict_oldest", "assembly.max_refusal_seconds": 5}
+    assert load_config(None, evicting).assembly.limits().overflow == "evict_oldest"

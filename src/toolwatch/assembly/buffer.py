@@ -33,7 +33,9 @@ with a reason:
 * ``span_too_large`` — the span alone is bigger than ``max_buffered_bytes``;
 * ``buffer_full`` — its trace alone fills the buffer, so no other trace can be evicted, or,
   under ``backpressure``, the buffer is full: there nothing is evicted (a request gets here
-  only when ``has_room`` let it through as one that can never fit, or without asking);
+  only when ``has_room`` let it through as one that can never fit, or without asking),
+  unless the buffer is stalled (``HeldTraces.has_room``: it has refused requests for
+  ``max_refusal_ns``), where the oldest runs are evicted as under ``evict_oldest``;
 * ``not_an_agent_run`` — counted when its trace is emitted, instead of built: no span of the
   trace is an agent run, a model call or a tool execution (``runs_an_agent``), as in an HTTP
   request's trace that a Collector forwarding every trace sends. Such a trace is handed out
@@ -260,11 +262,12 @@ class TraceBuffer(HeldTraces):
 
     def _make_room(self, span: SpanRecord, now: int, evicted: list[CompletedTrace]) -> bool:
         """Evict the oldest other traces until ``span`` fits; false if it cannot. Under
-        ``backpressure`` nothing is evicted: the operator chose to refuse rather than judge
-        runs in flight early, and a request gets here only when ``has_room`` let it through
-        as one that can never fit (or without asking), so what does not fit is dropped."""
+        ``backpressure`` nothing is evicted unless the buffer is stalled (``has_room``): the
+        operator chose to refuse rather than judge runs in flight early, and a request gets
+        here only when ``has_room`` let it through as one that can never fit (or without
+        asking), so what does not fit is dropped."""
         own = self._traces.get(span.trace_id)
-        evicts = self._limits.overflow == "evict_oldest"
+        evicts = self._limits.overflow == "evict_oldest" or self._stalled(now)
         while (bound := self._exceeded(own is None, span.size_bytes)) is not None:
             victim = self._oldest_other(span.trace_id) if evicts else None
             if victim is None:

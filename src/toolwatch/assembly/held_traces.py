@@ -16,6 +16,7 @@ import heapq
 import itertools
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Final
 
 from toolwatch.assembly.anchoring import _Trace
 from toolwatch.assembly.limits import AssemblyLimits
@@ -23,7 +24,11 @@ from toolwatch.assembly.remembered import RememberedTraces
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock, SpanRecord
 
-__all__ = ["HeldTraces"]
+__all__ = ["STALL_BEHIND_NS", "HeldTraces"]
+
+#: How far behind a full buffer's completion checks may be for it to be stalled
+#: (``HeldTraces._stalled``): the ticker makes them every ``tick_seconds`` (10 ms by default).
+STALL_BEHIND_NS: Final = 1_000_000_000
 
 
 class HeldTraces:
@@ -47,6 +52,9 @@ class HeldTraces:
         self._limited: OrderedDict[bytes, None] = OrderedDict()
         self._spans = 0
         self._bytes = 0
+        # Under backpressure, when the buffer first refused a request since one last fitted
+        # (``has_room``); None while requests fit.
+        self._refused_since: int | None = None
 
     @property
     def buffered_traces(self) -> int:
@@ -86,27 +94,63 @@ class HeldTraces:
         return 0 if due is None else max(0, self._clock() - due)
 
     def has_room(self, spans: Sequence[SpanRecord], size_bytes: int) -> bool:
-        """Whether a request of ``spans`` (``size_bytes`` in all) fits now: its spans, its
-        bytes, and the traces it would start (its trace ids not buffered yet).
+        """Whether to take a request of ``spans`` (``size_bytes`` in all) now: whether its
+        spans, its bytes and the traces it would start (its trace ids not buffered yet) fit.
 
         Always true under ``evict_oldest``. Under ``backpressure`` a receiver answers
-        ``False`` with a retryable status. A request bigger than the whole buffer (more
-        spans, bytes or new traces than it can ever hold) is let through (``add`` takes what
-        fits and drops the rest, ``buffer_full``, evicting nothing): refusing it would make
-        the client retry something that can never fit. A span bigger than the whole buffer
-        takes no room (``add`` drops it, ``span_too_large``) and is not counted: counted, it
-        let an ordinary request through as one that can never fit.
+        ``False`` with a retryable status, until the buffer has refused requests for
+        ``max_refusal_ns`` with none fitting in between: then it is *stalled*, full of runs
+        in flight that the refused requests would end, and takes each request by evicting
+        the oldest runs as ``evict_oldest`` does (``add``), until one fits again, unless its
+        completion checks are behind (``_stalled``). Refusing on
+        would only hold those runs until ``max_trace_age_ns``, while senders give up on the
+        refused batches (the OpenTelemetry SDKs after 10 s) and lose them uncounted.
+
+        A request bigger than the whole buffer (more spans, bytes or new traces than it can
+        ever hold) is let through (``add`` takes what fits and drops the rest,
+        ``buffer_full``, evicting only when stalled): refusing it would make the client
+        retry something that can never fit. A span bigger than the whole buffer takes no
+        room (``add`` drops it, ``span_too_large``) and is not counted: counted, it let an
+        ordinary request through as one that can never fit.
         """
-        lim = self._limits
-        if lim.overflow == "evict_oldest":
+        if self._limits.overflow == "evict_oldest":
             return True
+        fits = self._room_for(spans, size_bytes)
+        if fits is None:
+            return True  # can never fit
+        if fits:
+            self._refused_since = None
+            return True
+        now = self._clock()
+        if self._stalled(now):
+            return True
+        if self._refused_since is None:
+            self._refused_since = now
+        return False
+
+    def _stalled(self, now: int) -> bool:
+        """Whether, under ``backpressure``, the buffer has refused requests for
+        ``max_refusal_ns`` with none fitting since (``has_room``), its completion checks made
+        on time: it then evicts. Checks ``STALL_BEHIND_NS`` overdue mean that what holds the
+        buffer full is runs not yet judged (assembly stuck, the CPU short), not runs in
+        flight: refusing is what helps there, and evicting would hide it (the runs judged
+        early would read as a buffer too small, and ToolwatchNoToolTraces never fire)."""
+        since, limit = self._refused_since, self._limits.max_refusal_ns
+        if since is None or limit == 0 or now - since < limit:
+            return False
+        due = self.next_due_ns()
+        return due is None or now - due < STALL_BEHIND_NS
+
+    def _room_for(self, spans: Sequence[SpanRecord], size_bytes: int) -> bool | None:
+        """Whether a request fits under every bound now; ``None`` when it can never fit."""
+        lim = self._limits
         count = len(spans)
         if self._bytes + size_bytes > lim.max_buffered_bytes:  # only then can one be too big
             too_large = [s.size_bytes for s in spans if s.size_bytes > lim.max_buffered_bytes]
             count -= len(too_large)
             size_bytes -= sum(too_large)
         if count > lim.max_buffered_spans or size_bytes > lim.max_buffered_bytes:
-            return True
+            return None
         if (
             self._spans + count > lim.max_buffered_spans
             or self._bytes + size_bytes > lim.max_buffered_bytes
@@ -122,7 +166,9 @@ class HeldTraces:
                 if s.trace_id not in self._traces and s.size_bytes <= lim.max_buffered_bytes
             }
         )
-        return new <= room or new > lim.max_traces
+        if new > lim.max_traces:
+            return None
+        return new <= room
 
     def _flag_limited(self, trace_id: bytes, trace: _Trace | None) -> None:
         """Flag ``trace`` incomplete for a dropped span, or remember its id until it comes."""

@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from toolwatch.assembly.limits import LOST_PARENT_WAIT_NS, AssemblyLimits
+from toolwatch.assembly.limits import LOST_PARENT_WAIT_NS, MAX_REFUSAL_NS, AssemblyLimits
 from toolwatch.ingest.scan import Decoder
 from toolwatch.sections import WEEK_SECONDS, Seconds, seconds_to_ns
 from toolwatch.sections import Section as _Section
@@ -109,6 +109,9 @@ class AssemblySettings(_Section):
     max_buffered_bytes: int = Field(256 * _MIB, gt=0)
     max_remembered_traces: int = Field(2_000_000, ge=0, le=_MAX_REMEMBERED_TRACES)
     overflow: Literal["backpressure", "evict_oldest"] = "backpressure"
+    # Under backpressure: how long a full buffer refuses requests, none fitting, before it
+    # takes them by evicting the oldest runs (HeldTraces.has_room); None: until one fits.
+    max_refusal_seconds: Seconds | None = Field(MAX_REFUSAL_NS / 1e9, gt=0, le=WEEK_SECONDS)
     # A run whose model spans' input histories show earlier model calls the run does not
     # hold (and, where they name those calls' tool-call ids, one it does not know) is judged
     # incomplete, missing_spans (assembly.missing); off (the default): judged as it came.
@@ -152,6 +155,33 @@ class AssemblySettings(_Section):
         return self
 
     @model_validator(mode="after")
+    def _refusal_can_end(self) -> AssemblySettings:
+        # Checked when set (the default follows a longer wait, _max_refusal_ns), also under
+        # evict_oldest, where it does nothing: a file that sets it is right whichever
+        # overflow an override picks. Shorter than the wait, a burst of ended runs would be
+        # judged early (evicted) before their wait let them go.
+        if "max_refusal_seconds" not in self.model_fields_set:
+            return self
+        limit = self.max_refusal_seconds
+        if limit is not None and limit < self.completion_wait_seconds:
+            raise ValueError(
+                f"max_refusal_seconds ({limit:g}) must be at least completion_wait_seconds "
+                f"({self.completion_wait_seconds:g}): a full buffer makes room as the runs it "
+                "holds end and their wait passes, and would evict them before it could"
+            )
+        return self
+
+    def _max_refusal_ns(self) -> int:
+        """``max_refusal_seconds`` in ns (0: refuse until a request fits); left unset, at
+        least ``completion_wait_seconds`` (``_refusal_can_end``)."""
+        limit = self.max_refusal_seconds
+        if limit is None:
+            return 0
+        if "max_refusal_seconds" not in self.model_fields_set:
+            limit = max(limit, self.completion_wait_seconds)
+        return seconds_to_ns(limit)
+
+    @model_validator(mode="after")
     def _trace_cap_can_apply(self) -> AssemblySettings:
         # The per-trace cap is what keeps one runaway trace (an agent looping on a tool) from
         # filling the buffer, refusing every other sender's spans (backpressure) or evicting
@@ -182,6 +212,7 @@ class AssemblySettings(_Section):
             max_buffered_bytes=self.max_buffered_bytes,
             max_remembered_traces=self.max_remembered_traces,
             overflow=self.overflow,
+            max_refusal_ns=self._max_refusal_ns(),
             missing_spans_from_history=self.missing_spans_from_history,
         )
 
