@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcExporter,
 )
@@ -25,6 +26,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer, until
+from tests.integration.test_otlp_spec import post
 
 LIMIT_SECONDS = 5.0
 RETRY_AFTER_SECONDS = 1.0  # the window to move the clock in: the exporter's five retries
@@ -120,3 +122,25 @@ def test_with_no_limit_a_full_buffer_refuses_until_its_runs_age_out(
         == 0
     )
     assert server.sample("toolwatch_buffered_traces") == 2
+
+
+def test_over_http_the_batch_is_refused_503_then_taken_after_the_limit(
+    start_server: Callable[..., RunningServer],
+) -> None:
+    """The OTLP/HTTP receiver shares the decision: 503 + ``Retry-After`` until the limit,
+    then 200 for the same body, the oldest run in flight evicted."""
+    server = _full(start_server, assembly__max_refusal_seconds=LIMIT_SECONDS)
+    first, second = _run(), _run()
+    for run in (first, second):
+        assert post(server, encode_spans(_in_flight(run)).SerializeToString()).status == 200
+    third = encode_spans(_run()).SerializeToString()
+
+    refused = post(server, third)
+    assert (refused.status, refused.headers["Retry-After"]) == (503, "1")
+    server.call(lambda: _later(server, LIMIT_SECONDS - 0.001))
+    assert post(server, third).status == 503
+    server.call(lambda: _later(server, 0.001))
+    assert post(server, third).status == 200
+
+    assert server.sample("toolwatch_trace_evictions_total", {"reason": "max_traces"}) == 1
+    assert server.sample("toolwatch_spans_refused_total", {"transport": "http"}) == 12
