@@ -99,7 +99,8 @@ class HeldTraces:
 
         Always true under ``evict_oldest``. Under ``backpressure`` a receiver answers
         ``False`` with a retryable status, until the buffer has refused requests for
-        ``max_refusal_ns`` with none fitting in between: then it is *stalled*, full of runs
+        ``max_refusal_ns`` with none fitting in between (but those that fit only for starting
+        no trace, at ``max_traces``): then it is *stalled*, full of runs
         in flight that the refused requests would end, and takes each request by evicting
         the oldest runs as ``evict_oldest`` does (``add``), until one fits again, unless its
         completion checks are behind (``_stalled``). Refusing on
@@ -119,7 +120,10 @@ class HeldTraces:
         if fits is None:
             return True  # can never fit
         if fits:
-            self._refused_since = None
+            if len(self._traces) < self._limits.max_traces:
+                # Not one that fitted only for starting no trace: at max_traces those go on
+                # while every batch with a new run's first spans is still refused.
+                self._refused_since = None
             return True
         now = self._clock()
         if self._stalled(now):

@@ -54,6 +54,16 @@ def later(buffer: TraceBuffer, clock: ManualClock, ns: int) -> None:
     assert buffer.poll() == []  # the runs in flight stay
 
 
+def end(buffer: TraceBuffer, clock: ManualClock, n: int) -> None:
+    """Run ``n`` ends (its agent span comes, fitting) and is judged after the wait."""
+    ended = [agent(1, None, "refund-bot", 0, 5, trace_id=n.to_bytes(16, "big"))]
+    assert offer(buffer, ended) == []
+    clock.now_ns += 2 * SECOND
+    assert [(t.trace_id, t.incomplete_reason) for t in buffer.poll()] == [
+        (n.to_bytes(16, "big"), None)
+    ]
+
+
 def full(limits: AssemblyLimits = LIMITS) -> tuple[TraceBuffer, ManualClock, RecordingMetrics]:
     """A buffer holding ``max_traces`` runs in flight, 1 and 2."""
     buffer, clock, metrics = make(limits)
@@ -87,35 +97,35 @@ def test_a_stalled_buffer_keeps_evicting_until_a_request_fits_again() -> None:
 
     assert offer(buffer, in_flight(3)) == [(1).to_bytes(16, "big")]
     assert offer(buffer, in_flight(4)) == [(2).to_bytes(16, "big")]  # no new wait
-    assert offer(buffer, in_flight(4)) == []  # run 4 goes on: it fits, the stall is over
+    end(buffer, clock, 3)
+    assert offer(buffer, in_flight(5)) == []  # room for it: the stall is over
 
     # Full again: the next refusal waits the whole limit anew.
-    assert offer(buffer, in_flight(5)) is None
+    assert offer(buffer, in_flight(6)) is None
     later(buffer, clock, MAX_REFUSAL_NS - 1)
-    assert offer(buffer, in_flight(5)) is None
+    assert offer(buffer, in_flight(6)) is None
     assert metrics.evicted == {"max_traces": 2}
 
 
 def test_a_request_that_fits_in_between_restarts_the_count() -> None:
     buffer, clock, _ = full()
     assert offer(buffer, in_flight(3)) is None
-    later(buffer, clock, MAX_REFUSAL_NS - 1)
-    assert offer(buffer, in_flight(1)) == []  # run 1 goes on: room for it
+    later(buffer, clock, MAX_REFUSAL_NS - 2 * SECOND)
+    end(buffer, clock, 1)
+    assert offer(buffer, in_flight(3)) == []  # room for it: the count restarts
 
-    later(buffer, clock, 1)
-    assert offer(buffer, in_flight(3)) is None
+    assert offer(buffer, in_flight(4)) is None
     later(buffer, clock, MAX_REFUSAL_NS - 1)
-    assert offer(buffer, in_flight(3)) is None
+    assert offer(buffer, in_flight(4)) is None
     later(buffer, clock, 1)
-    assert offer(buffer, in_flight(3)) == [(1).to_bytes(16, "big")]
+    assert offer(buffer, in_flight(4)) == [(2).to_bytes(16, "big")]
 
 
 def test_room_made_by_runs_ending_ends_the_stall_without_an_eviction() -> None:
     buffer, clock, metrics = full()
     assert offer(buffer, in_flight(3)) is None
-    buffer.add([agent(1, None, "refund-bot", 0, 5, trace_id=(1).to_bytes(16, "big"))])  # ended
-    clock.now_ns += 2 * SECOND
-    assert [t.incomplete_reason for t in buffer.poll()] == [None]  # run 1 ended and is judged
+    later(buffer, clock, MAX_REFUSAL_NS - 2 * SECOND)
+    end(buffer, clock, 1)  # at the limit, run 1 has ended and been judged
 
     assert offer(buffer, in_flight(3)) == []
     assert metrics.evicted == {}
@@ -160,4 +170,19 @@ def test_a_buffer_whose_completion_checks_are_behind_keeps_refusing() -> None:
     assert offer(buffer, in_flight(3)) is None
     assert metrics.evicted == {}
     assert buffer.poll() == []  # made now: the runs in flight wait for their age
+    assert offer(buffer, in_flight(3)) == [(1).to_bytes(16, "big")]
+
+
+def test_runs_going_on_at_max_traces_do_not_restart_the_count() -> None:
+    """Was: a request that only continued buffered runs fitted at ``max_traces`` and
+    restarted the count, so a sidecar whose agents' runs went on refused every batch with a
+    new run's first spans until those runs ended: past the SDKs' 10 s, lost uncounted.
+    Now: only a request that fits with room for a new trace restarts it."""
+    buffer, clock, _ = full()
+    assert offer(buffer, in_flight(3)) is None
+    later(buffer, clock, MAX_REFUSAL_NS - 1)
+    going_on = [tool(3, 1, "issue_refund", 1, 2, trace_id=(2).to_bytes(16, "big"), size_bytes=10)]
+    assert offer(buffer, going_on) == []
+
+    later(buffer, clock, 1)
     assert offer(buffer, in_flight(3)) == [(1).to_bytes(16, "big")]
