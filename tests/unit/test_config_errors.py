@@ -400,6 +400,31 @@ def test_a_retry_delay_sdk_exporters_would_not_wait_for_is_warned_of() -> None:
     ]
 
 
+def test_a_refusal_sdk_exporters_would_not_outlast_is_warned_of(tmp_path: Path) -> None:
+    """A full buffer of runs in flight refusing for 10 s or more: the SDKs' exporters drop
+    the refused batch at their 10 s timeout."""
+    assert load_config(None, {"assembly.max_refusal_seconds": 9.5}).warnings(defaults=True) == []
+    said = (
+        " a buffer full of runs in flight refuses {}, and an OpenTelemetry SDK exporter (export"
+        " timeout 10 s by default) drops a batch refused that long, spans toolwatch never sees;"
+        " a Collector waits (retry_on_failure.max_elapsed_time). Keep it under 10 where SDKs"
+        " export to toolwatch directly"
+    )
+    waits = {"assembly.completion_wait_seconds": 12}  # the default limit follows the wait
+    assert load_config(None, waits).warnings(defaults=True) == [
+        "assembly.max_refusal_seconds is 12 (at least completion_wait_seconds):"
+        + said.format("that long before it judges its oldest runs early")
+    ]
+    never = tmp_path / "toolwatch.yaml"
+    never.write_text("assembly:\n  max_refusal_seconds: null\n")
+    assert load_config(never, {}).warnings()[:1] == [
+        "assembly.max_refusal_seconds is null:"
+        + said.format("until they reach max_trace_age_seconds")
+    ]
+    evicting = {"assembly.overflow": "evict_oldest", "assembly.max_refusal_seconds": 30}
+    assert load_config(None, evicting).warnings(defaults=True) == []
+
+
 def test_a_numeric_default_argument_strategy_is_warned_of() -> None:
     """Numeric on every field scores order ids one apart as near-equal."""
     assert (

@@ -183,7 +183,31 @@ class Config(_Section):
                 " (retry_on_failure.max_elapsed_time). Keep it under"
                 f" {SDK_EXPORT_TIMEOUT_SECONDS:g} where SDKs export to toolwatch directly"
             )
-        return said + self.judging_warnings(defaults=defaults)
+        return said + self._refusal_warnings() + self.judging_warnings(defaults=defaults)
+
+    def _refusal_warnings(self) -> list[str]:
+        """Where a full buffer under backpressure refuses longer than SDK exporters retry
+        (``assembly.max_refusal_seconds``, ``HeldTraces.has_room``)."""
+        assembly = self.assembly
+        if assembly.overflow != "backpressure":
+            return []
+        limit = assembly.limits().max_refusal_ns / 1e9
+        if limit and limit < SDK_EXPORT_TIMEOUT_SECONDS:
+            return []
+        refuses = (
+            "is null: a buffer full of runs in flight refuses until they reach"
+            " max_trace_age_seconds"
+            if not limit
+            else f"is {limit:g} (at least completion_wait_seconds): a buffer full of runs in"
+            " flight refuses that long before it judges its oldest runs early"
+        )
+        return [
+            f"assembly.max_refusal_seconds {refuses}, and an OpenTelemetry SDK exporter (export"
+            f" timeout {SDK_EXPORT_TIMEOUT_SECONDS:g} s by default) drops a batch refused that"
+            " long, spans toolwatch never sees; a Collector waits"
+            " (retry_on_failure.max_elapsed_time). Keep it under"
+            f" {SDK_EXPORT_TIMEOUT_SECONDS:g} where SDKs export to toolwatch directly"
+        ]
 
     def judging_warnings(self, *, defaults: bool = False) -> list[str]:
         """The warnings of how runs are judged (``config.judging``): of what a reload
