@@ -101,6 +101,14 @@ REPORTED_DROPS: Final[Mapping[str, str]] = MappingProxyType(
 )
 
 
+def _ended(trace: _Trace) -> bool:
+    """Whether ``trace``'s run has ended, its anchor come (or its root, no span of it
+    waiting for a parent ended after it), though it may not have been quiet for
+    ``completion_wait_ns`` yet: what is judged as it came, not cut short, when it must leave
+    before then (``drain``, an eviction). Only a straggler could still come, and be late."""
+    return trace.anchored() or (trace.root_seen and not trace.awaits_after_root())
+
+
 def runs_an_agent(spans: Iterable[SpanRecord]) -> bool:
     """Whether some span of a trace is an agent run, a model call or a tool execution (a
     guardrail check alone is none)."""
@@ -167,8 +175,10 @@ class TraceBuffer(HeldTraces):
         self, spans: Sequence[SpanRecord], refused: dict[str, int] | None = None
     ) -> list[CompletedTrace]:
         """Buffer ``spans`` (arrival time = the clock now); return the traces evicted to
-        make room, flagged ``evicted``. Never exceeds a bound. When given, ``refused`` also
-        counts the dropped spans the sender hears of (``REPORTED_DROPS``), by reason."""
+        make room, flagged ``evicted``, but those whose run had ended (``_ended``: judged as
+        they came, their quiet period cut short). Never exceeds a bound. When given,
+        ``refused`` also counts the dropped spans the sender hears of (``REPORTED_DROPS``),
+        by reason."""
         now = self._clock()
         self._emitted.forget(now)
         evicted: list[CompletedTrace] = []
@@ -229,8 +239,7 @@ class TraceBuffer(HeldTraces):
         out = self.poll()
         now = self._clock()
         for trace in list(self._traces.values()):
-            over = trace.anchored() or (trace.root_seen and not trace.awaits_after_root())
-            out.append(self._emit(trace, now, None if over else "shutdown"))
+            out.append(self._emit(trace, now, None if _ended(trace) else "shutdown"))
         self._deadlines.clear()
         return out
 
@@ -276,7 +285,7 @@ class TraceBuffer(HeldTraces):
                     own.dropped(span)
                 return False
             self._metrics.trace_evicted(bound)
-            evicted.append(self._emit(victim, now, "evicted"))
+            evicted.append(self._emit(victim, now, None if _ended(victim) else "evicted"))
         return True
 
     def _check(self, trace: _Trace, now: int) -> CompletedTrace | None:
