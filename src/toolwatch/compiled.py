@@ -69,6 +69,7 @@ MODULES = (
     "assembly/overlaps.py",
     "assembly/placing.py",
     "assembly/records.py",
+    "assembly/refusals.py",
     "assembly/remembered.py",
     "assembly/requested.py",
     "assembly/runs.py",

@@ -86,6 +86,10 @@ NOT_AN_AGENT_RUN: Final = "not_an_agent_run"
 #: holds (module docstring): its open ancestors when it filled, a few in a run of steps one
 #: after another, more where many ran in parallel.
 ENCLOSING_SPANS: Final = 64
+#: How many of the oldest traces an eviction looks through for a run that has ended
+#: (``TraceBuffer._victim``), before it takes the oldest: runs end in about the order they
+#: began, so one that ended is near the front if any is.
+VICTIM_SCAN: Final = 16
 #: The drop reasons the sender hears of (OTLP partial success: spans the server did not
 #: accept), each with why: a limit (and the setting that sets it), or a trace already
 #: evaluated, whose spans are never assembled again (a retry of spans it held is told so
@@ -184,10 +188,17 @@ class TraceBuffer(HeldTraces):
         evicted: list[CompletedTrace] = []
         dropped: Counter[str] = Counter()
         roomy = self._fits(spans)  # the usual case: no span of the batch needs room made
+        # The traces of the request, never evicted to make room for it (worked out at the
+        # first eviction): one it goes on with would be judged without what it brings, one it
+        # started would lose the rest of what it brings as late.
+        own: set[bytes] | None = None
         for span in spans:
             reason = self._drop_reason(span)
-            if reason is None and not roomy and not self._make_room(span, now, evicted):
-                reason = "buffer_full"
+            if reason is None and not roomy:
+                if own is None:
+                    own = {s.trace_id for s in spans}
+                if not self._make_room(span, own, now, evicted):
+                    reason = "buffer_full"
             if reason is None:
                 self._store(span, now)
             else:
@@ -196,6 +207,7 @@ class TraceBuffer(HeldTraces):
             self._metrics.spans_dropped(n, reason)
             if refused is not None and reason in REPORTED_DROPS:
                 refused[reason] = refused.get(reason, 0) + n
+        self._evicting = False
         self._compact()
         return evicted
 
@@ -269,24 +281,44 @@ class TraceBuffer(HeldTraces):
         held, cap = len(trace.spans), self._limits.max_spans_per_trace
         return held >= cap and (held >= cap + ENCLOSING_SPANS or not trace.encloses(span))
 
-    def _make_room(self, span: SpanRecord, now: int, evicted: list[CompletedTrace]) -> bool:
-        """Evict the oldest other traces until ``span`` fits; false if it cannot. Under
-        ``backpressure`` nothing is evicted unless the buffer is stalled (``has_room``): the
-        operator chose to refuse rather than judge runs in flight early, and a request gets
-        here only when ``has_room`` let it through as one that can never fit (or without
-        asking), so what does not fit is dropped."""
-        own = self._traces.get(span.trace_id)
-        evicts = self._limits.overflow == "evict_oldest" or self._stalled(now)
-        while (bound := self._exceeded(own is None, span.size_bytes)) is not None:
-            victim = self._oldest_other(span.trace_id) if evicts else None
+    def _make_room(
+        self, span: SpanRecord, own: set[bytes], now: int, evicted: list[CompletedTrace]
+    ) -> bool:
+        """Evict other traces (``_victim``) until ``span`` fits; false if it cannot. Under
+        ``backpressure`` only when ``has_room`` took the request by evicting (the buffer
+        stalled): else the operator chose to refuse rather than judge runs in flight early,
+        and a request gets here only when ``has_room`` let it through as one that can never
+        fit (or without asking), so what does not fit is dropped."""
+        trace = self._traces.get(span.trace_id)
+        evicts = self._limits.overflow == "evict_oldest" or self._evicting
+        while (bound := self._exceeded(trace is None, span.size_bytes)) is not None:
+            victim = self._victim(own) if evicts else None
             if victim is None:
-                self._flag_limited(span.trace_id, own)
-                if own is not None:
-                    own.dropped(span)
+                self._flag_limited(span.trace_id, trace)
+                if trace is not None:
+                    trace.dropped(span)
                 return False
             self._metrics.trace_evicted(bound)
             evicted.append(self._emit(victim, now, None if _ended(victim) else "evicted"))
         return True
+
+    def _victim(self, own: set[bytes]) -> _Trace | None:
+        """The trace to evict: of the ``VICTIM_SCAN`` oldest not in ``own`` (the request's),
+        the oldest whose run has ended (judged as it came, only its quiet period cut
+        short), else the oldest; ``None`` if every trace is the request's."""
+        first: _Trace | None = None
+        scanned = 0
+        for trace in self._traces.values():
+            if trace.trace_id in own:
+                continue
+            if _ended(trace):
+                return trace
+            if first is None:
+                first = trace
+            scanned += 1
+            if scanned >= VICTIM_SCAN:
+                break
+        return first
 
     def _check(self, trace: _Trace, now: int) -> CompletedTrace | None:
         lim = self._limits

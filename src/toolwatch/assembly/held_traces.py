@@ -16,19 +16,15 @@ import heapq
 import itertools
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Final
 
 from toolwatch.assembly.anchoring import _Trace
 from toolwatch.assembly.limits import AssemblyLimits
+from toolwatch.assembly.refusals import Refusals
 from toolwatch.assembly.remembered import RememberedTraces
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import Clock, SpanRecord
 
-__all__ = ["STALL_BEHIND_NS", "HeldTraces"]
-
-#: How far behind a full buffer's completion checks may be for it to be stalled
-#: (``HeldTraces._stalled``): the ticker makes them every ``tick_seconds`` (10 ms by default).
-STALL_BEHIND_NS: Final = 1_000_000_000
+__all__ = ["HeldTraces"]
 
 
 class HeldTraces:
@@ -52,9 +48,10 @@ class HeldTraces:
         self._limited: OrderedDict[bytes, None] = OrderedDict()
         self._spans = 0
         self._bytes = 0
-        # Under backpressure, when the buffer first refused a request since one last fitted
-        # (``has_room``); None while requests fit.
-        self._refused_since: int | None = None
+        # Under backpressure, the refusals that may stall the buffer (``has_room``), and
+        # whether ``has_room`` took the request ``add`` is about to get by evicting.
+        self._refusals = Refusals(limits.max_refusal_ns, limits.tick_ns)
+        self._evicting = False
 
     @property
     def buffered_traces(self) -> int:
@@ -96,54 +93,47 @@ class HeldTraces:
     def has_room(self, spans: Sequence[SpanRecord], size_bytes: int) -> bool:
         """Whether to take a request of ``spans`` (``size_bytes`` in all) now: whether its
         spans, its bytes and the traces it would start (its trace ids not buffered yet) fit.
+        Call it right before :meth:`add` with the same spans: what it decides, ``add`` does.
 
         Always true under ``evict_oldest``. Under ``backpressure`` a receiver answers
-        ``False`` with a retryable status, until the buffer has refused requests for
-        ``max_refusal_ns`` with none fitting in between (but those that fit only for starting
-        no trace, at ``max_traces``): then it is *stalled*, full of runs
-        in flight that the refused requests would end, and takes each request by evicting
-        the oldest runs as ``evict_oldest`` does (``add``), until one fits again, unless its
-        completion checks are behind (``_stalled``). Refusing on
-        would only hold those runs until ``max_trace_age_ns``, while senders give up on the
-        refused batches (the OpenTelemetry SDKs after 10 s) and lose them uncounted.
+        ``False`` with a retryable status, for ``max_refusal_ns`` at most
+        (``assembly.refusals``): past it the buffer is stalled, full of runs in flight that
+        the refused requests would end, and ``add`` takes the request by evicting, as under
+        ``evict_oldest``.
 
         A request bigger than the whole buffer (more spans, bytes or new traces than it can
         ever hold) is let through (``add`` takes what fits and drops the rest,
-        ``buffer_full``, evicting only when stalled): refusing it would make the client
-        retry something that can never fit. A span bigger than the whole buffer takes no
-        room (``add`` drops it, ``span_too_large``) and is not counted: counted, it let an
+        ``buffer_full``, evicting nothing): refusing it would make the client retry
+        something that can never fit. A span bigger than the whole buffer takes no room
+        (``add`` drops it, ``span_too_large``) and is not counted: counted, it let an
         ordinary request through as one that can never fit.
         """
-        if self._limits.overflow == "evict_oldest":
+        self._evicting = False
+        lim = self._limits
+        if lim.overflow == "evict_oldest":
             return True
         fits = self._room_for(spans, size_bytes)
         if fits is None:
             return True  # can never fit
-        if fits:
-            if len(self._traces) < self._limits.max_traces:
-                # Not one that fitted only for starting no trace: at max_traces those go on
-                # while every batch with a new run's first spans is still refused.
-                self._refused_since = None
-            return True
         now = self._clock()
-        if self._stalled(now):
+        refusals = self._refusals
+        refusals.settle(
+            lim.max_buffered_spans - self._spans,
+            lim.max_buffered_bytes - self._bytes,
+            lim.max_traces - len(self._traces),
+        )
+        if fits:
             return True
-        if self._refused_since is None:
-            self._refused_since = now
-        return False
+        refusals.refused(now, len(spans), size_bytes, self._new_traces(spans))
+        self._evicting = refusals.stalled(now, self.next_due_ns())
+        return self._evicting
 
-    def _stalled(self, now: int) -> bool:
-        """Whether, under ``backpressure``, the buffer has refused requests for
-        ``max_refusal_ns`` with none fitting since (``has_room``), its completion checks made
-        on time: it then evicts. Checks ``STALL_BEHIND_NS`` overdue mean that what holds the
-        buffer full is runs not yet judged (assembly stuck, the CPU short), not runs in
-        flight: refusing is what helps there, and evicting would hide it (the runs judged
-        early would read as a buffer too small, and ToolwatchNoToolTraces never fire)."""
-        since, limit = self._refused_since, self._limits.max_refusal_ns
-        if since is None or limit == 0 or now - since < limit:
-            return False
-        due = self.next_due_ns()
-        return due is None or now - due < STALL_BEHIND_NS
+    def _new_traces(self, spans: Sequence[SpanRecord]) -> int:
+        """How many traces ``spans`` would start (spans too large for the buffer aside)."""
+        most = self._limits.max_buffered_bytes
+        return len(
+            {s.trace_id for s in spans if s.trace_id not in self._traces and s.size_bytes <= most}
+        )
 
     def _room_for(self, spans: Sequence[SpanRecord], size_bytes: int) -> bool | None:
         """Whether a request fits under every bound now; ``None`` when it can never fit."""
@@ -163,13 +153,7 @@ class HeldTraces:
         room = lim.max_traces - len(self._traces)
         if count <= room:
             return True  # even if each span started a trace of its own
-        new = len(
-            {
-                s.trace_id
-                for s in spans
-                if s.trace_id not in self._traces and s.size_bytes <= lim.max_buffered_bytes
-            }
-        )
+        new = self._new_traces(spans)
         if new > lim.max_traces:
             return None
         return new <= room
@@ -203,13 +187,6 @@ class HeldTraces:
         if self._bytes + size_bytes > lim.max_buffered_bytes:
             return "max_buffered_bytes"
         return None
-
-    def _oldest_other(self, trace_id: bytes) -> _Trace | None:
-        oldest = iter(self._traces.values())
-        victim = next(oldest, None)
-        if victim is not None and victim.trace_id == trace_id:
-            victim = next(oldest, None)
-        return victim
 
     def _store(self, span: SpanRecord, now: int) -> None:
         trace = self._traces.get(span.trace_id)

@@ -23,8 +23,8 @@ _OVERFLOW_POLICIES: Final = frozenset({"backpressure", "evict_oldest"})
 #: up, a full queue, a filter), and the run is over.
 LOST_PARENT_WAIT_NS: Final = 5_000_000_000
 
-#: How long a full buffer refuses requests under ``backpressure``, none fitting, before it
-#: takes them by evicting the oldest runs (``HeldTraces.has_room``), by default: long enough
+#: How long a full buffer refuses requests under ``backpressure`` before it takes them by
+#: evicting (``assembly.refusals``), by default: long enough
 #: for a burst of ended runs to be judged (``completion_wait``, 2 s by default) and room
 #: made, short enough that the OpenTelemetry SDKs' exporters, which give a refused batch up
 #: after their 10 s export timeout, get it in on a retry.
@@ -38,8 +38,9 @@ class AssemblyLimits:
     ``overflow`` is what a receiver does when a request does not fit: ``backpressure``
     refuses it with a retryable status (see :meth:`TraceBuffer.has_room`); ``evict_oldest``
     accepts it and evicts the oldest traces, evaluating them as incomplete.
-    ``max_refusal_ns``: under ``backpressure``, how long the buffer refuses requests, none
-    fitting, before it takes them by evicting as ``evict_oldest`` does (0: until one fits).
+    ``max_refusal_ns``: under ``backpressure``, how long the buffer refuses requests before
+    it takes them by evicting as ``evict_oldest`` does (0: never; ``assembly.refusals``).
+    ``tick_ns``: how often the completion checks are made (the app's ticker).
     ``missing_spans_from_history``: the timeline judges a run whose model spans' input
     histories show model calls the trace does not hold ``missing_spans``
     (``assembly.missing``).
@@ -57,6 +58,7 @@ class AssemblyLimits:
     max_remembered_traces: int = 2_000_000
     overflow: str = "backpressure"
     max_refusal_ns: int = MAX_REFUSAL_NS
+    tick_ns: int = 10_000_000
     missing_spans_from_history: bool = False
 
     def __post_init__(self) -> None:
@@ -69,6 +71,7 @@ class AssemblyLimits:
         _require("lost_parent_wait_ns", self.lost_parent_wait_ns, minimum=1)
         _require("max_remembered_traces", self.max_remembered_traces, minimum=0)
         _require("max_refusal_ns", self.max_refusal_ns, minimum=0)
+        _require("tick_ns", self.tick_ns, minimum=1)
         if self.overflow not in _OVERFLOW_POLICIES:
             allowed = ", ".join(sorted(_OVERFLOW_POLICIES))
             raise ValueError(f"overflow: {self.overflow!r} is not one of {allowed}")

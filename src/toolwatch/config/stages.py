@@ -109,8 +109,8 @@ class AssemblySettings(_Section):
     max_buffered_bytes: int = Field(256 * _MIB, gt=0)
     max_remembered_traces: int = Field(2_000_000, ge=0, le=_MAX_REMEMBERED_TRACES)
     overflow: Literal["backpressure", "evict_oldest"] = "backpressure"
-    # Under backpressure: how long a full buffer refuses requests, none fitting, before it
-    # takes them by evicting the oldest runs (HeldTraces.has_room); None: until one fits.
+    # Under backpressure: how long a full buffer refuses requests before it takes them by
+    # evicting (assembly.refusals); None: never.
     max_refusal_seconds: Seconds | None = Field(MAX_REFUSAL_NS / 1e9, gt=0, le=WEEK_SECONDS)
     # A run whose model spans' input histories show earlier model calls the run does not
     # hold (and, where they name those calls' tool-call ids, one it does not know) is judged
@@ -213,6 +213,7 @@ class AssemblySettings(_Section):
             max_remembered_traces=self.max_remembered_traces,
             overflow=self.overflow,
             max_refusal_ns=self._max_refusal_ns(),
+            tick_ns=max(1, seconds_to_ns(self.tick_seconds)),
             missing_spans_from_history=self.missing_spans_from_history,
         )
 
