@@ -115,6 +115,8 @@ MODULES = (
     "evaluation/staircase.py",
     "evaluation/structure.py",
     "ingest/decode.py",
+    "ingest/decode_requests.py",
+    "ingest/decode_types.py",
     "ingest/scan.py",
     "sinks/findings.py",
     "sinks/label_limits.py",

@@ -19,7 +19,7 @@ from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.evaluation.pipeline import EvaluationPipeline
-from toolwatch.ingest.decode import DecodedBatch
+from toolwatch.ingest.decode_types import DecodedBatch
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.model import (
     Clock,
