@@ -35,7 +35,8 @@ from toolwatch.ingest.decode_requests import decode_protobuf, scanner
 from toolwatch.ingest.decode_types import DecodedBatch, DecodeOptions
 from toolwatch.ingest.scan import Scan, Scanner
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import ManualClock, ToolTrace, Traffic
+from toolwatch.model import ManualClock, Traffic
+from toolwatch.model_traces import ToolTrace
 from toolwatch.names import NameNormalizer
 from toolwatch.sinks.findings import FanOutSink, JsonLinesFindingSink, Redaction
 from toolwatch.sinks.prometheus import PrometheusMetrics

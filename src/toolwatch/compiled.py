@@ -47,6 +47,8 @@ RUNTIME_LIBRARY = "toolwatch_native__mypyc"
 #: Compiled by mypyc, relative to the package. Modules defining pydantic models are not.
 MODULES = (
     "model.py",
+    "model_evaluation.py",
+    "model_traces.py",
     "names.py",
     "jsontext.py",
     "engine.py",

@@ -23,7 +23,8 @@ from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.ingest.decode_requests import decode_request
 from toolwatch.ingest.decode_types import DecodedBatch, DecodeOptions
 from toolwatch.metrics import NoopMetrics, PipelineMetrics
-from toolwatch.model import ManualClock, ToolTrace
+from toolwatch.model import ManualClock
+from toolwatch.model_traces import ToolTrace
 from toolwatch.sinks.findings import InMemoryFindingSink
 from toolwatch.sinks.prometheus import PrometheusMetrics
 

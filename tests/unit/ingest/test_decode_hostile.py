@@ -25,7 +25,8 @@ from toolwatch.ingest import salvage as salvage_module
 from toolwatch.ingest.decode_requests import decode_protobuf, decode_request
 from toolwatch.ingest.decode_types import DecodedBatch, DecodeError, DecodeOptions
 from toolwatch.ingest.otlp_json import decode_otlp_json, parse_otlp_json
-from toolwatch.model import SpanRecord, ToolCall
+from toolwatch.model import SpanRecord
+from toolwatch.model_traces import ToolCall
 from toolwatch.names import NameNormalizer
 
 OPTIONS = DecodeOptions()
