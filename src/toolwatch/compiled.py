@@ -81,6 +81,7 @@ MODULES = (
     "conventions/crewai.py",
     "conventions/events.py",
     "conventions/fields.py",
+    "conventions/frameworks.py",
     "conventions/genai.py",
     "conventions/google_adk.py",
     "conventions/guardrails_ai.py",
