@@ -29,7 +29,8 @@ from typing import Any
 
 import grpc
 
-from toolwatch.ingest.decode import DecodeOptions, decode_protobuf
+from toolwatch.ingest.decode_requests import decode_protobuf
+from toolwatch.ingest.decode_types import DecodeOptions
 from toolwatch.ingest.otlp_grpc import SERVICE_NAME
 from toolwatch.ingest.scan import Decoder
 

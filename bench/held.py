@@ -27,7 +27,8 @@ from bench.plans import Settings
 from bench.stages import evaluation_parts, request_bodies, server_engine, stage_config
 from toolwatch.config import Config
 from toolwatch.engine import Admission
-from toolwatch.ingest.decode import DecodeOptions, decode_protobuf
+from toolwatch.ingest.decode_requests import decode_protobuf
+from toolwatch.ingest.decode_types import DecodeOptions
 from toolwatch.model import ManualClock
 from toolwatch.process_tuning import tune_gc
 

@@ -43,7 +43,8 @@ from contextlib import contextmanager
 
 from toolwatch import compiled_state
 from toolwatch.ingest import protobuf_pieces, scan
-from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, decode_protobuf, scanner
+from toolwatch.ingest.decode_requests import decode_protobuf, scanner
+from toolwatch.ingest.decode_types import DecodedBatch, DecodeOptions
 
 __all__ = ["SHAPES", "field", "main", "varint"]
 

@@ -288,7 +288,7 @@ _DEFAULT_CASES = (
 _CHILD = """
 import gc, json, sys, time, tracemalloc
 from pathlib import Path
-from toolwatch.ingest.decode import DecodeError, DecodeOptions
+from toolwatch.ingest.decode_types import DecodeError, DecodeOptions
 from toolwatch.ingest.otlp_json import decode_otlp_json
 
 def status(name):

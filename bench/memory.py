@@ -25,7 +25,8 @@ from bench.plans import METHOD, Settings, free_ports
 from bench.server import ServerProcess, bench_config, scrape
 from bench.throughput import BUFFERED
 from bench.traces import RequestTemplate, trace_id
-from toolwatch.ingest.decode import DecodeOptions, decode_protobuf
+from toolwatch.ingest.decode_requests import decode_protobuf
+from toolwatch.ingest.decode_types import DecodeOptions
 
 __all__ = ["measure_memory"]
 

@@ -30,10 +30,13 @@ from toolwatch.engine import DiscardToolTraces, Engine, EngineParts
 from toolwatch.engine_setup import build_references
 from toolwatch.evaluation.pipeline import EvaluationPipeline, PipelineResult
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, _Decoder, decode_protobuf, scanner
+from toolwatch.ingest.decode import _Decoder
+from toolwatch.ingest.decode_requests import decode_protobuf, scanner
+from toolwatch.ingest.decode_types import DecodedBatch, DecodeOptions
 from toolwatch.ingest.scan import Scan, Scanner
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import ManualClock, ToolTrace, Traffic
+from toolwatch.model import ManualClock, Traffic
+from toolwatch.model_traces import ToolTrace
 from toolwatch.names import NameNormalizer
 from toolwatch.sinks.findings import FanOutSink, JsonLinesFindingSink, Redaction
 from toolwatch.sinks.prometheus import PrometheusMetrics

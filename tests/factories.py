@@ -17,15 +17,9 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, TypedDict, Unpack
 
-from toolwatch.model import (
-    CallStatus,
-    Category,
-    Finding,
-    ReferenceKind,
-    Severity,
-    ToolCall,
-    ToolTrace,
-)
+from toolwatch.model import CallStatus, Category, ReferenceKind, Severity
+from toolwatch.model_evaluation import Finding
+from toolwatch.model_traces import ToolCall, ToolTrace
 
 __all__ = [
     "DEFAULT_TRACE_ID",

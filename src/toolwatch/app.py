@@ -39,8 +39,9 @@ from toolwatch.engine_setup import (
     known_tools,
 )
 from toolwatch.ingest.compressed_streams import ZSTD_UNAVAILABLE
-from toolwatch.ingest.decode import DecodedBatch, scanner
+from toolwatch.ingest.decode_requests import scanner
 from toolwatch.ingest.decode_thread import DecodeThread, off_loop_bytes
+from toolwatch.ingest.decode_types import DecodedBatch
 from toolwatch.ingest.inflight import InFlight
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
 from toolwatch.ingest.slots import RequestSlots

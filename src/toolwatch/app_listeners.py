@@ -26,8 +26,8 @@ from toolwatch import connection_age
 from toolwatch.config import Config
 from toolwatch.connection_gate import ConnectionGate, GatedSite
 from toolwatch.engine import Receipt
-from toolwatch.ingest.decode import DecodedBatch, DecodeOptions
 from toolwatch.ingest.decode_thread import DecodeThread
+from toolwatch.ingest.decode_types import DecodedBatch, DecodeOptions
 from toolwatch.ingest.grpc_health import health_handler
 from toolwatch.ingest.http_answers import status_refusal
 from toolwatch.ingest.inflight import InFlight

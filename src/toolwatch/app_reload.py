@@ -19,7 +19,7 @@ from toolwatch.engine_setup import (
     known_tools,
 )
 from toolwatch.evaluation.pipeline import EvaluationPipeline
-from toolwatch.ingest.decode import DecodeOptions
+from toolwatch.ingest.decode_types import DecodeOptions
 from toolwatch.namespace_watch import NamespaceWatch
 from toolwatch.outputs import Outputs
 from toolwatch.references.golden import GoldenCaseSet

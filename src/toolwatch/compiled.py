@@ -47,6 +47,8 @@ RUNTIME_LIBRARY = "toolwatch_native__mypyc"
 #: Compiled by mypyc, relative to the package. Modules defining pydantic models are not.
 MODULES = (
     "model.py",
+    "model_evaluation.py",
+    "model_traces.py",
     "names.py",
     "jsontext.py",
     "engine.py",
@@ -80,6 +82,7 @@ MODULES = (
     "conventions/crewai.py",
     "conventions/events.py",
     "conventions/fields.py",
+    "conventions/frameworks.py",
     "conventions/genai.py",
     "conventions/google_adk.py",
     "conventions/guardrails_ai.py",
@@ -116,6 +119,8 @@ MODULES = (
     "evaluation/staircase.py",
     "evaluation/structure.py",
     "ingest/decode.py",
+    "ingest/decode_requests.py",
+    "ingest/decode_types.py",
     "ingest/scan.py",
     "sinks/findings.py",
     "sinks/label_limits.py",

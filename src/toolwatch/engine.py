@@ -19,17 +19,11 @@ from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.evaluation.pipeline import EvaluationPipeline
-from toolwatch.ingest.decode import DecodedBatch
+from toolwatch.ingest.decode_types import DecodedBatch
 from toolwatch.metrics import PipelineMetrics
-from toolwatch.model import (
-    Clock,
-    Finding,
-    GoldenCase,
-    ReferenceKind,
-    ToolTrace,
-    Traffic,
-    Verified,
-)
+from toolwatch.model import Clock, ReferenceKind, Traffic
+from toolwatch.model_evaluation import Finding, GoldenCase
+from toolwatch.model_traces import ToolTrace, Verified
 from toolwatch.names import NameNormalizer, Spellings
 from toolwatch.references.conversations import ConversationMemory, ConversationScope
 from toolwatch.references.golden import CaseTally, GoldenCaseSet

@@ -57,7 +57,9 @@ from collections.abc import Mapping, Sequence
 from typing import Final, Protocol
 
 from toolwatch.certificate_dates import CertificateDates
-from toolwatch.model import Finding, ToolTrace, Traffic
+from toolwatch.model import Traffic
+from toolwatch.model_evaluation import Finding
+from toolwatch.model_traces import ToolTrace
 
 __all__ = [
     "CONVERSATION_EVICTION_BOUNDS",

@@ -4,40 +4,38 @@ Protobuf types stop at ``toolwatch.ingest``; from there on spans, calls, traces 
 findings are these frozen, slotted dataclasses. Times are integer nanoseconds (Unix epoch,
 as OTLP sends them); span and trace ids are ``bytes`` on the hot path (``SpanRecord``) and
 lower-case hex strings once a ToolTrace is built.
+
+This module holds the clocks, the enums every stage names (``SpanRole``, ``CallStatus``,
+``Category``, ``Severity``, ``ReferenceKind``, ``Traffic``) and the records ingest builds
+(``SpanRecord``, ``RequestedCall``). Its siblings hold the rest: ``model_traces`` what
+assembly builds from the spans (``ToolTrace``, ``ToolCall``, ``Verified``), and
+``model_evaluation`` what a run is judged against and what the judging gives
+(``GoldenCase``, ``ExpectedCall``, ``Finding``, ``EvalResult``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, TypeAlias
 
 __all__ = [
-    "DETAIL_ERRORS",
-    "DETAIL_FIELDS",
     "MISSING_SPANS",
     "CallStatus",
     "Category",
     "Clock",
-    "EvalResult",
-    "ExpectedCall",
-    "Finding",
-    "GoldenCase",
     "ManualClock",
     "ReferenceKind",
     "RequestedCall",
     "Severity",
     "SpanRecord",
     "SpanRole",
-    "ToolCall",
-    "ToolTrace",
     "Traffic",
-    "Verified",
     "monotonic_clock",
 ]
+
 
 #: A clock returns "now" in integer nanoseconds. Assembly measures quiet periods and ages
 #: with it; tests inject a ``ManualClock`` instead of sleeping.
@@ -297,350 +295,3 @@ class SpanRecord:
         self.parent_local = parent_local
         self.prior_turns = prior_turns
         self.prior_call_ids = prior_call_ids
-
-
-@dataclass(frozen=True, slots=True)
-class Verified:
-    """What a successful verification call of an earlier run verified (the conversation
-    scope, ``references.conversations``): its normalized tool, the values of its bound fields
-    (as ``evaluation.entities.entity_key`` compares them; ``None``: arguments not recorded, so
-    any value) and when it ended (span clock, ns)."""
-
-    tool: str
-    values: tuple[tuple[str, str | None], ...]
-    at_ns: int
-
-
-@dataclass(slots=True, init=False)
-class ToolCall:
-    """One tool call of an agent run. Built once by the timeline; never mutated.
-
-    ``arguments`` is the parsed JSON value (usually an object). When the raw text could not be
-    parsed it is kept as the raw string and ``arguments_error`` says why; ``None`` means the
-    producer recorded no arguments. ``span_id`` is ``None`` for a call seen only in an LLM's
-    output: a hosted tool (``hosted``: the convention says the provider ran it), a producer
-    that emits no tool spans, or a call that was requested and never run.
-
-    ``handoff``: the call handed the conversation to another agent (OpenAI Agents SDK
-    ``transfer_to_<agent>``): a handoff span is its execution (``span_id``), or, where the
-    instrumentation records the model's request in no structured field (the contrib
-    openai-agents instrumentation), the call itself, named ``transfer_to_<agent>`` as the
-    SDK names it, so every instrumentation shows the call. Google ADK's ``transfer_to_agent``
-    (the agent in its ``agent_name`` argument) is a tool ADK runs: its tool span is the call,
-    status included.
-
-    ``rerun``: the call ran again, under its call id (or, a span without one or arguments,
-    by tool name: ``assembly.by_name``), the request an earlier call of the run ran
-    (``assembly.calls``: a framework's or an SDK's retry, a wrapper's span beside the
-    tool's); it holds that request's arguments and call id. An attempt of one request, not
-    the model asking again: ``loops`` counts no repeat or retry of the agent in it, and the
-    checks of calls one by one give the request one finding (``evaluation.attempts``).
-
-    ``service``: the ``service.name`` of the process that wrote the call's tool span, else, for
-    a call never run (no span), of the model call that asked for it; ``None`` where that span
-    names none, and in dumps written before calls carried it. It is the call's producer, whose
-    instrumentation decides whether arguments are recorded (``evaluation.entities.producer``),
-    which the agent's name is not: two services' agents may share one (Strands' default
-    ``Strands Agents``), and a nested run that writes no agent span of its own is its
-    caller's agent.
-
-    Like ``SpanRecord``, its constructor is written out and it is not ``frozen``: compiled,
-    it executes a twentieth of the instructions of the frozen dataclass's constructor, which
-    stays interpreted and sets each field through ``object.__setattr__`` (23,000 of them per
-    call, a fifth of the timeline: ``make bench-instructions``).
-    """
-
-    tool_name: str
-    raw_name: str
-    arguments: Any
-    arguments_error: str | None
-    call_id: str | None
-    parent_call_id: str | None
-    sequence_index: int
-    parallel_group: int | None
-    status: CallStatus
-    error_type: str | None
-    agent: str | None
-    span_id: str | None
-    start_ns: int | None
-    end_ns: int | None
-    result: Any
-    hosted: bool
-    handoff: bool
-    rerun: bool
-    service: str | None
-
-    def __init__(  # noqa: PLR0917 - the fields, in the order a dataclass would take them
-        self,
-        tool_name: str,
-        raw_name: str,
-        arguments: Any,
-        arguments_error: str | None,
-        call_id: str | None,
-        parent_call_id: str | None,
-        sequence_index: int,
-        parallel_group: int | None,
-        status: CallStatus,
-        error_type: str | None,
-        agent: str | None,
-        span_id: str | None,
-        start_ns: int | None,
-        end_ns: int | None,
-        result: Any = None,
-        hosted: bool = False,
-        handoff: bool = False,
-        rerun: bool = False,
-        service: str | None = None,
-    ) -> None:
-        self.tool_name = tool_name
-        self.raw_name = raw_name
-        self.arguments = arguments
-        self.arguments_error = arguments_error
-        self.call_id = call_id
-        self.parent_call_id = parent_call_id
-        self.sequence_index = sequence_index
-        self.parallel_group = parallel_group
-        self.status = status
-        self.error_type = error_type
-        self.agent = agent
-        self.span_id = span_id
-        self.start_ns = start_ns
-        self.end_ns = end_ns
-        self.result = result
-        self.hosted = hosted
-        self.handoff = handoff
-        self.rerun = rerun
-        self.service = service
-
-
-@dataclass(frozen=True, slots=True, init=False)
-class ToolTrace:
-    """One agent run: what the evaluators stand on.
-
-    ``complete`` is false when the run was evaluated before it finished;
-    ``incomplete_reason`` then says why (``timed_out``, ``evicted``, ``span_limit``,
-    ``shutdown``, ``missing_spans``).
-
-    ``agents`` names every agent that ran in the run, each once: the run's own ``agent``
-    first, then, by start time, the agents it used as tools or handed over to (an agent
-    that made no call is listed too, so a rule for it still applies).
-
-    ``reference_keys`` are the configured attributes (a golden case id, a shadow pair key)
-    that are the run's own: on its spans (and their resources), or on the spans above its
-    agent that are above no other run. ``shared_keys`` are those of the spans above its
-    agent and another run too (a request's span above a title agent and the canary's
-    agent): no span says whose they are, so only a golden case that names its agent takes
-    its id from there.
-
-    Frozen, and its constructor written out: the one ``dataclass`` generates for a frozen
-    class stays interpreted and took 27,000 instructions a run (a tenth of them compiled,
-    ``make bench-instructions``). The fields are set with ``object.__setattr__``, as that
-    one sets them; everywhere else an assignment raises ``FrozenInstanceError``.
-    """
-
-    trace_id: str
-    run_span_id: str | None
-    service: str | None
-    agent: str | None
-    model: str | None
-    calls: tuple[ToolCall, ...]
-    final_text: str | None
-    refusal: bool
-    refusal_reason: str | None
-    error_count: int
-    complete: bool
-    incomplete_reason: str | None
-    start_ns: int
-    end_ns: int
-    span_count: int
-    conversation_id: str | None = None
-    reference_keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
-    agents: tuple[str, ...] = ()
-    shared_keys: Mapping[str, str] = dataclasses.field(default_factory=dict)
-
-    def __init__(  # noqa: PLR0917 - the fields, in the order a dataclass would take them
-        self,
-        trace_id: str,
-        run_span_id: str | None,
-        service: str | None,
-        agent: str | None,
-        model: str | None,
-        calls: tuple[ToolCall, ...],
-        final_text: str | None,
-        refusal: bool,
-        refusal_reason: str | None,
-        error_count: int,
-        complete: bool,
-        incomplete_reason: str | None,
-        start_ns: int,
-        end_ns: int,
-        span_count: int,
-        conversation_id: str | None = None,
-        reference_keys: Mapping[str, str] | None = None,
-        agents: tuple[str, ...] = (),
-        shared_keys: Mapping[str, str] | None = None,
-    ) -> None:
-        object.__setattr__(self, "trace_id", trace_id)
-        object.__setattr__(self, "run_span_id", run_span_id)
-        object.__setattr__(self, "service", service)
-        object.__setattr__(self, "agent", agent)
-        object.__setattr__(self, "model", model)
-        object.__setattr__(self, "calls", calls)
-        object.__setattr__(self, "final_text", final_text)
-        object.__setattr__(self, "refusal", refusal)
-        object.__setattr__(self, "refusal_reason", refusal_reason)
-        object.__setattr__(self, "error_count", error_count)
-        object.__setattr__(self, "complete", complete)
-        object.__setattr__(self, "incomplete_reason", incomplete_reason)
-        object.__setattr__(self, "start_ns", start_ns)
-        object.__setattr__(self, "end_ns", end_ns)
-        object.__setattr__(self, "span_count", span_count)
-        object.__setattr__(self, "conversation_id", conversation_id)
-        object.__setattr__(self, "reference_keys", {} if reference_keys is None else reference_keys)
-        object.__setattr__(self, "agents", agents)
-        object.__setattr__(self, "shared_keys", {} if shared_keys is None else shared_keys)
-
-    @property
-    def tool_names(self) -> tuple[str, ...]:
-        return tuple(c.tool_name for c in self.calls)
-
-
-#: The ``Finding.details`` key of argument values by field path (see ``Finding``).
-DETAIL_FIELDS: Final = "fields"
-#: The ``Finding.details`` key of messages that may quote argument values (see ``Finding``).
-DETAIL_ERRORS: Final = "errors"
-
-
-@dataclass(frozen=True, slots=True, init=False)
-class Finding:
-    """One regression, with a stable category and a one-line explanation.
-
-    ``explanation`` never contains argument values; values that help a person (expected vs
-    actual) go in ``details``, in one of two keys that sinks redact entry by entry unless
-    configured otherwise. ``DETAIL_FIELDS`` maps an argument's field path (``"order_id"``,
-    ``"items.0.sku"``; ``""`` for a whole value that is no object) to what the finding says
-    of its value; ``DETAIL_ERRORS`` lists ``{"field": path or None, "message": text}`` whose
-    messages may quote values. Every other key of ``details`` must hold no argument or result
-    value (tool names, counts, span ids, rule labels): sinks show those as they are.
-
-    What it was judged against, by name, so that the reference can be found from the finding
-    (set by ``EvaluationPipeline``, which knows it, not by evaluators; ``None`` otherwise):
-    ``case_id``, the golden case of a finding against ``expected``; ``source_trace_id`` and
-    ``pair_key``, the trace id of the shadow source run and the pair key of a finding against
-    ``source``. A finding against the policy names none.
-
-    Frozen, with a written-out constructor, for the reason ``ToolTrace`` gives.
-    """
-
-    category: Category
-    severity: Severity
-    evaluator: str
-    reference: ReferenceKind
-    score: float | None
-    explanation: str
-    trace_id: str
-    span_id: str | None = None
-    tool: str | None = None
-    field: str | None = None
-    agent: str | None = None
-    details: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    case_id: str | None = None
-    source_trace_id: str | None = None
-    pair_key: str | None = None
-
-    def __init__(  # noqa: PLR0917 - the fields, in the order a dataclass would take them
-        self,
-        category: Category,
-        severity: Severity,
-        evaluator: str,
-        reference: ReferenceKind,
-        score: float | None,
-        explanation: str,
-        trace_id: str,
-        span_id: str | None = None,
-        tool: str | None = None,
-        field: str | None = None,
-        agent: str | None = None,
-        details: Mapping[str, Any] | None = None,
-        case_id: str | None = None,
-        source_trace_id: str | None = None,
-        pair_key: str | None = None,
-    ) -> None:
-        object.__setattr__(self, "category", category)
-        object.__setattr__(self, "severity", severity)
-        object.__setattr__(self, "evaluator", evaluator)
-        object.__setattr__(self, "reference", reference)
-        object.__setattr__(self, "score", score)
-        object.__setattr__(self, "explanation", explanation)
-        object.__setattr__(self, "trace_id", trace_id)
-        object.__setattr__(self, "span_id", span_id)
-        object.__setattr__(self, "tool", tool)
-        object.__setattr__(self, "field", field)
-        object.__setattr__(self, "agent", agent)
-        object.__setattr__(self, "details", {} if details is None else details)
-        object.__setattr__(self, "case_id", case_id)
-        object.__setattr__(self, "source_trace_id", source_trace_id)
-        object.__setattr__(self, "pair_key", pair_key)
-
-
-@dataclass(frozen=True, slots=True, init=False)
-class EvalResult:
-    """What one evaluator says of one ToolTrace: named scores in [0, 1], findings, and a
-    one-line explanation. Frozen, with a written-out constructor, for the reason
-    ``ToolTrace`` gives (one is built per evaluator and run)."""
-
-    evaluator: str
-    scores: Mapping[str, float]
-    findings: tuple[Finding, ...]
-    explanation: str
-
-    def __init__(
-        self,
-        evaluator: str,
-        scores: Mapping[str, float],
-        findings: tuple[Finding, ...],
-        explanation: str,
-    ) -> None:
-        object.__setattr__(self, "evaluator", evaluator)
-        object.__setattr__(self, "scores", scores)
-        object.__setattr__(self, "findings", findings)
-        object.__setattr__(self, "explanation", explanation)
-
-
-@dataclass(frozen=True, slots=True)
-class ExpectedCall:
-    """One expected tool call of a golden case. ``arguments`` ``None`` means "any arguments";
-    ``match`` names the default argument strategy for this call's fields (``exact``,
-    ``subset``, ``numeric``, ``contains``, ``fuzzy``), ``None`` for the configured default;
-    ``field_match`` the strategy of single fields, which wins over every other."""
-
-    name: str
-    arguments: Mapping[str, Any] | None = None
-    match: str | None = None
-    field_match: Mapping[str, str] | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class GoldenCase:
-    """An expected behaviour, matched to live runs by a configured attribute (case id)."""
-
-    case_id: str
-    expected_tools: tuple[ExpectedCall, ...] = ()
-    expected_no_tools: bool = False
-    expected_min_steps: int | None = None
-    expected_tool_count: int | None = None
-    category: str | None = None
-    selection_mode: str | None = None  # overrides the configured tool_selection mode
-    expected_refusal: bool | None = None  # must the run refuse? None: not said
-    #: The agent whose run does the case's work: runs of no other agent are matched to it
-    #: (see ``references.golden.GoldenCaseSet.match``). ``None``: any run carrying the id.
-    agent: str | None = None
-    #: A run matched to the case is expected at least this often (a scheduled canary's
-    #: period with slack); ``None``: not watched. See ``metrics.golden_case_judged``.
-    expected_every_seconds: float | None = None
-
-    @property
-    def expects_no_calls(self) -> bool:
-        """``expected_no_tools``, or an ``expected_tool_count`` of 0 naming no tools: every
-        evaluator reads the two alike."""
-        return self.expected_no_tools or (self.expected_tool_count == 0 and not self.expected_tools)

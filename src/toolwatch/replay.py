@@ -40,7 +40,9 @@ from toolwatch.engine_setup import build_references, conversation_scope, finding
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import GoldenCase, ManualClock, ReferenceKind, ToolTrace, Traffic
+from toolwatch.model import ManualClock, ReferenceKind, Traffic
+from toolwatch.model_evaluation import GoldenCase
+from toolwatch.model_traces import ToolTrace
 from toolwatch.references.conversations import ConversationMemory
 from toolwatch.references.shadow import ShadowJoiner, ShadowPair
 from toolwatch.replay_assembly import OfflineAssembler

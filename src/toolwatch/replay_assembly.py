@@ -23,10 +23,11 @@ from typing import Any, Final
 from toolwatch.assembly.buffer import REPORTED_DROPS, CompletedTrace, TraceBuffer
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
-from toolwatch.ingest.decode import DecodeError
+from toolwatch.ingest.decode_types import DecodeError
 from toolwatch.ingest.otlp_json import decode_otlp_json
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import ManualClock, ToolTrace
+from toolwatch.model import ManualClock
+from toolwatch.model_traces import ToolTrace
 from toolwatch.replay_files import CLOCK_RECORDS, ReplayInputError
 
 __all__ = ["RECORDED_MAX_AGE_NS", "RECORDED_SETTLE_NS", "OfflineAssembler"]

@@ -17,7 +17,9 @@ from toolwatch.evaluation.composite import failure_type
 from toolwatch.evaluation.pipeline import PipelineResult
 from toolwatch.evaluation.settings import EvaluationSettings
 from toolwatch.metrics import UNMATCHED_CASE_REASONS
-from toolwatch.model import Category, Finding, GoldenCase, ReferenceKind, ToolTrace, Traffic
+from toolwatch.model import Category, ReferenceKind, Traffic
+from toolwatch.model_evaluation import Finding, GoldenCase
+from toolwatch.model_traces import ToolTrace
 from toolwatch.references.golden import CaseTally, GoldenCaseSet
 from toolwatch.replay_listing import Spool, finding_dict
 from toolwatch.replay_report import ANY, FailedCase, Gate, Listing, Report

@@ -31,9 +31,9 @@ from statistics import median_low
 from typing import IO, Any, Final
 
 from toolwatch import jsontext
-from toolwatch.ingest.decode import looks_like_otlp_protobuf
+from toolwatch.ingest.decode_requests import looks_like_otlp_protobuf
 from toolwatch.ingest.otlp_json import latest_end_ns, read_integer
-from toolwatch.model import ToolTrace
+from toolwatch.model_traces import ToolTrace
 from toolwatch.sinks.tooltraces import tooltrace_from_dict
 
 __all__ = [

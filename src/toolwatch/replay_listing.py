@@ -16,7 +16,9 @@ from collections.abc import Iterator
 from typing import Any
 
 from toolwatch.evaluation.severity import CALL_AGENT
-from toolwatch.model import Finding, ToolTrace, Traffic
+from toolwatch.model import Traffic
+from toolwatch.model_evaluation import Finding
+from toolwatch.model_traces import ToolTrace
 from toolwatch.sinks.findings import Redaction, finding_fields
 
 __all__ = ["Spool", "finding_dict"]

@@ -39,7 +39,8 @@ from tests.integration.prometheus_server import (
 )
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.config import load_config
-from toolwatch.model import Category, Finding
+from toolwatch.model import Category
+from toolwatch.model_evaluation import Finding
 from toolwatch.tail import run_tail
 from toolwatch.tail_exits import EXIT_OK
 

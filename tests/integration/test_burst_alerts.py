@@ -24,8 +24,10 @@ from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.engine import DiscardToolTraces, Engine, EngineParts
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.ingest.decode import DecodeOptions, decode_request
-from toolwatch.model import ExpectedCall, GoldenCase, ManualClock
+from toolwatch.ingest.decode_requests import decode_request
+from toolwatch.ingest.decode_types import DecodeOptions
+from toolwatch.model import ManualClock
+from toolwatch.model_evaluation import ExpectedCall, GoldenCase
 from toolwatch.references.golden import GoldenCaseSet
 from toolwatch.references.settings import DEFAULT_CASE_ID_ATTRIBUTE
 from toolwatch.sinks.findings import InMemoryFindingSink

@@ -14,7 +14,8 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tests.integration import agents
-from toolwatch.ingest.decode import DecodeOptions, decode_request
+from toolwatch.ingest.decode_requests import decode_request
+from toolwatch.ingest.decode_types import DecodeOptions
 
 
 def _held_and_estimated(char: str, keys: int, *, in_keys: bool = False) -> tuple[int, int]:

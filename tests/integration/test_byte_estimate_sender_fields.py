@@ -16,7 +16,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.assembly.limits import AssemblyLimits
-from toolwatch.ingest.decode import DecodeOptions, decode_protobuf
+from toolwatch.ingest.decode_requests import decode_protobuf
+from toolwatch.ingest.decode_types import DecodeOptions
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import ManualClock
 

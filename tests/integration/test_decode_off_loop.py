@@ -50,8 +50,9 @@ from tests.integration.test_otlp_spec import (
     trace_hex,
 )
 from toolwatch.ingest import otlp_grpc, otlp_http
-from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, scanner
+from toolwatch.ingest.decode_requests import scanner
 from toolwatch.ingest.decode_thread import OFF_LOOP_BYTES, off_loop_bytes
+from toolwatch.ingest.decode_types import DecodedBatch, DecodeOptions
 
 #: The size from which the server decodes a protobuf body in the thread (the scanner's).
 THREAD_BYTES = off_loop_bytes(scanner(DecodeOptions()).compiled)

@@ -49,8 +49,11 @@ from toolwatch.engine import Admission, Engine, EngineParts
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.ingest.decode import DecodeOptions, decode_request
-from toolwatch.model import EvalResult, ManualClock, ToolTrace
+from toolwatch.ingest.decode_requests import decode_request
+from toolwatch.ingest.decode_types import DecodeOptions
+from toolwatch.model import ManualClock
+from toolwatch.model_evaluation import EvalResult
+from toolwatch.model_traces import ToolTrace
 from toolwatch.references.settings import ShadowSettings
 from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.sinks.findings import InMemoryFindingSink

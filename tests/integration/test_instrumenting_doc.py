@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import RunningServer
-from toolwatch.model import Category, Finding, ReferenceKind
+from toolwatch.model import Category, ReferenceKind
+from toolwatch.model_evaluation import Finding
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "instrumented_agent.py"

@@ -16,7 +16,8 @@ from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.engine import DiscardToolTraces, Engine, EngineParts
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.ingest.decode import DecodeOptions, decode_request
+from toolwatch.ingest.decode_requests import decode_request
+from toolwatch.ingest.decode_types import DecodeOptions
 from toolwatch.model import ManualClock
 from toolwatch.sinks.findings import FanOutSink, InMemoryFindingSink, JsonLinesFindingSink
 from toolwatch.sinks.prometheus import PrometheusMetrics

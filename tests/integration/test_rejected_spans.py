@@ -20,9 +20,11 @@ from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.engine import Admission, Engine, EngineParts
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, decode_request
+from toolwatch.ingest.decode_requests import decode_request
+from toolwatch.ingest.decode_types import DecodedBatch, DecodeOptions
 from toolwatch.metrics import NoopMetrics, PipelineMetrics
-from toolwatch.model import ManualClock, ToolTrace
+from toolwatch.model import ManualClock
+from toolwatch.model_traces import ToolTrace
 from toolwatch.sinks.findings import InMemoryFindingSink
 from toolwatch.sinks.prometheus import PrometheusMetrics
 

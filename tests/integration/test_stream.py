@@ -21,7 +21,9 @@ from prometheus_client import CollectorRegistry
 from tests import factories
 from tests.integration.conftest import RunningServer, errors_logged
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
-from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
+from toolwatch.model import Category, ReferenceKind, Severity
+from toolwatch.model_evaluation import Finding
+from toolwatch.model_traces import ToolTrace
 from toolwatch.sinks.findings import Redaction
 from toolwatch.sinks.prometheus import PrometheusMetrics
 from toolwatch.sinks.stream.broker import FindingsBroker

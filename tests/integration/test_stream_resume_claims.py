@@ -41,7 +41,7 @@ from tests.integration.test_stream import DROPPED, make_finding, make_trace, ser
 from tests.integration.test_stream_replay_losses import NO_BDP, findings
 from tests.integration.test_stream_resume import Lines, Waits, end_tail, in_thread, proxied
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
-from toolwatch.model import Finding
+from toolwatch.model_evaluation import Finding
 from toolwatch.sinks.stream.protocol import SUPERSEDED
 from toolwatch.tail import run_tail
 from toolwatch.tail_exits import EXIT_INTERRUPTED

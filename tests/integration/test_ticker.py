@@ -14,7 +14,8 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from tests.integration import agents
 from toolwatch.app import App, tick_delay
 from toolwatch.config import Config
-from toolwatch.ingest.decode import DecodeOptions, decode_protobuf
+from toolwatch.ingest.decode_requests import decode_protobuf
+from toolwatch.ingest.decode_types import DecodeOptions
 from toolwatch.model import ManualClock
 
 

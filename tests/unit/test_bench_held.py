@@ -11,7 +11,8 @@ import pytest
 from bench.held import hold, measure_held
 from bench.plans import Settings
 from bench.stages import request_bodies, stage_config
-from toolwatch.ingest.decode import DecodeOptions, decode_protobuf
+from toolwatch.ingest.decode_requests import decode_protobuf
+from toolwatch.ingest.decode_types import DecodeOptions
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,8 @@ from collections import defaultdict
 import pytest
 
 from bench.traces import build_templates, trace_id
-from toolwatch.ingest.decode import DecodeOptions, decode_protobuf
+from toolwatch.ingest.decode_requests import decode_protobuf
+from toolwatch.ingest.decode_types import DecodeOptions
 from toolwatch.model import SpanRole
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tests.certificates import ca_certificate
 from toolwatch.config import Config, ConfigError, check_certificate, load_config
-from toolwatch.ingest.decode import scanner
+from toolwatch.ingest.decode_requests import scanner
 from toolwatch.metrics import NoopMetrics
 from toolwatch.model import ManualClock
 from toolwatch.references.shadow import ShadowJoiner

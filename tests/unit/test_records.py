@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from toolwatch import model
+from toolwatch import model, model_evaluation, model_traces
 from toolwatch.assembly import buffer
 from toolwatch.assembly.runs import _Run
 from toolwatch.evaluation import base, pipeline
@@ -27,10 +27,10 @@ from toolwatch.evaluation import base, pipeline
 _RECORDS: list[tuple[type[Any], bool]] = [
     (model.RequestedCall, False),
     (model.SpanRecord, False),
-    (model.ToolCall, False),
-    (model.ToolTrace, True),
-    (model.Finding, True),
-    (model.EvalResult, True),
+    (model_traces.ToolCall, False),
+    (model_traces.ToolTrace, True),
+    (model_evaluation.Finding, True),
+    (model_evaluation.EvalResult, True),
     (base.Reference, True),
     (pipeline.PipelineResult, True),
     (buffer.CompletedTrace, True),
@@ -44,8 +44,8 @@ _ENUMS: dict[str, type[enum.Enum]] = {
 }
 _NESTED: dict[str, type[Any]] = {
     "SpanRecord": model.SpanRecord,
-    "ToolTrace": model.ToolTrace,
-    "GoldenCase": model.GoldenCase,
+    "ToolTrace": model_traces.ToolTrace,
+    "GoldenCase": model_evaluation.GoldenCase,
 }
 
 

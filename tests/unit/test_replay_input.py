@@ -17,7 +17,7 @@ import pytest
 from tests import factories
 from toolwatch.config import Config, load_config
 from toolwatch.ingest.otlp_json import latest_end_ns
-from toolwatch.model import ToolTrace
+from toolwatch.model_traces import ToolTrace
 from toolwatch.replay import evaluate_offline, load_tool_traces
 from toolwatch.replay_assembly import OfflineAssembler
 from toolwatch.replay_files import Progress, ReplayInputError, _first_time

@@ -13,7 +13,7 @@ some entries with stray fields between them.
 counts what ``protobuf_pieces.entries`` counts, and what protobuf parses where it parses
 the body (else a dense request could pass for a sparse one); the sift's pieces are well
 formed, handed on in batches as it returns them, and
-decoding them (``decode._decode_sifted``) gives the batch a whole decode gives (protobuf's
+decoding them (``decode_requests._decode_sifted``) gives the batch a whole decode gives (protobuf's
 parse and the reference scanner, else ``salvage``; refused by both or neither).
 """
 
@@ -26,15 +26,9 @@ from google.protobuf.message import DecodeError as ProtobufDecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from bench.hostile_decode import field, varint
-from toolwatch.ingest.decode import (
-    DecodedBatch,
-    DecodeError,
-    DecodeOptions,
-    _decode_sifted,
-    _Decoder,
-    decode_request,
-    scanner,
-)
+from toolwatch.ingest.decode import _Decoder
+from toolwatch.ingest.decode_requests import _decode_sifted, decode_request, scanner
+from toolwatch.ingest.decode_types import DecodedBatch, DecodeError, DecodeOptions
 from toolwatch.ingest.protobuf_pieces import SIFTED_REASONS, entries
 from toolwatch.ingest.salvage import salvage
 from toolwatch.ingest.scan import WireError

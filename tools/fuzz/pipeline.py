@@ -37,12 +37,8 @@ with atheris.instrument_imports(include=["toolwatch"]):
     from toolwatch.engine_setup import build_references
     from toolwatch.evaluation.pipeline import EvaluationPipeline
     from toolwatch.evaluation.settings import EvaluationSettings
-    from toolwatch.ingest.decode import (
-        DecodedBatch,
-        DecodeError,
-        DecodeOptions,
-        decode_protobuf,
-    )
+    from toolwatch.ingest.decode_requests import decode_protobuf
+    from toolwatch.ingest.decode_types import DecodedBatch, DecodeError, DecodeOptions
     from toolwatch.ingest.otlp_json import decode_otlp_json
     from toolwatch.model import ManualClock
     from toolwatch.references.shadow import ShadowJoiner

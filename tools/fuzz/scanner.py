@@ -35,7 +35,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from tools.fuzz.corpus import protobuf_seeds
 from tools.fuzz.dense import check_sifted, dense_body
-from toolwatch.ingest.decode import DecodeOptions, scanner
+from toolwatch.ingest.decode_requests import scanner
+from toolwatch.ingest.decode_types import DecodeOptions
 from toolwatch.ingest.scan import Scan, Scanner, WireError
 
 _LIMITS = (1, 7, 64, 65_536)  # max_value_bytes: cuts inside keys, values, arrays and none

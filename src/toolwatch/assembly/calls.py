@@ -51,7 +51,8 @@ from toolwatch.assembly.handoffs import _with_handoffs
 from toolwatch.assembly.ordering import _in_order, _parallel_groups
 from toolwatch.assembly.records import _NO_RECORDS, _Records, _second_records
 from toolwatch.assembly.requested import _requests
-from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolCall
+from toolwatch.model import CallStatus, SpanRecord, SpanRole
+from toolwatch.model_traces import ToolCall
 
 __all__ = ["CallSite", "append_to", "build_calls", "decode_json", "parse_arguments"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from toolwatch.conventions.attrs import TRANSFER_TOOL_PREFIX, agent_in_tool_style
+from toolwatch.conventions.frameworks import TRANSFER_TOOL_PREFIX, agent_in_tool_style
 from toolwatch.jsontext import loads
 from toolwatch.model import RequestedCall, SpanRecord
 

@@ -19,7 +19,7 @@ import bisect
 
 from toolwatch.assembly.drafts import CallSite, _Draft, _ended, _scope, append_to
 from toolwatch.assembly.ordering import _emission
-from toolwatch.conventions.attrs import TRANSFER_TOOL_PREFIX, agent_in_tool_style, is_transfer
+from toolwatch.conventions.frameworks import TRANSFER_TOOL_PREFIX, agent_in_tool_style, is_transfer
 from toolwatch.model import SpanRecord, SpanRole
 
 __all__: list[str] = []

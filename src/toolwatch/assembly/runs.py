@@ -10,7 +10,7 @@ from typing import Final
 
 from toolwatch.assembly.calls import CallSite, append_to
 from toolwatch.assembly.tree import _in_time_order
-from toolwatch.conventions.attrs import TRANSFER_TOOL_PREFIX, agent_in_tool_style, is_transfer
+from toolwatch.conventions.frameworks import TRANSFER_TOOL_PREFIX, agent_in_tool_style, is_transfer
 from toolwatch.model import SpanRecord, SpanRole
 
 __all__: list[str] = []

@@ -110,7 +110,8 @@ from toolwatch.assembly.outputs import REFUSAL_FINISH_REASONS, _final_text, _ref
 from toolwatch.assembly.placing import _place, _place_second_records
 from toolwatch.assembly.runs import _joined_at_handoffs, _Run, _runs
 from toolwatch.assembly.tree import _adoptions, _in_time_order, _Tree, _workflows
-from toolwatch.model import CallStatus, SpanRecord, SpanRole, ToolCall, ToolTrace
+from toolwatch.model import CallStatus, SpanRecord, SpanRole
+from toolwatch.model_traces import ToolCall, ToolTrace
 from toolwatch.names import NameNormalizer
 
 __all__ = ["REFUSAL_FINISH_REASONS", "build_tool_traces"]

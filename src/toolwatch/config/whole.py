@@ -37,7 +37,7 @@ from toolwatch.config.stages import (
 )
 from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.settings import ComparingSettings, EvaluatorsSettings
-from toolwatch.ingest.decode import DecodeOptions
+from toolwatch.ingest.decode_types import DecodeOptions
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE
 from toolwatch.references.settings import GoldenSettings, ShadowSettings
 from toolwatch.sections import Section as _Section

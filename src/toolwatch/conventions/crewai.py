@@ -36,14 +36,8 @@ from __future__ import annotations
 import re
 from typing import Final
 
-from toolwatch.conventions.attrs import (
-    AgentSpec,
-    Attributes,
-    Convention,
-    ToolSpec,
-    crew_answer,
-    span_name_as_is,
-)
+from toolwatch.conventions.attrs import AgentSpec, Attributes, Convention, ToolSpec, span_name_as_is
+from toolwatch.conventions.frameworks import crew_answer
 from toolwatch.model import SpanRole
 
 __all__ = [

@@ -5,7 +5,7 @@ in that priority order, then falls back to span events only for what the attribu
 Values are kept as they arrived (JSON strings stay strings); model outputs are parsed,
 because their tool calls must be split out in emission order, and two framework envelopes
 when they may hold what no attribute does: a LangChain ``ToolMessage`` result (its call id,
-its error: ``attrs.tool_message``) and pydantic-ai's request parameters (its output tools).
+its error: ``frameworks.tool_message``) and pydantic-ai's request parameters (its output tools).
 """
 
 from __future__ import annotations
@@ -26,8 +26,6 @@ from toolwatch.conventions import (
     vercel_ai,
 )
 from toolwatch.conventions.attrs import (
-    HANDOFF_TARGET_KEYS,
-    NAMED_HANDOFF_PREFIX,
     REFUSAL_REASONS,
     Attributes,
     Convention,
@@ -38,13 +36,17 @@ from toolwatch.conventions.attrs import (
     finish_reason_list,
     first,
     first_str,
-    is_handoff_span,
-    mcp_tool_error,
     merge_summaries,
     parse_json,
     plain_text,
 )
 from toolwatch.conventions.events import ToolEvents, output_events, tool_events
+from toolwatch.conventions.frameworks import (
+    HANDOFF_TARGET_KEYS,
+    NAMED_HANDOFF_PREFIX,
+    is_handoff_span,
+    mcp_tool_error,
+)
 from toolwatch.jsontext import writable_text
 from toolwatch.model import RequestedCall
 

@@ -29,12 +29,10 @@ from toolwatch.conventions.attrs import (
     OutputBuilder,
     OutputSummary,
     ToolSpec,
-    content_text,
-    langgraph_answer,
     parse_json,
     span_name_as_is,
-    tool_message,
 )
+from toolwatch.conventions.frameworks import content_text, langgraph_answer, tool_message
 from toolwatch.model import SpanRole
 
 __all__ = ["CONVENTION", "KEYS", "SPAN_KIND", "classify", "output_summary"]

@@ -30,7 +30,6 @@ from typing import Any, Final
 
 from toolwatch.conventions import google_adk, guardrails_ai
 from toolwatch.conventions.attrs import (
-    NAMED_HANDOFF_PREFIX,
     AgentSpec,
     Attributes,
     Convention,
@@ -38,11 +37,10 @@ from toolwatch.conventions.attrs import (
     OutputSummary,
     ToolSpec,
     group_indexed,
-    langgraph_answer,
     parse_json,
     span_name_as_is,
-    tool_message,
 )
+from toolwatch.conventions.frameworks import NAMED_HANDOFF_PREFIX, langgraph_answer, tool_message
 from toolwatch.model import SpanRole
 
 __all__ = ["CONVENTION", "KEYS", "OUTPUT_PREFIX", "classify", "output_summary", "raw_refusal"]

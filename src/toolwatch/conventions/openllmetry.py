@@ -23,8 +23,8 @@ from toolwatch.conventions.attrs import (
     ToolSpec,
     group_indexed,
     parse_json,
-    tool_message,
 )
+from toolwatch.conventions.frameworks import tool_message
 from toolwatch.model import SpanRole
 
 __all__ = [

@@ -64,15 +64,9 @@ from toolwatch.evaluation.settings import ToolArgumentsSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.evaluation.similarity import TYPE_ONLY, exact, score_value
 from toolwatch.evaluation.tool_fields import split_tool_field
-from toolwatch.model import (
-    DETAIL_FIELDS,
-    Category,
-    EvalResult,
-    Finding,
-    ReferenceKind,
-    ToolCall,
-    ToolTrace,
-)
+from toolwatch.model import Category, ReferenceKind
+from toolwatch.model_evaluation import DETAIL_FIELDS, EvalResult, Finding
+from toolwatch.model_traces import ToolCall, ToolTrace
 from toolwatch.names import NameNormalizer
 
 __all__ = [

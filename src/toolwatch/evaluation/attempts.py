@@ -28,7 +28,8 @@ from collections.abc import Hashable, Sequence
 from typing import Final
 
 from toolwatch.evaluation.loops import RequestKey, request_key
-from toolwatch.model import CallStatus, ToolCall
+from toolwatch.model import CallStatus
+from toolwatch.model_traces import ToolCall
 
 __all__ = ["ATTEMPT_SPANS", "Flagged", "attempts_said", "has_rerun", "one_per_request"]
 

@@ -19,15 +19,9 @@ from toolwatch.evaluation.concurrency import effective_groups, uses_parallelism
 from toolwatch.evaluation.lcs import lcs_length
 from toolwatch.evaluation.lineup import Lineup, line_up
 from toolwatch.evaluation.settings import Against
-from toolwatch.model import (
-    MISSING_SPANS,
-    EvalResult,
-    GoldenCase,
-    ReferenceKind,
-    ToolCall,
-    ToolTrace,
-    Verified,
-)
+from toolwatch.model import MISSING_SPANS, ReferenceKind
+from toolwatch.model_evaluation import EvalResult, GoldenCase
+from toolwatch.model_traces import ToolCall, ToolTrace, Verified
 from toolwatch.names import NameNormalizer
 
 __all__ = [

@@ -58,7 +58,8 @@ from toolwatch.evaluation.loops import NO_BOUND, acted, acted_reference
 from toolwatch.evaluation.order import order_score
 from toolwatch.evaluation.selection import describe, jaccard, recall
 from toolwatch.evaluation.settings import CompositeSettings, ToolArgumentsSettings
-from toolwatch.model import EvalResult, GoldenCase, ToolTrace
+from toolwatch.model_evaluation import EvalResult, GoldenCase
+from toolwatch.model_traces import ToolTrace
 from toolwatch.names import NameNormalizer
 
 __all__ = [

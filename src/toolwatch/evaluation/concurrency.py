@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
-from toolwatch.model import ToolCall, ToolTrace
+from toolwatch.model_traces import ToolCall, ToolTrace
 
 __all__ = [
     "MAX_NESTING",

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, TypeAlias
 
 from toolwatch.jsontext import decimal_text
-from toolwatch.model import ToolCall
+from toolwatch.model_traces import ToolCall
 
 __all__ = [
     "RecordingKey",

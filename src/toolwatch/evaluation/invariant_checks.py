@@ -40,11 +40,9 @@ from toolwatch.evaluation.invariant_rules import (
     RequiredRule,
 )
 from toolwatch.evaluation.loops import NO_BOUND, call_key, retried
-from toolwatch.model import (
-    DETAIL_ERRORS,
-    CallStatus,
-    ToolCall,
-)
+from toolwatch.model import CallStatus
+from toolwatch.model_evaluation import DETAIL_ERRORS
+from toolwatch.model_traces import ToolCall
 from toolwatch.names import NameNormalizer
 
 __all__ = [

@@ -88,14 +88,9 @@ from toolwatch.evaluation.invariant_rules import (
 from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.settings import InvariantsSettings
 from toolwatch.evaluation.severity import call_outcome, make_finding
-from toolwatch.model import (
-    Category,
-    EvalResult,
-    Finding,
-    ReferenceKind,
-    ToolCall,
-    ToolTrace,
-)
+from toolwatch.model import Category, ReferenceKind
+from toolwatch.model_evaluation import EvalResult, Finding
+from toolwatch.model_traces import ToolCall, ToolTrace
 from toolwatch.names import fold
 
 __all__ = ["Invariants"]

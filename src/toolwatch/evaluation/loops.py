@@ -42,16 +42,9 @@ from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.settings import LoopsSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
 from toolwatch.jsontext import decimal_text
-from toolwatch.model import (
-    DETAIL_FIELDS,
-    CallStatus,
-    Category,
-    EvalResult,
-    Finding,
-    ReferenceKind,
-    ToolCall,
-    ToolTrace,
-)
+from toolwatch.model import CallStatus, Category, ReferenceKind
+from toolwatch.model_evaluation import DETAIL_FIELDS, EvalResult, Finding
+from toolwatch.model_traces import ToolCall, ToolTrace
 from toolwatch.names import NameNormalizer
 
 __all__ = [

@@ -41,7 +41,9 @@ from toolwatch.evaluation.lcs import lcs_length
 from toolwatch.evaluation.loops import NO_BOUND, acted, acted_reference
 from toolwatch.evaluation.settings import OrderSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
-from toolwatch.model import Category, EvalResult, Finding, ReferenceKind, ToolTrace
+from toolwatch.model import Category, ReferenceKind
+from toolwatch.model_evaluation import EvalResult, Finding
+from toolwatch.model_traces import ToolTrace
 from toolwatch.names import NameNormalizer
 
 __all__ = ["Order", "first_divergence", "order_score"]

@@ -44,7 +44,9 @@ from toolwatch.evaluation.selection import ToolSelection
 from toolwatch.evaluation.settings import Against, EvaluationSettings
 from toolwatch.evaluation.severity import incomplete_note
 from toolwatch.evaluation.structure import ToolTraceStructure
-from toolwatch.model import EvalResult, Finding, GoldenCase, ReferenceKind, ToolTrace, Verified
+from toolwatch.model import ReferenceKind
+from toolwatch.model_evaluation import EvalResult, Finding, GoldenCase
+from toolwatch.model_traces import ToolTrace, Verified
 
 __all__ = [
     "EVALUATOR_ORDER",

@@ -145,17 +145,9 @@ from toolwatch.evaluation.safety_drift import Drift, Flag
 from toolwatch.evaluation.safety_ledger import ANY, NO_FIELDS, Ledger
 from toolwatch.evaluation.settings import SafetySettings
 from toolwatch.evaluation.severity import call_outcome, make_finding
-from toolwatch.model import (
-    DETAIL_FIELDS,
-    CallStatus,
-    Category,
-    EvalResult,
-    Finding,
-    ReferenceKind,
-    ToolCall,
-    ToolTrace,
-    Verified,
-)
+from toolwatch.model import CallStatus, Category, ReferenceKind
+from toolwatch.model_evaluation import DETAIL_FIELDS, EvalResult, Finding
+from toolwatch.model_traces import ToolCall, ToolTrace, Verified
 
 __all__ = ["Safety"]
 

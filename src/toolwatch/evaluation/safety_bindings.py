@@ -14,7 +14,7 @@ from toolwatch.evaluation.base import name_list
 from toolwatch.evaluation.entities import entity_key, lookup, unrecorded
 from toolwatch.evaluation.policy_settings import Binding
 from toolwatch.evaluation.safety_ledger import ANY, Ledger
-from toolwatch.model import ToolCall
+from toolwatch.model_traces import ToolCall
 
 __all__ = [
     "UNCHECKED",

@@ -31,7 +31,8 @@ from toolwatch.evaluation.base import Reference, first_only, resolve
 from toolwatch.evaluation.loops import retried
 from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.settings import Against
-from toolwatch.model import Category, ReferenceKind, ToolCall, ToolTrace
+from toolwatch.model import Category, ReferenceKind
+from toolwatch.model_traces import ToolCall, ToolTrace
 from toolwatch.names import fold
 
 __all__ = ["Drift", "Flag"]

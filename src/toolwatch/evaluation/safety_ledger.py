@@ -20,7 +20,7 @@ from toolwatch.evaluation.entities import (
     unrecorded,
 )
 from toolwatch.evaluation.policy_settings import Binding
-from toolwatch.model import ToolCall
+from toolwatch.model_traces import ToolCall
 
 __all__ = ["ANY", "NO_FIELDS", "EntityKey", "Ledger"]
 

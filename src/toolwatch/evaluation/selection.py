@@ -56,7 +56,9 @@ from toolwatch.evaluation.lcs import lcs_length
 from toolwatch.evaluation.loops import NO_BOUND, acted, acted_reference
 from toolwatch.evaluation.settings import ToolSelectionSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
-from toolwatch.model import Category, EvalResult, Finding, Severity, ToolTrace
+from toolwatch.model import Category, Severity
+from toolwatch.model_evaluation import EvalResult, Finding
+from toolwatch.model_traces import ToolTrace
 from toolwatch.names import NameNormalizer
 
 __all__ = [

@@ -38,16 +38,9 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from toolwatch.evaluation.base import lost_earlier, never_ran, unfinished
-from toolwatch.model import (
-    MISSING_SPANS,
-    CallStatus,
-    Category,
-    Finding,
-    ReferenceKind,
-    Severity,
-    ToolCall,
-    ToolTrace,
-)
+from toolwatch.model import MISSING_SPANS, CallStatus, Category, ReferenceKind, Severity
+from toolwatch.model_evaluation import Finding
+from toolwatch.model_traces import ToolCall, ToolTrace
 
 __all__ = [
     "CALL_AGENT",

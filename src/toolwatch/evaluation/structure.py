@@ -43,7 +43,9 @@ from toolwatch.evaluation.concurrency import uses_parallelism
 from toolwatch.evaluation.loops import NO_BOUND, acted
 from toolwatch.evaluation.settings import REFUSAL_TEXT_CHARS, StructureSettings
 from toolwatch.evaluation.severity import make_finding, severity_for
-from toolwatch.model import Category, EvalResult, Finding, ReferenceKind, Severity, ToolTrace
+from toolwatch.model import Category, ReferenceKind, Severity
+from toolwatch.model_evaluation import EvalResult, Finding
+from toolwatch.model_traces import ToolTrace
 from toolwatch.names import NameNormalizer
 
 __all__ = ["SCORES", "StructureCheck", "ToolTraceStructure", "count_score"]

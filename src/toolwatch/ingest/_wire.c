@@ -1102,9 +1102,9 @@ static PyObject *census(PyObject *module, PyObject *arg) {
 
 /* ---- the sift ------------------------------------------------------------------------------
  *
- * sift(body): a request dense in resources, scopes and spans (toolwatch.ingest.decode), walked
- * once and told apart for toolwatch.ingest.protobuf_pieces.decode_sifted: the spans that need
- * a record, in runs, each a small request to scan; and the spans rejected without one, in runs
+ * sift(body): a request dense in resources, scopes and spans (toolwatch.ingest.decode_requests),
+ * walked once and told apart for its _decode_sifted: the spans that need a record, in runs,
+ * each a small request to scan; and the spans rejected without one, in runs
  * counted by reason (what their scan and decode would reject them for), with the trace ids they
  * hand on. No Python object is made for a span rejected here but its trace id, so a request of
  * a million spans of a few bytes costs what reading them costs. sift(body, consume) hands the

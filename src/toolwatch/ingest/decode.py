@@ -1,4 +1,5 @@
-"""Decode an OTLP ``ExportTraceServiceRequest`` into ``SpanRecord``s, in one pass.
+"""Decode the scanned spans of an OTLP ``ExportTraceServiceRequest`` into ``SpanRecord``s:
+the per-span loop (``_Decoder``).
 
 ``toolwatch.ingest.scan`` reads the request (compiled from the wire bytes, or from protobuf's
 parsed message) and keeps only what a convention reads: the attributes in
@@ -6,96 +7,83 @@ parsed message) and keeps only what a convention reads: the attributes in
 the relevant span events, and ``service.name`` and the reference keys of each resource. This
 module validates each span's ids (OTLP: a trace id is 16 bytes, a span id 8 bytes, neither
 all zero; a parent span id is empty or 8 bytes), lets ``toolwatch.conventions.recognize``
-classify the span and extract its role's fields, and builds its record.
+classify the span and extract its role's fields, builds its record and counts what it holds
+(``_held_size``).
 
 Invalid spans are rejected and counted by reason; the rest of the request is kept (OTLP
 partial success). The trace ids of rejected spans that have a valid one are handed on
 (``DecodedBatch.rejected_traces``): their runs miss a span, and are judged incomplete. A
 span that ends before it starts is kept with its end clamped to its start: clock skew should
-not cost a tool call. A binary request dense in resources, scopes and spans (empty ones) is
-decoded piece by piece to the same batch (``toolwatch.ingest.protobuf_pieces``), so that
-what is built per entry stays a small factor of its size. Pure functions; safe to call
+not cost a tool call.
+
+Its siblings: ``decode_types`` holds what decoding takes and gives (``DecodeOptions``,
+``DecodedBatch``, the errors); ``decode_requests`` holds the ways a request comes in
+(``decode_request``, ``decode_protobuf`` whole or piece by piece, ``PieceDecoder``), each of
+which feeds this module's ``_Decoder``. Everything run per span stays here: a per-span
+helper called across modules is a slower call once compiled. Pure functions; safe to call
 from any thread.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
 
-from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-
 from toolwatch.conventions import (
-    ATTRIBUTE_KEYS,
-    ATTRIBUTE_PREFIXES,
-    EVENT_ATTRIBUTE_KEYS,
-    EVENT_NAMES,
     Attributes,
     EventSource,
     Recognition,
     SpanEvent,
     recognize,
 )
-from toolwatch.conventions.history import ID_KEYS, NO_HISTORY, read_history
-from toolwatch.ingest.protobuf_pieces import (
-    SIFTED_REASONS,
-    FramingError,
-    Sifted,
-    is_dense,
-    pieces,
-)
-from toolwatch.ingest.salvage import salvage
-from toolwatch.ingest.scan import (
-    Decoder,
-    Scan,
-    ScannedEvent,
-    ScannedSpan,
-    Scanner,
-    ScanPlan,
-    Sift,
-    WireError,
-)
+from toolwatch.conventions.history import NO_HISTORY, read_history
+from toolwatch.ingest.decode_types import DecodedBatch, DecodeOptions, IdProblems
+from toolwatch.ingest.protobuf_pieces import SIFTED_REASONS
+from toolwatch.ingest.scan import Scan, ScannedEvent, ScannedSpan
 from toolwatch.jsontext import held_size, text_size
 from toolwatch.model import RequestedCall, SpanRecord, SpanRole
 
-__all__ = [
-    "DecodeError",
-    "DecodeLimitError",
-    "DecodeOptions",
-    "DecodedBatch",
-    "IdProblems",
-    "PieceDecoder",
-    "decode_protobuf",
-    "decode_request",
-    "looks_like_otlp_protobuf",
-]
+__all__ = ["Recognizer"]
+
 
 _SERVICE_NAME: Final = "service.name"
+
+
 _MAX_REPORTED: Final = 3  # offenders named in the partial-success message
+
+
 # What one buffered span costs besides its values: the record, its ids and small fields, and
 # its share of the buffer's bookkeeping. Measured, `make bench` (memory): 1,048 B resident
 # per buffered GenAI span without argument values at first, 821 B since spans share their
 # trace id (`d89e066`); 512 had the byte bound 40% optimistic. Kept on the safe side.
 _SPAN_OVERHEAD_BYTES: Final = 1024
+
+
 # What one requested call of a model output holds besides its name and arguments: the
 # record, its id, its slot in the span's tuple (measured: 168 bytes a call of 1,000 with
 # one-letter names, since the record's hosted flag). Its arguments were parsed from the
 # output's JSON at ingest, and parsed JSON can hold far more than its text (``[{},{},...]``:
 # about 70 bytes of objects per 3 characters), so they are counted as held, not as sent.
 _REQUEST_OVERHEAD_BYTES: Final = 176
+
+
 # What one configured reference key (``SpanRecord.reference_keys``) holds besides its value's
 # characters: its pair (56 bytes), the pair's slot (8), its value's string header (49) and the
 # tuple of pairs' own header (40), counted with each pair (153 for one). The key is the
 # configured string, shared by every record.
 _REFERENCE_OVERHEAD_BYTES: Final = 160
+
+
 # What one tool-call id an input history names holds besides its characters: its string's
 # header (49 bytes) and its slot in the span's tuple (8), the tuple's own header (40) counted
 # with each (at most ``history.MAX_CALL_IDS`` a span).
 _HISTORY_ID_OVERHEAD_BYTES: Final = 104
+
+
 _ZERO_TRACE_ID: Final = bytes(16)
+
+
 _ZERO_SPAN_ID: Final = bytes(8)
 
 
@@ -156,6 +144,8 @@ def _value_size(value: Any) -> int:
 
 
 _log = logging.getLogger(__name__)
+
+
 _history_failures = [0]  # model spans whose history reader raised (logged at the first)
 
 
@@ -168,78 +158,6 @@ def _history_failed() -> None:
             "toolwatch: a model span's input history could not be read (a defect;"
             " its spans are judged without the evidence, logged once)"
         )
-
-
-@dataclass(frozen=True, slots=True)
-class DecodeOptions:
-    """What to read besides the conventions' keys, how much of each value to keep, and
-    which scanner reads the bytes (``toolwatch.ingest.scan``; ``auto``: compiled if built)."""
-
-    reference_keys: frozenset[str] = frozenset()  # copied into SpanRecord.reference_keys
-    max_value_bytes: int = 65_536  # longer strings are truncated (UTF-8 bytes), arrays cut
-    max_span_attributes: int = 1024  # a span with more that a convention reads is rejected
-    decoder: Decoder = "auto"
-    # Model spans' input histories read (SpanRecord.prior_turns, prior_call_ids), for
-    # assembly.missing_spans_from_history; off, left at -1 and () and nothing of them
-    # parsed (nor OpenInference's input tool-call ids asked of the scanner).
-    read_histories: bool = False
-
-    def __post_init__(self) -> None:
-        if self.max_value_bytes < 1:
-            raise ValueError(f"max_value_bytes must be positive, got {self.max_value_bytes}")
-        if self.max_span_attributes < 1:
-            count = self.max_span_attributes
-            raise ValueError(f"max_span_attributes must be positive, got {count}")
-
-
-@dataclass(frozen=True, slots=True)
-class DecodedBatch:
-    """The valid spans of one request and the accounting of the rest."""
-
-    spans: tuple[SpanRecord, ...]  # the valid spans
-    received: int  # spans in the request
-    rejected: Mapping[str, int]  # reason -> count, e.g. {"invalid_trace_id": 2}
-    error_message: str | None  # for OTLP partial_success.error_message
-    # The valid trace ids of rejected spans, each once: their traces are flagged incomplete
-    # (``TraceBuffer.flag_rejected``), or their runs would be judged whole without a call.
-    rejected_traces: tuple[bytes, ...] = ()
-
-
-#: Spans a parser already found at fault, by (resource, scope, span) index: the reason and
-#: what is wrong (``otlp_json``'s ids that are no hex, ``salvage``'s spans protobuf cannot
-#: parse). Their records stand in place.
-IdProblems = dict[tuple[int, int, int], tuple[str, str]]
-
-
-class DecodeError(ValueError):
-    """The whole body is unusable; the message names the field and the reason. ``field`` is
-    the field at fault (an OTLP/JSON path), ``"body"`` when no single field is."""
-
-    def __init__(self, message: str, field: str = "body") -> None:
-        super().__init__(message)
-        self.field = field
-
-
-class DecodeLimitError(DecodeError):
-    """The body is valid, but decoding it would cost more than a limit allows (HTTP 413)."""
-
-
-@functools.lru_cache(maxsize=16)
-def scanner(options: DecodeOptions) -> Scanner:
-    """The scanner of ``options`` (built once per options value: the compiled one hashes
-    its key sets). Raises ``RuntimeError`` when a required compiled scanner is missing."""
-    plan = ScanPlan(
-        span_keys=ATTRIBUTE_KEYS
-        | options.reference_keys
-        | (ID_KEYS if options.read_histories else frozenset()),
-        prefixes=ATTRIBUTE_PREFIXES,
-        resource_keys=options.reference_keys | {_SERVICE_NAME},
-        event_names=EVENT_NAMES,
-        event_keys=EVENT_ATTRIBUTE_KEYS,
-        max_value_bytes=options.max_value_bytes,
-        max_span_attributes=options.max_span_attributes,
-    )
-    return Scanner.for_plan(plan, options.decoder)
 
 
 class _Events:
@@ -528,230 +446,3 @@ class _Decoder:
         named = "; ".join(self.offenders)
         more = f"; and {total - _MAX_REPORTED} more" if total > _MAX_REPORTED else ""
         return f"{total} span{'s' if total != 1 else ''} rejected; {named}{more}"
-
-
-def decode_request(
-    request: ExportTraceServiceRequest,
-    options: DecodeOptions,
-    problems: IdProblems | None = None,
-    json_names: bool = False,
-) -> DecodedBatch:
-    """Decode every span of an already parsed ``request`` (OTLP/JSON, replay); invalid
-    spans are counted, never raised. ``problems`` names spans the parser found at fault
-    (each stands in the request with an id no span has, and is rejected with that reason).
-    ``json_names``: the rejected spans are named as in OTLP/JSON (``resourceSpans[0]...``,
-    ``traceId``), for a client that sent JSON.
-
-    ``parent_span_id`` of the records is ``None`` for roots (empty or all-zero parent).
-    """
-    decoder = _Decoder(options, known=problems or None, json_names=json_names)
-    return decoder.scan(scanner(options).scan_message(request))
-
-
-class PieceDecoder:
-    """Decodes a request given piece by piece into one batch: OTLP/JSON, whose parsed pieces
-    are let go as they are decoded. A piece is a request of whole resources, of whole scopes
-    of one resource, or of a run of one scope's spans; ``problems`` and ``json_names`` as for
-    ``decode_request`` (``problems`` need only hold the piece's spans when it is added). Not
-    shared between requests or threads."""
-
-    __slots__ = ("_decoder", "_scanner")
-
-    def __init__(self, options: DecodeOptions, problems: IdProblems, json_names: bool) -> None:
-        self._decoder = _Decoder(options, known=problems, json_names=json_names)
-        self._scanner = scanner(options)
-
-    def add(
-        self,
-        piece: ExportTraceServiceRequest,
-        at: tuple[int, int, int],
-        resource: dict[str, Any] | None = None,
-    ) -> list[dict[str, Any]]:
-        """Decode the piece's spans; ``at``: where its first span sits in the request,
-        ``(resource, scope, span)``. ``resource``: what the scan of an earlier piece kept of
-        the piece's one resource (sent with that piece only). Returns what the scan kept of
-        each of the piece's resources."""
-        scan = self._scanner.scan_message(piece)
-        if resource is not None and scan.resources:  # none: a later null cleared the list
-            scan.resources[0] = resource
-        self._decoder.add(scan, at)
-        return scan.resources
-
-    def batch(self) -> DecodedBatch:
-        """The spans of the pieces added, and the accounting of the rest."""
-        return self._decoder.batch()
-
-
-def decode_protobuf(body: bytes, options: DecodeOptions) -> DecodedBatch:
-    """Decode a binary protobuf ``ExportTraceServiceRequest``.
-
-    A request protobuf refuses whole, whose spans can still be told apart, keeps the spans it
-    can parse: the others are rejected as ``malformed_span`` (``toolwatch.ingest.salvage``;
-    the compiled ``_wire.sift`` where the extension is built, which gives the same batch).
-    A request dense in resources, scopes and spans (empty ones: "empty envelopes") is decoded
-    piece by piece, to the same batch (``toolwatch.ingest.protobuf_pieces``), so that its
-    decoding costs a small factor of its size, like any other's.
-    Raises ``DecodeError`` when ``body`` is not a valid message and cannot be salvaged.
-    """
-    found = scanner(options)
-    if is_dense(body, found.entries(body)):
-        return _decode_in_pieces(body, options, found)
-    try:
-        scan = found.scan_bytes(body)
-    except WireError as exc:
-        sift = found.sift()  # compiled: salvage's answer, at C speed
-        sifted = _decode_sifted(body, options, found, sift) if sift is not None else None
-        if isinstance(sifted, DecodedBatch):
-            return sifted
-        salvaged = salvage(body) if sift is None else None
-        if salvaged is None:
-            raise DecodeError(f"body is not a valid ExportTraceServiceRequest: {exc}") from exc
-        request, problems = salvaged
-        return decode_request(request, options, problems)
-    return _Decoder(options).scan(scan)
-
-
-#: The Collector's file exporter with ``format: proto`` writes each request after its size:
-#: 4 bytes, big-endian.
-_FILE_EXPORTER_PREFIX: Final = 4
-#: How many length-delimited fields, each inside the one before, begin a request:
-#: ``resource_spans``, then its ``resource`` (or ``scope_spans``), then that one's first.
-_NESTED_FIELDS: Final = 3
-
-
-def looks_like_otlp_protobuf(head: bytes) -> bool:
-    """Whether ``head``, the first bytes of a file (64 are enough), look like a binary
-    ``ExportTraceServiceRequest``: one as an OTLP/HTTP body holds it, or as the Collector's
-    file exporter writes it with ``format: proto`` (``_FILE_EXPORTER_PREFIX``). A guess from
-    the wire format, to tell a reader of text what such a file is: field 1
-    (``resource_spans``, tag 0x0a) and the fields nested in it, each length-delimited and
-    within its parent (text that opens with newlines, 0x0a too, is not)."""
-    return _starts_request(head) or _starts_request(head[_FILE_EXPORTER_PREFIX:])
-
-
-def _starts_request(data: bytes) -> bool:
-    at, limit = 0, None  # where the enclosing field ends (None: the request, past ``data``)
-    for depth in range(_NESTED_FIELDS):
-        tag = data[at] if at < len(data) else 0
-        if tag & 0x07 != 2 or (depth == 0 and tag != 0x0A):  # wire type 2: length-delimited
-            return False
-        length, at = _varint(data, at + 1)
-        if not length or (limit is not None and at + length > limit):
-            return False
-        limit = at + length
-    return True
-
-
-def _varint(data: bytes, at: int) -> tuple[int | None, int]:
-    """The varint at ``at`` (at most 5 bytes: a length) and where it ends; ``None`` if
-    there is none."""
-    value = 0
-    for shift, byte in enumerate(data[at : at + 5]):
-        value |= (byte & 0x7F) << (7 * shift)
-        if not byte & 0x80:
-            return value, at + shift + 1
-    return None, at
-
-
-def _decode_in_pieces(body: bytes, options: DecodeOptions, found: Scanner) -> DecodedBatch:
-    """``decode_protobuf`` of a dense request, a piece at a time (``protobuf_pieces.pieces``):
-    runs of small resources whole; a larger resource's own fields scanned once, for its
-    attributes, a larger scope's checked once; runs of its small scopes, or of a larger
-    scope's spans, scanned with those attributes; a piece protobuf refuses salvaged alone."""
-    sift = found.sift()
-    if sift is not None:
-        sifted = _decode_sifted(body, options, found, sift)
-        if isinstance(sifted, str):
-            raise DecodeError(f"body is not a valid ExportTraceServiceRequest: {sifted}")
-        return sifted
-    problems: IdProblems = {}
-    decoder = _Decoder(options, known=problems)
-    attributes: dict[str, Any] = {}
-    try:
-        for kind, at, piece, count in pieces(body):
-            if kind == "empty":
-                decoder.empty_spans(at, count)
-            elif kind == "resources":
-                _add_piece(decoder, found, piece, at, attributes=None, problems=problems)
-            elif kind in ("scopes", "spans"):
-                _add_piece(decoder, found, piece, at, attributes=attributes, problems=problems)
-            else:  # a resource's or a scope's own fields: protobuf must accept them
-                scanned = _scan_piece(found, piece, at, kind)
-                if kind == "resource":
-                    attributes = scanned.resources[0]
-    except FramingError as exc:
-        raise DecodeError(f"body is not a valid ExportTraceServiceRequest: {exc}") from exc
-    return decoder.batch()
-
-
-def _decode_sifted(
-    body: bytes, options: DecodeOptions, found: Scanner, sift: Sift
-) -> DecodedBatch | str:
-    """``_decode_in_pieces`` from the compiled sift (``protobuf_pieces.Sifted``), or what
-    makes the request undecodable: runs of spans to scan, each resource's own fields scanned
-    once for its attributes, runs of spans rejected unscanned counted at once, the first of
-    them decoded only to be named. The sift hands the pieces on a batch at a time as it finds
-    them, each decoded and let go: what accumulates is the records of valid spans."""
-    problems: IdProblems = {}
-    decoder = _Decoder(options, known=problems)
-    attributes: dict[str, Any] = {}
-
-    def consume(sifted: list[Sifted]) -> None:
-        nonlocal attributes
-        for index, (kind, at, piece, count, counts, traces) in enumerate(sifted):
-            sifted[index] = _DONE  # let go as decoded: its request is a copy of the body's
-            if kind == "resource":
-                attributes = _scan_piece(found, piece, at, kind).resources[0]
-            elif kind == "spans":
-                _add_piece(decoder, found, piece, at, attributes=attributes, problems=problems)
-            else:
-                offenders: list[str] = []
-                if piece and len(decoder.offenders) < _MAX_REPORTED:
-                    named_problems: IdProblems = {}
-                    named = _Decoder(options, known=named_problems)
-                    _add_piece(named, found, piece, at, attributes=None, problems=named_problems)
-                    offenders = named.offenders
-                decoder.rejected_run(count, counts, offenders, traces)
-
-    refused = sift(body, consume)
-    return refused if refused is not None else decoder.batch()
-
-
-_DONE: Final[Sifted] = ("", (0, 0, 0), b"", 0, (), ())
-
-
-def _scan_piece(found: Scanner, piece: bytes, at: tuple[int, int, int], kind: str) -> Scan:
-    try:
-        return found.scan_bytes(piece)
-    except WireError as exc:
-        where = f"resource_spans[{at[0]}]" + (f".scope_spans[{at[1]}]" if kind == "scope" else "")
-        message = f"body is not a valid ExportTraceServiceRequest: {where}: {exc}"
-        raise DecodeError(message) from exc
-
-
-def _add_piece(
-    decoder: _Decoder,
-    found: Scanner,
-    piece: bytes,
-    at: tuple[int, int, int],
-    *,
-    attributes: dict[str, Any] | None,
-    problems: IdProblems,
-) -> None:
-    """Decode a piece whose first entry is at ``at``, its one resource's ``attributes``
-    given unless it holds its resources whole; a piece protobuf refuses keeps the spans it
-    can parse (``salvage``). ``problems``: the decoder's, for this piece only."""
-    try:
-        scan = found.scan_bytes(piece)
-    except WireError as exc:
-        salvaged = salvage(piece)
-        if salvaged is None:
-            raise DecodeError(f"body is not a valid ExportTraceServiceRequest: {exc}") from exc
-        request, found_problems = salvaged
-        for (r, s, p), problem in found_problems.items():
-            problems[at[0] + r, at[1] + s, at[2] + p] = problem
-        scan = found.scan_message(request)
-    if attributes is not None:
-        scan.resources[0] = attributes
-    decoder.add(scan, at)
-    problems.clear()  # held for this piece only: each names a span (a text for each)

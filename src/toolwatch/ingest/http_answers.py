@@ -20,7 +20,7 @@ from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
 
 from toolwatch.ingest.compressed_streams import ZSTD_UNAVAILABLE
-from toolwatch.ingest.decode import DecodeError
+from toolwatch.ingest.decode_types import DecodeError
 from toolwatch.ingest.inflight import ReadAbandonedError
 from toolwatch.ingest.otlp_grpc import bad_request_status
 

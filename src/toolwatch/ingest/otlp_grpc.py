@@ -52,8 +52,9 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from toolwatch.assembly.buffer import REPORTED_DROPS
 from toolwatch.engine import Admission, Receipt
-from toolwatch.ingest.decode import DecodedBatch, DecodeError, DecodeOptions, decode_protobuf
+from toolwatch.ingest.decode_requests import decode_protobuf
 from toolwatch.ingest.decode_thread import DecodeAbandonedError, DecodeThread
+from toolwatch.ingest.decode_types import DecodedBatch, DecodeError, DecodeOptions
 from toolwatch.ingest.slots import RequestSlots
 from toolwatch.metrics import PipelineMetrics
 from toolwatch.senders import SenderLog, SenderOf, grpc_sender

@@ -64,14 +64,9 @@ from google.protobuf.message import DecodeError as UnreadableMessage
 from google.rpc import code_pb2, status_pb2
 
 from toolwatch.engine import Admission
-from toolwatch.ingest.decode import (
-    DecodedBatch,
-    DecodeError,
-    DecodeLimitError,
-    DecodeOptions,
-    decode_protobuf,
-)
+from toolwatch.ingest.decode_requests import decode_protobuf
 from toolwatch.ingest.decode_thread import DecodeAbandonedError, DecodeThread
+from toolwatch.ingest.decode_types import DecodedBatch, DecodeError, DecodeLimitError, DecodeOptions
 from toolwatch.ingest.http_answers import (
     COMPRESSED,
     JSON,

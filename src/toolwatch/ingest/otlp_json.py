@@ -52,7 +52,7 @@ from typing import Any, TypeVar
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from toolwatch.ingest.decode import (
+from toolwatch.ingest.decode_types import (
     DecodedBatch,
     DecodeError,
     DecodeLimitError,

@@ -24,7 +24,7 @@ import string
 from collections.abc import Iterator
 from typing import Any
 
-from toolwatch.ingest.decode import DecodeError, IdProblems
+from toolwatch.ingest.decode_types import DecodeError, IdProblems
 
 __all__ = [
     "LongInteger",

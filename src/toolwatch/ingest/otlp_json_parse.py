@@ -16,7 +16,7 @@ from typing import Any
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from toolwatch.ingest.decode import DecodeError, IdProblems
+from toolwatch.ingest.decode_types import DecodeError, IdProblems
 from toolwatch.ingest.otlp_json_checks import _HOLDS_DATA, empty_span, items
 from toolwatch.ingest.salvage import MALFORMED
 

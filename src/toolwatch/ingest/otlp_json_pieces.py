@@ -30,13 +30,8 @@ from typing import Any, Final
 
 from google.protobuf import json_format
 
-from toolwatch.ingest.decode import (
-    DecodedBatch,
-    DecodeError,
-    DecodeOptions,
-    IdProblems,
-    PieceDecoder,
-)
+from toolwatch.ingest.decode_requests import PieceDecoder
+from toolwatch.ingest.decode_types import DecodedBatch, DecodeError, DecodeOptions, IdProblems
 from toolwatch.ingest.otlp_json_checks import convert_span_ids, empty_span, items
 from toolwatch.ingest.otlp_json_parse import parse_dict, parse_error, parse_part
 from toolwatch.ingest.otlp_json_shapes import Heads, check_outline, check_span, drop_head

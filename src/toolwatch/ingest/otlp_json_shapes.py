@@ -21,7 +21,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from toolwatch.ingest.decode import DecodeError, IdProblems
+from toolwatch.ingest.decode_types import DecodeError, IdProblems
 from toolwatch.ingest.otlp_json_checks import _shown, empty_span, items
 from toolwatch.ingest.salvage import MALFORMED
 

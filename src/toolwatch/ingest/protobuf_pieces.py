@@ -9,11 +9,11 @@ but an empty message is two bytes (OTLP calls a request of them "empty envelopes
 20 MiB body of empty spans took a server from 81 MiB to 4.7 GB and 67 s (compiled: 2 GB,
 77 s), every other export waiting its turn meanwhile.
 
-So ``toolwatch.ingest.decode`` first counts a request's resources, scopes and spans from
-their framing, nothing built (``entries``; the compiled ``_wire.census`` where it is built),
-and decodes one that holds more than one per ``MIN_ENTRY_BYTES`` of its size (a valid span
-takes at least 28) from its ``pieces``: each resource's own fields once (its attributes, as
-every span of it keeps them), then runs of at most ``_PIECE_SPANS`` spans or
+So ``toolwatch.ingest.decode_requests`` first counts a request's resources, scopes and
+spans from their framing, nothing built (``entries``; the compiled ``_wire.census`` where it
+is built), and decodes one that holds more than one per ``MIN_ENTRY_BYTES`` of its size (a
+valid span takes at least 28) from its ``pieces``: each resource's own fields once (its
+attributes, as every span of it keeps them), then runs of at most ``_PIECE_SPANS`` spans or
 ``_PIECE_BYTES`` bytes of one scope, each its own small request, scanned, decoded and let
 go, and each scope's own fields, checked. What accumulates is the records of valid spans
 (the bound of any request) and the accounting. A run of empty messages is read at once
@@ -31,7 +31,7 @@ so spans rejected for their ids or as ``malformed_span`` are counted in C, unsca
 of a million spans of a few bytes, corrupt or not, decodes in hundredths of a second where
 ``pieces`` and ``salvage`` took seconds to minutes: ``python -m bench.hostile_decode``), and
 a resource or scope protobuf cannot parse rejects its spans whatever its size, as a whole
-decode does. ``decode`` uses it too for a request protobuf refuses whole, in place of
+decode does. ``decode_requests`` uses it too for a request protobuf refuses whole, in place of
 ``salvage``. It hands its pieces on a batch at a time as it finds them, each decoded and let
 go, so that what a request alternating kept and rejected spans costs (a piece per span) is
 not all held at once.

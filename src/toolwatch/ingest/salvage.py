@@ -32,7 +32,7 @@ from google.protobuf.message import DecodeError as ProtobufDecodeError
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 if TYPE_CHECKING:  # decode calls salvage: its alias is for the type checker alone
-    from toolwatch.ingest.decode import IdProblems
+    from toolwatch.ingest.decode_types import IdProblems
 
 __all__ = ["MALFORMED", "salvage"]
 

@@ -47,7 +47,8 @@ from toolwatch.evaluation.entities import (
 )
 from toolwatch.jsontext import held_size
 from toolwatch.metrics import CONVERSATION_EVICTION_BOUNDS, NoopMetrics, PipelineMetrics
-from toolwatch.model import CallStatus, ToolTrace, Verified
+from toolwatch.model import CallStatus
+from toolwatch.model_traces import ToolTrace, Verified
 from toolwatch.names import NameNormalizer
 from toolwatch.references.identity import identity
 from toolwatch.references.settings import ShadowSettings

@@ -21,10 +21,10 @@ overdue (``toolwatch_golden_case_last_matched_timestamp_seconds``, the alert
 ``ToolwatchGoldenCaseOverdue``).
 
 ``golden_file.load_golden_cases`` reads and validates the file once, at start-up (its schema:
-``golden_schema``), and returns an immutable ``GoldenCaseSet`` of ``model.GoldenCase`` records
-with normalized tool names. Every problem raises ``golden_file.ReferenceFileError`` naming the
-file, the field path (``cases[3].expected_tools[1].name``) and the reason, with the YAML line
-and column.
+``golden_schema``), and returns an immutable ``GoldenCaseSet`` of
+``model_evaluation.GoldenCase`` records with normalized tool names. Every problem raises
+``golden_file.ReferenceFileError`` naming the file, the field path
+(``cases[3].expected_tools[1].name``) and the reason, with the YAML line and column.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import NamedTuple
 
-from toolwatch.model import GoldenCase, ToolTrace
+from toolwatch.model_evaluation import GoldenCase
+from toolwatch.model_traces import ToolTrace
 from toolwatch.names import fold
 from toolwatch.references.settings import DEFAULT_CASE_ID_ATTRIBUTE
 

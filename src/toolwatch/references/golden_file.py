@@ -1,7 +1,7 @@
 """Reading a golden-case file (``references.golden``'s format; its schema is
 ``references.golden_schema``): ``load_golden_cases`` reads and validates it and returns an
-immutable ``GoldenCaseSet`` of ``model.GoldenCase`` records with normalized tool names. Every
-problem raises ``ReferenceFileError`` naming the file, the field path
+immutable ``GoldenCaseSet`` of ``model_evaluation.GoldenCase`` records with normalized tool
+names. Every problem raises ``ReferenceFileError`` naming the file, the field path
 (``cases[3].expected_tools[1].name``) and the reason, with the YAML line and column.
 """
 
@@ -17,7 +17,7 @@ import yaml
 from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
-from toolwatch.model import ExpectedCall, GoldenCase
+from toolwatch.model_evaluation import ExpectedCall, GoldenCase
 from toolwatch.names import NameNormalizer
 from toolwatch.references.golden import GoldenCaseSet
 from toolwatch.references.golden_schema import ExpectedToolEntry, GoldenCaseEntry, GoldenFile

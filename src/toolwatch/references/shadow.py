@@ -60,7 +60,9 @@ from typing import Final
 
 from toolwatch.jsontext import held_size
 from toolwatch.metrics import UNPAIRED_REASONS, PipelineMetrics
-from toolwatch.model import Clock, GoldenCase, ToolTrace, Traffic
+from toolwatch.model import Clock, Traffic
+from toolwatch.model_evaluation import GoldenCase
+from toolwatch.model_traces import ToolTrace
 from toolwatch.names import fold
 from toolwatch.references.identity import identity
 from toolwatch.references.settings import ShadowSettings

@@ -50,14 +50,9 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from toolwatch.jsontext import compact_encoder
-from toolwatch.model import (
-    DETAIL_ERRORS,
-    DETAIL_FIELDS,
-    Clock,
-    Finding,
-    ToolTrace,
-    Traffic,
-)
+from toolwatch.model import Clock, Traffic
+from toolwatch.model_evaluation import DETAIL_ERRORS, DETAIL_FIELDS, Finding
+from toolwatch.model_traces import ToolTrace
 from toolwatch.sinks.linefile import TextOutput, write_lines
 
 __all__ = [

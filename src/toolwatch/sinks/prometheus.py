@@ -46,16 +46,9 @@ from toolwatch.metrics import (
     UNMATCHED_CASE_REASONS,
     UNPAIRED_REASONS,
 )
-from toolwatch.model import (
-    MISSING_SPANS,
-    CallStatus,
-    Category,
-    Finding,
-    ReferenceKind,
-    Severity,
-    ToolTrace,
-    Traffic,
-)
+from toolwatch.model import MISSING_SPANS, CallStatus, Category, ReferenceKind, Severity, Traffic
+from toolwatch.model_evaluation import Finding
+from toolwatch.model_traces import ToolTrace
 from toolwatch.sinks.label_limits import OTHER, LabelLimiter, PairLimiter
 from toolwatch.sinks.prometheus_families import (
     _EVALUATORS,

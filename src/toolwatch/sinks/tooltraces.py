@@ -23,7 +23,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Final
 
 from toolwatch.jsontext import compact_encoder
-from toolwatch.model import CallStatus, ToolCall, ToolTrace
+from toolwatch.model import CallStatus
+from toolwatch.model_traces import ToolCall, ToolTrace
 from toolwatch.sinks.findings import json_default
 from toolwatch.sinks.linefile import TextOutput, write_lines
 

@@ -17,7 +17,8 @@ from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.settings import SafetySettings
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import Category, RequestedCall, SpanRecord, SpanRole, ToolTrace
+from toolwatch.model import Category, RequestedCall, SpanRecord, SpanRole
+from toolwatch.model_traces import ToolTrace
 from toolwatch.names import NameNormalizer
 
 MS = 1_000_000

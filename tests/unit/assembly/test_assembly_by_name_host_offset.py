@@ -9,7 +9,8 @@ from assembly_support import REFUND_POLICY, agent, ask, hexid, llm, on_orders, o
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.loops import Loops
 from toolwatch.evaluation.settings import LoopsSettings
-from toolwatch.model import SpanRecord, ToolTrace
+from toolwatch.model import SpanRecord
+from toolwatch.model_traces import ToolTrace
 
 A1 = {"order_id": "A-1"}
 Z9 = {"order_id": "Z-9"}

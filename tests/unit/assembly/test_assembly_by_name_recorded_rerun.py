@@ -29,7 +29,8 @@ from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.invariants import Invariants
 from toolwatch.evaluation.loops import Loops, retried
 from toolwatch.evaluation.settings import InvariantsSettings, LoopsSettings
-from toolwatch.model import Category, SpanRecord, ToolTrace
+from toolwatch.model import Category, SpanRecord
+from toolwatch.model_traces import ToolTrace
 
 A1 = {"order_id": "A-1"}
 B2 = {"order_id": "B-2"}

@@ -15,7 +15,8 @@ from assembly_support import REFUND_POLICY, agent, ask, hexid, llm, on_orders, o
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.loops import Loops
 from toolwatch.evaluation.settings import LoopsSettings
-from toolwatch.model import Category, ToolTrace
+from toolwatch.model import Category
+from toolwatch.model_traces import ToolTrace
 
 A1 = {"order_id": "A-1"}
 B2 = {"order_id": "B-2"}

@@ -11,7 +11,7 @@ from assembly_support import REFUND_POLICY, agent, ask, hexid, llm, on_orders, o
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.loops import Loops
 from toolwatch.evaluation.settings import LoopsSettings
-from toolwatch.model import ToolTrace
+from toolwatch.model_traces import ToolTrace
 
 TURNS = 40  # a long support run: one lookup a turn after the first
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from assembly_support import agent, ask, hexid, llm, on_orders, only
 
-from toolwatch.model import SpanRecord, ToolTrace
+from toolwatch.model import SpanRecord
+from toolwatch.model_traces import ToolTrace
 
 A1 = {"order_id": "A-1"}
 B2 = {"order_id": "B-2"}

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from assembly_support import REFUND_POLICY, agent, ask, build, hexid, llm, only, safety, span, tool
 
-from toolwatch.model import Category, SpanRecord, SpanRole, ToolTrace
+from toolwatch.model import Category, SpanRecord, SpanRole
+from toolwatch.model_traces import ToolTrace
 
 POLICY = REFUND_POLICY
 

@@ -20,7 +20,8 @@ from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.settings import SafetySettings
-from toolwatch.model import CallStatus, Category, SpanRecord, SpanRole, ToolCall, ToolTrace
+from toolwatch.model import CallStatus, Category, SpanRecord, SpanRole
+from toolwatch.model_traces import ToolCall, ToolTrace
 
 
 def parallel_spans(paris_start: int, london_start: int) -> list[SpanRecord]:

@@ -29,7 +29,8 @@ from assembly_support import (
 from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.assembly.timeline import build_tool_traces
-from toolwatch.model import ManualClock, SpanRecord, SpanRole, ToolTrace
+from toolwatch.model import ManualClock, SpanRecord, SpanRole
+from toolwatch.model_traces import ToolTrace
 
 T = TypeVar("T")
 

@@ -16,7 +16,8 @@ from collections.abc import Sequence
 import pytest
 from assembly_support import MS, REFUND_POLICY, agent, ask, llm, only, safety, tool
 
-from toolwatch.model import Category, SpanRecord, ToolTrace
+from toolwatch.model import Category, SpanRecord
+from toolwatch.model_traces import ToolTrace
 
 POLICY = REFUND_POLICY
 SKEW = 1_500  # ms billing's clock is off desk's

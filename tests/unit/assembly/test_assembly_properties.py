@@ -17,7 +17,8 @@ from toolwatch.assembly.buffer import ENCLOSING_SPANS, CompletedTrace, TraceBuff
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.assembly.tree import _in_time_order
-from toolwatch.model import ManualClock, SpanRecord, SpanRole, ToolTrace
+from toolwatch.model import ManualClock, SpanRecord, SpanRole
+from toolwatch.model_traces import ToolTrace
 from toolwatch.names import NameNormalizer
 
 NORMALIZE = NameNormalizer({"issue_refund": "refund"})

@@ -20,7 +20,9 @@ from assembly_support import REFUND_POLICY, agent, ask, llm, only, span, tool
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.settings import SafetySettings
-from toolwatch.model import Category, EvalResult, SpanRecord, SpanRole, ToolTrace
+from toolwatch.model import Category, SpanRecord, SpanRole
+from toolwatch.model_evaluation import EvalResult
+from toolwatch.model_traces import ToolTrace
 
 POLICY = REFUND_POLICY
 A1, B2 = {"order_id": "A-1"}, {"order_id": "B-2"}

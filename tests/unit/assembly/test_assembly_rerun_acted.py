@@ -11,7 +11,8 @@ from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.loops import acted
 from toolwatch.evaluation.selection import ToolSelection
 from toolwatch.evaluation.settings import ToolSelectionSettings
-from toolwatch.model import ExpectedCall, GoldenCase, SpanRecord
+from toolwatch.model import SpanRecord
+from toolwatch.model_evaluation import ExpectedCall, GoldenCase
 
 POLICY = REFUND_POLICY
 A1 = {"order_id": "A-1"}

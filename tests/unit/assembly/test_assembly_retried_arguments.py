@@ -11,7 +11,9 @@ from assembly_support import REFUND_POLICY, agent, ask, hexid, llm, only, safety
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.loops import Loops, retried
 from toolwatch.evaluation.settings import LoopsSettings
-from toolwatch.model import Category, ExpectedCall, GoldenCase, SpanRecord, ToolTrace
+from toolwatch.model import Category, SpanRecord
+from toolwatch.model_evaluation import ExpectedCall, GoldenCase
+from toolwatch.model_traces import ToolTrace
 
 POLICY = REFUND_POLICY
 

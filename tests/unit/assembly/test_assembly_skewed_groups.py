@@ -18,7 +18,9 @@ from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.order import Order
 from toolwatch.evaluation.settings import OrderSettings, StructureSettings
 from toolwatch.evaluation.structure import ToolTraceStructure
-from toolwatch.model import Category, ExpectedCall, GoldenCase, SpanRecord, ToolTrace
+from toolwatch.model import Category, SpanRecord
+from toolwatch.model_evaluation import ExpectedCall, GoldenCase
+from toolwatch.model_traces import ToolTrace
 from toolwatch.names import NameNormalizer
 
 A1 = {"order_id": "A-1"}

@@ -21,7 +21,7 @@ from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.engine import Admission, Engine, EngineParts
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings
-from toolwatch.ingest.decode import DecodedBatch
+from toolwatch.ingest.decode_types import DecodedBatch
 from toolwatch.model import ManualClock, SpanRecord
 from toolwatch.sinks.findings import InMemoryFindingSink
 from toolwatch.sinks.prometheus import PrometheusMetrics

@@ -10,7 +10,9 @@ from typing import Any
 from hypothesis import strategies as st
 
 from tests import factories
-from toolwatch.model import CallStatus, ExpectedCall, GoldenCase, ToolCall, ToolTrace
+from toolwatch.model import CallStatus
+from toolwatch.model_evaluation import ExpectedCall, GoldenCase
+from toolwatch.model_traces import ToolCall, ToolTrace
 
 __all__ = [
     "POLICY",

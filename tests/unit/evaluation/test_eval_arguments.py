@@ -11,7 +11,8 @@ from eval_factories import call, case, trace
 from toolwatch.evaluation.arguments import ArgumentScorer, ToolArguments, _nameable
 from toolwatch.evaluation.base import RefCall, Reference
 from toolwatch.evaluation.settings import ToolArgumentsSettings
-from toolwatch.model import Category, EvalResult, ExpectedCall, ReferenceKind, Severity
+from toolwatch.model import Category, ReferenceKind, Severity
+from toolwatch.model_evaluation import EvalResult, ExpectedCall
 from toolwatch.names import NameNormalizer
 
 

@@ -11,7 +11,7 @@ from eval_factories import trace
 from toolwatch.evaluation.arguments import ToolArguments
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.settings import ToolArgumentsSettings
-from toolwatch.model import EvalResult
+from toolwatch.model_evaluation import EvalResult
 from toolwatch.names import NameNormalizer
 from toolwatch.references.golden_file import load_golden_cases
 

@@ -12,7 +12,7 @@ from eval_factories import case, trace
 from toolwatch.evaluation.arguments import ToolArguments, _is_value
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.settings import ToolArgumentsSettings
-from toolwatch.model import EvalResult
+from toolwatch.model_evaluation import EvalResult
 from toolwatch.names import NameNormalizer
 
 BASE: dict[str, Any] = {

@@ -12,7 +12,8 @@ from eval_factories import case, trace
 from toolwatch.evaluation.arguments import ToolArguments, _is_value
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.settings import ToolArgumentsSettings
-from toolwatch.model import EvalResult, ExpectedCall, Severity
+from toolwatch.model import Severity
+from toolwatch.model_evaluation import EvalResult, ExpectedCall
 from toolwatch.names import NameNormalizer
 from toolwatch.references.golden_file import load_golden_cases
 

@@ -10,7 +10,8 @@ import yaml
 from eval_factories import call, trace
 
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings
-from toolwatch.model import Category, ToolTrace
+from toolwatch.model import Category
+from toolwatch.model_traces import ToolTrace
 
 DOC = """
 policy:

@@ -15,7 +15,9 @@ from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.settings import InvariantsSettings, SafetySettings
 from toolwatch.evaluation.severity import call_outcome
-from toolwatch.model import Category, EvalResult, Finding, Severity, ToolCall, ToolTrace
+from toolwatch.model import Category, Severity
+from toolwatch.model_evaluation import EvalResult, Finding
+from toolwatch.model_traces import ToolCall, ToolTrace
 
 POLICY: dict[str, Any] = {
     "dangerous_tools": ["issue_refund"],

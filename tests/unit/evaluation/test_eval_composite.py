@@ -10,7 +10,8 @@ from eval_factories import call, case, grouped, trace
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.composite import Composite, failure_type, step_efficiency
 from toolwatch.evaluation.settings import CompositeSettings, ToolArgumentsSettings
-from toolwatch.model import EvalResult, GoldenCase, ToolTrace
+from toolwatch.model_evaluation import EvalResult, GoldenCase
+from toolwatch.model_traces import ToolTrace
 from toolwatch.names import NameNormalizer
 
 

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from toolwatch.evaluation.concurrency import MAX_NESTING, Concurrency
 from toolwatch.evaluation.loops import find_repeats
-from toolwatch.model import ToolCall
+from toolwatch.model_traces import ToolCall
 
 
 @st.composite

@@ -12,7 +12,9 @@ from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.invariants import Invariants
 from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.settings import InvariantsSettings
-from toolwatch.model import Category, EvalResult, ReferenceKind, Severity, ToolTrace
+from toolwatch.model import Category, ReferenceKind, Severity
+from toolwatch.model_evaluation import EvalResult
+from toolwatch.model_traces import ToolTrace
 
 REFUND_SCHEMA = {
     "type": "object",

@@ -23,7 +23,8 @@ from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.lineup import line_up
 from toolwatch.evaluation.order import Order
 from toolwatch.evaluation.settings import OrderSettings
-from toolwatch.model import Category, ToolTrace
+from toolwatch.model import Category
+from toolwatch.model_traces import ToolTrace
 from toolwatch.names import NameNormalizer
 
 Groups = tuple[int | None, ...]

@@ -23,7 +23,9 @@ from toolwatch.evaluation.loops import (
 from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.settings import LoopsSettings
 from toolwatch.jsontext import decimal_text
-from toolwatch.model import Category, EvalResult, ReferenceKind, ToolCall
+from toolwatch.model import Category, ReferenceKind
+from toolwatch.model_evaluation import EvalResult
+from toolwatch.model_traces import ToolCall
 from toolwatch.names import NameNormalizer
 
 

@@ -17,7 +17,8 @@ from toolwatch.evaluation.invariants import Invariants
 from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.settings import InvariantsSettings, SafetySettings
-from toolwatch.model import Category, ToolTrace
+from toolwatch.model import Category
+from toolwatch.model_traces import ToolTrace
 
 POLICY: dict[str, Any] = {
     "dangerous_tools": ["issue_refund"],

@@ -13,7 +13,9 @@ from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.composite import Composite
 from toolwatch.evaluation.order import Order, first_divergence, order_score
 from toolwatch.evaluation.settings import CompositeSettings, OrderSettings, ToolArgumentsSettings
-from toolwatch.model import Category, GoldenCase, ReferenceKind, ToolCall, ToolTrace
+from toolwatch.model import Category, ReferenceKind
+from toolwatch.model_evaluation import GoldenCase
+from toolwatch.model_traces import ToolCall, ToolTrace
 from toolwatch.names import NameNormalizer
 
 EXPECTED, SOURCE = ReferenceKind.EXPECTED, ReferenceKind.SOURCE

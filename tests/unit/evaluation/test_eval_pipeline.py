@@ -14,7 +14,9 @@ from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings, Referen
 from toolwatch.evaluation.lineup import line_up
 from toolwatch.evaluation.pipeline import MAX_FINDINGS, PipelineResult, build_evaluators
 from toolwatch.evaluation.severity import incomplete_note
-from toolwatch.model import Category, EvalResult, ReferenceKind, ToolTrace
+from toolwatch.model import Category, ReferenceKind
+from toolwatch.model_evaluation import EvalResult
+from toolwatch.model_traces import ToolTrace
 
 MINIMAL = """
 policy:

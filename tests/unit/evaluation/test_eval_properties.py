@@ -16,7 +16,7 @@ from toolwatch.evaluation.concurrency import in_sequence
 from toolwatch.evaluation.loops import acted
 from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.selection import selection_score
-from toolwatch.model import ToolTrace
+from toolwatch.model_traces import ToolTrace
 from toolwatch.names import NameNormalizer
 
 STRATEGIES = ("exact", "subset", "numeric", "contains", "fuzzy")

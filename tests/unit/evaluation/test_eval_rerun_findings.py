@@ -37,16 +37,9 @@ from toolwatch.evaluation.settings import (
     SafetySettings,
     ToolArgumentsSettings,
 )
-from toolwatch.model import (
-    CallStatus,
-    Category,
-    EvalResult,
-    ExpectedCall,
-    GoldenCase,
-    SpanRecord,
-    ToolCall,
-    ToolTrace,
-)
+from toolwatch.model import CallStatus, Category, SpanRecord
+from toolwatch.model_evaluation import EvalResult, ExpectedCall, GoldenCase
+from toolwatch.model_traces import ToolCall, ToolTrace
 
 A1, A2 = {"order_id": "A-1"}, {"order_id": "A-2"}
 MISSING = Category.MISSING_VERIFICATION_STEP

@@ -15,7 +15,8 @@ from toolwatch.evaluation.arguments import ToolArguments
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.loops import acted, retried
 from toolwatch.evaluation.settings import ToolArgumentsSettings
-from toolwatch.model import Category, ExpectedCall, GoldenCase
+from toolwatch.model import Category
+from toolwatch.model_evaluation import ExpectedCall, GoldenCase
 
 NORMALIZE = REFUND_POLICY.normalizer()
 

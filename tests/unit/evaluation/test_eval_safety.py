@@ -22,17 +22,9 @@ from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.settings import SafetySettings
 from toolwatch.evaluation.similarity import same_value
 from toolwatch.jsontext import loads
-from toolwatch.model import (
-    CallStatus,
-    Category,
-    EvalResult,
-    Finding,
-    ReferenceKind,
-    Severity,
-    ToolCall,
-    ToolTrace,
-    Verified,
-)
+from toolwatch.model import CallStatus, Category, ReferenceKind, Severity
+from toolwatch.model_evaluation import EvalResult, Finding
+from toolwatch.model_traces import ToolCall, ToolTrace, Verified
 
 MINIMAL = """
 policy:

@@ -17,7 +17,9 @@ from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.settings import SafetySettings
-from toolwatch.model import Category, EvalResult, ToolCall, ToolTrace
+from toolwatch.model import Category
+from toolwatch.model_evaluation import EvalResult
+from toolwatch.model_traces import ToolCall, ToolTrace
 
 BOUND: dict[str, Any] = {
     "dangerous_tools": ["issue_refund"],

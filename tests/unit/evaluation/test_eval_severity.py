@@ -16,7 +16,9 @@ from toolwatch.evaluation.severity import (
     make_finding,
     severity_for,
 )
-from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
+from toolwatch.model import Category, ReferenceKind, Severity
+from toolwatch.model_evaluation import Finding
+from toolwatch.model_traces import ToolTrace
 
 
 @pytest.mark.parametrize(

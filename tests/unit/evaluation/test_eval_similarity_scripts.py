@@ -9,7 +9,7 @@ from toolwatch.evaluation.arguments import ToolArguments
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.settings import ToolArgumentsSettings
 from toolwatch.evaluation.similarity import _TOKEN, FUZZY_LONG_CHARS, score_value
-from toolwatch.model import ExpectedCall
+from toolwatch.model_evaluation import ExpectedCall
 from toolwatch.names import NameNormalizer
 
 JA = (

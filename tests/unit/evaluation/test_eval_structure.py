@@ -12,7 +12,9 @@ from eval_factories import FLAKY, STEADY, call, case, trace
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.settings import StructureSettings
 from toolwatch.evaluation.structure import ToolTraceStructure, count_score
-from toolwatch.model import Category, EvalResult, ReferenceKind, Severity, ToolTrace
+from toolwatch.model import Category, ReferenceKind, Severity
+from toolwatch.model_evaluation import EvalResult
+from toolwatch.model_traces import ToolTrace
 from toolwatch.names import NameNormalizer
 
 

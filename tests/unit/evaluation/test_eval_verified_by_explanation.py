@@ -13,7 +13,8 @@ from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.settings import SafetySettings
-from toolwatch.model import EvalResult, ToolTrace
+from toolwatch.model_evaluation import EvalResult
+from toolwatch.model_traces import ToolTrace
 
 POLICY = {
     "dangerous_tools": ["issue_refund", "delete_account"],

@@ -14,16 +14,9 @@ from eval_factories import call, case, trace
 from toolwatch import replay_builder, replay_listing, replay_report
 from toolwatch.evaluation import EvaluationPipeline, EvaluationSettings
 from toolwatch.evaluation.severity import ERROR_TYPE, OUTCOME
-from toolwatch.model import (
-    DETAIL_FIELDS,
-    Category,
-    Finding,
-    GoldenCase,
-    ReferenceKind,
-    Severity,
-    ToolTrace,
-    Traffic,
-)
+from toolwatch.model import Category, ReferenceKind, Severity, Traffic
+from toolwatch.model_evaluation import DETAIL_FIELDS, Finding, GoldenCase
+from toolwatch.model_traces import ToolTrace
 from toolwatch.references.golden import GoldenCaseSet
 from toolwatch.replay_builder import ReportBuilder
 from toolwatch.replay_report import Report, parse_gate

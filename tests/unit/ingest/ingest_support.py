@@ -12,7 +12,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.resource.v1.resource_pb2 import Resource
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
 
-from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, decode_protobuf
+from toolwatch.ingest.decode_requests import decode_protobuf
+from toolwatch.ingest.decode_types import DecodedBatch, DecodeOptions
 from toolwatch.model import SpanRecord
 
 TRACE_ID = bytes.fromhex("0af7651916cd43dd8448eb211c80319c")

@@ -13,7 +13,7 @@ import pytest
 
 from tests.unit.ingest.ingest_support import decode, span
 from toolwatch.conventions.history import read_history
-from toolwatch.ingest.decode import DecodeOptions
+from toolwatch.ingest.decode_types import DecodeOptions
 
 USER = {"role": "user", "parts": [{"type": "text", "content": "Refund my order A-1."}]}
 ODD_MESSAGES = [

@@ -22,15 +22,11 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.ingest import salvage as salvage_module
-from toolwatch.ingest.decode import (
-    DecodedBatch,
-    DecodeError,
-    DecodeOptions,
-    decode_protobuf,
-    decode_request,
-)
+from toolwatch.ingest.decode_requests import decode_protobuf, decode_request
+from toolwatch.ingest.decode_types import DecodedBatch, DecodeError, DecodeOptions
 from toolwatch.ingest.otlp_json import decode_otlp_json, parse_otlp_json
-from toolwatch.model import SpanRecord, ToolCall
+from toolwatch.model import SpanRecord
+from toolwatch.model_traces import ToolCall
 from toolwatch.names import NameNormalizer
 
 OPTIONS = DecodeOptions()

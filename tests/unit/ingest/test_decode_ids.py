@@ -9,7 +9,9 @@ import pytest
 from ingest_support import ROOT_ID, TRACE_ID, decode, decode_bytes, decode_one, request, span
 
 from toolwatch.conventions import Recognition, RoleFields, recognize
-from toolwatch.ingest.decode import DecodeError, DecodeOptions, _Decoder, decode_protobuf, scanner
+from toolwatch.ingest.decode import _Decoder
+from toolwatch.ingest.decode_requests import decode_protobuf, scanner
+from toolwatch.ingest.decode_types import DecodeError, DecodeOptions
 
 
 def test_valid_span_keeps_ids_times_kind_and_status() -> None:

@@ -12,16 +12,14 @@ from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Sp
 from test_scan_compiled import REFERENCE_KEYS, _requests
 
 from toolwatch.ingest import protobuf_pieces
-from toolwatch.ingest.decode import (
-    DecodedBatch,
-    DecodeError,
-    DecodeOptions,
+from toolwatch.ingest.decode import _Decoder
+from toolwatch.ingest.decode_requests import (
     _decode_in_pieces,
-    _Decoder,
     decode_protobuf,
     decode_request,
     scanner,
 )
+from toolwatch.ingest.decode_types import DecodedBatch, DecodeError, DecodeOptions
 from toolwatch.ingest.salvage import salvage
 from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Scanner, WireError
 

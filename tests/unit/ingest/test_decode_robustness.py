@@ -11,7 +11,8 @@ from ingest_support import decode_bytes, event, request, span
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from toolwatch.conventions import ATTRIBUTE_KEYS
-from toolwatch.ingest.decode import DecodeError, DecodeOptions, decode_protobuf
+from toolwatch.ingest.decode_requests import decode_protobuf
+from toolwatch.ingest.decode_types import DecodeError, DecodeOptions
 from toolwatch.ingest.otlp_json import parse_otlp_json
 
 _OPTIONS = DecodeOptions(reference_keys=frozenset({"case.id"}), max_value_bytes=64)

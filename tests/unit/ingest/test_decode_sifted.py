@@ -18,12 +18,8 @@ from test_decode_pieces import _whole
 from bench.hostile_decode import SHAPES
 from tools.fuzz.dense import whole_outcome
 from toolwatch.ingest import scan
-from toolwatch.ingest.decode import (
-    DecodedBatch,
-    DecodeError,
-    DecodeOptions,
-    decode_protobuf,
-)
+from toolwatch.ingest.decode_requests import decode_protobuf
+from toolwatch.ingest.decode_types import DecodedBatch, DecodeError, DecodeOptions
 
 PATHS = ["sift", "python"]
 DECODERS = ["auto", "reference"]

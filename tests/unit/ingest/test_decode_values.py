@@ -16,7 +16,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 
 from bench.traces import build_templates
 from toolwatch.ingest import scan as scan_module
-from toolwatch.ingest.decode import DecodedBatch, DecodeOptions, decode_protobuf, scanner
+from toolwatch.ingest.decode_requests import decode_protobuf, scanner
+from toolwatch.ingest.decode_types import DecodedBatch, DecodeOptions
 from toolwatch.ingest.scan import Decoder
 from toolwatch.model import SpanRole
 

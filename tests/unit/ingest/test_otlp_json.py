@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 from ingest_support import ROOT_ID, TRACE_ID
 
-from toolwatch.ingest.decode import DecodeError, DecodeLimitError, DecodeOptions, decode_request
+from toolwatch.ingest.decode_requests import decode_request
+from toolwatch.ingest.decode_types import DecodeError, DecodeLimitError, DecodeOptions
 from toolwatch.ingest.otlp_json import decode_otlp_json, parse_otlp_json
 from toolwatch.model import SpanRole
 

@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from bench import json_memory
 from toolwatch.ingest import otlp_json
-from toolwatch.ingest.decode import DecodedBatch, DecodeError, DecodeOptions, decode_request
+from toolwatch.ingest.decode_requests import decode_request
+from toolwatch.ingest.decode_types import DecodedBatch, DecodeError, DecodeOptions
 from toolwatch.ingest.otlp_json_pieces import decode_pieces
 
 OPTIONS = DecodeOptions(reference_keys=frozenset({"tenant"}))

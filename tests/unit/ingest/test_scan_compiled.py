@@ -30,7 +30,8 @@ from toolwatch.config import Config, ConfigError, check_hot_path, load_config
 from toolwatch.config import whole as config_whole
 from toolwatch.conventions import ATTRIBUTE_KEYS, EVENT_ATTRIBUTE_KEYS, EVENT_NAMES
 from toolwatch.ingest import scan as scan_module
-from toolwatch.ingest.decode import DecodeOptions, decode_protobuf, scanner
+from toolwatch.ingest.decode_requests import decode_protobuf, scanner
+from toolwatch.ingest.decode_types import DecodeOptions
 from toolwatch.ingest.otlp_json import parse_otlp_json
 from toolwatch.ingest.scan import Scan, Scanner, ScanPlan, WireError, schema_mismatch
 from toolwatch.listeners import StartError

@@ -20,7 +20,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from ingest_support import event, request, span
 
-from toolwatch.ingest.decode import DecodeOptions, decode_protobuf, decode_request
+from toolwatch.ingest.decode_requests import decode_protobuf, decode_request
+from toolwatch.ingest.decode_types import DecodeOptions
 
 _COMMON = {
     "gen_ai.system": "openai",

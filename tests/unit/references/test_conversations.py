@@ -13,7 +13,8 @@ from tests.memory import retained
 from toolwatch.config import Config
 from toolwatch.engine_setup import conversation_scope
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import CallStatus, ToolCall, ToolTrace, Verified
+from toolwatch.model import CallStatus
+from toolwatch.model_traces import ToolCall, ToolTrace, Verified
 from toolwatch.names import NameNormalizer
 from toolwatch.references.conversations import (
     CONVERSATION_BYTES,

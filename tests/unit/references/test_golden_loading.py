@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from toolwatch.model import ExpectedCall, GoldenCase
+from toolwatch.model_evaluation import ExpectedCall, GoldenCase
 from toolwatch.names import NameNormalizer
 from toolwatch.references.golden import GoldenCaseSet
 from toolwatch.references.golden_file import load_golden_cases

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 import pytest
 
 from tests import factories
-from toolwatch.model import GoldenCase, ToolTrace
+from toolwatch.model_evaluation import GoldenCase
+from toolwatch.model_traces import ToolTrace
 from toolwatch.references.golden import CaseTally, GoldenCaseSet, Lookup
 
 REFUND = GoldenCase(case_id="refund-1", expected_no_tools=False, expected_tool_count=2)

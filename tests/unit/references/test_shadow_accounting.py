@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from tests import factories
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import ManualClock, ToolTrace
+from toolwatch.model import ManualClock
+from toolwatch.model_traces import ToolTrace
 from toolwatch.references.settings import ShadowSettings
 from toolwatch.references.shadow import ShadowJoiner
 

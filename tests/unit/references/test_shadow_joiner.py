@@ -8,7 +8,9 @@ from collections import Counter
 from tests import factories
 from tests.memory import retained
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import GoldenCase, ManualClock, ToolTrace, Traffic
+from toolwatch.model import ManualClock, Traffic
+from toolwatch.model_evaluation import GoldenCase
+from toolwatch.model_traces import ToolTrace
 from toolwatch.references.settings import ShadowSettings
 from toolwatch.references.shadow import (
     PAIRED_ENTRY_BYTES,

@@ -11,7 +11,9 @@ from collections.abc import Sequence
 import pytest
 
 from tests import factories
-from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace, Traffic
+from toolwatch.model import Category, ReferenceKind, Severity, Traffic
+from toolwatch.model_evaluation import Finding
+from toolwatch.model_traces import ToolTrace
 from toolwatch.sinks.findings import (
     REDACTED,
     FanOutSink,

@@ -8,7 +8,9 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests import factories
-from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace, Traffic
+from toolwatch.model import Category, ReferenceKind, Severity, Traffic
+from toolwatch.model_evaluation import Finding
+from toolwatch.model_traces import ToolTrace
 from toolwatch.sinks.label_limits import OTHER, LabelLimiter, PairLimiter
 from toolwatch.sinks.prometheus import PrometheusMetrics
 

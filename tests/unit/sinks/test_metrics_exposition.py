@@ -13,7 +13,8 @@ import pytest
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from toolwatch.model import Category, Finding, ReferenceKind, Severity, Traffic
+from toolwatch.model import Category, ReferenceKind, Severity, Traffic
+from toolwatch.model_evaluation import Finding
 from toolwatch.sinks.exposition import metrics_app
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics, StateCollector
 

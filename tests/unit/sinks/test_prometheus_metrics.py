@@ -26,16 +26,9 @@ from toolwatch.metrics import (
     UNPAIRED_REASONS,
     PipelineMetrics,
 )
-from toolwatch.model import (
-    CallStatus,
-    Category,
-    Finding,
-    ReferenceKind,
-    Severity,
-    ToolCall,
-    ToolTrace,
-    Traffic,
-)
+from toolwatch.model import CallStatus, Category, ReferenceKind, Severity, Traffic
+from toolwatch.model_evaluation import Finding
+from toolwatch.model_traces import ToolCall, ToolTrace
 from toolwatch.sinks.label_limits import OTHER
 from toolwatch.sinks.prometheus import BufferState, PrometheusMetrics, StateCollector
 

@@ -10,7 +10,8 @@ from prometheus_client import CollectorRegistry
 
 from tests import factories
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import Category, Finding, Severity
+from toolwatch.model import Category, Severity
+from toolwatch.model_evaluation import Finding
 from toolwatch.sinks.prometheus import PrometheusMetrics
 from toolwatch.sinks.stream.broker import FindingsBroker
 from toolwatch.sinks.stream.filters import StreamFilter

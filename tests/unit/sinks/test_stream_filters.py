@@ -15,7 +15,9 @@ from tests import factories
 from toolwatch import tail_access, tail_cursor, tail_format
 from toolwatch._proto.toolwatch.v1 import findings_pb2
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import Category, Finding, ReferenceKind, Severity, ToolTrace
+from toolwatch.model import Category, ReferenceKind, Severity
+from toolwatch.model_evaluation import Finding
+from toolwatch.model_traces import ToolTrace
 from toolwatch.sinks.findings import FindingSink, Redaction, finding_record
 from toolwatch.sinks.prometheus import PrometheusMetrics
 from toolwatch.sinks.stream.broker import FindingsBroker, SubscribersFullError

@@ -11,7 +11,8 @@ from tests import factories
 from tests.memory import retained
 from toolwatch.evaluation.severity import CALL_AGENT
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import DETAIL_FIELDS, Category, Finding, ReferenceKind, Severity
+from toolwatch.model import Category, ReferenceKind, Severity
+from toolwatch.model_evaluation import DETAIL_FIELDS, Finding
 from toolwatch.sinks.findings import REDACTED, Redaction, finding_record
 from toolwatch.sinks.stream.broker import FindingsBroker
 from toolwatch.sinks.stream.filters import StreamFilter

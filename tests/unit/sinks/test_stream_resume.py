@@ -12,7 +12,8 @@ from prometheus_client import CollectorRegistry
 from tests import factories
 from toolwatch._proto.toolwatch.v1 import findings_pb2
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import Category, Finding, Severity
+from toolwatch.model import Category, Severity
+from toolwatch.model_evaluation import Finding
 from toolwatch.sinks.findings import Redaction
 from toolwatch.sinks.prometheus import PrometheusMetrics
 from toolwatch.sinks.stream.broker import FindingsBroker

@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests import factories
-from toolwatch.model import CallStatus, ToolCall, ToolTrace
+from toolwatch.model import CallStatus
+from toolwatch.model_traces import ToolCall, ToolTrace
 from toolwatch.sinks.tooltraces import (
     TOOLTRACE_FORMAT,
     ToolTraceWriter,

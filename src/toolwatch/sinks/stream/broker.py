@@ -28,7 +28,9 @@ from typing import Literal
 
 from toolwatch._proto.toolwatch.v1 import findings_pb2
 from toolwatch.metrics import PipelineMetrics
-from toolwatch.model import Clock, Finding, ToolTrace, Traffic
+from toolwatch.model import Clock, Traffic
+from toolwatch.model_evaluation import Finding
+from toolwatch.model_traces import ToolTrace
 from toolwatch.sinks.findings import Redaction
 from toolwatch.sinks.stream.filters import StreamFilter, _Tag, _tool_key, tag_of
 from toolwatch.sinks.stream.messages import finding_message

@@ -19,7 +19,8 @@ from typing import Final, TypeVar
 
 from toolwatch._proto.toolwatch.v1 import findings_pb2
 from toolwatch.evaluation.severity import CALL_AGENT
-from toolwatch.model import Category, Finding, Severity
+from toolwatch.model import Category, Severity
+from toolwatch.model_evaluation import Finding
 
 __all__ = ["StreamFilter", "agent_key"]
 

@@ -18,7 +18,9 @@ from typing import Any, Final
 
 from toolwatch._proto.toolwatch.v1 import findings_pb2
 from toolwatch.evaluation.severity import MAX_DETAIL_ITEMS
-from toolwatch.model import Finding, ToolTrace, Traffic
+from toolwatch.model import Traffic
+from toolwatch.model_evaluation import Finding
+from toolwatch.model_traces import ToolTrace
 from toolwatch.sinks.findings import Redaction, render_details
 
 __all__ = ["MAX_STREAM_TEXT", "finding_message"]
