@@ -27,9 +27,10 @@ def test_a_run_evicted_and_counted_has_its_tooltrace_in_the_dump(
 ) -> None:
     """Scenario: ``serve`` with ``overflow: evict_oldest`` and room for one trace writes its
     ToolTrace dump to a file. A run is exported, then a second one: admitting it evicts the
-    first, judged incomplete (``evicted``) on the receiver's call (``Engine.admit``), not by
-    a tick. The observer waits until ``toolwatch_tool_traces_total{outcome="evicted"}``
-    counts it, then reads the dump (the pattern of test_outputs_written_by_tick.py).
+    first, judged on the receiver's call (``Engine.admit``), not by a tick: as it came
+    (``complete``), since its end had come. The observer waits until
+    ``toolwatch_tool_traces_total{outcome="complete"}`` counts it, then reads the dump (the
+    pattern of test_outputs_written_by_tick.py).
 
     Was: the dump is still empty: ``write_queued`` is called only by ``App.tick`` after a
     tick that completed runs; an eviction's lines wait the writer thread's
@@ -62,6 +63,8 @@ def test_a_run_evicted_and_counted_has_its_tooltrace_in_the_dump(
     second = agents.record(long_unverified_refund_run(), "genai")
     assert export(server.addresses["grpc"], first) is SpanExportResult.SUCCESS
     assert export(server.addresses["grpc"], second) is SpanExportResult.SUCCESS
-    evicted = {"agent": "refund-bot", "outcome": "evicted", "reference": "none", "traffic": "live"}
-    assert until(lambda: server.sample("toolwatch_tool_traces_total", evicted) == 1)
+    # The first run had ended (its root came): evicted, it is judged as it came, complete.
+    judged = {"agent": "refund-bot", "outcome": "complete", "reference": "none", "traffic": "live"}
+    assert until(lambda: server.sample("toolwatch_tool_traces_total", judged) == 1)
+    assert server.sample("toolwatch_trace_evictions_total", {"reason": "max_traces"}) == 1
     assert [line["trace_id"] for line in read_jsonl(dump)] == [trace_id(first)]

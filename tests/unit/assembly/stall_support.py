@@ -1,0 +1,53 @@
+"""Helpers for the tests of a full buffer under backpressure (``assembly.refusals``): runs in
+flight and their ends, offered as ``Engine.admit`` offers a request."""
+
+from __future__ import annotations
+
+from assembly_support import SECOND, RecordingMetrics, agent, tool
+
+from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer
+from toolwatch.assembly.limits import AssemblyLimits
+from toolwatch.model import ManualClock, SpanRecord
+
+LIMITS = AssemblyLimits(completion_wait_ns=2 * SECOND, max_trace_age_ns=300 * SECOND, max_traces=2)
+
+
+def tid(n: int) -> bytes:
+    return n.to_bytes(16, "big")
+
+
+def in_flight(n: int, span_id: int = 2) -> list[SpanRecord]:
+    """A tool span of run ``n``, under its agent span 1, which has not ended yet."""
+    return [tool(span_id, 1, "lookup_order", 0, 1, trace_id=tid(n), size_bytes=10)]
+
+
+def end_of(n: int) -> list[SpanRecord]:
+    """Run ``n``'s agent span, its root: it ends the run."""
+    return [agent(1, None, "refund-bot", 0, 5, trace_id=tid(n), size_bytes=10)]
+
+
+def make(limits: AssemblyLimits = LIMITS) -> tuple[TraceBuffer, ManualClock, RecordingMetrics]:
+    clock = ManualClock()
+    metrics = RecordingMetrics()
+    return TraceBuffer(limits, clock, metrics), clock, metrics
+
+
+def offer(buffer: TraceBuffer, spans: list[SpanRecord], out: list[CompletedTrace]) -> bool:
+    """What ``Engine.admit`` does with the buffer: False when refused; the traces evicted go to
+    ``out``."""
+    if not buffer.has_room(spans, sum(s.size_bytes for s in spans)):
+        return False
+    out.extend(buffer.add(spans))
+    return True
+
+
+def tick(
+    buffer: TraceBuffer, clock: ManualClock, seconds: float, out: list[CompletedTrace]
+) -> None:
+    """``seconds`` pass and the ticker makes the checks due (on time)."""
+    clock.now_ns += int(seconds * SECOND)
+    out.extend(buffer.poll())
+
+
+def verdicts(out: list[CompletedTrace]) -> dict[bytes, str | None]:
+    return {t.trace_id: t.incomplete_reason for t in out}
