@@ -124,7 +124,8 @@ class HeldTraces:
         )
         if fits:
             return True
-        refusals.refused(now, len(spans), size_bytes, self._new_traces(spans))
+        count, size_bytes = self._room_taken(spans, size_bytes)
+        refusals.refused(now, count, size_bytes, self._new_traces(spans))
         self._evicting = refusals.stalled(now, self.next_due_ns())
         return self._evicting
 
@@ -135,14 +136,21 @@ class HeldTraces:
             {s.trace_id for s in spans if s.trace_id not in self._traces and s.size_bytes <= most}
         )
 
-    def _room_for(self, spans: Sequence[SpanRecord], size_bytes: int) -> bool | None:
-        """Whether a request fits under every bound now; ``None`` when it can never fit."""
+    def _room_taken(self, spans: Sequence[SpanRecord], size_bytes: int) -> tuple[int, int]:
+        """The spans and bytes of a request that take room: not a span bigger than the whole
+        buffer (``add`` drops it)."""
         lim = self._limits
         count = len(spans)
         if self._bytes + size_bytes > lim.max_buffered_bytes:  # only then can one be too big
             too_large = [s.size_bytes for s in spans if s.size_bytes > lim.max_buffered_bytes]
             count -= len(too_large)
             size_bytes -= sum(too_large)
+        return count, size_bytes
+
+    def _room_for(self, spans: Sequence[SpanRecord], size_bytes: int) -> bool | None:
+        """Whether a request fits under every bound now; ``None`` when it can never fit."""
+        lim = self._limits
+        count, size_bytes = self._room_taken(spans, size_bytes)
         if count > lim.max_buffered_spans or size_bytes > lim.max_buffered_bytes:
             return None
         if (

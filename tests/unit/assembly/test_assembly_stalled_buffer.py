@@ -186,3 +186,19 @@ def test_runs_going_on_at_max_traces_do_not_restart_the_count() -> None:
 
     later(buffer, clock, 1)
     assert offer(buffer, in_flight(3)) == [(1).to_bytes(16, "big")]
+
+
+def test_a_span_too_large_for_the_buffer_is_not_counted_in_what_a_refusal_needed() -> None:
+    """A refused request's span bigger than the whole buffer takes no room (dropped,
+    ``span_too_large``): counted in what the refused requests needed, no room would ever be
+    enough, and the count would never end."""
+    limits = dataclasses.replace(LIMITS, max_buffered_bytes=100)
+    buffer, clock, metrics = full(limits)
+    huge = dataclasses.replace(in_flight(3)[0], span_id=(9).to_bytes(8, "big"), size_bytes=101)
+    assert offer(buffer, [*in_flight(3), huge]) is None  # needs one trace, 10 bytes
+    end(buffer, clock, 1)  # room for it: the count ends
+
+    assert offer(buffer, in_flight(4)) == []
+    later(buffer, clock, MAX_REFUSAL_NS)
+    assert offer(buffer, in_flight(5)) is None  # a new count: refused, not evicting
+    assert metrics.evicted == {}
