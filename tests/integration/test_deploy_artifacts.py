@@ -176,7 +176,7 @@ def _sink() -> tuple[CollectorRegistry, PrometheusMetrics]:
     # passes them.
     metrics = PrometheusMetrics(
         registry,
-        buffer_state=lambda: BufferState(0, 0, 0),
+        buffer_state=lambda: BufferState(0, 0, 0, max_traces=1, max_spans=1, max_bytes=1),
         stream_subscribers=lambda: 0,
         requests_in_flight=lambda: 0,
         stream_listening=lambda: True,
