@@ -1,0 +1,82 @@
+"""ToolwatchBufferNearlyFull reads what a real toolwatch exposes, before a bound is reached.
+
+A toolwatch whose buffer takes 10 traces (``assembly.max_traces``) is sent 9 runs in flight
+(their agent spans, which end last, not sent) with the OpenTelemetry SDK's OTLP/gRPC
+exporter; a real Prometheus scrapes it every second with the shipped rules
+(deploy/prometheus/toolwatch-rules.yaml). The rule divides each ``toolwatch_buffered_*``
+gauge by its bound, ``toolwatch_buffered_max_*``: 90% of ``max_traces`` puts the alert in
+``pending`` (its ``for: 10m`` is toolwatch-rules.test.yaml's to test), naming the bound; the
+runs ended and judged, it is gone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExportResult
+
+from tests.integration import agents
+from tests.integration.conftest import RunningServer
+from tests.integration.prometheus_server import (
+    JOB,
+    PrometheusServer,
+    requires_prometheus,
+    running_prometheus,
+)
+
+RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "toolwatch-rules.yaml"
+ALERT = "ToolwatchBufferNearlyFull"
+RUNS = 9
+MAX_TRACES = 10
+
+
+def _export(server: RunningServer, spans: Sequence[ReadableSpan]) -> None:
+    exporter = OTLPSpanExporter(endpoint=server.address("grpc"), insecure=True, timeout=10)
+    try:
+        assert exporter.export(spans) is SpanExportResult.SUCCESS
+    finally:
+        exporter.shutdown()
+
+
+def _alerts(prometheus: PrometheusServer) -> list[dict[str, Any]]:
+    return [a for a in prometheus.alerts() if a["labels"]["alertname"] == ALERT]
+
+
+@pytest.mark.prometheus
+@requires_prometheus
+def test_a_buffer_at_90_percent_of_max_traces_makes_the_alert_pending_naming_the_bound(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    server = start_server(assembly__max_traces=MAX_TRACES)
+    runs = [agents.record(agents.refund_run(), "genai") for _ in range(RUNS)]
+    _export(server, [span for run in runs for span in run if span.parent is not None])
+    assert server.sample("toolwatch_buffered_traces") == RUNS
+    metrics = server.address("metrics")
+    with running_prometheus(tmp_path / "prometheus", metrics, [RULES]) as prometheus:
+        [alert] = prometheus.wait_until("the alert pending", lambda: _alerts(prometheus) or None)
+        bounds = prometheus.query('{__name__=~"toolwatch_buffered_max_.*"}')
+        _export(server, [span for run in runs for span in run if span.parent is None])  # ended
+        assert server.settle() == RUNS
+        prometheus.wait_until("the alert gone", lambda: [] if not _alerts(prometheus) else None)
+    labels = {"instance": metrics, "job": JOB}
+    assert bounds == {
+        f"__name__=toolwatch_buffered_max_bytes,instance={metrics},job={JOB}": 256 * 2**20,
+        f"__name__=toolwatch_buffered_max_spans,instance={metrics},job={JOB}": 200_000,
+        f"__name__=toolwatch_buffered_max_traces,instance={metrics},job={JOB}": MAX_TRACES,
+    }
+    assert (alert["state"], float(alert["value"])) == ("pending", RUNS / MAX_TRACES)
+    assert alert["labels"] == labels | {
+        "alertname": ALERT,
+        "bound": "max_traces",
+        "severity": "warning",
+        "component": "toolwatch",
+        "team": "agent-platform",
+    }
+    assert alert["annotations"]["summary"] == (
+        f"toolwatch {metrics}'s trace buffer is at 90% of assembly.max_traces."
+    )
