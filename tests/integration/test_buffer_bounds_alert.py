@@ -6,11 +6,13 @@ exporter; a real Prometheus scrapes it every second with the shipped rules
 (deploy/prometheus/toolwatch-rules.yaml). The rule divides each ``toolwatch_buffered_*``
 gauge by its bound, ``toolwatch_buffered_max_*``: 90% of ``max_traces`` puts the alert in
 ``pending`` (its ``for: 10m`` is toolwatch-rules.test.yaml's to test), naming the bound; the
-runs ended and judged, it is gone.
+runs ended and judged, it is gone. The dashboard's "Trace buffer: share of each bound" reads
+the same shares (promtool).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -25,11 +27,16 @@ from tests.integration.conftest import RunningServer
 from tests.integration.prometheus_server import (
     JOB,
     PrometheusServer,
+    promtool_expr_case,
     requires_prometheus,
+    requires_promtool,
     running_prometheus,
 )
 
-RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus" / "toolwatch-rules.yaml"
+ROOT = Path(__file__).resolve().parents[2]
+RULES = ROOT / "deploy" / "prometheus" / "toolwatch-rules.yaml"
+DASHBOARD = ROOT / "deploy" / "grafana" / "toolwatch.json"
+SHARE = "Trace buffer: share of each bound"
 ALERT = "ToolwatchBufferNearlyFull"
 RUNS = 9
 MAX_TRACES = 10
@@ -80,3 +87,38 @@ def test_a_buffer_at_90_percent_of_max_traces_makes_the_alert_pending_naming_the
     assert alert["annotations"]["summary"] == (
         f"toolwatch {metrics}'s trace buffer is at 90% of assembly.max_traces."
     )
+
+
+def _share_targets() -> list[str]:
+    """The share panel's expressions, all namespaces selected (Grafana's All, ``.*``)."""
+    dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
+    (panel,) = [p for p in dashboard["panels"] if p.get("title") == SHARE]
+    return [t["expr"].replace("$namespace", ".*") for t in panel["targets"]]
+
+
+@pytest.mark.prometheus
+@requires_promtool
+def test_the_dashboard_shows_each_bound_s_share_as_the_alert_reads_it(tmp_path: Path) -> None:
+    """A process at 81% of ``max_buffered_spans``, 10% of ``max_traces`` and 85% of
+    ``max_buffered_bytes``, and one that exports no bounds (nothing shown for it)."""
+    held = {"traces": (100, 1000), "spans": (8100, 10_000), "bytes": (850_000, 1_000_000)}
+    one = 'job="toolwatch",instance="10.0.0.1:9464"'
+    series = [{"series": 'toolwatch_buffered_spans{instance="10.0.0.2:9464"}', "values": "9x10"}]
+    for name, (value, bound) in held.items():
+        series.append({"series": f"toolwatch_buffered_{name}{{{one}}}", "values": f"{value}x10"})
+        series.append(
+            {"series": f"toolwatch_buffered_max_{name}{{{one}}}", "values": f"{bound}x10"}
+        )
+    shares = [0.1, 0.81, 0.85]
+    failures = [
+        promtool_expr_case(
+            tmp_path / f"share{index}.test.yaml",
+            rules=None,
+            series=series,
+            expr=expr,
+            eval_time="10m",
+            samples=[{"labels": '{instance="10.0.0.1:9464"}', "value": share}],
+        )
+        for index, (expr, share) in enumerate(zip(_share_targets(), shares, strict=True))
+    ]
+    assert failures == ["", "", ""]
