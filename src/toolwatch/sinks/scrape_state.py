@@ -54,9 +54,9 @@ class StateCollector(Collector):
     """Reads pipeline state at scrape time and reports it as gauges.
 
     ``buffer`` returns the buffer's current ``BufferState``, its bounds included (their
-    gauges left out where it gives none); ``stream_subscribers`` (optional)
-    the number of open findings-stream subscriptions; ``requests_in_flight`` (optional) the
-    export requests being read or handled; ``stream_listening`` (optional) whether the
+    gauges left out where it gives none); ``stream_subscribers`` (optional) the number of
+    open findings-stream subscriptions; ``requests_in_flight`` (optional) the export
+    requests being read or handled; ``stream_listening`` (optional) whether the
     findings stream's listener is bound, ``False`` while it is down for want of its address
     (``StreamListener.down``), ``None`` while there is no listener (its gauge left out). All
     are called on every scrape, from the scraping thread, so they must be cheap reads. A
