@@ -1,5 +1,10 @@
 """ToolwatchBufferNearlyFull reads what a real toolwatch exposes, before a bound is reached.
 
+Was: the bounds were not exported, and no rule fired before one was reached (refusals,
+ToolwatchBackpressure, and evictions, ToolwatchRunsEvaluatedIncomplete, told it once
+coverage was being lost). Now: ``toolwatch_buffered_max_traces``, ``_max_spans`` and
+``_max_bytes`` are exported beside what the buffer holds, and the rule tickets 80% of one.
+
 A toolwatch whose buffer takes 10 traces (``assembly.max_traces``) is sent 9 runs in flight
 (their agent spans, which end last, not sent) with the OpenTelemetry SDK's OTLP/gRPC
 exporter; a real Prometheus scrapes it every second with the shipped rules
