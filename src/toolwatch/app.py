@@ -170,8 +170,11 @@ class App(ListenerStartup, GracefulShutdown, ConfigReload):
     ) -> Engine:
         """The engine: assembly, evaluation and the outputs its findings go to."""
         shadow = ShadowJoiner(config.shadow, clock, self.metrics) if config.shadow.enabled else None
+        #: The bounds the engine's buffer holds runs under, for their gauges: a reload
+        #: leaves ``assembly`` as it runs (``RELOADED_SECTIONS``), and the engine keeps them.
+        self._limits = config.assembly.limits()
         parts = EngineParts(
-            limits=config.assembly.limits(),
+            limits=self._limits,
             evaluation=evaluation_pipeline(config),
             normalize=normalize,
             findings=self._outputs.findings,
@@ -201,13 +204,18 @@ class App(ListenerStartup, GracefulShutdown, ConfigReload):
         self._hurried = False  # a second signal: no wait for a last scrape
 
     def _buffer_state(self) -> BufferState:
-        buffer = self.engine.buffer
+        """What the engine's buffer holds, and the bounds it holds it under: read at scrape
+        time, from the scraping thread."""
+        buffer, limits = self.engine.buffer, self._limits
         return BufferState(
             buffer.buffered_traces,
             buffer.buffered_spans,
             buffer.buffered_bytes,
             buffer.overdue_ns() / 1e9,
             buffer.remembered_traces,
+            max_traces=limits.max_traces,
+            max_spans=limits.max_buffered_spans,
+            max_bytes=limits.max_buffered_bytes,
         )
 
     @staticmethod

@@ -149,6 +149,25 @@ def test_a_reload_names_each_setting_it_does_not_apply(
     assert server.app.config.output.show_argument_values
 
 
+def test_the_buffer_bounds_exported_are_those_in_force_across_a_reload(
+    start_server: Callable[..., RunningServer], tmp_path: Path
+) -> None:
+    """``toolwatch_buffered_max_*`` read the bounds the engine's buffer holds runs under; a
+    reload keeps ``assembly`` as it runs (it takes a restart), and so do they."""
+    config = tmp_path / "toolwatch.yaml"
+    bounds = "assembly:\n  max_traces: 300\n  max_buffered_spans: 6000\n"
+    config.write_text(MINIMAL_POLICY + bounds + "  max_buffered_bytes: 5000000\n")
+    server = start_server(config)
+    names = ("toolwatch_buffered_max_traces", "toolwatch_buffered_max_spans")
+    names += ("toolwatch_buffered_max_bytes",)
+    started = [server.sample(name) for name in names]
+    config.write_text(OTHER_POLICY + "assembly:\n  max_buffered_spans: 50000\n")
+    assert server.reload()
+    assert server.app.config.policy.dangerous_tools == ("cancel_order",)  # it did reload
+    assert started == [300.0, 6000.0, 5_000_000.0]
+    assert [server.sample(name) for name in names] == started
+
+
 GOLDEN_CONFIG = MINIMAL_POLICY + "golden:\n  cases_file: golden.yaml\n"
 
 

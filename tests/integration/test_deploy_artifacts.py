@@ -67,6 +67,9 @@ DOCUMENTED_METRICS = {
     "toolwatch_buffered_traces": "gauge",
     "toolwatch_buffered_spans": "gauge",
     "toolwatch_buffered_bytes": "gauge",
+    "toolwatch_buffered_max_traces": "gauge",
+    "toolwatch_buffered_max_spans": "gauge",
+    "toolwatch_buffered_max_bytes": "gauge",
     "toolwatch_export_request_duration_seconds": "histogram",
     "toolwatch_evaluation_duration_seconds": "histogram",
     "toolwatch_detection_latency_seconds": "histogram",
@@ -176,7 +179,7 @@ def _sink() -> tuple[CollectorRegistry, PrometheusMetrics]:
     # passes them.
     metrics = PrometheusMetrics(
         registry,
-        buffer_state=lambda: BufferState(0, 0, 0),
+        buffer_state=lambda: BufferState(0, 0, 0, max_traces=1, max_spans=1, max_bytes=1),
         stream_subscribers=lambda: 0,
         requests_in_flight=lambda: 0,
         stream_listening=lambda: True,

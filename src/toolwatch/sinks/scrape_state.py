@@ -1,7 +1,7 @@
 """What is read at scrape time: ``StateCollector`` reports what the buffer, the findings
 stream and the receivers hold now as gauges, instead of mirroring it into gauges on every
-change; ``TallyCollector`` renders the per-trace counters and histograms the pipeline counts
-natively (``sinks.tally``).
+change, and the buffer's bounds beside what it holds; ``TallyCollector`` renders the
+per-trace counters and histograms the pipeline counts natively (``sinks.tally``).
 
 Not in ``sinks.prometheus``: that module is compiled (``toolwatch.compiled``), and a compiled
 class cannot derive from ``prometheus_client``'s ``Collector`` (the build does not see it, and
@@ -35,22 +35,28 @@ _Read = Callable[[], float | None]
 @dataclass(frozen=True, slots=True)
 class BufferState:
     """What the trace buffer holds right now (``TraceBuffer.buffered_*``, and
-    ``remembered_traces``), and how long its earliest completion check has been due without
-    being made (``TraceBuffer.overdue_ns``, in seconds)."""
+    ``remembered_traces``), how long its earliest completion check has been due without
+    being made (``TraceBuffer.overdue_ns``, in seconds), and the bounds it holds them
+    under (``AssemblyLimits.max_traces``, ``max_buffered_spans``, ``max_buffered_bytes``):
+    ``None``, no series, where the caller has no buffer's bounds to tell."""
 
     traces: int
     spans: int
     bytes: int
     overdue_seconds: float = 0.0
     remembered: int = 0
+    max_traces: int | None = None
+    max_spans: int | None = None
+    max_bytes: int | None = None
 
 
 class StateCollector(Collector):
     """Reads pipeline state at scrape time and reports it as gauges.
 
-    ``buffer`` returns the buffer's current ``BufferState``; ``stream_subscribers`` (optional)
-    the number of open findings-stream subscriptions; ``requests_in_flight`` (optional) the
-    export requests being read or handled; ``stream_listening`` (optional) whether the
+    ``buffer`` returns the buffer's current ``BufferState``, its bounds included (their
+    gauges left out where it gives none); ``stream_subscribers`` (optional) the number of
+    open findings-stream subscriptions; ``requests_in_flight`` (optional) the export
+    requests being read or handled; ``stream_listening`` (optional) whether the
     findings stream's listener is bound, ``False`` while it is down for want of its address
     (``StreamListener.down``), ``None`` while there is no listener (its gauge left out). All
     are called on every scrape, from the scraping thread, so they must be cheap reads. A
@@ -75,7 +81,8 @@ class StateCollector(Collector):
 
     def describe(self) -> Iterable[GaugeMetricFamily]:
         # Lets the registry check names at registration without calling the callables.
-        return [*self._families(), *(family() for family, _ in self._reads)]
+        families = (*self._families(), *_bound_families())
+        return [*families, *(family() for family, _ in self._reads)]
 
     def collect(self) -> Iterable[GaugeMetricFamily]:
         try:
@@ -93,6 +100,11 @@ class StateCollector(Collector):
             for family, value in zip(self._families(), values, strict=True):
                 family.add_metric([], value)
                 yield family
+            bounds = (state.max_traces, state.max_spans, state.max_bytes)
+            for family, bound in zip(_bound_families(), bounds, strict=True):
+                if bound is not None:
+                    family.add_metric([], bound)
+                    yield family
         for make, read in self._reads:
             gauge = make()
             try:
@@ -122,6 +134,32 @@ class StateCollector(Collector):
                 " (at most assembly.max_remembered_traces).",
             ),
         ]
+
+
+def _bound_families() -> list[GaugeMetricFamily]:
+    """The bounds of ``toolwatch_buffered_traces``, ``_spans`` and ``_bytes``, named as
+    ``process_max_fds`` is beside ``process_open_fds`` and ``process_virtual_memory_max_bytes``
+    beside ``process_virtual_memory_bytes``: ``max_`` before the unit, which the Prometheus
+    naming practices put last (``_bytes``), so a ratio divides two names that differ by it."""
+    return [
+        GaugeMetricFamily(
+            "toolwatch_buffered_max_traces",
+            "assembly.max_traces: the most traces the buffer holds; past it a request that"
+            " starts a trace is refused (overflow: backpressure) or the oldest run is judged"
+            " early (evict_oldest, or once refusing for assembly.max_refusal_seconds).",
+        ),
+        GaugeMetricFamily(
+            "toolwatch_buffered_max_spans",
+            "assembly.max_buffered_spans: the most spans the buffer holds, as"
+            " toolwatch_buffered_max_traces bounds traces.",
+        ),
+        GaugeMetricFamily(
+            "toolwatch_buffered_max_bytes",
+            "assembly.max_buffered_bytes: the most payload bytes the buffer holds, by its"
+            " estimate (toolwatch_buffered_bytes), as toolwatch_buffered_max_traces bounds"
+            " traces.",
+        ),
+    ]
 
 
 def _subscribers_family() -> GaugeMetricFamily:

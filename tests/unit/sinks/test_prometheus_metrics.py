@@ -52,6 +52,9 @@ EXPECTED_NAMES = {
     "toolwatch_buffered_traces",
     "toolwatch_buffered_spans",
     "toolwatch_buffered_bytes",
+    "toolwatch_buffered_max_traces",
+    "toolwatch_buffered_max_spans",
+    "toolwatch_buffered_max_bytes",
     "toolwatch_assembly_overdue_seconds",
     "toolwatch_remembered_traces",
     "toolwatch_export_request_duration_seconds",
@@ -129,7 +132,8 @@ def test_satisfies_the_pipeline_metrics_protocol(metrics: PrometheusMetrics) -> 
 
 def test_exposes_exactly_the_agreed_metric_names(registry: CollectorRegistry) -> None:
     PrometheusMetrics(registry)
-    registry.register(StateCollector(lambda: BufferState(0, 0, 0)))
+    state = BufferState(0, 0, 0, max_traces=10_000, max_spans=200_000, max_bytes=2**28)
+    registry.register(StateCollector(lambda: state))
     text = generate_latest(registry).decode()
     typed = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE ")}
     assert {name for name in typed if not name.endswith("_created")} == EXPECTED_NAMES

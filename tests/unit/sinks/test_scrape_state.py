@@ -81,3 +81,52 @@ def test_registering_does_not_read_whether_the_stream_listens() -> None:
     with pytest.raises(ValueError, match=LISTENING):  # its name is taken at registration
         registry.register(StateCollector(_idle, stream_listening=listening))
     assert calls == []
+
+
+BOUNDS = ("toolwatch_buffered_max_traces", "toolwatch_buffered_max_spans")
+BOUNDS += ("toolwatch_buffered_max_bytes",)
+
+
+def test_the_buffer_bounds_are_read_at_scrape_time_beside_what_it_holds() -> None:
+    state = [BufferState(traces=1, spans=2, bytes=3, max_traces=10, max_spans=20, max_bytes=30)]
+    registry = CollectorRegistry()
+    registry.register(StateCollector(lambda: state[0]))
+    first = [registry.get_sample_value(name) for name in BOUNDS]
+    state[0] = BufferState(9, 180, 29, max_traces=10_000, max_spans=200_000, max_bytes=2**28)
+    held = ("toolwatch_buffered_traces", "toolwatch_buffered_spans", "toolwatch_buffered_bytes")
+    assert first == [10.0, 20.0, 30.0]
+    assert [registry.get_sample_value(name) for name in BOUNDS] == [10_000.0, 200_000.0, 2.0**28]
+    assert [registry.get_sample_value(name) for name in held] == [9.0, 180.0, 29.0]
+
+
+def test_a_bound_is_an_unlabelled_gauge_that_names_its_setting() -> None:
+    registry = CollectorRegistry()
+    registry.register(StateCollector(lambda: BufferState(0, 0, 0, max_spans=50_000)))
+    text = generate_latest(registry).decode()
+    lines = [line for line in text.splitlines() if "toolwatch_buffered_max_spans" in line]
+    assert lines == [
+        "# HELP toolwatch_buffered_max_spans assembly.max_buffered_spans: the most spans the"
+        " buffer holds, as toolwatch_buffered_max_traces bounds traces.",
+        "# TYPE toolwatch_buffered_max_spans gauge",
+        "toolwatch_buffered_max_spans 50000.0",
+    ]
+
+
+def test_bounds_not_given_have_no_series() -> None:
+    registry = CollectorRegistry()
+    registry.register(StateCollector(lambda: BufferState(0, 0, 0, max_bytes=64)))
+    typed = [
+        line.split()[2]
+        for line in generate_latest(registry).decode().splitlines()
+        if line.startswith("# TYPE ")
+    ]
+    assert [name in typed for name in BOUNDS] == [False, False, True]
+    assert [registry.get_sample_value(name) for name in BOUNDS] == [None, None, 64.0]
+    assert registry.get_sample_value("toolwatch_buffered_spans") == 0.0
+
+
+def test_a_bound_name_is_taken_at_registration() -> None:
+    registry = CollectorRegistry()
+    registry.register(StateCollector(_idle))  # no bounds given: their names taken all the same
+    with pytest.raises(ValueError, match="toolwatch_buffered_max_bytes"):
+        registry.register(StateCollector(_idle))
