@@ -86,9 +86,11 @@ class _Trace:
         "agents",
         "anchor_missing",
         "awaiting_local",
+        "ended_verdict",
         "first_ns",
         "last_end_ns",
         "last_ns",
+        "lost_parent_waited",
         "models",
         "open_parents",
         "root_end_ns",
@@ -115,6 +117,13 @@ class _Trace:
         self.last_end_ns = 0  # when its span that ended last ended
         self.span_limited = False
         self.anchor_missing = False  # checked since the last arrival: no anchor yet
+        # ... and, its root come, waited the lost parent's time with a span after the root
+        # waiting for its local parent (a run left running in the background): its agent
+        # span is to come, and the lost parent's deadline is no longer looked at.
+        self.lost_parent_waited = False
+        # Whether its run has ended, as an eviction asks (``buffer._ended``), since the last
+        # arrival; None: not asked since.
+        self.ended_verdict: bool | None = None
         # ... but one, were the local parents it waits for gone: anchored at local_parent_wait
         self.awaiting_local = False
         self.scheduled_ns: int | None = None  # when of this trace's one live heap entry
@@ -125,7 +134,8 @@ class _Trace:
         self.spans[span.span_id] = span
         self.size_bytes += span.size_bytes
         self.last_ns = now
-        self.anchor_missing = self.awaiting_local = False
+        self.anchor_missing = self.awaiting_local = self.lost_parent_waited = False
+        self.ended_verdict = None
         self.last_end_ns = max(self.last_end_ns, span.end_ns)
         if span.parent_span_id is None:
             self._root(span)
@@ -167,7 +177,7 @@ class _Trace:
         due = too_old
         if self.awaiting_local:
             due = min(due, self.last_ns + limits.local_parent_wait_ns)
-        if self.anchor_missing and self.root_seen:
+        if self.anchor_missing and self.root_seen and not self.lost_parent_waited:
             due = min(due, self.last_ns + limits.completion_wait_ns + limits.lost_parent_wait_ns)
         if self.anchor_missing:
             return due

@@ -71,7 +71,6 @@ from toolwatch.assembly.held_traces import HeldTraces
 from toolwatch.model import SpanRecord, SpanRole
 
 __all__ = [
-    "ENCLOSING_SPANS",
     "NOT_AN_AGENT_RUN",
     "REPORTED_DROPS",
     "CompletedTrace",
@@ -82,10 +81,6 @@ __all__ = [
 #: The drop reason of the spans of a trace that ``runs_an_agent`` says is none.
 NOT_AN_AGENT_RUN: Final = "not_an_agent_run"
 
-#: How many spans over ``max_spans_per_trace`` a trace still takes when they enclose what it
-#: holds (module docstring): its open ancestors when it filled, a few in a run of steps one
-#: after another, more where many ran in parallel.
-ENCLOSING_SPANS: Final = 64
 #: How many of the oldest traces an eviction looks through for a run that has ended
 #: (``TraceBuffer._victim``), before it takes the oldest: runs end in about the order they
 #: began, so one that ended is near the front if any is.
@@ -105,12 +100,32 @@ REPORTED_DROPS: Final[Mapping[str, str]] = MappingProxyType(
 )
 
 
-def _ended(trace: _Trace) -> bool:
-    """Whether ``trace``'s run has ended, its anchor come (or its root, no span of it
-    waiting for a parent ended after it), though it may not have been quiet for
-    ``completion_wait_ns`` yet: what is judged as it came, not cut short, when it must leave
-    before then (``drain``, an eviction). Only a straggler could still come, and be late."""
+def _over(trace: _Trace) -> bool:
+    """Whether ``trace``'s run is over at a drain, nothing more to come: its anchor came, or
+    its root with no span of it waiting for a parent ended after it."""
     return trace.anchored() or (trace.root_seen and not trace.awaits_after_root())
+
+
+def _ended(trace: _Trace) -> bool:
+    """Whether ``trace``'s run has ended by what the buffer holds, though it may not have
+    been quiet for ``completion_wait_ns`` yet: what an eviction judges as it came, not cut
+    short (only a straggler could still come, and be late). Its anchor came; or its root,
+    with an agent span, no span of it waiting for a parent ended after the root (a parent
+    lost in export). Not a root alone: a request's span, ended, whose run goes on in the
+    background has that shape until the run's agent span comes. Remembered on the trace
+    until its next span (``_Trace.ended_verdict``): an eviction asks it of the same oldest
+    traces again and again, and asking may cost O(spans)."""
+    verdict = trace.ended_verdict
+    if verdict is None:
+        # Neither root nor agent span: in flight. A trace of model calls alone may be
+        # anchored by what encloses them, but that costs a walk of all its spans, and such
+        # traces (no agent framework) are few: they are evicted as in flight.
+        verdict = (trace.root_seen or bool(trace.agents)) and (
+            trace.anchored()
+            or (trace.root_seen and bool(trace.agents) and not trace.awaits_after_root())
+        )
+        trace.ended_verdict = verdict
+    return verdict
 
 
 def runs_an_agent(spans: Iterable[SpanRecord]) -> bool:
@@ -251,7 +266,7 @@ class TraceBuffer(HeldTraces):
         out = self.poll()
         now = self._clock()
         for trace in list(self._traces.values()):
-            out.append(self._emit(trace, now, None if _ended(trace) else "shutdown"))
+            out.append(self._emit(trace, now, None if _over(trace) else "shutdown"))
         self._deadlines.clear()
         return out
 
@@ -273,13 +288,6 @@ class TraceBuffer(HeldTraces):
             if trace is not None:
                 trace.dropped(span)
         return reason
-
-    def _over_the_cap(self, trace: _Trace, span: SpanRecord) -> bool:
-        """Whether ``trace`` is full for ``span``: it holds ``max_spans_per_trace`` spans and
-        ``span`` does not enclose them, or ``ENCLOSING_SPANS`` more already (module
-        docstring)."""
-        held, cap = len(trace.spans), self._limits.max_spans_per_trace
-        return held >= cap and (held >= cap + ENCLOSING_SPANS or not trace.encloses(span))
 
     def _make_room(
         self, span: SpanRecord, own: set[bytes], now: int, evicted: list[CompletedTrace]
@@ -334,10 +342,14 @@ class TraceBuffer(HeldTraces):
             return self._emit(trace, now, None)
         if (
             trace.root_seen
+            and not trace.lost_parent_waited
             and quiet >= lim.completion_wait_ns + lim.lost_parent_wait_ns
-            and not trace.awaits_after_root()
         ):
-            return self._emit(trace, now, None)  # a parent lost in export: the run is over
+            if not trace.awaits_after_root():
+                return self._emit(trace, now, None)  # a parent lost in export: the run is over
+            # A run left running in the background: its agent span is to come. Its deadline
+            # is no longer this one, passed (rescheduled at it, poll would pop it for ever).
+            trace.lost_parent_waited = True
         if now - trace.first_ns >= lim.max_trace_age_ns:
             return self._emit(trace, now, "timed_out")
         self._schedule(trace)

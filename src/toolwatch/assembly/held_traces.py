@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from toolwatch.assembly.anchoring import _Trace
-from toolwatch.assembly.limits import AssemblyLimits
+from toolwatch.assembly.limits import ENCLOSING_SPANS, AssemblyLimits
 from toolwatch.assembly.refusals import Refusals
 from toolwatch.assembly.remembered import RememberedTraces
 from toolwatch.metrics import PipelineMetrics
@@ -104,9 +104,12 @@ class HeldTraces:
         A request bigger than the whole buffer (more spans, bytes or new traces than it can
         ever hold) is let through (``add`` takes what fits and drops the rest,
         ``buffer_full``, evicting nothing): refusing it would make the client retry
-        something that can never fit. A span bigger than the whole buffer takes no room
-        (``add`` drops it, ``span_too_large``) and is not counted: counted, it let an
-        ordinary request through as one that can never fit.
+        something that can never fit. A span ``add`` drops takes no room and is not counted
+        (``_room_taken``): one bigger than the whole buffer (``span_too_large``; counted, it
+        let an ordinary request through as one that can never fit), a retry of one held
+        (``duplicate``), one of a run judged already (``late``: nor does it start a trace),
+        one over its trace's cap (``trace_span_limit``). Counted, a full buffer refused
+        them, and their senders retried what would have been dropped at once.
         """
         self._evicting = False
         lim = self._limits
@@ -130,21 +133,42 @@ class HeldTraces:
         return self._evicting
 
     def _new_traces(self, spans: Sequence[SpanRecord]) -> int:
-        """How many traces ``spans`` would start (spans too large for the buffer aside)."""
+        """How many traces ``spans`` would start (spans too large for the buffer and spans of
+        an emitted run, dropped ``late``, aside)."""
         most = self._limits.max_buffered_bytes
         return len(
-            {s.trace_id for s in spans if s.trace_id not in self._traces and s.size_bytes <= most}
+            {
+                s.trace_id
+                for s in spans
+                if s.trace_id not in self._traces
+                and s.size_bytes <= most
+                and s.trace_id not in self._emitted
+            }
         )
 
     def _room_taken(self, spans: Sequence[SpanRecord], size_bytes: int) -> tuple[int, int]:
-        """The spans and bytes of a request that take room: not a span bigger than the whole
-        buffer (``add`` drops it)."""
+        """The spans and bytes of a request that take room, when all of them would not fit:
+        not a span ``add`` drops (bigger than the whole buffer, of an emitted run, one held
+        already, or over its trace's cap)."""
         lim = self._limits
         count = len(spans)
-        if self._bytes + size_bytes > lim.max_buffered_bytes:  # only then can one be too big
-            too_large = [s.size_bytes for s in spans if s.size_bytes > lim.max_buffered_bytes]
-            count -= len(too_large)
-            size_bytes -= sum(too_large)
+        if (
+            self._spans + count <= lim.max_buffered_spans
+            and self._bytes + size_bytes <= lim.max_buffered_bytes
+        ):
+            return count, size_bytes
+        for span in spans:
+            trace = self._traces.get(span.trace_id)
+            if (
+                span.size_bytes > lim.max_buffered_bytes
+                or (trace is None and span.trace_id in self._emitted)
+                or (
+                    trace is not None
+                    and (span.span_id in trace.spans or self._over_the_cap(trace, span))
+                )
+            ):
+                count -= 1
+                size_bytes -= span.size_bytes
         return count, size_bytes
 
     def _room_for(self, spans: Sequence[SpanRecord], size_bytes: int) -> bool | None:
@@ -165,6 +189,13 @@ class HeldTraces:
         if new > lim.max_traces:
             return None
         return new <= room
+
+    def _over_the_cap(self, trace: _Trace, span: SpanRecord) -> bool:
+        """Whether ``trace`` is full for ``span``: it holds ``max_spans_per_trace`` spans and
+        ``span`` does not enclose them, or ``ENCLOSING_SPANS`` more already
+        (``assembly.buffer``'s docstring)."""
+        held, cap = len(trace.spans), self._limits.max_spans_per_trace
+        return held >= cap and (held >= cap + ENCLOSING_SPANS or not trace.encloses(span))
 
     def _flag_limited(self, trace_id: bytes, trace: _Trace | None) -> None:
         """Flag ``trace`` incomplete for a dropped span, or remember its id until it comes."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-__all__ = ["LOST_PARENT_WAIT_NS", "MAX_REFUSAL_NS", "AssemblyLimits"]
+__all__ = ["ENCLOSING_SPANS", "LOST_PARENT_WAIT_NS", "MAX_REFUSAL_NS", "AssemblyLimits"]
 
 _OVERFLOW_POLICIES: Final = frozenset({"backpressure", "evict_oldest"})
 
@@ -22,6 +22,11 @@ _OVERFLOW_POLICIES: Final = frozenset({"backpressure", "evict_oldest"})
 #: that ended since does, within one such delay; one that does not was lost (an export given
 #: up, a full queue, a filter), and the run is over.
 LOST_PARENT_WAIT_NS: Final = 5_000_000_000
+
+#: How many spans over ``max_spans_per_trace`` a trace still takes when they enclose what it
+#: holds (``assembly.buffer``'s docstring): its open ancestors when it filled, a few in a run
+#: of steps one after another, more where many ran in parallel.
+ENCLOSING_SPANS: Final = 64
 
 #: How long a full buffer refuses requests under ``backpressure`` before it takes them by
 #: evicting (``assembly.refusals``), by default: long enough

@@ -12,8 +12,10 @@ requests it refused needed (spans, bytes, new traces: the most any one of them d
 ends when the buffer has that room: runs ended and were judged. Not at a request that fits:
 a small one that fits where a larger one was refused, or one that only goes on with
 buffered runs at ``max_traces``, leaves the larger batch, which may hold a run's end,
-refused. Nor after a quiet spell: a Collector retries one batch ever further apart (up to
-30 s), and each retry must count from the first refusal.
+refused. A request that does not fit ``EPISODE_GAP_NS`` (60 s) after the last that did not
+begins a new one: the requests counted were taken or given up, and what they needed may
+never be free again (their runs fill it). Not sooner: a Collector retries one batch ever
+further apart (up to 30 s), and each retry must count from the first refusal.
 
 Not stalled while the completion checks are behind (by ``STALL_BEHIND_NS``, or two ticks
 when ``tick_ns`` is longer): then what fills the buffer is runs not yet judged (assembly
@@ -27,7 +29,13 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["STALL_BEHIND_NS", "Refusals"]
+__all__ = ["EPISODE_GAP_NS", "STALL_BEHIND_NS", "Refusals"]
+
+#: A request that does not fit this long after the last that did not (refused, or taken by
+#: evicting) begins a new episode: longer than a Collector's longest wait between retries
+#: (30 s), so one batch retried counts from its first refusal, while an episode whose
+#: requests were taken (their runs now filling the room they needed) does not linger.
+EPISODE_GAP_NS: Final = 60_000_000_000
 
 #: How far behind a full buffer's completion checks may be for it to be stalled, at least
 #: (two ticks when ``tick_ns`` is longer): the ticker makes them every 10 ms by default.
@@ -39,18 +47,19 @@ class Refusals:
 
     ``limit_ns``: ``max_refusal_ns`` (0: never stalled); ``tick_ns``: the ticker's period."""
 
-    __slots__ = ("_behind", "_limit", "_need", "_since")
+    __slots__ = ("_behind", "_last", "_limit", "_need", "_since")
 
     def __init__(self, limit_ns: int, tick_ns: int) -> None:
         self._limit = limit_ns
         self._behind = max(STALL_BEHIND_NS, 2 * tick_ns)
         self._since: int | None = None  # when the episode's first refusal was
+        self._last = 0  # when a request last did not fit
         self._need = (0, 0, 0)  # spans, bytes, new traces: the most a refused request needed
 
     def refused(self, now: int, spans: int, size_bytes: int, new_traces: int) -> None:
         """A request needing ``spans``, ``size_bytes`` and ``new_traces`` did not fit (refused,
         or taken by evicting)."""
-        if self._since is None:
+        if self._since is None or now - self._last > EPISODE_GAP_NS:
             self._since = now
             self._need = (spans, size_bytes, new_traces)
         else:
@@ -60,6 +69,7 @@ class Refusals:
                 max(most_bytes, size_bytes),
                 max(most_traces, new_traces),
             )
+        self._last = now
 
     def settle(self, free_spans: int, free_bytes: int, free_traces: int) -> None:
         """End the episode if the buffer has the room its refused requests needed."""

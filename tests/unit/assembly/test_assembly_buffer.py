@@ -19,8 +19,8 @@ from assembly_support import (
     tool,
 )
 
-from toolwatch.assembly.buffer import ENCLOSING_SPANS, CompletedTrace, TraceBuffer, runs_an_agent
-from toolwatch.assembly.limits import LOST_PARENT_WAIT_NS, AssemblyLimits
+from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer, runs_an_agent
+from toolwatch.assembly.limits import ENCLOSING_SPANS, LOST_PARENT_WAIT_NS, AssemblyLimits
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
 
 WAIT = 2 * SECOND

@@ -13,8 +13,8 @@ from assembly_support import RecordingMetrics, agent, llm, span, tool
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from toolwatch.assembly.buffer import ENCLOSING_SPANS, CompletedTrace, TraceBuffer, runs_an_agent
-from toolwatch.assembly.limits import AssemblyLimits
+from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer, runs_an_agent
+from toolwatch.assembly.limits import ENCLOSING_SPANS, AssemblyLimits
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.assembly.tree import _in_time_order
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
