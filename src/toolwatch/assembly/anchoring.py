@@ -134,6 +134,7 @@ class _Trace:
         self.spans[span.span_id] = span
         self.size_bytes += span.size_bytes
         self.last_ns = now
+        # As ``changed``, written out: this is per span.
         self.anchor_missing = self.awaiting_local = self.lost_parent_waited = False
         self.ended_verdict = None
         self.last_end_ns = max(self.last_end_ns, span.end_ns)
@@ -164,6 +165,13 @@ class _Trace:
             self.open_parents = {s.parent_span_id for s in held.values()}
             self.open_parents.difference_update(held)
         return span.span_id in self.open_parents
+
+    def changed(self) -> None:
+        """What anchors the trace may have changed (a span arrived, was dropped or was
+        rejected): its checks start again from the quiet period, and what an eviction
+        asked of it is asked again."""
+        self.anchor_missing = self.awaiting_local = self.lost_parent_waited = False
+        self.ended_verdict = None
 
     def dropped(self, span: SpanRecord) -> None:
         """A span of this trace was dropped for a limit (``TraceBuffer._flag_limited`` flags

@@ -60,7 +60,7 @@ their counts against the bounds, their deadlines) is its base class's, ``HeldTra
 from __future__ import annotations
 
 import heapq
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -82,9 +82,12 @@ __all__ = [
 NOT_AN_AGENT_RUN: Final = "not_an_agent_run"
 
 #: How many of the oldest traces an eviction looks through for a run that has ended
-#: (``TraceBuffer._victim``), before it takes the oldest: runs end in about the order they
+#: (``_Victims``), before it takes the oldest: runs end in about the order they
 #: began, so one that ended is near the front if any is.
 VICTIM_SCAN: Final = 16
+#: How many of the oldest traces an ``add`` reads at a time for what it may evict
+#: (``_Victims``).
+VICTIM_BATCH: Final = 64
 #: The drop reasons the sender hears of (OTLP partial success: spans the server did not
 #: accept), each with why: a limit (and the setting that sets it), or a trace already
 #: evaluated, whose spans are never assembled again (a retry of spans it held is told so
@@ -179,6 +182,46 @@ class CompletedTrace:
         object.__setattr__(self, "agent_run", agent_run)
 
 
+class _Victims:
+    """The traces one ``add`` may evict, oldest first, none of the request's own (``own``:
+    one it goes on with would be judged without what it brings, one it started would lose
+    the rest of what it brings as late). ``take`` gives, of the ``VICTIM_SCAN`` oldest, one
+    whose run has ended (``_ended``: judged as it came, only its quiet period cut short),
+    else the oldest. They are read off the buffer ``VICTIM_BATCH`` at a time: the request's
+    own traces, which may be the oldest thousands, are walked past once a batch, not once an
+    eviction. Only what ``take`` gave leaves the buffer meanwhile (``add`` is one call)."""
+
+    __slots__ = ("_exhausted", "_own", "_pending", "_traces")
+
+    def __init__(self, traces: OrderedDict[bytes, _Trace], own: set[bytes]) -> None:
+        self._traces = traces
+        self._own = own
+        self._pending: list[_Trace] = []
+        self._exhausted = False
+
+    def take(self) -> _Trace | None:
+        if len(self._pending) < VICTIM_SCAN and not self._exhausted:
+            self._read()
+        pending = self._pending
+        for at in range(min(VICTIM_SCAN, len(pending))):
+            if _ended(pending[at]):
+                return pending.pop(at)
+        return pending.pop(0) if pending else None
+
+    def _read(self) -> None:
+        """The ``VICTIM_BATCH`` oldest traces not the request's (those pending among them:
+        they are the oldest), from the buffer's start."""
+        own, pending = self._own, []
+        for trace in self._traces.values():
+            if trace.trace_id not in own:
+                pending.append(trace)
+                if len(pending) == VICTIM_BATCH:
+                    self._pending = pending
+                    return
+        self._pending = pending
+        self._exhausted = True
+
+
 class TraceBuffer(HeldTraces):
     """Buffers spans per trace id and emits each trace once, complete or flagged.
 
@@ -206,13 +249,13 @@ class TraceBuffer(HeldTraces):
         # The traces of the request, never evicted to make room for it (worked out at the
         # first eviction): one it goes on with would be judged without what it brings, one it
         # started would lose the rest of what it brings as late.
-        own: set[bytes] | None = None
+        victims: _Victims | None = None
         for span in spans:
             reason = self._drop_reason(span)
             if reason is None and not roomy:
-                if own is None:
-                    own = {s.trace_id for s in spans}
-                if not self._make_room(span, own, now, evicted):
+                if victims is None:
+                    victims = _Victims(self._traces, {s.trace_id for s in spans})
+                if not self._make_room(span, victims, now, evicted):
                     reason = "buffer_full"
             if reason is None:
                 self._store(span, now)
@@ -284,15 +327,13 @@ class TraceBuffer(HeldTraces):
         elif span.size_bytes > self._limits.max_buffered_bytes:
             reason = "span_too_large"
         if reason is not None:
-            self._flag_limited(span.trace_id, trace)
-            if trace is not None:
-                trace.dropped(span)
+            self._flag_limited(span.trace_id, trace, span)
         return reason
 
     def _make_room(
-        self, span: SpanRecord, own: set[bytes], now: int, evicted: list[CompletedTrace]
+        self, span: SpanRecord, victims: _Victims, now: int, evicted: list[CompletedTrace]
     ) -> bool:
-        """Evict other traces (``_victim``) until ``span`` fits; false if it cannot. Under
+        """Evict other traces (``victims``) until ``span`` fits; false if it cannot. Under
         ``backpressure`` only when ``has_room`` took the request by evicting (the buffer
         stalled): else the operator chose to refuse rather than judge runs in flight early,
         and a request gets here only when ``has_room`` let it through as one that can never
@@ -300,33 +341,13 @@ class TraceBuffer(HeldTraces):
         trace = self._traces.get(span.trace_id)
         evicts = self._limits.overflow == "evict_oldest" or self._evicting
         while (bound := self._exceeded(trace is None, span.size_bytes)) is not None:
-            victim = self._victim(own) if evicts else None
+            victim = victims.take() if evicts else None
             if victim is None:
-                self._flag_limited(span.trace_id, trace)
-                if trace is not None:
-                    trace.dropped(span)
+                self._flag_limited(span.trace_id, trace, span)
                 return False
             self._metrics.trace_evicted(bound)
             evicted.append(self._emit(victim, now, None if _ended(victim) else "evicted"))
         return True
-
-    def _victim(self, own: set[bytes]) -> _Trace | None:
-        """The trace to evict: of the ``VICTIM_SCAN`` oldest not in ``own`` (the request's),
-        the oldest whose run has ended (judged as it came, only its quiet period cut
-        short), else the oldest; ``None`` if every trace is the request's."""
-        first: _Trace | None = None
-        scanned = 0
-        for trace in self._traces.values():
-            if trace.trace_id in own:
-                continue
-            if _ended(trace):
-                return trace
-            if first is None:
-                first = trace
-            scanned += 1
-            if scanned >= VICTIM_SCAN:
-                break
-        return first
 
     def _check(self, trace: _Trace, now: int) -> CompletedTrace | None:
         lim = self._limits

@@ -115,10 +115,11 @@ class HeldTraces:
         lim = self._limits
         if lim.overflow == "evict_oldest":
             return True
+        now = self._clock()
+        self._emitted.forget(now)  # as add does first: a late span is one add drops late
         fits = self._room_for(spans, size_bytes)
         if fits is None:
             return True  # can never fit
-        now = self._clock()
         refusals = self._refusals
         refusals.settle(
             lim.max_buffered_spans - self._spans,
@@ -149,7 +150,9 @@ class HeldTraces:
     def _room_taken(self, spans: Sequence[SpanRecord], size_bytes: int) -> tuple[int, int]:
         """The spans and bytes of a request that take room, when all of them would not fit:
         not a span ``add`` drops (bigger than the whole buffer, of an emitted run, one held
-        already, or over its trace's cap)."""
+        already, or over its trace's cap), each judged as ``add`` judges it, in order, after
+        the request's spans before it (a span sent twice; a run's last spans, each enclosing
+        the one before it, coming past its cap together)."""
         lim = self._limits
         count = len(spans)
         if (
@@ -157,19 +160,41 @@ class HeldTraces:
             and self._bytes + size_bytes <= lim.max_buffered_bytes
         ):
             return count, size_bytes
+        # Per trace the request touches: the span ids it brings that add would take, and
+        # their parents (what a later span of the request encloses).
+        taken: dict[bytes, tuple[set[bytes], set[bytes | None]]] = {}
         for span in spans:
-            trace = self._traces.get(span.trace_id)
-            if (
-                span.size_bytes > lim.max_buffered_bytes
-                or (trace is None and span.trace_id in self._emitted)
-                or (
-                    trace is not None
-                    and (span.span_id in trace.spans or self._over_the_cap(trace, span))
-                )
-            ):
+            if not self._takes(span, taken):
                 count -= 1
                 size_bytes -= span.size_bytes
         return count, size_bytes
+
+    def _takes(
+        self, span: SpanRecord, taken: dict[bytes, tuple[set[bytes], set[bytes | None]]]
+    ) -> bool:
+        """Whether ``add`` would take ``span`` after the spans of its request in ``taken``
+        (``_room_taken``); if so, noted there."""
+        lim = self._limits
+        if span.size_bytes > lim.max_buffered_bytes:
+            return False
+        trace = self._traces.get(span.trace_id)
+        if trace is None and span.trace_id in self._emitted:
+            return False
+        ids, parents = taken.setdefault(span.trace_id, (set(), set()))
+        if span.span_id in ids or (trace is not None and span.span_id in trace.spans):
+            return False
+        held, cap = len(ids), lim.max_spans_per_trace
+        if trace is not None:
+            held += len(trace.spans)
+        if held >= cap:
+            encloses = span.span_id in parents or (
+                span.parent_span_id is None if trace is None else trace.encloses(span)
+            )
+            if held >= cap + ENCLOSING_SPANS or not encloses:
+                return False
+        ids.add(span.span_id)
+        parents.add(span.parent_span_id)
+        return True
 
     def _room_for(self, spans: Sequence[SpanRecord], size_bytes: int) -> bool | None:
         """Whether a request fits under every bound now; ``None`` when it can never fit."""
@@ -197,10 +222,20 @@ class HeldTraces:
         held, cap = len(trace.spans), self._limits.max_spans_per_trace
         return held >= cap and (held >= cap + ENCLOSING_SPANS or not trace.encloses(span))
 
-    def _flag_limited(self, trace_id: bytes, trace: _Trace | None) -> None:
-        """Flag ``trace`` incomplete for a dropped span, or remember its id until it comes."""
+    def _flag_limited(
+        self, trace_id: bytes, trace: _Trace | None, span: SpanRecord | None = None
+    ) -> None:
+        """Flag ``trace`` incomplete for a dropped or rejected span (``span``, when one was
+        dropped: a root anchors the trace all the same), or remember its id until it comes.
+        What anchors the trace may have changed, as an arrival changes it: its checks start
+        again (``_Trace.changed``) and it is rescheduled, or a trace found unanchored before
+        would wait for ``max_trace_age_ns``."""
         if trace is not None:
             trace.span_limited = True
+            if span is not None:
+                trace.dropped(span)
+            trace.changed()
+            self._schedule(trace)
             return
         self._limited[trace_id] = None
         if len(self._limited) > self._limits.max_traces:

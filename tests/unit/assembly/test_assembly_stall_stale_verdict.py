@@ -1,0 +1,77 @@
+"""Was (found by review, fixed): an eviction judges a trace by an ``ended_verdict`` gone stale,
+and cuts a run in flight while a run the buffer holds as over stays.
+
+``_ended`` caches its verdict on ``_Trace.ended_verdict`` "until the trace's next span", and
+only ``_Trace.add`` clears it. Two things change ``anchored()``'s answer without an ``add``:
+
+* ``TraceBuffer.flag_rejected`` (``Engine.admit``, a span of the trace rejected at ingest)
+  and ``_flag_limited`` (a span dropped for a limit) set ``span_limited``: a trace whose root
+  came is anchored then (``anchored``: ``root_seen and span_limited``), as ``poll`` reads it;
+* ``_Trace.dropped`` (a root dropped ``span_too_large``, or past the 64 enclosing spans, or
+  ``buffer_full``) sets ``root_seen``: "a root dropped all the same still anchors its trace".
+
+A verdict cached False before (by an earlier eviction's scan passing over the trace) stays
+False: the next eviction passes the run over again and evicts the oldest run in flight
+(``evicted``; its later spans dropped ``late``), though the trace it passed over would have
+been judged as it came (``span_limit``), nothing cut short.
+
+Suggested fix: clear ``ended_verdict`` wherever ``span_limited`` or ``root_seen`` is set
+(``HeldTraces._flag_limited``, ``_Trace.dropped``), e.g. in one ``_Trace`` method that both
+call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from assembly_support import agent, span, tool
+from stall_support import LIMITS, in_flight, make, offer, tid, verdicts
+
+from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.model import SpanRecord, SpanRole
+
+_EVICT = dataclasses.replace(LIMITS, max_traces=3, overflow="evict_oldest", max_buffered_bytes=1000)
+
+
+def _ended_run(n: int) -> list[SpanRecord]:
+    return [agent(1, None, "refund-bot", 0, 5, trace_id=tid(n), size_bytes=10)]
+
+
+def test_a_rooted_run_flagged_by_a_rejected_span_is_evicted_as_it_came() -> None:
+    buffer, _, _ = make(_EVICT)
+    out: list[CompletedTrace] = []
+    assert offer(buffer, in_flight(1), out)  # run 1: in flight, the oldest
+    background = [  # run 2: a request's span, ended, and a step of the run it left running
+        span(9, None, SpanRole.OTHER, 0, 100, name="POST /chat", trace_id=tid(2), size_bytes=10),
+        tool(3, 1, "lookup_order", 150, 200, trace_id=tid(2), size_bytes=10, parent_local=True),
+    ]
+    assert offer(buffer, background, out)
+    assert offer(buffer, _ended_run(3), out)  # run 3 over: the buffer is full
+    assert offer(buffer, in_flight(4), out)  # evicts run 3 (ended), passing over runs 1 and 2
+    assert verdicts(out) == {tid(3): None}
+
+    buffer.flag_rejected([tid(2)])  # a span of run 2 was rejected at ingest: its root anchors it
+    assert offer(buffer, in_flight(5), out)
+
+    # Was: run 1, in flight, evicted (``evicted``); run 2 stays, judged later as ``span_limit``.
+    assert verdicts(out) == {tid(3): None, tid(2): "span_limit"}
+
+
+def test_a_run_whose_root_was_dropped_too_large_is_evicted_as_it_came() -> None:
+    buffer, _, metrics = make(_EVICT)
+    out: list[CompletedTrace] = []
+    assert offer(buffer, in_flight(1), out)  # run 1: in flight, the oldest
+    # Run 2: its agent span came, under a workflow span its flags say is local: waits for it.
+    handed = [agent(2, 7, "refund-bot", 0, 5, trace_id=tid(2), size_bytes=10, parent_local=True)]
+    assert offer(buffer, handed, out)
+    assert offer(buffer, _ended_run(3), out)
+    assert offer(buffer, in_flight(4), out)  # evicts run 3 (ended), passing over runs 1 and 2
+    assert verdicts(out) == {tid(3): None}
+
+    workflow = span(7, None, SpanRole.OTHER, 0, 6, trace_id=tid(2), size_bytes=2000)
+    assert offer(buffer, [workflow], out)  # run 2's root: dropped too large, anchors it
+    assert metrics.dropped == {"span_too_large": 1}
+    assert offer(buffer, in_flight(5), out)
+
+    # Was: run 1, in flight, evicted (``evicted``); run 2 stays until ``poll`` judges it.
+    assert verdicts(out) == {tid(3): None, tid(2): "span_limit"}
