@@ -187,17 +187,19 @@ class _Victims:
     one it goes on with would be judged without what it brings, one it started would lose
     the rest of what it brings as late). ``take`` gives, of the ``VICTIM_SCAN`` oldest, one
     whose run has ended (``_ended``: judged as it came, only its quiet period cut short),
-    else the oldest. They are read off the buffer ``VICTIM_BATCH`` at a time: the request's
+    else the oldest. They are read off the buffer ``VICTIM_BATCH`` at a time (the first time
+    ``VICTIM_SCAN``: most adds evict one): the request's
     own traces, which may be the oldest thousands, are walked past once a batch, not once an
     eviction. Only what ``take`` gave leaves the buffer meanwhile (``add`` is one call)."""
 
-    __slots__ = ("_exhausted", "_own", "_pending", "_traces")
+    __slots__ = ("_batch", "_exhausted", "_own", "_pending", "_traces")
 
     def __init__(self, traces: OrderedDict[bytes, _Trace], own: set[bytes]) -> None:
         self._traces = traces
         self._own = own
         self._pending: list[_Trace] = []
         self._exhausted = False
+        self._batch = VICTIM_SCAN  # most adds evict one trace: read no more at first
 
     def take(self) -> _Trace | None:
         if len(self._pending) < VICTIM_SCAN and not self._exhausted:
@@ -209,13 +211,15 @@ class _Victims:
         return pending.pop(0) if pending else None
 
     def _read(self) -> None:
-        """The ``VICTIM_BATCH`` oldest traces not the request's (those pending among them:
-        they are the oldest), from the buffer's start."""
-        own, pending = self._own, []
+        """The oldest traces not the request's (those pending among them: they are the
+        oldest), from the buffer's start: ``VICTIM_SCAN`` the first time, then
+        ``VICTIM_BATCH``."""
+        own, pending, batch = self._own, [], self._batch
+        self._batch = VICTIM_BATCH
         for trace in self._traces.values():
             if trace.trace_id not in own:
                 pending.append(trace)
-                if len(pending) == VICTIM_BATCH:
+                if len(pending) == batch:
                     self._pending = pending
                     return
         self._pending = pending
