@@ -93,6 +93,7 @@ class _Trace:
         "lost_parent_waited",
         "models",
         "open_parents",
+        "parent_lost",
         "root_end_ns",
         "root_seen",
         "root_service",
@@ -116,6 +117,9 @@ class _Trace:
         self.root_service: str | None = None  # that root's service
         self.last_end_ns = 0  # when its span that ended last ended
         self.span_limited = False
+        # A span of it that may have been a parent it waits for was not taken (too large, no
+        # room, rejected at ingest, past the cap's enclosing spans): its root anchors it.
+        self.parent_lost = False
         self.anchor_missing = False  # checked since the last arrival: no anchor yet
         # ... and, its root come, waited the lost parent's time with a span after the root
         # waiting for its local parent (a run left running in the background): its agent
@@ -202,7 +206,7 @@ class _Trace:
         if self.root_seen:
             # ... and no span waits for a parent its flags say is local: a run the request
             # left running in the background, its root ended first (``_awaits_local``).
-            return local_gone or self.span_limited or not self._awaits_local()
+            return local_gone or self.parent_lost or not self._awaits_local()
         settled: dict[bytes, bool] = {}
         if self.agents:
             return any(self._outermost(agent, settled, local_gone) for agent in self.agents)
@@ -230,8 +234,10 @@ class _Trace:
         task of its own, a worker thread: the response went out, its server span ended and
         was exported first): anchored by it, the trace was judged at the first quiet
         ``completion_wait`` between two of the run's export batches, as the calls exported
-        so far, and the rest was dropped as ``late``. A trace that lost a span to a limit
-        or to ingest (``span_limited``) may have lost that parent: its root anchors it.
+        so far, and the rest was dropped as ``late``. A trace that lost a span that may
+        have been that parent (``parent_lost``: too large, no room, rejected at ingest, past
+        the cap's enclosing spans; not a step over the cap, which encloses nothing held, as
+        the parent waited for does) may have lost that parent: its root anchors it.
         A parent that never comes is waited for ``lost_parent_wait_ns`` more, unless a span
         ended after the root (``awaits_after_root``)."""
         held = self.spans

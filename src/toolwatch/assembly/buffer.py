@@ -68,6 +68,7 @@ from typing import Final
 
 from toolwatch.assembly.anchoring import _Trace
 from toolwatch.assembly.held_traces import HeldTraces
+from toolwatch.assembly.limits import ENCLOSING_SPANS
 from toolwatch.model import SpanRecord, SpanRole
 
 __all__ = [
@@ -326,12 +327,16 @@ class TraceBuffer(HeldTraces):
         if trace is not None and span.span_id in trace.spans:
             return "duplicate"
         reason = None
+        parent_lost = True
         if trace is not None and self._over_the_cap(trace, span):
             reason = "trace_span_limit"
+            # A step over the cap encloses nothing held (else it would be taken), so it is
+            # no parent the trace waits for; past the enclosing spans, it may be.
+            parent_lost = len(trace.spans) >= self._limits.max_spans_per_trace + ENCLOSING_SPANS
         elif span.size_bytes > self._limits.max_buffered_bytes:
             reason = "span_too_large"
         if reason is not None:
-            self._flag_limited(span.trace_id, trace, span)
+            self._flag_limited(span.trace_id, trace, span, parent_lost)
         return reason
 
     def _make_room(

@@ -223,23 +223,31 @@ class HeldTraces:
         return held >= cap and (held >= cap + ENCLOSING_SPANS or not trace.encloses(span))
 
     def _flag_limited(
-        self, trace_id: bytes, trace: _Trace | None, span: SpanRecord | None = None
+        self,
+        trace_id: bytes,
+        trace: _Trace | None,
+        span: SpanRecord | None = None,
+        parent_lost: bool = True,
     ) -> None:
         """Flag ``trace`` incomplete for a dropped or rejected span (``span``, when one was
         dropped: a root anchors the trace all the same), or remember its id until it comes.
-        What anchors the trace may have changed, as an arrival changes it: its checks start
-        again (``_Trace.changed``) and it is rescheduled, or a trace found unanchored before
-        would wait for ``max_trace_age_ns``."""
-        if trace is not None:
-            trace.span_limited = True
-            if span is not None:
-                trace.dropped(span)
-            trace.changed()
-            self._schedule(trace)
+        ``parent_lost``: the span may have been a parent the trace waits for
+        (``_Trace.parent_lost``). Where what anchors the trace changed, its checks start
+        again (``_Trace.changed``), rescheduled no earlier than now: else a trace found
+        unanchored before would wait for ``max_trace_age_ns``."""
+        if trace is None:
+            self._limited[trace_id] = None
+            if len(self._limited) > self._limits.max_traces:
+                self._limited.popitem(last=False)
             return
-        self._limited[trace_id] = None
-        if len(self._limited) > self._limits.max_traces:
-            self._limited.popitem(last=False)
+        rooted = trace.root_seen
+        if span is not None:
+            trace.dropped(span)
+        trace.span_limited = True
+        if (trace.root_seen and not rooted) or (parent_lost and not trace.parent_lost):
+            trace.parent_lost = trace.parent_lost or parent_lost
+            trace.changed()
+            self._schedule(trace, self._clock())
 
     def _fits(self, spans: Sequence[SpanRecord]) -> bool:
         """Whether the whole batch fits under every bound even if each span started a trace
@@ -268,17 +276,19 @@ class HeldTraces:
             trace = self._traces[span.trace_id] = _Trace(span.trace_id, now)
             if self._limited and span.trace_id in self._limited:
                 del self._limited[span.trace_id]
-                trace.span_limited = True
+                trace.span_limited = trace.parent_lost = True
         trace.add(span, now)
         self._spans += 1
         self._bytes += span.size_bytes
         self._schedule(trace)
 
-    def _schedule(self, trace: _Trace) -> None:
-        """Keep one live heap entry per trace, no later than its due time. A later due time
-        (more spans arrived) is picked up when the early entry pops; an earlier one needs a
-        new entry, and the old one goes stale."""
-        due = trace.due_ns(self._limits)
+    def _schedule(self, trace: _Trace, not_before: int = 0) -> None:
+        """Keep one live heap entry per trace, no later than its due time (nor earlier than
+        ``not_before``: a check rescheduled outside an arrival, whose due time may have
+        passed, is not read as overdue). A later due time (more spans arrived) is picked up
+        when the early entry pops; an earlier one needs a new entry, and the old one goes
+        stale."""
+        due = max(trace.due_ns(self._limits), not_before)
         if trace.scheduled_ns is None or due < trace.scheduled_ns:
             trace.scheduled_ns = due
             heapq.heappush(self._deadlines, (due, next(self._tiebreak), trace))
