@@ -3,6 +3,11 @@ flight and their ends, offered as ``Engine.admit`` offers a request."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from assembly_support import SECOND, RecordingMetrics, agent, tool
 
 from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer
@@ -51,3 +56,25 @@ def tick(
 
 def verdicts(out: list[CompletedTrace]) -> dict[bytes, str | None]:
     return {t.trace_id: t.incomplete_reason for t in out}
+
+
+def run_apart(script: str, timeout: float) -> str:
+    """Run ``script`` in a Python process of its own, with these helpers importable, and
+    return what it printed: for code that could hang in ``poll`` (compiled code is not
+    interrupted by pytest-timeout's signal). Fails the test if it does not return within
+    ``timeout`` seconds, or fails."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"did not return within {timeout:g} s (poll hanging?)") from None
+    assert done.returncode == 0, done.stderr[-4000:]
+    return done.stdout.strip()

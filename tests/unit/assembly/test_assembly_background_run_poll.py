@@ -21,10 +21,7 @@ interrupted by pytest-timeout's signal).
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
+from stall_support import run_apart
 
 _SCRIPT = """
 from assembly_support import SECOND, span, tool
@@ -49,18 +46,4 @@ print("returned")
 
 
 def test_poll_returns_for_a_background_run_quiet_past_the_lost_parent_wait() -> None:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
-    try:
-        done = subprocess.run(
-            [sys.executable, "-c", _SCRIPT],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise AssertionError("poll() did not return within 30 s") from None
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "returned"
+    assert run_apart(_SCRIPT, timeout=30) == "returned"

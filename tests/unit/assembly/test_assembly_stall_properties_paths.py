@@ -13,35 +13,13 @@ on its own.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-
-def _run(name: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).parent), env.get("PYTHONPATH", "")])
-    script = f"import stall_properties_body as b; b.{name}(); print('held')"
-    try:
-        return subprocess.run(
-            [sys.executable, "-c", script],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=240,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise AssertionError(f"{name}: did not return within 240 s (poll hanging?)") from None
+from stall_support import run_apart
 
 
 @pytest.mark.parametrize(
     "name", ["bounds_conservation_and_deadlines", "what_has_room_decides_add_does"]
 )
 def test_fallback_properties(name: str) -> None:
-    done = _run(name)
-    assert done.returncode == 0, done.stderr[-4000:]
-    assert done.stdout.strip() == "held"
+    script = f"import stall_properties_body as b; b.{name}(); print('held')"
+    assert run_apart(script, timeout=240) == "held"
