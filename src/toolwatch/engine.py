@@ -137,12 +137,11 @@ class Engine:
         for reason, count in batch.rejected.items():
             self._metrics.spans_rejected(count, reason)
         refused: dict[str, int] = {}
-        # Their runs miss a span: judged incomplete. Before the add, which may evict one of
-        # them (one whose only span here was rejected is not the request's own).
-        if batch.rejected_traces:
-            self.buffer.flag_rejected(batch.rejected_traces)
+        # The rejected spans' runs miss a span: judged incomplete (TraceBuffer.add).
         if batch.spans:
-            self._process(self.buffer.add(batch.spans, refused))
+            self._process(self.buffer.add(batch.spans, refused, batch.rejected_traces))
+        elif batch.rejected_traces:
+            self.buffer.flag_rejected(batch.rejected_traces)
         return Receipt(Admission.ACCEPTED, refused)
 
     def reconfigure(

@@ -121,8 +121,7 @@ class OfflineAssembler:
             self._clock.now_ns = max(self._now, latest)
             self._furthest = max(self._furthest, self._clock.now_ns)
         refused: dict[str, int] = {}
-        self._buffer.flag_rejected(batch.rejected_traces)  # as the server does, first
-        self._buffer.add(batch.spans, refused)
+        self._buffer.add(batch.spans, refused, batch.rejected_traces)  # as the server does
         self._clock.now_ns = self._now  # traces settle on the clock
         self.peak_buffered_spans = max(self.peak_buffered_spans, self._buffer.buffered_spans)
         if refused and self._warn is not None:

@@ -239,15 +239,35 @@ class TraceBuffer(HeldTraces):
     """
 
     def add(
-        self, spans: Sequence[SpanRecord], refused: dict[str, int] | None = None
+        self,
+        spans: Sequence[SpanRecord],
+        refused: dict[str, int] | None = None,
+        rejected: Sequence[bytes] = (),
     ) -> list[CompletedTrace]:
         """Buffer ``spans`` (arrival time = the clock now); return the traces evicted to
         make room, flagged ``evicted``, but those whose run had ended (``_ended``: judged as
         they came, their quiet period cut short). Never exceeds a bound. When given,
         ``refused`` also counts the dropped spans the sender hears of (``REPORTED_DROPS``),
-        by reason."""
+        by reason. ``rejected``: the traces of the request's spans ingest rejected
+        (``flag_rejected``): those the request brings no span of are flagged before its
+        spans are taken (one evicted for them is judged ``span_limit``), the others after
+        (flagged before, a request bringing more than ``max_traces`` of them would forget
+        the first before their spans came)."""
         now = self._clock()
         self._emitted.forget(now)
+        brought: set[bytes] = set()
+        if rejected:
+            brought = {span.trace_id for span in spans}
+            self.flag_rejected([t for t in rejected if t not in brought])
+        evicted = self._take(spans, refused, now)
+        if rejected:
+            self.flag_rejected([t for t in rejected if t in brought])
+        return evicted
+
+    def _take(
+        self, spans: Sequence[SpanRecord], refused: dict[str, int] | None, now: int
+    ) -> list[CompletedTrace]:
+        """``add``'s spans, each buffered or dropped, and the traces evicted for them."""
         evicted: list[CompletedTrace] = []
         dropped: Counter[str] = Counter()
         roomy = self._fits(spans)  # the usual case: no span of the batch needs room made
@@ -280,6 +300,7 @@ class TraceBuffer(HeldTraces):
         before it arrives: the run would be judged whole without a call, and against its
         golden case or shadow source that reads as drift. A trace already emitted is left
         alone: its run was judged, and the rejected span would have been late."""
+        self._emitted.forget(self._clock())  # as add does first: a run forgotten is new
         for trace_id in trace_ids:
             trace = self._traces.get(trace_id)
             if trace is not None or trace_id not in self._emitted:
