@@ -249,19 +249,21 @@ class TraceBuffer(HeldTraces):
         they came, their quiet period cut short). Never exceeds a bound. When given,
         ``refused`` also counts the dropped spans the sender hears of (``REPORTED_DROPS``),
         by reason. ``rejected``: the traces of the request's spans ingest rejected
-        (``flag_rejected``): those the request brings no span of are flagged before its
-        spans are taken (one evicted for them is judged ``span_limit``), the others after
-        (flagged before, a request bringing more than ``max_traces`` of them would forget
-        the first before their spans came)."""
+        (``flag_rejected``): those buffered that the request brings no span of are flagged
+        before its spans are taken (one evicted for them is judged ``span_limit``), the
+        others after (flagged before, ids not buffered yet, remembered until their trace
+        comes, could push out, past ``max_traces`` of them, those of the traces the request
+        brings, or an earlier request flagged)."""
         now = self._clock()
         self._emitted.forget(now)
-        brought: set[bytes] = set()
+        early: set[bytes] = set()
         if rejected:
             brought = {span.trace_id for span in spans}
-            self.flag_rejected([t for t in rejected if t not in brought])
+            early = {t for t in rejected if t in self._traces and t not in brought}
+            self._flag_rejected(early)
         evicted = self._take(spans, refused, now)
         if rejected:
-            self.flag_rejected([t for t in rejected if t in brought])
+            self._flag_rejected(t for t in rejected if t not in early)
         return evicted
 
     def _take(
@@ -301,6 +303,10 @@ class TraceBuffer(HeldTraces):
         golden case or shadow source that reads as drift. A trace already emitted is left
         alone: its run was judged, and the rejected span would have been late."""
         self._emitted.forget(self._clock())  # as add does first: a run forgotten is new
+        self._flag_rejected(trace_ids)
+
+    def _flag_rejected(self, trace_ids: Iterable[bytes]) -> None:
+        """``flag_rejected`` with the emitted ids forgotten already (``add`` did, now)."""
         for trace_id in trace_ids:
             trace = self._traces.get(trace_id)
             if trace is not None or trace_id not in self._emitted:
