@@ -77,6 +77,7 @@ MODULES = (
     "assembly/runs.py",
     "assembly/timeline.py",
     "assembly/tree.py",
+    "assembly/victims.py",
     "conventions/__init__.py",
     "conventions/attrs.py",
     "conventions/crewai.py",

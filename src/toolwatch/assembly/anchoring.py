@@ -125,7 +125,7 @@ class _Trace:
         # waiting for its local parent (a run left running in the background): its agent
         # span is to come, and the lost parent's deadline is no longer looked at.
         self.lost_parent_waited = False
-        # Whether its run has ended, as an eviction asks (``buffer._ended``), since the last
+        # Whether its run has ended, as an eviction asks (``victims._ended``), since the last
         # arrival; None: not asked since.
         self.ended_verdict: bool | None = None
         # ... but one, were the local parents it waits for gone: anchored at local_parent_wait

@@ -60,7 +60,7 @@ their counts against the bounds, their deadlines) is its base class's, ``HeldTra
 from __future__ import annotations
 
 import heapq
-from collections import Counter, OrderedDict
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -69,6 +69,7 @@ from typing import Final
 from toolwatch.assembly.anchoring import _Trace
 from toolwatch.assembly.held_traces import HeldTraces
 from toolwatch.assembly.limits import ENCLOSING_SPANS
+from toolwatch.assembly.victims import _ended, _Victims
 from toolwatch.model import SpanRecord, SpanRole
 
 __all__ = [
@@ -82,13 +83,6 @@ __all__ = [
 #: The drop reason of the spans of a trace that ``runs_an_agent`` says is none.
 NOT_AN_AGENT_RUN: Final = "not_an_agent_run"
 
-#: How many of the oldest traces an eviction looks through for a run that has ended
-#: (``_Victims``), before it takes the oldest: runs end in about the order they
-#: began, so one that ended is near the front if any is.
-VICTIM_SCAN: Final = 16
-#: How many of the oldest traces an ``add`` reads at a time for what it may evict
-#: (``_Victims``).
-VICTIM_BATCH: Final = 64
 #: The drop reasons the sender hears of (OTLP partial success: spans the server did not
 #: accept), each with why: a limit (and the setting that sets it), or a trace already
 #: evaluated, whose spans are never assembled again (a retry of spans it held is told so
@@ -108,28 +102,6 @@ def _over(trace: _Trace) -> bool:
     """Whether ``trace``'s run is over at a drain, nothing more to come: its anchor came, or
     its root with no span of it waiting for a parent ended after it."""
     return trace.anchored() or (trace.root_seen and not trace.awaits_after_root())
-
-
-def _ended(trace: _Trace) -> bool:
-    """Whether ``trace``'s run has ended by what the buffer holds, though it may not have
-    been quiet for ``completion_wait_ns`` yet: what an eviction judges as it came, not cut
-    short (only a straggler could still come, and be late). Its anchor came; or its root,
-    with an agent span, no span of it waiting for a parent ended after the root (a parent
-    lost in export). Not a root alone: a request's span, ended, whose run goes on in the
-    background has that shape until the run's agent span comes. Remembered on the trace
-    until its next span (``_Trace.ended_verdict``): an eviction asks it of the same oldest
-    traces again and again, and asking may cost O(spans)."""
-    verdict = trace.ended_verdict
-    if verdict is None:
-        # Neither root nor agent span: in flight. A trace of model calls alone may be
-        # anchored by what encloses them, but that costs a walk of all its spans, and such
-        # traces (no agent framework) are few: they are evicted as in flight.
-        verdict = (trace.root_seen or bool(trace.agents)) and (
-            trace.anchored()
-            or (trace.root_seen and bool(trace.agents) and not trace.awaits_after_root())
-        )
-        trace.ended_verdict = verdict
-    return verdict
 
 
 def runs_an_agent(spans: Iterable[SpanRecord]) -> bool:
@@ -181,50 +153,6 @@ class CompletedTrace:
         object.__setattr__(self, "last_arrival_ns", last_arrival_ns)
         object.__setattr__(self, "by_id", by_id)
         object.__setattr__(self, "agent_run", agent_run)
-
-
-class _Victims:
-    """The traces one ``add`` may evict, oldest first, none of the request's own (``own``:
-    one it goes on with would be judged without what it brings, one it started would lose
-    the rest of what it brings as late). ``take`` gives, of the ``VICTIM_SCAN`` oldest, one
-    whose run has ended (``_ended``: judged as it came, only its quiet period cut short),
-    else the oldest. They are read off the buffer ``VICTIM_BATCH`` at a time (the first time
-    ``VICTIM_SCAN``: most adds evict one): the request's
-    own traces, which may be the oldest thousands, are walked past once a batch, not once an
-    eviction. Only what ``take`` gave leaves the buffer meanwhile (``add`` is one call)."""
-
-    __slots__ = ("_batch", "_exhausted", "_own", "_pending", "_traces")
-
-    def __init__(self, traces: OrderedDict[bytes, _Trace], own: set[bytes]) -> None:
-        self._traces = traces
-        self._own = own
-        self._pending: list[_Trace] = []
-        self._exhausted = False
-        self._batch = VICTIM_SCAN  # most adds evict one trace: read no more at first
-
-    def take(self) -> _Trace | None:
-        if len(self._pending) < VICTIM_SCAN and not self._exhausted:
-            self._read()
-        pending = self._pending
-        for at in range(min(VICTIM_SCAN, len(pending))):
-            if _ended(pending[at]):
-                return pending.pop(at)
-        return pending.pop(0) if pending else None
-
-    def _read(self) -> None:
-        """The oldest traces not the request's (those pending among them: they are the
-        oldest), from the buffer's start: ``VICTIM_SCAN`` the first time, then
-        ``VICTIM_BATCH``."""
-        own, pending, batch = self._own, [], self._batch
-        self._batch = VICTIM_BATCH
-        for trace in self._traces.values():
-            if trace.trace_id not in own:
-                pending.append(trace)
-                if len(pending) == batch:
-                    self._pending = pending
-                    return
-        self._pending = pending
-        self._exhausted = True
 
 
 class TraceBuffer(HeldTraces):

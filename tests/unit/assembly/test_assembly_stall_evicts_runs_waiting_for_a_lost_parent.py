@@ -9,7 +9,7 @@ lost_parent_wait`` after its last span: 2 + 5 = 7 s by default, and longer with
 exporting every 30 s, as the docs advise). ``max_refusal_seconds`` (5 s, validated only
 against ``completion_wait_seconds``) evicts it first: judged ``evicted``, policy only.
 
-Fixed by the victim choice (``buffer._Victims``): an eviction takes a run that has
+Fixed by the victim choice (``victims._Victims``): an eviction takes a run that has
 ended, judged as it came, before one in flight; the default limit stays 5 s, under the SDKs'
 10 s export timeout, rather than following the longest wait an ended run may be held for.
 """

@@ -30,8 +30,9 @@ from stall_support import tid
 
 from toolwatch.assembly import buffer as buffer_module
 from toolwatch.assembly.anchoring import _Trace
-from toolwatch.assembly.buffer import VICTIM_SCAN, CompletedTrace, TraceBuffer, _ended, _Victims
+from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer
 from toolwatch.assembly.limits import AssemblyLimits
+from toolwatch.assembly.victims import VICTIM_SCAN, _ended, _Victims
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
 
 pytestmark = pytest.mark.skipif(

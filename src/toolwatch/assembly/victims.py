@@ -1,0 +1,94 @@
+"""Which trace an eviction takes (``_Victims``): the buffer's choice when it must make room.
+
+An eviction comes under ``overflow: evict_oldest``, or under ``backpressure`` once the buffer
+has refused requests for ``max_refusal_ns`` (stalled, ``assembly.refusals``), for a request it
+takes that does not fit (``TraceBuffer``). It takes, of the ``VICTIM_SCAN`` (16) oldest
+runs, one whose end has come first (``_ended``: its anchor, or its root beside its agent span;
+judged as it came, only its quiet period cut short), else the oldest in flight (judged
+``evicted``), never a run the request itself goes on with or starts. A request that can never
+fit evicts nothing (``TraceBuffer``'s concern, not this module's).
+
+Not thread-safe: the buffer's event loop calls it. Compiled, as ``assembly.buffer`` is.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Final
+
+from toolwatch.assembly.anchoring import _Trace
+
+__all__ = ["VICTIM_BATCH", "VICTIM_SCAN"]
+#: How many of the oldest traces an eviction looks through for a run that has ended
+#: (``_Victims``), before it takes the oldest: runs end in about the order they
+#: began, so one that ended is near the front if any is.
+VICTIM_SCAN: Final = 16
+#: How many of the oldest traces an ``add`` reads at a time for what it may evict
+#: (``_Victims``).
+VICTIM_BATCH: Final = 64
+
+
+def _ended(trace: _Trace) -> bool:
+    """Whether ``trace``'s run has ended by what the buffer holds, though it may not have
+    been quiet for ``completion_wait_ns`` yet: what an eviction judges as it came, not cut
+    short (only a straggler could still come, and be late). Its anchor came; or its root,
+    with an agent span, no span of it waiting for a parent ended after the root (a parent
+    lost in export). Not a root alone: a request's span, ended, whose run goes on in the
+    background has that shape until the run's agent span comes. Remembered on the trace
+    until its next span (``_Trace.ended_verdict``): an eviction asks it of the same oldest
+    traces again and again, and asking may cost O(spans)."""
+    verdict = trace.ended_verdict
+    if verdict is None:
+        # Neither root nor agent span: in flight. A trace of model calls alone may be
+        # anchored by what encloses them, but that costs a walk of all its spans, and such
+        # traces (no agent framework) are few: they are evicted as in flight.
+        verdict = (trace.root_seen or bool(trace.agents)) and (
+            trace.anchored()
+            or (trace.root_seen and bool(trace.agents) and not trace.awaits_after_root())
+        )
+        trace.ended_verdict = verdict
+    return verdict
+
+
+class _Victims:
+    """The traces one ``add`` may evict, oldest first, none of the request's own (``own``:
+    one it goes on with would be judged without what it brings, one it started would lose
+    the rest of what it brings as late). ``take`` gives, of the ``VICTIM_SCAN`` oldest, one
+    whose run has ended (``_ended``: judged as it came, only its quiet period cut short),
+    else the oldest. They are read off the buffer ``VICTIM_BATCH`` at a time (the first time
+    ``VICTIM_SCAN``: most adds evict one): the request's
+    own traces, which may be the oldest thousands, are walked past once a batch, not once an
+    eviction. Only what ``take`` gave leaves the buffer meanwhile (``add`` is one call)."""
+
+    __slots__ = ("_batch", "_exhausted", "_own", "_pending", "_traces")
+
+    def __init__(self, traces: OrderedDict[bytes, _Trace], own: set[bytes]) -> None:
+        self._traces = traces
+        self._own = own
+        self._pending: list[_Trace] = []
+        self._exhausted = False
+        self._batch = VICTIM_SCAN  # most adds evict one trace: read no more at first
+
+    def take(self) -> _Trace | None:
+        if len(self._pending) < VICTIM_SCAN and not self._exhausted:
+            self._read()
+        pending = self._pending
+        for at in range(min(VICTIM_SCAN, len(pending))):
+            if _ended(pending[at]):
+                return pending.pop(at)
+        return pending.pop(0) if pending else None
+
+    def _read(self) -> None:
+        """The oldest traces not the request's (those pending among them: they are the
+        oldest), from the buffer's start: ``VICTIM_SCAN`` the first time, then
+        ``VICTIM_BATCH``."""
+        own, pending, batch = self._own, [], self._batch
+        self._batch = VICTIM_BATCH
+        for trace in self._traces.values():
+            if trace.trace_id not in own:
+                pending.append(trace)
+                if len(pending) == batch:
+                    self._pending = pending
+                    return
+        self._pending = pending
+        self._exhausted = True
