@@ -130,18 +130,16 @@ class Engine:
     def admit(self, batch: DecodedBatch, transport: str) -> Receipt:
         """``offer``, also saying which spans of an admitted request a limit refused."""
         size = sum(span.size_bytes for span in batch.spans)
-        if not self.buffer.has_room(batch.spans, size):
+        refused: dict[str, int] = {}
+        # The rejected spans' runs miss a span: judged incomplete (TraceBuffer.admit).
+        evicted = self.buffer.admit(batch.spans, size, refused, batch.rejected_traces)
+        if evicted is None:
             self._metrics.spans_refused(batch.received, transport)
             return _OVERLOADED
         self._metrics.spans_received(batch.received, transport)
         for reason, count in batch.rejected.items():
             self._metrics.spans_rejected(count, reason)
-        refused: dict[str, int] = {}
-        # The rejected spans' runs miss a span: judged incomplete (TraceBuffer.add).
-        if batch.spans:
-            self._process(self.buffer.add(batch.spans, refused, batch.rejected_traces))
-        elif batch.rejected_traces:
-            self.buffer.flag_rejected(batch.rejected_traces)
+        self._process(evicted)
         return Receipt(Admission.ACCEPTED, refused)
 
     def reconfigure(

@@ -60,9 +60,7 @@ def _held_by_a_full_buffer(
         buffer = TraceBuffer(limits, ManualClock(), NoopMetrics())
         for first in range(0, 400, 5):
             batch = decode_protobuf(_request(first, 5, service, case_id, tool), options)
-            fits = buffer.has_room(batch.spans, sum(s.size_bytes for s in batch.spans))
-            if fits:
-                buffer.add(batch.spans)
+            fits = buffer.admit(batch.spans, sum(s.size_bytes for s in batch.spans)) is not None
             del batch  # a refused request is the client's to keep, not the buffer's
             if not fits:
                 break

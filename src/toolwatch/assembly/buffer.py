@@ -33,9 +33,9 @@ with a reason:
 * ``span_too_large`` — the span alone is bigger than ``max_buffered_bytes``;
 * ``buffer_full`` — its trace alone fills the buffer, so no other trace can be evicted, or,
   under ``backpressure``, the buffer is full: there nothing is evicted (a request gets here
-  only when ``has_room`` let it through as one that can never fit, or without asking),
-  unless the buffer is stalled (``HeldTraces.has_room``: it has refused requests for
-  ``max_refusal_ns``), where the oldest runs are evicted as under ``evict_oldest``;
+  only when ``admit`` let it through as one that can never fit, or by ``add``), unless the
+  buffer is stalled (``HeldTraces._admission``: it has refused requests for
+  ``max_refusal_ns``), where runs are evicted as under ``evict_oldest`` (``assembly.victims``);
 * ``not_an_agent_run`` — counted when its trace is emitted, instead of built: no span of the
   trace is an agent run, a model call or a tool execution (``runs_an_agent``), as in an HTTP
   request's trace that a Collector forwarding every trace sends. Such a trace is handed out
@@ -166,13 +166,33 @@ class TraceBuffer(HeldTraces):
     each at most).
     """
 
+    def admit(
+        self,
+        spans: Sequence[SpanRecord],
+        size_bytes: int,
+        refused: dict[str, int] | None = None,
+        rejected: Sequence[bytes] = (),
+    ) -> list[CompletedTrace] | None:
+        """Take a request of ``spans`` (``size_bytes`` in all) as :meth:`add` does, evicting
+        when stalled too, or refuse it whole: ``None`` (``HeldTraces._admission``: the client
+        retries). A request without spans flags its ``rejected`` traces (``flag_rejected``)."""
+        evicts = self._admission(spans, size_bytes)
+        if evicts is None:
+            return None
+        if spans:
+            return self._add(spans, refused, rejected, evicts)
+        if rejected:
+            self.flag_rejected(rejected)
+        return []
+
     def add(
         self,
         spans: Sequence[SpanRecord],
         refused: dict[str, int] | None = None,
         rejected: Sequence[bytes] = (),
     ) -> list[CompletedTrace]:
-        """Buffer ``spans`` (arrival time = the clock now); return the traces evicted to
+        """Buffer ``spans`` (arrival time = the clock now), not asking :meth:`admit`'s question
+        (under ``backpressure`` what does not fit is dropped); return the traces evicted to
         make room, flagged ``evicted``, but those whose run had ended (``_ended``: judged as
         they came, their quiet period cut short). Never exceeds a bound. When given,
         ``refused`` also counts the dropped spans the sender hears of (``REPORTED_DROPS``),
@@ -182,6 +202,16 @@ class TraceBuffer(HeldTraces):
         others after (flagged before, ids not buffered yet, remembered until their trace
         comes, could push out, past ``max_traces`` of them, those of the traces the request
         brings, or an earlier request flagged)."""
+        return self._add(spans, refused, rejected, self._limits.overflow == "evict_oldest")
+
+    def _add(
+        self,
+        spans: Sequence[SpanRecord],
+        refused: dict[str, int] | None,
+        rejected: Sequence[bytes],
+        evicts: bool,
+    ) -> list[CompletedTrace]:
+        """``add``, evicting to make room only if ``evicts``."""
         now = self._clock()
         self._emitted.forget(now)
         early: set[bytes] = set()
@@ -189,26 +219,24 @@ class TraceBuffer(HeldTraces):
             brought = {span.trace_id for span in spans}
             early = {t for t in rejected if t in self._traces and t not in brought}
             self._flag_rejected(early)
-        evicted = self._take(spans, refused, now)
+        evicted = self._take(spans, refused, now, evicts)
         if rejected:
             self._flag_rejected(t for t in rejected if t not in early)
         return evicted
 
     def _take(
-        self, spans: Sequence[SpanRecord], refused: dict[str, int] | None, now: int
+        self, spans: Sequence[SpanRecord], refused: dict[str, int] | None, now: int, evicts: bool
     ) -> list[CompletedTrace]:
         """``add``'s spans, each buffered or dropped, and the traces evicted for them."""
         evicted: list[CompletedTrace] = []
         dropped: Counter[str] = Counter()
         roomy = self._fits(spans)  # the usual case: no span of the batch needs room made
-        # The traces of the request, never evicted to make room for it (worked out at the
-        # first eviction): one it goes on with would be judged without what it brings, one it
-        # started would lose the rest of what it brings as late.
+        # What may be evicted (none of the request's traces), read at the first eviction.
         victims: _Victims | None = None
         for span in spans:
             reason = self._drop_reason(span)
             if reason is None and not roomy:
-                if victims is None:
+                if victims is None and evicts:
                     victims = _Victims(self._traces, {s.trace_id for s in spans})
                 if not self._make_room(span, victims, now, evicted):
                     reason = "buffer_full"
@@ -220,7 +248,6 @@ class TraceBuffer(HeldTraces):
             self._metrics.spans_dropped(n, reason)
             if refused is not None and reason in REPORTED_DROPS:
                 refused[reason] = refused.get(reason, 0) + n
-        self._evicting = False
         self._compact()
         return evicted
 
@@ -295,17 +322,16 @@ class TraceBuffer(HeldTraces):
         return reason
 
     def _make_room(
-        self, span: SpanRecord, victims: _Victims, now: int, evicted: list[CompletedTrace]
+        self, span: SpanRecord, victims: _Victims | None, now: int, evicted: list[CompletedTrace]
     ) -> bool:
-        """Evict other traces (``victims``) until ``span`` fits; false if it cannot. Under
-        ``backpressure`` only when ``has_room`` took the request by evicting (the buffer
-        stalled): else the operator chose to refuse rather than judge runs in flight early,
-        and a request gets here only when ``has_room`` let it through as one that can never
-        fit (or without asking), so what does not fit is dropped."""
+        """Evict other traces (``victims``, ``None``: none) until ``span`` fits; false if it
+        cannot. Under ``backpressure`` only when ``admit`` took the request by evicting (the
+        buffer stalled): else the operator chose to refuse rather than judge runs in flight
+        early, and a request gets here only when ``admit`` let it through as one that can
+        never fit (or by ``add``, without asking), so what does not fit is dropped."""
         trace = self._traces.get(span.trace_id)
-        evicts = self._limits.overflow == "evict_oldest" or self._evicting
         while (bound := self._exceeded(trace is None, span.size_bytes)) is not None:
-            victim = victims.take() if evicts else None
+            victim = victims.take() if victims is not None else None
             if victim is None:
                 self._flag_limited(span.trace_id, trace, span)
                 return False

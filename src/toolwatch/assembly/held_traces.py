@@ -1,5 +1,5 @@
 """What the trace buffer holds: the traces in flight (``_Trace``, ``assembly.anchoring``) in
-first-arrival order, their spans and bytes counted against the bounds (``has_room`` and the
+first-arrival order, their spans and bytes counted against the bounds (``_admission`` and the
 checks ``add`` makes room by), the trace ids a limit flagged before their trace came, the ids
 of emitted agent runs (``assembly.remembered``) and the heap of the traces' deadlines.
 
@@ -48,10 +48,8 @@ class HeldTraces:
         self._limited: OrderedDict[bytes, None] = OrderedDict()
         self._spans = 0
         self._bytes = 0
-        # Under backpressure, the refusals that may stall the buffer (``has_room``), and
-        # whether ``has_room`` took the request ``add`` is about to get by evicting.
+        # Under backpressure, the refusals that may stall the buffer (``_admission``).
         self._refusals = Refusals(limits.max_refusal_ns, limits.tick_ns)
-        self._evicting = False
 
     @property
     def buffered_traces(self) -> int:
@@ -91,27 +89,32 @@ class HeldTraces:
         return 0 if due is None else max(0, self._clock() - due)
 
     def has_room(self, spans: Sequence[SpanRecord], size_bytes: int) -> bool:
-        """Whether to take a request of ``spans`` (``size_bytes`` in all) now: whether its
-        spans, its bytes and the traces it would start (its trace ids not buffered yet) fit.
-        Call it right before :meth:`add` with the same spans: what it decides, ``add`` does.
+        """Whether ``TraceBuffer.admit`` would take a request of ``spans`` (``size_bytes`` in
+        all) now, taking nothing: asked as ``admit`` asks (``_admission``), a refusal counted
+        towards a stall."""
+        return self._admission(spans, size_bytes) is not None
 
-        Always true under ``evict_oldest``. Under ``backpressure`` a receiver answers
-        ``False`` with a retryable status, for ``max_refusal_ns`` at most
+    def _admission(self, spans: Sequence[SpanRecord], size_bytes: int) -> bool | None:
+        """Whether to take a request of ``spans`` (``size_bytes`` in all) now: ``None`` to
+        refuse it, else whether taking it may evict. Whether its spans, its bytes and the
+        traces it would start (its trace ids not buffered yet) fit.
+
+        Taken, evicting, under ``evict_oldest``. Under ``backpressure`` a receiver answers
+        a refusal with a retryable status, for ``max_refusal_ns`` at most
         (``assembly.refusals``): past it the buffer is stalled, full of runs in flight that
-        the refused requests would end, and ``add`` takes the request by evicting, as under
+        the refused requests would end, and the request is taken by evicting, as under
         ``evict_oldest``.
 
         A request bigger than the whole buffer (more spans, bytes or new traces than it can
-        ever hold) is let through (``add`` takes what fits and drops the rest,
-        ``buffer_full``, evicting nothing): refusing it would make the client retry
-        something that can never fit. A span ``add`` drops takes no room and is not counted
+        ever hold) is let through, evicting nothing (``add`` takes what fits and drops the
+        rest, ``buffer_full``): refusing it would make the client retry something that can
+        never fit. A span ``add`` drops takes no room and is not counted
         (``_room_taken``): one bigger than the whole buffer (``span_too_large``; counted, it
         let an ordinary request through as one that can never fit), a retry of one held
         (``duplicate``), one of a run judged already (``late``: nor does it start a trace),
         one over its trace's cap (``trace_span_limit``). Counted, a full buffer refused
         them, and their senders retried what would have been dropped at once.
         """
-        self._evicting = False
         lim = self._limits
         if lim.overflow == "evict_oldest":
             return True
@@ -119,7 +122,7 @@ class HeldTraces:
         self._emitted.forget(now)  # as add does first: a late span is one add drops late
         fits = self._room_for(spans, size_bytes)
         if fits is None:
-            return True  # can never fit
+            return False  # can never fit
         refusals = self._refusals
         refusals.settle(
             lim.max_buffered_spans - self._spans,
@@ -127,11 +130,10 @@ class HeldTraces:
             lim.max_traces - len(self._traces),
         )
         if fits:
-            return True
+            return False
         count, size_bytes = self._room_taken(spans, size_bytes)
         refusals.refused(now, count, size_bytes, self._new_traces(spans))
-        self._evicting = refusals.stalled(now, self.next_due_ns())
-        return self._evicting
+        return True if refusals.stalled(now, self.next_due_ns()) else None
 
     def _new_traces(self, spans: Sequence[SpanRecord]) -> int:
         """How many traces ``spans`` would start (spans too large for the buffer and spans of

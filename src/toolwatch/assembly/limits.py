@@ -41,7 +41,7 @@ class AssemblyLimits:
     """Completion timing (nanoseconds of the injected clock) and memory bounds.
 
     ``overflow`` is what a receiver does when a request does not fit: ``backpressure``
-    refuses it with a retryable status (see :meth:`TraceBuffer.has_room`); ``evict_oldest``
+    refuses it with a retryable status (see :meth:`TraceBuffer.admit`); ``evict_oldest``
     accepts it and evicts the oldest traces, evaluating them as incomplete.
     ``max_refusal_ns``: under ``backpressure``, how long the buffer refuses requests before
     it takes them by evicting as ``evict_oldest`` does (0: never; ``assembly.refusals``).

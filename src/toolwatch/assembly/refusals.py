@@ -4,7 +4,7 @@ A buffer full of runs in flight makes no room by refusing: their last spans come
 batches it refuses, beside other runs' first ones (a Collector's or an SDK's batch holds
 both), so nothing leaves it before ``max_trace_age`` while the senders give the refused
 batches up (the OpenTelemetry SDKs after their 10 s export timeout) and lose them uncounted.
-So ``HeldTraces.has_room`` refuses for ``max_refusal_ns`` at most: past it the buffer is
+So ``TraceBuffer.admit`` refuses for ``max_refusal_ns`` at most: past it the buffer is
 *stalled*, and takes each request by evicting (``TraceBuffer``), as ``evict_oldest`` does.
 
 What is counted is one *episode* of refusals: it begins at a refusal, and holds what the

@@ -2,7 +2,7 @@
 
 An eviction comes under ``overflow: evict_oldest``, or under ``backpressure`` once the buffer
 has refused requests for ``max_refusal_ns`` (stalled, ``assembly.refusals``), for a request it
-takes that does not fit (``TraceBuffer``). It takes, of the ``VICTIM_SCAN`` (16) oldest
+takes that does not fit (``TraceBuffer.admit``). It takes, of the ``VICTIM_SCAN`` (16) oldest
 runs, one whose end has come first (``_ended``: its anchor, or its root beside its agent span;
 judged as it came, only its quiet period cut short), else the oldest in flight (judged
 ``evicted``), never a run the request itself goes on with or starts. A request that can never

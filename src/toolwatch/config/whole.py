@@ -187,7 +187,7 @@ class Config(_Section):
 
     def _refusal_warnings(self) -> list[str]:
         """Where a full buffer under backpressure refuses longer than SDK exporters retry
-        (``assembly.max_refusal_seconds``, ``HeldTraces.has_room``)."""
+        (``assembly.max_refusal_seconds``, ``TraceBuffer.admit``)."""
         assembly = self.assembly
         if assembly.overflow != "backpressure":
             return []

@@ -72,8 +72,7 @@ def _violations(seed: int) -> list[str]:
             for _ in range(rng.randint(1, 3)):
                 n += 1
                 spans.append(_span(rng, n, trace_id))
-            if buffer.has_room(spans, sum(s.size_bytes for s in spans)):
-                buffer.add(spans)
+            buffer.admit(spans, sum(s.size_bytes for s in spans))
         if buffer.overdue_ns() != 0:
             return [f"seed {seed} step {step}: overdue {buffer.overdue_ns()} ns after an op"]
         for trace in buffer._traces.values():

@@ -99,9 +99,9 @@ def bounds_conservation_and_deadlines(
             serial += 1
             spans.append(_span(kind, run, serial))
         out: list[CompletedTrace] = []
-        if buffer.has_room(spans, sum(s.size_bytes for s in spans)):
+        evicted = buffer.admit(spans, sum(s.size_bytes for s in spans))
+        if evicted is not None:
             taken += len(spans)
-            evicted = buffer.add(spans)
             assert not {t.trace_id for t in evicted} & {s.trace_id for s in spans}
             out.extend(evicted)
             buffer.flag_rejected([tid(r + 1) for r in rejected])
@@ -158,9 +158,8 @@ def what_has_room_decides_add_does(
         for kind, run in request:
             serial += 1
             spans.append(_span(kind, run, serial))
-        if buffer.has_room(spans, sum(s.size_bytes for s in spans)):
-            refused: dict[str, int] = {}
-            buffer.add(spans, refused)
+        refused: dict[str, int] = {}
+        if buffer.admit(spans, sum(s.size_bytes for s in spans), refused) is not None:
             buffer.flag_rejected([tid(r + 1) for r in rejected])
             fitting = [s for s in spans if s.size_bytes <= 2_000]  # not dropped too large
             could_fit = (

@@ -40,9 +40,10 @@ def make(limits: AssemblyLimits = LIMITS) -> tuple[TraceBuffer, ManualClock, Rec
 def offer(buffer: TraceBuffer, spans: list[SpanRecord], out: list[CompletedTrace]) -> bool:
     """What ``Engine.admit`` does with the buffer: False when refused; the traces evicted go to
     ``out``."""
-    if not buffer.has_room(spans, sum(s.size_bytes for s in spans)):
+    evicted = buffer.admit(spans, sum(s.size_bytes for s in spans))
+    if evicted is None:
         return False
-    out.extend(buffer.add(spans))
+    out.extend(evicted)
     return True
 
 

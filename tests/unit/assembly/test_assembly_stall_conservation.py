@@ -62,9 +62,10 @@ def test_every_span_is_counted_once_and_bounds_hold(seed: int) -> None:
             spans = [span_of(next_run + i) for i in range(10)]
             next_run += 10
         out: list[CompletedTrace] = []
-        if buffer.has_room(spans, sum(s.size_bytes for s in spans)):
+        evicted = buffer.admit(spans, sum(s.size_bytes for s in spans))
+        if evicted is not None:
             taken += len(spans)
-            out.extend(buffer.add(spans))
+            out.extend(evicted)
         clock.now_ns += rng.choice([0, SECOND // 10, SECOND // 2, SECOND, 3 * SECOND])
         if rng.random() < 0.8:  # sometimes the ticker is late
             out.extend(buffer.poll())

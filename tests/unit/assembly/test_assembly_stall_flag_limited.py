@@ -100,6 +100,5 @@ def test_a_dropped_span_does_not_keep_a_stalled_buffer_refusing() -> None:
         clock.now_ns += SECOND
         buffer.poll()
     assert buffer.overdue_ns() == 0
-    assert buffer.has_room([_step(13)], 10)  # takes no room
-    buffer.add([_step(13)])
+    assert buffer.admit([_step(13)], 10) is not None  # takes no room
     assert buffer.has_room(third, 10), "refused: the stall waits for the next poll"

@@ -39,8 +39,7 @@ def test_a_span_of_a_trace_forgotten_since_is_refused_at_a_full_buffer() -> None
     refused: dict[str, int] = {}
     straggler = in_flight(1, span_id=7)  # trace 1 again: a new trace now, as add reads it
 
-    if buffer.has_room(straggler, 10):
-        buffer.add(straggler, refused)
+    buffer.admit(straggler, 10, refused)
 
     # Was: let through as ``late``; stored as a new trace by ``add``, dropped ``buffer_full``.
     assert refused == {}

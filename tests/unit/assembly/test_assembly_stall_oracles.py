@@ -119,9 +119,8 @@ def test_has_room_says_what_add_would_take(
     buffer = TraceBuffer(limits, clock, RecordingMetrics())
     for spans, step, tick in ops:
         fits, never = _oracle(buffer, spans)
-        if buffer.has_room(spans, sum(s.size_bytes for s in spans)):
+        if buffer.admit(spans, sum(s.size_bytes for s in spans)) is not None:
             assert fits or never
-            buffer.add(spans)
         else:
             assert not (fits or never)
         clock.now_ns += step
@@ -134,13 +133,11 @@ class _Before(TraceBuffer):
     first whose run ended, else the oldest, walked from the buffer's start each eviction."""
 
     def _make_room(
-        self, span: SpanRecord, victims: _Victims, now: int, evicted: list[CompletedTrace]
+        self, span: SpanRecord, victims: _Victims | None, now: int, evicted: list[CompletedTrace]
     ) -> bool:
-        own = victims._own
         trace = self._traces.get(span.trace_id)
-        evicts = self._limits.overflow == "evict_oldest" or self._evicting
         while (bound := self._exceeded(trace is None, span.size_bytes)) is not None:
-            victim = self._victim(own) if evicts else None
+            victim = self._victim(victims._own) if victims is not None else None
             if victim is None:
                 self._flag_limited(span.trace_id, trace, span)
                 return False

@@ -53,8 +53,7 @@ def test_the_end_of_a_capped_run_is_not_dropped_buffer_full_once_let_through() -
     ]
     refused: dict[str, int] = {}
 
-    if buffer.has_room(end, _sizes(end)):  # as Engine.admit does
-        buffer.add(end, refused)
+    buffer.admit(end, _sizes(end), refused)  # as Engine.admit does
 
     # Was: let through as fitting (2 of 3 spans counted); the root dropped ``buffer_full``.
     # Was: refused (the sender retries), or taken whole.
@@ -69,8 +68,7 @@ def test_a_request_whose_spans_past_the_cap_are_dropped_is_taken_when_the_rest_f
     looping = [tool(n, 1, "t", 0, 1, trace_id=tid(1), size_bytes=10) for n in range(10, 15)]
 
     # Was: refused (5 spans counted, 4 free); ``add`` takes 3 and drops 2 over the cap.
-    assert buffer.has_room(looping, _sizes(looping))
-    assert buffer.add(looping) == []
+    assert buffer.admit(looping, _sizes(looping)) == []
     assert metrics.dropped == {"trace_span_limit": 2}
 
 
@@ -81,6 +79,5 @@ def test_a_request_holding_a_span_twice_is_taken_when_one_copy_fits() -> None:
     twice = [tool(5, 1, "t", 0, 1, trace_id=tid(1), size_bytes=10)] * 2  # a retried span
 
     # Was: refused (2 spans counted, 1 free); ``add`` takes one and drops the other duplicate.
-    assert buffer.has_room(twice, _sizes(twice))
-    assert buffer.add(twice) == []
+    assert buffer.admit(twice, _sizes(twice)) == []
     assert metrics.dropped == {"duplicate": 1}

@@ -43,9 +43,8 @@ def in_flight(n: int) -> list[SpanRecord]:
 
 def offer(buffer: TraceBuffer, spans: list[SpanRecord]) -> list[bytes] | None:
     """What a receiver does: ``None`` when refused, else the ids of the runs evicted."""
-    if not buffer.has_room(spans, sum(s.size_bytes for s in spans)):
-        return None
-    return [t.trace_id for t in buffer.add(spans)]
+    evicted = buffer.admit(spans, sum(s.size_bytes for s in spans))
+    return None if evicted is None else [t.trace_id for t in evicted]
 
 
 def later(buffer: TraceBuffer, clock: ManualClock, ns: int) -> None:
