@@ -59,6 +59,7 @@ MODULES = (
     "assembly/calls.py",
     "assembly/checks.py",
     "assembly/clocks.py",
+    "assembly/completed.py",
     "assembly/delegations.py",
     "assembly/drafts.py",
     "assembly/handoffs.py",
