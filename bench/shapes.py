@@ -17,7 +17,7 @@ import gc
 import time
 from collections.abc import Callable, Sequence
 
-from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.evaluation.pipeline import EvaluationPipeline
 from toolwatch.evaluation.settings import EvaluationSettings

@@ -23,7 +23,8 @@ from prometheus_client import CollectorRegistry
 
 from bench.server import bench_config
 from bench.traces import RequestTemplate, trace_id
-from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer
+from toolwatch.assembly.buffer import TraceBuffer
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
 from toolwatch.engine import DiscardToolTraces, Engine, EngineParts

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
-from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer
+from toolwatch.assembly.buffer import TraceBuffer
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.evaluation.pipeline import EvaluationPipeline

@@ -20,7 +20,8 @@ from dataclasses import replace
 from statistics import median_low
 from typing import Any, Final
 
-from toolwatch.assembly.buffer import REPORTED_DROPS, CompletedTrace, TraceBuffer
+from toolwatch.assembly.buffer import REPORTED_DROPS, TraceBuffer
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
 from toolwatch.ingest.decode_types import DecodeError

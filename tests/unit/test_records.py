@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from toolwatch import model, model_evaluation, model_traces
-from toolwatch.assembly import buffer
+from toolwatch.assembly import completed
 from toolwatch.assembly.runs import _Run
 from toolwatch.evaluation import base, pipeline
 
@@ -33,7 +33,7 @@ _RECORDS: list[tuple[type[Any], bool]] = [
     (model_evaluation.EvalResult, True),
     (base.Reference, True),
     (pipeline.PipelineResult, True),
-    (buffer.CompletedTrace, True),
+    (completed.CompletedTrace, True),
     (_Run, True),
 ]
 _FROZEN = [cls for cls, frozen in _RECORDS if frozen]

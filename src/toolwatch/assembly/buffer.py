@@ -75,7 +75,6 @@ from toolwatch.model import SpanRecord, SpanRole
 __all__ = [
     "NOT_AN_AGENT_RUN",
     "REPORTED_DROPS",
-    "CompletedTrace",
     "TraceBuffer",
     "runs_an_agent",
 ]

@@ -96,7 +96,6 @@ Pure: the same set of spans gives the same ToolTraces whatever their order.
 
 from __future__ import annotations
 
-from toolwatch.assembly.buffer import CompletedTrace
 from toolwatch.assembly.calls import CallSite, build_calls
 from toolwatch.assembly.checks import (
     _NO_SPANS,
@@ -104,6 +103,7 @@ from toolwatch.assembly.checks import (
     _calls_beside_double_records,
     _guardrail_calls,
 )
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.keys import _Above, _above_runs, _reference_keys
 from toolwatch.assembly.missing import MISSING_SPANS, TraceIds, lacks_spans
 from toolwatch.assembly.outputs import REFUSAL_FINISH_REASONS, _final_text, _refusal

@@ -8,7 +8,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.conventions import handoff_fields
 from toolwatch.conventions.history import read_history

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from assembly_support import SECOND, RecordingMetrics, agent, tool
 
-from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer
+from toolwatch.assembly.buffer import TraceBuffer
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.model import ManualClock, SpanRecord
 

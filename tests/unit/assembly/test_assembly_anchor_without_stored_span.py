@@ -28,7 +28,7 @@ from __future__ import annotations
 from assembly_support import agent, span, tool
 from stall_support import LIMITS, make, offer, tick, tid, verdicts
 
-from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.model import SpanRole
 
 

@@ -19,7 +19,8 @@ from assembly_support import (
     tool,
 )
 
-from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer, runs_an_agent
+from toolwatch.assembly.buffer import TraceBuffer, runs_an_agent
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import ENCLOSING_SPANS, LOST_PARENT_WAIT_NS, AssemblyLimits
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
 

@@ -26,7 +26,8 @@ from assembly_support import (
     tool,
 )
 
-from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer
+from toolwatch.assembly.buffer import TraceBuffer
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.model import ManualClock, SpanRecord, SpanRole

@@ -17,7 +17,7 @@ from tests.unit.assembly.assembly_support import (
     safety,
     tool,
 )
-from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config.stages import AssemblySettings
 from toolwatch.conventions.history import cut_id

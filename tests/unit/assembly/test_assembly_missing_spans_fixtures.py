@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.unit.assembly.assembly_support import NORMALIZE
-from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.ingest.decode_types import DecodeOptions
 from toolwatch.ingest.otlp_json import decode_otlp_json

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 
 from tests.unit.assembly.assembly_support import NORMALIZE, TRACE, agent, ask, llm, span
-from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.model import SpanRecord, SpanRole
 

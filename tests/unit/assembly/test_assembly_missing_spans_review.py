@@ -26,7 +26,7 @@ from tests.unit.assembly.assembly_support import (
     tool,
 )
 from toolwatch.app_reload import _kept_settings
-from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.config import Config
 from toolwatch.conventions.history import INDEXED_ROLE_KEYS, UNREAD, read_history

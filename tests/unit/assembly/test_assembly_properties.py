@@ -13,7 +13,8 @@ from assembly_support import RecordingMetrics, agent, llm, span, tool
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
 
-from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer, runs_an_agent
+from toolwatch.assembly.buffer import TraceBuffer, runs_an_agent
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import ENCLOSING_SPANS, AssemblyLimits
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.assembly.tree import _in_time_order

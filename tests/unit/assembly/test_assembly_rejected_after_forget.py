@@ -27,7 +27,8 @@ from prometheus_client import CollectorRegistry
 from stall_support import tid
 
 from tests.integration.test_rejected_spans import KeptToolTraces
-from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer
+from toolwatch.assembly.buffer import TraceBuffer
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.engine import Admission, Engine, EngineParts
 from toolwatch.evaluation.pipeline import EvaluationPipeline

@@ -23,7 +23,8 @@ from __future__ import annotations
 from assembly_support import SECOND, RecordingMetrics, agent, span, tool
 from stall_support import tid
 
-from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer
+from toolwatch.assembly.buffer import TraceBuffer
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
 

@@ -15,7 +15,7 @@ import pytest
 from assembly_support import SECOND, agent, tool
 from stall_support import make, tid
 
-from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.model import SpanRecord
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import pytest
 from stall_support import end_of, in_flight, make, offer, tick
 
-from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.completed import CompletedTrace
 
 #: The OpenTelemetry SDKs' exporters give a refused batch up after their export timeout.
 SDK_EXPORT_TIMEOUT_SECONDS = 10

@@ -21,7 +21,7 @@ from __future__ import annotations
 from assembly_support import SECOND
 from stall_support import end_of, in_flight, make, offer, tick, tid
 
-from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import MAX_REFUSAL_NS
 
 

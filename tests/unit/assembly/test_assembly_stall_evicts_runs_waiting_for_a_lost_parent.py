@@ -19,7 +19,7 @@ from __future__ import annotations
 from assembly_support import SECOND, TRACE, agent, llm, span, tool
 from stall_support import in_flight, make, offer, tick, verdicts
 
-from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import MAX_REFUSAL_NS, AssemblyLimits
 from toolwatch.model import SpanRecord, SpanRole
 

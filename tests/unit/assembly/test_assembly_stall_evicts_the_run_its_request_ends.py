@@ -21,7 +21,8 @@ from __future__ import annotations
 from assembly_support import SECOND, RecordingMetrics
 from stall_support import end_of, in_flight, make, offer, tick, tid, verdicts
 
-from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer
+from toolwatch.assembly.buffer import TraceBuffer
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import MAX_REFUSAL_NS
 from toolwatch.model import ManualClock
 

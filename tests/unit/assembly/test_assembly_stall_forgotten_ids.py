@@ -21,7 +21,7 @@ import dataclasses
 from assembly_support import SECOND
 from stall_support import LIMITS, end_of, in_flight, make, offer, tick, tid, verdicts
 
-from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.completed import CompletedTrace
 
 _WINDOW = 256 * SECOND  # ids forgotten in 1 s buckets
 

@@ -21,7 +21,7 @@ from assembly_support import SECOND
 from stall_support import LIMITS, in_flight, make, offer
 
 from toolwatch.app import tick_delay
-from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.completed import CompletedTrace
 
 
 def _refused_when_stalled(tick_seconds: float) -> int:

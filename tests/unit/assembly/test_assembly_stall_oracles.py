@@ -30,7 +30,8 @@ from stall_support import tid
 
 from toolwatch.assembly import buffer as buffer_module
 from toolwatch.assembly.anchoring import _Trace
-from toolwatch.assembly.buffer import CompletedTrace, TraceBuffer
+from toolwatch.assembly.buffer import TraceBuffer
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.assembly.victims import VICTIM_SCAN, _ended, _Victims
 from toolwatch.model import ManualClock, SpanRecord, SpanRole

@@ -29,7 +29,7 @@ from __future__ import annotations
 from assembly_support import SECOND
 from stall_support import end_of, in_flight, make, offer, tick, tid, verdicts
 
-from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import MAX_REFUSAL_NS
 
 #: Three new traces in one request: more than ``max_traces`` (2), so it can never fit.

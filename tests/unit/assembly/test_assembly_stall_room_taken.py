@@ -21,7 +21,7 @@ import dataclasses
 
 from stall_support import LIMITS, end_of, in_flight, make, offer, tick, tid
 
-from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.completed import CompletedTrace
 
 
 def test_a_retry_of_spans_already_held_is_taken_at_the_span_bound() -> None:

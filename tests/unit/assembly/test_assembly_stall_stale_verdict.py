@@ -27,7 +27,7 @@ import dataclasses
 from assembly_support import agent, span, tool
 from stall_support import LIMITS, in_flight, make, offer, tid, verdicts
 
-from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.model import SpanRecord, SpanRole
 
 _EVICT = dataclasses.replace(LIMITS, max_traces=3, overflow="evict_oldest", max_buffered_bytes=1000)

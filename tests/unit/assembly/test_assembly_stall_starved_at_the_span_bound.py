@@ -20,7 +20,7 @@ import dataclasses
 from assembly_support import agent
 from stall_support import LIMITS, end_of, in_flight, make, offer, tick, tid
 
-from toolwatch.assembly.buffer import CompletedTrace
+from toolwatch.assembly.completed import CompletedTrace
 
 #: The OpenTelemetry SDKs' exporters give a refused batch up after their export timeout.
 SDK_EXPORT_TIMEOUT_SECONDS = 10
