@@ -37,7 +37,14 @@ def _ended_run(n: int) -> list[SpanRecord]:
     return [agent(1, None, "refund-bot", 0, 5, trace_id=tid(n), size_bytes=10)]
 
 
-def test_a_rooted_run_flagged_by_a_rejected_span_is_evicted_as_it_came() -> None:
+def test_a_rooted_run_flagged_by_a_rejected_span_is_evicted_as_it_came_once_ended() -> None:
+    """A span rejected at ingest clears the eviction's verdict; the run is judged ended by
+    what it holds, the rejection aside.
+    Was: the rejection let run 2's root anchor it (its agent span to come), so the eviction
+    took it as ended (``span_limit``) and kept run 1 in flight.
+    Now: which span was rejected is not known, so run 2, left running in the background, is
+    in flight still: passed over, as before the rejection (run 1, the oldest, is evicted);
+    once its agent span comes it has ended, and the next eviction takes it as it came."""
     buffer, _, _ = make(_EVICT)
     out: list[CompletedTrace] = []
     assert offer(buffer, in_flight(1), out)  # run 1: in flight, the oldest
@@ -50,11 +57,14 @@ def test_a_rooted_run_flagged_by_a_rejected_span_is_evicted_as_it_came() -> None
     assert offer(buffer, in_flight(4), out)  # evicts run 3 (ended), passing over runs 1 and 2
     assert verdicts(out) == {tid(3): None}
 
-    buffer.flag_rejected([tid(2)])  # a span of run 2 was rejected at ingest: its root anchors it
+    buffer.flag_rejected([tid(2)])  # a span of run 2 was rejected at ingest
     assert offer(buffer, in_flight(5), out)
+    assert verdicts(out) == {tid(3): None, tid(1): "evicted"}
 
-    # Was: run 1, in flight, evicted (``evicted``); run 2 stays, judged later as ``span_limit``.
-    assert verdicts(out) == {tid(3): None, tid(2): "span_limit"}
+    agent_span = agent(1, 9, "refund-bot", 110, 300, trace_id=tid(2), size_bytes=10)
+    assert offer(buffer, [agent_span], out)  # run 2's agent span: its run has ended
+    assert offer(buffer, in_flight(6), out)  # evicts run 2 (ended), passing over run 4
+    assert verdicts(out) == {tid(3): None, tid(1): "evicted", tid(2): "span_limit"}
 
 
 def test_a_run_whose_root_was_dropped_too_large_is_evicted_as_it_came() -> None:
