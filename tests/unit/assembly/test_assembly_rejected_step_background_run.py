@@ -196,13 +196,18 @@ def test_a_rejection_before_the_runs_first_span_waits_as_one_after() -> None:
 
 
 def test_a_run_with_a_rejected_step_still_in_flight_at_shutdown_is_judged_shutdown() -> None:
-    """Scenario: the buffer drains (SIGTERM) while the run with a rejected step waits for its
-    agent span. Expected: ``shutdown``, as without the rejection: which span was rejected is
-    not known, and the run was in flight."""
-    buffer = TraceBuffer(_LIMITS, ManualClock(), RecordingMetrics())
+    """Scenario: the buffer drains (SIGTERM) while the run with a rejected step (3 s after
+    its first spans) waits for its agent span. Expected: ``shutdown``, as without the
+    rejection: which span was rejected is not known, and the run was in flight; its last
+    arrival is the rejected span's."""
+    clock = ManualClock()
+    buffer = TraceBuffer(_LIMITS, clock, RecordingMetrics())
     buffer.add([_ROOT, _step(10)])
+    clock.now_ns += 3 * SECOND
     buffer.flag_rejected([_RUN])
-    assert [(t.incomplete_reason, len(t.spans)) for t in buffer.drain()] == [("shutdown", 2)]
+    (drained,) = buffer.drain()
+    assert (drained.incomplete_reason, len(drained.spans)) == ("shutdown", 2)
+    assert drained.last_arrival_ns == clock.now_ns
 
 
 _REJECTED_AGENT_SCRIPT = """
