@@ -46,10 +46,10 @@ _LARGE = tool(20, 2, "lookup_order", 4, 7, trace_id=_RUN, size_bytes=2000, paren
 _Batch = list[SpanRecord | None]
 
 
-def _step(n: int, parent: int = 2) -> SpanRecord:
+def _step(n: int) -> SpanRecord:
     """A step of the background run: under its agent span 2 (local, still running), ended
     after the request's span."""
-    return tool(n, parent, "lookup_order", 4, 7, trace_id=_RUN, size_bytes=10, parent_local=True)
+    return tool(n, 2, "lookup_order", 4, 7, trace_id=_RUN, size_bytes=10, parent_local=True)
 
 
 def _judge(
