@@ -280,17 +280,10 @@ class _Trace:
         was rejected at ingest (``parent_lost``: which one is not known, and may be that
         parent; a live run's batch processor exports within that wait, so a run left
         running in the background is not cut in two by a rejected step)."""
-        held, gone = self.spans, self.dropped_ids
-        if gone is None:
-            return any(
-                span.parent_local and span.parent_span_id not in held for span in held.values()
-            )
-        return any(
-            span.parent_local
-            and span.parent_span_id not in held
-            and span.parent_span_id not in gone
-            for span in held.values()
-        )
+        if self.dropped_ids is not None:
+            return self._awaits_undropped(None)
+        held = self.spans
+        return any(span.parent_local and span.parent_span_id not in held for span in held.values())
 
     def awaits_after_root(self) -> bool:
         """Whether a span of the root's service that ended after the root did waits for its
@@ -303,13 +296,27 @@ class _Trace:
         root_end, service = self.root_end_ns, self.root_service
         if self.last_end_ns <= root_end:
             return False
-        held, gone = self.spans, self.dropped_ids or ()
+        if self.dropped_ids is not None:
+            return self._awaits_undropped(root_end)
+        held = self.spans
         return any(
             span.end_ns > root_end
             and span.service == service
             and span.parent_local
             and span.parent_span_id not in held
+            for span in held.values()
+        )
+
+    def _awaits_undropped(self, root_end: int | None) -> bool:
+        """``_awaits_local`` (``root_end`` None), or ``awaits_after_root``, in a trace that
+        dropped a span that may be a parent (``dropped_ids``: it came, and is not waited
+        for). Apart, as these walk every span: most traces pay nothing for it."""
+        held, gone, service = self.spans, self.dropped_ids or (), self.root_service
+        return any(
+            span.parent_local
+            and span.parent_span_id not in held
             and span.parent_span_id not in gone
+            and (root_end is None or (span.end_ns > root_end and span.service == service))
             for span in held.values()
         )
 
