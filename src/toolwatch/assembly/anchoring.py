@@ -23,6 +23,16 @@ once the trace has been quiet that long: the agent anchors it then. Not by defau
 is quiet that long while one slow step (a reasoning model's call, a slow tool) runs, and it
 would be cut in two, the rest of it dropped as ``late``.
 
+A span the buffer dropped for a limit (too large, no room, past the cap's enclosing spans)
+has come: a span that names it as its parent waits for it no more (``_Trace.dropped_ids``),
+and the others wait as they did, a run left running in the background for its agent span; a
+dropped root anchors as a held one. A span rejected at ingest is not known (its trace id is
+all the decoder hands on): it may be the parent waited for, so the root anchors the trace
+once it has been quiet ``completion_wait_ns + lost_parent_wait_ns`` (``parent_lost``), as it
+does where a parent was lost in export, and not at the next quiet ``completion_wait_ns``: most
+rejected spans are a step, and a live run's batch processor exports within that wait, where
+anchoring at once judged the run between two export batches and dropped its rest as ``late``.
+
 A trace with no AGENT span (a loop on a plain model client: the ``openai`` client's own,
 google-genai's automatic function calling) is anchored by the same walk up from its model
 (LLM) calls of a tool loop, when its root is in the calling service: by the span that encloses
@@ -62,6 +72,11 @@ from toolwatch.model import SpanRecord, SpanRole
 
 __all__: list[str] = []
 
+#: How many ids of its spans dropped for a limit a trace remembers (``_Trace.dropped``): a
+#: few spans of a run are too large, or come when the buffer is full; past these, a dropped
+#: span counts as a rejected one (``_Trace.parent_lost``), and a trace's memory stays bounded.
+DROPPED_IDS: Final = 16
+
 #: Finish reasons (lower-cased) of a model call that stopped to have tools run
 #: (``_requests_tools``).
 _TOOL_FINISHES: Final = frozenset(
@@ -86,6 +101,7 @@ class _Trace:
         "agents",
         "anchor_missing",
         "awaiting_local",
+        "dropped_ids",
         "ended_verdict",
         "first_ns",
         "last_end_ns",
@@ -117,9 +133,13 @@ class _Trace:
         self.root_service: str | None = None  # that root's service
         self.last_end_ns = 0  # when its span that ended last ended
         self.span_limited = False
-        # A span of it that may have been a parent it waits for was not taken (too large, no
-        # room, rejected at ingest, past the cap's enclosing spans): its root anchors it.
+        # A span of it that may have been a parent it waits for was not taken, and which is
+        # not known (rejected at ingest; past ``DROPPED_IDS``): its root anchors it once quiet
+        # the lost parent's wait too, in the background or not (``TraceBuffer._check``).
         self.parent_lost = False
+        # The ids of its spans dropped for a limit that may be a parent: no span waits for
+        # them (they came); None until one is (most traces).
+        self.dropped_ids: set[bytes] | None = None
         self.anchor_missing = False  # checked since the last arrival: no anchor yet
         # ... and, its root come, waited the lost parent's time with a span after the root
         # waiting for its local parent (a run left running in the background): its agent
@@ -177,11 +197,30 @@ class _Trace:
         self.anchor_missing = self.awaiting_local = self.lost_parent_waited = False
         self.ended_verdict = None
 
-    def dropped(self, span: SpanRecord) -> None:
+    def dropped(self, span: SpanRecord, parent: bool) -> bool:
         """A span of this trace was dropped for a limit (``TraceBuffer._flag_limited`` flags
-        the trace): a root, though not held, has arrived, and anchors the trace all the same."""
+        the trace): a root, though not held, has arrived, and anchors the trace all the same;
+        ``parent``: it may be a parent a span of the trace (held, or still to come) waits for.
+        Such a span came: no span waits for it any more (``_awaits_local``), its id kept in
+        ``dropped_ids``, up to ``DROPPED_IDS`` of them; past that it is as unknown as a
+        rejected span (``parent_lost``). Returns whether a held span names it as its parent
+        (so what anchors the trace changed): O(spans), asked once per such drop (drops are
+        rare, and a trace remembers ``DROPPED_IDS`` at most), never per span taken."""
         if span.parent_span_id is None:
             self._root(span)
+        if not parent:
+            return False
+        ids = self.dropped_ids
+        if ids is None:
+            ids = self.dropped_ids = set()
+        elif len(ids) >= DROPPED_IDS:
+            self.parent_lost = True
+            return False
+        span_id = span.span_id
+        ids.add(span_id)
+        if self.open_parents is not None:  # a full trace: its open parents are kept
+            return span_id in self.open_parents
+        return any(held.parent_span_id == span_id for held in self.spans.values())
 
     def due_ns(self, limits: AssemblyLimits) -> int:
         """The next time this trace needs a look: quiet period over, or too old."""
@@ -206,7 +245,7 @@ class _Trace:
         if self.root_seen:
             # ... and no span waits for a parent its flags say is local: a run the request
             # left running in the background, its root ended first (``_awaits_local``).
-            return local_gone or self.parent_lost or not self._awaits_local()
+            return local_gone or not self._awaits_local()
         settled: dict[bytes, bool] = {}
         if self.agents:
             return any(self._outermost(agent, settled, local_gone) for agent in self.agents)
@@ -234,12 +273,15 @@ class _Trace:
         task of its own, a worker thread: the response went out, its server span ended and
         was exported first): anchored by it, the trace was judged at the first quiet
         ``completion_wait`` between two of the run's export batches, as the calls exported
-        so far, and the rest was dropped as ``late``. A trace that lost a span that may
-        have been that parent (``parent_lost``: too large, no room, rejected at ingest, past
-        the cap's enclosing spans; not a step over the cap, which encloses nothing held, as
-        the parent waited for does) may have lost that parent: its root anchors it.
-        A parent that never comes is waited for ``lost_parent_wait_ns`` more, unless a span
-        ended after the root (``awaits_after_root``)."""
+        so far, and the rest was dropped as ``late``. A parent dropped for a limit (too
+        large, no room, past the cap's enclosing spans: ``dropped_ids``) came: it is not
+        waited for. A parent that never comes is waited for ``lost_parent_wait_ns`` more,
+        unless a span ended after the root (``awaits_after_root``), or a span of the trace
+        was rejected at ingest (``parent_lost``: which one is not known, and may be that
+        parent; a live run's batch processor exports within that wait, so a run left
+        running in the background is not cut in two by a rejected step)."""
+        if self.dropped_ids is not None:
+            return self._awaits_undropped(None)
         held = self.spans
         return any(span.parent_local and span.parent_span_id not in held for span in held.values())
 
@@ -254,12 +296,27 @@ class _Trace:
         root_end, service = self.root_end_ns, self.root_service
         if self.last_end_ns <= root_end:
             return False
+        if self.dropped_ids is not None:
+            return self._awaits_undropped(root_end)
         held = self.spans
         return any(
             span.end_ns > root_end
             and span.service == service
             and span.parent_local
             and span.parent_span_id not in held
+            for span in held.values()
+        )
+
+    def _awaits_undropped(self, root_end: int | None) -> bool:
+        """``_awaits_local`` (``root_end`` None), or ``awaits_after_root``, in a trace that
+        dropped a span that may be a parent (``dropped_ids``: it came, and is not waited
+        for). Apart, as these walk every span: most traces pay nothing for it."""
+        held, gone, service = self.spans, self.dropped_ids or (), self.root_service
+        return any(
+            span.parent_local
+            and span.parent_span_id not in held
+            and span.parent_span_id not in gone
+            and (root_end is None or (span.end_ns > root_end and span.service == service))
             for span in held.values()
         )
 

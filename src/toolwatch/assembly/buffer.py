@@ -51,6 +51,8 @@ arrives). So does a span the decoder rejected (:meth:`TraceBuffer.flag_rejected`
 passed here, it is counted rejected, but its run misses it all the same. ``span_limit``
 reads "a span of the run was not taken": an incomplete run is judged against the policy
 alone whatever took the span, and the counters of dropped and rejected spans say which.
+What anchors such a trace is ``assembly.anchoring``'s: a span dropped here came, and is
+waited for no more; a rejected one, not known, may be the parent a span waits for.
 
 ``TraceBuffer`` decides what happens to each span and each trace; what it holds (the traces,
 their counts against the bounds, their deadlines) is its base class's, ``HeldTraces``
@@ -265,16 +267,18 @@ class TraceBuffer(HeldTraces):
         if trace is not None and span.span_id in trace.spans:
             return "duplicate"
         reason = None
-        parent_lost = True
+        maybe_parent = True
         if trace is not None and self._over_the_cap(trace, span):
             reason = "trace_span_limit"
             # A step over the cap encloses nothing held (else it would be taken), so it is
-            # no parent the trace waits for; past the enclosing spans, it may be.
-            parent_lost = len(trace.spans) >= self._limits.max_spans_per_trace + ENCLOSING_SPANS
+            # no parent the trace waits for (nor of a span to come: that too would enclose
+            # nothing); past the enclosing spans, it is if it encloses a span held.
+            full = self._limits.max_spans_per_trace + ENCLOSING_SPANS
+            maybe_parent = len(trace.spans) >= full and trace.encloses(span)
         elif span.size_bytes > self._limits.max_buffered_bytes:
             reason = "span_too_large"
         if reason is not None:
-            self._flag_limited(span.trace_id, trace, span, parent_lost)
+            self._flag_limited(span.trace_id, trace, span, maybe_parent)
         return reason
 
     def _make_room(
@@ -312,8 +316,10 @@ class TraceBuffer(HeldTraces):
             and not trace.lost_parent_waited
             and quiet >= lim.completion_wait_ns + lim.lost_parent_wait_ns
         ):
-            if not trace.awaits_after_root():
-                return self._emit(trace, now, None)  # a parent lost in export: the run is over
+            if trace.parent_lost or not trace.awaits_after_root():
+                # A parent lost in export, or maybe rejected at ingest: the run is over (a run
+                # left running in the background exports a span within the wait).
+                return self._emit(trace, now, None)
             # A run left running in the background: its agent span is to come. Its deadline
             # is no longer this one, passed (rescheduled at it, poll would pop it for ever).
             trace.lost_parent_waited = True

@@ -19,7 +19,8 @@ class CompletedTrace:
     """A trace handed to the timeline: its distinct spans in arrival order.
 
         ``incomplete_reason`` is ``None`` when ``complete``, else ``timed_out``, ``evicted``,
-        ``span_limit`` or ``shutdown``. Arrival times are clock readings, not span times.
+        ``span_limit`` or ``shutdown``. Arrival times are clock readings, not span times (a span
+        rejected at ingest, ``flag_rejected``, arrives too).
         ``agent_run`` is false for a trace with no agent, model or tool span (its spans were
     counted dropped, ``not_an_agent_run``: it makes no ToolTrace). ``by_id``, when given, holds
     ``spans`` by span id (the buffer hands over the dict it kept

@@ -229,25 +229,33 @@ class HeldTraces:
         trace_id: bytes,
         trace: _Trace | None,
         span: SpanRecord | None = None,
-        parent_lost: bool = True,
+        maybe_parent: bool = True,
     ) -> None:
         """Flag ``trace`` incomplete for a dropped or rejected span (``span``, when one was
-        dropped: a root anchors the trace all the same), or remember its id until it comes.
-        ``parent_lost``: the span may have been a parent the trace waits for
-        (``_Trace.parent_lost``). Where what anchors the trace changed, its checks start
-        again (``_Trace.changed``), rescheduled no earlier than now: else a trace found
-        unanchored before would wait for ``max_trace_age_ns``."""
+        dropped: a root anchors the trace all the same), or remember its id until it comes
+        (which span is then not known: ``_Trace.parent_lost``). ``maybe_parent``: the dropped
+        span may be a parent a span of the trace waits for (``_Trace.dropped``). Where what
+        anchors the trace changed, its checks start again (``_Trace.changed``), rescheduled
+        no earlier than now: else a trace found unanchored before would wait for
+        ``max_trace_age_ns``. A rejected span (``span`` None) is an arrival of its trace:
+        its quiet period starts again, as its root anchors it only once quiet the lost
+        parent's wait (a live run exports within it)."""
         if trace is None:
             self._limited[trace_id] = None
             if len(self._limited) > self._limits.max_traces:
                 self._limited.popitem(last=False)
             return
-        rooted = trace.root_seen
-        if span is not None:
-            trace.dropped(span)
         trace.span_limited = True
-        if (trace.root_seen and not rooted) or (parent_lost and not trace.parent_lost):
-            trace.parent_lost = trace.parent_lost or parent_lost
+        if span is None:
+            now = self._clock()
+            trace.parent_lost = True
+            trace.last_ns = max(trace.last_ns, now)
+            trace.changed()
+            self._schedule(trace, now)
+            return
+        rooted, lost = trace.root_seen, trace.parent_lost
+        named = trace.dropped(span, maybe_parent)
+        if named or (trace.root_seen and not rooted) or (trace.parent_lost and not lost):
             trace.changed()
             self._schedule(trace, self._clock())
 

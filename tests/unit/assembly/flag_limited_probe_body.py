@@ -2,8 +2,10 @@
 overflow policies), polled as a ticker would, checking after every step: no check overdue right
 after an add or a ``flag_rejected``; every held trace has a live heap entry no later than its
 due time (or now); none held past ``max_trace_age`` (+5 s); none anchored and quiet for
-``completion_wait`` left held after a poll. Prints ``bad N`` (N violations); run by
-``test_review_stall5_held.py`` in a subprocess with a timeout (a ``poll`` that spins hangs).
+``completion_wait`` left held after a poll, nor any rooted with a span rejected
+(``parent_lost``) and quiet for ``completion_wait + lost_parent_wait``. Prints ``bad N`` (N
+violations); run by ``test_review_stall5_held.py`` in a subprocess with a timeout (a
+``poll`` that spins hangs).
 
 Usage: python stall5_probe.py FIRST_SEED LAST_SEED
 """
@@ -64,6 +66,9 @@ def _violations(seed: int) -> list[str]:
             quiet = clock.now_ns - trace.last_ns
             if quiet >= lim.completion_wait_ns and trace.anchored():
                 return [f"seed {seed} step {step}: anchored, quiet {quiet / SECOND} s, held"]
+            lost_wait = lim.completion_wait_ns + lim.lost_parent_wait_ns
+            if trace.root_seen and trace.parent_lost and quiet >= lost_wait:
+                return [f"seed {seed} step {step}: rejected, quiet {quiet / SECOND} s, held"]
         trace_id = _tid(rng.randint(1, 4))
         if rng.random() < 0.15:
             buffer.flag_rejected([trace_id])

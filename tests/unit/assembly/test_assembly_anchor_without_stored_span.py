@@ -61,7 +61,7 @@ def test_a_background_run_whose_span_was_rejected_is_judged_after_the_wait() -> 
     tick(buffer, clock, 2, out)
     tick(buffer, clock, 6, out)  # the lost parent's wait passed: it waits for its agent span
     assert out == []
-    buffer.flag_rejected([tid(1)])  # a span of it rejected at ingest: its root anchors it
+    buffer.flag_rejected([tid(1)])  # rejected at ingest: its root anchors it once quiet 7 s
 
     tick(buffer, clock, 10, out)
 

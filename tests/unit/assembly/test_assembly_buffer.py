@@ -209,8 +209,14 @@ def test_a_root_that_ended_before_its_run_waits_for_the_local_parents_its_spans_
     assert metrics.dropped == {}
 
 
-def test_a_root_anchors_a_trace_that_lost_a_span_whatever_its_spans_await() -> None:
-    """A span rejected at ingest may be the parent the others wait for: the root anchors."""
+def test_a_root_anchors_a_trace_that_lost_a_span_once_quiet_the_lost_parents_wait() -> None:
+    """A span rejected at ingest may be the parent the others wait for: the root anchors the
+    trace, once quiet ``completion_wait`` and the lost parent's wait, as without the rejection
+    (a sync request: its step ended before the root), and judges it ``span_limit``.
+    Was: judged at the next quiet ``completion_wait`` (2 s), whatever its spans await, which
+    cut a run left running in the background in two
+    (``test_assembly_rejected_step_background_run``).
+    Now: not before 7 s (``completion_wait`` + ``lost_parent_wait``), judged then."""
     buffer, clock, _ = make()
     buffer.add(
         [
@@ -220,6 +226,10 @@ def test_a_root_anchors_a_trace_that_lost_a_span_whatever_its_spans_await() -> N
     )
     buffer.flag_rejected([TRACE])
     clock.advance(2)
+    assert buffer.poll() == []
+    clock.advance(LOST_PARENT_WAIT_NS / 1e9 - 0.001)
+    assert buffer.poll() == []
+    clock.advance(0.001)
     assert summary(buffer.poll()) == [(TRACE, 2, False, "span_limit")]
 
 

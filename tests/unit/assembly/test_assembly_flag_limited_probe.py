@@ -3,7 +3,9 @@
 overdue right after an add or a ``flag_rejected`` (``_schedule``'s ``not_before``), every held
 trace has a live entry no later than its due time, none held past ``max_trace_age``, none
 anchored and quiet for ``completion_wait`` left held after a poll (``_flag_limited``
-reschedules where ``anchored`` changed: a root came, ``parent_lost`` turned true)."""
+reschedules where ``anchored`` changed: a root came, a held span named the span dropped), nor
+any rooted with a span rejected and quiet for ``completion_wait + lost_parent_wait`` (the
+"wait" rule: ``_Trace.parent_lost``)."""
 
 from __future__ import annotations
 
