@@ -9,6 +9,7 @@ import argparse
 import signal
 import sys
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 from toolwatch.cli_sources import env_path, env_value
@@ -17,6 +18,7 @@ from toolwatch.model import Severity
 from toolwatch.tail import run_tail
 from toolwatch.tail_access import ACCESS_FLAGS, StreamAccess
 from toolwatch.tail_exits import EXIT_INTERRUPTED
+from toolwatch.tail_stop import TailStop
 
 __all__ = ["EXIT_TERMINATED", "add_tail"]
 
@@ -109,25 +111,34 @@ def _add_access(tail: Any) -> dict[str, tuple[Path, str]]:
 
 def _tail(args: argparse.Namespace) -> int:
     """``toolwatch tail``. SIGTERM ends it as Ctrl-C does (its cursor file kept up to the
-    last finding printed), with the exit code of a command that signal ended."""
+    last finding printed), with the exit code of a command that signal ended. Neither raises
+    inside gRPC's code (``toolwatch.tail_stop``: that aborted tail, once in a while); a
+    Ctrl-C ignored (a background job) stays so."""
     terminated = False
 
-    def terminate(_signal: int, _frame: object) -> None:
-        nonlocal terminated
-        terminated = True
-        raise KeyboardInterrupt
+    with TailStop() as stop:
 
-    previous = signal.signal(signal.SIGTERM, terminate)
-    try:
-        code = _run_tail(args)
-    except KeyboardInterrupt:  # one that came as run_tail returned
-        code = EXIT_INTERRUPTED
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+        def end(signum: int, frame: FrameType | None) -> None:
+            nonlocal terminated
+            terminated = terminated or signum == signal.SIGTERM
+            stop.request(frame)
+
+        previous = signal.signal(signal.SIGTERM, end)
+        interrupt = signal.getsignal(signal.SIGINT)
+        if interrupt is signal.default_int_handler:
+            signal.signal(signal.SIGINT, end)
+        try:
+            code = _run_tail(args, stop)
+        except KeyboardInterrupt:  # one that came as run_tail returned
+            code = EXIT_INTERRUPTED
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            if interrupt is signal.default_int_handler:
+                signal.signal(signal.SIGINT, interrupt)
     return EXIT_TERMINATED if terminated else code
 
 
-def _run_tail(args: argparse.Namespace) -> int:
+def _run_tail(args: argparse.Namespace, stop: TailStop) -> int:
     color = {"auto": None, "always": True, "never": False}[args.color]
     return run_tail(
         target=args.target,
@@ -139,6 +150,7 @@ def _run_tail(args: argparse.Namespace) -> int:
         out=sys.stdout,
         reconnect=args.reconnect,
         cursor_file=args.cursor_file,
+        stop=stop,
         access=StreamAccess(
             tls=args.tls,
             ca_file=args.tls_ca,

@@ -32,7 +32,8 @@ with a ``StreamAccess`` (``toolwatch.tail_access``); where tail is in each strea
 a ``_Cursor``, and across runs in a cursor file (``toolwatch.tail_cursor``).
 
 Threading: ``run_tail`` blocks the calling thread; the cursor file is also rewritten from a
-timer thread (``toolwatch.tail_cursor``).
+timer thread (``toolwatch.tail_cursor``), and a stop's thread may cancel the call followed
+(``toolwatch.tail_stop``).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ from toolwatch.tail_exits import (
     _report_error,
 )
 from toolwatch.tail_format import _narrow_encoding, _Printer, _use_colour
+from toolwatch.tail_stop import TailStop
 
 __all__ = ["run_tail"]
 
@@ -89,6 +91,7 @@ def run_tail(
     sleep: Callable[[float], None] = time.sleep,
     clock: Callable[[], float] = time.monotonic,
     keepalive: float = KEEPALIVE_SECONDS,
+    stop: TailStop | None = None,
 ) -> int:
     """Subscribes to the findings stream at ``target`` (``host:port``) and prints findings
     to ``out`` (default stdout) until the stream ends; messages go to ``err`` (default
@@ -98,8 +101,10 @@ def run_tail(
     seconds to find a connection gone silent. ``cursor_file`` keeps where tail is in
     each stream across runs: read at start (a run resumes where the last one left off) and
     rewritten after the findings printed (``CURSOR_SAVE_SECONDS``); one tail to a file (two
-    would resume with one token, each ending the other's stream). Returns the exit code
-    (``toolwatch.tail_exits``). Blocks the calling thread."""
+    would resume with one token, each ending the other's stream). ``stop`` is how signal
+    handlers end it (``toolwatch.tail_stop``: never by raising inside gRPC); without, a
+    ``KeyboardInterrupt`` ends it. Returns the exit code (``toolwatch.tail_exits``). Blocks
+    the calling thread."""
     out = out or sys.stdout
     err = err or sys.stderr
     access = access or StreamAccess()
@@ -112,7 +117,7 @@ def run_tail(
         cursor = _load_cursor(cursor_file, clock, err)
         if cursor is None:
             return EXIT_USAGE
-        session = _Session(target, printer, err, access, cursor, keepalive)
+        session = _Session(target, printer, err, access, cursor, keepalive, stop or TailStop())
         return _subscriptions(session, request, reconnect, (sleep, clock))
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
@@ -206,7 +211,8 @@ def _subscriptions(
     while True:
         started = clock()
         ended = session.subscribe(request)
-        if ended.code == EXIT_INTERRUPTED:
+        # A stop that came while gRPC closed the channel ends tail too (``TailStop``).
+        if ended.code == EXIT_INTERRUPTED or session.stop.requested:
             return EXIT_INTERRUPTED
         if ended.connected:
             session.cursor.lost_connection = ended.code != EXIT_OK
@@ -255,9 +261,9 @@ class _Ended:
 
 @dataclass(slots=True)
 class _Session:
-    """A tail's subscriptions to one target: where it is in the stream, how it prints,
-    whether one has subscribed (and printed a finding), and whether an outage has been told
-    (and as one of the credentials)."""
+    """A tail's subscriptions to one target: where it is in the stream, how it prints, how
+    a signal stops it, whether one has subscribed (and printed a finding), and whether an
+    outage has been told (and as one of the credentials)."""
 
     target: str
     printer: _Printer
@@ -265,6 +271,7 @@ class _Session:
     access: StreamAccess
     cursor: _Cursor = field(default_factory=_Cursor)
     keepalive: float = KEEPALIVE_SECONDS
+    stop: TailStop = field(default_factory=TailStop)
     subscribed: bool = False
     printed: bool = False  # a finding, in this run
     outage: bool = False
@@ -282,11 +289,13 @@ class _Session:
             stub = findings_pb2_grpc.FindingsServiceStub(channel)  # type: ignore[no-untyped-call]
             call = stub.Subscribe(self.cursor.resuming(request), metadata=metadata)
             try:
+                self.stop.follow(call)
                 return self._follow(call)
             except KeyboardInterrupt:
                 call.cancel()
                 return _Ended(EXIT_INTERRUPTED, "interrupted", True)
             finally:
+                self.stop.unfollow()
                 self.cursor.flush()
 
     def _follow(self, call: Any) -> _Ended:
@@ -322,6 +331,7 @@ class _Session:
                 _count(trailing.get(MISSED_FROM_REPLAY_KEY)),
             )
         except grpc.RpcError as e:
+            self.stop.check()  # cancelled by a stop that came inside gRPC (``TailStop``)
             code, said = _report_error(e, self.target, connected, self.access)
             refused = e.code() == grpc.StatusCode.UNAUTHENTICATED
             credentials = refused and self.access.bearer_token_file is not None
