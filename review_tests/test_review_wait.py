@@ -139,3 +139,21 @@ def test_copies_of_one_dropped_span_walk_the_trace_once_each() -> None:
     trace.spans = _CountingSpans(trace.spans)
     buffer.add([_step(50_000, size=200_000)] * 1000)
     assert _CountingSpans.walks <= 16
+
+
+def test_a_root_dropped_buffer_full_before_its_trace_is_held_counts_as_arrived() -> None:
+    """Defect, as the root dropped too large first, with the default limits' way to it: a full
+    buffer (``max_traces`` 1, another run held; ``add`` under ``backpressure``, as for a
+    request let through as one that can never fit) drops a background run's root
+    ``buffer_full`` before its trace is held. When room is made (the other run judged), the
+    run's steps and agent span come, and wait for the root (the agent span's local parent)
+    until ``max_trace_age``: ``timed_out`` at 305 s.
+    Expected: ``span_limit`` once the agent span has been quiet ``completion_wait``."""
+    other = agent(1, None, "refund-bot", 0, 5, trace_id=tid(7), size_bytes=10)
+    limits = AssemblyLimits(
+        completion_wait_ns=2 * SECOND, max_trace_age_ns=300 * SECOND, max_traces=1
+    )
+    judged, late = _judge(
+        [[], [_step(10)], [_step(11)], [_AGENT]], first=[other, _ROOT], limits=limits
+    )
+    assert (judged, late) == ([(None, 1, 2), ("span_limit", 3, 17)], 0)
