@@ -157,3 +157,27 @@ def test_a_root_dropped_buffer_full_before_its_trace_is_held_counts_as_arrived()
         [[], [_step(10)], [_step(11)], [_AGENT]], first=[other, _ROOT], limits=limits
     )
     assert (judged, late) == ([(None, 1, 2), ("span_limit", 3, 17)], 0)
+
+
+def test_an_eviction_judges_a_run_whose_only_step_was_dropped_as_in_flight() -> None:
+    """Defect, the first one's cause in the victim rule (``victims._ended`` reads
+    ``anchored()``): under ``evict_oldest`` a background run holding its root, its only step
+    dropped too large (the step waited for the running agent span), is evicted by two new
+    runs as one whose end has come, judged as it came (``span_limit``, its quiet period cut
+    short), where the same run with the step held is judged ``evicted`` (in flight).
+    Expected: ``evicted``."""
+    limits = AssemblyLimits(
+        completion_wait_ns=2 * SECOND,
+        max_trace_age_ns=300 * SECOND,
+        max_buffered_bytes=1000,
+        max_traces=2,
+        overflow="evict_oldest",
+    )
+    verdicts = {}
+    for step in (_step(10), _step(20, size=2000)):
+        buffer = TraceBuffer(limits, ManualClock(), RecordingMetrics())
+        buffer.add([_ROOT])
+        buffer.add([step])
+        evicted = buffer.add([agent(1, None, "bot", 0, 5, trace_id=tid(n)) for n in (6, 7)])
+        verdicts[step.size_bytes] = [(t.trace_id, t.incomplete_reason) for t in evicted]
+    assert verdicts == {10: [(_RUN, "evicted")], 2000: [(_RUN, "evicted")]}
