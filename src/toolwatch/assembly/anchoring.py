@@ -102,6 +102,7 @@ class _Trace:
         "anchor_missing",
         "awaiting_local",
         "dropped_ids",
+        "dropped_waits",
         "ended_verdict",
         "first_ns",
         "last_end_ns",
@@ -140,6 +141,9 @@ class _Trace:
         # The ids of its spans dropped for a limit that may be a parent: no span waits for
         # them (they came); None until one is (most traces).
         self.dropped_ids: set[bytes] | None = None
+        # What those dropped spans waited for: (parent id, end, service) of each whose
+        # parent its flags say is local; None until one is.
+        self.dropped_waits: list[tuple[bytes, int, str | None]] | None = None
         self.anchor_missing = False  # checked since the last arrival: no anchor yet
         # ... and, its root come, waited the lost parent's time with a span after the root
         # waiting for its local parent (a run left running in the background): its agent
@@ -177,6 +181,16 @@ class _Trace:
         self.root_seen = True
         if span.end_ns >= self.root_end_ns:
             self.root_end_ns, self.root_service = span.end_ns, span.service
+
+    def root_dropped(self, span_id: bytes, end_ns: int, service: str | None) -> None:
+        """Its root was dropped for a limit before the trace was held (``HeldTraces._limited``):
+        it came, as ``dropped`` counts one dropped once the trace is held."""
+        self.root_seen = True
+        if end_ns >= self.root_end_ns:
+            self.root_end_ns, self.root_service = end_ns, service
+        if self.dropped_ids is None:
+            self.dropped_ids = set()
+        self.dropped_ids.add(span_id)
 
     def encloses(self, span: SpanRecord) -> bool:
         """Whether ``span`` is a root, or the parent of a span this trace holds. Asked of a
@@ -217,10 +231,18 @@ class _Trace:
             self.parent_lost = True
             return False
         span_id = span.span_id
+        if span_id in ids:
+            return False  # known: a held span naming it came since, and restarted the checks
         ids.add(span_id)
+        parent_id = span.parent_span_id
+        waits = span.parent_local and parent_id is not None and parent_id not in self.spans
+        if waits and parent_id is not None:  # it waited for its local parent: so does its trace
+            if self.dropped_waits is None:
+                self.dropped_waits = []
+            self.dropped_waits.append((parent_id, span.end_ns, span.service))
         if self.open_parents is not None:  # a full trace: its open parents are kept
-            return span_id in self.open_parents
-        return any(held.parent_span_id == span_id for held in self.spans.values())
+            return waits or span_id in self.open_parents
+        return waits or any(held.parent_span_id == span_id for held in self.spans.values())
 
     def due_ns(self, limits: AssemblyLimits) -> int:
         """The next time this trace needs a look: quiet period over, or too old."""
@@ -245,7 +267,9 @@ class _Trace:
         if self.root_seen:
             # ... and no span waits for a parent its flags say is local: a run the request
             # left running in the background, its root ended first (``_awaits_local``).
-            return local_gone or not self._awaits_local()
+            return local_gone or (
+                not self._awaits_local() and (not self.parent_lost or bool(self.agents))
+            )
         settled: dict[bytes, bool] = {}
         if self.agents:
             return any(self._outermost(agent, settled, local_gone) for agent in self.agents)
@@ -313,6 +337,11 @@ class _Trace:
         for). Apart, as these walk every span: most traces pay nothing for it."""
         held, gone, service = self.spans, self.dropped_ids or (), self.root_service
         return any(
+            parent not in held
+            and parent not in gone
+            and (root_end is None or (end > root_end and by == service))
+            for parent, end, by in self.dropped_waits or ()
+        ) or any(
             span.parent_local
             and span.parent_span_id not in held
             and span.parent_span_id not in gone

@@ -45,7 +45,8 @@ class HeldTraces:
         # an OrderedDict of the ids took 166-191 (``python -m bench.remembered``).
         self._emitted = RememberedTraces(limits.late_span_window_ns, limits.max_remembered_traces)
         # Trace ids not buffered yet whose span a limit dropped: flagged when they arrive.
-        self._limited: OrderedDict[bytes, None] = OrderedDict()
+        # ... and, when one was a root dropped for a limit, its id, end and service: it came.
+        self._limited: OrderedDict[bytes, tuple[bytes, int, str | None] | None] = OrderedDict()
         self._spans = 0
         self._bytes = 0
         # Under backpressure, the refusals that may stall the buffer (``_admission``).
@@ -241,7 +242,11 @@ class HeldTraces:
         its quiet period starts again, as its root anchors it only once quiet the lost
         parent's wait (a live run exports within it)."""
         if trace is None:
-            self._limited[trace_id] = None
+            root = span is not None and span.parent_span_id is None
+            if root or trace_id not in self._limited:
+                self._limited[trace_id] = (
+                    (span.span_id, span.end_ns, span.service) if span is not None and root else None
+                )
             if len(self._limited) > self._limits.max_traces:
                 self._limited.popitem(last=False)
             return
@@ -285,8 +290,10 @@ class HeldTraces:
         if trace is None:
             trace = self._traces[span.trace_id] = _Trace(span.trace_id, now)
             if self._limited and span.trace_id in self._limited:
-                del self._limited[span.trace_id]
+                root = self._limited.pop(span.trace_id)
                 trace.span_limited = trace.parent_lost = True
+                if root is not None:
+                    trace.root_dropped(*root)
         trace.add(span, now)
         self._spans += 1
         self._bytes += span.size_bytes

@@ -1,0 +1,183 @@
+"""Review of the "wait" rule (merge 9ce1a29): what it still gets wrong.
+
+The run, as in ``tests/unit/assembly/test_assembly_rejected_step_background_run.py``: a
+request's span (the root, 9) ended and came first; the run it left running in the background
+sends its steps in export batches 5 s apart, each under the run's agent span (2, local, still
+running); the agent span comes last.
+"""
+
+from __future__ import annotations
+
+from assembly_support import SECOND, RecordingMetrics, agent, span, tool
+from stall_support import tid
+
+from toolwatch.assembly.buffer import TraceBuffer
+from toolwatch.assembly.limits import AssemblyLimits
+from toolwatch.model import ManualClock, SpanRecord, SpanRole
+
+_RUN = tid(5)
+_LIMITS = AssemblyLimits(
+    completion_wait_ns=2 * SECOND, max_trace_age_ns=300 * SECOND, max_buffered_bytes=1000
+)
+_ROOT = span(9, None, SpanRole.OTHER, 0, 3, trace_id=_RUN, size_bytes=10)
+_AGENT = agent(2, 9, "refund-bot", 1, 60, trace_id=_RUN, size_bytes=10, parent_local=True)
+_Batch = list[SpanRecord | None]
+
+
+def _step(n: int, parent: int = 2, size: int = 10) -> SpanRecord:
+    return tool(n, parent, "lookup_order", 4, 7, trace_id=_RUN, size_bytes=size, parent_local=True)
+
+
+def _judge(
+    batches: list[_Batch], first: list[SpanRecord] | None = None, limits: AssemblyLimits = _LIMITS
+) -> tuple[list[tuple[str | None, int, int]], int]:
+    """``first`` (the root by default), then ``batches`` 5 s apart (``None``: a span ingest
+    rejected), polled every 0.2 s; then 300 s more. The traces judged (reason, spans, seconds
+    since the first batch) and the spans dropped ``late``."""
+    clock = ManualClock()
+    metrics = RecordingMetrics()
+    buffer = TraceBuffer(limits, clock, metrics)
+    out = []
+    buffer.add([_ROOT] if first is None else first)
+    began = clock.now_ns
+    for batch in batches:
+        if None in batch:
+            buffer.flag_rejected([_RUN])
+        taken = [s for s in batch if s is not None]
+        if taken:
+            buffer.add(taken)
+        for _ in range(25):
+            clock.now_ns += SECOND // 5
+            out.extend((t, clock.now_ns) for t in buffer.poll())
+    for _ in range(300 * 5):
+        clock.now_ns += SECOND // 5
+        out.extend((t, clock.now_ns) for t in buffer.poll())
+    judged = [(t.incomplete_reason, len(t.spans), (w - began) // SECOND) for t, w in out]
+    return judged, metrics.dropped["late"]
+
+
+def test_a_rejected_step_alone_in_its_batch_still_cuts_the_run() -> None:
+    """Defect: the wait rule holds only while a held span waits for a local parent. The
+    root came, then a batch whose only step ingest rejected (a slow step exported alone, or a
+    whole batch of steps rejected): the trace holds the root alone, nothing awaits, and
+    ``anchored()`` (which no longer reads ``parent_lost``) lets the root anchor the run at the
+    next quiet ``completion_wait`` (2 s): the root is judged alone (not an agent run, so its
+    id is not remembered) and the rest of the run makes a second trace that waits for the
+    agent span's local parent, the root, until ``max_trace_age`` (``timed_out``, 305 s).
+    docs/configuration.md says such a trace waits ``lost_parent_wait`` more "whatever its
+    spans wait for". Expected: one trace, ``span_limit``, the 4 spans taken."""
+    judged, late = _judge([[None], [_step(11)], [_step(12)], [_AGENT]])
+    assert ([(r, n) for r, n, _ in judged], late) == ([("span_limit", 4)], 0)
+
+
+def test_a_step_too_large_alone_in_its_batch_still_cuts_the_run() -> None:
+    """Defect: a step dropped ``span_too_large`` that is the only span of its batch (a slow
+    step: a reasoning model's call, exported alone) is remembered in ``dropped_ids`` as a
+    parent no span waits for, but what *it* waited for (its own parent, the agent span, local
+    and running) is forgotten: the held spans are the root alone, nothing awaits a local
+    parent, and the root anchors the run at the next quiet ``completion_wait``: cut in two,
+    the rest ``late``. A rejected step in its place (control above) is waited for: a span
+    whose identity is known is treated worse than one that is not.
+    Expected: as the control, one trace, ``span_limit``, nothing late."""
+    judged, late = _judge([[_step(20, size=2000)], [_step(11)], [_step(12)], [_AGENT]])
+    assert ([(r, n) for r, n, _ in judged], late) == ([("span_limit", 4)], 0)
+
+
+def test_a_step_too_large_whose_children_came_with_it_still_cuts_the_run() -> None:
+    """Defect, same cause: a step (a model call, 20, under the agent span) dropped too large
+    with the HTTP call it made (21, naming it) in its batch. 21 waits for 20 no more
+    (``dropped_ids``), and nothing waits for the agent span 2 that 20 named: cut at the next
+    quiet ``completion_wait``, the steps after it and the agent span ``late``.
+    Expected: one trace, ``span_limit``, nothing late."""
+    call = span(21, 20, SpanRole.OTHER, 5, 6, trace_id=_RUN, size_bytes=10, parent_local=True)
+    judged, late = _judge([[call, _step(20, size=2000)], [_step(11)], [_AGENT]])
+    assert ([(r, n) for r, n, _ in judged], late) == ([("span_limit", 4)], 0)
+
+
+def test_a_root_dropped_too_large_as_its_trace_first_span_counts_as_arrived() -> None:
+    """Defect (older than the merge, now contradicted by docs/configuration.md: "A span dropped
+    for a limit ... is known", "a root dropped all the same still counts as arrived"): the
+    request's span (the root) of a background run ended first and is too large. Its trace is
+    not held yet, so ``_flag_limited`` only remembers the trace id (``_limited``): the root is
+    not counted as arrived (``_root``), and the agent span, whose parent is that local root,
+    never anchors the run: held to ``max_trace_age`` and judged ``timed_out`` (300 s), where
+    the same root dropped once the trace is held lets the run be judged ``completion_wait``
+    after the agent span.
+    Expected: judged ``span_limit`` shortly after the agent span (well before 300 s)."""
+    big_root = span(9, None, SpanRole.OTHER, 0, 3, trace_id=_RUN, size_bytes=2000)
+    judged, late = _judge([[_step(10)], [_step(11)], [_AGENT]], first=[big_root])
+    assert ([(r, n) for r, n, _ in judged], late) == ([("span_limit", 3)], 0)
+    assert judged[0][2] < 20, judged
+
+
+class _CountingSpans(dict[bytes, SpanRecord]):
+    """A trace's spans that count the walks over them (``values()``): what a drop costs."""
+
+    walks = 0
+
+    def values(self):  # type: ignore[override]
+        type(self).walks += 1
+        return super().values()
+
+
+def test_copies_of_one_dropped_span_walk_the_trace_once_each() -> None:
+    """Defect (cost): ``_Trace.dropped`` bounds its O(held spans) walk by ``DROPPED_IDS``
+    distinct ids, but a drop of an id it holds already walks again: one request bringing the
+    same too-large (or ``buffer_full``) span 1,000 times, to a trace of 4,000 spans, walks
+    4,000,000 spans (a duplicate is only recognised against the spans held, and a dropped span
+    is not held). Measured pure Python: 1,000 drops of one id 0.14 s, of 1,000 ids 0.005 s;
+    a 20 MiB request holds ~100,000 small copies. Expected: a drop of an id already in
+    ``dropped_ids`` walks nothing (it changes nothing: a held span naming it arrived since
+    has already restarted the trace's checks): at most ``DROPPED_IDS`` walks.
+    Fix: ``if span_id in ids: return False`` before the walk."""
+    limits = AssemblyLimits(
+        completion_wait_ns=2 * SECOND, max_trace_age_ns=300 * SECOND, max_buffered_bytes=100_000
+    )
+    buffer = TraceBuffer(limits, ManualClock(), RecordingMetrics())
+    buffer.add([_ROOT, *(_step(100 + k) for k in range(4000))])
+    trace = buffer._traces[_RUN]
+    trace.spans = _CountingSpans(trace.spans)
+    buffer.add([_step(50_000, size=200_000)] * 1000)
+    assert _CountingSpans.walks <= 16
+
+
+def test_a_root_dropped_buffer_full_before_its_trace_is_held_counts_as_arrived() -> None:
+    """Defect, as the root dropped too large first, with the default limits' way to it: a full
+    buffer (``max_traces`` 1, another run held; ``add`` under ``backpressure``, as for a
+    request let through as one that can never fit) drops a background run's root
+    ``buffer_full`` before its trace is held. When room is made (the other run judged), the
+    run's steps and agent span come, and wait for the root (the agent span's local parent)
+    until ``max_trace_age``: ``timed_out`` at 305 s.
+    Expected: ``span_limit`` once the agent span has been quiet ``completion_wait``."""
+    other = agent(1, None, "refund-bot", 0, 5, trace_id=tid(7), size_bytes=10)
+    limits = AssemblyLimits(
+        completion_wait_ns=2 * SECOND, max_trace_age_ns=300 * SECOND, max_traces=1
+    )
+    judged, late = _judge(
+        [[], [_step(10)], [_step(11)], [_AGENT]], first=[other, _ROOT], limits=limits
+    )
+    assert (judged, late) == ([(None, 1, 2), ("span_limit", 3, 17)], 0)
+
+
+def test_an_eviction_judges_a_run_whose_only_step_was_dropped_as_in_flight() -> None:
+    """Defect, the first one's cause in the victim rule (``victims._ended`` reads
+    ``anchored()``): under ``evict_oldest`` a background run holding its root, its only step
+    dropped too large (the step waited for the running agent span), is evicted by two new
+    runs as one whose end has come, judged as it came (``span_limit``, its quiet period cut
+    short), where the same run with the step held is judged ``evicted`` (in flight).
+    Expected: ``evicted``."""
+    limits = AssemblyLimits(
+        completion_wait_ns=2 * SECOND,
+        max_trace_age_ns=300 * SECOND,
+        max_buffered_bytes=1000,
+        max_traces=2,
+        overflow="evict_oldest",
+    )
+    verdicts = {}
+    for step in (_step(10), _step(20, size=2000)):
+        buffer = TraceBuffer(limits, ManualClock(), RecordingMetrics())
+        buffer.add([_ROOT])
+        buffer.add([step])
+        evicted = buffer.add([agent(1, None, "bot", 0, 5, trace_id=tid(n)) for n in (6, 7)])
+        verdicts[step.size_bytes] = [(t.trace_id, t.incomplete_reason) for t in evicted]
+    assert verdicts == {10: [(_RUN, "evicted")], 2000: [(_RUN, "evicted")]}
