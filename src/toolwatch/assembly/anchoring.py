@@ -23,15 +23,17 @@ once the trace has been quiet that long: the agent anchors it then. Not by defau
 is quiet that long while one slow step (a reasoning model's call, a slow tool) runs, and it
 would be cut in two, the rest of it dropped as ``late``.
 
-A span the buffer dropped for a limit (too large, no room, past the cap's enclosing spans)
-has come: a span that names it as its parent waits for it no more (``_Trace.dropped_ids``),
-and the others wait as they did, a run left running in the background for its agent span; a
-dropped root anchors as a held one. A span rejected at ingest is not known (its trace id is
-all the decoder hands on): it may be the parent waited for, so the root anchors the trace
-once it has been quiet ``completion_wait_ns + lost_parent_wait_ns`` (``parent_lost``), as it
-does where a parent was lost in export, and not at the next quiet ``completion_wait_ns``: most
-rejected spans are a step, and a live run's batch processor exports within that wait, where
-anchoring at once judged the run between two export batches and dropped its rest as ``late``.
+A span the buffer dropped for a limit (too large, no room, past the cap's enclosing spans) has
+come: a span that names it as its parent waits for it no more (``_Trace.dropped_ids``), and the
+others wait as they did, a run left running in the background for its agent span, as does what
+the dropped span waited for (``_Trace.dropped_waits``); a dropped root anchors as a held one,
+even one dropped before its trace was held (``_Trace.root_dropped``). A span rejected at ingest
+is not known (its trace id is all the decoder hands on): it may be the parent waited for, so,
+unless its agent span has come, the root anchors the trace once it has been quiet
+``completion_wait_ns + lost_parent_wait_ns`` (``parent_lost``), as it does where a parent was
+lost in export, and not at the next quiet ``completion_wait_ns``: most rejected spans are a
+step, and a live run's batch processor exports within that wait, where anchoring at once judged
+the run between two export batches and dropped its rest as ``late``.
 
 A trace with no AGENT span (a loop on a plain model client: the ``openai`` client's own,
 google-genai's automatic function calling) is anchored by the same walk up from its model

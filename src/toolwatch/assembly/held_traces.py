@@ -92,7 +92,8 @@ class HeldTraces:
     def has_room(self, spans: Sequence[SpanRecord], size_bytes: int) -> bool:
         """Whether ``TraceBuffer.admit`` would take a request of ``spans`` (``size_bytes`` in
         all) now, taking nothing: asked as ``admit`` asks (``_admission``), a refusal counted
-        towards a stall."""
+        towards a stall. A question (for tests): an ``add`` after it does not evict for a
+        stall, as ``admit`` would."""
         return self._admission(spans, size_bytes) is not None
 
     def _admission(self, spans: Sequence[SpanRecord], size_bytes: int) -> bool | None:
