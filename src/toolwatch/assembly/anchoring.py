@@ -227,14 +227,14 @@ class _Trace:
         if not parent:
             return False
         ids = self.dropped_ids
+        span_id = span.span_id
         if ids is None:
             ids = self.dropped_ids = set()
+        elif span_id in ids:
+            return False  # known: a held span naming it came since, and restarted the checks
         elif len(ids) >= DROPPED_IDS:
             self.parent_lost = True
             return False
-        span_id = span.span_id
-        if span_id in ids:
-            return False  # known: a held span naming it came since, and restarted the checks
         ids.add(span_id)
         parent_id = span.parent_span_id
         waits = span.parent_local and parent_id is not None and parent_id not in self.spans
@@ -242,6 +242,7 @@ class _Trace:
             if self.dropped_waits is None:
                 self.dropped_waits = []
             self.dropped_waits.append((parent_id, span.end_ns, span.service))
+            self.last_end_ns = max(self.last_end_ns, span.end_ns)
         if self.open_parents is not None:  # a full trace: its open parents are kept
             return waits or span_id in self.open_parents
         return waits or any(held.parent_span_id == span_id for held in self.spans.values())

@@ -46,7 +46,7 @@ class HeldTraces:
         self._emitted = RememberedTraces(limits.late_span_window_ns, limits.max_remembered_traces)
         # Trace ids not buffered yet whose span a limit dropped: flagged when they arrive.
         # ... and, when one was a root dropped for a limit, its id, end and service: it came.
-        self._limited: OrderedDict[bytes, tuple[bytes, int, str | None] | None] = OrderedDict()
+        self._limited: OrderedDict[bytes, tuple[bytes, int, str | None, bool] | None] = OrderedDict()
         self._spans = 0
         self._bytes = 0
         # Under backpressure, the refusals that may stall the buffer (``_admission``).
@@ -243,11 +243,19 @@ class HeldTraces:
         its quiet period starts again, as its root anchors it only once quiet the lost
         parent's wait (a live run exports within it)."""
         if trace is None:
-            root = span is not None and span.parent_span_id is None
-            if root or trace_id not in self._limited:
-                self._limited[trace_id] = (
-                    (span.span_id, span.end_ns, span.service) if span is not None and root else None
-                )
+            limited = self._limited
+            if span is not None and span.parent_span_id is None:
+                # The root came: known. What the entry held stays lost: a span not known (None),
+                # or another root (a trace of two roots), whose id this one replaces.
+                lost = False
+                if trace_id in limited:
+                    was = limited[trace_id]
+                    lost = was is None or was[3] or was[0] != span.span_id
+                limited[trace_id] = (span.span_id, span.end_ns, span.service, lost)
+            elif trace_id not in limited:
+                limited[trace_id] = None
+            elif (was := limited[trace_id]) is not None and not was[3]:
+                limited[trace_id] = (*was[:3], True)
             if len(self._limited) > self._limits.max_traces:
                 self._limited.popitem(last=False)
             return
@@ -292,9 +300,10 @@ class HeldTraces:
             trace = self._traces[span.trace_id] = _Trace(span.trace_id, now)
             if self._limited and span.trace_id in self._limited:
                 root = self._limited.pop(span.trace_id)
-                trace.span_limited = trace.parent_lost = True
+                trace.span_limited = True
+                trace.parent_lost = root is None or root[3]
                 if root is not None:
-                    trace.root_dropped(*root)
+                    trace.root_dropped(*root[:3])
         trace.add(span, now)
         self._spans += 1
         self._bytes += span.size_bytes
