@@ -270,8 +270,10 @@ class _Trace:
         if self.root_seen:
             # ... and no span waits for a parent its flags say is local: a run the request
             # left running in the background, its root ended first (``_awaits_local``).
+            # A span rejected at ingest may be one a run left running in the background
+            # waits for (``parent_lost``): only that run's agent span, come, says it ended.
             return local_gone or (
-                not self._awaits_local() and (not self.parent_lost or bool(self.agents))
+                not self._awaits_local() and (not self.parent_lost or self._agent_after_root())
             )
         settled: dict[bytes, bool] = {}
         if self.agents:
@@ -332,6 +334,17 @@ class _Trace:
             and span.parent_local
             and span.parent_span_id not in held
             for span in held.values()
+        )
+
+    def _agent_after_root(self) -> bool:
+        """Whether the root is an agent span, or an agent span of the root's service that
+        ended after the root is held (a run the request left running in the background, come
+        to its end). An agent span that ended before the root ran within the request, and
+        says nothing of such a run."""
+        root_end, service = self.root_end_ns, self.root_service
+        return any(
+            a.parent_span_id is None or (a.end_ns > root_end and a.service == service)
+            for a in self.agents
         )
 
     def _awaits_undropped(self, root_end: int | None) -> bool:

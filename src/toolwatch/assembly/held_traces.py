@@ -46,7 +46,9 @@ class HeldTraces:
         self._emitted = RememberedTraces(limits.late_span_window_ns, limits.max_remembered_traces)
         # Trace ids not buffered yet whose span a limit dropped: flagged when they arrive.
         # ... and, when one was a root dropped for a limit, its id, end and service: it came.
-        self._limited: OrderedDict[bytes, tuple[bytes, int, str | None, bool] | None] = OrderedDict()
+        self._limited: OrderedDict[bytes, tuple[bytes, int, str | None, bool] | None] = (
+            OrderedDict()
+        )
         self._spans = 0
         self._bytes = 0
         # Under backpressure, the refusals that may stall the buffer (``_admission``).
