@@ -312,10 +312,12 @@ def test_a_connection_whose_answer_is_not_read_reads_nothing_more_and_is_closed(
         sock = _not_reading(host, int(port))
         try:
             _stall(server, gate, sock)
-            sock.sendall(b"POST /metrics HTTP/1.1\r\nHost: x\r\n" + PAD_LINE)
-            _turns(server)
+            head = b"POST /metrics HTTP/1.1\r\nHost: x\r\n" + PAD_LINE
+            sock.sendall(head)
+            assert until(lambda: _unacknowledged(sock) == 0)  # all of it in the server's kernel
+            _turns(server)  # the loop's turns that would read it
             (connection,) = server.call(lambda: list(gate._open))
-            assert server.call(lambda: _unread_one(connection)) > 0  # not read: not held
+            assert server.call(lambda: _unread_one(connection)) == len(head)  # not read: not held
             assert server.call(lambda: gate.heads) == 0
             assert until(lambda: server.call(lambda: gate.open) == 0)
         finally:
