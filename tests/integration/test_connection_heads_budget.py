@@ -103,11 +103,9 @@ PAD_LINE = b"X-Pad: " + b"a" * 62_000 + b"\r\n"
 
 def _head_begun(address: str, lines: int) -> socket.socket:
     """A connection to ``address`` that sends ``lines`` of ``PAD_LINE`` of a head it never
-    ends."""
+    ends, or as much of it as the server took before closing it (``_open``)."""
     host, port = address.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)), timeout=10)
-    sock.sendall(b"POST /v1/traces HTTP/1.1\r\nHost: x\r\n" + PAD_LINE * lines)
-    return sock
+    return _open(host, int(port), b"POST /v1/traces HTTP/1.1\r\nHost: x\r\n" + PAD_LINE * lines)
 
 
 def test_heads_that_never_end_are_bounded_by_closing_the_largest(
