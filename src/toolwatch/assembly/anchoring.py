@@ -28,12 +28,13 @@ come: a span that names it as its parent waits for it no more (``_Trace.dropped_
 others wait as they did, a run left running in the background for its agent span, as does what
 the dropped span waited for (``_Trace.dropped_waits``); a dropped root anchors as a held one,
 even one dropped before its trace was held (``_Trace.root_dropped``). A span rejected at ingest
-is not known (its trace id is all the decoder hands on): it may be the parent waited for, so,
-unless its agent span has come, the root anchors the trace once it has been quiet
-``completion_wait_ns + lost_parent_wait_ns`` (``parent_lost``), as it does where a parent was
-lost in export, and not at the next quiet ``completion_wait_ns``: most rejected spans are a
-step, and a live run's batch processor exports within that wait, where anchoring at once judged
-the run between two export batches and dropped its rest as ``late``.
+is not known (its trace id is all the decoder hands on): it may be the parent waited for, so
+the root anchors the trace (whatever agent spans it holds: none says which run the span was of)
+only once it has been quiet ``completion_wait_ns + lost_parent_wait_ns`` (``parent_lost``), as
+it does where a parent was lost in export, and not at the next quiet ``completion_wait_ns``:
+most rejected spans are a step, and a live run's batch processor exports within that wait,
+where anchoring at once judged the run between two export batches and dropped its rest as
+``late``.
 
 A trace with no AGENT span (a loop on a plain model client: the ``openai`` client's own,
 google-genai's automatic function calling) is anchored by the same walk up from its model
@@ -271,10 +272,9 @@ class _Trace:
             # ... and no span waits for a parent its flags say is local: a run the request
             # left running in the background, its root ended first (``_awaits_local``).
             # A span rejected at ingest may be one a run left running in the background
-            # waits for (``parent_lost``): only that run's agent span, come, says it ended.
-            return local_gone or (
-                not self._awaits_local() and (not self.parent_lost or self._agent_after_root())
-            )
+            # waits for (``parent_lost``): no span held says which run it was of, so the root
+            # anchors such a trace only once quiet the lost parent's wait (``TraceBuffer._check``).
+            return local_gone or (not self._awaits_local() and not self.parent_lost)
         settled: dict[bytes, bool] = {}
         if self.agents:
             return any(self._outermost(agent, settled, local_gone) for agent in self.agents)
@@ -334,17 +334,6 @@ class _Trace:
             and span.parent_local
             and span.parent_span_id not in held
             for span in held.values()
-        )
-
-    def _agent_after_root(self) -> bool:
-        """Whether the root is an agent span, or an agent span of the root's service that
-        ended after the root is held (a run the request left running in the background, come
-        to its end). An agent span that ended before the root ran within the request, and
-        says nothing of such a run."""
-        root_end, service = self.root_end_ns, self.root_service
-        return any(
-            a.parent_span_id is None or (a.end_ns > root_end and a.service == service)
-            for a in self.agents
         )
 
     def _awaits_undropped(self, root_end: int | None) -> bool:

@@ -257,7 +257,7 @@ class HeldTraces:
             elif trace_id not in limited:
                 limited[trace_id] = None
             elif (was := limited[trace_id]) is not None and not was[3]:
-                limited[trace_id] = (*was[:3], True)
+                limited[trace_id] = (was[0], was[1], was[2], True)
             if len(self._limited) > self._limits.max_traces:
                 self._limited.popitem(last=False)
             return
@@ -305,7 +305,7 @@ class HeldTraces:
                 trace.span_limited = True
                 trace.parent_lost = root is None or root[3]
                 if root is not None:
-                    trace.root_dropped(*root[:3])
+                    trace.root_dropped(root[0], root[1], root[2])
         trace.add(span, now)
         self._spans += 1
         self._bytes += span.size_bytes

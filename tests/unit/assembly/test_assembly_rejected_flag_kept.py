@@ -44,7 +44,7 @@ def _judged(rejected_later: list[bytes]) -> dict[bytes, str | None]:
     buffer.flag_rejected([tid(1)])
     root = agent(1, None, "refund-bot", 0, 5, trace_id=tid(1))
     assert buffer.add([root], rejected=rejected_later) == []
-    clock.now_ns += 3 * SECOND
+    clock.now_ns += 8 * SECOND  # Was: 3 s. Now: a rejected span's trace waits 7 s
     return {t.trace_id: t.incomplete_reason for t in buffer.poll()}
 
 

@@ -42,6 +42,6 @@ def test_every_run_a_request_starts_with_a_rejected_span_is_flagged() -> None:
     buffer = TraceBuffer(limits, clock, RecordingMetrics())
     spans = [agent(1, None, "refund-bot", 0, 5, trace_id=tid(n)) for n in (1, 2)]
     assert buffer.add(spans, rejected=[tid(1), tid(2), tid(3)]) == []  # as Engine.admit does
-    clock.now_ns += 3 * SECOND
+    clock.now_ns += 8 * SECOND  # Was: 3 s. Now: a rejected span's trace waits 7 s
     judged = {t.trace_id: t.incomplete_reason for t in buffer.poll()}
     assert judged == {tid(1): "span_limit", tid(2): "span_limit"}

@@ -159,9 +159,11 @@ def test_a_rejection_restarts_the_quiet_period_of_a_run_that_waited() -> None:
     ``completion_wait + lost_parent_wait``, waits for its agent span; then that step comes,
     alone in its request, and ingest rejects it; the run goes on.
     Expected: the rejection is an arrival of the run: its root does not anchor it at once
-    (quiet for 10 s already), the run waits for its agent span; none ``late``."""
+    (quiet for 10 s already), the run waits for its agent span; none ``late``. Judged 7 s
+    after the agent span (Was: 2 s, when any agent span held excused the rejection; no span
+    held says which run a rejected span was of: review-wait3)."""
     batches: list[_Batch] = [[_step(10)], [None], [_step(12)], [_AGENT]]  # 0, 10, 15, 20 s
-    assert _judge(batches, gaps=(10,)) == ([("span_limit", 4, 22)], 0)
+    assert _judge(batches, gaps=(10,)) == ([("span_limit", 4, 27)], 0)
 
 
 def test_a_run_with_a_rejected_step_is_judged_at_a_later_step_slower_than_the_wait() -> None:

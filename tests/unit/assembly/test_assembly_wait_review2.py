@@ -201,9 +201,9 @@ def test_a_synchronous_run_under_a_request_span_with_a_rejected_step_waits_the_l
 ):
     """Was: a synchronous run (a request span as root, agent span ended before it, a step), a
     step of it rejected: judged at ``completion_wait`` (2 s), as any held agent span excused
-    the rejection. Now: at 7 s (``_Trace._agent_after_root``): held spans cannot tell this run
-    from a triage agent's before a background run (below), and waiting costs only time. A run
-    whose root is its agent span is judged at 2 s still (test_assembly_buffer.py)."""
+    the rejection. Now: at 7 s: held spans cannot tell this run from a triage agent's before a
+    background run (below), and waiting costs only time. So is a run whose root is its agent
+    span (review-wait3: such a root may have left a run in the background too)."""
     run = [
         span(9, None, SpanRole.OTHER, 0, 10, trace_id=_RUN, size_bytes=10),
         agent(2, 9, "refund-bot", 1, 9, trace_id=_RUN, size_bytes=10, parent_local=True),
@@ -232,10 +232,8 @@ def test_a_rejected_step_of_a_background_run_after_a_synchronous_agent_does_not_
     steps and agent span are dropped ``late``. With the step held (control below) the run is
     one trace. docs/configuration.md: a trace with a rejected span waits ``lost_parent_wait``
     more "unless its agent span has come".
-    Expected: one trace, ``span_limit``, 5 spans, nothing late.
-    Fix: count only an agent span that ended after the root (a background run's, ending
-    last), or drop the ``bool(self.agents)`` shortcut (a synchronous run with a rejected span
-    is judged at 7 s, not 2 s: rejections are rare)."""
+    Now: one trace, ``span_limit``, 5 spans, nothing late (no agent span excuses a
+    rejection: a synchronous run with a rejected span is judged at 7 s, not 2 s)."""
     triage = agent(3, 9, "triage", 1, 2, trace_id=_RUN, size_bytes=10, parent_local=True)
     judged, late = _judge(
         [([_root(), triage], 1), ([None], 5), ([_step(11)], 5), ([_step(12)], 5), ([_AGENT], 1)]

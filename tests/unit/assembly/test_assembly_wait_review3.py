@@ -1,4 +1,5 @@
-"""Third review of the "wait" rule (50ead45, 8070f99, review-wait3): what it still cuts.
+"""Third review of the "wait" rule (50ead45, 8070f99, review-wait3): what it cut. Fixed: no agent
+span excuses a rejection any more. Not handled (xfail): the verdict labels below.
 
 The run, as in ``tests/unit/assembly/test_assembly_wait_review2.py``: a request's span (the
 root, 9, ended at 3 ms) came first; a run it left running in the background sends its steps
@@ -12,6 +13,7 @@ agent span, or an agent span of the root's service ended after the root. Neither
 
 from __future__ import annotations
 
+import pytest
 from assembly_support import SECOND, RecordingMetrics, agent, span, tool
 from stall_support import tid
 
@@ -157,6 +159,13 @@ def test_control_a_root_dropped_before_its_trace_and_a_slow_held_step() -> None:
     assert judged == ([("span_limit", 4)], 0)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="not handled: a step dropped before any span of its trace is held is remembered as its "
+    "trace id alone (HeldTraces._limited), so it counts as a span not known: a slow step then cuts "
+    "the run at completion_wait + lost_parent_wait; needs span_too_large or buffer_full on a "
+    "trace's first batch",
+)
 def test_a_step_dropped_before_its_trace_is_held_is_known_as_a_dropped_root_is() -> None:
     """Fails (older than 50ead45, which fixed the root's case only): the request's span and
     the run's first step come in one request and are both dropped (too large here;
@@ -247,6 +256,12 @@ def test_a_dropped_step_of_another_service_after_the_root_holds_only_the_lost_pa
 _TRIAGE = agent(3, 9, "triage", 1, 2, trace_id=_RUN, size_bytes=10, parent_local=True)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="not handled: victims._ended takes a root beside an agent span as a run ended though "
+    "a span was rejected: judged span_limit (as it came) rather than evicted; both incomplete, "
+    "and it is preferred as a victim to a run in flight",
+)
 def test_an_eviction_judges_a_background_run_whose_step_was_rejected_as_in_flight() -> None:
     """Fails: review-wait2's eviction case with the background run's first step rejected
     instead of dropped. ``anchored()`` now says no (the triage agent ended before the root:
@@ -278,6 +293,12 @@ def test_an_eviction_judges_a_background_run_whose_step_was_rejected_as_in_fligh
     assert verdicts == {False: [(_RUN, "evicted")], True: [(_RUN, "evicted")]}
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="not handled: at a drain such a run is judged span_limit, not shutdown: both "
+    "incomplete; checking parent_lost there would label every synchronous run with a "
+    "rejected span shutdown",
+)
 def test_a_shutdown_judges_a_background_run_whose_step_was_rejected_as_in_flight() -> None:
     """Fails, same cause at a drain (``buffer._over``: anchored, or the root with nothing
     waiting after it, ``parent_lost`` unread): ``span_limit`` (its run over) where the same
