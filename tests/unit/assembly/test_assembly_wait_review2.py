@@ -16,51 +16,27 @@ from __future__ import annotations
 
 from assembly_support import SECOND, RecordingMetrics, agent, span, tool
 from stall_support import tid
+from wait_support import LIMITS, RUN, judge
 
 from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
 
-_RUN = tid(5)
-_LIMITS = AssemblyLimits(
-    completion_wait_ns=2 * SECOND, max_trace_age_ns=300 * SECOND, max_buffered_bytes=1000
-)
-_AGENT = agent(2, 9, "refund-bot", 1, 60_000, trace_id=_RUN, size_bytes=10, parent_local=True)
+_AGENT = agent(2, 9, "refund-bot", 1, 60_000, trace_id=RUN, size_bytes=10, parent_local=True)
 
 
 def _root(size: int = 10) -> SpanRecord:
-    return span(9, None, SpanRole.OTHER, 0, 3, trace_id=_RUN, size_bytes=size)
+    return span(9, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=size)
 
 
 def _step(n: int, size: int = 10, end_ms: int = 7) -> SpanRecord:
-    return tool(n, 2, "lookup_order", 4, end_ms, trace_id=_RUN, size_bytes=size, parent_local=True)
-
-
-def _judge(
-    batches: list[tuple[list[SpanRecord | None], int]],
-) -> tuple[list[tuple[str | None, int]], int]:
-    """Each batch (``None``: a span of it ingest rejected), then the seconds before the next
-    (polled every 0.2 s); then 300 s more. The traces judged (reason, spans) and the spans
-    dropped ``late``."""
-    clock = ManualClock()
-    metrics = RecordingMetrics()
-    buffer = TraceBuffer(_LIMITS, clock, metrics)
-    out: list[CompletedTrace] = []
-    for batch, gap in [*batches, ([], 300)]:
-        if None in batch:
-            buffer.flag_rejected([_RUN])
-        if taken := [s for s in batch if s is not None]:
-            buffer.add(taken)
-        for _ in range(gap * 5):
-            clock.now_ns += SECOND // 5
-            out.extend(buffer.poll())
-    return [(t.incomplete_reason, len(t.spans)) for t in out], metrics.dropped["late"]
+    return tool(n, 2, "lookup_order", 4, end_ms, trace_id=RUN, size_bytes=size, parent_local=True)
 
 
 def test_control_a_slow_step_after_a_held_step_is_waited_for() -> None:
     """Holds (control): root, a step, 20 s quiet, a step, the agent span: one trace."""
-    judged, late = _judge([([_root()], 1), ([_step(10)], 20), ([_step(11)], 1), ([_AGENT], 1)])
+    judged, late = judge([([_root()], 1), ([_step(10)], 20), ([_step(11)], 1), ([_AGENT], 1)])
     assert (judged, late) == ([(None, 4)], 0)
 
 
@@ -75,7 +51,7 @@ def test_a_slow_step_after_a_step_dropped_too_large_does_not_cut_the_run() -> No
     Expected, as the control with the step held: one trace, ``span_limit``, 3 spans.
     Fix: ``_Trace.dropped`` moves ``last_end_ns`` to the dropped span's end when it records a
     wait (or ``awaits_after_root`` reads ``dropped_waits`` before the shortcut)."""
-    judged, late = _judge(
+    judged, late = judge(
         [([_root()], 1), ([_step(10, size=2000)], 20), ([_step(11)], 1), ([_AGENT], 1)]
     )
     assert (judged, late) == ([("span_limit", 3)], 0)
@@ -89,7 +65,7 @@ def test_a_shutdown_judges_a_run_whose_only_step_was_dropped_as_in_flight() -> N
     Expected: ``shutdown`` both."""
     verdicts = {}
     for size in (10, 2000):
-        buffer = TraceBuffer(_LIMITS, ManualClock(), RecordingMetrics())
+        buffer = TraceBuffer(LIMITS, ManualClock(), RecordingMetrics())
         buffer.add([_root()])
         buffer.add([_step(10, size=size)])
         verdicts[size] = [t.incomplete_reason for t in buffer.drain()]
@@ -98,7 +74,7 @@ def test_a_shutdown_judges_a_run_whose_only_step_was_dropped_as_in_flight() -> N
 
 def test_control_a_slow_step_after_a_held_root_is_waited_for() -> None:
     """Holds (control): a root and first step held, 20 s quiet: one trace, complete."""
-    judged, late = _judge([([_root()], 1), ([_step(10)], 20), ([_step(11), _AGENT], 1)])
+    judged, late = judge([([_root()], 1), ([_step(10)], 20), ([_step(11), _AGENT], 1)])
     assert (judged, late) == ([(None, 4)], 0)
 
 
@@ -118,7 +94,7 @@ def test_a_slow_step_after_a_root_dropped_before_its_trace_is_held_does_not_cut_
     rejection or non-root drop after it, or another root it replaces (guarded by
     ``test_a_rejection_and_a_root_dropped_before_the_trace_both_count`` and
     ``test_two_roots_dropped_before_the_trace_is_held_leave_it_judged``)."""
-    judged, late = _judge(
+    judged, late = judge(
         [([_root(size=2000)], 1), ([_step(10)], 20), ([_step(11)], 1), ([_AGENT], 1)]
     )
     assert (judged, late) == ([("span_limit", 3)], 0)
@@ -128,7 +104,7 @@ def test_a_root_dropped_once_its_trace_is_held_waits_for_a_slow_step() -> None:
     """Holds: the same root dropped after a step of its trace is held (``_Trace.dropped``,
     no ``parent_lost``): one trace, ``span_limit``, nothing late. Set beside the test above:
     where the root drop falls decides whether the run is cut."""
-    judged, late = _judge(
+    judged, late = judge(
         [([_step(10)], 1), ([_root(size=2000)], 20), ([_step(11)], 1), ([_AGENT], 1)]
     )
     assert (judged, late) == ([("span_limit", 3)], 0)
@@ -140,12 +116,12 @@ def _rejected_then(first_rejected: bool) -> list[tuple[str | None, int, int]]:
     ended after the root and name the agent span as their local parent, and nothing more.
     The traces judged (reason, spans, seconds since the steps)."""
     clock = ManualClock()
-    buffer = TraceBuffer(_LIMITS, clock, RecordingMetrics())
+    buffer = TraceBuffer(LIMITS, clock, RecordingMetrics())
     if first_rejected:
-        buffer.flag_rejected([_RUN])
+        buffer.flag_rejected([RUN])
     buffer.add([_root(size=2000)])
     if not first_rejected:
-        buffer.flag_rejected([_RUN])
+        buffer.flag_rejected([RUN])
     buffer.add([_step(10), _step(11)])
     began, out = clock.now_ns, list[tuple[CompletedTrace, int]]()
     for _ in range(400 * 5):
@@ -171,9 +147,9 @@ def _judged_at(spans: list[SpanRecord], rejected: bool) -> list[tuple[str | None
     """``spans`` in one request (and a rejection of a span of their trace), polled every
     0.2 s for 400 s: the traces judged (reason, seconds after the request)."""
     clock = ManualClock()
-    buffer = TraceBuffer(_LIMITS, clock, RecordingMetrics())
+    buffer = TraceBuffer(LIMITS, clock, RecordingMetrics())
     if rejected:
-        buffer.flag_rejected([_RUN])
+        buffer.flag_rejected([RUN])
     buffer.add(spans)
     began, out = clock.now_ns, list[tuple[str | None, int]]()
     for _ in range(400 * 5):
@@ -189,8 +165,8 @@ def test_a_trace_of_no_agent_span_with_a_rejected_span_is_judged_at_seven_second
     never held to ``max_trace_age``. Such traces hold their room 3.5 times as long; only those
     with a rejection."""
     http = [
-        span(9, None, SpanRole.OTHER, 0, 10, trace_id=_RUN, size_bytes=10),
-        span(3, 9, SpanRole.OTHER, 1, 5, trace_id=_RUN, size_bytes=10, parent_local=True),
+        span(9, None, SpanRole.OTHER, 0, 10, trace_id=RUN, size_bytes=10),
+        span(3, 9, SpanRole.OTHER, 1, 5, trace_id=RUN, size_bytes=10, parent_local=True),
     ]
     assert _judged_at(http, rejected=False) == [(None, 2)]
     assert _judged_at(http, rejected=True) == [("span_limit", 7)]
@@ -205,8 +181,8 @@ def test_a_synchronous_run_under_a_request_span_with_a_rejected_step_waits_the_l
     background run (below), and waiting costs only time. So is a run whose root is its agent
     span (review-wait3: such a root may have left a run in the background too)."""
     run = [
-        span(9, None, SpanRole.OTHER, 0, 10, trace_id=_RUN, size_bytes=10),
-        agent(2, 9, "refund-bot", 1, 9, trace_id=_RUN, size_bytes=10, parent_local=True),
+        span(9, None, SpanRole.OTHER, 0, 10, trace_id=RUN, size_bytes=10),
+        agent(2, 9, "refund-bot", 1, 9, trace_id=RUN, size_bytes=10, parent_local=True),
         _step(10),
     ]
     assert _judged_at(run, rejected=True) == [("span_limit", 7)]
@@ -216,7 +192,7 @@ def test_a_dropped_span_naming_itself_as_its_parent_waits_for_nothing() -> None:
     """Holds: a span that names itself as its parent (broken instrumentation), dropped too
     large under a held root: its own id is in ``dropped_ids`` before its wait is read, so it
     waits for nothing; the root anchors the trace at 2 s."""
-    self_parent = tool(7, 7, "x", 4, 7, trace_id=_RUN, size_bytes=2000, parent_local=True)
+    self_parent = tool(7, 7, "x", 4, 7, trace_id=RUN, size_bytes=2000, parent_local=True)
     out = _judged_at([_root(), self_parent], rejected=False)
     assert out == [("span_limit", 2)]
 
@@ -234,8 +210,8 @@ def test_a_rejected_step_of_a_background_run_after_a_synchronous_agent_does_not_
     more "unless its agent span has come".
     Now: one trace, ``span_limit``, 5 spans, nothing late (no agent span excuses a
     rejection: a synchronous run with a rejected span is judged at 7 s, not 2 s)."""
-    triage = agent(3, 9, "triage", 1, 2, trace_id=_RUN, size_bytes=10, parent_local=True)
-    judged, late = _judge(
+    triage = agent(3, 9, "triage", 1, 2, trace_id=RUN, size_bytes=10, parent_local=True)
+    judged, late = judge(
         [([_root(), triage], 1), ([None], 5), ([_step(11)], 5), ([_step(12)], 5), ([_AGENT], 1)]
     )
     assert (judged, late) == ([("span_limit", 5)], 0)
@@ -243,8 +219,8 @@ def test_a_rejected_step_of_a_background_run_after_a_synchronous_agent_does_not_
 
 def test_control_a_held_step_of_a_background_run_after_a_synchronous_agent() -> None:
     """Holds (control): the same run with its first step held: one trace, complete."""
-    triage = agent(3, 9, "triage", 1, 2, trace_id=_RUN, size_bytes=10, parent_local=True)
-    judged, late = _judge(
+    triage = agent(3, 9, "triage", 1, 2, trace_id=RUN, size_bytes=10, parent_local=True)
+    judged, late = judge(
         [
             ([_root(), triage], 1),
             ([_step(10)], 5),
@@ -268,7 +244,7 @@ def _sixteen_dropped(retry: bool) -> tuple[list[tuple[str | None, int]], int]:
         ([_step(11)], 1),
         ([_AGENT], 1),
     ]
-    return _judge(batches)
+    return judge(batches)
 
 
 def test_a_retry_of_a_request_past_sixteen_dropped_spans_loses_no_parent() -> None:
@@ -298,7 +274,7 @@ def test_an_eviction_judges_a_run_whose_background_step_was_dropped_as_in_flight
         max_traces=2,
         overflow="evict_oldest",
     )
-    triage = agent(3, 9, "triage", 1, 2, trace_id=_RUN, size_bytes=10, parent_local=True)
+    triage = agent(3, 9, "triage", 1, 2, trace_id=RUN, size_bytes=10, parent_local=True)
     verdicts = {}
     for size in (10, 2000):
         buffer = TraceBuffer(limits, ManualClock(), RecordingMetrics())
@@ -306,7 +282,7 @@ def test_an_eviction_judges_a_run_whose_background_step_was_dropped_as_in_flight
         buffer.add([_step(10, size=size)])
         evicted = buffer.add([agent(1, None, "bot", 0, 5, trace_id=tid(n)) for n in (6, 7)])
         verdicts[size] = [(t.trace_id, t.incomplete_reason) for t in evicted]
-    assert verdicts == {10: [(_RUN, "evicted")], 2000: [(_RUN, "evicted")]}
+    assert verdicts == {10: [(RUN, "evicted")], 2000: [(RUN, "evicted")]}
 
 
 def test_two_roots_dropped_before_the_trace_is_held_leave_it_judged() -> None:
@@ -318,10 +294,10 @@ def test_two_roots_dropped_before_the_trace_is_held_leave_it_judged() -> None:
     lost parent's wait (7 s), not held to ``max_trace_age``. A fix that keeps the last root
     and clears ``parent_lost`` fails this unless the replaced root counts as lost."""
     clock = ManualClock()
-    buffer = TraceBuffer(_LIMITS, clock, RecordingMetrics())
-    first = span(8, None, SpanRole.OTHER, 0, 3, trace_id=_RUN, size_bytes=2000)
+    buffer = TraceBuffer(LIMITS, clock, RecordingMetrics())
+    first = span(8, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=2000)
     buffer.add([first, _root(size=2000)])
-    buffer.add([tool(10, 8, "x", 4, 7, trace_id=_RUN, size_bytes=10, parent_local=True)])
+    buffer.add([tool(10, 8, "x", 4, 7, trace_id=RUN, size_bytes=10, parent_local=True)])
     began, out = clock.now_ns, list[tuple[str | None, int]]()
     for _ in range(400 * 5):
         clock.now_ns += SECOND // 5
@@ -333,5 +309,5 @@ def test_a_dropped_wait_no_longer_holds_once_its_parent_arrives() -> None:
     """Holds: a step dropped too large waits for the agent span (``dropped_waits``); once the
     agent span arrives, nothing waits: the run is judged once, complete but for the step
     (``span_limit``), 2 s after the agent span."""
-    judged, late = _judge([([_root()], 1), ([_step(20, size=2000)], 3), ([_AGENT], 1)])
+    judged, late = judge([([_root()], 1), ([_step(20, size=2000)], 3), ([_AGENT], 1)])
     assert (judged, late) == ([("span_limit", 2)], 0)

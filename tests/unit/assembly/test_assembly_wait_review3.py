@@ -16,47 +16,22 @@ from __future__ import annotations
 import pytest
 from assembly_support import SECOND, RecordingMetrics, agent, span, tool
 from stall_support import tid
+from wait_support import LIMITS, RUN, judge
 
 from toolwatch.assembly.buffer import TraceBuffer
-from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
 
-_RUN = tid(5)
-_LIMITS = AssemblyLimits(
-    completion_wait_ns=2 * SECOND, max_trace_age_ns=300 * SECOND, max_buffered_bytes=1000
-)
-_ROOT = span(9, None, SpanRole.OTHER, 0, 3, trace_id=_RUN, size_bytes=10)
+_ROOT = span(9, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=10)
 
 
 def _bg_agent(n: int, end_ms: int) -> SpanRecord:
     """A background run's agent span ``n`` under the root 9 (local), ended at ``end_ms``."""
-    return agent(n, 9, f"bot-{n}", 1, end_ms, trace_id=_RUN, size_bytes=10, parent_local=True)
+    return agent(n, 9, f"bot-{n}", 1, end_ms, trace_id=RUN, size_bytes=10, parent_local=True)
 
 
 def _step(n: int, parent: int = 2, size: int = 10, end_ms: int = 7) -> SpanRecord:
-    return tool(n, parent, "lookup", 4, end_ms, trace_id=_RUN, size_bytes=size, parent_local=True)
-
-
-def _judge(
-    batches: list[tuple[list[SpanRecord | None], int]],
-) -> tuple[list[tuple[str | None, int]], int]:
-    """Each batch (``None``: a span of it ingest rejected), then the seconds before the next
-    (polled every 0.2 s); then 300 s more. The traces judged (reason, spans) and the spans
-    dropped ``late``."""
-    clock = ManualClock()
-    metrics = RecordingMetrics()
-    buffer = TraceBuffer(_LIMITS, clock, metrics)
-    out: list[CompletedTrace] = []
-    for batch, gap in [*batches, ([], 300)]:
-        if None in batch:
-            buffer.flag_rejected([_RUN])
-        if taken := [s for s in batch if s is not None]:
-            buffer.add(taken)
-        for _ in range(gap * 5):
-            clock.now_ns += SECOND // 5
-            out.extend(buffer.poll())
-    return [(t.incomplete_reason, len(t.spans)) for t in out], metrics.dropped["late"]
+    return tool(n, parent, "lookup", 4, end_ms, trace_id=RUN, size_bytes=size, parent_local=True)
 
 
 # --- Two background runs: the agent span of the one that ended excuses the other's rejection.
@@ -66,7 +41,7 @@ def _two_runs(first_of_y: SpanRecord | None) -> tuple[list[tuple[str | None, int
     """The request left two runs in the background (X: agent span 2; Y: agent span 4). X
     ends first (its step 10, its agent span at 10 ms); Y's first step is ``first_of_y``
     (``None``: rejected), then two more, 5 s apart, then Y's agent span."""
-    return _judge(
+    return judge(
         [
             ([_ROOT], 1),
             ([_step(10, parent=2), _bg_agent(2, 10)], 1),
@@ -102,7 +77,7 @@ def test_a_rejected_step_of_a_second_background_run_is_not_excused_by_the_first_
 
 # --- The root is an agent span (no server span above it) that left a run in the background.
 
-_TRIAGE_ROOT = agent(9, None, "triage", 0, 3, trace_id=_RUN, size_bytes=10)
+_TRIAGE_ROOT = agent(9, None, "triage", 0, 3, trace_id=RUN, size_bytes=10)
 _BG = _bg_agent(2, 60_000)
 
 
@@ -110,7 +85,7 @@ def _handed_off(first: SpanRecord | None) -> tuple[list[tuple[str | None, int]],
     """The root, a triage agent span (ended at 3 ms), left the refund run (agent span 2, its
     child, local) running in the background: its first step ``first`` (``None``: rejected),
     two more 5 s apart, then its agent span."""
-    return _judge(
+    return judge(
         [
             ([_TRIAGE_ROOT], 1),
             ([first], 5),
@@ -147,9 +122,9 @@ def test_a_rejected_step_of_a_run_a_root_agent_left_in_the_background_does_not_c
 def test_control_a_root_dropped_before_its_trace_and_a_slow_held_step() -> None:
     """Holds (control, review-wait2's fix): root dropped too large before any span of its
     trace is held, the first step held, 20 s quiet, a step, the agent span: one trace."""
-    judged = _judge(
+    judged = judge(
         [
-            ([span(9, None, SpanRole.OTHER, 0, 3, trace_id=_RUN, size_bytes=2000)], 1),
+            ([span(9, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=2000)], 1),
             ([_step(10)], 1),
             ([_step(11)], 20),
             ([_step(12)], 1),
@@ -181,11 +156,11 @@ def test_a_step_dropped_before_its_trace_is_held_is_known_as_a_dropped_root_is()
     Fix: keep in ``_limited`` the few (id, parent, end, service, parent_local) of the spans
     dropped before the trace is held (bounded as ``DROPPED_IDS``), and replay them through
     ``_Trace.dropped`` in ``_store``; only an entry past the bound (or a rejection) is lost."""
-    judged = _judge(
+    judged = judge(
         [
             (
                 [
-                    span(9, None, SpanRole.OTHER, 0, 3, trace_id=_RUN, size_bytes=2000),
+                    span(9, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=2000),
                     _step(10, size=2000),
                 ],
                 1,
@@ -205,8 +180,8 @@ def test_a_retried_root_dropped_before_its_trace_is_not_lost() -> None:
     """Holds: the root dropped too large twice before its trace is held (an OTLP retry of its
     request): ``_limited``'s flag stays clear (``was[0] == span.span_id``), so a slow step
     after it is waited for: one trace."""
-    big_root = span(9, None, SpanRole.OTHER, 0, 3, trace_id=_RUN, size_bytes=2000)
-    judged = _judge(
+    big_root = span(9, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=2000)
+    judged = judge(
         [([big_root], 1), ([big_root], 1), ([_step(10)], 20), ([_step(11)], 1), ([_BG], 1)]
     )
     assert judged == ([("span_limit", 3)], 0)
@@ -217,11 +192,11 @@ def test_a_rejection_after_a_retried_root_before_its_trace_still_counts() -> Non
     steps wait for the agent span, which never comes: judged once quiet 7 s (the rejected
     span may be that agent span), not held to ``max_trace_age``."""
     clock = ManualClock()
-    buffer = TraceBuffer(_LIMITS, clock, RecordingMetrics())
-    big_root = span(9, None, SpanRole.OTHER, 0, 3, trace_id=_RUN, size_bytes=2000)
+    buffer = TraceBuffer(LIMITS, clock, RecordingMetrics())
+    big_root = span(9, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=2000)
     buffer.add([big_root])
     buffer.add([big_root])
-    buffer.flag_rejected([_RUN])
+    buffer.flag_rejected([RUN])
     buffer.add([_step(10)])
     began, out = clock.now_ns, list[tuple[str | None, int]]()
     for _ in range(400 * 5):
@@ -238,10 +213,10 @@ def test_a_dropped_step_of_another_service_after_the_root_holds_only_the_lost_pa
     'after' the root and dropped too large, waiting for its local parent that never comes,
     holds the trace the lost parent's wait (7 s), not ``max_trace_age``."""
     clock = ManualClock()
-    buffer = TraceBuffer(_LIMITS, clock, RecordingMetrics())
+    buffer = TraceBuffer(LIMITS, clock, RecordingMetrics())
     buffer.add([_ROOT])
     other = tool(
-        10, 2, "x", 4, 90_000, trace_id=_RUN, size_bytes=2000, parent_local=True, service="orders"
+        10, 2, "x", 4, 90_000, trace_id=RUN, size_bytes=2000, parent_local=True, service="orders"
     )
     buffer.add([other])
     began, out = clock.now_ns, list[tuple[str | None, int]]()
@@ -253,7 +228,7 @@ def test_a_dropped_step_of_another_service_after_the_root_holds_only_the_lost_pa
 
 # --- 8070f99's narrowing is not carried to an eviction's or a drain's "ended".
 
-_TRIAGE = agent(3, 9, "triage", 1, 2, trace_id=_RUN, size_bytes=10, parent_local=True)
+_TRIAGE = agent(3, 9, "triage", 1, 2, trace_id=RUN, size_bytes=10, parent_local=True)
 
 
 @pytest.mark.xfail(
@@ -285,12 +260,12 @@ def test_an_eviction_judges_a_background_run_whose_step_was_rejected_as_in_fligh
         buffer = TraceBuffer(limits, ManualClock(), RecordingMetrics())
         buffer.add([_ROOT, _TRIAGE])
         if rejected:
-            buffer.flag_rejected([_RUN])
+            buffer.flag_rejected([RUN])
         else:
             buffer.add([_step(10)])
         evicted = buffer.add([agent(1, None, "bot", 0, 5, trace_id=tid(n)) for n in (6, 7)])
         verdicts[rejected] = [(t.trace_id, t.incomplete_reason) for t in evicted]
-    assert verdicts == {False: [(_RUN, "evicted")], True: [(_RUN, "evicted")]}
+    assert verdicts == {False: [(RUN, "evicted")], True: [(RUN, "evicted")]}
 
 
 @pytest.mark.xfail(
@@ -306,10 +281,10 @@ def test_a_shutdown_judges_a_background_run_whose_step_was_rejected_as_in_flight
     Expected: ``shutdown`` both."""
     verdicts = {}
     for rejected in (False, True):
-        buffer = TraceBuffer(_LIMITS, ManualClock(), RecordingMetrics())
+        buffer = TraceBuffer(LIMITS, ManualClock(), RecordingMetrics())
         buffer.add([_ROOT, _TRIAGE])
         if rejected:
-            buffer.flag_rejected([_RUN])
+            buffer.flag_rejected([RUN])
         else:
             buffer.add([_step(10)])
         verdicts[rejected] = [t.incomplete_reason for t in buffer.drain()]

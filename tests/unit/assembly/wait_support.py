@@ -1,0 +1,38 @@
+"""What the reviews of the "wait" rule (test_assembly_wait_review2.py, _review3.py) share: a
+background run's trace id and limits, and the batches-with-gaps driver."""
+
+from __future__ import annotations
+
+from assembly_support import SECOND, RecordingMetrics
+from stall_support import tid
+
+from toolwatch.assembly.buffer import TraceBuffer
+from toolwatch.assembly.completed import CompletedTrace
+from toolwatch.assembly.limits import AssemblyLimits
+from toolwatch.model import ManualClock, SpanRecord
+
+RUN = tid(5)
+LIMITS = AssemblyLimits(
+    completion_wait_ns=2 * SECOND, max_trace_age_ns=300 * SECOND, max_buffered_bytes=1000
+)
+
+
+def judge(
+    batches: list[tuple[list[SpanRecord | None], int]],
+) -> tuple[list[tuple[str | None, int]], int]:
+    """Each batch (``None``: a span of it ingest rejected), then the seconds before the next
+    (polled every 0.2 s); then 300 s more. The traces judged (reason, spans) and the spans
+    dropped ``late``."""
+    clock = ManualClock()
+    metrics = RecordingMetrics()
+    buffer = TraceBuffer(LIMITS, clock, metrics)
+    out: list[CompletedTrace] = []
+    for batch, gap in [*batches, ([], 300)]:
+        if None in batch:
+            buffer.flag_rejected([RUN])
+        if taken := [s for s in batch if s is not None]:
+            buffer.add(taken)
+        for _ in range(gap * 5):
+            clock.now_ns += SECOND // 5
+            out.extend(buffer.poll())
+    return [(t.incomplete_reason, len(t.spans)) for t in out], metrics.dropped["late"]
