@@ -116,11 +116,15 @@ class RunningServer:
         result: T = self._await(run())
         return result
 
-    def settle(self, seconds: float | None = None) -> int:
-        """Advance the clock past completion_wait and complete what is due: one step on the
-        server's loop, so its own ticker cannot complete the traces in between (and make
-        this tick find nothing)."""
-        wait = self.app.config.assembly.completion_wait_seconds
+    def settle(self, seconds: float | None = None, *, rejected: bool = False) -> int:
+        """Advance the clock past completion_wait (and lost_parent_wait too if ``rejected``:
+        a trace with a span rejected at ingest waits it) and complete what is due: one step
+        on the server's loop, so its own ticker cannot complete the traces in between (and
+        make this tick find nothing)."""
+        assembly = self.app.config.assembly
+        wait = assembly.completion_wait_seconds
+        if rejected:
+            wait += assembly.lost_parent_wait_seconds
 
         def advance_and_tick() -> int:
             self.clock.advance(wait + 0.001 if seconds is None else seconds)

@@ -180,7 +180,7 @@ def test_every_span_is_accounted_for(start_server: Callable[..., RunningServer])
     checkpoint(server, ledger)
 
     # A, B and C are built; E is dropped.
-    server.settle()
+    server.settle(rejected=True)  # B has a rejected span. Was: completion_wait alone
     ledger.built += 6 + 5 + SPAN_LIMIT + 1
     ledger.buffered -= 6 + 5 + SPAN_LIMIT + 1 + 2
     ledger.dropped["not_an_agent_run"] += 2

@@ -274,7 +274,7 @@ def test_invalid_spans_are_a_partial_success(start_server: StartServer, transpor
     assert server.sample("toolwatch_spans_rejected_total", {"reason": "invalid_span_id"}) == 2
     wire = "grpc" if transport == "grpc" else "http"
     assert server.sample("toolwatch_spans_received_total", {"transport": wire}) == 10
-    server.settle()
+    server.settle(rejected=True)  # Was: completion_wait alone
     # Kept and built; judged incomplete: the two spans with a bad span id say they are its.
     assert sent_calls(server) == [(trace_hex(valid), REFUND_CALLS, False)]
 

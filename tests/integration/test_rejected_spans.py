@@ -63,7 +63,10 @@ def judge(
         metrics,
     )
     assert engine.offer(batch, "grpc") is Admission.ACCEPTED
-    clock.advance(2.001)  # completion_wait: the run's agent span has arrived, it is over
+    # A trace with a span rejected at ingest is judged once quiet completion_wait +
+    # lost_parent_wait (the rejected span may be what a background run waits for). Was: 2 s.
+    limits = AssemblyLimits()
+    clock.advance((limits.completion_wait_ns + limits.lost_parent_wait_ns) / 1e9 + 0.001)
     engine.tick()
     return kept.traces, [(f.category, f.tool or "") for f in findings.findings]
 
