@@ -98,8 +98,13 @@ def run_cli(
 
 def tail_process(*args: str) -> subprocess.Popen[str]:
     """``toolwatch tail ARGS`` as a process, its output and messages read as text."""
+    return text_process([toolwatch_script(), "tail", *args])
+
+
+def text_process(command: Sequence[str]) -> subprocess.Popen[str]:
+    """``command`` as a process without input, its output and messages read as text."""
     return subprocess.Popen(
-        [toolwatch_script(), "tail", *args],
+        command,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_cli import clean_env, toolwatch_script
+from tests.integration.test_cli import text_process, toolwatch_script
 from tests.integration.test_stream import Harness, make_finding, make_trace, serve
 from tests.strace import strace_or_skip
 
@@ -41,14 +41,7 @@ def traced_tail(target: str, cursor_file: Path, log: Path) -> subprocess.Popen[s
     syscalls = "trace=fsync,fdatasync,rename,renameat,renameat2"
     command = [strace, "-f", "-qq", "-y", "-e", syscalls, "-o", str(log)]
     command += [toolwatch_script(), "tail", "--target", target, "--cursor-file", str(cursor_file)]
-    return subprocess.Popen(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=clean_env(),
-    )
+    return text_process(command)
 
 
 def syncs_around_each_replace(log: str, cursor_file: Path) -> list[tuple[bool, bool]]:
@@ -130,14 +123,7 @@ def follow_two(command: list[str]) -> tuple[int | None, list[str], str, str]:
 
     async def scenario() -> tuple[int | None, list[str], str, str]:
         async with serve() as h:
-            tail = subprocess.Popen(
-                [*command, "--target", h.target],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=clean_env(),
-            )
+            tail = text_process([*command, "--target", h.target])
             try:
                 lines = []
                 if await subscribed_or_exited(h, tail):

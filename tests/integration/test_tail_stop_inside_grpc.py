@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
 import sys
 
 import pytest
 
-from tests.integration.test_cli import clean_env
+from tests.integration.test_cli import text_process
 from tests.integration.test_stream import make_finding, make_trace, serve
 
 #: The CLI, with the signal (argv[1]) raised inside gRPC's ``_next`` (module docstring);
@@ -88,21 +87,8 @@ def test_a_stop_inside_grpc_ends_tail_with_its_code_and_every_thread(
 ) -> None:
     async def scenario() -> tuple[int, str, str]:
         async with serve() as h:
-            tail = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-c",
-                    _TAIL_SIGNALLED_INSIDE_GRPC,
-                    str(signum),
-                    "--target",
-                    h.target,
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=clean_env(),
-            )
+            command = [sys.executable, "-c", _TAIL_SIGNALLED_INSIDE_GRPC, str(signum)]
+            tail = text_process([*command, "--target", h.target])
             try:
                 await asyncio.wait_for(h.broker.wait_for_subscribers(1), timeout=30)
                 h.broker.publish(make_trace(), [make_finding(explanation="f1")])
