@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 import pytest
 from prometheus_client import CollectorRegistry
 
+from tests.integration.pki_support import Pki, make_pki
 from toolwatch.app import App
 from toolwatch.config import Config, load_config
 from toolwatch.model import ManualClock
@@ -65,6 +66,20 @@ def _build_line_left_out() -> Iterator[None]:
     logger.addFilter(left_out)
     yield
     logger.removeFilter(left_out)
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
+    """The certificates and token file of ``pki_support.Pki``, made once a module."""
+    return make_pki(tmp_path_factory.mktemp("pki"))
+
+
+@pytest.fixture(autouse=True)
+def _no_ca_bundle_override(monkeypatch: pytest.MonkeyPatch) -> None:
+    # requests lets these variables override Session.verify, where the OTLP/HTTP exporter
+    # puts certificate_file (psf/requests#3829): a test's CA would be ignored.
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+    monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
 
 
 def stopping_at_once(config: Config) -> Config:

@@ -23,7 +23,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from tests.integration.conftest import RunningServer
-from tests.integration.test_security import Pki, Start, make_pki, tls
+from tests.integration.pki_support import Pki, make_pki
+from tests.integration.security_support import Start, tls
 from tests.integration.test_stream import make_finding, make_trace
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 

@@ -15,6 +15,8 @@ from pathlib import Path
 import trustme
 
 from tests.integration.conftest import RunningServer, until
+from tests.integration.pki_support import make_pki
+from tests.integration.security_support import Start
 from tests.integration.stream_ca_helpers import (
     RELOAD_SECONDS,
     ca_channel,
@@ -24,7 +26,6 @@ from tests.integration.stream_ca_helpers import (
     subscribe,
     write_cas,
 )
-from tests.integration.test_security import Start, make_pki
 from tests.integration.test_security_stream_ca_address_taken import _take, _writing
 from tests.integration.test_stream_replay_losses import BIG, NO_BDP
 

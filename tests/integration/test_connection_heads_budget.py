@@ -21,20 +21,9 @@ import pytest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration.conftest import RunningServer, until
-from tests.integration.test_security import (
-    Pki,
-    client_context,
-    refund_spans,
-    send_http,
-    tls,
-)
-from tests.integration.test_security_connections import (  # noqa: F401 - pki is a fixture
-    REFUSED,
-    _closed,
-    _told,
-    _turns,
-    pki,
-)
+from tests.integration.pki_support import Pki
+from tests.integration.security_support import client_context, refund_spans, send_http, tls
+from tests.integration.test_security_connections import REFUSED, _closed, _told, _turns
 from toolwatch.connection_gate import HEADS_BUDGET, ConnectionGate
 
 Start = Callable[..., RunningServer]
@@ -201,7 +190,7 @@ def test_a_head_pipelined_behind_a_request_is_counted(start_server: Start) -> No
 
 def test_a_head_sent_with_the_tls_handshake_is_counted(
     start_server: Start,
-    pki: Pki,  # noqa: F811 - the fixture imported above
+    pki: Pki,
 ) -> None:
     """Was (review): under TLS, what came with the end of the handshake went to the handler
     past the count, and what came before the handler first waited read as not a head:

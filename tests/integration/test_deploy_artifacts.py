@@ -1076,7 +1076,7 @@ def test_dockerfile_runs_toolwatch_non_root_on_the_ports_it_exposes() -> None:
     args = json.loads(command)
     listens = {_port(args[args.index(f) + 1]) for f in args if f.endswith("-listen")}
     assert args[0] == "serve" and listens == exposed == {4317, 4318, DEFAULT_METRICS_PORT}
-    # Plain HTTP or TLS, whichever the listener speaks (test_security runs it against both).
+    # Plain HTTP or TLS, whichever the listener speaks (test_security_tls runs it against both).
     assert f'"toolwatch.healthcheck", "127.0.0.1:{DEFAULT_METRICS_PORT}"' in text
     ignored = (ROOT / ".dockerignore").read_text(encoding="utf-8").split()
     assert {".git", ".venv"} <= set(ignored)

@@ -15,16 +15,14 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import RunningServer
-from tests.integration.test_security import (
+from tests.integration.pki_support import TOKEN, Pki
+from tests.integration.security_support import (
     AUTH_FAILURES,
-    TOKEN,
-    Pki,
     Start,
     auth,
     client_context,
     grpc_credentials,
     http_get,
-    make_pki,
     post_traces,
     raw_export,
     tls,
@@ -33,11 +31,6 @@ from tests.integration.test_security import (
 ROOT = Path(__file__).resolve().parents[2]
 RULES = ROOT / "deploy" / "prometheus" / "toolwatch-rules.yaml"
 _DAY = datetime.timedelta(days=1)
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def _expired_client(pki: Pki) -> tuple[bytes, bytes]:

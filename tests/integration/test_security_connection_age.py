@@ -20,7 +20,8 @@ import trustme
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from tests.integration.conftest import RunningServer
-from tests.integration.test_security import Pki, Start, client_context, make_pki, tls
+from tests.integration.pki_support import Pki
+from tests.integration.security_support import Start, client_context, tls
 
 _EMPTY_EXPORT = trace_service_pb2.ExportTraceServiceRequest()
 #: A connection of its own per channel: none shared with another channel of the test.
@@ -32,11 +33,6 @@ _GRPC_AGE = 3
 #: ±10%): never reached unless the connection stays open.
 _CLOSED_WITHIN = 15.0
 _HTTP_AGE = 60
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def _export(channel: grpc.Channel) -> grpc.StatusCode:

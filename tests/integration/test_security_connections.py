@@ -16,12 +16,11 @@ import pytest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration.conftest import RunningServer
-from tests.integration.test_security import (
-    Pki,
+from tests.integration.pki_support import Pki
+from tests.integration.security_support import (
     auth,
     client_context,
     http_get,
-    make_pki,
     refund_spans,
     send_grpc,
     send_http,
@@ -31,18 +30,6 @@ from toolwatch import healthcheck
 
 Start = Callable[..., RunningServer]
 REFUSED = "toolwatch_connections_refused_total"
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
-
-
-@pytest.fixture(autouse=True)
-def _no_ca_bundle_override(monkeypatch: pytest.MonkeyPatch) -> None:
-    # requests lets these override the OTLP/HTTP exporter's certificate_file (as test_security)
-    monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
-    monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
 
 
 def _told(caplog: pytest.LogCaptureFixture) -> list[str]:

@@ -13,6 +13,7 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration.conftest import until
+from tests.integration.security_support import refund_spans
 from tests.integration.test_cli import (
     FREE_PORTS,
     LISTENING,
@@ -21,7 +22,6 @@ from tests.integration.test_cli import (
     clean_env,
     toolwatch_script,
 )
-from tests.integration.test_security import refund_spans
 
 #: What the warning says under a hard limit of 1,024 with the default bound (512).
 SHORT = (

@@ -24,6 +24,8 @@ import trustme
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.conftest import RunningServer, until
+from tests.integration.pki_support import Pki, make_pki
+from tests.integration.security_support import Start, client_context, http_get
 from tests.integration.stream_ca_helpers import (
     RELOAD_SECONDS,
     ca_channel,
@@ -34,7 +36,6 @@ from tests.integration.stream_ca_helpers import (
     subscribe,
     write_cas,
 )
-from tests.integration.test_security import Pki, Start, client_context, http_get, make_pki
 from tests.integration.test_stream_replay_losses import BIG, NO_BDP
 from toolwatch.listeners import listening_socket
 

@@ -11,6 +11,7 @@ import pytest
 import trustme
 from cryptography import x509
 
+from tests.integration.security_support import AUTH_FAILURES, Start
 from tests.integration.stream_ca_helpers import (
     certificate,
     common_name,
@@ -20,7 +21,6 @@ from tests.integration.stream_ca_helpers import (
     serving,
     through_a_removal,
 )
-from tests.integration.test_security import AUTH_FAILURES, Start
 from toolwatch.sinks.stream.protocol import CLIENT_CAS_CHANGED
 
 #: (client CA file, client certificate, its key), PEM.

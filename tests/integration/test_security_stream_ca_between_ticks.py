@@ -28,6 +28,8 @@ from pathlib import Path
 
 import trustme
 
+from tests.integration.pki_support import make_pki
+from tests.integration.security_support import Start
 from tests.integration.stream_ca_helpers import (
     RELOAD_SECONDS,
     ca_channel,
@@ -38,7 +40,6 @@ from tests.integration.stream_ca_helpers import (
     subscribe,
     write_cas,
 )
-from tests.integration.test_security import Start, make_pki
 from toolwatch.sinks.stream.protocol import CLIENT_CAS_CHANGED
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import trustme
 from cryptography import x509
 
+from tests.integration.security_support import AUTH_FAILURES, Start
 from tests.integration.stream_ca_helpers import (
     certificate,
     common_name,
@@ -17,7 +18,6 @@ from tests.integration.stream_ca_helpers import (
     serving,
     through_a_removal,
 )
-from tests.integration.test_security import AUTH_FAILURES, Start
 from toolwatch.sinks.stream.protocol import CLIENT_CAS_CHANGED
 
 

@@ -12,6 +12,7 @@ from cryptography import x509
 from cryptography.x509.name import _ASN1Type
 from cryptography.x509.oid import NameOID
 
+from tests.integration.security_support import AUTH_FAILURES, Start
 from tests.integration.stream_ca_helpers import (
     Key,
     certificate,
@@ -29,7 +30,6 @@ from tests.integration.stream_ca_helpers import (
     through_a_removal,
     with_bytes_replaced,
 )
-from tests.integration.test_security import AUTH_FAILURES, Start
 from toolwatch.sinks.stream.protocol import CLIENT_CAS_CHANGED
 
 IS_A_CA = [x509.BasicConstraints(ca=True, path_length=None)]

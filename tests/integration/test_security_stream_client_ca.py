@@ -21,16 +21,15 @@ import pytest
 import trustme
 
 from tests.integration.conftest import RunningServer
-from tests.integration.stream_ca_helpers import listening_again
-from tests.integration.test_security import (
+from tests.integration.pki_support import Pki
+from tests.integration.security_support import (
     AUTH_FAILURES,
-    Pki,
     Start,
-    make_pki,
     tail_during,
     tls,
     until_unsubscribed,
 )
+from tests.integration.stream_ca_helpers import listening_again
 from tests.integration.test_stream import make_finding, make_trace, serve
 from tests.integration.test_stream import subscribe as subscribe_aio
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
@@ -51,11 +50,6 @@ REFUSED_HINT = (
     " handshake refuse the client certificate of --tls-cert {}: its CA not trusted (taken out"
     " of the client CA file?), or the certificate expired?); reconnecting"
 )
-
-
-@pytest.fixture(scope="module")
-def pki(tmp_path_factory: pytest.TempPathFactory) -> Pki:
-    return make_pki(tmp_path_factory.mktemp("pki"))
 
 
 def _write_client_cas(path: Path, cas: Sequence[trustme.CA]) -> None:

@@ -37,9 +37,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.security_support import Start
 from tests.integration.stream_ca_helpers import listening_again
 from tests.integration.stream_listener_down import stream_address_taken, ticks
-from tests.integration.test_security import Start
 
 LISTENER_LOG = "toolwatch.stream_listener"
 GRPC_BIND_ERROR = "Failed to add port to server"

@@ -34,9 +34,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.integration.security_support import Start
 from tests.integration.stream_ca_helpers import listening_again
 from tests.integration.stream_listener_down import stream_address_taken, ticks
-from tests.integration.test_security import Start
 
 TICKS = 4000
 KIB = 1024

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import RunningServer, until
-from tests.integration.test_security import Start
+from tests.integration.security_support import Start
 from tests.integration.test_stream import make_finding, make_trace
 from toolwatch.sinks.stream.protocol import SUPERSEDED
 from toolwatch.tail import run_tail
