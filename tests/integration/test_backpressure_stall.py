@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer, until
-from tests.integration.test_otlp_spec import post
+from tests.integration.otlp_support import post
 
 LIMIT_SECONDS = 5.0
 RETRY_AFTER_SECONDS = 1.0  # the window to move the clock in: the exporter's five retries

@@ -31,7 +31,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 )
 
 from tests.integration.conftest import RunningServer, until
-from tests.integration.test_otlp_spec import (
+from tests.integration.otlp_support import (
     EXPORT_METHOD,
     JSON,
     QUIET,

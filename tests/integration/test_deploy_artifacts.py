@@ -326,9 +326,10 @@ def test_the_deploy_readme_lists_every_alert_with_its_severity() -> None:
 def test_every_export_toolwatch_did_not_take_is_alerted_on() -> None:
     """Each outcome of a request whose spans toolwatch did not take, on each transport, is
     read by some alert. An OTLP/gRPC export over ingest.max_request_bytes is refused by gRPC
-    before toolwatch reads it and counted ``aborted`` (test_otlp_spec), in no span counter:
-    without ToolwatchExportsAborted its loss told no one. Over HTTP, ``aborted`` is only a
-    client that went away, which knows it failed (a body too large is a 413, ``refused``)."""
+    before toolwatch reads it and counted ``aborted`` (test_otlp_sizes_and_encodings), in no
+    span counter: without ToolwatchExportsAborted its loss told no one. Over HTTP, ``aborted``
+    is only a client that went away, which knows it failed (a body too large is a 413,
+    ``refused``)."""
     watched = set()
     selector = re.compile(r"toolwatch_export_request_duration_seconds_count\{([^}]*)\}")
     for alert in _alerts():

@@ -24,8 +24,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 
 from tests.integration import agents
 from tests.integration.conftest import WALL_START_NS, RunningServer
+from tests.integration.otlp_support import JSON, post
 from tests.integration.test_ingest_to_tooltrace import send_grpc
-from tests.integration.test_otlp_spec import JSON, post
 from toolwatch.model import Severity
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

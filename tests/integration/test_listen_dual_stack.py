@@ -10,7 +10,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.integration.conftest import RunningServer
-from tests.integration.test_otlp_spec import PROTOBUF, refund_request
+from tests.integration.otlp_support import PROTOBUF, refund_request
 
 StartServer = Callable[..., RunningServer]
 

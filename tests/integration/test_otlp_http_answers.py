@@ -13,7 +13,7 @@ from google.protobuf import json_format
 from google.rpc import status_pb2
 
 from tests.integration.conftest import RunningServer, errors_logged
-from tests.integration.test_otlp_spec import (
+from tests.integration.otlp_support import (
     JSON,
     PROTOBUF,
     bad_data,

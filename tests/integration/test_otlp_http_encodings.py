@@ -1,8 +1,8 @@
 """The Content-Encodings an OpenTelemetry Collector's ``otlphttp`` exporter sends (confighttp
 ``compression``: gzip, zstd, zlib, deflate, snappy, lz4), against a real server: real
 protobuf and OTLP/JSON bodies posted with urllib (the OpenTelemetry Python exporter
-compresses only gzip and deflate, tested in test_otlp_spec.py), the runs evaluated, bad
-streams and bombs refused by name, counted, and the server serving on.
+compresses only gzip and deflate, tested in test_otlp_sizes_and_encodings.py), the runs
+evaluated, bad streams and bombs refused by name, counted, and the server serving on.
 """
 
 from __future__ import annotations
@@ -21,8 +21,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from tests.compressed import zstd_rle_frame
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
-from tests.integration.test_evaluation_e2e import MINIMAL_POLICY
-from tests.integration.test_otlp_spec import (
+from tests.integration.otlp_support import (
     JSON,
     MIB,
     PROTOBUF,
@@ -40,6 +39,7 @@ from tests.integration.test_otlp_spec import (
     to_otlp_json,
     trace_hex,
 )
+from tests.integration.test_evaluation_e2e import MINIMAL_POLICY
 
 if sys.version_info >= (3, 14):
     from compression import zstd

@@ -13,7 +13,7 @@ from pathlib import Path
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from tests.integration.conftest import RunningServer, until
-from tests.integration.test_otlp_spec import (
+from tests.integration.otlp_support import (
     PROTOBUF,
     HeldCall,
     in_flight,

@@ -25,7 +25,7 @@ from aiohttp.http_parser import HttpRequestParserPy
 from google.rpc import code_pb2, status_pb2
 
 from tests.integration.conftest import RunningServer, until
-from tests.integration.test_otlp_spec import PROTOBUF, QUIET, REQUESTS_COUNTED, refund_request
+from tests.integration.otlp_support import PROTOBUF, QUIET, REQUESTS_COUNTED, refund_request
 from toolwatch.listeners import MAX_HEAD_LINE, MAX_HEADERS, QUEUED_REQUESTS
 
 StartServer = Callable[..., RunningServer]

@@ -19,7 +19,7 @@ import logging
 import pytest
 
 from tests.integration.conftest import errors_logged
-from tests.integration.test_otlp_spec import (
+from tests.integration.otlp_support import (
     JSON,
     QUIET,
     StartServer,
