@@ -190,6 +190,10 @@ class RunningServer:
         self.loop.close()
 
 
+#: The ``start_server`` fixture's type: ``start_server(config_file=None, **overrides)``.
+StartServer = Callable[..., RunningServer]
+
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -235,7 +239,7 @@ def until(condition: Callable[[], bool], timeout: float = 10.0) -> bool:
 
 
 @pytest.fixture
-def start_server(tmp_path: Path) -> Iterator[Callable[..., RunningServer]]:
+def start_server(tmp_path: Path) -> Iterator[StartServer]:
     """Factory: ``start_server(config_file=None, **overrides)``; stops what it started."""
     started: list[RunningServer] = []
 

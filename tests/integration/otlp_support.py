@@ -30,8 +30,6 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from tests.integration import agents
 from tests.integration.conftest import RunningServer, until
 
-StartServer = Callable[..., RunningServer]
-
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 TRACE_SERVICE = "opentelemetry.proto.collector.trace.v1.TraceService"
 PROTOBUF = "application/x-protobuf"

@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.certificates import install_certificate
 from tests.integration import agents
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import RunningServer, StartServer
 from tests.integration.pki_support import Pki
 from toolwatch.tail import run_tail
 from toolwatch.tail_access import StreamAccess
@@ -44,7 +44,6 @@ RELOAD_FAILURES = "toolwatch_security_reload_failures_total"
 CERTIFICATE_EXPIRY = "toolwatch_tls_certificate_expiry_timestamp_seconds"
 CERTIFICATE_NOT_BEFORE = "toolwatch_tls_certificate_not_before_timestamp_seconds"
 DAY = datetime.timedelta(days=1)
-Start = Callable[..., RunningServer]
 
 
 def tls(pki: Pki, mutual: bool = False, **more: Any) -> dict[str, Any]:
@@ -228,7 +227,7 @@ def health_watch(
 
 
 def serving_certificate(
-    start_server: Start, tmp_path: Path, ca: trustme.CA
+    start_server: StartServer, tmp_path: Path, ca: trustme.CA
 ) -> tuple[RunningServer, Path, Path]:
     """A server serving TLS from files ``ca`` issued, looked at every 30 s of its clock, and
     the certificate's and key's paths for a rotation."""

@@ -22,9 +22,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import RunningServer, StartServer
 from tests.integration.pki_support import Pki, make_pki
-from tests.integration.security_support import Start, tls
+from tests.integration.security_support import tls
 from tests.integration.test_stream import make_finding, make_trace
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 
@@ -208,7 +208,7 @@ def reload_client_cas(server: RunningServer, path: Path, pem: bytes) -> str:
 
 
 def serving(
-    start_server: Start, tmp_path: Path, client_cas: bytes
+    start_server: StartServer, tmp_path: Path, client_cas: bytes
 ) -> tuple[RunningServer, Pki, Path]:
     """A server with mutual TLS on every listener, its client CA file (returned) holding
     ``client_cas`` (PEM), looked at every ``RELOAD_SECONDS`` of its clock."""

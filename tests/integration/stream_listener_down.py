@@ -14,9 +14,8 @@ from pathlib import Path
 
 import trustme
 
-from tests.integration.conftest import RunningServer, until
+from tests.integration.conftest import RunningServer, StartServer, until
 from tests.integration.pki_support import make_pki
-from tests.integration.security_support import Start
 from tests.integration.stream_ca_helpers import (
     RELOAD_SECONDS,
     ca_channel,
@@ -31,7 +30,7 @@ from tests.integration.test_stream_replay_losses import BIG, NO_BDP
 
 
 @contextmanager
-def stream_address_taken(start_server: Start, tmp_path: Path) -> Iterator[RunningServer]:
+def stream_address_taken(start_server: StartServer, tmp_path: Path) -> Iterator[RunningServer]:
     """A server whose stream listener restarted and could not bind its address again (taken
     by a socket of this process), until the block ends; then the port is free again."""
     pki = make_pki(tmp_path)

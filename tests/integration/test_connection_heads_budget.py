@@ -15,18 +15,15 @@ import re
 import socket
 import struct
 import termios
-from collections.abc import Callable
 
 import pytest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from tests.integration.conftest import RunningServer, until
+from tests.integration.conftest import RunningServer, StartServer, until
 from tests.integration.pki_support import Pki
 from tests.integration.security_support import client_context, refund_spans, send_http, tls
 from tests.integration.test_security_connections import REFUSED, _closed, _told, _turns
 from toolwatch.connection_gate import HEADS_BUDGET, ConnectionGate
-
-Start = Callable[..., RunningServer]
 
 
 def _gate(server: RunningServer, listener: str) -> ConnectionGate:
@@ -98,7 +95,7 @@ def _head_begun(address: str, lines: int) -> socket.socket:
 
 
 def test_heads_that_never_end_are_bounded_by_closing_the_largest(
-    start_server: Start, caplog: pytest.LogCaptureFixture
+    start_server: StartServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A head may be 8 MiB (long lines for bearer JWTs, 128 fields), read before any token
     is checked. Was: every connection could hold one, 512 x 8 MiB on one listener (twice
@@ -136,7 +133,9 @@ def test_heads_that_never_end_are_bounded_by_closing_the_largest(
     assert server.sample(REFUSED, {"listener": "http", "reason": "heads_budget"}) == 1
 
 
-def test_a_head_once_complete_no_longer_counts_against_the_budget(start_server: Start) -> None:
+def test_a_head_once_complete_no_longer_counts_against_the_budget(
+    start_server: StartServer,
+) -> None:
     """The budget is of heads still arriving: a connection's heads, once its requests are
     handled, are not held against it. 1,200 requests on one keep-alive connection, each
     head sent in two parts, the first (60 KB of a long bearer JWT's line) read by the
@@ -162,7 +161,7 @@ def test_a_head_once_complete_no_longer_counts_against_the_budget(start_server: 
     assert server.sample(REFUSED, {"listener": "http", "reason": "heads_budget"}) == 0
 
 
-def test_a_head_pipelined_behind_a_request_is_counted(start_server: Start) -> None:
+def test_a_head_pipelined_behind_a_request_is_counted(start_server: StartServer) -> None:
     """Was (review): a connection's first read brought a whole request and part of the next
     head; that part, and all that came while the request was handled, was never counted:
     70 connections, each a request and 0.99 MB of a head never ended, held 69.5 MB of heads,
@@ -189,7 +188,7 @@ def test_a_head_pipelined_behind_a_request_is_counted(start_server: Start) -> No
 
 
 def test_a_head_sent_with_the_tls_handshake_is_counted(
-    start_server: Start,
+    start_server: StartServer,
     pki: Pki,
 ) -> None:
     """Was (review): under TLS, what came with the end of the handshake went to the handler
@@ -283,7 +282,7 @@ def _stall(server: RunningServer, gate: ConnectionGate, sock: socket.socket) -> 
 
 
 def test_a_connection_whose_answer_is_not_read_reads_nothing_more_and_is_closed(
-    start_server: Start, caplog: pytest.LogCaptureFixture
+    start_server: StartServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Was (review): a client that asked for /metrics and read no answer held its connection
     handling that request for ever (aiohttp has no write timeout), and every byte of a next
@@ -319,7 +318,7 @@ def test_a_connection_whose_answer_is_not_read_reads_nothing_more_and_is_closed(
 
 
 def test_connections_whose_answers_are_not_read_make_room_for_a_probe(
-    start_server: Start,
+    start_server: StartServer,
 ) -> None:
     """Was (review): at ``max_connections``, connections whose answers waited for a reader
     that did not read were closed by nothing, so they kept every client out, a liveness
@@ -345,7 +344,7 @@ def test_connections_whose_answers_are_not_read_make_room_for_a_probe(
             sock.close()
 
 
-def test_the_heads_count_comes_back_to_zero_after_mixed_events(start_server: Start) -> None:
+def test_the_heads_count_comes_back_to_zero_after_mixed_events(start_server: StartServer) -> None:
     """Heads begun and closed, refused by the parser, pipelined, closed to make room and for
     the budget, three rounds: once every connection is closed, nothing is counted, and a
     7.4 MB head is still answered (a count that leaked would shrink the budget until good

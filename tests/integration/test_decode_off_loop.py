@@ -30,7 +30,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from tests.integration.conftest import RunningServer, until
+from tests.integration.conftest import RunningServer, StartServer, until
 from tests.integration.otlp_support import (
     EXPORT_METHOD,
     JSON,
@@ -56,8 +56,6 @@ from toolwatch.ingest.decode_types import DecodedBatch, DecodeOptions
 
 #: The size from which the server decodes a protobuf body in the thread (the scanner's).
 THREAD_BYTES = off_loop_bytes(scanner(DecodeOptions()).compiled)
-
-StartServer = Callable[..., RunningServer]
 
 #: How long a client or the test waits before it fails instead of hanging. Never what a
 #: test decides by: the server answers at once, or (decoding on its event loop) not at all

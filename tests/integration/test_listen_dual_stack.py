@@ -5,14 +5,11 @@ from __future__ import annotations
 
 import socket
 import urllib.request
-from collections.abc import Callable
 
 import pytest
 
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import StartServer
 from tests.integration.otlp_support import PROTOBUF, refund_request
-
-StartServer = Callable[..., RunningServer]
 
 
 def _ipv6_available() -> bool:

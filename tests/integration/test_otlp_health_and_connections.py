@@ -13,7 +13,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import RunningServer, StartServer
 from tests.integration.otlp_support import (
     PROTOBUF,
     QUIET,
@@ -21,7 +21,6 @@ from tests.integration.otlp_support import (
     SLOW,
     TRACE_SERVICE,
     HeldCall,
-    StartServer,
     grpc_channel,
     health_status,
     stalled_body,

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
 
 import pytest
 from google.protobuf import json_format
 from google.rpc import status_pb2
 
-from tests.integration.conftest import RunningServer, errors_logged
+from tests.integration.conftest import StartServer, errors_logged
 from tests.integration.otlp_support import (
     JSON,
     PROTOBUF,
@@ -23,7 +22,6 @@ from tests.integration.otlp_support import (
     to_otlp_json,
 )
 
-StartServer = Callable[..., RunningServer]
 REQUESTS = "toolwatch_export_request_duration_seconds_count"
 
 

@@ -20,7 +20,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
 from tests.compressed import zstd_rle_frame
 from tests.integration import agents
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import RunningServer, StartServer
 from tests.integration.otlp_support import (
     JSON,
     MIB,
@@ -46,7 +46,6 @@ if sys.version_info >= (3, 14):
 else:
     from backports import zstd
 
-StartServer = Callable[..., RunningServer]
 _Param = zstd.CompressionParameter
 #: What the Collector's zstd encoder (klauspost/compress) writes: a checksum, no content
 #: size when it streams, an 8 MiB window at most.

@@ -7,20 +7,13 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Callable
 from pathlib import Path
 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
-from tests.integration.conftest import RunningServer, until
-from tests.integration.otlp_support import (
-    PROTOBUF,
-    HeldCall,
-    in_flight,
-    refund_request,
-)
+from tests.integration.conftest import RunningServer, StartServer, until
+from tests.integration.otlp_support import PROTOBUF, HeldCall, in_flight, refund_request
 
-StartServer = Callable[..., RunningServer]
 REQUESTS = "toolwatch_export_request_duration_seconds_count"
 QUIET = {"assembly__tick_seconds": 10}
 

@@ -15,7 +15,7 @@ import http.client
 import logging
 import socket
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,11 +24,9 @@ import pytest
 from aiohttp.http_parser import HttpRequestParserPy
 from google.rpc import code_pb2, status_pb2
 
-from tests.integration.conftest import RunningServer, until
+from tests.integration.conftest import RunningServer, StartServer, until
 from tests.integration.otlp_support import PROTOBUF, QUIET, REQUESTS_COUNTED, refund_request
 from toolwatch.listeners import MAX_HEAD_LINE, MAX_HEADERS, QUEUED_REQUESTS
-
-StartServer = Callable[..., RunningServer]
 
 #: Longer than aiohttp's default limit of a header line (8,190 bytes), as a bearer JWT
 #: carrying many claims is: the Collector's receiver (1 MiB of headers) and toolwatch's

@@ -18,11 +18,10 @@ import logging
 
 import pytest
 
-from tests.integration.conftest import errors_logged
+from tests.integration.conftest import StartServer, errors_logged
 from tests.integration.otlp_support import (
     JSON,
     QUIET,
-    StartServer,
     error_status,
     ok_response,
     post,

@@ -17,7 +17,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from tests.integration.conftest import errors_logged, until
+from tests.integration.conftest import StartServer, errors_logged, until
 from tests.integration.otlp_support import (
     HEADERS,
     JSON,
@@ -25,7 +25,6 @@ from tests.integration.otlp_support import (
     QUIET,
     REQUESTS_COUNTED,
     HeldCall,
-    StartServer,
     bad_data,
     export_grpc,
     in_flight,

@@ -25,7 +25,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from bench import json_memory
 from tests.integration import agents
-from tests.integration.conftest import until
+from tests.integration.conftest import StartServer, until
 from tests.integration.otlp_support import (
     JSON,
     MIB,
@@ -33,7 +33,6 @@ from tests.integration.otlp_support import (
     QUIET,
     REFUND_CALLS,
     HttpAnswer,
-    StartServer,
     bad_data,
     error_status,
     export_grpc,

@@ -22,13 +22,12 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import RunningServer, StartServer
 from tests.integration.otlp_support import (
     JSON,
     PROTOBUF,
     QUIET,
     REFUND_CALLS,
-    StartServer,
     bad_data,
     error_status,
     export_grpc,

@@ -20,7 +20,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
-from tests.integration.conftest import RunningServer, errors_logged, until
+from tests.integration.conftest import RunningServer, StartServer, errors_logged, until
 from tests.integration.otlp_support import (
     JSON,
     PROTOBUF,
@@ -28,7 +28,6 @@ from tests.integration.otlp_support import (
     REQUESTS_COUNTED,
     SLOW,
     HeldCall,
-    StartServer,
     error_status,
     export_grpc,
     in_flight,

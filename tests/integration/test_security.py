@@ -11,11 +11,10 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import RunningServer, StartServer
 from tests.integration.pki_support import Pki
 from tests.integration.security_support import (
     POLICY,
-    Start,
     auth,
     missing_verification,
     tail_during,
@@ -61,7 +60,7 @@ def metric_label_values(server: RunningServer) -> set[str]:
     ],
 )
 def test_argument_values_are_shown_only_for_configured_fields(
-    start_server: Start,
+    start_server: StartServer,
     tmp_path: Path,
     show_fields: list[str],
     logged: dict[str, Any],
@@ -96,7 +95,7 @@ def test_argument_values_are_shown_only_for_configured_fields(
 
 
 def test_the_unredacted_tooltrace_dump_is_created_readable_by_its_owner_alone(
-    start_server: Start, tmp_path: Path
+    start_server: StartServer, tmp_path: Path
 ) -> None:
     """The dump holds arguments and results as agents sent them; the findings log, redacted,
     is created as the umask says."""
@@ -110,7 +109,7 @@ def test_the_unredacted_tooltrace_dump_is_created_readable_by_its_owner_alone(
 
 
 def test_an_existing_tooltrace_dump_others_may_read_is_warned_about(
-    start_server: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    start_server: StartServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     dump = tmp_path / "tooltraces.jsonl"
     dump.touch(mode=0o644)
@@ -122,7 +121,7 @@ def test_an_existing_tooltrace_dump_others_may_read_is_warned_about(
 
 
 def test_a_tooltrace_dump_to_a_device_is_not_warned_about(
-    start_server: Start, caplog: pytest.LogCaptureFixture
+    start_server: StartServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     with caplog.at_level(logging.WARNING, logger="toolwatch"):
         start_server(output__dump_tooltraces="/dev/null")
@@ -140,7 +139,7 @@ def test_a_tooltrace_dump_to_a_device_is_not_warned_about(
     ],
 )
 def test_a_listener_beyond_loopback_warns_without_tls_or_auth(
-    start_server: Start,
+    start_server: StartServer,
     pki: Pki,
     caplog: pytest.LogCaptureFixture,
     protection: str,

@@ -14,11 +14,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import RunningServer, StartServer
 from tests.integration.pki_support import TOKEN, Pki
 from tests.integration.security_support import (
     AUTH_FAILURES,
-    Start,
     auth,
     client_context,
     grpc_credentials,
@@ -55,7 +54,7 @@ def _help(server: RunningServer, pki: Pki, metric: str) -> str:
 
 
 def test_clients_refused_at_the_handshake_are_not_counted_and_the_help_text_says_so(
-    start_server: Start, pki: Pki, tmp_path: Path
+    start_server: StartServer, pki: Pki, tmp_path: Path
 ) -> None:
     """Was: ``toolwatch_auth_failures_total``'s HELP text (and
     ToolwatchExportsUnauthenticated, docs/security.md) said a wrong client certificate was
@@ -117,7 +116,7 @@ def test_the_alerts_say_where_a_client_refused_at_the_handshake_shows() -> None:
     ids=["metrics without tokens", "metrics with tokens"],
 )
 def test_a_scrape_without_a_client_certificate_is_forbidden_not_challenged(
-    start_server: Start, pki: Pki, tokens: bool
+    start_server: StartServer, pki: Pki, tokens: bool
 ) -> None:
     """Was: the metrics listener under mutual TLS answered a request without a client
     certificate 401 with no ``WWW-Authenticate`` (RFC 9110 §15.5.2 requires a challenge

@@ -12,11 +12,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.certificates import alt_names, client_certificate, with_edi_party_name
+from tests.integration.conftest import StartServer
 from tests.integration.pki_support import NAMED_CN, NAMED_DNS, NAMED_EMAIL, NAMED_SPIFFE, TOKEN, Pki
 from tests.integration.security_support import (
     AUTH_FAILURES,
     POLICY,
-    Start,
     answers_to,
     assert_one_refund_trace,
     auth,
@@ -42,7 +42,7 @@ from toolwatch.tail_access import StreamAccess
 from toolwatch.tail_exits import EXIT_USAGE
 
 
-def test_tail_on_mutual_tls_needs_a_client_certificate(start_server: Start, pki: Pki) -> None:
+def test_tail_on_mutual_tls_needs_a_client_certificate(start_server: StartServer, pki: Pki) -> None:
     server = start_server(**tls(pki, mutual=True))
     without = tail_refused(server, StreamAccess(ca_file=pki.ca))
     assert without.code == 1
@@ -59,7 +59,7 @@ def test_tail_on_mutual_tls_needs_a_client_certificate(start_server: Start, pki:
     ids=["common-name", "dns", "spiffe-uri", "email"],
 )
 def test_client_names_admit_a_certificate_by_any_of_its_names(
-    start_server: Start, pki: Pki, name: str
+    start_server: StartServer, pki: Pki, name: str
 ) -> None:
     server = start_server(**tls(pki, mutual=True, **client_names("someone.else", name)))
     assert send_grpc(server, refund_spans(), grpc_credentials(pki, "named")) is (
@@ -72,7 +72,7 @@ def test_client_names_admit_a_certificate_by_any_of_its_names(
 
 
 def test_a_certificate_the_ca_signed_for_another_client_is_denied_and_counted(
-    start_server: Start, pki: Pki
+    start_server: StartServer, pki: Pki
 ) -> None:
     """A CA shared with other services signs their certificates too: one that names no
     accepted client is answered PERMISSION_DENIED / 403 with no detail, counted, and none of
@@ -106,7 +106,7 @@ def test_a_certificate_the_ca_signed_for_another_client_is_denied_and_counted(
     assert_one_refund_trace(server)
 
 
-def test_client_names_on_metrics_leave_probes_open(start_server: Start, pki: Pki) -> None:
+def test_client_names_on_metrics_leave_probes_open(start_server: StartServer, pki: Pki) -> None:
     server = start_server(**tls(pki, mutual=True, **client_names(NAMED_DNS)))
     base = f"https://{server.address('metrics')}"
     anonymous, other, named = (
@@ -128,7 +128,7 @@ def test_client_names_on_metrics_leave_probes_open(start_server: Start, pki: Pki
 
 
 def test_tail_with_a_certificate_naming_another_client_is_told_so(
-    start_server: Start, pki: Pki
+    start_server: StartServer, pki: Pki
 ) -> None:
     server = start_server(**tls(pki, mutual=True, **client_names(NAMED_CN)), **POLICY)
     other = StreamAccess(ca_file=pki.ca, cert_file=pki.client_cert, key_file=pki.client_key)
@@ -156,7 +156,11 @@ def test_tail_with_a_certificate_naming_another_client_is_told_so(
     ids=["common-name", "dns", "uri", "email"],
 )
 def test_a_name_cut_short_by_a_nul_byte_is_no_accepted_name(
-    start_server: Start, pki: Pki, tmp_path: Path, common_names: list[str], alternative: list[str]
+    start_server: StartServer,
+    pki: Pki,
+    tmp_path: Path,
+    common_names: list[str],
+    alternative: list[str],
 ) -> None:
     """gRPC's auth properties end a name at a NUL byte: a certificate the shared CA signed
     for ``otel-collector\0.evil.example`` read there as ``otel-collector``. The names are read
@@ -170,7 +174,7 @@ def test_a_name_cut_short_by_a_nul_byte_is_no_accepted_name(
 
 
 def test_a_certificate_whose_names_cannot_all_be_read_names_no_client(
-    start_server: Start, pki: Pki, tmp_path: Path
+    start_server: StartServer, pki: Pki, tmp_path: Path
 ) -> None:
     """OpenSSL verifies a certificate with an ediPartyName beside the accepted DNS name;
     ``cryptography`` cannot read that name: refused and counted, not a failed call."""
@@ -183,7 +187,7 @@ def test_a_certificate_whose_names_cannot_all_be_read_names_no_client(
 
 @pytest.mark.parametrize("order", ["accepted-first", "accepted-second"])
 def test_every_common_name_of_a_certificate_is_read_on_every_listener(
-    start_server: Start, pki: Pki, tmp_path: Path, order: str
+    start_server: StartServer, pki: Pki, tmp_path: Path, order: str
 ) -> None:
     cns = [NAMED_CN, "someone-else"] if order == "accepted-first" else ["someone-else", NAMED_CN]
     server = start_server(**tls(pki, mutual=True, **client_names(NAMED_CN)))
@@ -192,7 +196,7 @@ def test_every_common_name_of_a_certificate_is_read_on_every_listener(
 
 
 def test_a_certificate_naming_another_client_is_refused_before_its_token_is_read(
-    start_server: Start, pki: Pki
+    start_server: StartServer, pki: Pki
 ) -> None:
     """Checked in the other order, a client of the shared CA could tell a good token (then
     PERMISSION_DENIED) from a bad one (UNAUTHENTICATED). Each refusal is counted once."""
@@ -233,7 +237,7 @@ def test_a_certificate_naming_another_client_is_refused_before_its_token_is_read
 
 
 def test_a_large_request_from_a_certificate_naming_another_client_is_refused_unread(
-    start_server: Start, pki: Pki
+    start_server: StartServer, pki: Pki
 ) -> None:
     """Over the listener's message limit, a read request would be RESOURCE_EXHAUSTED, and
     reading it is what the check must spare: the health check takes one request message."""

@@ -19,9 +19,9 @@ import pytest
 import trustme
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import RunningServer, StartServer
 from tests.integration.pki_support import Pki
-from tests.integration.security_support import Start, client_context, tls
+from tests.integration.security_support import client_context, tls
 
 _EMPTY_EXPORT = trace_service_pb2.ExportTraceServiceRequest()
 #: A connection of its own per channel: none shared with another channel of the test.
@@ -61,7 +61,7 @@ def _connection_closed(channel: grpc.Channel) -> threading.Event:
 
 
 def _server_trusting_a_rotatable_client_ca(
-    start_server: Start, pki: Pki, tmp_path: Path, age: float
+    start_server: StartServer, pki: Pki, tmp_path: Path, age: float
 ) -> tuple[RunningServer, Path]:
     client_ca = tmp_path / "client-ca.pem"
     client_ca.write_bytes(pki.read("client_ca"))
@@ -85,7 +85,7 @@ def _take_the_client_ca_out(server: RunningServer, client_ca: Path) -> None:
 
 
 def test_a_grpc_connection_opened_before_its_client_ca_was_taken_out_is_refused_at_its_age(
-    start_server: Start, pki: Pki, tmp_path: Path
+    start_server: StartServer, pki: Pki, tmp_path: Path
 ) -> None:
     """Was: a gRPC connection opened before its client CA was taken out of
     ``tls.client_ca_file`` was served for as long as the client kept it (OTLP exporters keep
@@ -113,7 +113,7 @@ def test_a_grpc_connection_opened_before_its_client_ca_was_taken_out_is_refused_
 
 
 def test_a_grpc_client_connects_again_at_the_age_and_goes_on_exporting(
-    start_server: Start,
+    start_server: StartServer,
 ) -> None:
     """The age closes connections, not clients out: a client whose connection was closed
     exports on a new one (plaintext too: the bound is every OTLP/gRPC connection's)."""
@@ -143,7 +143,7 @@ def _connection(server: RunningServer, listener: str, pki: Pki) -> http.client.H
 
 @pytest.mark.parametrize("listener", ["http", "metrics"])
 def test_an_https_connection_opened_before_its_client_ca_was_taken_out_is_refused_at_its_age(
-    start_server: Start, pki: Pki, tmp_path: Path, listener: str
+    start_server: StartServer, pki: Pki, tmp_path: Path, listener: str
 ) -> None:
     """Was: an OTLP/HTTP (or metrics) connection kept alive was served after its client CA
     was taken out, for as long as requests came within ``ingest.idle_timeout_seconds``. Now:
@@ -184,7 +184,9 @@ def test_an_https_connection_opened_before_its_client_ca_was_taken_out_is_refuse
         connection.close()
 
 
-def test_a_refusal_past_the_age_closes_the_connection_too(start_server: Start, pki: Pki) -> None:
+def test_a_refusal_past_the_age_closes_the_connection_too(
+    start_server: StartServer, pki: Pki
+) -> None:
     """Every answer counts, aiohttp's own (a 404 for a path not served) included."""
     server = start_server(**tls(pki, mutual=True), ingest__max_connection_age_seconds=_HTTP_AGE)
     connection = _connection(server, "metrics", pki)

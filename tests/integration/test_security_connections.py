@@ -10,12 +10,12 @@ import logging
 import socket
 import ssl
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import RunningServer, StartServer
 from tests.integration.pki_support import Pki
 from tests.integration.security_support import (
     auth,
@@ -28,7 +28,6 @@ from tests.integration.security_support import (
 )
 from toolwatch import healthcheck
 
-Start = Callable[..., RunningServer]
 REFUSED = "toolwatch_connections_refused_total"
 
 
@@ -79,7 +78,7 @@ def _closed(sock: socket.socket) -> bool:
 
 @pytest.mark.parametrize("listener", ["http", "metrics"])
 def test_an_http_listener_closes_its_oldest_idle_connection_at_max_connections(
-    start_server: Start, caplog: pytest.LogCaptureFixture, listener: str
+    start_server: StartServer, caplog: pytest.LogCaptureFixture, listener: str
 ) -> None:
     """Each open connection holds a file descriptor for ``idle_timeout_seconds``: a peer
     opening thousands took every descriptor of the process (EMFILE). Was: no bound; then a
@@ -108,7 +107,7 @@ def test_an_http_listener_closes_its_oldest_idle_connection_at_max_connections(
 
 
 def test_a_connection_in_its_tls_handshake_makes_room_untold_as_a_handshake_failure(
-    start_server: Start, pki: Pki, caplog: pytest.LogCaptureFixture
+    start_server: StartServer, pki: Pki, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A connection whose TLS handshake has not finished handles no request. Was: it held
     its place for the handshake time. Now: at the bound it is closed for a new one, told as
@@ -127,7 +126,7 @@ def test_a_connection_in_its_tls_handshake_makes_room_untold_as_a_handshake_fail
 
 
 def test_the_otlp_http_listener_refuses_a_connection_when_each_one_handles_a_request(
-    start_server: Start, caplog: pytest.LogCaptureFixture
+    start_server: StartServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Was: a connection past ``ingest.max_connections`` was closed whatever the open ones
     did. Now: only when every open one is handling a request (here a body that has not all
@@ -155,7 +154,7 @@ def test_the_otlp_http_listener_refuses_a_connection_when_each_one_handles_a_req
 
 
 def test_a_flood_of_the_metrics_listener_does_not_fail_the_health_check(
-    start_server: Start,
+    start_server: StartServer,
 ) -> None:
     """The image's HEALTHCHECK and the Kubernetes livenessProbe (``/healthz`` on the metrics
     port, 3 failures) ask the metrics listener, kubelet's not from loopback. Was: a peer
@@ -170,7 +169,7 @@ def test_a_flood_of_the_metrics_listener_does_not_fail_the_health_check(
 
 
 def test_the_health_check_over_ipv4_to_a_dual_stack_tls_listener_is_not_told(
-    start_server: Start, pki: Pki, caplog: pytest.LogCaptureFixture
+    start_server: StartServer, pki: Pki, caplog: pytest.LogCaptureFixture
 ) -> None:
     """``listen.metrics: "[::]:9464"`` binds dual-stack, so the image's HEALTHCHECK
     (``127.0.0.1``, plain HTTP first) arrives from ``::ffff:127.0.0.1``, whose
@@ -187,7 +186,7 @@ def test_the_health_check_over_ipv4_to_a_dual_stack_tls_listener_is_not_told(
 
 @pytest.mark.parametrize("listener", ["grpc", "stream"])
 def test_a_grpc_listener_closes_connections_past_max_connections(
-    start_server: Start, listener: str
+    start_server: StartServer, listener: str
 ) -> None:
     """As on the HTTP listeners. Was: gRPC accepted connections without a bound. Now: its
     own ``grpc.max_allowed_incoming_connections`` closes one past ``ingest.max_connections``
@@ -231,7 +230,7 @@ def _tls_1_1(pki: Pki) -> ssl.SSLContext:
     ],
 )
 def test_a_failed_tls_handshake_on_an_http_listener_is_told_to_the_sender_log(
-    start_server: Start, pki: Pki, caplog: pytest.LogCaptureFixture, client: str, reason: str
+    start_server: StartServer, pki: Pki, caplog: pytest.LogCaptureFixture, client: str, reason: str
 ) -> None:
     """A client refused in the handshake (under mutual TLS, no certificate, or one the client
     CA did not sign; TLS 1.1) was told nowhere: asyncio says so in its debug mode only. Was:
@@ -253,7 +252,7 @@ def test_a_failed_tls_handshake_on_an_http_listener_is_told_to_the_sender_log(
 
 
 def test_plain_http_from_loopback_to_a_tls_metrics_listener_is_not_told(
-    start_server: Start, pki: Pki, caplog: pytest.LogCaptureFixture
+    start_server: StartServer, pki: Pki, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The image's HEALTHCHECK asks in plain HTTP first, every 30 s: not a refusal to tell.
     A handshake that does fail there is (the previous test)."""
@@ -269,7 +268,7 @@ def test_plain_http_from_loopback_to_a_tls_metrics_listener_is_not_told(
 
 
 def test_a_tls_handshake_not_done_in_time_is_told_to_the_sender_log(
-    start_server: Start, pki: Pki, caplog: pytest.LogCaptureFixture
+    start_server: StartServer, pki: Pki, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A client that starts a handshake and never finishes it holds its connection for the
     handshake time. Was: closed then, told nowhere. Now: the sender log says so. Real time
@@ -292,7 +291,7 @@ def test_a_tls_handshake_not_done_in_time_is_told_to_the_sender_log(
 
 
 @pytest.mark.parametrize("listener", ["grpc", "http", "metrics", "stream"])
-def test_every_listener_refuses_tls_1_1(start_server: Start, pki: Pki, listener: str) -> None:
+def test_every_listener_refuses_tls_1_1(start_server: StartServer, pki: Pki, listener: str) -> None:
     """TLS 1.2 is the oldest protocol served, gRPC's listeners (gRPC core's own minimum)
     as the HTTP ones (``tls.py``): a TLS 1.1 client's handshake fails (the server closes the
     connection without an alert: the client sees an EOF; the server's reason is the previous
@@ -308,7 +307,7 @@ def test_every_listener_refuses_tls_1_1(start_server: Start, pki: Pki, listener:
 
 @pytest.mark.parametrize("listener", ["http", "metrics"])
 def test_an_http_listener_names_no_software_version(
-    start_server: Start, pki: Pki, listener: str
+    start_server: StartServer, pki: Pki, listener: str
 ) -> None:
     """Whoever reaches a listener, token or not, read ``Server: Python/3.11 aiohttp/3.14.5``
     in every answer (a 401 too): which known faults to try. Was: aiohttp's default header.
@@ -348,7 +347,7 @@ _HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 
 
 @pytest.mark.parametrize("listener", ["grpc", "stream"])
 def test_a_grpc_connection_without_calls_is_closed_at_the_idle_timeout(
-    start_server: Start, listener: str
+    start_server: StartServer, listener: str
 ) -> None:
     """A peer that finishes HTTP/2's preface and makes no call held its connection until its
     age (5 minutes) on the OTLP listener and for ever on the stream's, so that

@@ -23,9 +23,9 @@ import pytest
 import trustme
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.integration.conftest import RunningServer, until
+from tests.integration.conftest import RunningServer, StartServer, until
 from tests.integration.pki_support import Pki, make_pki
-from tests.integration.security_support import Start, client_context, http_get
+from tests.integration.security_support import client_context, http_get
 from tests.integration.stream_ca_helpers import (
     RELOAD_SECONDS,
     ca_channel,
@@ -73,7 +73,7 @@ def _take(address: str, taken: list[socket.socket]) -> bool:
 
 
 def test_a_stream_address_taken_while_the_listener_restarts_is_bound_again_at_a_tick(
-    start_server: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    start_server: StartServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     pki = make_pki(tmp_path)
     path = tmp_path / "client-ca.pem"

@@ -11,7 +11,8 @@ import pytest
 import trustme
 from cryptography import x509
 
-from tests.integration.security_support import AUTH_FAILURES, Start
+from tests.integration.conftest import StartServer
+from tests.integration.security_support import AUTH_FAILURES
 from tests.integration.stream_ca_helpers import (
     certificate,
     common_name,
@@ -51,7 +52,7 @@ SHAPES: dict[str, Callable[[], Identity]] = {
 
 @pytest.mark.parametrize("shape", SHAPES)
 def test_a_client_certificate_grpc_trusts_streams_and_is_back_after_another_ca_goes(
-    start_server: Start, tmp_path: Path, shape: str
+    start_server: StartServer, tmp_path: Path, shape: str
 ) -> None:
     """Was: the client CAs were taken from ``SSLContext.get_ca_certs()``, which lists only
     what passes ``X509_check_ca``, so toolwatch's own check found no anchor for these

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import trustme
 
+from tests.integration.conftest import StartServer
 from tests.integration.pki_support import make_pki
-from tests.integration.security_support import Start
 from tests.integration.stream_ca_helpers import (
     RELOAD_SECONDS,
     ca_channel,
@@ -44,7 +44,7 @@ from toolwatch.sinks.stream.protocol import CLIENT_CAS_CHANGED
 
 
 def test_a_client_ca_added_and_taken_out_between_two_ticks_ends_the_stream_it_let_in(
-    start_server: Start, tmp_path: Path
+    start_server: StartServer, tmp_path: Path
 ) -> None:
     pki = make_pki(tmp_path)
     kept, short_lived = pki.clients, trustme.CA()

@@ -8,7 +8,8 @@ from pathlib import Path
 import trustme
 from cryptography import x509
 
-from tests.integration.security_support import AUTH_FAILURES, Start
+from tests.integration.conftest import StartServer
+from tests.integration.security_support import AUTH_FAILURES
 from tests.integration.stream_ca_helpers import (
     certificate,
     common_name,
@@ -22,7 +23,7 @@ from toolwatch.sinks.stream.protocol import CLIENT_CAS_CHANGED
 
 
 def test_a_client_whose_issuer_name_differs_from_its_cas_only_in_case_streams_on(
-    start_server: Start, tmp_path: Path
+    start_server: StartServer, tmp_path: Path
 ) -> None:
     """Was: toolwatch's own check linked a certificate to its issuer by ``cryptography``'s
     exact comparison of names, where OpenSSL and BoringSSL chain by canonical form (case

@@ -29,8 +29,8 @@ from pathlib import Path
 import pytest
 import trustme
 
+from tests.integration.conftest import StartServer
 from tests.integration.pki_support import make_pki
-from tests.integration.security_support import Start
 from tests.integration.stream_ca_helpers import (
     RELOAD_SECONDS,
     ca_channel,
@@ -47,7 +47,7 @@ ENDED = f"UNAVAILABLE: {CLIENT_CAS_CHANGED}"
 
 
 def test_a_client_whose_ca_was_taken_out_cannot_subscribe_again_on_the_connection_it_had(
-    start_server: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    start_server: StartServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     pki = make_pki(tmp_path)
     removed, kept = pki.clients, trustme.CA()

@@ -12,7 +12,8 @@ from cryptography import x509
 from cryptography.x509.name import _ASN1Type
 from cryptography.x509.oid import NameOID
 
-from tests.integration.security_support import AUTH_FAILURES, Start
+from tests.integration.conftest import StartServer
+from tests.integration.security_support import AUTH_FAILURES
 from tests.integration.stream_ca_helpers import (
     Key,
     certificate,
@@ -56,7 +57,7 @@ def _client_of(ca_name: x509.Name, ca_key: Key) -> tuple[bytes, bytes]:
 
 
 def test_a_client_of_a_legacy_ca_streams_and_is_back_after_another_ca_goes(
-    start_server: Start, tmp_path: Path
+    start_server: StartServer, tmp_path: Path
 ) -> None:
     """Was: toolwatch's own check read the names outside its ``try``, so this client's
     ``Subscribe`` failed UNKNOWN ("error parsing asn1 value") and its subscription was never
@@ -79,7 +80,7 @@ def test_a_client_of_a_legacy_ca_streams_and_is_back_after_another_ca_goes(
 
 
 def test_a_removed_cas_client_is_refused_at_its_handshake_beside_an_unreadable_one(
-    start_server: Start, tmp_path: Path
+    start_server: StartServer, tmp_path: Path
 ) -> None:
     """Was: the check of the unreadable client, subscribed first, raised out of every
     recheck, so taking trustme's CA out ended no stream (the other client's streamed on) and

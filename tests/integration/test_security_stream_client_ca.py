@@ -20,15 +20,9 @@ import grpc
 import pytest
 import trustme
 
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import RunningServer, StartServer
 from tests.integration.pki_support import Pki
-from tests.integration.security_support import (
-    AUTH_FAILURES,
-    Start,
-    tail_during,
-    tls,
-    until_unsubscribed,
-)
+from tests.integration.security_support import AUTH_FAILURES, tail_during, tls, until_unsubscribed
 from tests.integration.stream_ca_helpers import listening_again
 from tests.integration.test_stream import make_finding, make_trace, serve
 from tests.integration.test_stream import subscribe as subscribe_aio
@@ -68,7 +62,7 @@ def _reload_client_cas(server: RunningServer, path: Path, cas: Sequence[trustme.
     listening_again(server)
 
 
-def _server(start_server: Start, pki: Pki, path: Path, **more: Any) -> RunningServer:
+def _server(start_server: StartServer, pki: Pki, path: Path, **more: Any) -> RunningServer:
     return start_server(
         **tls(pki),
         security__tls__client_ca_file=str(path),
@@ -133,7 +127,7 @@ def _ended_log(count: int) -> str:
 
 
 def test_taking_a_client_ca_out_ends_every_stream_and_the_handshake_decides_who_is_back(
-    start_server: Start, pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    start_server: StartServer, pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Was: the stream's client certificate was checked by toolwatch's own chain check, as
     it subscribed and whenever the client CAs changed, and a stream it refused was ended
@@ -219,7 +213,7 @@ def _tail_access(pki: Pki, directory: Path, ca: trustme.CA) -> StreamAccess:
 
 
 def test_tail_is_told_to_connect_again_and_exits_to_be_restarted(
-    start_server: Start, pki: Pki, tmp_path: Path
+    start_server: StartServer, pki: Pki, tmp_path: Path
 ) -> None:
     """Was: tail was told that the server no longer accepted its certificate, though its CA
     may have been kept. Now: without ``--reconnect`` it says the server ended the stream for
@@ -240,7 +234,7 @@ def test_tail_is_told_to_connect_again_and_exits_to_be_restarted(
 
 
 def test_tail_reconnecting_whose_ca_is_kept_resumes_and_loses_nothing(
-    start_server: Start, pki: Pki, tmp_path: Path
+    start_server: StartServer, pki: Pki, tmp_path: Path
 ) -> None:
     """Another client's CA is taken out: tail's stream ends as every stream does, with
     findings queued for it and not yet written (published in the same turn of the server's
@@ -293,7 +287,7 @@ def test_tail_reconnecting_whose_ca_is_kept_resumes_and_loses_nothing(
 
 
 def test_tail_reconnecting_through_a_client_ca_rotation_loses_no_finding(
-    start_server: Start, pki: Pki, tmp_path: Path
+    start_server: StartServer, pki: Pki, tmp_path: Path
 ) -> None:
     """The server's client CA file is rotated to a new CA before tail's certificate is: its
     stream ends, the next attempt is refused at the handshake and told as an outage begins
@@ -347,7 +341,7 @@ def test_tail_reconnecting_through_a_client_ca_rotation_loses_no_finding(
 
 
 def test_a_stream_without_tls_client_auth_is_untouched_by_a_client_ca_change(
-    start_server: Start, pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    start_server: StartServer, pki: Pki, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The OTLP listeners take client certificates, the stream is served in plaintext: a
     client CA taken out there ends none of its streams."""

@@ -9,12 +9,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import RunningServer, StartServer
 from tests.integration.pki_support import TOKEN, Pki
 from tests.integration.security_support import (
     AUTH_FAILURES,
     POLICY,
-    Start,
     auth,
     grpc_credentials,
     missing_verification,
@@ -28,7 +27,7 @@ from tests.integration.test_stream import make_finding, make_trace
 from toolwatch.tail_access import StreamAccess
 
 
-def test_tail_follows_a_stream_with_tls_and_a_token(start_server: Start, pki: Pki) -> None:
+def test_tail_follows_a_stream_with_tls_and_a_token(start_server: StartServer, pki: Pki) -> None:
     server = start_server(**tls(pki), **auth(pki.token_file), **POLICY)
     access = StreamAccess(ca_file=pki.ca, bearer_token_file=pki.token_file)
     act = unverified_refund(server, grpc_credentials(pki), TOKEN)
@@ -46,7 +45,7 @@ def test_tail_follows_a_stream_with_tls_and_a_token(start_server: Start, pki: Pk
 
 
 def test_tail_without_tls_or_with_a_wrong_token_is_refused(
-    start_server: Start, pki: Pki, tmp_path: Path
+    start_server: StartServer, pki: Pki, tmp_path: Path
 ) -> None:
     server = start_server(**tls(pki), **auth(pki.token_file))
     wrong = tmp_path / "wrong-token"
@@ -90,7 +89,7 @@ def revocable(tmp_path: Path, pki: Pki) -> Revocable:
 
 
 def test_a_token_taken_out_of_the_file_ends_the_streams_it_opened(
-    start_server: Start, pki: Pki, tmp_path: Path
+    start_server: StartServer, pki: Pki, tmp_path: Path
 ) -> None:
     """Revoking a leaked token must stop the live feed it already holds, not only new calls:
     the stream is ended UNAUTHENTICATED before its next finding is written."""
@@ -111,7 +110,7 @@ def test_a_token_taken_out_of_the_file_ends_the_streams_it_opened(
 
 
 def test_a_revoked_stream_that_no_finding_passes_is_ended_at_the_reload(
-    start_server: Start, pki: Pki, tmp_path: Path
+    start_server: StartServer, pki: Pki, tmp_path: Path
 ) -> None:
     """A stream whose filter matches nothing is never written to: it is ended when the
     server's tick reloads the token file, so a leaked token cannot keep the subscriber slots."""
@@ -130,7 +129,7 @@ def test_a_revoked_stream_that_no_finding_passes_is_ended_at_the_reload(
 
 
 def test_findings_withheld_from_a_revoked_stream_are_not_counted_lost(
-    start_server: Start, pki: Pki, tmp_path: Path
+    start_server: StartServer, pki: Pki, tmp_path: Path
 ) -> None:
     """They are not a slow subscriber's losses (ToolwatchFindingsStreamDropping), even when
     none is held for a resume."""
@@ -152,7 +151,7 @@ def test_findings_withheld_from_a_revoked_stream_are_not_counted_lost(
 
 
 def test_tail_reconnecting_through_a_token_rotation_loses_no_finding(
-    start_server: Start, pki: Pki, tmp_path: Path
+    start_server: StartServer, pki: Pki, tmp_path: Path
 ) -> None:
     """Both sides rotate: the stream ends at the old token's removal, and tail --reconnect
     subscribes again with its file's new token, resuming where it left off."""
@@ -189,7 +188,7 @@ def test_tail_reconnecting_through_a_token_rotation_loses_no_finding(
 
 
 def test_tail_reconnecting_rides_out_a_rotation_whose_client_side_comes_later(
-    start_server: Start, tmp_path: Path
+    start_server: StartServer, tmp_path: Path
 ) -> None:
     """The server's and tail's token files are separate mounts (a Secret in each pod), each
     updated on its own sync, often a minute apart: until tail's catches up, its attempts are

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.certificates import install_certificate, not_after, not_before
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import RunningServer, StartServer
 from tests.integration.pki_support import TOKEN, Pki, write_leaf
 from tests.integration.security_support import (
     AUTH_FAILURES,
@@ -35,7 +35,6 @@ from tests.integration.security_support import (
     DAY,
     RELOAD_FAILURES,
     ROOT,
-    Start,
     assert_one_refund_trace,
     auth,
     client_context,
@@ -51,19 +50,19 @@ from tests.integration.security_support import (
 )
 
 
-def test_otlp_grpc_over_tls_builds_the_tooltrace(start_server: Start, pki: Pki) -> None:
+def test_otlp_grpc_over_tls_builds_the_tooltrace(start_server: StartServer, pki: Pki) -> None:
     server = start_server(**tls(pki))
     assert send_grpc(server, refund_spans(), grpc_credentials(pki)) is SpanExportResult.SUCCESS
     assert_one_refund_trace(server)
 
 
-def test_plaintext_to_a_tls_grpc_port_fails(start_server: Start, pki: Pki) -> None:
+def test_plaintext_to_a_tls_grpc_port_fails(start_server: StartServer, pki: Pki) -> None:
     server = start_server(**tls(pki))
     assert raw_export(server) == grpc.StatusCode.UNAVAILABLE
     assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == 0
 
 
-def test_otlp_http_over_tls_builds_the_tooltrace(start_server: Start, pki: Pki) -> None:
+def test_otlp_http_over_tls_builds_the_tooltrace(start_server: StartServer, pki: Pki) -> None:
     server = start_server(**tls(pki))
     assert send_http(server, refund_spans(), pki) is SpanExportResult.SUCCESS
     assert_one_refund_trace(server)
@@ -72,7 +71,7 @@ def test_otlp_http_over_tls_builds_the_tooltrace(start_server: Start, pki: Pki) 
 @pytest.mark.parametrize("secure", [True, False], ids=["tls", "plaintext"])
 @pytest.mark.parametrize("listener", ["grpc", "http", "metrics", "stream"])
 def test_a_handshake_that_never_finishes_is_closed_at_the_idle_timeout(
-    start_server: Start, pki: Pki, listener: str, secure: bool
+    start_server: StartServer, pki: Pki, listener: str, secure: bool
 ) -> None:
     """A client that opens connections and never finishes the handshake (no ClientHello; on
     gRPC, no HTTP/2 preface) must not hold them for asyncio's 60 s or gRPC's 120: closed at
@@ -87,7 +86,7 @@ def test_a_handshake_that_never_finishes_is_closed_at_the_idle_timeout(
 
 
 def test_mutual_tls_grpc_needs_a_certificate_signed_by_the_client_ca(
-    start_server: Start, pki: Pki
+    start_server: StartServer, pki: Pki
 ) -> None:
     server = start_server(**tls(pki, mutual=True))
     assert raw_export(server, grpc_credentials(pki)) == grpc.StatusCode.UNAVAILABLE
@@ -97,7 +96,7 @@ def test_mutual_tls_grpc_needs_a_certificate_signed_by_the_client_ca(
     assert_one_refund_trace(server)
 
 
-def test_mutual_tls_http_needs_a_client_certificate(start_server: Start, pki: Pki) -> None:
+def test_mutual_tls_http_needs_a_client_certificate(start_server: StartServer, pki: Pki) -> None:
     server = start_server(**tls(pki, mutual=True))
     with pytest.raises((urllib.error.URLError, ssl.SSLError, ConnectionError)):
         post_traces(server, client_context(pki), token=None)
@@ -107,7 +106,7 @@ def test_mutual_tls_http_needs_a_client_certificate(start_server: Start, pki: Pk
 
 
 def test_mutual_tls_metrics_lets_probes_in_without_a_client_certificate(
-    start_server: Start, pki: Pki
+    start_server: StartServer, pki: Pki
 ) -> None:
     """Kubelet's HTTPS probes send no client certificate: on the metrics listener the
     handshake succeeds without one, and only /healthz and /readyz answer."""
@@ -133,7 +132,9 @@ def test_mutual_tls_metrics_lets_probes_in_without_a_client_certificate(
         post_traces(server, anonymous, token=None)  # OTLP/HTTP still requires one
 
 
-def test_metrics_over_tls_and_token_while_probes_stay_open(start_server: Start, pki: Pki) -> None:
+def test_metrics_over_tls_and_token_while_probes_stay_open(
+    start_server: StartServer, pki: Pki
+) -> None:
     listeners = ["grpc", "http", "metrics", "stream"]
     server = start_server(**tls(pki), **auth(pki.token_file, security__auth__listeners=listeners))
     base, context = f"https://{server.address('metrics')}", client_context(pki)
@@ -168,7 +169,7 @@ def _image_health_check(address: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.parametrize("security", ["none", "tls", "mutual tls"])
 def test_the_image_health_check_passes_with_and_without_tls_on_metrics(
-    start_server: Start, pki: Pki, caplog: pytest.LogCaptureFixture, security: str
+    start_server: StartServer, pki: Pki, caplog: pytest.LogCaptureFixture, security: str
 ) -> None:
     """--tls-cert puts TLS on the metrics listener too: a check asking plain HTTP left a
     correctly configured container unhealthy. With a client CA, probes need no certificate."""
@@ -216,7 +217,7 @@ def _trusted_by(server: RunningServer, ca: trustme.CA) -> tuple[bool, bool]:
 
 
 def test_a_rotated_certificate_is_served_to_new_connections_without_a_restart(
-    start_server: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    start_server: StartServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     first, second, third = trustme.CA(), trustme.CA(), trustme.CA()
     server, cert, key = serving_certificate(start_server, tmp_path, first)
@@ -245,7 +246,7 @@ def test_a_rotated_certificate_is_served_to_new_connections_without_a_restart(
 
 
 def test_a_rotation_to_an_expired_certificate_keeps_the_valid_one(
-    start_server: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    start_server: StartServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """OpenSSL loads an expired certificate (a restored backup, a renewal job that wrote the
     old file): taken, it failed every new OTLP, metrics and stream handshake, while the log
@@ -291,7 +292,7 @@ def _dates(pem: bytes) -> tuple[float, float]:
 
 
 def test_metrics_say_when_the_served_certificate_and_client_ca_are_valid(
-    start_server: Start, pki: Pki, tmp_path: Path
+    start_server: StartServer, pki: Pki, tmp_path: Path
 ) -> None:
     """The notBefore and notAfter of the certificate served now, as the real exposition reads,
     at start-up and after a rotation; the client CA's beside them."""
@@ -318,7 +319,7 @@ def test_metrics_say_when_the_served_certificate_and_client_ca_are_valid(
     assert _scraped_dates(server, ca, pki) == {"certificate": renewed, "client_ca": client_ca}
 
 
-def test_plaintext_metrics_have_no_certificate_dates(start_server: Start) -> None:
+def test_plaintext_metrics_have_no_certificate_dates(start_server: StartServer) -> None:
     server = start_server()
     with urllib.request.urlopen(f"http://{server.address('metrics')}/metrics", timeout=10) as r:
         text = r.read().decode()
@@ -328,7 +329,7 @@ def test_plaintext_metrics_have_no_certificate_dates(start_server: Start) -> Non
 
 
 def test_a_certificate_expiring_within_14_days_is_warned_of_at_start_up(
-    start_server: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    start_server: StartServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
     ends = datetime.datetime.now(datetime.UTC).replace(microsecond=0) + 10 * DAY
@@ -347,7 +348,7 @@ def test_a_certificate_expiring_within_14_days_is_warned_of_at_start_up(
 
 
 def test_a_fresh_day_long_certificate_is_not_warned_of_at_start_up(
-    start_server: Start, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    start_server: StartServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A mesh's certificate, for a day: under 14 days from the start, warned of only with less
     than a third of its lifetime left."""
@@ -362,7 +363,7 @@ def test_a_fresh_day_long_certificate_is_not_warned_of_at_start_up(
 
 
 def test_a_rotated_client_ca_admits_the_clients_it_signed(
-    start_server: Start, pki: Pki, tmp_path: Path
+    start_server: StartServer, pki: Pki, tmp_path: Path
 ) -> None:
     client_ca = tmp_path / "client-ca.pem"
     client_ca.write_bytes(pki.read("client_ca"))
@@ -408,7 +409,7 @@ def scrape_once(
 
 
 def test_a_client_whose_ca_was_taken_out_cannot_resume_its_session(
-    start_server: Start, pki: Pki, tmp_path: Path
+    start_server: StartServer, pki: Pki, tmp_path: Path
 ) -> None:
     """A resumed session skips the client certificate's check. TLS 1.2 resumed by session id
     from the cache of the context the listener started with, which a rotation cannot reach:

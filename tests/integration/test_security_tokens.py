@@ -11,10 +11,10 @@ from google.rpc import code_pb2, status_pb2
 from grpc_health.v1 import health_pb2
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from tests.integration.conftest import StartServer
 from tests.integration.pki_support import TOKEN, Pki
 from tests.integration.security_support import (
     AUTH_FAILURES,
-    Start,
     assert_one_refund_trace,
     auth,
     bearer,
@@ -32,7 +32,7 @@ from tests.integration.security_support import (
 
 
 def test_grpc_without_the_right_token_is_unauthenticated_and_counted(
-    start_server: Start, pki: Pki
+    start_server: StartServer, pki: Pki
 ) -> None:
     server = start_server(**tls(pki), **auth(pki.token_file))
     credentials = grpc_credentials(pki)
@@ -54,7 +54,7 @@ def test_grpc_without_the_right_token_is_unauthenticated_and_counted(
 
 
 def test_a_health_watch_stream_needs_a_token_where_check_does_not(
-    start_server: Start, pki: Pki
+    start_server: StartServer, pki: Pki
 ) -> None:
     """A Watch lasts as long as its caller likes: open to anyone who can connect, any number
     of them could be held. Probes call Check."""
@@ -70,7 +70,9 @@ def test_a_health_watch_stream_needs_a_token_where_check_does_not(
     assert server.sample(AUTH_FAILURES, {"listener": "grpc"}) == 1
 
 
-def test_http_without_the_right_token_is_401_and_counted(start_server: Start, pki: Pki) -> None:
+def test_http_without_the_right_token_is_401_and_counted(
+    start_server: StartServer, pki: Pki
+) -> None:
     server = start_server(**tls(pki), **auth(pki.token_file))
     context = client_context(pki)
     # The last two go out as bytes that are not UTF-8 (http.client writes latin-1). OTLP:
@@ -93,7 +95,7 @@ def test_http_without_the_right_token_is_401_and_counted(start_server: Start, pk
 
 
 def test_a_rotated_token_file_applies_after_reload_seconds(
-    start_server: Start, tmp_path: Path
+    start_server: StartServer, tmp_path: Path
 ) -> None:
     token_file = tmp_path / "tokens"
     token_file.write_text("old-token\n")

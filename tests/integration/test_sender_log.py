@@ -22,9 +22,9 @@ import grpc
 import pytest
 
 from tests.certificates import client_certificate
-from tests.integration.conftest import RunningServer
+from tests.integration.conftest import RunningServer, StartServer
 from tests.integration.pki_support import NAMED_CN, Pki
-from tests.integration.security_support import Start, answers_to, client_names, tls
+from tests.integration.security_support import answers_to, client_names, tls
 from toolwatch.ingest.otlp_grpc import SERVICE_NAME
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -142,7 +142,7 @@ def test_an_unauthenticated_export_names_its_sender_never_its_token(
 
 
 def test_a_client_certificate_name_cannot_forge_a_log_line(
-    start_server: Start,
+    start_server: StartServer,
     pki: Pki,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,

@@ -37,7 +37,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.security_support import Start
+from tests.integration.conftest import StartServer
 from tests.integration.stream_ca_helpers import listening_again
 from tests.integration.stream_listener_down import stream_address_taken, ticks
 
@@ -47,7 +47,7 @@ TICKS = 10
 
 
 def test_ticks_while_the_stream_address_is_taken_print_no_grpc_error_each(
-    start_server: Start,
+    start_server: StartServer,
     tmp_path: Path,
     caplog: pytest.LogCaptureFixture,
     capfd: pytest.CaptureFixture[str],

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.integration.security_support import Start
+from tests.integration.conftest import StartServer
 from tests.integration.stream_ca_helpers import listening_again
 from tests.integration.stream_listener_down import stream_address_taken, ticks
 
@@ -51,7 +51,7 @@ def resident() -> int:
 
 
 def test_ticks_while_the_stream_address_is_taken_do_not_grow_memory(
-    start_server: Start, tmp_path: Path
+    start_server: StartServer, tmp_path: Path
 ) -> None:
     with stream_address_taken(start_server, tmp_path) as server:
         listener = server.app.stream_listener

@@ -28,8 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import RunningServer, until
-from tests.integration.security_support import Start
+from tests.integration.conftest import RunningServer, StartServer, until
 from tests.integration.test_stream import make_finding, make_trace
 from toolwatch.sinks.stream.protocol import SUPERSEDED
 from toolwatch.tail import run_tail
@@ -51,7 +50,7 @@ def _kept(path: Path) -> dict[str, object]:
 
 @pytest.mark.parametrize("reconnect", [False, True])
 def test_a_tail_superseded_by_another_on_its_cursor_file_is_told_so_and_exits(
-    start_server: Start, tmp_path: Path, reconnect: bool
+    start_server: StartServer, tmp_path: Path, reconnect: bool
 ) -> None:
     server = start_server()
     target = server.address("stream")
