@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_cli import EXAMPLES, clean_env, run_cli
+from tests.integration.cli_support import EXAMPLES, clean_env, run_cli
 
 
 @pytest.mark.parametrize("command", ["check-config", "replay"])

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_cli import FREE_PORTS, Served, clean_env, run_cli
+from tests.integration.cli_support import FREE_PORTS, Served, clean_env, run_cli
 from tests.unit.evaluation.eval_factories import trace
 from tests.unit.test_config_warnings import HALF_POLICY, ONLY_LOOPS
 from toolwatch import cli_sources

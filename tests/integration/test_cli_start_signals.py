@@ -21,8 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import until
-from tests.integration.test_cli import (
+from tests.integration.cli_support import (
     EXAMPLES,
     FREE_PORTS,
     LISTENING,
@@ -31,6 +30,7 @@ from tests.integration.test_cli import (
     clean_env,
     tail_process,
 )
+from tests.integration.conftest import until
 from tests.integration.test_evaluation_e2e import MINIMAL_POLICY
 
 RELOADED = "configuration reloaded: policy, golden, evaluators apply"

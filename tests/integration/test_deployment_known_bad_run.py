@@ -14,7 +14,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from tests.integration.test_cli import EXAMPLES, run_cli
+from tests.integration.cli_support import EXAMPLES, run_cli
 
 ROOT = EXAMPLES.parent
 DEPLOYMENT = ROOT / "docs" / "deployment.md"

@@ -15,8 +15,8 @@ from google.protobuf.internal.encoder import _VarintBytes
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
 from bench.hostile_decode import SHAPES
+from tests.integration.cli_support import LISTENING, Served, clean_env
 from tests.integration.otlp_support import PROTOBUF, refund_request
-from tests.integration.test_cli import LISTENING, Served, clean_env
 from toolwatch.ingest import scan
 
 

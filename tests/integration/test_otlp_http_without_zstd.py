@@ -14,8 +14,8 @@ import urllib.request
 from google.rpc import code_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
+from tests.integration.cli_support import FREE_PORTS, LISTENING, Served, clean_env
 from tests.integration.otlp_support import PROTOBUF, refund_request
-from tests.integration.test_cli import FREE_PORTS, LISTENING, Served, clean_env
 
 #: ``toolwatch serve`` where importing zstd fails as it does on such a Python: ImportError.
 _WITHOUT_ZSTD = (

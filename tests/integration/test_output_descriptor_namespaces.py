@@ -19,7 +19,7 @@ import textwrap
 
 import pytest
 
-from tests.integration.test_cli import clean_env
+from tests.integration.cli_support import clean_env
 
 _WAIT = 60.0  # seconds: a bound on each child, never reached when it works
 

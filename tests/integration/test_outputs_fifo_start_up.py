@@ -28,8 +28,8 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.fifos import Collector
 from tests.integration import agents
+from tests.integration.cli_support import run_cli
 from tests.integration.conftest import until
-from tests.integration.test_cli import run_cli
 from tests.integration.test_faults import (
     START_TIMEOUT,
     ServeProcess,

@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.integration.test_cli import EXAMPLES, clean_env
+from tests.integration.cli_support import EXAMPLES, clean_env
 
 RECORDING = EXAMPLES / "unverified-refund.otlp.json"
 

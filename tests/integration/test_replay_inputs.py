@@ -14,7 +14,7 @@ import pytest
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
-from tests.integration.test_cli import EXAMPLES, run_cli
+from tests.integration.cli_support import EXAMPLES, run_cli
 from tests.unit.evaluation.eval_factories import trace
 from tests.unit.test_config_warnings import HALF_POLICY
 from toolwatch.cli_replay import REPLAY_DEFAULTS_NOTE

@@ -8,7 +8,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tests.integration.test_cli import EXAMPLES, clean_env, toolwatch_script
+from tests.integration.cli_support import EXAMPLES, clean_env, toolwatch_script
 
 
 def test_ctrl_c_during_a_replay_prints_no_traceback(tmp_path: Path) -> None:

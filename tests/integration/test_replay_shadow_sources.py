@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from tests.integration.agents import LOOKUP, REFUND, AgentRun, Turn, record
-from tests.integration.test_cli import EXAMPLES, run_cli
+from tests.integration.cli_support import EXAMPLES, run_cli
 from tests.integration.test_evaluation_e2e import otlp_json_line
 
 PAIR = "toolwatch.shadow.pair_id"

@@ -12,16 +12,10 @@ from pathlib import Path
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from tests.integration.cli_support import FREE_PORTS, LISTENING, Served, clean_env, toolwatch_script
 from tests.integration.conftest import until
 from tests.integration.security_support import refund_spans
-from tests.integration.test_cli import (
-    FREE_PORTS,
-    LISTENING,
-    MINIMAL_POLICY,
-    Served,
-    clean_env,
-    toolwatch_script,
-)
+from tests.integration.test_evaluation_e2e import MINIMAL_POLICY
 
 #: What the warning says under a hard limit of 1,024 with the default bound (512).
 SHORT = (

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.integration.test_cli import FREE_PORTS, run_cli
+from tests.integration.cli_support import FREE_PORTS, run_cli
 
 
 @pytest.mark.parametrize("listener", ["grpc", "http", "metrics", "stream"])

@@ -22,7 +22,7 @@ from typing import NamedTuple
 import grpc
 import pytest
 
-from tests.integration.test_cli import tail_process
+from tests.integration.cli_support import tail_process
 from tests.integration.test_stream import Harness, make_finding, make_trace, serve, subscribe
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.metrics import NoopMetrics

@@ -40,7 +40,7 @@ import stat
 import subprocess
 from pathlib import Path
 
-from tests.integration.test_cli import clean_env, toolwatch_script
+from tests.integration.cli_support import clean_env, toolwatch_script
 from tests.integration.test_stream import serve
 from tests.strace import strace_or_skip
 

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_cli import clean_env, toolwatch_script
+from tests.integration.cli_support import clean_env, toolwatch_script
 from tests.strace import strace_or_skip
 
 _NOTHING_LISTENS = "127.0.0.1:9"

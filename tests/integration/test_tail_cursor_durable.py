@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_cli import text_process, toolwatch_script
+from tests.integration.cli_support import text_process, toolwatch_script
 from tests.integration.test_stream import Harness, make_finding, make_trace, serve
 from tests.strace import strace_or_skip
 

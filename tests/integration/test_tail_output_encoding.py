@@ -19,7 +19,7 @@ import subprocess
 
 import pytest
 
-from tests.integration.test_cli import clean_env, toolwatch_script
+from tests.integration.cli_support import clean_env, toolwatch_script
 from tests.integration.test_stream import make_finding, make_trace, serve
 
 

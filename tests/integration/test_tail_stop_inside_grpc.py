@@ -33,7 +33,7 @@ import sys
 
 import pytest
 
-from tests.integration.test_cli import text_process
+from tests.integration.cli_support import text_process
 from tests.integration.test_stream import make_finding, make_trace, serve
 
 #: The CLI, with the signal (argv[1]) raised inside gRPC's ``_next`` (module docstring);

@@ -12,7 +12,7 @@ import grpc
 import pytest
 import trustme
 
-from tests.integration.test_cli import clean_env, run_cli
+from tests.integration.cli_support import clean_env, run_cli
 
 
 @pytest.fixture

@@ -11,8 +11,8 @@ import pytest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
+from tests.integration.cli_support import clean_env, run_cli
 from tests.integration.conftest import until
-from tests.integration.test_cli import clean_env, run_cli
 from tests.integration.test_faults import ServeProcess, export, write_config
 from toolwatch import __version__
 
