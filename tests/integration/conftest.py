@@ -262,10 +262,10 @@ def start_server(tmp_path: Path) -> Iterator[StartServer]:
 @pytest.fixture
 def serve_process() -> Iterator[Callable[..., Any]]:
     """Factory: ``serve_process(config, stdout=None, env=None)``, a ``toolwatch serve`` child
-    process (``test_faults.ServeProcess``; ``stdout``: a file its standard output is appended
+    process (``faults_support.ServeProcess``; ``stdout``: a file its standard output is appended
     to; ``env``: variables set over the test's environment); kills what is still running at
     the end."""
-    from tests.integration.test_faults import ServeProcess  # noqa: PLC0415  # it imports this module
+    from tests.integration.faults_support import ServeProcess  # noqa: PLC0415  # it imports this module
 
     started: list[ServeProcess] = []
 

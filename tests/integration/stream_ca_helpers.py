@@ -25,7 +25,7 @@ from cryptography.x509.oid import NameOID
 from tests.integration.conftest import RunningServer, StartServer
 from tests.integration.pki_support import Pki, make_pki
 from tests.integration.security_support import tls
-from tests.integration.test_stream import make_finding, make_trace
+from tests.integration.stream_support import make_finding, make_trace
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 
 #: Seconds of the server's clock between two looks at its client CA file.

@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
-from tests.integration.test_faults import without_root
-from tests.integration.test_ingest_to_tooltrace import send_grpc
+from tests.integration.faults_support import without_root
+from tests.integration.ingest_support import send_grpc
 
 MAX_AGE = 3600.0  # raised for runs of minutes, as docs/deployment.md advises
 

@@ -23,8 +23,8 @@ from opentelemetry.trace import SpanKind
 from tests.integration import agents
 from tests.integration.agents import STYLES, AgentRun, Recorder, Turn
 from tests.integration.conftest import RunningServer
-from tests.integration.test_evaluation_e2e import MINIMAL_POLICY, findings_log
-from tests.integration.test_ingest_to_tooltrace import send_grpc
+from tests.integration.evaluation_support import MINIMAL_POLICY, findings_log
+from tests.integration.ingest_support import send_grpc
 
 DROPPED = "toolwatch_spans_dropped_total"
 

@@ -27,15 +27,14 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration import agents
+from tests.integration.cli_support import LISTENING
 from tests.integration.conftest import until
-from tests.integration.test_faults import (
-    LISTENING,
+from tests.integration.faults_support import (
     START_TIMEOUT,
     export,
     trace_id,
     write_config,
 )
-from toolwatch.config import LISTENERS
 
 #: Bytes this test writes into a pipe before toolwatch does: more than it holds (64 KiB by
 #: default), so that the writer blocks until the test reads.
@@ -139,7 +138,7 @@ def _start(config: Path, out: _Pipe, err: _Pipe) -> tuple[subprocess.Popen[bytes
     if not started:
         proc.kill()
         raise AssertionError("no start-up line:\n" + b"\n".join(lines).decode())
-    return proc, dict(zip(LISTENERS, started[0].groups(), strict=True))
+    return proc, started[0].groupdict()
 
 
 def _sample(addresses: dict[str, str], name: str, labels: dict[str, str]) -> float:

@@ -22,8 +22,8 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
 from tests.integration.conftest import until
+from tests.integration.faults_support import export, read_jsonl, trace_id, write_config
 from tests.integration.test_blocked_outputs import _Pipe, _sample, _start
-from tests.integration.test_faults import export, read_jsonl, trace_id, write_config
 
 #: What the shutdown may take here: the grace (1 s), the outputs' close (1 s at least), the
 #: log queue's close (5 s), and room for a slow machine.

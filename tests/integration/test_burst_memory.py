@@ -22,11 +22,9 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2
 
-from tests.integration.test_faults import ServeProcess, serve, write_config
+from tests.integration.faults_support import ServeProcess, write_config
 from toolwatch.bearer_tokens import HEALTH_CHECK
 from toolwatch.ingest.grpc_health import READ_TURNS
-
-__all__ = ["serve"]  # the fixture, imported for this module's tests
 
 MIB = 2**20
 REQUESTS = 24
@@ -59,14 +57,14 @@ def burst(transport: str, address: str) -> dict[str, object]:
     ("slots", "bounded"), [(2, True), (REQUESTS, False)], ids=["bounded", "control"]
 )
 def test_a_burst_of_large_requests_stays_within_the_request_slots(
-    serve: Callable[[Path], ServeProcess],
+    serve_process: Callable[[Path], ServeProcess],
     tmp_path: Path,
     transport: str,
     slots: int,
     bounded: bool,
 ) -> None:
     ingest = {"max_concurrent_requests": slots, "max_request_bytes": 8 * MIB}
-    server = serve(write_config(tmp_path / "toolwatch.yaml", {}, ingest=ingest))
+    server = serve_process(write_config(tmp_path / "toolwatch.yaml", {}, ingest=ingest))
     before = peak_resident(server.proc.pid)
 
     answers = burst(transport, server.addresses[transport])
@@ -90,7 +88,7 @@ def test_a_burst_of_large_requests_stays_within_the_request_slots(
 
 
 def test_a_burst_of_large_health_checks_without_a_token_is_read_a_few_at_a_time(
-    serve: Callable[[Path], ServeProcess], tmp_path: Path
+    serve_process: Callable[[Path], ServeProcess], tmp_path: Path
 ) -> None:
     """The health check is open to callers without a token, on the listener whose messages
     may be ``max_request_bytes`` long. Served as a unary handler, gRPC read every concurrent
@@ -102,7 +100,9 @@ def test_a_burst_of_large_health_checks_without_a_token_is_read_a_few_at_a_time(
     tokens.write_text("good-token\n")
     ingest = {"max_concurrent_requests": 1, "max_request_bytes": 8 * MIB}
     security = {"auth": {"bearer_token_file": str(tokens)}}
-    server = serve(write_config(tmp_path / "toolwatch.yaml", {}, ingest=ingest, security=security))
+    server = serve_process(
+        write_config(tmp_path / "toolwatch.yaml", {}, ingest=ingest, security=security)
+    )
     body = REQUEST_MIB * MIB
     request = health_pb2.HealthCheckRequest(service="x" * (body - 64)).SerializeToString()
     before = peak_resident(server.proc.pid)

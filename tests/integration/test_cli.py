@@ -46,8 +46,8 @@ from tests.integration.cli_support import (
     toolwatch_script,
 )
 from tests.integration.conftest import RunningServer
+from tests.integration.evaluation_support import MINIMAL_POLICY
 from tests.integration.test_config_reload import OTHER_POLICY, RELOADED
-from tests.integration.test_evaluation_e2e import MINIMAL_POLICY
 from toolwatch import cli, cli_sources
 from toolwatch.sinks.tooltraces import read_tooltraces
 

@@ -31,7 +31,7 @@ from tests.integration.cli_support import (
     tail_process,
 )
 from tests.integration.conftest import until
-from tests.integration.test_evaluation_e2e import MINIMAL_POLICY
+from tests.integration.evaluation_support import MINIMAL_POLICY
 
 RELOADED = "configuration reloaded: policy, golden, evaluators apply"
 

@@ -17,9 +17,9 @@ import trustme
 from tests.certificates import install_certificate
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
+from tests.integration.evaluation_support import MINIMAL_POLICY, findings_log
+from tests.integration.ingest_support import send_grpc
 from tests.integration.security_support import serving_certificate
-from tests.integration.test_evaluation_e2e import MINIMAL_POLICY, findings_log
-from tests.integration.test_ingest_to_tooltrace import send_grpc
 from tests.unit.test_config_warnings import HALF_POLICY
 
 OTHER_POLICY = """\

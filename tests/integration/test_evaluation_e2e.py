@@ -3,7 +3,6 @@ findings log; ``toolwatch replay`` on the same recorded traces reproduces them a
 
 from __future__ import annotations
 
-import base64
 import dataclasses
 import gzip
 import json
@@ -13,49 +12,29 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from google.protobuf import json_format
-from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
 
 from tests.integration import agents
 from tests.integration.conftest import WALL_START_NS, RunningServer
+from tests.integration.evaluation_support import (
+    MINIMAL_POLICY,
+    canary_half,
+    findings_log,
+    key,
+    otlp_json_line,
+    runs_by_reference,
+    unverified_refund_dump,
+)
+from tests.integration.ingest_support import send_grpc
 from tests.integration.otlp_support import JSON, post
-from tests.integration.test_ingest_to_tooltrace import send_grpc
 from toolwatch.model import Severity
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-MINIMAL_POLICY = """\
-policy:
-  dangerous_tools: [issue_refund]
-  verification_tools: [lookup_order]
-"""
-
-
-def findings_log(server: RunningServer) -> list[dict[str, Any]]:
-    path = Path(server.app.config.output.findings or "")
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def otlp_json_line(spans: Sequence[ReadableSpan]) -> str:
-    """One ExportTraceServiceRequest as the Collector's file exporter writes it: OTLP/JSON
-    with hex ids."""
-    data = json_format.MessageToDict(encode_spans(spans))
-    for resource in data["resourceSpans"]:
-        for scope in resource["scopeSpans"]:
-            for span in scope["spans"]:
-                for key in ("traceId", "spanId", "parentSpanId"):
-                    if key in span:
-                        span[key] = _base64_to_hex(span[key])
-    return json.dumps(data)
-
-
-def _base64_to_hex(value: str) -> str:
-    return base64.b64decode(value).hex()
 
 
 def replay(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
@@ -63,16 +42,6 @@ def replay(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
     done = subprocess.run(command, capture_output=True, input=stdin, timeout=120, check=False)
     return subprocess.CompletedProcess(
         done.args, done.returncode, done.stdout.decode(), done.stderr.decode()
-    )
-
-
-def key(finding: dict[str, Any]) -> tuple[Any, ...]:
-    return (
-        finding["category"],
-        finding["evaluator"],
-        finding["tool"],
-        finding["trace_id"],
-        finding["span_id"],
     )
 
 
@@ -288,21 +257,6 @@ def test_a_shadow_targets_lookup_verifies_no_production_refund(
     assert [f["category"] for f in findings_log(server)] == ["MISSING_VERIFICATION_STEP"]
 
 
-def runs_by_reference(server: RunningServer) -> dict[str, float]:
-    """``toolwatch_tool_traces_total`` of refund-bot's complete runs, by ``reference``, a
-    shadow target's (``traffic="shadow"``) as ``source@shadow`` or ``none@shadow``."""
-    found = {}
-    for reference in ("expected", "source", "none"):
-        for traffic in ("live", "shadow"):
-            labels = {"agent": "refund-bot", "outcome": "complete", "reference": reference}
-            value = server.sample(
-                "toolwatch_tool_traces_total", labels | {"traffic": traffic}, missing_ok=True
-            )
-            if value:
-                found[reference if traffic == "live" else f"{reference}@shadow"] = value
-    return found
-
-
 def shadow_half(role: str, extra_refund: bool) -> agents.AgentRun:
     attributes = {"toolwatch.shadow.pair_id": "req-77", "toolwatch.shadow.role": role}
     turns = [agents.Turn((agents.LOOKUP,)), agents.Turn((agents.REFUND,))]
@@ -398,18 +352,6 @@ cases:
   - id: refund-canary
     expected_tools: [lookup_order, issue_refund]
 """
-
-
-def canary_half(role: str, run: agents.AgentRun | None = None) -> tuple[ReadableSpan, ...]:
-    """A canary request's run that the candidate serves too: it carries a golden case id and
-    a pair key. Without ``run``, the refund run its case expects."""
-    attributes = {
-        "toolwatch.case_id": "refund-canary",
-        "toolwatch.shadow.pair_id": "req-1",
-        "toolwatch.shadow.role": role,
-    }
-    run = dataclasses.replace(run or agents.refund_run(), attributes=attributes)
-    return agents.record(run, "genai")
 
 
 def canary_server(
@@ -896,33 +838,6 @@ def test_replay_conversation_scope_does_not_depend_on_file_order(
         "replay of the same spans, files named in another order, gave a finding serve and"
         " replay --stream do not:\n" + reversed_files.stdout
     )
-
-
-def unverified_refund_dump(tmp_path: Path, runs: int) -> Path:
-    """``runs`` ToolTrace lines (as ``--dump-tooltraces`` writes them), each an unverified
-    refund: one MISSING_VERIFICATION_STEP finding per run."""
-    call = {
-        "tool_name": "issue_refund", "raw_name": "issue_refund",
-        "arguments": {"order_id": "A-1001", "amount_usd": 25.0}, "arguments_error": None,
-        "call_id": "call_2", "parent_call_id": None, "sequence_index": 0,
-        "parallel_group": None, "status": "ok", "error_type": None, "agent": "refund-bot",
-        "span_id": "67d3cf736c84a795", "start_ns": 1767000000040000000,
-        "end_ns": 1767000000050000000, "result": "ok", "hosted": False, "handoff": False,
-    }  # fmt: skip
-    run = {
-        "format": "toolwatch.tooltrace/v1", "trace_id": "", "run_span_id": "8ac1c32968d53856",
-        "service": "refund-agent", "agent": "refund-bot", "model": "gpt-4o",
-        "conversation_id": None, "calls": [call], "final_text": "Refunded.", "refusal": False,
-        "refusal_reason": None, "error_count": 0, "complete": True, "incomplete_reason": None,
-        "start_ns": 1767000000010000000, "end_ns": 1767000000080000000, "span_count": 4,
-        "reference_keys": {}, "shared_keys": {}, "agents": ["refund-bot"],
-    }  # fmt: skip
-    path = tmp_path / f"dump-{runs}.jsonl"
-    with path.open("w") as out:
-        for i in range(runs):
-            run["trace_id"] = f"{i + 1:032x}"
-            out.write(json.dumps(run) + "\n")
-    return path
 
 
 def _peak_rss_kib(config: Path, dump: Path, output: str) -> int:

@@ -9,7 +9,6 @@ clock out of the outcome (a 1 ms completion wait, traces that never time out).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -23,10 +22,9 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import grpc
 import pytest
@@ -35,16 +33,27 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
     OTLPSpanExporter as GrpcExporter,
 )
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 from prometheus_client import CollectorRegistry
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration import agents
 from tests.integration.conftest import until
+from tests.integration.faults_support import (
+    GRACE_SECONDS,
+    POLICY,
+    ServeProcess,
+    export,
+    file_size_limit,
+    send_long_run,
+    serve_one_output,
+    trace_id,
+    without_root,
+    write_config,
+)
 from tests.integration.test_rejected_spans import KeptToolTraces
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.assembly.limits import AssemblyLimits
+from toolwatch.config import LISTENERS
 from toolwatch.engine import Admission, Engine, EngineParts
 from toolwatch.evaluation.base import Reference
 from toolwatch.evaluation.pipeline import EvaluationPipeline
@@ -59,11 +68,6 @@ from toolwatch.references.shadow import ShadowJoiner
 from toolwatch.sinks.findings import InMemoryFindingSink
 from toolwatch.sinks.prometheus import PrometheusMetrics
 
-LISTENING = re.compile(r"listening grpc=(\S+) http=(\S+) metrics=(\S+) stream=(\S+)")
-LISTENERS = ("grpc", "http", "metrics", "stream")
-POLICY = {"dangerous_tools": ["issue_refund"], "verification_tools": ["lookup_order"]}
-START_TIMEOUT = 30.0
-
 
 def free_port() -> int:
     """A port nobody listens on now (bound to 0, then released)."""
@@ -71,181 +75,6 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
-
-
-def write_config(path: Path, ports: dict[str, int], **sections: Any) -> Path:
-    """A configuration file: loopback listeners on ``ports`` (0: any), output next to it."""
-    document: dict[str, Any] = {
-        "listen": {name: f"127.0.0.1:{ports.get(name, 0)}" for name in LISTENERS},
-        "output": {
-            "findings": str(path.with_suffix(".findings.jsonl")),
-            "dump_tooltraces": str(path.with_suffix(".tooltraces.jsonl")),
-        },
-        "policy": POLICY,
-        "shutdown_metrics_linger_seconds": 0,  # no Prometheus to wait for, unless a test says
-        **sections,
-    }
-    path.write_text(yaml.safe_dump(document))
-    return path
-
-
-def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-class ServeProcess:
-    """``toolwatch serve --config FILE`` in a child process; stderr is read continuously."""
-
-    def __init__(
-        self,
-        config: Path,
-        stdout: Path | None = None,
-        stdin: int | None = None,
-        *,
-        listening: bool = True,
-        env: dict[str, str] | None = None,
-        journal: bool = False,
-    ) -> None:
-        """``stdout``: a file its standard output is appended to (``serve >> FILE``);
-        ``stdin``: a descriptor for its standard input (a terminal's), else none;
-        ``listening``: wait for the start-up line (else ``wait_listening`` does);
-        ``env``: variables set over the test's environment (whose ``TOOLWATCH_*`` are not
-        passed on); ``journal``: its standard error a Unix stream socket, as systemd's
-        journal connects it, else a pipe."""
-        self.config = config
-        inherited = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
-        self._journal: socket.socket | None = None
-        with contextlib.ExitStack() as files:
-            out = subprocess.DEVNULL if stdout is None else files.enter_context(stdout.open("ab"))
-            err = subprocess.PIPE
-            if journal:
-                self._journal, child_end = socket.socketpair()
-                err = files.enter_context(child_end).fileno()  # closed here once it has it
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "toolwatch.cli", "serve", "--config", str(config)],
-                stdin=subprocess.DEVNULL if stdin is None else stdin,
-                stdout=out,
-                stderr=err,
-                text=True,
-                env={**inherited, **(env or {})},
-            )
-        self.log: list[str] = []
-        self._listening = threading.Event()
-        self.addresses: dict[str, str] = {}
-        threading.Thread(target=self._read_stderr, daemon=True).start()
-        if listening:
-            self.wait_listening()
-
-    def wait_listening(self) -> None:
-        """Waits for the start-up line, whose addresses ``addresses`` then holds."""
-        if not self._listening.wait(START_TIMEOUT):
-            self.proc.kill()
-            raise AssertionError("no start-up line:\n" + "".join(self.log))
-
-    def _read_stderr(self) -> None:
-        if self._journal is None:
-            assert self.proc.stderr is not None
-            self._read_lines(self.proc.stderr)
-            return
-        with self._journal, self._journal.makefile("r", encoding="utf-8") as lines:
-            self._read_lines(lines)
-
-    def _read_lines(self, lines: Iterable[str]) -> None:
-        for line in lines:
-            self.log.append(line)
-            match = LISTENING.search(line)
-            if match is not None:
-                self.addresses = dict(zip(LISTENERS, match.groups(), strict=True))
-                self._listening.set()
-
-    @property
-    def tooltraces(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.config.with_suffix(".tooltraces.jsonl"))
-
-    @property
-    def findings(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.config.with_suffix(".findings.jsonl"))
-
-    def sample(self, name: str, labels: dict[str, str] | None = None) -> float:
-        """One sample of a ``/metrics`` scrape (0 when absent, as for an unused counter)."""
-        url = f"http://{self.addresses['metrics']}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            text = response.read().decode()
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == name and sample.labels == (labels or {}):
-                    return float(sample.value)
-        return 0.0
-
-    def terminate(
-        self,
-        timeout: float,
-        after_drain: Callable[[], object] | None = None,
-        stopping: Callable[[], object] | None = None,
-        sig: signal.Signals = signal.SIGTERM,
-    ) -> tuple[int, float]:
-        """SIGTERM (or ``sig``); the exit code and the seconds the process took to exit.
-        ``stopping`` runs once the shutdown is logged, while the requests in flight have
-        their grace; ``after_drain`` once the drain is logged, while the process lingers for
-        a last scrape."""
-        started = time.monotonic()
-        self.proc.send_signal(sig)
-        if stopping is not None:
-            assert until(lambda: any("shutting down" in line for line in self.log), timeout)
-            stopping()
-        if after_drain is not None:
-            assert until(lambda: any("drained" in line for line in self.log), timeout)
-            after_drain()
-        code = self.proc.wait(timeout)
-        return code, time.monotonic() - started
-
-    def regressions(self) -> dict[str, float]:
-        """``toolwatch_regressions_total`` of one scrape, summed by category."""
-        return self.summed({"toolwatch_regressions_total": "category"})["category"]
-
-    def summed(self, names: dict[str, str]) -> dict[str, dict[str, float]]:
-        """Of one scrape, each sample named as a key of ``names``, summed by its value of
-        the label ``names`` gives, by that label."""
-        url = f"http://{self.addresses['metrics']}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as response:
-            text = response.read().decode()
-        found: dict[str, dict[str, float]] = {label: {} for label in names.values()}
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name in names:
-                    sums = found[names[sample.name]]
-                    value = sample.labels[names[sample.name]]
-                    sums[value] = sums.get(value, 0.0) + sample.value
-        return found
-
-    def kill(self) -> None:
-        self.proc.kill()  # SIGKILL: no drain, no flush
-        self.proc.wait(10)
-
-
-@pytest.fixture
-def serve(serve_process: Callable[[Path], ServeProcess]) -> Callable[[Path], ServeProcess]:
-    """Factory of ``ServeProcess`` (conftest's ``serve_process``), by this module's name."""
-    return serve_process
-
-
-def export(address: str, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-    exporter = GrpcExporter(endpoint=address, insecure=True, timeout=10)
-    try:
-        return exporter.export(spans)
-    finally:
-        exporter.shutdown()
-
-
-def trace_id(spans: Sequence[ReadableSpan]) -> str:
-    return format(spans[0].context.trace_id, "032x")
-
-
-def without_root(spans: Sequence[ReadableSpan]) -> tuple[ReadableSpan, ...]:
-    """A run whose agent span has not ended yet: no anchor, never complete by itself."""
-    return tuple(span for span in spans if span.parent is not None)
 
 
 class Subscriber(threading.Thread):
@@ -269,13 +98,8 @@ class Subscriber(threading.Thread):
             self.channel.close()
 
 
-# -- SIGTERM ----------------------------------------------------------------------------------
-
-GRACE_SECONDS = 3.0
-
-
 def test_sigterm_evaluates_every_buffered_trace_flushes_sinks_and_exits_in_the_grace(
-    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+    tmp_path: Path, serve_process: Callable[[Path], ServeProcess]
 ) -> None:
     config = write_config(
         tmp_path / "toolwatch.yaml",
@@ -289,7 +113,7 @@ def test_sigterm_evaluates_every_buffered_trace_flushes_sinks_and_exits_in_the_g
         shutdown_grace_seconds=GRACE_SECONDS,
         shutdown_metrics_linger_seconds=60,  # ends at the scrape after the drain
     )
-    server = serve(config)
+    server = serve_process(config)
     complete = [
         agents.record(agents.refund_run(), "genai"),
         agents.record(agents.unverified_refund_run(), "openinference"),
@@ -341,13 +165,13 @@ def test_sigterm_evaluates_every_buffered_trace_flushes_sinks_and_exits_in_the_g
 
 
 def scraped_with_a_run_to_drain(
-    path: Path, serve: Callable[[Path], ServeProcess], linger: float
+    path: Path, serve_process: Callable[[Path], ServeProcess], linger: float
 ) -> ServeProcess:
     """A server that holds one unfinished run (the drain will complete it) and was scraped."""
     config = write_config(
         path, {}, shutdown_grace_seconds=GRACE_SECONDS, shutdown_metrics_linger_seconds=linger
     )
-    server = serve(config)
+    server = serve_process(config)
     unfinished = without_root(agents.record(agents.refund_run(), "genai"))
     assert export(server.addresses["grpc"], unfinished) is SpanExportResult.SUCCESS
     assert server.sample("toolwatch_buffered_traces") == 1
@@ -355,10 +179,10 @@ def scraped_with_a_run_to_drain(
 
 
 def test_sigterm_waits_for_a_last_scrape_at_most_the_linger(
-    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+    tmp_path: Path, serve_process: Callable[[Path], ServeProcess]
 ) -> None:
     """Scraped before, never after the drain: the process exits once the linger is over."""
-    server = scraped_with_a_run_to_drain(tmp_path / "linger.yaml", serve, linger=0.5)
+    server = scraped_with_a_run_to_drain(tmp_path / "linger.yaml", serve_process, linger=0.5)
 
     code, _ = server.terminate(timeout=GRACE_SECONDS + 10)
 
@@ -370,7 +194,7 @@ def test_sigterm_waits_for_a_last_scrape_at_most_the_linger(
 
 
 def test_sigterm_after_a_scrape_that_read_everything_exits_at_once(
-    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+    tmp_path: Path, serve_process: Callable[[Path], ServeProcess]
 ) -> None:
     """Scraped after the last trace completed, nothing buffered: no count is left unread."""
     config = write_config(
@@ -380,7 +204,7 @@ def test_sigterm_after_a_scrape_that_read_everything_exits_at_once(
         shutdown_grace_seconds=GRACE_SECONDS,
         shutdown_metrics_linger_seconds=60,
     )
-    server = serve(config)
+    server = serve_process(config)
     spans = agents.record(agents.refund_run(), "genai")
     assert export(server.addresses["grpc"], spans) is SpanExportResult.SUCCESS
     labels = {"agent": "refund-bot", "outcome": "complete", "reference": "none", "traffic": "live"}
@@ -423,9 +247,9 @@ def test_ctrl_c_in_a_terminal_does_not_wait_for_a_last_scrape(tmp_path: Path) ->
 
 
 def test_a_second_sigterm_skips_the_wait_for_a_last_scrape(
-    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+    tmp_path: Path, serve_process: Callable[[Path], ServeProcess]
 ) -> None:
-    server = scraped_with_a_run_to_drain(tmp_path / "hurry.yaml", serve, linger=60)
+    server = scraped_with_a_run_to_drain(tmp_path / "hurry.yaml", serve_process, linger=60)
 
     def signal_again() -> None:
         assert until(lambda: any("for a last scrape" in line for line in server.log))
@@ -443,11 +267,11 @@ def test_a_second_sigterm_skips_the_wait_for_a_last_scrape(
 
 
 def test_sigterm_with_nothing_buffered_exits_at_once(
-    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+    tmp_path: Path, serve_process: Callable[[Path], ServeProcess]
 ) -> None:
     """Sent as soon as the start-up line is out: the handler must already be in place."""
     config = write_config(tmp_path / "idle.yaml", {}, shutdown_grace_seconds=GRACE_SECONDS)
-    server = serve(config)
+    server = serve_process(config)
 
     code, seconds = server.terminate(timeout=GRACE_SECONDS + 10)
 
@@ -456,7 +280,7 @@ def test_sigterm_with_nothing_buffered_exits_at_once(
 
 
 def test_sigterm_closes_otlp_http_at_once_and_waits_for_a_body_arriving_only_the_grace(
-    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+    tmp_path: Path, serve_process: Callable[[Path], ServeProcess]
 ) -> None:
     """shutdown_grace_seconds is the budget terminationGracePeriodSeconds is sized from
     (deploy/kubernetes, docs/deployment.md "Shutdown"): an OTLP/HTTP body still arriving held
@@ -468,7 +292,7 @@ def test_sigterm_closes_otlp_http_at_once_and_waits_for_a_body_arriving_only_the
         shutdown_grace_seconds=GRACE_SECONDS,
         ingest={"read_timeout_seconds": 60},  # far past the grace and the exit's margin
     )
-    server = serve(config)
+    server = serve_process(config)
     host, port = server.addresses["http"].rsplit(":", 1)
     during_grace: list[int | str] = []
     with socket.create_connection((host, int(port)), timeout=60) as stalled:
@@ -553,11 +377,11 @@ class LoadClient:
 
 
 def test_sigkill_under_load_then_restart_delivers_retries_and_restarts_counters(
-    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+    tmp_path: Path, serve_process: Callable[[Path], ServeProcess]
 ) -> None:
     ports = {name: free_port() for name in LISTENERS}
     sections = {"assembly": {"completion_wait_seconds": 0.05, "tick_seconds": 0.05}}
-    first = serve(write_config(tmp_path / "first.yaml", ports, **sections))
+    first = serve_process(write_config(tmp_path / "first.yaml", ports, **sections))
     load = LoadClient(first.addresses["grpc"])
     sender = threading.Thread(target=load.run, daemon=True)
     sender.start()
@@ -565,7 +389,7 @@ def test_sigkill_under_load_then_restart_delivers_retries_and_restarts_counters(
 
     first.kill()  # mid-load: the export in flight, and the next ones, find no server
     killed_at = time.monotonic()
-    second = serve(write_config(tmp_path / "second.yaml", ports, **sections))
+    second = serve_process(write_config(tmp_path / "second.yaml", ports, **sections))
     up_at = time.monotonic()
     assert second.addresses == first.addresses
     assert load.wait_for(lambda done: sum(e.started > up_at for e in done) >= 3, timeout=60)
@@ -692,7 +516,7 @@ def test_an_evaluator_that_raises_on_a_shadow_pair_is_counted() -> None:
 
 
 def test_a_dump_file_on_a_full_disk_does_not_stop_completing_later_traces(
-    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+    tmp_path: Path, serve_process: Callable[[Path], ServeProcess]
 ) -> None:
     config = write_config(
         tmp_path / "full.yaml",
@@ -703,7 +527,7 @@ def test_a_dump_file_on_a_full_disk_does_not_stop_completing_later_traces(
     document = yaml.safe_load(config.read_text())
     document["output"]["dump_tooltraces"] = "/dev/full"  # every write fails: ENOSPC
     config.write_text(yaml.safe_dump(document))
-    server = serve(config)
+    server = serve_process(config)
 
     def runs_completed() -> float:
         labels = {
@@ -729,49 +553,6 @@ def test_a_dump_file_on_a_full_disk_does_not_stop_completing_later_traces(
     assert not any("could not flush" in line for line in server.log)
 
 
-def file_size_limit(pid: int, limit: int) -> None:
-    """The largest file ``pid`` may write (RLIMIT_FSIZE, ``RLIM_INFINITY`` for none). A
-    write that crosses it writes what fits and fails (EFBIG) as a disk that fills up
-    mid-line does (ENOSPC), without a device to fill: Python ignores SIGXFSZ."""
-    _soft, hard = resource.prlimit(pid, resource.RLIMIT_FSIZE)
-    resource.prlimit(pid, resource.RLIMIT_FSIZE, (limit, hard))
-
-
-def long_unverified_refund_run() -> agents.AgentRun:
-    """An unverified refund whose answer, in its ToolTrace line, is longer than the 8 KiB a
-    Python file buffers."""
-    turns = (agents.Turn((agents.REFUND,)), agents.Turn(text="Refunded. " * 2000))
-    return agents.AgentRun("refund-bot", turns)
-
-
-def serve_one_output(
-    path: Path, serve: Callable[[Path], ServeProcess], output: str
-) -> tuple[ServeProcess, Path]:
-    """A server writing ``output`` (``findings`` or ``dump_tooltraces``) to a file, the other
-    to its stdout (/dev/null); the file's path."""
-    config = write_config(
-        path,
-        {},
-        assembly={"completion_wait_seconds": 0.01, "tick_seconds": 0.01},
-        shutdown_grace_seconds=GRACE_SECONDS,
-    )
-    document = yaml.safe_load(config.read_text())
-    other = "dump_tooltraces" if output == "findings" else "findings"
-    document["output"][other] = "-"
-    config.write_text(yaml.safe_dump(document))
-    return serve(config), Path(document["output"][output])
-
-
-def send_long_run(server: ServeProcess, sent: list[str]) -> None:
-    """Exports a ``long_unverified_refund_run``, its trace id added to ``sent``, and waits
-    until the server has judged as many runs as ``sent`` names."""
-    run = agents.record(long_unverified_refund_run(), "genai")
-    sent.append(trace_id(run))
-    assert export(server.addresses["grpc"], run) is SpanExportResult.SUCCESS
-    counted = {"agent": "refund-bot", "outcome": "complete", "reference": "none", "traffic": "live"}
-    assert until(lambda: server.sample("toolwatch_tool_traces_total", counted) == len(sent))
-
-
 OUTPUTS = pytest.mark.parametrize(
     ("output", "label"), [("findings", "findings_log"), ("dump_tooltraces", "tooltraces")]
 )
@@ -779,12 +560,12 @@ OUTPUTS = pytest.mark.parametrize(
 
 @OUTPUTS
 def test_an_output_that_fills_up_mid_line_keeps_whole_lines_and_counts_exactly_what_it_lost(
-    tmp_path: Path, serve: Callable[[Path], ServeProcess], output: str, label: str
+    tmp_path: Path, serve_process: Callable[[Path], ServeProcess], output: str, label: str
 ) -> None:
     """A full disk takes part of a line and fails the rest: the file must not keep the torn
     part (the next line would be joined to it, and a log shipper or ``replay`` would lose
     both), nor write later what failed (counted lost)."""
-    server, path = serve_one_output(tmp_path / "fills.yaml", serve, output)
+    server, path = serve_one_output(tmp_path / "fills.yaml", serve_process, output)
     sent: list[str] = []
 
     send_long_run(server, sent)
@@ -806,12 +587,12 @@ def test_an_output_that_fills_up_mid_line_keeps_whole_lines_and_counts_exactly_w
 
 @OUTPUTS
 def test_each_outage_of_an_output_is_logged_when_it_starts_and_when_it_ends(
-    tmp_path: Path, serve: Callable[[Path], ServeProcess], output: str, label: str
+    tmp_path: Path, serve_process: Callable[[Path], ServeProcess], output: str, label: str
 ) -> None:
     """Failures are logged rate-limited (the 1st, 2nd, 4th, ... of an outage), counted from
     each outage's start: a second full disk a week later is logged however many writes the
     first one failed, and the log says when writing works again."""
-    server, path = serve_one_output(tmp_path / "outages.yaml", serve, output)
+    server, path = serve_one_output(tmp_path / "outages.yaml", serve_process, output)
     sent: list[str] = []
     send_long_run(server, sent)
 
@@ -844,7 +625,7 @@ def test_each_outage_of_an_output_is_logged_when_it_starts_and_when_it_ends(
 
 
 def test_findings_a_stuck_subscriber_never_got_at_shutdown_are_counted_lost_before_the_last_scrape(
-    tmp_path: Path, serve: Callable[[Path], ServeProcess]
+    tmp_path: Path, serve_process: Callable[[Path], ServeProcess]
 ) -> None:
     """A stopped ``tail`` holds its HTTP/2 window; what is left in its queue at SIGTERM is
     lost with the process (a restarted server holds none of it for a resume): counted in
@@ -857,7 +638,7 @@ def test_findings_a_stuck_subscriber_never_got_at_shutdown_are_counted_lost_befo
         shutdown_grace_seconds=GRACE_SECONDS,
         shutdown_metrics_linger_seconds=60,  # ends at the scrape after the drain
     )
-    server = serve(config)
+    server = serve_process(config)
     tail = subprocess.Popen(
         [sys.executable, "-m", "toolwatch.cli", "tail", "--target", server.addresses["stream"]],
         stdout=subprocess.DEVNULL,

@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
 from tests.integration.conftest import until
-from tests.integration.test_faults import (
+from tests.integration.faults_support import (
     POLICY,
     START_TIMEOUT,
     ServeProcess,
@@ -83,11 +83,11 @@ def said_after(server: ServeProcess, text: str) -> list[str]:
 
 
 def serve_holding_a_run(
-    config: Path, serve: Callable[[Path], ServeProcess]
+    config: Path, serve_process: Callable[[Path], ServeProcess]
 ) -> tuple[ServeProcess, tuple[str, str]]:
     """A server that judged one unverified refund (in the findings log and the dump) and
     holds another, unfinished, for the drain; their trace ids. It has been scraped."""
-    server = serve(config)
+    server = serve_process(config)
     judged = agents.record(agents.unverified_refund_run(), "genai")
     assert export(server.addresses["grpc"], judged) is SpanExportResult.SUCCESS
     assert until(lambda: len(server.tooltraces) == 1 and len(server.findings) == 1)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import yaml
 
-from tests.integration.test_faults import (
+from tests.integration.faults_support import (
     GRACE_SECONDS,
     ServeProcess,
     file_size_limit,

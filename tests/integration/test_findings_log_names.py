@@ -15,8 +15,8 @@ from typing import Any
 from tests.integration import agents
 from tests.integration.agents import AgentRun, Call, Turn
 from tests.integration.conftest import RunningServer
-from tests.integration.test_evaluation_e2e import findings_log
-from tests.integration.test_ingest_to_tooltrace import send_grpc
+from tests.integration.evaluation_support import findings_log
+from tests.integration.ingest_support import send_grpc
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolwatch.yaml"
 MINIMAL_POLICY = """\

@@ -11,7 +11,7 @@ from pathlib import Path
 from tests.integration import agents
 from tests.integration.agents import AgentRun, Call, Turn
 from tests.integration.conftest import RunningServer
-from tests.integration.test_ingest_to_tooltrace import send_grpc
+from tests.integration.ingest_support import send_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "toolwatch.yaml"

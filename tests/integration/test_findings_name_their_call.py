@@ -15,9 +15,9 @@ from opentelemetry.sdk.trace import ReadableSpan
 from tests.integration import agents
 from tests.integration.agents import AgentRun, Call, Turn
 from tests.integration.conftest import RunningServer
-from tests.integration.test_evaluation_e2e import findings_log
+from tests.integration.evaluation_support import findings_log
+from tests.integration.ingest_support import send_grpc
 from tests.integration.test_findings_log_names import regression_series
-from tests.integration.test_ingest_to_tooltrace import send_grpc
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "toolwatch.yaml"

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
 from tests.integration.conftest import until
-from tests.integration.test_faults import (
+from tests.integration.faults_support import (
     START_TIMEOUT,
     ServeProcess,
     export,

@@ -20,8 +20,8 @@ import grpc
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
-from tests.integration.test_evaluation_e2e import unverified_refund_dump
-from tests.integration.test_ingest_to_tooltrace import send_grpc
+from tests.integration.evaluation_support import unverified_refund_dump
+from tests.integration.ingest_support import send_grpc
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.tail_format import format_finding_line, stream_finding_record
 

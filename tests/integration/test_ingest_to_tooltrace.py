@@ -7,9 +7,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
-from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
-    OTLPSpanExporter as GrpcExporter,
-)
 from opentelemetry.exporter.otlp.proto.http import Compression
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
     OTLPSpanExporter as HttpExporter,
@@ -19,16 +16,9 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
+from tests.integration.ingest_support import send_grpc
 
 STYLES = sorted(agents.STYLES)
-
-
-def send_grpc(server: RunningServer, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-    exporter = GrpcExporter(endpoint=server.address("grpc"), insecure=True, timeout=10)
-    try:
-        return exporter.export(spans)
-    finally:
-        exporter.shutdown()
 
 
 def send_http(server: RunningServer, spans: Sequence[ReadableSpan]) -> SpanExportResult:

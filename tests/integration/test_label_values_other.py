@@ -12,8 +12,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
-from tests.integration.test_evaluation_e2e import MINIMAL_POLICY
-from tests.integration.test_ingest_to_tooltrace import send_grpc
+from tests.integration.evaluation_support import MINIMAL_POLICY
+from tests.integration.ingest_support import send_grpc
 
 OTHERS = "toolwatch_label_values_other"
 

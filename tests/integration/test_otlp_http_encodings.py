@@ -21,6 +21,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from tests.compressed import zstd_rle_frame
 from tests.integration import agents
 from tests.integration.conftest import RunningServer, StartServer
+from tests.integration.evaluation_support import MINIMAL_POLICY
 from tests.integration.otlp_support import (
     JSON,
     MIB,
@@ -39,7 +40,6 @@ from tests.integration.otlp_support import (
     to_otlp_json,
     trace_hex,
 )
-from tests.integration.test_evaluation_e2e import MINIMAL_POLICY
 
 if sys.version_info >= (3, 14):
     from compression import zstd

@@ -20,7 +20,7 @@ import yaml
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer, until
-from tests.integration.test_faults import POLICY, export
+from tests.integration.faults_support import POLICY, export
 from tests.pipes import full_pipe
 from toolwatch.app_shutdown import OUTPUTS_CLOSE_SECONDS
 

@@ -30,7 +30,7 @@ from tests.fifos import Collector
 from tests.integration import agents
 from tests.integration.cli_support import run_cli
 from tests.integration.conftest import until
-from tests.integration.test_faults import (
+from tests.integration.faults_support import (
     START_TIMEOUT,
     ServeProcess,
     export,

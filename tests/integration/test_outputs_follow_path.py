@@ -15,8 +15,8 @@ import yaml
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
-from tests.integration.test_faults import POLICY, trace_id
-from tests.integration.test_ingest_to_tooltrace import send_grpc
+from tests.integration.faults_support import POLICY, trace_id
+from tests.integration.ingest_support import send_grpc
 
 FAILURES = "toolwatch_output_failures_total"
 

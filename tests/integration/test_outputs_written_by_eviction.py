@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
 from tests.integration.conftest import until
-from tests.integration.test_faults import (
+from tests.integration.faults_support import (
     GRACE_SECONDS,
     ServeProcess,
     export,

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tests.integration.conftest import until
-from tests.integration.test_faults import (
+from tests.integration.faults_support import (
     ServeProcess,
     file_size_limit,
     read_jsonl,

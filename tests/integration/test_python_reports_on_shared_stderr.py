@@ -34,7 +34,7 @@ from typing import Any
 import yaml
 
 from tests.integration.conftest import until
-from tests.integration.test_faults import (
+from tests.integration.faults_support import (
     GRACE_SECONDS,
     ServeProcess,
     send_long_run,

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import RunningServer
-from tests.integration.test_evaluation_e2e import findings_log
+from tests.integration.evaluation_support import findings_log
 from toolwatch.ingest.decode_types import DecodeOptions
 from toolwatch.ingest.otlp_json import decode_otlp_json
 from toolwatch.model import SpanRole

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_evaluation_e2e import unverified_refund_dump
+from tests.integration.evaluation_support import unverified_refund_dump
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

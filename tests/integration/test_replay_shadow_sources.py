@@ -7,7 +7,7 @@ from pathlib import Path
 
 from tests.integration.agents import LOOKUP, REFUND, AgentRun, Turn, record
 from tests.integration.cli_support import EXAMPLES, run_cli
-from tests.integration.test_evaluation_e2e import otlp_json_line
+from tests.integration.evaluation_support import otlp_json_line
 
 PAIR = "toolwatch.shadow.pair_id"
 ROLE = "toolwatch.shadow.role"

@@ -31,6 +31,7 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from tests.integration import agents
 from tests.integration.conftest import FREE_PORTS, RunningServer
+from tests.integration.ingest_support import send_grpc
 from tests.integration.test_alerting_e2e import OPENMETRICS, scrape
 from tests.integration.test_deploy_artifacts import (
     DASHBOARD,
@@ -40,7 +41,6 @@ from tests.integration.test_deploy_artifacts import (
     _panels,
     _rules,
 )
-from tests.integration.test_ingest_to_tooltrace import send_grpc
 from toolwatch.config import load_config
 from toolwatch.model import Category
 

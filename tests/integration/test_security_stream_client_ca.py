@@ -24,8 +24,8 @@ from tests.integration.conftest import RunningServer, StartServer
 from tests.integration.pki_support import Pki
 from tests.integration.security_support import AUTH_FAILURES, tail_during, tls, until_unsubscribed
 from tests.integration.stream_ca_helpers import listening_again
-from tests.integration.test_stream import make_finding, make_trace, serve
-from tests.integration.test_stream import subscribe as subscribe_aio
+from tests.integration.stream_support import make_finding, make_trace, serve
+from tests.integration.stream_support import subscribe as subscribe_aio
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.sinks.stream.protocol import (
     CLIENT_CAS_CHANGED,

@@ -23,7 +23,7 @@ from tests.integration.security_support import (
     until_unsubscribed,
     unverified_refund,
 )
-from tests.integration.test_stream import make_finding, make_trace
+from tests.integration.stream_support import make_finding, make_trace
 from toolwatch.tail_access import StreamAccess
 
 

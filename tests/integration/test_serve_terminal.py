@@ -9,7 +9,7 @@ from pathlib import Path
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
-from tests.integration.test_faults import (
+from tests.integration.faults_support import (
     GRACE_SECONDS,
     ServeProcess,
     export,

@@ -13,8 +13,8 @@ from pathlib import Path
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
-from tests.integration.test_evaluation_e2e import canary_half, runs_by_reference
-from tests.integration.test_ingest_to_tooltrace import send_grpc
+from tests.integration.evaluation_support import canary_half, runs_by_reference
+from tests.integration.ingest_support import send_grpc
 
 POLICY = """\
 policy:

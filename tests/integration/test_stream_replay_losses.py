@@ -30,7 +30,7 @@ import grpc
 import pytest
 
 from tests.integration.conftest import RunningServer
-from tests.integration.test_stream import DROPPED, make_finding, make_trace, serve
+from tests.integration.stream_support import DROPPED, make_finding, make_trace, serve
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.model import Category, Severity
 from toolwatch.model_evaluation import Finding

@@ -23,7 +23,7 @@ import grpc
 import pytest
 
 from tests.integration.cli_support import tail_process
-from tests.integration.test_stream import Harness, make_finding, make_trace, serve, subscribe
+from tests.integration.stream_support import Harness, make_finding, make_trace, serve, subscribe
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.metrics import NoopMetrics
 from toolwatch.sinks.findings import Redaction

@@ -37,7 +37,7 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.integration.test_stream import DROPPED, make_finding, make_trace, serve
+from tests.integration.stream_support import DROPPED, make_finding, make_trace, serve
 from tests.integration.test_stream_replay_losses import NO_BDP, findings
 from tests.integration.test_stream_resume import Lines, Waits, end_tail, in_thread, proxied
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc

@@ -35,7 +35,7 @@ from typing import Any
 
 import grpc
 
-from tests.integration.test_stream import DROPPED, make_trace, serve
+from tests.integration.stream_support import DROPPED, make_trace, serve
 from tests.integration.test_stream_replay_losses import NO_BDP, findings
 from tests.integration.test_stream_resume import proxied, until
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc

@@ -36,7 +36,7 @@ import asyncio
 
 import grpc
 
-from tests.integration.test_stream import DROPPED, make_trace, serve
+from tests.integration.stream_support import DROPPED, make_trace, serve
 from tests.integration.test_stream_replay_losses import NO_BDP, findings
 from tests.integration.test_stream_resume import proxied, until
 from tests.integration.test_stream_resume_token_race import named, request_after, subscribed

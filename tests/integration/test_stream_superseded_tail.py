@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import RunningServer, StartServer, until
-from tests.integration.test_stream import make_finding, make_trace
+from tests.integration.stream_support import make_finding, make_trace
 from toolwatch.sinks.stream.protocol import SUPERSEDED
 from toolwatch.tail import run_tail
 from toolwatch.tail_exits import EXIT_OK, EXIT_SUPERSEDED

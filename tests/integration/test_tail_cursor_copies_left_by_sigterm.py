@@ -41,7 +41,7 @@ import subprocess
 from pathlib import Path
 
 from tests.integration.cli_support import clean_env, toolwatch_script
-from tests.integration.test_stream import serve
+from tests.integration.stream_support import serve
 from tests.strace import strace_or_skip
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.cli_support import text_process, toolwatch_script
-from tests.integration.test_stream import Harness, make_finding, make_trace, serve
+from tests.integration.stream_support import Harness, make_finding, make_trace, serve
 from tests.strace import strace_or_skip
 
 

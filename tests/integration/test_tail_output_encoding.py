@@ -20,7 +20,7 @@ import subprocess
 import pytest
 
 from tests.integration.cli_support import clean_env, toolwatch_script
-from tests.integration.test_stream import make_finding, make_trace, serve
+from tests.integration.stream_support import make_finding, make_trace, serve
 
 
 def tail_output(encoding: str, agent: str, *flags: str) -> tuple[int | None, list[str], str]:

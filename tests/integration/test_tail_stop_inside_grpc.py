@@ -34,7 +34,7 @@ import sys
 import pytest
 
 from tests.integration.cli_support import text_process
-from tests.integration.test_stream import make_finding, make_trace, serve
+from tests.integration.stream_support import make_finding, make_trace, serve
 
 #: The CLI, with the signal (argv[1]) raised inside gRPC's ``_next`` (module docstring);
 #: says on stderr if it never was, and which threads outlived ``main`` by 10 s.

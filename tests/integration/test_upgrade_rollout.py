@@ -13,7 +13,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from tests.integration import agents
 from tests.integration.cli_support import clean_env, run_cli
 from tests.integration.conftest import until
-from tests.integration.test_faults import ServeProcess, export, write_config
+from tests.integration.faults_support import ServeProcess, export, write_config
 from toolwatch import __version__
 
 COMPLETE = {"agent": "refund-bot", "outcome": "complete", "reference": "none", "traffic": "live"}
