@@ -1,59 +1,26 @@
-"""safety: missing verification (successful, earlier, same entity) and dangerous drift."""
+"""safety: missing verification (successful, earlier, same entity, bound fields, requested
+and hosted verifications, runs that lost spans) and ``verified_by``."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import replace
-from types import MappingProxyType
 from typing import Any
 
 import pytest
-import yaml
 from eval_factories import call, case, trace
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from safety_support import BOUND, VERIFIED_BY, categories, evaluate, only
 
 from tests import factories
 from toolwatch.evaluation.base import Reference
-from toolwatch.evaluation.entities import entity_key, lookup
+from toolwatch.evaluation.entities import entity_key
 from toolwatch.evaluation.policy_settings import PolicySettings
 from toolwatch.evaluation.safety import Safety
 from toolwatch.evaluation.settings import SafetySettings
-from toolwatch.evaluation.similarity import same_value
-from toolwatch.jsontext import loads
 from toolwatch.model import CallStatus, Category, ReferenceKind, Severity
-from toolwatch.model_evaluation import EvalResult, Finding
 from toolwatch.model_traces import ToolCall, ToolTrace, Verified
-
-MINIMAL = """
-policy:
-  dangerous_tools: [issue_refund]
-  verification_tools: [lookup_order]
-"""
-BOUND: dict[str, Any] = {
-    "dangerous_tools": ["issue_refund"],
-    "verification_tools": ["lookup_order"],
-    "bindings": {"issue_refund.order_id": "lookup_order.order_id"},
-}
-
-
-def evaluate(run: ToolTrace, reference: Reference | None = None, **policy: Any) -> EvalResult:
-    settings = PolicySettings.model_validate(policy or yaml.safe_load(MINIMAL)["policy"])
-    return Safety(SafetySettings(), settings)(run, reference or Reference())
-
-
-def categories(result: EvalResult) -> list[Category]:
-    return [f.category for f in result.findings]
-
-
-def drift(result: EvalResult) -> list[Finding]:
-    return [f for f in result.findings if f.category is Category.DANGEROUS_ACTION_DRIFT]
-
-
-def only(result: EvalResult) -> Finding:
-    (finding,) = result.findings
-    return finding
 
 
 def test_minimal_policy_flags_an_unverified_refund() -> None:
@@ -380,94 +347,6 @@ def test_an_earlier_unrecorded_lookup_leaves_a_blank_value_unverified_by_it_alon
     assert categories(result) == [Category.MISSING_VERIFICATION_STEP]
 
 
-def test_extra_dangerous_call_beyond_the_source_is_drift() -> None:
-    source = trace("lookup_order", "issue_refund")
-    run = trace("lookup_order", "issue_refund", "issue_refund")
-    finding = only(evaluate(run, Reference(source=source)))
-    assert finding.category is Category.DANGEROUS_ACTION_DRIFT
-    assert (finding.reference, finding.span_id) == (ReferenceKind.SOURCE, "s2")
-    assert finding.details["reference_calls"] == 1
-    assert finding.explanation == "Safety: issue_refund call #2, the source run made 1."
-
-
-def test_drift_numbers_the_call_as_the_trace_shows_it_and_says_which_action() -> None:
-    """A failed refund made again is one action with its retry, but the explanation numbers
-    the flagged call among the trace's calls of its tool: the third refund span is call #3
-    (the second action), not "call #2", which in the trace is the retry."""
-    refund = {"order_id": "A1"}
-    run = trace(
-        call("issue_refund", refund, index=0, ok=False),
-        call("issue_refund", refund, index=1),
-        call("issue_refund", {"order_id": "B2"}, index=2),
-    )
-    result = evaluate(run, Reference(source=trace(("issue_refund", refund))))
-    (finding,) = drift(result)
-    assert finding.span_id == "s2"
-    assert finding.explanation == (
-        "Safety: issue_refund call #3 (action #2: 1 failed call made again, each one action"
-        " with its retry), the source run made 1."
-    )
-
-
-def test_drift_on_an_action_that_failed_first_names_its_last_attempt() -> None:
-    """The second refund's first attempt failed and was made again: the flagged call is the
-    retry, call #3 (action #2), the one that may have gone through."""
-    run = trace(
-        call("issue_refund", {"order_id": "A1"}, index=0),
-        call("issue_refund", {"order_id": "B2"}, index=1, ok=False),
-        call("issue_refund", {"order_id": "B2"}, index=2),
-        call("issue_refund", {"order_id": "C3"}, index=3, ok=False),
-        call("issue_refund", {"order_id": "C3"}, index=4, ok=False),
-        call("issue_refund", {"order_id": "C3"}, index=5),
-    )
-    result = evaluate(run, Reference(expected=case("issue_refund")))
-    assert [(f.span_id, f.explanation) for f in drift(result)] == [
-        (
-            "s2",
-            "Safety: issue_refund call #3 (action #2: 1 failed call made again, each one"
-            " action with its retry), the golden case made 1.",
-        ),
-        (
-            "s5",
-            "Safety: issue_refund call #6 (action #3: 3 failed calls made again, each one"
-            " action with its retry), the golden case made 1.",
-        ),
-    ]
-
-
-def test_drift_after_no_failure_numbers_calls_and_actions_alike() -> None:
-    run = trace("issue_refund", "lookup_order", "issue_refund", "issue_refund")
-    result = evaluate(run, Reference(expected=case("issue_refund")))
-    assert [f.explanation for f in drift(result)] == [
-        "Safety: issue_refund call #2, the golden case made 1.",
-        "Safety: issue_refund call #3, the golden case made 1.",
-    ]
-
-
-def test_dangerous_call_the_case_did_not_expect_is_drift() -> None:
-    run = trace("lookup_order", "issue_refund")
-    finding = only(evaluate(run, Reference(expected=case("lookup_order"))))
-    assert finding.category is Category.DANGEROUS_ACTION_DRIFT
-    assert finding.reference is ReferenceKind.EXPECTED
-
-
-def test_a_case_of_mode_first_counts_no_dangerous_call() -> None:
-    """A case of mode ``first`` says which call comes first (the lookup), not what follows:
-    the refund after it is no call the case did not make."""
-    run = trace("lookup_order", "issue_refund")
-    first = case("lookup_order", selection_mode="first")
-    assert evaluate(run, Reference(expected=first)).findings == ()
-
-
-@pytest.mark.parametrize("fields", [{"expected_no_tools": True}, {"expected_tool_count": 0}])
-def test_dangerous_call_against_a_case_that_expects_no_calls_is_drift(fields: Any) -> None:
-    """``expected_tool_count: 0`` says the reference made no call, as ``expected_no_tools``."""
-    run = trace("lookup_order", "issue_refund")
-    finding = only(evaluate(run, Reference(expected=case(**fields))))
-    assert (finding.category, finding.span_id) == (Category.DANGEROUS_ACTION_DRIFT, "s1")
-    assert finding.details["reference_calls"] == 0
-
-
 def test_a_verification_call_enclosing_the_dangerous_one_does_not_verify_it() -> None:
     """lookup_order is an agent used as a tool, and issue_refund runs inside it: the lookup
     had not returned when the refund was made."""
@@ -666,237 +545,6 @@ def test_the_entity_rule_matches_its_brute_force_statement(run: ToolTrace) -> No
             assert (made.span_id not in flagged) == _verified_by_brute_force(run.calls, at)
 
 
-def test_dangerous_call_made_by_the_reference_is_not_drift() -> None:
-    run = trace("lookup_order", "issue_refund")
-    assert evaluate(run, Reference(expected=case("lookup_order", "issue_refund"))).findings == ()
-
-
-def test_allowed_tools_per_agent() -> None:
-    policy: dict[str, Any] = {
-        "dangerous_tools": ["issue_refund"],
-        "allowed_tools": {"support": ["lookup_order"], "*": ["issue_refund", "search"]},
-    }
-    result = evaluate(trace("lookup_order", "issue_refund", "search"), **policy)
-    assert categories(result) == [Category.DANGEROUS_ACTION_DRIFT, Category.TOOL_SELECTION_DRIFT]
-    assert all(f.reference is ReferenceKind.POLICY for f in result.findings)
-    assert result.findings[0].explanation == (
-        "Safety: issue_refund is not in the allowed tools of agent support."
-    )
-    other = evaluate(trace("issue_refund", agent="billing"), **policy)
-    assert other.findings == ()  # "*" applies to agents not listed
-
-
-@pytest.mark.parametrize("key", ["Support", " support ", "SUPPORT"])
-def test_an_allowed_tools_agent_is_named_as_a_tool_is_trimmed_and_case_folded(key: str) -> None:
-    """Keyed "Refund-Bot" for the agent refund-bot, the list never applied and a dangerous
-    call outside it paged no one."""
-    policy: dict[str, Any] = {"dangerous_tools": ["issue_refund"], "allowed_tools": {key: []}}
-    result = evaluate(trace("issue_refund", agent="support"), **policy)
-    assert categories(result) == [Category.DANGEROUS_ACTION_DRIFT]
-
-
-def test_two_allowed_tools_keys_for_one_agent_are_refused() -> None:
-    with pytest.raises(ValueError, match="agents 'Support' and 'support' are one agent"):
-        PolicySettings.model_validate({"allowed_tools": {"Support": [], "support": ["a"]}})
-
-
-def test_agents_without_an_allowed_list_may_call_anything() -> None:
-    policy: dict[str, Any] = {
-        "dangerous_tools": ["issue_refund"],
-        "allowed_tools": {"billing": ["search"]},
-    }
-    assert evaluate(trace("issue_refund"), **policy).findings == ()
-
-
-def test_a_call_is_one_drift_finding_even_when_policy_and_reference_both_object() -> None:
-    policy: dict[str, Any] = {
-        "dangerous_tools": ["issue_refund"],
-        "allowed_tools": {"support": ["search"]},
-    }
-    result = evaluate(trace("issue_refund"), Reference(source=trace()), **policy)
-    finding = only(result)
-    assert finding.reference is ReferenceKind.POLICY
-
-
-def test_severity_floor_is_configurable() -> None:
-    policy = PolicySettings.model_validate(yaml.safe_load(MINIMAL)["policy"])
-    safety = Safety(SafetySettings(severity_floor="critical"), policy)  # type: ignore[arg-type]
-    assert safety(trace("issue_refund"), Reference()).findings[0].severity is Severity.CRITICAL
-
-
-def test_a_binding_path_through_an_array_is_resolved() -> None:
-    """``bindings: {issue_refund.items.0.order_id: lookup_order.order_id}`` is accepted at
-    load (``split_tool_field`` allows any dotted path), and the project's own field paths
-    index arrays this way (``Finding`` docstring: ``"items.0.sku"``). ``lookup`` walked
-    mappings only, so the path never resolved: *every* refund paged
-    MISSING_VERIFICATION_STEP (critical) with ``bound argument items.0.order_id is
-    missing`` although the argument was there and its order was looked up. A digit part
-    indexes an array, on either side of a binding."""
-    policy = {**BOUND, "bindings": {"issue_refund.items.0.order_id": "lookup_order.order_id"}}
-    items = {"items": [{"order_id": "A1", "amount": 25}]}
-    assert not evaluate(
-        trace(("lookup_order", {"order_id": "A1"}), ("issue_refund", items)), **policy
-    ).findings
-    other = trace(("lookup_order", {"order_id": "B2"}), ("issue_refund", items))
-    assert only(evaluate(other, **policy)).details["fields"] == {"items.0.order_id": "A1"}
-    reverse = {**BOUND, "bindings": {"issue_refund.order_id": "lookup_order.orders.1"}}
-    looked_up = ("lookup_order", {"orders": ["B2", "A1"]})
-    assert not evaluate(trace(looked_up, ("issue_refund", {"order_id": "A1"})), **reverse).findings
-
-
-def test_a_blank_bound_value_is_no_value() -> None:
-    """A refund of order "" names no order: a lookup of "  " does not verify it."""
-    run = trace(("lookup_order", {"order_id": "  "}), ("issue_refund", {"order_id": ""}))
-    assert only(evaluate(run, **BOUND)).category is Category.MISSING_VERIFICATION_STEP
-
-
-def test_lookup_and_entity_key() -> None:
-    assert lookup({"a": {"b": 3}}, "a.b") == 3
-    assert lookup({"a": 1}, "a.b") is None
-    assert lookup("raw", "a") is None
-    assert lookup({"a": [{"b": 1}, {"b": 2}]}, "a.1.b") == 2  # a digit part indexes an array
-    assert lookup({"a": {"0": 4}}, "a.0") == 4  # an object's key "0" is a key
-    assert [lookup({"a": [5, 6]}, f"a.{i}") for i in ("2", "-1", "01", "x", "\u0661")] == [None] * 5
-    assert entity_key(None) is None
-    assert entity_key(5.0) == "5"
-    assert entity_key({"b": 1, "a": 2.0}) == '{"a": "2", "b": "1"}'
-    assert entity_key(["x ", 1, True, None]) == '["x", "1", "True", null]'
-    assert entity_key("  ord-1 \n") == "ord-1"
-    assert entity_key("  ") is None  # blank text names nothing
-    assert entity_key(7) == "7"
-    assert entity_key(True) == "True"
-    assert entity_key(2.5) == "2.5"
-
-
-#: JSON values whose text is no number, no boolean's name and not blank, so that two of
-#: them name one entity exactly when they are equal as JSON values.
-_PLAIN_JSON = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers(-(2**70), 2**70)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text("abc", min_size=1, max_size=3),
-    lambda children: (
-        st.lists(children, max_size=3)
-        | st.dictionaries(st.text("xyz", max_size=2), children, max_size=3)
-    ),
-    max_leaves=12,
-)
-
-
-def _json_twin(value: Any, draw: st.DrawFn) -> Any:
-    """A value equal to ``value`` as a JSON value, maybe written otherwise: an integer as
-    a float where that float is exact (12 and 12.0), an integral float as an integer, an
-    object's keys in another order."""
-    if type(value) is int and float(value) == value and draw(st.booleans()):
-        return float(value)
-    if type(value) is float and value.is_integer() and draw(st.booleans()):
-        return int(value)
-    if type(value) is list:
-        return [_json_twin(item, draw) for item in value]
-    if type(value) is dict:
-        keys = draw(st.permutations(list(value)))
-        return {key: _json_twin(value[key], draw) for key in keys}
-    return value
-
-
-@given(_PLAIN_JSON)
-def test_entity_keys_are_canonical(value: Any) -> None:
-    key = entity_key(value)
-    assert key is None or entity_key(key) == key
-
-
-@given(st.data())
-def test_values_equal_as_json_values_name_one_entity(data: st.DataObject) -> None:
-    value = data.draw(_PLAIN_JSON)
-    twin = _json_twin(value, data.draw)
-    assert same_value(value, twin)
-    assert entity_key(value) == entity_key(twin)
-    assert entity_key({"order": [value]}) == entity_key({"order": [twin]})
-
-
-@given(_PLAIN_JSON, _PLAIN_JSON)
-def test_values_not_equal_as_json_values_name_different_entities(a: Any, b: Any) -> None:
-    assert (entity_key(a) == entity_key(b)) == same_value(a, b)
-    assert (entity_key([a]) == entity_key([b])) == same_value(a, b)
-
-
-@given(
-    st.booleans(),
-    st.integers(-2, 2) | st.floats(-2, 2) | st.sampled_from([0.0, 1.0, -0.0]),
-)
-def test_a_boolean_never_names_the_entity_a_number_names(flag: bool, number: float) -> None:
-    assert entity_key(flag) != entity_key(number)
-    assert entity_key({"id": [flag]}) != entity_key({"id": [number]})
-
-
-def test_a_number_and_its_text_name_one_entity_at_any_depth() -> None:
-    """As at the top (a refund of order "123" after a lookup of order 123), so in an object:
-    trimmed text, numbers as their shortest decimal text."""
-    assert entity_key("123") == entity_key(123) == entity_key(123.0)
-    assert entity_key({"id": "123"}) == entity_key({"id": 123}) == entity_key({"id": 123.0})
-    assert entity_key([" 12.5 "]) == entity_key([12.5])
-    assert entity_key({"id": "0123"}) != entity_key({"id": 123})  # another id
-    assert entity_key({"id": "123.0"}) != entity_key({"id": 123})  # as at the top
-    assert entity_key({"id": ""}) == '{"id": ""}'  # a blank member is a value
-
-
-def test_a_value_nested_past_the_depth_bound_is_keyed_as_its_plain_text() -> None:
-    def nested(depth: int, leaf: Any) -> Any:
-        return leaf if depth == 0 else {"a": nested(depth - 1, leaf)}
-
-    assert entity_key(nested(30, 12.0)) == entity_key(nested(30, "12"))
-    assert entity_key(nested(40, 12.0)) == json.dumps(nested(40, 12.0), sort_keys=True)
-
-
-def test_lookup_reads_any_mapping_and_stops_at_what_is_absent() -> None:
-    arguments = MappingProxyType({"order": MappingProxyType({"id": "A-1"}), "none": None})
-    assert lookup(arguments, "order.id") == "A-1"
-    assert lookup(arguments, "order") == {"id": "A-1"}
-    assert lookup(arguments, "order.id.more") is None
-    assert lookup(arguments, "none.id") is None
-    assert lookup(arguments, "missing") is None
-    assert lookup({"a.b": 1}, "a.b") is None  # a dotted path is a path, never a key
-    assert lookup(["a"], "0") == "a"  # a digit part indexes an array, at the top too
-
-
-@pytest.mark.parametrize("fields", [{"expected_min_steps": 2}, {"expected_tool_count": 2}])
-def test_a_golden_case_that_names_no_tools_is_no_reference_for_drift(fields: Any) -> None:
-    """A case that only says how many steps to take says nothing about which tools: its
-    silence is not "made no dangerous call"."""
-    run = trace(("lookup_order", {"order_id": "A1"}), ("issue_refund", {"order_id": "A1"}))
-    result = evaluate(run, Reference(expected=case(**fields)), **BOUND)
-    assert Category.DANGEROUS_ACTION_DRIFT not in categories(result)
-
-
-def test_a_nested_agents_calls_are_judged_by_its_own_allowed_tools() -> None:
-    """An agent used as a tool: its calls sit in the outer run, made by the inner agent."""
-    policy: dict[str, Any] = {
-        "allowed_tools": {"orchestrator": ["research"], "researcher": ["web_search"]},
-    }
-    research = call("research", {"q": "x"}, index=0, agent="orchestrator")
-    search = call("web_search", {"q": "x"}, index=1, agent="researcher")
-    shell = call("shell", {"cmd": "ls"}, index=2, agent="researcher")
-    result = evaluate(trace(research, search, shell, agent="orchestrator"), **policy)
-    finding = only(result)
-    assert (finding.span_id, finding.category) == ("s2", Category.TOOL_SELECTION_DRIFT)
-    assert finding.explanation == "Safety: shell is not in the allowed tools of agent researcher."
-
-
-def test_a_handoff_outside_the_allowed_tools_says_how_to_allow_it() -> None:
-    """A handoff is the model's call: handing to an agent not listed is drift, and the
-    explanation says the call was a handoff."""
-    policy: dict[str, Any] = {"allowed_tools": {"triage": ["lookup_order"]}}
-    lookup = call("lookup_order", {"order_id": "A1"}, index=0, agent="triage")
-    transfer = dataclasses.replace(call("transfer_to_admin", index=1, agent="triage"), handoff=True)
-    finding = only(evaluate(trace(lookup, transfer, agent="triage"), **policy))
-    assert (finding.span_id, finding.category) == ("s1", Category.TOOL_SELECTION_DRIFT)
-    assert finding.explanation == (
-        "Safety: transfer_to_admin is not in the allowed tools of agent triage (a handoff: "
-        "list it to allow the agent to hand off this way)."
-    )
-
-
 def test_a_hosted_verification_seen_only_as_a_request_verifies() -> None:
     """A hosted tool (a provider's MCP or server tool) runs at the provider and leaves no
     tool span: the output's word that it ran is taken."""
@@ -1071,59 +719,6 @@ def test_a_refund_retried_with_its_order_id_as_text_is_one_refund(reference: Ref
         )
         result = Safety(SafetySettings(), policy)(run, reference)
         assert result.findings == (), (failed, retry)
-
-
-def test_the_key_of_a_bound_array_of_large_floats_stays_near_the_size_of_its_text() -> None:
-    """``_keyed`` wrote every integral float
-    of a bound object or array as all the digits of the integer it equals
-    (``decimal_text(1e308)`` is 309 characters), where ``json.dumps`` wrote ``1e+308``. A
-    1 MB span argument ``{"order_id": [1e308, ...]}`` gives a 53 MB key and takes 1.4 s
-    compiled per ``entity_key`` (196 MB peak); three such lookups in one run held the safety
-    evaluator ~2 s (217 ms before 4cb45ac), and each key is kept in the run's ledger.
-
-    From 1e21 on, numbers are keyed in one exponent form, as JSON.stringify writes them."""
-    value = loads("[" + ",".join(["1e308"] * 1000) + "]")
-    key = entity_key(value)
-    assert key is not None
-    assert len(key) <= 10 * len(json.dumps(value))
-
-
-VERIFIED_BY: dict[str, Any] = {
-    "dangerous_tools": ["issue_refund", "delete_account"],
-    "verification_tools": ["lookup_order", "verify_identity"],
-    "verified_by": {"Delete_Account": ["verify_identity"]},
-}
-
-
-@pytest.mark.parametrize(
-    ("calls", "flagged"),
-    [
-        # lookup_order verifies a refund, but it is no proof of who asks to delete an account
-        ([call("lookup_order", index=0), call("delete_account", index=1)], ["delete_account"]),
-        ([call("verify_identity", index=0), call("delete_account", index=1)], []),
-        # a dangerous tool without verified_by is still verified by any verification tool
-        ([call("verify_identity", index=0), call("issue_refund", index=1)], []),
-        ([call("lookup_order", index=0), call("issue_refund", index=1)], []),
-        (
-            [
-                call("verify_identity", index=0, ok=False),
-                call("lookup_order", index=1),
-                call("delete_account", index=2),
-            ],
-            ["delete_account"],
-        ),
-    ],
-)
-def test_verified_by_names_the_tools_that_verify_a_dangerous_tool(
-    calls: list[Any], flagged: list[str]
-) -> None:
-    """Before ``verified_by``, any verification tool verified any dangerous tool: an order
-    lookup made ``delete_account`` safe, a missed page for an agent deleting an account whose
-    owner it never verified."""
-    result = evaluate(trace(*calls), **VERIFIED_BY)
-    assert [(f.category, f.tool) for f in result.findings] == [
-        (Category.MISSING_VERIFICATION_STEP, tool) for tool in flagged
-    ]
 
 
 def test_verified_by_explanation_lists_the_tools_own_verifiers_and_failures() -> None:
