@@ -31,16 +31,16 @@ from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from tests.integration import agents
 from tests.integration.conftest import FREE_PORTS, RunningServer
-from tests.integration.ingest_support import send_grpc
-from tests.integration.test_alerting_e2e import OPENMETRICS, scrape
-from tests.integration.test_deploy_artifacts import (
+from tests.integration.deploy_support import (
     DASHBOARD,
     GRAFANA_VARIABLES,
     SERIES_SELECTOR,
-    _declared_labels,
-    _panels,
-    _rules,
+    dashboard_panels,
+    declared_labels,
+    every_rule,
 )
+from tests.integration.ingest_support import send_grpc
+from tests.integration.test_alerting_e2e import OPENMETRICS, scrape
 from toolwatch.config import load_config
 from toolwatch.model import Category
 
@@ -182,7 +182,7 @@ def exposition(server: RunningServer) -> Exposition:
             labels = exposed.setdefault(sample.name, {})
             for label, value in sample.labels.items():
                 labels.setdefault(label, set()).add(value)
-    declared = _declared_labels()
+    declared = declared_labels()
     for name in WITHOUT_TLS:
         assert name not in exposed, f"{name} has a series: check it as the others"
         exposed[name] = {label: set() for label in declared[name]}
@@ -193,7 +193,7 @@ def exposition(server: RunningServer) -> Exposition:
 def recorded() -> dict[str, set[str]]:
     """A recording rule's series -> its labels: those of its outermost aggregation."""
     recorded = {}
-    for rule in _rules():
+    for rule in every_rule():
         if "record" in rule:
             (by, *_) = GROUPING.findall(rule["expr"])
             recorded[rule["record"]] = {label.strip() for label in by.split(",")}
@@ -204,10 +204,10 @@ def _expressions() -> list[pytest.ParameterSet]:
     """Each rule's expression, and each panel target's with the dashboard's variables as
     test_deploy_artifacts substitutes them."""
     found = [
-        pytest.param(rule["expr"], id=rule.get("alert") or rule["record"]) for rule in _rules()
+        pytest.param(rule["expr"], id=rule.get("alert") or rule["record"]) for rule in every_rule()
     ]
     dashboard = json.loads(DASHBOARD.read_text(encoding="utf-8"))
-    for panel in _panels(dashboard):
+    for panel in dashboard_panels(dashboard):
         for index, target in enumerate(panel.get("targets", ())):
             expr = target["expr"]
             for variable, value in GRAFANA_VARIABLES.items():
