@@ -31,12 +31,13 @@ VICTIM_BATCH: Final = 64
 def _root_ended(trace: _Trace) -> bool:
     """Whether ``trace``'s root came and nothing held says its run goes on after it: no span
     of it that ended after the root waits for a parent (``awaits_after_root``: a run left
-    running in the background, its agent span to come; one that ended before it lost its
-    parent in export), and no span of it was rejected at ingest (``parent_lost``: not known,
-    it may be a step of such a run, or its agent span), which ``_Trace.anchored`` asks of a
-    root too. What an eviction (``_ended``) and a drain (``buffer._over``) take for a run
-    over, its quiet period cut short; a rejection makes it one in flight until its trace is
-    quiet ``completion_wait_ns + lost_parent_wait_ns`` (``TraceBuffer._check``)."""
+    running in the background, its agent span to come; a span that ended before the root
+    lost its parent in export), and no span of it is not known (``parent_lost``: rejected at
+    ingest, or dropped where the trace could not keep its id; it may be a step of such a
+    run, or its agent span), which ``_Trace.anchored`` asks of a root too. What an eviction
+    (``_ended``) and a drain (``buffer._over``) take for a run over, its quiet period cut
+    short; a span not known makes it one in flight until its trace is quiet
+    ``completion_wait_ns + lost_parent_wait_ns`` and ``TraceBuffer._check`` judges it."""
     return trace.root_seen and not trace.parent_lost and not trace.awaits_after_root()
 
 
