@@ -71,7 +71,7 @@ from toolwatch.assembly.anchoring import _Trace
 from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.held_traces import HeldTraces
 from toolwatch.assembly.limits import ENCLOSING_SPANS
-from toolwatch.assembly.victims import _ended, _Victims
+from toolwatch.assembly.victims import _ended, _root_ended, _Victims
 from toolwatch.model import SpanRecord, SpanRole
 
 __all__ = [
@@ -101,8 +101,9 @@ REPORTED_DROPS: Final[Mapping[str, str]] = MappingProxyType(
 
 def _over(trace: _Trace) -> bool:
     """Whether ``trace``'s run is over at a drain, nothing more to come: its anchor came, or
-    its root with no span of it waiting for a parent ended after it."""
-    return trace.anchored() or (trace.root_seen and not trace.awaits_after_root())
+    its root, nothing held saying its run goes on (``victims._root_ended``: no span of it
+    waiting for a parent ended after the root, none rejected at ingest)."""
+    return trace.anchored() or _root_ended(trace)
 
 
 def runs_an_agent(spans: Iterable[SpanRecord]) -> bool:
@@ -156,10 +157,11 @@ class TraceBuffer(HeldTraces):
         ``refused`` also counts the dropped spans the sender hears of (``REPORTED_DROPS``),
         by reason. ``rejected``: the traces of the request's spans ingest rejected
         (``flag_rejected``): those buffered that the request brings no span of are flagged
-        before its spans are taken (one evicted for them is judged ``span_limit``), the
-        others after (flagged before, ids not buffered yet, remembered until their trace
-        comes, could push out, past ``max_traces`` of them, those of the traces the request
-        brings, or an earlier request flagged)."""
+        before its spans are taken (one evicted for them is judged with its rejection: a run
+        in flight, ``evicted``, once its root came; ``span_limit`` where an agent span anchors
+        it), the others after (flagged before, ids not buffered yet, remembered until their
+        trace comes, could push out, past ``max_traces`` of them, those of the traces the
+        request brings, or an earlier request flagged)."""
         return self._add(spans, refused, rejected, self._limits.overflow == "evict_oldest")
 
     def _add(
@@ -248,9 +250,13 @@ class TraceBuffer(HeldTraces):
         """Emit everything (shutdown): ready traces as :meth:`poll` would, then the rest,
         oldest first: a trace whose anchor has arrived as ready (``complete``, or
         ``span_limit``), though not quiet for ``completion_wait_ns`` yet, and only the others
-        flagged ``shutdown``. Nothing more can arrive, so the wait for stragglers buys
-        nothing; a run that ended just before a SIGTERM (any rolling restart) was judged
-        incomplete, against the policy only, without its golden case or shadow source."""
+        flagged ``shutdown`` (``_over``). Nothing more can arrive, so the wait for stragglers
+        buys nothing; a run that ended just before a SIGTERM (any rolling restart) was judged
+        incomplete, against the policy only, without its golden case or shadow source. A
+        trace whose root came with a span of it rejected at ingest is one of the others until
+        ``poll`` judged it (quiet ``completion_wait_ns + lost_parent_wait_ns``): the rejected
+        span may be a step of a run its request left in the background, a synchronous
+        request's as well (the rejection is counted at ingest all the same)."""
         out = self.poll()
         now = self._clock()
         for trace in list(self._traces.values()):

@@ -80,17 +80,22 @@ def _second_run(flag_first: bool) -> CompletedTrace:
 
 
 def test_control_add_then_flag_flags_the_second_run() -> None:
-    """The order before 7097a45 (held): the second run is judged ``span_limit``."""
+    """The order before 7097a45 (held): the second run is flagged, and drained as a run in
+    flight. Was: ``span_limit`` (a drain took its root for its end). Now: ``shutdown``: a
+    rejected span may be a step of a run left running in the background, so a drain takes a
+    run with one for over only once quiet ``completion_wait + lost_parent_wait``
+    (``victims._root_ended``); unflagged, it would be ``complete``."""
     second = _second_run(flag_first=False)
-    assert (len(second.spans), second.incomplete_reason) == (2, "span_limit")
+    assert (len(second.spans), second.incomplete_reason) == (2, "shutdown")
 
 
 def test_a_rejected_span_of_a_run_whose_id_just_expired_flags_it() -> None:
     """Scenario: as the control, in the engine's order now (``flag_rejected`` first).
-    Expected: ``span_limit``, as in the control. Was (7097a45): judged ``complete`` (the
-    stale id made ``flag_rejected`` take the run for a late one)."""
+    Expected: flagged, as in the control (``shutdown`` at this drain, was ``span_limit``:
+    the control says why). Was (7097a45): judged ``complete`` (the stale id made
+    ``flag_rejected`` take the run for a late one)."""
     second = _second_run(flag_first=True)
-    assert (len(second.spans), second.incomplete_reason) == (2, "span_limit")
+    assert (len(second.spans), second.incomplete_reason) == (2, "shutdown")
 
 
 def test_through_the_engine_the_second_run_is_judged_incomplete() -> None:

@@ -1,5 +1,6 @@
 """Third review of the "wait" rule (50ead45, 8070f99, review-wait3): what it cut. Fixed: no agent
-span excuses a rejection any more. Not handled (xfail): the verdict labels below.
+span excuses a rejection any more, nor does it at an eviction or a drain (their verdict labels,
+below). Not handled (xfail): a step dropped before its trace is held.
 
 The run, as in ``tests/unit/assembly/test_assembly_wait_review2.py``: a request's span (the
 root, 9, ended at 3 ms) came first; a run it left running in the background sends its steps
@@ -226,28 +227,20 @@ def test_a_dropped_step_of_another_service_after_the_root_holds_only_the_lost_pa
     assert out == [("span_limit", 7)]
 
 
-# --- 8070f99's narrowing is not carried to an eviction's or a drain's "ended".
+# --- 8070f99's narrowing, carried to an eviction's and a drain's "ended" (victims._root_ended).
 
 _TRIAGE = agent(3, 9, "triage", 1, 2, trace_id=RUN, size_bytes=10, parent_local=True)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: victims._ended takes a root beside an agent span as a run ended though "
-    "a span was rejected: judged span_limit (as it came) rather than evicted; both incomplete, "
-    "and it is preferred as a victim to a run in flight",
-)
 def test_an_eviction_judges_a_background_run_whose_step_was_rejected_as_in_flight() -> None:
-    """Fails: review-wait2's eviction case with the background run's first step rejected
-    instead of dropped. ``anchored()`` now says no (the triage agent ended before the root:
-    8070f99), but ``victims._ended``'s second clause (the root, an agent span, and ``not
-    awaits_after_root()``) never reads ``parent_lost``: the run is taken, of the 16 oldest,
-    as one whose end has come (ahead of the oldest in flight) and judged ``span_limit`` as it
-    came, where with the step held it is ``evicted``. The same holds for ``buffer._over`` at a
-    drain (below).
-    Expected: ``evicted`` both.
-    Fix: ``_ended`` (and ``_over``) ask ``not trace.parent_lost`` beside
-    ``not awaits_after_root()``, as ``anchored()`` does."""
+    """Review-wait2's eviction case with the background run's first step rejected instead of
+    held. ``anchored()`` says no (the triage agent ended before the root: 8070f99).
+    Was: ``victims._ended``'s second clause (the root, an agent span, and ``not
+    awaits_after_root()``) never read ``parent_lost``: the run was taken, of the 16 oldest, as
+    one whose end had come (ahead of the oldest in flight) and judged ``span_limit`` as it
+    came, where with the step held it is ``evicted``.
+    Now: ``_ended`` asks ``victims._root_ended`` (``not parent_lost`` beside ``not
+    awaits_after_root()``, as ``anchored()`` does): ``evicted`` both."""
     limits = AssemblyLimits(
         completion_wait_ns=2 * SECOND,
         max_trace_age_ns=300 * SECOND,
@@ -268,17 +261,13 @@ def test_an_eviction_judges_a_background_run_whose_step_was_rejected_as_in_fligh
     assert verdicts == {False: [(RUN, "evicted")], True: [(RUN, "evicted")]}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: at a drain such a run is judged span_limit, not shutdown: both "
-    "incomplete; checking parent_lost there would label every synchronous run with a "
-    "rejected span shutdown",
-)
 def test_a_shutdown_judges_a_background_run_whose_step_was_rejected_as_in_flight() -> None:
-    """Fails, same cause at a drain (``buffer._over``: anchored, or the root with nothing
-    waiting after it, ``parent_lost`` unread): ``span_limit`` (its run over) where the same
-    run with the step held is ``shutdown``.
-    Expected: ``shutdown`` both."""
+    """Same cause at a drain (``buffer._over``: anchored, or the root with nothing waiting
+    after it).
+    Was: ``parent_lost`` unread: ``span_limit`` (its run over) where the same run with the
+    step held is ``shutdown``.
+    Now: ``_over`` asks ``victims._root_ended`` too: ``shutdown`` both. A synchronous run
+    with a rejected span drained before it was quiet 7 s is ``shutdown`` as well (below)."""
     verdicts = {}
     for rejected in (False, True):
         buffer = TraceBuffer(LIMITS, ManualClock(), RecordingMetrics())
