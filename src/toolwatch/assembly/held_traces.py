@@ -118,9 +118,10 @@ class HeldTraces:
         A request bigger than the whole buffer (more spans, bytes or new traces than it can
         ever hold) is let through, evicting nothing (``add`` takes what fits and drops the
         rest, ``buffer_full``): refusing it would make the client retry something that can
-        never fit. A span ``add`` drops takes no room and is not counted
-        (``_room_taken``): one bigger than the whole buffer (``span_too_large``; counted, it
-        let an ordinary request through as one that can never fit), a retry of one held
+        never fit. A span ``add`` drops takes no room and is not counted (``_room_taken``;
+        what its trace keeps of it takes only the room the request leaves, ``_reserved``):
+        one bigger than the whole buffer (``span_too_large``; counted, it let an ordinary
+        request through as one that can never fit), a retry of one held
         (``duplicate``), one of a run judged already (``late``: nor does it start a trace),
         one over its trace's cap (``trace_span_limit``). Counted, a full buffer refused
         them, and their senders retried what would have been dropped at once.
