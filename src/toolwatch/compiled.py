@@ -65,6 +65,7 @@ MODULES = (
     "assembly/handoffs.py",
     "assembly/held_traces.py",
     "assembly/keys.py",
+    "assembly/limited.py",
     "assembly/limits.py",
     "assembly/missing.py",
     "assembly/ordering.py",

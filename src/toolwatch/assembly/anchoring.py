@@ -26,8 +26,11 @@ would be cut in two, the rest of it dropped as ``late``.
 A span the buffer dropped for a limit (too large, no room, past the cap's enclosing spans) has
 come: a span that names it as its parent waits for it no more (``_Trace.dropped_ids``), and the
 others wait as they did, a run left running in the background for its agent span, as does what
-the dropped span waited for (``_Trace.dropped_waits``); a dropped root anchors as a held one,
-even one dropped before its trace was held (``_Trace.root_dropped``). A span rejected at ingest
+the dropped span waited for (``_Trace.dropped_waits``); a dropped root anchors as a held one.
+So does a span dropped before any span of its trace was held: what ``_Trace.came`` reads of
+it is kept (``assembly.limited``) and replayed once the trace is. What a trace keeps of them
+is counted in its bytes, and bounded: past ``DROPPED_IDS`` spans, or the room its buffer has
+left, a dropped span is not known, as a rejected one. A span rejected at ingest
 is not known (its trace id is all the decoder hands on): it may be the parent waited for, so
 the root anchors the trace (whatever agent spans it holds: none says which run the span was of)
 only once it has been quiet ``completion_wait_ns + lost_parent_wait_ns`` (``parent_lost``), as
@@ -68,17 +71,46 @@ caller's run is then dropped as ``late`` (docs/how-it-works.md).
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, TypeAlias
 
 from toolwatch.assembly.limits import AssemblyLimits
+from toolwatch.jsontext import text_size
 from toolwatch.model import SpanRecord, SpanRole
 
 __all__: list[str] = []
 
-#: How many ids of its spans dropped for a limit a trace remembers (``_Trace.dropped``): a
+#: How many ids of its spans dropped for a limit a trace remembers (``_Trace.came``): a
 #: few spans of a run are too large, or come when the buffer is full; past these, a dropped
 #: span counts as a rejected one (``_Trace.parent_lost``), and a trace's memory stays bounded.
 DROPPED_IDS: Final = 16
+
+#: What is kept of a span dropped for a limit (``_Trace.came``; before its trace is held,
+#: ``assembly.limited``): its id, its parent's id, its end, its service, and whether its
+#: flags say its parent is local. Not the span: one dropped too large holds too much.
+DroppedSpan: TypeAlias = tuple[bytes, bytes | None, int, str | None, bool]
+
+# What a trace's memory of its dropped spans is counted as in its bytes (``_Trace.came``;
+# ``size_bytes``, against ``max_buffered_bytes``), each at least what CPython 3.11 holds
+# (``sys.getsizeof``; ``test_assembly_dropped_bytes.py`` checks it): each of its two lists,
+# at its first entry, its header and the slack it may grow with (56 + 8 slots of 8 bytes);
+# an id, an 8-byte span id (41, 48 allocated) and its slot; a wait, its (parent id, end,
+# service) tuple (64), the parent id (48), the end (32) and its slot, and its service's
+# characters (a string of its own, 49 bytes and its text, as a held span counts it).
+_LIST_BYTES: Final = 120
+_ID_BYTES: Final = 56
+_WAIT_BYTES: Final = 152
+_STR_BYTES: Final = 49
+
+
+def dropped_span(span: SpanRecord) -> DroppedSpan:
+    """What is kept of ``span``, dropped for a limit (``DroppedSpan``)."""
+    return (span.span_id, span.parent_span_id, span.end_ns, span.service, span.parent_local)
+
+
+def _wait_bytes(service: str | None) -> int:
+    """The bytes a new wait of a span of ``service`` is counted as (``_WAIT_BYTES``)."""
+    return _WAIT_BYTES if service is None else _WAIT_BYTES + _STR_BYTES + text_size(service)
+
 
 #: Finish reasons (lower-cased) of a model call that stopped to have tools run
 #: (``_requests_tools``).
@@ -95,6 +127,20 @@ def _requests_tools(model: SpanRecord) -> bool:
     return bool(model.output_tool_calls) or any(
         reason.lower() in _TOOL_FINISHES for reason in model.finish_reasons
     )
+
+
+def _wait_index(
+    waits: list[tuple[bytes, int, str | None]] | None, parent_id: bytes, service: str | None
+) -> int:
+    """Where the wait of a span dropped for ``parent_id``, of ``service``, goes in
+    ``waits`` (``_Trace.dropped_waits``): the entry of that parent and service (only the
+    latest end of those is read), else a new one, at its end."""
+    if waits is None:
+        return 0
+    for at, (parent, _, by) in enumerate(waits):
+        if parent == parent_id and by == service:
+            return at
+    return len(waits)
 
 
 class _Trace:
@@ -142,10 +188,12 @@ class _Trace:
         # the lost parent's wait too, in the background or not (``TraceBuffer._check``).
         self.parent_lost = False
         # The ids of its spans dropped for a limit that may be a parent: no span waits for
-        # them (they came); None until one is (most traces).
-        self.dropped_ids: set[bytes] | None = None
-        # What those dropped spans waited for: (parent id, end, service) of each whose
-        # parent its flags say is local; None until one is.
+        # them (they came); None until one is (most traces). A list: ``DROPPED_IDS`` at most,
+        # where a set of 16 held 728 bytes, a list 184.
+        self.dropped_ids: list[bytes] | None = None
+        # What those dropped spans waited for: (parent id, end, service), one for each parent
+        # its flags say is local and service, the latest end of those (what is read of them:
+        # ``_awaits_undropped``); None until one is.
         self.dropped_waits: list[tuple[bytes, int, str | None]] | None = None
         self.anchor_missing = False  # checked since the last arrival: no anchor yet
         # ... and, its root come, waited the lost parent's time with a span after the root
@@ -185,16 +233,6 @@ class _Trace:
         if span.end_ns >= self.root_end_ns:
             self.root_end_ns, self.root_service = span.end_ns, span.service
 
-    def root_dropped(self, span_id: bytes, end_ns: int, service: str | None) -> None:
-        """Its root was dropped for a limit before the trace was held (``HeldTraces._limited``):
-        it came, as ``dropped`` counts one dropped once the trace is held."""
-        self.root_seen = True
-        if end_ns >= self.root_end_ns:
-            self.root_end_ns, self.root_service = end_ns, service
-        if self.dropped_ids is None:
-            self.dropped_ids = set()
-        self.dropped_ids.add(span_id)
-
     def encloses(self, span: SpanRecord) -> bool:
         """Whether ``span`` is a root, or the parent of a span this trace holds. Asked of a
         full trace only: the first time, it notes its spans' parents that it does not hold
@@ -214,39 +252,66 @@ class _Trace:
         self.anchor_missing = self.awaiting_local = self.lost_parent_waited = False
         self.ended_verdict = None
 
-    def dropped(self, span: SpanRecord, parent: bool) -> bool:
+    def dropped(self, span: SpanRecord, parent: bool, room: int) -> bool:
         """A span of this trace was dropped for a limit (``TraceBuffer._flag_limited`` flags
-        the trace): a root, though not held, has arrived, and anchors the trace all the same;
-        ``parent``: it may be a parent a span of the trace (held, or still to come) waits for.
-        Such a span came: no span waits for it any more (``_awaits_local``), its id kept in
-        ``dropped_ids``, up to ``DROPPED_IDS`` of them; past that it is as unknown as a
-        rejected span (``parent_lost``). Returns whether a held span names it as its parent
-        (so what anchors the trace changed): O(spans), asked once per such drop (drops are
-        rare, and a trace remembers ``DROPPED_IDS`` at most), never per span taken."""
+        the trace): it ``came``, when ``parent`` (it may be a parent a span of the trace, held
+        or still to come, waits for); else only a root is noted, as arrived. ``room``: the
+        bytes the buffer has left. Returns whether what anchors the trace changed."""
+        if parent:
+            return self.came(dropped_span(span), room)
         if span.parent_span_id is None:
             self._root(span)
-        if not parent:
-            return False
+        return False
+
+    def came(self, span: DroppedSpan, room: int) -> bool:
+        """A span of this trace dropped for a limit, once the trace is held (``dropped``) or
+        before (replayed as the trace's first span is stored: ``HeldTraces._store``). A root,
+        though not held, has arrived, and anchors the trace all the same. Such a span came:
+        no span waits for it any more (``_awaits_local``), its id kept in ``dropped_ids``, up
+        to ``DROPPED_IDS`` of them, and, where its flags say its parent is local and the trace
+        does not hold it, what it waited for, in ``dropped_waits`` (one entry a parent and
+        service). What they hold is counted in ``size_bytes`` (``_LIST_BYTES``, ``_ID_BYTES``,
+        ``_wait_bytes``), up to ``room`` bytes. Past ``DROPPED_IDS``, or ``room``, it is as
+        unknown as a rejected span (``parent_lost``). A retry of one kept changes nothing.
+
+        Returns whether a held span names it as its parent, or it waits (so what anchors the
+        trace changed): O(spans), asked once per such drop (drops are rare, and a trace
+        remembers ``DROPPED_IDS`` at most), never per span taken."""
+        span_id, parent_id, end_ns, service, local = span
+        if parent_id is None:
+            self.root_seen = True
+            if end_ns >= self.root_end_ns:
+                self.root_end_ns, self.root_service = end_ns, service
         ids = self.dropped_ids
-        span_id = span.span_id
-        if ids is None:
-            ids = self.dropped_ids = set()
-        elif span_id in ids:
+        if ids is not None and span_id in ids:
             return False  # known: a held span naming it came since, and restarted the checks
-        elif len(ids) >= DROPPED_IDS:
+        cost = _ID_BYTES if ids is not None else _LIST_BYTES + _ID_BYTES
+        waits = self.dropped_waits
+        at = -1  # where its wait goes in dropped_waits (its length: a new entry); -1: none
+        if local and parent_id is not None and parent_id not in self.spans:
+            at = _wait_index(waits, parent_id, service)
+            if waits is None:
+                cost += _LIST_BYTES + _wait_bytes(service)
+            elif at == len(waits):
+                cost += _wait_bytes(service)
+        if (ids is not None and len(ids) >= DROPPED_IDS) or cost > room:
             self.parent_lost = True
             return False
-        ids.add(span_id)
-        parent_id = span.parent_span_id
-        waits = span.parent_local and parent_id is not None and parent_id not in self.spans
-        if waits and parent_id is not None:  # it waited for its local parent: so does its trace
-            if self.dropped_waits is None:
-                self.dropped_waits = []
-            self.dropped_waits.append((parent_id, span.end_ns, span.service))
-            self.last_end_ns = max(self.last_end_ns, span.end_ns)
+        if ids is None:
+            ids = self.dropped_ids = []
+        ids.append(span_id)
+        self.size_bytes += cost
+        if at >= 0 and parent_id is not None:  # it waited for its local parent: so does its trace
+            if waits is None:
+                waits = self.dropped_waits = []
+            if at == len(waits):
+                waits.append((parent_id, end_ns, service))
+            elif end_ns > waits[at][1]:
+                waits[at] = (parent_id, end_ns, service)
+            self.last_end_ns = max(self.last_end_ns, end_ns)
         if self.open_parents is not None:  # a full trace: its open parents are kept
-            return waits or span_id in self.open_parents
-        return waits or any(held.parent_span_id == span_id for held in self.spans.values())
+            return at >= 0 or span_id in self.open_parents
+        return at >= 0 or any(held.parent_span_id == span_id for held in self.spans.values())
 
     def due_ns(self, limits: AssemblyLimits) -> int:
         """The next time this trace needs a look: quiet period over, or too old."""

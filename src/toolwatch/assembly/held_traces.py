@@ -1,7 +1,10 @@
 """What the trace buffer holds: the traces in flight (``_Trace``, ``assembly.anchoring``) in
 first-arrival order, their spans and bytes counted against the bounds (``_admission`` and the
-checks ``add`` makes room by), the trace ids a limit flagged before their trace came, the ids
-of emitted agent runs (``assembly.remembered``) and the heap of the traces' deadlines.
+checks ``add`` makes room by; a trace's bytes count what it keeps of its spans dropped, in the
+room its request's spans leave: ``_reserved``), the trace ids a limit or ingest flagged
+before their trace came and what is kept of the spans dropped (``assembly.limited``,
+replayed by ``_store``), the ids of emitted agent runs (``assembly.remembered``) and the heap
+of the traces' deadlines.
 
 ``HeldTraces`` is the base class of ``TraceBuffer`` (``assembly.buffer``), which decides
 what happens to each span and each trace: taken, dropped, evicted, checked, emitted. Compiled,
@@ -17,7 +20,8 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from toolwatch.assembly.anchoring import _Trace
+from toolwatch.assembly.anchoring import _Trace, dropped_span
+from toolwatch.assembly.limited import Limited, LimitedTraces
 from toolwatch.assembly.limits import ENCLOSING_SPANS, AssemblyLimits
 from toolwatch.assembly.refusals import Refusals
 from toolwatch.assembly.remembered import RememberedTraces
@@ -44,13 +48,15 @@ class HeldTraces:
         # The ids of emitted agent runs, for the late window: 23-32 bytes each compiled, where
         # an OrderedDict of the ids took 166-191 (``python -m bench.remembered``).
         self._emitted = RememberedTraces(limits.late_span_window_ns, limits.max_remembered_traces)
-        # Trace ids not buffered yet whose span a limit dropped: flagged when they arrive.
-        # ... and, when one was a root dropped for a limit, its id, end and service: it came.
-        self._limited: OrderedDict[bytes, tuple[bytes, int, str | None, bool] | None] = (
-            OrderedDict()
-        )
+        # Trace ids not buffered yet whose span a limit dropped or ingest rejected, and what
+        # is kept of the spans dropped: flagged when they arrive, the spans replayed.
+        self._limited = LimitedTraces(limits.max_traces)
         self._spans = 0
         self._bytes = 0
+        # While ``add`` takes a request: the bytes of its spans still to come, which what a
+        # trace keeps of a span dropped may not take (``_flag_limited``): ``admit`` said they
+        # fit, and counted no such memory.
+        self._reserved = 0
         # Under backpressure, the refusals that may stall the buffer (``_admission``).
         self._refusals = Refusals(limits.max_refusal_ns, limits.tick_ns)
 
@@ -112,9 +118,10 @@ class HeldTraces:
         A request bigger than the whole buffer (more spans, bytes or new traces than it can
         ever hold) is let through, evicting nothing (``add`` takes what fits and drops the
         rest, ``buffer_full``): refusing it would make the client retry something that can
-        never fit. A span ``add`` drops takes no room and is not counted
-        (``_room_taken``): one bigger than the whole buffer (``span_too_large``; counted, it
-        let an ordinary request through as one that can never fit), a retry of one held
+        never fit. A span ``add`` drops takes no room and is not counted (``_room_taken``;
+        what its trace keeps of it takes only the room the request leaves, ``_reserved``):
+        one bigger than the whole buffer (``span_too_large``; counted, it let an ordinary
+        request through as one that can never fit), a retry of one held
         (``duplicate``), one of a run judged already (``late``: nor does it start a trace),
         one over its trace's cap (``trace_span_limit``). Counted, a full buffer refused
         them, and their senders retried what would have been dropped at once.
@@ -236,30 +243,21 @@ class HeldTraces:
         maybe_parent: bool = True,
     ) -> None:
         """Flag ``trace`` incomplete for a dropped or rejected span (``span``, when one was
-        dropped: a root anchors the trace all the same), or remember its id until it comes
-        (which span is then not known: ``_Trace.parent_lost``). ``maybe_parent``: the dropped
-        span may be a parent a span of the trace waits for (``_Trace.dropped``). Where what
+        dropped: a root anchors the trace all the same), or, its trace not held, remember it
+        until it is (``assembly.limited``; ``_store`` replays a dropped span, and a rejected
+        one is not known: ``_Trace.parent_lost``). ``maybe_parent``: the dropped span may be a
+        parent a span of the trace waits for (``_Trace.dropped``); what the trace keeps of it
+        is counted in its bytes, in the room left (``_reserved``: not the room the rest of its
+        request takes). Where what
         anchors the trace changed, its checks start again (``_Trace.changed``), rescheduled
         no earlier than now: else a trace found unanchored before would wait for
         ``max_trace_age_ns``. A rejected span (``span`` None) is an arrival of its trace:
         its quiet period starts again, as its root anchors it only once quiet the lost
         parent's wait (a live run exports within it)."""
         if trace is None:
-            limited = self._limited
-            if span is not None and span.parent_span_id is None:
-                # The root came: known. What the entry held stays lost: a span not known (None),
-                # or another root (a trace of two roots), whose id this one replaces.
-                lost = False
-                if trace_id in limited:
-                    was = limited[trace_id]
-                    lost = was is None or was[3] or was[0] != span.span_id
-                limited[trace_id] = (span.span_id, span.end_ns, span.service, lost)
-            elif trace_id not in limited:
-                limited[trace_id] = None
-            elif (was := limited[trace_id]) is not None and not was[3]:
-                limited[trace_id] = (was[0], was[1], was[2], True)
-            if len(self._limited) > self._limits.max_traces:
-                self._limited.popitem(last=False)
+            # Kept until the trace comes (``assembly.limited``), then replayed (``_store``):
+            # such a span may be a parent (nothing of the trace is held to say otherwise).
+            self._limited.flag(trace_id, None if span is None else dropped_span(span))
             return
         trace.span_limited = True
         if span is None:
@@ -269,8 +267,10 @@ class HeldTraces:
             trace.changed()
             self._schedule(trace, now)
             return
-        rooted, lost = trace.root_seen, trace.parent_lost
-        named = trace.dropped(span, maybe_parent)
+        rooted, lost, held = trace.root_seen, trace.parent_lost, trace.size_bytes
+        room = self._limits.max_buffered_bytes - self._bytes - self._reserved
+        named = trace.dropped(span, maybe_parent, room)
+        self._bytes += trace.size_bytes - held  # what the trace keeps of the span
         if named or (trace.root_seen and not rooted) or (trace.parent_lost and not lost):
             trace.changed()
             self._schedule(trace, self._clock())
@@ -300,16 +300,26 @@ class HeldTraces:
         trace = self._traces.get(span.trace_id)
         if trace is None:
             trace = self._traces[span.trace_id] = _Trace(span.trace_id, now)
-            if self._limited and span.trace_id in self._limited:
-                root = self._limited.pop(span.trace_id)
-                trace.span_limited = True
-                trace.parent_lost = root is None or root[3]
-                if root is not None:
-                    trace.root_dropped(root[0], root[1], root[2])
+            limited = self._limited.take(span.trace_id)
+            if limited is not None:
+                self._replay(trace, limited, span.size_bytes)
         trace.add(span, now)
         self._spans += 1
         self._bytes += span.size_bytes
         self._schedule(trace)
+
+    def _replay(self, trace: _Trace, limited: Limited, size_bytes: int) -> None:
+        """Flag a trace whose first span (``size_bytes``) is being stored, cut before it was
+        held (``assembly.limited``): a span not known, and the spans dropped, replayed as
+        they would have been once it was held (``_Trace.came``), what they hold counted in
+        the room the span leaves."""
+        lost, kept = limited
+        trace.span_limited = True
+        trace.parent_lost = lost
+        room = self._limits.max_buffered_bytes - self._bytes - size_bytes - self._reserved
+        for dropped in kept:
+            trace.came(dropped, room - trace.size_bytes)
+        self._bytes += trace.size_bytes
 
     def _schedule(self, trace: _Trace, not_before: int = 0) -> None:
         """Keep one live heap entry per trace, no later than its due time (nor earlier than

@@ -91,7 +91,12 @@ def _oracle(buffer: TraceBuffer, spans: list[SpanRecord]) -> tuple[bool, bool]:
     room._bytes = 0
     traces, held = len(room._traces), room._spans
     room.add(spans)
-    n, size, new = room._spans - held, room._bytes, len(room._traces) - traces
+    # The bytes of the spans taken: not what a trace keeps of a span dropped (``_Trace.came``),
+    # which takes only room they leave.
+    size = sum(s.size_bytes for t in room._traces.values() for s in t.spans.values()) - sum(
+        s.size_bytes for t in buffer._traces.values() for s in t.spans.values()
+    )
+    n, new = room._spans - held, len(room._traces) - traces
     never = n > lim.max_buffered_spans or size > lim.max_buffered_bytes or new > lim.max_traces
     fits = (
         buffer._spans + n <= lim.max_buffered_spans

@@ -14,6 +14,8 @@ arrived, even one dropped before any span of its trace was held".
 
 from __future__ import annotations
 
+import dataclasses
+
 from assembly_support import SECOND, RecordingMetrics, agent, span, tool
 from stall_support import tid
 from wait_support import LIMITS, RUN, judge
@@ -132,9 +134,8 @@ def _rejected_then(first_rejected: bool) -> list[tuple[str | None, int, int]]:
 
 def test_a_rejection_and_a_root_dropped_before_the_trace_both_count() -> None:
     """Holds now, and guards the fix above: a rejection and a root dropped before the trace
-    is held, in either order, are both remembered (today only because ``_store`` sets
-    ``parent_lost`` for any ``_limited`` entry: the root's tuple overwrites a rejection's
-    None, and a rejection after the root leaves the tuple). The rejected span may be the
+    is held, in either order, are both remembered (``_limited`` keeps the root, and that a
+    span is not known, ``LimitedTraces.flag``). The rejected span may be the
     agent span the steps wait for: the run is judged once quiet the lost parent's wait (7 s),
     not held to ``max_trace_age`` (300 s). A fix that sets ``parent_lost`` only for a None
     entry fails this (measured: ``timed_out`` at 300 s, both orders) unless ``_limited``
@@ -235,8 +236,10 @@ def test_control_a_held_step_of_a_background_run_after_a_synchronous_agent() -> 
 def _sixteen_dropped(retry: bool) -> tuple[list[tuple[str | None, int]], int]:
     """Root and a step held, 16 steps dropped too large (``DROPPED_IDS``), then (``retry``)
     the same request again (an OTLP retry: its copies are duplicates or dropped again), then
-    a 20 s quiet step and the agent span."""
-    dropped = [_step(100 + k, size=2000) for k in range(16)]
+    a 20 s quiet step and the agent span. In a buffer of 10,000 bytes: what the trace keeps
+    of 16 dropped spans is counted in its bytes (1,349, ``_Trace.came``), and in one of 1,000
+    the last 7 of them find no room, and count as rejected (``parent_lost``)."""
+    dropped = [_step(100 + k, size=20_000) for k in range(16)]
     batches: list[tuple[list[SpanRecord | None], int]] = [
         ([_root(), _step(10)], 1),
         ([*dropped], 1),
@@ -244,7 +247,7 @@ def _sixteen_dropped(retry: bool) -> tuple[list[tuple[str | None, int]], int]:
         ([_step(11)], 1),
         ([_AGENT], 1),
     ]
-    return judge(batches)
+    return judge(batches, dataclasses.replace(LIMITS, max_buffered_bytes=10_000))
 
 
 def test_a_retry_of_a_request_past_sixteen_dropped_spans_loses_no_parent() -> None:
@@ -286,13 +289,15 @@ def test_an_eviction_judges_a_run_whose_background_step_was_dropped_as_in_flight
 
 
 def test_two_roots_dropped_before_the_trace_is_held_leave_it_judged() -> None:
-    """Holds now (``parent_lost`` for any ``_limited`` entry), and guards the fix of the
-    root dropped before its trace: a trace of two roots (broken instrumentation, or two
-    requests' spans under one trace id), both dropped too large before any span is held:
-    ``_limited`` keeps the second root only. A step under the first, local, ended after both
-    roots: it waits for a root the trace does not know of. The trace is judged once quiet the
-    lost parent's wait (7 s), not held to ``max_trace_age``. A fix that keeps the last root
-    and clears ``parent_lost`` fails this unless the replaced root counts as lost."""
+    """A trace of two roots (broken instrumentation, or two requests' spans under one trace
+    id), both dropped too large before any span is held; then a step under the first, local,
+    ended after both roots. It is judged, not held to ``max_trace_age``.
+    Was: ``_limited`` kept the second root only, the first counted as a span not known
+    (``parent_lost``): the step waited for a root the trace did not know of, and the trace
+    was judged once quiet the lost parent's wait, 7 s.
+    Now: ``_limited`` keeps both roots, replayed as dropped once the trace is held
+    (``_Trace.came``): the step's parent came, nothing waits, the root anchors the trace at
+    the next quiet 2 s, as when both roots are dropped after the step is held."""
     clock = ManualClock()
     buffer = TraceBuffer(LIMITS, clock, RecordingMetrics())
     first = span(8, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=2000)
@@ -302,7 +307,7 @@ def test_two_roots_dropped_before_the_trace_is_held_leave_it_judged() -> None:
     for _ in range(400 * 5):
         clock.now_ns += SECOND // 5
         out.extend((t.incomplete_reason, (clock.now_ns - began) // SECOND) for t in buffer.poll())
-    assert out == [("span_limit", 7)]
+    assert out == [("span_limit", 2)]
 
 
 def test_a_dropped_wait_no_longer_holds_once_its_parent_arrives() -> None:

@@ -1,6 +1,6 @@
 """Third review of the "wait" rule (50ead45, 8070f99, review-wait3): what it cut. Fixed: no agent
 span excuses a rejection any more, nor does it at an eviction or a drain (their verdict labels,
-below). Not handled (xfail): a step dropped before its trace is held.
+below), and a step dropped before its trace is held is known (``assembly.limited``).
 
 The run, as in ``tests/unit/assembly/test_assembly_wait_review2.py``: a request's span (the
 root, 9, ended at 3 ms) came first; a run it left running in the background sends its steps
@@ -117,7 +117,7 @@ def test_a_rejected_step_of_a_run_a_root_agent_left_in_the_background_does_not_c
     assert _handed_off(None) == ([("span_limit", 4)], 0)
 
 
-# --- _limited: a step dropped before its trace is held is still "not known".
+# --- _limited: a step dropped before its trace is held is known (it was "not known").
 
 
 def test_control_a_root_dropped_before_its_trace_and_a_slow_held_step() -> None:
@@ -135,28 +135,21 @@ def test_control_a_root_dropped_before_its_trace_and_a_slow_held_step() -> None:
     assert judged == ([("span_limit", 4)], 0)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled: a step dropped before any span of its trace is held is remembered as its "
-    "trace id alone (HeldTraces._limited), so it counts as a span not known: a slow step then cuts "
-    "the run at completion_wait + lost_parent_wait; needs span_too_large or buffer_full on a "
-    "trace's first batch",
-)
 def test_a_step_dropped_before_its_trace_is_held_is_known_as_a_dropped_root_is() -> None:
-    """Fails (older than 50ead45, which fixed the root's case only): the request's span and
-    the run's first step come in one request and are both dropped (too large here;
-    ``buffer_full`` under a full buffer drops a whole batch alike) before any span of the
-    trace is held. ``_limited`` keeps the root's (id, end, service) but the step's drop only
-    as "a span not known" (``lost``): the trace is ``parent_lost``, as for a rejection, and
-    the lost-parent branch of ``_check`` judges it once quiet 7 s though its held step waits
-    for the running agent span. A slow step (20 s) cuts the run: the part so far judged, the
-    rest ``late``. The same step dropped once the trace is held is known (``dropped_ids``,
-    ``dropped_waits``) and waited for; docs/configuration.md: a span dropped for a limit
-    "came".
-    Expected: one trace, ``span_limit``, 3 spans, nothing late.
-    Fix: keep in ``_limited`` the few (id, parent, end, service, parent_local) of the spans
-    dropped before the trace is held (bounded as ``DROPPED_IDS``), and replay them through
-    ``_Trace.dropped`` in ``_store``; only an entry past the bound (or a rejection) is lost."""
+    """The request's span and the run's first step come in one request and are both dropped
+    (too large here; ``buffer_full`` under a full buffer drops a whole batch alike) before
+    any span of the trace is held; then a step, a slow one (20 s), a step, the agent span.
+    Was (older than 50ead45, which fixed the root's case only): ``_limited`` kept the root's
+    (id, end, service) but the step's drop only as "a span not known" (``lost``): the trace
+    was ``parent_lost``, as for a rejection, and the lost-parent branch of ``_check`` judged
+    it once quiet 7 s though its held step waited for the running agent span: the run cut,
+    the part so far judged, the rest ``late``. The same step dropped once the trace is held
+    is known (``dropped_ids``, ``dropped_waits``) and waited for; docs/configuration.md: a
+    span dropped for a limit "came".
+    Now: ``_limited`` (``assembly.limited``) keeps what ``_Trace.came`` reads of each span
+    dropped before its trace is held (id, parent, end, service, parent_local; 16 a trace),
+    replayed when the trace's first span is stored: one trace, ``span_limit``, 3 spans,
+    nothing late. Only a span past the bounds (or a rejection) is not known."""
     judged = judge(
         [
             (
@@ -179,8 +172,8 @@ def test_a_step_dropped_before_its_trace_is_held_is_known_as_a_dropped_root_is()
 
 def test_a_retried_root_dropped_before_its_trace_is_not_lost() -> None:
     """Holds: the root dropped too large twice before its trace is held (an OTLP retry of its
-    request): ``_limited``'s flag stays clear (``was[0] == span.span_id``), so a slow step
-    after it is waited for: one trace."""
+    request): ``_limited`` keeps it once (``LimitedTraces.flag``: a retry of a span kept
+    changes nothing), so a slow step after it is waited for: one trace."""
     big_root = span(9, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=2000)
     judged = judge(
         [([big_root], 1), ([big_root], 1), ([_step(10)], 20), ([_step(11)], 1), ([_BG], 1)]

@@ -18,14 +18,14 @@ LIMITS = AssemblyLimits(
 
 
 def judge(
-    batches: list[tuple[list[SpanRecord | None], int]],
+    batches: list[tuple[list[SpanRecord | None], int]], limits: AssemblyLimits = LIMITS
 ) -> tuple[list[tuple[str | None, int]], int]:
     """Each batch (``None``: a span of it ingest rejected), then the seconds before the next
     (polled every 0.2 s); then 300 s more. The traces judged (reason, spans) and the spans
     dropped ``late``."""
     clock = ManualClock()
     metrics = RecordingMetrics()
-    buffer = TraceBuffer(LIMITS, clock, metrics)
+    buffer = TraceBuffer(limits, clock, metrics)
     out: list[CompletedTrace] = []
     for batch, gap in [*batches, ([], 300)]:
         if None in batch:

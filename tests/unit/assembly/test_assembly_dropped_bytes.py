@@ -1,0 +1,135 @@
+"""What a trace keeps of its spans dropped for a limit (``_Trace.came``: their ids, and what
+they waited for) is counted in its bytes, against ``max_buffered_bytes``, and takes only the
+room the spans taken leave: past it, a dropped span is not known (``parent_lost``), as past
+``DROPPED_IDS``. The charges (``anchoring._LIST_BYTES``, ``_ID_BYTES``, ``_wait_bytes``) are
+at least what CPython holds for them."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from assembly_support import SECOND, RecordingMetrics, span, tool
+from wait_support import LIMITS, RUN
+
+from toolwatch.assembly.anchoring import DROPPED_IDS, _Trace
+from toolwatch.assembly.buffer import TraceBuffer
+from toolwatch.model import ManualClock, SpanRecord, SpanRole
+
+_LIMITS = dataclasses.replace(LIMITS, max_buffered_bytes=10_000)
+_TOO_LARGE = 20_000
+# One wait of a span of "refund-agent": 152 + 49 + 12.
+_WAIT = 213
+
+
+def _root(size: int = 10) -> SpanRecord:
+    return span(9, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=size)
+
+
+def _step(n: int, parent: int = 2, size: int = _TOO_LARGE) -> SpanRecord:
+    return tool(n, parent, "lookup", 4, 7, trace_id=RUN, size_bytes=size, parent_local=True)
+
+
+def _held(drops: list[SpanRecord]) -> tuple[int, TraceBuffer]:
+    """A root held (10 bytes), then ``drops`` one request each: the bytes buffered."""
+    buffer = TraceBuffer(_LIMITS, ManualClock(), RecordingMetrics())
+    buffer.add([_root()])
+    for dropped in drops:
+        buffer.add([dropped])
+    return buffer.buffered_bytes, buffer
+
+
+def test_the_bytes_counted_after_n_drops_under_one_parent() -> None:
+    """Steps dropped too large, each waiting for the run's agent span (2): a list of ids
+    (120) and 56 an id; one wait (a list, 120, and 213 for the one entry of parent 2 and
+    "refund-agent"). 16 ids at most: the 17th is not counted, nor kept (``parent_lost``)."""
+    counted = {n: _held([_step(100 + k) for k in range(n)])[0] for n in (1, 2, 16, 17)}
+    assert counted == {
+        1: 10 + 120 + 56 + 120 + _WAIT,
+        2: 10 + 120 + 2 * 56 + 120 + _WAIT,
+        16: 10 + 120 + 16 * 56 + 120 + _WAIT,
+        17: 10 + 120 + 16 * 56 + 120 + _WAIT,
+    }
+    assert _held([_step(100 + k) for k in range(17)])[1]._traces[RUN].parent_lost
+
+
+def test_the_bytes_counted_after_n_drops_under_as_many_parents() -> None:
+    """One wait an entry a parent: 16 steps under 16 parents, 16 waits (1,349 + 15 x 213)."""
+    counted, _ = _held([_step(100 + k, parent=200 + k) for k in range(DROPPED_IDS)])
+    assert counted == 10 + 120 + 16 * 56 + 120 + 16 * _WAIT
+
+
+def test_a_retry_of_a_dropped_span_is_not_counted_twice() -> None:
+    """The same step dropped three times (OTLP retries): counted once."""
+    assert _held([_step(100)] * 3)[0] == 10 + 120 + 56 + 120 + _WAIT
+
+
+def test_the_bytes_of_spans_dropped_before_the_trace_is_held_are_counted_when_it_is() -> None:
+    """Root and a step dropped before any span is held: nothing counted (not held); then a
+    step held (10 bytes): the two replayed, counted (root: 120 + 56; step: 56 and its wait);
+    once judged, nothing is buffered."""
+    clock = ManualClock()
+    buffer = TraceBuffer(_LIMITS, clock, RecordingMetrics())
+    buffer.add([_root(size=_TOO_LARGE), _step(100)])
+    assert buffer.buffered_bytes == 0
+    buffer.add([_step(10, size=10)])
+    assert buffer.buffered_bytes == 10 + 120 + 2 * 56 + 120 + _WAIT
+    clock.now_ns += 400 * SECOND
+    assert [t.incomplete_reason for t in buffer.poll()] == ["timed_out"]
+    assert buffer.buffered_bytes == 0
+
+
+def test_a_drop_whose_memory_has_no_room_is_not_known() -> None:
+    """In a buffer of 100 bytes holding 20, a root dropped too large has no room for what its
+    trace would keep of it (176): not counted, it is not known (``parent_lost``): the root
+    anchors the trace once quiet the lost parent's wait (7 s), not at 2 s."""
+    clock = ManualClock()
+    buffer = TraceBuffer(
+        dataclasses.replace(LIMITS, max_buffered_bytes=100), clock, RecordingMetrics()
+    )
+    buffer.add([tool(10, 9, "lookup", 1, 2, trace_id=RUN, size_bytes=20)])
+    buffer.add([_root(size=101)])
+    assert buffer.buffered_bytes == 20
+    began, out = clock.now_ns, list[tuple[str | None, int]]()
+    for _ in range(400 * 5):
+        clock.now_ns += SECOND // 5
+        out.extend((t.incomplete_reason, (clock.now_ns - began) // SECOND) for t in buffer.poll())
+    assert out == [("span_limit", 7)]
+
+
+def test_a_drop_takes_no_room_the_rest_of_its_request_needs() -> None:
+    """A buffer of 1,000 bytes holding 10; a request of a step too large, then 990 bytes of
+    spans: ``admit`` takes it, and all its spans are held: what the trace would keep of the
+    dropped step is not (no room left after them), and it is not known."""
+    buffer = TraceBuffer(
+        dataclasses.replace(LIMITS, max_buffered_bytes=1000), ManualClock(), RecordingMetrics()
+    )
+    buffer.add([_root()])
+    request = [_step(100, size=2000), *(_step(10 + k, size=99) for k in range(10))]
+    refused: dict[str, int] = {}
+    assert buffer.admit(request, sum(s.size_bytes for s in request), refused) == []
+    assert refused == {"span_too_large": 1}
+    assert (buffer.buffered_spans, buffer.buffered_bytes) == (11, 1000)
+    assert buffer._traces[RUN].parent_lost
+
+
+def test_the_charges_cover_what_cpython_holds() -> None:
+    """For 1 to 16 drops, each under a parent of its own (a wait each), the bytes counted
+    are at least ``sys.getsizeof`` of the lists, ids, tuples, ends and service names held."""
+    for n in range(1, DROPPED_IDS + 1):
+        trace = _Trace(RUN, 0)
+        for k in range(n):
+            dropped = _step(100 + k, parent=200 + k)
+            # Distinct objects, as decoded spans hold.
+            dropped = dataclasses.replace(
+                dropped,
+                service="refund-" + "agent" * (k % 2 + 1),
+                end_ns=1_765_000_000 * SECOND + k,
+            )
+            trace.dropped(dropped, True, 10**9)
+        ids, waits = trace.dropped_ids or [], trace.dropped_waits or []
+        held = sys.getsizeof(ids) + sum(sys.getsizeof(i) for i in ids) + sys.getsizeof(waits)
+        held += sum(
+            sum(sys.getsizeof(part) for part in wait) + sys.getsizeof(wait) for wait in waits
+        )
+        assert held <= trace.size_bytes, (n, held, trace.size_bytes)
