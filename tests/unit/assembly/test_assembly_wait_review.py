@@ -14,26 +14,23 @@ from pathlib import Path
 import pytest
 from assembly_support import SECOND, RecordingMetrics, agent, span, tool
 from stall_support import run_apart, tid
+from wait_support import LIMITS, RUN, TWO_EVICTING
 
 from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
 
-_RUN = tid(5)
-_LIMITS = AssemblyLimits(
-    completion_wait_ns=2 * SECOND, max_trace_age_ns=300 * SECOND, max_buffered_bytes=1000
-)
-_ROOT = span(9, None, SpanRole.OTHER, 0, 3, trace_id=_RUN, size_bytes=10)
-_AGENT = agent(2, 9, "refund-bot", 1, 60, trace_id=_RUN, size_bytes=10, parent_local=True)
+_ROOT = span(9, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=10)
+_AGENT = agent(2, 9, "refund-bot", 1, 60, trace_id=RUN, size_bytes=10, parent_local=True)
 _Batch = list[SpanRecord | None]
 
 
 def _step(n: int, parent: int = 2, size: int = 10) -> SpanRecord:
-    return tool(n, parent, "lookup_order", 4, 7, trace_id=_RUN, size_bytes=size, parent_local=True)
+    return tool(n, parent, "lookup_order", 4, 7, trace_id=RUN, size_bytes=size, parent_local=True)
 
 
 def _judge(
-    batches: list[_Batch], first: list[SpanRecord] | None = None, limits: AssemblyLimits = _LIMITS
+    batches: list[_Batch], first: list[SpanRecord] | None = None, limits: AssemblyLimits = LIMITS
 ) -> tuple[list[tuple[str | None, int, int]], int]:
     """``first`` (the root by default), then ``batches`` 5 s apart (``None``: a span ingest
     rejected), polled every 0.2 s; then 300 s more. The traces judged (reason, spans, seconds
@@ -46,7 +43,7 @@ def _judge(
     began = clock.now_ns
     for batch in batches:
         if None in batch:
-            buffer.flag_rejected([_RUN])
+            buffer.flag_rejected([RUN])
         taken = [s for s in batch if s is not None]
         if taken:
             buffer.add(taken)
@@ -93,7 +90,7 @@ def test_a_step_too_large_whose_children_came_with_it_does_not_cut_the_run() -> 
     (``dropped_ids``), and nothing waits for the agent span 2 that 20 named: cut at the next
     quiet ``completion_wait``, the steps after it and the agent span ``late``.
     Now: one trace, ``span_limit``, nothing late."""
-    call = span(21, 20, SpanRole.OTHER, 5, 6, trace_id=_RUN, size_bytes=10, parent_local=True)
+    call = span(21, 20, SpanRole.OTHER, 5, 6, trace_id=RUN, size_bytes=10, parent_local=True)
     judged, late = _judge([[call, _step(20, size=2000)], [_step(11)], [_AGENT]])
     assert ([(r, n) for r, n, _ in judged], late) == ([("span_limit", 4)], 0)
 
@@ -108,7 +105,7 @@ def test_a_root_dropped_too_large_as_its_trace_first_span_counts_as_arrived() ->
     the same root dropped once the trace is held lets the run be judged ``completion_wait``
     after the agent span.
     Now: judged ``span_limit`` shortly after the agent span (well before 300 s)."""
-    big_root = span(9, None, SpanRole.OTHER, 0, 3, trace_id=_RUN, size_bytes=2000)
+    big_root = span(9, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=2000)
     judged, late = _judge([[_step(10)], [_step(11)], [_AGENT]], first=[big_root])
     assert ([(r, n) for r, n, _ in judged], late) == ([("span_limit", 3)], 0)
     assert judged[0][2] < 20, judged
@@ -139,7 +136,7 @@ def test_copies_of_one_dropped_span_walk_the_trace_once_each() -> None:
     )
     buffer = TraceBuffer(limits, ManualClock(), RecordingMetrics())
     buffer.add([_ROOT, *(_step(100 + k) for k in range(4000))])
-    trace = buffer._traces[_RUN]
+    trace = buffer._traces[RUN]
     trace.spans = _CountingSpans(trace.spans)
     buffer.add([_step(50_000, parent=9, size=200_000)] * 1000)  # its parent held: walks
     assert _CountingSpans.walks == 1  # the first drop of that id; none for its copies
@@ -170,21 +167,14 @@ def test_an_eviction_judges_a_run_whose_only_step_was_dropped_as_in_flight() -> 
     runs as one whose end has come, judged as it came (``span_limit``, its quiet period cut
     short), where the same run with the step held is judged ``evicted`` (in flight).
     Now: ``evicted``."""
-    limits = AssemblyLimits(
-        completion_wait_ns=2 * SECOND,
-        max_trace_age_ns=300 * SECOND,
-        max_buffered_bytes=1000,
-        max_traces=2,
-        overflow="evict_oldest",
-    )
     verdicts = {}
     for step in (_step(10), _step(20, size=2000)):
-        buffer = TraceBuffer(limits, ManualClock(), RecordingMetrics())
+        buffer = TraceBuffer(TWO_EVICTING, ManualClock(), RecordingMetrics())
         buffer.add([_ROOT])
         buffer.add([step])
         evicted = buffer.add([agent(1, None, "bot", 0, 5, trace_id=tid(n)) for n in (6, 7)])
         verdicts[step.size_bytes] = [(t.trace_id, t.incomplete_reason) for t in evicted]
-    assert verdicts == {10: [(_RUN, "evicted")], 2000: [(_RUN, "evicted")]}
+    assert verdicts == {10: [(RUN, "evicted")], 2000: [(RUN, "evicted")]}
 
 
 # What was probed and held (these passed before the fixes too).
@@ -194,12 +184,12 @@ def test_rejections_every_few_seconds_keep_a_run_at_most_max_trace_age() -> None
     restarts), so the lost-parent wait never passes, but the trace is judged ``timed_out`` at
     ``max_trace_age`` (300 s), not later, and ``poll`` returns each time."""
     clock = ManualClock()
-    buffer = TraceBuffer(_LIMITS, clock, RecordingMetrics())
+    buffer = TraceBuffer(LIMITS, clock, RecordingMetrics())
     buffer.add([_ROOT, _step(10)])
     out = []
     for _ in range(200):  # 600 s
         clock.now_ns += 3 * SECOND
-        buffer.flag_rejected([_RUN])
+        buffer.flag_rejected([RUN])
         out.extend((t.incomplete_reason, clock.now_ns // SECOND) for t in buffer.poll())
     assert [r for r, _ in out] == ["timed_out"]
     assert 300 <= out[0][1] < 303, out  # polled every 3 s
@@ -216,7 +206,7 @@ def test_more_than_sixteen_dropped_parents_fall_back_to_the_lost_parent_wait() -
     for k in range(20):
         model = _step(100 + k, size=2000)
         call = span(
-            200 + k, 100 + k, SpanRole.OTHER, 5, 6, trace_id=_RUN, size_bytes=10, parent_local=True
+            200 + k, 100 + k, SpanRole.OTHER, 5, 6, trace_id=RUN, size_bytes=10, parent_local=True
         )
         batch += [call, model]
     judged, late = _judge([[_step(10), *batch], [_step(11)], [_AGENT]])
@@ -231,15 +221,16 @@ def test_poll_returns_for_a_run_whose_spans_are_all_dropped_or_rejected(
     the trace is judged once."""
     script = """
 from assembly_support import SECOND, RecordingMetrics
-from test_assembly_wait_review import _LIMITS, _ROOT, _RUN, _step
+from test_assembly_wait_review import _ROOT, _step
+from wait_support import LIMITS, RUN
 from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.model import ManualClock
-clock = ManualClock(); buffer = TraceBuffer(_LIMITS, clock, RecordingMetrics())
+clock = ManualClock(); buffer = TraceBuffer(LIMITS, clock, RecordingMetrics())
 buffer.add([_ROOT, _step(10)]); judged = []
 for k in range(4000):
     clock.now_ns += SECOND // 10
     if k % 30 == 0:
-        buffer.add([_step(1000 + k, size=2000)]); buffer.flag_rejected([_RUN])
+        buffer.add([_step(1000 + k, size=2000)]); buffer.flag_rejected([RUN])
     judged += [t.incomplete_reason for t in buffer.poll()]
 print(judged)
 """

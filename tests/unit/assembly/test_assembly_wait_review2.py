@@ -18,11 +18,10 @@ import dataclasses
 
 from assembly_support import SECOND, RecordingMetrics, agent, span, tool
 from stall_support import tid
-from wait_support import LIMITS, RUN, judge
+from wait_support import LIMITS, RUN, TWO_EVICTING, judge
 
 from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.assembly.completed import CompletedTrace
-from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
 
 _AGENT = agent(2, 9, "refund-bot", 1, 60_000, trace_id=RUN, size_bytes=10, parent_local=True)
@@ -270,17 +269,10 @@ def test_an_eviction_judges_a_run_whose_background_step_was_dropped_as_in_flight
     waiting for the running agent span) was dropped too large, is evicted by two new runs as
     one whose end has come (``span_limit``), where with the step held it is ``evicted``.
     Expected: ``evicted`` both."""
-    limits = AssemblyLimits(
-        completion_wait_ns=2 * SECOND,
-        max_trace_age_ns=300 * SECOND,
-        max_buffered_bytes=1000,
-        max_traces=2,
-        overflow="evict_oldest",
-    )
     triage = agent(3, 9, "triage", 1, 2, trace_id=RUN, size_bytes=10, parent_local=True)
     verdicts = {}
     for size in (10, 2000):
-        buffer = TraceBuffer(limits, ManualClock(), RecordingMetrics())
+        buffer = TraceBuffer(TWO_EVICTING, ManualClock(), RecordingMetrics())
         buffer.add([_root(), triage])
         buffer.add([_step(10, size=size)])
         evicted = buffer.add([agent(1, None, "bot", 0, 5, trace_id=tid(n)) for n in (6, 7)])

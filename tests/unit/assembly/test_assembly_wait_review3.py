@@ -14,13 +14,11 @@ agent span, or an agent span of the root's service ended after the root. Neither
 
 from __future__ import annotations
 
-import pytest
 from assembly_support import SECOND, RecordingMetrics, agent, span, tool
 from stall_support import tid
-from wait_support import LIMITS, RUN, judge
+from wait_support import LIMITS, RUN, TWO_EVICTING, judge
 
 from toolwatch.assembly.buffer import TraceBuffer
-from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
 
 _ROOT = span(9, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=10)
@@ -234,16 +232,9 @@ def test_an_eviction_judges_a_background_run_whose_step_was_rejected_as_in_fligh
     came, where with the step held it is ``evicted``.
     Now: ``_ended`` asks ``victims._root_ended`` (``not parent_lost`` beside ``not
     awaits_after_root()``, as ``anchored()`` does): ``evicted`` both."""
-    limits = AssemblyLimits(
-        completion_wait_ns=2 * SECOND,
-        max_trace_age_ns=300 * SECOND,
-        max_buffered_bytes=1000,
-        max_traces=2,
-        overflow="evict_oldest",
-    )
     verdicts = {}
     for rejected in (False, True):
-        buffer = TraceBuffer(limits, ManualClock(), RecordingMetrics())
+        buffer = TraceBuffer(TWO_EVICTING, ManualClock(), RecordingMetrics())
         buffer.add([_ROOT, _TRIAGE])
         if rejected:
             buffer.flag_rejected([RUN])

@@ -1,7 +1,9 @@
-"""What the reviews of the "wait" rule (test_assembly_wait_review2.py, _review3.py) share: a
-background run's trace id and limits, and the batches-with-gaps driver."""
+"""What the reviews of the "wait" rule (test_assembly_wait_review*.py) share: a background
+run's trace id and limits, and the batches-with-gaps driver."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from assembly_support import SECOND, RecordingMetrics
 from stall_support import tid
@@ -15,6 +17,8 @@ RUN = tid(5)
 LIMITS = AssemblyLimits(
     completion_wait_ns=2 * SECOND, max_trace_age_ns=300 * SECOND, max_buffered_bytes=1000
 )
+#: ``LIMITS`` with room for two traces, a third evicting one (``evict_oldest``).
+TWO_EVICTING = dataclasses.replace(LIMITS, max_traces=2, overflow="evict_oldest")
 
 
 def judge(
