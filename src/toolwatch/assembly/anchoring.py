@@ -26,11 +26,17 @@ would be cut in two, the rest of it dropped as ``late``.
 A span the buffer dropped for a limit (too large, no room, past the cap's enclosing spans) has
 come: a span that names it as its parent waits for it no more (``_Trace.dropped_ids``), and the
 others wait as they did, a run left running in the background for its agent span, as does what
-the dropped span waited for (``_Trace.dropped_waits``); a dropped root anchors as a held one.
-So does a span dropped before any span of its trace was held: what ``_Trace.came`` reads of
-it is kept (``assembly.limited``) and replayed once the trace is. What a trace keeps of them
-is counted in its bytes, and bounded: past ``DROPPED_IDS`` spans, or the room its buffer has
-left, a dropped span is not known, as a rejected one. A span rejected at ingest
+the dropped span waited for (``_Trace.dropped_waits``); a dropped root anchors as a held one,
+and the walk up from an agent span (or a model call) passes through a dropped span as through
+a held one (``_Trace.dropped_links``: its role, its parent, whether that parent is local): an
+agent whose local parent, a workflow span, was dropped too large anchors its trace. A step
+dropped over the cap encloses nothing held, so it is no parent, but what it waited for is
+waited for all the same, and the span it waits for (its agent span) is one the cap takes
+(``_Trace.encloses``). So does a span dropped before any span of its trace was held: what
+``_Trace.came`` reads of it is kept (``assembly.limited``) and replayed once the trace is.
+What a trace keeps of them is counted in its bytes, and bounded: past ``DROPPED_IDS`` spans
+(or waits), or the room its buffer has left, a dropped span is not known, as a rejected
+one. A span rejected at ingest
 is not known (its trace id is all the decoder hands on): it may be the parent waited for, so
 the root anchors the trace (whatever agent spans it holds: none says which run the span was of)
 only once it has been quiet ``completion_wait_ns + lost_parent_wait_ns`` (``parent_lost``), as
@@ -71,7 +77,7 @@ caller's run is then dropped as ``late`` (docs/how-it-works.md).
 
 from __future__ import annotations
 
-from typing import Final, TypeAlias
+from typing import Final, NamedTuple, TypeAlias
 
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.jsontext import text_size
@@ -85,26 +91,49 @@ __all__: list[str] = []
 DROPPED_IDS: Final = 16
 
 #: What is kept of a span dropped for a limit (``_Trace.came``; before its trace is held,
-#: ``assembly.limited``): its id, its parent's id, its end, its service, and whether its
-#: flags say its parent is local. Not the span: one dropped too large holds too much.
-DroppedSpan: TypeAlias = tuple[bytes, bytes | None, int, str | None, bool]
+#: ``assembly.limited``): its id, its parent's id, its end, its service, whether its flags
+#: say its parent is local, and its role. Not the span: one dropped too large holds too much.
+DroppedSpan: TypeAlias = tuple[bytes, bytes | None, int, str | None, bool, SpanRole]
+
+
+class _Link(NamedTuple):
+    """What the anchor walk reads of a span dropped for a limit that may be a parent
+    (``_Trace.dropped_links``): it passes through it as through a held span
+    (``_Trace._outermost``)."""
+
+    span_id: bytes
+    parent_span_id: bytes | None
+    role: SpanRole
+    parent_local: bool
+
 
 # What a trace's memory of its dropped spans is counted as in its bytes (``_Trace.came``;
 # ``size_bytes``, against ``max_buffered_bytes``), each at least what CPython 3.11 holds
-# (``sys.getsizeof``; ``test_assembly_dropped_bytes.py`` checks it): each of its two lists,
-# at its first entry, its header and the slack it may grow with (56 + 8 slots of 8 bytes);
-# an id, an 8-byte span id (41, 48 allocated) and its slot; a wait, its (parent id, end,
-# service) tuple (64), the parent id (48), the end (32) and its slot, and its service's
-# characters (a string of its own, 49 bytes and its text, as a held span counts it).
+# (``sys.getsizeof``; ``test_assembly_dropped_bytes.py`` checks it): each of its three
+# lists, at its first entry, its header and the slack it may grow with (56 + 8 slots of 8
+# bytes); an id, an 8-byte span id (41, 48 allocated) and its slot; a link, its ``_Link``
+# (72) and its slot, and its parent id (48, where it has one: a root has none); a wait, its
+# (parent id, end, service) tuple (64), the parent id (48), the end (32) and its slot, and
+# its service's characters (a string of its own, 49 bytes and its text, as a held span
+# counts it).
 _LIST_BYTES: Final = 120
 _ID_BYTES: Final = 56
+_LINK_BYTES: Final = 80
+_PARENT_BYTES: Final = 48
 _WAIT_BYTES: Final = 152
 _STR_BYTES: Final = 49
 
 
 def dropped_span(span: SpanRecord) -> DroppedSpan:
     """What is kept of ``span``, dropped for a limit (``DroppedSpan``)."""
-    return (span.span_id, span.parent_span_id, span.end_ns, span.service, span.parent_local)
+    return (
+        span.span_id,
+        span.parent_span_id,
+        span.end_ns,
+        span.service,
+        span.parent_local,
+        span.role,
+    )
 
 
 def _wait_bytes(service: str | None) -> int:
@@ -151,6 +180,7 @@ class _Trace:
         "anchor_missing",
         "awaiting_local",
         "dropped_ids",
+        "dropped_links",
         "dropped_waits",
         "ended_verdict",
         "first_ns",
@@ -191,9 +221,13 @@ class _Trace:
         # them (they came); None until one is (most traces). A list: ``DROPPED_IDS`` at most,
         # where a set of 16 held 728 bytes, a list 184.
         self.dropped_ids: list[bytes] | None = None
-        # What those dropped spans waited for: (parent id, end, service), one for each parent
-        # its flags say is local and service, the latest end of those (what is read of them:
-        # ``_awaits_undropped``); None until one is.
+        # ... and what the anchor walk reads of each (``_Link``; ``_outermost``), in the
+        # same order; None until one is.
+        self.dropped_links: list[_Link] | None = None
+        # What its dropped spans waited for (those that may be a parent, and steps dropped
+        # over the cap): (parent id, end, service), one for each parent its flags say is
+        # local and service, the latest end of those (what is read of them:
+        # ``_awaits_undropped``), ``DROPPED_IDS`` at most; None until one is.
         self.dropped_waits: list[tuple[bytes, int, str | None]] | None = None
         self.anchor_missing = False  # checked since the last arrival: no anchor yet
         # ... and, its root come, waited the lost parent's time with a span after the root
@@ -234,14 +268,18 @@ class _Trace:
             self.root_end_ns, self.root_service = span.end_ns, span.service
 
     def encloses(self, span: SpanRecord) -> bool:
-        """Whether ``span`` is a root, or the parent of a span this trace holds. Asked of a
-        full trace only: the first time, it notes its spans' parents that it does not hold
-        (O(spans), once; a few ids, its open ancestors), kept up to date by ``add``."""
+        """Whether ``span`` is a root, or the parent of a span this trace holds, or of one it
+        dropped and still waits for (``dropped_waits``: a step dropped over the cap, its
+        agent span to come; dropped too, the trace would wait for it for ever). Asked of a
+        full trace only: the first time, it notes those parents that it does not hold
+        (O(spans), once; a few ids, its open ancestors), kept up to date by ``add`` and
+        ``came``."""
         if span.parent_span_id is None:
             return True
         if self.open_parents is None:
             held = self.spans
             self.open_parents = {s.parent_span_id for s in held.values()}
+            self.open_parents.update(parent for parent, _, _ in self.dropped_waits or ())
             self.open_parents.difference_update(held)
         return span.span_id in self.open_parents
 
@@ -254,38 +292,43 @@ class _Trace:
 
     def dropped(self, span: SpanRecord, parent: bool, room: int) -> bool:
         """A span of this trace was dropped for a limit (``TraceBuffer._flag_limited`` flags
-        the trace): it ``came``, when ``parent`` (it may be a parent a span of the trace, held
-        or still to come, waits for); else only a root is noted, as arrived. ``room``: the
-        bytes the buffer has left. Returns whether what anchors the trace changed."""
-        if parent:
-            return self.came(dropped_span(span), room)
-        if span.parent_span_id is None:
-            self._root(span)
-        return False
+        the trace): it ``came``. ``parent``: it may be a parent a span of the trace, held or
+        still to come, waits for (else a step dropped over the cap, which encloses nothing:
+        only its wait, and a root, are noted). ``room``: the bytes the buffer has left.
+        Returns whether what anchors the trace changed."""
+        return self.came(dropped_span(span), room, parent)
 
-    def came(self, span: DroppedSpan, room: int) -> bool:
+    def came(self, span: DroppedSpan, room: int, parent: bool = True) -> bool:
         """A span of this trace dropped for a limit, once the trace is held (``dropped``) or
         before (replayed as the trace's first span is stored: ``HeldTraces._store``). A root,
         though not held, has arrived, and anchors the trace all the same. Such a span came:
         no span waits for it any more (``_awaits_local``), its id kept in ``dropped_ids``, up
-        to ``DROPPED_IDS`` of them, and, where its flags say its parent is local and the trace
-        does not hold it, what it waited for, in ``dropped_waits`` (one entry a parent and
-        service). What they hold is counted in ``size_bytes`` (``_LIST_BYTES``, ``_ID_BYTES``,
-        ``_wait_bytes``), up to ``room`` bytes. Past ``DROPPED_IDS``, or ``room``, it is as
-        unknown as a rejected span (``parent_lost``). A retry of one kept changes nothing.
+        to ``DROPPED_IDS`` of them, and what the anchor walk reads of it in
+        ``dropped_links`` (``_outermost`` passes through it); where its flags say its parent
+        is local and the trace does not hold it, what it waited for is kept in
+        ``dropped_waits`` (one entry a parent and service, ``DROPPED_IDS`` at most).
+        ``parent`` false (a step dropped over the cap: no parent): only its wait is kept.
+        What they hold is counted in ``size_bytes`` (``_LIST_BYTES``, ``_ID_BYTES``,
+        ``_LINK_BYTES``, ``_wait_bytes``), up to ``room`` bytes. Past ``DROPPED_IDS``, or
+        ``room``, it is as unknown as a rejected span (``parent_lost``). A retry of one kept
+        changes nothing.
 
         Returns whether a held span names it as its parent, or it waits (so what anchors the
         trace changed): O(spans), asked once per such drop (drops are rare, and a trace
         remembers ``DROPPED_IDS`` at most), never per span taken."""
-        span_id, parent_id, end_ns, service, local = span
+        span_id, parent_id, end_ns, service, local, role = span
         if parent_id is None:
             self.root_seen = True
             if end_ns >= self.root_end_ns:
                 self.root_end_ns, self.root_service = end_ns, service
         ids = self.dropped_ids
-        if ids is not None and span_id in ids:
+        if parent and ids is not None and span_id in ids:
             return False  # known: a held span naming it came since, and restarted the checks
-        cost = _ID_BYTES if ids is not None else _LIST_BYTES + _ID_BYTES
+        cost = 0
+        if parent:  # its id and link, and the two lists for the first
+            cost = _ID_BYTES + _LINK_BYTES + (0 if parent_id is None else _PARENT_BYTES)
+            if ids is None:
+                cost += 2 * _LIST_BYTES
         waits = self.dropped_waits
         at = -1  # where its wait goes in dropped_waits (its length: a new entry); -1: none
         if local and parent_id is not None and parent_id not in self.spans:
@@ -294,24 +337,45 @@ class _Trace:
                 cost += _LIST_BYTES + _wait_bytes(service)
             elif at == len(waits):
                 cost += _wait_bytes(service)
-        if (ids is not None and len(ids) >= DROPPED_IDS) or cost > room:
+        if (
+            (parent and ids is not None and len(ids) >= DROPPED_IDS)
+            or at >= DROPPED_IDS
+            or cost > room
+        ):
             self.parent_lost = True
             return False
-        if ids is None:
-            ids = self.dropped_ids = []
-        ids.append(span_id)
         self.size_bytes += cost
-        if at >= 0 and parent_id is not None:  # it waited for its local parent: so does its trace
-            if waits is None:
-                waits = self.dropped_waits = []
-            if at == len(waits):
-                waits.append((parent_id, end_ns, service))
-            elif end_ns > waits[at][1]:
-                waits[at] = (parent_id, end_ns, service)
-            self.last_end_ns = max(self.last_end_ns, end_ns)
+        if parent:
+            if ids is None:
+                ids = self.dropped_ids = []
+            if self.dropped_links is None:
+                self.dropped_links = []
+            ids.append(span_id)
+            self.dropped_links.append(_Link(span_id, parent_id, role, local))
+        waited = at >= 0 and parent_id is not None and self._waits(at, parent_id, end_ns, service)
+        if not parent:
+            return waited
         if self.open_parents is not None:  # a full trace: its open parents are kept
             return at >= 0 or span_id in self.open_parents
         return at >= 0 or any(held.parent_span_id == span_id for held in self.spans.values())
+
+    def _waits(self, at: int, parent_id: bytes, end_ns: int, service: str | None) -> bool:
+        """A dropped span of ``service`` that ended at ``end_ns`` waited for its local parent
+        ``parent_id``: so does its trace (``dropped_waits``, at ``at``: its length, a new
+        entry). Returns whether that is new (an entry, or a later end)."""
+        waits = self.dropped_waits
+        if waits is None:
+            waits = self.dropped_waits = []
+        if self.open_parents is not None:  # a full trace: what encloses its spans, and this
+            self.open_parents.add(parent_id)
+        self.last_end_ns = max(self.last_end_ns, end_ns)
+        if at == len(waits):
+            waits.append((parent_id, end_ns, service))
+            return True
+        if end_ns > waits[at][1]:
+            waits[at] = (parent_id, end_ns, service)
+            return True
+        return False
 
     def due_ns(self, limits: AssemblyLimits) -> int:
         """The next time this trace needs a look: quiet period over, or too old."""
@@ -374,7 +438,7 @@ class _Trace:
         was rejected at ingest (``parent_lost``: which one is not known, and may be that
         parent; a live run's batch processor exports within that wait, so a run left
         running in the background is not cut in two by a rejected step)."""
-        if self.dropped_ids is not None:
+        if self.dropped_ids is not None or self.dropped_waits is not None:
             return self._awaits_undropped(None)
         held = self.spans
         return any(span.parent_local and span.parent_span_id not in held for span in held.values())
@@ -390,7 +454,7 @@ class _Trace:
         root_end, service = self.root_end_ns, self.root_service
         if self.last_end_ns <= root_end:
             return False
-        if self.dropped_ids is not None:
+        if self.dropped_ids is not None or self.dropped_waits is not None:
             return self._awaits_undropped(root_end)
         held = self.spans
         return any(
@@ -404,7 +468,8 @@ class _Trace:
     def _awaits_undropped(self, root_end: int | None) -> bool:
         """``_awaits_local`` (``root_end`` None), or ``awaits_after_root``, in a trace that
         dropped a span that may be a parent (``dropped_ids``: it came, and is not waited
-        for). Apart, as these walk every span: most traces pay nothing for it."""
+        for), or one that waited (``dropped_waits``). Apart, as these walk every span: most
+        traces pay nothing for it."""
         held, gone, service = self.spans, self.dropped_ids or (), self.root_service
         return any(
             parent not in held
@@ -428,11 +493,15 @@ class _Trace:
     ) -> bool:
         """Whether the chain from ``start``'s parent up holds no AGENT or TOOL span and leaves
         the buffer for good (``said``: from a model call, see ``_verdict``); records that
-        verdict in ``settled`` for each span it passed."""
+        verdict in ``settled`` for each span it passed. A span dropped for a limit came: the
+        walk passes through it as through a held one (``dropped_links``)."""
         passed: dict[bytes, None] = {}  # the walk so far, in order
-        last, parent = start, start.parent_span_id  # last: the span whose parent is next
+        last: SpanRecord | _Link = start  # the span whose parent is next
+        parent = start.parent_span_id
         while parent is not None and parent not in settled and parent not in passed:
-            ancestor = self.spans.get(parent)
+            ancestor: SpanRecord | _Link | None = self.spans.get(parent)
+            if ancestor is None and self.dropped_links is not None:
+                ancestor = self._dropped_link(parent)
             if ancestor is None or ancestor.role in (SpanRole.AGENT, SpanRole.TOOL):
                 break
             passed[parent] = None
@@ -446,7 +515,7 @@ class _Trace:
         stop: bytes | None,
         settled: dict[bytes, bool],
         passed: dict[bytes, None],
-        last: SpanRecord,
+        last: SpanRecord | _Link,
         local_gone: bool,
         said: set[bytes | None] | None,
     ) -> bool:
@@ -460,8 +529,8 @@ class _Trace:
             return settled[stop]
         if stop in passed:
             return False  # a parent cycle never leaves the buffer
-        if stop in self.spans:
-            return False  # an AGENT or TOOL span: the run is nested in another
+        if stop in self.spans or (self.dropped_ids is not None and stop in self.dropped_ids):
+            return False  # an AGENT or TOOL span, held or dropped: the run is nested in another
         if said is not None:
             # Not the model call itself, and flags that say remote from a sender that sets
             # them: unsaid, the span may be a step of an agent run not all here yet.
@@ -470,3 +539,11 @@ class _Trace:
         # Not arrived: remote (another service's), or said nothing; a parent the span says
         # is local is the same process's and still running (a handoff's workflow span).
         return local_gone or not last.parent_local
+
+    def _dropped_link(self, span_id: bytes) -> _Link | None:
+        """What is kept of the span ``span_id`` dropped for a limit, if it was
+        (``dropped_links``: ``DROPPED_IDS`` at most)."""
+        for link in self.dropped_links or ():
+            if link.span_id == span_id:
+                return link
+        return None

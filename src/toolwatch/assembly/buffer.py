@@ -287,7 +287,8 @@ class TraceBuffer(HeldTraces):
             reason = "trace_span_limit"
             # A step over the cap encloses nothing held (else it would be taken), so it is
             # no parent the trace waits for (nor of a span to come: that too would enclose
-            # nothing); past the enclosing spans, it is if it encloses a span held.
+            # nothing); past the enclosing spans, it is if it encloses a span held. What it
+            # waited for is kept all the same (``_Trace.came``).
             full = self._limits.max_spans_per_trace + ENCLOSING_SPANS
             maybe_parent = len(trace.spans) >= full and trace.encloses(span)
         elif span.size_bytes > self._limits.max_buffered_bytes:

@@ -8,11 +8,11 @@ Bounded: ``max_traces`` trace ids, the oldest forgotten first (its trace, when i
 not flagged); ``DROPPED_IDS`` spans a trace, and ``max_traces`` spans in all. A span dropped
 past those, like one rejected at ingest (its trace id is all the decoder hands on), is not
 known: the trace is ``parent_lost``. A retry of a span kept changes nothing. Each span kept
-holds about 240 bytes (``DroppedSpan``: its tuple, two ids, its end; its service is shared with
-its request's other spans), each trace id about 180: 4.2 MB at the default ``max_traces``
-(10,000; measured with ``tracemalloc``), not counted in ``max_buffered_bytes``: no trace held
-holds them, and evicting one could not free them. Once its trace is held, what a span kept
-holds is counted in the trace's bytes (``_Trace.came``).
+holds about 250 bytes (``DroppedSpan``: its tuple, two ids, its end; its service is shared with
+its request's other spans; its role is a constant), each trace id about 180: 4.3 MB at the
+default ``max_traces`` (10,000; measured with ``tracemalloc``), not counted in
+``max_buffered_bytes``: no trace held holds them, and evicting one could not free them. Once
+its trace is held, what a span kept holds is counted in the trace's bytes (``_Trace.came``).
 
 Compiled, as ``assembly.held_traces`` is. Not thread-safe: call every method from one event
 loop.
