@@ -312,16 +312,18 @@ class TraceBuffer(HeldTraces):
             # anchors after all, as it would under a remote parent.
             return self._emit(trace, now, None)
         if (
-            trace.root_seen
+            (trace.root_seen or trace.parent_lost)
             and not trace.lost_parent_waited
             and quiet >= lim.completion_wait_ns + lim.lost_parent_wait_ns
         ):
-            if trace.parent_lost or not trace.awaits_after_root():
+            if trace.lost_parent_over():
                 # A parent lost in export, or maybe rejected at ingest: the run is over (a run
                 # left running in the background exports a span within the wait).
                 return self._emit(trace, now, None)
-            # A run left running in the background: its agent span is to come. Its deadline
-            # is no longer this one, passed (rescheduled at it, poll would pop it for ever).
+            # A run left running in the background: its agent span is to come. Or, no root,
+            # nothing that would anchor the trace if the rejected span were the parent it
+            # waits for. Its deadline is no longer this one, passed (rescheduled at it, poll
+            # would pop it for ever).
             trace.lost_parent_waited = True
         if now - trace.first_ns >= lim.max_trace_age_ns:
             return self._emit(trace, now, "timed_out")

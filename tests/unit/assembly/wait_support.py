@@ -1,5 +1,5 @@
-"""What the reviews of the "wait" rule (test_assembly_wait_review2.py, _review3.py) share: a
-background run's trace id and limits, and the batches-with-gaps driver."""
+"""What the reviews of the "wait" rule (test_assembly_wait_review2.py, _review3.py, _review4.py)
+share: a background run's trace id and limits, and the batches-with-gaps drivers."""
 
 from __future__ import annotations
 
@@ -36,3 +36,27 @@ def judge(
             clock.now_ns += SECOND // 5
             out.extend(buffer.poll())
     return [(t.incomplete_reason, len(t.spans)) for t in out], metrics.dropped["late"]
+
+
+def judge_timed(
+    batches: list[tuple[list[SpanRecord | None], int]], limits: AssemblyLimits = LIMITS
+) -> tuple[list[tuple[str | None, int, int]], int]:
+    """As ``judge``, under ``limits``, with when each trace was judged: (reason, spans,
+    whole seconds since the first batch), and the spans dropped ``late``."""
+    clock = ManualClock()
+    metrics = RecordingMetrics()
+    buffer = TraceBuffer(limits, clock, metrics)
+    began = clock.now_ns
+    out: list[tuple[str | None, int, int]] = []
+    for batch, gap in [*batches, ([], 300)]:
+        if None in batch:
+            buffer.flag_rejected([RUN])
+        if taken := [s for s in batch if s is not None]:
+            buffer.add(taken)
+        for _ in range(gap * 5):
+            clock.now_ns += SECOND // 5
+            out.extend(
+                (t.incomplete_reason, len(t.spans), (clock.now_ns - began) // SECOND)
+                for t in buffer.poll()
+            )
+    return out, metrics.dropped["late"]
