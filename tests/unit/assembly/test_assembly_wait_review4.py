@@ -211,8 +211,8 @@ def _call(n: int, end_ms: int) -> SpanRecord:
 def test_a_background_loop_under_the_root_is_not_cut_at_the_first_export_gap() -> None:
     """These spans say what ``awaits_after_root`` reads as a run left running in the
     background: the root's service, ended after the root. Expected: one trace, complete, 4
-    spans, nothing late; judged as the request and the first batch, every later step
-    ``late``."""
+    spans, nothing late. Was and still is: judged at the first quiet 2 s as the request and
+    the first batch, every later step ``late``."""
     judged = judge(
         [
             ([_REQUEST_ROOT], 1),
