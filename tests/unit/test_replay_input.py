@@ -227,6 +227,34 @@ def test_a_span_rejected_as_invalid_leaves_its_run_incomplete_as_in_serve(tmp_pa
     assert [w.split(": ")[1] for w in warnings] == ["1 span(s) left out as invalid"]
 
 
+def test_a_run_whose_root_was_rejected_is_incomplete_not_timed_out(tmp_path: Path) -> None:
+    """A LangGraph run whose root, its agent span, ingest rejects (its span id cut): the rest
+    of the run is in the capture, its model calls under that local parent, which the rejected
+    span may be.
+    Was: judged ``timed_out`` at the end of the input ("the run had not ended"), streamed or
+    not: no branch read the rejection without a root.
+    Now: ``span_limit`` (a span of the run was not taken), as serve judges it once quiet
+    ``completion_wait + lost_parent_wait``."""
+    fixture = _FIXTURE.with_name("langgraph__langsmith__refund.json")
+    document = json.loads(fixture.read_text())
+    for scope in document["resourceSpans"][0]["scopeSpans"]:
+        for span in scope["spans"]:
+            if not span.get("parentSpanId"):
+                span["spanId"] = "00"
+    recorded = tmp_path / "rejected_root.jsonl"
+    recorded.write_text(json.dumps(document) + "\n")
+    for stream in (False, True):
+        warnings: list[str] = []
+        config = _config()
+        (trace,) = load_tool_traces([recorded], config, warn=warnings.append, stream=stream)
+        assert (trace.agent, trace.complete, trace.incomplete_reason) == (
+            None,
+            False,
+            "span_limit",
+        )
+        assert [w.split(": ")[1] for w in warnings] == ["1 span(s) left out as invalid"]
+
+
 def agent_trace_id(document: dict[str, object]) -> str:
     resource = document["resourceSpans"][0]  # type: ignore[index]
     return str(resource["scopeSpans"][0]["spans"][0]["traceId"]).lower()

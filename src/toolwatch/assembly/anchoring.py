@@ -16,7 +16,11 @@ finished yet (CONVENTIONS §6.5). So does a chain that leaves the buffer at a sp
 say its parent is not remote (``SpanRecord.parent_local``): that parent is the same process's,
 still running, and will be exported. Without that, an agent that handed off (or a first turn)
 anchored its trace while the workflow span above it was still open, and what the next agent
-did arrived after the trace was evaluated, dropped as ``late``. A local parent that never
+did arrived after the trace was evaluated, dropped as ``late``. As a root, it does not anchor
+while a span of its service that ended after it (the outermost agent that ended last) waits
+for its local parent (``_Trace._agent_anchors``): a run it left running in the background (an
+agent invoked by another service that answered, or handed off, first), whose agent span is
+still to come; anchored at once, the trace was judged without it. A local parent that never
 comes (a second tracer provider exported it elsewhere, a Collector filtered it out) leaves the
 trace to ``max_trace_age_ns``, or, where ``local_parent_wait_ns`` is set, is taken as gone
 once the trace has been quiet that long: the agent anchors it then. Not by default: a live run
@@ -43,7 +47,13 @@ only once it has been quiet ``completion_wait_ns + lost_parent_wait_ns`` (``pare
 it does where a parent was lost in export, and not at the next quiet ``completion_wait_ns``:
 most rejected spans are a step, and a live run's batch processor exports within that wait,
 where anchoring at once judged the run between two export batches and dropped its rest as
-``late``.
+``late``. So does a trace with no root (it may be the span rejected: the request's server
+span, another instrumentation's, is the span most often malformed): no outermost agent span,
+nor what encloses a tool loop's model calls, anchors it before that wait, and then only one
+that would, were the local parents its spans wait for gone (``_Trace.lost_parent_over``);
+else it waits for ``max_trace_age_ns``. Read under a root only, a rejected root left its run
+held ``max_trace_age_ns``, judged ``timed_out``, and an outermost agent span excused a
+rejected step of a run it left running in the background.
 
 A trace with no AGENT span (a loop on a plain model client: the ``openai`` client's own,
 google-genai's automatic function calling) is anchored by the same walk up from its model
@@ -214,8 +224,9 @@ class _Trace:
         self.last_end_ns = 0  # when its span that ended last ended
         self.span_limited = False
         # A span of it that may have been a parent it waits for was not taken, and which is
-        # not known (rejected at ingest; past ``DROPPED_IDS``): its root anchors it once quiet
-        # the lost parent's wait too, in the background or not (``TraceBuffer._check``).
+        # not known (rejected at ingest; past ``DROPPED_IDS``): its root, or with none its
+        # outermost agent, anchors it once quiet the lost parent's wait too, in the
+        # background or not (``TraceBuffer._check``).
         self.parent_lost = False
         # The ids of its spans dropped for a limit that may be a parent: no span waits for
         # them (they came); None until one is (most traces). A list: ``DROPPED_IDS`` at most,
@@ -232,7 +243,9 @@ class _Trace:
         self.anchor_missing = False  # checked since the last arrival: no anchor yet
         # ... and, its root come, waited the lost parent's time with a span after the root
         # waiting for its local parent (a run left running in the background): its agent
-        # span is to come, and the lost parent's deadline is no longer looked at.
+        # span is to come, and the lost parent's deadline is no longer looked at. Without a
+        # root, a span of it rejected: waited that time, and nothing anchors it yet, were
+        # the local parents it waits for gone.
         self.lost_parent_waited = False
         # Whether its run has ended, as an eviction asks (``victims._ended``), since the last
         # arrival; None: not asked since.
@@ -383,7 +396,8 @@ class _Trace:
         due = too_old
         if self.awaiting_local:
             due = min(due, self.last_ns + limits.local_parent_wait_ns)
-        if self.anchor_missing and self.root_seen and not self.lost_parent_waited:
+        lost_wait = self.root_seen or self.parent_lost  # ``_check`` looks at the lost parent's
+        if self.anchor_missing and lost_wait and not self.lost_parent_waited:
             due = min(due, self.last_ns + limits.completion_wait_ns + limits.lost_parent_wait_ns)
         if self.anchor_missing:
             return due
@@ -404,9 +418,14 @@ class _Trace:
             # waits for (``parent_lost``): no span held says which run it was of, so the root
             # anchors such a trace only once quiet the lost parent's wait (``TraceBuffer._check``).
             return local_gone or (not self._awaits_local() and not self.parent_lost)
+        if self.parent_lost and not local_gone:
+            # Nor does what anchors it without a root: the rejected span may be the local
+            # parent its outermost agent waits for (a rejected root), or a step of a run left
+            # running in the background; judged once quiet the lost parent's wait.
+            return False
         settled: dict[bytes, bool] = {}
         if self.agents:
-            return any(self._outermost(agent, settled, local_gone) for agent in self.agents)
+            return self._agent_anchors(settled, local_gone)
         if not self.models:
             return False
         # The spans some span says are its local parent: their sender says where parents are;
@@ -424,6 +443,21 @@ class _Trace:
             if model.span_id in ran_tools or _requests_tools(model)
         )
 
+    def _agent_anchors(self, settled: dict[bytes, bool], local_gone: bool) -> bool:
+        """Whether an outermost agent span anchors this trace of no root: one has arrived and,
+        unless ``local_gone``, no span of its service that ended after it (of the outermost
+        agents, the one that ended last) waits for its local parent, as ``awaits_after_root``
+        asks of a root: a run it left running in the background (an agent invoked by another
+        service that answered, or handed off, first), whose agent span is still to come."""
+        last: SpanRecord | None = None  # the outermost agent span that ended last
+        for agent in self.agents:
+            later = last is None or agent.end_ns > last.end_ns
+            if later and self._outermost(agent, settled, local_gone):
+                last = agent
+        if last is None:
+            return False
+        return local_gone or not self._awaits_after(last.end_ns, last.service)
+
     def _awaits_local(self) -> bool:
         """Whether a span says its parent is local (the same process's, still running: it
         ends after its children, and is exported after them) and that parent has not come.
@@ -439,9 +473,21 @@ class _Trace:
         parent; a live run's batch processor exports within that wait, so a run left
         running in the background is not cut in two by a rejected step)."""
         if self.dropped_ids is not None or self.dropped_waits is not None:
-            return self._awaits_undropped(None)
+            return self._awaits_undropped(None, None)
         held = self.spans
         return any(span.parent_local and span.parent_span_id not in held for span in held.values())
+
+    def lost_parent_over(self) -> bool:
+        """Whether its run is over, quiet ``completion_wait_ns + lost_parent_wait_ns``
+        (``TraceBuffer._check``), a parent lost in export or maybe rejected at ingest
+        (``parent_lost``). Its root came: a span was rejected (a run left running in the
+        background exports a span within the wait), or none ended after the root waiting
+        for its local parent. No root (rejected, or another service's), a span rejected:
+        what would anchor it were the local parents it waits for gone (the rejected span
+        may be the one) has come."""
+        if self.root_seen:
+            return self.parent_lost or not self.awaits_after_root()
+        return self.parent_lost and self.anchored(local_gone=True)
 
     def awaits_after_root(self) -> bool:
         """Whether a span of the root's service that ended after the root did waits for its
@@ -451,36 +497,41 @@ class _Trace:
         span's parent in export), or another service's (its clock is not the root's), holds
         the trace ``lost_parent_wait_ns`` more: a process's batch processor exports spans in
         the order they ended, so a parent still running is heard of by then."""
-        root_end, service = self.root_end_ns, self.root_service
-        if self.last_end_ns <= root_end:
+        return self._awaits_after(self.root_end_ns, self.root_service)
+
+    def _awaits_after(self, end_ns: int, service: str | None) -> bool:
+        """Whether a span of ``service`` that ended after ``end_ns`` waits for its local
+        parent: ``awaits_after_root`` (the root's end and service), or ``_agent_anchors``
+        (an outermost agent span's)."""
+        if self.last_end_ns <= end_ns:
             return False
         if self.dropped_ids is not None or self.dropped_waits is not None:
-            return self._awaits_undropped(root_end)
+            return self._awaits_undropped(end_ns, service)
         held = self.spans
         return any(
-            span.end_ns > root_end
+            span.end_ns > end_ns
             and span.service == service
             and span.parent_local
             and span.parent_span_id not in held
             for span in held.values()
         )
 
-    def _awaits_undropped(self, root_end: int | None) -> bool:
-        """``_awaits_local`` (``root_end`` None), or ``awaits_after_root``, in a trace that
-        dropped a span that may be a parent (``dropped_ids``: it came, and is not waited
-        for), or one that waited (``dropped_waits``). Apart, as these walk every span: most
-        traces pay nothing for it."""
-        held, gone, service = self.spans, self.dropped_ids or (), self.root_service
+    def _awaits_undropped(self, after: int | None, service: str | None) -> bool:
+        """``_awaits_local`` (``after`` None), or ``_awaits_after`` (a span of ``service``
+        ended after ``after``), in a trace that dropped a span that may be a parent
+        (``dropped_ids``: it came, and is not waited for), or one that waited
+        (``dropped_waits``). Apart, as these walk every span: most traces pay nothing for it."""
+        held, gone = self.spans, self.dropped_ids or ()
         return any(
             parent not in held
             and parent not in gone
-            and (root_end is None or (end > root_end and by == service))
+            and (after is None or (end > after and by == service))
             for parent, end, by in self.dropped_waits or ()
         ) or any(
             span.parent_local
             and span.parent_span_id not in held
             and span.parent_span_id not in gone
-            and (root_end is None or (span.end_ns > root_end and span.service == service))
+            and (after is None or (span.end_ns > after and span.service == service))
             for span in held.values()
         )
 

@@ -159,8 +159,7 @@ class TraceBuffer(HeldTraces):
         by reason. ``rejected``: the traces of the request's spans ingest rejected
         (``flag_rejected``): those buffered that the request brings no span of are flagged
         before its spans are taken (one evicted for them is judged with its rejection: a run
-        in flight, ``evicted``, once its root came; ``span_limit`` where an agent span anchors
-        it), the others after (flagged before, ids not buffered yet, remembered until their
+        in flight, ``evicted``, until quiet the lost parent's wait), the others after (flagged before, ids not buffered yet, remembered until their
         trace comes, could push out, past ``max_traces`` of them, those of the traces the
         request brings, or an earlier request flagged)."""
         return self._add(spans, refused, rejected, self._limits.overflow == "evict_oldest")
@@ -328,16 +327,18 @@ class TraceBuffer(HeldTraces):
             # anchors after all, as it would under a remote parent.
             return self._emit(trace, now, None)
         if (
-            trace.root_seen
+            (trace.root_seen or trace.parent_lost)
             and not trace.lost_parent_waited
             and quiet >= lim.completion_wait_ns + lim.lost_parent_wait_ns
         ):
-            if trace.parent_lost or not trace.awaits_after_root():
+            if trace.lost_parent_over():
                 # A parent lost in export, or maybe rejected at ingest: the run is over (a run
                 # left running in the background exports a span within the wait).
                 return self._emit(trace, now, None)
-            # A run left running in the background: its agent span is to come. Its deadline
-            # is no longer this one, passed (rescheduled at it, poll would pop it for ever).
+            # A run left running in the background: its agent span is to come. Or, no root,
+            # nothing that would anchor the trace if the rejected span were the parent it
+            # waits for. Its deadline is no longer this one, passed (rescheduled at it, poll
+            # would pop it for ever).
             trace.lost_parent_waited = True
         if now - trace.first_ns >= lim.max_trace_age_ns:
             return self._emit(trace, now, "timed_out")

@@ -1,5 +1,5 @@
 """What the reviews of the "wait" rule (test_assembly_wait_review*.py) share: a background
-run's trace id and limits, and the batches-with-gaps driver."""
+run's trace id and limits, and the batches-with-gaps drivers."""
 
 from __future__ import annotations
 
@@ -27,10 +27,20 @@ def judge(
     """Each batch (``None``: a span of it ingest rejected), then the seconds before the next
     (polled every 0.2 s); then 300 s more. The traces judged (reason, spans) and the spans
     dropped ``late``."""
+    judged, late = judge_timed(batches, limits)
+    return [(reason, spans) for reason, spans, _ in judged], late
+
+
+def judge_timed(
+    batches: list[tuple[list[SpanRecord | None], int]], limits: AssemblyLimits = LIMITS
+) -> tuple[list[tuple[str | None, int, int]], int]:
+    """``judge`` with when each trace was judged: (reason, spans, whole seconds since the
+    first batch), and the spans dropped ``late``."""
     clock = ManualClock()
     metrics = RecordingMetrics()
     buffer = TraceBuffer(limits, clock, metrics)
-    out: list[CompletedTrace] = []
+    began = clock.now_ns
+    out: list[tuple[str | None, int, int]] = []
     for batch, gap in [*batches, ([], 300)]:
         if None in batch:
             buffer.flag_rejected([RUN])
@@ -38,5 +48,8 @@ def judge(
             buffer.add(taken)
         for _ in range(gap * 5):
             clock.now_ns += SECOND // 5
-            out.extend(buffer.poll())
-    return [(t.incomplete_reason, len(t.spans)) for t in out], metrics.dropped["late"]
+            out.extend(
+                (t.incomplete_reason, len(t.spans), (clock.now_ns - began) // SECOND)
+                for t in buffer.poll()
+            )
+    return out, metrics.dropped["late"]
