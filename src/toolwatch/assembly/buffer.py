@@ -159,9 +159,10 @@ class TraceBuffer(HeldTraces):
         by reason. ``rejected``: the traces of the request's spans ingest rejected
         (``flag_rejected``): those buffered that the request brings no span of are flagged
         before its spans are taken (one evicted for them is judged with its rejection: a run
-        in flight, ``evicted``, until quiet the lost parent's wait), the others after (flagged before, ids not buffered yet, remembered until their
-        trace comes, could push out, past ``max_traces`` of them, those of the traces the
-        request brings, or an earlier request flagged)."""
+        in flight, ``evicted``, until quiet the lost parent's wait), the others after
+        (flagged before, ids not buffered yet, remembered until their trace comes, could push
+        out, past ``max_traces`` of them, those of the traces the request brings, or an
+        earlier request flagged)."""
         return self._add(spans, refused, rejected, self._limits.overflow == "evict_oldest")
 
     def _add(

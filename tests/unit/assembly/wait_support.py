@@ -9,7 +9,6 @@ from assembly_support import SECOND, RecordingMetrics
 from stall_support import tid
 
 from toolwatch.assembly.buffer import TraceBuffer
-from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.model import ManualClock, SpanRecord
 
