@@ -15,35 +15,11 @@ from __future__ import annotations
 import dataclasses
 
 from assembly_support import SECOND, RecordingMetrics, agent, span, tool
-from wait_support import LIMITS, RUN
+from wait_support import RUN, judge_timed
 
 from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
-
-
-def _timed(
-    batches: list[tuple[list[SpanRecord], int]], limits: AssemblyLimits = LIMITS
-) -> tuple[list[tuple[str | None, int, int]], int]:
-    """Each batch, then the seconds before the next (polled every 0.2 s); then 400 s more.
-    The traces judged (reason, spans, seconds since the first batch) and the spans dropped
-    ``late``."""
-    clock = ManualClock()
-    metrics = RecordingMetrics()
-    buffer = TraceBuffer(limits, clock, metrics)
-    began = clock.now_ns
-    out: list[tuple[str | None, int, int]] = []
-    for batch, gap in [*batches, ([], 400)]:
-        if batch:
-            buffer.add(batch)
-        for _ in range(gap * 5):
-            clock.now_ns += SECOND // 5
-            out.extend(
-                (t.incomplete_reason, len(t.spans), (clock.now_ns - began) // SECOND)
-                for t in buffer.poll()
-            )
-    return out, metrics.dropped["late"]
-
 
 # --- 2. An agent whose local parent was dropped for a limit.
 
@@ -59,7 +35,7 @@ def _workflow(size: int, role: SpanRole = SpanRole.OTHER) -> SpanRecord:
 
 def test_control_an_agent_under_a_held_workflow_span_anchors_its_trace() -> None:
     """Holds (control): the workflow span held: anchored by the agent, complete at 2 s."""
-    assert _timed([([_STEP, _AGENT, _workflow(10)], 1)]) == ([(None, 3, 2)], 0)
+    assert judge_timed([([_STEP, _AGENT, _workflow(10)], 1)]) == ([(None, 3, 2)], 0)
 
 
 def test_an_agent_whose_local_parent_was_dropped_too_large_anchors_its_trace() -> None:
@@ -69,7 +45,7 @@ def test_an_agent_whose_local_parent_was_dropped_too_large_anchors_its_trace() -
     Was: the walk stopped at parent 3, not held, and read "a local parent still running":
     held ``max_trace_age``, ``timed_out`` at 300 s.
     Now: ``span_limit``, 2 spans, at 2 s (as the control, less the dropped span)."""
-    judged = _timed([([_STEP, _AGENT, _workflow(2000)], 1)])
+    judged = judge_timed([([_STEP, _AGENT, _workflow(2000)], 1)])
     assert judged == ([("span_limit", 2, 2)], 0)
 
 
@@ -79,7 +55,7 @@ def test_an_agent_whose_local_parent_was_dropped_before_its_trace_was_held_ancho
 
     Was: ``timed_out`` at 300 s.
     Now: ``span_limit``, 2 spans, 2 s after the agent's batch (3 s)."""
-    judged = _timed([([_workflow(2000)], 1), ([_STEP, _AGENT], 1)])
+    judged = judge_timed([([_workflow(2000)], 1), ([_STEP, _AGENT], 1)])
     assert judged == ([("span_limit", 2, 3)], 0)
 
 
@@ -90,7 +66,7 @@ def test_an_agent_under_a_dropped_tool_span_waits_for_the_outer_run() -> None:
     outer agent's span with the rest."""
     outer = agent(1, None, "planner", 0, 80, trace_id=RUN, size_bytes=10)
     as_tool = dataclasses.replace(_workflow(2000, SpanRole.TOOL), parent_local=True)
-    judged = _timed([([_STEP, _AGENT, as_tool], 5), ([outer], 1)])
+    judged = judge_timed([([_STEP, _AGENT, as_tool], 5), ([outer], 1)])
     assert judged == ([("span_limit", 3, 7)], 0)
 
 
@@ -119,7 +95,7 @@ def test_control_a_step_dropped_too_large_keeps_its_wait() -> None:
     """Holds (control): under no cap, the request's spans, then the run's step dropped too
     large (its wait kept), then the agent span: one trace, judged 2 s after the agent span
     came (4 s after the first batch)."""
-    judged = _timed([(_REQUEST, 1), ([_run_step(2000)], 1), ([_BG_AGENT], 1)])
+    judged = judge_timed([(_REQUEST, 1), ([_run_step(2000)], 1), ([_BG_AGENT], 1)])
     assert judged == ([("span_limit", 3, 4)], 0)
 
 
@@ -132,7 +108,7 @@ def test_a_step_dropped_over_the_cap_keeps_its_wait_for_its_agent_span() -> None
     ``span_limit``), and the agent span started a second trace, waiting for its local parent
     (the root, judged) for ``max_trace_age``: ``timed_out`` at 302 s, alone.
     Now: one trace, ``span_limit``, 3 spans, judged 2 s after the agent span came (4 s)."""
-    judged = _timed([(_REQUEST, 1), ([_run_step(10)], 1), ([_BG_AGENT], 1)], _CAP)
+    judged = judge_timed([(_REQUEST, 1), ([_run_step(10)], 1), ([_BG_AGENT], 1)], _CAP)
     assert judged == ([("span_limit", 3, 4)], 0)
 
 
