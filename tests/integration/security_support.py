@@ -255,49 +255,52 @@ class TailRun:
     err: str
 
 
+class _TailThread:
+    """``toolwatch tail`` on ``server``'s stream, run in a thread (started)."""
+
+    def __init__(self, server: RunningServer, access: StreamAccess, **options: Any) -> None:
+        self.out, self.err = io.StringIO(), io.StringIO()
+        self.codes: list[int] = []
+        target = server.address("stream")
+
+        def tail() -> None:
+            run = run_tail(target, out=self.out, err=self.err, access=access, **options)
+            self.codes.append(run)
+
+        self.thread = threading.Thread(target=tail, daemon=True)
+        self.thread.start()
+
+    def ended(self) -> TailRun:
+        return TailRun(self.codes[0], self.out.getvalue(), self.err.getvalue())
+
+
 def tail_during(
     server: RunningServer, act: Callable[[], None], access: StreamAccess, **options: Any
 ) -> TailRun:
     """Runs ``toolwatch tail`` on the server's stream in a thread; once it has subscribed,
     does ``act``, then ends the stream and returns what tail printed.
     The stream is ended even when ``act`` fails, so tail never outlives the test."""
-    out, err = io.StringIO(), io.StringIO()
-    codes: list[int] = []
-
-    def tail() -> None:
-        target = server.address("stream")
-        codes.append(run_tail(target, out=out, err=err, access=access, **options))
-
-    thread = threading.Thread(target=tail, daemon=True)
-    thread.start()
+    tail = _TailThread(server, access, **options)
     try:
         subscribed = server.app.broker.wait_for_subscribers(1)
         asyncio.run_coroutine_threadsafe(subscribed, server.loop).result(timeout=10)
         act()
     finally:
         server.call(server.app.broker.close)
-        thread.join(timeout=10)
-    return TailRun(codes[0], out.getvalue(), err.getvalue())
+        tail.thread.join(timeout=10)
+    return tail.ended()
 
 
 def tail_refused(server: RunningServer, access: StreamAccess, **options: Any) -> TailRun:
     """Runs ``toolwatch tail``, expecting it to give up on its own; ends the stream if it
     subscribed after all, so a regression fails instead of hanging."""
-    out, err = io.StringIO(), io.StringIO()
-    codes: list[int] = []
-
-    def tail() -> None:
-        target = server.address("stream")
-        codes.append(run_tail(target, out=out, err=err, access=access, **options))
-
-    thread = threading.Thread(target=tail, daemon=True)
-    thread.start()
-    thread.join(timeout=10)
-    if thread.is_alive():
+    tail = _TailThread(server, access, **options)
+    tail.thread.join(timeout=10)
+    if tail.thread.is_alive():
         server.call(server.app.broker.close)
-        thread.join(timeout=10)
+        tail.thread.join(timeout=10)
         pytest.fail(f"tail subscribed with {access}")
-    return TailRun(codes[0], out.getvalue(), err.getvalue())
+    return tail.ended()
 
 
 def unverified_refund(
