@@ -148,8 +148,15 @@ def _overlap_components(
         parent = sites[span.span_id].parent
         start, end = _ordered_interval(draft)
         sweep = sweeps.get(parent)
-        if sweep is None or start >= sweep.reach:
+        if sweep is None:
             sweeps[parent] = _Sweep(i, end)
+            continue
+        if start >= sweep.reach:
+            if len(sweep.members) == 1:  # no component (none holds its list): the next one
+                sweep.members[0] = i  # in its place, no new sweep per sequential call
+                sweep.reach = end
+            else:
+                sweeps[parent] = _Sweep(i, end)
             continue
         if len(sweep.members) == 1:
             found.append(sweep.members)  # its second member makes it a component

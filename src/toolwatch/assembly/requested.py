@@ -37,7 +37,9 @@ def _requests(
         if llm.span_id in inner:
             continue
         calls = llm.output_tool_calls
-        for call in calls if _positions_increase(calls) else sorted(calls, key=_emitted_position):
+        if not _positions_increase(calls):
+            calls = tuple(sorted(calls, key=_emitted_position))
+        for call in calls:  # a tuple either way: iterated natively in compiled code
             call_id = call.call_id
             if call_id is not None:
                 earlier = first_llm.setdefault(call_id, llm)
