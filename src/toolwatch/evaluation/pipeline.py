@@ -79,6 +79,7 @@ _NEEDS: Final[Mapping[Against, frozenset[ReferenceKind]]] = {
     "expected": frozenset({ReferenceKind.EXPECTED}),
     "source": frozenset({ReferenceKind.SOURCE}),
 }
+_NO_REFERENCE: Final[frozenset[ReferenceKind]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -338,6 +339,8 @@ def _before_note(finding: Finding, more: str, trace: ToolTrace) -> str:
 
 
 def _available(reference: Reference) -> frozenset[ReferenceKind]:
+    if reference.expected is None and reference.source is None:
+        return _NO_REFERENCE  # a run judged by the policy alone: no set built
     kinds = set()
     if reference.expected is not None:
         kinds.add(ReferenceKind.EXPECTED)
