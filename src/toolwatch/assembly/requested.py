@@ -4,17 +4,15 @@ model call two instrumentations recorded (a framework's span around the client's
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from toolwatch.assembly.drafts import _MAX_HOPS, _NO_IDS, CallSite, _Request, _scope
 from toolwatch.model import RequestedCall, SpanRecord, SpanRole
+from toolwatch.names import NameNormalizer
 
 __all__: list[str] = []
 
 
 def _requests(
-    spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite], normalize: Callable[[Any], str]
+    spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite], normalize: NameNormalizer
 ) -> list[_Request]:
     """Requested calls in emission order (LLM start, span id, part index).
 
@@ -45,7 +43,7 @@ def _requests(
                 earlier = first_llm.setdefault(call_id, llm)
                 if earlier is not llm and _recorded_twice(llm, call_id, earlier, by_agent, sites):
                     continue
-            requests.append(_Request(llm, call, normalize(call.name), len(requests)))
+            requests.append(_Request(llm, call, normalize.name(call.name), len(requests)))
     return requests
 
 
