@@ -230,7 +230,9 @@ class EvaluationPipeline:
         failures: list[tuple[str, str]] = []
         durations: dict[str, float] = {}
         for entry in self._entries:
-            if entry.needs and entry.needs.isdisjoint(available):
+            # ``isdisjoint`` is a generic method call in compiled code: not for a run with
+            # no reference (most), which no evaluator that needs one judges.
+            if entry.needs and (not available or entry.needs.isdisjoint(available)):
                 continue
             if not policy and not _compares_with_source(entry, reference):
                 continue
