@@ -111,6 +111,11 @@ class NameNormalizer:
         return strip_prefix(self._prefix, folded)
 
     def __call__(self, value: Any) -> str:
+        return self.name(value)
+
+    def name(self, value: Any) -> str:
+        """``value`` normalized: ``__call__`` as a named method, which compiled callers call
+        directly, not through the interpreter's call slot."""
         if isinstance(value, str):
             known = self._known.get(value)
             if known is not None:

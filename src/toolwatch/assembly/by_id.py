@@ -7,8 +7,7 @@ another span took, which ran that request again (a retry under its id).
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 from toolwatch.assembly.clocks import _context
 from toolwatch.assembly.drafts import (
@@ -21,7 +20,7 @@ from toolwatch.assembly.drafts import (
     append_to,
 )
 from toolwatch.model import SpanRecord, SpanRole
-from toolwatch.names import namespaced
+from toolwatch.names import NameNormalizer, namespaced
 
 __all__: list[str] = []
 
@@ -30,7 +29,7 @@ def _join_by_id(
     executions: list[SpanRecord],
     requests: list[_Request],
     sites: dict[bytes, CallSite],
-    normalize: Callable[[Any], str],
+    normalize: NameNormalizer,
     spans: tuple[SpanRecord, ...],
 ) -> tuple[list[_Draft], list[SpanRecord], list[_Request]]:
     """Pair each tool span with the unpaired request of its call id: the only one, or, of
@@ -192,7 +191,7 @@ def _take_again(
     call_id: str,
     reused: _Reused,
     senders: _Senders,
-    normalize: Callable[[Any], str],
+    normalize: NameNormalizer,
 ) -> _Request | None:
     """The request ``span`` ran, of a run that uses a call id again, paired: one of its own
     agent's (the scope ``_join_by_name`` pairs in) and tool (``_Asked.take``), never another
@@ -227,14 +226,14 @@ def _asked_of(
     call_id: str,
     reused: _Reused,
     sites: dict[bytes, CallSite],
-    normalize: Callable[[Any], str],
+    normalize: NameNormalizer,
 ) -> _Asked | None:
     """The requests under ``call_id`` of ``span``'s agent and tool (or the tool it names in
     a namespace, ``_namesake``), of a run that uses a call id again."""
     tools = reused.get((_scope(sites[span.span_id]), call_id))
     if tools is None:
         return None
-    name = normalize(_raw_name(span))
+    name = normalize.name(_raw_name(span))
     asked = tools.get(name)
     return asked if asked is not None else _namesake(name, tools)
 
@@ -324,14 +323,14 @@ class _Senders:
 
 
 def _ran_again(
-    span: SpanRecord, request: _Request | None, normalize: Callable[[Any], str]
+    span: SpanRecord, request: _Request | None, normalize: NameNormalizer
 ) -> _Request | None:
     """``request``, of ``span``'s unique call id and taken by a span that started before,
     when ``span`` ran it again: a span of its tool (``_namesake``'s: a name in a namespace is
     that name); a span of another tool under the id is a call of its own."""
     if request is None:
         return None
-    name = normalize(_raw_name(span))
+    name = normalize.name(_raw_name(span))
     asked = request.name
     if name == asked or namespaced(asked, (name,)) is not None:
         return request
@@ -343,7 +342,7 @@ def _run_again(
     call_id: str,
     reused: _Reused,
     senders: _Senders,
-    normalize: Callable[[Any], str],
+    normalize: NameNormalizer,
 ) -> _Request | None:
     """The request ``span`` ran again, of a run that uses a call id again, when
     ``_take_again`` paired it with none: of its agent's and tool's, ``_Asked.again``, timed

@@ -9,8 +9,7 @@ arguments that request asked for.
 from __future__ import annotations
 
 from collections import defaultdict, deque
-from collections.abc import Callable
-from typing import Any, Final, TypeAlias
+from typing import Final, TypeAlias
 
 from toolwatch.assembly.by_id import _Senders
 from toolwatch.assembly.drafts import (
@@ -23,6 +22,7 @@ from toolwatch.assembly.drafts import (
     parse_arguments,
 )
 from toolwatch.model import SpanRecord
+from toolwatch.names import NameNormalizer
 
 __all__: list[str] = []
 
@@ -42,7 +42,7 @@ def _join_by_name(
     executions: list[SpanRecord],
     requests: list[_Request],
     sites: dict[bytes, CallSite],
-    normalize: Callable[[Any], str],
+    normalize: NameNormalizer,
     spans: tuple[SpanRecord, ...],
 ) -> list[_Draft]:
     """Pair the k-th execution with the k-th request of the same tool under the same agent,
@@ -63,7 +63,7 @@ def _join_by_name(
     hosts: _Hosts = {}  # a tool host's offset for a model call: ``_host_offset``
     senders: _Senders | None = None  # the agents' turns, read once a span may be run again
     for span in executions:
-        key = (_scope(sites[span.span_id]), normalize(_raw_name(span)))
+        key = (_scope(sites[span.span_id]), normalize.name(_raw_name(span)))
         only_without = span.call_id is not None
         pending = (without_id[key], None if only_without else with_id[key])
         # A span with an id never runs another id's request again: only one without.

@@ -31,7 +31,6 @@ Pure functions of the spans' content: the order spans arrived in never matters.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any, Final
 
 from toolwatch.assembly.by_id import _join_by_id
@@ -53,6 +52,7 @@ from toolwatch.assembly.records import _NO_RECORDS, _Records, _second_records
 from toolwatch.assembly.requested import _requests
 from toolwatch.model import CallStatus, SpanRecord, SpanRole
 from toolwatch.model_traces import ToolCall
+from toolwatch.names import NameNormalizer
 
 __all__ = ["CallSite", "append_to", "build_calls", "decode_json", "parse_arguments"]
 
@@ -64,7 +64,7 @@ _MAX_DELEGATION_DEPTH: Final = 32
 def build_calls(
     spans: tuple[SpanRecord, ...],
     sites: dict[bytes, CallSite],
-    normalize: Callable[[Any], str],
+    normalize: NameNormalizer,
     checks: frozenset[bytes] = _NO_IDS,
 ) -> tuple[ToolCall, ...]:
     """The run's calls, ordered, with sequence indexes, parallel groups and parents.
@@ -106,7 +106,7 @@ def _nested_call_ids(drafts: list[_Draft], sites: dict[bytes, CallSite]) -> dict
 def _join(
     spans: tuple[SpanRecord, ...],
     sites: dict[bytes, CallSite],
-    normalize: Callable[[Any], str],
+    normalize: NameNormalizer,
     checks: frozenset[bytes],
 ) -> tuple[list[_Draft], _Records]:
     """The run's calls, unordered: its tool spans, but second records of a call
@@ -151,7 +151,7 @@ def _tool_call(
     *,
     sites: dict[bytes, CallSite],
     call_ids: dict[bytes, str | None],
-    normalize: Callable[[Any], str],
+    normalize: NameNormalizer,
     records: _Records,
     delegations: _Delegations,
 ) -> ToolCall:
@@ -168,7 +168,7 @@ def _tool_call(
     site = sites[origin.span_id]
     arguments, error = _arguments(draft)
     return ToolCall(
-        tool_name=normalize(raw_name),
+        tool_name=normalize.name(raw_name),
         raw_name=raw_name,
         arguments=arguments,
         arguments_error=error,

@@ -40,7 +40,7 @@ def _in_order(drafts: list[_Draft]) -> tuple[list[_Draft], list[list[int]]]:
     return ordered, shared
 
 
-def _one_call_per_output(drafts: Sequence[_Draft]) -> bool:
+def _one_call_per_output(drafts: list[_Draft]) -> bool:
     """Whether no model output requested more than one of the calls."""
     return all(d.request is None or len(d.request.llm.output_tool_calls) < 2 for d in drafts)
 
@@ -78,7 +78,7 @@ def _emission(draft: _Draft) -> int:
 
 
 def _parallel_groups(
-    drafts: Sequence[_Draft], sites: dict[bytes, CallSite], shared: list[list[int]]
+    drafts: list[_Draft], sites: dict[bytes, CallSite], shared: list[list[int]]
 ) -> list[int | None]:
     """Group number (smallest sequence index of the group) per call, or ``None``.
 
@@ -111,7 +111,7 @@ def _parallel_groups(
 
 
 def _overlapping_executions(
-    drafts: Sequence[_Draft], sites: dict[bytes, CallSite]
+    drafts: list[_Draft], sites: dict[bytes, CallSite]
 ) -> list[Sequence[int]]:
     """Executed calls of one parent whose [start, end] intervals (``_ordered_interval``)
     overlap, but for two calls requested by model calls one strictly after the other: the
@@ -135,7 +135,7 @@ def _overlapping_executions(
 
 
 def _overlap_components(
-    executed: list[int], drafts: Sequence[_Draft], sites: dict[bytes, CallSite]
+    executed: list[int], drafts: list[_Draft], sites: dict[bytes, CallSite]
 ) -> list[list[int]]:
     """The components of two or more of ``executed`` (sorted) whose intervals overlap, per
     parent, transitively."""
@@ -148,8 +148,15 @@ def _overlap_components(
         parent = sites[span.span_id].parent
         start, end = _ordered_interval(draft)
         sweep = sweeps.get(parent)
-        if sweep is None or start >= sweep.reach:
+        if sweep is None:
             sweeps[parent] = _Sweep(i, end)
+            continue
+        if start >= sweep.reach:
+            if len(sweep.members) == 1:  # no component (none holds its list): the next one
+                sweep.members[0] = i  # in its place, no new sweep per sequential call
+                sweep.reach = end
+            else:
+                sweeps[parent] = _Sweep(i, end)
             continue
         if len(sweep.members) == 1:
             found.append(sweep.members)  # its second member makes it a component
@@ -168,7 +175,7 @@ class _Sweep:
         self.reach = end
 
 
-def _one_request(members: list[int], drafts: Sequence[_Draft]) -> bool:
+def _one_request(members: list[int], drafts: list[_Draft]) -> bool:
     """Whether one model call at most requested the calls at ``members``."""
     seen: SpanRecord | None = None
     for i in members:
@@ -193,7 +200,7 @@ def _execution(index: int, draft: _Draft, sites: dict[bytes, CallSite]) -> Execu
     return Execution(index, sites[span.span_id].parent, start, end, request)
 
 
-def _in_interval_order(indexes: list[int], drafts: Sequence[_Draft]) -> bool:
+def _in_interval_order(indexes: list[int], drafts: list[_Draft]) -> bool:
     """Whether the executed drafts at ``indexes`` are sorted by (start, end), each read on
     the clock it is ordered by (``_ordered_interval``)."""
     previous_start = previous_end = 0

@@ -46,9 +46,27 @@ def _final_text(run: _Run, sites: dict[bytes, CallSite], checks: frozenset[bytes
         and _speaks_for_run(sites[s.span_id], run)
     ]
     if answers:
-        return max(answers, key=lambda s: (s.end_ns, s.start_ns, s.span_id)).output_text
+        return _last_ended(answers).output_text
     last = _last_agent(run, sites)
     return last.output_text if last is not None else None
+
+
+def _last_ended(spans: list[SpanRecord]) -> SpanRecord:
+    """The span of ``spans`` (not empty) that ended last; of those, the last started, then the
+    highest span id: ``max`` by (end, start, span id), without a key tuple per span through
+    an interpreted lambda (most runs have one answer)."""
+    last = spans[0]
+    for i in range(1, len(spans)):
+        span = spans[i]
+        if span.end_ns != last.end_ns:
+            later = span.end_ns > last.end_ns
+        elif span.start_ns != last.start_ns:
+            later = span.start_ns > last.start_ns
+        else:
+            later = span.span_id > last.span_id
+        if later:
+            last = span
+    return last
 
 
 def _last_agent(run: _Run, sites: dict[bytes, CallSite]) -> SpanRecord | None:

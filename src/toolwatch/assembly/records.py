@@ -5,11 +5,11 @@ client's, an attempt of a call retried), merged into that call, not calls of the
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Final
+from typing import Final
 
 from toolwatch.assembly.drafts import _MAX_HOPS, CallSite, _ended
 from toolwatch.model import SpanRecord, SpanRole
+from toolwatch.names import NameNormalizer
 
 __all__: list[str] = []
 
@@ -34,7 +34,7 @@ def _second_records(
     executions: list[SpanRecord],
     spans: tuple[SpanRecord, ...],
     sites: dict[bytes, CallSite],
-    normalize: Callable[[Any], str],
+    normalize: NameNormalizer,
     checks: frozenset[bytes],
 ) -> _Records:
     """The tool spans inside the execution of another of the same tool, no agent or model
@@ -61,7 +61,7 @@ def _second_records(
             or outer.tool_name is None
             or sites[outer.span_id].agent is not site.agent
             or (span.call_id is not None and outer.call_id not in (None, span.call_id))
-            or normalize(span.tool_name) != normalize(outer.tool_name)
+            or normalize.name(span.tool_name) != normalize.name(outer.tool_name)
         ):
             continue
         if models is None:

@@ -4,17 +4,15 @@ model call two instrumentations recorded (a framework's span around the client's
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from toolwatch.assembly.drafts import _MAX_HOPS, _NO_IDS, CallSite, _Request, _scope
 from toolwatch.model import RequestedCall, SpanRecord, SpanRole
+from toolwatch.names import NameNormalizer
 
 __all__: list[str] = []
 
 
 def _requests(
-    spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite], normalize: Callable[[Any], str]
+    spans: tuple[SpanRecord, ...], sites: dict[bytes, CallSite], normalize: NameNormalizer
 ) -> list[_Request]:
     """Requested calls in emission order (LLM start, span id, part index).
 
@@ -37,13 +35,15 @@ def _requests(
         if llm.span_id in inner:
             continue
         calls = llm.output_tool_calls
-        for call in calls if _positions_increase(calls) else sorted(calls, key=_emitted_position):
+        if not _positions_increase(calls):
+            calls = tuple(sorted(calls, key=_emitted_position))
+        for call in calls:  # a tuple either way: iterated natively in compiled code
             call_id = call.call_id
             if call_id is not None:
                 earlier = first_llm.setdefault(call_id, llm)
                 if earlier is not llm and _recorded_twice(llm, call_id, earlier, by_agent, sites):
                     continue
-            requests.append(_Request(llm, call, normalize(call.name), len(requests)))
+            requests.append(_Request(llm, call, normalize.name(call.name), len(requests)))
     return requests
 
 

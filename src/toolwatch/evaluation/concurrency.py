@@ -29,9 +29,18 @@ __all__ = [
 def in_sequence(calls: Sequence[ToolCall]) -> Sequence[ToolCall]:
     """``calls`` ordered by ``sequence_index``. The timeline builds them in that order, so
     they are sorted only when a caller built the trace otherwise."""
-    if all(calls[i - 1].sequence_index <= calls[i].sequence_index for i in range(1, len(calls))):
-        return calls
-    return sorted(calls, key=_sequence_index)
+    if isinstance(calls, tuple):  # a ToolTrace's: indexed natively in compiled code
+        ordered = _ascending(calls)
+    else:
+        ordered = all(
+            calls[i - 1].sequence_index <= calls[i].sequence_index for i in range(1, len(calls))
+        )
+    return calls if ordered else sorted(calls, key=_sequence_index)
+
+
+def _ascending(calls: tuple[ToolCall, ...]) -> bool:
+    """Whether ``calls`` are in ``sequence_index`` order."""
+    return all(calls[i - 1].sequence_index <= calls[i].sequence_index for i in range(1, len(calls)))
 
 
 def _sequence_index(call: ToolCall) -> int:

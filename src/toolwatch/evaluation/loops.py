@@ -378,7 +378,7 @@ class Loops:
 
     def __call__(self, trace: ToolTrace, reference: Reference) -> EvalResult:
         calls = in_sequence(trace.calls)
-        tools = [self._normalize(call.tool_name) for call in calls]
+        tools = [self._normalize.name(call.tool_name) for call in calls]
         repeats = find_repeats(
             calls,
             tools,

@@ -79,6 +79,7 @@ _NEEDS: Final[Mapping[Against, frozenset[ReferenceKind]]] = {
     "expected": frozenset({ReferenceKind.EXPECTED}),
     "source": frozenset({ReferenceKind.SOURCE}),
 }
+_NO_REFERENCE: Final[frozenset[ReferenceKind]] = frozenset()
 
 
 @dataclass(frozen=True, slots=True, init=False)
@@ -229,7 +230,9 @@ class EvaluationPipeline:
         failures: list[tuple[str, str]] = []
         durations: dict[str, float] = {}
         for entry in self._entries:
-            if entry.needs and entry.needs.isdisjoint(available):
+            # ``isdisjoint`` is a generic method call in compiled code: not for a run with
+            # no reference (most), which no evaluator that needs one judges.
+            if entry.needs and (not available or entry.needs.isdisjoint(available)):
                 continue
             if not policy and not _compares_with_source(entry, reference):
                 continue
@@ -338,6 +341,8 @@ def _before_note(finding: Finding, more: str, trace: ToolTrace) -> str:
 
 
 def _available(reference: Reference) -> frozenset[ReferenceKind]:
+    if reference.expected is None and reference.source is None:
+        return _NO_REFERENCE  # a run judged by the policy alone: no set built
     kinds = set()
     if reference.expected is not None:
         kinds.add(ReferenceKind.EXPECTED)

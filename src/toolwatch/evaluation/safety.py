@@ -201,7 +201,7 @@ class Safety:
         spanned: frozenset[str] = frozenset()  # asked only of span-less flagged calls
         if any(f.call.span_id is None for f in flags):
             spanned = spanned_tools(
-                trace.calls, [self._normalize(c.tool_name) for c in trace.calls]
+                trace.calls, [self._normalize.name(c.tool_name) for c in trace.calls]
             )
         findings = tuple(self._finding(trace, flag, score, spanned) for flag in flags)
         explanation = f"Safety: {pct(score)} ({len(flagged)}/{len(trace.calls)} calls flagged"
@@ -224,7 +224,7 @@ class Safety:
         reference and the bound values it judged) merged into the flag of the attempt that
         went through (``attempts.one_per_request``)."""
         calls = in_sequence(trace.calls)
-        tools = [self._normalize(c.tool_name) for c in calls]
+        tools = [self._normalize.name(c.tool_name) for c in calls]
         kept = one_per_request([(f.call, _complaint(f)) for f in flags], calls, tools)
         merged = []
         for k, attempts in kept:
@@ -248,7 +248,7 @@ class Safety:
         if not self._verifiers and not self._bindings:
             return [], 0
         calls = in_sequence(trace.calls)
-        tools = [self._normalize(call.tool_name) for call in calls]
+        tools = [self._normalize.name(call.tool_name) for call in calls]
         if self._dangerous.isdisjoint(tools):
             return [], 0  # nothing to verify: a ledger would be read by nobody
         ledger = Ledger(Concurrency(calls), calls, tools, complete=not unfinished(trace))

@@ -68,6 +68,11 @@ class LabelLimiter:
 
     def __call__(self, value: str | None) -> str:
         """The label value to report for ``value`` (``None`` reports as ``""``)."""
+        return self.label(value)
+
+    def label(self, value: str | None) -> str:
+        """``__call__``, as a named method: compiled callers call it directly, not through
+        the interpreter's call slot (``PairLimiter.tool_label``)."""
         if value is None or value in self._known:
             return value or ""
         if self._spellings is not None:  # before the admitted: a reload may name one

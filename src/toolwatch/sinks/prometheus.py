@@ -162,7 +162,7 @@ class PrometheusMetrics(MetricFamilies):
         return cast("_Metric", child)
 
     def spans_received(self, n: int, transport: str) -> None:
-        _add(self._child(self._received, self._transport(transport)), n)
+        _add(self._child(self._received, self._transport.label(transport)), n)
 
     def spans_rejected(self, n: int, reason: str) -> None:
         _add(self._rejected.labels(self._rejected_reason(reason)), n)
@@ -171,7 +171,7 @@ class PrometheusMetrics(MetricFamilies):
         _add(self._child(self._dropped, self._dropped_reason(reason)), n)
 
     def spans_refused(self, n: int, transport: str) -> None:
-        _add(self._refused.labels(self._transport(transport)), n)
+        _add(self._refused.labels(self._transport.label(transport)), n)
 
     def spans_built(self, n: int) -> None:
         self._built.inc((), n)
@@ -186,28 +186,28 @@ class PrometheusMetrics(MetricFamilies):
         self._conversation_evictions.labels(self._conversation_bound(reason)).inc()
 
     def request_handled(self, transport: str, outcome: str, seconds: float) -> None:
-        labels = (self._transport(transport), self._request_outcome(outcome))
+        labels = (self._transport.label(transport), self._request_outcome.label(outcome))
         self._child(self._request_seconds, *labels).observe(seconds)
 
     def tool_trace(self, trace: ToolTrace, reference: str, traffic: Traffic) -> None:
         """Counts the run by outcome, reference and traffic, and each of its calls by tool,
         status and traffic."""
         reason = "complete" if trace.complete else trace.incomplete_reason or OTHER
-        outcome = self._trace_outcome(reason)
-        run_agent = self._agent(trace.agent)
+        outcome = self._trace_outcome.label(reason)
+        run_agent = self._agent.label(trace.agent)
         label = str(traffic)
-        self._tool_traces.inc((run_agent, outcome, self._reference(reference), label))
+        self._tool_traces.inc((run_agent, outcome, self._reference.label(reference), label))
         for call in trace.calls:
             same = not call.agent or call.agent == trace.agent  # the run's agent, usually
-            agent = run_agent if same else self._agent(call.agent)
-            status = self._status_labels.get(call.status) or self._status(str(call.status))
-            tool = self._pair.tool_label(agent, self._tool(call.tool_name))
+            agent = run_agent if same else self._agent.label(call.agent)
+            status = self._status_labels.get(call.status) or self._status.label(str(call.status))
+            tool = self._pair.tool_label(agent, self._tool.label(call.tool_name))
             self._tool_calls.inc((agent, tool, status, label))
 
     def evaluated(self, evaluator: str, score: float | None, seconds: float) -> None:
         key = self._evaluator_keys.get(evaluator)
         if key is None:
-            key = (self._evaluator(evaluator),)  # the same for this name from now on
+            key = (self._evaluator.label(evaluator),)  # the same for this name from now on
             if len(self._evaluator_keys) < _MAX_EVALUATOR_KEYS:
                 self._evaluator_keys[evaluator] = key
         self._evaluation_seconds.observe(key, seconds)
@@ -215,19 +215,19 @@ class PrometheusMetrics(MetricFamilies):
             self._scores.observe(key, score)
 
     def evaluator_failed(self, evaluator: str) -> None:
-        self._evaluator_failures.labels(self._evaluator(evaluator)).inc()
+        self._evaluator_failures.labels(self._evaluator.label(evaluator)).inc()
 
     def finding(self, finding: Finding, detection_seconds: float | None, traffic: Traffic) -> None:
         """Counts the finding; its trace id rides along as an exemplar."""
         exemplar = {"trace_id": finding.trace_id} if _TRACE_ID.fullmatch(finding.trace_id) else None
-        agent = self._agent(finding.agent)
+        agent = self._agent.label(finding.agent)
         self._child(
             self._regressions,
             _enum_label(finding.category, Category),
             _enum_label(finding.severity, Severity),
-            self._evaluator(finding.evaluator),
+            self._evaluator.label(finding.evaluator),
             agent,
-            self._pair.tool_label(agent, self._tool(finding.tool)),
+            self._pair.tool_label(agent, self._tool.label(finding.tool)),
             str(traffic),
         ).inc(exemplar=exemplar)
         if detection_seconds is not None:
@@ -243,13 +243,13 @@ class PrometheusMetrics(MetricFamilies):
         )
         counted: set[tuple[str, str, str, str, str, str]] = set()
         for category, evaluator, reference, agent_name, tool in named:
-            agent = self._agent(agent_name)
+            agent = self._agent.label(agent_name)
             labels = (
                 _enum_label(category, Category),
-                self._evaluator(evaluator),
+                self._evaluator.label(evaluator),
                 _enum_label(reference, ReferenceKind),
                 agent,
-                self._pair.tool_label(agent, self._tool(tool)),
+                self._pair.tool_label(agent, self._tool.label(tool)),
                 str(traffic),
             )
             if labels not in counted:  # two names past a cap are both _other
