@@ -164,14 +164,7 @@ class HttpAnswer:
 
 
 def http_get(url: str, context: ssl.SSLContext | None, token: str | None = None) -> HttpAnswer:
-    request = urllib.request.Request(url)
-    if token is not None:
-        request.add_header("Authorization", f"Bearer {token}")
-    try:
-        with urllib.request.urlopen(request, context=context, timeout=10) as response:
-            return HttpAnswer(response.status, dict(response.headers), response.read())
-    except urllib.error.HTTPError as error:
-        return HttpAnswer(error.code, dict(error.headers), error.read())
+    return _answer(urllib.request.Request(url), context, token)
 
 
 def post_traces(server: RunningServer, context: ssl.SSLContext, token: str | None) -> HttpAnswer:
@@ -180,6 +173,13 @@ def post_traces(server: RunningServer, context: ssl.SSLContext, token: str | Non
         data=trace_service_pb2.ExportTraceServiceRequest().SerializeToString(),
         headers={"Content-Type": "application/x-protobuf"},
     )
+    return _answer(request, context, token)
+
+
+def _answer(
+    request: urllib.request.Request, context: ssl.SSLContext | None, token: str | None
+) -> HttpAnswer:
+    """What ``request`` is answered, with ``token`` as its bearer token when given."""
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
     try:
