@@ -28,21 +28,18 @@ Now:
 from __future__ import annotations
 
 from assembly_support import SECOND, RecordingMetrics, agent, span, tool
-from stall_support import run_apart, tid
+from stall_support import run_apart
+from wait_support import LIMITS, RUN, judge_timed
 
 from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.assembly.completed import CompletedTrace
-from toolwatch.assembly.limits import LOST_PARENT_WAIT_NS, AssemblyLimits
+from toolwatch.assembly.limits import LOST_PARENT_WAIT_NS
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
 
-_RUN = tid(5)
-_LIMITS = AssemblyLimits(
-    completion_wait_ns=2 * SECOND, max_trace_age_ns=300 * SECOND, max_buffered_bytes=1000
-)
-_ROOT = span(9, None, SpanRole.OTHER, 0, 3, trace_id=_RUN, size_bytes=10)
-_AGENT = agent(2, 9, "refund-bot", 1, 60, trace_id=_RUN, size_bytes=10)
+_ROOT = span(9, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=10)
+_AGENT = agent(2, 9, "refund-bot", 1, 60, trace_id=RUN, size_bytes=10)
 #: A step too large for the buffer (``max_buffered_bytes`` 1000).
-_LARGE = tool(20, 2, "lookup_order", 4, 7, trace_id=_RUN, size_bytes=2000, parent_local=True)
+_LARGE = tool(20, 2, "lookup_order", 4, 7, trace_id=RUN, size_bytes=2000, parent_local=True)
 #: A batch is a request: its spans, ``None`` for one ingest rejected.
 _Batch = list[SpanRecord | None]
 
@@ -50,7 +47,7 @@ _Batch = list[SpanRecord | None]
 def _step(n: int) -> SpanRecord:
     """A step of the background run: under its agent span 2 (local, still running), ended
     after the request's span."""
-    return tool(n, 2, "lookup_order", 4, 7, trace_id=_RUN, size_bytes=10, parent_local=True)
+    return tool(n, 2, "lookup_order", 4, 7, trace_id=RUN, size_bytes=10, parent_local=True)
 
 
 def _judge(
@@ -60,26 +57,8 @@ def _judge(
     with a span ingest rejected flags its run first, as ``Engine.admit`` does), polled on
     time; then 300 s more. The traces judged (reason, spans, when: seconds since the root
     came) and the spans dropped ``late``."""
-    clock = ManualClock()
-    metrics = RecordingMetrics()
-    buffer = TraceBuffer(_LIMITS, clock, metrics)
-    out: list[tuple[CompletedTrace, int]] = []
-    buffer.add([_ROOT])
-    began = clock.now_ns
-    for at, batch in enumerate(batches):
-        if None in batch:
-            buffer.flag_rejected([_RUN])
-        taken = [s for s in batch if s is not None]
-        if taken:
-            buffer.add(taken)
-        for _ in range((gaps[at] if at < len(gaps) else 5) * 5):
-            clock.now_ns += SECOND // 5
-            out.extend((t, clock.now_ns) for t in buffer.poll())
-    for _ in range(300 * 5):
-        clock.now_ns += SECOND // 5
-        out.extend((t, clock.now_ns) for t in buffer.poll())
-    judged = [(t.incomplete_reason, len(t.spans), (when - began) // SECOND) for t, when in out]
-    return judged, metrics.dropped["late"]
+    timed = [(batch, gaps[at] if at < len(gaps) else 5) for at, batch in enumerate(batches)]
+    return judge_timed([([_ROOT], 0), *timed])
 
 
 def _background_run(
@@ -118,7 +97,7 @@ def test_a_step_too_large_that_a_held_span_names_is_no_parent_waited_for() -> No
     which ended first and came in the same batch, before it).
     Expected: the call waits for the dropped step no more, and the other steps still wait
     for the agent span: one trace, whole but the step, ``span_limit``; none ``late``."""
-    call = span(21, 20, SpanRole.OTHER, 5, 6, trace_id=_RUN, size_bytes=10, parent_local=True)
+    call = span(21, 20, SpanRole.OTHER, 5, 6, trace_id=RUN, size_bytes=10, parent_local=True)
     batches: list[_Batch] = [[call, _step(10), _LARGE], [_step(11)], [_AGENT]]
     assert _judge(batches) == ([("span_limit", 5, 12)], 0)
 
@@ -130,7 +109,7 @@ def test_a_span_naming_a_step_dropped_before_it_came_waits_for_it_no_more() -> N
     and the call does not hold the run, whose agent span came, to ``max_trace_age``
     (without it: a step ended after the root waiting for its local parent, the run's agent
     span come or not, ``timed_out``)."""
-    call = span(21, 20, SpanRole.OTHER, 5, 6, trace_id=_RUN, size_bytes=10, parent_local=True)
+    call = span(21, 20, SpanRole.OTHER, 5, 6, trace_id=RUN, size_bytes=10, parent_local=True)
     batches: list[_Batch] = [[_step(10), _LARGE], [call], [_AGENT]]
     assert _judge(batches) == ([("span_limit", 4, 12)], 0)
 
@@ -139,7 +118,7 @@ def test_an_agent_span_dropped_too_large_lets_the_root_anchor_the_run() -> None:
     """Scenario: the agent span itself is too large (every step names it).
     Expected: the steps wait for it no more: the root anchors the run, quiet ``completion_wait``
     already (its last step came 5 s before), at once, judged ``span_limit``; none ``late``."""
-    large_agent = agent(2, 9, "refund-bot", 1, 60, trace_id=_RUN, size_bytes=2000)
+    large_agent = agent(2, 9, "refund-bot", 1, 60, trace_id=RUN, size_bytes=2000)
     batches: list[_Batch] = [[_step(10)], [_step(11)], [large_agent]]
     assert _judge(batches) == ([("span_limit", 3, 10)], 0)
 
@@ -184,8 +163,8 @@ def test_a_rejection_before_the_runs_first_span_waits_as_one_after() -> None:
     ``span_limit``; none ``late``."""
     clock = ManualClock()
     metrics = RecordingMetrics()
-    buffer = TraceBuffer(_LIMITS, clock, metrics)
-    buffer.flag_rejected([_RUN])
+    buffer = TraceBuffer(LIMITS, clock, metrics)
+    buffer.flag_rejected([RUN])
     out: list[CompletedTrace] = []
     for batch in [[_ROOT, _step(10)], [_step(11)], [_step(12)], [_AGENT]]:
         buffer.add(batch)
@@ -204,10 +183,10 @@ def test_a_run_with_a_rejected_step_still_in_flight_at_shutdown_is_judged_shutdo
     rejection: which span was rejected is not known, and the run was in flight; its last
     arrival is the rejected span's."""
     clock = ManualClock()
-    buffer = TraceBuffer(_LIMITS, clock, RecordingMetrics())
+    buffer = TraceBuffer(LIMITS, clock, RecordingMetrics())
     buffer.add([_ROOT, _step(10)])
     clock.now_ns += 3 * SECOND
-    buffer.flag_rejected([_RUN])
+    buffer.flag_rejected([RUN])
     (drained,) = buffer.drain()
     assert (drained.incomplete_reason, len(drained.spans)) == ("shutdown", 2)
     assert drained.last_arrival_ns == clock.now_ns

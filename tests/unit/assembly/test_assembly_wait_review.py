@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from assembly_support import SECOND, RecordingMetrics, agent, span, tool
 from stall_support import run_apart, tid
-from wait_support import LIMITS, RUN, TWO_EVICTING
+from wait_support import LIMITS, RUN, TWO_EVICTING, judge_timed
 
 from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.assembly.limits import AssemblyLimits
@@ -35,26 +35,8 @@ def _judge(
     """``first`` (the root by default), then ``batches`` 5 s apart (``None``: a span ingest
     rejected), polled every 0.2 s; then 300 s more. The traces judged (reason, spans, seconds
     since the first batch) and the spans dropped ``late``."""
-    clock = ManualClock()
-    metrics = RecordingMetrics()
-    buffer = TraceBuffer(limits, clock, metrics)
-    out = []
-    buffer.add([_ROOT] if first is None else first)
-    began = clock.now_ns
-    for batch in batches:
-        if None in batch:
-            buffer.flag_rejected([RUN])
-        taken = [s for s in batch if s is not None]
-        if taken:
-            buffer.add(taken)
-        for _ in range(25):
-            clock.now_ns += SECOND // 5
-            out.extend((t, clock.now_ns) for t in buffer.poll())
-    for _ in range(300 * 5):
-        clock.now_ns += SECOND // 5
-        out.extend((t, clock.now_ns) for t in buffer.poll())
-    judged = [(t.incomplete_reason, len(t.spans), (w - began) // SECOND) for t, w in out]
-    return judged, metrics.dropped["late"]
+    opening: list[SpanRecord | None] = [_ROOT] if first is None else list(first)
+    return judge_timed([(opening, 0), *((batch, 5) for batch in batches)], limits)
 
 
 def test_a_rejected_step_alone_in_its_batch_does_not_cut_the_run() -> None:
