@@ -28,7 +28,7 @@ is quiet that long while one slow step (a reasoning model's call, a slow tool) r
 would be cut in two, the rest of it dropped as ``late``.
 
 A span the buffer dropped for a limit (too large, no room, past the cap's enclosing spans) has
-come: a span that names it as its parent waits for it no more (``_Trace.dropped_ids``), and the
+come: a span that names it as its parent waits for it no more (``_Trace.dropped_links``), and the
 others wait as they did, a run left running in the background for its agent span, as does what
 the dropped span waited for (``_Trace.dropped_waits``); a dropped root anchors as a held one,
 and the walk up from an agent span (or a model call) passes through a dropped span as through
@@ -119,16 +119,14 @@ class _Link(NamedTuple):
 
 # What a trace's memory of its dropped spans is counted as in its bytes (``_Trace.came``;
 # ``size_bytes``, against ``max_buffered_bytes``), each at least what CPython 3.11 holds
-# (``sys.getsizeof``; ``test_assembly_dropped_bytes.py`` checks it): each of its three
+# (``sys.getsizeof``; ``test_assembly_dropped_bytes.py`` checks it): each of its two
 # lists, at its first entry, its header and the slack it may grow with (56 + 8 slots of 8
-# bytes); an id, an 8-byte span id (41, 48 allocated) and its slot; a link, its ``_Link``
-# (72) and its slot, and its parent id (48, where it has one: a root has none); a wait, its
-# (parent id, end, service) tuple (64), the parent id (48), the end (32) and its slot, and
-# its service's characters (a string of its own, 49 bytes and its text, as a held span
-# counts it).
+# bytes); a link, its ``_Link`` (72) and its slot, its span id (8 bytes: 41, 48 allocated),
+# and its parent id (48, where it has one: a root has none); a wait, its (parent id, end,
+# service) tuple (64), the parent id (48), the end (32) and its slot, and its service's
+# characters (a string of its own, 49 bytes and its text, as a held span counts it).
 _LIST_BYTES: Final = 120
-_ID_BYTES: Final = 56
-_LINK_BYTES: Final = 80
+_LINK_BYTES: Final = 128
 _PARENT_BYTES: Final = 48
 _WAIT_BYTES: Final = 152
 _STR_BYTES: Final = 49
@@ -189,7 +187,6 @@ class _Trace:
         "agents",
         "anchor_missing",
         "awaiting_local",
-        "dropped_ids",
         "dropped_links",
         "dropped_waits",
         "ended_verdict",
@@ -228,12 +225,9 @@ class _Trace:
         # outermost agent, anchors it once quiet the lost parent's wait too, in the
         # background or not (``TraceBuffer._check``).
         self.parent_lost = False
-        # The ids of its spans dropped for a limit that may be a parent: no span waits for
-        # them (they came); None until one is (most traces). A list: ``DROPPED_IDS`` at most,
-        # where a set of 16 held 728 bytes, a list 184.
-        self.dropped_ids: list[bytes] | None = None
-        # ... and what the anchor walk reads of each (``_Link``; ``_outermost``), in the
-        # same order; None until one is.
+        # Its spans dropped for a limit that may be a parent: no span waits for them (they
+        # came), and what the anchor walk reads of each (``_Link``; ``_outermost``); None
+        # until one is (most traces). A list: ``DROPPED_IDS`` at most, looked through.
         self.dropped_links: list[_Link] | None = None
         # What its dropped spans waited for (those that may be a parent, and steps dropped
         # over the cap): (parent id, end, service), one for each parent its flags say is
@@ -315,14 +309,14 @@ class _Trace:
         """A span of this trace dropped for a limit, once the trace is held (``dropped``) or
         before (replayed as the trace's first span is stored: ``HeldTraces._store``). A root,
         though not held, has arrived, and anchors the trace all the same. Such a span came:
-        no span waits for it any more (``_awaits_local``), its id kept in ``dropped_ids``, up
-        to ``DROPPED_IDS`` of them, and what the anchor walk reads of it in
-        ``dropped_links`` (``_outermost`` passes through it); where its flags say its parent
+        no span waits for it any more (``_awaits_local``), what the anchor walk reads of it
+        (its id among them) kept in ``dropped_links``, up to ``DROPPED_IDS`` of them
+        (``_outermost`` passes through it); where its flags say its parent
         is local and the trace does not hold it, what it waited for is kept in
         ``dropped_waits`` (one entry a parent and service, ``DROPPED_IDS`` at most).
         ``parent`` false (a step dropped over the cap: no parent): only its wait is kept.
-        What they hold is counted in ``size_bytes`` (``_LIST_BYTES``, ``_ID_BYTES``,
-        ``_LINK_BYTES``, ``_wait_bytes``), up to ``room`` bytes. Past ``DROPPED_IDS``, or
+        What they hold is counted in ``size_bytes`` (``_LIST_BYTES``, ``_LINK_BYTES``,
+        ``_PARENT_BYTES``, ``_wait_bytes``), up to ``room`` bytes. Past ``DROPPED_IDS``, or
         ``room``, it is as unknown as a rejected span (``parent_lost``). A retry of one kept
         changes nothing.
 
@@ -334,14 +328,14 @@ class _Trace:
             self.root_seen = True
             if end_ns >= self.root_end_ns:
                 self.root_end_ns, self.root_service = end_ns, service
-        ids = self.dropped_ids
-        if parent and ids is not None and span_id in ids:
+        links = self.dropped_links
+        if parent and links is not None and self._dropped_link(span_id) is not None:
             return False  # known: a held span naming it came since, and restarted the checks
         cost = 0
-        if parent:  # its id and link, and the two lists for the first
-            cost = _ID_BYTES + _LINK_BYTES + (0 if parent_id is None else _PARENT_BYTES)
-            if ids is None:
-                cost += 2 * _LIST_BYTES
+        if parent:  # its link, and the list for the first
+            cost = _LINK_BYTES + (0 if parent_id is None else _PARENT_BYTES)
+            if links is None:
+                cost += _LIST_BYTES
         waits = self.dropped_waits
         at = -1  # where its wait goes in dropped_waits (its length: a new entry); -1: none
         if local and parent_id is not None and parent_id not in self.spans:
@@ -351,7 +345,7 @@ class _Trace:
             elif at == len(waits):
                 cost += _wait_bytes(service)
         if (
-            (parent and ids is not None and len(ids) >= DROPPED_IDS)
+            (parent and links is not None and len(links) >= DROPPED_IDS)
             or at >= DROPPED_IDS
             or cost > room
         ):
@@ -359,12 +353,9 @@ class _Trace:
             return False
         self.size_bytes += cost
         if parent:
-            if ids is None:
-                ids = self.dropped_ids = []
-            if self.dropped_links is None:
-                self.dropped_links = []
-            ids.append(span_id)
-            self.dropped_links.append(_Link(span_id, parent_id, role, local))
+            if links is None:
+                links = self.dropped_links = []
+            links.append(_Link(span_id, parent_id, role, local))
         waited = at >= 0 and parent_id is not None and self._waits(at, parent_id, end_ns, service)
         if not parent:
             return waited
@@ -466,13 +457,13 @@ class _Trace:
         was exported first): anchored by it, the trace was judged at the first quiet
         ``completion_wait`` between two of the run's export batches, as the calls exported
         so far, and the rest was dropped as ``late``. A parent dropped for a limit (too
-        large, no room, past the cap's enclosing spans: ``dropped_ids``) came: it is not
+        large, no room, past the cap's enclosing spans: ``dropped_links``) came: it is not
         waited for. A parent that never comes is waited for ``lost_parent_wait_ns`` more,
         unless a span ended after the root (``awaits_after_root``), or a span of the trace
         was rejected at ingest (``parent_lost``: which one is not known, and may be that
         parent; a live run's batch processor exports within that wait, so a run left
         running in the background is not cut in two by a rejected step)."""
-        if self.dropped_ids is not None or self.dropped_waits is not None:
+        if self.dropped_links is not None or self.dropped_waits is not None:
             return self._awaits_undropped(None, None)
         held = self.spans
         return any(span.parent_local and span.parent_span_id not in held for span in held.values())
@@ -505,7 +496,7 @@ class _Trace:
         (an outermost agent span's)."""
         if self.last_end_ns <= end_ns:
             return False
-        if self.dropped_ids is not None or self.dropped_waits is not None:
+        if self.dropped_links is not None or self.dropped_waits is not None:
             return self._awaits_undropped(end_ns, service)
         held = self.spans
         return any(
@@ -519,9 +510,9 @@ class _Trace:
     def _awaits_undropped(self, after: int | None, service: str | None) -> bool:
         """``_awaits_local`` (``after`` None), or ``_awaits_after`` (a span of ``service``
         ended after ``after``), in a trace that dropped a span that may be a parent
-        (``dropped_ids``: it came, and is not waited for), or one that waited
+        (``dropped_links``: it came, and is not waited for), or one that waited
         (``dropped_waits``). Apart, as these walk every span: most traces pay nothing for it."""
-        held, gone = self.spans, self.dropped_ids or ()
+        held, gone = self.spans, {link.span_id for link in self.dropped_links or ()}
         return any(
             parent not in held
             and parent not in gone
@@ -580,7 +571,9 @@ class _Trace:
             return settled[stop]
         if stop in passed:
             return False  # a parent cycle never leaves the buffer
-        if stop in self.spans or (self.dropped_ids is not None and stop in self.dropped_ids):
+        if stop in self.spans or (
+            self.dropped_links is not None and self._dropped_link(stop) is not None
+        ):
             return False  # an AGENT or TOOL span, held or dropped: the run is nested in another
         if said is not None:
             # Not the model call itself, and flags that say remote from a sender that sets

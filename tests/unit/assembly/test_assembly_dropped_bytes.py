@@ -2,8 +2,8 @@
 anchor walk reads of them, and what they waited for) is counted in its bytes, against
 ``max_buffered_bytes``, and takes only the room the spans taken leave: past it, a dropped span
 is not known (``parent_lost``), as past ``DROPPED_IDS``. The charges (``anchoring._LIST_BYTES``,
-``_ID_BYTES``, ``_LINK_BYTES``, ``_PARENT_BYTES``, ``_wait_bytes``) are at least what CPython
-holds for them."""
+``_LINK_BYTES``, ``_PARENT_BYTES``, ``_wait_bytes``) are at least what CPython holds for
+them."""
 
 from __future__ import annotations
 
@@ -21,11 +21,12 @@ _LIMITS = dataclasses.replace(LIMITS, max_buffered_bytes=10_000)
 _TOO_LARGE = 20_000
 # One wait of a span of "refund-agent": 152 + 49 + 12.
 _WAIT = 213
-# The two lists of a trace's first drop that may be a parent (its ids, its links): 2 x 120.
-_LISTS = 240
-# Each such drop with a parent: its id (56), its link (80) and its parent id (48); a root: 136.
-_DROP = 184
-_ROOT_DROP = 136
+# The list of a trace's first drop that may be a parent (its links): 120.
+_LISTS = 120
+# Each such drop with a parent: its link (128, its span id in it) and its parent id (48); a
+# root: 128.
+_DROP = 176
+_ROOT_DROP = 128
 
 
 def _root(size: int = 10) -> SpanRecord:
@@ -46,13 +47,12 @@ def _held(drops: list[SpanRecord]) -> tuple[int, TraceBuffer]:
 
 
 def test_the_bytes_counted_after_n_drops_under_one_parent() -> None:
-    """Steps dropped too large, each waiting for the run's agent span (2): a list of ids and
-    one of links (240) and 184 a step; one wait (a list, 120, and 213 for the one entry of
-    parent 2 and "refund-agent"). 16 ids at most: the 17th is not counted, nor kept
-    (``parent_lost``).
+    """Steps dropped too large, each waiting for the run's agent span (2): a list of links
+    (120) and 176 a step; one wait (a list, 120, and 213 for the one entry of parent 2 and
+    "refund-agent"). 16 links at most: the 17th is not counted, nor kept (``parent_lost``).
 
-    Was: no links: one list (120) and 56 a step.
-    Now: their links counted too (``dropped_links``, for the anchor walk)."""
+    Was: a list of ids beside the links: two lists (240) and 184 a step.
+    Now: the links alone (a link holds its id): one list (120) and 176 a step."""
     counted = {n: _held([_step(100 + k) for k in range(n)])[0] for n in (1, 2, 16, 17)}
     assert counted == {
         1: 10 + _LISTS + _DROP + 120 + _WAIT,
@@ -64,9 +64,10 @@ def test_the_bytes_counted_after_n_drops_under_one_parent() -> None:
 
 
 def test_the_bytes_counted_after_n_drops_under_as_many_parents() -> None:
-    """One wait an entry a parent: 16 steps under 16 parents, 16 waits (3,407 + 15 x 213).
+    """One wait an entry a parent: 16 steps under 16 parents, 16 waits (3,159 + 15 x 213).
 
-    Was: 1,349 + 15 x 213 (no links). Now: each step's link counted (184 a step, not 56)."""
+    Was: 3,407 + 15 x 213 (a list of ids beside the links). Now: the links alone (176 a
+    step, not 184, and one list)."""
     counted, _ = _held([_step(100 + k, parent=200 + k) for k in range(DROPPED_IDS)])
     assert counted == 10 + _LISTS + 16 * _DROP + 120 + 16 * _WAIT
 
@@ -74,16 +75,17 @@ def test_the_bytes_counted_after_n_drops_under_as_many_parents() -> None:
 def test_a_retry_of_a_dropped_span_is_not_counted_twice() -> None:
     """The same step dropped three times (OTLP retries): counted once.
 
-    Was: 10 + 120 + 56 + 120 + 213. Now: with its link, 10 + 240 + 184 + 120 + 213."""
+    Was: 10 + 240 + 184 + 120 + 213 (ids beside links). Now: 10 + 120 + 176 + 120 + 213."""
     assert _held([_step(100)] * 3)[0] == 10 + _LISTS + _DROP + 120 + _WAIT
 
 
 def test_the_bytes_of_spans_dropped_before_the_trace_is_held_are_counted_when_it_is() -> None:
     """Root and a step dropped before any span is held: nothing counted (not held); then a
-    step held (10 bytes): the two replayed, counted (the lists, 240; root: 136, no parent id;
-    step: 184 and its wait); once judged, nothing is buffered.
+    step held (10 bytes): the two replayed, counted (the list of links, 120; root: 128, no
+    parent id; step: 176 and its wait); once judged, nothing is buffered.
 
-    Was: 10 + 120 + 2 x 56 + 120 + 213 (no links). Now: 10 + 240 + 136 + 184 + 120 + 213."""
+    Was: 10 + 240 + 136 + 184 + 120 + 213 (ids beside links). Now: 10 + 120 + 128 + 176 +
+    120 + 213."""
     clock = ManualClock()
     buffer = TraceBuffer(_LIMITS, clock, RecordingMetrics())
     buffer.add([_root(size=_TOO_LARGE), _step(100)])
@@ -97,7 +99,7 @@ def test_the_bytes_of_spans_dropped_before_the_trace_is_held_are_counted_when_it
 
 def test_a_drop_whose_memory_has_no_room_is_not_known() -> None:
     """In a buffer of 100 bytes holding 20, a root dropped too large has no room for what its
-    trace would keep of it (376): not counted, it is not known (``parent_lost``): the root
+    trace would keep of it (248): not counted, it is not known (``parent_lost``): the root
     anchors the trace once quiet the lost parent's wait (7 s), not at 2 s."""
     clock = ManualClock()
     buffer = TraceBuffer(
@@ -131,7 +133,8 @@ def test_a_drop_takes_no_room_the_rest_of_its_request_needs() -> None:
 
 def test_the_charges_cover_what_cpython_holds() -> None:
     """For 1 to 16 drops, each under a parent of its own (a wait each), the bytes counted
-    are at least ``sys.getsizeof`` of the lists, ids, tuples, ends and service names held."""
+    are at least ``sys.getsizeof`` of the lists, links, ids, tuples, ends and service names
+    held."""
     for n in range(1, DROPPED_IDS + 1):
         trace = _Trace(RUN, 0)
         for k in range(n):
@@ -143,11 +146,11 @@ def test_the_charges_cover_what_cpython_holds() -> None:
                 end_ns=1_765_000_000 * SECOND + k,
             )
             trace.dropped(dropped, True, 10**9)
-        ids, waits = trace.dropped_ids or [], trace.dropped_waits or []
-        links = trace.dropped_links or []
-        held = sys.getsizeof(ids) + sum(sys.getsizeof(i) for i in ids) + sys.getsizeof(waits)
-        held += sys.getsizeof(links) + sum(
-            sys.getsizeof(link) + sys.getsizeof(link.parent_span_id) for link in links
+        links, waits = trace.dropped_links or [], trace.dropped_waits or []
+        held = sys.getsizeof(links) + sys.getsizeof(waits)
+        held += sum(
+            sys.getsizeof(link) + sys.getsizeof(link.span_id) + sys.getsizeof(link.parent_span_id)
+            for link in links
         )
         held += sum(
             sum(sys.getsizeof(part) for part in wait) + sys.getsizeof(wait) for wait in waits
@@ -186,4 +189,4 @@ def test_a_step_dropped_over_the_cap_is_counted_its_wait_alone() -> None:
         True,
     )
     trace = sixteen._traces[RUN]
-    assert (trace.dropped_ids, trace.dropped_links) == (None, None)
+    assert trace.dropped_links is None

@@ -123,4 +123,4 @@ def test_the_span_a_step_dropped_over_the_cap_waits_for_is_enclosing() -> None:
     second = tool(11, 2, "lookup_order", 8, 9, trace_id=RUN, size_bytes=10, parent_local=True)
     assert [trace.encloses(s) for s in (_BG_AGENT, other, second)] == [True, False, False]
     assert trace.dropped_waits == [(_BG_AGENT.span_id, _run_step(10).end_ns, "refund-agent")]
-    assert trace.dropped_ids is None  # no parent: not kept as one
+    assert trace.dropped_links is None  # no parent: not kept as one
