@@ -28,19 +28,21 @@ is quiet that long while one slow step (a reasoning model's call, a slow tool) r
 would be cut in two, the rest of it dropped as ``late``.
 
 A span the buffer dropped for a limit (too large, no room, past the cap's enclosing spans) has
-come: a span that names it as its parent waits for it no more (``_Trace.dropped_links``), and the
-others wait as they did, a run left running in the background for its agent span, as does what
-the dropped span waited for (``_Trace.dropped_waits``); a dropped root anchors as a held one,
-and the walk up from an agent span (or a model call) passes through a dropped span as through
-a held one (``_Trace.dropped_links``: its role, its parent, whether that parent is local): an
-agent whose local parent, a workflow span, was dropped too large anchors its trace. A step
-dropped over the cap encloses nothing held, so it is no parent, but what it waited for is
-waited for all the same, and the span it waits for (its agent span) is one the cap takes
-(``_Trace.encloses``). So does a span dropped before any span of its trace was held: what
-``_Trace.came`` reads of it is kept (``assembly.limited``) and replayed once the trace is.
-What a trace keeps of them is counted in its bytes, and bounded: past ``DROPPED_IDS`` spans
-(or waits), or the room its buffer has left, a dropped span is not known, as a rejected
-one. A span rejected at ingest
+come: a span that names it as its parent waits for it no more, and the others wait as they
+did, a run left running in the background for its agent span, as does what the dropped span
+waited for; a dropped root anchors as a held one, and the walk up from an agent span (or a
+model call) passes through a dropped span as through a held one (its ``Link``: its role, its
+parent, whether that parent is local): an agent whose local parent, a workflow span, was
+dropped too large anchors its trace. A step dropped over the cap encloses nothing held, so it
+is no parent, but what it waited for is waited for all the same, and the span it waits for
+(its agent span) is one the cap takes (``_Trace.encloses``). So does a span dropped before any
+span of its trace was held: what ``_Trace.came`` reads of it is kept (``assembly.limited``)
+and replayed once the trace is. What a trace keeps of them (``_Trace.drops``), their links and
+waits, the bytes that counts and its bounds (``DROPPED_IDS``), is ``assembly.dropped``'s
+(moved from here: ``DroppedSpan``, ``Link``, ``dropped_span`` and the byte charges; what were
+``_Trace.dropped_links``, ``dropped_waits``, ``_dropped_link`` and ``_awaits_undropped`` are
+``DroppedSpans.links``, ``waits``, ``link`` and ``awaits``); past those bounds, or the room its
+buffer has left, a dropped span is not known, as a rejected one. A span rejected at ingest
 is not known (its trace id is all the decoder hands on): it may be the parent waited for, so
 the root anchors the trace (whatever agent spans it holds: none says which run the span was of)
 only once it has been quiet ``completion_wait_ns + lost_parent_wait_ns`` (``parent_lost``), as
@@ -87,67 +89,19 @@ caller's run is then dropped as ``late`` (docs/how-it-works.md).
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple, TypeAlias
+from typing import Final
 
+from toolwatch.assembly.dropped import (
+    DROPPED_SPANS_BYTES,
+    DroppedSpan,
+    DroppedSpans,
+    Link,
+    dropped_span,
+)
 from toolwatch.assembly.limits import AssemblyLimits
-from toolwatch.jsontext import text_size
 from toolwatch.model import SpanRecord, SpanRole
 
 __all__: list[str] = []
-
-#: How many ids of its spans dropped for a limit a trace remembers (``_Trace.came``): a
-#: few spans of a run are too large, or come when the buffer is full; past these, a dropped
-#: span counts as a rejected one (``_Trace.parent_lost``), and a trace's memory stays bounded.
-DROPPED_IDS: Final = 16
-
-#: What is kept of a span dropped for a limit (``_Trace.came``; before its trace is held,
-#: ``assembly.limited``): its id, its parent's id, its end, its service, whether its flags
-#: say its parent is local, and its role. Not the span: one dropped too large holds too much.
-DroppedSpan: TypeAlias = tuple[bytes, bytes | None, int, str | None, bool, SpanRole]
-
-
-class _Link(NamedTuple):
-    """What the anchor walk reads of a span dropped for a limit that may be a parent
-    (``_Trace.dropped_links``): it passes through it as through a held span
-    (``_Trace._outermost``)."""
-
-    span_id: bytes
-    parent_span_id: bytes | None
-    role: SpanRole
-    parent_local: bool
-
-
-# What a trace's memory of its dropped spans is counted as in its bytes (``_Trace.came``;
-# ``size_bytes``, against ``max_buffered_bytes``), each at least what CPython 3.11 holds
-# (``sys.getsizeof``; ``test_assembly_dropped_bytes.py`` checks it): each of its two
-# lists, at its first entry, its header and the slack it may grow with (56 + 8 slots of 8
-# bytes); a link, its ``_Link`` (72) and its slot, its span id (8 bytes: 41, 48 allocated),
-# and its parent id (48, where it has one: a root has none); a wait, its (parent id, end,
-# service) tuple (64), the parent id (48), the end (32) and its slot, and its service's
-# characters (a string of its own, 49 bytes and its text, as a held span counts it).
-_LIST_BYTES: Final = 120
-_LINK_BYTES: Final = 128
-_PARENT_BYTES: Final = 48
-_WAIT_BYTES: Final = 152
-_STR_BYTES: Final = 49
-
-
-def dropped_span(span: SpanRecord) -> DroppedSpan:
-    """What is kept of ``span``, dropped for a limit (``DroppedSpan``)."""
-    return (
-        span.span_id,
-        span.parent_span_id,
-        span.end_ns,
-        span.service,
-        span.parent_local,
-        span.role,
-    )
-
-
-def _wait_bytes(service: str | None) -> int:
-    """The bytes a new wait of a span of ``service`` is counted as (``_WAIT_BYTES``)."""
-    return _WAIT_BYTES if service is None else _WAIT_BYTES + _STR_BYTES + text_size(service)
-
 
 #: Finish reasons (lower-cased) of a model call that stopped to have tools run
 #: (``_requests_tools``).
@@ -166,20 +120,6 @@ def _requests_tools(model: SpanRecord) -> bool:
     )
 
 
-def _wait_index(
-    waits: list[tuple[bytes, int, str | None]] | None, parent_id: bytes, service: str | None
-) -> int:
-    """Where the wait of a span dropped for ``parent_id``, of ``service``, goes in
-    ``waits`` (``_Trace.dropped_waits``): the entry of that parent and service (only the
-    latest end of those is read), else a new one, at its end."""
-    if waits is None:
-        return 0
-    for at, (parent, _, by) in enumerate(waits):
-        if parent == parent_id and by == service:
-            return at
-    return len(waits)
-
-
 class _Trace:
     """The mutable state of one buffered trace."""
 
@@ -187,8 +127,7 @@ class _Trace:
         "agents",
         "anchor_missing",
         "awaiting_local",
-        "dropped_links",
-        "dropped_waits",
+        "drops",
         "ended_verdict",
         "first_ns",
         "last_end_ns",
@@ -225,15 +164,9 @@ class _Trace:
         # outermost agent, anchors it once quiet the lost parent's wait too, in the
         # background or not (``TraceBuffer._check``).
         self.parent_lost = False
-        # Its spans dropped for a limit that may be a parent: no span waits for them (they
-        # came), and what the anchor walk reads of each (``_Link``; ``_outermost``); None
-        # until one is (most traces). A list: ``DROPPED_IDS`` at most, looked through.
-        self.dropped_links: list[_Link] | None = None
-        # What its dropped spans waited for (those that may be a parent, and steps dropped
-        # over the cap): (parent id, end, service), one for each parent its flags say is
-        # local and service, the latest end of those (what is read of them:
-        # ``_awaits_undropped``), ``DROPPED_IDS`` at most; None until one is.
-        self.dropped_waits: list[tuple[bytes, int, str | None]] | None = None
+        # What it keeps of its spans dropped for a limit (``assembly.dropped``: what the
+        # anchor walk reads of them, what they waited for); None until one is (most traces).
+        self.drops: DroppedSpans | None = None
         self.anchor_missing = False  # checked since the last arrival: no anchor yet
         # ... and, its root come, waited the lost parent's time with a span after the root
         # waiting for its local parent (a run left running in the background): its agent
@@ -276,7 +209,7 @@ class _Trace:
 
     def encloses(self, span: SpanRecord) -> bool:
         """Whether ``span`` is a root, or the parent of a span this trace holds, or of one it
-        dropped and still waits for (``dropped_waits``: a step dropped over the cap, its
+        dropped and still waits for (``DroppedSpans.waits``: a step dropped over the cap, its
         agent span to come; dropped too, the trace would wait for it for ever). Asked of a
         full trace only: the first time, it notes those parents that it does not hold
         (O(spans), once; a few ids, its open ancestors), kept up to date by ``add`` and
@@ -286,7 +219,8 @@ class _Trace:
         if self.open_parents is None:
             held = self.spans
             self.open_parents = {s.parent_span_id for s in held.values()}
-            self.open_parents.update(parent for parent, _, _ in self.dropped_waits or ())
+            if self.drops is not None:
+                self.open_parents.update(self.drops.waited_for())
             self.open_parents.difference_update(held)
         return span.span_id in self.open_parents
 
@@ -310,76 +244,47 @@ class _Trace:
         before (replayed as the trace's first span is stored: ``HeldTraces._store``). A root,
         though not held, has arrived, and anchors the trace all the same. Such a span came:
         no span waits for it any more (``_awaits_local``), what the anchor walk reads of it
-        (its id among them) kept in ``dropped_links``, up to ``DROPPED_IDS`` of them
-        (``_outermost`` passes through it); where its flags say its parent
-        is local and the trace does not hold it, what it waited for is kept in
-        ``dropped_waits`` (one entry a parent and service, ``DROPPED_IDS`` at most).
-        ``parent`` false (a step dropped over the cap: no parent): only its wait is kept.
-        What they hold is counted in ``size_bytes`` (``_LIST_BYTES``, ``_LINK_BYTES``,
-        ``_PARENT_BYTES``, ``_wait_bytes``), up to ``room`` bytes. Past ``DROPPED_IDS``, or
-        ``room``, it is as unknown as a rejected span (``parent_lost``). A retry of one kept
-        changes nothing.
+        (its id among them) is kept in ``drops`` (``assembly.dropped``: its ``Link``, up to
+        ``DROPPED_IDS`` of them; ``_outermost`` passes through it); where its flags say its
+        parent is local and the trace does not hold it, what it waited for is kept there too
+        (one wait a parent and service, ``DROPPED_IDS`` at most). ``parent`` false (a step
+        dropped over the cap: no parent): only its wait is kept. What they hold is counted in
+        ``size_bytes`` (``DroppedSpans.keep``, and ``DROPPED_SPANS_BYTES`` for the first),
+        up to ``room`` bytes. Past ``DROPPED_IDS``, or ``room``, it is as unknown as a
+        rejected span (``parent_lost``). A retry of one kept changes nothing.
 
         Returns whether a held span names it as its parent, or it waits (so what anchors the
         trace changed): O(spans), asked once per such drop (drops are rare, and a trace
         remembers ``DROPPED_IDS`` at most), never per span taken."""
-        span_id, parent_id, end_ns, service, local, role = span
+        span_id, parent_id, end_ns, service, local, _ = span
         if parent_id is None:
             self.root_seen = True
             if end_ns >= self.root_end_ns:
                 self.root_end_ns, self.root_service = end_ns, service
-        links = self.dropped_links
-        if parent and links is not None and self._dropped_link(span_id) is not None:
+        drops = self.drops
+        if parent and drops is not None and drops.link(span_id) is not None:
             return False  # known: a held span naming it came since, and restarted the checks
-        cost = 0
-        if parent:  # its link, and the list for the first
-            cost = _LINK_BYTES + (0 if parent_id is None else _PARENT_BYTES)
-            if links is None:
-                cost += _LIST_BYTES
-        waits = self.dropped_waits
-        at = -1  # where its wait goes in dropped_waits (its length: a new entry); -1: none
-        if local and parent_id is not None and parent_id not in self.spans:
-            at = _wait_index(waits, parent_id, service)
-            if waits is None:
-                cost += _LIST_BYTES + _wait_bytes(service)
-            elif at == len(waits):
-                cost += _wait_bytes(service)
-        if (
-            (parent and links is not None and len(links) >= DROPPED_IDS)
-            or at >= DROPPED_IDS
-            or cost > room
-        ):
+        wait = local and parent_id is not None and parent_id not in self.spans
+        if not parent and not wait:
+            return False  # nothing to keep
+        own = 0  # the DroppedSpans itself, for the first
+        if drops is None:
+            drops, own = DroppedSpans(), DROPPED_SPANS_BYTES
+        cost, waited = drops.keep(span, parent, wait, room - own)
+        if cost < 0:
             self.parent_lost = True
             return False
-        self.size_bytes += cost
-        if parent:
-            if links is None:
-                links = self.dropped_links = []
-            links.append(_Link(span_id, parent_id, role, local))
-        waited = at >= 0 and parent_id is not None and self._waits(at, parent_id, end_ns, service)
+        self.drops = drops
+        self.size_bytes += own + cost
+        if wait:  # so does the trace wait for its parent
+            if self.open_parents is not None:  # a full trace: what encloses its spans, and this
+                self.open_parents.add(parent_id)
+            self.last_end_ns = max(self.last_end_ns, end_ns)
         if not parent:
             return waited
         if self.open_parents is not None:  # a full trace: its open parents are kept
-            return at >= 0 or span_id in self.open_parents
-        return at >= 0 or any(held.parent_span_id == span_id for held in self.spans.values())
-
-    def _waits(self, at: int, parent_id: bytes, end_ns: int, service: str | None) -> bool:
-        """A dropped span of ``service`` that ended at ``end_ns`` waited for its local parent
-        ``parent_id``: so does its trace (``dropped_waits``, at ``at``: its length, a new
-        entry). Returns whether that is new (an entry, or a later end)."""
-        waits = self.dropped_waits
-        if waits is None:
-            waits = self.dropped_waits = []
-        if self.open_parents is not None:  # a full trace: what encloses its spans, and this
-            self.open_parents.add(parent_id)
-        self.last_end_ns = max(self.last_end_ns, end_ns)
-        if at == len(waits):
-            waits.append((parent_id, end_ns, service))
-            return True
-        if end_ns > waits[at][1]:
-            waits[at] = (parent_id, end_ns, service)
-            return True
-        return False
+            return wait or span_id in self.open_parents
+        return wait or any(held.parent_span_id == span_id for held in self.spans.values())
 
     def due_ns(self, limits: AssemblyLimits) -> int:
         """The next time this trace needs a look: quiet period over, or too old."""
@@ -457,14 +362,14 @@ class _Trace:
         was exported first): anchored by it, the trace was judged at the first quiet
         ``completion_wait`` between two of the run's export batches, as the calls exported
         so far, and the rest was dropped as ``late``. A parent dropped for a limit (too
-        large, no room, past the cap's enclosing spans: ``dropped_links``) came: it is not
+        large, no room, past the cap's enclosing spans: ``drops``) came: it is not
         waited for. A parent that never comes is waited for ``lost_parent_wait_ns`` more,
         unless a span ended after the root (``awaits_after_root``), or a span of the trace
         was rejected at ingest (``parent_lost``: which one is not known, and may be that
         parent; a live run's batch processor exports within that wait, so a run left
         running in the background is not cut in two by a rejected step)."""
-        if self.dropped_links is not None or self.dropped_waits is not None:
-            return self._awaits_undropped(None, None)
+        if self.drops is not None:
+            return self.drops.awaits(self.spans, None, None)
         held = self.spans
         return any(span.parent_local and span.parent_span_id not in held for span in held.values())
 
@@ -496,33 +401,14 @@ class _Trace:
         (an outermost agent span's)."""
         if self.last_end_ns <= end_ns:
             return False
-        if self.dropped_links is not None or self.dropped_waits is not None:
-            return self._awaits_undropped(end_ns, service)
+        if self.drops is not None:
+            return self.drops.awaits(self.spans, end_ns, service)
         held = self.spans
         return any(
             span.end_ns > end_ns
             and span.service == service
             and span.parent_local
             and span.parent_span_id not in held
-            for span in held.values()
-        )
-
-    def _awaits_undropped(self, after: int | None, service: str | None) -> bool:
-        """``_awaits_local`` (``after`` None), or ``_awaits_after`` (a span of ``service``
-        ended after ``after``), in a trace that dropped a span that may be a parent
-        (``dropped_links``: it came, and is not waited for), or one that waited
-        (``dropped_waits``). Apart, as these walk every span: most traces pay nothing for it."""
-        held, gone = self.spans, {link.span_id for link in self.dropped_links or ()}
-        return any(
-            parent not in held
-            and parent not in gone
-            and (after is None or (end > after and by == service))
-            for parent, end, by in self.dropped_waits or ()
-        ) or any(
-            span.parent_local
-            and span.parent_span_id not in held
-            and span.parent_span_id not in gone
-            and (after is None or (span.end_ns > after and span.service == service))
             for span in held.values()
         )
 
@@ -536,14 +422,14 @@ class _Trace:
         """Whether the chain from ``start``'s parent up holds no AGENT or TOOL span and leaves
         the buffer for good (``said``: from a model call, see ``_verdict``); records that
         verdict in ``settled`` for each span it passed. A span dropped for a limit came: the
-        walk passes through it as through a held one (``dropped_links``)."""
+        walk passes through it as through a held one (``DroppedSpans.link``)."""
         passed: dict[bytes, None] = {}  # the walk so far, in order
-        last: SpanRecord | _Link = start  # the span whose parent is next
+        last: SpanRecord | Link = start  # the span whose parent is next
         parent = start.parent_span_id
         while parent is not None and parent not in settled and parent not in passed:
-            ancestor: SpanRecord | _Link | None = self.spans.get(parent)
-            if ancestor is None and self.dropped_links is not None:
-                ancestor = self._dropped_link(parent)
+            ancestor: SpanRecord | Link | None = self.spans.get(parent)
+            if ancestor is None and self.drops is not None:
+                ancestor = self.drops.link(parent)
             if ancestor is None or ancestor.role in (SpanRole.AGENT, SpanRole.TOOL):
                 break
             passed[parent] = None
@@ -557,7 +443,7 @@ class _Trace:
         stop: bytes | None,
         settled: dict[bytes, bool],
         passed: dict[bytes, None],
-        last: SpanRecord | _Link,
+        last: SpanRecord | Link,
         local_gone: bool,
         said: set[bytes | None] | None,
     ) -> bool:
@@ -571,9 +457,7 @@ class _Trace:
             return settled[stop]
         if stop in passed:
             return False  # a parent cycle never leaves the buffer
-        if stop in self.spans or (
-            self.dropped_links is not None and self._dropped_link(stop) is not None
-        ):
+        if stop in self.spans or (self.drops is not None and self.drops.link(stop) is not None):
             return False  # an AGENT or TOOL span, held or dropped: the run is nested in another
         if said is not None:
             # Not the model call itself, and flags that say remote from a sender that sets
@@ -583,11 +467,3 @@ class _Trace:
         # Not arrived: remote (another service's), or said nothing; a parent the span says
         # is local is the same process's and still running (a handoff's workflow span).
         return local_gone or not last.parent_local
-
-    def _dropped_link(self, span_id: bytes) -> _Link | None:
-        """What is kept of the span ``span_id`` dropped for a limit, if it was
-        (``dropped_links``: ``DROPPED_IDS`` at most)."""
-        for link in self.dropped_links or ():
-            if link.span_id == span_id:
-                return link
-        return None

@@ -3,10 +3,11 @@ limit, fixed: such a span came, so its children wait for it no more, and what it
 still waited for.
 
 - The agent walk (``_Trace._outermost``) passes through a span dropped for a limit as through
-  a held one (``_Trace.dropped_links``: its role, its parent, whether that parent is local):
-  an agent whose local parent (a workflow span) was dropped too large anchors its trace.
+  a held one (its ``Link`` in ``_Trace.drops``: its role, its parent, whether that parent is
+  local): an agent whose local parent (a workflow span) was dropped too large anchors its
+  trace.
 - A step dropped over the cap (``trace_span_limit``, enclosing nothing: no parent) keeps its
-  wait (``_Trace.dropped_waits``), and the cap takes the span it waits for
+  wait (``_Trace.drops.waits``), and the cap takes the span it waits for
   (``_Trace.encloses``).
 """
 
@@ -122,5 +123,6 @@ def test_the_span_a_step_dropped_over_the_cap_waits_for_is_enclosing() -> None:
     other = agent(4, 9, "other-bot", 1, 60, trace_id=RUN, size_bytes=10, parent_local=True)
     second = tool(11, 2, "lookup_order", 8, 9, trace_id=RUN, size_bytes=10, parent_local=True)
     assert [trace.encloses(s) for s in (_BG_AGENT, other, second)] == [True, False, False]
-    assert trace.dropped_waits == [(_BG_AGENT.span_id, _run_step(10).end_ns, "refund-agent")]
-    assert trace.dropped_links is None  # no parent: not kept as one
+    assert trace.drops is not None
+    assert trace.drops.waits == [(_BG_AGENT.span_id, _run_step(10).end_ns, "refund-agent")]
+    assert trace.drops.links is None  # no parent: not kept as one
