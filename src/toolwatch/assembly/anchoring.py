@@ -30,10 +30,13 @@ would be cut in two, the rest of it dropped as ``late``.
 A span the buffer dropped for a limit (too large, no room, past the cap's enclosing spans) has
 come: a span that names it as its parent waits for it no more, and the others wait as they
 did, a run left running in the background for its agent span, as does what the dropped span
-waited for; a dropped root anchors as a held one, and the walk up from an agent span (or a
-model call) passes through a dropped span as through a held one (its ``Link``: its role, its
-parent, whether that parent is local): an agent whose local parent, a workflow span, was
-dropped too large anchors its trace. A step dropped over the cap encloses nothing held, so it
+waited for; a dropped root anchors as a held one, and so does a dropped outermost agent span
+(its ``Link`` keeps its end and service, what ``_Trace._agent_anchors`` reads: agent spans
+carry big inputs and outputs, and one dropped too large held its trace, whose root is
+another service's, to ``max_trace_age_ns``); the walk up from an agent span (or a model call)
+passes through a dropped span as through a held one (its ``Link``: its role, its parent,
+whether that parent is local): an agent whose local parent, a workflow span, was dropped too
+large anchors its trace. A step dropped over the cap encloses nothing held, so it
 is no parent, but what it waited for is waited for all the same, and the span it waits for
 (its agent span) is one the cap takes (``_Trace.encloses``). So does a span dropped before any
 span of its trace was held: what ``_Trace.came`` reads of it is kept (``assembly.limited``)
@@ -320,8 +323,10 @@ class _Trace:
             # running in the background; judged once quiet the lost parent's wait.
             return False
         settled: dict[bytes, bool] = {}
-        if self.agents:
-            return self._agent_anchors(settled, local_gone)
+        # Agent spans dropped for a limit came too (their links keep their end and service).
+        dropped = self.drops.agents() if self.drops is not None else []
+        if self.agents or dropped:
+            return self._agent_anchors(dropped, settled, local_gone)
         if not self.models:
             return False
         # The spans some span says are its local parent: their sender says where parents are;
@@ -339,17 +344,24 @@ class _Trace:
             if model.span_id in ran_tools or _requests_tools(model)
         )
 
-    def _agent_anchors(self, settled: dict[bytes, bool], local_gone: bool) -> bool:
-        """Whether an outermost agent span anchors this trace of no root: one has arrived and,
-        unless ``local_gone``, no span of its service that ended after it (of the outermost
-        agents, the one that ended last) waits for its local parent, as ``awaits_after_root``
-        asks of a root: a run it left running in the background (an agent invoked by another
-        service that answered, or handed off, first), whose agent span is still to come."""
-        last: SpanRecord | None = None  # the outermost agent span that ended last
+    def _agent_anchors(
+        self, dropped: list[Link], settled: dict[bytes, bool], local_gone: bool
+    ) -> bool:
+        """Whether an outermost agent span anchors this trace of no root: one has arrived (held,
+        or ``dropped`` for a limit) and, unless ``local_gone``, no span of its service that
+        ended after it (of the outermost agents, the one that ended last) waits for its local
+        parent, as ``awaits_after_root`` asks of a root: a run it left running in the
+        background (an agent invoked by another service that answered, or handed off, first),
+        whose agent span is still to come."""
+        last: SpanRecord | Link | None = None  # the outermost agent span that ended last
         for agent in self.agents:
             later = last is None or agent.end_ns > last.end_ns
             if later and self._outermost(agent, settled, local_gone):
                 last = agent
+        for link in dropped:
+            later = last is None or link.end_ns > last.end_ns
+            if later and self._outermost(link, settled, local_gone):
+                last = link
         if last is None:
             return False
         return local_gone or not self._awaits_after(last.end_ns, last.service)
@@ -414,7 +426,7 @@ class _Trace:
 
     def _outermost(
         self,
-        start: SpanRecord,
+        start: SpanRecord | Link,
         settled: dict[bytes, bool],
         local_gone: bool,
         said: set[bytes | None] | None = None,

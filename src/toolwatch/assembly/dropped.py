@@ -48,12 +48,15 @@ _Wait: TypeAlias = tuple[bytes, int, str | None]
 class Link(NamedTuple):
     """What the anchor walk reads of a span dropped for a limit that may be a parent
     (``DroppedSpans.links``): it passes through it as through a held span
-    (``_Trace._outermost``)."""
+    (``_Trace._outermost``); and, of an AGENT span, what an outermost agent span is read
+    for (``_Trace._agent_anchors``): its end and service (of another role: 0 and None)."""
 
     span_id: bytes
     parent_span_id: bytes | None
     role: SpanRole
     parent_local: bool
+    end_ns: int
+    service: str | None
 
 
 # What a trace's memory of its dropped spans is counted as in its bytes (``_Trace.came``;
@@ -61,14 +64,16 @@ class Link(NamedTuple):
 # (``sys.getsizeof``; ``test_assembly_dropped_bytes.py`` checks it): the ``DroppedSpans``
 # itself (48 bytes; 56 compiled by mypyc, its vtable pointer: measured); each of its two
 # lists, at its first entry, its header and the slack it may grow with (56 + 8 slots of 8
-# bytes); a link, its ``Link`` (72) and its slot, its span id (8 bytes: 41, 48 allocated),
-# and its parent id (48, where it has one: a root has none); a wait, its (parent id, end,
+# bytes); a link, its ``Link`` (88) and its slot, its span id (8 bytes: 41, 48 allocated),
+# and its parent id (48, where it has one: a root has none), and an AGENT span's end (36,
+# 48 allocated) and service's characters (as a wait's); a wait, its (parent id, end,
 # service) tuple (64), the parent id (48), the end (32) and its slot, and its service's
 # characters (a string of its own, 49 bytes and its text, as a held span counts it).
 DROPPED_SPANS_BYTES: Final = 56
 _LIST_BYTES: Final = 120
-_LINK_BYTES: Final = 128
+_LINK_BYTES: Final = 144
 _PARENT_BYTES: Final = 48
+_END_BYTES: Final = 48
 _WAIT_BYTES: Final = 152
 _STR_BYTES: Final = 49
 
@@ -85,9 +90,25 @@ def dropped_span(span: SpanRecord) -> DroppedSpan:
     )
 
 
+def _service_bytes(service: str | None) -> int:
+    """The bytes ``service``'s name is counted as, kept: a string of its own."""
+    return 0 if service is None else _STR_BYTES + text_size(service)
+
+
 def _wait_bytes(service: str | None) -> int:
     """The bytes a new wait of a span of ``service`` is counted as (``_WAIT_BYTES``)."""
-    return _WAIT_BYTES if service is None else _WAIT_BYTES + _STR_BYTES + text_size(service)
+    return _WAIT_BYTES + _service_bytes(service)
+
+
+def _link(span: DroppedSpan) -> tuple[Link, int]:
+    """The ``Link`` kept of ``span``, and the bytes it is counted as (with its span id and
+    parent id; an AGENT span's, with its end and service)."""
+    span_id, parent_id, end_ns, service, local, role = span
+    cost = _LINK_BYTES + (0 if parent_id is None else _PARENT_BYTES)
+    if role is not SpanRole.AGENT:
+        return Link(span_id, parent_id, role, local, 0, None), cost
+    cost += _END_BYTES + _service_bytes(service)
+    return Link(span_id, parent_id, role, local, end_ns, service), cost
 
 
 def _wait_index(waits: list[_Wait] | None, parent_id: bytes, service: str | None) -> int:
@@ -127,6 +148,10 @@ class DroppedSpans:
                 return link
         return None
 
+    def agents(self) -> list[Link]:
+        """The AGENT spans kept (``_Trace._agent_anchors``)."""
+        return [link for link in self.links or () if link.role is SpanRole.AGENT]
+
     def waited_for(self) -> Iterable[bytes]:
         """The parent ids its spans waited for."""
         return (parent for parent, _, _ in self.waits or ())
@@ -138,11 +163,12 @@ class DroppedSpans:
         Returns the bytes it now holds more, -1 where nothing is kept (past
         ``DROPPED_IDS`` links or waits, or ``room``: the span is not known), and whether
         its wait is new (an entry, or a later end)."""
-        span_id, parent_id, end_ns, service, local, role = span
+        _, parent_id, end_ns, service, _, _ = span
         links, waits = self.links, self.waits
         cost = 0
+        link: Link | None = None
         if parent:  # its link, and the list for the first
-            cost = _LINK_BYTES + (0 if parent_id is None else _PARENT_BYTES)
+            link, cost = _link(span)
             if links is None:
                 cost += _LIST_BYTES
         at = -1  # where its wait goes in waits (its length: a new entry); -1: none
@@ -158,10 +184,10 @@ class DroppedSpans:
             or cost > room
         ):
             return -1, False
-        if parent:
+        if link is not None:
             if links is None:
                 links = self.links = []
-            links.append(Link(span_id, parent_id, role, local))
+            links.append(link)
         if at < 0 or parent_id is None:
             return cost, False
         if waits is None:

@@ -26,10 +26,11 @@ _OWN = 56
 _WAIT = 213
 # The list of a trace's first drop that may be a parent (its links): 120.
 _LISTS = 120
-# Each such drop with a parent: its link (128, its span id in it) and its parent id (48); a
-# root: 128.
-_DROP = 176
-_ROOT_DROP = 128
+# Each such drop with a parent: its link (144, its span id in it) and its parent id (48); a
+# root: 144. An agent span's link also keeps its end (48) and service ("refund-agent": 61).
+_DROP = 192
+_ROOT_DROP = 144
+_AGENT_MORE = 48 + 61
 
 
 def _root(size: int = 10) -> SpanRecord:
@@ -51,12 +52,13 @@ def _held(drops: list[SpanRecord]) -> tuple[int, TraceBuffer]:
 
 def test_the_bytes_counted_after_n_drops_under_one_parent() -> None:
     """Steps dropped too large, each waiting for the run's agent span (2): the
-    ``DroppedSpans`` (56), a list of links (120) and 176 a step; one wait (a list, 120, and
+    ``DroppedSpans`` (56), a list of links (120) and 192 a step; one wait (a list, 120, and
     213 for the one entry of parent 2 and "refund-agent"). 16 links at most: the 17th is not
     counted, nor kept (``parent_lost``).
 
     Was: a list of ids beside the links: two lists (240) and 184 a step, on the ``_Trace``.
-    Now: the links alone (a link holds its id): one list (120) and 176 a step, and the object
+    Now: the links alone (a link holds its id, and an agent span's end and service: 16 bytes
+    more a link): one list (120) and 192 a step, and the object
     that holds them and the waits (56)."""
     counted = {n: _held([_step(100 + k) for k in range(n)])[0] for n in (1, 2, 16, 17)}
     assert counted == {
@@ -69,9 +71,9 @@ def test_the_bytes_counted_after_n_drops_under_one_parent() -> None:
 
 
 def test_the_bytes_counted_after_n_drops_under_as_many_parents() -> None:
-    """One wait an entry a parent: 16 steps under 16 parents, 16 waits (3,335 + 15 x 213).
+    """One wait an entry a parent: 16 steps under 16 parents, 16 waits (3,591 + 15 x 213).
 
-    Was: 3,527 + 15 x 213 (a list of ids beside the links). Now: the links alone (176 a
+    Was: 3,527 + 15 x 213 (a list of ids beside the links). Now: the links alone (192 a
     step, not 184, and one list), and the ``DroppedSpans`` (56)."""
     counted, _ = _held([_step(100 + k, parent=200 + k) for k in range(DROPPED_IDS)])
     assert counted == 10 + _OWN + _LISTS + 16 * _DROP + 120 + 16 * _WAIT
@@ -80,7 +82,7 @@ def test_the_bytes_counted_after_n_drops_under_as_many_parents() -> None:
 def test_a_retry_of_a_dropped_span_is_not_counted_twice() -> None:
     """The same step dropped three times (OTLP retries): counted once.
 
-    Was: 10 + 240 + 184 + 120 + 213 (ids beside links). Now: 10 + 56 + 120 + 176 + 120 +
+    Was: 10 + 240 + 184 + 120 + 213 (ids beside links). Now: 10 + 56 + 120 + 192 + 120 +
     213."""
     assert _held([_step(100)] * 3)[0] == 10 + _OWN + _LISTS + _DROP + 120 + _WAIT
 
@@ -88,11 +90,11 @@ def test_a_retry_of_a_dropped_span_is_not_counted_twice() -> None:
 def test_the_bytes_of_spans_dropped_before_the_trace_is_held_are_counted_when_it_is() -> None:
     """Root and a step dropped before any span is held: nothing counted (not held); then a
     step held (10 bytes): the two replayed, counted (the ``DroppedSpans``, 56; the list of
-    links, 120; root: 128, no parent id; step: 176 and its wait); once judged, nothing is
+    links, 120; root: 144, no parent id; step: 192 and its wait); once judged, nothing is
     buffered.
 
-    Was: 10 + 240 + 136 + 184 + 120 + 213 (ids beside links). Now: 10 + 56 + 120 + 128 +
-    176 + 120 + 213."""
+    Was: 10 + 240 + 136 + 184 + 120 + 213 (ids beside links). Now: 10 + 56 + 120 + 144 +
+    192 + 120 + 213."""
     clock = ManualClock()
     buffer = TraceBuffer(_LIMITS, clock, RecordingMetrics())
     buffer.add([_root(size=_TOO_LARGE), _step(100)])
@@ -104,9 +106,20 @@ def test_the_bytes_of_spans_dropped_before_the_trace_is_held_are_counted_when_it
     assert buffer.buffered_bytes == 0
 
 
+def test_an_agent_span_dropped_is_counted_with_its_end_and_service() -> None:
+    """An agent span dropped too large (its parent remote: no wait) under a held root: the
+    ``DroppedSpans`` (56), the list (120), its link (192) and, what ``_agent_anchors`` reads
+    of it, its end (48) and service (61).
+
+    Was: not kept in its link (an agent span dropped anchored nothing): 10 + 240 + 184.
+    Now: 10 + 56 + 120 + 192 + 48 + 61."""
+    dropped = span(2, 9, SpanRole.AGENT, 1, 5, trace_id=RUN, size_bytes=_TOO_LARGE)
+    assert _held([dropped])[0] == 10 + _OWN + _LISTS + _DROP + _AGENT_MORE
+
+
 def test_a_drop_whose_memory_has_no_room_is_not_known() -> None:
     """In a buffer of 100 bytes holding 20, a root dropped too large has no room for what its
-    trace would keep of it (304): not counted, it is not known (``parent_lost``): the root
+    trace would keep of it (320): not counted, it is not known (``parent_lost``): the root
     anchors the trace once quiet the lost parent's wait (7 s), not at 2 s."""
     clock = ManualClock()
     buffer = TraceBuffer(
@@ -151,6 +164,7 @@ def test_the_charges_cover_what_cpython_holds() -> None:
                 dropped,
                 service="refund-" + "agent" * (k % 2 + 1),
                 end_ns=1_765_000_000 * SECOND + k,
+                role=SpanRole.AGENT if k % 3 == 0 else SpanRole.TOOL,  # its end, service kept
             )
             trace.dropped(dropped, True, 10**9)
         assert trace.drops is not None
@@ -159,6 +173,11 @@ def test_the_charges_cover_what_cpython_holds() -> None:
         held += sum(
             sys.getsizeof(link) + sys.getsizeof(link.span_id) + sys.getsizeof(link.parent_span_id)
             for link in links
+        )
+        held += sum(  # an agent span's end and service, distinct objects
+            sys.getsizeof(link.end_ns) + sys.getsizeof(link.service)
+            for link in links
+            if link.role is SpanRole.AGENT
         )
         held += sum(
             sum(sys.getsizeof(part) for part in wait) + sys.getsizeof(wait) for wait in waits
