@@ -65,12 +65,13 @@ google-genai's automatic function calling) is anchored by the same walk up from 
 (LLM) calls of a tool loop, when its root is in the calling service: by the span that encloses
 the calls (the loop's own, the request's server span), once it has arrived and its parent is
 known to be remote: its flags say the parent is not local, and its sender is one that sets the
-flags (a span of the trace says the enclosing span is its local parent). Older SDKs set none,
-and there the span above the model calls is as often a step of an agent run whose AGENT span,
-ending last, has not come (Strands' event loop cycle, Vercel's ``ai.generateText``): anchoring
-on it would drop the agent span as ``late``. A chain that leaves the buffer at the model call
-itself does not anchor either: a call is one step of its run, never its end. Both are waited
-for as a local parent is (``local_parent_wait_ns``, else ``max_trace_age_ns``).
+flags (a span of the trace, held or dropped for a limit, says the enclosing span is its local
+parent). Older SDKs set none, and there the span above the model calls is as often a step of
+an agent run whose AGENT span, ending last, has not come (Strands' event loop cycle, Vercel's
+``ai.generateText``): anchoring on it would drop the agent span as ``late``. A chain that
+leaves the buffer at the model call itself does not anchor either: a call is one step of its
+run, never its end. Both are waited for as a local parent is (``local_parent_wait_ns``, else
+``max_trace_age_ns``).
 
 Only a call of a tool loop is walked from: one that requested tools (its requested calls, or
 a finish reason naming them, which is kept without content capture) or ran them inside it (a
@@ -338,6 +339,8 @@ class _Trace:
                 said.add(span.parent_span_id)
             if span.role is SpanRole.TOOL:
                 ran_tools.add(span.parent_span_id)
+        if self.drops is not None:  # a span dropped for a limit says so all the same
+            said.update(self.drops.said_local())
         return any(
             self._outermost(model, settled, local_gone, said)
             for model in self.models

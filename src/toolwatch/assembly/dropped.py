@@ -152,6 +152,13 @@ class DroppedSpans:
         """The AGENT spans kept (``_Trace._agent_anchors``)."""
         return [link for link in self.links or () if link.role is SpanRole.AGENT]
 
+    def said_local(self) -> list[bytes | None]:
+        """The parent ids its spans' flags say are local: those of its links that say so,
+        and every wait's (a wait is kept only of a parent its span says is local)."""
+        said = [link.parent_span_id for link in self.links or () if link.parent_local]
+        said.extend(parent for parent, _, _ in self.waits or ())
+        return said
+
     def waited_for(self) -> Iterable[bytes]:
         """The parent ids its spans waited for."""
         return (parent for parent, _, _ in self.waits or ())
