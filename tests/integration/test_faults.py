@@ -50,7 +50,7 @@ from tests.integration.faults_support import (
     without_root,
     write_config,
 )
-from tests.integration.test_rejected_spans import KeptToolTraces
+from tests.kept_support import KeptToolTraces
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.config import LISTENERS
