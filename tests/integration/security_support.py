@@ -202,10 +202,6 @@ def client_context(pki: Pki, client: bool | str = False) -> ssl.SSLContext:
     return context
 
 
-def refund_spans() -> tuple[ReadableSpan, ...]:
-    return agents.record(agents.refund_run(), "genai")
-
-
 def assert_one_refund_trace(server: RunningServer) -> None:
     assert server.settle() == 1
     [trace] = server.tooltraces()

@@ -16,6 +16,7 @@ import pytest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration.conftest import RunningServer, StartServer
+from tests.integration.otlp_support import refund_spans
 from tests.integration.pki_support import Pki
 from tests.integration.security_support import (
     REFUSED,
@@ -24,7 +25,6 @@ from tests.integration.security_support import (
     closed_by_server,
     http_get,
     loop_turns,
-    refund_spans,
     send_grpc,
     send_http,
     senders_told,
