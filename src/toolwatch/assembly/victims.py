@@ -5,8 +5,8 @@ has refused requests for ``max_refusal_ns`` (stalled, ``assembly.refusals``), fo
 takes that does not fit (``TraceBuffer.admit``). It takes, of the ``VICTIM_SCAN`` (16) oldest
 runs, one whose end has come first (``_ended``: its anchor, or its root beside its agent span,
 no span of it rejected at ingest, none of the root's service ended after it; judged as it came,
-only its quiet period cut short), else the
-oldest in flight (judged ``evicted``), never a run the request itself goes on with or starts.
+only its quiet period cut short), else the oldest in flight (judged ``evicted``), never a run
+the request itself goes on with or starts.
 A request that can never fit evicts nothing (``TraceBuffer``'s concern, not this module's).
 
 Not thread-safe: the buffer's event loop calls it. Compiled, as ``assembly.buffer`` is.
