@@ -27,6 +27,24 @@ once the trace has been quiet that long: the agent anchors it then. Not by defau
 is quiet that long while one slow step (a reasoning model's call, a slow tool) runs, and it
 would be cut in two, the rest of it dropped as ``late``.
 
+Nor does a root anchor at the first quiet ``completion_wait_ns`` while a span of its service
+ended after it, whatever that span's parent (``_Trace.ran_on``): the request answered, and a
+run it left running in the background goes on, its spans exported in batches 5 s apart
+(``OTEL_BSP_SCHEDULE_DELAY``), none waiting for a parent not held when they are the root's own
+children (a loop on a plain model client in a task of its own): anchored at once, the trace
+was judged between two batches, as its first part (a false ``MISSING_VERIFICATION_STEP``),
+the rest dropped as ``late``. Such a trace is anchored by its root once quiet
+``completion_wait_ns + lost_parent_wait_ns`` (``lost_parent_over``), as one that lost a parent
+in export: the run's batch processor exports within that wait. Waiting loses only time, where
+cutting loses the run's rest: every run left running in the background is judged
+``lost_parent_wait_ns`` (5 s) later, a synchronous one (every span ended by its root's end)
+still at ``completion_wait_ns``; a loop quiet longer than the two waits is cut then, and
+``max_trace_age_ns`` bounds one that never stops. Until then an eviction or a drain takes the
+run for one in flight (``victims._root_ended``). Only the root's own service is read: another
+service's clock may be skewed against the root's, and its span, ended "after" the root, says
+nothing of a run left running; a root of no ``service.name`` (``None``) is held by spans of
+none.
+
 A span the buffer dropped for a limit (too large, no room, past the cap's enclosing spans) has
 come: a span that names it as its parent waits for it no more, and the others wait as they
 did, a run left running in the background for its agent span, as does what the dropped span
@@ -317,7 +335,11 @@ class _Trace:
             # A span rejected at ingest may be one a run left running in the background
             # waits for (``parent_lost``): no span held says which run it was of, so the root
             # anchors such a trace only once quiet the lost parent's wait (``TraceBuffer._check``).
-            return local_gone or (not self._awaits_local() and not self.parent_lost)
+            # So does a span of the root's service that ended after it, whatever its parent:
+            # a run left running in the background (``ran_on``).
+            return local_gone or (
+                not self.parent_lost and not self._awaits_local() and not self.ran_on()
+            )
         if self.parent_lost and not local_gone:
             # Nor does what anchors it without a root: the rejected span may be the local
             # parent its outermost agent waits for (a rejected root), or a step of a run left
@@ -393,12 +415,35 @@ class _Trace:
         (``TraceBuffer._check``), a parent lost in export or maybe rejected at ingest
         (``parent_lost``). Its root came: a span was rejected (a run left running in the
         background exports a span within the wait), or none ended after the root waiting
-        for its local parent. No root (rejected, or another service's), a span rejected:
-        what would anchor it were the local parents it waits for gone (the rejected span
-        may be the one) has come."""
+        for its local parent (those of its service that ran on after it, ``ran_on``, waited
+        this long for the run's next batch). No root (rejected, or another service's), a
+        span rejected: what would anchor it were the local parents it waits for gone (the
+        rejected span may be the one) has come."""
         if self.root_seen:
             return self.parent_lost or not self.awaits_after_root()
         return self.parent_lost and self.anchored(local_gone=True)
+
+    def ran_on(self) -> bool:
+        """Whether a span of the root's service ended after the root, whatever its parent
+        (held, lost, or the root itself): the request answered, its server span ended and
+        was exported, and a run it left running in the background (a task of its own, a
+        worker thread) went on writing spans, exported in batches ``OTEL_BSP_SCHEDULE_DELAY``
+        (5 s) apart. Its root anchors the trace only once it is quiet
+        ``completion_wait_ns + lost_parent_wait_ns`` (``lost_parent_over``), not at the first
+        quiet ``completion_wait_ns``, between two of those batches: the rest was dropped as
+        ``late``, and the run judged as its first half. A synchronous run (every span ended
+        by its root's end) is not held. Only the root's own service is read (its clock is
+        the root's: another's may be skewed), ``None`` as a name like any (a process that
+        sets no ``service.name`` sets it on none of its spans); a span dropped for a limit
+        counts where ``awaits_after_root`` reads it. O(spans), only when a span ended after
+        the root (``last_end_ns``): asked once per check, never per span taken."""
+        end = self.root_end_ns
+        if not self.root_seen or self.last_end_ns <= end:
+            return False
+        service = self.root_service
+        if any(span.end_ns > end and span.service == service for span in self.spans.values()):
+            return True
+        return self.drops is not None and self.awaits_after_root()
 
     def awaits_after_root(self) -> bool:
         """Whether a span of the root's service that ended after the root did waits for its

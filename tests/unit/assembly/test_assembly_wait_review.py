@@ -125,8 +125,11 @@ def test_a_root_dropped_buffer_full_before_its_trace_is_held_counts_as_arrived()
     request let through as one that can never fit) drops a background run's root
     ``buffer_full`` before its trace is held. When room is made (the other run judged), the
     run's steps and agent span come, and wait for the root (the agent span's local parent)
-    until ``max_trace_age``: ``timed_out`` at 305 s.
-    Now: ``span_limit`` once the agent span has been quiet ``completion_wait``."""
+    until ``max_trace_age``: ``timed_out`` at 305 s. Then (the fix): ``span_limit`` once the
+    agent span had been quiet ``completion_wait`` (17 s).
+    Now: ``span_limit`` once it has been quiet ``completion_wait + lost_parent_wait`` (22 s):
+    the run's spans ended after its root, a run left running in the background
+    (``_Trace.ran_on``)."""
     other = agent(1, None, "refund-bot", 0, 5, trace_id=tid(7), size_bytes=10)
     limits = AssemblyLimits(
         completion_wait_ns=2 * SECOND, max_trace_age_ns=300 * SECOND, max_traces=1
@@ -134,7 +137,7 @@ def test_a_root_dropped_buffer_full_before_its_trace_is_held_counts_as_arrived()
     judged, late = _judge(
         [[], [run_step(10)], [run_step(11)], [_AGENT]], first=[other, ROOT], limits=limits
     )
-    assert (judged, late) == ([(None, 1, 2), ("span_limit", 3, 17)], 0)
+    assert (judged, late) == ([(None, 1, 2), ("span_limit", 3, 22)], 0)
 
 
 def test_an_eviction_judges_a_run_whose_only_step_was_dropped_as_in_flight() -> None:

@@ -94,10 +94,12 @@ def _run_step(size: int) -> SpanRecord:
 
 def test_control_a_step_dropped_too_large_keeps_its_wait() -> None:
     """Holds (control): under no cap, the request's spans, then the run's step dropped too
-    large (its wait kept), then the agent span: one trace, judged 2 s after the agent span
-    came (4 s after the first batch)."""
+    large (its wait kept), then the agent span: one trace.
+    Was: judged 2 s after the agent span came (4 s after the first batch).
+    Now: 7 s after (9 s): the agent span ended after the root, a run left running in the
+    background (``_Trace.ran_on``)."""
     judged = judge_timed([(_REQUEST, 1), ([_run_step(2000)], 1), ([_BG_AGENT], 1)])
-    assert judged == ([("span_limit", 3, 4)], 0)
+    assert judged == ([("span_limit", 3, 9)], 0)
 
 
 def test_a_step_dropped_over_the_cap_keeps_its_wait_for_its_agent_span() -> None:
@@ -108,9 +110,12 @@ def test_a_step_dropped_over_the_cap_keeps_its_wait_for_its_agent_span() -> None
     Was: the step's wait was not kept: the root anchored at 2 s (the request's 2 spans,
     ``span_limit``), and the agent span started a second trace, waiting for its local parent
     (the root, judged) for ``max_trace_age``: ``timed_out`` at 302 s, alone.
-    Now: one trace, ``span_limit``, 3 spans, judged 2 s after the agent span came (4 s)."""
+    Then (the fix): one trace, ``span_limit``, 3 spans, judged 2 s after the agent span came
+    (4 s).
+    Now: the same, 7 s after the agent span came (9 s), a run left running in the
+    background (``_Trace.ran_on``)."""
     judged = judge_timed([(_REQUEST, 1), ([_run_step(10)], 1), ([_BG_AGENT], 1)], _CAP)
-    assert judged == ([("span_limit", 3, 4)], 0)
+    assert judged == ([("span_limit", 3, 9)], 0)
 
 
 def test_the_span_a_step_dropped_over_the_cap_waits_for_is_enclosing() -> None:
