@@ -20,13 +20,13 @@ import pytest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration.conftest import RunningServer, StartServer, until
+from tests.integration.otlp_support import refund_spans
 from tests.integration.pki_support import Pki
 from tests.integration.security_support import (
     REFUSED,
     client_context,
     closed_by_server,
     loop_turns,
-    refund_spans,
     send_http,
     senders_told,
     tls,

@@ -12,6 +12,7 @@ from grpc_health.v1 import health_pb2
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration.conftest import StartServer
+from tests.integration.otlp_support import refund_spans
 from tests.integration.pki_support import TOKEN, Pki
 from tests.integration.security_support import (
     AUTH_FAILURES,
@@ -24,7 +25,6 @@ from tests.integration.security_support import (
     health_watch,
     post_traces,
     raw_export,
-    refund_spans,
     send_grpc,
     send_http,
     tls,
