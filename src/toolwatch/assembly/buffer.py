@@ -194,14 +194,11 @@ class TraceBuffer(HeldTraces):
         roomy = self._fits(spans)  # the usual case: no span of the batch needs room made
         # What may be evicted (none of the request's traces), read at the first eviction.
         victims: _Victims | None = None
-        # The bytes of the request's spans still to come that may be taken: what the memory
-        # of a span dropped may not take (``HeldTraces._reserved``).
-        most = self._limits.max_buffered_bytes
-        rest = sum(span.size_bytes for span in spans if span.size_bytes <= most)
-        for span in spans:
-            if span.size_bytes <= most:
-                rest -= span.size_bytes
-            self._reserved = rest
+        # Where the request is: the bytes its spans after it will take are what the memory of
+        # a span dropped may not take (``HeldTraces._reserved``, walked only if one asks).
+        self._request = spans
+        for at, span in enumerate(spans):
+            self._at = at
             reason = self._drop_reason(span)
             if reason is None and not roomy:
                 if victims is None and evicts:
@@ -212,7 +209,7 @@ class TraceBuffer(HeldTraces):
                 self._store(span, now)
             else:
                 dropped[reason] += 1
-        self._reserved = 0
+        self._request, self._at, self._reserves = (), 0, None
         for reason, n in dropped.items():
             self._metrics.spans_dropped(n, reason)
             if refused is not None and reason in REPORTED_DROPS:

@@ -53,10 +53,12 @@ class HeldTraces:
         self._limited = LimitedTraces(limits.max_traces)
         self._spans = 0
         self._bytes = 0
-        # While ``add`` takes a request: the bytes of its spans still to come, which what a
-        # trace keeps of a span dropped may not take (``_flag_limited``): ``admit`` said they
-        # fit, and counted no such memory.
-        self._reserved = 0
+        # While ``add`` takes a request (``TraceBuffer._take``): its spans, and where it is;
+        # the bytes its spans after each will take, read once a drop asks (``_reserved``).
+        self._request: Sequence[SpanRecord] = ()
+        self._at = 0
+        self._reserves: list[int] | None = None
+        self._reserves_from = 0
         # Under backpressure, the refusals that may stall the buffer (``_admission``).
         self._refusals = Refusals(limits.max_refusal_ns, limits.tick_ns)
 
@@ -209,6 +211,28 @@ class HeldTraces:
         parents.add(span.parent_span_id)
         return True
 
+    def _reserved(self) -> int:
+        """The bytes the spans of the request ``add`` takes (``TraceBuffer._take``) after the
+        one it is at will take (``_takes``), which what a trace keeps of a span dropped may
+        not take (``_flag_limited``, ``_replay``): ``admit`` said they fit, and counted no
+        such memory. Not those it drops (over their trace's cap, duplicates, late, too large):
+        counted, a step dropped over the cap lost its wait where a large span its request
+        drops came after it. Walked once a request, from the first span that asks (a drop
+        held, a replay): O(the request's spans after it), and a request that drops nothing
+        pays nothing for it."""
+        spans, at = self._request, self._at
+        if at + 1 >= len(spans):
+            return 0
+        reserves = self._reserves
+        if reserves is None:
+            taken: dict[bytes, tuple[set[bytes], set[bytes | None]]] = {}
+            sizes = [s.size_bytes if self._takes(s, taken) else 0 for s in spans[at:]]
+            reserves = [0] * len(sizes)  # at k: the sizes after k
+            for k in range(len(sizes) - 1, 0, -1):
+                reserves[k - 1] = reserves[k] + sizes[k]
+            self._reserves, self._reserves_from = reserves, at
+        return reserves[at - self._reserves_from]
+
     def _room_for(self, spans: Sequence[SpanRecord], size_bytes: int) -> bool | None:
         """Whether a request fits under every bound now; ``None`` when it can never fit."""
         lim = self._limits
@@ -268,7 +292,7 @@ class HeldTraces:
             self._schedule(trace, now)
             return
         rooted, lost, held = trace.root_seen, trace.parent_lost, trace.size_bytes
-        room = self._limits.max_buffered_bytes - self._bytes - self._reserved
+        room = self._limits.max_buffered_bytes - self._bytes - self._reserved()
         named = trace.dropped(span, maybe_parent, room)
         self._bytes += trace.size_bytes - held  # what the trace keeps of the span
         if named or (trace.root_seen and not rooted) or (trace.parent_lost and not lost):
@@ -316,7 +340,7 @@ class HeldTraces:
         lost, kept = limited
         trace.span_limited = True
         trace.parent_lost = lost
-        room = self._limits.max_buffered_bytes - self._bytes - size_bytes - self._reserved
+        room = self._limits.max_buffered_bytes - self._bytes - size_bytes - self._reserved()
         for dropped in kept:
             trace.came(dropped, room - trace.size_bytes)
         self._bytes += trace.size_bytes

@@ -1,0 +1,112 @@
+"""Fifth review of the "wait" rule (review-wait5): the memory of a span dropped for a limit,
+and what an outermost agent span waits for. Each test fails at 1673108.
+
+A step dropped over its trace's cap keeps its wait for the run's agent span
+(``_Trace.came``), in the room the rest of its request leaves (``HeldTraces._reserved``): that
+room counted spans the request drops too, so a step lost its wait where a large span dropped
+came after it, or a retry brought a duplicate (defects 1 and 5).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from assembly_support import SECOND, RecordingMetrics, agent, span, tool
+from stall_support import tid
+from wait_support import LIMITS, RUN, judge_timed
+
+from toolwatch.assembly.buffer import TraceBuffer
+from toolwatch.model import ManualClock, SpanRecord, SpanRole
+
+#: ``LIMITS`` (a buffer of 1,000 bytes) with a cap of 2 spans a trace.
+_CAP = dataclasses.replace(LIMITS, max_spans_per_trace=2)
+#: A request's spans, the cap: a child 3 and the root 9 (ended at 3 ms), which left a run
+#: running in the background.
+_REQUEST = [
+    span(3, 9, SpanRole.OTHER, 0, 1, trace_id=RUN, size_bytes=10, parent_local=True),
+    span(9, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=10),
+]
+#: The background run's agent span (under the root, local), ended last.
+_BG_AGENT = agent(2, 9, "refund-bot", 1, 60_000, trace_id=RUN, size_bytes=10, parent_local=True)
+
+
+def _step(n: int, size: int = 10) -> SpanRecord:
+    """A step of the background run (under its agent span 2, local), over the cap."""
+    return tool(n, 2, "lookup_order", 4, 7, trace_id=RUN, size_bytes=size, parent_local=True)
+
+
+def _other(n: int, size: int) -> SpanRecord:
+    """A root of another trace (``tid(n)``)."""
+    return span(1, None, SpanRole.OTHER, 0, 1, trace_id=tid(n), size_bytes=size)
+
+
+def _run_judged(
+    clock: ManualClock, buffer: TraceBuffer, metrics: RecordingMetrics
+) -> tuple[list[tuple[str | None, int]], int]:
+    """20 s quiet (a slow step), the agent span, 300 s more: RUN's traces judged (reason,
+    spans), and the spans dropped ``late``."""
+    judged: list[tuple[bytes, str | None, int]] = []
+    for gap, batch in ((20, [_BG_AGENT]), (300, [])):
+        for _ in range(gap * 5):
+            clock.now_ns += SECOND // 5
+            judged += [(t.trace_id, t.incomplete_reason, len(t.spans)) for t in buffer.poll()]
+        if batch:
+            buffer.add(batch)
+    run = [(reason, n) for trace_id, reason, n in judged if trace_id == RUN]
+    return run, metrics.dropped["late"]
+
+
+# --- 1 and 5. The room a drop's memory may take: the spans its request takes after it.
+
+
+def test_control_over_the_cap_steps_big_one_first_keep_their_wait() -> None:
+    """Control, unchanged: two steps over the cap in one request, the 900-byte one first:
+    the wait is kept; after a 20 s quiet step the agent span comes: one trace, 3 spans."""
+    judged = judge_timed([(_REQUEST, 1), ([_step(10, 900), _step(11)], 20), ([_BG_AGENT], 1)], _CAP)
+    assert judged == ([("span_limit", 3, 23)], 0)
+
+
+def test_a_step_over_the_cap_keeps_its_wait_whatever_the_request_drops_after_it() -> None:
+    """The same two steps, the small one first; both dropped ``trace_span_limit``.
+    Was: the room for the first's wait was what the request's spans after it would take,
+    counting the second's 900 bytes (dropped, it takes none): 1,000 - 20 - 900 < its 333
+    bytes, not kept, the trace ``parent_lost``: the root anchored once quiet 7 s, the
+    request's part judged alone (2 spans), the agent span a trace of its own, ``timed_out``
+    at 321 s.
+    Now: only the spans the request takes are reserved (none here): as the control."""
+    judged = judge_timed([(_REQUEST, 1), ([_step(11), _step(10, 900)], 20), ([_BG_AGENT], 1)], _CAP)
+    assert judged == ([("span_limit", 3, 23)], 0)
+
+
+def test_a_retried_request_does_not_lose_the_wait_of_its_step_over_the_cap() -> None:
+    """backpressure (the default). A request brings the run's step over the cap (its wait
+    kept) and another trace's 500-byte span (taken). The client retries it (its answer lost):
+    the step again (its wait is the entry kept: it costs nothing) and the 500-byte span, a
+    ``duplicate``.
+    Was: the duplicate's 500 bytes were reserved: room 1,000 - 853 - 500 < 0, and the step,
+    needing nothing, counted as a rejected one (``parent_lost``): the root anchored once
+    quiet 7 s (2 spans), the agent span a trace of its own, ``timed_out``.
+    Now: a duplicate is not reserved, and a retry changes nothing: one trace, 3 spans."""
+    clock = ManualClock()
+    metrics = RecordingMetrics()
+    buffer = TraceBuffer(_CAP, clock, metrics)
+    buffer.add(_REQUEST)
+    request = [_step(10), _other(7, 500)]
+    buffer.add(request)
+    held = buffer.buffered_bytes
+    buffer.add(request)  # the retry
+    assert buffer.buffered_bytes == held
+    assert _run_judged(clock, buffer, metrics) == ([("span_limit", 3)], 0)
+
+
+def test_a_drop_leaves_the_room_the_spans_its_request_takes_after_it_need() -> None:
+    """Unchanged: a step over the cap, then 750 bytes of another trace's spans the request
+    takes: the step's wait (333 bytes) finds no room after them (1,000 - 20 - 750 < 333),
+    and the step is not known; the spans are all held."""
+    clock = ManualClock()
+    metrics = RecordingMetrics()
+    buffer = TraceBuffer(_CAP, clock, metrics)
+    buffer.add(_REQUEST)
+    buffer.add([_step(10), _other(7, 750)])
+    assert (buffer.buffered_spans, buffer.buffered_bytes) == (3, 770)
+    assert _run_judged(clock, buffer, metrics) == ([("span_limit", 2), ("timed_out", 1)], 0)
