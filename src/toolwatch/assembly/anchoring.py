@@ -353,7 +353,7 @@ class _Trace:
         if (
             (parent and ids is not None and len(ids) >= DROPPED_IDS)
             or at >= DROPPED_IDS
-            or cost > room
+            or (cost > 0 and cost > room)  # what costs nothing is known whatever the room
         ):
             self.parent_lost = True
             return False

@@ -110,3 +110,30 @@ def test_a_drop_leaves_the_room_the_spans_its_request_takes_after_it_need() -> N
     buffer.add([_step(10), _other(7, 750)])
     assert (buffer.buffered_spans, buffer.buffered_bytes) == (3, 770)
     assert _run_judged(clock, buffer, metrics) == ([("span_limit", 2), ("timed_out", 1)], 0)
+
+
+# --- 2. A dropped span that needs no memory is known whatever the room.
+
+
+def test_a_step_whose_wait_is_kept_already_costs_nothing_and_stays_known() -> None:
+    """evict_oldest. The run's first step over the cap keeps its wait for the agent span 2
+    (a few hundred bytes). Another trace's span fills the buffer to 980 bytes. A request then
+    brings a second step over the cap (same parent, same service: its wait is the entry kept
+    already, it costs nothing) and a 400-byte span of a new trace (taken, evicting the other
+    trace): the room left for the step is 1,000 - 980 - 400 < 0.
+    Was: ``came`` refused what costs more than the room, and 0 > -380: the step counted as
+    a rejected one (``parent_lost``): the root anchored once quiet 7 s (2 spans), and the
+    agent span, after a 20 s step, was a trace of its own, ``timed_out``.
+    Now: a span that needs no memory is known whatever the room: one trace, 3 spans."""
+    clock = ManualClock()
+    metrics = RecordingMetrics()
+    buffer = TraceBuffer(dataclasses.replace(_CAP, overflow="evict_oldest"), clock, metrics)
+    buffer.add(_REQUEST)
+    buffer.add([_step(10)])
+    kept = buffer.buffered_bytes - 20  # the wait kept
+    assert kept > 0
+    buffer.add([_other(7, 1000 - 20 - kept - 20)])
+    assert buffer.buffered_bytes == 980
+    buffer.add([_step(11), _other(8, 400)])
+    assert buffer.buffered_bytes == 20 + kept + 400
+    assert _run_judged(clock, buffer, metrics) == ([("span_limit", 3)], 0)
