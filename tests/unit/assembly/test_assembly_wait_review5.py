@@ -137,3 +137,76 @@ def test_a_step_whose_wait_is_kept_already_costs_nothing_and_stays_known() -> No
     buffer.add([_step(11), _other(8, 400)])
     assert buffer.buffered_bytes == 20 + kept + 400
     assert _run_judged(clock, buffer, metrics) == ([("span_limit", 3)], 0)
+
+
+# --- 3. Without a root: each service's outermost agent spans, from the first that ended.
+
+#: A triage agent of service "triage" (parent 100, remote: its caller not sent here), ended at
+#: 3 ms, which left a refund run running in the background (agent span 4 under it, local;
+#: its steps under 4, local, of "triage" too).
+_TRIAGE = agent(1, 100, "triage", 0, 3, trace_id=RUN, size_bytes=10, service="triage")
+_REFUND = agent(
+    4, 1, "refund-bot", 1, 60_000, trace_id=RUN, size_bytes=10, parent_local=True, service="triage"
+)
+
+
+def _bg(n: int, end_ms: int) -> SpanRecord:
+    step = tool(n, 4, "lookup_order", 4, end_ms, trace_id=RUN, size_bytes=10, parent_local=True)
+    return dataclasses.replace(step, service="triage")
+
+
+def _triage_run(first: list[SpanRecord]) -> tuple[list[tuple[str | None, int, int]], int]:
+    """``first``, then the refund run's next steps, then its agent span, 5 s apart (a batch
+    processor's schedule)."""
+    return judge_timed(
+        [
+            (first, 5),
+            ([_bg(11, 5_000)], 5),
+            ([_bg(12, 10_000)], 5),
+            ([_REFUND], 1),
+        ]
+    )
+
+
+def test_control_a_remote_triage_agent_alone_waits_for_its_background_run() -> None:
+    """Control, unchanged (review-wait4): one trace, complete, 5 spans, 2 s after the refund
+    agent span came (at 17 s)."""
+    assert _triage_run([_TRIAGE, _bg(10, 7)]) == ([(None, 5, 17)], 0)
+
+
+def test_a_later_agent_of_another_service_does_not_excuse_triages_background_run() -> None:
+    """The same, and a billing agent of another service, invoked by the same caller after
+    triage answered (parent 101, remote), ended after triage (6 ms), in the first batch.
+    Was: only the service of the outermost agent that ended last (billing) was read:
+    triage's step waiting for its local parent (the refund agent span) was not, and the
+    trace was anchored at the first quiet 2 s: triage, billing and one step; the refund
+    run's other steps and agent span ``late`` (3).
+    Now: each service's outermost agents are read: as the control, billing with it."""
+    billing = agent(5, 101, "billing", 4, 6, trace_id=RUN, size_bytes=10, service="billing")
+    assert _triage_run([_TRIAGE, billing, _bg(10, 7)]) == ([(None, 6, 17)], 0)
+
+
+def test_a_second_turn_does_not_excuse_the_background_run_of_the_first() -> None:
+    """A second triage turn (parent 101, remote, same service), ended at 4 s, after the
+    refund run's first step (7 ms), in the first batch.
+    Was (and with each service's outermost agent that ended last read): the second turn's
+    end was read, the step ended before it, nothing waited: anchored at the first quiet 2 s
+    (3 spans), the refund run's other steps and agent span ``late`` (3).
+    Now: each service's outermost agent that ended first (the first turn) is read: one trace,
+    complete, 6 spans, at 17 s."""
+    second = agent(5, 101, "triage", 8, 4_000, trace_id=RUN, size_bytes=10, service="triage")
+    assert _triage_run([_TRIAGE, second, _bg(10, 7)]) == ([(None, 6, 17)], 0)
+
+
+def test_a_later_turn_whose_steps_all_came_anchors_at_the_first_quiet_wait() -> None:
+    """Unchanged: two turns of one service, each with its step (local parent, its turn's
+    agent span, held): nothing waits, judged at the first quiet 2 s."""
+    second = agent(5, 101, "triage", 8, 20, trace_id=RUN, size_bytes=10, service="triage")
+    steps = [
+        dataclasses.replace(
+            tool(n, turn, "lookup_order", 1, end, trace_id=RUN, parent_local=True),
+            service="triage",
+        )
+        for n, turn, end in ((10, 1, 2), (11, 5, 15))
+    ]
+    assert judge_timed([([_TRIAGE, second, *steps], 1)]) == ([(None, 4, 2)], 0)
