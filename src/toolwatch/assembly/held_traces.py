@@ -31,6 +31,20 @@ from toolwatch.model import Clock, SpanRecord
 __all__ = ["HeldTraces"]
 
 
+def _kept_wait(span: SpanRecord, trace: _Trace | None, parents: set[bytes | None]) -> bool:
+    """``span`` is dropped (``HeldTraces._takes``): where its flags say its parent is local
+    and its trace does not hold it, what it waited for is kept (``_Trace.came``), and that
+    parent encloses it: noted in ``parents``. Read, a step and its agent span in one request
+    to a full trace counted the agent span as one the cap drops, and a full buffer admitted
+    the request, then dropped the agent span ``buffer_full``. Taken as kept even where
+    ``came`` will not keep it (past ``DROPPED_IDS``, no room): a request may be refused that
+    would have fit. Returns False: not taken."""
+    parent = span.parent_span_id
+    if span.parent_local and parent is not None and (trace is None or parent not in trace.spans):
+        parents.add(parent)
+    return False
+
+
 class HeldTraces:
     """The traces ``TraceBuffer`` holds, their counts, bounds and deadlines (module
     docstring)."""
@@ -167,7 +181,8 @@ class HeldTraces:
         not a span ``add`` drops (bigger than the whole buffer, of an emitted run, one held
         already, or over its trace's cap), each judged as ``add`` judges it, in order, after
         the request's spans before it (a span sent twice; a run's last spans, each enclosing
-        the one before it, coming past its cap together)."""
+        the one before it, coming past its cap together; a step dropped, and the agent span
+        it waits for: ``_takes``)."""
         lim = self._limits
         count = len(spans)
         if (
@@ -188,16 +203,18 @@ class HeldTraces:
         self, span: SpanRecord, taken: dict[bytes, tuple[set[bytes], set[bytes | None]]]
     ) -> bool:
         """Whether ``add`` would take ``span`` after the spans of its request in ``taken``
-        (``_room_taken``); if so, noted there."""
+        (``_room_taken``); if so, noted there. One it drops too large or over the cap keeps
+        what it waited for (``_Trace.came``): that parent, noted too, encloses it, and is taken
+        past the cap (``_kept_wait``)."""
         lim = self._limits
-        if span.size_bytes > lim.max_buffered_bytes:
-            return False
         trace = self._traces.get(span.trace_id)
         if trace is None and span.trace_id in self._emitted:
             return False
         ids, parents = taken.setdefault(span.trace_id, (set(), set()))
         if span.span_id in ids or (trace is not None and span.span_id in trace.spans):
             return False
+        if span.size_bytes > lim.max_buffered_bytes:
+            return _kept_wait(span, trace, parents)
         held, cap = len(ids), lim.max_spans_per_trace
         if trace is not None:
             held += len(trace.spans)
@@ -206,7 +223,7 @@ class HeldTraces:
                 span.parent_span_id is None if trace is None else trace.encloses(span)
             )
             if held >= cap + ENCLOSING_SPANS or not encloses:
-                return False
+                return _kept_wait(span, trace, parents)
         ids.add(span.span_id)
         parents.add(span.parent_span_id)
         return True

@@ -210,3 +210,49 @@ def test_a_later_turn_whose_steps_all_came_anchors_at_the_first_quiet_wait() -> 
         for n, turn, end in ((10, 1, 2), (11, 5, 15))
     ]
     assert judge_timed([([_TRIAGE, second, *steps], 1)]) == ([(None, 4, 2)], 0)
+
+
+# --- 4. Admission reads the wait of a step its request drops.
+
+
+def _full_buffer() -> tuple[TraceBuffer, RecordingMetrics]:
+    """backpressure, 3 spans at most: the request's 2 spans (the cap) and another trace's
+    span: full."""
+    metrics = RecordingMetrics()
+    buffer = TraceBuffer(dataclasses.replace(_CAP, max_buffered_spans=3), ManualClock(), metrics)
+    buffer.add(_REQUEST)
+    buffer.add([_other(7, 10)])
+    return buffer, metrics
+
+
+def test_control_the_agent_span_a_dropped_step_waits_for_is_refused_when_the_buffer_is_full() -> (
+    None
+):
+    """Control, unchanged: the step comes over the cap alone (taken: dropped, it takes no
+    room; its wait kept), then the agent span, which encloses it: it needs a slot, the buffer
+    is full: refused (the client retries), nothing dropped ``buffer_full``."""
+    buffer, metrics = _full_buffer()
+    assert buffer.admit([_step(10)], 10) == []
+    assert buffer.admit([_BG_AGENT], 10) is None
+    assert metrics.dropped["buffer_full"] == 0
+
+
+def test_a_step_and_its_agent_span_in_one_request_are_refused_when_the_buffer_is_full() -> None:
+    """The step and the agent span in one request (a batch processor's one export).
+    Was: admission judged the agent span as enclosing nothing held (the step's wait, kept by
+    ``add``, was not read): dropped over the cap, taking no room: the request was admitted;
+    ``add`` dropped the step, kept its wait (so the agent span encloses), and had no slot for
+    the agent span: dropped ``buffer_full``, the run's anchor and its name lost.
+    Now: refused, as the control's agent span is; nothing dropped."""
+    buffer, metrics = _full_buffer()
+    request = [_step(10), _BG_AGENT]
+    assert (buffer.admit(request, 20), metrics.dropped["buffer_full"]) == (None, 0)
+    assert buffer.buffered_spans == 3
+
+
+def test_a_step_too_large_and_its_agent_span_in_one_request_are_refused_when_full() -> None:
+    """The same, the step dropped too large (its wait kept as well).
+    Was: admitted, the agent span dropped ``buffer_full``. Now: refused."""
+    buffer, metrics = _full_buffer()
+    request = [_step(10, 2000), _BG_AGENT]
+    assert (buffer.admit(request, 2010), metrics.dropped["buffer_full"]) == (None, 0)
