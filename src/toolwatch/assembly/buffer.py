@@ -47,7 +47,8 @@ with a reason:
 ``trace_span_limit``, ``span_too_large`` and ``buffer_full`` flag the trace incomplete
 (``span_limit``) when it is emitted, also when the dropped span came before any span of its
 trace was buffered (up to ``max_traces`` such trace ids are remembered until their trace
-arrives, and what anchoring reads of up to ``max_traces`` such spans: ``assembly.limited``).
+arrives, and what anchoring reads of up to ``max_traces`` such spans, the oldest traces'
+forgotten first: ``assembly.limited``).
 So does a span the decoder rejected (:meth:`TraceBuffer.flag_rejected`): never passed here,
 it is counted rejected, but its run misses it all the same. ``span_limit`` reads "a span of
 the run was not taken": an incomplete run is judged against the policy alone whatever took

@@ -256,3 +256,45 @@ def test_a_step_too_large_and_its_agent_span_in_one_request_are_refused_when_ful
     buffer, metrics = _full_buffer()
     request = [_step(10, 2000), _BG_AGENT]
     assert (buffer.admit(request, 2010), metrics.dropped["buffer_full"]) == (None, 0)
+
+
+# --- 6. Spans dropped before their trace is held: the oldest traces' forgotten first.
+
+#: Room for 4 traces (and 4 spans kept before their trace is held: ``assembly.limited``).
+_FOUR = dataclasses.replace(LIMITS, max_buffered_bytes=10_000, max_traces=4)
+#: A synchronous run: two steps and the agent span; its root (span 9) ends last, and is
+#: dropped too large.
+_SYNC = [
+    tool(10, 2, "lookup_order", 4, 20, trace_id=RUN, size_bytes=10, parent_local=True),
+    tool(11, 2, "lookup_order", 4, 40, trace_id=RUN, size_bytes=10, parent_local=True),
+    agent(2, 9, "refund-bot", 1, 60, trace_id=RUN, size_bytes=10, parent_local=True),
+]
+_BIG_ROOT = span(9, None, SpanRole.OTHER, 0, 70, trace_id=RUN, size_bytes=20_000)
+
+
+def _never_held(n: int) -> list[SpanRecord | None]:
+    """Another trace's ``n`` spans, all dropped too large: it is never held."""
+    return [
+        span(
+            20 + k, None if k == 0 else 20, SpanRole.OTHER, 0, 1, trace_id=tid(9), size_bytes=20_000
+        )
+        for k in range(n)
+    ]
+
+
+def test_control_a_synchronous_run_whose_root_was_dropped_before_it_was_held() -> None:
+    """Control, unchanged: the root dropped too large first is known (``assembly.limited``):
+    the run judged at the first quiet 2 s (3 s)."""
+    assert judge_timed([([_BIG_ROOT], 1), (_SYNC, 1)], _FOUR) == ([("span_limit", 3, 3)], 0)
+
+
+def test_a_trace_never_held_does_not_keep_the_budget_from_a_newer_one() -> None:
+    """First another trace's 4 spans dropped too large (it never comes), then the run's.
+    Was: the 4 kept filled the budget (``max_traces`` spans) for good, until 4 newer trace
+    ids pushed them out: the run's root, dropped next, was not kept, ``parent_lost``, and
+    the run waited the lost parent's 7 s (judged at 9 s); a run left in the background
+    would have been cut there.
+    Now: the oldest trace's spans are forgotten for it: judged at the first quiet 2 s, as
+    the control (a second later: the other trace's batch came first)."""
+    judged = judge_timed([(_never_held(4), 1), ([_BIG_ROOT], 1), (_SYNC, 1)], _FOUR)
+    assert judged == ([("span_limit", 3, 4)], 0)
