@@ -327,9 +327,10 @@ class _Trace:
         ``room``, it is as unknown as a rejected span (``parent_lost``). A retry of one kept
         changes nothing.
 
-        Returns whether a held span names it as its parent, or it waits (so what anchors the
-        trace changed): O(spans), asked once per such drop (drops are rare, and a trace
-        remembers ``DROPPED_IDS`` at most), never per span taken."""
+        Returns whether a held span names it as its parent, or a dropped one waited for it,
+        or it waits (so what anchors the trace changed): O(spans), asked once per such drop
+        (drops are rare, and a trace remembers ``DROPPED_IDS`` at most), never per span
+        taken."""
         span_id, parent_id, end_ns, service, local, role = span
         if parent_id is None:
             self.root_seen = True
@@ -371,7 +372,11 @@ class _Trace:
             return waited
         if self.open_parents is not None:  # a full trace: its open parents are kept
             return at >= 0 or span_id in self.open_parents
-        return at >= 0 or any(held.parent_span_id == span_id for held in self.spans.values())
+        return (  # ... or a dropped span waited for it (``dropped_waits``; full: open_parents)
+            at >= 0
+            or any(held.parent_span_id == span_id for held in self.spans.values())
+            or any(parent == span_id for parent, _, _ in self.dropped_waits or ())
+        )
 
     def _waits(self, at: int, parent_id: bytes, end_ns: int, service: str | None) -> bool:
         """A dropped span of ``service`` that ended at ``end_ns`` waited for its local parent

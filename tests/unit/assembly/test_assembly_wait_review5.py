@@ -298,3 +298,57 @@ def test_a_trace_never_held_does_not_keep_the_budget_from_a_newer_one() -> None:
     the control (a second later: the other trace's batch came first)."""
     judged = judge_timed([(_never_held(4), 1), ([_BIG_ROOT], 1), (_SYNC, 1)], _FOUR)
     assert judged == ([("span_limit", 3, 4)], 0)
+
+
+# --- 7. A dropped span that only a dropped span waited for restarts the checks.
+
+#: The agent service's part of a trace whose root is another service's: the agent span 2
+#: under a handoff's workflow span 3 (local), itself under a wrapper span 6 (local), whose
+#: parent (100) is remote; a step 10 of the agent.
+_A_PART = [
+    tool(10, 2, "lookup_order", 4, 20, trace_id=RUN, size_bytes=10, parent_local=True),
+    agent(2, 3, "refund-bot", 1, 60, trace_id=RUN, size_bytes=10, parent_local=True),
+]
+
+
+def _wrapper(n: int, parent: int, size: int, *, local: bool) -> SpanRecord:
+    return span(n, parent, SpanRole.OTHER, 0, 70, trace_id=RUN, size_bytes=size, parent_local=local)
+
+
+def test_control_two_dropped_wrappers_in_one_export_anchor_the_agent() -> None:
+    """Control, unchanged: the workflow span and the wrapper above it both dropped too large,
+    in the batch after the agent's: the walk passes through both and leaves at a remote
+    parent: judged once quiet 2 s since the agent's batch (a drop is no arrival)."""
+    wrappers = [_wrapper(3, 6, 2000, local=True), _wrapper(6, 100, 2000, local=False)]
+    assert judge_timed([(_A_PART, 1), (wrappers, 1)]) == ([("span_limit", 2, 2)], 0)
+
+
+def test_a_wrapper_dropped_after_the_check_found_no_anchor_restarts_the_checks() -> None:
+    """The same two spans in two exports 3 s apart (a batch processor's schedule): the
+    workflow span 3 dropped (its wait for 6, local, kept); the check 2 s later finds the walk
+    stopped at 6, a local parent not come: next due at ``max_trace_age``. Then 6 is dropped.
+    Was: ``came`` said nothing changed (no held span names 6; only the dropped span 3's
+    wait does), so no check restarted: judged ``timed_out`` at 300 s, though its anchor came
+    at 4 s.
+    Now: the checks restart when 6 is dropped, as where a held span names it; the trace was
+    quiet 2 s already: judged at once (4 s)."""
+    judged = judge_timed(
+        [
+            (_A_PART, 1),
+            ([_wrapper(3, 6, 2000, local=True)], 3),
+            ([_wrapper(6, 100, 2000, local=False)], 1),
+        ]
+    )
+    assert judged == ([("span_limit", 2, 4)], 0)
+
+
+def test_control_a_held_wrapper_after_the_check_anchors_the_agent() -> None:
+    """Control, unchanged: the same, the wrapper 6 small (held): judged 2 s after it (6 s)."""
+    judged = judge_timed(
+        [
+            (_A_PART, 1),
+            ([_wrapper(3, 6, 2000, local=True)], 3),
+            ([_wrapper(6, 100, 10, local=False)], 1),
+        ]
+    )
+    assert judged == ([("span_limit", 3, 6)], 0)
