@@ -62,6 +62,7 @@ MODULES = (
     "assembly/completed.py",
     "assembly/delegations.py",
     "assembly/drafts.py",
+    "assembly/dropped.py",
     "assembly/handoffs.py",
     "assembly/held_traces.py",
     "assembly/keys.py",

@@ -131,14 +131,17 @@ class RunningServer:
         result: T = self._await(run())
         return result
 
-    def settle(self, seconds: float | None = None, *, rejected: bool = False) -> int:
+    def settle(
+        self, seconds: float | None = None, *, rejected: bool = False, ran_on: bool = False
+    ) -> int:
         """Advance the clock past completion_wait (and lost_parent_wait too if ``rejected``:
-        a trace with a span rejected at ingest waits it) and complete what is due: one step
-        on the server's loop, so its own ticker cannot complete the traces in between (and
-        make this tick find nothing)."""
+        a trace with a span rejected at ingest waits it; or ``ran_on``: so does one with a
+        span of its root's service that ended after the root, a run left running in the
+        background) and complete what is due: one step on the server's loop, so its own
+        ticker cannot complete the traces in between (and make this tick find nothing)."""
         assembly = self.app.config.assembly
         wait = assembly.completion_wait_seconds
-        if rejected:
+        if rejected or ran_on:
             wait += assembly.lost_parent_wait_seconds
 
         def advance_and_tick() -> int:

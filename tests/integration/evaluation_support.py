@@ -1,5 +1,6 @@
 """What end-to-end evaluation tests share: the examples' minimal policy, the findings log read
-back, and the runs (an unverified refund, a canary's half, runs by reference) they send."""
+back, and the runs (an unverified refund, a canary's half, the canary's run out of order, runs
+by reference) they send."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import ReadableSpan
 
 from tests.integration import agents
+from tests.integration.agents import AgentRun, Call, Turn
 from tests.integration.conftest import RunningServer
 
 MINIMAL_POLICY = """\
@@ -22,6 +24,8 @@ policy:
   dangerous_tools: [issue_refund]
   verification_tools: [lookup_order]
 """
+#: The examples' golden case the canary runs name (examples/golden-cases.yaml).
+CANARY = {"toolwatch.case_id": "refund-verified-damaged-item"}
 
 
 def findings_log(server: RunningServer) -> list[dict[str, Any]]:
@@ -108,3 +112,16 @@ def unverified_refund_dump(tmp_path: Path, runs: int) -> Path:
             run["trace_id"] = f"{i + 1:032x}"
             out.write(json.dumps(run) + "\n")
     return path
+
+
+def email_first_canary_run() -> AgentRun:
+    """The canary's run (lookup_order, issue_refund, send_email expected) with the e-mail
+    sent first: the same tools, in another order."""
+    email = Call("send_email", {"to": "a@example.com", "body": "hi"}, "c3")
+    lookup = Call("lookup_order", {"order_id": "ORD-1042"}, "c1", result='{"status": "ok"}')
+    refund = Call("issue_refund", {"order_id": "ORD-1042", "amount_usd": 49.99}, "c2")
+    return AgentRun(
+        "refund-bot",
+        (Turn((email,)), Turn((lookup,)), Turn((refund,)), Turn(text="Done.")),
+        attributes=CANARY,
+    )

@@ -1,5 +1,6 @@
-"""What the OTLP receiver tests share: a refund run's request and its OTLP/JSON form, clients
-that post or export it over HTTP and gRPC, and what they were answered."""
+"""What the OTLP receiver tests share: a refund run's spans, its request and its OTLP/JSON form,
+clients that post or export it over HTTP and gRPC, what they were answered, and the server's
+clock moved on while its runs stay in flight (``later``)."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.sdk.trace import ReadableSpan
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer, until
@@ -119,6 +121,11 @@ def export_grpc(
 def refund_request() -> ExportTraceServiceRequest:
     """A fresh (new ids) six-span refund run as the SDK's OTLP encoder writes it."""
     return encode_spans(agents.record(agents.refund_run(), "genai"))
+
+
+def refund_spans() -> tuple[ReadableSpan, ...]:
+    """A fresh refund run's six spans, as the SDK records them (not yet encoded)."""
+    return agents.record(agents.refund_run(), "genai")
 
 
 def spans_in(request: ExportTraceServiceRequest) -> Iterator[Span]:
@@ -232,6 +239,13 @@ class HeldCall:
 
 def in_flight(server: RunningServer) -> float:
     return server.sample("toolwatch_requests_in_flight")
+
+
+def later(server: RunningServer, seconds: float) -> None:
+    """On the server's loop: ``seconds`` pass and the checks due are made, as a tick makes
+    them: the runs in flight stay."""
+    server.clock.advance(seconds)
+    assert server.app.engine.tick() == 0
 
 
 REQUESTS_COUNTED = "toolwatch_export_request_duration_seconds_count"

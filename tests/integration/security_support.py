@@ -1,6 +1,7 @@
 """What the security tests share: server settings for TLS and tokens, clients that export
-through them (the SDK's OTLP exporters, grpc, urllib) and what they were answered, and
-``toolwatch tail`` run on a server's stream."""
+through them (the SDK's OTLP exporters, grpc, urllib) and what they were answered,
+``toolwatch tail`` run on a server's stream, and the connections a listener closed or refused
+(``REFUSED``, ``closed_by_server``) and told of (``senders_told``)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import datetime
 import io
 import json
+import socket
 import ssl
 import threading
 import urllib.error
@@ -43,6 +45,7 @@ AUTH_FAILURES = "toolwatch_auth_failures_total"
 RELOAD_FAILURES = "toolwatch_security_reload_failures_total"
 CERTIFICATE_EXPIRY = "toolwatch_tls_certificate_expiry_timestamp_seconds"
 CERTIFICATE_NOT_BEFORE = "toolwatch_tls_certificate_not_before_timestamp_seconds"
+REFUSED = "toolwatch_connections_refused_total"
 DAY = datetime.timedelta(days=1)
 
 
@@ -199,10 +202,6 @@ def client_context(pki: Pki, client: bool | str = False) -> ssl.SSLContext:
     return context
 
 
-def refund_spans() -> tuple[ReadableSpan, ...]:
-    return agents.record(agents.refund_run(), "genai")
-
-
 def assert_one_refund_trace(server: RunningServer) -> None:
     assert server.settle() == 1
     [trace] = server.tooltraces()
@@ -341,3 +340,26 @@ def answers_to(
     context = client_context(pki)
     context.load_cert_chain(*pki.client_files(tmp_path, cert, key))
     return raw_export(server, credentials), post_traces(server, context, token=None).status
+
+
+# -- connections: the listeners' bounds ------------------------------------------------------
+
+
+def senders_told(caplog: pytest.LogCaptureFixture) -> list[str]:
+    """What the sender log (``toolwatch.senders``) said."""
+    return [r.getMessage() for r in caplog.records if r.name == "toolwatch.senders"]
+
+
+def loop_turns(server: RunningServer, n: int = 3) -> None:
+    """Let the server's loop take what the sockets sent or closed: each call is one round
+    trip through it."""
+    for _ in range(n):
+        server.call(lambda: None)
+
+
+def closed_by_server(sock: socket.socket) -> bool:
+    """Whether the server closed ``sock`` (a connection that sent nothing)."""
+    try:
+        return sock.recv(100) == b""
+    except ConnectionResetError:
+        return True

@@ -3,7 +3,8 @@
 and real gRPC subscribers showing client certificates of trustme's CAs or, for certificates the
 TLS stack takes and a certificate check of toolwatch's own (745c865's) refused, made at run
 time with ``cryptography`` (shapes trustme does not issue). Those are valid from 2020 to 2100,
-so that gRPC's handshake takes them whatever the clock."""
+so that gRPC's handshake takes them whatever the clock. While the listener restarts, its
+address can be taken as another process would take it (``being_written``, ``take_address``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import asyncio
 import concurrent.futures
 import datetime
 import os
+import socket
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ from tests.integration.pki_support import Pki, make_pki
 from tests.integration.security_support import tls
 from tests.integration.stream_support import make_finding, make_trace
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
+from toolwatch.listeners import listening_socket
 
 #: Seconds of the server's clock between two looks at its client CA file.
 RELOAD_SECONDS = 30
@@ -168,6 +171,23 @@ def listening_again(server: RunningServer) -> None:
     listener = server.app.stream_listener
     assert listener is not None
     asyncio.run_coroutine_threadsafe(listener.settled(), server.loop).result(timeout=10)
+
+
+def being_written(server: RunningServer) -> bool:
+    """Whether the one subscription open has a finding being written."""
+    writing = server.call(lambda: [s.writing for s in server.app.broker.subscriptions])
+    return len(writing) == 1 and writing[0] is not None
+
+
+def take_address(address: str, taken: list[socket.socket]) -> bool:
+    """Whether ``taken`` holds a listening socket on ``address`` (as another process would
+    take it), taken now if the address is free."""
+    if not taken:
+        try:
+            taken.append(listening_socket(address))
+        except OSError:  # the server still listens there
+            return False
+    return True
 
 
 def _put(path: Path, pem: bytes) -> None:

@@ -18,15 +18,16 @@ from tests.integration.conftest import RunningServer, StartServer, until
 from tests.integration.pki_support import make_pki
 from tests.integration.stream_ca_helpers import (
     RELOAD_SECONDS,
+    being_written,
     ca_channel,
     listening_again,
     mutual_tls,
     publish,
     subscribe,
+    take_address,
     write_cas,
 )
-from tests.integration.test_security_stream_ca_address_taken import _take, _writing
-from tests.integration.test_stream_replay_losses import BIG, NO_BDP
+from tests.integration.stream_support import BIG, NO_BDP
 
 
 @contextmanager
@@ -43,11 +44,11 @@ def stream_address_taken(start_server: StartServer, tmp_path: Path) -> Iterator[
         with ca_channel(address, pki, pki.clients, NO_BDP) as stuck_channel:
             stuck = subscribe(stuck_channel)  # reads nothing from now on
             publish(server, "x" * BIG)
-            assert until(lambda: _writing(server))
+            assert until(lambda: being_written(server))
             write_cas(path, [pki.clients])  # the other CA taken out: the listener restarts
             server.clock.advance(RELOAD_SECONDS)
             server.call(server.app.tick)
-            assert until(lambda: _take(address, taken))  # another process takes the port
+            assert until(lambda: take_address(address, taken))  # another process takes the port
             listening_again(server)
             stuck.cancel()
         yield server

@@ -1,5 +1,6 @@
 """A server's findings stream for tests: an in-process server (``serve``, its ``Harness``),
-findings and ToolTraces to publish on it, and a subscriber."""
+findings and ToolTraces to publish on it (``findings``: each larger than the HTTP/2 window of
+a client that does not grow it, ``NO_BDP``), and a subscriber."""
 
 from __future__ import annotations
 
@@ -23,6 +24,11 @@ from toolwatch.sinks.stream.service import Authorize, FindingsStreamServicer, ad
 TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
 WALL_NS = 1_795_984_262_123_456_789  # 2026-11-29T20:31:02.123Z
 DROPPED = "toolwatch_stream_dropped_findings_total"
+#: A finding larger than HTTP/2's 64 KiB window: the server can never write one whole into
+#: a client that does not read.
+BIG = 70_000
+#: tail's receive window: HTTP/2's 64 KiB (``toolwatch.tail_access._channel_options``).
+NO_BDP = (("grpc.http2.bdp_probe", 0),)
 
 
 def make_trace(agent: str = "refund-bot") -> ToolTrace:
@@ -92,6 +98,11 @@ async def serve(
     finally:
         broker.close()
         await server.stop(None)
+
+
+def findings(first: int, last: int) -> list[Finding]:
+    """Findings ``f<first>`` to ``f<last>``, each larger than a client's window (``BIG``)."""
+    return [make_finding(explanation=f"f{i} " + "x" * BIG) for i in range(first, last + 1)]
 
 
 def subscribe(

@@ -20,8 +20,8 @@ import yaml
 from tests.integration import agents
 from tests.integration.agents import AgentRun, Call, Turn
 from tests.integration.conftest import RunningServer
+from tests.integration.evaluation_support import email_first_canary_run
 from tests.integration.ingest_support import send_grpc
-from tests.integration.test_findings_name_their_call import email_first_canary_run
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "toolwatch.yaml"

@@ -18,7 +18,6 @@ import re
 import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
 from tests.integration.conftest import FREE_PORTS, RunningServer
+from tests.integration.metrics_support import OPENMETRICS, scrape
 from tests.integration.prometheus_server import (
     JOB,
     PrometheusServer,
@@ -54,7 +54,6 @@ policy:
 CATEGORY = "MISSING_VERIFICATION_STEP"
 REGRESSIONS = f'toolwatch_regressions_total{{category="{CATEGORY}"}}'
 ALERT = "ToolwatchMissingVerificationStep"
-OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 
 
 def policy_file(tmp_path: Path) -> Path:
@@ -246,15 +245,6 @@ def test_prometheus_stores_the_exemplar_with_the_runs_trace_id(
 
 
 # --- the live exposition -------------------------------------------------------------------
-
-
-def scrape(server: RunningServer, accept: str) -> str:
-    request = urllib.request.Request(
-        f"http://{server.address('metrics')}/metrics", headers={"Accept": accept}
-    )
-    with urllib.request.urlopen(request, timeout=10) as reply:
-        text: str = reply.read().decode()
-        return text
 
 
 @pytest.mark.prometheus

@@ -57,6 +57,10 @@ def run_in_the_background() -> list[tuple[ReadableSpan, ...]]:
 def test_a_run_whose_request_span_ended_first_is_evaluated_whole(
     start_server: Callable[..., RunningServer], tmp_path: Path
 ) -> None:
+    """One run, whole, its unverified refund paged; nothing late.
+    Was: judged 2 s after its last batch.
+    Now: 7 s after (``completion_wait + lost_parent_wait``): a run left running in the
+    background, its spans of the root's service ended after the root."""
     config = tmp_path / "toolwatch.yaml"
     config.write_text(MINIMAL_POLICY)
     server = start_server(config)
@@ -64,6 +68,9 @@ def test_a_run_whose_request_span_ended_first_is_evaluated_whole(
     for batch in run_in_the_background():
         send_grpc(server, batch)
         server.settle()  # quiet for longer than completion_wait: the next export is 5 s away
+    # Not at that last settle: its spans ran on after the root (``_Trace.ran_on``).
+    assert server.tooltraces() == []
+    server.settle(ran_on=True)
 
     late = server.sample(DROPPED, {"reason": "late"}, missing_ok=True)
     assert late == 0

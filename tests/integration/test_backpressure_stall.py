@@ -24,30 +24,17 @@ from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from tests.integration import agents
 from tests.integration.conftest import RunningServer, until
-from tests.integration.otlp_support import post
+from tests.integration.faults_support import trace_id, without_root
+from tests.integration.otlp_support import later, post, refund_spans
 
 LIMIT_SECONDS = 5.0
 RETRY_AFTER_SECONDS = 1.0  # the window to move the clock in: the exporter's five retries
 
 
-def _run() -> tuple[ReadableSpan, ...]:
-    return agents.record(agents.refund_run(), "genai")
-
-
-def _in_flight(run: Sequence[ReadableSpan]) -> list[ReadableSpan]:
-    """The spans of ``run`` but its root, the agent span: the run has not ended."""
-    return [span for span in run if span.parent is not None]
-
-
 def _root(run: Sequence[ReadableSpan]) -> list[ReadableSpan]:
     """The agent span of ``run``, its root: it ends last, and ends the run."""
     return [span for span in run if span.parent is None]
-
-
-def _trace_id(run: Sequence[ReadableSpan]) -> str:
-    return format(run[0].context.trace_id, "032x")
 
 
 def _full(start_server: Callable[..., RunningServer], **overrides: object) -> RunningServer:
@@ -59,13 +46,6 @@ def _full(start_server: Callable[..., RunningServer], **overrides: object) -> Ru
     return start_server(**(settings | overrides))
 
 
-def _later(server: RunningServer, seconds: float) -> None:
-    """On the server's loop: ``seconds`` pass and the checks due are made, as a tick makes
-    them: the runs in flight stay."""
-    server.clock.advance(seconds)
-    assert server.app.engine.tick() == 0
-
-
 def _refused(server: RunningServer) -> float:
     return server.sample("toolwatch_spans_refused_total", {"transport": "grpc"}, missing_ok=True)
 
@@ -74,15 +54,15 @@ def test_a_stalled_buffer_takes_the_retried_batch_and_judges_the_oldest_run_earl
     start_server: Callable[..., RunningServer],
 ) -> None:
     server = _full(start_server, assembly__max_refusal_seconds=LIMIT_SECONDS)
-    first, second, third = _run(), _run(), _run()
+    first, second, third = refund_spans(), refund_spans(), refund_spans()
     exporter = GrpcExporter(endpoint=server.address("grpc"), insecure=True, timeout=30)
     try:
-        assert exporter.export(_in_flight(first)) is SpanExportResult.SUCCESS
-        assert exporter.export(_in_flight(second)) is SpanExportResult.SUCCESS
+        assert exporter.export(without_root(first)) is SpanExportResult.SUCCESS
+        assert exporter.export(without_root(second)) is SpanExportResult.SUCCESS
         with ThreadPoolExecutor(1) as pool:
             sent = pool.submit(exporter.export, third)
             assert until(lambda: _refused(server) > 0)
-            server.call(lambda: _later(server, LIMIT_SECONDS))
+            server.call(lambda: later(server, LIMIT_SECONDS))
             assert sent.result(timeout=30) is SpanExportResult.SUCCESS
         # The evicted run's agent span comes at last: its run was judged.
         assert exporter.export(_root(first)) is SpanExportResult.SUCCESS
@@ -92,12 +72,12 @@ def test_a_stalled_buffer_takes_the_retried_batch_and_judges_the_oldest_run_earl
     assert server.sample("toolwatch_trace_evictions_total", {"reason": "max_traces"}) == 1
     server.settle()
     judged = {t["trace_id"]: t["incomplete_reason"] for t in server.tooltraces()}
-    assert judged == {_trace_id(first): "evicted", _trace_id(third): None}
+    assert judged == {trace_id(first): "evicted", trace_id(third): None}
     assert server.sample("toolwatch_spans_dropped_total", {"reason": "late"}) == 1
-    sent_spans = len(first) + len(_in_flight(second)) + len(third)
+    sent_spans = len(first) + len(without_root(second)) + len(third)
     assert server.sample("toolwatch_spans_received_total", {"transport": "grpc"}) == sent_spans
     assert _refused(server) % len(third) == 0 and _refused(server) >= len(third)
-    buffered = len(_in_flight(second))
+    buffered = len(without_root(second))
     assert server.sample("toolwatch_buffered_spans") == buffered
     built = server.sample("toolwatch_spans_built_total")
     assert built + 1 + buffered == sent_spans  # built, dropped late, or still buffered
@@ -111,13 +91,13 @@ def test_with_no_limit_a_full_buffer_refuses_until_its_runs_age_out(
         assembly__max_refusal_seconds=None,
         ingest__retry_after_seconds=0.01,
     )
-    first, second, third = _run(), _run(), _run()
+    first, second, third = refund_spans(), refund_spans(), refund_spans()
     exporter = GrpcExporter(endpoint=server.address("grpc"), insecure=True, timeout=30)
     try:
-        assert exporter.export(_in_flight(first)) is SpanExportResult.SUCCESS
-        assert exporter.export(_in_flight(second)) is SpanExportResult.SUCCESS
+        assert exporter.export(without_root(first)) is SpanExportResult.SUCCESS
+        assert exporter.export(without_root(second)) is SpanExportResult.SUCCESS
         assert exporter.export(third) is SpanExportResult.FAILURE
-        server.call(lambda: _later(server, 299))
+        server.call(lambda: later(server, 299))
         assert exporter.export(third) is SpanExportResult.FAILURE
     finally:
         exporter.shutdown()
@@ -135,16 +115,16 @@ def test_over_http_the_batch_is_refused_503_then_taken_after_the_limit(
     """The OTLP/HTTP receiver shares the decision: 503 + ``Retry-After`` until the limit,
     then 200 for the same body, the oldest run in flight evicted."""
     server = _full(start_server, assembly__max_refusal_seconds=LIMIT_SECONDS)
-    first, second = _run(), _run()
+    first, second = refund_spans(), refund_spans()
     for run in (first, second):
-        assert post(server, encode_spans(_in_flight(run)).SerializeToString()).status == 200
-    third = encode_spans(_run()).SerializeToString()
+        assert post(server, encode_spans(without_root(run)).SerializeToString()).status == 200
+    third = encode_spans(refund_spans()).SerializeToString()
 
     refused = post(server, third)
     assert (refused.status, refused.headers["Retry-After"]) == (503, "1")
-    server.call(lambda: _later(server, LIMIT_SECONDS - 0.001))
+    server.call(lambda: later(server, LIMIT_SECONDS - 0.001))
     assert post(server, third).status == 503
-    server.call(lambda: _later(server, 0.001))
+    server.call(lambda: later(server, 0.001))
     assert post(server, third).status == 200
 
     assert server.sample("toolwatch_trace_evictions_total", {"reason": "max_traces"}) == 1

@@ -21,7 +21,8 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration.conftest import RunningServer, until
-from tests.integration.test_backpressure_stall import _in_flight, _later, _run, _trace_id
+from tests.integration.faults_support import trace_id, without_root
+from tests.integration.otlp_support import later, refund_spans
 
 LIMIT_SECONDS = 5.0
 
@@ -38,21 +39,21 @@ def test_a_stalled_buffer_does_not_evict_the_run_the_taken_batch_ends(
         assembly__max_refusal_seconds=LIMIT_SECONDS,
         ingest__retry_after_seconds=1.0,
     )
-    first, second, third = _run(), _run(), _run()
+    first, second, third = refund_spans(), refund_spans(), refund_spans()
     endpoint = f"http://{server.address('http')}/v1/traces"
     exporter = HttpExporter(endpoint=endpoint, timeout=30)
     try:
-        assert exporter.export(_in_flight(first)) is SpanExportResult.SUCCESS
-        assert exporter.export(_in_flight(second)) is SpanExportResult.SUCCESS
+        assert exporter.export(without_root(first)) is SpanExportResult.SUCCESS
+        assert exporter.export(without_root(second)) is SpanExportResult.SUCCESS
         ending_first = [*(s for s in first if s.parent is None), *third]  # ends first; starts third
         with ThreadPoolExecutor(1) as pool:
             sent = pool.submit(exporter.export, ending_first)
             assert until(lambda: _refused(server) > 0)
-            server.call(lambda: _later(server, LIMIT_SECONDS))
+            server.call(lambda: later(server, LIMIT_SECONDS))
             assert sent.result(timeout=30) is SpanExportResult.SUCCESS
     finally:
         exporter.shutdown()  # type: ignore[no-untyped-call]
 
     server.settle()
     judged = {t["trace_id"]: t["incomplete_reason"] for t in server.tooltraces()}
-    assert judged.get(_trace_id(first), "absent") is None  # Was: "evicted"
+    assert judged.get(trace_id(first), "absent") is None  # Was: "evicted"

@@ -10,152 +10,36 @@ the test waits for real events with deadlines (``until``).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
-import os
 import signal
 import subprocess
-import sys
-import threading
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import yaml
 from opentelemetry.sdk.trace.export import SpanExportResult
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration import agents
-from tests.integration.cli_support import LISTENING
+from tests.integration.blocked_support import Pipe, scraped_sample, serve_on_pipes
 from tests.integration.conftest import until
 from tests.integration.faults_support import (
-    START_TIMEOUT,
     export,
     trace_id,
     write_config,
 )
 
-#: Bytes this test writes into a pipe before toolwatch does: more than it holds (64 KiB by
-#: default), so that the writer blocks until the test reads.
-_FILLER = 1024 * 1024
-
-
-class _Pipe:
-    """A pipe whose write end a child inherits; ``fill`` blocks a thread writing blank lines
-    into it until the test reads; ``read_until`` reads it, blank lines dropped. ``close``
-    (once the child is gone) joins every thread before it closes the descriptors: a
-    descriptor closed later by a thread could be another test's by then."""
-
-    def __init__(self) -> None:
-        self.read_end, self.write_end = os.pipe()
-        self._data = bytearray()
-        self._filler: threading.Thread | None = None
-        self._reader: threading.Thread | None = None
-        self._draining = False  # the reader reads to the end
-
-    def fill(self) -> None:
-        """Fills the pipe: a thread writes into it until the pipe is read."""
-
-        def write() -> None:
-            data = memoryview(b"\n" * _FILLER)
-            with contextlib.suppress(OSError):
-                while data:
-                    data = data[os.write(self.write_end, data) :]
-
-        self._filler = threading.Thread(target=write, daemon=True)
-        self._filler.start()
-        assert until(lambda: _queued(self.read_end) >= 65536, 10), "the pipe never filled"
-
-    def drain(self) -> None:
-        """Reads the pipe to its end in a thread of its own."""
-        self._read_in_thread(None)
-
-    def read_until(self, wanted: bytes, timeout: float = 20.0) -> list[bytes]:
-        """Reads until ``wanted`` is in a line; the lines so far, but blank ones."""
-        reader = self._read_in_thread(wanted)
-        reader.join(timeout)
-        return [line for line in bytes(self._data).split(b"\n") if line]
-
-    def _read_in_thread(self, wanted: bytes | None) -> threading.Thread:
-        reader = self._reader
-        if reader is not None and reader.is_alive():
-            if self._draining:
-                return reader  # reads to the end already
-            reader.join(20)  # one reader at a time
-            assert not reader.is_alive(), "the pipe's last read never ended"
-        self._draining = wanted is None
-        self._reader = threading.Thread(target=self._read, args=(wanted,), daemon=True)
-        self._reader.start()
-        return self._reader
-
-    def _read(self, wanted: bytes | None) -> None:
-        while wanted is None or wanted not in self._data:
-            chunk = os.read(self.read_end, 65536)
-            if not chunk:
-                return
-            self._data += chunk
-
-    def close(self) -> None:
-        """Once the child is gone: read to the end (the filler's rest too), then closed."""
-        self.drain()
-        if self._filler is not None:
-            self._filler.join(20)
-        os.close(self.write_end)  # the last writer: the reader sees the end
-        if self._reader is not None:
-            self._reader.join(20)
-        os.close(self.read_end)
-
-
-def _queued(fd: int) -> int:
-    """Bytes waiting in the pipe ``fd`` reads (FIONREAD)."""
-    import termios  # noqa: PLC0415  # POSIX-only, as the pipes are
-
-    buffer = bytearray(4)
-    fcntl.ioctl(fd, termios.FIONREAD, buffer)
-    return int.from_bytes(buffer, sys.byteorder)
-
 
 @pytest.fixture
-def pipes() -> Iterator[tuple[_Pipe, _Pipe]]:
-    out, err = _Pipe(), _Pipe()
+def pipes() -> Iterator[tuple[Pipe, Pipe]]:
+    out, err = Pipe(), Pipe()
     yield out, err
     out.close()
     err.close()
 
 
-def _start(config: Path, out: _Pipe, err: _Pipe) -> tuple[subprocess.Popen[bytes], dict[str, str]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TOOLWATCH_")}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "toolwatch.cli", "serve", "--config", str(config)],
-        stdin=subprocess.DEVNULL,
-        stdout=out.write_end,
-        stderr=err.write_end,
-        env=env,
-    )
-    lines = err.read_until(b"hot path:", START_TIMEOUT)
-    started = [m for line in lines if (m := LISTENING.search(line.decode()))]
-    if not started:
-        proc.kill()
-        raise AssertionError("no start-up line:\n" + b"\n".join(lines).decode())
-    return proc, started[0].groupdict()
-
-
-def _sample(addresses: dict[str, str], name: str, labels: dict[str, str]) -> float:
-    """Of a ``/metrics`` scrape, the sum of the samples ``name`` whose labels include
-    ``labels``."""
-    with urllib.request.urlopen(f"http://{addresses['metrics']}/metrics", timeout=5) as answer:
-        text = answer.read().decode()
-    return sum(
-        sample.value
-        for family in text_string_to_metric_families(text)
-        for sample in family.samples
-        if sample.name == name and labels.items() <= sample.labels.items()
-    )
-
-
 def test_blocked_stdout_and_stderr_stall_no_export_no_judgement_and_no_scrape(
-    tmp_path: Path, pipes: tuple[_Pipe, _Pipe]
+    tmp_path: Path, pipes: tuple[Pipe, Pipe]
 ) -> None:
     out, err = pipes
     config = write_config(
@@ -167,7 +51,7 @@ def test_blocked_stdout_and_stderr_stall_no_export_no_judgement_and_no_scrape(
     document = yaml.safe_load(config.read_text())
     document["output"] = {"findings": "-", "dump_tooltraces": None}  # the default log
     config.write_text(yaml.safe_dump(document))
-    proc, addresses = _start(config, out, err)
+    proc, addresses = serve_on_pipes(config, out, err)
     try:
         out.fill()
         err.fill()
@@ -175,14 +59,16 @@ def test_blocked_stdout_and_stderr_stall_no_export_no_judgement_and_no_scrape(
         assert export(addresses["grpc"], run) is SpanExportResult.SUCCESS
         judged = {"category": "MISSING_VERIFICATION_STEP"}
         # Judged and counted, the finding waiting for stdout: the alert path is alive.
-        assert until(lambda: _sample(addresses, "toolwatch_regressions_total", judged) == 1, 20)
+        assert until(
+            lambda: scraped_sample(addresses, "toolwatch_regressions_total", judged) == 1, 20
+        )
         # A reload that fails is logged, the log waiting for stderr: the loop goes on.
         config.write_text("policy: [not, a, mapping]\n")
         proc.send_signal(signal.SIGHUP)
         reloaded = "toolwatch_config_last_reload_successful"
-        assert until(lambda: _sample(addresses, reloaded, {}) == 0, 20)
+        assert until(lambda: scraped_sample(addresses, reloaded, {}) == 0, 20)
         failures = {"output": "findings_log"}
-        assert _sample(addresses, "toolwatch_output_failures_total", failures) == 0
+        assert scraped_sample(addresses, "toolwatch_output_failures_total", failures) == 0
 
         findings = [json.loads(line) for line in out.read_until(b"MISSING_VERIFICATION_STEP")]
         assert [(f["category"], f["trace_id"]) for f in findings] == [

@@ -21,9 +21,9 @@ import yaml
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
+from tests.integration.blocked_support import Pipe, scraped_sample, serve_on_pipes
 from tests.integration.conftest import until
 from tests.integration.faults_support import export, read_jsonl, trace_id, write_config
-from tests.integration.test_blocked_outputs import _Pipe, _sample, _start
 
 #: What the shutdown may take here: the grace (1 s), the outputs' close (1 s at least), the
 #: log queue's close (5 s), and room for a slow machine.
@@ -31,15 +31,15 @@ _EXIT_SECONDS = 20.0
 
 
 @pytest.fixture
-def pipes() -> Iterator[tuple[_Pipe, _Pipe]]:
-    out, err = _Pipe(), _Pipe()
+def pipes() -> Iterator[tuple[Pipe, Pipe]]:
+    out, err = Pipe(), Pipe()
     yield out, err
     out.close()
     err.close()
 
 
 def test_sigterm_with_a_blocked_stderr_exits_having_written_the_findings(
-    tmp_path: Path, pipes: tuple[_Pipe, _Pipe]
+    tmp_path: Path, pipes: tuple[Pipe, Pipe]
 ) -> None:
     """Scenario: ``serve`` logs to a stderr nobody reads any more (Docker's blocking log
     driver, its collector down); it judges a run (the finding goes to a file), then gets
@@ -75,14 +75,16 @@ def test_sigterm_with_a_blocked_stderr_exits_having_written_the_findings(
     document["output"]["dump_tooltraces"] = None
     config.write_text(yaml.safe_dump(document))
     findings = config.with_suffix(".findings.jsonl")
-    proc, addresses = _start(config, out, err)
+    proc, addresses = serve_on_pipes(config, out, err)
     try:
         err.fill()  # stderr blocks from here on; stdout (nothing written to it) is drained
         out.drain()
         run = agents.record(agents.unverified_refund_run(), "genai")
         assert export(addresses["grpc"], run) is SpanExportResult.SUCCESS
         judged = {"category": "MISSING_VERIFICATION_STEP"}
-        assert until(lambda: _sample(addresses, "toolwatch_regressions_total", judged) == 1, 20)
+        assert until(
+            lambda: scraped_sample(addresses, "toolwatch_regressions_total", judged) == 1, 20
+        )
 
         proc.send_signal(signal.SIGTERM)
         with contextlib.suppress(subprocess.TimeoutExpired):

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.cli_support import FREE_PORTS, Served, clean_env, run_cli
+from tests.unit.config_warnings_support import HALF_POLICY, ONLY_LOOPS
 from tests.unit.evaluation.eval_factories import trace
-from tests.unit.test_config_warnings import HALF_POLICY, ONLY_LOOPS
 from toolwatch import cli_sources
 from toolwatch.config import load_config
 from toolwatch.evaluation.pipeline import EvaluationPipeline

@@ -47,7 +47,7 @@ from tests.integration.cli_support import (
 )
 from tests.integration.conftest import RunningServer
 from tests.integration.evaluation_support import MINIMAL_POLICY
-from tests.integration.test_config_reload import OTHER_POLICY, RELOADED
+from tests.integration.reload_support import OTHER_POLICY, RELOADED
 from toolwatch import cli, cli_sources
 from toolwatch.sinks.tooltraces import read_tooltraces
 

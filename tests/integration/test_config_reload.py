@@ -19,16 +19,9 @@ from tests.integration import agents
 from tests.integration.conftest import RunningServer
 from tests.integration.evaluation_support import MINIMAL_POLICY, findings_log
 from tests.integration.ingest_support import send_grpc
+from tests.integration.reload_support import OTHER_POLICY, RELOADED, RELOADED_AT
 from tests.integration.security_support import serving_certificate
-from tests.unit.test_config_warnings import HALF_POLICY
-
-OTHER_POLICY = """\
-policy:
-  dangerous_tools: [cancel_order]
-  verification_tools: [lookup_order]
-"""
-RELOADED = "toolwatch_config_last_reload_successful"
-RELOADED_AT = "toolwatch_config_last_reload_success_timestamp_seconds"
+from tests.unit.config_warnings_support import HALF_POLICY
 
 
 def unverified_refund(server: RunningServer) -> None:

@@ -21,8 +21,16 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration.conftest import RunningServer, StartServer, until
 from tests.integration.pki_support import Pki
-from tests.integration.security_support import client_context, refund_spans, send_http, tls
-from tests.integration.test_security_connections import REFUSED, _closed, _told, _turns
+from tests.integration.security_support import (
+    REFUSED,
+    client_context,
+    closed_by_server,
+    loop_turns,
+    refund_spans,
+    send_http,
+    senders_told,
+    tls,
+)
 from toolwatch.connection_gate import HEADS_BUDGET, ConnectionGate
 
 
@@ -109,7 +117,7 @@ def test_heads_that_never_end_are_bounded_by_closing_the_largest(
         smalls = [_head_begun(address, small) for _ in range(64)]
         try:
             large = _head_begun(address, 120)  # 7.4 MB: the budget passed, the largest
-            assert until(lambda: _closed(large))
+            assert until(lambda: closed_by_server(large))
             port = large.getsockname()[1]
             large.close()
             for sock in smalls:
@@ -120,7 +128,7 @@ def test_heads_that_never_end_are_bounded_by_closing_the_largest(
         finally:
             for sock in smalls:
                 sock.close()
-    (line,) = _told(caplog)
+    (line,) = senders_told(caplog)
     said = re.fullmatch(
         rf'connection closed \(heads_budget\) on http from 127\.0\.0\.1:{port}: "its request'
         r" head was the largest arriving \((\d+) bytes\) when those of http's connections"
@@ -149,7 +157,7 @@ def test_a_head_once_complete_no_longer_counts_against_the_budget(
         reader = sock.makefile("rb")
         for _ in range(1_200):
             sock.sendall(first)
-            _turns(server, 1)  # the server's loop reads it: a head still arriving
+            loop_turns(server, 1)  # the server's loop reads it: a head still arriving
             sock.sendall(b"a" * 2_000 + b"\r\n\r\n")
             assert reader.readline() == b"HTTP/1.1 404 Not Found\r\n"  # the metrics one's
             length = 0
@@ -301,14 +309,14 @@ def test_a_connection_whose_answer_is_not_read_reads_nothing_more_and_is_closed(
             head = b"POST /metrics HTTP/1.1\r\nHost: x\r\n" + PAD_LINE
             sock.sendall(head)
             assert until(lambda: _unacknowledged(sock) == 0)  # all of it in the server's kernel
-            _turns(server)  # the loop's turns that would read it
+            loop_turns(server)  # the loop's turns that would read it
             (connection,) = server.call(lambda: list(gate._open))
             assert server.call(lambda: _unread_one(connection)) == len(head)  # not read: not held
             assert server.call(lambda: gate.heads) == 0
             assert until(lambda: server.call(lambda: gate.open) == 0)
         finally:
             sock.close()
-    (line,) = _told(caplog)
+    (line,) = senders_told(caplog)
     assert re.fullmatch(
         r"connection closed \(answer_unread\) on metrics from 127\.0\.0\.1:\d+: 'its client"
         r" read none of its answer for 2 s \(ingest\.read_timeout_seconds\)'",

@@ -10,8 +10,6 @@ per-reason count equals what the test sent.
 
 from __future__ import annotations
 
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +30,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
+from tests.integration.ingest_support import post_protobuf
 
 SPAN_LIMIT = 6
 
@@ -86,21 +85,6 @@ def send_sdk(server: RunningServer, transport: str, spans: Sequence[ReadableSpan
         assert exporter.export(spans) is SpanExportResult.SUCCESS
     finally:
         exporter.shutdown()
-
-
-def post_protobuf(server: RunningServer, body: bytes) -> tuple[int, bytes]:
-    request = urllib.request.Request(
-        f"http://{server.address('http')}/v1/traces",
-        data=body,
-        headers={"Content-Type": "application/x-protobuf"},
-        method="POST",
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=10) as response:
-            return response.status, response.read()
-    except urllib.error.HTTPError as error:
-        with error:
-            return error.code, error.read()
 
 
 def with_invalid_spans(spans: Sequence[ReadableSpan]) -> ExportTraceServiceRequest:

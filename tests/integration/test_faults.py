@@ -50,7 +50,7 @@ from tests.integration.faults_support import (
     without_root,
     write_config,
 )
-from tests.integration.test_rejected_spans import KeptToolTraces
+from tests.kept_support import KeptToolTraces
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.config import LISTENERS
@@ -596,21 +596,29 @@ def test_each_outage_of_an_output_is_logged_when_it_starts_and_when_it_ends(
     sent: list[str] = []
     send_long_run(server, sent)
 
+    failures = ("toolwatch_output_failures_total", {"output": label})
+
     def outage(runs: int) -> list[str]:
-        """The lines logged while ``runs`` runs fail to be written and one then is."""
+        """The lines logged while ``runs`` runs fail to be written and one then is. A run is
+        written by the output's own thread after it is judged: each wait is for the write
+        itself (its failure counted, then the line saying it worked again), or the disk
+        could get its room back before the last failing run was written."""
         logged = len(server.log)
+        failed = server.sample(*failures)
         file_size_limit(server.proc.pid, path.stat().st_size)  # full
         for _ in range(runs):
             send_long_run(server, sent)
+        assert until(lambda: server.sample(*failures) == failed + runs)
         file_size_limit(server.proc.pid, resource.RLIM_INFINITY)
         send_long_run(server, sent)
+        assert until(lambda: any(" is written again" in line for line in server.log[logged:]))
         told = [line for line in server.log[logged:] if " toolwatch" in line]
         return [line.split(": ", 1)[1].rstrip() for line in told]
 
     first, second = outage(5), outage(2)
 
     name = {"findings": "the findings log", "dump_tooltraces": "the ToolTrace dump"}[output]
-    assert server.sample("toolwatch_output_failures_total", {"output": label}) == 7
+    assert server.sample(*failures) == 7
     assert first == [
         f"could not write {name} ({path}): File too large (1 failure in a row)",
         f"could not write {name} ({path}): File too large (2 failures in a row)",

@@ -17,6 +17,7 @@ from tests.integration.agents import AgentRun, Call, Turn
 from tests.integration.conftest import RunningServer
 from tests.integration.evaluation_support import findings_log
 from tests.integration.ingest_support import send_grpc
+from tests.integration.metrics_support import regression_series
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "toolwatch.yaml"
 MINIMAL_POLICY = """\
@@ -26,16 +27,6 @@ policy:
 """
 #: What a finding names of the reference it was judged against.
 NAMES = ("case_id", "source_trace_id", "pair_key")
-
-
-def regression_series(server: RunningServer) -> list[dict[str, str]]:
-    return [
-        dict(sample.labels)
-        for family in server.registry.collect()
-        if family.name == "toolwatch_regressions"
-        for sample in family.samples
-        if sample.name == "toolwatch_regressions_total"
-    ]
 
 
 def streamed(server: RunningServer) -> list[dict[str, str]]:

@@ -15,13 +15,12 @@ from opentelemetry.sdk.trace import ReadableSpan
 from tests.integration import agents
 from tests.integration.agents import AgentRun, Call, Turn
 from tests.integration.conftest import RunningServer
-from tests.integration.evaluation_support import findings_log
+from tests.integration.evaluation_support import CANARY, email_first_canary_run, findings_log
 from tests.integration.ingest_support import send_grpc
-from tests.integration.test_findings_log_names import regression_series
+from tests.integration.metrics_support import regression_series
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "toolwatch.yaml"
-CANARY = {"toolwatch.case_id": "refund-verified-damaged-item"}
 
 
 def nth_call(spans: Sequence[ReadableSpan], tool: str, span_id: str) -> int:
@@ -40,19 +39,6 @@ def send(server: RunningServer, run: AgentRun) -> list[ReadableSpan]:
     send_grpc(server, spans)
     server.settle()
     return spans
-
-
-def email_first_canary_run() -> AgentRun:
-    """The canary's run (lookup_order, issue_refund, send_email expected) with the e-mail
-    sent first: the same tools, in another order."""
-    email = Call("send_email", {"to": "a@example.com", "body": "hi"}, "c3")
-    lookup = Call("lookup_order", {"order_id": "ORD-1042"}, "c1", result='{"status": "ok"}')
-    refund = Call("issue_refund", {"order_id": "ORD-1042", "amount_usd": 49.99}, "c2")
-    return AgentRun(
-        "refund-bot",
-        (Turn((email,)), Turn((lookup,)), Turn((refund,)), Turn(text="Done.")),
-        attributes=CANARY,
-    )
 
 
 def test_order_drift_tool_is_the_tool_of_the_span_it_names(

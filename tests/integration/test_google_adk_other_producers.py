@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.integration.conftest import RunningServer
-from tests.integration.test_real_instrumentation import post_json
+from tests.integration.ingest_support import post_json
 
 _TRACE = "5b8efff798038103d269b633813fc60c"
 _T0 = 1_796_000_000_000_000_000

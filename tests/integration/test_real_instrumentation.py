@@ -22,7 +22,6 @@ still in the script but recorded by no structured span field.
 from __future__ import annotations
 
 import json
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,6 +30,7 @@ import pytest
 
 from tests.integration.conftest import RunningServer
 from tests.integration.evaluation_support import findings_log
+from tests.integration.ingest_support import post_json
 from toolwatch.ingest.decode_types import DecodeOptions
 from toolwatch.ingest.otlp_json import decode_otlp_json
 from toolwatch.model import SpanRole
@@ -57,19 +57,6 @@ def _params() -> list[Any]:
         marks = [pytest.mark.xfail(strict=True, reason=gap)] if gap else []
         params.append(pytest.param(name, id=name, marks=marks))
     return params
-
-
-def post_json(server: RunningServer, line: bytes) -> tuple[int, dict[str, Any]]:
-    """POST one OTLP/JSON request; the HTTP status and the decoded response body."""
-    request = urllib.request.Request(
-        f"http://{server.address('http')}/v1/traces",
-        data=line,
-        headers={"Content-Type": "application/json"},
-        method="POST",
-    )
-    with urllib.request.urlopen(request, timeout=10) as response:
-        body = response.read()
-        return response.status, json.loads(body) if body else {}
 
 
 def send_fixture(server: RunningServer, name: str) -> list[str]:

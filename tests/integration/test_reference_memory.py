@@ -27,7 +27,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 
 from tests.integration import agents
 from tests.integration.conftest import RunningServer
-from tests.integration.test_conservation import post_protobuf
+from tests.integration.ingest_support import post_protobuf
 from tests.memory import retained
 from toolwatch.metrics import UNPAIRED_REASONS
 from toolwatch.references.conversations import MAX_CONVERSATIONS

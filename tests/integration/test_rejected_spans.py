@@ -16,6 +16,7 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from prometheus_client import CollectorRegistry
 
 from tests.integration import agents
+from tests.kept_support import KeptToolTraces
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.engine import Admission, Engine, EngineParts
 from toolwatch.evaluation.pipeline import EvaluationPipeline
@@ -29,19 +30,6 @@ from toolwatch.sinks.findings import InMemoryFindingSink
 from toolwatch.sinks.prometheus import PrometheusMetrics
 
 POLICY = {"dangerous_tools": ["issue_refund"], "verification_tools": ["lookup_order"]}
-
-
-class KeptToolTraces:
-    """A ToolTrace sink that keeps what it is given (``--dump-tooltraces`` in memory)."""
-
-    def __init__(self) -> None:
-        self.traces: list[ToolTrace] = []
-
-    def write(self, trace: ToolTrace) -> None:
-        self.traces.append(trace)
-
-    def close(self) -> None:
-        pass
 
 
 def judge(

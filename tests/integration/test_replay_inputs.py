@@ -15,8 +15,8 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tests.integration.cli_support import EXAMPLES, run_cli
+from tests.unit.config_warnings_support import HALF_POLICY
 from tests.unit.evaluation.eval_factories import trace
-from tests.unit.test_config_warnings import HALF_POLICY
 from toolwatch.cli_replay import REPLAY_DEFAULTS_NOTE
 from toolwatch.sinks.tooltraces import tooltrace_to_dict
 

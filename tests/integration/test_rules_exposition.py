@@ -40,7 +40,7 @@ from tests.integration.deploy_support import (
     every_rule,
 )
 from tests.integration.ingest_support import send_grpc
-from tests.integration.test_alerting_e2e import OPENMETRICS, scrape
+from tests.integration.metrics_support import OPENMETRICS, scrape
 from toolwatch.config import load_config
 from toolwatch.model import Category
 

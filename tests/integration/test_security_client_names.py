@@ -13,6 +13,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.certificates import alt_names, client_certificate, with_edi_party_name
 from tests.integration.conftest import StartServer
+from tests.integration.otlp_support import refund_spans
 from tests.integration.pki_support import NAMED_CN, NAMED_DNS, NAMED_EMAIL, NAMED_SPIFFE, TOKEN, Pki
 from tests.integration.security_support import (
     AUTH_FAILURES,
@@ -30,7 +31,6 @@ from tests.integration.security_support import (
     missing_verification,
     post_traces,
     raw_export,
-    refund_spans,
     send_grpc,
     send_http,
     tail_during,

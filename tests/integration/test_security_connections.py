@@ -16,23 +16,21 @@ import pytest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.integration.conftest import RunningServer, StartServer
+from tests.integration.otlp_support import refund_spans
 from tests.integration.pki_support import Pki
 from tests.integration.security_support import (
+    REFUSED,
     auth,
     client_context,
+    closed_by_server,
     http_get,
-    refund_spans,
+    loop_turns,
     send_grpc,
     send_http,
+    senders_told,
     tls,
 )
 from toolwatch import healthcheck
-
-REFUSED = "toolwatch_connections_refused_total"
-
-
-def _told(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == "toolwatch.senders"]
 
 
 @contextlib.contextmanager
@@ -61,21 +59,6 @@ def _refused(address: str) -> bool:
             return False
 
 
-def _turns(server: RunningServer, n: int = 3) -> None:
-    """Let the server's loop take what the sockets sent or closed: each call is one round
-    trip through it."""
-    for _ in range(n):
-        server.call(lambda: None)
-
-
-def _closed(sock: socket.socket) -> bool:
-    """Whether the server closed ``sock`` (a connection that sent nothing)."""
-    try:
-        return sock.recv(100) == b""
-    except ConnectionResetError:
-        return True
-
-
 @pytest.mark.parametrize("listener", ["http", "metrics"])
 def test_an_http_listener_closes_its_oldest_idle_connection_at_max_connections(
     start_server: StartServer, caplog: pytest.LogCaptureFixture, listener: str
@@ -88,15 +71,15 @@ def test_an_http_listener_closes_its_oldest_idle_connection_at_max_connections(
     server = start_server(ingest__max_connections=3)
     address = server.address(listener)
     with caplog.at_level(logging.WARNING, "toolwatch.senders"), _held(address, 3) as held:
-        _turns(server)
+        loop_turns(server)
         # Answered: /healthz is the metrics listener's; the OTLP one says it is not its own.
         expected = {"http": 404, "metrics": 200}[listener]
         assert http_get(f"http://{address}/healthz", None).status == expected
-        assert _closed(held[0])
+        assert closed_by_server(held[0])
         held[1].settimeout(0.5)  # still open: the wait is the answer
         with pytest.raises(TimeoutError):
             held[1].recv(100)
-    (line,) = _told(caplog)
+    (line,) = senders_told(caplog)
     assert line.startswith(f"idle connection closed (connection_limit_idle) on {listener} from")
     assert line.endswith(
         ": '3 connections are open (ingest.max_connections): the oldest idle closed'"
@@ -115,11 +98,11 @@ def test_a_connection_in_its_tls_handshake_makes_room_untold_as_a_handshake_fail
     server = start_server(**tls(pki), ingest__max_connections=2)
     address = server.address("metrics")
     with caplog.at_level(logging.WARNING, "toolwatch.senders"), _held(address, 2):
-        _turns(server)
+        loop_turns(server)
         answer = http_get(f"https://{address}/healthz", client_context(pki))
         assert (answer.status, answer.body) == (200, b"ok\n")
-        _turns(server)
-    (line,) = _told(caplog)
+        loop_turns(server)
+    (line,) = senders_told(caplog)
     assert line.startswith("idle connection closed (connection_limit_idle) on metrics from")
     assert server.sample(REFUSED, {"listener": "metrics", "reason": "tls_handshake"}) == 0
     assert server.sample(REFUSED, {"listener": "metrics", "reason": "connection_limit_idle"}) == 1
@@ -141,15 +124,15 @@ def test_the_otlp_http_listener_refuses_a_connection_when_each_one_handles_a_req
     with caplog.at_level(logging.WARNING, "toolwatch.senders"), _held(address, 3) as held:
         for sock in held:
             sock.sendall(head)
-        _turns(server)
+        loop_turns(server)
         assert _refused(address)
         assert send_grpc(server, refund_spans()) is SpanExportResult.SUCCESS
-    (line,) = _told(caplog)
+    (line,) = senders_told(caplog)
     assert line.startswith("connection refused (connection_limit) on http from 127.0.0.1:")
     assert line.endswith(": '3 connections are handling requests (ingest.max_connections)'")
     assert server.sample(REFUSED, {"listener": "http", "reason": "connection_limit"}) == 1
     assert server.sample(REFUSED, {"listener": "http", "reason": "connection_limit_idle"}) == 0
-    _turns(server)  # the held ones closed: their requests end
+    loop_turns(server)  # the held ones closed: their requests end
     assert send_http(server, refund_spans()) is SpanExportResult.SUCCESS
 
 
@@ -164,7 +147,7 @@ def test_a_flood_of_the_metrics_listener_does_not_fail_the_health_check(
     server = start_server(ingest__max_connections=8)
     host, port = server.address("metrics").rsplit(":", 1)
     with _held(server.address("metrics"), 8):
-        _turns(server)
+        loop_turns(server)
         assert healthcheck.check(host, int(port)) == 200
 
 
@@ -179,8 +162,8 @@ def test_the_health_check_over_ipv4_to_a_dual_stack_tls_listener_is_not_told(
     port = int(server.address("metrics").rsplit(":", 1)[1])
     with caplog.at_level(logging.WARNING, "toolwatch.senders"):
         assert healthcheck.check("127.0.0.1", port) == 200
-        _turns(server)
-    assert _told(caplog) == []
+        loop_turns(server)
+    assert senders_told(caplog) == []
     assert server.sample(REFUSED, {"listener": "metrics", "reason": "tls_handshake"}) == 0
 
 
@@ -244,7 +227,7 @@ def test_a_failed_tls_handshake_on_an_http_listener_is_told_to_the_sender_log(
         _handshake(server, "http", context)
         for _ in range(3):  # the failure is told on the server's loop
             server.call(lambda: None)
-    (line,) = _told(caplog)
+    (line,) = senders_told(caplog)
     assert line.startswith("connection refused (tls_handshake) on http from 127.0.0.1:")
     assert line.endswith(f": 'the TLS handshake failed: {reason}'")
     assert server.sample(REFUSED, {"listener": "http", "reason": "tls_handshake"}) == 1
@@ -263,7 +246,7 @@ def test_plain_http_from_loopback_to_a_tls_metrics_listener_is_not_told(
         for _ in range(3):
             server.call(lambda: None)
         assert http_get(f"https://{server.address('metrics')}/healthz", client_context(pki))
-    assert _told(caplog) == []
+    assert senders_told(caplog) == []
     assert server.sample(REFUSED, {"listener": "metrics", "reason": "tls_handshake"}) == 0
 
 
@@ -284,7 +267,7 @@ def test_a_tls_handshake_not_done_in_time_is_told_to_the_sender_log(
             assert client.recv(100) == b""  # closed by the server, before the 10 s timeout
         for _ in range(3):
             server.call(lambda: None)
-    (line,) = _told(caplog)
+    (line,) = senders_told(caplog)
     assert line.startswith("connection refused (tls_handshake) on http from 127.0.0.1:")
     assert line.endswith(": 'the TLS handshake was not done within 0.5 s'")
     assert server.sample(REFUSED, {"listener": "http", "reason": "tls_handshake"}) == 1

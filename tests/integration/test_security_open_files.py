@@ -15,7 +15,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from tests.integration.cli_support import FREE_PORTS, LISTENING, Served, clean_env, toolwatch_script
 from tests.integration.conftest import until
 from tests.integration.evaluation_support import MINIMAL_POLICY
-from tests.integration.security_support import refund_spans
+from tests.integration.otlp_support import refund_spans
 
 #: What the warning says under a hard limit of 1,024 with the default bound (512).
 SHORT = (

@@ -28,26 +28,21 @@ from tests.integration.pki_support import Pki, make_pki
 from tests.integration.security_support import client_context, http_get
 from tests.integration.stream_ca_helpers import (
     RELOAD_SECONDS,
+    being_written,
     ca_channel,
     listening_again,
     mutual_tls,
     outcome,
     publish,
     subscribe,
+    take_address,
     write_cas,
 )
-from tests.integration.test_stream_replay_losses import BIG, NO_BDP
-from toolwatch.listeners import listening_socket
+from tests.integration.stream_support import BIG, NO_BDP
 
 LISTENER_LOG = "toolwatch.stream_listener"
 SUBSCRIBERS = "toolwatch_stream_subscribers"
 LISTENING = "toolwatch_stream_listening"
-
-
-def _writing(server: RunningServer) -> bool:
-    """Whether the one subscription open has a finding being written."""
-    writing = server.call(lambda: [s.writing for s in server.app.broker.subscriptions])
-    return len(writing) == 1 and writing[0] is not None
 
 
 def _listening(server: RunningServer, pki: Pki) -> list[float]:
@@ -59,17 +54,6 @@ def _listening(server: RunningServer, pki: Pki) -> list[float]:
     assert scraped.status == 200
     families = text_string_to_metric_families(scraped.body.decode())
     return [sample.value for f in families if f.name == LISTENING for sample in f.samples]
-
-
-def _take(address: str, taken: list[socket.socket]) -> bool:
-    """Whether ``taken`` holds a listening socket on ``address`` (as another process would
-    take it), taken now if the address is free."""
-    if not taken:
-        try:
-            taken.append(listening_socket(address))
-        except OSError:  # the server still listens there
-            return False
-    return True
 
 
 def test_a_stream_address_taken_while_the_listener_restarts_is_bound_again_at_a_tick(
@@ -89,12 +73,12 @@ def test_a_stream_address_taken_while_the_listener_restarts_is_bound_again_at_a_
     with ca_channel(address, pki, pki.clients, NO_BDP) as stuck_channel:
         stuck = subscribe(stuck_channel)  # reads nothing from now on
         publish(server, "x" * BIG)
-        assert until(lambda: _writing(server))  # larger than its window: the write waits
+        assert until(lambda: being_written(server))  # larger than its window: the write waits
         write_cas(path, [pki.clients])  # another CA taken out
         server.clock.advance(RELOAD_SECONDS)
         server.call(server.app.tick)
         # The old server no longer listens; its stop waits on the stuck write (the grace).
-        assert until(lambda: _take(address, taken))
+        assert until(lambda: take_address(address, taken))
         # Still restarting (the grace, a second, is not over): no outage yet.
         restarting = (listener.serving, _listening(server, pki))
         listening_again(server)

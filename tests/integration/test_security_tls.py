@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.certificates import install_certificate, not_after, not_before
 from tests.integration.conftest import RunningServer, StartServer
+from tests.integration.otlp_support import refund_spans
 from tests.integration.pki_support import TOKEN, Pki, write_leaf
 from tests.integration.security_support import (
     AUTH_FAILURES,
@@ -42,7 +43,6 @@ from tests.integration.security_support import (
     http_get,
     post_traces,
     raw_export,
-    refund_spans,
     send_grpc,
     send_http,
     serving_certificate,

@@ -30,22 +30,18 @@ import grpc
 import pytest
 
 from tests.integration.conftest import RunningServer
-from tests.integration.stream_support import DROPPED, make_finding, make_trace, serve
+from tests.integration.stream_support import (
+    DROPPED,
+    NO_BDP,
+    findings,
+    make_finding,
+    make_trace,
+    serve,
+)
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.model import Category, Severity
-from toolwatch.model_evaluation import Finding
 from toolwatch.sinks.stream.broker import FindingsBroker
 from toolwatch.tail import run_tail
-
-#: A finding larger than HTTP/2's 64 KiB window: the server can never write one whole into
-#: a client that does not read.
-BIG = 70_000
-#: tail's receive window: HTTP/2's 64 KiB (``toolwatch.tail_access._channel_options``).
-NO_BDP = (("grpc.http2.bdp_probe", 0),)
-
-
-def findings(first: int, last: int) -> list[Finding]:
-    return [make_finding(explanation=f"f{i} " + "x" * BIG) for i in range(first, last + 1)]
 
 
 def resume_from_start(stream_id: str) -> findings_pb2.SubscribeRequest:

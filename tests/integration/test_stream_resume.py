@@ -13,8 +13,7 @@ import re
 import signal
 import socket
 import subprocess
-import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from pathlib import Path
 from typing import NamedTuple
@@ -23,6 +22,14 @@ import grpc
 import pytest
 
 from tests.integration.cli_support import tail_process
+from tests.integration.stream_resume_support import (
+    Lines,
+    Waits,
+    end_tail,
+    in_thread,
+    proxied,
+    until,
+)
 from tests.integration.stream_support import Harness, make_finding, make_trace, serve, subscribe
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.metrics import NoopMetrics
@@ -32,130 +39,6 @@ from toolwatch.sinks.stream.protocol import stream_server_options
 from toolwatch.sinks.stream.service import add_findings_service
 from toolwatch.tail import run_tail
 from toolwatch.tail_exits import EXIT_INTERRUPTED
-
-
-class CuttableProxy:
-    """A TCP proxy on loopback that can hold back what the server sends and then cut every
-    connection: a network that drops a connection with findings in flight, which the server
-    has written and the client never reads. It can also silence the connections open, both
-    ways and without a reset: a NAT or proxy that forgot them."""
-
-    def __init__(self, upstream_port: int) -> None:
-        self._upstream_port = upstream_port
-        self._flowing = True
-        self._transports: list[asyncio.WriteTransport] = []
-        self._silenced: set[asyncio.StreamReader] = set()  # readers whose bytes are dropped
-        self._readers: list[asyncio.StreamReader] = []
-        self.held_bytes = 0
-        self.connections = 0
-        self.port = 0
-        self._server: asyncio.Server | None = None
-
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._connection, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-
-    def hold(self) -> None:
-        """From now on, what the server sends is kept here, not passed on."""
-        self._flowing = False
-
-    def silence(self) -> None:
-        """What passes either way on the connections open now is dropped from now on, and
-        they stay open; new connections flow."""
-        self._silenced.update(self._readers)
-
-    def cut(self) -> None:
-        """Resets every connection (what was held is lost) and lets new ones flow."""
-        for transport in self._transports:
-            transport.abort()
-        self._transports.clear()
-        self._flowing = True
-
-    async def close(self) -> None:
-        self.cut()
-        if self._server is not None:
-            self._server.close()
-            await self._server.wait_closed()
-
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._upstream_port)
-        self.connections += 1
-        self._transports += [writer.transport, up_writer.transport]
-        self._readers += [reader, up_reader]
-        await asyncio.gather(
-            self._pump(reader, up_writer, held=False), self._pump(up_reader, writer, held=True)
-        )
-
-    async def _pump(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, held: bool
-    ) -> None:
-        with suppress(ConnectionError):
-            while data := await reader.read(65_536):
-                if reader in self._silenced:
-                    continue
-                if held and not self._flowing:
-                    self.held_bytes += len(data)
-                    continue
-                writer.write(data)
-                await writer.drain()
-        if reader not in self._silenced:  # a silent connection's end does not get through
-            writer.transport.abort()
-
-
-class Lines(io.StringIO):
-    """tail's output, which another thread can wait on."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._changed = threading.Condition()
-
-    def write(self, text: str) -> int:
-        with self._changed:
-            count = super().write(text)
-            self._changed.notify_all()
-        return count
-
-    def wait_for(self, count: int) -> bool:
-        with self._changed:
-            return self._changed.wait_for(lambda: self.getvalue().count("\n") >= count, 10)
-
-
-class Waits:
-    """tail's ``sleep``: each wait blocks until the test lets it go (or ends tail, as Ctrl-C
-    does), and is recorded."""
-
-    def __init__(self) -> None:
-        self.waited: list[float] = []
-        self.waiting = threading.Semaphore(0)
-        self._go = threading.Semaphore(0)
-        self.stop = False
-
-    def __call__(self, seconds: float) -> None:
-        self.waited.append(seconds)
-        self.waiting.release()
-        assert self._go.acquire(timeout=10)
-        if self.stop:
-            raise KeyboardInterrupt
-
-    def go(self) -> None:
-        self._go.release()
-
-    def end(self) -> None:
-        self.stop = True
-        self._go.release()
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    """Waits (a bounded time) for a condition the event loop makes true."""
-    for _ in range(2_000):
-        if condition():
-            return
-        await asyncio.sleep(0.005)
-    raise AssertionError("the condition never came true")
-
-
-async def in_thread(semaphore: threading.Semaphore) -> None:
-    assert await asyncio.to_thread(semaphore.acquire, True, 10)
 
 
 def tail_in_thread(
@@ -198,26 +81,8 @@ async def tail_printing(
     return tail
 
 
-async def end_tail(broker: FindingsBroker, waits: Waits, tail: asyncio.Task[int]) -> int:
-    """Ends the stream, then tail while it waits to reconnect (as Ctrl-C would); its code."""
-    broker.close()
-    await in_thread(waits.waiting)
-    waits.end()
-    return await asyncio.wait_for(tail, timeout=10)
-
-
 def explanations(out: str) -> list[str]:
     return [line.rpartition(" — ")[2] for line in out.splitlines()]
-
-
-@asynccontextmanager
-async def proxied(h: Harness) -> AsyncIterator[CuttableProxy]:
-    proxy = CuttableProxy(int(h.target.rpartition(":")[2]))
-    await proxy.start()
-    try:
-        yield proxy
-    finally:
-        await proxy.close()
 
 
 def test_findings_a_dropped_connection_lost_in_flight_are_sent_again_on_reconnect() -> None:

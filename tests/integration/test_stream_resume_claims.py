@@ -37,9 +37,15 @@ from typing import Any
 import grpc
 import pytest
 
-from tests.integration.stream_support import DROPPED, make_finding, make_trace, serve
-from tests.integration.test_stream_replay_losses import NO_BDP, findings
-from tests.integration.test_stream_resume import Lines, Waits, end_tail, in_thread, proxied
+from tests.integration.stream_resume_support import Lines, Waits, end_tail, in_thread, proxied
+from tests.integration.stream_support import (
+    DROPPED,
+    NO_BDP,
+    findings,
+    make_finding,
+    make_trace,
+    serve,
+)
 from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
 from toolwatch.model_evaluation import Finding
 from toolwatch.sinks.stream.protocol import SUPERSEDED

@@ -31,31 +31,12 @@ Should be: 0.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import grpc
 
-from tests.integration.stream_support import DROPPED, make_trace, serve
-from tests.integration.test_stream_replay_losses import NO_BDP, findings
-from tests.integration.test_stream_resume import proxied, until
-from toolwatch._proto.toolwatch.v1 import findings_pb2, findings_pb2_grpc
-
-
-def request_after(stream_id: str, after: int, token: str) -> findings_pb2.SubscribeRequest:
-    cursor = findings_pb2.StreamCursor(stream_id=stream_id, after=after, token=token)
-    return findings_pb2.SubscribeRequest(resume=[cursor], missed_after=True)
-
-
-def named(message: findings_pb2.Finding) -> str:
-    return message.explanation.split()[0]
-
-
-async def subscribed(stub: Any) -> tuple[Any, str, int]:
-    """A subscription as tail opens it (``missed_after``), once its headers came: the call,
-    its resume token and the stream sequence it starts after."""
-    call = stub.Subscribe(findings_pb2.SubscribeRequest(missed_after=True))
-    headers = dict(await call.initial_metadata())
-    return call, headers["toolwatch-resume-token"], int(headers["toolwatch-stream-sequence"])
+from tests.integration.stream_resume_support import named, proxied, request_after, subscribed, until
+from tests.integration.stream_support import DROPPED, NO_BDP, findings, make_trace, serve
+from toolwatch._proto.toolwatch.v1 import findings_pb2_grpc
 
 
 def test_a_resume_before_the_old_connection_is_seen_gone_is_not_counted_lost() -> None:

@@ -36,10 +36,8 @@ import asyncio
 
 import grpc
 
-from tests.integration.stream_support import DROPPED, make_trace, serve
-from tests.integration.test_stream_replay_losses import NO_BDP, findings
-from tests.integration.test_stream_resume import proxied, until
-from tests.integration.test_stream_resume_token_race import named, request_after, subscribed
+from tests.integration.stream_resume_support import named, proxied, request_after, subscribed, until
+from tests.integration.stream_support import DROPPED, NO_BDP, findings, make_trace, serve
 from toolwatch._proto.toolwatch.v1 import findings_pb2_grpc
 
 

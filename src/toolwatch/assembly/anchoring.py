@@ -28,20 +28,43 @@ once the trace has been quiet that long: the agent anchors it then. Not by defau
 is quiet that long while one slow step (a reasoning model's call, a slow tool) runs, and it
 would be cut in two, the rest of it dropped as ``late``.
 
+Nor does a root anchor at the first quiet ``completion_wait_ns`` while a span of its service
+ended after it, whatever that span's parent (``_Trace.ran_on``): the request answered, and a
+run it left running in the background goes on, its spans exported in batches 5 s apart
+(``OTEL_BSP_SCHEDULE_DELAY``), none waiting for a parent not held when they are the root's own
+children (a loop on a plain model client in a task of its own): anchored at once, the trace
+was judged between two batches, as its first part (a false ``MISSING_VERIFICATION_STEP``),
+the rest dropped as ``late``. Such a trace is anchored by its root once quiet
+``completion_wait_ns + lost_parent_wait_ns`` (``lost_parent_over``), as one that lost a parent
+in export: the run's batch processor exports within that wait. Waiting loses only time, where
+cutting loses the run's rest: every run left running in the background is judged
+``lost_parent_wait_ns`` (5 s) later, a synchronous one (every span ended by its root's end)
+still at ``completion_wait_ns``; a loop quiet longer than the two waits is cut then, and
+``max_trace_age_ns`` bounds one that never stops. Until then an eviction or a drain takes the
+run for one in flight (``victims._root_ended``). Only the root's own service is read: another
+service's clock may be skewed against the root's, and its span, ended "after" the root, says
+nothing of a run left running; a root of no ``service.name`` (``None``) is held by spans of
+none.
+
 A span the buffer dropped for a limit (too large, no room, past the cap's enclosing spans) has
-come: a span that names it as its parent waits for it no more (``_Trace.dropped_ids``), and the
-others wait as they did, a run left running in the background for its agent span, as does what
-the dropped span waited for (``_Trace.dropped_waits``); a dropped root anchors as a held one,
-and the walk up from an agent span (or a model call) passes through a dropped span as through
-a held one (``_Trace.dropped_links``: its role, its parent, whether that parent is local): an
-agent whose local parent, a workflow span, was dropped too large anchors its trace. A step
-dropped over the cap encloses nothing held, so it is no parent, but what it waited for is
-waited for all the same, and the span it waits for (its agent span) is one the cap takes
-(``_Trace.encloses``). So does a span dropped before any span of its trace was held: what
-``_Trace.came`` reads of it is kept (``assembly.limited``) and replayed once the trace is.
-What a trace keeps of them is counted in its bytes, and bounded: past ``DROPPED_IDS`` spans
-(or waits), or the room its buffer has left, a dropped span is not known, as a rejected
-one. A span rejected at ingest
+come: a span that names it as its parent waits for it no more, and the others wait as they
+did, a run left running in the background for its agent span, as does what the dropped span
+waited for; a dropped root anchors as a held one, and so does a dropped outermost agent span
+(its ``Link`` keeps its end and service, what ``_Trace._agent_anchors`` reads: agent spans
+carry big inputs and outputs, and one dropped too large held its trace, whose root is
+another service's, to ``max_trace_age_ns``); the walk up from an agent span (or a model call)
+passes through a dropped span as through a held one (its ``Link``: its role, its parent,
+whether that parent is local): an agent whose local parent, a workflow span, was dropped too
+large anchors its trace. A step dropped over the cap encloses nothing held, so it
+is no parent, but what it waited for is waited for all the same, and the span it waits for
+(its agent span) is one the cap takes (``_Trace.encloses``). So does a span dropped before any
+span of its trace was held: what ``_Trace.came`` reads of it is kept (``assembly.limited``)
+and replayed once the trace is. What a trace keeps of them (``_Trace.drops``), their links and
+waits, the bytes that counts and its bounds (``DROPPED_IDS``), is ``assembly.dropped``'s
+(moved from here: ``DroppedSpan``, ``Link``, ``dropped_span`` and the byte charges; what were
+``_Trace.dropped_links``, ``dropped_waits``, ``_dropped_link`` and ``_awaits_undropped`` are
+``DroppedSpans.links``, ``waits``, ``link`` and ``awaits``); past those bounds, or the room its
+buffer has left, a dropped span is not known, as a rejected one. A span rejected at ingest
 is not known (its trace id is all the decoder hands on): it may be the parent waited for, so
 the root anchors the trace (whatever agent spans it holds: none says which run the span was of)
 only once it has been quiet ``completion_wait_ns + lost_parent_wait_ns`` (``parent_lost``), as
@@ -61,12 +84,13 @@ google-genai's automatic function calling) is anchored by the same walk up from 
 (LLM) calls of a tool loop, when its root is in the calling service: by the span that encloses
 the calls (the loop's own, the request's server span), once it has arrived and its parent is
 known to be remote: its flags say the parent is not local, and its sender is one that sets the
-flags (a span of the trace says the enclosing span is its local parent). Older SDKs set none,
-and there the span above the model calls is as often a step of an agent run whose AGENT span,
-ending last, has not come (Strands' event loop cycle, Vercel's ``ai.generateText``): anchoring
-on it would drop the agent span as ``late``. A chain that leaves the buffer at the model call
-itself does not anchor either: a call is one step of its run, never its end. Both are waited
-for as a local parent is (``local_parent_wait_ns``, else ``max_trace_age_ns``).
+flags (a span of the trace, held or dropped for a limit, says the enclosing span is its local
+parent). Older SDKs set none, and there the span above the model calls is as often a step of
+an agent run whose AGENT span, ending last, has not come (Strands' event loop cycle, Vercel's
+``ai.generateText``): anchoring on it would drop the agent span as ``late``. A chain that
+leaves the buffer at the model call itself does not anchor either: a call is one step of its
+run, never its end. Both are waited for as a local parent is (``local_parent_wait_ns``, else
+``max_trace_age_ns``).
 
 Only a call of a tool loop is walked from: one that requested tools (its requested calls, or
 a finish reason naming them, which is kept without content capture) or ran them inside it (a
@@ -88,69 +112,19 @@ caller's run is then dropped as ``late`` (docs/how-it-works.md).
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple, TypeAlias
+from typing import Final
 
+from toolwatch.assembly.dropped import (
+    DROPPED_SPANS_BYTES,
+    DroppedSpan,
+    DroppedSpans,
+    Link,
+    dropped_span,
+)
 from toolwatch.assembly.limits import AssemblyLimits
-from toolwatch.jsontext import text_size
 from toolwatch.model import SpanRecord, SpanRole
 
 __all__: list[str] = []
-
-#: How many ids of its spans dropped for a limit a trace remembers (``_Trace.came``): a
-#: few spans of a run are too large, or come when the buffer is full; past these, a dropped
-#: span counts as a rejected one (``_Trace.parent_lost``), and a trace's memory stays bounded.
-DROPPED_IDS: Final = 16
-
-#: What is kept of a span dropped for a limit (``_Trace.came``; before its trace is held,
-#: ``assembly.limited``): its id, its parent's id, its end, its service, whether its flags
-#: say its parent is local, and its role. Not the span: one dropped too large holds too much.
-DroppedSpan: TypeAlias = tuple[bytes, bytes | None, int, str | None, bool, SpanRole]
-
-
-class _Link(NamedTuple):
-    """What the anchor walk reads of a span dropped for a limit that may be a parent
-    (``_Trace.dropped_links``): it passes through it as through a held span
-    (``_Trace._outermost``)."""
-
-    span_id: bytes
-    parent_span_id: bytes | None
-    role: SpanRole
-    parent_local: bool
-
-
-# What a trace's memory of its dropped spans is counted as in its bytes (``_Trace.came``;
-# ``size_bytes``, against ``max_buffered_bytes``), each at least what CPython 3.11 holds
-# (``sys.getsizeof``; ``test_assembly_dropped_bytes.py`` checks it): each of its three
-# lists, at its first entry, its header and the slack it may grow with (56 + 8 slots of 8
-# bytes); an id, an 8-byte span id (41, 48 allocated) and its slot; a link, its ``_Link``
-# (72) and its slot, and its parent id (48, where it has one: a root has none); a wait, its
-# (parent id, end, service) tuple (64), the parent id (48), the end (32) and its slot, and
-# its service's characters (a string of its own, 49 bytes and its text, as a held span
-# counts it).
-_LIST_BYTES: Final = 120
-_ID_BYTES: Final = 56
-_LINK_BYTES: Final = 80
-_PARENT_BYTES: Final = 48
-_WAIT_BYTES: Final = 152
-_STR_BYTES: Final = 49
-
-
-def dropped_span(span: SpanRecord) -> DroppedSpan:
-    """What is kept of ``span``, dropped for a limit (``DroppedSpan``)."""
-    return (
-        span.span_id,
-        span.parent_span_id,
-        span.end_ns,
-        span.service,
-        span.parent_local,
-        span.role,
-    )
-
-
-def _wait_bytes(service: str | None) -> int:
-    """The bytes a new wait of a span of ``service`` is counted as (``_WAIT_BYTES``)."""
-    return _WAIT_BYTES if service is None else _WAIT_BYTES + _STR_BYTES + text_size(service)
-
 
 #: Finish reasons (lower-cased) of a model call that stopped to have tools run
 #: (``_requests_tools``).
@@ -169,20 +143,6 @@ def _requests_tools(model: SpanRecord) -> bool:
     )
 
 
-def _wait_index(
-    waits: list[tuple[bytes, int, str | None]] | None, parent_id: bytes, service: str | None
-) -> int:
-    """Where the wait of a span dropped for ``parent_id``, of ``service``, goes in
-    ``waits`` (``_Trace.dropped_waits``): the entry of that parent and service (only the
-    latest end of those is read), else a new one, at its end."""
-    if waits is None:
-        return 0
-    for at, (parent, _, by) in enumerate(waits):
-        if parent == parent_id and by == service:
-            return at
-    return len(waits)
-
-
 class _Trace:
     """The mutable state of one buffered trace."""
 
@@ -190,9 +150,7 @@ class _Trace:
         "agents",
         "anchor_missing",
         "awaiting_local",
-        "dropped_ids",
-        "dropped_links",
-        "dropped_waits",
+        "drops",
         "ended_verdict",
         "first_ns",
         "last_end_ns",
@@ -229,18 +187,9 @@ class _Trace:
         # outermost agent, anchors it once quiet the lost parent's wait too, in the
         # background or not (``TraceBuffer._check``).
         self.parent_lost = False
-        # The ids of its spans dropped for a limit that may be a parent: no span waits for
-        # them (they came); None until one is (most traces). A list: ``DROPPED_IDS`` at most,
-        # where a set of 16 held 728 bytes, a list 184.
-        self.dropped_ids: list[bytes] | None = None
-        # ... and what the anchor walk reads of each (``_Link``; ``_outermost``), in the
-        # same order; None until one is.
-        self.dropped_links: list[_Link] | None = None
-        # What its dropped spans waited for (those that may be a parent, and steps dropped
-        # over the cap): (parent id, end, service), one for each parent its flags say is
-        # local and service, the latest end of those (what is read of them:
-        # ``_awaits_undropped``), ``DROPPED_IDS`` at most; None until one is.
-        self.dropped_waits: list[tuple[bytes, int, str | None]] | None = None
+        # What it keeps of its spans dropped for a limit (``assembly.dropped``: what the
+        # anchor walk reads of them, what they waited for); None until one is (most traces).
+        self.drops: DroppedSpans | None = None
         self.anchor_missing = False  # checked since the last arrival: no anchor yet
         # ... and, its root come, waited the lost parent's time with a span after the root
         # waiting for its local parent (a run left running in the background): its agent
@@ -283,7 +232,7 @@ class _Trace:
 
     def encloses(self, span: SpanRecord) -> bool:
         """Whether ``span`` is a root, or the parent of a span this trace holds, or of one it
-        dropped and still waits for (``dropped_waits``: a step dropped over the cap, its
+        dropped and still waits for (``DroppedSpans.waits``: a step dropped over the cap, its
         agent span to come; dropped too, the trace would wait for it for ever). Asked of a
         full trace only: the first time, it notes those parents that it does not hold
         (O(spans), once; a few ids, its open ancestors), kept up to date by ``add`` and
@@ -293,7 +242,8 @@ class _Trace:
         if self.open_parents is None:
             held = self.spans
             self.open_parents = {s.parent_span_id for s in held.values()}
-            self.open_parents.update(parent for parent, _, _ in self.dropped_waits or ())
+            if self.drops is not None:
+                self.open_parents.update(self.drops.waited_for())
             self.open_parents.difference_update(held)
         return span.span_id in self.open_parents
 
@@ -316,85 +266,53 @@ class _Trace:
         """A span of this trace dropped for a limit, once the trace is held (``dropped``) or
         before (replayed as the trace's first span is stored: ``HeldTraces._store``). A root,
         though not held, has arrived, and anchors the trace all the same. Such a span came:
-        no span waits for it any more (``_awaits_local``), its id kept in ``dropped_ids``, up
-        to ``DROPPED_IDS`` of them, and what the anchor walk reads of it in
-        ``dropped_links`` (``_outermost`` passes through it); where its flags say its parent
-        is local and the trace does not hold it, what it waited for is kept in
-        ``dropped_waits`` (one entry a parent and service, ``DROPPED_IDS`` at most).
-        ``parent`` false (a step dropped over the cap: no parent): only its wait is kept.
-        What they hold is counted in ``size_bytes`` (``_LIST_BYTES``, ``_ID_BYTES``,
-        ``_LINK_BYTES``, ``_wait_bytes``), up to ``room`` bytes. Past ``DROPPED_IDS``, or
-        ``room``, it is as unknown as a rejected span (``parent_lost``). A retry of one kept
-        changes nothing.
+        no span waits for it any more (``_awaits_local``), what the anchor walk reads of it
+        (its id among them) is kept in ``drops`` (``assembly.dropped``: its ``Link``, up to
+        ``DROPPED_IDS`` of them; ``_outermost`` passes through it); where its flags say its
+        parent is local and the trace does not hold it, what it waited for is kept there too
+        (one wait a parent and service, ``DROPPED_IDS`` at most). ``parent`` false (a step
+        dropped over the cap: no parent): only its wait is kept. What they hold is counted in
+        ``size_bytes`` (``DroppedSpans.keep``, and ``DROPPED_SPANS_BYTES`` for the first),
+        up to ``room`` bytes. Past ``DROPPED_IDS``, or ``room``, it is as unknown as a
+        rejected span (``parent_lost``). A retry of one kept changes nothing.
 
         Returns whether a held span names it as its parent, or a dropped one waited for it,
         or it waits (so what anchors the trace changed): O(spans), asked once per such drop
         (drops are rare, and a trace remembers ``DROPPED_IDS`` at most), never per span
         taken."""
-        span_id, parent_id, end_ns, service, local, role = span
+        span_id, parent_id, end_ns, service, local, _ = span
         if parent_id is None:
             self.root_seen = True
             if end_ns >= self.root_end_ns:
                 self.root_end_ns, self.root_service = end_ns, service
-        ids = self.dropped_ids
-        if parent and ids is not None and span_id in ids:
+        drops = self.drops
+        if parent and drops is not None and drops.link(span_id) is not None:
             return False  # known: a held span naming it came since, and restarted the checks
-        cost = 0
-        if parent:  # its id and link, and the two lists for the first
-            cost = _ID_BYTES + _LINK_BYTES + (0 if parent_id is None else _PARENT_BYTES)
-            if ids is None:
-                cost += 2 * _LIST_BYTES
-        waits = self.dropped_waits
-        at = -1  # where its wait goes in dropped_waits (its length: a new entry); -1: none
-        if local and parent_id is not None and parent_id not in self.spans:
-            at = _wait_index(waits, parent_id, service)
-            if waits is None:
-                cost += _LIST_BYTES + _wait_bytes(service)
-            elif at == len(waits):
-                cost += _wait_bytes(service)
-        if (
-            (parent and ids is not None and len(ids) >= DROPPED_IDS)
-            or at >= DROPPED_IDS
-            or (cost > 0 and cost > room)  # what costs nothing is known whatever the room
-        ):
+        wait = local and parent_id is not None and parent_id not in self.spans
+        if not parent and not wait:
+            return False  # nothing to keep
+        own = 0  # the DroppedSpans itself, for the first
+        if drops is None:
+            drops, own = DroppedSpans(), DROPPED_SPANS_BYTES
+        cost, waited = drops.keep(span, parent, wait, room - own)
+        if cost < 0:
             self.parent_lost = True
             return False
-        self.size_bytes += cost
-        if parent:
-            if ids is None:
-                ids = self.dropped_ids = []
-            if self.dropped_links is None:
-                self.dropped_links = []
-            ids.append(span_id)
-            self.dropped_links.append(_Link(span_id, parent_id, role, local))
-        waited = at >= 0 and parent_id is not None and self._waits(at, parent_id, end_ns, service)
+        self.drops = drops
+        self.size_bytes += own + cost
+        if wait:  # so does the trace wait for its parent
+            if self.open_parents is not None:  # a full trace: what encloses its spans, and this
+                self.open_parents.add(parent_id)
+            self.last_end_ns = max(self.last_end_ns, end_ns)
         if not parent:
             return waited
         if self.open_parents is not None:  # a full trace: its open parents are kept
-            return at >= 0 or span_id in self.open_parents
-        return (  # ... or a dropped span waited for it (``dropped_waits``; full: open_parents)
-            at >= 0
+            return wait or span_id in self.open_parents
+        return (  # ... or a dropped span waited for it (``DroppedSpans.waits``; full: open_parents)
+            wait
             or any(held.parent_span_id == span_id for held in self.spans.values())
-            or any(parent == span_id for parent, _, _ in self.dropped_waits or ())
+            or any(parent == span_id for parent, _, _ in drops.waits or ())
         )
-
-    def _waits(self, at: int, parent_id: bytes, end_ns: int, service: str | None) -> bool:
-        """A dropped span of ``service`` that ended at ``end_ns`` waited for its local parent
-        ``parent_id``: so does its trace (``dropped_waits``, at ``at``: its length, a new
-        entry). Returns whether that is new (an entry, or a later end)."""
-        waits = self.dropped_waits
-        if waits is None:
-            waits = self.dropped_waits = []
-        if self.open_parents is not None:  # a full trace: what encloses its spans, and this
-            self.open_parents.add(parent_id)
-        self.last_end_ns = max(self.last_end_ns, end_ns)
-        if at == len(waits):
-            waits.append((parent_id, end_ns, service))
-            return True
-        if end_ns > waits[at][1]:
-            waits[at] = (parent_id, end_ns, service)
-            return True
-        return False
 
     def due_ns(self, limits: AssemblyLimits) -> int:
         """The next time this trace needs a look: quiet period over, or too old."""
@@ -423,15 +341,21 @@ class _Trace:
             # A span rejected at ingest may be one a run left running in the background
             # waits for (``parent_lost``): no span held says which run it was of, so the root
             # anchors such a trace only once quiet the lost parent's wait (``TraceBuffer._check``).
-            return local_gone or (not self._awaits_local() and not self.parent_lost)
+            # So does a span of the root's service that ended after it, whatever its parent:
+            # a run left running in the background (``ran_on``).
+            return local_gone or (
+                not self.parent_lost and not self._awaits_local() and not self.ran_on()
+            )
         if self.parent_lost and not local_gone:
             # Nor does what anchors it without a root: the rejected span may be the local
             # parent its outermost agent waits for (a rejected root), or a step of a run left
             # running in the background; judged once quiet the lost parent's wait.
             return False
         settled: dict[bytes, bool] = {}
-        if self.agents:
-            return self._agent_anchors(settled, local_gone)
+        # Agent spans dropped for a limit came too (their links keep their end and service).
+        dropped = self.drops.agents() if self.drops is not None else []
+        if self.agents or dropped:
+            return self._agent_anchors(dropped, settled, local_gone)
         if not self.models:
             return False
         # The spans some span says are its local parent: their sender says where parents are;
@@ -443,28 +367,38 @@ class _Trace:
                 said.add(span.parent_span_id)
             if span.role is SpanRole.TOOL:
                 ran_tools.add(span.parent_span_id)
+        if self.drops is not None:  # a span dropped for a limit says so all the same
+            said.update(self.drops.said_local())
         return any(
             self._outermost(model, settled, local_gone, said)
             for model in self.models
             if model.span_id in ran_tools or _requests_tools(model)
         )
 
-    def _agent_anchors(self, settled: dict[bytes, bool], local_gone: bool) -> bool:
-        """Whether an outermost agent span anchors this trace of no root: one has arrived and,
-        unless ``local_gone``, no span that ended after an outermost agent span of its service
-        (each service's that ended first) waits for its local parent, as ``awaits_after_root``
-        asks of a root: a run it left running in the background (an agent invoked by another
-        service that answered, or handed off, first), whose agent span is still to come. Each
-        service's, and its first: read at the agent that ended last alone, another service's
-        agent invoked after it (or a second turn of its own, ended after the run's first
-        steps) excused the run, judged at the first quiet ``completion_wait``, the rest of it
-        dropped as ``late``. O(spans) a service with an outermost agent span, once a check."""
-        first: dict[str | None, SpanRecord] = {}  # a service's outermost that ended first
+    def _agent_anchors(
+        self, dropped: list[Link], settled: dict[bytes, bool], local_gone: bool
+    ) -> bool:
+        """Whether an outermost agent span anchors this trace of no root: one has arrived (held,
+        or ``dropped`` for a limit) and, unless ``local_gone``, no span that ended after an
+        outermost agent span of its service (each service's that ended first) waits for its
+        local parent, as ``awaits_after_root`` asks of a root: a run it left running in the
+        background (an agent invoked by another service that answered, or handed off, first),
+        whose agent span is still to come. Each service's, and its first: read at the agent
+        that ended last alone, another service's agent invoked after it (or a second turn of
+        its own, ended after the run's first steps) excused the run, judged at the first quiet
+        ``completion_wait``, the rest of it dropped as ``late``. O(spans) a service with an
+        outermost agent span, once a check."""
+        first: dict[str | None, SpanRecord | Link] = {}  # a service's that ended first
         for agent in self.agents:
             was = first.get(agent.service)
             earlier = was is None or agent.end_ns < was.end_ns
             if earlier and self._outermost(agent, settled, local_gone):
                 first[agent.service] = agent
+        for link in dropped:
+            was = first.get(link.service)
+            earlier = was is None or link.end_ns < was.end_ns
+            if earlier and self._outermost(link, settled, local_gone):
+                first[link.service] = link
         if not first:
             return False
         return local_gone or not any(
@@ -479,14 +413,14 @@ class _Trace:
         was exported first): anchored by it, the trace was judged at the first quiet
         ``completion_wait`` between two of the run's export batches, as the calls exported
         so far, and the rest was dropped as ``late``. A parent dropped for a limit (too
-        large, no room, past the cap's enclosing spans: ``dropped_ids``) came: it is not
+        large, no room, past the cap's enclosing spans: ``drops``) came: it is not
         waited for. A parent that never comes is waited for ``lost_parent_wait_ns`` more,
         unless a span ended after the root (``awaits_after_root``), or a span of the trace
         was rejected at ingest (``parent_lost``: which one is not known, and may be that
         parent; a live run's batch processor exports within that wait, so a run left
         running in the background is not cut in two by a rejected step)."""
-        if self.dropped_ids is not None or self.dropped_waits is not None:
-            return self._awaits_undropped(None, None)
+        if self.drops is not None:
+            return self.drops.awaits(self.spans, None, None)
         held = self.spans
         return any(span.parent_local and span.parent_span_id not in held for span in held.values())
 
@@ -495,12 +429,35 @@ class _Trace:
         (``TraceBuffer._check``), a parent lost in export or maybe rejected at ingest
         (``parent_lost``). Its root came: a span was rejected (a run left running in the
         background exports a span within the wait), or none ended after the root waiting
-        for its local parent. No root (rejected, or another service's), a span rejected:
-        what would anchor it were the local parents it waits for gone (the rejected span
-        may be the one) has come."""
+        for its local parent (those of its service that ran on after it, ``ran_on``, waited
+        this long for the run's next batch). No root (rejected, or another service's), a
+        span rejected: what would anchor it were the local parents it waits for gone (the
+        rejected span may be the one) has come."""
         if self.root_seen:
             return self.parent_lost or not self.awaits_after_root()
         return self.parent_lost and self.anchored(local_gone=True)
+
+    def ran_on(self) -> bool:
+        """Whether a span of the root's service ended after the root, whatever its parent
+        (held, lost, or the root itself): the request answered, its server span ended and
+        was exported, and a run it left running in the background (a task of its own, a
+        worker thread) went on writing spans, exported in batches ``OTEL_BSP_SCHEDULE_DELAY``
+        (5 s) apart. Its root anchors the trace only once it is quiet
+        ``completion_wait_ns + lost_parent_wait_ns`` (``lost_parent_over``), not at the first
+        quiet ``completion_wait_ns``, between two of those batches: the rest was dropped as
+        ``late``, and the run judged as its first half. A synchronous run (every span ended
+        by its root's end) is not held. Only the root's own service is read (its clock is
+        the root's: another's may be skewed), ``None`` as a name like any (a process that
+        sets no ``service.name`` sets it on none of its spans); a span dropped for a limit
+        counts where ``awaits_after_root`` reads it. O(spans), only when a span ended after
+        the root (``last_end_ns``): asked once per check, never per span taken."""
+        end = self.root_end_ns
+        if not self.root_seen or self.last_end_ns <= end:
+            return False
+        service = self.root_service
+        if any(span.end_ns > end and span.service == service for span in self.spans.values()):
+            return True
+        return self.drops is not None and self.awaits_after_root()
 
     def awaits_after_root(self) -> bool:
         """Whether a span of the root's service that ended after the root did waits for its
@@ -518,8 +475,8 @@ class _Trace:
         (an outermost agent span's)."""
         if self.last_end_ns <= end_ns:
             return False
-        if self.dropped_ids is not None or self.dropped_waits is not None:
-            return self._awaits_undropped(end_ns, service)
+        if self.drops is not None:
+            return self.drops.awaits(self.spans, end_ns, service)
         held = self.spans
         return any(
             span.end_ns > end_ns
@@ -529,28 +486,9 @@ class _Trace:
             for span in held.values()
         )
 
-    def _awaits_undropped(self, after: int | None, service: str | None) -> bool:
-        """``_awaits_local`` (``after`` None), or ``_awaits_after`` (a span of ``service``
-        ended after ``after``), in a trace that dropped a span that may be a parent
-        (``dropped_ids``: it came, and is not waited for), or one that waited
-        (``dropped_waits``). Apart, as these walk every span: most traces pay nothing for it."""
-        held, gone = self.spans, self.dropped_ids or ()
-        return any(
-            parent not in held
-            and parent not in gone
-            and (after is None or (end > after and by == service))
-            for parent, end, by in self.dropped_waits or ()
-        ) or any(
-            span.parent_local
-            and span.parent_span_id not in held
-            and span.parent_span_id not in gone
-            and (after is None or (span.end_ns > after and span.service == service))
-            for span in held.values()
-        )
-
     def _outermost(
         self,
-        start: SpanRecord,
+        start: SpanRecord | Link,
         settled: dict[bytes, bool],
         local_gone: bool,
         said: set[bytes | None] | None = None,
@@ -558,14 +496,14 @@ class _Trace:
         """Whether the chain from ``start``'s parent up holds no AGENT or TOOL span and leaves
         the buffer for good (``said``: from a model call, see ``_verdict``); records that
         verdict in ``settled`` for each span it passed. A span dropped for a limit came: the
-        walk passes through it as through a held one (``dropped_links``)."""
+        walk passes through it as through a held one (``DroppedSpans.link``)."""
         passed: dict[bytes, None] = {}  # the walk so far, in order
-        last: SpanRecord | _Link = start  # the span whose parent is next
+        last: SpanRecord | Link = start  # the span whose parent is next
         parent = start.parent_span_id
         while parent is not None and parent not in settled and parent not in passed:
-            ancestor: SpanRecord | _Link | None = self.spans.get(parent)
-            if ancestor is None and self.dropped_links is not None:
-                ancestor = self._dropped_link(parent)
+            ancestor: SpanRecord | Link | None = self.spans.get(parent)
+            if ancestor is None and self.drops is not None:
+                ancestor = self.drops.link(parent)
             if ancestor is None or ancestor.role in (SpanRole.AGENT, SpanRole.TOOL):
                 break
             passed[parent] = None
@@ -579,7 +517,7 @@ class _Trace:
         stop: bytes | None,
         settled: dict[bytes, bool],
         passed: dict[bytes, None],
-        last: SpanRecord | _Link,
+        last: SpanRecord | Link,
         local_gone: bool,
         said: set[bytes | None] | None,
     ) -> bool:
@@ -593,7 +531,7 @@ class _Trace:
             return settled[stop]
         if stop in passed:
             return False  # a parent cycle never leaves the buffer
-        if stop in self.spans or (self.dropped_ids is not None and stop in self.dropped_ids):
+        if stop in self.spans or (self.drops is not None and self.drops.link(stop) is not None):
             return False  # an AGENT or TOOL span, held or dropped: the run is nested in another
         if said is not None:
             # Not the model call itself, and flags that say remote from a sender that sets
@@ -603,11 +541,3 @@ class _Trace:
         # Not arrived: remote (another service's), or said nothing; a parent the span says
         # is local is the same process's and still running (a handoff's workflow span).
         return local_gone or not last.parent_local
-
-    def _dropped_link(self, span_id: bytes) -> _Link | None:
-        """What is kept of the span ``span_id`` dropped for a limit, if it was
-        (``dropped_links``: ``DROPPED_IDS`` at most)."""
-        for link in self.dropped_links or ():
-            if link.span_id == span_id:
-                return link
-        return None

@@ -103,8 +103,8 @@ REPORTED_DROPS: Final[Mapping[str, str]] = MappingProxyType(
 
 def _over(trace: _Trace) -> bool:
     """Whether ``trace``'s run is over at a drain, nothing more to come: its anchor came, or
-    its root, nothing held saying its run goes on (``victims._root_ended``: no span of it
-    waiting for a parent ended after the root, none rejected at ingest)."""
+    its root, nothing held saying its run goes on (``victims._root_ended``: no span of the
+    root's service ended after the root, none rejected at ingest)."""
     return trace.anchored() or _root_ended(trace)
 
 
@@ -263,7 +263,9 @@ class TraceBuffer(HeldTraces):
         trace whose root came with a span of it rejected at ingest is one of the others until
         ``poll`` judged it (quiet ``completion_wait_ns + lost_parent_wait_ns``): the rejected
         span may be a step of a run its request left in the background, a synchronous
-        request's as well (the rejection is counted at ingest all the same)."""
+        request's as well (the rejection is counted at ingest all the same). So is one with a
+        span of the root's service that ended after the root (``_Trace.ran_on``): its run,
+        left running in the background, may go on."""
         out = self.poll()
         now = self._clock()
         for trace in list(self._traces.values()):
@@ -331,8 +333,9 @@ class TraceBuffer(HeldTraces):
             and quiet >= lim.completion_wait_ns + lim.lost_parent_wait_ns
         ):
             if trace.lost_parent_over():
-                # A parent lost in export, or maybe rejected at ingest: the run is over (a run
-                # left running in the background exports a span within the wait).
+                # A parent lost in export, or maybe rejected at ingest, or a run left running
+                # in the background quiet since (``_Trace.ran_on``): the run is over (such a
+                # run exports a span within the wait).
                 return self._emit(trace, now, None)
             # A run left running in the background: its agent span is to come. Or, no root,
             # nothing that would anchor the trace if the rejected span were the parent it

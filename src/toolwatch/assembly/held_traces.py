@@ -20,7 +20,8 @@ import itertools
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from toolwatch.assembly.anchoring import _Trace, dropped_span
+from toolwatch.assembly.anchoring import _Trace
+from toolwatch.assembly.dropped import dropped_span
 from toolwatch.assembly.limited import Limited, LimitedTraces
 from toolwatch.assembly.limits import ENCLOSING_SPANS, AssemblyLimits
 from toolwatch.assembly.refusals import Refusals

@@ -27,7 +27,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Final, TypeAlias
 
-from toolwatch.assembly.anchoring import DROPPED_IDS, DroppedSpan
+from toolwatch.assembly.dropped import DROPPED_IDS, DroppedSpan
 
 __all__ = ["Limited", "LimitedTraces"]
 

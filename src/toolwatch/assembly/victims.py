@@ -4,8 +4,9 @@ An eviction comes under ``overflow: evict_oldest``, or under ``backpressure`` on
 has refused requests for ``max_refusal_ns`` (stalled, ``assembly.refusals``), for a request it
 takes that does not fit (``TraceBuffer.admit``). It takes, of the ``VICTIM_SCAN`` (16) oldest
 runs, one whose end has come first (``_ended``: its anchor, or its root beside its agent span,
-no span of it rejected at ingest; judged as it came, only its quiet period cut short), else the
-oldest in flight (judged ``evicted``), never a run the request itself goes on with or starts.
+no span of it rejected at ingest, none of the root's service ended after it; judged as it came,
+only its quiet period cut short), else the oldest in flight (judged ``evicted``), never a run
+the request itself goes on with or starts.
 A request that can never fit evicts nothing (``TraceBuffer``'s concern, not this module's).
 
 Not thread-safe: the buffer's event loop calls it. Compiled, as ``assembly.buffer`` is.
@@ -30,23 +31,24 @@ VICTIM_BATCH: Final = 64
 
 def _root_ended(trace: _Trace) -> bool:
     """Whether ``trace``'s root came and nothing held says its run goes on after it: no span
-    of it that ended after the root waits for a parent (``awaits_after_root``: a run left
-    running in the background, its agent span to come; a span that ended before the root
-    lost its parent in export), and no span of it is not known (``parent_lost``: rejected at
-    ingest, or dropped where the trace could not keep its id; it may be a step of such a
-    run, or its agent span), which ``_Trace.anchored`` asks of a root too. What an eviction
-    (``_ended``) and a drain (``buffer._over``) take for a run over, its quiet period cut
-    short; a span not known makes it one in flight until its trace is quiet
-    ``completion_wait_ns + lost_parent_wait_ns`` and ``TraceBuffer._check`` judges it."""
-    return trace.root_seen and not trace.parent_lost and not trace.awaits_after_root()
+    of the root's service ended after the root (``ran_on``: a run left running in the
+    background, whose next batch or agent span may be to come; a span that ended before the
+    root and waits for a parent lost it in export), and no span of it is not known
+    (``parent_lost``: rejected at ingest, or dropped where the trace could not keep its id;
+    it may be a step of such a run, or its agent span), which ``_Trace.anchored`` asks of a
+    root too. What an eviction (``_ended``) and a drain (``buffer._over``) take for a run
+    over, its quiet period cut short; either makes it one in flight until its trace is quiet
+    ``completion_wait_ns + lost_parent_wait_ns`` and ``TraceBuffer._check`` judges it (judged
+    as it came, a run left running would be judged as its first part, its rest ``late``)."""
+    return trace.root_seen and not trace.parent_lost and not trace.ran_on()
 
 
 def _ended(trace: _Trace) -> bool:
     """Whether ``trace``'s run has ended by what the buffer holds, though it may not have
     been quiet for ``completion_wait_ns`` yet: what an eviction judges as it came, not cut
     short (only a straggler could still come, and be late). Its anchor came; or its root,
-    with an agent span, nothing held saying its run goes on (``_root_ended``: no span of it
-    waiting for a parent ended after the root, none rejected). Not a root alone: a request's
+    with an agent span, nothing held saying its run goes on (``_root_ended``: no span of the
+    root's service ended after the root, none rejected). Not a root alone: a request's
     span, ended, whose run goes on in the background has that shape until the run's agent
     span comes. Remembered on the trace until its next span or rejection
     (``_Trace.ended_verdict``): an eviction asks it of the same oldest traces again and

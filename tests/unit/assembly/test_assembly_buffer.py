@@ -176,18 +176,21 @@ def test_a_trace_without_even_a_local_anchor_still_waits_for_max_age() -> None:
 
 
 @pytest.mark.parametrize(
-    ("root_end", "step"),
-    [(5, (10, 20)), (50, (6, 20))],
+    ("root_end", "step", "more"),
+    [(5, (10, 20), 5), (50, (6, 20), 0)],
     ids=["the first step ended after the root", "it ended before the root"],
 )
 def test_a_root_that_ended_before_its_run_waits_for_the_local_parents_its_spans_await(
-    root_end: int, step: tuple[int, int]
+    root_end: int, step: tuple[int, int], more: int
 ) -> None:
     """A request that answered at once and left its agent running: its server span, the
     root, comes with the first turn's spans, whose parent (the agent span, still running)
     is local. The trace waits for it across a quiet period, then is ready as any. A first
     step that ended before the root did (a fast tool run while the response went out) holds
-    it too (review: the root anchored at once, and the rest of the run was dropped late)."""
+    it too (review: the root anchored at once, and the rest of the run was dropped late).
+    Was: ready at the first quiet ``completion_wait`` once the agent span came.
+    Now: where the agent span (the root's service) ended after the root, as a run left
+    running in the background, once quiet ``lost_parent_wait`` more (``_Trace.ran_on``)."""
     buffer, clock, metrics = make()
     buffer.add(
         [
@@ -205,6 +208,9 @@ def test_a_root_that_ended_before_its_run_waits_for_the_local_parents_its_spans_
         ]
     )
     clock.advance(2)
+    if more:
+        assert buffer.poll() == []
+        clock.advance(more)
     assert summary(buffer.poll()) == [(TRACE, 4, True, None)]
     assert metrics.dropped == {}
 

@@ -16,8 +16,8 @@ import dataclasses
 from assembly_support import SECOND, RecordingMetrics, agent, span, tool
 from wait_support import LIMITS, RUN, judge
 
-from toolwatch.assembly.anchoring import DROPPED_IDS, dropped_span
 from toolwatch.assembly.buffer import TraceBuffer
+from toolwatch.assembly.dropped import DROPPED_IDS, dropped_span
 from toolwatch.assembly.limited import LimitedTraces
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
 

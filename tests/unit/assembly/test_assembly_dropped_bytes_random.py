@@ -13,8 +13,8 @@ import random
 from assembly_support import SECOND, RecordingMetrics, span
 from stall_support import tid
 
-from toolwatch.assembly.anchoring import DROPPED_IDS, dropped_span
 from toolwatch.assembly.buffer import TraceBuffer
+from toolwatch.assembly.dropped import DROPPED_IDS, dropped_span
 from toolwatch.assembly.limited import LimitedTraces
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.model import ManualClock, SpanRecord, SpanRole

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from toolwatch.assembly.buffer import TraceBuffer, runs_an_agent
 from toolwatch.assembly.completed import CompletedTrace
-from toolwatch.assembly.limits import ENCLOSING_SPANS, AssemblyLimits
+from toolwatch.assembly.limits import ENCLOSING_SPANS, LOST_PARENT_WAIT_NS, AssemblyLimits
 from toolwatch.assembly.timeline import build_tool_traces
 from toolwatch.assembly.tree import _in_time_order
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
@@ -88,6 +88,12 @@ def test_spans_are_taken_by_start_then_span_id_whatever_their_arrival(
 def test_any_arrival_through_the_buffer_gives_the_same_tooltraces(
     data: st.DataObject, spans: tuple[SpanRecord, ...]
 ) -> None:
+    """Any order, batching and duplication of a trace's spans, each batch within the wait:
+    one trace, complete, the same ToolTraces, judged when the spans alone say.
+    Was: always at the first quiet ``WAIT``.
+    Now: so is a run whose spans all ended by its root's end; one with a span of the root's
+    service that ended after it (a run left running in the background) is judged quiet
+    ``WAIT + LOST_PARENT_WAIT_NS``, whatever the order its spans came in."""
     clock = ManualClock()
     metrics = RecordingMetrics()
     buffer = TraceBuffer(AssemblyLimits(completion_wait_ns=WAIT), clock, metrics)
@@ -100,6 +106,10 @@ def test_any_arrival_through_the_buffer_gives_the_same_tooltraces(
         assert buffer.poll() == []
         clock.now_ns += data.draw(st.integers(0, (WAIT - 1) // len(parts)))
     clock.now_ns += WAIT
+    root = spans[0]
+    if any(s.end_ns > root.end_ns and s.service == root.service for s in spans):
+        assert buffer.poll() == []
+        clock.now_ns += LOST_PARENT_WAIT_NS
 
     (done,) = buffer.poll()
     assert (done.complete, len(done.spans)) == (True, len(spans))

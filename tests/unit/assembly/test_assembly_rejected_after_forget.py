@@ -26,7 +26,7 @@ from assembly_support import REFUND_POLICY_FIELDS, SECOND, RecordingMetrics, age
 from prometheus_client import CollectorRegistry
 from stall_support import tid
 
-from tests.integration.test_rejected_spans import KeptToolTraces
+from tests.kept_support import KeptToolTraces
 from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import AssemblyLimits

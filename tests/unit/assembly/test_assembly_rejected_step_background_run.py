@@ -96,10 +96,12 @@ def test_a_step_too_large_that_a_held_span_names_is_no_parent_waited_for() -> No
     """Scenario: the step dropped too large is the parent of a span held (its HTTP call,
     which ended first and came in the same batch, before it).
     Expected: the call waits for the dropped step no more, and the other steps still wait
-    for the agent span: one trace, whole but the step, ``span_limit``; none ``late``."""
+    for the agent span: one trace, whole but the step, ``span_limit``; none ``late``.
+    Was: judged 2 s after the agent span came (12 s).
+    Now: 7 s after (17 s): a run left running in the background (``_Trace.ran_on``)."""
     call = span(21, 20, SpanRole.OTHER, 5, 6, trace_id=RUN, size_bytes=10, parent_local=True)
     batches: list[_Batch] = [[call, _step(10), _LARGE], [_step(11)], [_AGENT]]
-    assert _judge(batches) == ([("span_limit", 5, 12)], 0)
+    assert _judge(batches) == ([("span_limit", 5, 17)], 0)
 
 
 def test_a_span_naming_a_step_dropped_before_it_came_waits_for_it_no_more() -> None:
@@ -108,19 +110,24 @@ def test_a_span_naming_a_step_dropped_before_it_came_waits_for_it_no_more() -> N
     Expected: as when the call came first: the dropped step is remembered (``dropped_ids``),
     and the call does not hold the run, whose agent span came, to ``max_trace_age``
     (without it: a step ended after the root waiting for its local parent, the run's agent
-    span come or not, ``timed_out``)."""
+    span come or not, ``timed_out``).
+    Was: judged 2 s after the agent span came (12 s).
+    Now: 7 s after (17 s): a run left running in the background (``_Trace.ran_on``)."""
     call = span(21, 20, SpanRole.OTHER, 5, 6, trace_id=RUN, size_bytes=10, parent_local=True)
     batches: list[_Batch] = [[_step(10), _LARGE], [call], [_AGENT]]
-    assert _judge(batches) == ([("span_limit", 4, 12)], 0)
+    assert _judge(batches) == ([("span_limit", 4, 17)], 0)
 
 
 def test_an_agent_span_dropped_too_large_lets_the_root_anchor_the_run() -> None:
     """Scenario: the agent span itself is too large (every step names it).
-    Expected: the steps wait for it no more: the root anchors the run, quiet ``completion_wait``
-    already (its last step came 5 s before), at once, judged ``span_limit``; none ``late``."""
+    Expected: the steps wait for it no more: the root anchors the run, judged ``span_limit``;
+    none ``late``.
+    Was: quiet ``completion_wait`` already (its last step came 5 s before): at once (10 s).
+    Now: its steps ended after the root (``_Trace.ran_on``): once quiet ``completion_wait +
+    lost_parent_wait``, 7 s after its last step (12 s)."""
     large_agent = agent(2, 9, "refund-bot", 1, 60, trace_id=RUN, size_bytes=2000)
     batches: list[_Batch] = [[_step(10)], [_step(11)], [large_agent]]
-    assert _judge(batches) == ([("span_limit", 3, 10)], 0)
+    assert _judge(batches) == ([("span_limit", 3, 12)], 0)
 
 
 def test_a_rejected_agent_span_costs_the_lost_parents_wait_and_no_more() -> None:

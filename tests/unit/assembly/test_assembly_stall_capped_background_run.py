@@ -42,7 +42,9 @@ def test_a_background_run_at_its_cap_waits_for_its_agent_span() -> None:
     them over a cap of 3 (one dropped), every second; then its agent span, the run's end.
     Expected: one trace, its agent span in it, flagged ``span_limit``; no span ``late``.
     Was: the trace is judged 2 s after the cap without the agent span, which is dropped
-    ``late`` when it comes."""
+    ``late`` when it comes. Then (the fix): judged 2 s after the agent span came.
+    Now (a run left running in the background, ``_Trace.ran_on``): 7 s after it came, once
+    quiet ``completion_wait + lost_parent_wait``; not at 3 s."""
     limits = AssemblyLimits(
         completion_wait_ns=2 * SECOND, max_trace_age_ns=300 * SECOND, max_spans_per_trace=3
     )
@@ -59,6 +61,8 @@ def test_a_background_run_at_its_cap_waits_for_its_agent_span() -> None:
     out.extend(buffer.poll())
     buffer.add([agent(2, 9, "refund-bot", 1, 60, trace_id=_RUN, size_bytes=10)])
     clock.now_ns += 3 * SECOND
+    assert buffer.poll() == []
+    clock.now_ns += 4 * SECOND
     out.extend(buffer.poll())
     assert metrics.dropped["late"] == 0, f"{metrics.dropped['late']} span(s) late"
     assert [(t.incomplete_reason, len(t.spans)) for t in out] == [("span_limit", 4)]

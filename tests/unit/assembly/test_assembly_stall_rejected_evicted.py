@@ -20,7 +20,7 @@ from __future__ import annotations
 from assembly_support import REFUND_POLICY_FIELDS, agent, tool
 from prometheus_client import CollectorRegistry
 
-from tests.integration.test_rejected_spans import KeptToolTraces
+from tests.kept_support import KeptToolTraces
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.engine import Admission, Engine, EngineParts
 from toolwatch.evaluation.pipeline import EvaluationPipeline

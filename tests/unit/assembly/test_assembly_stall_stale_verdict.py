@@ -96,26 +96,36 @@ def test_a_run_whose_root_was_dropped_too_large_is_evicted_as_it_came() -> None:
 
 
 @pytest.mark.parametrize(
-    ("agent_span", "judged"),
-    [(True, {tid(2): "span_limit"}), (False, {tid(1): "evicted"})],
-    ids=["its-agent-span", "a-step"],
+    ("agent_span", "root_end", "judged"),
+    [
+        (True, 100, {tid(1): "evicted"}),
+        (True, 400, {tid(2): "span_limit"}),
+        (False, 100, {tid(1): "evicted"}),
+    ],
+    ids=["its-agent-span", "its-agent-span-the-root-ended-last", "a-step"],
 )
 def test_a_background_run_that_lost_a_span_too_large_is_ended_only_by_its_agent_span(
-    agent_span: bool, judged: dict[bytes, str | None]
+    agent_span: bool, root_end: int, judged: dict[bytes, str | None]
 ) -> None:
     """Run 2: a request's span, ended, and a step of the run it left running, which names
     the run's agent span 2 (local, still running); then a span of it is dropped too large.
-    Its agent span: the step waits for it no more, the run has ended, and the eviction takes
-    it as it came (``span_limit``). A step no span names: the run waits for its agent span
-    still, in flight, passed over: the oldest run in flight (run 1) is evicted."""
+    A step no span names: the run waits for its agent span still, in flight, passed over:
+    the oldest run in flight (run 1) is evicted. Its agent span: the step waits for it no
+    more.
+    Was: the run has ended, and the eviction takes it as it came (``span_limit``).
+    Now: its step ended after the root (a run left running in the background,
+    ``_Trace.ran_on``): in flight until quiet ``completion_wait + lost_parent_wait``, passed
+    over as the other case: run 1 is evicted (``victims._root_ended``). Where the request's
+    span ended last (a synchronous run, its agent span dropped), the verdict cached before
+    the drop is still asked again: the run has ended, taken as it came (``span_limit``)."""
     buffer, _, metrics = make(_EVICT)
     out: list[CompletedTrace] = []
     assert offer(buffer, in_flight(1), out)  # run 1: in flight, the oldest
-    background = [
-        span(9, None, SpanRole.OTHER, 0, 100, name="POST /chat", trace_id=tid(2), size_bytes=10),
-        tool(3, 2, "lookup_order", 150, 200, trace_id=tid(2), size_bytes=10, parent_local=True),
-    ]
-    assert offer(buffer, background, out)
+    request = span(
+        9, None, SpanRole.OTHER, 0, root_end, name="POST /chat", trace_id=tid(2), size_bytes=10
+    )
+    step = tool(3, 2, "lookup_order", 150, 200, trace_id=tid(2), size_bytes=10, parent_local=True)
+    assert offer(buffer, [request, step], out)
     assert offer(buffer, _ended_run(3), out)
     assert offer(buffer, in_flight(4), out)  # evicts run 3 (ended), passing over runs 1 and 2
     lost = (

@@ -17,7 +17,7 @@ from assembly_support import REFUND_POLICY_FIELDS, SECOND, agent, span, tool
 from prometheus_client import CollectorRegistry
 from stall_support import LIMITS, end_of, in_flight, make, offer, tick, tid, verdicts
 
-from tests.integration.test_rejected_spans import KeptToolTraces
+from tests.kept_support import KeptToolTraces
 from toolwatch.assembly.completed import CompletedTrace
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.engine import Admission, Engine, EngineParts

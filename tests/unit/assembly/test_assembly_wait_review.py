@@ -12,21 +12,16 @@ import os
 from pathlib import Path
 
 import pytest
-from assembly_support import SECOND, RecordingMetrics, agent, span, tool
+from assembly_support import SECOND, RecordingMetrics, agent, span
 from stall_support import run_apart, tid
-from wait_support import LIMITS, RUN, TWO_EVICTING, judge_timed
+from wait_support import LIMITS, ROOT, RUN, TWO_EVICTING, judge_timed, run_step
 
 from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.model import ManualClock, SpanRecord, SpanRole
 
-_ROOT = span(9, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=10)
 _AGENT = agent(2, 9, "refund-bot", 1, 60, trace_id=RUN, size_bytes=10, parent_local=True)
 _Batch = list[SpanRecord | None]
-
-
-def _step(n: int, parent: int = 2, size: int = 10) -> SpanRecord:
-    return tool(n, parent, "lookup_order", 4, 7, trace_id=RUN, size_bytes=size, parent_local=True)
 
 
 def _judge(
@@ -35,7 +30,7 @@ def _judge(
     """``first`` (the root by default), then ``batches`` 5 s apart (``None``: a span ingest
     rejected), polled every 0.2 s; then 300 s more. The traces judged (reason, spans, seconds
     since the first batch) and the spans dropped ``late``."""
-    opening: list[SpanRecord | None] = [_ROOT] if first is None else list(first)
+    opening: list[SpanRecord | None] = [ROOT] if first is None else list(first)
     return judge_timed([(opening, 0), *((batch, 5) for batch in batches)], limits)
 
 
@@ -49,7 +44,7 @@ def test_a_rejected_step_alone_in_its_batch_does_not_cut_the_run() -> None:
     agent span's local parent, the root, until ``max_trace_age`` (``timed_out``, 305 s).
     docs/configuration.md says such a trace waits ``lost_parent_wait`` more "whatever its
     spans wait for". Expected: one trace, ``span_limit``, the 4 spans taken."""
-    judged, late = _judge([[None], [_step(11)], [_step(12)], [_AGENT]])
+    judged, late = _judge([[None], [run_step(11)], [run_step(12)], [_AGENT]])
     assert ([(r, n) for r, n, _ in judged], late) == ([("span_limit", 4)], 0)
 
 
@@ -62,7 +57,7 @@ def test_a_step_too_large_alone_in_its_batch_does_not_cut_the_run() -> None:
     the rest ``late``. A rejected step in its place (control above) is waited for: a span
     whose identity is known is treated worse than one that is not.
     Now: as the control, one trace, ``span_limit``, nothing late."""
-    judged, late = _judge([[_step(20, size=2000)], [_step(11)], [_step(12)], [_AGENT]])
+    judged, late = _judge([[run_step(20, size=2000)], [run_step(11)], [run_step(12)], [_AGENT]])
     assert ([(r, n) for r, n, _ in judged], late) == ([("span_limit", 4)], 0)
 
 
@@ -73,7 +68,7 @@ def test_a_step_too_large_whose_children_came_with_it_does_not_cut_the_run() -> 
     quiet ``completion_wait``, the steps after it and the agent span ``late``.
     Now: one trace, ``span_limit``, nothing late."""
     call = span(21, 20, SpanRole.OTHER, 5, 6, trace_id=RUN, size_bytes=10, parent_local=True)
-    judged, late = _judge([[call, _step(20, size=2000)], [_step(11)], [_AGENT]])
+    judged, late = _judge([[call, run_step(20, size=2000)], [run_step(11)], [_AGENT]])
     assert ([(r, n) for r, n, _ in judged], late) == ([("span_limit", 4)], 0)
 
 
@@ -88,7 +83,7 @@ def test_a_root_dropped_too_large_as_its_trace_first_span_counts_as_arrived() ->
     after the agent span.
     Now: judged ``span_limit`` shortly after the agent span (well before 300 s)."""
     big_root = span(9, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=2000)
-    judged, late = _judge([[_step(10)], [_step(11)], [_AGENT]], first=[big_root])
+    judged, late = _judge([[run_step(10)], [run_step(11)], [_AGENT]], first=[big_root])
     assert ([(r, n) for r, n, _ in judged], late) == ([("span_limit", 3)], 0)
     assert judged[0][2] < 20, judged
 
@@ -117,10 +112,10 @@ def test_copies_of_one_dropped_span_walk_the_trace_once_each() -> None:
         completion_wait_ns=2 * SECOND, max_trace_age_ns=300 * SECOND, max_buffered_bytes=100_000
     )
     buffer = TraceBuffer(limits, ManualClock(), RecordingMetrics())
-    buffer.add([_ROOT, *(_step(100 + k) for k in range(4000))])
+    buffer.add([ROOT, *(run_step(100 + k) for k in range(4000))])
     trace = buffer._traces[RUN]
     trace.spans = _CountingSpans(trace.spans)
-    buffer.add([_step(50_000, parent=9, size=200_000)] * 1000)  # its parent held: walks
+    buffer.add([run_step(50_000, parent=9, size=200_000)] * 1000)  # its parent held: walks
     assert _CountingSpans.walks == 1  # the first drop of that id; none for its copies
 
 
@@ -130,16 +125,19 @@ def test_a_root_dropped_buffer_full_before_its_trace_is_held_counts_as_arrived()
     request let through as one that can never fit) drops a background run's root
     ``buffer_full`` before its trace is held. When room is made (the other run judged), the
     run's steps and agent span come, and wait for the root (the agent span's local parent)
-    until ``max_trace_age``: ``timed_out`` at 305 s.
-    Now: ``span_limit`` once the agent span has been quiet ``completion_wait``."""
+    until ``max_trace_age``: ``timed_out`` at 305 s. Then (the fix): ``span_limit`` once the
+    agent span had been quiet ``completion_wait`` (17 s).
+    Now: ``span_limit`` once it has been quiet ``completion_wait + lost_parent_wait`` (22 s):
+    the run's spans ended after its root, a run left running in the background
+    (``_Trace.ran_on``)."""
     other = agent(1, None, "refund-bot", 0, 5, trace_id=tid(7), size_bytes=10)
     limits = AssemblyLimits(
         completion_wait_ns=2 * SECOND, max_trace_age_ns=300 * SECOND, max_traces=1
     )
     judged, late = _judge(
-        [[], [_step(10)], [_step(11)], [_AGENT]], first=[other, _ROOT], limits=limits
+        [[], [run_step(10)], [run_step(11)], [_AGENT]], first=[other, ROOT], limits=limits
     )
-    assert (judged, late) == ([(None, 1, 2), ("span_limit", 3, 17)], 0)
+    assert (judged, late) == ([(None, 1, 2), ("span_limit", 3, 22)], 0)
 
 
 def test_an_eviction_judges_a_run_whose_only_step_was_dropped_as_in_flight() -> None:
@@ -150,9 +148,9 @@ def test_an_eviction_judges_a_run_whose_only_step_was_dropped_as_in_flight() -> 
     short), where the same run with the step held is judged ``evicted`` (in flight).
     Now: ``evicted``."""
     verdicts = {}
-    for step in (_step(10), _step(20, size=2000)):
+    for step in (run_step(10), run_step(20, size=2000)):
         buffer = TraceBuffer(TWO_EVICTING, ManualClock(), RecordingMetrics())
-        buffer.add([_ROOT])
+        buffer.add([ROOT])
         buffer.add([step])
         evicted = buffer.add([agent(1, None, "bot", 0, 5, trace_id=tid(n)) for n in (6, 7)])
         verdicts[step.size_bytes] = [(t.trace_id, t.incomplete_reason) for t in evicted]
@@ -167,7 +165,7 @@ def test_rejections_every_few_seconds_keep_a_run_at_most_max_trace_age() -> None
     ``max_trace_age`` (300 s), not later, and ``poll`` returns each time."""
     clock = ManualClock()
     buffer = TraceBuffer(LIMITS, clock, RecordingMetrics())
-    buffer.add([_ROOT, _step(10)])
+    buffer.add([ROOT, run_step(10)])
     out = []
     for _ in range(200):  # 600 s
         clock.now_ns += 3 * SECOND
@@ -186,12 +184,12 @@ def test_more_than_sixteen_dropped_parents_fall_back_to_the_lost_parent_wait() -
     cut before the agent span (which comes 5 s later)."""
     batch = []
     for k in range(20):
-        model = _step(100 + k, size=2000)
+        model = run_step(100 + k, size=2000)
         call = span(
             200 + k, 100 + k, SpanRole.OTHER, 5, 6, trace_id=RUN, size_bytes=10, parent_local=True
         )
         batch += [call, model]
-    judged, late = _judge([[_step(10), *batch], [_step(11)], [_AGENT]])
+    judged, late = _judge([[run_step(10), *batch], [run_step(11)], [_AGENT]])
     assert ([(r, n) for r, n, _ in judged], late) == ([("span_limit", 24)], 0)
 
 
@@ -203,16 +201,15 @@ def test_poll_returns_for_a_run_whose_spans_are_all_dropped_or_rejected(
     the trace is judged once."""
     script = """
 from assembly_support import SECOND, RecordingMetrics
-from test_assembly_wait_review import _ROOT, _step
-from wait_support import LIMITS, RUN
+from wait_support import LIMITS, ROOT, RUN, run_step
 from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.model import ManualClock
 clock = ManualClock(); buffer = TraceBuffer(LIMITS, clock, RecordingMetrics())
-buffer.add([_ROOT, _step(10)]); judged = []
+buffer.add([ROOT, run_step(10)]); judged = []
 for k in range(4000):
     clock.now_ns += SECOND // 10
     if k % 30 == 0:
-        buffer.add([_step(1000 + k, size=2000)]); buffer.flag_rejected([RUN])
+        buffer.add([run_step(1000 + k, size=2000)]); buffer.flag_rejected([RUN])
     judged += [t.incomplete_reason for t in buffer.poll()]
 print(judged)
 """

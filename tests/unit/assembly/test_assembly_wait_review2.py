@@ -283,7 +283,9 @@ def test_an_eviction_judges_a_run_whose_background_step_was_dropped_as_in_flight
 def test_two_roots_dropped_before_the_trace_is_held_leave_it_judged() -> None:
     """A trace of two roots (broken instrumentation, or two requests' spans under one trace
     id), both dropped too large before any span is held; then a step under the first, local,
-    ended after both roots. It is judged, not held to ``max_trace_age``.
+    ended before both roots (a synchronous request's: one ended after them is a run left
+    running in the background, held 5 s more, ``_Trace.ran_on``). It is judged, not held to
+    ``max_trace_age``.
     Was: ``_limited`` kept the second root only, the first counted as a span not known
     (``parent_lost``): the step waited for a root the trace did not know of, and the trace
     was judged once quiet the lost parent's wait, 7 s.
@@ -294,7 +296,7 @@ def test_two_roots_dropped_before_the_trace_is_held_leave_it_judged() -> None:
     buffer = TraceBuffer(LIMITS, clock, RecordingMetrics())
     first = span(8, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=2000)
     buffer.add([first, _root(size=2000)])
-    buffer.add([tool(10, 8, "x", 4, 7, trace_id=RUN, size_bytes=10, parent_local=True)])
+    buffer.add([tool(10, 8, "x", 1, 2, trace_id=RUN, size_bytes=10, parent_local=True)])
     began, out = clock.now_ns, list[tuple[str | None, int]]()
     for _ in range(400 * 5):
         clock.now_ns += SECOND // 5

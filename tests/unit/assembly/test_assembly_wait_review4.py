@@ -4,8 +4,10 @@ lost_parent_wait``, 7 s here) behind ``root_seen``, in ``_Trace.anchored``'s roo
 ``TraceBuffer._check``'s lost-parent branch; and only the root branch asked whether a run was
 left running in the background. Fixed: without a root, a rejected span (the root itself,
 maybe) holds the trace those 7 s too, and an outermost agent span, as a root, waits while a
-span of its service that ended after it waits for its local parent. Not handled (xfail): a
-background loop whose steps are the root's own children.
+span of its service that ended after it waits for its local parent. And (defect 6) a
+background loop whose steps are the root's own children: a root whose service has a span that
+ended after it, whatever that span's parent, anchors once quiet ``completion_wait +
+lost_parent_wait`` (``_Trace.ran_on``).
 
 A span dropped for a limit (review-wait4's other two defects) is another helper's; their
 tests are not here.
@@ -16,11 +18,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from assembly_support import SECOND, agent, llm, span, tool
-from wait_support import RUN, judge, judge_timed
+from assembly_support import SECOND, RecordingMetrics, agent, llm, span, tool
+from stall_support import tid
+from wait_support import LIMITS, RUN, TWO_EVICTING, judge_timed
 
+from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.assembly.limits import AssemblyLimits
-from toolwatch.model import SpanRecord, SpanRole
+from toolwatch.model import ManualClock, SpanRecord, SpanRole
 
 # --- A rejected root: the lost-parent branch needed ``root_seen``.
 
@@ -102,9 +106,12 @@ def _left_running(
 
 
 def test_control_a_root_triage_agent_that_left_a_run_waits_for_its_held_step() -> None:
-    """Control, unchanged: the triage agent is the root: its held step waits for the refund
-    agent span (``_awaits_local``): one trace, complete, 2 s after the refund agent span came."""
-    assert _left_running(_TRIAGE_ROOT, _bg_step(10, 7)) == ([(None, 5, 18)], 0)
+    """Control: the triage agent is the root: its held step waits for the refund agent span
+    (``_awaits_local``): one trace, complete.
+    Was: 2 s after the refund agent span came (18 s).
+    Now: 7 s after (23 s): the run's spans, of the root's service, ended after it (a run left
+    running in the background, ``_Trace.ran_on``)."""
+    assert _left_running(_TRIAGE_ROOT, _bg_step(10, 7)) == ([(None, 5, 23)], 0)
 
 
 def test_control_a_root_triage_agent_that_left_a_run_waits_out_a_rejected_step() -> None:
@@ -121,7 +128,9 @@ def test_a_remote_triage_agent_that_left_a_run_waits_for_its_held_step() -> None
     ``late``: the refund run never judged.
     Now: as under a root, a span of the agent's service that ended after it and waits for
     its local parent (``_awaits_after``, from the agent's end) holds the trace: one trace,
-    complete, 5 spans, nothing late, at 18 s, as the rooted control."""
+    complete, 5 spans, nothing late, at 18 s: 2 s after the refund agent span came (the
+    rooted control, 23 s: a root holds a run that ran on after it 5 s more, ``ran_on``;
+    an outermost agent span does not)."""
     assert _left_running(_TRIAGE_REMOTE, _bg_step(10, 7)) == ([(None, 5, 18)], 0)
 
 
@@ -187,7 +196,7 @@ def test_a_tool_loop_under_a_remote_parent_does_not_excuse_a_rejected_span() -> 
     assert judge_timed([([*loop, None], 1)]) == ([("span_limit", 3, 7)], 0)
 
 
-# --- A run left running in the background whose steps name the root itself.
+# --- A run left running in the background whose steps name the root itself (defect 6).
 
 #: The request's span (the root) ended at 3 ms; the run it left running in a background task
 #: writes no span of its own (a plain client's tool loop): its model calls and tools are the
@@ -195,30 +204,138 @@ def test_a_tool_loop_under_a_remote_parent_does_not_excuse_a_rejected_span() -> 
 _REQUEST_ROOT = span(9, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=10)
 
 
-def _call(n: int, end_ms: int) -> SpanRecord:
-    return tool(n, 9, "lookup_order", 4, end_ms, trace_id=RUN, size_bytes=10, parent_local=True)
+def _call(n: int, end_ms: int, service: str | None = "refund-agent") -> SpanRecord:
+    call = tool(n, 9, "lookup_order", 4, end_ms, trace_id=RUN, size_bytes=10, parent_local=True)
+    return dataclasses.replace(call, service=service)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="not handled (a design decision): the steps' parent, the root, is held, so the root "
-    "anchors at the first quiet completion_wait, between two of the loop's export batches, the "
-    "rest late. Holding a root whose service has a span that ended after it for completion_wait "
-    "+ lost_parent_wait would judge every run left in the background lost_parent_wait later; "
-    "the reviewer's trial broke 8 tests, the any-arrival property test among them "
-    "(test_any_arrival_through_the_buffer_gives_the_same_tooltraces)",
-)
+def _loop(
+    root: SpanRecord, gaps: tuple[int, ...], service: str | None = "refund-agent"
+) -> tuple[list[tuple[str | None, int, int]], int]:
+    """The root, 1 s later the loop's first call, then one more call after each of ``gaps``
+    seconds (each ended 1 ms before it came, of ``service``): ``judge_timed``'s outcome."""
+    batches: list[tuple[list[SpanRecord | None], int]] = [([root], 1)]
+    ended = 1_000
+    for n, gap in enumerate((*gaps, 1)):
+        batches.append(([_call(10 + n, ended, service)], gap))
+        ended += gap * 1_000
+    return judge_timed(batches)
+
+
 def test_a_background_loop_under_the_root_is_not_cut_at_the_first_export_gap() -> None:
-    """These spans say what ``awaits_after_root`` reads as a run left running in the
-    background: the root's service, ended after the root. Expected: one trace, complete, 4
-    spans, nothing late. Was and still is: judged at the first quiet 2 s as the request and
-    the first batch, every later step ``late``."""
-    judged = judge(
-        [
-            ([_REQUEST_ROOT], 1),
-            ([_call(10, 4_000)], 5),
-            ([_call(11, 9_000)], 5),
-            ([_call(12, 14_000)], 1),
-        ]
-    )
-    assert judged == ([(None, 4)], 0)
+    """The loop's 3 batches 5 s apart: ``awaits_after_root``'s reading of a run left running
+    in the background (the root's service, ended after the root), whatever the spans' parent.
+    Was: judged at the first quiet 2 s (3 s) as the request and the first batch, every later
+    step ``late`` (2): the run judged as its first part.
+    Now: the root anchors once quiet ``completion_wait + lost_parent_wait`` (7 s, within one
+    more batch delay): one trace, complete, 4 spans, nothing late, 7 s after the last batch
+    (18 s)."""
+    assert _loop(_REQUEST_ROOT, (5, 5)) == ([(None, 4, 18)], 0)
+
+
+def test_a_synchronous_run_is_still_judged_at_the_first_quiet_completion_wait() -> None:
+    """The same calls, ended before the root (the request answered once its loop was done),
+    in one batch: nothing ran on after the root. Unchanged: judged at 2 s."""
+    sync_root = span(9, None, SpanRole.OTHER, 0, 20_000, trace_id=RUN, size_bytes=10)
+    calls = [_call(10, 1_000), _call(11, 6_000), _call(12, 11_000)]
+    assert judge_timed([([*calls, sync_root], 1)]) == ([(None, 4, 2)], 0)
+
+
+def test_the_wait_restarts_at_every_batch_and_is_due_at_seven_seconds_quiet() -> None:
+    """``due_ns``: found unanchored at 2 s quiet, the trace is next due at ``completion_wait
+    + lost_parent_wait`` after its last span; a batch restarts that wait: at 6.999 s quiet
+    nothing, its deadline 1 ms ahead, at 7 s the run, whole."""
+    clock = ManualClock()
+    buffer = TraceBuffer(LIMITS, clock, RecordingMetrics())
+    buffer.add([_REQUEST_ROOT, _call(10, 1_000)])
+    came = clock.now_ns
+    clock.now_ns += 3 * SECOND
+    assert buffer.poll() == []
+    assert min(when for when, _, _ in buffer._deadlines) == came + 7 * SECOND
+    clock.now_ns += 3 * SECOND
+    buffer.add([_call(11, 6_000)])
+    clock.now_ns += 2 * SECOND
+    assert buffer.poll() == []
+    clock.now_ns += 5 * SECOND - 1_000_000
+    assert buffer.poll() == []
+    assert min(when for when, _, _ in buffer._deadlines) == clock.now_ns + 1_000_000
+    clock.now_ns += 1_000_000
+    assert [(t.complete, len(t.spans)) for t in buffer.poll()] == [(True, 3)]
+
+
+def test_a_loop_quiet_longer_than_the_two_waits_is_cut() -> None:
+    """The bound, pinned: a loop quiet more than ``completion_wait + lost_parent_wait`` (7 s:
+    a step slower than that, or a batch delay raised past ``lost_parent_wait``) is judged
+    then, and what it exports after is ``late``, as a run that lost a parent in export is.
+    Was: cut at 2 s quiet.
+    Now: at 7 s quiet (8 s: the first call came at 1 s), the call that came at 9 s late."""
+    assert _loop(_REQUEST_ROOT, (8,)) == ([(None, 2, 8)], 1)
+    assert _loop(_REQUEST_ROOT, (6,)) == ([(None, 3, 14)], 0)  # quiet 6 s: whole
+
+
+def test_a_loop_that_never_stops_is_bounded_by_max_trace_age() -> None:
+    """A loop exporting every 5 s for ever restarts the wait at each batch: ``max_trace_age``
+    (300 s, from the trace's first span) still bounds it: judged ``timed_out``, 61 spans, its
+    later calls ``late``.
+    Was: cut at the first quiet 2 s (3 s), 2 spans, every later call ``late``.
+    Now: held to ``max_trace_age``, as any run still exporting."""
+    judged, late = _loop(_REQUEST_ROOT, (5,) * 70)
+    assert judged == [("timed_out", 61, 300)]
+    assert late == 11
+
+
+def test_a_root_of_no_service_is_held_by_spans_of_no_service_only() -> None:
+    """A root whose resource names no ``service.name`` (``service`` None): "the root's
+    service" is None, a name like any (the process that sets none sets it on none of its
+    spans). A loop of no service holds it; a loop of a named service is another service's
+    (its clock may be skewed against the root's), as for a named root.
+    Was: both cut at 2 s, the later steps ``late``.
+    Now: the first whole at 18 s; the second unchanged."""
+    unnamed = dataclasses.replace(_REQUEST_ROOT, service=None)
+    assert _loop(unnamed, (5, 5), service=None) == ([(None, 4, 18)], 0)
+    assert _loop(unnamed, (5, 5)) == ([(None, 2, 3)], 2)
+
+
+def test_another_services_span_ended_after_the_root_does_not_hold_it() -> None:
+    """A span of another service (a tool host, its clock not the root's) that ended after
+    the root, as skew between hosts shows it, says nothing of a run left running: a
+    synchronous request judged at 2 s, unchanged. The same span of the root's service holds
+    it 5 s more."""
+    sync = span(9, None, SpanRole.OTHER, 0, 20, trace_id=RUN, size_bytes=10)
+    skewed = _call(10, 25, service="orders")
+    assert judge_timed([([skewed, sync], 1)]) == ([(None, 2, 2)], 0)
+    assert judge_timed([([_call(10, 25), sync], 1)]) == ([(None, 2, 7)], 0)
+
+
+@pytest.mark.parametrize(
+    ("end_ms", "reason"), [(1_000, "shutdown"), (2, None)], ids=["ran-on", "synchronous"]
+)
+def test_a_drain_in_the_wait_takes_the_run_for_one_in_flight(
+    end_ms: int, reason: str | None
+) -> None:
+    """A drain (shutdown) 1 s after the root and a call that ended after it: the loop may
+    export more, and judged as it came its rest would page falsely: in flight (``shutdown``,
+    ``buffer._over``), as a run with a span rejected at ingest is.
+    Was: complete, the root its anchor. A synchronous run (its call ended before the root):
+    complete, unchanged (nothing more can come)."""
+    clock = ManualClock()
+    buffer = TraceBuffer(LIMITS, clock, RecordingMetrics())
+    buffer.add([_REQUEST_ROOT, _call(10, end_ms)])
+    clock.now_ns += SECOND
+    assert [(t.incomplete_reason, len(t.spans)) for t in buffer.drain()] == [(reason, 2)]
+
+
+@pytest.mark.parametrize(
+    ("end_ms", "reason"), [(1_000, "evicted"), (2, None)], ids=["ran-on", "synchronous"]
+)
+def test_an_eviction_in_the_wait_takes_the_run_for_one_in_flight(
+    end_ms: int, reason: str | None
+) -> None:
+    """The same trace, the oldest, evicted for two new runs (``evict_oldest``, room for two):
+    in flight until quiet the two waits (``victims._root_ended``), ``evicted``.
+    Was: judged as it came (complete), its rest ``late`` when it came. A synchronous run:
+    judged as it came, unchanged."""
+    buffer = TraceBuffer(TWO_EVICTING, ManualClock(), RecordingMetrics())
+    buffer.add([_REQUEST_ROOT, _call(10, end_ms)])
+    evicted = buffer.add([agent(1, None, "bot", 0, 5, trace_id=tid(n)) for n in (6, 7)])
+    assert [(t.trace_id, t.incomplete_reason) for t in evicted] == [(RUN, reason)]

@@ -3,10 +3,11 @@ limit, fixed: such a span came, so its children wait for it no more, and what it
 still waited for.
 
 - The agent walk (``_Trace._outermost``) passes through a span dropped for a limit as through
-  a held one (``_Trace.dropped_links``: its role, its parent, whether that parent is local):
-  an agent whose local parent (a workflow span) was dropped too large anchors its trace.
+  a held one (its ``Link`` in ``_Trace.drops``: its role, its parent, whether that parent is
+  local): an agent whose local parent (a workflow span) was dropped too large anchors its
+  trace.
 - A step dropped over the cap (``trace_span_limit``, enclosing nothing: no parent) keeps its
-  wait (``_Trace.dropped_waits``), and the cap takes the span it waits for
+  wait (``_Trace.drops.waits``), and the cap takes the span it waits for
   (``_Trace.encloses``).
 """
 
@@ -93,10 +94,12 @@ def _run_step(size: int) -> SpanRecord:
 
 def test_control_a_step_dropped_too_large_keeps_its_wait() -> None:
     """Holds (control): under no cap, the request's spans, then the run's step dropped too
-    large (its wait kept), then the agent span: one trace, judged 2 s after the agent span
-    came (4 s after the first batch)."""
+    large (its wait kept), then the agent span: one trace.
+    Was: judged 2 s after the agent span came (4 s after the first batch).
+    Now: 7 s after (9 s): the agent span ended after the root, a run left running in the
+    background (``_Trace.ran_on``)."""
     judged = judge_timed([(_REQUEST, 1), ([_run_step(2000)], 1), ([_BG_AGENT], 1)])
-    assert judged == ([("span_limit", 3, 4)], 0)
+    assert judged == ([("span_limit", 3, 9)], 0)
 
 
 def test_a_step_dropped_over_the_cap_keeps_its_wait_for_its_agent_span() -> None:
@@ -107,9 +110,12 @@ def test_a_step_dropped_over_the_cap_keeps_its_wait_for_its_agent_span() -> None
     Was: the step's wait was not kept: the root anchored at 2 s (the request's 2 spans,
     ``span_limit``), and the agent span started a second trace, waiting for its local parent
     (the root, judged) for ``max_trace_age``: ``timed_out`` at 302 s, alone.
-    Now: one trace, ``span_limit``, 3 spans, judged 2 s after the agent span came (4 s)."""
+    Then (the fix): one trace, ``span_limit``, 3 spans, judged 2 s after the agent span came
+    (4 s).
+    Now: the same, 7 s after the agent span came (9 s), a run left running in the
+    background (``_Trace.ran_on``)."""
     judged = judge_timed([(_REQUEST, 1), ([_run_step(10)], 1), ([_BG_AGENT], 1)], _CAP)
-    assert judged == ([("span_limit", 3, 4)], 0)
+    assert judged == ([("span_limit", 3, 9)], 0)
 
 
 def test_the_span_a_step_dropped_over_the_cap_waits_for_is_enclosing() -> None:
@@ -122,5 +128,6 @@ def test_the_span_a_step_dropped_over_the_cap_waits_for_is_enclosing() -> None:
     other = agent(4, 9, "other-bot", 1, 60, trace_id=RUN, size_bytes=10, parent_local=True)
     second = tool(11, 2, "lookup_order", 8, 9, trace_id=RUN, size_bytes=10, parent_local=True)
     assert [trace.encloses(s) for s in (_BG_AGENT, other, second)] == [True, False, False]
-    assert trace.dropped_waits == [(_BG_AGENT.span_id, _run_step(10).end_ns, "refund-agent")]
-    assert trace.dropped_ids is None  # no parent: not kept as one
+    assert trace.drops is not None
+    assert trace.drops.waits == [(_BG_AGENT.span_id, _run_step(10).end_ns, "refund-agent")]
+    assert trace.drops.links is None  # no parent: not kept as one

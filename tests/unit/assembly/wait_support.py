@@ -1,16 +1,16 @@
 """What the reviews of the "wait" rule (test_assembly_wait_review*.py) share: a background
-run's trace id and limits, and the batches-with-gaps drivers."""
+run's trace id, root and steps, its limits, and the batches-with-gaps drivers."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from assembly_support import SECOND, RecordingMetrics
+from assembly_support import SECOND, RecordingMetrics, span, tool
 from stall_support import tid
 
 from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.assembly.limits import AssemblyLimits
-from toolwatch.model import ManualClock, SpanRecord
+from toolwatch.model import ManualClock, SpanRecord, SpanRole
 
 RUN = tid(5)
 LIMITS = AssemblyLimits(
@@ -18,6 +18,13 @@ LIMITS = AssemblyLimits(
 )
 #: ``LIMITS`` with room for two traces, a third evicting one (``evict_oldest``).
 TWO_EVICTING = dataclasses.replace(LIMITS, max_traces=2, overflow="evict_oldest")
+#: The request's span: the root (9), ended, come first.
+ROOT = span(9, None, SpanRole.OTHER, 0, 3, trace_id=RUN, size_bytes=10)
+
+
+def run_step(n: int, parent: int = 2, size: int = 10) -> SpanRecord:
+    """A step of the background run: a tool span under its agent span (2, local, running)."""
+    return tool(n, parent, "lookup_order", 4, 7, trace_id=RUN, size_bytes=size, parent_local=True)
 
 
 def judge(

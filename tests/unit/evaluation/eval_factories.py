@@ -15,6 +15,8 @@ from toolwatch.model_evaluation import ExpectedCall, GoldenCase
 from toolwatch.model_traces import ToolCall, ToolTrace
 
 __all__ = [
+    "A1",
+    "A2",
     "POLICY",
     "block_lcs",
     "call",
@@ -23,6 +25,7 @@ __all__ = [
     "grouped",
     "json_values",
     "quadratic_lcs",
+    "rerun",
     "tool_traces",
     "trace",
 ]
@@ -40,6 +43,8 @@ POLICY: dict[str, Any] = {
         {"kind": "arguments", "tool": "search", "schema": {"type": "object"}},
     ],
 }
+#: Two orders' arguments, for calls of one request and of another.
+A1, A2 = {"order_id": "A-1"}, {"order_id": "A-2"}
 
 
 def call(
@@ -73,6 +78,34 @@ def call(
         start_ns=index * 10,
         end_ns=index * 10 + 5,
         hosted=hosted,
+    )
+
+
+def rerun(
+    name: str,
+    arguments: Any,
+    *,
+    index: int,
+    call_id: str,
+    ok: bool = True,
+    agent: str | None = "support",
+    parent: str | None = None,
+) -> ToolCall:
+    """A span that ran again the request an earlier call asked under ``call_id``
+    (``call`` names the call at index ``i`` ``c<i>``), as assembly marks it."""
+    return factories.tool_call(
+        tool_name=name,
+        arguments=arguments,
+        call_id=call_id,
+        parent_call_id=parent,
+        sequence_index=index,
+        status=CallStatus.OK if ok else CallStatus.ERROR,
+        error_type=None if ok else "Timeout",
+        agent=agent,
+        span_id=f"s{index}",
+        start_ns=index * 10,
+        end_ns=index * 10 + 5,
+        rerun=True,
     )
 
 

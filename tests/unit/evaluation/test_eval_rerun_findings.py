@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eval_factories import call, trace
+from eval_factories import A1, A2, call, rerun, trace
 
 from tests import factories
 from tests.unit.assembly.assembly_support import (
@@ -41,41 +41,12 @@ from toolwatch.model import CallStatus, Category, SpanRecord
 from toolwatch.model_evaluation import EvalResult, ExpectedCall, GoldenCase
 from toolwatch.model_traces import ToolCall, ToolTrace
 
-A1, A2 = {"order_id": "A-1"}, {"order_id": "A-2"}
 MISSING = Category.MISSING_VERIFICATION_STEP
 DRIFT = Category.DANGEROUS_ACTION_DRIFT
 
 
 def judge(run: ToolTrace, policy: PolicySettings = REFUND_POLICY, **reference: Any) -> EvalResult:
     return Safety(SafetySettings(), policy)(run, Reference(**reference))
-
-
-def rerun(
-    name: str,
-    arguments: Any,
-    *,
-    index: int,
-    call_id: str,
-    ok: bool = True,
-    agent: str | None = "support",
-    parent: str | None = None,
-) -> ToolCall:
-    """A span that ran again the request an earlier call asked under ``call_id``
-    (``eval_factories.call`` names the call at index ``i`` ``c<i>``), as assembly marks it."""
-    return factories.tool_call(
-        tool_name=name,
-        arguments=arguments,
-        call_id=call_id,
-        parent_call_id=parent,
-        sequence_index=index,
-        status=CallStatus.OK if ok else CallStatus.ERROR,
-        error_type=None if ok else "Timeout",
-        agent=agent,
-        span_id=f"s{index}",
-        start_ns=index * 10,
-        end_ns=index * 10 + 5,
-        rerun=True,
-    )
 
 
 def refund_timed_out_then_run_again() -> list[SpanRecord]:

@@ -7,8 +7,7 @@ with what it ran."""
 
 from __future__ import annotations
 
-from eval_factories import call, trace
-from test_eval_rerun_findings import A1, A2, rerun
+from eval_factories import A1, A2, call, rerun, trace
 
 from tests.unit.assembly.assembly_support import REFUND_POLICY
 from toolwatch.evaluation.arguments import ToolArguments

@@ -6,34 +6,30 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ingest_support import ROOT_ID, TRACE_ID, field, request, span, varint
+from ingest_support import (
+    REFERENCE_KEYS,
+    ROOT_ID,
+    TRACE_ID,
+    field,
+    request,
+    sdk_requests,
+    span,
+    varint,
+    whole_decode,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, ScopeSpans, Span
-from test_scan_compiled import REFERENCE_KEYS, _requests
 
 from toolwatch.ingest import protobuf_pieces
-from toolwatch.ingest.decode import _Decoder
 from toolwatch.ingest.decode_requests import (
     _decode_in_pieces,
     decode_protobuf,
-    decode_request,
     scanner,
 )
 from toolwatch.ingest.decode_types import DecodedBatch, DecodeError, DecodeOptions
-from toolwatch.ingest.salvage import salvage
-from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Scanner, WireError
+from toolwatch.ingest.scan import COMPILED_UNAVAILABLE, Scanner
 
 DECODERS = ["auto", "reference"]
-
-
-def _whole(body: bytes, options: DecodeOptions) -> DecodedBatch:
-    """``decode_protobuf``'s whole decode, whatever the body's density."""
-    try:
-        return _Decoder(options).scan(scanner(options).scan_bytes(body))
-    except WireError:
-        salvaged = salvage(body)
-        assert salvaged is not None
-        return decode_request(*salvaged[:1], options, salvaged[1])
 
 
 def _pieces(body: bytes, options: DecodeOptions) -> DecodedBatch:
@@ -78,7 +74,7 @@ def test_a_request_in_pieces_decodes_to_the_batch_of_a_whole_decode(
 
     batch = _pieces(body, options)
 
-    assert batch == _whole(body, options)
+    assert batch == whole_decode(body, options)
     assert batch.received == 9
     assert batch.rejected == {"invalid_trace_id": 5, "invalid_span_id": 1}
     assert [r.service for r in batch.spans] == ["refund-bot"] * 2 + ["billing"]
@@ -92,7 +88,7 @@ def test_a_request_in_pieces_decodes_to_the_batch_of_a_whole_decode(
 @st.composite
 def _with_empties(draw: st.DrawFn) -> ExportTraceServiceRequest:
     """An SDK-like request with empty spans, scopes and resources put anywhere in it."""
-    message: ExportTraceServiceRequest = draw(_requests())
+    message: ExportTraceServiceRequest = draw(sdk_requests())
     for resource_spans in message.resource_spans:
         for scope_spans in resource_spans.scope_spans:
             spans = list(scope_spans.spans)
@@ -124,7 +120,7 @@ def test_any_request_in_pieces_decodes_as_it_does_whole(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(protobuf_pieces, "_PIECE_SPANS", run)
         patch.setattr(protobuf_pieces, "_RUN_BYTES", whole_bytes)
-        assert _pieces(body, options) == _whole(body, options)
+        assert _pieces(body, options) == whole_decode(body, options)
 
 
 @pytest.mark.parametrize("decoder", DECODERS)
@@ -175,12 +171,12 @@ def test_a_scope_protobuf_cannot_parse_in_a_dense_request() -> None:
     good = span("s").SerializeToString()
     bad_scope = field(1, field(1, b"\xff"))  # InstrumentationScope.name, not UTF-8
     small = field(1, field(2, bad_scope + field(2, good) + field(2, b"") * 100))
-    assert _pieces(small, options) == _whole(small, options)
+    assert _pieces(small, options) == whole_decode(small, options)
     assert _pieces(small, options).rejected == {"malformed_span": 101}
 
     large = field(1, field(2, bad_scope + field(2, good) + field(2, b"") * 10_000))
     if Scanner.sift() is not None:  # compiled: every scope judged, as a whole decode
-        assert decode_protobuf(large, options) == _whole(large, options)
+        assert decode_protobuf(large, options) == whole_decode(large, options)
         assert decode_protobuf(large, options).rejected == {"malformed_span": 10_001}
         return
     with pytest.raises(DecodeError, match=r"resource_spans\[0\]\.scope_spans\[0\]"):
@@ -233,4 +229,4 @@ def test_a_group_holding_field_0_does_not_hide_a_dense_request(group: bytes) -> 
         from toolwatch.ingest import _wire  # noqa: PLC0415 - built
 
         assert _wire.census(body) == 1002
-    assert decode_protobuf(body, DecodeOptions()) == _whole(body, DecodeOptions())
+    assert decode_protobuf(body, DecodeOptions()) == whole_decode(body, DecodeOptions())

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ingest_support import ROOT_ID, TRACE_ID, field, span, varint
-from test_decode_pieces import _whole
+from ingest_support import ROOT_ID, TRACE_ID, field, span, varint, whole_decode
 
 from bench.hostile_decode import SHAPES
 from tools.fuzz.dense import whole_outcome
@@ -72,7 +71,7 @@ def test_a_hostile_shape_is_accounted_exactly(path: str, decoder: str, shape: st
 
     assert (batch.received, len(batch.spans), batch.rejected) == (received, kept, rejected)
     assert _rejected_count(batch) == received - kept
-    assert batch == _whole(body, DecodeOptions(decoder=decoder))  # type: ignore[arg-type]
+    assert batch == whole_decode(body, DecodeOptions(decoder=decoder))  # type: ignore[arg-type]
     if rejected:
         assert batch.error_message is not None
         assert batch.error_message.startswith(f"{received - kept} spans rejected; ")

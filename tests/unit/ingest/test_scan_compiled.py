@@ -18,17 +18,15 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from ingest_support import any_value, event, request, span, varint
+from ingest_support import REFERENCE_KEYS, any_value, event, request, sdk_requests, span, varint
 from ingest_support import field as ld  # a length-delimited field, short in the bodies below
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
-from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
-from opentelemetry.proto.trace.v1.trace_pb2 import Span
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
 
 from toolwatch import __version__, compiled, compiled_state
 from toolwatch.app import App
 from toolwatch.config import Config, ConfigError, check_hot_path, load_config
 from toolwatch.config import whole as config_whole
-from toolwatch.conventions import ATTRIBUTE_KEYS, EVENT_ATTRIBUTE_KEYS, EVENT_NAMES
 from toolwatch.ingest import scan as scan_module
 from toolwatch.ingest.decode_requests import decode_protobuf, scanner
 from toolwatch.ingest.decode_types import DecodeOptions
@@ -44,7 +42,6 @@ except ImportError:  # built without a C compiler: the reference scanner runs
 built = pytest.mark.skipif(_wire is None, reason="the compiled scanner is not built")
 
 FIXTURES = Path(__file__).parents[2] / "fixtures" / "otlp"
-REFERENCE_KEYS = frozenset({"toolwatch.case_id", "shadow.pair"})
 
 
 def compiled_plan(max_value_bytes: int = 65_536, max_span_attributes: int = 1024) -> Any:
@@ -154,84 +151,8 @@ def test_every_captured_instrumentation_request_scans_the_same() -> None:
         assert scanned.spans, name
 
 
-_KEYS = sorted(ATTRIBUTE_KEYS | REFERENCE_KEYS)
-_keys = st.one_of(
-    st.sampled_from(_KEYS),
-    st.sampled_from(["llm.output_messages.", "gen_ai.completion."]).flatmap(
-        lambda prefix: st.from_regex(r"[0-9]{1,2}\.message\.[a-z_.]{1,12}", fullmatch=True).map(
-            lambda rest: prefix + rest
-        )
-    ),
-    st.text(max_size=12),
-)
-_scalars = st.one_of(
-    st.text(max_size=40),
-    st.text(alphabet=st.characters(min_codepoint=0x80, exclude_categories=["Cs"]), max_size=30),
-    st.booleans(),
-    st.integers(-(2**63), 2**63 - 1),
-    st.floats(allow_nan=False),
-    st.binary(max_size=24),
-)
-_values = st.recursive(
-    _scalars,
-    lambda inner: (
-        st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=6), inner, max_size=4)
-    ),
-    max_leaves=12,
-)
-
-
-@st.composite
-def _attributes(draw: st.DrawFn, keys: st.SearchStrategy[str] = _keys) -> list[KeyValue]:
-    pairs = draw(st.lists(st.tuples(keys, _values | st.just(AnyValue())), max_size=8))
-    return [KeyValue(key=key, value=any_value(value)) for key, value in pairs]
-
-
-@st.composite
-def _spans(draw: st.DrawFn) -> Span:
-    result = span(
-        draw(st.text(max_size=20)),
-        trace_id=draw(st.sampled_from([b"\x01" * 16, b"\x00" * 16, b"\x02" * 15, b""])),
-        span_id=draw(st.sampled_from([b"\x03" * 8, b"\x04" * 8, b"\x00" * 8, b"\x05"])),
-        parent=draw(st.sampled_from([b"", b"\x06" * 8, b"\x00" * 8, b"\x07" * 3])),
-        status=draw(st.integers(0, 2)),
-        kind=draw(st.integers(0, 5)),
-        start=draw(st.integers(0, 2**64 - 1)),
-        end=draw(st.integers(0, 2**64 - 1)),
-    )
-    result.attributes.extend(draw(_attributes()))
-    event_keys = st.sampled_from(sorted(EVENT_ATTRIBUTE_KEYS)) | st.text(max_size=6)
-    for _ in range(draw(st.integers(0, 3))):
-        name = draw(st.sampled_from(sorted(EVENT_NAMES)) | st.text(max_size=8))
-        added = result.events.add(name=name, time_unix_nano=draw(st.integers(0, 2**64 - 1)))
-        added.attributes.extend(draw(_attributes(event_keys)))
-    if draw(st.booleans()):
-        result.links.add(trace_id=b"\x09" * 16, span_id=b"\x0a" * 8, trace_state="k=v")
-    result.trace_state = draw(st.text(max_size=8))
-    result.flags = draw(st.integers(0, 2**32 - 1))
-    # Some past the 512 bytes an ERROR span's message keeps, characters of 1 to 4 bytes.
-    result.status.message = draw(st.text(max_size=8) | st.text(min_size=120, max_size=300))
-    return result
-
-
-@st.composite
-def _requests(draw: st.DrawFn) -> ExportTraceServiceRequest:
-    message = ExportTraceServiceRequest()
-    for _ in range(draw(st.integers(1, 3))):
-        resource_spans = message.resource_spans.add(schema_url=draw(st.text(max_size=6)))
-        resource_keys = st.sampled_from(["service.name", *sorted(REFERENCE_KEYS)]) | _keys
-        resource_spans.resource.attributes.extend(draw(_attributes(resource_keys)))
-        resource_spans.resource.dropped_attributes_count = draw(st.integers(0, 3))
-        for _ in range(draw(st.integers(0, 2))):
-            scope_spans = resource_spans.scope_spans.add()
-            scope_spans.scope.name = draw(st.text(max_size=8))
-            scope_spans.scope.attributes.extend(draw(_attributes()))
-            scope_spans.spans.extend(draw(st.lists(_spans(), max_size=3)))
-    return message
-
-
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(_requests(), st.sampled_from([1, 7, 16, 61, 200, 65_536]), st.sampled_from([1, 3, 1024]))
+@given(sdk_requests(), st.sampled_from([1, 7, 16, 61, 200, 65_536]), st.sampled_from([1, 3, 1024]))
 def test_any_request_an_sdk_could_send_scans_the_same(
     message: ExportTraceServiceRequest, max_value_bytes: int, max_span_attributes: int
 ) -> None:

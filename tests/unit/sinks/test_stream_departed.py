@@ -2,48 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 import re
 import secrets
 
 from prometheus_client import CollectorRegistry
 
-from tests import factories
+from tests.unit.sinks.broker_support import DROPPED, publish, read, resuming
 from toolwatch.metrics import NoopMetrics
-from toolwatch.model import Category, Severity
-from toolwatch.model_evaluation import Finding
 from toolwatch.sinks.prometheus import PrometheusMetrics
 from toolwatch.sinks.stream.broker import FindingsBroker
 from toolwatch.sinks.stream.filters import StreamFilter
 from toolwatch.sinks.stream.resumes import Resume, ResumeResult
-from toolwatch.sinks.stream.subscription import Subscription
-
-DROPPED = "toolwatch_stream_dropped_findings_total"
-
-
-def finding(number: int) -> Finding:
-    return factories.finding(
-        category=Category.TOOL_ORDER_DRIFT, severity=Severity.HIGH, explanation=f"f{number}"
-    )
-
-
-def publish(broker: FindingsBroker, *numbers: int) -> None:
-    trace = factories.tool_trace(agent="bot", service="svc")
-    broker.publish(trace, [finding(n) for n in numbers])
-
-
-def read(subscription: Subscription, count: int) -> list[int]:
-    """The sequences of the next ``count`` findings its client reads (the stream stays open)."""
-
-    async def take() -> list[int]:
-        taken = []
-        for _ in range(count):
-            message = await subscription.next()
-            assert message is not None
-            taken.append(message.sequence)
-        return taken
-
-    return asyncio.run(take())
 
 
 def test_a_resume_claims_its_own_departure_not_an_earlier_clients() -> None:
@@ -73,11 +42,6 @@ def test_a_resume_claims_its_own_departure_not_an_earlier_clients() -> None:
     broker.close()
 
     assert registry.get_sample_value(DROPPED) == 4
-
-
-def resuming(broker: FindingsBroker, after: int, token: str) -> Resume:
-    """A resume of ``broker``'s stream after ``after``, as the subscription of ``token``."""
-    return Resume({broker.stream_id: after}, {broker.stream_id: token})
 
 
 def claims(resume_token: str) -> tuple[list[int], float | None]:

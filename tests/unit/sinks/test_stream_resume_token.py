@@ -14,7 +14,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from tests import factories
-from tests.unit.sinks.test_stream_departed import DROPPED, publish, read, resuming
+from tests.unit.sinks.broker_support import DROPPED, publish, read, resuming
 from toolwatch._proto.toolwatch.v1 import findings_pb2
 from toolwatch.model import Category, Severity
 from toolwatch.sinks.prometheus import PrometheusMetrics
