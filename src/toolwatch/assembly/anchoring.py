@@ -17,10 +17,11 @@ say its parent is not remote (``SpanRecord.parent_local``): that parent is the s
 still running, and will be exported. Without that, an agent that handed off (or a first turn)
 anchored its trace while the workflow span above it was still open, and what the next agent
 did arrived after the trace was evaluated, dropped as ``late``. As a root, it does not anchor
-while a span of its service that ended after it (the outermost agent that ended last) waits
-for its local parent (``_Trace._agent_anchors``): a run it left running in the background (an
-agent invoked by another service that answered, or handed off, first), whose agent span is
-still to come; anchored at once, the trace was judged without it. A local parent that never
+while a span of its service that ended after it (after each service's outermost agent that
+ended first) waits for its local parent (``_Trace._agent_anchors``): a run it left running
+in the background (an agent invoked by another service that answered, or handed off,
+first), whose agent span is still to come; anchored at once, the trace was judged without
+it. A local parent that never
 comes (a second tracer provider exported it elsewhere, a Collector filtered it out) leaves the
 trace to ``max_trace_age_ns``, or, where ``local_parent_wait_ns`` is set, is taken as gone
 once the trace has been quiet that long: the agent anchors it then. Not by default: a live run
@@ -275,9 +276,10 @@ class _Trace:
         up to ``room`` bytes. Past ``DROPPED_IDS``, or ``room``, it is as unknown as a
         rejected span (``parent_lost``). A retry of one kept changes nothing.
 
-        Returns whether a held span names it as its parent, or it waits (so what anchors the
-        trace changed): O(spans), asked once per such drop (drops are rare, and a trace
-        remembers ``DROPPED_IDS`` at most), never per span taken."""
+        Returns whether a held span names it as its parent, or a dropped one waited for it,
+        or it waits (so what anchors the trace changed): O(spans), asked once per such drop
+        (drops are rare, and a trace remembers ``DROPPED_IDS`` at most), never per span
+        taken."""
         span_id, parent_id, end_ns, service, local, _ = span
         if parent_id is None:
             self.root_seen = True
@@ -306,7 +308,11 @@ class _Trace:
             return waited
         if self.open_parents is not None:  # a full trace: its open parents are kept
             return wait or span_id in self.open_parents
-        return wait or any(held.parent_span_id == span_id for held in self.spans.values())
+        return (  # ... or a dropped span waited for it (``DroppedSpans.waits``; full: open_parents)
+            wait
+            or any(held.parent_span_id == span_id for held in self.spans.values())
+            or any(parent == span_id for parent, _, _ in drops.waits or ())
+        )
 
     def due_ns(self, limits: AssemblyLimits) -> int:
         """The next time this trace needs a look: quiet period over, or too old."""
@@ -373,23 +379,31 @@ class _Trace:
         self, dropped: list[Link], settled: dict[bytes, bool], local_gone: bool
     ) -> bool:
         """Whether an outermost agent span anchors this trace of no root: one has arrived (held,
-        or ``dropped`` for a limit) and, unless ``local_gone``, no span of its service that
-        ended after it (of the outermost agents, the one that ended last) waits for its local
-        parent, as ``awaits_after_root`` asks of a root: a run it left running in the
+        or ``dropped`` for a limit) and, unless ``local_gone``, no span that ended after an
+        outermost agent span of its service (each service's that ended first) waits for its
+        local parent, as ``awaits_after_root`` asks of a root: a run it left running in the
         background (an agent invoked by another service that answered, or handed off, first),
-        whose agent span is still to come."""
-        last: SpanRecord | Link | None = None  # the outermost agent span that ended last
+        whose agent span is still to come. Each service's, and its first: read at the agent
+        that ended last alone, another service's agent invoked after it (or a second turn of
+        its own, ended after the run's first steps) excused the run, judged at the first quiet
+        ``completion_wait``, the rest of it dropped as ``late``. O(spans) a service with an
+        outermost agent span, once a check."""
+        first: dict[str | None, SpanRecord | Link] = {}  # a service's that ended first
         for agent in self.agents:
-            later = last is None or agent.end_ns > last.end_ns
-            if later and self._outermost(agent, settled, local_gone):
-                last = agent
+            was = first.get(agent.service)
+            earlier = was is None or agent.end_ns < was.end_ns
+            if earlier and self._outermost(agent, settled, local_gone):
+                first[agent.service] = agent
         for link in dropped:
-            later = last is None or link.end_ns > last.end_ns
-            if later and self._outermost(link, settled, local_gone):
-                last = link
-        if last is None:
+            was = first.get(link.service)
+            earlier = was is None or link.end_ns < was.end_ns
+            if earlier and self._outermost(link, settled, local_gone):
+                first[link.service] = link
+        if not first:
             return False
-        return local_gone or not self._awaits_after(last.end_ns, last.service)
+        return local_gone or not any(
+            self._awaits_after(agent.end_ns, agent.service) for agent in first.values()
+        )
 
     def _awaits_local(self) -> bool:
         """Whether a span says its parent is local (the same process's, still running: it

@@ -47,7 +47,8 @@ with a reason:
 ``trace_span_limit``, ``span_too_large`` and ``buffer_full`` flag the trace incomplete
 (``span_limit``) when it is emitted, also when the dropped span came before any span of its
 trace was buffered (up to ``max_traces`` such trace ids are remembered until their trace
-arrives, and what anchoring reads of up to ``max_traces`` such spans: ``assembly.limited``).
+arrives, and what anchoring reads of up to ``max_traces`` such spans, the oldest traces'
+forgotten first: ``assembly.limited``).
 So does a span the decoder rejected (:meth:`TraceBuffer.flag_rejected`): never passed here,
 it is counted rejected, but its run misses it all the same. ``span_limit`` reads "a span of
 the run was not taken": an incomplete run is judged against the policy alone whatever took
@@ -194,14 +195,11 @@ class TraceBuffer(HeldTraces):
         roomy = self._fits(spans)  # the usual case: no span of the batch needs room made
         # What may be evicted (none of the request's traces), read at the first eviction.
         victims: _Victims | None = None
-        # The bytes of the request's spans still to come that may be taken: what the memory
-        # of a span dropped may not take (``HeldTraces._reserved``).
-        most = self._limits.max_buffered_bytes
-        rest = sum(span.size_bytes for span in spans if span.size_bytes <= most)
-        for span in spans:
-            if span.size_bytes <= most:
-                rest -= span.size_bytes
-            self._reserved = rest
+        # Where the request is: the bytes its spans after it will take are what the memory of
+        # a span dropped may not take (``HeldTraces._reserved``, walked only if one asks).
+        self._request = spans
+        for at, span in enumerate(spans):
+            self._at = at
             reason = self._drop_reason(span)
             if reason is None and not roomy:
                 if victims is None and evicts:
@@ -212,7 +210,7 @@ class TraceBuffer(HeldTraces):
                 self._store(span, now)
             else:
                 dropped[reason] += 1
-        self._reserved = 0
+        self._request, self._at, self._reserves = (), 0, None
         for reason, n in dropped.items():
             self._metrics.spans_dropped(n, reason)
             if refused is not None and reason in REPORTED_DROPS:

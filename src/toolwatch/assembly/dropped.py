@@ -188,7 +188,7 @@ class DroppedSpans:
         if (
             (parent and links is not None and len(links) >= DROPPED_IDS)
             or at >= DROPPED_IDS
-            or cost > room
+            or (cost > 0 and cost > room)  # what costs nothing is known whatever the room
         ):
             return -1, False
         if link is not None:

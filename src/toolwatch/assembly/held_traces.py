@@ -32,6 +32,20 @@ from toolwatch.model import Clock, SpanRecord
 __all__ = ["HeldTraces"]
 
 
+def _kept_wait(span: SpanRecord, trace: _Trace | None, parents: set[bytes | None]) -> bool:
+    """``span`` is dropped (``HeldTraces._takes``): where its flags say its parent is local
+    and its trace does not hold it, what it waited for is kept (``_Trace.came``), and that
+    parent encloses it: noted in ``parents``. Read, a step and its agent span in one request
+    to a full trace counted the agent span as one the cap drops, and a full buffer admitted
+    the request, then dropped the agent span ``buffer_full``. Taken as kept even where
+    ``came`` will not keep it (past ``DROPPED_IDS``, no room): a request may be refused that
+    would have fit. Returns False: not taken."""
+    parent = span.parent_span_id
+    if span.parent_local and parent is not None and (trace is None or parent not in trace.spans):
+        parents.add(parent)
+    return False
+
+
 class HeldTraces:
     """The traces ``TraceBuffer`` holds, their counts, bounds and deadlines (module
     docstring)."""
@@ -54,10 +68,12 @@ class HeldTraces:
         self._limited = LimitedTraces(limits.max_traces)
         self._spans = 0
         self._bytes = 0
-        # While ``add`` takes a request: the bytes of its spans still to come, which what a
-        # trace keeps of a span dropped may not take (``_flag_limited``): ``admit`` said they
-        # fit, and counted no such memory.
-        self._reserved = 0
+        # While ``add`` takes a request (``TraceBuffer._take``): its spans, and where it is;
+        # the bytes its spans after each will take, read once a drop asks (``_reserved``).
+        self._request: Sequence[SpanRecord] = ()
+        self._at = 0
+        self._reserves: list[int] | None = None
+        self._reserves_from = 0
         # Under backpressure, the refusals that may stall the buffer (``_admission``).
         self._refusals = Refusals(limits.max_refusal_ns, limits.tick_ns)
 
@@ -166,7 +182,8 @@ class HeldTraces:
         not a span ``add`` drops (bigger than the whole buffer, of an emitted run, one held
         already, or over its trace's cap), each judged as ``add`` judges it, in order, after
         the request's spans before it (a span sent twice; a run's last spans, each enclosing
-        the one before it, coming past its cap together)."""
+        the one before it, coming past its cap together; a step dropped, and the agent span
+        it waits for: ``_takes``)."""
         lim = self._limits
         count = len(spans)
         if (
@@ -187,16 +204,18 @@ class HeldTraces:
         self, span: SpanRecord, taken: dict[bytes, tuple[set[bytes], set[bytes | None]]]
     ) -> bool:
         """Whether ``add`` would take ``span`` after the spans of its request in ``taken``
-        (``_room_taken``); if so, noted there."""
+        (``_room_taken``); if so, noted there. One it drops too large or over the cap keeps
+        what it waited for (``_Trace.came``): that parent, noted too, encloses it, and is taken
+        past the cap (``_kept_wait``)."""
         lim = self._limits
-        if span.size_bytes > lim.max_buffered_bytes:
-            return False
         trace = self._traces.get(span.trace_id)
         if trace is None and span.trace_id in self._emitted:
             return False
         ids, parents = taken.setdefault(span.trace_id, (set(), set()))
         if span.span_id in ids or (trace is not None and span.span_id in trace.spans):
             return False
+        if span.size_bytes > lim.max_buffered_bytes:
+            return _kept_wait(span, trace, parents)
         held, cap = len(ids), lim.max_spans_per_trace
         if trace is not None:
             held += len(trace.spans)
@@ -205,10 +224,32 @@ class HeldTraces:
                 span.parent_span_id is None if trace is None else trace.encloses(span)
             )
             if held >= cap + ENCLOSING_SPANS or not encloses:
-                return False
+                return _kept_wait(span, trace, parents)
         ids.add(span.span_id)
         parents.add(span.parent_span_id)
         return True
+
+    def _reserved(self) -> int:
+        """The bytes the spans of the request ``add`` takes (``TraceBuffer._take``) after the
+        one it is at will take (``_takes``), which what a trace keeps of a span dropped may
+        not take (``_flag_limited``, ``_replay``): ``admit`` said they fit, and counted no
+        such memory. Not those it drops (over their trace's cap, duplicates, late, too large):
+        counted, a step dropped over the cap lost its wait where a large span its request
+        drops came after it. Walked once a request, from the first span that asks (a drop
+        held, a replay): O(the request's spans after it), and a request that drops nothing
+        pays nothing for it."""
+        spans, at = self._request, self._at
+        if at + 1 >= len(spans):
+            return 0
+        reserves = self._reserves
+        if reserves is None:
+            taken: dict[bytes, tuple[set[bytes], set[bytes | None]]] = {}
+            sizes = [s.size_bytes if self._takes(s, taken) else 0 for s in spans[at:]]
+            reserves = [0] * len(sizes)  # at k: the sizes after k
+            for k in range(len(sizes) - 1, 0, -1):
+                reserves[k - 1] = reserves[k] + sizes[k]
+            self._reserves, self._reserves_from = reserves, at
+        return reserves[at - self._reserves_from]
 
     def _room_for(self, spans: Sequence[SpanRecord], size_bytes: int) -> bool | None:
         """Whether a request fits under every bound now; ``None`` when it can never fit."""
@@ -269,7 +310,7 @@ class HeldTraces:
             self._schedule(trace, now)
             return
         rooted, lost, held = trace.root_seen, trace.parent_lost, trace.size_bytes
-        room = self._limits.max_buffered_bytes - self._bytes - self._reserved
+        room = self._limits.max_buffered_bytes - self._bytes - self._reserved()
         named = trace.dropped(span, maybe_parent, room)
         self._bytes += trace.size_bytes - held  # what the trace keeps of the span
         if named or (trace.root_seen and not rooted) or (trace.parent_lost and not lost):
@@ -317,7 +358,7 @@ class HeldTraces:
         lost, kept = limited
         trace.span_limited = True
         trace.parent_lost = lost
-        room = self._limits.max_buffered_bytes - self._bytes - size_bytes - self._reserved
+        room = self._limits.max_buffered_bytes - self._bytes - size_bytes - self._reserved()
         for dropped in kept:
             trace.came(dropped, room - trace.size_bytes)
         self._bytes += trace.size_bytes

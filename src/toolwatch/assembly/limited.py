@@ -5,9 +5,13 @@ is held, and those spans replayed as dropped then (``HeldTraces._store``,
 root anchors the trace, a parent is waited for no more, what the span waited for still is.
 
 Bounded: ``max_traces`` trace ids, the oldest forgotten first (its trace, when it comes, is
-not flagged); ``DROPPED_IDS`` spans a trace, and ``max_traces`` spans in all. A span dropped
-past those, like one rejected at ingest (its trace id is all the decoder hands on), is not
-known: the trace is ``parent_lost``. A retry of a span kept changes nothing. Each span kept
+not flagged); ``DROPPED_IDS`` spans a trace, and ``max_traces`` spans in all, the oldest
+traces' forgotten first there too (but the trace of the span kept). A trace whose every span
+was dropped is never held: kept until newer ones pushed it out, it held the span budget, and
+the newest drops, those of the traces about to come, were not known. A span dropped past
+``DROPPED_IDS`` in its trace (or where the trace alone fills the budget), like one rejected
+at ingest (its trace id is all the decoder hands on), is not known: the trace is
+``parent_lost``. A retry of a span kept changes nothing. Each span kept
 holds about 250 bytes (``DroppedSpan``: its tuple, two ids, its end; its service is shared with
 its request's other spans; its role is a constant), each trace id about 180: 4.3 MB at the
 default ``max_traces`` (10,000; measured with ``tracemalloc``), not counted in
@@ -64,12 +68,24 @@ class LimitedTraces:
         if span is None:
             lost = True
         elif not any(k[0] == span[0] for k in kept):  # a retry of one kept: known already
+            if len(kept) < DROPPED_IDS:
+                self._forget_for(trace_id)
             if len(kept) >= DROPPED_IDS or self._spans >= self._max:
                 lost = True
             else:
                 kept += (span,)
                 self._spans += 1
         traces[trace_id] = (lost, kept)
+
+    def _forget_for(self, trace_id: bytes) -> None:
+        """Room in the span budget for a span of ``trace_id``: the oldest entries but its own
+        forgotten (each once: O(1) amortized), as the oldest trace id is for a new one."""
+        traces = self._traces
+        while self._spans >= self._max:
+            oldest = next((t for t in traces if t != trace_id), None)
+            if oldest is None:
+                return  # the trace alone fills the budget
+            self._spans -= len(traces.pop(oldest)[1])
 
     def take(self, trace_id: bytes) -> Limited | None:
         """What is remembered of ``trace_id``, forgotten here (its first span is held), or

@@ -125,29 +125,41 @@ def test_without_a_rejection_the_same_trace_waits_for_its_agent_span() -> None:
 
 
 def test_what_is_kept_before_traces_are_held_is_bounded() -> None:
-    """``LimitedTraces`` of ``max_traces`` 3: 3 spans in all (past them, lost), 3 trace ids
-    (a 4th forgets the oldest first, its spans with it); a retry of a span kept is kept
-    once; taking a trace frees its spans."""
+    """``LimitedTraces`` of ``max_traces`` 3: 3 trace ids (a 4th forgets the oldest first,
+    its spans with it) and 3 spans in all (past them, the oldest trace's forgotten first,
+    but the trace of the span kept; one trace alone past them: lost); a retry of a span kept
+    is kept once; taking a trace frees its spans.
+    Was: past 3 spans in all, the newest span was lost, the oldest kept (a trace never held,
+    all its spans dropped, held the budget until 3 newer trace ids pushed it out).
+    Now: the oldest trace's spans are forgotten, and the newest kept."""
     limited = LimitedTraces(3)
     a, b, c, d = (bytes([n]) * 16 for n in (1, 2, 3, 4))
-    step = dropped_span(_step(10))
+    step, other = dropped_span(_step(10)), dropped_span(_step(11))
     limited.flag(a, step)
     limited.flag(a, step)  # a retry
-    limited.flag(a, dropped_span(_step(11)))
+    limited.flag(a, other)
     assert (len(limited), limited.spans) == (1, 2)
     limited.flag(b, step)
-    limited.flag(b, dropped_span(_step(11)))  # past 3 spans in all: lost
-    assert (len(limited), limited.spans) == (2, 3)
-    assert limited.take(b) == (True, (step,))
-    assert limited.spans == 2
+    limited.flag(b, other)  # past 3 spans in all: a, the oldest, forgotten
+    assert (len(limited), limited.spans) == (1, 2)
+    assert limited.take(a) is None
+    assert limited.take(b) == (False, (step, other))
+    assert limited.spans == 0
     limited.flag(b, None)  # a rejection: lost, nothing kept
     limited.flag(c, step)
-    limited.flag(d, step)  # a 4th trace id: a's forgotten first, with its 2 spans
-    assert (len(limited), limited.spans) == (3, 2)
-    assert limited.take(a) is None
-    assert limited.take(b) == (True, ())
-    assert limited.take(c) == limited.take(d) == (False, (step,))
+    limited.flag(d, step)
+    limited.flag(a, step)  # a 4th trace id: b, the oldest, forgotten first
+    assert (len(limited), limited.spans) == (3, 3)
+    assert limited.take(b) is None
+    limited.flag(c, other)  # c is the oldest: the next oldest, d, forgotten
+    assert limited.take(d) is None
+    assert limited.take(c) == (False, (step, other))
+    assert limited.take(a) == (False, (step,))
     assert (len(limited), limited.spans) == (0, 0)
+    spans = [dropped_span(_step(20 + k)) for k in range(4)]
+    for kept in spans:
+        limited.flag(a, kept)
+    assert limited.take(a) == (True, tuple(spans[:3]))  # a alone fills the budget
 
 
 def test_sixteen_spans_a_trace_are_kept_before_it_is_held() -> None:
