@@ -47,19 +47,20 @@ def _ended(trace: _Trace) -> bool:
     """Whether ``trace``'s run has ended by what the buffer holds, though it may not have
     been quiet for ``completion_wait_ns`` yet: what an eviction judges as it came, not cut
     short (only a straggler could still come, and be late). Its anchor came; or its root,
-    with an agent span, nothing held saying its run goes on (``_root_ended``: no span of the
-    root's service ended after the root, none rejected). Not a root alone: a request's
-    span, ended, whose run goes on in the background has that shape until the run's agent
-    span comes. Remembered on the trace until its next span or rejection
-    (``_Trace.ended_verdict``): an eviction asks it of the same oldest traces again and
-    again, and asking may cost O(spans)."""
+    with an agent span (held, or dropped for a limit: it came), nothing held saying its run
+    goes on (``_root_ended``: no span of the root's service ended after the root, none
+    rejected). Not a root alone: a request's span, ended, whose run goes on in the
+    background has that shape until the run's agent span comes. Remembered on the trace
+    until its next span or rejection (``_Trace.ended_verdict``): an eviction asks it of the
+    same oldest traces again and again, and asking may cost O(spans)."""
     verdict = trace.ended_verdict
     if verdict is None:
         # Neither root nor agent span: in flight. A trace of model calls alone may be
         # anchored by what encloses them, but that costs a walk of all its spans, and such
         # traces (no agent framework) are few: they are evicted as in flight.
-        verdict = (trace.root_seen or bool(trace.agents)) and (
-            trace.anchored() or (bool(trace.agents) and _root_ended(trace))
+        agents = bool(trace.agents) or (trace.drops is not None and bool(trace.drops.agents()))
+        verdict = (trace.root_seen or agents) and (
+            trace.anchored() or (agents and _root_ended(trace))
         )
         trace.ended_verdict = verdict
     return verdict

@@ -17,10 +17,12 @@ span says it is a local parent (its sender sets the flags): a dropped span says 
 
 from __future__ import annotations
 
-from assembly_support import agent, llm, span, tool
-from wait_support import RUN, judge_timed
+from assembly_support import RecordingMetrics, agent, llm, span, tool
+from stall_support import tid
+from wait_support import RUN, TWO_EVICTING, judge_timed
 
-from toolwatch.model import SpanRecord, SpanRole
+from toolwatch.assembly.buffer import TraceBuffer
+from toolwatch.model import ManualClock, SpanRecord, SpanRole
 
 #: The agent service's part of a trace whose root (span 1) is another service's: the agent
 #: span 2 (its parent remote), a model call 12 and a step 10 under it (local parent).
@@ -110,3 +112,20 @@ def test_a_loop_span_a_dropped_span_says_is_local_anchors_its_trace() -> None:
     Now: ``span_limit``, 2 spans, at 2 s (as the control, less the dropped span)."""
     judged = judge_timed([([_CALL, _chain(2000), _LOOP], 1)])
     assert judged == ([("span_limit", 2, 2)], 0)
+
+
+def test_an_eviction_takes_a_run_anchored_by_a_dropped_agent_for_one_that_ended() -> None:
+    """Two traces more than ``max_traces`` (2) evict this run's, its steps and its agent span
+    come (the agent span held, or dropped too large): its end has come, so it is judged as it
+    came, its quiet period cut short.
+
+    Was: held, complete; dropped, ``evicted`` (``victims._ended`` read held agent spans only:
+    a run in flight, not judged by ``required`` minimums).
+    Now: dropped, ``span_limit``, as the trace ``poll`` judges at 2 s."""
+    verdicts = {}
+    for size in (10, 2000):
+        buffer = TraceBuffer(TWO_EVICTING, ManualClock(), RecordingMetrics())
+        buffer.add([_MODEL, _STEP, _agent(size)])
+        evicted = buffer.add([agent(1, None, "bot", 0, 5, trace_id=tid(n)) for n in (6, 7)])
+        verdicts[size] = [(t.trace_id, t.incomplete_reason, len(t.spans)) for t in evicted]
+    assert verdicts == {10: [(RUN, None, 3)], 2000: [(RUN, "span_limit", 2)]}
