@@ -200,6 +200,7 @@ class _Trace:
         # arrival; None: not asked since.
         self.ended_verdict: bool | None = None
         # ... but one, were the local parents it waits for gone: anchored at local_parent_wait
+        # (``anchored_if_local_gone``)
         self.awaiting_local = False
         self.scheduled_ns: int | None = None  # when of this trace's one live heap entry
         # Once full: the parent ids of its spans that it does not hold (``encloses``).
@@ -368,6 +369,19 @@ class _Trace:
             for model in self.models
             if model.span_id in ran_tools or _requests_tools(model)
         )
+
+    def anchored_if_local_gone(self) -> bool:
+        """Whether, unanchored, the trace would be anchored were the local parents its spans
+        wait for gone: what ``local_parent_wait_ns`` cuts (``TraceBuffer._check``). Under a
+        root, only where a span waits for a local parent (``_awaits_local``): a trace held by
+        ``ran_on`` or ``parent_lost`` alone waits for none, and waits
+        ``completion_wait_ns + lost_parent_wait_ns`` however short ``local_parent_wait_ns``
+        is (read as ``anchored(local_gone=True)``, always true under a root, a run left
+        running in the background was cut at ``local_parent_wait_ns``, its next batch
+        ``late``; review-wait6 defect 2)."""
+        if self.root_seen:
+            return self._awaits_local()
+        return self.anchored(local_gone=True)
 
     def _agent_anchors(
         self, dropped: list[Link], settled: dict[bytes, bool], local_gone: bool
