@@ -93,7 +93,10 @@ run, never its end. Both are waited for as a local parent is (``local_parent_wai
 
 Only a call of a tool loop is walked from: one that requested tools (its requested calls, or
 a finish reason naming them, which is kept without content capture) or ran them inside it (a
-TOOL span is its child: google-genai's automatic function calling, whose span holds neither).
+TOOL span is its child: google-genai's automatic function calling, whose span holds neither),
+held or dropped for a limit (``dropped.requests_tools``, kept in its ``Link``: a loop's calls
+carry its whole history, the spans most often dropped too large; walked from held calls only,
+a loop whose tool-requesting call was dropped was held to ``max_trace_age_ns``, ``timed_out``).
 A service whose model calls request no tool (a summarizer or a classifier) is as often a tool
 of another service's agent run, its parent that agent's TOOL span: in a gateway, where both
 services' spans reach one toolwatch, its part ends first, and its batch processor sends it
@@ -111,35 +114,18 @@ caller's run is then dropped as ``late`` (docs/how-it-works.md).
 
 from __future__ import annotations
 
-from typing import Final
-
 from toolwatch.assembly.dropped import (
     DROPPED_SPANS_BYTES,
     DroppedSpan,
     DroppedSpans,
     Link,
     dropped_span,
+    requests_tools,
 )
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.model import SpanRecord, SpanRole
 
 __all__: list[str] = []
-
-#: Finish reasons (lower-cased) of a model call that stopped to have tools run
-#: (``_requests_tools``).
-_TOOL_FINISHES: Final = frozenset(
-    {"tool_calls", "tool_call", "tool_use", "tool-calls", "function_call"}
-)
-
-
-def _requests_tools(model: SpanRecord) -> bool:
-    """Whether a model call asked for tools: it recorded the calls it requested, or a finish
-    reason that names them (kept without content capture: OpenAI's ``tool_calls``, the GenAI
-    conventions' ``tool_call``, Anthropic's and Bedrock's ``tool_use``, the Vercel AI SDK's
-    ``tool-calls``, OpenAI's older ``function_call``). Gemini says ``STOP`` either way."""
-    return bool(model.output_tool_calls) or any(
-        reason.lower() in _TOOL_FINISHES for reason in model.finish_reasons
-    )
 
 
 class _Trace:
@@ -279,7 +265,7 @@ class _Trace:
         Returns whether a held span names it as its parent, or it waits (so what anchors the
         trace changed): O(spans), asked once per such drop (drops are rare, and a trace
         remembers ``DROPPED_IDS`` at most), never per span taken."""
-        span_id, parent_id, end_ns, service, local, _ = span
+        span_id, parent_id, end_ns, service, local, _, _ = span
         if parent_id is None:
             self.root_seen = True
             if end_ns >= self.root_end_ns:
@@ -351,7 +337,16 @@ class _Trace:
         dropped = self.drops.agents() if self.drops is not None else []
         if self.agents or dropped:
             return self._agent_anchors(dropped, settled, local_gone)
-        if not self.models:
+        return self._model_anchors(settled, local_gone)
+
+    def _model_anchors(self, settled: dict[bytes, bool], local_gone: bool) -> bool:
+        """Whether, in a trace of no agent span and no root, what encloses a tool loop's
+        model call anchors it (module docstring): walked from each model call, held or
+        dropped for a limit (its ``Link`` keeps whether it requested tools: a loop's calls
+        carry its whole history, the spans most often dropped too large), that requested
+        tools or ran one (a TOOL span, held or dropped, names it as its parent)."""
+        dropped = self.drops.models() if self.drops is not None else []
+        if not self.models and not dropped:
             return False
         # The spans some span says are its local parent: their sender says where parents are;
         # and the model calls that ran a tool inside them (their TOOL spans' parents).
@@ -364,10 +359,15 @@ class _Trace:
                 ran_tools.add(span.parent_span_id)
         if self.drops is not None:  # a span dropped for a limit says so all the same
             said.update(self.drops.said_local())
+            ran_tools.update(self.drops.tools_ran_in())
         return any(
             self._outermost(model, settled, local_gone, said)
             for model in self.models
-            if model.span_id in ran_tools or _requests_tools(model)
+            if model.span_id in ran_tools or requests_tools(model)
+        ) or any(
+            self._outermost(link, settled, local_gone, said)
+            for link in dropped
+            if link.span_id in ran_tools or link.requests_tools
         )
 
     def anchored_if_local_gone(self) -> bool:

@@ -110,3 +110,84 @@ def test_local_parent_wait_shorter_than_both_waits_does_not_cut_a_run_with_a_rej
     limits = dataclasses.replace(LIMITS, local_parent_wait_ns=3 * SECOND)
     step = _loop_call(10, 1, 2)  # ended before the root's end: not ``ran_on``
     assert judge_timed([([step, ROOT, None], 1)], limits) == ([("span_limit", 2, 7)], 0)
+
+
+# --- The dropped-span module: a dropped model call of a tool loop is a walk start.
+
+#: A trace of no agent span whose root (span 1) is another service's: the loop span 3 (its
+#: parent remote), under it (local parents) a model call 12 that requested tools, its tool 20,
+#: and the final answer's model call 13 (no tools requested).
+_LOOP = span(3, 1, SpanRole.OTHER, 0, 70, trace_id=RUN, size_bytes=10, parent_local=False)
+_LOOP_TOOL = tool(20, 3, "lookup_order", 11, 12, trace_id=RUN, size_bytes=10, parent_local=True)
+_TOO_LARGE = 2_000  # over wait_support.LIMITS' max_buffered_bytes (1,000)
+
+
+def _call(n: int, size: int, start_ms: int, end_ms: int, finish: str) -> SpanRecord:
+    return llm(
+        n,
+        3,
+        start_ms,
+        end_ms,
+        trace_id=RUN,
+        size_bytes=size,
+        parent_local=True,
+        finish_reasons=(finish,),
+    )
+
+
+def test_control_a_loop_whose_tool_call_is_held_is_judged_at_once() -> None:
+    """Control: every span held: complete, 4 spans, at 2 s."""
+    spans = [_call(12, 10, 1, 10, "tool_calls"), _LOOP_TOOL, _call(13, 10, 13, 60, "stop"), _LOOP]
+    assert judge_timed([(spans, 1)]) == ([(None, 4, 2)], 0)
+
+
+@pytest.mark.parametrize("dropped_first", [True, False])
+def test_a_loop_whose_tool_requesting_call_was_dropped_too_large_is_judged_at_once(
+    dropped_first: bool,
+) -> None:
+    """The model call that requested the tool dropped ``span_too_large`` (before any span of
+    its trace was held, or after).
+
+    Was: the model branch walked from held model calls only, and a dropped call's ``Link``
+    kept no "requested tools": the final call (held) requested none, no walk start; held
+    ``max_trace_age``, ``timed_out`` at 300 s.
+    Now: the ``Link`` keeps ``requests_tools``, and the walk starts from it: ``span_limit``,
+    3 spans, at 2 s."""
+    rest = [_LOOP_TOOL, _call(13, 10, 13, 60, "stop"), _LOOP]
+    big = _call(12, _TOO_LARGE, 1, 10, "tool_calls")
+    spans = [big, *rest] if dropped_first else [*rest, big]
+    assert judge_timed([(spans, 1)]) == ([("span_limit", 3, 2)], 0)
+
+
+def test_a_loop_whose_model_calls_were_all_dropped_is_judged_at_once() -> None:
+    """Both model calls dropped too large: no model call held.
+
+    Was: no walk start (``self.models`` empty): ``timed_out`` at 300 s.
+    Now: ``span_limit``, 2 spans (the loop and its tool), at 2 s."""
+    calls = [_call(12, _TOO_LARGE, 1, 10, "tool_calls"), _call(13, _TOO_LARGE, 13, 60, "stop")]
+    assert judge_timed([([*calls, _LOOP_TOOL, _LOOP], 1)]) == ([("span_limit", 2, 2)], 0)
+
+
+@pytest.mark.parametrize("tool_dropped", [False, True])
+def test_a_dropped_call_that_ran_a_tool_inside_it_anchors_its_loop(tool_dropped: bool) -> None:
+    """google-genai's automatic function calling: the tool span's parent is the model call
+    (dropped too large), which records neither requested calls nor a tool finish reason; the
+    tool span held, or dropped too (its ``Link`` names the call as its parent).
+
+    Was: no walk start: ``timed_out`` at 300 s.
+    Now: the call ran a tool (a TOOL span, held or dropped, names it): ``span_limit`` at 2 s."""
+    roomy = dataclasses.replace(LIMITS, max_buffered_bytes=10_000)  # room for both links
+    call = _call(12, 20_000, 1, 60, "STOP")
+    ran = tool(20, 12, "lookup_order", 11, 12, trace_id=RUN, size_bytes=10, parent_local=True)
+    if tool_dropped:
+        ran = dataclasses.replace(ran, size_bytes=20_000)
+    held = 1 if tool_dropped else 2
+    assert judge_timed([([call, ran, _LOOP], 1)], roomy) == ([("span_limit", held, 2)], 0)
+
+
+def test_a_dropped_call_of_no_tool_loop_anchors_nothing() -> None:
+    """Control: a dropped model call that requested no tool and ran none (a summarizer, as
+    often a tool of another service's run) is no walk start: the trace waits for its root,
+    ``timed_out`` at 300 s as with the call held."""
+    judged, _ = judge_timed([([_call(13, _TOO_LARGE, 13, 60, "stop"), _LOOP], 1)])
+    assert judged == [("timed_out", 1, 300)]
