@@ -43,7 +43,8 @@ still at ``completion_wait_ns``; a loop quiet longer than the two waits is cut t
 run for one in flight (``victims._root_ended``). Only the root's own service is read: another
 service's clock may be skewed against the root's, and its span, ended "after" the root, says
 nothing of a run left running; a root of no ``service.name`` (``None``) is held by spans of
-none.
+none. Of a trace of several roots (a gateway's span of no parent beside the request's), each
+root's service is read against that root's end (``_Trace._root_ends``).
 
 A span the buffer dropped for a limit (too large, no room, past the cap's enclosing spans) has
 come: a span that names it as its parent waits for it no more, and the others wait as they
@@ -147,6 +148,7 @@ class _Trace:
         "root_end_ns",
         "root_seen",
         "root_service",
+        "roots_held",
         "scheduled_ns",
         "size_bytes",
         "span_limited",
@@ -165,6 +167,9 @@ class _Trace:
         self.root_seen = False
         self.root_end_ns = 0  # when its root (the latest of them) ended, once one came
         self.root_service: str | None = None  # that root's service
+        # How many roots it holds (``_root_ends``: more than one, each is read; a span's
+        # parent-less because its parent is not known, or a gateway's span of its own).
+        self.roots_held = 0
         self.last_end_ns = 0  # when its span that ended last ended
         self.span_limited = False
         # A span of it that may have been a parent it waits for was not taken, and which is
@@ -213,6 +218,7 @@ class _Trace:
 
     def _root(self, span: SpanRecord) -> None:
         self.root_seen = True
+        self.roots_held += 1
         if span.end_ns >= self.root_end_ns:
             self.root_end_ns, self.root_service = span.end_ns, span.service
 
@@ -447,27 +453,52 @@ class _Trace:
         quiet ``completion_wait_ns``, between two of those batches: the rest was dropped as
         ``late``, and the run judged as its first half. A synchronous run (every span ended
         by its root's end) is not held. Only the root's own service is read (its clock is
-        the root's: another's may be skewed), ``None`` as a name like any (a process that
+        the root's: another's may be skewed), each root's where it holds several
+        (``_root_ends``), ``None`` as a name like any (a process that
         sets no ``service.name`` sets it on none of its spans); a span dropped for a limit
         counts where ``awaits_after_root`` reads it. O(spans), only when a span ended after
         the root (``last_end_ns``): asked once per check, never per span taken."""
-        end = self.root_end_ns
-        if not self.root_seen or self.last_end_ns <= end:
+        if not self.root_seen or (self.last_end_ns <= self.root_end_ns and self.roots_held < 2):
             return False
-        service = self.root_service
-        if any(span.end_ns > end and span.service == service for span in self.spans.values()):
+        ends = self._root_ends()
+        if any(
+            span.service in ends and span.end_ns > ends[span.service]
+            for span in self.spans.values()
+        ):
             return True
         return self.drops is not None and self.awaits_after_root()
 
+    def _root_ends(self) -> dict[str | None, int]:
+        """Each root's service, and the end of its root (of several of one service, the
+        earliest): what ``ran_on`` and ``awaits_after_root`` read. The latest root's
+        (``root_end_ns``, ``root_service``; a root dropped for a limit's too), and, where
+        more than one is held, every held root's: a trace may hold two (a gateway's span of
+        no parent beside the request's root, its clock ahead), and read at the one that
+        ended last only, a run the other left running was not seen, judged at the first quiet
+        ``completion_wait_ns``, its rest ``late`` (review-wait6 defect 3). Not kept: read
+        from the spans held (O(spans), only where more than one root is held), so nothing
+        grows with the roots; a dropped root that ended before another is not read (only the
+        latest root's end and service are kept of one)."""
+        ends: dict[str | None, int] = {self.root_service: self.root_end_ns}
+        if self.roots_held < 2:
+            return ends
+        for span in self.spans.values():
+            if span.parent_span_id is None and span.end_ns < ends.get(
+                span.service, span.end_ns + 1
+            ):
+                ends[span.service] = span.end_ns
+        return ends
+
     def awaits_after_root(self) -> bool:
-        """Whether a span of the root's service that ended after the root did waits for its
-        local parent: a run left running in the background, whose agent span is still to
-        come, however long it runs (``local_parent_wait``, else ``max_trace_age``). A span
+        """Whether a span of the root's service that ended after the root (of each root's,
+        after that root: ``_root_ends``) waits for its local parent: a run left running in
+        the background, whose agent span is still to come, however long it runs
+        (``local_parent_wait``, else ``max_trace_age``). A span
         that ended before the root (the run's first steps, or a sync request that lost the
         span's parent in export), or another service's (its clock is not the root's), holds
         the trace ``lost_parent_wait_ns`` more: a process's batch processor exports spans in
         the order they ended, so a parent still running is heard of by then."""
-        return self._awaits_after(self.root_end_ns, self.root_service)
+        return any(self._awaits_after(end, service) for service, end in self._root_ends().items())
 
     def _awaits_after(self, end_ns: int, service: str | None) -> bool:
         """Whether a span of ``service`` that ended after ``end_ns`` waits for its local

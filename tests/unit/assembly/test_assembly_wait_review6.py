@@ -191,3 +191,33 @@ def test_a_dropped_call_of_no_tool_loop_anchors_nothing() -> None:
     ``timed_out`` at 300 s as with the call held."""
     judged, _ = judge_timed([([_call(13, _TOO_LARGE, 13, 60, "stop"), _LOOP], 1)])
     assert judged == [("timed_out", 1, 300)]
+
+
+def test_a_second_root_of_another_service_does_not_hide_the_loop() -> None:
+    """Two parentless spans in one trace: the request's root 9 (refund-agent, ends 3 ms) and a
+    gateway's span 8 (no parent either, its clock ahead: ends at 100 s); the refund-agent loop
+    ran on after its own root.
+
+    Was: ``_Trace._root`` kept only the root that ended last, so ``ran_on`` read the gateway's
+    service after 100 s and missed the loop: judged at 2 s with its first step, the next step
+    ``late``.
+    Now: each root's service against that root's end (``_Trace._root_ends``): one trace of 4
+    spans, 7 s after the last batch."""
+    gateway = span(8, None, SpanRole.OTHER, 0, 100_000, trace_id=RUN, size_bytes=10, service="gw")
+    batches = [([ROOT, gateway, _loop_call(10, 1, 1_000)], 4), ([_loop_tool(11, 1_000, 5_000)], 1)]
+    assert judge_timed(batches) == ([(None, 4, 11)], 0)
+
+
+def test_a_second_root_of_another_service_does_not_free_a_run_waiting_for_its_agent() -> None:
+    """The same two roots; the run left running is an agent run whose step (ended after the
+    root 9) waits for its agent span (2, local), still running.
+
+    Was: ``awaits_after_root`` read the gateway's root only: the trace was judged once quiet
+    7 s, the agent span to come dropped ``late``.
+    Now: held for its agent span (no ``local_parent_wait``: to ``max_trace_age``), and judged
+    with it 7 s after it came (it ended after its root: ``ran_on``)."""
+    gateway = span(8, None, SpanRole.OTHER, 0, 100_000, trace_id=RUN, size_bytes=10, service="gw")
+    step = tool(10, 2, "lookup_order", 5, 1_000, trace_id=RUN, size_bytes=10, parent_local=True)
+    late_agent = agent(2, 9, "refund-bot", 4, 9_000, trace_id=RUN, size_bytes=10)
+    batches = [([ROOT, gateway, step], 9), ([late_agent], 1)]
+    assert judge_timed(batches) == ([(None, 4, 16)], 0)
