@@ -44,7 +44,16 @@ run for one in flight (``victims._root_ended``). Only the root's own service is 
 service's clock may be skewed against the root's, and its span, ended "after" the root, says
 nothing of a run left running; a root of no ``service.name`` (``None``) is held by spans of
 none. Of a trace of several roots (a gateway's span of no parent beside the request's), each
-root's service is read against that root's end (``_Trace._root_ends``).
+root's service is read against that root's end (``_Trace._root_ends``). Known limits (pinned
+as ``xfail`` in test_assembly_wait_review6.py): ``ran_on`` sees only spans that arrived, so
+a run whose first step ends after its root's export (the root sent alone, or with a
+synchronous part only) is not held: the root is judged at the first quiet
+``completion_wait_ns`` (as no agent run, or with that part), and the run's spans come
+``late`` or, their local parent gone, wait ``max_trace_age_ns`` (holding every rooted trace
+the two waits would be the fix, at a gateway's memory). And a service is not one clock: a
+replica of the root's service with its clock ahead (a tool calling an endpoint of its own
+service) makes a synchronous run look as if it ran on: judged ``lost_parent_wait_ns`` late,
+and at a drain (or an eviction) ``shutdown`` (``evicted``), incomplete.
 
 A span the buffer dropped for a limit (too large, no room, past the cap's enclosing spans) has
 come: a span that names it as its parent waits for it no more, and the others wait as they

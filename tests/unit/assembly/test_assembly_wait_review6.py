@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from assembly_support import SECOND, agent, llm, span, tool
+from assembly_support import SECOND, RecordingMetrics, agent, llm, span, tool
 from stall_support import end_of, make, offer, tick, tid, verdicts
 from wait_support import LIMITS, ROOT, RUN, judge_timed
 
+from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.assembly.completed import CompletedTrace
-from toolwatch.model import SpanRecord, SpanRole
+from toolwatch.model import ManualClock, SpanRecord, SpanRole
 
 
 def test_a_stall_waits_for_background_runs_to_be_judged() -> None:
@@ -221,3 +222,94 @@ def test_a_second_root_of_another_service_does_not_free_a_run_waiting_for_its_ag
     late_agent = agent(2, 9, "refund-bot", 4, 9_000, trace_id=RUN, size_bytes=10)
     batches = [([ROOT, gateway, step], 9), ([late_agent], 1)]
     assert judge_timed(batches) == ([(None, 4, 16)], 0)
+
+
+# --- Known limits, pinned (review-wait6 defects 1 and 4): design questions, not fixed.
+
+#: The loop's second and third export batches (5 s apart).
+_SECOND_BATCH = [_loop_call(10, 1, 5_000), _loop_tool(11, 5_000, 5_200)]
+_THIRD_BATCH = [_loop_call(12, 5_200, 9_000)]
+
+_UNSEEN = (
+    "design question (review-wait6 defect 1): ran_on sees only spans that arrived; a root "
+    "exported before its loop's first step ended is judged at completion_wait (not an agent "
+    "run, or with a synchronous part), the loop then late or timed_out. Fixing it means "
+    "holding every rooted trace completion_wait + lost_parent_wait (a gateway's memory), or "
+    "remembering the root ids of traces emitted as no agent run"
+)
+_ONE_CLOCK = (
+    "design question (review-wait6 defect 4): ran_on reads the root's service as one clock; "
+    "a replica of it with its clock ahead makes a synchronous run look as if it ran on. "
+    "Counting only spans that reach the root through local parents needs senders that set "
+    "the flags, and a fallback for those that do not"
+)
+
+
+def test_control_the_loops_first_step_in_the_roots_batch_holds_the_trace() -> None:
+    """Control (the case defect6 fixed): the root's batch carries a step that ended after it:
+    one trace, complete, 4 spans, 7 s after the last batch (at 17 s)."""
+    first = [ROOT, _loop_call(10, 1, 1_000)]
+    batches = [(first, 5), ([_loop_tool(11, 1_000, 5_000)], 5), (_THIRD_BATCH, 1)]
+    assert judge_timed(batches) == ([(None, 4, 17)], 0)
+
+
+@pytest.mark.xfail(strict=True, reason=_UNSEEN)
+def test_a_loops_root_exported_alone_is_judged_with_its_loop() -> None:
+    """The loop's first step slower than the export tick: the root sent alone.
+
+    Promised: one trace, the root and the loop's 3 spans.
+    Now: the root judged alone at 2 s (not an agent run: its id not remembered), then the
+    loop's 3 spans, their local parent gone for good, ``timed_out`` at 305 s."""
+    batches = [([ROOT], 5), (_SECOND_BATCH, 5), (_THIRD_BATCH, 1)]
+    judged, late = judge_timed(batches)
+    assert [(reason, spans) for reason, spans, _ in judged] == [(None, 4)]
+    assert late == 0
+
+
+@pytest.mark.xfail(strict=True, reason=_UNSEEN)
+def test_a_loop_left_after_a_synchronous_triage_agent_is_not_cut() -> None:
+    """The request ran a triage agent (ended before the root) and left the loop running; the
+    root's batch held the triage part only.
+
+    Promised: one trace, nothing late.
+    Now: triage and root judged at 2 s, the loop's 3 spans ``late``."""
+    triage = agent(2, 9, "triage", 0, 2, trace_id=RUN, size_bytes=10, parent_local=True)
+    batches = [([triage, ROOT], 5), (_SECOND_BATCH, 5), (_THIRD_BATCH, 1)]
+    judged, late = judge_timed(batches)
+    assert late == 0
+    assert [(reason, spans) for reason, spans, _ in judged] == [(None, 5)]
+
+
+# A synchronous run whose tool (span 10) calls an endpoint of its own service answered by a
+# replica recorded 1 s ahead (server span 20, its parent remote, ending "after" the root).
+_SYNC_AGENT = agent(2, 9, "refund-bot", 1, 2_900, trace_id=RUN, size_bytes=10, parent_local=True)
+_SYNC_TOOL = tool(
+    10, 2, "lookup_order", 1_000, 2_800, trace_id=RUN, size_bytes=10, parent_local=True
+)
+_REPLICA = span(20, 10, SpanRole.OTHER, 2_500, 3_700, trace_id=RUN, size_bytes=10)
+_SYNC_ROOT = span(9, None, SpanRole.OTHER, 0, 3_000, trace_id=RUN, size_bytes=10)
+_SYNC = [_REPLICA, _SYNC_TOOL, _SYNC_AGENT, _SYNC_ROOT]
+
+
+def test_control_a_synchronous_run_on_one_host_is_judged_at_once() -> None:
+    """Control: the replica's clock not ahead (ends 2.7 s): judged at 2 s."""
+    on_time = dataclasses.replace(_REPLICA, start_ns=1_500 * 10**6, end_ns=2_700 * 10**6)
+    assert judge_timed([([on_time, *_SYNC[1:]], 1)]) == ([(None, 4, 2)], 0)
+
+
+@pytest.mark.xfail(strict=True, reason=_ONE_CLOCK)
+def test_a_synchronous_run_with_a_skewed_replica_of_its_service_is_judged_at_once() -> None:
+    """Promised: a synchronous run at 2 s. Now: 7 s (the replica's span ends 0.7 s after the
+    root on its clock)."""
+    assert judge_timed([(_SYNC, 1)]) == ([(None, 4, 2)], 0)
+
+
+@pytest.mark.xfail(strict=True, reason=_ONE_CLOCK)
+def test_a_drain_judges_a_synchronous_run_with_a_skewed_replica_as_it_came() -> None:
+    """The same run at a shutdown's drain, 1 s after it came. Promised: judged as it came
+    (complete). Now: ``shutdown`` (``_root_ended`` reads ``ran_on``)."""
+    clock = ManualClock()
+    buffer = TraceBuffer(LIMITS, clock, RecordingMetrics())
+    buffer.add(_SYNC)
+    clock.now_ns += SECOND
+    assert [(t.incomplete_reason, len(t.spans)) for t in buffer.drain()] == [(None, 4)]
