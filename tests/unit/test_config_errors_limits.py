@@ -147,9 +147,10 @@ def test_a_refusal_sdk_exporters_would_not_outlast_is_warned_of(tmp_path: Path) 
         " a Collector waits (retry_on_failure.max_elapsed_time). Keep it under 10 where SDKs"
         " export to toolwatch directly"
     )
-    waits = {"assembly.completion_wait_seconds": 12}  # the default limit follows the wait
+    waits = {"assembly.completion_wait_seconds": 7}  # the default limit follows the waits
     assert load_config(None, waits).warnings(defaults=True) == [
-        "assembly.max_refusal_seconds is 12 (at least completion_wait_seconds):"
+        "assembly.max_refusal_seconds is 12 (at least completion_wait_seconds; unset, at least"
+        " completion_wait_seconds + lost_parent_wait_seconds):"
         + said.format("that long before it judges its oldest runs early")
     ]
     never = tmp_path / "toolwatch.yaml"
@@ -218,12 +219,15 @@ def test_the_longest_refusal_is_set_in_seconds_or_null_and_outlasts_the_wait(
 ) -> None:
     """``assembly.max_refusal_seconds``: how long a full buffer refuses under backpressure
     before it evicts (``HeldTraces.has_room``)."""
-    assert load_config(None, {}).assembly.limits().max_refusal_ns == 5 * 10**9
+    assert load_config(None, {}).assembly.limits().max_refusal_ns == 7 * 10**9
     config = load_config(None, {"assembly.max_refusal_seconds": "30"})
     assert config.assembly.limits().max_refusal_ns == 30 * 10**9
-    # Left unset, it follows a longer wait: ended runs are let go before any is evicted.
+    # Left unset, it follows longer waits: ended runs are let go before any is evicted, a
+    # run left running in the background too, which waits both (review-wait6 defect 5).
     waits = load_config(None, {"assembly.completion_wait_seconds": 8})
-    assert waits.assembly.limits().max_refusal_ns == 8 * 10**9
+    assert waits.assembly.limits().max_refusal_ns == 13 * 10**9
+    lost = load_config(None, {"assembly.lost_parent_wait_seconds": 6})
+    assert lost.assembly.limits().max_refusal_ns == 8 * 10**9
     never = tmp_path / "toolwatch.yaml"
     never.write_text("assembly:\n  max_refusal_seconds: null\n")
     assert load_config(never, {}).assembly.limits().max_refusal_ns == 0

@@ -44,7 +44,17 @@ still at ``completion_wait_ns``; a loop quiet longer than the two waits is cut t
 run for one in flight (``victims._root_ended``). Only the root's own service is read: another
 service's clock may be skewed against the root's, and its span, ended "after" the root, says
 nothing of a run left running; a root of no ``service.name`` (``None``) is held by spans of
-none.
+none. Of a trace of several roots (a gateway's span of no parent beside the request's), each
+root's service is read against that root's end (``_Trace._root_ends``). Known limits (pinned
+as ``xfail`` in test_assembly_wait_review6.py): ``ran_on`` sees only spans that arrived, so
+a run whose first step ends after its root's export (the root sent alone, or with a
+synchronous part only) is not held: the root is judged at the first quiet
+``completion_wait_ns`` (as no agent run, or with that part), and the run's spans come
+``late`` or, their local parent gone, wait ``max_trace_age_ns`` (holding every rooted trace
+the two waits would be the fix, at a gateway's memory). And a service is not one clock: a
+replica of the root's service with its clock ahead (a tool calling an endpoint of its own
+service) makes a synchronous run look as if it ran on: judged ``lost_parent_wait_ns`` late,
+and at a drain (or an eviction) ``shutdown`` (``evicted``), incomplete.
 
 A span the buffer dropped for a limit (too large, no room, past the cap's enclosing spans) has
 come: a span that names it as its parent waits for it no more, and the others wait as they
@@ -94,7 +104,10 @@ run, never its end. Both are waited for as a local parent is (``local_parent_wai
 
 Only a call of a tool loop is walked from: one that requested tools (its requested calls, or
 a finish reason naming them, which is kept without content capture) or ran them inside it (a
-TOOL span is its child: google-genai's automatic function calling, whose span holds neither).
+TOOL span is its child: google-genai's automatic function calling, whose span holds neither),
+held or dropped for a limit (``dropped.requests_tools``, kept in its ``Link``: a loop's calls
+carry its whole history, the spans most often dropped too large; walked from held calls only,
+a loop whose tool-requesting call was dropped was held to ``max_trace_age_ns``, ``timed_out``).
 A service whose model calls request no tool (a summarizer or a classifier) is as often a tool
 of another service's agent run, its parent that agent's TOOL span: in a gateway, where both
 services' spans reach one toolwatch, its part ends first, and its batch processor sends it
@@ -112,35 +125,18 @@ caller's run is then dropped as ``late`` (docs/how-it-works.md).
 
 from __future__ import annotations
 
-from typing import Final
-
 from toolwatch.assembly.dropped import (
     DROPPED_SPANS_BYTES,
     DroppedSpan,
     DroppedSpans,
     Link,
     dropped_span,
+    requests_tools,
 )
 from toolwatch.assembly.limits import AssemblyLimits
 from toolwatch.model import SpanRecord, SpanRole
 
 __all__: list[str] = []
-
-#: Finish reasons (lower-cased) of a model call that stopped to have tools run
-#: (``_requests_tools``).
-_TOOL_FINISHES: Final = frozenset(
-    {"tool_calls", "tool_call", "tool_use", "tool-calls", "function_call"}
-)
-
-
-def _requests_tools(model: SpanRecord) -> bool:
-    """Whether a model call asked for tools: it recorded the calls it requested, or a finish
-    reason that names them (kept without content capture: OpenAI's ``tool_calls``, the GenAI
-    conventions' ``tool_call``, Anthropic's and Bedrock's ``tool_use``, the Vercel AI SDK's
-    ``tool-calls``, OpenAI's older ``function_call``). Gemini says ``STOP`` either way."""
-    return bool(model.output_tool_calls) or any(
-        reason.lower() in _TOOL_FINISHES for reason in model.finish_reasons
-    )
 
 
 class _Trace:
@@ -162,6 +158,7 @@ class _Trace:
         "root_end_ns",
         "root_seen",
         "root_service",
+        "roots_held",
         "scheduled_ns",
         "size_bytes",
         "span_limited",
@@ -180,6 +177,9 @@ class _Trace:
         self.root_seen = False
         self.root_end_ns = 0  # when its root (the latest of them) ended, once one came
         self.root_service: str | None = None  # that root's service
+        # How many roots it holds (``_root_ends``: more than one, each is read; a span's
+        # parent-less because its parent is not known, or a gateway's span of its own).
+        self.roots_held = 0
         self.last_end_ns = 0  # when its span that ended last ended
         self.span_limited = False
         # A span of it that may have been a parent it waits for was not taken, and which is
@@ -201,6 +201,7 @@ class _Trace:
         # arrival; None: not asked since.
         self.ended_verdict: bool | None = None
         # ... but one, were the local parents it waits for gone: anchored at local_parent_wait
+        # (``anchored_if_local_gone``)
         self.awaiting_local = False
         self.scheduled_ns: int | None = None  # when of this trace's one live heap entry
         # Once full: the parent ids of its spans that it does not hold (``encloses``).
@@ -227,6 +228,7 @@ class _Trace:
 
     def _root(self, span: SpanRecord) -> None:
         self.root_seen = True
+        self.roots_held += 1
         if span.end_ns >= self.root_end_ns:
             self.root_end_ns, self.root_service = span.end_ns, span.service
 
@@ -280,7 +282,7 @@ class _Trace:
         or it waits (so what anchors the trace changed): O(spans), asked once per such drop
         (drops are rare, and a trace remembers ``DROPPED_IDS`` at most), never per span
         taken."""
-        span_id, parent_id, end_ns, service, local, _ = span
+        span_id, parent_id, end_ns, service, local, _, _ = span
         if parent_id is None:
             self.root_seen = True
             if end_ns >= self.root_end_ns:
@@ -356,7 +358,16 @@ class _Trace:
         dropped = self.drops.agents() if self.drops is not None else []
         if self.agents or dropped:
             return self._agent_anchors(dropped, settled, local_gone)
-        if not self.models:
+        return self._model_anchors(settled, local_gone)
+
+    def _model_anchors(self, settled: dict[bytes, bool], local_gone: bool) -> bool:
+        """Whether, in a trace of no agent span and no root, what encloses a tool loop's
+        model call anchors it (module docstring): walked from each model call, held or
+        dropped for a limit (its ``Link`` keeps whether it requested tools: a loop's calls
+        carry its whole history, the spans most often dropped too large), that requested
+        tools or ran one (a TOOL span, held or dropped, names it as its parent)."""
+        dropped = self.drops.models() if self.drops is not None else []
+        if not self.models and not dropped:
             return False
         # The spans some span says are its local parent: their sender says where parents are;
         # and the model calls that ran a tool inside them (their TOOL spans' parents).
@@ -369,11 +380,29 @@ class _Trace:
                 ran_tools.add(span.parent_span_id)
         if self.drops is not None:  # a span dropped for a limit says so all the same
             said.update(self.drops.said_local())
+            ran_tools.update(self.drops.tools_ran_in())
         return any(
             self._outermost(model, settled, local_gone, said)
             for model in self.models
-            if model.span_id in ran_tools or _requests_tools(model)
+            if model.span_id in ran_tools or requests_tools(model)
+        ) or any(
+            self._outermost(link, settled, local_gone, said)
+            for link in dropped
+            if link.span_id in ran_tools or link.requests_tools
         )
+
+    def anchored_if_local_gone(self) -> bool:
+        """Whether, unanchored, the trace would be anchored were the local parents its spans
+        wait for gone: what ``local_parent_wait_ns`` cuts (``TraceBuffer._check``). Under a
+        root, only where a span waits for a local parent (``_awaits_local``): a trace held by
+        ``ran_on`` or ``parent_lost`` alone waits for none, and waits
+        ``completion_wait_ns + lost_parent_wait_ns`` however short ``local_parent_wait_ns``
+        is (read as ``anchored(local_gone=True)``, always true under a root, a run left
+        running in the background was cut at ``local_parent_wait_ns``, its next batch
+        ``late``; review-wait6 defect 2)."""
+        if self.root_seen:
+            return self._awaits_local()
+        return self.anchored(local_gone=True)
 
     def _agent_anchors(
         self, dropped: list[Link], settled: dict[bytes, bool], local_gone: bool
@@ -447,27 +476,52 @@ class _Trace:
         quiet ``completion_wait_ns``, between two of those batches: the rest was dropped as
         ``late``, and the run judged as its first half. A synchronous run (every span ended
         by its root's end) is not held. Only the root's own service is read (its clock is
-        the root's: another's may be skewed), ``None`` as a name like any (a process that
+        the root's: another's may be skewed), each root's where it holds several
+        (``_root_ends``), ``None`` as a name like any (a process that
         sets no ``service.name`` sets it on none of its spans); a span dropped for a limit
         counts where ``awaits_after_root`` reads it. O(spans), only when a span ended after
         the root (``last_end_ns``): asked once per check, never per span taken."""
-        end = self.root_end_ns
-        if not self.root_seen or self.last_end_ns <= end:
+        if not self.root_seen or (self.last_end_ns <= self.root_end_ns and self.roots_held < 2):
             return False
-        service = self.root_service
-        if any(span.end_ns > end and span.service == service for span in self.spans.values()):
+        ends = self._root_ends()
+        if any(
+            span.service in ends and span.end_ns > ends[span.service]
+            for span in self.spans.values()
+        ):
             return True
         return self.drops is not None and self.awaits_after_root()
 
+    def _root_ends(self) -> dict[str | None, int]:
+        """Each root's service, and the end of its root (of several of one service, the
+        earliest): what ``ran_on`` and ``awaits_after_root`` read. The latest root's
+        (``root_end_ns``, ``root_service``; a root dropped for a limit's too), and, where
+        more than one is held, every held root's: a trace may hold two (a gateway's span of
+        no parent beside the request's root, its clock ahead), and read at the one that
+        ended last only, a run the other left running was not seen, judged at the first quiet
+        ``completion_wait_ns``, its rest ``late`` (review-wait6 defect 3). Not kept: read
+        from the spans held (O(spans), only where more than one root is held), so nothing
+        grows with the roots; a dropped root that ended before another is not read (only the
+        latest root's end and service are kept of one)."""
+        ends: dict[str | None, int] = {self.root_service: self.root_end_ns}
+        if self.roots_held < 2:
+            return ends
+        for span in self.spans.values():
+            if span.parent_span_id is None and span.end_ns < ends.get(
+                span.service, span.end_ns + 1
+            ):
+                ends[span.service] = span.end_ns
+        return ends
+
     def awaits_after_root(self) -> bool:
-        """Whether a span of the root's service that ended after the root did waits for its
-        local parent: a run left running in the background, whose agent span is still to
-        come, however long it runs (``local_parent_wait``, else ``max_trace_age``). A span
+        """Whether a span of the root's service that ended after the root (of each root's,
+        after that root: ``_root_ends``) waits for its local parent: a run left running in
+        the background, whose agent span is still to come, however long it runs
+        (``local_parent_wait``, else ``max_trace_age``). A span
         that ended before the root (the run's first steps, or a sync request that lost the
         span's parent in export), or another service's (its clock is not the root's), holds
         the trace ``lost_parent_wait_ns`` more: a process's batch processor exports spans in
         the order they ended, so a parent still running is heard of by then."""
-        return self._awaits_after(self.root_end_ns, self.root_service)
+        return any(self._awaits_after(end, service) for service, end in self._root_ends().items())
 
     def _awaits_after(self, end_ns: int, service: str | None) -> bool:
         """Whether a span of ``service`` that ended after ``end_ns`` waits for its local

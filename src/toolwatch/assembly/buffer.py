@@ -322,7 +322,7 @@ class TraceBuffer(HeldTraces):
             if trace.anchored():
                 return self._emit(trace, now, None)
             trace.anchor_missing = True
-            trace.awaiting_local = lim.local_parent_wait_ns > 0 and trace.anchored(local_gone=True)
+            trace.awaiting_local = lim.local_parent_wait_ns > 0 and trace.anchored_if_local_gone()
         if trace.awaiting_local and quiet >= lim.local_parent_wait_ns:
             # The local parent never came (exported elsewhere, filtered out): the agent
             # anchors after all, as it would under a remote parent.

@@ -15,7 +15,7 @@ Compiled, as ``assembly.anchoring`` is. Not thread-safe: the buffer's event loop
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Final, NamedTuple, TypeAlias
 
 from toolwatch.jsontext import text_size
@@ -28,6 +28,7 @@ __all__ = [
     "DroppedSpans",
     "Link",
     "dropped_span",
+    "requests_tools",
 ]
 
 #: How many spans dropped for a limit a trace remembers (``_Trace.came``): a few spans of a
@@ -37,8 +38,15 @@ DROPPED_IDS: Final = 16
 
 #: What is kept of a span dropped for a limit (``_Trace.came``; before its trace is held,
 #: ``assembly.limited``): its id, its parent's id, its end, its service, whether its flags
-#: say its parent is local, and its role. Not the span: one dropped too large holds too much.
-DroppedSpan: TypeAlias = tuple[bytes, bytes | None, int, str | None, bool, SpanRole]
+#: say its parent is local, its role, and, of an LLM span, whether it requested tools
+#: (``requests_tools``). Not the span: one dropped too large holds too much.
+DroppedSpan: TypeAlias = tuple[bytes, bytes | None, int, str | None, bool, SpanRole, bool]
+
+#: Finish reasons (lower-cased) of a model call that stopped to have tools run
+#: (``requests_tools``).
+_TOOL_FINISHES: Final = frozenset(
+    {"tool_calls", "tool_call", "tool_use", "tool-calls", "function_call"}
+)
 
 #: A wait: the parent id a dropped span waited for, the latest end of those that did, their
 #: service.
@@ -48,8 +56,11 @@ _Wait: TypeAlias = tuple[bytes, int, str | None]
 class Link(NamedTuple):
     """What the anchor walk reads of a span dropped for a limit that may be a parent
     (``DroppedSpans.links``): it passes through it as through a held span
-    (``_Trace._outermost``); and, of an AGENT span, what an outermost agent span is read
-    for (``_Trace._agent_anchors``): its end and service (of another role: 0 and None)."""
+    (``_Trace._outermost``); of an AGENT span, what an outermost agent span is read for
+    (``_Trace._agent_anchors``): its end and service (of another role: 0 and None); of an
+    LLM span, whether it requested tools (``requests_tools``): a walk starts from it as
+    from a held model call of a tool loop (``_Trace._model_anchors``), as from one a TOOL
+    span names as its parent (of another role: False)."""
 
     span_id: bytes
     parent_span_id: bytes | None
@@ -57,6 +68,7 @@ class Link(NamedTuple):
     parent_local: bool
     end_ns: int
     service: str | None
+    requests_tools: bool
 
 
 # What a trace's memory of its dropped spans is counted as in its bytes (``_Trace.came``;
@@ -64,18 +76,29 @@ class Link(NamedTuple):
 # (``sys.getsizeof``; ``test_assembly_dropped_bytes.py`` checks it): the ``DroppedSpans``
 # itself (48 bytes; 56 compiled by mypyc, its vtable pointer: measured); each of its two
 # lists, at its first entry, its header and the slack it may grow with (56 + 8 slots of 8
-# bytes); a link, its ``Link`` (88) and its slot, its span id (8 bytes: 41, 48 allocated),
+# bytes); a link, its ``Link`` (96: 7 fields; its ``requests_tools`` a bool, shared) and its
+# slot, its span id (8 bytes: 41, 48 allocated),
 # and its parent id (48, where it has one: a root has none), and an AGENT span's end (36,
 # 48 allocated) and service's characters (as a wait's); a wait, its (parent id, end,
 # service) tuple (64), the parent id (48), the end (32) and its slot, and its service's
 # characters (a string of its own, 49 bytes and its text, as a held span counts it).
 DROPPED_SPANS_BYTES: Final = 56
 _LIST_BYTES: Final = 120
-_LINK_BYTES: Final = 144
+_LINK_BYTES: Final = 152
 _PARENT_BYTES: Final = 48
 _END_BYTES: Final = 48
 _WAIT_BYTES: Final = 152
 _STR_BYTES: Final = 49
+
+
+def requests_tools(model: SpanRecord) -> bool:
+    """Whether a model call asked for tools: it recorded the calls it requested, or a finish
+    reason that names them (kept without content capture: OpenAI's ``tool_calls``, the GenAI
+    conventions' ``tool_call``, Anthropic's and Bedrock's ``tool_use``, the Vercel AI SDK's
+    ``tool-calls``, OpenAI's older ``function_call``). Gemini says ``STOP`` either way."""
+    return bool(model.output_tool_calls) or any(
+        reason.lower() in _TOOL_FINISHES for reason in model.finish_reasons
+    )
 
 
 def dropped_span(span: SpanRecord) -> DroppedSpan:
@@ -87,6 +110,7 @@ def dropped_span(span: SpanRecord) -> DroppedSpan:
         span.service,
         span.parent_local,
         span.role,
+        span.role is SpanRole.LLM and requests_tools(span),
     )
 
 
@@ -103,12 +127,12 @@ def _wait_bytes(service: str | None) -> int:
 def _link(span: DroppedSpan) -> tuple[Link, int]:
     """The ``Link`` kept of ``span``, and the bytes it is counted as (with its span id and
     parent id; an AGENT span's, with its end and service)."""
-    span_id, parent_id, end_ns, service, local, role = span
+    span_id, parent_id, end_ns, service, local, role, tools = span
     cost = _LINK_BYTES + (0 if parent_id is None else _PARENT_BYTES)
     if role is not SpanRole.AGENT:
-        return Link(span_id, parent_id, role, local, 0, None), cost
+        return Link(span_id, parent_id, role, local, 0, None, tools), cost
     cost += _END_BYTES + _service_bytes(service)
-    return Link(span_id, parent_id, role, local, end_ns, service), cost
+    return Link(span_id, parent_id, role, local, end_ns, service, False), cost
 
 
 def _wait_index(waits: list[_Wait] | None, parent_id: bytes, service: str | None) -> int:
@@ -152,6 +176,15 @@ class DroppedSpans:
         """The AGENT spans kept (``_Trace._agent_anchors``)."""
         return [link for link in self.links or () if link.role is SpanRole.AGENT]
 
+    def models(self) -> list[Link]:
+        """The LLM spans kept (``_Trace._model_anchors``)."""
+        return [link for link in self.links or () if link.role is SpanRole.LLM]
+
+    def tools_ran_in(self) -> Iterator[bytes | None]:
+        """The parent ids of the TOOL spans kept: the model calls that ran a tool inside
+        them (google-genai's automatic function calling) among them."""
+        return (link.parent_span_id for link in self.links or () if link.role is SpanRole.TOOL)
+
     def said_local(self) -> list[bytes | None]:
         """The parent ids its spans' flags say are local: those of its links that say so,
         and every wait's (a wait is kept only of a parent its span says is local)."""
@@ -170,7 +203,7 @@ class DroppedSpans:
         Returns the bytes it now holds more, -1 where nothing is kept (past
         ``DROPPED_IDS`` links or waits, or ``room``: the span is not known), and whether
         its wait is new (an entry, or a later end)."""
-        _, parent_id, end_ns, service, _, _ = span
+        _, parent_id, end_ns, service, _, _, _ = span
         links, waits = self.links, self.waits
         cost = 0
         link: Link | None = None

@@ -29,11 +29,13 @@ LOST_PARENT_WAIT_NS: Final = 5_000_000_000
 ENCLOSING_SPANS: Final = 64
 
 #: How long a full buffer refuses requests under ``backpressure`` before it takes them by
-#: evicting (``assembly.refusals``), by default: long enough
-#: for a burst of ended runs to be judged (``completion_wait``, 2 s by default) and room
-#: made, short enough that the OpenTelemetry SDKs' exporters, which give a refused batch up
-#: after their 10 s export timeout, get it in on a retry.
-MAX_REFUSAL_NS: Final = 5_000_000_000
+#: evicting (``assembly.refusals``), by default: long enough for a burst of ended runs to be
+#: judged and room made, a run left running in the background too, which waits
+#: ``completion_wait + lost_parent_wait`` (2 s and 5 s by default: ``_Trace.ran_on``; 5 s,
+#: and such runs were evicted, judged incomplete, just before their wait let them go), short
+#: enough that the OpenTelemetry SDKs' exporters, which give a refused batch up after their
+#: 10 s export timeout, get it in on a retry.
+MAX_REFUSAL_NS: Final = 2_000_000_000 + LOST_PARENT_WAIT_NS
 
 
 @dataclass(frozen=True, slots=True)

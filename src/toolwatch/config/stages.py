@@ -156,10 +156,14 @@ class AssemblySettings(_Section):
 
     @model_validator(mode="after")
     def _refusal_can_end(self) -> AssemblySettings:
-        # Checked when set (the default follows a longer wait, _max_refusal_ns), also under
+        # Checked when set (the default follows longer waits, _max_refusal_ns), also under
         # evict_oldest, where it does nothing: a file that sets it is right whichever
         # overflow an override picks. Shorter than the wait, a burst of ended runs would be
-        # judged early (evicted) before their wait let them go.
+        # judged early (evicted) before their wait let them go. So the default is at least
+        # completion_wait + lost_parent_wait: a run left running in the background after its
+        # request waits both (_Trace.ran_on), and a default of 5 s evicted such runs just
+        # before their 7 s let them go. Set, it may be shorter than both: a run that ran on
+        # is then evicted while it waits, as the setting says.
         if "max_refusal_seconds" not in self.model_fields_set:
             return self
         limit = self.max_refusal_seconds
@@ -173,12 +177,12 @@ class AssemblySettings(_Section):
 
     def _max_refusal_ns(self) -> int:
         """``max_refusal_seconds`` in ns (0: refuse until a request fits); left unset, at
-        least ``completion_wait_seconds`` (``_refusal_can_end``)."""
+        least ``completion_wait_seconds + lost_parent_wait_seconds`` (``_refusal_can_end``)."""
         limit = self.max_refusal_seconds
         if limit is None:
             return 0
         if "max_refusal_seconds" not in self.model_fields_set:
-            limit = max(limit, self.completion_wait_seconds)
+            limit = max(limit, self.completion_wait_seconds + self.lost_parent_wait_seconds)
         return seconds_to_ns(limit)
 
     @model_validator(mode="after")

@@ -198,7 +198,8 @@ class Config(_Section):
             "is null: a buffer full of runs in flight refuses until they reach"
             " max_trace_age_seconds"
             if not limit
-            else f"is {limit:g} (at least completion_wait_seconds): a buffer full of runs in"
+            else f"is {limit:g} (at least completion_wait_seconds; unset, at least"
+            " completion_wait_seconds + lost_parent_wait_seconds): a buffer full of runs in"
             " flight refuses that long before it judges its oldest runs early"
         )
         return [

@@ -45,8 +45,8 @@ def _taken_at(b_continues_every: int | None) -> int | None:
 
 
 def test_control_with_no_other_traffic_the_mixed_batch_is_taken_at_the_limit() -> None:
-    """Control: first refused at 1 s, taken at 6 s (5 s of refusals)."""
-    assert _taken_at(None) == 6
+    """Control: first refused at 1 s, taken at 8 s (7 s of refusals, the default limit)."""
+    assert _taken_at(None) == 8
 
 
 @pytest.mark.parametrize("every", [3, 4])

@@ -6,12 +6,14 @@ one of whose spans names a local parent that never came (lost in export: exactly
 do to batches under backpressure) is judged complete only ``completion_wait +
 lost_parent_wait`` after its last span: 2 + 5 = 7 s by default, and longer with
 ``local_parent_wait_seconds`` or a raised ``lost_parent_wait_seconds`` (30 s for a sender
-exporting every 30 s, as the docs advise). ``max_refusal_seconds`` (5 s, validated only
+exporting every 30 s, as the docs advise). ``max_refusal_seconds`` (5 s then, validated only
 against ``completion_wait_seconds``) evicts it first: judged ``evicted``, policy only.
 
 Fixed by the victim choice (``victims._Victims``): an eviction takes a run that has
-ended, judged as it came, before one in flight; the default limit stays 5 s, under the SDKs'
-10 s export timeout, rather than following the longest wait an ended run may be held for.
+ended, judged as it came, before one in flight; the default limit was kept at 5 s, under the SDKs'
+10 s export timeout, rather than following the longest wait an ended run may be held for
+(review-wait6 defect 5 raised it to 7 s, both default waits: a run left running in the
+background waits them; a raised ``lost_parent_wait_seconds`` raises it too).
 """
 
 from __future__ import annotations

@@ -42,7 +42,7 @@ def _refused_when_stalled(tick_seconds: float) -> int:
             wait = tick_delay(now, due if due is not None else now, tick_seconds, longest)
             next_tick = now + int(wait * SECOND)
         taken = offer(buffer, in_flight(10 + step), out)
-        if not taken and step > 60:  # well past the limit: the buffer is stalled
+        if not taken and step > 80:  # well past the limit (7 s): the buffer is stalled
             refusals_when_stalled += 1
     return refusals_when_stalled
 

@@ -6,7 +6,8 @@ carries both the end of some run and the start of another, so the runs' own last
 refused with the rest: nothing left the buffer until ``max_trace_age`` (300 s by default)
 judged its runs ``timed_out``, while the senders gave the refused batches up (the SDKs after
 their 10 s export timeout) and lost them uncounted.
-Now: once the buffer has refused requests for ``max_refusal_ns`` (5 s by default) with none
+Now: once the buffer has refused requests for ``max_refusal_ns`` (7 s by default: 5 s
+before review-wait6 defect 5) with none
 fitting in between, it takes each request by evicting the oldest runs, as ``evict_oldest``
 does (counted, judged incomplete, their later spans dropped ``late``), until one fits again.
 """
@@ -71,8 +72,12 @@ def full(limits: AssemblyLimits = LIMITS) -> tuple[TraceBuffer, ManualClock, Rec
     return buffer, clock, metrics
 
 
-def test_the_default_is_five_seconds() -> None:
-    assert AssemblyLimits().max_refusal_ns == MAX_REFUSAL_NS == 5 * SECOND
+def test_the_default_is_both_default_waits() -> None:
+    """Was: 5 s. Now: 7 s, ``completion_wait`` and ``lost_parent_wait`` (2 s and 5 s): a run
+    left running in the background waits both (review-wait6 defect 5)."""
+    limits = AssemblyLimits()
+    assert limits.max_refusal_ns == MAX_REFUSAL_NS == 7 * SECOND
+    assert limits.completion_wait_ns + limits.lost_parent_wait_ns == MAX_REFUSAL_NS
 
 
 def test_a_full_buffer_refuses_until_the_limit_then_evicts_the_oldest_run() -> None:
