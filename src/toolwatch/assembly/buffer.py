@@ -197,20 +197,24 @@ class TraceBuffer(HeldTraces):
         victims: _Victims | None = None
         # Where the request is: the bytes its spans after it will take are what the memory of
         # a span dropped may not take (``HeldTraces._reserved``, walked only if one asks).
-        self._request = spans
-        for at, span in enumerate(spans):
-            self._at = at
-            reason = self._drop_reason(span)
-            if reason is None and not roomy:
-                if victims is None and evicts:
-                    victims = _Victims(self._traces, {s.trace_id for s in spans})
-                if not self._make_room(span, victims, now, evicted):
-                    reason = "buffer_full"
-            if reason is None:
-                self._store(span, now)
-            else:
-                dropped[reason] += 1
-        self._request, self._at, self._reserves = (), 0, None
+        # Reset at the start and in a ``finally``: a request that raised leaves none of its
+        # reserves to the next.
+        self._request, self._reserves = spans, None
+        try:
+            for at, span in enumerate(spans):
+                self._at = at
+                reason = self._drop_reason(span)
+                if reason is None and not roomy:
+                    if victims is None and evicts:
+                        victims = _Victims(self._traces, {s.trace_id for s in spans})
+                    if not self._make_room(span, victims, now, evicted):
+                        reason = "buffer_full"
+                if reason is None:
+                    self._store(span, now)
+                else:
+                    dropped[reason] += 1
+        finally:
+            self._request, self._at, self._reserves = (), 0, None
         for reason, n in dropped.items():
             self._metrics.spans_dropped(n, reason)
             if refused is not None and reason in REPORTED_DROPS:

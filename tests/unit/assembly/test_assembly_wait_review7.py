@@ -135,10 +135,6 @@ def test_admission_counts_the_agent_span_control() -> None:
     assert admitted and metrics.dropped["trace_span_limit"] == 1, metrics.dropped
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review-wait7 defect 3: reserves of a request that raised are read by the next",
-)
 def test_a_request_that_raised_leaves_its_reserves_to_the_next() -> None:
     """``TraceBuffer._take`` (6cbcb52) resets ``_request``, ``_at`` and ``_reserves`` after its
     loop, not in a ``finally``, and does not reset ``_reserves`` before it: a request that
@@ -149,6 +145,7 @@ def test_a_request_that_raised_leaves_its_reserves_to_the_next() -> None:
     that every later request that drops a span there raises too (sticky).
 
     Was: every later request raises ``IndexError`` (sticky).
+    Now: ``_take`` resets them when a request starts and in a ``finally``: taken.
     Expected: the next requests are taken (the first request's failure is its own)."""
     limits = dataclasses.replace(LIMITS, max_buffered_bytes=10_000)
     clock = ManualClock()
