@@ -5,10 +5,12 @@ is held, and those spans replayed as dropped then (``HeldTraces._store``,
 root anchors the trace, a parent is waited for no more, what the span waited for still is.
 
 Bounded: ``max_traces`` trace ids, the oldest forgotten first (its trace, when it comes, is
-not flagged); ``DROPPED_IDS`` spans a trace, and ``max_traces`` spans in all, the oldest
-traces' forgotten first there too (but the trace of the span kept). A trace whose every span
-was dropped is never held: kept until newer ones pushed it out, it held the span budget, and
-the newest drops, those of the traces about to come, were not known. A span dropped past
+not flagged); ``DROPPED_IDS`` spans a trace, and ``max_traces`` spans in all, the spans of
+the oldest traces that keep any forgotten first there too (but the trace of the span kept),
+their trace ids kept, marked ``lost`` (a span of theirs not known): a trace that keeps no
+span (one whose span ingest rejected) frees none, and is not forgotten for it. A trace whose every
+span was dropped is never held: kept until newer ones pushed it out, it held the span
+budget, and the newest drops, those of the traces about to come, were not known. A span dropped past
 ``DROPPED_IDS`` in its trace (or where the trace alone fills the budget), like one rejected
 at ingest (its trace id is all the decoder hands on), is not known: the trace is
 ``parent_lost``. A retry of a span kept changes nothing. Each span kept
@@ -47,6 +49,8 @@ class LimitedTraces:
         # Trace id -> what is remembered of it, in the order they were first flagged.
         self._traces: OrderedDict[bytes, Limited] = OrderedDict()
         self._spans = 0  # the spans kept, in all
+        # The trace ids that keep a span, in the order they first kept one (``_forget_for``).
+        self._holding: OrderedDict[bytes, None] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._traces)
@@ -62,8 +66,9 @@ class LimitedTraces:
         traces = self._traces
         was = traces.get(trace_id)
         if was is None and len(traces) >= self._max:  # the oldest forgotten: room for this one
-            _, (_, gone) = traces.popitem(last=False)
+            oldest, (_, gone) = traces.popitem(last=False)
             self._spans -= len(gone)
+            self._holding.pop(oldest, None)
         lost, kept = _NOTHING if was is None else was
         if span is None:
             lost = True
@@ -75,17 +80,21 @@ class LimitedTraces:
             else:
                 kept += (span,)
                 self._spans += 1
+                self._holding[trace_id] = None
         traces[trace_id] = (lost, kept)
 
     def _forget_for(self, trace_id: bytes) -> None:
-        """Room in the span budget for a span of ``trace_id``: the oldest entries but its own
-        forgotten (each once: O(1) amortized), as the oldest trace id is for a new one."""
-        traces = self._traces
+        """Room in the span budget for a span of ``trace_id``: the spans kept of the oldest
+        traces but its own forgotten, their ids kept marked ``lost`` (each once: O(1)
+        amortized); an entry that keeps no span frees none, and is left as it is."""
+        traces, holding = self._traces, self._holding
         while self._spans >= self._max:
-            oldest = next((t for t in traces if t != trace_id), None)
+            oldest = next((t for t in holding if t != trace_id), None)
             if oldest is None:
                 return  # the trace alone fills the budget
-            self._spans -= len(traces.pop(oldest)[1])
+            del holding[oldest]
+            self._spans -= len(traces[oldest][1])
+            traces[oldest] = (True, ())
 
     def take(self, trace_id: bytes) -> Limited | None:
         """What is remembered of ``trace_id``, forgotten here (its first span is held), or
@@ -95,4 +104,5 @@ class LimitedTraces:
         limited = self._traces.pop(trace_id, None)
         if limited is not None:
             self._spans -= len(limited[1])
+            self._holding.pop(trace_id, None)
         return limited

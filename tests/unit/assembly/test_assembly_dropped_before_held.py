@@ -126,12 +126,14 @@ def test_without_a_rejection_the_same_trace_waits_for_its_agent_span() -> None:
 
 def test_what_is_kept_before_traces_are_held_is_bounded() -> None:
     """``LimitedTraces`` of ``max_traces`` 3: 3 trace ids (a 4th forgets the oldest first,
-    its spans with it) and 3 spans in all (past them, the oldest trace's forgotten first,
-    but the trace of the span kept; one trace alone past them: lost); a retry of a span kept
-    is kept once; taking a trace frees its spans.
+    its spans with it) and 3 spans in all (past them, the oldest trace's spans forgotten
+    first, its id kept marked lost, but the trace of the span kept; one trace alone past
+    them: lost); a retry of a span kept is kept once; taking a trace frees its spans.
     Was: past 3 spans in all, the newest span was lost, the oldest kept (a trace never held,
-    all its spans dropped, held the budget until 3 newer trace ids pushed it out).
-    Now: the oldest trace's spans are forgotten, and the newest kept."""
+    all its spans dropped, held the budget until 3 newer trace ids pushed it out); then
+    (0672070) the oldest trace was forgotten whole, also one that kept no span
+    (review-wait7 defect 1).
+    Now: the oldest trace's spans are forgotten, its id kept (lost), and the newest kept."""
     limited = LimitedTraces(3)
     a, b, c, d = (bytes([n]) * 16 for n in (1, 2, 3, 4))
     step, other = dropped_span(_step(10)), dropped_span(_step(11))
@@ -140,9 +142,9 @@ def test_what_is_kept_before_traces_are_held_is_bounded() -> None:
     limited.flag(a, other)
     assert (len(limited), limited.spans) == (1, 2)
     limited.flag(b, step)
-    limited.flag(b, other)  # past 3 spans in all: a, the oldest, forgotten
-    assert (len(limited), limited.spans) == (1, 2)
-    assert limited.take(a) is None
+    limited.flag(b, other)  # past 3 spans in all: a's, the oldest, forgotten
+    assert (len(limited), limited.spans) == (2, 2)
+    assert limited.take(a) == (True, ())
     assert limited.take(b) == (False, (step, other))
     assert limited.spans == 0
     limited.flag(b, None)  # a rejection: lost, nothing kept
@@ -151,8 +153,8 @@ def test_what_is_kept_before_traces_are_held_is_bounded() -> None:
     limited.flag(a, step)  # a 4th trace id: b, the oldest, forgotten first
     assert (len(limited), limited.spans) == (3, 3)
     assert limited.take(b) is None
-    limited.flag(c, other)  # c is the oldest: the next oldest, d, forgotten
-    assert limited.take(d) is None
+    limited.flag(c, other)  # c is the oldest: the next oldest's, d's, spans forgotten
+    assert limited.take(d) == (True, ())
     assert limited.take(c) == (False, (step, other))
     assert limited.take(a) == (False, (step,))
     assert (len(limited), limited.spans) == (0, 0)

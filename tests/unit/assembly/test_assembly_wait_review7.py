@@ -23,10 +23,6 @@ LIMITS = AssemblyLimits(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review-wait7 defect 1: the span budget forgets a rejected trace that keeps no span",
-)
 def test_span_budget_forgets_a_rejected_trace_that_holds_no_span() -> None:
     """``LimitedTraces._forget_for`` (0672070) pops the oldest entries until the span budget
     has room, but pops an entry that keeps no span (a trace whose span ingest rejected:
@@ -34,6 +30,8 @@ def test_span_budget_forgets_a_rejected_trace_that_holds_no_span() -> None:
     complete, its rejected span never counted.
 
     Was: ``take(x)`` is ``None`` (X forgotten first, for nothing).
+    Now: ``_forget_for`` forgets the kept spans of the oldest traces that keep any, their
+    ids kept marked ``lost``: X is left as it was.
     Expected: an entry of no kept span is skipped (or its kept spans forgotten, the id kept
     ``lost``): trace X stays flagged."""
     limited = LimitedTraces(3)
@@ -45,10 +43,6 @@ def test_span_budget_forgets_a_rejected_trace_that_holds_no_span() -> None:
     assert limited.take(x) == (True, ())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review-wait7 defect 1: a rejection forgotten to free a budget it holds none of",
-)
 def test_a_trace_whose_span_was_rejected_is_judged_incomplete_after_a_budget_squeeze() -> None:
     """End to end (``TraceBuffer``, max_traces 3): trace X's span rejected at ingest before X
     is held; trace A's three spans dropped too large (the dropped-span budget, max_traces,
@@ -56,7 +50,8 @@ def test_a_trace_whose_span_was_rejected_is_judged_incomplete_after_a_budget_squ
 
     Was: X is judged complete (``None``): its rejection was forgotten to make room for B's
     span, though forgetting X freed no span of the budget.
-    Expected: judged ``span_limit``, as before B's drop."""
+    Now: judged ``span_limit``, as before B's drop (A's kept spans forgotten, A marked
+    ``lost``)."""
     limits = dataclasses.replace(LIMITS, max_traces=3)
     clock = ManualClock()
     buffer = TraceBuffer(limits, clock, RecordingMetrics())
