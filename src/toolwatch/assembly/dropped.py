@@ -28,6 +28,7 @@ __all__ = [
     "DroppedSpans",
     "Link",
     "dropped_span",
+    "keep_cost",
     "requests_tools",
 ]
 
@@ -147,6 +148,17 @@ def _wait_index(waits: list[_Wait] | None, parent_id: bytes, service: str | None
     return len(waits)
 
 
+def keep_cost(drops: DroppedSpans | None, span: DroppedSpan, parent: bool) -> int:
+    """The bytes ``_Trace.came`` counts for keeping ``span``, dropped (``parent``: its link
+    too), and its wait (its flags say its parent is local, the trace does not hold it), in
+    a trace that keeps ``drops`` (``DROPPED_SPANS_BYTES`` more for the first); -1 where
+    nothing is kept however much room (past ``DROPPED_IDS``). Admission's question
+    (``held_traces._kept_wait``), asked only of a span it drops."""
+    if drops is None:
+        return DroppedSpans()._cost(span, parent, True)[0] + DROPPED_SPANS_BYTES
+    return drops._cost(span, parent, True)[0]
+
+
 class DroppedSpans:
     """What one trace keeps of its spans dropped for a limit (module docstring): counted in
     its bytes by ``keep`` (this object's own, ``DROPPED_SPANS_BYTES``, by its trace)."""
@@ -204,26 +216,10 @@ class DroppedSpans:
         ``DROPPED_IDS`` links or waits, or ``room``: the span is not known), and whether
         its wait is new (an entry, or a later end)."""
         _, parent_id, end_ns, service, _, _, _ = span
-        links, waits = self.links, self.waits
-        cost = 0
-        link: Link | None = None
-        if parent:  # its link, and the list for the first
-            link, cost = _link(span)
-            if links is None:
-                cost += _LIST_BYTES
-        at = -1  # where its wait goes in waits (its length: a new entry); -1: none
-        if wait and parent_id is not None:
-            at = _wait_index(waits, parent_id, service)
-            if waits is None:
-                cost += _LIST_BYTES + _wait_bytes(service)
-            elif at == len(waits):
-                cost += _wait_bytes(service)
-        if (
-            (parent and links is not None and len(links) >= DROPPED_IDS)
-            or at >= DROPPED_IDS
-            or (cost > 0 and cost > room)  # what costs nothing is known whatever the room
-        ):
+        cost, at, link = self._cost(span, parent, wait)
+        if cost < 0 or (cost > 0 and cost > room):  # what costs nothing is known whatever the room
             return -1, False
+        links, waits = self.links, self.waits
         if link is not None:
             if links is None:
                 links = self.links = []
@@ -239,6 +235,28 @@ class DroppedSpans:
             waits[at] = (parent_id, end_ns, service)
             return cost, True
         return cost, False
+
+    def _cost(self, span: DroppedSpan, parent: bool, wait: bool) -> tuple[int, int, Link | None]:
+        """What ``keep`` would count for ``span`` (-1: past ``DROPPED_IDS`` links or waits,
+        nothing kept), where its wait goes in ``waits`` (-1: none), and its ``Link``."""
+        _, parent_id, _, service, _, _, _ = span
+        links, waits = self.links, self.waits
+        cost = 0
+        link: Link | None = None
+        if parent:  # its link, and the list for the first
+            link, cost = _link(span)
+            if links is None:
+                cost += _LIST_BYTES
+        at = -1  # where its wait goes in waits (its length: a new entry); -1: none
+        if wait and parent_id is not None:
+            at = _wait_index(waits, parent_id, service)
+            if waits is None:
+                cost += _LIST_BYTES + _wait_bytes(service)
+            elif at == len(waits):
+                cost += _wait_bytes(service)
+        if (parent and links is not None and len(links) >= DROPPED_IDS) or at >= DROPPED_IDS:
+            return -1, at, link
+        return cost, at, link
 
     def awaits(self, held: dict[bytes, SpanRecord], after: int | None, service: str | None) -> bool:
         """``_Trace._awaits_local`` (``after`` None), or ``_Trace._awaits_after`` (a span of

@@ -21,7 +21,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from toolwatch.assembly.anchoring import _Trace
-from toolwatch.assembly.dropped import dropped_span
+from toolwatch.assembly.dropped import dropped_span, keep_cost
 from toolwatch.assembly.limited import Limited, LimitedTraces
 from toolwatch.assembly.limits import ENCLOSING_SPANS, AssemblyLimits
 from toolwatch.assembly.refusals import Refusals
@@ -32,17 +32,33 @@ from toolwatch.model import Clock, SpanRecord
 __all__ = ["HeldTraces"]
 
 
-def _kept_wait(span: SpanRecord, trace: _Trace | None, parents: set[bytes | None]) -> bool:
-    """``span`` is dropped (``HeldTraces._takes``): where its flags say its parent is local
-    and its trace does not hold it, what it waited for is kept (``_Trace.came``), and that
-    parent encloses it: noted in ``parents``. Read, a step and its agent span in one request
-    to a full trace counted the agent span as one the cap drops, and a full buffer admitted
-    the request, then dropped the agent span ``buffer_full``. Taken as kept even where
-    ``came`` will not keep it (past ``DROPPED_IDS``, no room): a request may be refused that
-    would have fit. Returns False: not taken."""
-    parent = span.parent_span_id
-    if span.parent_local and parent is not None and (trace is None or parent not in trace.spans):
-        parents.add(parent)
+def _kept_wait(
+    span: SpanRecord,
+    trace: _Trace | None,
+    parents: set[bytes | None],
+    parent: bool,
+    room: int,
+) -> bool:
+    """``span`` is dropped (``HeldTraces._takes``; ``parent``: its link is kept too): where
+    its flags say its parent is local and its trace does not hold it, what it waited for is
+    kept (``_Trace.came``), and that parent encloses it: noted in ``parents``. Read, a step
+    and its agent span in one request to a full trace counted the agent span as one the cap
+    drops, and a full buffer admitted the request, then dropped the agent span
+    ``buffer_full``. Only where ``came`` would keep it (``dropped.keep_cost``: fewer than
+    ``DROPPED_IDS`` waits, and its bytes fit in ``room``, the buffer's free bytes now): else
+    the agent span encloses nothing, and a request that takes no room was refused until the
+    buffer stalled (review-wait7 defect 4). A trace not held keeps it until it comes
+    (``assembly.limited``): taken as kept. Returns False: not taken."""
+    parent_id = span.parent_span_id
+    if not span.parent_local or parent_id is None:
+        return False
+    if trace is not None:
+        if parent_id in trace.spans:
+            return False
+        cost = keep_cost(trace.drops, dropped_span(span), parent)
+        if cost < 0 or (cost > 0 and cost > room):
+            return False
+    parents.add(parent_id)
     return False
 
 
@@ -214,8 +230,9 @@ class HeldTraces:
         ids, parents = taken.setdefault(span.trace_id, (set(), set()))
         if span.span_id in ids or (trace is not None and span.span_id in trace.spans):
             return False
+        room = lim.max_buffered_bytes - self._bytes
         if span.size_bytes > lim.max_buffered_bytes:
-            return _kept_wait(span, trace, parents)
+            return _kept_wait(span, trace, parents, True, room)
         held, cap = len(ids), lim.max_spans_per_trace
         if trace is not None:
             held += len(trace.spans)
@@ -223,8 +240,9 @@ class HeldTraces:
             encloses = span.span_id in parents or (
                 span.parent_span_id is None if trace is None else trace.encloses(span)
             )
-            if held >= cap + ENCLOSING_SPANS or not encloses:
-                return _kept_wait(span, trace, parents)
+            full = held >= cap + ENCLOSING_SPANS
+            if full or not encloses:
+                return _kept_wait(span, trace, parents, full and encloses, room)
         ids.add(span.span_id)
         parents.add(span.parent_span_id)
         return True

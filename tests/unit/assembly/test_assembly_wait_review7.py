@@ -165,10 +165,6 @@ def test_a_request_that_raised_leaves_its_reserves_to_the_next() -> None:
         buffer.add([*steps, late_huge, tail])  # IndexError on 9cfdc01, both times
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review-wait7 defect 4: a request that takes no room is refused until the stall",
-)
 @pytest.mark.parametrize("max_refusal_s", [7, 0])
 def test_a_request_that_takes_no_room_is_refused(max_refusal_s: int) -> None:
     """The livelock 3428922's docstring admits ("a request may be refused that would have
@@ -193,6 +189,8 @@ def test_a_request_that_takes_no_room_is_refused(max_refusal_s: int) -> None:
 
     Was: refused until the stall (7 s), then taken by evicting; with no ``max_refusal``,
     refused until 300 s.
+    Now: ``_kept_wait`` keeps the step's wait only where ``came`` would (``keep_cost``):
+    past ``DROPPED_IDS`` waits it is not, the agent span encloses nothing: taken at once.
     Expected: admitted at the first offer (it takes no room), nothing evicted."""
     limits = dataclasses.replace(
         LIMITS,
