@@ -24,7 +24,9 @@ first), whose agent span is still to come; anchored at once, the trace was judge
 it. A local parent that never
 comes (a second tracer provider exported it elsewhere, a Collector filtered it out) leaves the
 trace to ``max_trace_age_ns``, or, where ``local_parent_wait_ns`` is set, is taken as gone
-once the trace has been quiet that long: the agent anchors it then. Not by default: a live run
+once the trace has been quiet that long: the agent anchors it then (only where a span waits
+for a local parent, with a root or without: a trace held by a span rejected at ingest alone
+waits the lost parent's wait, ``_Trace.anchored_if_local_gone``). Not by default: a live run
 is quiet that long while one slow step (a reasoning model's call, a slow tool) runs, and it
 would be cut in two, the rest of it dropped as ``late``.
 
@@ -399,10 +401,14 @@ class _Trace:
         ``completion_wait_ns + lost_parent_wait_ns`` however short ``local_parent_wait_ns``
         is (read as ``anchored(local_gone=True)``, always true under a root, a run left
         running in the background was cut at ``local_parent_wait_ns``, its next batch
-        ``late``; review-wait6 defect 2)."""
+        ``late``; review-wait6 defect 2). Without a root, so too: where a span waits for a
+        local parent, and an outermost agent span would anchor it then (read as
+        ``anchored(local_gone=True)`` alone, which sets ``parent_lost`` aside, a rootless
+        trace held by a span rejected was cut at ``local_parent_wait_ns``; review-wait7
+        defect 7)."""
         if self.root_seen:
             return self._awaits_local()
-        return self.anchored(local_gone=True)
+        return self._awaits_local() and self.anchored(local_gone=True)
 
     def _agent_anchors(
         self, dropped: list[Link], settled: dict[bytes, bool], local_gone: bool

