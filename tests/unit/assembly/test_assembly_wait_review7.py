@@ -13,6 +13,7 @@ from assembly_support import SECOND, RecordingMetrics, agent, llm, span, tool
 from stall_support import tid
 from wait_support import ROOT, RUN, judge_timed
 
+from toolwatch import model
 from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.assembly.limited import LimitedTraces
 from toolwatch.assembly.limits import AssemblyLimits
@@ -130,6 +131,10 @@ def test_admission_counts_the_agent_span_control() -> None:
     assert admitted and metrics.dropped["trace_span_limit"] == 1, metrics.dropped
 
 
+@pytest.mark.skipif(
+    not model.__file__.endswith(".py"),
+    reason="the failure is forced by a span of no end, which a compiled SpanRecord refuses to be",
+)
 def test_a_request_that_raised_leaves_its_reserves_to_the_next() -> None:
     """``TraceBuffer._take`` (6cbcb52) resets ``_request``, ``_at`` and ``_reserves`` after its
     loop, not in a ``finally``, and does not reset ``_reserves`` before it: a request that
