@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 from assembly_support import SECOND, RecordingMetrics, agent, llm, span, tool
 from stall_support import end_of, make, offer, tick, tid, verdicts
-from wait_support import LIMITS, ROOT, RUN, judge_timed
+from wait_support import LIMITS, ROOT, RUN, judge_timed, loop_call, loop_tool
 
 from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.assembly.completed import CompletedTrace
@@ -54,25 +54,6 @@ def test_a_stall_waits_for_background_runs_to_be_judged() -> None:
 # (local parent), ended after the root, exported in batches 5 s apart.
 
 
-def _loop_call(n: int, start_ms: int, end_ms: int) -> SpanRecord:
-    return llm(
-        n,
-        9,
-        start_ms,
-        end_ms,
-        trace_id=RUN,
-        size_bytes=10,
-        parent_local=True,
-        finish_reasons=("tool_calls",),
-    )
-
-
-def _loop_tool(n: int, start_ms: int, end_ms: int) -> SpanRecord:
-    return tool(
-        n, 9, "lookup_order", start_ms, end_ms, trace_id=RUN, size_bytes=10, parent_local=True
-    )
-
-
 @pytest.mark.parametrize("local_parent_wait_s", [1, 3])
 def test_local_parent_wait_shorter_than_both_waits_does_not_cut_a_run_that_ran_on(
     local_parent_wait_s: int,
@@ -87,7 +68,7 @@ def test_local_parent_wait_shorter_than_both_waits_does_not_cut_a_run_that_ran_o
     Now: ``awaiting_local`` only where a span waits for a local parent
     (``_Trace.anchored_if_local_gone``): one trace, 3 spans, at 11 s (7 s after the last)."""
     limits = dataclasses.replace(LIMITS, local_parent_wait_ns=local_parent_wait_s * SECOND)
-    batches = [([ROOT, _loop_call(10, 1, 1_000)], 4), ([_loop_tool(11, 1_000, 5_000)], 1)]
+    batches = [([ROOT, loop_call(10, 1, 1_000)], 4), ([loop_tool(11, 1_000, 5_000)], 1)]
     assert judge_timed(batches, limits) == ([(None, 3, 11)], 0)
 
 
@@ -109,7 +90,7 @@ def test_local_parent_wait_shorter_than_both_waits_does_not_cut_a_run_with_a_rej
     Now: held the two waits (7 s), as without ``local_parent_wait``; ``span_limit`` (a span
     of it rejected)."""
     limits = dataclasses.replace(LIMITS, local_parent_wait_ns=3 * SECOND)
-    step = _loop_call(10, 1, 2)  # ended before the root's end: not ``ran_on``
+    step = loop_call(10, 1, 2)  # ended before the root's end: not ``ran_on``
     assert judge_timed([([step, ROOT, None], 1)], limits) == ([("span_limit", 2, 7)], 0)
 
 
@@ -205,7 +186,7 @@ def test_a_second_root_of_another_service_does_not_hide_the_loop() -> None:
     Now: each root's service against that root's end (``_Trace._root_ends``): one trace of 4
     spans, 7 s after the last batch."""
     gateway = span(8, None, SpanRole.OTHER, 0, 100_000, trace_id=RUN, size_bytes=10, service="gw")
-    batches = [([ROOT, gateway, _loop_call(10, 1, 1_000)], 4), ([_loop_tool(11, 1_000, 5_000)], 1)]
+    batches = [([ROOT, gateway, loop_call(10, 1, 1_000)], 4), ([loop_tool(11, 1_000, 5_000)], 1)]
     assert judge_timed(batches) == ([(None, 4, 11)], 0)
 
 
@@ -227,8 +208,8 @@ def test_a_second_root_of_another_service_does_not_free_a_run_waiting_for_its_ag
 # --- Known limits, pinned (review-wait6 defects 1 and 4): design questions, not fixed.
 
 #: The loop's second and third export batches (5 s apart).
-_SECOND_BATCH = [_loop_call(10, 1, 5_000), _loop_tool(11, 5_000, 5_200)]
-_THIRD_BATCH = [_loop_call(12, 5_200, 9_000)]
+_SECOND_BATCH = [loop_call(10, 1, 5_000), loop_tool(11, 5_000, 5_200)]
+_THIRD_BATCH = [loop_call(12, 5_200, 9_000)]
 
 _UNSEEN = (
     "design question (review-wait6 defect 1): ran_on sees only spans that arrived; a root "
@@ -248,8 +229,8 @@ _ONE_CLOCK = (
 def test_control_the_loops_first_step_in_the_roots_batch_holds_the_trace() -> None:
     """Control (the case defect6 fixed): the root's batch carries a step that ended after it:
     one trace, complete, 4 spans, 7 s after the last batch (at 17 s)."""
-    first = [ROOT, _loop_call(10, 1, 1_000)]
-    batches = [(first, 5), ([_loop_tool(11, 1_000, 5_000)], 5), (_THIRD_BATCH, 1)]
+    first = [ROOT, loop_call(10, 1, 1_000)]
+    batches = [(first, 5), ([loop_tool(11, 1_000, 5_000)], 5), (_THIRD_BATCH, 1)]
     assert judge_timed(batches) == ([(None, 4, 17)], 0)
 
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from assembly_support import SECOND, RecordingMetrics, agent, llm, span, tool
+from assembly_support import SECOND, RecordingMetrics, agent, span, tool
 from stall_support import tid
-from wait_support import ROOT, RUN, judge_timed
+from wait_support import ROOT, RUN, judge_timed, loop_call, loop_tool
 
 from toolwatch import model
 from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.assembly.limited import LimitedTraces
 from toolwatch.assembly.limits import AssemblyLimits
-from toolwatch.model import ManualClock, SpanRecord, SpanRole
+from toolwatch.model import ManualClock, SpanRole
 
 LIMITS = AssemblyLimits(
     completion_wait_ns=2 * SECOND, max_trace_age_ns=300 * SECOND, max_buffered_bytes=1000
@@ -238,26 +238,6 @@ def test_a_request_that_takes_no_room_is_refused(max_refusal_s: int) -> None:
     assert (taken_at, evicted) == (0, []), (taken_at, evicted, metrics.dropped)
 
 
-def _loop_call(n: int, start_ms: int, end_ms: int) -> SpanRecord:
-    """A step of a tool loop the request (root 9) left running: a model call, its child."""
-    return llm(
-        n,
-        9,
-        start_ms,
-        end_ms,
-        trace_id=RUN,
-        size_bytes=10,
-        parent_local=True,
-        finish_reasons=("tool_calls",),
-    )
-
-
-def _loop_tool(n: int, start_ms: int, end_ms: int) -> SpanRecord:
-    return tool(
-        n, 9, "lookup_order", start_ms, end_ms, trace_id=RUN, size_bytes=10, parent_local=True
-    )
-
-
 @pytest.mark.xfail(
     strict=True,
     reason="review-wait7 defect 5: a gateway root dropped too large hides the held root's run",
@@ -277,14 +257,14 @@ def test_a_gateway_root_dropped_too_large_hides_the_run_the_held_root_left() -> 
     gateway = span(
         8, None, SpanRole.OTHER, 0, 100_000, trace_id=RUN, size_bytes=5_000, service="gw"
     )
-    batches = [([ROOT, gateway, _loop_call(10, 1, 1_000)], 4), ([_loop_tool(11, 1_000, 5_000)], 1)]
+    batches = [([ROOT, gateway, loop_call(10, 1, 1_000)], 4), ([loop_tool(11, 1_000, 5_000)], 1)]
     assert judge_timed(batches) == ([("span_limit", 3, 11)], 0)
 
 
 def test_a_gateway_root_dropped_too_large_control() -> None:
     """Control: the same, the gateway's root held (review-wait6's fixed test). Passes."""
     gateway = span(8, None, SpanRole.OTHER, 0, 100_000, trace_id=RUN, size_bytes=10, service="gw")
-    batches = [([ROOT, gateway, _loop_call(10, 1, 1_000)], 4), ([_loop_tool(11, 1_000, 5_000)], 1)]
+    batches = [([ROOT, gateway, loop_call(10, 1, 1_000)], 4), ([loop_tool(11, 1_000, 5_000)], 1)]
     assert judge_timed(batches) == ([(None, 4, 11)], 0)
 
 

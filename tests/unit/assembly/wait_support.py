@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from assembly_support import SECOND, RecordingMetrics, span, tool
+from assembly_support import SECOND, RecordingMetrics, llm, span, tool
 from stall_support import tid
 
 from toolwatch.assembly.buffer import TraceBuffer
@@ -59,3 +59,25 @@ def judge_timed(
                 for t in buffer.poll()
             )
     return out, metrics.dropped["late"]
+
+
+def loop_call(n: int, start_ms: int, end_ms: int) -> SpanRecord:
+    """A step of a tool loop on a plain model client that the request (root 9) left running in
+    a task of its own: a model call that asked for tools, the root's own child (local)."""
+    return llm(
+        n,
+        9,
+        start_ms,
+        end_ms,
+        trace_id=RUN,
+        size_bytes=10,
+        parent_local=True,
+        finish_reasons=("tool_calls",),
+    )
+
+
+def loop_tool(n: int, start_ms: int, end_ms: int) -> SpanRecord:
+    """The loop's tool call: the root's own child too (``loop_call``)."""
+    return tool(
+        n, 9, "lookup_order", start_ms, end_ms, trace_id=RUN, size_bytes=10, parent_local=True
+    )
