@@ -4,19 +4,26 @@ is held, and those spans replayed as dropped then (``HeldTraces._store``,
 ``_Trace.came``). A span dropped before its trace is held came, as one dropped after it: a
 root anchors the trace, a parent is waited for no more, what the span waited for still is.
 
-Bounded: ``max_traces`` trace ids, the oldest forgotten first (its trace, when it comes, is
-not flagged); ``DROPPED_IDS`` spans a trace, and ``max_traces`` spans in all, the spans of
-the oldest traces that keep any forgotten first there too (but the trace of the span kept),
-their trace ids kept, marked ``lost`` (a span of theirs not known): a trace that keeps no
-span (one whose span ingest rejected) frees none, and is not forgotten for it. A trace whose every
-span was dropped is never held: kept until newer ones pushed it out, it held the span
-budget, and the newest drops, those of the traces about to come, were not known. A span dropped past
-``DROPPED_IDS`` in its trace (or where the trace alone fills the budget), like one rejected
-at ingest (its trace id is all the decoder hands on), is not known: the trace is
-``parent_lost``. A retry of a span kept changes nothing. Each span kept
-holds about 250 bytes (``DroppedSpan``: its tuple, two ids, its end; its service is shared with
-its request's other spans; its role is a constant), each trace id about 180: 4.3 MB at the
-default ``max_traces`` (10,000; measured with ``tracemalloc``), not counted in
+Bounded, in two ways:
+
+- ``max_traces`` trace ids, the oldest forgotten first (its trace, when it comes, is not
+  flagged);
+- ``DROPPED_IDS`` spans a trace, and ``max_traces`` spans in all. When that budget is full,
+  the spans kept of the oldest traces that keep any (not the trace of the span to keep) are
+  forgotten, each such trace id kept marked ``lost`` (a span of it not known). A trace whose
+  every span was dropped is never held: kept whole until newer traces pushed it out, it held
+  the budget, and the newest drops, those of the traces about to come, were not known. A
+  trace that keeps no span (one whose span ingest rejected) frees nothing, and is left as it
+  is.
+
+A span dropped past ``DROPPED_IDS`` in its trace (or where its trace alone fills the budget),
+like one rejected at ingest (its trace id is all the decoder hands on), is not known: the
+trace is ``parent_lost``. A retry of a span kept changes nothing.
+
+Each span kept holds about 260 bytes (``DroppedSpan``: its tuple, two ids, its end; its
+service is shared with its request's other spans; its role and flags are constants), each
+trace id about 180: 4.3 MB at the default ``max_traces`` (10,000), measured with
+``tracemalloc`` before the tuple's seventh item (8 bytes a span). Not counted in
 ``max_buffered_bytes``: no trace held holds them, and evicting one could not free them. Once
 its trace is held, what a span kept holds is counted in the trace's bytes (``_Trace.came``).
 
