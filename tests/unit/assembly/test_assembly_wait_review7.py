@@ -17,7 +17,7 @@ from toolwatch import model
 from toolwatch.assembly.buffer import TraceBuffer
 from toolwatch.assembly.limited import LimitedTraces
 from toolwatch.assembly.limits import AssemblyLimits
-from toolwatch.model import ManualClock, SpanRole
+from toolwatch.model import ManualClock, SpanRecord, SpanRole
 
 LIMITS = AssemblyLimits(
     completion_wait_ns=2 * SECOND, max_trace_age_ns=300 * SECOND, max_buffered_bytes=1000
@@ -74,6 +74,31 @@ def test_a_trace_whose_span_was_rejected_is_judged_incomplete_after_a_budget_squ
     assert (x, "span_limit") in judged, judged
 
 
+def _full_trace(limits: AssemblyLimits, clock: ManualClock) -> tuple[TraceBuffer, RecordingMetrics]:
+    """A buffer under ``limits`` (a cap of 2 spans a trace) whose trace T (``tid(1)``) holds
+    its root (9) and a first agent span (20): full."""
+    metrics = RecordingMetrics()
+    buffer = TraceBuffer(limits, clock, metrics)
+    t = tid(1)
+    buffer.add(
+        [
+            span(9, None, SpanRole.OTHER, 0, 3, trace_id=t, size_bytes=10),
+            agent(20, 9, "triage", 1, 2, trace_id=t, size_bytes=10, parent_local=True),
+        ]
+    )
+    return buffer, metrics
+
+
+def _next_turn() -> list[SpanRecord]:
+    """T's next turn, sent together: a step (31, 10 bytes) under its agent span (30, 200
+    bytes, ended last)."""
+    t = tid(1)
+    return [
+        tool(31, 30, "lookup", 4, 5, trace_id=t, size_bytes=10, parent_local=True),
+        agent(30, 9, "refunds", 3, 6, trace_id=t, size_bytes=200, parent_local=True),
+    ]
+
+
 def _capped_request(filler_bytes: int) -> tuple[bool, RecordingMetrics]:
     """Backpressure, 2,000 bytes, a cap of 2 spans a trace. Trace T holds its root (9) and a
     first agent span (20): full. Trace O holds one span of ``filler_bytes`` (a step waiting
@@ -82,22 +107,12 @@ def _capped_request(filler_bytes: int) -> tuple[bool, RecordingMetrics]:
     request was admitted, and the metrics after it (nothing polled: no time passes)."""
     limits = dataclasses.replace(LIMITS, max_buffered_bytes=2_000, max_spans_per_trace=2)
     clock = ManualClock()
-    metrics = RecordingMetrics()
-    buffer = TraceBuffer(limits, clock, metrics)
-    t, o = tid(1), tid(2)
-    buffer.add(
-        [
-            span(9, None, SpanRole.OTHER, 0, 3, trace_id=t, size_bytes=10),
-            agent(20, 9, "triage", 1, 2, trace_id=t, size_bytes=10, parent_local=True),
-        ]
-    )
+    buffer, metrics = _full_trace(limits, clock)
+    o = tid(2)
     buffer.add(
         [tool(50, 49, "fetch", 1, 2, trace_id=o, size_bytes=filler_bytes, parent_local=True)]
     )
-    request = [
-        tool(31, 30, "lookup", 4, 5, trace_id=t, size_bytes=10, parent_local=True),
-        agent(30, 9, "refunds", 3, 6, trace_id=t, size_bytes=200, parent_local=True),
-    ]
+    request = _next_turn()
     admitted = buffer.admit(request, 210) is not None
     return admitted, metrics
 
@@ -204,15 +219,8 @@ def test_a_request_that_takes_no_room_is_refused(max_refusal_s: int) -> None:
         max_refusal_ns=max_refusal_s * SECOND,
     )
     clock = ManualClock()
-    metrics = RecordingMetrics()
-    buffer = TraceBuffer(limits, clock, metrics)
+    buffer, metrics = _full_trace(limits, clock)
     t, o = tid(1), tid(2)
-    buffer.add(
-        [
-            span(9, None, SpanRole.OTHER, 0, 3, trace_id=t, size_bytes=10),
-            agent(20, 9, "triage", 1, 2, trace_id=t, size_bytes=10, parent_local=True),
-        ]
-    )
     buffer.add(
         [
             tool(200 + n, 100 + n, "lookup", 4, 5, trace_id=t, size_bytes=10, parent_local=True)
@@ -221,10 +229,7 @@ def test_a_request_that_takes_no_room_is_refused(max_refusal_s: int) -> None:
     )
     filler = 10_000 - buffer.buffered_bytes - 150
     buffer.add([tool(50, 49, "fetch", 1, 2, trace_id=o, size_bytes=filler, parent_local=True)])
-    request = [
-        tool(31, 30, "lookup", 4, 5, trace_id=t, size_bytes=10, parent_local=True),
-        agent(30, 9, "refunds", 3, 6, trace_id=t, size_bytes=200, parent_local=True),
-    ]
+    request = _next_turn()
     taken_at = None
     evicted = []
     for half_seconds in range(700):
